@@ -1,0 +1,308 @@
+"""Memory cgroups, v1 and v2 behind one interface: OOM-kill counters, limits, usage, peaks.
+
+Exit status 137 only says "SIGKILL"; whether the kernel's OOM killer sent it is
+read from the cgroup's ``oom_kill`` counter (v2 ``memory.events``, v1
+``memory.oom_control``), before and after a child's life. The counter is
+cumulative, so only a rise during the child's life counts.
+
+The supervisor's own memory cgroup is found from ``/proc/self/cgroup`` and the
+cgroup mount (the root is injectable, so tests point it at a directory laid out
+like cgroupfs). Where it can create child cgroups (v1 as root, v2 when the
+subtree is delegated) each phase gets its own, so its verdict and peak are its
+own; otherwise every child shares the supervisor's counter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_ROOT = Path("/sys/fs/cgroup")
+# v1 reports "no limit" as a huge page-aligned number; anything above this is unlimited.
+V1_UNLIMITED = 1 << 62
+
+IN_MODIFY = 0x00000002
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    oom_kills: int | None
+    oom_group_kills: int | None
+    usage: int | None
+    peak: int | None
+    limit: int | None  # None: no limit
+    failcnt: int | None = None
+
+    def describe(self) -> str:
+        parts = [f"usage={fmt_bytes(self.usage)}", f"peak={fmt_bytes(self.peak)}",
+                 f"limit={fmt_bytes(self.limit) if self.limit is not None else 'none'}",
+                 f"oom_kills={'?' if self.oom_kills is None else self.oom_kills}"]
+        return " ".join(parts)
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n}B"
+
+
+class MemoryCgroup:
+    """One memory cgroup directory; ``version`` is "v1" or "v2"."""
+
+    def __init__(self, path: Path, version: str) -> None:
+        self.path = path
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"MemoryCgroup({self.version}, {self.path})"
+
+    # ------------------------------------------------------------ reading
+
+    def oom_kills(self) -> int | None:
+        key = "oom_kill"
+        return _read_keyed(self.path / self._events_file, key)
+
+    @property
+    def _events_file(self) -> str:
+        return "memory.events" if self.version == "v2" else "memory.oom_control"
+
+    def snapshot(self) -> MemorySnapshot:
+        if self.version == "v2":
+            return MemorySnapshot(
+                oom_kills=_read_keyed(self.path / "memory.events", "oom_kill"),
+                oom_group_kills=_read_keyed(self.path / "memory.events", "oom_group_kill"),
+                usage=_read_int(self.path / "memory.current"),
+                peak=_read_int(self.path / "memory.peak"),
+                limit=_read_int(self.path / "memory.max"),
+            )
+        limit = _read_int(self.path / "memory.limit_in_bytes")
+        return MemorySnapshot(
+            oom_kills=_read_keyed(self.path / "memory.oom_control", "oom_kill"),
+            oom_group_kills=None,
+            usage=_read_int(self.path / "memory.usage_in_bytes"),
+            peak=_read_int(self.path / "memory.max_usage_in_bytes"),
+            limit=None if limit is None or limit >= V1_UNLIMITED else limit,
+            failcnt=_read_int(self.path / "memory.failcnt"),
+        )
+
+    def limit(self) -> int | None:
+        return self.snapshot().limit
+
+    def readable(self) -> bool:
+        return self.oom_kills() is not None
+
+    # ------------------------------------------------------------ children
+
+    def procs_file(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def create_child(self, name: str, memory_max: int | None = None) -> MemoryCgroup:
+        """Make a child cgroup (raises OSError where not allowed)."""
+        child = MemoryCgroup(self.path / name, self.version)
+        child.path.mkdir(exist_ok=True)
+        if memory_max is not None:
+            target = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
+            (child.path / target).write_text(str(memory_max))
+        return child
+
+    def remove(self) -> None:
+        """Remove this (empty) cgroup; processes still in it are moved out first by the caller."""
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
+
+    def move_all_to(self, target: MemoryCgroup) -> None:
+        """Move every process of this cgroup into ``target`` (so this one can be removed)."""
+        try:
+            pids = self.procs_file().read_text().split()
+        except OSError:
+            return
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                target.procs_file().write_text(pid)
+
+    # ------------------------------------------------------------ watching
+
+    def open_watch(self) -> tuple[int, str] | None:
+        """An fd that becomes readable when an OOM happens here, and how; None if unsupported.
+
+        v2: inotify on ``memory.events`` (the kernel signals a modify when it changes).
+        v1: an eventfd registered on ``memory.oom_control`` through ``cgroup.event_control``.
+        """
+        try:
+            if self.version == "v2":
+                return _inotify_watch(self.path / "memory.events"), "inotify"
+            return _v1_oom_eventfd(self.path), "eventfd"
+        except OSError:
+            return None
+
+    @staticmethod
+    def consume_watch(fd: int) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.read(fd, 4096)
+
+
+# ---------------------------------------------------------------- discovery
+
+
+@dataclass(frozen=True)
+class Discovery:
+    cgroup: MemoryCgroup | None
+    why: str  # how it was found, or why there is none
+
+
+def discover(root: Path | str = DEFAULT_ROOT, proc_cgroup: Path | str = "/proc/self/cgroup") -> Discovery:
+    """Find this process's memory cgroup under ``root`` (v2 unified, or v1 ``memory`` controller)."""
+    root = Path(root)
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError as exc:
+        return Discovery(None, f"cannot read {proc_cgroup}: {exc.strerror}")
+    v1_rel = v2_rel = None
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, rel = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            v2_rel = rel
+        elif "memory" in controllers.split(","):
+            v1_rel = rel
+    candidates: list[tuple[Path, str]] = []
+    if v1_rel is not None and (root / "memory").is_dir():
+        candidates += [(root / "memory" / v1_rel.lstrip("/"), "v1"), (root / "memory", "v1")]
+    if v2_rel is not None and (root / "cgroup.controllers").exists():
+        candidates += [(root / v2_rel.lstrip("/"), "v2"), (root, "v2")]
+    for path, version in candidates:
+        cgroup = MemoryCgroup(path, version)
+        if cgroup.readable():
+            return Discovery(cgroup, f"cgroup {version} at {path}")
+    if not candidates:
+        return Discovery(None, f"no memory cgroup under {root} (neither v2 nor a v1 memory controller)")
+    tried = ", ".join(str(p) for p, _ in candidates)
+    return Discovery(None, f"memory cgroup files not readable (tried {tried})")
+
+
+def enable_v2_delegation(cgroup: MemoryCgroup) -> MemoryCgroup:
+    """v2's "no internal processes" rule: move ourselves into a leaf, then enable +memory below.
+
+    Returns the leaf the supervisor now lives in. Raises OSError where the
+    subtree is not delegated to us.
+    """
+    leaf = cgroup.create_child("supervisor")
+    leaf.procs_file().write_text(str(os.getpid()))
+    (cgroup.path / "cgroup.subtree_control").write_text("+memory")
+    return leaf
+
+
+# ---------------------------------------------------------------- memory of the machine
+
+
+def mem_total(meminfo: Path | str = "/proc/meminfo") -> int | None:
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def parse_size(text: str | int) -> int:
+    """``"128GiB"``, ``"512MiB"``, ``"64M"``, ``"1.5G"`` or a number of bytes → bytes."""
+    if isinstance(text, int):
+        return text
+    units = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2,
+             "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000**4,
+             "tib": 1 << 40}
+    s = text.strip()
+    i = len(s)
+    while i and not (s[i - 1].isdigit() or s[i - 1] == "."):
+        i -= 1
+    number, unit = s[:i].strip(), s[i:].strip().lower()
+    if not number or unit not in units:
+        raise ValueError(f"{text!r} is not a size (e.g. \"128GiB\", \"512MiB\")")
+    value = float(number) * units[unit]
+    if value < 0:
+        raise ValueError(f"{text!r} is negative")
+    return int(value)
+
+
+# ---------------------------------------------------------------- file helpers
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _read_keyed(path: Path, key: str) -> int | None:
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _libc_handle() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return _libc
+
+
+def _inotify_watch(path: Path) -> int:
+    if not path.exists():
+        raise FileNotFoundError(str(path))
+    libc = _libc_handle()
+    fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+    if libc.inotify_add_watch(fd, os.fsencode(path), IN_MODIFY) < 0:
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, f"inotify_add_watch {path} failed")
+    return fd
+
+
+def _v1_oom_eventfd(path: Path) -> int:
+    efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    control = os.open(path / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with open(path / "cgroup.event_control", "w") as f:
+            f.write(f"{efd} {control}")
+    except OSError:
+        os.close(efd)
+        raise
+    finally:
+        os.close(control)
+    return efd
+
+
+def decode_eventfd(data: bytes) -> int:
+    return struct.unpack("Q", data[:8])[0] if len(data) >= 8 else 0

@@ -1,0 +1,544 @@
+"""Config file → validated, frozen plan.
+
+The lifecycle is described in TOML (read with ``tomllib``). Everything a run
+needs is checked here, before anything starts: unknown keys, wrong types,
+impossible values and unset ``${VAR}`` references are all refused with one line
+that names the key (``phases[1].daemons[0].ready: ...``). The result is a tree
+of frozen dataclasses, so nothing later can change the plan by accident.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlsplit
+
+from .cgroups import parse_size
+
+# Named defaults: every timing value of the plan starts from one of these.
+DEFAULT_STATE_DIR = "/var/lib/prover-supervisor"
+DEFAULT_LOG_DIR = "/var/log/prover-supervisor"
+DEFAULT_STOP_GRACE_S = 30.0
+DEFAULT_RING_LINES = 200
+DEFAULT_LOG_FILE_MAX_BYTES = 64 * 1024 * 1024
+# Daemons such as cuzk-daemon load tens of GiB before they answer; a short
+# default startup wait causes more failures than it prevents.
+DEFAULT_READY_TIMEOUT_S = 900.0
+DEFAULT_BACKOFF_S = 1.0
+DEFAULT_BACKOFF_MAX_S = 30.0
+DEFAULT_BACKOFF_FACTOR = 2.0
+DEFAULT_BACKOFF_JITTER = 0.1
+DEFAULT_RESTART_BURST = 5
+DEFAULT_RESTART_WINDOW_S = 300.0
+DEFAULT_BACKOFF_RESET_S = 60.0
+
+PHASE_KINDS = ("oneshot", "service")
+RESTART_POLICIES = ("no", "on-failure", "always")
+DAEMON_LIFETIMES = ("phase", "lifecycle")
+CGROUP_MODES = ("auto", "shared", "off")
+DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """A user mistake in the config: printed as one line, exit status 2."""
+
+
+@dataclass(frozen=True)
+class ReadyCheck:
+    """How to tell that a child is ready: never a log line, always a real probe."""
+
+    kind: str  # "tcp", "http" or "file"
+    target: str  # "host:port", the URL, or the path
+    host: str = ""
+    port: int = 0
+
+    def describe(self) -> str:
+        return f"{self.kind}://{self.target}" if self.kind != "http" else self.target
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """One program to run: a phase's command or one of its daemons."""
+
+    phase: str
+    name: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    stop_signal: int
+    stop_grace_s: float
+    ready: ReadyCheck | None
+    ready_timeout_s: float
+    lifetime: str = "phase"  # daemons only: "phase" or "lifecycle"
+
+    @property
+    def label(self) -> str:
+        return f"{self.phase}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    name: str
+    kind: str
+    command: ChildSpec
+    daemons: tuple[ChildSpec, ...]
+    timeout_s: float | None
+    retries: int
+    restart: str
+    backoff_s: float
+    backoff_max_s: float
+    backoff_factor: float
+    backoff_jitter: float
+    restart_burst: int
+    restart_window_s: float
+    backoff_reset_s: float
+    stall_s: float | None = None
+    progress_path: str | None = None
+    min_memory: int | None = None
+    memory_max: int | None = None
+
+
+@dataclass(frozen=True)
+class SupervisorSpec:
+    state_dir: str
+    log_dir: str
+    stop_grace_s: float
+    ring_lines: int
+    console: bool
+    log_file_max_bytes: int
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    cgroups: str = "auto"
+    cgroup_root: str = DEFAULT_CGROUP_ROOT
+
+
+@dataclass(frozen=True)
+class Plan:
+    supervisor: SupervisorSpec
+    phases: tuple[PhaseSpec, ...]
+    source: str
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_plan(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Plan:
+    """Read, expand and validate a config file; ``None`` means the built-in prover profile."""
+    environ = os.environ if environ is None else environ
+    if path is None:
+        text = resources.files("supervisor").joinpath("profiles/prover.toml").read_text()
+        source = "built-in prover profile"
+    else:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"{source}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{source}: cannot read: {exc}") from None
+    return parse_plan(text, source, environ)
+
+
+def parse_plan(text: str, source: str, environ: Mapping[str, str]) -> Plan:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        raw = _expand(raw, "", environ)
+        return _plan(raw, source)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _expand(value: Any, where: str, environ: Mapping[str, str]) -> Any:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``."""
+    if isinstance(value, str):
+
+        def one(match: re.Match[str]) -> str:
+            if match.group(0) == "$$":
+                return "$"
+            name, default = match.group(1), match.group(2)
+            if name in environ:
+                return environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{where}: ${{{name}}} is not set in the environment (give a default: ${{{name}:-…}})")
+
+        return _VAR_RE.sub(one, value)
+    if isinstance(value, dict):
+        return {k: _expand(v, _join(where, k), environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]", environ) for i, v in enumerate(value)]
+    return value
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+# ---------------------------------------------------------------- value checkers
+# Each takes (value, where) and returns the converted value or raises ConfigError.
+
+Checker = Callable[[Any, str], Any]
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: must be a non-empty string, got {_describe(value)}")
+    return value
+
+
+def _name(value: Any, where: str) -> str:
+    value = _string(value, where)
+    if not _NAME_RE.fullmatch(value):
+        raise ConfigError(f"{where}: {value!r} is not a valid name (letters, digits, '_', '-', '.'; at most 63)")
+    return value
+
+
+def _command(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigError(f"{where}: must be a list of strings (argv), not one string: {_describe(value)}")
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: must be a non-empty list of strings, got {_describe(value)}")
+    for i, arg in enumerate(value):
+        if not isinstance(arg, str):
+            raise ConfigError(f"{where}[{i}]: must be a string, got {_describe(arg)}")
+    if not value[0]:
+        raise ConfigError(f"{where}[0]: the program name is empty")
+    return tuple(value)
+
+
+def _env(value: Any, where: str) -> Mapping[str, str]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be a table of NAME = \"value\", got {_describe(value)}")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ConfigError(f"{where}.{key}: not a valid environment variable name")
+        if isinstance(item, bool):
+            out[key] = "1" if item else "0"
+        elif isinstance(item, str | int | float):
+            out[key] = str(item)
+        else:
+            raise ConfigError(f"{where}.{key}: must be a string or number, got {_describe(item)}")
+    return MappingProxyType(out)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: must be a number, got {_describe(value)}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{where}: must be a finite number, got {value}")
+    return float(value)
+
+
+def _seconds(value: Any, where: str) -> float:
+    value = _number(value, where)
+    if value < 0:
+        raise ConfigError(f"{where}: must be >= 0 seconds, got {value:g}")
+    return value
+
+
+def _positive_seconds(value: Any, where: str) -> float:
+    value = _number(value, where)
+    if value <= 0:
+        raise ConfigError(f"{where}: must be > 0 seconds, got {value:g}")
+    return value
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: must be a whole number, got {_describe(value)}")
+    if value < 0:
+        raise ConfigError(f"{where}: must be >= 0, got {value}")
+    return value
+
+
+def _positive_count(value: Any, where: str) -> int:
+    value = _count(value, where)
+    if value < 1:
+        raise ConfigError(f"{where}: must be >= 1, got {value}")
+    return value
+
+
+def _factor(value: Any, where: str) -> float:
+    value = _number(value, where)
+    if value < 1:
+        raise ConfigError(f"{where}: must be >= 1, got {value:g}")
+    return value
+
+
+def _fraction(value: Any, where: str) -> float:
+    value = _number(value, where)
+    if not 0 <= value <= 1:
+        raise ConfigError(f"{where}: must be between 0 and 1, got {value:g}")
+    return value
+
+
+def _size(value: Any, where: str) -> int:
+    """Bytes: a whole number, or a string with a unit ("128GiB", "512MiB", "64M")."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigError(f"{where}: must be a size like \"128GiB\" or a number of bytes, got {_describe(value)}")
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if size <= 0:
+        raise ConfigError(f"{where}: must be more than 0 bytes, got {_describe(value)}")
+    return size
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: must be true or false, got {_describe(value)}")
+    return value
+
+
+def _choice(*options: str) -> Checker:
+    def check(value: Any, where: str) -> str:
+        if value not in options:
+            listed = ", ".join(repr(o) for o in options)
+            raise ConfigError(f"{where}: must be one of {listed}, got {_describe(value)}")
+        return value
+
+    return check
+
+
+def parse_signal(value: Any, where: str = "signal") -> int:
+    """``"SIGINT"``, ``"INT"`` or ``2`` → 2."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        valid = {int(s) for s in signal.valid_signals()}
+        if value in valid and value != 0:
+            return value
+        raise ConfigError(f"{where}: {value} is not a signal number")
+    if isinstance(value, str):
+        name = value.upper()
+        if not name.startswith("SIG"):
+            name = "SIG" + name
+        sig = getattr(signal.Signals, name, None) if not name.startswith("SIG_") else None
+        if isinstance(sig, signal.Signals):
+            return int(sig)
+    raise ConfigError(f"{where}: {_describe(value)} is not a signal name (e.g. \"SIGTERM\", \"SIGINT\")")
+
+
+def _ready(value: Any, where: str) -> ReadyCheck:
+    text = _string(value, where)
+    if text.startswith(("http://", "https://")):
+        parts = urlsplit(text)
+        if not parts.hostname:
+            raise ConfigError(f"{where}: {text!r} has no host")
+        return ReadyCheck("http", text, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    if text.startswith("tcp://"):
+        hostport = text[len("tcp://") :]
+        host, sep, port = hostport.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{where}: {text!r} must look like tcp://host:port")
+        return ReadyCheck("tcp", hostport, host.strip("[]"), int(port))
+    if text.startswith("file://"):
+        path = text[len("file://") :]
+        if not path.startswith("/"):
+            raise ConfigError(f"{where}: {text!r} must name an absolute path (file:///path)")
+        return ReadyCheck("file", path)
+    if text.startswith("/"):
+        return ReadyCheck("file", text)
+    raise ConfigError(f"{where}: {text!r} must be tcp://host:port, http(s)://..., or an absolute file path")
+
+
+def _optional(check: Checker) -> Checker:
+    return lambda value, where: None if value is None else check(value, where)
+
+
+# ---------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class _Key:
+    check: Checker
+    default: Any = None
+    required: bool = False
+
+
+def _take(table: Any, where: str, keys: Mapping[str, _Key]) -> dict[str, Any]:
+    """Check one TOML table against its keys: unknown keys are errors (typos must not pass)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table, got {_describe(table)}")
+    for key in table:
+        if key not in keys:
+            near = [k for k in keys if _close(k, key)]
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(f"{_join(where, key)}: unknown key{hint}")
+    out: dict[str, Any] = {}
+    for key, spec in keys.items():
+        if key in table:
+            out[key] = spec.check(table[key], _join(where, key))
+        elif spec.required:
+            raise ConfigError(f"{_join(where, key)}: required key is missing")
+        else:
+            out[key] = spec.default
+    return out
+
+
+def _close(a: str, b: str) -> bool:
+    """Cheap typo match: same letters give or take one, or one a prefix of the other."""
+    if a.startswith(b) or b.startswith(a):
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    return sum(1 for x, y in zip(sorted(a), sorted(b), strict=False) if x != y) <= 2
+
+
+_SUPERVISOR_KEYS = {
+    "state_dir": _Key(_string, DEFAULT_STATE_DIR),
+    "log_dir": _Key(_string, DEFAULT_LOG_DIR),
+    "stop_grace_s": _Key(_seconds, DEFAULT_STOP_GRACE_S),
+    "ring_lines": _Key(_positive_count, DEFAULT_RING_LINES),
+    "console": _Key(_bool, True),
+    "log_file_max_bytes": _Key(_count, DEFAULT_LOG_FILE_MAX_BYTES),
+    "env": _Key(_env, MappingProxyType({})),
+    "cgroups": _Key(_choice(*CGROUP_MODES), "auto"),
+    "cgroup_root": _Key(_string, DEFAULT_CGROUP_ROOT),
+}
+
+_CHILD_KEYS = {
+    "command": _Key(_command, required=True),
+    "env": _Key(_env, MappingProxyType({})),
+    "cwd": _Key(_string),
+    "stop_signal": _Key(parse_signal, int(signal.SIGTERM)),
+    "stop_grace_s": _Key(_seconds),
+    "ready": _Key(_ready),
+    "ready_timeout_s": _Key(_positive_seconds, DEFAULT_READY_TIMEOUT_S),
+}
+
+_DAEMON_KEYS = {
+    "name": _Key(_name, required=True),
+    **_CHILD_KEYS,
+    "lifetime": _Key(_choice(*DAEMON_LIFETIMES), "phase"),
+}
+
+_PHASE_KEYS = {
+    "name": _Key(_name, required=True),
+    "kind": _Key(_choice(*PHASE_KINDS), "oneshot"),
+    **_CHILD_KEYS,
+    "daemons": _Key(lambda v, w: v, ()),
+    "timeout_s": _Key(_optional(_positive_seconds)),
+    "retries": _Key(_count),
+    "restart": _Key(_choice(*RESTART_POLICIES)),
+    "backoff_s": _Key(_seconds, DEFAULT_BACKOFF_S),
+    "backoff_max_s": _Key(_seconds, DEFAULT_BACKOFF_MAX_S),
+    "backoff_factor": _Key(_factor, DEFAULT_BACKOFF_FACTOR),
+    "backoff_jitter": _Key(_fraction, DEFAULT_BACKOFF_JITTER),
+    "restart_burst": _Key(_positive_count, DEFAULT_RESTART_BURST),
+    "restart_window_s": _Key(_positive_seconds, DEFAULT_RESTART_WINDOW_S),
+    "backoff_reset_s": _Key(_seconds, DEFAULT_BACKOFF_RESET_S),
+    "stall_s": _Key(_optional(_positive_seconds)),
+    "progress_path": _Key(_string),
+    "min_memory": _Key(_size),
+    "memory_max": _Key(_size),
+}
+
+
+def _plan(raw: dict[str, Any], source: str) -> Plan:
+    for key in raw:
+        if key not in ("supervisor", "phases"):
+            raise ConfigError(f"{key}: unknown top-level key (expected [supervisor] and [[phases]])")
+    sup = SupervisorSpec(**_take(raw.get("supervisor", {}), "supervisor", _SUPERVISOR_KEYS))
+    phases_raw = raw.get("phases")
+    if phases_raw is None:
+        raise ConfigError("phases: no [[phases]] defined: nothing to run")
+    if not isinstance(phases_raw, list) or not phases_raw:
+        raise ConfigError("phases: must be a non-empty array of tables ([[phases]])")
+    phases = tuple(_phase(p, f"phases[{i}]", sup) for i, p in enumerate(phases_raw))
+    _check_unique([p.name for p in phases], "phases", "phase name")
+    return Plan(sup, phases, source)
+
+
+def _child(values: dict[str, Any], phase: str, name: str, sup: SupervisorSpec, lifetime: str) -> ChildSpec:
+    grace = values["stop_grace_s"]
+    return ChildSpec(
+        phase=phase,
+        name=name,
+        command=values["command"],
+        env=MappingProxyType({**sup.env, **values["env"]}),
+        cwd=values["cwd"],
+        stop_signal=values["stop_signal"],
+        stop_grace_s=sup.stop_grace_s if grace is None else grace,
+        ready=values["ready"],
+        ready_timeout_s=values["ready_timeout_s"],
+        lifetime=lifetime,
+    )
+
+
+def _phase(table: Any, where: str, sup: SupervisorSpec) -> PhaseSpec:
+    v = _take(table, where, _PHASE_KEYS)
+    name, kind = v["name"], v["kind"]
+    if kind == "oneshot":
+        if v["restart"] is not None:
+            raise ConfigError(f"{where}.restart: only for kind = \"service\" (a oneshot uses retries)")
+        if v["ready"] is not None:
+            raise ConfigError(f"{where}.ready: only for kind = \"service\" (a oneshot is done when it exits 0)")
+    else:
+        if v["retries"] is not None:
+            raise ConfigError(f"{where}.retries: only for kind = \"oneshot\" (a service uses restart)")
+        if v["timeout_s"] is not None:
+            raise ConfigError(f"{where}.timeout_s: only for kind = \"oneshot\" (a service runs until stopped)")
+    if v["progress_path"] is not None and v["stall_s"] is None:
+        raise ConfigError(f"{where}.progress_path: only meaningful with stall_s (how long no growth means stalled)")
+    if v["backoff_max_s"] < v["backoff_s"]:
+        raise ConfigError(f"{where}.backoff_max_s: {v['backoff_max_s']:g} is below backoff_s {v['backoff_s']:g}")
+    daemons_raw = v["daemons"]
+    if not isinstance(daemons_raw, list | tuple):
+        raise ConfigError(f"{where}.daemons: must be an array of tables ([[phases.daemons]])")
+    daemons = []
+    for i, d in enumerate(daemons_raw):
+        dwhere = f"{where}.daemons[{i}]"
+        dv = _take(d, dwhere, _DAEMON_KEYS)
+        if dv["name"] == name:
+            raise ConfigError(f"{dwhere}.name: {name!r} is the phase's own name; give the daemon another")
+        # A daemon sees the phase's environment too; its own keys win.
+        dv["env"] = MappingProxyType({**v["env"], **dv["env"]})
+        daemons.append(_child(dv, name, dv["name"], sup, dv["lifetime"]))
+    _check_unique([d.name for d in daemons], f"{where}.daemons", "daemon name")
+    return PhaseSpec(
+        name=name,
+        kind=kind,
+        command=_child(v, name, name, sup, "phase"),
+        daemons=tuple(daemons),
+        timeout_s=v["timeout_s"],
+        retries=v["retries"] or 0,
+        restart=v["restart"] or "on-failure",
+        backoff_s=v["backoff_s"],
+        backoff_max_s=v["backoff_max_s"],
+        backoff_factor=v["backoff_factor"],
+        backoff_jitter=v["backoff_jitter"],
+        restart_burst=v["restart_burst"],
+        restart_window_s=v["restart_window_s"],
+        backoff_reset_s=v["backoff_reset_s"],
+        stall_s=v["stall_s"],
+        progress_path=v["progress_path"],
+        min_memory=v["min_memory"],
+        memory_max=v["memory_max"],
+    )
+
+
+def _check_unique(names: list[str], where: str, what: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise ConfigError(f"{where}[{i}].name: duplicate {what} {name!r}")
+        seen.add(name)

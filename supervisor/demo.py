@@ -1,0 +1,106 @@
+"""``prover-supervisor demo``: the whole lifecycle on this machine, in seconds.
+
+The real paramfetch, cuzk and curio need a GPU and tens of GiB of parameters;
+the demo runs the stand-ins shipped in ``supervisor.standins`` instead, with
+the same flags, output lines and signal behaviour, from a temporary directory.
+``--fail`` makes one of them misbehave, to show how a failure is reported.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from .config import parse_plan
+from .run import run
+
+# Which stand-in plays the failing program of each phase, for --fail.
+_FAIL_TARGET = {"paramfetch": "PARAMFETCH", "bench": "CUZK_BENCH", "curio": "CURIO"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(_q(i) for i in items) + "]"
+
+
+def _q(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench",
+                speed: float = 0.2, run_seconds: float = 4.0) -> str:
+    """The demo's TOML: three phases of stand-ins, ports chosen free, state in ``workdir``."""
+    py = sys.executable
+    listen, status, curio = free_port(), free_port(), free_port()
+    cuzk_toml = workdir / "cuzk.toml"
+    cuzk_toml.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{listen}"\n'
+                         f'status_listen = "127.0.0.1:{status}"\n')
+    env = {"STANDIN_SPEED": str(speed), "STANDIN_PARAM_FILES": "3", "STANDIN_PARAM_BYTES": "2097152",
+           "FIL_PROOFS_PARAMETER_CACHE": str(workdir / "params"), "STANDIN_RUN_SECONDS": str(run_seconds),
+           "STANDIN_OOM_LIMIT": "512MiB"}
+    if fail == "daemon-crash":
+        env["STANDIN_FAIL_CUZK_DAEMON"] = "crash"
+    elif fail is not None:
+        env[f"STANDIN_FAIL_{_FAIL_TARGET[fail_phase]}"] = fail
+    env_toml = "{ " + ", ".join(f"{k} = {_q(v)}" for k, v in env.items()) + " }"
+    daemon = f"""
+  [[phases.daemons]]
+  name = "cuzk-daemon"
+  command = {_toml_list([py, "-m", "supervisor.standins.cuzk_daemon", "-c", str(cuzk_toml)])}
+  ready = "http://127.0.0.1:{status}/status"
+  stop_signal = "SIGINT"
+  stop_grace_s = 5
+"""
+    return f"""
+[supervisor]
+state_dir = {_q(str(workdir / "state"))}
+log_dir = {_q(str(workdir / "logs"))}
+stop_grace_s = 3
+env = {env_toml}
+
+[[phases]]
+name = "paramfetch"
+kind = "oneshot"
+command = {_toml_list([py, "-m", "supervisor.standins.curio", "fetch-params", "32GiB"])}
+timeout_s = 60
+retries = 1
+backoff_s = 0.5
+
+[[phases]]
+name = "bench"
+kind = "oneshot"
+command = {_toml_list([py, "-m", "supervisor.standins.cuzk_bench", "-a", f"http://127.0.0.1:{listen}",
+                       "batch", "-t", "porep", "-c", "6", "-j", "3"])}
+timeout_s = 60
+{daemon}
+[[phases]]
+name = "curio"
+kind = "service"
+command = {_toml_list([py, "-m", "supervisor.standins.curio", "run", "--listen", f"127.0.0.1:{curio}",
+                       "--layers", "gpu"])}
+ready = "tcp://127.0.0.1:{curio}"
+restart = "on-failure"
+restart_burst = 2
+backoff_s = 0.5
+{daemon}"""
+
+
+def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = False) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="prover-supervisor-demo-"))
+    try:
+        plan = parse_plan(demo_config(workdir, fail, fail_phase), "demo config", {})
+        status = run(plan)
+        print(f"demo finished with exit status {status}; logs in {workdir / 'logs'}"
+              + ("" if keep else " (removed; use --keep to keep them)"), flush=True)
+        return status
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,564 @@
+"""The lifecycle: an ordered list of phases, each an explicit state machine.
+
+A phase runs in attempts. An attempt starts the phase's daemons one by one
+(each waited for until ready), then its command. The attempt ends when the
+command exits, a daemon dies, a deadline passes or the supervisor shuts down;
+its children are then stopped in reverse start order and the phase decides,
+from the verdict that ended the attempt, what comes next: done, another try
+after a backoff, or failed for good.
+
+Every state change goes through ``Phase.transition``; every timer and thread
+callback checks that it still belongs to the current attempt and state, and
+does nothing if not (a late callback must never act on a newer attempt).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import verdict as v
+from .backoff import backoff_delay, burst_exceeded, within_window
+from .cgroups import fmt_bytes, mem_total
+from .config import ChildSpec, PhaseSpec, Plan
+from .gpu import Gpus, activity_changed
+from .logs import ChildOutput, Console, LogFile
+from .loop import EventLoop, Timer
+from .memory import MemoryEvidence
+from .process import Child, SpawnError, child_setup, spawn
+from .readiness import ReadinessWait
+from .reaping import ExitStatus, Reaper
+from .stall import StallWatch, check_interval, tree_size
+from .verdict import Verdict
+
+Log = Callable[[str], None]
+
+
+class PhaseState(enum.StrEnum):
+    PENDING = "pending"  # not started yet
+    STARTING = "starting"  # daemons being started and waited for
+    RUNNING = "running"  # the command runs
+    STOPPING = "stopping"  # the attempt is over; its children are being stopped
+    BACKOFF = "backoff"  # waiting before the next attempt
+    DONE = "done"  # completed (oneshot exit 0, or a service that ended cleanly)
+    FAILED = "failed"  # failed for good
+    STOPPED = "stopped"  # ended by a supervisor shutdown
+
+
+_ALLOWED: dict[PhaseState, set[PhaseState]] = {
+    PhaseState.PENDING: {PhaseState.STARTING, PhaseState.FAILED, PhaseState.STOPPED},
+    PhaseState.STARTING: {PhaseState.RUNNING, PhaseState.STOPPING},
+    PhaseState.RUNNING: {PhaseState.STOPPING},
+    PhaseState.STOPPING: {PhaseState.BACKOFF, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
+    PhaseState.BACKOFF: {PhaseState.STARTING, PhaseState.FAILED, PhaseState.STOPPED},
+    PhaseState.DONE: set(),
+    PhaseState.FAILED: set(),
+    PhaseState.STOPPED: set(),
+}
+FINAL_STATES = frozenset({PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED})
+
+
+@dataclass
+class Runtime:
+    """What phases share: the loop, the reaper, the logs, and the start order of every child."""
+
+    loop: EventLoop
+    reaper: Reaper
+    console: Console
+    log: Log
+    log_dir: Path
+    ring_lines: int
+    log_file_max_bytes: int
+    base_env: dict[str, str]
+    reset_oom_score: bool = False  # the supervisor runs at -1000: children go back to 0
+    memory: MemoryEvidence | None = None
+    gpus: Gpus | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    started: list[Child] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    on_verdict: list[Callable[[Verdict], None]] = field(default_factory=list)
+
+    def record(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)
+        if verdict.success or verdict.reason == v.STOPPED:
+            self.log(f"ended: {verdict.line()}")
+        else:
+            self.log(f"FAILED: {verdict.line()}")
+            for line in verdict.last_lines[-5:]:
+                self.log(f"  | {line}")
+        for listener in self.on_verdict:
+            listener(verdict)
+
+
+class Phase:
+    def __init__(self, spec: PhaseSpec, rt: Runtime, on_change: Callable[[Phase], None]) -> None:
+        self.spec = spec
+        self.rt = rt
+        self._on_change = on_change
+        self.state = PhaseState.PENDING
+        self.since = time.time()
+        self.why = "not started"
+        self.attempt = 0
+        self.children: list[Child] = []  # this attempt's, in start order
+        self.kept: list[Child] = []  # daemons with lifetime = "lifecycle", handed on at success
+        self.outcome: Verdict | None = None  # what ended the current attempt
+        self.up = False  # a service whose command runs (and answered its ready check)
+        self.was_up = False
+        self._consecutive_failures = 0
+        self._restart_times: list[float] = []
+        self._attempt_mono = 0.0
+        self._deadline: Timer | None = None
+        self._backoff: Timer | None = None
+        self._ready: ReadinessWait | None = None
+        self._aborting = False
+        self.extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def command_child(self) -> Child | None:
+        return next((c for c in self.children if c.spec is self.spec.command), None)
+
+    # ------------------------------------------------------------ transitions
+
+    def transition(self, new: PhaseState, why: str) -> None:
+        if new not in _ALLOWED[self.state]:
+            raise RuntimeError(f"phase {self.name}: no transition {self.state} → {new}")
+        old, self.state, self.since, self.why = self.state, new, time.time(), why
+        if new is not PhaseState.RUNNING or self.spec.kind != "service":
+            self.up = False
+        self.rt.log(f"phase {self.name}: {old} → {new} ({why})")
+        self._on_change(self)
+
+    def start(self) -> None:
+        if not self._memory_preflight():
+            return
+        if self.spec.timeout_s is not None:
+            self._deadline = self.rt.loop.call_later(self.spec.timeout_s, self._deadline_passed)
+        self._start_attempt()
+
+    def _memory_preflight(self) -> bool:
+        """Refuse at once a phase that cannot fit in memory, rather than be OOM-killed 10 minutes in."""
+        memory = self.rt.memory
+        available = memory.available_memory() if memory is not None else mem_total()
+        if available is not None:
+            self.extra_env["SUPERVISOR_MEMORY_AVAILABLE_BYTES"] = str(available)
+        need = self.spec.min_memory
+        if need is None:
+            return True
+        if available is None:
+            self.rt.log(f"phase {self.name}: memory preflight skipped: neither a cgroup limit nor MemTotal readable")
+            return True
+        if available < need:
+            detail = (f"needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(available)} "
+                      f"({available} bytes) is available (cgroup limit or MemTotal)")
+            self.outcome = v.without_exit(self.name, self.name, v.INSUFFICIENT_MEMORY, 1, detail, attempt=0)
+            self.rt.record(self.outcome)
+            self.transition(PhaseState.FAILED, detail)
+            return False
+        self.rt.log(f"phase {self.name}: memory preflight ok: {fmt_bytes(available)} available, "
+                    f"min_memory {fmt_bytes(need)}")
+        return True
+
+    def _start_attempt(self) -> None:
+        self.attempt += 1
+        self.children = []
+        self.outcome = None
+        self._attempt_mono = time.monotonic()
+        if self.rt.memory is not None:
+            self.rt.memory.reset_peak(self.name)
+        self.transition(PhaseState.STARTING, f"attempt {self.attempt}")
+        if self.spec.stall_s is not None:
+            self._watch_for_stall(self.attempt)
+        self._start_daemon(0, self.attempt)
+
+    def _start_daemon(self, index: int, attempt: int) -> None:
+        if attempt != self.attempt or self.state is not PhaseState.STARTING:
+            return  # a late readiness answer for an attempt that is already over
+        if index == len(self.spec.daemons):
+            self._start_command()
+            return
+        spec = self.spec.daemons[index]
+        child = self._spawn(spec)
+        if child is None:
+            return
+        if spec.ready is None:
+            self._start_daemon(index + 1, attempt)
+            return
+        self.rt.log(f"waiting for {spec.label} to be ready: {spec.ready.describe()} "
+                    f"(at most {spec.ready_timeout_s:g}s)")
+        self._ready = ReadinessWait(
+            self.rt.loop, spec.ready, spec.ready_timeout_s,
+            on_ready=lambda: self._daemon_ready(child, index, attempt),
+            on_timeout=lambda why: self._not_ready(child, attempt, why),
+        )
+
+    def _daemon_ready(self, child: Child, index: int, attempt: int) -> None:
+        if attempt == self.attempt and self.state is PhaseState.STARTING:
+            self.rt.log(f"{child.label} is ready ({child.spec.ready.describe() if child.spec.ready else ''})")
+            self._start_daemon(index + 1, attempt)
+
+    def _not_ready(self, child: Child, attempt: int, why: str) -> None:
+        if attempt != self.attempt or self.state not in (PhaseState.STARTING, PhaseState.RUNNING):
+            return
+        detail = f"{child.label} not ready after {child.spec.ready_timeout_s:g}s: {why}"
+        child.stop_reason = v.TIMEOUT
+        self._end_attempt(v.without_exit(
+            self.name, child.spec.name, v.TIMEOUT, 1, detail, attempt=attempt,
+            started_at=child.started_at, last_lines=child.output.last_lines(),
+        ))
+
+    def _start_command(self) -> None:
+        child = self._spawn(self.spec.command)
+        if child is None:
+            return
+        self.transition(PhaseState.RUNNING, f"{child.label} pid {child.pid}")
+        if self.spec.kind != "service":
+            return
+        ready = self.spec.command.ready
+        if ready is None:
+            self._service_up()
+            return
+        attempt = self.attempt
+        self._ready = ReadinessWait(
+            self.rt.loop, ready, self.spec.command.ready_timeout_s,
+            on_ready=lambda: self._service_up() if attempt == self.attempt and self.state
+            is PhaseState.RUNNING else None,
+            on_timeout=lambda why: self._not_ready(child, attempt, why),
+        )
+
+    def _service_up(self) -> None:
+        self.up = self.was_up = True
+        self.rt.log(f"phase {self.name}: service is up")
+        self._on_change(self)
+
+    def _spawn(self, spec: ChildSpec) -> Child | None:
+        rt = self.rt
+        output = ChildOutput(spec.label, rt.console, LogFile(self._log_path(spec), rt.log_file_max_bytes),
+                             rt.ring_lines)
+        env = {**rt.base_env, **self.extra_env, **spec.env}
+        placement = rt.memory.place(self.name, self.spec.memory_max) if rt.memory is not None else None
+        procs = str(placement.cgroup.procs_file()) if placement and placement.cgroup and placement.scope == "phase" \
+            else None
+        try:
+            child = spawn(spec, env, output, child_setup(rt.reset_oom_score, procs))
+        except SpawnError as exc:
+            output.file.close()
+            self._end_attempt(v.without_exit(self.name, spec.name, v.SPAWN_FAILED, exc.status, exc.reason,
+                                             attempt=self.attempt))
+            return None
+        child.placement = placement
+        rt.reaper.watch(child.pid, lambda pid, status: self._child_exited(child, status))
+        child.attach_output(rt.loop, on_eof=lambda c: c.output.file.close() if not c.running else None)
+        self.children.append(child)
+        rt.started.append(child)
+        rt.log(f"started {spec.label}: pid {child.pid}: {' '.join(spec.command)}")
+        return child
+
+    def _log_path(self, spec: ChildSpec) -> Path:
+        name = spec.phase if spec.name == spec.phase else f"{spec.phase}.{spec.name}"
+        return self.rt.log_dir / f"{name}.log"
+
+    # ------------------------------------------------------------ events
+
+    def _child_exited(self, child: Child, status: ExitStatus) -> None:
+        child.exited(status)
+        child.drain_output()
+        if not child.output_open:
+            child.output.file.close()
+        is_daemon = child.spec is not self.spec.command
+        memory = self.rt.memory.report(child.placement) if self.rt.memory and child.placement else None
+        verdict = v.from_exit(
+            self.name, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
+            daemon=is_daemon, attempt=self.attempt, started_at=child.started_at,
+            last_lines=child.output.last_lines(), memory=memory, stop_detail=child.stop_detail,
+        )
+        self.rt.record(verdict)
+        if child.stop_reason is not None or self._aborting:
+            return  # we asked for this; the stop in progress takes it from here
+        if child in self.kept:
+            self._on_change(self)  # a kept daemon died: the lifecycle decides
+            return
+        if child in self.children and self.state in (PhaseState.STARTING, PhaseState.RUNNING):
+            self._end_attempt(verdict)
+
+    def _deadline_passed(self) -> None:
+        if self.state in FINAL_STATES or self._aborting:
+            return
+        detail = f"phase deadline timeout_s={self.spec.timeout_s:g} passed"
+        self.rt.log(f"phase {self.name}: {detail}")
+        if self.state is PhaseState.BACKOFF:
+            if self._backoff is not None:
+                self._backoff.cancel()
+            self.outcome = v.without_exit(self.name, self.name, v.TIMEOUT, 1, detail, attempt=self.attempt)
+            self.rt.record(self.outcome)
+            self.transition(PhaseState.FAILED, detail)
+            return
+        self._abort_attempt(v.TIMEOUT, detail)
+        # In STOPPING the attempt is ending anyway; its outcome decides.
+
+    def _abort_attempt(self, reason: str, detail: str) -> None:
+        """The supervisor ends the attempt (deadline, stall): the command's verdict carries why."""
+        if self.state not in (PhaseState.STARTING, PhaseState.RUNNING):
+            return
+        for child in self.children:
+            if child.stop_reason is None:
+                child.stop_reason, child.stop_detail = reason, detail
+        command = self.command_child
+        if command is None or not command.running:  # still waiting for daemons
+            self._end_attempt(v.without_exit(self.name, self.name, reason, 1, detail, attempt=self.attempt))
+        else:
+            self._end_attempt(None, why=detail)
+
+    def _watch_for_stall(self, attempt: int) -> None:
+        """Look every little while whether output, GPUs and progress_path have all gone silent."""
+        assert self.spec.stall_s is not None
+        gpus = self.rt.gpus
+        now = time.monotonic()
+        last_gpu = gpus.sample() if gpus is not None else []
+        watch = StallWatch(self.spec.stall_s, now, gpus_visible=bool(last_gpu),
+                           watches_path=self.spec.progress_path is not None)
+        if self.spec.progress_path is not None:
+            watch.saw_progress_size(tree_size(self.spec.progress_path), now)
+        interval = check_interval(self.spec.stall_s)
+
+        def check() -> None:
+            nonlocal last_gpu
+            if attempt != self.attempt or self.state not in (PhaseState.STARTING, PhaseState.RUNNING):
+                return
+            now = time.monotonic()
+            for child in self.children:
+                if child.output.last_output_at:
+                    watch.saw_output(child.output.last_output_at)
+            if watch.gpus_visible and gpus is not None:
+                sample = gpus.sample()
+                watch.saw_gpu(activity_changed(last_gpu, sample), now)
+                last_gpu = sample
+            if self.spec.progress_path is not None:
+                watch.saw_progress_size(tree_size(self.spec.progress_path), now)
+            silent = watch.stalled(now)
+            if silent is None:
+                self.rt.loop.call_later(interval, check)
+                return
+            self.rt.log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
+            self._abort_attempt(v.STALLED, f"stalled: {silent}")
+
+        self.rt.loop.call_later(interval, check)
+
+    def _end_attempt(self, outcome: Verdict | None, why: str = "") -> None:
+        """The attempt is over: stop its children (reverse start order), then decide."""
+        if self.state not in (PhaseState.STARTING, PhaseState.RUNNING):
+            return
+        if self._ready is not None:
+            self._ready.cancel()
+        self.outcome = outcome
+        if outcome is not None and outcome.pid is None:
+            self.rt.record(outcome)  # no child will be reaped for it: record it now
+        self.transition(PhaseState.STOPPING, why or (outcome.detail if outcome else ""))
+        self._stop_children([c for c in reversed(self.children) if c not in self.kept],
+                            "phase attempt over", self._attempt_stopped)
+
+    def _stop_children(self, children: list[Child], reason: str, then: Callable[[], None]) -> None:
+        remaining = list(children)
+
+        def next_one() -> None:
+            if not remaining:
+                then()
+                return
+            remaining.pop(0).stop(self.rt.loop, self.rt.log, reason, next_one)
+
+        next_one()
+
+    def _attempt_stopped(self) -> None:
+        if self.state is not PhaseState.STOPPING:
+            return
+        finished = set(map(id, self.children)) - set(map(id, self.kept))
+        self.rt.started = [c for c in self.rt.started if id(c) not in finished]
+        outcome = self.outcome
+        if outcome is None:  # the deadline ended it: the command's verdict says how it ended
+            command = self.command_child
+            outcome = next((x for x in reversed(self.rt.verdicts) if command and x.pid == command.pid), None)
+            if outcome is None:  # pragma: no cover - the command is always reaped before this point
+                outcome = v.without_exit(self.name, self.name, v.TIMEOUT, 1, "deadline", attempt=self.attempt)
+            self.outcome = outcome
+        if self._aborting:
+            self.transition(PhaseState.STOPPED, "supervisor shutdown")
+            return
+        if outcome.success and self.spec.kind == "oneshot":
+            self._finish(PhaseState.DONE, f"completed in {self.attempt} attempt(s)")
+        elif self.spec.kind == "oneshot":
+            self._retry_or_fail(outcome)
+        else:
+            self._restart_or_end(outcome)
+
+    def _retry_or_fail(self, outcome: Verdict) -> None:
+        if outcome.reason == v.TIMEOUT and self._deadline_expired():
+            self._finish(PhaseState.FAILED, f"{outcome.reason}: {outcome.detail}")
+        elif self.attempt > self.spec.retries:
+            tries = "no retries configured" if not self.spec.retries else f"all {self.spec.retries} retries used"
+            self._finish(PhaseState.FAILED, f"{outcome.reason} ({tries})")
+        else:
+            self._schedule_next_attempt(f"{outcome.reason}; retry {self.attempt} of {self.spec.retries}")
+
+    def _restart_or_end(self, outcome: Verdict) -> None:
+        policy = self.spec.restart
+        if policy == "no" or (policy == "on-failure" and outcome.success):
+            self._finish(PhaseState.DONE if outcome.success else PhaseState.FAILED,
+                         f"service ended: {outcome.reason} (restart = {policy!r})")
+            return
+        now = time.monotonic()
+        if burst_exceeded(self._restart_times, now, self.spec.restart_burst, self.spec.restart_window_s):
+            self._finish(PhaseState.FAILED, f"{outcome.reason}; restarted {self.spec.restart_burst} times within "
+                                            f"{self.spec.restart_window_s:g}s (restart_burst): giving up")
+            return
+        self._restart_times = [*within_window(self._restart_times, now, self.spec.restart_window_s), now]
+        self._schedule_next_attempt(f"{outcome.reason}; restart = {policy!r}")
+
+    def _schedule_next_attempt(self, why: str) -> None:
+        ran_for = time.monotonic() - self._attempt_mono
+        # An attempt that ran well for a while earns a fresh start of the backoff.
+        if ran_for >= self.spec.backoff_reset_s > 0:
+            self._consecutive_failures = 0
+        self._consecutive_failures += 1
+        delay = backoff_delay(self._consecutive_failures, self.spec.backoff_s, self.spec.backoff_factor,
+                              self.spec.backoff_max_s, self.spec.backoff_jitter, self.rt.rng.random())
+        self.transition(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s")
+        self._backoff = self.rt.loop.call_later(delay, self._backoff_over)
+
+    def _backoff_over(self) -> None:
+        if self.state is PhaseState.BACKOFF and not self._aborting:
+            self._start_attempt()
+
+    def _deadline_expired(self) -> bool:
+        return self._deadline is not None and self._deadline.when <= time.monotonic()
+
+    def _finish(self, state: PhaseState, why: str) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        if state is PhaseState.DONE:
+            self.kept = [c for c in self.children if c.spec.lifetime == "lifecycle" and c.running]
+        if not self.kept and self.rt.memory is not None:
+            self.rt.memory.release_phase(self.name)
+        self.transition(state, why)
+
+    # ------------------------------------------------------------ shutdown
+
+    def abort(self) -> None:
+        """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
+        self._aborting = True
+        for timer in (self._deadline, self._backoff):
+            if timer is not None:
+                timer.cancel()
+        if self._ready is not None:
+            self._ready.cancel()
+
+    def settle_after_shutdown(self) -> None:
+        if self.state in (PhaseState.STARTING, PhaseState.RUNNING):
+            self.transition(PhaseState.STOPPING, "supervisor shutdown")
+        if self.state not in FINAL_STATES:
+            self.transition(PhaseState.STOPPED, "supervisor shutdown")
+
+    def live_children(self) -> list[Child]:
+        return [c for c in self.children + self.kept if c.running]
+
+
+class Lifecycle:
+    """Runs the phases in order and decides when the whole run is over, and with which status."""
+
+    def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[int], None]) -> None:
+        self.plan = plan
+        self.rt = rt
+        self.phases = [Phase(spec, rt, self._phase_changed) for spec in plan.phases]
+        self._on_finished = on_finished
+        self.shutting_down = False
+        self.exit_status: int | None = None
+        self.failure: Verdict | None = None
+
+    def start(self) -> None:
+        self._advance()
+
+    def current(self) -> Phase | None:
+        """The phase the lifecycle is at: the last one started."""
+        started = [p for p in self.phases if p.state is not PhaseState.PENDING]
+        return started[-1] if started else None
+
+    def _advance(self) -> None:
+        if self.shutting_down:
+            return
+        for phase in self.phases:
+            if phase.state is PhaseState.PENDING:
+                phase.start()
+                return
+            if phase.state is PhaseState.DONE:
+                continue
+            if phase.spec.kind == "service" and phase.was_up:
+                continue
+            return  # this phase is still on its way
+        if all(p.state is PhaseState.DONE for p in self.phases):
+            self.rt.log("lifecycle complete: every phase done")
+            self.shutdown("lifecycle complete", 0)
+
+    def _phase_changed(self, phase: Phase) -> None:
+        if self.shutting_down:
+            return
+        if phase.state is PhaseState.FAILED:
+            self.failure = phase.outcome
+            status = phase.outcome.status if phase.outcome else 1
+            self.shutdown(f"phase {phase.name} failed", status or 1)
+            return
+        dead_kept = [c for c in phase.kept if not c.running]
+        if dead_kept:
+            child = dead_kept[0]
+            self.failure = next((x for x in reversed(self.rt.verdicts) if x.pid == child.pid), None)
+            status = self.failure.status if self.failure else 1
+            self.shutdown(f"{child.label} (kept for the rest of the lifecycle) died", status or 1)
+            return
+        if phase.state is PhaseState.DONE or phase.up:
+            self._advance()
+
+    def forward(self, signum: int) -> list[Child]:
+        """Send a signal to the command of every phase that runs one; returns who got it."""
+        sent = []
+        for phase in self.phases:
+            child = phase.command_child
+            if phase.state is PhaseState.RUNNING and child is not None and child.running:
+                child.send_group_signal(signum)
+                sent.append(child)
+        return sent
+
+    def shutdown(self, why: str, status: int) -> None:
+        """Stop everything in reverse start order, then report ``status``."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        self.exit_status = status
+        self.rt.log(f"shutting down: {why}")
+        for phase in self.phases:
+            phase.abort()
+        alive = [c for c in reversed(self.rt.started) if c.running or c.tree()]
+        remaining = list(alive)
+
+        def next_one() -> None:
+            if not remaining:
+                self._finished()
+                return
+            remaining.pop(0).stop(self.rt.loop, self.rt.log, "supervisor shutdown", next_one)
+
+        next_one()
+
+    def kill_everything_now(self) -> None:
+        """A second shutdown request: no more grace for anyone."""
+        for child in self.rt.started:
+            child.kill_now()
+
+    def _finished(self) -> None:
+        for phase in self.phases:
+            phase.settle_after_shutdown()
+        assert self.exit_status is not None
+        self._on_finished(self.exit_status)

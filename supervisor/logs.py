@@ -1,0 +1,216 @@
+"""Output: child bytes → line splitter → console, per-child file, ring of last lines.
+
+Children write into pipes that the loop drains as fast as they fill, so a child
+is never blocked by a slow consumer beyond the pipe buffer: the console is
+written by its own thread from a bounded backlog that drops lines (and says how
+many) when the terminal cannot keep up; the per-child file receives the exact
+bytes; the ring keeps the last lines for failure reports. A 10 MB line without a
+newline is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import BinaryIO
+
+MAX_LINE_BYTES = 64 * 1024
+CONSOLE_BACKLOG_BYTES = 4 * 1024 * 1024
+# The supervisor's own lines may exceed the backlog by this much before they too are dropped.
+CONSOLE_OWN_LINES_EXTRA_BYTES = 1024 * 1024
+
+
+def clock() -> bytes:
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)).encode() + b".%03d" % int(now % 1 * 1000)
+
+
+class LineSplitter:
+    """Bytes in, complete lines out; a line longer than ``max_line`` comes out in pieces."""
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._partial = b""
+        self._max = max_line
+
+    def feed(self, data: bytes) -> list[bytes]:
+        data = self._partial + data if self._partial else data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) >= self._max:
+            cut = len(self._partial) - len(self._partial) % self._max
+            lines.extend(self._partial[i : i + self._max] for i in range(0, cut, self._max))
+            self._partial = self._partial[cut:]
+        if any(len(line) > self._max for line in lines):
+            lines = [piece for line in lines for piece in self._pieces(line)]
+        return lines
+
+    def flush(self) -> list[bytes]:
+        rest, self._partial = self._partial, b""
+        return [rest] if rest else []
+
+    def _pieces(self, line: bytes) -> list[bytes]:
+        if len(line) <= self._max:
+            return [line]
+        return [line[i : i + self._max] for i in range(0, len(line), self._max)]
+
+
+class Console:
+    """Writes to the supervisor's stdout from a thread, never blocking the loop."""
+
+    def __init__(self, fd: int | None = None, enabled: bool = True) -> None:
+        self._fd = sys.stdout.fileno() if fd is None else fd
+        self._enabled = enabled
+        self._queue: deque[bytes] = deque()
+        self._queued = 0
+        self._dropped = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._write_forever, name="console", daemon=True)
+        if enabled:
+            self._thread.start()
+
+    def put(self, data: bytes, own: bool = False) -> None:
+        """Queue bytes; ``own`` marks the supervisor's own lines, kept a little longer."""
+        if not self._enabled or not data:
+            return
+        limit = CONSOLE_BACKLOG_BYTES + (CONSOLE_OWN_LINES_EXTRA_BYTES if own else 0)
+        with self._cond:
+            if self._queued + len(data) > limit:
+                self._dropped += data.count(b"\n") or 1
+                return
+            self._queue.append(data)
+            self._queued += len(data)
+            self._cond.notify()
+
+    def _write_forever(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                chunks = list(self._queue)
+                self._queue.clear()
+                self._queued = 0
+                dropped, self._dropped = self._dropped, 0
+            if dropped:
+                note = b"%s [supervisor] console too slow: %d lines dropped here (log files have them)\n"
+                chunks.insert(0, note % (clock(), dropped))
+            self._write_all(b"".join(chunks))
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(self._fd, view)
+            except BlockingIOError:
+                time.sleep(0.01)
+                continue
+            except OSError:
+                return  # stdout closed: nothing more can be shown
+            view = view[written:]
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush what is queued (up to ``timeout``) and stop the writer."""
+        if not self._enabled:
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+
+class LogFile:
+    """An append-only file that rolls over to ``<name>.1`` once it exceeds ``max_bytes``."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self._max = max_bytes
+        self._file: BinaryIO | None = None
+        self._size = 0
+        self._failed = False
+
+    def write(self, data: bytes) -> None:
+        if self._failed:
+            return
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the child's life
+                self._size = self._file.tell()
+            if self._max and self._size + len(data) > self._max and self._size:
+                self._roll()
+            self._file.write(data)
+            self._file.flush()
+            self._size += len(data)
+        except OSError as exc:
+            self._failed = True  # a full disk must not stop supervision; report once
+            print(f"[supervisor] cannot write {self.path}: {exc}", file=sys.stderr, flush=True)
+
+    def _roll(self) -> None:
+        assert self._file is not None
+        self._file.close()
+        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+        self._file = open(self.path, "ab")  # noqa: SIM115
+        self._size = 0
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class ChildOutput:
+    """Everything one child prints, fanned out to the console, its file and its ring."""
+
+    def __init__(self, label: str, console: Console, file: LogFile, ring_lines: int) -> None:
+        self.label = label
+        self._prefix = b" [" + label.encode() + b"] "
+        self._console = console
+        self.file = file
+        self.ring: deque[bytes] = deque(maxlen=ring_lines)
+        self._splitters: dict[str, LineSplitter] = {}
+        self.bytes_seen = 0
+        self.last_output_at = 0.0  # monotonic time of the last byte
+
+    def feed(self, stream: str, data: bytes) -> None:
+        self.bytes_seen += len(data)
+        self.last_output_at = time.monotonic()
+        self.file.write(data)
+        splitter = self._splitters.setdefault(stream, LineSplitter())
+        self._emit(splitter.feed(data))
+
+    def close_stream(self, stream: str) -> None:
+        splitter = self._splitters.pop(stream, None)
+        if splitter is not None:
+            self._emit(splitter.flush())
+
+    def _emit(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        self.ring.extend(lines)
+        head = clock() + self._prefix
+        self._console.put(b"".join(head + line.rstrip(b"\r") + b"\n" for line in lines))
+
+    def last_lines(self, n: int | None = None) -> list[str]:
+        lines = list(self.ring)[-n:] if n else list(self.ring)
+        return [line.decode("utf-8", errors="replace").rstrip("\r") for line in lines]
+
+
+class SupervisorLog:
+    """The supervisor's own lines: console (with priority) and ``supervisor.log``."""
+
+    def __init__(self, console: Console, file: LogFile | None) -> None:
+        self._console = console
+        self._file = file
+
+    def __call__(self, message: str) -> None:
+        line = clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n"
+        self._console.put(line, own=True)
+        if self._file is not None:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z ").encode()
+            self._file.write(stamp + line.split(b" ", 1)[1])

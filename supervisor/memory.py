@@ -1,0 +1,225 @@
+"""Memory evidence for verdicts: which cgroup each phase runs in, OOM counters, the preflight.
+
+Modes (said once at start):
+- ``per-phase``: each phase runs in a child cgroup of the supervisor's own, so
+  its OOM counter and its peak are its alone;
+- ``shared``: every child shares the supervisor's cgroup counter (a rise during a
+  child's life may then come from a sibling: said in the verdict);
+- ``unavailable``: no readable memory cgroup; OOM is "unknown", never guessed.
+
+The counters are watched while children run (v2: inotify on ``memory.events``;
+v1: an eventfd on ``memory.oom_control``; a poll every ``OOM_POLL_S`` where
+neither can be registered), so an OOM kill of any descendant is logged the
+moment it happens, with the cgroup's usage and peak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, fmt_bytes, mem_total
+from .loop import EventLoop, Timer
+
+OOM_POLL_S = 0.25
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a child runs, and the OOM counter reading when it started."""
+
+    cgroup: MemoryCgroup | None
+    scope: str  # "phase", "shared" or "none"
+    oom_baseline: int | None
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """What the cgroup says about a child's life: OOM kills during it, the peak."""
+
+    oom_kills: int | None  # None: unknown (no readable cgroup)
+    peak: int | None
+    scope: str
+    snapshot: MemorySnapshot | None
+
+
+class MemoryEvidence:
+    def __init__(self, loop: EventLoop, log: Log, mode: str = "auto", root: Path | str = "/sys/fs/cgroup",
+                 proc_cgroup: Path | str = "/proc/self/cgroup") -> None:
+        self._loop = loop
+        self._log = log
+        self.shared: MemoryCgroup | None = None
+        self.mode = "unavailable"
+        self._phase_cgroups: dict[str, MemoryCgroup] = {}
+        self._watches: dict[str, tuple[MemoryCgroup, int | None]] = {}  # path → (cgroup, fd or None: polled)
+        self._last_kills: dict[str, int] = {}
+        self._poll_timer: Timer | None = None
+        self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
+        if mode == "off":
+            self.why = "cgroup evidence turned off (supervisor.cgroups = \"off\"): OOM kills are unknown"
+            return
+        found = discover(root, proc_cgroup)
+        if found.cgroup is None:
+            self.why = f"{found.why}: OOM kills are unknown, never guessed"
+            return
+        self.shared = found.cgroup
+        self.mode = "shared"
+        self.why = found.why
+        if mode == "auto":
+            self._try_per_phase()
+        self._watch(self.shared)
+
+    def describe(self) -> str:
+        if self.mode == "unavailable":
+            return f"memory evidence: {self.why}"
+        limit = self.available_memory()
+        return (f"memory evidence: {self.mode} mode, {self.why}; "
+                f"memory available {fmt_bytes(limit)}")
+
+    def _try_per_phase(self) -> None:
+        assert self.shared is not None
+        try:
+            if self.shared.version == "v2":
+                self.shared = enable_v2_delegation(self.shared)
+                # Phase cgroups must be siblings of our leaf, under the delegated parent.
+                self._parent = MemoryCgroup(self.shared.path.parent, "v2")
+            else:
+                self._parent = self.shared
+            probe = self._parent.create_child(f"prover-probe-{os.getpid()}")
+            probe.remove()
+            self.mode = "per-phase"
+        except OSError as exc:
+            self.why += f"; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
+
+    # ------------------------------------------------------------ placement
+
+    def place(self, phase: str, memory_max: int | None) -> Placement:
+        """The cgroup a new child of ``phase`` goes into, with its counter baseline."""
+        if self.mode == "per-phase" and self._parent is not None:
+            cgroup = self._phase_cgroups.get(phase)
+            if cgroup is None:
+                try:
+                    cgroup = self._parent.create_child(f"phase-{phase}", memory_max)
+                except OSError as exc:
+                    self._log(f"cannot create a cgroup for phase {phase} ({exc.strerror or exc}); "
+                              "it shares the supervisor's counter")
+                    cgroup = None
+                if cgroup is not None:
+                    self._phase_cgroups[phase] = cgroup
+                    self._watch(cgroup)
+            if cgroup is not None:
+                return Placement(cgroup, "phase", cgroup.oom_kills())
+        if self.shared is not None:
+            return Placement(self.shared, "shared", self.shared.oom_kills())
+        return Placement(None, "none", None)
+
+    def reset_peak(self, phase: str) -> None:
+        """A new attempt starts: its peak should be its own (v1 allows resetting the watermark)."""
+        cgroup = self._phase_cgroups.get(phase)
+        if cgroup is not None and cgroup.version == "v1":
+            with contextlib.suppress(OSError):
+                (cgroup.path / "memory.max_usage_in_bytes").write_text("0")
+
+    def report(self, placement: Placement) -> MemoryReport:
+        """Read the counter again when the child is reaped: the rise is what happened in its life."""
+        if placement.cgroup is None:
+            return MemoryReport(None, None, placement.scope, None)
+        snap = placement.cgroup.snapshot()
+        kills = None
+        if snap.oom_kills is not None and placement.oom_baseline is not None:
+            kills = max(0, snap.oom_kills - placement.oom_baseline)
+        self._check_counter(placement.cgroup)  # log it now if the watch has not yet
+        return MemoryReport(kills, snap.peak, placement.scope, snap)
+
+    def release_phase(self, phase: str) -> None:
+        """The phase is over: remove its cgroup (anything left in it goes back to ours)."""
+        cgroup = self._phase_cgroups.pop(phase, None)
+        if cgroup is None:
+            return
+        self._unwatch(cgroup)
+        if self.shared is not None:
+            cgroup.move_all_to(self.shared)
+        cgroup.remove()
+
+    def close(self) -> None:
+        for phase in list(self._phase_cgroups):
+            self.release_phase(phase)
+        for key in list(self._watches):
+            self._unwatch(self._watches[key][0])
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+
+    # ------------------------------------------------------------ preflight
+
+    def available_memory(self) -> int | None:
+        """What the cgroup allows (the tightest limit up the v1 hierarchy), or MemTotal."""
+        total = mem_total()
+        limits = [total] if total is not None else []
+        if self.shared is not None:
+            limits += [lim for lim in self._limits_up_the_tree(self.shared) if lim is not None]
+        return min(limits) if limits else None
+
+    @staticmethod
+    def _limits_up_the_tree(cgroup: MemoryCgroup) -> list[int | None]:
+        limits = []
+        path = cgroup.path
+        for _ in range(32):
+            limits.append(MemoryCgroup(path, cgroup.version).limit())
+            if path.parent == path or not (path.parent / "cgroup.procs").exists():
+                break
+            path = path.parent
+        return limits
+
+    # ------------------------------------------------------------ watching
+
+    def _watch(self, cgroup: MemoryCgroup) -> None:
+        key = str(cgroup.path)
+        if key in self._watches:
+            return
+        self._last_kills[key] = cgroup.oom_kills() or 0
+        opened = cgroup.open_watch()
+        if opened is None:
+            self._watches[key] = (cgroup, None)
+            self._ensure_poll()
+            return
+        fd, _how = opened
+        self._watches[key] = (cgroup, fd)
+        self._loop.add_reader(fd, lambda: self._on_watch_event(cgroup, fd))
+
+    def _unwatch(self, cgroup: MemoryCgroup) -> None:
+        entry = self._watches.pop(str(cgroup.path), None)
+        if entry is not None and entry[1] is not None:
+            self._loop.remove_reader(entry[1])
+            os.close(entry[1])
+
+    def _on_watch_event(self, cgroup: MemoryCgroup, fd: int) -> None:
+        MemoryCgroup.consume_watch(fd)
+        self._check_counter(cgroup)
+
+    def _ensure_poll(self) -> None:
+        if self._poll_timer is None:
+            self._poll_timer = self._loop.call_later(OOM_POLL_S, self._poll)
+
+    def _poll(self) -> None:
+        self._poll_timer = None
+        polled = [cg for cg, fd in self._watches.values() if fd is None]
+        for cgroup in polled:
+            self._check_counter(cgroup)
+        if polled:
+            self._ensure_poll()
+
+    def _check_counter(self, cgroup: MemoryCgroup) -> None:
+        key = str(cgroup.path)
+        snap = cgroup.snapshot()
+        if snap.oom_kills is None:
+            return
+        before = self._last_kills.get(key, snap.oom_kills)
+        if snap.oom_kills > before:
+            self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before} → {snap.oom_kills}; "
+                      f"{snap.describe()}")
+        self._last_kills[key] = snap.oom_kills

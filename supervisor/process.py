@@ -1,0 +1,343 @@
+"""Child processes: spawn one in its own process group, and stop its whole tree.
+
+A child is started with ``subprocess.Popen`` for its careful exec error
+reporting (ENOENT → 127, EACCES → 126), but never waited on through it: the
+reaper owns ``waitpid`` and sets ``popen.returncode`` itself, so Popen's own
+``_cleanup`` can never steal (or invent) an exit status.
+
+Stopping a child stops its tree: the stop signal to its process group, and after
+the grace period SIGKILL to the group and to every descendant still alive. A
+descendant that called ``setsid`` has left the group and, once its parent dies,
+the parent chain too; it is still found through the tag every child carries in
+its environment (``PROVER_SUPERVISOR_TAG``), which its own children inherit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
+
+import psutil
+
+from .config import ChildSpec
+from .logs import ChildOutput
+from .loop import EventLoop, Timer
+from .reaping import ExitStatus
+from .signals import signal_name
+
+if TYPE_CHECKING:
+    from .memory import Placement
+
+TAG_ENV = "PROVER_SUPERVISOR_TAG"
+# While a tree is being stopped, how often to look whether anything of it is left.
+STOP_POLL_S = 0.05
+# After SIGKILL, how long to wait for the tree to vanish before saying what is stuck.
+KILL_WAIT_S = 10.0
+READ_CHUNK = 256 * 1024
+
+_tag_seq = itertools.count(1)
+
+Log = Callable[[str], None]
+
+
+class SpawnError(Exception):
+    """The command could not be started; ``status`` is what a shell would report."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class Child:
+    spec: ChildSpec
+    pid: int
+    tag: str
+    output: ChildOutput
+    popen: subprocess.Popen[bytes]
+    started_at: float = field(default_factory=time.time)
+    started_mono: float = field(default_factory=time.monotonic)
+    status: ExitStatus | None = None
+    ended_at: float | None = None
+    stop_reason: str | None = None
+    stop_detail: str = ""  # what the supervisor saw that made it stop the child (for the verdict)
+    placement: Placement | None = None  # its memory cgroup and the OOM counter at its start
+    _streams: dict[int, str] = field(default_factory=dict)  # open pipe fd → "stdout" / "stderr"
+    _pipes: dict[int, IO[bytes]] = field(default_factory=dict)
+    _loop: EventLoop | None = None
+    _on_eof: Callable[[Child], None] = lambda child: None
+    _stop_waiters: list[Callable[[], None]] = field(default_factory=list)
+    _stopping: bool = False
+    _kill_timer: Timer | None = None
+    _killed_at: float | None = None
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def running(self) -> bool:
+        return self.status is None
+
+    def exited(self, status: ExitStatus) -> None:
+        """Called by the reaper's owner when ``waitpid`` returned this child's status."""
+        self.status = status
+        self.ended_at = time.time()
+        self.popen.returncode = status.shell_status if status.signal is None else -status.signal
+
+    # ------------------------------------------------------------ signals
+
+    def send_group_signal(self, sig: int) -> None:
+        """Forward a signal to the child's process group (while the group is surely its own)."""
+        if self.running:
+            _quiet(os.killpg, self.pid, sig)
+
+    def kill_now(self) -> None:
+        """SIGKILL the whole tree at once, no grace (a second shutdown request)."""
+        members = self.tree()
+        if self.running or members:
+            self._killed_at = self._killed_at or time.monotonic()
+            self._signal_tree(signal.SIGKILL, members)
+
+    # ------------------------------------------------------------ stopping
+
+    def stop(self, loop: EventLoop, log: Log, reason: str, on_stopped: Callable[[], None]) -> None:
+        """Stop the whole tree: stop signal, grace, SIGKILL; ``on_stopped`` once nothing is left."""
+        self._stop_waiters.append(on_stopped)
+        if self._stopping:
+            return
+        self._stopping = True
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        members = self.tree()
+        if self.running or members:
+            sig = self.spec.stop_signal
+            log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
+                f"grace {self.spec.stop_grace_s:g}s")
+            self._signal_tree(sig, members)
+            self._kill_timer = loop.call_later(self.spec.stop_grace_s, lambda: self._kill(loop, log))
+        self._check_stopped(loop, log)
+
+    def _kill(self, loop: EventLoop, log: Log) -> None:
+        members = self.tree()
+        if not self.running and not members:
+            return
+        log(f"{self.label}: still running after {self.spec.stop_grace_s:g}s grace: SIGKILL to "
+            f"{self._describe_tree(members)}")
+        self._killed_at = time.monotonic()
+        self._signal_tree(signal.SIGKILL, members)
+
+    def _check_stopped(self, loop: EventLoop, log: Log) -> None:
+        members = self.tree()
+        if self.running or members:
+            if self._killed_at is not None and time.monotonic() - self._killed_at > KILL_WAIT_S:
+                log(f"{self.label}: {self._describe_tree(members)} survived SIGKILL for {KILL_WAIT_S:g}s "
+                    "(uninterruptible sleep?); giving up waiting")
+            else:
+                if self._killed_at is not None:
+                    self._signal_tree(signal.SIGKILL, members)  # catch anything forked since
+                loop.call_later(STOP_POLL_S, lambda: self._check_stopped(loop, log))
+                return
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        waiters, self._stop_waiters = self._stop_waiters, []
+        self._stopping = False
+        for waiter in waiters:
+            waiter()
+
+    def _signal_tree(self, sig: int, members: list[psutil.Process]) -> None:
+        # The group first, in one atomic call, while it surely still is ours: the
+        # leader is alive or a zombie (its pid, hence the pgid, is not reused), or
+        # members of the group are still alive.
+        if self.running or any(_pgid(p.pid) == self.pid for p in members):
+            _quiet(os.killpg, self.pid, sig)
+        for proc in members:
+            if _pgid(proc.pid) != self.pid:
+                _quiet(os.kill, proc.pid, sig)
+
+    def tree(self) -> list[psutil.Process]:
+        """Every live process of this child's tree, the leader included while it lives."""
+        return find_tree(self.pid, self.tag)
+
+    def _describe_tree(self, members: list[psutil.Process]) -> str:
+        pids = sorted(p.pid for p in members)
+        if not pids:
+            return f"pid {self.pid}"
+        shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
+        return f"process group {self.pid} + {len(pids)} process(es) [{shown}]"
+
+    # ------------------------------------------------------------ output
+
+    def attach_output(self, loop: EventLoop, on_eof: Callable[[Child], None]) -> None:
+        self._loop, self._on_eof = loop, on_eof
+        for stream, pipe in (("stdout", self.popen.stdout), ("stderr", self.popen.stderr)):
+            if pipe is None:
+                continue
+            fd = pipe.fileno()
+            os.set_blocking(fd, False)
+            self._streams[fd] = stream
+            self._pipes[fd] = pipe
+            loop.add_reader(fd, lambda fd=fd: self._read(fd))
+
+    def _read(self, fd: int) -> bool:
+        """Read what one pipe has; False when nothing more is there right now."""
+        if fd not in self._streams:
+            return False  # closed by a drain earlier in this same loop turn
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        stream = self._streams[fd]
+        if data:
+            self.output.feed(stream, data)
+            return True
+        assert self._loop is not None
+        self._loop.remove_reader(fd)
+        self._pipes.pop(fd).close()  # the reads go past its buffer, so closing it is all it is for
+        del self._streams[fd]
+        self.output.close_stream(stream)
+        if not self._streams:
+            self._on_eof(self)
+        return False
+
+    def drain_output(self) -> None:
+        """Take in everything already written, so a verdict's last lines are really the last."""
+        for fd in list(self._streams):
+            for _ in range(64):  # bounded: a grandchild may still be writing as fast as we read
+                if not self._read(fd):
+                    break
+
+    @property
+    def output_open(self) -> bool:
+        return bool(self._streams)
+
+
+def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
+          setup: Callable[[], None] | None = None) -> Child:
+    """Start ``spec.command`` in a new process group with piped output; raise SpawnError if it can't."""
+    tag = f"{os.getpid()}.{next(_tag_seq)}"
+    child_env = {**env, TAG_ENV: tag}
+    if spec.cwd is not None and not os.path.isdir(spec.cwd):
+        raise SpawnError(126, f"working directory {spec.cwd!r} does not exist")
+    try:
+        popen = subprocess.Popen(
+            list(spec.command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env,
+            cwd=spec.cwd,
+            process_group=0,
+            close_fds=True,
+            preexec_fn=setup,
+        )
+    except FileNotFoundError:
+        raise SpawnError(127, f"{spec.command[0]}: command not found") from None
+    except PermissionError:
+        raise SpawnError(126, f"{spec.command[0]}: permission denied (not executable)") from None
+    except OSError as exc:
+        raise SpawnError(126, f"{spec.command[0]}: cannot execute: {exc.strerror or exc}") from None
+    except subprocess.SubprocessError as exc:  # the setup step failed in the child
+        raise SpawnError(126, f"{spec.command[0]}: could not set the child up (cgroup?): {exc}") from None
+    return Child(spec=spec, pid=popen.pid, tag=tag, output=output, popen=popen)
+
+
+def child_setup(reset_oom_score: bool, cgroup_procs: str | None) -> Callable[[], None] | None:
+    """What a child does between fork and exec, or None when nothing (then Popen can vfork).
+
+    It joins its cgroup itself, before exec, so every byte it and its descendants
+    allocate is counted there; and it undoes the supervisor's oom_score_adj -1000
+    so the OOM killer may pick it. Only os-level calls: other threads may hold
+    Python-level locks at fork time.
+    """
+    if not reset_oom_score and cgroup_procs is None:
+        return None
+
+    def setup() -> None:
+        if reset_oom_score:
+            with contextlib.suppress(OSError):
+                _write_file("/proc/self/oom_score_adj", b"0")
+        if cgroup_procs is not None:
+            _write_file(cgroup_procs, str(os.getpid()).encode())  # failing here fails the spawn, visibly
+
+    return setup
+
+
+def _write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def find_tree(pid: int, tag: str) -> list[psutil.Process]:
+    """Live processes that belong to the child ``pid``: its group, its descendants, its tag."""
+    members: list[psutil.Process] = []
+    in_tree = {pid}
+    try:
+        candidates = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return members
+    for proc in candidates:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            belongs = (
+                proc.pid == pid
+                or proc.ppid() in in_tree
+                or _pgid(proc.pid) == pid
+                or _has_tag(proc, tag)
+            )
+        except psutil.Error:
+            continue
+        if belongs:
+            in_tree.add(proc.pid)
+            members.append(proc)
+    return members
+
+
+def sweep_descendants(log: Log) -> int:
+    """SIGKILL whatever descends from the supervisor: nothing may outlive it."""
+    try:
+        left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    except psutil.Error:
+        return 0
+    for proc in left:
+        _quiet(os.kill, proc.pid, signal.SIGKILL)
+    if left:
+        log(f"killed {len(left)} leftover process(es): {', '.join(str(p.pid) for p in left[:10])}")
+    return len(left)
+
+
+def _has_tag(proc: psutil.Process, tag: str) -> bool:
+    try:
+        return proc.environ().get(TAG_ENV) == tag
+    except (psutil.Error, OSError):
+        return False
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _quiet(fn: Callable[[int, int], None], pid: int, sig: int) -> None:
+    try:
+        fn(pid, sig)
+    except OSError as exc:
+        if exc.errno not in (errno.ESRCH, errno.EPERM):
+            raise

@@ -1,0 +1,87 @@
+"""Is a daemon ready? Ask it for real: a TCP connect, an HTTP 2xx, or a file that exists.
+
+A log line is never proof (cuzk-daemon prints "ready" before it binds its
+socket). Probes block, so each wait runs in a thread that posts its answer back
+to the loop; the loop stays free to read output and reap.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from .config import ReadyCheck
+from .loop import EventLoop
+
+READY_POLL_S = 0.2
+PROBE_TIMEOUT_S = 2.0
+
+
+def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when ready, else a short reason why not."""
+    try:
+        if check.kind == "file":
+            return None if os.path.exists(check.target) else f"{check.target} does not exist yet"
+        if check.kind == "tcp":
+            with socket.create_connection((check.host, check.port), timeout=timeout):
+                return None
+        return _probe_http(check.target, timeout)
+    except OSError as exc:
+        return f"{check.describe()}: {exc.strerror or exc}"
+    except http.client.HTTPException as exc:
+        return f"{check.describe()}: bad HTTP answer: {type(exc).__name__}"
+
+
+def _probe_http(url: str, timeout: float) -> str | None:
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if parts.scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=timeout, context=ssl._create_unverified_context()
+        )
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"User-Agent": "prover-supervisor"})
+        response = conn.getresponse()
+        response.read(64 * 1024)
+        if 200 <= response.status < 300:
+            return None
+        return f"{url}: HTTP {response.status}"
+    finally:
+        conn.close()
+
+
+class ReadinessWait:
+    """Probes ``check`` every READY_POLL_S until it passes or ``timeout_s`` runs out."""
+
+    def __init__(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
+                 on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(
+            target=self._wait, args=(loop, check, timeout_s, on_ready, on_timeout),
+            name=f"ready:{check.describe()}", daemon=True,
+        )
+        self._thread.start()
+
+    def _wait(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
+              on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._cancelled.is_set():
+            why_not = probe(check, min(PROBE_TIMEOUT_S, max(0.05, deadline - time.monotonic())))
+            if why_not is None:
+                loop.call_soon_threadsafe(on_ready)
+                return
+            if time.monotonic() >= deadline:
+                loop.call_soon_threadsafe(lambda why=why_not: on_timeout(why))
+                return
+            self._cancelled.wait(READY_POLL_S)
+
+    def cancel(self) -> None:
+        self._cancelled.set()

@@ -1,0 +1,127 @@
+"""The one reaper: every wait of the process goes through here.
+
+CPython's ``subprocess.Popen`` records ``returncode = 0`` when ``waitpid`` fails
+with ECHILD, so a reaper beside ``Popen.wait()`` would turn a crashed phase into
+a success. Here a single ``waitpid(-1, WNOHANG)`` loop owns every exit status
+and hands it to whoever registered the PID; statuses of PIDs nobody owns
+(re-parented orphans) are logged and dropped.
+
+It also decides the init role: PID 1 reaps the namespace by nature; anything
+else asks the kernel to become a child subreaper so that orphans of its
+children come back to it. Same code path either way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .signals import signal_name
+
+PR_SET_CHILD_SUBREAPER = 36
+OOM_SCORE_ADJ_MIN = -1000
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a process ended, decoded like tini and bash do."""
+
+    code: int | None  # exit code when it exited by itself
+    signal: int | None  # the signal that killed it
+    core_dumped: bool = False
+
+    @classmethod
+    def from_wait_status(cls, status: int) -> ExitStatus:
+        if os.WIFSIGNALED(status):
+            return cls(None, os.WTERMSIG(status), os.WCOREDUMP(status))
+        if os.WIFEXITED(status):
+            return cls(os.WEXITSTATUS(status), None)
+        raise ValueError(f"not a final wait status: {status:#x}")
+
+    @property
+    def shell_status(self) -> int:
+        """The status a shell would show: the exit code, or 128 + the signal."""
+        return 128 + self.signal if self.signal is not None else (self.code or 0)
+
+    @property
+    def success(self) -> bool:
+        return self.code == 0
+
+    @property
+    def signal_name(self) -> str | None:
+        return None if self.signal is None else signal_name(self.signal)
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            core = ", core dumped" if self.core_dumped else ""
+            return f"killed by {self.signal_name} (status {self.shell_status}{core})"
+        return f"exited with code {self.code}"
+
+
+StatusHandler = Callable[[int, ExitStatus], None]
+
+
+class Reaper:
+    """Owns ``waitpid``: PIDs are registered with a handler that receives their status."""
+
+    def __init__(self, on_orphan: StatusHandler) -> None:
+        self._owners: dict[int, StatusHandler] = {}
+        self._on_orphan = on_orphan
+
+    def watch(self, pid: int, handler: StatusHandler) -> None:
+        self._owners[pid] = handler
+
+    def reap(self) -> int:
+        """Collect every exited child until none is left waiting; return how many."""
+        reaped = 0
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return reaped
+            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
+                continue
+            if pid == 0:
+                return reaped
+            if os.WIFSTOPPED(status) or os.WIFCONTINUED(status):
+                continue
+            reaped += 1
+            exit_status = ExitStatus.from_wait_status(status)
+            handler = self._owners.pop(pid, None)
+            (handler or self._on_orphan)(pid, exit_status)
+
+    @property
+    def watched(self) -> int:
+        return len(self._owners)
+
+
+# ---------------------------------------------------------------- init role
+
+
+def claim_init_role() -> str:
+    """Become the reaper of our subtree; returns "pid1" or "subreaper" (or why it could not)."""
+    if os.getpid() == 1:
+        return "pid1"
+    if _prctl(PR_SET_CHILD_SUBREAPER, 1) == 0:
+        return "subreaper"
+    return f"plain parent (PR_SET_CHILD_SUBREAPER failed: {os.strerror(ctypes.get_errno())})"
+
+
+def _prctl(option: int, arg: int) -> int:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return int(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
+
+
+def protect_from_oom_killer() -> str:
+    """Set our own oom_score_adj to -1000 so the kernel picks a child, never the supervisor."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(OOM_SCORE_ADJ_MIN))
+        return f"oom_score_adj {OOM_SCORE_ADJ_MIN}"
+    except OSError as exc:
+        reason = "not allowed" if exc.errno in (errno.EACCES, errno.EPERM) else exc.strerror
+        return f"oom_score_adj unchanged ({reason})"

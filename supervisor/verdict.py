@@ -1,0 +1,129 @@
+"""Why a child ended: one structured record per ended child.
+
+The reason is decided from evidence: the wait status from the reaper and what
+the supervisor itself did to the child (stopped it for a timeout, for a
+shutdown, because its phase was over). Exit 137 alone never means OOM.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .cgroups import fmt_bytes
+from .memory import MemoryReport
+from .reaping import ExitStatus
+
+# Reasons a child ended. Success is reason "exit_code" with exit_code 0.
+EXIT_CODE = "exit_code"
+SIGNAL = "signal"
+OOM_KILLED = "oom_killed"
+TIMEOUT = "timeout"
+STALLED = "stalled"
+SPAWN_FAILED = "spawn_failed"
+DAEMON_DIED = "daemon_died"
+INSUFFICIENT_MEMORY = "insufficient_memory"
+STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
+
+REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY, STOPPED)
+LAST_LINES = 20
+
+
+@dataclass(frozen=True)
+class Verdict:
+    phase: str
+    child: str
+    pid: int | None
+    reason: str
+    success: bool
+    status: int  # what the supervisor exits with if this verdict fails the lifecycle
+    detail: str
+    attempt: int = 1
+    started_at: float | None = None
+    ended_at: float = field(default_factory=time.time)
+    exit_code: int | None = None
+    signal: str | None = None
+    core_dumped: bool = False
+    oom_kills: int | None = None  # OOM kills in its cgroup during its life; None: unknown
+    memory_peak: int | None = None  # bytes, the peak of its cgroup
+    memory_scope: str = "none"  # "phase" (its own cgroup), "shared" (the supervisor's), "none"
+    last_lines: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """One log line with the reason and the key numbers."""
+        parts = [f"phase={self.phase}", f"child={self.child}"]
+        if self.pid is not None:
+            parts.append(f"pid={self.pid}")
+        parts.append(f"reason={self.reason}")
+        if self.exit_code is not None:
+            parts.append(f"exit_code={self.exit_code}")
+        if self.signal is not None:
+            parts.append(f"signal={self.signal}")
+        if self.core_dumped:
+            parts.append("core_dumped=yes")
+        if self.oom_kills:
+            parts.append(f"oom_kills={self.oom_kills}")
+        elif self.oom_kills is None and self.signal == "SIGKILL":
+            parts.append("oom=unknown")
+        if self.memory_peak is not None:
+            parts.append(f"peak={fmt_bytes(self.memory_peak)}({self.memory_scope})")
+        if self.started_at is not None:
+            parts.append(f"ran={self.ended_at - self.started_at:.1f}s")
+        parts.append(f"attempt={self.attempt}")
+        if self.detail:
+            parts.append(f"detail={shlex.quote(self.detail)}")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["last_lines"] = list(self.last_lines)
+        return record
+
+
+def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reason: str | None,
+              daemon: bool, attempt: int, started_at: float, last_lines: list[str],
+              memory: MemoryReport | None = None, stop_detail: str = "") -> Verdict:
+    """Decide why a reaped child ended, from its wait status, what we did, and the OOM counter."""
+    success = status.success
+    oom = memory.oom_kills if memory is not None else None
+    scope = memory.scope if memory is not None else "none"
+    if stop_reason is not None:
+        # We asked it to end: what it did on the way out is not its failure.
+        reason = stop_reason if stop_reason in REASONS else STOPPED
+        success = reason == STOPPED
+        detail = f"{stop_detail or stop_reason}; {status.describe()} after the supervisor stopped it"
+    elif status.signal == signal.SIGKILL and oom:
+        # SIGKILL while the cgroup's oom_kill counter rose: the kernel's OOM killer, not a person.
+        reason, success = OOM_KILLED, False
+        detail = (f"{'daemon ' if daemon else ''}killed by the OOM killer: SIGKILL while oom_kill rose by "
+                  f"{oom} in its {scope} cgroup")
+    elif daemon:
+        reason, success = DAEMON_DIED, False
+        detail = f"daemon {status.describe()} while its phase needed it"
+    elif status.signal is not None:
+        reason, detail = SIGNAL, status.describe()
+    else:
+        reason, detail = EXIT_CODE, status.describe()
+    if oom and reason != OOM_KILLED:
+        detail += f"; {oom} OOM kill(s) in its {scope} cgroup during its life (a descendant was the victim)"
+    failed_status = status.shell_status or 1  # a failure never exits 0, even if the child did
+    return Verdict(
+        phase=phase, child=child, pid=pid, reason=reason, success=success,
+        status=0 if success else failed_status, detail=detail, attempt=attempt,
+        started_at=started_at, exit_code=status.code, signal=status.signal_name,
+        core_dumped=status.core_dumped, last_lines=tuple(last_lines[-LAST_LINES:]),
+        oom_kills=oom, memory_peak=memory.peak if memory is not None else None, memory_scope=scope,
+    )
+
+
+def without_exit(phase: str, child: str, reason: str, status: int, detail: str, *, attempt: int,
+                 pid: int | None = None, started_at: float | None = None,
+                 last_lines: list[str] | None = None) -> Verdict:
+    """A failure decided without a wait status: spawn failed, deadline in backoff, not ready."""
+    return Verdict(
+        phase=phase, child=child, pid=pid, reason=reason, success=False, status=status, detail=detail,
+        attempt=attempt, started_at=started_at, last_lines=tuple((last_lines or [])[-LAST_LINES:]),
+    )

@@ -1,0 +1,159 @@
+"""Shared test helpers: run the real supervisor as a real process against real children."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parent.parent
+
+
+def toml_str(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(toml_str(i) for i in items) + "]"
+
+
+def sh(script: str) -> str:
+    """A TOML command array that runs ``script`` with /bin/sh."""
+    return toml_list(["sh", "-c", script])
+
+
+def pyc(code: str) -> str:
+    """A TOML command array that runs Python ``code``."""
+    return toml_list([PY, "-c", textwrap.dedent(code)])
+
+
+@dataclass
+class Result:
+    returncode: int
+    output: str
+    duration: float
+
+
+class SupervisorRunner:
+    """Writes a config under tmp_path and runs ``python -m supervisor`` on it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.state_dir = tmp_path / "state"
+        self.log_dir = tmp_path / "logs"
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def header(self, stop_grace_s: float = 2, extra: str = "") -> str:
+        return textwrap.dedent(f"""\
+            [supervisor]
+            state_dir = {toml_str(str(self.state_dir))}
+            log_dir = {toml_str(str(self.log_dir))}
+            stop_grace_s = {stop_grace_s}
+            {extra}
+            """)
+
+    def write(self, body: str, *, stop_grace_s: float = 2, name: str = "config.toml", header: bool = True) -> Path:
+        path = self.tmp / name
+        path.write_text((self.header(stop_grace_s) if header else "") + textwrap.dedent(body))
+        return path
+
+    def argv(self, config: Path, *, pid1: bool = False) -> list[str]:
+        cmd = [PY, "-m", "supervisor", "run", "--config", str(config)]
+        if pid1:
+            cmd = ["unshare", "--pid", "--fork", "--mount-proc", *cmd]
+        return cmd
+
+    def start(self, config: Path, *, pid1: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            self.argv(config, pid1=pid1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **(env or {})}, cwd=REPO, start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def run(self, config: Path, *, timeout: float = 60, pid1: bool = False,
+            env: dict[str, str] | None = None) -> Result:
+        started = time.monotonic()
+        proc = self.start(config, pid1=pid1, env=env)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            out, _ = proc.communicate()
+            pytest.fail(f"supervisor did not finish within {timeout}s; output:\n{out}")
+        return Result(proc.returncode, out, time.monotonic() - started)
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait(10)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process, its group and its descendants (test cleanup only)."""
+    try:
+        parent = psutil.Process(pid)
+        procs = [parent, *parent.children(recursive=True)]
+    except psutil.Error:
+        procs = []
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.fixture
+def sup(tmp_path: Path) -> Iterator[SupervisorRunner]:
+    runner = SupervisorRunner(tmp_path)
+    yield runner
+    runner.cleanup()
+
+
+def can_unshare() -> str | None:
+    """None if ``unshare --pid --fork --mount-proc`` works here, else why not."""
+    if shutil.which("unshare") is None:
+        return "unshare(1) is not installed"
+    if os.geteuid() != 0:
+        return "not root: cannot create a PID namespace"
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"unshare --pid failed: {probe.stderr.strip()}"
+    return None
+
+
+needs_unshare = pytest.mark.skipif(can_unshare() is not None, reason=f"no PID namespace: {can_unshare()}")

@@ -1,0 +1,252 @@
+"""Stand-in for ``curio``, the production worker.
+
+Usage::
+
+    python -m supervisor.standins.curio run [--listen 0.0.0.0:12300] [--layers a,b] [--name N] [--nosync]
+    python -m supervisor.standins.curio fetch-params <size>          # delegates to paramfetch.main
+    python -m supervisor.standins.curio cli --machine <host:port> wait-api [--timeout 30s]
+    python -m supervisor.standins.curio --version
+
+``run`` logs its start-up (go-log lines, JSON when ``GOLOG_LOG_FMT=json``; env
+``CURIO_LAYERS``, ``CURIO_NODE_NAME`` are the defaults of ``--layers``/``--name``, and
+``CURIO_DB_HOST``/``CURIO_DB_PORT``/``CURIO_DB_NAME`` and ``FIL_PROOFS_PARAMETER_CACHE`` are
+echoed), waits a moment for "chain sync" unless ``--nosync``, then listens on TCP
+``--listen`` (every connection is accepted and closed: there is no health endpoint;
+binding fails, exit 1, if the port is taken) and logs a task line every second (scaled).
+SIGTERM / SIGINT: graceful shutdown: logs a line, keeps serving for the drain
+(``STANDIN_DRAIN_S`` seconds, default 0.2 scaled; ``inf`` waits forever, like curio
+waiting on a task that never ends), then exits 0; further SIGTERM/SIGINT are ignored
+meanwhile. ``STANDIN_RUN_SECONDS=N``: shut down the same way by itself after N seconds.
+``STANDIN_TASK_S`` sets the task-line interval. Partway point for STANDIN_FAIL: right
+after the first task line. ``cli ... wait-api`` polls a TCP connect to the machine
+until it succeeds (exit 0) or the timeout passes (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import select
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from . import common
+
+VERSION = "1.24.4+mainnet+git_standin"
+LOGGER = "curio"
+TASKS = ("PoRep", "SDRTrees", "WdPost", "WinPost", "UpdateProve", "CommitBatch")
+
+
+class ShutdownRequested(Exception):
+    """SIGTERM/SIGINT arrived (raised in the main thread by the handler)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(common.signal_name(signum))
+        self.signum = signum
+
+
+class _Parser(argparse.ArgumentParser):
+    """urfave/cli style: usage errors exit 1."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        common.err(f"Incorrect Usage: {message}")
+        raise SystemExit(1)
+
+
+def _log(level: str, msg: str, caller: str = "cmd/curio/run.go:120", **fields: Any) -> None:
+    common.golog(LOGGER, level, msg, caller=caller, **fields)
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    raise ShutdownRequested(signum)
+
+
+def _parse_listen(text: str) -> tuple[str, int]:
+    kind, where = common.parse_addr(text)
+    if kind != "tcp":
+        raise ValueError(f"--listen must be host:port, got {text!r}")
+    return where
+
+
+def run(argv: list[str]) -> int:
+    parser = _Parser(prog="curio run")
+    parser.add_argument("--listen", default="0.0.0.0:12300")
+    parser.add_argument("--layers", default=os.environ.get("CURIO_LAYERS", ""))
+    parser.add_argument("--name", default=os.environ.get("CURIO_NODE_NAME", ""))
+    parser.add_argument("--nosync", action="store_true")
+    parser.add_argument("--manage-fdlimit", default="true")
+    args = parser.parse_args(argv)
+    try:
+        host, port = _parse_listen(args.listen)
+    except ValueError as exc:
+        common.err(f"ERROR: {exc}")
+        return 1
+    try:
+        common.setup("curio")
+    except common.UsageError as exc:
+        common.err(f"ERROR: {exc}")
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        common.handle_signal(sig, _on_signal)
+
+    listener: socket.socket | None = None
+    run_for = float("inf")
+    if os.environ.get("STANDIN_RUN_SECONDS", "").strip():
+        run_for = common.env_seconds("STANDIN_RUN_SECONDS", 0.0)
+    deadline = time.monotonic() + run_for
+    reason = ""
+    try:
+        layers = [x for x in args.layers.split(",") if x]
+        name = args.name or socket.gethostname()
+        _log("info", "Starting curio node", version=VERSION, name=name, layers=layers)
+        _log("info", "Connecting to HarmonyDB", caller="harmonydb/harmonydb.go:110",
+             host=os.environ.get("CURIO_DB_HOST", "127.0.0.1"), port=os.environ.get("CURIO_DB_PORT", "5433"),
+             database=os.environ.get("CURIO_DB_NAME", "yugabyte"))
+        _log("info", "parameter cache", caller="deps/deps.go:214",
+             path=os.environ.get("FIL_PROOFS_PARAMETER_CACHE", "/var/tmp/filecoin-proof-parameters"))
+        if not args.nosync:
+            _log("info", "waiting for chain sync", caller="deps/deps.go:301")
+            common.sleep(common.scaled(0.2))
+            _log("info", "chain sync complete", caller="deps/deps.go:309")
+        listener = _bind(host, port)
+        if listener is None:
+            return 1
+        _log("info", "Curio API server listening", caller="rpc/rpc.go:318", address=args.listen)
+        _log("info", "Curio started; waiting for tasks", name=name)
+        reason = serve(listener, deadline)
+    except ShutdownRequested as exc:
+        reason = f"received {exc}"
+    return shutdown(listener, reason)
+
+
+def _bind(host: str, port: int) -> socket.socket | None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(64)
+    except OSError as exc:
+        sock.close()
+        _log("error", f"starting API server: listen tcp {host}:{port}: {exc.strerror or exc}",
+             caller="rpc/rpc.go:321")
+        return None
+    sock.setblocking(False)
+    return sock
+
+
+def _accept_for(listener: socket.socket, seconds: float) -> None:
+    """Accept and close connections for ``seconds`` (``inf``: forever)."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        ready, _, _ = select.select([listener], [], [], min(left, 0.5))
+        if ready:
+            try:
+                conn, _ = listener.accept()
+                conn.close()
+            except OSError:
+                pass
+
+
+def serve(listener: socket.socket, deadline: float) -> str:
+    """Serve, logging a task line every interval, until ``deadline``; returns why it stopped."""
+    interval = max(0.01, common.env_seconds("STANDIN_TASK_S", 1.0))
+    task_id = 0
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return "run time (STANDIN_RUN_SECONDS) elapsed"
+        _accept_for(listener, min(interval, deadline - now))
+        if time.monotonic() >= deadline:
+            return "run time (STANDIN_RUN_SECONDS) elapsed"
+        task_id += 1
+        _log("info", "task completed", caller="harmonytask/task_type_handler.go:245",
+             task=TASKS[task_id % len(TASKS)], id=task_id, took=f"{interval:.2f}s")
+        common.partway()
+
+
+def shutdown(listener: socket.socket | None, reason: str) -> int:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        common.handle_signal(sig, signal.SIG_IGN)
+    common.unsilence()
+    drain = common.env_seconds("STANDIN_DRAIN_S", 0.2)
+    _log("warn", f"Shutting down gracefully ({reason}); waiting for running tasks",
+         caller="cmd/curio/run.go:190")
+    if listener is not None:
+        _accept_for(listener, drain)
+        listener.close()
+    else:
+        common.sleep(drain)
+    _log("warn", "Graceful shutdown successful", caller="cmd/curio/run.go:199")
+    return 0
+
+
+def _parse_duration(text: str) -> float:
+    total = 0.0
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text.strip())
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"invalid duration {text!r}")
+    for number, unit in parts:
+        total += float(number) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    return total
+
+
+def cli(argv: list[str]) -> int:
+    parser = _Parser(prog="curio cli")
+    parser.add_argument("--machine", required=True, help="host:port of the curio API")
+    sub = parser.add_subparsers(dest="command", required=True)
+    wait = sub.add_parser("wait-api")
+    wait.add_argument("--timeout", default="30s")
+    args = parser.parse_args(argv)
+    try:
+        host, port = _parse_listen(args.machine)
+        timeout = _parse_duration(args.timeout)
+    except ValueError as exc:
+        common.err(f"ERROR: {exc}")
+        return 1
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return 0
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                common.err(f"ERROR: timed out waiting for api to come online: {exc.strerror or exc}")
+                return 1
+            common.out(f"Not online yet... ({exc.strerror or exc})")
+        time.sleep(max(0.01, min(common.scaled(1.0), deadline - time.monotonic())))
+
+
+def main(argv: list[str] | None = None) -> int:
+    common.init_streams()
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        common.out("usage: curio run|fetch-params|cli|--version ...")
+        return 0 if args else 1
+    command, rest = args[0], args[1:]
+    if command in ("-v", "--version", "version"):
+        common.out(f"curio version {VERSION}")
+        return 0
+    if command == "run":
+        return run(rest)
+    if command == "fetch-params":
+        from . import paramfetch
+
+        return paramfetch.main(args, prog="curio")
+    if command == "cli":
+        return cli(rest)
+    common.err(f"No help topic for '{command}'")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""Stand-in for ``cuzk-bench``, the proving benchmark client of cuzk-daemon.
+
+Usage::
+
+    python -m supervisor.standins.cuzk_bench [-a http://127.0.0.1:9820] batch -t porep [--c1 <c1.json>] \\
+        -c <count> -j <concurrency>
+    python -m supervisor.standins.cuzk_bench [-a ADDR] single -t porep [--c1 <c1.json>]
+
+``-a`` (default ``http://127.0.0.1:9820``; ``unix:///path`` and ``host:port`` work) may also
+follow the subcommand. ``--c1`` must name an existing file (else exit 1, as the real tool
+cannot read it). Each proof is a ``POST /prove`` to the daemon; ``-j`` are in flight at once.
+One line per proof, in completion order::
+
+      [3/12] COMPLETED — 151.9s (prove=41234 ms, queue=10 ms)
+
+(status words COMPLETED, FAILED, CANCELLED, TIMEOUT); a proof that did not complete is
+followed by a line ``    error: <reason>``, e.g. ``error: transport error: [Errno 111]
+Connection refused`` when the daemon is gone. ``batch`` then prints::
+
+    === Batch Summary ===
+    total time:    1834.2s
+    completed:     12
+    failed:        0
+    wall time:     avg=152.3s min=150.1s max=155.0s
+    prove time:    avg=41.2s min=40.9s max=41.6s
+    throughput:    0.393 proofs/min (152.8s/proof)
+
+and EXITS 0 EVEN WHEN PROOFS FAILED (``failed`` counts every proof not COMPLETED; wall and
+prove statistics cover completed proofs, 0.0 when none; with none completed the throughput
+reads ``0.000 proofs/min (n/a)``). ``single`` runs one proof (the warm-up), prints its line
+as ``[1/1]`` and exits 1 if it did not complete, so a ``set -e`` script stops there.
+Usage errors exit 2. SIGINT and SIGTERM keep their default actions (die by the signal).
+
+Environment: ``STANDIN_BENCH_FAIL_PROOFS=N`` (proofs number 1..N, in submission order,
+report FAILED with ``error: proof failed: ...`` even if the daemon completed them),
+``STANDIN_BENCH_TIMEOUT_S`` (per-proof deadline in seconds, default none; past it the proof
+is TIMEOUT), plus the common knobs; the partway point is right after the first proof line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from typing import Any, NamedTuple
+
+from . import common
+
+DEFAULT_ADDR = "http://127.0.0.1:9820"
+STATUS_WORDS = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+class Result(NamedTuple):
+    status: str
+    wall_s: float
+    prove_ms: int
+    queue_ms: int
+    error: str
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost")
+        self._path = path
+        self._deadline = timeout
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self._deadline)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def _connection(addr: tuple[str, Any], timeout: float | None) -> http.client.HTTPConnection:
+    kind, where = addr
+    if kind == "unix":
+        return _UnixConnection(where, timeout)
+    host = "127.0.0.1" if where[0] in ("0.0.0.0", "::") else where[0]
+    if timeout is None:
+        return http.client.HTTPConnection(host, where[1])
+    return http.client.HTTPConnection(host, where[1], timeout=timeout)
+
+
+def prove_once(addr: tuple[str, Any], body: dict[str, Any], timeout: float | None, fail: bool) -> Result:
+    """One proof request; never raises."""
+    started = time.monotonic()
+
+    def result(status: str, error: str = "", prove_ms: int = 0, queue_ms: int = 0) -> Result:
+        return Result(status, time.monotonic() - started, prove_ms, queue_ms, error)
+
+    conn = _connection(addr, timeout)
+    try:
+        conn.request("POST", "/prove", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+    except TimeoutError:
+        return result("TIMEOUT", f"deadline exceeded after {timeout:g}s")
+    except (OSError, http.client.HTTPException) as exc:
+        return result("FAILED", f"transport error: {str(exc) or type(exc).__name__}")
+    finally:
+        conn.close()
+    if response.status != 200:
+        text = data[:200].decode(errors="replace")
+        return result("FAILED", f"status: {response.status} {response.reason}: {text}")
+    try:
+        answer = json.loads(data)
+        status = str(answer.get("status", "FAILED")).upper()
+        prove_ms, queue_ms = int(answer.get("prove_ms", 0)), int(answer.get("queue_ms", 0))
+    except (ValueError, AttributeError, TypeError):
+        return result("FAILED", "invalid response from daemon")
+    if status not in STATUS_WORDS:
+        status = "FAILED"
+    error = "" if status == "COMPLETED" else str(answer.get("error") or status.lower())
+    if fail and status == "COMPLETED":
+        status, error = "FAILED", "proof failed: simulated failure (STANDIN_BENCH_FAIL_PROOFS)"
+    return result(status, error, prove_ms, queue_ms)
+
+
+def proof_line(k: int, n: int, res: Result) -> str:
+    return f"  [{k}/{n}] {res.status} — {res.wall_s:.1f}s (prove={res.prove_ms} ms, queue={res.queue_ms} ms)"
+
+
+def _stats(values: list[float]) -> str:
+    if not values:
+        return "avg=0.0s min=0.0s max=0.0s"
+    return f"avg={sum(values) / len(values):.1f}s min={min(values):.1f}s max={max(values):.1f}s"
+
+
+def summary(results: list[Result], total_s: float) -> list[str]:
+    done = [r for r in results if r.status == "COMPLETED"]
+    if done:
+        per_min = len(done) / (total_s / 60) if total_s > 0 else 0.0
+        throughput = f"{per_min:.3f} proofs/min ({total_s / len(done):.1f}s/proof)"
+    else:
+        throughput = "0.000 proofs/min (n/a)"
+    return [
+        "",
+        "=== Batch Summary ===",
+        f"{'total time:':<15}{total_s:.1f}s",
+        f"{'completed:':<15}{len(done)}",
+        f"{'failed:':<15}{len(results) - len(done)}",
+        f"{'wall time:':<15}{_stats([r.wall_s for r in done])}",
+        f"{'prove time:':<15}{_stats([r.prove_ms / 1000 for r in done])}",
+        f"{'throughput:':<15}{throughput}",
+    ]
+
+
+def _report(k: int, n: int, res: Result) -> None:
+    common.out(proof_line(k, n, res))
+    if res.status != "COMPLETED":
+        common.out(f"    error: {res.error}")
+
+
+def run_batch(addr: tuple[str, Any], kind: str, c1: str | None, count: int, jobs: int) -> list[Result]:
+    fail_n = max(0, common.env_int("STANDIN_BENCH_FAIL_PROOFS", 0))
+    timeout = _timeout()
+    results: list[Result] = []
+    tag = f"{os.getpid()}-{int(time.time())}"
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="proof") as pool:
+        futures: list[Future[Result]] = [
+            pool.submit(prove_once, addr, {"type": kind, "c1": c1, "job": f"bench-{tag}-{i + 1}"},
+                        timeout, i < fail_n)
+            for i in range(count)
+        ]
+        for future in as_completed(futures):
+            res = future.result()
+            results.append(res)
+            _report(len(results), count, res)
+            common.partway()
+    return results
+
+
+def _timeout() -> float | None:
+    raw = os.environ.get("STANDIN_BENCH_TIMEOUT_S", "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="cuzk-bench", description="cuzk benchmark client (stand-in)")
+    parser.add_argument("-a", "--addr", default=DEFAULT_ADDR, help="daemon address")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("batch", "single"):
+        p = sub.add_parser(name)
+        p.add_argument("-a", "--addr", default=argparse.SUPPRESS, help="daemon address")
+        p.add_argument("-t", "--type", dest="proof_type", default="porep")
+        p.add_argument("--c1", default=None, help="C1 output (JSON) to prove from")
+        if name == "batch":
+            p.add_argument("-c", "--count", type=int, default=1)
+            p.add_argument("-j", "--concurrency", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.command == "batch" and (args.count < 1 or args.concurrency < 1):
+        parser.error("-c and -j must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    common.init_streams()
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        addr = common.parse_addr(args.addr)
+    except ValueError as exc:
+        common.err(f"error: {exc}")
+        return 2
+    if args.c1 is not None and not os.path.isfile(args.c1):
+        common.err(f"error: failed to read C1 output {args.c1}: No such file or directory (os error 2)")
+        return 1
+    try:
+        common.setup("cuzk-bench")
+    except common.UsageError as exc:
+        common.err(f"error: {exc}")
+        return 2
+    common.handle_signal(signal.SIGINT, signal.SIG_DFL)  # a Rust binary: Ctrl-C kills it outright
+
+    if args.command == "single":
+        res = run_batch(addr, args.proof_type, args.c1, 1, 1)[0]
+        return 0 if res.status == "COMPLETED" else 1
+
+    common.out(f"running {args.count} {args.proof_type} proofs against {args.addr} "
+               f"with concurrency {args.concurrency}")
+    started = time.monotonic()
+    results = run_batch(addr, args.proof_type, args.c1, args.count, args.concurrency)
+    total = time.monotonic() - started
+    for line in summary(results, total):
+        common.out(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,498 @@
+"""Stand-in for ``cuzk-daemon``, the GPU proving engine.
+
+Usage::
+
+    python -m supervisor.standins.cuzk_daemon -c <config.toml> [-l <listen>] [--log-level L] [--version]
+
+Reads the TOML if it exists (otherwise logs a warning and uses built-in defaults; a
+malformed file is an error, exit 1). Keys used: ``[daemon] listen`` (default
+``http://127.0.0.1:9820``; ``unix:///path`` and ``host:port`` work too), ``status_listen``
+(default ``127.0.0.1:9821``; ``""`` disables it), ``[srs] param_cache`` (default
+``$FIL_PROOFS_PARAMETER_CACHE`` or ``/var/tmp/filecoin-proof-parameters``),
+``[memory] total_budget`` / ``safety_margin``, ``[gpus] devices`` /
+``gpu_workers_per_device`` (concurrent proofs = devices x workers, default 1 x 2),
+``[synthesis] partition_workers`` (deprecated: warned about and ignored, unless
+``STANDIN_CUZK_LEGACY_PW=1`` makes this a pre-unified-memory build that obeys it),
+``[pipeline] enabled`` / ``synthesis_concurrency``, ``[logging] level``. ``-l`` overrides listen.
+
+Behaviour, as the real daemon: ANSI-coloured tracing log lines; ``cuzk-daemon ready`` is
+logged BEFORE the sockets are bound (0.3 s scaled later, ``STANDIN_BIND_DELAY_S``), so
+ready means ``GET /status`` answers on status_listen or a connect to listen succeeds.
+``POST /prove`` on listen (JSON body ``{"type": "porep", "job": "...", "c1": "..."}``)
+queues for a GPU worker, simulates a proof and answers
+``{"job", "status": "COMPLETED"|"CANCELLED", "prove_ms", "queue_ms"}``. The first proof
+after a cold start extracts the PCE first (writes ``<param_cache>/pce-porep-32g.bin`` if
+that directory exists; later starts load it; ``CUZK_DISABLE_PCE=1`` turns it off). Each
+proof prints ``TIMELINE,<ms since start>,<event>,<job>,<detail>`` lines. ``GET /status`` on
+status_listen answers JSON with ``memory``, ``pipelines``, ``gpu_workers``, ``counters``.
+
+Signals: SIGINT: graceful shutdown (in-flight proofs answer CANCELLED, servers closed, exit
+0; a second SIGINT exits 130 at once). SIGTERM: default action, dies at once, no cleanup.
+
+Environment: ``STANDIN_PROOF_S`` (seconds per proof, default 1.0 scaled), ``STANDIN_PCE_S``
+(PCE extraction, default 0.5 scaled), ``STANDIN_SRS_LOAD_S`` (startup SRS load, default 0.3
+scaled), ``STANDIN_BIND_DELAY_S``, ``STANDIN_REQUIRE_PARAMS=1`` (fail at start, exit 1, unless
+param_cache holds a ``*.params`` file), ``STANDIN_DAEMON_MIN_BUDGET`` (size; a smaller memory
+budget fails at start with "insufficient memory budget for SRS", exit 1),
+``STANDIN_CUZK_VERSION`` (``--version`` output), ``STANDIN_CUZK_LEGACY_PW``, plus the common
+knobs; the partway point is after ``STANDIN_FAIL_AFTER`` (default 1) proofs completed, 0
+meaning during the first proof's PCE extraction (the real field failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from . import common
+
+DEFAULT_LISTEN = "http://127.0.0.1:9820"
+DEFAULT_STATUS = "127.0.0.1:9821"
+DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
+PCE_FILE = "pce-porep-32g.bin"
+GIB = 1024**3
+SRS_BYTES = 44 * GIB
+PCE_BYTES = 26 * GIB
+PARTITION_BYTES = int(13.6 * GIB)
+LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
+COLORS = {"trace": "35", "debug": "34", "info": "32", "warn": "33", "error": "31"}
+
+
+class Interrupted(Exception):
+    """SIGINT arrived (raised in the main thread by the handler)."""
+
+
+class StartupError(Exception):
+    """The daemon cannot start (exit 1)."""
+
+
+class Log:
+    """tracing-subscriber style coloured lines."""
+
+    def __init__(self, level: str) -> None:
+        self.min = LEVELS.get(level.lower(), LEVELS["info"])
+
+    def __call__(self, level: str, msg: str, target: str = "cuzk_daemon") -> None:
+        if LEVELS[level] < self.min:
+            return
+        common.out(f"\x1b[2m{common.now_iso()}\x1b[0m \x1b[{COLORS[level]}m{level.upper():>5}\x1b[0m "
+                   f"\x1b[2m{target}\x1b[0m\x1b[2m:\x1b[0m {msg}")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    role = "main"
+    owner: Daemon
+
+    def server_bind(self) -> None:  # skip HTTPServer's getfqdn lookup
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "localhost", 0
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _UnixServer(_Server):
+    address_family = socket.AF_UNIX
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        request, _ = self.socket.accept()
+        return request, ("unix", 0)
+
+
+def make_server(addr: tuple[str, Any], role: str, owner: Daemon) -> _Server:
+    kind, where = addr
+    cls: type[_Server]
+    if kind == "unix":
+        os.makedirs(os.path.dirname(where) or ".", exist_ok=True)
+        if os.path.exists(where):
+            os.unlink(where)  # a stale socket left by a SIGTERM'd daemon
+        cls = _UnixServer
+    else:
+        cls = _Server6 if ":" in where[0] else _Server
+    server = cls(where, _Handler)
+    server.role = role
+    server.owner = owner
+    return server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "cuzk-daemon-standin"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def send_json(self, code: int, obj: Any) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if common.silenced():
+            common.sleep_forever()
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if self.server.role == "status" and path in ("/status", ""):
+            self.send_json(200, self.server.owner.status())
+        else:
+            self.send_json(404, {"error": f"not found: {self.path}"})
+
+    def do_POST(self) -> None:
+        if common.silenced():
+            common.sleep_forever()
+        if self.server.role == "main" and self.path.split("?", 1)[0] == "/prove":
+            self.server.owner.prove(self)
+        else:
+            self.send_json(404, {"error": f"not found: {self.path}"})
+
+
+class Daemon:
+    """Config, simulated state, servers."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.t0 = time.monotonic()
+        self.log = Log(args.log_level or "info")
+        self.lock = threading.Lock()
+        self.pce_lock = threading.Lock()
+        self.stop = threading.Event()
+        self.servers: list[_Server] = []
+        self.unix_paths: list[str] = []
+        self.received = self.completed = self.failed = self.cancelled = 0
+        self.in_flight = self.queued = self.busy = 0
+        self.pce_loaded = False
+        self.fail_after = max(0, common.env_int("STANDIN_FAIL_AFTER", 1))
+        self.proof_s = common.env_seconds("STANDIN_PROOF_S", 1.0)
+        self.pce_s = common.env_seconds("STANDIN_PCE_S", 0.5)
+        self.pce_disabled = os.environ.get("CUZK_DISABLE_PCE", "").strip() not in ("", "0", "false")
+        self.version = os.environ.get("STANDIN_CUZK_VERSION", "").strip() or "0.1.0"
+
+    # ------------------------------------------------------------ startup
+
+    def load_config(self) -> None:
+        path = self.args.config
+        cfg: dict[str, Any] = {}
+        if path and os.path.exists(path):
+            import tomllib
+
+            try:
+                with open(path, "rb") as fh:
+                    cfg = tomllib.load(fh)
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise StartupError(f"failed to load config {path}: {exc}") from None
+            loaded = f"loaded config from {path}"
+        else:
+            loaded = f"config file {path} not found, using built-in defaults"
+
+        def section(name: str) -> dict[str, Any]:
+            value = cfg.get(name, {})
+            return value if isinstance(value, dict) else {}
+
+        daemon, memory, gpus = section("daemon"), section("memory"), section("gpus")
+        synthesis, pipeline, logging = section("synthesis"), section("pipeline"), section("logging")
+        if not self.args.log_level and isinstance(logging.get("level"), str):
+            self.log = Log(logging["level"])
+        self.log("info", f"cuzk-daemon v{self.version} starting (pid {os.getpid()})")
+        self.log("info" if cfg else "warn", loaded)
+        try:
+            self.listen = common.parse_addr(self.args.listen or str(daemon.get("listen", DEFAULT_LISTEN)))
+            status_raw = str(daemon.get("status_listen", DEFAULT_STATUS))
+            self.status_listen = common.parse_addr(status_raw) if status_raw.strip() else None
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        self.listen_text = self.args.listen or str(daemon.get("listen", DEFAULT_LISTEN))
+        self.status_text = status_raw
+        self.param_cache = str(section("srs").get("param_cache") or os.environ.get(
+            "FIL_PROOFS_PARAMETER_CACHE", "").strip() or DEFAULT_CACHE)
+        devices = gpus.get("devices", [0])
+        self.devices = devices if isinstance(devices, list) and devices else [0]
+        per_device = gpus.get("gpu_workers_per_device", 2)
+        self.workers_per_device = per_device if isinstance(per_device, int) and per_device > 0 else 2
+        self.gpu_workers = len(self.devices) * self.workers_per_device
+        self.gpu_sem = threading.Semaphore(self.gpu_workers)
+        self.pipeline_enabled = bool(pipeline.get("enabled", True))
+        self.synthesis_concurrency = pipeline.get("synthesis_concurrency", 1)
+        self.budget = self._budget(memory.get("total_budget", "auto"), memory.get("safety_margin", "5GiB"))
+        self.partition_workers: int | None = None
+        pw = synthesis.get("partition_workers")
+        if pw is not None:
+            if os.environ.get("STANDIN_CUZK_LEGACY_PW", "").strip() in ("1", "true", "yes"):
+                self.partition_workers = int(pw)
+                self.log("info", f"synthesis: partition_workers={pw} "
+                                 f"(estimated peak RSS ~ {69 + 20 * int(pw)} GiB)")
+            else:
+                self.log("warn", "[synthesis] partition_workers is deprecated and ignored; "
+                                 "memory is governed by [memory] total_budget")
+
+    def _budget(self, total: Any, margin: Any) -> int:
+        try:
+            margin_b = common.parse_size(str(margin), require_unit=False)
+        except ValueError:
+            raise StartupError(f"invalid [memory] safety_margin {margin!r}") from None
+        if str(total).strip().lower() == "auto":
+            phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            budget = max(0, phys - margin_b)
+            how = f"auto (physical {common.human_bytes(phys)} - margin {common.human_bytes(margin_b)})"
+        else:
+            try:
+                budget = common.parse_size(str(total), require_unit=False)
+            except ValueError:
+                raise StartupError(f"invalid [memory] total_budget {total!r}") from None
+            how = "configured"
+        self.log("info", f"memory budget: {common.human_bytes(budget)} ({how})")
+        minimum = common.env_size("STANDIN_DAEMON_MIN_BUDGET", 0)
+        if minimum and budget < minimum:
+            raise StartupError(f"insufficient memory budget for SRS: budget {common.human_bytes(budget)} "
+                               f"< required {common.human_bytes(minimum)}")
+        return budget
+
+    def start(self) -> None:
+        self.load_config()
+        if os.environ.get("STANDIN_REQUIRE_PARAMS", "").strip() in ("1", "true", "yes"):
+            try:
+                names = os.listdir(self.param_cache)
+            except OSError:
+                names = []
+            if not any(n.endswith(".params") for n in names):
+                raise StartupError(f"failed to load SRS: no parameter files in {self.param_cache}")
+        self.log("info", f"loading SRS from {self.param_cache} into pinned memory")
+        common.sleep(common.env_seconds("STANDIN_SRS_LOAD_S", 0.3))
+        self.log("info", f"SRS loaded ({common.human_bytes(SRS_BYTES)} pinned)")
+        pce_path = os.path.join(self.param_cache, PCE_FILE)
+        if self.pce_disabled:
+            self.log("info", "PCE disabled (CUZK_DISABLE_PCE=1)")
+        elif os.path.exists(pce_path):
+            self.pce_loaded = True
+            self.log("info", f"loaded PCE from {pce_path}")
+        else:
+            self.log("info", f"no PCE cache at {pce_path}; it will be extracted on the first proof")
+        self.log("info", f"gpu workers: {self.gpu_workers} (devices={self.devices}, "
+                         f"per_device={self.workers_per_device})")
+        self.log("info", "cuzk-daemon ready")
+        common.sleep(common.env_seconds("STANDIN_BIND_DELAY_S", 0.3))
+        for addr, role, text in ((self.listen, "main", self.listen_text),
+                                 (self.status_listen, "status", self.status_text)):
+            if addr is None:
+                continue
+            try:
+                server = make_server(addr, role, self)
+            except OSError as exc:
+                raise StartupError(f"failed to bind {text}: {exc}") from None
+            if addr[0] == "unix":
+                self.unix_paths.append(addr[1])
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                             name=f"serve-{role}", daemon=True).start()
+            self.servers.append(server)  # only once serving: shutdown() would wait forever otherwise
+            what = "proving service" if role == "main" else "status service"
+            self.log("info", f"{what} listening on {text}")
+
+    # ------------------------------------------------------------ work
+
+    def timeline(self, event: str, job: str, detail: str = "") -> None:
+        ms = int((time.monotonic() - self.t0) * 1000)
+        common.out(f"TIMELINE,{ms},{event},{job},{detail}")
+
+    def prove(self, handler: _Handler) -> None:
+        try:
+            length = int(handler.headers.get("Content-Length") or 0)
+            body = json.loads(handler.rfile.read(length) or b"{}") if length else {}
+        except (ValueError, OSError):
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        kind = str(body.get("type") or "porep")
+        with self.lock:
+            self.received += 1
+            self.in_flight += 1
+            number = self.received
+        job = str(body.get("job") or f"{kind}-{number}")
+        try:
+            result = self._run_proof(job, kind)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+        status = result["status"]
+        with self.lock:
+            if status == "COMPLETED":
+                self.completed += 1
+            elif status == "CANCELLED":
+                self.cancelled += 1
+            else:
+                self.failed += 1
+            completed = self.completed
+        handler.send_json(200, result)
+        if status == "COMPLETED":
+            self.timeline("completed", job, f"prove_ms={result['prove_ms']}")
+            self.log("info", f"proof completed job={job} type={kind} prove_ms={result['prove_ms']} "
+                             f"queue_ms={result['queue_ms']}")
+            if self.fail_after > 0 and completed >= self.fail_after:
+                common.partway()
+        else:
+            self.timeline("cancelled", job, "shutdown")
+            self.log("warn", f"proof cancelled job={job}: daemon shutting down")
+
+    def _run_proof(self, job: str, kind: str) -> dict[str, Any]:
+        queued_at = time.monotonic()
+        self.timeline("received", job, f"type={kind}")
+
+        def cancelled(prove_ms: int = 0) -> dict[str, Any]:
+            return {"job": job, "status": "CANCELLED", "prove_ms": prove_ms,
+                    "queue_ms": int((time.monotonic() - queued_at) * 1000), "error": "daemon shutting down"}
+
+        with self.lock:
+            self.queued += 1
+        while not self.gpu_sem.acquire(timeout=0.02):
+            if self.stop.is_set():
+                with self.lock:
+                    self.queued -= 1
+                return cancelled()
+        start = time.monotonic()
+        queue_ms = int((start - queued_at) * 1000)
+        with self.lock:
+            self.queued -= 1
+            self.busy += 1
+        try:
+            self.timeline("queued", job, f"queue_ms={queue_ms}")
+            self._maybe_extract_pce(job)
+            self.timeline("synth_start", job, "partitions=10")
+            if self.stop.wait(self.proof_s * 0.4):
+                return cancelled(int((time.monotonic() - start) * 1000))
+            self.timeline("synth_done", job, "")
+            self.timeline("gpu_start", job, f"device={self.devices[0]}")
+            if self.stop.wait(self.proof_s * 0.6):
+                return cancelled(int((time.monotonic() - start) * 1000))
+            self.timeline("gpu_done", job, "")
+        finally:
+            with self.lock:
+                self.busy -= 1
+            self.gpu_sem.release()
+        prove_ms = int((time.monotonic() - start) * 1000)
+        return {"job": job, "status": "COMPLETED", "prove_ms": prove_ms, "queue_ms": queue_ms}
+
+    def _maybe_extract_pce(self, job: str) -> None:
+        if self.pce_disabled or self.pce_loaded:
+            if self.fail_after == 0:
+                common.partway()
+            return
+        with self.pce_lock:
+            if self.pce_loaded:
+                return
+            self.log("info", "extracting PCE for porep-32g "
+                             "(first proof after a cold start, ~14 GiB transient)")
+            self.timeline("pce_extract_start", job, "")
+            if self.fail_after == 0:
+                common.partway()
+            self.stop.wait(self.pce_s)
+            if os.path.isdir(self.param_cache):
+                try:
+                    with open(os.path.join(self.param_cache, PCE_FILE), "wb") as fh:
+                        fh.write(b"PCE-standin\n" + bytes(4084))
+                except OSError as exc:
+                    self.log("warn", f"could not save PCE: {exc}")
+            self.pce_loaded = True
+            self.timeline("pce_extract_done", job, "")
+            self.log("info", f"PCE saved to {os.path.join(self.param_cache, PCE_FILE)}")
+
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            busy, in_flight, queued = self.busy, self.in_flight, self.queued
+            counters = {"proofs_received": self.received, "proofs_completed": self.completed,
+                        "proofs_failed": self.failed, "proofs_cancelled": self.cancelled,
+                        "proofs_in_flight": in_flight}
+        used = SRS_BYTES + (PCE_BYTES if self.pce_loaded else 0) + busy * PARTITION_BYTES
+        memory: dict[str, Any] = {"total_budget_bytes": self.budget, "used_bytes": used,
+                                  "srs_bytes": SRS_BYTES, "pce_loaded": self.pce_loaded,
+                                  "pce_bytes": PCE_BYTES if self.pce_loaded else 0}
+        if self.partition_workers is not None:
+            memory["partition_workers"] = self.partition_workers
+            memory["estimated_peak_bytes"] = (69 + 20 * self.partition_workers) * GIB
+        workers = [{"id": i, "device": self.devices[i // self.workers_per_device], "busy": i < busy}
+                   for i in range(self.gpu_workers)]
+        return {
+            "version": self.version,
+            "uptime_s": round(time.monotonic() - self.t0, 3),
+            "memory": memory,
+            "pipelines": {"enabled": self.pipeline_enabled,
+                          "synthesis_concurrency": self.synthesis_concurrency,
+                          "active": busy, "queued": queued},
+            "gpu_workers": workers,
+            "counters": counters,
+        }
+
+    # ------------------------------------------------------------ shutdown
+
+    def shutdown(self) -> int:
+        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        common.unsilence()
+        self.log("info", "received SIGINT, shutting down gracefully")
+        self.stop.set()
+        deadline = time.monotonic() + max(0.5, common.scaled(1.0))
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.in_flight == 0:
+                    break
+            time.sleep(0.01)
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        for path in self.unix_paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self.log("info", "cuzk-daemon stopped")
+        return 0
+
+
+def _on_sigint(_signum: int, _frame: Any) -> None:
+    raise Interrupted()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="cuzk-daemon", description="cuzk proving daemon (stand-in)")
+    parser.add_argument("-c", "--config", default="cuzk.toml", help="path to the TOML config")
+    parser.add_argument("-l", "--listen", default=None, help="listen address (overrides [daemon] listen)")
+    parser.add_argument("--log-level", default=None, type=str.lower, choices=sorted(LEVELS))
+    parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    common.init_streams()
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.version:
+        common.out(f"cuzk-daemon {os.environ.get('STANDIN_CUZK_VERSION', '').strip() or '0.1.0'}")
+        return 0
+    try:
+        common.setup("cuzk-daemon")
+    except common.UsageError as exc:
+        common.err(f"error: {exc}")
+        return 2
+    common.handle_signal(signal.SIGINT, _on_sigint)  # SIGTERM keeps its default action on purpose
+    daemon = Daemon(args)
+    try:
+        try:
+            daemon.start()
+        except StartupError as exc:
+            daemon.log("error", str(exc))
+            return 1
+        while True:
+            time.sleep(3600)
+    except Interrupted:
+        return daemon.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,536 @@
+"""The stand-in programs behave like the real workloads: lines, files, signals, failures.
+
+Every stand-in runs as a real subprocess (``python -m supervisor.standins.<name>``) with a
+small STANDIN_SPEED; every process started here is killed in a fixture finalizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+FAST = "0.05"
+PROOF_LINE = re.compile(
+    r"^  \[(\d+)/(\d+)\] (COMPLETED|FAILED|CANCELLED|TIMEOUT) — \d+\.\ds \(prove=\d+ ms, queue=\d+ ms\)$"
+)
+
+
+def standin_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("STANDIN_", "GOLOG_", "CURIO_", "CUZK_")) and k != "TRUST_PARAMS"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["STANDIN_SPEED"] = FAST
+    env.update(extra)
+    return env
+
+
+def command(module: str, *args: str) -> list[str]:
+    return [PY, "-m", f"supervisor.standins.{module}", *args]
+
+
+def run_standin(module: str, *args: str, env: dict[str, str],
+                timeout: float = 15) -> subprocess.CompletedProcess:
+    return subprocess.run(command(module, *args), env=env, cwd=ROOT, capture_output=True, text=True,
+                          encoding="utf-8", timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def is_listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Proc:
+    """A running stand-in whose merged output is collected line by line by a thread."""
+
+    def __init__(self, module: str, args: tuple[str, ...], env: dict[str, str]) -> None:
+        self.popen = subprocess.Popen(command(module, *args), env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, encoding="utf-8")
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def _drain(self, timeout: float) -> bool:
+        """Move queued lines to self.lines; False at EOF."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return True
+        if item is None:
+            self._queue.put(None)
+            return False
+        self.lines.append(item)
+        return True
+
+    def wait_for(self, pattern: str, timeout: float = 10) -> str:
+        regex = re.compile(pattern)
+        seen = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.lines[seen:]:
+                if regex.search(line):
+                    return line
+            seen = len(self.lines)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no line matching {pattern!r} in:\n{self.output}")
+            if not self._drain(min(left, 0.1)) and len(self.lines) == seen:
+                raise AssertionError(f"EOF before a line matching {pattern!r} in:\n{self.output}")
+
+    def wait(self, timeout: float = 10) -> int:
+        rc = self.popen.wait(timeout)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and self._drain(0.05):
+            pass
+        return rc
+
+    def settle(self, seconds: float) -> None:
+        """Collect output for ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._drain(0.02)
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def cleanup(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5)
+        self._reader.join(2)
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., Proc]]:
+    procs: list[Proc] = []
+
+    def _spawn(module: str, *args: str, env: dict[str, str]) -> Proc:
+        proc = Proc(module, args, env)
+        procs.append(proc)
+        return proc
+
+    try:
+        yield _spawn
+    finally:
+        for proc in procs:
+            proc.cleanup()
+
+
+@pytest.fixture
+def stray_pids() -> Iterator[list[int]]:
+    """PIDs of escaped grandchildren, killed at the end."""
+    pids: list[int] = []
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def start_daemon(spawn: Callable[..., Proc], tmp_path: Path, listen: str | None = None,
+                 **env_extra: str) -> tuple[Proc, int, int]:
+    port, status_port = free_port(), free_port()
+    config = tmp_path / "cuzk.toml"
+    config.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{port}"\n'
+                      f'status_listen = "127.0.0.1:{status_port}"\n')
+    args = ["-c", str(config)] + (["-l", listen] if listen else [])
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"), **env_extra)
+    proc = spawn("cuzk_daemon", *args, env=env)
+    return proc, port, status_port
+
+
+def wait_status(status_port: int, timeout: float = 10) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=1) as resp:
+                return json.load(resp)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+# ------------------------------------------------------------------ paramfetch
+
+
+def test_paramfetch_prints_progress_and_grows_files(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    cache = tmp_path / "params"
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_FILES="2",
+                      STANDIN_PARAM_BYTES="64KiB", STANDIN_PARAM_CHUNKS="4", STANDIN_PARAM_CHUNK_S="0.05")
+    proc = spawn("paramfetch", "fetch-params", "2KiB", env=env)
+    seen_totals = set()
+    deadline = time.monotonic() + 10
+    while proc.popen.poll() is None and time.monotonic() < deadline:
+        if cache.is_dir():
+            seen_totals.add(sum(p.stat().st_size for p in cache.iterdir() if p.suffix in (".params", ".vk")))
+        time.sleep(0.005)
+    assert proc.wait() == 0, proc.output
+    full = 2 * 64 * 1024
+    assert any(0 < total < full for total in seen_totals), seen_totals
+    assert len([t for t in seen_totals if t > 0]) >= 3, seen_totals
+    files = sorted(p for p in cache.iterdir() if p.suffix in (".params", ".vk"))
+    assert [p.stat().st_size for p in files] == [64 * 1024] * 2
+    out = proc.output
+    assert re.search(r"Fetching \S+\.params from https://proofs\.filecoin\.io/ipfs/Qm\w+", out)
+    assert re.search(r"\tGET https://\S+", out)
+    assert "100.00%" in out and " 25.00%" in out
+    assert len(re.findall(r"Parameter file \S+ is ok", out)) == 2
+    assert proc.lines[-1].endswith("parameter and key-fetching complete")
+
+
+def test_paramfetch_skips_complete_files_and_resumes_partial_ones(tmp_path: Path) -> None:
+    cache = tmp_path / "params"
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_BYTES="32KiB")
+    first = run_standin("paramfetch", "fetch-params", "8MiB", env=env)
+    assert first.returncode == 0, first.stderr
+    files = sorted(p for p in cache.iterdir() if p.suffix in (".params", ".vk"))
+    assert len(files) == 3
+    partial = files[0]
+    partial.write_bytes(partial.read_bytes()[:10000])
+    second = run_standin("paramfetch", "fetch-params", "8MiB", env=env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.count("Fetching ") == 1
+    assert f"Fetching {partial} from" in second.stdout
+    assert second.stdout.count(" is ok") == 3
+    assert partial.stat().st_size == 32 * 1024
+
+
+def test_paramfetch_rejects_a_bare_number(tmp_path: Path) -> None:
+    cache = tmp_path / "params"
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache))
+    result = run_standin("paramfetch", "fetch-params", "32", env=env)
+    assert result.returncode == 1
+    assert "error parsing sector size" in result.stderr and '"32GiB"' in result.stderr
+    assert not cache.exists()
+
+
+def test_paramfetch_standalone_form_uses_the_json_names(tmp_path: Path) -> None:
+    params_json = tmp_path / "parameters.json"
+    params_json.write_text(json.dumps({
+        "v28-a.params": {"cid": "QmA", "digest": "00", "sector_size": 2048},
+        "v28-a.vk": {"cid": "QmB", "digest": "00", "sector_size": 2048},
+        "v28-other.params": {"cid": "QmC", "digest": "00", "sector_size": 34359738368},
+    }))
+    srs_json = tmp_path / "srs.json"
+    srs_json.write_text(json.dumps({"v28-fil-inner-product-v1.srs": {"cid": "QmD", "digest": "00"}}))
+    cache = tmp_path / "params"
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_BYTES="4096",
+                      IPFS_GATEWAY="http://gw.example/ipfs/")
+    result = run_standin("paramfetch", "2048", str(params_json), str(srs_json), env=env)
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in cache.iterdir() if p.name != "fetch.lock")
+    assert names == ["v28-a.params", "v28-a.vk", "v28-fil-inner-product-v1.srs"]
+    assert f"Fetching {cache / 'v28-a.params'} from http://gw.example/ipfs/QmA" in result.stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_paramfetch_exits_1_on_signals(tmp_path: Path, spawn: Callable[..., Proc], signum: int) -> None:
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"), STANDIN_PARAM_CHUNK_S="30")
+    proc = spawn("paramfetch", "fetch-params", "2KiB", env=env)
+    proc.wait_for(r"\tGET ")
+    proc.signal(signum)
+    assert proc.wait() == 1
+    assert f"received {signal.Signals(signum).name}, aborting parameter fetch" in proc.output
+
+
+def test_paramfetch_checksum_mismatch_refetches_once_or_fails(tmp_path: Path) -> None:
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "a"), STANDIN_PARAM_BYTES="4096",
+                      STANDIN_PARAM_CORRUPT="1")
+    once = run_standin("paramfetch", "fetch-params", "2KiB", env=env)
+    assert once.returncode == 0
+    assert once.stdout.count("checksum mismatch in param file") == 1
+    env.update(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "b"), STANDIN_PARAM_CORRUPT="always")
+    always = run_standin("paramfetch", "fetch-params", "2KiB", env=env)
+    assert always.returncode == 1
+    assert always.stdout.count("checksum mismatch in param file") == 2
+    env.update(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "c"), TRUST_PARAMS="1")
+    trusted = run_standin("paramfetch", "fetch-params", "2KiB", env=env)
+    assert trusted.returncode == 0 and "checksum mismatch" not in trusted.stdout
+
+
+def test_curio_fetch_params_delegates(tmp_path: Path) -> None:
+    cache = tmp_path / "params"
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_BYTES="4096")
+    ok = run_standin("curio", "fetch-params", "32GiB", env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "parameter and key-fetching complete" in ok.stdout
+    assert len([p for p in cache.iterdir() if p.suffix in (".params", ".vk")]) == 3
+    bad = run_standin("curio", "fetch-params", "32", env=env)
+    assert bad.returncode == 1 and "32GiB" in bad.stderr
+
+
+# ------------------------------------------------------------------ cuzk-daemon and cuzk-bench
+
+
+def test_daemon_logs_ready_before_it_answers_then_serves_status(tmp_path: Path,
+                                                                spawn: Callable[..., Proc]) -> None:
+    proc, port, status_port = start_daemon(spawn, tmp_path, STANDIN_BIND_DELAY_S="0.5")
+    line = proc.wait_for(r"cuzk-daemon ready")
+    assert "\x1b[32m" in line and "INFO" in line
+    assert not is_listening(status_port), "status port answered before the bind delay"
+    assert not is_listening(port)
+    status = wait_status(status_port)
+    assert {"memory", "pipelines", "gpu_workers", "counters"} <= set(status)
+    assert status["counters"]["proofs_completed"] == 0
+    assert is_listening(port)
+
+
+def test_daemon_sigint_is_graceful(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    proc, _, status_port = start_daemon(spawn, tmp_path)
+    wait_status(status_port)
+    proc.signal(signal.SIGINT)
+    assert proc.wait() == 0
+    assert "shutting down gracefully" in proc.output
+    assert proc.lines[-1].endswith("cuzk-daemon stopped")
+    assert not is_listening(status_port)
+
+
+def test_daemon_sigterm_kills_it_at_once(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    proc, _, status_port = start_daemon(spawn, tmp_path)
+    wait_status(status_port)
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == -signal.SIGTERM
+    assert "shutting down" not in proc.output
+
+
+def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,
+                                                               spawn: Callable[..., Proc]) -> None:
+    daemon, port, status_port = start_daemon(spawn, tmp_path)
+    wait_status(status_port)
+    c1 = tmp_path / "c1.json"
+    c1.write_text("{}")
+    bench = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "batch", "-t", "porep",
+                        "--c1", str(c1), "-c", "4", "-j", "2",
+                        env=standin_env(STANDIN_BENCH_FAIL_PROOFS="2"))
+    assert bench.returncode == 0, bench.stderr
+    lines = bench.stdout.splitlines()
+    proofs = [m for m in map(PROOF_LINE.match, lines) if m]
+    assert sorted(int(m.group(1)) for m in proofs) == [1, 2, 3, 4]
+    assert sorted(m.group(3) for m in proofs) == ["COMPLETED", "COMPLETED", "FAILED", "FAILED"]
+    summary = lines[lines.index("=== Batch Summary ===") + 1:]
+    assert re.fullmatch(r"total time:    \d+\.\ds", summary[0])
+    assert summary[1] == "completed:     2"
+    assert summary[2] == "failed:        2"
+    assert re.fullmatch(r"wall time:     avg=\d+\.\ds min=\d+\.\ds max=\d+\.\ds", summary[3])
+    assert re.fullmatch(r"prove time:    avg=\d+\.\ds min=\d+\.\ds max=\d+\.\ds", summary[4])
+    assert re.fullmatch(r"throughput:    \d+\.\d{3} proofs/min \(\d+\.\ds/proof\)", summary[5])
+    status = wait_status(status_port)
+    assert status["counters"]["proofs_completed"] == 4
+    daemon.wait_for(r"^TIMELINE,\d+,completed,bench-\S+,prove_ms=\d+$")
+    daemon.wait_for(r"extracting PCE")
+    assert (tmp_path / "params").exists() is False  # no cache dir: PCE not saved, and nothing created
+
+
+def test_bench_without_a_daemon_fails_every_proof_but_exits_0(tmp_path: Path) -> None:
+    addr = f"http://127.0.0.1:{free_port()}"
+    batch = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "-c", "2", "-j", "2",
+                        env=standin_env())
+    assert batch.returncode == 0
+    assert batch.stdout.count("FAILED —") == 2
+    assert "error: transport error:" in batch.stdout
+    assert "failed:        2" in batch.stdout and "throughput:    0.000 proofs/min" in batch.stdout
+    single = run_standin("cuzk_bench", "single", "-t", "porep", "-a", addr, env=standin_env())
+    assert single.returncode == 1
+    assert "[1/1] FAILED" in single.stdout and "error: transport error:" in single.stdout
+    missing = run_standin("cuzk_bench", "-a", addr, "single", "--c1", str(tmp_path / "nope.json"),
+                          env=standin_env())
+    assert missing.returncode == 1 and "failed to read C1" in missing.stderr
+
+
+def test_daemon_crash_mid_bench(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    (tmp_path / "params").mkdir()
+    daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_FAIL_CUZK_DAEMON="crash",
+                                             STANDIN_FAIL_AFTER="1")
+    wait_status(status_port)
+    bench = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "batch", "-t", "porep",
+                        "-c", "3", "-j", "1", env=standin_env())
+    assert bench.returncode == 0
+    assert "completed:     1" in bench.stdout and "failed:        2" in bench.stdout
+    assert "error: transport error:" in bench.stdout
+    assert daemon.wait() == 3
+    assert "panicked" in daemon.output
+    assert (tmp_path / "params" / "pce-porep-32g.bin").exists()
+
+
+def test_daemon_on_a_unix_socket(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    sock = tmp_path / "cuzk.sock"
+    daemon, _, status_port = start_daemon(spawn, tmp_path, listen=f"unix://{sock}")
+    wait_status(status_port)
+    single = run_standin("cuzk_bench", "-a", f"unix://{sock}", "single", "-t", "porep", env=standin_env())
+    assert single.returncode == 0, single.stdout + single.stderr
+    assert "[1/1] COMPLETED" in single.stdout
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait() == 0
+    assert not sock.exists()
+
+
+# ------------------------------------------------------------------ curio
+
+
+def test_curio_run_listens_and_stops_gracefully_on_sigterm(spawn: Callable[..., Proc]) -> None:
+    port = free_port()
+    proc = spawn("curio", "run", "--listen", f"127.0.0.1:{port}", "--layers", "gpu,post", "--nosync",
+                 env=standin_env())
+    proc.wait_for(r"Curio API server listening")
+    assert is_listening(port)
+    wait = run_standin("curio", "cli", "--machine", f"127.0.0.1:{port}", "wait-api", env=standin_env())
+    assert wait.returncode == 0
+    proc.wait_for(r"task completed")
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == 0
+    assert "Shutting down gracefully (received SIGTERM)" in proc.output
+    assert proc.lines[-1].endswith("Graceful shutdown successful")
+
+
+def test_curio_run_seconds_ends_by_itself_with_json_logs() -> None:
+    env = standin_env(STANDIN_RUN_SECONDS="0.3", GOLOG_LOG_FMT="json", CURIO_NODE_NAME="node-7")
+    result = run_standin("curio", "run", "--listen", f"127.0.0.1:{free_port()}", env=env)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert records[0]["msg"] == "Starting curio node" and records[0]["name"] == "node-7"
+    assert any(r["msg"] == "task completed" for r in records)
+    assert records[-1]["msg"] == "Graceful shutdown successful"
+
+
+def test_curio_drain_delays_the_exit(spawn: Callable[..., Proc]) -> None:
+    proc = spawn("curio", "run", "--listen", f"127.0.0.1:{free_port()}", "--nosync",
+                 env=standin_env(STANDIN_DRAIN_S="inf"))
+    proc.wait_for(r"Curio API server listening")
+    proc.signal(signal.SIGINT)
+    proc.wait_for(r"Shutting down gracefully \(received SIGINT\)")
+    proc.signal(signal.SIGTERM)  # ignored while draining
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.popen.wait(0.3)
+
+
+def test_curio_refuses_a_taken_port() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_standin("curio", "run", "--listen", f"127.0.0.1:{port}", "--nosync", env=standin_env())
+    assert result.returncode == 1
+    assert "starting API server" in result.stdout
+
+
+# ------------------------------------------------------------------ failure knobs
+
+
+@pytest.mark.parametrize(("fail", "expected"), [
+    ("crash", 3), ("exit:7", 7), ("segv", -signal.SIGSEGV), ("oom", -signal.SIGKILL),
+])
+def test_failure_modes_end_the_program(fail: str, expected: int) -> None:
+    env = standin_env(STANDIN_FAIL=fail, STANDIN_OOM_LIMIT="64MiB")
+    result = run_standin("curio", "run", "--listen", f"127.0.0.1:{free_port()}", "--nosync", env=env)
+    assert result.returncode == expected, result.stdout + result.stderr
+    assert "task completed" in result.stdout  # it got partway first
+    if fail == "crash":
+        assert "panic: simulated crash" in result.stderr
+    if fail == "oom":
+        assert "allocating memory in 16 MiB chunks" in result.stdout
+
+
+def test_ignore_term_survives_sigterm_and_sigint(spawn: Callable[..., Proc]) -> None:
+    proc = spawn("curio", "run", "--listen", f"127.0.0.1:{free_port()}", "--nosync",
+                 env=standin_env(STANDIN_FAIL="ignore-term"))
+    proc.wait_for(r"Curio API server listening")
+    proc.signal(signal.SIGTERM)
+    proc.signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert proc.popen.poll() is None
+    proc.popen.kill()
+    assert proc.wait() == -signal.SIGKILL
+
+
+def test_hang_goes_silent_but_still_honours_sigterm(spawn: Callable[..., Proc]) -> None:
+    proc = spawn("curio", "run", "--listen", f"127.0.0.1:{free_port()}", "--nosync",
+                 env=standin_env(STANDIN_FAIL="hang"))
+    proc.wait_for(r"task completed")
+    proc.settle(0.4)  # ~8 task intervals
+    assert proc.output.count("task completed") == 1
+    assert proc.popen.poll() is None
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == 0
+    assert "Shutting down gracefully" in proc.output
+
+
+def test_hung_daemon_stops_answering(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_FAIL="hang", STANDIN_FAIL_AFTER="0")
+    wait_status(status_port)
+    bench = spawn("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", env=standin_env())
+    daemon.wait_for(r"extracting PCE")
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=0.3)
+    assert bench.popen.poll() is None
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait() == 0
+    assert bench.wait() in (0, 1)
+
+
+def test_orphan_escapes_the_session(tmp_path: Path, spawn: Callable[..., Proc],
+                                    stray_pids: list[int]) -> None:
+    pidfile = tmp_path / "orphan.pid"
+    env = standin_env(STANDIN_FAIL="orphan", STANDIN_ORPHAN_PIDFILE=str(pidfile), STANDIN_ORPHAN_MAX_S="30",
+                      FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"), STANDIN_PARAM_BYTES="4096")
+    proc = spawn("paramfetch", "fetch-params", "2KiB", env=env)
+    line = proc.wait_for(r"spawned helper process pid=\d+")
+    orphan = int(line.rsplit("=", 1)[1])
+    stray_pids.append(orphan)
+    assert int(pidfile.read_text()) == orphan
+    proc.wait_for(r"parameter and key-fetching complete")  # carried on normally
+    assert proc.popen.wait(5) == 0
+    assert os.getsid(orphan) == orphan != os.getsid(0)  # the stand-in itself stayed in our session
+    os.kill(orphan, 0)  # still alive after its parent exited
+
+
+def test_program_specific_fail_knob_and_fail_times(tmp_path: Path) -> None:
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "p"), STANDIN_PARAM_BYTES="4096",
+                      STANDIN_FAIL_CURIO="crash")
+    assert run_standin("paramfetch", "fetch-params", "2KiB", env=env).returncode == 0
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "q"), STANDIN_PARAM_BYTES="4096",
+                      STANDIN_FAIL="exit:5", STANDIN_FAIL_TIMES="1", STANDIN_FAIL_STATE=str(tmp_path / "n"))
+    assert run_standin("paramfetch", "fetch-params", "2KiB", env=env).returncode == 5
+    assert run_standin("paramfetch", "fetch-params", "2KiB", env=env).returncode == 0
+    env["STANDIN_FAIL"] = "explode"
+    bad = run_standin("paramfetch", "fetch-params", "2KiB", env=env)
+    assert bad.returncode == 2 and "unknown STANDIN_FAIL mode" in bad.stderr

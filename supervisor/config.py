@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,15 @@ PHASE_KINDS = ("oneshot", "service")
 RESTART_POLICIES = ("no", "on-failure", "always")
 DAEMON_LIFETIMES = ("phase", "lifecycle")
 CGROUP_MODES = ("auto", "shared", "off")
+REPORTS = ("param-done", "bench-done", "running")
+PARSERS = ("cuzk-bench",)
+DEFAULT_MANAGER_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_MANAGER_READ_TIMEOUT_S = 15.0
+DEFAULT_MIN_RATE = 50.0
+DEFAULT_LOG_PUSH_INTERVAL_S = 1.0
+DEFAULT_LOG_BACKLOG_BYTES = 2 * 1024 * 1024
+# How long production waits for the manager's verdict on the benchmark before it starts anyway.
+DEFAULT_BENCH_GATE_S = 300.0
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -81,6 +91,7 @@ class ChildSpec:
     ready: ReadyCheck | None
     ready_timeout_s: float
     lifetime: str = "phase"  # daemons only: "phase" or "lifecycle"
+    log_source: str = "setup"  # the manager dashboard tab its output is shipped under
 
     @property
     def label(self) -> str:
@@ -107,6 +118,25 @@ class PhaseSpec:
     progress_path: str | None = None
     min_memory: int | None = None
     memory_max: int | None = None
+    report: str | None = None  # the manager call its success triggers
+    parse: str | None = None  # read the command's output as this program's ("cuzk-bench")
+
+
+@dataclass(frozen=True)
+class ManagerSpec:
+    """The fleet manager (manager-api.md). ``url`` None: reporting is off."""
+
+    url: str | None = None
+    label: str = ""
+    min_rate: float = DEFAULT_MIN_RATE
+    token_env: str | None = None
+    events_url: str | None = None
+    connect_timeout_s: float = DEFAULT_MANAGER_CONNECT_TIMEOUT_S
+    read_timeout_s: float = DEFAULT_MANAGER_READ_TIMEOUT_S
+    log_push_interval_s: float = DEFAULT_LOG_PUSH_INTERVAL_S
+    log_backlog_bytes: int = DEFAULT_LOG_BACKLOG_BYTES
+    bench_gate_s: float = DEFAULT_BENCH_GATE_S
+    report_bench_failure: bool = True
 
 
 @dataclass(frozen=True)
@@ -127,6 +157,7 @@ class Plan:
     supervisor: SupervisorSpec
     phases: tuple[PhaseSpec, ...]
     source: str
+    manager: ManagerSpec = field(default_factory=ManagerSpec)
 
 
 # ---------------------------------------------------------------- loading
@@ -156,7 +187,7 @@ def parse_plan(text: str, source: str, environ: Mapping[str, str]) -> Plan:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     try:
         raw = _expand(raw, "", environ)
-        return _plan(raw, source)
+        return _plan(raw, source, environ)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
 
@@ -184,7 +215,9 @@ def _expand(value: Any, where: str, environ: Mapping[str, str]) -> Any:
 
 
 def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
+    # A key with odd characters (a newline, a space) is quoted so the error stays one line.
+    shown = key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)
+    return f"{where}.{shown}" if where else shown
 
 
 # ---------------------------------------------------------------- value checkers
@@ -230,13 +263,13 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
     out: dict[str, str] = {}
     for key, item in value.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise ConfigError(f"{where}.{key}: not a valid environment variable name")
+            raise ConfigError(f"{_join(where, key)}: not a valid environment variable name")
         if isinstance(item, bool):
             out[key] = "1" if item else "0"
         elif isinstance(item, str | int | float):
             out[key] = str(item)
         else:
-            raise ConfigError(f"{where}.{key}: must be a string or number, got {_describe(item)}")
+            raise ConfigError(f"{_join(where, key)}: must be a string or number, got {_describe(item)}")
     return MappingProxyType(out)
 
 
@@ -340,10 +373,17 @@ def parse_signal(value: Any, where: str = "signal") -> int:
 def _ready(value: Any, where: str) -> ReadyCheck:
     text = _string(value, where)
     if text.startswith(("http://", "https://")):
-        parts = urlsplit(text)
+        try:
+            parts = urlsplit(text)
+            port = parts.port
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {text!r} is not a valid URL ({exc})") from None
         if not parts.hostname:
             raise ConfigError(f"{where}: {text!r} has no host")
-        return ReadyCheck("http", text, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+        if port == 0:
+            raise ConfigError(f"{where}: {text!r}: port 0 cannot be connected to")
+        default_port = 443 if parts.scheme == "https" else 80
+        return ReadyCheck("http", text, parts.hostname, default_port if port is None else port)
     if text.startswith("tcp://"):
         hostport = text[len("tcp://") :]
         host, sep, port = hostport.rpartition(":")
@@ -358,6 +398,25 @@ def _ready(value: Any, where: str) -> ReadyCheck:
     if text.startswith("/"):
         return ReadyCheck("file", text)
     raise ConfigError(f"{where}: {text!r} must be tcp://host:port, http(s)://..., or an absolute file path")
+
+
+def _url(value: Any, where: str) -> str:
+    text = _string(value, where)
+    try:
+        parts = urlsplit(text)
+        _ = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {text!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}: {text!r} must be an http:// or https:// URL with a host")
+    return text.rstrip("/")
+
+
+def _env_name(value: Any, where: str) -> str:
+    text = _string(value, where)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise ConfigError(f"{where}: {text!r} is not an environment variable name")
+    return text
 
 
 def _optional(check: Checker) -> Checker:
@@ -423,6 +482,7 @@ _CHILD_KEYS = {
     "stop_grace_s": _Key(_seconds),
     "ready": _Key(_ready),
     "ready_timeout_s": _Key(_positive_seconds, DEFAULT_READY_TIMEOUT_S),
+    "log_source": _Key(_name),
 }
 
 _DAEMON_KEYS = {
@@ -450,14 +510,31 @@ _PHASE_KEYS = {
     "progress_path": _Key(_string),
     "min_memory": _Key(_size),
     "memory_max": _Key(_size),
+    "report": _Key(_choice(*REPORTS)),
+    "parse": _Key(_choice(*PARSERS)),
+}
+
+_MANAGER_KEYS = {
+    "url": _Key(_optional(_url)),
+    "label": _Key(_string),
+    "min_rate": _Key(_number),
+    "token_env": _Key(_env_name),
+    "events_url": _Key(_optional(_url)),
+    "connect_timeout_s": _Key(_positive_seconds, DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
+    "read_timeout_s": _Key(_positive_seconds, DEFAULT_MANAGER_READ_TIMEOUT_S),
+    "log_push_interval_s": _Key(_positive_seconds, DEFAULT_LOG_PUSH_INTERVAL_S),
+    "log_backlog_bytes": _Key(_positive_count, DEFAULT_LOG_BACKLOG_BYTES),
+    "bench_gate_s": _Key(_seconds, DEFAULT_BENCH_GATE_S),
+    "report_bench_failure": _Key(_bool, True),
 }
 
 
-def _plan(raw: dict[str, Any], source: str) -> Plan:
+def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
     for key in raw:
-        if key not in ("supervisor", "phases"):
-            raise ConfigError(f"{key}: unknown top-level key (expected [supervisor] and [[phases]])")
+        if key not in ("supervisor", "phases", "manager"):
+            raise ConfigError(f"{key}: unknown top-level key (expected [supervisor], [manager] and [[phases]])")
     sup = SupervisorSpec(**_take(raw.get("supervisor", {}), "supervisor", _SUPERVISOR_KEYS))
+    manager = _manager(raw.get("manager", {}), environ)
     phases_raw = raw.get("phases")
     if phases_raw is None:
         raise ConfigError("phases: no [[phases]] defined: nothing to run")
@@ -465,11 +542,46 @@ def _plan(raw: dict[str, Any], source: str) -> Plan:
         raise ConfigError("phases: must be a non-empty array of tables ([[phases]])")
     phases = tuple(_phase(p, f"phases[{i}]", sup) for i, p in enumerate(phases_raw))
     _check_unique([p.name for p in phases], "phases", "phase name")
-    return Plan(sup, phases, source)
+    reports = [p.report for p in phases if p.report is not None]
+    for report in set(reports):
+        if reports.count(report) > 1:
+            raise ConfigError(f"phases: report = {report!r} is set on more than one phase")
+    for i, phase in enumerate(phases):
+        if phase.report == "running" and phase.kind != "service":
+            raise ConfigError(f"phases[{i}].report: \"running\" is reported when a service is up; "
+                              "this phase is a oneshot")
+        if phase.report in ("param-done", "bench-done") and phase.kind != "oneshot":
+            raise ConfigError(f"phases[{i}].report: {phase.report!r} is reported when a oneshot completes")
+    return Plan(sup, phases, source, manager)
+
+
+def default_label(environ: Mapping[str, str]) -> str:
+    """``$VAST_CONTAINERLABEL``, else ``C.$CONTAINER_ID``, else the hostname."""
+    if environ.get("VAST_CONTAINERLABEL"):
+        return environ["VAST_CONTAINERLABEL"]
+    if environ.get("CONTAINER_ID"):
+        return f"C.{environ['CONTAINER_ID']}"
+    return socket.gethostname()
+
+
+def _manager(table: Any, environ: Mapping[str, str]) -> ManagerSpec:
+    v = _take(table, "manager", _MANAGER_KEYS)
+    if environ.get("MANAGER_URL"):
+        v["url"] = _url(environ["MANAGER_URL"], "MANAGER_URL (environment)")
+    if v["label"] is None:
+        v["label"] = default_label(environ)
+    if v["min_rate"] is None:
+        raw = environ.get("MIN_RATE")
+        try:
+            v["min_rate"] = float(raw) if raw else DEFAULT_MIN_RATE
+        except ValueError:
+            raise ConfigError(f"MIN_RATE (environment): {raw!r} is not a number") from None
+    return ManagerSpec(**v)
 
 
 def _child(values: dict[str, Any], phase: str, name: str, sup: SupervisorSpec, lifetime: str) -> ChildSpec:
     grace = values["stop_grace_s"]
+    source = values["log_source"] or "setup"
     return ChildSpec(
         phase=phase,
         name=name,
@@ -481,6 +593,7 @@ def _child(values: dict[str, Any], phase: str, name: str, sup: SupervisorSpec, l
         ready=values["ready"],
         ready_timeout_s=values["ready_timeout_s"],
         lifetime=lifetime,
+        log_source=source,
     )
 
 
@@ -533,6 +646,8 @@ def _phase(table: Any, where: str, sup: SupervisorSpec) -> PhaseSpec:
         progress_path=v["progress_path"],
         min_memory=v["min_memory"],
         memory_max=v["memory_max"],
+        report=v["report"],
+        parse=v["parse"],
     )
 
 

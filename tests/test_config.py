@@ -1,0 +1,710 @@
+"""Config validation: bad configs are refused in one line before anything starts; good ones parse as documented.
+
+Fine-grained cases call ``supervisor.config`` directly; what the command line does with them (exit status 2, one
+line on stderr naming the key, no traceback, no child started, no directory created) runs the real
+``python -m supervisor`` as a subprocess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import PY, REPO, kill_tree, sh, toml_str
+
+from supervisor import __version__
+from supervisor.config import (
+    DEFAULT_BACKOFF_FACTOR,
+    DEFAULT_BACKOFF_JITTER,
+    DEFAULT_BACKOFF_MAX_S,
+    DEFAULT_BACKOFF_RESET_S,
+    DEFAULT_BACKOFF_S,
+    DEFAULT_LOG_DIR,
+    DEFAULT_LOG_FILE_MAX_BYTES,
+    DEFAULT_READY_TIMEOUT_S,
+    DEFAULT_RESTART_BURST,
+    DEFAULT_RESTART_WINDOW_S,
+    DEFAULT_RING_LINES,
+    DEFAULT_STATE_DIR,
+    DEFAULT_STOP_GRACE_S,
+    ConfigError,
+    Plan,
+    ReadyCheck,
+    load_plan,
+    parse_plan,
+    parse_signal,
+)
+
+PROG = "prover-supervisor"
+CLI_TIMEOUT_S = 20
+
+# ---------------------------------------------------------------- helpers
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process's environment without the variables these tests rely on being unset."""
+    env = {k: v for k, v in os.environ.items() if k not in ("UNSET_VAR", "SUPERVISOR_CONFIG")}
+    env.update(extra)
+    return env
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PY, "-m", "supervisor", *args], capture_output=True, text=True, encoding="utf-8", errors="replace",
+        env=env if env is not None else clean_env(), cwd=REPO, timeout=CLI_TIMEOUT_S,
+    )
+
+
+def cli_both(config: Path, env: dict[str, str] | None = None) -> dict[str, subprocess.CompletedProcess[str]]:
+    """``check`` and ``run`` on the same config, side by side (they must both refuse it before starting anything)."""
+    env = env if env is not None else clean_env()
+    procs = {
+        sub: subprocess.Popen(
+            [PY, "-m", "supervisor", sub, "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, encoding="utf-8", errors="replace", env=env, cwd=REPO, start_new_session=True,
+        )
+        for sub in ("check", "run")
+    }
+    check, run = procs["check"], procs["run"]
+    try:
+        out, err = check.communicate(timeout=CLI_TIMEOUT_S)
+        if check.returncode == 0:
+            pytest.fail(f"`check` accepted a bad config (exit 0): {out.strip()}")
+        results = {"check": subprocess.CompletedProcess(check.args, check.returncode, out, err)}
+        try:
+            out, err = run.communicate(timeout=CLI_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`run` did not finish within {CLI_TIMEOUT_S}s: it accepted the bad config and ran it")
+        results["run"] = subprocess.CompletedProcess(run.args, run.returncode, out, err)
+        return results
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.communicate()
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], prefix: str) -> str:
+    """Exit status 2, no traceback, and exactly one stderr line that starts with ``prefix``."""
+    what = f"{' '.join(map(str, result.args[2:]))}"
+    assert "Traceback" not in result.stderr, f"{what}: traceback instead of a one-line error:\n{result.stderr}"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, f"{what}: expected exactly one line on stderr, got {len(lines)}:\n{result.stderr}"
+    assert lines[0].startswith(prefix), f"{what}: stderr line should start with {prefix!r}, got:\n{lines[0]}"
+    assert result.returncode == 2, f"{what}: exit status {result.returncode}, expected 2; stderr: {result.stderr}"
+    return lines[0]
+
+
+def parse(body: str, environ: dict[str, str] | None = None) -> Plan:
+    return parse_plan(textwrap.dedent(body), "test.toml", environ or {})
+
+
+def parse_error(body: str, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(body, environ)
+    return str(info.value)
+
+
+# ---------------------------------------------------------------- the bad-config table
+#
+# Every body is rendered with @MARK@ replaced by a command that creates a marker file, and (unless it starts
+# with "#raw") with state_dir / log_dir under tmp_path, so that a config accepted by mistake would visibly start
+# something. Phase 0 ("mark") is valid and would run first, the bad part comes after it.
+
+MARK_PHASE = '[[phases]]\nname = "mark"\ncommand = @MARK@\n'
+
+
+def bad_phase(extra: str = "", *, name: str | None = '"b"', kind: str | None = None,
+              command: str | None = "@MARK@") -> str:
+    """The marker phase, then phases[1] with ``extra`` lines."""
+    lines = ["[[phases]]"]
+    if name is not None:
+        lines.append(f"name = {name}")
+    if kind is not None:
+        lines.append(f'kind = "{kind}"')
+    if command is not None:
+        lines.append(f"command = {command}")
+    return MARK_PHASE + "\n".join(lines) + "\n" + extra + "\n"
+
+
+def bad_daemon(extra: str = "", *, name: str | None = '"d"', command: str | None = "@MARK@",
+               kind: str = "service", more: str = "") -> str:
+    """The marker phase, then phases[1] with one daemon (daemons[0]) with ``extra`` lines (and ``more`` after)."""
+    lines = ["[[phases.daemons]]"]
+    if name is not None:
+        lines.append(f"name = {name}")
+    if command is not None:
+        lines.append(f"command = {command}")
+    return bad_phase("\n".join(lines) + "\n" + extra + "\n" + more, kind=kind)
+
+
+def sup_section(extra: str) -> str:
+    return "[supervisor]\n" + extra + "\n" + MARK_PHASE
+
+
+P = pytest.param
+BAD_CONFIGS = [
+    # -- the file as a whole
+    P(MARK_PHASE + "[[phases]\nname = \n", "not valid TOML:", id="not-toml"),
+    P("this is not a config file at all\n" + MARK_PHASE, "not valid TOML:", id="not-toml-prose"),
+    P('colour = "blue"\n' + MARK_PHASE, "colour: unknown top-level key", id="unknown-top-level-key"),
+    P("#raw\nsupervisor = 5\n" + MARK_PHASE, "supervisor: must be a table", id="supervisor-not-a-table"),
+    P(sup_section("stop_grace_s = 1").replace(MARK_PHASE, ""), "phases:", id="missing-phases"),
+    P("phases = []\n", "phases:", id="empty-phases"),
+    P('[phases]\nname = "x"\ncommand = @MARK@\n', "phases:", id="phases-is-a-table"),
+    P('phases = ["x"]\n', "phases[0]: must be a table", id="phase-not-a-table"),
+    # -- [supervisor]
+    P(sup_section("stop_grace = 3"), "supervisor.stop_grace: unknown key (did you mean 'stop_grace_s'?)",
+      id="supervisor-typo-suggests"),
+    P(sup_section("stop_grace_s = -1"), "supervisor.stop_grace_s:", id="supervisor-negative-grace"),
+    P(sup_section("stop_grace_s = inf"), "supervisor.stop_grace_s:", id="supervisor-inf-grace"),
+    P(sup_section('stop_grace_s = "30"'), "supervisor.stop_grace_s:", id="supervisor-grace-string"),
+    P(sup_section("ring_lines = 0"), "supervisor.ring_lines:", id="ring-lines-zero"),
+    P(sup_section('console = "yes"'), "supervisor.console:", id="console-not-bool"),
+    P(sup_section("log_file_max_bytes = -1"), "supervisor.log_file_max_bytes:", id="log-max-bytes-negative"),
+    P(sup_section("env = { A = [1, 2] }"), "supervisor.env.A:", id="supervisor-env-list-value"),
+    # -- phase keys
+    P(bad_phase("retry = 1"), "phases[1].retry: unknown key", id="phase-unknown-key"),
+    P(bad_phase('"retry\\nx" = 1'), "phases[1]", id="unknown-key-with-newline"),
+    P(bad_phase(name=None), "phases[1].name: required key is missing", id="phase-without-name"),
+    P(bad_phase(command=None), "phases[1].command: required key is missing", id="phase-without-command"),
+    P(bad_phase(command='"touch /tmp/x"'), "phases[1].command:", id="command-is-a-string"),
+    P(bad_phase(command="[]"), "phases[1].command:", id="command-empty-list"),
+    P(bad_phase(command='["sleep", 1]'), "phases[1].command[1]:", id="command-non-string-arg"),
+    P(bad_phase(command='["", "x"]'), "phases[1].command[0]:", id="command-empty-program"),
+    P(bad_phase(kind="daemon"), "phases[1].kind:", id="bad-kind"),
+    P(bad_phase('restart = "sometimes"', kind="service"), "phases[1].restart:", id="bad-restart-value"),
+    P(bad_phase('restart = "always"'), "phases[1].restart:", id="restart-on-oneshot"),
+    P(bad_phase('restart = "always"', kind="oneshot"), "phases[1].restart:", id="restart-on-explicit-oneshot"),
+    P(bad_phase("retries = 1", kind="service"), "phases[1].retries:", id="retries-on-service"),
+    P(bad_phase("timeout_s = 10", kind="service"), "phases[1].timeout_s:", id="timeout-on-service"),
+    P(bad_phase('ready = "tcp://127.0.0.1:80"'), "phases[1].ready:", id="ready-on-oneshot"),
+    P(bad_phase("retries = -1"), "phases[1].retries:", id="negative-retries"),
+    P(bad_phase("retries = true"), "phases[1].retries:", id="bool-retries"),
+    P(bad_phase("retries = 1.5"), "phases[1].retries:", id="fractional-retries"),
+    P(bad_phase("timeout_s = -5"), "phases[1].timeout_s:", id="negative-timeout"),
+    P(bad_phase("timeout_s = 0"), "phases[1].timeout_s:", id="zero-timeout"),
+    P(bad_phase("timeout_s = nan"), "phases[1].timeout_s:", id="nan-timeout"),
+    P(bad_phase("timeout_s = inf"), "phases[1].timeout_s:", id="inf-timeout"),
+    P(bad_phase('timeout_s = "10"'), "phases[1].timeout_s:", id="string-timeout"),
+    P(bad_phase("timeout_s = false"), "phases[1].timeout_s:", id="bool-timeout"),
+    P(bad_phase("stop_grace_s = -1"), "phases[1].stop_grace_s:", id="phase-negative-grace"),
+    P(bad_phase('stop_signal = "SIGFOO"'), "phases[1].stop_signal:", id="bad-signal-name"),
+    P(bad_phase("stop_signal = 999"), "phases[1].stop_signal:", id="bad-signal-number"),
+    P(bad_phase("stop_signal = 0"), "phases[1].stop_signal:", id="signal-zero"),
+    P(bad_phase("stop_signal = true"), "phases[1].stop_signal:", id="signal-bool"),
+    P(bad_phase('cwd = ""'), "phases[1].cwd:", id="empty-cwd"),
+    P(bad_phase("backoff_s = 10\nbackoff_max_s = 5", kind="service"), "phases[1].backoff_max_s:",
+      id="backoff-max-below-backoff"),
+    P(bad_phase("backoff_max_s = -inf", kind="service"), "phases[1].backoff_max_s:", id="backoff-max-neg-inf"),
+    P(bad_phase("backoff_jitter = 1.5", kind="service"), "phases[1].backoff_jitter:", id="jitter-above-one"),
+    P(bad_phase("backoff_jitter = -0.1", kind="service"), "phases[1].backoff_jitter:", id="jitter-negative"),
+    P(bad_phase("backoff_factor = 0.5", kind="service"), "phases[1].backoff_factor:", id="factor-below-one"),
+    P(bad_phase("restart_burst = 0", kind="service"), "phases[1].restart_burst:", id="restart-burst-zero"),
+    P(bad_phase("restart_window_s = 0", kind="service"), "phases[1].restart_window_s:", id="restart-window-zero"),
+    # -- names
+    P(bad_phase(name='"mark"'), "phases[1].name: duplicate", id="duplicate-phase-name"),
+    P(bad_phase(name='"a b"'), "phases[1].name:", id="name-with-space"),
+    P(bad_phase(name='"../x"'), "phases[1].name:", id="name-with-dotdot-slash"),
+    P(bad_phase(name='""'), "phases[1].name:", id="name-empty"),
+    P(bad_phase(name='"-x"'), "phases[1].name:", id="name-leading-dash"),
+    P(bad_phase(name='"' + "n" * 64 + '"'), "phases[1].name:", id="name-too-long"),
+    P(bad_phase(name="5"), "phases[1].name:", id="name-not-a-string"),
+    P(bad_phase(name='"a\\n"'), "phases[1].name:", id="name-trailing-newline"),
+    # -- env
+    P(bad_phase("env = { A = { b = 1 } }"), "phases[1].env.A:", id="env-value-table"),
+    P(bad_phase("env = { A = [1] }"), "phases[1].env.A:", id="env-value-list"),
+    P(bad_phase('env = { "1BAD" = "x" }'), "phases[1].env.1BAD:", id="env-key-invalid"),
+    P(bad_phase('env = { "A=B" = "x" }'), "phases[1].env.A=B:", id="env-key-with-equals"),
+    P(bad_phase('env = { "FOO\\n" = "x" }'), "phases[1].env", id="env-key-trailing-newline"),
+    P(bad_phase('env = "A=1"'), "phases[1].env:", id="env-not-a-table"),
+    # -- ${VAR}
+    P(bad_phase(command=sh("touch ${UNSET_VAR}")), "phases[1].command[2]: ${UNSET_VAR} is not set",
+      id="unset-var-in-command"),
+    P(bad_phase('env = { A = "${UNSET_VAR}" }'), "phases[1].env.A: ${UNSET_VAR} is not set", id="unset-var-in-env"),
+    P(sup_section('env = { A = "x${UNSET_VAR}y" }'), "supervisor.env.A: ${UNSET_VAR} is not set",
+      id="unset-var-in-supervisor-env"),
+    # -- daemons
+    P(bad_daemon("timeout_s = 5"), "phases[1].daemons[0].timeout_s: unknown key", id="daemon-unknown-key"),
+    P(bad_daemon(name=None), "phases[1].daemons[0].name: required key is missing", id="daemon-without-name"),
+    P(bad_daemon(command=None), "phases[1].daemons[0].command: required key is missing",
+      id="daemon-without-command"),
+    P(bad_daemon(name='"b"'), "phases[1].daemons[0].name:", id="daemon-named-like-its-phase"),
+    P(bad_daemon(name='"a/b"'), "phases[1].daemons[0].name:", id="daemon-name-with-slash"),
+    P(bad_daemon(more='[[phases.daemons]]\nname = "d"\ncommand = @MARK@\n'),
+      "phases[1].daemons[1].name: duplicate", id="duplicate-daemon-name"),
+    P(bad_daemon('lifetime = "forever"'), "phases[1].daemons[0].lifetime:", id="daemon-bad-lifetime"),
+    P(bad_daemon('stop_signal = "SIGNOPE"'), "phases[1].daemons[0].stop_signal:", id="daemon-bad-signal"),
+    P(bad_daemon("stop_grace_s = nan"), "phases[1].daemons[0].stop_grace_s:", id="daemon-nan-grace"),
+    P(bad_daemon("ready_timeout_s = 0"), "phases[1].daemons[0].ready_timeout_s:", id="daemon-zero-ready-timeout"),
+    P(bad_daemon("env = { B = { c = 1 } }"), "phases[1].daemons[0].env.B:", id="daemon-env-value-table"),
+    P(bad_daemon('cwd = "${UNSET_VAR}/work"'), "phases[1].daemons[0].cwd: ${UNSET_VAR} is not set",
+      id="unset-var-in-daemon-cwd"),
+    P(bad_phase('daemons = { name = "d" }', kind="service"), "phases[1].daemons:", id="daemons-not-an-array"),
+    P(bad_phase('daemons = ["d"]', kind="service"), "phases[1].daemons[0]:", id="daemon-not-a-table"),
+    # -- ready URLs (on a daemon)
+    P(bad_daemon('ready = "ftp://x"'), "phases[1].daemons[0].ready:", id="ready-ftp"),
+    P(bad_daemon('ready = "tcp://nohost"'), "phases[1].daemons[0].ready:", id="ready-tcp-no-port"),
+    P(bad_daemon('ready = "tcp://h:99999"'), "phases[1].daemons[0].ready:", id="ready-tcp-port-too-big"),
+    P(bad_daemon('ready = "tcp://h:0"'), "phases[1].daemons[0].ready:", id="ready-tcp-port-zero"),
+    P(bad_daemon('ready = "tcp://:80"'), "phases[1].daemons[0].ready:", id="ready-tcp-no-host"),
+    P(bad_daemon('ready = "run/ready"'), "phases[1].daemons[0].ready:", id="ready-relative-path"),
+    P(bad_daemon('ready = "file://run/ready"'), "phases[1].daemons[0].ready:", id="ready-file-url-relative"),
+    P(bad_daemon('ready = "http://"'), "phases[1].daemons[0].ready:", id="ready-http-no-host"),
+    P(bad_daemon('ready = ""'), "phases[1].daemons[0].ready:", id="ready-empty"),
+    P(bad_daemon("ready = 9821"), "phases[1].daemons[0].ready:", id="ready-number"),
+    P(bad_daemon('ready = "http://h:99999/status"'), "phases[1].daemons[0].ready:", id="ready-http-port-too-big"),
+    P(bad_daemon('ready = "http://h:abc/status"'), "phases[1].daemons[0].ready:", id="ready-http-port-not-number"),
+    P(bad_daemon('ready = "http://h:0/status"'), "phases[1].daemons[0].ready:", id="ready-http-port-zero"),
+    P(bad_daemon('ready = "http://[::1/status"'), "phases[1].daemons[0].ready:", id="ready-http-bad-ipv6"),
+]
+
+
+def render(body: str, tmp_path: Path) -> Path:
+    text = body.replace("@MARK@", sh(f"touch {tmp_path / 'marker'}"))
+    if not text.startswith("#raw"):
+        dirs = f"state_dir = {toml_str(str(tmp_path / 'state'))}\nlog_dir = {toml_str(str(tmp_path / 'logs'))}\n"
+        if "[supervisor]\n" in text:
+            text = text.replace("[supervisor]\n", "[supervisor]\n" + dirs, 1)
+        else:  # at the end, so that bare top-level keys at the start stay top-level
+            text = text + "\n[supervisor]\n" + dirs
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    return path
+
+
+def test_bad_config_table_is_big_enough() -> None:
+    ids = [p.id for p in BAD_CONFIGS]
+    assert len(ids) == len(set(ids)), "duplicate ids in BAD_CONFIGS"
+    assert len(ids) >= 20
+
+
+@pytest.mark.parametrize(("body", "expected"), BAD_CONFIGS)
+def test_bad_config_is_refused_by_load_plan(body: str, expected: str, tmp_path: Path) -> None:
+    path = render(body, tmp_path)
+    try:
+        load_plan(path, environ={})
+    except ConfigError as exc:
+        message = str(exc)
+    except Exception as exc:  # anything else would reach the user as a traceback
+        pytest.fail(f"load_plan raised {type(exc).__name__}: {exc} instead of ConfigError naming {expected!r}")
+    else:
+        pytest.fail(f"load_plan accepted a bad config; expected an error naming {expected!r}:\n{path.read_text()}")
+    assert "\n" not in message, f"error message is not one line: {message!r}"
+    assert message.startswith(f"{path}: {expected}"), f"expected '{path}: {expected}...', got: {message}"
+
+
+@pytest.mark.parametrize(("body", "expected"), BAD_CONFIGS)
+def test_bad_config_cli_check_and_run_exit_2_and_start_nothing(body: str, expected: str, tmp_path: Path) -> None:
+    path = render(body, tmp_path)
+    results = cli_both(path)
+    for result in results.values():
+        assert_one_line_error(result, f"{PROG}: {path}: {expected}")
+        assert result.stdout == "", f"nothing should go to stdout on a config error, got: {result.stdout!r}"
+    assert not (tmp_path / "marker").exists(), "a phase command ran although the config is bad"
+    assert not (tmp_path / "state").exists(), "state_dir was created although the config is bad"
+    assert not (tmp_path / "logs").exists(), "log_dir was created although the config is bad"
+
+
+def test_unset_var_message_names_variable_and_suggests_default() -> None:
+    message = parse_error("""\
+        [[phases]]
+        name = "p"
+        command = ["x", "--size", "${SECTOR_SIZE}"]
+        """)
+    assert message.startswith("test.toml: phases[0].command[2]: ")
+    assert "${SECTOR_SIZE}" in message
+    assert "${SECTOR_SIZE:-" in message, f"should suggest giving a default: {message}"
+
+
+def test_unset_var_in_supervisor_dirs_names_the_key() -> None:
+    message = parse_error("""\
+        [supervisor]
+        log_dir = "${LOGS}/x"
+        [[phases]]
+        name = "p"
+        command = ["x"]
+        """)
+    assert message.startswith("test.toml: supervisor.log_dir: ${LOGS} is not set")
+
+
+# ---------------------------------------------------------------- files that cannot be read
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_unreadable_config_file_exit_2_one_line(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    if kind == "directory":
+        path.mkdir()
+    with pytest.raises(ConfigError, match="no such file" if kind == "missing" else "cannot read"):
+        load_plan(path)
+    for result in cli_both(path).values():
+        line = assert_one_line_error(result, f"{PROG}: {path}: ")
+        assert ("no such file" if kind == "missing" else "cannot read") in line
+
+
+def test_run_reads_supervisor_config_from_environment(tmp_path: Path) -> None:
+    path = render(bad_phase("retries = -3"), tmp_path)
+    result = cli("run", env=clean_env(SUPERVISOR_CONFIG=str(path)))
+    assert_one_line_error(result, f"{PROG}: {path}: phases[1].retries:")
+    assert not (tmp_path / "marker").exists()
+    assert not (tmp_path / "logs").exists()
+
+
+def test_run_supervisor_config_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.toml"
+    result = cli("run", env=clean_env(SUPERVISOR_CONFIG=str(path)))
+    assert_one_line_error(result, f"{PROG}: {path}: no such file")
+
+
+def test_run_config_option_beats_environment(tmp_path: Path) -> None:
+    bad = render(bad_phase("retries = -3"), tmp_path)
+    result = cli("run", "--config", str(bad), env=clean_env(SUPERVISOR_CONFIG=str(tmp_path / "other.toml")))
+    assert_one_line_error(result, f"{PROG}: {bad}: phases[1].retries:")
+
+
+# ---------------------------------------------------------------- the command line itself
+
+
+def test_unknown_subcommand_exit_2() -> None:
+    result = cli("frobnicate")
+    assert result.returncode == 2
+    assert "invalid choice" in result.stderr and "frobnicate" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_requires_config_option() -> None:
+    result = cli("check")
+    assert result.returncode == 2
+    assert "--config" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_version() -> None:
+    result = cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"{PROG} {__version__}"
+
+
+# ---------------------------------------------------------------- good configs
+
+EXAMPLE = """\
+[supervisor]
+state_dir = "{state}"
+log_dir = "{logs}"
+stop_grace_s = 30
+
+[[phases]]
+name = "paramfetch"
+kind = "oneshot"
+command = ["curio", "fetch-params", "${{SECTOR_SIZE:-32GiB}}"]
+timeout_s = 5100
+retries = 2
+
+[[phases]]
+name = "bench"
+kind = "oneshot"
+command = ["cuzk-bench", "-a", "http://127.0.0.1:9820", "batch", "-t", "porep", "-c", "12", "-j", "5"]
+timeout_s = 2520
+
+  [[phases.daemons]]
+  name = "cuzk-daemon"
+  command = ["cuzk-daemon", "-c", "${{CUZK_CONFIG:-/data/zk/cuzk.toml}}"]
+  ready = "http://127.0.0.1:9821/status"
+  stop_signal = "SIGINT"
+
+[[phases]]
+name = "curio"
+kind = "service"
+command = ["curio", "run", "--layers", "gpu"]
+restart = "on-failure"
+"""
+
+
+def test_check_accepts_example_config(tmp_path: Path) -> None:
+    path = tmp_path / "example.toml"
+    path.write_text(EXAMPLE.format(state=tmp_path / "state", logs=tmp_path / "logs"))
+    result = cli("check", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    out = result.stdout
+    assert "ok" in out and "3 phase(s)" in out
+    assert "paramfetch (oneshot)" in out and "bench (oneshot)" in out and "curio (service)" in out
+    # check only validates: it creates nothing
+    assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists()
+
+
+def test_check_accepts_builtin_profile_file() -> None:
+    profile = REPO / "supervisor" / "profiles" / "prover.toml"
+    result = cli("check", "--config", str(profile))
+    assert result.returncode == 0, result.stderr
+    assert "paramfetch" in result.stdout and "bench" in result.stdout and "curio" in result.stdout
+
+
+def test_builtin_profile_loads() -> None:
+    plan = load_plan(None, environ={})
+    assert plan.source == "built-in prover profile"
+    assert [(p.name, p.kind) for p in plan.phases] == [
+        ("paramfetch", "oneshot"), ("bench", "oneshot"), ("curio", "service")]
+    paramfetch, bench, curio = plan.phases
+    assert paramfetch.command.command == ("curio", "fetch-params", "32GiB")
+    assert paramfetch.timeout_s == 5100 and paramfetch.retries == 2
+    assert paramfetch.command.env["FIL_PROOFS_PARAMETER_CACHE"] == "/var/tmp/filecoin-proof-parameters"
+    assert [d.name for d in bench.daemons] == ["cuzk-daemon"]
+    daemon = bench.daemons[0]
+    assert daemon.stop_signal == signal.SIGINT
+    assert daemon.ready == ReadyCheck("http", "http://127.0.0.1:9821/status", "127.0.0.1", 9821)
+    assert daemon.command == ("cuzk-daemon", "-c", "/data/zk/cuzk.toml")
+    assert curio.restart == "on-failure" and curio.timeout_s is None
+    assert plan.supervisor.state_dir == "/var/lib/prover-supervisor"
+    assert plan.supervisor.stop_grace_s == 30
+
+
+def test_builtin_profile_takes_environment() -> None:
+    plan = load_plan(None, environ={"SECTOR_SIZE": "64GiB", "SUPERVISOR_LOG_DIR": "/tmp/l", "BENCH_COUNT": "3"})
+    assert plan.phases[0].command.command[-1] == "64GiB"
+    assert plan.supervisor.log_dir == "/tmp/l"
+    bench = plan.phases[1].command.command
+    assert bench[bench.index("-c") + 1] == "3"
+
+
+MINIMAL = """\
+[[phases]]
+name = "p"
+command = ["true"]
+"""
+
+
+def test_defaults_applied() -> None:
+    plan = parse(MINIMAL)
+    sup = plan.supervisor
+    assert (sup.state_dir, sup.log_dir) == (DEFAULT_STATE_DIR, DEFAULT_LOG_DIR)
+    assert sup.stop_grace_s == DEFAULT_STOP_GRACE_S
+    assert sup.ring_lines == DEFAULT_RING_LINES
+    assert sup.console is True
+    assert sup.log_file_max_bytes == DEFAULT_LOG_FILE_MAX_BYTES
+    assert dict(sup.env) == {}
+    (phase,) = plan.phases
+    assert phase.kind == "oneshot"
+    assert phase.retries == 0
+    assert phase.timeout_s is None
+    assert phase.daemons == ()
+    assert (phase.backoff_s, phase.backoff_max_s, phase.backoff_factor, phase.backoff_jitter) == (
+        DEFAULT_BACKOFF_S, DEFAULT_BACKOFF_MAX_S, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER)
+    assert (phase.restart_burst, phase.restart_window_s, phase.backoff_reset_s) == (
+        DEFAULT_RESTART_BURST, DEFAULT_RESTART_WINDOW_S, DEFAULT_BACKOFF_RESET_S)
+    child = phase.command
+    assert child.command == ("true",)
+    assert child.stop_signal == signal.SIGTERM
+    assert child.stop_grace_s == DEFAULT_STOP_GRACE_S
+    assert child.ready is None and child.cwd is None
+    assert child.ready_timeout_s == DEFAULT_READY_TIMEOUT_S
+    assert (child.phase, child.name, child.label) == ("p", "p", "p/p")
+
+
+def test_stop_grace_inherited_unless_set_per_child() -> None:
+    plan = parse("""\
+        [supervisor]
+        stop_grace_s = 7
+
+        [[phases]]
+        name = "a"
+        command = ["true"]
+
+          [[phases.daemons]]
+          name = "inherits"
+          command = ["sleep", "9"]
+
+          [[phases.daemons]]
+          name = "own"
+          command = ["sleep", "9"]
+          stop_grace_s = 0
+
+        [[phases]]
+        name = "b"
+        kind = "service"
+        command = ["true"]
+        stop_grace_s = 2.5
+        """)
+    a, b = plan.phases
+    assert a.command.stop_grace_s == 7
+    assert [(d.name, d.stop_grace_s) for d in a.daemons] == [("inherits", 7), ("own", 0)]
+    assert b.command.stop_grace_s == 2.5
+    assert all(d.lifetime == "phase" and d.stop_signal == signal.SIGTERM for d in a.daemons)
+
+
+@pytest.mark.parametrize("value", ['"SIGINT"', '"INT"', '"int"', '"sigint"', "2"])
+def test_stop_signal_spellings(value: str) -> None:
+    plan = parse(MINIMAL + f"stop_signal = {value}\n")
+    assert plan.phases[0].command.stop_signal == signal.SIGINT == 2
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("SIGINT", 2), ("INT", 2), (2, 2), ("term", signal.SIGTERM), ("SIGKILL", signal.SIGKILL), (15, 15)])
+def test_parse_signal(value: object, expected: int) -> None:
+    assert parse_signal(value) == expected
+
+
+@pytest.mark.parametrize("value", ["SIGFOO", "", "SIG_DFL", "SIG_IGN", 0, 999, -1, True, 2.0, None])
+def test_parse_signal_rejects(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"^where: "):
+        parse_signal(value, "where")
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("tcp://127.0.0.1:9820", ReadyCheck("tcp", "127.0.0.1:9820", "127.0.0.1", 9820)),
+    ("tcp://localhost:1", ReadyCheck("tcp", "localhost:1", "localhost", 1)),
+    ("tcp://[::1]:65535", ReadyCheck("tcp", "[::1]:65535", "::1", 65535)),
+    ("http://127.0.0.1:9821/status", ReadyCheck("http", "http://127.0.0.1:9821/status", "127.0.0.1", 9821)),
+    ("http://example.com/health", ReadyCheck("http", "http://example.com/health", "example.com", 80)),
+    ("https://example.com/health", ReadyCheck("http", "https://example.com/health", "example.com", 443)),
+    ("/run/cuzk.ready", ReadyCheck("file", "/run/cuzk.ready")),
+    ("file:///run/cuzk.ready", ReadyCheck("file", "/run/cuzk.ready")),
+])
+def test_ready_kinds(url: str, expected: ReadyCheck) -> None:
+    plan = parse(f"""\
+        [[phases]]
+        name = "p"
+        kind = "service"
+        command = ["true"]
+        ready = "{url}"
+
+          [[phases.daemons]]
+          name = "d"
+          command = ["true"]
+          ready = "{url}"
+        """)
+    assert plan.phases[0].command.ready == expected
+    assert plan.phases[0].daemons[0].ready == expected
+
+
+def test_variable_expansion_everywhere() -> None:
+    environ = {"ROOT": "/srv", "SIZE": "64GiB", "TOKEN": "s3cr3t", "EMPTY": ""}
+    plan = parse("""\
+        [supervisor]
+        state_dir = "${ROOT}/state"
+        log_dir = "${LOGS:-/tmp/logs}"
+        env = { GLOBAL = "${ROOT:-/nope}" }
+
+        [[phases]]
+        name = "p"
+        kind = "service"
+        command = ["fetch", "${SIZE}", "${MISSING:-32GiB}", "cost=$$5", "$${SIZE}", "${EMPTY:-x}", "${NONE:-}"]
+        cwd = "${ROOT}/work"
+        env = { AUTH = "Bearer ${TOKEN}", LITERAL = "$$HOME" }
+
+          [[phases.daemons]]
+          name = "d"
+          command = ["${ROOT}/bin/d"]
+          ready = "${ROOT}/d.ready"
+          env = { PORT = "${PORT:-9821}" }
+        """, environ)
+    sup = plan.supervisor
+    assert sup.state_dir == "/srv/state"
+    assert sup.log_dir == "/tmp/logs"
+    assert sup.env["GLOBAL"] == "/srv"
+    child = plan.phases[0].command
+    # a set variable wins over its default, even when it is set to the empty string
+    assert child.command == ("fetch", "64GiB", "32GiB", "cost=$5", "${SIZE}", "", "")
+    assert child.cwd == "/srv/work"
+    assert child.env["AUTH"] == "Bearer s3cr3t"
+    assert child.env["LITERAL"] == "$HOME"
+    daemon = plan.phases[0].daemons[0]
+    assert daemon.command == ("/srv/bin/d",)
+    assert daemon.ready == ReadyCheck("file", "/srv/d.ready")
+    assert daemon.env["PORT"] == "9821"
+
+
+def test_expanded_values_are_not_expanded_again() -> None:
+    plan = parse(MINIMAL.replace('["true"]', '["echo", "${A}"]'), {"A": "${B}"})
+    assert plan.phases[0].command.command == ("echo", "${B}")
+
+
+def test_env_layers_supervisor_phase_daemon() -> None:
+    plan = parse("""\
+        [supervisor]
+        env = { LEVEL = "supervisor", ONLY_SUP = "s", SHARED = "sup" }
+
+        [[phases]]
+        name = "p"
+        command = ["true"]
+        env = { LEVEL = "phase", ONLY_PHASE = "p", SHARED = "phase" }
+
+          [[phases.daemons]]
+          name = "d"
+          command = ["true"]
+          env = { LEVEL = "daemon", ONLY_DAEMON = "d" }
+
+        [[phases]]
+        name = "q"
+        command = ["true"]
+        """)
+    p, q = plan.phases
+    assert dict(p.command.env) == {"LEVEL": "phase", "ONLY_SUP": "s", "SHARED": "phase", "ONLY_PHASE": "p"}
+    assert dict(p.daemons[0].env) == {
+        "LEVEL": "daemon", "ONLY_SUP": "s", "SHARED": "phase", "ONLY_PHASE": "p", "ONLY_DAEMON": "d"}
+    assert dict(q.command.env) == {"LEVEL": "supervisor", "ONLY_SUP": "s", "SHARED": "sup"}
+
+
+def test_plan_is_frozen() -> None:
+    plan = parse(MINIMAL.replace('["true"]', '["true"]\nenv = { A = "1" }'))
+    phase = plan.phases[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.phases = ()  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.supervisor.stop_grace_s = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        phase.retries = 9  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        phase.command.command = ("rm", "-rf", "/")  # type: ignore[misc]
+    assert isinstance(plan.phases, tuple) and isinstance(phase.command.command, tuple)
+    with pytest.raises(TypeError):
+        phase.command.env["A"] = "2"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        plan.supervisor.env["A"] = "2"  # type: ignore[index]
+    assert phase.command.env["A"] == "1"
+
+
+def test_service_and_daemon_options_parse() -> None:
+    plan = parse("""\
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = ["true"]
+        restart = "always"
+        backoff_s = 0
+        backoff_max_s = 0
+        backoff_factor = 1
+        backoff_jitter = 1
+        restart_burst = 1
+        restart_window_s = 0.5
+
+          [[phases.daemons]]
+          name = "svc.helper-1"
+          command = ["true"]
+          lifetime = "lifecycle"
+          ready_timeout_s = 0.25
+          stop_signal = 9
+        """)
+    (svc,) = plan.phases
+    assert (svc.restart, svc.backoff_s, svc.backoff_max_s, svc.backoff_factor, svc.backoff_jitter) == (
+        "always", 0, 0, 1, 1)
+    assert (svc.restart_burst, svc.restart_window_s) == (1, 0.5)
+    (d,) = svc.daemons
+    assert (d.name, d.lifetime, d.ready_timeout_s, d.stop_signal, d.label) == (
+        "svc.helper-1", "lifecycle", 0.25, signal.SIGKILL, "svc/svc.helper-1")
+
+
+def test_numbers_and_booleans_in_env_become_strings() -> None:
+    plan = parse(MINIMAL + "env = { N = 5, F = 1.5, T = true, O = false }\n")
+    assert dict(plan.phases[0].command.env) == {"N": "5", "F": "1.5", "T": "1", "O": "0"}
+
+
+def test_error_names_source() -> None:
+    with pytest.raises(ConfigError, match=r"^my/config\.toml: phases\[0\]\.retries: "):
+        parse_plan(MINIMAL + "retries = -1\n", "my/config.toml", {})

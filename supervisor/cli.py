@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--phase", default="bench", choices=["paramfetch", "bench", "curio"],
                         help="the phase whose program fails with --fail (default: bench)")
     p_demo.add_argument("--keep", action="store_true", help="keep the demo's temporary directory")
+    p_dev = sub.add_parser("dev-manager", help="serve a stand-in of the fleet manager's API on 127.0.0.1")
+    p_dev.add_argument("--port", type=int, default=1235, help="port to listen on (default 1235, the manager's)")
     return parser
 
 
@@ -51,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(fail=args.fail, fail_phase=args.phase, keep=args.keep)
+        if args.command == "dev-manager":
+            from .devmanager import serve
+
+            return serve(args.port)
         if args.command in (None, "run"):
             path = getattr(args, "config", None) or os.environ.get("SUPERVISOR_CONFIG") or None
             return run(load_plan(path))

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from .config import parse_plan
+from .devmanager import DevManager
 from .run import run
 
 # Which stand-in plays the failing program of each phase, for --fail.
@@ -36,7 +37,7 @@ def _q(text: str) -> str:
 
 
 def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench",
-                speed: float = 0.2, run_seconds: float = 4.0) -> str:
+                speed: float = 0.2, run_seconds: float = 4.0, manager_url: str | None = None) -> str:
     """The demo's TOML: three phases of stand-ins, ports chosen free, state in ``workdir``."""
     py = sys.executable
     listen, status, curio = free_port(), free_port(), free_port()
@@ -58,8 +59,11 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
   ready = "http://127.0.0.1:{status}/status"
   stop_signal = "SIGINT"
   stop_grace_s = 5
+  log_source = "{{source}}"
 """
+    manager = f"[manager]\nurl = {_q(manager_url)}\nlabel = \"C.demo\"\nmin_rate = 50\n" if manager_url else ""
     return f"""
+{manager}
 [supervisor]
 state_dir = {_q(str(workdir / "state"))}
 log_dir = {_q(str(workdir / "logs"))}
@@ -73,6 +77,9 @@ command = {_toml_list([py, "-m", "supervisor.standins.curio", "fetch-params", "3
 timeout_s = 60
 retries = 1
 backoff_s = 0.5
+stall_s = 20
+progress_path = {_q(str(workdir / "params"))}
+report = "param-done"
 
 [[phases]]
 name = "bench"
@@ -80,7 +87,10 @@ kind = "oneshot"
 command = {_toml_list([py, "-m", "supervisor.standins.cuzk_bench", "-a", f"http://127.0.0.1:{listen}",
                        "batch", "-t", "porep", "-c", "6", "-j", "3"])}
 timeout_s = 60
-{daemon}
+parse = "cuzk-bench"
+report = "bench-done"
+log_source = "benchout"
+{daemon.replace("{source}", "benchdaemon")}
 [[phases]]
 name = "curio"
 kind = "service"
@@ -90,17 +100,26 @@ ready = "tcp://127.0.0.1:{curio}"
 restart = "on-failure"
 restart_burst = 2
 backoff_s = 0.5
-{daemon}"""
+report = "running"
+log_source = "curio"
+{daemon.replace("{source}", "cuzk")}"""
 
 
 def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = False) -> int:
+    """Run the demo lifecycle against an in-process dev-manager, then show what the manager saw."""
     workdir = Path(tempfile.mkdtemp(prefix="prover-supervisor-demo-"))
+    manager = DevManager(quiet=False).start()
     try:
-        plan = parse_plan(demo_config(workdir, fail, fail_phase), "demo config", {})
+        plan = parse_plan(demo_config(workdir, fail, fail_phase, manager_url=manager.url), "demo config", {})
         status = run(plan)
+        seen = manager.state.snapshot()
+        for inst in seen["instances"].values():
+            print(f"demo: the manager saw {inst['label']} go {' → '.join(inst['history'])}"
+                  + (f" (rate {inst['rate']:g}/h)" if inst["rate"] is not None else ""), flush=True)
         print(f"demo finished with exit status {status}; logs in {workdir / 'logs'}"
               + ("" if keep else " (removed; use --keep to keep them)"), flush=True)
         return status
     finally:
+        manager.stop()
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)

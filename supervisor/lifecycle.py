@@ -18,11 +18,12 @@ import enum
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import verdict as v
 from .backoff import backoff_delay, burst_exceeded, within_window
+from .bench import BenchParser, BenchResult
 from .cgroups import fmt_bytes, mem_total
 from .config import ChildSpec, PhaseSpec, Plan
 from .gpu import Gpus, activity_changed
@@ -32,6 +33,7 @@ from .memory import MemoryEvidence
 from .process import Child, SpawnError, child_setup, spawn
 from .readiness import ReadinessWait
 from .reaping import ExitStatus, Reaper
+from .redact import Redactor
 from .stall import StallWatch, check_interval, tree_size
 from .verdict import Verdict
 
@@ -77,6 +79,8 @@ class Runtime:
     reset_oom_score: bool = False  # the supervisor runs at -1000: children go back to 0
     memory: MemoryEvidence | None = None
     gpus: Gpus | None = None
+    redactor: Redactor | None = None
+    ship_lines: Callable[[str, list[bytes]], None] | None = None  # children's output to the manager
     rng: random.Random = field(default_factory=random.Random)
     started: list[Child] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -116,6 +120,9 @@ class Phase:
         self._ready: ReadinessWait | None = None
         self._aborting = False
         self.extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget)
+        self.hold: str | None = None  # a DONE phase the lifecycle may not go past yet, and why
+        self.bench_result: BenchResult | None = None  # parse = "cuzk-bench": what the output said
+        self._bench: BenchParser | None = None
 
     @property
     def name(self) -> str:
@@ -241,7 +248,7 @@ class Phase:
     def _spawn(self, spec: ChildSpec) -> Child | None:
         rt = self.rt
         output = ChildOutput(spec.label, rt.console, LogFile(self._log_path(spec), rt.log_file_max_bytes),
-                             rt.ring_lines)
+                             rt.ring_lines, rt.redactor)
         env = {**rt.base_env, **self.extra_env, **spec.env}
         placement = rt.memory.place(self.name, self.spec.memory_max) if rt.memory is not None else None
         procs = str(placement.cgroup.procs_file()) if placement and placement.cgroup and placement.scope == "phase" \
@@ -254,6 +261,12 @@ class Phase:
                                              attempt=self.attempt))
             return None
         child.placement = placement
+        if spec is self.spec.command and self.spec.parse == "cuzk-bench":
+            self._bench = BenchParser()
+            self.bench_result = self._bench.result
+            output.taps.append(self._bench.feed)
+        if rt.ship_lines is not None:
+            output.taps.append(lambda lines, source=spec.log_source: rt.ship_lines(source, lines))
         rt.reaper.watch(child.pid, lambda pid, status: self._child_exited(child, status))
         child.attach_output(rt.loop, on_eof=lambda c: c.output.file.close() if not c.running else None)
         self.children.append(child)
@@ -279,6 +292,8 @@ class Phase:
             daemon=is_daemon, attempt=self.attempt, started_at=child.started_at,
             last_lines=child.output.last_lines(), memory=memory, stop_detail=child.stop_detail,
         )
+        if not is_daemon and verdict.success and self._bench is not None:
+            verdict = self._judge_bench(verdict)
         self.rt.record(verdict)
         if child.stop_reason is not None or self._aborting:
             return  # we asked for this; the stop in progress takes it from here
@@ -287,6 +302,16 @@ class Phase:
             return
         if child in self.children and self.state in (PhaseState.STARTING, PhaseState.RUNNING):
             self._end_attempt(verdict)
+
+    def _judge_bench(self, verdict: Verdict) -> Verdict:
+        """cuzk-bench exits 0 even when proofs failed: its own output decides."""
+        assert self._bench is not None
+        result = self._bench.result
+        problem = result.problem()
+        if problem is None:
+            self.rt.log(f"phase {self.name}: bench passed: {result.describe()}")
+            return verdict
+        return replace(verdict, reason=v.BENCH_FAILED, success=False, status=1, detail=f"bench failed: {problem}")
 
     def _deadline_passed(self) -> None:
         if self.state in FINAL_STATES or self._aborting:
@@ -476,6 +501,9 @@ class Lifecycle:
         self.rt = rt
         self.phases = [Phase(spec, rt, self._phase_changed) for spec in plan.phases]
         self._on_finished = on_finished
+        self.listeners: list[Callable[[Phase], None]] = []  # every phase transition (reporting, status)
+        self.on_shutdown: list[Callable[[str, int], None]] = []
+        self.shutdown_reason = ""
         self.shutting_down = False
         self.exit_status: int | None = None
         self.failure: Verdict | None = None
@@ -495,6 +523,8 @@ class Lifecycle:
             if phase.state is PhaseState.PENDING:
                 phase.start()
                 return
+            if phase.hold is not None:
+                return  # done, but the lifecycle may not go past it yet (see Phase.hold)
             if phase.state is PhaseState.DONE:
                 continue
             if phase.spec.kind == "service" and phase.was_up:
@@ -504,7 +534,15 @@ class Lifecycle:
             self.rt.log("lifecycle complete: every phase done")
             self.shutdown("lifecycle complete", 0)
 
+    def release_hold(self, phase: Phase) -> None:
+        if phase.hold is not None:
+            self.rt.log(f"phase {phase.name}: hold released ({phase.hold})")
+            phase.hold = None
+            self._advance()
+
     def _phase_changed(self, phase: Phase) -> None:
+        for listener in self.listeners:
+            listener(phase)
         if self.shutting_down:
             return
         if phase.state is PhaseState.FAILED:
@@ -538,7 +576,10 @@ class Lifecycle:
             return
         self.shutting_down = True
         self.exit_status = status
+        self.shutdown_reason = why
         self.rt.log(f"shutting down: {why}")
+        for listener in self.on_shutdown:
+            listener(why, status)
         for phase in self.phases:
             phase.abort()
         alive = [c for c in reversed(self.rt.started) if c.running or c.tree()]

@@ -11,17 +11,29 @@ newline is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+from .redact import Redactor
 
 MAX_LINE_BYTES = 64 * 1024
 CONSOLE_BACKLOG_BYTES = 4 * 1024 * 1024
 # The supervisor's own lines may exceed the backlog by this much before they too are dropped.
 CONSOLE_OWN_LINES_EXTRA_BYTES = 1024 * 1024
+
+
+# Terminal escape sequences (cuzk-daemon colours its logs): kept on the console, stripped when shipped.
+ANSI_RE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def strip_ansi(data: bytes) -> bytes:
+    return ANSI_RE.sub(b"", data) if b"\x1b" in data else data
 
 
 def clock() -> bytes:
@@ -167,8 +179,11 @@ class LogFile:
 class ChildOutput:
     """Everything one child prints, fanned out to the console, its file and its ring."""
 
-    def __init__(self, label: str, console: Console, file: LogFile, ring_lines: int) -> None:
+    def __init__(self, label: str, console: Console, file: LogFile, ring_lines: int,
+                 redactor: Redactor | None = None) -> None:
         self.label = label
+        self._redact = redactor if redactor else None
+        self.taps: list[Callable[[list[bytes]], None]] = []  # more readers of the lines (parser, shipper)
         self._prefix = b" [" + label.encode() + b"] "
         self._console = console
         self.file = file
@@ -180,7 +195,7 @@ class ChildOutput:
     def feed(self, stream: str, data: bytes) -> None:
         self.bytes_seen += len(data)
         self.last_output_at = time.monotonic()
-        self.file.write(data)
+        self.file.write(self._redact.data(data) if self._redact else data)
         splitter = self._splitters.setdefault(stream, LineSplitter())
         self._emit(splitter.feed(data))
 
@@ -192,6 +207,10 @@ class ChildOutput:
     def _emit(self, lines: list[bytes]) -> None:
         if not lines:
             return
+        if self._redact:
+            lines = [self._redact.data(line) for line in lines]
+        for tap in self.taps:
+            tap(lines)
         self.ring.extend(lines)
         head = clock() + self._prefix
         self._console.put(b"".join(head + line.rstrip(b"\r") + b"\n" for line in lines))
@@ -207,8 +226,14 @@ class SupervisorLog:
     def __init__(self, console: Console, file: LogFile | None) -> None:
         self._console = console
         self._file = file
+        self.redactor: Redactor | None = None
+        self.taps: list[Callable[[str], None]] = []  # the log shipper reads these too
 
     def __call__(self, message: str) -> None:
+        if self.redactor:
+            message = self.redactor.text(message)
+        for tap in self.taps:
+            tap(message)
         line = clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n"
         self._console.put(line, own=True)
         if self._file is not None:

@@ -20,6 +20,8 @@ from .loop import EventLoop
 from .memory import MemoryEvidence
 from .process import sweep_descendants
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
+from .redact import Redactor
+from .reporting import Reporter
 from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
 
 EXIT_CONFIG_ERROR = 2
@@ -51,6 +53,8 @@ def run(plan: Plan, *, console_fd: int | None = None,
     console = Console(console_fd, enabled=plan.supervisor.console)
     log_dir = Path(plan.supervisor.log_dir)
     log = SupervisorLog(console, LogFile(log_dir / "supervisor.log", plan.supervisor.log_file_max_bytes))
+    redactor = secrets_of(plan)
+    log.redactor = redactor
     log(f"prover-supervisor pid {os.getpid()} as {role}; {oom}; config: {plan.source}; "
         f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
 
@@ -68,8 +72,12 @@ def run(plan: Plan, *, console_fd: int | None = None,
         base_env=dict(os.environ),
         # Children start at oom_score_adj 0 again: the OOM killer must pick one of them, not us.
         reset_oom_score=oom.startswith("oom_score_adj -"),
-        memory=memory, gpus=gpus,
+        memory=memory, gpus=gpus, redactor=redactor,
     )
+    reporter = Reporter(plan.manager, Path(plan.supervisor.state_dir), rt, redactor)
+    if reporter.enabled:
+        rt.ship_lines = reporter.ship_lines
+        log.taps.append(reporter.ship_own_line)
     outcome: dict[str, int] = {}
 
     def finished(status: int) -> None:
@@ -77,8 +85,13 @@ def run(plan: Plan, *, console_fd: int | None = None,
         loop.stop()
 
     lifecycle = Lifecycle(plan, rt, finished)
+    lifecycle.listeners.append(reporter.phase_changed)
+    rt.on_verdict.append(reporter.verdict)
+    lifecycle.on_shutdown.append(lambda why, status: reporter.push_text(
+        "setup", f"prover-supervisor stopping: {why}") if status != 0 else None)
     inbox = SignalInbox(loop, lambda signum: handle_signal(signum, lifecycle, reaper, log))
     try:
+        reporter.start(lifecycle)
         lifecycle.start()
         if on_start is not None:
             on_start(lifecycle)
@@ -92,8 +105,18 @@ def run(plan: Plan, *, console_fd: int | None = None,
         loop.close()
     status = outcome.get("status", 1)
     log(f"exiting with status {status}")
+    reporter.stop(status, lifecycle.shutdown_reason or "the supervisor stopped")
     console.close()
     return status
+
+
+def secrets_of(plan: Plan) -> Redactor:
+    """Every value that must never be shown: the manager token, and env values with secret-looking names."""
+    envs = [os.environ, plan.supervisor.env]
+    for phase in plan.phases:
+        envs += [phase.command.env, *(d.env for d in phase.daemons)]
+    extra = [plan.manager.token_env] if plan.manager.token_env else []
+    return Redactor.from_environments(envs, extra)
 
 
 def handle_signal(signum: int, lifecycle: Lifecycle, reaper: Reaper, log: SupervisorLog) -> None:

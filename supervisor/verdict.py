@@ -26,9 +26,11 @@ STALLED = "stalled"
 SPAWN_FAILED = "spawn_failed"
 DAEMON_DIED = "daemon_died"
 INSUFFICIENT_MEMORY = "insufficient_memory"
+BENCH_FAILED = "bench_failed"  # cuzk-bench exited 0, but its own output says proofs failed
 STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
 
-REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY, STOPPED)
+REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
+           BENCH_FAILED, STOPPED)
 LAST_LINES = 20
 
 

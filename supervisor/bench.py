@@ -1,0 +1,108 @@
+"""Reading cuzk-bench's output: it exits 0 even when proofs failed, so success is read here.
+
+Per proof:   ``  [3/12] COMPLETED — 151.9s (prove=41234 ms, queue=10 ms)``
+then::
+
+    === Batch Summary ===
+    total time:    1834.2s
+    completed:     12
+    failed:        0
+    ...
+    throughput:    0.393 proofs/min (152.8s/proof)
+
+The manager's rate is proofs per hour = proofs/min × 60. Any FAILED, CANCELLED
+or TIMEOUT proof, ``failed: N`` with N > 0, or a missing summary fails the
+bench; a missing summary is never a rate of 0 reported as success.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .logs import strip_ansi
+
+_PROOF_RE = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(COMPLETED|FAILED|CANCELLED|TIMEOUT)\b")
+_FIELD_RE = re.compile(r"^\s*(total time|completed|failed|throughput):\s+([0-9.]+)")
+BAD_STATUSES = ("FAILED", "CANCELLED", "TIMEOUT")
+
+
+@dataclass
+class BenchResult:
+    proofs: dict[str, int] = field(default_factory=dict)  # status word → count of per-proof lines
+    expected: int | None = None  # the N of [k/N]
+    summary_seen: bool = False
+    completed: int | None = None
+    failed: int | None = None
+    total_time_s: float | None = None
+    proofs_per_min: float | None = None
+
+    @property
+    def rate_per_hour(self) -> float | None:
+        return None if self.proofs_per_min is None else round(self.proofs_per_min * 60, 3)
+
+    def problem(self) -> str | None:
+        """None when the bench passed by its own output; else why not, with the counts."""
+        bad = {s: n for s, n in self.proofs.items() if s in BAD_STATUSES and n}
+        counts = self.describe()
+        if not self.summary_seen:
+            return f"no '=== Batch Summary ===' in cuzk-bench's output ({counts})"
+        if bad:
+            listed = ", ".join(f"{n} {s}" for s, n in sorted(bad.items()))
+            return f"{listed} ({counts})"
+        if self.failed:
+            return f"summary says failed: {self.failed} ({counts})"
+        if self.proofs_per_min is None:
+            return f"summary has no throughput line ({counts})"
+        if not self.completed:
+            return f"no proof completed ({counts})"
+        return None
+
+    def describe(self) -> str:
+        words = ", ".join(f"{s.lower()}={n}" for s, n in sorted(self.proofs.items())) or "no proof lines"
+        rate = f", rate={self.rate_per_hour}/h" if self.rate_per_hour is not None else ""
+        return f"{words}{rate}"
+
+
+class BenchParser:
+    """Fed line by line as the output arrives; nothing is lost to a ring buffer's size."""
+
+    def __init__(self) -> None:
+        self.result = BenchResult()
+        self._in_summary = False
+
+    def feed(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            self.feed_line(strip_ansi(raw).decode("utf-8", errors="replace"))
+
+    def feed_line(self, line: str) -> None:
+        r = self.result
+        if "=== Batch Summary ===" in line:
+            r.summary_seen = self._in_summary = True
+            return
+        proof = _PROOF_RE.match(line)
+        if proof:
+            r.proofs[proof.group(3)] = r.proofs.get(proof.group(3), 0) + 1
+            r.expected = int(proof.group(2))
+            return
+        if not self._in_summary:
+            return
+        found = _FIELD_RE.match(line)
+        if not found:
+            return
+        key, value = found.group(1), found.group(2)
+        if key == "total time":
+            r.total_time_s = float(value)
+        elif key == "completed":
+            r.completed = int(float(value))
+        elif key == "failed":
+            r.failed = int(float(value))
+        elif key == "throughput":
+            r.proofs_per_min = float(value)
+
+
+def parse_text(text: str) -> BenchResult:
+    parser = BenchParser()
+    for line in text.splitlines():
+        parser.feed([line.encode()])
+    return parser.result

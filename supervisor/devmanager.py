@@ -1,0 +1,322 @@
+"""``prover-supervisor dev-manager``: a stand-in for the fleet manager's API, on 127.0.0.1.
+
+Same routes, states and answers as manager-api.md: ``/register`` (idempotent
+per label while not killed), ``/param-done``, ``/bench-done`` (``passed`` from
+min_rate; a failed bench marks the instance killed), ``/running``,
+``/runner-id``, ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
+silently dropped); 400 / 404 / 405 where the real one gives them. It prints
+every call it receives.
+
+For tests and local runs it has two extra routes under ``/dev/``:
+``GET /dev/state`` (instances, the calls in order, the pushed logs) and
+``POST /dev/faults`` (``{"status": 500, "count": 3}``, ``{"delay_s": 20}``,
+``{"garbage": true}``, ``{"reset": true}``: how the next ``count`` API calls fail).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import sys
+import threading
+import time
+import uuid as uuidlib
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+LOG_PUSH_LIMIT = 256 * 1024
+LOG_RING_BYTES = 4 * 1024 * 1024
+POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push")
+
+
+@dataclass
+class Instance:
+    uuid: str
+    label: str
+    runner_id: int
+    min_rate: float
+    state: str = "registered"
+    rate: float | None = None
+    killed_reason: str | None = None
+    history: list[str] = field(default_factory=lambda: ["registered"])
+
+
+@dataclass
+class Faults:
+    status: int | None = None
+    delay_s: float = 0.0
+    garbage: bool = False
+    reset: bool = False
+    count: int = 0  # how many API calls still get the fault (-1: all until cleared)
+
+
+class DevManagerState:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.instances: dict[str, Instance] = {}
+        self.calls: list[dict[str, Any]] = []
+        self.logs: dict[str, dict[str, str]] = {}  # uuid → source → text
+        self.faults = Faults()
+        self._runner_ids = itertools.count(1)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {"instances": {k: asdict(v) for k, v in self.instances.items()},
+                    "calls": list(self.calls), "logs": {k: dict(v) for k, v in self.logs.items()}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # we print our own one line per call
+
+    # ------------------------------------------------------------ plumbing
+
+    def _send(self, status: int, body: Any = None, raw: bytes | None = None) -> None:
+        data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+        if status == 204:
+            data = b""  # 204 has no body; ``body`` is only what gets printed
+        self.send_response(status)
+        if data:
+            self.send_header("Content-Type", "application/json" if raw is None else "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if data:
+            self.wfile.write(data)
+        self.server.note(self.command, self.path, status, body if raw is None else raw[:80].decode(errors="replace"))
+
+    def _body(self, limit: int | None = None) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        data = self.rfile.read(length) if length else b""
+        return data[:limit] if limit is not None else data
+
+    def _json(self) -> dict[str, Any] | None:
+        try:
+            value = json.loads(self._body() or b"{}")
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _fault(self) -> bool:
+        """Apply the configured fault to this API call; True if the call was answered by it."""
+        state = self.server.state
+        with state.lock:
+            faults = state.faults
+            active = faults.count != 0
+            if active and faults.count > 0:
+                faults.count -= 1
+            f = Faults(**asdict(faults)) if active else None
+        if f is None:
+            return False
+        if f.delay_s:
+            time.sleep(f.delay_s)
+        if f.reset:
+            self._body()
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.connection.close()
+            self.close_connection = True
+            self.server.note(self.command, self.path, 0, "connection reset (fault)")
+            return True
+        if f.garbage:
+            self._body()
+            self._send(200, raw=b"<html>this is not json</html>")
+            return True
+        if f.status:
+            self._body()
+            self._send(f.status, {"error": "injected fault"})
+            return True
+        return False
+
+    # ------------------------------------------------------------ routes
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        if parts.path == "/dev/state":
+            self._send(200, self.server.state.snapshot())
+            return
+        if parts.path in POST_ROUTES:
+            self._send(405, {"error": "method not allowed"})
+            return
+        if parts.path != "/runner-id":
+            self._send(404, {"error": "not found"})
+            return
+        if self._fault():
+            return
+        uuid = (parse_qs(parts.query).get("uuid") or [""])[0]
+        if not uuid:
+            self._send(400, {"error": "uuid required"})
+            return
+        with self.server.state.lock:
+            inst = self.server.state.instances.get(uuid)
+        if inst is None:
+            self._send(404, {"error": "unknown uuid"})
+        else:
+            self._send(200, {"runner_id": inst.runner_id})
+
+    def do_PUT(self) -> None:
+        self._send(405, {"error": "method not allowed"})
+
+    do_DELETE = do_PUT
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/dev/faults":
+            body = self._json() or {}
+            with self.server.state.lock:
+                self.server.state.faults = Faults(**{k: body[k] for k in asdict(Faults()) if k in body})
+                if "count" not in body:
+                    self.server.state.faults.count = -1 if len(body) else 0
+            self._send(200, {"ok": True})
+            return
+        if path not in POST_ROUTES:
+            self._send(404, {"error": "not found"})
+            return
+        if self._fault():
+            return
+        if path == "/api/log-push":
+            self._log_push()
+            return
+        body = self._json()
+        if body is None:
+            self._send(400, {"error": "body must be a JSON object"})
+            return
+        getattr(self, "_" + path.strip("/").replace("-", "_"))(body)
+
+    def _register(self, body: dict[str, Any]) -> None:
+        label = body.get("label")
+        if not label or not isinstance(label, str):
+            self._send(400, {"error": "label required"})
+            return
+        try:
+            min_rate = float(body.get("min_rate") or 0)
+        except (TypeError, ValueError):
+            min_rate = 0.0
+        state = self.server.state
+        with state.lock:
+            inst = next((i for i in state.instances.values() if i.label == label and i.state != "killed"), None)
+            if inst is None:
+                inst = Instance(str(uuidlib.uuid4()), label, next(state._runner_ids), min_rate if min_rate > 0 else 50)
+                state.instances[inst.uuid] = inst
+        self._send(200, {"uuid": inst.uuid, "runner_id": inst.runner_id})
+
+    def _instance(self, body: dict[str, Any]) -> Instance | None:
+        with self.server.state.lock:
+            inst = self.server.state.instances.get(str(body.get("uuid", "")))
+        if inst is None:
+            self._send(404, {"error": "unknown uuid"})
+        return inst
+
+    def _move(self, inst: Instance, state: str) -> None:
+        with self.server.state.lock:
+            inst.state = state
+            inst.history.append(state)
+
+    def _param_done(self, body: dict[str, Any]) -> None:
+        inst = self._instance(body)
+        if inst is None:
+            return
+        if inst.state == "registered":
+            self._move(inst, "params_done")
+        self._send(200, {"ok": True})
+
+    def _bench_done(self, body: dict[str, Any]) -> None:
+        inst = self._instance(body)
+        if inst is None:
+            return
+        try:
+            rate = float(body.get("rate", 0))
+        except (TypeError, ValueError):
+            rate = 0.0
+        inst.rate = rate
+        passed = rate >= inst.min_rate
+        if passed:
+            self._move(inst, "bench_done")
+        else:
+            inst.killed_reason = f"bench rate {rate:g} < min_rate {inst.min_rate:g}"
+            self._move(inst, "killed")
+        self._send(200, {"ok": True, "passed": passed})
+
+    def _running(self, body: dict[str, Any]) -> None:
+        with self.server.state.lock:
+            inst = self.server.state.instances.get(str(body.get("uuid", "")))
+        if inst is None or inst.state == "killed":
+            self._send(404, {"error": "unknown or killed instance"})
+            return
+        self._move(inst, "running")
+        self._send(200, {"ok": True})
+
+    def _log_push(self) -> None:
+        uuid = self.headers.get("X-Instance-UUID")
+        data = self._body(LOG_PUSH_LIMIT)  # the real manager silently drops what is past 256 KiB
+        if not uuid:
+            self._send(400, {"error": "X-Instance-UUID required"})
+            return
+        source = self.headers.get("X-Log-Source") or "unknown"
+        state = self.server.state
+        with state.lock:
+            per_source = state.logs.setdefault(uuid, {})
+            text = per_source.get(source, "") + data.decode("utf-8", errors="replace")
+            per_source[source] = text[-LOG_RING_BYTES:]
+        lines = data.count(b"\n")
+        self._send(204, f"{source}: {len(data)} bytes, {lines} line(s)")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], state: DevManagerState, quiet: bool) -> None:
+        super().__init__(address, _Handler)
+        self.state = state
+        self.quiet = quiet
+
+    def note(self, method: str, path: str, status: int, body: Any) -> None:
+        entry = {"time": time.time(), "method": method, "path": path, "status": status}
+        if not path.startswith("/dev/"):
+            with self.state.lock:
+                self.state.calls.append(entry)
+        if not self.quiet:
+            shown = json.dumps(body)[:160] if body is not None else ""
+            print(f"dev-manager: {method} {path} -> {status} {shown}", flush=True)
+
+
+class DevManager:
+    """The stand-in server, in a background thread of this process."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", quiet: bool = False,
+                 state: DevManagerState | None = None) -> None:
+        self.state = state or DevManagerState()
+        self._server = _Server((host, port), self.state, quiet)
+        self.port = int(self._server.server_address[1])
+        self.url = f"http://{host}:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="dev-manager", daemon=True)
+
+    def start(self) -> DevManager:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def serve(port: int) -> int:
+    """The ``dev-manager`` command: serve in the foreground until interrupted."""
+    try:
+        manager = DevManager(port)
+    except OSError as exc:
+        print(f"dev-manager: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print(f"dev-manager: serving the manager API on {manager.url} (Ctrl-C to stop)", flush=True)
+    try:
+        manager._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        manager._server.server_close()
+    return 0

@@ -1,0 +1,196 @@
+"""Shipping output to the manager's ``/api/log-push``, and events to an optional ``events_url``.
+
+Lines are queued per source (the manager dashboard's tabs: setup, benchdaemon,
+benchout, cuzk, curio) with ANSI escapes stripped, and pushed by a thread in
+batches: every ``log_push_interval_s`` or once ``BATCH_BYTES`` are waiting, never
+more than ``PUSH_MAX_BYTES`` per push (the manager silently drops what is past
+256 KiB), split on line boundaries. While the manager is down each source keeps
+a bounded backlog: the oldest lines go first, and the next push says how many.
+Phase calls never travel this way (they go through the outbox and are never
+dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .manager import LOG_PUSH_LIMIT, ManagerClient, PermanentError, TransientError
+
+# Leave room under the manager's 256 KiB cut for the "dropped" note and headers' sake.
+PUSH_MAX_BYTES = LOG_PUSH_LIMIT - 4096
+BATCH_BYTES = 64 * 1024
+# After a failed push, wait this long (doubling to the cap) before the next try.
+PUSH_RETRY_S = 1.0
+PUSH_RETRY_MAX_S = 30.0
+FLUSH_TIMEOUT_S = 5.0
+
+Log = Callable[[str], None]
+
+
+class _Queue:
+    """One source's backlog: whole lines, a byte count, and how many were dropped."""
+
+    def __init__(self) -> None:
+        self.lines: deque[str] = deque()
+        self.size = 0
+        self.dropped = 0
+
+
+class Shipper:
+    """A background sender of text lines, batched per source; see the module docstring."""
+
+    def __init__(self, name: str, send: Callable[[str, str], None], ready: Callable[[], bool],
+                 interval_s: float, backlog_bytes: int, log: Log) -> None:
+        self.name = name
+        self._send = send  # (source, body) → raises TransientError / PermanentError
+        self._ready = ready  # e.g. "the uuid is known": until then, only queue
+        self._interval = interval_s
+        self._backlog = backlog_bytes
+        self._log = log
+        self._queues: dict[str, _Queue] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._retry_at = 0.0
+        self._retry_delay = PUSH_RETRY_S
+        self._refused_logged: set[str] = set()
+        self.pushed = 0  # pushes delivered
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"ship:{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, source: str, lines: list[str]) -> None:
+        """Queue lines (any thread); the oldest are dropped past the backlog."""
+        if not lines:
+            return
+        with self._lock:
+            queue = self._queues.setdefault(source, _Queue())
+            for line in lines:
+                queue.lines.append(line)
+                queue.size += len(line) + 1
+            while queue.size > self._backlog and queue.lines:
+                queue.size -= len(queue.lines.popleft()) + 1
+                queue.dropped += 1
+            urgent = queue.size >= BATCH_BYTES
+        if urgent:
+            self._wake.set()
+
+    def backlog(self) -> dict[str, int]:
+        with self._lock:
+            return {source: q.size for source, q in self._queues.items() if q.size}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            self.ship_once()
+
+    def ship_once(self) -> bool:
+        """Push what is queued; False if a push failed (the batch is kept for later)."""
+        if not self._ready() or time.monotonic() < self._retry_at:
+            return False
+        for source in list(self._queues):
+            while True:
+                body, count, dropped = self._take(source)
+                if not body:
+                    break
+                try:
+                    self._send(source, body)
+                except TransientError as exc:
+                    self._put_back(source, body, count, dropped)
+                    self.last_error = str(exc)
+                    self._retry_at = time.monotonic() + self._retry_delay
+                    self._retry_delay = min(PUSH_RETRY_MAX_S, self._retry_delay * 2)
+                    return False
+                except PermanentError as exc:
+                    self.last_error = str(exc)
+                    if source not in self._refused_logged:
+                        self._refused_logged.add(source)
+                        self._log(f"{self.name}: the manager refused a push for {source!r} ({exc}); dropping it")
+                    continue
+                self.pushed += 1
+                self._retry_delay = PUSH_RETRY_S
+        return True
+
+    def _take(self, source: str) -> tuple[str, int, int]:
+        """Up to PUSH_MAX_BYTES of whole lines (a "dropped" note first, if any were)."""
+        with self._lock:
+            queue = self._queues.get(source)
+            if queue is None or not queue.lines:
+                return "", 0, 0
+            parts: list[str] = []
+            size = 0
+            dropped, queue.dropped = queue.dropped, 0
+            if dropped:
+                note = f"[prover-supervisor: {dropped} older line(s) dropped while the manager was unreachable]"
+                parts.append(note)
+                size += len(note) + 1
+            count = 0
+            while queue.lines and size + len(queue.lines[0].encode()) + 1 <= PUSH_MAX_BYTES:
+                line = queue.lines.popleft()
+                queue.size -= len(line) + 1
+                parts.append(line)
+                size += len(line.encode()) + 1
+                count += 1
+            if count == 0 and queue.lines:  # one line over the limit on its own: cut it
+                line = queue.lines.popleft()
+                queue.size -= len(line) + 1
+                parts.append(line.encode()[: PUSH_MAX_BYTES - size - 1].decode("utf-8", errors="ignore"))
+                count = 1
+            return "\n".join(parts) + "\n", count, dropped
+
+    def _put_back(self, source: str, body: str, count: int, dropped: int) -> None:
+        lines = body.rstrip("\n").split("\n")
+        if dropped:
+            lines = lines[1:]
+        with self._lock:
+            queue = self._queues.setdefault(source, _Queue())
+            for line in reversed(lines[-count:] if count else []):
+                queue.lines.appendleft(line)
+                queue.size += len(line) + 1
+            queue.dropped += dropped
+            while queue.size > self._backlog and queue.lines:
+                queue.size -= len(queue.lines.popleft()) + 1
+                queue.dropped += 1
+
+    def stop(self, flush_timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Stop the thread, then try for a little while to push what is left."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(flush_timeout_s)
+        deadline = time.monotonic() + flush_timeout_s
+        self._retry_at = 0.0
+        while self.backlog() and time.monotonic() < deadline:
+            if not self.ship_once():
+                break
+
+
+def log_push_sender(client: ManagerClient, uuid: Callable[[], str | None]) -> Callable[[str, str], None]:
+    def send(source: str, body: str) -> None:
+        client.request("POST", "/api/log-push", data=body.encode("utf-8"), want_json=False,
+                       headers={"X-Instance-UUID": uuid() or "", "X-Log-Source": source,
+                                "Content-Type": "text/plain; charset=utf-8"})
+
+    return send
+
+
+def events_sender(client: ManagerClient) -> Callable[[str, str], None]:
+    """Events go to ``events_url`` as newline-delimited JSON, one object a line."""
+
+    def send(source: str, body: str) -> None:
+        client.request("POST", "", data=body.encode("utf-8"), want_json=False,
+                       headers={"Content-Type": "application/x-ndjson"})
+
+    return send
+
+
+def event_line(kind: str, **fields: Any) -> str:
+    return json.dumps({"type": kind, "time": round(time.time(), 3), **fields}, default=str, sort_keys=True)

@@ -1,0 +1,338 @@
+"""Reporting to the fleet manager: register, phase calls, failures, logs, events.
+
+Calls, in the order the lifecycle makes them: ``/register`` first (its uuid and
+runner_id are kept in ``state_dir`` and given to every later child as
+``INSTANCE_UUID`` and ``RUNNER_ID``), then ``/param-done``, ``/bench-done`` with
+the rate, ``/running``; which phase triggers which is the phase's ``report`` key.
+Every call, and every failure report, is written to the persisted outbox first
+and delivered by a sender thread, in order, at least once: the work never waits
+on the manager, and a SIGKILL of the supervisor loses nothing.
+
+The one place the lifecycle does wait: production does not start until the
+manager has answered ``bench-done`` (``passed: false`` means the manager is
+destroying the instance), or until ``bench_gate_s`` passed without an answer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import ManagerSpec
+from .logs import strip_ansi
+from .logship import Shipper, event_line, events_sender, log_push_sender
+from .manager import Answer, ManagerClient, PermanentError, TransientError
+from .outbox import Call, Outbox
+from .redact import Redactor
+from .verdict import STOPPED, Verdict
+
+if TYPE_CHECKING:
+    from .lifecycle import Lifecycle, Phase, Runtime
+
+# The supervisor's exit status when the manager rejected the benchmark (passed: false).
+EXIT_BENCH_REJECTED = 69
+# How long the supervisor's exit waits for the outbox to drain before leaving the rest for the next start.
+EXIT_FLUSH_S = 10.0
+# Retries are logged on the first failure, then once every this many.
+RETRY_LOG_EVERY = 10
+
+Log = Callable[[str], None]
+
+
+class Reporter:
+    def __init__(self, spec: ManagerSpec, state_dir: Path, rt: Runtime, redactor: Redactor) -> None:
+        self.spec = spec
+        self.rt = rt
+        self._log = rt.log
+        self._redactor = redactor
+        self.enabled = spec.url is not None
+        self.outbox: Outbox | None = None
+        self.uuid: str | None = None
+        self.runner_id: str | None = None
+        self.last_delivered: dict[str, Any] | None = None
+        self.last_error: str | None = None
+        self.rejected = False
+        self._lifecycle: Lifecycle | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._logs: Shipper | None = None
+        self._events: Shipper | None = None
+        self._gate_timer = None
+        self._reported: set[str] = set()
+        self._state_dir = state_dir
+
+    # ------------------------------------------------------------ start and stop
+
+    def start(self, lifecycle: Lifecycle) -> None:
+        self._lifecycle = lifecycle
+        if not self.enabled:
+            self._log("manager reporting off: no [manager] url and no MANAGER_URL")
+            return
+        assert self.spec.url is not None
+        self.outbox = Outbox(self._state_dir / "outbox.sqlite3")
+        if self.outbox.corrupt_note:
+            self._log(self.outbox.corrupt_note)
+        token = os.environ.get(self.spec.token_env) if self.spec.token_env else None
+        client = ManagerClient(self.spec, token)
+        self._client = client
+        self._restore_identity()
+        self._log(f"manager: {self.spec.url} as label {self.spec.label!r}, min_rate {self.spec.min_rate:g}; "
+                  f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
+        self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
+                             self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
+        self._logs.start()
+        if self.spec.events_url:
+            events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token)
+            self._events = Shipper("events", events_sender(events_client), lambda: True,
+                                   self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
+            self._events.start()
+        self._thread = threading.Thread(target=self._deliver_forever, name="outbox", daemon=True)
+        self._thread.start()
+        self.event("supervisor", state="started", pid=os.getpid())
+
+    def _restore_identity(self) -> None:
+        assert self.outbox is not None
+        stored_label = self.outbox.get("label")
+        if stored_label is not None and stored_label != self.spec.label:
+            # The state volume belonged to another instance: its uuid is not ours.
+            self._log(f"manager: state_dir was registered as {stored_label!r}, not {self.spec.label!r}; "
+                      "registering afresh")
+            self.outbox.put("uuid", "")
+        self.outbox.put("label", self.spec.label)
+        self.uuid = self.outbox.get("uuid") or None
+        self.runner_id = self.outbox.get("runner_id") or None
+        if self.uuid:
+            self._log(f"manager: reusing uuid {self.uuid} (runner_id {self.runner_id}) from an earlier start")
+            self._export_identity()
+        elif not self.outbox.has("register"):
+            self.outbox.add("register", {"label": self.spec.label, "min_rate": self.spec.min_rate})
+
+    def stop(self, status: int, why: str) -> None:
+        """The supervisor is exiting: say so, then give the outbox a little time to drain."""
+        if not self.enabled or self.outbox is None:
+            return
+        self.push_text("setup", f"prover-supervisor exiting with status {status}: {why}")
+        self.event("supervisor", state="exiting", status=status, why=why)
+        deadline = time.monotonic() + EXIT_FLUSH_S
+        while self.outbox.pending() and time.monotonic() < deadline and self._thread and self._thread.is_alive():
+            self._wake.set()
+            time.sleep(0.05)
+        left = self.outbox.pending()
+        if left:
+            self._log(f"manager: {left} call(s) not delivered yet; they stay in the outbox for the next start")
+        self._stop.set()
+        self._wake.set()
+        if self._logs is not None:
+            self._logs.stop(max(0.5, deadline - time.monotonic()))
+        if self._events is not None:
+            self._events.stop(1.0)
+        if self._thread is not None:
+            self._thread.join(2.0)
+        self.outbox.close()
+
+    # ------------------------------------------------------------ what the lifecycle tells us
+
+    def phase_changed(self, phase: Phase) -> None:
+        from .lifecycle import PhaseState
+
+        self.event("transition", phase=phase.name, state=str(phase.state), why=phase.why, attempt=phase.attempt,
+                   up=phase.up)
+        if not self.enabled:
+            return
+        report = phase.spec.report
+        if report == "param-done" and phase.state is PhaseState.DONE:
+            self._queue_once("param-done", {})
+        elif report == "bench-done" and phase.state is PhaseState.DONE:
+            rate = phase.bench_result.rate_per_hour if phase.bench_result else None
+            self._queue_once("bench-done", {"rate": rate if rate is not None else 0.0})
+            self._hold_production(phase)
+        elif report == "bench-done" and phase.state is PhaseState.FAILED and self.spec.report_bench_failure:
+            # The manager only learns "passed: false" from a rate: tell it now rather than at its 45 min timeout.
+            self._queue_once("bench-done", {"rate": 0.0, "failed": True})
+        elif report == "running" and phase.up:
+            self._queue_once("running", {})
+
+    def verdict(self, verdict: Verdict) -> None:
+        self.event("verdict", **verdict.to_dict())
+        if verdict.success or verdict.reason == STOPPED:
+            return
+        lines = [f"prover-supervisor: FAILED: {verdict.line()}"]
+        lines += [f"  | {line}" for line in verdict.last_lines]
+        self.push_text("setup", "\n".join(lines))
+
+    def push_text(self, source: str, text: str) -> None:
+        """A durable log push (failures, the supervisor's exit): through the outbox, never dropped."""
+        if self.enabled and self.outbox is not None:
+            self.outbox.add("log", {"source": source, "text": self._redactor.text(text).rstrip("\n") + "\n"})
+            self._wake.set()
+
+    def ship_lines(self, source: str, lines: list[bytes]) -> None:
+        """Children's output: best effort, batched, bounded."""
+        if self._logs is not None:
+            self._logs.add(source, [strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
+
+    def ship_own_line(self, message: str) -> None:
+        if self._logs is not None:
+            self._logs.add("setup", [f"[supervisor] {message}"])
+
+    def event(self, kind: str, **fields: Any) -> None:
+        if self._events is not None:
+            self._events.add("events", [event_line(kind, label=self.spec.label, uuid=self.uuid, **fields)])
+
+    def _queue_once(self, kind: str, payload: dict[str, Any]) -> None:
+        assert self.outbox is not None
+        if kind in self._reported:
+            return
+        self._reported.add(kind)
+        self.outbox.add(kind, payload)
+        self._wake.set()
+        self._log(f"manager: {kind} queued" + (f" (rate {payload['rate']:g}/h)" if "rate" in payload else ""))
+
+    # ------------------------------------------------------------ the bench gate
+
+    def _hold_production(self, phase: Phase) -> None:
+        if self.spec.bench_gate_s <= 0:
+            return
+        phase.hold = "waiting for the manager's answer to bench-done"
+        self._gate_timer = self.rt.loop.call_later(self.spec.bench_gate_s, lambda: self._gate_expired(phase))
+
+    def _gate_expired(self, phase: Phase) -> None:
+        if phase.hold is not None:
+            self._log(f"manager: no answer to bench-done after {self.spec.bench_gate_s:g}s; starting production "
+                      "anyway (a later passed: false still stops it)")
+            self._release(phase)
+
+    def _release(self, phase: Phase) -> None:
+        if self._gate_timer is not None:
+            self._gate_timer.cancel()
+        if self._lifecycle is not None:
+            self._lifecycle.release_hold(phase)
+
+    def _bench_answered(self, passed: bool, rate: float) -> None:
+        lifecycle = self._lifecycle
+        if lifecycle is None:
+            return
+        phase = next((p for p in lifecycle.phases if p.spec.report == "bench-done"), None)
+        if passed:
+            self._log(f"manager: benchmark passed (rate {rate:g}/h >= min_rate {self.spec.min_rate:g})")
+            if phase is not None:
+                self._release(phase)
+            return
+        self.rejected = True
+        why = (f"the manager rejected the benchmark (rate {rate:g}/h < min_rate {self.spec.min_rate:g}) and is "
+               "destroying this instance: not starting production")
+        self._log(why)
+        lifecycle.shutdown(why, EXIT_BENCH_REJECTED)
+
+    # ------------------------------------------------------------ the sender thread
+
+    def _deliver_forever(self) -> None:
+        assert self.outbox is not None
+        while not self._stop.is_set():
+            call = self.outbox.next_pending()
+            if call is None:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            if call.kind != "register" and not self.uuid:
+                if not self.outbox.has("register"):
+                    self.outbox.add("register", {"label": self.spec.label, "min_rate": self.spec.min_rate})
+                    continue
+                # Register failed for good (e.g. 400): nothing needing a uuid can go.
+                self.outbox.failed(call.id, "no uuid: registration failed")
+                continue
+            retries = 0
+
+            def on_retry(error: str, delay: float, call: Call = call) -> None:
+                nonlocal retries
+                retries += 1
+                self.last_error = error
+                self.outbox.attempted(call.id, error) if self.outbox else None
+                if retries == 1 or retries % RETRY_LOG_EVERY == 0:
+                    self.rt.loop.call_soon_threadsafe(lambda: self._log(
+                        f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"))
+
+            try:
+                answer = self._client.with_retries(lambda call=call: self._attempt(call), self._stop, on_retry)
+            except PermanentError as exc:
+                self.last_error = str(exc)
+                self.outbox.failed(call.id, str(exc))
+                self.rt.loop.call_soon_threadsafe(lambda exc=exc, call=call: self._log(
+                    f"manager: {call.kind} refused for good: HTTP {exc.status}: {exc.body[:300]!r}"))
+                continue
+            except TransientError:
+                return  # stopping: the call stays pending in the outbox
+            self.outbox.delivered(call.id, answer.body)
+            self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
+            self._delivered(call, answer)
+
+    def _attempt(self, call: Call) -> Answer:
+        client = self._client
+        if call.kind == "register":
+            answer = client.request("POST", "/register", json_body=call.payload)
+            body = answer.body if isinstance(answer.body, dict) else {}
+            if not body.get("uuid"):
+                raise TransientError(f"/register answered without a uuid: {str(answer.body)[:100]!r}")
+            return answer
+        if call.kind == "bench-done":
+            answer = client.request("POST", "/bench-done", json_body={"uuid": self.uuid,
+                                                                       "rate": call.payload.get("rate", 0.0)})
+            if not isinstance(answer.body, dict) or not isinstance(answer.body.get("passed"), bool):
+                raise TransientError(f"/bench-done answered without 'passed': {str(answer.body)[:100]!r}")
+            return answer
+        if call.kind in ("param-done", "running"):
+            return client.request("POST", f"/{call.kind}", json_body={"uuid": self.uuid}, want_json=False)
+        if call.kind == "log":
+            return client.request("POST", "/api/log-push", data=call.payload.get("text", "").encode()[: 256 * 1024],
+                                  want_json=False, headers={"X-Instance-UUID": self.uuid or "",
+                                                            "X-Log-Source": call.payload.get("source", "setup"),
+                                                            "Content-Type": "text/plain; charset=utf-8"})
+        raise PermanentError(0, f"unknown outbox call kind {call.kind!r}")
+
+    def _delivered(self, call: Call, answer: Answer) -> None:
+        assert self.outbox is not None
+        if call.kind == "register":
+            body = answer.body
+            self.uuid = str(body["uuid"])
+            self.runner_id = str(body.get("runner_id", ""))
+            self.outbox.put("uuid", self.uuid)
+            self.outbox.put("runner_id", self.runner_id)
+            self.rt.loop.call_soon_threadsafe(self._registered)
+        elif call.kind == "bench-done" and not call.payload.get("failed"):
+            passed = bool(answer.body["passed"])
+            rate = float(call.payload.get("rate", 0.0))
+            self.rt.loop.call_soon_threadsafe(lambda: self._bench_answered(passed, rate))
+
+    def _registered(self) -> None:
+        self._log(f"manager: registered: uuid {self.uuid}, runner_id {self.runner_id}")
+        self._export_identity()
+
+    def _export_identity(self) -> None:
+        """Children started from now on know who they are to the manager."""
+        if self.uuid:
+            self.rt.base_env["INSTANCE_UUID"] = self.uuid
+        if self.runner_id:
+            self.rt.base_env["RUNNER_ID"] = self.runner_id
+
+    # ------------------------------------------------------------ for the status view
+
+    def status(self) -> dict[str, Any]:
+        if not self.enabled:
+            return {"enabled": False}
+        return {
+            "enabled": True, "url": self.spec.url, "label": self.spec.label, "uuid": self.uuid,
+            "runner_id": self.runner_id, "outbox_pending": self.outbox.pending() if self.outbox else None,
+            "last_delivered": self.last_delivered, "last_error": self.last_error,
+            "log_backlog": self._logs.backlog() if self._logs else {},
+        }
+
+
+def _with_url(spec: ManagerSpec, url: str) -> ManagerSpec:
+    from dataclasses import replace
+
+    return replace(spec, url=url)

@@ -112,7 +112,11 @@ class MemoryCgroup:
         child.path.mkdir(exist_ok=True)
         if memory_max is not None:
             target = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
-            (child.path / target).write_text(str(memory_max))
+            try:
+                (child.path / target).write_text(str(memory_max))
+            except OSError:
+                child.remove()
+                raise
         return child
 
     def remove(self) -> None:

@@ -60,6 +60,7 @@ class MemoryEvidence:
         self._last_kills: dict[str, int] = {}
         self._poll_timer: Timer | None = None
         self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
+        self._said_no_limit: set[str] = set()
         if mode == "off":
             self.why = "cgroup evidence turned off (supervisor.cgroups = \"off\"): OOM kills are unknown"
             return
@@ -114,6 +115,10 @@ class MemoryEvidence:
                     self._watch(cgroup)
             if cgroup is not None:
                 return Placement(cgroup, "phase", cgroup.oom_kills())
+        if memory_max is not None and phase not in self._said_no_limit:
+            self._said_no_limit.add(phase)
+            self._log(f"phase {phase}: memory_max={fmt_bytes(memory_max)} cannot be applied: no per-phase cgroup "
+                      f"({self.mode} mode); the preflight still holds the phase to it")
         if self.shared is not None:
             return Placement(self.shared, "shared", self.shared.oom_kills())
         return Placement(None, "none", None)

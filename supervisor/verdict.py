@@ -110,7 +110,8 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
     else:
         reason, detail = EXIT_CODE, status.describe()
     if oom and reason != OOM_KILLED:
-        detail += f"; {oom} OOM kill(s) in its {scope} cgroup during its life (a descendant was the victim)"
+        detail += (f"; {oom} OOM kill(s) in its {scope} cgroup during its life (the victim was another process "
+                   "there: one of its descendants, or a daemon or sibling sharing the cgroup)")
     failed_status = status.shell_status or 1  # a failure never exits 0, even if the child did
     return Verdict(
         phase=phase, child=child, pid=pid, reason=reason, success=success,

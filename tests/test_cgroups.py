@@ -1,0 +1,627 @@
+"""Memory cgroups: discovery (v2, v1, container-style, none), snapshots, sizes, the OOM watches.
+
+Discovery and snapshots are tested against directories laid out like cgroupfs
+(v2 unified, v1 ``memory`` controller). The watches are tested for real: inotify
+on a fake v2 ``memory.events`` that the test rewrites, and the v1 eventfd on a
+real child cgroup of this process's own memory cgroup that a real process is
+OOM-killed in (skipped, with the reason, where v1 is not writable here).
+
+This module also holds the helpers the other memory tests share
+(``v1_memory_cgroup_or_skip``, ``v1_cgroup``, ``start_in_cgroup``, the verdict
+line parsers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import re
+import select
+import shlex
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO, Result, SupervisorRunner, kill_tree, wait_for
+
+from supervisor.cgroups import (
+    V1_UNLIMITED,
+    MemoryCgroup,
+    MemorySnapshot,
+    decode_eventfd,
+    discover,
+    fmt_bytes,
+    mem_total,
+    parse_size,
+)
+from supervisor.loop import EventLoop
+from supervisor.memory import OOM_POLL_S, MemoryEvidence
+
+MiB = 1 << 20
+GiB = 1 << 30
+V1_MOUNT = Path("/sys/fs/cgroup/memory")
+V1_NO_LIMIT = 9223372036854771712  # what v1 shows in memory.limit_in_bytes when unlimited
+
+# ================================================================ shared helpers (imported by test_oom & co.)
+
+CLOCK_RE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) ")
+VERDICT_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] (?:FAILED|ended): (phase=.*)$")
+
+# Allocates 4 MiB at a time, every byte written, until killed; gives up (exit 3) at 1 GiB, so a
+# limit that is not applied can never put the machine at risk.
+ALLOC_CODE = textwrap.dedent("""\
+    import sys
+    chunks = []
+    while len(chunks) < 256:
+        chunks.append(b"x" * (4 << 20))
+    print("allocated 1 GiB without being stopped", flush=True)
+    sys.exit(3)
+    """)
+
+
+def alloc_script(tmp: Path, name: str = "alloc.py") -> Path:
+    path = tmp / name
+    path.write_text(ALLOC_CODE)
+    return path
+
+
+def verdict_lines(output: str, phase: str | None = None, child: str | None = None) -> list[str]:
+    """The verdict records the supervisor logged (``phase=... reason=...``), optionally of one phase/child."""
+    found = []
+    for line in output.splitlines():
+        match = VERDICT_RE.match(line)
+        if not match:
+            continue
+        record = match.group(1)
+        if phase is not None and not record.startswith(f"phase={phase} "):
+            continue
+        if child is not None and f" child={child} " not in record:
+            continue
+        found.append(record)
+    return found
+
+
+def one_verdict(output: str, phase: str, child: str | None = None) -> str:
+    lines = verdict_lines(output, phase, child)
+    assert len(lines) == 1, f"expected one verdict for {phase}/{child}, got {lines}; output:\n{output}"
+    return lines[0]
+
+
+def clock_of(line: str) -> float:
+    """Seconds since midnight of a console line's ``HH:MM:SS.mmm`` stamp."""
+    match = CLOCK_RE.match(line)
+    assert match, f"no timestamp in {line!r}"
+    h, m, s, ms = (int(g) for g in match.groups())
+    return h * 3600 + m * 60 + s + ms / 1000
+
+
+def first_line(output: str, needle: str) -> str:
+    for line in output.splitlines():
+        if needle in line:
+            return line
+    raise AssertionError(f"no line with {needle!r} in output:\n{output}")
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    """Time between two console lines by their stamps (a run that crosses midnight still counts right)."""
+    return (clock_of(later) - clock_of(earlier)) % 86400
+
+
+def own_v1_memory_cgroup() -> Path | None:
+    """This process's v1 memory cgroup directory, from /proc/self/cgroup (None if there is no such line)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _hierarchy, _, rest = line.partition(":")
+        controllers, _, rel = rest.partition(":")
+        if "memory" in controllers.split(","):
+            return V1_MOUNT / rel.lstrip("/")
+    return None
+
+
+@functools.cache
+def _probe_v1() -> tuple[Path | None, str]:
+    if os.geteuid() != 0:
+        return None, "not root: cannot create v1 memory cgroups"
+    base = own_v1_memory_cgroup()
+    if base is None:
+        return None, "no v1 memory controller line in /proc/self/cgroup"
+    if not (base / "memory.oom_control").exists():
+        return None, f"{base}/memory.oom_control does not exist (v1 memory controller not mounted there)"
+    probe = base / f"pytest-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except OSError as exc:
+        return None, f"cannot create a child cgroup under {base}: {exc.strerror or exc}"
+    problem = None
+    try:
+        (probe / "memory.limit_in_bytes").write_text(str(64 * MiB))
+        if int((probe / "memory.limit_in_bytes").read_text()) != 64 * MiB:
+            problem = f"memory.limit_in_bytes under {base} does not take a limit"
+    except (OSError, ValueError) as exc:
+        problem = f"cannot set a limit in a child cgroup under {base}: {exc}"
+    try:
+        probe.rmdir()
+    except OSError as exc:
+        problem = problem or f"cannot remove the child cgroup {probe}: {exc.strerror or exc}"
+    if problem is not None:
+        return None, problem
+    return base, f"v1 memory cgroup {base} is writable"
+
+
+def v1_memory_cgroup_or_skip() -> Path:
+    """This process's own v1 memory cgroup, once a child cgroup was really made (with a limit) and removed there.
+
+    Skips the calling test, with the reason printed (pytest -ra), where that is not possible.
+    """
+    base, why = _probe_v1()
+    if base is None:
+        print(f"skipping: {why}")
+        pytest.skip(f"no writable v1 memory cgroup: {why}")
+    return base
+
+
+def remove_cgroup(path: Path, timeout: float = 10.0) -> None:
+    """Remove a test cgroup: its sub-cgroups first, any process left moved out to the parent, then rmdir."""
+    if not path.is_dir():
+        return
+    for sub in [p for p in path.iterdir() if p.is_dir()]:
+        remove_cgroup(sub, timeout)
+    parent_procs = path.parent / "cgroup.procs"
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError):
+            for pid in (path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    parent_procs.write_text(pid)
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def v1_cgroup(name: str, limit: int) -> Iterator[Path]:
+    """A child v1 memory cgroup of ours with ``memory.limit_in_bytes = limit``; removed afterwards."""
+    assert limit <= 300 * MiB, "keep test limits small"
+    base = v1_memory_cgroup_or_skip()
+    path = base / f"pytest-{name}-{os.getpid()}"
+    remove_cgroup(path)  # a leftover of an interrupted run
+    path.mkdir()
+    try:
+        (path / "memory.limit_in_bytes").write_text(str(limit))
+        yield path
+    finally:
+        remove_cgroup(path)
+
+
+def in_cgroup_argv(cgroup: Path, argv: list[str]) -> list[str]:
+    """``argv`` run by a shell that first moves itself into ``cgroup`` (so everything it execs is counted there)."""
+    script = f"echo $$ > {shlex.quote(str(cgroup / 'cgroup.procs'))} && exec \"$@\""
+    return ["sh", "-c", script, "sh", *argv]
+
+
+def start_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
+    """Start ``python -m supervisor run`` inside ``cgroup`` (before it starts any child)."""
+    proc = subprocess.Popen(
+        in_cgroup_argv(cgroup, runner.argv(config)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO, start_new_session=True,
+    )
+    runner.procs.append(proc)
+    return proc
+
+
+def finish(proc: subprocess.Popen[str], started: float, timeout: float = 60) -> Result:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, _ = proc.communicate()
+        pytest.fail(f"supervisor did not finish within {timeout}s; output:\n{out}")
+    return Result(proc.returncode, out, time.monotonic() - started)
+
+
+def run_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path, timeout: float = 60) -> Result:
+    started = time.monotonic()
+    return finish(start_in_cgroup(runner, config, cgroup), started, timeout)
+
+
+# ================================================================ fake cgroupfs trees
+
+
+def write_files(directory: Path, files: dict[str, str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    return directory
+
+
+def v2_events(oom_kill: int = 0, oom_group_kill: int = 0) -> str:
+    return f"low 0\nhigh 0\nmax 7\noom {oom_kill + 1}\noom_kill {oom_kill}\noom_group_kill {oom_group_kill}\n"
+
+
+def v1_oom_control(oom_kill: int = 0) -> str:
+    return f"oom_kill_disable 0\nunder_oom 0\noom_kill {oom_kill}\n"
+
+
+def fake_v2(tmp: Path, rel: str = "/kubepods/pod1/box", *, memory_max: str = "max", oom_kill: int = 2,
+            oom_group_kill: int = 1) -> tuple[Path, Path, Path]:
+    """A v2 root with our cgroup at ``rel``; returns (root, proc_cgroup file, cgroup dir)."""
+    root = write_files(tmp / "v2root", {"cgroup.controllers": "cpu io memory pids\n", "cgroup.procs": ""})
+    cgroup = write_files(root / rel.lstrip("/"), {
+        "memory.events": v2_events(oom_kill, oom_group_kill), "memory.max": f"{memory_max}\n",
+        "memory.current": f"{3 * MiB}\n", "memory.peak": f"{5 * MiB}\n", "cgroup.procs": "1\n",
+    })
+    proc = tmp / "proc-self-cgroup"
+    proc.write_text(f"0::{rel}\n")
+    return root, proc, cgroup
+
+
+def fake_v1(tmp: Path, rel: str = "/docker/abc", *, limit: int = V1_NO_LIMIT, oom_kill: int = 3) -> tuple[
+        Path, Path, Path]:
+    root = tmp / "v1root"
+    write_files(root / "memory", {"memory.oom_control": v1_oom_control(0), "cgroup.procs": ""})
+    cgroup = write_files(root / "memory" / rel.lstrip("/"), {
+        "memory.oom_control": v1_oom_control(oom_kill), "memory.limit_in_bytes": f"{limit}\n",
+        "memory.usage_in_bytes": f"{7 * MiB}\n", "memory.max_usage_in_bytes": f"{9 * MiB}\n",
+        "memory.failcnt": "4\n", "cgroup.procs": "1\n",
+    })
+    proc = tmp / "proc-self-cgroup"
+    proc.write_text(f"12:pids:/docker/abc\n4:memory:{rel}\n1:name=systemd:/docker/abc\n")
+    return root, proc, cgroup
+
+
+# ================================================================ discovery
+
+
+def test_discover_v2(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v2(tmp_path)
+    found = discover(root, proc)
+    assert found.cgroup is not None, found.why
+    assert found.cgroup.version == "v2"
+    assert found.cgroup.path == cgroup
+    assert "v2" in found.why and str(cgroup) in found.why
+
+
+def test_snapshot_v2_unlimited_and_limited(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v2(tmp_path, oom_kill=2, oom_group_kill=1)
+    found = discover(root, proc)
+    assert found.cgroup is not None, found.why
+    snap = found.cgroup.snapshot()
+    assert snap == MemorySnapshot(oom_kills=2, oom_group_kills=1, usage=3 * MiB, peak=5 * MiB, limit=None,
+                                  failcnt=None)
+    assert found.cgroup.oom_kills() == 2
+    assert found.cgroup.limit() is None
+    assert snap.describe() == "usage=3.0MiB peak=5.0MiB limit=none oom_kills=2"
+
+    (cgroup / "memory.max").write_text(f"{512 * MiB}\n")
+    (cgroup / "memory.events").write_text(v2_events(5, 0))
+    snap = found.cgroup.snapshot()
+    assert snap.limit == 512 * MiB
+    assert snap.oom_kills == 5 and snap.oom_group_kills == 0
+    assert "limit=512.0MiB" in snap.describe()
+
+
+def test_snapshot_v2_missing_files_are_unknown(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v2(tmp_path)
+    (cgroup / "memory.peak").unlink()  # kernels before 5.19 have no memory.peak
+    (cgroup / "memory.current").write_text("garbage\n")
+    snap = discover(root, proc).cgroup.snapshot()  # type: ignore[union-attr]
+    assert snap.peak is None and snap.usage is None
+    assert "peak=?" in snap.describe()
+
+
+def test_discover_v1(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v1(tmp_path)
+    found = discover(root, proc)
+    assert found.cgroup is not None, found.why
+    assert found.cgroup.version == "v1"
+    assert found.cgroup.path == cgroup
+    assert "v1" in found.why
+
+
+def test_snapshot_v1_huge_limit_is_unlimited(tmp_path: Path) -> None:
+    root, proc, _cgroup = fake_v1(tmp_path, oom_kill=3)
+    snap = discover(root, proc).cgroup.snapshot()  # type: ignore[union-attr]
+    assert snap == MemorySnapshot(oom_kills=3, oom_group_kills=None, usage=7 * MiB, peak=9 * MiB, limit=None,
+                                  failcnt=4)
+    assert V1_NO_LIMIT >= V1_UNLIMITED  # what a real unlimited v1 cgroup shows
+
+
+def test_snapshot_v1_limited(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v1(tmp_path, limit=256 * MiB, oom_kill=0)
+    found = discover(root, proc)
+    assert found.cgroup is not None
+    snap = found.cgroup.snapshot()
+    assert snap.limit == 256 * MiB and found.cgroup.limit() == 256 * MiB
+    assert snap.oom_kills == 0
+    (cgroup / "memory.oom_control").write_text(v1_oom_control(1))
+    assert found.cgroup.oom_kills() == 1
+
+
+def test_discover_container_v2_path_missing_falls_back_to_the_mount_root(tmp_path: Path) -> None:
+    """In a container /proc/self/cgroup shows the host's path; the namespace's root is the mount root."""
+    root = write_files(tmp_path / "root", {"cgroup.controllers": "memory\n", "memory.events": v2_events(1),
+                                           "memory.max": f"{2 * GiB}\n", "memory.current": "1\n"})
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("0::/kubepods.slice/kubepods-pod42.slice/cri-containerd-abc.scope\n")
+    found = discover(root, proc)
+    assert found.cgroup is not None, found.why
+    assert found.cgroup.path == root
+    assert found.cgroup.version == "v2"
+    assert found.cgroup.snapshot().limit == 2 * GiB
+    assert found.cgroup.oom_kills() == 1
+
+
+def test_discover_container_v1_path_missing_falls_back_to_the_mount_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write_files(root / "memory", {"memory.oom_control": v1_oom_control(2), "memory.limit_in_bytes": f"{GiB}\n"})
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("4:memory:/docker/0123456789abcdef\n")
+    found = discover(root, proc)
+    assert found.cgroup is not None, found.why
+    assert found.cgroup.path == root / "memory"
+    assert found.cgroup.oom_kills() == 2
+    assert found.cgroup.limit() == GiB
+
+
+def test_discover_nothing_there(tmp_path: Path) -> None:
+    root = tmp_path / "empty"
+    root.mkdir()
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("0::/\n")
+    found = discover(root, proc)
+    assert found.cgroup is None
+    assert "no memory cgroup" in found.why and str(root) in found.why
+
+
+def test_discover_files_not_readable(tmp_path: Path) -> None:
+    root = write_files(tmp_path / "root", {"cgroup.controllers": "cpu\n"})  # no memory.events anywhere
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("0::/a/b\n")
+    found = discover(root, proc)
+    assert found.cgroup is None
+    assert "not readable" in found.why and str(root / "a" / "b") in found.why
+
+
+def test_discover_proc_cgroup_unreadable(tmp_path: Path) -> None:
+    found = discover(tmp_path, tmp_path / "no-such-proc-file")
+    assert found.cgroup is None
+    assert "cannot read" in found.why and "no-such-proc-file" in found.why
+
+
+# ================================================================ sizes
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("128GiB", 128 * GiB), ("512MiB", 512 * MiB), ("64M", 64 * MiB), ("1.5G", int(1.5 * GiB)),
+    ("4096", 4096), (" 2 GiB ", 2 * GiB), ("1kb", 1000), ("1KiB", 1024), ("3mb", 3_000_000), ("1T", 1 << 40),
+    ("10b", 10), (12345, 12345),
+])
+def test_parse_size(text: str | int, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "12XB", "-1GiB", "abc", "1.2.3M"])
+def test_parse_size_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(("n", "expected"), [
+    (None, "?"), (0, "0B"), (1023, "1023B"), (1024, "1.0KiB"), (64 * MiB, "64.0MiB"), (256 * MiB, "256.0MiB"),
+    (int(1.5 * GiB), "1.5GiB"), (24 * GiB, "24.0GiB"),
+])
+def test_fmt_bytes(n: int | None, expected: str) -> None:
+    assert fmt_bytes(n) == expected
+
+
+def test_mem_total(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24684544 kB\nMemFree:        1 kB\n")
+    assert mem_total(meminfo) == 24684544 * 1024
+    assert mem_total(tmp_path / "missing") is None
+    assert mem_total() is not None and mem_total() > 0  # type: ignore[operator]
+
+
+# ================================================================ the v2 watch (inotify)
+
+
+def readable(fd: int, timeout: float) -> bool:
+    ready, _, _ = select.select([fd], [], [], timeout)
+    return bool(ready)
+
+
+def test_v2_watch_fires_when_memory_events_changes(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v2(tmp_path, oom_kill=0)
+    found = discover(root, proc)
+    assert found.cgroup is not None
+    opened = found.cgroup.open_watch()
+    assert opened is not None
+    fd, how = opened
+    try:
+        assert how == "inotify"
+        assert not readable(fd, 0.1), "readable before anything changed"
+        (cgroup / "memory.events").write_text(v2_events(1))
+        assert readable(fd, 5), "inotify fd not readable after memory.events was rewritten"
+        MemoryCgroup.consume_watch(fd)
+        assert not readable(fd, 0.1), "still readable after consume_watch"
+        (cgroup / "memory.events").write_text(v2_events(2))
+        assert readable(fd, 5)
+    finally:
+        os.close(fd)
+
+
+def test_v2_watch_unavailable_without_memory_events(tmp_path: Path) -> None:
+    cgroup = MemoryCgroup(tmp_path, "v2")
+    assert cgroup.open_watch() is None
+
+
+def drive(loop: EventLoop, until: object, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        loop.run_once(max_wait=0.05)
+        if callable(until) and until():
+            return
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def test_memory_evidence_shared_mode_logs_an_oom_kill_live(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v2(tmp_path, oom_kill=0)
+    lines: list[str] = []
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lines.append, mode="shared", root=root, proc_cgroup=proc)
+    try:
+        assert evidence.mode == "shared"
+        assert evidence.shared is not None and evidence.shared.path == cgroup
+        assert evidence.describe().startswith("memory evidence: shared mode, cgroup v2 at ")
+        placement = evidence.place("p", memory_max=64 * MiB)  # shared mode: no cgroup of its own
+        assert placement.scope == "shared" and placement.cgroup == evidence.shared
+        assert placement.oom_baseline == 0
+
+        loop.run_once(max_wait=0.1)
+        assert not any("OOM KILL" in line for line in lines), lines
+        (cgroup / "memory.events").write_text(v2_events(1))
+        drive(loop, lambda: any("OOM KILL" in line for line in lines))
+        oom = next(line for line in lines if "OOM KILL" in line)
+        assert oom.startswith(f"OOM KILL in cgroup {cgroup}: oom_kill 0 → 1; ")
+        assert "usage=3.0MiB" in oom and "peak=5.0MiB" in oom and "limit=none" in oom
+
+        report = evidence.report(placement)
+        assert report.oom_kills == 1 and report.scope == "shared" and report.peak == 5 * MiB
+        assert sum("OOM KILL" in line for line in lines) == 1, "the same kill was logged twice"
+    finally:
+        evidence.close()
+        loop.close()
+
+
+def test_memory_evidence_polls_where_no_watch_can_be_registered(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    root, proc, cgroup = fake_v2(tmp_path, oom_kill=4)
+    monkeypatch.setattr(MemoryCgroup, "open_watch", lambda self: None)
+    lines: list[str] = []
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lines.append, mode="shared", root=root, proc_cgroup=proc)
+    try:
+        (cgroup / "memory.events").write_text(v2_events(6))
+        started = time.monotonic()
+        drive(loop, lambda: any("OOM KILL" in line for line in lines))
+        assert time.monotonic() - started >= OOM_POLL_S * 0.9  # found by the poll, not by a watch
+        assert any("oom_kill 4 → 6" in line for line in lines), lines
+    finally:
+        evidence.close()
+        loop.close()
+
+
+def test_memory_evidence_available_memory_is_the_tightest_limit_up_the_tree(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v2(tmp_path, rel="/outer/inner", memory_max=str(512 * MiB))
+    write_files(cgroup.parent, {"memory.max": f"{256 * MiB}\n", "cgroup.procs": ""})
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lambda line: None, mode="shared", root=root, proc_cgroup=proc)
+    try:
+        assert evidence.available_memory() == 256 * MiB
+        assert "memory available 256.0MiB" in evidence.describe()
+    finally:
+        evidence.close()
+        loop.close()
+
+
+def test_memory_evidence_off_and_unavailable(tmp_path: Path) -> None:
+    loop = EventLoop()
+    try:
+        off = MemoryEvidence(loop, lambda line: None, mode="off", root=tmp_path, proc_cgroup=tmp_path / "x")
+        assert off.mode == "unavailable" and off.shared is None
+        assert "turned off" in off.why and "unknown" in off.why
+        placement = off.place("p", None)
+        assert placement.scope == "none" and placement.cgroup is None
+        report = off.report(placement)
+        assert report.oom_kills is None
+
+        proc = tmp_path / "proc"
+        proc.write_text("0::/\n")
+        none = MemoryEvidence(loop, lambda line: None, mode="auto", root=tmp_path / "nothing", proc_cgroup=proc)
+        assert none.mode == "unavailable"
+        assert "never guessed" in none.why
+        assert none.describe().startswith("memory evidence: no memory cgroup")
+        assert none.available_memory() == mem_total()
+    finally:
+        loop.close()
+
+
+# ================================================================ the real v1 cgroup of this machine
+
+
+def test_real_discovery_finds_our_v1_cgroup() -> None:
+    found = discover()
+    if found.cgroup is None:
+        pytest.skip(f"no memory cgroup on this machine: {found.why}")
+    if found.cgroup.version != "v1":
+        pytest.skip(f"this machine's memory cgroup is {found.cgroup.version}, not v1: {found.why}")
+    own = own_v1_memory_cgroup()
+    assert own is not None
+    assert found.cgroup.path in (own, V1_MOUNT), found.why
+    snap = found.cgroup.snapshot()
+    assert snap.oom_kills is not None and snap.oom_kills >= 0
+    assert snap.usage is not None and snap.usage > 0
+    assert snap.peak is not None and snap.peak >= snap.usage
+    assert snap.failcnt is not None
+    assert snap.limit is None or snap.limit > 0
+
+
+def test_real_v1_eventfd_fires_on_a_real_oom_kill(tmp_path: Path) -> None:
+    base = v1_memory_cgroup_or_skip()
+    script = alloc_script(tmp_path)
+    with v1_cgroup("oomwatch", 32 * MiB) as path:
+        cgroup = MemoryCgroup(path, "v1")
+        assert cgroup.snapshot().limit == 32 * MiB
+        assert cgroup.oom_kills() == 0
+        opened = cgroup.open_watch()
+        assert opened is not None, f"no eventfd could be registered on {path}"
+        fd, how = opened
+        try:
+            assert how == "eventfd"
+            assert not readable(fd, 0.1)
+            proc = subprocess.run(in_cgroup_argv(path, [sys.executable, str(script)]), capture_output=True,
+                                  text=True, timeout=60)
+            assert proc.returncode == -9, f"the allocator was not SIGKILLed: {proc.returncode} {proc.stdout}"
+            assert readable(fd, 5), "eventfd not readable after an OOM kill in the cgroup"
+            assert decode_eventfd(os.read(fd, 8)) >= 1
+            assert cgroup.oom_kills() == 1
+            assert cgroup.snapshot().peak is not None and cgroup.snapshot().peak >= 31 * MiB  # type: ignore[operator]
+        finally:
+            os.close(fd)
+    assert not path.exists()
+    assert base.is_dir()
+
+
+def test_real_memory_evidence_per_phase_cgroup_is_made_and_removed() -> None:
+    base = v1_memory_cgroup_or_skip()
+    lines: list[str] = []
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lines.append, mode="auto")
+    try:
+        assert evidence.mode == "per-phase", evidence.why
+        name = f"pytest-{os.getpid()}"
+        placement = evidence.place(name, 48 * MiB)
+        assert placement.scope == "phase" and placement.cgroup is not None
+        assert placement.cgroup.path == base / f"phase-{name}"
+        assert placement.cgroup.limit() == 48 * MiB
+        assert placement.oom_baseline == 0
+        evidence.release_phase(name)
+        wait_for(lambda: not (base / f"phase-{name}").exists(), timeout=5)
+    finally:
+        evidence.close()
+        loop.close()

@@ -1,0 +1,282 @@
+"""Real kernel OOM kills (cgroup v1 memory controller) and the verdicts the supervisor draws from them.
+
+Exit status 137 only says SIGKILL. These tests make the kernel's OOM killer
+send it for real (a phase's ``memory_max``, or a small cgroup the test puts the
+whole supervisor in) and check that the verdict says ``oom_killed`` only when
+the cgroup's ``oom_kill`` counter rose during the child's life: a SIGKILL from a
+person, an OOM kill before the phase, a grandchild's OOM kill, a daemon's. Every
+limit is at most 300 MiB and every allocator gives up at 1 GiB, so the machine
+is never at risk; every test cgroup is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PY, SupervisorRunner, sh, toml_list, wait_for
+from test_cgroups import (
+    MiB,
+    alloc_script,
+    finish,
+    first_line,
+    in_cgroup_argv,
+    one_verdict,
+    run_in_cgroup,
+    start_in_cgroup,
+    v1_cgroup,
+    v1_memory_cgroup_or_skip,
+    verdict_lines,
+)
+
+from supervisor.cgroups import MemoryCgroup, parse_size
+
+OOM_LINE_RE = re.compile(r"OOM KILL in cgroup (\S+): oom_kill (\d+) → (\d+); ")
+PEAK_RE = re.compile(r" peak=(\d+(?:\.\d+)?)(B|KiB|MiB|GiB)\((phase|shared|none)\)")
+
+
+def shell(script: str) -> str:
+    """``sh()``, with ``$`` escaped from the config's own ``${VAR}`` / ``$$`` expansion."""
+    return sh(script.replace("$", "$$"))
+
+
+def peak_of(record: str) -> tuple[int, str]:
+    match = PEAK_RE.search(record)
+    assert match, f"no peak= in {record}"
+    return parse_size(match.group(1) + match.group(2)), match.group(3)
+
+
+def pid_from(path: Path) -> int:
+    text = wait_for(lambda: path.exists() and path.read_text().strip(), timeout=15)
+    return int(str(text))
+
+
+def config(runner: SupervisorRunner, body: str, *, cgroups: str | None = None) -> Path:
+    extra = f'cgroups = "{cgroups}"' if cgroups else ""
+    path = runner.tmp / "config.toml"
+    path.write_text(runner.header(stop_grace_s=1, extra=extra) + body)
+    return path
+
+
+def test_phase_over_its_memory_max_is_oom_killed(sup: SupervisorRunner) -> None:
+    base = v1_memory_cgroup_or_skip()
+    alloc = alloc_script(sup.tmp)
+    cfg = config(sup, f"""
+[[phases]]
+name = "hog"
+memory_max = "64MiB"
+command = {toml_list([PY, str(alloc)])}
+""")
+    result = sup.run(cfg, timeout=60)
+    out = result.output
+    assert result.returncode == 137, out
+    record = one_verdict(out, "hog")
+    assert " reason=oom_killed " in record and " signal=SIGKILL " in record, record
+    assert " oom_kills=1 " in record, record
+    peak, scope = peak_of(record)
+    assert scope == "phase"
+    assert 32 * MiB <= peak <= 64 * MiB, record
+    assert "per-phase mode" in first_line(out, "memory evidence:")
+
+    live = OOM_LINE_RE.search(out)
+    assert live, f"no live OOM KILL line:\n{out}"
+    assert live.group(1) == str(base / "phase-hog")
+    assert (int(live.group(2)), int(live.group(3))) == (0, 1)
+    assert "limit=64.0MiB" in first_line(out, "OOM KILL in cgroup")
+    # the live line comes before the verdict
+    assert out.index("OOM KILL in cgroup") < out.index("reason=oom_killed")
+    assert not (base / "phase-hog").exists(), "the phase's cgroup was not removed"
+
+
+@pytest.mark.parametrize("sh_status", [0, 1])
+def test_grandchild_oom_kill_is_noted_but_not_the_commands_verdict(sup: SupervisorRunner, sh_status: int) -> None:
+    base = v1_memory_cgroup_or_skip()
+    alloc = alloc_script(sup.tmp)
+    cfg = config(sup, f"""
+[[phases]]
+name = "wrap"
+memory_max = "64MiB"
+command = {shell(f'{PY} {alloc}; echo "allocator ended with $?"; exit {sh_status}')}
+""")
+    result = sup.run(cfg, timeout=60)
+    out = result.output
+    assert result.returncode == sh_status, out
+    assert "allocator ended with 137" in out
+    record = one_verdict(out, "wrap")
+    assert " reason=exit_code " in record and f" exit_code={sh_status} " in record, record
+    assert "oom_killed" not in record
+    assert " oom_kills=1 " in record, record
+    assert "OOM kill(s) in its phase cgroup" in record, record
+    assert "signal=" not in record
+    assert OOM_LINE_RE.search(out), out
+    assert not (base / "phase-wrap").exists()
+
+
+def test_shared_mode_oom_kill_in_the_supervisors_own_cgroup(sup: SupervisorRunner) -> None:
+    alloc = alloc_script(sup.tmp)
+    cfg = config(sup, f"""
+[[phases]]
+name = "hog"
+command = {toml_list([PY, str(alloc)])}
+""", cgroups="shared")
+    with v1_cgroup("shared", 300 * MiB) as cg:
+        result = run_in_cgroup(sup, cfg, cg, timeout=60)
+        out = result.output
+        assert result.returncode == 137, out
+        assert first_line(out, "memory evidence:").split("memory evidence: ", 1)[1].startswith(
+            f"shared mode, cgroup v1 at {cg}"), out
+        assert "memory available 300.0MiB" in first_line(out, "memory evidence:")
+        record = one_verdict(out, "hog")
+        assert " reason=oom_killed " in record and " oom_kills=1 " in record, record
+        assert "in its shared cgroup" in record
+        peak, scope = peak_of(record)
+        assert scope == "shared"
+        assert 200 * MiB <= peak <= 300 * MiB, record
+        live = OOM_LINE_RE.search(out)
+        assert live and live.group(1) == str(cg), out
+        assert MemoryCgroup(cg, "v1").oom_kills() == 1
+        assert not [p for p in cg.iterdir() if p.is_dir()], "shared mode made a sub-cgroup"
+    assert not cg.exists()
+
+
+def test_sigkill_from_outside_is_a_signal_not_an_oom_kill(sup: SupervisorRunner) -> None:
+    v1_memory_cgroup_or_skip()  # the verdict must know (not guess) that no OOM kill happened
+    pidfile = sup.tmp / "child.pid"
+    cfg = config(sup, f"""
+[[phases]]
+name = "victim"
+memory_max = "64MiB"
+command = {shell(f'echo $$ > {pidfile}; exec sleep 30')}
+""")
+    started = time.monotonic()
+    proc = sup.start(cfg)
+    os.kill(pid_from(pidfile), signal.SIGKILL)
+    result = finish(proc, started, timeout=30)
+    out = result.output
+    assert result.returncode == 137, out
+    record = one_verdict(out, "victim")
+    assert " reason=signal " in record and " signal=SIGKILL " in record, record
+    assert "oom_kills=" not in record and "oom=unknown" not in record, record
+    assert "reason=oom_killed" not in out
+    assert "OOM KILL" not in out
+
+
+def test_an_old_oom_kill_never_taints_a_later_phase(sup: SupervisorRunner, tmp_path: Path) -> None:
+    alloc = alloc_script(tmp_path)
+    pidfile = sup.tmp / "child.pid"
+    cfg = config(sup, f"""
+[[phases]]
+name = "later"
+command = {shell(f'echo $$ > {pidfile}; exec sleep 30')}
+""", cgroups="shared")
+    with v1_cgroup("oldoom", 200 * MiB) as cg:
+        early = subprocess.run(in_cgroup_argv(cg, [sys.executable, str(alloc)]), capture_output=True, timeout=60)
+        assert early.returncode == -9
+        assert MemoryCgroup(cg, "v1").oom_kills() == 1, "the first OOM kill did not happen"
+
+        started = time.monotonic()
+        proc = start_in_cgroup(sup, cfg, cg)
+        os.kill(pid_from(pidfile), signal.SIGKILL)
+        result = finish(proc, started, timeout=30)
+        out = result.output
+        assert result.returncode == 137, out
+        assert "shared mode" in first_line(out, "memory evidence:")
+        record = one_verdict(out, "later")
+        assert " reason=signal " in record and " signal=SIGKILL " in record, record
+        assert "oom_kills=" not in record and "reason=oom_killed" not in out, record
+        assert "OOM KILL" not in out, "the old OOM kill was logged as a new one"
+        assert MemoryCgroup(cg, "v1").oom_kills() == 1
+
+
+def run_daemon_oom(runner: SupervisorRunner, marker: Path) -> str:
+    """Phase ``work``: its command sleeps, its daemon ``hogd`` allocates past the phase's memory_max."""
+    alloc = alloc_script(runner.tmp)
+    cfg = config(runner, f"""
+[[phases]]
+name = "work"
+memory_max = "64MiB"
+command = {toml_list(["sleep", "30"])}
+
+[[phases.daemons]]
+name = "hogd"
+command = {shell(f'sleep 0.3; exec {PY} {alloc}')}
+
+[[phases]]
+name = "after"
+command = {toml_list(["touch", str(marker)])}
+""")
+    result = runner.run(cfg, timeout=60)
+    assert result.returncode == 137, result.output
+    return result.output
+
+
+def test_daemon_oom_killed_during_its_phase(sup: SupervisorRunner) -> None:
+    base = v1_memory_cgroup_or_skip()
+    marker = sup.tmp / "after.marker"
+    out = run_daemon_oom(sup, marker)
+    record = one_verdict(out, "work", "hogd")
+    assert " reason=oom_killed " in record and " oom_kills=1 " in record, record
+    assert "daemon killed by the OOM killer" in record
+    assert "phase work: stopping → failed (oom_killed" in out
+    command = one_verdict(out, "work", "work")
+    assert " reason=stopped " in command and "oom_killed" not in command, command
+    assert not marker.exists()
+    assert OOM_LINE_RE.search(out)
+    assert not (base / "phase-work").exists()
+
+
+def test_daemons_oom_kill_is_not_blamed_on_the_commands_descendants(sup: SupervisorRunner) -> None:
+    """The victim was the command's sibling (a daemon of the same phase cgroup), not one of its descendants."""
+    v1_memory_cgroup_or_skip()
+    out = run_daemon_oom(sup, sup.tmp / "after.marker")
+    command = one_verdict(out, "work", "work")
+    assert "a descendant was the victim" not in command, (
+        f"the command's verdict blames its descendants for the daemon's OOM kill: {command}")
+
+
+def test_cgroups_off_says_oom_unknown(sup: SupervisorRunner) -> None:
+    pidfile = sup.tmp / "child.pid"
+    cfg = config(sup, f"""
+[[phases]]
+name = "blind"
+memory_max = "64MiB"
+command = {shell(f'echo $$ > {pidfile}; exec sleep 30')}
+""", cgroups="off")
+    started = time.monotonic()
+    proc = sup.start(cfg)
+    os.kill(pid_from(pidfile), signal.SIGKILL)
+    result = finish(proc, started, timeout=30)
+    out = result.output
+    assert result.returncode == 137, out
+    head = out.splitlines()[:3]
+    assert any("memory evidence:" in line and "turned off" in line and "OOM kills are unknown" in line
+               for line in head), head
+    record = one_verdict(out, "blind")
+    assert " reason=signal " in record and " signal=SIGKILL " in record, record
+    assert " oom=unknown " in record, record
+    assert "peak=" not in record
+    assert len(verdict_lines(out)) == 1
+
+
+@pytest.mark.parametrize("mode", ["shared", "off"])
+def test_a_memory_max_that_cannot_be_applied_is_said(sup: SupervisorRunner, mode: str) -> None:
+    """Without per-phase cgroups a phase's memory_max limits nothing: the supervisor must say so, not stay silent."""
+    cfg = config(sup, f"""
+[[phases]]
+name = "limited"
+memory_max = "64MiB"
+command = {toml_list(["true"])}
+""", cgroups=mode)
+    result = sup.run(cfg, timeout=30)
+    out = result.output
+    assert result.returncode == 0, out
+    assert f"{mode} mode" in first_line(out, "memory evidence:") or mode == "off", out
+    # (the test's own directory name contains "memory_max": leave paths out)
+    said = [line for line in out.splitlines() if "memory_max" in line.replace(str(sup.tmp), "<tmp>")]
+    assert said, f"memory_max = 64MiB was silently not applied (cgroups = {mode!r}):\n{out}"

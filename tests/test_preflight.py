@@ -1,0 +1,138 @@
+"""The memory preflight: a phase whose ``min_memory`` cannot fit is refused at once, before anything starts.
+
+What is available is the tightest of MemTotal and the memory cgroup limits up
+the supervisor's own hierarchy; children are told it in
+``SUPERVISOR_MEMORY_AVAILABLE_BYTES``. The cgroup cases run the supervisor
+inside a real v1 cgroup with a 256 MiB limit (skipped, with the reason, where
+v1 is not writable here).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import SupervisorRunner, sh, toml_list
+from test_cgroups import MiB, first_line, one_verdict, run_in_cgroup, v1_cgroup, verdict_lines
+
+from supervisor.cgroups import mem_total
+
+DETAIL_RE = re.compile(r"needs min_memory=(\S+) \((\d+) bytes\) but only (\S+) \((\d+) bytes\) is available")
+
+
+def shell(script: str) -> str:
+    return sh(script.replace("$", "$$"))
+
+
+def refused_config(runner: SupervisorRunner, min_memory: str, started: Path, *, extra: str = "") -> Path:
+    """Phase ``first`` runs; phase ``big`` (with a daemon) needs ``min_memory``; each child touches a marker."""
+    return runner.write(f"""
+        [[phases]]
+        name = "first"
+        command = {toml_list(["touch", str(started / "first")])}
+
+        [[phases]]
+        name = "big"
+        min_memory = "{min_memory}"
+        {extra}
+        command = {toml_list(["touch", str(started / "big")])}
+
+        [[phases.daemons]]
+        name = "helper"
+        command = {shell(f"touch {started / 'helper'}; sleep 30")}
+        """, stop_grace_s=1)
+
+
+def env_config(runner: SupervisorRunner, min_memory: str, seen: Path) -> Path:
+    """Phase ``fits`` needs ``min_memory``; its command and daemon write down what they were told."""
+    return runner.write(f"""
+        [[phases]]
+        name = "fits"
+        min_memory = "{min_memory}"
+        command = {shell(f'echo "$SUPERVISOR_MEMORY_AVAILABLE_BYTES" > {seen / "command"}')}
+
+        [[phases.daemons]]
+        name = "helper"
+        command = {shell(f'echo "$SUPERVISOR_MEMORY_AVAILABLE_BYTES" > {seen / "daemon"}; exec sleep 30')}
+
+        [[phases]]
+        name = "plain"
+        command = {shell(f'echo "$SUPERVISOR_MEMORY_AVAILABLE_BYTES" > {seen / "plain"}')}
+        """, stop_grace_s=1)
+
+
+def check_refused(out: str, returncode: int, need: int, started: Path) -> int:
+    """The phase ``big`` was refused at once, nothing of it started; returns the available bytes named."""
+    assert returncode != 0, out
+    record = one_verdict(out, "big")
+    assert " reason=insufficient_memory " in record, record
+    match = DETAIL_RE.search(record)
+    assert match, record
+    assert int(match.group(2)) == need
+    available = int(match.group(4))
+    assert available < need
+    assert "phase big: pending → failed" in out
+    assert "started big/" not in out, "a child of the refused phase was started"
+    assert not (started / "big").exists() and not (started / "helper").exists()
+    assert (started / "first").exists(), "the phase before it should have run"
+    assert [r for r in verdict_lines(out) if "reason=insufficient_memory" in r] == [record]
+    return available
+
+
+def test_min_memory_above_what_is_available_fails_at_once(sup: SupervisorRunner) -> None:
+    started = sup.tmp / "started"
+    started.mkdir()
+    need = 100 << 40  # 100 TiB
+    result = sup.run(refused_config(sup, "100TiB", started), timeout=30)
+    available = check_refused(result.output, result.returncode, need, started)
+    total = mem_total()
+    assert total is not None and available <= total
+    print(f"refused in {result.duration:.2f}s (whole supervisor run)")
+    assert result.duration < 10, result.output
+
+
+def test_min_memory_below_what_is_available_runs_and_children_are_told(sup: SupervisorRunner) -> None:
+    seen = sup.tmp / "seen"
+    seen.mkdir()
+    result = sup.run(env_config(sup, "1MiB", seen), timeout=30)
+    out = result.output
+    assert result.returncode == 0, out
+    assert "phase fits: memory preflight ok: " in out and "min_memory 1.0MiB" in out
+    told = {name: (seen / name).read_text().strip() for name in ("command", "daemon", "plain")}
+    assert all(value.isdigit() for value in told.values()), told
+    assert len(set(told.values())) == 1, told
+    available = int(told["command"])
+    total = mem_total()
+    assert total is not None and 0 < available <= total
+    assert "reason=insufficient_memory" not in out
+
+
+def test_min_memory_above_the_phases_own_memory_max_is_refused(sup: SupervisorRunner) -> None:
+    """A phase limited to 64 MiB by its own memory_max can never have the 128 MiB it says it needs."""
+    started = sup.tmp / "started"
+    started.mkdir()
+    result = sup.run(refused_config(sup, "128MiB", started, extra='memory_max = "64MiB"'), timeout=30)
+    out = result.output
+    assert result.returncode != 0, f"a phase needing 128MiB ran under memory_max = 64MiB:\n{out}"
+    assert not (started / "big").exists() and not (started / "helper").exists()
+
+
+def test_limit_from_a_real_v1_cgroup(sup: SupervisorRunner) -> None:
+    with v1_cgroup("preflight", 256 * MiB) as cg:
+        started = sup.tmp / "started"
+        started.mkdir()
+        refused = run_in_cgroup(sup, refused_config(sup, "512MiB", started), cg, timeout=30)
+        available = check_refused(refused.output, refused.returncode, 512 * MiB, started)
+        assert available == 256 * MiB
+        record = one_verdict(refused.output, "big")
+        assert "but only 256.0MiB (268435456 bytes) is available" in record, record
+        assert "memory available 256.0MiB" in first_line(refused.output, "memory evidence:")
+
+        seen = sup.tmp / "seen"
+        seen.mkdir()
+        ok = run_in_cgroup(sup, env_config(sup, "128MiB", seen), cg, timeout=30)
+        assert ok.returncode == 0, ok.output
+        assert "phase fits: memory preflight ok: 256.0MiB available, min_memory 128.0MiB" in ok.output
+        for name in ("command", "daemon", "plain"):
+            assert (seen / name).read_text().strip() == str(256 * MiB), name
+    assert not cg.exists()

@@ -1,0 +1,226 @@
+"""Stall detection: the pure ``StallWatch``, then real children that go silent, chatter, or grow a file.
+
+A phase is stalled when every sign of progress (output, GPU activity where GPUs
+are visible, growth of ``progress_path``) has been silent for ``stall_s``. Time
+checks here are bounds guaranteed by design (a stall is never named before
+``stall_s``) or generous upper bounds (the machine is noisy); the measured
+times are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import PY, SupervisorRunner, toml_list, toml_str
+from test_cgroups import first_line, one_verdict, seconds_between, verdict_lines
+
+from supervisor.stall import STALL_CHECK_MAX_S, STALL_CHECK_MIN_S, StallWatch, check_interval, tree_size
+
+# ================================================================ StallWatch, pure
+
+
+def watch(stall_s: float = 1.0, *, gpus: bool = False, path: bool = False) -> StallWatch:
+    return StallWatch(stall_s, started=100.0, gpus_visible=gpus, watches_path=path)
+
+
+def test_nothing_seen_stalls_after_stall_s() -> None:
+    w = watch()
+    assert w.stalled(100.0) is None
+    assert w.stalled(100.99) is None
+    silent = w.stalled(101.0)
+    assert silent == "no output for 1.0s (no GPU visible)"
+
+
+def test_fresh_output_keeps_it_alive() -> None:
+    w = watch()
+    w.saw_output(100.8)
+    assert w.stalled(101.5) is None
+    w.saw_output(101.6)
+    assert w.stalled(102.5) is None
+    w.saw_output(100.1)  # an older observation never moves it back
+    assert w.stalled(102.5) is None
+    assert w.stalled(102.6) == "no output for 1.0s (no GPU visible)"
+
+
+def test_gpu_activity_counts_only_when_gpus_are_visible() -> None:
+    blind = watch(gpus=False)
+    blind.saw_gpu(True, 100.9)
+    assert blind.stalled(101.2) is not None, "GPU activity counted although no GPU is visible"
+
+    w = watch(gpus=True)
+    w.saw_gpu(True, 100.9)
+    assert w.stalled(101.2) is None
+    w.saw_gpu(False, 101.5)  # an idle sample is no sign of life
+    silent = w.stalled(101.9)
+    assert silent is not None
+    assert "no output for 1.9s" in silent and "no GPU activity for 1.0s" in silent
+    assert "no GPU visible" not in silent
+
+
+def test_progress_growth_counts_shrink_then_growth_counts() -> None:
+    w = watch(path=True)
+    w.saw_progress_size(None, 100.0)  # the baseline: absent is 0
+    w.saw_progress_size(0, 100.3)
+    assert w.stalled(101.0) is not None, "no growth yet, no output: stalled"
+    w.saw_progress_size(4096, 101.0)
+    assert w.stalled(101.9) is None, "growth is progress"
+    w.saw_progress_size(4096, 102.0)  # the same size is no progress
+    silent = w.stalled(102.0)
+    assert silent == "no output for 2.0s, no progress_path growth for 1.0s (no GPU visible)"
+    w.saw_progress_size(100, 102.1)  # a bad file deleted: shrinking is not progress...
+    assert w.stalled(102.1) is not None
+    w.saw_progress_size(200, 102.2)  # ...but growth after it is
+    assert w.stalled(103.1) is None
+    assert w.stalled(103.2) is not None
+
+
+def test_message_names_each_silent_sign() -> None:
+    w = watch(2.0, gpus=True, path=True)
+    w.saw_progress_size(10, 100.0)
+    silent = w.stalled(103.0)
+    assert silent == "no output for 3.0s, no GPU activity for 3.0s, no progress_path growth for 3.0s"
+
+
+def test_check_interval_bounds() -> None:
+    assert check_interval(1) == pytest.approx(0.1)
+    assert check_interval(3600) == STALL_CHECK_MAX_S
+    assert check_interval(0.01) == STALL_CHECK_MIN_S
+
+
+def test_tree_size(tmp_path: Path) -> None:
+    assert tree_size(tmp_path / "missing") is None
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    assert tree_size(tmp_path / "a") == 10
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "d" / "f").write_bytes(b"y" * 5)
+    (tmp_path / "d" / "e" / "g").write_bytes(b"z" * 7)
+    assert tree_size(tmp_path / "d") == 12
+    assert tree_size(tmp_path) == 22
+
+
+# ================================================================ end to end
+
+STALL_S = 1.0
+GRACE_S = 2.0
+
+
+def script(tmp: Path, name: str, code: str) -> str:
+    path = tmp / f"{name}.py"
+    path.write_text(textwrap.dedent(code))
+    return toml_list([PY, str(path)])
+
+
+def stall_phase(command: str, *, extra: str = "") -> str:
+    return f"""
+        [[phases]]
+        name = "p"
+        stall_s = {STALL_S}
+        command = {command}
+        {extra}
+        """
+
+
+def test_silent_child_is_stalled(sup: SupervisorRunner) -> None:
+    cfg = sup.write(stall_phase(toml_list(["sleep", "30"])), stop_grace_s=GRACE_S)
+    result = sup.run(cfg, timeout=30)
+    out = result.output
+    assert result.returncode != 0, out
+    record = one_verdict(out, "p")
+    assert " reason=stalled " in record, record
+    assert "no output for" in record and "no GPU visible" in record, record
+    assert "GPU evidence: no GPU" in out
+
+    starting = first_line(out, "phase p: pending → starting")
+    started = first_line(out, "started p/p: pid")
+    stalled = first_line(out, "phase p: stalled: ")
+    verdict = first_line(out, "reason=stalled")
+    named_after = seconds_between(starting, stalled)
+    verdict_after = seconds_between(started, verdict)
+    print(f"stall named {named_after:.3f}s after the attempt started; verdict {verdict_after:.3f}s after the "
+          f"child started; whole run {result.duration:.2f}s (stall_s={STALL_S:g}, grace={GRACE_S:g})")
+    assert named_after >= STALL_S - 0.01, "a stall was named before stall_s had passed"
+    assert verdict_after < STALL_S + 1.5, out
+    assert result.duration < STALL_S + GRACE_S + 5, out
+
+
+def test_chatty_child_is_never_stalled(sup: SupervisorRunner) -> None:
+    chatty = script(sup.tmp, "chatty", """\
+        import time
+        for i in range(15):
+            print(f"tick {i}", flush=True)
+            time.sleep(0.2)
+        """)
+    cfg = sup.write(stall_phase(chatty), stop_grace_s=GRACE_S)
+    result = sup.run(cfg, timeout=30)
+    out = result.output
+    assert result.returncode == 0, out
+    assert "reason=stalled" not in out and "phase p: stalled" not in out, out
+    record = one_verdict(out, "p")
+    assert " reason=exit_code exit_code=0 " in record, record
+    assert result.duration >= 3.0
+
+
+PARAMFETCH_LIKE = """\
+    import os, sys, time
+    target = os.path.join(sys.argv[1], "params.bin")
+    for i in range({chunks}):
+        with open(target, "ab") as f:
+            f.write(b"p" * 65536)
+        time.sleep(0.2)
+    time.sleep({then_sleep})
+    """
+
+
+def paramfetch_like(tmp: Path, params: Path, chunks: int, then_sleep: float) -> str:
+    path = tmp / "fetch.py"
+    path.write_text(textwrap.dedent(PARAMFETCH_LIKE.format(chunks=chunks, then_sleep=then_sleep)))
+    return toml_list([PY, str(path), str(params)])
+
+
+def test_growing_progress_path_is_not_stalled(sup: SupervisorRunner) -> None:
+    params = sup.tmp / "params"
+    params.mkdir()
+    command = paramfetch_like(sup.tmp, params, chunks=15, then_sleep=0)
+    cfg = sup.write(stall_phase(command, extra=f"progress_path = {toml_str(str(params))}"), stop_grace_s=GRACE_S)
+    result = sup.run(cfg, timeout=30)
+    out = result.output
+    assert result.returncode == 0, out
+    assert "reason=stalled" not in out and "phase p: stalled" not in out, out
+    assert " reason=exit_code exit_code=0 " in one_verdict(out, "p")
+    assert (params / "params.bin").stat().st_size == 15 * 65536
+
+
+def test_progress_path_that_stops_growing_is_stalled(sup: SupervisorRunner) -> None:
+    params = sup.tmp / "params"
+    params.mkdir()
+    command = paramfetch_like(sup.tmp, params, chunks=5, then_sleep=30)
+    cfg = sup.write(stall_phase(command, extra=f"progress_path = {toml_str(str(params))}"), stop_grace_s=GRACE_S)
+    result = sup.run(cfg, timeout=30)
+    out = result.output
+    assert result.returncode != 0, out
+    record = one_verdict(out, "p")
+    assert " reason=stalled " in record, record
+    assert "no progress_path growth for" in record and "no output for" in record, record
+    starting = first_line(out, "phase p: pending → starting")
+    stalled = first_line(out, "phase p: stalled: ")
+    named_after = seconds_between(starting, stalled)
+    print(f"stall named {named_after:.3f}s after the attempt started (growth for 0.8s+, stall_s={STALL_S:g})")
+    # The last write comes at least 0.8 s after the child started: growth was seen, so the stall comes later.
+    assert named_after >= 0.8 + STALL_S - 0.05, out
+    assert named_after < 0.8 + STALL_S + 3, out
+
+
+def test_a_stalled_oneshot_is_retried(sup: SupervisorRunner) -> None:
+    cfg = sup.write(stall_phase(toml_list(["sleep", "30"]), extra="retries = 1\nbackoff_s = 0.1\nbackoff_jitter = 0"),
+                    stop_grace_s=GRACE_S)
+    result = sup.run(cfg, timeout=40)
+    out = result.output
+    assert result.returncode != 0, out
+    records = verdict_lines(out, "p")
+    assert len(records) == 2, records
+    assert " attempt=1 " in records[0] and " attempt=2 " in records[1], records
+    assert all(" reason=stalled " in r for r in records), records
+    assert "stalled; retry 1 of 1" in out
+    assert "phase p: stopping → failed (stalled (all 1 retries used))" in out

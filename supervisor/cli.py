@@ -10,14 +10,17 @@ stopped by signal n.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
 from . import __version__
 from .config import ConfigError, load_plan
-from .run import EXIT_CONFIG_ERROR, SetupError, run
+from .run import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, AlreadyRunning, SetupError, run
 
 PROG = "prover-supervisor"
+# `status` when no supervisor answers (like systemctl's "not running").
+EXIT_NOT_RUNNING = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="run the lifecycle (config: --config, $SUPERVISOR_CONFIG, or the built-in "
                                        "prover profile)")
     p_run.add_argument("--config", metavar="FILE", help="TOML config file")
+    p_run.add_argument("--rebench", action="store_true",
+                       help="run the benchmark again even if it passed on this machine recently")
+    p_status = sub.add_parser("status", help="what the running supervisor does, since when and why")
+    p_status.add_argument("--json", action="store_true", help="the whole snapshot as JSON, for machines")
+    p_status.add_argument("--state-dir", metavar="DIR", help="the supervisor's state_dir (default: from --config, "
+                                                              "$SUPERVISOR_CONFIG or the prover profile)")
+    p_status.add_argument("--config", metavar="FILE", help="read state_dir from this config")
     p_check = sub.add_parser("check", help="validate a config file and exit (0 valid, 2 not)")
     p_check.add_argument("--config", metavar="FILE", required=True, help="TOML config file")
     p_demo = sub.add_parser("demo", help="run the whole lifecycle locally with the built-in stand-in programs")
@@ -36,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--phase", default="bench", choices=["paramfetch", "bench", "curio"],
                         help="the phase whose program fails with --fail (default: bench)")
     p_demo.add_argument("--keep", action="store_true", help="keep the demo's temporary directory")
+    p_std = sub.add_parser("standins", help="write the stand-in programs under their real names into a directory")
+    p_std.add_argument("--bin-dir", required=True, metavar="DIR", help="where to write curio, cuzk-daemon, ...")
     p_dev = sub.add_parser("dev-manager", help="serve a stand-in of the fleet manager's API on 127.0.0.1")
     p_dev.add_argument("--port", type=int, default=1235, help="port to listen on (default 1235, the manager's)")
     return parser
@@ -53,17 +65,54 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(fail=args.fail, fail_phase=args.phase, keep=args.keep)
+        if args.command == "standins":
+            from .standins.install import write_bin_dir
+
+            for path in write_bin_dir(args.bin_dir):
+                print(path)
+            return 0
         if args.command == "dev-manager":
             from .devmanager import serve
 
             return serve(args.port)
+        if args.command == "status":
+            return show_status(args)
         if args.command in (None, "run"):
             path = getattr(args, "config", None) or os.environ.get("SUPERVISOR_CONFIG") or None
-            return run(load_plan(path))
+            return run(load_plan(path), rebench=getattr(args, "rebench", False))
     except (ConfigError, SetupError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    except AlreadyRunning as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_ALREADY_RUNNING
     return EXIT_CONFIG_ERROR  # pragma: no cover - argparse rejects unknown commands
+
+
+def show_status(args: argparse.Namespace) -> int:
+    """Ask the running supervisor; if none answers, show what it last wrote. 0 running, 3 not running."""
+    from pathlib import Path
+
+    from .status import load_persisted, query, render
+
+    if args.state_dir:
+        state_dir = Path(args.state_dir)
+    else:
+        path = args.config or os.environ.get("SUPERVISOR_CONFIG") or None
+        state_dir = Path(load_plan(path).supervisor.state_dir)
+    snap = query(state_dir)
+    live = snap is not None
+    if snap is None:
+        snap, why = load_persisted(state_dir)
+        if snap is None:
+            print(f"no prover-supervisor is running (no answer on {state_dir / 'status.sock'}), "
+                  f"and no saved state: {why}")
+            return EXIT_NOT_RUNNING
+    if args.json:
+        print(json.dumps({"live": live, **snap}, indent=2, default=str))
+    else:
+        print(render(snap, live))
+    return 0 if live else EXIT_NOT_RUNNING
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .cgroups import parse_size
+from .cuzkconf import MEMORY_MODELS, PER_PARTITION, UNIFIED_BASELINE, CuzkSettings
 
 # Named defaults: every timing value of the plan starts from one of these.
 DEFAULT_STATE_DIR = "/var/lib/prover-supervisor"
@@ -46,6 +47,9 @@ RESTART_POLICIES = ("no", "on-failure", "always")
 DAEMON_LIFETIMES = ("phase", "lifecycle")
 CGROUP_MODES = ("auto", "shared", "off")
 REPORTS = ("param-done", "bench-done", "running")
+PREPARES = ("cuzk-config",)
+RESUMES = ("no", "outputs", "machine")
+DEFAULT_RESUME_MAX_AGE_S = 86400.0
 PARSERS = ("cuzk-bench",)
 DEFAULT_MANAGER_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_MANAGER_READ_TIMEOUT_S = 15.0
@@ -55,6 +59,8 @@ DEFAULT_LOG_BACKLOG_BYTES = 2 * 1024 * 1024
 # How long production waits for the manager's verdict on the benchmark before it starts anyway.
 DEFAULT_BENCH_GATE_S = 300.0
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+# Kubernetes shows this file's content in `kubectl describe` when a container fails.
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -120,6 +126,9 @@ class PhaseSpec:
     memory_max: int | None = None
     report: str | None = None  # the manager call its success triggers
     parse: str | None = None  # read the command's output as this program's ("cuzk-bench")
+    prepare: str | None = None  # before each attempt: "cuzk-config" writes cuzk.toml for this machine
+    resume: str = "no"  # skip on restart: "outputs" still there, or done on this "machine" recently
+    resume_max_age_s: float = DEFAULT_RESUME_MAX_AGE_S
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,8 @@ class SupervisorSpec:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cgroups: str = "auto"
     cgroup_root: str = DEFAULT_CGROUP_ROOT
+    http_port: int = 0  # health and metrics on 127.0.0.1; 0: off
+    termination_log: str = DEFAULT_TERMINATION_LOG
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,7 @@ class Plan:
     phases: tuple[PhaseSpec, ...]
     source: str
     manager: ManagerSpec = field(default_factory=ManagerSpec)
+    cuzk: CuzkSettings | None = None
 
 
 # ---------------------------------------------------------------- loading
@@ -472,7 +484,16 @@ _SUPERVISOR_KEYS = {
     "env": _Key(_env, MappingProxyType({})),
     "cgroups": _Key(_choice(*CGROUP_MODES), "auto"),
     "cgroup_root": _Key(_string, DEFAULT_CGROUP_ROOT),
+    "http_port": _Key(lambda v, w: _port(_int_text(v), w), 0),
+    "termination_log": _Key(_string, DEFAULT_TERMINATION_LOG),
 }
+
+
+def _port(value: Any, where: str) -> int:
+    value = _count(value, where)
+    if value > 65535:
+        raise ConfigError(f"{where}: {value} is not a TCP port (0 turns it off)")
+    return value
 
 _CHILD_KEYS = {
     "command": _Key(_command, required=True),
@@ -512,7 +533,34 @@ _PHASE_KEYS = {
     "memory_max": _Key(_size),
     "report": _Key(_choice(*REPORTS)),
     "parse": _Key(_choice(*PARSERS)),
+    "prepare": _Key(_choice(*PREPARES)),
+    "resume": _Key(_choice(*RESUMES), "no"),
+    "resume_max_age_s": _Key(_positive_seconds, DEFAULT_RESUME_MAX_AGE_S),
 }
+
+_CUZK_KEYS = {
+    "config_path": _Key(_string),
+    "memory_model": _Key(_choice(*MEMORY_MODELS), "unified"),
+    "listen": _Key(_string, "http://127.0.0.1:9820"),
+    "status_listen": _Key(_string, "127.0.0.1:9821"),
+    "param_cache": _Key(_string, "/var/tmp/filecoin-proof-parameters"),
+    "safety_margin": _Key(_size, 5 << 30),
+    "bench_concurrency": _Key(lambda v, w: _positive_count(_int_text(v), w), 5),
+    "baseline": _Key(_size, UNIFIED_BASELINE),
+    "per_partition": _Key(_size, PER_PARTITION),
+    "overrides": _Key(lambda v, w: _table(v, w), None),
+}
+
+
+def _int_text(value: Any) -> Any:
+    """A whole number given as text (it came from ${VAR} expansion) counts as the number."""
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be a table, got {_describe(value)}")
+    return value
 
 _MANAGER_KEYS = {
     "url": _Key(_optional(_url)),
@@ -531,8 +579,8 @@ _MANAGER_KEYS = {
 
 def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
     for key in raw:
-        if key not in ("supervisor", "phases", "manager"):
-            raise ConfigError(f"{key}: unknown top-level key (expected [supervisor], [manager] and [[phases]])")
+        if key not in ("supervisor", "phases", "manager", "cuzk"):
+            raise ConfigError(f"{key}: unknown top-level key (expected [supervisor], [manager], [cuzk], [[phases]])")
     sup = SupervisorSpec(**_take(raw.get("supervisor", {}), "supervisor", _SUPERVISOR_KEYS))
     manager = _manager(raw.get("manager", {}), environ)
     phases_raw = raw.get("phases")
@@ -552,7 +600,15 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
                               "this phase is a oneshot")
         if phase.report in ("param-done", "bench-done") and phase.kind != "oneshot":
             raise ConfigError(f"phases[{i}].report: {phase.report!r} is reported when a oneshot completes")
-    return Plan(sup, phases, source, manager)
+    cuzk = None
+    if "cuzk" in raw:
+        c = _take(raw["cuzk"], "cuzk", _CUZK_KEYS)
+        c["config_path"] = c["config_path"] or str(Path(sup.state_dir) / "cuzk.toml")
+        cuzk = CuzkSettings(**c)
+    for i, phase in enumerate(phases):
+        if phase.prepare == "cuzk-config" and cuzk is None:
+            raise ConfigError(f"phases[{i}].prepare: \"cuzk-config\" needs a [cuzk] table (it may be empty)")
+    return Plan(sup, phases, source, manager, cuzk)
 
 
 def default_label(environ: Mapping[str, str]) -> str:
@@ -610,6 +666,8 @@ def _phase(table: Any, where: str, sup: SupervisorSpec) -> PhaseSpec:
             raise ConfigError(f"{where}.retries: only for kind = \"oneshot\" (a service uses restart)")
         if v["timeout_s"] is not None:
             raise ConfigError(f"{where}.timeout_s: only for kind = \"oneshot\" (a service runs until stopped)")
+    if v["resume"] == "outputs" and v["progress_path"] is None:
+        raise ConfigError(f"{where}.resume: \"outputs\" needs progress_path (the outputs to find again)")
     if v["progress_path"] is not None and v["stall_s"] is None:
         raise ConfigError(f"{where}.progress_path: only meaningful with stall_s (how long no growth means stalled)")
     if v["backoff_max_s"] < v["backoff_s"]:
@@ -648,6 +706,9 @@ def _phase(table: Any, where: str, sup: SupervisorSpec) -> PhaseSpec:
         memory_max=v["memory_max"],
         report=v["report"],
         parse=v["parse"],
+        prepare=v["prepare"],
+        resume=v["resume"],
+        resume_max_age_s=v["resume_max_age_s"],
     )
 
 

@@ -20,12 +20,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from . import cuzkconf
 from . import verdict as v
 from .backoff import backoff_delay, burst_exceeded, within_window
 from .bench import BenchParser, BenchResult
 from .cgroups import fmt_bytes, mem_total
 from .config import ChildSpec, PhaseSpec, Plan
+from .cuzkconf import CuzkSettings
 from .gpu import Gpus, activity_changed
 from .logs import ChildOutput, Console, LogFile
 from .loop import EventLoop, Timer
@@ -52,7 +55,7 @@ class PhaseState(enum.StrEnum):
 
 
 _ALLOWED: dict[PhaseState, set[PhaseState]] = {
-    PhaseState.PENDING: {PhaseState.STARTING, PhaseState.FAILED, PhaseState.STOPPED},
+    PhaseState.PENDING: {PhaseState.STARTING, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
     PhaseState.STARTING: {PhaseState.RUNNING, PhaseState.STOPPING},
     PhaseState.RUNNING: {PhaseState.STOPPING},
     PhaseState.STOPPING: {PhaseState.BACKOFF, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
@@ -80,6 +83,9 @@ class Runtime:
     memory: MemoryEvidence | None = None
     gpus: Gpus | None = None
     redactor: Redactor | None = None
+    cuzk: CuzkSettings | None = None
+    state_dir: Path = Path(".")
+    rebench: bool = False  # run machine-resumable phases (the bench) even if they passed here recently
     ship_lines: Callable[[str, list[bytes]], None] | None = None  # children's output to the manager
     rng: random.Random = field(default_factory=random.Random)
     started: list[Child] = field(default_factory=list)
@@ -120,6 +126,8 @@ class Phase:
         self._ready: ReadinessWait | None = None
         self._aborting = False
         self.extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget)
+        self.facts: dict[str, Any] = {}  # what a later start needs to resume (persisted in status.json)
+        self.previous: dict[str, Any] = {}  # this phase's facts from the last run, if any
         self.hold: str | None = None  # a DONE phase the lifecycle may not go past yet, and why
         self.bench_result: BenchResult | None = None  # parse = "cuzk-bench": what the output said
         self._bench: BenchParser | None = None
@@ -144,16 +152,54 @@ class Phase:
         self._on_change(self)
 
     def start(self) -> None:
+        resumed = self._resumable()
+        if resumed is not None:
+            self.facts = dict(self.previous)
+            if self.previous.get("bench"):
+                self.bench_result = BenchResult(**self.previous["bench"])
+            self.transition(PhaseState.DONE, f"resumed: {resumed}")
+            return
         if not self._memory_preflight():
             return
         if self.spec.timeout_s is not None:
             self._deadline = self.rt.loop.call_later(self.spec.timeout_s, self._deadline_passed)
         self._start_attempt()
 
+    def _resumable(self) -> str | None:
+        """Why this phase need not run again (done before, evidence still valid), or None."""
+        prev, spec = self.previous, self.spec
+        if spec.resume == "no" or not prev.get("done_at"):
+            return None
+        if spec.resume == "outputs":
+            before = prev.get("outputs")
+            now = output_files(spec.progress_path) if spec.progress_path else None
+            if before and now is not None and all(now.get(name) == size for name, size in before.items()):
+                return f"its {len(before)} output file(s) in {spec.progress_path} are all still there"
+            return None
+        if self.rt.rebench:
+            return None
+        age = time.time() - float(prev["done_at"])
+        if age > spec.resume_max_age_s:
+            self.rt.log(f"phase {self.name}: done {age:.0f}s ago, older than resume_max_age_s: running it again")
+            return None
+        if prev.get("machine") != machine_fingerprint(self.rt):
+            self.rt.log(f"phase {self.name}: done before on a different machine (GPUs or memory): running it again")
+            return None
+        return f"done {age:.0f}s ago on this same machine (use --rebench to run it anyway)"
+
+    def _record_facts(self) -> None:
+        self.facts = {"done_at": time.time(), "machine": machine_fingerprint(self.rt)}
+        if self.spec.progress_path:
+            self.facts["outputs"] = output_files(self.spec.progress_path)
+        if self.bench_result is not None:
+            self.facts["bench"] = vars(self.bench_result)
+
     def _memory_preflight(self) -> bool:
         """Refuse at once a phase that cannot fit in memory, rather than be OOM-killed 10 minutes in."""
         memory = self.rt.memory
         available = memory.available_memory() if memory is not None else mem_total()
+        if self.spec.memory_max is not None:  # the phase's own cap is what it will have
+            available = min(available, self.spec.memory_max) if available is not None else self.spec.memory_max
         if available is not None:
             self.extra_env["SUPERVISOR_MEMORY_AVAILABLE_BYTES"] = str(available)
         need = self.spec.min_memory
@@ -164,7 +210,7 @@ class Phase:
             return True
         if available < need:
             detail = (f"needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(available)} "
-                      f"({available} bytes) is available (cgroup limit or MemTotal)")
+                      f"({available} bytes) is available (cgroup limit, MemTotal or the phase's memory_max)")
             self.outcome = v.without_exit(self.name, self.name, v.INSUFFICIENT_MEMORY, 1, detail, attempt=0)
             self.rt.record(self.outcome)
             self.transition(PhaseState.FAILED, detail)
@@ -173,7 +219,40 @@ class Phase:
                     f"min_memory {fmt_bytes(need)}")
         return True
 
+    def _prepare(self) -> bool:
+        """Per-attempt preparation (cuzk.toml for this machine); False when the phase cannot run."""
+        if self.spec.prepare != "cuzk-config" or self.rt.cuzk is None:
+            return True
+        settings = self.rt.cuzk
+        memory = self.rt.memory
+        available = memory.available_memory() if memory is not None else mem_total()
+        gpus = self.rt.gpus.sample() if self.rt.gpus is not None else []
+        try:
+            generated = cuzkconf.generate(settings, available or 0, gpus)
+            cuzkconf.write(generated, settings.config_path, self.rt.state_dir / "cuzk.generated.toml")
+        except (cuzkconf.DoesNotFit, ValueError) as exc:
+            self.outcome = v.without_exit(self.name, self.name, v.INSUFFICIENT_MEMORY, 1, str(exc),
+                                          attempt=self.attempt)
+            self.rt.record(self.outcome)
+            self._finish(PhaseState.FAILED, str(exc))
+            return False
+        except OSError as exc:
+            detail = f"cannot write {settings.config_path}: {exc.strerror or exc}"
+            self.outcome = v.without_exit(self.name, self.name, v.SPAWN_FAILED, 1, detail, attempt=self.attempt)
+            self.rt.record(self.outcome)
+            self._finish(PhaseState.FAILED, detail)
+            return False
+        self.extra_env.update({"CUZK_CONFIG": settings.config_path, "CUZK_ADDR": settings.listen,
+                               "CUZK_STATUS_LISTEN": settings.status_listen,
+                               "CUZK_BENCH_CONCURRENCY": str(generated.bench_concurrency)})
+        self.rt.log(f"phase {self.name}: wrote {settings.config_path}: {generated.summary()}")
+        for line in filter(None, generated.text.splitlines()):
+            self.rt.log(f"  cuzk.toml | {line}")
+        return True
+
     def _start_attempt(self) -> None:
+        if not self._prepare():
+            return
         self.attempt += 1
         self.children = []
         self.outcome = None
@@ -385,6 +464,9 @@ class Phase:
         self.outcome = outcome
         if outcome is not None and outcome.pid is None:
             self.rt.record(outcome)  # no child will be reaped for it: record it now
+        if outcome is not None and outcome.success and self.spec.kind == "oneshot":
+            # The phase succeeded: daemons with lifetime = "lifecycle" live on into the later phases.
+            self.kept = [c for c in self.children if c.spec.lifetime == "lifecycle" and c.running]
         self.transition(PhaseState.STOPPING, why or (outcome.detail if outcome else ""))
         self._stop_children([c for c in reversed(self.children) if c not in self.kept],
                             "phase attempt over", self._attempt_stopped)
@@ -405,6 +487,10 @@ class Phase:
             return
         finished = set(map(id, self.children)) - set(map(id, self.kept))
         self.rt.started = [c for c in self.rt.started if id(c) not in finished]
+        if self.rt.memory is not None and not self.kept:
+            # Whatever is still in the phase's cgroup escaped every other way of finding it
+            # (double fork + setsid + a cleared environment): it goes too.
+            self.rt.memory.kill_leftovers(self.name)
         outcome = self.outcome
         if outcome is None:  # the deadline ended it: the command's verdict says how it ended
             command = self.command_child
@@ -467,7 +553,7 @@ class Phase:
         if self._deadline is not None:
             self._deadline.cancel()
         if state is PhaseState.DONE:
-            self.kept = [c for c in self.children if c.spec.lifetime == "lifecycle" and c.running]
+            self._record_facts()
         if not self.kept and self.rt.memory is not None:
             self.rt.memory.release_phase(self.name)
         self.transition(state, why)
@@ -603,3 +689,25 @@ class Lifecycle:
             phase.settle_after_shutdown()
         assert self.exit_status is not None
         self._on_finished(self.exit_status)
+
+
+def output_files(path: str) -> dict[str, int] | None:
+    """Relative path → size of every file under ``path`` (lock and partial files left out)."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    files = {}
+    for entry in root.rglob("*"):
+        if entry.is_file() and entry.suffix not in (".lock", ".tmp", ".part"):
+            try:
+                files[str(entry.relative_to(root))] = entry.stat().st_size
+            except OSError:
+                continue
+    return files
+
+
+def machine_fingerprint(rt: Runtime) -> dict[str, Any]:
+    """What makes a benchmark result valid here: the same GPUs and the same memory limit."""
+    gpus = rt.gpus.sample() if rt.gpus is not None else []
+    memory = rt.memory.available_memory() if rt.memory is not None else mem_total()
+    return {"gpus": [[g.name, g.memory_total] for g in gpus], "memory": memory}

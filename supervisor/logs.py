@@ -52,8 +52,10 @@ class LineSplitter:
         data = self._partial + data if self._partial else data
         lines = data.split(b"\n")
         self._partial = lines.pop()
-        if len(self._partial) >= self._max:
-            cut = len(self._partial) - len(self._partial) % self._max
+        if len(self._partial) > self._max:
+            # Emit whole pieces but keep a non-empty tail, so where the reads were cut never
+            # changes the lines (a line of exactly max bytes must not gain an empty one).
+            cut = (len(self._partial) - 1) // self._max * self._max
             lines.extend(self._partial[i : i + self._max] for i in range(0, cut, self._max))
             self._partial = self._partial[cut:]
         if any(len(line) > self._max for line in lines):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegatio
 from .loop import EventLoop, Timer
 
 OOM_POLL_S = 0.25
+# Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).
+PHASE_CGROUP_PREFIX = "prover-"
 
 Log = Callable[[str], None]
 
@@ -91,9 +94,10 @@ class MemoryEvidence:
                 self._parent = MemoryCgroup(self.shared.path.parent, "v2")
             else:
                 self._parent = self.shared
-            probe = self._parent.create_child(f"prover-probe-{os.getpid()}")
+            probe = self._parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")
             probe.remove()
             self.mode = "per-phase"
+            self._remove_stale(self._parent)
         except OSError as exc:
             self.why += f"; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
 
@@ -105,7 +109,7 @@ class MemoryEvidence:
             cgroup = self._phase_cgroups.get(phase)
             if cgroup is None:
                 try:
-                    cgroup = self._parent.create_child(f"phase-{phase}", memory_max)
+                    cgroup = self._parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-{phase}", memory_max)
                 except OSError as exc:
                     self._log(f"cannot create a cgroup for phase {phase} ({exc.strerror or exc}); "
                               "it shares the supervisor's counter")
@@ -140,6 +144,32 @@ class MemoryEvidence:
             kills = max(0, snap.oom_kills - placement.oom_baseline)
         self._check_counter(placement.cgroup)  # log it now if the watch has not yet
         return MemoryReport(kills, snap.peak, placement.scope, snap)
+
+    def _remove_stale(self, parent: MemoryCgroup) -> None:
+        """Empty phase cgroups left by a supervisor that was SIGKILLed: remove them."""
+        for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
+            pid = entry.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+                MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty
+
+    def kill_leftovers(self, phase: str) -> int:
+        """SIGKILL every process still in the phase's cgroup after its children were stopped."""
+        cgroup = self._phase_cgroups.get(phase)
+        if cgroup is None:
+            return 0
+        try:
+            pids = [int(p) for p in cgroup.procs_file().read_text().split()]
+        except (OSError, ValueError):
+            return 0
+        killed = []
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        if killed:
+            self._log(f"phase {phase}: killed {len(killed)} process(es) still in its cgroup after its children "
+                      f"stopped (escaped the process tree): {', '.join(map(str, killed[:10]))}")
+        return len(killed)
 
     def release_phase(self, phase: str) -> None:
         """The phase is over: remove its cgroup (anything left in it goes back to ours)."""

@@ -7,13 +7,18 @@ kill whatever is left → exit with the lifecycle's status.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from . import status as status_mod
 from .config import Plan
 from .gpu import Gpus
+from .health import HEARTBEAT_S, HealthServer, HealthState, metrics_text
 from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
@@ -25,12 +30,34 @@ from .reporting import Reporter
 from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
 
 EXIT_CONFIG_ERROR = 2
+# Another supervisor already runs the lifecycle from this state_dir (Vast runs onstart on every start).
+EXIT_ALREADY_RUNNING = 75
 # Orphans reaped in one pass beyond this many are summarised, not listed one by one.
 ORPHANS_LISTED = 5
 
 
 class SetupError(Exception):
     """The environment cannot host the run (e.g. log_dir not writable): exit 2, one line."""
+
+
+class AlreadyRunning(Exception):
+    """Another supervisor holds the lock in state_dir: exit 75, one line, nothing started."""
+
+
+def take_lock(state_dir: str) -> int:
+    """Hold ``state_dir/supervisor.lock`` for our whole life; the kernel drops it when we die."""
+    path = os.path.join(state_dir, "supervisor.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise AlreadyRunning(f"another prover-supervisor (pid {holder}) already runs the lifecycle from "
+                             f"{state_dir}; not starting a second one") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def prepare_dirs(plan: Plan) -> None:
@@ -44,14 +71,17 @@ def prepare_dirs(plan: Plan) -> None:
             raise SetupError(f"{key}: cannot use {path}: {exc.strerror or exc}") from None
 
 
-def run(plan: Plan, *, console_fd: int | None = None,
+def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         on_start: Callable[[Lifecycle], None] | None = None) -> int:
     """Supervise ``plan`` until it completes, fails or is stopped; return the exit status."""
+    started_at = time.time()
     prepare_dirs(plan)
+    lock_fd = take_lock(plan.supervisor.state_dir)
     role = claim_init_role()
     oom = protect_from_oom_killer()
     console = Console(console_fd, enabled=plan.supervisor.console)
     log_dir = Path(plan.supervisor.log_dir)
+    state_dir = Path(plan.supervisor.state_dir)
     log = SupervisorLog(console, LogFile(log_dir / "supervisor.log", plan.supervisor.log_file_max_bytes))
     redactor = secrets_of(plan)
     log.redactor = redactor
@@ -63,7 +93,7 @@ def run(plan: Plan, *, console_fd: int | None = None,
     memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root)
     log(memory.describe())
     gpus = Gpus()
-    if any(p.stall_s is not None for p in plan.phases):
+    if any(p.stall_s is not None or p.prepare == "cuzk-config" for p in plan.phases):
         gpus.sample()
         log(f"GPU evidence: {gpus.why}")
     rt = Runtime(
@@ -72,7 +102,7 @@ def run(plan: Plan, *, console_fd: int | None = None,
         base_env=dict(os.environ),
         # Children start at oom_score_adj 0 again: the OOM killer must pick one of them, not us.
         reset_oom_score=oom.startswith("oom_score_adj -"),
-        memory=memory, gpus=gpus, redactor=redactor,
+        memory=memory, gpus=gpus, redactor=redactor, cuzk=plan.cuzk, state_dir=state_dir, rebench=rebench,
     )
     reporter = Reporter(plan.manager, Path(plan.supervisor.state_dir), rt, redactor)
     if reporter.enabled:
@@ -85,8 +115,24 @@ def run(plan: Plan, *, console_fd: int | None = None,
         loop.stop()
 
     lifecycle = Lifecycle(plan, rt, finished)
+    restore_facts(lifecycle, state_dir, log)
     lifecycle.listeners.append(reporter.phase_changed)
     rt.on_verdict.append(reporter.verdict)
+
+    def take_snapshot(usage: bool = True) -> dict[str, Any]:
+        return status_mod.snapshot(role=role, started_at=started_at, config=plan.source, lifecycle=lifecycle, rt=rt,
+                                   reporter=reporter, usage=usage)
+
+    def save_state(*_: object) -> None:
+        try:
+            status_mod.persist(state_dir, take_snapshot(usage=False))
+        except OSError as exc:
+            log(f"status: cannot write {state_dir / status_mod.STATE_NAME}: {exc.strerror or exc}")
+
+    lifecycle.listeners.append(save_state)
+    rt.on_verdict.append(save_state)
+    status_server = status_mod.StatusServer(loop, state_dir, take_snapshot, log)
+    health = start_health(plan, loop, lifecycle, take_snapshot, log)
     lifecycle.on_shutdown.append(lambda why, status: reporter.push_text(
         "setup", f"prover-supervisor stopping: {why}") if status != 0 else None)
     inbox = SignalInbox(loop, lambda signum: handle_signal(signum, lifecycle, reaper, log))
@@ -101,13 +147,72 @@ def run(plan: Plan, *, console_fd: int | None = None,
         sweep_descendants(log)
         reaper.reap()
         memory.close()
+        status_server.close()
+        if health is not None:
+            health.close()
         inbox.close()
         loop.close()
     status = outcome.get("status", 1)
+    save_state()
+    if status != 0:
+        write_termination_log(plan.supervisor.termination_log, lifecycle, status, log)
     log(f"exiting with status {status}")
     reporter.stop(status, lifecycle.shutdown_reason or "the supervisor stopped")
     console.close()
+    os.close(lock_fd)
     return status
+
+
+def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: SupervisorLog) -> None:
+    """Hand each phase what the last run learnt (resume); a corrupt state file means a clean start."""
+    previous, why = status_mod.load_persisted(state_dir)
+    if previous is None:
+        if (why and "unreadable" in why) or (why and "does not hold" in why):
+            log(f"state: {why}; starting clean")
+        return
+    facts = {p.get("name"): p.get("facts") or {} for p in previous.get("phases", []) if isinstance(p, dict)}
+    for phase in lifecycle.phases:
+        phase.previous = facts.get(phase.name) or {}
+
+
+def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., dict[str, Any]],
+                 log: SupervisorLog) -> HealthServer | None:
+    """Health and metrics on 127.0.0.1:http_port, fed by a heartbeat of the loop."""
+    port = plan.supervisor.http_port
+    if not port:
+        return None
+    state = HealthState()
+    try:
+        server = HealthServer(port, state)
+    except OSError as exc:
+        log(f"health: cannot listen on 127.0.0.1:{port} ({exc.strerror}); /healthz and /metrics are off")
+        return None
+    production = [p for p in lifecycle.phases if p.spec.report == "running"] or \
+        [p for p in lifecycle.phases if p.spec.kind == "service"][-1:]
+
+    def beat() -> None:
+        ready = bool(production) and all(p.up for p in production)
+        state.publish(ready, metrics_text(take_snapshot(usage=False)))
+        loop.call_later(HEARTBEAT_S, beat)
+
+    beat()
+    log(f"health: http://127.0.0.1:{server.port}/healthz, /readyz, /metrics")
+    return server
+
+
+def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: SupervisorLog) -> None:
+    """Kubernetes shows this file when the container fails: the verdict line, at most 4 KiB."""
+    if not os.path.exists(path):
+        return
+    failure = lifecycle.failure
+    text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
+    if log.redactor:
+        text = log.redactor.text(text)
+    try:
+        with open(path, "w") as f:
+            f.write(text.encode()[:4096].decode(errors="ignore"))
+    except OSError as exc:
+        log(f"cannot write {path}: {exc.strerror or exc}")
 
 
 def secrets_of(plan: Plan) -> Redactor:

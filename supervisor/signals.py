@@ -35,7 +35,9 @@ class SignalInbox:
         self._rsock, self._wsock = socket.socketpair()
         self._rsock.setblocking(False)
         self._wsock.setblocking(False)
-        self._previous = {sig: signal.signal(sig, _wake_only) for sig in HANDLED}
+        # Started under nohup (Vast's onstart), SIGHUP is ignored on purpose: keep it so.
+        self.ignored = {sig for sig in HANDLED if signal.getsignal(sig) == signal.SIG_IGN and sig == signal.SIGHUP}
+        self._previous = {sig: signal.signal(sig, _wake_only) for sig in HANDLED if sig not in self.ignored}
         self._old_wakeup = signal.set_wakeup_fd(self._wsock.fileno(), warn_on_full_buffer=False)
         self._loop = loop
         loop.add_reader(self._rsock.fileno(), self._drain)

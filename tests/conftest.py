@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,7 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def toml_str(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A TOML basic string holding ``text`` exactly (newlines and other controls escaped)."""
+    out = text.replace("\\", "\\\\").replace('"', '\\"')
+    for ch in sorted({c for c in out if ord(c) < 0x20 or ord(c) == 0x7F}):
+        out = out.replace(ch, {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch, f"\\u{ord(ch):04x}"))
+    return '"' + out + '"'
 
 
 def toml_list(items: list[str]) -> str:
@@ -76,7 +81,9 @@ class SupervisorRunner:
 
     def start(self, config: Path, *, pid1: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
+            # Children's bytes pass through unchanged: decode leniently, a test may print binary.
             self.argv(config, pid1=pid1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace",
             env={**os.environ, **(env or {})}, cwd=REPO, start_new_session=True,
         )
         self.procs.append(proc)
@@ -109,14 +116,10 @@ def kill_tree(pid: int) -> None:
     except psutil.Error:
         procs = []
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> object:

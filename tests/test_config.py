@@ -450,27 +450,36 @@ def test_builtin_profile_loads() -> None:
     plan = load_plan(None, environ={})
     assert plan.source == "built-in prover profile"
     assert [(p.name, p.kind) for p in plan.phases] == [
-        ("paramfetch", "oneshot"), ("bench", "oneshot"), ("curio", "service")]
-    paramfetch, bench, curio = plan.phases
+        ("paramfetch", "oneshot"), ("warmup", "oneshot"), ("bench", "oneshot"), ("curio", "service")]
+    paramfetch, warmup, bench, curio = plan.phases
     assert paramfetch.command.command == ("curio", "fetch-params", "32GiB")
     assert paramfetch.timeout_s == 5100 and paramfetch.retries == 2
     assert paramfetch.command.env["FIL_PROOFS_PARAMETER_CACHE"] == "/var/tmp/filecoin-proof-parameters"
-    assert [d.name for d in bench.daemons] == ["cuzk-daemon"]
-    daemon = bench.daemons[0]
-    assert daemon.stop_signal == signal.SIGINT
-    assert daemon.ready == ReadyCheck("http", "http://127.0.0.1:9821/status", "127.0.0.1", 9821)
-    assert daemon.command == ("cuzk-daemon", "-c", "/data/zk/cuzk.toml")
+    assert paramfetch.report == "param-done" and bench.report == "bench-done" and curio.report == "running"
+    assert bench.parse == "cuzk-bench"
+    # Warm-up and bench together stay inside the manager's 45 min deadline; the fetch inside its 90 min.
+    assert warmup.timeout_s + bench.timeout_s < 45 * 60 and paramfetch.timeout_s < 90 * 60
+    for phase in (warmup, bench, curio):
+        assert phase.prepare == "cuzk-config"
+        assert [d.name for d in phase.daemons] == ["cuzk-daemon"]
+        daemon = phase.daemons[0]
+        assert daemon.stop_signal == signal.SIGINT
+        assert daemon.ready == ReadyCheck("http", "http://127.0.0.1:9821/status", "127.0.0.1", 9821)
+        assert daemon.command == ("cuzk-daemon", "-c", "/var/lib/prover-supervisor/cuzk.toml")
+    assert plan.cuzk is not None and plan.cuzk.config_path == "/var/lib/prover-supervisor/cuzk.toml"
     assert curio.restart == "on-failure" and curio.timeout_s is None
     assert plan.supervisor.state_dir == "/var/lib/prover-supervisor"
     assert plan.supervisor.stop_grace_s == 30
 
 
 def test_builtin_profile_takes_environment() -> None:
-    plan = load_plan(None, environ={"SECTOR_SIZE": "64GiB", "SUPERVISOR_LOG_DIR": "/tmp/l", "BENCH_COUNT": "3"})
+    plan = load_plan(None, environ={"SECTOR_SIZE": "64GiB", "SUPERVISOR_LOG_DIR": "/tmp/l", "BENCH_COUNT": "3",
+                                    "BENCH_CONCURRENCY": "2"})
     assert plan.phases[0].command.command[-1] == "64GiB"
     assert plan.supervisor.log_dir == "/tmp/l"
-    bench = plan.phases[1].command.command
-    assert bench[bench.index("-c") + 1] == "3"
+    bench = plan.phases[2].command.command
+    assert bench[-1] == "3"  # the count, handed to the sh wrapper as $2
+    assert plan.cuzk is not None and plan.cuzk.bench_concurrency == 2
 
 
 MINIMAL = """\

@@ -1,0 +1,158 @@
+"""cuzk.toml generated from what the machine has, before each cuzk-daemon start (tomli-w).
+
+Memory is what kills provers: the seeds' instance ran ``partition_workers = 10``
+on 125 GB (≈ 269 GiB wanted) and was OOM-killed. So every memory-sized value is
+derived from the memory actually available (the cgroup limit, else MemTotal)
+minus a safety margin, with the figures of workloads.md:
+
+- unified memory manager (daemons from 13 Mar 2026): ``[memory] total_budget``;
+  about 70 GiB baseline (SRS + PCE) + about 13.6 GiB per partition in flight,
+  which sizes ``[pipeline] synthesis_concurrency``;
+- partition-workers builds (Feb–Mar 2026): ``[synthesis] partition_workers``
+  with peak RSS ≈ 69 + 20 × pw GiB.
+
+The bench's ``-j`` concurrency is scaled the same way. User values win, unless
+they cannot fit: then they are refused with both numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from .cgroups import fmt_bytes
+from .gpu import GpuSample
+
+GIB = 1 << 30
+MEMORY_MODELS = ("unified", "partition-workers")
+# workloads.md figures.
+UNIFIED_BASELINE = 70 * GIB
+PER_PARTITION = int(13.6 * GIB)
+PW_BASELINE = 69 * GIB
+PW_PER_WORKER = 20 * GIB
+GPU_WORKERS_PER_DEVICE = 2
+
+
+class DoesNotFit(Exception):
+    """The machine cannot hold what is asked: the message carries both numbers."""
+
+
+@dataclass(frozen=True)
+class CuzkSettings:
+    config_path: str
+    memory_model: str = "unified"
+    listen: str = "http://127.0.0.1:9820"
+    status_listen: str = "127.0.0.1:9821"
+    param_cache: str = "/var/tmp/filecoin-proof-parameters"
+    safety_margin: int = 5 * GIB
+    bench_concurrency: int = 5
+    overrides: dict[str, Any] | None = None
+    # The workloads.md figures; settable so the stand-ins can run the profile on a small machine.
+    baseline: int = UNIFIED_BASELINE
+    per_partition: int = PER_PARTITION
+
+
+@dataclass(frozen=True)
+class Generated:
+    config: dict[str, Any]
+    text: str
+    budget: int
+    partitions: int  # partitions in flight (unified) or partition workers (pw builds)
+    bench_concurrency: int
+
+    def summary(self) -> str:
+        what = "partitions in flight" if "memory" in self.config else "partition_workers"
+        return (f"budget {fmt_bytes(self.budget)}, {self.partitions} {what}, bench -j {self.bench_concurrency}, "
+                f"{len(self.config.get('gpus', {}).get('devices', []))} GPU(s)")
+
+
+def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> Generated:
+    """The cuzk.toml for this machine; raises DoesNotFit when the daemon cannot run in ``available``."""
+    budget = available - settings.safety_margin
+    overrides = settings.overrides or {}
+    config: dict[str, Any] = {
+        "daemon": {"listen": settings.listen, "status_listen": settings.status_listen},
+        "srs": {"param_cache": settings.param_cache},
+        "logging": {"level": "info"},
+    }
+    if gpus:
+        config["gpus"] = {"devices": [g.index for g in gpus], "gpu_workers_per_device": GPU_WORKERS_PER_DEVICE}
+    if settings.memory_model == "unified":
+        partitions = _unified(config, budget, available, settings, overrides)
+    else:
+        partitions = _partition_workers(config, budget, available, overrides)
+    merged = _merge(config, overrides)
+    bench_j = max(1, min(settings.bench_concurrency, partitions))
+    return Generated(merged, tomli_w.dumps(merged), budget, partitions, bench_j)
+
+
+def _unified(config: dict[str, Any], budget: int, available: int, settings: CuzkSettings,
+             overrides: dict[str, Any]) -> int:
+    base, per = settings.baseline, settings.per_partition
+    need = base + per
+    if budget < need:
+        raise DoesNotFit(f"cuzk needs at least {fmt_bytes(need)} (baseline {fmt_bytes(base)} + one "
+                         f"partition {fmt_bytes(per)}) but the budget is {fmt_bytes(budget)} "
+                         f"({fmt_bytes(available)} available - {fmt_bytes(settings.safety_margin)} safety margin)")
+    user_budget = overrides.get("memory", {}).get("total_budget")
+    if isinstance(user_budget, str) and user_budget != "auto":
+        from .cgroups import parse_size
+
+        wanted = parse_size(user_budget)
+        if wanted > available:
+            raise DoesNotFit(f"[cuzk.overrides] memory.total_budget = {user_budget} ({fmt_bytes(wanted)}) is more "
+                             f"than the {fmt_bytes(available)} available")
+        budget = wanted
+    partitions = max(1, (budget - base) // per)
+    user_conc = overrides.get("pipeline", {}).get("synthesis_concurrency")
+    if isinstance(user_conc, int):
+        peak = base + user_conc * per
+        if peak > budget:
+            raise DoesNotFit(f"[cuzk.overrides] pipeline.synthesis_concurrency = {user_conc} wants about "
+                             f"{fmt_bytes(peak)} but the budget is {fmt_bytes(budget)}")
+        partitions = user_conc
+    config["memory"] = {"total_budget": f"{budget // GIB}GiB", "safety_margin": f"{settings.safety_margin // GIB}GiB"}
+    config["pipeline"] = {"enabled": True, "synthesis_concurrency": int(partitions)}
+    return int(partitions)
+
+
+def _partition_workers(config: dict[str, Any], budget: int, available: int, overrides: dict[str, Any]) -> int:
+    user_pw = overrides.get("synthesis", {}).get("partition_workers")
+    if isinstance(user_pw, int):
+        peak = PW_BASELINE + user_pw * PW_PER_WORKER
+        if peak > budget:
+            raise DoesNotFit(f"[cuzk.overrides] synthesis.partition_workers = {user_pw} peaks at about "
+                             f"{fmt_bytes(peak)} (69 + 20 × pw GiB) but the budget is {fmt_bytes(budget)} of "
+                             f"{fmt_bytes(available)} available")
+        pw = user_pw
+    else:
+        pw = math.floor((budget - PW_BASELINE) / PW_PER_WORKER)
+        if pw < 1:
+            raise DoesNotFit(f"a partition-workers cuzk needs at least {fmt_bytes(PW_BASELINE + PW_PER_WORKER)} "
+                             f"(69 + 20 × 1 GiB) but the budget is {fmt_bytes(budget)}")
+    config["synthesis"] = {"partition_workers": int(pw)}
+    return int(pw)
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def write(generated: Generated, path: str | Path, copy_to: str | Path | None = None) -> None:
+    """Write atomically (a daemon must never read half a file); keep a copy in state_dir."""
+    for target in filter(None, (Path(path), Path(copy_to) if copy_to else None)):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(generated.text)
+        tmp.replace(target)

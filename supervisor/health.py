@@ -1,0 +1,128 @@
+"""Health and metrics over HTTP on 127.0.0.1 (off unless ``[supervisor] http_port`` is set).
+
+``/healthz``: the event loop is alive (its heartbeat is recent). ``/readyz``:
+the production phase is up. ``/metrics``: Prometheus text format, written by
+hand (the format is small; a client library would not earn its place).
+The loop publishes what these answer on each heartbeat; the HTTP thread only
+reads it, so a stuck loop shows as a failing /healthz rather than a hang.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HEARTBEAT_S = 1.0
+# /healthz fails when the loop has not ticked for this long.
+STALE_AFTER_S = 10.0
+
+
+class HealthState:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_tick = time.monotonic()
+        self.ready = False
+        self.metrics = ""
+
+    def publish(self, ready: bool, metrics: str) -> None:
+        with self.lock:
+            self.last_tick = time.monotonic()
+            self.ready = ready
+            self.metrics = metrics
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        state = self.server.state
+        with state.lock:
+            age = time.monotonic() - state.last_tick
+            ready, metrics = state.ready, state.metrics
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            ok = age < STALE_AFTER_S
+            self._answer(200 if ok else 503, f"{'ok' if ok else 'stale'}: loop heartbeat {age:.1f}s ago\n")
+        elif path == "/readyz":
+            self._answer(200 if ready else 503, "ready\n" if ready else "not ready: production is not up\n")
+        elif path == "/metrics":
+            self._answer(200, metrics, "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._answer(404, "not found\n")
+
+    def _answer(self, status: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, port: int, state: HealthState) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.state = state
+
+
+class HealthServer:
+    def __init__(self, port: int, state: HealthState) -> None:
+        self._server = _Server(port, state)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, name="health", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def metrics_text(snap: dict[str, Any]) -> str:
+    """Prometheus exposition text from a status snapshot."""
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples: list[tuple[dict[str, object], float]]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            lines.append(f"{name}{{{rendered}}} {value:g}" if rendered else f"{name} {value:g}")
+
+    phases = snap.get("phases", [])
+    metric("prover_supervisor_up", "gauge", "The supervisor's loop is running.", [({}, 1)])
+    metric("prover_supervisor_phase_info", "gauge", "Each phase's current state (1 for the state it is in).",
+           [({"phase": p["name"], "state": p["state"]}, 1) for p in phases])
+    metric("prover_supervisor_phase_attempts", "gauge", "Attempts started per phase (restarts + 1).",
+           [({"phase": p["name"]}, p.get("attempt") or 0) for p in phases])
+    reasons = Counter(v.get("reason") for v in snap.get("verdicts", []))
+    metric("prover_supervisor_verdicts", "gauge", "Ended children by reason (last 50 kept).",
+           [({"reason": r}, n) for r, n in sorted(reasons.items())])
+    mem = snap.get("memory", {})
+    for key, help_text in (("oom_kills", "OOM kills counted by the supervisor's memory cgroup."),
+                           ("usage", "Memory use of the supervisor's cgroup, bytes."),
+                           ("limit", "Memory limit of the supervisor's cgroup, bytes.")):
+        if mem.get(key) is not None:
+            metric(f"prover_supervisor_memory_{key}", "gauge", help_text, [({}, float(mem[key]))])
+    manager = snap.get("manager", {})
+    if manager.get("enabled"):
+        metric("prover_supervisor_outbox_pending", "gauge", "Manager calls not delivered yet.",
+               [({}, float(manager.get("outbox_pending") or 0))])
+    gpus = snap.get("gpus", {}).get("samples", [])
+    metric("prover_supervisor_gpu_utilization_percent", "gauge", "GPU utilisation per GPU (NVML).",
+           [({"gpu": g["index"]}, g["utilization"]) for g in gpus])
+    metric("prover_supervisor_gpu_memory_used_bytes", "gauge", "GPU memory used per GPU (NVML).",
+           [({"gpu": g["index"]}, g["memory_used"]) for g in gpus])
+    return "\n".join(lines) + "\n"

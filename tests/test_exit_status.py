@@ -1,0 +1,474 @@
+"""The supervisor's exit status is the status of the phase that failed the lifecycle.
+
+Real children, real wait statuses: exit codes 0..255 (as real PID 1 and as a
+subreaper), deaths by signal (128 + n, with the signal named in the verdict and a
+core dump reported only when one was really written), spawn failures (127, 126),
+and the ECHILD trap (a crashed phase must never be reported as a success).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import PY, Result, SupervisorRunner, needs_unshare, sh, toml_list, toml_str
+
+from supervisor.reaping import ExitStatus
+
+VERDICT_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] (?:FAILED|ended): (phase=.*)$")
+
+
+def shell(script: str) -> str:
+    """Like ``sh()``, with every ``$`` escaped from the config's own ``${VAR}`` / ``$$`` expansion."""
+    return sh(script.replace("$", "$$"))
+
+
+def verdict_lines(output: str, phase: str | None = None) -> list[str]:
+    """The verdict records the supervisor logged (``phase=... reason=...``), optionally of one phase."""
+    found = []
+    for line in output.splitlines():
+        match = VERDICT_RE.match(line)
+        if match and (phase is None or match.group(1).startswith(f"phase={phase} ")):
+            found.append(match.group(1))
+    return found
+
+
+def one_verdict(output: str, phase: str) -> str:
+    lines = verdict_lines(output, phase)
+    assert len(lines) == 1, f"expected one verdict for phase {phase}, got {lines}; output:\n{output}"
+    return lines[0]
+
+
+def failing_then_marker(runner: SupervisorRunner, command: str, marker: Path, extra: str = "",
+                        name: str = "p") -> Path:
+    """A config: phase ``name`` runs ``command``; phase ``after`` creates ``marker`` (only if it succeeded)."""
+    return runner.write(f"""
+        [[phases]]
+        name = "{name}"
+        command = {command}
+        {extra}
+
+        [[phases]]
+        name = "after"
+        command = {toml_list(["touch", str(marker)])}
+        """, stop_grace_s=1)
+
+
+def run_exit_codes(base: Path, codes: list[int], *, pid1: bool) -> dict[int, tuple[Result, bool]]:
+    """One supervisor per code, four at a time; each gets its own directory. Returns result and marker."""
+    runners = {}
+    for code in codes:
+        directory = base / f"code{code}"
+        directory.mkdir()
+        runners[code] = SupervisorRunner(directory)
+
+    def one(code: int) -> tuple[Result, bool]:
+        runner = runners[code]
+        marker = runner.tmp / "after.marker"
+        # Each its own phase name: the supervisors run side by side (same-name phases share a cgroup
+        # name; that case has its own test below).
+        config = failing_then_marker(runner, sh(f"exit {code}"), marker, name=f"p{code}")
+        result = runner.run(config, timeout=30, pid1=pid1)
+        return result, marker.exists()
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            return dict(zip(codes, pool.map(one, codes), strict=True))
+    finally:
+        for runner in runners.values():
+            runner.cleanup()
+
+
+def check_exit_code_result(code: int, result: Result, marker: bool, phase: str = "p") -> None:
+    assert result.returncode == code, f"code {code}: supervisor exited {result.returncode}:\n{result.output}"
+    assert "Traceback" not in result.output
+    verdict = one_verdict(result.output, phase)
+    if code == 0:
+        assert marker, f"code 0: the next phase did not run:\n{result.output}"
+        assert "reason=exit_code exit_code=0 " in verdict
+        assert "lifecycle complete" in result.output
+    else:
+        assert not marker, f"code {code}: the phase after a failed one ran:\n{result.output}"
+        assert f"reason=exit_code exit_code={code} " in verdict
+        assert f"phase {phase}: stopping → failed" in result.output
+    assert f"exiting with status {code}" in result.output
+
+
+# ---------------------------------------------------------------- exit codes
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 3, 42, 125, 126, 127, 128, 137, 143, 254, 255])
+def test_exit_code_becomes_supervisor_status(sup: SupervisorRunner, code: int) -> None:
+    marker = sup.tmp / "after.marker"
+    result = sup.run(failing_then_marker(sup, shell(f"exit {code}"), marker), timeout=30)
+    check_exit_code_result(code, result, marker.exists())
+    assert result.output.splitlines()[0].split(" [supervisor] ")[1].startswith("prover-supervisor pid ")
+
+
+@needs_unshare
+def test_every_exit_code_as_pid1(sup: SupervisorRunner) -> None:
+    """As real PID 1: the supervisor's exit status equals the failed phase's code, for all of 0..255."""
+    started = time.monotonic()
+    results = run_exit_codes(sup.tmp, list(range(256)), pid1=True)
+    elapsed = time.monotonic() - started
+    for code, (result, marker) in results.items():
+        assert " as pid1;" in result.output.splitlines()[0], result.output
+        check_exit_code_result(code, result, marker, phase=f"p{code}")
+    print(f"256 supervisors as PID 1 in {elapsed:.1f}s ({elapsed / 256 * 4:.2f}s each, 4 at a time)")
+
+
+# ---------------------------------------------------------------- signals
+
+KILLING_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGABRT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGBUS", "SIGINT",
+                   "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGALRM", "SIGFPE", "SIGILL"]
+
+
+def _signal_config(sup: SupervisorRunner, signame: str, marker: Path, core_limit: str = "0") -> Path:
+    # The shell kills itself: nothing else is involved in the death but the kernel.
+    script = f"ulimit -c {core_limit}; echo about to die; kill -{signame[3:]} $$; echo survived; exit 0"
+    return failing_then_marker(sup, shell(script), marker, extra=f"cwd = {toml_str(str(sup.tmp))}")
+
+
+@pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
+@pytest.mark.parametrize("signame", KILLING_SIGNALS)
+def test_killed_by_signal(sup: SupervisorRunner, signame: str, pid1: bool) -> None:
+    signum = int(getattr(signal, signame))
+    marker = sup.tmp / "after.marker"
+    result = sup.run(_signal_config(sup, signame, marker), timeout=30, pid1=pid1)
+    assert result.returncode == 128 + signum, result.output
+    assert not marker.exists()
+    assert "[p/p] survived" not in result.output
+    assert "[p/p] about to die" in result.output
+    verdict = one_verdict(result.output, "p")
+    assert f" reason=signal signal={signame} " in verdict, verdict
+    assert "exit_code=" not in verdict
+    # RLIMIT_CORE is 0 in the child: no core can be dumped, so none may be claimed.
+    assert "core_dumped" not in verdict
+    assert "core dumped" not in verdict
+    assert not list(sup.tmp.glob("core*"))
+    assert f"killed by {signame} (status {128 + signum})" in verdict
+    assert f"exiting with status {128 + signum}" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("signame", ["SIGSEGV", "SIGABRT", "SIGQUIT"])
+def test_core_dump_reported_only_when_dumped(sup: SupervisorRunner, signame: str) -> None:
+    """With RLIMIT_CORE raised the kernel writes a core (core_pattern permitting): then, and only then, say so."""
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    if hard == 0:
+        pytest.skip("hard RLIMIT_CORE is 0: no process here can dump core")
+    signum = int(getattr(signal, signame))
+    marker = sup.tmp / "after.marker"
+    result = sup.run(_signal_config(sup, signame, marker, core_limit="unlimited"), timeout=30)
+    assert result.returncode == 128 + signum, result.output
+    verdict = one_verdict(result.output, "p")
+    assert f" reason=signal signal={signame} " in verdict
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    cores = list(sup.tmp.glob("core*"))
+    # A pipe handler takes the core elsewhere: then the wait status is the only evidence; check it directly.
+    dumped = _dumps_core(signum, sup.tmp) if pattern.startswith("|") else bool(cores)
+    if dumped:
+        assert " core_dumped=yes " in verdict, verdict
+        assert f"(status {128 + signum}, core dumped)" in verdict
+    else:
+        assert "core_dumped" not in verdict and "core dumped" not in verdict, verdict
+    print(f"core_pattern={pattern!r}: core dumped={dumped} ({[c.name for c in cores]})")
+
+
+def _dumps_core(signum: int, cwd: Path) -> bool:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        _die_by(signum, core=True, cwd=cwd)
+    _, status = os.waitpid(pid, 0)
+    return os.WCOREDUMP(status)
+
+
+# ---------------------------------------------------------------- spawn failures
+
+
+def _spawn_failure(sup: SupervisorRunner, command: list[str], *, cwd: str | None = None,
+                   pid1: bool = False) -> tuple[Result, str, bool]:
+    marker = sup.tmp / "after.marker"
+    extra = f"cwd = {toml_str(cwd)}" if cwd is not None else ""
+    result = sup.run(failing_then_marker(sup, toml_list(command), marker, extra=extra), timeout=30, pid1=pid1)
+    assert "Traceback" not in result.output, result.output
+    assert not re.search(r"\b(?:FileNotFound|Permission|OS|Subprocess)Error\b", result.output), result.output
+    return result, one_verdict(result.output, "p"), marker.exists()
+
+
+@pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
+def test_command_not_found_is_127(sup: SupervisorRunner, pid1: bool) -> None:
+    missing = str(sup.tmp / "no-such-program")
+    result, verdict, marker = _spawn_failure(sup, [missing, "--flag"], pid1=pid1)
+    assert result.returncode == 127, result.output
+    assert not marker
+    assert " reason=spawn_failed " in verdict
+    assert "command not found" in verdict
+    assert missing in verdict
+    assert "pid=" not in verdict  # nothing was started
+    assert "exiting with status 127" in result.output
+
+
+def test_program_not_on_path_is_127(sup: SupervisorRunner) -> None:
+    result, verdict, marker = _spawn_failure(sup, ["surely-no-such-program-xyzzy"])
+    assert result.returncode == 127, result.output
+    assert not marker
+    assert " reason=spawn_failed " in verdict and "command not found" in verdict
+
+
+def test_not_executable_is_126(sup: SupervisorRunner) -> None:
+    script = sup.tmp / "not-executable.sh"
+    script.write_text("#!/bin/sh\necho should not run\n")
+    script.chmod(0o644)  # no x bit at all: even root may not execute it
+    result, verdict, marker = _spawn_failure(sup, [str(script)])
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert " reason=spawn_failed " in verdict
+    assert "permission denied" in verdict
+    assert "[p/p] should not run" not in result.output
+
+
+def test_directory_as_command_is_126(sup: SupervisorRunner) -> None:
+    result, verdict, marker = _spawn_failure(sup, [str(sup.tmp)])
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert " reason=spawn_failed " in verdict
+
+
+def test_exec_format_error_is_126(sup: SupervisorRunner) -> None:
+    garbage = sup.tmp / "garbage"
+    garbage.write_bytes(b"\x7fELF\x00\x01\x02not really a program\n")
+    garbage.chmod(garbage.stat().st_mode | stat.S_IXUSR)
+    result, verdict, marker = _spawn_failure(sup, [str(garbage)])
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert " reason=spawn_failed " in verdict
+    assert "cannot execute" in verdict
+
+
+@pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
+def test_missing_cwd_is_126(sup: SupervisorRunner, pid1: bool) -> None:
+    missing = str(sup.tmp / "no-such-dir")
+    result, verdict, marker = _spawn_failure(sup, ["sh", "-c", "echo should not run"], cwd=missing, pid1=pid1)
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert " reason=spawn_failed " in verdict
+    assert "does not exist" in verdict and "no-such-dir" in verdict
+    assert "[p/p] should not run" not in result.output
+
+
+# ---------------------------------------------------------------- the ECHILD trap
+
+
+@pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
+@pytest.mark.parametrize("orphans", [0, 50], ids=["plain", "with-orphans"])
+def test_crashed_phase_is_never_success(sup: SupervisorRunner, pid1: bool, orphans: int) -> None:
+    """``sh -c 'exit 1'`` fails the lifecycle even while the reaper is busy with orphans of the same phase."""
+    marker = sup.tmp / "after.marker"
+    storm = f'for i in $(seq {orphans}); do (sh -c "exit 0" &); done; ' if orphans else ""
+    result = sup.run(failing_then_marker(sup, shell(f"{storm}exit 1"), marker), timeout=30, pid1=pid1)
+    assert result.returncode == 1, result.output
+    assert not marker.exists(), result.output
+    verdict = one_verdict(result.output, "p")
+    assert " reason=exit_code exit_code=1 " in verdict, verdict
+    assert "lifecycle complete" not in result.output
+    assert not verdict_lines(result.output, "after")  # the next phase never started
+    assert "phase after: pending → stopped" in result.output
+
+
+def test_exit_0_after_timeout_sigterm_is_not_success(sup: SupervisorRunner) -> None:
+    """The deadline passes; the command catches the SIGTERM and exits 0: still a failure, never exit 0."""
+    marker = sup.tmp / "after.marker"
+    script = "trap 'echo got TERM; exit 0' TERM; echo running; sleep 30 & wait; echo not reached"
+    config = failing_then_marker(sup, shell(script), marker, extra="timeout_s = 0.5")
+    result = sup.run(config, timeout=30)
+    assert result.returncode != 0, result.output
+    assert result.returncode == 1, result.output  # a failure whose child said 0 exits 1
+    assert not marker.exists(), result.output
+    assert "got TERM" in result.output  # it really was the supervisor's SIGTERM it answered with 0
+    verdict = one_verdict(result.output, "p")
+    assert " reason=timeout " in verdict and " exit_code=0 " in verdict, verdict
+    assert "lifecycle complete" not in result.output
+    assert "Traceback" not in result.output
+
+
+def test_exit_0_after_forwarded_sigterm_on_shutdown_exits_143(sup: SupervisorRunner) -> None:
+    """SIGTERM to the supervisor while a phase runs: the phase exits 0 on it, the supervisor still exits 143."""
+    marker = sup.tmp / "after.marker"
+    ready = sup.tmp / "ready"
+    script = f"trap 'echo got TERM; exit 0' TERM; touch {ready}; sleep 30 & wait"
+    proc = sup.start(failing_then_marker(sup, shell(script), marker))
+    wait_for_path(ready)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 143, out
+    assert not marker.exists()
+    assert "got TERM" in out
+    assert "lifecycle complete" not in out
+
+
+def test_two_supervisors_side_by_side_keep_their_own_status(sup: SupervisorRunner, tmp_path: Path) -> None:
+    """Two supervisors in the same cgroup, with a phase of the same name: each exits with its own phase's status.
+
+    A's phase ``p`` fails twice with 5 (one retry); B's phase ``p`` succeeds, in between A's two attempts.
+    Nothing B does to its own phase may change how A's phase ends.
+    """
+    started, go = tmp_path / "a-started", tmp_path / "go"
+    runner_b = SupervisorRunner(tmp_path / "b")
+    (tmp_path / "b").mkdir()
+    config_a = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {shell(f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done; exit 5")}
+        retries = 1
+        backoff_s = 0.05
+        backoff_max_s = 0.05
+        timeout_s = 20
+        """, stop_grace_s=1)
+    config_b = runner_b.write("""
+        [[phases]]
+        name = "p"
+        command = ["true"]
+        """, stop_grace_s=1)
+    proc_a = sup.start(config_a)
+    try:
+        wait_for_path(started)
+        result_b = runner_b.run(config_b, timeout=30)
+        go.touch()
+        out_a, _ = proc_a.communicate(timeout=30)
+    finally:
+        runner_b.cleanup()
+    assert result_b.returncode == 0, result_b.output
+    attempts = verdict_lines(out_a, "p")
+    assert proc_a.returncode == 5, out_a
+    assert len(attempts) == 2 and all(" reason=exit_code exit_code=5 " in a for a in attempts), out_a
+
+
+def wait_for_path(path: Path, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout}s"
+        time.sleep(0.02)
+
+
+# ---------------------------------------------------------------- ExitStatus from real wait statuses
+
+
+def _die_by(signum: int, *, core: bool = False, cwd: Path | None = None) -> None:  # pragma: no cover - child
+    try:
+        import faulthandler
+
+        faulthandler.disable()
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY if core else 0,
+                                                  resource.getrlimit(resource.RLIMIT_CORE)[1]))
+        if cwd is not None:
+            os.chdir(cwd)
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+        os.kill(os.getpid(), signum)
+        time.sleep(5)
+    finally:
+        os._exit(99)
+
+
+def _wait_status_of_exit(code: int) -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def _wait_status_of_signal(signum: int, *, core: bool = False, cwd: Path | None = None) -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        _die_by(signum, core=core, cwd=cwd)
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 42, 126, 127, 128, 255])
+def test_exit_status_from_real_exit(code: int) -> None:
+    status = ExitStatus.from_wait_status(_wait_status_of_exit(code))
+    assert status == ExitStatus(code, None, False)
+    assert status.shell_status == code
+    assert status.success is (code == 0)
+    assert status.signal_name is None
+    assert status.describe() == f"exited with code {code}"
+
+
+def test_exit_status_all_codes_from_real_exits() -> None:
+    for code in range(256):
+        status = ExitStatus.from_wait_status(_wait_status_of_exit(code))
+        assert (status.code, status.signal, status.shell_status) == (code, None, code)
+
+
+@pytest.mark.parametrize("signame", ["SIGKILL", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGUSR1", "SIGBUS", "SIGINT",
+                                     "SIGHUP", "SIGPIPE"])
+def test_exit_status_from_real_signal(signame: str) -> None:
+    signum = int(getattr(signal, signame))
+    status = ExitStatus.from_wait_status(_wait_status_of_signal(signum))
+    assert status.code is None
+    assert status.signal == signum
+    assert status.core_dumped is False  # RLIMIT_CORE 0 in the child
+    assert status.success is False
+    assert status.shell_status == 128 + signum
+    assert status.signal_name == signame
+    assert status.describe() == f"killed by {signame} (status {128 + signum})"
+
+
+def test_exit_status_core_dumped_from_real_crash(tmp_path: Path) -> None:
+    if resource.getrlimit(resource.RLIMIT_CORE)[1] == 0:
+        pytest.skip("hard RLIMIT_CORE is 0: no process here can dump core")
+    raw = _wait_status_of_signal(signal.SIGSEGV, core=True, cwd=tmp_path)
+    status = ExitStatus.from_wait_status(raw)
+    assert status.signal == signal.SIGSEGV and status.signal_name == "SIGSEGV"
+    assert status.core_dumped is os.WCOREDUMP(raw)
+    if not status.core_dumped:
+        pytest.skip(f"the kernel did not dump a core here (core_pattern "
+                    f"{Path('/proc/sys/kernel/core_pattern').read_text().strip()!r})")
+    assert status.shell_status == 139
+    assert status.describe() == "killed by SIGSEGV (status 139, core dumped)"
+
+
+def test_exit_status_stopped_is_not_final() -> None:
+    """A stop report (WUNTRACED) is not how a process ended: refused, not mistaken for an exit."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        finally:
+            os._exit(0)
+    try:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        with pytest.raises(ValueError, match="not a final wait status"):
+            ExitStatus.from_wait_status(status)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_signal_name_of_unnamed_signal() -> None:
+    status = ExitStatus(None, 64, False)  # a real-time signal number without a Signals name
+    assert status.shell_status == 192
+    assert status.signal_name in ("SIGRTMAX", "SIG64")
+    assert "status 192" in status.describe()
+
+
+def test_python_exit_codes_via_supervisor(sup: SupervisorRunner) -> None:
+    """A Python child (not only sh): ``sys.exit(n)`` and an uncaught exception (1) pass through."""
+    marker = sup.tmp / "after.marker"
+    config = failing_then_marker(sup, toml_list([PY, "-c", "raise SystemExit(77)"]), marker)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 77, result.output
+    assert not marker.exists()
+    assert " reason=exit_code exit_code=77 " in one_verdict(result.output, "p")

@@ -1,0 +1,317 @@
+"""The init role: reap every orphan (as real PID 1 or as a child subreaper), stay out of
+the OOM killer's way, and leave no process behind when the supervisor exits.
+
+Everything here runs the real supervisor on real processes; PID 1 mode uses a new
+PID namespace (``unshare --pid --fork --mount-proc``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import textwrap
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import PY, SupervisorRunner, needs_unshare, pid_alive, toml_list, wait_for
+
+CHILD_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[([^\]]+)\] (.*)$")
+FIRST_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] prover-supervisor pid (\d+) as (pid1|subreaper); "
+                           r"(oom_score_adj -1000|oom_score_adj unchanged \([^)]+\)); ")
+
+PID1 = [False, pytest.param(True, marks=needs_unshare)]
+PID1_IDS = ["subreaper", "pid1"]
+
+
+def lines_of(output: str, label: str) -> list[str]:
+    """What the child ``label`` (``phase/name``) printed, in order, from the supervisor's console."""
+    out = []
+    for line in output.splitlines():
+        match = CHILD_LINE_RE.match(line)
+        if match and match.group(1) == label:
+            out.append(match.group(2))
+    return out
+
+
+def first_line(output: str) -> re.Match[str]:
+    first = output.splitlines()[0] if output else ""
+    match = FIRST_LINE_RE.match(first)
+    assert match, f"unexpected first line: {first!r}"
+    return match
+
+
+def script(sup: SupervisorRunner, name: str, body: str) -> list[str]:
+    """Write a /bin/sh script under the test's directory; returns its command (no ``$`` escaping needed)."""
+    path = sup.tmp / name
+    path.write_text("set -e\n" + textwrap.dedent(body))
+    return ["sh", str(path)]
+
+
+def read_pid(path: Path) -> int:
+    wait_for(lambda: path.exists() and path.read_text().strip(), timeout=10)
+    return int(path.read_text().strip())
+
+
+def processes_with(token: str) -> list[psutil.Process]:
+    """Live (not zombie) processes anywhere on the machine whose command line holds ``token``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and token in " ".join(proc.info["cmdline"] or ()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def kill_all(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def supervisor_pid(proc: subprocess.Popen[str], pid1: bool) -> int:
+    """The supervisor's pid as seen from here: under ``unshare --fork`` it is unshare's only child."""
+    if not pid1:
+        return proc.pid
+    children = wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
+    assert isinstance(children, list) and len(children) == 1
+    return children[0].pid
+
+
+def unique_sleep() -> str:
+    """A sleep duration no other process on the machine uses: its command line identifies our orphans."""
+    return f"{3000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+
+
+# ---------------------------------------------------------------- 1. as real PID 1: no zombie is left
+
+ZOMBIE_COUNTER = """\
+import os, time
+
+def scan():
+    zombies = sleepers = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                data = f.read()
+        except OSError:
+            continue
+        name = data[data.index("(") + 1 : data.rindex(")")]
+        state = data[data.rindex(")") + 2]
+        zombies += state == "Z"
+        sleepers += state != "Z" and name == "sleep"
+    return zombies, sleepers
+
+# Orphans still asleep may linger a moment; a zombie that stays is one nobody reaps.
+deadline = time.monotonic() + 5
+while True:
+    zombies, sleepers = scan()
+    if (zombies == 0 and sleepers == 0) or time.monotonic() > deadline:
+        break
+    time.sleep(0.05)
+visible = len([e for e in os.listdir("/proc") if e.isdigit()])
+print(f"pid {os.getpid()}; zombies={zombies} sleepers={sleepers} visible={visible}")
+"""
+
+
+@needs_unshare
+def test_pid1_reaps_an_orphan_storm(sup: SupervisorRunner) -> None:
+    counter = sup.tmp / "count_zombies.py"
+    counter.write_text(ZOMBIE_COUNTER)
+    command = script(sup, "storm.sh", f"""\
+        for i in $(seq 200); do (sh -c "sleep 0.1" &); done
+        echo "forked 200 orphans"
+        sleep 1
+        {PY} {counter}
+        """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "storm"
+        command = {toml_list(command)}
+        timeout_s = 30
+        """, stop_grace_s=1)
+    result = sup.run(config, pid1=True, timeout=60)
+    match = first_line(result.output)
+    assert match.group(1) == "1" and match.group(2) == "pid1", result.output
+    printed = lines_of(result.output, "storm/storm")
+    assert "forked 200 orphans" in printed, result.output
+    counts = [re.search(r"zombies=(\d+) sleepers=(\d+) visible=(\d+)", line) for line in printed]
+    counts = [c for c in counts if c]
+    assert len(counts) == 1, result.output
+    zombies, sleepers, visible = (int(x) for x in counts[0].groups())
+    print(f"{visible} processes visible in the namespace")
+    assert zombies == 0, f"{zombies} zombie(s) left in the namespace:\n{result.output}"
+    assert sleepers == 0
+    assert result.returncode == 0, result.output
+    assert "reaped orphan pid" in result.output
+    assert "Traceback" not in result.output
+
+
+# ---------------------------------------------------------------- 2. not PID 1: a subreaper
+
+
+def test_subreaper_adopts_orphans_and_takes_them_down(sup: SupervisorRunner) -> None:
+    plain, detached, stubborn = (sup.tmp / f"{n}.pid" for n in ("plain", "setsid", "stubborn"))
+    token = unique_sleep()
+    command = script(sup, "service.sh", f"""\
+        (sh -c 'echo $$ > {plain}; exec sleep {token}' &)
+        (setsid sh -c 'echo $$ > {detached}; exec sleep {token}' &)
+        (setsid sh -c 'trap "" TERM; echo $$ > {stubborn}; exec sleep {token}' &)
+        echo "grandchildren started"
+        exec sleep 300
+        """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {toml_list(command)}
+        """, stop_grace_s=0.5)
+    proc = sup.start(config)
+    pids: list[int] = []
+    try:
+        pids = [read_pid(p) for p in (plain, detached, stubborn)]
+        for pid in pids:
+            # The double fork's middle process is gone: the kernel hands the grandchild to the subreaper.
+            wait_for(lambda pid=pid: psutil.Process(pid).ppid() == proc.pid, timeout=10)
+        assert os.getsid(pids[1]) == pids[1] and os.getsid(pids[2]) == pids[2]  # they really left the session
+        assert os.getpgid(pids[1]) != os.getpgid(pids[0])
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        survivors = [psutil.Process(p) for p in pids if pid_alive(p)]
+        kill_all(survivors + processes_with(token))
+    match = first_line(out)
+    assert match.group(1) == str(proc.pid) and match.group(2) == "subreaper", out
+    assert proc.returncode == 143, out
+    assert not survivors, f"still alive after the supervisor exited: {[p.pid for p in survivors]}\n{out}"
+    assert not processes_with(token)
+    assert "received SIGTERM" in out
+    assert "Traceback" not in out
+
+
+# ---------------------------------------------------------------- 3. reaped orphans are logged
+
+
+@pytest.mark.parametrize("pid1", PID1, ids=PID1_IDS)
+def test_reaped_orphan_is_logged(sup: SupervisorRunner, pid1: bool) -> None:
+    exits, killed = sup.tmp / "exits.pid", sup.tmp / "killed.pid"
+    command = script(sup, "orphans.sh", f"""\
+        (sh -c 'echo $$ > {exits}; exec sleep 0.2' &)
+        (sh -c 'echo $$ > {killed}; sleep 0.2; kill -KILL $$' &)
+        sleep 1.5
+        echo "phase done"
+        """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {toml_list(command)}
+        timeout_s = 20
+        """, stop_grace_s=1)
+    result = sup.run(config, pid1=pid1, timeout=30)
+    assert result.returncode == 0, result.output
+    assert first_line(result.output).group(2) == ("pid1" if pid1 else "subreaper")
+    exits_pid, killed_pid = int(exits.read_text()), int(killed.read_text())
+    assert f"reaped orphan pid {exits_pid} (exited with code 0)" in result.output, result.output
+    assert f"reaped orphan pid {killed_pid} (killed by SIGKILL (status 137))" in result.output, result.output
+    # The orphans' statuses are theirs alone: the phase's own verdict is unaffected.
+    assert "reason=exit_code exit_code=0" in result.output
+    assert "lifecycle complete" in result.output
+    assert "phase done" in lines_of(result.output, "p/p")
+
+
+# ---------------------------------------------------------------- 4. oom_score_adj
+
+
+@pytest.mark.parametrize("pid1", PID1, ids=PID1_IDS)
+def test_oom_score_adj(sup: SupervisorRunner, pid1: bool) -> None:
+    command = script(sup, "oom.sh", """\
+        echo "child=$(cat /proc/self/oom_score_adj)"
+        echo "parent=$(cat /proc/$PPID/oom_score_adj)"
+        """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {toml_list(command)}
+        """)
+    result = sup.run(config, pid1=pid1, timeout=30)
+    assert result.returncode == 0, result.output
+    oom = first_line(result.output).group(3)
+    printed = dict(line.split("=", 1) for line in lines_of(result.output, "p/p") if "=" in line)
+    assert set(printed) == {"child", "parent"}, result.output
+    if oom == "oom_score_adj -1000":
+        assert printed["parent"] == "-1000", result.output  # the supervisor itself is protected ...
+        assert printed["child"] == "0", result.output  # ... and its children are not
+        return
+    # Unchanged: nobody touched it, so the supervisor and its child both kept what we have.
+    ours = Path("/proc/self/oom_score_adj").read_text().strip()
+    assert printed["parent"] == ours and printed["child"] == ours, result.output
+    reason = f"this sandbox does not let the supervisor lower its oom_score_adj: {oom}"
+    print(reason)
+    pytest.skip(reason)
+
+
+# ---------------------------------------------------------------- 5. no orphan survives the supervisor
+
+
+@pytest.mark.parametrize("pid1", PID1, ids=PID1_IDS)
+@pytest.mark.parametrize("ending", ["completed", "failed", "sigterm"])
+def test_no_orphan_survives(sup: SupervisorRunner, ending: str, pid1: bool) -> None:
+    token = unique_sleep()
+    names = ("plain", "setsid", "stubborn", "deep", "untagged")
+    files = [sup.tmp / f"{n}.pid" for n in names]
+    plain, detached, stubborn, deep, untagged = files
+    sleep = shutil.which("sleep")
+    ready = sup.tmp / "ready"
+    finish = {"completed": "exit 0", "failed": "exit 3", "sigterm": "exec sleep 300"}[ending]
+    command = script(sup, "spawner.sh", f"""\
+        (sh -c 'echo $$ > {plain}; exec sleep {token}' &)
+        (setsid sh -c 'echo $$ > {detached}; exec sleep {token}' &)
+        (setsid sh -c 'trap "" TERM; echo $$ > {stubborn}; exec sleep {token}' &)
+        (setsid sh -c '(setsid sh -c "echo \\$$ > {deep}; exec sleep {token}" &); exec sleep {token}' &)
+        # A clean environment: not even the supervisor's tag is left to find it by.
+        (setsid env -i /bin/sh -c 'echo $$ > {untagged}; exec {sleep} {token}' &)
+        for f in {' '.join(str(f) for f in files)}; do
+            while [ ! -s "$f" ]; do sleep 0.02; done
+            kill -0 "$(cat "$f")"
+        done
+        echo "all {len(files)} orphans alive"
+        touch {ready}
+        {finish}
+        """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        kind = "{'service' if ending == 'sigterm' else 'oneshot'}"
+        command = {toml_list(command)}
+        """, stop_grace_s=0.5)
+    proc = sup.start(config, pid1=pid1)
+    try:
+        if ending == "sigterm":
+            wait_for(ready.exists, timeout=15)
+            wait_for(lambda: len(processes_with(token)) >= 6, timeout=10)
+            # unshare(1) does not pass signals on: send it to the supervisor (the namespace's PID 1) itself.
+            os.kill(supervisor_pid(proc, pid1), signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        out = ""
+        pytest.fail("the supervisor did not exit")
+    finally:
+        left = processes_with(token)
+        kill_all(left)
+    expected = {"completed": 0, "failed": 3, "sigterm": 143}[ending]
+    assert proc.returncode == expected, out
+    assert f"all {len(files)} orphans alive" in lines_of(out, "p/p"), out
+    assert not left, f"alive after the supervisor exited: {[(p.pid, p.info['cmdline']) for p in left]}\n{out}"
+    if not pid1:  # the pids in the files are ours to check only outside a PID namespace
+        pids = [int(f.read_text()) for f in files]
+        assert not [p for p in pids if pid_alive(p)], out
+    assert "Traceback" not in out

@@ -1,0 +1,440 @@
+"""Output handling: the line splitter, the console, log files, the ring, and end to end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import PY, REPO, SupervisorRunner, toml_list, wait_for
+
+from supervisor.logs import MAX_LINE_BYTES, ChildOutput, Console, LineSplitter, LogFile
+
+MB = 1024 * 1024
+CLOCK = r"\d\d:\d\d:\d\d\.\d\d\d"
+
+
+def script(tmp: Path, name: str, code: str, *args: str) -> str:
+    """Write ``code`` to a file and return the TOML argv that runs it (conftest's pyc can't do newlines)."""
+    path = tmp / f"{name}.py"
+    path.write_text(textwrap.dedent(code))
+    return toml_list([PY, str(path), *args])
+
+
+# ================================================================ LineSplitter
+
+
+def test_splitter_lines_across_chunks() -> None:
+    s = LineSplitter()
+    assert s.feed(b"hel") == []
+    assert s.feed(b"lo\nwor") == [b"hello"]
+    assert s.feed(b"ld\nsecond\nthi") == [b"world", b"second"]
+    assert s.feed(b"rd\n") == [b"third"]
+    assert s.flush() == []
+
+
+def test_splitter_many_lines_one_chunk_and_empty_lines() -> None:
+    s = LineSplitter()
+    assert s.feed(b"a\n\nb\nc\n") == [b"a", b"", b"b", b"c"]
+    assert s.feed(b"\n") == [b""]
+
+
+def test_splitter_crlf() -> None:
+    s = LineSplitter()
+    out = s.feed(b"one\r\ntwo\r") + s.feed(b"\nthree\r\n")
+    # the splitter cuts at \n only; the \r is dropped when shown (see ChildOutput)
+    assert [line.rstrip(b"\r") for line in out] == [b"one", b"two", b"three"]
+    assert b"\n".join(out) + b"\n" == b"one\r\ntwo\r\nthree\r\n"
+
+
+def test_splitter_empty_input() -> None:
+    s = LineSplitter()
+    assert s.feed(b"") == []
+    assert s.flush() == []
+    assert s.feed(b"part") == []
+    assert s.feed(b"") == []  # an empty read keeps what was pending
+    assert s.flush() == [b"part"]
+
+
+def test_splitter_flush() -> None:
+    s = LineSplitter()
+    assert s.feed(b"done\nno newline at the end") == [b"done"]
+    assert s.flush() == [b"no newline at the end"]
+    assert s.flush() == []
+    assert s.feed(b"fresh\n") == [b"fresh"]
+
+
+def test_splitter_10mb_line_in_one_chunk() -> None:
+    data = os.urandom(5 * MB).hex().encode()  # 10 MB, no newline
+    assert b"\n" not in data
+    s = LineSplitter()
+    out = s.feed(data)
+    assert out and all(len(piece) <= MAX_LINE_BYTES for piece in out)
+    held = len(data) - sum(map(len, out))
+    assert held <= MAX_LINE_BYTES
+    rest = s.flush()
+    assert len(b"".join(rest)) == held
+    assert b"".join(out + rest) == data
+
+
+def test_splitter_10mb_line_fed_like_a_pipe_stays_bounded() -> None:
+    data = (b"0123456789abcdef" * (MB // 16)) * 10 + b"tail"  # 10 MB + 4, no newline
+    s = LineSplitter()
+    fed = emitted = 0
+    pieces: list[bytes] = []
+    for i in range(0, len(data), 256 * 1024 - 17):  # odd chunk size: pieces straddle chunks
+        chunk = data[i : i + 256 * 1024 - 17]
+        out = s.feed(chunk)
+        fed += len(chunk)
+        emitted += sum(map(len, out))
+        pieces.extend(out)
+        assert all(len(p) <= MAX_LINE_BYTES for p in out)
+        assert fed - emitted <= MAX_LINE_BYTES, "the splitter holds more than one line's worth between feeds"
+    pieces.extend(s.flush())
+    assert b"".join(pieces) == data
+    assert all(len(p) <= MAX_LINE_BYTES for p in pieces)
+
+
+def test_splitter_long_line_then_newline_and_more() -> None:
+    s = LineSplitter(10)
+    out = s.feed(b"a" * 25 + b"\nshort\n" + b"b" * 12)
+    assert out[:3] == [b"a" * 10, b"a" * 10, b"a" * 5]
+    assert out[3] == b"short"
+    assert all(len(x) <= 10 for x in out)
+    assert b"".join(out + s.flush()) == b"a" * 25 + b"short" + b"b" * 12
+
+
+def test_splitter_output_does_not_depend_on_chunking() -> None:
+    """The same bytes give the same lines however the pipe happened to cut them.
+
+    A line of exactly N × max bytes whose newline arrives in a later read must not
+    produce an extra empty line.
+    """
+    max_line = 8
+    for length_in_lines in (1, 2, 3):
+        data = b"x" * (max_line * length_in_lines) + b"\nnext\n"
+        whole = LineSplitter(max_line).feed(data)
+        for cut in range(1, len(data)):
+            s = LineSplitter(max_line)
+            got = s.feed(data[:cut]) + s.feed(data[cut:]) + s.flush()
+            assert got == whole, f"{length_in_lines} x max bytes, cut at {cut}"
+
+
+# ================================================================ Console
+
+
+def _drain(fd: int, into: bytearray, done: threading.Event) -> threading.Thread:
+    def read() -> None:
+        while True:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            into.extend(data)
+        done.set()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking-fd", "nonblocking-fd"])
+def test_console_never_blocks_and_reports_drops(blocking: bool) -> None:
+    r, w = os.pipe()
+    os.set_blocking(w, blocking)
+    console = Console(fd=w)
+    total = 20_000
+    line_tail = b" " + b"." * 1000 + b"\n"  # ~1 KB lines: 20 MB in all, far beyond the backlog
+    slowest = 0.0
+
+    def produce() -> None:
+        nonlocal slowest
+        for i in range(total):
+            t = time.monotonic()
+            console.put(b"line %06d" % i + line_tail)
+            slowest = max(slowest, time.monotonic() - t)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    started = time.monotonic()
+    producer.start()
+    producer.join(20)
+    took = time.monotonic() - started
+    try:
+        assert not producer.is_alive(), "Console.put blocked while nobody reads the console"
+        assert took < 10, f"20k puts took {took:.1f}s"
+        assert slowest < 1.0, f"one put took {slowest:.2f}s"
+        console.put(b"own line after the flood\n", own=True)
+    finally:
+        out = bytearray()
+        done = threading.Event()
+        reader = _drain(r, out, done)  # the reader wakes up now
+        console.close(timeout=30)
+        os.close(w)
+        reader.join(30)
+        os.close(r)
+    assert done.is_set()
+    text = out.decode()
+    received = re.findall(r"^line (\d{6}) ", text, flags=re.M)
+    notes = re.findall(rf"^{CLOCK} \[supervisor\] console too slow: (\d+) lines dropped here", text, flags=re.M)
+    dropped = sum(int(n) for n in notes)
+    assert notes, "the drops were never reported"
+    assert dropped > 0
+    assert len(received) + dropped == total, (len(received), dropped)
+    numbers = [int(n) for n in received]
+    assert numbers == sorted(numbers) and numbers[0] == 0
+    # the supervisor's own lines get extra room, so they pass where children's lines were dropped
+    assert "own line after the flood\n" in text
+
+
+def test_console_passes_everything_when_the_reader_keeps_up() -> None:
+    r, w = os.pipe()
+    out = bytearray()
+    done = threading.Event()
+    reader = _drain(r, out, done)
+    console = Console(fd=w)
+    for i in range(2000):
+        console.put(b"n %d\n" % i)
+    console.close(timeout=10)
+    os.close(w)
+    reader.join(10)
+    os.close(r)
+    assert out.decode().splitlines() == [f"n {i}" for i in range(2000)]
+
+
+def test_console_disabled_writes_nothing() -> None:
+    r, w = os.pipe()
+    console = Console(fd=w, enabled=False)
+    console.put(b"hidden\n")
+    console.close()
+    os.close(w)
+    assert os.read(r, 100) == b""
+    os.close(r)
+
+
+# ================================================================ LogFile
+
+
+def test_logfile_rolls_over_at_max_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "dir" / "c.log"  # created on first write
+    f = LogFile(path, max_bytes=100)
+    chunk = [bytes([ord("a") + i]) * 40 for i in range(5)]  # aaaa.., bbbb.., ...
+    f.write(chunk[0])
+    f.write(chunk[1])
+    assert path.read_bytes() == chunk[0] + chunk[1]
+    assert not path.with_name("c.log.1").exists()
+    f.write(chunk[2])  # 120 > 100: roll first
+    assert path.with_name("c.log.1").read_bytes() == chunk[0] + chunk[1]
+    assert path.read_bytes() == chunk[2]
+    f.write(chunk[3])
+    f.write(chunk[4])  # rolls again: .1 holds the previous file, older bytes are gone
+    assert path.with_name("c.log.1").read_bytes() == chunk[2] + chunk[3]
+    assert path.read_bytes() == chunk[4]
+    f.close()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["c.log", "c.log.1"]
+
+
+def test_logfile_exactly_max_bytes_does_not_roll(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    f = LogFile(path, max_bytes=100)
+    f.write(b"x" * 60)
+    f.write(b"y" * 40)
+    f.close()
+    assert path.read_bytes() == b"x" * 60 + b"y" * 40
+    assert not path.with_name("c.log.1").exists()
+
+
+def test_logfile_oversized_write_kept_whole(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    f = LogFile(path, max_bytes=10)
+    f.write(b"z" * 50)  # into an empty file: written whole, not split, no empty .1
+    assert path.read_bytes() == b"z" * 50
+    assert not path.with_name("c.log.1").exists()
+    f.write(b"next")
+    assert path.read_bytes() == b"next"
+    assert path.with_name("c.log.1").read_bytes() == b"z" * 50
+    f.close()
+
+
+def test_logfile_zero_means_no_rollover_and_appends(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    path.write_bytes(b"earlier run\n")
+    f = LogFile(path, max_bytes=0)
+    for _ in range(100):
+        f.write(b"0123456789")
+    f.close()
+    assert path.read_bytes() == b"earlier run\n" + b"0123456789" * 100
+    assert not path.with_name("c.log.1").exists()
+
+
+def test_logfile_counts_existing_size(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    path.write_bytes(b"o" * 90)
+    f = LogFile(path, max_bytes=100)
+    f.write(b"n" * 20)  # 90 already there + 20 > 100
+    f.close()
+    assert path.with_name("c.log.1").read_bytes() == b"o" * 90
+    assert path.read_bytes() == b"n" * 20
+
+
+# ================================================================ ChildOutput
+
+
+def test_child_output_ring_keeps_last_lines(tmp_path: Path) -> None:
+    out = ChildOutput("p/c", Console(enabled=False), LogFile(tmp_path / "p.c.log", 0), ring_lines=3)
+    out.feed("stdout", b"l1\nl2\nl3\nl4\n")
+    out.feed("stdout", b"l5\nl6 partial")
+    assert out.last_lines() == ["l3", "l4", "l5"]
+    assert out.last_lines(2) == ["l4", "l5"]
+    out.close_stream("stdout")  # the partial line counts once the stream ends
+    assert out.last_lines() == ["l4", "l5", "l6 partial"]
+    out.file.close()
+    assert (tmp_path / "p.c.log").read_bytes() == b"l1\nl2\nl3\nl4\nl5\nl6 partial"
+    assert out.bytes_seen == len(b"l1\nl2\nl3\nl4\nl5\nl6 partial")
+
+
+def test_child_output_streams_split_separately(tmp_path: Path) -> None:
+    out = ChildOutput("p/c", Console(enabled=False), LogFile(tmp_path / "p.log", 0), ring_lines=10)
+    out.feed("stdout", b"out-a")
+    out.feed("stderr", b"err line\n")
+    out.feed("stdout", b"out-b\n")
+    assert out.last_lines() == ["err line", "out-aout-b"]
+    out.file.close()
+
+
+def test_child_output_decodes_and_strips_cr(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    console = Console(fd=w)
+    out = ChildOutput("ph/dm", console, LogFile(tmp_path / "ph.dm.log", 0), ring_lines=5)
+    raw = b"crlf line\r\nbad \xff\xfe bytes\n"
+    out.feed("stdout", raw)
+    console.close(timeout=10)
+    os.close(w)
+    shown = os.read(r, 1 << 16)
+    os.close(r)
+    out.file.close()
+    assert out.last_lines() == ["crlf line", "bad \ufffd\ufffd bytes"]
+    assert (tmp_path / "ph.dm.log").read_bytes() == raw  # the file has the exact bytes
+    lines = shown.split(b"\n")
+    assert re.fullmatch(rb"\d\d:\d\d:\d\d\.\d\d\d \[ph/dm\] crlf line", lines[0])
+    assert re.fullmatch(rb"\d\d:\d\d:\d\d\.\d\d\d \[ph/dm\] bad \xff\xfe bytes", lines[1])
+    assert b"\r" not in shown
+
+
+# ================================================================ end to end
+
+
+def test_e2e_huge_line_binary_and_normal_line(sup: SupervisorRunner) -> None:
+    big = 10 * MB
+    binary = bytes(range(256)) + b"\xc3\x28 \xe2\x82 not utf-8 \x1b[31m\r\n"
+    cmd = script(sup.tmp, "big", f"""
+        import sys, time
+        out = sys.stdout.buffer
+        out.write(b"x" * {big})
+        out.write({binary!r})
+        out.flush()
+        time.sleep(0.3)  # let the console catch up so the last line is surely shown
+        out.write(b"after the big line\\n")
+        out.flush()
+    """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "big"
+        command = {cmd}
+    """)
+    # The console passes the child's bytes through as they are: read it as bytes (conftest's runner decodes).
+    proc = subprocess.Popen(sup.argv(config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            cwd=REPO, start_new_session=True)
+    sup.procs.append(proc)  # type: ignore[arg-type]  # cleaned up by the fixture
+    raw, _ = proc.communicate(timeout=60)
+    output = raw.decode("utf-8", errors="replace")
+    assert proc.returncode == 0, output[-3000:]
+    expected = b"x" * big + binary + b"after the big line\n"
+    logged = (sup.log_dir / "big.log").read_bytes()
+    assert len(logged) == len(expected)
+    assert logged == expected
+    assert re.search(rf"^{CLOCK} \[big/big\] after the big line$", output, flags=re.M), output[-2000:]
+    assert re.search(r"\[supervisor\] ended: phase=big child=big pid=\d+ reason=exit_code exit_code=0 ", output)
+    assert "lifecycle complete" in output
+    # the console never got a line longer than one piece (+ its prefix)
+    assert max(len(line) for line in raw.split(b"\n")) <= MAX_LINE_BYTES + 100
+
+
+def test_e2e_daemon_log_file_name(sup: SupervisorRunner) -> None:
+    daemon = script(sup.tmp, "d", """
+        import sys, time
+        print("daemon out", flush=True)
+        print("daemon err", file=sys.stderr, flush=True)
+        time.sleep(30)
+    """)
+    cmd = script(sup.tmp, "c", """
+        import time
+        time.sleep(0.5)
+        print("command out")
+    """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "ph"
+        command = {cmd}
+        [[phases.daemons]]
+        name = "helper"
+        command = {daemon}
+        stop_grace_s = 1
+    """)
+    res = sup.run(config, timeout=30)
+    assert res.returncode == 0, res.output
+    assert (sup.log_dir / "ph.log").read_bytes() == b"command out\n"
+    daemon_log = (sup.log_dir / "ph.helper.log").read_bytes()
+    assert sorted(daemon_log.splitlines()) == [b"daemon err", b"daemon out"]
+    assert re.search(rf"^{CLOCK} \[ph/helper\] daemon out$", res.output, flags=re.M)
+    assert re.search(rf"^{CLOCK} \[ph/ph\] command out$", res.output, flags=re.M)
+
+
+def test_e2e_fast_writer_not_throttled_by_slow_console(sup: SupervisorRunner) -> None:
+    total_mb = 200
+    marker = sup.tmp / "writer.done"
+    cmd = script(sup.tmp, "flood", f"""
+        import sys, time
+        t = time.monotonic()
+        out = sys.stdout.buffer
+        block = (b"y" * 1023 + b"\\n") * 1024  # 1 MiB of 1 KiB lines
+        for _ in range({total_mb}):
+            out.write(block)
+        out.flush()
+        with open({str(marker)!r}, "w") as f:
+            f.write(str(time.monotonic() - t))
+    """)
+    config = sup.write(sup.header(extra="log_file_max_bytes = 16000000") + textwrap.dedent(f"""
+        [[phases]]
+        name = "flood"
+        command = {cmd}
+    """), header=False)
+    proc = sup.start(config)
+    # Nobody reads the supervisor's stdout until the child is done: the pipe fills at once.
+    sup_proc = psutil.Process(proc.pid)
+    peak_rss = 0
+
+    def child_done() -> bool:
+        nonlocal peak_rss
+        with contextlib.suppress(psutil.Error):
+            peak_rss = max(peak_rss, sup_proc.memory_info().rss)
+        return marker.exists() and marker.read_text() != ""
+
+    wait_for(child_done, timeout=60, interval=0.05)
+    child_took = float(marker.read_text())
+    assert proc.poll() is None or proc.returncode == 0
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert child_took < 45, f"the writer took {child_took:.1f}s for {total_mb} MB"
+    notes = re.findall(r"\[supervisor\] console too slow: (\d+) lines dropped", out)
+    assert notes and sum(map(int, notes)) > 0, out[-3000:]
+    assert 0 < peak_rss < 200 * MB, f"supervisor RSS reached {peak_rss / MB:.0f} MB"
+    # the log files (rolled at 16 MB) hold complete lines of the flood
+    logged = (sup.log_dir / "flood.log").read_bytes()
+    assert logged and set(logged) <= set(b"y\n")
+    assert "lifecycle complete" in out

@@ -1,0 +1,259 @@
+"""Stopping: the supervisor is told to stop (SIGTERM / SIGINT) and nothing may survive it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+from conftest import PY, SupervisorRunner, pid_alive, toml_list, toml_str, wait_for
+
+WRITE_PID = """
+import os as _os
+def write_pid(path, pid=None):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(pid or _os.getpid()))
+    _os.replace(tmp, path)
+"""
+
+
+def script(tmp: Path, name: str, code: str, *args: object) -> str:
+    """Write ``code`` to a file and return the TOML argv that runs it (conftest's pyc can't do newlines)."""
+    path = tmp / f"{name}.py"
+    path.write_text(WRITE_PID + textwrap.dedent(code))
+    return toml_list([PY, str(path), *map(str, args)])
+
+
+def read_pid(path: Path, timeout: float = 20) -> int:
+    wait_for(path.exists, timeout=timeout)
+    return int(path.read_text())
+
+
+def descendants(pid: int) -> list[int]:
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+# Records every signal it gets (name and time) in argv[1], writes its pid to argv[2], exits on
+# the first signal named in argv[3] (comma-separated; "-" for none).
+RECORDER = """
+import signal, sys, time
+log, pidfile, who = sys.argv[1], sys.argv[2], sys.argv[4]
+exit_on = set(sys.argv[3].split(","))
+
+def handler(signum, frame):
+    name = signal.Signals(signum).name
+    with open(log, "a") as f:
+        f.write(f"{who} {name} {time.time():.6f}\\n")
+    if name in exit_on:
+        sys.exit(0)
+
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, handler)
+write_pid(pidfile)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_sigterm_stops_children_in_reverse_order_with_their_stop_signal(sup: SupervisorRunner) -> None:
+    log, cmd_pid, db_pid = sup.tmp / "signals", sup.tmp / "cmd.pid", sup.tmp / "db.pid"
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {script(sup.tmp, "cmd", RECORDER, log, cmd_pid, "SIGTERM", "command")}
+        stop_grace_s = 5
+        [[phases.daemons]]
+        name = "db"
+        command = {script(sup.tmp, "db", RECORDER, log, db_pid, "SIGINT", "daemon")}
+        stop_signal = "SIGINT"
+        stop_grace_s = 5
+        ready = {toml_str(str(db_pid))}
+        ready_timeout_s = 20
+    """)
+    proc = sup.start(config)
+    pids = [read_pid(db_pid), read_pid(cmd_pid)]
+    time.sleep(0.2)  # both have installed their handlers (they do before writing the pid file)
+    started = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, out
+    records = [line.split() for line in log.read_text().splitlines()]
+    # each child got exactly its own stop signal, the command first, then the daemon
+    assert [r[:2] for r in records] == [["command", "SIGTERM"], ["daemon", "SIGINT"]], records
+    assert float(records[0][2]) <= float(records[1][2])
+    assert time.monotonic() - started < 5, "a stop waited out a grace although the child exited at once"
+    assert not any(pid_alive(p) for p in pids)
+    assert "SIGKILL" not in out
+
+
+def test_child_ignoring_sigterm_is_killed_after_grace(sup: SupervisorRunner) -> None:
+    pidfile = sup.tmp / "pid"
+    grace = 1.0
+    cmd = script(sup.tmp, "stubborn", """
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        write_pid(sys.argv[1])
+        time.sleep(60)
+    """, pidfile)
+    config = sup.write(f"""
+        [[phases]]
+        name = "stubborn"
+        command = {cmd}
+    """, stop_grace_s=grace)
+    proc = sup.start(config)
+    pid = read_pid(pidfile)
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    while pid_alive(pid) and time.monotonic() - t0 < 20:
+        time.sleep(0.01)
+    died_after = time.monotonic() - t0
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 143, out
+    assert not pid_alive(pid)
+    assert died_after >= grace, f"killed after {died_after:.2f}s, before the {grace}s grace"
+    assert died_after < grace + 3, f"killed only after {died_after:.2f}s"
+    assert "SIGKILL" in out
+
+
+def test_setsid_grandchild_is_stopped_too(sup: SupervisorRunner) -> None:
+    gc_pid, cmd_pid = sup.tmp / "gc.pid", sup.tmp / "cmd.pid"
+    # A middle process starts the grandchild in a session of its own and exits: the grandchild has
+    # left both the process group and the parent chain (it is re-parented to the supervisor). It
+    # ignores SIGTERM too, so only the SIGKILL after the grace ends it.
+    cmd = script(sup.tmp, "escaper", """
+        import os, subprocess, sys, time
+        mid = os.fork()
+        if mid == 0:
+            p = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 60"], start_new_session=True)
+            write_pid(sys.argv[1], p.pid)
+            os._exit(0)
+        os.waitpid(mid, 0)
+        write_pid(sys.argv[2])
+        time.sleep(60)
+    """, gc_pid, cmd_pid)
+    config = sup.write(f"""
+        [[phases]]
+        name = "esc"
+        kind = "service"
+        command = {cmd}
+    """, stop_grace_s=0.5)
+    proc = sup.start(config)
+    cmd, gc = read_pid(cmd_pid), read_pid(gc_pid)
+    assert os.getpgid(gc) != os.getpgid(cmd) and os.getsid(gc) == gc
+    wait_for(lambda: psutil.Process(gc).ppid() != cmd and psutil.Process(gc).name() == "sleep", timeout=10)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, out
+    assert not pid_alive(gc), "the setsid grandchild survived"
+    assert not pid_alive(cmd)
+    # the stop found it, not the last-resort sweep at exit
+    assert "leftover" not in out, out
+
+
+def test_second_sigterm_during_grace_kills_at_once(sup: SupervisorRunner) -> None:
+    log, pidfile = sup.tmp / "signals", sup.tmp / "pid"
+    config = sup.write(f"""
+        [[phases]]
+        name = "slowstop"
+        command = {script(sup.tmp, "rec", RECORDER, log, pidfile, "-", "command")}
+        stop_grace_s = 30
+    """)
+    proc = sup.start(config)
+    pid = read_pid(pidfile)
+    os.kill(proc.pid, signal.SIGTERM)
+    wait_for(lambda: log.exists() and "SIGTERM" in log.read_text(), timeout=10)
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    took = time.monotonic() - t0
+    assert proc.returncode == 143, out
+    assert took < 10, f"the second SIGTERM did not cut the 30 s grace short ({took:.1f}s)"
+    assert not pid_alive(pid)
+    assert "again while stopping" in out
+
+
+def test_sigint_exits_130(sup: SupervisorRunner) -> None:
+    pidfile = sup.tmp / "pid"
+    cmd = script(sup.tmp, "idle", "import sys, time\nwrite_pid(sys.argv[1])\ntime.sleep(60)\n", pidfile)
+    config = sup.write(f"""
+        [[phases]]
+        name = "idle"
+        command = {cmd}
+    """, stop_grace_s=2)
+    proc = sup.start(config)
+    pid = read_pid(pidfile)
+    os.kill(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 130, out
+    assert not pid_alive(pid)
+    assert "received SIGINT" in out
+
+
+SPAWNER = """
+import os, signal, subprocess, sys, time
+pids, role = sys.argv[1], sys.argv[2]
+
+def ignore_term():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+if role == "daemon":
+    signal.signal(signal.SIGINT, lambda *a: sys.exit(0))
+else:
+    ignore_term()  # this one has to be SIGKILLed
+kids = [
+    subprocess.Popen(["sleep", "60"]),
+    subprocess.Popen(["sleep", "60"], preexec_fn=ignore_term),
+    subprocess.Popen(["sleep", "60"], start_new_session=True),
+    subprocess.Popen(["sh", "-c", "sleep 60 & echo $! > " + pids + "." + role + ".bg; sleep 60"]),
+]
+bg_file = pids + "." + role + ".bg"
+while not (os.path.exists(bg_file) and open(bg_file).read().endswith("\\n")):  # written whole
+    time.sleep(0.01)
+with open(bg_file) as f:
+    bg = int(f.read())
+with open(pids + "." + role + ".tmp", "w") as f:
+    f.write(" ".join(str(p) for p in [os.getpid(), bg, *(k.pid for k in kids)]))
+os.replace(pids + "." + role + ".tmp", pids + "." + role)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_nothing_survives_a_shutdown(sup: SupervisorRunner) -> None:
+    pids = sup.tmp / "pids"
+    config = sup.write(f"""
+        [[phases]]
+        name = "setup"
+        command = ["true"]
+
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {script(sup.tmp, "spawner", SPAWNER, pids, "command")}
+        [[phases.daemons]]
+        name = "db"
+        command = {script(sup.tmp, "spawner_d", SPAWNER, pids, "daemon")}
+        stop_signal = "SIGINT"
+        ready = {toml_str(str(pids) + ".daemon")}
+        ready_timeout_s = 20
+    """, stop_grace_s=0.5)
+    proc = sup.start(config)
+    wait_for(lambda: Path(f"{pids}.command").exists(), timeout=20)
+    recorded = [int(p) for role in ("daemon", "command") for p in Path(f"{pids}.{role}").read_text().split()]
+    assert len(recorded) == 12
+    tree = set(descendants(proc.pid))
+    assert set(recorded) <= tree, f"the test's pid bookkeeping is off: {sorted(recorded)} vs {sorted(tree)}"
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, out
+    survivors = [p for p in tree | set(recorded) if pid_alive(p)]
+    assert not survivors, f"still alive after the supervisor exited: {survivors}"
+    assert "leftover" not in out, out

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .memory import Placement
 
 TAG_ENV = "PROVER_SUPERVISOR_TAG"
+STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
 # While a tree is being stopped, how often to look whether anything of it is left.
 STOP_POLL_S = 0.05
 # After SIGKILL, how long to wait for the tree to vanish before saying what is stuck.
@@ -319,6 +320,44 @@ def sweep_descendants(log: Log) -> int:
     if left:
         log(f"killed {len(left)} leftover process(es): {', '.join(str(p.pid) for p in left[:10])}")
     return len(left)
+
+
+def kill_survivors_of_dead_supervisors(state_dir: str, log: Log) -> int:
+    """Children of a supervisor that was SIGKILLed live on (re-parented above it) and hold its
+    ports and GPUs: a new supervisor of the same state_dir ends them before it starts anything.
+    A process counts when it was started for this state_dir and its tag names a supervisor pid
+    that is gone (or is no longer a prover-supervisor)."""
+    me = os.getpid()
+    killed = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        tag = env.get(TAG_ENV)
+        if not tag or env.get(STATE_DIR_ENV) != state_dir:
+            continue
+        owner = int(tag.split(".", 1)[0]) if tag.split(".", 1)[0].isdigit() else 0
+        if owner == me or _is_live_supervisor(owner):
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGKILL)
+            killed.append(proc.pid)
+    if killed:
+        log(f"killed {len(killed)} process(es) left by a supervisor that died without stopping them: "
+            f"{', '.join(map(str, killed[:10]))}")
+    return len(killed)
+
+
+def _is_live_supervisor(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and TAG_ENV not in proc.environ() and \
+            any("supervisor" in part for part in proc.cmdline())
+    except (psutil.Error, OSError):
+        return False
 
 
 def _has_tag(proc: psutil.Process, tag: str) -> bool:

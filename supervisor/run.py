@@ -23,7 +23,7 @@ from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
 from .memory import MemoryEvidence
-from .process import sweep_descendants
+from .process import STATE_DIR_ENV, kill_survivors_of_dead_supervisors, sweep_descendants
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
 from .reporting import Reporter
@@ -88,6 +88,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     log(f"prover-supervisor pid {os.getpid()} as {role}; {oom}; config: {plan.source}; "
         f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
 
+    kill_survivors_of_dead_supervisors(str(state_dir), log)
     loop = EventLoop()
     reaper = Reaper(on_orphan=_orphan_logger(log))
     memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root)
@@ -99,7 +100,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     rt = Runtime(
         loop=loop, reaper=reaper, console=console, log=log, log_dir=log_dir,
         ring_lines=plan.supervisor.ring_lines, log_file_max_bytes=plan.supervisor.log_file_max_bytes,
-        base_env=dict(os.environ),
+        base_env={**os.environ, STATE_DIR_ENV: str(state_dir)},
         # Children start at oom_score_adj 0 again: the OOM killer must pick one of them, not us.
         reset_oom_score=oom.startswith("oom_score_adj -"),
         memory=memory, gpus=gpus, redactor=redactor, cuzk=plan.cuzk, state_dir=state_dir, rebench=rebench,

@@ -25,10 +25,11 @@ from typing import Any
 
 import tomli_w
 
-from .cgroups import fmt_bytes
+from .cgroups import fmt_bytes, parse_size
 from .gpu import GpuSample
 
 GIB = 1 << 30
+MIB = 1 << 20
 MEMORY_MODELS = ("unified", "partition-workers")
 # workloads.md figures.
 UNIFIED_BASELINE = 70 * GIB
@@ -101,13 +102,16 @@ def _unified(config: dict[str, Any], budget: int, available: int, settings: Cuzk
                          f"({fmt_bytes(available)} available - {fmt_bytes(settings.safety_margin)} safety margin)")
     user_budget = overrides.get("memory", {}).get("total_budget")
     if isinstance(user_budget, str) and user_budget != "auto":
-        from .cgroups import parse_size
-
         wanted = parse_size(user_budget)
         if wanted > available:
             raise DoesNotFit(f"[cuzk.overrides] memory.total_budget = {user_budget} ({fmt_bytes(wanted)}) is more "
                              f"than the {fmt_bytes(available)} available")
+        if wanted < need:
+            raise DoesNotFit(f"[cuzk.overrides] memory.total_budget = {user_budget} ({fmt_bytes(wanted)}) is below "
+                             f"the {fmt_bytes(need)} cuzk needs (baseline + one partition)")
         budget = wanted
+    # The daemon reads the budget in whole MiB: size the concurrency on what is written.
+    budget = budget // MIB * MIB
     partitions = max(1, (budget - base) // per)
     user_conc = overrides.get("pipeline", {}).get("synthesis_concurrency")
     if isinstance(user_conc, int):
@@ -116,7 +120,7 @@ def _unified(config: dict[str, Any], budget: int, available: int, settings: Cuzk
             raise DoesNotFit(f"[cuzk.overrides] pipeline.synthesis_concurrency = {user_conc} wants about "
                              f"{fmt_bytes(peak)} but the budget is {fmt_bytes(budget)}")
         partitions = user_conc
-    config["memory"] = {"total_budget": f"{budget // GIB}GiB", "safety_margin": f"{settings.safety_margin // GIB}GiB"}
+    config["memory"] = {"total_budget": size_text(budget), "safety_margin": size_text(settings.safety_margin)}
     config["pipeline"] = {"enabled": True, "synthesis_concurrency": int(partitions)}
     return int(partitions)
 
@@ -137,6 +141,15 @@ def _partition_workers(config: dict[str, Any], budget: int, available: int, over
                              f"(69 + 20 × 1 GiB) but the budget is {fmt_bytes(budget)}")
     config["synthesis"] = {"partition_workers": int(pw)}
     return int(pw)
+
+
+def size_text(n: int) -> str:
+    """Bytes as cuzk reads them, exactly: whole GiB, else whole MiB, else bytes."""
+    if n % GIB == 0:
+        return f"{n // GIB}GiB"
+    if n % MIB == 0:
+        return f"{n // MIB}MiB"
+    return str(n)
 
 
 def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -112,6 +112,13 @@ class Outbox:
                                    (kind,)).fetchone()
         return row is not None
 
+    def delivered_answer(self, kind: str) -> Any:
+        """The manager's answer to the last delivered call of this kind; None if none was delivered."""
+        with self._lock:
+            row = self._db.execute("SELECT response FROM calls WHERE kind = ? AND state = 'delivered' "
+                                   "ORDER BY id DESC LIMIT 1", (kind,)).fetchone()
+        return None if row is None else json.loads(row[0] or "null") or {}
+
     def history(self, limit: int = 50) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(

@@ -147,6 +147,9 @@ class Reporter:
         report = phase.spec.report
         if report == "param-done" and phase.state is PhaseState.DONE:
             self._queue_once("param-done", {})
+        elif report == "bench-done" and phase.state is PhaseState.DONE and self._already_passed(phase):
+            self._log("manager: bench-done was delivered and passed before this restart; not sent again "
+                      "(it would move the instance back from running to bench_done)")
         elif report == "bench-done" and phase.state is PhaseState.DONE:
             rate = phase.bench_result.rate_per_hour if phase.bench_result else None
             self._queue_once("bench-done", {"rate": rate if rate is not None else 0.0})
@@ -156,6 +159,13 @@ class Reporter:
             self._queue_once("bench-done", {"rate": 0.0, "failed": True})
         elif report == "running" and phase.up:
             self._queue_once("running", {})
+
+    def _already_passed(self, phase: Phase) -> bool:
+        """A resumed bench whose result this uuid's manager already accepted."""
+        if not phase.why.startswith("resumed") or self.outbox is None:
+            return False
+        answer = self.outbox.delivered_answer("bench-done")
+        return isinstance(answer, dict) and answer.get("passed") is True
 
     def verdict(self, verdict: Verdict) -> None:
         self.event("verdict", **verdict.to_dict())

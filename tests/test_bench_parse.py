@@ -1,0 +1,188 @@
+"""cuzk-bench output as it really comes: the workloads.md shape and the stand-in's own output.
+
+tests/test_manager.py covers the parser's rules on a hand-written sample; here the input is what the
+programs print: the summary exactly as workloads.md shows it (with its ``…`` placeholders and em
+dashes), the stand-in's ``summary()`` lines, and the stand-in cuzk-bench run against a real stand-in
+cuzk-daemon, which EXITS 0 EVEN WHEN PROOFS FAILED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import kill_tree, wait_for
+
+from supervisor.bench import BenchParser, parse_text
+from supervisor.demo import free_port
+from supervisor.standins.cuzk_bench import Result, proof_line, summary
+
+PY = sys.executable
+
+# workloads.md, §2, verbatim (the "…" are in the document).
+WORKLOADS_SUMMARY = """\
+=== Batch Summary ===
+total time:    1834.2s
+completed:     12
+failed:        0
+wall time:     avg=…s min=…s max=…s
+prove time:    avg=…s min=…s max=…s
+throughput:    0.393 proofs/min (152.8s/proof)
+"""
+
+
+def lines_12(status_of: dict[int, str] | None = None) -> str:
+    status_of = status_of or {}
+    return "".join(f"  [{k}/12] {status_of.get(k, 'COMPLETED')} — 151.9s (prove=41234 ms, queue=10 ms)\n"
+                    for k in range(1, 13))
+
+
+def test_workloads_md_sample_passes_with_its_rate() -> None:
+    r = parse_text(lines_12() + "\n" + WORKLOADS_SUMMARY)
+    assert r.problem() is None, r.problem()
+    assert r.proofs == {"COMPLETED": 12} and r.expected == 12
+    assert (r.completed, r.failed) == (12, 0)
+    assert r.total_time_s == pytest.approx(1834.2)
+    assert r.proofs_per_min == pytest.approx(0.393)
+    assert r.rate_per_hour == pytest.approx(23.58)  # proofs/h = proofs/min × 60
+
+
+@pytest.mark.parametrize("word", ["FAILED", "CANCELLED", "TIMEOUT"])
+def test_workloads_md_status_words_fail_even_with_a_clean_looking_summary(word: str) -> None:
+    r = parse_text(lines_12({7: word}) + "\n" + WORKLOADS_SUMMARY)
+    problem = r.problem()
+    assert problem is not None and f"1 {word}" in problem
+
+
+def test_stand_in_summary_lines_round_trip() -> None:
+    results = [Result("COMPLETED", 150.0, 41000, 10, ""), Result("FAILED", 3.0, 0, 0, "transport error: x"),
+               Result("COMPLETED", 152.0, 41200, 12, ""), Result("TIMEOUT", 900.0, 0, 0, "deadline exceeded")]
+    text = "".join(proof_line(k, 4, res) + "\n" + ("" if res.status == "COMPLETED" else f"    error: {res.error}\n")
+                   for k, res in enumerate(results, 1))
+    text += "\n".join(summary(results, 600.0)) + "\n"
+    r = parse_text(text)
+    assert r.proofs == {"COMPLETED": 2, "FAILED": 1, "TIMEOUT": 1}
+    assert (r.completed, r.failed, r.total_time_s) == (2, 2, 600.0)
+    assert r.proofs_per_min == pytest.approx(0.2)  # 2 proofs in 10 minutes
+    problem = r.problem()
+    assert problem is not None and "1 FAILED" in problem and "1 TIMEOUT" in problem
+
+
+def test_stand_in_summary_with_nothing_completed_reads_as_a_failure_not_rate_0() -> None:
+    results = [Result("FAILED", 0.0, 0, 0, "transport error: [Errno 111] Connection refused")] * 3
+    text = "\n".join(summary(results, 0.1)) + "\n"
+    assert "0.000 proofs/min (n/a)" in text
+    r = parse_text(text)
+    assert r.completed == 0 and r.failed == 3
+    assert r.problem() is not None
+
+
+def test_fed_in_pieces_as_the_pipe_delivers_them() -> None:
+    """The supervisor feeds the parser batches of raw byte lines, some with CR LF or colour codes."""
+    parser = BenchParser()
+    raw = (lines_12() + "\n" + WORKLOADS_SUMMARY).encode().splitlines()
+    for i in range(0, len(raw), 5):
+        parser.feed([line + b"\r" if i % 2 else b"\x1b[1m" + line + b"\x1b[0m" for line in raw[i:i + 5]])
+    r = parser.result
+    assert r.problem() is None, r.problem()
+    assert r.proofs == {"COMPLETED": 12}
+    assert r.rate_per_hour == pytest.approx(23.58)
+
+
+# ---------------------------------------------------------------- the real stand-in programs
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_")}
+    env.update({"STANDIN_SPEED": "0.05", **extra})
+    return env
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A stand-in cuzk-daemon on free ports; yields its listen address."""
+    tmp = tmp_path_factory.mktemp("bench-daemon")
+    listen, status = free_port(), free_port()
+    cfg = tmp / "cuzk.toml"
+    (tmp / "params").mkdir()
+    cfg.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{listen}"\nstatus_listen = "127.0.0.1:{status}"\n'
+                   f'[srs]\nparam_cache = "{tmp / "params"}"\n[gpus]\ndevices = [0, 1]\n')
+    def up() -> bool:
+        with contextlib.suppress(OSError), \
+                urllib.request.urlopen(f"http://127.0.0.1:{status}/status", timeout=1) as resp:
+            return bool(json.load(resp))
+        return False
+
+    with open(tmp / "daemon.log", "wb") as log:
+        proc = subprocess.Popen([PY, "-m", "supervisor.standins.cuzk_daemon", "-c", str(cfg)], stdout=log,
+                                stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+    try:
+        wait_for(up, 15, 0.05)
+        yield f"http://127.0.0.1:{listen}"
+    finally:
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.wait(5)
+
+
+def bench(addr: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, "-m", "supervisor.standins.cuzk_bench", "-a", addr, *args],
+                          capture_output=True, text=True, timeout=30, env=_env(**env))
+
+
+def test_stand_in_batch_passes_and_its_rate_is_its_throughput_times_60(daemon: str) -> None:
+    done = bench(daemon, "batch", "-t", "porep", "-c", "4", "-j", "2")
+    assert done.returncode == 0, done.stderr
+    r = parse_text(done.stdout)
+    assert r.problem() is None, done.stdout
+    assert r.proofs == {"COMPLETED": 4} and r.expected == 4
+    assert (r.completed, r.failed) == (4, 0)
+    throughput = next(line for line in done.stdout.splitlines() if line.startswith("throughput:"))
+    per_min = float(throughput.split()[1])
+    assert r.proofs_per_min == per_min
+    assert r.rate_per_hour == pytest.approx(per_min * 60, abs=0.001)
+
+
+def test_stand_in_failed_proofs_exit_0_but_the_bench_failed(daemon: str) -> None:
+    done = bench(daemon, "batch", "-t", "porep", "-c", "4", "-j", "2", STANDIN_BENCH_FAIL_PROOFS="2")
+    assert done.returncode == 0, "the stand-in, like cuzk-bench, exits 0 even when proofs failed"
+    assert "    error: proof failed" in done.stdout
+    r = parse_text(done.stdout)
+    assert (r.completed, r.failed) == (2, 2)
+    assert r.proofs == {"COMPLETED": 2, "FAILED": 2}
+    assert r.proofs_per_min is not None and r.proofs_per_min > 0  # a rate is printed: it must not pass
+    problem = r.problem()
+    assert problem is not None and "2 FAILED" in problem
+
+
+def test_stand_in_against_a_dead_daemon(tmp_path: Path) -> None:
+    """The field failure: the daemon died, every proof is a transport error, exit 0, throughput n/a."""
+    done = bench(f"http://127.0.0.1:{free_port()}", "batch", "-t", "porep", "-c", "3", "-j", "3")
+    assert done.returncode == 0
+    assert "transport error" in done.stdout and "0.000 proofs/min (n/a)" in done.stdout
+    r = parse_text(done.stdout)
+    assert r.proofs == {"FAILED": 3} and r.completed == 0 and r.failed == 3
+    problem = r.problem()
+    assert problem is not None and "3 FAILED" in problem
+
+
+def test_stand_in_single_has_no_summary(daemon: str) -> None:
+    """The warm-up is ``single``: one ``[1/1]`` line, success by exit status; read as a bench it has no summary."""
+    done = bench(daemon, "single", "-t", "porep")
+    assert done.returncode == 0, done.stderr
+    assert "[1/1] COMPLETED" in done.stdout
+    r = parse_text(done.stdout)
+    assert r.proofs == {"COMPLETED": 1} and not r.summary_seen
+    assert r.problem() is not None and r.rate_per_hour is None

@@ -1,0 +1,309 @@
+"""cuzk.toml generation (supervisor.cuzkconf): every memory-sized value derived from the memory available.
+
+Figures from workloads.md: the unified memory manager needs about 70 GiB baseline + 13.6 GiB per
+partition in flight; partition-workers builds peak at about 69 + 20 × pw GiB. The budget is what is
+available minus the safety margin. The seeds' instance ran ``partition_workers = 10`` on 125 GB
+(≈ 269 GiB wanted) and was OOM-killed: such a value is refused, with both numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from supervisor import cuzkconf
+from supervisor.cgroups import parse_size
+from supervisor.cuzkconf import GIB, CuzkSettings, DoesNotFit, generate
+
+H100 = 80 * GIB
+
+
+def gpus(*indices: int) -> list[cuzkconf.GpuSample]:
+    return [cuzkconf.GpuSample(i, "NVIDIA H100 80GB HBM3", 0, 0, H100) for i in indices]
+
+
+def settings(**kw: Any) -> CuzkSettings:
+    return CuzkSettings(config_path="/tmp/unused-cuzk.toml", **kw)
+
+
+def unified_expected(available_gib: int, margin_gib: int = 5) -> int:
+    return math.floor((available_gib - margin_gib - 70) / 13.6)
+
+
+# ---------------------------------------------------------------- unified memory manager
+
+
+@pytest.mark.parametrize(("available_gib", "partitions"), [(125, 3), (128, 3), (256, 13)])
+@pytest.mark.parametrize("indices", [(0,), (0, 1)])
+def test_unified_budget_and_concurrency(available_gib: int, partitions: int, indices: tuple[int, ...]) -> None:
+    assert partitions == unified_expected(available_gib)  # the table above is the workloads.md formula
+    gen = generate(settings(), available_gib * GIB, gpus(*indices))
+    budget_gib = available_gib - 5
+    assert gen.budget == budget_gib * GIB
+    assert gen.partitions == partitions
+    cfg = gen.config
+    assert cfg["memory"] == {"total_budget": f"{budget_gib}GiB", "safety_margin": "5GiB"}
+    assert cfg["pipeline"]["enabled"] is True
+    assert cfg["pipeline"]["synthesis_concurrency"] == partitions
+    assert cfg["gpus"]["devices"] == list(indices)
+    assert "synthesis" not in cfg, "partition_workers is deprecated in unified builds: not to be written"
+    assert cfg["daemon"] == {"listen": "http://127.0.0.1:9820", "status_listen": "127.0.0.1:9821"}
+    assert cfg["srs"] == {"param_cache": "/var/tmp/filecoin-proof-parameters"}
+    # Peak at that concurrency fits the budget; one more partition would not.
+    assert 70 * GIB + partitions * cuzkconf.PER_PARTITION <= gen.budget
+    assert 70 * GIB + (partitions + 1) * cuzkconf.PER_PARTITION > gen.budget
+    assert tomllib.loads(gen.text) == cfg
+
+
+def test_gpu_devices_are_the_sampled_indices_not_a_count() -> None:
+    gen = generate(settings(), 256 * GIB, gpus(1, 3))
+    assert gen.config["gpus"]["devices"] == [1, 3]
+    assert gen.config["gpus"]["gpu_workers_per_device"] == 2
+    assert "2 GPU(s)" in gen.summary()
+
+
+def test_safety_margin_is_taken_off_the_budget() -> None:
+    gen = generate(settings(safety_margin=10 * GIB), 128 * GIB, gpus(0))
+    assert gen.budget == 118 * GIB
+    assert gen.config["memory"] == {"total_budget": "118GiB", "safety_margin": "10GiB"}
+    assert gen.partitions == unified_expected(128, 10) == 3
+
+
+@pytest.mark.parametrize("model", ["unified", "partition-workers"])
+def test_too_little_memory_does_not_fit_and_names_both_numbers(model: str) -> None:
+    with pytest.raises(DoesNotFit) as info:
+        generate(settings(memory_model=model), 64 * GIB, gpus(0))
+    text = str(info.value)
+    assert "59.0GiB" in text, text  # the budget: 64 GiB - 5 GiB margin
+    needed = "83.6GiB" if model == "unified" else "89.0GiB"  # 70 + 13.6, or 69 + 20 × 1
+    assert needed in text, text
+
+
+def test_unified_just_enough_for_one_partition() -> None:
+    need = 70 * GIB + cuzkconf.PER_PARTITION
+    gen = generate(settings(), need + 5 * GIB, [])
+    assert gen.partitions == 1
+    with pytest.raises(DoesNotFit):
+        generate(settings(), need + 5 * GIB - 1, [])
+
+
+def test_baseline_and_per_partition_are_settable() -> None:
+    """The profile lowers them so the stand-ins run on a small machine: 1 GiB + 512 MiB per partition."""
+    gen = generate(settings(baseline=GIB, per_partition=512 << 20), 24 * GIB, [])
+    assert gen.budget == 19 * GIB
+    assert gen.partitions == (19 - 1) * 2 == 36
+
+
+def test_written_safety_margin_is_the_configured_one() -> None:
+    """Rounding to whole GiB must not lose the margin: 512 MiB is not "0GiB"."""
+    gen = generate(settings(safety_margin=512 << 20), 256 * GIB, [])
+    assert parse_size(gen.config["memory"]["safety_margin"]) == 512 << 20, gen.config["memory"]
+
+
+def test_written_total_budget_holds_the_concurrency_it_was_sized_for() -> None:
+    """Available 88.8 GiB: budget 83.8 GiB, sized for one partition (70 + 13.6 = 83.6 GiB); writing the
+    budget rounded down to "83GiB" tells the daemon less than that peak."""
+    gen = generate(settings(), int(88.8 * GIB), [])
+    assert gen.partitions == 1
+    written = parse_size(gen.config["memory"]["total_budget"])
+    assert written <= gen.budget
+    assert written >= 70 * GIB + gen.partitions * cuzkconf.PER_PARTITION, gen.config["memory"]
+
+
+# ---------------------------------------------------------------- partition-workers builds
+
+
+@pytest.mark.parametrize(("available_gib", "pw"), [(125, 2), (128, 2), (256, 9)])
+@pytest.mark.parametrize("indices", [(0,), (0, 1)])
+def test_partition_workers_from_memory(available_gib: int, pw: int, indices: tuple[int, ...]) -> None:
+    assert pw == math.floor((available_gib - 5 - 69) / 20)
+    gen = generate(settings(memory_model="partition-workers"), available_gib * GIB, gpus(*indices))
+    assert gen.budget == (available_gib - 5) * GIB
+    assert gen.partitions == pw
+    assert gen.config["synthesis"] == {"partition_workers": pw}
+    assert gen.config["gpus"]["devices"] == list(indices)
+    assert "memory" not in gen.config and "pipeline" not in gen.config
+    assert tomllib.loads(gen.text) == gen.config
+    assert "partition_workers" in gen.summary()
+
+
+def test_the_seeds_partition_workers_10_on_125_gib_is_refused() -> None:
+    s = settings(memory_model="partition-workers", overrides={"synthesis": {"partition_workers": 10}})
+    with pytest.raises(DoesNotFit) as info:
+        generate(s, 125 * GIB, gpus(0))
+    text = str(info.value)
+    assert "269.0GiB" in text, text  # 69 + 20 × 10
+    assert "120.0GiB" in text, text  # the budget
+    assert "partition_workers = 10" in text
+
+
+def test_partition_workers_override_that_fits_wins() -> None:
+    s = settings(memory_model="partition-workers", overrides={"synthesis": {"partition_workers": 1}})
+    gen = generate(s, 256 * GIB, gpus(0))
+    assert gen.config["synthesis"]["partition_workers"] == 1
+    assert gen.partitions == 1
+
+
+def test_partition_workers_budget_below_one_worker_is_refused() -> None:
+    """90 GiB: budget 85 GiB, floor((85 - 69) / 20) = 0 workers: refused, never pw = 0 or a fixed 10."""
+    with pytest.raises(DoesNotFit) as info:
+        generate(settings(memory_model="partition-workers"), 90 * GIB, [])
+    assert "85.0GiB" in str(info.value) and "89.0GiB" in str(info.value)
+
+
+# ---------------------------------------------------------------- user overrides
+
+
+def test_user_synthesis_concurrency_that_fits_wins() -> None:
+    s = settings(overrides={"pipeline": {"synthesis_concurrency": 2}})
+    gen = generate(s, 256 * GIB, gpus(0, 1))
+    assert gen.config["pipeline"]["synthesis_concurrency"] == 2
+    assert gen.config["pipeline"]["enabled"] is True  # the rest of the table is kept
+    assert gen.partitions == 2
+    assert gen.bench_concurrency == 2
+
+
+def test_user_synthesis_concurrency_that_cannot_fit_is_refused() -> None:
+    s = settings(overrides={"pipeline": {"synthesis_concurrency": 10}})
+    with pytest.raises(DoesNotFit) as info:
+        generate(s, 128 * GIB, gpus(0))
+    text = str(info.value)
+    assert "206.0GiB" in text, text  # 70 + 10 × 13.6
+    assert "123.0GiB" in text, text
+    assert "synthesis_concurrency = 10" in text
+
+
+def test_extra_user_keys_are_kept() -> None:
+    s = settings(overrides={"scheduler": {"max_batch_size": 4, "max_batch_wait_ms": 250},
+                            "logging": {"level": "debug", "format": "json"},
+                            "gpus": {"gpu_threads": 8}})
+    gen = generate(s, 256 * GIB, gpus(0, 1))
+    cfg = gen.config
+    assert cfg["scheduler"] == {"max_batch_size": 4, "max_batch_wait_ms": 250}
+    assert cfg["logging"] == {"level": "debug", "format": "json"}
+    # Merged into the generated table, not replacing it.
+    assert cfg["gpus"] == {"devices": [0, 1], "gpu_workers_per_device": 2, "gpu_threads": 8}
+    assert cfg["memory"]["total_budget"] == "251GiB"
+    assert tomllib.loads(gen.text) == cfg
+
+
+def test_overrides_are_not_mutated() -> None:
+    overrides = {"scheduler": {"max_batch_size": 4}}
+    gen = generate(settings(overrides=overrides), 256 * GIB, [])
+    gen.config["scheduler"]["max_batch_size"] = 99
+    assert overrides == {"scheduler": {"max_batch_size": 4}}
+
+
+def test_user_total_budget_that_fits_sizes_the_concurrency() -> None:
+    s = settings(overrides={"memory": {"total_budget": "100GiB"}})
+    gen = generate(s, 128 * GIB, gpus(0))
+    assert gen.config["memory"]["total_budget"] == "100GiB"
+    assert gen.partitions == math.floor((100 - 70) / 13.6) == 2
+    assert gen.config["pipeline"]["synthesis_concurrency"] == 2
+
+
+def test_user_total_budget_above_what_is_available_is_refused() -> None:
+    s = settings(overrides={"memory": {"total_budget": "200GiB"}})
+    with pytest.raises(DoesNotFit) as info:
+        generate(s, 128 * GIB, gpus(0))
+    assert "200GiB" in str(info.value) and "128.0GiB" in str(info.value)
+
+
+def test_user_total_budget_below_the_baseline_is_refused() -> None:
+    """A budget that cannot hold the SRS + PCE + one partition fails in the daemon ("insufficient memory
+    budget for SRS"): a user value that cannot fit must be refused here, with both numbers."""
+    s = settings(overrides={"memory": {"total_budget": "60GiB"}})
+    with pytest.raises(DoesNotFit) as info:
+        generate(s, 256 * GIB, gpus(0))
+    assert "60" in str(info.value) and "83.6GiB" in str(info.value)
+
+
+# ---------------------------------------------------------------- bench concurrency
+
+
+@pytest.mark.parametrize(("available_gib", "requested", "expected"), [
+    (125, 5, 3),   # 3 partitions fit: -j 5 scaled down
+    (256, 5, 5),   # 13 fit: the requested 5
+    (256, 2, 2),
+    (90, 5, 1),    # budget 85 GiB: one partition, never -j 0
+])
+def test_bench_concurrency_is_what_fits(available_gib: int, requested: int, expected: int) -> None:
+    gen = generate(settings(bench_concurrency=requested), available_gib * GIB, gpus(0))
+    assert gen.bench_concurrency == expected
+    assert f"bench -j {expected}" in gen.summary()
+
+
+def test_bench_concurrency_in_partition_workers_builds() -> None:
+    gen = generate(settings(memory_model="partition-workers", bench_concurrency=5), 125 * GIB, gpus(0))
+    assert gen.bench_concurrency == 2
+    gen = generate(settings(memory_model="partition-workers", bench_concurrency=5), 110 * GIB, gpus(0))
+    assert gen.partitions == 1 and gen.bench_concurrency == 1
+
+
+# ---------------------------------------------------------------- no GPU, TOML text
+
+
+def test_no_gpus_means_no_gpus_table() -> None:
+    for model in ("unified", "partition-workers"):
+        gen = generate(settings(memory_model=model), 256 * GIB, [])
+        assert "gpus" not in gen.config
+        assert "[gpus]" not in gen.text
+        assert "0 GPU(s)" in gen.summary()
+
+
+def test_generated_text_is_valid_toml_with_every_section() -> None:
+    s = settings(listen="unix:///run/curio/cuzk.sock", status_listen="127.0.0.1:19821",
+                 param_cache="/data/params with space/\"quoted\"",
+                 overrides={"scheduler": {"max_batch_size": 2}})
+    gen = generate(s, 256 * GIB, gpus(0, 1))
+    parsed = tomllib.loads(gen.text)
+    assert parsed == gen.config
+    assert parsed["daemon"]["listen"] == "unix:///run/curio/cuzk.sock"
+    assert parsed["srs"]["param_cache"] == "/data/params with space/\"quoted\""
+    assert set(parsed) == {"daemon", "srs", "logging", "gpus", "memory", "pipeline", "scheduler"}
+
+
+# ---------------------------------------------------------------- write()
+
+
+def test_write_is_atomic_and_keeps_a_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "etc" / "cuzk.toml"  # parent directories are created
+    copy = tmp_path / "state" / "cuzk.generated.toml"
+    target.parent.mkdir()
+    target.write_text("[daemon]\nlisten = \"old\"\n")
+    old_inode = target.stat().st_ino
+    gen = generate(settings(), 256 * GIB, gpus(0))
+
+    renames: list[tuple[str, str, str]] = []
+    real_replace = Path.replace
+
+    def spy(self: Path, dst: Any) -> Any:
+        # At the moment of the rename the temporary file is complete and the target still the old one.
+        renames.append((self.name, Path(dst).name, self.read_text()))
+        if Path(dst) == target:
+            assert target.read_text() == "[daemon]\nlisten = \"old\"\n"
+        return real_replace(self, dst)
+
+    monkeypatch.setattr(Path, "replace", spy)
+    with open(target) as reader:  # a daemon that opened the old file keeps reading a whole old file
+        cuzkconf.write(gen, target, copy)
+        assert reader.read() == "[daemon]\nlisten = \"old\"\n"
+    assert [(src, dst) for src, dst, _ in renames] == [("cuzk.toml.tmp", "cuzk.toml"),
+                                                        ("cuzk.generated.toml.tmp", "cuzk.generated.toml")]
+    assert all(text == gen.text for _, _, text in renames)
+    assert target.read_text() == gen.text
+    assert copy.read_text() == gen.text
+    assert target.stat().st_ino != old_inode, "rewritten in place, not replaced"
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert tomllib.loads(target.read_text()) == gen.config
+
+
+def test_write_without_a_copy(tmp_path: Path) -> None:
+    gen = generate(settings(), 128 * GIB, [])
+    cuzkconf.write(gen, tmp_path / "cuzk.toml")
+    assert (tmp_path / "cuzk.toml").read_text() == gen.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cuzk.toml"]

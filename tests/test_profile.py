@@ -1,0 +1,490 @@
+"""The built-in prover profile end to end: no config at all, the stand-ins on PATH, the dev-manager.
+
+``python -m supervisor run`` with nothing but environment variables runs supervisor/profiles/prover.toml:
+paramfetch → warm-up (cuzk-daemon + one proof) → a fresh daemon + the bench → curio with a daemon.
+The stand-ins come from ``prover-supervisor standins --bin-dir`` (curio, cuzk-daemon, cuzk-bench under
+their real names) and the memory figures are lowered through the profile's env knobs, so the whole
+lifecycle runs here in seconds. Also: resume on a second start, the default 128 GiB preflight on a
+smaller machine, a bench with failed proofs, the onstart lock, SIGHUP under nohup, and the
+docker/entrypoint.sh shim.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from conftest import PY, REPO, SupervisorRunner, kill_tree, pyc, wait_for
+
+from supervisor.cgroups import mem_total
+from supervisor.demo import free_port
+from supervisor.devmanager import DevManager
+from supervisor.run import EXIT_ALREADY_RUNNING
+
+GIB = 1 << 30
+PHASES = ["paramfetch", "warmup", "bench", "curio"]
+STATES = ["registered", "params_done", "bench_done", "running"]
+# The test runner's own environment must not steer the profile under test.
+DROP_PREFIXES = ("MANAGER_", "MIN_RATE", "VAST_", "CONTAINER_", "SUPERVISOR_", "STANDIN_", "CUZK_", "CURIO_",
+                 "BENCH_", "PROVER_", "FIL_PROOFS_", "SECTOR_SIZE", "MGR_", "API_TOKEN")
+
+DONE_RE = re.compile(r"\[supervisor\] phase (\S+): \S+ → done \((.*)\)$", re.M)
+STARTED_RE = re.compile(r"\[supervisor\] started (\S+): pid (\d+):", re.M)
+THROUGHPUT_RE = re.compile(r"\[bench/bench\] throughput:\s+([0-9.]+) proofs/min", re.M)
+
+
+@pytest.fixture(scope="module")
+def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stand-ins under their real names, written by the CLI itself."""
+    target = tmp_path_factory.mktemp("standins") / "bin"
+    done = subprocess.run([PY, "-m", "supervisor", "standins", "--bin-dir", str(target)], capture_output=True,
+                          text=True, timeout=30, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    for name in ("curio", "cuzk-daemon", "cuzk-bench", "paramfetch", "c1.json"):
+        assert (target / name).exists(), done.stdout
+    return target
+
+
+@pytest.fixture
+def manager() -> Iterator[DevManager]:
+    """A dev-manager of the test's own, so its calls are the test's alone."""
+    dev = DevManager(port=0, quiet=True).start()
+    yield dev
+    dev.stop()
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    pid: int
+
+
+@dataclass
+class Profile:
+    """One machine: a state dir, a log dir, a parameter cache, a label at the dev-manager."""
+
+    root: Path
+    bin_dir: Path
+    manager: DevManager
+    label: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "logs"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
+        env.update({
+            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "MANAGER_URL": self.manager.url,
+            "VAST_CONTAINERLABEL": self.label,
+            "SUPERVISOR_STATE_DIR": str(self.state_dir),
+            "SUPERVISOR_LOG_DIR": str(self.log_dir),
+            "FIL_PROOFS_PARAMETER_CACHE": str(self.root / "params"),
+            "PROVER_MIN_MEMORY": "1GiB",
+            "CUZK_BASELINE": "1GiB",
+            "CUZK_PER_PARTITION": "512MiB",
+            "BENCH_C1": str(self.bin_dir / "c1.json"),
+            "STANDIN_SPEED": "0.1",
+            "STANDIN_RUN_SECONDS": "2",
+            "BENCH_COUNT": "4",
+            "CUZK_PORT": str(free_port()),
+            "CUZK_STATUS_PORT": str(free_port()),
+            "CURIO_PORT": str(free_port()),
+        })
+        env.update(extra)
+        return {k: v for k, v in env.items() if v is not None}
+
+    def start(self, *args: str, env: dict[str, str], name: str) -> tuple[subprocess.Popen[bytes], Path]:
+        console = self.root / f"{name}.txt"
+        with open(console, "wb") as out:
+            proc = subprocess.Popen([PY, "-m", "supervisor", "run", *args], stdout=out, stderr=subprocess.STDOUT,
+                                    env=env, cwd=REPO, start_new_session=True)
+        self.procs.append(proc)
+        return proc, console
+
+    def run(self, *args: str, env: dict[str, str] | None = None, name: str = "run", timeout: float = 40) -> Run:
+        proc, console = self.start(*args, env=env or self.env(), name=name)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.wait(10)
+            pytest.fail(f"supervisor did not finish within {timeout}s:\n{read(console)[-6000:]}")
+        return Run(proc.returncode, read(console), proc.pid)
+
+    def instance(self) -> dict[str, Any]:
+        mine = [i for i in self.manager.state.snapshot()["instances"].values() if i["label"] == self.label]
+        assert len(mine) == 1, mine
+        return mine[0]
+
+    def calls(self, path: str) -> int:
+        return sum(1 for c in self.manager.state.snapshot()["calls"] if c["path"] == path)
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait(10)
+
+
+def read(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+def done_phases(output: str) -> list[tuple[str, str]]:
+    return DONE_RE.findall(output)
+
+
+def started(output: str) -> list[tuple[str, int]]:
+    return [(label, int(pid)) for label, pid in STARTED_RE.findall(output)]
+
+
+def verdict(output: str, phase: str) -> str:
+    lines = [line for line in output.splitlines() if "FAILED: phase=" in line and f"phase={phase} " in line]
+    assert lines, f"no FAILED line for {phase}:\n{output[-4000:]}"
+    return lines[-1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def assert_all_gone(pids: list[int]) -> None:
+    wait_for(lambda: not any(map(alive, pids)), 5)
+
+
+_counter = iter(range(1_000_000))
+
+
+@pytest.fixture
+def profile(tmp_path: Path, bin_dir: Path, manager: DevManager) -> Iterator[Profile]:
+    prof = Profile(tmp_path, bin_dir, manager, f"C.profile-{os.getpid()}-{next(_counter)}")
+    yield prof
+    prof.cleanup()
+
+
+@dataclass
+class FirstRun:
+    profile: Profile
+    run: Run
+    env: dict[str, str]
+    instance: dict[str, Any]
+    register_calls: int
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[FirstRun]:
+    """The whole profile once, on a fresh machine; the resume test goes on from its state dir."""
+    dev = DevManager(port=0, quiet=True).start()
+    prof = Profile(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.profile-first-{os.getpid()}")
+    try:
+        env = prof.env()
+        run = prof.run(env=env, name="first")
+        yield FirstRun(prof, run, env, prof.instance(), prof.calls("/register"))
+    finally:
+        prof.cleanup()
+        dev.stop()
+
+
+# ---------------------------------------------------------------- the whole lifecycle
+
+
+def test_profile_runs_the_whole_lifecycle(first: FirstRun) -> None:
+    out, prof = first.run.output, first.profile
+    assert first.run.returncode == 0, out[-6000:]
+    assert "config: built-in prover profile" in out
+    assert [name for name, _ in done_phases(out)] == PHASES, done_phases(out)
+    assert "exiting with status 0" in out
+
+    # The manager saw every step, in order, once registered.
+    inst = first.instance
+    assert inst["history"] == STATES, inst
+    assert first.register_calls == 1
+
+    # The rate reported is the bench summary's proofs/min × 60.
+    rates = THROUGHPUT_RE.findall(out)
+    assert len(rates) == 1, out[-4000:]
+    assert inst["rate"] == pytest.approx(float(rates[0]) * 60, abs=0.001)
+
+    # cuzk.toml: generated into state_dir before each daemon start, and logged.
+    cuzk_toml = prof.state_dir / "cuzk.toml"
+    assert out.count(f"wrote {cuzk_toml}:") == 3  # warm-up, bench, curio
+    written = tomllib.loads(cuzk_toml.read_text())
+    assert written["daemon"]["listen"] == f"http://127.0.0.1:{first.env['CUZK_PORT']}"
+    assert written["daemon"]["status_listen"] == f"127.0.0.1:{first.env['CUZK_STATUS_PORT']}"
+    assert written["srs"]["param_cache"] == first.env["FIL_PROOFS_PARAMETER_CACHE"]
+    assert written["pipeline"]["synthesis_concurrency"] >= 1
+    assert f"cuzk.toml | synthesis_concurrency = {written['pipeline']['synthesis_concurrency']}" in out
+    assert (prof.state_dir / "cuzk.generated.toml").read_text() == cuzk_toml.read_text()
+    # The generated -j reaches the bench.
+    j = re.search(r"phase bench: wrote .*bench -j (\d+)", out)
+    assert j and f"running 4 porep proofs against http://127.0.0.1:{first.env['CUZK_PORT']} with concurrency " \
+                 f"{j.group(1)}" in out
+
+    # The warm-up's daemon was stopped with SIGINT (it logged it), then a fresh one started for the bench.
+    children = started(out)
+    daemons = {label: pid for label, pid in children if label.endswith("/cuzk-daemon")}
+    assert set(daemons) == {"warmup/cuzk-daemon", "bench/cuzk-daemon", "curio/cuzk-daemon"}, children
+    assert len(set(daemons.values())) == 3, daemons
+    assert re.search(r"stopping warmup/cuzk-daemon \(phase attempt over\): SIGINT to process group", out)
+    got = re.search(r"\[warmup/cuzk-daemon\] .*received SIGINT, shutting down gracefully", out)
+    assert got and got.start() > out.index("stopping warmup/cuzk-daemon")
+    assert re.search(rf"phase=warmup child=cuzk-daemon pid={daemons['warmup/cuzk-daemon']} reason=stopped "
+                     r"exit_code=0", out), "the warm-up daemon should end by its SIGINT, not be killed"
+    assert got.start() < out.index("started bench/cuzk-daemon"), "restart: the old daemon goes before the new one"
+    assert out.index("[warmup/warmup]   [1/1] COMPLETED") < out.index("started bench/cuzk-daemon")
+    assert_all_gone([pid for _, pid in children])
+
+
+def test_second_start_resumes_and_rebench_runs_the_bench_again(first: FirstRun) -> None:
+    prof = first.profile
+    uuid = first.instance["uuid"]
+    second = prof.run(name="second")
+    out = second.output
+    assert second.returncode == 0, out[-6000:]
+    done = dict(done_phases(out))
+    assert list(done) == PHASES
+    for name in ("paramfetch", "warmup", "bench"):
+        assert done[name].startswith("resumed:"), (name, done[name])
+    assert not done["curio"].startswith("resumed"), "production always runs"
+    assert f"reusing uuid {uuid}" in out
+    assert prof.calls("/register") == first.register_calls, "a resumed start must not register again"
+    assert prof.instance()["uuid"] == uuid
+    assert {label for label, _ in started(out)} == {"curio/cuzk-daemon", "curio/curio"}
+
+    third = prof.run("--rebench", name="third")
+    out = third.output
+    assert third.returncode == 0, out[-6000:]
+    done = dict(done_phases(out))
+    assert list(done) == PHASES
+    assert done["paramfetch"].startswith("resumed:")
+    assert done["warmup"].startswith("completed") and done["bench"].startswith("completed"), done
+    labels = [label for label, _ in started(out)]
+    assert labels.count("warmup/warmup") == 1 and labels.count("bench/bench") == 1, labels
+    assert len(THROUGHPUT_RE.findall(out)) == 1
+    assert prof.calls("/register") == first.register_calls
+    assert prof.instance()["uuid"] == uuid
+    assert prof.instance()["history"][-1] == "running"
+
+
+# ---------------------------------------------------------------- failures
+
+
+@pytest.mark.skipif(mem_total() is None or mem_total() >= 128 * GIB,  # type: ignore[operator]
+                    reason="this machine has the documented 128 GiB: the default preflight passes here")
+def test_default_preflight_refuses_the_warmup_on_a_small_machine(profile: Profile) -> None:
+    env = profile.env()
+    del env["PROVER_MIN_MEMORY"]
+    run = profile.run(env=env)
+    out = run.output
+    assert run.returncode == 1, out[-6000:]
+    line = verdict(out, "warmup")
+    assert "reason=insufficient_memory" in line and "min_memory=128.0GiB" in line, line
+    assert "phase warmup: pending → failed" in out
+    labels = [label for label, _ in started(out)]
+    assert labels == ["paramfetch/paramfetch"], "nothing of the warm-up may start"
+    assert "cuzk-daemon" not in out.split("phase warmup:", 1)[1]
+    assert not (profile.state_dir / "cuzk.toml").exists()
+    inst = profile.instance()
+    assert inst["history"] == ["registered", "params_done"]
+    setup = profile.manager.state.snapshot()["logs"].get(inst["uuid"], {}).get("setup", "")
+    assert "insufficient_memory" in setup and "128.0GiB" in setup, setup[-2000:]
+
+
+def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile) -> None:
+    # The warm-up is cuzk-bench too (``single``): only the batch run gets the failing proofs.
+    wrapper = profile.root / "failing-cuzk-bench"
+    wrapper.write_text('#!/bin/sh\ncase " $* " in *" batch "*) STANDIN_BENCH_FAIL_PROOFS=2; '
+                       'export STANDIN_BENCH_FAIL_PROOFS;; esac\nexec cuzk-bench "$@"\n')
+    wrapper.chmod(0o755)
+    run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
+    out = run.output
+    assert run.returncode == 1, out[-6000:]
+    assert "[warmup/warmup]   [1/1] COMPLETED" in out
+    line = verdict(out, "bench")
+    assert "child=bench " in line and "reason=bench_failed" in line and "2 FAILED" in line, line
+    assert "failed:        2" in out  # cuzk-bench itself exited 0
+    assert "started curio/" not in out
+    assert [name for name, _ in done_phases(out)] == ["paramfetch", "warmup"]
+    inst = profile.instance()
+    assert "running" not in inst["history"] and "bench_done" not in inst["history"], inst
+    setup = profile.manager.state.snapshot()["logs"].get(inst["uuid"], {}).get("setup", "")
+    assert "bench_failed" in setup, setup[-2000:]
+
+
+# ---------------------------------------------------------------- the onstart lock
+
+
+def test_second_supervisor_on_the_same_state_dir_exits_75_and_starts_nothing(profile: Profile) -> None:
+    env = profile.env(STANDIN_RUN_SECONDS="3")
+    first, console = profile.start(env=env, name="first")
+    wait_for(lambda: "phase warmup: pending → starting" in read(console) or first.poll() is not None, 20, 0.05)
+    assert first.poll() is None, read(console)
+
+    second = subprocess.run([PY, "-m", "supervisor", "run"], capture_output=True, text=True, env=env, cwd=REPO,
+                            timeout=20)
+    lines = (second.stdout + second.stderr).splitlines()
+    assert second.returncode == EXIT_ALREADY_RUNNING, lines
+    assert len(lines) == 1, lines
+    assert f"pid {first.pid}" in lines[0] and str(profile.state_dir) in lines[0], lines
+    assert first.poll() is None, "the first supervisor must be left alone"
+
+    first.wait(40)
+    out = read(console)
+    assert first.returncode == 0, out[-6000:]
+    assert profile.calls("/register") == 1, "the refused start must not register"
+    log = (profile.log_dir / "supervisor.log").read_text(errors="replace")
+    assert log.count("prover-supervisor pid ") == 1, "the refused start wrote to the log"
+    assert [name for name, _ in done_phases(out)] == PHASES
+
+    # Once the first has exited, a new start takes the lock and works.
+    again = profile.run(name="again")
+    assert again.returncode == 0, again.output[-6000:]
+    assert f"prover-supervisor pid {again.pid} " in again.output
+    assert profile.calls("/register") == 1
+
+
+# ---------------------------------------------------------------- SIGHUP under nohup
+
+
+HUP_CHILD = """
+import signal, sys, time
+def hup(*_):
+    print("work got SIGHUP", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGHUP, hup)
+print("work ready", flush=True)
+time.sleep(2.5)
+print("work finished", flush=True)
+"""
+
+
+def _hup_config(sup: SupervisorRunner) -> Path:
+    return sup.write(f"""
+        [[phases]]
+        name = "work"
+        command = {pyc(HUP_CHILD)}
+        """, stop_grace_s=2)
+
+
+def _start_hup(sup: SupervisorRunner, config: Path, name: str, nohup: bool) -> tuple[subprocess.Popen[bytes], Path]:
+    console = sup.tmp / f"{name}.txt"
+    ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
+    with open(console, "wb") as out:
+        proc = subprocess.Popen(sup.argv(config), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                preexec_fn=ignore_hup, start_new_session=True)
+    sup.procs.append(proc)  # type: ignore[arg-type]
+    wait_for(lambda: "[work/work] work ready" in read(console) or proc.poll() is not None, 15, 0.02)
+    assert proc.poll() is None, read(console)
+    return proc, console
+
+
+def test_sighup_under_nohup_is_neither_forwarded_nor_fatal(sup: SupervisorRunner) -> None:
+    config = _hup_config(sup)
+    proc, console = _start_hup(sup, config, "nohup", nohup=True)
+    os.kill(proc.pid, signal.SIGHUP)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGHUP)
+    time.sleep(0.3)
+    assert proc.poll() is None, f"SIGHUP stopped the supervisor under nohup:\n{read(console)}"
+    proc.wait(20)
+    out = read(console)
+    assert proc.returncode == 0, out
+    assert "[work/work] work got SIGHUP" not in out and "SIGHUP forwarded" not in out, out
+    assert "[work/work] work finished" in out
+
+    # Control, same config without nohup: the same signal is forwarded to the phase's command.
+    proc, console = _start_hup(sup, config, "control", nohup=False)
+    os.kill(proc.pid, signal.SIGHUP)
+    proc.wait(20)
+    out = read(console)
+    assert "SIGHUP forwarded to work/work" in out and "[work/work] work got SIGHUP" in out, out
+    assert "[work/work] work finished" not in out
+
+
+# ---------------------------------------------------------------- docker/entrypoint.sh
+
+
+OPT_PYTHON = "/opt/prover-supervisor/bin/python"
+OPT_ENTRYPOINT = "/opt/prover-supervisor/entrypoint.py"
+
+
+@pytest.fixture
+def shim(tmp_path: Path) -> Path:
+    original = REPO / "docker" / "entrypoint.sh"
+    if not original.exists():
+        pytest.skip("docker/entrypoint.sh is not written yet")
+    text = original.read_text()
+    assert OPT_PYTHON in text and "exec " in text, text
+    if Path(OPT_PYTHON).exists() and Path(OPT_ENTRYPOINT).exists():
+        return original
+    copy = tmp_path / "entrypoint.sh"
+    copy.write_text(text.replace(OPT_PYTHON, PY).replace(OPT_ENTRYPOINT, str(REPO / "entrypoint.py")))
+    copy.chmod(0o755)
+    return copy
+
+
+def _shim_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
+
+
+def test_entrypoint_shim_passes_arguments(shim: Path, tmp_path: Path) -> None:
+    from supervisor import __version__
+
+    version = subprocess.run(["sh", str(shim), "--version"], capture_output=True, text=True, timeout=30,
+                             cwd=tmp_path, env=_shim_env())
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"prover-supervisor {__version__}"
+
+    profile_path = REPO / "supervisor" / "profiles" / "prover.toml"
+    check = subprocess.run(["sh", str(shim), "check", "--config", str(profile_path)], capture_output=True,
+                           text=True, timeout=30, cwd=tmp_path, env=_shim_env())
+    assert check.returncode == 0, check.stderr
+    assert "ok: 4 phase(s): paramfetch (oneshot), warmup (oneshot), bench (oneshot), curio (service)" in check.stdout
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[phases]]\nname = \"x\"\ncommand = [\"true\"]\nretries = -1\n")
+    refused = subprocess.run(["sh", str(shim), "check", "--config", str(bad)], capture_output=True, text=True,
+                             timeout=30, cwd=tmp_path, env=_shim_env())
+    assert refused.returncode == 2 and "retries" in refused.stderr, refused
+
+
+def test_entrypoint_shim_execs_and_defaults_to_run(shim: Path, sup: SupervisorRunner) -> None:
+    config = sup.write("""
+        [[phases]]
+        name = "whoami"
+        command = ["sh", "-c", "echo parent=$$PPID; exit 3"]
+        """)
+    console = sup.tmp / "shim.txt"
+    with open(console, "wb") as out:
+        proc = subprocess.Popen(["sh", str(shim)], stdout=out, stderr=subprocess.STDOUT, cwd=sup.tmp,
+                                env={**_shim_env(), "SUPERVISOR_CONFIG": str(config)}, start_new_session=True)
+    sup.procs.append(proc)  # type: ignore[arg-type]
+    proc.wait(30)
+    text = read(console)
+    # No shell stays in between: the shim's pid became the supervisor's, and its status is the child's.
+    assert f"prover-supervisor pid {proc.pid} " in text, text
+    assert f"parent={proc.pid}" in text, text
+    assert f"config: {config}" in text, "no arguments: it must default to `run` (config from $SUPERVISOR_CONFIG)"
+    assert proc.returncode == 3, text

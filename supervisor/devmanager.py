@@ -213,8 +213,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _move(self, inst: Instance, state: str) -> None:
         with self.server.state.lock:
+            if inst.state != state:  # history lists changes in effect, as the real states do
+                inst.history.append(state)
             inst.state = state
-            inst.history.append(state)
 
     def _param_done(self, body: dict[str, Any]) -> None:
         inst = self._instance(body)

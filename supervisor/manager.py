@@ -95,7 +95,7 @@ class ManagerClient:
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(TransientError),
-            wait=tenacity.wait_exponential_jitter(initial=RETRY_INITIAL_S, max=RETRY_MAX_S, jitter=RETRY_JITTER_S),
+            wait=tenacity.wait_exponential_jitter(multiplier=RETRY_INITIAL_S, max=RETRY_MAX_S, jitter=RETRY_JITTER_S),
             stop=tenacity.stop_when_event_set(stop),
             sleep=stop.wait,
             before_sleep=before_sleep,

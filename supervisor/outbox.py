@@ -112,6 +112,11 @@ class Outbox:
                                    (kind,)).fetchone()
         return row is not None
 
+    def pending_of(self, kind: str) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM calls WHERE kind = ? AND state = 'pending'",
+                                        (kind,)).fetchone()[0])
+
     def delivered_answer(self, kind: str) -> Any:
         """The manager's answer to the last delivered call of this kind; None if none was delivered."""
         with self._lock:

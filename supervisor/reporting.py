@@ -147,9 +147,8 @@ class Reporter:
         report = phase.spec.report
         if report == "param-done" and phase.state is PhaseState.DONE:
             self._queue_once("param-done", {})
-        elif report == "bench-done" and phase.state is PhaseState.DONE and self._already_passed(phase):
-            self._log("manager: bench-done was delivered and passed before this restart; not sent again "
-                      "(it would move the instance back from running to bench_done)")
+        elif report == "bench-done" and phase.state is PhaseState.DONE and self._bench_already_reported(phase):
+            pass
         elif report == "bench-done" and phase.state is PhaseState.DONE:
             rate = phase.bench_result.rate_per_hour if phase.bench_result else None
             self._queue_once("bench-done", {"rate": rate if rate is not None else 0.0})
@@ -160,12 +159,20 @@ class Reporter:
         elif report == "running" and phase.up:
             self._queue_once("running", {})
 
-    def _already_passed(self, phase: Phase) -> bool:
-        """A resumed bench whose result this uuid's manager already accepted."""
-        if not phase.why.startswith("resumed") or self.outbox is None:
-            return False
+    def _bench_already_reported(self, phase: Phase) -> bool:
+        """After a restart: this uuid's bench-done is already queued, or was accepted. Sending another
+        would move a running instance back to bench_done (and a slower re-run could get it killed)."""
+        assert self.outbox is not None
         answer = self.outbox.delivered_answer("bench-done")
-        return isinstance(answer, dict) and answer.get("passed") is True
+        if isinstance(answer, dict) and answer.get("passed") is True:
+            self._log("manager: bench-done was delivered and passed before this restart; not sent again")
+            return True
+        if self.outbox.pending_of("bench-done"):
+            self._log("manager: a bench-done from before this restart is still queued; waiting for its answer")
+            self._reported.add("bench-done")
+            self._hold_production(phase)
+            return True
+        return False
 
     def verdict(self, verdict: Verdict) -> None:
         self.event("verdict", **verdict.to_dict())
@@ -184,7 +191,9 @@ class Reporter:
     def ship_lines(self, source: str, lines: list[bytes]) -> None:
         """Children's output: best effort, batched, bounded."""
         if self._logs is not None:
-            self._logs.add(source, [strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
+            # Masked again after stripping: a colour code inside a secret would have hidden it from the first pass.
+            text = [self._redactor.text(strip_ansi(line).decode("utf-8", errors="replace")) for line in lines]
+            self._logs.add(source, text)
 
     def ship_own_line(self, message: str) -> None:
         if self._logs is not None:
@@ -272,8 +281,7 @@ class Reporter:
             except PermanentError as exc:
                 self.last_error = str(exc)
                 self.outbox.failed(call.id, str(exc))
-                self.rt.loop.call_soon_threadsafe(lambda exc=exc, call=call: self._log(
-                    f"manager: {call.kind} refused for good: HTTP {exc.status}: {exc.body[:300]!r}"))
+                self.rt.loop.call_soon_threadsafe(lambda exc=exc, call=call: self._refused(call, exc))
                 continue
             except TransientError:
                 return  # stopping: the call stays pending in the outbox
@@ -317,6 +325,15 @@ class Reporter:
             passed = bool(answer.body["passed"])
             rate = float(call.payload.get("rate", 0.0))
             self.rt.loop.call_soon_threadsafe(lambda: self._bench_answered(passed, rate))
+
+    def _refused(self, call: Call, exc: PermanentError) -> None:
+        self._log(f"manager: {call.kind} refused for good: HTTP {exc.status}: {exc.body[:300]!r}")
+        if call.kind == "bench-done" and self._lifecycle is not None:
+            # No answer will ever come: do not hold production for the whole gate.
+            for phase in self._lifecycle.phases:
+                if phase.spec.report == "bench-done" and phase.hold is not None:
+                    self._log("manager: starting production without the manager's verdict on the bench")
+                    self._release(phase)
 
     def _registered(self) -> None:
         self._log(f"manager: registered: uuid {self.uuid}, runner_id {self.runner_id}")

@@ -1,0 +1,646 @@
+"""Units of manager reporting: the HTTP client, the outbox, the log shipper, the dev-manager, redaction, bench parsing.
+
+Real HTTP on 127.0.0.1 (a tiny server of our own, or the dev-manager), real SQLite files; no mocks of the network.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from conftest import wait_for
+
+from supervisor import logship, manager
+from supervisor.bench import BenchParser, parse_text
+from supervisor.config import ManagerSpec
+from supervisor.devmanager import LOG_PUSH_LIMIT, DevManager
+from supervisor.logship import PUSH_MAX_BYTES, Shipper, log_push_sender
+from supervisor.manager import Answer, ManagerClient, PermanentError, TransientError
+from supervisor.outbox import Call, Outbox
+from supervisor.redact import MASK, Redactor, looks_secret
+
+# ---------------------------------------------------------------- a tiny server with canned answers
+
+
+class _Canned(BaseHTTPRequestHandler):
+    server: _CannedServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _answer(self, status: int, body: bytes = b"", ctype: str = "application/json") -> None:
+        self.send_response(status)
+        if body:
+            self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def _route(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
+                                 "body": body})
+        path = self.path
+        if path == "/ok":
+            self._answer(200, b'{"uuid": "u-1", "runner_id": 7}')
+        elif path == "/empty":
+            self._answer(204)
+        elif path == "/missing":
+            self._answer(404, b'{"error": "unknown uuid"}')
+        elif path == "/bad":
+            self._answer(400, b"label required", "text/plain")
+        elif path == "/boom":
+            self._answer(500, b'{"error": "internal"}')
+        elif path == "/busy":
+            self._answer(429, b"slow down", "text/plain")
+        elif path == "/unavailable":
+            self._answer(503, b"maintenance", "text/plain")
+        elif path == "/slow":
+            time.sleep(1.0)
+            self._answer(200, b'{"ok": true}')
+        elif path == "/garbage":
+            self._answer(200, b"<html>this is not json</html>", "text/html")
+        else:
+            self._answer(404, b'{"error": "no route"}')
+
+    do_GET = _route
+    do_POST = _route
+
+
+class _CannedServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Canned)
+        self.seen: list[dict[str, Any]] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # /slow writes to a socket the client already gave up on
+
+
+@pytest.fixture
+def canned() -> Iterator[_CannedServer]:
+    server = _CannedServer()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _client(server: _CannedServer, token: str | None = None, read_timeout_s: float = 0.3) -> ManagerClient:
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    return ManagerClient(ManagerSpec(url=url, label="C.unit", connect_timeout_s=1.0, read_timeout_s=read_timeout_s),
+                         token)
+
+
+@pytest.fixture(scope="module")
+def devmgr() -> Iterator[DevManager]:
+    """One for the module (its stop waits out a 0.5 s poll): tests use their own labels and look at their calls."""
+    mgr = DevManager(quiet=True).start()
+    yield mgr
+    mgr.stop()
+
+
+# ---------------------------------------------------------------- ManagerClient.request
+
+
+def test_client_200_json_is_parsed(canned: _CannedServer) -> None:
+    answer = _client(canned).request("POST", "/ok", json_body={"label": "C.unit", "min_rate": 50})
+    assert answer == Answer(200, {"uuid": "u-1", "runner_id": 7})
+    assert json.loads(canned.seen[0]["body"]) == {"label": "C.unit", "min_rate": 50}
+    assert canned.seen[0]["headers"]["User-Agent"] == manager.USER_AGENT
+
+
+def test_client_204_has_no_body(canned: _CannedServer) -> None:
+    assert _client(canned).request("POST", "/empty", data=b"text\n") == Answer(204, None)
+
+
+def test_client_want_json_false_ignores_the_body(canned: _CannedServer) -> None:
+    assert _client(canned).request("POST", "/garbage", want_json=False) == Answer(200, None)
+
+
+@pytest.mark.parametrize(("path", "status", "body"), [("/missing", 404, "unknown uuid"), ("/bad", 400, "label")])
+def test_client_4xx_is_permanent_with_the_body(canned: _CannedServer, path: str, status: int, body: str) -> None:
+    with pytest.raises(PermanentError) as info:
+        _client(canned).request("POST", path, json_body={"uuid": "nope"})
+    assert info.value.status == status
+    assert body in info.value.body
+    assert f"HTTP {status}" in str(info.value)
+
+
+@pytest.mark.parametrize(("path", "status"), [("/boom", 500), ("/busy", 429), ("/unavailable", 503)])
+def test_client_5xx_and_429_are_transient(canned: _CannedServer, path: str, status: int) -> None:
+    with pytest.raises(TransientError, match=f"HTTP {status}"):
+        _client(canned).request("POST", path, json_body={})
+
+
+def test_client_read_timeout_is_transient(canned: _CannedServer) -> None:
+    started = time.monotonic()
+    with pytest.raises(TransientError, match="timed out"):
+        _client(canned, read_timeout_s=0.2).request("POST", "/slow", json_body={})
+    assert time.monotonic() - started < 0.9  # the read timeout cut it, not the server's answer
+
+
+def test_client_garbage_json_is_transient(canned: _CannedServer) -> None:
+    with pytest.raises(TransientError, match="not JSON"):
+        _client(canned).request("POST", "/garbage", json_body={})
+
+
+def test_client_connection_refused_is_transient() -> None:
+    from supervisor.demo import free_port
+
+    client = ManagerClient(ManagerSpec(url=f"http://127.0.0.1:{free_port()}", label="C.unit",
+                                       connect_timeout_s=0.5, read_timeout_s=0.5))
+    with pytest.raises(TransientError, match="ConnectionError"):
+        client.request("POST", "/register", json_body={"label": "C.unit"})
+
+
+def test_client_sends_the_bearer_token(canned: _CannedServer) -> None:
+    _client(canned, token="tok-123456").request("POST", "/empty", data=b"x")
+    assert canned.seen[0]["headers"]["Authorization"] == "Bearer tok-123456"
+    _client(canned).request("POST", "/empty", data=b"x")
+    assert "Authorization" not in canned.seen[1]["headers"]
+
+
+def test_with_retries_retries_transient_then_delivers(canned: _CannedServer,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manager, "RETRY_INITIAL_S", 0.01)
+    monkeypatch.setattr(manager, "RETRY_JITTER_S", 0.01)
+    client = _client(canned)
+    paths = iter(["/boom", "/busy", "/ok"])
+    retries: list[str] = []
+    answer = client.with_retries(lambda: client.request("POST", next(paths), json_body={}), threading.Event(),
+                                 lambda error, delay: retries.append(error))
+    assert answer.body == {"uuid": "u-1", "runner_id": 7}
+    assert len(retries) == 2 and "HTTP 500" in retries[0] and "HTTP 429" in retries[1]
+
+
+def test_with_retries_does_not_retry_a_permanent_error(canned: _CannedServer) -> None:
+    client = _client(canned)
+    retries: list[str] = []
+    with pytest.raises(PermanentError):
+        client.with_retries(lambda: client.request("POST", "/missing", json_body={}), threading.Event(),
+                            lambda error, delay: retries.append(error))
+    assert retries == []
+    assert len(canned.seen) == 1
+
+
+def test_with_retries_gives_up_when_stopped(canned: _CannedServer) -> None:
+    client = _client(canned)
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(TransientError):
+        client.with_retries(lambda: client.request("POST", "/boom", json_body={}), stop, lambda e, d: None)
+    assert time.monotonic() - started < 3.0
+
+
+# ---------------------------------------------------------------- Outbox
+
+
+def test_outbox_order_and_states(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "outbox.sqlite3")
+    ids = [box.add(kind, {"n": i}) for i, kind in enumerate(["register", "param-done", "bench-done", "running"])]
+    assert ids == sorted(ids)
+    assert box.pending() == 4
+    first = box.next_pending()
+    assert first is not None and (first.kind, first.payload) == ("register", {"n": 0})
+    box.attempted(first.id, "connection refused")
+    box.attempted(first.id, "connection refused")
+    box.delivered(first.id, {"uuid": "u"})
+    second = box.next_pending()
+    assert second is not None and second.kind == "param-done"
+    box.failed(second.id, "HTTP 404: unknown uuid")
+    third = box.next_pending()
+    assert third is not None and (third.kind, third.payload) == ("bench-done", {"n": 2})
+    assert box.pending() == 2
+    states = {h["kind"]: h for h in box.history()}
+    assert states["register"]["state"] == "delivered" and states["register"]["attempts"] == 3
+    assert states["param-done"]["state"] == "failed" and "404" in states["param-done"]["last_error"]
+    assert [h["kind"] for h in box.history()] == ["register", "param-done", "bench-done", "running"]
+    box.close()
+
+
+def test_outbox_has_counts_pending_and_delivered_not_failed(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.sqlite3")
+    assert not box.has("register")
+    reg = box.add("register", {})
+    assert box.has("register")
+    box.delivered(reg)
+    assert box.has("register")
+    pd = box.add("param-done", {})
+    box.failed(pd, "gone")
+    assert not box.has("param-done")  # a failed call may be queued again
+    box.close()
+
+
+def test_outbox_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "o.sqlite3"
+    box = Outbox(path)
+    done = box.add("register", {"label": "C.1"})
+    box.delivered(done, {"uuid": "u"})
+    box.add("param-done", {})
+    box.add("bench-done", {"rate": 61.5})
+    box.put("uuid", "u-1")
+    box.put("uuid", "u-2")
+    box.put("label", "C.1")
+    box.close()
+    again = Outbox(path)
+    assert again.corrupt_note is None
+    assert again.pending() == 2
+    call = again.next_pending()
+    assert call is not None and call.kind == "param-done"
+    again.delivered(call.id)
+    call = again.next_pending()
+    assert call is not None and (call.kind, call.payload) == ("bench-done", {"rate": 61.5})
+    assert again.get("uuid") == "u-2" and again.get("label") == "C.1" and again.get("nothing") is None
+    again.close()
+    # What another process (sqlite3) sees: the same rows.
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT kind, state FROM calls ORDER BY id").fetchall()
+    assert rows == [("register", "delivered"), ("param-done", "delivered"), ("bench-done", "pending")]
+
+
+def test_outbox_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    path.write_bytes(b"this is not a database, not at all" * 200)
+    box = Outbox(path)
+    assert box.corrupt_note is not None and "moved to" in box.corrupt_note
+    aside = list(tmp_path.glob("outbox.sqlite3.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes().startswith(b"this is not a database")
+    assert box.pending() == 0
+    box.add("register", {})
+    assert box.pending() == 1
+    box.close()
+    assert Outbox(path).pending() == 1  # the clean one is a real database
+
+
+def test_outbox_is_thread_safe(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.sqlite3")
+
+    def adder(n: int) -> None:
+        for i in range(20):
+            box.add("log", {"n": n * 100 + i})
+
+    threads = [threading.Thread(target=adder, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert box.pending() == 80
+    assert len({c.id for c in _drain(box)}) == 80
+    box.close()
+
+
+def _drain(box: Outbox) -> list[Call]:
+    calls = []
+    while (call := box.next_pending()) is not None:
+        box.delivered(call.id)
+        calls.append(call)
+    return calls
+
+
+# ---------------------------------------------------------------- Redactor
+
+
+def test_redactor_masks_text_and_bytes() -> None:
+    r = Redactor(["s3cr3t-value-123", "s3cr3t", "abc", ""])
+    assert bool(r)
+    # Longest first: no "***-value-123" leftovers; too-short values are not secrets.
+    assert r.text("token=s3cr3t-value-123 other=s3cr3t abc") == f"token={MASK} other={MASK} abc"
+    assert r.data(b"x s3cr3t-value-123 y") == b"x " + MASK.encode() + b" y"
+    assert not Redactor([])
+    assert Redactor([]).text("s3cr3t") == "s3cr3t"
+
+
+def test_redactor_from_environments() -> None:
+    env = {"API_TOKEN": "tok-aaaa", "DB_PASSWORD": "pw-bbbb", "CONTAINER_API_KEY": "key-cccc",
+           "MY_AUTH": "auth-dddd", "HOME": "/root-eeee", "SHORT_KEY": "x"}
+    r = Redactor.from_environments([env], extra_names=["MY_AUTH"])
+    text = " ".join(env.values())
+    assert r.text(text) == f"{MASK} {MASK} {MASK} {MASK} /root-eeee x"
+    shown = r.environment(env)
+    assert shown["API_TOKEN"] == MASK and shown["HOME"] == "/root-eeee" and shown["SHORT_KEY"] == MASK
+
+
+@pytest.mark.parametrize(("name", "secret"), [("API_TOKEN", True), ("aws_secret", True), ("DB_PASSWD", True),
+                                              ("CONTAINER_API_KEY", True), ("KEYRING", False), ("PATH", False),
+                                              ("TOKEN_FILE", False)])
+def test_looks_secret(name: str, secret: bool) -> None:
+    assert looks_secret(name) is secret
+
+
+# ---------------------------------------------------------------- bench output
+
+
+GOOD = """\
+running 3 porep proofs against http://127.0.0.1:1 with concurrency 1
+  [1/3] COMPLETED — 151.9s (prove=41234 ms, queue=10 ms)
+  [2/3] COMPLETED — 150.2s (prove=41000 ms, queue=10 ms)
+  [3/3] COMPLETED — 152.0s (prove=41100 ms, queue=10 ms)
+
+=== Batch Summary ===
+total time:    458.1s
+completed:     3
+failed:        0
+throughput:    0.393 proofs/min (152.8s/proof)
+"""
+
+
+def test_bench_all_good() -> None:
+    r = parse_text(GOOD)
+    assert r.problem() is None
+    assert r.summary_seen and r.completed == 3 and r.failed == 0 and r.expected == 3
+    assert r.proofs == {"COMPLETED": 3}
+    assert r.total_time_s == pytest.approx(458.1)
+    assert r.rate_per_hour == pytest.approx(0.393 * 60)
+
+
+def test_bench_some_failed() -> None:
+    text = GOOD.replace("[2/3] COMPLETED", "[2/3] FAILED").replace("completed:     3", "completed:     2") \
+        .replace("failed:        0", "failed:        1")
+    r = parse_text(text)
+    problem = r.problem()
+    assert problem is not None and "1 FAILED" in problem
+    assert r.proofs == {"COMPLETED": 2, "FAILED": 1}
+
+
+def test_bench_summary_failed_count_alone_fails() -> None:
+    r = parse_text(GOOD.replace("failed:        0", "failed:        2"))
+    assert r.problem() is not None and "failed: 2" in r.problem()
+
+
+def test_bench_timeout_and_cancelled_fail() -> None:
+    r = parse_text(GOOD.replace("[1/3] COMPLETED", "[1/3] TIMEOUT").replace("[3/3] COMPLETED", "[3/3] CANCELLED"))
+    problem = r.problem()
+    assert problem is not None and "TIMEOUT" in problem and "CANCELLED" in problem
+
+
+def test_bench_no_summary_is_a_failure_not_a_zero_rate() -> None:
+    r = parse_text(GOOD.split("=== Batch Summary ===")[0])
+    assert r.problem() is not None and "Batch Summary" in r.problem()
+    assert r.rate_per_hour is None
+    # A summary line outside the summary is not read.
+    r2 = parse_text("throughput:    9.0 proofs/min (1s/proof)\n")
+    assert r2.proofs_per_min is None
+
+
+def test_bench_zero_completed_fails() -> None:
+    text = "=== Batch Summary ===\ntotal time:    1.0s\ncompleted:     0\nfailed:        0\n" \
+           "throughput:    0.000 proofs/min (n/a)\n"
+    r = parse_text(text)
+    assert r.problem() is not None and "no proof completed" in r.problem()
+
+
+def test_bench_ansi_coloured_lines() -> None:
+    parser = BenchParser()
+    for line in GOOD.splitlines():
+        coloured = f"\x1b[32m{line}\x1b[0m" if line.strip() else line
+        parser.feed([coloured.encode()])
+    r = parser.result
+    assert r.problem() is None
+    assert r.proofs == {"COMPLETED": 3}
+    assert r.proofs_per_min == pytest.approx(0.393)
+    assert r.rate_per_hour == pytest.approx(23.58)
+
+
+def test_bench_rate_is_proofs_per_minute_times_60() -> None:
+    r = parse_text(GOOD.replace("0.393 proofs/min", "1.025 proofs/min"))
+    assert r.rate_per_hour == pytest.approx(61.5)
+
+
+# ---------------------------------------------------------------- Shipper
+
+
+class _Recorder:
+    def __init__(self, fail_first: int = 0, error: type[Exception] = TransientError) -> None:
+        self.bodies: list[tuple[str, str]] = []
+        self.fail_first = fail_first
+        self.error = error
+        self.attempts = 0
+
+    def __call__(self, source: str, body: str) -> None:
+        self.attempts += 1
+        if self.attempts <= self.fail_first:
+            if self.error is PermanentError:
+                raise PermanentError(404, "unknown uuid")
+            raise self.error("manager down")
+        self.bodies.append((source, body))
+
+
+def _shipper(send: Any, backlog: int = 64 * 1024 * 1024, ready: Any = None) -> tuple[Shipper, list[str]]:
+    said: list[str] = []
+    return Shipper("log shipping", send, ready or (lambda: True), 60.0, backlog, said.append), said
+
+
+def test_take_never_exceeds_the_push_limit() -> None:
+    send = _Recorder()
+    shipper, _ = _shipper(send)
+    lines = [f"line {i:06d} " + ("é" * 60 if i % 2 else "x" * 150) for i in range(20000)]  # ~3.3 MB in bytes
+    shipper.add("curio", lines)
+    body, count, dropped = shipper._take("curio")
+    assert 0 < count < len(lines) and dropped == 0
+    assert len(body.encode()) <= PUSH_MAX_BYTES < LOG_PUSH_LIMIT
+    assert body.endswith("\n") and body.split("\n")[0] == lines[0]
+    assert body.rstrip("\n").split("\n") == lines[:count]
+
+
+def test_ship_once_splits_a_flood_into_pushes_under_256k() -> None:
+    send = _Recorder()
+    shipper, _ = _shipper(send)
+    lines = [f"line {i:06d} " + ("ü" * 50 if i % 3 else "y" * 120) for i in range(30000)]
+    shipper.add("benchdaemon", lines)
+    assert shipper.ship_once()
+    sizes = [len(body.encode()) for _, body in send.bodies]
+    assert len(sizes) > 5
+    assert max(sizes) <= 256 * 1024
+    got = [line for _, body in send.bodies for line in body.rstrip("\n").split("\n")]
+    assert got == lines  # all of them, in order, none twice
+    assert {source for source, _ in send.bodies} == {"benchdaemon"}
+    assert shipper.backlog() == {}
+    assert shipper.pushed == len(sizes)
+
+
+def test_one_huge_line_is_cut_to_the_limit() -> None:
+    send = _Recorder()
+    shipper, _ = _shipper(send)
+    shipper.add("setup", ["z" * (400 * 1024), "after"])
+    assert shipper.ship_once()
+    sizes = [len(body.encode()) for _, body in send.bodies]
+    assert max(sizes) <= 256 * 1024
+    assert send.bodies[-1][1] == "after\n"
+
+
+def test_backlog_drops_oldest_and_the_next_push_says_how_many() -> None:
+    send = _Recorder()
+    shipper, _ = _shipper(send, backlog=10_000)
+    lines = [f"{i:05d}" + "q" * 94 for i in range(1000)]  # 100 bytes each with the newline
+    shipper.add("curio", lines)
+    assert sum(shipper.backlog().values()) <= 10_000
+    assert shipper.ship_once()
+    body = "".join(b for _, b in send.bodies)
+    first, *rest = body.rstrip("\n").split("\n")
+    assert first == "[prover-supervisor: 900 older line(s) dropped while the manager was unreachable]"
+    assert rest == lines[900:]
+    # The note is said once, not on every later push.
+    shipper.add("curio", ["later"])
+    assert shipper.ship_once()
+    assert send.bodies[-1][1] == "later\n"
+
+
+def test_failed_push_is_kept_and_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.0)
+    send = _Recorder(fail_first=1)
+    shipper, _ = _shipper(send, backlog=1000)
+    shipper.add("curio", [f"{i:03d}" + "w" * 96 for i in range(20)])  # 2000 bytes: 10 dropped
+    assert not shipper.ship_once()
+    assert send.bodies == [] and send.attempts == 1
+    assert shipper.ship_once()
+    body = send.bodies[0][1].rstrip("\n").split("\n")
+    assert body[0].startswith("[prover-supervisor: 10 older line(s) dropped")
+    assert body[1:] == [f"{i:03d}" + "w" * 96 for i in range(10, 20)]
+
+
+def test_refused_push_is_dropped_and_said_once() -> None:
+    send = _Recorder(fail_first=2, error=PermanentError)
+    shipper, said = _shipper(send)
+    shipper.add("curio", ["a"])
+    assert shipper.ship_once()
+    shipper.add("curio", ["b"])
+    assert shipper.ship_once()
+    shipper.add("curio", ["c"])
+    assert shipper.ship_once()
+    assert send.bodies == [("curio", "c\n")]
+    assert len([s for s in said if "refused" in s]) == 1
+
+
+def test_nothing_is_pushed_until_ready() -> None:
+    send = _Recorder()
+    ready = {"uuid": ""}
+    shipper, _ = _shipper(send, ready=lambda: bool(ready["uuid"]))
+    shipper.add("setup", ["early"])
+    assert not shipper.ship_once()
+    assert send.attempts == 0
+    ready["uuid"] = "u"
+    assert shipper.ship_once()
+    assert send.bodies == [("setup", "early\n")]
+
+
+def test_shipper_thread_pushes_to_the_dev_manager(devmgr: DevManager) -> None:
+    client = ManagerClient(ManagerSpec(url=devmgr.url, label="C.unit", read_timeout_s=5.0))
+    uuid = client.request("POST", "/register", json_body={"label": "C.ship"}).body["uuid"]
+    shipper = Shipper("log shipping", log_push_sender(client, lambda: uuid), lambda: True, 0.05, 8 * 1024 * 1024,
+                      lambda s: None)
+    shipper.start()
+    lines = [f"daemon line {i:06d} " + "d" * 80 for i in range(12000)]  # ~1.1 MB
+    shipper.add("benchdaemon", lines[:6000])
+    shipper.add("benchdaemon", lines[6000:])
+    shipper.add("setup", ["[supervisor] hello"])
+    shipper.stop(5.0)
+    snap = devmgr.state.snapshot()
+    assert snap["logs"][uuid]["benchdaemon"] == "\n".join(lines) + "\n"  # nothing cut at 256 KiB
+    assert snap["logs"][uuid]["setup"] == "[supervisor] hello\n"
+    wait_for(lambda: len([c for c in devmgr.state.snapshot()["calls"] if c["path"] == "/api/log-push"]) >= 5, 5)
+    assert all(c["status"] == 204 for c in devmgr.state.snapshot()["calls"] if c["path"] == "/api/log-push")
+
+
+# ---------------------------------------------------------------- the dev-manager's routes
+
+
+def _post(mgr: DevManager, path: str, body: dict[str, Any]) -> requests.Response:
+    return requests.post(mgr.url + path, json=body, timeout=5)
+
+
+def test_devmanager_register_is_idempotent_per_label(devmgr: DevManager) -> None:
+    a = _post(devmgr, "/register", {"label": "C.1", "min_rate": 10})
+    b = _post(devmgr, "/register", {"label": "C.1", "min_rate": 10})
+    c = _post(devmgr, "/register", {"label": "C.2"})
+    assert a.status_code == b.status_code == c.status_code == 200
+    assert a.json() == b.json()
+    assert c.json()["uuid"] != a.json()["uuid"] and c.json()["runner_id"] != a.json()["runner_id"]
+    insts = [i for i in devmgr.state.snapshot()["instances"].values() if i["label"] in ("C.1", "C.2")]
+    assert len(insts) == 2
+    assert next(i for i in insts if i["label"] == "C.2")["min_rate"] == 50  # min_rate <= 0 or missing means 50
+
+
+def test_devmanager_lifecycle_and_kill(devmgr: DevManager) -> None:
+    reg = _post(devmgr, "/register", {"label": "C.3", "min_rate": 60}).json()
+    uuid = reg["uuid"]
+    assert _post(devmgr, "/param-done", {"uuid": uuid}).json() == {"ok": True}
+    assert _post(devmgr, "/param-done", {"uuid": uuid}).json() == {"ok": True}  # a no-op now
+    assert _post(devmgr, "/bench-done", {"uuid": uuid, "rate": 61.5}).json() == {"ok": True, "passed": True}
+    assert _post(devmgr, "/running", {"uuid": uuid}).json() == {"ok": True}
+    inst = devmgr.state.snapshot()["instances"][uuid]
+    assert inst["history"] == ["registered", "params_done", "bench_done", "running"]
+    assert inst["rate"] == 61.5
+    # A second instance fails its bench: killed, running refused, and its label registers afresh.
+    other = _post(devmgr, "/register", {"label": "C.4", "min_rate": 60}).json()
+    assert _post(devmgr, "/bench-done", {"uuid": other["uuid"], "rate": 12}).json() == {"ok": True, "passed": False}
+    assert devmgr.state.snapshot()["instances"][other["uuid"]]["state"] == "killed"
+    assert _post(devmgr, "/running", {"uuid": other["uuid"]}).status_code == 404
+    again = _post(devmgr, "/register", {"label": "C.4", "min_rate": 60}).json()
+    assert again["uuid"] != other["uuid"]
+
+
+def test_devmanager_errors(devmgr: DevManager) -> None:
+    assert _post(devmgr, "/register", {"min_rate": 3}).status_code == 400
+    assert requests.post(devmgr.url + "/register", data=b"not json", timeout=5).status_code == 400
+    assert requests.get(devmgr.url + "/register", timeout=5).status_code == 405
+    assert requests.get(devmgr.url + "/param-done", timeout=5).status_code == 405
+    for path in ("/param-done", "/bench-done", "/running"):
+        assert _post(devmgr, path, {"uuid": "no-such-uuid", "rate": 99}).status_code == 404, path
+    assert requests.get(devmgr.url + "/runner-id", params={"uuid": "no-such-uuid"}, timeout=5).status_code == 404
+    assert requests.get(devmgr.url + "/runner-id", timeout=5).status_code == 400
+    assert requests.post(devmgr.url + "/api/log-push", data=b"x\n", timeout=5).status_code == 400
+
+
+def test_devmanager_runner_id(devmgr: DevManager) -> None:
+    reg = _post(devmgr, "/register", {"label": "C.5"}).json()
+    got = requests.get(devmgr.url + "/runner-id", params={"uuid": reg["uuid"]}, timeout=5)
+    assert got.status_code == 200 and got.json() == {"runner_id": reg["runner_id"]}
+
+
+def test_devmanager_log_push_keeps_256k_of_one_body(devmgr: DevManager) -> None:
+    uuid = _post(devmgr, "/register", {"label": "C.6"}).json()["uuid"]
+    body = b"".join(b"%07d " % i + b"L" * 91 + b"\n" for i in range(4000))  # 400000 bytes
+    got = requests.post(devmgr.url + "/api/log-push", data=body, timeout=5,
+                        headers={"X-Instance-UUID": uuid, "X-Log-Source": "cuzk"})
+    assert got.status_code == 204 and got.content == b""
+    requests.post(devmgr.url + "/api/log-push", data=b"no source\n", headers={"X-Instance-UUID": uuid}, timeout=5)
+    logs = devmgr.state.snapshot()["logs"][uuid]
+    assert logs["cuzk"].encode() == body[:LOG_PUSH_LIMIT]
+    assert logs["unknown"] == "no source\n"
+
+
+def test_devmanager_faults() -> None:
+    # A dev-manager of its own: it notes a call just after answering it, so a shared one's list may still grow.
+    devmgr = DevManager(quiet=True).start()
+    try:
+        requests.post(devmgr.url + "/dev/faults", json={"status": 500, "count": 2}, timeout=5)
+        assert _post(devmgr, "/register", {"label": "C.7"}).status_code == 500
+        assert _post(devmgr, "/register", {"label": "C.7"}).status_code == 500
+        assert _post(devmgr, "/register", {"label": "C.7"}).status_code == 200
+        requests.post(devmgr.url + "/dev/faults", json={"garbage": True, "count": 1}, timeout=5)
+        garbage = _post(devmgr, "/register", {"label": "C.7"})
+        assert garbage.status_code == 200 and garbage.text.startswith("<html>")
+        requests.post(devmgr.url + "/dev/faults", json={"reset": True, "count": 1}, timeout=5)
+        with pytest.raises(requests.ConnectionError):
+            requests.post(devmgr.url + "/register", json={"label": "C.7"}, timeout=5)
+        assert _post(devmgr, "/register", {"label": "C.7"}).status_code == 200
+        wait_for(lambda: len(devmgr.state.snapshot()["calls"]) == 6, 5)
+        statuses = [c["status"] for c in devmgr.state.snapshot()["calls"]]
+        assert statuses == [500, 500, 200, 200, 0, 200]
+    finally:
+        devmgr.stop()

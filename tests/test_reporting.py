@@ -1,0 +1,654 @@
+"""Reporting to the manager end to end: real supervisor processes, real children, the dev-manager on 127.0.0.1.
+
+Covers the order of calls (register → param-done → bench-done → running), the outbox (manager down, faults,
+SIGKILL and restart), the bench verdict (passed: false, a failed bench), log shipping (sources, ANSI, a flood
+while the manager is down) and secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from conftest import PY, REPO, SupervisorRunner, kill_tree, sh, toml_list, toml_str, wait_for
+
+from supervisor.demo import demo_config, free_port
+from supervisor.devmanager import DevManager, DevManagerState, _Handler
+
+SPEED = "0.05"
+STATES = ["registered", "params_done", "bench_done", "running"]
+# What the test runner's own environment must not leak into a supervisor under test.
+DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "MGR_TOKEN", "API_TOKEN", "SVC_S")
+EXIT_BENCH_REJECTED = 69
+
+# A cuzk-bench look-alike: 3 proofs, 1.5 proofs/min → 90 proofs/h (min_rate 50 passes).
+FAKE_BENCH = """\
+n = 3
+for i in range(1, n + 1):
+    print(f"  [{i}/{n}] COMPLETED — 0.1s (prove=90 ms, queue=0 ms)", flush=True)
+print()
+print("=== Batch Summary ===")
+print("total time:    0.3s")
+print(f"completed:     {n}")
+print("failed:        0")
+print("throughput:    1.500 proofs/min (40.0s/proof)", flush=True)
+"""
+FAKE_RATE = 90.0
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
+    env.update(extra or {})
+    return env
+
+
+class Proc:
+    """A supervisor whose console goes to a file, so that a test can watch it while it runs."""
+
+    def __init__(self, sup: SupervisorRunner, config: Path, env: dict[str, str] | None = None,
+                 name: str = "console") -> None:
+        self.path = sup.tmp / f"{name}.txt"
+        with open(self.path, "wb") as out:
+            self.proc = subprocess.Popen(sup.argv(config), stdout=out, stderr=subprocess.STDOUT, env=clean_env(env),
+                                         cwd=REPO, start_new_session=True)
+        sup.procs.append(self.proc)  # type: ignore[arg-type]
+        self.pid = self.proc.pid
+
+    def text(self) -> str:
+        return self.path.read_bytes().decode("utf-8", errors="replace")
+
+    def wait_text(self, needle: str, timeout: float = 30) -> None:
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
+        if needle not in self.text():
+            pytest.fail(f"no {needle!r} within {timeout}s (exit status {self.proc.poll()}); console:\n{self.tail()}")
+
+    def finish(self, timeout: float = 40) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(self.pid)
+            self.proc.wait(10)
+            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.tail()}")
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.text().splitlines()[-n:])
+
+
+@pytest.fixture
+def managers() -> Iterator[Callable[..., DevManager]]:
+    """Start dev-managers (quiet, on a given port or any); all stopped at the end."""
+    started: list[DevManager] = []
+
+    def start(port: int = 0) -> DevManager:
+        mgr = DevManager(port=port, quiet=True).start()
+        started.append(mgr)
+        return mgr
+
+    yield start
+    for mgr in started:
+        mgr.stop()
+
+
+def only_instance(mgr: DevManager) -> dict[str, Any]:
+    insts = list(mgr.state.snapshot()["instances"].values())
+    assert len(insts) == 1, f"expected one instance, the manager has {insts}"
+    return insts[0]
+
+
+def api_calls(mgr: DevManager, path: str | None = None) -> list[dict[str, Any]]:
+    calls = mgr.state.snapshot()["calls"]
+    return [c for c in calls if path is None or c["path"] == path]
+
+
+def pushed(mgr: DevManager) -> dict[str, str]:
+    """source → text, for the one instance's uuid."""
+    logs = mgr.state.snapshot()["logs"]
+    assert len(logs) <= 1, f"logs pushed under several uuids: {list(logs)}"
+    return next(iter(logs.values()), {})
+
+
+def outbox_rows(sup: SupervisorRunner) -> list[tuple[int, str, str]]:
+    """(id, kind, state) of every call, read with sqlite3 as another process would."""
+    with sqlite3.connect(f"file:{sup.state_dir / 'outbox.sqlite3'}?mode=ro", uri=True, timeout=5) as db:
+        return db.execute("SELECT id, kind, state FROM calls ORDER BY id").fetchall()
+
+
+def fast_config(sup: SupervisorRunner, url: str, *, manager: str = "", params: str | None = None,
+                service: str = "${SVC_S:-0.5}", min_rate: float = 50, name: str = "config.toml") -> Path:
+    """Three quick phases reporting param-done, bench-done (90/h) and running; the service sleeps ``service`` s."""
+    bench = sup.tmp / "fake_bench.py"
+    bench.write_text(FAKE_BENCH)
+    body = f"""
+[manager]
+url = {toml_str(url)}
+label = "C.test"
+min_rate = {min_rate}
+log_push_interval_s = 0.2
+{manager}
+
+[[phases]]
+name = "params"
+kind = "oneshot"
+command = {params or sh("echo fetching params; sleep 0.1; echo params ok")}
+report = "param-done"
+
+[[phases]]
+name = "bench"
+kind = "oneshot"
+command = {toml_list([PY, str(bench)])}
+parse = "cuzk-bench"
+report = "bench-done"
+log_source = "benchout"
+
+[[phases]]
+name = "service"
+kind = "service"
+command = {sh("echo serving; exec sleep " + service)}
+restart = "on-failure"
+report = "running"
+log_source = "curio"
+"""
+    return sup.write(body, name=name)
+
+
+def in_order(calls: list[dict[str, Any]], paths: list[str]) -> bool:
+    """The first successful call to each path came in this order."""
+    firsts = []
+    for path in paths:
+        ok = [i for i, c in enumerate(calls) if c["path"] == path and 200 <= c["status"] < 300]
+        if not ok:
+            return False
+        firsts.append(ok[0])
+    return firsts == sorted(firsts)
+
+
+# ---------------------------------------------------------------- the demo lifecycle, once for several tests
+
+
+@dataclass
+class DemoRun:
+    status: int
+    output: str
+    snap: dict[str, Any]
+    work: Path
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
+    work = tmp_path_factory.mktemp("demo")
+    mgr = DevManager(quiet=True).start()
+    config = work / "demo.toml"
+    config.write_text(demo_config(work, speed=float(SPEED), run_seconds=1.0, manager_url=mgr.url))
+    proc = subprocess.Popen([PY, "-m", "supervisor", "run", "--config", str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=clean_env(), cwd=REPO, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, _ = proc.communicate()
+        mgr.stop()
+        pytest.fail(f"the demo lifecycle did not finish within 60s:\n{out}")
+    snap = mgr.state.snapshot()
+    mgr.stop()
+    yield DemoRun(proc.returncode, out, snap, work)
+
+
+def test_demo_reports_register_param_bench_running_in_order(demo_run: DemoRun) -> None:
+    assert demo_run.status == 0, demo_run.output
+    insts = list(demo_run.snap["instances"].values())
+    assert len(insts) == 1
+    inst = insts[0]
+    assert inst["label"] == "C.demo"
+    assert inst["history"] == STATES
+    assert f"manager: registered: uuid {inst['uuid']}, runner_id {inst['runner_id']}" in demo_run.output
+    # The rate is the bench summary's proofs/min × 60.
+    bench_log = (demo_run.work / "logs" / "bench.log").read_text()
+    per_min = float(re.search(r"throughput:\s+([0-9.]+) proofs/min", bench_log).group(1))  # type: ignore[union-attr]
+    assert per_min > 0
+    assert inst["rate"] > 0
+    assert inst["rate"] == pytest.approx(per_min * 60, abs=1e-3)
+    calls = [c for c in demo_run.snap["calls"] if c["path"] != "/api/log-push"]
+    assert [c["path"] for c in calls] == ["/register", "/param-done", "/bench-done", "/running"]
+    assert all(c["status"] == 200 for c in calls)
+    # Pushes need the uuid: nothing came before /register.
+    assert demo_run.snap["calls"][0]["path"] == "/register"
+
+
+def test_demo_ships_logs_under_the_right_sources(demo_run: DemoRun) -> None:
+    (_uuid, logs), = demo_run.snap["logs"].items()
+    assert set(logs) == {"setup", "benchdaemon", "benchout", "cuzk", "curio"}
+    pids = dict(re.findall(r"started (\S+): pid (\d+)", demo_run.output))
+    # setup: the supervisor's own lines and paramfetch's output.
+    assert "[supervisor] started paramfetch/paramfetch: pid" in logs["setup"]
+    assert "parameter and key-fetching complete" in logs["setup"]
+    assert "prover-supervisor exiting with status 0" in logs["setup"]
+    # The bench phase's daemon and command, and production's daemon and command, each under its own tab.
+    assert f"cuzk-daemon v0.1.0 starting (pid {pids['bench/cuzk-daemon']})" in logs["benchdaemon"]
+    assert f"(pid {pids['curio/cuzk-daemon']})" not in logs["benchdaemon"]
+    assert f"cuzk-daemon v0.1.0 starting (pid {pids['curio/cuzk-daemon']})" in logs["cuzk"]
+    assert "=== Batch Summary ===" in logs["benchout"] and "[1/6] COMPLETED" in logs["benchout"]
+    assert "Curio started" in logs["curio"]
+    assert "[supervisor]" not in logs["curio"] + logs["benchout"] + logs["benchdaemon"] + logs["cuzk"]
+    # Each child's pushed text is its log file's, line for line (ANSI aside).
+    curio_file = (demo_run.work / "logs" / "curio.log").read_text()
+    assert logs["curio"] == curio_file
+
+
+def test_demo_pushed_logs_have_no_ansi(demo_run: DemoRun) -> None:
+    daemon_file = (demo_run.work / "logs" / "bench.cuzk-daemon.log").read_bytes()
+    assert b"\x1b[" in daemon_file  # the stand-in daemon does colour its lines
+    for source, text in next(iter(demo_run.snap["logs"].values())).items():
+        assert "\x1b" not in text, source
+        assert "[0m" not in text and "[2m" not in text, source
+    plain = re.sub(rb"\x1b\[[0-9;]*m", b"", daemon_file).decode()
+    shipped = next(iter(demo_run.snap["logs"].values()))["benchdaemon"]
+    assert shipped == plain
+
+
+# ---------------------------------------------------------------- identity in children's environment
+
+
+def test_children_get_instance_uuid_and_runner_id(sup: SupervisorRunner,
+                                                  managers: Callable[..., DevManager]) -> None:
+    mgr = managers()
+    record = sup.tmp / "identity.txt"
+    config = sup.write(f"""
+[manager]
+url = {toml_str(mgr.url)}
+label = "C.env"
+
+[[phases]]
+name = "wait"
+kind = "oneshot"
+command = {sh("sleep 1")}
+
+[[phases]]
+name = "record"
+kind = "oneshot"
+command = {sh(f'echo "$INSTANCE_UUID $RUNNER_ID" > {record}')}
+""")
+    result = sup.run(config, env={k: "" for k in DROP_ENV}, timeout=30)
+    assert result.returncode == 0, result.output
+    inst = only_instance(mgr)
+    assert inst["label"] == "C.env"
+    assert record.read_text().split() == [inst["uuid"], str(inst["runner_id"])]
+
+
+# ---------------------------------------------------------------- the manager down, then up
+
+
+def test_manager_down_for_the_whole_lifecycle_then_up(sup: SupervisorRunner,
+                                                      managers: Callable[..., DevManager]) -> None:
+    port = free_port()  # nothing listens there until the manager "comes back"
+    text = demo_config(sup.tmp, speed=float(SPEED), run_seconds=120.0, manager_url=f"http://127.0.0.1:{port}")
+    assert "min_rate = 50\n" in text
+    config = sup.tmp / "demo.toml"
+    config.write_text(text.replace("min_rate = 50\n", "min_rate = 50\nbench_gate_s = 1\n"))
+    proc = Proc(sup, config)
+    proc.wait_text("phase curio: service is up", 40)
+    proc.wait_text("manager: running queued")  # logged once the call is in the outbox
+    out = proc.text()
+    assert "manager: register not delivered" in out
+    assert "manager: no answer to bench-done after 1s; starting production anyway" in out
+    pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending" and kind != "log"]
+    assert pending == ["register", "param-done", "bench-done", "running"]
+
+    mgr = managers(port)
+    wait_for(lambda: mgr.state.snapshot()["instances"]
+             and only_instance(mgr)["history"] == STATES, timeout=45, interval=0.1)
+    wait_for(lambda: {"setup", "benchdaemon", "benchout", "cuzk", "curio"} <= set(pushed(mgr)), 15, 0.1)
+    wait_for(lambda: not [r for r in outbox_rows(sup) if r[2] == "pending"], 15, 0.1)
+    logs = pushed(mgr)
+    # What was printed while the manager was down got there too.
+    assert "parameter and key-fetching complete" in logs["setup"]
+    assert "=== Batch Summary ===" in logs["benchout"]
+    assert "Curio started" in logs["curio"]
+    calls = [c for c in api_calls(mgr) if c["path"] != "/api/log-push"]
+    assert [c["path"] for c in calls] == ["/register", "/param-done", "/bench-done", "/running"], calls
+    assert all(c["status"] == 200 for c in calls)
+    assert api_calls(mgr)[0]["path"] == "/register"
+    assert not [r for r in outbox_rows(sup) if r[2] == "failed"]
+
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.finish(30) == 128 + signal.SIGTERM
+    wait_for(lambda: "prover-supervisor stopping: received SIGTERM" in pushed(mgr)["setup"], 5, 0.05)
+    assert only_instance(mgr)["history"] == STATES
+
+
+# ---------------------------------------------------------------- faults
+
+
+# fault → (what /dev/faults is told, what the retry line says, /register calls the manager answers at least)
+FAULTS: dict[str, tuple[dict[str, Any], str, int]] = {
+    "http-500": ({"status": 500, "count": 3}, "HTTP 500", 4),
+    "slow": ({"delay_s": 2, "count": 1}, "timed out", 1),  # the slow answer goes to a closed socket: not noted
+    "reset": ({"reset": True, "count": 2}, "ConnectionError", 3),
+    "garbage": ({"garbage": True, "count": 2}, "not JSON", 3),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_faults_are_retried_until_delivered(sup: SupervisorRunner, managers: Callable[..., DevManager],
+                                            fault: str) -> None:
+    import requests
+
+    mgr = managers()
+    spec, said, answered = FAULTS[fault]
+    assert requests.post(mgr.url + "/dev/faults", json=spec, timeout=5).status_code == 200
+    config = fast_config(sup, mgr.url, manager="read_timeout_s = 0.5\nconnect_timeout_s = 0.5",
+                         service="${SVC_S:-60}")
+    proc = Proc(sup, config)
+    wait_for(lambda: mgr.state.snapshot()["instances"] and only_instance(mgr)["history"] == STATES, 30, 0.1)
+    proc.wait_text("manager: registered: uuid")
+    out = proc.text()
+    inst = only_instance(mgr)
+    assert f"manager: registered: uuid {inst['uuid']}, runner_id {inst['runner_id']}" in out
+    retry = [line for line in out.splitlines() if "manager: register not delivered" in line]
+    assert retry and said in retry[0], out
+    assert inst["rate"] == FAKE_RATE
+    registers = api_calls(mgr, "/register")
+    assert len(registers) >= answered
+    assert in_order(api_calls(mgr), ["/register", "/param-done", "/bench-done", "/running"])
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.finish(20) == 128 + signal.SIGTERM
+
+
+def _forget_after_registration(sup: SupervisorRunner, mgr: DevManager, manager: str = "") -> Proc:
+    """Start a lifecycle whose first phase waits until the manager, restarted fresh, forgot the instance."""
+    go = sup.tmp / "go"
+    config = fast_config(sup, mgr.url, manager=manager,
+                         params=sh(f"while [ ! -e {go} ]; do sleep 0.05; done; echo params ok"))
+    proc = Proc(sup, config)
+    proc.wait_text("manager: registered: uuid")
+    fresh = DevManagerState()  # as after a restart of the manager: it knows no instance
+    mgr._server.state = fresh
+    mgr.state = fresh
+    go.touch()
+    return proc
+
+
+def test_unknown_uuid_is_refused_for_good_and_the_supervisor_carries_on(
+        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    mgr = managers()
+    proc = _forget_after_registration(sup, mgr, manager="bench_gate_s = 1")
+    status = proc.finish(30)
+    out = proc.text()
+    refused = [line for line in out.splitlines() if "manager: param-done refused for good: HTTP 404" in line]
+    assert refused and "unknown uuid" in refused[0], out  # logged with the body
+    assert "manager: bench-done refused for good: HTTP 404" in out
+    assert "manager: running refused for good: HTTP 404" in out
+    assert status == 0, out
+    assert "started service/service" in out and "lifecycle complete" in out
+    assert len(api_calls(mgr, "/param-done")) == 1  # not retried
+    assert len(api_calls(mgr, "/bench-done")) == 1
+    assert len(api_calls(mgr, "/running")) == 1
+    failed = [kind for _, kind, state in outbox_rows(sup) if state == "failed"]
+    assert failed == ["param-done", "bench-done", "running"]
+
+
+def test_refused_bench_done_does_not_hold_production_for_the_whole_gate(
+        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    """bench-done refused for good (404): no answer will ever come, so the bench gate (300 s) must not be waited out."""
+    mgr = managers()
+    proc = _forget_after_registration(sup, mgr)
+    proc.wait_text("manager: bench-done refused for good", 15)
+    proc.wait_text("started service/service", 5)
+    assert proc.finish(20) == 0, proc.tail()
+
+
+# ---------------------------------------------------------------- SIGKILL with calls in the outbox
+
+
+def test_sigkill_with_pending_calls_then_restart_delivers_them_once(
+        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    port = free_port()
+    config = fast_config(sup, f"http://127.0.0.1:{port}", manager="bench_gate_s = 0.5")
+    first = Proc(sup, config, env={"SVC_S": "120"}, name="console1")
+    first.wait_text("manager: running queued")
+    pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending"]
+    assert [k for k in pending if k != "log"] == ["register", "param-done", "bench-done", "running"]
+    children = psutil.Process(first.pid).children(recursive=True)
+    os.kill(first.pid, signal.SIGKILL)
+    first.proc.wait(10)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+    mgr = managers(port)
+    second = Proc(sup, config, env={"SVC_S": "0.5"}, name="console2")
+    assert second.finish(40) == 0, second.tail()
+    out = second.text()
+    assert re.search(r"outbox \S+ \([4-9]\d* call\(s\) pending\)", out), out
+    inst = only_instance(mgr)  # register was not repeated as a new instance
+    assert inst["label"] == "C.test"
+    assert len(api_calls(mgr, "/register")) == 1
+    assert inst["history"] == STATES, f"state changes repeated: {inst['history']}"
+    assert not [r for r in outbox_rows(sup) if r[2] != "delivered"]
+
+
+# ---------------------------------------------------------------- the bench verdict
+
+
+def test_bench_rejected_by_the_manager_never_starts_production(sup: SupervisorRunner,
+                                                               managers: Callable[..., DevManager]) -> None:
+    mgr = managers()
+    text = demo_config(sup.tmp, speed=float(SPEED), run_seconds=30.0, manager_url=mgr.url)
+    config = sup.tmp / "demo.toml"
+    config.write_text(text.replace("min_rate = 50\n", "min_rate = 1e9\n"))
+    proc = Proc(sup, config)
+    status = proc.finish(60)
+    out = proc.text()
+    assert status == EXIT_BENCH_REJECTED, out
+    assert "[curio/curio]" not in out and "started curio/curio" not in out
+    assert "the manager rejected the benchmark" in out
+    inst = only_instance(mgr)
+    assert inst["state"] == "killed" and inst["history"] == ["registered", "params_done", "killed"]
+    assert inst["min_rate"] == 1e9 and 0 < inst["rate"] < 1e9
+
+
+def test_late_passed_false_stops_production(sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    """The gate expired while the manager was down, production started; the late answer is passed: false."""
+    port = free_port()
+    config = fast_config(sup, f"http://127.0.0.1:{port}", manager="bench_gate_s = 0.5", min_rate=1000,
+                         service="${SVC_S:-120}")
+    proc = Proc(sup, config)
+    proc.wait_text("started service/service")
+    assert "starting production anyway" in proc.text()
+    mgr = managers(port)
+    assert proc.finish(40) == EXIT_BENCH_REJECTED, proc.tail()
+    out = proc.text()
+    assert "the manager rejected the benchmark (rate 90/h < min_rate 1000)" in out
+    inst = only_instance(mgr)
+    assert inst["history"] == ["registered", "params_done", "killed"]
+    assert inst["rate"] == FAKE_RATE and inst["min_rate"] == 1000
+
+
+def test_failed_bench_is_reported_at_once(sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    mgr = managers()
+    config = sup.tmp / "demo.toml"
+    config.write_text(demo_config(sup.tmp, speed=float(SPEED), run_seconds=30.0, manager_url=mgr.url))
+    proc = Proc(sup, config, env={"STANDIN_BENCH_FAIL_PROOFS": "2"})
+    status = proc.finish(60)
+    out = proc.text()
+    assert status != 0, out
+    assert "reason=bench_failed" in out
+    assert "started curio/curio" not in out
+    inst = only_instance(mgr)
+    assert inst["rate"] == 0
+    assert inst["state"] == "killed" and inst["history"] == ["registered", "params_done", "killed"]
+    setup = pushed(mgr)["setup"]
+    assert "prover-supervisor: FAILED:" in setup and "reason=bench_failed" in setup
+    # Reported through the outbox, not left to the manager's 45 min benchmark timeout.
+    bench_done = api_calls(mgr, "/bench-done")
+    assert len(bench_done) == 1 and bench_done[0]["status"] == 200
+
+
+# ---------------------------------------------------------------- a flood of output while the manager is down
+
+
+def test_flood_while_the_manager_is_down_stays_bounded(sup: SupervisorRunner,
+                                                       managers: Callable[..., DevManager]) -> None:
+    port = free_port()
+    lines, width = 50_000, 1000  # ~50 MB
+    flood = f"""
+import sys
+pad = "f" * {width - 14}
+w = sys.stdout.write
+for i in range({lines}):
+    w(f"flood {{i:07d}} {{pad}}\\n")
+sys.stdout.flush()
+"""
+    script = sup.tmp / "flood.py"
+    script.write_text(flood)
+    config = sup.write(f"""
+[manager]
+url = "http://127.0.0.1:{port}"
+label = "C.flood"
+log_push_interval_s = 0.2
+
+[[phases]]
+name = "flood"
+kind = "oneshot"
+command = {toml_list([PY, str(script)])}
+log_source = "curio"
+
+[[phases]]
+name = "idle"
+kind = "service"
+command = {sh("exec sleep 120")}
+""")
+    proc = Proc(sup, config)
+    peak = {"rss": 0}
+    done = threading.Event()
+
+    def sample() -> None:
+        try:
+            me = psutil.Process(proc.pid)
+            while not done.is_set():
+                peak["rss"] = max(peak["rss"], me.memory_info().rss)
+                time.sleep(0.02)
+        except psutil.Error:
+            pass
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        proc.wait_text("started idle/idle", 60)
+    finally:
+        done.set()
+        sampler.join(2)
+    assert (sup.log_dir / "flood.log").stat().st_size >= lines * width
+    assert 0 < peak["rss"] < 150 * 1024 * 1024, f"supervisor RSS peaked at {peak['rss'] / 2**20:.0f} MiB"
+
+    mgr = managers(port)
+    last = f"flood {lines - 1:07d} "
+    wait_for(lambda: last in pushed(mgr).get("curio", ""), 45, 0.1)
+    text = pushed(mgr)["curio"]
+    first, *rest = text.rstrip("\n").split("\n")
+    m = re.fullmatch(r"\[prover-supervisor: (\d+) older line\(s\) dropped while the manager was unreachable\]", first)
+    assert m, f"the first push does not say what was dropped: {first[:200]!r}"
+    dropped = int(m.group(1))
+    assert 0 < dropped < lines
+    assert all(line.startswith("flood ") for line in rest)
+    assert dropped + len(rest) == lines  # every line either pushed or counted
+    assert rest[0] == f"flood {dropped:07d} " + "f" * (width - 14)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.finish(20) == 128 + signal.SIGTERM
+
+
+# ---------------------------------------------------------------- secrets
+
+
+class _HeaderRecorder(_Handler):
+    """The dev-manager's handler, noting each request's Authorization header."""
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok:
+            self.server.seen_auth.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
+        return ok
+
+
+API_SECRET = "s3cr3t-value-123"
+PHASE_SECRET = "pa55-phase-only-777"
+MGR_SECRET = "mgr-tok-987654321"
+
+
+def test_secrets_never_reach_a_log_and_the_token_is_sent(sup: SupervisorRunner,
+                                                         managers: Callable[..., DevManager]) -> None:
+    mgr = managers()
+    mgr._server.RequestHandlerClass = _HeaderRecorder
+    mgr._server.seen_auth = []  # type: ignore[attr-defined]
+    echo = 'echo "api=$API_TOKEN mgr=$MGR_TOKEN pw=$DB_PASSWORD arg=$1"'
+    config = sup.write(f"""
+[manager]
+url = {toml_str(mgr.url)}
+label = "C.secret"
+token_env = "MGR_TOKEN"
+log_push_interval_s = 0.2
+
+[[phases]]
+name = "leak"
+kind = "oneshot"
+command = {toml_list(["sh", "-c", echo + "; sleep 0.5", "leak", "${API_TOKEN}"])}
+env = {{ API_TOKEN = "{API_SECRET}", DB_PASSWORD = "{PHASE_SECRET}" }}
+
+[[phases]]
+name = "fail"
+kind = "oneshot"
+command = {toml_list(["sh", "-c", echo + " >&2; exit 3", "fail", "${API_TOKEN}"])}
+env = {{ API_TOKEN = "{API_SECRET}", DB_PASSWORD = "{PHASE_SECRET}" }}
+""")
+    proc = Proc(sup, config, env={"MGR_TOKEN": MGR_SECRET, "API_TOKEN": API_SECRET})
+    status = proc.finish(30)
+    out = proc.text()
+    assert status == 3, out
+    assert "api=*** mgr=*** pw=*** arg=***" in out  # the child did print them, masked
+    wait_for(lambda: "prover-supervisor: FAILED:" in pushed(mgr).get("setup", ""), 5, 0.05)
+    places = {"console": out}
+    for path in sorted(sup.log_dir.iterdir()):
+        places[path.name] = path.read_bytes().decode("utf-8", errors="replace")
+    for source, text in pushed(mgr).items():
+        places[f"pushed {source}"] = text
+    for path in sorted(sup.state_dir.glob("outbox.sqlite3*")):
+        places[path.name] = path.read_bytes().decode("utf-8", errors="replace")
+    assert {"supervisor.log", "leak.log", "fail.log"} <= set(places)
+    assert "api=*** mgr=*** pw=*** arg=***" in places["pushed setup"]
+    for secret in (API_SECRET, PHASE_SECRET, MGR_SECRET):
+        leaks = [name for name, text in places.items() if secret in text]
+        assert not leaks, f"{secret!r} appears in {leaks}"
+    seen = mgr._server.seen_auth  # type: ignore[attr-defined]
+    api = [(path, auth) for path, auth in seen if not path.startswith("/dev/")]
+    assert api and {auth for _, auth in api} == {f"Bearer {MGR_SECRET}"}
+    assert {path for path, _ in api} >= {"/register", "/api/log-push"}
+
+
+# ---------------------------------------------------------------- reporting off
+
+
+def test_no_url_means_reporting_off(sup: SupervisorRunner) -> None:
+    config = sup.write(f"""
+[[phases]]
+name = "only"
+kind = "oneshot"
+command = {sh("echo hello; echo INSTANCE_UUID=$${INSTANCE_UUID:-none}")}
+""")
+    result = sup.run(config, env={k: "" for k in DROP_ENV}, timeout=30)
+    assert result.returncode == 0, result.output
+    assert result.output.count("manager reporting off") == 1
+    assert "INSTANCE_UUID=none" in result.output
+    assert "lifecycle complete" in result.output
+    assert not (sup.state_dir / "outbox.sqlite3").exists()

@@ -1,0 +1,48 @@
+# The prover image: a base that already holds the GPU programs (curio, cuzk) plus the supervisor.
+#
+# Build (no network needed inside the build; the wheels are made on the host first):
+#   rm -rf build/wheels && python3 -m pip wheel . -w build/wheels   # the package and its dependencies
+#   docker build --build-arg BASE_IMAGE=<the curio/cuzk image> -t <tag> .
+# The wheels must suit the base's python3 (same X.Y as the host that built them, or fetched for it with
+# `pip download --only-binary=:all: --python-version X.Y --platform manylinux2014_x86_64`).
+# tests/container/images.py builds it this way against a debootstrap'ed Debian base.
+
+# In production: the curio/cuzk image. It must have python3 (>= 3.11) with the venv module.
+ARG BASE_IMAGE=localhost/prover-base:bookworm
+FROM ${BASE_IMAGE}
+
+# Where the host put the wheels, relative to the build context (build/ is git-ignored).
+ARG WHEELS=build/wheels
+
+# Its own venv, never the system site-packages: Debian's `supervisor` package (or any other
+# `supervisor`, `requests`, `psutil` of the base) can neither be shadowed by it nor shadow it.
+# --no-index: everything comes from the wheels in the context, so the build never reaches a registry.
+COPY ${WHEELS}/ /tmp/prover-supervisor-wheels/
+# A base without a usable python3 fails here, in one line, rather than deep inside pip.
+RUN python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' \
+    || { echo "BASE_IMAGE needs python3 >= 3.11 with its venv module (Debian: python3 python3-venv)" >&2; exit 1; }
+RUN python3 -m venv /opt/prover-supervisor \
+ && /opt/prover-supervisor/bin/python -m pip install --no-index --no-cache-dir --disable-pip-version-check \
+        --find-links /tmp/prover-supervisor-wheels prover-supervisor \
+ && rm -rf /tmp/prover-supervisor-wheels \
+ && /opt/prover-supervisor/bin/python -I -m supervisor --version
+
+COPY entrypoint.py /opt/prover-supervisor/entrypoint.py
+
+# The manager starts instances with Vast's --ssh mode, which replaces ENTRYPOINT and runs
+#   --onstart-cmd "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"
+# so that path must keep working: it is a thin shim that execs the supervisor (which then makes
+# itself a child subreaper, since it is not PID 1 there).
+COPY docker/entrypoint.sh /usr/local/bin/entrypoint.sh
+RUN chmod 0755 /usr/local/bin/entrypoint.sh /opt/prover-supervisor/entrypoint.py
+
+# `docker stop` (how Vast recycles instances) sends this; the supervisor stops its children's trees
+# within their stop_grace_s and exits 143, well before docker's own SIGKILL.
+STOPSIGNAL SIGTERM
+
+# Exec form, no shell in between: the supervisor itself is PID 1 of `docker run`, receives the
+# stop signal and reaps every orphan of the container. -I: isolated mode, so PYTHONPATH/PYTHONHOME
+# or a user site of the base image cannot change which modules the supervisor runs.
+ENTRYPOINT ["/opt/prover-supervisor/bin/python", "-I", "/opt/prover-supervisor/entrypoint.py"]
+# `docker run IMAGE` runs the lifecycle; `docker run IMAGE demo` (or check --config F, --version) works too.
+CMD ["run"]

@@ -1,0 +1,261 @@
+"""The container image, for real: built with podman from the repo's Dockerfile and run.
+
+The image is built on a minimal Debian base made with debootstrap (no registry needed; see
+tests/container/images.py, which caches the base between runs). Then:
+
+(a) ``podman run IMAGE demo``: the supervisor is PID 1 and the demo lifecycle completes;
+(b) ``--memory 256m`` and a phase that allocates past it: the verdict is ``oom_killed``, decided from
+    the cgroup counter inside the container, and the container's status is 137;
+(c) ``podman stop -t 20`` with a service that ignores SIGTERM and ``stop_grace_s = 2``: the supervisor
+    escalates to SIGKILL itself and the container exits 143 in about 2 s, long before podman's 20 s;
+(d) ``/usr/local/bin/entrypoint.sh``, the path the fleet manager's onstart command starts: as an
+    entrypoint it passes arguments and exit statuses through, and in the onstart style (``nohup ... &``
+    under another PID 1) the supervisor runs as a subreaper and the demo completes.
+
+Skipped, with the reason, where podman, runc or debootstrap are missing, when not root, or where the
+base cannot be made (no mirror, no network). A Dockerfile that does not build fails the test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import toml_list
+
+_spec = importlib.util.spec_from_file_location("prover_container_images",
+                                               Path(__file__).parent / "container" / "images.py")
+assert _spec is not None and _spec.loader is not None
+images = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(images)
+
+pytestmark = pytest.mark.skipif(images.missing_prerequisite() is not None,
+                                reason=f"container test: {images.missing_prerequisite()}")
+
+Say = Callable[[str], None]
+
+
+@pytest.fixture(scope="module")
+def say(request: pytest.FixtureRequest) -> Say:
+    """Timings go straight to the terminal (pytest -q would otherwise swallow them)."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def emit(text: str) -> None:
+        if reporter is None or capture is None:  # pragma: no cover
+            print(f"[container] {text}", flush=True)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.ensure_newline()
+            reporter.write_line(f"[container] {text}")
+
+    return emit
+
+
+@pytest.fixture(scope="module")
+def image(say: Say) -> str:
+    started = time.monotonic()
+    try:
+        image_id = images.build_image(say)
+    except images.CannotBuild as exc:
+        pytest.skip(f"container test: {exc}")
+    say(f"image ready in {time.monotonic() - started:.1f}s")
+    return image_id
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    """A directory mounted read-only at /cfg in the containers."""
+    path = tmp_path / "cfg"
+    path.mkdir()
+    path.chmod(0o755)
+    return path
+
+
+class Containers:
+    """Names for this test's containers; every one is removed at the end, whatever happened."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def name(self, label: str) -> str:
+        name = f"prover-sup-test-{os.getpid()}-{label}-{len(self.names)}"
+        self.names.append(name)
+        return name
+
+    def remove_all(self) -> None:
+        for name in self.names:
+            images.podman("rm", "-f", "-t", "0", name, check=False, timeout=60)
+
+
+@pytest.fixture
+def containers() -> Iterator[Containers]:
+    made = Containers()
+    try:
+        yield made
+    finally:
+        made.remove_all()
+
+
+def run(*args: str, timeout: float = 180) -> tuple[int, str, float]:
+    """``podman ARGS``: (exit status, stdout+stderr, seconds). Containers get no network but loopback."""
+    if args[:1] == ("run",):
+        args = ("run", "--network", "none", *args[1:])
+    started = time.monotonic()
+    proc = subprocess.run(["podman", *args], env=images.podman_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, time.monotonic() - started
+
+
+def wait_for_text(fetch: Callable[[], str], needle: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = fetch()
+        if needle in text:
+            return text
+        time.sleep(0.5)
+    raise AssertionError(f"{needle!r} did not show within {timeout:g}s; last output:\n{text[-4000:]}")
+
+
+def memory_evidence(output: str) -> str:
+    line = next((ln for ln in output.splitlines() if "memory evidence:" in ln), "")
+    assert line, f"no 'memory evidence:' line:\n{output[:3000]}"
+    return line
+
+
+def write(cfg: Path, name: str, text: str) -> str:
+    path = cfg / name
+    path.write_text(textwrap.dedent(text))
+    path.chmod(0o644)
+    return f"/cfg/{name}"
+
+
+# Allocates (and writes) 16 MiB after 16 MiB until the kernel's OOM killer stops it.
+HOG = "hog = [b'x' * (16 << 20) for _ in iter(int, 1)]"
+
+
+def test_image_config(image: str) -> None:
+    """Exec-form ENTRYPOINT into the venv, SIGTERM as the stop signal."""
+    rc, out, _ = run("image", "inspect", "--format", "{{json .Config.Entrypoint}} {{.Config.StopSignal}}", image)
+    assert rc == 0, out
+    assert out.strip() == ('["/opt/prover-supervisor/bin/python","-I","/opt/prover-supervisor/entrypoint.py"] '
+                           "SIGTERM"), out
+
+
+def test_demo_as_pid1(image: str, say: Say) -> None:
+    rc, out, took = run("run", "--rm", image, "demo")
+    say(f"(a) demo as PID 1: status {rc} in {took:.1f}s")
+    assert rc == 0, out[-6000:]
+    assert re.search(r"prover-supervisor pid 1 as pid1", out), out[:3000]
+    assert re.search(r"the manager saw \S+ go registered → params_done → bench_done → running", out), out[-3000:]
+    assert "demo finished with exit status 0" in out, out[-3000:]
+
+
+def test_oom_kill_inside_a_memory_limited_container(image: str, cfg: Path, say: Say) -> None:
+    config = write(cfg, "oom.toml", f"""\
+        [supervisor]
+        stop_grace_s = 2
+
+        [[phases]]
+        name = "hog"
+        kind = "oneshot"
+        command = {toml_list(["python3", "-c", HOG])}
+        """)
+    rc, out, took = run("run", "--rm", "--memory", "256m", "--memory-swap", "256m", "-v", f"{cfg}:/cfg:ro",
+                        image, "run", "--config", config)
+    evidence = memory_evidence(out)
+    say(f"(b) OOM under --memory 256m: status {rc} in {took:.1f}s; {evidence.split('] ', 1)[-1]}")
+    assert re.search(r"memory evidence: (shared|per-phase) mode, cgroup v[12] at /sys/fs/cgroup", evidence), out
+    verdict = next((ln for ln in out.splitlines() if "phase=hog child=hog" in ln), "")
+    assert "reason=oom_killed" in verdict and "oom_kills=" in verdict, out[-4000:]
+    assert "exiting with status 137" in out, out[-4000:]
+    assert rc == 137, out[-4000:]
+
+
+def test_docker_stop_escalates_within_stop_grace(image: str, cfg: Path, containers: Containers, say: Say) -> None:
+    config = write(cfg, "stubborn.toml", """\
+        [supervisor]
+        stop_grace_s = 2
+
+        [[phases]]
+        name = "stubborn"
+        kind = "service"
+        restart = "no"
+        command = ["sh", "-c", "trap '' TERM; echo stubborn-ready; while :; do sleep 1; done"]
+        """)
+    name = containers.name("stop")
+    rc, out, _ = run("run", "-d", "--name", name, "-v", f"{cfg}:/cfg:ro", image, "run", "--config", config)
+    assert rc == 0, out
+
+    def logs() -> str:
+        return run("logs", name, timeout=60)[1]
+
+    wait_for_text(logs, "stubborn-ready", timeout=60)
+    rc, out, took = run("stop", "-t", "20", name, timeout=60)
+    assert rc == 0, out
+    _, status, _ = run("inspect", "--format", "{{.State.ExitCode}}", name)
+    text = logs()
+    say(f"(c) podman stop -t 20, service ignoring SIGTERM, stop_grace_s = 2: exit {status.strip()} "
+        f"after {took:.1f}s")
+    assert status.strip() == "143", text[-4000:]
+    assert took < 10, f"podman stop took {took:.1f}s: the supervisor did not escalate by itself\n{text[-4000:]}"
+    escalation = [ln for ln in text.splitlines() if "stubborn" in ln and "grace" in ln and "SIGKILL" in ln]
+    assert escalation, text[-4000:]
+    assert "exiting with status 143" in text, text[-4000:]
+
+
+def test_entrypoint_shim_passes_arguments_and_status(image: str, cfg: Path) -> None:
+    shim = "/usr/local/bin/entrypoint.sh"
+    rc, out, _ = run("run", "--rm", "--entrypoint", shim, image, "--version")
+    assert rc == 0 and re.search(r"prover-supervisor \d", out), out
+    config = write(cfg, "ok.toml", """\
+        [[phases]]
+        name = "one"
+        command = ["true"]
+        """)
+    rc, out, _ = run("run", "--rm", "-v", f"{cfg}:/cfg:ro", "--entrypoint", shim, image, "check", "--config", config)
+    assert rc == 0 and "ok: 1 phase(s)" in out, out
+    bad = write(cfg, "bad.toml", """\
+        [[phases]]
+        name = "one"
+        command = ["true"]
+        retries = -1
+        """)
+    rc, out, _ = run("run", "--rm", "-v", f"{cfg}:/cfg:ro", "--entrypoint", shim, image, "check", "--config", bad)
+    assert rc == 2 and "retries" in out, out
+    # The built-in prover profile, as installed in the image's venv, is a valid config.
+    rc, out, _ = run("run", "--rm", "--entrypoint", "sh", image, "-c",
+                     f"exec {shim} check --config /opt/prover-supervisor/lib/python3*/site-packages/"
+                     "supervisor/profiles/prover.toml")
+    assert rc == 0 and "ok:" in out, out
+
+
+def test_onstart_style_runs_as_subreaper(image: str, containers: Containers, say: Say) -> None:
+    """Vast's --ssh mode: another PID 1 runs the manager's onstart command, ``nohup entrypoint.sh &``."""
+    name = containers.name("onstart")
+    onstart = "nohup /usr/local/bin/entrypoint.sh demo > /var/log/entrypoint.log 2>&1 &"
+    started = time.monotonic()
+    rc, out, _ = run("run", "-d", "--name", name, "--entrypoint", "sh", image, "-c", f"{onstart} sleep 120")
+    assert rc == 0, out
+
+    def log() -> str:
+        return run("exec", name, "cat", "/var/log/entrypoint.log", timeout=60)[1]
+
+    text = wait_for_text(log, "demo finished with exit status", timeout=90)
+    say(f"(d) onstart style (nohup entrypoint.sh demo &): finished in {time.monotonic() - started:.1f}s")
+    assert re.search(r"prover-supervisor pid \d+ as subreaper", text), text[:3000]
+    assert not re.search(r"prover-supervisor pid 1 as", text), text[:3000]
+    assert re.search(r"the manager saw \S+ go registered → params_done → bench_done → running", text), text[-3000:]
+    assert "demo finished with exit status 0" in text, text[-3000:]
+    # Nothing of the lifecycle outlives the supervisor: only the onstart's sh and sleep are left.
+    _, ps, _ = run("exec", name, "ps", "-eo", "pid,ppid,stat,args")
+    left = [ln for ln in ps.splitlines()[1:] if "python" in ln and "<defunct>" not in ln]
+    assert not left, ps

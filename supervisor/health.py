@@ -90,6 +90,13 @@ def _label(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _number(value: float) -> str:
+    """Exact: byte counts must not lose digits to a short float format."""
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
 def metrics_text(snap: dict[str, Any]) -> str:
     """Prometheus exposition text from a status snapshot."""
     lines: list[str] = []
@@ -99,7 +106,8 @@ def metrics_text(snap: dict[str, Any]) -> str:
         lines.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
             rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-            lines.append(f"{name}{{{rendered}}} {value:g}" if rendered else f"{name} {value:g}")
+            shown = _number(value)
+            lines.append(f"{name}{{{rendered}}} {shown}" if rendered else f"{name} {shown}")
 
     phases = snap.get("phases", [])
     metric("prover_supervisor_up", "gauge", "The supervisor's loop is running.", [({}, 1)])

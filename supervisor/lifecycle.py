@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import random
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -79,7 +80,7 @@ class Runtime:
     ring_lines: int
     log_file_max_bytes: int
     base_env: dict[str, str]
-    reset_oom_score: bool = False  # the supervisor runs at -1000: children go back to 0
+    child_oom_score_adj: int | None = None  # what children set their oom_score_adj to (run.py decides)
     memory: MemoryEvidence | None = None
     gpus: Gpus | None = None
     redactor: Redactor | None = None
@@ -153,10 +154,14 @@ class Phase:
 
     def start(self) -> None:
         resumed = self._resumable()
+        if resumed is not None and self.previous.get("bench"):
+            try:
+                self.bench_result = BenchResult(**self.previous["bench"])
+            except TypeError:
+                self.rt.log(f"phase {self.name}: the saved bench result is unreadable: running it again")
+                resumed = None
         if resumed is not None:
             self.facts = dict(self.previous)
-            if self.previous.get("bench"):
-                self.bench_result = BenchResult(**self.previous["bench"])
             self.transition(PhaseState.DONE, f"resumed: {resumed}")
             return
         if not self._memory_preflight():
@@ -333,7 +338,7 @@ class Phase:
         procs = str(placement.cgroup.procs_file()) if placement and placement.cgroup and placement.scope == "phase" \
             else None
         try:
-            child = spawn(spec, env, output, child_setup(rt.reset_oom_score, procs))
+            child = spawn(spec, env, output, child_setup(rt.child_oom_score_adj, procs))
         except SpawnError as exc:
             output.file.close()
             self._end_attempt(v.without_exit(self.name, spec.name, v.SPAWN_FAILED, exc.status, exc.reason,
@@ -350,7 +355,7 @@ class Phase:
         child.attach_output(rt.loop, on_eof=lambda c: c.output.file.close() if not c.running else None)
         self.children.append(child)
         rt.started.append(child)
-        rt.log(f"started {spec.label}: pid {child.pid}: {' '.join(spec.command)}")
+        rt.log(f"started {spec.label}: pid {child.pid}: {shown_command(spec.command)}")
         return child
 
     def _log_path(self, spec: ChildSpec) -> Path:
@@ -711,3 +716,8 @@ def machine_fingerprint(rt: Runtime) -> dict[str, Any]:
     gpus = rt.gpus.sample() if rt.gpus is not None else []
     memory = rt.memory.available_memory() if rt.memory is not None else mem_total()
     return {"gpus": [[g.name, g.memory_total] for g in gpus], "memory": memory}
+
+
+def shown_command(argv: tuple[str, ...]) -> str:
+    """The argv as one shell-quoted line: a newline inside an argument must not split a log line."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in shlex.join(argv))

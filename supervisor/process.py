@@ -254,21 +254,23 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
     return Child(spec=spec, pid=popen.pid, tag=tag, output=output, popen=popen)
 
 
-def child_setup(reset_oom_score: bool, cgroup_procs: str | None) -> Callable[[], None] | None:
+def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable[[], None] | None:
     """What a child does between fork and exec, or None when nothing (then Popen can vfork).
 
     It joins its cgroup itself, before exec, so every byte it and its descendants
-    allocate is counted there; and it undoes the supervisor's oom_score_adj -1000
-    so the OOM killer may pick it. Only os-level calls: other threads may hold
-    Python-level locks at fork time.
+    allocate is counted there; and it sets its oom_score_adj (back to 0 from the
+    supervisor's -1000, or above the supervisor's) so the OOM killer picks it, not
+    the supervisor. Only os-level calls: other threads may hold Python-level locks
+    at fork time.
     """
-    if not reset_oom_score and cgroup_procs is None:
+    if oom_score_adj is None and cgroup_procs is None:
         return None
+    score = str(oom_score_adj).encode() if oom_score_adj is not None else None
 
     def setup() -> None:
-        if reset_oom_score:
+        if score is not None:
             with contextlib.suppress(OSError):
-                _write_file("/proc/self/oom_score_adj", b"0")
+                _write_file("/proc/self/oom_score_adj", score)
         if cgroup_procs is not None:
             _write_file(cgroup_procs, str(os.getpid()).encode())  # failing here fails the spawn, visibly
 

@@ -24,6 +24,10 @@ from .signals import signal_name
 
 PR_SET_CHILD_SUBREAPER = 36
 OOM_SCORE_ADJ_MIN = -1000
+# Where the supervisor may not lower its own score (no CAP_SYS_RESOURCE, as in a default
+# container), its children raise theirs instead, which needs no privilege: the OOM killer
+# still prefers them to the supervisor.
+CHILD_OOM_SCORE_ADJ_UNPROTECTED = 500
 
 
 @dataclass(frozen=True)
@@ -116,12 +120,25 @@ def _prctl(option: int, arg: int) -> int:
     return int(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
 
 
-def protect_from_oom_killer() -> str:
-    """Set our own oom_score_adj to -1000 so the kernel picks a child, never the supervisor."""
+def protect_from_oom_killer() -> tuple[str, int]:
+    """Make the kernel's OOM killer pick a child, never the supervisor.
+
+    Returns what was done, and the oom_score_adj children should set for themselves:
+    0 when the supervisor went to -1000; else CHILD_OOM_SCORE_ADJ_UNPROTECTED.
+    """
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write(str(OOM_SCORE_ADJ_MIN))
-        return f"oom_score_adj {OOM_SCORE_ADJ_MIN}"
+        return f"oom_score_adj {OOM_SCORE_ADJ_MIN}, children 0", 0
     except OSError as exc:
         reason = "not allowed" if exc.errno in (errno.EACCES, errno.EPERM) else exc.strerror
-        return f"oom_score_adj unchanged ({reason})"
+        child = max(CHILD_OOM_SCORE_ADJ_UNPROTECTED, _own_oom_score_adj())
+        return f"oom_score_adj unchanged ({reason}); children raised to {child} instead", child
+
+
+def _own_oom_score_adj() -> int:
+    try:
+        with open("/proc/self/oom_score_adj") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 0

@@ -78,7 +78,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     prepare_dirs(plan)
     lock_fd = take_lock(plan.supervisor.state_dir)
     role = claim_init_role()
-    oom = protect_from_oom_killer()
+    oom, child_oom_score_adj = protect_from_oom_killer()
     console = Console(console_fd, enabled=plan.supervisor.console)
     log_dir = Path(plan.supervisor.log_dir)
     state_dir = Path(plan.supervisor.state_dir)
@@ -101,8 +101,8 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         loop=loop, reaper=reaper, console=console, log=log, log_dir=log_dir,
         ring_lines=plan.supervisor.ring_lines, log_file_max_bytes=plan.supervisor.log_file_max_bytes,
         base_env={**os.environ, STATE_DIR_ENV: str(state_dir)},
-        # Children start at oom_score_adj 0 again: the OOM killer must pick one of them, not us.
-        reset_oom_score=oom.startswith("oom_score_adj -"),
+        # The OOM killer must pick one of the children, never us.
+        child_oom_score_adj=child_oom_score_adj,
         memory=memory, gpus=gpus, redactor=redactor, cuzk=plan.cuzk, state_dir=state_dir, rebench=rebench,
     )
     reporter = Reporter(plan.manager, Path(plan.supervisor.state_dir), rt, redactor)
@@ -168,12 +168,15 @@ def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: SupervisorLog) -> 
     """Hand each phase what the last run learnt (resume); a corrupt state file means a clean start."""
     previous, why = status_mod.load_persisted(state_dir)
     if previous is None:
-        if (why and "unreadable" in why) or (why and "does not hold" in why):
+        if why and not why.startswith("no "):
             log(f"state: {why}; starting clean")
         return
-    facts = {p.get("name"): p.get("facts") or {} for p in previous.get("phases", []) if isinstance(p, dict)}
+    facts = status_mod.resume_facts(previous)
+    if facts is None:
+        log(f"state: {state_dir / status_mod.STATE_NAME} does not have the expected shape; starting clean")
+        return
     for phase in lifecycle.phases:
-        phase.previous = facts.get(phase.name) or {}
+        phase.previous = facts.get(phase.name, {})
 
 
 def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., dict[str, Any]],

@@ -100,6 +100,35 @@ def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     return data, None
 
 
+def resume_facts(snap: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Phase name → the facts a later start resumes from; None if the file has another shape.
+
+    Only well-formed facts pass: ``done_at`` a number, ``outputs`` a name → size table,
+    ``bench`` and ``machine`` tables. Anything else means "start clean", never a crash.
+    """
+    phases = snap.get("phases")
+    if not isinstance(phases, list):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for phase in phases:
+        if not isinstance(phase, dict) or not isinstance(phase.get("name"), str):
+            return None
+        facts = phase.get("facts") or {}
+        if not isinstance(facts, dict):
+            return None
+        done_at = facts.get("done_at")
+        outputs = facts.get("outputs")
+        if done_at is not None and (isinstance(done_at, bool) or not isinstance(done_at, int | float)):
+            return None
+        if outputs is not None and not (isinstance(outputs, dict) and all(
+                isinstance(k, str) and isinstance(v, int) for k, v in outputs.items())):
+            return None
+        if any(facts.get(key) is not None and not isinstance(facts[key], dict) for key in ("bench", "machine")):
+            return None
+        out[phase["name"]] = facts
+    return out
+
+
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
     """Ask the running supervisor; None when none answers on the socket."""
     path = state_dir / SOCKET_NAME
@@ -256,7 +285,8 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
         "phases": [{"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
                     "attempt": p.attempt, "up": p.up, "hold": p.hold,
                     "bench": vars(p.bench_result) if p.bench_result else None,
-                    "facts": p.facts} for p in lifecycle.phases],
+                    # A phase not reached in this run keeps what an earlier run learnt about it.
+                    "facts": p.facts or p.previous} for p in lifecycle.phases],
         "children": children,
         "gpus": {"available": bool(samples), "why": gpus.why if gpus is not None else "not probed",
                  "samples": samples},

@@ -617,11 +617,11 @@ def test_real_memory_evidence_per_phase_cgroup_is_made_and_removed() -> None:
         name = f"pytest-{os.getpid()}"
         placement = evidence.place(name, 48 * MiB)
         assert placement.scope == "phase" and placement.cgroup is not None
-        assert placement.cgroup.path == base / f"phase-{name}"
+        assert placement.cgroup.path == base / f"prover-{os.getpid()}-{name}"  # per supervisor: never shared
         assert placement.cgroup.limit() == 48 * MiB
         assert placement.oom_baseline == 0
         evidence.release_phase(name)
-        wait_for(lambda: not (base / f"phase-{name}").exists(), timeout=5)
+        wait_for(lambda: not (base / f"prover-{os.getpid()}-{name}").exists(), timeout=5)
     finally:
         evidence.close()
         loop.close()

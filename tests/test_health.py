@@ -1,0 +1,321 @@
+"""Health and metrics over HTTP (``[supervisor] http_port``), and the termination log.
+
+Real supervisors, real sockets on 127.0.0.1: /healthz, /readyz before and after production is up, /metrics as
+Prometheus text, the port off or already taken; the verdict line in ``termination_log`` on a failure only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import REPO, SupervisorRunner, kill_tree, sh, toml_str, wait_for
+
+from supervisor.demo import free_port
+from supervisor.health import metrics_text
+
+DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "SUPERVISOR_CONFIG")
+# A sample line of the Prometheus text format: name, optional {labels}, a float value.
+SAMPLE_RE = re.compile(
+    r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)'
+    r'(?:\{(?P<labels>[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+    r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*)?\})?'
+    r' (?P<value>[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))$')
+COMMENT_RE = re.compile(r"^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.+)$")
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
+
+
+class Console:
+    """A supervisor whose console goes to a file, so a test can watch it while it runs."""
+
+    def __init__(self, sup: SupervisorRunner, config: Path, name: str = "console") -> None:
+        self.path = sup.tmp / f"{name}.txt"
+        with open(self.path, "wb") as out:
+            self.proc = subprocess.Popen(sup.argv(config), stdout=out, stderr=subprocess.STDOUT, env=clean_env(),
+                                         cwd=REPO, start_new_session=True)
+        sup.procs.append(self.proc)  # type: ignore[arg-type]
+        self.pid = self.proc.pid
+
+    def text(self) -> str:
+        return self.path.read_bytes().decode("utf-8", errors="replace")
+
+    def wait_text(self, needle: str, timeout: float = 20) -> None:
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
+        if needle not in self.text():
+            pytest.fail(f"no {needle!r} within {timeout}s (exit {self.proc.poll()}); console:\n{self.text()[-4000:]}")
+
+    def finish(self, timeout: float = 20) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(self.pid)
+            self.proc.wait(10)
+            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.text()[-4000:]}")
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    """(HTTP status, body) of GET http://127.0.0.1:port/path; (0, why) when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def parse_metrics(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Check the Prometheus text format strictly; name → {sorted label pairs: value}."""
+    assert text.endswith("\n"), "the exposition must end with a newline"
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    helped: set[str] = set()
+    typed: dict[str, str] = {}
+    for line in text.splitlines():
+        assert line, "no empty lines"
+        if line.startswith("#"):
+            found = COMMENT_RE.match(line)
+            assert found, f"bad comment line: {line!r}"
+            kind, name, rest = found.groups()
+            if kind == "HELP":
+                assert name not in helped, f"HELP twice for {name}"
+                helped.add(name)
+            else:
+                assert rest in ("gauge", "counter", "untyped", "summary", "histogram"), line
+                assert name not in typed and name not in samples, f"TYPE for {name} after its samples or twice"
+                typed[name] = rest
+            continue
+        found = SAMPLE_RE.match(line)
+        assert found, f"not a Prometheus sample line: {line!r}"
+        name = found.group("name")
+        assert name in typed and name in helped, f"{name} has no HELP/TYPE before its samples"
+        labels = tuple(sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', found.group("labels") or "")))
+        series = samples.setdefault(name, {})
+        assert labels not in series, f"duplicate series {line!r}"
+        series[labels] = float(found.group("value"))
+    return samples
+
+
+def lifecycle_config(sup: SupervisorRunner) -> Path:
+    """A oneshot that fails once (exit 7) then passes, then a service that is up once a file exists."""
+    t = sup.tmp
+    return sup.write(f"""
+        [[phases]]
+        name = "flaky"
+        retries = 1
+        backoff_s = 0.2
+        command = {sh(f"if [ ! -e {t}/failed-once ]; then touch {t}/failed-once; exit 7; fi; "
+                      f"while [ ! -e {t}/go ]; do sleep 0.05; done")}
+
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {sh(f"echo serving; while [ ! -e {t}/up ]; do sleep 0.05; done; touch {t}/is-up; exec sleep 60")}
+        ready = {toml_str(str(t / "is-up"))}
+        """, stop_grace_s=1)
+
+
+def with_port(config: Path, port: int) -> None:
+    text = config.read_text()
+    config.write_text(text.replace("[supervisor]\n", f"[supervisor]\nhttp_port = {port}\n", 1))
+
+
+def test_healthz_readyz_metrics_through_the_lifecycle(sup: SupervisorRunner) -> None:
+    port = free_port()
+    config = lifecycle_config(sup)
+    with_port(config, port)
+    run = Console(sup, config)
+    run.wait_text(f"health: http://127.0.0.1:{port}/healthz, /readyz, /metrics")
+    assert get(port, "/healthz")[0] == 200
+    status, body = get(port, "/readyz")
+    assert (status, body) == (503, "not ready: production is not up\n")
+
+    # The first attempt failed (exit 7); the second runs: verdicts and attempts show it.
+    run.wait_text("FAILED: phase=flaky child=flaky")
+    wait_for(lambda: 'prover_supervisor_phase_attempts{phase="flaky"} 2' in get(port, "/metrics")[1], 10, 0.1)
+    status, body = get(port, "/metrics")
+    assert status == 200
+    metrics = parse_metrics(body)
+    assert metrics["prover_supervisor_up"] == {(): 1.0}
+    assert metrics["prover_supervisor_phase_info"] == {(("phase", "flaky"), ("state", "running")): 1.0,
+                                                       (("phase", "svc"), ("state", "pending")): 1.0}
+    assert metrics["prover_supervisor_phase_attempts"] == {(("phase", "flaky"),): 2.0, (("phase", "svc"),): 0.0}
+    assert metrics["prover_supervisor_verdicts"] == {(("reason", "exit_code"),): 1.0}
+    assert get(port, "/readyz")[0] == 503
+    assert get(port, "/healthz")[0] == 200
+    assert get(port, "/nothing")[0] == 404
+
+    # The service runs but is not up yet: still not ready.
+    (sup.tmp / "go").touch()
+    run.wait_text("[svc/svc] serving")
+    assert get(port, "/readyz")[0] == 503
+    (sup.tmp / "up").touch()
+    run.wait_text("phase svc: service is up")
+    wait_for(lambda: get(port, "/readyz")[0] == 200, 5, 0.1)
+    assert get(port, "/readyz") == (200, "ready\n")
+    status, healthz = get(port, "/healthz")
+    assert status == 200 and healthz.startswith("ok: loop heartbeat"), healthz
+    wait_for(lambda: 'phase="svc",state="running"' in get(port, "/metrics")[1], 5, 0.1)
+    metrics = parse_metrics(get(port, "/metrics")[1])
+    # Two verdicts for flaky: exit 7, then exit 0 (both reason exit_code).
+    assert metrics["prover_supervisor_verdicts"] == {(("reason", "exit_code"),): 2.0}
+    assert metrics["prover_supervisor_phase_info"][(("phase", "flaky"), ("state", "done"))] == 1.0
+    assert metrics["prover_supervisor_phase_attempts"][(("phase", "svc"),)] == 1.0
+
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.finish() == 128 + signal.SIGTERM
+    assert get(port, "/healthz")[0] == 0  # closed with the supervisor
+
+
+def test_metrics_byte_counts_are_exact() -> None:
+    """Byte counts are written whole: %g would turn 25232932864 into 2.52329e+10 (50 MB off)."""
+    snap = {"phases": [], "verdicts": [], "manager": {"enabled": True, "outbox_pending": 1234567},
+            "memory": {"usage": 1234567891, "limit": 25232932864, "oom_kills": 0}}
+    text = metrics_text(snap)
+    parse_metrics(text)
+    assert "prover_supervisor_memory_usage 1234567891\n" in text, text
+    assert "prover_supervisor_memory_limit 25232932864\n" in text, text
+    assert "prover_supervisor_outbox_pending 1234567\n" in text, text
+
+
+def test_readyz_follows_the_phase_that_reports_running(sup: SupervisorRunner) -> None:
+    """With report = "running" on a service, that one decides /readyz, not the last service."""
+    port = free_port()
+    config = sup.write(f"""
+        [[phases]]
+        name = "prod"
+        kind = "service"
+        report = "running"
+        command = {sh("echo prod; exec sleep 60")}
+
+        [[phases]]
+        name = "sidecar"
+        kind = "service"
+        command = {sh("echo sidecar; exec sleep 60")}
+        ready = {toml_str(str(sup.tmp / "never"))}
+        """, stop_grace_s=1)
+    with_port(config, port)
+    run = Console(sup, config)
+    run.wait_text("[sidecar/sidecar] sidecar")
+    assert "phase sidecar: service is up" not in run.text()
+    wait_for(lambda: get(port, "/readyz")[0] == 200, 5, 0.1)
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.finish() == 128 + signal.SIGTERM
+
+
+def test_port_zero_means_nothing_listens(sup: SupervisorRunner) -> None:
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {sh("echo serving; exec sleep 60")}
+        """, stop_grace_s=1)
+    with_port(config, 0)
+    run = Console(sup, config)
+    run.wait_text("[svc/svc] serving")
+    listening = [c for c in psutil.Process(run.pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+    assert listening == [], listening
+    assert "health:" not in run.text()
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.finish() == 128 + signal.SIGTERM
+
+
+def test_port_taken_the_supervisor_runs_and_says_health_is_off(sup: SupervisorRunner) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        config = sup.write(f"""
+            [[phases]]
+            name = "work"
+            command = {sh("echo working")}
+            """)
+        with_port(config, port)
+        result = sup.run(config, timeout=30)
+    assert result.returncode == 0, result.output
+    assert (f"health: cannot listen on 127.0.0.1:{port} (Address already in use); /healthz and /metrics are off"
+            in result.output), result.output
+    assert "lifecycle complete" in result.output
+
+
+# ---------------------------------------------------------------- the termination log
+
+
+def with_termination_log(config: Path, path: Path) -> None:
+    text = config.read_text()
+    config.write_text(text.replace("[supervisor]\n", f"[supervisor]\ntermination_log = {toml_str(str(path))}\n", 1))
+
+
+def test_termination_log_holds_the_verdict_on_failure(sup: SupervisorRunner) -> None:
+    log = sup.tmp / "termination-log"
+    log.write_text("")
+    config = sup.write(f"""
+        [[phases]]
+        name = "fails"
+        command = {sh("echo about to fail; exit 7")}
+        """)
+    with_termination_log(config, log)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 7, result.output
+    text = log.read_text()
+    assert re.fullmatch(r"phase=fails child=fails pid=\d+ reason=exit_code exit_code=7 .*attempt=1 "
+                        r"detail='exited with code 7'", text), text
+    assert text in result.output  # the same line as the FAILED line of the log
+
+
+def test_termination_log_is_cut_to_4096_bytes(sup: SupervisorRunner) -> None:
+    log = sup.tmp / "termination-log"
+    log.write_text("")
+    huge = "/nonexistent/" + "/".join(["é" * 100] * 80)  # a detail of ~16 KB that names this cwd
+    config = sup.write(f"""
+        [[phases]]
+        name = "nowhere"
+        cwd = {toml_str(huge)}
+        command = ["true"]
+        """)
+    with_termination_log(config, log)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 126, result.output
+    data = log.read_bytes()
+    assert 3000 < len(data) <= 4096, len(data)
+    text = data.decode("utf-8")  # cut on a character boundary
+    assert text.startswith("phase=nowhere child=nowhere reason=spawn_failed"), text[:200]
+
+
+def test_termination_log_untouched_on_success(sup: SupervisorRunner) -> None:
+    log = sup.tmp / "termination-log"
+    log.write_text("")
+    config = sup.write(f"""
+        [[phases]]
+        name = "fine"
+        command = {sh("echo fine")}
+        """)
+    with_termination_log(config, log)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 0, result.output
+    assert log.read_bytes() == b""
+
+
+def test_termination_log_not_created_when_absent(sup: SupervisorRunner) -> None:
+    log = sup.tmp / "no-such-termination-log"
+    config = sup.write(f"""
+        [[phases]]
+        name = "fails"
+        command = {sh("exit 7")}
+        """)
+    with_termination_log(config, log)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 7, result.output
+    assert not log.exists()

@@ -1,0 +1,377 @@
+"""Resume after a SIGKILL of the supervisor: nothing lost, nothing repeated in effect.
+
+The demo lifecycle (stand-ins for paramfetch, cuzk-daemon + cuzk-bench, curio) with ``resume = "outputs"`` on the
+fetch and ``resume = "machine"`` on the bench runs against the dev-manager; the supervisor is SIGKILLed mid-fetch,
+mid-bench and in production, and started again on the same state_dir. Also: the bench's age and ``--rebench``,
+a corrupt status.json, a corrupt outbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from conftest import REPO, SupervisorRunner, kill_tree, sh, toml_str, wait_for
+
+from supervisor.demo import demo_config, free_port
+from supervisor.devmanager import DevManager
+
+SPEED = 0.05
+STATES = ["registered", "params_done", "bench_done", "running"]
+TAG_ENV = "PROVER_SUPERVISOR_TAG"
+STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
+DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "SUPERVISOR_CONFIG")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
+    env.update(extra or {})
+    return env
+
+
+class Console:
+    """A supervisor whose console goes to a file, so a test can watch it while it runs."""
+
+    def __init__(self, sup: SupervisorRunner, config: Path, name: str, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.path = sup.tmp / f"{name}.txt"
+        with open(self.path, "wb") as out:
+            self.proc = subprocess.Popen([*sup.argv(config), *args], stdout=out, stderr=subprocess.STDOUT,
+                                         env=clean_env(env), cwd=REPO, start_new_session=True)
+        sup.procs.append(self.proc)  # type: ignore[arg-type]
+        self.pid = self.proc.pid
+
+    def text(self) -> str:
+        return self.path.read_bytes().decode("utf-8", errors="replace")
+
+    def wait_text(self, needle: str, timeout: float = 20) -> None:
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
+        if needle not in self.text():
+            pytest.fail(f"no {needle!r} within {timeout}s (exit {self.proc.poll()}); console:\n{self.text()[-5000:]}")
+
+    def finish(self, timeout: float = 30) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(self.pid)
+            self.proc.wait(10)
+            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.text()[-5000:]}")
+
+    def sigkill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def left_behind(state_dir: Path, supervisor_pid: int | None = None) -> list[psutil.Process]:
+    """Live processes started by a supervisor of ``state_dir`` (or by the supervisor ``supervisor_pid``)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.Error, OSError):
+            continue
+        tag = env.get(TAG_ENV)
+        if not tag:
+            continue
+        if env.get(STATE_DIR_ENV) == str(state_dir) or tag.split(".", 1)[0] == str(supervisor_pid):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def orphans(sup: SupervisorRunner) -> Iterator[Callable[[int], list[psutil.Process]]]:
+    """``orphans(pid)``: what the SIGKILLed supervisor ``pid`` left running; all of it is killed at the end."""
+    dead: list[int] = []
+
+    def survivors(pid: int) -> list[psutil.Process]:
+        dead.append(pid)
+        return left_behind(sup.state_dir, pid)
+
+    yield survivors
+    sup.cleanup()
+    for pid in [*dead, None]:
+        for proc in left_behind(sup.state_dir, pid):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+def demo(sup: SupervisorRunner, manager_url: str) -> Path:
+    """The demo lifecycle with resume on: the fetch by its outputs, the bench by this machine."""
+    text = demo_config(sup.tmp, speed=SPEED, run_seconds=120.0, manager_url=manager_url)
+    for report, resume in (("param-done", "outputs"), ("bench-done", "machine")):
+        assert f'report = "{report}"\n' in text
+        text = text.replace(f'report = "{report}"\n', f'report = "{report}"\nresume = "{resume}"\n')
+    config = sup.tmp / "demo.toml"
+    config.write_text(text)
+    return config
+
+
+def persisted(sup: SupervisorRunner) -> dict[str, Any]:
+    return json.loads((sup.state_dir / "status.json").read_text())
+
+
+def phase_state(sup: SupervisorRunner, name: str) -> str | None:
+    try:
+        return next(p["state"] for p in persisted(sup)["phases"] if p["name"] == name)
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
+def outbox_rows(sup: SupervisorRunner) -> list[tuple[int, str, str]]:
+    with sqlite3.connect(f"file:{sup.state_dir / 'outbox.sqlite3'}?mode=ro", uri=True, timeout=5) as db:
+        return db.execute("SELECT id, kind, state FROM calls WHERE kind != 'log' ORDER BY id").fetchall()
+
+
+def calls(mgr: DevManager, path: str) -> list[dict[str, Any]]:
+    return [c for c in mgr.state.snapshot()["calls"] if c["path"] == path and c["status"] == 200]
+
+
+def instances(mgr: DevManager) -> list[dict[str, Any]]:
+    return list(mgr.state.snapshot()["instances"].values())
+
+
+def history(mgr: DevManager) -> list[str]:
+    insts = instances(mgr)
+    return insts[0]["history"] if len(insts) == 1 else []
+
+
+def params(sup: SupervisorRunner) -> dict[str, int]:
+    root = sup.tmp / "params"
+    return {p.name: p.stat().st_size for p in root.glob("*") if p.is_file() and p.suffix != ".lock"} \
+        if root.is_dir() else {}
+
+
+def all_dead(procs: list[psutil.Process]) -> bool:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                return False
+    return True
+
+
+def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
+        sup: SupervisorRunner, orphans: Callable[[int], list[psutil.Process]]) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    config = demo(sup, url)
+    mgr: DevManager | None = None
+    try:
+        # ---- run 1: the manager is down; SIGKILL while the fetch runs
+        run1 = Console(sup, config, "run1", env={"STANDIN_PARAM_CHUNK_S": "0.25"})
+        wait_for(lambda: params(sup) and phase_state(sup, "paramfetch") == "running", 20, 0.05)
+        run1.sigkill()
+        partial = params(sup)
+        assert sum(partial.values()) < 3 * 2097152, partial  # mid-fetch: not all bytes there
+        assert [kind for _, kind, state in outbox_rows(sup) if state == "pending"] == ["register"]
+        left1 = orphans(run1.pid)  # its fetch lives on: nothing above a SIGKILLed supervisor stops it
+
+        # ---- run 2: the manager is up; the fetch runs again and completes; SIGKILL while the bench runs
+        mgr = DevManager(port=port, quiet=True).start()
+        run2 = Console(sup, config, "run2", env={"STANDIN_PROOF_S": "1.0"})
+        run2.wait_text("[bench/bench]", 30)
+        wait_for(lambda: history(mgr) == ["registered", "params_done"], 10, 0.05)
+        assert phase_state(sup, "bench") == "running"
+        out = run2.text()
+        assert "phase paramfetch: pending → starting" in out and "resumed" not in out, out
+        assert "parameter and key-fetching complete" in out
+        assert all_dead(left1), f"run 1's fetch still runs beside run 2: {left1}"
+        assert not left1 or "left by a supervisor that died without stopping them" in out, out
+        assert len(instances(mgr)) == 1 and len(calls(mgr, "/register")) == 1
+        assert outbox_rows(sup)[0][1:] == ("register", "delivered")  # queued while the manager was down
+        uuid = instances(mgr)[0]["uuid"]
+        run2.sigkill()
+        left2 = orphans(run2.pid)
+
+        # ---- run 3: the fetch is not repeated (param-done sent again), the bench runs again; SIGKILL in production
+        run3 = Console(sup, config, "run3")
+        run3.wait_text("phase curio: service is up", 30)
+        wait_for(lambda: history(mgr)[-1:] == ["running"], 10, 0.05)
+        out = run3.text()
+        assert re.search(r"phase paramfetch: pending → done \(resumed: its 3 output file\(s\) in \S+ are all "
+                         r"still there\)", out), out
+        assert "Fetching" not in out
+        assert "phase bench: pending → starting" in out and "phase bench: running → stopping" in out, out
+        assert "=== Batch Summary ===" in out
+        assert f"manager: reusing uuid {uuid}" in out
+        wait_for(lambda: len(calls(mgr, "/param-done")) >= 2, 5, 0.05)  # sent again: idempotent
+        assert history(mgr) == STATES, history(mgr)
+        assert all_dead(left2), f"run 2's daemon or bench still runs beside run 3: {left2}"
+        run3.sigkill()
+        left3 = orphans(run3.pid)  # curio and its cuzk-daemon, holding their ports
+
+        # ---- run 4: everything resumes; the service starts again (its ports are free again); one instance
+        run4 = Console(sup, config, "run4")
+        run4.wait_text("phase curio: service is up", 30)
+        out = run4.text()
+        assert "phase paramfetch: pending → done (resumed: its 3 output file(s)" in out, out
+        assert re.search(r"phase bench: pending → done \(resumed: done \d+s ago on this same machine", out), out
+        assert "FAILED" not in out and "Traceback" not in out, out
+        assert all_dead(left3), f"run 3's curio or daemon still runs beside run 4: {left3}"
+        assert not left3 or "left by a supervisor that died without stopping them" in out, out
+        run4.wait_text("manager: running queued")
+        wait_for(lambda: outbox_rows(sup)[-1][1:] == ("running", "delivered"), 10, 0.05)
+        assert len(instances(mgr)) == 1 and instances(mgr)[0]["uuid"] == uuid
+        assert len(calls(mgr, "/register")) == 1
+        assert instances(mgr)[0]["state"] == "running"
+        assert history(mgr).count("params_done") == 1
+        # One output file gone: the next start fetches (only) it again.
+        fetched = {name: size for name, size in params(sup).items() if name.endswith((".params", ".vk"))}
+        assert len(fetched) == 3 and set(fetched.values()) == {2097152}, params(sup)
+        gone = sorted(fetched)[0]
+        (sup.tmp / "params" / gone).unlink()
+        os.kill(run4.pid, signal.SIGTERM)
+        assert run4.finish() == 128 + signal.SIGTERM
+
+        # ---- run 5
+        run5 = Console(sup, config, "run5")
+        run5.wait_text("phase curio: service is up", 30)
+        out = run5.text()
+        assert "phase paramfetch: pending → starting" in out and "phase paramfetch: running → stopping" in out
+        fetched = re.findall(r"Fetching \S+/params/(\S+) from", out)
+        assert fetched == [gone], out
+        assert params(sup)[gone] == 2097152
+        assert re.search(r"phase bench: pending → done \(resumed: done \d+s ago", out), out
+        os.kill(run5.pid, signal.SIGTERM)
+        assert run5.finish() == 128 + signal.SIGTERM
+        assert len(instances(mgr)) == 1 and len(calls(mgr, "/register")) == 1
+        assert not [row for row in outbox_rows(sup) if row[2] != "delivered"], outbox_rows(sup)
+        # Nothing repeated in effect: the manager went through each state once. (A call delivered twice in a
+        # row, at least once, is fine; a resumed bench's bench-done moving a running instance back is not.)
+        changes = [s for i, s in enumerate(history(mgr)) if i == 0 or history(mgr)[i - 1] != s]
+        assert changes == STATES, history(mgr)
+    finally:
+        if mgr is not None:
+            mgr.stop()
+
+
+# ---------------------------------------------------------------- the bench's age, --rebench
+
+
+def counted(sup: SupervisorRunner, name: str = "bench") -> int:
+    path = sup.tmp / f"{name}.count"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def bench_config(sup: SupervisorRunner, max_age: float = 3600, first: str = "echo first") -> Path:
+    return sup.write(f"""
+        [[phases]]
+        name = "first"
+        command = {sh(first)}
+
+        [[phases]]
+        name = "bench"
+        resume = "machine"
+        resume_max_age_s = {max_age}
+        command = {sh(f"echo bench ran >> {sup.tmp}/bench.count")}
+        """, name=f"bench-{max_age}.toml")
+
+
+def run_to_end(sup: SupervisorRunner, config: Path, name: str, *args: str) -> str:
+    run = Console(sup, config, name, args=args)
+    status = run.finish()
+    assert status == 0, run.text()
+    return run.text()
+
+
+def test_a_recent_bench_is_skipped_rebench_runs_it_an_old_one_runs(sup: SupervisorRunner) -> None:
+    config = bench_config(sup)
+    run_to_end(sup, config, "one")
+    assert counted(sup) == 1
+    out = run_to_end(sup, config, "two")
+    assert counted(sup) == 1, out
+    assert re.search(r"phase bench: pending → done \(resumed: done \d+s ago on this same machine "
+                     r"\(use --rebench to run it anyway\)\)", out), out
+    out = run_to_end(sup, config, "three", "--rebench")
+    assert counted(sup) == 2, out
+    time.sleep(0.6)
+    out = run_to_end(sup, bench_config(sup, max_age=0.5), "four")
+    assert counted(sup) == 3, out
+    assert re.search(r"phase bench: done \d+s ago, older than resume_max_age_s: running it again", out), out
+
+
+def test_a_stop_before_the_bench_does_not_forget_that_it_passed(
+        sup: SupervisorRunner, orphans: Callable[[int], list[psutil.Process]]) -> None:
+    """The bench passed; a later start is SIGKILLed in an earlier phase; the start after must still skip it."""
+    gate = sup.tmp / "gate"
+    config = bench_config(sup, first=f"echo first; while [ ! -e {gate} ]; do sleep 0.05; done")
+    gate.touch()
+    run_to_end(sup, config, "one")
+    assert counted(sup) == 1
+    gate.unlink()
+    two = Console(sup, config, "two")
+    two.wait_text("[first/first] first")
+    two.sigkill()
+    for proc in orphans(two.pid):
+        proc.kill()
+    gate.touch()
+    out = run_to_end(sup, config, "three")
+    assert counted(sup) == 1, f"the bench ran again although it passed on this machine just before:\n{out}"
+    assert "phase bench: pending → done (resumed: done" in out, out
+
+
+# ---------------------------------------------------------------- corrupt state
+
+
+CORRUPT_STATE = {
+    "garbage-bytes": b"\x00\xff\xfe garbage \x89PNG\r\n\x1a\n" * 20,
+    "truncated-json": b'{"version": 1, "pid": 42, "phases": [{"name": "bench", "facts": {"done_at": 17',
+    "json-list": b'[{"name": "bench"}]',
+    "wrong-shape-phases": b'{"version": 1, "phases": 5}',
+    "wrong-shape-facts": b'{"version": 1, "phases": [{"name": "bench", "facts": {"done_at": "yesterday"}}]}',
+}
+
+
+@pytest.mark.parametrize("kind", list(CORRUPT_STATE))
+def test_a_corrupt_status_json_means_a_clean_start(sup: SupervisorRunner, kind: str) -> None:
+    sup.state_dir.mkdir()
+    (sup.state_dir / "status.json").write_bytes(CORRUPT_STATE[kind])
+    config = bench_config(sup)
+    result = sup.run(config, timeout=30)
+    assert "Traceback" not in result.output, result.output
+    assert result.returncode == 0, result.output
+    said = [line for line in result.output.splitlines() if "starting clean" in line]
+    assert len(said) == 1 and "status.json" in said[0], result.output
+    assert counted(sup) == 1  # the bench ran: nothing was resumed from the corrupt file
+    state = json.loads((sup.state_dir / "status.json").read_text())  # written afresh
+    assert isinstance(state, dict) and state["lifecycle"]["state"] == "stopped"
+
+
+def test_a_corrupt_outbox_is_moved_aside_and_the_run_goes_on(sup: SupervisorRunner) -> None:
+    mgr = DevManager(quiet=True).start()
+    try:
+        sup.state_dir.mkdir()
+        (sup.state_dir / "outbox.sqlite3").write_bytes(b"this is not a database\x00\xff" * 100)
+        config = sup.write(f"""
+            [manager]
+            url = {toml_str(mgr.url)}
+            label = "C.corrupt"
+
+            [[phases]]
+            name = "params"
+            report = "param-done"
+            command = {sh("echo params ok")}
+            """)
+        result = sup.run(config, timeout=30)
+        assert result.returncode == 0, result.output
+        assert "Traceback" not in result.output
+        said = [line for line in result.output.splitlines() if "was unreadable" in line]
+        assert len(said) == 1 and "moved to" in said[0] and "starting clean" in said[0], result.output
+        aside = list(sup.state_dir.glob("outbox.sqlite3.corrupt-*"))
+        assert len(aside) == 1 and aside[0].read_bytes().startswith(b"this is not a database")
+        assert history(mgr) == ["registered", "params_done"]
+    finally:
+        mgr.stop()

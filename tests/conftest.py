@@ -108,6 +108,53 @@ class SupervisorRunner:
                 proc.wait(10)
 
 
+# What the test runner's environment must not leak into a supervisor under test.
+DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "SUPERVISOR_CONFIG")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
+    env.update(extra or {})
+    return env
+
+
+class Console:
+    """A supervisor whose console goes to a file, so a test can watch it while it runs."""
+
+    def __init__(self, sup: SupervisorRunner, config: Path, name: str = "console", env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.path = sup.tmp / f"{name}.txt"
+        with open(self.path, "wb") as out:
+            self.proc = subprocess.Popen([*sup.argv(config), *args], stdout=out, stderr=subprocess.STDOUT,
+                                         env=clean_env(env), cwd=REPO, start_new_session=True)
+        sup.procs.append(self.proc)  # type: ignore[arg-type]
+        self.pid = self.proc.pid
+
+    def text(self) -> str:
+        return self.path.read_bytes().decode("utf-8", errors="replace")
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.text().splitlines()[-n:])
+
+    def wait_text(self, needle: str, timeout: float = 30) -> None:
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
+        if needle not in self.text():
+            pytest.fail(f"no {needle!r} within {timeout}s (exit status {self.proc.poll()}); console:\n{self.tail()}")
+
+    def finish(self, timeout: float = 40) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(self.pid)
+            self.proc.wait(10)
+            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.tail()}")
+
+    def sigkill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
 def kill_tree(pid: int) -> None:
     """SIGKILL a process, its group and its descendants (test cleanup only)."""
     try:

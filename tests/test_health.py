@@ -6,24 +6,20 @@ Prometheus text, the port off or already taken; the verdict line in ``terminatio
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
 import socket
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import psutil
-import pytest
-from conftest import REPO, SupervisorRunner, kill_tree, sh, toml_str, wait_for
+from conftest import Console, SupervisorRunner, sh, toml_str, wait_for
 
 from supervisor.demo import free_port
 from supervisor.health import metrics_text
 
-DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "SUPERVISOR_CONFIG")
 # A sample line of the Prometheus text format: name, optional {labels}, a float value.
 SAMPLE_RE = re.compile(
     r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)'
@@ -31,39 +27,6 @@ SAMPLE_RE = re.compile(
     r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*)?\})?'
     r' (?P<value>[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))$')
 COMMENT_RE = re.compile(r"^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.+)$")
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
-
-
-class Console:
-    """A supervisor whose console goes to a file, so a test can watch it while it runs."""
-
-    def __init__(self, sup: SupervisorRunner, config: Path, name: str = "console") -> None:
-        self.path = sup.tmp / f"{name}.txt"
-        with open(self.path, "wb") as out:
-            self.proc = subprocess.Popen(sup.argv(config), stdout=out, stderr=subprocess.STDOUT, env=clean_env(),
-                                         cwd=REPO, start_new_session=True)
-        sup.procs.append(self.proc)  # type: ignore[arg-type]
-        self.pid = self.proc.pid
-
-    def text(self) -> str:
-        return self.path.read_bytes().decode("utf-8", errors="replace")
-
-    def wait_text(self, needle: str, timeout: float = 20) -> None:
-        with contextlib.suppress(AssertionError):
-            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
-        if needle not in self.text():
-            pytest.fail(f"no {needle!r} within {timeout}s (exit {self.proc.poll()}); console:\n{self.text()[-4000:]}")
-
-    def finish(self, timeout: float = 20) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(self.pid)
-            self.proc.wait(10)
-            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.text()[-4000:]}")
 
 
 def get(port: int, path: str) -> tuple[int, str]:

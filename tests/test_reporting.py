@@ -22,15 +22,25 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import PY, REPO, SupervisorRunner, kill_tree, sh, toml_list, toml_str, wait_for
+from conftest import (
+    DROP_ENV,
+    PY,
+    REPO,
+    Console,
+    SupervisorRunner,
+    clean_env,
+    kill_tree,
+    sh,
+    toml_list,
+    toml_str,
+    wait_for,
+)
 
 from supervisor.demo import demo_config, free_port
 from supervisor.devmanager import DevManager, DevManagerState, _Handler
 
 SPEED = "0.05"
 STATES = ["registered", "params_done", "bench_done", "running"]
-# What the test runner's own environment must not leak into a supervisor under test.
-DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "MGR_TOKEN", "API_TOKEN", "SVC_S")
 EXIT_BENCH_REJECTED = 69
 
 # A cuzk-bench look-alike: 3 proofs, 1.5 proofs/min → 90 proofs/h (min_rate 50 passes).
@@ -46,45 +56,6 @@ print("failed:        0")
 print("throughput:    1.500 proofs/min (40.0s/proof)", flush=True)
 """
 FAKE_RATE = 90.0
-
-
-def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
-    env.update(extra or {})
-    return env
-
-
-class Proc:
-    """A supervisor whose console goes to a file, so that a test can watch it while it runs."""
-
-    def __init__(self, sup: SupervisorRunner, config: Path, env: dict[str, str] | None = None,
-                 name: str = "console") -> None:
-        self.path = sup.tmp / f"{name}.txt"
-        with open(self.path, "wb") as out:
-            self.proc = subprocess.Popen(sup.argv(config), stdout=out, stderr=subprocess.STDOUT, env=clean_env(env),
-                                         cwd=REPO, start_new_session=True)
-        sup.procs.append(self.proc)  # type: ignore[arg-type]
-        self.pid = self.proc.pid
-
-    def text(self) -> str:
-        return self.path.read_bytes().decode("utf-8", errors="replace")
-
-    def wait_text(self, needle: str, timeout: float = 30) -> None:
-        with contextlib.suppress(AssertionError):
-            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
-        if needle not in self.text():
-            pytest.fail(f"no {needle!r} within {timeout}s (exit status {self.proc.poll()}); console:\n{self.tail()}")
-
-    def finish(self, timeout: float = 40) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(self.pid)
-            self.proc.wait(10)
-            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.tail()}")
-
-    def tail(self, n: int = 60) -> str:
-        return "\n".join(self.text().splitlines()[-n:])
 
 
 @pytest.fixture
@@ -297,7 +268,7 @@ def test_manager_down_for_the_whole_lifecycle_then_up(sup: SupervisorRunner,
     assert "min_rate = 50\n" in text
     config = sup.tmp / "demo.toml"
     config.write_text(text.replace("min_rate = 50\n", "min_rate = 50\nbench_gate_s = 1\n"))
-    proc = Proc(sup, config)
+    proc = Console(sup, config)
     proc.wait_text("phase curio: service is up", 40)
     proc.wait_text("manager: running queued")  # logged once the call is in the outbox
     out = proc.text()
@@ -350,7 +321,7 @@ def test_faults_are_retried_until_delivered(sup: SupervisorRunner, managers: Cal
     assert requests.post(mgr.url + "/dev/faults", json=spec, timeout=5).status_code == 200
     config = fast_config(sup, mgr.url, manager="read_timeout_s = 0.5\nconnect_timeout_s = 0.5",
                          service="${SVC_S:-60}")
-    proc = Proc(sup, config)
+    proc = Console(sup, config)
     wait_for(lambda: mgr.state.snapshot()["instances"] and only_instance(mgr)["history"] == STATES, 30, 0.1)
     proc.wait_text("manager: registered: uuid")
     out = proc.text()
@@ -366,12 +337,12 @@ def test_faults_are_retried_until_delivered(sup: SupervisorRunner, managers: Cal
     assert proc.finish(20) == 128 + signal.SIGTERM
 
 
-def _forget_after_registration(sup: SupervisorRunner, mgr: DevManager, manager: str = "") -> Proc:
+def _forget_after_registration(sup: SupervisorRunner, mgr: DevManager, manager: str = "") -> Console:
     """Start a lifecycle whose first phase waits until the manager, restarted fresh, forgot the instance."""
     go = sup.tmp / "go"
     config = fast_config(sup, mgr.url, manager=manager,
                          params=sh(f"while [ ! -e {go} ]; do sleep 0.05; done; echo params ok"))
-    proc = Proc(sup, config)
+    proc = Console(sup, config)
     proc.wait_text("manager: registered: uuid")
     fresh = DevManagerState()  # as after a restart of the manager: it knows no instance
     mgr._server.state = fresh
@@ -416,7 +387,7 @@ def test_sigkill_with_pending_calls_then_restart_delivers_them_once(
         sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
     port = free_port()
     config = fast_config(sup, f"http://127.0.0.1:{port}", manager="bench_gate_s = 0.5")
-    first = Proc(sup, config, env={"SVC_S": "120"}, name="console1")
+    first = Console(sup, config, env={"SVC_S": "120"}, name="console1")
     first.wait_text("manager: running queued")
     pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending"]
     assert [k for k in pending if k != "log"] == ["register", "param-done", "bench-done", "running"]
@@ -428,7 +399,7 @@ def test_sigkill_with_pending_calls_then_restart_delivers_them_once(
             child.kill()
 
     mgr = managers(port)
-    second = Proc(sup, config, env={"SVC_S": "0.5"}, name="console2")
+    second = Console(sup, config, env={"SVC_S": "0.5"}, name="console2")
     assert second.finish(40) == 0, second.tail()
     out = second.text()
     assert re.search(r"outbox \S+ \([4-9]\d* call\(s\) pending\)", out), out
@@ -448,7 +419,7 @@ def test_bench_rejected_by_the_manager_never_starts_production(sup: SupervisorRu
     text = demo_config(sup.tmp, speed=float(SPEED), run_seconds=30.0, manager_url=mgr.url)
     config = sup.tmp / "demo.toml"
     config.write_text(text.replace("min_rate = 50\n", "min_rate = 1e9\n"))
-    proc = Proc(sup, config)
+    proc = Console(sup, config)
     status = proc.finish(60)
     out = proc.text()
     assert status == EXIT_BENCH_REJECTED, out
@@ -464,7 +435,7 @@ def test_late_passed_false_stops_production(sup: SupervisorRunner, managers: Cal
     port = free_port()
     config = fast_config(sup, f"http://127.0.0.1:{port}", manager="bench_gate_s = 0.5", min_rate=1000,
                          service="${SVC_S:-120}")
-    proc = Proc(sup, config)
+    proc = Console(sup, config)
     proc.wait_text("started service/service")
     assert "starting production anyway" in proc.text()
     mgr = managers(port)
@@ -480,7 +451,7 @@ def test_failed_bench_is_reported_at_once(sup: SupervisorRunner, managers: Calla
     mgr = managers()
     config = sup.tmp / "demo.toml"
     config.write_text(demo_config(sup.tmp, speed=float(SPEED), run_seconds=30.0, manager_url=mgr.url))
-    proc = Proc(sup, config, env={"STANDIN_BENCH_FAIL_PROOFS": "2"})
+    proc = Console(sup, config, env={"STANDIN_BENCH_FAIL_PROOFS": "2"})
     status = proc.finish(60)
     out = proc.text()
     assert status != 0, out
@@ -530,7 +501,7 @@ name = "idle"
 kind = "service"
 command = {sh("exec sleep 120")}
 """)
-    proc = Proc(sup, config)
+    proc = Console(sup, config)
     peak = {"rss": 0}
     done = threading.Event()
 
@@ -612,7 +583,7 @@ kind = "oneshot"
 command = {toml_list(["sh", "-c", echo + " >&2; exit 3", "fail", "${API_TOKEN}"])}
 env = {{ API_TOKEN = "{API_SECRET}", DB_PASSWORD = "{PHASE_SECRET}" }}
 """)
-    proc = Proc(sup, config, env={"MGR_TOKEN": MGR_SECRET, "API_TOKEN": API_SECRET})
+    proc = Console(sup, config, env={"MGR_TOKEN": MGR_SECRET, "API_TOKEN": API_SECRET})
     status = proc.finish(30)
     out = proc.text()
     assert status == 3, out

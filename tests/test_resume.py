@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import REPO, SupervisorRunner, kill_tree, sh, toml_str, wait_for
+from conftest import Console, SupervisorRunner, sh, toml_str, wait_for
 
 from supervisor.demo import demo_config, free_port
 from supervisor.devmanager import DevManager
@@ -31,47 +30,6 @@ SPEED = 0.05
 STATES = ["registered", "params_done", "bench_done", "running"]
 TAG_ENV = "PROVER_SUPERVISOR_TAG"
 STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
-DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "SUPERVISOR_CONFIG")
-
-
-def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
-    env.update(extra or {})
-    return env
-
-
-class Console:
-    """A supervisor whose console goes to a file, so a test can watch it while it runs."""
-
-    def __init__(self, sup: SupervisorRunner, config: Path, name: str, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()) -> None:
-        self.path = sup.tmp / f"{name}.txt"
-        with open(self.path, "wb") as out:
-            self.proc = subprocess.Popen([*sup.argv(config), *args], stdout=out, stderr=subprocess.STDOUT,
-                                         env=clean_env(env), cwd=REPO, start_new_session=True)
-        sup.procs.append(self.proc)  # type: ignore[arg-type]
-        self.pid = self.proc.pid
-
-    def text(self) -> str:
-        return self.path.read_bytes().decode("utf-8", errors="replace")
-
-    def wait_text(self, needle: str, timeout: float = 20) -> None:
-        with contextlib.suppress(AssertionError):
-            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
-        if needle not in self.text():
-            pytest.fail(f"no {needle!r} within {timeout}s (exit {self.proc.poll()}); console:\n{self.text()[-5000:]}")
-
-    def finish(self, timeout: float = 30) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(self.pid)
-            self.proc.wait(10)
-            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.text()[-5000:]}")
-
-    def sigkill(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)
-        self.proc.wait(10)
 
 
 def left_behind(state_dir: Path, supervisor_pid: int | None = None) -> list[psutil.Process]:

@@ -8,7 +8,6 @@ file modes, and secrets.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -20,48 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, REPO, SupervisorRunner, kill_tree, sh, toml_str, wait_for
+from conftest import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_str, wait_for
 
 from supervisor.devmanager import DevManager
 from supervisor.status import query
 
 SECRET = "abcd-secret-9999"
-# What the test runner's environment must not leak into a supervisor under test.
-DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "SUPERVISOR_CONFIG")
 NUMBER = (int, float)
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
-
-
-class Console:
-    """A supervisor whose console goes to a file, so a test can watch it while it runs."""
-
-    def __init__(self, sup: SupervisorRunner, config: Path, name: str = "console") -> None:
-        self.path = sup.tmp / f"{name}.txt"
-        with open(self.path, "wb") as out:
-            self.proc = subprocess.Popen(sup.argv(config), stdout=out, stderr=subprocess.STDOUT, env=clean_env(),
-                                         cwd=REPO, start_new_session=True)
-        sup.procs.append(self.proc)  # type: ignore[arg-type]
-        self.pid = self.proc.pid
-
-    def text(self) -> str:
-        return self.path.read_bytes().decode("utf-8", errors="replace")
-
-    def wait_text(self, needle: str, timeout: float = 20) -> None:
-        with contextlib.suppress(AssertionError):
-            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
-        if needle not in self.text():
-            pytest.fail(f"no {needle!r} within {timeout}s (exit {self.proc.poll()}); console:\n{self.text()[-4000:]}")
-
-    def finish(self, timeout: float = 20) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(self.pid)
-            self.proc.wait(10)
-            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.text()[-4000:]}")
 
 
 def status(state_dir: Path, *args: str) -> tuple[int, str, float]:

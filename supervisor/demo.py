@@ -46,7 +46,7 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
                          f'status_listen = "127.0.0.1:{status}"\n')
     env = {"STANDIN_SPEED": str(speed), "STANDIN_PARAM_FILES": "3", "STANDIN_PARAM_BYTES": "2097152",
            "FIL_PROOFS_PARAMETER_CACHE": str(workdir / "params"), "STANDIN_RUN_SECONDS": str(run_seconds),
-           "STANDIN_OOM_LIMIT": "512MiB"}
+           "STANDIN_OOM_LIMIT": "1GiB"}
     if fail == "daemon-crash":
         env["STANDIN_FAIL_CUZK_DAEMON"] = "crash"
     elif fail is not None:
@@ -77,7 +77,7 @@ command = {_toml_list([py, "-m", "supervisor.standins.curio", "fetch-params", "3
 timeout_s = 60
 retries = 1
 backoff_s = 0.5
-stall_s = 20
+stall_s = 5
 progress_path = {_q(str(workdir / "params"))}
 report = "param-done"
 
@@ -87,6 +87,9 @@ kind = "oneshot"
 command = {_toml_list([py, "-m", "supervisor.standins.cuzk_bench", "-a", f"http://127.0.0.1:{listen}",
                        "batch", "-t", "porep", "-c", "6", "-j", "3"])}
 timeout_s = 60
+# Its own cgroup limit where cgroups are writable: `--fail oom` then ends in a real kernel OOM kill
+# (elsewhere the stand-in stops itself at STANDIN_OOM_LIMIT, and the verdict honestly says "signal").
+memory_max = "384MiB"
 parse = "cuzk-bench"
 report = "bench-done"
 log_source = "benchout"

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from .cgroups import fmt_bytes, parse_size
 from .gpu import GpuSample
 
@@ -87,6 +85,8 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
         partitions = _unified(config, budget, available, settings, overrides)
     else:
         partitions = _partition_workers(config, budget, available, overrides)
+    import tomli_w  # only needed where cuzk.toml is generated
+
     merged = _merge(config, overrides)
     bench_j = max(1, min(settings.bench_concurrency, partitions))
     return Generated(merged, tomli_w.dumps(merged), budget, partitions, bench_j)

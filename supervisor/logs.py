@@ -213,9 +213,13 @@ class ChildOutput:
             lines = [self._redact.data(line) for line in lines]
         for tap in self.taps:
             tap(lines)
-        self.ring.extend(lines)
+        maxlen = self.ring.maxlen
+        self.ring.extend(lines[-maxlen:] if maxlen is not None else lines)
         head = clock() + self._prefix
-        self._console.put(b"".join(head + line.rstrip(b"\r") + b"\n" for line in lines))
+        if any(b"\r" in line for line in lines):
+            lines = [line.rstrip(b"\r") for line in lines]
+        # One join over the chunk: head + line + newline for every line, without a per-line concatenation.
+        self._console.put(head + (b"\n" + head).join(lines) + b"\n")
 
     def last_lines(self, n: int | None = None) -> list[str]:
         lines = list(self.ring)[-n:] if n else list(self.ring)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-import tenacity
-
 from .config import ManagerSpec
+
+# requests and tenacity are imported when a client is made, not with this module: a
+# supervisor without a manager should not pay their start-up time and memory.
 
 # Retry pacing for manager calls (seconds): 0.5, 1, 2, ... capped, with jitter.
 RETRY_INITIAL_S = 0.5
@@ -52,6 +52,9 @@ class ManagerClient:
     def __init__(self, spec: ManagerSpec, token: str | None = None) -> None:
         assert spec.url is not None
         self.base = spec.url
+        import requests
+
+        self._requests = requests
         self.timeout = (spec.connect_timeout_s, spec.read_timeout_s)
         self._session = requests.Session()
         self._session.headers["User-Agent"] = USER_AGENT
@@ -64,6 +67,7 @@ class ManagerClient:
                 want_json: bool = True) -> Answer:
         """One attempt. Raises TransientError or PermanentError."""
         url = self.base + path
+        requests = self._requests
         try:
             with self._lock:
                 response = self._session.request(method, url, json=json_body, data=data, headers=headers,
@@ -88,8 +92,9 @@ class ManagerClient:
     def with_retries(self, attempt: Callable[[], Answer], stop: threading.Event,
                      on_retry: Callable[[str, float], None]) -> Answer:
         """Repeat ``attempt`` while it fails transiently, until it succeeds or ``stop`` is set."""
+        import tenacity
 
-        def before_sleep(state: tenacity.RetryCallState) -> None:
+        def before_sleep(state: Any) -> None:  # a tenacity.RetryCallState
             exc = state.outcome.exception() if state.outcome else None
             on_retry(str(exc), state.next_action.sleep if state.next_action else 0.0)
 

@@ -119,12 +119,15 @@ class Child:
         self._stopping = True
         if self.stop_reason is None:
             self.stop_reason = reason
+        sig = self.spec.stop_signal
+        if self.running:
+            # The group first, at once: the tree scan below reads /proc and takes milliseconds.
+            _quiet(os.killpg, self.pid, sig)
         members = self.tree()
         if self.running or members:
-            sig = self.spec.stop_signal
             log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
                 f"grace {self.spec.stop_grace_s:g}s")
-            self._signal_tree(sig, members)
+            self._signal_tree(sig, members, group_done=self.running)
             self._kill_timer = loop.call_later(self.spec.stop_grace_s, lambda: self._kill(loop, log))
         self._check_stopped(loop, log)
 
@@ -155,11 +158,11 @@ class Child:
         for waiter in waiters:
             waiter()
 
-    def _signal_tree(self, sig: int, members: list[psutil.Process]) -> None:
+    def _signal_tree(self, sig: int, members: list[psutil.Process], group_done: bool = False) -> None:
         # The group first, in one atomic call, while it surely still is ours: the
         # leader is alive or a zombie (its pid, hence the pgid, is not reused), or
         # members of the group are still alive.
-        if self.running or any(_pgid(p.pid) == self.pid for p in members):
+        if not group_done and (self.running or any(_pgid(p.pid) == self.pid for p in members)):
             _quiet(os.killpg, self.pid, sig)
         for proc in members:
             if _pgid(proc.pid) != self.pid:

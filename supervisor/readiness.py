@@ -7,10 +7,8 @@ to the loop; the loop stays free to read output and reap.
 
 from __future__ import annotations
 
-import http.client
 import os
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -34,11 +32,14 @@ def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S) -> str | None:
         return _probe_http(check.target, timeout)
     except OSError as exc:
         return f"{check.describe()}: {exc.strerror or exc}"
-    except http.client.HTTPException as exc:
+    except Exception as exc:  # http.client.HTTPException and its kin: a garbled answer is "not ready"
         return f"{check.describe()}: bad HTTP answer: {type(exc).__name__}"
 
 
 def _probe_http(url: str, timeout: float) -> str | None:
+    import http.client  # with ssl, only for configs that probe over HTTP
+    import ssl
+
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if parts.scheme == "https":

@@ -18,7 +18,6 @@ from typing import Any
 from . import status as status_mod
 from .config import Plan
 from .gpu import Gpus
-from .health import HEARTBEAT_S, HealthServer, HealthState, metrics_text
 from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
@@ -180,11 +179,13 @@ def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: SupervisorLog) -> 
 
 
 def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., dict[str, Any]],
-                 log: SupervisorLog) -> HealthServer | None:
+                 log: SupervisorLog) -> Any:
     """Health and metrics on 127.0.0.1:http_port, fed by a heartbeat of the loop."""
     port = plan.supervisor.http_port
     if not port:
         return None
+    from .health import HEARTBEAT_S, HealthServer, HealthState, metrics_text  # only when asked for
+
     state = HealthState()
     try:
         server = HealthServer(port, state)

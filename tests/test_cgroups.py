@@ -625,3 +625,42 @@ def test_real_memory_evidence_per_phase_cgroup_is_made_and_removed() -> None:
     finally:
         evidence.close()
         loop.close()
+
+
+def test_v2_delegation_moves_the_supervisor_into_a_leaf_and_enables_memory_below(tmp_path: Path) -> None:
+    """v2's "no internal processes" rule: per-phase cgroups need the supervisor in a leaf of its own first."""
+    root, proc, cgroup = fake_v2(tmp_path)
+    (cgroup / "cgroup.subtree_control").write_text("")
+    loop = EventLoop()
+    lines: list[str] = []
+    try:
+        evidence = MemoryEvidence(loop, lines.append, "auto", root, proc)
+        assert evidence.mode == "per-phase", evidence.why
+        leaf = cgroup / "supervisor"
+        assert evidence.shared is not None and evidence.shared.path == leaf
+        assert (leaf / "cgroup.procs").read_text() == str(os.getpid())
+        assert (cgroup / "cgroup.subtree_control").read_text() == "+memory"
+        placement = evidence.place("bench", 64 * MiB)
+        assert placement.scope == "phase" and placement.cgroup is not None
+        assert placement.cgroup.path.parent == cgroup  # a sibling of the leaf, under the delegated cgroup
+        assert (placement.cgroup.path / "memory.max").read_text() == str(64 * MiB)
+        # (Removing it is tested on the real v1 cgroupfs: a plain directory holding files cannot be rmdir'ed.)
+    finally:
+        evidence.close()
+        loop.close()
+
+
+def test_v2_without_delegation_falls_back_to_the_shared_counter(tmp_path: Path) -> None:
+    root, proc, cgroup = fake_v2(tmp_path)
+    cgroup.chmod(0o555)  # not delegated: no child cgroup can be made (root ignores modes: use a file instead)
+    (cgroup / "supervisor").write_text("not a directory")
+    loop = EventLoop()
+    try:
+        evidence = MemoryEvidence(loop, lambda _line: None, "auto", root, proc)
+        assert evidence.mode == "shared", evidence.why
+        assert "per-phase cgroups not possible here" in evidence.why
+        assert evidence.shared is not None and evidence.shared.path == cgroup
+    finally:
+        cgroup.chmod(0o755)
+        evidence.close()
+        loop.close()

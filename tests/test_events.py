@@ -1,0 +1,92 @@
+"""The optional events_url: every transition and verdict as newline-delimited JSON, secrets masked."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from conftest import SupervisorRunner, sh, toml_str
+
+from supervisor.devmanager import DevManager
+
+SECRET = "evt-secret-0042"
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.lock:
+            self.server.bodies.append((self.headers.get("Content-Type", ""), body))
+        self.send_response(204)
+        self.end_headers()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Recorder)
+        self.lock = threading.Lock()
+        self.bodies: list[tuple[str, bytes]] = []
+
+
+@pytest.fixture
+def events_server() -> Iterator[_Server]:
+    server = _Server()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_events_url_receives_every_transition_and_verdict(sup: SupervisorRunner, events_server: _Server) -> None:
+    manager = DevManager(quiet=True).start()
+    try:
+        config = sup.write(f"""
+[manager]
+url = {toml_str(manager.url)}
+label = "C.events"
+events_url = "http://127.0.0.1:{events_server.server_address[1]}/events"
+log_push_interval_s = 0.1
+
+[[phases]]
+name = "first"
+command = {sh("echo one")}
+env = {{ API_TOKEN = "{SECRET}" }}
+
+[[phases]]
+name = "second"
+command = {sh("echo $API_TOKEN; exit 4")}
+env = {{ API_TOKEN = "{SECRET}" }}
+""")
+        result = sup.run(config, timeout=60)
+    finally:
+        manager.stop()
+    assert result.returncode == 4, result.output
+    assert all(ctype == "application/x-ndjson" for ctype, _ in events_server.bodies)
+    raw = b"".join(body for _, body in events_server.bodies)
+    assert SECRET.encode() not in raw
+    events = [json.loads(line) for line in raw.decode().splitlines()]
+    assert all({"type", "time", "label", "uuid"} <= set(e) and e["label"] == "C.events" for e in events)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "supervisor" and events[0]["state"] == "started"
+    assert events[-1]["type"] == "supervisor" and events[-1]["state"] == "exiting" and events[-1]["status"] == 4
+    transitions = [(e["phase"], e["state"]) for e in events if e["type"] == "transition"]
+    assert transitions[:4] == [("first", "starting"), ("first", "running"), ("first", "stopping"), ("first", "done")]
+    assert ("second", "failed") in transitions
+    verdicts = {(e["phase"], e["reason"], e["exit_code"]) for e in events if e["type"] == "verdict"}
+    assert verdicts == {("first", "exit_code", 0), ("second", "exit_code", 4)}
+    failed = next(e for e in events if e["type"] == "verdict" and e["phase"] == "second")
+    assert failed["success"] is False and failed["status"] == 4 and failed["last_lines"] == ["***"]
+    # Once registered, events carry the manager's uuid.
+    assert any(e["uuid"] for e in events)

@@ -1,0 +1,589 @@
+#!/usr/bin/env python3
+"""Where ours spends its time on the paths the benchmarks found slow.
+
+    python bench/profile.py [sigterm|exit|startup|logs|rss|feed ...]   # default: all of them
+
+Not part of `bench/run.py`. Runs prover-supervisor as the benchmarks do, but
+through bench/probe.py, which puts timing probes around named functions (no
+change to supervisor/), or under py-spy (installed from PyPI into the bench
+venv, $BENCH_VENV, default /tmp/bench-venv). Prints a summary per scenario and
+writes the raw data under bench/out/profile/.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as bench
+
+
+def boot() -> None:
+    bench.bootstrap(sys.argv[1:], script=__file__)  # re-runs this file under the bench venv
+
+
+OUT = bench.OUT_DIR / "profile"
+PROBE = str(Path(__file__).resolve().with_name("probe.py"))
+
+
+def med(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def ms(x: float | None) -> str:
+    return "–" if x is None else f"{x * 1000:.2f} ms"
+
+
+def probe_run(argv: list[str], probes: list[str], events_path: Path, console: bool = False,
+              **popen) -> subprocess.Popen:
+    env = {**os.environ, "PROBE_OUT": str(events_path), "PROBES": ",".join(probes),
+           "PROBE_CONSOLE": "1" if console else "0"}
+    return subprocess.Popen([OURS_PY, PROBE, *argv], env=env, cwd=bench.SRC, stdin=subprocess.DEVNULL, **popen)
+
+
+def events(path: Path) -> list[tuple[str, float]]:
+    try:
+        return [(k, t) for k, t in json.loads(path.read_text())]
+    except (OSError, ValueError):
+        return []
+
+
+def cfg_args(tool: bench.Ours, child: list[str], tag: str, **kw) -> list[str]:
+    argv = tool.wrap(child, tag, **kw)
+    return argv[argv.index("run"):]  # "run --config F"
+
+
+# ---------------------------------------------------------------------- SIGTERM
+
+
+def prof_sigpatch(tool: bench.Ours, runs: int) -> dict:
+    """SIGTERM → child's handler: current Child.stop vs signal-first, alternating, plus tini, same run."""
+    lat: dict[str, list[float]] = {"current": [], "proposed (sigfirst)": [], "tini": []}
+    for i in range(runs):
+        for label in lat:
+            stamp, ready = bench.WORK / f"p2b-{i}", bench.WORK / f"p2b-{i}.ready"
+            for f in (stamp, ready):
+                f.unlink(missing_ok=True)
+            child = [bench.HELPER, "term", str(stamp), str(ready)]
+            if label == "tini":
+                p = subprocess.Popen(bench.Tini().wrap(child, "w2"), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+            else:
+                env = {**os.environ, "PROBE_OUT": str(bench.WORK / "p2b.json"),
+                       "PROBE_PATCH": "sigfirst" if "sigfirst" in label else ""}
+                p = subprocess.Popen([OURS_PY, PROBE, *cfg_args(tool, child, "w2")], env=env, cwd=bench.SRC,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            bench.wait_for(ready.exists, 20)
+            time.sleep(0.075)
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            got = bench.wait_for(lambda stamp=stamp: bench.read_stamps(stamp), 10, 0.001)
+            p.wait(15)
+            if got:
+                lat[label].append(float(got[0][1]) - t0)
+    return {k: {"p50_ms": round(bench.pct(v, 50) * 1000, 3), "p99_ms": round(bench.pct(v, 99) * 1000, 3),
+                "n": len(v)} for k, v in lat.items()}
+
+
+def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
+    probes = ["supervisor.run:handle_signal", "supervisor.lifecycle:Lifecycle.shutdown",
+              "supervisor.process:find_tree", "supervisor.process:Child.stop", "os:killpg",
+              "supervisor.status:persist", "supervisor.logs:SupervisorLog.__call__"]
+    rows = []
+    for i in range(runs):
+        stamp, ready, ev = bench.WORK / f"p2-{i}", bench.WORK / f"p2-{i}.ready", bench.WORK / f"p2-{i}.json"
+        for f in (stamp, ready, ev):
+            f.unlink(missing_ok=True)
+        p = probe_run(cfg_args(tool, [bench.HELPER, "term", str(stamp), str(ready)], "w2"), probes, ev,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        bench.wait_for(ready.exists, 20)
+        time.sleep(0.075)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        got = bench.wait_for(lambda stamp=stamp: bench.read_stamps(stamp), 10, 0.001)
+        p.wait(15)
+        evs = [(k, t) for k, t in events(ev) if t >= t0]
+        if not got or not evs:
+            continue
+        t_h = float(got[0][1])
+
+        def first(name, evs=evs):
+            return next((t for k, t in evs if k == name), None)
+
+        kill = first("os.killpg:in")
+        before = [(k, t) for k, t in evs if kill is None or t <= kill]
+
+        def spent(name, before=before):
+            ins = [t for k, t in before if k == name + ":in"]
+            outs = [t for k, t in before if k == name + ":out"]
+            return sum(o - i for i, o in zip(ins, outs, strict=False)), len(ins)
+
+        tree_s, tree_n = spent("process.find_tree")
+        persist_s, persist_n = spent("status.persist")
+        log_s, log_n = spent("logs.SupervisorLog.__call__")
+        rows.append({"wake": first("run.handle_signal:in") - t0, "to_killpg": (kill or t_h) - t0,
+                     "handler": t_h - t0, "find_tree_before_kill": tree_s, "find_tree_calls": tree_n,
+                     "persist_before_kill": persist_s, "persist_calls": persist_n,
+                     "log_before_kill": log_s, "log_calls": log_n, "killpg_to_handler": t_h - (kill or t_h)})
+    (OUT / "sigterm.json").write_text(json.dumps(rows, indent=1))
+    keys = rows[0].keys() if rows else []
+    return {k: med([r[k] for r in rows]) for k in keys} | {"runs": len(rows)}
+
+
+# ---------------------------------------------------------------------- exit -> verdict
+
+
+def prof_exit(tool: bench.Ours, runs: int) -> dict:
+    probes = ["supervisor.reaping:Reaper.reap", "supervisor.lifecycle:Phase._child_exited",
+              "supervisor.process:Child.drain_output", "supervisor.memory:MemoryEvidence.report",
+              "supervisor.lifecycle:Runtime.record", "supervisor.status:persist", "supervisor.process:find_tree"]
+    stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
+    lines: list[tuple[bytes, float]] = []
+    r, w = os.pipe()
+    p = probe_run(cfg_args(tool, [bench.HELPER, "exit", str(stamps), "20", "60", "0"], "w1", restart=True), probes, ev,
+                  console=True, stdout=w, stderr=w)
+    os.close(w)
+    watcher = bench.LineWatcher(r, lambda line, t: lines.append((line, t)) if b"ended: phase=w1" in line else None)
+    watcher.start()
+    bench.wait_for(lambda: len(lines) >= runs + 2, 120, 0.05)
+    p.send_signal(signal.SIGTERM)
+    p.wait(20)
+    watcher.join(5)
+    evs = events(ev)
+    by_pid = {int(k): float(v) for k, v in bench.read_stamps(stamps) if k.isdigit()}
+    import re
+
+    rows = []
+    for line, t_read in lines[2:]:
+        pid = int(re.search(rb"pid=(\d+)", line).group(1))
+        t_c = by_pid.get(pid)
+        if t_c is None:
+            continue
+        after = [(k, t) for k, t in evs if t >= t_c]
+
+        def first(name, after=after):
+            return next((t for k, t in after if k == name), None)
+
+        ex_in, ex_out = first("lifecycle.Phase._child_exited:in"), first("lifecycle.Phase._child_exited:out")
+        rec_in = first("lifecycle.Runtime.record:in")
+        written = first("console_verdict_written")
+        inside = [(k, t) for k, t in after if ex_in and ex_out and ex_in <= t <= ex_out]
+
+        def spent(name, inside=inside):
+            ins = [t for k, t in inside if k == name + ":in"]
+            outs = [t for k, t in inside if k == name + ":out"]
+            return sum(o - i for i, o in zip(ins, outs, strict=False))
+
+        rows.append({"to_reap": first("reaping.Reaper.reap:in") - t_c, "to_child_exited": ex_in - t_c,
+                     "drain_output": spent("process.Child.drain_output"),
+                     "memory_report": spent("memory.MemoryEvidence.report"),
+                     "to_record": rec_in - t_c, "console_written": (written or t_read) - t_c,
+                     "bench_read": t_read - t_c, "persist_in_exit_path": spent("status.persist"),
+                     "child_exited_total": ex_out - ex_in})
+    (OUT / "exit.json").write_text(json.dumps(rows, indent=1))
+    keys = rows[0].keys() if rows else []
+    return {k: med([r[k] for r in rows]) for k in keys} | {"runs": len(rows)}
+
+
+# ---------------------------------------------------------------------- startup
+
+
+def prof_startup(tool: bench.Ours, runs: int) -> dict:
+    probes = ["supervisor.cli:load_plan", "supervisor.cli:run", "supervisor.run:prepare_dirs",
+              "supervisor.run:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
+              "supervisor.run:secrets_of", "supervisor.run:claim_init_role", "supervisor.run:protect_from_oom_killer",
+              "supervisor.logs:Console.__init__", "supervisor.run:start_health", "supervisor.gpu:Gpus.__init__",
+              "supervisor.lifecycle:Phase._memory_preflight", "supervisor.lifecycle:Phase.transition",
+              "supervisor.reporting:Reporter.start", "supervisor.logs:SupervisorLog.__call__",
+              "supervisor.status:snapshot", "supervisor.reporting:Reporter.phase_changed",
+              "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.lifecycle:Phase._watch_for_stall",
+              "supervisor.memory:MemoryEvidence.__init__", "supervisor.reporting:Reporter.__init__",
+              "supervisor.run:restore_facts", "supervisor.status:StatusServer.__init__",
+              "supervisor.lifecycle:Lifecycle.start", "supervisor.memory:MemoryEvidence.place",
+              "supervisor.lifecycle:spawn", "subprocess:Popen.__init__", "supervisor.status:persist"]
+    rows = []
+    for i in range(runs):
+        stamps, ev = bench.WORK / f"p6-{i}", bench.WORK / f"p6-{i}.json"
+        for f in (stamps, ev):
+            f.unlink(missing_ok=True)
+        args = cfg_args(tool, [bench.HELPER, "start", str(stamps)], "first")
+        env = {**os.environ, "PROBE_OUT": str(ev), "PROBES": ",".join(probes)}
+        p = subprocess.Popen([bench.HELPER, "stampexec", str(stamps), OURS_PY, PROBE, *args], env=env,
+                             cwd=bench.SRC, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        got = bench.wait_for(lambda stamps=stamps: len(bench.read_stamps(stamps)) >= 2 and bench.read_stamps(stamps),
+                             20, 0.001)
+        p.send_signal(signal.SIGTERM)
+        p.wait(15)
+        evs = events(ev)
+        if not got or not evs:
+            continue
+        t_exec = float(dict(got)["exec"])
+        t_child = float(next(v for k, v in got if k.isdigit()))
+
+        def first(name, evs=evs):
+            return next((t for k, t in evs if k == name), None)
+
+        def dur(name, evs=evs, t_child=t_child):
+            ins = [t for k, t in evs if k == name + ":in" and t <= t_child]
+            outs = [t for k, t in evs if k == name + ":out" and t <= t_child]
+            return sum(o - i for i, o in zip(ins, outs, strict=False))
+
+        row = {"interpreter_start": first("interpreter_ready") - t_exec,
+               "imports": first("imports_done") - first("interpreter_ready"),
+               "load_plan": dur("cli.load_plan"),
+               "run_until_spawn": (first("lifecycle.spawn:in") or t_child) - first("cli.run:in"),
+               "spawn": dur("lifecycle.spawn"), "popen": dur("subprocess.Popen.__init__"),
+               "exec_to_child": t_child - t_exec}
+        for name in probes[2:]:
+            short = name.split(":")[1]
+            if short not in ("run", "spawn", "Popen.__init__", "load_plan"):
+                row[short] = dur(name.split(":")[0].rsplit(".", 1)[-1] + "." + short)
+        rows.append(row)
+    (OUT / "startup.json").write_text(json.dumps(rows, indent=1))
+    keys = rows[0].keys() if rows else []
+    res = {k: med([r[k] for r in rows]) for k in keys} | {"runs": len(rows)}
+    # what the imports are made of
+    imp = subprocess.run([OURS_PY, "-X", "importtime", "-c", "import supervisor.cli, supervisor.run"], cwd=bench.SRC,
+                         stderr=subprocess.PIPE, text=True).stderr
+    (OUT / "importtime.txt").write_text(imp)
+    self_us: dict[str, int] = {}
+    for line in imp.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        parts = line.split("|")
+        try:
+            self_us[parts[2].strip()] = int(parts[0].split(":")[1]), int(parts[1])
+        except ValueError:
+            continue
+    top = sorted(((cum, name) for name, (_, cum) in self_us.items() if name.count(".") == 0 or
+                  name.startswith("supervisor.")), reverse=True)[:18]
+    res["imports_cumulative_top_ms"] = {name: cum / 1000 for cum, name in top}
+    return res
+
+
+# ---------------------------------------------------------------------- logs (py-spy)
+
+
+def py_spy() -> str:
+    exe = bench.BENCH_VENV / "bin" / "py-spy"
+    if not exe.exists():
+        print("[profile] installing from PyPI into", bench.BENCH_VENV, ": py-spy", flush=True)
+        subprocess.run([str(bench.BENCH_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "py-spy"], check=True)
+    return str(exe)
+
+
+def prof_logs(tool: bench.Ours, nbytes: int) -> dict:
+    spy = py_spy()
+    stamps, sink_st = bench.WORK / "p4", bench.WORK / "p4.sink"
+    argv = tool.wrap([bench.HELPER, "spew", str(nbytes), "100", str(stamps)], "spew", kind="oneshot")
+    r, w = os.pipe()
+    s = subprocess.Popen([bench.HELPER, "sink", str(sink_st)], stdin=r)
+    os.close(r)
+    raw = OUT / "logs.pyspy.txt"
+    p = subprocess.Popen(argv, cwd=bench.SRC, stdin=subprocess.DEVNULL, stdout=w, stderr=w)
+    os.close(w)
+    time.sleep(0.4)  # past start-up: the child starts spewing once the supervisor has spawned it
+    spy_p = subprocess.Popen([spy, "record", "--pid", str(p.pid), "--rate", "250", "--threads", "--idle",
+                              "--format", "raw", "--output", str(raw), "--nonblocking"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p.wait(600)
+    spy_p.wait(60)
+    s.wait(60)
+    t0, t1 = bench.stamp_value(stamps, "start"), bench.stamp_value(stamps, "end")
+    stacks = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        stacks[stack] += int(n)
+    total = sum(stacks.values())
+    per_thread: collections.Counter = collections.Counter()
+    self_time: collections.Counter = collections.Counter()
+    inclusive: collections.Counter = collections.Counter()
+    for stack, n in stacks.items():
+        frames = stack.split(";")
+        thread = frames[1] if len(frames) > 1 and frames[1].startswith("thread") else frames[0]
+        body = [f for f in frames if " (" in f]
+        per_thread[thread.split(" ")[0] + " " + ("main" if "<module>" in stack else "console"
+                                                 if "_write_forever" in stack else "other")] += n
+        if body:
+            self_time[_short(body[-1])] += n
+        for f in set(map(_short, body)):
+            inclusive[f] += n
+
+    def pct(c: collections.Counter, k: int) -> dict:
+        return {name: round(100.0 * n / total, 1) for name, n in c.most_common(k)}
+
+    return {"child_run_s": (t1 - t0) if t0 and t1 else None, "samples": total,
+            "threads_pct": pct(per_thread, 6), "self_pct_top": pct(self_time, 15),
+            "inclusive_pct": {k: round(100.0 * inclusive[k] / total, 1) for k in sorted(inclusive, key=inclusive.get,
+                                                                                     reverse=True)
+                              if any(s in k for s in ("feed", "write", "_emit", "split", "put", "_read",
+                                                      "select", "run_once", "clock", "_write_forever", "join",
+                                                      "wait", "redact", "taps"))}}
+
+
+def _short(frame: str) -> str:
+    # "feed (supervisor/logs.py:193)" -> "feed (logs.py:193)"
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit('/', 1)[-1]}" if where else name
+
+
+# ---------------------------------------------------------------------- feed prototype
+
+
+FEED = r"""
+import json, sys, time
+from pathlib import Path
+from supervisor.logs import ChildOutput, Console, LogFile, clock
+total, d = int(sys.argv[1]), Path(sys.argv[2])
+chunk = (b"line " + b"x" * 94 + b"\n") * 655
+reps = total // len(chunk)
+res = {}
+
+class Sink:  # a Console that keeps nothing but counts: the console thread's own cost is not measured here
+    n = 0
+    def put(self, *parts, own=False):
+        self.n += sum(map(len, parts))
+
+def run(label, feed):
+    c0 = time.process_time()
+    for _ in range(reps):
+        feed(chunk)
+    res[label] = (time.process_time() - c0) * (1 << 30) / (reps * len(chunk))
+
+co = ChildOutput("spew/spew", Sink(), LogFile(d / "a.log", 64 << 20), 200)
+run("current ChildOutput.feed", lambda c: co.feed("stdout", c))
+
+# The proposal: no per-line Python objects for the console. Prefix every line with one
+# bytes.replace over the chunk; split only the tail the ring keeps; bytes go to the file
+# unchanged, without a flush per chunk (flushed when the loop goes idle).
+from collections import deque
+f = open(d / "b.log", "ab", buffering=1 << 20)
+ring = deque(maxlen=200)
+sink = Sink()
+partial = [b""]
+def proposed(data, head_label=b" [spew/spew] "):
+    f.write(data)
+    data = partial[0] + data if partial[0] else data
+    cut = data.rfind(b"\n") + 1
+    whole, partial[0] = data[:cut], data[cut:]
+    if not whole:
+        return
+    head = b"\n" + clock() + head_label
+    sink.put(head[1:] + whole[:-1].replace(b"\n", head) + b"\n")
+    ring.extend(whole.rsplit(b"\n", 201)[-201:-1])
+run("proposed: replace + tail split + buffered file", proposed)
+f.close()
+
+# The file alone, as now (write + flush per chunk) and buffered.
+lf = LogFile(d / "c.log", 64 << 20)
+run("LogFile.write alone (flush per chunk)", lf.write)
+g = open(d / "e.log", "ab", buffering=1 << 20)
+run("file write alone, buffered", g.write)
+g.close()
+print(json.dumps(res))
+"""
+
+
+def prof_feed(nbytes: int) -> dict:
+    d = bench.WORK / "feed"
+    d.mkdir(exist_ok=True)
+    r = subprocess.run([OURS_PY, "-c", FEED, str(nbytes), str(d)], cwd=bench.SRC, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    shutil.rmtree(d, ignore_errors=True)
+    try:
+        return {k: round(v, 3) for k, v in json.loads(r.stdout.strip().splitlines()[-1]).items()}
+    except (ValueError, IndexError):
+        return {"error": r.stdout[-500:]}
+
+
+# ---------------------------------------------------------------------- the feed proposal, end to end
+
+
+def logs_through_probe(tool: bench.Ours, nbytes: int, patch: str, i: int) -> dict:
+    stamps, sink_st = bench.WORK / f"p4b-{patch}-{i}", bench.WORK / f"p4b-{patch}-{i}.sink"
+    args = cfg_args(tool, [bench.HELPER, "spew", str(nbytes), "100", str(stamps)], "spew", kind="oneshot")
+    r, w = os.pipe()
+    s = subprocess.Popen([bench.HELPER, "sink", str(sink_st)], stdin=r)
+    os.close(r)
+    env = {**os.environ, "PROBE_OUT": str(bench.WORK / "p4b.json"), "PROBE_PATCH": patch}
+    p = subprocess.Popen([OURS_PY, PROBE, *args], env=env, cwd=bench.SRC, stdin=subprocess.DEVNULL, stdout=w,
+                         stderr=w)
+    os.close(w)
+    _, _, ru = os.wait4(p.pid, 0)
+    p.returncode = 0
+    s.wait(60)
+    t0, t1, cpu = (bench.stamp_value(stamps, k) for k in ("start", "end", "cpu"))
+    lines = int(next((v for k, v in bench.read_stamps(sink_st) if k == "lines"), 0))
+    t_end = bench.stamp_value(sink_st, "endmark") or bench.stamp_value(sink_st, "eof")
+    shutil.rmtree(bench.WORK / "ours-spew" / "log", ignore_errors=True)
+    return {"mb_per_s": lines * 100 / (t_end - t0) / 1e6, "delivered_pct": 100.0 * lines / (nbytes // 100),
+            "child_run_s": t1 - t0, "supervisor_cpu_s": ru.ru_utime + ru.ru_stime - (cpu or 0)}
+
+
+def prof_feedpatch(tool: bench.Ours, nbytes: int, rounds: int = 3) -> dict:
+    """Current feed vs the proposal, alternating, same harness, through a pipe to the C reader."""
+    variants = {"current": "", "minimal (minimalfeed)": "minimalfeed", "proposed (fastfeed)": "fastfeed"}
+    out: dict[str, list[dict]] = {k: [] for k in variants}
+    for i in range(rounds):
+        for label, patch in variants.items():
+            out[label].append(logs_through_probe(tool, nbytes, patch, i))
+    return {k: {m: round(med([r[m] for r in v]), 3) for m in v[0]} for k, v in out.items()} | {"rounds": rounds}
+
+
+# ---------------------------------------------------------------------- the proposals' output = today's output
+
+
+EQUIV = r"""
+import random, sys
+from supervisor import logs
+careful_split, careful_emit = logs.LineSplitter.feed, logs.ChildOutput._emit
+src = open(sys.argv[1]).read()
+ns = {"time": __import__("time")}
+exec(src[src.index("def install_minimal_feed"):src.index("def install_signal_first")], ns)
+exec(src[src.index("def install_fast_feed"):src.index("def install_minimal_feed")], ns)
+class Cap:
+    def __init__(s): s.b = []
+    def put(s, *parts, own=False): s.b.append(b"".join(parts))
+class F:
+    def write(s, d): pass
+    def close(s): pass
+logs.clock = lambda: b"12:00:00.000"
+rng = random.Random(1)
+parts = []
+for i in range(20000):
+    k = rng.random()
+    if k < 0.001: parts.append(b"y" * rng.randint(60000, 200000) + b"\n")   # over MAX_LINE_BYTES
+    elif k < 0.01: parts.append(b"cr line\r\n")
+    else: parts.append(b"l%d " % i + b"x" * rng.randint(0, 300) + b"\n")
+data = b"".join(parts) + b"tail-no-newline"
+def run(patch):
+    careful_feed = logs.ChildOutput.feed
+    if patch: ns[patch]()
+    c = Cap(); o = logs.ChildOutput("a/b", c, F(), 200)
+    pos = 0; r = random.Random(2)
+    while pos < len(data):
+        n = r.choice([1, 50, 4096, 65536, 65536, 262144]); o.feed("stdout", data[pos:pos+n]); pos += n
+    o.close_stream("stdout")
+    logs.ChildOutput.feed = careful_feed; logs.LineSplitter.feed = careful_split; logs.ChildOutput._emit = careful_emit
+    return b"".join(c.b), list(o.ring)
+a = run(None)
+for p in ("install_minimal_feed", "install_fast_feed"):
+    b = run(p); print(p, "console_equal=%s ring_equal=%s" % (a[0] == b[0], a[1] == b[1]))
+"""
+
+
+def prof_equiv() -> dict:
+    """Feed 3.6 MB of mixed lines (over-long, CRLF, unterminated tail) in random read sizes through
+    today's ChildOutput and each proposal: same console bytes, same ring?"""
+    r = subprocess.run([OURS_PY, "-c", EQUIV, PROBE], cwd=bench.SRC, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    return {line.split()[0]: " ".join(line.split()[1:]) for line in r.stdout.splitlines() if line.strip()}
+
+
+# ---------------------------------------------------------------------- idle RSS
+
+
+RSS = r"""
+import importlib, sys
+for m in sys.argv[1:]:
+    importlib.import_module(m)
+import threading
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+print(round(rss(), 2), len(sys.modules))
+"""
+
+
+def prof_rss() -> dict:
+    sets = {
+        "bare interpreter": [],
+        "everything `run` imports now (supervisor.cli, supervisor.run)": ["supervisor.cli", "supervisor.run"],
+        "psutil": ["psutil"],
+        "requests (+urllib3, ssl, email, http.client)": ["requests"],
+        "tenacity": ["tenacity"],
+        "sqlite3": ["sqlite3"],
+        "http.server": ["http.server"],
+        "ssl": ["ssl"],
+        "tomli_w": ["tomli_w"],
+        "http.client": ["http.client"],
+        "urllib.request": ["urllib.request"],
+        "core without the manager/HTTP parts: config, loop, process, reaping, logs, signals, memory, verdict":
+            ["supervisor.config", "supervisor.loop", "supervisor.process", "supervisor.reaping", "supervisor.logs",
+             "supervisor.signals", "supervisor.memory", "supervisor.verdict"],
+    }
+    out = {}
+    for label, mods in sets.items():
+        r = subprocess.run([OURS_PY, "-c", RSS, *mods], cwd=bench.SRC, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        try:
+            rss, nmods = r.stdout.split()
+            out[label] = {"rss_mib": float(rss), "modules": int(nmods)}
+        except ValueError:
+            out[label] = {"error": r.stdout[-300:]}
+    return out
+
+
+# ---------------------------------------------------------------------- main
+
+OURS_PY = ""
+
+
+def main() -> int:
+    global OURS_PY
+    boot()
+    which = sys.argv[1:] or ["sigterm", "sigpatch", "exit", "startup", "logs", "feed",
+                                                            "feedpatch", "equiv", "rss"]
+    OURS_PY = os.environ.get("BENCH_OURS_PYTHON", bench.ours_python())
+    OUT.mkdir(parents=True, exist_ok=True)
+    bench.WORK = Path(tempfile.mkdtemp(prefix="prover-profile-", dir="/dev/shm"))
+    bench.DISK = Path(tempfile.mkdtemp(prefix="prover-profile-", dir="/var/tmp"))
+    bench.make_subreaper()
+    results = {}
+    try:
+        bench.HELPER = bench.compile_helper()
+        bench.Ours.snapshot = bench.snapshot_ours()  # the profiled version of supervisor/, whatever others commit
+        os.environ["PYTHONPATH"] = str(bench.SRC)  # probe.py is a script: sys.path[0] is bench/, not the cwd
+        print(f"[profile] prover-supervisor {bench.Ours.snapshot}", flush=True)
+        results["version"] = bench.Ours.snapshot
+        tool = bench.Ours(OURS_PY)
+        tool.probe_keys()
+        steps = {"sigterm": lambda: prof_sigterm(tool, 40), "exit": lambda: prof_exit(tool, 60),
+                 "startup": lambda: prof_startup(tool, 20), "logs": lambda: prof_logs(tool, bench.GiB),
+                 "feed": lambda: prof_feed(512 * bench.MiB), "rss": prof_rss,
+                 "feedpatch": lambda: prof_feedpatch(tool, bench.GiB),
+                 "sigpatch": lambda: prof_sigpatch(tool, 40), "equiv": prof_equiv}
+        for name in which:
+            print(f"[profile] {name}", flush=True)
+            results[name] = steps[name]()
+            print(json.dumps(results[name], indent=1, default=str), flush=True)
+            bench.reap_strays(0.5)
+    finally:
+        bench.reap_strays(2.0)
+        os.chdir(bench.REPO)
+        shutil.rmtree(bench.WORK, ignore_errors=True)
+        shutil.rmtree(bench.DISK, ignore_errors=True)
+    prev = {}
+    with_prev = OUT / "summary.json"
+    if with_prev.exists():
+        prev = json.loads(with_prev.read_text())
+    with_prev.write_text(json.dumps(prev | results, indent=1, default=str))
+    # the summary the notes quote, kept in git (the raw samples stay in bench/out/profile/)
+    (bench.BENCH_DIR / "profile-summary.json").write_text(json.dumps(prev | results, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import struct
 from dataclasses import dataclass
@@ -276,7 +275,7 @@ _libc: ctypes.CDLL | None = None
 def _libc_handle() -> ctypes.CDLL:
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _libc = ctypes.CDLL(None, use_errno=True)  # the libc already loaded: no ldconfig lookup
     return _libc
 
 

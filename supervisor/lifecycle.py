@@ -669,12 +669,10 @@ class Lifecycle:
         self.exit_status = status
         self.shutdown_reason = why
         self.rt.log(f"shutting down: {why}")
-        for listener in self.on_shutdown:
-            listener(why, status)
         for phase in self.phases:
             phase.abort()
-        alive = [c for c in reversed(self.rt.started) if c.running or c.tree()]
-        remaining = list(alive)
+        # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
+        remaining = list(reversed(self.rt.started))
 
         def next_one() -> None:
             if not remaining:
@@ -683,6 +681,9 @@ class Lifecycle:
             remaining.pop(0).stop(self.rt.loop, self.rt.log, "supervisor shutdown", next_one)
 
         next_one()
+        # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
+        for listener in self.on_shutdown:
+            listener(why, status)
 
     def kill_everything_now(self) -> None:
         """A second shutdown request: no more grace for anyone."""

@@ -14,7 +14,6 @@ children come back to it. Same code path either way.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 from collections.abc import Callable
@@ -116,7 +115,7 @@ def claim_init_role() -> str:
 
 
 def _prctl(option: int, arg: int) -> int:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # the libc already loaded: no ldconfig lookup
     return int(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
 
 

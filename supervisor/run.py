@@ -124,6 +124,8 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
                                    reporter=reporter, usage=usage)
 
     def save_state(*_: object) -> None:
+        # At once, every time (an fsync of a few ms): a SIGKILL right after a phase completed must
+        # not lose the facts that let the next start skip it.
         try:
             status_mod.persist(state_dir, take_snapshot(usage=False))
         except OSError as exc:

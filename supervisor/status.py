@@ -247,7 +247,10 @@ def render(snap: dict[str, Any], live: bool) -> str:
 
 def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle, rt: Runtime,
              reporter: Reporter, usage: bool = True) -> dict[str, Any]:
-    """Everything the status view shows, from the loop's own objects (call it in the loop)."""
+    """Everything the status view shows, from the loop's own objects (call it in the loop).
+
+    ``usage=False`` (the persisted file) leaves out what costs time to measure: the
+    children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds)."""
     redact = rt.redactor.text if rt.redactor else (lambda s: s)
     current = lifecycle.current()
     children = []
@@ -263,7 +266,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                 "last_lines": [redact(line) for line in child.output.last_lines(10)],
             })
     gpus = rt.gpus
-    samples = [vars(s) for s in gpus.sample()] if gpus is not None else []
+    samples = [vars(s) for s in gpus.sample()] if gpus is not None and usage else []
     memory = rt.memory
     mem_snap = memory.shared.snapshot() if memory is not None and memory.shared is not None else None
     if lifecycle.shutting_down:
@@ -288,7 +291,8 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                     # A phase not reached in this run keeps what an earlier run learnt about it.
                     "facts": p.facts or p.previous} for p in lifecycle.phases],
         "children": children,
-        "gpus": {"available": bool(samples), "why": gpus.why if gpus is not None else "not probed",
+        "gpus": {"available": gpus.available if gpus is not None else False,
+                 "why": gpus.why if gpus is not None else "not probed",
                  "samples": samples},
         "memory": {"mode": memory.mode if memory else "unavailable", "why": memory.why if memory else "",
                    "snapshot": mem_snap.describe() if mem_snap else None,

@@ -97,10 +97,6 @@ class Reaper:
             handler = self._owners.pop(pid, None)
             (handler or self._on_orphan)(pid, exit_status)
 
-    @property
-    def watched(self) -> int:
-        return len(self._owners)
-
 
 # ---------------------------------------------------------------- init role
 

@@ -159,6 +159,31 @@ def test_demo_as_pid1(image: str, say: Say) -> None:
     assert "demo finished with exit status 0" in out, out[-3000:]
 
 
+def test_builtin_profile_with_no_config(image: str, say: Say) -> None:
+    """The job the user runs: `run` with no config, the stand-ins on PATH, a dev-manager beside it.
+
+    sh starts the dev-manager and writes the stand-ins, runs the supervisor the image's way
+    (``-I entrypoint.py run``), then asks the dev-manager what it saw."""
+    py = "/opt/prover-supervisor/bin/python"
+    script = (
+        f"{py} -m supervisor dev-manager --port 1235 > /tmp/dev-manager.log 2>&1 & "
+        f"{py} -m supervisor standins --bin-dir /tmp/bin > /dev/null && "
+        "export PATH=/tmp/bin:$PATH MANAGER_URL=http://127.0.0.1:1235 VAST_CONTAINERLABEL=C.4242 "
+        "BENCH_C1=/tmp/bin/c1.json PROVER_MIN_MEMORY=1GiB CUZK_BASELINE=1GiB CUZK_PER_PARTITION=512MiB "
+        "STANDIN_SPEED=0.1 STANDIN_RUN_SECONDS=2 BENCH_COUNT=4 && "
+        "sleep 0.5 && "
+        f"{py} -I /opt/prover-supervisor/entrypoint.py run; status=$?; "
+        f"{py} -c \"import json,urllib.request; s=json.load(urllib.request.urlopen('http://127.0.0.1:1235/dev/state'));"
+        "print('HISTORY', [i['history'] for i in s['instances'].values()])\"; exit $status"
+    )
+    rc, out, took = run("run", "--rm", "--entrypoint", "sh", image, "-c", script)
+    say(f"(e) the built-in profile with stand-ins on PATH: status {rc} in {took:.1f}s")
+    assert rc == 0, out[-6000:]
+    for phase in ("paramfetch", "warmup", "bench", "curio"):
+        assert re.search(rf"phase {phase}: \S+ → done", out), (phase, out[-4000:])
+    assert "HISTORY [['registered', 'params_done', 'bench_done', 'running']]" in out, out[-3000:]
+
+
 def test_oom_kill_inside_a_memory_limited_container(image: str, cfg: Path, say: Say) -> None:
     config = write(cfg, "oom.toml", f"""\
         [supervisor]

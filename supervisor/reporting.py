@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 EXIT_BENCH_REJECTED = 69
 # How long the supervisor's exit waits for the outbox to drain before leaving the rest for the next start.
 EXIT_FLUSH_S = 10.0
+EXIT_STALL_S = 2.0
 # Retries are logged on the first failure, then once every this many.
 RETRY_LOG_EVERY = 10
 
@@ -119,9 +120,17 @@ class Reporter:
         self.push_text("setup", f"prover-supervisor exiting with status {status}: {why}")
         self.event("supervisor", state="exiting", status=status, why=why)
         deadline = time.monotonic() + EXIT_FLUSH_S
-        while self.outbox.pending() and time.monotonic() < deadline and self._thread and self._thread.is_alive():
+        # Wait while calls are going out; a manager that is down gets EXIT_STALL_S, not the whole
+        # EXIT_FLUSH_S (`docker stop` gives the container only so long, and the outbox keeps them).
+        progress_at, left_before = time.monotonic(), self.outbox.pending()
+        while left_before and time.monotonic() < deadline and self._thread and self._thread.is_alive():
             self._wake.set()
             time.sleep(0.05)
+            left = self.outbox.pending()
+            if left < left_before:
+                progress_at, left_before = time.monotonic(), left
+            elif time.monotonic() - progress_at > EXIT_STALL_S:
+                break
         left = self.outbox.pending()
         if left:
             self._log(f"manager: {left} call(s) not delivered yet; they stay in the outbox for the next start")

@@ -623,3 +623,23 @@ command = {sh("echo hello; echo INSTANCE_UUID=$${INSTANCE_UUID:-none}")}
     assert "INSTANCE_UUID=none" in result.output
     assert "lifecycle complete" in result.output
     assert not (sup.state_dir / "outbox.sqlite3").exists()
+
+
+def test_exit_does_not_wait_long_for_a_manager_that_is_down(sup: SupervisorRunner) -> None:
+    """The calls stay in the outbox for the next start; `docker stop` gives a container only so long."""
+    config = sup.write(f"""
+[manager]
+url = "http://127.0.0.1:{free_port()}"
+label = "C.down"
+
+[[phases]]
+name = "quick"
+command = {sh("echo done")}
+""")
+    result = sup.run(config, timeout=60)
+    assert result.returncode == 0, result.output
+    assert "call(s) not delivered yet; they stay in the outbox for the next start" in result.output
+    # A few seconds of trying (connection refused answers at once), never the whole 10 s flush window.
+    assert result.duration < 8, f"took {result.duration:.1f}s to exit with the manager down"
+    pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending"]
+    assert pending[0] == "register" and "log" in pending, pending

@@ -130,6 +130,7 @@ class Phase:
         self.facts: dict[str, Any] = {}  # what a later start needs to resume (persisted in status.json)
         self.previous: dict[str, Any] = {}  # this phase's facts from the last run, if any
         self.hold: str | None = None  # a DONE phase the lifecycle may not go past yet, and why
+        self.started = False  # the lifecycle reached it (a phase stopped before that never started)
         self.bench_result: BenchResult | None = None  # parse = "cuzk-bench": what the output said
         self._bench: BenchParser | None = None
 
@@ -153,6 +154,7 @@ class Phase:
         self._on_change(self)
 
     def start(self) -> None:
+        self.started = True
         resumed = self._resumable()
         if resumed is not None and self.previous.get("bench"):
             try:
@@ -604,7 +606,7 @@ class Lifecycle:
 
     def current(self) -> Phase | None:
         """The phase the lifecycle is at: the last one started."""
-        started = [p for p in self.phases if p.state is not PhaseState.PENDING]
+        started = [p for p in self.phases if p.started]
         return started[-1] if started else None
 
     def _advance(self) -> None:

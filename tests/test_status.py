@@ -314,3 +314,21 @@ def test_status_after_a_sigkill_reads_the_persisted_state(sup: SupervisorRunner)
     assert took < 5
     assert text.startswith("no prover-supervisor is running; last state written "), text
     assert re.search(r"^  work\s+running\s+since", text, re.M), text
+
+
+def test_after_an_early_failure_the_current_phase_is_the_one_that_failed(sup: SupervisorRunner) -> None:
+    """Phases never reached are "stopped" by the shutdown, but the lifecycle was not at them."""
+    config = sup.write(f"""
+[[phases]]
+name = "early"
+command = {sh("exit 3")}
+
+[[phases]]
+name = "late"
+command = {sh("true")}
+""")
+    assert sup.run(config, timeout=30).returncode == 3
+    rc, snap, out = status_json(sup.state_dir)
+    assert rc == 3, out
+    assert snap["lifecycle"]["current"] == "early", out
+    assert [(p["name"], p["state"]) for p in snap["phases"]] == [("early", "failed"), ("late", "stopped")], out

@@ -43,6 +43,24 @@ def pyc(code: str) -> str:
     return toml_list([PY, "-c", textwrap.dedent(code)])
 
 
+# Written into scripts that need it: a pid file appears whole or not at all.
+WRITE_PID = """
+import os as _os
+def write_pid(path, pid=None):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(pid or _os.getpid()))
+    _os.replace(tmp, path)
+"""
+
+
+def py_script(tmp: Path, name: str, code: str, *args: object) -> str:
+    """Write Python ``code`` (with ``write_pid``) to a file; return the TOML argv that runs it."""
+    path = tmp / f"{name}.py"
+    path.write_text(WRITE_PID + textwrap.dedent(code))
+    return toml_list([PY, str(path), *map(str, args)])
+
+
 @dataclass
 class Result:
     returncode: int

@@ -8,32 +8,13 @@ import os
 import re
 import signal
 import socket
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, SupervisorRunner, pid_alive, sh, toml_list, toml_str, wait_for
+from conftest import PY, SupervisorRunner, pid_alive, py_script, sh, toml_list, toml_str, wait_for
 
 # ---------------------------------------------------------------- helpers
-
-# Written into scripts that need it: a pid file appears whole or not at all.
-WRITE_PID = """
-import os as _os
-def write_pid(path, pid=None):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(str(pid or _os.getpid()))
-    _os.replace(tmp, path)
-"""
-
-
-def script(tmp: Path, name: str, code: str, *args: object) -> str:
-    """Write ``code`` to a file and return the TOML argv that runs it (conftest's pyc can't do newlines)."""
-    path = tmp / f"{name}.py"
-    path.write_text(WRITE_PID + textwrap.dedent(code))
-    return toml_list([PY, str(path), *map(str, args)])
-
 
 def verdicts(output: str, kind: str = "FAILED") -> list[dict[str, str]]:
     """The ``[supervisor] FAILED: k=v ...`` (or ``ended:``) lines, as dicts."""
@@ -182,7 +163,7 @@ def test_oneshot_retries_exhausted_fails_with_last_status(sup: SupervisorRunner)
 @pytest.mark.parametrize("ignores_term", [False, True], ids=["dies-on-term", "ignores-term"])
 def test_oneshot_timeout(sup: SupervisorRunner, ignores_term: bool) -> None:
     pidfile = sup.tmp / "pid"
-    cmd = script(sup.tmp, "slow", f"""
+    cmd = py_script(sup.tmp, "slow", f"""
         import signal, sys, time
         if {ignores_term}:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -216,7 +197,7 @@ def test_oneshot_timeout(sup: SupervisorRunner, ignores_term: bool) -> None:
 def test_daemon_tcp_readiness(sup: SupervisorRunner) -> None:
     port = free_port()
     listening = sup.tmp / "listening"
-    daemon = script(sup.tmp, "server", """
+    daemon = py_script(sup.tmp, "server", """
         import socket, sys, time
         port = int(sys.argv[1])
         time.sleep(0.5)
@@ -229,7 +210,7 @@ def test_daemon_tcp_readiness(sup: SupervisorRunner) -> None:
             c, _ = s.accept()
             c.close()
     """, port, listening)
-    cmd = script(sup.tmp, "client", """
+    cmd = py_script(sup.tmp, "client", """
         import socket, sys
         try:
             socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2).close()
@@ -260,7 +241,7 @@ def test_daemon_tcp_readiness(sup: SupervisorRunner) -> None:
 def test_daemon_http_readiness(sup: SupervisorRunner, delay: float, not_yet: int) -> None:
     port = free_port()
     served_503 = sup.tmp / "served_503"
-    daemon = script(sup.tmp, "web", """
+    daemon = py_script(sup.tmp, "web", """
         import http.server, sys, time
         port, delay, not_yet, served_file = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
         time.sleep(delay)
@@ -287,7 +268,7 @@ def test_daemon_http_readiness(sup: SupervisorRunner, delay: float, not_yet: int
 
         http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
     """, port, delay, not_yet, served_503)
-    cmd = script(sup.tmp, "client", """
+    cmd = py_script(sup.tmp, "client", """
         import http.client, sys
         try:  # http.client: no proxy settings from the environment get in the way
             conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=2)
@@ -344,7 +325,7 @@ def test_daemon_never_ready_times_out(sup: SupervisorRunner) -> None:
         command = {sh(f"touch {ran}")}
         [[phases.daemons]]
         name = "mute"
-        command = {script(sup.tmp, "mute", SLEEPER, pidfile)}
+        command = {py_script(sup.tmp, "mute", SLEEPER, pidfile)}
         ready = "tcp://127.0.0.1:{port}"
         ready_timeout_s = 0.5
         stop_grace_s = 1
@@ -387,20 +368,20 @@ def test_daemons_stopped_after_their_phase(sup: SupervisorRunner) -> None:
         command = {sh(f"for i in $(seq 200); do [ -s {d1} ] && [ -s {d2} ] && exit 0; sleep 0.05; done; exit 1")}
         [[phases.daemons]]
         name = "one"
-        command = {script(sup.tmp, "d1", SLEEPER, d1)}
+        command = {py_script(sup.tmp, "d1", SLEEPER, d1)}
         stop_grace_s = 1
         [[phases.daemons]]
         name = "two"
-        command = {script(sup.tmp, "d2", SLEEPER, d2)}
+        command = {py_script(sup.tmp, "d2", SLEEPER, d2)}
         stop_grace_s = 1
 
         [[phases]]
         name = "check1"
-        command = {script(sup.tmp, "check1", CHECK_GONE, d1)}
+        command = {py_script(sup.tmp, "check1", CHECK_GONE, d1)}
 
         [[phases]]
         name = "check2"
-        command = {script(sup.tmp, "check2", CHECK_GONE, d2)}
+        command = {py_script(sup.tmp, "check2", CHECK_GONE, d2)}
     """)
     res = sup.run(config, timeout=30)
     assert res.returncode == 0, res.output
@@ -415,13 +396,13 @@ def test_lifecycle_daemon_survives_into_next_phase(sup: SupervisorRunner) -> Non
         command = {sh(f"for i in $(seq 200); do [ -s {keeper} ] && exit 0; sleep 0.05; done; exit 1")}
         [[phases.daemons]]
         name = "keeper"
-        command = {script(sup.tmp, "keeper", SLEEPER, keeper)}
+        command = {py_script(sup.tmp, "keeper", SLEEPER, keeper)}
         lifetime = "lifecycle"
         stop_grace_s = 1
 
         [[phases]]
         name = "use"
-        command = {script(sup.tmp, "alive", CHECK_ALIVE, keeper)}
+        command = {py_script(sup.tmp, "alive", CHECK_ALIVE, keeper)}
     """)
     res = sup.run(config, timeout=30)
     assert res.returncode == 0, res.output
@@ -521,14 +502,14 @@ def test_service_failing_with_restart_no_fails(sup: SupervisorRunner) -> None:
 
 def test_service_up_lets_next_phase_start_while_it_runs(sup: SupervisorRunner) -> None:
     ready, svc_pid, next_ran = sup.tmp / "svc.ready", sup.tmp / "svc.pid", sup.tmp / "next.ran"
-    svc = script(sup.tmp, "svc", """
+    svc = py_script(sup.tmp, "svc", """
         import sys, time
         write_pid(sys.argv[2])
         time.sleep(0.3)
         write_pid(sys.argv[1])  # ready
         time.sleep(60)
     """, ready, svc_pid)
-    check = script(sup.tmp, "next", """
+    check = py_script(sup.tmp, "next", """
         import os, sys
         os.kill(int(open(sys.argv[1]).read()), 0)  # the service still runs (raises if not)
         open(sys.argv[2], "w").close()
@@ -577,7 +558,7 @@ def test_env_expansion_and_phase_env_reach_children(sup: SupervisorRunner) -> No
             import time
             time.sleep(60)
     """
-    daemon_cmd = script(sup.tmp, "dump", dump, out_daemon, "${SUP_TEST_VALUE}", "stay")
+    daemon_cmd = py_script(sup.tmp, "dump", dump, out_daemon, "${SUP_TEST_VALUE}", "stay")
     command = toml_list([PY, str(sup.tmp / "dump.py"), str(out_cmd), "${SUP_TEST_VALUE}", "x-${SUP_TEST_UNSET:-dflt}"])
     config = sup.write(f"""
         [[phases]]
@@ -615,7 +596,7 @@ def test_env_expansion_and_phase_env_reach_children(sup: SupervisorRunner) -> No
 
 def test_signals_forwarded_to_running_command(sup: SupervisorRunner) -> None:
     got, ready = sup.tmp / "got", sup.tmp / "ready"
-    cmd = script(sup.tmp, "trap", """
+    cmd = py_script(sup.tmp, "trap", """
         import signal, sys, time
         out, wanted = sys.argv[1], {"SIGHUP", "SIGUSR1", "SIGUSR2"}
         seen = set()

@@ -4,28 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import textwrap
 import time
 from pathlib import Path
 
 import psutil
-from conftest import PY, SupervisorRunner, pid_alive, toml_list, toml_str, wait_for
-
-WRITE_PID = """
-import os as _os
-def write_pid(path, pid=None):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(str(pid or _os.getpid()))
-    _os.replace(tmp, path)
-"""
-
-
-def script(tmp: Path, name: str, code: str, *args: object) -> str:
-    """Write ``code`` to a file and return the TOML argv that runs it (conftest's pyc can't do newlines)."""
-    path = tmp / f"{name}.py"
-    path.write_text(WRITE_PID + textwrap.dedent(code))
-    return toml_list([PY, str(path), *map(str, args)])
+from conftest import SupervisorRunner, pid_alive, py_script, toml_str, wait_for
 
 
 def read_pid(path: Path, timeout: float = 20) -> int:
@@ -68,11 +51,11 @@ def test_sigterm_stops_children_in_reverse_order_with_their_stop_signal(sup: Sup
         [[phases]]
         name = "svc"
         kind = "service"
-        command = {script(sup.tmp, "cmd", RECORDER, log, cmd_pid, "SIGTERM", "command")}
+        command = {py_script(sup.tmp, "cmd", RECORDER, log, cmd_pid, "SIGTERM", "command")}
         stop_grace_s = 5
         [[phases.daemons]]
         name = "db"
-        command = {script(sup.tmp, "db", RECORDER, log, db_pid, "SIGINT", "daemon")}
+        command = {py_script(sup.tmp, "db", RECORDER, log, db_pid, "SIGINT", "daemon")}
         stop_signal = "SIGINT"
         stop_grace_s = 5
         ready = {toml_str(str(db_pid))}
@@ -97,7 +80,7 @@ def test_sigterm_stops_children_in_reverse_order_with_their_stop_signal(sup: Sup
 def test_child_ignoring_sigterm_is_killed_after_grace(sup: SupervisorRunner) -> None:
     pidfile = sup.tmp / "pid"
     grace = 1.0
-    cmd = script(sup.tmp, "stubborn", """
+    cmd = py_script(sup.tmp, "stubborn", """
         import signal, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         write_pid(sys.argv[1])
@@ -128,7 +111,7 @@ def test_setsid_grandchild_is_stopped_too(sup: SupervisorRunner) -> None:
     # A middle process starts the grandchild in a session of its own and exits: the grandchild has
     # left both the process group and the parent chain (it is re-parented to the supervisor). It
     # ignores SIGTERM too, so only the SIGKILL after the grace ends it.
-    cmd = script(sup.tmp, "escaper", """
+    cmd = py_script(sup.tmp, "escaper", """
         import os, subprocess, sys, time
         mid = os.fork()
         if mid == 0:
@@ -163,7 +146,7 @@ def test_second_sigterm_during_grace_kills_at_once(sup: SupervisorRunner) -> Non
     config = sup.write(f"""
         [[phases]]
         name = "slowstop"
-        command = {script(sup.tmp, "rec", RECORDER, log, pidfile, "-", "command")}
+        command = {py_script(sup.tmp, "rec", RECORDER, log, pidfile, "-", "command")}
         stop_grace_s = 30
     """)
     proc = sup.start(config)
@@ -182,7 +165,7 @@ def test_second_sigterm_during_grace_kills_at_once(sup: SupervisorRunner) -> Non
 
 def test_sigint_exits_130(sup: SupervisorRunner) -> None:
     pidfile = sup.tmp / "pid"
-    cmd = script(sup.tmp, "idle", "import sys, time\nwrite_pid(sys.argv[1])\ntime.sleep(60)\n", pidfile)
+    cmd = py_script(sup.tmp, "idle", "import sys, time\nwrite_pid(sys.argv[1])\ntime.sleep(60)\n", pidfile)
     config = sup.write(f"""
         [[phases]]
         name = "idle"
@@ -237,10 +220,10 @@ def test_nothing_survives_a_shutdown(sup: SupervisorRunner) -> None:
         [[phases]]
         name = "svc"
         kind = "service"
-        command = {script(sup.tmp, "spawner", SPAWNER, pids, "command")}
+        command = {py_script(sup.tmp, "spawner", SPAWNER, pids, "command")}
         [[phases.daemons]]
         name = "db"
-        command = {script(sup.tmp, "spawner_d", SPAWNER, pids, "daemon")}
+        command = {py_script(sup.tmp, "spawner_d", SPAWNER, pids, "daemon")}
         stop_signal = "SIGINT"
         ready = {toml_str(str(pids) + ".daemon")}
         ready_timeout_s = 20

@@ -110,14 +110,7 @@ class SupervisorRunner:
     def run(self, config: Path, *, timeout: float = 60, pid1: bool = False,
             env: dict[str, str] | None = None) -> Result:
         started = time.monotonic()
-        proc = self.start(config, pid1=pid1, env=env)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
-            out, _ = proc.communicate()
-            pytest.fail(f"supervisor did not finish within {timeout}s; output:\n{out}")
-        return Result(proc.returncode, out, time.monotonic() - started)
+        return finish(self.start(config, pid1=pid1, env=env), started, timeout)
 
     def cleanup(self) -> None:
         for proc in self.procs:
@@ -171,6 +164,17 @@ class Console:
     def sigkill(self) -> None:
         os.kill(self.pid, signal.SIGKILL)
         self.proc.wait(10)
+
+
+def finish(proc: subprocess.Popen[str], started: float, timeout: float = 60) -> Result:
+    """Wait for a supervisor started at ``started`` and collect its output; fail (killing it) past ``timeout``."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, _ = proc.communicate()
+        pytest.fail(f"supervisor did not finish within {timeout}s; output:\n{out}")
+    return Result(proc.returncode, out, time.monotonic() - started)
 
 
 def kill_tree(pid: int) -> None:

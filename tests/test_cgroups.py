@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Result, SupervisorRunner, kill_tree, wait_for
+from conftest import REPO, Result, SupervisorRunner, finish, wait_for
 
 from supervisor.cgroups import (
     V1_UNLIMITED,
@@ -222,16 +222,6 @@ def start_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path) -> sub
     )
     runner.procs.append(proc)
     return proc
-
-
-def finish(proc: subprocess.Popen[str], started: float, timeout: float = 60) -> Result:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        out, _ = proc.communicate()
-        pytest.fail(f"supervisor did not finish within {timeout}s; output:\n{out}")
-    return Result(proc.returncode, out, time.monotonic() - started)
 
 
 def run_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path, timeout: float = 60) -> Result:

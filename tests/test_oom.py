@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, SupervisorRunner, sh, toml_list, wait_for
+from conftest import PY, SupervisorRunner, finish, sh, toml_list, wait_for
 from test_cgroups import (
     MiB,
     alloc_script,
-    finish,
     first_line,
     in_cgroup_argv,
     one_verdict,

@@ -93,6 +93,10 @@ class Runtime:
     verdicts: list[Verdict] = field(default_factory=list)
     on_verdict: list[Callable[[Verdict], None]] = field(default_factory=list)
 
+    def available_memory(self) -> int | None:
+        """The machine's memory for children: the tightest cgroup limit, else MemTotal."""
+        return self.memory.available_memory() if self.memory is not None else mem_total()
+
     def record(self, verdict: Verdict) -> None:
         self.verdicts.append(verdict)
         if verdict.success or verdict.reason == v.STOPPED:
@@ -201,12 +205,16 @@ class Phase:
         if self.bench_result is not None:
             self.facts["bench"] = vars(self.bench_result)
 
+    def _available_memory(self) -> int | None:
+        """What this phase can have: the machine's (cgroup limit or MemTotal), capped by its memory_max."""
+        available = self.rt.available_memory()
+        if self.spec.memory_max is None:
+            return available
+        return self.spec.memory_max if available is None else min(available, self.spec.memory_max)
+
     def _memory_preflight(self) -> bool:
         """Refuse at once a phase that cannot fit in memory, rather than be OOM-killed 10 minutes in."""
-        memory = self.rt.memory
-        available = memory.available_memory() if memory is not None else mem_total()
-        if self.spec.memory_max is not None:  # the phase's own cap is what it will have
-            available = min(available, self.spec.memory_max) if available is not None else self.spec.memory_max
+        available = self._available_memory()
         if available is not None:
             self.extra_env["SUPERVISOR_MEMORY_AVAILABLE_BYTES"] = str(available)
         need = self.spec.min_memory
@@ -231,8 +239,7 @@ class Phase:
         if self.spec.prepare != "cuzk-config" or self.rt.cuzk is None:
             return True
         settings = self.rt.cuzk
-        memory = self.rt.memory
-        available = memory.available_memory() if memory is not None else mem_total()
+        available = self._available_memory()  # the same figure the preflight holds the phase to
         gpus = self.rt.gpus.sample() if self.rt.gpus is not None else []
         try:
             generated = cuzkconf.generate(settings, available or 0, gpus)
@@ -717,8 +724,7 @@ def output_files(path: str) -> dict[str, int] | None:
 def machine_fingerprint(rt: Runtime) -> dict[str, Any]:
     """What makes a benchmark result valid here: the same GPUs and the same memory limit."""
     gpus = rt.gpus.sample() if rt.gpus is not None else []
-    memory = rt.memory.available_memory() if rt.memory is not None else mem_total()
-    return {"gpus": [[g.name, g.memory_total] for g in gpus], "memory": memory}
+    return {"gpus": [[g.name, g.memory_total] for g in gpus], "memory": rt.available_memory()}
 
 
 def shown_command(argv: tuple[str, ...]) -> str:

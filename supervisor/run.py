@@ -104,7 +104,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         child_oom_score_adj=child_oom_score_adj,
         memory=memory, gpus=gpus, redactor=redactor, cuzk=plan.cuzk, state_dir=state_dir, rebench=rebench,
     )
-    reporter = Reporter(plan.manager, Path(plan.supervisor.state_dir), rt, redactor)
+    reporter = Reporter(plan.manager, state_dir, rt, redactor)
     if reporter.enabled:
         rt.ship_lines = reporter.ship_lines
         log.taps.append(reporter.ship_own_line)

@@ -482,19 +482,8 @@ class Phase:
             # The phase succeeded: daemons with lifetime = "lifecycle" live on into the later phases.
             self.kept = [c for c in self.children if c.spec.lifetime == "lifecycle" and c.running]
         self.transition(PhaseState.STOPPING, why or (outcome.detail if outcome else ""))
-        self._stop_children([c for c in reversed(self.children) if c not in self.kept],
-                            "phase attempt over", self._attempt_stopped)
-
-    def _stop_children(self, children: list[Child], reason: str, then: Callable[[], None]) -> None:
-        remaining = list(children)
-
-        def next_one() -> None:
-            if not remaining:
-                then()
-                return
-            remaining.pop(0).stop(self.rt.loop, self.rt.log, reason, next_one)
-
-        next_one()
+        stop_one_by_one(self.rt, [c for c in reversed(self.children) if c not in self.kept],
+                        "phase attempt over", self._attempt_stopped)
 
     def _attempt_stopped(self) -> None:
         if self.state is not PhaseState.STOPPING:
@@ -681,15 +670,7 @@ class Lifecycle:
         for phase in self.phases:
             phase.abort()
         # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
-        remaining = list(reversed(self.rt.started))
-
-        def next_one() -> None:
-            if not remaining:
-                self._finished()
-                return
-            remaining.pop(0).stop(self.rt.loop, self.rt.log, "supervisor shutdown", next_one)
-
-        next_one()
+        stop_one_by_one(self.rt, list(reversed(self.rt.started)), "supervisor shutdown", self._finished)
         # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
         for listener in self.on_shutdown:
             listener(why, status)
@@ -704,6 +685,19 @@ class Lifecycle:
             phase.settle_after_shutdown()
         assert self.exit_status is not None
         self._on_finished(self.exit_status)
+
+
+def stop_one_by_one(rt: Runtime, children: list[Child], reason: str, then: Callable[[], None]) -> None:
+    """Stop each child's tree in the order given, the next only once the previous is gone; then ``then``."""
+    remaining = list(children)
+
+    def next_one() -> None:
+        if not remaining:
+            then()
+            return
+        remaining.pop(0).stop(rt.loop, rt.log, reason, next_one)
+
+    next_one()
 
 
 def output_files(path: str) -> dict[str, int] | None:

@@ -2,7 +2,8 @@
 
 Same routes, states and answers as manager-api.md: ``/register`` (idempotent
 per label while not killed), ``/param-done``, ``/bench-done`` (``passed`` from
-min_rate; a failed bench marks the instance killed), ``/running``,
+min_rate; a failed bench marks the instance killed, with a ``kill_reason`` like the
+real one's, plus the optional ``reason`` field when the supervisor sends one), ``/running``,
 ``/runner-id``, ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
 silently dropped); 400 / 404 / 405 where the real one gives them. It prints
 every call it receives.
@@ -40,7 +41,8 @@ class Instance:
     min_rate: float
     state: str = "registered"
     rate: float | None = None
-    killed_reason: str | None = None
+    kill_reason: str | None = None  # as the manager's DB column: why it was killed
+    killed_at: float | None = None
     history: list[str] = field(default_factory=lambda: ["registered"])
 
 
@@ -238,7 +240,12 @@ class _Handler(BaseHTTPRequestHandler):
         if passed:
             self._move(inst, "bench_done")
         else:
-            inst.killed_reason = f"bench rate {rate:g} < min_rate {inst.min_rate:g}"
+            # The real manager's own text; the optional reason field (README) says what actually failed.
+            inst.kill_reason = f"bench_rate {rate:.1f} below min_rate {inst.min_rate:.1f}"
+            reason = body.get("reason")
+            if isinstance(reason, str) and reason:
+                inst.kill_reason += f"; reason: {reason}"
+            inst.killed_at = time.time()
             self._move(inst, "killed")
         self._send(200, {"ok": True, "passed": passed})
 

@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
+HEAD_CHARS = 200  # of each log push, kept in the call list (``GET /dev/state``)
 POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push")
 
 
@@ -79,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------ plumbing
 
-    def _send(self, status: int, body: Any = None, raw: bytes | None = None) -> None:
+    def _send(self, status: int, body: Any = None, raw: bytes | None = None, head: str | None = None) -> None:
         data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         if status == 204:
             data = b""  # 204 has no body; ``body`` is only what gets printed
@@ -90,7 +91,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if data:
             self.wfile.write(data)
-        self.server.note(self.command, self.path, status, body if raw is None else raw[:80].decode(errors="replace"))
+        self.server.note(self.command, self.path, status, body if raw is None else raw[:80].decode(errors="replace"),
+                         head)
 
     def _body(self, limit: int | None = None) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -271,7 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
             text = per_source.get(source, "") + data.decode("utf-8", errors="replace")
             per_source[source] = text[-LOG_RING_BYTES:]
         lines = data.count(b"\n")
-        self._send(204, f"{source}: {len(data)} bytes, {lines} line(s)")
+        # The start of each push stays in the call list: tests check what was said before a give-up.
+        self._send(204, f"{source}: {len(data)} bytes, {lines} line(s)",
+                   head=data[:HEAD_CHARS].decode(errors="replace"))
 
 
 class _Server(ThreadingHTTPServer):
@@ -283,8 +287,10 @@ class _Server(ThreadingHTTPServer):
         self.state = state
         self.quiet = quiet
 
-    def note(self, method: str, path: str, status: int, body: Any) -> None:
-        entry = {"time": time.time(), "method": method, "path": path, "status": status}
+    def note(self, method: str, path: str, status: int, body: Any, head: str | None = None) -> None:
+        entry: dict[str, Any] = {"time": time.time(), "method": method, "path": path, "status": status}
+        if head is not None:
+            entry["head"] = head
         if not path.startswith("/dev/"):
             with self.state.lock:
                 self.state.calls.append(entry)

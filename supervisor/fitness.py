@@ -107,7 +107,7 @@ def memory_findings(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None,
         if need is not None and limit < need:
             too_big.append((need, Finding(v.INSUFFICIENT_MEMORY, (
                 f"phase {phase.name} needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(limit)} "
-                f"({limit} bytes) is available (cgroup limit, MemTotal or the phase's memory_max)"))))
+                f"({limit} bytes) is available (cgroup limit, MemTotal or its memory_max)"))))
         if phase.prepare == "cuzk-config" and cuzk is not None:
             try:
                 # The very generation the phase runs before each daemon start, on the same figure.

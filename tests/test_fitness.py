@@ -340,3 +340,13 @@ def test_a_warmup_failure_gives_the_instance_up_at_once(machine: Profile) -> Non
     assert "reason=exit_code" in verdict(out, "warmup")
     inst = given_up(machine, "exit_code")
     assert inst["history"] == ["registered", "params_done", "killed"], "not left in params_done for 45 min"
+
+
+def test_a_crashed_daemon_gives_the_instance_up_at_once(machine: Profile) -> None:
+    run = start_in(machine, machine.env(STANDIN_FAIL_CUZK_DAEMON="crash"))
+    out = run.output
+    assert run.returncode != 0, out[-6000:]
+    failed = verdict(out, "warmup")
+    assert "child=cuzk-daemon" in failed and "reason=daemon_died" in failed, failed
+    inst = given_up(machine, "daemon_died")
+    assert inst["history"] == ["registered", "params_done", "killed"], inst

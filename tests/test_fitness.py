@@ -350,3 +350,19 @@ def test_a_crashed_daemon_gives_the_instance_up_at_once(machine: Profile) -> Non
     assert "child=cuzk-daemon" in failed and "reason=daemon_died" in failed, failed
     inst = given_up(machine, "daemon_died")
     assert inst["history"] == ["registered", "params_done", "killed"], inst
+
+
+def test_fitness_keys_are_checked_like_every_other() -> None:
+    from supervisor.config import ConfigError, parse_plan
+
+    phases = '[[phases]]\nname = "a"\ncommand = ["true"]\n'
+    plan = parse_plan('[supervisor]\nrequire_gpus = "${G:-true}"\nmin_param_disk = "85GiB"\nmin_disk = 1024\n'
+                      + phases, "ok.toml", {})
+    assert (plan.supervisor.require_gpus, plan.supervisor.min_param_disk, plan.supervisor.min_disk) == \
+        (True, 85 * GIB, 1024)
+    assert parse_plan(phases, "default.toml", {}).supervisor.require_gpus is False
+    for bad, message in (('require_gpus = "maybe"', "ok.toml: supervisor.require_gpus: must be true or false"),
+                         ('min_param_disk = "lots"', "ok.toml: supervisor.min_param_disk: ")):
+        with pytest.raises(ConfigError) as refused:
+            parse_plan(f"[supervisor]\n{bad}\n" + phases, "ok.toml", {})
+        assert str(refused.value).startswith(message) and "\n" not in str(refused.value), refused.value

@@ -145,7 +145,10 @@ class ManagerSpec:
     log_push_interval_s: float = DEFAULT_LOG_PUSH_INTERVAL_S
     log_backlog_bytes: int = DEFAULT_LOG_BACKLOG_BYTES
     bench_gate_s: float = DEFAULT_BENCH_GATE_S
-    report_bench_failure: bool = True
+    # A failure before production sends bench-done with rate 0: the manager destroys the instance now.
+    give_up_on_failure: bool = True
+    # Send the failure's reason in that bench-done (only for a manager that reads it).
+    bench_done_reason: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,9 @@ class SupervisorSpec:
     cgroup_root: str = DEFAULT_CGROUP_ROOT
     http_port: int = 0  # health and metrics on 127.0.0.1; 0: off
     termination_log: str = DEFAULT_TERMINATION_LOG
+    min_disk: int | None = None  # fitness: free bytes needed under state_dir
+    min_param_disk: int | None = None  # fitness: free bytes needed under the parameter cache (less what is there)
+    require_gpus: bool = False  # fitness: no usable GPU (NVML) means unfit
 
 
 @dataclass(frozen=True)
@@ -486,6 +492,9 @@ _SUPERVISOR_KEYS = {
     "cgroup_root": _Key(_string, DEFAULT_CGROUP_ROOT),
     "http_port": _Key(lambda v, w: _port(_int_text(v), w), 0),
     "termination_log": _Key(_string, DEFAULT_TERMINATION_LOG),
+    "min_disk": _Key(_size),
+    "min_param_disk": _Key(_size),
+    "require_gpus": _Key(lambda v, w: _bool(_bool_text(v), w), False),
 }
 
 
@@ -557,6 +566,13 @@ def _int_text(value: Any) -> Any:
     return int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
 
+def _bool_text(value: Any) -> Any:
+    """true/false given as text (it came from ${VAR} expansion) counts as the boolean."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return value
+
+
 def _table(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: must be a table, got {_describe(value)}")
@@ -573,7 +589,9 @@ _MANAGER_KEYS = {
     "log_push_interval_s": _Key(_positive_seconds, DEFAULT_LOG_PUSH_INTERVAL_S),
     "log_backlog_bytes": _Key(_positive_count, DEFAULT_LOG_BACKLOG_BYTES),
     "bench_gate_s": _Key(_seconds, DEFAULT_BENCH_GATE_S),
-    "report_bench_failure": _Key(_bool, True),
+    "give_up_on_failure": _Key(_bool),
+    "report_bench_failure": _Key(_bool),  # the old name of give_up_on_failure, still accepted
+    "bench_done_reason": _Key(_bool, False),
 }
 
 
@@ -622,6 +640,12 @@ def default_label(environ: Mapping[str, str]) -> str:
 
 def _manager(table: Any, environ: Mapping[str, str]) -> ManagerSpec:
     v = _take(table, "manager", _MANAGER_KEYS)
+    old_name = v.pop("report_bench_failure")
+    if v["give_up_on_failure"] is None:
+        v["give_up_on_failure"] = True if old_name is None else old_name
+    elif old_name is not None and old_name != v["give_up_on_failure"]:
+        raise ConfigError("manager.report_bench_failure: the old name of give_up_on_failure, set to the opposite "
+                          "value; keep one of them")
     if environ.get("MANAGER_URL"):
         v["url"] = _url(environ["MANAGER_URL"], "MANAGER_URL (environment)")
     if v["label"] is None:

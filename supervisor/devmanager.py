@@ -2,7 +2,8 @@
 
 Same routes, states and answers as manager-api.md: ``/register`` (idempotent
 per label while not killed), ``/param-done``, ``/bench-done`` (``passed`` from
-min_rate; a failed bench marks the instance killed), ``/running``,
+min_rate; a failed bench marks the instance killed, with a ``kill_reason`` like the
+real one's, plus the optional ``reason`` field when the supervisor sends one), ``/running``,
 ``/runner-id``, ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
 silently dropped); 400 / 404 / 405 where the real one gives them. It prints
 every call it receives.
@@ -29,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
+HEAD_CHARS = 200  # of each log push, kept in the call list (``GET /dev/state``)
 POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push")
 
 
@@ -40,7 +42,8 @@ class Instance:
     min_rate: float
     state: str = "registered"
     rate: float | None = None
-    killed_reason: str | None = None
+    kill_reason: str | None = None  # as the manager's DB column: why it was killed
+    killed_at: float | None = None
     history: list[str] = field(default_factory=lambda: ["registered"])
 
 
@@ -77,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------ plumbing
 
-    def _send(self, status: int, body: Any = None, raw: bytes | None = None) -> None:
+    def _send(self, status: int, body: Any = None, raw: bytes | None = None, head: str | None = None) -> None:
         data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         if status == 204:
             data = b""  # 204 has no body; ``body`` is only what gets printed
@@ -88,7 +91,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if data:
             self.wfile.write(data)
-        self.server.note(self.command, self.path, status, body if raw is None else raw[:80].decode(errors="replace"))
+        self.server.note(self.command, self.path, status, body if raw is None else raw[:80].decode(errors="replace"),
+                         head)
 
     def _body(self, limit: int | None = None) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -238,7 +242,12 @@ class _Handler(BaseHTTPRequestHandler):
         if passed:
             self._move(inst, "bench_done")
         else:
-            inst.killed_reason = f"bench rate {rate:g} < min_rate {inst.min_rate:g}"
+            # The real manager's own text; the optional reason field (README) says what actually failed.
+            inst.kill_reason = f"bench_rate {rate:.1f} below min_rate {inst.min_rate:.1f}"
+            reason = body.get("reason")
+            if isinstance(reason, str) and reason:
+                inst.kill_reason += f"; reason: {reason}"
+            inst.killed_at = time.time()
             self._move(inst, "killed")
         self._send(200, {"ok": True, "passed": passed})
 
@@ -264,7 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
             text = per_source.get(source, "") + data.decode("utf-8", errors="replace")
             per_source[source] = text[-LOG_RING_BYTES:]
         lines = data.count(b"\n")
-        self._send(204, f"{source}: {len(data)} bytes, {lines} line(s)")
+        # The start of each push stays in the call list: tests check what was said before a give-up.
+        self._send(204, f"{source}: {len(data)} bytes, {lines} line(s)",
+                   head=data[:HEAD_CHARS].decode(errors="replace"))
 
 
 class _Server(ThreadingHTTPServer):
@@ -276,8 +287,10 @@ class _Server(ThreadingHTTPServer):
         self.state = state
         self.quiet = quiet
 
-    def note(self, method: str, path: str, status: int, body: Any) -> None:
-        entry = {"time": time.time(), "method": method, "path": path, "status": status}
+    def note(self, method: str, path: str, status: int, body: Any, head: str | None = None) -> None:
+        entry: dict[str, Any] = {"time": time.time(), "method": method, "path": path, "status": status}
+        if head is not None:
+            entry["head"] = head
         if not path.startswith("/dev/"):
             with self.state.lock:
                 self.state.calls.append(entry)

@@ -1,8 +1,9 @@
 """GPU evidence through NVML (``import pynvml``, from nvidia-ml-py), loaded lazily.
 
-Used for stall detection (did any GPU's utilisation or memory use change?) and
-for the status view. Where NVML is absent (no driver, no GPU, a dev machine)
-the answer is "no GPU", said once, never an error.
+Used for stall detection (did any GPU's utilisation or memory use change?), for
+the status view, and for the fitness check before anything starts (``inventory``:
+is every GPU reachable, and free of other processes?). Where NVML is absent (no
+driver, no GPU, a dev machine) the answer is "no GPU", said once, never an error.
 """
 
 from __future__ import annotations
@@ -10,6 +11,27 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One GPU as the fitness check sees it; ``error`` says why it could not be read."""
+
+    index: int
+    name: str = ""
+    memory_total: int | None = None  # bytes
+    memory_used: int | None = None  # bytes
+    processes: tuple[int, ...] | None = ()  # pids of compute processes on it; None: NVML cannot list them
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """Every GPU NVML counts, readable or not; ``nvml`` False (with ``why``) when NVML itself is absent."""
+
+    nvml: bool
+    why: str
+    devices: tuple[GpuDevice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -27,7 +49,8 @@ class Gpus:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nvml: Any = None
-        self._handles: list[Any] = []
+        self._handles: list[Any] = []  # None where NVML could not give a handle for that index
+        self._handle_errors: dict[int, str] = {}
         self._tried = False
         self.available = False
         self.why = "not probed yet"
@@ -41,7 +64,7 @@ class Gpus:
 
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self._handles = [self._handle(pynvml, i) for i in range(count)]
         except ImportError as exc:
             self.why = f"no GPU: pynvml not installed ({exc})"
             return
@@ -49,8 +72,16 @@ class Gpus:
             self.why = f"no GPU: NVML unavailable ({describe_nvml_error(exc)})"
             return
         self._nvml = pynvml
-        self.available = bool(self._handles)
+        self.available = any(h is not None for h in self._handles)
         self.why = f"{count} GPU(s) via NVML" if count else "no GPU: NVML sees 0 devices"
+
+    def _handle(self, nvml: Any, index: int) -> Any:
+        """One GPU's handle; a GPU that cannot be reached is noted, not fatal to the others."""
+        try:
+            return nvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception as exc:  # pynvml.NVMLError and its per-code subclasses
+            self._handle_errors[index] = describe_nvml_error(exc)
+            return None
 
     def sample(self) -> list[GpuSample]:
         """One sample per GPU; empty when there is no GPU."""
@@ -61,6 +92,8 @@ class Gpus:
             nvml = self._nvml
             samples = []
             for index, handle in enumerate(self._handles):
+                if handle is None:
+                    continue
                 try:
                     util = nvml.nvmlDeviceGetUtilizationRates(handle)
                     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
@@ -70,6 +103,32 @@ class Gpus:
                 samples.append(GpuSample(index, name if isinstance(name, str) else name.decode(),
                                          int(util.gpu), int(mem.used), int(mem.total)))
             return samples
+
+
+    def inventory(self) -> GpuInventory:
+        """Every GPU NVML counts: reachable (handle and memory info), memory used, compute processes on it."""
+        with self._lock:
+            self._init()
+            if self._nvml is None:
+                return GpuInventory(False, self.why)
+            return GpuInventory(True, self.why, tuple(self._device(i, h) for i, h in enumerate(self._handles)))
+
+    def _device(self, index: int, handle: Any) -> GpuDevice:
+        nvml = self._nvml
+        if handle is None:
+            return GpuDevice(index, error=f"no handle: {self._handle_errors.get(index, 'unknown error')}")
+        try:
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            name = nvml.nvmlDeviceGetName(handle)
+        except Exception as exc:  # fallen off the bus, Xid error, reset in progress
+            return GpuDevice(index, error=f"memory info unreadable: {describe_nvml_error(exc)}")
+        processes: tuple[int, ...] | None
+        try:
+            processes = tuple(int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        except Exception:  # not supported on this GPU or driver: the memory figure still tells
+            processes = None
+        return GpuDevice(index, name if isinstance(name, str) else name.decode(), int(mem.total), int(mem.used),
+                         processes)
 
 
 def describe_nvml_error(exc: Exception) -> str:

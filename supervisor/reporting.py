@@ -11,6 +11,10 @@ on the manager, and a SIGKILL of the supervisor loses nothing.
 The one place the lifecycle does wait: production does not start until the
 manager has answered ``bench-done`` (``passed: false`` means the manager is
 destroying the instance), or until ``bench_gate_s`` passed without an answer.
+
+A lifecycle that fails for good before production gives the instance up: the
+manager's API destroys an instance on one call only, ``bench-done`` with a rate
+below min_rate, so that is sent with rate 0, after the failure's reason lines.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ EXIT_FLUSH_S = 10.0
 EXIT_STALL_S = 2.0
 # Retries are logged on the first failure, then once every this many.
 RETRY_LOG_EVERY = 10
+# The give-up's optional ``reason`` field (bench_done_reason): one line, cut to this many characters.
+REASON_MAX_CHARS = 1000
 
 Log = Callable[[str], None]
 
@@ -162,9 +168,6 @@ class Reporter:
             rate = phase.bench_result.rate_per_hour if phase.bench_result else None
             self._queue_once("bench-done", {"rate": rate if rate is not None else 0.0})
             self._hold_production(phase)
-        elif report == "bench-done" and phase.state is PhaseState.FAILED and self.spec.report_bench_failure:
-            # The manager only learns "passed: false" from a rate: tell it now rather than at its 45 min timeout.
-            self._queue_once("bench-done", {"rate": 0.0, "failed": True})
         elif report == "running" and phase.up:
             self._queue_once("running", {})
 
@@ -182,6 +185,30 @@ class Reporter:
             self._hold_production(phase)
             return True
         return False
+
+    def give_up(self, why: str, status: int) -> None:
+        """The lifecycle failed for good before production: ask the manager to destroy the instance now.
+
+        Called as the lifecycle shuts down, after the failure's verdict and the "stopping" line went
+        into the outbox: the manager has the reason in its log before the instance is gone. Without
+        this it keeps paying for the instance until its 45 or 90 min timeout."""
+        lifecycle = self._lifecycle
+        failure = lifecycle.failure if lifecycle is not None else None
+        if not self.enabled or self.outbox is None or lifecycle is None or failure is None or status == 0:
+            return  # no failure (a stop signal, a completed run, the manager's own rejection): nothing to give up
+        if not self.spec.give_up_on_failure:
+            self._log("manager: not giving the instance up (give_up_on_failure = false); the manager's timeout "
+                      "will end it")
+            return
+        if reached_production(lifecycle):
+            return
+        answer = self.outbox.delivered_answer("bench-done")
+        if "bench-done" in self._reported or (isinstance(answer, dict) and answer.get("passed") is True):
+            self._log("manager: bench-done was already sent for this instance; not sending it again to give it up")
+            return
+        reason = self._redactor.text(failure.line())[:REASON_MAX_CHARS]
+        self._queue_once("bench-done", {"rate": 0.0, "failed": True, "reason": reason})
+        self._log(f"manager: giving the instance up ({why}): bench-done with rate 0 after the reason line")
 
     def verdict(self, verdict: Verdict) -> None:
         self.event("verdict", **verdict.to_dict())
@@ -307,8 +334,10 @@ class Reporter:
                 raise TransientError(f"/register answered without a uuid: {str(answer.body)[:100]!r}")
             return answer
         if call.kind == "bench-done":
-            answer = client.request("POST", "/bench-done", json_body={"uuid": self.uuid,
-                                                                       "rate": call.payload.get("rate", 0.0)})
+            body = {"uuid": self.uuid, "rate": call.payload.get("rate", 0.0)}
+            if self.spec.bench_done_reason and call.payload.get("reason"):
+                body["reason"] = call.payload["reason"]  # only for a manager that reads it (README)
+            answer = client.request("POST", "/bench-done", json_body=body)
             if not isinstance(answer.body, dict) or not isinstance(answer.body.get("passed"), bool):
                 raise TransientError(f"/bench-done answered without 'passed': {str(answer.body)[:100]!r}")
             return answer
@@ -366,6 +395,13 @@ class Reporter:
             "last_delivered": self.last_delivered, "last_error": self.last_error,
             "log_backlog": self._logs.backlog() if self._logs else {},
         }
+
+
+def reached_production(lifecycle: Lifecycle) -> bool:
+    """Did the production service (``report = "running"``, else the last service) ever come up?"""
+    production = [p for p in lifecycle.phases if p.spec.report == "running"] or \
+        [p for p in lifecycle.phases if p.spec.kind == "service"][-1:]
+    return any(p.up or p.was_up for p in production)
 
 
 def _with_url(spec: ManagerSpec, url: str) -> ManagerSpec:

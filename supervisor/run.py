@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import fitness
 from . import status as status_mod
 from .config import Plan
 from .gpu import Gpus
@@ -137,10 +138,13 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     health = start_health(plan, loop, lifecycle, take_snapshot, log)
     lifecycle.on_shutdown.append(lambda why, status: reporter.push_text(
         "setup", f"prover-supervisor stopping: {why}") if status != 0 else None)
+    # After the reason lines above: the manager must have the why before it destroys the instance.
+    lifecycle.on_shutdown.append(reporter.give_up)
     inbox = SignalInbox(loop, lambda signum: handle_signal(signum, lifecycle, reaper, log))
     try:
         reporter.start(lifecycle)
-        lifecycle.start()
+        if fit_for_the_lifecycle(plan, rt, lifecycle, log):
+            lifecycle.start()
         if on_start is not None:
             on_start(lifecycle)
         if "status" not in outcome:
@@ -163,6 +167,20 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     console.close()
     os.close(lock_fd)
     return status
+
+
+def fit_for_the_lifecycle(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: SupervisorLog) -> bool:
+    """Check before the first phase (the download) that the machine can run them all; refuse at once if not."""
+    evidence = fitness.gather(plan, rt.memory, rt.gpus or Gpus())
+    findings = fitness.assess(plan.phases, plan.cuzk, evidence)
+    if not findings:
+        log(fitness.describe(evidence))
+        return True
+    verdict = fitness.refusal(findings)
+    rt.record(verdict)
+    lifecycle.failure = verdict
+    lifecycle.shutdown(f"this machine cannot run the lifecycle ({verdict.reason})", verdict.status)
+    return False
 
 
 def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: SupervisorLog) -> None:

@@ -27,10 +27,14 @@ SPAWN_FAILED = "spawn_failed"
 DAEMON_DIED = "daemon_died"
 INSUFFICIENT_MEMORY = "insufficient_memory"
 BENCH_FAILED = "bench_failed"  # cuzk-bench exited 0, but its own output says proofs failed
+INSUFFICIENT_DISK = "insufficient_disk"  # fitness: too little free space for the parameters, PCE or state
+GPU_UNAVAILABLE = "gpu_unavailable"  # fitness: no NVML, a GPU missing, unreachable or taken by another process
 STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
 
 REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
            BENCH_FAILED, STOPPED)
+# Decided by the fitness check before any phase starts (supervisor/fitness.py).
+REASONS += (INSUFFICIENT_DISK, GPU_UNAVAILABLE)
 LAST_LINES = 20
 
 

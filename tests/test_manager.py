@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import wait_for
+from conftest import SupervisorRunner, pyc, sh, toml_str, wait_for
 
 from supervisor import logship, manager
 from supervisor.bench import BenchParser, parse_text
-from supervisor.config import ManagerSpec
+from supervisor.config import ConfigError, ManagerSpec, parse_plan
+from supervisor.demo import free_port
 from supervisor.devmanager import LOG_PUSH_LIMIT, DevManager
 from supervisor.logship import PUSH_MAX_BYTES, Shipper, log_push_sender
 from supervisor.manager import Answer, ManagerClient, PermanentError, TransientError
@@ -644,3 +645,131 @@ def test_devmanager_faults() -> None:
         assert statuses == [500, 500, 200, 200, 0, 200]
     finally:
         devmgr.stop()
+
+
+# ---------------------------------------------------------------- giving the instance up (real supervisor, dev-manager)
+
+BENCH_OK = """
+print("=== Batch Summary ===")
+print("completed:     2")
+print("failed:        0")
+print("throughput:    1.000 proofs/min (60.0s/proof)")
+"""
+_labels = iter(range(1_000_000))
+
+
+def give_up_config(sup: SupervisorRunner, mgr: DevManager, manager_keys: str = "", fetch: str = "true",
+                   production: str | None = None, port: int | None = None, bench: bool = True) -> tuple[Any, str]:
+    """fetch (param-done) → bench (bench-done, 60/h against min_rate 1) → prod (by default a service that fails
+    before it is up)."""
+    label = f"C.give-up-{next(_labels)}"
+    bench_phase = f"""
+        [[phases]]
+        name = "bench"
+        command = {pyc(BENCH_OK)}
+        parse = "cuzk-bench"
+        report = "bench-done"
+        """ if bench else ""
+    config = sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = {toml_str(label)}
+        min_rate = 1
+        bench_gate_s = 5
+        {manager_keys}
+
+        [[phases]]
+        name = "fetch"
+        command = {sh(fetch)}
+        report = "param-done"
+        {bench_phase}
+        [[phases]]
+        name = "prod"
+        kind = "service"
+        restart = "no"
+        command = {production or sh("exit 5")}
+        ready = "tcp://127.0.0.1:{port or free_port()}"
+        report = "running"
+        """)
+    return config, label
+
+
+def instance_of(mgr: DevManager, label: str) -> dict[str, Any]:
+    [inst] = [i for i in mgr.state.snapshot()["instances"].values() if i["label"] == label]
+    return inst
+
+
+def bench_done_calls(mgr: DevManager, before: int) -> int:
+    return sum(1 for c in mgr.state.snapshot()["calls"][before:] if c["path"] == "/bench-done")
+
+
+@pytest.mark.parametrize("switch", ["give_up_on_failure = false", "report_bench_failure = false"])
+def test_give_up_off_leaves_the_instance_to_the_managers_timeout(sup: SupervisorRunner, devmgr: DevManager,
+                                                                 switch: str) -> None:
+    before = len(devmgr.state.snapshot()["calls"])
+    config, label = give_up_config(sup, devmgr, switch, fetch="exit 4")
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 4, result.output
+    assert "manager: not giving the instance up (give_up_on_failure = false)" in result.output
+    assert instance_of(devmgr, label)["history"] == ["registered"]
+    assert bench_done_calls(devmgr, before) == 0
+
+
+def test_the_old_and_new_switch_names_must_agree() -> None:
+    phases = '[[phases]]\nname = "a"\ncommand = ["true"]\n'
+    plan = parse_plan('[manager]\nreport_bench_failure = false\n' + phases, "old.toml", {})
+    assert plan.manager.give_up_on_failure is False
+    assert parse_plan(phases, "default.toml", {}).manager.give_up_on_failure is True
+    with pytest.raises(ConfigError) as refused:
+        parse_plan('[manager]\nreport_bench_failure = false\ngive_up_on_failure = true\n' + phases, "both.toml", {})
+    assert str(refused.value).startswith("both.toml: manager.report_bench_failure: the old name of "
+                                         "give_up_on_failure"), refused.value
+
+
+@pytest.mark.parametrize("send_reason", [True, False])
+def test_bench_done_reason_is_sent_only_when_asked(sup: SupervisorRunner, devmgr: DevManager,
+                                                   send_reason: bool) -> None:
+    config, label = give_up_config(sup, devmgr, f"bench_done_reason = {str(send_reason).lower()}", fetch="exit 4")
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 4, result.output
+    inst = instance_of(devmgr, label)
+    assert inst["history"] == ["registered", "killed"], inst
+    computed = "bench_rate 0.0 below min_rate 1.0"
+    if send_reason:
+        assert inst["kill_reason"].startswith(computed + "; reason: phase=fetch child=fetch "), inst
+        assert "reason=exit_code exit_code=4" in inst["kill_reason"], inst
+    else:
+        assert inst["kill_reason"] == computed, inst
+
+
+def test_a_bench_done_that_passed_is_not_sent_again_to_give_up(sup: SupervisorRunner, devmgr: DevManager) -> None:
+    before = len(devmgr.state.snapshot()["calls"])
+    config, label = give_up_config(sup, devmgr)
+    result = sup.run(config, timeout=30)
+    out = result.output
+    assert result.returncode == 5, out
+    assert "manager: bench-done was already sent for this instance; not sending it again" in out, out
+    assert bench_done_calls(devmgr, before) == 1
+    assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "bench_done"]
+
+
+def test_a_failure_after_production_was_up_is_not_a_give_up(sup: SupervisorRunner, devmgr: DevManager) -> None:
+    # No bench phase: nothing but "production was up" keeps a give-up from killing a running instance.
+    port = free_port()
+    before = len(devmgr.state.snapshot()["calls"])
+    config, label = give_up_config(sup, devmgr, production=pyc(SERVE_THEN_FAIL.replace("PORT", str(port))),
+                                   port=port, bench=False)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 6, result.output
+    assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "running"]
+    assert bench_done_calls(devmgr, before) == 0
+    assert "giving the instance up" not in result.output
+
+
+SERVE_THEN_FAIL = """
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", PORT)); s.listen()
+time.sleep(1.5)
+sys.exit(6)
+"""

@@ -1,5 +1,8 @@
 """The memory preflight: a phase whose ``min_memory`` cannot fit is refused at once, before anything starts.
 
+The fitness check (supervisor/fitness.py) does it before the first phase, for every phase:
+the refusal is a ``phase=fitness`` verdict that names the phase, and no phase runs.
+
 What is available is the tightest of MemTotal and the memory cgroup limits up
 the supervisor's own hierarchy; children are told it in
 ``SUPERVISOR_MEMORY_AVAILABLE_BYTES``. The cgroup cases run the supervisor
@@ -62,19 +65,19 @@ def env_config(runner: SupervisorRunner, min_memory: str, seen: Path) -> Path:
 
 
 def check_refused(out: str, returncode: int, need: int, started: Path) -> int:
-    """The phase ``big`` was refused at once, nothing of it started; returns the available bytes named."""
+    """The phase ``big`` was refused before any phase started; returns the available bytes named."""
     assert returncode != 0, out
-    record = one_verdict(out, "big")
-    assert " reason=insufficient_memory " in record, record
+    record = one_verdict(out, "fitness")
+    assert " reason=insufficient_memory " in record and "phase big needs min_memory=" in record, record
     match = DETAIL_RE.search(record)
     assert match, record
     assert int(match.group(2)) == need
     available = int(match.group(4))
     assert available < need
-    assert "phase big: pending → failed" in out
-    assert "started big/" not in out, "a child of the refused phase was started"
+    assert "phase big: pending → stopped" in out and "phase first: pending → stopped" in out, out
+    assert "[supervisor] started " not in out, "a child was started on a machine found unfit"
     assert not (started / "big").exists() and not (started / "helper").exists()
-    assert (started / "first").exists(), "the phase before it should have run"
+    assert not (started / "first").exists(), "the phase before it must not run either: the machine is unfit"
     assert [r for r in verdict_lines(out) if "reason=insufficient_memory" in r] == [record]
     return available
 
@@ -124,7 +127,7 @@ def test_limit_from_a_real_v1_cgroup(sup: SupervisorRunner) -> None:
         refused = run_in_cgroup(sup, refused_config(sup, "512MiB", started), cg, timeout=30)
         available = check_refused(refused.output, refused.returncode, 512 * MiB, started)
         assert available == 256 * MiB
-        record = one_verdict(refused.output, "big")
+        record = one_verdict(refused.output, "fitness")
         assert "but only 256.0MiB (268435456 bytes) is available" in record, record
         assert "memory available 256.0MiB" in first_line(refused.output, "memory evidence:")
 

@@ -98,6 +98,9 @@ class Profile:
             "SUPERVISOR_LOG_DIR": str(self.log_dir),
             "FIL_PROOFS_PARAMETER_CACHE": str(self.root / "params"),
             "PROVER_MIN_MEMORY": "1GiB",
+            # Fitness on a machine with no GPU and a small disk: stand-ins need neither.
+            "PROVER_MIN_PARAM_DISK": "64MiB",
+            "PROVER_REQUIRE_GPUS": "false",
             "CUZK_BASELINE": "1GiB",
             "CUZK_PER_PARTITION": "512MiB",
             "BENCH_C1": str(self.bin_dir / "c1.json"),
@@ -293,20 +296,20 @@ def test_second_start_resumes_and_rebench_runs_the_bench_again(first: FirstRun) 
 @pytest.mark.skipif(mem_total() is None or mem_total() >= 128 * GIB,  # type: ignore[operator]
                     reason="this machine has the documented 128 GiB: the default preflight passes here")
 def test_default_preflight_refuses_the_warmup_on_a_small_machine(profile: Profile) -> None:
+    """The documented 128 GiB is refused before the download (fitness), and the instance is given up."""
     env = profile.env()
     del env["PROVER_MIN_MEMORY"]
     run = profile.run(env=env)
     out = run.output
     assert run.returncode == 1, out[-6000:]
-    line = verdict(out, "warmup")
-    assert "reason=insufficient_memory" in line and "min_memory=128.0GiB" in line, line
-    assert "phase warmup: pending → failed" in out
-    labels = [label for label, _ in started(out)]
-    assert labels == ["paramfetch/paramfetch"], "nothing of the warm-up may start"
-    assert "cuzk-daemon" not in out.split("phase warmup:", 1)[1]
+    line = verdict(out, "fitness")
+    assert "reason=insufficient_memory" in line and "phase warmup needs min_memory=128.0GiB" in line, line
+    assert "phase paramfetch: pending → stopped" in out
+    assert started(out) == [], "nothing may start on an unfit machine, the download least of all"
+    assert not (profile.root / "params").exists()
     assert not (profile.state_dir / "cuzk.toml").exists()
     inst = profile.instance()
-    assert inst["history"] == ["registered", "params_done"]
+    assert inst["history"] == ["registered", "killed"], inst
     setup = profile.manager.state.snapshot()["logs"].get(inst["uuid"], {}).get("setup", "")
     assert "insufficient_memory" in setup and "128.0GiB" in setup, setup[-2000:]
 

@@ -1,0 +1,237 @@
+"""Fitness: can this machine run the whole lifecycle? Asked once, before any phase starts.
+
+An instance is paid by the hour. One that cannot prove (too little memory for the
+bench, too little disk for the parameters, a GPU missing or taken) must be refused
+before the 85-minute parameter download, not after it. So everything the whole
+lifecycle will need is checked up front, against what the machine has:
+
+- memory: each phase's ``min_memory`` and, for a ``prepare = "cuzk-config"`` phase,
+  what cuzk.toml generation needs (the same ``cuzkconf.generate`` the phase runs), against
+  the memory available (cgroup limit or MemTotal), capped by the phase's ``memory_max``;
+- disk: free space under the parameter cache (``min_param_disk``, less the bytes already
+  there: a resumed fetch needs less) and under ``state_dir`` (``min_disk``); two paths on
+  one filesystem must fit together;
+- GPUs (``require_gpus``): NVML present, as many GPUs as ``$GPU_COUNT`` says, each
+  reachable, none already running another process's work.
+
+``assess`` decides from evidence alone (pure, tested with real-shaped samples);
+``gather`` collects the evidence from the machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from . import cuzkconf
+from . import verdict as v
+from .cgroups import fmt_bytes
+from .config import PhaseSpec, Plan
+from .cuzkconf import CuzkSettings
+from .gpu import GpuInventory
+from .stall import tree_size
+
+PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
+GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance
+# An idle GPU shows some memory used with no process on it (driver context, ECC and row-remap
+# reserves: a few hundred MiB on an H100/H200). More than this is somebody else's work.
+GPU_IDLE_USED_MAX = 1 << 30
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason the machine is unfit; ``detail`` names what is needed and what there is."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """Space the lifecycle will write under ``path``, and what its filesystem has free."""
+
+    what: str  # "parameter cache", "state_dir"
+    path: str
+    need: int  # bytes the lifecycle writes there in all
+    present: int  # bytes already there that count towards ``need`` (a resumed download)
+    free: int | None  # bytes free on its filesystem; None: unreadable
+    device: int | None  # st_dev: needs on one filesystem add up
+
+    @property
+    def left(self) -> int:
+        return max(0, self.need - self.present)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    available_memory: int | None  # cgroup limit or MemTotal; None: unreadable
+    disks: tuple[DiskNeed, ...] = ()
+    gpus: GpuInventory | None = None  # None: GPUs are not required, not probed
+    gpu_count_expected: int | None = None  # $GPU_COUNT
+
+
+class GpuSource(Protocol):
+    """What gathering needs of ``gpu.Gpus``: an inventory (a test may hand in its own)."""
+
+    def inventory(self) -> GpuInventory: ...
+
+
+class MemorySource(Protocol):
+    def available_memory(self) -> int | None: ...
+
+
+# ---------------------------------------------------------------- deciding
+
+
+def assess(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None, evidence: Evidence) -> list[Finding]:
+    """Every reason the machine cannot run these phases to production; empty: fit."""
+    return [
+        *memory_findings(phases, cuzk, evidence.available_memory),
+        *disk_findings(evidence.disks),
+        *gpu_findings(evidence.gpus, evidence.gpu_count_expected),
+    ]
+
+
+def memory_findings(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None,
+                    available: int | None) -> list[Finding]:
+    """At most one finding: the largest ``min_memory`` that does not fit, else the first cuzk.toml that cannot."""
+    if available is None:
+        return []  # nothing to compare with; the phase preflight says so when it runs
+    too_big: list[tuple[int, Finding]] = []
+    cuzk_refusals: list[Finding] = []
+    for phase in phases:
+        limit = available if phase.memory_max is None else min(available, phase.memory_max)
+        need = phase.min_memory
+        if need is not None and limit < need:
+            too_big.append((need, Finding(v.INSUFFICIENT_MEMORY, (
+                f"phase {phase.name} needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(limit)} "
+                f"({limit} bytes) is available (cgroup limit, MemTotal or its memory_max)"))))
+        if phase.prepare == "cuzk-config" and cuzk is not None:
+            try:
+                # The very generation the phase runs before each daemon start, on the same figure.
+                cuzkconf.generate(cuzk, limit, [])
+            except (cuzkconf.DoesNotFit, ValueError) as exc:
+                cuzk_refusals.append(Finding(v.INSUFFICIENT_MEMORY, f"phase {phase.name}: cuzk.toml: {exc}"))
+    if too_big:
+        return [max(too_big, key=lambda item: item[0])[1]]
+    return cuzk_refusals[:1]
+
+
+def disk_findings(disks: tuple[DiskNeed, ...]) -> list[Finding]:
+    """One finding per filesystem whose free space is below what the paths on it need together."""
+    by_device: dict[object, list[DiskNeed]] = {}
+    for disk in disks:
+        by_device.setdefault(disk.device if disk.device is not None else disk.path, []).append(disk)
+    findings = []
+    for group in by_device.values():
+        free = group[0].free
+        left = sum(d.left for d in group)
+        if free is None or free >= left:
+            continue
+        parts = [f"{d.what} {d.path} needs {fmt_bytes(d.left)} ({fmt_bytes(d.need)} less {fmt_bytes(d.present)} "
+                 "already there)" if d.present else f"{d.what} {d.path} needs {fmt_bytes(d.need)}" for d in group]
+        together = f" ({fmt_bytes(left)} together on one filesystem)" if len(group) > 1 else ""
+        findings.append(Finding(v.INSUFFICIENT_DISK, f"{' and '.join(parts)}{together} but only {fmt_bytes(free)} "
+                                                     f"({free} bytes) is free there"))
+    return findings
+
+
+def gpu_findings(gpus: GpuInventory | None, expected: int | None,
+                 idle_used_max: int = GPU_IDLE_USED_MAX) -> list[Finding]:
+    """GPUs the lifecycle needs: NVML present, the expected count, each reachable and not taken."""
+    if gpus is None:
+        return []
+    override = " (set [supervisor] require_gpus = false where no GPU is needed)"
+    if not gpus.nvml:
+        return [Finding(v.GPU_UNAVAILABLE, f"{gpus.why}; this lifecycle needs GPUs{override}")]
+    count = len(gpus.devices)
+    if count == 0:
+        return [Finding(v.GPU_UNAVAILABLE, f"NVML sees 0 GPUs; this lifecycle needs GPUs{override}")]
+    problems = []
+    if expected is not None and count != expected:
+        problems.append(f"NVML sees {count} GPU(s) but {GPU_COUNT_ENV}={expected}")
+    for gpu in gpus.devices:
+        label = f"GPU {gpu.index}" + (f" ({gpu.name})" if gpu.name else "")
+        if gpu.error is not None:
+            problems.append(f"{label} unreachable: {gpu.error}")
+        elif gpu.processes:
+            pids = ", ".join(map(str, gpu.processes[:5]))
+            problems.append(f"{label} is in use by {len(gpu.processes)} other process(es) (pid {pids}), "
+                            f"{fmt_bytes(gpu.memory_used or 0)} of {fmt_bytes(gpu.memory_total or 0)} taken")
+        elif gpu.memory_used is not None and gpu.memory_used > idle_used_max:
+            problems.append(f"{label} has {fmt_bytes(gpu.memory_used)} of {fmt_bytes(gpu.memory_total or 0)} taken "
+                            f"(an idle GPU shows at most {fmt_bytes(idle_used_max)})")
+    return [Finding(v.GPU_UNAVAILABLE, "; ".join(problems))] if problems else []
+
+
+def refusal(findings: list[Finding]) -> v.Verdict:
+    """The verdict of an unfit machine: the first finding's reason, every finding's detail."""
+    return v.without_exit("fitness", "fitness", findings[0].reason, 1,
+                          "unfit before any phase started: " + "; ".join(f.detail for f in findings), attempt=0)
+
+
+# ---------------------------------------------------------------- gathering
+
+
+def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource,
+           environ: Mapping[str, str] = os.environ) -> Evidence:
+    """The machine's side of the check: memory, free disk under the paths the lifecycle fills, GPUs."""
+    sup = plan.supervisor
+    disks = []
+    if sup.min_param_disk is not None:
+        cache = param_cache(plan, environ)
+        if cache is not None:
+            # Bytes already in the cache count: a resumed or finished fetch needs that much less.
+            disks.append(disk_need("parameter cache", cache, sup.min_param_disk, tree_size(cache) or 0))
+    if sup.min_disk is not None:
+        disks.append(disk_need("state_dir", sup.state_dir, sup.min_disk, 0))
+    return Evidence(
+        available_memory=memory.available_memory() if memory is not None else None,
+        disks=tuple(disks),
+        gpus=gpus.inventory() if sup.require_gpus else None,
+        gpu_count_expected=expected_gpu_count(environ),
+    )
+
+
+def param_cache(plan: Plan, environ: Mapping[str, str]) -> str | None:
+    """Where the parameters go: cuzk's param_cache, else $FIL_PROOFS_PARAMETER_CACHE, else the fetch's progress_path."""
+    if plan.cuzk is not None:
+        return plan.cuzk.param_cache
+    named = plan.supervisor.env.get(PARAM_CACHE_ENV) or environ.get(PARAM_CACHE_ENV)
+    if named:
+        return named
+    fetch = next((p for p in plan.phases if p.report == "param-done" and p.progress_path), None)
+    return fetch.progress_path if fetch is not None else None
+
+
+def disk_need(what: str, path: str, need: int, present: int) -> DiskNeed:
+    """Free space where ``path`` is (or will be: its nearest existing parent), and which filesystem."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing) and existing != os.path.dirname(existing):
+        existing = os.path.dirname(existing)
+    try:
+        st = os.statvfs(existing)
+        device = os.stat(existing).st_dev
+    except OSError:
+        return DiskNeed(what, path, need, present, None, None)
+    return DiskNeed(what, path, need, present, st.f_bavail * st.f_frsize, device)
+
+
+def expected_gpu_count(environ: Mapping[str, str]) -> int | None:
+    raw = environ.get(GPU_COUNT_ENV, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def describe(evidence: Evidence) -> str:
+    """One line for the log of a machine found fit: what was compared."""
+    parts = [f"memory {fmt_bytes(evidence.available_memory)}" if evidence.available_memory is not None
+             else "memory unknown"]
+    parts += [f"{d.what} {fmt_bytes(d.free)} free (needs {fmt_bytes(d.left)})" for d in evidence.disks
+              if d.free is not None]
+    if evidence.gpus is None:
+        parts.append("GPUs not required")
+    else:
+        parts.append(evidence.gpus.why)
+    return "fitness: ok: " + ", ".join(parts)

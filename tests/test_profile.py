@@ -252,7 +252,7 @@ def test_profile_runs_the_whole_lifecycle(first: FirstRun) -> None:
     assert re.search(rf"phase=warmup child=cuzk-daemon pid={daemons['warmup/cuzk-daemon']} reason=stopped "
                      r"exit_code=0", out), "the warm-up daemon should end by its SIGINT, not be killed"
     assert got.start() < out.index("started bench/cuzk-daemon"), "restart: the old daemon goes before the new one"
-    assert out.index("[warmup/warmup]   [1/1] COMPLETED") < out.index("started bench/cuzk-daemon")
+    assert out.index("[warmup/warmup] status:    COMPLETED") < out.index("started bench/cuzk-daemon")
     assert_all_gone([pid for _, pid in children])
 
 
@@ -320,7 +320,7 @@ def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile)
     run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
     out = run.output
     assert run.returncode == 1, out[-6000:]
-    assert "[warmup/warmup]   [1/1] COMPLETED" in out
+    assert "[warmup/warmup] status:    COMPLETED" in out
     line = verdict(out, "bench")
     assert "child=bench " in line and "reason=bench_failed" in line and "2 FAILED" in line, line
     assert "failed:        2" in out  # cuzk-bench itself exited 0
@@ -330,6 +330,26 @@ def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile)
     assert "running" not in inst["history"] and "bench_done" not in inst["history"], inst
     setup = profile.manager.state.snapshot()["logs"].get(inst["uuid"], {}).get("setup", "")
     assert "bench_failed" in setup, setup[-2000:]
+
+
+def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Profile) -> None:
+    """``cuzk-bench single`` exits 0 whatever its proof's status: the printed status decides."""
+    wrapper = profile.root / "failing-single"
+    wrapper.write_text('#!/bin/sh\ncase " $* " in *" single "*) STANDIN_BENCH_FAIL_PROOFS=1; '
+                       'export STANDIN_BENCH_FAIL_PROOFS;; esac\nexec cuzk-bench "$@"\n')
+    wrapper.chmod(0o755)
+    run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
+    out = run.output
+    assert run.returncode == 1, out[-6000:]
+    assert "[warmup/warmup] status:    FAILED" in out
+    line = verdict(out, "warmup")
+    assert "child=warmup " in line and "reason=bench_failed" in line and "warm-up proof failed" in line, line
+    assert "started bench/" not in out and "started curio/" not in out
+    assert [name for name, _ in done_phases(out)] == ["paramfetch"]
+    inst = profile.instance()
+    assert inst["history"][:2] == ["registered", "params_done"] and "running" not in inst["history"], inst
+    setup = profile.manager.state.snapshot()["logs"].get(inst["uuid"], {}).get("setup", "")
+    assert "warm-up proof failed" in setup, setup[-2000:]
 
 
 # ---------------------------------------------------------------- the onstart lock

@@ -15,7 +15,7 @@ import signal
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .cgroups import parse_size
-from .cuzkconf import MEMORY_MODELS, PER_PARTITION, UNIFIED_BASELINE, CuzkSettings
+from .cuzkconf import MEMORY_MODELS, PER_PARTITION, PW_BASELINE, PW_PER_WORKER, UNIFIED_BASELINE, CuzkSettings
 
 # Named defaults: every timing value of the plan starts from one of these.
 DEFAULT_STATE_DIR = "/var/lib/prover-supervisor"
@@ -74,13 +74,20 @@ class ConfigError(Exception):
 class ReadyCheck:
     """How to tell that a child is ready: never a log line, always a real probe."""
 
-    kind: str  # "tcp", "http" or "file"
+    kind: str  # "tcp", "http", "file", "unix" (a stream socket accepts), or "any" of ``alternatives``
     target: str  # "host:port", the URL, or the path
     host: str = ""
     port: int = 0
+    alternatives: tuple[ReadyCheck, ...] = ()  # kind "any": ready as soon as one of these is
 
     def describe(self) -> str:
+        if self.kind == "any":
+            return " or ".join(a.describe() for a in self.alternatives)
         return f"{self.kind}://{self.target}" if self.kind != "http" else self.target
+
+
+# ``ready = "cuzk"``: the cuzk-daemon's own readiness, from the [cuzk] table (see cuzk_ready).
+CUZK_READY = "cuzk"
 
 
 @dataclass(frozen=True)
@@ -384,6 +391,8 @@ def parse_signal(value: Any, where: str = "signal") -> int:
 
 def _ready(value: Any, where: str) -> ReadyCheck:
     text = _string(value, where)
+    if text == CUZK_READY:
+        return ReadyCheck(CUZK_READY, CUZK_READY)  # resolved against [cuzk] once it is read
     if text.startswith(("http://", "https://")):
         try:
             parts = urlsplit(text)
@@ -409,7 +418,55 @@ def _ready(value: Any, where: str) -> ReadyCheck:
         return ReadyCheck("file", path)
     if text.startswith("/"):
         return ReadyCheck("file", text)
-    raise ConfigError(f"{where}: {text!r} must be tcp://host:port, http(s)://..., or an absolute file path")
+    raise ConfigError(f"{where}: {text!r} must be tcp://host:port, http(s)://..., an absolute file path, "
+                      f"or \"{CUZK_READY}\"")
+
+
+def cuzk_ready(cuzk: CuzkSettings) -> ReadyCheck:
+    """A cuzk-daemon is ready when its HTTP ``/status`` answers on status_listen, or when its listen
+    address accepts a connection, whichever comes first. Daemons from 13 Mar 2026 have both; the
+    partition-workers builds before them (Feb to 13 Mar 2026) have no status API at all, only the
+    gRPC listen port. Either is proof of readiness (workloads.md), so the check needs no guess of
+    the image's generation, and a wrong CUZK_MEMORY_MODEL cannot leave it waiting forever."""
+    listen = _listen_check(cuzk.listen)
+    status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/")
+    if not status:
+        return listen
+    return ReadyCheck("any", "cuzk", alternatives=(_ready(f"http://{status}/status", "cuzk.status_listen"),
+                                                   listen))
+
+
+def _listen_check(listen: str) -> ReadyCheck:
+    """cuzk's listen, ``unix:///path``, ``http://host:port`` or ``host:port``, as a connect check."""
+    text = listen.strip()
+    if text.startswith("unix://"):
+        path = text[len("unix://") :]
+        if not path.startswith("/"):
+            raise ConfigError(f"cuzk.listen: {listen!r} must name an absolute socket path (unix:///path)")
+        return ReadyCheck("unix", path)
+    try:
+        parts = urlsplit(text if "://" in text else f"tcp://{text}")
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or not port:
+        raise ConfigError(f"cuzk.listen: {listen!r} must be unix:///path, http://host:port or host:port")
+    # A daemon listening on every address is reached on loopback.
+    host = "127.0.0.1" if parts.hostname in ("0.0.0.0", "::") else parts.hostname
+    return ReadyCheck("tcp", f"{host}:{port}", host, port)
+
+
+def _resolve_cuzk_ready(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None) -> tuple[PhaseSpec, ...]:
+    def resolved(child: ChildSpec, where: str) -> ChildSpec:
+        if child.ready is None or child.ready.kind != CUZK_READY:
+            return child
+        if cuzk is None:
+            raise ConfigError(f"{where}.ready: \"{CUZK_READY}\" needs a [cuzk] table (it may be empty)")
+        return replace(child, ready=cuzk_ready(cuzk))
+
+    return tuple(replace(p, command=resolved(p.command, f"phases[{i}]"),
+                         daemons=tuple(resolved(d, f"phases[{i}].daemons[{j}]") for j, d in enumerate(p.daemons)))
+                 for i, p in enumerate(phases))
 
 
 def _url(value: Any, where: str) -> str:
@@ -542,12 +599,15 @@ _CUZK_KEYS = {
     "config_path": _Key(_string),
     "memory_model": _Key(_choice(*MEMORY_MODELS), "unified"),
     "listen": _Key(_string, "http://127.0.0.1:9820"),
-    "status_listen": _Key(_string, "127.0.0.1:9821"),
+    # "" = the daemon serves no status API (ready is then its listen port alone).
+    "status_listen": _Key(lambda v, w: "" if v == "" else _string(v, w), "127.0.0.1:9821"),
     "param_cache": _Key(_string, "/var/tmp/filecoin-proof-parameters"),
     "safety_margin": _Key(_size, 5 << 30),
     "bench_concurrency": _Key(lambda v, w: _positive_count(_int_text(v), w), 5),
     "baseline": _Key(_size, UNIFIED_BASELINE),
     "per_partition": _Key(_size, PER_PARTITION),
+    "pw_baseline": _Key(_size, PW_BASELINE),
+    "pw_per_worker": _Key(_size, PW_PER_WORKER),
     "overrides": _Key(lambda v, w: _table(v, w), None),
 }
 
@@ -605,6 +665,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
         c = _take(raw["cuzk"], "cuzk", _CUZK_KEYS)
         c["config_path"] = c["config_path"] or str(Path(sup.state_dir) / "cuzk.toml")
         cuzk = CuzkSettings(**c)
+    phases = _resolve_cuzk_ready(phases, cuzk)
     for i, phase in enumerate(phases):
         if phase.prepare == "cuzk-config" and cuzk is None:
             raise ConfigError(f"phases[{i}].prepare: \"cuzk-config\" needs a [cuzk] table (it may be empty)")

@@ -1,4 +1,5 @@
-"""Is a daemon ready? Ask it for real: a TCP connect, an HTTP 2xx, or a file that exists.
+"""Is a daemon ready? Ask it for real: a TCP or unix-socket connect, an HTTP 2xx, a file that exists,
+or the first of several of these to pass (cuzk-daemon: its ``/status``, else its listen port).
 
 A log line is never proof (cuzk-daemon prints "ready" before it binds its
 socket). Probes block, so each wait runs in a thread that posts its answer back
@@ -23,17 +24,35 @@ PROBE_TIMEOUT_S = 2.0
 
 def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """None when ready, else a short reason why not."""
+    if check.kind == "any":
+        return _probe_any(check, timeout)
     try:
         if check.kind == "file":
             return None if os.path.exists(check.target) else f"{check.target} does not exist yet"
         if check.kind == "tcp":
             with socket.create_connection((check.host, check.port), timeout=timeout):
                 return None
+        if check.kind == "unix":
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect(check.target)
+                return None
         return _probe_http(check.target, timeout)
     except OSError as exc:
         return f"{check.describe()}: {exc.strerror or exc}"
     except Exception as exc:  # http.client.HTTPException and its kin: a garbled answer is "not ready"
         return f"{check.describe()}: bad HTTP answer: {type(exc).__name__}"
+
+
+def _probe_any(check: ReadyCheck, timeout: float) -> str | None:
+    """Ready as soon as one alternative is; else every reason, joined."""
+    reasons = []
+    for alternative in check.alternatives:
+        why_not = probe(alternative, timeout / max(1, len(check.alternatives)))
+        if why_not is None:
+            return None
+        reasons.append(why_not)
+    return "; ".join(reasons) or "no alternatives to probe"
 
 
 def _probe_http(url: str, timeout: float) -> str | None:

@@ -26,7 +26,7 @@ import psutil
 import pytest
 from conftest import PY, REPO, SupervisorRunner, kill_tree, pyc, wait_for
 
-from supervisor.cgroups import mem_total
+from supervisor.cgroups import mem_total, parse_size
 from supervisor.demo import free_port
 from supervisor.devmanager import DevManager
 from supervisor.run import EXIT_ALREADY_RUNNING
@@ -350,6 +350,40 @@ def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Profile) -
     assert inst["history"][:2] == ["registered", "params_done"] and "running" not in inst["history"], inst
     setup = profile.manager.state.snapshot()["logs"].get(inst["uuid"], {}).get("setup", "")
     assert "warm-up proof failed" in setup, setup[-2000:]
+
+
+# ---------------------------------------------------------------- a Feb-2026 (partition-workers) image
+
+
+def test_feb_2026_daemon_without_a_status_api_reaches_production(profile: Profile) -> None:
+    """The seeds' image: cuzk-daemon has only its listen port (no /status) and obeys partition_workers.
+    Ready is its listen port accepting; pw is sized on this machine's memory with the lowered figures,
+    and the stand-in would SIGKILL itself (as the OOM killer did) were that pw's peak above MemTotal."""
+    env = profile.env(CUZK_MEMORY_MODEL="partition-workers", CUZK_PW_BASELINE="1GiB", CUZK_PW_PER_WORKER="512MiB",
+                      STANDIN_CUZK_GENERATION="feb-2026", STANDIN_PW_BASELINE="1GiB",
+                      STANDIN_PW_PER_WORKER="512MiB", STANDIN_DAEMON_MEMORY=str(mem_total()))
+    run = profile.run(env=env, name="feb-2026")
+    out = run.output
+    assert run.returncode == 0, out[-6000:]
+    assert [name for name, _ in done_phases(out)] == PHASES, done_phases(out)
+    assert profile.instance()["history"] == STATES
+
+    status_port = env["CUZK_STATUS_PORT"]
+    assert "status service listening" not in out, "a Feb-2026 daemon has no status API"
+    assert f"proving service listening on http://127.0.0.1:{env['CUZK_PORT']}" in out
+    for daemon in ("warmup", "bench", "curio"):
+        assert re.search(rf"{daemon}/cuzk-daemon is ready \(.*127\.0\.0\.1:{status_port}/status or "
+                         rf"tcp://127\.0\.0\.1:{env['CUZK_PORT']}\)", out), f"{daemon}:\n{out[-4000:]}"
+
+    written = tomllib.loads((profile.state_dir / "cuzk.toml").read_text())
+    pw = written["synthesis"]["partition_workers"]
+    assert pw >= 1 and "total_budget" in written["memory"], written  # one file for both generations
+    budget = parse_size(written["memory"]["total_budget"])
+    # The peak fits the budget (written in whole MiB), one worker more would not.
+    worker, mib = 512 << 20, 1 << 20
+    assert GIB + pw * worker <= budget + mib and budget < GIB + (pw + 1) * worker + mib, (pw, budget)
+    assert f"synthesis: partition_workers={pw} " in out
+    assert re.search(rf"phase warmup: wrote .*{pw} partition_workers", out), out[-4000:]
 
 
 # ---------------------------------------------------------------- the onstart lock

@@ -255,6 +255,15 @@ def test_profile_runs_the_whole_lifecycle(first: FirstRun) -> None:
     assert out.index("[warmup/warmup] status:    COMPLETED") < out.index("started bench/cuzk-daemon")
     assert_all_gone([pid for _, pid in children])
 
+    # The manager's setup tab starts at the supervisor's first line: role, evidence, manager, in order.
+    setup = prof.manager.state.snapshot()["logs"][inst["uuid"]]["setup"]
+    assert "\x1b" not in setup
+    lines = setup.splitlines()
+    assert lines[0].startswith("[supervisor] prover-supervisor pid "), lines[:3]
+    firsts = [next(i for i, line in enumerate(lines) if key in line)
+              for key in ("memory evidence:", "GPU evidence:", f"manager: {prof.manager.url}", "registered: uuid")]
+    assert firsts == sorted(firsts), firsts
+
 
 def test_second_start_resumes_and_rebench_runs_the_bench_again(first: FirstRun) -> None:
     prof = first.profile
@@ -268,6 +277,11 @@ def test_second_start_resumes_and_rebench_runs_the_bench_again(first: FirstRun) 
         assert done[name].startswith("resumed:"), (name, done[name])
     assert not done["curio"].startswith("resumed"), "production always runs"
     assert f"reusing uuid {uuid}" in out
+    # What the second start resumed is in the manager's setup tab, from its first line on.
+    setup = prof.manager.state.snapshot()["logs"][uuid]["setup"]
+    second_start = setup[setup.index(f"[supervisor] prover-supervisor pid {second.pid} "):]
+    assert f"[supervisor] manager: reusing uuid {uuid}" in second_start
+    assert "[supervisor] phase bench: pending → done (resumed:" in second_start, second_start[-3000:]
     assert prof.calls("/register") == first.register_calls, "a resumed start must not register again"
     assert prof.instance()["uuid"] == uuid
     assert {label for label, _ in started(out)} == {"curio/cuzk-daemon", "curio/curio"}

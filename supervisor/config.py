@@ -422,41 +422,9 @@ def _ready(value: Any, where: str) -> ReadyCheck:
                       f"or \"{CUZK_READY}\"")
 
 
-def cuzk_ready(cuzk: CuzkSettings) -> ReadyCheck:
-    """A cuzk-daemon is ready when its HTTP ``/status`` answers on status_listen, or when its listen
-    address accepts a connection, whichever comes first. Daemons from 13 Mar 2026 have both; the
-    partition-workers builds before them (Feb to 13 Mar 2026) have no status API at all, only the
-    gRPC listen port. Either is proof of readiness (workloads.md), so the check needs no guess of
-    the image's generation, and a wrong CUZK_MEMORY_MODEL cannot leave it waiting forever."""
-    listen = _listen_check(cuzk.listen)
-    status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/")
-    if not status:
-        return listen
-    return ReadyCheck("any", "cuzk", alternatives=(_ready(f"http://{status}/status", "cuzk.status_listen"),
-                                                   listen))
-
-
-def _listen_check(listen: str) -> ReadyCheck:
-    """cuzk's listen, ``unix:///path``, ``http://host:port`` or ``host:port``, as a connect check."""
-    text = listen.strip()
-    if text.startswith("unix://"):
-        path = text[len("unix://") :]
-        if not path.startswith("/"):
-            raise ConfigError(f"cuzk.listen: {listen!r} must name an absolute socket path (unix:///path)")
-        return ReadyCheck("unix", path)
-    try:
-        parts = urlsplit(text if "://" in text else f"tcp://{text}")
-        port = parts.port
-    except ValueError:
-        port = None
-    if not parts.hostname or not port:
-        raise ConfigError(f"cuzk.listen: {listen!r} must be unix:///path, http://host:port or host:port")
-    # A daemon listening on every address is reached on loopback.
-    host = "127.0.0.1" if parts.hostname in ("0.0.0.0", "::") else parts.hostname
-    return ReadyCheck("tcp", f"{host}:{port}", host, port)
-
-
 def _resolve_cuzk_ready(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None) -> tuple[PhaseSpec, ...]:
+    from .readiness import cuzk_ready  # readiness imports this module: resolved here, at load time
+
     def resolved(child: ChildSpec, where: str) -> ChildSpec:
         if child.ready is None or child.ready.kind != CUZK_READY:
             return child

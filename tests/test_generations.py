@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, kill_tree, wait_for
 
-from supervisor.config import ConfigError, ReadyCheck, cuzk_ready, parse_plan
+from supervisor.config import ConfigError, ReadyCheck, parse_plan
 from supervisor.cuzkconf import GIB, CuzkSettings, generate
 from supervisor.demo import free_port
-from supervisor.readiness import probe
+from supervisor.readiness import cuzk_ready, probe
 
 PY = sys.executable
 
@@ -136,6 +136,7 @@ def test_cuzk_ready_needs_a_cuzk_table() -> None:
     ('listen = "nowhere"', "cuzk.listen"),
     ('pw_baseline = "lots"', "cuzk.pw_baseline"),
     ('pw_per_worker = -1', "cuzk.pw_per_worker"),
+    ('status_listen = "nowhere"', "cuzk.status_listen"),
 ])
 def test_bad_cuzk_values_name_their_key(cuzk: str, key: str) -> None:
     with pytest.raises(ConfigError, match=rf"^test: {key}: "):

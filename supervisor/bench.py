@@ -106,3 +106,79 @@ def parse_text(text: str) -> BenchResult:
     for line in text.splitlines():
         parser.feed([line.encode()])
     return parser.result
+
+
+# ---------------------------------------------------------------- cuzk-bench single (the warm-up)
+#
+# ``cuzk-bench single`` prints no per-proof line and no summary, but one result block::
+#
+#     === Proof Result ===
+#     status:    COMPLETED            (or FAILED, CANCELLED, TIMEOUT, UNKNOWN)
+#     job_id:    ...
+#     timings:   total=... ms (...)   (COMPLETED only; else ``error:     <message>``)
+#
+# and it EXITS 0 WHATEVER THE STATUS: only a transport error (no answer at all) exits 1.
+# So the warm-up passes only on a result block whose status is COMPLETED. A ``[k/N] STATUS``
+# proof line (what ``batch`` prints) is read too, so either output shape is judged the same.
+
+_RESULT_HEADER = "=== Proof Result ==="
+_RESULT_FIELD_RE = re.compile(r"^\s*(status|error):\s*(.*?)\s*$")
+GOOD_STATUS = "COMPLETED"
+
+
+@dataclass
+class SingleResult:
+    result_seen: bool = False  # the "=== Proof Result ===" block (or a [k/N] proof line) was printed
+    statuses: list[str] = field(default_factory=list)  # every status read, in order
+    error: str | None = None
+
+    def problem(self) -> str | None:
+        """None when the one proof completed by the tool's own output; else why not."""
+        if not self.statuses:
+            return f"no '{_RESULT_HEADER}' with a status in cuzk-bench's output"
+        bad = [s for s in self.statuses if s != GOOD_STATUS]
+        if bad:
+            error = f" (error: {self.error})" if self.error else ""
+            return f"the proof ended {bad[0]}{error}"
+        return None
+
+    def describe(self) -> str:
+        return f"status={'/'.join(self.statuses) or 'none'}" + (f", error={self.error}" if self.error else "")
+
+
+class SingleProofParser:
+    """``parse = "cuzk-single"``: fed line by line like BenchParser, judged by SingleResult.problem()."""
+
+    def __init__(self) -> None:
+        self.result = SingleResult()
+        self._in_result = False
+
+    def feed(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            self.feed_line(strip_ansi(raw).decode("utf-8", errors="replace"))
+
+    def feed_line(self, line: str) -> None:
+        r = self.result
+        if _RESULT_HEADER in line:
+            r.result_seen = self._in_result = True
+            return
+        proof = _PROOF_RE.match(line)
+        if proof:
+            r.result_seen = self._in_result = True  # an "    error: ..." line may follow it
+            r.statuses.append(proof.group(3))
+            return
+        found = _RESULT_FIELD_RE.match(line) if self._in_result else None
+        if found is None:
+            return
+        key, value = found.group(1), found.group(2)
+        if key == "status":
+            r.statuses.append(value.split()[0].upper() if value else "UNKNOWN")
+        elif key == "error" and r.error is None:
+            r.error = value
+
+
+def parse_single_text(text: str) -> SingleResult:
+    parser = SingleProofParser()
+    for line in text.splitlines():
+        parser.feed([line.encode()])
+    return parser.result

@@ -15,7 +15,7 @@ import signal
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .cgroups import parse_size
-from .cuzkconf import MEMORY_MODELS, PER_PARTITION, UNIFIED_BASELINE, CuzkSettings
+from .cuzkconf import MEMORY_MODELS, PER_PARTITION, PW_BASELINE, PW_PER_WORKER, UNIFIED_BASELINE, CuzkSettings
 
 # Named defaults: every timing value of the plan starts from one of these.
 DEFAULT_STATE_DIR = "/var/lib/prover-supervisor"
@@ -50,7 +50,7 @@ REPORTS = ("param-done", "bench-done", "running")
 PREPARES = ("cuzk-config",)
 RESUMES = ("no", "outputs", "machine")
 DEFAULT_RESUME_MAX_AGE_S = 86400.0
-PARSERS = ("cuzk-bench",)
+PARSERS = ("cuzk-bench", "cuzk-single")  # a batch with its summary; one proof's result block
 DEFAULT_MANAGER_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_MANAGER_READ_TIMEOUT_S = 15.0
 DEFAULT_MIN_RATE = 50.0
@@ -74,13 +74,20 @@ class ConfigError(Exception):
 class ReadyCheck:
     """How to tell that a child is ready: never a log line, always a real probe."""
 
-    kind: str  # "tcp", "http" or "file"
+    kind: str  # "tcp", "http", "file", "unix" (a stream socket accepts), or "any" of ``alternatives``
     target: str  # "host:port", the URL, or the path
     host: str = ""
     port: int = 0
+    alternatives: tuple[ReadyCheck, ...] = ()  # kind "any": ready as soon as one of these is
 
     def describe(self) -> str:
+        if self.kind == "any":
+            return " or ".join(a.describe() for a in self.alternatives)
         return f"{self.kind}://{self.target}" if self.kind != "http" else self.target
+
+
+# ``ready = "cuzk"``: the cuzk-daemon's own readiness, from the [cuzk] table (see cuzk_ready).
+CUZK_READY = "cuzk"
 
 
 @dataclass(frozen=True)
@@ -390,6 +397,8 @@ def parse_signal(value: Any, where: str = "signal") -> int:
 
 def _ready(value: Any, where: str) -> ReadyCheck:
     text = _string(value, where)
+    if text == CUZK_READY:
+        return ReadyCheck(CUZK_READY, CUZK_READY)  # resolved against [cuzk] once it is read
     if text.startswith(("http://", "https://")):
         try:
             parts = urlsplit(text)
@@ -415,7 +424,23 @@ def _ready(value: Any, where: str) -> ReadyCheck:
         return ReadyCheck("file", path)
     if text.startswith("/"):
         return ReadyCheck("file", text)
-    raise ConfigError(f"{where}: {text!r} must be tcp://host:port, http(s)://..., or an absolute file path")
+    raise ConfigError(f"{where}: {text!r} must be tcp://host:port, http(s)://..., an absolute file path, "
+                      f"or \"{CUZK_READY}\"")
+
+
+def _resolve_cuzk_ready(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None) -> tuple[PhaseSpec, ...]:
+    from .readiness import cuzk_ready  # readiness imports this module: resolved here, at load time
+
+    def resolved(child: ChildSpec, where: str) -> ChildSpec:
+        if child.ready is None or child.ready.kind != CUZK_READY:
+            return child
+        if cuzk is None:
+            raise ConfigError(f"{where}.ready: \"{CUZK_READY}\" needs a [cuzk] table (it may be empty)")
+        return replace(child, ready=cuzk_ready(cuzk))
+
+    return tuple(replace(p, command=resolved(p.command, f"phases[{i}]"),
+                         daemons=tuple(resolved(d, f"phases[{i}].daemons[{j}]") for j, d in enumerate(p.daemons)))
+                 for i, p in enumerate(phases))
 
 
 def _url(value: Any, where: str) -> str:
@@ -551,12 +576,15 @@ _CUZK_KEYS = {
     "config_path": _Key(_string),
     "memory_model": _Key(_choice(*MEMORY_MODELS), "unified"),
     "listen": _Key(_string, "http://127.0.0.1:9820"),
-    "status_listen": _Key(_string, "127.0.0.1:9821"),
+    # "" = the daemon serves no status API (ready is then its listen port alone).
+    "status_listen": _Key(lambda v, w: "" if v == "" else _string(v, w), "127.0.0.1:9821"),
     "param_cache": _Key(_string, "/var/tmp/filecoin-proof-parameters"),
     "safety_margin": _Key(_size, 5 << 30),
     "bench_concurrency": _Key(lambda v, w: _positive_count(_int_text(v), w), 5),
     "baseline": _Key(_size, UNIFIED_BASELINE),
     "per_partition": _Key(_size, PER_PARTITION),
+    "pw_baseline": _Key(_size, PW_BASELINE),
+    "pw_per_worker": _Key(_size, PW_PER_WORKER),
     "overrides": _Key(lambda v, w: _table(v, w), None),
 }
 
@@ -623,6 +651,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
         c = _take(raw["cuzk"], "cuzk", _CUZK_KEYS)
         c["config_path"] = c["config_path"] or str(Path(sup.state_dir) / "cuzk.toml")
         cuzk = CuzkSettings(**c)
+    phases = _resolve_cuzk_ready(phases, cuzk)
     for i, phase in enumerate(phases):
         if phase.prepare == "cuzk-config" and cuzk is None:
             raise ConfigError(f"phases[{i}].prepare: \"cuzk-config\" needs a [cuzk] table (it may be empty)")

@@ -11,8 +11,22 @@ minus a safety margin, with the figures of workloads.md:
 - partition-workers builds (Feb–Mar 2026): ``[synthesis] partition_workers``
   with peak RSS ≈ 69 + 20 × pw GiB.
 
+One file suits both generations, so nothing hangs on knowing which one the
+image holds: neither rejects unknown keys, so ``[memory] total_budget`` with
+``[pipeline] synthesis_concurrency`` (read by unified daemons, which warn about
+and ignore ``partition_workers``) and ``[synthesis] partition_workers`` (read by
+partition-workers builds, which ignore ``total_budget``) are always both written,
+each sized on the same budget with its own generation's figures. The configured
+``memory_model`` says which of the two must fit (else DoesNotFit) and which
+figure sizes the bench. ``[memory] pinned_budget`` / ``working_memory_budget``
+of the partition-workers builds are left to their defaults: the facts give what
+the daemon uses in all (69 + 20 × pw GiB) but not how those two split it, and a
+pinned budget set too small would fail the SRS load.
+
 The bench's ``-j`` concurrency is scaled the same way. User values win, unless
-they cannot fit: then they are refused with both numbers.
+they cannot fit: then they are refused with both numbers. Every figure is
+settable ([cuzk] ``baseline``, ``per_partition``, ``pw_baseline``,
+``pw_per_worker``) so the stand-ins can run the profile on a small machine.
 """
 
 from __future__ import annotations
@@ -54,6 +68,8 @@ class CuzkSettings:
     # The workloads.md figures; settable so the stand-ins can run the profile on a small machine.
     baseline: int = UNIFIED_BASELINE
     per_partition: int = PER_PARTITION
+    pw_baseline: int = PW_BASELINE
+    pw_per_worker: int = PW_PER_WORKER
 
 
 @dataclass(frozen=True)
@@ -63,9 +79,10 @@ class Generated:
     budget: int
     partitions: int  # partitions in flight (unified) or partition workers (pw builds)
     bench_concurrency: int
+    memory_model: str = "unified"
 
     def summary(self) -> str:
-        what = "partitions in flight" if "memory" in self.config else "partition_workers"
+        what = "partitions in flight" if self.memory_model == "unified" else "partition_workers"
         return (f"budget {fmt_bytes(self.budget)}, {self.partitions} {what}, bench -j {self.bench_concurrency}, "
                 f"{len(self.config.get('gpus', {}).get('devices', []))} GPU(s)")
 
@@ -83,13 +100,18 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
         config["gpus"] = {"devices": [g.index for g in gpus], "gpu_workers_per_device": GPU_WORKERS_PER_DEVICE}
     if settings.memory_model == "unified":
         partitions = _unified(config, budget, available, settings, overrides)
+        # For a partition-workers build after all: as many workers as the same budget holds, at least one.
+        _write_partition_workers(config, max(1, _workers_within(budget, settings)))
     else:
-        partitions = _partition_workers(config, budget, available, overrides)
+        partitions = _partition_workers(config, budget, available, settings, overrides)
+        # For a unified daemon after all: the same budget, and the partitions it holds by its figures.
+        _write_unified(config, budget // MIB * MIB, max(1, (budget // MIB * MIB - settings.baseline)
+                                                          // settings.per_partition), settings)
     import tomli_w  # only needed where cuzk.toml is generated
 
     merged = _merge(config, overrides)
     bench_j = max(1, min(settings.bench_concurrency, partitions))
-    return Generated(merged, tomli_w.dumps(merged), budget, partitions, bench_j)
+    return Generated(merged, tomli_w.dumps(merged), budget, partitions, bench_j, settings.memory_model)
 
 
 def _unified(config: dict[str, Any], budget: int, available: int, settings: CuzkSettings,
@@ -120,27 +142,43 @@ def _unified(config: dict[str, Any], budget: int, available: int, settings: Cuzk
             raise DoesNotFit(f"[cuzk.overrides] pipeline.synthesis_concurrency = {user_conc} wants about "
                              f"{fmt_bytes(peak)} but the budget is {fmt_bytes(budget)}")
         partitions = user_conc
-    config["memory"] = {"total_budget": size_text(budget), "safety_margin": size_text(settings.safety_margin)}
-    config["pipeline"] = {"enabled": True, "synthesis_concurrency": int(partitions)}
+    _write_unified(config, budget, int(partitions), settings)
     return int(partitions)
 
 
-def _partition_workers(config: dict[str, Any], budget: int, available: int, overrides: dict[str, Any]) -> int:
+def _write_unified(config: dict[str, Any], budget: int, partitions: int, settings: CuzkSettings) -> None:
+    config["memory"] = {"total_budget": size_text(budget), "safety_margin": size_text(settings.safety_margin)}
+    config["pipeline"] = {"enabled": True, "synthesis_concurrency": int(partitions)}
+
+
+def _partition_workers(config: dict[str, Any], budget: int, available: int, settings: CuzkSettings,
+                       overrides: dict[str, Any]) -> int:
+    base, per = settings.pw_baseline, settings.pw_per_worker
+    figures = f"{fmt_bytes(base)} + {fmt_bytes(per)} × pw"
     user_pw = overrides.get("synthesis", {}).get("partition_workers")
     if isinstance(user_pw, int):
-        peak = PW_BASELINE + user_pw * PW_PER_WORKER
+        peak = base + user_pw * per
         if peak > budget:
             raise DoesNotFit(f"[cuzk.overrides] synthesis.partition_workers = {user_pw} peaks at about "
-                             f"{fmt_bytes(peak)} (69 + 20 × pw GiB) but the budget is {fmt_bytes(budget)} of "
+                             f"{fmt_bytes(peak)} ({figures}) but the budget is {fmt_bytes(budget)} of "
                              f"{fmt_bytes(available)} available")
         pw = user_pw
     else:
-        pw = math.floor((budget - PW_BASELINE) / PW_PER_WORKER)
+        pw = _workers_within(budget, settings)
         if pw < 1:
-            raise DoesNotFit(f"a partition-workers cuzk needs at least {fmt_bytes(PW_BASELINE + PW_PER_WORKER)} "
-                             f"(69 + 20 × 1 GiB) but the budget is {fmt_bytes(budget)}")
-    config["synthesis"] = {"partition_workers": int(pw)}
+            raise DoesNotFit(f"a partition-workers cuzk needs at least {fmt_bytes(base + per)} "
+                             f"({figures}, pw = 1) but the budget is {fmt_bytes(budget)}")
+    _write_partition_workers(config, int(pw))
     return int(pw)
+
+
+def _workers_within(budget: int, settings: CuzkSettings) -> int:
+    """Partition workers whose peak (pw_baseline + pw_per_worker × pw) fits ``budget``."""
+    return math.floor((budget - settings.pw_baseline) / settings.pw_per_worker)
+
+
+def _write_partition_workers(config: dict[str, Any], pw: int) -> None:
+    config["synthesis"] = {"partition_workers": pw}
 
 
 def size_text(n: int) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 from . import cuzkconf
 from . import verdict as v
 from .backoff import backoff_delay, burst_exceeded, within_window
-from .bench import BenchParser, BenchResult
+from .bench import BenchParser, BenchResult, SingleProofParser
 from .cgroups import fmt_bytes, mem_total
 from .config import ChildSpec, PhaseSpec, Plan
 from .cuzkconf import CuzkSettings
@@ -136,7 +136,7 @@ class Phase:
         self.hold: str | None = None  # a DONE phase the lifecycle may not go past yet, and why
         self.started = False  # the lifecycle reached it (a phase stopped before that never started)
         self.bench_result: BenchResult | None = None  # parse = "cuzk-bench": what the output said
-        self._bench: BenchParser | None = None
+        self._bench: BenchParser | SingleProofParser | None = None
 
     @property
     def name(self) -> str:
@@ -358,6 +358,9 @@ class Phase:
             self._bench = BenchParser()
             self.bench_result = self._bench.result
             output.taps.append(self._bench.feed)
+        elif spec is self.spec.command and self.spec.parse == "cuzk-single":
+            self._bench = SingleProofParser()
+            output.taps.append(self._bench.feed)
         if rt.ship_lines is not None:
             output.taps.append(lambda lines, source=spec.log_source: rt.ship_lines(source, lines))
         rt.reaper.watch(child.pid, lambda pid, status: self._child_exited(child, status))
@@ -401,10 +404,11 @@ class Phase:
         assert self._bench is not None
         result = self._bench.result
         problem = result.problem()
+        what = "bench" if self.spec.parse == "cuzk-bench" else "warm-up proof"
         if problem is None:
-            self.rt.log(f"phase {self.name}: bench passed: {result.describe()}")
+            self.rt.log(f"phase {self.name}: {what} passed: {result.describe()}")
             return verdict
-        return replace(verdict, reason=v.BENCH_FAILED, success=False, status=1, detail=f"bench failed: {problem}")
+        return replace(verdict, reason=v.BENCH_FAILED, success=False, status=1, detail=f"{what} failed: {problem}")
 
     def _deadline_passed(self) -> None:
         if self.state in FINAL_STATES or self._aborting:

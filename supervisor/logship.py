@@ -146,6 +146,16 @@ class Shipper:
                 count = 1
             return "\n".join(parts) + "\n", count, dropped
 
+    def take_all(self, source: str) -> list[str]:
+        """Everything queued for ``source``, in push-sized bodies, taken off the queue (for a caller
+        that sends it another way and must keep the order)."""
+        bodies = []
+        while True:
+            body, _, _ = self._take(source)
+            if not body:
+                return bodies
+            bodies.append(body)
+
     def _put_back(self, source: str, body: str, count: int, dropped: int) -> None:
         lines = body.rstrip("\n").split("\n")
         if dropped:

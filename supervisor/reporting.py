@@ -46,12 +46,42 @@ EXIT_STALL_S = 2.0
 RETRY_LOG_EVERY = 10
 # The give-up's optional ``reason`` field (bench_done_reason): one line, cut to this many characters.
 REASON_MAX_CHARS = 1000
+# The supervisor's own lines held before the log shipper exists (a handful in practice).
+EARLY_LINES_MAX = 1000
+# Own lines that Reporter.verdict pushes durably (the FAILED line and its quoted child lines):
+# shipping them from the log tap too would show each failure twice in the manager's setup tab.
+DURABLE_VERDICT_PREFIXES = ("FAILED: ", "  | ")
 
 Log = Callable[[str], None]
 
 
+class EarlyLines:
+    """The supervisor's own lines from its very first one (role, memory evidence, GPUs, resume),
+    held in order until the Reporter takes them: the log tap exists before the Reporter can."""
+
+    def __init__(self) -> None:
+        self._held: list[str] | None = []
+        self._forward: Callable[[str], None] | None = None
+
+    def tap(self, message: str) -> None:
+        if self._forward is not None:
+            self._forward(message)
+        elif self._held is not None:
+            self._held.append(message)
+            del self._held[:-EARLY_LINES_MAX]
+
+    def hand_to(self, forward: Callable[[str], None] | None) -> None:
+        """Replay what was held into ``forward``, then pass every later line straight on; None: drop them."""
+        held, self._held = self._held or [], None
+        self._forward = forward
+        if forward is not None:
+            for message in held:
+                forward(message)
+
+
 class Reporter:
-    def __init__(self, spec: ManagerSpec, state_dir: Path, rt: Runtime, redactor: Redactor) -> None:
+    def __init__(self, spec: ManagerSpec, state_dir: Path, rt: Runtime, redactor: Redactor,
+                 early: EarlyLines | None = None) -> None:
         self.spec = spec
         self.rt = rt
         self._log = rt.log
@@ -72,6 +102,10 @@ class Reporter:
         self._gate_timer = None
         self._reported: set[str] = set()
         self._state_dir = state_dir
+        # Own lines logged before start() made the shipper: queued there once it exists.
+        self._own_before_start: list[str] = []
+        if early is not None:
+            early.hand_to(self.ship_own_line if self.enabled else None)
 
     # ------------------------------------------------------------ start and stop
 
@@ -92,6 +126,8 @@ class Reporter:
                   f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
         self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
                              self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
+        self._logs.add("setup", self._own_before_start)
+        self._own_before_start = []
         self._logs.start()
         if self.spec.events_url:
             events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token)
@@ -215,14 +251,24 @@ class Reporter:
         if verdict.success or verdict.reason == STOPPED:
             return
         lines = [f"prover-supervisor: FAILED: {verdict.line()}"]
-        lines += [f"  | {line}" for line in verdict.last_lines]
+        # The child's own lines, as the manager's dashboard must show them: no colour codes.
+        lines += [f"  | {_plain(line)}" for line in verdict.last_lines]
         self.push_text("setup", "\n".join(lines))
 
     def push_text(self, source: str, text: str) -> None:
         """A durable log push (failures, the supervisor's exit): through the outbox, never dropped."""
         if self.enabled and self.outbox is not None:
+            self._move_queued_lines(source)
             self.outbox.add("log", {"source": source, "text": self._redactor.text(text).rstrip("\n") + "\n"})
             self._wake.set()
+
+    def _move_queued_lines(self, source: str) -> None:
+        """Lines of ``source`` still waiting in the log shipper go into the outbox first, so the durable
+        line arrives after what was logged before it (the two travel by different threads)."""
+        if self._logs is None or self.outbox is None:
+            return
+        for chunk in self._logs.take_all(source):
+            self.outbox.add("log", {"source": source, "text": chunk})
 
     def ship_lines(self, source: str, lines: list[bytes]) -> None:
         """Children's output: best effort, batched, bounded."""
@@ -232,8 +278,14 @@ class Reporter:
             self._logs.add(source, text)
 
     def ship_own_line(self, message: str) -> None:
+        if message.startswith(DURABLE_VERDICT_PREFIXES):
+            return  # Reporter.verdict pushes it, durably
+        line = f"[supervisor] {message}"
         if self._logs is not None:
-            self._logs.add("setup", [f"[supervisor] {message}"])
+            self._logs.add("setup", [line])
+        else:
+            self._own_before_start.append(line)
+            del self._own_before_start[:-EARLY_LINES_MAX]
 
     def event(self, kind: str, **fields: Any) -> None:
         if self._events is not None:
@@ -402,6 +454,8 @@ def reached_production(lifecycle: Lifecycle) -> bool:
     production = [p for p in lifecycle.phases if p.spec.report == "running"] or \
         [p for p in lifecycle.phases if p.spec.kind == "service"][-1:]
     return any(p.up or p.was_up for p in production)
+def _plain(line: str) -> str:
+    return strip_ansi(line.encode("utf-8", errors="replace")).decode("utf-8", errors="replace")
 
 
 def _with_url(spec: ManagerSpec, url: str) -> ManagerSpec:

@@ -26,7 +26,7 @@ from .memory import MemoryEvidence
 from .process import STATE_DIR_ENV, kill_survivors_of_dead_supervisors, sweep_descendants
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
-from .reporting import Reporter
+from .reporting import EarlyLines, Reporter
 from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
 
 EXIT_CONFIG_ERROR = 2
@@ -85,6 +85,8 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     log = SupervisorLog(console, LogFile(log_dir / "supervisor.log", plan.supervisor.log_file_max_bytes))
     redactor = secrets_of(plan)
     log.redactor = redactor
+    early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
+    log.taps.append(early_lines.tap)
     log(f"prover-supervisor pid {os.getpid()} as {role}; {oom}; config: {plan.source}; "
         f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
 
@@ -105,10 +107,9 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         child_oom_score_adj=child_oom_score_adj,
         memory=memory, gpus=gpus, redactor=redactor, cuzk=plan.cuzk, state_dir=state_dir, rebench=rebench,
     )
-    reporter = Reporter(plan.manager, state_dir, rt, redactor)
+    reporter = Reporter(plan.manager, state_dir, rt, redactor, early_lines)
     if reporter.enabled:
         rt.ship_lines = reporter.ship_lines
-        log.taps.append(reporter.ship_own_line)
     outcome: dict[str, int] = {}
 
     def finished(status: int) -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from conftest import kill_tree, wait_for
 
-from supervisor.bench import BenchParser, parse_text
+from supervisor.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
 from supervisor.demo import free_port
-from supervisor.standins.cuzk_bench import Result, proof_line, summary
+from supervisor.standins.cuzk_bench import Result, proof_line, result_block, summary
 
 PY = sys.executable
 
@@ -179,10 +179,59 @@ def test_stand_in_against_a_dead_daemon(tmp_path: Path) -> None:
 
 
 def test_stand_in_single_has_no_summary(daemon: str) -> None:
-    """The warm-up is ``single``: one ``[1/1]`` line, success by exit status; read as a bench it has no summary."""
+    """The warm-up is ``single``: a result block, no summary; read as a bench it is no pass and no rate."""
     done = bench(daemon, "single", "-t", "porep")
     assert done.returncode == 0, done.stderr
-    assert "[1/1] COMPLETED" in done.stdout
+    assert "=== Proof Result ===\nstatus:    COMPLETED\n" in done.stdout
     r = parse_text(done.stdout)
-    assert r.proofs == {"COMPLETED": 1} and not r.summary_seen
+    assert not r.summary_seen and r.proofs == {}
     assert r.problem() is not None and r.rate_per_hour is None
+
+
+# ---------------------------------------------------------------- cuzk-bench single (parse = "cuzk-single")
+
+
+@pytest.mark.parametrize("word", ["FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"])
+def test_single_result_block_that_did_not_complete_fails(word: str) -> None:
+    text = "\n".join(result_block("w-1", Result(word, 2.0, 0, 0, "gRPC status: internal"))) + "\n"
+    r = parse_single_text(text)
+    problem = r.problem()
+    assert problem is not None and word in problem and "gRPC status: internal" in problem, problem
+
+
+def test_single_result_block_completed_passes() -> None:
+    r = parse_single_text("\n".join(result_block("w-1", Result("COMPLETED", 1.5, 1200, 3, ""))))
+    assert r.problem() is None and r.statuses == ["COMPLETED"]
+
+
+def test_single_with_no_result_block_fails() -> None:
+    """A warm-up that printed only log lines (e.g. killed before answering) is not a pass."""
+    r = parse_single_text("2026-03-01T00:00:00Z  INFO cuzk_bench: submitting proof\n")
+    problem = r.problem()
+    assert problem is not None and "=== Proof Result ===" in problem
+
+
+def test_single_reads_a_batch_style_proof_line_too() -> None:
+    failed = parse_single_text(proof_line(1, 1, Result("FAILED", 1.0, 0, 0, "")) + "\n    error: proof failed: x\n")
+    assert failed.problem() is not None and "proof failed: x" in (failed.problem() or "")
+    assert parse_single_text(proof_line(1, 1, Result("COMPLETED", 1.0, 5, 0, ""))).problem() is None
+
+
+def test_single_fed_in_coloured_pieces() -> None:
+    parser = SingleProofParser()
+    parser.feed([b"\x1b[1m=== Proof Result ===\x1b[0m", b"status:    \x1b[31mFAILED\x1b[0m", b"error:     boom"])
+    assert parser.result.problem() == "the proof ended FAILED (error: boom)"
+
+
+def test_stand_in_single_with_a_failed_proof_exits_0_but_the_warmup_failed(daemon: str) -> None:
+    done = bench(daemon, "single", "-t", "porep", STANDIN_BENCH_FAIL_PROOFS="1")
+    assert done.returncode == 0, "the real cuzk-bench single exits 0 whatever the proof's status"
+    assert "status:    FAILED" in done.stdout
+    problem = parse_single_text(done.stdout).problem()
+    assert problem is not None and "FAILED" in problem and "proof failed" in problem, done.stdout
+
+
+def test_stand_in_single_that_completed_passes(daemon: str) -> None:
+    done = bench(daemon, "single", "-t", "porep")
+    assert done.returncode == 0, done.stderr
+    assert parse_single_text(done.stdout).problem() is None, done.stdout

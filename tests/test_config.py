@@ -456,7 +456,7 @@ def test_builtin_profile_loads() -> None:
     assert paramfetch.timeout_s == 5100 and paramfetch.retries == 2
     assert paramfetch.command.env["FIL_PROOFS_PARAMETER_CACHE"] == "/var/tmp/filecoin-proof-parameters"
     assert paramfetch.report == "param-done" and bench.report == "bench-done" and curio.report == "running"
-    assert bench.parse == "cuzk-bench"
+    assert bench.parse == "cuzk-bench" and warmup.parse == "cuzk-single"
     # Warm-up and bench together stay inside the manager's 45 min deadline; the fetch inside its 90 min.
     assert warmup.timeout_s + bench.timeout_s < 45 * 60 and paramfetch.timeout_s < 90 * 60
     for phase in (warmup, bench, curio):
@@ -464,7 +464,10 @@ def test_builtin_profile_loads() -> None:
         assert [d.name for d in phase.daemons] == ["cuzk-daemon"]
         daemon = phase.daemons[0]
         assert daemon.stop_signal == signal.SIGINT
-        assert daemon.ready == ReadyCheck("http", "http://127.0.0.1:9821/status", "127.0.0.1", 9821)
+        # Either generation's proof of readiness: /status (from 13 Mar 2026) or the listen port (before).
+        assert daemon.ready == ReadyCheck("any", "cuzk", alternatives=(
+            ReadyCheck("http", "http://127.0.0.1:9821/status", "127.0.0.1", 9821),
+            ReadyCheck("tcp", "127.0.0.1:9820", "127.0.0.1", 9820)))
         assert daemon.command == ("cuzk-daemon", "-c", "/var/lib/prover-supervisor/cuzk.toml")
     assert plan.cuzk is not None and plan.cuzk.config_path == "/var/lib/prover-supervisor/cuzk.toml"
     assert curio.restart == "on-failure" and curio.timeout_s is None

@@ -50,7 +50,8 @@ def test_unified_budget_and_concurrency(available_gib: int, partitions: int, ind
     assert cfg["pipeline"]["enabled"] is True
     assert cfg["pipeline"]["synthesis_concurrency"] == partitions
     assert cfg["gpus"]["devices"] == list(indices)
-    assert "synthesis" not in cfg, "partition_workers is deprecated in unified builds: not to be written"
+    # One file for both generations: a partition-workers build reading it gets what the same budget holds.
+    assert cfg["synthesis"] == {"partition_workers": math.floor((budget_gib - 69) / 20)}
     assert cfg["daemon"] == {"listen": "http://127.0.0.1:9820", "status_listen": "127.0.0.1:9821"}
     assert cfg["srs"] == {"param_cache": "/var/tmp/filecoin-proof-parameters"}
     # Peak at that concurrency fits the budget; one more partition would not.
@@ -126,7 +127,10 @@ def test_partition_workers_from_memory(available_gib: int, pw: int, indices: tup
     assert gen.partitions == pw
     assert gen.config["synthesis"] == {"partition_workers": pw}
     assert gen.config["gpus"]["devices"] == list(indices)
-    assert "memory" not in gen.config and "pipeline" not in gen.config
+    # One file for both generations: a unified daemon reading it gets the same budget and what it holds.
+    budget_gib = available_gib - 5
+    assert gen.config["memory"] == {"total_budget": f"{budget_gib}GiB", "safety_margin": "5GiB"}
+    assert gen.config["pipeline"] == {"enabled": True, "synthesis_concurrency": unified_expected(available_gib)}
     assert tomllib.loads(gen.text) == gen.config
     assert "partition_workers" in gen.summary()
 
@@ -264,7 +268,7 @@ def test_generated_text_is_valid_toml_with_every_section() -> None:
     assert parsed == gen.config
     assert parsed["daemon"]["listen"] == "unix:///run/curio/cuzk.sock"
     assert parsed["srs"]["param_cache"] == "/data/params with space/\"quoted\""
-    assert set(parsed) == {"daemon", "srs", "logging", "gpus", "memory", "pipeline", "scheduler"}
+    assert set(parsed) == {"daemon", "srs", "logging", "gpus", "memory", "pipeline", "synthesis", "scheduler"}
 
 
 # ---------------------------------------------------------------- write()
@@ -307,3 +311,30 @@ def test_write_without_a_copy(tmp_path: Path) -> None:
     cuzkconf.write(gen, tmp_path / "cuzk.toml")
     assert (tmp_path / "cuzk.toml").read_text() == gen.text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cuzk.toml"]
+
+
+# ---------------------------------------------------------------- both generations, settable figures
+
+
+def test_partition_workers_figures_are_settable() -> None:
+    """The stand-ins run the partition-workers profile on a small machine with lowered figures."""
+    s = settings(memory_model="partition-workers", safety_margin=GIB, pw_baseline=GIB, pw_per_worker=512 << 20)
+    gen = generate(s, 4 * GIB, gpus(0))
+    assert gen.budget == 3 * GIB
+    assert gen.partitions == 4 and gen.config["synthesis"] == {"partition_workers": 4}  # (3 - 1) / 0.5
+    with pytest.raises(DoesNotFit) as info:
+        generate(s, 2 * GIB + (256 << 20), gpus(0))  # budget 1.25 GiB < 1 GiB + 512 MiB
+    assert "1.5GiB" in str(info.value) and "1.2GiB" in str(info.value), str(info.value)
+
+
+def test_unified_model_writes_at_least_one_partition_worker() -> None:
+    """A budget too small for one pw worker still writes 1 (the least memory a pw build can use), not 0."""
+    gen = generate(settings(baseline=GIB, per_partition=GIB), 10 * GIB, [])
+    assert gen.config["synthesis"] == {"partition_workers": 1}
+    assert gen.config["pipeline"]["synthesis_concurrency"] == 4  # (10 - 5 - 1) / 1
+
+
+def test_user_partition_workers_is_kept_in_a_unified_config() -> None:
+    gen = generate(settings(overrides={"synthesis": {"partition_workers": 3}}), 256 * GIB, [])
+    assert gen.config["synthesis"] == {"partition_workers": 3}
+    assert gen.partitions == unified_expected(256)

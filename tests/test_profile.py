@@ -26,7 +26,7 @@ import psutil
 import pytest
 from conftest import PY, REPO, SupervisorRunner, kill_tree, pyc, wait_for
 
-from supervisor.cgroups import mem_total
+from supervisor.cgroups import mem_total, parse_size
 from supervisor.demo import free_port
 from supervisor.devmanager import DevManager
 from supervisor.run import EXIT_ALREADY_RUNNING
@@ -255,8 +255,17 @@ def test_profile_runs_the_whole_lifecycle(first: FirstRun) -> None:
     assert re.search(rf"phase=warmup child=cuzk-daemon pid={daemons['warmup/cuzk-daemon']} reason=stopped "
                      r"exit_code=0", out), "the warm-up daemon should end by its SIGINT, not be killed"
     assert got.start() < out.index("started bench/cuzk-daemon"), "restart: the old daemon goes before the new one"
-    assert out.index("[warmup/warmup]   [1/1] COMPLETED") < out.index("started bench/cuzk-daemon")
+    assert out.index("[warmup/warmup] status:    COMPLETED") < out.index("started bench/cuzk-daemon")
     assert_all_gone([pid for _, pid in children])
+
+    # The manager's setup tab starts at the supervisor's first line: role, evidence, manager, in order.
+    setup = prof.manager.state.snapshot()["logs"][inst["uuid"]]["setup"]
+    assert "\x1b" not in setup
+    lines = setup.splitlines()
+    assert lines[0].startswith("[supervisor] prover-supervisor pid "), lines[:3]
+    firsts = [next(i for i, line in enumerate(lines) if key in line)
+              for key in ("memory evidence:", "GPU evidence:", f"manager: {prof.manager.url}", "registered: uuid")]
+    assert firsts == sorted(firsts), firsts
 
 
 def test_second_start_resumes_and_rebench_runs_the_bench_again(first: FirstRun) -> None:
@@ -271,6 +280,11 @@ def test_second_start_resumes_and_rebench_runs_the_bench_again(first: FirstRun) 
         assert done[name].startswith("resumed:"), (name, done[name])
     assert not done["curio"].startswith("resumed"), "production always runs"
     assert f"reusing uuid {uuid}" in out
+    # What the second start resumed is in the manager's setup tab, from its first line on.
+    setup = prof.manager.state.snapshot()["logs"][uuid]["setup"]
+    second_start = setup[setup.index(f"[supervisor] prover-supervisor pid {second.pid} "):]
+    assert f"[supervisor] manager: reusing uuid {uuid}" in second_start
+    assert "[supervisor] phase bench: pending → done (resumed:" in second_start, second_start[-3000:]
     assert prof.calls("/register") == first.register_calls, "a resumed start must not register again"
     assert prof.instance()["uuid"] == uuid
     assert {label for label, _ in started(out)} == {"curio/cuzk-daemon", "curio/curio"}
@@ -323,7 +337,7 @@ def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile)
     run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
     out = run.output
     assert run.returncode == 1, out[-6000:]
-    assert "[warmup/warmup]   [1/1] COMPLETED" in out
+    assert "[warmup/warmup] status:    COMPLETED" in out
     line = verdict(out, "bench")
     assert "child=bench " in line and "reason=bench_failed" in line and "2 FAILED" in line, line
     assert "failed:        2" in out  # cuzk-bench itself exited 0
@@ -333,6 +347,60 @@ def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile)
     assert "running" not in inst["history"] and "bench_done" not in inst["history"], inst
     setup = profile.manager.state.snapshot()["logs"].get(inst["uuid"], {}).get("setup", "")
     assert "bench_failed" in setup, setup[-2000:]
+
+
+def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Profile) -> None:
+    """``cuzk-bench single`` exits 0 whatever its proof's status: the printed status decides."""
+    wrapper = profile.root / "failing-single"
+    wrapper.write_text('#!/bin/sh\ncase " $* " in *" single "*) STANDIN_BENCH_FAIL_PROOFS=1; '
+                       'export STANDIN_BENCH_FAIL_PROOFS;; esac\nexec cuzk-bench "$@"\n')
+    wrapper.chmod(0o755)
+    run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
+    out = run.output
+    assert run.returncode == 1, out[-6000:]
+    assert "[warmup/warmup] status:    FAILED" in out
+    line = verdict(out, "warmup")
+    assert "child=warmup " in line and "reason=bench_failed" in line and "warm-up proof failed" in line, line
+    assert "started bench/" not in out and "started curio/" not in out
+    assert [name for name, _ in done_phases(out)] == ["paramfetch"]
+    inst = profile.instance()
+    assert inst["history"][:2] == ["registered", "params_done"] and "running" not in inst["history"], inst
+    setup = profile.manager.state.snapshot()["logs"].get(inst["uuid"], {}).get("setup", "")
+    assert "warm-up proof failed" in setup, setup[-2000:]
+
+
+# ---------------------------------------------------------------- a Feb-2026 (partition-workers) image
+
+
+def test_feb_2026_daemon_without_a_status_api_reaches_production(profile: Profile) -> None:
+    """The seeds' image: cuzk-daemon has only its listen port (no /status) and obeys partition_workers.
+    Ready is its listen port accepting; pw is sized on this machine's memory with the lowered figures,
+    and the stand-in would SIGKILL itself (as the OOM killer did) were that pw's peak above MemTotal."""
+    env = profile.env(CUZK_MEMORY_MODEL="partition-workers", CUZK_PW_BASELINE="1GiB", CUZK_PW_PER_WORKER="512MiB",
+                      STANDIN_CUZK_GENERATION="feb-2026", STANDIN_PW_BASELINE="1GiB",
+                      STANDIN_PW_PER_WORKER="512MiB", STANDIN_DAEMON_MEMORY=str(mem_total()))
+    run = profile.run(env=env, name="feb-2026")
+    out = run.output
+    assert run.returncode == 0, out[-6000:]
+    assert [name for name, _ in done_phases(out)] == PHASES, done_phases(out)
+    assert profile.instance()["history"] == STATES
+
+    status_port = env["CUZK_STATUS_PORT"]
+    assert "status service listening" not in out, "a Feb-2026 daemon has no status API"
+    assert f"proving service listening on http://127.0.0.1:{env['CUZK_PORT']}" in out
+    for daemon in ("warmup", "bench", "curio"):
+        assert re.search(rf"{daemon}/cuzk-daemon is ready \(.*127\.0\.0\.1:{status_port}/status or "
+                         rf"tcp://127\.0\.0\.1:{env['CUZK_PORT']}\)", out), f"{daemon}:\n{out[-4000:]}"
+
+    written = tomllib.loads((profile.state_dir / "cuzk.toml").read_text())
+    pw = written["synthesis"]["partition_workers"]
+    assert pw >= 1 and "total_budget" in written["memory"], written  # one file for both generations
+    budget = parse_size(written["memory"]["total_budget"])
+    # The peak fits the budget (written in whole MiB), one worker more would not.
+    worker, mib = 512 << 20, 1 << 20
+    assert GIB + pw * worker <= budget + mib and budget < GIB + (pw + 1) * worker + mib, (pw, budget)
+    assert f"synthesis: partition_workers={pw} " in out
+    assert re.search(rf"phase warmup: wrote .*{pw} partition_workers", out), out[-4000:]
 
 
 # ---------------------------------------------------------------- the onstart lock

@@ -643,3 +643,53 @@ command = {sh("echo done")}
     assert result.duration < 8, f"took {result.duration:.1f}s to exit with the manager down"
     pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending"]
     assert pending[0] == "register" and "log" in pending, pending
+
+
+# ---------------------------------------------------------------- what the setup tab holds: complete, clean, once
+
+COLOURED_FAILURE = r"""
+import sys
+print("\x1b[32m INFO\x1b[0m loading \x1b[1mSRS\x1b[0m", flush=True)
+print("\x1b[31mERROR\x1b[0m insufficient memory budget for SRS", flush=True)
+sys.exit(3)
+"""
+
+
+def test_setup_tab_has_the_first_lines_one_clean_verdict_and_the_resume_lines(
+        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    mgr = managers()
+    script = sup.tmp / "coloured.py"
+    script.write_text(COLOURED_FAILURE)
+    config = sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = "C.setup-tab"
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "work"
+        command = {toml_list([PY, str(script)])}
+        log_source = "benchout"
+        """)
+    assert Console(sup, config, name="first").finish(40) == 3
+    setup = pushed(mgr)["setup"]
+    assert "\x1b" not in setup, "an escape code reached the manager"
+    lines = setup.splitlines()
+    # The supervisor's very first line (its role) first, then what it logged before the uuid was known.
+    assert lines[0].startswith("[supervisor] prover-supervisor pid ") and " as " in lines[0], lines[:5]
+    at = {key: next((i for i, line in enumerate(lines) if key in line), -1)
+          for key in ("memory evidence:", f"manager: {mgr.url}", "FAILED: phase=work", "exiting with status 3")}
+    assert all(i > 0 for i in at.values()), (at, setup)
+    assert list(at.values()) == sorted(at.values()), f"lines out of order: {at}"
+    # The verdict once (the durable push), with the child's last lines quoted without their colours.
+    assert setup.count("FAILED: phase=work") == 1, setup
+    assert "  | ERROR insufficient memory budget for SRS" in setup
+    assert setup.count("insufficient memory budget for SRS") == 1, setup  # the child's own tab is benchout
+    assert "\x1b" not in pushed(mgr)["benchout"]
+
+    # A second start on the same state_dir: its resume line (the reused uuid) reaches the manager too.
+    assert Console(sup, config, name="second").finish(40) == 3
+    uuid = only_instance(mgr)["uuid"]
+    again = pushed(mgr)["setup"]
+    assert f"[supervisor] manager: reusing uuid {uuid}" in again, again[-3000:]
+    assert again.count("FAILED: phase=work") == 2 and "\x1b" not in again

@@ -27,12 +27,24 @@ Connection refused`` when the daemon is gone. ``batch`` then prints::
 
 and EXITS 0 EVEN WHEN PROOFS FAILED (``failed`` counts every proof not COMPLETED; wall and
 prove statistics cover completed proofs, 0.0 when none; with none completed the throughput
-reads ``0.000 proofs/min (n/a)``). ``single`` runs one proof (the warm-up), prints its line
-as ``[1/1]`` and exits 1 if it did not complete, so a ``set -e`` script stops there.
-Usage errors exit 2. SIGINT and SIGTERM keep their default actions (die by the signal).
+reads ``0.000 proofs/min (n/a)``). ``single`` runs one proof (the warm-up) and prints, as the
+real tool (extern/cuzk cuzk-bench ``print_result``), a result block instead of a proof line::
+
+    === Proof Result ===
+    status:    COMPLETED
+    job_id:    warmup-...
+    timings:   total=1000 ms (queue=0 ms, srs=0 ms, synth=400 ms, gpu=600 ms)
+    wall time: 1003 ms
+    proof:     192 bytes (hex: ...)
+
+with ``error:     <reason>`` in place of the last three lines when the status is FAILED,
+CANCELLED or TIMEOUT. Like the real tool it EXITS 0 WHATEVER THE STATUS; only a proof that got
+no answer at all (transport error: the daemon is gone) prints ``Error: Prove RPC failed: ...``
+on stderr and exits 1. Usage errors exit 2. SIGINT and SIGTERM keep their default actions (die by the signal).
 
 Environment: ``STANDIN_BENCH_FAIL_PROOFS=N`` (proofs number 1..N, in submission order,
-report FAILED with ``error: proof failed: ...`` even if the daemon completed them),
+report FAILED with ``error: proof failed: ...`` even if the daemon completed them; for
+``single``, any N >= 1 fails its one proof),
 ``STANDIN_BENCH_TIMEOUT_S`` (per-proof deadline in seconds, default none; past it the proof
 is TIMEOUT), plus the common knobs; the partway point is right after the first proof line.
 """
@@ -54,6 +66,7 @@ from . import common
 
 DEFAULT_ADDR = "http://127.0.0.1:9820"
 STATUS_WORDS = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+TRANSPORT_ERROR = "transport error: "
 
 
 class Result(NamedTuple):
@@ -102,7 +115,7 @@ def prove_once(addr: tuple[str, Any], body: dict[str, Any], timeout: float | Non
     except TimeoutError:
         return result("TIMEOUT", f"deadline exceeded after {timeout:g}s")
     except (OSError, http.client.HTTPException) as exc:
-        return result("FAILED", f"transport error: {str(exc) or type(exc).__name__}")
+        return result("FAILED", f"{TRANSPORT_ERROR}{str(exc) or type(exc).__name__}")
     finally:
         conn.close()
     if response.status != 200:
@@ -176,6 +189,32 @@ def run_batch(addr: tuple[str, Any], kind: str, c1: str | None, count: int, jobs
     return results
 
 
+def run_single(addr: tuple[str, Any], kind: str, c1: str | None) -> int:
+    """One proof, its result block; exit 0 whatever its status, 1 only when no answer came."""
+    job = f"warmup-{os.getpid()}-{int(time.time())}"
+    fail = common.env_int("STANDIN_BENCH_FAIL_PROOFS", 0) > 0
+    res = prove_once(addr, {"type": kind, "c1": c1, "job": job}, _timeout(), fail)
+    if res.error.startswith(TRANSPORT_ERROR):
+        common.err(f"Error: Prove RPC failed: {res.error}")
+        return 1
+    for line in result_block(job, res):
+        common.out(line)
+    common.partway()
+    return 0
+
+
+def result_block(job: str, res: Result) -> list[str]:
+    lines = ["", "=== Proof Result ===", f"{'status:':<11}{res.status}", f"{'job_id:':<11}{job}"]
+    if res.status != "COMPLETED":
+        return [*lines, f"{'error:':<11}{res.error}"]
+    synth = res.prove_ms * 2 // 5
+    return [*lines,
+            f"{'timings:':<11}total={res.prove_ms + res.queue_ms} ms (queue={res.queue_ms} ms, srs=0 ms, "
+            f"synth={synth} ms, gpu={res.prove_ms - synth} ms)",
+            f"{'wall time:':<11}{int(res.wall_s * 1000)} ms",
+            f"{'proof:':<11}192 bytes (hex: {'ab' * 192})"]
+
+
 def _timeout() -> float | None:
     raw = os.environ.get("STANDIN_BENCH_TIMEOUT_S", "").strip()
     if not raw:
@@ -224,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     common.handle_signal(signal.SIGINT, signal.SIG_DFL)  # a Rust binary: Ctrl-C kills it outright
 
     if args.command == "single":
-        res = run_batch(addr, args.proof_type, args.c1, 1, 1)[0]
-        return 0 if res.status == "COMPLETED" else 1
+        return run_single(addr, args.proof_type, args.c1)
 
     common.out(f"running {args.count} {args.proof_type} proofs against {args.addr} "
                f"with concurrency {args.concurrency}")

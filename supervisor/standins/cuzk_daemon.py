@@ -26,6 +26,16 @@ that directory exists; later starts load it; ``CUZK_DISABLE_PCE=1`` turns it off
 proof prints ``TIMELINE,<ms since start>,<event>,<job>,<detail>`` lines. ``GET /status`` on
 status_listen answers JSON with ``memory``, ``pipelines``, ``gpu_workers``, ``counters``.
 
+Generations (``STANDIN_CUZK_GENERATION``): ``unified`` (the default: daemons from 13 Mar 2026, as
+above) or ``partition-workers`` (alias ``feb-2026``: the builds from Feb to 13 Mar 2026, the seeds'
+image). Those have NO status API: ``status_listen`` is a key they do not know, ignored like every
+unknown key, so ready can only mean a connect to listen; ``[memory] total_budget`` is ignored and
+``[synthesis] partition_workers`` (default 1 here) is obeyed: at most pw proofs synthesize at once,
+each at a peak of ``STANDIN_PW_BASELINE`` + ``STANDIN_PW_PER_WORKER`` × pw (default 69 GiB + 20 GiB
+× pw, logged at start); with ``STANDIN_DAEMON_MEMORY`` (size) set below that peak the daemon is
+SIGKILLed at its first synthesis, as the seeds' instance was OOM-killed. ``[memory] pinned_budget``
+and ``working_memory_budget`` are logged, nothing more.
+
 Signals: SIGINT: graceful shutdown (in-flight proofs answer CANCELLED, servers closed, exit
 0; a second SIGINT exits 130 at once). SIGTERM: default action, dies at once, no cleanup.
 
@@ -60,12 +70,30 @@ DEFAULT_LISTEN = "http://127.0.0.1:9820"
 DEFAULT_STATUS = "127.0.0.1:9821"
 DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
 PCE_FILE = "pce-porep-32g.bin"
+MAIN_NAP_S = 0.1
 GIB = 1024**3
 SRS_BYTES = 44 * GIB
 PCE_BYTES = 26 * GIB
 PARTITION_BYTES = int(13.6 * GIB)
 LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
 COLORS = {"trace": "35", "debug": "34", "info": "32", "warn": "33", "error": "31"}
+
+
+# STANDIN_CUZK_GENERATION: "unified" (from 13 Mar 2026, the default) or "partition-workers" (Feb–13 Mar 2026).
+UNIFIED_GENERATION = "unified"
+PW_GENERATION = "partition-workers"
+GENERATION_ALIASES = {"unified": UNIFIED_GENERATION, "partition-workers": PW_GENERATION, "feb-2026": PW_GENERATION}
+PW_BASELINE = 69 * GIB
+PW_PER_WORKER = 20 * GIB
+# Not in the facts: the stand-in's own choice when the key is absent.
+DEFAULT_PARTITION_WORKERS = 1
+
+
+def generation() -> str:
+    raw = os.environ.get("STANDIN_CUZK_GENERATION", "").strip().lower() or UNIFIED_GENERATION
+    if raw not in GENERATION_ALIASES:
+        raise common.UsageError(f"STANDIN_CUZK_GENERATION={raw!r}: expected unified, partition-workers or feb-2026")
+    return GENERATION_ALIASES[raw]
 
 
 class Interrupted(Exception):
@@ -180,6 +208,7 @@ class Daemon:
         self.pce_s = common.env_seconds("STANDIN_PCE_S", 0.5)
         self.pce_disabled = os.environ.get("CUZK_DISABLE_PCE", "").strip() not in ("", "0", "false")
         self.version = os.environ.get("STANDIN_CUZK_VERSION", "").strip() or "0.1.0"
+        self.generation = generation()
 
     # ------------------------------------------------------------ startup
 
@@ -226,8 +255,11 @@ class Daemon:
         self.gpu_sem = threading.Semaphore(self.gpu_workers)
         self.pipeline_enabled = bool(pipeline.get("enabled", True))
         self.synthesis_concurrency = pipeline.get("synthesis_concurrency", 1)
-        self.budget = self._budget(memory.get("total_budget", "auto"), memory.get("safety_margin", "5GiB"))
         self.partition_workers: int | None = None
+        if self.generation == PW_GENERATION:
+            self._load_partition_workers(synthesis, memory)
+            return
+        self.budget = self._budget(memory.get("total_budget", "auto"), memory.get("safety_margin", "5GiB"))
         pw = synthesis.get("partition_workers")
         if pw is not None:
             if os.environ.get("STANDIN_CUZK_LEGACY_PW", "").strip() in ("1", "true", "yes"):
@@ -237,6 +269,35 @@ class Daemon:
             else:
                 self.log("warn", "[synthesis] partition_workers is deprecated and ignored; "
                                  "memory is governed by [memory] total_budget")
+
+    def _load_partition_workers(self, synthesis: dict[str, Any], memory: dict[str, Any]) -> None:
+        """A Feb–13 Mar 2026 build: no status API (status_listen is a key it does not know, so it
+        is ignored, as every unknown key), no unified budget (total_budget ignored), and
+        ``partition_workers`` sets the memory peak: pw_baseline + pw_per_worker × pw."""
+        self.status_listen = None
+        self.budget = 0
+        pw = synthesis.get("partition_workers", DEFAULT_PARTITION_WORKERS)
+        if not isinstance(pw, int) or pw < 1:
+            raise StartupError(f"invalid [synthesis] partition_workers {pw!r}")
+        self.partition_workers = pw
+        self.pw_sem = threading.Semaphore(pw)
+        for key in ("pinned_budget", "working_memory_budget"):
+            if key in memory:
+                self.log("info", f"memory: {key} = {memory[key]}")
+        peak = self.pw_peak()
+        self.log("info", f"synthesis: partition_workers={pw} (estimated peak RSS ~ {common.human_bytes(peak)})")
+
+    def pw_peak(self) -> int:
+        base = common.env_size("STANDIN_PW_BASELINE", PW_BASELINE)
+        per = common.env_size("STANDIN_PW_PER_WORKER", PW_PER_WORKER)
+        return base + per * (self.partition_workers or 0)
+
+    def _oom_if_over_memory(self, job: str) -> None:
+        """The seeds' failure: a peak above the machine's memory gets the daemon OOM-killed mid-proof."""
+        machine = common.env_size("STANDIN_DAEMON_MEMORY", 0)
+        if machine and self.pw_peak() > machine:
+            self.timeline("synth_oom", job, f"peak={self.pw_peak()} memory={machine}")
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _budget(self, total: Any, margin: Any) -> int:
         try:
@@ -369,7 +430,7 @@ class Daemon:
             self.timeline("queued", job, f"queue_ms={queue_ms}")
             self._maybe_extract_pce(job)
             self.timeline("synth_start", job, "partitions=10")
-            if self.stop.wait(self.proof_s * 0.4):
+            if not self._synthesize():
                 return cancelled(int((time.monotonic() - start) * 1000))
             self.timeline("synth_done", job, "")
             self.timeline("gpu_start", job, f"device={self.devices[0]}")
@@ -382,6 +443,20 @@ class Daemon:
             self.gpu_sem.release()
         prove_ms = int((time.monotonic() - start) * 1000)
         return {"job": job, "status": "COMPLETED", "prove_ms": prove_ms, "queue_ms": queue_ms}
+
+    def _synthesize(self) -> bool:
+        """False when a shutdown cut it short. A partition-workers build synthesizes at most
+        ``partition_workers`` proofs at once, each at its memory peak."""
+        if self.partition_workers is None or self.generation != PW_GENERATION:
+            return not self.stop.wait(self.proof_s * 0.4)
+        while not self.pw_sem.acquire(timeout=0.02):
+            if self.stop.is_set():
+                return False
+        try:
+            self._oom_if_over_memory("synthesis")
+            return not self.stop.wait(self.proof_s * 0.4)
+        finally:
+            self.pw_sem.release()
 
     def _maybe_extract_pce(self, job: str) -> None:
         if self.pce_disabled or self.pce_loaded:
@@ -477,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         common.setup("cuzk-daemon")
+        generation()
     except common.UsageError as exc:
         common.err(f"error: {exc}")
         return 2
@@ -489,7 +565,9 @@ def main(argv: list[str] | None = None) -> int:
             daemon.log("error", str(exc))
             return 1
         while True:
-            time.sleep(3600)
+            # Short naps: a SIGINT the kernel hands to a server thread only sets Python's flag, and
+            # the main thread runs the handler when it next wakes (a long sleep would hide it).
+            time.sleep(MAIN_NAP_S)
     except Interrupted:
         return daemon.shutdown()
 

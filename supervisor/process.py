@@ -29,7 +29,7 @@ import psutil
 
 from .config import ChildSpec
 from .logs import ChildOutput
-from .loop import EventLoop, Timer
+from .loop import ErrorHandler, EventLoop, Timer
 from .reaping import ExitStatus
 from .signals import signal_name
 
@@ -128,7 +128,8 @@ class Child:
             log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
                 f"grace {self.spec.stop_grace_s:g}s")
             self._signal_tree(sig, members, group_done=self.running)
-            self._kill_timer = loop.call_later(self.spec.stop_grace_s, lambda: self._kill(loop, log))
+            self._kill_timer = loop.call_later(self.spec.stop_grace_s, lambda: self._kill(loop, log),
+                                               on_error=lambda exc: self._stop_broke(loop, exc))
         self._check_stopped(loop, log)
 
     def _kill(self, loop: EventLoop, log: Log) -> None:
@@ -149,14 +150,28 @@ class Child:
             else:
                 if self._killed_at is not None:
                     self._signal_tree(signal.SIGKILL, members)  # catch anything forked since
-                loop.call_later(STOP_POLL_S, lambda: self._check_stopped(loop, log))
+                loop.call_later(STOP_POLL_S, lambda: self._check_stopped(loop, log),
+                                on_error=lambda exc: self._stop_broke(loop, exc))
                 return
+        self._stop_done()
+
+    def _stop_done(self) -> None:
         if self._kill_timer is not None:
             self._kill_timer.cancel()
         waiters, self._stop_waiters = self._stop_waiters, []
         self._stopping = False
         for waiter in waiters:
             waiter()
+
+    def _stop_broke(self, loop: EventLoop, exc: Exception) -> None:
+        """The stop sequence itself raised. A phase's end, or the whole shutdown, waits on this stop:
+        SIGKILL what can be reached without the broken part, and let them go on (the exit sweep
+        kills whatever of the tree is still left when the supervisor ends)."""
+        loop.faults.report(f"stopping {self.label}", exc)
+        if self.running:
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self._stop_done()
 
     def _signal_tree(self, sig: int, members: list[psutil.Process], group_done: bool = False) -> None:
         # The group first, in one atomic call, while it surely still is ours: the
@@ -181,7 +196,9 @@ class Child:
 
     # ------------------------------------------------------------ output
 
-    def attach_output(self, loop: EventLoop, on_eof: Callable[[Child], None]) -> None:
+    def attach_output(self, loop: EventLoop, on_eof: Callable[[Child], None],
+                      on_error: ErrorHandler | None = None) -> None:
+        """Read its pipes in the loop; what reading them raises goes to ``on_error`` (its phase's)."""
         self._loop, self._on_eof = loop, on_eof
         for stream, pipe in (("stdout", self.popen.stdout), ("stderr", self.popen.stderr)):
             if pipe is None:
@@ -190,7 +207,7 @@ class Child:
             os.set_blocking(fd, False)
             self._streams[fd] = stream
             self._pipes[fd] = pipe
-            loop.add_reader(fd, lambda fd=fd: self._read(fd))
+            loop.add_reader(fd, lambda fd=fd: self._read(fd), on_error)
 
     def _read(self, fd: int) -> bool:
         """Read what one pipe has; False when nothing more is there right now."""

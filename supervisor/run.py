@@ -20,7 +20,7 @@ from .config import Plan
 from .gpu import Gpus
 from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
-from .loop import EventLoop
+from .loop import EventLoop, contained
 from .memory import MemoryEvidence
 from .process import STATE_DIR_ENV, kill_survivors_of_dead_supervisors, sweep_descendants
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
@@ -89,6 +89,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
 
     kill_survivors_of_dead_supervisors(str(state_dir), log)
     loop = EventLoop()
+    loop.faults.log = log  # what a callback raised, with its traceback, goes to supervisor.log
     reaper = Reaper(on_orphan=_orphan_logger(log))
     memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root)
     log(memory.describe())
@@ -107,7 +108,8 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     reporter = Reporter(plan.manager, state_dir, rt, redactor)
     if reporter.enabled:
         rt.ship_lines = reporter.ship_lines
-        log.taps.append(reporter.ship_own_line)
+        log.taps.append(contained(reporter.ship_own_line,
+                                  lambda exc: loop.faults.report("shipping the supervisor's own lines", exc)))
     outcome: dict[str, int] = {}
 
     def finished(status: int) -> None:
@@ -198,9 +200,9 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
         [p for p in lifecycle.phases if p.spec.kind == "service"][-1:]
 
     def beat() -> None:
+        loop.call_later(HEARTBEAT_S, beat)  # first: a beat that raises (contained by the loop) is not the last
         ready = bool(production) and all(p.up for p in production)
         state.publish(ready, metrics_text(take_snapshot(usage=False)))
-        loop.call_later(HEARTBEAT_S, beat)
 
     beat()
     log(f"health: http://127.0.0.1:{server.port}/healthz, /readyz, /metrics")

@@ -274,20 +274,28 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
     return Child(spec=spec, pid=popen.pid, tag=tag, output=output, popen=popen)
 
 
-def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable[[], None] | None:
-    """What a child does between fork and exec, or None when nothing (then Popen can vfork).
+# Every signal whose disposition a child can be given: all but SIGKILL and SIGSTOP (glibc's
+# own real-time signals are not in valid_signals()).
+RESETTABLE_SIGNALS = tuple(sorted(set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}))
 
+
+def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable[[], None]:
+    """What a child does between fork and exec.
+
+    It starts with every signal at its default and none blocked, whatever the
+    supervisor inherited: an ignored disposition survives exec, and under ``nohup``
+    (the manager's onstart command) SIGHUP comes ignored, as SIGQUIT does from some
+    job-control shells; a child would then shrug off its own SIGHUP or SIGQUIT.
     It joins its cgroup itself, before exec, so every byte it and its descendants
     allocate is counted there; and it sets its oom_score_adj (back to 0 from the
     supervisor's -1000, or above the supervisor's) so the OOM killer picks it, not
-    the supervisor. Only os-level calls: other threads may hold Python-level locks
-    at fork time.
+    the supervisor. Only calls that take no lock: other threads may hold
+    Python-level locks at fork time.
     """
-    if oom_score_adj is None and cgroup_procs is None:
-        return None
     score = str(oom_score_adj).encode() if oom_score_adj is not None else None
 
     def setup() -> None:
+        reset_signals()
         if score is not None:
             with contextlib.suppress(OSError):
                 _write_file("/proc/self/oom_score_adj", score)
@@ -295,6 +303,18 @@ def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable
             _write_file(cgroup_procs, str(os.getpid()).encode())  # failing here fails the spawn, visibly
 
     return setup
+
+
+def reset_signals() -> None:
+    """Default disposition for every signal and an empty mask, as a clean exec would have.
+
+    Runs in the forked child, which forked from the loop's (the main) thread: the only
+    thread ``signal.signal`` accepts. A signal that cannot be set is left as it is.
+    """
+    for signum in RESETTABLE_SIGNALS:
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
 def _write_file(path: str, data: bytes) -> None:

@@ -165,12 +165,20 @@ class Child:
 
     def _stop_broke(self, loop: EventLoop, exc: Exception) -> None:
         """The stop sequence itself raised. A phase's end, or the whole shutdown, waits on this stop:
-        SIGKILL what can be reached without the broken part, and let them go on (the exit sweep
-        kills whatever of the tree is still left when the supervisor ends)."""
+        SIGKILL the group without the broken part, and wait only for the leader to be reaped (the
+        tree scan may be what broke); the exit sweep kills whatever of the tree is left at the end."""
         loop.faults.report(f"stopping {self.label}", exc)
+        self._killed_at = self._killed_at or time.monotonic()
         if self.running:
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, signal.SIGKILL)
+        self._await_reaped(loop)
+
+    def _await_reaped(self, loop: EventLoop) -> None:
+        assert self._killed_at is not None
+        if self.running and time.monotonic() - self._killed_at < KILL_WAIT_S:
+            loop.call_later(STOP_POLL_S, lambda: self._await_reaped(loop))
+            return
         self._stop_done()
 
     def _signal_tree(self, sig: int, members: list[psutil.Process], group_done: bool = False) -> None:

@@ -17,7 +17,19 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, Result, SupervisorRunner, clean_env, finish, py_script, sh, toml_list, toml_str
+from conftest import (
+    PY,
+    REPO,
+    Result,
+    SupervisorRunner,
+    clean_env,
+    finish,
+    pid_alive,
+    py_script,
+    sh,
+    toml_list,
+    toml_str,
+)
 
 from supervisor.loop import MAX_SLEEP_S, EventLoop, Faults, contained
 from supervisor.verdict import INTERNAL_ERROR_STATUS
@@ -330,3 +342,34 @@ reporting.Reporter.verdict = verdict
     assert len(firsts) == 2, firsts  # neither is said again (each raised fewer than 10 times)
     assert re.search(r"internal error in the listener \S*phase_changed \(phase p\)", result.output), result.output
     assert re.search(r"internal error in the verdict listener \S*verdict \(phase p\)", result.output), result.output
+
+
+def test_a_stop_sequence_that_raises_still_ends_the_child_and_the_run(sup: SupervisorRunner) -> None:
+    """The grace timer of a stop raising (SIGKILL never sent that way): the child, which ignores SIGTERM,
+    is SIGKILLed anyway and the stop completes, so the lifecycle ends instead of waiting forever."""
+    pidfile = sup.tmp / "pid"
+    stubborn = py_script(sup.tmp, "stubborn", """
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        write_pid(sys.argv[1])
+        time.sleep(60)
+    """, pidfile)
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {stubborn}
+        timeout_s = 1
+        stop_grace_s = 1
+        """)
+    inject = """
+import supervisor.process as process
+def _kill(self, loop, log):
+    raise RuntimeError("injected fault in the stop sequence")
+process.Child._kill = _kill
+"""
+    result = run_with_fault(sup, config, inject, timeout=40)
+    assert "internal error in stopping p/p: RuntimeError: injected fault in the stop sequence" in result.output
+    assert not pid_alive(int(pidfile.read_text()))
+    assert " reason=timeout " in verdict_of(result.output, "FAILED", "p", "p")
+    assert result.returncode == 128 + 9, result.output  # SIGKILLed after the deadline: the timeout's status
+    assert tracebacks_in_log(sup) == 1

@@ -725,7 +725,8 @@ class Lifecycle:
         for phase in self.phases:
             phase.abort()
         # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
-        stop_one_by_one(self.rt, list(reversed(self.rt.started)), "supervisor shutdown", self._finished)
+        stop_one_by_one(self.rt, list(reversed(self.rt.started)), "supervisor shutdown",
+                        contained(self._finished, self._finish_anyway))
         # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
         tell_listeners(self.rt, "shutdown listener", self.on_shutdown, why, status)
 
@@ -739,6 +740,11 @@ class Lifecycle:
             phase.settle_after_shutdown()
         assert self.exit_status is not None
         self._on_finished(self.exit_status)
+
+    def _finish_anyway(self, exc: Exception) -> None:
+        """Settling the phases raised: the run still ends, with the status it was ending with."""
+        self.rt.loop.faults.report("the end of the shutdown", exc)
+        self._on_finished(self.exit_status if self.exit_status is not None else v.INTERNAL_ERROR_STATUS)
 
 
 def tell_listeners(rt: Runtime, kind: str, listeners: list[Callable[..., None]], *args: Any,

@@ -119,6 +119,12 @@ class Child:
         self._stopping = True
         if self.stop_reason is None:
             self.stop_reason = reason
+        try:
+            self._begin_stop(loop, log, reason)
+        except Exception as exc:  # whoever waits on this stop must not wait forever
+            self._stop_broke(loop, exc)
+
+    def _begin_stop(self, loop: EventLoop, log: Log, reason: str) -> None:
         sig = self.spec.stop_signal
         if self.running:
             # The group first, at once: the tree scan below reads /proc and takes milliseconds.

@@ -373,3 +373,44 @@ process.Child._kill = _kill
     assert " reason=timeout " in verdict_of(result.output, "FAILED", "p", "p")
     assert result.returncode == 128 + 9, result.output  # SIGKILLed after the deadline: the timeout's status
     assert tracebacks_in_log(sup) == 1
+
+
+def test_a_stop_that_raises_at_once_still_ends_the_child(sup: SupervisorRunner) -> None:
+    """Child.stop raising before it signalled anything: the child is SIGKILLed, the phase still ends."""
+    pidfile = sup.tmp / "pid"
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {py_script(sup.tmp, "sleeper", "import sys, time; write_pid(sys.argv[1]); time.sleep(60)",
+                             pidfile)}
+        timeout_s = 1
+        """)
+    inject = """
+import supervisor.process as process
+def _begin_stop(self, loop, log, reason):
+    raise RuntimeError("injected fault in starting a stop")
+process.Child._begin_stop = _begin_stop
+"""
+    result = run_with_fault(sup, config, inject, timeout=40)
+    assert "internal error in stopping p/p: RuntimeError: injected fault in starting a stop" in result.output
+    assert not pid_alive(int(pidfile.read_text()))
+    assert " reason=timeout " in verdict_of(result.output, "FAILED", "p", "p")
+    assert result.returncode == 128 + 9, result.output
+
+
+def test_the_run_ends_with_its_status_even_if_settling_the_shutdown_raises(sup: SupervisorRunner) -> None:
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {sh("exit 3")}
+        """)
+    inject = """
+import supervisor.lifecycle as lifecycle
+def settle_after_shutdown(self):
+    raise RuntimeError("injected fault in settling")
+lifecycle.Phase.settle_after_shutdown = settle_after_shutdown
+"""
+    result = run_with_fault(sup, config, inject, timeout=40)
+    assert result.returncode == 3, result.output
+    assert "internal error in the end of the shutdown: RuntimeError: injected fault in settling" in result.output
+    assert tracebacks_in_log(sup) == 1

@@ -32,7 +32,7 @@ from .config import ChildSpec, PhaseSpec, Plan
 from .cuzkconf import CuzkSettings
 from .gpu import Gpus, activity_changed
 from .logs import ChildOutput, Console, LogFile
-from .loop import ErrorHandler, EventLoop, Timer, contained, name_of, summary
+from .loop import ErrorHandler, EventLoop, Timer, contained, is_contained, name_of, summary
 from .memory import MemoryEvidence
 from .process import Child, SpawnError, child_setup, spawn
 from .readiness import ReadinessWait
@@ -369,6 +369,10 @@ class Phase:
             output.taps.append(contained(
                 lambda lines, source=spec.log_source: rt.ship_lines(source, lines),
                 lambda exc: rt.loop.faults.report(f"shipping the output of {spec.label}", exc, phase=self.name)))
+        # Whoever added a reader of the output: a parser that raises fails the phase (what it reads
+        # decides it), never the loop. (The shipper's tap above is contained to cost only lines.)
+        output.taps[:] = [tap if is_contained(tap) else self._guarded(f"the output tap {name_of(tap)}", tap)
+                          for tap in output.taps]
         rt.reaper.watch(child.pid, self._guarded(f"the exit of {spec.label}",
                                                  lambda pid, status: self._child_exited(child, status)))
         child.attach_output(rt.loop, on_eof=lambda c: c.output.file.close() if not c.running else None,

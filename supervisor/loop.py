@@ -118,7 +118,14 @@ def contained(callback: Callable[P, object], on_error: ErrorHandler) -> Callable
             finally:
                 handling = False
 
+    call.contains = callback  # type: ignore[attr-defined]
+    call.__qualname__ = name_of(callback)
     return call
+
+
+def is_contained(callback: Callable[..., object]) -> bool:
+    """Whether ``callback`` came from ``contained`` (and so can never raise)."""
+    return hasattr(callback, "contains")
 
 
 def name_of(callback: Callable[..., object]) -> str:

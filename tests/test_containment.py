@@ -257,6 +257,33 @@ bench.BenchParser.feed_line = feed_line
     assert "bench_failed" not in result.output
 
 
+def test_any_reader_of_a_childs_output_is_contained_whoever_added_it(sup: SupervisorRunner) -> None:
+    """A parser added the plain way (``output.taps.append``), as the next one will be: still contained."""
+    marker = sup.tmp / "after.marker"
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {py_script(sup.tmp, "talker", PRINT_THEN_WAIT, "hello", "BOOM")}
+
+        [[phases]]
+        name = "after"
+        command = {toml_list(["touch", str(marker)])}
+        """)
+    inject = """
+import supervisor.logs as logs
+_real_init = logs.ChildOutput.__init__
+def new_parser(lines):
+    if any(b"BOOM" in line for line in lines):
+        raise ValueError("injected fault in a new parser")
+def __init__(self, *args, **kwargs):
+    _real_init(self, *args, **kwargs)
+    self.taps.append(new_parser)
+logs.ChildOutput.__init__ = __init__
+"""
+    result = run_with_fault(sup, config, inject)
+    check_phase_failed_internally(result, sup, "p", "the output tap new_parser", ["p"], marker)
+
+
 def test_a_reader_callback_that_raises_fails_its_phase(sup: SupervisorRunner) -> None:
     marker = sup.tmp / "after.marker"
     config = sup.write(f"""

@@ -137,7 +137,7 @@ class Phase:
         self.bench_result: BenchResult | None = None  # parse = "cuzk-bench": what the output said
         self._bench: BenchParser | None = None
         self._broken: Verdict | None = None  # the supervisor's own bug failed this phase (internal_error)
-        self._stop_over = False  # this attempt's children are all stopped (see internal_error)
+        self._stop_over = False  # this attempt's children are all stopped (see fail_internally)
 
     @property
     def name(self) -> str:
@@ -588,13 +588,13 @@ class Phase:
 
     def fault_handler(self, what: str) -> ErrorHandler:
         """The error handler for a callback this phase registers: ``what`` names the callback."""
-        return lambda exc: self.internal_error(what, exc)
+        return lambda exc: self.fail_internally(what, exc)
 
     def _guarded(self, what: str, callback: Callable[..., object]) -> Callable[..., None]:
         """``callback`` made unable to raise into its caller (a tap, a watcher, a thread's answer)."""
         return contained(callback, self.fault_handler(what))
 
-    def internal_error(self, what: str, exc: Exception) -> None:
+    def fail_internally(self, what: str, exc: Exception) -> None:
         """A bug of the supervisor's own while handling this phase (``what`` raised ``exc``).
 
         Logged once with its traceback; the phase fails for good with reason internal_error

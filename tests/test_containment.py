@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -441,3 +442,41 @@ lifecycle.Phase.settle_after_shutdown = settle_after_shutdown
     assert result.returncode == 3, result.output
     assert "internal error in the end of the shutdown: RuntimeError: injected fault in settling" in result.output
     assert tracebacks_in_log(sup) == 1
+
+
+def test_shipping_taps_that_raise_cost_lines_never_the_phase(sup: SupervisorRunner) -> None:
+    """The log shipper's taps (a child's lines, the supervisor's own) raising on every line: logged once
+    each, the phases complete. The supervisor's own-line tap raising must not recurse through the log."""
+    with socket.socket() as s:  # a manager that is not there: reporting is on, nothing answers
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    marker = sup.tmp / "after.marker"
+    config = sup.write(f"""
+        [manager]
+        url = "http://127.0.0.1:{port}"
+        label = "C.test"
+
+        [[phases]]
+        name = "p"
+        command = {sh("echo one; sleep 0.1; echo two; sleep 0.1; echo three")}
+
+        [[phases]]
+        name = "after"
+        command = {toml_list(["touch", str(marker)])}
+        """)
+    inject = """
+import supervisor.reporting as reporting
+def ship_lines(self, source, lines):
+    raise RuntimeError("injected fault in shipping lines")
+def ship_own_line(self, message):
+    raise RuntimeError("injected fault in shipping own lines")
+reporting.Reporter.ship_lines = ship_lines
+reporting.Reporter.ship_own_line = ship_own_line
+"""
+    result = run_with_fault(sup, config, inject)
+    assert result.returncode == 0, result.output
+    assert marker.exists() and "lifecycle complete" in result.output
+    assert re.search(r"internal error in shipping the output of p/p \(phase p\): RuntimeError", result.output)
+    assert "internal error in shipping the supervisor's own lines: RuntimeError" in result.output
+    firsts = [line for line in result.output.splitlines() if "] internal error in shipping the output of" in line]
+    assert len(firsts) == 1, firsts  # once, though p/p's three lines came in three reads

@@ -40,6 +40,10 @@ P = ParamSpec("P")
 # The longest one select() sleeps. epoll's timeout is an int of milliseconds: 2**31 ms
 # (24.86 days) and more raise OverflowError. A later timer is simply looked at again.
 MAX_SLEEP_S = 3600.0
+# A reader nobody answers for that raises this many times in a row is no longer watched (as
+# sd-event disables a source whose callback fails): a readable fd it never drains would
+# otherwise spin the loop at full CPU.
+READER_FAULTS_MAX = 100
 
 
 @dataclass(order=True)
@@ -141,6 +145,7 @@ class EventLoop:
         self._calls_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.faults = Faults()
+        self._reader_faults: dict[int, int] = {}  # fd → how many times in a row its reader raised
         self.add_reader(self._wake_r, self._run_thread_calls)
         self._stopped = False
 
@@ -150,6 +155,7 @@ class EventLoop:
         self._selector.register(fd, selectors.EVENT_READ, (callback, on_error))
 
     def remove_reader(self, fd: int) -> None:
+        self._reader_faults.pop(fd, None)
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(fd)
 
@@ -180,9 +186,21 @@ class EventLoop:
         if max_wait is not None:
             timeout = max_wait if timeout is None else min(timeout, max_wait)
         for key, _ in self._selector.select(timeout):
-            callback, on_error = key.data
-            self.run_contained(callback, on_error, f"the reader of fd {key.fd} ({name_of(callback)})")
+            self._run_reader(key.fd, *key.data)
         self._run_due_timers()
+
+    def _run_reader(self, fd: int, callback: Callback, on_error: ErrorHandler | None) -> None:
+        where = f"the reader of fd {fd} ({name_of(callback)})"
+        try:
+            callback()
+        except Exception as exc:
+            self.contain(exc, on_error, where)
+            self._reader_faults[fd] = self._reader_faults.get(fd, 0) + 1
+            if on_error is None and self._reader_faults[fd] >= READER_FAULTS_MAX:
+                self.faults.log(f"{where} raised {READER_FAULTS_MAX} times in a row: no longer watched")
+                self.remove_reader(fd)
+        else:
+            self._reader_faults.pop(fd, None)
 
     def run_contained(self, callback: Callback, on_error: ErrorHandler | None, where: str) -> None:
         """Run one callback; whatever it raises goes to its owner's handler, else to ``faults``."""

@@ -32,7 +32,7 @@ from conftest import (
     toml_str,
 )
 
-from supervisor.loop import MAX_SLEEP_S, EventLoop, Faults, contained
+from supervisor.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
 from supervisor.verdict import INTERNAL_ERROR_STATUS
 
 # ---------------------------------------------------------------- the loop itself
@@ -480,3 +480,52 @@ reporting.Reporter.ship_own_line = ship_own_line
     assert "internal error in shipping the supervisor's own lines: RuntimeError" in result.output
     firsts = [line for line in result.output.splitlines() if "] internal error in shipping the output of" in line]
     assert len(firsts) == 1, firsts  # once, though p/p's three lines came in three reads
+
+
+def test_a_reader_nobody_answers_for_that_keeps_raising_is_dropped_not_spun_on(loop: EventLoop) -> None:
+    """An fd it never drains stays readable: without a limit the loop would spin on it for good."""
+    import os
+
+    said = Said()
+    loop.faults.log = said
+    r, w = os.pipe()
+    try:
+        loop.add_reader(r, boom)
+        os.write(w, b"never read")
+        for _ in range(READER_FAULTS_MAX + 5):
+            loop.run_once(max_wait=0)
+        assert any(line.endswith(f"raised {READER_FAULTS_MAX} times in a row: no longer watched")
+                   for line in said.lines), said.lines
+        assert said.tracebacks() == 1
+        fired: list[str] = []
+        loop.call_later(0, lambda: fired.append("timer"))
+        loop.run_once(max_wait=0)  # the loop goes on with the rest
+        assert fired == ["timer"]
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_reader_that_raises_now_and_then_is_kept(loop: EventLoop) -> None:
+    import os
+
+    r, w = os.pipe()
+    calls: list[int] = []
+
+    def flaky() -> None:
+        os.read(r, 1)
+        calls.append(1)
+        if len(calls) % 2:
+            raise RuntimeError("every other time")
+
+    try:
+        loop.faults.log = Said()
+        loop.add_reader(r, flaky)
+        for _ in range(READER_FAULTS_MAX * 2):
+            os.write(w, b"x")
+            loop.run_once(max_wait=0)
+        assert len(calls) == READER_FAULTS_MAX * 2  # never dropped: it succeeds between failures
+    finally:
+        loop.remove_reader(r)
+        os.close(r)
+        os.close(w)

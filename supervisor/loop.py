@@ -102,7 +102,8 @@ def summary(exc: BaseException) -> str:
 
 
 def contained(callback: Callable[P, object], on_error: ErrorHandler) -> Callable[P, None]:
-    """``callback`` as a function that never raises into its caller (a tap, a listener, a watcher).
+    """``callback`` as a function whose exceptions go to ``on_error``, not to its caller (a tap,
+    a watcher, a thread's answer); only a broken ``on_error`` itself can still raise.
 
     While ``on_error`` runs, the callback is not called again: a broken log tap whose handler
     logs would otherwise raise into its own handler, forever.

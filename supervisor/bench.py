@@ -12,19 +12,27 @@ then::
 
 The manager's rate is proofs per hour = proofs/min × 60. Any FAILED, CANCELLED
 or TIMEOUT proof, ``failed: N`` with N > 0, or a missing summary fails the
-bench; a missing summary is never a rate of 0 reported as success.
+bench; a missing summary is never a rate of 0 reported as success. A summary line
+whose number cannot be read (``throughput: 1.2.3 proofs/min``) fails it too, named;
+the parser never raises on what a child prints.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from .logs import strip_ansi
 
 _PROOF_RE = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(COMPLETED|FAILED|CANCELLED|TIMEOUT)\b")
-_FIELD_RE = re.compile(r"^\s*(total time|completed|failed|throughput):\s+([0-9.]+)")
+_FIELD_RE = re.compile(r"^\s*(total time|completed|failed|throughput):\s*(.*)$")
+# A plain decimal, maybe with the unit "s", then a space or the end: "1834.2s" and "0.393 proofs/min"
+# read, "1.2.3", "1e999" or "12abc" do not.
+_NUMBER_RE = re.compile(r"(\d+(?:\.\d+)?)s?(?=\s|$)")
 BAD_STATUSES = ("FAILED", "CANCELLED", "TIMEOUT")
+# An unreadable summary line is quoted in the verdict up to this many characters.
+QUOTE_CHARS = 120
 
 
 @dataclass
@@ -36,6 +44,7 @@ class BenchResult:
     failed: int | None = None
     total_time_s: float | None = None
     proofs_per_min: float | None = None
+    unreadable: list[str] = field(default_factory=list)  # summary lines whose number could not be read
 
     @property
     def rate_per_hour(self) -> float | None:
@@ -52,6 +61,8 @@ class BenchResult:
             return f"{listed} ({counts})"
         if self.failed:
             return f"summary says failed: {self.failed} ({counts})"
+        if self.unreadable:
+            return f"unreadable summary line: {self.unreadable[0]!r} ({counts})"
         if self.proofs_per_min is None:
             return f"summary has no throughput line ({counts})"
         if not self.completed:
@@ -83,22 +94,38 @@ class BenchParser:
         proof = _PROOF_RE.match(line)
         if proof:
             r.proofs[proof.group(3)] = r.proofs.get(proof.group(3), 0) + 1
-            r.expected = int(proof.group(2))
+            r.expected = _count(proof.group(2))
             return
         if not self._in_summary:
             return
         found = _FIELD_RE.match(line)
         if not found:
             return
-        key, value = found.group(1), found.group(2)
-        if key == "total time":
-            r.total_time_s = float(value)
+        key, number = found.group(1), _number(found.group(2))
+        if number is None or (key in ("completed", "failed") and not number.is_integer()):
+            r.unreadable.append(line.strip()[:QUOTE_CHARS])
+        elif key == "total time":
+            r.total_time_s = number
         elif key == "completed":
-            r.completed = int(float(value))
+            r.completed = int(number)
         elif key == "failed":
-            r.failed = int(float(value))
+            r.failed = int(number)
         elif key == "throughput":
-            r.proofs_per_min = float(value)
+            r.proofs_per_min = number
+
+
+def _number(text: str) -> float | None:
+    """The number a summary value starts with; None when there is none, or it is not finite."""
+    found = _NUMBER_RE.match(text)
+    if found is None:
+        return None
+    number = float(found.group(1))  # a digits-and-dot string always converts; too many digits give inf
+    return number if math.isfinite(number) else None
+
+
+def _count(text: str) -> int | None:
+    number = _number(text)
+    return int(number) if number is not None and number.is_integer() else None
 
 
 def parse_text(text: str) -> BenchResult:

@@ -32,7 +32,7 @@ from .config import ChildSpec, PhaseSpec, Plan
 from .cuzkconf import CuzkSettings
 from .gpu import Gpus, activity_changed
 from .logs import ChildOutput, Console, LogFile
-from .loop import EventLoop, Timer
+from .loop import ErrorHandler, EventLoop, Timer, contained, is_contained, name_of, summary
 from .memory import MemoryEvidence
 from .process import Child, SpawnError, child_setup, spawn
 from .readiness import ReadinessWait
@@ -105,8 +105,7 @@ class Runtime:
             self.log(f"FAILED: {verdict.line()}")
             for line in verdict.last_lines[-5:]:
                 self.log(f"  | {line}")
-        for listener in self.on_verdict:
-            listener(verdict)
+        tell_listeners(self, "verdict listener", self.on_verdict, verdict, phase=verdict.phase)
 
 
 class Phase:
@@ -137,6 +136,8 @@ class Phase:
         self.started = False  # the lifecycle reached it (a phase stopped before that never started)
         self.bench_result: BenchResult | None = None  # parse = "cuzk-bench": what the output said
         self._bench: BenchParser | SingleProofParser | None = None
+        self._broken: Verdict | None = None  # the supervisor's own bug failed this phase (internal_error)
+        self._stop_over = False  # this attempt's children are all stopped (see fail_internally)
 
     @property
     def name(self) -> str:
@@ -173,7 +174,8 @@ class Phase:
         if not self._memory_preflight():
             return
         if self.spec.timeout_s is not None:
-            self._deadline = self.rt.loop.call_later(self.spec.timeout_s, self._deadline_passed)
+            self._deadline = self.rt.loop.call_later(self.spec.timeout_s, self._deadline_passed,
+                                                     on_error=self.fault_handler("the deadline timer"))
         self._start_attempt()
 
     def _resumable(self) -> str | None:
@@ -295,8 +297,10 @@ class Phase:
                     f"(at most {spec.ready_timeout_s:g}s)")
         self._ready = ReadinessWait(
             self.rt.loop, spec.ready, spec.ready_timeout_s,
-            on_ready=lambda: self._daemon_ready(child, index, attempt),
-            on_timeout=lambda why: self._not_ready(child, attempt, why),
+            on_ready=self._guarded(f"the readiness wait of {spec.label}",
+                                   lambda: self._daemon_ready(child, index, attempt)),
+            on_timeout=self._guarded(f"the readiness wait of {spec.label}",
+                                     lambda why: self._not_ready(child, attempt, why)),
         )
 
     def _daemon_ready(self, child: Child, index: int, attempt: int) -> None:
@@ -328,9 +332,10 @@ class Phase:
         attempt = self.attempt
         self._ready = ReadinessWait(
             self.rt.loop, ready, self.spec.command.ready_timeout_s,
-            on_ready=lambda: self._service_up() if attempt == self.attempt and self.state
-            is PhaseState.RUNNING else None,
-            on_timeout=lambda why: self._not_ready(child, attempt, why),
+            on_ready=self._guarded(f"the readiness wait of {child.label}", lambda: self._service_up()
+                                   if attempt == self.attempt and self.state is PhaseState.RUNNING else None),
+            on_timeout=self._guarded(f"the readiness wait of {child.label}",
+                                     lambda why: self._not_ready(child, attempt, why)),
         )
 
     def _service_up(self) -> None:
@@ -357,14 +362,24 @@ class Phase:
         if spec is self.spec.command and self.spec.parse == "cuzk-bench":
             self._bench = BenchParser()
             self.bench_result = self._bench.result
-            output.taps.append(self._bench.feed)
+            # What the parser reads decides the phase: a parser that raises fails it (internal_error).
+            output.taps.append(self._guarded("the cuzk-bench output parser", self._bench.feed))
         elif spec is self.spec.command and self.spec.parse == "cuzk-single":
             self._bench = SingleProofParser()
-            output.taps.append(self._bench.feed)
+            output.taps.append(self._guarded("the cuzk-bench single output parser", self._bench.feed))
         if rt.ship_lines is not None:
-            output.taps.append(lambda lines, source=spec.log_source: rt.ship_lines(source, lines))
-        rt.reaper.watch(child.pid, lambda pid, status: self._child_exited(child, status))
-        child.attach_output(rt.loop, on_eof=lambda c: c.output.file.close() if not c.running else None)
+            # Shipping is best effort: a shipper that raises costs lines to the manager, never the phase.
+            output.taps.append(contained(
+                lambda lines, source=spec.log_source: rt.ship_lines(source, lines),
+                lambda exc: rt.loop.faults.report(f"shipping the output of {spec.label}", exc, phase=self.name)))
+        # Whoever added a reader of the output: a parser that raises fails the phase (what it reads
+        # decides it), never the loop. (The shipper's tap above is contained to cost only lines.)
+        output.taps[:] = [tap if is_contained(tap) else self._guarded(f"the output tap {name_of(tap)}", tap)
+                          for tap in output.taps]
+        rt.reaper.watch(child.pid, self._guarded(f"the exit of {spec.label}",
+                                                 lambda pid, status: self._child_exited(child, status)))
+        child.attach_output(rt.loop, on_eof=lambda c: c.output.file.close() if not c.running else None,
+                            on_error=self.fault_handler(f"the output of {spec.label}"))
         self.children.append(child)
         rt.started.append(child)
         rt.log(f"started {spec.label}: pid {child.pid}: {shown_command(spec.command)}")
@@ -388,7 +403,9 @@ class Phase:
             daemon=is_daemon, attempt=self.attempt, started_at=child.started_at,
             last_lines=child.output.last_lines(), memory=memory, stop_detail=child.stop_detail,
         )
-        if not is_daemon and verdict.success and self._bench is not None:
+        if not is_daemon and verdict.success and self._bench is not None and child.stop_reason is None:
+            # Only a bench that ended by itself is judged by its output: one the supervisor stopped
+            # (its daemon died, shutdown) never printed a summary, and that is not its failure.
             verdict = self._judge_bench(verdict)
         self.rt.record(verdict)
         if child.stop_reason is not None or self._aborting:
@@ -466,12 +483,13 @@ class Phase:
                 watch.saw_progress_size(tree_size(self.spec.progress_path), now)
             silent = watch.stalled(now)
             if silent is None:
-                self.rt.loop.call_later(interval, check)
+                self.rt.loop.call_later(interval, check, on_error=on_error)
                 return
             self.rt.log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
             self._abort_attempt(v.STALLED, f"stalled: {silent}")
 
-        self.rt.loop.call_later(interval, check)
+        on_error = self.fault_handler("the stall check")
+        self.rt.loop.call_later(interval, check, on_error=on_error)
 
     def _end_attempt(self, outcome: Verdict | None, why: str = "") -> None:
         """The attempt is over: stop its children (reverse start order), then decide."""
@@ -485,13 +503,15 @@ class Phase:
         if outcome is not None and outcome.success and self.spec.kind == "oneshot":
             # The phase succeeded: daemons with lifetime = "lifecycle" live on into the later phases.
             self.kept = [c for c in self.children if c.spec.lifetime == "lifecycle" and c.running]
+        self._stop_over = False
         self.transition(PhaseState.STOPPING, why or (outcome.detail if outcome else ""))
         stop_one_by_one(self.rt, [c for c in reversed(self.children) if c not in self.kept],
-                        "phase attempt over", self._attempt_stopped)
+                        "phase attempt over", self._guarded("the end of an attempt", self._attempt_stopped))
 
     def _attempt_stopped(self) -> None:
         if self.state is not PhaseState.STOPPING:
             return
+        self._stop_over = True
         finished = set(map(id, self.children)) - set(map(id, self.kept))
         self.rt.started = [c for c in self.rt.started if id(c) not in finished]
         if self.rt.memory is not None and not self.kept:
@@ -508,7 +528,9 @@ class Phase:
         if self._aborting:
             self.transition(PhaseState.STOPPED, "supervisor shutdown")
             return
-        if outcome.success and self.spec.kind == "oneshot":
+        if outcome.reason == v.INTERNAL_ERROR:  # a bug of ours: retrying would only hide it
+            self._finish(PhaseState.FAILED, outcome.detail)
+        elif outcome.success and self.spec.kind == "oneshot":
             self._finish(PhaseState.DONE, f"completed in {self.attempt} attempt(s)")
         elif self.spec.kind == "oneshot":
             self._retry_or_fail(outcome)
@@ -547,7 +569,8 @@ class Phase:
         delay = backoff_delay(self._consecutive_failures, self.spec.backoff_s, self.spec.backoff_factor,
                               self.spec.backoff_max_s, self.spec.backoff_jitter, self.rt.rng.random())
         self.transition(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s")
-        self._backoff = self.rt.loop.call_later(delay, self._backoff_over)
+        self._backoff = self.rt.loop.call_later(delay, self._backoff_over,
+                                                on_error=self.fault_handler("the backoff timer"))
 
     def _backoff_over(self) -> None:
         if self.state is PhaseState.BACKOFF and not self._aborting:
@@ -564,6 +587,43 @@ class Phase:
         if not self.kept and self.rt.memory is not None:
             self.rt.memory.release_phase(self.name)
         self.transition(state, why)
+
+    # ------------------------------------------------------------ the supervisor's own bugs
+
+    def fault_handler(self, what: str) -> ErrorHandler:
+        """The error handler for a callback this phase registers: ``what`` names the callback."""
+        return lambda exc: self.fail_internally(what, exc)
+
+    def _guarded(self, what: str, callback: Callable[..., object]) -> Callable[..., None]:
+        """``callback`` made unable to raise into its caller (a tap, a watcher, a thread's answer)."""
+        return contained(callback, self.fault_handler(what))
+
+    def fail_internally(self, what: str, exc: Exception) -> None:
+        """A bug of the supervisor's own while handling this phase (``what`` raised ``exc``).
+
+        Logged once with its traceback; the phase fails for good with reason internal_error
+        (retrying would only hide the bug) and the lifecycle takes it from there. Its children
+        are stopped on purpose, so their verdicts read ``stopped``: it is not their failure.
+        """
+        self.rt.loop.faults.report(f"phase {self.name}: {what}", exc)
+        if self.state in FINAL_STATES or self._broken is not None or self._aborting:
+            return  # failed already, or the shutdown ends it anyway: the log line above is all
+        detail = f"internal error in {what}: {summary(exc)} (a supervisor bug: the traceback is in supervisor.log)"
+        self._broken = v.without_exit(self.name, self.name, v.INTERNAL_ERROR, v.INTERNAL_ERROR_STATUS, detail,
+                                      attempt=self.attempt)
+        if self.state in (PhaseState.STARTING, PhaseState.RUNNING):
+            for child in self.children:
+                if child.stop_reason is None:
+                    child.stop_reason, child.stop_detail = v.STOPPED, detail
+            self._end_attempt(self._broken)  # records it; _attempt_stopped then fails the phase
+            return
+        self.outcome = self._broken
+        self.rt.record(self._broken)
+        if self.state is PhaseState.STOPPING and not self._stop_over:
+            return  # the stop in progress ends in _attempt_stopped, which sees the outcome
+        if self._backoff is not None:
+            self._backoff.cancel()
+        self._finish(PhaseState.FAILED, detail)
 
     # ------------------------------------------------------------ shutdown
 
@@ -614,7 +674,7 @@ class Lifecycle:
             return
         for phase in self.phases:
             if phase.state is PhaseState.PENDING:
-                phase.start()
+                contained(phase.start, phase.fault_handler("its start"))()
                 return
             if phase.hold is not None:
                 return  # done, but the lifecycle may not go past it yet (see Phase.hold)
@@ -634,8 +694,7 @@ class Lifecycle:
             self._advance()
 
     def _phase_changed(self, phase: Phase) -> None:
-        for listener in self.listeners:
-            listener(phase)
+        tell_listeners(self.rt, "listener", self.listeners, phase, phase=phase.name)
         if self.shutting_down:
             return
         if phase.state is PhaseState.FAILED:
@@ -674,10 +733,10 @@ class Lifecycle:
         for phase in self.phases:
             phase.abort()
         # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
-        stop_one_by_one(self.rt, list(reversed(self.rt.started)), "supervisor shutdown", self._finished)
+        stop_one_by_one(self.rt, list(reversed(self.rt.started)), "supervisor shutdown",
+                        contained(self._finished, self._finish_anyway))
         # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
-        for listener in self.on_shutdown:
-            listener(why, status)
+        tell_listeners(self.rt, "shutdown listener", self.on_shutdown, why, status)
 
     def kill_everything_now(self) -> None:
         """A second shutdown request: no more grace for anyone."""
@@ -689,6 +748,22 @@ class Lifecycle:
             phase.settle_after_shutdown()
         assert self.exit_status is not None
         self._on_finished(self.exit_status)
+
+    def _finish_anyway(self, exc: Exception) -> None:
+        """Settling the phases raised: the run still ends, with the status it was ending with."""
+        self.rt.loop.faults.report("the end of the shutdown", exc)
+        self._on_finished(self.exit_status if self.exit_status is not None else v.INTERNAL_ERROR_STATUS)
+
+
+def tell_listeners(rt: Runtime, kind: str, listeners: list[Callable[..., None]], *args: Any,
+                   phase: str | None = None) -> None:
+    """Every listener hears of it, whichever raised before it: a broken listener (reporting, the
+    status file) is logged once and costs what it was for, never the lifecycle."""
+    for listener in list(listeners):
+        try:
+            listener(*args)
+        except Exception as exc:
+            rt.loop.faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
 
 
 def stop_one_by_one(rt: Runtime, children: list[Child], reason: str, then: Callable[[], None]) -> None:

@@ -29,7 +29,7 @@ import psutil
 
 from .config import ChildSpec
 from .logs import ChildOutput
-from .loop import EventLoop, Timer
+from .loop import ErrorHandler, EventLoop, Timer
 from .reaping import ExitStatus
 from .signals import signal_name
 
@@ -119,6 +119,12 @@ class Child:
         self._stopping = True
         if self.stop_reason is None:
             self.stop_reason = reason
+        try:
+            self._begin_stop(loop, log, reason)
+        except Exception as exc:  # whoever waits on this stop must not wait forever
+            self._stop_broke(loop, exc)
+
+    def _begin_stop(self, loop: EventLoop, log: Log, reason: str) -> None:
         sig = self.spec.stop_signal
         if self.running:
             # The group first, at once: the tree scan below reads /proc and takes milliseconds.
@@ -128,7 +134,8 @@ class Child:
             log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
                 f"grace {self.spec.stop_grace_s:g}s")
             self._signal_tree(sig, members, group_done=self.running)
-            self._kill_timer = loop.call_later(self.spec.stop_grace_s, lambda: self._kill(loop, log))
+            self._kill_timer = loop.call_later(self.spec.stop_grace_s, lambda: self._kill(loop, log),
+                                               on_error=lambda exc: self._stop_broke(loop, exc))
         self._check_stopped(loop, log)
 
     def _kill(self, loop: EventLoop, log: Log) -> None:
@@ -149,14 +156,36 @@ class Child:
             else:
                 if self._killed_at is not None:
                     self._signal_tree(signal.SIGKILL, members)  # catch anything forked since
-                loop.call_later(STOP_POLL_S, lambda: self._check_stopped(loop, log))
+                loop.call_later(STOP_POLL_S, lambda: self._check_stopped(loop, log),
+                                on_error=lambda exc: self._stop_broke(loop, exc))
                 return
+        self._stop_done()
+
+    def _stop_done(self) -> None:
         if self._kill_timer is not None:
             self._kill_timer.cancel()
         waiters, self._stop_waiters = self._stop_waiters, []
         self._stopping = False
         for waiter in waiters:
             waiter()
+
+    def _stop_broke(self, loop: EventLoop, exc: Exception) -> None:
+        """The stop sequence itself raised. A phase's end, or the whole shutdown, waits on this stop:
+        SIGKILL the group without the broken part, and wait only for the leader to be reaped (the
+        tree scan may be what broke); the exit sweep kills whatever of the tree is left at the end."""
+        loop.faults.report(f"stopping {self.label}", exc)
+        self._killed_at = self._killed_at or time.monotonic()
+        if self.running:
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self._await_reaped(loop)
+
+    def _await_reaped(self, loop: EventLoop) -> None:
+        assert self._killed_at is not None
+        if self.running and time.monotonic() - self._killed_at < KILL_WAIT_S:
+            loop.call_later(STOP_POLL_S, lambda: self._await_reaped(loop))
+            return
+        self._stop_done()
 
     def _signal_tree(self, sig: int, members: list[psutil.Process], group_done: bool = False) -> None:
         # The group first, in one atomic call, while it surely still is ours: the
@@ -181,7 +210,9 @@ class Child:
 
     # ------------------------------------------------------------ output
 
-    def attach_output(self, loop: EventLoop, on_eof: Callable[[Child], None]) -> None:
+    def attach_output(self, loop: EventLoop, on_eof: Callable[[Child], None],
+                      on_error: ErrorHandler | None = None) -> None:
+        """Read its pipes in the loop; what reading them raises goes to ``on_error`` (its phase's)."""
         self._loop, self._on_eof = loop, on_eof
         for stream, pipe in (("stdout", self.popen.stdout), ("stderr", self.popen.stderr)):
             if pipe is None:
@@ -190,7 +221,7 @@ class Child:
             os.set_blocking(fd, False)
             self._streams[fd] = stream
             self._pipes[fd] = pipe
-            loop.add_reader(fd, lambda fd=fd: self._read(fd))
+            loop.add_reader(fd, lambda fd=fd: self._read(fd), on_error)
 
     def _read(self, fd: int) -> bool:
         """Read what one pipe has; False when nothing more is there right now."""
@@ -257,20 +288,28 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
     return Child(spec=spec, pid=popen.pid, tag=tag, output=output, popen=popen)
 
 
-def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable[[], None] | None:
-    """What a child does between fork and exec, or None when nothing (then Popen can vfork).
+# Every signal whose disposition a child can be given: all but SIGKILL and SIGSTOP (glibc's
+# own real-time signals are not in valid_signals()).
+RESETTABLE_SIGNALS = tuple(sorted(set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}))
 
+
+def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable[[], None]:
+    """What a child does between fork and exec.
+
+    It starts with every signal at its default and none blocked, whatever the
+    supervisor inherited: an ignored disposition survives exec, and under ``nohup``
+    (the manager's onstart command) SIGHUP comes ignored, as SIGQUIT does from some
+    job-control shells; a child would then shrug off its own SIGHUP or SIGQUIT.
     It joins its cgroup itself, before exec, so every byte it and its descendants
     allocate is counted there; and it sets its oom_score_adj (back to 0 from the
     supervisor's -1000, or above the supervisor's) so the OOM killer picks it, not
-    the supervisor. Only os-level calls: other threads may hold Python-level locks
-    at fork time.
+    the supervisor. Only calls that take no lock: other threads may hold
+    Python-level locks at fork time.
     """
-    if oom_score_adj is None and cgroup_procs is None:
-        return None
     score = str(oom_score_adj).encode() if oom_score_adj is not None else None
 
     def setup() -> None:
+        reset_signals()
         if score is not None:
             with contextlib.suppress(OSError):
                 _write_file("/proc/self/oom_score_adj", score)
@@ -278,6 +317,18 @@ def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable
             _write_file(cgroup_procs, str(os.getpid()).encode())  # failing here fails the spawn, visibly
 
     return setup
+
+
+def reset_signals() -> None:
+    """Default disposition for every signal and an empty mask, as a clean exec would have.
+
+    Runs in the forked child, which forked from the loop's (the main) thread: the only
+    thread ``signal.signal`` accepts. A signal that cannot be set is left as it is.
+    """
+    for signum in RESETTABLE_SIGNALS:
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
 def _write_file(path: str, data: bytes) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .config import ManagerSpec
 from .logs import strip_ansi
 from .logship import Shipper, event_line, events_sender, log_push_sender
+from .loop import contained
 from .manager import Answer, ManagerClient, PermanentError, TransientError
 from .outbox import Call, Outbox
 from .redact import Redactor
@@ -105,7 +106,10 @@ class Reporter:
         # Own lines logged before start() made the shipper: queued there once it exists.
         self._own_before_start: list[str] = []
         if early is not None:
-            early.hand_to(self.ship_own_line if self.enabled else None)
+            # A shipper that raises costs the manager lines, never the supervisor's own log.
+            ship = contained(self.ship_own_line,
+                             lambda exc: rt.loop.faults.report("shipping the supervisor's own lines", exc))
+            early.hand_to(ship if self.enabled else None)
 
     # ------------------------------------------------------------ start and stop
 

@@ -92,6 +92,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
 
     kill_survivors_of_dead_supervisors(str(state_dir), log)
     loop = EventLoop()
+    loop.faults.log = log  # what a callback raised, with its traceback, goes to supervisor.log
     reaper = Reaper(on_orphan=_orphan_logger(log))
     memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root)
     log(memory.describe())
@@ -217,9 +218,9 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
         [p for p in lifecycle.phases if p.spec.kind == "service"][-1:]
 
     def beat() -> None:
+        loop.call_later(HEARTBEAT_S, beat)  # first: a beat that raises (contained by the loop) is not the last
         ready = bool(production) and all(p.up for p in production)
         state.publish(ready, metrics_text(take_snapshot(usage=False)))
-        loop.call_later(HEARTBEAT_S, beat)
 
     beat()
     log(f"health: http://127.0.0.1:{server.port}/healthz, /readyz, /metrics")

@@ -39,6 +39,8 @@ class SignalInbox:
         self.ignored = {sig for sig in HANDLED if signal.getsignal(sig) == signal.SIG_IGN and sig == signal.SIGHUP}
         self._previous = {sig: signal.signal(sig, _wake_only) for sig in HANDLED if sig not in self.ignored}
         self._old_wakeup = signal.set_wakeup_fd(self._wsock.fileno(), warn_on_full_buffer=False)
+        # A mask inherited blocked (from a launcher or a harness) would keep these from us for good.
+        self._old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
         self._loop = loop
         loop.add_reader(self._rsock.fileno(), self._drain)
 
@@ -48,11 +50,14 @@ class SignalInbox:
         except BlockingIOError:
             return
         for signum in data:
-            self._on_signal(signum)
+            # Each signal on its own: one whose handling raised must not swallow the SIGCHLD after it.
+            self._loop.run_contained(lambda signum=signum: self._on_signal(signum), None,
+                                     f"handling {signal_name(signum)}")
 
     def close(self) -> None:
         self._loop.remove_reader(self._rsock.fileno())
         signal.set_wakeup_fd(self._old_wakeup)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._rsock.close()

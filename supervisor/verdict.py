@@ -30,11 +30,13 @@ BENCH_FAILED = "bench_failed"  # cuzk-bench exited 0, but its own output says pr
 INSUFFICIENT_DISK = "insufficient_disk"  # fitness: too little free space for the parameters, PCE or state
 GPU_UNAVAILABLE = "gpu_unavailable"  # fitness: no NVML, a GPU missing, unreachable or taken by another process
 STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
+INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handling the phase (never the child's)
 
 REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
-           BENCH_FAILED, STOPPED)
-# Decided by the fitness check before any phase starts (supervisor/fitness.py).
-REASONS += (INSUFFICIENT_DISK, GPU_UNAVAILABLE)
+           INSUFFICIENT_DISK, GPU_UNAVAILABLE, BENCH_FAILED, STOPPED, INTERNAL_ERROR)
+# What the supervisor exits with when a phase failed on its own bug: EX_SOFTWARE of sysexits.h,
+# so a fleet can tell "the supervisor broke" from any status a child passes on.
+INTERNAL_ERROR_STATUS = 70
 LAST_LINES = 20
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import kill_tree, wait_for
+from conftest import SupervisorRunner, kill_tree, py_script, sh, toml_list, wait_for
 
 from supervisor.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
 from supervisor.demo import free_port
@@ -235,3 +237,75 @@ def test_stand_in_single_that_completed_passes(daemon: str) -> None:
     done = bench(daemon, "single", "-t", "porep")
     assert done.returncode == 0, done.stderr
     assert parse_single_text(done.stdout).problem() is None, done.stdout
+# ---------------------------------------------------------------- what a child prints never raises
+
+
+@pytest.mark.parametrize("line", [
+    "throughput:    1.2.3 proofs/min (152.8s/proof)",
+    "throughput:    1e999 proofs/min",
+    "throughput:    " + "9" * 400 + ".0 proofs/min",  # a float of it is inf: never a rate
+    "completed:     1.2.3",
+    "completed:     12.5",
+    "completed:     " + "9" * 5000,  # past int()'s 4300-digit limit
+    "failed:        abc",
+    "total time:    1834.2.1s",
+])
+def test_a_malformed_summary_line_fails_the_bench_by_name_never_raises(line: str) -> None:
+    key = line.split(":")[0]
+    good = {k.split(":")[0]: k for k in WORKLOADS_SUMMARY.splitlines()}
+    text = lines_12() + "\n" + WORKLOADS_SUMMARY.replace(good[key], line)
+    r = parse_text(text)
+    problem = r.problem()
+    assert problem is not None and "unreadable summary line: " in problem, problem
+    assert line.strip()[:40] in problem
+    assert r.rate_per_hour is None or math.isfinite(r.rate_per_hour)
+
+
+def test_a_proof_counter_too_long_to_be_a_number_is_still_counted() -> None:
+    r = parse_text(f"  [1/{'9' * 5000}] FAILED — 1.0s\n" + WORKLOADS_SUMMARY)
+    assert r.proofs == {"FAILED": 1} and r.expected is None
+    assert "1 FAILED" in (r.problem() or "")
+
+
+def test_the_summary_units_still_read() -> None:
+    r = parse_text("=== Batch Summary ===\ntotal time: 12s\ncompleted: 3\nfailed: 0\nthroughput: 2 proofs/min\n")
+    assert (r.total_time_s, r.completed, r.failed, r.proofs_per_min, r.unreadable) == (12.0, 3, 0, 2.0, [])
+
+
+MALFORMED_BENCH = """
+import time
+print("  [1/1] COMPLETED — 1.0s (prove=1000 ms, queue=1 ms)", flush=True)
+print("=== Batch Summary ===")
+print("total time:    1.0s")
+print("completed:     1")
+print("failed:        0")
+print("throughput:    1.2.3 proofs/min (60.0s/proof)", flush=True)
+"""
+
+
+def test_a_malformed_summary_from_a_real_bench_fails_the_phase_not_the_supervisor(sup: SupervisorRunner) -> None:
+    """Issue 10, item 4: this one line used to raise ValueError in the loop; the supervisor died and the
+    shutdown sweep's SIGKILLs gave the children ``reason=signal``."""
+    marker = sup.tmp / "after.marker"
+    config = sup.write(f"""
+        [[phases]]
+        name = "bench"
+        command = {py_script(sup.tmp, "bench", MALFORMED_BENCH)}
+        parse = "cuzk-bench"
+
+        [[phases.daemons]]
+        name = "daemon"
+        command = {sh("exec sleep 60")}
+
+        [[phases]]
+        name = "after"
+        command = {toml_list(["touch", str(marker)])}
+        """)
+    result = sup.run(config, timeout=60)
+    assert result.returncode == 1, result.output
+    assert "Traceback" not in result.output
+    assert "reason=signal" not in result.output
+    assert "reason=bench_failed" in result.output
+    assert "unreadable summary line: 'throughput:    1.2.3 proofs/min (60.0s/proof)'" in result.output
+    assert re.search(r"ended: phase=bench child=daemon pid=\d+ reason=stopped ", result.output), result.output
+    assert not marker.exists()

@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 import re
 import resource
+import shutil
 import signal
 import stat
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import PY, Result, SupervisorRunner, needs_unshare, sh, toml_list, toml_str
+from conftest import PY, REPO, Result, SupervisorRunner, clean_env, finish, needs_unshare, sh, toml_list, toml_str
 
 from supervisor.reaping import ExitStatus
 
@@ -156,6 +158,87 @@ def test_killed_by_signal(sup: SupervisorRunner, signame: str, pid1: bool) -> No
     assert f"killed by {signame} (status {128 + signum})" in verdict
     assert f"exiting with status {128 + signum}" in result.output
     assert "Traceback" not in result.output
+
+
+# What ``nohup`` and some job-control shells leave to what they start: SIGHUP (nohup) and SIGQUIT
+# ignored; and a harness may leave signals blocked. Ignored dispositions and the mask survive exec.
+IGNORING_LAUNCHER = """
+import os, signal, sys
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2, signal.SIGTERM})
+os.execv(sys.executable, [sys.executable, "-m", "supervisor", "run", "--config", sys.argv[1]])
+"""
+
+
+def start_with_signals_ignored(sup: SupervisorRunner, config: Path, how: str) -> subprocess.Popen[str]:
+    """The supervisor started as the manager's onstart starts it: under the real ``nohup``, or through a
+    launcher that also ignores SIGQUIT and blocks SIGUSR2 and SIGTERM."""
+    if how == "nohup":
+        if shutil.which("nohup") is None:
+            pytest.skip("nohup(1) is not installed")
+        argv = ["nohup", *sup.argv(config)]
+    else:
+        launcher = sup.tmp / "ignoring_launcher.py"
+        launcher.write_text(IGNORING_LAUNCHER)
+        argv = [PY, str(launcher), str(config)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            env=clean_env(), cwd=REPO, start_new_session=True)
+    sup.procs.append(proc)
+    return proc
+
+
+@pytest.mark.parametrize(("how", "signame"), [("nohup", "SIGHUP"), ("launcher", "SIGHUP"), ("launcher", "SIGQUIT")])
+def test_a_child_dies_of_its_own_signal_even_when_the_supervisor_started_with_it_ignored(
+        sup: SupervisorRunner, how: str, signame: str) -> None:
+    """Issue 10, item 12: the child's own ``kill -HUP $$`` / ``kill -QUIT $$`` must kill it."""
+    signum = int(getattr(signal, signame))
+    marker = sup.tmp / "after.marker"
+    result = finish(start_with_signals_ignored(sup, _signal_config(sup, signame, marker), how), time.monotonic(), 30)
+    assert result.returncode == 128 + signum, result.output
+    assert "[p/p] survived" not in result.output
+    verdict = one_verdict(result.output, "p")
+    assert f" reason=signal signal={signame} " in verdict, verdict
+    assert not marker.exists()
+
+
+def status_field(output: str, name: str) -> str:
+    found = re.findall(rf"\[p/p\] {name}:\s+(\S+)", output)
+    assert len(found) == 1, f"no single {name} line in:\n{output}"
+    return found[0]
+
+
+@pytest.mark.parametrize("how", ["nohup", "launcher"])
+def test_children_start_with_no_signal_ignored_or_blocked(sup: SupervisorRunner, how: str) -> None:
+    """cat, exec'd straight by the supervisor, shows what it was given: SigIgn and SigBlk all zero."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {toml_list(["cat", "/proc/self/status"])}
+        """)
+    result = finish(start_with_signals_ignored(sup, config, how), time.monotonic(), 30)
+    assert result.returncode == 0, result.output
+    assert int(status_field(result.output, "SigIgn"), 16) == 0, result.output
+    assert int(status_field(result.output, "SigBlk"), 16) == 0, result.output
+
+
+def test_a_supervisor_started_with_sigterm_blocked_still_stops_on_it(sup: SupervisorRunner) -> None:
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        kind = "service"
+        command = {shell("echo serving; exec sleep 60")}
+        """)
+    proc = start_with_signals_ignored(sup, config, "launcher")
+    started = time.monotonic()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "[p/p] serving" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    result = finish(proc, started, 30)
+    assert result.returncode == 128 + signal.SIGTERM, result.output
+    assert "shutting down: received SIGTERM" in result.output
 
 
 @pytest.mark.parametrize("signame", ["SIGSEGV", "SIGABRT", "SIGQUIT"])

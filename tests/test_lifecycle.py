@@ -360,6 +360,53 @@ def test_daemon_dies_mid_phase(sup: SupervisorRunner) -> None:
     assert "stopping work/work" in res.output
 
 
+BENCH_WITHOUT_SUMMARY = """
+import time
+print("  [1/12] COMPLETED — 151.9s (prove=41234 ms, queue=10 ms)", flush=True)
+time.sleep(30)  # its daemon dies before it gets to the summary
+"""
+
+
+def test_a_bench_stopped_because_its_daemon_died_is_stopped_not_bench_failed(sup: SupervisorRunner) -> None:
+    """The bench command never printed a summary because the supervisor stopped it: that is not its
+    failure. The daemon's death (daemon_died) is the phase's verdict; the bench's own reads stopped."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "bench"
+        command = {py_script(sup.tmp, "bench", BENCH_WITHOUT_SUMMARY)}
+        parse = "cuzk-bench"
+        stop_grace_s = 1
+        [[phases.daemons]]
+        name = "cuzk"
+        command = {sh("sleep 0.5; echo daemon crashed; exit 5")}
+    """)
+    res = sup.run(config, timeout=30)
+    assert res.returncode == 5, res.output
+    v = failure(res.output)
+    assert (v["child"], v["reason"]) == ("cuzk", "daemon_died"), res.output
+    assert "bench_failed" not in res.output
+    bench = [x for x in verdicts(res.output, "ended") if x["child"] == "bench"]
+    assert len(bench) == 1 and bench[0]["reason"] == "stopped", res.output
+
+
+def test_a_deadline_of_25_days_does_not_overflow_the_loop(sup: SupervisorRunner) -> None:
+    """Issue 10, item 5: 2**31 ms and more made select() raise OverflowError at once."""
+    marker = sup.tmp / "after.marker"
+    config = sup.write(f"""
+        [[phases]]
+        name = "long"
+        command = {sh("echo quick")}
+        timeout_s = 2200000
+
+        [[phases]]
+        name = "after"
+        command = {toml_list(["touch", str(marker)])}
+    """)
+    res = sup.run(config, timeout=30)
+    assert res.returncode == 0, res.output
+    assert "Traceback" not in res.output and marker.exists()
+
+
 def test_daemons_stopped_after_their_phase(sup: SupervisorRunner) -> None:
     d1, d2 = sup.tmp / "d1.pid", sup.tmp / "d2.pid"
     config = sup.write(f"""

@@ -340,7 +340,7 @@ class Phase:
 
     def _spawn(self, spec: ChildSpec) -> Child | None:
         rt = self.rt
-        output = ChildOutput(spec.label, rt.console, LogFile(self._log_path(spec), rt.log_file_max_bytes),
+        output = ChildOutput(spec.label, rt.console, LogFile(self._log_path(spec), rt.log_file_max_bytes, rt.log),
                              rt.ring_lines, rt.redactor)
         env = {**rt.base_env, **self.extra_env, **spec.env}
         placement = rt.memory.place(self.name, self.spec.memory_max) if rt.memory is not None else None

@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .cgroups import fmt_bytes
-from .loop import EventLoop
+from .loop import EventLoop, Timer
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle, Runtime
@@ -31,6 +32,11 @@ SOCKET_NAME = "status.sock"
 STATE_NAME = "status.json"
 SEND_TIMEOUT_S = 2.0
 SNAPSHOT_VERSION = 1
+# status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
+# that (a service restarting in a tight loop) the changes are coalesced into one write per window.
+PERSIST_BURST = 5
+PERSIST_WINDOW_S = 1.0
+FINAL_PHASE_STATES = ("done", "failed", "stopped")
 
 
 class StatusServer:
@@ -78,12 +84,71 @@ def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
     """Write status.json atomically: a reader (or the next start) never sees half a file."""
     target = state_dir / STATE_NAME
     tmp = target.with_name(f".{STATE_NAME}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # like the socket: for root's eyes
-    with os.fdopen(fd, "w") as f:
-        json.dump(snapshot, f, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(target)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # like the socket: for root's eyes
+        with os.fdopen(fd, "w") as f:
+            json.dump(snapshot, f, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a half-written copy must not keep the space a full disk needs back
+        raise
+
+
+class StateFile:
+    """Keeps status.json up to date without letting it cost the lifecycle anything.
+
+    Every change is written at once, and a phase reaching a final state always is (a SIGKILL
+    right after a phase completed must not lose the facts that let the next start skip it);
+    but past ``PERSIST_BURST`` writes in ``PERSIST_WINDOW_S`` the other changes wait for the
+    window to pass and go out as one write (a service restarting in a loop would otherwise
+    fsync it several times a restart). A write that fails (a full disk) is said once, tried
+    again at the next change, and said again once it works.
+    """
+
+    def __init__(self, state_dir: Path, loop: EventLoop, log: Callable[[str], None],
+                 build: Callable[[], dict[str, Any]]) -> None:
+        self.path = state_dir / STATE_NAME
+        self._state_dir = state_dir
+        self._loop = loop
+        self._log = log
+        self._build = build
+        self._recent: deque[float] = deque(maxlen=PERSIST_BURST)  # monotonic times of the last writes
+        self._later: Timer | None = None
+        self._failing = False
+
+    def changed(self, what: object = None) -> None:
+        """A listener of transitions and verdicts: write now, or soon."""
+        now = time.monotonic()
+        window_open_at = self._recent[0] + PERSIST_WINDOW_S if len(self._recent) == PERSIST_BURST else now
+        if _is_final(what) or window_open_at <= now:
+            self.save()
+        elif self._later is None:
+            self._later = self._loop.call_later(window_open_at - now, self.save)
+
+    def save(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+        self._recent.append(time.monotonic())
+        try:
+            persist(self._state_dir, self._build())
+        except OSError as exc:
+            if not self._failing:
+                self._failing = True
+                self._log(f"status: cannot write {self.path}: {exc.strerror or exc}; it is tried again at each "
+                          "change (the status socket still answers)")
+            return
+        if self._failing:
+            self._failing = False
+            self._log(f"status: {self.path} written again")
+
+
+def _is_final(what: object) -> bool:
+    """A phase (duck-typed: lifecycle imports this module) that reached done, failed or stopped."""
+    return str(getattr(what, "state", "")) in FINAL_PHASE_STATES
 
 
 def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:

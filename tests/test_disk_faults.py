@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
+import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SupervisorRunner, py_script
+import requests
+from conftest import PY, Console, SupervisorRunner, py_script, sh, toml_list, toml_str, wait_for
 
 from supervisor import logs
+from supervisor import outbox as outbox_mod
+from supervisor.devmanager import DevManager
 from supervisor.logs import LogFile
+from supervisor.outbox import Outbox
 
 EXIT_CHILD = 4
 
@@ -140,3 +146,201 @@ def test_full_log_dir_costs_lines_not_the_lifecycle(sup: SupervisorRunner,
     assert 1 <= len(said) <= 2, said
     assert any("chatty.log" in line for line in said), said
     assert f"exiting with status {EXIT_CHILD}" in result.output
+
+
+# ================================================================ state_dir: the outbox
+
+
+def outbox_on(disk: Path, notes: list[str]) -> Outbox:
+    return Outbox(disk / "outbox.sqlite3", notes.append)
+
+
+def drain(box: Outbox) -> list[tuple[int, str]]:
+    """Deliver every pending call, in the order the outbox gives them: (id, kind)."""
+    out = []
+    while (call := box.next_pending()) is not None:
+        box.delivered(call.id, {"ok": True})
+        out.append((call.id, call.kind))
+    return out
+
+
+def file_rows(path: Path) -> list[tuple[int, str, str]]:
+    """(id, kind, state) as another process reads the file."""
+    with contextlib.closing(sqlite3.connect(path, timeout=5)) as db:
+        return db.execute("SELECT id, kind, state FROM calls ORDER BY id").fetchall()
+
+
+def test_outbox_filling_mid_run_keeps_calls_in_memory_then_writes_them(
+        tmp_path: Path, tmpfs: Callable[[Path, str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    disk = tmpfs(tmp_path / "state", "1m")
+    monkeypatch.setattr(outbox_mod, "RETRY_WRITE_S", 0.0)  # try the file at every call: no waiting in the test
+    notes: list[str] = []
+    box = outbox_on(disk, notes)
+    first = box.add("register", {"label": "x"})
+    box.put("uuid", "u-1")
+    filler = fill(disk)
+    ids = [box.add("log", {"text": "y" * 2000, "n": n}) for n in range(40)]  # far more than is left
+    assert box.in_memory
+    assert len([n for n in notes if "cannot write" in n]) == 1, notes
+    assert "kept in memory" in notes[0], notes
+    assert ids == sorted(ids) and ids[0] > first
+    box.put("runner_id", "7")
+    assert box.get("uuid") == "u-1" and box.get("runner_id") == "7"
+    assert box.pending() == 41
+    # Delivered from memory, in order, while the disk is still full.
+    assert [i for i, _ in drain(box)][:3] == [first, ids[0], ids[1]]
+    later = box.add("param-done", {})
+    assert box.in_memory and box.pending() == 1
+    filler.unlink()
+    assert box.pending() == 1  # any call tries the file again
+    assert not box.in_memory
+    assert any("can be written again" in n for n in notes), notes
+    box.close()
+    rows = file_rows(disk / "outbox.sqlite3")
+    assert [r[0] for r in rows] == [first, *ids, later], "every call, with the id it was delivered under"
+    assert [r[2] for r in rows] == ["delivered"] * 41 + ["pending"]
+    again = Outbox(disk / "outbox.sqlite3")
+    assert again.get("runner_id") == "7" and again.next_pending() is not None
+    again.close()
+
+
+def test_outbox_full_at_start_is_not_corruption(tmp_path: Path, tmpfs: Callable[[Path, str], Path],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk at open gives SQLITE_IOERR_SHMSIZE ("disk I/O error"): the file stays where it is, its pending
+    calls are read and delivered, nothing is moved aside."""
+    disk = tmpfs(tmp_path / "state", "512k")
+    path = disk / "outbox.sqlite3"
+    box = Outbox(path)
+    kept = [box.add("param-done", {}), box.add("bench-done", {"rate": 90.0})]
+    box.put("uuid", "u-2")
+    box.close()  # a clean close: no -shm is left, so the next open must create one
+    filler = fill(disk)
+    monkeypatch.setattr(outbox_mod, "RETRY_WRITE_S", 3600.0)
+    notes: list[str] = []
+    box = outbox_on(disk, notes)
+    assert box.corrupt_note is None
+    assert not list(disk.glob("*.corrupt-*"))
+    assert box.in_memory and len(notes) == 1 and "cannot write" in notes[0], notes
+    assert box.get("uuid") == "u-2"
+    new = box.add("running", {})
+    assert drain(box) == [(kept[0], "param-done"), (kept[1], "bench-done"), (new, "running")]
+    filler.unlink()
+    monkeypatch.setattr(outbox_mod, "RETRY_WRITE_S", 0.0)
+    box.close()  # the last chance: written at close
+    assert file_rows(path) == [(kept[0], "param-done", "delivered"), (kept[1], "bench-done", "delivered"),
+                               (new, "running", "delivered")]
+
+
+# ================================================================ state_dir under a running supervisor
+
+# A cuzk-bench look-alike: 3 proofs at 1.5 proofs/min → 90 proofs/h (min_rate 50 passes).
+FAKE_BENCH = """\
+print("  [1/3] COMPLETED", flush=True)
+print("=== Batch Summary ===")
+print("completed:     3")
+print("failed:        0")
+print("throughput:    1.500 proofs/min (40.0s/proof)", flush=True)
+"""
+
+
+def wait_file(path: Path) -> str:
+    """A shell loop that waits for ``path`` to appear (the test's go signal)."""
+    return f"while [ ! -e {path} ]; do sleep 0.05; done"
+
+
+def reporting_config(sup: SupervisorRunner, url: str) -> Path:
+    bench = sup.tmp / "fake_bench.py"
+    bench.write_text(FAKE_BENCH)
+    return sup.write(f"""
+        [manager]
+        url = {toml_str(url)}
+        label = "C.diskfull"
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "params"
+        command = {sh(wait_file(sup.tmp / "go1") + "; echo params ok")}
+        report = "param-done"
+
+        [[phases]]
+        name = "bench"
+        command = {toml_list([PY, str(bench)])}
+        parse = "cuzk-bench"
+        report = "bench-done"
+
+        [[phases]]
+        name = "service"
+        kind = "service"
+        command = {sh("echo serving; " + wait_file(sup.tmp / "go2"))}
+        report = "running"
+        """)
+
+
+def test_state_dir_filling_mid_run_loses_no_manager_call(sup: SupervisorRunner,
+                                                         tmpfs: Callable[[Path, str], Path]) -> None:
+    state = tmpfs(sup.state_dir, "1m")
+    mgr = DevManager(quiet=True).start()
+    try:
+        console = Console(sup, reporting_config(sup, mgr.url))
+        wait_for(lambda: mgr.state.snapshot()["instances"], 20)
+        filler = fill(state)
+        (sup.tmp / "go1").touch()
+        # param-done, bench-done and running reach the manager from memory while the disk stays full.
+        wait_for(lambda: [i["state"] for i in mgr.state.snapshot()["instances"].values()] == ["running"], 30)
+        assert console.proc.poll() is None, console.tail()
+        text = console.text()
+        assert len(re.findall(r"outbox: cannot write", text)) == 1, console.tail()
+        filler.unlink()
+        (sup.tmp / "go2").touch()
+        assert console.finish() == 0, console.tail()
+    finally:
+        mgr.stop()
+    text = console.text()
+    assert "Traceback" not in text, console.tail()
+    history = next(iter(mgr.state.snapshot()["instances"].values()))["history"]
+    assert history == ["registered", "params_done", "bench_done", "running"]
+    rows = file_rows(state / "outbox.sqlite3")
+    kinds = [kind for _, kind, _ in rows]
+    assert [k for k in kinds if k != "log"] == ["register", "param-done", "bench-done", "running"], rows
+    assert all(s == "delivered" for _, _, s in rows), rows
+    assert "can be written again" in text, console.tail()
+    # status.json: said at most once while it could not be written, and written whole once it could.
+    assert len(re.findall(r"status: cannot write", text)) <= 1, console.tail()
+    snap = json.loads((state / "status.json").read_text())
+    assert [p["state"] for p in snap["phases"]] == ["done", "done", "done"]
+
+
+def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: SupervisorRunner,
+                                                                      tmpfs: Callable[[Path, str], Path]) -> None:
+    """Calls left pending by an earlier start, a state_dir full before this one: one line each for the outbox and
+    status.json, no traceback, the earlier calls delivered first, the lifecycle completes."""
+    state = tmpfs(sup.state_dir, "1m")
+    mgr = DevManager(quiet=True).start()
+    try:
+        # "The earlier start" registered (straight on the dev-manager) and left a call pending.
+        answer = requests.post(mgr.url + "/register", json={"label": "C.diskfull", "min_rate": 50}, timeout=5).json()
+        earlier = Outbox(state / "outbox.sqlite3")
+        earlier.put("label", "C.diskfull")
+        earlier.put("uuid", answer["uuid"])
+        earlier.put("runner_id", str(answer["runner_id"]))
+        left = earlier.add("log", {"source": "setup", "text": "left over from the earlier start\n"})
+        earlier.close()
+        fill(state)
+        (sup.tmp / "go1").touch()
+        (sup.tmp / "go2").touch()
+        console = Console(sup, reporting_config(sup, mgr.url))
+        assert console.finish() == 0, console.tail()
+        text = console.text()
+        assert "Traceback" not in text, console.tail()
+        assert len(re.findall(r"outbox: cannot write", text)) == 1, console.tail()
+        assert len(re.findall(r"status: cannot write", text)) == 1, console.tail()
+        assert not list(state.glob("*.corrupt-*")), "a full disk is not corruption"
+        uuid = answer["uuid"]
+        assert f"reusing uuid {uuid}" in text, console.tail()
+        snap = mgr.state.snapshot()
+        assert snap["instances"][uuid]["history"] == ["registered", "params_done", "bench_done", "running"]
+        assert "left over from the earlier start" in snap["logs"][uuid]["setup"]
+        assert [c["path"] for c in snap["calls"]][1] == "/api/log-push", "the earlier call went first"
+        assert left == 1
+    finally:
+        mgr.stop()

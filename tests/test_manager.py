@@ -287,6 +287,63 @@ def test_outbox_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
     assert Outbox(path).pending() == 1  # the clean one is a real database
 
 
+def _damaged_outbox(path: Path, pages_of: str) -> tuple[list[int], int]:
+    """An outbox with 300 calls (100 pending) and 200 facts, then the root page of ``pages_of`` (a table or
+    index) overwritten with garbage, WAL and SHM left beside it as a SIGKILL leaves them. Returns the pending
+    ids and the page size."""
+    box = Outbox(path)
+    pending = []
+    for n in range(300):
+        call_id = box.add("log", {"text": f"call {n} " + "z" * 200})
+        if n % 3:
+            box.delivered(call_id, None)
+        else:
+            pending.append(call_id)
+    box.put("uuid", "u-salvaged")
+    for n in range(200):
+        box.put(f"fact-{n:03d}", "v" * 100)
+    box._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the pages are in the main file now
+    page_size = box._db.execute("PRAGMA page_size").fetchone()[0]
+    root = box._db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (pages_of,)).fetchone()[0]
+    box.add("running", {})  # one more, in the WAL only
+    with open(path, "r+b") as f:  # while the outbox is open (and its WAL and SHM exist): a torn write
+        f.seek((root - 1) * page_size)
+        f.write(b"\xde\xad\xbe\xef" * (page_size // 4))
+    # Left as a killed process leaves it: no close, so no checkpoint.
+    return pending, page_size
+
+
+def test_outbox_with_a_bad_index_page_keeps_every_call_and_fact(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    pending, _ = _damaged_outbox(path, "sqlite_autoindex_facts_1")
+    box = Outbox(path)
+    assert box.corrupt_note is not None and "damaged" in box.corrupt_note and "moved to" in box.corrupt_note
+    aside = sorted(p.name for p in tmp_path.glob("outbox.sqlite3.corrupt-*"))
+    assert len(aside) in (1, 2, 3) and aside[0].endswith(tuple("0123456789")), aside  # the file, its WAL, SHM
+    assert box.get("uuid") == "u-salvaged" and box.get("fact-199") == "v" * 100
+    assert box.pending() == len(pending) + 1  # the index held no call: all of them are kept
+    assert [c.id for c in _drain(box)][:len(pending)] == pending
+    box.close()
+    again = Outbox(path)  # and the next start finds a sound file: no crash loop
+    assert again.corrupt_note is None and again.get("uuid") == "u-salvaged"
+    again.close()
+
+
+def test_outbox_with_a_bad_table_page_keeps_what_is_readable(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    pending, _ = _damaged_outbox(path, "calls")
+    box = Outbox(path)
+    assert box.corrupt_note is not None and "damaged" in box.corrupt_note
+    # The root of the calls table is gone: the calls under it cannot be reached, the facts can.
+    assert box.get("uuid") == "u-salvaged"
+    kept = box.pending()
+    assert kept <= len(pending) + 1
+    box.add("param-done", {})
+    assert box.pending() == kept + 1
+    box.close()
+    assert Outbox(path).corrupt_note is None
+
+
 def test_outbox_is_thread_safe(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.sqlite3")
 

@@ -133,8 +133,11 @@ class Outbox:
             with contextlib.suppress(FileNotFoundError):
                 Path(f"{self.path}{suffix}").replace(f"{aside}{suffix}")
         pending = sum(1 for call in calls if call[4] == "pending")
-        self.corrupt_note = (f"outbox {self.path} is damaged ({problem}); moved to {aside}; kept what was readable: "
-                             f"{len(calls)} call(s) ({pending} pending) and {len(facts)} fact(s)")
+        if calls or facts:
+            self.corrupt_note = (f"outbox {self.path} is damaged ({problem}); moved to {aside}; starting afresh with "
+                                 f"what was readable: {len(calls)} call(s) ({pending} pending), {len(facts)} fact(s)")
+        else:
+            self.corrupt_note = f"outbox {self.path} was unreadable ({problem}); moved to {aside}, starting clean"
         try:
             self._disk = self._connect()
         except sqlite3.Error as exc:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
+import stat
 import time
 from collections import deque
 from collections.abc import Callable
@@ -34,8 +36,12 @@ SEND_TIMEOUT_S = 2.0
 SNAPSHOT_VERSION = 1
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
-PERSIST_BURST = 5
+PERSIST_BURST = 20
 PERSIST_WINDOW_S = 1.0
+# A status.json bigger than this is not one we wrote (what is persisted is capped far below it).
+STATE_MAX_READ_BYTES = 16 * 1024 * 1024
+# A done_at up to this far in the future is taken as a clock that was stepped back, not as garbage.
+CLOCK_SLACK_S = 300.0
 FINAL_PHASE_STATES = ("done", "failed", "stopped")
 
 
@@ -152,24 +158,118 @@ def _is_final(what: object) -> bool:
 
 
 def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """The last persisted snapshot, or None and why (missing, or corrupt: never fatal)."""
+    """The last persisted snapshot, or None and why (missing, unreadable, or not shaped like one: never fatal)."""
     path = state_dir / STATE_NAME
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular_file(path, STATE_MAX_READ_BYTES))
     except FileNotFoundError:
         return None, f"no {path}"
-    except (OSError, ValueError) as exc:
-        return None, f"{path} is unreadable ({exc.__class__.__name__}); ignoring it"
-    if not isinstance(data, dict):
-        return None, f"{path} does not hold a status object; ignoring it"
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, f"{path} is unreadable ({exc.__class__.__name__}: {exc}); ignoring it"
+    problem = snapshot_problem(data)
+    if problem is not None:
+        return None, f"{path} does not hold a status snapshot ({problem}); ignoring it"
     return data, None
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them: a FIFO must not hang us, nor /dev/zero fill memory."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"{info.st_size} bytes, more than the {limit} a status snapshot can be")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1)[:limit]
+    finally:
+        os.close(fd)
+
+
+# What a snapshot read back (status.json, or an answer on the socket) must look like before anything
+# reads it: key → a type, a tuple of types, a nested shape (dict), or [shape] for a list of them. A key
+# missing is allowed where None is. Numbers must be finite (NaN compares false to everything).
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+_OPT_DICT = (dict, type(None))
+
+
+def _maybe(shape: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A section that may be null (a child's usage in the persisted file)."""
+    return ("maybe", shape)
+
+
+SNAPSHOT_SHAPE: dict[str, Any] = {
+    "started_at": _OPT_NUM, "written_at": _OPT_NUM,
+    "lifecycle": {"state": _OPT_STR, "why": _OPT_STR, "current": _OPT_STR},
+    "phases": [{"name": str, "state": str, "why": _OPT_STR, "since": _OPT_NUM, "attempt": (int, type(None)),
+                "hold": _OPT_STR, "facts": _OPT_DICT}],
+    "children": [{"label": str, "pid": int, "state": str, "started_at": _OPT_NUM, "last_output_at": _OPT_NUM,
+                  "usage": _maybe({"processes": (int, type(None)), "cpu_s": _OPT_NUM, "rss": (int, type(None))}),
+                  "last_lines": [str]}],
+    "gpus": {"why": _OPT_STR, "samples": [{"index": int, "name": str, "utilization": _NUM, "memory_used": int,
+                                           "memory_total": int}]},
+    "memory": {"mode": _OPT_STR, "why": _OPT_STR, "snapshot": _OPT_STR},
+    "manager": {"enabled": (bool, type(None)), "url": _OPT_STR, "uuid": _OPT_STR, "last_error": _OPT_STR,
+                "outbox_pending": (int, type(None)), "last_delivered": _OPT_DICT},
+    "verdicts": [{"line": str}],
+}
+
+
+def snapshot_problem(data: Any) -> str | None:
+    """Where ``data`` differs from SNAPSHOT_SHAPE (the first place), or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    return _shape_problem(data, SNAPSHOT_SHAPE, "")
+
+
+def _shape_problem(value: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
+    for key, want in shape.items():
+        name = f"{where}.{key}" if where else key
+        if key not in value:
+            if isinstance(want, tuple) and type(None) in want:
+                continue
+            if isinstance(want, dict | list) or (isinstance(want, tuple) and want[:1] == ("maybe",)):
+                continue  # a whole section missing: shown as absent
+            return f"{name}: missing"
+        problem = _value_problem(value[key], want, name)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _value_problem(value: Any, want: Any, name: str) -> str | None:
+    if isinstance(want, tuple) and want[:1] == ("maybe",):
+        return None if value is None else _value_problem(value, want[1], name)
+    if isinstance(want, dict):
+        return _shape_problem(value, want, name) if isinstance(value, dict) else f"{name}: not an object"
+    if isinstance(want, list):
+        if not isinstance(value, list):
+            return f"{name}: not a list"
+        for i, item in enumerate(value):
+            problem = _value_problem(item, want[0], f"{name}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    kinds = want if isinstance(want, tuple) else (want,)
+    wanted = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+    if isinstance(value, bool) and bool not in kinds:
+        return f"{name}: {value!r} where {wanted} belongs"
+    if not isinstance(value, kinds):
+        return f"{name}: {type(value).__name__} where {wanted} belongs"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name}: {value!r} is not a finite number"
+    return None
 
 
 def resume_facts(snap: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     """Phase name → the facts a later start resumes from; None if the file has another shape.
 
-    Only well-formed facts pass: ``done_at`` a number, ``outputs`` a name → size table,
-    ``bench`` and ``machine`` tables. Anything else means "start clean", never a crash.
+    Only well-formed facts pass: ``done_at`` a finite time not in the future, ``outputs`` a
+    name → size table, ``bench`` and ``machine`` tables. Anything else means "start clean",
+    never a crash (a NaN ``done_at`` would pass every age check).
     """
     phases = snap.get("phases")
     if not isinstance(phases, list):
@@ -183,15 +283,22 @@ def resume_facts(snap: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
             return None
         done_at = facts.get("done_at")
         outputs = facts.get("outputs")
-        if done_at is not None and (isinstance(done_at, bool) or not isinstance(done_at, int | float)):
+        if done_at is not None and not _a_past_time(done_at):
             return None
         if outputs is not None and not (isinstance(outputs, dict) and all(
-                isinstance(k, str) and isinstance(v, int) for k, v in outputs.items())):
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in outputs.items())):
             return None
         if any(facts.get(key) is not None and not isinstance(facts[key], dict) for key in ("bench", "machine")):
             return None
         out[phase["name"]] = facts
     return out
+
+
+def _a_past_time(value: Any) -> bool:
+    """A finite epoch time that has already come (with a little slack for a clock that was stepped)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return 0 <= value <= time.time() + CLOCK_SLACK_S
 
 
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
@@ -212,9 +319,10 @@ def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
     except OSError:
         return None
     try:
-        return json.loads(b"".join(chunks))
-    except ValueError:
+        answer = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
         return None
+    return answer if snapshot_problem(answer) is None else None
 
 
 def tree_usage(pid: int) -> dict[str, Any]:
@@ -241,8 +349,8 @@ def tree_usage(pid: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- rendering for a person
 
 
-def _ago(t: float | None, now: float) -> str:
-    if not t:
+def _ago(t: Any, now: float) -> str:
+    if isinstance(t, bool) or not isinstance(t, int | float) or not t or not math.isfinite(t):
         return "?"
     s = max(0, int(now - t))
     if s < 120:

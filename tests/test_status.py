@@ -332,3 +332,65 @@ command = {sh("true")}
     assert rc == 3, out
     assert snap["lifecycle"]["current"] == "early", out
     assert [(p["name"], p["state"]) for p in snap["phases"]] == [("early", "failed"), ("late", "stopped")], out
+
+
+# ---------------------------------------------------------------- what is read back is checked like config
+
+NAN = float("nan")
+BAD_STATE: dict[str, Any] = {
+    "phases-a-number": b'{"version": 1, "phases": 3}',
+    "phase-name-a-number": b'{"version": 1, "phases": [{"name": 5}]}',
+    "nan-written-at": json.dumps({"version": 1, "written_at": NAN, "phases": []}).encode(),
+    "verdicts-of-numbers": b'{"version": 1, "verdicts": [5]}',
+    "lifecycle-a-list": b'{"version": 1, "lifecycle": []}',
+    "rss-a-string": json.dumps({"children": [{"label": "p/c", "pid": 1, "state": "running",
+                                              "usage": {"rss": "lots"}, "last_lines": []}]}).encode(),
+    "deep-nesting": b"[" * 100_000 + b"]" * 100_000,
+    "a-list": b"[1, 2, 3]",
+}
+
+
+def write_bad_state(state_dir: Path, kind: str) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "status.json"
+    if kind == "fifo":
+        os.mkfifo(path)  # reading it would wait for a writer forever
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros that take no disk
+    else:
+        path.write_bytes(BAD_STATE[kind])
+
+
+@pytest.mark.parametrize("kind", [*BAD_STATE, "fifo", "huge"])
+def test_status_of_a_wrong_shaped_state_file_is_one_line(tmp_path: Path, kind: str) -> None:
+    state_dir = tmp_path / "state"
+    write_bad_state(state_dir, kind)
+    for args in ((), ("--json",)):
+        rc, text, _ = status(state_dir, *args)
+        assert rc == 3, text
+        assert "Traceback" not in text, text
+        lines = text.strip().splitlines()
+        assert len(lines) == 1 and "status.json" in lines[0] and "ignoring it" in lines[0], text
+
+
+def test_a_nan_done_at_does_not_pass_the_resume_age_check(sup: SupervisorRunner) -> None:
+    """json reads NaN, and every comparison with NaN is false: "older than resume_max_age_s" never was."""
+    marker = sup.tmp / "ran"
+    config = sup.write(f"""
+        [[phases]]
+        name = "bench"
+        resume = "machine"
+        command = {sh(f"touch {marker}")}
+        """)
+    sup.state_dir.mkdir()
+    (sup.state_dir / "status.json").write_text(json.dumps(
+        {"version": 1, "phases": [{"name": "bench", "state": "done", "since": 1.0, "why": "", "attempt": 1,
+                                   "facts": {"done_at": NAN, "machine": {}}}]}))
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 0, result.output
+    assert "Traceback" not in result.output
+    said = [line for line in result.output.splitlines() if "starting clean" in line]
+    assert len(said) == 1 and "status.json" in said[0], result.output
+    assert marker.exists(), "the bench ran again: nothing resumed from a NaN"
+    assert "resumed" not in result.output

@@ -38,6 +38,10 @@ SNAPSHOT_VERSION = 1
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
 PERSIST_BURST = 20
 PERSIST_WINDOW_S = 1.0
+# What a snapshot carries at most (and status.json with it): the latest verdicts (the lifecycle keeps
+# a few per phase), and each output line cut to this many characters (a line may be 64 KiB).
+SNAPSHOT_VERDICTS = 50
+SNAPSHOT_LINE_CHARS = 500
 # A status.json bigger than this is not one we wrote (what is persisted is capped far below it).
 STATE_MAX_READ_BYTES = 16 * 1024 * 1024
 # A done_at up to this far in the future is taken as a clock that was stepped back, not as garbage.
@@ -436,7 +440,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                 "last_output_at": (time.time() - (time.monotonic() - child.output.last_output_at))
                 if child.output.last_output_at else None,
                 "usage": tree_usage(child.pid) if usage else None,
-                "last_lines": [redact(line) for line in child.output.last_lines(10)],
+                "last_lines": [redact(line)[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(10)],
             })
     gpus = rt.gpus
     samples = [vars(s) for s in gpus.sample()] if gpus is not None and usage else []
@@ -472,6 +476,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                    "usage": mem_snap.usage if mem_snap else None, "limit": mem_snap.limit if mem_snap else None,
                    "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None},
         "manager": reporter.status(),
-        "verdicts": [{**x.to_dict(), "line": x.line(), "last_lines": [redact(s) for s in x.last_lines]}
-                     for x in rt.verdicts[-50:]],
+        "verdicts": [{**x.to_dict(), "line": x.line(),
+                      "last_lines": [redact(s)[:SNAPSHOT_LINE_CHARS] for s in x.last_lines]}
+                     for x in rt.verdicts[-SNAPSHOT_VERDICTS:]],
     }

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from conftest import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_str, wait_for
 
+from supervisor import lifecycle
+from supervisor import status as status_mod
 from supervisor.devmanager import DevManager
 from supervisor.status import query
 
@@ -394,3 +396,40 @@ def test_a_nan_done_at_does_not_pass_the_resume_age_check(sup: SupervisorRunner)
     assert len(said) == 1 and "status.json" in said[0], result.output
     assert marker.exists(), "the bench ran again: nothing resumed from a NaN"
     assert "resumed" not in result.output
+
+
+# ---------------------------------------------------------------- a restart loop stays bounded
+
+RESTARTS = 150
+# Far above what the capped snapshot can reach (50 verdicts of 20 lines of 500 characters, and the rest).
+STATE_FILE_BOUND = 1024 * 1024
+
+
+def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: SupervisorRunner) -> None:
+    """Each run of the service prints 20 lines of 8 KiB and fails; with no backoff it is restarted RESTARTS times
+    before the burst limit fails it. Kept: the last few verdicts, each line cut; status.json stays small."""
+    line = "x" * 8192
+    config = sup.write(f"""
+        [[phases]]
+        name = "flappy"
+        kind = "service"
+        restart = "always"
+        command = {sh(f"for i in $(seq 20); do echo {line}; done; exit 3")}
+        backoff_s = 0
+        backoff_max_s = 0
+        backoff_jitter = 0
+        restart_burst = {RESTARTS}
+        restart_window_s = 3600
+        """, header=False)
+    config.write_text(sup.header(extra="console = false") + config.read_text())
+    result = sup.run(config, timeout=180)
+    assert result.returncode == 3, result.output[-2000:]
+    snap = json.loads((sup.state_dir / "status.json").read_text())
+    assert phase(snap, "flappy")["attempt"] == RESTARTS + 1, phase(snap, "flappy")
+    size = (sup.state_dir / "status.json").stat().st_size
+    assert size < STATE_FILE_BOUND, size
+    kept = [v for v in snap["verdicts"] if v["phase"] == "flappy"]
+    assert 0 < len(kept) <= lifecycle.VERDICTS_KEPT_PER_PHASE, len(kept)
+    assert kept[-1]["attempt"] == RESTARTS + 1, "the latest verdicts are the ones kept"
+    assert all(len(s) <= status_mod.SNAPSHOT_LINE_CHARS for v in kept for s in v["last_lines"])
+    assert "Traceback" not in (sup.log_dir / "supervisor.log").read_text()

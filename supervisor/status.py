@@ -15,6 +15,7 @@ import math
 import os
 import socket
 import stat
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -32,7 +33,11 @@ if TYPE_CHECKING:
 
 SOCKET_NAME = "status.sock"
 STATE_NAME = "status.json"
+# A client that has not taken the rest of its answer within this long is dropped (by a writer thread).
 SEND_TIMEOUT_S = 2.0
+# Answers not taken at once are finished by at most this many threads; past that the oldest is dropped.
+SLOW_CLIENTS_MAX = 4
+DROPS_SAID_EVERY = 100
 SNAPSHOT_VERSION = 1
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
@@ -50,7 +55,12 @@ FINAL_PHASE_STATES = ("done", "failed", "stopped")
 
 
 class StatusServer:
-    """Answers each connection on the unix socket with one snapshot, from the loop."""
+    """Answers each connection on the unix socket with one snapshot, built in the loop.
+
+    The loop never waits on a client: it writes what the socket takes at once, and a
+    client that does not read the rest is finished by a writer thread (each drops its
+    client after ``SEND_TIMEOUT_S``; past ``SLOW_CLIENTS_MAX`` the oldest is dropped).
+    """
 
     def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], dict[str, Any]],
                  log: Callable[[str], None]) -> None:
@@ -67,21 +77,70 @@ class StatusServer:
             os.umask(old_umask)
         self._sock.listen(8)
         self._sock.setblocking(False)
-        loop.add_reader(self._sock.fileno(), self._accept)
         self._log = log
+        self._slow: list[socket.socket] = []  # clients being finished by a writer thread, oldest first
+        self._slow_lock = threading.Lock()
+        self._dropped = 0
+        loop.add_reader(self._sock.fileno(), self._accept)
 
     def _accept(self) -> None:
         try:
             conn, _ = self._sock.accept()
-        except BlockingIOError:
+        except (BlockingIOError, InterruptedError):
             return
-        with conn:
-            try:
-                data = json.dumps(self._build(), default=str).encode() + b"\n"
-                conn.settimeout(SEND_TIMEOUT_S)
-                conn.sendall(data)
-            except (OSError, ValueError) as exc:
-                self._log(f"status: could not answer a status request: {exc}")
+        except OSError as exc:  # out of file descriptors: the next request may fare better
+            self._log(f"status: cannot accept a status request: {exc.strerror or exc}")
+            return
+        try:
+            data = json.dumps(self._build(), default=str).encode() + b"\n"
+        except (TypeError, ValueError) as exc:
+            conn.close()
+            self._log(f"status: could not answer a status request: {exc}")
+            return
+        # What the socket buffer takes now, without waiting: most answers go whole.
+        conn.setblocking(False)
+        try:
+            sent = conn.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            conn.close()  # the client went away
+            return
+        if sent == len(data):
+            conn.close()
+            return
+        self._send_rest_later(conn, memoryview(data)[sent:])
+
+    def _send_rest_later(self, conn: socket.socket, rest: memoryview) -> None:
+        """A client slow to read is written to by a thread, never by the loop. At most SLOW_CLIENTS_MAX at once:
+        past that the one waited for longest is dropped (a client that never reads must not keep the place of
+        one that reads, only more slowly than the loop writes)."""
+        with self._slow_lock:
+            if len(self._slow) >= SLOW_CLIENTS_MAX:
+                oldest = self._slow.pop(0)
+                with contextlib.suppress(OSError):
+                    oldest.shutdown(socket.SHUT_RDWR)  # its thread's send fails at once and it closes it
+                self._dropped += 1
+                dropped = self._dropped
+            else:
+                dropped = 0
+            self._slow.append(conn)
+        if dropped == 1 or (dropped and dropped % DROPS_SAID_EVERY == 0):
+            self._log(f"status: dropped a client that did not read its answer ({SLOW_CLIENTS_MAX} slow readers at "
+                      f"most); {dropped} dropped so far")
+        threading.Thread(target=self._send_rest, args=(conn, rest), name="status-send", daemon=True).start()
+
+    def _send_rest(self, conn: socket.socket, rest: memoryview) -> None:
+        try:
+            conn.settimeout(SEND_TIMEOUT_S)  # for the whole rest: a client that takes it too slowly is dropped
+            conn.sendall(rest)
+        except OSError:
+            pass
+        finally:
+            with self._slow_lock:
+                if conn in self._slow:
+                    self._slow.remove(conn)
+            conn.close()
 
     def close(self) -> None:
         self._loop.remove_reader(self._sock.fileno())

@@ -12,8 +12,10 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -433,3 +435,70 @@ def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: Supervi
     assert kept[-1]["attempt"] == RESTARTS + 1, "the latest verdicts are the ones kept"
     assert all(len(s) <= status_mod.SNAPSHOT_LINE_CHARS for v in kept for s in v["last_lines"])
     assert "Traceback" not in (sup.log_dir / "supervisor.log").read_text()
+
+
+# ---------------------------------------------------------------- clients that never read
+
+NON_READERS = 5
+
+
+def big_snapshot_config(sup: SupervisorRunner) -> Path:
+    """Two oneshots that fail 20 times each, printing 20 long lines a time, then succeed, and a service that runs:
+    the snapshot carries 40 verdicts of 20 lines of 500 characters, more than a socket buffer holds."""
+    def flaky(name: str) -> str:
+        count = sup.tmp / f"{name}.count"
+        return sh(f"echo x >> {count}; for i in $(seq 20); do echo {'y' * 600}; done; "
+                  f"[ $(wc -l < {count}) -gt 20 ]")
+
+    # (cgroups "shared": what is tested is the socket, not 40 per-phase cgroups made and removed in a second)
+    return sup.write(sup.header(extra='cgroups = "shared"') + textwrap.dedent(f"""
+        [[phases]]
+        name = "first"
+        command = {flaky("first")}
+        retries = 25
+        backoff_s = 0
+        backoff_max_s = 0
+        backoff_jitter = 0
+
+        [[phases]]
+        name = "second"
+        command = {flaky("second")}
+        retries = 25
+        backoff_s = 0
+        backoff_max_s = 0
+        backoff_jitter = 0
+
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = {sh("echo serving; exec sleep 60")}
+        """), header=False)
+
+
+def test_clients_that_never_read_do_not_stall_the_loop(sup: SupervisorRunner) -> None:
+    run = Console(sup, big_snapshot_config(sup))
+    try:
+        run.wait_text("[serve/serve] serving", 60)
+        silent = []
+        for _ in range(NON_READERS):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(str(sup.state_dir / "status.sock"))
+            silent.append(client)
+        # Asked after the five (the loop takes connections in order), answered while none of them has read a byte.
+        snap = query(sup.state_dir)
+        assert snap is not None, run.tail()
+        assert len(json.dumps(snap)) > 256 * 1024, "the answer is bigger than a socket buffer: the test means it"
+        assert len(snap["verdicts"]) == 40
+        # The oldest non-readers made room for it: dropped, with the part of the answer the socket took at once.
+        outcomes = []
+        for client in silent:
+            with client:
+                client.settimeout(10)
+                data = b"".join(iter(lambda c=client: c.recv(1 << 16), b""))
+            outcomes.append("whole" if data.endswith(b"\n") and json.loads(data)["pid"] == run.pid else "dropped")
+        assert outcomes[0] == "dropped", outcomes
+        run.wait_text("status: dropped a client that did not read its answer")
+        os.kill(run.pid, signal.SIGTERM)
+        assert run.finish() == 128 + signal.SIGTERM
+    finally:
+        kill_tree(run.pid)

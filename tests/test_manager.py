@@ -484,12 +484,14 @@ def test_bench_rate_is_proofs_per_minute_times_60() -> None:
 class _Recorder:
     def __init__(self, fail_first: int = 0, error: type[Exception] = TransientError) -> None:
         self.bodies: list[tuple[str, str]] = []
+        self.seqs: list[str] = []  # the X-Log-Seq of every attempt
         self.fail_first = fail_first
         self.error = error
         self.attempts = 0
 
-    def __call__(self, source: str, body: str) -> None:
+    def __call__(self, source: str, body: str, seq: str = "") -> None:
         self.attempts += 1
+        self.seqs.append(seq)
         if self.attempts <= self.fail_first:
             if self.error is PermanentError:
                 raise PermanentError(404, "unknown uuid")
@@ -701,3 +703,72 @@ def test_devmanager_faults() -> None:
         assert statuses == [500, 500, 200, 200, 0, 200]
     finally:
         devmgr.stop()
+
+
+# ---------------------------------------------------------------- duplicates after a read timeout (X-Log-Seq)
+
+SLOW_EVERY = 5  # one push in this many is answered after the client's read timeout
+PUSHES = 20
+
+
+def test_retried_pushes_carry_the_same_numbers_and_the_dev_manager_keeps_each_line_once() -> None:
+    """Every SLOW_EVERY-th push is held by the dev-manager past the read timeout: the supervisor takes it for
+    lost and sends it again, the manager already has it. Measured: how many lines arrive twice (the price of
+    at-least-once); and with X-Log-Seq the dev-manager keeps every line exactly once, in order."""
+    mgr = DevManager(quiet=True).start()
+    try:
+        client = ManagerClient(ManagerSpec(url=mgr.url, label="C.unit", connect_timeout_s=1.0, read_timeout_s=0.3))
+        uuid = client.request("POST", "/register", json_body={"label": "C.dups"}).body["uuid"]
+        shipper = Shipper("log shipping", log_push_sender(client, lambda: uuid), lambda: True, 60.0, 1 << 24,
+                          lambda s: None)
+        sent: list[str] = []
+        slow = 0
+        for push in range(PUSHES):
+            lines = [f"push {push} line {n}" for n in range(10)]
+            shipper.add("curio", lines)
+            sent += lines
+            if push % SLOW_EVERY == SLOW_EVERY - 1:
+                _post(mgr, "/dev/faults", {"delay_s": 0.6, "count": 1})  # answered after the 0.3 s read timeout
+                slow += 1
+                assert shipper.ship_once() is False  # timed out: kept to be sent again
+            wait_for(shipper.ship_once, 10, 0.05)
+        snap = mgr.state.snapshot()
+    finally:
+        mgr.stop()
+    counts = snap["log_seq"]
+    assert counts["numbered"] == counts["pushes"] == PUSHES + slow
+    assert counts["duplicate_pushes"] == slow
+    assert counts["duplicate_lines"] == slow * 10
+    assert snap["logs"][uuid]["curio"] == "".join(line + "\n" for line in sent), "each line once, in order"
+    rate = counts["duplicate_lines"] / len(sent)
+    print(f"\nlog pushes answered after the read timeout: {slow}/{PUSHES}; lines that arrived twice: "
+          f"{counts['duplicate_lines']}/{len(sent)} = {rate:.0%}; kept twice with X-Log-Seq: 0")
+
+
+def test_seq_numbers_skip_lines_dropped_from_the_backlog_and_repeat_after_a_put_back() -> None:
+    recorder = _Recorder(fail_first=1)
+    shipper, _ = _shipper(recorder, backlog=100)
+    shipper.add("setup", [f"line {i:02d} " + "x" * 20 for i in range(10)])  # 30 bytes a line: 3 fit, 7 dropped
+    assert shipper.ship_once() is False
+    shipper._retry_at = 0.0
+    assert shipper.ship_once() is True
+    run = shipper.run_id
+    assert recorder.seqs == [f"{run}:setup:8-10", f"{run}:setup:8-10"], recorder.seqs
+    shipper.add("setup", ["next"])
+    shipper.ship_once()
+    assert recorder.seqs[-1] == f"{run}:setup:11-11"
+
+
+def test_devmanager_keeps_the_new_part_of_an_overlapping_push(devmgr: DevManager) -> None:
+    uuid = _post(devmgr, "/register", {"label": "C.overlap"}).json()["uuid"]
+
+    def push(seq: str, body: str) -> None:
+        requests.post(devmgr.url + "/api/log-push", data=body.encode(), timeout=5,
+                      headers={"X-Instance-UUID": uuid, "X-Log-Source": "curio", "X-Log-Seq": seq})
+
+    push("r1:curio:1-2", "a\nb\n")
+    push("r1:curio:1-3", "[prover-supervisor: 1 older line(s) dropped]\na\nb\nc\n")  # a retry that grew
+    push("r1:curio:2-3", "b\nc\n")  # all seen
+    push("r2:curio:1-1", "a\n")  # another supervisor process numbers from 1 again
+    push("garbage", "no numbers\n")  # kept as it is
+    assert devmgr.state.snapshot()["logs"][uuid]["curio"] == "a\nb\nc\na\nno numbers\n"

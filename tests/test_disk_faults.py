@@ -21,8 +21,9 @@ import pytest
 import requests
 from conftest import PY, Console, SupervisorRunner, py_script, sh, toml_list, toml_str, wait_for
 
-from supervisor import logs
+from supervisor import cuzkconf, logs
 from supervisor import outbox as outbox_mod
+from supervisor.cuzkconf import CuzkSettings
 from supervisor.devmanager import DevManager
 from supervisor.logs import LogFile
 from supervisor.outbox import Outbox
@@ -344,3 +345,23 @@ def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: Superv
         assert left == 1
     finally:
         mgr.stop()
+
+
+# ================================================================ cuzk.toml in a full state_dir
+
+
+def test_cuzk_toml_on_a_full_disk(tmp_path: Path, tmpfs: Callable[[Path, str], Path]) -> None:
+    """The same text again (a service restarted) needs no room; a new text fails cleanly, no temporary file left."""
+    disk = tmpfs(tmp_path / "state", "256k")
+    settings = CuzkSettings(config_path=str(disk / "cuzk.toml"))
+    first = cuzkconf.generate(settings, 256 * cuzkconf.GIB, [])
+    cuzkconf.write(first, disk / "cuzk.toml", disk / "cuzk.generated.toml")
+    fill(disk)
+    cuzkconf.write(first, disk / "cuzk.toml", disk / "cuzk.generated.toml")  # unchanged: nothing to write
+    other = cuzkconf.generate(settings, 512 * cuzkconf.GIB, [])
+    assert other.text != first.text
+    with pytest.raises(OSError) as failed:
+        cuzkconf.write(other, disk / "cuzk.toml")
+    assert failed.value.errno == errno.ENOSPC
+    assert (disk / "cuzk.toml").read_text() == first.text, "the daemon's file is whole, the old one"
+    assert not list(disk.glob("*.tmp"))

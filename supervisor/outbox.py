@@ -190,9 +190,12 @@ class Outbox:
                 pass
             _close_quietly(self._disk)
             self._disk = None
-        if not self.path.exists():
+        if not self.path.is_file():
             return False
-        source = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=2)
+        try:
+            source = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=2)
+        except sqlite3.Error:
+            return False
         try:
             source.execute("PRAGMA locking_mode=EXCLUSIVE")
             source.backup(memory)

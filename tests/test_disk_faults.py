@@ -365,3 +365,24 @@ def test_cuzk_toml_on_a_full_disk(tmp_path: Path, tmpfs: Callable[[Path, str], P
     assert failed.value.errno == errno.ENOSPC
     assert (disk / "cuzk.toml").read_text() == first.text, "the daemon's file is whole, the old one"
     assert not list(disk.glob("*.tmp"))
+
+
+def test_outbox_that_cannot_even_be_opened_goes_on_in_memory_then_joins_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory where the file should be (SQLITE_CANTOPEN): nothing can be read, so memory starts empty with
+    ids far above the file's; once a file can be made, the calls go into it after whatever it holds."""
+    monkeypatch.setattr(outbox_mod, "RETRY_WRITE_S", 0.0)
+    path = tmp_path / "outbox.sqlite3"
+    path.mkdir()
+    notes: list[str] = []
+    box = Outbox(path, notes.append)
+    assert box.in_memory and box.corrupt_note is None
+    assert len(notes) == 1 and "could not even be read" in notes[0], notes
+    first = box.add("register", {})
+    assert first >= outbox_mod.UNREADABLE_FIRST_ID and box.in_memory  # (the directory is still there)
+    path.rmdir()
+    second = box.add("param-done", {})  # tries the file again first: made, and the first call written into it
+    assert not box.in_memory and "can be written again" in notes[-1], notes
+    assert second == first + 1
+    box.close()
+    assert file_rows(path) == [(first, "register", "pending"), (second, "param-done", "pending")]

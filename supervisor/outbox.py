@@ -86,6 +86,7 @@ class Outbox:
         self._memory: sqlite3.Connection | None = None  # set while the file cannot be written
         self._unwritten: list[tuple[str, tuple[Any, ...]]] = []  # changes made in memory, in order
         self._retry_at = 0.0
+        self._file_usable = True  # False: a damaged file that could not be moved aside
         self._open()
 
     # ------------------------------------------------------------ opening, checking, salvaging
@@ -129,16 +130,25 @@ class Outbox:
         if db is not None:
             _close_quietly(db)
         aside = self.path.with_name(self.path.name + f".corrupt-{int(time.time())}")
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(f"{self.path}{suffix}").replace(f"{aside}{suffix}")
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{self.path}{suffix}").replace(f"{aside}{suffix}")
+        except OSError as exc:
+            # It stays where it is, and is never written again in this run: the calls live in memory.
+            self._file_usable = False
+            aside_note = f"could not be moved aside ({exc.strerror or exc})"
+        else:
+            aside_note = f"moved to {aside}"
         pending = sum(1 for call in calls if call[4] == "pending")
         if calls or facts:
-            self.corrupt_note = (f"outbox {self.path} is damaged ({problem}); moved to {aside}; starting afresh with "
-                                 f"what was readable: {len(calls)} call(s) ({pending} pending), {len(facts)} fact(s)")
+            self.corrupt_note = (f"outbox {self.path} is damaged ({problem}); {aside_note}; starting afresh with what "
+                                 f"was readable: {len(calls)} call(s) ({pending} pending), {len(facts)} fact(s)")
         else:
-            self.corrupt_note = f"outbox {self.path} was unreadable ({problem}); moved to {aside}, starting clean"
+            self.corrupt_note = f"outbox {self.path} was unreadable ({problem}); {aside_note}, starting clean"
         try:
+            if not self._file_usable:
+                raise sqlite3.OperationalError("the damaged file is still in its place")
             self._disk = self._connect()
         except sqlite3.Error as exc:
             self._spill(f"cannot create it afresh: {describe(exc)}")
@@ -190,7 +200,7 @@ class Outbox:
                 pass
             _close_quietly(self._disk)
             self._disk = None
-        if not self.path.is_file():
+        if not self.path.is_file() or not self._file_usable:
             return False
         try:
             source = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=2)
@@ -219,7 +229,7 @@ class Outbox:
 
     def _try_the_file_again(self) -> None:
         """Every RETRY_WRITE_S while in memory: write what was kept, in one transaction, then go back to it."""
-        if self._memory is None or time.monotonic() < self._retry_at:
+        if self._memory is None or time.monotonic() < self._retry_at or not self._file_usable:
             return
         self._retry_at = time.monotonic() + RETRY_WRITE_S
         try:

@@ -386,3 +386,33 @@ def test_outbox_that_cannot_even_be_opened_goes_on_in_memory_then_joins_the_file
     assert second == first + 1
     box.close()
     assert file_rows(path) == [(first, "register", "pending"), (second, "param-done", "pending")]
+
+
+def test_a_damaged_outbox_that_cannot_be_moved_aside_is_left_alone(tmp_path: Path) -> None:
+    """Bind-mounted onto itself the file cannot be renamed (EBUSY): it is salvaged into memory and never
+    written again in this run, rather than the run dying or a fresh file being made over it."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: cannot bind-mount")
+    path = tmp_path / "outbox.sqlite3"
+    box = Outbox(path)
+    kept = box.add("param-done", {})
+    box.put("uuid", "u-3")
+    box.close()
+    damaged = bytearray(path.read_bytes())
+    page_size = int.from_bytes(damaged[16:18], "big")
+    damaged[page_size: 2 * page_size] = b"\xde\xad" * (page_size // 2)  # page 2: the calls table's root
+    path.write_bytes(bytes(damaged))
+    if subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True).returncode != 0:
+        pytest.skip("mount --bind failed")
+    try:
+        notes: list[str] = []
+        box = Outbox(path, notes.append)
+        assert box.corrupt_note is not None and "could not be moved aside" in box.corrupt_note, box.corrupt_note
+        assert box.in_memory
+        assert box.get("uuid") == "u-3"
+        new = box.add("running", {})
+        assert new > kept
+        box.close()
+        assert path.read_bytes() == bytes(damaged), "never written over"
+    finally:
+        subprocess.run(["umount", str(path)], capture_output=True)

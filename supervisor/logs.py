@@ -194,21 +194,21 @@ class LogFile:
             self.notify(note)
 
     def _append(self, data: bytes) -> None:
-        if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            self._size = os.fstat(self._fd).st_size
-        if self._max and self._size + len(data) > self._max and self._size:
-            self._roll()
         view = memoryview(data)
-        while view:
-            try:
+        try:
+            if self._fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._size = os.fstat(self._fd).st_size
+            if self._max and self._size + len(data) > self._max and self._size:
+                self._roll()
+            while view:
                 written = os.write(self._fd, view)
-            except OSError:
-                self._lost += len(view)  # a write cut short by a full disk: the rest is lost
-                raise
-            self._size += written
-            view = view[written:]
+                self._size += written
+                view = view[written:]
+        except OSError:
+            self._lost += len(view)  # what did not make it (a write cut short by a full disk: its rest)
+            raise
 
     def _roll(self) -> None:
         self._close_fd()

@@ -126,7 +126,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         return status_mod.snapshot(role=role, started_at=started_at, config=plan.source, lifecycle=lifecycle, rt=rt,
                                    reporter=reporter, usage=usage)
 
-    # status.json: a final state at once, other changes at most once a second; a full disk is said once.
+    # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = status_mod.StateFile(state_dir, loop, log, lambda: take_snapshot(usage=False))
     lifecycle.listeners.append(state_file.changed)
     rt.on_verdict.append(state_file.changed)

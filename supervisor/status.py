@@ -128,7 +128,12 @@ class StatusServer:
         if dropped == 1 or (dropped and dropped % DROPS_SAID_EVERY == 0):
             self._log(f"status: dropped a client that did not read its answer ({SLOW_CLIENTS_MAX} slow readers at "
                       f"most); {dropped} dropped so far")
-        threading.Thread(target=self._send_rest, args=(conn, rest), name="status-send", daemon=True).start()
+        try:
+            threading.Thread(target=self._send_rest, args=(conn, rest), name="status-send", daemon=True).start()
+        except RuntimeError:  # no thread to be had: this client goes without its answer, the loop goes on
+            with self._slow_lock:
+                self._slow.remove(conn)
+            conn.close()
 
     def _send_rest(self, conn: socket.socket, rest: memoryview) -> None:
         try:

@@ -31,6 +31,7 @@ settable ([cuzk] ``baseline``, ``per_partition``, ``pw_baseline``,
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from dataclasses import dataclass
@@ -201,9 +202,27 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def write(generated: Generated, path: str | Path, copy_to: str | Path | None = None) -> None:
-    """Write atomically (a daemon must never read half a file); keep a copy in state_dir."""
+    """Write atomically (a daemon must never read half a file); keep a copy in state_dir.
+
+    A file that already holds this very text is left alone: a service restarted while
+    state_dir is full must not fail for want of room to write the same bytes again. A
+    write that fails takes its temporary file with it (it would hold the room back)."""
     for target in filter(None, (Path(path), Path(copy_to) if copy_to else None)):
+        if _holds(target, generated.text):
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(generated.text)
-        tmp.replace(target)
+        try:
+            tmp.write_text(generated.text)
+            tmp.replace(target)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.read_text() == text
+    except (OSError, UnicodeDecodeError):
+        return False

@@ -12,6 +12,8 @@ For tests and local runs it has two extra routes under ``/dev/``:
 ``GET /dev/state`` (instances, the calls in order, the pushed logs) and
 ``POST /dev/faults`` (``{"status": 500, "count": 3}``, ``{"delay_s": 20}``,
 ``{"garbage": true}``, ``{"reset": true}``: how the next ``count`` API calls fail).
+Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each
+numbered line once (a push retried after a read timeout is not stored twice).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
 HEAD_CHARS = 200  # of each log push, kept in the call list (``GET /dev/state``)
+SEQ_HEADER = "X-Log-Seq"  # (logship.SEQ_HEADER: the dev-manager imports nothing of the supervisor's)
 POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push")
 
 
@@ -63,12 +66,14 @@ class DevManagerState:
         self.calls: list[dict[str, Any]] = []
         self.logs: dict[str, dict[str, str]] = {}  # uuid → source → text
         self.faults = Faults()
+        self.seen = LineSequence()
         self._runner_ids = itertools.count(1)
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             return {"instances": {k: asdict(v) for k, v in self.instances.items()},
-                    "calls": list(self.calls), "logs": {k: dict(v) for k, v in self.logs.items()}}
+                    "calls": list(self.calls), "logs": {k: dict(v) for k, v in self.logs.items()},
+                    "log_seq": self.seen.summary()}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -267,15 +272,67 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": "X-Instance-UUID required"})
             return
         source = self.headers.get("X-Log-Source") or "unknown"
+        text = data.decode("utf-8", errors="replace")
         state = self.server.state
         with state.lock:
+            text = state.seen.keep_new(uuid, self.headers.get(SEQ_HEADER), text)
             per_source = state.logs.setdefault(uuid, {})
-            text = per_source.get(source, "") + data.decode("utf-8", errors="replace")
-            per_source[source] = text[-LOG_RING_BYTES:]
+            per_source[source] = (per_source.get(source, "") + text)[-LOG_RING_BYTES:]
         lines = data.count(b"\n")
         # The start of each push stays in the call list: tests check what was said before a give-up.
         self._send(204, f"{source}: {len(data)} bytes, {lines} line(s)",
                    head=data[:HEAD_CHARS].decode(errors="replace"))
+
+
+@dataclass
+class LineSequence:
+    """What ``X-Log-Seq`` (``<run>:<source>:<first>-<last>``) let through: the highest line number kept per
+    uuid, run and source, and how much came again (a push retried after a timeout it had in fact made)."""
+
+    highest: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    pushes: int = 0
+    numbered: int = 0  # pushes that carried the header
+    duplicate_pushes: int = 0  # pushes with at least one line already kept
+    duplicate_lines: int = 0
+    lines: int = 0  # numbered lines received, duplicates included
+
+    def keep_new(self, uuid: str, header: str | None, text: str) -> str:
+        """The part of a pushed body not received before (all of it without a well-formed header)."""
+        self.pushes += 1
+        numbers = _parse_seq(header)
+        if numbers is None:
+            return text
+        run, source, first, last = numbers
+        self.numbered += 1
+        self.lines += last - first + 1
+        key = (uuid, run, source)
+        seen = self.highest.get(key, 0)
+        self.highest[key] = max(seen, last)
+        if seen < first:
+            return text
+        repeated = min(seen, last) - first + 1
+        self.duplicate_pushes += 1
+        self.duplicate_lines += repeated
+        lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+        # The numbered lines are the last last-first+1 of the body (a "dropped" note may come first, and
+        # came the first time too): keep only the ones past what was seen.
+        fresh = lines[len(lines) - (last - first + 1) + repeated:] if last > seen else []
+        return "".join(line + "\n" for line in fresh)
+
+    def summary(self) -> dict[str, int]:
+        return {"pushes": self.pushes, "numbered": self.numbered, "lines": self.lines,
+                "duplicate_pushes": self.duplicate_pushes, "duplicate_lines": self.duplicate_lines}
+
+
+def _parse_seq(header: str | None) -> tuple[str, str, int, int] | None:
+    if not header:
+        return None
+    try:
+        run, source, span = header.rsplit(":", 2)
+        first, last = (int(n) for n in span.split("-", 1))
+    except ValueError:
+        return None
+    return (run, source, first, last) if 1 <= first <= last else None
 
 
 class _Server(ThreadingHTTPServer):

@@ -66,6 +66,8 @@ _ALLOWED: dict[PhaseState, set[PhaseState]] = {
     PhaseState.STOPPED: set(),
 }
 FINAL_STATES = frozenset({PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED})
+# Verdicts kept per phase in Runtime.verdicts (the status view, status.json and lookups by pid).
+VERDICTS_KEPT_PER_PHASE = 20
 
 
 @dataclass
@@ -99,6 +101,11 @@ class Runtime:
 
     def record(self, verdict: Verdict) -> None:
         self.verdicts.append(verdict)
+        # The latest few per phase: a service restarting in a loop must not grow memory (and
+        # status.json) without end; a lookup by pid only ever wants a verdict just recorded.
+        same_phase = [i for i, x in enumerate(self.verdicts) if x.phase == verdict.phase]
+        if len(same_phase) > VERDICTS_KEPT_PER_PHASE:
+            del self.verdicts[same_phase[0]]
         if verdict.success or verdict.reason == v.STOPPED:
             self.log(f"ended: {verdict.line()}")
         else:
@@ -345,7 +352,7 @@ class Phase:
 
     def _spawn(self, spec: ChildSpec) -> Child | None:
         rt = self.rt
-        output = ChildOutput(spec.label, rt.console, LogFile(self._log_path(spec), rt.log_file_max_bytes),
+        output = ChildOutput(spec.label, rt.console, LogFile(self._log_path(spec), rt.log_file_max_bytes, rt.log),
                              rt.ring_lines, rt.redactor)
         env = {**rt.base_env, **self.extra_env, **spec.env}
         placement = rt.memory.place(self.name, self.spec.memory_max) if rt.memory is not None else None

@@ -10,6 +10,7 @@ newline is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -18,7 +19,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 from .redact import Redactor
 
@@ -27,6 +27,9 @@ CONSOLE_BACKLOG_BYTES = 4 * 1024 * 1024
 IOV_MAX = 1024
 # The supervisor's own lines may exceed the backlog by this much before they too are dropped.
 CONSOLE_OWN_LINES_EXTRA_BYTES = 1024 * 1024
+# A log file that could not be written is tried again after this long (a full disk is not
+# hammered with a write per line, and a disk that comes and goes is said at most this often).
+RETRY_WRITE_S = 5.0
 
 
 # Terminal escape sequences (cuzk-daemon colours its logs): kept on the console, stripped when shipped.
@@ -153,43 +156,95 @@ class Console:
 
 
 class LogFile:
-    """An append-only file that rolls over to ``<name>.1`` once it exceeds ``max_bytes``."""
+    """An append-only file that rolls over to ``<name>.1`` once it exceeds ``max_bytes``.
 
-    def __init__(self, path: Path, max_bytes: int) -> None:
+    A full or failing disk costs log lines, never supervision: every write, roll and
+    close contains its ``OSError``, says once that the file cannot be written, drops
+    what comes while it cannot (counting the bytes), tries again every
+    ``RETRY_WRITE_S``, and says when it works again. Writes go straight to the file
+    descriptor (no userspace buffer): nothing is left over to fail again at close.
+    """
+
+    def __init__(self, path: Path, max_bytes: int, notify: Callable[[str], None] | None = None) -> None:
         self.path = path
         self._max = max_bytes
-        self._file: BinaryIO | None = None
+        self._fd: int | None = None
         self._size = 0
-        self._failed = False
+        # Whoever hears of a failure (the supervisor's log); stderr until told otherwise.
+        self.notify: Callable[[str], None] = notify or _to_stderr
+        self._lock = threading.Lock()  # the outbox thread logs through the supervisor's file too
+        self._failing_since: float | None = None  # monotonic time of the first failed write
+        self._retry_at = 0.0
+        self._lost = 0  # bytes dropped since the file stopped taking writes
 
     def write(self, data: bytes) -> None:
-        if self._failed:
+        if not data:
             return
+        with self._lock:
+            if self._failing_since is not None and time.monotonic() < self._retry_at:
+                self._lost += len(data)
+                return
+            try:
+                self._append(data)
+            except OSError as exc:
+                note = self._failed(exc)
+            else:
+                note = self._recovered()
+        if note:
+            self.notify(note)
+
+    def _append(self, data: bytes) -> None:
+        view = memoryview(data)
         try:
-            if self._file is None:
+            if self._fd is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the child's life
-                self._size = self._file.tell()
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._size = os.fstat(self._fd).st_size
             if self._max and self._size + len(data) > self._max and self._size:
                 self._roll()
-            self._file.write(data)
-            self._file.flush()
-            self._size += len(data)
-        except OSError as exc:
-            self._failed = True  # a full disk must not stop supervision; report once
-            print(f"[supervisor] cannot write {self.path}: {exc}", file=sys.stderr, flush=True)
+            while view:
+                written = os.write(self._fd, view)
+                self._size += written
+                view = view[written:]
+        except OSError:
+            self._lost += len(view)  # what did not make it (a write cut short by a full disk: its rest)
+            raise
 
     def _roll(self) -> None:
-        assert self._file is not None
-        self._file.close()
+        self._close_fd()
         os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        self._file = open(self.path, "ab")  # noqa: SIM115
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._size = 0
 
+    def _failed(self, exc: OSError) -> str | None:
+        self._retry_at = time.monotonic() + RETRY_WRITE_S
+        if self._failing_since is not None:
+            return None  # said when it started
+        self._failing_since = time.monotonic()
+        return (f"cannot write {self.path}: {exc.strerror or exc}; its lines are dropped until it can be "
+                f"written again (tried every {RETRY_WRITE_S:g}s); supervision goes on")
+
+    def _recovered(self) -> str | None:
+        if self._failing_since is None:
+            return None
+        lost, self._lost = self._lost, 0
+        for_s, self._failing_since = time.monotonic() - self._failing_since, None
+        return f"writing {self.path} works again; {lost} byte(s) of output were lost there over {for_s:.1f}s"
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):  # (close reports a late write error; nothing is pending here)
+                os.close(fd)
+
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            self._close_fd()
+
+
+def _to_stderr(message: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        print(f"[supervisor] {message}", file=sys.stderr, flush=True)
 
 
 class ChildOutput:
@@ -246,6 +301,8 @@ class SupervisorLog:
     def __init__(self, console: Console, file: LogFile | None) -> None:
         self._console = console
         self._file = file
+        if file is not None:
+            file.notify = self._to_console  # not through itself: it is the file that cannot be written
         self.redactor: Redactor | None = None
         self.taps: list[Callable[[str], None]] = []  # the log shipper reads these too
 
@@ -259,3 +316,6 @@ class SupervisorLog:
         if self._file is not None:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z ").encode()
             self._file.write(stamp + line.split(b" ", 1)[1])
+
+    def _to_console(self, message: str) -> None:
+        self._console.put(clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n", own=True)

@@ -13,6 +13,7 @@ dropped).
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
 from collections import deque
@@ -28,26 +29,40 @@ BATCH_BYTES = 64 * 1024
 PUSH_RETRY_S = 1.0
 PUSH_RETRY_MAX_S = 30.0
 FLUSH_TIMEOUT_S = 5.0
+# Every push says which lines it carries: ``<run>:<source>:<first>-<last>``, numbered per source from 1 in
+# each supervisor process (``run``). A push sent again after a timeout carries the same numbers (and maybe
+# more lines after them): a receiver that keeps the highest number seen per run and source can drop what
+# it already has. Today's manager ignores the header; the dev-manager drops the duplicates (README).
+SEQ_HEADER = "X-Log-Seq"
 
 Log = Callable[[str], None]
 
 
 class _Queue:
-    """One source's backlog: whole lines, a byte count, and how many were dropped."""
+    """One source's backlog: whole lines, a byte count, how many were dropped, and the number of the first line
+    (every line added to a source gets the next number, dropped or not)."""
 
     def __init__(self) -> None:
         self.lines: deque[str] = deque()
         self.size = 0
         self.dropped = 0
+        self.first = 1
+
+    def drop_oldest(self) -> None:
+        self.size -= len(self.lines.popleft()) + 1
+        self.dropped += 1
+        self.first += 1
 
 
 class Shipper:
     """A background sender of text lines, batched per source; see the module docstring."""
 
-    def __init__(self, name: str, send: Callable[[str, str], None], ready: Callable[[], bool],
+    def __init__(self, name: str, send: Callable[[str, str, str], None], ready: Callable[[], bool],
                  interval_s: float, backlog_bytes: int, log: Log) -> None:
         self.name = name
-        self._send = send  # (source, body) → raises TransientError / PermanentError
+        self._send = send  # (source, body, seq) → raises TransientError / PermanentError
+        # Names this supervisor process's line numbers: a restarted supervisor numbers from 1 again.
+        self.run_id = secrets.token_hex(4)
         self._ready = ready  # e.g. "the uuid is known": until then, only queue
         self._interval = interval_s
         self._backlog = backlog_bytes
@@ -76,8 +91,7 @@ class Shipper:
                 queue.lines.append(line)
                 queue.size += len(line) + 1
             while queue.size > self._backlog and queue.lines:
-                queue.size -= len(queue.lines.popleft()) + 1
-                queue.dropped += 1
+                queue.drop_oldest()
             urgent = queue.size >= BATCH_BYTES
         if urgent:
             self._wake.set()
@@ -98,11 +112,11 @@ class Shipper:
             return False
         for source in list(self._queues):
             while True:
-                body, count, dropped = self._take(source)
+                body, count, dropped, first = self._take_numbered(source)
                 if not body:
                     break
                 try:
-                    self._send(source, body)
+                    self._send(source, body, f"{self.run_id}:{source}:{first}-{first + count - 1}")
                 except TransientError as exc:
                     self._put_back(source, body, count, dropped)
                     self.last_error = str(exc)
@@ -120,11 +134,18 @@ class Shipper:
         return True
 
     def _take(self, source: str) -> tuple[str, int, int]:
-        """Up to PUSH_MAX_BYTES of whole lines (a "dropped" note first, if any were)."""
+        """Up to PUSH_MAX_BYTES of whole lines (a "dropped" note first, if any were): the body, how many lines,
+        and how many were dropped before them."""
+        body, count, dropped, _ = self._take_numbered(source)
+        return body, count, dropped
+
+    def _take_numbered(self, source: str) -> tuple[str, int, int, int]:
+        """``_take``, and the number of the first line taken."""
         with self._lock:
             queue = self._queues.get(source)
             if queue is None or not queue.lines:
-                return "", 0, 0
+                return "", 0, 0, 0
+            first = queue.first
             parts: list[str] = []
             size = 0
             dropped, queue.dropped = queue.dropped, 0
@@ -144,7 +165,8 @@ class Shipper:
                 queue.size -= len(line) + 1
                 parts.append(line.encode()[: PUSH_MAX_BYTES - size - 1].decode("utf-8", errors="ignore"))
                 count = 1
-            return "\n".join(parts) + "\n", count, dropped
+            queue.first += count
+            return "\n".join(parts) + "\n", count, dropped, first
 
     def take_all(self, source: str) -> list[str]:
         """Everything queued for ``source``, in push-sized bodies, taken off the queue (for a caller
@@ -165,10 +187,10 @@ class Shipper:
             for line in reversed(lines[-count:] if count else []):
                 queue.lines.appendleft(line)
                 queue.size += len(line) + 1
+            queue.first -= count
             queue.dropped += dropped
             while queue.size > self._backlog and queue.lines:
-                queue.size -= len(queue.lines.popleft()) + 1
-                queue.dropped += 1
+                queue.drop_oldest()
 
     def stop(self, flush_timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         """Stop the thread, then try for a little while to push what is left."""
@@ -183,21 +205,21 @@ class Shipper:
                 break
 
 
-def log_push_sender(client: ManagerClient, uuid: Callable[[], str | None]) -> Callable[[str, str], None]:
-    def send(source: str, body: str) -> None:
+def log_push_sender(client: ManagerClient, uuid: Callable[[], str | None]) -> Callable[[str, str, str], None]:
+    def send(source: str, body: str, seq: str) -> None:
         client.request("POST", "/api/log-push", data=body.encode("utf-8"), want_json=False,
-                       headers={"X-Instance-UUID": uuid() or "", "X-Log-Source": source,
+                       headers={"X-Instance-UUID": uuid() or "", "X-Log-Source": source, SEQ_HEADER: seq,
                                 "Content-Type": "text/plain; charset=utf-8"})
 
     return send
 
 
-def events_sender(client: ManagerClient) -> Callable[[str, str], None]:
+def events_sender(client: ManagerClient) -> Callable[[str, str, str], None]:
     """Events go to ``events_url`` as newline-delimited JSON, one object a line."""
 
-    def send(source: str, body: str) -> None:
+    def send(source: str, body: str, seq: str) -> None:
         client.request("POST", "", data=body.encode("utf-8"), want_json=False,
-                       headers={"Content-Type": "application/x-ndjson"})
+                       headers={"Content-Type": "application/x-ndjson", SEQ_HEADER: seq})
 
     return send
 

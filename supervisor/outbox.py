@@ -9,10 +9,12 @@ The same database keeps small facts the next start needs (the uuid).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,52 +44,247 @@ class Call:
     attempts: int
 
 
+# While the file cannot be written, it is tried again this often (from the next call on the outbox).
+RETRY_WRITE_S = 5.0
+# Error names that say the file's content is damaged; anything else (full, I/O, locked) is passing.
+CORRUPTION = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+# Where calls go once the outbox cannot be read at all (not even to copy it): far above any id the file
+# can hold, so when both meet again the file's older calls still come first.
+UNREADABLE_FIRST_ID = 1 << 40
+CALL_COLUMNS = ("id", "kind", "payload", "created", "state", "attempts", "finished", "last_error", "response")
+# A whole call row with its id (salvaged rows, and calls made in memory, keep theirs in the file); a row
+# already there (a write reported failed that landed after all) is replaced, not refused.
+INSERT_ROW = f"INSERT OR REPLACE INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
+
+Note = Callable[[str], None]
+
+
+def is_corruption(exc: sqlite3.Error) -> bool:
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(CORRUPTION)
+
+
+def describe(exc: sqlite3.Error) -> str:
+    return f"{exc} ({getattr(exc, 'sqlite_errorname', exc.__class__.__name__)})"
+
+
 class Outbox:
-    def __init__(self, path: Path | str) -> None:
+    """The calls and facts, on disk; in memory while the disk cannot take them.
+
+    A full disk is not corruption: when a write fails (SQLITE_FULL, a disk I/O error), the
+    whole outbox is copied into an in-memory database (reading still works on a full disk),
+    every call goes on there, in order, and each change is kept to be written to the file
+    later, in one transaction, once it takes writes again. A damaged file is another
+    matter (``_salvage``): what is readable is kept, the rest moved aside.
+    """
+
+    def __init__(self, path: Path | str, note: Note | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._db = self._open()
+        self._note: Note = note or (lambda _message: None)
+        self.corrupt_note: str | None = None  # said by the caller at start (it has the log by then)
+        self._disk: sqlite3.Connection | None = None
+        self._memory: sqlite3.Connection | None = None  # set while the file cannot be written
+        self._unwritten: list[tuple[str, tuple[Any, ...]]] = []  # changes made in memory, in order
+        self._retry_at = 0.0
+        self._file_usable = True  # False: a damaged file that could not be moved aside
+        self._open()
 
-    def _open(self) -> sqlite3.Connection:
+    # ------------------------------------------------------------ opening, checking, salvaging
+
+    def _open(self) -> None:
         try:
             db = self._connect()
-            db.execute("SELECT count(*) FROM calls").fetchone()
-            return db
-        except sqlite3.DatabaseError as exc:
-            # A corrupt file must never wedge the supervisor: keep it aside, start clean.
-            aside = self.path.with_name(self.path.name + f".corrupt-{int(time.time())}")
-            self.path.replace(aside)
-            self.corrupt_note = f"outbox {self.path} was unreadable ({exc}); moved to {aside}, starting clean"
-            return self._connect()
-
-    corrupt_note: str | None = None
+        except sqlite3.Error as exc:
+            if is_corruption(exc):
+                self._salvage(None, describe(exc))
+            else:
+                self._spill(f"cannot open it: {describe(exc)}")
+            return
+        try:
+            problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+        except sqlite3.Error as exc:
+            if not is_corruption(exc):  # (a full disk can fail a read too: that is no reason to move it aside)
+                self._disk = db
+                self._spill(f"cannot read it: {describe(exc)}")
+                return
+            problems = [describe(exc)]
+        if problems == ["ok"]:
+            self._disk = db
+        else:
+            self._salvage(db, "; ".join(problems[:3]))
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.executescript(SCHEMA)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(SCHEMA)
+        except sqlite3.Error:
+            _close_quietly(db)
+            raise
         return db
+
+    def _salvage(self, db: sqlite3.Connection | None, problem: str) -> None:
+        """Damaged: keep every row still readable, move the file aside (with its WAL and SHM), start afresh."""
+        calls, facts = read_what_is_readable(db) if db is not None else ([], [])
+        if db is not None:
+            _close_quietly(db)
+        aside = self.path.with_name(self.path.name + f".corrupt-{int(time.time())}")
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{self.path}{suffix}").replace(f"{aside}{suffix}")
+        except OSError as exc:
+            # It stays where it is, and is never written again in this run: the calls live in memory.
+            self._file_usable = False
+            aside_note = f"could not be moved aside ({exc.strerror or exc})"
+        else:
+            aside_note = f"moved to {aside}"
+        pending = sum(1 for call in calls if call[4] == "pending")
+        if calls or facts:
+            self.corrupt_note = (f"outbox {self.path} is damaged ({problem}); {aside_note}; starting afresh with what "
+                                 f"was readable: {len(calls)} call(s) ({pending} pending), {len(facts)} fact(s)")
+        else:
+            self.corrupt_note = f"outbox {self.path} was unreadable ({problem}); {aside_note}, starting clean"
+        try:
+            if not self._file_usable:
+                raise sqlite3.OperationalError("the damaged file is still in its place")
+            self._disk = self._connect()
+        except sqlite3.Error as exc:
+            self._spill(f"cannot create it afresh: {describe(exc)}")
+        for call in calls:
+            self._write(INSERT_ROW, tuple(call))
+        for fact in facts:
+            self._write("INSERT OR REPLACE INTO facts (key, value) VALUES (?, ?)", tuple(fact))
+
+    # ------------------------------------------------------------ memory while the disk is full
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        db = self._memory or self._disk
+        assert db is not None
+        return db
+
+    @property
+    def in_memory(self) -> bool:
+        """Calls are kept in memory: the file cannot be written (said once, when it started)."""
+        return self._memory is not None
+
+    def _spill(self, why: str) -> None:
+        """Go on in memory from what the file holds, and say so once."""
+        memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        copied = self._copy_into(memory)
+        memory.executescript(SCHEMA)
+        if not copied:
+            memory.execute("INSERT OR REPLACE INTO sqlite_sequence (name, seq) VALUES ('calls', ?)",
+                           (UNREADABLE_FIRST_ID,))
+        if self._disk is not None:
+            _close_quietly(self._disk)
+            self._disk = None
+        self._memory = memory
+        self._retry_at = time.monotonic() + RETRY_WRITE_S
+        pending = memory.execute("SELECT count(*) FROM calls WHERE state = 'pending'").fetchone()[0]
+        self._note(f"outbox: cannot write {self.path}: {why}; its {pending} pending call(s) and every new one are "
+                   f"kept in memory and delivered from there, in order; writing them to the file is tried every "
+                   f"{RETRY_WRITE_S:g}s" + ("" if copied else " (the file could not even be read: its calls, if "
+                                                          "any, go out once it can be)"))
+
+    def _copy_into(self, memory: sqlite3.Connection) -> bool:
+        """Copy the file into ``memory``: through the open connection, else (a file that cannot even map
+        its shared memory on a full disk) in exclusive locking mode, which keeps the WAL index in the heap."""
+        if self._disk is not None:
+            try:
+                self._disk.backup(memory)
+                return True
+            except sqlite3.Error:
+                pass
+            _close_quietly(self._disk)
+            self._disk = None
+        if not self.path.is_file() or not self._file_usable:
+            return False
+        try:
+            source = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=2)
+        except sqlite3.Error:
+            return False
+        try:
+            source.execute("PRAGMA locking_mode=EXCLUSIVE")
+            source.backup(memory)
+            return True
+        except sqlite3.Error:
+            return False
+        finally:
+            _close_quietly(source)
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        """One change: to the file, or (once it failed) to memory, kept for the file."""
+        if self._memory is None:
+            try:
+                self._db.execute(sql, params)
+                return
+            except sqlite3.Error as exc:
+                self._spill(describe(exc))
+        assert self._memory is not None
+        self._memory.execute(sql, params)
+        self._unwritten.append((sql, params))
+
+    def _try_the_file_again(self) -> None:
+        """Every RETRY_WRITE_S while in memory: write what was kept, in one transaction, then go back to it."""
+        if self._memory is None or time.monotonic() < self._retry_at or not self._file_usable:
+            return
+        self._retry_at = time.monotonic() + RETRY_WRITE_S
+        try:
+            disk = self._connect()
+        except sqlite3.Error:
+            return
+        try:
+            disk.execute("BEGIN IMMEDIATE")
+            for sql, params in self._unwritten:
+                disk.execute(sql, params)
+            disk.execute("COMMIT")
+        except sqlite3.Error:
+            with contextlib.suppress(sqlite3.Error):
+                disk.execute("ROLLBACK")
+            _close_quietly(disk)
+            return
+        written = len(self._unwritten)
+        self._unwritten.clear()
+        _close_quietly(self._memory)
+        self._memory, self._disk = None, disk
+        self._note(f"outbox: {self.path} can be written again; the {written} change(s) kept in memory are in it now")
+
+    # ------------------------------------------------------------ the calls
 
     def add(self, kind: str, payload: dict[str, Any] | None = None) -> int:
         with self._lock:
-            cur = self._db.execute("INSERT INTO calls (kind, payload, created) VALUES (?, ?, ?)",
-                                   (kind, json.dumps(payload or {}), time.time()))
-            return int(cur.lastrowid or 0)
+            self._try_the_file_again()
+            params = (kind, json.dumps(payload or {}), time.time())
+            if self._memory is None:
+                try:
+                    cur = self._db.execute("INSERT INTO calls (kind, payload, created) VALUES (?, ?, ?)", params)
+                    return int(cur.lastrowid or 0)
+                except sqlite3.Error as exc:
+                    self._spill(describe(exc))
+            assert self._memory is not None
+            # In memory the id is decided here, and written with the call: the file must give it the same one.
+            call_id = int(self._memory.execute("INSERT INTO calls (kind, payload, created) VALUES (?, ?, ?)",
+                                               params).lastrowid or 0)
+            row = self._memory.execute(f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE id = ?",
+                                       (call_id,)).fetchone()
+            self._unwritten.append((INSERT_ROW, tuple(row)))
+            return call_id
 
     def next_pending(self) -> Call | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT id, kind, payload, created, attempts FROM calls WHERE state = 'pending' ORDER BY id LIMIT 1"
-            ).fetchone()
+        row = self._read_one(
+            "SELECT id, kind, payload, created, attempts FROM calls WHERE state = 'pending' ORDER BY id LIMIT 1")
         if row is None:
             return None
         return Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
 
     def attempted(self, call_id: int, error: str) -> None:
         with self._lock:
-            self._db.execute("UPDATE calls SET attempts = attempts + 1, last_error = ? WHERE id = ?",
-                             (error[:500], call_id))
+            self._try_the_file_again()
+            self._write("UPDATE calls SET attempts = attempts + 1, last_error = ? WHERE id = ?",
+                        (error[:500], call_id))
 
     def delivered(self, call_id: int, response: Any = None) -> None:
         self._finish(call_id, "delivered", None, response)
@@ -97,51 +294,88 @@ class Outbox:
 
     def _finish(self, call_id: int, state: str, error: str | None, response: Any) -> None:
         with self._lock:
-            self._db.execute(
-                "UPDATE calls SET state = ?, finished = ?, attempts = attempts + 1, last_error = ?, response = ? "
-                "WHERE id = ?", (state, time.time(), error, json.dumps(response), call_id))
+            self._try_the_file_again()
+            self._write("UPDATE calls SET state = ?, finished = ?, attempts = attempts + 1, last_error = ?, "
+                        "response = ? WHERE id = ?", (state, time.time(), error, json.dumps(response), call_id))
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """A query; a file that cannot even be read any more is left for memory, like a full one."""
+        with self._lock:
+            self._try_the_file_again()
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                if self._memory is not None:
+                    raise
+                self._spill(describe(exc))
+                return self._db.execute(sql, params).fetchall()
+
+    def _read_one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        rows = self._read(sql, params)
+        return rows[0] if rows else None
 
     def pending(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM calls WHERE state = 'pending'").fetchone()[0])
+        return int(self._read_one("SELECT count(*) FROM calls WHERE state = 'pending'")[0])
 
     def has(self, kind: str) -> bool:
         """A call of this kind is pending or was delivered (a failed one may be queued again)."""
-        with self._lock:
-            row = self._db.execute("SELECT 1 FROM calls WHERE kind = ? AND state != 'failed' LIMIT 1",
-                                   (kind,)).fetchone()
-        return row is not None
+        return self._read_one("SELECT 1 FROM calls WHERE kind = ? AND state != 'failed' LIMIT 1", (kind,)) is not None
 
     def pending_of(self, kind: str) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM calls WHERE kind = ? AND state = 'pending'",
-                                        (kind,)).fetchone()[0])
+        return int(self._read_one("SELECT count(*) FROM calls WHERE kind = ? AND state = 'pending'", (kind,))[0])
 
     def delivered_answer(self, kind: str) -> Any:
         """The manager's answer to the last delivered call of this kind; None if none was delivered."""
-        with self._lock:
-            row = self._db.execute("SELECT response FROM calls WHERE kind = ? AND state = 'delivered' "
-                                   "ORDER BY id DESC LIMIT 1", (kind,)).fetchone()
+        row = self._read_one("SELECT response FROM calls WHERE kind = ? AND state = 'delivered' "
+                             "ORDER BY id DESC LIMIT 1", (kind,))
         return None if row is None else json.loads(row[0] or "null") or {}
 
     def history(self, limit: int = 50) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT id, kind, state, attempts, created, finished, last_error FROM calls ORDER BY id DESC LIMIT ?",
-                (limit,)).fetchall()
+        rows = self._read(
+            "SELECT id, kind, state, attempts, created, finished, last_error FROM calls ORDER BY id DESC LIMIT ?",
+            (limit,))
         keys = ("id", "kind", "state", "attempts", "created", "finished", "last_error")
         return [dict(zip(keys, row, strict=True)) for row in reversed(rows)]
 
     def get(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM facts WHERE key = ?", (key,)).fetchone()
+        row = self._read_one("SELECT value FROM facts WHERE key = ?", (key,))
         return None if row is None else str(row[0])
 
     def put(self, key: str, value: str) -> None:
         with self._lock:
-            self._db.execute("INSERT INTO facts (key, value) VALUES (?, ?) "
-                             "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+            self._try_the_file_again()
+            self._write("INSERT INTO facts (key, value) VALUES (?, ?) "
+                                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._memory is not None:
+                self._retry_at = 0.0
+                self._try_the_file_again()
+            if self._memory is not None:
+                self._note(f"outbox: {len(self._unwritten)} change(s) kept in memory could not be written to "
+                           f"{self.path} before exit; the calls among them are lost")
+                _close_quietly(self._memory)
+            if self._disk is not None:
+                _close_quietly(self._disk)
+
+
+def read_what_is_readable(db: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Every call row and fact a damaged file still yields: table scans (no index), from both ends,
+    so one bad page costs only the rows on it."""
+    calls: dict[int, tuple[Any, ...]] = {}
+    for order in ("ASC", "DESC"):
+        with contextlib.suppress(sqlite3.Error):
+            for row in db.execute(f"SELECT {', '.join(CALL_COLUMNS)} FROM calls ORDER BY id {order}"):
+                calls[row[0]] = tuple(row)
+    facts: dict[str, tuple[Any, ...]] = {}
+    for order in ("ASC", "DESC"):
+        with contextlib.suppress(sqlite3.Error):
+            for row in db.execute(f"SELECT key, value FROM facts NOT INDEXED ORDER BY rowid {order}"):
+                facts[row[0]] = tuple(row)
+    return [calls[k] for k in sorted(calls)], list(facts.values())
+
+
+def _close_quietly(db: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):
+        db.close()

@@ -119,7 +119,7 @@ class Reporter:
             self._log("manager reporting off: no [manager] url and no MANAGER_URL")
             return
         assert self.spec.url is not None
-        self.outbox = Outbox(self._state_dir / "outbox.sqlite3")
+        self.outbox = Outbox(self._state_dir / "outbox.sqlite3", self._log)
         if self.outbox.corrupt_note:
             self._log(self.outbox.corrupt_note)
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None

@@ -55,8 +55,11 @@ def take_lock(state_dir: str) -> int:
         os.close(fd)
         raise AlreadyRunning(f"another prover-supervisor (pid {holder}) already runs the lifecycle from "
                              f"{state_dir}; not starting a second one") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # a full state_dir: the pid in the file only names the holder, the lock is what counts
     return fd
 
 
@@ -126,16 +129,10 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         return status_mod.snapshot(role=role, started_at=started_at, config=plan.source, lifecycle=lifecycle, rt=rt,
                                    reporter=reporter, usage=usage)
 
-    def save_state(*_: object) -> None:
-        # At once, every time (an fsync of a few ms): a SIGKILL right after a phase completed must
-        # not lose the facts that let the next start skip it.
-        try:
-            status_mod.persist(state_dir, take_snapshot(usage=False))
-        except OSError as exc:
-            log(f"status: cannot write {state_dir / status_mod.STATE_NAME}: {exc.strerror or exc}")
-
-    lifecycle.listeners.append(save_state)
-    rt.on_verdict.append(save_state)
+    # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
+    state_file = status_mod.StateFile(state_dir, loop, log, lambda: take_snapshot(usage=False))
+    lifecycle.listeners.append(state_file.changed)
+    rt.on_verdict.append(state_file.changed)
     status_server = status_mod.StatusServer(loop, state_dir, take_snapshot, log)
     health = start_health(plan, loop, lifecycle, take_snapshot, log)
     lifecycle.on_shutdown.append(lambda why, status: reporter.push_text(
@@ -161,7 +158,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         inbox.close()
         loop.close()
     status = outcome.get("status", 1)
-    save_state()
+    state_file.save()
     if status != 0:
         write_termination_log(plan.supervisor.termination_log, lifecycle, status, log)
     log(f"exiting with status {status}")

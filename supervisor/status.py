@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
+import stat
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .cgroups import fmt_bytes
-from .loop import EventLoop
+from .loop import EventLoop, Timer
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle, Runtime
@@ -29,12 +33,34 @@ if TYPE_CHECKING:
 
 SOCKET_NAME = "status.sock"
 STATE_NAME = "status.json"
+# A client that has not taken the rest of its answer within this long is dropped (by a writer thread).
 SEND_TIMEOUT_S = 2.0
+# Answers not taken at once are finished by at most this many threads; past that the oldest is dropped.
+SLOW_CLIENTS_MAX = 4
+DROPS_SAID_EVERY = 100
 SNAPSHOT_VERSION = 1
+# status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
+# that (a service restarting in a tight loop) the changes are coalesced into one write per window.
+PERSIST_BURST = 20
+PERSIST_WINDOW_S = 1.0
+# What a snapshot carries at most (and status.json with it): the latest verdicts (the lifecycle keeps
+# a few per phase), and each output line cut to this many characters (a line may be 64 KiB).
+SNAPSHOT_VERDICTS = 50
+SNAPSHOT_LINE_CHARS = 500
+# A status.json bigger than this is not one we wrote (what is persisted is capped far below it).
+STATE_MAX_READ_BYTES = 16 * 1024 * 1024
+# A done_at up to this far in the future is taken as a clock that was stepped back, not as garbage.
+CLOCK_SLACK_S = 300.0
+FINAL_PHASE_STATES = ("done", "failed", "stopped")
 
 
 class StatusServer:
-    """Answers each connection on the unix socket with one snapshot, from the loop."""
+    """Answers each connection on the unix socket with one snapshot, built in the loop.
+
+    The loop never waits on a client: it writes what the socket takes at once, and a
+    client that does not read the rest is finished by a writer thread (each drops its
+    client after ``SEND_TIMEOUT_S``; past ``SLOW_CLIENTS_MAX`` the oldest is dropped).
+    """
 
     def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], dict[str, Any]],
                  log: Callable[[str], None]) -> None:
@@ -51,21 +77,75 @@ class StatusServer:
             os.umask(old_umask)
         self._sock.listen(8)
         self._sock.setblocking(False)
-        loop.add_reader(self._sock.fileno(), self._accept)
         self._log = log
+        self._slow: list[socket.socket] = []  # clients being finished by a writer thread, oldest first
+        self._slow_lock = threading.Lock()
+        self._dropped = 0
+        loop.add_reader(self._sock.fileno(), self._accept)
 
     def _accept(self) -> None:
         try:
             conn, _ = self._sock.accept()
-        except BlockingIOError:
+        except (BlockingIOError, InterruptedError):
             return
-        with conn:
-            try:
-                data = json.dumps(self._build(), default=str).encode() + b"\n"
-                conn.settimeout(SEND_TIMEOUT_S)
-                conn.sendall(data)
-            except (OSError, ValueError) as exc:
-                self._log(f"status: could not answer a status request: {exc}")
+        except OSError as exc:  # out of file descriptors: the next request may fare better
+            self._log(f"status: cannot accept a status request: {exc.strerror or exc}")
+            return
+        try:
+            data = json.dumps(self._build(), default=str).encode() + b"\n"
+        except (TypeError, ValueError) as exc:
+            conn.close()
+            self._log(f"status: could not answer a status request: {exc}")
+            return
+        # What the socket buffer takes now, without waiting: most answers go whole.
+        conn.setblocking(False)
+        try:
+            sent = conn.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            conn.close()  # the client went away
+            return
+        if sent == len(data):
+            conn.close()
+            return
+        self._send_rest_later(conn, memoryview(data)[sent:])
+
+    def _send_rest_later(self, conn: socket.socket, rest: memoryview) -> None:
+        """A client slow to read is written to by a thread, never by the loop. At most SLOW_CLIENTS_MAX at once:
+        past that the one waited for longest is dropped (a client that never reads must not keep the place of
+        one that reads, only more slowly than the loop writes)."""
+        with self._slow_lock:
+            if len(self._slow) >= SLOW_CLIENTS_MAX:
+                oldest = self._slow.pop(0)
+                with contextlib.suppress(OSError):
+                    oldest.shutdown(socket.SHUT_RDWR)  # its thread's send fails at once and it closes it
+                self._dropped += 1
+                dropped = self._dropped
+            else:
+                dropped = 0
+            self._slow.append(conn)
+        if dropped == 1 or (dropped and dropped % DROPS_SAID_EVERY == 0):
+            self._log(f"status: dropped a client that did not read its answer ({SLOW_CLIENTS_MAX} slow readers at "
+                      f"most); {dropped} dropped so far")
+        try:
+            threading.Thread(target=self._send_rest, args=(conn, rest), name="status-send", daemon=True).start()
+        except RuntimeError:  # no thread to be had: this client goes without its answer, the loop goes on
+            with self._slow_lock:
+                self._slow.remove(conn)
+            conn.close()
+
+    def _send_rest(self, conn: socket.socket, rest: memoryview) -> None:
+        try:
+            conn.settimeout(SEND_TIMEOUT_S)  # for the whole rest: a client that takes it too slowly is dropped
+            conn.sendall(rest)
+        except OSError:
+            pass
+        finally:
+            with self._slow_lock:
+                if conn in self._slow:
+                    self._slow.remove(conn)
+            conn.close()
 
     def close(self) -> None:
         self._loop.remove_reader(self._sock.fileno())
@@ -78,33 +158,186 @@ def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
     """Write status.json atomically: a reader (or the next start) never sees half a file."""
     target = state_dir / STATE_NAME
     tmp = target.with_name(f".{STATE_NAME}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # like the socket: for root's eyes
-    with os.fdopen(fd, "w") as f:
-        json.dump(snapshot, f, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(target)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # like the socket: for root's eyes
+        with os.fdopen(fd, "w") as f:
+            json.dump(snapshot, f, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a half-written copy must not keep the space a full disk needs back
+        raise
+
+
+class StateFile:
+    """Keeps status.json up to date without letting it cost the lifecycle anything.
+
+    Every change is written at once, and a phase reaching a final state always is (a SIGKILL
+    right after a phase completed must not lose the facts that let the next start skip it);
+    but past ``PERSIST_BURST`` writes in ``PERSIST_WINDOW_S`` the other changes wait for the
+    window to pass and go out as one write (a service restarting in a loop would otherwise
+    fsync it several times a restart). A write that fails (a full disk) is said once, tried
+    again at the next change, and said again once it works.
+    """
+
+    def __init__(self, state_dir: Path, loop: EventLoop, log: Callable[[str], None],
+                 build: Callable[[], dict[str, Any]]) -> None:
+        self.path = state_dir / STATE_NAME
+        self._state_dir = state_dir
+        self._loop = loop
+        self._log = log
+        self._build = build
+        self._recent: deque[float] = deque(maxlen=PERSIST_BURST)  # monotonic times of the last writes
+        self._later: Timer | None = None
+        self._failing = False
+
+    def changed(self, what: object = None) -> None:
+        """A listener of transitions and verdicts: write now, or soon."""
+        now = time.monotonic()
+        window_open_at = self._recent[0] + PERSIST_WINDOW_S if len(self._recent) == PERSIST_BURST else now
+        if _is_final(what) or window_open_at <= now:
+            self.save()
+        elif self._later is None:
+            self._later = self._loop.call_later(window_open_at - now, self.save)
+
+    def save(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+        self._recent.append(time.monotonic())
+        try:
+            persist(self._state_dir, self._build())
+        except OSError as exc:
+            if not self._failing:
+                self._failing = True
+                self._log(f"status: cannot write {self.path}: {exc.strerror or exc}; it is tried again at each "
+                          "change (the status socket still answers)")
+            return
+        if self._failing:
+            self._failing = False
+            self._log(f"status: {self.path} written again")
+
+
+def _is_final(what: object) -> bool:
+    """A phase (duck-typed: lifecycle imports this module) that reached done, failed or stopped."""
+    return str(getattr(what, "state", "")) in FINAL_PHASE_STATES
 
 
 def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """The last persisted snapshot, or None and why (missing, or corrupt: never fatal)."""
+    """The last persisted snapshot, or None and why (missing, unreadable, or not shaped like one: never fatal)."""
     path = state_dir / STATE_NAME
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular_file(path, STATE_MAX_READ_BYTES))
     except FileNotFoundError:
         return None, f"no {path}"
-    except (OSError, ValueError) as exc:
-        return None, f"{path} is unreadable ({exc.__class__.__name__}); ignoring it"
-    if not isinstance(data, dict):
-        return None, f"{path} does not hold a status object; ignoring it"
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, f"{path} is unreadable ({exc.__class__.__name__}: {exc}); ignoring it"
+    problem = snapshot_problem(data)
+    if problem is not None:
+        return None, f"{path} does not hold a status snapshot ({problem}); ignoring it"
     return data, None
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them: a FIFO must not hang us, nor /dev/zero fill memory."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"{info.st_size} bytes, more than the {limit} a status snapshot can be")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1)[:limit]
+    finally:
+        os.close(fd)
+
+
+# What a snapshot read back (status.json, or an answer on the socket) must look like before anything
+# reads it: key → a type, a tuple of types, a nested shape (dict), or [shape] for a list of them. A key
+# missing is allowed where None is. Numbers must be finite (NaN compares false to everything).
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+_OPT_DICT = (dict, type(None))
+
+
+def _maybe(shape: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A section that may be null (a child's usage in the persisted file)."""
+    return ("maybe", shape)
+
+
+SNAPSHOT_SHAPE: dict[str, Any] = {
+    "started_at": _OPT_NUM, "written_at": _OPT_NUM,
+    "lifecycle": {"state": _OPT_STR, "why": _OPT_STR, "current": _OPT_STR},
+    "phases": [{"name": str, "state": str, "why": _OPT_STR, "since": _OPT_NUM, "attempt": (int, type(None)),
+                "hold": _OPT_STR, "facts": _OPT_DICT}],
+    "children": [{"label": str, "pid": int, "state": str, "started_at": _OPT_NUM, "last_output_at": _OPT_NUM,
+                  "usage": _maybe({"processes": (int, type(None)), "cpu_s": _OPT_NUM, "rss": (int, type(None))}),
+                  "last_lines": [str]}],
+    "gpus": {"why": _OPT_STR, "samples": [{"index": int, "name": str, "utilization": _NUM, "memory_used": int,
+                                           "memory_total": int}]},
+    "memory": {"mode": _OPT_STR, "why": _OPT_STR, "snapshot": _OPT_STR},
+    "manager": {"enabled": (bool, type(None)), "url": _OPT_STR, "uuid": _OPT_STR, "last_error": _OPT_STR,
+                "outbox_pending": (int, type(None)), "last_delivered": _OPT_DICT},
+    "verdicts": [{"line": str}],
+}
+
+
+def snapshot_problem(data: Any) -> str | None:
+    """Where ``data`` differs from SNAPSHOT_SHAPE (the first place), or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    return _shape_problem(data, SNAPSHOT_SHAPE, "")
+
+
+def _shape_problem(value: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
+    for key, want in shape.items():
+        name = f"{where}.{key}" if where else key
+        if key not in value:
+            if isinstance(want, tuple) and type(None) in want:
+                continue
+            if isinstance(want, dict | list) or (isinstance(want, tuple) and want[:1] == ("maybe",)):
+                continue  # a whole section missing: shown as absent
+            return f"{name}: missing"
+        problem = _value_problem(value[key], want, name)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _value_problem(value: Any, want: Any, name: str) -> str | None:
+    if isinstance(want, tuple) and want[:1] == ("maybe",):
+        return None if value is None else _value_problem(value, want[1], name)
+    if isinstance(want, dict):
+        return _shape_problem(value, want, name) if isinstance(value, dict) else f"{name}: not an object"
+    if isinstance(want, list):
+        if not isinstance(value, list):
+            return f"{name}: not a list"
+        for i, item in enumerate(value):
+            problem = _value_problem(item, want[0], f"{name}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    kinds = want if isinstance(want, tuple) else (want,)
+    wanted = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+    if isinstance(value, bool) and bool not in kinds:
+        return f"{name}: {value!r} where {wanted} belongs"
+    if not isinstance(value, kinds):
+        return f"{name}: {type(value).__name__} where {wanted} belongs"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name}: {value!r} is not a finite number"
+    return None
 
 
 def resume_facts(snap: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     """Phase name → the facts a later start resumes from; None if the file has another shape.
 
-    Only well-formed facts pass: ``done_at`` a number, ``outputs`` a name → size table,
-    ``bench`` and ``machine`` tables. Anything else means "start clean", never a crash.
+    Only well-formed facts pass: ``done_at`` a finite time not in the future, ``outputs`` a
+    name → size table, ``bench`` and ``machine`` tables. Anything else means "start clean",
+    never a crash (a NaN ``done_at`` would pass every age check).
     """
     phases = snap.get("phases")
     if not isinstance(phases, list):
@@ -118,15 +351,22 @@ def resume_facts(snap: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
             return None
         done_at = facts.get("done_at")
         outputs = facts.get("outputs")
-        if done_at is not None and (isinstance(done_at, bool) or not isinstance(done_at, int | float)):
+        if done_at is not None and not _a_past_time(done_at):
             return None
         if outputs is not None and not (isinstance(outputs, dict) and all(
-                isinstance(k, str) and isinstance(v, int) for k, v in outputs.items())):
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in outputs.items())):
             return None
         if any(facts.get(key) is not None and not isinstance(facts[key], dict) for key in ("bench", "machine")):
             return None
         out[phase["name"]] = facts
     return out
+
+
+def _a_past_time(value: Any) -> bool:
+    """A finite epoch time that has already come (with a little slack for a clock that was stepped)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return 0 <= value <= time.time() + CLOCK_SLACK_S
 
 
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
@@ -147,9 +387,10 @@ def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
     except OSError:
         return None
     try:
-        return json.loads(b"".join(chunks))
-    except ValueError:
+        answer = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
         return None
+    return answer if snapshot_problem(answer) is None else None
 
 
 def tree_usage(pid: int) -> dict[str, Any]:
@@ -176,8 +417,8 @@ def tree_usage(pid: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- rendering for a person
 
 
-def _ago(t: float | None, now: float) -> str:
-    if not t:
+def _ago(t: Any, now: float) -> str:
+    if isinstance(t, bool) or not isinstance(t, int | float) or not t or not math.isfinite(t):
         return "?"
     s = max(0, int(now - t))
     if s < 120:
@@ -263,7 +504,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                 "last_output_at": (time.time() - (time.monotonic() - child.output.last_output_at))
                 if child.output.last_output_at else None,
                 "usage": tree_usage(child.pid) if usage else None,
-                "last_lines": [redact(line) for line in child.output.last_lines(10)],
+                "last_lines": [redact(line)[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(10)],
             })
     gpus = rt.gpus
     samples = [vars(s) for s in gpus.sample()] if gpus is not None and usage else []
@@ -299,6 +540,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                    "usage": mem_snap.usage if mem_snap else None, "limit": mem_snap.limit if mem_snap else None,
                    "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None},
         "manager": reporter.status(),
-        "verdicts": [{**x.to_dict(), "line": x.line(), "last_lines": [redact(s) for s in x.last_lines]}
-                     for x in rt.verdicts[-50:]],
+        "verdicts": [{**x.to_dict(), "line": x.line(),
+                      "last_lines": [redact(s)[:SNAPSHOT_LINE_CHARS] for s in x.last_lines]}
+                     for x in rt.verdicts[-SNAPSHOT_VERDICTS:]],
     }

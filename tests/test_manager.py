@@ -288,6 +288,63 @@ def test_outbox_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
     assert Outbox(path).pending() == 1  # the clean one is a real database
 
 
+def _damaged_outbox(path: Path, pages_of: str) -> tuple[list[int], int]:
+    """An outbox with 300 calls (100 pending) and 200 facts, then the root page of ``pages_of`` (a table or
+    index) overwritten with garbage, WAL and SHM left beside it as a SIGKILL leaves them. Returns the pending
+    ids and the page size."""
+    box = Outbox(path)
+    pending = []
+    for n in range(300):
+        call_id = box.add("log", {"text": f"call {n} " + "z" * 200})
+        if n % 3:
+            box.delivered(call_id, None)
+        else:
+            pending.append(call_id)
+    box.put("uuid", "u-salvaged")
+    for n in range(200):
+        box.put(f"fact-{n:03d}", "v" * 100)
+    box._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the pages are in the main file now
+    page_size = box._db.execute("PRAGMA page_size").fetchone()[0]
+    root = box._db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (pages_of,)).fetchone()[0]
+    box.add("running", {})  # one more, in the WAL only
+    with open(path, "r+b") as f:  # while the outbox is open (and its WAL and SHM exist): a torn write
+        f.seek((root - 1) * page_size)
+        f.write(b"\xde\xad\xbe\xef" * (page_size // 4))
+    # Left as a killed process leaves it: no close, so no checkpoint.
+    return pending, page_size
+
+
+def test_outbox_with_a_bad_index_page_keeps_every_call_and_fact(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    pending, _ = _damaged_outbox(path, "sqlite_autoindex_facts_1")
+    box = Outbox(path)
+    assert box.corrupt_note is not None and "damaged" in box.corrupt_note and "moved to" in box.corrupt_note
+    aside = sorted(p.name for p in tmp_path.glob("outbox.sqlite3.corrupt-*"))
+    assert len(aside) in (1, 2, 3) and aside[0].endswith(tuple("0123456789")), aside  # the file, its WAL, SHM
+    assert box.get("uuid") == "u-salvaged" and box.get("fact-199") == "v" * 100
+    assert box.pending() == len(pending) + 1  # the index held no call: all of them are kept
+    assert [c.id for c in _drain(box)][:len(pending)] == pending
+    box.close()
+    again = Outbox(path)  # and the next start finds a sound file: no crash loop
+    assert again.corrupt_note is None and again.get("uuid") == "u-salvaged"
+    again.close()
+
+
+def test_outbox_with_a_bad_table_page_keeps_what_is_readable(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    pending, _ = _damaged_outbox(path, "calls")
+    box = Outbox(path)
+    assert box.corrupt_note is not None and "damaged" in box.corrupt_note
+    # The root of the calls table is gone: the calls under it cannot be reached, the facts can.
+    assert box.get("uuid") == "u-salvaged"
+    kept = box.pending()
+    assert kept <= len(pending) + 1
+    box.add("param-done", {})
+    assert box.pending() == kept + 1
+    box.close()
+    assert Outbox(path).corrupt_note is None
+
+
 def test_outbox_is_thread_safe(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.sqlite3")
 
@@ -428,12 +485,14 @@ def test_bench_rate_is_proofs_per_minute_times_60() -> None:
 class _Recorder:
     def __init__(self, fail_first: int = 0, error: type[Exception] = TransientError) -> None:
         self.bodies: list[tuple[str, str]] = []
+        self.seqs: list[str] = []  # the X-Log-Seq of every attempt
         self.fail_first = fail_first
         self.error = error
         self.attempts = 0
 
-    def __call__(self, source: str, body: str) -> None:
+    def __call__(self, source: str, body: str, seq: str = "") -> None:
         self.attempts += 1
+        self.seqs.append(seq)
         if self.attempts <= self.fail_first:
             if self.error is PermanentError:
                 raise PermanentError(404, "unknown uuid")
@@ -773,3 +832,70 @@ s.bind(("127.0.0.1", PORT)); s.listen()
 time.sleep(1.5)
 sys.exit(6)
 """
+# ---------------------------------------------------------------- duplicates after a read timeout (X-Log-Seq)
+
+SLOW_EVERY = 5  # one push in this many is answered after the client's read timeout
+PUSHES = 20
+
+
+def test_retried_pushes_carry_the_same_numbers_and_the_dev_manager_keeps_each_line_once() -> None:
+    """Every SLOW_EVERY-th push is held by the dev-manager past the read timeout: the supervisor takes it for
+    lost and sends it again, the manager already has it. Measured: how many lines arrive twice (the price of
+    at-least-once); and with X-Log-Seq the dev-manager keeps every line exactly once, in order."""
+    mgr = DevManager(quiet=True).start()
+    try:
+        client = ManagerClient(ManagerSpec(url=mgr.url, label="C.unit", connect_timeout_s=1.0, read_timeout_s=0.3))
+        uuid = client.request("POST", "/register", json_body={"label": "C.dups"}).body["uuid"]
+        shipper = Shipper("log shipping", log_push_sender(client, lambda: uuid), lambda: True, 60.0, 1 << 24,
+                          lambda s: None)
+        sent: list[str] = []
+        slow = 0
+        for push in range(PUSHES):
+            lines = [f"push {push} line {n}" for n in range(10)]
+            shipper.add("curio", lines)
+            sent += lines
+            if push % SLOW_EVERY == SLOW_EVERY - 1:
+                _post(mgr, "/dev/faults", {"delay_s": 0.6, "count": 1})  # answered after the 0.3 s read timeout
+                slow += 1
+                assert shipper.ship_once() is False  # timed out: kept to be sent again
+            wait_for(shipper.ship_once, 10, 0.05)
+        snap = mgr.state.snapshot()
+    finally:
+        mgr.stop()
+    counts = snap["log_seq"]
+    assert counts["numbered"] == counts["pushes"] == PUSHES + slow
+    assert counts["duplicate_pushes"] == slow
+    assert counts["duplicate_lines"] == slow * 10
+    assert snap["logs"][uuid]["curio"] == "".join(line + "\n" for line in sent), "each line once, in order"
+    rate = counts["duplicate_lines"] / len(sent)
+    print(f"\nlog pushes answered after the read timeout: {slow}/{PUSHES}; lines that arrived twice: "
+          f"{counts['duplicate_lines']}/{len(sent)} = {rate:.0%}; kept twice with X-Log-Seq: 0")
+
+
+def test_seq_numbers_skip_lines_dropped_from_the_backlog_and_repeat_after_a_put_back() -> None:
+    recorder = _Recorder(fail_first=1)
+    shipper, _ = _shipper(recorder, backlog=100)
+    shipper.add("setup", [f"line {i:02d} " + "x" * 20 for i in range(10)])  # 30 bytes a line: 3 fit, 7 dropped
+    assert shipper.ship_once() is False
+    shipper._retry_at = 0.0
+    assert shipper.ship_once() is True
+    run = shipper.run_id
+    assert recorder.seqs == [f"{run}:setup:8-10", f"{run}:setup:8-10"], recorder.seqs
+    shipper.add("setup", ["next"])
+    shipper.ship_once()
+    assert recorder.seqs[-1] == f"{run}:setup:11-11"
+
+
+def test_devmanager_keeps_the_new_part_of_an_overlapping_push(devmgr: DevManager) -> None:
+    uuid = _post(devmgr, "/register", {"label": "C.overlap"}).json()["uuid"]
+
+    def push(seq: str, body: str) -> None:
+        requests.post(devmgr.url + "/api/log-push", data=body.encode(), timeout=5,
+                      headers={"X-Instance-UUID": uuid, "X-Log-Source": "curio", "X-Log-Seq": seq})
+
+    push("r1:curio:1-2", "a\nb\n")
+    push("r1:curio:1-3", "[prover-supervisor: 1 older line(s) dropped]\na\nb\nc\n")  # a retry that grew
+    push("r1:curio:2-3", "b\nc\n")  # all seen
+    push("r2:curio:1-1", "a\n")  # another supervisor process numbers from 1 again
+    push("garbage", "no numbers\n")  # kept as it is
+    assert devmgr.state.snapshot()["logs"][uuid]["curio"] == "a\nb\nc\na\nno numbers\n"

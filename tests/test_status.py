@@ -12,8 +12,10 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,8 @@ from typing import Any
 import pytest
 from conftest import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_str, wait_for
 
+from supervisor import lifecycle
+from supervisor import status as status_mod
 from supervisor.devmanager import DevManager
 from supervisor.status import query
 
@@ -332,3 +336,169 @@ command = {sh("true")}
     assert rc == 3, out
     assert snap["lifecycle"]["current"] == "early", out
     assert [(p["name"], p["state"]) for p in snap["phases"]] == [("early", "failed"), ("late", "stopped")], out
+
+
+# ---------------------------------------------------------------- what is read back is checked like config
+
+NAN = float("nan")
+BAD_STATE: dict[str, Any] = {
+    "phases-a-number": b'{"version": 1, "phases": 3}',
+    "phase-name-a-number": b'{"version": 1, "phases": [{"name": 5}]}',
+    "nan-written-at": json.dumps({"version": 1, "written_at": NAN, "phases": []}).encode(),
+    "verdicts-of-numbers": b'{"version": 1, "verdicts": [5]}',
+    "lifecycle-a-list": b'{"version": 1, "lifecycle": []}',
+    "rss-a-string": json.dumps({"children": [{"label": "p/c", "pid": 1, "state": "running",
+                                              "usage": {"rss": "lots"}, "last_lines": []}]}).encode(),
+    "deep-nesting": b"[" * 100_000 + b"]" * 100_000,
+    "a-list": b"[1, 2, 3]",
+}
+
+
+def write_bad_state(state_dir: Path, kind: str) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "status.json"
+    if kind == "fifo":
+        os.mkfifo(path)  # reading it would wait for a writer forever
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros that take no disk
+    else:
+        path.write_bytes(BAD_STATE[kind])
+
+
+@pytest.mark.parametrize("kind", [*BAD_STATE, "fifo", "huge"])
+def test_status_of_a_wrong_shaped_state_file_is_one_line(tmp_path: Path, kind: str) -> None:
+    state_dir = tmp_path / "state"
+    write_bad_state(state_dir, kind)
+    for args in ((), ("--json",)):
+        rc, text, _ = status(state_dir, *args)
+        assert rc == 3, text
+        assert "Traceback" not in text, text
+        lines = text.strip().splitlines()
+        assert len(lines) == 1 and "status.json" in lines[0] and "ignoring it" in lines[0], text
+
+
+def test_a_nan_done_at_does_not_pass_the_resume_age_check(sup: SupervisorRunner) -> None:
+    """json reads NaN, and every comparison with NaN is false: "older than resume_max_age_s" never was."""
+    marker = sup.tmp / "ran"
+    config = sup.write(f"""
+        [[phases]]
+        name = "bench"
+        resume = "machine"
+        command = {sh(f"touch {marker}")}
+        """)
+    sup.state_dir.mkdir()
+    (sup.state_dir / "status.json").write_text(json.dumps(
+        {"version": 1, "phases": [{"name": "bench", "state": "done", "since": 1.0, "why": "", "attempt": 1,
+                                   "facts": {"done_at": NAN, "machine": {}}}]}))
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 0, result.output
+    assert "Traceback" not in result.output
+    said = [line for line in result.output.splitlines() if "starting clean" in line]
+    assert len(said) == 1 and "status.json" in said[0], result.output
+    assert marker.exists(), "the bench ran again: nothing resumed from a NaN"
+    assert "resumed" not in result.output
+
+
+# ---------------------------------------------------------------- a restart loop stays bounded
+
+RESTARTS = 150
+# Far above what the capped snapshot can reach (50 verdicts of 20 lines of 500 characters, and the rest).
+STATE_FILE_BOUND = 1024 * 1024
+
+
+def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: SupervisorRunner) -> None:
+    """Each run of the service prints 20 lines of 8 KiB and fails; with no backoff it is restarted RESTARTS times
+    before the burst limit fails it. Kept: the last few verdicts, each line cut; status.json stays small."""
+    line = "x" * 8192
+    config = sup.write(f"""
+        [[phases]]
+        name = "flappy"
+        kind = "service"
+        restart = "always"
+        command = {sh(f"for i in $(seq 20); do echo {line}; done; exit 3")}
+        backoff_s = 0
+        backoff_max_s = 0
+        backoff_jitter = 0
+        restart_burst = {RESTARTS}
+        restart_window_s = 3600
+        """, header=False)
+    config.write_text(sup.header(extra="console = false") + config.read_text())
+    result = sup.run(config, timeout=180)
+    assert result.returncode == 3, result.output[-2000:]
+    snap = json.loads((sup.state_dir / "status.json").read_text())
+    assert phase(snap, "flappy")["attempt"] == RESTARTS + 1, phase(snap, "flappy")
+    size = (sup.state_dir / "status.json").stat().st_size
+    assert size < STATE_FILE_BOUND, size
+    kept = [v for v in snap["verdicts"] if v["phase"] == "flappy"]
+    assert 0 < len(kept) <= lifecycle.VERDICTS_KEPT_PER_PHASE, len(kept)
+    assert kept[-1]["attempt"] == RESTARTS + 1, "the latest verdicts are the ones kept"
+    assert all(len(s) <= status_mod.SNAPSHOT_LINE_CHARS for v in kept for s in v["last_lines"])
+    assert "Traceback" not in (sup.log_dir / "supervisor.log").read_text()
+
+
+# ---------------------------------------------------------------- clients that never read
+
+NON_READERS = 5
+
+
+def big_snapshot_config(sup: SupervisorRunner) -> Path:
+    """Two oneshots that fail 20 times each, printing 20 long lines a time, then succeed, and a service that runs:
+    the snapshot carries 40 verdicts of 20 lines of 500 characters, more than a socket buffer holds."""
+    def flaky(name: str) -> str:
+        count = sup.tmp / f"{name}.count"
+        return sh(f"echo x >> {count}; for i in $(seq 20); do echo {'y' * 600}; done; "
+                  f"[ $(wc -l < {count}) -gt 20 ]")
+
+    # (cgroups "shared": what is tested is the socket, not 40 per-phase cgroups made and removed in a second)
+    return sup.write(sup.header(extra='cgroups = "shared"') + textwrap.dedent(f"""
+        [[phases]]
+        name = "first"
+        command = {flaky("first")}
+        retries = 25
+        backoff_s = 0
+        backoff_max_s = 0
+        backoff_jitter = 0
+
+        [[phases]]
+        name = "second"
+        command = {flaky("second")}
+        retries = 25
+        backoff_s = 0
+        backoff_max_s = 0
+        backoff_jitter = 0
+
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = {sh("echo serving; exec sleep 60")}
+        """), header=False)
+
+
+def test_clients_that_never_read_do_not_stall_the_loop(sup: SupervisorRunner) -> None:
+    run = Console(sup, big_snapshot_config(sup))
+    try:
+        run.wait_text("[serve/serve] serving", 60)
+        silent = []
+        for _ in range(NON_READERS):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(str(sup.state_dir / "status.sock"))
+            silent.append(client)
+        # Asked after the five (the loop takes connections in order), answered while none of them has read a byte.
+        snap = query(sup.state_dir)
+        assert snap is not None, run.tail()
+        assert len(json.dumps(snap)) > 256 * 1024, "the answer is bigger than a socket buffer: the test means it"
+        assert len(snap["verdicts"]) == 40
+        # The oldest non-readers made room for it: dropped, with the part of the answer the socket took at once.
+        outcomes = []
+        for client in silent:
+            with client:
+                client.settimeout(10)
+                data = b"".join(iter(lambda c=client: c.recv(1 << 16), b""))
+            outcomes.append("whole" if data.endswith(b"\n") and json.loads(data)["pid"] == run.pid else "dropped")
+        assert outcomes[0] == "dropped", outcomes
+        run.wait_text("status: dropped a client that did not read its answer")
+        os.kill(run.pid, signal.SIGTERM)
+        assert run.finish() == 128 + signal.SIGTERM
+    finally:
+        kill_tree(run.pid)

@@ -34,7 +34,7 @@ from .gpu import Gpus, activity_changed
 from .logs import ChildOutput, Console, LogFile
 from .loop import EventLoop, Timer
 from .memory import MemoryEvidence
-from .process import Child, SpawnError, child_setup, spawn
+from .process import Child, SpawnError, child_setup, kill_pids, spawn
 from .readiness import ReadinessWait
 from .reaping import ExitStatus, Reaper
 from .redact import Redactor
@@ -493,7 +493,8 @@ class Phase:
         if self.rt.memory is not None and not self.kept:
             # Whatever is still in the phase's cgroup escaped every other way of finding it
             # (double fork + setsid + a cleared environment): it goes too.
-            self.rt.memory.kill_leftovers(self.name)
+            kill_pids(self.rt.memory.leftover_pids(self.name), self.rt.log,
+                      f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)")
         outcome = self.outcome
         if outcome is None:  # the deadline ended it: the command's verdict says how it ended
             command = self.command_child

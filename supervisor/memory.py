@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +96,6 @@ class MemoryEvidence:
             probe = self._parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")
             probe.remove()
             self.mode = "per-phase"
-            self._remove_stale(self._parent)
         except OSError as exc:
             self.why += f"; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
 
@@ -145,31 +143,29 @@ class MemoryEvidence:
         self._check_counter(placement.cgroup)  # log it now if the watch has not yet
         return MemoryReport(kills, snap.peak, placement.scope, snap)
 
-    def _remove_stale(self, parent: MemoryCgroup) -> None:
-        """Empty phase cgroups left by a supervisor that was SIGKILLed: remove them."""
-        for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
-            pid = entry.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
-                MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty
+    def leftover_cgroups(self) -> list[tuple[int, MemoryCgroup]]:
+        """Phase cgroups beside ours that this supervisor did not make, each with the supervisor pid
+        in its name. Whether that supervisor is gone (and what is left inside to end) is the caller's
+        to decide: this module only says what the cgroups hold."""
+        if self.mode != "per-phase" or self._parent is None:
+            return []
+        ours = {cg.path for cg in self._phase_cgroups.values()}
+        found = []
+        for entry in sorted(self._parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*")):
+            owner = entry.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
+            if owner.isdigit() and entry.is_dir() and entry not in ours:
+                found.append((int(owner), MemoryCgroup(entry, self._parent.version)))
+        return found
 
-    def kill_leftovers(self, phase: str) -> int:
-        """SIGKILL every process still in the phase's cgroup after its children were stopped."""
+    def leftover_pids(self, phase: str) -> list[int]:
+        """Processes still in the phase's cgroup (after its children were stopped: they escaped the tree)."""
         cgroup = self._phase_cgroups.get(phase)
         if cgroup is None:
-            return 0
+            return []
         try:
-            pids = [int(p) for p in cgroup.procs_file().read_text().split()]
+            return [int(p) for p in cgroup.procs_file().read_text().split()]
         except (OSError, ValueError):
-            return 0
-        killed = []
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-        if killed:
-            self._log(f"phase {phase}: killed {len(killed)} process(es) still in its cgroup after its children "
-                      f"stopped (escaped the process tree): {', '.join(map(str, killed[:10]))}")
-        return len(killed)
+            return []
 
     def release_phase(self, phase: str) -> None:
         """The phase is over: remove its cgroup (anything left in it goes back to ours)."""

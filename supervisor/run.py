@@ -22,7 +22,7 @@ from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
 from .memory import MemoryEvidence
-from .process import STATE_DIR_ENV, kill_survivors_of_dead_supervisors, sweep_descendants
+from .process import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors, supervisor_gone, sweep_descendants
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
 from .reporting import Reporter
@@ -92,6 +92,11 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     reaper = Reaper(on_orphan=_orphan_logger(log))
     memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root)
     log(memory.describe())
+    for owner, stale in memory.leftover_cgroups():
+        # A SIGKILLed supervisor's escapees that cleared their environment: only its cgroups still know them.
+        why = f"left in {stale.path} by supervisor pid {owner}, which died"
+        if supervisor_gone(owner) and kill_cgroup(stale.procs_file(), log, why):
+            stale.remove()
     gpus = Gpus()
     if any(p.stall_s is not None or p.prepare == "cuzk-config" for p in plan.phases):
         gpus.sample()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_str, wait_for
+from conftest import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_list, toml_str, wait_for
 
 from supervisor.devmanager import DevManager
 from supervisor.status import query
@@ -332,3 +332,28 @@ command = {sh("true")}
     assert rc == 3, out
     assert snap["lifecycle"]["current"] == "early", out
     assert [(p["name"], p["state"]) for p in snap["phases"]] == [("early", "failed"), ("late", "stopped")], out
+
+
+def test_status_json_is_json_even_when_none_runs(tmp_path: Path, sup: SupervisorRunner) -> None:
+    """``status --json`` is for machines: with no supervisor and no saved state it still prints JSON, exit 3."""
+    for state_dir in (tmp_path / "empty", tmp_path / "missing"):
+        if state_dir.name == "empty":
+            state_dir.mkdir()
+        rc, snap, _ = status_json(state_dir)
+        assert rc == 3
+        assert snap["running"] is False and snap["live"] is False
+        assert snap["state_dir"] == str(state_dir)
+        assert snap["why"] == (f"no prover-supervisor is running (no answer on {state_dir / 'status.sock'}), "
+                               f"and no saved state: no {state_dir / 'status.json'}")
+    # With a saved state, the same flag says it is not running, beside the last state written.
+    result = sup.run(sup.write(f"""
+        [[phases]]
+        name = "once"
+        command = {toml_list(["true"])}
+        """), timeout=30)
+    assert result.returncode == 0, result.output
+    rc, snap, _ = status_json(sup.state_dir)
+    assert rc == 3
+    check_schema(snap)
+    assert snap["running"] is False and snap["live"] is False
+    assert [ph["name"] for ph in snap["phases"]] == ["once"]

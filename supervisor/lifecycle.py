@@ -384,6 +384,8 @@ class Phase:
             self.name, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
             daemon=is_daemon, attempt=self.attempt, started_at=child.started_at,
             last_lines=child.output.last_lines(), memory=memory, stop_detail=child.stop_detail,
+            victims=tuple(f"{x.child} (pid {x.pid})" for x in self.rt.verdicts if x.phase == self.name
+                          and x.reason == v.OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
         )
         if not is_daemon and verdict.success and self._bench is not None:
             verdict = self._judge_bench(verdict)

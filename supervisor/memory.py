@@ -11,6 +11,11 @@ The counters are watched while children run (v2: inotify on ``memory.events``;
 v1: an eventfd on ``memory.oom_control``; a poll every ``OOM_POLL_S`` where
 neither can be registered), so an OOM kill of any descendant is logged the
 moment it happens, with the cgroup's usage and peak.
+
+Every phase cgroup made is first written to a ledger in ``state_dir``, so the
+next start can be told which ones a SIGKILL left behind, and which processes are
+still in a phase's cgroup after its children stopped. Ending them is the process
+module's: this one only says what is left.
 """
 
 from __future__ import annotations
@@ -52,9 +57,12 @@ class MemoryReport:
 
 class MemoryEvidence:
     def __init__(self, loop: EventLoop, log: Log, mode: str = "auto", root: Path | str = "/sys/fs/cgroup",
-                 proc_cgroup: Path | str = "/proc/self/cgroup") -> None:
+                 proc_cgroup: Path | str = "/proc/self/cgroup", ledger: Path | str | None = None) -> None:
         self._loop = loop
         self._log = log
+        # The phase cgroups this state_dir's supervisors made (see leftover_cgroups); None: not kept.
+        self._ledger = Path(ledger) if ledger is not None else None
+        self._inherited: list[MemoryCgroup] = []
         self.shared: MemoryCgroup | None = None
         self.mode = "unavailable"
         self._phase_cgroups: dict[str, MemoryCgroup] = {}
@@ -96,6 +104,7 @@ class MemoryEvidence:
             probe = self._parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")
             probe.remove()
             self.mode = "per-phase"
+            self._inherited = self._take_over_ledger()
         except OSError as exc:
             self.why += f"; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
 
@@ -106,8 +115,10 @@ class MemoryEvidence:
         if self.mode == "per-phase" and self._parent is not None:
             cgroup = self._phase_cgroups.get(phase)
             if cgroup is None:
+                name = f"{PHASE_CGROUP_PREFIX}{os.getpid()}-{phase}"
+                self._note_in_ledger(self._parent.path / name)  # before it exists: a SIGKILL may follow
                 try:
-                    cgroup = self._parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-{phase}", memory_max)
+                    cgroup = self._parent.create_child(name, memory_max)
                 except OSError as exc:
                     self._log(f"cannot create a cgroup for phase {phase} ({exc.strerror or exc}); "
                               "it shares the supervisor's counter")
@@ -144,18 +155,54 @@ class MemoryEvidence:
         return MemoryReport(kills, snap.peak, placement.scope, snap)
 
     def leftover_cgroups(self) -> list[tuple[int, MemoryCgroup]]:
-        """Phase cgroups beside ours that this supervisor did not make, each with the supervisor pid
-        in its name. Whether that supervisor is gone (and what is left inside to end) is the caller's
-        to decide: this module only says what the cgroups hold."""
-        if self.mode != "per-phase" or self._parent is None:
-            return []
-        ours = {cg.path for cg in self._phase_cgroups.values()}
+        """Phase cgroups an earlier supervisor of this state_dir made and that still exist, each with
+        that supervisor's pid (from the name). It is gone: the state_dir's lock is ours. What to do
+        with what they hold is the caller's: this module only says what is left.
+
+        Only cgroups from the ledger count, never a look-alike name: beside us may live another
+        supervisor (another state_dir, maybe another PID namespace, maybe our own pid) whose
+        cgroups are not ours to empty."""
         found = []
-        for entry in sorted(self._parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*")):
-            owner = entry.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-            if owner.isdigit() and entry.is_dir() and entry not in ours:
-                found.append((int(owner), MemoryCgroup(entry, self._parent.version)))
+        for cgroup in self._inherited:
+            owner = cgroup.path.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
+            if cgroup.path.is_dir():
+                found.append((int(owner) if owner.isdigit() else 0, cgroup))
         return found
+
+    def _take_over_ledger(self) -> list[MemoryCgroup]:
+        """Read the ledger an earlier start left; keep in it only the cgroups that still exist."""
+        if self._ledger is None or self._parent is None:
+            return []
+        try:
+            lines = self._ledger.read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
+        except (OSError, UnicodeDecodeError) as exc:
+            self._log(f"cannot read {self._ledger} ({exc}): cgroups of an earlier start are not looked for")
+            lines = []
+        inherited = []
+        for line in dict.fromkeys(lines):  # in order, once each
+            path = Path(line)
+            # Only a phase cgroup right under ours: the file names what may be killed, so nothing else.
+            if path.parent == self._parent.path and path.name.startswith(PHASE_CGROUP_PREFIX) and path.is_dir():
+                inherited.append(MemoryCgroup(path, self._parent.version))
+        try:
+            tmp = self._ledger.with_name(self._ledger.name + ".tmp")
+            tmp.write_text("".join(f"{cg.path}\n" for cg in inherited))
+            tmp.replace(self._ledger)
+        except OSError as exc:
+            self._log(f"cannot write {self._ledger} ({exc.strerror or exc})")
+        return inherited
+
+    def _note_in_ledger(self, path: Path) -> None:
+        if self._ledger is None:
+            return
+        try:
+            with open(self._ledger, "a") as f:
+                f.write(f"{path}\n")
+        except OSError as exc:
+            self._log(f"cannot write {self._ledger} ({exc.strerror or exc}): a SIGKILL would leave {path} "
+                      "for nobody to empty")
 
     def leftover_pids(self, phase: str) -> list[int]:
         """Processes still in the phase's cgroup (after its children were stopped: they escaped the tree)."""

@@ -360,12 +360,6 @@ def kill_survivors_of_dead_supervisors(state_dir: str, log: Log) -> int:
     return len(killed)
 
 
-def supervisor_gone(pid: int) -> bool:
-    """The supervisor that named a leftover after its pid is no more (checked at start: a leftover
-    named after our own pid is a dead predecessor's that had it, as PID 1 of a restarted container)."""
-    return pid == os.getpid() or not _is_live_supervisor(pid)
-
-
 def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
     """SIGKILL each of ``pids`` (found some way the process tree could not be: a cgroup); say which and why."""
     killed: list[int] = []

@@ -22,13 +22,15 @@ from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
 from .memory import MemoryEvidence
-from .process import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors, supervisor_gone, sweep_descendants
+from .process import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors, sweep_descendants
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
 from .reporting import Reporter
 from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
 
 EXIT_CONFIG_ERROR = 2
+# In state_dir: the phase cgroups made, so that the next start can empty those a SIGKILL left behind.
+CGROUP_LEDGER = "cgroups"
 # Another supervisor already runs the lifecycle from this state_dir (Vast runs onstart on every start).
 EXIT_ALREADY_RUNNING = 75
 # Orphans reaped in one pass beyond this many are summarised, not listed one by one.
@@ -90,12 +92,12 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     kill_survivors_of_dead_supervisors(str(state_dir), log)
     loop = EventLoop()
     reaper = Reaper(on_orphan=_orphan_logger(log))
-    memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root)
+    memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
+                            ledger=state_dir / CGROUP_LEDGER)
     log(memory.describe())
     for owner, stale in memory.leftover_cgroups():
-        # A SIGKILLed supervisor's escapees that cleared their environment: only its cgroups still know them.
-        why = f"left in {stale.path} by supervisor pid {owner}, which died"
-        if supervisor_gone(owner) and kill_cgroup(stale.procs_file(), log, why):
+        # A SIGKILLed predecessor's escapees that cleared their environment: only its cgroups still know them.
+        if kill_cgroup(stale.procs_file(), log, f"left in {stale.path} by supervisor pid {owner}, which died"):
             stale.remove()
     gpus = Gpus()
     if any(p.stall_s is not None or p.prepare == "cuzk-config" for p in plan.phases):

@@ -726,3 +726,38 @@ command = {toml_list(["true"])}
             assert "Traceback" not in out
         finally:
             _kill_quietly(escapee)
+
+
+def test_a_look_alike_cgroup_of_another_supervisor_is_left_alone(sup: SupervisorRunner) -> None:
+    """Only the cgroups this state_dir's supervisors made are emptied at start: one beside them with the same
+    kind of name (another supervisor's, maybe in another PID namespace, where its pid means nothing here)
+    keeps its processes, even when its pid is dead here or is the new supervisor's own."""
+    import signal
+
+    from conftest import pid_alive, toml_list
+
+    v1_memory_cgroup_or_skip()
+    cfg = sup.write(f"""
+[[phases]]
+name = "next"
+command = {toml_list(["true"])}
+""")
+    with v1_cgroup("lookalike", 256 * MiB) as cg:
+        others = [cg / "prover-999999999-bench", cg / "prover-1-curio"]  # a dead pid here; PID 1 of a namespace
+        sleepers = []
+        try:
+            for other in others:
+                other.mkdir()
+                sleeper = subprocess.Popen(in_cgroup_argv(other, ["sleep", "300"]), start_new_session=True)
+                sleepers.append(sleeper)
+                wait_for(lambda other=other: (other / "cgroup.procs").read_text().strip(), timeout=10)
+            result = run_in_cgroup(sup, cfg, cg, timeout=60)
+            assert result.returncode == 0, result.output
+            assert all(pid_alive(s.pid) for s in sleepers), result.output
+            assert all(o.is_dir() for o in others)
+            assert "which died" not in result.output, result.output
+        finally:
+            for sleeper in sleepers:
+                with contextlib.suppress(OSError):
+                    os.kill(sleeper.pid, signal.SIGKILL)
+                sleeper.wait(10)

@@ -72,6 +72,14 @@ def prepare_dirs(plan: Plan) -> None:
             raise SetupError(f"{key}: cannot use {path}: {exc.strerror or exc}") from None
 
 
+def empty_leftover_cgroups(memory: MemoryEvidence, log: Callable[[str], None]) -> None:
+    """What a SIGKILLed predecessor's escapees left (they cleared their environment: no tag finds them,
+    only the phase cgroups they were born in): kill them, then remove the emptied cgroups."""
+    for owner, stale in memory.leftover_cgroups():
+        if kill_cgroup(stale.procs_file(), log, f"left in {stale.path} by supervisor pid {owner}, which died"):
+            stale.remove()
+
+
 def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         on_start: Callable[[Lifecycle], None] | None = None) -> int:
     """Supervise ``plan`` until it completes, fails or is stopped; return the exit status."""
@@ -95,10 +103,7 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
                             ledger=state_dir / CGROUP_LEDGER)
     log(memory.describe())
-    for owner, stale in memory.leftover_cgroups():
-        # A SIGKILLed predecessor's escapees that cleared their environment: only its cgroups still know them.
-        if kill_cgroup(stale.procs_file(), log, f"left in {stale.path} by supervisor pid {owner}, which died"):
-            stale.remove()
+    empty_leftover_cgroups(memory, log)
     gpus = Gpus()
     if any(p.stall_s is not None or p.prepare == "cuzk-config" for p in plan.phases):
         gpus.sample()

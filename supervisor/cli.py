@@ -105,11 +105,14 @@ def show_status(args: argparse.Namespace) -> int:
     if snap is None:
         snap, why = load_persisted(state_dir)
         if snap is None:
-            print(f"no prover-supervisor is running (no answer on {state_dir / 'status.sock'}), "
-                  f"and no saved state: {why}")
+            said = (f"no prover-supervisor is running (no answer on {state_dir / 'status.sock'}), "
+                    f"and no saved state: {why}")
+            # --json is for machines: JSON whatever the answer, never a sentence they must parse.
+            print(json.dumps({"running": False, "live": False, "state_dir": str(state_dir), "why": said}, indent=2)
+                  if args.json else said)
             return EXIT_NOT_RUNNING
     if args.json:
-        print(json.dumps({"live": live, **snap}, indent=2, default=str))
+        print(json.dumps({"running": live, "live": live, **snap}, indent=2, default=str))
     else:
         print(render(snap, live))
     return 0 if live else EXIT_NOT_RUNNING

@@ -8,6 +8,7 @@ the same flags, output lines and signal behaviour, from a temporary directory.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import socket
 import sys
@@ -16,10 +17,25 @@ from pathlib import Path
 
 from .config import parse_plan
 from .devmanager import DevManager
+from .run import EXIT_CONFIG_ERROR as EXIT_USAGE
 from .run import run
 
 # Which stand-in plays the failing program of each phase, for --fail.
 _FAIL_TARGET = {"paramfetch": "PARAMFETCH", "bench": "CUZK_BENCH", "curio": "CURIO"}
+# The phases that have a cuzk-daemon, for --fail daemon-crash.
+DAEMON_PHASES = ("bench", "curio")
+# Every phase gets its own cgroup limit (where cgroups are writable): `--fail oom` then ends in a real
+# kernel OOM kill whichever phase fails (elsewhere the stand-in stops itself at STANDIN_OOM_LIMIT, and
+# the verdict honestly says "signal"). The stand-ins need a few tens of MiB.
+DEMO_MEMORY_MAX = "384MiB"
+DEMO_OOM_LIMIT = "1GiB"
+# The service prints a task line every second at full speed: this long without a byte is a hang
+# (`--fail hang` / `ignore-term` in curio would otherwise run forever).
+DEMO_SERVICE_STALL_S = 3
+
+
+class DemoUsageError(ValueError):
+    """A --fail / --phase pair the demo cannot play."""
 
 
 def free_port() -> int:
@@ -39,6 +55,9 @@ def _q(text: str) -> str:
 def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench",
                 speed: float = 0.2, run_seconds: float = 4.0, manager_url: str | None = None) -> str:
     """The demo's TOML: three phases of stand-ins, ports chosen free, state in ``workdir``."""
+    if fail == "daemon-crash" and fail_phase not in DAEMON_PHASES:
+        raise DemoUsageError(f"--fail daemon-crash: phase {fail_phase} has no daemon "
+                             f"(--phase {' or '.join(DAEMON_PHASES)})")
     py = sys.executable
     listen, status, curio = free_port(), free_port(), free_port()
     cuzk_toml = workdir / "cuzk.toml"
@@ -46,12 +65,13 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
                          f'status_listen = "127.0.0.1:{status}"\n')
     env = {"STANDIN_SPEED": str(speed), "STANDIN_PARAM_FILES": "3", "STANDIN_PARAM_BYTES": "2097152",
            "FIL_PROOFS_PARAMETER_CACHE": str(workdir / "params"), "STANDIN_RUN_SECONDS": str(run_seconds),
-           "STANDIN_OOM_LIMIT": "1GiB"}
-    if fail == "daemon-crash":
-        env["STANDIN_FAIL_CUZK_DAEMON"] = "crash"
-    elif fail is not None:
-        env[f"STANDIN_FAIL_{_FAIL_TARGET[fail_phase]}"] = fail
-    env_toml = "{ " + ", ".join(f"{k} = {_q(v)}" for k, v in env.items()) + " }"
+           "STANDIN_OOM_LIMIT": DEMO_OOM_LIMIT}
+    # The failure knob goes to the failing phase only (its daemon reads the phase's env too).
+    fails = {name: "" for name in _FAIL_TARGET}
+    if fail is not None:
+        knob = ("STANDIN_FAIL_CUZK_DAEMON", "crash") if fail == "daemon-crash" else \
+            (f"STANDIN_FAIL_{_FAIL_TARGET[fail_phase]}", fail)
+        fails[fail_phase] = f"env = {_env_toml(dict([knob]))}"
     daemon = f"""
   [[phases.daemons]]
   name = "cuzk-daemon"
@@ -61,6 +81,9 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
   stop_grace_s = 5
   log_source = "{{source}}"
 """
+    curio_cmd = [py, "-m", "supervisor.standins.curio", "run", "--listen", f"127.0.0.1:{curio}", "--layers", "gpu"]
+    if fail == "daemon-crash" and fail_phase == "curio":
+        curio_cmd = _with_one_proof(curio_cmd, f"http://127.0.0.1:{listen}")
     manager = f"[manager]\nurl = {_q(manager_url)}\nlabel = \"C.demo\"\nmin_rate = 50\n" if manager_url else ""
     return f"""
 {manager}
@@ -68,7 +91,7 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
 state_dir = {_q(str(workdir / "state"))}
 log_dir = {_q(str(workdir / "logs"))}
 stop_grace_s = 3
-env = {env_toml}
+env = {_env_toml(env)}
 
 [[phases]]
 name = "paramfetch"
@@ -79,7 +102,9 @@ retries = 1
 backoff_s = 0.5
 stall_s = 5
 progress_path = {_q(str(workdir / "params"))}
+memory_max = "{DEMO_MEMORY_MAX}"
 report = "param-done"
+{fails["paramfetch"]}
 
 [[phases]]
 name = "bench"
@@ -87,25 +112,38 @@ kind = "oneshot"
 command = {_toml_list([py, "-m", "supervisor.standins.cuzk_bench", "-a", f"http://127.0.0.1:{listen}",
                        "batch", "-t", "porep", "-c", "6", "-j", "3"])}
 timeout_s = 60
-# Its own cgroup limit where cgroups are writable: `--fail oom` then ends in a real kernel OOM kill
-# (elsewhere the stand-in stops itself at STANDIN_OOM_LIMIT, and the verdict honestly says "signal").
-memory_max = "384MiB"
+memory_max = "{DEMO_MEMORY_MAX}"
 parse = "cuzk-bench"
 report = "bench-done"
 log_source = "benchout"
+{fails["bench"]}
 {daemon.replace("{source}", "benchdaemon")}
 [[phases]]
 name = "curio"
 kind = "service"
-command = {_toml_list([py, "-m", "supervisor.standins.curio", "run", "--listen", f"127.0.0.1:{curio}",
-                       "--layers", "gpu"])}
+command = {_toml_list(curio_cmd)}
 ready = "tcp://127.0.0.1:{curio}"
 restart = "on-failure"
 restart_burst = 2
 backoff_s = 0.5
+stall_s = {DEMO_SERVICE_STALL_S}
+memory_max = "{DEMO_MEMORY_MAX}"
 report = "running"
 log_source = "curio"
+{fails["curio"]}
 {daemon.replace("{source}", "cuzk")}"""
+
+
+def _env_toml(env: dict[str, str]) -> str:
+    return "{ " + ", ".join(f"{k} = {_q(v)}" for k, v in env.items()) + " }"
+
+
+def _with_one_proof(curio_cmd: list[str], daemon_url: str) -> list[str]:
+    """The stand-in curio sends its cuzk-daemon no work (the real one does, for its GPU tasks): for a daemon
+    crash in production, one cuzk-bench proof sent beside curio stands in for that work."""
+    proof = [sys.executable, "-m", "supervisor.standins.cuzk_bench", "-a", daemon_url, "single", "-t", "porep"]
+    script = f"{shlex.join(proof)} >/dev/null 2>&1 & exec {shlex.join(curio_cmd)}"
+    return ["sh", "-c", script]
 
 
 def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = False) -> int:
@@ -113,7 +151,12 @@ def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = Fa
     workdir = Path(tempfile.mkdtemp(prefix="prover-supervisor-demo-"))
     manager = DevManager(quiet=False).start()
     try:
-        plan = parse_plan(demo_config(workdir, fail, fail_phase, manager_url=manager.url), "demo config", {})
+        try:
+            text = demo_config(workdir, fail, fail_phase, manager_url=manager.url)
+        except DemoUsageError as exc:
+            print(f"prover-supervisor demo: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        plan = parse_plan(text, "demo config", {})
         status = run(plan)
         seen = manager.state.snapshot()
         for inst in seen["instances"].values():

@@ -11,9 +11,11 @@ every call it receives.
 For tests and local runs it has two extra routes under ``/dev/``:
 ``GET /dev/state`` (instances, the calls in order, the pushed logs) and
 ``POST /dev/faults`` (``{"status": 500, "count": 3}``, ``{"delay_s": 20}``,
-``{"garbage": true}``, ``{"reset": true}``: how the next ``count`` API calls fail).
-Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each
-numbered line once (a push retried after a read timeout is not stored twice).
+``{"garbage": true}``, ``{"reset": true}``: how the next ``count`` API calls fail;
+``"path": "/register"`` limits the fault to the calls of that route, the others
+are answered as usual). Unlike today's manager it reads ``X-Log-Seq`` on log
+pushes and keeps each numbered line once (a push retried after a read timeout is
+not stored twice).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Faults:
     garbage: bool = False
     reset: bool = False
     count: int = 0  # how many API calls still get the fault (-1: all until cleared)
+    path: str | None = None  # only calls to this route get it (None: every API call)
 
 
 class DevManagerState:
@@ -116,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         with state.lock:
             faults = state.faults
-            active = faults.count != 0
+            active = faults.count != 0 and faults.path in (None, urlsplit(self.path).path)
             if active and faults.count > 0:
                 faults.count -= 1
             f = Faults(**asdict(faults)) if active else None

@@ -34,7 +34,7 @@ from .gpu import Gpus, activity_changed
 from .logs import ChildOutput, Console, LogFile
 from .loop import ErrorHandler, EventLoop, Timer, contained, is_contained, name_of, summary
 from .memory import MemoryEvidence
-from .process import Child, SpawnError, child_setup, spawn
+from .process import Child, SpawnError, child_setup, kill_pids, spawn
 from .readiness import ReadinessWait
 from .reaping import ExitStatus, Reaper
 from .redact import Redactor
@@ -409,6 +409,8 @@ class Phase:
             self.name, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
             daemon=is_daemon, attempt=self.attempt, started_at=child.started_at,
             last_lines=child.output.last_lines(), memory=memory, stop_detail=child.stop_detail,
+            victims=tuple(f"{x.child} (pid {x.pid})" for x in self.rt.verdicts if x.phase == self.name
+                          and x.reason == v.OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
         )
         if not is_daemon and verdict.success and self._bench is not None and child.stop_reason is None:
             # Only a bench that ended by itself is judged by its output: one the supervisor stopped
@@ -524,7 +526,8 @@ class Phase:
         if self.rt.memory is not None and not self.kept:
             # Whatever is still in the phase's cgroup escaped every other way of finding it
             # (double fork + setsid + a cleared environment): it goes too.
-            self.rt.memory.kill_leftovers(self.name)
+            kill_pids(self.rt.memory.leftover_pids(self.name), self.rt.log,
+                      f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)")
         outcome = self.outcome
         if outcome is None:  # the deadline ended it: the command's verdict says how it ended
             command = self.command_child

@@ -11,13 +11,17 @@ The counters are watched while children run (v2: inotify on ``memory.events``;
 v1: an eventfd on ``memory.oom_control``; a poll every ``OOM_POLL_S`` where
 neither can be registered), so an OOM kill of any descendant is logged the
 moment it happens, with the cgroup's usage and peak.
+
+Every phase cgroup made is first written to a ledger in ``state_dir``, so the
+next start can be told which ones a SIGKILL left behind, and which processes are
+still in a phase's cgroup after its children stopped. Ending them is the process
+module's: this one only says what is left.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,9 +57,12 @@ class MemoryReport:
 
 class MemoryEvidence:
     def __init__(self, loop: EventLoop, log: Log, mode: str = "auto", root: Path | str = "/sys/fs/cgroup",
-                 proc_cgroup: Path | str = "/proc/self/cgroup") -> None:
+                 proc_cgroup: Path | str = "/proc/self/cgroup", ledger: Path | str | None = None) -> None:
         self._loop = loop
         self._log = log
+        # The phase cgroups this state_dir's supervisors made (see leftover_cgroups); None: not kept.
+        self._ledger = Path(ledger) if ledger is not None else None
+        self._inherited: list[MemoryCgroup] = []
         self.shared: MemoryCgroup | None = None
         self.mode = "unavailable"
         self._phase_cgroups: dict[str, MemoryCgroup] = {}
@@ -97,7 +104,8 @@ class MemoryEvidence:
             probe = self._parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")
             probe.remove()
             self.mode = "per-phase"
-            self._remove_stale(self._parent)
+            self._inherited = self._take_over_ledger()
+            self._remove_empty_stale(self._parent)
         except OSError as exc:
             self.why += f"; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
 
@@ -108,8 +116,10 @@ class MemoryEvidence:
         if self.mode == "per-phase" and self._parent is not None:
             cgroup = self._phase_cgroups.get(phase)
             if cgroup is None:
+                name = f"{PHASE_CGROUP_PREFIX}{os.getpid()}-{phase}"
+                self._note_in_ledger(self._parent.path / name)  # before it exists: a SIGKILL may follow
                 try:
-                    cgroup = self._parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-{phase}", memory_max)
+                    cgroup = self._parent.create_child(name, memory_max)
                 except OSError as exc:
                     self._log(f"cannot create a cgroup for phase {phase} ({exc.strerror or exc}); "
                               "it shares the supervisor's counter")
@@ -145,31 +155,77 @@ class MemoryEvidence:
         self._check_counter(placement.cgroup)  # log it now if the watch has not yet
         return MemoryReport(kills, snap.peak, placement.scope, snap)
 
-    def _remove_stale(self, parent: MemoryCgroup) -> None:
-        """Empty phase cgroups left by a supervisor that was SIGKILLed: remove them."""
+    def leftover_cgroups(self) -> list[tuple[int, MemoryCgroup]]:
+        """Phase cgroups an earlier supervisor of this state_dir made and that still exist, each with
+        that supervisor's pid (from the name). It is gone: the state_dir's lock is ours. What to do
+        with what they hold is the caller's: this module only says what is left.
+
+        Only cgroups from the ledger count, never a look-alike name: beside us may live another
+        supervisor (another state_dir, maybe another PID namespace, maybe our own pid) whose
+        cgroups are not ours to empty."""
+        found = []
+        for cgroup in self._inherited:
+            owner = cgroup.path.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
+            if cgroup.path.is_dir():
+                found.append((int(owner) if owner.isdigit() else 0, cgroup))
+        return found
+
+    def _remove_empty_stale(self, parent: MemoryCgroup) -> None:
+        """EMPTY phase cgroups named for a pid that is dead here: remove them, or they pile up under the
+        parent (a SIGKILLed supervisor of another state_dir never comes back for its own). Only empty
+        ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched."""
+        inherited = {str(cg.path) for cg in self._inherited}
         for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
             pid = entry.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            if str(entry) in inherited or not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid():
+                continue
+            if not os.path.exists(f"/proc/{pid}"):
                 MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty
 
-    def kill_leftovers(self, phase: str) -> int:
-        """SIGKILL every process still in the phase's cgroup after its children were stopped."""
+    def _take_over_ledger(self) -> list[MemoryCgroup]:
+        """Read the ledger an earlier start left; keep in it only the cgroups that still exist."""
+        if self._ledger is None or self._parent is None:
+            return []
+        try:
+            lines = self._ledger.read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
+        except (OSError, UnicodeDecodeError) as exc:
+            self._log(f"cannot read {self._ledger} ({exc}): cgroups of an earlier start are not looked for")
+            lines = []
+        inherited = []
+        for line in dict.fromkeys(lines):  # in order, once each
+            path = Path(line)
+            # Only a phase cgroup right under ours: the file names what may be killed, so nothing else.
+            if path.parent == self._parent.path and path.name.startswith(PHASE_CGROUP_PREFIX) and path.is_dir():
+                inherited.append(MemoryCgroup(path, self._parent.version))
+        try:
+            tmp = self._ledger.with_name(self._ledger.name + ".tmp")
+            tmp.write_text("".join(f"{cg.path}\n" for cg in inherited))
+            tmp.replace(self._ledger)
+        except OSError as exc:
+            self._log(f"cannot write {self._ledger} ({exc.strerror or exc})")
+        return inherited
+
+    def _note_in_ledger(self, path: Path) -> None:
+        if self._ledger is None:
+            return
+        try:
+            with open(self._ledger, "a") as f:
+                f.write(f"{path}\n")
+        except OSError as exc:
+            self._log(f"cannot write {self._ledger} ({exc.strerror or exc}): a SIGKILL would leave {path} "
+                      "for nobody to empty")
+
+    def leftover_pids(self, phase: str) -> list[int]:
+        """Processes still in the phase's cgroup (after its children were stopped: they escaped the tree)."""
         cgroup = self._phase_cgroups.get(phase)
         if cgroup is None:
-            return 0
+            return []
         try:
-            pids = [int(p) for p in cgroup.procs_file().read_text().split()]
+            return [int(p) for p in cgroup.procs_file().read_text().split()]
         except (OSError, ValueError):
-            return 0
-        killed = []
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-        if killed:
-            self._log(f"phase {phase}: killed {len(killed)} process(es) still in its cgroup after its children "
-                      f"stopped (escaped the process tree): {', '.join(map(str, killed[:10]))}")
-        return len(killed)
+            return []
 
     def release_phase(self, phase: str) -> None:
         """The phase is over: remove its cgroup (anything left in it goes back to ours)."""

@@ -280,6 +280,13 @@ class Outbox:
             return None
         return Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
 
+    def next_pending_of(self, kind: str) -> Call | None:
+        """The oldest pending call of one kind, wherever it stands in the queue."""
+        with self._lock:
+            row = self._db.execute("SELECT id, kind, payload, created, attempts FROM calls "
+                                   "WHERE state = 'pending' AND kind = ? ORDER BY id LIMIT 1", (kind,)).fetchone()
+        return None if row is None else Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
+
     def attempted(self, call_id: int, error: str) -> None:
         with self._lock:
             self._try_the_file_again()

@@ -10,6 +10,9 @@ the grace period SIGKILL to the group and to every descendant still alive. A
 descendant that called ``setsid`` has left the group and, once its parent dies,
 the parent chain too; it is still found through the tag every child carries in
 its environment (``PROVER_SUPERVISOR_TAG``), which its own children inherit.
+One that also cleared its environment is found only by the phase cgroup it was
+born in: the memory module says which pids and cgroups are left, and
+``kill_pids`` / ``kill_cgroup`` here end them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 import psutil
@@ -405,6 +409,61 @@ def kill_survivors_of_dead_supervisors(state_dir: str, log: Log) -> int:
         log(f"killed {len(killed)} process(es) left by a supervisor that died without stopping them: "
             f"{', '.join(map(str, killed[:10]))}")
     return len(killed)
+
+
+def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
+    """SIGKILL each of ``pids`` (found some way the process tree could not be: a cgroup); say which and why."""
+    killed: list[int] = []
+    named: list[str] = []
+    for pid in pids:
+        name = _name_of(pid)  # before the kill: a dead process has no name to read
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue  # gone meanwhile
+        killed.append(pid)
+        named.append(f"{pid} ({name})")
+    if killed:
+        shown = ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
+        log(f"killed {len(killed)} process(es) {why}: {shown}")
+    return killed
+
+
+def kill_cgroup(procs_file: Path, log: Log, why: str, wait_s: float = KILL_WAIT_S) -> bool:
+    """SIGKILL everything in a cgroup until its ``cgroup.procs`` is empty; True once it is.
+
+    The file is read again after each round: a member may fork between the read and its kill,
+    and the child is born in the same cgroup. Blocks (for at most ``wait_s``): only for use
+    before the event loop runs.
+    """
+    deadline = time.monotonic() + wait_s
+    said = why
+    signalled: set[int] = set()
+    while True:
+        try:
+            pids = [int(p) for p in procs_file.read_text().split()]
+        except FileNotFoundError:
+            return True
+        except (OSError, ValueError) as exc:
+            log(f"cannot read {procs_file}: {exc}; its processes are left alone")
+            return False
+        if not pids:
+            return True
+        if time.monotonic() > deadline:
+            log(f"{procs_file.parent}: {len(pids)} process(es) survived SIGKILL for {wait_s:g}s "
+                f"(uninterruptible sleep?): {', '.join(map(str, pids[:10]))}; cgroup left in place")
+            return False
+        # A killed process stays listed until it has died: each one is signalled (and said) once.
+        signalled.update(kill_pids([p for p in pids if p not in signalled], log, said))
+        time.sleep(STOP_POLL_S)
+        said = f"{why} (forked meanwhile)"
+
+
+def _name_of(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
 
 
 def _is_live_supervisor(pid: int) -> bool:

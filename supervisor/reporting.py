@@ -6,7 +6,10 @@ runner_id are kept in ``state_dir`` and given to every later child as
 the rate, ``/running``; which phase triggers which is the phase's ``report`` key.
 Every call, and every failure report, is written to the persisted outbox first
 and delivered by a sender thread, in order, at least once: the work never waits
-on the manager, and a SIGKILL of the supervisor loses nothing.
+on the manager, and a SIGKILL of the supervisor loses nothing. Registration
+goes first: while no uuid is known the register is sent ahead of the queue, and
+one the manager refuses (a 4xx) is retried with backoff like one it never got;
+no call is sent, or given up, for want of a uuid.
 
 The one place the lifecycle does wait: production does not start until the
 manager has answered ``bench-done`` (``passed: false`` means the manager is
@@ -156,8 +159,14 @@ class Reporter:
         if self.uuid:
             self._log(f"manager: reusing uuid {self.uuid} (runner_id {self.runner_id}) from an earlier start")
             self._export_identity()
-        elif not self.outbox.has("register"):
-            self.outbox.add("register", {"label": self.spec.label, "min_rate": self.spec.min_rate})
+        elif not self.outbox.pending_of("register"):
+            # No uuid, whatever the outbox says was delivered before (a SIGKILL between the answer and
+            # the uuid being kept, another label): register now, so children start knowing who they are.
+            self._queue_register()
+
+    def _queue_register(self) -> None:
+        assert self.outbox is not None
+        self.outbox.add("register", {"label": self.spec.label, "min_rate": self.spec.min_rate})
 
     def stop(self, status: int, why: str) -> None:
         """The supervisor is exiting: say so, then give the outbox a little time to drain."""
@@ -345,17 +354,10 @@ class Reporter:
     def _deliver_forever(self) -> None:
         assert self.outbox is not None
         while not self._stop.is_set():
-            call = self.outbox.next_pending()
+            call = self._next_call()
             if call is None:
                 self._wake.wait(1.0)
                 self._wake.clear()
-                continue
-            if call.kind != "register" and not self.uuid:
-                if not self.outbox.has("register"):
-                    self.outbox.add("register", {"label": self.spec.label, "min_rate": self.spec.min_rate})
-                    continue
-                # Register failed for good (e.g. 400): nothing needing a uuid can go.
-                self.outbox.failed(call.id, "no uuid: registration failed")
                 continue
             retries = 0
 
@@ -381,10 +383,33 @@ class Reporter:
             self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
             self._delivered(call, answer)
 
+    def _next_call(self) -> Call | None:
+        """The next call to deliver: in order, except that registration goes first while no uuid is known.
+
+        Every other call needs the uuid, so none is sent (nor given up) before a register succeeded,
+        wherever the register stands in the queue (an outbox of an earlier start, a lost uuid).
+        """
+        assert self.outbox is not None
+        call = self.outbox.next_pending()
+        if call is None or call.kind == "register" or self.uuid:
+            return call
+        register = self.outbox.next_pending_of("register")
+        if register is None:
+            self._queue_register()
+            register = self.outbox.next_pending_of("register")
+        return register
+
     def _attempt(self, call: Call) -> Answer:
         client = self._client
         if call.kind == "register":
-            answer = client.request("POST", "/register", json_body=call.payload)
+            # Who this start is, whatever an earlier start queued (its label may have been another).
+            identity = {"label": self.spec.label, "min_rate": self.spec.min_rate}
+            try:
+                answer = client.request("POST", "/register", json_body=identity)
+            except PermanentError as exc:
+                # Refused (a 4xx): retried with the same backoff as a manager that is down, never dropped.
+                # Nothing else can go without the uuid, and registering again is harmless (idempotent).
+                raise TransientError(f"/register refused: HTTP {exc.status}: {exc.body[:200]}") from None
             body = answer.body if isinstance(answer.body, dict) else {}
             if not body.get("uuid"):
                 raise TransientError(f"/register answered without a uuid: {str(answer.body)[:100]!r}")

@@ -23,13 +23,15 @@ from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
 from .memory import MemoryEvidence
-from .process import STATE_DIR_ENV, kill_survivors_of_dead_supervisors, sweep_descendants
+from .process import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors, sweep_descendants
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
 from .reporting import EarlyLines, Reporter
 from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
 
 EXIT_CONFIG_ERROR = 2
+# In state_dir: the phase cgroups made, so that the next start can empty those a SIGKILL left behind.
+CGROUP_LEDGER = "cgroups"
 # Another supervisor already runs the lifecycle from this state_dir (Vast runs onstart on every start).
 EXIT_ALREADY_RUNNING = 75
 # Orphans reaped in one pass beyond this many are summarised, not listed one by one.
@@ -74,6 +76,14 @@ def prepare_dirs(plan: Plan) -> None:
             raise SetupError(f"{key}: cannot use {path}: {exc.strerror or exc}") from None
 
 
+def empty_leftover_cgroups(memory: MemoryEvidence, log: Callable[[str], None]) -> None:
+    """What a SIGKILLed predecessor's escapees left (they cleared their environment: no tag finds them,
+    only the phase cgroups they were born in): kill them, then remove the emptied cgroups."""
+    for owner, stale in memory.leftover_cgroups():
+        if kill_cgroup(stale.procs_file(), log, f"left in {stale.path} by supervisor pid {owner}, which died"):
+            stale.remove()
+
+
 def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
         on_start: Callable[[Lifecycle], None] | None = None) -> int:
     """Supervise ``plan`` until it completes, fails or is stopped; return the exit status."""
@@ -97,8 +107,10 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     loop = EventLoop()
     loop.faults.log = log  # what a callback raised, with its traceback, goes to supervisor.log
     reaper = Reaper(on_orphan=_orphan_logger(log))
-    memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root)
+    memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
+                            ledger=state_dir / CGROUP_LEDGER)
     log(memory.describe())
+    empty_leftover_cgroups(memory, log)
     gpus = Gpus()
     if any(p.stall_s is not None or p.prepare == "cuzk-config" for p in plan.phases):
         gpus.sample()

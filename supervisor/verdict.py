@@ -93,8 +93,12 @@ class Verdict:
 
 def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reason: str | None,
               daemon: bool, attempt: int, started_at: float, last_lines: list[str],
-              memory: MemoryReport | None = None, stop_detail: str = "") -> Verdict:
-    """Decide why a reaped child ended, from its wait status, what we did, and the OOM counter."""
+              memory: MemoryReport | None = None, stop_detail: str = "", victims: tuple[str, ...] = ()) -> Verdict:
+    """Decide why a reaped child ended, from its wait status, what we did, and the OOM counter.
+
+    ``victims``: the OOM kills in its cgroup during its life that are already known (its siblings'
+    own ``oom_killed`` verdicts), named rather than guessed at.
+    """
     success = status.success
     oom = memory.oom_kills if memory is not None else None
     scope = memory.scope if memory is not None else "none"
@@ -115,7 +119,9 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
         reason, detail = SIGNAL, status.describe()
     else:
         reason, detail = EXIT_CODE, status.describe()
-    if oom and reason != OOM_KILLED:
+    if oom and reason != OOM_KILLED and len(victims) >= oom:
+        detail += f"; {oom} OOM kill(s) in its {scope} cgroup during its life, of {', '.join(victims)}"
+    elif oom and reason != OOM_KILLED:
         detail += (f"; {oom} OOM kill(s) in its {scope} cgroup during its life (the victim was another process "
                    "there: one of its descendants, or a daemon or sibling sharing the cgroup)")
     failed_status = status.shell_status or 1  # a failure never exits 0, even if the child did

@@ -654,3 +654,110 @@ def test_v2_without_delegation_falls_back_to_the_shared_counter(tmp_path: Path) 
         cgroup.chmod(0o755)
         evidence.close()
         loop.close()
+
+
+# ================================================================ escapees of a SIGKILLed supervisor
+
+# The phase's command: a grandchild leaves the session (double fork + setsid) and clears its environment
+# (env -i), so neither the process tree, the process group nor the supervisor's tag finds it; only the
+# phase cgroup it was born in still holds it.
+ESCAPE_CODE = textwrap.dedent("""\
+    import os, sys, time
+    pidfile = sys.argv[1]
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            script = f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 300"
+            os.execvp("env", ["env", "-i", "/bin/sh", "-c", script])
+        os._exit(0)
+    os.wait()
+    print("escapee started", flush=True)
+    time.sleep(300)
+    """)
+
+
+def _kill_quietly(pid: int | None) -> None:
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+
+
+def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_start(sup: SupervisorRunner) -> None:
+    import signal
+
+    from conftest import pid_alive, toml_list
+
+    v1_memory_cgroup_or_skip()
+    pidfile = sup.tmp / "escapee.pid"
+    escape = sup.tmp / "escape.py"
+    escape.write_text(ESCAPE_CODE)
+    first_cfg = sup.write(f"""
+[[phases]]
+name = "work"
+kind = "service"
+command = {toml_list([sys.executable, str(escape), str(pidfile)])}
+""", name="first.toml")
+    second_cfg = sup.write(f"""
+[[phases]]
+name = "next"
+command = {toml_list(["true"])}
+""", name="second.toml")
+    escapee = None
+    with v1_cgroup("escapee", 256 * MiB) as cg:
+        try:
+            first = start_in_cgroup(sup, first_cfg, cg)
+            wait_for(pidfile.exists, timeout=20)
+            escapee = int(pidfile.read_text())
+            stale = cg / f"prover-{first.pid}-work"
+            assert str(escapee) in (stale / "cgroup.procs").read_text().split()
+            environ = Path(f"/proc/{escapee}/environ").read_bytes()
+            assert b"PROVER_SUPERVISOR_TAG" not in environ and b"PROVER_SUPERVISOR_STATE_DIR" not in environ
+            os.kill(first.pid, signal.SIGKILL)
+            first.communicate(timeout=10)
+            assert pid_alive(escapee) and stale.is_dir()
+
+            result = run_in_cgroup(sup, second_cfg, cg, timeout=60)
+            out = result.output
+            assert result.returncode == 0, out
+            wait_for(lambda: not pid_alive(escapee), timeout=5)
+            said = first_line(out, f"by supervisor pid {first.pid}, which died")
+            assert f"{escapee} (sleep)" in said and str(stale) in said, said
+            assert not stale.exists(), f"the dead supervisor's phase cgroup was left: {list(cg.iterdir())}"
+            assert "Traceback" not in out
+        finally:
+            _kill_quietly(escapee)
+
+
+def test_a_look_alike_cgroup_of_another_supervisor_is_left_alone(sup: SupervisorRunner) -> None:
+    """Only the cgroups this state_dir's supervisors made are emptied at start: one beside them with the same
+    kind of name (another supervisor's, maybe in another PID namespace, where its pid means nothing here)
+    keeps its processes, even when its pid is dead here or is the new supervisor's own."""
+    import signal
+
+    from conftest import pid_alive, toml_list
+
+    v1_memory_cgroup_or_skip()
+    cfg = sup.write(f"""
+[[phases]]
+name = "next"
+command = {toml_list(["true"])}
+""")
+    with v1_cgroup("lookalike", 256 * MiB) as cg:
+        others = [cg / "prover-999999999-bench", cg / "prover-1-curio"]  # a dead pid here; PID 1 of a namespace
+        sleepers = []
+        try:
+            for other in others:
+                other.mkdir()
+                sleeper = subprocess.Popen(in_cgroup_argv(other, ["sleep", "300"]), start_new_session=True)
+                sleepers.append(sleeper)
+                wait_for(lambda other=other: (other / "cgroup.procs").read_text().strip(), timeout=10)
+            result = run_in_cgroup(sup, cfg, cg, timeout=60)
+            assert result.returncode == 0, result.output
+            assert all(pid_alive(s.pid) for s in sleepers), result.output
+            assert all(o.is_dir() for o in others)
+            assert "which died" not in result.output, result.output
+        finally:
+            for sleeper in sleepers:
+                with contextlib.suppress(OSError):
+                    os.kill(sleeper.pid, signal.SIGKILL)
+                sleeper.wait(10)

@@ -899,3 +899,28 @@ def test_devmanager_keeps_the_new_part_of_an_overlapping_push(devmgr: DevManager
     push("r2:curio:1-1", "a\n")  # another supervisor process numbers from 1 again
     push("garbage", "no numbers\n")  # kept as it is
     assert devmgr.state.snapshot()["logs"][uuid]["curio"] == "a\nb\nc\na\nno numbers\n"
+def test_devmanager_fault_limited_to_one_route() -> None:
+    """``"path"`` in /dev/faults: only that route's calls get the fault, and only they count it down."""
+    devmgr = DevManager(quiet=True).start()
+    try:
+        requests.post(devmgr.url + "/dev/faults", json={"status": 400, "count": 1, "path": "/register"}, timeout=5)
+        assert _post(devmgr, "/param-done", {"uuid": "nobody"}).status_code == 404  # answered as usual
+        refused = _post(devmgr, "/register", {"label": "C.8"})
+        assert refused.status_code == 400 and refused.json() == {"error": "injected fault"}
+        assert _post(devmgr, "/register", {"label": "C.8"}).status_code == 200  # the count is spent
+        wait_for(lambda: len(devmgr.state.snapshot()["calls"]) == 3, 5)
+        assert [c["status"] for c in devmgr.state.snapshot()["calls"]] == [404, 400, 200]
+    finally:
+        devmgr.stop()
+
+
+def test_outbox_next_pending_of_finds_a_kind_behind_others(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.sqlite3")
+    first = box.add("param-done")
+    register = box.add("register", {"label": "C.9"})
+    assert box.next_pending().id == first  # type: ignore[union-attr]
+    found = box.next_pending_of("register")
+    assert found is not None and found.id == register and found.payload == {"label": "C.9"}
+    box.delivered(register, {"uuid": "u"})
+    assert box.next_pending_of("register") is None
+    box.close()

@@ -337,6 +337,52 @@ def test_faults_are_retried_until_delivered(sup: SupervisorRunner, managers: Cal
     assert proc.finish(20) == 128 + signal.SIGTERM
 
 
+def test_register_refused_once_is_retried_and_param_done_still_arrives(
+        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    """A single 400 on /register: registration is retried with backoff, and nothing after it is dropped."""
+    import requests
+
+    mgr = managers()
+    fault = {"status": 400, "count": 1, "path": "/register"}
+    assert requests.post(mgr.url + "/dev/faults", json=fault, timeout=5).status_code == 200
+    proc = Console(sup, fast_config(sup, mgr.url))
+    assert proc.finish(40) == 0, proc.tail()
+    out = proc.text()
+    calls = [(c["path"], c["status"]) for c in api_calls(mgr) if c["path"] != "/api/log-push"]
+    assert calls == [("/register", 400), ("/register", 200), ("/param-done", 200), ("/bench-done", 200),
+                     ("/running", 200)], calls
+    retry = [line for line in out.splitlines() if "manager: register not delivered" in line]
+    assert retry and "/register refused: HTTP 400" in retry[0] and "injected fault" in retry[0], out
+    assert "no uuid" not in out
+    assert only_instance(mgr)["history"] == STATES
+    assert not [r for r in outbox_rows(sup) if r[2] != "delivered"]
+
+
+def test_register_goes_first_even_when_queued_behind_other_calls(
+        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    """An outbox left with param-done pending and no uuid (an earlier start's register failed, or its answer
+    was lost to a SIGKILL): the new register is queued behind param-done, yet delivered ahead of it."""
+    from supervisor.outbox import Outbox
+
+    mgr = managers()
+    sup.state_dir.mkdir(parents=True)
+    box = Outbox(sup.state_dir / "outbox.sqlite3")
+    box.put("label", "C.test")
+    earlier = box.add("register", {"label": "C.test", "min_rate": 50})
+    box.failed(earlier, "HTTP 400: refused by an older supervisor")
+    box.add("param-done", {})
+    box.close()
+    proc = Console(sup, fast_config(sup, mgr.url))
+    assert proc.finish(40) == 0, proc.tail()
+    calls = [(c["path"], c["status"]) for c in api_calls(mgr) if c["path"] != "/api/log-push"]
+    assert calls[0] == ("/register", 200), calls
+    assert calls[1] == ("/param-done", 200), calls
+    assert only_instance(mgr)["history"] == STATES
+    later = outbox_rows(sup)[1:]  # the older start's failed register aside, every call was delivered
+    assert [kind for _, kind, _ in later[:2]] == ["param-done", "register"], later
+    assert {state for _, _, state in later} == {"delivered"}, later
+
+
 def _forget_after_registration(sup: SupervisorRunner, mgr: DevManager, manager: str = "") -> Console:
     """Start a lifecycle whose first phase waits until the manager, restarted fresh, forgot the instance."""
     go = sup.tmp / "go"

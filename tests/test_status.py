@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_str, wait_for
+from conftest import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_list, toml_str, wait_for
 
 from supervisor import lifecycle
 from supervisor import status as status_mod
@@ -370,12 +370,18 @@ def write_bad_state(state_dir: Path, kind: str) -> None:
 def test_status_of_a_wrong_shaped_state_file_is_one_line(tmp_path: Path, kind: str) -> None:
     state_dir = tmp_path / "state"
     write_bad_state(state_dir, kind)
-    for args in ((), ("--json",)):
-        rc, text, _ = status(state_dir, *args)
-        assert rc == 3, text
-        assert "Traceback" not in text, text
-        lines = text.strip().splitlines()
-        assert len(lines) == 1 and "status.json" in lines[0] and "ignoring it" in lines[0], text
+    rc, text, _ = status(state_dir)
+    assert rc == 3, text
+    assert "Traceback" not in text, text
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and "status.json" in lines[0] and "ignoring it" in lines[0], text
+    # --json is JSON even then (issue 10): the same one-line reason, as its "why".
+    rc, text, _ = status(state_dir, "--json")
+    assert rc == 3, text
+    assert "Traceback" not in text, text
+    answer = json.loads(text)
+    assert answer["running"] is False and answer["live"] is False, answer
+    assert "status.json" in answer["why"] and "ignoring it" in answer["why"] and "\n" not in answer["why"], answer
 
 
 def test_a_nan_done_at_does_not_pass_the_resume_age_check(sup: SupervisorRunner) -> None:
@@ -502,3 +508,26 @@ def test_clients_that_never_read_do_not_stall_the_loop(sup: SupervisorRunner) ->
         assert run.finish() == 128 + signal.SIGTERM
     finally:
         kill_tree(run.pid)
+def test_status_json_is_json_even_when_none_runs(tmp_path: Path, sup: SupervisorRunner) -> None:
+    """``status --json`` is for machines: with no supervisor and no saved state it still prints JSON, exit 3."""
+    for state_dir in (tmp_path / "empty", tmp_path / "missing"):
+        if state_dir.name == "empty":
+            state_dir.mkdir()
+        rc, snap, _ = status_json(state_dir)
+        assert rc == 3
+        assert snap["running"] is False and snap["live"] is False
+        assert snap["state_dir"] == str(state_dir)
+        assert snap["why"] == (f"no prover-supervisor is running (no answer on {state_dir / 'status.sock'}), "
+                               f"and no saved state: no {state_dir / 'status.json'}")
+    # With a saved state, the same flag says it is not running, beside the last state written.
+    result = sup.run(sup.write(f"""
+        [[phases]]
+        name = "once"
+        command = {toml_list(["true"])}
+        """), timeout=30)
+    assert result.returncode == 0, result.output
+    rc, snap, _ = status_json(sup.state_dir)
+    assert rc == 3
+    check_schema(snap)
+    assert snap["running"] is False and snap["live"] is False
+    assert [ph["name"] for ph in snap["phases"]] == ["once"]

@@ -98,7 +98,21 @@ def _write(stream: Any, line: str) -> None:
             stream.write(line + "\n")
             stream.flush()
         except (OSError, ValueError):
-            pass  # reader went away: keep going, as the real programs mostly do
+            pass  # reader went away (EPIPE included): keep going quietly, as the real programs mostly do
+
+
+# A client that hung up before its answer was written (a bench killed mid-proof, a probe that gave up).
+HANGUPS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+class QuietHangups:
+    """Mixin for a ``socketserver`` server: a client's hang-up is not an error worth a traceback (the
+    real daemon just drops the connection); anything else is still reported as usual."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], HANGUPS):
+            return
+        super().handle_error(request, client_address)  # type: ignore[misc]
 
 
 def silence() -> None:

@@ -117,7 +117,7 @@ class Log:
                    f"\x1b[2m{target}\x1b[0m\x1b[2m:\x1b[0m {msg}")
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(common.QuietHangups, ThreadingHTTPServer):
     daemon_threads = True
     role = "main"
     owner: Daemon

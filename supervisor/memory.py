@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, fmt_bytes, mem_total
+from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, mem_total
 from .loop import EventLoop, Timer
+from .units import fmt_bytes
 
 OOM_POLL_S = 0.25
 # Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             plan = load_plan(args.config)
             kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
-            print(f"{args.config}: ok: {len(plan.phases)} phase(s): {kinds}")
+            print(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
             return 0
         if args.command == "demo":
             from .demo import run_demo

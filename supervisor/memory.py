@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, mem_total
 from .loop import EventLoop, Timer
-from .units import fmt_bytes
+from .units import fmt_bytes, is_ascii_digits
 
 OOM_POLL_S = 0.25
 # Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).
@@ -150,7 +150,7 @@ class MemoryEvidence:
         """Empty phase cgroups left by a supervisor that was SIGKILLed: remove them."""
         for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
             pid = entry.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            if is_ascii_digits(pid) and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
                 MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty
 
     def kill_leftovers(self, phase: str) -> int:

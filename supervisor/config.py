@@ -344,7 +344,10 @@ def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
             return default
         raise ConfigError(f"{where}: ${{{name}}} is not set in the environment (give a default: ${{{name}:-…}})")
 
-    return _VAR_RE.sub(one, value)
+    # No ${VAR} ends after the last "}", so only "$$" is left to undo there. Cutting the text at it keeps this
+    # linear: an unterminated "${X:-" would otherwise be scanned to the end again from every "$" before it.
+    end = value.rfind("}") + 1
+    return _VAR_RE.sub(one, value[:end]) + value[end:].replace("$$", "$")
 
 
 def _join(where: str, key: str) -> str:

@@ -81,6 +81,7 @@ MAX_BACKOFF_FACTOR = 100.0  # backoff.py raises it to at most the 64th power: th
 # The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIG_TEXT = "1 MiB"
+MAX_SHOWN_PATH = 300  # a longer config name is cut in errors, which stay one readable line
 # Tables and arrays in each other: the deepest real key (phases[0].daemons[0].env.X) is 5 deep.
 MAX_NESTING = 16
 # What the kernel takes: one argv element or NAME=value (MAX_ARG_STRLEN less its NUL), a path (PATH_MAX
@@ -281,7 +282,8 @@ def _shown_path(path: str | os.PathLike[str]) -> str:
     """The config's name as errors show it: as given, or quoted when it holds a newline or odd bytes."""
     text = os.fspath(path)
     text = text if isinstance(text, str) else os.fsdecode(text)
-    return text if text.isprintable() else ascii(text)
+    shown = text if text and text.isprintable() else ascii(text)
+    return shown if len(shown) <= MAX_SHOWN_PATH else shown[:MAX_SHOWN_PATH - 3] + "..."
 
 
 def parse_plan(text: str, source: str, environ: Mapping[str, str]) -> Plan:
@@ -792,7 +794,8 @@ _MANAGER_KEYS = {
 def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
     for key in raw:
         if key not in ("supervisor", "phases", "manager", "cuzk"):
-            raise ConfigError(f"{key}: unknown top-level key (expected [supervisor], [manager], [cuzk], [[phases]])")
+            raise ConfigError(f"{_join('', key)}: unknown top-level key "
+                              "(expected [supervisor], [manager], [cuzk], [[phases]])")
     sup = SupervisorSpec(**_take(raw.get("supervisor", {}), "supervisor", _SUPERVISOR_KEYS))
     manager = _manager(raw.get("manager", {}), environ)
     phases_raw = raw.get("phases")

@@ -163,6 +163,7 @@ BAD_CONFIGS = [
     P(MARK_PHASE + "[[phases]\nname = \n", "not valid TOML:", id="not-toml"),
     P("this is not a config file at all\n" + MARK_PHASE, "not valid TOML:", id="not-toml-prose"),
     P('colour = "blue"\n' + MARK_PHASE, "colour: unknown top-level key", id="unknown-top-level-key"),
+    P('"a\\nb" = 1\n' + MARK_PHASE, "'a\\nb': unknown top-level key", id="top-level-key-with-newline"),
     P("#raw\nsupervisor = 5\n" + MARK_PHASE, "supervisor: must be a table", id="supervisor-not-a-table"),
     P(sup_section("stop_grace_s = 1").replace(MARK_PHASE, ""), "phases:", id="missing-phases"),
     P("phases = []\n", "phases:", id="empty-phases"),

@@ -242,6 +242,7 @@ def test_run_and_status_refuse_them_too(tmp_path: Path, odd_files: dict[str, tup
 # ---------------------------------------------------------------- the seeded fuzz, in process
 
 TABLES = {
+    "top": ("{line}\n" + VALID, {"supervisor": None, "manager": None, "cuzk": None, "phases": None}),
     "supervisor": ("[supervisor]\n{line}\n" + VALID, _SUPERVISOR_KEYS),
     "manager": ("[manager]\n{line}\n" + VALID, _MANAGER_KEYS),
     "cuzk": ("[cuzk]\n{line}\n" + VALID, _CUZK_KEYS),
@@ -296,7 +297,7 @@ def test_seeded_fuzz_of_every_key() -> None:
     outcomes = {"accepted": 0, "refused": 0}
     for case in range(IN_PROCESS_CASES):
         template, keys = TABLES[rng.choice(list(TABLES))]
-        key = rng.choice([*keys, "timout_s", "k" * 300])
+        key = rng.choice([*keys, "timout_s", "k" * 300, "a\nb", "\u2028", "\x85", "", "é"])
         text = template.format(line=f"{toml_str(key)} = {toml_value(hostile(rng))}")
         try:
             parse_plan(text, "fuzz.toml", environ)

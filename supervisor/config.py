@@ -399,7 +399,7 @@ def _path(value: Any, where: str) -> str:
     return text
 
 
-def _state_dir(value: Any, where: str) -> str:
+def check_state_dir(value: Any, where: str) -> str:
     """state_dir holds the status socket, whose whole path the kernel limits to 107 bytes."""
     text = _path(value, where)
     socket_path = os.path.join(text, SOCKET_NAME)
@@ -662,7 +662,7 @@ def _take(table: Any, where: str, keys: Mapping[str, _Key]) -> dict[str, Any]:
 
 
 _SUPERVISOR_KEYS = {
-    "state_dir": _Key(_state_dir, DEFAULT_STATE_DIR),
+    "state_dir": _Key(check_state_dir, DEFAULT_STATE_DIR),
     "log_dir": _Key(_path, DEFAULT_LOG_DIR),
     "stop_grace_s": _Key(_seconds, DEFAULT_STOP_GRACE_S),
     "ring_lines": _Key(_whole(1, MAX_RING_LINES), DEFAULT_RING_LINES),

@@ -311,3 +311,24 @@ def test_seeded_fuzz_of_every_key() -> None:
             outcomes["accepted"] += 1
     # The fuzz must reach past the checkers, not only be refused at the door.
     assert outcomes["refused"] > IN_PROCESS_CASES // 2 and outcomes["accepted"] > 0, outcomes
+
+
+# ---------------------------------------------------------------- the rest of the command line
+
+
+def test_command_line_values_refused_in_one_line(tmp_path: Path) -> None:
+    too_long = "/" + "d" * 300
+    argvs = [["status", "--state-dir", too_long], ["status", "--state-dir", "/tmp/" + "s" * 100],
+             ["standins", "--bin-dir", "/dev/null/bin"], ["check", "--config", too_long]]
+    expected = ["--state-dir:", "--state-dir: too long for the status socket", "--bin-dir /dev/null/bin:",
+                "File name too long"]
+    for result, what in zip(run_all(argvs), expected, strict=True):
+        assert_refused(result, what)
+
+
+@pytest.mark.parametrize("port", ["99999999", "-5", "²", "65536", "0x50"])
+def test_dev_manager_port_is_checked_by_argparse(port: str) -> None:
+    (result,) = run_all([["dev-manager", "--port", port]])
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert f"argument --port: {port!r} is not a TCP port" in result.stderr, result.stderr

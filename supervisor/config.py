@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .cuzkconf import MEMORY_MODELS, PER_PARTITION, UNIFIED_BASELINE, CuzkSettings
-from .status import SOCKET_NAME
 from .units import is_ascii_digits, parse_size
 
 # Named defaults: every timing value of the plan starts from one of these.
@@ -75,6 +74,7 @@ MAX_RING_LINES = 100_000  # kept in memory per child
 MAX_RETRIES = 1_000
 MAX_RESTART_BURST = 1_000
 MAX_BENCH_CONCURRENCY = 1_024
+MAX_OVERRIDE_WORKERS = 1_024  # [cuzk.overrides] synthesis_concurrency, partition_workers
 MAX_LOG_FILE_MAX_BYTES = 1 << 40
 MAX_LOG_BACKLOG_BYTES = 1 << 30  # kept in memory per source while the manager is down
 MAX_BACKOFF_FACTOR = 100.0  # backoff.py raises it to at most the 64th power: this stays a finite float
@@ -401,10 +401,12 @@ def _path(value: Any, where: str) -> str:
 
 def check_state_dir(value: Any, where: str) -> str:
     """state_dir holds the status socket, whose whole path the kernel limits to 107 bytes."""
+    from .status import SOCKET_NAME  # here, not at the top: status may one day read the config
+
     text = _path(value, where)
     socket_path = os.path.join(text, SOCKET_NAME)
     if _byte_length(socket_path, where) > MAX_SOCKET_PATH_BYTES:
-        raise ConfigError(f"{where}: too long for the status socket: {socket_path!r} is more than "
+        raise ConfigError(f"{where}: too long for the status socket: {_describe(socket_path)} is more than "
                           f"{MAX_SOCKET_PATH_BYTES} bytes (a unix socket's limit)")
     return text
 
@@ -742,7 +744,6 @@ _CUZK_KEYS = {
 _OVERRIDE_TABLES = ("memory", "pipeline", "synthesis")
 # More digits than any bound here has: such text stays text, and is refused as not a number.
 _MAX_DIGITS = 30
-MAX_OVERRIDE_WORKERS = 1_024  # synthesis_concurrency, partition_workers
 
 
 def _int_text(value: Any) -> Any:

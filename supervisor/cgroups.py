@@ -21,6 +21,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from .units import fmt_bytes
+
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 # v1 reports "no limit" as a huge page-aligned number; anything above this is unlimited.
 V1_UNLIMITED = 1 << 62
@@ -44,15 +46,6 @@ class MemorySnapshot:
                  f"limit={fmt_bytes(self.limit) if self.limit is not None else 'none'}",
                  f"oom_kills={'?' if self.oom_kills is None else self.oom_kills}"]
         return " ".join(parts)
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return f"{n}B"
 
 
 class MemoryCgroup:
@@ -216,26 +209,6 @@ def mem_total(meminfo: Path | str = "/proc/meminfo") -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
-
-
-def parse_size(text: str | int) -> int:
-    """``"128GiB"``, ``"512MiB"``, ``"64M"``, ``"1.5G"`` or a number of bytes → bytes."""
-    if isinstance(text, int):
-        return text
-    units = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2,
-             "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000**4,
-             "tib": 1 << 40}
-    s = text.strip()
-    i = len(s)
-    while i and not (s[i - 1].isdigit() or s[i - 1] == "."):
-        i -= 1
-    number, unit = s[:i].strip(), s[i:].strip().lower()
-    if not number or unit not in units:
-        raise ValueError(f"{text!r} is not a size (e.g. \"128GiB\", \"512MiB\")")
-    value = float(number) * units[unit]
-    if value < 0:
-        raise ValueError(f"{text!r} is negative")
-    return int(value)
 
 
 # ---------------------------------------------------------------- file helpers

@@ -15,7 +15,7 @@ import os
 import sys
 
 from . import __version__
-from .config import ConfigError, load_plan
+from .config import ConfigError, check_state_dir, load_plan
 from .run import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, AlreadyRunning, SetupError, run
 
 PROG = "prover-supervisor"
@@ -49,8 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     p_std = sub.add_parser("standins", help="write the stand-in programs under their real names into a directory")
     p_std.add_argument("--bin-dir", required=True, metavar="DIR", help="where to write curio, cuzk-daemon, ...")
     p_dev = sub.add_parser("dev-manager", help="serve a stand-in of the fleet manager's API on 127.0.0.1")
-    p_dev.add_argument("--port", type=int, default=1235, help="port to listen on (default 1235, the manager's)")
+    p_dev.add_argument("--port", type=tcp_port, default=1235, help="port to listen on (default 1235, the manager's)")
     return parser
+
+
+def tcp_port(text: str) -> int:
+    """An argparse type: 0..65535 in ASCII digits (int() would take "²" and bind() refuse 99999 with a traceback)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 5 or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             plan = load_plan(args.config)
             kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
-            print(f"{args.config}: ok: {len(plan.phases)} phase(s): {kinds}")
+            print(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
             return 0
         if args.command == "demo":
             from .demo import run_demo
@@ -68,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "standins":
             from .standins.install import write_bin_dir
 
-            for path in write_bin_dir(args.bin_dir):
+            try:
+                written = write_bin_dir(args.bin_dir)
+            except OSError as exc:
+                raise SetupError(f"--bin-dir {args.bin_dir}: cannot write there: {exc.strerror or exc}") from None
+            for path in written:
                 print(path)
             return 0
         if args.command == "dev-manager":
@@ -96,7 +107,7 @@ def show_status(args: argparse.Namespace) -> int:
     from .status import load_persisted, query, render
 
     if args.state_dir:
-        state_dir = Path(args.state_dir)
+        state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     else:
         path = args.config or os.environ.get("SUPERVISOR_CONFIG") or None
         state_dir = Path(load_plan(path).supervisor.state_dir)

@@ -9,10 +9,12 @@ of frozen dataclasses, so nothing later can change the plan by accident.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import signal
 import socket
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -22,8 +24,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from .cgroups import parse_size
 from .cuzkconf import MEMORY_MODELS, PER_PARTITION, PW_BASELINE, PW_PER_WORKER, UNIFIED_BASELINE, CuzkSettings
+from .units import is_ascii_digits, parse_size
 
 # Named defaults: every timing value of the plan starts from one of these.
 DEFAULT_STATE_DIR = "/var/lib/prover-supervisor"
@@ -62,7 +64,36 @@ DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 # Kubernetes shows this file's content in `kubectl describe` when a container fails.
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
+# Bounds: every number a config gives has a sane maximum, so that nothing later overflows or waits forever.
+# Timers: select() takes at most 2**31 - 1 ms (24.86 days), and a backoff with full jitter doubles its delay;
+# 10 days keeps every timer inside that, and no real timeout, grace, window or age is longer.
+MAX_SECONDS = 10 * 86400.0
+MAX_SECONDS_TEXT = "864000 seconds (10 days)"
+MAX_COUNT = 1_000_000  # a whole number without a bound of its own
+MAX_RING_LINES = 100_000  # kept in memory per child
+MAX_RETRIES = 1_000
+MAX_RESTART_BURST = 1_000
+MAX_BENCH_CONCURRENCY = 1_024
+MAX_OVERRIDE_WORKERS = 1_024  # [cuzk.overrides] synthesis_concurrency, partition_workers
+MAX_LOG_FILE_MAX_BYTES = 1 << 40
+MAX_LOG_BACKLOG_BYTES = 1 << 30  # kept in memory per source while the manager is down
+MAX_BACKOFF_FACTOR = 100.0  # backoff.py raises it to at most the 64th power: this stays a finite float
+# The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_TEXT = "1 MiB"
+MAX_SHOWN_PATH = 300  # a longer config name is cut in errors, which stay one readable line
+# Tables and arrays in each other: the deepest real key (phases[0].daemons[0].env.X) is 5 deep.
+MAX_NESTING = 16
+# What the kernel takes: one argv element or NAME=value (MAX_ARG_STRLEN less its NUL), a path (PATH_MAX
+# less its NUL), one name in a path (NAME_MAX), and the status socket's path (sun_path less its NUL).
+MAX_ARG_BYTES = 32 * 4096 - 1
+MAX_PATH_BYTES = 4095
+MAX_NAME_BYTES = 255
+MAX_SOCKET_PATH_BYTES = 107
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# A plain decimal in ASCII: what float() would take, less "inf", "nan", exponents, "_" and non-ASCII digits.
+_DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
 _VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -195,14 +226,77 @@ def load_plan(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | 
         text = resources.files("supervisor").joinpath("profiles/prover.toml").read_text()
         source = "built-in prover profile"
     else:
-        source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"{source}: no such file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{source}: cannot read: {exc}") from None
+        source = _shown_path(path)
+        text = read_config(path, source)
     return parse_plan(text, source, environ)
+
+
+def read_config(path: str | os.PathLike[str], source: str) -> str:
+    """The text of a config file: a regular file of at most MAX_CONFIG_BYTES of UTF-8, or one-line ConfigError.
+
+    It is stat'ed before it is opened (a FIFO would block the open, a device may act on it), opened
+    non-blocking all the same (the name may change in between), and read no further than the cap.
+    """
+    try:
+        _check_config_file(os.stat(path), source)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise ConfigError(f"{source}: cannot read: {_os_reason(exc)}") from None
+    try:
+        _check_config_file(os.fstat(fd), source)
+        data = _read_at_most(fd, MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {_os_reason(exc)}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: cannot read: more than the {MAX_CONFIG_TEXT} a config may be")
+    if not data.strip():
+        raise ConfigError(f"{source}: the file is empty")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})") from None
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _check_config_file(st: os.stat_result, source: str) -> None:
+    """Only a regular file of sane size is read: a FIFO would hang, /dev/zero would never end."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a regular file")
+        raise ConfigError(f"{source}: cannot read: {kind}, not a config file")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: cannot read: {st.st_size} bytes, more than the {MAX_CONFIG_TEXT} a config "
+                          "may be")
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _os_reason(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+
+
+def _shown_path(path: str | os.PathLike[str]) -> str:
+    """The config's name as errors show it: as given, or quoted when it holds a newline or odd bytes."""
+    text = os.fspath(path)
+    text = text if isinstance(text, str) else os.fsdecode(text)
+    shown = text if text and text.isprintable() else ascii(text)
+    return shown if len(shown) <= MAX_SHOWN_PATH else shown[:MAX_SHOWN_PATH - 3] + "..."
 
 
 def parse_plan(text: str, source: str, environ: Mapping[str, str]) -> Plan:
@@ -210,38 +304,71 @@ def parse_plan(text: str, source: str, environ: Mapping[str, str]) -> Plan:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # a number of more than 4300 digits: int() refuses it
+        raise ConfigError(f"{source}: not valid TOML: {str(exc).split(';')[0]}") from None
     try:
         raw = _expand(raw, "", environ)
         return _plan(raw, source, environ)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    except RecursionError:  # a safety net: _expand bounds the nesting before this can happen
+        raise ConfigError(f"{source}: arrays or tables nested too deeply") from None
 
 
-def _expand(value: Any, where: str, environ: Mapping[str, str]) -> Any:
-    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``."""
+def _expand(value: Any, where: str, environ: Mapping[str, str], depth: int = 0) -> Any:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``.
+
+    Every string is refused if it holds a NUL byte: none can be an argument, an environment value or a
+    path (exec and open would fail at run time, long after ``check`` said ok).
+    """
+    if depth > MAX_NESTING:
+        raise ConfigError(f"{_short(where)}: nested more than {MAX_NESTING} deep")
     if isinstance(value, str):
-
-        def one(match: re.Match[str]) -> str:
-            if match.group(0) == "$$":
-                return "$"
-            name, default = match.group(1), match.group(2)
-            if name in environ:
-                return environ[name]
-            if default is not None:
-                return default
-            raise ConfigError(f"{where}: ${{{name}}} is not set in the environment (give a default: ${{{name}:-…}})")
-
-        return _VAR_RE.sub(one, value)
+        expanded = _substitute(value, where, environ)
+        if "\0" in expanded:
+            raise ConfigError(f"{where}: contains a NUL character, which no argument, environment value or "
+                              "path can hold")
+        return expanded
     if isinstance(value, dict):
-        return {k: _expand(v, _join(where, k), environ) for k, v in value.items()}
+        return {_key(k, where): _expand(v, _join(where, k), environ, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]", environ) for i, v in enumerate(value)]
+        return [_expand(v, f"{where}[{i}]", environ, depth + 1) for i, v in enumerate(value)]
     return value
+
+
+def _key(key: str, where: str) -> str:
+    if "\0" in key:
+        raise ConfigError(f"{_join(where, key)}: a key with a NUL character")
+    return key
+
+
+def _short(where: str) -> str:
+    return where if len(where) <= 80 else where[:77] + "..."
+
+
+def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: ${{{name}}} is not set in the environment (give a default: ${{{name}:-…}})")
+
+    # No ${VAR} ends after the last "}", so only "$$" is left to undo there. Cutting the text at it keeps this
+    # linear: an unterminated "${X:-" would otherwise be scanned to the end again from every "$" before it.
+    end = value.rfind("}") + 1
+    return _VAR_RE.sub(one, value[:end]) + value[end:].replace("$$", "$")
 
 
 def _join(where: str, key: str) -> str:
     # A key with odd characters (a newline, a space) is quoted so the error stays one line.
     shown = key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return f"{where}.{shown}" if where else shown
 
 
@@ -252,7 +379,10 @@ Checker = Callable[[Any, str], Any]
 
 
 def _describe(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4300 digits cannot be shown
+        return "a number with too many digits"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -262,10 +392,50 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
+def _arg(value: Any, where: str) -> str:
+    """A string that becomes one argv element or environment value: the kernel's size limit applies."""
+    text = _string(value, where)
+    if _byte_length(text, where) > MAX_ARG_BYTES:
+        raise ConfigError(f"{where}: longer than the {MAX_ARG_BYTES} bytes exec takes in one argument")
+    return text
+
+
+def _path(value: Any, where: str) -> str:
+    """A filesystem path: within PATH_MAX, and no name in it longer than NAME_MAX (open would refuse)."""
+    text = _string(value, where)
+    if _byte_length(text, where) > MAX_PATH_BYTES:
+        raise ConfigError(f"{where}: a path longer than {MAX_PATH_BYTES} bytes: {_describe(text)}")
+    for part in text.split("/"):
+        if _byte_length(part, where) > MAX_NAME_BYTES:
+            raise ConfigError(f"{where}: {_describe(part)} is longer than the {MAX_NAME_BYTES} bytes a file "
+                              "name may have")
+    return text
+
+
+def check_state_dir(value: Any, where: str) -> str:
+    """state_dir holds the status socket, whose whole path the kernel limits to 107 bytes."""
+    from .status import SOCKET_NAME  # here, not at the top: status may one day read the config
+
+    text = _path(value, where)
+    socket_path = os.path.join(text, SOCKET_NAME)
+    if _byte_length(socket_path, where) > MAX_SOCKET_PATH_BYTES:
+        raise ConfigError(f"{where}: too long for the status socket: {_describe(socket_path)} is more than "
+                          f"{MAX_SOCKET_PATH_BYTES} bytes (a unix socket's limit)")
+    return text
+
+
+def _byte_length(text: str, where: str) -> int:
+    try:
+        return len(os.fsencode(text))
+    except UnicodeEncodeError:
+        raise ConfigError(f"{where}: {_describe(text)} cannot be encoded as a file name") from None
+
+
 def _name(value: Any, where: str) -> str:
     value = _string(value, where)
     if not _NAME_RE.fullmatch(value):
-        raise ConfigError(f"{where}: {value!r} is not a valid name (letters, digits, '_', '-', '.'; at most 63)")
+        raise ConfigError(f"{where}: {_describe(value)} is not a valid name "
+                          "(letters, digits, '_', '-', '.'; at most 63)")
     return value
 
 
@@ -277,6 +447,8 @@ def _command(value: Any, where: str) -> tuple[str, ...]:
     for i, arg in enumerate(value):
         if not isinstance(arg, str):
             raise ConfigError(f"{where}[{i}]: must be a string, got {_describe(arg)}")
+        if _byte_length(arg, f"{where}[{i}]") > MAX_ARG_BYTES:
+            raise ConfigError(f"{where}[{i}]: longer than the {MAX_ARG_BYTES} bytes exec takes in one argument")
     if not value[0]:
         raise ConfigError(f"{where}[0]: the program name is empty")
     return tuple(value)
@@ -295,50 +467,76 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
             out[key] = str(item)
         else:
             raise ConfigError(f"{_join(where, key)}: must be a string or number, got {_describe(item)}")
+        if _byte_length(f"{key}={out[key]}", _join(where, key)) > MAX_ARG_BYTES:
+            raise ConfigError(f"{_join(where, key)}: longer than the {MAX_ARG_BYTES} bytes exec takes in one "
+                              "environment variable")
     return MappingProxyType(out)
 
 
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{where}: must be a number, got {_describe(value)}")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{where}: must be a finite number, got {value}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ConfigError(f"{where}: {_describe(value)} is too large") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ConfigError(f"{where}: must be a finite number, got {number}")
+    return number
 
 
 def _seconds(value: Any, where: str) -> float:
     value = _number(value, where)
     if value < 0:
         raise ConfigError(f"{where}: must be >= 0 seconds, got {value:g}")
-    return value
+    return _at_most_max_seconds(value, where)
 
 
 def _positive_seconds(value: Any, where: str) -> float:
     value = _number(value, where)
     if value <= 0:
         raise ConfigError(f"{where}: must be > 0 seconds, got {value:g}")
+    return _at_most_max_seconds(value, where)
+
+
+def _at_most_max_seconds(value: float, where: str) -> float:
+    if value > MAX_SECONDS:
+        raise ConfigError(f"{where}: must be at most {MAX_SECONDS_TEXT}, got {value:g}")
     return value
 
 
-def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{where}: must be a whole number, got {_describe(value)}")
-    if value < 0:
-        raise ConfigError(f"{where}: must be >= 0, got {value}")
-    return value
+def _whole(minimum: int, maximum: int) -> Checker:
+    """A whole number in [minimum, maximum]."""
+
+    def check(value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: must be a whole number, got {_describe(value)}")
+        if value < minimum:
+            raise ConfigError(f"{where}: must be >= {minimum}, got {_describe(value)}")
+        if value > maximum:
+            raise ConfigError(f"{where}: must be at most {maximum}, got {_describe(value)}")
+        return value
+
+    return check
 
 
-def _positive_count(value: Any, where: str) -> int:
-    value = _count(value, where)
-    if value < 1:
-        raise ConfigError(f"{where}: must be >= 1, got {value}")
-    return value
+_count = _whole(0, MAX_COUNT)
+_positive_count = _whole(1, MAX_COUNT)
 
 
 def _factor(value: Any, where: str) -> float:
     value = _number(value, where)
     if value < 1:
         raise ConfigError(f"{where}: must be >= 1, got {value:g}")
+    if value > MAX_BACKOFF_FACTOR:
+        raise ConfigError(f"{where}: must be at most {MAX_BACKOFF_FACTOR:g}, got {value:g}")
+    return value
+
+
+def _rate(value: Any, where: str) -> float:
+    value = _number(value, where)
+    if value < 0:
+        raise ConfigError(f"{where}: must be >= 0 proofs/hour, got {value:g}")
     return value
 
 
@@ -404,27 +602,27 @@ def _ready(value: Any, where: str) -> ReadyCheck:
             parts = urlsplit(text)
             port = parts.port
         except ValueError as exc:
-            raise ConfigError(f"{where}: {text!r} is not a valid URL ({exc})") from None
+            raise ConfigError(f"{where}: {_describe(text)} is not a valid URL ({_short(str(exc))})") from None
         if not parts.hostname:
-            raise ConfigError(f"{where}: {text!r} has no host")
+            raise ConfigError(f"{where}: {_describe(text)} has no host")
         if port == 0:
-            raise ConfigError(f"{where}: {text!r}: port 0 cannot be connected to")
+            raise ConfigError(f"{where}: {_describe(text)}: port 0 cannot be connected to")
         default_port = 443 if parts.scheme == "https" else 80
         return ReadyCheck("http", text, parts.hostname, default_port if port is None else port)
     if text.startswith("tcp://"):
         hostport = text[len("tcp://") :]
         host, sep, port = hostport.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"{where}: {text!r} must look like tcp://host:port")
+        if not sep or not host or not is_ascii_digits(port) or len(port) > 5 or not 0 < int(port) < 65536:
+            raise ConfigError(f"{where}: {_describe(text)} must look like tcp://host:port")
         return ReadyCheck("tcp", hostport, host.strip("[]"), int(port))
     if text.startswith("file://"):
         path = text[len("file://") :]
         if not path.startswith("/"):
-            raise ConfigError(f"{where}: {text!r} must name an absolute path (file:///path)")
-        return ReadyCheck("file", path)
+            raise ConfigError(f"{where}: {_describe(text)} must name an absolute path (file:///path)")
+        return ReadyCheck("file", _path(path, where))
     if text.startswith("/"):
-        return ReadyCheck("file", text)
-    raise ConfigError(f"{where}: {text!r} must be tcp://host:port, http(s)://..., an absolute file path, "
+        return ReadyCheck("file", _path(text, where))
+    raise ConfigError(f"{where}: {_describe(text)} must be tcp://host:port, http(s)://..., an absolute file path, "
                       f"or \"{CUZK_READY}\"")
 
 
@@ -449,16 +647,16 @@ def _url(value: Any, where: str) -> str:
         parts = urlsplit(text)
         _ = parts.port
     except ValueError as exc:
-        raise ConfigError(f"{where}: {text!r} is not a valid URL ({exc})") from None
+        raise ConfigError(f"{where}: {_describe(text)} is not a valid URL ({_short(str(exc))})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where}: {text!r} must be an http:// or https:// URL with a host")
+        raise ConfigError(f"{where}: {_describe(text)} must be an http:// or https:// URL with a host")
     return text.rstrip("/")
 
 
 def _env_name(value: Any, where: str) -> str:
     text = _string(value, where)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
-        raise ConfigError(f"{where}: {text!r} is not an environment variable name")
+        raise ConfigError(f"{where}: {_describe(text)} is not an environment variable name")
     return text
 
 
@@ -482,7 +680,7 @@ def _take(table: Any, where: str, keys: Mapping[str, _Key]) -> dict[str, Any]:
         raise ConfigError(f"{where}: must be a table, got {_describe(table)}")
     for key in table:
         if key not in keys:
-            near = [k for k in keys if _close(k, key)]
+            near = difflib.get_close_matches(key, list(keys), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ConfigError(f"{_join(where, key)}: unknown key{hint}")
     out: dict[str, Any] = {}
@@ -496,27 +694,18 @@ def _take(table: Any, where: str, keys: Mapping[str, _Key]) -> dict[str, Any]:
     return out
 
 
-def _close(a: str, b: str) -> bool:
-    """Cheap typo match: same letters give or take one, or one a prefix of the other."""
-    if a.startswith(b) or b.startswith(a):
-        return True
-    if abs(len(a) - len(b)) > 1:
-        return False
-    return sum(1 for x, y in zip(sorted(a), sorted(b), strict=False) if x != y) <= 2
-
-
 _SUPERVISOR_KEYS = {
-    "state_dir": _Key(_string, DEFAULT_STATE_DIR),
-    "log_dir": _Key(_string, DEFAULT_LOG_DIR),
+    "state_dir": _Key(check_state_dir, DEFAULT_STATE_DIR),
+    "log_dir": _Key(_path, DEFAULT_LOG_DIR),
     "stop_grace_s": _Key(_seconds, DEFAULT_STOP_GRACE_S),
-    "ring_lines": _Key(_positive_count, DEFAULT_RING_LINES),
+    "ring_lines": _Key(_whole(1, MAX_RING_LINES), DEFAULT_RING_LINES),
     "console": _Key(_bool, True),
-    "log_file_max_bytes": _Key(_count, DEFAULT_LOG_FILE_MAX_BYTES),
+    "log_file_max_bytes": _Key(_whole(0, MAX_LOG_FILE_MAX_BYTES), DEFAULT_LOG_FILE_MAX_BYTES),
     "env": _Key(_env, MappingProxyType({})),
     "cgroups": _Key(_choice(*CGROUP_MODES), "auto"),
-    "cgroup_root": _Key(_string, DEFAULT_CGROUP_ROOT),
+    "cgroup_root": _Key(_path, DEFAULT_CGROUP_ROOT),
     "http_port": _Key(lambda v, w: _port(_int_text(v), w), 0),
-    "termination_log": _Key(_string, DEFAULT_TERMINATION_LOG),
+    "termination_log": _Key(_path, DEFAULT_TERMINATION_LOG),
     "min_disk": _Key(_size),
     "min_param_disk": _Key(_size),
     "require_gpus": _Key(lambda v, w: _bool(_bool_text(v), w), False),
@@ -532,7 +721,7 @@ def _port(value: Any, where: str) -> int:
 _CHILD_KEYS = {
     "command": _Key(_command, required=True),
     "env": _Key(_env, MappingProxyType({})),
-    "cwd": _Key(_string),
+    "cwd": _Key(_path),
     "stop_signal": _Key(parse_signal, int(signal.SIGTERM)),
     "stop_grace_s": _Key(_seconds),
     "ready": _Key(_ready),
@@ -552,17 +741,17 @@ _PHASE_KEYS = {
     **_CHILD_KEYS,
     "daemons": _Key(lambda v, w: v, ()),
     "timeout_s": _Key(_optional(_positive_seconds)),
-    "retries": _Key(_count),
+    "retries": _Key(_whole(0, MAX_RETRIES)),
     "restart": _Key(_choice(*RESTART_POLICIES)),
     "backoff_s": _Key(_seconds, DEFAULT_BACKOFF_S),
     "backoff_max_s": _Key(_seconds, DEFAULT_BACKOFF_MAX_S),
     "backoff_factor": _Key(_factor, DEFAULT_BACKOFF_FACTOR),
     "backoff_jitter": _Key(_fraction, DEFAULT_BACKOFF_JITTER),
-    "restart_burst": _Key(_positive_count, DEFAULT_RESTART_BURST),
+    "restart_burst": _Key(_whole(1, MAX_RESTART_BURST), DEFAULT_RESTART_BURST),
     "restart_window_s": _Key(_positive_seconds, DEFAULT_RESTART_WINDOW_S),
     "backoff_reset_s": _Key(_seconds, DEFAULT_BACKOFF_RESET_S),
     "stall_s": _Key(_optional(_positive_seconds)),
-    "progress_path": _Key(_string),
+    "progress_path": _Key(_path),
     "min_memory": _Key(_size),
     "memory_max": _Key(_size),
     "report": _Key(_choice(*REPORTS)),
@@ -573,25 +762,51 @@ _PHASE_KEYS = {
 }
 
 _CUZK_KEYS = {
-    "config_path": _Key(_string),
+    "config_path": _Key(_path),
     "memory_model": _Key(_choice(*MEMORY_MODELS), "unified"),
-    "listen": _Key(_string, "http://127.0.0.1:9820"),
+    "listen": _Key(_arg, "http://127.0.0.1:9820"),
     # "" = the daemon serves no status API (ready is then its listen port alone).
-    "status_listen": _Key(lambda v, w: "" if v == "" else _string(v, w), "127.0.0.1:9821"),
-    "param_cache": _Key(_string, "/var/tmp/filecoin-proof-parameters"),
+    "status_listen": _Key(lambda v, w: "" if v == "" else _arg(v, w), "127.0.0.1:9821"),
+    "param_cache": _Key(_path, "/var/tmp/filecoin-proof-parameters"),
     "safety_margin": _Key(_size, 5 << 30),
-    "bench_concurrency": _Key(lambda v, w: _positive_count(_int_text(v), w), 5),
+    "bench_concurrency": _Key(lambda v, w: _whole(1, MAX_BENCH_CONCURRENCY)(_int_text(v), w), 5),
     "baseline": _Key(_size, UNIFIED_BASELINE),
     "per_partition": _Key(_size, PER_PARTITION),
     "pw_baseline": _Key(_size, PW_BASELINE),
     "pw_per_worker": _Key(_size, PW_PER_WORKER),
-    "overrides": _Key(lambda v, w: _table(v, w), None),
+    "overrides": _Key(lambda v, w: _overrides(v, w), None),
 }
+
+# [cuzk.overrides] values that cuzkconf.generate() reads to size the daemon (the rest is merged as given).
+_OVERRIDE_TABLES = ("memory", "pipeline", "synthesis")
+# More digits than any bound here has: such text stays text, and is refused as not a number.
+_MAX_DIGITS = 30
 
 
 def _int_text(value: Any) -> Any:
-    """A whole number given as text (it came from ${VAR} expansion) counts as the number."""
-    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+    """A whole number given as text (it came from ${VAR} expansion) counts as the number: ASCII digits only."""
+    if isinstance(value, str) and is_ascii_digits(value.strip()) and len(value.strip()) <= _MAX_DIGITS:
+        return int(value.strip())
+    return value
+
+
+def _overrides(value: Any, where: str) -> dict[str, Any]:
+    """What generate() reads from the overrides is checked here, so that `check` refuses what `run` would."""
+    table = _table(value, where)
+    for name in _OVERRIDE_TABLES:
+        if name in table:
+            _table(table[name], _join(where, name))
+    budget = table.get("memory", {}).get("total_budget")
+    if budget is not None and budget != "auto":
+        budget_where = _join(where, "memory.total_budget")
+        if not isinstance(budget, str):
+            raise ConfigError(f"{budget_where}: must be \"auto\" or a size like \"100GiB\", got {_describe(budget)}")
+        _size(budget, budget_where)
+    for name, key in (("pipeline", "synthesis_concurrency"), ("synthesis", "partition_workers")):
+        workers = table.get(name, {}).get(key)
+        if workers is not None:
+            _whole(1, MAX_OVERRIDE_WORKERS)(workers, _join(where, f"{name}.{key}"))
+    return table
 
 
 def _bool_text(value: Any) -> Any:
@@ -609,13 +824,13 @@ def _table(value: Any, where: str) -> dict[str, Any]:
 _MANAGER_KEYS = {
     "url": _Key(_optional(_url)),
     "label": _Key(_string),
-    "min_rate": _Key(_number),
+    "min_rate": _Key(_rate),
     "token_env": _Key(_env_name),
     "events_url": _Key(_optional(_url)),
     "connect_timeout_s": _Key(_positive_seconds, DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
     "read_timeout_s": _Key(_positive_seconds, DEFAULT_MANAGER_READ_TIMEOUT_S),
     "log_push_interval_s": _Key(_positive_seconds, DEFAULT_LOG_PUSH_INTERVAL_S),
-    "log_backlog_bytes": _Key(_positive_count, DEFAULT_LOG_BACKLOG_BYTES),
+    "log_backlog_bytes": _Key(_whole(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
     "bench_gate_s": _Key(_seconds, DEFAULT_BENCH_GATE_S),
     "give_up_on_failure": _Key(_bool),
     "report_bench_failure": _Key(_bool),  # the old name of give_up_on_failure, still accepted
@@ -626,7 +841,8 @@ _MANAGER_KEYS = {
 def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
     for key in raw:
         if key not in ("supervisor", "phases", "manager", "cuzk"):
-            raise ConfigError(f"{key}: unknown top-level key (expected [supervisor], [manager], [cuzk], [[phases]])")
+            raise ConfigError(f"{_join('', key)}: unknown top-level key "
+                              "(expected [supervisor], [manager], [cuzk], [[phases]])")
     sup = SupervisorSpec(**_take(raw.get("supervisor", {}), "supervisor", _SUPERVISOR_KEYS))
     manager = _manager(raw.get("manager", {}), environ)
     phases_raw = raw.get("phases")
@@ -677,15 +893,25 @@ def _manager(table: Any, environ: Mapping[str, str]) -> ManagerSpec:
                           "value; keep one of them")
     if environ.get("MANAGER_URL"):
         v["url"] = _url(environ["MANAGER_URL"], "MANAGER_URL (environment)")
+    if v["token_env"] and not _header_safe(environ.get(v["token_env"], "")):
+        # Never shown: it is a secret. An HTTP client would refuse it on the first call, in the middle of the run.
+        raise ConfigError(f"manager.token_env: ${v['token_env']} holds characters an HTTP header cannot carry "
+                          "(a newline, a control character or non-ASCII)")
     if v["label"] is None:
         v["label"] = default_label(environ)
     if v["min_rate"] is None:
         raw = environ.get("MIN_RATE")
-        try:
-            v["min_rate"] = float(raw) if raw else DEFAULT_MIN_RATE
-        except ValueError:
-            raise ConfigError(f"MIN_RATE (environment): {raw!r} is not a number") from None
+        if not raw:
+            v["min_rate"] = DEFAULT_MIN_RATE
+        elif not _DECIMAL_RE.fullmatch(raw.strip()):
+            raise ConfigError(f"MIN_RATE (environment): {_describe(raw)} is not a number of proofs/hour")
+        else:
+            v["min_rate"] = _rate(float(raw.strip()), "MIN_RATE (environment)")
     return ManagerSpec(**v)
+
+
+def _header_safe(token: str) -> bool:
+    return token.isascii() and token.isprintable()
 
 
 def _child(values: dict[str, Any], phase: str, name: str, sup: SupervisorSpec, lifetime: str) -> ChildSpec:

@@ -27,11 +27,11 @@ from typing import Protocol
 
 from . import cuzkconf
 from . import verdict as v
-from .cgroups import fmt_bytes
 from .config import PhaseSpec, Plan
 from .cuzkconf import CuzkSettings
 from .gpu import GpuInventory
 from .stall import tree_size
+from .units import fmt_bytes
 
 PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
 GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance

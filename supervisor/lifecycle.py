@@ -27,7 +27,7 @@ from . import cuzkconf
 from . import verdict as v
 from .backoff import backoff_delay, burst_exceeded, within_window
 from .bench import BenchParser, BenchResult, SingleProofParser
-from .cgroups import fmt_bytes, mem_total
+from .cgroups import mem_total
 from .config import ChildSpec, PhaseSpec, Plan
 from .cuzkconf import CuzkSettings
 from .gpu import Gpus, activity_changed
@@ -39,6 +39,7 @@ from .readiness import ReadinessWait
 from .reaping import ExitStatus, Reaper
 from .redact import Redactor
 from .stall import StallWatch, check_interval, tree_size
+from .units import fmt_bytes
 from .verdict import Verdict
 
 Log = Callable[[str], None]

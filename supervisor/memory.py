@@ -26,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, fmt_bytes, mem_total
+from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, mem_total
 from .loop import EventLoop, Timer
+from .units import fmt_bytes, is_ascii_digits
 
 OOM_POLL_S = 0.25
 # Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).
@@ -177,7 +178,7 @@ class MemoryEvidence:
         inherited = {str(cg.path) for cg in self._inherited}
         for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
             pid = entry.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-            if str(entry) in inherited or not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid():
+            if str(entry) in inherited or not is_ascii_digits(pid) or int(pid) == os.getpid():
                 continue
             if not os.path.exists(f"/proc/{pid}"):
                 MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty

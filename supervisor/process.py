@@ -36,6 +36,7 @@ from .logs import ChildOutput
 from .loop import ErrorHandler, EventLoop, Timer
 from .reaping import ExitStatus
 from .signals import signal_name
+from .units import is_ascii_digits
 
 if TYPE_CHECKING:
     from .memory import Placement
@@ -399,7 +400,7 @@ def kill_survivors_of_dead_supervisors(state_dir: str, log: Log) -> int:
         tag = env.get(TAG_ENV)
         if not tag or env.get(STATE_DIR_ENV) != state_dir:
             continue
-        owner = int(tag.split(".", 1)[0]) if tag.split(".", 1)[0].isdigit() else 0
+        owner = int(tag.split(".", 1)[0]) if is_ascii_digits(tag.split(".", 1)[0]) else 0
         if owner == me or _is_live_supervisor(owner):
             continue
         with contextlib.suppress(OSError):

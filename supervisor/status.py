@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from .cgroups import fmt_bytes
 from .loop import EventLoop, Timer
+from .units import fmt_bytes
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle, Runtime

@@ -13,9 +13,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .cgroups import fmt_bytes
 from .memory import MemoryReport
 from .reaping import ExitStatus
+from .units import fmt_bytes
 
 # Reasons a child ended. Success is reason "exit_code" with exit_code 0.
 EXIT_CODE = "exit_code"

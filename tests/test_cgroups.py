@@ -36,9 +36,7 @@ from supervisor.cgroups import (
     MemorySnapshot,
     decode_eventfd,
     discover,
-    fmt_bytes,
     mem_total,
-    parse_size,
 )
 from supervisor.loop import EventLoop
 from supervisor.memory import OOM_POLL_S, MemoryEvidence
@@ -391,32 +389,6 @@ def test_discover_proc_cgroup_unreadable(tmp_path: Path) -> None:
     found = discover(tmp_path, tmp_path / "no-such-proc-file")
     assert found.cgroup is None
     assert "cannot read" in found.why and "no-such-proc-file" in found.why
-
-
-# ================================================================ sizes
-
-
-@pytest.mark.parametrize(("text", "expected"), [
-    ("128GiB", 128 * GiB), ("512MiB", 512 * MiB), ("64M", 64 * MiB), ("1.5G", int(1.5 * GiB)),
-    ("4096", 4096), (" 2 GiB ", 2 * GiB), ("1kb", 1000), ("1KiB", 1024), ("3mb", 3_000_000), ("1T", 1 << 40),
-    ("10b", 10), (12345, 12345),
-])
-def test_parse_size(text: str | int, expected: int) -> None:
-    assert parse_size(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "GiB", "12XB", "-1GiB", "abc", "1.2.3M"])
-def test_parse_size_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_size(text)
-
-
-@pytest.mark.parametrize(("n", "expected"), [
-    (None, "?"), (0, "0B"), (1023, "1023B"), (1024, "1.0KiB"), (64 * MiB, "64.0MiB"), (256 * MiB, "256.0MiB"),
-    (int(1.5 * GiB), "1.5GiB"), (24 * GiB, "24.0GiB"),
-])
-def test_fmt_bytes(n: int | None, expected: str) -> None:
-    assert fmt_bytes(n) == expected
 
 
 def test_mem_total(tmp_path: Path) -> None:

@@ -19,6 +19,11 @@ from conftest import PY, REPO, kill_tree, sh, toml_str
 
 from supervisor import __version__
 from supervisor.config import (
+    _CUZK_KEYS,
+    _DAEMON_KEYS,
+    _MANAGER_KEYS,
+    _PHASE_KEYS,
+    _SUPERVISOR_KEYS,
     DEFAULT_BACKOFF_FACTOR,
     DEFAULT_BACKOFF_JITTER,
     DEFAULT_BACKOFF_MAX_S,
@@ -32,6 +37,10 @@ from supervisor.config import (
     DEFAULT_RING_LINES,
     DEFAULT_STATE_DIR,
     DEFAULT_STOP_GRACE_S,
+    MAX_NESTING,
+    MAX_RETRIES,
+    MAX_RING_LINES,
+    MAX_SECONDS,
     ConfigError,
     Plan,
     ReadyCheck,
@@ -39,6 +48,7 @@ from supervisor.config import (
     parse_plan,
     parse_signal,
 )
+from supervisor.units import MAX_SIZE
 
 PROG = "prover-supervisor"
 CLI_TIMEOUT_S = 20
@@ -153,6 +163,7 @@ BAD_CONFIGS = [
     P(MARK_PHASE + "[[phases]\nname = \n", "not valid TOML:", id="not-toml"),
     P("this is not a config file at all\n" + MARK_PHASE, "not valid TOML:", id="not-toml-prose"),
     P('colour = "blue"\n' + MARK_PHASE, "colour: unknown top-level key", id="unknown-top-level-key"),
+    P('"a\\nb" = 1\n' + MARK_PHASE, "'a\\nb': unknown top-level key", id="top-level-key-with-newline"),
     P("#raw\nsupervisor = 5\n" + MARK_PHASE, "supervisor: must be a table", id="supervisor-not-a-table"),
     P(sup_section("stop_grace_s = 1").replace(MARK_PHASE, ""), "phases:", id="missing-phases"),
     P("phases = []\n", "phases:", id="empty-phases"),
@@ -262,6 +273,87 @@ BAD_CONFIGS = [
     P(bad_daemon('ready = "http://h:abc/status"'), "phases[1].daemons[0].ready:", id="ready-http-port-not-number"),
     P(bad_daemon('ready = "http://h:0/status"'), "phases[1].daemons[0].ready:", id="ready-http-port-zero"),
     P(bad_daemon('ready = "http://[::1/status"'), "phases[1].daemons[0].ready:", id="ready-http-bad-ipv6"),
+    # -- digits that str.isdigit() takes and int() does not
+    P(bad_daemon('ready = "tcp://h:²"'), "phases[1].daemons[0].ready:", id="ready-tcp-superscript-port"),
+    P(bad_daemon('ready = "tcp://h:00000000000000000080"'), "phases[1].daemons[0].ready:", id="ready-tcp-long-port"),
+    P(sup_section('http_port = "${UNSET_VAR:-²}"'), "supervisor.http_port: must be a whole number",
+      id="http-port-superscript"),
+    P('[cuzk]\nbench_concurrency = "${UNSET_VAR:-١٢}"\n' + MARK_PHASE, "cuzk.bench_concurrency:",
+      id="bench-concurrency-arabic-digits"),
+    # -- sizes
+    P(bad_phase('min_memory = "1e999"'), "phases[1].min_memory:", id="size-exponent-overflow"),
+    P(bad_phase('min_memory = "²GiB"'), "phases[1].min_memory:", id="size-superscript"),
+    P(bad_phase('memory_max = "2048TiB"'), "phases[1].memory_max:", id="size-above-max"),
+    P(bad_phase("memory_max = 99999999999999999999"), "phases[1].memory_max:", id="size-huge-int"),
+    P(bad_phase('min_memory = "nan"'), "phases[1].min_memory:", id="size-nan"),
+    # -- counts
+    P(sup_section("ring_lines = 99999999999999999999"), "supervisor.ring_lines: must be at most",
+      id="ring-lines-huge"),
+    P(sup_section("log_file_max_bytes = 99999999999999999999"), "supervisor.log_file_max_bytes: must be at most",
+      id="log-file-max-bytes-huge"),
+    P(bad_phase("retries = 9223372036854775807"), "phases[1].retries: must be at most", id="retries-huge"),
+    P(bad_phase("restart_burst = 1000000000", kind="service"), "phases[1].restart_burst: must be at most",
+      id="restart-burst-huge"),
+    P("[manager]\nlog_backlog_bytes = 99999999999999\n" + MARK_PHASE, "manager.log_backlog_bytes: must be at most",
+      id="log-backlog-huge"),
+    P(bad_phase("backoff_factor = 1e300", kind="service"), "phases[1].backoff_factor: must be at most",
+      id="backoff-factor-huge"),
+    P("[manager]\nmin_rate = -1\n" + MARK_PHASE, "manager.min_rate:", id="min-rate-negative"),
+    # -- seconds: every *_s key is bounded
+    P(bad_phase("timeout_s = 2200000"), "phases[1].timeout_s: must be at most 864000 seconds", id="timeout-25-days"),
+    P(bad_phase("timeout_s = 1e300"), "phases[1].timeout_s: must be at most", id="timeout-1e300"),
+    P(bad_phase("timeout_s = 1" + "0" * 400), "phases[1].timeout_s:", id="timeout-int-beyond-float"),
+    P(sup_section("stop_grace_s = 1e12"), "supervisor.stop_grace_s: must be at most", id="grace-huge"),
+    P(bad_phase("backoff_max_s = 1e9", kind="service"), "phases[1].backoff_max_s: must be at most",
+      id="backoff-max-huge"),
+    P(bad_phase("stall_s = 1e9"), "phases[1].stall_s: must be at most", id="stall-huge"),
+    P(bad_phase('resume = "machine"\nresume_max_age_s = 1e9'), "phases[1].resume_max_age_s: must be at most",
+      id="resume-age-huge"),
+    P(bad_daemon("ready_timeout_s = 1e9"), "phases[1].daemons[0].ready_timeout_s: must be at most",
+      id="ready-timeout-huge"),
+    P("[manager]\nbench_gate_s = 1e9\n" + MARK_PHASE, "manager.bench_gate_s: must be at most", id="bench-gate-huge"),
+    # -- NUL: no argument, environment value or path can hold one (check said ok, run crashed)
+    P(bad_phase(command='["touch", "a\\u0000b"]'), "phases[1].command[1]: contains a NUL", id="nul-in-command"),
+    P(bad_phase('env = { A = "x\\u0000" }'), "phases[1].env.A: contains a NUL", id="nul-in-env"),
+    P(bad_phase('cwd = "/tmp/\\u0000"'), "phases[1].cwd: contains a NUL", id="nul-in-cwd"),
+    P(bad_phase('stall_s = 5\nprogress_path = "/tmp/\\u0000"'), "phases[1].progress_path: contains a NUL",
+      id="nul-in-progress-path"),
+    P(sup_section('cgroup_root = "/sys\\u0000"'), "supervisor.cgroup_root: contains a NUL", id="nul-in-cgroup-root"),
+    P(sup_section('termination_log = "/dev/x\\u0000"'), "supervisor.termination_log: contains a NUL",
+      id="nul-in-termination-log"),
+    P('#raw\n[supervisor]\nstate_dir = "/tmp/\\u0000x"\n' + MARK_PHASE, "supervisor.state_dir: contains a NUL",
+      id="nul-in-state-dir"),
+    P('#raw\n[supervisor]\nlog_dir = "/tmp/\\u0000x"\n' + MARK_PHASE, "supervisor.log_dir: contains a NUL",
+      id="nul-in-log-dir"),
+    P('[cuzk]\nparam_cache = "/p\\u0000"\n' + MARK_PHASE, "cuzk.param_cache: contains a NUL", id="nul-in-cuzk-path"),
+    P(bad_phase('env = { "A\\u0000" = "x" }'), "phases[1].env", id="nul-in-env-name"),
+    # -- what the kernel cannot take
+    P('#raw\n[supervisor]\nstate_dir = "/tmp/' + "d" * 100 + '"\n' + MARK_PHASE,
+      "supervisor.state_dir: too long for the status socket", id="state-dir-too-long-for-socket"),
+    P(bad_phase('cwd = "/tmp/' + "n" * 256 + '"'), "phases[1].cwd:", id="path-name-too-long"),
+    P(bad_phase('cwd = "' + "/abc" * 1100 + '"'), "phases[1].cwd: a path longer than", id="path-too-long"),
+    P(bad_phase(command='["true", "' + "x" * 131072 + '"]'), "phases[1].command[1]: longer than",
+      id="argument-too-long"),
+    # -- nesting
+    P(MARK_PHASE + "x = " + "[" * 30 + "]" * 30 + "\n", "phases[0].x", id="nesting-30-deep"),
+    # -- typos with a deleted letter
+    P(bad_phase("timout_s = 3"), "phases[1].timout_s: unknown key (did you mean 'timeout_s'?)",
+      id="typo-deleted-letter-timeout"),
+    P(bad_phase("backof_s = 3", kind="service"), "phases[1].backof_s: unknown key (did you mean 'backoff_s'?)",
+      id="typo-deleted-letter-backoff"),
+    # -- [cuzk.overrides]: what cuzkconf.generate() reads is checked before anything starts
+    P('[cuzk]\noverrides = { memory = { total_budget = "abc" } }\n' + MARK_PHASE,
+      "cuzk.overrides.memory.total_budget:", id="override-budget-not-a-size"),
+    P('[cuzk]\noverrides = { memory = { total_budget = 5 } }\n' + MARK_PHASE,
+      "cuzk.overrides.memory.total_budget:", id="override-budget-number"),
+    P('[cuzk]\noverrides = { synthesis = { partition_workers = "x" } }\n' + MARK_PHASE,
+      "cuzk.overrides.synthesis.partition_workers:", id="override-workers-string"),
+    P('[cuzk]\noverrides = { pipeline = { synthesis_concurrency = 0 } }\n' + MARK_PHASE,
+      "cuzk.overrides.pipeline.synthesis_concurrency:", id="override-concurrency-zero"),
+    P('[cuzk]\noverrides = { pipeline = 3 }\n' + MARK_PHASE, "cuzk.overrides.pipeline: must be a table",
+      id="override-pipeline-not-a-table"),
+    P('[cuzk]\noverrides = { memory = [1] }\n' + MARK_PHASE, "cuzk.overrides.memory: must be a table",
+      id="override-memory-not-a-table"),
 ]
 
 
@@ -720,3 +812,141 @@ def test_numbers_and_booleans_in_env_become_strings() -> None:
 def test_error_names_source() -> None:
     with pytest.raises(ConfigError, match=r"^my/config\.toml: phases\[0\]\.retries: "):
         parse_plan(MINIMAL + "retries = -1\n", "my/config.toml", {})
+
+
+# ---------------------------------------------------------------- bounds, digits, environment, hints
+
+
+def test_every_seconds_key_is_bounded() -> None:
+    """Each *_s key of every table refuses more than MAX_SECONDS, so a key added later cannot forget it."""
+    tables = {"supervisor": _SUPERVISOR_KEYS, "phases": _PHASE_KEYS, "daemons": _DAEMON_KEYS,
+              "manager": _MANAGER_KEYS, "cuzk": _CUZK_KEYS}
+    seconds_keys = [(table, key) for table, keys in tables.items() for key in keys if key.endswith("_s")]
+    assert len(seconds_keys) >= 15, seconds_keys
+    for table, key in seconds_keys:
+        check = tables[table][key].check
+        assert check(MAX_SECONDS, key) == MAX_SECONDS, f"{table}.{key} refuses the maximum itself"
+        with pytest.raises(ConfigError, match=f"^{key}: must be at most 864000 seconds"):
+            check(MAX_SECONDS * 1.001, key)
+        with pytest.raises(ConfigError, match=f"^{key}: "):
+            check(10**400, key)
+
+
+def test_bounds_accept_their_maximum() -> None:
+    plan = parse(f"""\
+        [supervisor]
+        ring_lines = {MAX_RING_LINES}
+        [[phases]]
+        name = "p"
+        command = ["true"]
+        timeout_s = {MAX_SECONDS:.0f}
+        retries = {MAX_RETRIES}
+        min_memory = "1024TiB"
+        """)
+    assert plan.supervisor.ring_lines == MAX_RING_LINES
+    assert plan.phases[0].timeout_s == MAX_SECONDS and plan.phases[0].retries == MAX_RETRIES
+    assert plan.phases[0].min_memory == MAX_SIZE
+
+
+@pytest.mark.parametrize("digits", ["²", "١٢", "𝟗", "1²", " ", "0x50", "+80"])
+def test_digits_from_the_environment_are_ascii_only(digits: str) -> None:
+    message = parse_error(MINIMAL + '[supervisor]\nhttp_port = "${PORT}"\n', {"PORT": digits})
+    assert message.startswith("test.toml: supervisor.http_port: must be a whole number"), message
+
+
+def test_digits_from_the_environment_count_as_numbers() -> None:
+    plan = parse(MINIMAL + '[supervisor]\nhttp_port = "${PORT}"\n[cuzk]\nbench_concurrency = "${J}"\n',
+                 {"PORT": " 8080 ", "J": "3"})
+    assert plan.supervisor.http_port == 8080
+    assert plan.cuzk is not None and plan.cuzk.bench_concurrency == 3
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "1e999", "١٢", "-5", "5_0", "abc", "1" * 40])
+def test_min_rate_from_environment_is_a_plain_number(raw: str) -> None:
+    message = parse_error(MINIMAL, {"MIN_RATE": raw})
+    assert message.startswith("test.toml: MIN_RATE (environment): "), message
+
+
+def test_min_rate_from_environment_accepted() -> None:
+    assert parse(MINIMAL, {"MIN_RATE": " 12.5 "}).manager.min_rate == 12.5
+
+
+@pytest.mark.parametrize("token", ["abc\ndef", "abc\rdef", "tök€n", "a\x7fb"])
+def test_manager_token_that_no_header_can_carry_is_refused_unshown(token: str) -> None:
+    message = parse_error('[manager]\ntoken_env = "MGR_TOKEN"\n' + MINIMAL, {"MGR_TOKEN": token})
+    assert message.startswith("test.toml: manager.token_env: $MGR_TOKEN holds characters"), message
+    assert token not in message and token[:3] not in message, "the token is a secret: never shown"
+
+
+def test_manager_url_from_environment_checked() -> None:
+    message = parse_error(MINIMAL, {"MANAGER_URL": "ftp://x"})
+    assert message.startswith("test.toml: MANAGER_URL (environment): "), message
+
+
+@pytest.mark.parametrize(("typo", "meant"), [
+    ("timout_s", "timeout_s"), ("backof_s", "backoff_s"), ("retrys", "retries"), ("stal_s", "stall_s"),
+    ("comand", "command"), ("progres_path", "progress_path"), ("restart_brust", "restart_burst"),
+])
+def test_did_you_mean_uses_edit_distance(typo: str, meant: str) -> None:
+    message = parse_error(MINIMAL + f"{typo} = 1\n")
+    assert message == f"test.toml: phases[0].{typo}: unknown key (did you mean {meant!r}?)"
+
+
+def test_no_hint_for_a_key_like_none() -> None:
+    assert parse_error(MINIMAL + "zzzzzz = 1\n") == "test.toml: phases[0].zzzzzz: unknown key"
+
+
+def test_a_very_long_unknown_key_is_shown_short() -> None:
+    message = parse_error(MINIMAL + "k" * 5000 + " = 1\n")
+    assert len(message) < 200 and message.endswith("...: unknown key"), message
+
+
+def test_nesting_bound_names_where() -> None:
+    message = parse_error(MINIMAL + "x = " + "[" * 40 + "]" * 40 + "\n")
+    assert message.startswith("test.toml: phases[0].x[0]") and f"nested more than {MAX_NESTING} deep" in message
+    assert len(message) < 200
+
+
+def test_nul_from_the_environment_cannot_come_but_from_toml_escapes_is_refused() -> None:
+    message = parse_error('[[phases]]\nname = "p"\ncommand = ["true", "${A:-x\\u0000y}"]\n')
+    assert message.startswith("test.toml: phases[0].command[1]: contains a NUL")
+
+
+@pytest.mark.parametrize(("overrides", "accepted"), [
+    ('{ memory = { total_budget = "auto" } }', True),
+    ('{ memory = { total_budget = "100GiB" } }', True),
+    ('{ pipeline = { synthesis_concurrency = 4 }, other = { x = "y" } }', True),
+    ('{ synthesis = { partition_workers = 2 } }', True),
+    ('{ memory = { total_budget = "1e999" } }', False),
+    ('{ pipeline = { synthesis_concurrency = true } }', False),
+    ('{ synthesis = { partition_workers = 5000 } }', False),
+    ('{ synthesis = 1 }', False),
+])
+def test_cuzk_overrides_checked_as_generate_reads_them(overrides: str, accepted: bool) -> None:
+    body = f"[cuzk]\noverrides = {overrides}\n" + MINIMAL
+    if accepted:
+        assert parse(body).cuzk is not None
+    else:
+        assert parse_error(body).startswith("test.toml: cuzk.overrides.")
+
+
+def test_accepted_overrides_generate_without_error() -> None:
+    """What config lets through, cuzkconf.generate() takes (on a machine big enough for it)."""
+    from supervisor.cuzkconf import generate
+
+    for overrides in ('{ memory = { total_budget = "100GiB" }, pipeline = { synthesis_concurrency = 2 } }',
+                      '{ synthesis = { partition_workers = 2 } }'):
+        model = "partition-workers" if "partition_workers" in overrides else "unified"
+        plan = parse(f'[cuzk]\nmemory_model = "{model}"\noverrides = {overrides}\n' + MINIMAL)
+        assert plan.cuzk is not None
+        assert generate(plan.cuzk, 512 << 30, []).text
+
+
+def test_check_shows_an_odd_config_name_on_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "a\nb.toml"
+    path.write_text(MINIMAL)
+    result = cli("check", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1 and "ok: 1 phase(s)" in result.stdout, result.stdout
+    path.unlink()
+    assert_one_line_error(cli("check", "--config", str(path)), f"{PROG}: {str(path)!r}: no such file")

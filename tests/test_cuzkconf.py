@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from supervisor import cuzkconf
-from supervisor.cgroups import parse_size
 from supervisor.cuzkconf import GIB, CuzkSettings, DoesNotFit, generate
+from supervisor.units import parse_size
 
 H100 = 80 * GIB
 

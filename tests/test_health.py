@@ -241,7 +241,8 @@ def test_termination_log_holds_the_verdict_on_failure(sup: SupervisorRunner) -> 
 def test_termination_log_is_cut_to_4096_bytes(sup: SupervisorRunner) -> None:
     log = sup.tmp / "termination-log"
     log.write_text("")
-    huge = "/nonexistent/" + "/".join(["é" * 100] * 80)  # a detail of ~16 KB that names this cwd
+    # A detail that names this cwd: 4032 bytes, within PATH_MAX (config refuses more), over 4 KiB with its verdict.
+    huge = "/nonexistent/" + "/".join(["é" * 100] * 20)
     config = sup.write(f"""
         [[phases]]
         name = "nowhere"

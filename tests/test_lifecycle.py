@@ -389,14 +389,27 @@ def test_a_bench_stopped_because_its_daemon_died_is_stopped_not_bench_failed(sup
     assert len(bench) == 1 and bench[0]["reason"] == "stopped", res.output
 
 
-def test_a_deadline_of_25_days_does_not_overflow_the_loop(sup: SupervisorRunner) -> None:
-    """Issue 10, item 5: 2**31 ms and more made select() raise OverflowError at once."""
+def test_the_longest_deadline_config_allows_runs_and_25_days_is_refused(sup: SupervisorRunner) -> None:
+    """Issue 10, item 5: 2**31 ms and more made select() raise OverflowError at once. The config now
+    bounds every seconds key (25 days is refused in one line); the loop clamps its sleep besides
+    (tests/test_containment.py); the largest deadline the config allows runs."""
+    from supervisor.config import MAX_SECONDS
+
+    refused = sup.run(sup.write(f"""
+        [[phases]]
+        name = "long"
+        command = {sh("echo quick")}
+        timeout_s = 2200000
+    """), timeout=30)
+    assert refused.returncode == 2 and "Traceback" not in refused.output, refused.output
+    assert "phases[0].timeout_s: must be at most" in refused.output, refused.output
     marker = sup.tmp / "after.marker"
     config = sup.write(f"""
         [[phases]]
         name = "long"
         command = {sh("echo quick")}
-        timeout_s = 2200000
+        timeout_s = {MAX_SECONDS}
+        backoff_max_s = {MAX_SECONDS}
 
         [[phases]]
         name = "after"

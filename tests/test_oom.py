@@ -34,7 +34,8 @@ from test_cgroups import (
     verdict_lines,
 )
 
-from supervisor.cgroups import MemoryCgroup, parse_size
+from supervisor.cgroups import MemoryCgroup
+from supervisor.units import parse_size
 
 OOM_LINE_RE = re.compile(r"OOM KILL in cgroup (\S+): oom_kill (\d+) → (\d+); ")
 PEAK_RE = re.compile(r" peak=(\d+(?:\.\d+)?)(B|KiB|MiB|GiB)\((phase|shared|none)\)")

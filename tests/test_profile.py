@@ -26,10 +26,11 @@ import psutil
 import pytest
 from conftest import PY, REPO, SupervisorRunner, kill_tree, pyc, wait_for
 
-from supervisor.cgroups import mem_total, parse_size
+from supervisor.cgroups import mem_total
 from supervisor.demo import free_port
 from supervisor.devmanager import DevManager
 from supervisor.run import EXIT_ALREADY_RUNNING
+from supervisor.units import parse_size
 
 GIB = 1 << 30
 PHASES = ["paramfetch", "warmup", "bench", "curio"]

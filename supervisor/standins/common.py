@@ -265,7 +265,7 @@ def parse_addr(text: str) -> tuple[str, Any]:
             break
     raw = raw.split("/", 1)[0]
     host, sep, port = raw.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         raise ValueError(f"invalid listen address {text!r}")
     return "tcp", (host.strip("[]") or "0.0.0.0", int(port))
 

@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None, prog: str = "paramfetch") -> int:
             return 1
         json_paths: tuple[str, str] | None = None
     elif len(args) == 3:
-        if not args[0].isdigit():
+        if not (args[0].isascii() and args[0].isdigit()):
             common.err(f"ERROR: sector size must be a number of bytes, got {args[0]!r}")
             return 1
         sector_size = int(args[0])

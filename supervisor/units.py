@@ -1,0 +1,78 @@
+"""Numbers as people write them in configs and as the supervisor shows them: sizes and plain digits.
+
+Parsing is strict on purpose: ``str.isdigit()`` accepts "²" and "١" (which ``int``
+then refuses with a traceback), and ``float("1e999")`` is infinity. Everything here
+accepts ASCII digits only, stays finite and bounded, and refuses anything else with
+a ``ValueError`` whose message quotes the text and says what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
+TIB = 1 << 40
+# The largest size anything in this project asks for is a machine's memory; 1 PiB is far above
+# any machine and far below what a cgroup file (a signed 64-bit number) can hold.
+MAX_SIZE = 1 << 50
+MAX_SIZE_TEXT = "1PiB"
+
+SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": KIB, "kb": 1000, "kib": KIB,
+    "m": MIB, "mb": 1000**2, "mib": MIB,
+    "g": GIB, "gb": 1000**3, "gib": GIB,
+    "t": TIB, "tb": 1000**4, "tib": TIB,
+}
+# A number of ASCII digits with an optional fraction, then an optional unit: no sign, no exponent.
+_SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)[ \t]*([A-Za-z]*)")
+# More digits than this is not a size anyone meant (and int() refuses 4300 digits anyway).
+_MAX_SIZE_DIGITS = 30
+
+
+def is_ascii_digits(text: str) -> bool:
+    """True for "0".."9" only: unlike ``str.isdigit()``, never for "²", "١" or "𝟗"."""
+    return text.isascii() and text.isdigit()
+
+
+def parse_size(text: str | int) -> int:
+    """``"128GiB"``, ``"512MiB"``, ``"64M"``, ``"1.5G"`` or a number of bytes → bytes, at most MAX_SIZE."""
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise ValueError(f"{text!r} is not a size (e.g. \"128GiB\", \"512MiB\")")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"{text} is negative")
+        if text > MAX_SIZE:
+            raise ValueError(f"{_shown(text)} bytes is more than the {MAX_SIZE_TEXT} a size may be")
+        return text
+    if text.strip().startswith("-"):
+        raise ValueError(f"{_shown(text)} is negative")
+    match = _SIZE_RE.fullmatch(text.strip())
+    if match is None or match.group(2).lower() not in SIZE_UNITS:
+        raise ValueError(f"{_shown(text)} is not a size (e.g. \"128GiB\", \"512MiB\")")
+    number, unit = match.groups()
+    if len(number) > _MAX_SIZE_DIGITS:
+        raise ValueError(f"{_shown(text)} has too many digits to be a size")
+    value = float(number) * SIZE_UNITS[unit.lower()]
+    if not math.isfinite(value) or value > MAX_SIZE:
+        raise ValueError(f"{_shown(text)} is more than the {MAX_SIZE_TEXT} a size may be")
+    return int(value)
+
+
+def fmt_bytes(n: int | None) -> str:
+    """Bytes for people: ``"1.5GiB"``, ``"64.0MiB"``, ``"1023B"``; ``"?"`` when unknown."""
+    if n is None:
+        return "?"
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n}B"
+
+
+def _shown(value: object) -> str:
+    """The offending text, quoted and short, so that an error stays one readable line."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge number"
+    return text if len(text) <= 60 else text[:57] + "..."

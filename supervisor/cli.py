@@ -69,11 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
             return 0
         if args.command == "demo":
-            from .demo import run_demo
+            from .prover.demo import run_demo
 
             return run_demo(fail=args.fail, fail_phase=args.phase, keep=args.keep)
         if args.command == "standins":
-            from .standins.install import write_bin_dir
+            from .prover.standins.install import write_bin_dir
 
             try:
                 written = write_bin_dir(args.bin_dir)
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(path)
             return 0
         if args.command == "dev-manager":
-            from .devmanager import serve
+            from .prover.devmanager import serve
 
             return serve(args.port)
         if args.command == "status":

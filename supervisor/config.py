@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from .cuzkconf import MEMORY_MODELS, PER_PARTITION, PW_BASELINE, PW_PER_WORKER, UNIFIED_BASELINE, CuzkSettings
+from .prover.cuzkconf import MEMORY_MODELS, PER_PARTITION, PW_BASELINE, PW_PER_WORKER, UNIFIED_BASELINE, CuzkSettings
 from .units import is_ascii_digits, parse_size
 
 # Named defaults: every timing value of the plan starts from one of these.
@@ -223,7 +223,7 @@ def load_plan(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | 
     """Read, expand and validate a config file; ``None`` means the built-in prover profile."""
     environ = os.environ if environ is None else environ
     if path is None:
-        text = resources.files("supervisor").joinpath("profiles/prover.toml").read_text()
+        text = resources.files("supervisor").joinpath("prover/profile.toml").read_text()
         source = "built-in prover profile"
     else:
         source = _shown_path(path)

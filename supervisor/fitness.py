@@ -25,11 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import cuzkconf
 from . import verdict as v
 from .config import PhaseSpec, Plan
-from .cuzkconf import CuzkSettings
 from .gpu import GpuInventory
+from .prover import cuzkconf
+from .prover.cuzkconf import CuzkSettings
 from .stall import tree_size
 from .units import fmt_bytes
 

@@ -23,18 +23,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import cuzkconf
 from . import verdict as v
 from .backoff import backoff_delay, burst_exceeded, within_window
-from .bench import BenchParser, BenchResult, SingleProofParser
 from .cgroups import mem_total
 from .config import ChildSpec, PhaseSpec, Plan
-from .cuzkconf import CuzkSettings
 from .gpu import Gpus, activity_changed
 from .logs import ChildOutput, Console, LogFile
 from .loop import ErrorHandler, EventLoop, Timer, contained, is_contained, name_of, summary
 from .memory import MemoryEvidence
 from .process import Child, SpawnError, child_setup, kill_pids, spawn
+from .prover import cuzkconf
+from .prover.bench import BenchParser, BenchResult, SingleProofParser
+from .prover.cuzkconf import CuzkSettings
 from .readiness import ReadinessWait
 from .reaping import ExitStatus, Reaper
 from .redact import Redactor

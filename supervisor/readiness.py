@@ -16,8 +16,8 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from .config import ConfigError, ReadyCheck
-from .cuzkconf import CuzkSettings
 from .loop import EventLoop
+from .prover.cuzkconf import CuzkSettings
 
 READY_POLL_S = 0.2
 PROBE_TIMEOUT_S = 2.0

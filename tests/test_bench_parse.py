@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from conftest import SupervisorRunner, kill_tree, py_script, sh, toml_list, wait_for
 
-from supervisor.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
-from supervisor.demo import free_port
-from supervisor.standins.cuzk_bench import Result, proof_line, result_block, summary
+from supervisor.prover.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
+from supervisor.prover.demo import free_port
+from supervisor.prover.standins.cuzk_bench import Result, proof_line, result_block, summary
 
 PY = sys.executable
 
@@ -124,7 +124,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return False
 
     with open(tmp / "daemon.log", "wb") as log:
-        proc = subprocess.Popen([PY, "-m", "supervisor.standins.cuzk_daemon", "-c", str(cfg)], stdout=log,
+        proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(cfg)], stdout=log,
                                 stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
     try:
         wait_for(up, 15, 0.05)
@@ -140,7 +140,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def bench(addr: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "supervisor.standins.cuzk_bench", "-a", addr, *args],
+    return subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", addr, *args],
                           capture_output=True, text=True, timeout=30, env=_env(**env))
 
 

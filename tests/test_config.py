@@ -532,7 +532,7 @@ def test_check_accepts_example_config(tmp_path: Path) -> None:
 
 
 def test_check_accepts_builtin_profile_file() -> None:
-    profile = REPO / "supervisor" / "profiles" / "prover.toml"
+    profile = REPO / "supervisor" / "prover" / "profile.toml"
     result = cli("check", "--config", str(profile))
     assert result.returncode == 0, result.stderr
     assert "paramfetch" in result.stdout and "bench" in result.stdout and "curio" in result.stdout
@@ -932,7 +932,7 @@ def test_cuzk_overrides_checked_as_generate_reads_them(overrides: str, accepted:
 
 def test_accepted_overrides_generate_without_error() -> None:
     """What config lets through, cuzkconf.generate() takes (on a machine big enough for it)."""
-    from supervisor.cuzkconf import generate
+    from supervisor.prover.cuzkconf import generate
 
     for overrides in ('{ memory = { total_budget = "100GiB" }, pipeline = { synthesis_concurrency = 2 } }',
                       '{ synthesis = { partition_workers = 2 } }'):

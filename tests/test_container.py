@@ -260,7 +260,7 @@ def test_entrypoint_shim_passes_arguments_and_status(image: str, cfg: Path) -> N
     # The built-in prover profile, as installed in the image's venv, is a valid config.
     rc, out, _ = run("run", "--rm", "--entrypoint", "sh", image, "-c",
                      f"exec {shim} check --config /opt/prover-supervisor/lib/python3*/site-packages/"
-                     "supervisor/profiles/prover.toml")
+                     "supervisor/prover/profile.toml")
     assert rc == 0 and "ok:" in out, out
 
 

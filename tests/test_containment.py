@@ -245,7 +245,7 @@ def test_a_parser_that_raises_fails_its_phase_not_the_supervisor(sup: Supervisor
         command = {toml_list(["touch", str(marker)])}
         """)
     inject = """
-import supervisor.bench as bench
+import supervisor.prover.bench as bench
 _real = bench.BenchParser.feed_line
 def feed_line(self, line):
     if "BOOM" in line:

@@ -1,4 +1,4 @@
-"""cuzk.toml generation (supervisor.cuzkconf): every memory-sized value derived from the memory available.
+"""cuzk.toml generation (supervisor.prover.cuzkconf): every memory-sized value derived from the memory available.
 
 Figures from workloads.md: the unified memory manager needs about 70 GiB baseline + 13.6 GiB per
 partition in flight; partition-workers builds peak at about 69 + 20 × pw GiB. The budget is what is
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from supervisor import cuzkconf
-from supervisor.cuzkconf import GIB, CuzkSettings, DoesNotFit, generate
+from supervisor.prover import cuzkconf
+from supervisor.prover.cuzkconf import GIB, CuzkSettings, DoesNotFit, generate
 from supervisor.units import parse_size
 
 H100 = 80 * GIB

@@ -21,7 +21,7 @@ import pytest
 from conftest import PY, REPO, Result, clean_env, finish, kill_tree, wait_for
 from test_cgroups import first_line, verdict_lines
 
-from supervisor.demo import free_port
+from supervisor.prover.demo import free_port
 
 # Generous: the slowest case (ignore-term in curio: three attempts, each a stall then a grace) takes ~25 s.
 DEMO_TIMEOUT_S = 120
@@ -106,7 +106,7 @@ def test_daemon_says_nothing_when_a_client_hangs_up(tmp_path: Path) -> None:
     config = tmp_path / "cuzk.toml"
     config.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{listen}"\nstatus_listen = "127.0.0.1:{status}"\n')
     env = clean_env({"STANDIN_SPEED": "0.05", "STANDIN_PROOF_S": "0.3", "CUZK_DISABLE_PCE": "1"})
-    daemon = subprocess.Popen([PY, "-m", "supervisor.standins.cuzk_daemon", "-c", str(config)],
+    daemon = subprocess.Popen([PY, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(config)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
                               start_new_session=True)
     try:

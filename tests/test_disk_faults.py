@@ -21,12 +21,13 @@ import pytest
 import requests
 from conftest import PY, Console, SupervisorRunner, py_script, sh, toml_list, toml_str, wait_for
 
-from supervisor import cuzkconf, logs
+from supervisor import logs
 from supervisor import outbox as outbox_mod
-from supervisor.cuzkconf import CuzkSettings
-from supervisor.devmanager import DevManager
 from supervisor.logs import LogFile
 from supervisor.outbox import Outbox
+from supervisor.prover import cuzkconf
+from supervisor.prover.cuzkconf import CuzkSettings
+from supervisor.prover.devmanager import DevManager
 
 EXIT_CHILD = 4
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import SupervisorRunner, sh, toml_str
 
-from supervisor.devmanager import DevManager
+from supervisor.prover.devmanager import DevManager
 
 SECRET = "evt-secret-0042"
 

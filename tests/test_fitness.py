@@ -27,8 +27,8 @@ from test_profile import Profile, Run, bin_dir, manager, profile, read, started,
 
 from supervisor import fitness
 from supervisor.config import load_plan
-from supervisor.cuzkconf import GIB
 from supervisor.gpu import GpuDevice, GpuInventory, Gpus
+from supervisor.prover.cuzkconf import GIB
 
 H100 = 81559 * MiB  # what NVML reports as memory.total for an H100 80GB HBM3
 H200 = 143771 * MiB  # and for an H200

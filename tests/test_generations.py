@@ -24,8 +24,8 @@ import pytest
 from conftest import REPO, kill_tree, wait_for
 
 from supervisor.config import ConfigError, ReadyCheck, parse_plan
-from supervisor.cuzkconf import GIB, CuzkSettings, generate
-from supervisor.demo import free_port
+from supervisor.prover.cuzkconf import GIB, CuzkSettings, generate
+from supervisor.prover.demo import free_port
 from supervisor.readiness import cuzk_ready, probe
 
 PY = sys.executable
@@ -46,7 +46,7 @@ class Daemon:
         self.cfg.write_text(textwrap.dedent(config))
         self.log = tmp / "daemon.log"
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([PY, "-m", "supervisor.standins.cuzk_daemon", "-c", str(self.cfg)],
+            self.proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(self.cfg)],
                                          stdout=out, stderr=subprocess.STDOUT, env=standin_env(**env), cwd=REPO,
                                          start_new_session=True)
 
@@ -208,8 +208,9 @@ def test_the_generated_file_runs_a_feb_2026_daemon_within_its_memory(daemons: Ca
     assert gen.partitions == 2
     d = daemons(gen.text, STANDIN_CUZK_GENERATION="feb-2026", STANDIN_DAEMON_MEMORY="125GiB")
     wait_ready(cuzk_ready(s), d)
-    done = subprocess.run([PY, "-m", "supervisor.standins.cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single",
-                           "-t", "porep"], capture_output=True, text=True, timeout=30, env=standin_env(), cwd=REPO)
+    done = subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", f"http://127.0.0.1:{port}",
+                           "single", "-t", "porep"], capture_output=True, text=True, timeout=30,
+                          env=standin_env(), cwd=REPO)
     assert done.returncode == 0 and "status:    COMPLETED" in done.stdout, done.stdout + done.stderr
     assert d.proc.poll() is None
 
@@ -221,15 +222,16 @@ def test_the_seeds_partition_workers_10_on_125_gib_is_killed_at_its_first_proof(
     d = daemons(f'[daemon]\nlisten = "http://127.0.0.1:{port}"\n[synthesis]\npartition_workers = 10\n',
                 STANDIN_CUZK_GENERATION="feb-2026", STANDIN_DAEMON_MEMORY="125GiB")
     wait_ready(cuzk_ready(settings(listen=f"http://127.0.0.1:{port}", status_listen="")), d)
-    done = subprocess.run([PY, "-m", "supervisor.standins.cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single",
-                           "-t", "porep"], capture_output=True, text=True, timeout=30, env=standin_env(), cwd=REPO)
+    done = subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", f"http://127.0.0.1:{port}",
+                           "single", "-t", "porep"], capture_output=True, text=True, timeout=30,
+                          env=standin_env(), cwd=REPO)
     assert done.returncode == 1 and "Error: Prove RPC failed: transport error" in done.stderr, done.stderr
     assert d.proc.wait(10) == -signal.SIGKILL
     assert "estimated peak RSS ~ 269.00 GiB" in d.output()
 
 
 def test_an_unknown_generation_is_a_usage_error(tmp_path: Path) -> None:
-    done = subprocess.run([PY, "-m", "supervisor.standins.cuzk_daemon", "-c", str(tmp_path / "none.toml")],
+    done = subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(tmp_path / "none.toml")],
                           capture_output=True, text=True, timeout=30, cwd=REPO,
                           env=standin_env(STANDIN_CUZK_GENERATION="march"))
     assert done.returncode == 2 and "STANDIN_CUZK_GENERATION" in done.stderr

@@ -1,6 +1,6 @@
 """The built-in prover profile end to end: no config at all, the stand-ins on PATH, the dev-manager.
 
-``python -m supervisor run`` with nothing but environment variables runs supervisor/profiles/prover.toml:
+``python -m supervisor run`` with nothing but environment variables runs supervisor/prover/profile.toml:
 paramfetch → warm-up (cuzk-daemon + one proof) → a fresh daemon + the bench → curio with a daemon.
 The stand-ins come from ``prover-supervisor standins --bin-dir`` (curio, cuzk-daemon, cuzk-bench under
 their real names) and the memory figures are lowered through the profile's env knobs, so the whole
@@ -27,8 +27,8 @@ import pytest
 from conftest import PY, REPO, SupervisorRunner, kill_tree, pyc, wait_for
 
 from supervisor.cgroups import mem_total
-from supervisor.demo import free_port
-from supervisor.devmanager import DevManager
+from supervisor.prover.demo import free_port
+from supervisor.prover.devmanager import DevManager
 from supervisor.run import EXIT_ALREADY_RUNNING
 from supervisor.units import parse_size
 
@@ -529,7 +529,7 @@ def test_entrypoint_shim_passes_arguments(shim: Path, tmp_path: Path) -> None:
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"prover-supervisor {__version__}"
 
-    profile_path = REPO / "supervisor" / "profiles" / "prover.toml"
+    profile_path = REPO / "supervisor" / "prover" / "profile.toml"
     check = subprocess.run(["sh", str(shim), "check", "--config", str(profile_path)], capture_output=True,
                            text=True, timeout=30, cwd=tmp_path, env=_shim_env())
     assert check.returncode == 0, check.stderr

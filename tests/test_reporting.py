@@ -36,8 +36,8 @@ from conftest import (
     wait_for,
 )
 
-from supervisor.demo import demo_config, free_port
-from supervisor.devmanager import DevManager, DevManagerState, _Handler
+from supervisor.prover.demo import demo_config, free_port
+from supervisor.prover.devmanager import DevManager, DevManagerState, _Handler
 
 SPEED = "0.05"
 STATES = ["registered", "params_done", "bench_done", "running"]

@@ -23,8 +23,8 @@ import psutil
 import pytest
 from conftest import Console, SupervisorRunner, sh, toml_str, wait_for
 
-from supervisor.demo import demo_config, free_port
-from supervisor.devmanager import DevManager
+from supervisor.prover.demo import demo_config, free_port
+from supervisor.prover.devmanager import DevManager
 
 SPEED = 0.05
 STATES = ["registered", "params_done", "bench_done", "running"]

@@ -1,6 +1,6 @@
 """The stand-in programs behave like the real workloads: lines, files, signals, failures.
 
-Every stand-in runs as a real subprocess (``python -m supervisor.standins.<name>``) with a
+Every stand-in runs as a real subprocess (``python -m supervisor.prover.standins.<name>``) with a
 small STANDIN_SPEED; every process started here is killed in a fixture finalizer.
 """
 
@@ -41,7 +41,7 @@ def standin_env(**extra: str) -> dict[str, str]:
 
 
 def command(module: str, *args: str) -> list[str]:
-    return [PY, "-m", f"supervisor.standins.{module}", *args]
+    return [PY, "-m", f"supervisor.prover.standins.{module}", *args]
 
 
 def run_standin(module: str, *args: str, env: dict[str, str],

@@ -25,7 +25,7 @@ from conftest import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, 
 
 from supervisor import lifecycle
 from supervisor import status as status_mod
-from supervisor.devmanager import DevManager
+from supervisor.prover.devmanager import DevManager
 from supervisor.status import query
 
 SECRET = "abcd-secret-9999"

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m supervisor.standins.paramfetch fetch-params <size>     # size with units: 32GiB, 2KiB, 8MiB
-    python -m supervisor.standins.paramfetch <sectorSizeBytes> <parameters.json> <srs.json>
+    python -m supervisor.prover.standins.paramfetch fetch-params <size>     # size with units: 32GiB, 2KiB, 8MiB
+    python -m supervisor.prover.standins.paramfetch <sectorSizeBytes> <parameters.json> <srs.json>
 
 A bare number as ``<size>`` is refused (exit 1), as curio does. In the standalone form the
 entries of parameters.json whose ``sector_size`` matches (plus every srs.json entry) name

@@ -2,10 +2,10 @@
 
 Usage::
 
-    python -m supervisor.standins.curio run [--listen 0.0.0.0:12300] [--layers a,b] [--name N] [--nosync]
-    python -m supervisor.standins.curio fetch-params <size>          # delegates to paramfetch.main
-    python -m supervisor.standins.curio cli --machine <host:port> wait-api [--timeout 30s]
-    python -m supervisor.standins.curio --version
+    python -m supervisor.prover.standins.curio run [--listen 0.0.0.0:12300] [--layers a,b] [--name N] [--nosync]
+    python -m supervisor.prover.standins.curio fetch-params <size>          # delegates to paramfetch.main
+    python -m supervisor.prover.standins.curio cli --machine <host:port> wait-api [--timeout 30s]
+    python -m supervisor.prover.standins.curio --version
 
 ``run`` logs its start-up (go-log lines, JSON when ``GOLOG_LOG_FMT=json``; env
 ``CURIO_LAYERS``, ``CURIO_NODE_NAME`` are the defaults of ``--layers``/``--name``, and

@@ -22,7 +22,7 @@ def write_bin_dir(bin_dir: str | Path) -> list[Path]:
     for name, module in PROGRAMS.items():
         path = target / name
         path.write_text(f'#!/bin/sh\n# stand-in for {name} (prover-supervisor standins)\n'
-                        f'exec "{sys.executable}" -m supervisor.standins.{module} "$@"\n')
+                        f'exec "{sys.executable}" -m supervisor.prover.standins.{module} "$@"\n')
         path.chmod(0o755)
         written.append(path)
     c1 = target / "c1.json"

@@ -1,7 +1,7 @@
 """``prover-supervisor demo``: the whole lifecycle on this machine, in seconds.
 
 The real paramfetch, cuzk and curio need a GPU and tens of GiB of parameters;
-the demo runs the stand-ins shipped in ``supervisor.standins`` instead, with
+the demo runs the stand-ins shipped in ``supervisor.prover.standins`` instead, with
 the same flags, output lines and signal behaviour, from a temporary directory.
 ``--fail`` makes one of them misbehave, to show how a failure is reported.
 """
@@ -15,10 +15,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import parse_plan
+from ..config import parse_plan
+from ..run import EXIT_CONFIG_ERROR as EXIT_USAGE
+from ..run import run
 from .devmanager import DevManager
-from .run import EXIT_CONFIG_ERROR as EXIT_USAGE
-from .run import run
 
 # Which stand-in plays the failing program of each phase, for --fail.
 _FAIL_TARGET = {"paramfetch": "PARAMFETCH", "bench": "CUZK_BENCH", "curio": "CURIO"}
@@ -75,13 +75,14 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
     daemon = f"""
   [[phases.daemons]]
   name = "cuzk-daemon"
-  command = {_toml_list([py, "-m", "supervisor.standins.cuzk_daemon", "-c", str(cuzk_toml)])}
+  command = {_toml_list([py, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(cuzk_toml)])}
   ready = "http://127.0.0.1:{status}/status"
   stop_signal = "SIGINT"
   stop_grace_s = 5
   log_source = "{{source}}"
 """
-    curio_cmd = [py, "-m", "supervisor.standins.curio", "run", "--listen", f"127.0.0.1:{curio}", "--layers", "gpu"]
+    curio_cmd = [py, "-m", "supervisor.prover.standins.curio", "run", "--listen", f"127.0.0.1:{curio}",
+                 "--layers", "gpu"]
     if fail == "daemon-crash" and fail_phase == "curio":
         curio_cmd = _with_one_proof(curio_cmd, f"http://127.0.0.1:{listen}")
     manager = f"[manager]\nurl = {_q(manager_url)}\nlabel = \"C.demo\"\nmin_rate = 50\n" if manager_url else ""
@@ -96,7 +97,7 @@ env = {_env_toml(env)}
 [[phases]]
 name = "paramfetch"
 kind = "oneshot"
-command = {_toml_list([py, "-m", "supervisor.standins.curio", "fetch-params", "32GiB"])}
+command = {_toml_list([py, "-m", "supervisor.prover.standins.curio", "fetch-params", "32GiB"])}
 timeout_s = 60
 retries = 1
 backoff_s = 0.5
@@ -109,7 +110,7 @@ report = "param-done"
 [[phases]]
 name = "bench"
 kind = "oneshot"
-command = {_toml_list([py, "-m", "supervisor.standins.cuzk_bench", "-a", f"http://127.0.0.1:{listen}",
+command = {_toml_list([py, "-m", "supervisor.prover.standins.cuzk_bench", "-a", f"http://127.0.0.1:{listen}",
                        "batch", "-t", "porep", "-c", "6", "-j", "3"])}
 timeout_s = 60
 memory_max = "{DEMO_MEMORY_MAX}"
@@ -141,7 +142,7 @@ def _env_toml(env: dict[str, str]) -> str:
 def _with_one_proof(curio_cmd: list[str], daemon_url: str) -> list[str]:
     """The stand-in curio sends its cuzk-daemon no work (the real one does, for its GPU tasks): for a daemon
     crash in production, one cuzk-bench proof sent beside curio stands in for that work."""
-    proof = [sys.executable, "-m", "supervisor.standins.cuzk_bench", "-a", daemon_url, "single", "-t", "porep"]
+    proof = [sys.executable, "-m", "supervisor.prover.standins.cuzk_bench", "-a", daemon_url, "single", "-t", "porep"]
     script = f"{shlex.join(proof)} >/dev/null 2>&1 & exec {shlex.join(curio_cmd)}"
     return ["sh", "-c", script]
 

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m supervisor.standins.cuzk_daemon -c <config.toml> [-l <listen>] [--log-level L] [--version]
+    python -m supervisor.prover.standins.cuzk_daemon -c <config.toml> [-l <listen>] [--log-level L] [--version]
 
 Reads the TOML if it exists (otherwise logs a warning and uses built-in defaults; a
 malformed file is an error, exit 1). Keys used: ``[daemon] listen`` (default

@@ -2,9 +2,9 @@
 
 Usage::
 
-    python -m supervisor.standins.cuzk_bench [-a http://127.0.0.1:9820] batch -t porep [--c1 <c1.json>] \\
+    python -m supervisor.prover.standins.cuzk_bench [-a http://127.0.0.1:9820] batch -t porep [--c1 <c1.json>] \\
         -c <count> -j <concurrency>
-    python -m supervisor.standins.cuzk_bench [-a ADDR] single -t porep [--c1 <c1.json>]
+    python -m supervisor.prover.standins.cuzk_bench [-a ADDR] single -t porep [--c1 <c1.json>]
 
 ``-a`` (default ``http://127.0.0.1:9820``; ``unix:///path`` and ``host:port`` work) may also
 follow the subcommand. ``--c1`` must name an existing file (else exit 1, as the real tool

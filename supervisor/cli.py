@@ -16,11 +16,10 @@ import sys
 
 from . import __version__
 from .config import ConfigError, check_state_dir, load_plan
-from .run import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, AlreadyRunning, SetupError, run
+from .exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_NOT_RUNNING
+from .run import AlreadyRunning, SetupError, run
 
 PROG = "prover-supervisor"
-# `status` when no supervisor answers (like systemctl's "not running").
-EXIT_NOT_RUNNING = 3
 
 
 def build_parser() -> argparse.ArgumentParser:

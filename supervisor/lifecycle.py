@@ -27,6 +27,7 @@ from . import verdict as v
 from .backoff import backoff_delay, burst_exceeded, within_window
 from .cgroups import mem_total
 from .config import ChildSpec, PhaseSpec, Plan
+from .exits import EXIT_INTERNAL_ERROR
 from .gpu import Gpus, activity_changed
 from .logs import ChildOutput, Console, LogFile
 from .loop import ErrorHandler, EventLoop, Timer, contained, is_contained, name_of, summary
@@ -620,7 +621,7 @@ class Phase:
         if self.state in FINAL_STATES or self._broken is not None or self._aborting:
             return  # failed already, or the shutdown ends it anyway: the log line above is all
         detail = f"internal error in {what}: {summary(exc)} (a supervisor bug: the traceback is in supervisor.log)"
-        self._broken = v.without_exit(self.name, self.name, v.INTERNAL_ERROR, v.INTERNAL_ERROR_STATUS, detail,
+        self._broken = v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,
                                       attempt=self.attempt)
         if self.state in (PhaseState.STARTING, PhaseState.RUNNING):
             for child in self.children:
@@ -763,7 +764,7 @@ class Lifecycle:
     def _finish_anyway(self, exc: Exception) -> None:
         """Settling the phases raised: the run still ends, with the status it was ending with."""
         self.rt.loop.faults.report("the end of the shutdown", exc)
-        self._on_finished(self.exit_status if self.exit_status is not None else v.INTERNAL_ERROR_STATUS)
+        self._on_finished(self.exit_status if self.exit_status is not None else EXIT_INTERNAL_ERROR)
 
 
 def tell_listeners(rt: Runtime, kind: str, listeners: list[Callable[..., None]], *args: Any,

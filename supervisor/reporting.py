@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import ManagerSpec
+from .exits import EXIT_BENCH_REJECTED
 from .logs import strip_ansi
 from .logship import Shipper, event_line, events_sender, log_push_sender
 from .loop import contained
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from .lifecycle import Lifecycle, Phase, Runtime
 
 # The supervisor's exit status when the manager rejected the benchmark (passed: false).
-EXIT_BENCH_REJECTED = 69
 # How long the supervisor's exit waits for the outbox to drain before leaving the rest for the next start.
 EXIT_FLUSH_S = 10.0
 EXIT_STALL_S = 2.0

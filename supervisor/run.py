@@ -29,11 +29,8 @@ from .redact import Redactor
 from .reporting import EarlyLines, Reporter
 from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
 
-EXIT_CONFIG_ERROR = 2
 # In state_dir: the phase cgroups made, so that the next start can empty those a SIGKILL left behind.
 CGROUP_LEDGER = "cgroups"
-# Another supervisor already runs the lifecycle from this state_dir (Vast runs onstart on every start).
-EXIT_ALREADY_RUNNING = 75
 # Orphans reaped in one pass beyond this many are summarised, not listed one by one.
 ORPHANS_LISTED = 5
 

@@ -34,9 +34,6 @@ INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handlin
 
 REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
            INSUFFICIENT_DISK, GPU_UNAVAILABLE, BENCH_FAILED, STOPPED, INTERNAL_ERROR)
-# What the supervisor exits with when a phase failed on its own bug: EX_SOFTWARE of sysexits.h,
-# so a fleet can tell "the supervisor broke" from any status a child passes on.
-INTERNAL_ERROR_STATUS = 70
 LAST_LINES = 20
 
 

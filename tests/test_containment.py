@@ -32,8 +32,8 @@ from conftest import (
     toml_str,
 )
 
+from supervisor.exits import EXIT_INTERNAL_ERROR as INTERNAL_ERROR_STATUS
 from supervisor.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
-from supervisor.verdict import INTERNAL_ERROR_STATUS
 
 # ---------------------------------------------------------------- the loop itself
 

@@ -27,9 +27,9 @@ import pytest
 from conftest import PY, REPO, SupervisorRunner, kill_tree, pyc, wait_for
 
 from supervisor.cgroups import mem_total
+from supervisor.exits import EXIT_ALREADY_RUNNING
 from supervisor.prover.demo import free_port
 from supervisor.prover.devmanager import DevManager
-from supervisor.run import EXIT_ALREADY_RUNNING
 from supervisor.units import parse_size
 
 GIB = 1 << 30

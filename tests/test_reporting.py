@@ -36,12 +36,12 @@ from conftest import (
     wait_for,
 )
 
+from supervisor.exits import EXIT_BENCH_REJECTED
 from supervisor.prover.demo import demo_config, free_port
 from supervisor.prover.devmanager import DevManager, DevManagerState, _Handler
 
 SPEED = "0.05"
 STATES = ["registered", "params_done", "bench_done", "running"]
-EXIT_BENCH_REJECTED = 69
 
 # A cuzk-bench look-alike: 3 proofs, 1.5 proofs/min → 90 proofs/h (min_rate 50 passes).
 FAKE_BENCH = """\

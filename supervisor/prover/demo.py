@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ..config import parse_plan
-from ..run import EXIT_CONFIG_ERROR as EXIT_USAGE
+from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
 from ..run import run
 from .devmanager import DevManager
 

@@ -1,0 +1,22 @@
+"""The supervisor's own exit statuses, named once (run, reporting, cli and the tests use these).
+
+Any other status is passed on from the child that failed the lifecycle: its exit code, or
+128 + the signal that killed it (127 command not found, 126 not executable), or 128 + n
+when the supervisor itself was stopped by signal n.
+"""
+
+# Every phase completed (a service that ended cleanly counts as completed).
+EXIT_OK = 0
+# A failure with no child status to pass on (fitness, bench_failed, a deadline between attempts...).
+EXIT_FAILURE = 1
+# A bad config or command line: one line on stderr, nothing started.
+EXIT_CONFIG_ERROR = 2
+# `status`: no supervisor answers (like systemctl's "not running").
+EXIT_NOT_RUNNING = 3
+# The manager answered bench-done with passed: false; production was not started.
+EXIT_BENCH_REJECTED = 69
+# A phase failed with internal_error, a bug of the supervisor's own (EX_SOFTWARE of sysexits.h),
+# so a fleet can tell "the supervisor broke" from any status a child passes on.
+EXIT_INTERNAL_ERROR = 70
+# Another supervisor already runs the lifecycle from this state_dir (Vast runs onstart on every start).
+EXIT_ALREADY_RUNNING = 75

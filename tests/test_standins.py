@@ -499,6 +499,18 @@ def test_hung_daemon_stops_answering(tmp_path: Path, spawn: Callable[..., Proc])
     wait_status(status_port)
     bench = spawn("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", env=standin_env())
     daemon.wait_for(r"extracting PCE")
+
+    def answers() -> bool:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=0.3).close()
+        except OSError:
+            return False
+        return True
+
+    # The hang begins just after that line is written: a probe in between may still be answered.
+    deadline = time.monotonic() + 10
+    while answers() and time.monotonic() < deadline:
+        time.sleep(0.05)
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=0.3)
     assert bench.popen.poll() is None

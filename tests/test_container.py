@@ -22,6 +22,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -109,8 +110,10 @@ def run(*args: str, timeout: float = 180) -> tuple[int, str, float]:
     if args[:1] == ("run",):
         args = ("run", "--network", "none", *args[1:])
     started = time.monotonic()
+    # podman's conmon writes an ``oom`` marker into its working directory when a container is
+    # OOM-killed: run it from a scratch directory, never from the repository.
     proc = subprocess.run(["podman", *args], env=images.podman_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=tempfile.gettempdir())
     return proc.returncode, proc.stdout, time.monotonic() - started
 
 

@@ -76,6 +76,12 @@ class EarlyLines:
 
 
 class Reporter:
+    """What the lifecycle tells the manager: its phase calls, failures, logs and events.
+
+    Every call goes into the outbox (made in ``start``), which the Sender delivers; the lifecycle's
+    listeners call in from the loop's thread only.
+    """
+
     def __init__(self, spec: ManagerSpec, state_dir: Path, rt: Runtime, redactor: Redactor,
                  early: EarlyLines | None = None) -> None:
         self.spec = spec

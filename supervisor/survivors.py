@@ -9,7 +9,9 @@ environment is found only by the phase cgroup it was born in (``kill_cgroup``,
 or the pids the memory module reads there, ``kill_pids``). At the supervisor's
 exit, ``sweep_descendants`` makes sure nothing it started outlives it.
 
-Everything here signals by pid, with SIGKILL: there is no grace left to give.
+What is ended here gets SIGKILL at once: the graceful stop was its Child's (or
+died with its supervisor). The Child's own stop shares ``signal_quietly`` and the
+patience constants with this module.
 """
 
 from __future__ import annotations

@@ -37,7 +37,6 @@ class BenchGate:
         self._log = log
         self._held: Phase | None = None  # at most one: config lets one phase report bench-done
         self._timer: Timer | None = None
-        self.rejected = False
 
     def hold(self, phase: Phase) -> None:
         """The bench phase is done and its bench-done queued: production waits (``bench_gate_s`` 0: never)."""
@@ -53,7 +52,6 @@ class BenchGate:
             self._log(f"manager: benchmark passed (rate {rate:g}/h >= min_rate {self._spec.min_rate:g})")
             self._release()
             return
-        self.rejected = True
         why = (f"the manager rejected the benchmark (rate {rate:g}/h < min_rate {self._spec.min_rate:g}) and is "
                "destroying this instance: not starting production")
         self._log(why)

@@ -815,3 +815,35 @@ def machine_fingerprint(rt: Runtime) -> dict[str, Any]:
 def shown_command(argv: tuple[str, ...]) -> str:
     """The argv as one shell-quoted line: a newline inside an argument must not split a log line."""
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in shlex.join(argv))
+
+
+# ---------------------------------------------------------------- P3 shims: P1 implements these
+# Issue 11 gives the lifecycle verbs for what reporting used to write by hand (phase.hold,
+# rt.base_env) and renames Phase.bench_result to Phase.parsed. P1 writes the real ones in
+# parallel; these stand in so that reporting can call them now. The lead drops this block at merge.
+
+
+def _hold(self: Lifecycle, phase: Phase, why: str) -> None:
+    """The phase is done but the lifecycle may not go past it yet."""
+    phase.hold = why
+
+
+def _release(self: Lifecycle, phase: Phase) -> None:
+    """The hold is over; the lifecycle advances."""
+    self.release_hold(phase)
+
+
+def _export_env(self: Runtime, name: str, value: str) -> None:
+    """Children started from now on get ``name=value``."""
+    self.base_env[name] = value
+
+
+def _parsed(self: Phase) -> BenchResult | None:
+    return self.bench_result
+
+
+Lifecycle.hold = _hold  # type: ignore[attr-defined]
+Lifecycle.release = _release  # type: ignore[attr-defined]
+Runtime.export_env = _export_env  # type: ignore[attr-defined]
+Phase.parsed = property(_parsed)  # type: ignore[attr-defined]
+# ---------------------------------------------------------------- end of the P3 shims

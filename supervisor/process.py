@@ -12,13 +12,12 @@ the parent chain too; it is still found through the tag every child carries in
 its environment (``PROVER_SUPERVISOR_TAG``), which its own children inherit.
 One that also cleared its environment is found only by the phase cgroup it was
 born in: the memory module says which pids and cgroups are left, and
-``kill_pids`` / ``kill_cgroup`` here end them.
+survivors.py ends them (its names are importable from here too).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
 import signal
@@ -26,7 +25,6 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 import psutil
@@ -36,17 +34,19 @@ from .logs import ChildOutput
 from .loop import ErrorHandler, EventLoop, Timer
 from .reaping import ExitStatus
 from .signals import signal_name
-from .units import is_ascii_digits
+
+# What survivors.py shares with the Child's own stop, and its names importable from here as before
+# the split (run and lifecycle import them from this module).
+from .survivors import KILL_WAIT_S, STOP_POLL_S, TAG_ENV, signal_quietly
+from .survivors import STATE_DIR_ENV as STATE_DIR_ENV
+from .survivors import kill_cgroup as kill_cgroup
+from .survivors import kill_pids as kill_pids
+from .survivors import kill_survivors_of_dead_supervisors as kill_survivors_of_dead_supervisors
+from .survivors import sweep_descendants as sweep_descendants
 
 if TYPE_CHECKING:
     from .memory import Placement
 
-TAG_ENV = "PROVER_SUPERVISOR_TAG"
-STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
-# While a tree is being stopped, how often to look whether anything of it is left.
-STOP_POLL_S = 0.05
-# After SIGKILL, how long to wait for the tree to vanish before saying what is stuck.
-KILL_WAIT_S = 10.0
 READ_CHUNK = 256 * 1024
 
 _tag_seq = itertools.count(1)
@@ -105,7 +105,7 @@ class Child:
     def send_group_signal(self, sig: int) -> None:
         """Forward a signal to the child's process group (while the group is surely its own)."""
         if self.running:
-            _quiet(os.killpg, self.pid, sig)
+            signal_quietly(os.killpg, self.pid, sig)
 
     def kill_now(self) -> None:
         """SIGKILL the whole tree at once, no grace (a second shutdown request)."""
@@ -133,7 +133,7 @@ class Child:
         sig = self.spec.stop_signal
         if self.running:
             # The group first, at once: the tree scan below reads /proc and takes milliseconds.
-            _quiet(os.killpg, self.pid, sig)
+            signal_quietly(os.killpg, self.pid, sig)
         members = self.tree()
         if self.running or members:
             log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
@@ -197,10 +197,10 @@ class Child:
         # leader is alive or a zombie (its pid, hence the pgid, is not reused), or
         # members of the group are still alive.
         if not group_done and (self.running or any(_pgid(p.pid) == self.pid for p in members)):
-            _quiet(os.killpg, self.pid, sig)
+            signal_quietly(os.killpg, self.pid, sig)
         for proc in members:
             if _pgid(proc.pid) != self.pid:
-                _quiet(os.kill, proc.pid, sig)
+                signal_quietly(os.kill, proc.pid, sig)
 
     def tree(self) -> list[psutil.Process]:
         """Every live process of this child's tree, the leader included while it lives."""
@@ -370,112 +370,6 @@ def find_tree(pid: int, tag: str) -> list[psutil.Process]:
     return members
 
 
-def sweep_descendants(log: Log) -> int:
-    """SIGKILL whatever descends from the supervisor: nothing may outlive it."""
-    try:
-        left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
-    except psutil.Error:
-        return 0
-    for proc in left:
-        _quiet(os.kill, proc.pid, signal.SIGKILL)
-    if left:
-        log(f"killed {len(left)} leftover process(es): {', '.join(str(p.pid) for p in left[:10])}")
-    return len(left)
-
-
-def kill_survivors_of_dead_supervisors(state_dir: str, log: Log) -> int:
-    """Children of a supervisor that was SIGKILLed live on (re-parented above it) and hold its
-    ports and GPUs: a new supervisor of the same state_dir ends them before it starts anything.
-    A process counts when it was started for this state_dir and its tag names a supervisor pid
-    that is gone (or is no longer a prover-supervisor)."""
-    me = os.getpid()
-    killed = []
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == me:
-            continue
-        try:
-            env = proc.environ()
-        except (psutil.Error, OSError):
-            continue
-        tag = env.get(TAG_ENV)
-        if not tag or env.get(STATE_DIR_ENV) != state_dir:
-            continue
-        owner = int(tag.split(".", 1)[0]) if is_ascii_digits(tag.split(".", 1)[0]) else 0
-        if owner == me or _is_live_supervisor(owner):
-            continue
-        with contextlib.suppress(OSError):
-            os.kill(proc.pid, signal.SIGKILL)
-            killed.append(proc.pid)
-    if killed:
-        log(f"killed {len(killed)} process(es) left by a supervisor that died without stopping them: "
-            f"{', '.join(map(str, killed[:10]))}")
-    return len(killed)
-
-
-def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
-    """SIGKILL each of ``pids`` (found some way the process tree could not be: a cgroup); say which and why."""
-    killed: list[int] = []
-    named: list[str] = []
-    for pid in pids:
-        name = _name_of(pid)  # before the kill: a dead process has no name to read
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            continue  # gone meanwhile
-        killed.append(pid)
-        named.append(f"{pid} ({name})")
-    if killed:
-        shown = ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
-        log(f"killed {len(killed)} process(es) {why}: {shown}")
-    return killed
-
-
-def kill_cgroup(procs_file: Path, log: Log, why: str, wait_s: float = KILL_WAIT_S) -> bool:
-    """SIGKILL everything in a cgroup until its ``cgroup.procs`` is empty; True once it is.
-
-    The file is read again after each round: a member may fork between the read and its kill,
-    and the child is born in the same cgroup. Blocks (for at most ``wait_s``): only for use
-    before the event loop runs.
-    """
-    deadline = time.monotonic() + wait_s
-    said = why
-    signalled: set[int] = set()
-    while True:
-        try:
-            pids = [int(p) for p in procs_file.read_text().split()]
-        except FileNotFoundError:
-            return True
-        except (OSError, ValueError) as exc:
-            log(f"cannot read {procs_file}: {exc}; its processes are left alone")
-            return False
-        if not pids:
-            return True
-        if time.monotonic() > deadline:
-            log(f"{procs_file.parent}: {len(pids)} process(es) survived SIGKILL for {wait_s:g}s "
-                f"(uninterruptible sleep?): {', '.join(map(str, pids[:10]))}; cgroup left in place")
-            return False
-        # A killed process stays listed until it has died: each one is signalled (and said) once.
-        signalled.update(kill_pids([p for p in pids if p not in signalled], log, said))
-        time.sleep(STOP_POLL_S)
-        said = f"{why} (forked meanwhile)"
-
-
-def _name_of(pid: int) -> str:
-    try:
-        return psutil.Process(pid).name()
-    except psutil.Error:
-        return "?"
-
-
-def _is_live_supervisor(pid: int) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and TAG_ENV not in proc.environ() and \
-            any("supervisor" in part for part in proc.cmdline())
-    except (psutil.Error, OSError):
-        return False
-
-
 def _has_tag(proc: psutil.Process, tag: str) -> bool:
     try:
         return proc.environ().get(TAG_ENV) == tag
@@ -488,11 +382,3 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
-
-
-def _quiet(fn: Callable[[int, int], None], pid: int, sig: int) -> None:
-    try:
-        fn(pid, sig)
-    except OSError as exc:
-        if exc.errno not in (errno.ESRCH, errno.EPERM):
-            raise

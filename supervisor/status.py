@@ -1,10 +1,11 @@
 """Never silent: what runs, since when, and why, for a person and for machines.
 
-The running supervisor answers on a unix socket ``state_dir/status.sock``
-(mode 0600: the status names processes and paths) with one JSON snapshot per
-connection, built in the loop so it is consistent. It also keeps
-``state_dir/status.json``, replaced atomically on every transition and verdict,
-so ``prover-supervisor status`` still says what happened when no supervisor runs.
+A snapshot says it all; the running supervisor hands one to whoever asks on its
+status socket (statussocket.py, whose names are importable from here too). It
+also keeps ``state_dir/status.json``, replaced atomically on every transition and
+verdict, so ``prover-supervisor status`` still says what happened when no
+supervisor runs. What is read back (the file, or an answer on the socket) is
+checked against the snapshot's shape before anything uses it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import contextlib
 import json
 import math
 import os
-import socket
 import stat
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -25,19 +24,21 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .loop import EventLoop, Timer
+
+# The status socket's names, importable from here as before the split (run, cli, config, tests).
+from .statussocket import DROPS_SAID_EVERY as DROPS_SAID_EVERY
+from .statussocket import SEND_TIMEOUT_S as SEND_TIMEOUT_S
+from .statussocket import SLOW_CLIENTS_MAX as SLOW_CLIENTS_MAX
+from .statussocket import SOCKET_NAME as SOCKET_NAME
+from .statussocket import StatusServer as StatusServer
+from .statussocket import ask
 from .units import fmt_bytes
 
 if TYPE_CHECKING:
     from .lifecycle import Lifecycle, Runtime
     from .reporting import Reporter
 
-SOCKET_NAME = "status.sock"
 STATE_NAME = "status.json"
-# A client that has not taken the rest of its answer within this long is dropped (by a writer thread).
-SEND_TIMEOUT_S = 2.0
-# Answers not taken at once are finished by at most this many threads; past that the oldest is dropped.
-SLOW_CLIENTS_MAX = 4
-DROPS_SAID_EVERY = 100
 SNAPSHOT_VERSION = 1
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
@@ -52,106 +53,6 @@ STATE_MAX_READ_BYTES = 16 * 1024 * 1024
 # A done_at up to this far in the future is taken as a clock that was stepped back, not as garbage.
 CLOCK_SLACK_S = 300.0
 FINAL_PHASE_STATES = ("done", "failed", "stopped")
-
-
-class StatusServer:
-    """Answers each connection on the unix socket with one snapshot, built in the loop.
-
-    The loop never waits on a client: it writes what the socket takes at once, and a
-    client that does not read the rest is finished by a writer thread (each drops its
-    client after ``SEND_TIMEOUT_S``; past ``SLOW_CLIENTS_MAX`` the oldest is dropped).
-    """
-
-    def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], dict[str, Any]],
-                 log: Callable[[str], None]) -> None:
-        self.path = state_dir / SOCKET_NAME
-        self._build = build
-        self._loop = loop
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()  # a stale socket of an earlier (killed) supervisor
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)  # created 0600 from the start, not chmod'ed after
-        try:
-            self._sock.bind(str(self.path))
-        finally:
-            os.umask(old_umask)
-        self._sock.listen(8)
-        self._sock.setblocking(False)
-        self._log = log
-        self._slow: list[socket.socket] = []  # clients being finished by a writer thread, oldest first
-        self._slow_lock = threading.Lock()
-        self._dropped = 0
-        loop.add_reader(self._sock.fileno(), self._accept)
-
-    def _accept(self) -> None:
-        try:
-            conn, _ = self._sock.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:  # out of file descriptors: the next request may fare better
-            self._log(f"status: cannot accept a status request: {exc.strerror or exc}")
-            return
-        try:
-            data = json.dumps(self._build(), default=str).encode() + b"\n"
-        except (TypeError, ValueError) as exc:
-            conn.close()
-            self._log(f"status: could not answer a status request: {exc}")
-            return
-        # What the socket buffer takes now, without waiting: most answers go whole.
-        conn.setblocking(False)
-        try:
-            sent = conn.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            conn.close()  # the client went away
-            return
-        if sent == len(data):
-            conn.close()
-            return
-        self._send_rest_later(conn, memoryview(data)[sent:])
-
-    def _send_rest_later(self, conn: socket.socket, rest: memoryview) -> None:
-        """A client slow to read is written to by a thread, never by the loop. At most SLOW_CLIENTS_MAX at once:
-        past that the one waited for longest is dropped (a client that never reads must not keep the place of
-        one that reads, only more slowly than the loop writes)."""
-        with self._slow_lock:
-            if len(self._slow) >= SLOW_CLIENTS_MAX:
-                oldest = self._slow.pop(0)
-                with contextlib.suppress(OSError):
-                    oldest.shutdown(socket.SHUT_RDWR)  # its thread's send fails at once and it closes it
-                self._dropped += 1
-                dropped = self._dropped
-            else:
-                dropped = 0
-            self._slow.append(conn)
-        if dropped == 1 or (dropped and dropped % DROPS_SAID_EVERY == 0):
-            self._log(f"status: dropped a client that did not read its answer ({SLOW_CLIENTS_MAX} slow readers at "
-                      f"most); {dropped} dropped so far")
-        try:
-            threading.Thread(target=self._send_rest, args=(conn, rest), name="status-send", daemon=True).start()
-        except RuntimeError:  # no thread to be had: this client goes without its answer, the loop goes on
-            with self._slow_lock:
-                self._slow.remove(conn)
-            conn.close()
-
-    def _send_rest(self, conn: socket.socket, rest: memoryview) -> None:
-        try:
-            conn.settimeout(SEND_TIMEOUT_S)  # for the whole rest: a client that takes it too slowly is dropped
-            conn.sendall(rest)
-        except OSError:
-            pass
-        finally:
-            with self._slow_lock:
-                if conn in self._slow:
-                    self._slow.remove(conn)
-            conn.close()
-
-    def close(self) -> None:
-        self._loop.remove_reader(self._sock.fileno())
-        self._sock.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
 
 
 def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
@@ -221,7 +122,7 @@ class StateFile:
 
 
 def _is_final(what: object) -> bool:
-    """A phase (duck-typed: lifecycle imports this module) that reached done, failed or stopped."""
+    """A phase that reached done, failed or stopped (duck-typed: verdicts call StateFile.changed too)."""
     return str(getattr(what, "state", "")) in FINAL_PHASE_STATES
 
 
@@ -370,26 +271,8 @@ def _a_past_time(value: Any) -> bool:
 
 
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
-    """Ask the running supervisor; None when none answers on the socket."""
-    path = state_dir / SOCKET_NAME
-    if not path.exists():
-        return None
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(str(path))
-            chunks = []
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-    except OSError:
-        return None
-    try:
-        answer = json.loads(b"".join(chunks))
-    except (ValueError, RecursionError):
-        return None
+    """Ask the running supervisor; None when none answers on the socket, or not with a snapshot."""
+    answer = ask(state_dir, timeout)
     return answer if snapshot_problem(answer) is None else None
 
 
@@ -528,7 +411,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                       "current": current.name if current else None},
         "phases": [{"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
                     "attempt": p.attempt, "up": p.up, "hold": p.hold,
-                    "bench": vars(p.bench_result) if p.bench_result else None,
+                    "bench": vars(p.parsed) if p.parsed else None,
                     # A phase not reached in this run keeps what an earlier run learnt about it.
                     "facts": p.facts or p.previous} for p in lifecycle.phases],
         "children": children,

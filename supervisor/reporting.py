@@ -228,12 +228,17 @@ class Reporter:
         if reached_production(lifecycle):
             return
         answer = self.outbox.delivered_answer("bench-done")
-        if "bench-done" in self._reported or (isinstance(answer, dict) and answer.get("passed") is True):
-            self._log("manager: bench-done was already sent for this instance; not sending it again to give it up")
-            return
+        if isinstance(answer, dict) and answer.get("passed") is False:
+            return  # the manager already marked it killed
+        # A bench that passed does not keep an instance that will never prove: production never came
+        # up and the supervisor is exiting, and today's manager has no timeout for bench_done. It kills
+        # on any bench-done below min_rate, whatever the state, so a second one gives it up too.
+        passed_before = "bench-done" in self._reported or isinstance(answer, dict)
+        self._reported.discard("bench-done")
         reason = self._redactor.text(failure.line())[:REASON_MAX_CHARS]
         self._queue_once("bench-done", {"rate": 0.0, "failed": True, "reason": reason})
-        self._log(f"manager: giving the instance up ({why}): bench-done with rate 0 after the reason line")
+        after = "; the bench had passed, but production never came up" if passed_before else ""
+        self._log(f"manager: giving the instance up ({why}): bench-done with rate 0 after the reason line{after}")
 
     def verdict(self, verdict: Verdict) -> None:
         self.event("verdict", **verdict.to_dict())

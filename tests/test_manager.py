@@ -801,15 +801,24 @@ def test_bench_done_reason_is_sent_only_when_asked(sup: SupervisorRunner, devmgr
         assert inst["kill_reason"] == computed, inst
 
 
-def test_a_bench_done_that_passed_is_not_sent_again_to_give_up(sup: SupervisorRunner, devmgr: DevManager) -> None:
+def test_production_that_never_came_up_gives_the_instance_up_after_a_passed_bench(
+        sup: SupervisorRunner, devmgr: DevManager) -> None:
+    """The bench passed, then curio failed for good before it was ever up: the supervisor exits and the
+    manager has no timeout for bench_done, so the instance would be paid for with nothing proving.
+    A second bench-done, with rate 0 and after the reason line, gives it up."""
     before = len(devmgr.state.snapshot()["calls"])
     config, label = give_up_config(sup, devmgr)
     result = sup.run(config, timeout=30)
     out = result.output
     assert result.returncode == 5, out
-    assert "manager: bench-done was already sent for this instance; not sending it again" in out, out
-    assert bench_done_calls(devmgr, before) == 1
-    assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "bench_done"]
+    assert "giving the instance up (phase prod failed): bench-done with rate 0 after the reason line; the bench " \
+           "had passed, but production never came up" in out, out
+    assert bench_done_calls(devmgr, before) == 2
+    calls = [c for c in devmgr.state.snapshot()["calls"][before:] if c["path"] in ("/bench-done", "/api/log-push")]
+    failure_push = max(i for i, c in enumerate(calls) if c["path"] == "/api/log-push" and "FAILED" in str(c))
+    give_up = max(i for i, c in enumerate(calls) if c["path"] == "/bench-done")
+    assert failure_push < give_up, calls  # the reason reached the manager's log before the instance went
+    assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "bench_done", "killed"]
 
 
 def test_a_failure_after_production_was_up_is_not_a_give_up(sup: SupervisorRunner, devmgr: DevManager) -> None:

@@ -40,6 +40,9 @@ from .verdict import STOPPED, Verdict
 # How long the supervisor's exit waits for the outbox to drain before leaving the rest for the next start.
 EXIT_FLUSH_S = 10.0
 EXIT_STALL_S = 2.0
+# A give-up (the instance is unfit, or failed for good before production) is worth waiting for: no
+# `docker stop` deadline runs, and an instance the manager never hears of is paid for until its timeout.
+GIVE_UP_FLUSH_S = 60.0
 # The give-up's optional ``reason`` field (bench_done_reason): one line, cut to this many characters.
 REASON_MAX_CHARS = 1000
 # The supervisor's own lines held before the log shipper exists (a handful in practice).
@@ -96,6 +99,7 @@ class Reporter:
         self._logs: Shipper | None = None
         self._events: Shipper | None = None
         self._reported: set[str] = set()
+        self._giving_up = False  # a give-up is queued: the exit waits longer for it (GIVE_UP_FLUSH_S)
         self._state_dir = state_dir
         # Own lines logged before start() made the shipper: queued there once it exists.
         self._own_before_start: list[str] = []
@@ -150,7 +154,10 @@ class Reporter:
         sender = self._sender
         self.push_text("setup", f"prover-supervisor exiting with status {status}: {why}")
         self.event("supervisor", state="exiting", status=status, why=why)
-        deadline = time.monotonic() + EXIT_FLUSH_S
+        giving_up = self._giving_up and bool(self.outbox.pending_of("bench-done"))
+        deadline = time.monotonic() + (GIVE_UP_FLUSH_S if giving_up else EXIT_FLUSH_S)
+        if giving_up:
+            self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for the give-up to be delivered")
         # Wait while calls are going out; a manager that is down gets EXIT_STALL_S, not the whole
         # EXIT_FLUSH_S (`docker stop` gives the container only so long, and the outbox keeps them).
         progress_at, left_before = time.monotonic(), self.outbox.pending()
@@ -160,7 +167,7 @@ class Reporter:
             left = self.outbox.pending()
             if left < left_before:
                 progress_at, left_before = time.monotonic(), left
-            elif time.monotonic() - progress_at > EXIT_STALL_S:
+            elif time.monotonic() - progress_at > EXIT_STALL_S and not giving_up:
                 break
         left = self.outbox.pending()
         if left:
@@ -235,6 +242,7 @@ class Reporter:
         # on any bench-done below min_rate, whatever the state, so a second one gives it up too.
         passed_before = "bench-done" in self._reported or isinstance(answer, dict)
         self._reported.discard("bench-done")
+        self._giving_up = True
         reason = self._redactor.text(failure.line())[:REASON_MAX_CHARS]
         self._queue_once("bench-done", {"rate": 0.0, "failed": True, "reason": reason})
         after = "; the bench had passed, but production never came up" if passed_before else ""

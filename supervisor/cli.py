@@ -1,10 +1,18 @@
-"""Command line: ``run``, ``check`` and ``demo``.
+"""Command line: ``run`` (the default), ``check``, ``status``, ``demo``, ``standins``, ``dev-manager``.
 
-Exit statuses: 0 the lifecycle completed; 2 a bad config or command line (one
-line on stderr, nothing started); otherwise the status of the child that failed
-the lifecycle (its exit code, or 128 + the signal that killed it; 127 command
-not found, 126 not executable), or 128 + n when the supervisor itself was
-stopped by signal n.
+- ``run [--config F] [--rebench]``: supervise the lifecycle (config from --config, else
+  $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status;
+- ``check --config F``: validate a config, start nothing;
+- ``status [--json] [--state-dir D | --config F]``: what the running supervisor does, else what
+  it last saved;
+- ``demo [--fail MODE] [--phase P] [--keep]``: the whole lifecycle with the stand-ins;
+- ``standins --bin-dir DIR``: write the stand-ins under the real programs' names;
+- ``dev-manager [--port N]``: a stand-in of the fleet manager's API on 127.0.0.1.
+
+Exit statuses are named in exits.py: 0 done (``status``: a supervisor answers), 2 a bad config
+or command line (one line on stderr, nothing started), 3 ``status`` found none running, 75
+another supervisor already runs from this state_dir; otherwise ``run`` passes on the status of
+the lifecycle (1, 69, 70, the failing child's exit code, or 128 + a signal).
 """
 
 from __future__ import annotations
@@ -13,10 +21,11 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from . import __version__
 from .config import ConfigError, check_state_dir, load_plan
-from .exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_NOT_RUNNING
+from .exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_NOT_RUNNING, EXIT_OK
 from .run import AlreadyRunning, SetupError, run
 
 PROG = "prover-supervisor"
@@ -63,24 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "check":
-            plan = load_plan(args.config)
-            kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
-            print(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
-            return 0
+            return check_config(args)
         if args.command == "demo":
             from .prover.demo import run_demo
 
             return run_demo(fail=args.fail, fail_phase=args.phase, keep=args.keep)
         if args.command == "standins":
-            from .prover.standins.install import write_bin_dir
-
-            try:
-                written = write_bin_dir(args.bin_dir)
-            except OSError as exc:
-                raise SetupError(f"--bin-dir {args.bin_dir}: cannot write there: {exc.strerror or exc}") from None
-            for path in written:
-                print(path)
-            return 0
+            return write_standins(args)
         if args.command == "dev-manager":
             from .prover.devmanager import serve
 
@@ -88,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             return show_status(args)
         if args.command in (None, "run"):
-            path = getattr(args, "config", None) or os.environ.get("SUPERVISOR_CONFIG") or None
-            return run(load_plan(path), rebench=getattr(args, "rebench", False))
+            return run(load_plan(config_path(args)), rebench=getattr(args, "rebench", False))
     except (ConfigError, SetupError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
@@ -99,17 +96,38 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_CONFIG_ERROR  # pragma: no cover - argparse rejects unknown commands
 
 
-def show_status(args: argparse.Namespace) -> int:
-    """Ask the running supervisor; if none answers, show what it last wrote. 0 running, 3 not running."""
-    from pathlib import Path
+def config_path(args: argparse.Namespace) -> str | None:
+    """--config, else $SUPERVISOR_CONFIG, else None: the built-in prover profile."""
+    return getattr(args, "config", None) or os.environ.get("SUPERVISOR_CONFIG") or None
 
+
+def check_config(args: argparse.Namespace) -> int:
+    plan = load_plan(args.config)
+    kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
+    print(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
+    return EXIT_OK
+
+
+def write_standins(args: argparse.Namespace) -> int:
+    from .prover.standins.install import write_bin_dir
+
+    try:
+        written = write_bin_dir(args.bin_dir)
+    except OSError as exc:
+        raise SetupError(f"--bin-dir {args.bin_dir}: cannot write there: {exc.strerror or exc}") from None
+    for path in written:
+        print(path)
+    return EXIT_OK
+
+
+def show_status(args: argparse.Namespace) -> int:
+    """Ask the running supervisor; if none answers, show what it last wrote (exit EXIT_NOT_RUNNING)."""
     from .status import load_persisted, query, render
 
     if args.state_dir:
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     else:
-        path = args.config or os.environ.get("SUPERVISOR_CONFIG") or None
-        state_dir = Path(load_plan(path).supervisor.state_dir)
+        state_dir = Path(load_plan(config_path(args)).supervisor.state_dir)
     snap = query(state_dir)
     live = snap is not None
     if snap is None:
@@ -125,7 +143,7 @@ def show_status(args: argparse.Namespace) -> int:
         print(json.dumps({"running": live, "live": live, **snap}, indent=2, default=str))
     else:
         print(render(snap, live))
-    return 0 if live else EXIT_NOT_RUNNING
+    return EXIT_OK if live else EXIT_NOT_RUNNING
 
 
 if __name__ == "__main__":

@@ -1,8 +1,23 @@
-"""The init process, start to end: read like a script (after tini's ``main``).
+"""The init process, start to end: ``run`` reads like tini's ``main``, one named step a line.
 
-claim the init role → protect ourselves from the OOM killer → open the logs →
-route signals into the loop → start the lifecycle → loop until it is over →
-kill whatever is left → exit with the lifecycle's status.
+1. ``take_the_lock``: state_dir and log_dir usable, state_dir's lock held (a second supervisor
+   exits 75);
+2. ``become_init``: claim the init role (PID 1 or subreaper), protect ourselves from the OOM
+   killer, open the console and supervisor.log (the first line says which role we took);
+3. ``kill_survivors_of_dead_supervisors``: end what a SIGKILLed predecessor of this state_dir left
+   running (found by its tag), before anything of ours starts;
+4. ``build_core``: the event loop, the reaper, the memory evidence;
+5. ``empty_leftover_cgroups``: end what such a predecessor left in its phase cgroups (found
+   through the memory evidence, so after it);
+6. ``build_lifecycle``: GPU evidence, the runtime, the manager reporter, the lifecycle (with what
+   the last run learnt, for resume);
+7. ``wire_observers``: the reporter's listeners, status.json, the status socket, health and metrics;
+8. ``route_signals``: every handled signal into the loop;
+9. ``serve``: start the reporter, check fitness (an unfit machine starts nothing), start the
+   lifecycle, loop until it is over;
+10. tear down: ``sweep_and_close`` (whatever happened: kill what is left, close what was
+    opened), then ``report_the_end`` (save the state, the termination log, the manager's last
+    word) and return the lifecycle's exit status.
 """
 
 from __future__ import annotations
@@ -12,12 +27,14 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import fitness
 from . import status as status_mod
 from .config import Plan
+from .exits import EXIT_FAILURE, EXIT_OK
 from .gpu import Gpus
 from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
@@ -33,6 +50,8 @@ from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
 CGROUP_LEDGER = "cgroups"
 # Orphans reaped in one pass beyond this many are summarised, not listed one by one.
 ORPHANS_LISTED = 5
+# The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
+TERMINATION_LOG_MAX_BYTES = 4096
 
 
 class SetupError(Exception):
@@ -41,6 +60,87 @@ class SetupError(Exception):
 
 class AlreadyRunning(Exception):
     """Another supervisor holds the lock in state_dir: exit 75, one line, nothing started."""
+
+
+@dataclass
+class Host:
+    """What becoming init gives: our role, the console and log, and what every child inherits."""
+
+    started_at: float
+    role: str
+    child_oom_score_adj: int | None
+    console: Console
+    log: SupervisorLog
+    redactor: Redactor
+    early_lines: EarlyLines  # the lines logged before the manager knows us, sent once it does
+    state_dir: Path
+    log_dir: Path
+
+
+@dataclass
+class Core:
+    """The loop and what must exist before any child: the reaper and the memory evidence."""
+
+    loop: EventLoop
+    reaper: Reaper
+    memory: MemoryEvidence
+
+
+@dataclass
+class Supervision:
+    """The lifecycle and what serves it; ``outcome`` gets the exit status once the lifecycle is over."""
+
+    rt: Runtime
+    reporter: Reporter
+    lifecycle: Lifecycle
+    outcome: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Observers:
+    """What watches the lifecycle from outside: status.json, the status socket, health and metrics."""
+
+    state_file: status_mod.StateFile
+    status_server: status_mod.StatusServer
+    health: Any  # a HealthServer, or None when http_port is 0 or taken
+
+
+def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
+        on_start: Callable[[Lifecycle], None] | None = None) -> int:
+    """Supervise ``plan`` until it completes, fails or is stopped; return the exit status."""
+    started_at = time.time()
+    lock_fd = take_the_lock(plan)
+    host = become_init(plan, console_fd, started_at)
+    kill_survivors_of_dead_supervisors(str(host.state_dir), host.log)
+    core = build_core(plan, host)
+    empty_leftover_cgroups(core.memory, host.log)
+    sup = build_lifecycle(plan, host, core, rebench)
+    observers = wire_observers(plan, host, core, sup)
+    inbox = route_signals(core, sup, host.log)
+    try:
+        serve(plan, host, core, sup, on_start)
+    finally:
+        sweep_and_close(core, observers, inbox, host.log)
+    return report_the_end(plan, host, sup, observers, lock_fd)
+
+
+# ---------------------------------------------------------------- 1. take the lock
+
+
+def take_the_lock(plan: Plan) -> int:
+    prepare_dirs(plan)
+    return take_lock(plan.supervisor.state_dir)
+
+
+def prepare_dirs(plan: Plan) -> None:
+    for key, path in (("supervisor.state_dir", plan.supervisor.state_dir),
+                      ("supervisor.log_dir", plan.supervisor.log_dir)):
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            if not os.access(path, os.W_OK):
+                raise PermissionError(13, "not writable")
+        except OSError as exc:
+            raise SetupError(f"{key}: cannot use {path}: {exc.strerror or exc}") from None
 
 
 def take_lock(state_dir: str) -> int:
@@ -62,15 +162,45 @@ def take_lock(state_dir: str) -> int:
     return fd
 
 
-def prepare_dirs(plan: Plan) -> None:
-    for key, path in (("supervisor.state_dir", plan.supervisor.state_dir),
-                      ("supervisor.log_dir", plan.supervisor.log_dir)):
-        try:
-            Path(path).mkdir(parents=True, exist_ok=True)
-            if not os.access(path, os.W_OK):
-                raise PermissionError(13, "not writable")
-        except OSError as exc:
-            raise SetupError(f"{key}: cannot use {path}: {exc.strerror or exc}") from None
+# ---------------------------------------------------------------- 2. become init
+
+
+def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
+    role = claim_init_role()
+    oom, child_oom_score_adj = protect_from_oom_killer()
+    console = Console(console_fd, enabled=plan.supervisor.console)
+    log_dir = Path(plan.supervisor.log_dir)
+    log = SupervisorLog(console, LogFile(log_dir / "supervisor.log", plan.supervisor.log_file_max_bytes))
+    redactor = secrets_of(plan)
+    log.redactor = redactor
+    early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
+    log.taps.append(early_lines.tap)
+    log(f"prover-supervisor pid {os.getpid()} as {role}; {oom}; config: {plan.source}; "
+        f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
+    return Host(started_at, role, child_oom_score_adj, console, log, redactor, early_lines,
+                Path(plan.supervisor.state_dir), log_dir)
+
+
+def secrets_of(plan: Plan) -> Redactor:
+    """Every value that must never be shown: the manager token, and env values with secret-looking names."""
+    envs = [os.environ, plan.supervisor.env]
+    for phase in plan.phases:
+        envs += [phase.command.env, *(d.env for d in phase.daemons)]
+    extra = [plan.manager.token_env] if plan.manager.token_env else []
+    return Redactor.from_environments(envs, extra)
+
+
+# ---------------------------------------------------------------- 3-5. the core, and what a predecessor left
+
+
+def build_core(plan: Plan, host: Host) -> Core:
+    loop = EventLoop()
+    loop.faults.log = host.log  # what a callback raised, with its traceback, goes to supervisor.log
+    reaper = Reaper(on_orphan=_orphan_logger(host.log))
+    memory = MemoryEvidence(loop, host.log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
+                            ledger=host.state_dir / CGROUP_LEDGER)
+    host.log(memory.describe())
+    return Core(loop, reaper, memory)
 
 
 def empty_leftover_cgroups(memory: MemoryEvidence, log: Callable[[str], None]) -> None:
@@ -81,129 +211,79 @@ def empty_leftover_cgroups(memory: MemoryEvidence, log: Callable[[str], None]) -
             stale.remove()
 
 
-def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
-        on_start: Callable[[Lifecycle], None] | None = None) -> int:
-    """Supervise ``plan`` until it completes, fails or is stopped; return the exit status."""
-    started_at = time.time()
-    prepare_dirs(plan)
-    lock_fd = take_lock(plan.supervisor.state_dir)
-    role = claim_init_role()
-    oom, child_oom_score_adj = protect_from_oom_killer()
-    console = Console(console_fd, enabled=plan.supervisor.console)
-    log_dir = Path(plan.supervisor.log_dir)
-    state_dir = Path(plan.supervisor.state_dir)
-    log = SupervisorLog(console, LogFile(log_dir / "supervisor.log", plan.supervisor.log_file_max_bytes))
-    redactor = secrets_of(plan)
-    log.redactor = redactor
-    early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
-    log.taps.append(early_lines.tap)
-    log(f"prover-supervisor pid {os.getpid()} as {role}; {oom}; config: {plan.source}; "
-        f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
+def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:
+    """Orphans re-parented to us are reaped and noted; a storm of them is summarised."""
+    state = {"count": 0}
 
-    kill_survivors_of_dead_supervisors(str(state_dir), log)
-    loop = EventLoop()
-    loop.faults.log = log  # what a callback raised, with its traceback, goes to supervisor.log
-    reaper = Reaper(on_orphan=_orphan_logger(log))
-    memory = MemoryEvidence(loop, log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
-                            ledger=state_dir / CGROUP_LEDGER)
-    log(memory.describe())
-    empty_leftover_cgroups(memory, log)
-    gpus = Gpus()
-    if any(p.stall_s is not None or p.prepare == "cuzk-config" for p in plan.phases):
-        gpus.sample()
-        log(f"GPU evidence: {gpus.why}")
+    def on_orphan(pid: int, status: ExitStatus) -> None:
+        state["count"] += 1
+        n = state["count"]
+        if n <= ORPHANS_LISTED or n % 1000 == 0:
+            log(f"reaped orphan pid {pid} ({status.describe()}); {n} orphan(s) reaped so far")
+
+    return on_orphan
+
+
+# ---------------------------------------------------------------- 6. build the lifecycle
+
+
+def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Supervision:
+    gpus = sample_gpus(plan, host.log)
     rt = Runtime(
-        loop=loop, reaper=reaper, console=console, log=log, log_dir=log_dir,
+        loop=core.loop, reaper=core.reaper, console=host.console, log=host.log, log_dir=host.log_dir,
         ring_lines=plan.supervisor.ring_lines, log_file_max_bytes=plan.supervisor.log_file_max_bytes,
-        base_env={**os.environ, STATE_DIR_ENV: str(state_dir)},
+        base_env={**os.environ, STATE_DIR_ENV: str(host.state_dir)},
         # The OOM killer must pick one of the children, never us.
-        child_oom_score_adj=child_oom_score_adj,
-        memory=memory, gpus=gpus, redactor=redactor, cuzk=plan.cuzk, state_dir=state_dir, rebench=rebench,
+        child_oom_score_adj=host.child_oom_score_adj,
+        memory=core.memory, gpus=gpus, redactor=host.redactor, cuzk=plan.cuzk, state_dir=host.state_dir,
+        rebench=rebench,
     )
-    reporter = Reporter(plan.manager, state_dir, rt, redactor, early_lines)
+    reporter = Reporter(plan.manager, host.state_dir, rt, host.redactor, host.early_lines)
     if reporter.enabled:
         rt.ship_lines = reporter.ship_lines
     outcome: dict[str, int] = {}
 
     def finished(status: int) -> None:
         outcome["status"] = status
-        loop.stop()
+        core.loop.stop()
 
     lifecycle = Lifecycle(plan, rt, finished)
-    restore_facts(lifecycle, state_dir, log)
+    restore_facts(lifecycle, host.state_dir, host.log)
+    return Supervision(rt, reporter, lifecycle, outcome)
+
+
+def sample_gpus(plan: Plan, log: SupervisorLog) -> Gpus:
+    """Read the GPUs once at start where a phase needs them: stall evidence, or sizing cuzk.toml."""
+    gpus = Gpus()
+    if any(p.stall_s is not None or p.prepare == "cuzk-config" for p in plan.phases):
+        gpus.sample()
+        log(f"GPU evidence: {gpus.why}")
+    return gpus
+
+
+# ---------------------------------------------------------------- 7-8. observers and signals
+
+
+def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision) -> Observers:
+    lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
     lifecycle.listeners.append(reporter.phase_changed)
     rt.on_verdict.append(reporter.verdict)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
-        return status_mod.snapshot(role=role, started_at=started_at, config=plan.source, lifecycle=lifecycle, rt=rt,
-                                   reporter=reporter, usage=usage)
+        return status_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
+                                   lifecycle=lifecycle, rt=rt, reporter=reporter, usage=usage)
 
     # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
-    state_file = status_mod.StateFile(state_dir, loop, log, lambda: take_snapshot(usage=False))
+    state_file = status_mod.StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
     lifecycle.listeners.append(state_file.changed)
     rt.on_verdict.append(state_file.changed)
-    status_server = status_mod.StatusServer(loop, state_dir, take_snapshot, log)
-    health = start_health(plan, loop, lifecycle, take_snapshot, log)
+    status_server = status_mod.StatusServer(core.loop, host.state_dir, take_snapshot, host.log)
+    health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
     lifecycle.on_shutdown.append(lambda why, status: reporter.push_text(
-        "setup", f"prover-supervisor stopping: {why}") if status != 0 else None)
+        "setup", f"prover-supervisor stopping: {why}") if status != EXIT_OK else None)
     # After the reason lines above: the manager must have the why before it destroys the instance.
     lifecycle.on_shutdown.append(reporter.give_up)
-    inbox = SignalInbox(loop, lambda signum: handle_signal(signum, lifecycle, reaper, log))
-    try:
-        reporter.start(lifecycle)
-        if fit_for_the_lifecycle(plan, rt, lifecycle, log):
-            lifecycle.start()
-        if on_start is not None:
-            on_start(lifecycle)
-        if "status" not in outcome:
-            loop.run()
-    finally:
-        sweep_descendants(log)
-        reaper.reap()
-        memory.close()
-        status_server.close()
-        if health is not None:
-            health.close()
-        inbox.close()
-        loop.close()
-    status = outcome.get("status", 1)
-    state_file.save()
-    if status != 0:
-        write_termination_log(plan.supervisor.termination_log, lifecycle, status, log)
-    log(f"exiting with status {status}")
-    reporter.stop(status, lifecycle.shutdown_reason or "the supervisor stopped")
-    console.close()
-    os.close(lock_fd)
-    return status
-
-
-def fit_for_the_lifecycle(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: SupervisorLog) -> bool:
-    """Check before the first phase (the download) that the machine can run them all; refuse at once if not."""
-    evidence = fitness.gather(plan, rt.memory, rt.gpus or Gpus())
-    findings = fitness.assess(plan.phases, plan.cuzk, evidence)
-    if not findings:
-        log(fitness.describe(evidence))
-        return True
-    verdict = fitness.refusal(findings)
-    rt.record(verdict)
-    lifecycle.failure = verdict
-    lifecycle.shutdown(f"this machine cannot run the lifecycle ({verdict.reason})", verdict.status)
-    return False
-
-
-def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: SupervisorLog) -> None:
-    """Hand each phase what the last run learnt (resume); a corrupt state file means a clean start."""
-    previous, why = status_mod.load_persisted(state_dir)
-    if previous is None:
-        if why and not why.startswith("no "):
-            log(f"state: {why}; starting clean")
-        return
-    facts = status_mod.resume_facts(previous)
-    if facts is None:
-        log(f"state: {state_dir / status_mod.STATE_NAME} does not have the expected shape; starting clean")
-        return
-    for phase in lifecycle.phases:
-        phase.previous = facts.get(phase.name, {})
+    return Observers(state_file, status_server, health)
 
 
 def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., dict[str, Any]],
@@ -233,28 +313,8 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
     return server
 
 
-def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: SupervisorLog) -> None:
-    """Kubernetes shows this file when the container fails: the verdict line, at most 4 KiB."""
-    if not os.path.exists(path):
-        return
-    failure = lifecycle.failure
-    text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
-    if log.redactor:
-        text = log.redactor.text(text)
-    try:
-        with open(path, "w") as f:
-            f.write(text.encode()[:4096].decode(errors="ignore"))
-    except OSError as exc:
-        log(f"cannot write {path}: {exc.strerror or exc}")
-
-
-def secrets_of(plan: Plan) -> Redactor:
-    """Every value that must never be shown: the manager token, and env values with secret-looking names."""
-    envs = [os.environ, plan.supervisor.env]
-    for phase in plan.phases:
-        envs += [phase.command.env, *(d.env for d in phase.daemons)]
-    extra = [plan.manager.token_env] if plan.manager.token_env else []
-    return Redactor.from_environments(envs, extra)
+def route_signals(core: Core, sup: Supervision, log: SupervisorLog) -> SignalInbox:
+    return SignalInbox(core.loop, lambda signum: handle_signal(signum, sup.lifecycle, core.reaper, log))
 
 
 def handle_signal(signum: int, lifecycle: Lifecycle, reaper: Reaper, log: SupervisorLog) -> None:
@@ -272,14 +332,94 @@ def handle_signal(signum: int, lifecycle: Lifecycle, reaper: Reaper, log: Superv
         log(f"{signal_name(signum)} forwarded to {names}")
 
 
-def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:
-    """Orphans re-parented to us are reaped and noted; a storm of them is summarised."""
-    state = {"count": 0}
+# ---------------------------------------------------------------- 9. serve
 
-    def on_orphan(pid: int, status: ExitStatus) -> None:
-        state["count"] += 1
-        n = state["count"]
-        if n <= ORPHANS_LISTED or n % 1000 == 0:
-            log(f"reaped orphan pid {pid} ({status.describe()}); {n} orphan(s) reaped so far")
 
-    return on_orphan
+def serve(plan: Plan, host: Host, core: Core, sup: Supervision,
+          on_start: Callable[[Lifecycle], None] | None) -> None:
+    """Start the lifecycle on a fit machine, then loop until it is over."""
+    sup.reporter.start(sup.lifecycle)
+    if check_fitness(plan, sup.rt, sup.lifecycle, host.log):
+        sup.lifecycle.start()
+    if on_start is not None:
+        on_start(sup.lifecycle)
+    if "status" not in sup.outcome:  # an unfit machine, or a lifecycle over at once: no loop to run
+        core.loop.run()
+
+
+def check_fitness(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: SupervisorLog) -> bool:
+    """Check before the first phase (the download) that the machine can run them all; refuse at once if not."""
+    evidence = fitness.gather(plan, rt.memory, rt.gpus or Gpus())
+    findings = fitness.assess(plan.phases, plan.cuzk, evidence)
+    if not findings:
+        log(fitness.describe(evidence))
+        return True
+    verdict = fitness.refusal(findings)
+    rt.record(verdict)
+    lifecycle.failure = verdict
+    lifecycle.shutdown(f"this machine cannot run the lifecycle ({verdict.reason})", verdict.status)
+    return False
+
+
+# ---------------------------------------------------------------- 10. tear down
+
+
+def sweep_and_close(core: Core, observers: Observers, inbox: SignalInbox, log: SupervisorLog) -> None:
+    """Whatever is still alive of ours is killed and reaped; then every fd and thread we opened is closed."""
+    sweep_descendants(log)
+    core.reaper.reap()
+    core.memory.close()
+    observers.status_server.close()
+    if observers.health is not None:
+        observers.health.close()
+    inbox.close()
+    core.loop.close()
+
+
+def report_the_end(plan: Plan, host: Host, sup: Supervision, observers: Observers, lock_fd: int) -> int:
+    """The last state on disk, the termination log on failure, the last word to the log and the manager;
+    the lock goes last. Returns the exit status (EXIT_FAILURE if the lifecycle never gave one)."""
+    status = sup.outcome.get("status", EXIT_FAILURE)
+    observers.state_file.save()
+    if status != EXIT_OK:
+        write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, host.log)
+    host.log(f"exiting with status {status}")
+    sup.reporter.stop(status, sup.lifecycle.shutdown_reason or "the supervisor stopped")
+    host.console.close()
+    os.close(lock_fd)
+    return status
+
+
+def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: SupervisorLog) -> None:
+    """Kubernetes shows this file when the container fails: the verdict line, at most 4 KiB."""
+    if not os.path.exists(path):
+        return
+    failure = lifecycle.failure
+    text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
+    if log.redactor:
+        text = log.redactor.text(text)
+    try:
+        with open(path, "w") as f:
+            f.write(text.encode()[:TERMINATION_LOG_MAX_BYTES].decode(errors="ignore"))
+    except OSError as exc:
+        log(f"cannot write {path}: {exc.strerror or exc}")
+
+
+# ---------------------------------------------------------------- resume: until supervisor/resume.py lands
+# At the merge of issue 11 (P1 moves resume into supervisor/resume.py with this same signature): delete
+# this function and import it at the top instead, ``from .resume import restore_facts``.
+
+
+def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: SupervisorLog) -> None:
+    """Hand each phase what the last run learnt (resume); a corrupt state file means a clean start."""
+    previous, why = status_mod.load_persisted(state_dir)
+    if previous is None:
+        if why and not why.startswith("no "):
+            log(f"state: {why}; starting clean")
+        return
+    facts = status_mod.resume_facts(previous)
+    if facts is None:
+        log(f"state: {state_dir / status_mod.STATE_NAME} does not have the expected shape; starting clean")
+        return
+    for phase in lifecycle.phases:
+        phase.previous = facts.get(phase.name, {})

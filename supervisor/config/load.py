@@ -1,0 +1,331 @@
+"""Config file → validated, frozen plan: read the file safely, parse TOML, expand ``${VAR}``, assemble.
+
+Everything a run needs is checked before anything starts: unknown keys, wrong types, impossible
+values and unset ``${VAR}`` references are all refused with one line that names the key
+(``phases[1].daemons[0].ready: ...``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import stat
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from types import MappingProxyType
+from typing import Any
+
+from .model import DEFAULT_MIN_RATE, ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
+from .tables import (
+    _DAEMON_KEYS,
+    _MANAGER_KEYS,
+    _PHASE_KEYS,
+    _SUPERVISOR_KEYS,
+    _take,
+    check_backoff_order,
+    check_cuzk_needs,
+    check_daemon_name,
+    check_kind_keys,
+    check_progress_keys,
+    check_reports,
+    check_unique,
+    cuzk_settings,
+    resolve_cuzk_ready,
+    resolve_give_up_alias,
+)
+from .values import _describe, _join, _rate, _short, _url
+
+# The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_TEXT = "1 MiB"
+MAX_SHOWN_PATH = 300  # a longer config name is cut in errors, which stay one readable line
+# Tables and arrays in each other: the deepest real key (phases[0].daemons[0].env.X) is 5 deep.
+MAX_NESTING = 16
+TOP_LEVEL_KEYS = ("supervisor", "phases", "manager", "cuzk")
+
+# A plain decimal in ASCII: what float() would take, less "inf", "nan", exponents, "_" and non-ASCII digits.
+_DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
+_VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def load_plan(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Plan:
+    """Read, expand and validate a config file; ``None`` means the built-in prover profile."""
+    environ = os.environ if environ is None else environ
+    if path is None:
+        text = resources.files("supervisor").joinpath("prover/profile.toml").read_text()
+        source = "built-in prover profile"
+    else:
+        source = _shown_path(path)
+        text = read_config(path, source)
+    return parse_plan(text, source, environ)
+
+
+# ---------------------------------------------------------------- reading the file
+
+
+def read_config(path: str | os.PathLike[str], source: str) -> str:
+    """The text of a config file: a regular file of at most MAX_CONFIG_BYTES of UTF-8, or one-line ConfigError.
+
+    It is stat'ed before it is opened (a FIFO would block the open, a device may act on it), opened
+    non-blocking all the same (the name may change in between), and read no further than the cap.
+    """
+    try:
+        _check_config_file(os.stat(path), source)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise ConfigError(f"{source}: cannot read: {_os_reason(exc)}") from None
+    try:
+        _check_config_file(os.fstat(fd), source)
+        data = _read_at_most(fd, MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {_os_reason(exc)}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: cannot read: more than the {MAX_CONFIG_TEXT} a config may be")
+    if not data.strip():
+        raise ConfigError(f"{source}: the file is empty")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})") from None
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _check_config_file(st: os.stat_result, source: str) -> None:
+    """Only a regular file of sane size is read: a FIFO would hang, /dev/zero would never end."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a regular file")
+        raise ConfigError(f"{source}: cannot read: {kind}, not a config file")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: cannot read: {st.st_size} bytes, more than the {MAX_CONFIG_TEXT} a config "
+                          "may be")
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _os_reason(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+
+
+def _shown_path(path: str | os.PathLike[str]) -> str:
+    """The config's name as errors show it: as given, or quoted when it holds a newline or odd bytes."""
+    text = os.fspath(path)
+    text = text if isinstance(text, str) else os.fsdecode(text)
+    shown = text if text and text.isprintable() else ascii(text)
+    return shown if len(shown) <= MAX_SHOWN_PATH else shown[:MAX_SHOWN_PATH - 3] + "..."
+
+
+# ---------------------------------------------------------------- TOML and ${VAR}
+
+
+def parse_plan(text: str, source: str, environ: Mapping[str, str]) -> Plan:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # a number of more than 4300 digits: int() refuses it
+        raise ConfigError(f"{source}: not valid TOML: {str(exc).split(';')[0]}") from None
+    try:
+        raw = _expand(raw, "", environ)
+        return _plan(raw, source, environ)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except RecursionError:  # a safety net: _expand bounds the nesting before this can happen
+        raise ConfigError(f"{source}: arrays or tables nested too deeply") from None
+
+
+def _expand(value: Any, where: str, environ: Mapping[str, str], depth: int = 0) -> Any:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``.
+
+    Every string is refused if it holds a NUL byte: none can be an argument, an environment value or a
+    path (exec and open would fail at run time, long after ``check`` said ok).
+    """
+    if depth > MAX_NESTING:
+        raise ConfigError(f"{_short(where)}: nested more than {MAX_NESTING} deep")
+    if isinstance(value, str):
+        expanded = _substitute(value, where, environ)
+        if "\0" in expanded:
+            raise ConfigError(f"{where}: contains a NUL character, which no argument, environment value or "
+                              "path can hold")
+        return expanded
+    if isinstance(value, dict):
+        return {_key(k, where): _expand(v, _join(where, k), environ, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]", environ, depth + 1) for i, v in enumerate(value)]
+    return value
+
+
+def _key(key: str, where: str) -> str:
+    if "\0" in key:
+        raise ConfigError(f"{_join(where, key)}: a key with a NUL character")
+    return key
+
+
+def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: ${{{name}}} is not set in the environment (give a default: ${{{name}:-…}})")
+
+    # No ${VAR} ends after the last "}", so only "$$" is left to undo there. Cutting the text at it keeps this
+    # linear: an unterminated "${X:-" would otherwise be scanned to the end again from every "$" before it.
+    end = value.rfind("}") + 1
+    return _VAR_RE.sub(one, value[:end]) + value[end:].replace("$$", "$")
+
+
+# ---------------------------------------------------------------- assembling the plan
+
+
+def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
+    for key in raw:
+        if key not in TOP_LEVEL_KEYS:
+            raise ConfigError(f"{_join('', key)}: unknown top-level key "
+                              "(expected [supervisor], [manager], [cuzk], [[phases]])")
+    sup = SupervisorSpec(**_take(raw.get("supervisor", {}), "supervisor", _SUPERVISOR_KEYS))
+    manager = _manager(raw.get("manager", {}), environ)
+    phases_raw = raw.get("phases")
+    if phases_raw is None:
+        raise ConfigError("phases: no [[phases]] defined: nothing to run")
+    if not isinstance(phases_raw, list) or not phases_raw:
+        raise ConfigError("phases: must be a non-empty array of tables ([[phases]])")
+    phases = tuple(_phase(p, f"phases[{i}]", sup) for i, p in enumerate(phases_raw))
+    check_unique([p.name for p in phases], "phases", "phase name")
+    check_reports(phases)
+    cuzk = cuzk_settings(raw["cuzk"], sup.state_dir) if "cuzk" in raw else None
+    phases = resolve_cuzk_ready(phases, cuzk)
+    check_cuzk_needs(phases, cuzk)
+    return Plan(sup, phases, source, manager, cuzk)
+
+
+def _phase(table: Any, where: str, sup: SupervisorSpec) -> PhaseSpec:
+    v = _take(table, where, _PHASE_KEYS)
+    name = v["name"]
+    check_kind_keys(v, where)
+    check_progress_keys(v, where)
+    check_backoff_order(v, where)
+    daemons = _daemons(v, where, sup)
+    return PhaseSpec(
+        name=name,
+        kind=v["kind"],
+        command=_child(v, name, name, sup, "phase"),
+        daemons=daemons,
+        timeout_s=v["timeout_s"],
+        retries=v["retries"] or 0,
+        restart=v["restart"] or "on-failure",
+        backoff_s=v["backoff_s"],
+        backoff_max_s=v["backoff_max_s"],
+        backoff_factor=v["backoff_factor"],
+        backoff_jitter=v["backoff_jitter"],
+        restart_burst=v["restart_burst"],
+        restart_window_s=v["restart_window_s"],
+        backoff_reset_s=v["backoff_reset_s"],
+        stall_s=v["stall_s"],
+        progress_path=v["progress_path"],
+        min_memory=v["min_memory"],
+        memory_max=v["memory_max"],
+        report=v["report"],
+        parse=v["parse"],
+        prepare=v["prepare"],
+        resume=v["resume"],
+        resume_max_age_s=v["resume_max_age_s"],
+    )
+
+
+def _daemons(v: Mapping[str, Any], where: str, sup: SupervisorSpec) -> tuple[ChildSpec, ...]:
+    name, daemons_raw = v["name"], v["daemons"]
+    if not isinstance(daemons_raw, list | tuple):
+        raise ConfigError(f"{where}.daemons: must be an array of tables ([[phases.daemons]])")
+    daemons = []
+    for i, d in enumerate(daemons_raw):
+        dwhere = f"{where}.daemons[{i}]"
+        dv = _take(d, dwhere, _DAEMON_KEYS)
+        check_daemon_name(dv, name, dwhere)
+        # A daemon sees the phase's environment too; its own keys win.
+        dv["env"] = MappingProxyType({**v["env"], **dv["env"]})
+        daemons.append(_child(dv, name, dv["name"], sup, dv["lifetime"]))
+    check_unique([d.name for d in daemons], f"{where}.daemons", "daemon name")
+    return tuple(daemons)
+
+
+def _child(values: Mapping[str, Any], phase: str, name: str, sup: SupervisorSpec, lifetime: str) -> ChildSpec:
+    grace = values["stop_grace_s"]
+    return ChildSpec(
+        phase=phase,
+        name=name,
+        command=values["command"],
+        env=MappingProxyType({**sup.env, **values["env"]}),
+        cwd=values["cwd"],
+        stop_signal=values["stop_signal"],
+        stop_grace_s=sup.stop_grace_s if grace is None else grace,
+        ready=values["ready"],
+        ready_timeout_s=values["ready_timeout_s"],
+        lifetime=lifetime,
+        log_source=values["log_source"] or "setup",
+    )
+
+
+# ---------------------------------------------------------------- [manager] and what the environment adds
+
+
+def _manager(table: Any, environ: Mapping[str, str]) -> ManagerSpec:
+    v = _take(table, "manager", _MANAGER_KEYS)
+    resolve_give_up_alias(v)
+    if environ.get("MANAGER_URL"):
+        v["url"] = _url(environ["MANAGER_URL"], "MANAGER_URL (environment)")
+    if v["token_env"] and not _header_safe(environ.get(v["token_env"], "")):
+        # Never shown: it is a secret. An HTTP client would refuse it on the first call, in the middle of the run.
+        raise ConfigError(f"manager.token_env: ${v['token_env']} holds characters an HTTP header cannot carry "
+                          "(a newline, a control character or non-ASCII)")
+    if v["label"] is None:
+        v["label"] = default_label(environ)
+    if v["min_rate"] is None:
+        v["min_rate"] = _min_rate_from(environ)
+    return ManagerSpec(**v)
+
+
+def default_label(environ: Mapping[str, str]) -> str:
+    """``$VAST_CONTAINERLABEL``, else ``C.$CONTAINER_ID``, else the hostname."""
+    if environ.get("VAST_CONTAINERLABEL"):
+        return environ["VAST_CONTAINERLABEL"]
+    if environ.get("CONTAINER_ID"):
+        return f"C.{environ['CONTAINER_ID']}"
+    return socket.gethostname()
+
+
+def _min_rate_from(environ: Mapping[str, str]) -> float:
+    """``$MIN_RATE`` when [manager] says no min_rate: a plain decimal, else the default."""
+    raw = environ.get("MIN_RATE")
+    if not raw:
+        return DEFAULT_MIN_RATE
+    if not _DECIMAL_RE.fullmatch(raw.strip()):
+        raise ConfigError(f"MIN_RATE (environment): {_describe(raw)} is not a number of proofs/hour")
+    return _rate(float(raw.strip()), "MIN_RATE (environment)")
+
+
+def _header_safe(token: str) -> bool:
+    return token.isascii() and token.isprintable()

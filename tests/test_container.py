@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import toml_list
+from helpers import toml_list
 
 _spec = importlib.util.spec_from_file_location("prover_container_images",
                                                Path(__file__).parent / "container" / "images.py")

@@ -20,32 +20,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, Result, SupervisorRunner, clean_env, finish, needs_unshare, sh, toml_list, toml_str
+from helpers import (
+    PY,
+    REPO,
+    Result,
+    SupervisorRunner,
+    clean_env,
+    finish,
+    needs_unshare,
+    one_verdict,
+    sh,
+    shell,
+    toml_list,
+    toml_str,
+    verdict_lines,
+)
 
 from supervisor.reaping import ExitStatus
-
-VERDICT_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] (?:FAILED|ended): (phase=.*)$")
-
-
-def shell(script: str) -> str:
-    """Like ``sh()``, with every ``$`` escaped from the config's own ``${VAR}`` / ``$$`` expansion."""
-    return sh(script.replace("$", "$$"))
-
-
-def verdict_lines(output: str, phase: str | None = None) -> list[str]:
-    """The verdict records the supervisor logged (``phase=... reason=...``), optionally of one phase."""
-    found = []
-    for line in output.splitlines():
-        match = VERDICT_RE.match(line)
-        if match and (phase is None or match.group(1).startswith(f"phase={phase} ")):
-            found.append(match.group(1))
-    return found
-
-
-def one_verdict(output: str, phase: str) -> str:
-    lines = verdict_lines(output, phase)
-    assert len(lines) == 1, f"expected one verdict for phase {phase}, got {lines}; output:\n{output}"
-    return lines[0]
 
 
 def failing_then_marker(runner: SupervisorRunner, command: str, marker: Path, extra: str = "",

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from helpers import PY, SupervisorRunner, free_port, kill_tree, py_script, sh, standin_env, toml_list, wait_for
 
+from supervisor.exits import EXIT_FAILURE
 from supervisor.prover.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
 from supervisor.prover.standins.cuzk_bench import Result, proof_line, result_block, summary
 
@@ -291,7 +292,7 @@ def test_a_malformed_summary_from_a_real_bench_fails_the_phase_not_the_superviso
         command = {toml_list(["touch", str(marker)])}
         """)
     result = sup.run(config, timeout=60)
-    assert result.returncode == 1, result.output
+    assert result.returncode == EXIT_FAILURE, result.output
     assert "Traceback" not in result.output
     assert "reason=signal" not in result.output
     assert "reason=bench_failed" in result.output

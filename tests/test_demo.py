@@ -32,6 +32,8 @@ from helpers import (
     wait_for,
 )
 
+from supervisor.exits import EXIT_CONFIG_ERROR
+
 # Generous: the slowest case (ignore-term in curio: three attempts, each a stall then a grace) takes ~25 s.
 DEMO_TIMEOUT_S = 120
 PHASES = ("paramfetch", "bench", "curio")
@@ -69,7 +71,7 @@ def test_daemon_crash_fails_the_phase_it_is_given(phase: str) -> None:
 def test_daemon_crash_in_a_phase_without_a_daemon_is_refused() -> None:
     proc = subprocess.run([PY, "-m", "supervisor", "demo", "--fail", "daemon-crash", "--phase", "paramfetch"],
                           capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=60)
-    assert proc.returncode == 2, proc
+    assert proc.returncode == EXIT_CONFIG_ERROR, proc
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "daemon-crash" in lines[0] and "paramfetch" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr

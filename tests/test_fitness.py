@@ -31,6 +31,7 @@ from helpers import (
 
 from supervisor import fitness
 from supervisor.config import load_plan
+from supervisor.exits import EXIT_FAILURE
 from supervisor.gpu import GpuDevice, GpuInventory, Gpus
 from supervisor.prover.cuzkconf import GIB
 from supervisor.units import MIB as MiB
@@ -268,7 +269,7 @@ def test_memory_cgroup_below_the_profile_minimum_is_refused_before_the_download(
     with v1_cgroup("fitness", 256 * MiB) as cg:
         run = start_in(machine, machine.env(PROVER_MIN_MEMORY="512MiB"), cg)
     out = run.output
-    assert run.returncode == 1, out[-6000:]
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
     line = last_failure(out, "fitness")
     assert "reason=insufficient_memory" in line, line
     assert "needs min_memory=512.0MiB (536870912 bytes) but only 256.0MiB (268435456 bytes)" in line, line
@@ -283,7 +284,7 @@ def test_a_too_small_tmpfs_parameter_cache_is_insufficient_disk(machine: Profile
     with mounted_tmpfs(machine.root / "params", "1m"):
         run = start_in(machine, machine.env())  # the machine env asks for 64 MiB under the cache
     out = run.output
-    assert run.returncode == 1, out[-6000:]
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
     line = last_failure(out, "fitness")
     assert "reason=insufficient_disk" in line, line
     assert f"parameter cache {machine.root / 'params'} needs 64.0MiB but only 1.0MiB (1048576 bytes) is free" \
@@ -298,7 +299,7 @@ def test_absent_nvml_is_gpu_unavailable_unless_overridden(machine: Profile) -> N
         pytest.skip("NVML initialises on this machine: it is not absent here")
     run = start_in(machine, machine.env(PROVER_REQUIRE_GPUS="true"), name="required")
     out = run.output
-    assert run.returncode == 1, out[-6000:]
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
     line = last_failure(out, "fitness")
     assert "reason=gpu_unavailable" in line and type(error).__name__ in line, line
     nothing_started(machine, out)

@@ -39,7 +39,7 @@ from helpers import (
 )
 
 from supervisor.cgroups import mem_total
-from supervisor.exits import EXIT_ALREADY_RUNNING
+from supervisor.exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_FAILURE
 from supervisor.prover.devmanager import DevManager
 from supervisor.units import GIB, parse_size
 
@@ -186,7 +186,7 @@ def test_default_preflight_refuses_the_warmup_on_a_small_machine(profile: Profil
     del env["PROVER_MIN_MEMORY"]
     run = profile.run(env=env)
     out = run.output
-    assert run.returncode == 1, out[-6000:]
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
     line = last_failure(out, "fitness")
     assert "reason=insufficient_memory" in line and "phase warmup needs min_memory=128.0GiB" in line, line
     assert "phase paramfetch: pending → stopped" in out
@@ -207,7 +207,7 @@ def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile)
     wrapper.chmod(0o755)
     run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
     out = run.output
-    assert run.returncode == 1, out[-6000:]
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
     assert "[warmup/warmup] status:    COMPLETED" in out
     line = last_failure(out, "bench")
     assert "child=bench " in line and "reason=bench_failed" in line and "2 FAILED" in line, line
@@ -228,7 +228,7 @@ def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Profile) -
     wrapper.chmod(0o755)
     run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
     out = run.output
-    assert run.returncode == 1, out[-6000:]
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
     assert "[warmup/warmup] status:    FAILED" in out
     line = last_failure(out, "warmup")
     assert "child=warmup " in line and "reason=bench_failed" in line and "warm-up proof failed" in line, line
@@ -409,7 +409,7 @@ def test_entrypoint_shim_passes_arguments(shim: Path, tmp_path: Path) -> None:
     bad.write_text("[[phases]]\nname = \"x\"\ncommand = [\"true\"]\nretries = -1\n")
     refused = subprocess.run(["sh", str(shim), "check", "--config", str(bad)], capture_output=True, text=True,
                              timeout=30, cwd=tmp_path, env=_shim_env())
-    assert refused.returncode == 2 and "retries" in refused.stderr, refused
+    assert refused.returncode == EXIT_CONFIG_ERROR and "retries" in refused.stderr, refused
 
 
 def test_entrypoint_shim_execs_and_defaults_to_run(shim: Path, sup: SupervisorRunner) -> None:

@@ -11,23 +11,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import re
 import signal
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SupervisorRunner, kill_tree, py_script, sh, toml_list, wait_for
+from helpers import PY, SupervisorRunner, free_port, kill_tree, py_script, sh, standin_env, toml_list, wait_for
 
+from supervisor.exits import EXIT_FAILURE
 from supervisor.prover.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
-from supervisor.prover.demo import free_port
 from supervisor.prover.standins.cuzk_bench import Result, proof_line, result_block, summary
-
-PY = sys.executable
 
 # workloads.md, §2, verbatim (the "…" are in the document).
 WORKLOADS_SUMMARY = """\
@@ -102,12 +98,6 @@ def test_fed_in_pieces_as_the_pipe_delivers_them() -> None:
 # ---------------------------------------------------------------- the real stand-in programs
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_")}
-    env.update({"STANDIN_SPEED": "0.05", **extra})
-    return env
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A stand-in cuzk-daemon on free ports; yields its listen address."""
@@ -125,7 +115,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with open(tmp / "daemon.log", "wb") as log:
         proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(cfg)], stdout=log,
-                                stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+                                stderr=subprocess.STDOUT, env=standin_env(), start_new_session=True)
     try:
         wait_for(up, 15, 0.05)
         yield f"http://127.0.0.1:{listen}"
@@ -141,7 +131,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def bench(addr: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", addr, *args],
-                          capture_output=True, text=True, timeout=30, env=_env(**env))
+                          capture_output=True, text=True, timeout=30, env=standin_env(**env))
 
 
 def test_stand_in_batch_passes_and_its_rate_is_its_throughput_times_60(daemon: str) -> None:
@@ -302,7 +292,7 @@ def test_a_malformed_summary_from_a_real_bench_fails_the_phase_not_the_superviso
         command = {toml_list(["touch", str(marker)])}
         """)
     result = sup.run(config, timeout=60)
-    assert result.returncode == 1, result.output
+    assert result.returncode == EXIT_FAILURE, result.output
     assert "Traceback" not in result.output
     assert "reason=signal" not in result.output
     assert "reason=bench_failed" in result.output

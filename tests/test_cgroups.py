@@ -6,29 +6,37 @@ on a fake v2 ``memory.events`` that the test rewrites, and the v1 eventfd on a
 real child cgroup of this process's own memory cgroup that a real process is
 OOM-killed in (skipped, with the reason, where v1 is not writable here).
 
-This module also holds the helpers the other memory tests share
-(``v1_memory_cgroup_or_skip``, ``v1_cgroup``, ``start_in_cgroup``, the verdict
-line parsers).
+The helpers the other memory tests share (``v1_memory_cgroup_or_skip``, ``v1_cgroup``,
+``start_in_cgroup``) are in helpers.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import functools
 import os
-import re
 import select
-import shlex
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Result, SupervisorRunner, finish, wait_for
+from helpers import (
+    V1_MOUNT,
+    SupervisorRunner,
+    alloc_script,
+    first_line,
+    in_cgroup_argv,
+    own_v1_memory_cgroup,
+    pid_alive,
+    run_in_cgroup,
+    start_in_cgroup,
+    toml_list,
+    v1_cgroup,
+    v1_memory_cgroup_or_skip,
+    wait_for,
+)
 
 from supervisor.cgroups import (
     V1_UNLIMITED,
@@ -40,191 +48,11 @@ from supervisor.cgroups import (
 )
 from supervisor.loop import EventLoop
 from supervisor.memory import OOM_POLL_S, MemoryEvidence
+from supervisor.process import STATE_DIR_ENV, TAG_ENV
+from supervisor.units import GIB as GiB
+from supervisor.units import MIB as MiB
 
-MiB = 1 << 20
-GiB = 1 << 30
-V1_MOUNT = Path("/sys/fs/cgroup/memory")
 V1_NO_LIMIT = 9223372036854771712  # what v1 shows in memory.limit_in_bytes when unlimited
-
-# ================================================================ shared helpers (imported by test_oom & co.)
-
-CLOCK_RE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) ")
-VERDICT_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] (?:FAILED|ended): (phase=.*)$")
-
-# Allocates 4 MiB at a time, every byte written, until killed; gives up (exit 3) at 1 GiB, so a
-# limit that is not applied can never put the machine at risk.
-ALLOC_CODE = textwrap.dedent("""\
-    import sys
-    chunks = []
-    while len(chunks) < 256:
-        chunks.append(b"x" * (4 << 20))
-    print("allocated 1 GiB without being stopped", flush=True)
-    sys.exit(3)
-    """)
-
-
-def alloc_script(tmp: Path, name: str = "alloc.py") -> Path:
-    path = tmp / name
-    path.write_text(ALLOC_CODE)
-    return path
-
-
-def verdict_lines(output: str, phase: str | None = None, child: str | None = None) -> list[str]:
-    """The verdict records the supervisor logged (``phase=... reason=...``), optionally of one phase/child."""
-    found = []
-    for line in output.splitlines():
-        match = VERDICT_RE.match(line)
-        if not match:
-            continue
-        record = match.group(1)
-        if phase is not None and not record.startswith(f"phase={phase} "):
-            continue
-        if child is not None and f" child={child} " not in record:
-            continue
-        found.append(record)
-    return found
-
-
-def one_verdict(output: str, phase: str, child: str | None = None) -> str:
-    lines = verdict_lines(output, phase, child)
-    assert len(lines) == 1, f"expected one verdict for {phase}/{child}, got {lines}; output:\n{output}"
-    return lines[0]
-
-
-def clock_of(line: str) -> float:
-    """Seconds since midnight of a console line's ``HH:MM:SS.mmm`` stamp."""
-    match = CLOCK_RE.match(line)
-    assert match, f"no timestamp in {line!r}"
-    h, m, s, ms = (int(g) for g in match.groups())
-    return h * 3600 + m * 60 + s + ms / 1000
-
-
-def first_line(output: str, needle: str) -> str:
-    for line in output.splitlines():
-        if needle in line:
-            return line
-    raise AssertionError(f"no line with {needle!r} in output:\n{output}")
-
-
-def seconds_between(earlier: str, later: str) -> float:
-    """Time between two console lines by their stamps (a run that crosses midnight still counts right)."""
-    return (clock_of(later) - clock_of(earlier)) % 86400
-
-
-def own_v1_memory_cgroup() -> Path | None:
-    """This process's v1 memory cgroup directory, from /proc/self/cgroup (None if there is no such line)."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _hierarchy, _, rest = line.partition(":")
-        controllers, _, rel = rest.partition(":")
-        if "memory" in controllers.split(","):
-            return V1_MOUNT / rel.lstrip("/")
-    return None
-
-
-@functools.cache
-def _probe_v1() -> tuple[Path | None, str]:
-    if os.geteuid() != 0:
-        return None, "not root: cannot create v1 memory cgroups"
-    base = own_v1_memory_cgroup()
-    if base is None:
-        return None, "no v1 memory controller line in /proc/self/cgroup"
-    if not (base / "memory.oom_control").exists():
-        return None, f"{base}/memory.oom_control does not exist (v1 memory controller not mounted there)"
-    probe = base / f"pytest-probe-{os.getpid()}"
-    try:
-        probe.mkdir()
-    except OSError as exc:
-        return None, f"cannot create a child cgroup under {base}: {exc.strerror or exc}"
-    problem = None
-    try:
-        (probe / "memory.limit_in_bytes").write_text(str(64 * MiB))
-        if int((probe / "memory.limit_in_bytes").read_text()) != 64 * MiB:
-            problem = f"memory.limit_in_bytes under {base} does not take a limit"
-    except (OSError, ValueError) as exc:
-        problem = f"cannot set a limit in a child cgroup under {base}: {exc}"
-    try:
-        probe.rmdir()
-    except OSError as exc:
-        problem = problem or f"cannot remove the child cgroup {probe}: {exc.strerror or exc}"
-    if problem is not None:
-        return None, problem
-    return base, f"v1 memory cgroup {base} is writable"
-
-
-def v1_memory_cgroup_or_skip() -> Path:
-    """This process's own v1 memory cgroup, once a child cgroup was really made (with a limit) and removed there.
-
-    Skips the calling test, with the reason printed (pytest -ra), where that is not possible.
-    """
-    base, why = _probe_v1()
-    if base is None:
-        print(f"skipping: {why}")
-        pytest.skip(f"no writable v1 memory cgroup: {why}")
-    return base
-
-
-def remove_cgroup(path: Path, timeout: float = 10.0) -> None:
-    """Remove a test cgroup: its sub-cgroups first, any process left moved out to the parent, then rmdir."""
-    if not path.is_dir():
-        return
-    for sub in [p for p in path.iterdir() if p.is_dir()]:
-        remove_cgroup(sub, timeout)
-    parent_procs = path.parent / "cgroup.procs"
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(OSError):
-            for pid in (path / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):
-                    parent_procs.write_text(pid)
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def v1_cgroup(name: str, limit: int) -> Iterator[Path]:
-    """A child v1 memory cgroup of ours with ``memory.limit_in_bytes = limit``; removed afterwards."""
-    assert limit <= 300 * MiB, "keep test limits small"
-    base = v1_memory_cgroup_or_skip()
-    path = base / f"pytest-{name}-{os.getpid()}"
-    remove_cgroup(path)  # a leftover of an interrupted run
-    path.mkdir()
-    try:
-        (path / "memory.limit_in_bytes").write_text(str(limit))
-        yield path
-    finally:
-        remove_cgroup(path)
-
-
-def in_cgroup_argv(cgroup: Path, argv: list[str]) -> list[str]:
-    """``argv`` run by a shell that first moves itself into ``cgroup`` (so everything it execs is counted there)."""
-    script = f"echo $$ > {shlex.quote(str(cgroup / 'cgroup.procs'))} && exec \"$@\""
-    return ["sh", "-c", script, "sh", *argv]
-
-
-def start_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
-    """Start ``python -m supervisor run`` inside ``cgroup`` (before it starts any child)."""
-    proc = subprocess.Popen(
-        in_cgroup_argv(cgroup, runner.argv(config)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        cwd=REPO, start_new_session=True,
-    )
-    runner.procs.append(proc)
-    return proc
-
-
-def run_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path, timeout: float = 60) -> Result:
-    started = time.monotonic()
-    return finish(start_in_cgroup(runner, config, cgroup), started, timeout)
 
 
 # ================================================================ fake cgroupfs trees
@@ -657,7 +485,6 @@ def _kill_quietly(pid: int | None) -> None:
 def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_start(sup: SupervisorRunner) -> None:
     import signal
 
-    from conftest import pid_alive, toml_list
 
     v1_memory_cgroup_or_skip()
     pidfile = sup.tmp / "escapee.pid"
@@ -683,7 +510,7 @@ command = {toml_list(["true"])}
             stale = cg / f"prover-{first.pid}-work"
             assert str(escapee) in (stale / "cgroup.procs").read_text().split()
             environ = Path(f"/proc/{escapee}/environ").read_bytes()
-            assert b"PROVER_SUPERVISOR_TAG" not in environ and b"PROVER_SUPERVISOR_STATE_DIR" not in environ
+            assert TAG_ENV.encode() not in environ and STATE_DIR_ENV.encode() not in environ
             os.kill(first.pid, signal.SIGKILL)
             first.communicate(timeout=10)
             assert pid_alive(escapee) and stale.is_dir()
@@ -706,7 +533,6 @@ def test_a_look_alike_cgroup_of_another_supervisor_is_left_alone(sup: Supervisor
     keeps its processes, even when its pid is dead here or is the new supervisor's own."""
     import signal
 
-    from conftest import pid_alive, toml_list
 
     v1_memory_cgroup_or_skip()
     cfg = sup.write(f"""

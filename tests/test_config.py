@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, kill_tree, sh, toml_str
+from helpers import PY, REPO, kill_tree, sh, toml_str
 
 from supervisor import __version__
 from supervisor.config import (

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, clean_env, kill_tree, toml_str
+from helpers import PY, REPO, clean_env, kill_tree, toml_str
 
 from supervisor.config import (
     _CUZK_KEYS,

@@ -29,7 +29,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import toml_list
+from helpers import toml_list
+
+from supervisor.exits import EXIT_CONFIG_ERROR
 
 _spec = importlib.util.spec_from_file_location("prover_container_images",
                                                Path(__file__).parent / "container" / "images.py")
@@ -259,7 +261,7 @@ def test_entrypoint_shim_passes_arguments_and_status(image: str, cfg: Path) -> N
         retries = -1
         """)
     rc, out, _ = run("run", "--rm", "-v", f"{cfg}:/cfg:ro", "--entrypoint", shim, image, "check", "--config", bad)
-    assert rc == 2 and "retries" in out, out
+    assert rc == EXIT_CONFIG_ERROR and "retries" in out, out
     # The built-in prover profile, as installed in the image's venv, is a valid config.
     rc, out, _ = run("run", "--rm", "--entrypoint", "sh", image, "-c",
                      f"exec {shim} check --config /opt/prover-supervisor/lib/python3*/site-packages/"

@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
+from helpers import (
     PY,
     REPO,
     Result,
     SupervisorRunner,
     clean_env,
     finish,
+    one_verdict,
     pid_alive,
     py_script,
     sh,
@@ -32,7 +33,7 @@ from conftest import (
     toml_str,
 )
 
-from supervisor.exits import EXIT_INTERNAL_ERROR as INTERNAL_ERROR_STATUS
+from supervisor.exits import EXIT_INTERNAL_ERROR
 from supervisor.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
 
 # ---------------------------------------------------------------- the loop itself
@@ -185,14 +186,6 @@ def run_with_fault(sup: SupervisorRunner, config: Path, inject: str, timeout: fl
     return finish(proc, time.monotonic(), timeout)
 
 
-def verdict_of(output: str, kind: str, phase: str, child: str) -> str:
-    """The one ``FAILED:`` or ``ended:`` verdict line of ``child`` in ``phase``."""
-    lines = [line for line in output.splitlines()
-             if re.search(rf"\[supervisor\] {kind}: phase={phase} child={child} ", line)]
-    assert len(lines) == 1, f"expected one {kind} verdict of {phase}/{child}, got {lines}:\n{output}"
-    return lines[0]
-
-
 def tracebacks_in_log(sup: SupervisorRunner) -> int:
     return (sup.log_dir / "supervisor.log").read_text().count("Traceback (most recent call last)")
 
@@ -211,18 +204,18 @@ SLEEPER = sh("exec sleep 60")
 def check_phase_failed_internally(result: Result, sup: SupervisorRunner, phase: str, where: str,
                                   stopped: list[str], marker: Path) -> None:
     output = result.output
-    assert result.returncode == INTERNAL_ERROR_STATUS, output
-    failed = verdict_of(output, "FAILED", phase, phase)  # the phase's own: no pid, no wait status
+    assert result.returncode == EXIT_INTERNAL_ERROR, output
+    failed = one_verdict(output, phase, phase, kind="FAILED")  # the phase's own: no pid, no wait status
     assert " reason=internal_error " in failed and " pid=" not in failed, failed
     assert "injected fault" in failed and where in failed, failed
     for child in stopped:  # the supervisor stopped them on purpose: never "signal"
-        assert " reason=stopped " in verdict_of(output, "ended", phase, child)
+        assert " reason=stopped " in one_verdict(output, phase, child, kind="ended")
     assert "reason=signal" not in output
     assert f"phase {phase}: stopping → failed" in output
     assert not marker.exists(), "the phase after the failed one ran"
     assert tracebacks_in_log(sup) == 1, output  # the traceback once, whatever the fault repeated
     assert "leftover process" not in output  # stopped in order, not swept up at exit
-    assert f"exiting with status {INTERNAL_ERROR_STATUS}" in output
+    assert f"exiting with status {EXIT_INTERNAL_ERROR}" in output
 
 
 def test_a_parser_that_raises_fails_its_phase_not_the_supervisor(sup: SupervisorRunner) -> None:
@@ -398,7 +391,7 @@ process.Child._kill = _kill
     result = run_with_fault(sup, config, inject, timeout=40)
     assert "internal error in stopping p/p: RuntimeError: injected fault in the stop sequence" in result.output
     assert not pid_alive(int(pidfile.read_text()))
-    assert " reason=timeout " in verdict_of(result.output, "FAILED", "p", "p")
+    assert " reason=timeout " in one_verdict(result.output, "p", "p", kind="FAILED")
     assert result.returncode == 128 + 9, result.output  # SIGKILLed after the deadline: the timeout's status
     assert tracebacks_in_log(sup) == 1
 
@@ -422,7 +415,7 @@ process.Child._begin_stop = _begin_stop
     result = run_with_fault(sup, config, inject, timeout=40)
     assert "internal error in stopping p/p: RuntimeError: injected fault in starting a stop" in result.output
     assert not pid_alive(int(pidfile.read_text()))
-    assert " reason=timeout " in verdict_of(result.output, "FAILED", "p", "p")
+    assert " reason=timeout " in one_verdict(result.output, "p", "p", kind="FAILED")
     assert result.returncode == 128 + 9, result.output
 
 

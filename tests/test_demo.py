@@ -18,10 +18,21 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, Result, clean_env, finish, kill_tree, wait_for
-from test_cgroups import first_line, verdict_lines
+from helpers import (
+    PY,
+    REPO,
+    Result,
+    clean_env,
+    finish,
+    first_line,
+    free_port,
+    is_listening,
+    kill_tree,
+    verdict_lines,
+    wait_for,
+)
 
-from supervisor.prover.demo import free_port
+from supervisor.exits import EXIT_CONFIG_ERROR
 
 # Generous: the slowest case (ignore-term in curio: three attempts, each a stall then a grace) takes ~25 s.
 DEMO_TIMEOUT_S = 120
@@ -60,7 +71,7 @@ def test_daemon_crash_fails_the_phase_it_is_given(phase: str) -> None:
 def test_daemon_crash_in_a_phase_without_a_daemon_is_refused() -> None:
     proc = subprocess.run([PY, "-m", "supervisor", "demo", "--fail", "daemon-crash", "--phase", "paramfetch"],
                           capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=60)
-    assert proc.returncode == 2, proc
+    assert proc.returncode == EXIT_CONFIG_ERROR, proc
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "daemon-crash" in lines[0] and "paramfetch" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
@@ -110,7 +121,7 @@ def test_daemon_says_nothing_when_a_client_hangs_up(tmp_path: Path) -> None:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
                               start_new_session=True)
     try:
-        wait_for(lambda: _connects(status), timeout=20, interval=0.05)
+        wait_for(lambda: is_listening(status), timeout=20, interval=0.05)
         for _ in range(3):
             body = json.dumps({"type": "porep", "job": "gone"}).encode()
             with socket.create_connection(("127.0.0.1", listen), timeout=5) as conn:
@@ -135,9 +146,3 @@ def _completed(port: int) -> int:
         return int(json.load(answer)["counters"]["proofs_completed"])
 
 
-def _connects(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False

@@ -19,7 +19,19 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import PY, Console, SupervisorRunner, py_script, sh, toml_list, toml_str, wait_for
+from helpers import (
+    PY,
+    Console,
+    SupervisorRunner,
+    mount_tmpfs,
+    py_script,
+    sh,
+    toml_list,
+    toml_str,
+    unmount,
+    verdict_lines,
+    wait_for,
+)
 
 from supervisor import logs
 from supervisor import outbox as outbox_mod
@@ -30,16 +42,6 @@ from supervisor.prover.cuzkconf import CuzkSettings
 from supervisor.prover.devmanager import DevManager
 
 EXIT_CHILD = 4
-
-
-def mount_tmpfs(where: Path, size: str) -> str | None:
-    """Mount a tmpfs of ``size`` on ``where``; None, or why it cannot be done here."""
-    if os.geteuid() != 0:
-        return "not root: cannot mount a tmpfs"
-    where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(where)],
-                          capture_output=True, text=True)
-    return None if done.returncode == 0 else f"mount -t tmpfs failed: {done.stderr.strip()}"
 
 
 @pytest.fixture
@@ -56,8 +58,7 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
 
     yield mount
     for where in reversed(mounted):
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+        unmount(where)
 
 
 def fill(directory: Path, name: str = "filler") -> Path:
@@ -77,10 +78,6 @@ def fill(directory: Path, name: str = "filler") -> Path:
         while True:
             f.write(b"\0")
     return path
-
-
-def verdict_lines(output: str) -> list[str]:
-    return [line for line in output.splitlines() if "FAILED: phase=" in line or "ended: phase=" in line]
 
 
 # ================================================================ log_dir

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from conftest import SupervisorRunner, sh, toml_str
+from helpers import SupervisorRunner, sh, toml_str
 
 from supervisor.prover.devmanager import DevManager
 

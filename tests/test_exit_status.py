@@ -20,32 +20,24 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import PY, REPO, Result, SupervisorRunner, clean_env, finish, needs_unshare, sh, toml_list, toml_str
+from helpers import (
+    PY,
+    REPO,
+    Result,
+    SupervisorRunner,
+    clean_env,
+    finish,
+    needs_unshare,
+    one_verdict,
+    sh,
+    shell,
+    toml_list,
+    toml_str,
+    verdict_lines,
+)
 
+from supervisor.exits import EXIT_FAILURE
 from supervisor.reaping import ExitStatus
-
-VERDICT_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] (?:FAILED|ended): (phase=.*)$")
-
-
-def shell(script: str) -> str:
-    """Like ``sh()``, with every ``$`` escaped from the config's own ``${VAR}`` / ``$$`` expansion."""
-    return sh(script.replace("$", "$$"))
-
-
-def verdict_lines(output: str, phase: str | None = None) -> list[str]:
-    """The verdict records the supervisor logged (``phase=... reason=...``), optionally of one phase."""
-    found = []
-    for line in output.splitlines():
-        match = VERDICT_RE.match(line)
-        if match and (phase is None or match.group(1).startswith(f"phase={phase} ")):
-            found.append(match.group(1))
-    return found
-
-
-def one_verdict(output: str, phase: str) -> str:
-    lines = verdict_lines(output, phase)
-    assert len(lines) == 1, f"expected one verdict for phase {phase}, got {lines}; output:\n{output}"
-    return lines[0]
 
 
 def failing_then_marker(runner: SupervisorRunner, command: str, marker: Path, extra: str = "",
@@ -373,7 +365,7 @@ def test_exit_0_after_timeout_sigterm_is_not_success(sup: SupervisorRunner) -> N
     config = failing_then_marker(sup, shell(script), marker, extra="timeout_s = 0.5")
     result = sup.run(config, timeout=30)
     assert result.returncode != 0, result.output
-    assert result.returncode == 1, result.output  # a failure whose child said 0 exits 1
+    assert result.returncode == EXIT_FAILURE, result.output  # a failure whose child said 0 exits 1
     assert not marker.exists(), result.output
     assert "got TERM" in result.output  # it really was the supervisor's SIGTERM it answered with 0
     verdict = one_verdict(result.output, "p")

@@ -9,26 +9,32 @@ failing on a machine without NVML, and the dev-manager over HTTP recording the g
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, REPO, kill_tree
-from test_cgroups import MiB, in_cgroup_argv, v1_cgroup
-from test_gpu import real_nvml_error
-
-# The profile's fixtures (bin_dir, manager, profile) serve these tests too, through ``machine``.
-from test_profile import Profile, Run, bin_dir, manager, profile, read, started, verdict  # noqa: F401
+from helpers import (
+    PY,
+    REPO,
+    Profile,
+    Run,
+    in_cgroup_argv,
+    kill_tree,
+    last_failure,
+    mounted_tmpfs,
+    read,
+    real_nvml_error,
+    started,
+    v1_cgroup,
+)
 
 from supervisor import fitness
 from supervisor.config import load_plan
+from supervisor.exits import EXIT_FAILURE
 from supervisor.gpu import GpuDevice, GpuInventory, Gpus
 from supervisor.prover.cuzkconf import GIB
+from supervisor.units import MIB as MiB
 
 H100 = 81559 * MiB  # what NVML reports as memory.total for an H100 80GB HBM3
 H200 = 143771 * MiB  # and for an H200
@@ -193,23 +199,8 @@ class FixedMemory:
         return self.available
 
 
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def test_gather_counts_bytes_already_in_the_cache_and_asks_gpus_only_when_required(tmp_path: Path) -> None:
-    with tmpfs(tmp_path / "params", "8m") as cache:
+    with mounted_tmpfs(tmp_path / "params", "8m") as cache:
         (cache / "v28-partial.params").write_bytes(b"\0" * (5 * MiB))
         plan = profile_plan(FIL_PROOFS_PARAMETER_CACHE=str(cache), PROVER_MIN_PARAM_DISK="7MiB",
                             PROVER_MIN_STATE_DISK="1MiB", PROVER_REQUIRE_GPUS="true")
@@ -278,8 +269,8 @@ def test_memory_cgroup_below_the_profile_minimum_is_refused_before_the_download(
     with v1_cgroup("fitness", 256 * MiB) as cg:
         run = start_in(machine, machine.env(PROVER_MIN_MEMORY="512MiB"), cg)
     out = run.output
-    assert run.returncode == 1, out[-6000:]
-    line = verdict(out, "fitness")
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
+    line = last_failure(out, "fitness")
     assert "reason=insufficient_memory" in line, line
     assert "needs min_memory=512.0MiB (536870912 bytes) but only 256.0MiB (268435456 bytes)" in line, line
     nothing_started(machine, out)
@@ -290,11 +281,11 @@ def test_memory_cgroup_below_the_profile_minimum_is_refused_before_the_download(
 
 
 def test_a_too_small_tmpfs_parameter_cache_is_insufficient_disk(machine: Profile) -> None:
-    with tmpfs(machine.root / "params", "1m"):
+    with mounted_tmpfs(machine.root / "params", "1m"):
         run = start_in(machine, machine.env())  # the machine env asks for 64 MiB under the cache
     out = run.output
-    assert run.returncode == 1, out[-6000:]
-    line = verdict(out, "fitness")
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
+    line = last_failure(out, "fitness")
     assert "reason=insufficient_disk" in line, line
     assert f"parameter cache {machine.root / 'params'} needs 64.0MiB but only 1.0MiB (1048576 bytes) is free" \
         in line, line
@@ -308,8 +299,8 @@ def test_absent_nvml_is_gpu_unavailable_unless_overridden(machine: Profile) -> N
         pytest.skip("NVML initialises on this machine: it is not absent here")
     run = start_in(machine, machine.env(PROVER_REQUIRE_GPUS="true"), name="required")
     out = run.output
-    assert run.returncode == 1, out[-6000:]
-    line = verdict(out, "fitness")
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
+    line = last_failure(out, "fitness")
     assert "reason=gpu_unavailable" in line and type(error).__name__ in line, line
     nothing_started(machine, out)
     given_up(machine, "gpu_unavailable")
@@ -327,7 +318,7 @@ def test_a_paramfetch_failure_gives_the_instance_up_at_once(machine: Profile) ->
     run = start_in(machine, machine.env(STANDIN_FAIL_PARAMFETCH="crash"))
     out = run.output
     assert run.returncode == 3, out[-6000:]
-    assert "reason=exit_code" in verdict(out, "paramfetch")
+    assert "reason=exit_code" in last_failure(out, "paramfetch")
     inst = given_up(machine, "exit_code")
     assert inst["history"] == ["registered", "killed"], "not left in registered for the 90 min timeout"
     assert "manager: giving the instance up (phase paramfetch failed)" in out
@@ -337,7 +328,7 @@ def test_a_warmup_failure_gives_the_instance_up_at_once(machine: Profile) -> Non
     run = start_in(machine, machine.env(STANDIN_FAIL_CUZK_BENCH="crash"))
     out = run.output
     assert run.returncode == 3, out[-6000:]
-    assert "reason=exit_code" in verdict(out, "warmup")
+    assert "reason=exit_code" in last_failure(out, "warmup")
     inst = given_up(machine, "exit_code")
     assert inst["history"] == ["registered", "params_done", "killed"], "not left in params_done for 45 min"
 
@@ -346,7 +337,7 @@ def test_a_crashed_daemon_gives_the_instance_up_at_once(machine: Profile) -> Non
     run = start_in(machine, machine.env(STANDIN_FAIL_CUZK_DAEMON="crash"))
     out = run.output
     assert run.returncode != 0, out[-6000:]
-    failed = verdict(out, "warmup")
+    failed = last_failure(out, "warmup")
     assert "child=cuzk-daemon" in failed and "reason=daemon_died" in failed, failed
     inst = given_up(machine, "daemon_died")
     assert inst["history"] == ["registered", "params_done", "killed"], inst

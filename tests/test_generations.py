@@ -10,10 +10,8 @@ Real stand-in daemons on free ports, probed with the supervisor's own probe.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 import urllib.request
@@ -21,20 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, kill_tree, wait_for
+from helpers import PY, REPO, free_port, kill_tree, standin_env, wait_for
 
 from supervisor.config import ConfigError, ReadyCheck, parse_plan
 from supervisor.prover.cuzkconf import GIB, CuzkSettings, generate
-from supervisor.prover.demo import free_port
 from supervisor.readiness import cuzk_ready, probe
-
-PY = sys.executable
-
-
-def standin_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STANDIN_", "CUZK_"))}
-    env.update({"STANDIN_SPEED": "0.05", "PYTHONPATH": str(REPO), **extra})
-    return env
 
 
 class Daemon:

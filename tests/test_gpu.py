@@ -12,23 +12,10 @@ import types
 from typing import Any
 
 import pytest
-from conftest import SupervisorRunner, toml_list
-from test_cgroups import first_line, one_verdict
+from helpers import SupervisorRunner, first_line, one_verdict, real_nvml_error, toml_list
 
 from supervisor.gpu import Gpus, GpuSample, activity_changed, describe_nvml_error
-
-MiB = 1 << 20
-
-
-def real_nvml_error() -> Exception | None:
-    """What the real pynvml raises from nvmlInit here (None: NVML works, there is a driver)."""
-    pynvml = pytest.importorskip("pynvml", reason="pynvml (nvidia-ml-py) is not installed")
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return exc
-    pynvml.nvmlShutdown()
-    return None
+from supervisor.units import MIB as MiB
 
 
 def test_no_gpu_here_says_why_with_nvmls_real_error() -> None:

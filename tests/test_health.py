@@ -15,10 +15,9 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from conftest import Console, SupervisorRunner, sh, toml_str, wait_for
+from helpers import Console, SupervisorRunner, free_port, sh, toml_str, wait_for
 
 from supervisor.health import metrics_text
-from supervisor.prover.demo import free_port
 
 # A sample line of the Prometheus text format: name, optional {labels}, a float value.
 SAMPLE_RE = re.compile(

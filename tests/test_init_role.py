@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY, SupervisorRunner, needs_unshare, pid_alive, toml_list, wait_for
+from helpers import PY, SupervisorRunner, needs_unshare, pid_alive, read_pid, toml_list, wait_for
 
 CHILD_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[([^\]]+)\] (.*)$")
 FIRST_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] prover-supervisor pid (\d+) as (pid1|subreaper); "
@@ -40,7 +40,8 @@ def lines_of(output: str, label: str) -> list[str]:
     return out
 
 
-def first_line(output: str) -> re.Match[str]:
+def banner(output: str) -> re.Match[str]:
+    """The supervisor's first console line (pid, role, oom_score_adj), parsed."""
     first = output.splitlines()[0] if output else ""
     match = FIRST_LINE_RE.match(first)
     assert match, f"unexpected first line: {first!r}"
@@ -52,11 +53,6 @@ def script(sup: SupervisorRunner, name: str, body: str) -> list[str]:
     path = sup.tmp / name
     path.write_text("set -e\n" + textwrap.dedent(body))
     return ["sh", str(path)]
-
-
-def read_pid(path: Path) -> int:
-    wait_for(lambda: path.exists() and path.read_text().strip(), timeout=10)
-    return int(path.read_text().strip())
 
 
 def processes_with(token: str) -> list[psutil.Process]:
@@ -141,7 +137,7 @@ def test_pid1_reaps_an_orphan_storm(sup: SupervisorRunner) -> None:
         timeout_s = 30
         """, stop_grace_s=1)
     result = sup.run(config, pid1=True, timeout=60)
-    match = first_line(result.output)
+    match = banner(result.output)
     assert match.group(1) == "1" and match.group(2) == "pid1", result.output
     printed = lines_of(result.output, "storm/storm")
     assert "forked 200 orphans" in printed, result.output
@@ -190,7 +186,7 @@ def test_subreaper_adopts_orphans_and_takes_them_down(sup: SupervisorRunner) -> 
     finally:
         survivors = [psutil.Process(p) for p in pids if pid_alive(p)]
         kill_all(survivors + processes_with(token))
-    match = first_line(out)
+    match = banner(out)
     assert match.group(1) == str(proc.pid) and match.group(2) == "subreaper", out
     assert proc.returncode == 143, out
     assert not survivors, f"still alive after the supervisor exited: {[p.pid for p in survivors]}\n{out}"
@@ -219,7 +215,7 @@ def test_reaped_orphan_is_logged(sup: SupervisorRunner, pid1: bool) -> None:
         """, stop_grace_s=1)
     result = sup.run(config, pid1=pid1, timeout=30)
     assert result.returncode == 0, result.output
-    assert first_line(result.output).group(2) == ("pid1" if pid1 else "subreaper")
+    assert banner(result.output).group(2) == ("pid1" if pid1 else "subreaper")
     exits_pid, killed_pid = int(exits.read_text()), int(killed.read_text())
     assert f"reaped orphan pid {exits_pid} (exited with code 0)" in result.output, result.output
     assert f"reaped orphan pid {killed_pid} (killed by SIGKILL (status 137))" in result.output, result.output
@@ -245,7 +241,7 @@ def test_oom_score_adj(sup: SupervisorRunner, pid1: bool) -> None:
         """)
     result = sup.run(config, pid1=pid1, timeout=30)
     assert result.returncode == 0, result.output
-    oom = first_line(result.output).group(3)
+    oom = banner(result.output).group(3)
     printed = dict(line.split("=", 1) for line in lines_of(result.output, "p/p") if "=" in line)
     assert set(printed) == {"child", "parent"}, result.output
     if oom.startswith("oom_score_adj -1000"):
@@ -255,7 +251,7 @@ def test_oom_score_adj(sup: SupervisorRunner, pid1: bool) -> None:
     # Not allowed to lower its own score (as here, or in a default container): the supervisor
     # keeps what it inherited and its children raise theirs above it instead (no privilege needed).
     ours = Path("/proc/self/oom_score_adj").read_text().strip()
-    raised = first_line(result.output).group(4)
+    raised = banner(result.output).group(4)
     assert printed["parent"] == ours, result.output
     assert printed["child"] == raised and int(raised) > int(ours), result.output
     print(f"this sandbox does not let the supervisor lower its oom_score_adj: {oom}; the child runs at {raised}")

@@ -7,41 +7,26 @@ import json
 import os
 import re
 import signal
-import socket
 import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, SupervisorRunner, pid_alive, py_script, sh, toml_list, toml_str, wait_for
+from helpers import (
+    PY,
+    SupervisorRunner,
+    failure,
+    free_port,
+    pid_alive,
+    py_script,
+    read_pid,
+    sh,
+    toml_list,
+    toml_str,
+    verdicts,
+    wait_for,
+)
 
 # ---------------------------------------------------------------- helpers
-
-def verdicts(output: str, kind: str = "FAILED") -> list[dict[str, str]]:
-    """The ``[supervisor] FAILED: k=v ...`` (or ``ended:``) lines, as dicts."""
-    found = []
-    for line in output.splitlines():
-        m = re.search(rf"\[supervisor\] {kind}: (phase=.*)$", line)
-        if m:
-            found.append({k: v.strip("'") for k, v in re.findall(r"(\w+)=('[^']*'|\S+)", m.group(1))})
-    return found
-
-
-def failure(output: str) -> dict[str, str]:
-    found = verdicts(output, "FAILED")
-    assert found, f"no FAILED verdict in:\n{output}"
-    return found[-1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def read_pid(path: Path, timeout: float = 10) -> int:
-    wait_for(lambda: path.exists(), timeout=timeout)
-    return int(path.read_text())
-
 
 def proc_state(pid: int) -> str:
     """'gone', or the state letter from /proc (Z for a zombie nobody reaped)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY, REPO, SupervisorRunner, toml_list, wait_for
+from helpers import PY, REPO, SupervisorRunner, toml_list, wait_for
 
 from supervisor.logs import MAX_LINE_BYTES, ChildOutput, Console, LineSplitter, LogFile
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import SupervisorRunner, pyc, sh, toml_str, wait_for
+from helpers import SupervisorRunner, free_port, pyc, sh, toml_str, wait_for
 
 from supervisor import logship, manager
 from supervisor.config import ConfigError, ManagerSpec, parse_plan
@@ -24,7 +24,6 @@ from supervisor.logship import PUSH_MAX_BYTES, Shipper, log_push_sender
 from supervisor.manager import Answer, ManagerClient, PermanentError, TransientError
 from supervisor.outbox import Call, Outbox
 from supervisor.prover.bench import BenchParser, parse_text
-from supervisor.prover.demo import free_port
 from supervisor.prover.devmanager import LOG_PUSH_LIMIT, DevManager
 from supervisor.redact import MASK, Redactor, looks_secret
 
@@ -160,7 +159,6 @@ def test_client_garbage_json_is_transient(canned: _CannedServer) -> None:
 
 
 def test_client_connection_refused_is_transient() -> None:
-    from supervisor.prover.demo import free_port
 
     client = ManagerClient(ManagerSpec(url=f"http://127.0.0.1:{free_port()}", label="C.unit",
                                        connect_timeout_s=0.5, read_timeout_s=0.5))

@@ -20,41 +20,36 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, SupervisorRunner, finish, sh, toml_list, wait_for
-from test_cgroups import (
-    MiB,
+from helpers import (
+    PY,
+    SupervisorRunner,
     alloc_script,
+    finish,
     first_line,
     in_cgroup_argv,
     one_verdict,
+    read_pid,
     run_in_cgroup,
+    shell,
     start_in_cgroup,
+    toml_list,
     v1_cgroup,
     v1_memory_cgroup_or_skip,
     verdict_lines,
 )
 
 from supervisor.cgroups import MemoryCgroup
+from supervisor.units import MIB as MiB
 from supervisor.units import parse_size
 
 OOM_LINE_RE = re.compile(r"OOM KILL in cgroup (\S+): oom_kill (\d+) → (\d+); ")
 PEAK_RE = re.compile(r" peak=(\d+(?:\.\d+)?)(B|KiB|MiB|GiB)\((phase|shared|none)\)")
 
 
-def shell(script: str) -> str:
-    """``sh()``, with ``$`` escaped from the config's own ``${VAR}`` / ``$$`` expansion."""
-    return sh(script.replace("$", "$$"))
-
-
 def peak_of(record: str) -> tuple[int, str]:
     match = PEAK_RE.search(record)
     assert match, f"no peak= in {record}"
     return parse_size(match.group(1) + match.group(2)), match.group(3)
-
-
-def pid_from(path: Path) -> int:
-    text = wait_for(lambda: path.exists() and path.read_text().strip(), timeout=15)
-    return int(str(text))
 
 
 def config(runner: SupervisorRunner, body: str, *, cgroups: str | None = None) -> Path:
@@ -146,21 +141,26 @@ command = {toml_list([PY, str(alloc)])}
     assert not cg.exists()
 
 
-def test_sigkill_from_outside_is_a_signal_not_an_oom_kill(sup: SupervisorRunner) -> None:
-    v1_memory_cgroup_or_skip()  # the verdict must know (not guess) that no OOM kill happened
-    pidfile = sup.tmp / "child.pid"
-    cfg = config(sup, f"""
+def sigkilled_from_outside(runner: SupervisorRunner, phase: str, *, cgroups: str | None = None) -> str:
+    """Run a phase (memory_max 64MiB) whose command this test SIGKILLs itself; the supervisor's output."""
+    pidfile = runner.tmp / "child.pid"
+    cfg = config(runner, f"""
 [[phases]]
-name = "victim"
+name = "{phase}"
 memory_max = "64MiB"
 command = {shell(f'echo $$ > {pidfile}; exec sleep 30')}
-""")
+""", cgroups=cgroups)
     started = time.monotonic()
-    proc = sup.start(cfg)
-    os.kill(pid_from(pidfile), signal.SIGKILL)
+    proc = runner.start(cfg)
+    os.kill(read_pid(pidfile, timeout=15), signal.SIGKILL)
     result = finish(proc, started, timeout=30)
-    out = result.output
-    assert result.returncode == 137, out
+    assert result.returncode == 137, result.output
+    return result.output
+
+
+def test_sigkill_from_outside_is_a_signal_not_an_oom_kill(sup: SupervisorRunner) -> None:
+    v1_memory_cgroup_or_skip()  # the verdict must know (not guess) that no OOM kill happened
+    out = sigkilled_from_outside(sup, "victim")
     record = one_verdict(out, "victim")
     assert " reason=signal " in record and " signal=SIGKILL " in record, record
     assert "oom_kills=" not in record and "oom=unknown" not in record, record
@@ -183,7 +183,7 @@ command = {shell(f'echo $$ > {pidfile}; exec sleep 30')}
 
         started = time.monotonic()
         proc = start_in_cgroup(sup, cfg, cg)
-        os.kill(pid_from(pidfile), signal.SIGKILL)
+        os.kill(read_pid(pidfile, timeout=15), signal.SIGKILL)
         result = finish(proc, started, timeout=30)
         out = result.output
         assert result.returncode == 137, out
@@ -247,19 +247,7 @@ def test_daemons_oom_kill_is_not_blamed_on_the_commands_descendants(sup: Supervi
 
 
 def test_cgroups_off_says_oom_unknown(sup: SupervisorRunner) -> None:
-    pidfile = sup.tmp / "child.pid"
-    cfg = config(sup, f"""
-[[phases]]
-name = "blind"
-memory_max = "64MiB"
-command = {shell(f'echo $$ > {pidfile}; exec sleep 30')}
-""", cgroups="off")
-    started = time.monotonic()
-    proc = sup.start(cfg)
-    os.kill(pid_from(pidfile), signal.SIGKILL)
-    result = finish(proc, started, timeout=30)
-    out = result.output
-    assert result.returncode == 137, out
+    out = sigkilled_from_outside(sup, "blind", cgroups="off")
     head = out.splitlines()[:3]
     assert any("memory evidence:" in line and "turned off" in line and "OOM kills are unknown" in line
                for line in head), head

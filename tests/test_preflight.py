@@ -15,16 +15,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import SupervisorRunner, sh, toml_list
-from test_cgroups import MiB, first_line, one_verdict, run_in_cgroup, v1_cgroup, verdict_lines
+from helpers import (
+    SupervisorRunner,
+    first_line,
+    one_verdict,
+    run_in_cgroup,
+    shell,
+    toml_list,
+    v1_cgroup,
+    verdict_lines,
+)
 
 from supervisor.cgroups import mem_total
+from supervisor.units import MIB as MiB
 
 DETAIL_RE = re.compile(r"needs min_memory=(\S+) \((\d+) bytes\) but only (\S+) \((\d+) bytes\) is available")
-
-
-def shell(script: str) -> str:
-    return sh(script.replace("$", "$$"))
 
 
 def refused_config(runner: SupervisorRunner, min_memory: str, started: Path, *, extra: str = "") -> Path:

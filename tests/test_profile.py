@@ -18,173 +18,43 @@ import subprocess
 import time
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-from conftest import PY, REPO, SupervisorRunner, kill_tree, pyc, wait_for
+from helpers import (
+    DROP_PREFIXES,
+    PY,
+    REPO,
+    Profile,
+    Run,
+    SupervisorRunner,
+    last_failure,
+    pid_alive,
+    pyc,
+    read,
+    started,
+    wait_for,
+)
 
 from supervisor.cgroups import mem_total
-from supervisor.exits import EXIT_ALREADY_RUNNING
-from supervisor.prover.demo import free_port
+from supervisor.exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_FAILURE
 from supervisor.prover.devmanager import DevManager
-from supervisor.units import parse_size
+from supervisor.units import GIB, parse_size
 
-GIB = 1 << 30
 PHASES = ["paramfetch", "warmup", "bench", "curio"]
 STATES = ["registered", "params_done", "bench_done", "running"]
-# The test runner's own environment must not steer the profile under test.
-DROP_PREFIXES = ("MANAGER_", "MIN_RATE", "VAST_", "CONTAINER_", "SUPERVISOR_", "STANDIN_", "CUZK_", "CURIO_",
-                 "BENCH_", "PROVER_", "FIL_PROOFS_", "SECTOR_SIZE", "MGR_", "API_TOKEN")
-
 DONE_RE = re.compile(r"\[supervisor\] phase (\S+): \S+ → done \((.*)\)$", re.M)
-STARTED_RE = re.compile(r"\[supervisor\] started (\S+): pid (\d+):", re.M)
 THROUGHPUT_RE = re.compile(r"\[bench/bench\] throughput:\s+([0-9.]+) proofs/min", re.M)
-
-
-@pytest.fixture(scope="module")
-def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The stand-ins under their real names, written by the CLI itself."""
-    target = tmp_path_factory.mktemp("standins") / "bin"
-    done = subprocess.run([PY, "-m", "supervisor", "standins", "--bin-dir", str(target)], capture_output=True,
-                          text=True, timeout=30, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    for name in ("curio", "cuzk-daemon", "cuzk-bench", "paramfetch", "c1.json"):
-        assert (target / name).exists(), done.stdout
-    return target
-
-
-@pytest.fixture
-def manager() -> Iterator[DevManager]:
-    """A dev-manager of the test's own, so its calls are the test's alone."""
-    dev = DevManager(port=0, quiet=True).start()
-    yield dev
-    dev.stop()
-
-
-@dataclass
-class Run:
-    returncode: int
-    output: str
-    pid: int
-
-
-@dataclass
-class Profile:
-    """One machine: a state dir, a log dir, a parameter cache, a label at the dev-manager."""
-
-    root: Path
-    bin_dir: Path
-    manager: DevManager
-    label: str
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / "state"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.root / "logs"
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
-        env.update({
-            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "MANAGER_URL": self.manager.url,
-            "VAST_CONTAINERLABEL": self.label,
-            "SUPERVISOR_STATE_DIR": str(self.state_dir),
-            "SUPERVISOR_LOG_DIR": str(self.log_dir),
-            "FIL_PROOFS_PARAMETER_CACHE": str(self.root / "params"),
-            "PROVER_MIN_MEMORY": "1GiB",
-            # Fitness on a machine with no GPU and a small disk: stand-ins need neither.
-            "PROVER_MIN_PARAM_DISK": "64MiB",
-            "PROVER_REQUIRE_GPUS": "false",
-            "CUZK_BASELINE": "1GiB",
-            "CUZK_PER_PARTITION": "512MiB",
-            "BENCH_C1": str(self.bin_dir / "c1.json"),
-            "STANDIN_SPEED": "0.1",
-            "STANDIN_RUN_SECONDS": "2",
-            "BENCH_COUNT": "4",
-            "CUZK_PORT": str(free_port()),
-            "CUZK_STATUS_PORT": str(free_port()),
-            "CURIO_PORT": str(free_port()),
-        })
-        env.update(extra)
-        return {k: v for k, v in env.items() if v is not None}
-
-    def start(self, *args: str, env: dict[str, str], name: str) -> tuple[subprocess.Popen[bytes], Path]:
-        console = self.root / f"{name}.txt"
-        with open(console, "wb") as out:
-            proc = subprocess.Popen([PY, "-m", "supervisor", "run", *args], stdout=out, stderr=subprocess.STDOUT,
-                                    env=env, cwd=REPO, start_new_session=True)
-        self.procs.append(proc)
-        return proc, console
-
-    def run(self, *args: str, env: dict[str, str] | None = None, name: str = "run", timeout: float = 40) -> Run:
-        proc, console = self.start(*args, env=env or self.env(), name=name)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
-            proc.wait(10)
-            pytest.fail(f"supervisor did not finish within {timeout}s:\n{read(console)[-6000:]}")
-        return Run(proc.returncode, read(console), proc.pid)
-
-    def instance(self) -> dict[str, Any]:
-        mine = [i for i in self.manager.state.snapshot()["instances"].values() if i["label"] == self.label]
-        assert len(mine) == 1, mine
-        return mine[0]
-
-    def calls(self, path: str) -> int:
-        return sum(1 for c in self.manager.state.snapshot()["calls"] if c["path"] == path)
-
-    def cleanup(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                kill_tree(proc.pid)
-                proc.wait(10)
-
-
-def read(path: Path) -> str:
-    return path.read_bytes().decode("utf-8", errors="replace")
 
 
 def done_phases(output: str) -> list[tuple[str, str]]:
     return DONE_RE.findall(output)
 
 
-def started(output: str) -> list[tuple[str, int]]:
-    return [(label, int(pid)) for label, pid in STARTED_RE.findall(output)]
-
-
-def verdict(output: str, phase: str) -> str:
-    lines = [line for line in output.splitlines() if "FAILED: phase=" in line and f"phase={phase} " in line]
-    assert lines, f"no FAILED line for {phase}:\n{output[-4000:]}"
-    return lines[-1]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def assert_all_gone(pids: list[int]) -> None:
-    wait_for(lambda: not any(map(alive, pids)), 5)
-
-
-_counter = iter(range(1_000_000))
-
-
-@pytest.fixture
-def profile(tmp_path: Path, bin_dir: Path, manager: DevManager) -> Iterator[Profile]:
-    prof = Profile(tmp_path, bin_dir, manager, f"C.profile-{os.getpid()}-{next(_counter)}")
-    yield prof
-    prof.cleanup()
+    wait_for(lambda: not any(map(pid_alive, pids)), 5)
 
 
 @dataclass
@@ -316,8 +186,8 @@ def test_default_preflight_refuses_the_warmup_on_a_small_machine(profile: Profil
     del env["PROVER_MIN_MEMORY"]
     run = profile.run(env=env)
     out = run.output
-    assert run.returncode == 1, out[-6000:]
-    line = verdict(out, "fitness")
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
+    line = last_failure(out, "fitness")
     assert "reason=insufficient_memory" in line and "phase warmup needs min_memory=128.0GiB" in line, line
     assert "phase paramfetch: pending → stopped" in out
     assert started(out) == [], "nothing may start on an unfit machine, the download least of all"
@@ -337,9 +207,9 @@ def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile)
     wrapper.chmod(0o755)
     run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
     out = run.output
-    assert run.returncode == 1, out[-6000:]
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
     assert "[warmup/warmup] status:    COMPLETED" in out
-    line = verdict(out, "bench")
+    line = last_failure(out, "bench")
     assert "child=bench " in line and "reason=bench_failed" in line and "2 FAILED" in line, line
     assert "failed:        2" in out  # cuzk-bench itself exited 0
     assert "started curio/" not in out
@@ -358,9 +228,9 @@ def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Profile) -
     wrapper.chmod(0o755)
     run = profile.run(env=profile.env(CUZK_BENCH_BIN=str(wrapper)))
     out = run.output
-    assert run.returncode == 1, out[-6000:]
+    assert run.returncode == EXIT_FAILURE, out[-6000:]
     assert "[warmup/warmup] status:    FAILED" in out
-    line = verdict(out, "warmup")
+    line = last_failure(out, "warmup")
     assert "child=warmup " in line and "reason=bench_failed" in line and "warm-up proof failed" in line, line
     assert "started bench/" not in out and "started curio/" not in out
     assert [name for name, _ in done_phases(out)] == ["paramfetch"]
@@ -539,7 +409,7 @@ def test_entrypoint_shim_passes_arguments(shim: Path, tmp_path: Path) -> None:
     bad.write_text("[[phases]]\nname = \"x\"\ncommand = [\"true\"]\nretries = -1\n")
     refused = subprocess.run(["sh", str(shim), "check", "--config", str(bad)], capture_output=True, text=True,
                              timeout=30, cwd=tmp_path, env=_shim_env())
-    assert refused.returncode == 2 and "retries" in refused.stderr, refused
+    assert refused.returncode == EXIT_CONFIG_ERROR and "retries" in refused.stderr, refused
 
 
 def test_entrypoint_shim_execs_and_defaults_to_run(shim: Path, sup: SupervisorRunner) -> None:

@@ -11,7 +11,6 @@ import contextlib
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
@@ -22,14 +21,16 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import (
+from helpers import (
     DROP_ENV,
     PY,
     REPO,
     Console,
     SupervisorRunner,
     clean_env,
+    free_port,
     kill_tree,
+    outbox_rows,
     sh,
     toml_list,
     toml_str,
@@ -37,7 +38,7 @@ from conftest import (
 )
 
 from supervisor.exits import EXIT_BENCH_REJECTED
-from supervisor.prover.demo import demo_config, free_port
+from supervisor.prover.demo import demo_config
 from supervisor.prover.devmanager import DevManager, DevManagerState, _Handler
 
 SPEED = "0.05"
@@ -89,12 +90,6 @@ def pushed(mgr: DevManager) -> dict[str, str]:
     logs = mgr.state.snapshot()["logs"]
     assert len(logs) <= 1, f"logs pushed under several uuids: {list(logs)}"
     return next(iter(logs.values()), {})
-
-
-def outbox_rows(sup: SupervisorRunner) -> list[tuple[int, str, str]]:
-    """(id, kind, state) of every call, read with sqlite3 as another process would."""
-    with sqlite3.connect(f"file:{sup.state_dir / 'outbox.sqlite3'}?mode=ro", uri=True, timeout=5) as db:
-        return db.execute("SELECT id, kind, state FROM calls ORDER BY id").fetchall()
 
 
 def fast_config(sup: SupervisorRunner, url: str, *, manager: str = "", params: str | None = None,

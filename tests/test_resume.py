@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,15 +20,14 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import Console, SupervisorRunner, sh, toml_str, wait_for
+from helpers import Console, SupervisorRunner, free_port, outbox_rows, sh, toml_str, wait_for
 
-from supervisor.prover.demo import demo_config, free_port
+from supervisor.process import STATE_DIR_ENV, TAG_ENV
+from supervisor.prover.demo import demo_config
 from supervisor.prover.devmanager import DevManager
 
 SPEED = 0.05
 STATES = ["registered", "params_done", "bench_done", "running"]
-TAG_ENV = "PROVER_SUPERVISOR_TAG"
-STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
 
 
 def left_behind(state_dir: Path, supervisor_pid: int | None = None) -> list[psutil.Process]:
@@ -89,11 +87,6 @@ def phase_state(sup: SupervisorRunner, name: str) -> str | None:
         return None
 
 
-def outbox_rows(sup: SupervisorRunner) -> list[tuple[int, str, str]]:
-    with sqlite3.connect(f"file:{sup.state_dir / 'outbox.sqlite3'}?mode=ro", uri=True, timeout=5) as db:
-        return db.execute("SELECT id, kind, state FROM calls WHERE kind != 'log' ORDER BY id").fetchall()
-
-
 def calls(mgr: DevManager, path: str) -> list[dict[str, Any]]:
     return [c for c in mgr.state.snapshot()["calls"] if c["path"] == path and c["status"] == 200]
 
@@ -134,7 +127,7 @@ def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
         run1.sigkill()
         partial = params(sup)
         assert sum(partial.values()) < 3 * 2097152, partial  # mid-fetch: not all bytes there
-        assert [kind for _, kind, state in outbox_rows(sup) if state == "pending"] == ["register"]
+        assert [kind for _, kind, state in outbox_rows(sup, logs=False) if state == "pending"] == ["register"]
         left1 = orphans(run1.pid)  # its fetch lives on: nothing above a SIGKILLed supervisor stops it
 
         # ---- run 2: the manager is up; the fetch runs again and completes; SIGKILL while the bench runs
@@ -149,7 +142,7 @@ def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
         assert all_dead(left1), f"run 1's fetch still runs beside run 2: {left1}"
         assert not left1 or "left by a supervisor that died without stopping them" in out, out
         assert len(instances(mgr)) == 1 and len(calls(mgr, "/register")) == 1
-        assert outbox_rows(sup)[0][1:] == ("register", "delivered")  # queued while the manager was down
+        assert outbox_rows(sup, logs=False)[0][1:] == ("register", "delivered")  # queued while the manager was down
         uuid = instances(mgr)[0]["uuid"]
         run2.sigkill()
         left2 = orphans(run2.pid)
@@ -181,7 +174,7 @@ def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
         assert all_dead(left3), f"run 3's curio or daemon still runs beside run 4: {left3}"
         assert not left3 or "left by a supervisor that died without stopping them" in out, out
         run4.wait_text("manager: running queued")
-        wait_for(lambda: outbox_rows(sup)[-1][1:] == ("running", "delivered"), 10, 0.05)
+        wait_for(lambda: outbox_rows(sup, logs=False)[-1][1:] == ("running", "delivered"), 10, 0.05)
         assert len(instances(mgr)) == 1 and instances(mgr)[0]["uuid"] == uuid
         assert len(calls(mgr, "/register")) == 1
         assert instances(mgr)[0]["state"] == "running"
@@ -206,7 +199,7 @@ def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
         os.kill(run5.pid, signal.SIGTERM)
         assert run5.finish() == 128 + signal.SIGTERM
         assert len(instances(mgr)) == 1 and len(calls(mgr, "/register")) == 1
-        assert not [row for row in outbox_rows(sup) if row[2] != "delivered"], outbox_rows(sup)
+        assert not [row for row in outbox_rows(sup, logs=False) if row[2] != "delivered"], outbox_rows(sup, logs=False)
         # Nothing repeated in effect: the manager went through each state once. (A call delivered twice in a
         # row, at least once, is fine; a resumed bench's bench-done moving a running instance back is not.)
         changes = [s for i, s in enumerate(history(mgr)) if i == 0 or history(mgr)[i - 1] != s]

@@ -13,8 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import PY, SupervisorRunner, toml_list, toml_str
-from test_cgroups import first_line, one_verdict, seconds_between, verdict_lines
+from helpers import PY, SupervisorRunner, first_line, one_verdict, seconds_between, toml_list, toml_str, verdict_lines
 
 from supervisor.stall import STALL_CHECK_MAX_S, STALL_CHECK_MIN_S, StallWatch, check_interval, tree_size
 

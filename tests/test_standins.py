@@ -14,7 +14,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -22,22 +21,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import PY, REPO, free_port, is_listening, standin_env
 
-ROOT = Path(__file__).resolve().parents[1]
-PY = sys.executable
-FAST = "0.05"
 PROOF_LINE = re.compile(
     r"^  \[(\d+)/(\d+)\] (COMPLETED|FAILED|CANCELLED|TIMEOUT) — \d+\.\ds \(prove=\d+ ms, queue=\d+ ms\)$"
 )
-
-
-def standin_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("STANDIN_", "GOLOG_", "CURIO_", "CUZK_")) and k != "TRUST_PARAMS"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["STANDIN_SPEED"] = FAST
-    env.update(extra)
-    return env
 
 
 def command(module: str, *args: str) -> list[str]:
@@ -46,29 +34,15 @@ def command(module: str, *args: str) -> list[str]:
 
 def run_standin(module: str, *args: str, env: dict[str, str],
                 timeout: float = 15) -> subprocess.CompletedProcess:
-    return subprocess.run(command(module, *args), env=env, cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run(command(module, *args), env=env, cwd=REPO, capture_output=True, text=True,
                           encoding="utf-8", timeout=timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def is_listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class Proc:
     """A running stand-in whose merged output is collected line by line by a thread."""
 
     def __init__(self, module: str, args: tuple[str, ...], env: dict[str, str]) -> None:
-        self.popen = subprocess.Popen(command(module, *args), env=env, cwd=ROOT, stdout=subprocess.PIPE,
+        self.popen = subprocess.Popen(command(module, *args), env=env, cwd=REPO, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, encoding="utf-8")
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()

@@ -8,12 +8,7 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import SupervisorRunner, pid_alive, py_script, toml_str, wait_for
-
-
-def read_pid(path: Path, timeout: float = 20) -> int:
-    wait_for(path.exists, timeout=timeout)
-    return int(path.read_text())
+from helpers import SupervisorRunner, pid_alive, py_script, read_pid, toml_str, wait_for
 
 
 def descendants(pid: int) -> list[int]:

@@ -26,15 +26,8 @@ that directory exists; later starts load it; ``CUZK_DISABLE_PCE=1`` turns it off
 proof prints ``TIMELINE,<ms since start>,<event>,<job>,<detail>`` lines. ``GET /status`` on
 status_listen answers JSON with ``memory``, ``pipelines``, ``gpu_workers``, ``counters``.
 
-Generations (``STANDIN_CUZK_GENERATION``): ``unified`` (the default: daemons from 13 Mar 2026, as
-above) or ``partition-workers`` (alias ``feb-2026``: the builds from Feb to 13 Mar 2026, the seeds'
-image). Those have NO status API: ``status_listen`` is a key they do not know, ignored like every
-unknown key, so ready can only mean a connect to listen; ``[memory] total_budget`` is ignored and
-``[synthesis] partition_workers`` (default 1 here) is obeyed: at most pw proofs synthesize at once,
-each at a peak of ``STANDIN_PW_BASELINE`` + ``STANDIN_PW_PER_WORKER`` × pw (default 69 GiB + 20 GiB
-× pw, logged at start); with ``STANDIN_DAEMON_MEMORY`` (size) set below that peak the daemon is
-SIGKILLed at its first synthesis, as the seeds' instance was OOM-killed. ``[memory] pinned_budget``
-and ``working_memory_budget`` are logged, nothing more.
+Generations (``STANDIN_CUZK_GENERATION``, ``unified`` or ``partition-workers``): see cuzk_generations.
+The HTTP servers and their routes: cuzk_http.
 
 Signals: SIGINT: graceful shutdown (in-flight proofs answer CANCELLED, servers closed, exit
 0; a second SIGINT exits 130 at once). SIGTERM: default action, dies at once, no cleanup.
@@ -53,47 +46,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
-import socket
-import socketserver
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 from . import common
+from . import cuzk_generations as generations
+from .cuzk_generations import GIB
+from .cuzk_http import Server, make_server
 
 DEFAULT_LISTEN = "http://127.0.0.1:9820"
 DEFAULT_STATUS = "127.0.0.1:9821"
 DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
 PCE_FILE = "pce-porep-32g.bin"
 MAIN_NAP_S = 0.1
-GIB = 1024**3
 SRS_BYTES = 44 * GIB
 PCE_BYTES = 26 * GIB
 PARTITION_BYTES = int(13.6 * GIB)
 LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
 COLORS = {"trace": "35", "debug": "34", "info": "32", "warn": "33", "error": "31"}
-
-
-# STANDIN_CUZK_GENERATION: "unified" (from 13 Mar 2026, the default) or "partition-workers" (Feb–13 Mar 2026).
-UNIFIED_GENERATION = "unified"
-PW_GENERATION = "partition-workers"
-GENERATION_ALIASES = {"unified": UNIFIED_GENERATION, "partition-workers": PW_GENERATION, "feb-2026": PW_GENERATION}
-PW_BASELINE = 69 * GIB
-PW_PER_WORKER = 20 * GIB
-# Not in the facts: the stand-in's own choice when the key is absent.
-DEFAULT_PARTITION_WORKERS = 1
-
-
-def generation() -> str:
-    raw = os.environ.get("STANDIN_CUZK_GENERATION", "").strip().lower() or UNIFIED_GENERATION
-    if raw not in GENERATION_ALIASES:
-        raise common.UsageError(f"STANDIN_CUZK_GENERATION={raw!r}: expected unified, partition-workers or feb-2026")
-    return GENERATION_ALIASES[raw]
 
 
 class Interrupted(Exception):
@@ -117,77 +92,6 @@ class Log:
                    f"\x1b[2m{target}\x1b[0m\x1b[2m:\x1b[0m {msg}")
 
 
-class _Server(common.QuietHangups, ThreadingHTTPServer):
-    daemon_threads = True
-    role = "main"
-    owner: Daemon
-
-    def server_bind(self) -> None:  # skip HTTPServer's getfqdn lookup
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = "localhost", 0
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-class _UnixServer(_Server):
-    address_family = socket.AF_UNIX
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        request, _ = self.socket.accept()
-        return request, ("unix", 0)
-
-
-def make_server(addr: tuple[str, Any], role: str, owner: Daemon) -> _Server:
-    kind, where = addr
-    cls: type[_Server]
-    if kind == "unix":
-        os.makedirs(os.path.dirname(where) or ".", exist_ok=True)
-        if os.path.exists(where):
-            os.unlink(where)  # a stale socket left by a SIGTERM'd daemon
-        cls = _UnixServer
-    else:
-        cls = _Server6 if ":" in where[0] else _Server
-    server = cls(where, _Handler)
-    server.role = role
-    server.owner = owner
-    return server
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "cuzk-daemon-standin"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def send_json(self, code: int, obj: Any) -> None:
-        body = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        if common.silenced():
-            common.sleep_forever()
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if self.server.role == "status" and path in ("/status", ""):
-            self.send_json(200, self.server.owner.status())
-        else:
-            self.send_json(404, {"error": f"not found: {self.path}"})
-
-    def do_POST(self) -> None:
-        if common.silenced():
-            common.sleep_forever()
-        if self.server.role == "main" and self.path.split("?", 1)[0] == "/prove":
-            self.server.owner.prove(self)
-        else:
-            self.send_json(404, {"error": f"not found: {self.path}"})
-
-
 class Daemon:
     """Config, simulated state, servers."""
 
@@ -198,7 +102,7 @@ class Daemon:
         self.lock = threading.Lock()
         self.pce_lock = threading.Lock()
         self.stop = threading.Event()
-        self.servers: list[_Server] = []
+        self.servers: list[Server] = []
         self.unix_paths: list[str] = []
         self.received = self.completed = self.failed = self.cancelled = 0
         self.in_flight = self.queued = self.busy = 0
@@ -208,7 +112,7 @@ class Daemon:
         self.pce_s = common.env_seconds("STANDIN_PCE_S", 0.5)
         self.pce_disabled = os.environ.get("CUZK_DISABLE_PCE", "").strip() not in ("", "0", "false")
         self.version = os.environ.get("STANDIN_CUZK_VERSION", "").strip() or "0.1.0"
-        self.generation = generation()
+        self.generation = generations.generation()
 
     # ------------------------------------------------------------ startup
 
@@ -256,48 +160,29 @@ class Daemon:
         self.pipeline_enabled = bool(pipeline.get("enabled", True))
         self.synthesis_concurrency = pipeline.get("synthesis_concurrency", 1)
         self.partition_workers: int | None = None
-        if self.generation == PW_GENERATION:
+        self.pw: generations.PartitionWorkers | None = None
+        if self.generation == generations.PW_GENERATION:
             self._load_partition_workers(synthesis, memory)
             return
         self.budget = self._budget(memory.get("total_budget", "auto"), memory.get("safety_margin", "5GiB"))
-        pw = synthesis.get("partition_workers")
-        if pw is not None:
-            if os.environ.get("STANDIN_CUZK_LEGACY_PW", "").strip() in ("1", "true", "yes"):
-                self.partition_workers = int(pw)
-                self.log("info", f"synthesis: partition_workers={pw} "
-                                 f"(estimated peak RSS ~ {69 + 20 * int(pw)} GiB)")
-            else:
-                self.log("warn", "[synthesis] partition_workers is deprecated and ignored; "
-                                 "memory is governed by [memory] total_budget")
+        self.partition_workers = generations.legacy_partition_workers(synthesis, self.log)
 
     def _load_partition_workers(self, synthesis: dict[str, Any], memory: dict[str, Any]) -> None:
-        """A Feb–13 Mar 2026 build: no status API (status_listen is a key it does not know, so it
-        is ignored, as every unknown key), no unified budget (total_budget ignored), and
-        ``partition_workers`` sets the memory peak: pw_baseline + pw_per_worker × pw."""
+        """A Feb–13 Mar 2026 build (cuzk_generations): no status API (status_listen is a key it does
+        not know, so it is ignored, as every unknown key), no unified budget (total_budget ignored),
+        and ``partition_workers`` sets the memory peak."""
         self.status_listen = None
         self.budget = 0
-        pw = synthesis.get("partition_workers", DEFAULT_PARTITION_WORKERS)
-        if not isinstance(pw, int) or pw < 1:
-            raise StartupError(f"invalid [synthesis] partition_workers {pw!r}")
-        self.partition_workers = pw
-        self.pw_sem = threading.Semaphore(pw)
-        for key in ("pinned_budget", "working_memory_budget"):
+        try:
+            self.pw = generations.PartitionWorkers(synthesis)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        self.partition_workers = self.pw.count
+        for key in generations.LOGGED_MEMORY_KEYS:
             if key in memory:
                 self.log("info", f"memory: {key} = {memory[key]}")
-        peak = self.pw_peak()
-        self.log("info", f"synthesis: partition_workers={pw} (estimated peak RSS ~ {common.human_bytes(peak)})")
-
-    def pw_peak(self) -> int:
-        base = common.env_size("STANDIN_PW_BASELINE", PW_BASELINE)
-        per = common.env_size("STANDIN_PW_PER_WORKER", PW_PER_WORKER)
-        return base + per * (self.partition_workers or 0)
-
-    def _oom_if_over_memory(self, job: str) -> None:
-        """The seeds' failure: a peak above the machine's memory gets the daemon OOM-killed mid-proof."""
-        machine = common.env_size("STANDIN_DAEMON_MEMORY", 0)
-        if machine and self.pw_peak() > machine:
-            self.timeline("synth_oom", job, f"peak={self.pw_peak()} memory={machine}")
-            os.kill(os.getpid(), signal.SIGKILL)
+        self.log("info", f"synthesis: partition_workers={self.pw.count} "
+                         f"(estimated peak RSS ~ {common.human_bytes(self.pw.peak())})")
 
     def _budget(self, total: Any, margin: Any) -> int:
         try:
@@ -367,14 +252,7 @@ class Daemon:
         ms = int((time.monotonic() - self.t0) * 1000)
         common.out(f"TIMELINE,{ms},{event},{job},{detail}")
 
-    def prove(self, handler: _Handler) -> None:
-        try:
-            length = int(handler.headers.get("Content-Length") or 0)
-            body = json.loads(handler.rfile.read(length) or b"{}") if length else {}
-        except (ValueError, OSError):
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
+    def prove(self, body: dict[str, Any], answer: Callable[[dict[str, Any]], None]) -> None:
         kind = str(body.get("type") or "porep")
         with self.lock:
             self.received += 1
@@ -395,7 +273,7 @@ class Daemon:
             else:
                 self.failed += 1
             completed = self.completed
-        handler.send_json(200, result)
+        answer(result)
         if status == "COMPLETED":
             self.timeline("completed", job, f"prove_ms={result['prove_ms']}")
             self.log("info", f"proof completed job={job} type={kind} prove_ms={result['prove_ms']} "
@@ -447,16 +325,10 @@ class Daemon:
     def _synthesize(self) -> bool:
         """False when a shutdown cut it short. A partition-workers build synthesizes at most
         ``partition_workers`` proofs at once, each at its memory peak."""
-        if self.partition_workers is None or self.generation != PW_GENERATION:
+        if self.pw is None:
             return not self.stop.wait(self.proof_s * 0.4)
-        while not self.pw_sem.acquire(timeout=0.02):
-            if self.stop.is_set():
-                return False
-        try:
-            self._oom_if_over_memory("synthesis")
-            return not self.stop.wait(self.proof_s * 0.4)
-        finally:
-            self.pw_sem.release()
+        return self.pw.synthesize(self.stop, self.proof_s * 0.4,
+                                  lambda detail: self.timeline("synth_oom", "synthesis", detail))
 
     def _maybe_extract_pce(self, job: str) -> None:
         if self.pce_disabled or self.pce_loaded:
@@ -552,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         common.setup("cuzk-daemon")
-        generation()
+        generations.generation()
     except common.UsageError as exc:
         common.err(f"error: {exc}")
         return 2

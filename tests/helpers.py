@@ -1,0 +1,659 @@
+"""The tests' shared helpers: plain functions and constants (tests/conftest.py holds the fixtures).
+
+Run the real supervisor as a real process against real children, write its config, read its
+console (verdict lines, stamps), wait on processes and pid files, make v1 memory cgroups, and
+drive the built-in prover profile. Every test module imports what it shares from here, never
+from another test module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from supervisor.prover.devmanager import DevManager
+from supervisor.units import MIB as MiB
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ================================================================ config text
+
+
+def toml_str(text: str) -> str:
+    """A TOML basic string holding ``text`` exactly (newlines and other controls escaped)."""
+    out = text.replace("\\", "\\\\").replace('"', '\\"')
+    for ch in sorted({c for c in out if ord(c) < 0x20 or ord(c) == 0x7F}):
+        out = out.replace(ch, {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch, f"\\u{ord(ch):04x}"))
+    return '"' + out + '"'
+
+
+def toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(toml_str(i) for i in items) + "]"
+
+
+def sh(script: str) -> str:
+    """A TOML command array that runs ``script`` with /bin/sh."""
+    return toml_list(["sh", "-c", script])
+
+
+def shell(script: str) -> str:
+    """Like ``sh()``, with every ``$`` escaped from the config's own ``${VAR}`` / ``$$`` expansion."""
+    return sh(script.replace("$", "$$"))
+
+
+def pyc(code: str) -> str:
+    """A TOML command array that runs Python ``code``."""
+    return toml_list([PY, "-c", textwrap.dedent(code)])
+
+
+# Written into scripts that need it: a pid file appears whole or not at all.
+WRITE_PID = """
+import os as _os
+def write_pid(path, pid=None):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(pid or _os.getpid()))
+    _os.replace(tmp, path)
+"""
+
+
+def py_script(tmp: Path, name: str, code: str, *args: object) -> str:
+    """Write Python ``code`` (with ``write_pid``) to a file; return the TOML argv that runs it."""
+    path = tmp / f"{name}.py"
+    path.write_text(WRITE_PID + textwrap.dedent(code))
+    return toml_list([PY, str(path), *map(str, args)])
+
+
+# ================================================================ the supervisor as a process
+
+@dataclass
+class Result:
+    returncode: int
+    output: str
+    duration: float
+
+
+class SupervisorRunner:
+    """Writes a config under tmp_path and runs ``python -m supervisor`` on it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.state_dir = tmp_path / "state"
+        self.log_dir = tmp_path / "logs"
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def header(self, stop_grace_s: float = 2, extra: str = "") -> str:
+        return textwrap.dedent(f"""\
+            [supervisor]
+            state_dir = {toml_str(str(self.state_dir))}
+            log_dir = {toml_str(str(self.log_dir))}
+            stop_grace_s = {stop_grace_s}
+            {extra}
+            """)
+
+    def write(self, body: str, *, stop_grace_s: float = 2, name: str = "config.toml", header: bool = True) -> Path:
+        path = self.tmp / name
+        path.write_text((self.header(stop_grace_s) if header else "") + textwrap.dedent(body))
+        return path
+
+    def argv(self, config: Path, *, pid1: bool = False) -> list[str]:
+        cmd = [PY, "-m", "supervisor", "run", "--config", str(config)]
+        if pid1:
+            cmd = ["unshare", "--pid", "--fork", "--mount-proc", *cmd]
+        return cmd
+
+    def start(self, config: Path, *, pid1: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            # Children's bytes pass through unchanged: decode leniently, a test may print binary.
+            self.argv(config, pid1=pid1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace",
+            env={**os.environ, **(env or {})}, cwd=REPO, start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def run(self, config: Path, *, timeout: float = 60, pid1: bool = False,
+            env: dict[str, str] | None = None) -> Result:
+        started = time.monotonic()
+        return finish(self.start(config, pid1=pid1, env=env), started, timeout)
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait(10)
+
+
+# What the test runner's environment must not leak into a supervisor under test.
+DROP_ENV = ("MANAGER_URL", "MIN_RATE", "VAST_CONTAINERLABEL", "CONTAINER_ID", "SUPERVISOR_CONFIG")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV and not k.startswith("STANDIN_")}
+    env.update(extra or {})
+    return env
+
+
+class Console:
+    """A supervisor whose console goes to a file, so a test can watch it while it runs."""
+
+    def __init__(self, sup: SupervisorRunner, config: Path, name: str = "console", env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.path = sup.tmp / f"{name}.txt"
+        with open(self.path, "wb") as out:
+            self.proc = subprocess.Popen([*sup.argv(config), *args], stdout=out, stderr=subprocess.STDOUT,
+                                         env=clean_env(env), cwd=REPO, start_new_session=True)
+        sup.procs.append(self.proc)  # type: ignore[arg-type]
+        self.pid = self.proc.pid
+
+    def text(self) -> str:
+        return read(self.path)
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.text().splitlines()[-n:])
+
+    def wait_text(self, needle: str, timeout: float = 30) -> None:
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.05)
+        if needle not in self.text():
+            pytest.fail(f"no {needle!r} within {timeout}s (exit status {self.proc.poll()}); console:\n{self.tail()}")
+
+    def finish(self, timeout: float = 40) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(self.pid)
+            self.proc.wait(10)
+            pytest.fail(f"supervisor did not finish within {timeout}s; console:\n{self.tail()}")
+
+    def sigkill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def finish(proc: subprocess.Popen[str], started: float, timeout: float = 60) -> Result:
+    """Wait for a supervisor started at ``started`` and collect its output; fail (killing it) past ``timeout``."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, _ = proc.communicate()
+        pytest.fail(f"supervisor did not finish within {timeout}s; output:\n{out}")
+    return Result(proc.returncode, out, time.monotonic() - started)
+
+
+# ================================================================ processes, pid files, ports
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process, its group and its descendants (test cleanup only)."""
+    try:
+        parent = psutil.Process(pid)
+        procs = [parent, *parent.children(recursive=True)]
+    except psutil.Error:
+        procs = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def can_unshare() -> str | None:
+    """None if ``unshare --pid --fork --mount-proc`` works here, else why not."""
+    if shutil.which("unshare") is None:
+        return "unshare(1) is not installed"
+    if os.geteuid() != 0:
+        return "not root: cannot create a PID namespace"
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"unshare --pid failed: {probe.stderr.strip()}"
+    return None
+
+
+needs_unshare = pytest.mark.skipif(can_unshare() is not None, reason=f"no PID namespace: {can_unshare()}")
+
+
+def read_pid(path: Path, timeout: float = 20) -> int:
+    """The pid a child wrote to ``path``, once the file holds one."""
+    text = wait_for(lambda: path.exists() and path.read_text().strip(), timeout=timeout)
+    return int(str(text))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def is_listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def read(path: Path) -> str:
+    """A console file as text (children's bytes pass through unchanged: decoded leniently)."""
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+# ================================================================ the console: verdict lines and stamps
+
+# ``HH:MM:SS.mmm [supervisor] FAILED: phase=... reason=...`` (or ``ended:``): one per child that ended.
+VERDICT_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] (FAILED|ended): (phase=.*)$")
+FIELD_RE = re.compile(r"(\w+)=('[^']*'|\S+)")
+CLOCK_RE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) ")
+
+
+def verdict_lines(output: str, phase: str | None = None, child: str | None = None,
+                  kind: str | None = None) -> list[str]:
+    """The verdict records the supervisor logged (``phase=... reason=...``), in order; optionally only
+    those of one phase, one child, one kind (``FAILED`` or ``ended``)."""
+    found = []
+    for line in output.splitlines():
+        match = VERDICT_RE.match(line)
+        if not match or (kind is not None and match.group(1) != kind):
+            continue
+        record = match.group(2)
+        if phase is not None and not record.startswith(f"phase={phase} "):
+            continue
+        if child is not None and f" child={child} " not in record:
+            continue
+        found.append(record)
+    return found
+
+
+def one_verdict(output: str, phase: str, child: str | None = None, kind: str | None = None) -> str:
+    lines = verdict_lines(output, phase, child, kind)
+    assert len(lines) == 1, f"expected one {kind or ''} verdict for {phase}/{child}, got {lines}; output:\n{output}"
+    return lines[0]
+
+
+def last_failure(output: str, phase: str) -> str:
+    """The last ``FAILED`` record of ``phase``."""
+    lines = verdict_lines(output, phase, kind="FAILED")
+    assert lines, f"no FAILED line for {phase}:\n{output[-4000:]}"
+    return lines[-1]
+
+
+def verdict_fields(record: str) -> dict[str, str]:
+    """A verdict record's ``key=value`` pairs (a quoted value without its quotes)."""
+    return {key: value.strip("'") for key, value in FIELD_RE.findall(record)}
+
+
+def verdicts(output: str, kind: str = "FAILED") -> list[dict[str, str]]:
+    """The verdicts of one kind, as dicts."""
+    return [verdict_fields(record) for record in verdict_lines(output, kind=kind)]
+
+
+def failure(output: str) -> dict[str, str]:
+    """The last ``FAILED`` verdict, as a dict."""
+    found = verdicts(output, "FAILED")
+    assert found, f"no FAILED verdict in:\n{output}"
+    return found[-1]
+
+
+def first_line(output: str, needle: str) -> str:
+    for line in output.splitlines():
+        if needle in line:
+            return line
+    raise AssertionError(f"no line with {needle!r} in output:\n{output}")
+
+
+def clock_of(line: str) -> float:
+    """Seconds since midnight of a console line's ``HH:MM:SS.mmm`` stamp."""
+    match = CLOCK_RE.match(line)
+    assert match, f"no timestamp in {line!r}"
+    h, m, s, ms = (int(g) for g in match.groups())
+    return h * 3600 + m * 60 + s + ms / 1000
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    """Time between two console lines by their stamps (a run that crosses midnight still counts right)."""
+    return (clock_of(later) - clock_of(earlier)) % 86400
+
+
+# ================================================================ the outbox
+
+def outbox_rows(sup: SupervisorRunner, *, logs: bool = True) -> list[tuple[int, str, str]]:
+    """(id, kind, state) of every call (without the log pushes unless ``logs``), read with sqlite3 as
+    another process would."""
+    where = "" if logs else "WHERE kind != 'log' "
+    with sqlite3.connect(f"file:{sup.state_dir / 'outbox.sqlite3'}?mode=ro", uri=True, timeout=5) as db:
+        return db.execute(f"SELECT id, kind, state FROM calls {where}ORDER BY id").fetchall()
+
+
+# ================================================================ tmpfs mounts (root)
+
+def mount_tmpfs(where: Path, size: str) -> str | None:
+    """Mount a tmpfs of ``size`` on ``where``; None, or why it cannot be done here."""
+    if os.geteuid() != 0:
+        return "not root: cannot mount a tmpfs"
+    if shutil.which("mount") is None:
+        return "mount(8) is not installed"
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    return None if done.returncode == 0 else f"mount -t tmpfs failed: {done.stderr.strip()}"
+
+
+def unmount(where: Path) -> None:
+    """Unmount ``where``, lazily if something still holds it."""
+    if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` on ``where`` for the ``with`` block (skips the test where none can be mounted)."""
+    why = mount_tmpfs(where, size)
+    if why is not None:
+        pytest.skip(why)
+    try:
+        yield where
+    finally:
+        unmount(where)
+
+
+# ================================================================ memory cgroups (v1, real)
+
+V1_MOUNT = Path("/sys/fs/cgroup/memory")
+
+# Allocates 4 MiB at a time, every byte written, until killed; gives up (exit 3) at 1 GiB, so a
+# limit that is not applied can never put the machine at risk.
+ALLOC_CODE = textwrap.dedent("""\
+    import sys
+    chunks = []
+    while len(chunks) < 256:
+        chunks.append(b"x" * (4 << 20))
+    print("allocated 1 GiB without being stopped", flush=True)
+    sys.exit(3)
+    """)
+
+
+def alloc_script(tmp: Path, name: str = "alloc.py") -> Path:
+    path = tmp / name
+    path.write_text(ALLOC_CODE)
+    return path
+
+
+def own_v1_memory_cgroup() -> Path | None:
+    """This process's v1 memory cgroup directory, from /proc/self/cgroup (None if there is no such line)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _hierarchy, _, rest = line.partition(":")
+        controllers, _, rel = rest.partition(":")
+        if "memory" in controllers.split(","):
+            return V1_MOUNT / rel.lstrip("/")
+    return None
+
+
+@functools.cache
+def _probe_v1() -> tuple[Path | None, str]:
+    if os.geteuid() != 0:
+        return None, "not root: cannot create v1 memory cgroups"
+    base = own_v1_memory_cgroup()
+    if base is None:
+        return None, "no v1 memory controller line in /proc/self/cgroup"
+    if not (base / "memory.oom_control").exists():
+        return None, f"{base}/memory.oom_control does not exist (v1 memory controller not mounted there)"
+    probe = base / f"pytest-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except OSError as exc:
+        return None, f"cannot create a child cgroup under {base}: {exc.strerror or exc}"
+    problem = None
+    try:
+        (probe / "memory.limit_in_bytes").write_text(str(64 * MiB))
+        if int((probe / "memory.limit_in_bytes").read_text()) != 64 * MiB:
+            problem = f"memory.limit_in_bytes under {base} does not take a limit"
+    except (OSError, ValueError) as exc:
+        problem = f"cannot set a limit in a child cgroup under {base}: {exc}"
+    try:
+        probe.rmdir()
+    except OSError as exc:
+        problem = problem or f"cannot remove the child cgroup {probe}: {exc.strerror or exc}"
+    if problem is not None:
+        return None, problem
+    return base, f"v1 memory cgroup {base} is writable"
+
+
+def v1_memory_cgroup_or_skip() -> Path:
+    """This process's own v1 memory cgroup, once a child cgroup was really made (with a limit) and removed there.
+
+    Skips the calling test, with the reason printed (pytest -ra), where that is not possible.
+    """
+    base, why = _probe_v1()
+    if base is None:
+        print(f"skipping: {why}")
+        pytest.skip(f"no writable v1 memory cgroup: {why}")
+    return base
+
+
+def remove_cgroup(path: Path, timeout: float = 10.0) -> None:
+    """Remove a test cgroup: its sub-cgroups first, any process left moved out to the parent, then rmdir."""
+    if not path.is_dir():
+        return
+    for sub in [p for p in path.iterdir() if p.is_dir()]:
+        remove_cgroup(sub, timeout)
+    parent_procs = path.parent / "cgroup.procs"
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError):
+            for pid in (path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    parent_procs.write_text(pid)
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def v1_cgroup(name: str, limit: int) -> Iterator[Path]:
+    """A child v1 memory cgroup of ours with ``memory.limit_in_bytes = limit``; removed afterwards."""
+    assert limit <= 300 * MiB, "keep test limits small"
+    base = v1_memory_cgroup_or_skip()
+    path = base / f"pytest-{name}-{os.getpid()}"
+    remove_cgroup(path)  # a leftover of an interrupted run
+    path.mkdir()
+    try:
+        (path / "memory.limit_in_bytes").write_text(str(limit))
+        yield path
+    finally:
+        remove_cgroup(path)
+
+
+def in_cgroup_argv(cgroup: Path, argv: list[str]) -> list[str]:
+    """``argv`` run by a shell that first moves itself into ``cgroup`` (so everything it execs is counted there)."""
+    script = f"echo $$ > {shlex.quote(str(cgroup / 'cgroup.procs'))} && exec \"$@\""
+    return ["sh", "-c", script, "sh", *argv]
+
+
+def start_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
+    """Start ``python -m supervisor run`` inside ``cgroup`` (before it starts any child)."""
+    proc = subprocess.Popen(
+        in_cgroup_argv(cgroup, runner.argv(config)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO, start_new_session=True,
+    )
+    runner.procs.append(proc)
+    return proc
+
+
+def run_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path, timeout: float = 60) -> Result:
+    started = time.monotonic()
+    return finish(start_in_cgroup(runner, config, cgroup), started, timeout)
+
+
+# ================================================================ GPUs
+
+def real_nvml_error() -> Exception | None:
+    """What the real pynvml raises from nvmlInit here (None: NVML works, there is a driver)."""
+    pynvml = pytest.importorskip("pynvml", reason="pynvml (nvidia-ml-py) is not installed")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return exc
+    pynvml.nvmlShutdown()
+    return None
+
+
+# ================================================================ the stand-ins and the built-in prover profile
+
+# STANDIN_SPEED for the tests: every stand-in delay scaled down to a twentieth.
+STANDIN_FAST = "0.05"
+
+
+def standin_env(**extra: str) -> dict[str, str]:
+    """An environment for a stand-in run by hand: none of the runner's own knobs, the repo importable, fast."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("STANDIN_", "GOLOG_", "CURIO_", "CUZK_")) and k != "TRUST_PARAMS"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["STANDIN_SPEED"] = STANDIN_FAST
+    env.update(extra)
+    return env
+
+
+# The test runner's own environment must not steer the profile under test.
+DROP_PREFIXES = ("MANAGER_", "MIN_RATE", "VAST_", "CONTAINER_", "SUPERVISOR_", "STANDIN_", "CUZK_", "CURIO_",
+                 "BENCH_", "PROVER_", "FIL_PROOFS_", "SECTOR_SIZE", "MGR_", "API_TOKEN")
+
+STARTED_RE = re.compile(r"\[supervisor\] started (\S+): pid (\d+):", re.M)
+
+
+def started(output: str) -> list[tuple[str, int]]:
+    """(label, pid) of every child the supervisor said it started, in order."""
+    return [(label, int(pid)) for label, pid in STARTED_RE.findall(output)]
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    pid: int
+
+
+@dataclass
+class Profile:
+    """One machine: a state dir, a log dir, a parameter cache, a label at the dev-manager."""
+
+    root: Path
+    bin_dir: Path
+    manager: DevManager
+    label: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "logs"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
+        env.update({
+            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "MANAGER_URL": self.manager.url,
+            "VAST_CONTAINERLABEL": self.label,
+            "SUPERVISOR_STATE_DIR": str(self.state_dir),
+            "SUPERVISOR_LOG_DIR": str(self.log_dir),
+            "FIL_PROOFS_PARAMETER_CACHE": str(self.root / "params"),
+            "PROVER_MIN_MEMORY": "1GiB",
+            # Fitness on a machine with no GPU and a small disk: stand-ins need neither.
+            "PROVER_MIN_PARAM_DISK": "64MiB",
+            "PROVER_REQUIRE_GPUS": "false",
+            "CUZK_BASELINE": "1GiB",
+            "CUZK_PER_PARTITION": "512MiB",
+            "BENCH_C1": str(self.bin_dir / "c1.json"),
+            "STANDIN_SPEED": "0.1",
+            "STANDIN_RUN_SECONDS": "2",
+            "BENCH_COUNT": "4",
+            "CUZK_PORT": str(free_port()),
+            "CUZK_STATUS_PORT": str(free_port()),
+            "CURIO_PORT": str(free_port()),
+        })
+        env.update(extra)
+        return {k: v for k, v in env.items() if v is not None}
+
+    def start(self, *args: str, env: dict[str, str], name: str) -> tuple[subprocess.Popen[bytes], Path]:
+        console = self.root / f"{name}.txt"
+        with open(console, "wb") as out:
+            proc = subprocess.Popen([PY, "-m", "supervisor", "run", *args], stdout=out, stderr=subprocess.STDOUT,
+                                    env=env, cwd=REPO, start_new_session=True)
+        self.procs.append(proc)
+        return proc, console
+
+    def run(self, *args: str, env: dict[str, str] | None = None, name: str = "run", timeout: float = 40) -> Run:
+        proc, console = self.start(*args, env=env or self.env(), name=name)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.wait(10)
+            pytest.fail(f"supervisor did not finish within {timeout}s:\n{read(console)[-6000:]}")
+        return Run(proc.returncode, read(console), proc.pid)
+
+    def instance(self) -> dict[str, Any]:
+        mine = [i for i in self.manager.state.snapshot()["instances"].values() if i["label"] == self.label]
+        assert len(mine) == 1, mine
+        return mine[0]
+
+    def calls(self, path: str) -> int:
+        return sum(1 for c in self.manager.state.snapshot()["calls"] if c["path"] == path)
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait(10)

@@ -67,9 +67,13 @@ class OutputHook:
                        detail=f"{self.what} failed: {problem}")
 
 
+# Before the phase runs: what its children get in their environment, or why it cannot run.
+Prepare = Callable[["Phase"], "dict[str, str] | Refusal"]
+
+
 @dataclass(frozen=True)
 class PhaseHooks:
-    prepare: Callable[[Phase], dict[str, str] | Refusal] | None = None
+    prepare: Prepare | None = None  # before each attempt
     output: OutputHook | None = None
 
 

@@ -69,13 +69,13 @@ class Lifecycle:
     def hold(self, phase: Phase, why: str) -> None:
         """The lifecycle may not go past ``phase`` (DONE) until ``release``: the bench gate waits for the
         manager's verdict on the bench before production starts."""
-        phase._hold = why  # the lifecycle's mark on the phase: hold and release are its only writers
+        phase.hold = why  # the lifecycle's mark on the phase: hold and release are its only writers
 
     def release(self, phase: Phase) -> None:
         """The hold on ``phase`` is over: the lifecycle moves on."""
         if phase.hold is not None:
             self.rt.log(f"phase {phase.name}: hold released ({phase.hold})")
-            phase._hold = None
+            phase.hold = None
             self._advance()
 
     # Only until reporting.py calls release (the lead removes this alias at the merge).

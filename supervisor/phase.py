@@ -1,15 +1,11 @@
-"""A phase: one step of the lifecycle, an explicit state machine.
+"""A phase: one step of the lifecycle, an explicit state machine (the diagram is beside _ALLOWED).
 
-A phase runs in attempts. An attempt starts the phase's daemons one by one (each waited for
-until ready), then its command. The attempt ends when the command exits, a daemon dies, a
-deadline passes, the phase stalls or the supervisor shuts down; its children are then stopped
-in reverse start order and the phase decides, from the verdict that ended the attempt, what
-comes next: done, another try after a backoff, or failed for good.
-
-Every state change goes through ``Phase.transition``, checked against ``_ALLOWED``; every
-timer and thread callback checks ``_is_current`` first and does nothing if not (a late
-callback must never act on a newer attempt). What the phase does beyond running children
-(writing a config, judging the command's output) comes from the hooks it is given.
+A phase runs in attempts: its daemons one by one (each waited for until ready), then its command,
+until the command exits, a daemon dies, a deadline passes, the phase stalls or the supervisor shuts
+down. Its children are then stopped in reverse start order, and the verdict that ended the attempt
+decides what comes next (supervisor/policy.py). Every timer and thread callback checks
+``_is_current`` first: a late callback must never act on a newer attempt. What a phase does
+beyond running children (writing a config, judging the output) comes from its hooks.
 """
 
 from __future__ import annotations
@@ -25,9 +21,9 @@ from .backoff import backoff_delay, within_window
 from .children import exit_verdict, start_child
 from .config import ChildSpec, PhaseSpec
 from .exits import EXIT_INTERNAL_ERROR
-from .hooks import NO_HOOKS, OutputParser, PhaseHooks, Refusal
+from .hooks import NO_HOOKS, OutputParser, PhaseHooks, Prepare, Refusal
 from .loop import ErrorHandler, Timer, contained, summary
-from .policy import Next, after_attempt, memory_shortfall
+from .policy import Next, after_attempt, memory_preflight
 from .process import Child, SpawnError, kill_pids
 from .readiness import ReadinessWait
 from .reaping import ExitStatus
@@ -109,7 +105,7 @@ class Phase:
         self.extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget, hooks)
         self.facts: dict[str, Any] = {}  # what a later start needs to resume (persisted in status.json)
         self.previous: dict[str, Any] = {}  # this phase's facts from the last run, if any
-        self._hold: str | None = None  # a DONE phase the lifecycle may not go past yet, and why (Lifecycle writes)
+        self.hold: str | None = None  # why the lifecycle may not go past this DONE phase yet (Lifecycle writes it)
         self.started = False  # the lifecycle reached it (a phase stopped before that never started)
         self.parsed: Any = None  # what the output hook's parser read (None: no parser, or not run yet)
         self._parser: OutputParser | None = None
@@ -123,16 +119,6 @@ class Phase:
     @property
     def command_child(self) -> Child | None:
         return next((c for c in self.children if c.spec is self.spec.command), None)
-
-    @property
-    def hold(self) -> str | None:
-        """Why the lifecycle may not go past this DONE phase yet (Lifecycle.hold / release), or None."""
-        return self._hold
-
-    @hold.setter
-    def hold(self, why: str | None) -> None:
-        # Only until reporting.py calls Lifecycle.hold (the lead removes this setter at the merge).
-        self._hold = why
 
     @property
     def bench_result(self) -> Any:
@@ -164,7 +150,7 @@ class Phase:
             self.facts = dict(self.previous)
             self.transition(PhaseState.DONE, f"resumed: {why}")
             return
-        if not self._memory_preflight():
+        if not self._prepared(memory_preflight):
             return
         if self.spec.timeout_s is not None:
             self._deadline = self.rt.loop.call_later(self.spec.timeout_s, self._deadline_passed,
@@ -175,20 +161,10 @@ class Phase:
         """What this phase can have: the machine's (cgroup limit or MemTotal), capped by its memory_max."""
         return self.rt.available_memory(self.spec.memory_max)
 
-    def _memory_preflight(self) -> bool:
-        available = self.available_memory()
-        if available is not None:
-            self.extra_env["SUPERVISOR_MEMORY_AVAILABLE_BYTES"] = str(available)
-        shortfall = memory_shortfall(self.name, self.spec.min_memory, available, self.rt.log)
-        if shortfall is not None:
-            self._fail(v.INSUFFICIENT_MEMORY, shortfall)
-        return shortfall is None
-
-    def _prepare(self) -> bool:
-        """The prepare hook, before each attempt; False when it refused (the phase has failed)."""
-        if self._hooks.prepare is None:
-            return True
-        prepared = self._hooks.prepare(self)
+    def _prepared(self, prepare: Prepare | None) -> bool:
+        """A step before running (the memory preflight, the prepare hook): what it returns is added to the
+        children's environment; a refusal fails the phase (False)."""
+        prepared = prepare(self) if prepare is not None else {}
         if isinstance(prepared, Refusal):
             self._fail(prepared.reason, prepared.detail)
             return False
@@ -198,7 +174,7 @@ class Phase:
     # ------------------------------------------------------------ an attempt
 
     def _start_attempt(self) -> None:
-        if not self._prepare():
+        if not self._prepared(self._hooks.prepare):
             return
         self.attempt += 1
         self.children = []
@@ -321,14 +297,18 @@ class Phase:
         """The supervisor ends the attempt (deadline, stall): the command's verdict carries why."""
         if self.state not in ATTEMPT_RUNS:
             return
-        for child in self.children:
-            if child.stop_reason is None:
-                child.stop_reason, child.stop_detail = reason, detail
+        self._mark_stopped_for(reason, detail)
         command = self.command_child
         if command is None or not command.running:  # still waiting for daemons
             self._end_attempt(v.without_exit(self.name, self.name, reason, 1, detail, attempt=self.attempt))
         else:
             self._end_attempt(None, why=detail)
+
+    def _mark_stopped_for(self, reason: str, detail: str) -> None:
+        """The verdicts of the children about to be stopped say why (unless one already does)."""
+        for child in self.children:
+            if child.stop_reason is None:
+                child.stop_reason, child.stop_detail = reason, detail
 
     def _watch_for_stall(self, attempt: int) -> None:
         assert self.spec.stall_s is not None
@@ -461,9 +441,7 @@ class Phase:
         self._broken = v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,
                                       attempt=self.attempt)
         if self.state in ATTEMPT_RUNS:
-            for child in self.children:
-                if child.stop_reason is None:
-                    child.stop_reason, child.stop_detail = v.STOPPED, detail
+            self._mark_stopped_for(v.STOPPED, detail)
             self._end_attempt(self._broken)  # records it; _attempt_stopped then fails the phase
             return
         if self.state is PhaseState.STOPPING and not self._stop_over:

@@ -45,26 +45,27 @@ class PhaseState(enum.StrEnum):
 
 # Every state a phase can be in and every way it moves; Phase.transition refuses any other.
 #
-#            +------------------------ next attempt -------------------------+
-#            v                                                               |
-#  PENDING -----> STARTING ----------------> RUNNING                       BACKOFF
-#   | | |  attempt    |   daemons ready,         |                          ^  |  |
-#   | | |             |   command started        |                          |  |  +--> STOPPED  shutdown
-#   | | |             |                          |                          |  +-----> FAILED   deadline, our bug,
-#   | | |             +------> STOPPING <--------+                          |                   prepare refused
-#   | | |    spawn failed,      | | | |    the command or a daemon ended,   |
-#   | | |    not ready,         | | | |    deadline, stall, shutdown,       |
-#   | | |    deadline, stall    | | | |    a bug of ours                    |
-#   | | |                       | | | +---------- retry / restart ---------+
-#   | | |                       | | +-----> DONE     it succeeded (a service: ended cleanly)
-#   | | |                       | +-------> FAILED   no retries left, restart_burst, deadline, our bug
-#   | | |                       +---------> STOPPED  supervisor shutdown
-#   | | +-----> DONE     resumed: done in an earlier run, its evidence still holds
+#           +----------------------- next attempt ------------------------+
+#           v                                                             |
+#  PENDING -----> STARTING -----------------> RUNNING                  BACKOFF ---> FAILED   deadline, our bug,
+#   | | |  attempt   |    daemons ready,         |                       ^  |                 prepare refused
+#   | | |            |    command started        |                       |  +------> STOPPED  shutdown
+#   | | |            |                           |                       |
+#   | | |            +-------> STOPPING <--------+                       |
+#   | | |   spawn failed, not    | | | |    the command or a daemon      |
+#   | | |   ready, a daemon      | | | |    ended, deadline, stall,      |
+#   | | |   died, deadline,      | | | |    shutdown, our bug            |
+#   | | |   stall, shutdown,     | | | |                                 |
+#   | | |   our bug              | | | +-------- retry / restart --------+
+#   | | |                        | | +-----> DONE     it succeeded (a service: it ended cleanly)
+#   | | |                        | +-------> FAILED   no retries left, restart_burst, deadline, our bug
+#   | | |                        +---------> STOPPED  supervisor shutdown
+#   | | +-----> DONE     resumed: done in an earlier run, and its evidence still holds
 #   | +-------> FAILED   memory preflight, prepare refused, our bug
 #   +---------> STOPPED  the supervisor shut down before the lifecycle reached it
 #
-# DONE, FAILED and STOPPED are final. Beside the state, ``up`` (a service whose command runs
-# and answered its ready check), ``was_up`` and ``hold`` also move the lifecycle on (Lifecycle).
+# DONE, FAILED and STOPPED are final. Beside the state, ``up`` (a service whose command runs and
+# answered its ready check), ``was_up`` and ``hold`` decide when the lifecycle moves on (Lifecycle).
 _ALLOWED: dict[PhaseState, set[PhaseState]] = {
     PhaseState.PENDING: {PhaseState.STARTING, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
     PhaseState.STARTING: {PhaseState.RUNNING, PhaseState.STOPPING},

@@ -81,6 +81,8 @@ ATTEMPT_RUNS = (PhaseState.STARTING, PhaseState.RUNNING)  # an attempt whose chi
 
 
 class Phase:
+    """One phase of the lifecycle: the only writer of its own state (``hold`` aside: Lifecycle's)."""
+
     def __init__(self, spec: PhaseSpec, rt: Runtime, on_change: Callable[[Phase], None],
                  hooks: PhaseHooks = NO_HOOKS) -> None:
         self.spec = spec

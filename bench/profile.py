@@ -208,7 +208,7 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
               "supervisor.status:snapshot", "supervisor.reporting:Reporter.phase_changed",
               "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.lifecycle:Phase._watch_for_stall",
               "supervisor.memory:MemoryEvidence.__init__", "supervisor.reporting:Reporter.__init__",
-              "supervisor.run:restore_facts", "supervisor.status:StatusServer.__init__",
+              "supervisor.resume:restore_facts", "supervisor.status:StatusServer.__init__",
               "supervisor.lifecycle:Lifecycle.start", "supervisor.memory:MemoryEvidence.place",
               "supervisor.lifecycle:spawn", "subprocess:Popen.__init__", "supervisor.status:persist"]
     rows = []

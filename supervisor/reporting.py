@@ -193,7 +193,7 @@ class Reporter:
         elif report == "bench-done" and phase.state is PhaseState.DONE and self._bench_already_reported(phase):
             pass
         elif report == "bench-done" and phase.state is PhaseState.DONE:
-            rate = phase.parsed.rate_per_hour if phase.parsed else None
+            rate = getattr(phase.parsed, "rate_per_hour", None)
             self._queue_once("bench-done", {"rate": rate if rate is not None else 0.0})
             self._hold_production(phase)
         elif report == "running" and phase.up:

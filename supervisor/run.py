@@ -40,11 +40,12 @@ from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
 from .memory import MemoryEvidence
-from .process import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors, sweep_descendants
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
 from .reporting import EarlyLines, Reporter
+from .resume import restore_facts
 from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
+from .survivors import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors, sweep_descendants
 
 # In state_dir: the phase cgroups made, so that the next start can empty those a SIGKILL left behind.
 CGROUP_LEDGER = "cgroups"
@@ -403,23 +404,3 @@ def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: Sup
             f.write(text.encode()[:TERMINATION_LOG_MAX_BYTES].decode(errors="ignore"))
     except OSError as exc:
         log(f"cannot write {path}: {exc.strerror or exc}")
-
-
-# ---------------------------------------------------------------- resume: until supervisor/resume.py lands
-# At the merge of issue 11 (P1 moves resume into supervisor/resume.py with this same signature): delete
-# this function and import it at the top instead, ``from .resume import restore_facts``.
-
-
-def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: SupervisorLog) -> None:
-    """Hand each phase what the last run learnt (resume); a corrupt state file means a clean start."""
-    previous, why = status_mod.load_persisted(state_dir)
-    if previous is None:
-        if why and not why.startswith("no "):
-            log(f"state: {why}; starting clean")
-        return
-    facts = status_mod.resume_facts(previous)
-    if facts is None:
-        log(f"state: {state_dir / status_mod.STATE_NAME} does not have the expected shape; starting clean")
-        return
-    for phase in lifecycle.phases:
-        phase.previous = facts.get(phase.name, {})

@@ -3,14 +3,20 @@
 The signs: a byte of output from any of its processes; a GPU whose utilisation
 is non-zero or whose memory use changed (where GPUs are visible); the watched
 ``progress_path`` growing (a parameter download). The decision is a small pure
-object fed with observations, so it is tested without waiting.
+object fed with observations, so it is tested without waiting; StallMonitor feeds
+it from a running attempt every little while.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .gpu import Gpus, activity_changed
+from .loop import ErrorHandler, EventLoop
 
 # How often a phase with stall_s is looked at: often enough to name the stall
 # within a second of stall_s, rarely enough to cost nothing.
@@ -66,6 +72,44 @@ class StallWatch:
         if not self.gpus_visible:
             silent += " (no GPU visible)"
         return silent
+
+
+class StallMonitor:
+    """Looks every little while, for one attempt, whether output, GPUs and progress_path have all gone
+    silent; says so once through ``on_stall`` (what was silent), and stops looking once the attempt
+    is no longer ``current()``."""
+
+    def __init__(self, loop: EventLoop, stall_s: float, gpus: Gpus | None, progress_path: str | None, *,
+                 last_outputs: Callable[[], list[float]], current: Callable[[], bool],
+                 on_stall: Callable[[str], None], on_error: ErrorHandler) -> None:
+        self._loop, self._gpus, self._progress_path = loop, gpus, progress_path
+        self._last_outputs, self._current, self._on_stall, self._on_error = last_outputs, current, on_stall, on_error
+        now = time.monotonic()
+        self._last_gpu = gpus.sample() if gpus is not None else []
+        self._watch = StallWatch(stall_s, now, gpus_visible=bool(self._last_gpu),
+                                 watches_path=progress_path is not None)
+        if progress_path is not None:
+            self._watch.saw_progress_size(tree_size(progress_path), now)
+        self._interval = check_interval(stall_s)
+        self._loop.call_later(self._interval, self._check, on_error=on_error)
+
+    def _check(self) -> None:
+        if not self._current():
+            return
+        now, watch = time.monotonic(), self._watch
+        for at in self._last_outputs():
+            watch.saw_output(at)
+        if watch.gpus_visible and self._gpus is not None:
+            sample = self._gpus.sample()
+            watch.saw_gpu(activity_changed(self._last_gpu, sample), now)
+            self._last_gpu = sample
+        if self._progress_path is not None:
+            watch.saw_progress_size(tree_size(self._progress_path), now)
+        silent = watch.stalled(now)
+        if silent is None:
+            self._loop.call_later(self._interval, self._check, on_error=self._on_error)
+        else:
+            self._on_stall(silent)
 
 
 def tree_size(path: str | Path) -> int | None:

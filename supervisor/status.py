@@ -50,8 +50,6 @@ SNAPSHOT_VERDICTS = 50
 SNAPSHOT_LINE_CHARS = 500
 # A status.json bigger than this is not one we wrote (what is persisted is capped far below it).
 STATE_MAX_READ_BYTES = 16 * 1024 * 1024
-# A done_at up to this far in the future is taken as a clock that was stepped back, not as garbage.
-CLOCK_SLACK_S = 300.0
 FINAL_PHASE_STATES = ("done", "failed", "stopped")
 
 
@@ -233,43 +231,6 @@ def _value_problem(value: Any, want: Any, name: str) -> str | None:
     return None
 
 
-def resume_facts(snap: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
-    """Phase name → the facts a later start resumes from; None if the file has another shape.
-
-    Only well-formed facts pass: ``done_at`` a finite time not in the future, ``outputs`` a
-    name → size table, ``bench`` and ``machine`` tables. Anything else means "start clean",
-    never a crash (a NaN ``done_at`` would pass every age check).
-    """
-    phases = snap.get("phases")
-    if not isinstance(phases, list):
-        return None
-    out: dict[str, dict[str, Any]] = {}
-    for phase in phases:
-        if not isinstance(phase, dict) or not isinstance(phase.get("name"), str):
-            return None
-        facts = phase.get("facts") or {}
-        if not isinstance(facts, dict):
-            return None
-        done_at = facts.get("done_at")
-        outputs = facts.get("outputs")
-        if done_at is not None and not _a_past_time(done_at):
-            return None
-        if outputs is not None and not (isinstance(outputs, dict) and all(
-                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in outputs.items())):
-            return None
-        if any(facts.get(key) is not None and not isinstance(facts[key], dict) for key in ("bench", "machine")):
-            return None
-        out[phase["name"]] = facts
-    return out
-
-
-def _a_past_time(value: Any) -> bool:
-    """A finite epoch time that has already come (with a little slack for a clock that was stepped)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return False
-    return 0 <= value <= time.time() + CLOCK_SLACK_S
-
-
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
     """Ask the running supervisor; None when none answers on the socket, or not with a snapshot."""
     answer = ask(state_dir, timeout)
@@ -411,7 +372,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                       "current": current.name if current else None},
         "phases": [{"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
                     "attempt": p.attempt, "up": p.up, "hold": p.hold,
-                    "bench": vars(p.parsed) if p.parsed else None,
+                    "bench": vars(p.kept_result) if p.kept_result else None,
                     # A phase not reached in this run keeps what an earlier run learnt about it.
                     "facts": p.facts or p.previous} for p in lifecycle.phases],
         "children": children,

@@ -319,14 +319,14 @@ def test_a_timer_callback_that_raises_fails_its_phase(sup: SupervisorRunner) -> 
         command = {toml_list(["touch", str(marker)])}
         """)
     inject = """
-import supervisor.lifecycle as lifecycle
-_real, _calls = lifecycle.tree_size, []
+import supervisor.stall as stall
+_real, _calls = stall.tree_size, []
 def tree_size(path):
     _calls.append(path)
     if len(_calls) > 1:  # the first is the watch's start, the rest the timer's ticks
         raise RuntimeError("injected fault in the stall check")
     return _real(path)
-lifecycle.tree_size = tree_size
+stall.tree_size = tree_size
 """
     result = run_with_fault(sup, config, inject)
     check_phase_failed_internally(result, sup, "p", "stall check", ["p"], marker)

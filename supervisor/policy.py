@@ -1,0 +1,78 @@
+"""A phase's decisions that need no process, from its spec and what it knows: whether it fits in
+memory before it starts, and what comes after an attempt. Pure (but for a log line), so tested
+in-process."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from . import verdict as v
+from .backoff import burst_exceeded
+from .config import PhaseSpec
+from .hooks import Refusal
+from .units import fmt_bytes
+from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from .phase import Phase
+
+
+class Next(enum.Enum):
+    DONE = "done"
+    FAIL = "fail"  # for good
+    AGAIN = "again"  # another attempt after a backoff (a oneshot's retry, a service's restart)
+
+
+def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_expired: bool,
+                  restart_times: list[float], now: float) -> tuple[Next, str]:
+    """What follows the attempt ``outcome`` ended, and why. ``restart_times``: when the service was
+    restarted before (monotonic), against its restart_burst."""
+    if outcome.reason == v.INTERNAL_ERROR:  # a bug of ours: retrying would only hide it
+        return Next.FAIL, outcome.detail
+    if spec.kind == "oneshot":
+        return _retry_or_fail(spec, outcome, attempt, deadline_expired)
+    policy = spec.restart
+    if policy == "no" or (policy == "on-failure" and outcome.success):
+        return Next.DONE if outcome.success else Next.FAIL, f"service ended: {outcome.reason} (restart = {policy!r})"
+    if burst_exceeded(restart_times, now, spec.restart_burst, spec.restart_window_s):
+        return Next.FAIL, (f"{outcome.reason}; restarted {spec.restart_burst} times within "
+                           f"{spec.restart_window_s:g}s (restart_burst): giving up")
+    return Next.AGAIN, f"{outcome.reason}; restart = {policy!r}"
+
+
+def _retry_or_fail(spec: PhaseSpec, outcome: Verdict, attempt: int, deadline_expired: bool) -> tuple[Next, str]:
+    if outcome.success:
+        return Next.DONE, f"completed in {attempt} attempt(s)"
+    if outcome.reason == v.TIMEOUT and deadline_expired:
+        return Next.FAIL, f"{outcome.reason}: {outcome.detail}"
+    if attempt > spec.retries:
+        tries = "no retries configured" if not spec.retries else f"all {spec.retries} retries used"
+        return Next.FAIL, f"{outcome.reason} ({tries})"
+    return Next.AGAIN, f"{outcome.reason}; retry {attempt} of {spec.retries}"
+
+
+def memory_preflight(phase: Phase) -> dict[str, str] | Refusal:
+    """Before the phase's first attempt: its children are told what memory they have, and a phase whose
+    min_memory cannot fit is refused at once."""
+    available = phase.available_memory()
+    shortfall = memory_shortfall(phase.name, phase.spec.min_memory, available, phase.rt.log)
+    if shortfall is not None:
+        return Refusal(v.INSUFFICIENT_MEMORY, shortfall)
+    return {} if available is None else {"SUPERVISOR_MEMORY_AVAILABLE_BYTES": str(available)}
+
+
+def memory_shortfall(name: str, need: int | None, available: int | None, log: Callable[[str], None]) -> str | None:
+    """Why a phase that needs ``need`` bytes (min_memory) cannot fit in ``available``, or None (it fits,
+    or either is unknown): refused at once rather than OOM-killed 10 minutes in."""
+    if need is None:
+        return None
+    if available is None:
+        log(f"phase {name}: memory preflight skipped: neither a cgroup limit nor MemTotal readable")
+        return None
+    if available < need:
+        return (f"needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(available)} "
+                f"({available} bytes) is available (cgroup limit, MemTotal or the phase's memory_max)")
+    log(f"phase {name}: memory preflight ok: {fmt_bytes(available)} available, min_memory {fmt_bytes(need)}")
+    return None

@@ -1,0 +1,154 @@
+"""Resume: a phase done in an earlier run need not run again while its evidence still holds.
+
+When a phase is done its facts are kept (``facts_of``: when, on which machine, its output
+files, what its output parser read) and persisted in status.json with the rest of the status.
+The next start hands each phase the facts of the last run (``restore_facts``); the phase then
+asks ``resumable`` whether they still hold:
+
+- ``resume = "outputs"`` (the parameter fetch): every output file is still there, same size;
+- ``resume = "machine"`` (the bench): done recently (resume_max_age_s), on the same GPUs and
+  memory, and not ``--rebench``.
+
+Anything malformed in the file means "start clean", never a crash.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import status as status_mod
+
+if TYPE_CHECKING:
+    from .hooks import OutputHook
+    from .lifecycle import Lifecycle
+    from .phase import Phase
+    from .runtime import Runtime
+
+# A done_at up to this far in the future is taken as a clock that was stepped back, not as garbage.
+CLOCK_SLACK_S = 300.0
+# Files under progress_path that are not outputs: locks and downloads in progress.
+NOT_OUTPUTS = (".lock", ".tmp", ".part")
+
+
+def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: Callable[[str], None]) -> None:
+    """Hand each phase what the last run learnt (resume); a corrupt state file means a clean start."""
+    previous, why = status_mod.load_persisted(state_dir)
+    if previous is None:
+        if why and not why.startswith("no "):
+            log(f"state: {why}; starting clean")
+        return
+    facts = facts_in(previous)
+    if facts is None:
+        log(f"state: {state_dir / status_mod.STATE_NAME} does not have the expected shape; starting clean")
+        return
+    for phase in lifecycle.phases:
+        phase.previous = facts.get(phase.name, {})
+
+
+def facts_in(snap: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Phase name → the facts a later start resumes from; None if the file has another shape.
+
+    Only well-formed facts pass: ``done_at`` a finite time not in the future, ``outputs`` a
+    name → size table, ``bench`` and ``machine`` tables. Anything else means "start clean",
+    never a crash (a NaN ``done_at`` would pass every age check).
+    """
+    phases = snap.get("phases")
+    if not isinstance(phases, list):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for phase in phases:
+        if not isinstance(phase, dict) or not isinstance(phase.get("name"), str):
+            return None
+        facts = phase.get("facts") or {}
+        if not isinstance(facts, dict):
+            return None
+        done_at = facts.get("done_at")
+        outputs = facts.get("outputs")
+        if done_at is not None and not _a_past_time(done_at):
+            return None
+        if outputs is not None and not (isinstance(outputs, dict) and all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in outputs.items())):
+            return None
+        if any(facts.get(key) is not None and not isinstance(facts[key], dict) for key in ("bench", "machine")):
+            return None
+        out[phase["name"]] = facts
+    return out
+
+
+def _a_past_time(value: Any) -> bool:
+    """A finite epoch time that has already come (with a little slack for a clock that was stepped)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return 0 <= value <= time.time() + CLOCK_SLACK_S
+
+
+def resumable(phase: Phase, output: OutputHook | None) -> tuple[str, Any] | None:
+    """Why ``phase`` need not run again (done before, evidence still valid) and what its output parser
+    read then (None where it keeps nothing), or None: it runs."""
+    why = _still_valid(phase)
+    if why is None or output is None or output.fact is None or output.restore is None \
+            or not phase.previous.get(output.fact):
+        return None if why is None else (why, None)
+    try:
+        return why, output.restore(phase.previous[output.fact])
+    except TypeError:
+        phase.rt.log(f"phase {phase.name}: the saved {output.what} result is unreadable: running it again")
+        return None
+
+
+def _still_valid(phase: Phase) -> str | None:
+    prev, spec, rt = phase.previous, phase.spec, phase.rt
+    if spec.resume == "no" or not prev.get("done_at"):
+        return None
+    if spec.resume == "outputs":
+        before = prev.get("outputs")
+        now = output_files(spec.progress_path) if spec.progress_path else None
+        if before and now is not None and all(now.get(name) == size for name, size in before.items()):
+            return f"its {len(before)} output file(s) in {spec.progress_path} are all still there"
+        return None
+    if rt.rebench:
+        return None
+    age = time.time() - float(prev["done_at"])
+    if age > spec.resume_max_age_s:
+        rt.log(f"phase {phase.name}: done {age:.0f}s ago, older than resume_max_age_s: running it again")
+        return None
+    if prev.get("machine") != machine_fingerprint(rt):
+        rt.log(f"phase {phase.name}: done before on a different machine (GPUs or memory): running it again")
+        return None
+    return f"done {age:.0f}s ago on this same machine (use --rebench to run it anyway)"
+
+
+def facts_of(phase: Phase, output: OutputHook | None) -> dict[str, Any]:
+    """What a later start needs to resume ``phase``, done now; with what its output parser read, where
+    the parser keeps that as a fact (the bench's rate)."""
+    facts: dict[str, Any] = {"done_at": time.time(), "machine": machine_fingerprint(phase.rt)}
+    if phase.spec.progress_path:
+        facts["outputs"] = output_files(phase.spec.progress_path)
+    if output is not None and output.fact is not None and phase.parsed is not None:
+        facts[output.fact] = vars(phase.parsed)
+    return facts
+
+
+def output_files(path: str) -> dict[str, int] | None:
+    """Relative path → size of every file under ``path`` (lock and partial files left out)."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    files = {}
+    for entry in root.rglob("*"):
+        if entry.is_file() and entry.suffix not in NOT_OUTPUTS:
+            try:
+                files[str(entry.relative_to(root))] = entry.stat().st_size
+            except OSError:
+                continue
+    return files
+
+
+def machine_fingerprint(rt: Runtime) -> dict[str, Any]:
+    """What makes a benchmark result valid here: the same GPUs and the same memory limit."""
+    gpus = rt.gpus.sample() if rt.gpus is not None else []
+    return {"gpus": [[g.name, g.memory_total] for g in gpus], "memory": rt.available_memory()}

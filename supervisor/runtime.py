@@ -1,0 +1,108 @@
+"""What every phase shares: the loop, the reaper, the logs, the children's environment, and the
+start order of every child (a shutdown stops them in reverse)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import verdict as v
+from .cgroups import mem_total
+from .gpu import Gpus
+from .logs import Console
+from .loop import EventLoop, name_of
+from .memory import MemoryEvidence
+from .process import Child
+from .prover.cuzkconf import CuzkSettings
+from .reaping import Reaper
+from .redact import Redactor
+from .verdict import Verdict
+
+Log = Callable[[str], None]
+
+# Verdicts kept per phase in Runtime.verdicts (the status view, status.json and lookups by pid).
+VERDICTS_KEPT_PER_PHASE = 20
+
+
+@dataclass
+class Runtime:
+    """What phases share: the loop, the reaper, the logs, and the start order of every child."""
+
+    loop: EventLoop
+    reaper: Reaper
+    console: Console
+    log: Log
+    log_dir: Path
+    ring_lines: int
+    log_file_max_bytes: int
+    base_env: dict[str, str]  # every child's environment; export_env adds to it
+    child_oom_score_adj: int | None = None  # what children set their oom_score_adj to (run.py decides)
+    memory: MemoryEvidence | None = None
+    gpus: Gpus | None = None
+    redactor: Redactor | None = None
+    cuzk: CuzkSettings | None = None
+    state_dir: Path = Path(".")
+    rebench: bool = False  # run machine-resumable phases (the bench) even if they passed here recently
+    ship_lines: Callable[[str, list[bytes]], None] | None = None  # children's output to the manager
+    rng: random.Random = field(default_factory=random.Random)
+    started: list[Child] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    on_verdict: list[Callable[[Verdict], None]] = field(default_factory=list)
+
+    def export_env(self, name: str, value: str) -> None:
+        """Children started from now on get ``name=value`` in their environment (running ones keep theirs)."""
+        self.base_env[name] = value
+
+    def available_memory(self, cap: int | None = None) -> int | None:
+        """The machine's memory for children: the tightest cgroup limit, else MemTotal; at most ``cap``
+        (a phase's memory_max)."""
+        available = self.memory.available_memory() if self.memory is not None else mem_total()
+        if cap is None:
+            return available
+        return cap if available is None else min(available, cap)
+
+    def record(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)
+        # The latest few per phase: a service restarting in a loop must not grow memory (and
+        # status.json) without end; a lookup by pid only ever wants a verdict just recorded.
+        same_phase = [i for i, x in enumerate(self.verdicts) if x.phase == verdict.phase]
+        if len(same_phase) > VERDICTS_KEPT_PER_PHASE:
+            del self.verdicts[same_phase[0]]
+        if verdict.success or verdict.reason == v.STOPPED:
+            self.log(f"ended: {verdict.line()}")
+        else:
+            self.log(f"FAILED: {verdict.line()}")
+            for line in verdict.last_lines[-5:]:
+                self.log(f"  | {line}")
+        tell_listeners(self, "verdict listener", self.on_verdict, verdict, phase=verdict.phase)
+
+    def verdict_of(self, child: Child) -> Verdict | None:
+        """The latest verdict recorded for ``child`` (by pid), if it was reaped."""
+        return next((x for x in reversed(self.verdicts) if x.pid == child.pid), None)
+
+
+def tell_listeners(rt: Runtime, kind: str, listeners: list[Callable[..., None]], *args: Any,
+                   phase: str | None = None) -> None:
+    """Every listener hears of it, whichever raised before it: a broken listener (reporting, the
+    status file) is logged once and costs what it was for, never the lifecycle."""
+    for listener in list(listeners):
+        try:
+            listener(*args)
+        except Exception as exc:
+            rt.loop.faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
+
+
+def stop_one_by_one(rt: Runtime, children: list[Child], reason: str, then: Callable[[], None]) -> None:
+    """Stop each child's tree in the order given, the next only once the previous is gone; then ``then``."""
+    remaining = list(children)
+
+    def next_one() -> None:
+        if not remaining:
+            then()
+            return
+        remaining.pop(0).stop(rt.loop, rt.log, reason, next_one)
+
+    next_one()

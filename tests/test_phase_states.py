@@ -1,0 +1,112 @@
+"""The phase's transition table, in-process: every allowed transition works, every other raises.
+
+Pure: a real Phase on a real Runtime, but no child is started and the loop never runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from supervisor.config import parse_plan
+from supervisor.lifecycle import FINAL_STATES, Phase, PhaseState, Runtime
+from supervisor.logs import Console
+from supervisor.loop import EventLoop
+from supervisor.phase import _ALLOWED
+from supervisor.reaping import Reaper
+
+SERVICE = """
+[[phases]]
+name = "svc"
+kind = "service"
+command = ["true"]
+"""
+
+ALL_PAIRS = list(itertools.product(PhaseState, PhaseState))
+
+
+class Seen:
+    """What the phase told: its log lines and every phase it reported changed."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.changes: list[PhaseState] = []
+
+
+@pytest.fixture
+def seen() -> Seen:
+    return Seen()
+
+
+@pytest.fixture
+def phase(tmp_path: Path, seen: Seen) -> Iterator[Phase]:
+    loop = EventLoop()
+    rt = Runtime(loop=loop, reaper=Reaper(lambda pid, status: None), console=Console(enabled=False),
+                 log=seen.lines.append, log_dir=tmp_path, ring_lines=10, log_file_max_bytes=4096, base_env={})
+    spec = parse_plan(SERVICE, "test.toml", {}).phases[0]
+    yield Phase(spec, rt, lambda p: seen.changes.append(p.state))
+    loop.close()
+
+
+@pytest.mark.parametrize(("old", "new"), [p for p in ALL_PAIRS if p[1] in _ALLOWED[p[0]]],
+                         ids=lambda s: str(s))
+def test_an_allowed_transition_moves_the_phase_logs_it_and_tells_the_lifecycle(
+        phase: Phase, seen: Seen, old: PhaseState, new: PhaseState) -> None:
+    phase.state = old
+    phase.transition(new, "because")
+    assert phase.state is new
+    assert phase.why == "because"
+    assert seen.changes == [new]
+    assert seen.lines == [f"phase svc: {old} → {new} (because)"]
+
+
+@pytest.mark.parametrize(("old", "new"), [p for p in ALL_PAIRS if p[1] not in _ALLOWED[p[0]]],
+                         ids=lambda s: str(s))
+def test_any_other_transition_raises_and_changes_nothing(
+        phase: Phase, seen: Seen, old: PhaseState, new: PhaseState) -> None:
+    phase.state, why, since = old, phase.why, phase.since
+    with pytest.raises(RuntimeError, match=f"no transition {old} → {new}"):
+        phase.transition(new, "because")
+    assert (phase.state, phase.why, phase.since) == (old, why, since)
+    assert seen.changes == [] and seen.lines == []
+
+
+def test_the_final_states_are_the_ones_without_a_way_out() -> None:
+    assert set(_ALLOWED) == set(PhaseState)
+    assert {s for s, out in _ALLOWED.items() if not out} == FINAL_STATES
+
+
+def reachable(start: PhaseState) -> set[PhaseState]:
+    """Every state a phase in ``start`` can come to, ``start`` included."""
+    found, todo = {start}, [start]
+    while todo:
+        for new in _ALLOWED[todo.pop()] - found:
+            found.add(new)
+            todo.append(new)
+    return found
+
+
+def test_every_state_is_reachable_from_pending_and_can_reach_an_end() -> None:
+    assert reachable(PhaseState.PENDING) == set(PhaseState)
+    for state in set(PhaseState) - FINAL_STATES:
+        assert reachable(state) & FINAL_STATES, f"{state} can never end"
+
+
+def test_a_service_is_up_only_while_it_runs(phase: Phase) -> None:
+    """``up`` follows the state: any move away from RUNNING clears it (the lifecycle reads it)."""
+    phase.state = PhaseState.STARTING
+    phase.transition(PhaseState.RUNNING, "command started")
+    phase.up = phase.was_up = True  # what the service coming up sets
+    phase.transition(PhaseState.STOPPING, "it exited")
+    assert phase.up is False
+    assert phase.was_up is True
+
+
+def test_a_callback_acts_only_for_the_current_attempt_in_the_states_it_names(phase: Phase) -> None:
+    phase.attempt, phase.state = 2, PhaseState.RUNNING
+    assert phase._is_current(2, PhaseState.STARTING, PhaseState.RUNNING)
+    assert not phase._is_current(1, PhaseState.STARTING, PhaseState.RUNNING)  # a late answer for attempt 1
+    assert not phase._is_current(2, PhaseState.STARTING)  # the attempt has moved on

@@ -1,0 +1,91 @@
+"""A phase's pure decisions, in-process: what follows an attempt, and the memory preflight's figure."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from supervisor import verdict as v
+from supervisor.config import PhaseSpec, parse_plan
+from supervisor.policy import Next, after_attempt, memory_shortfall
+from supervisor.verdict import Verdict
+
+ONESHOT_TWO_RETRIES = """
+[[phases]]
+name = "p"
+command = ["true"]
+retries = 2
+"""
+SERVICE = """
+[[phases]]
+name = "p"
+kind = "service"
+command = ["true"]
+restart = "{restart}"
+restart_burst = 2
+restart_window_s = 60
+"""
+
+
+def spec_of(toml: str) -> PhaseSpec:
+    return parse_plan(toml, "test.toml", {}).phases[0]
+
+
+def failed(reason: str = v.EXIT_CODE) -> Verdict:
+    return v.without_exit("p", "p", reason, 1, "it broke", attempt=1)
+
+
+def succeeded() -> Verdict:
+    return replace(failed(), success=True, status=0, detail="")
+
+
+def after(spec: PhaseSpec, outcome: Verdict, attempt: int = 1, *, expired: bool = False,
+          restarts: tuple[float, ...] = ()) -> tuple[Next, str]:
+    return after_attempt(spec, outcome, attempt, deadline_expired=expired, restart_times=list(restarts), now=100.0)
+
+
+def test_a_oneshot_that_succeeded_is_done() -> None:
+    assert after(spec_of(ONESHOT_TWO_RETRIES), succeeded(), 3) == (Next.DONE, "completed in 3 attempt(s)")
+
+
+def test_a_oneshot_retries_until_its_retries_are_used() -> None:
+    spec = spec_of(ONESHOT_TWO_RETRIES)
+    assert after(spec, failed(), 1) == (Next.AGAIN, "exit_code; retry 1 of 2")
+    assert after(spec, failed(), 2) == (Next.AGAIN, "exit_code; retry 2 of 2")
+    assert after(spec, failed(), 3) == (Next.FAIL, "exit_code (all 2 retries used)")
+
+
+def test_a_timeout_once_the_phase_deadline_passed_is_not_retried() -> None:
+    spec = spec_of(ONESHOT_TWO_RETRIES)
+    assert after(spec, failed(v.TIMEOUT), expired=False)[0] is Next.AGAIN  # a child's own ready timeout
+    assert after(spec, failed(v.TIMEOUT), expired=True) == (Next.FAIL, "timeout: it broke")
+
+
+def test_an_internal_error_is_never_retried_nor_restarted() -> None:
+    for spec in (spec_of(ONESHOT_TWO_RETRIES), spec_of(SERVICE.format(restart="always"))):
+        assert after(spec, failed(v.INTERNAL_ERROR)) == (Next.FAIL, "it broke")
+
+
+def test_a_service_follows_its_restart_policy() -> None:
+    on_failure = spec_of(SERVICE.format(restart="on-failure"))
+    assert after(on_failure, succeeded()) == (Next.DONE, "service ended: exit_code (restart = 'on-failure')")
+    assert after(on_failure, failed()) == (Next.AGAIN, "exit_code; restart = 'on-failure'")
+    never = spec_of(SERVICE.format(restart="no"))
+    assert after(never, failed()) == (Next.FAIL, "service ended: exit_code (restart = 'no')")
+
+
+def test_a_service_restarted_restart_burst_times_within_the_window_gives_up() -> None:
+    spec = spec_of(SERVICE.format(restart="always"))
+    assert after(spec, failed(), restarts=(10.0, 90.0))[0] is Next.AGAIN  # 10.0 is outside the 60 s window
+    step, why = after(spec, failed(), restarts=(50.0, 90.0))
+    assert step is Next.FAIL and "restarted 2 times within 60s (restart_burst): giving up" in why
+
+
+def test_the_memory_preflight_refuses_only_what_cannot_fit() -> None:
+    said: list[str] = []
+    assert memory_shortfall("p", None, 100, said.append) is None  # no min_memory: nothing to check
+    assert memory_shortfall("p", 100, None, said.append) is None  # nothing readable: skipped, and said
+    assert memory_shortfall("p", 100, 100, said.append) is None
+    refusal = memory_shortfall("p", 101, 100, said.append)
+    assert refusal is not None and "needs min_memory=" in refusal and "(101 bytes)" in refusal
+    assert [line.split(": ", 1)[1].split(":")[0] for line in said] == ["memory preflight skipped",
+                                                                      "memory preflight ok"]

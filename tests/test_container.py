@@ -286,7 +286,13 @@ def test_onstart_style_runs_as_subreaper(image: str, containers: Containers, say
     assert not re.search(r"prover-supervisor pid 1 as", text), text[:3000]
     assert re.search(r"the manager saw \S+ go registered → params_done → bench_done → running", text), text[-3000:]
     assert "demo finished with exit status 0" in text, text[-3000:]
-    # Nothing of the lifecycle outlives the supervisor: only the onstart's sh and sleep are left.
-    _, ps, _ = run("exec", name, "ps", "-eo", "pid,ppid,stat,args")
-    left = [ln for ln in ps.splitlines()[1:] if "python" in ln and "<defunct>" not in ln]
+    # Nothing of the lifecycle outlives the supervisor: only the onstart's sh and sleep are left. The
+    # supervisor prints "demo finished" a moment before its own exit: look until it is gone (or not).
+    deadline = time.monotonic() + 30
+    while True:
+        _, ps, _ = run("exec", name, "ps", "-eo", "pid,ppid,stat,args")
+        left = [ln for ln in ps.splitlines()[1:] if "python" in ln and "<defunct>" not in ln]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert not left, ps

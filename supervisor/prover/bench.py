@@ -75,16 +75,23 @@ class BenchResult:
         return f"{words}{rate}"
 
 
-class BenchParser:
+class _LineParser:
+    """Fed as the output arrives (an output tap): each line, colours stripped, to ``feed_line``."""
+
+    def feed(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            self.feed_line(strip_ansi(raw).decode("utf-8", errors="replace"))
+
+    def feed_line(self, line: str) -> None:
+        raise NotImplementedError
+
+
+class BenchParser(_LineParser):
     """Fed line by line as the output arrives; nothing is lost to a ring buffer's size."""
 
     def __init__(self) -> None:
         self.result = BenchResult()
         self._in_summary = False
-
-    def feed(self, lines: list[bytes]) -> None:
-        for raw in lines:
-            self.feed_line(strip_ansi(raw).decode("utf-8", errors="replace"))
 
     def feed_line(self, line: str) -> None:
         r = self.result
@@ -173,16 +180,12 @@ class SingleResult:
         return f"status={'/'.join(self.statuses) or 'none'}" + (f", error={self.error}" if self.error else "")
 
 
-class SingleProofParser:
+class SingleProofParser(_LineParser):
     """``parse = "cuzk-single"``: fed line by line like BenchParser, judged by SingleResult.problem()."""
 
     def __init__(self) -> None:
         self.result = SingleResult()
         self._in_result = False
-
-    def feed(self, lines: list[bytes]) -> None:
-        for raw in lines:
-            self.feed_line(strip_ansi(raw).decode("utf-8", errors="replace"))
 
     def feed_line(self, line: str) -> None:
         r = self.result

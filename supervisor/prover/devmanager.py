@@ -92,6 +92,10 @@ class _Handler(BaseHTTPRequestHandler):
         data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         if status == 204:
             data = b""  # 204 has no body; ``body`` is only what gets printed
+        # Noted before the answer goes out: a client's next call (on another handler thread) must not be
+        # noted before this one, or the call list would not be in the order the calls were made.
+        self.server.note(self.command, self.path, status, body if raw is None else raw[:80].decode(errors="replace"),
+                         head)
         self.send_response(status)
         if data:
             self.send_header("Content-Type", "application/json" if raw is None else "text/plain")
@@ -99,8 +103,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if data:
             self.wfile.write(data)
-        self.server.note(self.command, self.path, status, body if raw is None else raw[:80].decode(errors="replace"),
-                         head)
 
     def _body(self, limit: int | None = None) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)

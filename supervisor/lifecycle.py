@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .config import Plan
-from .exits import EXIT_INTERNAL_ERROR
+from .config import PhaseSpec, Plan
+from .exits import EXIT_FAILURE, EXIT_INTERNAL_ERROR, EXIT_OK
+from .hooks import NO_HOOKS, PhaseHooks
 from .loop import contained
 from .phase import FINAL_STATES, Phase, PhaseState
 from .process import Child
-from .prover.hooks import hooks_for
 from .runtime import VERDICTS_KEPT_PER_PHASE, Runtime, stop_one_by_one, tell_listeners
 from .verdict import Verdict
 
@@ -28,9 +28,12 @@ __all__ = ["FINAL_STATES", "VERDICTS_KEPT_PER_PHASE", "Lifecycle", "Phase", "Pha
 class Lifecycle:
     """Runs the phases in order and decides when the whole run is over, and with which status."""
 
-    def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[int], None]) -> None:
+    def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[int], None],
+                 hooks_for: Callable[[PhaseSpec], PhaseHooks] = lambda spec: NO_HOOKS) -> None:
         self.plan = plan
         self.rt = rt
+        # What a phase does beyond running children comes from the hooks it is given (the prover's,
+        # from run.py): the lifecycle itself knows nothing of cuzk.
         self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec)) for spec in plan.phases]
         self._on_finished = on_finished
         self.listeners: list[Callable[[Phase], None]] = []  # every phase transition (reporting, status)
@@ -64,7 +67,7 @@ class Lifecycle:
             return  # this phase is still on its way
         if all(p.state is PhaseState.DONE for p in self.phases):
             self.rt.log("lifecycle complete: every phase done")
-            self.shutdown("lifecycle complete", 0)
+            self.shutdown("lifecycle complete", EXIT_OK)
 
     def hold(self, phase: Phase, why: str) -> None:
         """The lifecycle may not go past ``phase`` (DONE) until ``release``: the bench gate waits for the
@@ -84,15 +87,15 @@ class Lifecycle:
             return
         if phase.state is PhaseState.FAILED:
             self.failure = phase.outcome
-            status = phase.outcome.status if phase.outcome else 1
-            self.shutdown(f"phase {phase.name} failed", status or 1)
+            status = phase.outcome.status if phase.outcome else EXIT_FAILURE
+            self.shutdown(f"phase {phase.name} failed", status or EXIT_FAILURE)
             return
         dead_kept = [c for c in phase.kept if not c.running]
         if dead_kept:
             child = dead_kept[0]
             self.failure = self.rt.verdict_of(child)
-            status = self.failure.status if self.failure else 1
-            self.shutdown(f"{child.label} (kept for the rest of the lifecycle) died", status or 1)
+            status = self.failure.status if self.failure else EXIT_FAILURE
+            self.shutdown(f"{child.label} (kept for the rest of the lifecycle) died", status or EXIT_FAILURE)
             return
         if phase.state is PhaseState.DONE or phase.up:
             self._advance()

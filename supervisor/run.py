@@ -40,6 +40,7 @@ from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
 from .memory import MemoryEvidence
+from .prover.hooks import hooks_for
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
 from .reporting import EarlyLines, Reporter
@@ -248,7 +249,7 @@ def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Superv
         outcome["status"] = status
         core.loop.stop()
 
-    lifecycle = Lifecycle(plan, rt, finished)
+    lifecycle = Lifecycle(plan, rt, finished, hooks_for)
     restore_facts(lifecycle, host.state_dir, host.log)
     return Supervision(rt, reporter, lifecycle, outcome)
 

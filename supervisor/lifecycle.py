@@ -1,6 +1,7 @@
 """The lifecycle: the phases in order, and when the whole run is over, with which status.
 
-Each phase is a state machine of its own (supervisor/phase.py, with the diagram of its states).
+Each phase is a state machine of its own (supervisor/phase.py; its states and the diagram of its
+moves in supervisor/states.py).
 The lifecycle starts the first phase still PENDING once every phase before it is past: DONE and
 not held, or a service that has come up. A phase that fails for good, or a daemon kept for the
 rest of the lifecycle that dies, shuts the whole run down: every child is stopped in reverse
@@ -15,9 +16,10 @@ from .config import PhaseSpec, Plan
 from .exits import EXIT_FAILURE, EXIT_INTERNAL_ERROR, EXIT_OK
 from .hooks import NO_HOOKS, PhaseHooks
 from .loop import contained
-from .phase import FINAL_STATES, Phase, PhaseState
+from .phase import Phase
 from .process import Child
 from .runtime import VERDICTS_KEPT_PER_PHASE, Runtime, stop_one_by_one, tell_listeners
+from .states import FINAL_STATES, PhaseState
 from .verdict import Verdict
 
 # Other modules and the tests import these from here.

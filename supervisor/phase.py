@@ -1,4 +1,4 @@
-"""A phase: one step of the lifecycle, an explicit state machine (the diagram is beside _ALLOWED).
+"""A phase: one step of the lifecycle, an explicit state machine (its states and moves: states.py).
 
 A phase runs in attempts: its daemons one by one (each waited for until ready), then its command,
 until the command exits, a daemon dies, a deadline passes, the phase stalls or the supervisor shuts
@@ -10,7 +10,6 @@ beyond running children (writing a config, judging the output) comes from its ho
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,55 +28,8 @@ from .readiness import ReadinessWait
 from .reaping import ExitStatus
 from .runtime import Runtime, stop_one_by_one
 from .stall import StallMonitor
+from .states import _ALLOWED, ATTEMPT_RUNS, FINAL_STATES, PhaseState
 from .verdict import Verdict
-
-
-class PhaseState(enum.StrEnum):
-    PENDING = "pending"  # not started yet
-    STARTING = "starting"  # daemons being started and waited for
-    RUNNING = "running"  # the command runs
-    STOPPING = "stopping"  # the attempt is over; its children are being stopped
-    BACKOFF = "backoff"  # waiting before the next attempt
-    DONE = "done"  # completed (oneshot exit 0, or a service that ended cleanly)
-    FAILED = "failed"  # failed for good
-    STOPPED = "stopped"  # ended by a supervisor shutdown
-
-
-# Every state a phase can be in and every way it moves; Phase.transition refuses any other.
-#
-#           +----------------------- next attempt ------------------------+
-#           v                                                             |
-#  PENDING -----> STARTING -----------------> RUNNING                  BACKOFF ---> FAILED   deadline, our bug,
-#   | | |  attempt   |    daemons ready,         |                       ^  |                 prepare refused
-#   | | |            |    command started        |                       |  +------> STOPPED  shutdown
-#   | | |            |                           |                       |
-#   | | |            +-------> STOPPING <--------+                       |
-#   | | |   spawn failed, not    | | | |    the command or a daemon      |
-#   | | |   ready, a daemon      | | | |    ended, deadline, stall,      |
-#   | | |   died, deadline,      | | | |    shutdown, our bug            |
-#   | | |   stall, shutdown,     | | | |                                 |
-#   | | |   our bug              | | | +-------- retry / restart --------+
-#   | | |                        | | +-----> DONE     it succeeded (a service: it ended cleanly)
-#   | | |                        | +-------> FAILED   no retries left, restart_burst, deadline, our bug
-#   | | |                        +---------> STOPPED  supervisor shutdown
-#   | | +-----> DONE     resumed: done in an earlier run, and its evidence still holds
-#   | +-------> FAILED   memory preflight, prepare refused, our bug
-#   +---------> STOPPED  the supervisor shut down before the lifecycle reached it
-#
-# DONE, FAILED and STOPPED are final. Beside the state, ``up`` (a service whose command runs and
-# answered its ready check), ``was_up`` and ``hold`` decide when the lifecycle moves on (Lifecycle).
-_ALLOWED: dict[PhaseState, set[PhaseState]] = {
-    PhaseState.PENDING: {PhaseState.STARTING, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
-    PhaseState.STARTING: {PhaseState.RUNNING, PhaseState.STOPPING},
-    PhaseState.RUNNING: {PhaseState.STOPPING},
-    PhaseState.STOPPING: {PhaseState.BACKOFF, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
-    PhaseState.BACKOFF: {PhaseState.STARTING, PhaseState.FAILED, PhaseState.STOPPED},
-    PhaseState.DONE: set(),
-    PhaseState.FAILED: set(),
-    PhaseState.STOPPED: set(),
-}
-FINAL_STATES = frozenset({PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED})
-ATTEMPT_RUNS = (PhaseState.STARTING, PhaseState.RUNNING)  # an attempt whose children are not being stopped
 
 
 class Phase:

@@ -15,8 +15,8 @@ from supervisor.config import parse_plan
 from supervisor.lifecycle import FINAL_STATES, Phase, PhaseState, Runtime
 from supervisor.logs import Console
 from supervisor.loop import EventLoop
-from supervisor.phase import _ALLOWED
 from supervisor.reaping import Reaper
+from supervisor.states import _ALLOWED
 
 SERVICE = """
 [[phases]]

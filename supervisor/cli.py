@@ -27,6 +27,7 @@ from . import __version__
 from .config import ConfigError, check_state_dir, load_plan
 from .exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_NOT_RUNNING, EXIT_OK
 from .run import AlreadyRunning, SetupError, run
+from .units import is_ascii_digits
 
 PROG = "prover-supervisor"
 
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def tcp_port(text: str) -> int:
     """An argparse type: 0..65535 in ASCII digits (int() would take "²" and bind() refuse 99999 with a traceback)."""
-    if not (text.isascii() and text.isdigit()) or len(text) > 5 or int(text) > 65535:
+    if not is_ascii_digits(text) or len(text) > 5 or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
     return int(text)
 

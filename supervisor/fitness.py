@@ -31,7 +31,7 @@ from .gpu import GpuInventory
 from .prover import cuzkconf
 from .prover.cuzkconf import CuzkSettings
 from .stall import tree_size
-from .units import fmt_bytes
+from .units import fmt_bytes, is_ascii_digits
 
 PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
 GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance
@@ -221,7 +221,7 @@ def disk_need(what: str, path: str, need: int, present: int) -> DiskNeed:
 
 def expected_gpu_count(environ: Mapping[str, str]) -> int | None:
     raw = environ.get(GPU_COUNT_ENV, "").strip()
-    return int(raw) if raw.isdigit() else None
+    return int(raw) if is_ascii_digits(raw) else None  # "²" is a digit to isdigit(), not to int()
 
 
 def describe(evidence: Evidence) -> str:

@@ -196,17 +196,19 @@ class EventLoop:
         self._run_due_timers()
 
     def _run_reader(self, fd: int, callback: Callback, on_error: ErrorHandler | None) -> None:
-        where = f"the reader of fd {fd} ({name_of(callback)})"
         try:
             callback()
         except Exception as exc:
+            # Named only here: a reader runs for every chunk of every child's output.
+            where = f"the reader of fd {fd} ({name_of(callback)})"
             self.contain(exc, on_error, where)
             self._reader_faults[fd] = self._reader_faults.get(fd, 0) + 1
             if on_error is None and self._reader_faults[fd] >= READER_FAULTS_MAX:
                 self.faults.log(f"{where} raised {READER_FAULTS_MAX} times in a row: no longer watched")
                 self.remove_reader(fd)
         else:
-            self._reader_faults.pop(fd, None)
+            if self._reader_faults:
+                self._reader_faults.pop(fd, None)
 
     def run_contained(self, callback: Callback, on_error: ErrorHandler | None, where: str) -> None:
         """Run one callback; whatever it raises goes to its owner's handler, else to ``faults``."""

@@ -164,12 +164,7 @@ class MemoryEvidence:
         Only cgroups from the ledger count, never a look-alike name: beside us may live another
         supervisor (another state_dir, maybe another PID namespace, maybe our own pid) whose
         cgroups are not ours to empty."""
-        found = []
-        for cgroup in self._inherited:
-            owner = cgroup.path.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-            if cgroup.path.is_dir():
-                found.append((int(owner) if owner.isdigit() else 0, cgroup))
-        return found
+        return [(_owner_pid(cgroup.path.name), cgroup) for cgroup in self._inherited if cgroup.path.is_dir()]
 
     def _remove_empty_stale(self, parent: MemoryCgroup) -> None:
         """EMPTY phase cgroups named for a pid that is dead here: remove them, or they pile up under the
@@ -177,8 +172,8 @@ class MemoryEvidence:
         ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched."""
         inherited = {str(cg.path) for cg in self._inherited}
         for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
-            pid = entry.name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-            if str(entry) in inherited or not is_ascii_digits(pid) or int(pid) == os.getpid():
+            pid = _owner_pid(entry.name)
+            if str(entry) in inherited or pid in (0, os.getpid()):
                 continue
             if not os.path.exists(f"/proc/{pid}"):
                 MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty
@@ -315,3 +310,9 @@ class MemoryEvidence:
             self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before} → {snap.oom_kills}; "
                       f"{snap.describe()}")
         self._last_kills[key] = snap.oom_kills
+
+
+def _owner_pid(name: str) -> int:
+    """The supervisor pid in a phase cgroup's name (``prover-<pid>-<phase>``); 0 when there is none."""
+    pid = name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
+    return int(pid) if is_ascii_digits(pid) else 0

@@ -274,17 +274,17 @@ class Outbox:
             return call_id
 
     def next_pending(self) -> Call | None:
-        row = self._read_one(
-            "SELECT id, kind, payload, created, attempts FROM calls WHERE state = 'pending' ORDER BY id LIMIT 1")
-        if row is None:
-            return None
-        return Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
+        return self._first_pending("", ())
 
     def next_pending_of(self, kind: str) -> Call | None:
         """The oldest pending call of one kind, wherever it stands in the queue."""
-        with self._lock:
-            row = self._db.execute("SELECT id, kind, payload, created, attempts FROM calls "
-                                   "WHERE state = 'pending' AND kind = ? ORDER BY id LIMIT 1", (kind,)).fetchone()
+        return self._first_pending(" AND kind = ?", (kind,))
+
+    def _first_pending(self, where: str, params: tuple[Any, ...]) -> Call | None:
+        # Through _read like every query: a file that cannot be read falls back to memory, never
+        # raises into the sender thread.
+        row = self._read_one("SELECT id, kind, payload, created, attempts FROM calls "
+                             f"WHERE state = 'pending'{where} ORDER BY id LIMIT 1", params)
         return None if row is None else Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
 
     def attempted(self, call_id: int, error: str) -> None:

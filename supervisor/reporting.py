@@ -47,9 +47,12 @@ GIVE_UP_FLUSH_S = 60.0
 REASON_MAX_CHARS = 1000
 # The supervisor's own lines held before the log shipper exists (a handful in practice).
 EARLY_LINES_MAX = 1000
-# Own lines that Reporter.verdict pushes durably (the FAILED line and its quoted child lines):
+# Own lines that Reporter.verdict pushes durably (the FAILED line, then its quoted child lines):
 # shipping them from the log tap too would show each failure twice in the manager's setup tab.
-DURABLE_VERDICT_PREFIXES = ("FAILED: ", "  | ")
+# Quoted lines are skipped only right after a FAILED line: a contained fault's traceback is quoted
+# the same way, and the manager must see that one.
+FAILED_PREFIX = "FAILED: "
+QUOTED_PREFIX = "  | "
 
 Log = Callable[[str], None]
 
@@ -99,6 +102,7 @@ class Reporter:
         self._logs: Shipper | None = None
         self._events: Shipper | None = None
         self._reported: set[str] = set()
+        self._in_verdict = False  # the own lines now shipped are a FAILED line and its quoted lines
         self._giving_up = False  # a give-up is queued: the exit waits longer for it (GIVE_UP_FLUSH_S)
         self._state_dir = state_dir
         # Own lines logged before start() made the shipper: queued there once it exists.
@@ -280,7 +284,11 @@ class Reporter:
             self._logs.add(source, text)
 
     def ship_own_line(self, message: str) -> None:
-        if message.startswith(DURABLE_VERDICT_PREFIXES):
+        if message.startswith(FAILED_PREFIX):
+            self._in_verdict = True
+        elif not (self._in_verdict and message.startswith(QUOTED_PREFIX)):
+            self._in_verdict = False
+        if self._in_verdict:
             return  # Reporter.verdict pushes it, durably
         line = f"[supervisor] {message}"
         if self._logs is not None:

@@ -35,6 +35,7 @@ from helpers import (
 
 from supervisor.exits import EXIT_INTERNAL_ERROR
 from supervisor.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
+from supervisor.prover.devmanager import DevManager
 
 # ---------------------------------------------------------------- the loop itself
 
@@ -330,6 +331,46 @@ stall.tree_size = tree_size
 """
     result = run_with_fault(sup, config, inject)
     check_phase_failed_internally(result, sup, "p", "stall check", ["p"], marker)
+
+
+def test_a_contained_faults_traceback_reaches_the_manager_and_the_verdict_once(sup: SupervisorRunner) -> None:
+    """The supervisor's own quoted lines are held back from the manager's setup tab only when they quote
+    a FAILED verdict (pushed durably on its own): a contained fault's traceback, quoted the same way,
+    still reaches the manager."""
+    progress = sup.tmp / "progress"
+    progress.mkdir()
+    mgr = DevManager(quiet=True).start()
+    try:
+        config = sup.write(f"""
+            [manager]
+            url = {toml_str(mgr.url)}
+            label = "C.traceback"
+            give_up_on_failure = false
+
+            [[phases]]
+            name = "p"
+            command = {SLEEPER}
+            stall_s = 5
+            progress_path = {toml_str(str(progress))}
+            """)
+        inject = """
+import supervisor.stall as stall
+_real, _calls = stall.tree_size, []
+def tree_size(path):
+    _calls.append(path)
+    if len(_calls) > 1:
+        raise RuntimeError("injected fault in the stall check")
+    return _real(path)
+stall.tree_size = tree_size
+"""
+        result = run_with_fault(sup, config, inject)
+        assert result.returncode == EXIT_INTERNAL_ERROR, result.output
+        [setup] = [logs["setup"] for logs in mgr.state.snapshot()["logs"].values()]
+    finally:
+        mgr.stop()
+    assert "[supervisor]   | Traceback (most recent call last):" in setup, setup
+    assert "RuntimeError: injected fault in the stall check" in setup, setup
+    assert setup.count("FAILED: phase=p child=p ") == 1, setup
 
 
 def test_listeners_that_raise_are_logged_once_and_the_lifecycle_goes_on(sup: SupervisorRunner) -> None:

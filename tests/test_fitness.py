@@ -357,3 +357,9 @@ def test_fitness_keys_are_checked_like_every_other() -> None:
         with pytest.raises(ConfigError) as refused:
             parse_plan(f"[supervisor]\n{bad}\n" + phases, "ok.toml", {})
         assert str(refused.value).startswith(message) and "\n" not in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("4", 4), (" 2 ", 2), ("²", None), ("١", None), ("", None), ("x", None)])
+def test_gpu_count_from_the_environment_takes_ascii_digits_only(raw: str, expected: int | None) -> None:
+    """"²" is a digit to str.isdigit() but not to int(): it used to raise out of the fitness check."""
+    assert fitness.expected_gpu_count({"GPU_COUNT": raw}) == expected

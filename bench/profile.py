@@ -203,14 +203,14 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
               "supervisor.run:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
               "supervisor.run:secrets_of", "supervisor.run:claim_init_role", "supervisor.run:protect_from_oom_killer",
               "supervisor.logs:Console.__init__", "supervisor.run:start_health", "supervisor.gpu:Gpus.__init__",
-              "supervisor.lifecycle:Phase._memory_preflight", "supervisor.lifecycle:Phase.transition",
+              "supervisor.phase:memory_preflight", "supervisor.lifecycle:Phase.transition",
               "supervisor.reporting:Reporter.start", "supervisor.logs:SupervisorLog.__call__",
               "supervisor.status:snapshot", "supervisor.reporting:Reporter.phase_changed",
               "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.lifecycle:Phase._watch_for_stall",
               "supervisor.memory:MemoryEvidence.__init__", "supervisor.reporting:Reporter.__init__",
               "supervisor.resume:restore_facts", "supervisor.status:StatusServer.__init__",
               "supervisor.lifecycle:Lifecycle.start", "supervisor.memory:MemoryEvidence.place",
-              "supervisor.lifecycle:spawn", "subprocess:Popen.__init__", "supervisor.status:persist"]
+              "supervisor.children:spawn", "subprocess:Popen.__init__", "supervisor.status:persist"]
     rows = []
     for i in range(runs):
         stamps, ev = bench.WORK / f"p6-{i}", bench.WORK / f"p6-{i}.json"
@@ -242,8 +242,8 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
         row = {"interpreter_start": first("interpreter_ready") - t_exec,
                "imports": first("imports_done") - first("interpreter_ready"),
                "load_plan": dur("cli.load_plan"),
-               "run_until_spawn": (first("lifecycle.spawn:in") or t_child) - first("cli.run:in"),
-               "spawn": dur("lifecycle.spawn"), "popen": dur("subprocess.Popen.__init__"),
+               "run_until_spawn": (first("children.spawn:in") or t_child) - first("cli.run:in"),
+               "spawn": dur("children.spawn"), "popen": dur("subprocess.Popen.__init__"),
                "exec_to_child": t_child - t_exec}
         for name in probes[2:]:
             short = name.split(":")[1]

@@ -71,6 +71,11 @@ class Lifecycle:
             self.rt.log("lifecycle complete: every phase done")
             self.shutdown("lifecycle complete", EXIT_OK)
 
+    def production(self) -> list[Phase]:
+        """The production service: the phase with ``report = "running"``, else the last service."""
+        return [p for p in self.phases if p.spec.report == "running"] or \
+            [p for p in self.phases if p.spec.kind == "service"][-1:]
+
     def hold(self, phase: Phase, why: str) -> None:
         """The lifecycle may not go past ``phase`` (DONE) until ``release``: the bench gate waits for the
         manager's verdict on the bench before production starts."""

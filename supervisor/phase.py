@@ -23,12 +23,13 @@ from .exits import EXIT_INTERNAL_ERROR
 from .hooks import NO_HOOKS, OutputParser, PhaseHooks, Prepare, Refusal
 from .loop import ErrorHandler, Timer, contained, summary
 from .policy import Next, after_attempt, memory_preflight
-from .process import Child, SpawnError, kill_pids
+from .process import Child, SpawnError
 from .readiness import ReadinessWait
 from .reaping import ExitStatus
 from .runtime import Runtime, stop_one_by_one
 from .stall import StallMonitor
 from .states import _ALLOWED, ATTEMPT_RUNS, FINAL_STATES, PhaseState
+from .survivors import kill_pids
 from .verdict import Verdict
 
 
@@ -365,9 +366,7 @@ class Phase:
         self._conclude(PhaseState.FAILED, detail)
 
     def _conclude(self, state: PhaseState, why: str) -> None:
-        for timer in (self._deadline, self._backoff):
-            if timer is not None:
-                timer.cancel()
+        self._cancel_timers()
         if not self.kept and self.rt.memory is not None:
             self.rt.memory.release_phase(self.name)
         self.transition(state, why)
@@ -410,11 +409,14 @@ class Phase:
     def abort(self) -> None:
         """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
         self._aborting = True
+        self._cancel_timers()
+        if self._ready is not None:
+            self._ready.cancel()
+
+    def _cancel_timers(self) -> None:
         for timer in (self._deadline, self._backoff):
             if timer is not None:
                 timer.cancel()
-        if self._ready is not None:
-            self._ready.cancel()
 
     def settle_after_shutdown(self) -> None:
         if self.state in ATTEMPT_RUNS:

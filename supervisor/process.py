@@ -35,14 +35,8 @@ from .loop import ErrorHandler, EventLoop, Timer
 from .reaping import ExitStatus
 from .signals import signal_name
 
-# What survivors.py shares with the Child's own stop, and its names importable from here as before
-# the split (run and lifecycle import them from this module).
+# What survivors.py shares with the Child's own stop.
 from .survivors import KILL_WAIT_S, STOP_POLL_S, TAG_ENV, signal_quietly
-from .survivors import STATE_DIR_ENV as STATE_DIR_ENV
-from .survivors import kill_cgroup as kill_cgroup
-from .survivors import kill_pids as kill_pids
-from .survivors import kill_survivors_of_dead_supervisors as kill_survivors_of_dead_supervisors
-from .survivors import sweep_descendants as sweep_descendants
 
 if TYPE_CHECKING:
     from .memory import Placement

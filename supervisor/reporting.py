@@ -338,9 +338,7 @@ class Reporter:
 
 def reached_production(lifecycle: Lifecycle) -> bool:
     """Did the production service (``report = "running"``, else the last service) ever come up?"""
-    production = [p for p in lifecycle.phases if p.spec.report == "running"] or \
-        [p for p in lifecycle.phases if p.spec.kind == "service"][-1:]
-    return any(p.up or p.was_up for p in production)
+    return any(p.up or p.was_up for p in lifecycle.production())
 
 
 def _plain(line: str) -> str:

@@ -302,8 +302,7 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
     except OSError as exc:
         log(f"health: cannot listen on 127.0.0.1:{port} ({exc.strerror}); /healthz and /metrics are off")
         return None
-    production = [p for p in lifecycle.phases if p.spec.report == "running"] or \
-        [p for p in lifecycle.phases if p.spec.kind == "service"][-1:]
+    production = lifecycle.production()
 
     def beat() -> None:
         loop.call_later(HEARTBEAT_S, beat)  # first: a beat that raises (contained by the loop) is not the last

@@ -24,11 +24,9 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .loop import EventLoop, Timer
+from .states import FINAL_STATES
 
 # The status socket's names, importable from here as before the split (run, cli, config, tests).
-from .statussocket import DROPS_SAID_EVERY as DROPS_SAID_EVERY
-from .statussocket import SEND_TIMEOUT_S as SEND_TIMEOUT_S
-from .statussocket import SLOW_CLIENTS_MAX as SLOW_CLIENTS_MAX
 from .statussocket import SOCKET_NAME as SOCKET_NAME
 from .statussocket import StatusServer as StatusServer
 from .statussocket import ask
@@ -50,7 +48,6 @@ SNAPSHOT_VERDICTS = 50
 SNAPSHOT_LINE_CHARS = 500
 # A status.json bigger than this is not one we wrote (what is persisted is capped far below it).
 STATE_MAX_READ_BYTES = 16 * 1024 * 1024
-FINAL_PHASE_STATES = ("done", "failed", "stopped")
 
 
 def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
@@ -121,7 +118,7 @@ class StateFile:
 
 def _is_final(what: object) -> bool:
     """A phase that reached done, failed or stopped (duck-typed: verdicts call StateFile.changed too)."""
-    return str(getattr(what, "state", "")) in FINAL_PHASE_STATES
+    return getattr(what, "state", None) in FINAL_STATES
 
 
 def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:

@@ -16,7 +16,6 @@ patience constants with this module.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
@@ -59,7 +58,7 @@ def kill_survivors_of_dead_supervisors(state_dir: str, log: Log) -> int:
     A process counts when it was started for this state_dir and its tag names a supervisor pid
     that is gone (or is no longer a prover-supervisor)."""
     me = os.getpid()
-    killed = []
+    left = []
     for proc in psutil.process_iter(["pid"]):
         if proc.pid == me:
             continue
@@ -70,16 +69,12 @@ def kill_survivors_of_dead_supervisors(state_dir: str, log: Log) -> int:
         tag = env.get(TAG_ENV)
         if not tag or env.get(STATE_DIR_ENV) != state_dir:
             continue
-        owner = int(tag.split(".", 1)[0]) if is_ascii_digits(tag.split(".", 1)[0]) else 0
+        owner_text = tag.split(".", 1)[0]
+        owner = int(owner_text) if is_ascii_digits(owner_text) else 0
         if owner == me or _is_live_supervisor(owner):
             continue
-        with contextlib.suppress(OSError):
-            os.kill(proc.pid, signal.SIGKILL)
-            killed.append(proc.pid)
-    if killed:
-        log(f"killed {len(killed)} process(es) left by a supervisor that died without stopping them: "
-            f"{', '.join(map(str, killed[:10]))}")
-    return len(killed)
+        left.append(proc.pid)
+    return len(kill_pids(left, log, "left by a supervisor that died without stopping them"))
 
 
 def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:

@@ -48,7 +48,7 @@ from supervisor.cgroups import (
 )
 from supervisor.loop import EventLoop
 from supervisor.memory import OOM_POLL_S, MemoryEvidence
-from supervisor.process import STATE_DIR_ENV, TAG_ENV
+from supervisor.survivors import STATE_DIR_ENV, TAG_ENV
 from supervisor.units import GIB as GiB
 from supervisor.units import MIB as MiB
 

@@ -22,9 +22,9 @@ import psutil
 import pytest
 from helpers import Console, SupervisorRunner, free_port, outbox_rows, sh, toml_str, wait_for
 
-from supervisor.process import STATE_DIR_ENV, TAG_ENV
 from supervisor.prover.demo import demo_config
 from supervisor.prover.devmanager import DevManager
+from supervisor.survivors import STATE_DIR_ENV, TAG_ENV
 
 SPEED = 0.05
 STATES = ["registered", "params_done", "bench_done", "running"]

@@ -105,13 +105,10 @@ class Reporter:
         self._in_verdict = False  # the own lines now shipped are a FAILED line and its quoted lines
         self._giving_up = False  # a give-up is queued: the exit waits longer for it (GIVE_UP_FLUSH_S)
         self._state_dir = state_dir
-        # Own lines logged before start() made the shipper: queued there once it exists.
-        self._own_before_start: list[str] = []
-        if early is not None:
-            # A shipper that raises costs the manager lines, never the supervisor's own log.
-            ship = contained(self.ship_own_line,
-                             lambda exc: rt.loop.faults.report("shipping the supervisor's own lines", exc))
-            early.hand_to(ship if self.enabled else None)
+        # The supervisor's own lines, held by ``early`` until start() has made the shipper.
+        self._early = early
+        if early is not None and not self.enabled:
+            early.hand_to(None)
 
     # ------------------------------------------------------------ start and stop
 
@@ -135,8 +132,10 @@ class Reporter:
                   f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
         self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
                              self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
-        self._logs.add("setup", self._own_before_start)
-        self._own_before_start = []
+        if self._early is not None:
+            # A shipper that raises costs the manager lines, never the supervisor's own log.
+            self._early.hand_to(contained(self.ship_own_line, lambda exc: self.rt.loop.faults.report(
+                "shipping the supervisor's own lines", exc)))
         self._logs.start()
         if self.spec.events_url:
             events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token)
@@ -290,12 +289,8 @@ class Reporter:
             self._in_verdict = False
         if self._in_verdict:
             return  # Reporter.verdict pushes it, durably
-        line = f"[supervisor] {message}"
         if self._logs is not None:
-            self._logs.add("setup", [line])
-        else:
-            self._own_before_start.append(line)
-            del self._own_before_start[:-EARLY_LINES_MAX]
+            self._logs.add("setup", [f"[supervisor] {message}"])
 
     def event(self, kind: str, **fields: Any) -> None:
         if self._events is not None:

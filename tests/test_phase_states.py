@@ -110,3 +110,13 @@ def test_a_callback_acts_only_for_the_current_attempt_in_the_states_it_names(pha
     assert phase._is_current(2, PhaseState.STARTING, PhaseState.RUNNING)
     assert not phase._is_current(1, PhaseState.STARTING, PhaseState.RUNNING)  # a late answer for attempt 1
     assert not phase._is_current(2, PhaseState.STARTING)  # the attempt has moved on
+
+
+def test_every_prepare_and_parse_the_config_accepts_has_a_hook_and_no_more() -> None:
+    """The config's lists of accepted values and the prover's hook tables are two lists of one thing:
+    a name in one only would be refused by check, or fail when the lifecycle is built."""
+    from supervisor.config import model
+    from supervisor.prover import hooks
+
+    assert set(model.PREPARES) == set(hooks.PREPARES)
+    assert set(model.PARSERS) == set(hooks.PARSERS)

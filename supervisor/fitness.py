@@ -28,6 +28,7 @@ from typing import Protocol
 from . import verdict as v
 from .config import PhaseSpec, Plan
 from .gpu import GpuInventory
+from .policy import capped, too_little_memory
 from .prover import cuzkconf
 from .prover.cuzkconf import CuzkSettings
 from .stall import tree_size
@@ -102,12 +103,11 @@ def memory_findings(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None,
     too_big: list[tuple[int, Finding]] = []
     cuzk_refusals: list[Finding] = []
     for phase in phases:
-        limit = available if phase.memory_max is None else min(available, phase.memory_max)
+        limit = capped(available, phase.memory_max)
         need = phase.min_memory
         if need is not None and limit < need:
-            too_big.append((need, Finding(v.INSUFFICIENT_MEMORY, (
-                f"phase {phase.name} needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(limit)} "
-                f"({limit} bytes) is available (cgroup limit, MemTotal or its memory_max)"))))
+            shortfall = f"phase {phase.name} {too_little_memory(need, limit)}"
+            too_big.append((need, Finding(v.INSUFFICIENT_MEMORY, shortfall)))
         if phase.prepare == "cuzk-config" and cuzk is not None:
             try:
                 # The very generation the phase runs before each daemon start, on the same figure.

@@ -63,6 +63,19 @@ def memory_preflight(phase: Phase) -> dict[str, str] | Refusal:
     return {} if available is None else {"SUPERVISOR_MEMORY_AVAILABLE_BYTES": str(available)}
 
 
+def capped(available: int | None, cap: int | None) -> int | None:
+    """What a phase can have: ``available`` (cgroup limit or MemTotal), at most its memory_max ``cap``."""
+    if cap is None:
+        return available
+    return cap if available is None else min(available, cap)
+
+
+def too_little_memory(need: int, available: int) -> str:
+    """The refusal of a min_memory that does not fit, naming both numbers (the preflight's and fitness's)."""
+    return (f"needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(available)} "
+            f"({available} bytes) is available (cgroup limit, MemTotal or the phase's memory_max)")
+
+
 def memory_shortfall(name: str, need: int | None, available: int | None, log: Callable[[str], None]) -> str | None:
     """Why a phase that needs ``need`` bytes (min_memory) cannot fit in ``available``, or None (it fits,
     or either is unknown): refused at once rather than OOM-killed 10 minutes in."""
@@ -72,7 +85,6 @@ def memory_shortfall(name: str, need: int | None, available: int | None, log: Ca
         log(f"phase {name}: memory preflight skipped: neither a cgroup limit nor MemTotal readable")
         return None
     if available < need:
-        return (f"needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(available)} "
-                f"({available} bytes) is available (cgroup limit, MemTotal or the phase's memory_max)")
+        return too_little_memory(need, available)
     log(f"phase {name}: memory preflight ok: {fmt_bytes(available)} available, min_memory {fmt_bytes(need)}")
     return None

@@ -15,6 +15,7 @@ from .gpu import Gpus
 from .logs import Console
 from .loop import EventLoop, name_of
 from .memory import MemoryEvidence
+from .policy import capped
 from .process import Child
 from .prover.cuzkconf import CuzkSettings
 from .reaping import Reaper
@@ -59,10 +60,7 @@ class Runtime:
     def available_memory(self, cap: int | None = None) -> int | None:
         """The machine's memory for children: the tightest cgroup limit, else MemTotal; at most ``cap``
         (a phase's memory_max)."""
-        available = self.memory.available_memory() if self.memory is not None else mem_total()
-        if cap is None:
-            return available
-        return cap if available is None else min(available, cap)
+        return capped(self.memory.available_memory() if self.memory is not None else mem_total(), cap)
 
     def record(self, verdict: Verdict) -> None:
         self.verdicts.append(verdict)

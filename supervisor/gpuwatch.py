@@ -149,6 +149,7 @@ class Gpus:
         now = time.monotonic() if now is None else now
         with self._cond:
             slow, self._slow = self._slow, []
+            current = self._in_call
         lines = []
         for number, call, took in slow:
             lines.append(f"gpu_unresponsive: {call} returned after {took:.1f}s")
@@ -156,13 +157,10 @@ class Gpus:
                 self._said = None
             else:
                 self.slow_calls += 1  # slow, though it returned before a tick could say so
-        hung = self.unresponsive(now)
-        with self._cond:
-            number = self._in_call[0] if self._in_call is not None else None
-        if hung is not None and number is not None and number != self._said:
-            self._said = number
+        if current is not None and now - current[1].since >= self._call_timeout_s and current[0] != self._said:
+            self._said = current[0]
             self.slow_calls += 1
-            lines.append(f"gpu_unresponsive: {hung.describe(now)}")
+            lines.append(f"gpu_unresponsive: {current[1].describe(now)}")
         return lines
 
     def close(self) -> None:

@@ -15,23 +15,31 @@ lifecycle will need is checked up front, against what the machine has:
   reachable, none already running another process's work.
 
 ``assess`` decides from evidence alone (pure, tested with real-shaped samples);
-``gather`` collects the evidence from the machine.
+``gather`` collects the evidence from the machine. Gathering blocks where the machine does: a
+statvfs or a walk of a hung FUSE or NFS mount never returns (and cannot be interrupted), an NVML
+call under Xid 119 takes 45 s. So it runs off the loop (run.py ``check_fitness``), bounded by
+FITNESS_BOUND_S, and says what it is doing (``Steps``): a bound that passes is a finding about
+that step (``overdue_finding``), never something to wait out.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from . import verdict as v
 from .config import PhaseSpec, Plan
-from .gpu import GpuInventory
+from .gpu import GpuInventory, HungCall
+from .loop import ErrorHandler, EventLoop
+from .offloop import run_bounded
 from .policy import capped, too_little_memory
+from .progress import tree_size
 from .prover import cuzkconf
 from .prover.cuzkconf import CuzkSettings
-from .stall import tree_size
 from .units import fmt_bytes, is_ascii_digits
 
 PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
@@ -39,6 +47,8 @@ GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance
 # An idle GPU shows some memory used with no process on it (driver context, ECC and row-remap
 # reserves: a few hundred MiB on an H100/H200). More than this is somebody else's work.
 GPU_IDLE_USED_MAX = 1 << 30
+# The longest the evidence may take to gather (off the loop); past it, what it was doing is the finding.
+FITNESS_BOUND_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -74,9 +84,18 @@ class Evidence:
 
 
 class GpuSource(Protocol):
-    """What gathering needs of ``gpu.Gpus``: an inventory (a test may hand in its own)."""
+    """What gathering needs of ``gpuwatch.Gpus``: an inventory within a bound (a test may hand in its own)."""
 
-    def inventory(self) -> GpuInventory: ...
+    def inventory(self, bound_s: float) -> GpuInventory: ...
+
+
+class GpuThread(GpuSource, Protocol):
+    """``gpuwatch.Gpus`` as ``check`` uses it: also its first answer (opened, absent or hung)."""
+
+    @property
+    def started(self) -> bool: ...
+
+    def wait_opened(self, bound_s: float) -> HungCall | None: ...
 
 
 class MemorySource(Protocol):
@@ -144,6 +163,9 @@ def gpu_findings(gpus: GpuInventory | None, expected: int | None,
     if gpus is None:
         return []
     override = " (set [supervisor] require_gpus = false where no GPU is needed)"
+    if gpus.unresponsive is not None:
+        return [Finding(v.GPU_UNRESPONSIVE, f"NVML unresponsive: {gpus.unresponsive.describe(time.monotonic())}; "
+                                            f"this lifecycle needs GPUs{override}")]
     if not gpus.nvml:
         return [Finding(v.GPU_UNAVAILABLE, f"{gpus.why}; this lifecycle needs GPUs{override}")]
     count = len(gpus.devices)
@@ -175,24 +197,79 @@ def refusal(findings: list[Finding]) -> v.Verdict:
 # ---------------------------------------------------------------- gathering
 
 
-def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource,
-           environ: Mapping[str, str] = os.environ) -> Evidence:
-    """The machine's side of the check: memory, free disk under the paths the lifecycle fills, GPUs."""
+class Steps:
+    """What the gathering thread is doing now (``kind`` "memory", "disk" or "gpu", and the call), so
+    that the loop can name a call that has not returned when the bound passes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._now: tuple[str, str] = ("memory", "reading the memory available")
+
+    def doing(self, kind: str, call: str) -> None:
+        with self._lock:
+            self._now = (kind, call)
+
+    def current(self) -> tuple[str, str]:
+        with self._lock:
+            return self._now
+
+
+def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource, environ: Mapping[str, str] = os.environ,
+           steps: Steps | None = None, bound_s: float = FITNESS_BOUND_S) -> Evidence:
+    """The machine's side of the check: memory, free disk under the paths the lifecycle fills, GPUs.
+    Blocks (a hung mount, a hung driver): run it off the loop."""
     sup = plan.supervisor
+    steps = steps or Steps()
+    available = memory.available_memory() if memory is not None else None
     disks = []
     if sup.min_param_disk is not None:
         cache = param_cache(plan, environ)
         if cache is not None:
+            steps.doing("disk", f"statvfs({cache})")
+            free, device = free_space(cache)
             # Bytes already in the cache count: a resumed or finished fetch needs that much less.
-            disks.append(disk_need("parameter cache", cache, sup.min_param_disk, tree_size(cache) or 0))
+            steps.doing("disk", f"walking {cache} (the bytes already there)")
+            disks.append(DiskNeed("parameter cache", cache, sup.min_param_disk, tree_size(cache) or 0, free, device))
     if sup.min_disk is not None:
-        disks.append(disk_need("state_dir", sup.state_dir, sup.min_disk, 0))
-    return Evidence(
-        available_memory=memory.available_memory() if memory is not None else None,
-        disks=tuple(disks),
-        gpus=gpus.inventory() if sup.require_gpus else None,
-        gpu_count_expected=expected_gpu_count(environ),
-    )
+        steps.doing("disk", f"statvfs({sup.state_dir})")
+        disks.append(DiskNeed("state_dir", sup.state_dir, sup.min_disk, 0, *free_space(sup.state_dir)))
+    inventory = None
+    if sup.require_gpus:
+        steps.doing("gpu", "the GPU inventory")
+        inventory = gpus.inventory(bound_s)
+    return Evidence(available_memory=available, disks=tuple(disks), gpus=inventory,
+                    gpu_count_expected=expected_gpu_count(environ))
+
+
+def check(loop: EventLoop, plan: Plan, memory: MemorySource | None, gpus: GpuThread,
+          then: Callable[[list[Finding], Evidence | None], None], on_error: ErrorHandler,
+          bound_s: float = FITNESS_BOUND_S) -> None:
+    """Gather on a thread of its own, at most ``bound_s``, then ``then(findings, evidence)`` on the loop;
+    past the bound, the finding is the step that did not return (``overdue_finding``), evidence None.
+    Where the GPU thread runs, its first answer is awaited too (said before the first phase)."""
+    steps = Steps()
+
+    def work() -> Evidence:
+        evidence = gather(plan, memory, gpus, steps=steps, bound_s=bound_s)
+        if gpus.started:
+            steps.doing("gpu", "opening NVML")
+            gpus.wait_opened(bound_s)  # returns once opened, absent, or hung past NVML's own bound
+        return evidence
+
+    run_bounded(loop, "fitness", work, bound_s,
+                lambda evidence: then(assess(plan.phases, plan.cuzk, evidence), evidence),
+                lambda: then([overdue_finding(steps.current(), bound_s)], None), on_error=on_error)
+
+
+def overdue_finding(step: tuple[str, str], bound_s: float) -> Finding:
+    """The finding when gathering did not finish within ``bound_s``, from the step it was at."""
+    kind, call = step
+    if kind == "disk":
+        return Finding(v.INSUFFICIENT_DISK, f"{call} did not return within {bound_s:g}s (a hung mount?): "
+                                            "its free space is unknown")
+    if kind == "gpu":
+        return Finding(v.GPU_UNRESPONSIVE, f"NVML did not answer {call} within {bound_s:g}s")
+    return Finding(v.INSUFFICIENT_MEMORY, f"{call} did not finish within {bound_s:g}s: the memory is unknown")
 
 
 def param_cache(plan: Plan, environ: Mapping[str, str]) -> str | None:
@@ -206,8 +283,9 @@ def param_cache(plan: Plan, environ: Mapping[str, str]) -> str | None:
     return fetch.progress_path if fetch is not None else None
 
 
-def disk_need(what: str, path: str, need: int, present: int) -> DiskNeed:
-    """Free space where ``path`` is (or will be: its nearest existing parent), and which filesystem."""
+def free_space(path: str) -> tuple[int | None, int | None]:
+    """Bytes free on the filesystem where ``path`` is (or will be: its nearest existing parent) and its
+    st_dev; (None, None) where unreadable. Blocks on a hung mount: off the loop only."""
     existing = os.path.abspath(path)
     while not os.path.exists(existing) and existing != os.path.dirname(existing):
         existing = os.path.dirname(existing)
@@ -215,8 +293,8 @@ def disk_need(what: str, path: str, need: int, present: int) -> DiskNeed:
         st = os.statvfs(existing)
         device = os.stat(existing).st_dev
     except OSError:
-        return DiskNeed(what, path, need, present, None, None)
-    return DiskNeed(what, path, need, present, st.f_bavail * st.f_frsize, device)
+        return None, None
+    return st.f_bavail * st.f_frsize, device
 
 
 def expected_gpu_count(environ: Mapping[str, str]) -> int | None:

@@ -4,11 +4,13 @@ Nothing here polls: the loop sleeps in ``select`` until a file descriptor is
 readable or the next timer is due. Its readers: the signal inbox, the
 children's output pipes, the status socket and the cgroups' OOM events. Its
 timers: phase deadlines, backoffs and stall checks, stop graces, the bench
-gate, the status file's coalescing and the health heartbeat. Two kinds of
-thread hand work back with ``call_soon_threadsafe``, which wakes the selector
-through a pipe: the readiness probes and the manager's sender. The other
-threads (the console writer, the log shippers, the health server) never call
-into the loop.
+gate, the status file's coalescing, the health heartbeat and the freeze tick.
+Threads hand work back with ``call_soon_threadsafe``, which wakes the selector
+through a pipe: the readiness probes, the manager's sender, and the bounded
+off-loop jobs (supervisor/offloop.py: the fitness check, resume's file lists).
+The other threads (the console writer, the log shippers, the health server,
+the GPU thread, the progress probe) never call into the loop: the loop reads
+what the last two published.
 
 The loop outlives any one callback: an exception raised by a reader, a timer
 or a thread call is contained where it was raised. It goes to the error

@@ -99,8 +99,15 @@ class Phase:
         return attempt == self.attempt and self.state in states
 
     def start(self) -> None:
+        if self.started:
+            return  # under way: resume may still be looking at its output files (off the loop)
         self.started = True
-        resumed = resume.resumable(self, self._hooks.output)
+        resume.check(self, self._hooks.output, self._resume_or_run)
+
+    def _resume_or_run(self, resumed: tuple[str, Any] | None) -> None:
+        """Resume's answer (at once, or once its look at the output files came back): done, or run."""
+        if self.state is not PhaseState.PENDING or self._aborting:
+            return  # the supervisor shut down meanwhile
         if resumed is not None:
             why, self.parsed = resumed
             self.facts = dict(self.previous)
@@ -241,6 +248,9 @@ class Phase:
     def _deadline_passed(self) -> None:
         if self.state in FINAL_STATES or self._aborting:
             return
+        self._before_deciding()
+        if self.state in FINAL_STATES or self._aborting:
+            return
         detail = f"phase deadline timeout_s={self.spec.timeout_s:g} passed"
         self.rt.log(f"phase {self.name}: {detail}")
         if self.state is PhaseState.BACKOFF:
@@ -273,10 +283,20 @@ class Phase:
             self.rt.log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
             self._abort_attempt(v.STALLED, f"stalled: {silent}")
 
-        StallMonitor(self.rt.loop, self.spec.stall_s, self.rt.gpus, self.spec.progress_path,
+        StallMonitor(self.rt.loop, self.spec.stall_s, self.rt.gpus, self.rt.progress, self.spec.progress_path,
+                     freeze=self.rt.freeze,
                      last_outputs=lambda: [c.output.last_output_at for c in self.children if c.output.last_output_at],
-                     current=lambda: self._is_current(attempt, *ATTEMPT_RUNS),
+                     drain=self._before_deciding, current=lambda: self._is_current(attempt, *ATTEMPT_RUNS),
                      on_stall=stalled, on_error=self.fault_handler("the stall check"))
+
+    def _before_deciding(self) -> None:
+        """Before a stall or deadline decision: what the children already printed is read (a child that
+        printed all along must not be judged silent on output still in its pipe), and the clock is
+        looked at, so a freeze of the supervisor is said before what it caused."""
+        for child in self.children:
+            child.drain_output()
+        if self.rt.freeze is not None:
+            self.rt.freeze.notice()
 
     # ------------------------------------------------------------ the end of an attempt
 
@@ -353,8 +373,15 @@ class Phase:
     # ------------------------------------------------------------ the end of the phase
 
     def _done(self, why: str) -> None:
-        self.facts = resume.facts_of(self, self._hooks.output)
-        self._conclude(PhaseState.DONE, why)
+        """Done: once resume has its facts (its output files are listed off the loop), the phase concludes."""
+
+        def conclude(facts: dict[str, Any]) -> None:
+            if self.state is not PhaseState.STOPPING or self._aborting:
+                return  # the supervisor shut down meanwhile: the shutdown settles the phase
+            self.facts = facts
+            self._conclude(PhaseState.DONE, why)
+
+        resume.facts_of(self, self._hooks.output, conclude)
 
     def _fail(self, reason: str | None, detail: str, status: int = 1) -> None:
         """The one road to FAILED. ``reason``: the supervisor's own finding (memory preflight, prepare,

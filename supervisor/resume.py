@@ -3,13 +3,17 @@
 When a phase is done its facts are kept (``facts_of``: when, on which machine, its output
 files, what its output parser read) and persisted in status.json with the rest of the status.
 The next start hands each phase the facts of the last run (``restore_facts``); the phase then
-asks ``resumable`` whether they still hold:
+asks ``check`` whether they still hold:
 
 - ``resume = "outputs"`` (the parameter fetch): every output file is still there, same size;
 - ``resume = "machine"`` (the bench): done recently (resume_max_age_s), on the same GPUs and
   memory, and not ``--rebench``.
 
-Anything malformed in the file means "start clean", never a crash.
+Anything malformed in the file means "start clean", never a crash. The output files are listed
+off the loop (``output_files`` walks a tree that may be big, on a mount that may hang), at most
+SURVEY_BOUND_S: a list that does not come means "run it again" at the start, and no output
+table kept at the end (so the next start runs it again too). The machine fingerprint reads the
+GPU thread's latest sample, never NVML itself.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import status as status_mod
+from .offloop import run_bounded
 
 if TYPE_CHECKING:
     from .hooks import OutputHook
@@ -32,6 +37,8 @@ if TYPE_CHECKING:
 CLOCK_SLACK_S = 300.0
 # Files under progress_path that are not outputs: locks and downloads in progress.
 NOT_OUTPUTS = (".lock", ".tmp", ".part")
+# The longest resume waits for the list of a phase's output files (walked off the loop).
+SURVEY_BOUND_S = 30.0
 
 
 def restore_facts(lifecycle: Lifecycle, state_dir: Path, log: Callable[[str], None]) -> None:
@@ -86,10 +93,31 @@ def _a_past_time(value: Any) -> bool:
     return 0 <= value <= time.time() + CLOCK_SLACK_S
 
 
-def resumable(phase: Phase, output: OutputHook | None) -> tuple[str, Any] | None:
+def check(phase: Phase, output: OutputHook | None, then: Callable[[tuple[str, Any] | None], None]) -> None:
+    """Whether ``phase`` need not run again: ``then`` gets what ``resumable`` says, at once, or, where its
+    output files must be listed first, once they are (off the loop), or None once SURVEY_BOUND_S passed."""
+    prev, spec = phase.previous, phase.spec
+    if spec.resume != "outputs" or not prev.get("done_at") or not prev.get("outputs") or not spec.progress_path:
+        then(resumable(phase, output))
+        return
+    path = spec.progress_path
+
+    def overdue() -> None:
+        phase.rt.log(f"phase {phase.name}: its output files in {path} were not listed within "
+                     f"{SURVEY_BOUND_S:g}s (a hung mount?): running it again")
+        then(None)
+
+    run_bounded(phase.rt.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S,
+                lambda files: then(resumable(phase, output, files)), overdue,
+                on_error=phase.fault_handler("resume's look at its output files"))
+
+
+def resumable(phase: Phase, output: OutputHook | None,
+              outputs_now: dict[str, int] | None = None) -> tuple[str, Any] | None:
     """Why ``phase`` need not run again (done before, evidence still valid) and what its output parser
-    read then (None where it keeps nothing), or None: it runs."""
-    why = _still_valid(phase)
+    read then (None where it keeps nothing), or None: it runs. ``outputs_now``: its output files as
+    listed now (``resume = "outputs"``)."""
+    why = _still_valid(phase, outputs_now)
     if why is None or output is None or output.fact is None or output.restore is None \
             or not phase.previous.get(output.fact):
         return None if why is None else (why, None)
@@ -100,13 +128,13 @@ def resumable(phase: Phase, output: OutputHook | None) -> tuple[str, Any] | None
         return None
 
 
-def _still_valid(phase: Phase) -> str | None:
+def _still_valid(phase: Phase, outputs_now: dict[str, int] | None) -> str | None:
     prev, spec, rt = phase.previous, phase.spec, phase.rt
     if spec.resume == "no" or not prev.get("done_at"):
         return None
     if spec.resume == "outputs":
         before = prev.get("outputs")
-        now = output_files(spec.progress_path) if spec.progress_path else None
+        now = outputs_now
         if before and now is not None and all(now.get(name) == size for name, size in before.items()):
             return f"its {len(before)} output file(s) in {spec.progress_path} are all still there"
         return None
@@ -122,19 +150,35 @@ def _still_valid(phase: Phase) -> str | None:
     return f"done {age:.0f}s ago on this same machine (use --rebench to run it anyway)"
 
 
-def facts_of(phase: Phase, output: OutputHook | None) -> dict[str, Any]:
-    """What a later start needs to resume ``phase``, done now; with what its output parser read, where
-    the parser keeps that as a fact (the bench's rate)."""
+def facts_of(phase: Phase, output: OutputHook | None, then: Callable[[dict[str, Any]], None]) -> None:
+    """What a later start needs to resume ``phase``, done now, to ``then``: when, on which machine, what
+    its output parser read (where the parser keeps it as a fact: the bench's rate) and its output files,
+    listed off the loop (without them, if they are not listed within SURVEY_BOUND_S)."""
     facts: dict[str, Any] = {"done_at": time.time(), "machine": machine_fingerprint(phase.rt)}
-    if phase.spec.progress_path:
-        facts["outputs"] = output_files(phase.spec.progress_path)
     if output is not None and output.fact is not None and phase.parsed is not None:
         facts[output.fact] = vars(phase.parsed)
-    return facts
+    path = phase.spec.progress_path
+    if not path:
+        then(facts)
+        return
+
+    def listed(files: dict[str, int] | None) -> None:
+        if files is not None:
+            facts["outputs"] = files
+        then(facts)
+
+    def overdue() -> None:
+        phase.rt.log(f"phase {phase.name}: its output files in {path} were not listed within {SURVEY_BOUND_S:g}s "
+                     "(a hung mount?): the next start runs it again")
+        then(facts)
+
+    run_bounded(phase.rt.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S, listed, overdue,
+                on_error=phase.fault_handler("resume's list of its output files"))
 
 
 def output_files(path: str) -> dict[str, int] | None:
-    """Relative path → size of every file under ``path`` (lock and partial files left out)."""
+    """Relative path → size of every file under ``path`` (lock and partial files left out). Blocks:
+    called off the loop only."""
     root = Path(path)
     if not root.is_dir():
         return None
@@ -149,6 +193,7 @@ def output_files(path: str) -> dict[str, int] | None:
 
 
 def machine_fingerprint(rt: Runtime) -> dict[str, Any]:
-    """What makes a benchmark result valid here: the same GPUs and the same memory limit."""
-    gpus = rt.gpus.sample() if rt.gpus is not None else []
+    """What makes a benchmark result valid here: the same GPUs and the same memory limit (the GPUs as the
+    GPU thread last sampled them: names and sizes do not change)."""
+    gpus = rt.gpus.samples() if rt.gpus is not None else ()
     return {"gpus": [[g.name, g.memory_total] for g in gpus], "memory": rt.available_memory()}

@@ -13,8 +13,9 @@
    the last run learnt, for resume);
 7. ``wire_observers``: the reporter's listeners, status.json, the status socket, health and metrics;
 8. ``route_signals``: every handled signal into the loop;
-9. ``serve``: start the reporter, check fitness (an unfit machine starts nothing), start the
-   lifecycle, loop until it is over;
+9. ``serve``: start the reporter and the clock's tick, check fitness off the loop (an unfit
+   machine starts nothing; the loop serves signals and status meanwhile), start the lifecycle,
+   loop until it is over;
 10. tear down: ``sweep_and_close`` (whatever happened: kill what is left, close what was
     opened), then ``report_the_end`` (save the state, the termination log, the manager's last
     word) and return the lifecycle's exit status.
@@ -35,7 +36,8 @@ from . import fitness
 from . import status as status_mod
 from .config import Plan
 from .exits import EXIT_FAILURE, EXIT_OK
-from .gpu import Gpus
+from .freeze import start_the_tick
+from .gpuwatch import Gpus
 from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop
@@ -230,7 +232,7 @@ def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:
 
 
 def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Supervision:
-    gpus = sample_gpus(plan, host.log)
+    gpus = sample_gpus()
     rt = Runtime(
         loop=core.loop, reaper=core.reaper, console=host.console, log=host.log, log_dir=host.log_dir,
         ring_lines=plan.supervisor.ring_lines, log_file_max_bytes=plan.supervisor.log_file_max_bytes,
@@ -254,12 +256,12 @@ def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Superv
     return Supervision(rt, reporter, lifecycle, outcome)
 
 
-def sample_gpus(plan: Plan, log: SupervisorLog) -> Gpus:
-    """Read the GPUs once at start where a phase needs them: stall evidence, or sizing cuzk.toml."""
+def sample_gpus() -> Gpus:
+    """The GPU thread, started at once: it opens NVML (or finds none) and takes a first sample while the
+    rest starts, for the stall watch, cuzk.toml, resume, fitness and status; ``check_fitness`` says what
+    it found before the first phase."""
     gpus = Gpus()
-    if any(p.stall_s is not None or p.prepare == "cuzk-config" for p in plan.phases):
-        gpus.sample()
-        log(f"GPU evidence: {gpus.why}")
+    gpus.start()
     return gpus
 
 
@@ -338,28 +340,62 @@ def handle_signal(signum: int, lifecycle: Lifecycle, reaper: Reaper, log: Superv
 
 def serve(plan: Plan, host: Host, core: Core, sup: Supervision,
           on_start: Callable[[Lifecycle], None] | None) -> None:
-    """Start the lifecycle on a fit machine, then loop until it is over."""
+    """Start the lifecycle on a fit machine (asked off the loop), then loop until it is over."""
+    gpus_said = say_gpu_evidence(sup.rt.gpus, host.log)  # before the manager's lines: the setup tab's order
     sup.reporter.start(sup.lifecycle)
-    if check_fitness(plan, sup.rt, sup.lifecycle, host.log):
-        sup.lifecycle.start()
-    if on_start is not None:
-        on_start(sup.lifecycle)
-    if "status" not in sup.outcome:  # an unfit machine, or a lifecycle over at once: no loop to run
+    # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
+    sup.rt.freeze = start_the_tick(core.loop, host.log, [sup.rt.progress.check, *(
+        [sup.rt.gpus.check] if sup.rt.gpus is not None else [])])
+
+    def fitness_known(fit: bool) -> None:
+        if fit:
+            sup.lifecycle.start()
+        if on_start is not None:
+            on_start(sup.lifecycle)
+
+    check_fitness(plan, sup.rt, sup.lifecycle, host.log, fitness_known, gpus_said)
+    if "status" not in sup.outcome:  # a lifecycle over at once: no loop to run
         core.loop.run()
 
 
-def check_fitness(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: SupervisorLog) -> bool:
-    """Check before the first phase (the download) that the machine can run them all; refuse at once if not."""
-    evidence = fitness.gather(plan, rt.memory, rt.gpus or Gpus())
-    findings = fitness.assess(plan.phases, plan.cuzk, evidence)
-    if not findings:
-        log(fitness.describe(evidence))
+def say_gpu_evidence(gpus: Gpus | None, log: SupervisorLog) -> bool:
+    """What the GPU thread found, if it has opened NVML yet (never waited for); True if it was said."""
+    if gpus is None:
         return True
-    verdict = fitness.refusal(findings)
-    rt.record(verdict)
-    lifecycle.failure = verdict
-    lifecycle.shutdown(f"this machine cannot run the lifecycle ({verdict.reason})", verdict.status)
+    if gpus.opened.is_set():
+        log(f"GPU evidence: {gpus.describe()}")
+        return True
+    log("GPU evidence: NVML is being opened (its answer is said before the first phase)")
     return False
+
+
+def check_fitness(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: SupervisorLog,
+                  then: Callable[[bool], None], gpus_said: bool = True) -> None:
+    """Check before the first phase (the download) that the machine can run them all; refuse at once if not.
+    The evidence comes from off the loop, bounded (fitness.check): meanwhile a SIGTERM stops the run
+    cleanly, nothing started. ``then(fit)`` follows the decision (not a shutdown that came first)."""
+    gpus = rt.gpus or Gpus()
+
+    def decide(findings: list[fitness.Finding], evidence: fitness.Evidence | None) -> None:
+        if lifecycle.shutting_down:
+            return  # stopped while the evidence came (SIGTERM): nothing starts
+        if not gpus_said:
+            log(f"GPU evidence: {gpus.describe()}")
+        if not findings:
+            log(fitness.describe(evidence) if evidence is not None else "fitness: not checked (see above)")
+            then(True)
+            return
+        verdict = fitness.refusal(findings)
+        rt.record(verdict)
+        lifecycle.failure = verdict
+        lifecycle.shutdown(f"this machine cannot run the lifecycle ({verdict.reason})", verdict.status)
+        then(False)
+
+    def broken(exc: Exception) -> None:  # a bug of the check's own; the phases' own preflights still hold
+        rt.loop.faults.report("the fitness check", exc)
+        decide([], None)
+
+    fitness.check(rt.loop, plan, rt.memory, gpus, decide, on_error=broken, bound_s=fitness.FITNESS_BOUND_S)
 
 
 # ---------------------------------------------------------------- 10. tear down

@@ -11,12 +11,14 @@ from typing import Any
 
 from . import verdict as v
 from .cgroups import mem_total
-from .gpu import Gpus
+from .freeze import FreezeWatch
+from .gpuwatch import Gpus
 from .logs import Console
 from .loop import EventLoop, name_of
 from .memory import MemoryEvidence
 from .policy import capped
 from .process import Child
+from .progress import ProgressProbe
 from .prover.cuzkconf import CuzkSettings
 from .reaping import Reaper
 from .redact import Redactor
@@ -42,7 +44,9 @@ class Runtime:
     base_env: dict[str, str]  # every child's environment; export_env adds to it
     child_oom_score_adj: int | None = None  # what children set their oom_score_adj to (run.py decides)
     memory: MemoryEvidence | None = None
-    gpus: Gpus | None = None
+    gpus: Gpus | None = None  # the GPU thread's latest readings (supervisor/gpuwatch.py)
+    progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
+    freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (run.py makes it)
     redactor: Redactor | None = None
     cuzk: CuzkSettings | None = None
     state_dir: Path = Path(".")

@@ -4,19 +4,28 @@ The signs: a byte of output from any of its processes; a GPU whose utilisation
 is non-zero or whose memory use changed (where GPUs are visible); the watched
 ``progress_path`` growing (a parameter download). The decision is a small pure
 object fed with observations, so it is tested without waiting; StallMonitor feeds
-it from a running attempt every little while.
+it from a running attempt every little while, with what was measured off the loop:
+the GPU thread's latest reading (supervisor/gpuwatch.py) and the progress probe's
+latest walk (supervisor/progress.py). It never waits for either.
+
+Before it decides it drains what the children printed (output waiting in a pipe is
+a sign of life) and looks at the clock: a freeze of the supervisor itself
+(supervisor/freeze.py) restarts the window at the thaw. While NVML is unresponsive,
+GPU evidence is unknown: no activity is credited (a hung GPU is no sign of work,
+and waiting for it would block the decision), and the verdict says so.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from .gpu import Gpus, activity_changed
+from .freeze import FreezeWatch
+from .gpu import GpuReading, activity_changed
+from .gpuwatch import Gpus
 from .loop import ErrorHandler, EventLoop
+from .progress import ProgressProbe
 
 # How often a phase with stall_s is looked at: often enough to name the stall
 # within a second of stall_s, rarely enough to cost nothing.
@@ -47,7 +56,13 @@ class StallWatch:
 
     def saw_gpu(self, active: bool, at: float) -> None:
         if active:
-            self.last_gpu = at
+            self.last_gpu = max(self.last_gpu, at)
+
+    def thawed(self, at: float) -> None:
+        """The supervisor itself was frozen until ``at``: every sign's silence starts again there."""
+        self.last_output = max(self.last_output, at)
+        self.last_gpu = max(self.last_gpu, at)
+        self.last_progress = max(self.last_progress, at)
 
     def saw_progress_size(self, size: int | None, at: float) -> None:
         """The watched path's size now (None: absent). Growth is progress; shrinking is not."""
@@ -56,11 +71,12 @@ class StallWatch:
             self.progress_size = size  # the baseline, taken when the watch starts
             return
         if size > self.progress_size:
-            self.last_progress = at
+            self.last_progress = max(self.last_progress, at)
         self.progress_size = size  # after a shrink (a bad file deleted), growth counts again
 
-    def stalled(self, now: float) -> str | None:
-        """None while any sign is fresh; else what was silent, for the verdict."""
+    def stalled(self, now: float, gpu_unknown: str | None = None) -> str | None:
+        """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
+        there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"."""
         signs = [("output", self.last_output)]
         if self.gpus_visible:
             signs.append(("GPU activity", self.last_gpu))
@@ -69,70 +85,92 @@ class StallWatch:
         if any(now - seen < self.stall_s for _, seen in signs):
             return None
         silent = ", ".join(f"no {what} for {now - seen:.1f}s" for what, seen in signs)
-        if not self.gpus_visible:
+        if gpu_unknown is not None:
+            silent += f" (GPU evidence unavailable: {gpu_unknown})"
+        elif not self.gpus_visible:
             silent += " (no GPU visible)"
         return silent
 
 
 class StallMonitor:
     """Looks every little while, for one attempt, whether output, GPUs and progress_path have all gone
-    silent; says so once through ``on_stall`` (what was silent), and stops looking once the attempt
-    is no longer ``current()``."""
+    silent; says so once through ``on_stall`` (what was silent), and stops looking (and wanting GPU
+    samples and walks) once the attempt is no longer ``current()``."""
 
-    def __init__(self, loop: EventLoop, stall_s: float, gpus: Gpus | None, progress_path: str | None, *,
-                 last_outputs: Callable[[], list[float]], current: Callable[[], bool],
-                 on_stall: Callable[[str], None], on_error: ErrorHandler) -> None:
-        self._loop, self._gpus, self._progress_path = loop, gpus, progress_path
-        self._last_outputs, self._current, self._on_stall, self._on_error = last_outputs, current, on_stall, on_error
+    def __init__(self, loop: EventLoop, stall_s: float, gpus: Gpus | None, probe: ProgressProbe | None,
+                 progress_path: str | None, *, freeze: FreezeWatch | None, last_outputs: Callable[[], list[float]],
+                 drain: Callable[[], None], current: Callable[[], bool], on_stall: Callable[[str], None],
+                 on_error: ErrorHandler) -> None:
+        self._loop, self._gpus, self._probe, self._freeze = loop, gpus, probe, freeze
+        self._progress_path = progress_path if probe is not None else None
+        self._last_outputs, self._drain, self._current = last_outputs, drain, current
+        self._on_stall, self._on_error = on_stall, on_error
         now = time.monotonic()
-        self._last_gpu = gpus.sample() if gpus is not None else []
-        self._watch = StallWatch(stall_s, now, gpus_visible=bool(self._last_gpu),
-                                 watches_path=progress_path is not None)
-        if progress_path is not None:
-            self._watch.saw_progress_size(tree_size(progress_path), now)
+        self._releases: list[Callable[[], None]] = []
+        self._gpu_reading: GpuReading | None = None
+        if gpus is not None:
+            self._releases.append(gpus.want(stall_s / 4))
+            self._gpu_reading = gpus.latest()  # the baseline: what changes after it is activity
+        if probe is not None and progress_path is not None:
+            self._releases.append(probe.watch(progress_path, check_interval(stall_s)))
+        self._progress_seq: int | None = None
+        self._thaw_seen = freeze.thawed_at if freeze is not None else None
+        self._watch = StallWatch(stall_s, now, gpus_visible=gpus is not None and gpus.available,
+                                 watches_path=self._progress_path is not None)
         self._interval = check_interval(stall_s)
         self._loop.call_later(self._interval, self._check, on_error=on_error)
 
     def _check(self) -> None:
-        if not self._current():
+        if self._current():
+            self._drain()  # what the children printed is read before anything is decided
+        if not self._current():  # (the drain fed the output parser, which may have ended the attempt)
+            self._stop_wanting()
             return
         now, watch = time.monotonic(), self._watch
+        self._saw_thaw(now)
         for at in self._last_outputs():
             watch.saw_output(at)
-        if watch.gpus_visible and self._gpus is not None:
-            sample = self._gpus.sample()
-            watch.saw_gpu(activity_changed(self._last_gpu, sample), now)
-            self._last_gpu = sample
-        if self._progress_path is not None:
-            watch.saw_progress_size(tree_size(self._progress_path), now)
-        silent = watch.stalled(now)
+        gpu_unknown = self._saw_gpus(now)
+        self._saw_progress()
+        silent = watch.stalled(now, gpu_unknown)
         if silent is None:
             self._loop.call_later(self._interval, self._check, on_error=self._on_error)
         else:
+            self._stop_wanting()
             self._on_stall(silent)
 
+    def _saw_thaw(self, now: float) -> None:
+        if self._freeze is None:
+            return
+        self._freeze.notice(now)
+        if self._freeze.thawed_at != self._thaw_seen:
+            self._thaw_seen = self._freeze.thawed_at
+            if self._thaw_seen is not None:
+                self._watch.thawed(self._thaw_seen)
 
-def tree_size(path: str | Path) -> int | None:
-    """Bytes under ``path`` (a file or a directory tree); None if it does not exist."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not os.path.isdir(path):
-        return st.st_size
-    total = 0
-    stack = [os.fspath(path)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        else:
-                            total += entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-    return total
+    def _saw_gpus(self, now: float) -> str | None:
+        """Feed the GPU thread's newest reading; why GPU evidence is unknown (NVML hung), if it is."""
+        gpus = self._gpus
+        if gpus is None:
+            return None
+        self._watch.gpus_visible = gpus.available
+        reading = gpus.latest()
+        if reading is not None and (self._gpu_reading is None or reading.seq != self._gpu_reading.seq):
+            before = self._gpu_reading.samples if self._gpu_reading is not None else ()
+            self._watch.saw_gpu(activity_changed(before, reading.samples), reading.at)
+            self._gpu_reading = reading
+        hung = gpus.unresponsive(now)
+        return None if hung is None else f"NVML unresponsive since {hung.since_clock()} ({hung.describe(now)})"
+
+    def _saw_progress(self) -> None:
+        if self._probe is None or self._progress_path is None:
+            return
+        measure = self._probe.latest(self._progress_path)
+        if measure is not None and measure.seq != self._progress_seq:
+            self._progress_seq = measure.seq
+            self._watch.saw_progress_size(measure.size, measure.at)
+
+    def _stop_wanting(self) -> None:
+        for release in self._releases:
+            release()
+        self._releases = []

@@ -174,7 +174,7 @@ SNAPSHOT_SHAPE: dict[str, Any] = {
                   "usage": _maybe({"processes": (int, type(None)), "cpu_s": _OPT_NUM, "rss": (int, type(None))}),
                   "last_lines": [str]}],
     "gpus": {"why": _OPT_STR, "samples": [{"index": int, "name": str, "utilization": _NUM, "memory_used": int,
-                                           "memory_total": int}]},
+                                           "memory_total": int}], "unresponsive": _OPT_DICT},
     "memory": {"mode": _OPT_STR, "why": _OPT_STR, "snapshot": _OPT_STR},
     "manager": {"enabled": (bool, type(None)), "url": _OPT_STR, "uuid": _OPT_STR, "last_error": _OPT_STR,
                 "outbox_pending": (int, type(None)), "last_delivered": _OPT_DICT},
@@ -300,6 +300,9 @@ def render(snap: dict[str, Any], live: bool) -> str:
         for line in ch.get("last_lines", [])[-3:]:
             out.append(f"      | {line[:160]}")
     gpus = snap.get("gpus", {})
+    hung = gpus.get("unresponsive")
+    if isinstance(hung, dict):
+        out.append(f"gpus: NVML unresponsive: {hung.get('call')} has not returned for {hung.get('for_s')}s")
     if gpus.get("samples"):
         for g in gpus["samples"]:
             out.append(f"gpu {g['index']}: {g['name']} util {g['utilization']}% "
@@ -348,7 +351,11 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                 "last_lines": [redact(line)[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(10)],
             })
     gpus = rt.gpus
-    samples = [vars(s) for s in gpus.sample()] if gpus is not None and usage else []
+    # The GPU thread's latest sample (a request keeps samples coming for a while): never NVML itself.
+    if gpus is not None and usage:
+        gpus.want_for()
+    samples = [vars(s) for s in gpus.samples()] if gpus is not None and usage else []
+    hung = gpus.unresponsive() if gpus is not None else None
     memory = rt.memory
     mem_snap = memory.shared.snapshot() if memory is not None and memory.shared is not None else None
     if lifecycle.shutting_down:
@@ -375,7 +382,9 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
         "children": children,
         "gpus": {"available": gpus.available if gpus is not None else False,
                  "why": gpus.why if gpus is not None else "not probed",
-                 "samples": samples},
+                 "samples": samples,
+                 "unresponsive": hung.to_dict(time.monotonic()) if hung is not None else None,
+                 "slow_calls": gpus.slow_calls if gpus is not None else 0},
         "memory": {"mode": memory.mode if memory else "unavailable", "why": memory.why if memory else "",
                    "snapshot": mem_snap.describe() if mem_snap else None,
                    "usage": mem_snap.usage if mem_snap else None, "limit": mem_snap.limit if mem_snap else None,

@@ -321,13 +321,9 @@ def test_a_timer_callback_that_raises_fails_its_phase(sup: SupervisorRunner) -> 
         """)
     inject = """
 import supervisor.stall as stall
-_real, _calls = stall.tree_size, []
-def tree_size(path):
-    _calls.append(path)
-    if len(_calls) > 1:  # the first is the watch's start, the rest the timer's ticks
-        raise RuntimeError("injected fault in the stall check")
-    return _real(path)
-stall.tree_size = tree_size
+def stalled(self, now, gpu_unknown=None):  # asked by the stall check's timer only, on its first tick
+    raise RuntimeError("injected fault in the stall check")
+stall.StallWatch.stalled = stalled
 """
     result = run_with_fault(sup, config, inject)
     check_phase_failed_internally(result, sup, "p", "stall check", ["p"], marker)
@@ -355,13 +351,9 @@ def test_a_contained_faults_traceback_reaches_the_manager_and_the_verdict_once(s
             """)
         inject = """
 import supervisor.stall as stall
-_real, _calls = stall.tree_size, []
-def tree_size(path):
-    _calls.append(path)
-    if len(_calls) > 1:
-        raise RuntimeError("injected fault in the stall check")
-    return _real(path)
-stall.tree_size = tree_size
+def stalled(self, now, gpu_unknown=None):
+    raise RuntimeError("injected fault in the stall check")
+stall.StallWatch.stalled = stalled
 """
         result = run_with_fault(sup, config, inject)
         assert result.returncode == EXIT_INTERNAL_ERROR, result.output

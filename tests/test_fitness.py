@@ -32,7 +32,8 @@ from helpers import (
 from supervisor import fitness
 from supervisor.config import load_plan
 from supervisor.exits import EXIT_FAILURE
-from supervisor.gpu import GpuDevice, GpuInventory, Gpus
+from supervisor.gpu import GpuDevice, GpuInventory, HungCall
+from supervisor.gpuwatch import Gpus
 from supervisor.prover.cuzkconf import GIB
 from supervisor.units import MIB as MiB
 
@@ -165,12 +166,37 @@ def test_no_nvml_or_no_device_is_unfit_and_not_required_is_not_checked() -> None
     assert fitness.gpu_findings(None, 4) == []
 
 
+def test_an_inventory_nvml_did_not_answer_is_gpu_unresponsive() -> None:
+    import time
+
+    hung = HungCall("nvmlDeviceGetMemoryInfo (GPU 0)", time.monotonic() - 7.0, time.time() - 7.0)
+    [finding] = fitness.gpu_findings(GpuInventory(True, "1 GPU(s) via NVML", unresponsive=hung), 1)
+    assert finding.reason == "gpu_unresponsive"
+    assert finding.detail.startswith("NVML unresponsive: nvmlDeviceGetMemoryInfo (GPU 0) has not returned for 7."), \
+        finding.detail
+
+
+def test_a_step_that_did_not_return_within_the_bound_is_the_finding() -> None:
+    assert fitness.overdue_finding(("disk", "statvfs(/p)"), 30) == fitness.Finding(
+        "insufficient_disk", "statvfs(/p) did not return within 30s (a hung mount?): its free space is unknown")
+    gpu = fitness.overdue_finding(("gpu", "the GPU inventory"), 30)
+    assert gpu == fitness.Finding("gpu_unresponsive", "NVML did not answer the GPU inventory within 30s"), gpu
+    steps = fitness.Steps()
+    plan = profile_plan(PROVER_MIN_PARAM_DISK="1MiB", PROVER_MIN_STATE_DISK="1MiB", PROVER_REQUIRE_GPUS="true")
+    fitness.gather(plan, FixedMemory(None), InjectedGpus(idle_gpus(H200)), {}, steps=steps)
+    assert steps.current() == ("gpu", "the GPU inventory"), "each step said before it is taken, the last one last"
+
+
 def test_real_pynvml_without_nvml_gives_gpu_unavailable() -> None:
     error = real_nvml_error()
     if error is None:
         pytest.skip("NVML initialises on this machine: the no-NVML path cannot be seen here")
-    inventory = Gpus().inventory()
-    assert inventory.nvml is False and inventory.devices == ()
+    gpus = Gpus()
+    try:
+        inventory = gpus.inventory(10)
+    finally:
+        gpus.close()
+    assert inventory.nvml is False and inventory.devices == () and inventory.unresponsive is None
     assert type(error).__name__ in inventory.why, inventory.why
     [finding] = fitness.gpu_findings(inventory, None)
     assert finding.reason == "gpu_unavailable" and type(error).__name__ in finding.detail
@@ -186,7 +212,7 @@ class InjectedGpus:
         self.inventory_given = inventory
         self.asked = 0
 
-    def inventory(self) -> GpuInventory:
+    def inventory(self, bound_s: float) -> GpuInventory:
         self.asked += 1
         return self.inventory_given
 

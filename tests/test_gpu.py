@@ -1,38 +1,60 @@
-"""GPU evidence through NVML: "no GPU" said once with NVML's own error, samples, activity between samples.
+"""GPU evidence through the GPU thread: "no GPU" said once with NVML's own error, samples, activity.
 
 On a machine without the NVML library the real ``pynvml`` raises
 ``NVMLError_LibraryNotFound``; ``Gpus`` must say "no GPU" with that error, never
-fail. The with-GPU path is exercised with a stand-in ``pynvml`` module.
+fail. The with-GPU path is exercised with the stand-in ``pynvml``
+(supervisor/prover/standins/fakenvml), driven by its control file.
 """
 
 from __future__ import annotations
 
 import sys
-import types
-from typing import Any
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from helpers import SupervisorRunner, first_line, one_verdict, real_nvml_error, toml_list
+from helpers import SupervisorRunner, first_line, one_verdict, real_nvml_error, toml_list, wait_for
+from standin_nvml import NvmlControl, fake_pynvml
+from standin_nvml import gpu as nvml_gpu
 
-from supervisor.gpu import Gpus, GpuSample, activity_changed, describe_nvml_error
+from supervisor.gpu import GpuSample, activity_changed, describe_nvml_error
+from supervisor.gpuwatch import Gpus
 from supervisor.units import MIB as MiB
 
 
-def test_no_gpu_here_says_why_with_nvmls_real_error() -> None:
+@pytest.fixture
+def gpus() -> Iterator[Gpus]:
+    watch = Gpus()
+    yield watch
+    watch.close()
+
+
+def opened(gpus: Gpus) -> Gpus:
+    """The GPU thread started and done opening NVML (bounded: a test never hangs on it)."""
+    gpus.start()
+    assert gpus.opened.wait(10), "the GPU thread did not open NVML within 10s"
+    return gpus
+
+
+def test_no_gpu_here_says_why_with_nvmls_real_error(gpus: Gpus) -> None:
     error = real_nvml_error()
     if error is None:
         pytest.skip("NVML initialises on this machine (a GPU driver is present): the no-GPU path cannot be seen")
     print(f"real pynvml.nvmlInit() raised {type(error).__name__}: {error}")
-    gpus = Gpus()
     assert gpus.why == "not probed yet"
-    assert gpus.sample() == []
+    assert opened(gpus).samples() == ()
     assert gpus.available is False
     assert gpus.why.startswith("no GPU"), gpus.why
     assert type(error).__name__ in gpus.why, gpus.why
     if "NVMLError_LibraryNotFound" not in type(error).__name__:
         pytest.skip(f"NVML fails here with {type(error).__name__}, not NVMLError_LibraryNotFound (checked above)")
     assert "NVMLError_LibraryNotFound" in gpus.why
-    assert gpus.sample() == []  # asked again: still no GPU, no new probe, no error
+    gpus.want()  # wanted anyway: still no GPU, no new probe, no error
+    assert gpus.samples() == () and gpus.unresponsive() is None
+    assert gpus._thread is not None
+    gpus._thread.join(10)
+    assert not gpus._thread.is_alive(), "without NVML the GPU thread has nothing more to do: it ends"
 
 
 def test_describe_nvml_error_names_the_class_once() -> None:
@@ -44,61 +66,96 @@ def test_describe_nvml_error_names_the_class_once() -> None:
     assert describe_nvml_error(NVMLError_Fake("NVMLError_Fake: x")) == "NVMLError_Fake: x"
 
 
-def test_pynvml_missing_is_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pynvml_missing_is_no_gpu(monkeypatch: pytest.MonkeyPatch, gpus: Gpus) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml → ImportError
-    gpus = Gpus()
-    assert gpus.sample() == []
+    assert opened(gpus).samples() == ()
     assert gpus.why.startswith("no GPU: pynvml not installed"), gpus.why
 
 
-def fake_pynvml(devices: list[dict[str, Any]]) -> types.ModuleType:
-    """A stand-in pynvml with ``devices`` (name, util, used, total; ``fail``: a GPU fallen off the bus)."""
-    mod = types.ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        pass
-
-    mod.NVMLError = NVMLError  # type: ignore[attr-defined]
-    mod.nvmlInit = lambda: None  # type: ignore[attr-defined]
-    mod.nvmlShutdown = lambda: None  # type: ignore[attr-defined]
-    mod.nvmlDeviceGetCount = lambda: len(devices)  # type: ignore[attr-defined]
-    mod.nvmlDeviceGetHandleByIndex = lambda i: devices[i]  # type: ignore[attr-defined]
-
-    def util(handle: dict[str, Any]) -> Any:
-        if handle.get("fail"):
-            raise NVMLError("GPU is lost")
-        return types.SimpleNamespace(gpu=handle["util"], memory=0)
-
-    mod.nvmlDeviceGetUtilizationRates = util  # type: ignore[attr-defined]
-    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(  # type: ignore[attr-defined]
-        used=h["used"], total=h["total"], free=h["total"] - h["used"])
-    mod.nvmlDeviceGetName = lambda h: h["name"]  # type: ignore[attr-defined]
-    return mod
+@pytest.fixture
+def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NvmlControl:
+    ctl = NvmlControl(tmp_path / "nvml.json", log=str(tmp_path / "nvml-calls.log"))
+    fake_pynvml(monkeypatch, ctl)
+    return ctl
 
 
-def test_samples_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
-    devices = [
-        {"name": b"NVIDIA H100", "util": 0, "used": 100 * MiB, "total": 80 * 1024 * MiB},
-        {"name": "NVIDIA L4", "util": 37, "used": 2048 * MiB, "total": 24 * 1024 * MiB},
-        {"name": "lost", "fail": True},
-    ]
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(devices))
-    gpus = Gpus()
-    samples = gpus.sample()
+def test_samples_through_nvml(control: NvmlControl, gpus: Gpus) -> None:
+    control.set(gpus=[nvml_gpu("NVIDIA H100", 80 * 1024 * MiB, 100 * MiB),
+                      nvml_gpu("NVIDIA L4", 24 * 1024 * MiB, 2048 * MiB, 37), nvml_gpu("lost")], lost=[2])
+    samples = opened(gpus).samples()
     assert gpus.available is True
     assert gpus.why == "3 GPU(s) via NVML"
-    assert samples == [
+    assert samples == (
         GpuSample(0, "NVIDIA H100", 0, 100 * MiB, 80 * 1024 * MiB),
         GpuSample(1, "NVIDIA L4", 37, 2048 * MiB, 24 * 1024 * MiB),
-    ]
+    )
+    threads = {thread for _, thread in control.calls()}
+    assert threads == {"gpu"}, f"every NVML call on the GPU thread, none elsewhere: {control.calls()}"
 
 
-def test_nvml_with_no_devices(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([]))
-    gpus = Gpus()
-    assert gpus.sample() == []
+def test_samples_come_on_a_cadence_only_while_wanted(control: NvmlControl, gpus: Gpus) -> None:
+    first = opened(gpus).latest()
+    assert first is not None and first.seq == 1
+    control.set(gpus=[nvml_gpu(util=55)])
+    release = gpus.want(0.1)
+    newer = wait_for(lambda: (r := gpus.latest()) is not None and r.seq >= 3 and r)
+    assert newer.samples[0].utilization == 55 and newer.at > first.at
+    release()
+    threading.Event().wait(0.3)  # a sample under way when it was released lands
+    settled, calls = gpus.latest(), len(control.calls())
+    threading.Event().wait(0.6)  # six cadences: none may be sampled now
+    assert gpus.latest() == settled and len(control.calls()) == calls, "sampled while nobody wants samples"
+
+
+def test_nvml_with_no_devices(control: NvmlControl, gpus: Gpus) -> None:
+    control.set(gpus=[])
+    assert opened(gpus).samples() == ()
     assert gpus.available is False
     assert gpus.why == "no GPU: NVML sees 0 devices"
+
+
+def test_nvml_init_unknown_error_is_no_gpu(control: NvmlControl, gpus: Gpus) -> None:
+    """"Failed to initialize NVML: Unknown Error" (a host daemon-reload): "no GPU", with NVML's own class."""
+    control.set(init_error="Unknown")
+    assert opened(gpus).samples() == ()
+    assert gpus.why == "no GPU: NVML unavailable (NVMLError_Unknown: Unknown Error)", gpus.why
+
+
+def test_a_hung_call_is_named_once_and_again_when_it_returns(control: NvmlControl) -> None:
+    """Every call hangs: the loop side says which call, once, and how long it took once it returned."""
+    gpus = Gpus(call_timeout_s=0.3)
+    try:
+        gpus.start()
+        assert gpus.opened.wait(10)
+        control.set(hang_s=120, hang_calls=["nvmlDeviceGetUtilizationRates"])
+        gpus.want(0.1)
+        hung = wait_for(lambda: gpus.unresponsive())
+        assert hung.call == "nvmlDeviceGetUtilizationRates (GPU 0)", hung
+        lines = gpus.check()
+        assert len(lines) == 1 and lines[0].startswith(
+            "gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) has not returned for "), lines
+        assert gpus.check() == [], "said once"
+        control.set(hang_s=0)  # the driver recovers: the stand-in's sleep ends early
+        back = wait_for(lambda: gpus.check())
+        assert len(back) == 1 and back[0].startswith(
+            "gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) returned after "), back
+        assert gpus.unresponsive() is None and gpus.slow_calls == 1
+        assert [t for t in threading.enumerate() if t.name == "gpu"] == [gpus._thread], "one GPU thread, never two"
+    finally:
+        control.set(hang_s=0)
+        gpus.close()
+
+
+def test_the_inventory_is_refused_at_once_while_nvml_hangs(control: NvmlControl) -> None:
+    gpus = Gpus(call_timeout_s=0.3)
+    try:
+        control.set(hang_s=120)  # nvmlInit itself hangs
+        inventory = gpus.inventory(bound_s=30)
+        assert inventory.unresponsive is not None and inventory.unresponsive.call == "nvmlInit", inventory
+        assert gpus.describe().startswith("unknown; NVML unresponsive (nvmlInit has not returned for ")
+    finally:
+        control.set(hang_s=0)
+        gpus.close()
 
 
 def gpu(index: int, util: int = 0, used: int = 0) -> GpuSample:
@@ -134,8 +191,9 @@ def test_a_phase_with_stall_s_says_the_gpu_evidence_at_start(sup: SupervisorRunn
     result = sup.run(cfg, timeout=30)
     out = result.output
     assert result.returncode == 0, out
-    line = first_line(out, "GPU evidence:")
-    assert "GPU evidence: no GPU" in line and "NVMLError" in line, line
-    assert out.index("GPU evidence:") < out.index("phase quick: pending → starting")
+    # Said where the thread has opened NVML when the supervisor starts serving, else once it has.
+    line = first_line(out, "GPU evidence: no GPU")
+    assert "NVMLError" in line, line
+    assert out.index(line) < out.index("phase quick: pending → starting")
     assert " reason=exit_code exit_code=0 " in one_verdict(out, "quick")
 

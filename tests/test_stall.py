@@ -10,12 +10,26 @@ times are printed (``pytest -s``).
 from __future__ import annotations
 
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
-from helpers import PY, SupervisorRunner, first_line, one_verdict, seconds_between, toml_list, toml_str, verdict_lines
+from helpers import (
+    PY,
+    SupervisorRunner,
+    first_line,
+    one_verdict,
+    seconds_between,
+    toml_list,
+    toml_str,
+    verdict_lines,
+    wait_for,
+)
+from hungmount import hung_mount
 
-from supervisor.stall import STALL_CHECK_MAX_S, STALL_CHECK_MIN_S, StallWatch, check_interval, tree_size
+from supervisor.progress import ProgressProbe, measure_tree, tree_size
+from supervisor.stall import STALL_CHECK_MAX_S, STALL_CHECK_MIN_S, StallWatch, check_interval
 
 # ================================================================ StallWatch, pure
 
@@ -97,6 +111,53 @@ def test_tree_size(tmp_path: Path) -> None:
     (tmp_path / "d" / "e" / "g").write_bytes(b"z" * 7)
     assert tree_size(tmp_path / "d") == 12
     assert tree_size(tmp_path) == 22
+    assert measure_tree(tmp_path / "d") == (12, 2)
+    assert measure_tree(tmp_path / "missing") == (None, 0)
+
+
+def test_a_thaw_and_unknown_gpu_evidence_are_in_the_verdict() -> None:
+    w = watch(gpus=True)
+    silent = w.stalled(101.5, "NVML unresponsive since 12:00:01 (nvmlInit has not returned for 7.0s)")
+    assert silent == ("no output for 1.5s, no GPU activity for 1.5s (GPU evidence unavailable: NVML unresponsive "
+                      "since 12:00:01 (nvmlInit has not returned for 7.0s))"), silent
+    w.saw_gpu(True, 99.0)  # a reading taken before the watch began never moves its start back
+    assert w.last_gpu == 100.0
+
+
+def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Path) -> None:
+    probe = ProgressProbe()
+    try:
+        (tmp_path / "f").write_bytes(b"x" * 5)
+        release = probe.watch(str(tmp_path), 0.05)
+        first = wait_for(lambda: probe.latest(str(tmp_path)))
+        assert (first.size, first.files) == (5, 1), first
+        (tmp_path / "g").write_bytes(b"y" * 7)
+        grown = wait_for(lambda: (m := probe.latest(str(tmp_path))) is not None and m.size == 12 and m)
+        assert grown.seq > first.seq and grown.at > first.at and grown.files == 2
+        assert [t.name for t in threading.enumerate()].count("progress") == 1
+        release()
+        settled = probe.latest(str(tmp_path))
+        (tmp_path / "h").write_bytes(b"z")
+        time.sleep(0.3)
+        assert probe.latest(str(tmp_path)) == settled, "walked although nobody watches it"
+    finally:
+        probe.close()
+
+
+def test_a_walk_of_a_hung_mount_is_said_once_while_it_hangs_and_when_it_ends(tmp_path: Path) -> None:
+    probe = ProgressProbe(slow_s=0.3)
+    try:
+        with hung_mount(tmp_path / "hung") as hung:
+            probe.watch(str(hung))
+            going = wait_for(lambda: probe.check(), timeout=10)
+            assert len(going) == 1 and going[0].startswith(f"progress: walking {hung} has not finished after "), going
+            assert "(a big tree, or a hung mount?)" in going[0]
+            assert probe.latest(str(hung)) is None, "a walk that never ended published a size"
+            assert probe.check() == [], "said once"
+        ended = wait_for(lambda: probe.check(), timeout=10)  # the mount gone, the walk ends (ENOTCONN)
+        assert len(ended) == 1 and ended[0].startswith(f"progress: walking {hung} took "), ended
+    finally:
+        probe.close()
 
 
 # ================================================================ end to end

@@ -25,7 +25,7 @@ def write_cuzk_config(phase: Phase) -> dict[str, str] | Refusal:
     if settings is None:
         return {}
     available = phase.available_memory()  # the same figure the preflight holds the phase to
-    gpus = rt.gpus.sample() if rt.gpus is not None else []
+    gpus = list(rt.gpus.samples()) if rt.gpus is not None else []  # the GPU thread's latest: never NVML itself
     try:
         generated = cuzkconf.generate(settings, available or 0, gpus)
         cuzkconf.write(generated, settings.config_path, rt.state_dir / "cuzk.generated.toml")

@@ -1,0 +1,372 @@
+"""A stand-in of nvidia-ml-py's ``pynvml``: the real names, constants, return shapes and error classes.
+
+Put this file's directory first on ``PYTHONPATH`` and ``import pynvml`` gets this module. Its GPUs
+and its misbehaviour come from a JSON control file named by ``$STANDIN_NVML_CONTROL``, read again
+on every call (a test may change it while a supervisor runs). Every key is optional:
+
+``gpus`` (list; default: one idle "NVIDIA H200")
+    One object a GPU: ``name``, ``memory_total`` and ``memory_used`` (bytes), ``utilization``
+    and ``memory_utilization`` (percent), ``processes`` (pids of compute processes on it).
+``hang_s`` (seconds, default 0)
+    Every call blocks this long before it answers, like NVML under Xid 119 (about 45 s a call)
+    or after a driver crash (forever: give a large number). The sleep looks at the control file
+    again every few hundredths of a second, so lowering ``hang_s`` (or removing it) lets a call
+    that already hangs return early: a test can shorten a hang it started.
+``hang_calls`` (list of function names)
+    Only these calls hang (e.g. ``["nvmlDeviceGetUtilizationRates"]``); without it, every call.
+``init_error`` (the suffix of an error class, e.g. ``"Unknown"``, ``"LibraryNotFound"``,
+``"DriverNotLoaded"``)
+    ``nvmlInit`` raises that ``NVMLError_<suffix>`` ("Failed to initialize NVML: Unknown Error"
+    after a host ``systemctl daemon-reload``).
+``lost`` (list of GPU indexes)
+    Every call about those GPUs raises ``NVMLError_GpuIsLost`` (a GPU fallen off the bus).
+``xid`` (list of ``{"gpu": index, "xid": code}``)
+    Xid errors, each delivered once (per process) by ``nvmlEventSetWait_v2`` to an event set
+    that registered ``nvmlEventTypeXidCriticalError`` for that GPU.
+``log`` (a path)
+    Each call appends ``<function> <thread name>`` to it: which thread made which NVML call.
+
+Without the variable, or with no file at that path, the machine has the default GPU. A file
+that is not a JSON object makes every call raise ``NVMLError_Unknown`` (said on stderr).
+Calls before ``nvmlInit`` raise ``NVMLError_Uninitialized``, as the real library does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+import sys
+import threading
+import time
+from ctypes import POINTER, Structure, c_uint, c_ulonglong, pointer
+from typing import Any, ClassVar
+
+CONTROL_ENV = "STANDIN_NVML_CONTROL"
+# How often a hanging call looks at the control file again (so a test can shorten the hang).
+HANG_RECHECK_S = 0.05
+MIB = 1 << 20
+DEFAULT_GPU = {"name": "NVIDIA H200", "memory_total": 143771 * MIB, "memory_used": 521 * MIB,
+               "utilization": 0, "memory_utilization": 0, "processes": []}
+
+# ---------------------------------------------------------------- the real module's constants
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_UNKNOWN = 999
+
+NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
+
+nvmlEventTypeSingleBitEccError = 0x0000000000000001
+nvmlEventTypeDoubleBitEccError = 0x0000000000000002
+nvmlEventTypePState = 0x0000000000000004
+nvmlEventTypeXidCriticalError = 0x0000000000000008
+nvmlEventTypeClock = 0x0000000000000010
+nvmlEventTypeNone = 0x0000000000000000
+nvmlEventTypeAll = (nvmlEventTypeNone | nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError
+                    | nvmlEventTypePState | nvmlEventTypeClock | nvmlEventTypeXidCriticalError)
+
+# ---------------------------------------------------------------- errors, built as the real module builds them
+
+
+class NVMLError(Exception):
+    """``NVMLError(code)`` returns the per-code subclass (``NVMLError_Timeout`` for NVML_ERROR_TIMEOUT)."""
+
+    _valClassMapping: ClassVar[dict[int, type]] = {}
+    _errcode_to_string: ClassVar[dict[int, str]] = {
+        NVML_ERROR_UNINITIALIZED: "Uninitialized",
+        NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+        NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+        NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+        NVML_ERROR_ALREADY_INITIALIZED: "Already Initialized",
+        NVML_ERROR_NOT_FOUND: "Not Found",
+        NVML_ERROR_INSUFFICIENT_SIZE: "Insufficient Size",
+        NVML_ERROR_INSUFFICIENT_POWER: "Insufficient External Power",
+        NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+        NVML_ERROR_TIMEOUT: "Timeout",
+        NVML_ERROR_IRQ_ISSUE: "Interrupt Request Issue",
+        NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+        NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+        NVML_ERROR_CORRUPTED_INFOROM: "Corrupted infoROM",
+        NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+        NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
+        NVML_ERROR_OPERATING_SYSTEM: "The operating system has blocked the request.",
+        NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
+        NVML_ERROR_MEMORY: "Insufficient Memory",
+        NVML_ERROR_UNKNOWN: "Unknown Error",
+    }
+
+    def __new__(cls, value: int) -> NVMLError:
+        if cls == NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __str__(self) -> str:
+        return NVMLError._errcode_to_string.get(self.value, f"NVML Error with code {self.value}")
+
+    def __eq__(self, other: object) -> bool:  # as the real one: by code (which makes it unhashable, as there)
+        return self.value == other.value  # type: ignore[attr-defined]
+
+
+def _extractNVMLErrorsAsClasses() -> None:
+    """One subclass a code, named as the real module names them: NVML_ERROR_GPU_IS_LOST → NVMLError_GpuIsLost."""
+    this_module = sys.modules[__name__]
+    for err_name in [x for x in dir(this_module) if x.startswith("NVML_ERROR_")]:
+        class_name = "NVMLError_" + string.capwords(err_name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+        err_val = getattr(this_module, err_name)
+
+        def gen_new(val: int) -> Any:
+            def new(typ: type, *args: object) -> NVMLError:
+                return NVMLError.__new__(typ, val)
+            return new
+
+        new_error_class = type(class_name, (NVMLError,), {"__new__": gen_new(err_val)})
+        new_error_class.__module__ = __name__
+        setattr(this_module, class_name, new_error_class)
+        NVMLError._valClassMapping[err_val] = new_error_class
+
+
+_extractNVMLErrorsAsClasses()
+
+
+def nvmlExceptionClass(nvmlErrorCode: int) -> type:
+    if nvmlErrorCode not in NVMLError._valClassMapping:
+        raise ValueError(f"nvmlErrorCode {nvmlErrorCode} is not valid")
+    return NVMLError._valClassMapping[nvmlErrorCode]
+
+
+# ---------------------------------------------------------------- the real module's structures
+
+
+class struct_c_nvmlDevice_t(Structure):
+    _fields_ = [("index", c_uint)]  # opaque in the real library; here it says which GPU
+
+
+c_nvmlDevice_t = POINTER(struct_c_nvmlDevice_t)
+
+
+class struct_c_nvmlEventSet_t(Structure):
+    _fields_ = [("id", c_uint)]
+
+
+c_nvmlEventSet_t = POINTER(struct_c_nvmlEventSet_t)
+
+
+class c_nvmlMemory_t(Structure):
+    _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
+
+
+class c_nvmlUtilization_t(Structure):
+    _fields_ = [("gpu", c_uint), ("memory", c_uint)]
+
+
+class c_nvmlEventData_t(Structure):
+    _fields_ = [("device", c_nvmlDevice_t), ("eventType", c_ulonglong), ("eventData", c_ulonglong),
+                ("gpuInstanceId", c_uint), ("computeInstanceId", c_uint)]
+
+
+class nvmlFriendlyObject:
+    def __init__(self, dictionary: dict[str, Any]) -> None:
+        for key, value in dictionary.items():
+            setattr(self, key, value)
+
+    def __str__(self) -> str:
+        return self.__dict__.__str__()
+
+
+# ---------------------------------------------------------------- the control file, hangs and failures
+
+_lock = threading.Lock()
+_init_count = 0
+_xid_delivered = 0  # how many of the control file's xid events this process has handed out
+_event_sets: dict[int, dict[int, int]] = {}  # event set id → GPU index → registered event mask
+
+
+def _control() -> dict[str, Any]:
+    path = os.environ.get(CONTROL_ENV)
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        print(f"stand-in pynvml: cannot read {path}: {exc}", file=sys.stderr, flush=True)
+        raise NVMLError(NVML_ERROR_UNKNOWN) from None
+    if not isinstance(data, dict):
+        print(f"stand-in pynvml: {path} is not a JSON object", file=sys.stderr, flush=True)
+        raise NVMLError(NVML_ERROR_UNKNOWN)
+    return data
+
+
+def _hangs(control: dict[str, Any], call: str) -> float:
+    calls = control.get("hang_calls")
+    if calls is not None and call not in calls:
+        return 0.0
+    return float(control.get("hang_s") or 0)
+
+
+def _enter(call: str, index: int | None = None, *, needs_init: bool = True) -> dict[str, Any]:
+    """Every call starts here: logged, hung as the control file says, refused when uninitialised or lost."""
+    control = _control()
+    if control.get("log"):
+        with open(control["log"], "a") as f:
+            f.write(f"{call} {threading.current_thread().name}\n")
+    started = time.monotonic()
+    while time.monotonic() - started < _hangs(control, call):
+        time.sleep(HANG_RECHECK_S)
+        control = _control()  # lowered or removed: the hang ends early
+    if needs_init and _init_count == 0:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    if index is not None and index in (control.get("lost") or []):
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+    return control
+
+
+def _gpus(control: dict[str, Any]) -> list[dict[str, Any]]:
+    gpus = control.get("gpus")
+    return [{**DEFAULT_GPU, **g} for g in gpus] if isinstance(gpus, list) else [dict(DEFAULT_GPU)]
+
+
+def _gpu(handle: Any, call: str) -> dict[str, Any]:
+    index = int(handle.contents.index)
+    control = _enter(call, index)
+    gpus = _gpus(control)
+    if index >= len(gpus):
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)  # it was there when the handle was taken
+    return gpus[index]
+
+
+# ---------------------------------------------------------------- the calls
+
+
+def nvmlInit() -> None:
+    global _init_count
+    control = _enter("nvmlInit", needs_init=False)
+    error = control.get("init_error")
+    if error:
+        cls = getattr(sys.modules[__name__], f"NVMLError_{error}", None)
+        raise cls() if isinstance(cls, type) and issubclass(cls, NVMLError) else NVMLError(NVML_ERROR_UNKNOWN)
+    with _lock:
+        _init_count += 1
+
+
+def nvmlInitWithFlags(flags: int) -> None:
+    nvmlInit()
+
+
+def nvmlShutdown() -> None:
+    global _init_count
+    _enter("nvmlShutdown")
+    with _lock:
+        _init_count = max(0, _init_count - 1)
+
+
+def nvmlDeviceGetCount() -> int:
+    return len(_gpus(_enter("nvmlDeviceGetCount")))
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> Any:
+    control = _enter("nvmlDeviceGetHandleByIndex", index)
+    if not 0 <= index < len(_gpus(control)):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return pointer(struct_c_nvmlDevice_t(index))
+
+
+def nvmlDeviceGetName(handle: Any) -> str:
+    return str(_gpu(handle, "nvmlDeviceGetName")["name"])
+
+
+def nvmlDeviceGetMemoryInfo(handle: Any, version: int | None = None) -> c_nvmlMemory_t:
+    gpu = _gpu(handle, "nvmlDeviceGetMemoryInfo")
+    total, used = int(gpu["memory_total"]), int(gpu["memory_used"])
+    return c_nvmlMemory_t(total=total, free=max(0, total - used), used=used)
+
+
+def nvmlDeviceGetUtilizationRates(handle: Any) -> c_nvmlUtilization_t:
+    gpu = _gpu(handle, "nvmlDeviceGetUtilizationRates")
+    return c_nvmlUtilization_t(gpu=int(gpu["utilization"]), memory=int(gpu["memory_utilization"]))
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: Any) -> list[nvmlFriendlyObject]:
+    gpu = _gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
+    return [nvmlFriendlyObject({"pid": int(pid), "usedGpuMemory": None, "gpuInstanceId": 0xFFFFFFFF,
+                                "computeInstanceId": 0xFFFFFFFF}) for pid in gpu["processes"]]
+
+
+# ---------------------------------------------------------------- the event API (Xid errors)
+
+
+def nvmlEventSetCreate() -> Any:
+    _enter("nvmlEventSetCreate")
+    with _lock:
+        set_id = len(_event_sets) + 1
+        _event_sets[set_id] = {}
+    return pointer(struct_c_nvmlEventSet_t(set_id))
+
+
+def nvmlDeviceGetSupportedEventTypes(handle: Any) -> int:
+    _gpu(handle, "nvmlDeviceGetSupportedEventTypes")
+    return nvmlEventTypeAll
+
+
+def nvmlDeviceRegisterEvents(handle: Any, eventTypes: int, eventSet: Any) -> None:
+    _gpu(handle, "nvmlDeviceRegisterEvents")
+    with _lock:
+        _event_sets[int(eventSet.contents.id)][int(handle.contents.index)] = int(eventTypes)
+
+
+def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
+    """The next Xid of a registered GPU; NVMLError_Timeout when none comes within ``timeoutms``."""
+    global _xid_delivered
+    started = time.monotonic()
+    while True:
+        control = _enter("nvmlEventSetWait_v2")
+        events = control.get("xid") or []
+        with _lock:
+            registered = _event_sets.get(int(eventSet.contents.id), {})
+            if _xid_delivered < len(events):
+                event = events[_xid_delivered]
+                index = int(event.get("gpu", 0))
+                if registered.get(index, 0) & nvmlEventTypeXidCriticalError:
+                    _xid_delivered += 1
+                    return c_nvmlEventData_t(device=pointer(struct_c_nvmlDevice_t(index)),
+                                             eventType=nvmlEventTypeXidCriticalError,
+                                             eventData=int(event.get("xid", 0)),
+                                             gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+        if time.monotonic() - started >= timeoutms / 1000:
+            raise NVMLError(NVML_ERROR_TIMEOUT)
+        time.sleep(HANG_RECHECK_S)
+
+
+def nvmlEventSetWait(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
+    return nvmlEventSetWait_v2(eventSet, timeoutms)
+
+
+def nvmlEventSetFree(eventSet: Any) -> None:
+    _enter("nvmlEventSetFree")
+    with _lock:
+        _event_sets.pop(int(eventSet.contents.id), None)

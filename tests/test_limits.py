@@ -13,6 +13,7 @@ import contextlib
 import os
 import resource
 import subprocess
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from helpers import (
     SupervisorRunner,
     clean_env,
     finish,
+    free_port,
     mounted_tmpfs,
     pyc,
     read,
@@ -47,8 +49,9 @@ def manager() -> Iterator[DevManager]:
     dev.stop()
 
 
-def failing_with_manager(sup: SupervisorRunner, mgr: DevManager, label: str) -> Path:
-    return sup.write(f"""
+def failing_with_manager(sup: SupervisorRunner, mgr: DevManager, label: str, extra: str = "") -> Path:
+    """One phase that fails with 4, reporting to ``mgr``; ``extra``: more [supervisor] keys."""
+    body = textwrap.dedent(f"""
         [manager]
         url = {toml_str(mgr.url)}
         label = {toml_str(label)}
@@ -59,6 +62,7 @@ def failing_with_manager(sup: SupervisorRunner, mgr: DevManager, label: str) -> 
         command = {sh("echo fetching; exit 4")}
         report = "param-done"
         """)
+    return sup.write(sup.header(extra=extra) + body, header=False)
 
 
 def run_with_nofile(sup: SupervisorRunner, config: Path, limit: int) -> tuple[int, str]:
@@ -190,15 +194,16 @@ def start_in_pids(sup: SupervisorRunner, config: Path, cgroup: Path) -> subproce
 def test_no_thread_at_all_costs_the_console_and_the_reporting_not_the_run(sup: SupervisorRunner,
                                                                           manager: DevManager) -> None:
     """pids.max = 1: the supervisor's main thread and nothing more (no thread, no child)."""
+    config = failing_with_manager(sup, manager, "C.pids", extra=f"http_port = {free_port()}")
     with pids_cgroup("nothreads", 1) as cgroup:
-        result = finish(start_in_pids(sup, failing_with_manager(sup, manager, "C.pids"), cgroup), time.monotonic(),
-                        60)
+        result = finish(start_in_pids(sup, config, cgroup), time.monotonic(), 60)
     out, log = result.output, read(sup.log_dir / "supervisor.log")
     assert "Traceback" not in out + log, out + log
     assert "console off: no thread to write it (can't start new thread)" in out  # on stderr, the console is off
     assert "manager: cannot start the thread of the outbox's sender (RuntimeError: can't start new thread): " \
            "reporting is off" in log, log
     assert "manager: cannot start the thread of log shipping" in log, log
+    assert "health: cannot serve 127.0.0.1:" in log and "can't start new thread" in log, log
     assert "reason=spawn_failed" in log and "Resource temporarily unavailable" in log, log  # no child either
     assert result.returncode == 126, out + log
     assert (sup.state_dir / "status.json").exists()

@@ -96,7 +96,7 @@ def prof_sigpatch(tool: bench.Ours, runs: int) -> dict:
 
 
 def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
-    probes = ["supervisor.run:handle_signal", "supervisor.lifecycle:Lifecycle.shutdown",
+    probes = ["supervisor.signals:SignalRouter.handle", "supervisor.lifecycle:Lifecycle.shutdown",
               "supervisor.process:find_tree", "supervisor.process:Child.stop", "os:killpg",
               "supervisor.status:persist", "supervisor.logs:SupervisorLog.__call__"]
     rows = []
@@ -131,7 +131,7 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
         tree_s, tree_n = spent("process.find_tree")
         persist_s, persist_n = spent("status.persist")
         log_s, log_n = spent("logs.SupervisorLog.__call__")
-        rows.append({"wake": first("run.handle_signal:in") - t0, "to_killpg": (kill or t_h) - t0,
+        rows.append({"wake": first("signals.SignalRouter.handle:in") - t0, "to_killpg": (kill or t_h) - t0,
                      "handler": t_h - t0, "find_tree_before_kill": tree_s, "find_tree_calls": tree_n,
                      "persist_before_kill": persist_s, "persist_calls": persist_n,
                      "log_before_kill": log_s, "log_calls": log_n, "killpg_to_handler": t_h - (kill or t_h)})
@@ -199,7 +199,7 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
 
 
 def prof_startup(tool: bench.Ours, runs: int) -> dict:
-    probes = ["supervisor.cli:load_plan", "supervisor.cli:run", "supervisor.run:prepare_dirs",
+    probes = ["supervisor.config:load_plan", "supervisor.run:run", "supervisor.run:prepare_dirs",
               "supervisor.run:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
               "supervisor.run:secrets_of", "supervisor.run:claim_init_role", "supervisor.run:protect_from_oom_killer",
               "supervisor.logs:Console.__init__", "supervisor.run:start_health", "supervisor.gpu:Gpus.__init__",
@@ -241,8 +241,8 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
 
         row = {"interpreter_start": first("interpreter_ready") - t_exec,
                "imports": first("imports_done") - first("interpreter_ready"),
-               "load_plan": dur("cli.load_plan"),
-               "run_until_spawn": (first("children.spawn:in") or t_child) - first("cli.run:in"),
+               "load_plan": dur("config.load_plan"),
+               "run_until_spawn": (first("children.spawn:in") or t_child) - first("run.run:in"),
                "spawn": dur("children.spawn"), "popen": dur("subprocess.Popen.__init__"),
                "exec_to_child": t_child - t_exec}
         for name in probes[2:]:

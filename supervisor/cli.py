@@ -11,23 +11,29 @@
 
 Exit statuses are named in exits.py: 0 done (``status``: a supervisor answers), 2 a bad config
 or command line (one line on stderr, nothing started), 3 ``status`` found none running, 75
-another supervisor already runs from this state_dir; otherwise ``run`` passes on the status of
-the lifecycle (1, 69, 70, the failing child's exit code, or 128 + a signal).
+another supervisor already runs from this state_dir, 130 a command other than ``run`` was
+interrupted (Ctrl-C); otherwise ``run`` passes on the status of the lifecycle (1, 69, 70, the
+failing child's exit code, or 128 + a signal).
+
+``main``'s first step holds every signal the supervisor catches (signals.py), before argparse
+and the imports that take time: a Ctrl-C or SIGTERM in the first instants waits for ``run``'s
+loop, which gives it its meaning; the other commands release them once the command is known.
+All output goes through ``stdio.say``: a closed, full or broken stream costs lines, never the
+command's exit status.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
-import sys
 from pathlib import Path
 
 from . import __version__
-from .config import ConfigError, check_state_dir, load_plan
-from .exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_NOT_RUNNING, EXIT_OK
-from .run import AlreadyRunning, SetupError, run
-from .units import is_ascii_digits
+from .exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, EXIT_NOT_RUNNING, EXIT_OK
+from .signals import hold_signals, release_signals
+from .stdio import STDERR, keep_std_fds_open, say, settle
 
 PROG = "prover-supervisor"
 
@@ -64,13 +70,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 def tcp_port(text: str) -> int:
     """An argparse type: 0..65535 in ASCII digits (int() would take "²" and bind() refuse 99999 with a traceback)."""
+    from .units import is_ascii_digits
+
     if not is_ascii_digits(text) or len(text) > 5 or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
     return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    mask = hold_signals()  # first of all: see the module docstring
+    keep_std_fds_open()
+    faulthandler.enable(file=STDERR, all_threads=True)  # a fatal fault's last words, until run.py has the log
+    command = "run"
+    try:
+        args = build_parser().parse_args(argv)
+        command = args.command or "run"
+        if command != "run":
+            release_signals(mask)  # no inbox will take them: Ctrl-C is KeyboardInterrupt again
+        return dispatch(args)
+    except KeyboardInterrupt:
+        say(f"{PROG} {command}: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    finally:
+        settle()
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    # Imported only now, with the signals held: config and run import most of the package.
+    from .config import ConfigError
+    from .run import AlreadyRunning, SetupError
+
     try:
         if args.command == "check":
             return check_config(args)
@@ -87,12 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             return show_status(args)
         if args.command in (None, "run"):
+            from .config import load_plan
+            from .run import run
+
             return run(load_plan(config_path(args)), rebench=getattr(args, "rebench", False))
     except (ConfigError, SetupError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        say(f"{PROG}: {exc}", err=True)
         return EXIT_CONFIG_ERROR
     except AlreadyRunning as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        say(f"{PROG}: {exc}", err=True)
         return EXIT_ALREADY_RUNNING
     return EXIT_CONFIG_ERROR  # pragma: no cover - argparse rejects unknown commands
 
@@ -103,26 +135,30 @@ def config_path(args: argparse.Namespace) -> str | None:
 
 
 def check_config(args: argparse.Namespace) -> int:
+    from .config import load_plan
+
     plan = load_plan(args.config)
     kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
-    print(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
+    say(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
     return EXIT_OK
 
 
 def write_standins(args: argparse.Namespace) -> int:
     from .prover.standins.install import write_bin_dir
+    from .run import SetupError
 
     try:
         written = write_bin_dir(args.bin_dir)
     except OSError as exc:
         raise SetupError(f"--bin-dir {args.bin_dir}: cannot write there: {exc.strerror or exc}") from None
     for path in written:
-        print(path)
+        say(str(path))
     return EXIT_OK
 
 
 def show_status(args: argparse.Namespace) -> int:
     """Ask the running supervisor; if none answers, show what it last wrote (exit EXIT_NOT_RUNNING)."""
+    from .config import check_state_dir, load_plan
     from .status import load_persisted, query, render
 
     if args.state_dir:
@@ -137,15 +173,15 @@ def show_status(args: argparse.Namespace) -> int:
             said = (f"no prover-supervisor is running (no answer on {state_dir / 'status.sock'}), "
                     f"and no saved state: {why}")
             # --json is for machines: JSON whatever the answer, never a sentence they must parse.
-            print(json.dumps({"running": False, "live": False, "state_dir": str(state_dir), "why": said}, indent=2)
-                  if args.json else said)
+            say(json.dumps({"running": False, "live": False, "state_dir": str(state_dir), "why": said}, indent=2)
+                if args.json else said)
             return EXIT_NOT_RUNNING
     if args.json:
-        print(json.dumps({"running": live, "live": live, **snap}, indent=2, default=str))
+        say(json.dumps({"running": live, "live": live, **snap}, indent=2, default=str))
     else:
-        print(render(snap, live))
+        say(render(snap, live))
     return EXIT_OK if live else EXIT_NOT_RUNNING
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

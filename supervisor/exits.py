@@ -2,7 +2,10 @@
 
 Any other status is passed on from the child that failed the lifecycle: its exit code, or
 128 + the signal that killed it (127 command not found, 126 not executable), or 128 + n
-when the supervisor itself was stopped by signal n.
+when the supervisor itself was stopped by signal n: any signal that means "stop" in
+signals.py (143 SIGTERM, 130 SIGINT, 131 SIGQUIT, 152 SIGXCPU, 158 SIGPWR, 165 SIGRTMIN+3...).
+A stop signal that comes once the lifecycle is over (during the exit flush) changes nothing:
+the status is the lifecycle's.
 """
 
 # Every phase completed (a service that ended cleanly counts as completed).
@@ -20,3 +23,5 @@ EXIT_BENCH_REJECTED = 69
 EXIT_INTERNAL_ERROR = 70
 # Another supervisor already runs the lifecycle from this state_dir (Vast runs onstart on every start).
 EXIT_ALREADY_RUNNING = 75
+# A command other than `run` interrupted by Ctrl-C (SIGINT), as a shell reports it.
+EXIT_INTERRUPTED = 130

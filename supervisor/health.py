@@ -73,16 +73,26 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.state = state
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request that could not be served (no thread for it, a client gone): that client goes without
+        an answer; socketserver's default would print a traceback to stderr for each."""
+
 
 class HealthServer:
     def __init__(self, port: int, state: HealthState) -> None:
+        """Raises OSError (cannot listen) or RuntimeError (no thread to serve it), with nothing left open."""
         self._server = _Server(port, state)
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="health", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:
+            self._server.server_close()
+            raise
 
     def close(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # (shutdown waits for serve_forever to notice: it must be running)
+            self._server.shutdown()
         self._server.server_close()
 
 

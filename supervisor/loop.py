@@ -152,6 +152,7 @@ class EventLoop:
         self._calls: deque[tuple[Callback, ErrorHandler | None]] = deque()
         self._calls_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._closed = False
         self.faults = Faults()
         self._reader_faults: dict[int, int] = {}  # fd → how many times in a row its reader raised
         self.add_reader(self._wake_r, self._run_thread_calls)
@@ -174,10 +175,12 @@ class EventLoop:
 
     def call_soon_threadsafe(self, callback: Callback, on_error: ErrorHandler | None = None) -> None:
         with self._calls_lock:
+            if self._closed:
+                return  # a thread's late answer after the exit: nowhere to go (and the fd may be another's now)
             self._calls.append((callback, on_error))
-        # A full pipe is already full of wake-ups: the loop will run the call.
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"\0")
+            # A full pipe is already full of wake-ups: the loop will run the call.
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake_w, b"\0")
 
     # ------------------------------------------------------------ running
 
@@ -188,6 +191,12 @@ class EventLoop:
         self._stopped = False
         while not self._stopped:
             self.run_once()
+
+    def run_until(self, done: Callable[[], bool], poll_s: float) -> None:
+        """Run callbacks until ``done()``, looked at after every pass and at least every ``poll_s``: it may
+        hang on what no fd announces (another thread's progress, the clock)."""
+        while not done():
+            self.run_once(max_wait=poll_s)
 
     def run_once(self, max_wait: float | None = None) -> None:
         timeout = self._next_timeout()
@@ -256,9 +265,13 @@ class EventLoop:
             self.run_contained(call, on_error, f"a call from a thread ({name_of(call)})")
 
     def close(self) -> None:
+        """After this a thread's ``call_soon_threadsafe`` is dropped: the exit closes the loop only once the
+        threads that answer into it (the sender) were given their time."""
+        with self._calls_lock:
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
         self._selector.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
 
 
 def sane_delay(delay: float) -> float:

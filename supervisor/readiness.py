@@ -121,7 +121,11 @@ def _host_port(text: str, key: str, shown: str) -> tuple[str, int]:
 
 
 class ReadinessWait:
-    """Probes ``check`` every READY_POLL_S until it passes or ``timeout_s`` runs out."""
+    """Probes ``check`` every READY_POLL_S until it passes or ``timeout_s`` runs out.
+
+    Where no thread can be started for it (pids.max, RLIMIT_NPROC), readiness cannot be waited for
+    without blocking the loop: ``on_timeout`` gets that reason at once (from the loop, after this
+    returns), so the phase fails saying why instead of waiting for nothing."""
 
     def __init__(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
                  on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
@@ -130,7 +134,11 @@ class ReadinessWait:
             target=self._wait, args=(loop, check, timeout_s, on_ready, on_timeout),
             name=f"ready:{check.describe()}", daemon=True,
         )
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError as exc:  # "can't start new thread"
+            why = f"no thread could be started to probe {check.describe()} ({exc})"
+            loop.call_later(0, lambda: None if self._cancelled.is_set() else on_timeout(why))
 
     def _wait(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
               on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:

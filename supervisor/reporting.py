@@ -19,6 +19,7 @@ below min_rate, so that is sent with rate 0, after the failure's reason lines.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from .config import ManagerSpec
+from .exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
 from .lifecycle import Lifecycle, Phase, PhaseState, Runtime
 from .logs import strip_ansi
 from .logship import Shipper, event_line, events_sender, log_push_sender
-from .loop import contained
+from .loop import contained, summary
 from .manager import ManagerClient
 from .outbox import Outbox
 from .prover.gate import BenchGate
@@ -37,12 +39,6 @@ from .redact import Redactor
 from .sender import Sender
 from .verdict import STOPPED, Verdict
 
-# How long the supervisor's exit waits for the outbox to drain before leaving the rest for the next start.
-EXIT_FLUSH_S = 10.0
-EXIT_STALL_S = 2.0
-# A give-up (the instance is unfit, or failed for good before production) is worth waiting for: no
-# `docker stop` deadline runs, and an instance the manager never hears of is paid for until its timeout.
-GIVE_UP_FLUSH_S = 60.0
 # The give-up's optional ``reason`` field (bench_done_reason): one line, cut to this many characters.
 REASON_MAX_CHARS = 1000
 # The supervisor's own lines held before the log shipper exists (a handful in practice).
@@ -55,6 +51,8 @@ FAILED_PREFIX = "FAILED: "
 QUOTED_PREFIX = "  | "
 
 Log = Callable[[str], None]
+# Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
+FlushWait = Callable[[ExitFlush, Callable[[], bool]], None]
 
 
 class EarlyLines:
@@ -136,52 +134,77 @@ class Reporter:
             # A shipper that raises costs the manager lines, never the supervisor's own log.
             self._early.hand_to(contained(self.ship_own_line, lambda exc: self.rt.loop.faults.report(
                 "shipping the supervisor's own lines", exc)))
-        self._logs.start()
+        if not self._start_thread("log shipping", self._logs.start, "the children's output is not shipped"):
+            self._logs = None
         if self.spec.events_url:
             events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token)
             self._events = Shipper("events", events_sender(events_client), lambda: True,
                                    self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
-            self._events.start()
-        self._sender.start()
+            if not self._start_thread("events", self._events.start, "no events are sent"):
+                self._events = None
+        self._start_thread("the outbox's sender", self._sender.start,
+                           "reporting is off: every call stays in the outbox for the next start")
         self.event("supervisor", state="started", pid=os.getpid())
+
+    def _start_thread(self, what: str, start: Callable[[], None], costs: str) -> bool:
+        """A thread that cannot start (pids.max, RLIMIT_NPROC, no memory) costs what it was for, said once."""
+        try:
+            start()
+        except RuntimeError as exc:  # "can't start new thread"
+            self._log(f"manager: cannot start the thread of {what} ({summary(exc)}): {costs}")
+            return False
+        return True
 
     @property
     def uuid(self) -> str | None:
         """What the manager calls this instance; None until a register was answered (here or earlier)."""
         return self._sender.uuid if self._sender is not None else None
 
-    def stop(self, status: int, why: str) -> None:
-        """The supervisor is exiting: say so, then give the outbox a little time to drain."""
+    def stop(self, status: int, why: str, wait: FlushWait) -> None:
+        """The supervisor is exiting: say so, let the outbox drain while ``wait`` runs the loop (see
+        exitflush.py for how long), then end the threads and close the outbox.
+
+        The loop must still run meanwhile: the sender's retries and answers are handed back into it."""
         if not self.enabled or self.outbox is None or self._sender is None:
             return
-        sender = self._sender
+        sender, outbox = self._sender, self.outbox
         self.push_text("setup", f"prover-supervisor exiting with status {status}: {why}")
         self.event("supervisor", state="exiting", status=status, why=why)
-        giving_up = self._giving_up and bool(self.outbox.pending_of("bench-done"))
-        deadline = time.monotonic() + (GIVE_UP_FLUSH_S if giving_up else EXIT_FLUSH_S)
-        if giving_up:
+        giving_up = self._giving_up and bool(outbox.pending_of("bench-done"))
+        flush = ExitFlush(outbox.pending, sender.alive, status, giving_up)
+        if giving_up and sender.alive():
             self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for the give-up to be delivered")
-        # Wait while calls are going out; a manager that is down gets EXIT_STALL_S, not the whole
-        # EXIT_FLUSH_S (`docker stop` gives the container only so long, and the outbox keeps them).
-        progress_at, left_before = time.monotonic(), self.outbox.pending()
-        while left_before and time.monotonic() < deadline and sender.alive():
-            sender.wake()
-            time.sleep(0.05)
-            left = self.outbox.pending()
-            if left < left_before:
-                progress_at, left_before = time.monotonic(), left
-            elif time.monotonic() - progress_at > EXIT_STALL_S and not giving_up:
-                break
-        left = self.outbox.pending()
+        sender.wake()
+        wait(flush, flush.over)
+        left = outbox.pending()
         if left:
             self._log(f"manager: {left} call(s) not delivered yet; they stay in the outbox for the next start")
         sender.ask_to_stop()
-        if self._logs is not None:
-            self._logs.stop(max(0.5, deadline - time.monotonic()))
-        if self._events is not None:
-            self._events.stop(1.0)
-        sender.join(2.0)
-        self.outbox.close()
+        shippers = self._stop_shippers(flush.seconds_left())
+        floor = time.monotonic() + FINISH_MIN_S
+        wait(flush, lambda: flush.ended_by is not None or not (shippers() or sender.alive())
+             or time.monotonic() >= max(flush.deadline, floor))
+        outbox.close()
+
+    def _stop_shippers(self, within_s: float) -> Callable[[], bool]:
+        """Each shipper's last push (each stop blocks), on a thread of its own so that the loop keeps
+        running; inline where no thread can be had. Returns "still at it"."""
+        logs, events = self._logs, self._events
+        stoppers: list[Callable[[], None]] = []
+        if logs is not None:
+            stoppers.append(lambda: logs.stop(max(FINISH_MIN_S, within_s)))
+        if events is not None:
+            stoppers.append(lambda: events.stop(1.0))
+        if not stoppers:
+            return lambda: False
+        thread = threading.Thread(target=lambda: [stop() for stop in stoppers], name="exit:shippers", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:
+            for stop in stoppers:
+                stop()
+            return lambda: False
+        return thread.is_alive
 
     # ------------------------------------------------------------ what the lifecycle tells us
 

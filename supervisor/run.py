@@ -3,59 +3,62 @@
 1. ``take_the_lock``: state_dir and log_dir usable, state_dir's lock held (a second supervisor
    exits 75);
 2. ``become_init``: claim the init role (PID 1 or subreaper), protect ourselves from the OOM
-   killer, open the console and supervisor.log (the first line says which role we took);
-3. ``kill_survivors_of_dead_supervisors``: end what a SIGKILLed predecessor of this state_dir left
+   killer, open the console and supervisor.log (the first line says which role we took), and
+   point a fatal fault's last words at supervisor.log;
+3. ``build_core``: the event loop, the reaper, the memory evidence;
+4. ``route_signals``: every signal into the loop, with its meaning (signals.py); from here a stop
+   signal during a startup step is remembered, and the steps after it are skipped;
+5. ``kill_survivors_of_dead_supervisors``: end what a SIGKILLed predecessor of this state_dir left
    running (found by its tag), before anything of ours starts;
-4. ``build_core``: the event loop, the reaper, the memory evidence;
-5. ``empty_leftover_cgroups``: end what such a predecessor left in its phase cgroups (found
+6. ``empty_leftover_cgroups``: end what such a predecessor left in its phase cgroups (found
    through the memory evidence, so after it);
-6. ``build_lifecycle``: GPU evidence, the runtime, the manager reporter, the lifecycle (with what
+7. ``build_lifecycle``: GPU evidence, the runtime, the manager reporter, the lifecycle (with what
    the last run learnt, for resume);
-7. ``wire_observers``: the reporter's listeners, status.json, the status socket, health and metrics;
-8. ``route_signals``: every handled signal into the loop;
+8. ``wire_observers``: the reporter's listeners, status.json, the status socket, health and metrics;
 9. ``serve``: start the reporter and the clock's tick, check fitness off the loop (an unfit
    machine starts nothing; the loop serves signals and status meanwhile), start the lifecycle,
    loop until it is over;
-10. tear down: ``sweep_and_close`` (whatever happened: kill what is left, close what was
-    opened), then ``report_the_end`` (save the state, the termination log, the manager's last
-    word) and return the lifecycle's exit status.
+10. ``tear_down`` (whatever happened): kill and reap what is left, save the state, the
+    termination log, "exiting with status N", the manager's exit flush with the loop still
+    running (signals handled, the sender's answers taken), then close what was opened; each step
+    contains its own failure. Returns the lifecycle's exit status.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import fitness
 from . import status as status_mod
 from .config import Plan
-from .exits import EXIT_FAILURE, EXIT_OK
+from .exits import EXIT_OK
 from .freeze import start_the_tick
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
-from .loop import EventLoop
+from .loop import EventLoop, summary
 from .memory import MemoryEvidence
 from .prover.hooks import hooks_for
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
 from .reporting import EarlyLines, Reporter
 from .resume import restore_facts
-from .signals import FORWARDED, SHUTDOWN, SignalInbox, signal_name
-from .survivors import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors, sweep_descendants
+from .signals import SignalInbox, SignalRouter, last_words_to, signal_name
+from .survivors import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors
+from .teardown import tear_down
 
+T = TypeVar("T")
 # In state_dir: the phase cgroups made, so that the next start can empty those a SIGKILL left behind.
 CGROUP_LEDGER = "cgroups"
 # Orphans reaped in one pass beyond this many are summarised, not listed one by one.
 ORPHANS_LISTED = 5
-# The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
-TERMINATION_LOG_MAX_BYTES = 4096
 
 
 class SetupError(Exception):
@@ -105,8 +108,21 @@ class Observers:
     """What watches the lifecycle from outside: status.json, the status socket, health and metrics."""
 
     state_file: status_mod.StateFile
-    status_server: status_mod.StatusServer
+    status_server: status_mod.StatusServer | None  # None: the socket could not be made (said)
     health: Any  # a HealthServer, or None when http_port is 0 or taken
+
+
+@dataclass
+class Signals:
+    """The inbox that brings signals into the loop, and the router that gives each its meaning."""
+
+    inbox: SignalInbox
+    router: SignalRouter
+
+    def carry_on(self, loop: EventLoop) -> bool:
+        """Between startup steps: take in what was signalled meanwhile; False once a stop was asked for."""
+        loop.run_once(max_wait=0)
+        return self.router.stop_requested is None
 
 
 def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
@@ -115,17 +131,35 @@ def run(plan: Plan, *, console_fd: int | None = None, rebench: bool = False,
     started_at = time.time()
     lock_fd = take_the_lock(plan)
     host = become_init(plan, console_fd, started_at)
-    kill_survivors_of_dead_supervisors(str(host.state_dir), host.log)
-    core = build_core(plan, host)
-    empty_leftover_cgroups(core.memory, host.log)
-    sup = build_lifecycle(plan, host, core, rebench)
-    observers = wire_observers(plan, host, core, sup)
-    inbox = route_signals(core, sup, host.log)
+    core = setting_up(host, "make the event loop", lambda: build_core(plan, host))
+    signals = setting_up(host, "set up signal handling", lambda: route_signals(core, host.log))
+    if signals.carry_on(core.loop):
+        setting_up(host, "look for what a dead supervisor left running",
+                   lambda: kill_survivors_of_dead_supervisors(str(host.state_dir), host.log))
+    if signals.carry_on(core.loop):
+        setting_up(host, "empty a dead supervisor's cgroups", lambda: empty_leftover_cgroups(core.memory, host.log))
+    signals.carry_on(core.loop)
+    sup = setting_up(host, "build the lifecycle", lambda: build_lifecycle(plan, host, core, rebench))
+    observers = wire_observers(plan, host, core, sup, signals.router)
     try:
-        serve(plan, host, core, sup, on_start)
+        serve(plan, host, core, sup, signals.router, on_start)
     finally:
-        sweep_and_close(core, observers, inbox, host.log)
-    return report_the_end(plan, host, sup, observers, lock_fd)
+        status = tear_down(plan, host, core, sup, observers, signals, lock_fd)  # (see teardown.py)
+    return status
+
+
+def setting_up(host: Host, what: str, step: Callable[[], T]) -> T:
+    """A startup step that fails for want of a resource (no fd left under a small ``ulimit -n``, /proc
+    unreadable): the environment cannot host the run; one line, exit 2, nothing of the lifecycle started.
+    The console's thread is ended first: a daemon thread still running at the interpreter's exit dies in
+    pthread_exit, which must load libgcc_s, and with no fd left glibc aborts the process (SIGABRT)."""
+    try:
+        return step()
+    except (OSError, SetupError) as exc:
+        host.console.close()
+        if isinstance(exc, SetupError):
+            raise
+        raise SetupError(f"cannot {what}: {exc.strerror or exc}") from None
 
 
 # ---------------------------------------------------------------- 1. take the lock
@@ -150,7 +184,10 @@ def prepare_dirs(plan: Plan) -> None:
 def take_lock(state_dir: str) -> int:
     """Hold ``state_dir/supervisor.lock`` for our whole life; the kernel drops it when we die."""
     path = os.path.join(state_dir, "supervisor.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:  # (EMFILE under a tiny ulimit -n, a state_dir gone read-only)
+        raise SetupError(f"supervisor.state_dir: cannot open {path}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -179,10 +216,27 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     log.redactor = redactor
     early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
     log.taps.append(early_lines.tap)
+    console.notify = log  # a console lost later (EPIPE, a full disk) is said once, in supervisor.log
     log(f"prover-supervisor pid {os.getpid()} as {role}; {oom}; config: {plan.source}; "
         f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
+    if console.lost_at_start:
+        log(f"console: {console.lost_at_start}; console lines are lost (supervisor.log has the supervisor's own)")
+    point_last_words_at(log_dir / "supervisor.log", log)
     return Host(started_at, role, child_oom_score_adj, console, log, redactor, early_lines,
                 Path(plan.supervisor.state_dir), log_dir)
+
+
+def point_last_words_at(path: Path, log: SupervisorLog) -> None:
+    """A fatal fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP) writes every thread's traceback
+    to supervisor.log through an fd of its own (the log's own fd changes when it rolls over), then dies; the
+    children it leaves are named in status.json and ended by the next start. Until this fd exists (and where
+    it cannot be had) the last words go to stderr (cli.main)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        log(f"cannot open {path} for a fatal fault's last words ({exc.strerror or exc}); they go to stderr")
+        return
+    last_words_to(fd)
 
 
 def secrets_of(plan: Plan) -> Redactor:
@@ -194,17 +248,44 @@ def secrets_of(plan: Plan) -> Redactor:
     return Redactor.from_environments(envs, extra)
 
 
-# ---------------------------------------------------------------- 3-5. the core, and what a predecessor left
+# ---------------------------------------------------------------- 3-6. the core, signals, what a predecessor left
 
 
 def build_core(plan: Plan, host: Host) -> Core:
     loop = EventLoop()
     loop.faults.log = host.log  # what a callback raised, with its traceback, goes to supervisor.log
+    threading.excepthook = _thread_death_logger(loop, host.log)
     reaper = Reaper(on_orphan=_orphan_logger(host.log))
     memory = MemoryEvidence(loop, host.log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
                             ledger=host.state_dir / CGROUP_LEDGER)
     host.log(memory.describe())
     return Core(loop, reaper, memory)
+
+
+def route_signals(core: Core, log: SupervisorLog) -> Signals:
+    """From here to the exit every signal has its meaning (signals.py); they were held since main began."""
+    router = SignalRouter(core.reaper, log)
+    inbox = SignalInbox(core.loop, router.handle)
+    if inbox.ignored:
+        log(f"{', '.join(map(signal_name, sorted(inbox.ignored)))} came ignored (nohup): kept ignored, never forwarded")
+    return Signals(inbox, router)
+
+
+def _thread_death_logger(loop: EventLoop, log: SupervisorLog) -> Callable[[threading.ExceptHookArgs], None]:
+    """A thread killed by what it raised (the sender, a shipper) costs what it did, said in the log: one line
+    for what the machine refused (no fd left), the traceback once for a bug; never a traceback on stderr."""
+
+    def died(args: threading.ExceptHookArgs) -> None:
+        exc = args.exc_value
+        name = args.thread.name if args.thread is not None else "?"
+        if exc is None or isinstance(exc, SystemExit):
+            return
+        if isinstance(exc, OSError):
+            log(f"the {name} thread died: {summary(exc)}; what it did is off from here")
+        else:
+            loop.faults.report(f"the {name} thread (it died)", exc)
+
+    return died
 
 
 def empty_leftover_cgroups(memory: MemoryEvidence, log: Callable[[str], None]) -> None:
@@ -228,7 +309,7 @@ def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:
     return on_orphan
 
 
-# ---------------------------------------------------------------- 6. build the lifecycle
+# ---------------------------------------------------------------- 7. build the lifecycle
 
 
 def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Supervision:
@@ -265,29 +346,43 @@ def sample_gpus() -> Gpus:
     return gpus
 
 
-# ---------------------------------------------------------------- 7-8. observers and signals
+# ---------------------------------------------------------------- 8. observers
 
 
-def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision) -> Observers:
+def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision, router: SignalRouter) -> Observers:
     lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
     lifecycle.listeners.append(reporter.phase_changed)
     rt.on_verdict.append(reporter.verdict)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
-        return status_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
+        snap = status_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
                                    lifecycle=lifecycle, rt=rt, reporter=reporter, usage=usage)
+        if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
+            snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
+                               "giving_up": router.flush.giving_up}
+        return snap
 
     # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = status_mod.StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
     lifecycle.listeners.append(state_file.changed)
     rt.on_verdict.append(state_file.changed)
-    status_server = status_mod.StatusServer(core.loop, host.state_dir, take_snapshot, host.log)
+    status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
     lifecycle.on_shutdown.append(lambda why, status: reporter.push_text(
         "setup", f"prover-supervisor stopping: {why}") if status != EXIT_OK else None)
     # After the reason lines above: the manager must have the why before it destroys the instance.
     lifecycle.on_shutdown.append(reporter.give_up)
     return Observers(state_file, status_server, health)
+
+
+def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callable[..., dict[str, Any]],
+                        log: SupervisorLog) -> status_mod.StatusServer | None:
+    try:
+        return status_mod.StatusServer(loop, state_dir, take_snapshot, log)
+    except OSError as exc:  # (no fd left, a path too long for a unix socket)
+        log(f"status: cannot listen on {state_dir / 'status.sock'} ({exc.strerror or exc}); "
+            "`prover-supervisor status` shows status.json only")
+        return None
 
 
 def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., dict[str, Any]],
@@ -302,7 +397,10 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
     try:
         server = HealthServer(port, state)
     except OSError as exc:
-        log(f"health: cannot listen on 127.0.0.1:{port} ({exc.strerror}); /healthz and /metrics are off")
+        log(f"health: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); /healthz and /metrics are off")
+        return None
+    except RuntimeError as exc:  # no thread to serve it
+        log(f"health: cannot serve 127.0.0.1:{port} ({summary(exc)}); /healthz and /metrics are off")
         return None
     production = lifecycle.production()
 
@@ -316,33 +414,18 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
     return server
 
 
-def route_signals(core: Core, sup: Supervision, log: SupervisorLog) -> SignalInbox:
-    return SignalInbox(core.loop, lambda signum: handle_signal(signum, sup.lifecycle, core.reaper, log))
-
-
-def handle_signal(signum: int, lifecycle: Lifecycle, reaper: Reaper, log: SupervisorLog) -> None:
-    if signum == signal.SIGCHLD:
-        reaper.reap()
-    elif signum in SHUTDOWN:
-        if lifecycle.shutting_down:
-            log(f"{signal_name(signum)} again while stopping: SIGKILL to everything now")
-            lifecycle.kill_everything_now()
-        else:
-            lifecycle.shutdown(f"received {signal_name(signum)}", 128 + signum)
-    elif signum in FORWARDED:
-        sent = lifecycle.forward(signum)
-        names = ", ".join(c.label for c in sent) or "nobody (no phase command running)"
-        log(f"{signal_name(signum)} forwarded to {names}")
-
-
 # ---------------------------------------------------------------- 9. serve
 
 
-def serve(plan: Plan, host: Host, core: Core, sup: Supervision,
+def serve(plan: Plan, host: Host, core: Core, sup: Supervision, router: SignalRouter,
           on_start: Callable[[Lifecycle], None] | None) -> None:
     """Start the lifecycle on a fit machine (asked off the loop), then loop until it is over."""
+    router.lifecycle = sup.lifecycle  # a stop signal now stops it (the loop takes them in from here)
+    if router.stop_requested is not None:  # asked to stop during the startup steps: start nothing
+        sup.lifecycle.shutdown(*router.stop_requested)
+        return
     gpus_said = say_gpu_evidence(sup.rt.gpus, host.log)  # before the manager's lines: the setup tab's order
-    sup.reporter.start(sup.lifecycle)
+    start_reporting(sup, core.loop, host.log)
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
     sup.rt.freeze = start_the_tick(core.loop, host.log, [sup.rt.progress.check, *(
         [sup.rt.gpus.check] if sup.rt.gpus is not None else [])])
@@ -356,6 +439,17 @@ def serve(plan: Plan, host: Host, core: Core, sup: Supervision,
     check_fitness(plan, sup.rt, sup.lifecycle, host.log, fitness_known, gpus_said)
     if "status" not in sup.outcome:  # a lifecycle over at once: no loop to run
         core.loop.run()
+
+
+def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog) -> None:
+    """A reporter that cannot start (no fd for its outbox or a module it imports) costs the reporting, not the run."""
+    try:
+        sup.reporter.start(sup.lifecycle)
+    except Exception as exc:
+        if not isinstance(exc, OSError):
+            loop.faults.report("starting the manager reporting", exc)  # a bug: its traceback in supervisor.log
+        log(f"manager reporting off: it could not start ({summary(exc)})")
+        sup.reporter.enabled = False
 
 
 def say_gpu_evidence(gpus: Gpus | None, log: SupervisorLog) -> bool:
@@ -396,47 +490,3 @@ def check_fitness(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: Supervisor
         decide([], None)
 
     fitness.check(rt.loop, plan, rt.memory, gpus, decide, on_error=broken, bound_s=fitness.FITNESS_BOUND_S)
-
-
-# ---------------------------------------------------------------- 10. tear down
-
-
-def sweep_and_close(core: Core, observers: Observers, inbox: SignalInbox, log: SupervisorLog) -> None:
-    """Whatever is still alive of ours is killed and reaped; then every fd and thread we opened is closed."""
-    sweep_descendants(log)
-    core.reaper.reap()
-    core.memory.close()
-    observers.status_server.close()
-    if observers.health is not None:
-        observers.health.close()
-    inbox.close()
-    core.loop.close()
-
-
-def report_the_end(plan: Plan, host: Host, sup: Supervision, observers: Observers, lock_fd: int) -> int:
-    """The last state on disk, the termination log on failure, the last word to the log and the manager;
-    the lock goes last. Returns the exit status (EXIT_FAILURE if the lifecycle never gave one)."""
-    status = sup.outcome.get("status", EXIT_FAILURE)
-    observers.state_file.save()
-    if status != EXIT_OK:
-        write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, host.log)
-    host.log(f"exiting with status {status}")
-    sup.reporter.stop(status, sup.lifecycle.shutdown_reason or "the supervisor stopped")
-    host.console.close()
-    os.close(lock_fd)
-    return status
-
-
-def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: SupervisorLog) -> None:
-    """Kubernetes shows this file when the container fails: the verdict line, at most 4 KiB."""
-    if not os.path.exists(path):
-        return
-    failure = lifecycle.failure
-    text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
-    if log.redactor:
-        text = log.redactor.text(text)
-    try:
-        with open(path, "w") as f:
-            f.write(text.encode()[:TERMINATION_LOG_MAX_BYTES].decode(errors="ignore"))
-    except OSError as exc:
-        log(f"cannot write {path}: {exc.strerror or exc}")

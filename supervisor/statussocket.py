@@ -123,10 +123,16 @@ class StatusServer:
             conn.close()
 
     def close(self) -> None:
+        """Stop answering and remove the socket file; a state_dir that cannot be written any more
+        (read-only, gone) leaves it in place, said once: the next start removes it as stale."""
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
-        with contextlib.suppress(FileNotFoundError):
+        try:
             self.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self._log(f"status: cannot remove {self.path} ({exc.strerror or exc}); it stays, answering nothing")
 
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..config import parse_plan
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
 from ..run import run
+from ..stdio import say
 from .devmanager import DevManager
 
 # Which stand-in plays the failing program of each phase, for --fail.
@@ -155,16 +156,16 @@ def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = Fa
         try:
             text = demo_config(workdir, fail, fail_phase, manager_url=manager.url)
         except DemoUsageError as exc:
-            print(f"prover-supervisor demo: {exc}", file=sys.stderr)
+            say(f"prover-supervisor demo: {exc}", err=True)
             return EXIT_USAGE
         plan = parse_plan(text, "demo config", {})
         status = run(plan)
         seen = manager.state.snapshot()
         for inst in seen["instances"].values():
-            print(f"demo: the manager saw {inst['label']} go {' → '.join(inst['history'])}"
-                  + (f" (rate {inst['rate']:g}/h)" if inst["rate"] is not None else ""), flush=True)
-        print(f"demo finished with exit status {status}; logs in {workdir / 'logs'}"
-              + ("" if keep else " (removed; use --keep to keep them)"), flush=True)
+            say(f"demo: the manager saw {inst['label']} go {' → '.join(inst['history'])}"
+                + (f" (rate {inst['rate']:g}/h)" if inst["rate"] is not None else ""))
+        say(f"demo finished with exit status {status}; logs in {workdir / 'logs'}"
+            + ("" if keep else " (removed; use --keep to keep them)"))
         return status
     finally:
         manager.stop()

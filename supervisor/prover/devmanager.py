@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import json
 import socket
-import sys
 import threading
 import time
 import uuid as uuidlib
@@ -32,10 +31,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..stdio import say
+
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
 HEAD_CHARS = 200  # of each log push, kept in the call list (``GET /dev/state``)
-SEQ_HEADER = "X-Log-Seq"  # (logship.SEQ_HEADER: the dev-manager imports nothing of the supervisor's)
+SEQ_HEADER = "X-Log-Seq"  # (logship.SEQ_HEADER: the dev-manager shares none of the supervisor's protocol code)
 POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push")
 
 
@@ -358,7 +359,7 @@ class _Server(ThreadingHTTPServer):
                 self.state.calls.append(entry)
         if not self.quiet:
             shown = json.dumps(body)[:160] if body is not None else ""
-            print(f"dev-manager: {method} {path} -> {status} {shown}", flush=True)
+            say(f"dev-manager: {method} {path} -> {status} {shown}")
 
 
 class DevManager:
@@ -386,13 +387,12 @@ def serve(port: int) -> int:
     try:
         manager = DevManager(port)
     except OSError as exc:
-        print(f"dev-manager: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
+        say(f"dev-manager: cannot listen on 127.0.0.1:{port}: {exc.strerror}", err=True)
         return 2
-    print(f"dev-manager: serving the manager API on {manager.url} (Ctrl-C to stop)", flush=True)
+    # Its lines are a courtesy: a stdout that is lost (``| head -1``) costs them, never the serving.
+    say(f"dev-manager: serving the manager API on {manager.url} (Ctrl-C to stop)")
     try:
-        manager._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        manager._server.serve_forever()  # Ctrl-C: KeyboardInterrupt, said by the CLI (exit 130)
     finally:
         manager._server.server_close()
     return 0

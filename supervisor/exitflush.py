@@ -1,0 +1,81 @@
+"""The exit flush: how long the supervisor's exit waits for the manager to hear the last of it.
+
+When the lifecycle is over the outbox may still hold calls: the failure's reason lines, the
+give-up, the "exiting" line. The exit waits for them while the loop runs (``EventLoop.run_until``):
+the sender's retries and answers are handed back into the loop, signals keep their meaning and
+the status socket answers. It waits:
+
+- until the outbox is empty, or EXIT_FLUSH_S at most, and only EXIT_STALL_S once no call went out
+  for that long: a manager that is down does not hold up ``docker stop`` (what is left stays in
+  the outbox for the next start);
+- for a give-up, GIVE_UP_FLUSH_S with no stall rule: an instance the manager never hears of is
+  paid for until its timeout, and no ``docker stop`` deadline runs;
+- after a stop signal during the flush, FLUSH_AFTER_TERM_S more at most (``docker stop``'s
+  SIGKILL follows 10 s after its SIGTERM); a second stop signal ends it now.
+
+Either way the exit status is the one the lifecycle decided, never 128 + the signal that cut the
+flush short: the lifecycle was already over when it came.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+EXIT_FLUSH_S = 10.0
+EXIT_STALL_S = 2.0
+GIVE_UP_FLUSH_S = 60.0
+FLUSH_AFTER_TERM_S = 5.0
+# The sender announces no delivery on any fd: the loop looks at the outbox at least this often.
+FLUSH_POLL_S = 0.05
+# Once the outbox is done: the log shippers' last push and the sender's end get at least this long.
+FINISH_MIN_S = 0.5
+
+
+class ExitFlush:
+    """One exit's wait for the outbox: its deadline, its stall rule, and what a stop signal does to it."""
+
+    def __init__(self, pending: Callable[[], int], sender_alive: Callable[[], bool], status: int,
+                 giving_up: bool, clock: Callable[[], float] = time.monotonic) -> None:
+        self.status = status
+        self.giving_up = giving_up
+        self._pending = pending
+        self._sender_alive = sender_alive
+        self._clock = clock
+        now = clock()
+        self.window_s = GIVE_UP_FLUSH_S if giving_up else EXIT_FLUSH_S
+        self.deadline = now + self.window_s
+        self._left = pending()
+        self._progress_at = now
+        self.cut_by: str | None = None  # the stop signal that cut the flush short
+        self.ended_by: str | None = None  # the second one, that ended it
+
+    def over(self) -> bool:
+        """The outbox is empty, or nobody delivers it any more, or the wait is up."""
+        if self.time_is_up() or not self._sender_alive():
+            return True
+        left = self._pending()
+        if not left:
+            return True
+        now = self._clock()
+        if left < self._left:
+            self._left, self._progress_at = left, now
+        return not self.giving_up and now - self._progress_at > EXIT_STALL_S
+
+    def time_is_up(self) -> bool:
+        return self.ended_by is not None or self._clock() >= self.deadline
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.deadline - self._clock())
+
+    def cut(self, signame: str) -> str:
+        """The first stop signal during the flush: FLUSH_AFTER_TERM_S more at most. Returns the line to say."""
+        self.cut_by = signame
+        self.deadline = min(self.deadline, self._clock() + FLUSH_AFTER_TERM_S)
+        return (f"{signame} during the exit flush: giving the manager {round(self.seconds_left(), 1):g}s more, "
+                f"then exiting with status {self.status}")
+
+    def end(self, signame: str) -> str:
+        """A second stop signal during the flush: no more waiting. Returns the line to say."""
+        self.ended_by = signame
+        return f"{signame} again during the exit flush: exiting now with status {self.status}"

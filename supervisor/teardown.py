@@ -1,0 +1,96 @@
+"""The supervisor's exit, one step a line, in this order (run.py's step 10):
+
+1. nothing of ours is left alive: SIGKILL to every descendant, reap, remove the phase cgroups;
+2. the last state on disk: status.json, the termination log on failure;
+3. "exiting with status N";
+4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
+   meaning, the reaper runs, the status socket answers, the sender's retries and answers are
+   handed back into the loop;
+5. close what was opened: the status socket, health, the signal inbox, the loop, the console; the
+   lock goes last.
+
+Each step contains its own failure (a read-only state_dir under the socket or status.json, no
+file descriptor left, a bug): said in one line, the rest of the exit goes on, and the exit status
+is the one the lifecycle decided.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .exitflush import FLUSH_POLL_S, ExitFlush
+from .exits import EXIT_FAILURE, EXIT_OK
+from .loop import EventLoop, summary
+from .survivors import sweep_descendants
+
+if TYPE_CHECKING:
+    from .config import Plan
+    from .lifecycle import Lifecycle
+    from .logs import SupervisorLog
+    from .reporting import FlushWait
+    from .run import Core, Host, Observers, Signals, Supervision
+
+# The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
+TERMINATION_LOG_MAX_BYTES = 4096
+
+
+def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, observers: Observers, signals: Signals,
+              lock_fd: int) -> int:
+    """Whatever happened, end the run in the order above; returns the exit status (EXIT_FAILURE if the
+    lifecycle never gave one)."""
+    status = sup.outcome.get("status", EXIT_FAILURE)
+    log = host.log
+
+    def step(what: str, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except Exception as exc:
+            log(f"exit: {what} failed ({summary(exc)}); the rest of the exit goes on")
+
+    step("killing what is left", lambda: sweep_descendants(log))
+    step("reaping", core.reaper.reap)
+    step("removing the phase cgroups", core.memory.close)
+    step("saving status.json", observers.state_file.save)
+    if status != EXIT_OK:
+        step("writing the termination log",
+             lambda: write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, log))
+    log(f"exiting with status {status}")
+    why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
+    step("the manager's exit flush", lambda: sup.reporter.stop(status, why, flush_with_the_loop(core.loop, signals)))
+    if observers.status_server is not None:
+        step("closing the status socket", observers.status_server.close)
+    if observers.health is not None:
+        step("closing health", observers.health.close)
+    step("closing signal handling", signals.inbox.close)
+    step("closing the loop", core.loop.close)
+    host.console.close()
+    os.close(lock_fd)
+    return status
+
+
+def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:
+    """The exit flush waits by running the loop: a stop signal meanwhile cuts the flush short (the router
+    knows the flush), the reaper runs, the status socket answers, the sender's answers are taken in."""
+
+    def wait(flush: ExitFlush, until: Callable[[], bool]) -> None:
+        signals.router.flush = flush
+        loop.run_until(until, FLUSH_POLL_S)
+
+    return wait
+
+
+def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: SupervisorLog) -> None:
+    """Kubernetes shows this file when the container fails: the verdict line, at most 4 KiB."""
+    if not os.path.exists(path):
+        return
+    failure = lifecycle.failure
+    text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
+    if log.redactor:
+        text = log.redactor.text(text)
+    try:
+        with open(path, "w") as f:
+            f.write(text.encode()[:TERMINATION_LOG_MAX_BYTES].decode(errors="ignore"))
+    except OSError as exc:
+        log(f"cannot write {path}: {exc.strerror or exc}")

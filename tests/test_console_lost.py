@@ -1,0 +1,236 @@
+"""The console may be lost (issue 14, class 6): a lost console costs console lines, never the run.
+
+Every command runs as a real subprocess with its stdout (or stderr) closed (``>&-`` through a real
+shell), on ``/dev/full`` (ENOSPC), into a pipe whose reader is gone (EPIPE) or that a real ``head``
+closes early, and with ``PYTHONIOENCODING=ascii`` and a config path that is not ASCII: the exit
+status is the command's own, and nothing is a traceback (nor Python's "Exception ignored" at exit).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from helpers import PY, REPO, SupervisorRunner, clean_env, free_port, read, sh
+
+SINKS = ["closed", "full", "broken-pipe"]
+DEV_FULL = Path("/dev/full")
+
+
+def noisy(text: str) -> bool:
+    return "Traceback" in text or "Exception ignored" in text or "Error" in text
+
+
+@pytest.fixture
+def broken_pipe() -> Iterator[int]:
+    """The write end of a pipe whose read end is already closed: every write is EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    yield write_end
+    os.close(write_end)
+
+
+def run_cli(args: list[str], sink: str, broken: int, *, stream: str = "stdout", env: dict[str, str] | None = None,
+            timeout: float = 60) -> tuple[int, str]:
+    """``python -m supervisor ARGS`` with its ``stream`` lost as ``sink``; returns (status, the other stream)."""
+    argv = [PY, "-m", "supervisor", *args]
+    fd = "1" if stream == "stdout" else "2"
+    if sink == "closed":  # really closed: fd 1 (or 2) is not open at all in the program
+        argv = ["sh", "-c", f'exec "$@" {fd}>&-', "sh", *argv]
+        target: int | None = None
+    else:
+        target = os.open(DEV_FULL, os.O_WRONLY) if sink == "full" else broken
+    other = subprocess.PIPE
+    kwargs = {"stdout": target, "stderr": other} if stream == "stdout" else {"stdout": other, "stderr": target}
+    try:
+        done = subprocess.run(argv, text=True, errors="replace", env=clean_env(env), cwd=REPO, timeout=timeout,
+                              **kwargs)  # type: ignore[call-overload]
+    finally:
+        if sink == "full" and target is not None:
+            os.close(target)
+    return done.returncode, (done.stderr if stream == "stdout" else done.stdout) or ""
+
+
+def quick_config(sup: SupervisorRunner, name: str = "config.toml") -> Path:
+    return sup.write(f"""
+        [[phases]]
+        name = "hello"
+        command = {sh("echo hello from the phase")}
+        """, name=name)
+
+
+# ---------------------------------------------------------------- run: the run goes on, the loss is said once
+
+
+@pytest.mark.parametrize("sink", SINKS)
+def test_run_goes_on_without_its_console(sup: SupervisorRunner, sink: str, broken_pipe: int) -> None:
+    status, stderr = run_cli(["run", "--config", str(quick_config(sup))], sink, broken_pipe)
+    assert status == 0, stderr
+    assert not noisy(stderr), stderr
+    log = read(sup.log_dir / "supervisor.log")
+    why = {"closed": "stdout is closed", "full": "cannot write stdout (No space left on device)",
+           "broken-pipe": "cannot write stdout (Broken pipe)"}[sink]
+    assert log.count(f"console: {why}") == 1, log
+    assert "lifecycle complete" in log and "exiting with status 0" in log
+    assert "hello from the phase" in read(sup.log_dir / "hello.log")
+
+
+def test_demo_runs_with_stdout_closed(broken_pipe: int) -> None:
+    status, stderr = run_cli(["demo"], "closed", broken_pipe, timeout=120)
+    assert status == 0, stderr
+    assert not noisy(stderr), stderr
+
+
+# ---------------------------------------------------------------- the short commands: their status, no traceback
+
+
+def command_args(sup: SupervisorRunner, command: str) -> tuple[list[str], int]:
+    config = quick_config(sup)
+    return {
+        "check": (["check", "--config", str(config)], 0),
+        "status": (["status", "--state-dir", str(sup.state_dir)], 3),
+        "status --json": (["status", "--json", "--state-dir", str(sup.state_dir)], 3),
+        "standins": (["standins", "--bin-dir", str(sup.tmp / "bin")], 0),
+        "--help": (["--help"], 0),
+        "--version": (["--version"], 0),
+    }[command]
+
+
+@pytest.mark.parametrize("sink", SINKS)
+@pytest.mark.parametrize("command", ["check", "status", "status --json", "standins", "--help", "--version"])
+def test_a_short_command_keeps_its_status_when_stdout_is_lost(sup: SupervisorRunner, command: str, sink: str,
+                                                              broken_pipe: int) -> None:
+    args, expected = command_args(sup, command)
+    status, stderr = run_cli(args, sink, broken_pipe)
+    assert status == expected, stderr
+    assert not noisy(stderr), stderr
+
+
+@pytest.mark.parametrize("sink", SINKS)
+def test_a_config_error_exits_2_even_when_its_line_cannot_be_written(sup: SupervisorRunner, sink: str,
+                                                                    broken_pipe: int) -> None:
+    bad = sup.write('[[phases]]\nname = "x"\ncommand = []\n', name="bad.toml")
+    for args in (["check", "--config", str(bad)], ["run", "--config", str(bad)],
+                 ["check", "--config", str(sup.tmp / "missing.toml")]):
+        status, stdout = run_cli(args, sink, broken_pipe, stream="stderr")
+        assert status == 2, (args, stdout)
+        assert not noisy(stdout), stdout
+
+
+def test_status_into_a_pipe_that_head_closes_early(sup: SupervisorRunner) -> None:
+    status_cmd = subprocess.Popen([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(), cwd=REPO)
+    head = subprocess.run(["head", "-c", "10"], stdin=status_cmd.stdout, capture_output=True, timeout=30)
+    assert status_cmd.stdout is not None
+    status_cmd.stdout.close()
+    _, stderr = status_cmd.communicate(timeout=30)
+    assert len(head.stdout) == 10
+    assert status_cmd.returncode == 3, stderr
+    assert not noisy(stderr.decode()), stderr
+
+
+# ---------------------------------------------------------------- a text the stream's encoding cannot show
+
+
+@pytest.fixture
+def non_ascii_dir(tmp_path: Path) -> SupervisorRunner:
+    home = tmp_path / "prüfung-é"
+    home.mkdir()
+    return SupervisorRunner(home)
+
+
+def test_an_ascii_console_and_a_non_ascii_path(non_ascii_dir: SupervisorRunner) -> None:
+    sup = non_ascii_dir
+    config = quick_config(sup)
+    ascii_env = {"PYTHONIOENCODING": "ascii"}
+    checked = subprocess.run([PY, "-m", "supervisor", "check", "--config", str(config)], capture_output=True,
+                             env=clean_env(ascii_env), cwd=REPO, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    assert b"pr\\xfcfung-\\xe9" in checked.stdout and b": ok: 1 phase(s)" in checked.stdout, checked.stdout
+    ran = subprocess.run([PY, "-m", "supervisor", "run", "--config", str(config)], capture_output=True,
+                         env=clean_env(ascii_env), cwd=REPO, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert not noisy(ran.stderr.decode()), ran.stderr
+    shown = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                           capture_output=True, env=clean_env(ascii_env), cwd=REPO, timeout=60)
+    assert shown.returncode == 3, shown.stdout + shown.stderr
+    assert not noisy(shown.stderr.decode()), shown.stderr
+    missing = subprocess.run([PY, "-m", "supervisor", "check", "--config", str(sup.tmp / "fehlt-ß.toml")],
+                             capture_output=True, env=clean_env(ascii_env), cwd=REPO, timeout=60)
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr.count(b"\n") == 1 and b"\\xdf" in missing.stderr, missing.stderr
+
+
+# ---------------------------------------------------------------- the dev-manager, and Ctrl-C for every command
+
+
+def test_dev_manager_into_head_1_keeps_serving_and_ctrl_c_ends_it(tmp_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen([PY, "-m", "supervisor", "dev-manager", "--port", str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=clean_env(), cwd=REPO, start_new_session=True)
+    try:
+        head = subprocess.run(["head", "-1"], stdin=server.stdout, capture_output=True, timeout=30)
+        assert server.stdout is not None
+        server.stdout.close()  # head read its line and is gone: the pipe has no reader left
+        assert head.stdout.startswith(b"dev-manager: serving the manager API")
+        for label in ("C.one", "C.two"):  # each call printed into the broken pipe, each answered
+            answer = requests.post(f"http://127.0.0.1:{port}/register", json={"label": label, "min_rate": 1},
+                                   timeout=10)
+            assert answer.status_code == 200, answer.text
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)
+    assert server.returncode == 130, stderr
+    assert stderr.decode().strip() == "prover-supervisor dev-manager: interrupted", stderr
+
+
+def test_ctrl_c_during_status_is_one_line_and_130(tmp_path: Path) -> None:
+    """`status` waits on the socket of a supervisor that does not answer (here: one that never does)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(state / "status.sock"))
+    silent.listen(1)
+    try:
+        proc = subprocess.Popen([PY, "-m", "supervisor", "status", "--state-dir", str(state)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(), cwd=REPO)
+        conn, _ = silent.accept()  # it asked; it now waits for an answer that never comes
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        conn.close()
+    finally:
+        silent.close()
+    assert proc.returncode == 130, err
+    assert err.decode().strip() == "prover-supervisor status: interrupted", err
+    assert out == b""
+
+
+def test_ctrl_c_during_the_demo_stops_it_in_order() -> None:
+    proc = subprocess.Popen([PY, "-m", "supervisor", "demo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", env=clean_env(), cwd=REPO, start_new_session=True)
+    assert proc.stdout is not None
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "phase paramfetch: starting → running" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    out = "".join(seen) + rest
+    assert proc.returncode == 130, out
+    assert "shutting down: received SIGINT" in out and "demo finished with exit status 130" in out, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out

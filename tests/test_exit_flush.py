@@ -1,0 +1,357 @@
+"""The exit reports while the loop still runs (issue 14, class 5).
+
+Real supervisors against the dev-manager on 127.0.0.1: a give-up whose first ``/bench-done`` gets
+a 500 is still delivered; the manager going away and coming back during the give-up flush; a
+SIGTERM during the flush (as PID 1 too) leaves the manager a short window and the exit status
+stays the lifecycle's; a second one ends it. The flush's own rules (deadline, stall, cut) are
+pure and tested in-process, as is the loop refusing a thread's answer once closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+from helpers import (
+    PY,
+    REPO,
+    SupervisorRunner,
+    clean_env,
+    needs_unshare,
+    outbox_rows,
+    read,
+    sh,
+    toml_str,
+    wait_for,
+)
+
+from supervisor.exitflush import EXIT_FLUSH_S, EXIT_STALL_S, FLUSH_AFTER_TERM_S, GIVE_UP_FLUSH_S, ExitFlush
+from supervisor.loop import EventLoop
+from supervisor.prover.devmanager import DevManager
+
+NO_EBADF = "Bad file descriptor"
+
+
+@pytest.fixture
+def managers() -> Iterator[list[DevManager]]:
+    """Dev-managers started by the test (quiet), all stopped at its end."""
+    started: list[DevManager] = []
+    yield started
+    for mgr in started:
+        mgr.stop()
+
+
+def start_manager(managers: list[DevManager]) -> DevManager:
+    mgr = DevManager(port=0, quiet=True).start()
+    managers.append(mgr)
+    return mgr
+
+
+class Outage:
+    """The manager's address as the supervisor sees it: a TCP relay to the dev-manager that can go away
+    (its port refuses connections, every open one is cut: keep-alive connections too) and come back on
+    the same port. (Stopping a dev-manager closes its listener, but not the connections it serves.)"""
+
+    def __init__(self, backend: DevManager) -> None:
+        self._backend = ("127.0.0.1", backend.port)
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._listener = self._listen(0)
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _listen(self, port: int) -> socket.socket:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(16)
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return listener
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+                server = socket.create_connection(self._backend, timeout=10)
+            except OSError:
+                return  # the listener was closed: the manager is away
+            with self._lock:
+                self._open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def down(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # (close alone does not wake the thread blocked in accept)
+        self._listener.close()
+        with self._lock:
+            cut, self._open = self._open, []
+        for sock in cut:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def up(self) -> None:
+        self._listener = self._listen(self.port)
+
+
+@pytest.fixture
+def outage(managers: list[DevManager]) -> Iterator[Outage]:
+    relay = Outage(start_manager(managers))
+    yield relay
+    relay.down()
+
+
+def give_up_config(sup: SupervisorRunner, mgr: DevManager | Outage, gate: Path | None = None) -> Path:
+    """One phase that fails with 4 (after ``gate`` exists): before production, so the instance is given up."""
+    wait = f"while [ ! -e {gate} ]; do sleep 0.05; done; " if gate else ""
+    return sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = "C.flush"
+        min_rate = 1
+
+        [[phases]]
+        name = "fetch"
+        command = {sh(wait + "echo fetch failing; exit 4")}
+        report = "param-done"
+        """)
+
+
+def instance(mgr: DevManager) -> dict[str, Any]:
+    [inst] = mgr.state.snapshot()["instances"].values()
+    return inst
+
+
+def supervisor_pid(proc: subprocess.Popen[bytes], pid1: bool) -> int:
+    if not pid1:
+        return proc.pid
+    children = wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
+    assert isinstance(children, list) and len(children) == 1
+    return children[0].pid
+
+
+class Watched:
+    """A supervisor whose console goes to a file, watched while it runs."""
+
+    def __init__(self, sup: SupervisorRunner, config: Path, pid1: bool = False) -> None:
+        self.path = sup.tmp / "console.txt"
+        with open(self.path, "wb") as out:
+            self.proc = subprocess.Popen(sup.argv(config, pid1=pid1), stdout=out, stderr=subprocess.STDOUT,
+                                         env=clean_env(), cwd=REPO, start_new_session=True)
+        sup.procs.append(self.proc)  # type: ignore[arg-type]
+        self.pid = supervisor_pid(self.proc, pid1)
+
+    def text(self) -> str:
+        return read(self.path)
+
+    def wait_text(self, needle: str, timeout: float = 30) -> None:
+        wait_for(lambda: needle in self.text() or self.proc.poll() is not None, timeout, 0.02)
+        assert needle in self.text(), f"no {needle!r}; console:\n{self.text()[-4000:]}"
+
+    def finish(self, timeout: float = 90) -> int:
+        return self.proc.wait(timeout)
+
+
+# ---------------------------------------------------------------- the sender keeps delivering during the flush
+
+
+def test_a_give_up_whose_first_bench_done_gets_a_500_is_still_delivered(sup: SupervisorRunner,
+                                                                        managers: list[DevManager]) -> None:
+    mgr = start_manager(managers)
+    fault = {"status": 500, "count": 1, "path": "/bench-done"}
+    assert requests.post(mgr.url + "/dev/faults", json=fault, timeout=5).status_code == 200
+    result = sup.run(give_up_config(sup, mgr), timeout=90)
+    out = result.output
+    assert result.returncode == 4, out
+    assert "manager: bench-done not delivered (POST /bench-done: HTTP 500" in out  # the retry was said, in the loop
+    assert instance(mgr)["history"] == ["registered", "killed"], out
+    assert [c["status"] for c in mgr.state.snapshot()["calls"] if c["path"] == "/bench-done"] == [500, 200]
+    assert NO_EBADF not in out and "Traceback" not in out, out
+
+
+def test_the_manager_away_and_back_during_the_give_up_flush(sup: SupervisorRunner, managers: list[DevManager],
+                                                            outage: Outage) -> None:
+    gate, mgr = sup.tmp / "fail-now", managers[0]
+    run = Watched(sup, give_up_config(sup, outage, gate))
+    wait_for(lambda: mgr.state.snapshot()["instances"], timeout=30)  # registered while the manager was there
+    outage.down()
+    gate.touch()
+    run.wait_text("manager: waiting up to 60s for the give-up to be delivered")
+    run.wait_text("not delivered (")  # the sender retries, with the loop still taking its lines
+    # Meanwhile the status socket answers: the lifecycle is over, the supervisor is exiting.
+    shown = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                           capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env())
+    snap = json.loads(shown.stdout)
+    assert shown.returncode == 0 and snap["live"], shown.stdout + shown.stderr
+    assert snap["lifecycle"]["state"] == "stopped" and snap["exiting"]["status"] == 4, snap["exiting"]
+    assert snap["exiting"]["giving_up"] is True
+    outage.up()
+    assert run.finish() == 4, run.text()
+    assert instance(mgr)["history"] == ["registered", "killed"], run.text()
+    assert NO_EBADF not in run.text() and "Traceback" not in run.text(), run.text()
+    assert not [row for row in outbox_rows(sup) if row[2] == "pending"], outbox_rows(sup)
+
+
+# ---------------------------------------------------------------- a stop signal during the flush
+
+
+@needs_unshare
+def test_sigterm_during_the_give_up_flush_as_pid1_leaves_the_manager_a_few_seconds(
+        sup: SupervisorRunner, managers: list[DevManager], outage: Outage) -> None:
+    """docker stop's SIGTERM during the 60 s give-up flush: a short window (SIGKILL follows in 10 s), in which the
+    manager, back, gets the give-up; the exit status is the lifecycle's 4, not 143."""
+    gate, mgr = sup.tmp / "fail-now", managers[0]
+    run = Watched(sup, give_up_config(sup, outage, gate), pid1=True)
+    wait_for(lambda: mgr.state.snapshot()["instances"], timeout=30)
+    outage.down()
+    gate.touch()
+    run.wait_text("manager: waiting up to 60s for the give-up to be delivered")
+    run.wait_text("; retry 1 in ")  # the first try failed: the next one comes within about a second
+    os.kill(run.pid, signal.SIGTERM)
+    run.wait_text(f"SIGTERM during the exit flush: giving the manager {FLUSH_AFTER_TERM_S:g}s more, "
+                  "then exiting with status 4")
+    outage.up()
+    assert run.finish() == 4, run.text()
+    assert instance(mgr)["history"] == ["registered", "killed"], run.text()
+    assert "as pid1;" in run.text().splitlines()[0]
+    assert NO_EBADF not in run.text() and "Traceback" not in run.text(), run.text()
+
+
+def test_a_second_stop_signal_ends_the_flush_now_with_the_lifecycles_status(
+        sup: SupervisorRunner, managers: list[DevManager], outage: Outage) -> None:
+    gate, mgr = sup.tmp / "fail-now", managers[0]
+    run = Watched(sup, give_up_config(sup, outage, gate))
+    wait_for(lambda: mgr.state.snapshot()["instances"], timeout=30)
+    outage.down()  # and it stays away
+    gate.touch()
+    run.wait_text("manager: waiting up to 60s for the give-up to be delivered")
+    os.kill(run.pid, signal.SIGTERM)
+    run.wait_text("SIGTERM during the exit flush: giving the manager")
+    os.kill(run.pid, signal.SIGINT)
+    assert run.finish() == 4, run.text()
+    out = run.text()
+    assert "SIGINT again during the exit flush: exiting now with status 4" in out, out
+    assert "call(s) not delivered yet; they stay in the outbox for the next start" in out
+    pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending"]
+    assert "bench-done" in pending, pending  # the give-up waits for the next start
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+
+
+# ---------------------------------------------------------------- the flush's rules, in-process
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_flush_ends_when_the_outbox_is_empty() -> None:
+    left = [3]
+    flush = ExitFlush(lambda: left[0], lambda: True, 0, giving_up=False, clock=Clock())
+    assert not flush.over()
+    left[0] = 0
+    assert flush.over()
+
+
+def test_a_stalled_flush_gives_up_after_the_stall_but_a_give_up_waits_its_whole_window() -> None:
+    clock = Clock()
+    plain = ExitFlush(lambda: 2, lambda: True, 0, giving_up=False, clock=clock)
+    give_up = ExitFlush(lambda: 2, lambda: True, 4, giving_up=True, clock=clock)
+    clock.now += EXIT_STALL_S + 0.1
+    assert plain.over() and not give_up.over()
+    clock.now += GIVE_UP_FLUSH_S
+    assert give_up.over()
+
+
+def test_progress_keeps_a_plain_flush_going_until_its_deadline() -> None:
+    clock, left = Clock(), [100]
+    flush = ExitFlush(lambda: left[0], lambda: True, 0, giving_up=False, clock=clock)
+    while clock.now + EXIT_STALL_S / 2 < 1000.0 + EXIT_FLUSH_S:
+        clock.now += EXIT_STALL_S / 2
+        left[0] -= 1
+        assert not flush.over()
+    clock.now = 1000.0 + EXIT_FLUSH_S
+    assert flush.over()
+
+
+def test_a_flush_with_no_sender_is_over_at_once() -> None:
+    assert ExitFlush(lambda: 5, lambda: False, 0, giving_up=True, clock=Clock()).over()
+
+
+def test_a_stop_signal_cuts_the_flush_and_a_second_ends_it() -> None:
+    clock = Clock()
+    flush = ExitFlush(lambda: 1, lambda: True, 4, giving_up=True, clock=clock)
+    said = flush.cut("SIGTERM")
+    assert said == f"SIGTERM during the exit flush: giving the manager {FLUSH_AFTER_TERM_S:g}s more, then " \
+                   "exiting with status 4"
+    clock.now += FLUSH_AFTER_TERM_S - 0.1
+    assert not flush.over()
+    clock.now += 0.2
+    assert flush.over()
+    assert flush.end("SIGINT") == "SIGINT again during the exit flush: exiting now with status 4"
+    assert flush.time_is_up()
+
+
+def test_a_cut_never_lengthens_the_flush() -> None:
+    clock = Clock()
+    flush = ExitFlush(lambda: 1, lambda: True, 0, giving_up=False, clock=clock)
+    clock.now += EXIT_FLUSH_S - 1
+    assert "giving the manager 1s more" in flush.cut("SIGTERM")
+
+
+def test_a_closed_loop_drops_a_threads_late_answer() -> None:
+    """The sender's retry after the exit must not write into a closed (or reused) wake-up fd."""
+    loop = EventLoop()
+    ran: list[str] = []
+    loop.close()
+    errors: list[BaseException] = []
+
+    def late() -> None:
+        try:
+            loop.call_soon_threadsafe(lambda: ran.append("late"))
+        except BaseException as exc:  # whatever it raised is the failure
+            errors.append(exc)
+
+    thread = threading.Thread(target=late)
+    thread.start()
+    thread.join(10)
+    assert errors == [] and ran == []
+
+
+def test_run_until_takes_a_threads_answer_while_it_waits() -> None:
+    loop = EventLoop()
+    got: list[str] = []
+    try:
+        threading.Timer(0.05, lambda: loop.call_soon_threadsafe(lambda: got.append("answer"))).start()
+        deadline = time.monotonic() + 30
+        loop.run_until(lambda: bool(got) or time.monotonic() > deadline, 0.05)
+        assert got == ["answer"]
+    finally:
+        loop.close()

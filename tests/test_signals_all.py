@@ -1,0 +1,448 @@
+"""Every signal has a meaning, from the first line of ``main`` to the exit (issue 14, class 2).
+
+The table in signals.py is checked against ``signal.valid_signals()``; then a real supervisor
+(a subreaper, and PID 1 of its own PID namespace) receives a signal of each class while a
+service runs: a stop signal stops it in order and exits 128 + n, a forwarded one reaches the
+service, a noted one is said and not obeyed, an ignored one changes nothing, a fatal fault
+leaves its last words in supervisor.log and the survivors are named. The windows before the
+loop runs (the first instants of ``main``, emptying a dead supervisor's cgroup) are covered by
+real signals sent into them, and SIGXCPU comes from a real RLIMIT_CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import signal
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import (
+    PY,
+    REPO,
+    SupervisorRunner,
+    clean_env,
+    finish,
+    first_line,
+    needs_unshare,
+    one_verdict,
+    pid_alive,
+    py_script,
+    read,
+    read_pid,
+    remove_cgroup,
+    shell,
+    start_in_cgroup,
+    toml_list,
+    toml_str,
+    v1_cgroup,
+    wait_for,
+)
+
+from supervisor.signals import (
+    CAUGHT,
+    FAULTS,
+    FORWARDED,
+    IGNORED,
+    MEANINGS,
+    NOTED,
+    STOPS,
+    Action,
+    Meaning,
+    Stage,
+    signal_name,
+    stop_action,
+)
+from supervisor.units import MIB
+
+CATCHABLE = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+RT3 = signal.SIGRTMIN + 3  # systemd's "halt": the STOPSIGNAL of containers made for systemd
+
+# Every signal Python lets a program catch, recorded (name per line) in argv[1]; the pid in argv[2]
+# once the handlers are in place; SIGTERM (the service's stop signal) ends it with 0.
+RECORDER = """
+import signal, sys, time
+log = sys.argv[1]
+
+def handler(signum, frame):
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"SIGRTMIN+{signum - signal.SIGRTMIN}"
+    with open(log, "a") as f:
+        f.write(name + "\\n")
+    if signum == signal.SIGTERM and sys.argv[3] == "exit-on-term":
+        sys.exit(0)
+
+for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}:
+    signal.signal(sig, handler)
+write_pid(sys.argv[2])
+while True:
+    time.sleep(0.05)
+"""
+
+
+def service_config(sup: SupervisorRunner, *, on_term: str = "exit-on-term", stop_grace_s: float = 5) -> Path:
+    return sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {py_script(sup.tmp, "recorder", RECORDER, sup.tmp / "got", sup.tmp / "svc.pid", on_term)}
+        stop_grace_s = {stop_grace_s}
+        """)
+
+
+@pytest.fixture(autouse=True)
+def nothing_of_the_test_left(sup: SupervisorRunner) -> Iterator[None]:
+    """Whatever a supervisor that died (or misbehaved) left of this test's programs is killed afterwards:
+    each one runs from a file under the test's own directory."""
+    yield
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(str(sup.tmp) in part for part in proc.info["cmdline"] or ()):
+                proc.kill()
+
+
+def supervisor_pid(proc: subprocess.Popen[str], pid1: bool) -> int:
+    """The supervisor's pid as seen from here: under ``unshare --fork`` it is unshare's only child
+    (unshare passes no signal on)."""
+    if not pid1:
+        return proc.pid
+    children = wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
+    assert isinstance(children, list) and len(children) == 1
+    return children[0].pid
+
+
+def received(sup: SupervisorRunner) -> list[str]:
+    got = sup.tmp / "got"
+    return got.read_text().split() if got.exists() else []
+
+
+def start_service(sup: SupervisorRunner, config: Path, pid1: bool = False) -> tuple[subprocess.Popen[str], int]:
+    """The supervisor running the recorder as its service: (the process started, the supervisor's pid)."""
+    proc = sup.start(config, pid1=pid1)
+    read_pid(sup.tmp / "svc.pid")  # the recorder's handlers are in place (in PID 1 mode, a pid of its namespace)
+    return proc, supervisor_pid(proc, pid1)
+
+
+# ---------------------------------------------------------------- the table
+
+
+def test_every_catchable_signal_has_exactly_one_meaning() -> None:
+    assert set(MEANINGS) == CATCHABLE, sorted(map(signal_name, CATCHABLE ^ set(MEANINGS)))
+    classes = [STOPS, FORWARDED, NOTED, IGNORED, FAULTS, frozenset({signal.SIGCHLD})]
+    assert sum(map(len, classes)) == len(CATCHABLE), "a signal is in two classes"
+    assert frozenset().union(*classes) == CATCHABLE
+    # The inbox catches what it must act on or say; never an ignored one (the kernel drops those) nor a
+    # fault (faulthandler writes the last words, then the default action must kill).
+    assert STOPS | FORWARDED | NOTED | {signal.SIGCHLD} == CAUGHT
+    assert CAUGHT.isdisjoint(IGNORED | FAULTS)
+    for sig, (meaning, why) in MEANINGS.items():
+        assert isinstance(meaning, Meaning) and why.strip(), signal_name(sig)
+
+
+def test_the_conventional_meanings() -> None:
+    assert {signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGPWR, signal.SIGXCPU, signal.SIGALRM,
+            signal.SIGVTALRM, signal.SIGPROF, RT3} <= STOPS
+    assert set(range(signal.SIGRTMIN, signal.SIGRTMAX + 1)) <= STOPS
+    assert {signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH} == FORWARDED
+    assert {signal.SIGTSTP, signal.SIGCONT, signal.SIGURG} == NOTED
+    assert {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTTIN, signal.SIGTTOU} == IGNORED
+    assert {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT, signal.SIGSYS,
+            signal.SIGTRAP} == FAULTS
+
+
+def test_real_time_signals_are_named_as_systemd_names_them() -> None:
+    assert signal_name(signal.SIGRTMIN) == "SIGRTMIN"
+    assert signal_name(RT3) == "SIGRTMIN+3"
+    assert signal_name(signal.SIGRTMAX) == "SIGRTMAX"
+    assert signal_name(signal.SIGTERM) == "SIGTERM"
+
+
+@pytest.mark.parametrize(("stage", "again", "action"), [
+    (Stage.STARTING, False, Action.REMEMBER),
+    (Stage.STARTING, True, Action.REMEMBER),
+    (Stage.RUNNING, False, Action.STOP_IN_ORDER),
+    (Stage.STOPPING, False, Action.KILL_NOW),
+    (Stage.STOPPING, True, Action.KILL_NOW),
+    (Stage.FLUSHING, False, Action.CUT_FLUSH),
+    (Stage.FLUSHING, True, Action.END_FLUSH),
+])
+def test_what_a_stop_signal_does_at_each_stage(stage: Stage, again: bool, action: Action) -> None:
+    assert stop_action(stage, again) is action
+
+
+# ---------------------------------------------------------------- stop: in order, 128 + n
+
+STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGPWR, signal.SIGXCPU, signal.SIGALRM,
+                signal.SIGVTALRM, signal.SIGPROF, signal.SIGSTKFLT, signal.SIGIO, signal.SIGRTMIN, RT3,
+                signal.SIGRTMAX]
+PID1_STOP_SIGNALS = [signal.SIGQUIT, signal.SIGPWR, signal.SIGALRM, RT3]
+
+
+def check_stopped_in_order(sup: SupervisorRunner, result_code: int, out: str, signum: int) -> None:
+    name = signal_name(signum)
+    assert result_code == 128 + signum, out
+    said = first_line(out, f"[supervisor] {name} (")
+    assert "every child is stopped in reverse start order" in said, said
+    assert f"shutting down: received {name}" in out
+    assert received(sup) == ["SIGTERM"], "the service got other than its own stop signal"
+    verdict = one_verdict(out, "svc")
+    assert " reason=stopped " in verdict, verdict
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("signum", STOP_SIGNALS, ids=signal_name)
+def test_a_stop_signal_stops_the_service_in_order_as_subreaper(sup: SupervisorRunner, signum: int) -> None:
+    proc, pid = start_service(sup, service_config(sup))
+    child = read_pid(sup.tmp / "svc.pid")
+    os.kill(pid, signum)
+    result = finish(proc, time.monotonic(), 30)
+    check_stopped_in_order(sup, result.returncode, result.output, signum)
+    assert not pid_alive(child)
+
+
+@needs_unshare
+@pytest.mark.parametrize("signum", PID1_STOP_SIGNALS, ids=signal_name)
+def test_a_stop_signal_stops_the_service_in_order_as_pid1(sup: SupervisorRunner, signum: int) -> None:
+    """As PID 1 a signal with no handler is dropped by the kernel: without one, each of these did nothing."""
+    proc, pid = start_service(sup, service_config(sup), pid1=True)
+    os.kill(pid, signum)
+    result = finish(proc, time.monotonic(), 30)
+    assert "as pid1;" in result.output.splitlines()[0], result.output
+    check_stopped_in_order(sup, result.returncode, result.output, signum)
+
+
+def test_a_second_stop_signal_of_another_kind_kills_at_once(sup: SupervisorRunner) -> None:
+    proc, pid = start_service(sup, service_config(sup, on_term="ignore-term", stop_grace_s=60))
+    child = read_pid(sup.tmp / "svc.pid")
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: "SIGTERM" in received(sup), timeout=10)  # in its grace: it ignores its stop signal
+    os.kill(pid, signal.SIGQUIT)
+    result = finish(proc, time.monotonic(), 30)  # far less than the 60 s grace
+    assert result.returncode == 128 + signal.SIGTERM, result.output  # the first one's status
+    assert "SIGQUIT again while stopping: SIGKILL to everything now" in result.output
+    assert received(sup) == ["SIGTERM"]
+    assert not pid_alive(child)
+
+
+# ---------------------------------------------------------------- forwarded, noted, ignored
+
+
+def test_sigwinch_is_forwarded_like_hup_and_usr(sup: SupervisorRunner) -> None:
+    proc, pid = start_service(sup, service_config(sup))
+    for sig in (signal.SIGWINCH, signal.SIGUSR1):
+        os.kill(pid, sig)
+        wait_for(lambda sig=sig: sig.name in received(sup), timeout=10)
+    os.kill(pid, signal.SIGTERM)
+    result = finish(proc, time.monotonic(), 30)
+    assert result.returncode == 143, result.output
+    assert "SIGWINCH forwarded to svc/svc" in result.output
+    assert received(sup) == ["SIGWINCH", "SIGUSR1", "SIGTERM"]
+
+
+@pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
+def test_noted_and_ignored_signals_change_nothing(sup: SupervisorRunner, pid1: bool) -> None:
+    """SIGTSTP, SIGCONT, SIGURG: said, not obeyed. SIGTTIN, SIGTTOU, SIGPIPE, SIGXFSZ: ignored (their defaults
+    would stop or kill the supervisor). The service gets none of them and the supervisor still stops on SIGTERM."""
+    proc, pid = start_service(sup, service_config(sup), pid1=pid1)
+    log = sup.log_dir / "supervisor.log"
+    # One at a time: the kernel discards a pending SIGTSTP when SIGCONT comes (and the reverse).
+    for sig in (signal.SIGTSTP, signal.SIGCONT, signal.SIGURG):
+        os.kill(pid, sig)
+        wait_for(lambda sig=sig: f"{sig.name}: not obeyed" in log.read_text(), timeout=10)
+    for sig in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGPIPE, signal.SIGXFSZ):
+        os.kill(pid, sig)
+    os.kill(pid, signal.SIGTERM)
+    result = finish(proc, time.monotonic(), 30)  # a stopped supervisor would not get here: SIGTERM waits
+    assert result.returncode == 143, result.output
+    assert "SIGTSTP: not obeyed: Ctrl-Z: the supervisor does not stop itself" in result.output
+    assert received(sup) == ["SIGTERM"]
+    for name in ("SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGXFSZ"):
+        assert name not in result.output, result.output
+
+
+# ---------------------------------------------------------------- fatal faults: last words, survivors named
+
+
+@pytest.mark.parametrize("signum", [signal.SIGSEGV, signal.SIGSYS], ids=signal_name)
+def test_a_fatal_fault_leaves_last_words_and_names_the_survivors(sup: SupervisorRunner, signum: int) -> None:
+    """SIGSEGV through faulthandler.enable, SIGSYS through faulthandler.register (chained to its default)."""
+    pidfile = sup.tmp / "svc.pid"
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {shell(f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 300")}
+        """)
+    proc = sup.start(config)
+    child = read_pid(pidfile)
+    try:
+        state = sup.state_dir / "status.json"
+        wait_for(lambda: state.exists() and json.loads(state.read_text())["children"], timeout=10)
+        os.kill(proc.pid, signum)
+        result = finish(proc, time.monotonic(), 30)
+        assert result.returncode == -signum, result.output  # the default action: the fault is not hidden
+        last_words = read(sup.log_dir / "supervisor.log")
+        if signum == signal.SIGSEGV:
+            assert "Fatal Python error: Segmentation fault" in last_words, last_words
+        assert "Current thread" in last_words and "in serve" in last_words, last_words  # the loop, in serve
+        assert 'Thread 0x' in last_words, "not every thread's traceback"
+        # The survivor lives on (that is the resume design) and is named: in status.json...
+        assert pid_alive(child)
+        saved = json.loads(state.read_text())
+        assert [(c["label"], c["pid"]) for c in saved["children"]] == [("svc/svc", child)], saved["children"]
+        # ... by `status`, which shows what the dead supervisor last wrote ...
+        shown = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                               capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env())
+        assert shown.returncode == 3, shown.stdout + shown.stderr
+        assert f"pid {child}" in shown.stdout and "svc/svc" in shown.stdout, shown.stdout
+        # ... and by the next start, which ends it before anything else starts.
+        again = sup.run(sup.write('[[phases]]\nname = "next"\ncommand = ["true"]\n', name="next.toml"), timeout=30)
+        assert again.returncode == 0, again.output
+        said = first_line(again.output, "left by a supervisor that died without stopping them")
+        assert f"{child} (sleep)" in said, said
+        assert not pid_alive(child)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- before the loop runs
+
+
+def sig_blocked(pid: int, signum: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
+    return bool(mask & (1 << (signum - 1)))
+
+
+def test_ctrl_c_in_the_first_instants_waits_for_the_loop(sup: SupervisorRunner) -> None:
+    """main holds the signals first thing; a SIGINT sent then (before the config is even read) is no
+    KeyboardInterrupt traceback: the loop takes it, the lifecycle never starts, 130."""
+    marker = sup.tmp / "ran"
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {toml_list(["touch", str(marker)])}
+        """)
+    proc = sup.start(config)
+    wait_for(lambda: sig_blocked(proc.pid, signal.SIGINT) or proc.poll() is not None, timeout=20, interval=0.001)
+    os.kill(proc.pid, signal.SIGINT)
+    result = finish(proc, time.monotonic(), 30)
+    assert result.returncode == 130, result.output
+    assert "Traceback" not in result.output and "KeyboardInterrupt" not in result.output, result.output
+    assert "SIGINT (Ctrl-C) while starting: nothing more is started" in result.output, result.output
+    assert not marker.exists()
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+def test_a_stop_signal_while_a_dead_supervisors_cgroup_is_emptied(sup: SupervisorRunner) -> None:
+    """Emptying a predecessor's phase cgroup blocks (up to 10 s) while a process in it survives SIGKILL; here a
+    frozen one does, for real. A SIGINT then waits, and nothing of the lifecycle starts after."""
+    if not (FREEZER / "cgroup.procs").exists() or os.geteuid() != 0:
+        pytest.skip("no writable v1 freezer cgroup here")
+    pidfile, marker = sup.tmp / "escapee.pid", sup.tmp / "ran"
+    # No tag (env -i): only its phase cgroup finds it, so the next start has to empty that cgroup.
+    first = sup.write(f"""
+        [[phases]]
+        name = "work"
+        kind = "service"
+        command = {shell(f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec env -i /bin/sleep 300")}
+        """, name="first.toml")
+    second = sup.write(f"""
+        [[phases]]
+        name = "next"
+        command = {toml_list(["touch", str(marker)])}
+        """, name="second.toml")
+    frozen = FREEZER / f"pytest-frozen-{os.getpid()}"
+    escapee = None
+    with v1_cgroup("frozen", 256 * MIB) as cg:
+        try:
+            dead = start_in_cgroup(sup, first, cg)
+            escapee = read_pid(pidfile)
+            os.kill(dead.pid, signal.SIGKILL)
+            dead.communicate(timeout=10)
+            frozen.mkdir()
+            (frozen / "cgroup.procs").write_text(str(escapee))
+            (frozen / "freezer.state").write_text("FROZEN")
+            wait_for(lambda: "FROZEN" in (frozen / "freezer.state").read_text(), timeout=10)
+            proc = start_in_cgroup(sup, second, cg)
+            assert proc.stdout is not None
+            for line in proc.stdout:  # until it has signalled the frozen process and waits for it to die
+                if f"by supervisor pid {dead.pid}, which died" in line:
+                    break
+            proc.send_signal(signal.SIGINT)
+            result = finish(proc, time.monotonic(), 40)
+            out = result.output
+            assert result.returncode == 130, out
+            assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+            assert "survived SIGKILL" in out, out  # it did wait out the frozen process...
+            assert "SIGINT (Ctrl-C) while starting: nothing more is started" in out  # ... then obeyed
+            assert not marker.exists()
+        finally:
+            if frozen.exists():
+                (frozen / "freezer.state").write_text("THAWED")  # the pending SIGKILL lands
+            if escapee is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(escapee, signal.SIGKILL)
+                wait_for(lambda: not pid_alive(escapee), timeout=10)
+            if frozen.exists():
+                remove_cgroup(frozen)
+
+
+# ---------------------------------------------------------------- SIGXCPU from a real RLIMIT_CPU
+
+FLOOD = """
+import sys
+line = "x" * 200 + "\\n"
+while True:
+    sys.stdout.write(line * 50)
+    sys.stdout.flush()
+"""
+
+
+def test_sigxcpu_from_a_real_cpu_limit_stops_in_order(sup: SupervisorRunner) -> None:
+    """The supervisor's own RLIMIT_CPU is set once its service runs (the service keeps its own, unlimited):
+    reading the service's flood of output uses the supervisor's CPU until the kernel sends SIGXCPU."""
+    config = sup.write(textwrap.dedent(f"""\
+        [supervisor]
+        state_dir = {toml_str(str(sup.state_dir))}
+        log_dir = {toml_str(str(sup.log_dir))}
+        console = false
+        log_file_max_bytes = 1048576
+        stop_grace_s = 5
+
+        [[phases]]
+        name = "flood"
+        kind = "service"
+        command = {toml_list([PY, "-c", FLOOD])}
+        """), header=False)
+    proc = sup.start(config)
+    log = sup.log_dir / "supervisor.log"
+    wait_for(lambda: log.exists() and "phase flood: service is up" in log.read_text(), timeout=20)
+    times = psutil.Process(proc.pid).cpu_times()
+    soft = math.ceil(times.user + times.system) + 1
+    resource.prlimit(proc.pid, resource.RLIMIT_CPU, (soft, soft + 120))
+    result = finish(proc, time.monotonic(), 120)
+    said = log.read_text()
+    assert result.returncode == 128 + signal.SIGXCPU, said
+    assert "SIGXCPU (the CPU time limit is reached; SIGKILL follows at the hard limit): every child is stopped" \
+        in said, said
+    assert "shutting down: received SIGXCPU" in said
+    assert "Traceback" not in said + result.output
+    flood = int(first_line(said, "started flood/flood: pid ").split("pid ", 1)[1].split(":")[0])
+    assert not pid_alive(flood)

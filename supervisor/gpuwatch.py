@@ -90,7 +90,12 @@ class Gpus:
         with self._cond:
             if self._thread is not None or self._closed:
                 return
-            self._thread = worker_thread("gpu", self._run_contained)
+            try:
+                self._thread = worker_thread("gpu", self._run_contained)
+            except RuntimeError as exc:  # no thread to be had (pids.max): no GPU evidence, never a traceback
+                self._closed = True
+                self.why = f"no GPU evidence: the GPU thread could not start ({exc})"
+                self.opened.set()
 
     @property
     def started(self) -> bool:

@@ -37,6 +37,10 @@ def worker_thread(name: str, target: Callable[[], None]) -> threading.Thread:
     return thread
 
 
+class NoThread(RuntimeError):
+    """A worker thread could not be started: the machine refused it (a limit), not a bug of ours."""
+
+
 class Bounded(Generic[T]):
     """One answer from a thread, or its bound passing first: ``on_answer(value)`` or ``on_overdue()``,
     exactly one of them, on the loop. What the work raised goes to ``on_error`` (else the loop's faults)."""
@@ -94,5 +98,8 @@ def run_bounded(loop: EventLoop, name: str, work: Callable[[], T], bound_s: floa
             return
         bounded.answer(value)
 
-    worker_thread(name, job)
+    try:
+        worker_thread(name, job)
+    except RuntimeError as exc:  # no thread to be had (pids.max, RLIMIT_AS): the owner hears it like any failure
+        bounded.fail(NoThread(f"no thread for {name} ({exc})"))
     return bounded

@@ -45,6 +45,7 @@ from .lifecycle import Lifecycle, Runtime
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop, summary
 from .memory import MemoryEvidence
+from .offloop import NoThread
 from .prover.hooks import hooks_for
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor
@@ -486,7 +487,10 @@ def check_fitness(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: Supervisor
         then(False)
 
     def broken(exc: Exception) -> None:  # a bug of the check's own; the phases' own preflights still hold
-        rt.loop.faults.report("the fitness check", exc)
+        if isinstance(exc, NoThread):
+            log(f"fitness: not checked: {exc}; the phases' own memory preflights still hold")
+        else:
+            rt.loop.faults.report("the fitness check", exc)
         decide([], None)
 
     fitness.check(rt.loop, plan, rt.memory, gpus, decide, on_error=broken, bound_s=fitness.FITNESS_BOUND_S)

@@ -704,6 +704,34 @@ def test_devmanager_faults() -> None:
         devmgr.stop()
 
 
+def test_devmanager_misbehaves_as_asked() -> None:
+    """The hostile faults (devfaults.py), seen by a plain client: what each one sends, and a typo refused."""
+    devmgr = DevManager(quiet=True).start()
+    try:
+        assert _post(devmgr, "/dev/faults", {"statuss": 500}).status_code == 400  # not silently "no fault"
+        _post(devmgr, "/dev/faults", {"redirect": 307, "location": "http://x/y", "count": 1})
+        moved = requests.post(devmgr.url + "/register", json={"label": "C.8"}, timeout=5, allow_redirects=False)
+        assert (moved.status_code, moved.headers["Location"]) == (307, "http://x/y")
+        _post(devmgr, "/dev/faults", {"status": 429, "retry_after": 7, "count": 1})
+        later = _post(devmgr, "/register", {"label": "C.8"})
+        assert (later.status_code, later.headers["Retry-After"]) == (429, "7")
+        _post(devmgr, "/dev/faults", {"answer": {"uuid": "a\r\nb"}, "count": 1})
+        assert _post(devmgr, "/register", {"label": "C.8"}).json() == {"uuid": "a\r\nb"}
+        assert len(devmgr.state.snapshot()["instances"]) == 1, "a spoilt answer's call is still handled"
+        _post(devmgr, "/dev/faults", {"huge_body_bytes": 3_000_000, "count": 1})
+        huge = requests.post(devmgr.url + "/register", json={"label": "C.8"}, timeout=5, stream=True)
+        assert huge.headers["Content-Length"] == "3000000"
+        assert sum(len(chunk) for chunk in huge.iter_content(1 << 16)) == 3_000_000
+        _post(devmgr, "/dev/faults", {"drip_bytes_per_s": 50, "count": 1})
+        started = time.monotonic()
+        dripped = _post(devmgr, "/register", {"label": "C.8"})
+        assert dripped.status_code == 200 and dripped.json()["uuid"]
+        assert time.monotonic() - started > 1.0, "a ~100-byte answer at 50 bytes/s came at once"
+        assert _post(devmgr, "/register", {"label": "C.8"}).status_code == 200  # every fault used up
+    finally:
+        devmgr.stop()
+
+
 # ---------------------------------------------------------------- giving the instance up (real supervisor, dev-manager)
 
 BENCH_OK = """

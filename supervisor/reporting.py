@@ -33,7 +33,7 @@ from .loop import contained
 from .manager import ManagerClient
 from .outbox import Outbox
 from .prover.gate import BenchGate
-from .redact import Redactor
+from .redact import Redactor, shown_url
 from .sender import Sender
 from .verdict import STOPPED, Verdict
 
@@ -122,13 +122,13 @@ class Reporter:
         if self.outbox.corrupt_note:
             self._log(self.outbox.corrupt_note)
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None
-        client = ManagerClient(self.spec, token)
+        client = ManagerClient(self.spec, token, warn=self._log)
         self._gate = BenchGate(self.spec, lifecycle, self.rt.loop, self._log)
         self._sender = Sender(self.spec, self.outbox, client, self.rt.loop, self._log,
                               on_identity=self._export_identity, on_bench_answer=self._gate.answered,
                               on_bench_refused=self._gate.refused)
         self._sender.restore_identity()
-        self._log(f"manager: {self.spec.url} as label {self.spec.label!r}, min_rate {self.spec.min_rate:g}; "
+        self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}, min_rate {self.spec.min_rate:g}; "
                   f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
         self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
                              self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
@@ -138,7 +138,7 @@ class Reporter:
                 "shipping the supervisor's own lines", exc)))
         self._logs.start()
         if self.spec.events_url:
-            events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token)
+            events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token, warn=self._log)
             self._events = Shipper("events", events_sender(events_client), lambda: True,
                                    self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
             self._events.start()
@@ -322,11 +322,11 @@ class Reporter:
             return {"enabled": False}
         sender = self._sender
         return {
-            "enabled": True, "url": self.spec.url, "label": self.spec.label, "uuid": self.uuid,
+            "enabled": True, "url": shown_url(self.spec.url or ""), "label": self.spec.label, "uuid": self.uuid,
             "runner_id": sender.runner_id if sender else None,
             "outbox_pending": self.outbox.pending() if self.outbox else None,
             "last_delivered": sender.last_delivered if sender else None,
-            "last_error": sender.last_error if sender else None,
+            "last_error": self._redactor.text(sender.last_error) if sender and sender.last_error else None,
             "log_backlog": self._logs.backlog() if self._logs else {},
         }
 

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..redact import url_secrets
+from .endpoint import _url, check_label
 from .model import DEFAULT_MIN_RATE, ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
 from .tables import (
     _DAEMON_KEYS,
@@ -36,7 +37,7 @@ from .tables import (
     resolve_cuzk_ready,
     resolve_give_up_alias,
 )
-from .values import _describe, _join, _rate, _short, _url, check_label
+from .values import _describe, _join, _rate, _short
 
 # The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20

@@ -7,7 +7,9 @@ more than ``PUSH_MAX_BYTES`` per push (the manager silently drops what is past
 256 KiB), split on line boundaries. While the manager is down each source keeps
 a bounded backlog: the oldest lines go first, and the next push says how many.
 Phase calls never travel this way (they go through the outbox and are never
-dropped).
+dropped). Pushes go through the manager client's rules (manager.py): a total
+deadline, a bounded answer, no redirect followed (a redirected push is not
+delivered: it is kept and sent again), Retry-After honoured.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .manager import LOG_PUSH_LIMIT, ManagerClient, PermanentError, TransientError
+from .manager import LOG_PUSH_LIMIT, ManagerClient, PermanentError, TransientError, next_wait_s
 
 # Leave room under the manager's 256 KiB cut for the "dropped" note and headers' sake.
 PUSH_MAX_BYTES = LOG_PUSH_LIMIT - 4096
@@ -120,7 +122,8 @@ class Shipper:
                 except TransientError as exc:
                     self._put_back(source, body, count, dropped)
                     self.last_error = str(exc)
-                    self._retry_at = time.monotonic() + self._retry_delay
+                    # A manager that asked for a pause (429/503 Retry-After) gets it.
+                    self._retry_at = time.monotonic() + next_wait_s(self._retry_delay, exc.retry_after_s)
                     self._retry_delay = min(PUSH_RETRY_MAX_S, self._retry_delay * 2)
                     return False
                 except PermanentError as exc:

@@ -35,7 +35,7 @@ from .loop import contained, summary
 from .manager import ManagerClient
 from .outbox import Outbox
 from .prover.gate import BenchGate
-from .redact import Redactor
+from .redact import Redactor, shown_url
 from .sender import Sender
 from .verdict import STOPPED, Verdict
 
@@ -120,13 +120,13 @@ class Reporter:
         if self.outbox.corrupt_note:
             self._log(self.outbox.corrupt_note)
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None
-        client = ManagerClient(self.spec, token)
+        client = ManagerClient(self.spec, token, warn=self._log)
         self._gate = BenchGate(self.spec, lifecycle, self.rt.loop, self._log)
         self._sender = Sender(self.spec, self.outbox, client, self.rt.loop, self._log,
                               on_identity=self._export_identity, on_bench_answer=self._gate.answered,
                               on_bench_refused=self._gate.refused)
         self._sender.restore_identity()
-        self._log(f"manager: {self.spec.url} as label {self.spec.label!r}, min_rate {self.spec.min_rate:g}; "
+        self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}, min_rate {self.spec.min_rate:g}; "
                   f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
         self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
                              self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
@@ -137,7 +137,7 @@ class Reporter:
         if not self._start_thread("log shipping", self._logs.start, "the children's output is not shipped"):
             self._logs = None
         if self.spec.events_url:
-            events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token)
+            events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token, warn=self._log)
             self._events = Shipper("events", events_sender(events_client), lambda: True,
                                    self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
             if not self._start_thread("events", self._events.start, "no events are sent"):
@@ -345,11 +345,11 @@ class Reporter:
             return {"enabled": False}
         sender = self._sender
         return {
-            "enabled": True, "url": self.spec.url, "label": self.spec.label, "uuid": self.uuid,
+            "enabled": True, "url": shown_url(self.spec.url or ""), "label": self.spec.label, "uuid": self.uuid,
             "runner_id": sender.runner_id if sender else None,
             "outbox_pending": self.outbox.pending() if self.outbox else None,
             "last_delivered": sender.last_delivered if sender else None,
-            "last_error": sender.last_error if sender else None,
+            "last_error": self._redactor.text(sender.last_error) if sender and sender.last_error else None,
             "log_backlog": self._logs.backlog() if self._logs else {},
         }
 

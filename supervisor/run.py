@@ -48,7 +48,7 @@ from .memory import MemoryEvidence
 from .offloop import NoThread
 from .prover.hooks import hooks_for
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
-from .redact import Redactor
+from .redact import Redactor, url_secrets
 from .reporting import EarlyLines, Reporter
 from .resume import restore_facts
 from .signals import SignalInbox, SignalRouter, last_words_to, signal_name
@@ -241,12 +241,14 @@ def point_last_words_at(path: Path, log: SupervisorLog) -> None:
 
 
 def secrets_of(plan: Plan) -> Redactor:
-    """Every value that must never be shown: the manager token, and env values with secret-looking names."""
+    """Every value that must never be shown: the manager token, env values with secret-looking names, and the
+    password in a manager URL."""
     envs = [os.environ, plan.supervisor.env]
     for phase in plan.phases:
         envs += [phase.command.env, *(d.env for d in phase.daemons)]
     extra = [plan.manager.token_env] if plan.manager.token_env else []
-    return Redactor.from_environments(envs, extra)
+    urls = url_secrets(plan.manager.url) + url_secrets(plan.manager.events_url)
+    return Redactor.from_environments(envs, extra).plus(urls)
 
 
 # ---------------------------------------------------------------- 3-6. the core, signals, what a predecessor left

@@ -9,7 +9,9 @@ backoff like one it never got; no call is sent, or given up, for want of a uuid.
 
 What delivery learns (the uuid, the manager's answer to bench-done, a call
 refused for good) is handed to the loop's thread: nothing here touches the
-lifecycle.
+lifecycle. Every answer is checked (answers.py) before it is kept: a register answered
+with an unusable uuid is retried like a manager that is down, and a uuid kept by an
+earlier start is held to the same rule.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .answers import AnswerError, bench_answer, check_runner_id, check_uuid, register_answer
 from .config import ManagerSpec
 from .loop import EventLoop
 from .manager import LOG_PUSH_LIMIT, Answer, ManagerClient, PermanentError, TransientError
@@ -69,8 +72,7 @@ class Sender:
                       "registering afresh")
             self.outbox.put("uuid", "")
         self.outbox.put("label", self.spec.label)
-        self.uuid = self.outbox.get("uuid") or None
-        self.runner_id = self.outbox.get("runner_id") or None
+        self.uuid, self.runner_id = self._stored_identity()
         if self.uuid:
             self._log(f"manager: reusing uuid {self.uuid} (runner_id {self.runner_id}) from an earlier start")
             self._on_identity(self.uuid, self.runner_id)
@@ -78,6 +80,21 @@ class Sender:
             # No uuid, whatever the outbox says was delivered before (a SIGKILL between the answer and
             # the uuid being kept, another label): register now, so children start knowing who they are.
             self._queue_register()
+
+    def _stored_identity(self) -> tuple[str | None, str | None]:
+        """The uuid and runner_id an earlier start kept, held to the rules a fresh answer is: one that fails
+        them (a file from an older version, a manager that answered garbage then) is dropped, and registering
+        again (idempotent per label) gets the real one."""
+        uuid, runner_id = self.outbox.get("uuid") or None, self.outbox.get("runner_id") or None
+        if uuid is None:
+            return None, None
+        try:
+            return check_uuid(uuid), check_runner_id(runner_id)
+        except AnswerError as exc:
+            self._log(f"manager: the identity kept from an earlier start is unusable ({exc}); registering afresh")
+            self.outbox.put("uuid", "")
+            self.outbox.put("runner_id", "")
+            return None, None
 
     def _queue_register(self) -> None:
         self.outbox.add("register", self._identity())
@@ -178,33 +195,36 @@ class Sender:
             # Refused (a 4xx): retried with the same backoff as a manager that is down, never dropped.
             # Nothing else can go without the uuid, and registering again is harmless (idempotent).
             raise TransientError(f"/register refused: HTTP {exc.status}: {exc.body[:200]}") from None
-        body = answer.body if isinstance(answer.body, dict) else {}
-        if not body.get("uuid"):
-            raise TransientError(f"/register answered without a uuid: {str(answer.body)[:100]!r}")
-        return answer
+        try:
+            identity = register_answer(answer.body)
+        except AnswerError as exc:
+            # Never kept, never exported: retried until the manager gives one a child can carry.
+            raise TransientError(f"the manager answered /register with an {exc}") from None
+        return Answer(answer.status, {"uuid": identity.uuid, "runner_id": identity.runner_id})
 
     def _bench_done(self, call: Call) -> Answer:
         body = {"uuid": self.uuid, "rate": call.payload.get("rate", 0.0)}
         if self.spec.bench_done_reason and call.payload.get("reason"):
             body["reason"] = call.payload["reason"]  # only for a manager that reads it (README)
         answer = self._client.request("POST", "/bench-done", json_body=body)
-        if not isinstance(answer.body, dict) or not isinstance(answer.body.get("passed"), bool):
-            raise TransientError(f"/bench-done answered without 'passed': {str(answer.body)[:100]!r}")
-        return answer
+        try:
+            passed = bench_answer(answer.body)
+        except AnswerError as exc:
+            raise TransientError(f"the manager answered /bench-done {exc}") from None
+        return Answer(answer.status, {"passed": passed})
 
     # ------------------------------------------------------------ what an answer means
 
     def _delivered(self, call: Call, answer: Answer) -> None:
         if call.kind == "register":
-            body = answer.body
-            self.uuid = str(body["uuid"])
-            self.runner_id = str(body.get("runner_id", ""))
+            # What _register checked: a safe uuid, and digits or None.
+            self.uuid, self.runner_id = answer.body["uuid"], answer.body["runner_id"]
             self.outbox.put("uuid", self.uuid)
-            self.outbox.put("runner_id", self.runner_id)
+            self.outbox.put("runner_id", self.runner_id or "")
             self._loop.call_soon_threadsafe(self._registered)
         elif call.kind == "bench-done" and not call.payload.get("failed"):
             # A give-up (failed) has no production to let through or stop: its answer changes nothing.
-            passed = bool(answer.body["passed"])
+            passed = answer.body["passed"]
             rate = float(call.payload.get("rate", 0.0))
             self._loop.call_soon_threadsafe(lambda: self._on_bench_answer(passed, rate))
 

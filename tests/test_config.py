@@ -883,6 +883,94 @@ def test_manager_url_from_environment_checked() -> None:
     assert message.startswith("test.toml: MANAGER_URL (environment): "), message
 
 
+URL_PASSWORD = "s3cret-pw"
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("ftp://h", "must be an http:// or https:// URL with a host"),
+    ("http://", "must be an http:// or https:// URL with a host"),
+    ("http:///path", "must be an http:// or https:// URL with a host"),
+    ("http://h?x=1", "has a query or fragment"), ("http://h/?", "has a query or fragment"),
+    ("http://h#top", "has a query or fragment"),
+    ("http://h\t:1", "holds '\\t'"), ("http://h /x", "holds ' '"), ("http://h/x\n", "holds '\\n'"),
+    ("http://h\x7f", "holds '\\x7f'"), ("http://hé", "holds '\\xe9'"),
+    ("http://h\\@evil", "holds '\\\\'"),
+    ("http://h:99999", "Port out of range"), ("http://h:0", "port 0 cannot be connected to"),
+    ("http://h:x", "not a valid URL"), ("http://[::1", "not a valid URL"),
+    ("http://user@h", "a user without a password (user@host) sends no credentials"),
+    (f"http://u:{URL_PASSWORD}@h?x", "has a query or fragment"),
+    (f"http://u:{URL_PASSWORD}@h:99999", "not a valid URL"),
+    (f"http://u:{URL_PASSWORD}/x@h", "not a valid URL (percent-encode any '/', '@' or ':'"),
+    (f"http://u:{URL_PASSWORD}@h/a@b", "has an '@' after the host"),
+    (f"http://u:{URL_PASSWORD}@h\t", "holds '\\t'"),
+])
+@pytest.mark.parametrize("where", ["url", "events_url", "MANAGER_URL"])
+def test_a_manager_url_a_call_would_get_wrong_is_refused_at_load(url: str, said: str, where: str) -> None:
+    if where == "MANAGER_URL":
+        message, named = parse_error(MINIMAL, {"MANAGER_URL": url}), "MANAGER_URL (environment)"
+    else:
+        message, named = parse_error(f"[manager]\n{where} = {toml_str(url)}\n" + MINIMAL), f"manager.{where}"
+    assert message.startswith(f"test.toml: {named}: ") and said in message, message
+    assert URL_PASSWORD not in message and "\n" not in message and "\t" not in message, message
+
+
+def test_a_nul_in_a_manager_url_is_refused() -> None:
+    """From TOML escapes (every config string is held to that), or from an environment a test made up."""
+    assert "contains a NUL character" in parse_error('[manager]\nurl = "http://h\\u0000"\n' + MINIMAL)
+    assert "MANAGER_URL (environment): 'http://h\\x00' holds '\\x00'" in parse_error(MINIMAL, {"MANAGER_URL": "http://h\0"})
+
+
+@pytest.mark.parametrize(("url", "kept"), [
+    ("http://127.0.0.1:1235", "http://127.0.0.1:1235"), ("https://mgr.example/api/v1/", "https://mgr.example/api/v1"),
+    ("http://[::1]:1235", "http://[::1]:1235"), (f"http://fleet:{URL_PASSWORD}@h:1", f"http://fleet:{URL_PASSWORD}@h:1"),
+    ("http://fleet:p%40ss%2Fword@h", "http://fleet:p%40ss%2Fword@h"), ("HTTP://H:80", "HTTP://H:80"),
+])
+def test_a_good_manager_url_is_kept(url: str, kept: str) -> None:
+    assert parse(f"[manager]\nurl = {toml_str(url)}\n" + MINIMAL).manager.url == kept
+
+
+def test_a_url_password_and_a_token_cannot_both_authorize() -> None:
+    message = parse_error('[manager]\ntoken_env = "MGR_TOKEN"\n' + MINIMAL,
+                          {"MANAGER_URL": f"http://u:{URL_PASSWORD}@h", "MGR_TOKEN": "tok-123"})
+    assert message == ("test.toml: manager.token_env: the url carries a user:password too, and both would set the "
+                       "Authorization header; give one of them")
+
+
+@pytest.mark.parametrize(("environ", "table", "named"), [
+    ({"VAST_CONTAINERLABEL": "C.\udcff\udcfe"}, "",
+     "VAST_CONTAINERLABEL (environment): 'C.\\udcff\\udcfe' is not valid UTF-8"),
+    ({"VAST_CONTAINERLABEL": "C.1\r\n2"}, "", "VAST_CONTAINERLABEL (environment): 'C.1\\r\\n2' holds a control"),
+    ({"VAST_CONTAINERLABEL": "C." + "9" * 300}, "",
+     "VAST_CONTAINERLABEL (environment): 302 characters, more than the 256"),
+    ({"CONTAINER_ID": "\udcff"}, "", "CONTAINER_ID (environment): 'C.\\udcff' is not valid UTF-8"),
+    ({"CONTAINER_ID": "1\x002"}, "", "CONTAINER_ID (environment): 'C.1\\x002' holds a control character"),
+    ({}, 'label = "C.\\u0007"\n', "manager.label: 'C.\\x07' holds a control character"),
+    ({"L": "C.\udcff"}, 'label = "${L}"\n', "manager.label: 'C.\\udcff' is not valid UTF-8"),
+])
+def test_a_label_no_manager_call_can_carry_is_refused(environ: dict[str, str], table: str, named: str) -> None:
+    message = parse_error(f"[manager]\nurl = \"http://h\"\n{table}" + MINIMAL, environ)
+    assert message.startswith(f"test.toml: {named}"), message
+
+
+def test_a_strange_label_without_a_manager_harms_nothing() -> None:
+    assert parse(MINIMAL, {"VAST_CONTAINERLABEL": "C.\udcff"}).manager.url is None
+
+
+def test_an_undecodable_label_from_the_environment_is_one_line_exit_2(tmp_path: Path) -> None:
+    """os.environ holds the bytes as surrogate escapes: the outbox once raised UnicodeEncodeError on them."""
+    config = tmp_path / "c.toml"
+    config.write_text(f"[supervisor]\nstate_dir = {toml_str(str(tmp_path / 'state'))}\n"
+                      '[manager]\nurl = "http://127.0.0.1:1"\n' + MINIMAL)
+    env = {os.fsencode(k): os.fsencode(v) for k, v in clean_env().items()}
+    env[b"VAST_CONTAINERLABEL"] = b"C.\xff\xfe"
+    for sub in ("check", "run"):
+        done = subprocess.run([PY, "-m", "supervisor", sub, "--config", str(config)], capture_output=True, text=True,
+                              errors="replace", env=env, cwd=REPO, timeout=CLI_TIMEOUT_S)  # type: ignore[arg-type]
+        assert_one_line_error(done, f"{PROG}: {config}: VAST_CONTAINERLABEL (environment): 'C.\\udcff\\udcfe' is "
+                                    "not valid UTF-8")
+    assert not (tmp_path / "state").exists(), "nothing may start on a config that is refused"
+
+
 @pytest.mark.parametrize(("typo", "meant"), [
     ("timout_s", "timeout_s"), ("backof_s", "backoff_s"), ("retrys", "retries"), ("stal_s", "stall_s"),
     ("comand", "command"), ("progres_path", "progress_path"), ("restart_brust", "restart_burst"),

@@ -5,11 +5,13 @@ Real HTTP on 127.0.0.1 (a tiny server of our own, or the dev-manager), real SQLi
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -71,11 +73,60 @@ class _Canned(BaseHTTPRequestHandler):
             self._answer(200, b'{"ok": true}')
         elif path == "/garbage":
             self._answer(200, b"<html>this is not json</html>", "text/html")
+        elif path in HOSTILE:
+            HOSTILE[path](self)
         else:
             self._answer(404, b'{"error": "no route"}')
 
+    def _answer_with(self, status: int, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     do_GET = _route
     do_POST = _route
+
+
+def _raw(handler: _Canned, head: bytes, body: Iterator[bytes]) -> None:
+    """Write an answer as given (headers and all), until it ends or the client leaves."""
+    handler.close_connection = True
+    try:
+        handler.wfile.write(head)
+        for chunk in body:
+            handler.wfile.write(chunk)
+            handler.wfile.flush()
+    except OSError:
+        pass
+
+
+def _drip(handler: _Canned) -> None:
+    data = b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}'
+    _raw(handler, b"", (data[i:i + 1] for i in range(len(data)) if not time.sleep(0.2)))
+
+
+# Made once: the server's own allocations must not count in what the client is measured to hold.
+MIB_OF_X = b"x" * (1 << 20)
+CHUNK_OF_Y = b"2000\r\n" + b"y" * 0x2000 + b"\r\n"
+
+
+HOSTILE: dict[str, Callable[[_Canned], None]] = {
+    # Says 100 MB and sends them (1 MiB at a time): the client must not wait for them, nor keep them.
+    "/huge-declared": lambda h: _raw(h, b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n",
+                                     (MIB_OF_X for _ in range(100))),
+    # Says nothing of its size: chunked, without end.
+    "/huge-chunked": lambda h: _raw(h, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                    (CHUNK_OF_Y for _ in range(10_000))),
+    "/gzip": lambda h: _raw(h, b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: "
+                            + str(len(GZIPPED)).encode() + b"\r\n\r\n", iter([GZIPPED])),
+    "/moved": lambda h: h._answer_with(302, {"Location": "http://127.0.0.1:9/elsewhere"}),
+    "/later": lambda h: h._answer_with(429, {"Retry-After": "1"}),
+    "/later-date": lambda h: h._answer_with(503, {"Retry-After": "Thu, 01 Jan 2099 00:00:00 GMT"}),
+    "/later-garbage": lambda h: h._answer_with(503, {"Retry-After": "soon, maybe"}),
+    "/drip": _drip,
+}
+GZIPPED = gzip.compress(b'{"uuid": "u-1"}')
 
 
 class _CannedServer(ThreadingHTTPServer):
@@ -204,6 +255,116 @@ def test_with_retries_gives_up_when_stopped(canned: _CannedServer) -> None:
     with pytest.raises(TransientError):
         client.with_retries(lambda: client.request("POST", "/boom", json_body={}), stop, lambda e, d: None)
     assert time.monotonic() - started < 3.0
+
+
+def test_client_never_reads_more_than_the_answer_bound(canned: _CannedServer) -> None:
+    """An answer over MAX_ANSWER_BYTES, declared or not, is an error, and what was read of it is little."""
+    import tracemalloc
+
+    client = _client(canned, read_timeout_s=5.0)
+    client.request("POST", "/ok", json_body={})  # what the first call imports is not the answer's
+    tracemalloc.start()
+    try:
+        for path in ("/huge-declared", "/huge-chunked"):
+            with pytest.raises(TransientError, match="answer larger than 64 KiB"):
+                client.request("POST", path, json_body={})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * manager.MAX_ANSWER_BYTES, f"{peak} bytes were held for an answer that is refused"
+
+
+def test_client_refuses_an_encoding_it_did_not_ask_for(canned: _CannedServer) -> None:
+    with pytest.raises(TransientError, match="answer encoded as gzip, which was not asked for"):
+        _client(canned).request("POST", "/gzip", json_body={})
+    assert canned.seen[0]["headers"]["Accept-Encoding"] == "identity"
+
+
+def test_client_does_not_follow_a_redirect_and_says_so_once(canned: _CannedServer) -> None:
+    said: list[str] = []
+    url = f"http://127.0.0.1:{canned.server_address[1]}"
+    client = ManagerClient(ManagerSpec(url=url, label="C.unit", connect_timeout_s=1.0, read_timeout_s=1.0),
+                           warn=said.append)
+    for _ in range(3):
+        with pytest.raises(TransientError) as info:
+            client.request("POST", "/moved", json_body={"uuid": "u-1"})
+        assert str(info.value) == ("POST /moved: the manager answered 302 → http://127.0.0.1:9/elsewhere: "
+                                   "redirects are not followed; check [manager] url")
+    assert said == ["manager: POST /moved: the manager answered 302 → http://127.0.0.1:9/elsewhere: redirects "
+                    "are not followed; check [manager] url"]
+    assert [c["path"] for c in canned.seen] == ["/moved"] * 3, "the redirect was followed"
+
+
+@pytest.mark.parametrize(("path", "asked"), [("/later", 1.0), ("/later-date", manager.RETRY_AFTER_MAX_S),
+                                              ("/later-garbage", None), ("/boom", None)])
+def test_client_reads_retry_after(canned: _CannedServer, path: str, asked: float | None) -> None:
+    with pytest.raises(TransientError) as info:
+        _client(canned).request("POST", path, json_body={})
+    assert info.value.retry_after_s == asked
+
+
+def test_with_retries_waits_at_least_what_retry_after_asks(canned: _CannedServer,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manager, "RETRY_INITIAL_S", 0.01)
+    monkeypatch.setattr(manager, "RETRY_JITTER_S", 0.01)
+    client = _client(canned)
+    paths = iter(["/later", "/boom", "/ok"])
+    delays: list[float] = []
+    client.with_retries(lambda: client.request("POST", next(paths), json_body={}), threading.Event(),
+                        lambda error, delay: delays.append(delay))
+    assert delays[0] >= 1.0, "the retry came sooner than the manager's Retry-After: 1"
+    assert delays[1] < 1.0, "a 500 without Retry-After is paced by the backoff alone"
+
+
+def test_client_cuts_a_dripping_answer_at_the_call_deadline(canned: _CannedServer) -> None:
+    """Each byte comes well inside the read timeout (0.2 s apart, timeout 0.5 s): only the deadline ends it."""
+    url = f"http://127.0.0.1:{canned.server_address[1]}"
+    spec = ManagerSpec(url=url, label="C.unit", connect_timeout_s=0.5, read_timeout_s=0.5)
+    assert manager.call_deadline_s(spec) == 1.0
+    with pytest.raises(TransientError, match=r"POST /drip: no complete answer within 1s"):
+        ManagerClient(spec).request("POST", "/drip", json_body={})
+
+
+def test_client_cuts_a_dripping_tls_answer_at_the_call_deadline(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over TLS the socket read from is a wrapper: the watchdog cuts the TCP socket under it all the same."""
+    import shutil
+    import socket
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl(1) here to make a certificate for the TLS server")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True, timeout=60)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}":
+                tls.send(bytes([byte]))
+                if stop.wait(0.2):
+                    return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    spec = ManagerSpec(url=f"https://localhost:{listener.getsockname()[1]}", label="C.unit", connect_timeout_s=1.0,
+                       read_timeout_s=0.5)
+    try:
+        with pytest.raises(TransientError, match=r"POST /drip: no complete answer within 1.5s"):
+            ManagerClient(spec).request("POST", "/drip", json_body={})
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
 
 
 # ---------------------------------------------------------------- Outbox
@@ -571,6 +732,43 @@ def test_failed_push_is_kept_and_sent_again(monkeypatch: pytest.MonkeyPatch) -> 
     assert body[1:] == [f"{i:03d}" + "w" * 96 for i in range(10, 20)]
 
 
+def _log_pushes(mgr: DevManager) -> list[dict[str, Any]]:
+    return [c for c in mgr.state.snapshot()["calls"] if c["path"] == "/api/log-push"]
+
+
+def test_a_push_asked_to_wait_is_not_sent_before_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.0)  # the backoff alone would push again at once
+    mgr = DevManager(quiet=True).start()
+    try:
+        _post(mgr, "/dev/faults", {"status": 503, "retry_after": 30, "count": 1, "path": "/api/log-push"})
+        client = ManagerClient(ManagerSpec(url=mgr.url, label="C.unit", read_timeout_s=5.0))
+        shipper, _ = _shipper(log_push_sender(client, lambda: "u-wait"))
+        shipper.add("setup", ["asked to wait"])
+        assert not shipper.ship_once()
+        assert not shipper.ship_once()
+        assert len(_log_pushes(mgr)) == 1, "pushed again before the manager's Retry-After"
+        assert shipper.backlog() == {"setup": len("asked to wait") + 1}
+    finally:
+        mgr.stop()
+
+
+def test_a_redirected_push_is_kept_and_delivered_once_the_manager_behaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.0)
+    mgr = DevManager(quiet=True).start()
+    try:
+        _post(mgr, "/dev/faults", {"redirect": 302, "count": 1, "path": "/api/log-push"})
+        client = ManagerClient(ManagerSpec(url=mgr.url, label="C.unit", read_timeout_s=5.0))
+        shipper, said = _shipper(log_push_sender(client, lambda: "u-moved"))
+        shipper.add("setup", ["kept through a redirect"])
+        assert not shipper.ship_once() and shipper.pushed == 0
+        assert shipper.ship_once() and shipper.pushed == 1
+        assert mgr.state.snapshot()["logs"]["u-moved"]["setup"] == "kept through a redirect\n"
+        assert [c["status"] for c in _log_pushes(mgr)] == [302, 204]
+        assert said == [], "a redirect is no refusal: nothing was dropped"
+    finally:
+        mgr.stop()
+
+
 def test_refused_push_is_dropped_and_said_once() -> None:
     send = _Recorder(fail_first=2, error=PermanentError)
     shipper, said = _shipper(send)
@@ -700,6 +898,34 @@ def test_devmanager_faults() -> None:
         wait_for(lambda: len(devmgr.state.snapshot()["calls"]) == 6, 5)
         statuses = [c["status"] for c in devmgr.state.snapshot()["calls"]]
         assert statuses == [500, 500, 200, 200, 0, 200]
+    finally:
+        devmgr.stop()
+
+
+def test_devmanager_misbehaves_as_asked() -> None:
+    """The hostile faults (devfaults.py), seen by a plain client: what each one sends, and a typo refused."""
+    devmgr = DevManager(quiet=True).start()
+    try:
+        assert _post(devmgr, "/dev/faults", {"statuss": 500}).status_code == 400  # not silently "no fault"
+        _post(devmgr, "/dev/faults", {"redirect": 307, "location": "http://x/y", "count": 1})
+        moved = requests.post(devmgr.url + "/register", json={"label": "C.8"}, timeout=5, allow_redirects=False)
+        assert (moved.status_code, moved.headers["Location"]) == (307, "http://x/y")
+        _post(devmgr, "/dev/faults", {"status": 429, "retry_after": 7, "count": 1})
+        later = _post(devmgr, "/register", {"label": "C.8"})
+        assert (later.status_code, later.headers["Retry-After"]) == (429, "7")
+        _post(devmgr, "/dev/faults", {"answer": {"uuid": "a\r\nb"}, "count": 1})
+        assert _post(devmgr, "/register", {"label": "C.8"}).json() == {"uuid": "a\r\nb"}
+        assert len(devmgr.state.snapshot()["instances"]) == 1, "a spoilt answer's call is still handled"
+        _post(devmgr, "/dev/faults", {"huge_body_bytes": 3_000_000, "count": 1})
+        huge = requests.post(devmgr.url + "/register", json={"label": "C.8"}, timeout=5, stream=True)
+        assert huge.headers["Content-Length"] == "3000000"
+        assert sum(len(chunk) for chunk in huge.iter_content(1 << 16)) == 3_000_000
+        _post(devmgr, "/dev/faults", {"drip_bytes_per_s": 50, "count": 1})
+        started = time.monotonic()
+        dripped = _post(devmgr, "/register", {"label": "C.8"})
+        assert dripped.status_code == 200 and dripped.json()["uuid"]
+        assert time.monotonic() - started > 1.0, "a ~100-byte answer at 50 bytes/s came at once"
+        assert _post(devmgr, "/register", {"label": "C.8"}).status_code == 200  # every fault used up
     finally:
         devmgr.stop()
 

@@ -17,6 +17,8 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
+from ..redact import url_secrets
+from .endpoint import _url, check_label
 from .model import DEFAULT_MIN_RATE, ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
 from .tables import (
     _DAEMON_KEYS,
@@ -35,7 +37,7 @@ from .tables import (
     resolve_cuzk_ready,
     resolve_give_up_alias,
 )
-from .values import _describe, _join, _rate, _short, _url
+from .values import _describe, _join, _rate, _short
 
 # The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
@@ -301,20 +303,36 @@ def _manager(table: Any, environ: Mapping[str, str]) -> ManagerSpec:
         # Never shown: it is a secret. An HTTP client would refuse it on the first call, in the middle of the run.
         raise ConfigError(f"manager.token_env: ${v['token_env']} holds characters an HTTP header cannot carry "
                           "(a newline, a control character or non-ASCII)")
-    if v["label"] is None:
-        v["label"] = default_label(environ)
+    _one_authorization(v)
+    label, where = (v["label"], "manager.label") if v["label"] is not None else label_source(environ)
+    # Only a manager is told the label (in JSON, kept in the outbox): without one, a strange label harms nothing.
+    v["label"] = check_label(label, where) if v["url"] else label
     if v["min_rate"] is None:
         v["min_rate"] = _min_rate_from(environ)
     return ManagerSpec(**v)
 
 
+def _one_authorization(v: Mapping[str, Any]) -> None:
+    """A token and a URL's user:password would both set the Authorization header (the URL's would win, silently)."""
+    for key in ("url", "events_url"):
+        if v["token_env"] and v[key] and url_secrets(v[key]):
+            raise ConfigError(f"manager.token_env: the {key} carries a user:password too, and both would set the "
+                              "Authorization header; give one of them")
+
+
 def default_label(environ: Mapping[str, str]) -> str:
     """``$VAST_CONTAINERLABEL``, else ``C.$CONTAINER_ID``, else the hostname."""
+    return label_source(environ)[0]
+
+
+def label_source(environ: Mapping[str, str]) -> tuple[str, str]:
+    """The default label and where it came from, as a config error names it: os.environ keeps bytes that are
+    not UTF-8 as surrogate escapes, which would fail mid-run (the outbox, JSON) if not refused at load."""
     if environ.get("VAST_CONTAINERLABEL"):
-        return environ["VAST_CONTAINERLABEL"]
+        return environ["VAST_CONTAINERLABEL"], "VAST_CONTAINERLABEL (environment)"
     if environ.get("CONTAINER_ID"):
-        return f"C.{environ['CONTAINER_ID']}"
-    return socket.gethostname()
+        return f"C.{environ['CONTAINER_ID']}", "CONTAINER_ID (environment)"
+    return socket.gethostname(), "the hostname (no VAST_CONTAINERLABEL or CONTAINER_ID)"
 
 
 def _min_rate_from(environ: Mapping[str, str]) -> float:

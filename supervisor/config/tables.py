@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..prover.cuzkconf import MEMORY_MODELS, PER_PARTITION, PW_BASELINE, PW_PER_WORKER, UNIFIED_BASELINE, CuzkSettings
+from .endpoint import _url
 from .model import (
     CGROUP_MODES,
     CUZK_READY,
@@ -84,7 +85,6 @@ from .values import (
     _size,
     _string,
     _table,
-    _url,
     _whole,
     check_state_dir,
     parse_signal,

@@ -355,15 +355,3 @@ def _ready(value: Any, where: str) -> ReadyCheck:
         return ReadyCheck("file", _path(text, where))
     raise ConfigError(f"{where}: {_describe(text)} must be tcp://host:port, http(s)://..., an absolute file path, "
                       f"or \"{CUZK_READY}\"")
-
-
-def _url(value: Any, where: str) -> str:
-    text = _string(value, where)
-    try:
-        parts = urlsplit(text)
-        _ = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {_describe(text)} is not a valid URL ({_short(str(exc))})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where}: {_describe(text)} must be an http:// or https:// URL with a host")
-    return text.rstrip("/")

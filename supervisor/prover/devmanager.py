@@ -10,19 +10,18 @@ every call it receives.
 
 For tests and local runs it has two extra routes under ``/dev/``:
 ``GET /dev/state`` (instances, the calls in order, the pushed logs) and
-``POST /dev/faults`` (``{"status": 500, "count": 3}``, ``{"delay_s": 20}``,
-``{"garbage": true}``, ``{"reset": true}``: how the next ``count`` API calls fail;
-``"path": "/register"`` limits the fault to the calls of that route, the others
-are answered as usual). Unlike today's manager it reads ``X-Log-Seq`` on log
-pushes and keeps each numbered line once (a push retried after a read timeout is
-not stored twice).
+``POST /dev/faults``: how the next ``count`` API calls (of one ``path``, if given) fail or
+are answered badly: ``status`` (with ``retry_after``), ``delay_s``, ``garbage``, ``reset``,
+``redirect`` (with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see
+devfaults.py. Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each
+numbered line once (a push retried after a read timeout is not stored twice).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import socket
+import sys
 import threading
 import time
 import uuid as uuidlib
@@ -32,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..stdio import say
+from .devfaults import Faults, answer_instead, drip, faults_from, response_bytes
 
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
@@ -51,16 +51,6 @@ class Instance:
     kill_reason: str | None = None  # as the manager's DB column: why it was killed
     killed_at: float | None = None
     history: list[str] = field(default_factory=lambda: ["registered"])
-
-
-@dataclass
-class Faults:
-    status: int | None = None
-    delay_s: float = 0.0
-    garbage: bool = False
-    reset: bool = False
-    count: int = 0  # how many API calls still get the fault (-1: all until cleared)
-    path: str | None = None  # only calls to this route get it (None: every API call)
 
 
 class DevManagerState:
@@ -83,6 +73,11 @@ class DevManagerState:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    late_fault: Faults | None = None  # this request's fault that spoils a real answer (answer, drip)
+
+    def handle_one_request(self) -> None:
+        self.late_fault = None  # one connection carries several requests: a fault is one call's
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # we print our own one line per call
@@ -91,16 +86,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: Any = None, raw: bytes | None = None, head: str | None = None) -> None:
         data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+        late = self.late_fault
+        if late is not None and late.answer is not None:
+            data, raw, status = late.answer.encode(), late.answer.encode(), 200 if status == 204 else status
         if status == 204:
             data = b""  # 204 has no body; ``body`` is only what gets printed
         # Noted before the answer goes out: a client's next call (on another handler thread) must not be
         # noted before this one, or the call list would not be in the order the calls were made.
         self.server.note(self.command, self.path, status, body if raw is None else raw[:80].decode(errors="replace"),
                          head)
+        headers = [("Content-Type", "application/json" if raw is None else "text/plain")] if data else []
+        headers.append(("Content-Length", str(len(data))))
+        if late is not None and late.drip_bytes_per_s > 0:
+            self.close_connection = True
+            reason = self.responses.get(status, ("",))[0]
+            drip(self.wfile, response_bytes(status, reason, headers, data), late.drip_bytes_per_s,
+                 self.server.stopping)
+            return
         self.send_response(status)
-        if data:
-            self.send_header("Content-Type", "application/json" if raw is None else "text/plain")
-        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers:
+            self.send_header(name, value)
         self.end_headers()
         if data:
             self.wfile.write(data)
@@ -125,27 +130,17 @@ class _Handler(BaseHTTPRequestHandler):
             active = faults.count != 0 and faults.path in (None, urlsplit(self.path).path)
             if active and faults.count > 0:
                 faults.count -= 1
-            f = Faults(**asdict(faults)) if active else None
+            f = faults.copy() if active else None
         if f is None:
             return False
         if f.delay_s:
             time.sleep(f.delay_s)
-        if f.reset:
-            self._body()
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            self.connection.close()
-            self.close_connection = True
-            self.server.note(self.command, self.path, 0, "connection reset (fault)")
-            return True
-        if f.garbage:
-            self._body()
-            self._send(200, raw=b"<html>this is not json</html>")
-            return True
-        if f.status:
-            self._body()
-            self._send(f.status, {"error": "injected fault"})
-            return True
-        return False
+        if not f.answers_instead:
+            self.late_fault = f  # answer, drip: the call is handled, its answer spoilt (_send)
+            return False
+        self._body()
+        answer_instead(self, f)
+        return True
 
     # ------------------------------------------------------------ routes
 
@@ -181,11 +176,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
         if path == "/dev/faults":
-            body = self._json() or {}
+            try:
+                faults = faults_from(self._json() or {})
+            except (ValueError, TypeError) as exc:  # a typo'd fault must not pass for "no fault"
+                self._send(400, {"error": str(exc)})
+                return
             with self.server.state.lock:
-                self.server.state.faults = Faults(**{k: body[k] for k in asdict(Faults()) if k in body})
-                if "count" not in body:
-                    self.server.state.faults.count = -1 if len(body) else 0
+                self.server.state.faults = faults
             self._send(200, {"ok": True})
             return
         if path not in POST_ROUTES:
@@ -349,6 +346,11 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.state = state
         self.quiet = quiet
+        self.stopping = threading.Event()  # ends the answers a fault writes slowly
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up on an answer: its right
+            super().handle_error(request, client_address)
 
     def note(self, method: str, path: str, status: int, body: Any, head: str | None = None) -> None:
         entry: dict[str, Any] = {"time": time.time(), "method": method, "path": path, "status": status}
@@ -378,6 +380,7 @@ class DevManager:
         return self
 
     def stop(self) -> None:
+        self._server.stopping.set()
         self._server.shutdown()
         self._server.server_close()
 

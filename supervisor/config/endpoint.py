@@ -1,0 +1,74 @@
+"""How the manager is reached and who this instance is to it: the manager's URL and the label, checked at load.
+
+A URL a call would get wrong (a query, a fragment, whitespace, a control character) passed ``check``
+and then failed every call; a label that is not UTF-8 failed mid-run. Both are refused here, in one
+line naming the key, and an error never shows a URL's password.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..redact import MASK, shown_url
+from .model import ConfigError
+from .values import _describe, _short, _string
+
+
+def _url(value: Any, where: str) -> str:
+    """The manager's base URL: http(s), a host, a port in range, maybe a path prefix (the calls' paths are
+    appended to it), nothing a call would then get wrong (a query, a fragment, whitespace, a control
+    character, a backslash, non-ASCII). A ``user:password@`` becomes basic auth (requests sends it);
+    errors show the URL with the password masked."""
+    text = _string(value, where)
+    shown = _describe(_url_for_error(text))
+    bad = next((c for c in text if not (c.isascii() and c.isprintable()) or c.isspace() or c == "\\"), None)
+    if bad is not None:
+        raise ConfigError(f"{where}: {shown} holds {bad!a}: a URL may hold only printable ASCII, no "
+                          "whitespace or backslash (percent-encode it)")
+    if "?" in text or "#" in text:
+        raise ConfigError(f"{where}: {shown} has a query or fragment ('?' or '#'): the calls' paths are appended "
+                          "to the URL, so it can only be scheme://host[:port][/path]")
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        # urllib quotes what it could not read: with an '@' about, that may be a piece of a password.
+        reason = "percent-encode any '/', '@' or ':' in the user or password" if "@" in text else str(exc)
+        raise ConfigError(f"{where}: {shown} is not a valid URL ({_short(reason)})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}: {shown} must be an http:// or https:// URL with a host")
+    if port == 0:
+        raise ConfigError(f"{where}: {shown}: port 0 cannot be connected to")
+    if "@" in parts.path:
+        raise ConfigError(f"{where}: {shown} has an '@' after the host: a password holding '/' or '@' must "
+                          "percent-encode them (%2F, %40)")
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else None
+    if userinfo is not None and ":" not in userinfo:
+        raise ConfigError(f"{where}: {shown}: a user without a password (user@host) sends no credentials; write "
+                          "user:password@host, or use manager.token_env")
+    return text.rstrip("/")
+
+
+def _url_for_error(text: str) -> str:
+    """A URL that may be invalid, as an error shows it: everything before its last '@' masked (a password
+    holding '/' ends the host early, and no parser can then tell where it stops)."""
+    head, sep, rest = text.partition("://")
+    return f"{head}{sep}{MASK}@{rest.rpartition('@')[2]}" if sep and "@" in rest else shown_url(text)
+
+
+MAX_LABEL_CHARS = 256
+
+
+def check_label(value: Any, where: str) -> str:
+    """The instance's label (``C.<id>``, a hostname): sent in JSON, kept in the outbox, shown on every line."""
+    text = _string(value, where)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # os.environ holds undecodable bytes as surrogate escapes
+        raise ConfigError(f"{where}: {_describe(text)} is not valid UTF-8") from None
+    if not text.isprintable():
+        raise ConfigError(f"{where}: {_describe(text)} holds a control character")
+    if len(text) > MAX_LABEL_CHARS:
+        raise ConfigError(f"{where}: {len(text)} characters, more than the {MAX_LABEL_CHARS} a label may have")
+    return text

@@ -4,8 +4,9 @@ Children write into pipes that the loop drains as fast as they fill, so a child
 is never blocked by a slow consumer beyond the pipe buffer: the console is
 written by its own thread from a bounded backlog that drops lines (and says how
 many) when the terminal cannot keep up; the per-child file receives the exact
-bytes; the ring keeps the last lines for failure reports. A 10 MB line without a
-newline is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
+bytes; the ring keeps the last lines for failure reports. A lone ``\r`` ends a
+line as ``\n`` does (progress readouts), and a 10 MB line without either is cut
+into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -46,16 +47,34 @@ def clock() -> bytes:
 
 
 class LineSplitter:
-    """Bytes in, complete lines out; a line longer than ``max_line`` comes out in pieces."""
+    """Bytes in, complete lines out; a line longer than ``max_line`` comes out in pieces.
+
+    ``\n`` ends a line, and so does a lone ``\r``: a progress readout that redraws itself in place
+    (``\r 40%``, ``\r 41%``, ...) gives a line per redraw, not one line when 64 KiB have piled up.
+    Between two ``\n``, each non-empty stretch that a ``\r`` ends is a line; the stretch the ``\n``
+    ends is one too unless it is empty after such lines. So ``\r\n`` is one line end, a run of
+    ``\r`` makes no empty lines, and a line of nothing but ``\r`` is one empty line (as a terminal
+    shows it). Lines never hold a ``\r``. Where the reads were cut never changes the lines.
+    """
 
     def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
         self._partial = b""
+        self._shown = False  # the line in progress already gave a piece that a \r ended
         self._max = max_line
 
     def feed(self, data: bytes) -> list[bytes]:
+        if b"\r" in data:  # (one memchr: the common chunk, without \r, goes straight to the split)
+            data = data.replace(b"\r\n", b"\n")
         data = self._partial + data if self._partial else data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
+        if b"\r" in data:
+            lines = self._split_redraws(data)
+        else:
+            lines = data.split(b"\n")
+            self._partial = lines.pop()
+            if self._shown and lines:
+                self._shown = False
+                if not lines[0]:
+                    del lines[0]  # the \n after "40%\r": that line was given already
         if len(self._partial) > self._max:
             # Emit whole pieces but keep a non-empty tail, so where the reads were cut never
             # changes the lines (a line of exactly max bytes must not gain an empty one).
@@ -67,8 +86,29 @@ class LineSplitter:
             lines = [piece for line in lines for piece in self._pieces(line)]
         return lines
 
+    def _split_redraws(self, data: bytes) -> list[bytes]:
+        """The lines of ``data`` that holds a lone \r (CR LF already made LF)."""
+        segments = data.split(b"\n")
+        tail = segments.pop()
+        lines: list[bytes] = []
+        shown = self._shown
+        for segment in segments:
+            pieces = [p for p in segment.split(b"\r") if p] if b"\r" in segment else [segment] if segment else []
+            if pieces:
+                lines.extend(pieces)
+            elif not shown:
+                lines.append(b"")
+            shown = False
+        if b"\r" in tail:
+            *ended, tail = tail.split(b"\r")
+            ended = [p for p in ended if p]
+            lines.extend(ended)
+            shown = shown or bool(ended)
+        self._partial, self._shown = tail, shown
+        return lines
+
     def flush(self) -> list[bytes]:
-        rest, self._partial = self._partial, b""
+        rest, self._partial, self._shown = self._partial, b"", False
         return [rest] if rest else []
 
     def _pieces(self, line: bytes) -> list[bytes]:
@@ -268,14 +308,14 @@ class ChildOutput:
         self.last_output_at = time.monotonic()
         self.file.write(self._redact.data(data) if self._redact else data)
         splitter = self._splitters.setdefault(stream, LineSplitter())
-        self._emit(splitter.feed(data), carriage_returns=b"\r" in data)
+        self._emit(splitter.feed(data))
 
     def close_stream(self, stream: str) -> None:
         splitter = self._splitters.pop(stream, None)
         if splitter is not None:
             self._emit(splitter.flush())
 
-    def _emit(self, lines: list[bytes], carriage_returns: bool = True) -> None:
+    def _emit(self, lines: list[bytes]) -> None:
         if not lines:
             return
         if self._redact:
@@ -284,15 +324,13 @@ class ChildOutput:
             tap(lines)
         maxlen = self.ring.maxlen
         self.ring.extend(lines[-maxlen:] if maxlen is not None else lines)
-        if carriage_returns:  # (the caller looked for b"\r" in the raw chunk: one memchr, not a scan per line)
-            lines = [line.rstrip(b"\r") for line in lines]
         head = clock() + self._prefix
         # head + line + newline for every line in one C-level join; the three parts go to writev as they are.
         self._console.put(head, (b"\n" + head).join(lines), b"\n")
 
     def last_lines(self, n: int | None = None) -> list[str]:
         lines = list(self.ring)[-n:] if n else list(self.ring)
-        return [line.decode("utf-8", errors="replace").rstrip("\r") for line in lines]
+        return [line.decode("utf-8", errors="replace") for line in lines]
 
 
 class SupervisorLog:

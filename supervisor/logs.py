@@ -4,16 +4,15 @@ Children write into pipes that the loop drains as fast as they fill, so a child
 is never blocked by a slow consumer beyond the pipe buffer: the console is
 written by its own thread from a bounded backlog that drops lines (and says how
 many) when the terminal cannot keep up; the per-child file receives the exact
-bytes; the ring keeps the last lines for failure reports. A lone ``\r`` ends a
-line as ``\n`` does (progress readouts), and a 10 MB line without either is cut
-into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
+bytes (secrets masked); the ring keeps the last lines for failure reports. A lone
+``\r`` ends a line as ``\n`` does (progress readouts), and a 10 MB line without
+either is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import threading
 import time
@@ -21,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from .redact import Redactor
+from .redact import Redactor, SecretStream
 
 MAX_LINE_BYTES = 64 * 1024
 CONSOLE_BACKLOG_BYTES = 4 * 1024 * 1024
@@ -31,14 +30,6 @@ CONSOLE_OWN_LINES_EXTRA_BYTES = 1024 * 1024
 # A log file that could not be written is tried again after this long (a full disk is not
 # hammered with a write per line, and a disk that comes and goes is said at most this often).
 RETRY_WRITE_S = 5.0
-
-
-# Terminal escape sequences (cuzk-daemon colours its logs): kept on the console, stripped when shipped.
-ANSI_RE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-
-
-def strip_ansi(data: bytes) -> bytes:
-    return ANSI_RE.sub(b"", data) if b"\x1b" in data else data
 
 
 def clock() -> bytes:
@@ -288,38 +279,57 @@ def _to_stderr(message: str) -> None:
 
 
 class ChildOutput:
-    """Everything one child prints, fanned out to the console, its file and its ring."""
+    """Everything one child prints, fanned out to the console, its file and its ring.
+
+    Each pipe's bytes are masked first, as they enter (redact.SecretStream, which may hold back the
+    end of a read until it knows it is no secret), then split into lines: every reader downstream,
+    the file included, gets bytes already masked, and a line cut at 64 KiB cannot cut a secret.
+    """
 
     def __init__(self, label: str, console: Console, file: LogFile, ring_lines: int,
                  redactor: Redactor | None = None) -> None:
         self.label = label
-        self._redact = redactor if redactor else None
+        self._redactor = redactor if redactor else None
         self.taps: list[Callable[[list[bytes]], None]] = []  # more readers of the lines (parser, shipper)
         self._prefix = b" [" + label.encode() + b"] "
         self._console = console
         self.file = file
         self.ring: deque[bytes] = deque(maxlen=ring_lines)
-        self._splitters: dict[str, LineSplitter] = {}
+        self._pipes: dict[str, tuple[SecretStream | None, LineSplitter]] = {}
         self.bytes_seen = 0
         self.last_output_at = 0.0  # monotonic time of the last byte
 
     def feed(self, stream: str, data: bytes) -> None:
         self.bytes_seen += len(data)
         self.last_output_at = time.monotonic()
-        self.file.write(self._redact.data(data) if self._redact else data)
-        splitter = self._splitters.setdefault(stream, LineSplitter())
-        self._emit(splitter.feed(data))
+        secrets, splitter = self._pipe(stream)
+        if secrets is not None:
+            data = secrets.feed(data)
+        self._take(splitter, data)
 
     def close_stream(self, stream: str) -> None:
-        splitter = self._splitters.pop(stream, None)
-        if splitter is not None:
-            self._emit(splitter.flush())
+        pipe = self._pipes.pop(stream, None)
+        if pipe is None:
+            return
+        secrets, splitter = pipe
+        if secrets is not None:
+            self._take(splitter, secrets.close())
+        self._emit(splitter.flush())
+
+    def _pipe(self, stream: str) -> tuple[SecretStream | None, LineSplitter]:
+        pipe = self._pipes.get(stream)
+        if pipe is None:
+            pipe = self._pipes[stream] = (self._redactor.stream() if self._redactor else None, LineSplitter())
+        return pipe
+
+    def _take(self, splitter: LineSplitter, data: bytes) -> None:
+        if data:
+            self.file.write(data)
+            self._emit(splitter.feed(data))
 
     def _emit(self, lines: list[bytes]) -> None:
         if not lines:
             return
-        if self._redact:
-            lines = [self._redact.data(line) for line in lines]
         for tap in self.taps:
             tap(lines)
         maxlen = self.ring.maxlen

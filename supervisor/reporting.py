@@ -25,9 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .ansi import strip_ansi
 from .config import ManagerSpec
 from .lifecycle import Lifecycle, Phase, PhaseState, Runtime
-from .logs import strip_ansi
 from .logship import Shipper, event_line, events_sender, log_push_sender
 from .loop import contained
 from .manager import ManagerClient
@@ -276,11 +276,9 @@ class Reporter:
             self.outbox.add("log", {"source": source, "text": chunk})
 
     def ship_lines(self, source: str, lines: list[bytes]) -> None:
-        """Children's output: best effort, batched, bounded."""
+        """Children's output (masked where it entered, logs.ChildOutput): best effort, batched, bounded."""
         if self._logs is not None:
-            # Masked again after stripping: a colour code inside a secret would have hidden it from the first pass.
-            text = [self._redactor.text(strip_ansi(line).decode("utf-8", errors="replace")) for line in lines]
-            self._logs.add(source, text)
+            self._logs.add(source, [strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
 
     def ship_own_line(self, message: str) -> None:
         if message.startswith(FAILED_PREFIX):

@@ -275,10 +275,14 @@ class Reporter:
         for chunk in self._logs.take_all(source):
             self.outbox.add("log", {"source": source, "text": chunk})
 
-    def ship_lines(self, source: str, lines: list[bytes]) -> None:
-        """Children's output (masked where it entered, logs.ChildOutput): best effort, batched, bounded."""
+    def ship_lines(self, source: str, label: str, lines: list[bytes]) -> None:
+        """A child's output lines (masked where they entered, logs.ChildOutput): best effort, batched,
+        bounded. Each carries the child's label as the console shows it (``[phase/name] ...``): a child
+        that prints what reads like the supervisor's own line (``[supervisor] FAILED: ...``) cannot
+        pass for it in the manager's tabs."""
         if self._logs is not None:
-            self._logs.add(source, [strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
+            head = f"[{label}] "
+            self._logs.add(source, [head + strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
 
     def ship_own_line(self, message: str) -> None:
         if message.startswith(FAILED_PREFIX):

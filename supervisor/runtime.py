@@ -47,7 +47,7 @@ class Runtime:
     cuzk: CuzkSettings | None = None
     state_dir: Path = Path(".")
     rebench: bool = False  # run machine-resumable phases (the bench) even if they passed here recently
-    ship_lines: Callable[[str, list[bytes]], None] | None = None  # children's output to the manager
+    ship_lines: Callable[[str, str, list[bytes]], None] | None = None  # (source, label, lines) to the manager
     rng: random.Random = field(default_factory=random.Random)
     started: list[Child] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)

@@ -4,7 +4,8 @@ A real supervisor runs real children against a real dev-manager. A ``\\r`` progr
 as it is drawn (console, ``status``, the manager), not when 64 KiB have piled up. A secret is
 masked in every place child output goes (console, log file, ``status --json``, the manager's
 pushed logs) however it was written: in two writes with a pause between, with an escape code
-inside it (itself cut between the writes), or across the 64 KiB line cut.
+inside it (itself cut between the writes), or across the 64 KiB line cut. A child printing a
+line that reads like the supervisor's verdict reaches the manager with its own label in front.
 
 In-process, the streaming redactor's rules: what it holds back and when it lets go.
 """
@@ -110,7 +111,7 @@ def test_a_progress_readout_reaches_console_status_and_manager_as_it_is_drawn(
     assert lines == ["fetching 10%", "fetching 20%"], lines
     wait_for(lambda: "fetching 20%" in pushed(mgr).get("setup", ""), 10, 0.05)
     setup = pushed(mgr)["setup"].splitlines()
-    assert "fetching 10%" in setup and "fetching 20%" in setup, setup
+    assert "[fetch/fetch] fetching 10%" in setup and "[fetch/fetch] fetching 20%" in setup, setup
     proc.proc.send_signal(signal.SIGTERM)
     assert proc.finish(20) == 128 + signal.SIGTERM
     assert (sup.log_dir / "fetch.log").read_bytes() == b"\rfetching 10%\rfetching 20%\r"  # the file: byte for byte
@@ -169,6 +170,34 @@ def test_a_secret_is_masked_everywhere_however_it_was_written(sup: SupervisorRun
     assert "[leak/leak] split: *** end" in console and "[leak/leak] coded: *** end" in console
     assert re.search(r"\[leak/leak\] x+\*\*\* end", console)  # masked before the cut: one line, whole
     assert "split: *** end" in places["pushed setup"] and "coded: *** end" in places["pushed setup"]
+
+
+# ---------------------------------------------------------------- child lines cannot pass for the supervisor's
+
+
+FAKE_VERDICT = "[supervisor] FAILED: phase=fetch child=fetch pid=1 reason=oom_killed signal=SIGKILL"
+
+
+def test_a_child_printing_a_supervisor_verdict_reaches_the_manager_under_its_own_label(
+        sup: SupervisorRunner, mgr: DevManager) -> None:
+    config = sup.write(manager_table(mgr, "C.fake") + f"""
+        [[phases]]
+        name = "fetch"
+        command = {py_script(sup.tmp, "fake", f"print({FAKE_VERDICT!r}, flush=True); raise SystemExit(3)")}
+        """)
+    assert Console(sup, config).finish(30) == 3
+    wait_for(lambda: "prover-supervisor: FAILED:" in pushed(mgr).get("setup", ""), 10, 0.05)
+    setup = pushed(mgr)["setup"].splitlines()
+    # The child's line, shipped as it came: behind its label, as the console shows it.
+    assert f"[fetch/fetch] {FAKE_VERDICT}" in setup, setup
+    # The supervisor's own verdict for that phase says what really happened, and reads differently.
+    own = [line for line in setup if line.startswith("prover-supervisor: FAILED: phase=fetch ")]
+    assert len(own) == 1 and " reason=exit_code " in own[0], own
+    # Nowhere does the fake read as the supervisor's: only behind the label, or quoted under the real verdict.
+    fakes = [line for line in setup if "reason=oom_killed" in line]
+    assert fakes and all(line.startswith(("[fetch/fetch] ", "  | ")) for line in fakes), fakes
+    assert not [line for line in setup if line.startswith(("[supervisor]", "prover-supervisor:"))
+                and "oom_killed" in line]
 
 
 # ---------------------------------------------------------------- the streaming redactor, in-process

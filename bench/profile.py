@@ -146,7 +146,8 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
 def prof_exit(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.reaping:Reaper.reap", "supervisor.lifecycle:Phase._child_exited",
               "supervisor.process:Child.drain_output", "supervisor.memory:MemoryEvidence.report",
-              "supervisor.lifecycle:Runtime.record", "supervisor.status:persist", "supervisor.proctable:ProcessTable._read"]
+              "supervisor.lifecycle:Runtime.record", "supervisor.status:persist",
+              "supervisor.proctable:ProcessTable._read"]
     stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
     lines: list[tuple[bytes, float]] = []
     r, w = os.pipe()

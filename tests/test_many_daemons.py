@@ -50,11 +50,11 @@ sys.exit(status)
 """
 
 
-def many_daemons_config(sup: SupervisorRunner, kind: str, command: str) -> Path:
+def many_daemons_config(sup: SupervisorRunner, kind: str, command: str, daemon: str = '["sleep", "1000"]') -> Path:
     daemons = "".join(f"""
         [[phases.daemons]]
         name = "d{i}"
-        command = ["sleep", "1000"]
+        command = {daemon}
         """ for i in range(DAEMONS))
     return sup.write(f"""
         [[phases]]
@@ -101,15 +101,20 @@ def test_a_failing_phase_with_200_daemons_stops_them_all_with_a_bounded_number_o
     check_everything_ended(output, counted)
 
 
-def test_a_shutdown_with_200_daemons_stops_them_all_with_a_bounded_number_of_scans(sup: SupervisorRunner) -> None:
-    config = many_daemons_config(sup, "service", '["sleep", "1000"]')
-    proc, counted = start_counted(sup, config)
+def until(proc: subprocess.Popen[str], text: str) -> str:
+    """The supervisor's output until it says ``text`` (read as it comes: the pipe must not fill)."""
     assert proc.stdout is not None
-    up = ""
-    while "phase many: service is up" not in up:  # read as it comes: the pipe must not fill
+    seen = ""
+    while text not in seen:
         line = proc.stdout.readline()
-        assert line, f"the supervisor ended before its service was up:\n{up[-3000:]}"
-        up += line
+        assert line, f"the supervisor ended before it said {text!r}:\n{seen[-3000:]}"
+        seen += line
+    return seen
+
+
+def test_a_shutdown_with_200_daemons_stops_them_all_with_a_bounded_number_of_scans(sup: SupervisorRunner) -> None:
+    proc, counted = start_counted(sup, many_daemons_config(sup, "service", '["sleep", "1000"]'))
+    up = until(proc, "phase many: service is up")
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=120)
     output = up + rest
@@ -118,6 +123,25 @@ def test_a_shutdown_with_200_daemons_stops_them_all_with_a_bounded_number_of_sca
     stops = re.findall(r"stopping many/(\S+) \(supervisor shutdown\)", output)
     assert stops[:3] == ["many", f"d{DAEMONS - 1}", f"d{DAEMONS - 2}"], stops[:5]
     check_everything_ended(output, counted)
+
+
+def test_a_second_sigterm_with_200_daemons_kills_them_all_and_the_run_ends(sup: SupervisorRunner) -> None:
+    """Daemons that ignore SIGTERM, so the second SIGTERM surely comes during the stop. Killed at once,
+    they are all gone by the time the stop in order reaches them: a stop that ends at once must not call
+    the next one from inside itself (200 deep, that was a RecursionError, and the shutdown never ended)."""
+    stubborn = """["sh", "-c", "trap '' TERM; exec sleep 1000"]"""
+    proc, counted = start_counted(sup, many_daemons_config(sup, "service", '["sleep", "1000"]', stubborn))
+    output = until(proc, "phase many: service is up")
+    proc.send_signal(signal.SIGTERM)
+    output += until(proc, "shutting down: received SIGTERM")
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    output += rest
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "SIGKILL to everything now" in output and "internal error" not in output, output[-3000:]
+    pids = daemon_pids(output)
+    assert len(pids) == DAEMONS and not [pid for pid in pids if pid_alive(pid)]
+    assert int(counted.read_text()) <= SCANS_MAX
 
 
 # ---------------------------------------------------------------- in-process

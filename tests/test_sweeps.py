@@ -196,7 +196,7 @@ def test_what_survives_the_bound_is_said_by_pid_and_name() -> None:
     assert lines[1] == f"killed 1 test process(es): {zombie.pid} (sleep)"
 
 
-def test_the_exit_sweep_in_process_kills_our_descendants_and_leaves_zombies_to_the_reaper() -> None:
+def test_the_exit_sweep_in_process_kills_our_descendants_and_says_nothing_when_none_is_left() -> None:
     child = subprocess.Popen([PY, "-c", "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"])
     try:
         wait_for(lambda: len(psutil.Process(child.pid).children()) == 1, 10)

@@ -97,7 +97,7 @@ def prof_sigpatch(tool: bench.Ours, runs: int) -> dict:
 
 def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.signals:SignalRouter.handle", "supervisor.lifecycle:Lifecycle.shutdown",
-              "supervisor.process:find_tree", "supervisor.process:Child.stop", "os:killpg",
+              "supervisor.proctable:ProcessTable._read", "supervisor.process:Child.stop", "os:killpg",
               "supervisor.status:persist", "supervisor.logs:SupervisorLog.__call__"]
     rows = []
     for i in range(runs):
@@ -128,11 +128,11 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
             outs = [t for k, t in before if k == name + ":out"]
             return sum(o - i for i, o in zip(ins, outs, strict=False)), len(ins)
 
-        tree_s, tree_n = spent("process.find_tree")
+        tree_s, tree_n = spent("proctable.ProcessTable._read")
         persist_s, persist_n = spent("status.persist")
         log_s, log_n = spent("logs.SupervisorLog.__call__")
         rows.append({"wake": first("signals.SignalRouter.handle:in") - t0, "to_killpg": (kill or t_h) - t0,
-                     "handler": t_h - t0, "find_tree_before_kill": tree_s, "find_tree_calls": tree_n,
+                     "handler": t_h - t0, "table_read_before_kill": tree_s, "table_read_calls": tree_n,
                      "persist_before_kill": persist_s, "persist_calls": persist_n,
                      "log_before_kill": log_s, "log_calls": log_n, "killpg_to_handler": t_h - (kill or t_h)})
     (OUT / "sigterm.json").write_text(json.dumps(rows, indent=1))
@@ -146,7 +146,8 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
 def prof_exit(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.reaping:Reaper.reap", "supervisor.lifecycle:Phase._child_exited",
               "supervisor.process:Child.drain_output", "supervisor.memory:MemoryEvidence.report",
-              "supervisor.lifecycle:Runtime.record", "supervisor.status:persist", "supervisor.process:find_tree"]
+              "supervisor.lifecycle:Runtime.record", "supervisor.status:persist",
+              "supervisor.proctable:ProcessTable._read"]
     stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
     lines: list[tuple[bytes, float]] = []
     r, w = os.pipe()

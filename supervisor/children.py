@@ -43,7 +43,7 @@ def start_child(phase: Phase, spec: ChildSpec, reader: Callable[[list[bytes]], N
         ship = rt.ship_lines
         # Shipping is best effort: a shipper that raises costs lines to the manager, never the phase.
         output.taps.append(contained(
-            lambda lines, source=spec.log_source: ship(source, lines),
+            lambda lines, source=spec.log_source, label=spec.label: ship(source, label, lines),
             lambda exc: rt.loop.faults.report(f"shipping the output of {spec.label}", exc, phase=phase.name)))
     # Whoever added a reader of the output: a parser that raises fails the phase (what it reads
     # decides it), never the loop. (The shipper's tap above is contained to cost only lines.)

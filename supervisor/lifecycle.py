@@ -18,13 +18,13 @@ from .hooks import NO_HOOKS, PhaseHooks
 from .loop import contained
 from .phase import Phase
 from .process import Child
-from .runtime import VERDICTS_KEPT_PER_PHASE, Runtime, stop_one_by_one, tell_listeners
+from .runtime import VERDICTS_KEPT_PER_PHASE, Runtime, stop_in_order, tell_listeners
 from .states import FINAL_STATES, PhaseState
 from .verdict import Verdict
 
 # Other modules and the tests import these from here.
 __all__ = ["FINAL_STATES", "VERDICTS_KEPT_PER_PHASE", "Lifecycle", "Phase", "PhaseState", "Runtime",
-           "stop_one_by_one"]
+           "stop_in_order"]
 
 
 class Lifecycle:
@@ -128,7 +128,7 @@ class Lifecycle:
         for phase in self.phases:
             phase.abort()
         # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
-        stop_one_by_one(self.rt, list(reversed(self.rt.started)), "supervisor shutdown",
+        stop_in_order(self.rt, list(reversed(self.rt.started)), "supervisor shutdown",
                         contained(self._finished, self._finish_anyway))
         # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
         tell_listeners(self.rt, "shutdown listener", self.on_shutdown, why, status)

@@ -4,8 +4,9 @@ Children write into pipes that the loop drains as fast as they fill, so a child
 is never blocked by a slow consumer beyond the pipe buffer: the console is
 written by its own thread from a bounded backlog that drops lines (and says how
 many) when the terminal cannot keep up; the per-child file receives the exact
-bytes; the ring keeps the last lines for failure reports. A 10 MB line without a
-newline is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
+bytes (secrets masked); the ring keeps the last lines for failure reports. A lone
+``\r`` ends a line as ``\n`` does (progress readouts), and a 10 MB line without
+either is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import sys
 import threading
 import time
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from .redact import Redactor
+from .redact import Redactor, SecretStream
 
 MAX_LINE_BYTES = 64 * 1024
 CONSOLE_BACKLOG_BYTES = 4 * 1024 * 1024
@@ -33,30 +33,39 @@ CONSOLE_OWN_LINES_EXTRA_BYTES = 1024 * 1024
 RETRY_WRITE_S = 5.0
 
 
-# Terminal escape sequences (cuzk-daemon colours its logs): kept on the console, stripped when shipped.
-ANSI_RE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-
-
-def strip_ansi(data: bytes) -> bytes:
-    return ANSI_RE.sub(b"", data) if b"\x1b" in data else data
-
-
 def clock() -> bytes:
     now = time.time()
     return time.strftime("%H:%M:%S", time.localtime(now)).encode() + b".%03d" % int(now % 1 * 1000)
 
 
 class LineSplitter:
-    """Bytes in, complete lines out; a line longer than ``max_line`` comes out in pieces."""
+    """Bytes in, complete lines out; a line longer than ``max_line`` comes out in pieces.
+
+    ``\n`` ends a line, and so does a lone ``\r``: a progress readout that redraws itself in place
+    (``\r 40%``, ``\r 41%``, ...) gives a line per redraw, not one line when 64 KiB have piled up.
+    Between two ``\n``, each non-empty stretch that a ``\r`` ends is a line; the stretch the ``\n``
+    ends is one too unless it is empty after such lines. So ``\r\n`` is one line end, a run of
+    ``\r`` makes no empty lines, and a line of nothing but ``\r`` is one empty line (as a terminal
+    shows it). Lines never hold a ``\r``. Where the reads were cut never changes the lines.
+    """
 
     def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
         self._partial = b""
+        self._shown = False  # the line in progress already gave a piece that a \r ended
         self._max = max_line
 
     def feed(self, data: bytes) -> list[bytes]:
         data = self._partial + data if self._partial else data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
+        # One memchr decides: the common chunk, without \r, goes straight to the split.
+        lines = self._split_cr(data) if b"\r" in data else data.split(b"\n")
+        if lines is not None:
+            self._partial = lines.pop()
+            if self._shown and lines:
+                self._shown = False
+                if not lines[0]:
+                    del lines[0]  # the \n after "40%\r": that line was given already
+        else:
+            lines = self._split_redraws(data.replace(b"\r\n", b"\n"))
         if len(self._partial) > self._max:
             # Emit whole pieces but keep a non-empty tail, so where the reads were cut never
             # changes the lines (a line of exactly max bytes must not gain an empty one).
@@ -68,8 +77,40 @@ class LineSplitter:
             lines = [piece for line in lines for piece in self._pieces(line)]
         return lines
 
+    @staticmethod
+    def _split_cr(data: bytes) -> list[bytes] | None:
+        """The pieces of ``data`` split at its line ends when each of them is CR LF or LF (a CR LF
+        text split in C, no pass per line: bytes.replace of CR LF costs twice as much); None when it
+        holds a lone \r, a redraw."""
+        pieces = data.split(b"\r\n")
+        rest = b"".join(pieces)
+        if b"\r" not in rest:
+            return pieces if b"\n" not in rest else data.replace(b"\r\n", b"\n").split(b"\n")
+        return None
+
+    def _split_redraws(self, data: bytes) -> list[bytes]:
+        """The lines of ``data`` that holds a lone \r (CR LF already made LF)."""
+        segments = data.split(b"\n")
+        tail = segments.pop()
+        lines: list[bytes] = []
+        shown = self._shown
+        for segment in segments:
+            pieces = [p for p in segment.split(b"\r") if p] if b"\r" in segment else [segment] if segment else []
+            if pieces:
+                lines.extend(pieces)
+            elif not shown:
+                lines.append(b"")
+            shown = False
+        if b"\r" in tail:
+            *ended, tail = tail.split(b"\r")
+            ended = [p for p in ended if p]
+            lines.extend(ended)
+            shown = shown or bool(ended)
+        self._partial, self._shown = tail, shown
+        return lines
+
     def flush(self) -> list[bytes]:
-        rest, self._partial = self._partial, b""
+        rest, self._partial, self._shown = self._partial, b"", False
         return [rest] if rest else []
 
     def _pieces(self, line: bytes) -> list[bytes]:
@@ -299,51 +340,68 @@ def _to_stderr(message: str) -> None:
 
 
 class ChildOutput:
-    """Everything one child prints, fanned out to the console, its file and its ring."""
+    """Everything one child prints, fanned out to the console, its file and its ring.
+
+    Each pipe's bytes are masked first, as they enter (redact.SecretStream, which may hold back the
+    end of a read until it knows it is no secret), then split into lines: every reader downstream,
+    the file included, gets bytes already masked, and a line cut at 64 KiB cannot cut a secret.
+    """
 
     def __init__(self, label: str, console: Console, file: LogFile, ring_lines: int,
                  redactor: Redactor | None = None) -> None:
         self.label = label
-        self._redact = redactor if redactor else None
+        self._redactor = redactor if redactor else None
         self.taps: list[Callable[[list[bytes]], None]] = []  # more readers of the lines (parser, shipper)
         self._prefix = b" [" + label.encode() + b"] "
         self._console = console
         self.file = file
         self.ring: deque[bytes] = deque(maxlen=ring_lines)
-        self._splitters: dict[str, LineSplitter] = {}
+        self._pipes: dict[str, tuple[SecretStream | None, LineSplitter]] = {}
         self.bytes_seen = 0
         self.last_output_at = 0.0  # monotonic time of the last byte
 
     def feed(self, stream: str, data: bytes) -> None:
         self.bytes_seen += len(data)
         self.last_output_at = time.monotonic()
-        self.file.write(self._redact.data(data) if self._redact else data)
-        splitter = self._splitters.setdefault(stream, LineSplitter())
-        self._emit(splitter.feed(data), carriage_returns=b"\r" in data)
+        secrets, splitter = self._pipe(stream)
+        if secrets is not None:
+            data = secrets.feed(data)
+        self._take(splitter, data)
 
     def close_stream(self, stream: str) -> None:
-        splitter = self._splitters.pop(stream, None)
-        if splitter is not None:
-            self._emit(splitter.flush())
+        pipe = self._pipes.pop(stream, None)
+        if pipe is None:
+            return
+        secrets, splitter = pipe
+        if secrets is not None:
+            self._take(splitter, secrets.close())
+        self._emit(splitter.flush())
 
-    def _emit(self, lines: list[bytes], carriage_returns: bool = True) -> None:
+    def _pipe(self, stream: str) -> tuple[SecretStream | None, LineSplitter]:
+        pipe = self._pipes.get(stream)
+        if pipe is None:
+            pipe = self._pipes[stream] = (self._redactor.stream() if self._redactor else None, LineSplitter())
+        return pipe
+
+    def _take(self, splitter: LineSplitter, data: bytes) -> None:
+        if data:
+            self.file.write(data)
+            self._emit(splitter.feed(data))
+
+    def _emit(self, lines: list[bytes]) -> None:
         if not lines:
             return
-        if self._redact:
-            lines = [self._redact.data(line) for line in lines]
         for tap in self.taps:
             tap(lines)
         maxlen = self.ring.maxlen
         self.ring.extend(lines[-maxlen:] if maxlen is not None else lines)
-        if carriage_returns:  # (the caller looked for b"\r" in the raw chunk: one memchr, not a scan per line)
-            lines = [line.rstrip(b"\r") for line in lines]
         head = clock() + self._prefix
         # head + line + newline for every line in one C-level join; the three parts go to writev as they are.
         self._console.put(head, (b"\n" + head).join(lines), b"\n")
 
     def last_lines(self, n: int | None = None) -> list[str]:
         lines = list(self.ring)[-n:] if n else list(self.ring)
-        return [line.decode("utf-8", errors="replace").rstrip("\r") for line in lines]
+        return [line.decode("utf-8", errors="replace") for line in lines]
 
 
 class SupervisorLog:

@@ -26,7 +26,7 @@ from .policy import Next, after_attempt, memory_preflight
 from .process import Child, SpawnError
 from .readiness import ReadinessWait
 from .reaping import ExitStatus
-from .runtime import Runtime, stop_one_by_one
+from .runtime import Runtime, stop_in_order
 from .stall import StallMonitor
 from .states import _ALLOWED, ATTEMPT_RUNS, FINAL_STATES, PhaseState
 from .survivors import kill_pids
@@ -314,7 +314,7 @@ class Phase:
             self.kept = [c for c in self.children if c.spec.lifetime == "lifecycle" and c.running]
         self._stop_over = False
         self.transition(PhaseState.STOPPING, why or (outcome.detail if outcome else ""))
-        stop_one_by_one(self.rt, [c for c in reversed(self.children) if c not in self.kept],
+        stop_in_order(self.rt, [c for c in reversed(self.children) if c not in self.kept],
                         "phase attempt over", self.guarded("the end of an attempt", self._attempt_stopped))
 
     def _attempt_stopped(self) -> None:

@@ -13,12 +13,17 @@ its environment (``PROVER_SUPERVISOR_TAG``), which its own children inherit.
 One that also cleared its environment is found only by the phase cgroup it was
 born in: the memory module says which pids and cgroups are left, and
 survivors.py ends them (its names are importable from here too).
+
+Who is in a tree comes from the process table's shared reading (proctable.py),
+and a stop's poll asks for it only once the leader is reaped and its group is
+empty: 200 daemons stopping together cost a reading of /proc per poll, not 200.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import signal
 import subprocess
@@ -27,11 +32,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
-import psutil
-
 from .config import ChildSpec
 from .logs import ChildOutput
 from .loop import ErrorHandler, EventLoop, Timer
+from .proctable import PROCESS_TABLE, Proc, ProcessTable
 from .reaping import ExitStatus
 from .signals import signal_name
 
@@ -68,9 +72,11 @@ class Child:
     started_mono: float = field(default_factory=time.monotonic)
     status: ExitStatus | None = None
     ended_at: float | None = None
+    reaped_mono: float | None = None  # monotonic time of its reaping
     stop_reason: str | None = None
     stop_detail: str = ""  # what the supervisor saw that made it stop the child (for the verdict)
     placement: Placement | None = None  # its memory cgroup and the OOM counter at its start
+    table: ProcessTable = field(default=PROCESS_TABLE, repr=False)  # who belongs to its tree
     _streams: dict[int, str] = field(default_factory=dict)  # open pipe fd → "stdout" / "stderr"
     _pipes: dict[int, IO[bytes]] = field(default_factory=dict)
     _loop: EventLoop | None = None
@@ -92,6 +98,7 @@ class Child:
         """Called by the reaper's owner when ``waitpid`` returned this child's status."""
         self.status = status
         self.ended_at = time.time()
+        self.reaped_mono = time.monotonic()
         self.popen.returncode = status.shell_status if status.signal is None else -status.signal
 
     # ------------------------------------------------------------ signals
@@ -103,10 +110,9 @@ class Child:
 
     def kill_now(self) -> None:
         """SIGKILL the whole tree at once, no grace (a second shutdown request)."""
-        members = self.tree()
-        if self.running or members:
+        if not self._gone():
             self._killed_at = self._killed_at or time.monotonic()
-            self._signal_tree(signal.SIGKILL, members)
+            self._signal_tree(signal.SIGKILL, self.tree())
 
     # ------------------------------------------------------------ stopping
 
@@ -126,10 +132,10 @@ class Child:
     def _begin_stop(self, loop: EventLoop, log: Log, reason: str) -> None:
         sig = self.spec.stop_signal
         if self.running:
-            # The group first, at once: the tree scan below reads /proc and takes milliseconds.
+            # The group first, at once: the tree's reading below may read /proc.
             signal_quietly(os.killpg, self.pid, sig)
-        members = self.tree()
-        if self.running or members:
+        if not self._gone():
+            members = self.tree()
             log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
                 f"grace {self.spec.stop_grace_s:g}s")
             self._signal_tree(sig, members, group_done=self.running)
@@ -138,27 +144,34 @@ class Child:
         self._check_stopped(loop, log)
 
     def _kill(self, loop: EventLoop, log: Log) -> None:
-        members = self.tree()
-        if not self.running and not members:
+        if self._gone():
             return
+        members = self.tree()
         log(f"{self.label}: still running after {self.spec.stop_grace_s:g}s grace: SIGKILL to "
             f"{self._describe_tree(members)}")
         self._killed_at = time.monotonic()
         self._signal_tree(signal.SIGKILL, members)
 
     def _check_stopped(self, loop: EventLoop, log: Log) -> None:
-        members = self.tree()
-        if self.running or members:
+        if not self._gone():
             if self._killed_at is not None and time.monotonic() - self._killed_at > KILL_WAIT_S:
-                log(f"{self.label}: {self._describe_tree(members)} survived SIGKILL for {KILL_WAIT_S:g}s "
+                log(f"{self.label}: {self._describe_tree(self.tree())} survived SIGKILL for {KILL_WAIT_S:g}s "
                     "(uninterruptible sleep?); giving up waiting")
             else:
                 if self._killed_at is not None:
-                    self._signal_tree(signal.SIGKILL, members)  # catch anything forked since
+                    self._signal_tree(signal.SIGKILL, self.tree())  # catch anything forked since
                 loop.call_later(STOP_POLL_S, lambda: self._check_stopped(loop, log),
                                 on_error=lambda exc: self._stop_broke(loop, exc))
                 return
         self._stop_done()
+
+    def _gone(self) -> bool:
+        """Nothing of its tree is left. Asked every poll of a stop, so the cheap answers first: a
+        leader not yet reaped, or a live member of its group (one syscall), mean it is not gone;
+        only then the shared reading of the process table, for what left the group."""
+        if self.running or _group_alive(self.pid):
+            return False
+        return not self.tree()
 
     def _stop_done(self) -> None:
         if self._kill_timer is not None:
@@ -186,21 +199,23 @@ class Child:
             return
         self._stop_done()
 
-    def _signal_tree(self, sig: int, members: list[psutil.Process], group_done: bool = False) -> None:
+    def _signal_tree(self, sig: int, members: list[Proc], group_done: bool = False) -> None:
         # The group first, in one atomic call, while it surely still is ours: the
         # leader is alive or a zombie (its pid, hence the pgid, is not reused), or
         # members of the group are still alive.
-        if not group_done and (self.running or any(_pgid(p.pid) == self.pid for p in members)):
+        if not group_done and (self.running or any(p.pgid == self.pid for p in members)):
             signal_quietly(os.killpg, self.pid, sig)
         for proc in members:
-            if _pgid(proc.pid) != self.pid:
+            if proc.pgid != self.pid:
                 signal_quietly(os.kill, proc.pid, sig)
 
-    def tree(self) -> list[psutil.Process]:
-        """Every live process of this child's tree, the leader included while it lives."""
-        return find_tree(self.pid, self.tag)
+    def tree(self) -> list[Proc]:
+        """Every live process of this child's tree, the leader included while it lives: from the
+        process table's shared reading, one taken after the leader was reaped once it was."""
+        newer_than = self.reaped_mono if self.reaped_mono is not None else -math.inf
+        return self.table.snapshot(newer_than).tree(self.pid, self.tag)
 
-    def _describe_tree(self, members: list[psutil.Process]) -> str:
+    def _describe_tree(self, members: list[Proc]) -> str:
         pids = sorted(p.pid for p in members)
         if not pids:
             return f"pid {self.pid}"
@@ -338,41 +353,12 @@ def _write_file(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def find_tree(pid: int, tag: str) -> list[psutil.Process]:
-    """Live processes that belong to the child ``pid``: its group, its descendants, its tag."""
-    members: list[psutil.Process] = []
-    in_tree = {pid}
+def _group_alive(pgid: int) -> bool:
+    """Whether the process group ``pgid`` has a member (a zombie counts: it still holds the group)."""
     try:
-        candidates = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return members
-    for proc in candidates:
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            belongs = (
-                proc.pid == pid
-                or proc.ppid() in in_tree
-                or _pgid(proc.pid) == pid
-                or _has_tag(proc, tag)
-            )
-        except psutil.Error:
-            continue
-        if belongs:
-            in_tree.add(proc.pid)
-            members.append(proc)
-    return members
-
-
-def _has_tag(proc: psutil.Process, tag: str) -> bool:
-    try:
-        return proc.environ().get(TAG_ENV) == tag
-    except (psutil.Error, OSError):
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
         return False
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
+    except PermissionError:
+        return True
+    return True

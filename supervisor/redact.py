@@ -1,9 +1,18 @@
 """Secrets never reach a log: the manager token, any env value whose name looks secret, a URL's password.
 
-Values are replaced by ``***`` in the supervisor's own lines, in children's
-output (console, files, ring, pushed logs) and in the status view. A URL is
-shown everywhere through ``shown_url`` (``http://user:***@host/``), and the
-password in it (``url_secrets``) is one of the masked values besides.
+Values are replaced by ``***`` in the supervisor's own lines (``Redactor.text``), in the status
+view (``Redactor.environment``), and in children's output once, where its bytes enter the
+supervisor (``SecretStream``, one per pipe): the console, the per-child file, the ring of last
+lines, the output parsers and the log shipper then all get bytes already masked.
+
+A child's bytes come in reads cut wherever the pipe was: a secret written in two writes arrives
+in two reads. So the stream holds back the end of a read that could still become a secret (at most
+the longest secret less one byte of text, plus an escape sequence begun and not finished) and
+releases it with the next read, at a line end, or when the pipe closes. A secret with escape codes
+inside it (``pa\\x1b[1mss``) is masked too: each secret's pattern allows codes between its bytes,
+and the codes are kept, after the mask, so the terminal's colours stay as the child set them.
+A URL is shown everywhere through ``shown_url`` (``http://user:***@host/``), and the password in it
+(``url_secrets``) is one of the masked values besides.
 """
 
 from __future__ import annotations
@@ -13,10 +22,18 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import unquote
 
+from .ansi import ANSI_PATTERN, UNFINISHED_RE, codes_in, strip_ansi
+
 SECRET_NAME_RE = re.compile(r"(_KEY|_TOKEN|_PASSWORD|_PASSWD|_SECRET)$|^CONTAINER_API_KEY$", re.IGNORECASE)
 MASK = "***"
+MASK_BYTES = MASK.encode()
 # Shorter values would mask innocent text everywhere ("1", "yes").
 MIN_SECRET_LEN = 4
+# How far back from the end of a read a secret's beginning is looked for, in raw bytes: the text of
+# the longest secret with escape codes between its characters. A held part never grows past it.
+HOLD_SCAN_BYTES = 4096
+
+_CODES = b"(?:" + ANSI_PATTERN + b")*"
 
 
 def looks_secret(name: str) -> bool:
@@ -24,10 +41,17 @@ def looks_secret(name: str) -> bool:
 
 
 class Redactor:
+    """The secrets of one run, and masking them in text and in bytes."""
+
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         unique = {s for s in secrets if s and len(s) >= MIN_SECRET_LEN}
         self._text = sorted(unique, key=len, reverse=True)  # longest first: no partial leftovers
         self._bytes = [s.encode() for s in self._text]
+        self._longest = len(self._bytes[0]) if self._bytes else 0
+        self._firsts = sorted({s[:1] for s in self._bytes})
+        # Each secret with any escape codes between its bytes; the longest first, as above.
+        self._across_codes = re.compile(b"|".join(_CODES.join(re.escape(s[i:i + 1]) for i in range(len(s)))
+                                                  for s in self._bytes)) if self._bytes else None
 
     @classmethod
     def from_environments(cls, envs: Iterable[Mapping[str, str]], extra_names: Iterable[str] = ()) -> Redactor:
@@ -53,13 +77,70 @@ class Redactor:
         return text
 
     def data(self, data: bytes) -> bytes:
+        """``data`` with every secret in it masked, also one with escape codes inside it."""
+        if b"\x1b" in data and self._across_codes is not None:
+            # (the plain check first: a regex over every coloured read would cost the hot path)
+            plain = strip_ansi(data)
+            if any(secret in plain for secret in self._bytes):
+                return self._across_codes.sub(_mask_keeping_codes, data)
+            return data
         for secret in self._bytes:
             if secret in data:
-                data = data.replace(secret, MASK.encode())
+                data = data.replace(secret, MASK_BYTES)
         return data
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         return {k: (MASK if looks_secret(k) else self.text(v)) for k, v in env.items()}
+
+    def stream(self) -> SecretStream:
+        return SecretStream(self)
+
+    def hold_from(self, data: bytes) -> int:
+        """Where the end of ``data`` that could still become a secret (with the next bytes) starts;
+        ``len(data)`` when none could: an unfinished escape sequence, or the beginning of a secret
+        (its text a proper prefix of one) in the line still open at the end."""
+        end = len(data)
+        open_line = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # no secret spans a line end
+        if open_line == end or not self._bytes:
+            return end
+        start = max(open_line, end - HOLD_SCAN_BYTES)
+        hold = end
+        esc = data.rfind(b"\x1b", start)
+        if esc >= 0 and UNFINISHED_RE.match(data, esc):
+            hold = esc  # invisible, and what follows it may go on with a secret
+        earliest = hold
+        for first in self._firsts:
+            at = hold
+            while (at := data.rfind(first, start, at)) >= 0:
+                text = strip_ansi(data[at:hold])
+                if len(text) >= self._longest:
+                    break  # further back the text only grows longer than any secret
+                if any(len(secret) > len(text) and secret.startswith(text) for secret in self._bytes):
+                    earliest = at
+        return earliest
+
+
+class SecretStream:
+    """One pipe of a child's output, masked as it comes: ``feed`` returns what is safe to pass on
+    (masked), holding back an end that could still become a secret; ``close`` releases the rest."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        data = self._held + data if self._held else data
+        cut = self._redactor.hold_from(data)
+        self._held = data[cut:]
+        return self._redactor.data(data[:cut]) if cut else b""
+
+    def close(self) -> bytes:
+        held, self._held = self._held, b""
+        return self._redactor.data(held)
+
+
+def _mask_keeping_codes(match: re.Match[bytes]) -> bytes:
+    return MASK_BYTES + codes_in(match.group())
 
 
 def _split_userinfo(url: str) -> tuple[str, str, str] | None:

@@ -26,10 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .ansi import strip_ansi
 from .config import ManagerSpec
 from .exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
 from .lifecycle import Lifecycle, Phase, PhaseState, Runtime
-from .logs import strip_ansi
 from .logship import Shipper, event_line, events_sender, log_push_sender
 from .loop import contained, summary
 from .manager import ManagerClient
@@ -298,12 +298,14 @@ class Reporter:
         for chunk in self._logs.take_all(source):
             self.outbox.add("log", {"source": source, "text": chunk})
 
-    def ship_lines(self, source: str, lines: list[bytes]) -> None:
-        """Children's output: best effort, batched, bounded."""
+    def ship_lines(self, source: str, label: str, lines: list[bytes]) -> None:
+        """A child's output lines (masked where they entered, logs.ChildOutput): best effort, batched,
+        bounded. Each carries the child's label as the console shows it (``[phase/name] ...``): a child
+        that prints what reads like the supervisor's own line (``[supervisor] FAILED: ...``) cannot
+        pass for it in the manager's tabs."""
         if self._logs is not None:
-            # Masked again after stripping: a colour code inside a secret would have hidden it from the first pass.
-            text = [self._redactor.text(strip_ansi(line).decode("utf-8", errors="replace")) for line in lines]
-            self._logs.add(source, text)
+            head = f"[{label}] "
+            self._logs.add(source, [head + strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
 
     def ship_own_line(self, message: str) -> None:
         if message.startswith(FAILED_PREFIX):

@@ -1,5 +1,5 @@
 """What every phase shares: the loop, the reaper, the logs, the children's environment, and the
-start order of every child (a shutdown stops them in reverse)."""
+start order of every child (a shutdown stops them in reverse, wave by wave: stop_in_order)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class Runtime:
     cuzk: CuzkSettings | None = None
     state_dir: Path = Path(".")
     rebench: bool = False  # run machine-resumable phases (the bench) even if they passed here recently
-    ship_lines: Callable[[str, list[bytes]], None] | None = None  # children's output to the manager
+    ship_lines: Callable[[str, str, list[bytes]], None] | None = None  # (source, label, lines) to the manager
     rng: random.Random = field(default_factory=random.Random)
     started: list[Child] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -97,14 +97,57 @@ def tell_listeners(rt: Runtime, kind: str, listeners: list[Callable[..., None]],
             rt.loop.faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
 
 
-def stop_one_by_one(rt: Runtime, children: list[Child], reason: str, then: Callable[[], None]) -> None:
-    """Stop each child's tree in the order given, the next only once the previous is gone; then ``then``."""
-    remaining = list(children)
+def stop_in_order(rt: Runtime, children: list[Child], reason: str, then: Callable[[], None]) -> None:
+    """Stop each child's tree in the order given (reverse start order), wave after wave; then ``then``.
 
-    def next_one() -> None:
-        if not remaining:
-            then()
-            return
-        remaining.pop(0).stop(rt.loop, rt.log, reason, next_one)
+    A wave is one child, or the daemons of one phase that come one after another: they have no order
+    among themselves but their start's, so they are signalled together, in that order, and waited for
+    together (200 daemons stop in their grace period, not one after the other). The next wave starts
+    once the whole wave is gone: a phase's command is gone before its daemons get their signal, and a
+    later phase before an earlier one.
+    """
+    _Waves(rt, stop_waves(children), reason, then).next()
 
-    next_one()
+
+def stop_waves(children: list[Child]) -> list[list[Child]]:
+    """``children`` cut into waves (see stop_in_order), in order."""
+    waves: list[list[Child]] = []
+    for child in children:
+        phase = _daemon_of(child)
+        if phase is not None and waves and _daemon_of(waves[-1][-1]) == phase:
+            waves[-1].append(child)
+        else:
+            waves.append([child])
+    return waves
+
+
+def _daemon_of(child: Child) -> str | None:
+    """The phase ``child`` is a daemon of; None for a phase's command (no daemon is named like its phase)."""
+    return child.spec.phase if child.spec.name != child.spec.phase else None
+
+
+class _Waves:
+    """Stops the waves one after the other, each once the one before it is gone."""
+
+    def __init__(self, rt: Runtime, waves: list[list[Child]], reason: str, then: Callable[[], None]) -> None:
+        self._rt, self._waves, self._reason, self._then = rt, waves, reason, then
+        self._pending = 0  # stops of the current wave not yet over
+        self._starting = False  # the current wave's stops are being begun (some may end at once)
+
+    def next(self) -> None:
+        # A loop, not a call per wave: children already gone end their stop at once, and a chain of
+        # those must not recurse once per child.
+        while self._waves:
+            wave = self._waves.pop(0)
+            self._pending, self._starting = len(wave), True
+            for child in wave:
+                child.stop(self._rt.loop, self._rt.log, self._reason, self._one_stopped)
+            self._starting = False
+            if self._pending:
+                return  # the wave's last stop to end goes on from here
+        self._then()
+
+    def _one_stopped(self) -> None:
+        self._pending -= 1
+        if not self._pending and not self._starting:
+            self.next()

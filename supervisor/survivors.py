@@ -7,7 +7,9 @@ them by the tag every child carries in its environment (``TAG_ENV``, inherited
 by its own children) and by ``STATE_DIR_ENV``. A process that cleared its
 environment is found only by the phase cgroup it was born in (``kill_cgroup``,
 or the pids the memory module reads there, ``kill_pids``). At the supervisor's
-exit, ``sweep_descendants`` makes sure nothing it started outlives it.
+exit, ``sweep_descendants`` makes sure nothing it started outlives it. Both sweeps go round
+after round until nothing is left (``kill_until_none_left``): what forks while it is being
+killed, or vanishes while the process table is read, never ends a sweep early.
 
 What is ended here gets SIGKILL at once: the graceful stop was its Child's (or
 died with its supervisor). The Child's own stop shares ``signal_quietly`` and the
@@ -35,46 +37,104 @@ STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
 STOP_POLL_S = 0.05
 # After SIGKILL, how long to wait for them to vanish before saying what is stuck.
 KILL_WAIT_S = 10.0
+# The sweeps at the supervisor's start and exit: how long they go on killing, round after round,
+# and the pause between two rounds (what was killed gets a moment to die).
+SWEEP_MAX_S = 5.0
+SWEEP_ROUND_S = 0.01
 
 Log = Callable[[str], None]
 
 
-def sweep_descendants(log: Log) -> int:
-    """SIGKILL whatever descends from the supervisor: nothing may outlive it."""
+def sweep_descendants(log: Log, max_s: float = SWEEP_MAX_S) -> int:
+    """SIGKILL whatever descends from the supervisor: nothing may outlive it. Returns how many.
+
+    Round after round (see ``kill_until_none_left``): a process that forks while it is killed
+    leaves children behind, and they are re-parented to the supervisor for the next round."""
+    return len(kill_until_none_left(live_descendants, log, "leftover process(es)", max_s))
+
+
+def live_descendants() -> dict[int, str]:
+    """pid → name of every live descendant of the supervisor (zombies are the reaper's). One that
+    vanishes while the table is read is left out, never the end of the listing."""
     try:
-        left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+        procs = psutil.Process().children(recursive=True)
     except psutil.Error:
-        return 0
-    for proc in left:
-        signal_quietly(os.kill, proc.pid, signal.SIGKILL)
-    if left:
-        log(f"killed {len(left)} leftover process(es): {', '.join(str(p.pid) for p in left[:10])}")
-    return len(left)
+        return {}  # (our own entry in /proc cannot be read: nothing to list)
+    found: dict[int, str] = {}
+    for proc in procs:
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found[proc.pid] = proc.name()
+        except psutil.Error:
+            continue  # gone meanwhile
+    return found
 
 
-def kill_survivors_of_dead_supervisors(state_dir: str, log: Log) -> int:
+def kill_survivors_of_dead_supervisors(state_dir: str, log: Log, max_s: float = SWEEP_MAX_S) -> int:
     """Children of a supervisor that was SIGKILLed live on (re-parented above it) and hold its
     ports and GPUs: a new supervisor of the same state_dir ends them before it starts anything.
     A process counts when it was started for this state_dir and its tag names a supervisor pid
-    that is gone (or is no longer a prover-supervisor)."""
+    that is gone (or is no longer a prover-supervisor). What they fork while they are killed
+    carries the same tag: the rounds go on until none is left."""
+    return len(kill_until_none_left(lambda: _survivors_of_dead_supervisors(state_dir), log,
+                                    "process(es) left by a supervisor that died without stopping them", max_s))
+
+
+def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
     me = os.getpid()
-    left = []
+    found: dict[int, str] = {}
     for proc in psutil.process_iter(["pid"]):
         if proc.pid == me:
             continue
         try:
             env = proc.environ()
+            tag = env.get(TAG_ENV)
+            if not tag or env.get(STATE_DIR_ENV) != state_dir:
+                continue
+            owner_text = tag.split(".", 1)[0]
+            owner = int(owner_text) if is_ascii_digits(owner_text) else 0
+            if owner == me or _is_live_supervisor(owner) or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found[proc.pid] = proc.name()
         except (psutil.Error, OSError):
-            continue
-        tag = env.get(TAG_ENV)
-        if not tag or env.get(STATE_DIR_ENV) != state_dir:
-            continue
-        owner_text = tag.split(".", 1)[0]
-        owner = int(owner_text) if is_ascii_digits(owner_text) else 0
-        if owner == me or _is_live_supervisor(owner):
-            continue
-        left.append(proc.pid)
-    return len(kill_pids(left, log, "left by a supervisor that died without stopping them"))
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str, max_s: float) -> dict[int, str]:
+    """SIGKILL what ``find`` lists (pid → name), round after round, until two rounds in a row find
+    nothing or ``max_s`` has passed; say what was killed (``what``) and, by pid and name, what
+    survived. Returns pid → name of every process signalled.
+
+    One round is never enough: a process killed while it forks leaves a child the listing did not
+    have, and psutil misses a process whose parent vanished as it read the table (that child is
+    re-parented by the time of the next round, and found). A process that vanishes between the
+    listing and its signal costs nothing. Blocks (at most ``max_s``): for the supervisor's start
+    and end only, when the loop is not serving children."""
+    deadline = time.monotonic() + max_s
+    signalled: dict[int, str] = {}
+    empty_rounds = 0
+    while True:
+        found = find()
+        empty_rounds = 0 if found else empty_rounds + 1
+        if empty_rounds >= 2:
+            break
+        if found and time.monotonic() > deadline:
+            log(f"{len(found)} process(es) survived SIGKILL for {max_s:g}s (uninterruptible sleep?): "
+                f"{_shown(found)}")
+            break
+        for pid, name in found.items():
+            signal_quietly(os.kill, pid, signal.SIGKILL)
+            signalled.setdefault(pid, name)
+        time.sleep(SWEEP_ROUND_S)
+    if signalled:
+        log(f"killed {len(signalled)} {what}: {_shown(signalled)}")
+    return signalled
+
+
+def _shown(procs: dict[int, str]) -> str:
+    named = [f"{pid} ({name})" for pid, name in procs.items()]
+    return ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
 
 
 def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
@@ -88,10 +148,9 @@ def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
         except OSError:
             continue  # gone meanwhile
         killed.append(pid)
-        named.append(f"{pid} ({name})")
+        named.append(name)
     if killed:
-        shown = ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
-        log(f"killed {len(killed)} process(es) {why}: {shown}")
+        log(f"killed {len(killed)} process(es) {why}: {_shown(dict(zip(killed, named, strict=True)))}")
     return killed
 
 

@@ -22,6 +22,7 @@ import pytest
 from helpers import PY, SupervisorRunner, free_port, kill_tree, py_script, sh, standin_env, toml_list, wait_for
 
 from supervisor.exits import EXIT_FAILURE
+from supervisor.logs import ChildOutput, Console, LogFile
 from supervisor.prover.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
 from supervisor.prover.standins.cuzk_bench import Result, proof_line, result_block, summary
 
@@ -93,6 +94,27 @@ def test_fed_in_pieces_as_the_pipe_delivers_them() -> None:
     assert r.problem() is None, r.problem()
     assert r.proofs == {"COMPLETED": 12}
     assert r.rate_per_hour == pytest.approx(23.58)
+
+
+def test_read_through_the_line_splitter_with_cr_lf_and_a_redrawn_progress_readout(tmp_path: Path) -> None:
+    """What the parser gets is what ChildOutput gives it: CR LF line ends and a ``\\r`` progress readout
+    between the proof lines, in reads cut anywhere, still make the 12 proofs and the summary."""
+    text = (lines_12() + "\n" + WORKLOADS_SUMMARY).replace("\n", "\r\n")
+    text = text.replace("  [2/12]", "\rwaiting 1s\rwaiting 2s\r  [2/12]")
+    data = text.encode()
+    parser = BenchParser()
+    output = ChildOutput("bench/bench", Console(enabled=False), LogFile(tmp_path / "bench.log", 0), ring_lines=50)
+    output.taps.append(parser.feed)
+    for i in range(0, len(data), 37):
+        output.feed("stdout", data[i:i + 37])
+    output.close_stream("stdout")
+    output.file.close()
+    r = parser.result
+    assert r.problem() is None, r.problem()
+    assert r.proofs == {"COMPLETED": 12} and r.completed == 12 and r.failed == 0
+    assert r.rate_per_hour == pytest.approx(23.58)
+    assert "waiting 2s" in output.last_lines() and not any("\r" in line for line in output.last_lines())
+    assert (tmp_path / "bench.log").read_bytes() == data
 
 
 # ---------------------------------------------------------------- the real stand-in programs

@@ -492,7 +492,7 @@ def test_shipping_taps_that_raise_cost_lines_never_the_phase(sup: SupervisorRunn
         """)
     inject = """
 import supervisor.reporting as reporting
-def ship_lines(self, source, lines):
+def ship_lines(self, source, label, lines):
     raise RuntimeError("injected fault in shipping lines")
 def ship_own_line(self, message):
     raise RuntimeError("injected fault in shipping own lines")

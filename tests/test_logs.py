@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import subprocess
@@ -49,9 +50,46 @@ def test_splitter_many_lines_one_chunk_and_empty_lines() -> None:
 def test_splitter_crlf() -> None:
     s = LineSplitter()
     out = s.feed(b"one\r\ntwo\r") + s.feed(b"\nthree\r\n")
-    # the splitter cuts at \n only; the \r is dropped when shown (see ChildOutput)
-    assert [line.rstrip(b"\r") for line in out] == [b"one", b"two", b"three"]
-    assert b"\n".join(out) + b"\n" == b"one\r\ntwo\r\nthree\r\n"
+    # CR LF is one line end, also when the read was cut between the two; no line keeps a \r
+    assert out == [b"one", b"two", b"three"]
+
+
+@pytest.mark.parametrize(("data", "lines"), [
+    (b"10%\r20%\r30%\n", [b"10%", b"20%", b"30%"]),  # a readout that redraws in place: a line per redraw
+    (b"\r 10%\r 20%\r\n", [b" 10%", b" 20%"]),  # tqdm's way: \r first; the last \r\n adds no empty line
+    (b"a\r\r\r\nb\n", [b"a", b"b"]),  # a run of \r makes no empty lines
+    (b"a\r\n\r\nb\n", [b"a", b"", b"b"]),  # a blank CR LF line stays one blank line
+    (b"\r\r\n", [b""]),  # a line of nothing but \r: one empty line, as a terminal shows it
+    (b"a\n\nb\r", [b"a", b"", b"b"]),
+    (b"done\rpartial", [b"done", b"partial"]),  # the rest comes out at flush
+])
+def test_splitter_lone_cr_ends_a_line(data: bytes, lines: list[bytes]) -> None:
+    s = LineSplitter()
+    assert s.feed(data) + s.flush() == lines
+
+
+def test_splitter_progress_readout_comes_out_as_it_is_drawn() -> None:
+    """Each redraw is a line as soon as its \r arrives, not when 64 KiB have piled up."""
+    s = LineSplitter()
+    assert s.feed(b"fetching: 1%") == []
+    assert s.feed(b"\rfetching: 2%") == [b"fetching: 1%"]
+    assert s.feed(b"\r") == [b"fetching: 2%"]
+    assert s.feed(b"\n") == []  # the CR LF's LF: that line was given already
+    assert s.feed(b"next\n") == [b"next"]
+
+
+def test_splitter_lines_with_cr_do_not_depend_on_chunking() -> None:
+    """Every cut of every short mix of \r, \n and text gives the lines the whole gives (long lines cut too)."""
+    alphabet = [b"a", b"bb", b"\r", b"\n", b"\r\n"]
+    for length in range(1, 6):
+        for parts in itertools.product(alphabet, repeat=length):
+            data = b"".join(parts)
+            whole = LineSplitter(3)
+            expected = whole.feed(data) + whole.flush()
+            assert all(b"\r" not in line and len(line) <= 3 for line in expected)
+            for cut in range(1, len(data)):
+                s = LineSplitter(3)
+                assert s.feed(data[:cut]) + s.feed(data[cut:]) + s.flush() == expected, (data, cut)
 
 
 def test_splitter_empty_input() -> None:

@@ -208,9 +208,9 @@ def test_demo_ships_logs_under_the_right_sources(demo_run: DemoRun) -> None:
     assert "=== Batch Summary ===" in logs["benchout"] and "[1/6] COMPLETED" in logs["benchout"]
     assert "Curio started" in logs["curio"]
     assert "[supervisor]" not in logs["curio"] + logs["benchout"] + logs["benchdaemon"] + logs["cuzk"]
-    # Each child's pushed text is its log file's, line for line (ANSI aside).
+    # Each child's pushed text is its log file's, line for line (ANSI aside), behind the child's label.
     curio_file = (demo_run.work / "logs" / "curio.log").read_text()
-    assert logs["curio"] == curio_file
+    assert logs["curio"] == "".join(f"[curio/curio] {line}\n" for line in curio_file.splitlines())
 
 
 def test_demo_pushed_logs_have_no_ansi(demo_run: DemoRun) -> None:
@@ -221,7 +221,7 @@ def test_demo_pushed_logs_have_no_ansi(demo_run: DemoRun) -> None:
         assert "[0m" not in text and "[2m" not in text, source
     plain = re.sub(rb"\x1b\[[0-9;]*m", b"", daemon_file).decode()
     shipped = next(iter(demo_run.snap["logs"].values()))["benchdaemon"]
-    assert shipped == plain
+    assert shipped == "".join(f"[bench/cuzk-daemon] {line}\n" for line in plain.splitlines())
 
 
 # ---------------------------------------------------------------- identity in children's environment
@@ -574,9 +574,9 @@ command = {sh("exec sleep 120")}
     assert m, f"the first push does not say what was dropped: {first[:200]!r}"
     dropped = int(m.group(1))
     assert 0 < dropped < lines
-    assert all(line.startswith("flood ") for line in rest)
+    assert all(line.startswith("[flood/flood] flood ") for line in rest)
     assert dropped + len(rest) == lines  # every line either pushed or counted
-    assert rest[0] == f"flood {dropped:07d} " + "f" * (width - 14)
+    assert rest[0] == f"[flood/flood] flood {dropped:07d} " + "f" * (width - 14)
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.finish(20) == 128 + signal.SIGTERM
 

@@ -1,0 +1,25 @@
+"""Terminal escape sequences in children's output: what one looks like, and taking them out.
+
+cuzk-daemon colours its logs. The console keeps the codes; what is shipped to the manager or read
+by a parser has them stripped; the secret masking (redact.py) sees through them.
+"""
+
+from __future__ import annotations
+
+import re
+
+# One escape sequence: CSI (colours, cursor moves), OSC (titles, hyperlinks: ended by BEL or ST), or
+# a two-byte escape.
+ANSI_PATTERN = rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]"
+ANSI_RE = re.compile(ANSI_PATTERN)
+# An escape sequence begun but not finished where the bytes end (its rest is in the next read).
+UNFINISHED_RE = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?\Z")
+
+
+def strip_ansi(data: bytes) -> bytes:
+    return ANSI_RE.sub(b"", data) if b"\x1b" in data else data
+
+
+def codes_in(data: bytes) -> bytes:
+    """The escape sequences of ``data``, joined, without the text between them."""
+    return b"".join(ANSI_RE.findall(data)) if b"\x1b" in data else b""

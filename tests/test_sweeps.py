@@ -1,0 +1,212 @@
+"""The sweeps never give up on a race (issue 14, class 9).
+
+An escapee that forks short-lived processes in a tight loop: some of them vanish while the
+supervisor lists its descendants, others are born after the listing. The exit sweep goes round
+after round until none is left, in every run; the start's sweep of a dead supervisor's tagged
+survivors does the same. In-process: a listed process that is already gone costs nothing, and
+what survives the bound is said by pid and name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import PY, SupervisorRunner, read_pid, toml_list, wait_for
+
+from supervisor.survivors import kill_until_none_left, sweep_descendants
+
+RUNS = 5
+# A pid no process can have: signalling it is ESRCH, a tag naming it names a supervisor that is gone.
+NO_PID = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+
+# Writes its pid, then forks short-lived children (each lives 50 ms) as fast as it can, up to 150 at
+# a time, reaping them as they end, forever: whenever the supervisor lists its descendants, some of
+# those listed are gone (reaped) a moment later, and new ones are born. (Before the fix, the exit
+# sweep gave up on the first one gone in about half the runs.) Started with an empty environment, in a session
+# of its own, by a parent that exits at once (see ESCAPE): out of its phase's group, its parent chain
+# and its tag; only the exit sweep can find it.
+TIGHT_FORKER = """
+import os, sys, time
+tmp = sys.argv[1] + ".tmp"
+with open(tmp, "w") as f:
+    f.write(str(os.getpid()))
+os.replace(tmp, sys.argv[1])
+alive = 0
+while True:
+    if alive < 150:
+        if os.fork() == 0:
+            time.sleep(0.05)
+            os._exit(0)
+        alive += 1
+    else:
+        os.waitpid(-1, 0)
+        alive -= 1
+    while alive and os.waitpid(-1, os.WNOHANG)[0]:
+        alive -= 1
+"""
+
+ESCAPE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execve(sys.executable, [sys.executable, "-c", sys.argv[2], sys.argv[1]], {})
+    os._exit(0)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+"""
+
+
+def marked(marker: str) -> list[psutil.Process]:
+    """Live processes whose command line names ``marker`` (the escapee and its children carry it)."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE and any(marker in part for part in proc.cmdline()):
+                found.append(proc)
+    return found
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Iterator[str]:
+    """A path only this test's escapees name; whatever still names it at the end is killed."""
+    path = str(tmp_path / "escapee.pid")
+    yield path
+    for proc in marked(path):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def escapee_config(sup: SupervisorRunner, pidfile: str) -> Path:
+    script = sup.tmp / "escape.py"
+    script.write_text(textwrap.dedent(ESCAPE))
+    # No per-phase cgroup: its leftovers would be killed at the phase's end, and this is about the exit sweep.
+    return sup.write(sup.header(extra='cgroups = "off"') + textwrap.dedent(f"""
+        [[phases]]
+        name = "escape"
+        command = {toml_list([PY, str(script), pidfile, TIGHT_FORKER])}
+        """), header=False)
+
+
+def test_the_exit_sweep_kills_a_tight_forking_escapee_in_every_run(sup: SupervisorRunner, marker: str) -> None:
+    config = escapee_config(sup, marker)
+    for run in range(RUNS):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker)
+        result = sup.run(config, timeout=60)
+        assert result.returncode == 0, result.output
+        escapee = int(Path(marker).read_text())
+        left = marked(marker)
+        assert not left, f"run {run + 1} of {RUNS}: still alive after the supervisor exited: " \
+                         f"{[(p.pid, p.name()) for p in left]}; output:\n{result.output[-3000:]}"
+        assert f"leftover process(es): {escapee} (" in result.output, result.output[-3000:]
+
+
+# Tagged as a child of a supervisor that is gone: a new start for the same state_dir must end it and
+# everything it forks while being killed. It keeps about 100 children alive, each for 60 s, forking a
+# new one (and ending the oldest) every millisecond.
+TAGGED_FORKER = """
+import os, signal, sys, time
+kids = []
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+    if len(kids) > 100:
+        old = kids.pop(0)
+        os.kill(old, signal.SIGKILL)
+        os.waitpid(old, 0)
+    time.sleep(0.001)
+"""
+
+
+def test_the_start_sweep_kills_a_dead_supervisors_survivor_and_what_it_forks(
+        sup: SupervisorRunner, marker: str) -> None:
+    state_dir = str(sup.state_dir)
+    env = {"PATH": os.environ.get("PATH", ""), "PROVER_SUPERVISOR_TAG": f"{NO_PID}.1",
+           "PROVER_SUPERVISOR_STATE_DIR": state_dir}
+    survivor = subprocess.Popen([PY, "-c", TAGGED_FORKER, marker], env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        read_pid(Path(marker))
+        wait_for(lambda: len(marked(marker)) > 50, 20, 0.05)
+        config = sup.write(sup.header(extra='cgroups = "off"') + textwrap.dedent("""
+            [[phases]]
+            name = "after"
+            command = ["true"]
+            """), header=False)
+        result = sup.run(config, timeout=60)
+        assert result.returncode == 0, result.output
+        assert "left by a supervisor that died without stopping them" in result.output, result.output
+        left = marked(marker)
+        assert not left, f"still alive: {[(p.pid, p.name()) for p in left]}; output:\n{result.output[-3000:]}"
+    finally:
+        with contextlib.suppress(OSError):
+            survivor.kill()
+        survivor.wait(10)
+
+
+# ---------------------------------------------------------------- in-process
+
+
+def test_a_listed_process_that_is_gone_is_skipped_and_the_rest_killed() -> None:
+    alive = subprocess.Popen(["sleep", "60"])
+    lines: list[str] = []
+    rounds: list[dict[int, str]] = [{NO_PID: "gone", alive.pid: "sleep"}]  # the first: listed, then it vanished
+
+    def find() -> dict[int, str]:
+        if rounds:
+            return rounds.pop()
+        return {alive.pid: "sleep"} if alive.poll() is None else {}
+
+    try:
+        killed = kill_until_none_left(find, lines.append, "test process(es)", 10)
+        assert alive.wait(10) == -signal.SIGKILL
+        assert alive.pid in killed and lines == [f"killed {len(killed)} test process(es): " +
+                                                 ", ".join(f"{pid} ({name})" for pid, name in killed.items())]
+    finally:
+        with contextlib.suppress(OSError):
+            alive.kill()
+        alive.wait(10)
+
+
+def test_what_survives_the_bound_is_said_by_pid_and_name() -> None:
+    """A zombie cannot be killed: it stands in for a process stuck in uninterruptible sleep."""
+    zombie = subprocess.Popen(["sleep", "0"])
+    wait_for(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE, 10)
+    lines: list[str] = []
+    try:
+        kill_until_none_left(lambda: {zombie.pid: "sleep"}, lines.append, "test process(es)", 0.2)
+    finally:
+        zombie.wait(10)
+    assert lines[0] == f"1 process(es) survived SIGKILL for 0.2s (uninterruptible sleep?): {zombie.pid} (sleep)"
+    assert lines[1] == f"killed 1 test process(es): {zombie.pid} (sleep)"
+
+
+def test_the_exit_sweep_in_process_kills_our_descendants_and_says_nothing_when_none_is_left() -> None:
+    child = subprocess.Popen([PY, "-c", "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"])
+    try:
+        wait_for(lambda: len(psutil.Process(child.pid).children()) == 1, 10)
+        grandchild = psutil.Process(child.pid).children()[0].pid
+        lines: list[str] = []
+        assert sweep_descendants(lines.append) == 2
+        assert child.wait(10) == -signal.SIGKILL
+        assert lines and lines[0].startswith("killed 2 leftover process(es): ") and f"{grandchild} (sleep)" in lines[0]
+        assert sweep_descendants(lines.append) == 0 and len(lines) == 1  # nothing left: nothing said
+    finally:
+        with contextlib.suppress(OSError):
+            child.kill()
+        child.wait(10)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .verdict import Verdict
 
 if TYPE_CHECKING:
-    from .phase import Phase
+    from .gpu import GpuSample
 
 
 class Refusal(NamedTuple):
@@ -67,8 +68,19 @@ class OutputHook:
                        detail=f"{self.what} failed: {problem}")
 
 
+@dataclass(frozen=True)
+class HookContext:
+    """What a hook is told of the phase it runs for, and all it may use: never the Phase itself."""
+
+    phase: str  # the phase's name
+    memory_available: int | None  # what the phase may have: the cgroup limit or MemTotal, capped by its memory_max
+    gpus: tuple[GpuSample, ...]  # the GPU thread's latest sample (empty: none yet, or no GPU); never a call to NVML
+    state_dir: Path
+    log: Callable[[str], None]
+
+
 # Before the phase runs: what its children get in their environment, or why it cannot run.
-Prepare = Callable[["Phase"], "dict[str, str] | Refusal"]
+Prepare = Callable[[HookContext], "dict[str, str] | Refusal"]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from .backoff import backoff_delay, within_window
 from .children import exit_verdict, start_child
 from .config import ChildSpec, PhaseSpec
 from .exits import EXIT_INTERNAL_ERROR
-from .hooks import NO_HOOKS, OutputParser, PhaseHooks, Prepare, Refusal
+from .hooks import NO_HOOKS, HookContext, OutputParser, PhaseHooks, Refusal
 from .loop import ErrorHandler, Timer, contained, summary
 from .policy import Next, after_attempt, memory_preflight
 from .process import Child, SpawnError
@@ -113,7 +113,7 @@ class Phase:
             self.facts = dict(self.previous)
             self.transition(PhaseState.DONE, f"resumed: {why}")
             return
-        if not self._prepared(memory_preflight):
+        if not self._prepared(lambda: memory_preflight(self)):
             return
         if self.spec.timeout_s is not None:
             self._deadline = self.rt.loop.call_later(self.spec.timeout_s, self._deadline_passed,
@@ -124,10 +124,15 @@ class Phase:
         """What this phase can have: the machine's (cgroup limit or MemTotal), capped by its memory_max."""
         return self.rt.available_memory(self.spec.memory_max)
 
-    def _prepared(self, prepare: Prepare | None) -> bool:
+    def hook_context(self) -> HookContext:
+        """What a hook may know of this phase: its name, its memory, the GPUs' latest sample, state_dir, the log."""
+        gpus = self.rt.gpus.samples() if self.rt.gpus is not None else ()
+        return HookContext(self.name, self.available_memory(), tuple(gpus), self.rt.state_dir, self.rt.log)
+
+    def _prepared(self, prepare: Callable[[], dict[str, str] | Refusal]) -> bool:
         """A step before running (the memory preflight, the prepare hook): what it returns is added to the
         children's environment; a refusal fails the phase (False)."""
-        prepared = prepare(self) if prepare is not None else {}
+        prepared = prepare()
         if isinstance(prepared, Refusal):
             self._fail(prepared.reason, prepared.detail)
             return False
@@ -137,7 +142,8 @@ class Phase:
     # ------------------------------------------------------------ an attempt
 
     def _start_attempt(self) -> None:
-        if not self._prepared(self._hooks.prepare):
+        hook = self._hooks.prepare
+        if hook is not None and not self._prepared(lambda: hook(self.hook_context())):
             return
         self.attempt += 1
         self.children = []

@@ -323,7 +323,7 @@ def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Superv
         base_env={**os.environ, STATE_DIR_ENV: str(host.state_dir)},
         # The OOM killer must pick one of the children, never us.
         child_oom_score_adj=host.child_oom_score_adj,
-        memory=core.memory, gpus=gpus, redactor=host.redactor, cuzk=plan.cuzk, state_dir=host.state_dir,
+        memory=core.memory, gpus=gpus, redactor=host.redactor, state_dir=host.state_dir,
         rebench=rebench,
     )
     reporter = Reporter(plan.manager, host.state_dir, rt, host.redactor, host.early_lines)
@@ -335,7 +335,7 @@ def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Superv
         outcome["status"] = status
         core.loop.stop()
 
-    lifecycle = Lifecycle(plan, rt, finished, hooks_for)
+    lifecycle = Lifecycle(plan, rt, finished, hooks_for(plan))
     restore_facts(lifecycle, host.state_dir, host.log)
     return Supervision(rt, reporter, lifecycle, outcome)
 

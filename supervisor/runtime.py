@@ -19,7 +19,6 @@ from .memory import MemoryEvidence
 from .policy import capped
 from .process import Child
 from .progress import ProgressProbe
-from .prover.cuzkconf import CuzkSettings
 from .reaping import Reaper
 from .redact import Redactor
 from .verdict import Verdict
@@ -48,7 +47,6 @@ class Runtime:
     progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
     freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (run.py makes it)
     redactor: Redactor | None = None
-    cuzk: CuzkSettings | None = None
     state_dir: Path = Path(".")
     rebench: bool = False  # run machine-resumable phases (the bench) even if they passed here recently
     ship_lines: Callable[[str, str, list[bytes]], None] | None = None  # (source, label, lines) to the manager

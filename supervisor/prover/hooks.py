@@ -7,41 +7,38 @@ even when proofs failed (supervisor/prover/bench.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from .. import verdict as v
-from ..config import PhaseSpec
-from ..hooks import OutputHook, PhaseHooks, Refusal
+from ..config import PhaseSpec, Plan
+from ..hooks import HookContext, OutputHook, PhaseHooks, Prepare, Refusal
 from . import cuzkconf
 from .bench import BenchParser, BenchResult, SingleProofParser
 
-if TYPE_CHECKING:
-    from ..phase import Phase
+
+def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
+    """``prepare = "cuzk-config"`` for the plan's [cuzk]: before each attempt, cuzk.toml sized for what the phase
+    may have now; the cuzk processes are told where it is."""
+
+    def write_cuzk_config(ctx: HookContext) -> dict[str, str] | Refusal:
+        # The same memory figure the preflight holds the phase to; the GPU thread's latest sample, never NVML itself.
+        try:
+            generated = cuzkconf.generate(settings, ctx.memory_available or 0, list(ctx.gpus))
+            cuzkconf.write(generated, settings.config_path, ctx.state_dir / "cuzk.generated.toml")
+        except (cuzkconf.DoesNotFit, ValueError) as exc:
+            return Refusal(v.INSUFFICIENT_MEMORY, str(exc))
+        except OSError as exc:
+            return Refusal(v.SPAWN_FAILED, f"cannot write {settings.config_path}: {exc.strerror or exc}")
+        ctx.log(f"phase {ctx.phase}: wrote {settings.config_path}: {generated.summary()}")
+        for line in filter(None, generated.text.splitlines()):
+            ctx.log(f"  cuzk.toml | {line}")
+        return {"CUZK_CONFIG": settings.config_path, "CUZK_ADDR": settings.listen,
+                "CUZK_STATUS_LISTEN": settings.status_listen,
+                "CUZK_BENCH_CONCURRENCY": str(generated.bench_concurrency)}
+
+    return write_cuzk_config
 
 
-def write_cuzk_config(phase: Phase) -> dict[str, str] | Refusal:
-    """cuzk.toml sized for what this phase may have now; the cuzk processes are told where it is."""
-    rt, settings = phase.rt, phase.rt.cuzk
-    if settings is None:
-        return {}
-    available = phase.available_memory()  # the same figure the preflight holds the phase to
-    gpus = list(rt.gpus.samples()) if rt.gpus is not None else []  # the GPU thread's latest: never NVML itself
-    try:
-        generated = cuzkconf.generate(settings, available or 0, gpus)
-        cuzkconf.write(generated, settings.config_path, rt.state_dir / "cuzk.generated.toml")
-    except (cuzkconf.DoesNotFit, ValueError) as exc:
-        return Refusal(v.INSUFFICIENT_MEMORY, str(exc))
-    except OSError as exc:
-        return Refusal(v.SPAWN_FAILED, f"cannot write {settings.config_path}: {exc.strerror or exc}")
-    rt.log(f"phase {phase.name}: wrote {settings.config_path}: {generated.summary()}")
-    for line in filter(None, generated.text.splitlines()):
-        rt.log(f"  cuzk.toml | {line}")
-    return {"CUZK_CONFIG": settings.config_path, "CUZK_ADDR": settings.listen,
-            "CUZK_STATUS_LISTEN": settings.status_listen,
-            "CUZK_BENCH_CONCURRENCY": str(generated.bench_concurrency)}
-
-
-PREPARES = {"cuzk-config": write_cuzk_config}
 PARSERS = {
     # The bench's result is kept as a fact: a resumed bench phase still reports its rate.
     "cuzk-bench": OutputHook("bench", "the cuzk-bench output parser", BenchParser, v.BENCH_FAILED,
@@ -51,7 +48,12 @@ PARSERS = {
 }
 
 
-def hooks_for(spec: PhaseSpec) -> PhaseHooks:
-    """The hooks ``spec`` asks for (config.py has refused any other ``prepare`` or ``parse`` value)."""
-    return PhaseHooks(prepare=PREPARES[spec.prepare] if spec.prepare else None,
-                      output=PARSERS[spec.parse] if spec.parse else None)
+def hooks_for(plan: Plan) -> Callable[[PhaseSpec], PhaseHooks]:
+    """The hooks each phase of ``plan`` asks for (config has refused any other ``prepare`` or ``parse`` value)."""
+    prepares = {"cuzk-config": cuzk_config(plan.cuzk)} if plan.cuzk is not None else {}
+
+    def of(spec: PhaseSpec) -> PhaseHooks:
+        return PhaseHooks(prepare=prepares.get(spec.prepare) if spec.prepare else None,
+                          output=PARSERS[spec.parse] if spec.parse else None)
+
+    return of

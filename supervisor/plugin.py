@@ -1,0 +1,71 @@
+"""The plugin boundary: what a domain adds to the generic supervisor, in types the core owns.
+
+The core (config, lifecycle, reporting, status) is a generic init and lifecycle supervisor. What makes
+it a Filecoin proving one (cuzk.toml, cuzk-bench's output, the fleet protocol's bench-done, the built-in
+profile) comes from one plugin, ``supervisor/prover/``, which fills a ``Plugin`` and is handed in by
+the composition root (``cli.py``, ``run.py``): the only core modules that import it. The core reaches
+a plugin through these fields only:
+
+- ``sections``: top-level config tables it owns (``[cuzk]``), parsed by it into frozen settings that the
+  plan carries in ``Plan.sections`` under the table's name. A top-level table nobody owns is an error.
+- ``table_keys``: keys it adds to a core table (``[manager] min_rate``, ...), declared with the core's own
+  ``Key`` (checker, default); checked with the table's own keys (unknown keys still refused, with a
+  "did you mean" over both); their values are in ``Plan.extensions[table]``.
+- ``prepares``, ``parsers``, ``ready``, ``reports``: the kinds it adds to the phase keys ``prepare``,
+  ``parse``, ``ready`` and ``report``; the config refuses a name that neither the core nor the plugin
+  registered, with the same one-line error as any bad choice.
+- ``fitness``: checks run beside the core's own (memory, disk, GPUs) before the first phase.
+- ``param_cache``: where the parameters go, for the core's disk check (None: the core's own rule).
+- ``attach``: called once the lifecycle and the reporting exist, with what it may drive (wiring.py).
+- ``profile``: the built-in config text ``run`` uses when none is given.
+
+A plugin may import anything of the core; the core never imports a plugin but in the composition root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # types only: none of these modules imports this one
+    from .config.model import Plan, ReadyCheck, SupervisorSpec
+    from .fitness import Evidence, Finding
+    from .hooks import OutputHook, Prepare
+    from .wiring import Wiring
+
+# A section's parser: (the table as read from TOML, the plan's [supervisor]) → its frozen settings, or
+# ConfigError naming the key (``cuzk.memory_model: ...``).
+SectionParser = Callable[[Any, "SupervisorSpec"], Any]
+# ``prepare = "<kind>"``: made once per plan (bound to its sections), run before each attempt.
+PrepareMaker = Callable[["Plan"], "Prepare"]
+# ``ready = "<kind>"``: (the plan's sections, where the key is) → the real probe, or ConfigError.
+ReadyMaker = Callable[[Mapping[str, Any], str], "ReadyCheck"]
+# Before the first phase: every reason the machine cannot run the plan (empty: fit).
+FitnessCheck = Callable[["Plan", "Evidence"], "list[Finding]"]
+# ``report = "<kind>"``: made when a oneshot is done, or when a service is up.
+ReportWhen = Literal["done", "up"]
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Plugin:
+    name: str
+    sections: Mapping[str, SectionParser] = field(default_factory=_empty)
+    table_keys: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # table → key → config Key
+    prepares: Mapping[str, PrepareMaker] = field(default_factory=_empty)
+    parsers: Mapping[str, OutputHook] = field(default_factory=_empty)
+    ready: Mapping[str, ReadyMaker] = field(default_factory=_empty)
+    reports: Mapping[str, ReportWhen] = field(default_factory=_empty)
+    fitness: tuple[FitnessCheck, ...] = ()
+    param_cache: Callable[[Plan], str | None] | None = None
+    attach: Callable[[Wiring], None] | None = None
+    profile: Callable[[], str] | None = None
+
+
+# The generic supervisor: nothing added.
+NO_PLUGIN = Plugin("none")

@@ -1,0 +1,21 @@
+"""What lives in ``state_dir``, named once: every module that reads or writes a file there takes its name from here.
+
+``state_dir`` is the supervisor's memory across restarts (a volume): a foundation module, imported by the config
+(to bound the socket's path), by the run, the observers and the reporting alike, and importing nothing itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LOCK = "supervisor.lock"  # held for the supervisor's whole life: a second one exits 75
+STATUS_FILE = "status.json"  # the last snapshot, for `status` when none runs
+STATUS_SOCKET = "status.sock"  # the running supervisor answers `status` here (0600)
+OUTBOX = "outbox.sqlite3"  # every manager call, written before it is sent
+CGROUP_LEDGER = "cgroups"  # the phase cgroups made, so the next start can empty what a SIGKILL left
+RESUME = "resume.json"  # what each done phase left for the next start (resume.py)
+
+
+def path(state_dir: str | Path, name: str) -> Path:
+    """``name`` (one of the constants above) under ``state_dir``."""
+    return Path(state_dir) / name

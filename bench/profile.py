@@ -66,9 +66,9 @@ def cfg_args(tool: bench.Ours, child: list[str], tag: str, **kw) -> list[str]:
 # ---------------------------------------------------------------------- SIGTERM
 
 
-def prof_sigpatch(tool: bench.Ours, runs: int) -> dict:
-    """SIGTERM → child's handler: current Child.stop vs signal-first, alternating, plus tini, same run."""
-    lat: dict[str, list[float]] = {"current": [], "proposed (sigfirst)": [], "tini": []}
+def prof_sigtini(tool: bench.Ours, runs: int) -> dict:
+    """SIGTERM → child's handler: ours and tini, alternating, same run."""
+    lat: dict[str, list[float]] = {"ours": [], "tini": []}
     for i in range(runs):
         for label in lat:
             stamp, ready = bench.WORK / f"p2b-{i}", bench.WORK / f"p2b-{i}.ready"
@@ -79,8 +79,7 @@ def prof_sigpatch(tool: bench.Ours, runs: int) -> dict:
                 p = subprocess.Popen(bench.Tini().wrap(child, "w2"), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
             else:
-                env = {**os.environ, "PROBE_OUT": str(bench.WORK / "p2b.json"),
-                       "PROBE_PATCH": "sigfirst" if "sigfirst" in label else ""}
+                env = {**os.environ, "PROBE_OUT": str(bench.WORK / "p2b.json")}
                 p = subprocess.Popen([OURS_PY, PROBE, *cfg_args(tool, child, "w2")], env=env, cwd=bench.SRC,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             bench.wait_for(ready.exists, 20)
@@ -98,7 +97,7 @@ def prof_sigpatch(tool: bench.Ours, runs: int) -> dict:
 def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.signals:SignalRouter.handle", "supervisor.lifecycle:Lifecycle.shutdown",
               "supervisor.proctable:ProcessTable._read", "supervisor.process:Child.stop", "os:killpg",
-              "supervisor.status:persist", "supervisor.logs:SupervisorLog.__call__"]
+              "supervisor.statefile:persist", "supervisor.logs:SupervisorLog.__call__"]
     rows = []
     for i in range(runs):
         stamp, ready, ev = bench.WORK / f"p2-{i}", bench.WORK / f"p2-{i}.ready", bench.WORK / f"p2-{i}.json"
@@ -129,7 +128,7 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
             return sum(o - i for i, o in zip(ins, outs, strict=False)), len(ins)
 
         tree_s, tree_n = spent("proctable.ProcessTable._read")
-        persist_s, persist_n = spent("status.persist")
+        persist_s, persist_n = spent("statefile.persist")
         log_s, log_n = spent("logs.SupervisorLog.__call__")
         rows.append({"wake": first("signals.SignalRouter.handle:in") - t0, "to_killpg": (kill or t_h) - t0,
                      "handler": t_h - t0, "table_read_before_kill": tree_s, "table_read_calls": tree_n,
@@ -144,9 +143,9 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
 
 
 def prof_exit(tool: bench.Ours, runs: int) -> dict:
-    probes = ["supervisor.reaping:Reaper.reap", "supervisor.lifecycle:Phase._child_exited",
+    probes = ["supervisor.reaping:Reaper.reap", "supervisor.phase:Phase._child_exited",
               "supervisor.process:Child.drain_output", "supervisor.memory:MemoryEvidence.report",
-              "supervisor.lifecycle:Runtime.record", "supervisor.status:persist",
+              "supervisor.runtime:Runtime.record", "supervisor.statefile:persist",
               "supervisor.proctable:ProcessTable._read"]
     stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
     lines: list[tuple[bytes, float]] = []
@@ -175,8 +174,8 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
         def first(name, after=after):
             return next((t for k, t in after if k == name), None)
 
-        ex_in, ex_out = first("lifecycle.Phase._child_exited:in"), first("lifecycle.Phase._child_exited:out")
-        rec_in = first("lifecycle.Runtime.record:in")
+        ex_in, ex_out = first("phase.Phase._child_exited:in"), first("phase.Phase._child_exited:out")
+        rec_in = first("runtime.Runtime.record:in")
         written = first("console_verdict_written")
         inside = [(k, t) for k, t in after if ex_in and ex_out and ex_in <= t <= ex_out]
 
@@ -189,7 +188,7 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
                      "drain_output": spent("process.Child.drain_output"),
                      "memory_report": spent("memory.MemoryEvidence.report"),
                      "to_record": rec_in - t_c, "console_written": (written or t_read) - t_c,
-                     "bench_read": t_read - t_c, "persist_in_exit_path": spent("status.persist"),
+                     "bench_read": t_read - t_c, "persist_in_exit_path": spent("statefile.persist"),
                      "child_exited_total": ex_out - ex_in})
     (OUT / "exit.json").write_text(json.dumps(rows, indent=1))
     keys = rows[0].keys() if rows else []
@@ -203,15 +202,15 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.config:load_plan", "supervisor.run:run", "supervisor.run:prepare_dirs",
               "supervisor.run:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
               "supervisor.run:secrets_of", "supervisor.run:claim_init_role", "supervisor.run:protect_from_oom_killer",
-              "supervisor.logs:Console.__init__", "supervisor.run:start_health", "supervisor.gpu:Gpus.__init__",
-              "supervisor.phase:memory_preflight", "supervisor.lifecycle:Phase.transition",
+              "supervisor.logs:Console.__init__", "supervisor.run:start_health", "supervisor.gpuwatch:Gpus.__init__",
+              "supervisor.phase:memory_preflight", "supervisor.phase:Phase.transition",
               "supervisor.reporting:Reporter.start", "supervisor.logs:SupervisorLog.__call__",
-              "supervisor.status:snapshot", "supervisor.reporting:Reporter.phase_changed",
-              "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.lifecycle:Phase._watch_for_stall",
+              "supervisor.snapshot:snapshot", "supervisor.reporting:Reporter.phase_changed",
+              "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.phase:Phase._watch_for_stall",
               "supervisor.memory:MemoryEvidence.__init__", "supervisor.reporting:Reporter.__init__",
-              "supervisor.resume:restore_facts", "supervisor.status:StatusServer.__init__",
+              "supervisor.resume:load_record", "supervisor.statussocket:StatusServer.__init__",
               "supervisor.lifecycle:Lifecycle.start", "supervisor.memory:MemoryEvidence.place",
-              "supervisor.children:spawn", "subprocess:Popen.__init__", "supervisor.status:persist"]
+              "supervisor.children:spawn", "subprocess:Popen.__init__", "supervisor.statefile:persist"]
     rows = []
     for i in range(runs):
         stamps, ev = bench.WORK / f"p6-{i}", bench.WORK / f"p6-{i}.json"
@@ -434,7 +433,7 @@ def logs_through_probe(tool: bench.Ours, nbytes: int, patch: str, i: int) -> dic
 
 def prof_feedpatch(tool: bench.Ours, nbytes: int, rounds: int = 3) -> dict:
     """Current feed vs the proposal, alternating, same harness, through a pipe to the C reader."""
-    variants = {"current": "", "minimal (minimalfeed)": "minimalfeed", "proposed (fastfeed)": "fastfeed"}
+    variants = {"current": "", "proposed (fastfeed)": "fastfeed"}
     out: dict[str, list[dict]] = {k: [] for k in variants}
     for i in range(rounds):
         for label, patch in variants.items():
@@ -451,8 +450,7 @@ from supervisor import logs
 careful_split, careful_emit = logs.LineSplitter.feed, logs.ChildOutput._emit
 src = open(sys.argv[1]).read()
 ns = {"time": __import__("time")}
-exec(src[src.index("def install_minimal_feed"):src.index("def install_signal_first")], ns)
-exec(src[src.index("def install_fast_feed"):src.index("def install_minimal_feed")], ns)
+exec(src[src.index("def install_fast_feed"):src.index("def dump")], ns)
 class Cap:
     def __init__(s): s.b = []
     def put(s, *parts, own=False): s.b.append(b"".join(parts))
@@ -466,6 +464,7 @@ for i in range(20000):
     k = rng.random()
     if k < 0.001: parts.append(b"y" * rng.randint(60000, 200000) + b"\n")   # over MAX_LINE_BYTES
     elif k < 0.01: parts.append(b"cr line\r\n")
+    elif k < 0.015: parts.append(b"40%\r41%\r42%\n")   # a redraw: a lone \r ends a line
     else: parts.append(b"l%d " % i + b"x" * rng.randint(0, 300) + b"\n")
 data = b"".join(parts) + b"tail-no-newline"
 def run(patch):
@@ -479,14 +478,14 @@ def run(patch):
     logs.ChildOutput.feed = careful_feed; logs.LineSplitter.feed = careful_split; logs.ChildOutput._emit = careful_emit
     return b"".join(c.b), list(o.ring)
 a = run(None)
-for p in ("install_minimal_feed", "install_fast_feed"):
+for p in ("install_fast_feed",):
     b = run(p); print(p, "console_equal=%s ring_equal=%s" % (a[0] == b[0], a[1] == b[1]))
 """
 
 
 def prof_equiv() -> dict:
-    """Feed 3.6 MB of mixed lines (over-long, CRLF, unterminated tail) in random read sizes through
-    today's ChildOutput and each proposal: same console bytes, same ring?"""
+    """Feed 3.6 MB of mixed lines (over-long, CRLF, redraws, unterminated tail) in random read sizes through
+    today's ChildOutput and the proposal: same console bytes, same ring?"""
     r = subprocess.run([OURS_PY, "-c", EQUIV, PROBE], cwd=bench.SRC, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     return {line.split()[0]: " ".join(line.split()[1:]) for line in r.stdout.splitlines() if line.strip()}
@@ -545,7 +544,7 @@ OURS_PY = ""
 def main() -> int:
     global OURS_PY
     boot()
-    which = sys.argv[1:] or ["sigterm", "sigpatch", "exit", "startup", "logs", "feed",
+    which = sys.argv[1:] or ["sigterm", "sigtini", "exit", "startup", "logs", "feed",
                                                             "feedpatch", "equiv", "rss"]
     OURS_PY = os.environ.get("BENCH_OURS_PYTHON", bench.ours_python())
     OUT.mkdir(parents=True, exist_ok=True)
@@ -565,7 +564,7 @@ def main() -> int:
                  "startup": lambda: prof_startup(tool, 20), "logs": lambda: prof_logs(tool, bench.GiB),
                  "feed": lambda: prof_feed(512 * bench.MiB), "rss": prof_rss,
                  "feedpatch": lambda: prof_feedpatch(tool, bench.GiB),
-                 "sigpatch": lambda: prof_sigpatch(tool, 40), "equiv": prof_equiv}
+                 "sigtini": lambda: prof_sigtini(tool, 40), "equiv": prof_equiv}
         for name in which:
             print(f"[profile] {name}", flush=True)
             results[name] = steps[name]()

@@ -159,7 +159,9 @@ def write_standins(args: argparse.Namespace) -> int:
 def show_status(args: argparse.Namespace) -> int:
     """Ask the running supervisor; if none answers, show what it last wrote (exit EXIT_NOT_RUNNING)."""
     from .config import check_state_dir, load_plan
-    from .status import load_persisted, query, render
+    from .render import render
+    from .statefile import load_persisted
+    from .statussocket import query
 
     if args.state_dir:
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))

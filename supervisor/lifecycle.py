@@ -18,6 +18,7 @@ from .hooks import NO_HOOKS, PhaseHooks
 from .loop import contained
 from .phase import Phase
 from .process import Child
+from .resume import ResumeRecord
 from .runtime import VERDICTS_KEPT_PER_PHASE, Runtime, stop_in_order, tell_listeners
 from .states import FINAL_STATES, PhaseState
 from .verdict import Verdict
@@ -31,12 +32,14 @@ class Lifecycle:
     """Runs the phases in order and decides when the whole run is over, and with which status."""
 
     def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[int], None],
-                 hooks_for: Callable[[PhaseSpec], PhaseHooks] = lambda spec: NO_HOOKS) -> None:
+                 hooks_for: Callable[[PhaseSpec], PhaseHooks] = lambda spec: NO_HOOKS,
+                 record: ResumeRecord | None = None) -> None:
         self.plan = plan
         self.rt = rt
         # What a phase does beyond running children comes from the hooks it is given (the prover's,
         # from run.py): the lifecycle itself knows nothing of cuzk.
-        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec)) for spec in plan.phases]
+        # The last run's facts (resume), offered to each phase.
+        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec), record) for spec in plan.phases]
         self._on_finished = on_finished
         self.listeners: list[Callable[[Phase], None]] = []  # every phase transition (reporting, status)
         self.on_shutdown: list[Callable[[str, int], None]] = []

@@ -37,7 +37,7 @@ class Phase:
     """One phase of the lifecycle: the only writer of its own state (``hold`` aside: Lifecycle's)."""
 
     def __init__(self, spec: PhaseSpec, rt: Runtime, on_change: Callable[[Phase], None],
-                 hooks: PhaseHooks = NO_HOOKS) -> None:
+                 hooks: PhaseHooks = NO_HOOKS, record: resume.ResumeRecord | None = None) -> None:
         self.spec = spec
         self.rt = rt
         self._on_change = on_change
@@ -59,8 +59,8 @@ class Phase:
         self._ready: ReadinessWait | None = None
         self._aborting = False
         self.extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget, hooks)
-        self.facts: dict[str, Any] = {}  # what a later start needs to resume (persisted in status.json)
-        self.previous: dict[str, Any] = {}  # this phase's facts from the last run, if any
+        self.facts: dict[str, Any] = {}  # what a later start needs to resume (kept in resume.json)
+        self._record = record if record is not None else resume.ResumeRecord()  # the last run's facts
         self.hold: str | None = None  # why the lifecycle may not go past this DONE phase yet (Lifecycle writes it)
         self.started = False  # the lifecycle reached it (a phase stopped before that never started)
         self.parsed: Any = None  # what the output hook's parser read (None: no parser, or not run yet)
@@ -102,7 +102,7 @@ class Phase:
         if self.started:
             return  # under way: resume may still be looking at its output files (off the loop)
         self.started = True
-        resume.check(self, self._hooks.output, self._resume_or_run)
+        self._record.check(self, self._hooks.output, self._resume_or_run)
 
     def _resume_or_run(self, resumed: tuple[str, Any] | None) -> None:
         """Resume's answer (at once, or once its look at the output files came back): done, or run."""
@@ -110,7 +110,7 @@ class Phase:
             return  # the supervisor shut down meanwhile
         if resumed is not None:
             why, self.parsed = resumed
-            self.facts = dict(self.previous)
+            self.facts = self._record.previous(self.name)
             self.transition(PhaseState.DONE, f"resumed: {why}")
             return
         if not self._prepared(lambda: memory_preflight(self)):

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import fitness
-from . import status as status_mod
+from . import fitness, resume
+from . import snapshot as snapshot_mod
 from .config import Plan
 from .exits import EXIT_OK
 from .freeze import start_the_tick
@@ -50,8 +50,9 @@ from .prover.hooks import hooks_for
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor, url_secrets
 from .reporting import EarlyLines, Reporter
-from .resume import restore_facts
 from .signals import SignalInbox, SignalRouter, last_words_to, signal_name
+from .statefile import StateFile
+from .statussocket import StatusServer
 from .survivors import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors
 from .teardown import tear_down
 
@@ -101,6 +102,7 @@ class Supervision:
     rt: Runtime
     reporter: Reporter
     lifecycle: Lifecycle
+    record: resume.ResumeRecord  # what the last run learnt, and each phase's facts once done (resume.json)
     outcome: dict[str, int] = field(default_factory=dict)
 
 
@@ -108,8 +110,8 @@ class Supervision:
 class Observers:
     """What watches the lifecycle from outside: status.json, the status socket, health and metrics."""
 
-    state_file: status_mod.StateFile
-    status_server: status_mod.StatusServer | None  # None: the socket could not be made (said)
+    state_file: StateFile
+    status_server: StatusServer | None  # None: the socket could not be made (said)
     health: Any  # a HealthServer, or None when http_port is 0 or taken
 
 
@@ -335,9 +337,10 @@ def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Superv
         outcome["status"] = status
         core.loop.stop()
 
-    lifecycle = Lifecycle(plan, rt, finished, hooks_for(plan))
-    restore_facts(lifecycle, host.state_dir, host.log)
-    return Supervision(rt, reporter, lifecycle, outcome)
+    record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
+    lifecycle = Lifecycle(plan, rt, finished, hooks_for(plan), record)
+    lifecycle.listeners.append(record.phase_changed)  # first: a phase's facts are kept before anything else
+    return Supervision(rt, reporter, lifecycle, record, outcome)
 
 
 def sample_gpus() -> Gpus:
@@ -358,15 +361,16 @@ def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision, router:
     rt.on_verdict.append(reporter.verdict)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
-        snap = status_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
-                                   lifecycle=lifecycle, rt=rt, reporter=reporter, usage=usage)
+        snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
+                                     lifecycle=lifecycle, gpus=rt.gpus, memory=rt.memory, verdicts=rt.verdicts,
+                                     manager=reporter.status(), resume=sup.record, usage=usage)
         if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
             snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
                                "giving_up": router.flush.giving_up}
         return snap
 
     # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
-    state_file = status_mod.StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
+    state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
     lifecycle.listeners.append(state_file.changed)
     rt.on_verdict.append(state_file.changed)
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
@@ -379,9 +383,9 @@ def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision, router:
 
 
 def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callable[..., dict[str, Any]],
-                        log: SupervisorLog) -> status_mod.StatusServer | None:
+                        log: SupervisorLog) -> StatusServer | None:
     try:
-        return status_mod.StatusServer(loop, state_dir, take_snapshot, log)
+        return StatusServer(loop, state_dir, take_snapshot, log)
     except OSError as exc:  # (no fd left, a path too long for a unix socket)
         log(f"status: cannot listen on {state_dir / 'status.sock'} ({exc.strerror or exc}); "
             "`prover-supervisor status` shows status.json only")

@@ -3,7 +3,9 @@
 The socket is mode 0600 (the status names processes and paths); each connection
 gets one JSON snapshot, built in the loop so it is consistent. The loop never
 waits on a client: what the socket does not take at once is written by a
-thread, and a client that does not read its answer is dropped.
+thread, and a client that does not read its answer is dropped. ``query`` is the
+other end (``prover-supervisor status``): an answer is used only once it has the
+snapshot's shape (statefile.snapshot_problem).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import statepaths
 from .loop import EventLoop
+from .statefile import snapshot_problem
 
-SOCKET_NAME = "status.sock"
 # A client that has not taken the rest of its answer within this long is dropped (by a writer thread).
 SEND_TIMEOUT_S = 2.0
 # Answers not taken at once are finished by at most this many threads; past that the oldest is dropped.
@@ -39,7 +42,7 @@ class StatusServer:
 
     def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], dict[str, Any]],
                  log: Callable[[str], None]) -> None:
-        self.path = state_dir / SOCKET_NAME
+        self.path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
         self._build = build
         self._loop = loop
         with contextlib.suppress(FileNotFoundError):
@@ -135,10 +138,9 @@ class StatusServer:
             self._log(f"status: cannot remove {self.path} ({exc.strerror or exc}); it stays, answering nothing")
 
 
-
 def ask(state_dir: Path, timeout: float = 5.0) -> Any:
     """The running supervisor's answer, parsed (any JSON: the caller checks its shape); None when none answers."""
-    path = state_dir / SOCKET_NAME
+    path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
     if not path.exists():
         return None
     try:
@@ -157,3 +159,9 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
         return json.loads(b"".join(chunks))
     except (ValueError, RecursionError):
         return None
+
+
+def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
+    """Ask the running supervisor; None when none answers on the socket, or not with a snapshot."""
+    answer = ask(state_dir, timeout)
+    return answer if snapshot_problem(answer) is None else None

@@ -307,12 +307,17 @@ def test_state_dir_filling_mid_run_loses_no_manager_call(sup: SupervisorRunner,
     assert len(re.findall(r"status: cannot write", text)) <= 1, console.tail()
     snap = json.loads((state / "status.json").read_text())
     assert [p["state"] for p in snap["phases"]] == ["done", "done", "done"]
+    # resume.json: the two phases done while the disk was full could not be kept (said once); the one done after
+    # wrote the record again, with all three.
+    assert len(re.findall(r"resume: cannot write", text)) == 1, console.tail()
+    assert f"resume: {state / 'resume.json'} written again" in text, console.tail()
+    assert sorted(json.loads((state / "resume.json").read_text())["phases"]) == ["bench", "params", "service"]
 
 
 def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: SupervisorRunner,
                                                                       tmpfs: Callable[[Path, str], Path]) -> None:
-    """Calls left pending by an earlier start, a state_dir full before this one: one line each for the outbox and
-    status.json, no traceback, the earlier calls delivered first, the lifecycle completes."""
+    """Calls left pending by an earlier start, a state_dir full before this one: one line each for the outbox,
+    status.json and resume.json, no traceback, the earlier calls delivered first, the lifecycle completes."""
     state = tmpfs(sup.state_dir, "1m")
     mgr = DevManager(quiet=True).start()
     try:
@@ -333,6 +338,7 @@ def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: Superv
         assert "Traceback" not in text, console.tail()
         assert len(re.findall(r"outbox: cannot write", text)) == 1, console.tail()
         assert len(re.findall(r"status: cannot write", text)) == 1, console.tail()
+        assert len(re.findall(r"resume: cannot write", text)) == 1, console.tail()
         assert not list(state.glob("*.corrupt-*")), "a full disk is not corruption"
         uuid = answer["uuid"]
         assert f"reusing uuid {uuid}" in text, console.tail()

@@ -3,7 +3,8 @@
 The demo lifecycle (stand-ins for paramfetch, cuzk-daemon + cuzk-bench, curio) with ``resume = "outputs"`` on the
 fetch and ``resume = "machine"`` on the bench runs against the dev-manager; the supervisor is SIGKILLed mid-fetch,
 mid-bench and in production, and started again on the same state_dir. Also: the bench's age and ``--rebench``,
-a corrupt status.json, a corrupt outbox.
+a corrupt status.json where there is no resume.json yet (an upgrade reads an older supervisor's facts from it),
+a corrupt outbox. resume.json itself: tests/test_resume_record.py.
 """
 
 from __future__ import annotations
@@ -288,6 +289,7 @@ CORRUPT_STATE = {
 
 @pytest.mark.parametrize("kind", list(CORRUPT_STATE))
 def test_a_corrupt_status_json_means_a_clean_start(sup: SupervisorRunner, kind: str) -> None:
+    """No resume.json: the facts an upgrade would read from status.json are damaged, so nothing resumes."""
     sup.state_dir.mkdir()
     (sup.state_dir / "status.json").write_bytes(CORRUPT_STATE[kind])
     config = bench_config(sup)

@@ -307,6 +307,68 @@ def test_daemon_sigterm_kills_it_at_once(tmp_path: Path, spawn: Callable[..., Pr
     assert "shutting down" not in proc.output
 
 
+# What the daemon's config says, read as the real daemon reads it (cuzk_settings): each case stops it before it
+# binds anything (a failure at start, exit 1), after the lines that show what it read.
+DAEMON_STARTS: dict[str, tuple[str, dict[str, str], list[str]]] = {
+    "missing-config": ("", {"STANDIN_DAEMON_MIN_BUDGET": "1PiB"},
+                       [r"WARN.*config file \S+ not found, using built-in defaults",
+                        r"memory budget: .* \(auto \(physical .* - margin 5\.00 GiB\)\)",
+                        r"ERROR.*insufficient memory budget for SRS: budget .* < required 1024\.00 TiB"]),
+    "malformed-toml": ("[daemon\nlisten = 1", {}, [r"ERROR.*failed to load config \S+cuzk\.toml: "]),
+    "bad-listen": ('[daemon]\nlisten = "nowhere"\n', {}, [r"ERROR.*invalid listen address 'nowhere'"]),
+    "bad-margin": ('[memory]\nsafety_margin = "lots"\n', {}, [r"ERROR.*invalid \[memory\] safety_margin 'lots'"]),
+    "bad-budget": ('[memory]\ntotal_budget = "lots"\n', {}, [r"ERROR.*invalid \[memory\] total_budget 'lots'"]),
+    "budget-too-small": ('[memory]\ntotal_budget = "10GiB"\n', {"STANDIN_DAEMON_MIN_BUDGET": "64GiB"},
+                         [r"INFO.*memory budget: 10\.00 GiB \(configured\)",
+                          r"ERROR.*insufficient memory budget for SRS: budget 10\.00 GiB < required 64\.00 GiB"]),
+    "no-params": ('[memory]\ntotal_budget = "400GiB"\n[synthesis]\npartition_workers = 3\n',
+                  {"STANDIN_REQUIRE_PARAMS": "1"},
+                  [r"WARN.*\[synthesis\] partition_workers is deprecated and ignored",
+                   r"ERROR.*failed to load SRS: no parameter files in \S+params"]),
+    "legacy-partition-workers": ('[memory]\ntotal_budget = "400GiB"\n[synthesis]\npartition_workers = 3\n',
+                                 {"STANDIN_REQUIRE_PARAMS": "1", "STANDIN_CUZK_LEGACY_PW": "1"},
+                                 [r"INFO.*synthesis: partition_workers=3 \(estimated peak RSS ~ 129 GiB\)",
+                                  r"ERROR.*failed to load SRS"]),
+    "pw-generation": ('[memory]\npinned_budget = "50GiB"\n[synthesis]\npartition_workers = 2\n',
+                      {"STANDIN_REQUIRE_PARAMS": "1", "STANDIN_CUZK_GENERATION": "partition-workers"},
+                      [r"INFO.*memory: pinned_budget = 50GiB",
+                       r"INFO.*synthesis: partition_workers=2 \(estimated peak RSS ~ 109\.00 GiB\)",
+                       r"ERROR.*failed to load SRS"]),
+    "pw-generation-bad-count": ("[synthesis]\npartition_workers = 0\n", {"STANDIN_CUZK_GENERATION": "feb-2026"},
+                                [r"ERROR.*invalid \[synthesis\] partition_workers 0"]),
+}
+
+
+@pytest.mark.parametrize("case", list(DAEMON_STARTS))
+def test_daemon_reads_its_config_as_the_real_one(tmp_path: Path, case: str) -> None:
+    text, env, expected = DAEMON_STARTS[case]
+    config = tmp_path / "cuzk.toml"
+    if text:
+        config.write_text(text)
+    (tmp_path / "params").mkdir()
+    done = run_standin("cuzk_daemon", "-c", str(config),
+                       env=standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"), **env))
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in done.stdout.splitlines()]
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    found = [next((i for i, line in enumerate(lines) if re.search(pattern, line)), None) for pattern in expected]
+    assert None not in found and found == sorted(found), (expected, lines)  # each said, in this order
+    assert not any("listening on" in line for line in lines), lines
+
+
+def test_daemon_log_level_from_its_config(tmp_path: Path) -> None:
+    """``[logging] level = "warn"`` silences the info lines; ``--log-level`` wins over it."""
+    config = tmp_path / "cuzk.toml"
+    config.write_text('[logging]\nlevel = "warn"\n[memory]\ntotal_budget = "400GiB"\n')
+    (tmp_path / "params").mkdir()
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"), STANDIN_REQUIRE_PARAMS="1")
+    quiet = run_standin("cuzk_daemon", "-c", str(config), env=env)
+    assert quiet.returncode == 1 and "failed to load SRS" in quiet.stdout, quiet.stdout
+    assert "starting (pid" not in quiet.stdout and "memory budget" not in quiet.stdout, quiet.stdout
+    loud = run_standin("cuzk_daemon", "-c", str(config), "--log-level", "debug", env=env)
+    assert loud.returncode == 1 and "starting (pid" in loud.stdout and "memory budget: 400.00 GiB" in loud.stdout
+
+
 def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,
                                                                spawn: Callable[..., Proc]) -> None:
     daemon, port, status_port = start_daemon(spawn, tmp_path)

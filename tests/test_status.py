@@ -18,15 +18,21 @@ import subprocess
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from helpers import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_list, toml_str, wait_for
 
 from supervisor import lifecycle
-from supervisor import status as status_mod
 from supervisor.prover.devmanager import DevManager
-from supervisor.status import query
+from supervisor.render import render
+from supervisor.resume import ResumeRecord
+from supervisor.snapshot import SNAPSHOT_LINE_CHARS, snapshot
+from supervisor.statefile import snapshot_problem
+from supervisor.states import PhaseState
+from supervisor.statussocket import query
+from supervisor.verdict import without_exit
 
 SECRET = "abcd-secret-9999"
 NUMBER = (int, float)
@@ -439,7 +445,7 @@ def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: Supervi
     kept = [v for v in snap["verdicts"] if v["phase"] == "flappy"]
     assert 0 < len(kept) <= lifecycle.VERDICTS_KEPT_PER_PHASE, len(kept)
     assert kept[-1]["attempt"] == RESTARTS + 1, "the latest verdicts are the ones kept"
-    assert all(len(s) <= status_mod.SNAPSHOT_LINE_CHARS for v in kept for s in v["last_lines"])
+    assert all(len(s) <= SNAPSHOT_LINE_CHARS for v in kept for s in v["last_lines"])
     assert "Traceback" not in (sup.log_dir / "supervisor.log").read_text()
 
 
@@ -531,3 +537,71 @@ def test_status_json_is_json_even_when_none_runs(tmp_path: Path, sup: Supervisor
     check_schema(snap)
     assert snap["running"] is False and snap["live"] is False
     assert [ph["name"] for ph in snap["phases"]] == ["once"]
+
+
+# ---------------------------------------------------------------- in-process: the snapshot and its text
+
+
+def a_phase(name: str, state: PhaseState, *, facts: dict[str, Any] | None = None,
+            children: tuple[Any, ...] = ()) -> SimpleNamespace:
+    """What the snapshot reads of a phase (snapshot.PhaseView)."""
+    return SimpleNamespace(name=name, spec=SimpleNamespace(kind="oneshot"), state=state, since=1000.0, why="why",
+                           attempt=1, up=False, hold=None, facts=facts or {}, kept_result=None,
+                           live_children=lambda: list(children))
+
+
+def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
+    """The snapshot reads only its arguments: a phase not reached shows the last run's facts (the resume record),
+    a child's lines and a verdict's are cut (masked already where they entered), the shape is the one read back."""
+    long_line = "y" * (SNAPSHOT_LINE_CHARS + 100)
+    output = SimpleNamespace(last_output_at=time.monotonic() - 5, last_lines=lambda n=None: ["token is ***", long_line])
+    child = SimpleNamespace(label="work/work", pid=os.getpid(), started_at=time.time() - 9, stop_reason=None,
+                            output=output)
+    done_now = {"done_at": time.time(), "machine": {}}
+    phases = [a_phase("fetch", PhaseState.DONE, facts=done_now), a_phase("work", PhaseState.RUNNING, children=(child,)),
+              a_phase("bench", PhaseState.PENDING)]
+    life = SimpleNamespace(phases=phases, shutting_down=False, exit_status=None, shutdown_reason="",
+                           current=lambda: phases[1])
+    earlier = {"done_at": 1000.0, "machine": {"gpus": [], "memory": 1}}
+    record = ResumeRecord(None, {"bench": earlier, "fetch": {"done_at": 1.0}})
+    verdict = without_exit("work", "work", "timeout", 1, "deadline", attempt=1, last_lines=[long_line])
+    snap = snapshot(role="subreaper", started_at=time.time() - 10, config="c.toml", lifecycle=life, gpus=None,
+                    memory=None, verdicts=[verdict], manager={"enabled": False}, resume=record)
+    assert snapshot_problem(json.loads(json.dumps(snap))) is None
+    assert snap["lifecycle"] == {"state": "running", "why": "", "exit_status": None, "current": "work"}
+    assert [(p["name"], p["state"], p["facts"]) for p in snap["phases"]] == [
+        ("fetch", "done", done_now), ("work", "running", {}), ("bench", "pending", earlier)]
+    (shown,) = snap["children"]
+    assert shown["phase"] == "work" and shown["usage"]["processes"] >= 1
+    assert shown["last_lines"] == ["token is ***", long_line[:SNAPSHOT_LINE_CHARS]]
+    assert 4 < time.time() - shown["last_output_at"] < 60
+    assert snap["verdicts"][0]["last_lines"] == [long_line[:SNAPSHOT_LINE_CHARS]]
+    assert snap["verdicts"][0]["line"] == verdict.line()
+    assert snap["gpus"] == {"available": False, "why": "not probed", "samples": [], "unresponsive": None,
+                            "slow_calls": 0}
+    assert snap["memory"]["mode"] == "unavailable" and snap["manager"] == {"enabled": False}
+
+
+def test_the_text_of_a_saved_snapshot() -> None:
+    now = 10_000.0
+    snap = {"pid": 42, "written_at": now - 130, "lifecycle": {"state": "stopped", "why": "received SIGTERM",
+                                                              "current": "svc"},
+            "phases": [{"name": "prep", "state": "done", "since": now - 7300, "attempt": 2, "why": "completed"},
+                       {"name": "svc", "state": "stopped", "since": now - 5, "attempt": 1, "why": "stopped",
+                        "hold": "the manager has not answered"}],
+            "children": [], "gpus": {"why": "no GPU: NVML unavailable"}, "memory": {"mode": "shared", "why": "w"},
+            "manager": {"enabled": False}, "verdicts": [{"line": "phase=svc child=svc reason=stopped"}]}
+    assert render(snap, live=False, now=now).splitlines() == [
+        "no prover-supervisor is running; last state written 2m10s ago by pid 42",
+        "lifecycle: stopped (received SIGTERM)",
+        "current phase: svc",
+        "phases:",
+        "  prep         done      since 2h01m ago, attempt 2: completed",
+        "  svc          stopped   since 5s ago, attempt 1: stopped; held: the manager has not answered",
+        "children: none running",
+        "gpus: no GPU: NVML unavailable",
+        "memory: shared; w",
+        "manager: reporting off",
+        "verdicts (latest last):",
+        "  phase=svc child=svc reason=stopped",
+    ]

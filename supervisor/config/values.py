@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import statepaths
 from ..units import is_ascii_digits, parse_size
 from .model import CUZK_READY, ConfigError, ReadyCheck
 
@@ -99,10 +100,8 @@ def _path(value: Any, where: str) -> str:
 
 def check_state_dir(value: Any, where: str) -> str:
     """state_dir holds the status socket, whose whole path the kernel limits to 107 bytes."""
-    from ..status import SOCKET_NAME  # here, not at the top: status may one day read the config
-
     text = _path(value, where)
-    socket_path = os.path.join(text, SOCKET_NAME)
+    socket_path = os.path.join(text, statepaths.STATUS_SOCKET)
     if _byte_length(socket_path, where) > MAX_SOCKET_PATH_BYTES:
         raise ConfigError(f"{where}: too long for the status socket: {_describe(socket_path)} is more than "
                           f"{MAX_SOCKET_PATH_BYTES} bytes (a unix socket's limit)")

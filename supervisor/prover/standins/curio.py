@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from . import common
+from . import failures, knobs, output
 
 VERSION = "1.24.4+mainnet+git_standin"
 LOGGER = "curio"
@@ -45,7 +45,7 @@ class ShutdownRequested(Exception):
     """SIGTERM/SIGINT arrived (raised in the main thread by the handler)."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(common.signal_name(signum))
+        super().__init__(failures.signal_name(signum))
         self.signum = signum
 
 
@@ -54,12 +54,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:
         self.print_usage(sys.stderr)
-        common.err(f"Incorrect Usage: {message}")
+        output.err(f"Incorrect Usage: {message}")
         raise SystemExit(1)
 
 
 def _log(level: str, msg: str, caller: str = "cmd/curio/run.go:120", **fields: Any) -> None:
-    common.golog(LOGGER, level, msg, caller=caller, **fields)
+    output.golog(LOGGER, level, msg, caller=caller, **fields)
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
@@ -67,7 +67,7 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 
 def _parse_listen(text: str) -> tuple[str, int]:
-    kind, where = common.parse_addr(text)
+    kind, where = knobs.parse_addr(text)
     if kind != "tcp":
         raise ValueError(f"--listen must be host:port, got {text!r}")
     return where
@@ -84,20 +84,20 @@ def run(argv: list[str]) -> int:
     try:
         host, port = _parse_listen(args.listen)
     except ValueError as exc:
-        common.err(f"ERROR: {exc}")
+        output.err(f"ERROR: {exc}")
         return 1
     try:
-        common.setup("curio")
-    except common.UsageError as exc:
-        common.err(f"ERROR: {exc}")
+        failures.setup("curio")
+    except knobs.UsageError as exc:
+        output.err(f"ERROR: {exc}")
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
-        common.handle_signal(sig, _on_signal)
+        failures.handle_signal(sig, _on_signal)
 
     listener: socket.socket | None = None
     run_for = float("inf")
     if os.environ.get("STANDIN_RUN_SECONDS", "").strip():
-        run_for = common.env_seconds("STANDIN_RUN_SECONDS", 0.0)
+        run_for = knobs.env_seconds("STANDIN_RUN_SECONDS", 0.0)
     deadline = time.monotonic() + run_for
     reason = ""
     try:
@@ -111,7 +111,7 @@ def run(argv: list[str]) -> int:
              path=os.environ.get("FIL_PROOFS_PARAMETER_CACHE", "/var/tmp/filecoin-proof-parameters"))
         if not args.nosync:
             _log("info", "waiting for chain sync", caller="deps/deps.go:301")
-            common.sleep(common.scaled(0.2))
+            knobs.sleep(knobs.scaled(0.2))
             _log("info", "chain sync complete", caller="deps/deps.go:309")
         listener = _bind(host, port)
         if listener is None:
@@ -158,7 +158,7 @@ def _accept_for(listener: socket.socket, seconds: float) -> None:
 
 def serve(listener: socket.socket, deadline: float) -> str:
     """Serve, logging a task line every interval, until ``deadline``; returns why it stopped."""
-    interval = max(0.01, common.env_seconds("STANDIN_TASK_S", 1.0))
+    interval = max(0.01, knobs.env_seconds("STANDIN_TASK_S", 1.0))
     task_id = 0
     while True:
         now = time.monotonic()
@@ -170,21 +170,21 @@ def serve(listener: socket.socket, deadline: float) -> str:
         task_id += 1
         _log("info", "task completed", caller="harmonytask/task_type_handler.go:245",
              task=TASKS[task_id % len(TASKS)], id=task_id, took=f"{interval:.2f}s")
-        common.partway()
+        failures.partway()
 
 
 def shutdown(listener: socket.socket | None, reason: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
-        common.handle_signal(sig, signal.SIG_IGN)
-    common.unsilence()
-    drain = common.env_seconds("STANDIN_DRAIN_S", 0.2)
+        failures.handle_signal(sig, signal.SIG_IGN)
+    output.unsilence()
+    drain = knobs.env_seconds("STANDIN_DRAIN_S", 0.2)
     _log("warn", f"Shutting down gracefully ({reason}); waiting for running tasks",
          caller="cmd/curio/run.go:190")
     if listener is not None:
         _accept_for(listener, drain)
         listener.close()
     else:
-        common.sleep(drain)
+        knobs.sleep(drain)
     _log("warn", "Graceful shutdown successful", caller="cmd/curio/run.go:199")
     return 0
 
@@ -210,7 +210,7 @@ def cli(argv: list[str]) -> int:
         host, port = _parse_listen(args.machine)
         timeout = _parse_duration(args.timeout)
     except ValueError as exc:
-        common.err(f"ERROR: {exc}")
+        output.err(f"ERROR: {exc}")
         return 1
     host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     deadline = time.monotonic() + timeout
@@ -220,21 +220,21 @@ def cli(argv: list[str]) -> int:
                 return 0
         except OSError as exc:
             if time.monotonic() >= deadline:
-                common.err(f"ERROR: timed out waiting for api to come online: {exc.strerror or exc}")
+                output.err(f"ERROR: timed out waiting for api to come online: {exc.strerror or exc}")
                 return 1
-            common.out(f"Not online yet... ({exc.strerror or exc})")
-        time.sleep(max(0.01, min(common.scaled(1.0), deadline - time.monotonic())))
+            output.out(f"Not online yet... ({exc.strerror or exc})")
+        time.sleep(max(0.01, min(knobs.scaled(1.0), deadline - time.monotonic())))
 
 
 def main(argv: list[str] | None = None) -> int:
-    common.init_streams()
+    output.init_streams()
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
-        common.out("usage: curio run|fetch-params|cli|--version ...")
+        output.out("usage: curio run|fetch-params|cli|--version ...")
         return 0 if args else 1
     command, rest = args[0], args[1:]
     if command in ("-v", "--version", "version"):
-        common.out(f"curio version {VERSION}")
+        output.out(f"curio version {VERSION}")
         return 0
     if command == "run":
         return run(rest)
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         return paramfetch.main(args, prog="curio")
     if command == "cli":
         return cli(rest)
-    common.err(f"No help topic for '{command}'")
+    output.err(f"No help topic for '{command}'")
     return 1
 
 

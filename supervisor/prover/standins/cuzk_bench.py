@@ -62,7 +62,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any, NamedTuple
 
-from . import common
+from . import failures, knobs, output
 
 DEFAULT_ADDR = "http://127.0.0.1:9820"
 STATUS_WORDS = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
@@ -165,13 +165,13 @@ def summary(results: list[Result], total_s: float) -> list[str]:
 
 
 def _report(k: int, n: int, res: Result) -> None:
-    common.out(proof_line(k, n, res))
+    output.out(proof_line(k, n, res))
     if res.status != "COMPLETED":
-        common.out(f"    error: {res.error}")
+        output.out(f"    error: {res.error}")
 
 
 def run_batch(addr: tuple[str, Any], kind: str, c1: str | None, count: int, jobs: int) -> list[Result]:
-    fail_n = max(0, common.env_int("STANDIN_BENCH_FAIL_PROOFS", 0))
+    fail_n = max(0, knobs.env_int("STANDIN_BENCH_FAIL_PROOFS", 0))
     timeout = _timeout()
     results: list[Result] = []
     tag = f"{os.getpid()}-{int(time.time())}"
@@ -185,21 +185,21 @@ def run_batch(addr: tuple[str, Any], kind: str, c1: str | None, count: int, jobs
             res = future.result()
             results.append(res)
             _report(len(results), count, res)
-            common.partway()
+            failures.partway()
     return results
 
 
 def run_single(addr: tuple[str, Any], kind: str, c1: str | None) -> int:
     """One proof, its result block; exit 0 whatever its status, 1 only when no answer came."""
     job = f"warmup-{os.getpid()}-{int(time.time())}"
-    fail = common.env_int("STANDIN_BENCH_FAIL_PROOFS", 0) > 0
+    fail = knobs.env_int("STANDIN_BENCH_FAIL_PROOFS", 0) > 0
     res = prove_once(addr, {"type": kind, "c1": c1, "job": job}, _timeout(), fail)
     if res.error.startswith(TRANSPORT_ERROR):
-        common.err(f"Error: Prove RPC failed: {res.error}")
+        output.err(f"Error: Prove RPC failed: {res.error}")
         return 1
     for line in result_block(job, res):
-        common.out(line)
-    common.partway()
+        output.out(line)
+    failures.partway()
     return 0
 
 
@@ -245,33 +245,33 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    common.init_streams()
+    output.init_streams()
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        addr = common.parse_addr(args.addr)
+        addr = knobs.parse_addr(args.addr)
     except ValueError as exc:
-        common.err(f"error: {exc}")
+        output.err(f"error: {exc}")
         return 2
     if args.c1 is not None and not os.path.isfile(args.c1):
-        common.err(f"error: failed to read C1 output {args.c1}: No such file or directory (os error 2)")
+        output.err(f"error: failed to read C1 output {args.c1}: No such file or directory (os error 2)")
         return 1
     try:
-        common.setup("cuzk-bench")
-    except common.UsageError as exc:
-        common.err(f"error: {exc}")
+        failures.setup("cuzk-bench")
+    except knobs.UsageError as exc:
+        output.err(f"error: {exc}")
         return 2
-    common.handle_signal(signal.SIGINT, signal.SIG_DFL)  # a Rust binary: Ctrl-C kills it outright
+    failures.handle_signal(signal.SIGINT, signal.SIG_DFL)  # a Rust binary: Ctrl-C kills it outright
 
     if args.command == "single":
         return run_single(addr, args.proof_type, args.c1)
 
-    common.out(f"running {args.count} {args.proof_type} proofs against {args.addr} "
+    output.out(f"running {args.count} {args.proof_type} proofs against {args.addr} "
                f"with concurrency {args.concurrency}")
     started = time.monotonic()
     results = run_batch(addr, args.proof_type, args.c1, args.count, args.concurrency)
     total = time.monotonic() - started
     for line in summary(results, total):
-        common.out(line)
+        output.out(line)
     return 0
 
 

@@ -4,16 +4,8 @@ Usage::
 
     python -m supervisor.prover.standins.cuzk_daemon -c <config.toml> [-l <listen>] [--log-level L] [--version]
 
-Reads the TOML if it exists (otherwise logs a warning and uses built-in defaults; a
-malformed file is an error, exit 1). Keys used: ``[daemon] listen`` (default
-``http://127.0.0.1:9820``; ``unix:///path`` and ``host:port`` work too), ``status_listen``
-(default ``127.0.0.1:9821``; ``""`` disables it), ``[srs] param_cache`` (default
-``$FIL_PROOFS_PARAMETER_CACHE`` or ``/var/tmp/filecoin-proof-parameters``),
-``[memory] total_budget`` / ``safety_margin``, ``[gpus] devices`` /
-``gpu_workers_per_device`` (concurrent proofs = devices x workers, default 1 x 2),
-``[synthesis] partition_workers`` (deprecated: warned about and ignored, unless
-``STANDIN_CUZK_LEGACY_PW=1`` makes this a pre-unified-memory build that obeys it),
-``[pipeline] enabled`` / ``synthesis_concurrency``, ``[logging] level``. ``-l`` overrides listen.
+Reads the TOML if it exists: its keys, and what a missing or malformed file does, in cuzk_settings.
+``-l`` overrides listen.
 
 Behaviour, as the real daemon: ANSI-coloured tracing log lines; ``cuzk-daemon ready`` is
 logged BEFORE the sockets are bound (0.3 s scaled later, ``STANDIN_BIND_DELAY_S``), so
@@ -54,46 +46,28 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import common
 from . import cuzk_generations as generations
+from . import cuzk_settings, failures, knobs, output
 from .cuzk_generations import GIB
 from .cuzk_http import Server, make_server
+from .cuzk_settings import LEVELS, Log, Settings, StartupError
 
-DEFAULT_LISTEN = "http://127.0.0.1:9820"
-DEFAULT_STATUS = "127.0.0.1:9821"
-DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
 PCE_FILE = "pce-porep-32g.bin"
 MAIN_NAP_S = 0.1
 SRS_BYTES = 44 * GIB
 PCE_BYTES = 26 * GIB
 PARTITION_BYTES = int(13.6 * GIB)
-LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
-COLORS = {"trace": "35", "debug": "34", "info": "32", "warn": "33", "error": "31"}
 
 
 class Interrupted(Exception):
     """SIGINT arrived (raised in the main thread by the handler)."""
 
 
-class StartupError(Exception):
-    """The daemon cannot start (exit 1)."""
-
-
-class Log:
-    """tracing-subscriber style coloured lines."""
-
-    def __init__(self, level: str) -> None:
-        self.min = LEVELS.get(level.lower(), LEVELS["info"])
-
-    def __call__(self, level: str, msg: str, target: str = "cuzk_daemon") -> None:
-        if LEVELS[level] < self.min:
-            return
-        common.out(f"\x1b[2m{common.now_iso()}\x1b[0m \x1b[{COLORS[level]}m{level.upper():>5}\x1b[0m "
-                   f"\x1b[2m{target}\x1b[0m\x1b[2m:\x1b[0m {msg}")
-
-
 class Daemon:
     """Config, simulated state, servers."""
+
+    cfg: Settings  # (load_config: its settings)
+    gpu_sem: threading.Semaphore  # (load_config: one slot per GPU worker)
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -107,9 +81,9 @@ class Daemon:
         self.received = self.completed = self.failed = self.cancelled = 0
         self.in_flight = self.queued = self.busy = 0
         self.pce_loaded = False
-        self.fail_after = max(0, common.env_int("STANDIN_FAIL_AFTER", 1))
-        self.proof_s = common.env_seconds("STANDIN_PROOF_S", 1.0)
-        self.pce_s = common.env_seconds("STANDIN_PCE_S", 0.5)
+        self.fail_after = max(0, knobs.env_int("STANDIN_FAIL_AFTER", 1))
+        self.proof_s = knobs.env_seconds("STANDIN_PROOF_S", 1.0)
+        self.pce_s = knobs.env_seconds("STANDIN_PCE_S", 0.5)
         self.pce_disabled = os.environ.get("CUZK_DISABLE_PCE", "").strip() not in ("", "0", "false")
         self.version = os.environ.get("STANDIN_CUZK_VERSION", "").strip() or "0.1.0"
         self.generation = generations.generation()
@@ -117,108 +91,26 @@ class Daemon:
     # ------------------------------------------------------------ startup
 
     def load_config(self) -> None:
-        path = self.args.config
-        cfg: dict[str, Any] = {}
-        if path and os.path.exists(path):
-            import tomllib
-
-            try:
-                with open(path, "rb") as fh:
-                    cfg = tomllib.load(fh)
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise StartupError(f"failed to load config {path}: {exc}") from None
-            loaded = f"loaded config from {path}"
-        else:
-            loaded = f"config file {path} not found, using built-in defaults"
-
-        def section(name: str) -> dict[str, Any]:
-            value = cfg.get(name, {})
-            return value if isinstance(value, dict) else {}
-
-        daemon, memory, gpus = section("daemon"), section("memory"), section("gpus")
-        synthesis, pipeline, logging = section("synthesis"), section("pipeline"), section("logging")
-        if not self.args.log_level and isinstance(logging.get("level"), str):
-            self.log = Log(logging["level"])
+        cfg, loaded = cuzk_settings.read_toml(self.args.config)
+        self.log = cuzk_settings.log_for(self.args.log_level, cfg)
         self.log("info", f"cuzk-daemon v{self.version} starting (pid {os.getpid()})")
         self.log("info" if cfg else "warn", loaded)
-        try:
-            self.listen = common.parse_addr(self.args.listen or str(daemon.get("listen", DEFAULT_LISTEN)))
-            status_raw = str(daemon.get("status_listen", DEFAULT_STATUS))
-            self.status_listen = common.parse_addr(status_raw) if status_raw.strip() else None
-        except ValueError as exc:
-            raise StartupError(str(exc)) from None
-        self.listen_text = self.args.listen or str(daemon.get("listen", DEFAULT_LISTEN))
-        self.status_text = status_raw
-        self.param_cache = str(section("srs").get("param_cache") or os.environ.get(
-            "FIL_PROOFS_PARAMETER_CACHE", "").strip() or DEFAULT_CACHE)
-        devices = gpus.get("devices", [0])
-        self.devices = devices if isinstance(devices, list) and devices else [0]
-        per_device = gpus.get("gpu_workers_per_device", 2)
-        self.workers_per_device = per_device if isinstance(per_device, int) and per_device > 0 else 2
-        self.gpu_workers = len(self.devices) * self.workers_per_device
-        self.gpu_sem = threading.Semaphore(self.gpu_workers)
-        self.pipeline_enabled = bool(pipeline.get("enabled", True))
-        self.synthesis_concurrency = pipeline.get("synthesis_concurrency", 1)
-        self.partition_workers: int | None = None
-        self.pw: generations.PartitionWorkers | None = None
-        if self.generation == generations.PW_GENERATION:
-            self._load_partition_workers(synthesis, memory)
-            return
-        self.budget = self._budget(memory.get("total_budget", "auto"), memory.get("safety_margin", "5GiB"))
-        self.partition_workers = generations.legacy_partition_workers(synthesis, self.log)
-
-    def _load_partition_workers(self, synthesis: dict[str, Any], memory: dict[str, Any]) -> None:
-        """A Feb–13 Mar 2026 build (cuzk_generations): no status API (status_listen is a key it does
-        not know, so it is ignored, as every unknown key), no unified budget (total_budget ignored),
-        and ``partition_workers`` sets the memory peak."""
-        self.status_listen = None
-        self.budget = 0
-        try:
-            self.pw = generations.PartitionWorkers(synthesis)
-        except ValueError as exc:
-            raise StartupError(str(exc)) from None
-        self.partition_workers = self.pw.count
-        for key in generations.LOGGED_MEMORY_KEYS:
-            if key in memory:
-                self.log("info", f"memory: {key} = {memory[key]}")
-        self.log("info", f"synthesis: partition_workers={self.pw.count} "
-                         f"(estimated peak RSS ~ {common.human_bytes(self.pw.peak())})")
-
-    def _budget(self, total: Any, margin: Any) -> int:
-        try:
-            margin_b = common.parse_size(str(margin), require_unit=False)
-        except ValueError:
-            raise StartupError(f"invalid [memory] safety_margin {margin!r}") from None
-        if str(total).strip().lower() == "auto":
-            phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            budget = max(0, phys - margin_b)
-            how = f"auto (physical {common.human_bytes(phys)} - margin {common.human_bytes(margin_b)})"
-        else:
-            try:
-                budget = common.parse_size(str(total), require_unit=False)
-            except ValueError:
-                raise StartupError(f"invalid [memory] total_budget {total!r}") from None
-            how = "configured"
-        self.log("info", f"memory budget: {common.human_bytes(budget)} ({how})")
-        minimum = common.env_size("STANDIN_DAEMON_MIN_BUDGET", 0)
-        if minimum and budget < minimum:
-            raise StartupError(f"insufficient memory budget for SRS: budget {common.human_bytes(budget)} "
-                               f"< required {common.human_bytes(minimum)}")
-        return budget
+        self.cfg = cuzk_settings.settings(cfg, self.args.listen, self.generation, self.log)
+        self.gpu_sem = threading.Semaphore(self.cfg.gpu_workers)
 
     def start(self) -> None:
         self.load_config()
         if os.environ.get("STANDIN_REQUIRE_PARAMS", "").strip() in ("1", "true", "yes"):
             try:
-                names = os.listdir(self.param_cache)
+                names = os.listdir(self.cfg.param_cache)
             except OSError:
                 names = []
             if not any(n.endswith(".params") for n in names):
-                raise StartupError(f"failed to load SRS: no parameter files in {self.param_cache}")
-        self.log("info", f"loading SRS from {self.param_cache} into pinned memory")
-        common.sleep(common.env_seconds("STANDIN_SRS_LOAD_S", 0.3))
-        self.log("info", f"SRS loaded ({common.human_bytes(SRS_BYTES)} pinned)")
-        pce_path = os.path.join(self.param_cache, PCE_FILE)
+                raise StartupError(f"failed to load SRS: no parameter files in {self.cfg.param_cache}")
+        self.log("info", f"loading SRS from {self.cfg.param_cache} into pinned memory")
+        knobs.sleep(knobs.env_seconds("STANDIN_SRS_LOAD_S", 0.3))
+        self.log("info", f"SRS loaded ({knobs.human_bytes(SRS_BYTES)} pinned)")
+        pce_path = os.path.join(self.cfg.param_cache, PCE_FILE)
         if self.pce_disabled:
             self.log("info", "PCE disabled (CUZK_DISABLE_PCE=1)")
         elif os.path.exists(pce_path):
@@ -226,12 +118,12 @@ class Daemon:
             self.log("info", f"loaded PCE from {pce_path}")
         else:
             self.log("info", f"no PCE cache at {pce_path}; it will be extracted on the first proof")
-        self.log("info", f"gpu workers: {self.gpu_workers} (devices={self.devices}, "
-                         f"per_device={self.workers_per_device})")
+        self.log("info", f"gpu workers: {self.cfg.gpu_workers} (devices={self.cfg.devices}, "
+                         f"per_device={self.cfg.workers_per_device})")
         self.log("info", "cuzk-daemon ready")
-        common.sleep(common.env_seconds("STANDIN_BIND_DELAY_S", 0.3))
-        for addr, role, text in ((self.listen, "main", self.listen_text),
-                                 (self.status_listen, "status", self.status_text)):
+        knobs.sleep(knobs.env_seconds("STANDIN_BIND_DELAY_S", 0.3))
+        for addr, role, text in ((self.cfg.listen, "main", self.cfg.listen_text),
+                                 (self.cfg.status_listen, "status", self.cfg.status_text)):
             if addr is None:
                 continue
             try:
@@ -250,7 +142,7 @@ class Daemon:
 
     def timeline(self, event: str, job: str, detail: str = "") -> None:
         ms = int((time.monotonic() - self.t0) * 1000)
-        common.out(f"TIMELINE,{ms},{event},{job},{detail}")
+        output.out(f"TIMELINE,{ms},{event},{job},{detail}")
 
     def prove(self, body: dict[str, Any], answer: Callable[[dict[str, Any]], None]) -> None:
         kind = str(body.get("type") or "porep")
@@ -279,7 +171,7 @@ class Daemon:
             self.log("info", f"proof completed job={job} type={kind} prove_ms={result['prove_ms']} "
                              f"queue_ms={result['queue_ms']}")
             if self.fail_after > 0 and completed >= self.fail_after:
-                common.partway()
+                failures.partway()
         else:
             self.timeline("cancelled", job, "shutdown")
             self.log("warn", f"proof cancelled job={job}: daemon shutting down")
@@ -311,7 +203,7 @@ class Daemon:
             if not self._synthesize():
                 return cancelled(int((time.monotonic() - start) * 1000))
             self.timeline("synth_done", job, "")
-            self.timeline("gpu_start", job, f"device={self.devices[0]}")
+            self.timeline("gpu_start", job, f"device={self.cfg.devices[0]}")
             if self.stop.wait(self.proof_s * 0.6):
                 return cancelled(int((time.monotonic() - start) * 1000))
             self.timeline("gpu_done", job, "")
@@ -325,15 +217,15 @@ class Daemon:
     def _synthesize(self) -> bool:
         """False when a shutdown cut it short. A partition-workers build synthesizes at most
         ``partition_workers`` proofs at once, each at its memory peak."""
-        if self.pw is None:
+        if self.cfg.pw is None:
             return not self.stop.wait(self.proof_s * 0.4)
-        return self.pw.synthesize(self.stop, self.proof_s * 0.4,
+        return self.cfg.pw.synthesize(self.stop, self.proof_s * 0.4,
                                   lambda detail: self.timeline("synth_oom", "synthesis", detail))
 
     def _maybe_extract_pce(self, job: str) -> None:
         if self.pce_disabled or self.pce_loaded:
             if self.fail_after == 0:
-                common.partway()
+                failures.partway()
             return
         with self.pce_lock:
             if self.pce_loaded:
@@ -342,17 +234,17 @@ class Daemon:
                              "(first proof after a cold start, ~14 GiB transient)")
             self.timeline("pce_extract_start", job, "")
             if self.fail_after == 0:
-                common.partway()
+                failures.partway()
             self.stop.wait(self.pce_s)
-            if os.path.isdir(self.param_cache):
+            if os.path.isdir(self.cfg.param_cache):
                 try:
-                    with open(os.path.join(self.param_cache, PCE_FILE), "wb") as fh:
+                    with open(os.path.join(self.cfg.param_cache, PCE_FILE), "wb") as fh:
                         fh.write(b"PCE-standin\n" + bytes(4084))
                 except OSError as exc:
                     self.log("warn", f"could not save PCE: {exc}")
             self.pce_loaded = True
             self.timeline("pce_extract_done", job, "")
-            self.log("info", f"PCE saved to {os.path.join(self.param_cache, PCE_FILE)}")
+            self.log("info", f"PCE saved to {os.path.join(self.cfg.param_cache, PCE_FILE)}")
 
     def status(self) -> dict[str, Any]:
         with self.lock:
@@ -361,20 +253,20 @@ class Daemon:
                         "proofs_failed": self.failed, "proofs_cancelled": self.cancelled,
                         "proofs_in_flight": in_flight}
         used = SRS_BYTES + (PCE_BYTES if self.pce_loaded else 0) + busy * PARTITION_BYTES
-        memory: dict[str, Any] = {"total_budget_bytes": self.budget, "used_bytes": used,
+        memory: dict[str, Any] = {"total_budget_bytes": self.cfg.budget, "used_bytes": used,
                                   "srs_bytes": SRS_BYTES, "pce_loaded": self.pce_loaded,
                                   "pce_bytes": PCE_BYTES if self.pce_loaded else 0}
-        if self.partition_workers is not None:
-            memory["partition_workers"] = self.partition_workers
-            memory["estimated_peak_bytes"] = (69 + 20 * self.partition_workers) * GIB
-        workers = [{"id": i, "device": self.devices[i // self.workers_per_device], "busy": i < busy}
-                   for i in range(self.gpu_workers)]
+        if self.cfg.partition_workers is not None:
+            memory["partition_workers"] = self.cfg.partition_workers
+            memory["estimated_peak_bytes"] = (69 + 20 * self.cfg.partition_workers) * GIB
+        workers = [{"id": i, "device": self.cfg.devices[i // self.cfg.workers_per_device], "busy": i < busy}
+                   for i in range(self.cfg.gpu_workers)]
         return {
             "version": self.version,
             "uptime_s": round(time.monotonic() - self.t0, 3),
             "memory": memory,
-            "pipelines": {"enabled": self.pipeline_enabled,
-                          "synthesis_concurrency": self.synthesis_concurrency,
+            "pipelines": {"enabled": self.cfg.pipeline_enabled,
+                          "synthesis_concurrency": self.cfg.synthesis_concurrency,
                           "active": busy, "queued": queued},
             "gpu_workers": workers,
             "counters": counters,
@@ -384,10 +276,10 @@ class Daemon:
 
     def shutdown(self) -> int:
         signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-        common.unsilence()
+        output.unsilence()
         self.log("info", "received SIGINT, shutting down gracefully")
         self.stop.set()
-        deadline = time.monotonic() + max(0.5, common.scaled(1.0))
+        deadline = time.monotonic() + max(0.5, knobs.scaled(1.0))
         while time.monotonic() < deadline:
             with self.lock:
                 if self.in_flight == 0:
@@ -417,18 +309,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    common.init_streams()
+    output.init_streams()
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.version:
-        common.out(f"cuzk-daemon {os.environ.get('STANDIN_CUZK_VERSION', '').strip() or '0.1.0'}")
+        output.out(f"cuzk-daemon {os.environ.get('STANDIN_CUZK_VERSION', '').strip() or '0.1.0'}")
         return 0
     try:
-        common.setup("cuzk-daemon")
+        failures.setup("cuzk-daemon")
         generations.generation()
-    except common.UsageError as exc:
-        common.err(f"error: {exc}")
+    except knobs.UsageError as exc:
+        output.err(f"error: {exc}")
         return 2
-    common.handle_signal(signal.SIGINT, _on_sigint)  # SIGTERM keeps its default action on purpose
+    failures.handle_signal(signal.SIGINT, _on_sigint)  # SIGTERM keeps its default action on purpose
     daemon = Daemon(args)
     try:
         try:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import common
+from . import knobs
 
 GIB = 1024**3
 UNIFIED_GENERATION = "unified"
@@ -39,7 +39,7 @@ LOGGED_MEMORY_KEYS = ("pinned_budget", "working_memory_budget")
 def generation() -> str:
     raw = os.environ.get("STANDIN_CUZK_GENERATION", "").strip().lower() or UNIFIED_GENERATION
     if raw not in GENERATION_ALIASES:
-        raise common.UsageError(f"STANDIN_CUZK_GENERATION={raw!r}: expected unified, partition-workers or feb-2026")
+        raise knobs.UsageError(f"STANDIN_CUZK_GENERATION={raw!r}: expected unified, partition-workers or feb-2026")
     return GENERATION_ALIASES[raw]
 
 
@@ -68,8 +68,8 @@ class PartitionWorkers:
         self.slots = threading.Semaphore(count)
 
     def peak(self) -> int:
-        base = common.env_size("STANDIN_PW_BASELINE", PW_BASELINE)
-        per = common.env_size("STANDIN_PW_PER_WORKER", PW_PER_WORKER)
+        base = knobs.env_size("STANDIN_PW_BASELINE", PW_BASELINE)
+        per = knobs.env_size("STANDIN_PW_PER_WORKER", PW_PER_WORKER)
         return base + per * self.count
 
     def synthesize(self, stop: threading.Event, seconds: float, on_oom: Callable[[str], None]) -> bool:
@@ -85,7 +85,7 @@ class PartitionWorkers:
 
     def _oom_if_over_memory(self, on_oom: Callable[[str], None]) -> None:
         """The seeds' failure: a peak above the machine's memory gets the daemon OOM-killed mid-proof."""
-        machine = common.env_size("STANDIN_DAEMON_MEMORY", 0)
+        machine = knobs.env_size("STANDIN_DAEMON_MEMORY", 0)
         if machine and self.peak() > machine:
             on_oom(f"peak={self.peak()} memory={machine}")
             os.kill(os.getpid(), signal.SIGKILL)

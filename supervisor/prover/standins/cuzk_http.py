@@ -14,7 +14,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from . import common
+from . import knobs, output
 
 
 class Owner(Protocol):
@@ -26,7 +26,7 @@ class Owner(Protocol):
         """Prove what ``body`` asks; ``answer`` sends the result (before anything the daemon does after)."""
 
 
-class Server(common.QuietHangups, ThreadingHTTPServer):
+class Server(output.QuietHangups, ThreadingHTTPServer):
     daemon_threads = True
     role = "main"
     owner: Owner
@@ -49,7 +49,7 @@ class _UnixServer(Server):
 
 
 def make_server(addr: tuple[str, Any], role: str, owner: Owner) -> Server:
-    """A server for ``addr`` (as common.parse_addr gives it), not serving yet; ``role`` is
+    """A server for ``addr`` (as knobs.parse_addr gives it), not serving yet; ``role`` is
     ``main`` (POST /prove) or ``status`` (GET /status)."""
     kind, where = addr
     cls: type[Server]
@@ -91,8 +91,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
-        if common.silenced():
-            common.sleep_forever()
+        if output.silenced():
+            knobs.sleep_forever()
         path = self.path.split("?", 1)[0].rstrip("/")
         if self.server.role == "status" and path in ("/status", ""):
             self.send_json(200, self.server.owner.status())
@@ -100,8 +100,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"error": f"not found: {self.path}"})
 
     def do_POST(self) -> None:
-        if common.silenced():
-            common.sleep_forever()
+        if output.silenced():
+            knobs.sleep_forever()
         if self.server.role == "main" and self.path.split("?", 1)[0] == "/prove":
             self.server.owner.prove(self.read_json(), lambda result: self.send_json(200, result))
         else:

@@ -32,7 +32,7 @@ Environment:
     STANDIN_PARAM_CHUNKS (chunks per file, default 4), STANDIN_PARAM_CHUNK_S (seconds per chunk,
     default 0.1 scaled), STANDIN_PARAM_CORRUPT (``1``: the first downloaded file fails its
     checksum once, is deleted and fetched again; ``always``: it fails twice and the fetch exits 1),
-    STANDIN_LOCK_RETRY_S (default 10 scaled), plus the common knobs (see ``common``).
+    STANDIN_LOCK_RETRY_S (default 10 scaled), plus the common knobs (see ``knobs`` and ``failures``).
     Partway point for STANDIN_FAIL: after the first progress-bar line (or, when nothing
     needs downloading, just before the final line).
 """
@@ -47,7 +47,7 @@ import sys
 import time
 from typing import Any, NamedTuple
 
-from . import common
+from . import failures, knobs, output
 
 DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
 DEFAULT_GATEWAY = "https://proofs.filecoin.io/ipfs/"
@@ -75,7 +75,7 @@ class Aborted(Exception):
 
 def _log(level: str, msg: str) -> None:
     line = 100 + sum(map(ord, msg.split(" ", 1)[0])) % 200  # stable per kind of message
-    common.golog(LOGGER, level, msg, caller=f"go-paramfetch@v0.0.4/paramfetch.go:{line}")
+    output.golog(LOGGER, level, msg, caller=f"go-paramfetch@v0.0.4/paramfetch.go:{line}")
 
 
 def generated_params(sector_size: int, count: int) -> list[Param]:
@@ -119,8 +119,8 @@ def _progress_line(done: int, total: int, started: float) -> str:
     filled = int(frac * width)
     bar = "=" * filled + (">" if filled < width else "") + "-" * max(0, width - filled - 1)
     rate = done / max(time.monotonic() - started, 1e-6)
-    return (f"{common.human_bytes(done)} / {common.human_bytes(total)} [{bar}] "
-            f"{frac * 100:6.2f}% {common.human_bytes(rate)}/s")
+    return (f"{knobs.human_bytes(done)} / {knobs.human_bytes(total)} [{bar}] "
+            f"{frac * 100:6.2f}% {knobs.human_bytes(rate)}/s")
 
 
 def _chunk_bytes(offset: int, n: int) -> bytes:
@@ -136,9 +136,9 @@ class Fetcher:
     def __init__(self, cache: str, params: list[Param]) -> None:
         self.cache = cache
         self.params = params
-        self.size = max(1, common.env_size("STANDIN_PARAM_BYTES", 1024 * 1024))
-        self.chunks = max(1, common.env_int("STANDIN_PARAM_CHUNKS", 4))
-        self.chunk_s = common.env_seconds("STANDIN_PARAM_CHUNK_S", 0.1)
+        self.size = max(1, knobs.env_size("STANDIN_PARAM_BYTES", 1024 * 1024))
+        self.chunks = max(1, knobs.env_int("STANDIN_PARAM_CHUNKS", 4))
+        self.chunk_s = knobs.env_seconds("STANDIN_PARAM_CHUNK_S", 0.1)
         self.gateway = os.environ.get("IPFS_GATEWAY", "").strip() or DEFAULT_GATEWAY
         self.trust = os.environ.get("TRUST_PARAMS", "").strip() == "1"
         self.corrupt = os.environ.get("STANDIN_PARAM_CORRUPT", "").strip().lower()
@@ -147,7 +147,7 @@ class Fetcher:
     def run(self) -> None:
         for param in self.params:
             self.fetch(param)
-        common.partway()
+        failures.partway()
         _log("info", "parameter and key-fetching complete")
 
     def fetch(self, param: Param) -> None:
@@ -195,18 +195,18 @@ class Fetcher:
             step = -(-self.size // self.chunks)
             started = time.monotonic()
             while done < self.size:
-                common.sleep(self.chunk_s)
+                knobs.sleep(self.chunk_s)
                 n = min(step, self.size - done)
                 fh.write(_chunk_bytes(done, n))
                 fh.flush()
                 done += n
-                common.out(_progress_line(done, self.size, started))
-                common.partway()
+                output.out(_progress_line(done, self.size, started))
+                failures.partway()
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
-    common.unsilence()
-    _log("warn", f"received {common.signal_name(signum)}, aborting parameter fetch")
+    output.unsilence()
+    _log("warn", f"received {failures.signal_name(signum)}, aborting parameter fetch")
     raise SystemExit(1)
 
 
@@ -217,40 +217,40 @@ def _usage(prog: str) -> str:
 
 def main(argv: list[str] | None = None, prog: str = "paramfetch") -> int:
     """Entry point; ``curio fetch-params`` calls it with ``["fetch-params", size]``."""
-    common.init_streams()
+    output.init_streams()
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help", "help"):
-        common.out(_usage(prog))
+        output.out(_usage(prog))
         return 0
     if args and args[0] == "fetch-params":
         if len(args) != 2:
-            common.err(f"ERROR: must pass sector size to fetch params ({SIZE_HELP})")
+            output.err(f"ERROR: must pass sector size to fetch params ({SIZE_HELP})")
             return 1
         try:
-            sector_size = common.parse_size(args[1], require_unit=True)
+            sector_size = knobs.parse_size(args[1], require_unit=True)
         except ValueError as exc:
-            common.err(f"ERROR: error parsing sector size ({SIZE_HELP}): {exc}")
+            output.err(f"ERROR: error parsing sector size ({SIZE_HELP}): {exc}")
             return 1
         json_paths: tuple[str, str] | None = None
     elif len(args) == 3:
         if not (args[0].isascii() and args[0].isdigit()):
-            common.err(f"ERROR: sector size must be a number of bytes, got {args[0]!r}")
+            output.err(f"ERROR: sector size must be a number of bytes, got {args[0]!r}")
             return 1
         sector_size = int(args[0])
         json_paths = (args[1], args[2])
     else:
-        common.err(_usage(prog))
+        output.err(_usage(prog))
         return 1
 
     try:
-        common.setup("paramfetch")
-    except common.UsageError as exc:
-        common.err(f"ERROR: {exc}")
+        failures.setup("paramfetch")
+    except knobs.UsageError as exc:
+        output.err(f"ERROR: {exc}")
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        common.handle_signal(sig, _on_signal)
+        failures.handle_signal(sig, _on_signal)
 
-    count = max(1, common.env_int("STANDIN_PARAM_FILES", 3))
+    count = max(1, knobs.env_int("STANDIN_PARAM_FILES", 3))
     params = params_from_json(sector_size, *json_paths) if json_paths else []
     if not params:
         params = generated_params(sector_size, count)
@@ -261,10 +261,10 @@ def main(argv: list[str] | None = None, prog: str = "paramfetch") -> int:
             _lock(lock)
             Fetcher(cache, params).run()
     except Aborted as exc:
-        common.err(f"ERROR: {exc}")
+        output.err(f"ERROR: {exc}")
         return 1
     except OSError as exc:
-        common.err(f"ERROR: fetching params: {exc}")
+        output.err(f"ERROR: fetching params: {exc}")
         return 1
     return 0
 
@@ -272,14 +272,14 @@ def main(argv: list[str] | None = None, prog: str = "paramfetch") -> int:
 def _lock(fh: Any) -> None:
     import fcntl
 
-    retry = common.env_seconds("STANDIN_LOCK_RETRY_S", 10.0)
+    retry = knobs.env_seconds("STANDIN_LOCK_RETRY_S", 10.0)
     while True:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError as exc:
             _log("warn", f"acquiring filesystem fetch lock: {exc.strerror}; will retry in {retry:g}s")
-            common.sleep(retry)
+            knobs.sleep(retry)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,159 @@
+"""The stand-in cuzk-daemon's configuration, read as the real daemon reads its TOML, and its log lines.
+
+Keys used: ``[daemon] listen`` (default ``http://127.0.0.1:9820``; ``unix:///path`` and ``host:port``
+work too), ``status_listen`` (default ``127.0.0.1:9821``; ``""`` disables it), ``[srs] param_cache``
+(default ``$FIL_PROOFS_PARAMETER_CACHE`` or ``/var/tmp/filecoin-proof-parameters``), ``[memory]
+total_budget`` / ``safety_margin``, ``[gpus] devices`` / ``gpu_workers_per_device`` (concurrent proofs =
+devices x workers, default 1 x 2), ``[synthesis] partition_workers`` (see cuzk_generations),
+``[pipeline] enabled`` / ``synthesis_concurrency``, ``[logging] level``. A missing file is a warning
+and the built-in defaults; a malformed one, or a value it cannot use, is a ``StartupError`` (exit 1).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from . import cuzk_generations as generations
+from . import knobs, output
+
+DEFAULT_LISTEN = "http://127.0.0.1:9820"
+DEFAULT_STATUS = "127.0.0.1:9821"
+DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
+LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
+COLORS = {"trace": "35", "debug": "34", "info": "32", "warn": "33", "error": "31"}
+
+
+class StartupError(Exception):
+    """The daemon cannot start (exit 1)."""
+
+
+class Log:
+    """tracing-subscriber style coloured lines."""
+
+    def __init__(self, level: str) -> None:
+        self.min = LEVELS.get(level.lower(), LEVELS["info"])
+
+    def __call__(self, level: str, msg: str, target: str = "cuzk_daemon") -> None:
+        if LEVELS[level] < self.min:
+            return
+        output.out(f"\x1b[2m{output.now_iso()}\x1b[0m \x1b[{COLORS[level]}m{level.upper():>5}\x1b[0m "
+                   f"\x1b[2m{target}\x1b[0m\x1b[2m:\x1b[0m {msg}")
+
+
+@dataclass
+class Settings:
+    """What the daemon was configured with."""
+
+    listen: tuple[str, Any]
+    listen_text: str
+    status_listen: tuple[str, Any] | None  # None: no status API (disabled, or a build without one)
+    status_text: str
+    param_cache: str
+    devices: list[Any]
+    workers_per_device: int
+    pipeline_enabled: bool
+    synthesis_concurrency: Any
+    budget: int  # bytes; 0 for a build without a unified budget
+    partition_workers: int | None = None
+    pw: generations.PartitionWorkers | None = None  # a partition-workers build's synthesis
+
+    @property
+    def gpu_workers(self) -> int:
+        return len(self.devices) * self.workers_per_device
+
+
+def read_toml(path: str | None) -> tuple[dict[str, Any], str]:
+    """The config file's tables (empty when there is none) and the line that says which."""
+    if not path or not os.path.exists(path):
+        return {}, f"config file {path} not found, using built-in defaults"
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh), f"loaded config from {path}"
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise StartupError(f"failed to load config {path}: {exc}") from None
+
+
+def log_for(level: str | None, cfg: dict[str, Any]) -> Log:
+    """``--log-level``, else ``[logging] level``, else info."""
+    logging = _section(cfg, "logging")
+    if not level and isinstance(logging.get("level"), str):
+        return Log(logging["level"])
+    return Log(level or "info")
+
+
+def settings(cfg: dict[str, Any], listen_flag: str | None, generation: str, log: Log) -> Settings:
+    """The daemon's settings from its config (``-l`` overrides listen), said in the log as the real one says them."""
+    daemon, memory, gpus = _section(cfg, "daemon"), _section(cfg, "memory"), _section(cfg, "gpus")
+    synthesis, pipeline = _section(cfg, "synthesis"), _section(cfg, "pipeline")
+    listen_text = listen_flag or str(daemon.get("listen", DEFAULT_LISTEN))
+    status_text = str(daemon.get("status_listen", DEFAULT_STATUS))
+    try:
+        listen = knobs.parse_addr(listen_text)
+        status_listen = knobs.parse_addr(status_text) if status_text.strip() else None
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    devices = gpus.get("devices", [0])
+    per_device = gpus.get("gpu_workers_per_device", 2)
+    found = Settings(
+        listen=listen, listen_text=listen_text, status_listen=status_listen, status_text=status_text,
+        param_cache=str(_section(cfg, "srs").get("param_cache") or os.environ.get(
+            "FIL_PROOFS_PARAMETER_CACHE", "").strip() or DEFAULT_CACHE),
+        devices=devices if isinstance(devices, list) and devices else [0],
+        workers_per_device=per_device if isinstance(per_device, int) and per_device > 0 else 2,
+        pipeline_enabled=bool(pipeline.get("enabled", True)),
+        synthesis_concurrency=pipeline.get("synthesis_concurrency", 1), budget=0)
+    if generation == generations.PW_GENERATION:
+        _partition_workers_build(found, synthesis, memory, log)
+    else:
+        found.budget = _budget(memory.get("total_budget", "auto"), memory.get("safety_margin", "5GiB"), log)
+        found.partition_workers = generations.legacy_partition_workers(synthesis, log)
+    return found
+
+
+def _section(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    value = cfg.get(name, {})
+    return value if isinstance(value, dict) else {}
+
+
+def _partition_workers_build(found: Settings, synthesis: dict[str, Any], memory: dict[str, Any], log: Log) -> None:
+    """A Feb–13 Mar 2026 build (cuzk_generations): no status API (status_listen is a key it does
+    not know, so it is ignored, as every unknown key), no unified budget (total_budget ignored),
+    and ``partition_workers`` sets the memory peak."""
+    found.status_listen = None
+    try:
+        found.pw = generations.PartitionWorkers(synthesis)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    found.partition_workers = found.pw.count
+    for key in generations.LOGGED_MEMORY_KEYS:
+        if key in memory:
+            log("info", f"memory: {key} = {memory[key]}")
+    log("info", f"synthesis: partition_workers={found.pw.count} "
+                f"(estimated peak RSS ~ {knobs.human_bytes(found.pw.peak())})")
+
+
+def _budget(total: Any, margin: Any, log: Log) -> int:
+    try:
+        margin_b = knobs.parse_size(str(margin), require_unit=False)
+    except ValueError:
+        raise StartupError(f"invalid [memory] safety_margin {margin!r}") from None
+    if str(total).strip().lower() == "auto":
+        phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        budget = max(0, phys - margin_b)
+        how = f"auto (physical {knobs.human_bytes(phys)} - margin {knobs.human_bytes(margin_b)})"
+    else:
+        try:
+            budget = knobs.parse_size(str(total), require_unit=False)
+        except ValueError:
+            raise StartupError(f"invalid [memory] total_budget {total!r}") from None
+        how = "configured"
+    log("info", f"memory budget: {knobs.human_bytes(budget)} ({how})")
+    minimum = knobs.env_size("STANDIN_DAEMON_MIN_BUDGET", 0)
+    if minimum and budget < minimum:
+        raise StartupError(f"insufficient memory budget for SRS: budget {knobs.human_bytes(budget)} "
+                           f"< required {knobs.human_bytes(minimum)}")
+    return budget

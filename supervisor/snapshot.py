@@ -1,0 +1,180 @@
+"""The snapshot: everything the status view shows, built in the loop from the loop's own objects.
+
+One dict, the same for the status socket, status.json (statefile.py) and /metrics (health.py):
+the lifecycle and each phase, the running children with their usage (psutil) and last lines, the
+GPU thread's latest sample, the memory evidence, the manager reporting, the latest verdicts, and
+each phase's facts for resume. What it reads is named by the protocols below and handed in as
+arguments: it imports nothing of the lifecycle, the runtime or the reporting, so that they can
+change without it (and no import circle runs through the status view).
+
+Children's lines need no masking here: their bytes were masked where they entered the supervisor
+(redact.SecretStream), and a verdict's last lines are taken from those.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import psutil
+
+if TYPE_CHECKING:
+    from .config import PhaseSpec
+    from .gpuwatch import Gpus
+    from .memory import MemoryEvidence
+    from .verdict import Verdict
+
+SNAPSHOT_VERSION = 1
+# What a snapshot carries at most (and status.json with it): the latest verdicts (the lifecycle keeps
+# a few per phase), and each output line cut to this many characters (a line may be 64 KiB).
+SNAPSHOT_VERDICTS = 50
+SNAPSHOT_LINE_CHARS = 500
+# The last lines of each running child the snapshot shows.
+CHILD_LINES = 10
+
+
+class OutputView(Protocol):
+    last_output_at: float  # monotonic time of its last byte, 0 if none yet
+
+    def last_lines(self, n: int | None = None) -> list[str]: ...
+
+
+class ChildView(Protocol):
+    label: str
+    pid: int
+    started_at: float
+    stop_reason: str | None
+    output: OutputView
+
+
+class PhaseView(Protocol):
+    name: str
+    spec: PhaseSpec
+    since: float
+    why: str
+    attempt: int
+    up: bool
+    hold: str | None
+    facts: dict[str, Any]
+
+    @property
+    def state(self) -> object: ...  # a PhaseState (a str enum): shown as its value
+
+    @property
+    def kept_result(self) -> Any: ...
+
+    def live_children(self) -> Sequence[ChildView]: ...
+
+
+class LifecycleView(Protocol):
+    phases: Sequence[PhaseView]
+    shutting_down: bool
+    exit_status: int | None
+    shutdown_reason: str
+
+    def current(self) -> PhaseView | None: ...
+
+
+class FactsView(Protocol):
+    """What the last run learnt of each phase (resume.ResumeRecord)."""
+
+    def previous(self, name: str) -> dict[str, Any]: ...
+
+
+def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleView, gpus: Gpus | None,
+             memory: MemoryEvidence | None, verdicts: Sequence[Verdict], manager: Mapping[str, Any],
+             resume: FactsView, usage: bool = True) -> dict[str, Any]:
+    """Everything the status view shows (call it in the loop). ``manager``: the reporting's status.
+
+    ``usage=False`` (the persisted file) leaves out what costs time to measure: the
+    children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds)."""
+    current = lifecycle.current()
+    children = [_child(phase.name, child, usage) for phase in lifecycle.phases for child in phase.live_children()]
+    return {
+        "version": SNAPSHOT_VERSION,
+        "pid": os.getpid(),
+        "role": role,
+        "started_at": started_at,
+        "written_at": time.time(),
+        "config": config,
+        "lifecycle": {"state": _lifecycle_state(lifecycle, current, bool(children)), "why": lifecycle.shutdown_reason,
+                      "exit_status": lifecycle.exit_status,
+                      "current": current.name if current else None},
+        "phases": [_phase(p, resume) for p in lifecycle.phases],
+        "children": children,
+        "gpus": _gpus(gpus, usage),
+        "memory": _memory(memory),
+        "manager": dict(manager),
+        "verdicts": [{**x.to_dict(), "line": x.line(), "last_lines": [s[:SNAPSHOT_LINE_CHARS] for s in x.last_lines]}
+                     for x in verdicts[-SNAPSHOT_VERDICTS:]],
+    }
+
+
+def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, children_left: bool) -> str:
+    if lifecycle.shutting_down:
+        return "stopping" if lifecycle.exit_status is None or children_left else "stopped"
+    return "starting" if current is None else "running"
+
+
+def _phase(p: PhaseView, resume: FactsView) -> dict[str, Any]:
+    return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
+            "attempt": p.attempt, "up": p.up, "hold": p.hold,
+            "bench": vars(p.kept_result) if p.kept_result else None,
+            # A phase not reached in this run keeps what an earlier run learnt about it.
+            "facts": p.facts or resume.previous(p.name)}
+
+
+def _child(phase: str, child: ChildView, usage: bool) -> dict[str, Any]:
+    last = child.output.last_output_at
+    return {
+        "label": child.label, "pid": child.pid, "phase": phase,
+        "state": "stopping" if child.stop_reason else "running",
+        "started_at": child.started_at,
+        "last_output_at": (time.time() - (time.monotonic() - last)) if last else None,
+        "usage": tree_usage(child.pid) if usage else None,
+        "last_lines": [line[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(CHILD_LINES)],
+    }
+
+
+def _gpus(gpus: Gpus | None, usage: bool) -> dict[str, Any]:
+    """The GPU thread's latest sample (a request keeps samples coming for a while): never NVML itself."""
+    if gpus is None:
+        return {"available": False, "why": "not probed", "samples": [], "unresponsive": None, "slow_calls": 0}
+    if usage:
+        gpus.want_for()
+    hung = gpus.unresponsive()
+    return {"available": gpus.available, "why": gpus.why,
+            "samples": [vars(s) for s in gpus.samples()] if usage else [],
+            "unresponsive": hung.to_dict(time.monotonic()) if hung is not None else None,
+            "slow_calls": gpus.slow_calls}
+
+
+def _memory(memory: MemoryEvidence | None) -> dict[str, Any]:
+    mem_snap = memory.shared.snapshot() if memory is not None and memory.shared is not None else None
+    return {"mode": memory.mode if memory else "unavailable", "why": memory.why if memory else "",
+            "snapshot": mem_snap.describe() if mem_snap else None,
+            "usage": mem_snap.usage if mem_snap else None, "limit": mem_snap.limit if mem_snap else None,
+            "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None}
+
+
+def tree_usage(pid: int) -> dict[str, Any]:
+    """CPU seconds and RSS of a process and its descendants (psutil)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return {"processes": 0, "cpu_s": None, "rss": None}
+    cpu = rss = 0.0
+    count = 0
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                times = proc.cpu_times()
+                cpu += times.user + times.system
+                rss += proc.memory_info().rss
+                count += 1
+        except psutil.Error:
+            continue
+    return {"processes": count, "cpu_s": round(cpu, 2), "rss": int(rss)}

@@ -1,0 +1,284 @@
+"""resume.json: resume's own record in state_dir, apart from the status view's status.json.
+
+In-process: the record's checks (like config: one line saying where it is wrong), when it is written, a write
+that fails said once. End to end, real supervisors on one state_dir: the record written when a phase is done and
+read at the next start (status.json deleted between the runs, or holding garbage: resume does not read it); a
+damaged resume.json (wrong shape, NaN, a FIFO, huge) means a clean start with one line; an upgrade from an older
+supervisor whose status.json held the facts keeps its resume (the parameters are not fetched again).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from helpers import SupervisorRunner, sh, toml_str
+
+from supervisor.resume import RECORD_MAX_READ_BYTES, ResumeRecord, load_record, read_record, record_problem
+from supervisor.states import PhaseState
+
+NAN = float("nan")
+PARAM_BYTES = 2  # what the stand-in fetch writes: "x\n"
+
+
+def good_facts(**more: Any) -> dict[str, Any]:
+    return {"done_at": time.time() - 60, "machine": {"gpus": [], "memory": 1 << 30}, **more}
+
+
+# ---------------------------------------------------------------- in-process: the record's shape
+
+
+BAD_RECORDS: dict[str, tuple[Any, str]] = {
+    "a-list": ([1, 2], "a JSON list, not an object"),
+    "no-version": ({"phases": {}}, "version: None where 1 belongs"),
+    "version-2": ({"version": 2, "phases": {}}, "version: 2 where 1 belongs"),
+    "version-true": ({"version": True, "phases": {}}, "version: True where 1 belongs"),
+    "unknown-key": ({"version": 1, "phases": {}, "extra": 1}, "unknown key 'extra'"),
+    "phases-a-list": ({"version": 1, "phases": []}, "phases: not a table"),
+    "facts-a-number": ({"version": 1, "phases": {"bench": 5}}, "phases.bench: not a table"),
+    "nan-done-at": ({"version": 1, "phases": {"bench": {"done_at": NAN}}}, "phases.bench: done_at: nan"),
+    "future-done-at": ({"version": 1, "phases": {"bench": {"done_at": time.time() + 86400}}}, "phases.bench: done_at"),
+    "done-at-a-string": ({"version": 1, "phases": {"bench": {"done_at": "yesterday"}}},
+                         "phases.bench: done_at: 'yesterday'"),
+    "done-at-true": ({"version": 1, "phases": {"bench": {"done_at": True}}}, "phases.bench: done_at: True"),
+    "outputs-of-strings": ({"version": 1, "phases": {"fetch": {"outputs": {"a.params": "2"}}}},
+                           "phases.fetch: outputs: not a table of file name → size"),
+    "outputs-a-list": ({"version": 1, "phases": {"fetch": {"outputs": ["a.params"]}}}, "phases.fetch: outputs"),
+    "machine-a-list": ({"version": 1, "phases": {"bench": {"machine": []}}}, "phases.bench: machine: not a table"),
+    "bench-a-number": ({"version": 1, "phases": {"bench": {"bench": 3}}}, "phases.bench: bench: not a table"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_RECORDS))
+def test_a_record_of_the_wrong_shape_says_where(kind: str) -> None:
+    data, where = BAD_RECORDS[kind]
+    problem = record_problem(data)
+    assert problem is not None and problem.startswith(where), (kind, problem)
+
+
+def test_a_well_formed_record_passes() -> None:
+    record = {"version": 1, "phases": {"fetch": good_facts(outputs={"a.params": 2}), "first": {},
+                                       "bench": good_facts(bench={"rate": 1.5}), "never": {"done_at": None}}}
+    assert record_problem(record) is None
+
+
+def test_read_record_refuses_what_cannot_be_read_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "resume.json"
+    with pytest.raises(FileNotFoundError):
+        read_record(path)
+    cases = {"garbage": b"\x00\xff not json", "deep": b"[" * 100_000 + b"]" * 100_000,
+             "nan": json.dumps({"version": 1, "phases": {"b": {"done_at": NAN}}}).encode()}
+    for kind, data in cases.items():
+        path.write_bytes(data)
+        with pytest.raises(ValueError) as raised:
+            read_record(path)
+        assert str(raised.value).startswith(str(path)) and "\n" not in str(raised.value), (kind, raised.value)
+    path.unlink()
+    os.mkfifo(path)  # reading it would wait for a writer forever
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_record(path)
+    path.unlink()
+    with open(path, "wb") as f:
+        f.truncate(RECORD_MAX_READ_BYTES + 1)  # sparse: takes no disk
+    with pytest.raises(ValueError, match="more than the"):
+        read_record(path)
+
+
+# ---------------------------------------------------------------- in-process: when it is written
+
+
+def done(name: str, facts: dict[str, Any], state: PhaseState = PhaseState.DONE) -> SimpleNamespace:
+    """What the record reads of a phase that changed state (its DonePhase protocol)."""
+    return SimpleNamespace(name=name, state=state, facts=facts)
+
+
+def test_the_record_is_written_when_a_phase_is_done_and_only_then(tmp_path: Path) -> None:
+    path = tmp_path / "resume.json"
+    kept = {"fetch": good_facts(outputs={"a.params": 2})}
+    record = ResumeRecord(path, kept)
+    record.phase_changed(done("fetch", dict(kept["fetch"])))  # resumed: the facts kept already
+    assert not path.exists(), "a resumed phase's facts are not written again"
+    record.phase_changed(done("bench", {}, PhaseState.RUNNING))
+    record.phase_changed(done("bench", good_facts(), PhaseState.FAILED))
+    assert not path.exists(), "only a phase that is done is written down"
+    bench = good_facts(bench={"rate": 1.5})
+    record.phase_changed(done("bench", bench))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_record(path) == {**kept, "bench": bench}
+    # What this run learnt does not change what it was offered: the last run's facts.
+    assert record.previous("bench") == {} and record.previous("fetch") == kept["fetch"]
+    assert not list(tmp_path.glob(".*.tmp")), "no temporary copy left behind"
+
+
+def test_a_write_that_fails_is_said_once_and_said_again_once_it_works(tmp_path: Path) -> None:
+    lines: list[str] = []
+    state_dir = tmp_path / "gone"
+    record = ResumeRecord(state_dir / "resume.json", {}, lines.append)
+    record.phase_changed(done("a", good_facts()))
+    record.phase_changed(done("b", good_facts()))
+    assert len(lines) == 1 and lines[0].startswith(f"resume: cannot write {state_dir / 'resume.json'}: "), lines
+    state_dir.mkdir()
+    record.phase_changed(done("c", good_facts()))
+    assert lines[1:] == [f"resume: {state_dir / 'resume.json'} written again"], lines
+    assert sorted(read_record(state_dir / "resume.json")) == ["a", "b", "c"], "what could not be written is kept"
+
+
+def test_load_record_keeps_the_phases_of_the_plan_and_reads_silently(tmp_path: Path) -> None:
+    facts = {"fetch": good_facts(outputs={"a.params": 2}), "removed": good_facts()}
+    (tmp_path / "resume.json").write_text(json.dumps({"version": 1, "phases": facts}))
+    lines: list[str] = []
+    record = load_record(tmp_path, ["fetch", "bench"], lines.append)
+    assert lines == []
+    assert record.previous("fetch") == facts["fetch"] and record.previous("removed") == {}
+
+
+def test_load_record_upgrades_from_an_old_status_json_once(tmp_path: Path) -> None:
+    fetch = good_facts(outputs={"a.params": 2})
+    (tmp_path / "status.json").write_text(json.dumps({"version": 1, "phases": [
+        {"name": "fetch", "state": "done", "since": 1.0, "why": "", "attempt": 1, "facts": fetch},
+        {"name": "svc", "state": "stopped", "since": 1.0, "why": "", "attempt": 0, "facts": {}}]}))
+    lines: list[str] = []
+    record = load_record(tmp_path, ["fetch", "svc"], lines.append)
+    assert record.previous("fetch") == fetch
+    assert len(lines) == 1 and "read from" in lines[0] and "status.json" in lines[0] and "once" in lines[0], lines
+    assert read_record(tmp_path / "resume.json") == {"fetch": fetch}, "written to resume.json at once"
+    (tmp_path / "status.json").unlink()
+    again: list[str] = []
+    assert load_record(tmp_path, ["fetch", "svc"], again.append).previous("fetch") == fetch
+    assert again == []
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def counted(sup: SupervisorRunner, name: str) -> int:
+    path = sup.tmp / f"{name}.count"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def two_phase_config(sup: SupervisorRunner) -> Path:
+    """A fetch resumed by its outputs and a bench resumed by this machine, each counting its runs."""
+    params = sup.tmp / "params"
+    return sup.write(f"""
+        [[phases]]
+        name = "fetch"
+        resume = "outputs"
+        stall_s = 60
+        progress_path = {toml_str(str(params))}
+        command = {sh(f"mkdir -p {params}; echo x > {params}/a.params; echo fetched >> {sup.tmp}/fetch.count")}
+
+        [[phases]]
+        name = "bench"
+        resume = "machine"
+        command = {sh(f"echo bench ran >> {sup.tmp}/bench.count")}
+        """)
+
+
+def run_ok(sup: SupervisorRunner, config: Path) -> str:
+    result = sup.run(config, timeout=60)
+    assert result.returncode == 0, result.output
+    assert "Traceback" not in result.output, result.output
+    return result.output
+
+
+def resumed_both(out: str) -> bool:
+    return ("phase fetch: pending → done (resumed: its 1 output file(s)" in out
+            and "phase bench: pending → done (resumed: done" in out)
+
+
+def test_resume_json_is_written_when_a_phase_is_done_and_read_at_the_next_start(sup: SupervisorRunner) -> None:
+    config = two_phase_config(sup)
+    run_ok(sup, config)
+    path = sup.state_dir / "resume.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    facts = read_record(path)
+    assert sorted(facts) == ["bench", "fetch"], facts
+    assert facts["fetch"]["outputs"] == {"a.params": PARAM_BYTES}
+    assert math.isfinite(facts["bench"]["done_at"]) and isinstance(facts["bench"]["machine"], dict)
+    # status.json is the status view's file only: without it, resume still works.
+    (sup.state_dir / "status.json").unlink()
+    out = run_ok(sup, config)
+    assert resumed_both(out), out
+    assert counted(sup, "fetch") == 1 and counted(sup, "bench") == 1, out
+    assert "starting clean" not in out and "status.json" not in out, out
+    # The status view still shows each phase's facts (the resumed ones, from the record).
+    shown = {p["name"]: p["facts"] for p in json.loads((sup.state_dir / "status.json").read_text())["phases"]}
+    assert shown == facts, shown
+
+
+def test_status_json_is_not_what_resume_reads(sup: SupervisorRunner) -> None:
+    """A status.json whose facts say nothing valid (a NaN done_at) does not matter once resume.json exists."""
+    config = two_phase_config(sup)
+    run_ok(sup, config)
+    (sup.state_dir / "status.json").write_text(json.dumps(
+        {"version": 1, "phases": [{"name": "bench", "state": "done", "since": 1.0, "why": "", "attempt": 1,
+                                   "facts": {"done_at": NAN, "machine": {}}}]}))
+    out = run_ok(sup, config)
+    assert resumed_both(out), out
+    assert counted(sup, "fetch") == 1 and counted(sup, "bench") == 1, out
+    assert "starting clean" not in out, out
+
+
+DAMAGED: dict[str, bytes] = {
+    "garbage-bytes": b"\x00\xff\xfe garbage \x89PNG\r\n\x1a\n" * 20,
+    "wrong-shape": b'{"version": 1, "phases": [{"name": "bench"}]}',
+    "nan-done-at": json.dumps({"version": 1, "phases": {"bench": {"done_at": NAN, "machine": {}}}}).encode(),
+    "outputs-not-sizes": b'{"version": 1, "phases": {"fetch": {"done_at": 1.0, "outputs": {"a.params": "2"}}}}',
+}
+
+
+def damage(path: Path, kind: str) -> None:
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)  # reading it would wait for a writer forever
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros that take no disk
+    else:
+        path.write_bytes(DAMAGED[kind])
+
+
+@pytest.mark.parametrize("kind", [*DAMAGED, "fifo", "huge"])
+def test_a_damaged_resume_json_means_a_clean_start_with_one_line(sup: SupervisorRunner, kind: str) -> None:
+    config = two_phase_config(sup)
+    run_ok(sup, config)  # status.json now holds good facts too: a damaged record must not fall back on them
+    damage(sup.state_dir / "resume.json", kind)
+    out = run_ok(sup, config)
+    said = [line for line in out.splitlines() if "starting clean" in line]
+    assert len(said) == 1 and "resume.json" in said[0] and "resume: " in said[0], out
+    assert "resumed" not in out, out
+    assert counted(sup, "fetch") == 2 and counted(sup, "bench") == 2, "both ran again: nothing resumed"
+    assert sorted(read_record(sup.state_dir / "resume.json")) == ["bench", "fetch"], "written afresh"
+
+
+def test_an_upgrade_from_an_old_status_json_keeps_its_resume(sup: SupervisorRunner) -> None:
+    """A container restarted onto a new image: its state_dir holds the status.json an older supervisor wrote (the
+    facts inside) and no resume.json. The parameters are not fetched again, now or after status.json is gone."""
+    config = two_phase_config(sup)
+    (sup.tmp / "params").mkdir()
+    (sup.tmp / "params" / "a.params").write_text("x\n")
+    sup.state_dir.mkdir()
+    (sup.state_dir / "status.json").write_text(json.dumps({"version": 1, "pid": 1, "phases": [
+        {"name": "fetch", "kind": "oneshot", "state": "done", "since": 1.0, "why": "completed", "attempt": 1,
+         "up": False, "hold": None, "bench": None,
+         "facts": {"done_at": time.time() - 600, "machine": {"gpus": [], "memory": 1}, "outputs": {"a.params": 2}}},
+        {"name": "bench", "kind": "oneshot", "state": "stopped", "since": 1.0, "why": "", "attempt": 0,
+         "up": False, "hold": None, "bench": None, "facts": {}}]}))
+    out = run_ok(sup, config)
+    said = [line for line in out.splitlines() if "resume: " in line]
+    assert len(said) == 1 and "status.json" in said[0] and "once" in said[0], out
+    assert "phase fetch: pending → done (resumed: its 1 output file(s)" in out, out
+    assert counted(sup, "fetch") == 0, "the parameters were fetched again"
+    assert counted(sup, "bench") == 1  # it had not passed before: it runs
+    (sup.state_dir / "status.json").unlink()
+    out = run_ok(sup, config)
+    assert resumed_both(out), out
+    assert counted(sup, "fetch") == 0 and counted(sup, "bench") == 1, out
+    assert not [line for line in out.splitlines() if "resume: " in line], "the upgrade is read once"

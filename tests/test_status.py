@@ -25,7 +25,7 @@ from helpers import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, s
 
 from supervisor import lifecycle
 from supervisor import status as status_mod
-from supervisor.prover.devmanager import DevManager
+from supervisor.devmanager import DevManager
 from supervisor.status import query
 
 SECRET = "abcd-secret-9999"

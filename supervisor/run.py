@@ -38,11 +38,12 @@ from typing import Any, TypeVar
 from . import fitness
 from . import status as status_mod
 from .config import Plan
+from .console import Console
 from .exits import EXIT_OK
 from .freeze import start_the_tick
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle, Runtime
-from .logs import Console, LogFile, SupervisorLog
+from .logs import LogFile, SupervisorLog
 from .loop import EventLoop, summary
 from .memory import MemoryEvidence
 from .offloop import NoThread

@@ -11,9 +11,9 @@ from typing import Any
 
 from . import verdict as v
 from .cgroups import mem_total
+from .console import Console
 from .freeze import FreezeWatch
 from .gpuwatch import Gpus
-from .logs import Console
 from .loop import EventLoop, name_of
 from .memory import MemoryEvidence
 from .policy import capped

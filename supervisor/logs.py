@@ -261,8 +261,19 @@ class ChildOutput:
         return [line.decode("utf-8", errors="replace") for line in lines]
 
 
+class Unshipped(str):
+    """An own line the log shipper leaves alone, because its content reaches the manager another way:
+    a failure's verdict line and its quoted child lines, which Reporter.verdict pushes durably from the
+    verdict itself (shipping the logged copy too would show each failure twice in the setup tab)."""
+
+    __slots__ = ()
+
+
 class SupervisorLog:
-    """The supervisor's own lines: console (with priority) and ``supervisor.log``."""
+    """The supervisor's own lines: console (with priority), ``supervisor.log``, and the taps that ship them.
+
+    Every own line enters here and is masked here, once (redact.py), before anything reads it. A line
+    given as ``Unshipped`` goes to the console and the file only: the taps never see it."""
 
     def __init__(self, console: Console, file: LogFile | None) -> None:
         self._console = console
@@ -270,13 +281,15 @@ class SupervisorLog:
         if file is not None:
             file.notify = self._to_console  # not through itself: it is the file that cannot be written
         self.redactor: Redactor | None = None
-        self.taps: list[Callable[[str], None]] = []  # the log shipper reads these too
+        self.taps: list[Callable[[str], None]] = []  # the log shipper: every line but the Unshipped ones
 
     def __call__(self, message: str) -> None:
+        ship = not isinstance(message, Unshipped)  # (asked before masking: the mask makes a plain str)
         if self.redactor:
             message = self.redactor.text(message)
-        for tap in self.taps:
-            tap(message)
+        if ship:
+            for tap in self.taps:
+                tap(message)
         line = clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n"
         self._console.put(line, own=True)
         if self._file is not None:

@@ -43,12 +43,6 @@ from .verdict import STOPPED, Verdict
 REASON_MAX_CHARS = 1000
 # The supervisor's own lines held before the log shipper exists (a handful in practice).
 EARLY_LINES_MAX = 1000
-# Own lines that Reporter.verdict pushes durably (the FAILED line, then its quoted child lines):
-# shipping them from the log tap too would show each failure twice in the manager's setup tab.
-# Quoted lines are skipped only right after a FAILED line: a contained fault's traceback is quoted
-# the same way, and the manager must see that one.
-FAILED_PREFIX = "FAILED: "
-QUOTED_PREFIX = "  | "
 
 Log = Callable[[str], None]
 # Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
@@ -100,7 +94,6 @@ class Reporter:
         self._logs: Shipper | None = None
         self._events: Shipper | None = None
         self._reported: set[str] = set()
-        self._in_verdict = False  # the own lines now shipped are a FAILED line and its quoted lines
         self._giving_up = False  # a give-up is queued: the exit waits longer for it (GIVE_UP_FLUSH_S)
         self._state_dir = state_dir
         # The supervisor's own lines, held by ``early`` until start() has made the shipper.
@@ -308,12 +301,8 @@ class Reporter:
             self._logs.add(source, [head + strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
 
     def ship_own_line(self, message: str) -> None:
-        if message.startswith(FAILED_PREFIX):
-            self._in_verdict = True
-        elif not (self._in_verdict and message.startswith(QUOTED_PREFIX)):
-            self._in_verdict = False
-        if self._in_verdict:
-            return  # Reporter.verdict pushes it, durably
+        """One of the supervisor's own lines (masked where it was logged; the verdicts' lines never come
+        here: logs.Unshipped)."""
         if self._logs is not None:
             self._logs.add("setup", [f"[supervisor] {message}"])
 

@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from supervisor.devmanager import DevManager  # noqa: E402
 from supervisor.prover.demo import free_port  # noqa: E402
-from supervisor.prover.devmanager import DevManager  # noqa: E402
 
 FAILURES = {
     "fitness (insufficient_memory)": {"PROVER_MIN_MEMORY": "1TiB"},

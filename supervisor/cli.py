@@ -110,7 +110,7 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.command == "standins":
             return write_standins(args)
         if args.command == "dev-manager":
-            from .prover.devmanager import serve
+            from .devmanager import serve
 
             return serve(args.port)
         if args.command == "status":

@@ -1,15 +1,16 @@
 """The exit flush: how long the supervisor's exit waits for the manager to hear the last of it.
 
-When the lifecycle is over the outbox may still hold calls: the failure's reason lines, the
-give-up, the "exiting" line. The exit waits for them while the loop runs (``EventLoop.run_until``):
-the sender's retries and answers are handed back into the loop, signals keep their meaning and
-the status socket answers. It waits:
+When the lifecycle is over the outbox may still hold calls: the failure's reason lines, a call the
+exit must wait for (queued with ``exit_waits_for``: the prover's give-up), the "exiting" line. The
+exit waits for them while the loop runs (``EventLoop.run_until``): the sender's retries and answers
+are handed back into the loop, signals keep their meaning and the status socket answers. It waits:
 
 - until the outbox is empty, or EXIT_FLUSH_S at most, and only EXIT_STALL_S once no call went out
   for that long: a manager that is down does not hold up ``docker stop`` (what is left stays in
   the outbox for the next start);
-- for a give-up, GIVE_UP_FLUSH_S with no stall rule: an instance the manager never hears of is
-  paid for until its timeout, and no ``docker stop`` deadline runs;
+- for a call the exit must wait for (``giving_up``), GIVE_UP_FLUSH_S with no stall rule: an instance
+  given up that the manager never hears of is paid for until its timeout, and no ``docker stop``
+  deadline runs;
 - after a stop signal during the flush, FLUSH_AFTER_TERM_S more at most (``docker stop``'s
   SIGKILL follows 10 s after its SIGTERM); a second stop signal ends it now.
 

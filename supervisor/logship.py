@@ -1,15 +1,16 @@
 """Shipping output to the manager's ``/api/log-push``, and events to an optional ``events_url``.
 
-Lines are queued per source (the manager dashboard's tabs: setup, benchdaemon,
-benchout, cuzk, curio) with ANSI escapes stripped, and pushed by a thread in
-batches: every ``log_push_interval_s`` or once ``BATCH_BYTES`` are waiting, never
-more than ``PUSH_MAX_BYTES`` per push (the manager silently drops what is past
-256 KiB), split on line boundaries. While the manager is down each source keeps
-a bounded backlog: the oldest lines go first, and the next push says how many.
-Phase calls never travel this way (they go through the outbox and are never
-dropped). Pushes go through the manager client's rules (manager.py): a total
-deadline, a bounded answer, no redirect followed (a redirected push is not
-delivered: it is kept and sent again), Retry-After honoured.
+Lines are queued per source (the manager dashboard's tab: ``setup`` for the supervisor's own lines,
+each phase's ``log_source`` for its children's) as the Reporter hands them over: masked where they
+entered the supervisor, escape codes stripped, labelled. A thread pushes them in batches: every
+``log_push_interval_s`` or once ``BATCH_BYTES`` are waiting, never more than ``PUSH_MAX_BYTES`` per
+push (the manager silently drops what is past 256 KiB), split on line boundaries. While the manager
+is down each source keeps a bounded backlog: the oldest lines go first, and the next push says how
+many. This is the best-effort road: what must arrive (the manager calls, a failure's verdict, the
+"exiting" line) goes through the outbox, and the lines still queued here for that source go into the
+outbox ahead of it (Reporter.push_text), so the order holds. Pushes go through the manager client's
+rules (manager.py): a total deadline, a bounded answer, no redirect followed (a redirected push is
+not delivered: it is kept and sent again), Retry-After honoured.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ FLUSH_TIMEOUT_S = 5.0
 # Every push says which lines it carries: ``<run>:<source>:<first>-<last>``, numbered per source from 1 in
 # each supervisor process (``run``). A push sent again after a timeout carries the same numbers (and maybe
 # more lines after them): a receiver that keeps the highest number seen per run and source can drop what
-# it already has. Today's manager ignores the header; the dev-manager drops the duplicates (README).
+# it already has. Today's manager ignores the header; the dev-manager drops the duplicates (docs/manager.md).
 SEQ_HEADER = "X-Log-Seq"
 
 Log = Callable[[str], None]

@@ -4,7 +4,9 @@ SQLite from the standard library, WAL journal, synchronous=FULL: once ``add``
 returns, the call survives a SIGKILL of the supervisor and a container restart
 (same ``state_dir`` volume), and the next start delivers it. Delivery is at
 least once, in order; the manager's calls are idempotent per uuid and state.
-The same database keeps small facts the next start needs (the uuid).
+The same database keeps small facts the next start needs (the uuid). The outbox knows
+nothing of what a call means: a call is a kind, a JSON payload and, once delivered,
+the answer the kind's handler kept (sender.py).
 """
 
 from __future__ import annotations
@@ -330,6 +332,10 @@ class Outbox:
 
     def pending_of(self, kind: str) -> int:
         return int(self._read_one("SELECT count(*) FROM calls WHERE kind = ? AND state = 'pending'", (kind,))[0])
+
+    def is_pending(self, call_id: int) -> bool:
+        """This call (``add``'s id) is still waiting to be delivered."""
+        return self._read_one("SELECT 1 FROM calls WHERE id = ? AND state = 'pending'", (call_id,)) is not None
 
     def delivered_answer(self, kind: str) -> Any:
         """The manager's answer to the last delivered call of this kind; None if none was delivered."""

@@ -1,9 +1,18 @@
 """Secrets never reach a log: the manager token, any env value whose name looks secret, a URL's password.
 
-Values are replaced by ``***`` in the supervisor's own lines (``Redactor.text``), in the status
-view (``Redactor.environment``), and in children's output once, where its bytes enter the
-supervisor (``SecretStream``, one per pipe): the console, the per-child file, the ring of last
-lines, the output parsers and the log shipper then all get bytes already masked.
+A secret is masked (``***``) once, where the text that may hold it enters the supervisor; everything
+downstream gets it masked already and never masks again. The entry points:
+
+- children's output: one ``SecretStream`` per pipe, as its bytes are read (logs.ChildOutput): the
+  console, the per-child file, the ring of last lines (so every verdict's last lines), the output
+  parsers and the log shipper all read masked bytes;
+- the supervisor's own lines: ``SupervisorLog`` (logs.py), before the console, supervisor.log and the
+  log shipper's tap (``Redactor.text``);
+- verdicts, objects made of the supervisor's words, config values and masked child lines: where they
+  enter the reporting (reporting.masked), for the durable FAILED push and a plugin's give-up reason;
+- what the manager (or the HTTP library) says: the client masks the URL's credentials in the errors
+  it raises (manager.py), and the status view masks the last error it shows (Reporter.status);
+- the status view's environments (``Redactor.environment``; status.py).
 
 A child's bytes come in reads cut wherever the pipe was: a secret written in two writes arrives
 in two reads. So the stream holds back the end of a read that could still become a secret (at most

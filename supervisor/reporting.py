@@ -1,19 +1,16 @@
 """Reporting to the fleet manager: what the lifecycle tells it, failures, logs, events.
 
-Calls, in the order the lifecycle makes them: ``/register`` first (its uuid and
-runner_id are kept in ``state_dir`` and given to every later child as
-``INSTANCE_UUID`` and ``RUNNER_ID``), then ``/param-done``, ``/bench-done`` with
-the rate, ``/running``; which phase triggers which is the phase's ``report`` key.
-Every call, and every failure report, is written to the persisted outbox first
-and delivered by the sender thread (sender.py), in order, at least once: the
-work never waits on the manager, and a SIGKILL of the supervisor loses nothing.
+The core speaks the generic part of the manager's API (docs/manager.md): ``/register`` first (the
+uuid it answers is kept in ``state_dir`` and given to every later child as ``INSTANCE_UUID``), then
+the phase calls that carry only the uuid, which a phase's ``report`` key triggers: ``param-done`` when
+a oneshot is done, ``running`` when a service is up; and the log pushes. A plugin adds call kinds of
+its own and fields to the register body and answer through the ManagerLink it is handed (wiring.py;
+the prover's fleet protocol: prover/fleet.py). Every call, and every failure report, is written to
+the persisted outbox first and delivered by the sender thread (sender.py), in order, at least once:
+the work never waits on the manager, and a SIGKILL of the supervisor loses nothing.
 
-The one place the lifecycle does wait is the bench gate (prover/gate.py):
-production does not start until the manager has answered ``bench-done``.
-
-A lifecycle that fails for good before production gives the instance up: the
-manager's API destroys an instance on one call only, ``bench-done`` with a rate
-below min_rate, so that is sent with rate 0, after the failure's reason lines.
+Text reaches the manager already masked (redact.py): the supervisor's own lines where they are
+logged, children's output where it is read, verdicts here, where they enter the reporting (``masked``).
 """
 
 from __future__ import annotations
@@ -21,34 +18,30 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .ansi import strip_ansi
+from .answers import FieldCheck
 from .config import ManagerSpec
 from .exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
-from .lifecycle import Lifecycle, Phase, PhaseState, Runtime
+from .exits import EXIT_OK
 from .logship import Shipper, event_line, events_sender, log_push_sender
-from .loop import contained, summary
+from .loop import EventLoop, contained, summary
 from .manager import ManagerClient
 from .outbox import Outbox
-from .prover.gate import BenchGate
 from .redact import Redactor, shown_url
-from .sender import Sender
+from .sender import LOG, CallKinds, Sender
+from .states import PhaseState
 from .verdict import STOPPED, Verdict
+from .wiring import CallKind, ManagerLink, Payload, PhaseLike, PhaseView
 
-# The give-up's optional ``reason`` field (bench_done_reason): one line, cut to this many characters.
-REASON_MAX_CHARS = 1000
 # The supervisor's own lines held before the log shipper exists (a handful in practice).
 EARLY_LINES_MAX = 1000
-# Own lines that Reporter.verdict pushes durably (the FAILED line, then its quoted child lines):
-# shipping them from the log tap too would show each failure twice in the manager's setup tab.
-# Quoted lines are skipped only right after a FAILED line: a contained fault's traceback is quoted
-# the same way, and the manager must see that one.
-FAILED_PREFIX = "FAILED: "
-QUOTED_PREFIX = "  | "
+# The core's report kinds, and what of a phase triggers each (a plugin adds its own: plugin.py ``reports``).
+CORE_REPORTS = {"param-done": "done", "running": "up"}
 
 Log = Callable[[str], None]
 # Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
@@ -79,6 +72,23 @@ class EarlyLines:
                 forward(message)
 
 
+def core_report_due(phase: PhaseView) -> str | None:
+    """The core's call this transition triggers: ``param-done`` (a oneshot done), ``running`` (a service up)."""
+    when = CORE_REPORTS.get(phase.report or "")
+    if when == "done" and phase.state is PhaseState.DONE:
+        return phase.report
+    if when == "up" and phase.up:
+        return phase.report
+    return None
+
+
+def masked(verdict: Verdict, redactor: Redactor) -> Verdict:
+    """The verdict with its words masked (its child lines were, where they were read): what the durable
+    FAILED push and a plugin's give-up quote to the manager."""
+    return replace(verdict, phase=redactor.text(verdict.phase), child=redactor.text(verdict.child),
+                   detail=redactor.text(verdict.detail))
+
+
 class Reporter:
     """What the lifecycle tells the manager: its phase calls, failures, logs and events.
 
@@ -86,32 +96,35 @@ class Reporter:
     listeners call in from the loop's thread only.
     """
 
-    def __init__(self, spec: ManagerSpec, state_dir: Path, rt: Runtime, redactor: Redactor,
-                 early: EarlyLines | None = None) -> None:
+    def __init__(self, spec: ManagerSpec, state_dir: Path, loop: EventLoop, log: Log,
+                 export_env: Callable[[str, str], None], redactor: Redactor, early: EarlyLines | None = None) -> None:
         self.spec = spec
-        self.rt = rt
-        self._log = rt.log
+        self._loop = loop
+        self._log = log
+        self._export_env = export_env
         self._redactor = redactor
         self.enabled = spec.url is not None
+        self.calls = CallKinds()  # every call kind the sender delivers (a plugin adds to them before start)
+        self._identity_listeners: list[Callable[[Mapping[str, str | None]], None]] = []
         self.outbox: Outbox | None = None
         self._sender: Sender | None = None  # delivers the outbox (made with it, in start)
-        self._gate: BenchGate | None = None
-        self._lifecycle: Lifecycle | None = None
         self._logs: Shipper | None = None
         self._events: Shipper | None = None
-        self._reported: set[str] = set()
-        self._in_verdict = False  # the own lines now shipped are a FAILED line and its quoted lines
-        self._giving_up = False  # a give-up is queued: the exit waits longer for it (GIVE_UP_FLUSH_S)
+        self._reported: set[str] = set()  # the core's report kinds queued by this start
+        self._exit_waits: list[tuple[int, str]] = []  # calls the exit flush waits longer for: (id, what)
         self._state_dir = state_dir
         # The supervisor's own lines, held by ``early`` until start() has made the shipper.
         self._early = early
         if early is not None and not self.enabled:
             early.hand_to(None)
 
+    def link(self) -> ManagerLink:
+        """What a plugin may do with the manager (wiring.ManagerLink)."""
+        return ReporterLink(self)
+
     # ------------------------------------------------------------ start and stop
 
-    def start(self, lifecycle: Lifecycle) -> None:
-        self._lifecycle = lifecycle
+    def start(self) -> None:
         if not self.enabled:
             self._log("manager reporting off: no [manager] url and no MANAGER_URL")
             return
@@ -121,23 +134,22 @@ class Reporter:
             self._log(self.outbox.corrupt_note)
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None
         client = ManagerClient(self.spec, token, warn=self._log)
-        self._gate = BenchGate(self.spec, lifecycle, self.rt.loop, self._log)
-        self._sender = Sender(self.spec, self.outbox, client, self.rt.loop, self._log,
-                              on_identity=self._export_identity, on_bench_answer=self._gate.answered,
-                              on_bench_refused=self._gate.refused)
+        self._sender = Sender(self.spec, self.outbox, client, self._loop, self._log, self.calls,
+                              on_identity=self._export_identity)
         self._sender.restore_identity()
-        self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}, min_rate {self.spec.min_rate:g}; "
+        fields = "".join(f", {k} {_shown(v)}" for k, v in self._sender.identity().items() if k != "label")
+        self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "
                   f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
         self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
                              self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
         if self._early is not None:
             # A shipper that raises costs the manager lines, never the supervisor's own log.
-            self._early.hand_to(contained(self.ship_own_line, lambda exc: self.rt.loop.faults.report(
+            self._early.hand_to(contained(self.ship_own_line, lambda exc: self._loop.faults.report(
                 "shipping the supervisor's own lines", exc)))
         if not self._start_thread("log shipping", self._logs.start, "the children's output is not shipped"):
             self._logs = None
         if self.spec.events_url:
-            events_client = ManagerClient(_with_url(self.spec, self.spec.events_url), token, warn=self._log)
+            events_client = ManagerClient(replace(self.spec, url=self.spec.events_url), token, warn=self._log)
             self._events = Shipper("events", events_sender(events_client), lambda: True,
                                    self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
             if not self._start_thread("events", self._events.start, "no events are sent"):
@@ -160,6 +172,9 @@ class Reporter:
         """What the manager calls this instance; None until a register was answered (here or earlier)."""
         return self._sender.uuid if self._sender is not None else None
 
+    def reporting(self) -> bool:
+        return self.enabled and self.outbox is not None
+
     def stop(self, status: int, why: str, wait: FlushWait) -> None:
         """The supervisor is exiting: say so, let the outbox drain while ``wait`` runs the loop (see
         exitflush.py for how long), then end the threads and close the outbox.
@@ -170,10 +185,10 @@ class Reporter:
         sender, outbox = self._sender, self.outbox
         self.push_text("setup", f"prover-supervisor exiting with status {status}: {why}")
         self.event("supervisor", state="exiting", status=status, why=why)
-        giving_up = self._giving_up and bool(outbox.pending_of("bench-done"))
-        flush = ExitFlush(outbox.pending, sender.alive, status, giving_up)
-        if giving_up and sender.alive():
-            self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for the give-up to be delivered")
+        waited_for = [what for call_id, what in self._exit_waits if outbox.is_pending(call_id)]
+        flush = ExitFlush(outbox.pending, sender.alive, status, bool(waited_for))
+        if waited_for and sender.alive():
+            self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for {waited_for[0]} to be delivered")
         sender.wake()
         wait(flush, flush.over)
         left = outbox.pending()
@@ -208,73 +223,23 @@ class Reporter:
 
     # ------------------------------------------------------------ what the lifecycle tells us
 
-    def phase_changed(self, phase: Phase) -> None:
-        self.event("transition", phase=phase.name, state=str(phase.state), why=phase.why, attempt=phase.attempt,
-                   up=phase.up)
-        if not self.enabled:
-            return
-        report = phase.spec.report
-        if report == "param-done" and phase.state is PhaseState.DONE:
-            self._queue_once("param-done", {})
-        elif report == "bench-done" and phase.state is PhaseState.DONE and self._bench_already_reported(phase):
-            pass
-        elif report == "bench-done" and phase.state is PhaseState.DONE:
-            rate = getattr(phase.parsed, "rate_per_hour", None)
-            self._queue_once("bench-done", {"rate": rate if rate is not None else 0.0})
-            self._hold_production(phase)
-        elif report == "running" and phase.up:
-            self._queue_once("running", {})
+    def phase_changed(self, phase: PhaseLike) -> None:
+        view = PhaseView.of(phase)
+        self.event("transition", phase=view.name, state=str(view.state), why=view.why, attempt=view.attempt,
+                   up=view.up)
+        kind = core_report_due(view) if self.enabled else None
+        if kind is not None and kind not in self._reported:
+            self._reported.add(kind)
+            self.queue(kind, {})
 
-    def _bench_already_reported(self, phase: Phase) -> bool:
-        """After a restart: this uuid's bench-done is already queued, or was accepted. Sending another
-        would move a running instance back to bench_done (and a slower re-run could get it killed)."""
-        assert self.outbox is not None
-        answer = self.outbox.delivered_answer("bench-done")
-        if isinstance(answer, dict) and answer.get("passed") is True:
-            self._log("manager: bench-done was delivered and passed before this restart; not sent again")
-            return True
-        if self.outbox.pending_of("bench-done"):
-            self._log("manager: a bench-done from before this restart is still queued; waiting for its answer")
-            self._reported.add("bench-done")
-            self._hold_production(phase)
-            return True
-        return False
-
-    def _hold_production(self, phase: Phase) -> None:
-        assert self._gate is not None
-        self._gate.hold(phase)
-
-    def give_up(self, why: str, status: int) -> None:
-        """The lifecycle failed for good before production: ask the manager to destroy the instance now.
-
-        Called as the lifecycle shuts down, after the failure's verdict and the "stopping" line went
-        into the outbox: the manager has the reason in its log before the instance is gone. Without
-        this it keeps paying for the instance until its 45 or 90 min timeout."""
-        lifecycle = self._lifecycle
-        failure = lifecycle.failure if lifecycle is not None else None
-        if not self.enabled or self.outbox is None or lifecycle is None or failure is None or status == 0:
-            return  # no failure (a stop signal, a completed run, the manager's own rejection): nothing to give up
-        if not self.spec.give_up_on_failure:
-            self._log("manager: not giving the instance up (give_up_on_failure = false); the manager's timeout "
-                      "will end it")
-            return
-        if reached_production(lifecycle):
-            return
-        answer = self.outbox.delivered_answer("bench-done")
-        if isinstance(answer, dict) and answer.get("passed") is False:
-            return  # the manager already marked it killed
-        # A bench that passed does not keep an instance that will never prove: production never came
-        # up and the supervisor is exiting, and today's manager has no timeout for bench_done. It kills
-        # on any bench-done below min_rate, whatever the state, so a second one gives it up too.
-        passed_before = "bench-done" in self._reported or isinstance(answer, dict)
-        self._reported.discard("bench-done")
-        self._giving_up = True
-        reason = self._redactor.text(failure.line())[:REASON_MAX_CHARS]
-        self._queue_once("bench-done", {"rate": 0.0, "failed": True, "reason": reason})
-        after = "; the bench had passed, but production never came up" if passed_before else ""
-        self._log(f"manager: giving the instance up ({why}): bench-done with rate 0 after the reason line{after}")
+    def shutting_down(self, why: str, status: int) -> None:
+        """The lifecycle shuts down for a failure: the reason goes out first (a plugin's shutdown listeners,
+        the give-up among them, come after this one)."""
+        if status != EXIT_OK:
+            self.push_text("setup", f"prover-supervisor stopping: {why}")
 
     def verdict(self, verdict: Verdict) -> None:
+        verdict = masked(verdict, self._redactor)
         self.event("verdict", **verdict.to_dict())
         if verdict.success or verdict.reason == STOPPED:
             return
@@ -283,11 +248,26 @@ class Reporter:
         lines += [f"  | {_plain(line)}" for line in verdict.last_lines]
         self.push_text("setup", "\n".join(lines))
 
+    # ------------------------------------------------------------ calls and lines
+
+    def queue(self, kind: str, payload: Payload, *, said: str = "", exit_waits_for: str | None = None) -> None:
+        """Into the outbox, then the sender is woken (see wiring.ManagerLink.queue)."""
+        if not self.reporting():
+            return
+        assert self.outbox is not None
+        call_id = self.outbox.add(kind, dict(payload))
+        if exit_waits_for is not None:
+            self._exit_waits.append((call_id, exit_waits_for))
+        self._wake_sender()
+        self._log(f"manager: {kind} queued{said}")
+
     def push_text(self, source: str, text: str) -> None:
-        """A durable log push (failures, the supervisor's exit): through the outbox, never dropped."""
+        """A durable log push (failures, the supervisor's exit): through the outbox, never dropped. ``text``
+        needs no mask here: a verdict masked where it entered, or the supervisor's own words about the
+        shutdown (phase and child names, signal names, numbers)."""
         if self.enabled and self.outbox is not None:
             self._move_queued_lines(source)
-            self.outbox.add("log", {"source": source, "text": self._redactor.text(text).rstrip("\n") + "\n"})
+            self.outbox.add(LOG, {"source": source, "text": text.rstrip("\n") + "\n"})
             self._wake_sender()
 
     def _move_queued_lines(self, source: str) -> None:
@@ -296,7 +276,7 @@ class Reporter:
         if self._logs is None or self.outbox is None:
             return
         for chunk in self._logs.take_all(source):
-            self.outbox.add("log", {"source": source, "text": chunk})
+            self.outbox.add(LOG, {"source": source, "text": chunk})
 
     def ship_lines(self, source: str, label: str, lines: list[bytes]) -> None:
         """A child's output lines (masked where they entered, logs.ChildOutput): best effort, batched,
@@ -308,12 +288,8 @@ class Reporter:
             self._logs.add(source, [head + strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
 
     def ship_own_line(self, message: str) -> None:
-        if message.startswith(FAILED_PREFIX):
-            self._in_verdict = True
-        elif not (self._in_verdict and message.startswith(QUOTED_PREFIX)):
-            self._in_verdict = False
-        if self._in_verdict:
-            return  # Reporter.verdict pushes it, durably
+        """One of the supervisor's own lines (masked where it was logged; the verdicts' lines never come
+        here: logs.Unshipped)."""
         if self._logs is not None:
             self._logs.add("setup", [f"[supervisor] {message}"])
 
@@ -321,24 +297,19 @@ class Reporter:
         if self._events is not None:
             self._events.add("events", [event_line(kind, label=self.spec.label, uuid=self.uuid, **fields)])
 
-    def _queue_once(self, kind: str, payload: dict[str, Any]) -> None:
-        assert self.outbox is not None
-        if kind in self._reported:
-            return
-        self._reported.add(kind)
-        self.outbox.add(kind, payload)
-        self._wake_sender()
-        self._log(f"manager: {kind} queued" + (f" (rate {payload['rate']:g}/h)" if "rate" in payload else ""))
-
     def _wake_sender(self) -> None:
         if self._sender is not None:
             self._sender.wake()
 
-    def _export_identity(self, uuid: str, runner_id: str | None) -> None:
+    def _export_identity(self, uuid: str, fields: Mapping[str, str | None]) -> None:
         """Children started from now on know who they are to the manager."""
-        self.rt.export_env("INSTANCE_UUID", uuid)
-        if runner_id:
-            self.rt.export_env("RUNNER_ID", runner_id)
+        self._export_env("INSTANCE_UUID", uuid)
+        for listener in self._identity_listeners:
+            listener(fields)
+
+    def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
+        self.calls.answer_fields[name] = check
+        self._identity_listeners.append(lambda fields: on_known(fields.get(name)))
 
     # ------------------------------------------------------------ for the status view
 
@@ -348,22 +319,51 @@ class Reporter:
         sender = self._sender
         return {
             "enabled": True, "url": shown_url(self.spec.url or ""), "label": self.spec.label, "uuid": self.uuid,
-            "runner_id": sender.runner_id if sender else None,
+            **{name: sender.fields.get(name) if sender else None for name in self.calls.answer_fields},
             "outbox_pending": self.outbox.pending() if self.outbox else None,
             "last_delivered": sender.last_delivered if sender else None,
+            # The manager's own words (an answer's body), which come from outside: masked here.
             "last_error": self._redactor.text(sender.last_error) if sender and sender.last_error else None,
             "log_backlog": self._logs.backlog() if self._logs else {},
         }
 
 
-def reached_production(lifecycle: Lifecycle) -> bool:
-    """Did the production service (``report = "running"``, else the last service) ever come up?"""
-    return any(p.up or p.was_up for p in lifecycle.production())
+class ReporterLink:
+    """wiring.ManagerLink over the Reporter: what a plugin may do with the manager, and nothing more."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self._reporter = reporter
+
+    def reporting(self) -> bool:
+        return self._reporter.reporting()
+
+    def queue(self, kind: str, payload: Payload, *, said: str = "", exit_waits_for: str | None = None) -> None:
+        self._reporter.queue(kind, payload, said=said, exit_waits_for=exit_waits_for)
+
+    def delivered_answer(self, kind: str) -> Any:
+        outbox = self._reporter.outbox
+        return outbox.delivered_answer(kind) if outbox is not None else None
+
+    def pending_of(self, kind: str) -> int:
+        outbox = self._reporter.outbox
+        return outbox.pending_of(kind) if outbox is not None else 0
+
+    def handle(self, kind: str, call: CallKind) -> None:
+        self._reporter.calls.add(kind, call)
+
+    def add_register_fields(self, fields: Callable[[], Mapping[str, Any]]) -> None:
+        self._reporter.calls.register_fields.append(fields)
+
+    def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
+        self._reporter.hear_register_field(name, check, on_known)
+
+    def push_text(self, source: str, text: str) -> None:
+        self._reporter.push_text(source, text)
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _plain(line: str) -> str:
     return strip_ansi(line.encode("utf-8", errors="replace")).decode("utf-8", errors="replace")
-
-
-def _with_url(spec: ManagerSpec, url: str) -> ManagerSpec:
-    return replace(spec, url=url)

@@ -38,23 +38,25 @@ from typing import Any, TypeVar
 from . import fitness, resume
 from . import snapshot as snapshot_mod
 from .config import Plan
-from .exits import EXIT_OK
+from .console import Console
 from .freeze import start_the_tick
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle, Runtime
-from .logs import Console, LogFile, SupervisorLog
+from .logs import LogFile, SupervisorLog
 from .loop import EventLoop, summary
 from .memory import MemoryEvidence
 from .offloop import NoThread
+from .prover import fleet
 from .prover.hooks import hooks_for
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor, url_secrets
-from .reporting import EarlyLines, Reporter
+from .reporting import EarlyLines, Reporter, masked
 from .signals import SignalInbox, SignalRouter, last_words_to, signal_name
 from .statefile import StateFile
 from .statussocket import StatusServer
 from .survivors import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors
 from .teardown import tear_down
+from .wiring import LifecycleEvents, ProductionByName, Wiring
 
 T = TypeVar("T")
 # In state_dir: the phase cgroups made, so that the next start can empty those a SIGKILL left behind.
@@ -328,7 +330,8 @@ def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Superv
         memory=core.memory, gpus=gpus, redactor=host.redactor, state_dir=host.state_dir,
         rebench=rebench,
     )
-    reporter = Reporter(plan.manager, host.state_dir, rt, host.redactor, host.early_lines)
+    reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, rt.export_env, host.redactor,
+                        host.early_lines)
     if reporter.enabled:
         rt.ship_lines = reporter.ship_lines
     outcome: dict[str, int] = {}
@@ -359,6 +362,10 @@ def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision, router:
     lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
     lifecycle.listeners.append(reporter.phase_changed)
     rt.on_verdict.append(reporter.verdict)
+    lifecycle.on_shutdown.append(reporter.shutting_down)
+    # The plugin's listeners after the reporter's (its give-up after the reason lines above: the manager
+    # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
+    attach_plugin(plan, host, core, sup)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
         snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
@@ -375,11 +382,17 @@ def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision, router:
     rt.on_verdict.append(state_file.changed)
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
-    lifecycle.on_shutdown.append(lambda why, status: reporter.push_text(
-        "setup", f"prover-supervisor stopping: {why}") if status != EXIT_OK else None)
-    # After the reason lines above: the manager must have the why before it destroys the instance.
-    lifecycle.on_shutdown.append(reporter.give_up)
     return Observers(state_file, status_server, health)
+
+
+def attach_plugin(plan: Plan, host: Host, core: Core, sup: Supervision) -> None:
+    """What the plugin may hear and drive (wiring.py), handed to it before the reporting starts."""
+    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.on_verdict,
+                                                       lambda verdict: masked(verdict, host.redactor)),
+                    production=ProductionByName(sup.lifecycle),
+                    manager=sup.reporter.link() if sup.reporter.enabled else None,
+                    export_env=sup.rt.export_env, call_later=core.loop.call_later, log=host.log)
+    fleet.attach(wiring)  # the prover's Plugin.attach
 
 
 def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callable[..., dict[str, Any]],
@@ -451,7 +464,7 @@ def serve(plan: Plan, host: Host, core: Core, sup: Supervision, router: SignalRo
 def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog) -> None:
     """A reporter that cannot start (no fd for its outbox or a module it imports) costs the reporting, not the run."""
     try:
-        sup.reporter.start(sup.lifecycle)
+        sup.reporter.start()
     except Exception as exc:
         if not isinstance(exc, OSError):
             loop.faults.report("starting the manager reporting", exc)  # a bug: its traceback in supervisor.log

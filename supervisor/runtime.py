@@ -11,9 +11,10 @@ from typing import Any
 
 from . import verdict as v
 from .cgroups import mem_total
+from .console import Console
 from .freeze import FreezeWatch
 from .gpuwatch import Gpus
-from .logs import Console
+from .logs import Unshipped
 from .loop import EventLoop, name_of
 from .memory import MemoryEvidence
 from .policy import capped
@@ -74,9 +75,10 @@ class Runtime:
         if verdict.success or verdict.reason == v.STOPPED:
             self.log(f"ended: {verdict.line()}")
         else:
-            self.log(f"FAILED: {verdict.line()}")
+            # Unshipped: Reporter.verdict pushes the verdict itself to the manager, durably.
+            self.log(Unshipped(f"FAILED: {verdict.line()}"))
             for line in verdict.last_lines[-5:]:
-                self.log(f"  | {line}")
+                self.log(Unshipped(f"  | {line}"))
         tell_listeners(self, "verdict listener", self.on_verdict, verdict, phase=verdict.phase)
 
     def verdict_of(self, child: Child) -> Verdict | None:

@@ -7,25 +7,33 @@ first: while no uuid is known the register is sent ahead of the queue (every
 other call names the uuid), and one the manager refuses (a 4xx) is retried with
 backoff like one it never got; no call is sent, or given up, for want of a uuid.
 
-What delivery learns (the uuid, the manager's answer to bench-done, a call
-refused for good) is handed to the loop's thread: nothing here touches the
-lifecycle. Every answer is checked (answers.py) before it is kept: a register answered
-with an unusable uuid is retried like a manager that is down, and a uuid kept by an
-earlier start is held to the same rule.
+Each call kind has one handler (wiring.CallKind), registered in ``CallKinds``: the
+core's ``register`` (the sender's own: it alone writes the identity), ``param-done``,
+``running`` and ``log``, and what a plugin adds. The handler makes the request, checks
+the answer (answers.py) and says what a delivered answer or a refusal means; those
+are handed to the loop's thread: nothing here touches the lifecycle. A call of a kind
+nobody handles (an outbox written by another version) is refused for good, in one line.
+A register answered with an unusable uuid is retried like a manager that is down, and
+a uuid kept by an earlier start is held to the same rule.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from .answers import AnswerError, bench_answer, check_runner_id, check_uuid, register_answer
+from .answers import AnswerError, FieldCheck, check_uuid, register_answer
 from .config import ManagerSpec
 from .loop import EventLoop
 from .manager import LOG_PUSH_LIMIT, Answer, ManagerClient, PermanentError, TransientError
 from .outbox import Call, Outbox
+from .wiring import CallKind, Payload
+
+REGISTER = "register"
+LOG = "log"  # a durable log push: {"source", "text"}
 
 # Retries are logged on the first failure, then once every this many.
 RETRY_LOG_EVERY = 10
@@ -35,26 +43,62 @@ IDLE_WAIT_S = 1.0
 Log = Callable[[str], None]
 
 
+
+def phase_call(kind: str) -> CallKind:
+    """``POST /<kind>`` with the uuid: the core's phase reports (``param-done``, ``running``)."""
+
+    def attempt(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
+        return client.request("POST", f"/{kind}", json_body={"uuid": uuid}, want_json=False)
+
+    return CallKind(attempt)
+
+
+def _log_push(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
+    return client.request(
+        "POST", "/api/log-push", data=payload.get("text", "").encode()[:LOG_PUSH_LIMIT],
+        want_json=False, headers={"X-Instance-UUID": uuid or "", "X-Log-Source": payload.get("source", "setup"),
+                                  "Content-Type": "text/plain; charset=utf-8"})
+
+
+def core_kinds() -> dict[str, CallKind]:
+    return {"param-done": phase_call("param-done"), "running": phase_call("running"), LOG: CallKind(_log_push)}
+
+
+@dataclass
+class CallKinds:
+    """Every kind of call the outbox may hold (but ``register``, the sender's own), and what the
+    ``/register`` body and answer carry beside the label and the uuid (a plugin's fields)."""
+
+    kinds: dict[str, CallKind] = field(default_factory=core_kinds)
+    register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list)
+    answer_fields: dict[str, FieldCheck] = field(default_factory=dict)
+
+    def add(self, kind: str, call: CallKind) -> None:
+        if kind == REGISTER or kind in self.kinds:
+            raise ValueError(f"the outbox call kind {kind!r} has a handler already")
+        self.kinds[kind] = call
+
+
 class Sender:
     """Delivers the outbox's calls on its own thread; it alone writes the identity the manager gave.
 
-    ``on_identity(uuid, runner_id)``, ``on_bench_answer(passed, rate)`` and ``on_bench_refused()``
-    are called in the loop's thread.
+    ``on_identity(uuid, fields)`` (the answer's checked fields beside the uuid) and each kind's
+    ``delivered`` and ``refused`` are called in the loop's thread.
     """
 
-    def __init__(self, spec: ManagerSpec, outbox: Outbox, client: ManagerClient, loop: EventLoop, log: Log, *,
-                 on_identity: Callable[[str, str | None], None], on_bench_answer: Callable[[bool, float], None],
-                 on_bench_refused: Callable[[], None]) -> None:
+    def __init__(self, spec: ManagerSpec, outbox: Outbox, client: ManagerClient, loop: EventLoop, log: Log,
+                 calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None]) -> None:
         self.spec = spec
         self.outbox = outbox
         self._client = client
         self._loop = loop
         self._log = log
+        self._calls = calls
+        self._kinds = {REGISTER: CallKind(lambda client, payload, uuid: self._register(), keep=self._keep_identity,
+                                          delivered=lambda payload, body: self._registered()), **calls.kinds}
         self._on_identity = on_identity
-        self._on_bench_answer = on_bench_answer
-        self._on_bench_refused = on_bench_refused
         self.uuid: str | None = None
-        self.runner_id: str | None = None
+        self.fields: dict[str, str | None] = {}  # what the register answer gave beside the uuid (checked)
         self.last_delivered: dict[str, Any] | None = None
         self.last_error: str | None = None
         self._stop = threading.Event()
@@ -72,35 +116,41 @@ class Sender:
                       "registering afresh")
             self.outbox.put("uuid", "")
         self.outbox.put("label", self.spec.label)
-        self.uuid, self.runner_id = self._stored_identity()
+        self.uuid, self.fields = self._stored_identity()
         if self.uuid:
-            self._log(f"manager: reusing uuid {self.uuid} (runner_id {self.runner_id}) from an earlier start")
-            self._on_identity(self.uuid, self.runner_id)
-        elif not self.outbox.pending_of("register"):
+            shown = f" ({', '.join(f'{k} {v}' for k, v in self.fields.items())})" if self.fields else ""
+            self._log(f"manager: reusing uuid {self.uuid}{shown} from an earlier start")
+            self._on_identity(self.uuid, dict(self.fields))
+        elif not self.outbox.pending_of(REGISTER):
             # No uuid, whatever the outbox says was delivered before (a SIGKILL between the answer and
             # the uuid being kept, another label): register now, so children start knowing who they are.
             self._queue_register()
 
-    def _stored_identity(self) -> tuple[str | None, str | None]:
-        """The uuid and runner_id an earlier start kept, held to the rules a fresh answer is: one that fails
+    def _stored_identity(self) -> tuple[str | None, dict[str, str | None]]:
+        """The uuid and fields an earlier start kept, held to the rules a fresh answer is: one that fails
         them (a file from an older version, a manager that answered garbage then) is dropped, and registering
         again (idempotent per label) gets the real one."""
-        uuid, runner_id = self.outbox.get("uuid") or None, self.outbox.get("runner_id") or None
+        uuid = self.outbox.get("uuid") or None
         if uuid is None:
-            return None, None
+            return None, {}
         try:
-            return check_uuid(uuid), check_runner_id(runner_id)
+            return check_uuid(uuid), {name: check(self.outbox.get(name) or None)
+                                      for name, check in self._calls.answer_fields.items()}
         except AnswerError as exc:
             self._log(f"manager: the identity kept from an earlier start is unusable ({exc}); registering afresh")
-            self.outbox.put("uuid", "")
-            self.outbox.put("runner_id", "")
-            return None, None
+            for name in ("uuid", *self._calls.answer_fields):
+                self.outbox.put(name, "")
+            return None, {}
 
     def _queue_register(self) -> None:
-        self.outbox.add("register", self._identity())
+        self.outbox.add(REGISTER, self.identity())
 
-    def _identity(self) -> dict[str, Any]:
-        return {"label": self.spec.label, "min_rate": self.spec.min_rate}
+    def identity(self) -> dict[str, Any]:
+        """The ``/register`` body: the label, then each plugin's fields."""
+        body: dict[str, Any] = {"label": self.spec.label}
+        for fields in self._calls.register_fields:
+            body.update(fields())
+        return body
 
     # ------------------------------------------------------------ the thread
 
@@ -130,6 +180,9 @@ class Sender:
             if call is None:
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()
+                continue
+            if call.kind not in self._kinds:
+                self._unknown(call)
                 continue
             retries = 0
 
@@ -162,78 +215,71 @@ class Sender:
         wherever the register stands in the queue (an outbox of an earlier start, a lost uuid).
         """
         call = self.outbox.next_pending()
-        if call is None or call.kind == "register" or self.uuid:
+        if call is None or call.kind == REGISTER or self.uuid:
             return call
-        register = self.outbox.next_pending_of("register")
+        register = self.outbox.next_pending_of(REGISTER)
         if register is None:
             self._queue_register()
-            register = self.outbox.next_pending_of("register")
+            register = self.outbox.next_pending_of(REGISTER)
         return register
+
+    def _unknown(self, call: Call) -> None:
+        """A kind nothing here handles (written by another version, or a plugin not loaded now): sending it
+        again cannot help, and it must not hold up the calls behind it."""
+        error = f"no handler for the call kind {call.kind!r}"
+        self.outbox.failed(call.id, error)
+        self._loop.call_soon_threadsafe(lambda: self._log(
+            f"manager: outbox call {call.id} refused for good: {error} (written by another version?)"))
 
     # ------------------------------------------------------------ one call
 
     def _attempt(self, call: Call) -> Answer:
-        if call.kind == "register":
-            return self._register()
-        if call.kind == "bench-done":
-            return self._bench_done(call)
-        if call.kind in ("param-done", "running"):
-            return self._client.request("POST", f"/{call.kind}", json_body={"uuid": self.uuid}, want_json=False)
-        if call.kind == "log":
-            return self._client.request(
-                "POST", "/api/log-push", data=call.payload.get("text", "").encode()[:LOG_PUSH_LIMIT],
-                want_json=False, headers={"X-Instance-UUID": self.uuid or "",
-                                          "X-Log-Source": call.payload.get("source", "setup"),
-                                          "Content-Type": "text/plain; charset=utf-8"})
-        raise PermanentError(0, f"unknown outbox call kind {call.kind!r}")
+        kind = self._kinds.get(call.kind)
+        if kind is None:
+            raise PermanentError(0, f"no handler for the call kind {call.kind!r}")
+        return kind.attempt(self._client, call.payload, self.uuid)
 
     def _register(self) -> Answer:
         # Who this start is, whatever an earlier start queued (its label may have been another).
         try:
-            answer = self._client.request("POST", "/register", json_body=self._identity())
+            answer = self._client.request("POST", "/register", json_body=self.identity())
         except PermanentError as exc:
             # Refused (a 4xx): retried with the same backoff as a manager that is down, never dropped.
             # Nothing else can go without the uuid, and registering again is harmless (idempotent).
             raise TransientError(f"/register refused: HTTP {exc.status}: {exc.body[:200]}") from None
         try:
-            identity = register_answer(answer.body)
+            identity = register_answer(answer.body, self._calls.answer_fields)
         except AnswerError as exc:
             # Never kept, never exported: retried until the manager gives one a child can carry.
             raise TransientError(f"the manager answered /register with an {exc}") from None
-        return Answer(answer.status, {"uuid": identity.uuid, "runner_id": identity.runner_id})
+        return Answer(answer.status, {"uuid": identity.uuid, **identity.fields})
 
-    def _bench_done(self, call: Call) -> Answer:
-        body = {"uuid": self.uuid, "rate": call.payload.get("rate", 0.0)}
-        if self.spec.bench_done_reason and call.payload.get("reason"):
-            body["reason"] = call.payload["reason"]  # only for a manager that reads it (README)
-        answer = self._client.request("POST", "/bench-done", json_body=body)
-        try:
-            passed = bench_answer(answer.body)
-        except AnswerError as exc:
-            raise TransientError(f"the manager answered /bench-done {exc}") from None
-        return Answer(answer.status, {"passed": passed})
+    def _keep_identity(self, payload: Payload, body: Any) -> None:
+        """What _register checked: a safe uuid, and each field as its check kept it."""
+        self.uuid = body["uuid"]
+        self.fields = {name: body.get(name) for name in self._calls.answer_fields}
+        self.outbox.put("uuid", body["uuid"])
+        for name, value in self.fields.items():
+            self.outbox.put(name, value or "")
 
     # ------------------------------------------------------------ what an answer means
 
     def _delivered(self, call: Call, answer: Answer) -> None:
-        if call.kind == "register":
-            # What _register checked: a safe uuid, and digits or None.
-            self.uuid, self.runner_id = answer.body["uuid"], answer.body["runner_id"]
-            self.outbox.put("uuid", self.uuid)
-            self.outbox.put("runner_id", self.runner_id or "")
-            self._loop.call_soon_threadsafe(self._registered)
-        elif call.kind == "bench-done" and not call.payload.get("failed"):
-            # A give-up (failed) has no production to let through or stop: its answer changes nothing.
-            passed = answer.body["passed"]
-            rate = float(call.payload.get("rate", 0.0))
-            self._loop.call_soon_threadsafe(lambda: self._on_bench_answer(passed, rate))
+        kind = self._kinds[call.kind]
+        if kind.keep is not None:
+            kind.keep(call.payload, answer.body)  # before the next call goes out (it may need it)
+        delivered = kind.delivered
+        if delivered is not None:
+            self._loop.call_soon_threadsafe(lambda: delivered(call.payload, answer.body))
 
     def _refused(self, call: Call, exc: PermanentError) -> None:
         self._log(f"manager: {call.kind} refused for good: HTTP {exc.status}: {exc.body[:300]!r}")
-        if call.kind == "bench-done":
-            self._on_bench_refused()  # no answer will ever come
+        kind = self._kinds.get(call.kind)
+        if kind is not None and kind.refused is not None:
+            kind.refused(call.payload)  # e.g. no answer will ever come to wait for
 
     def _registered(self) -> None:
         assert self.uuid is not None
-        self._log(f"manager: registered: uuid {self.uuid}, runner_id {self.runner_id}")
-        self._on_identity(self.uuid, self.runner_id)
+        shown = "".join(f", {k} {v}" for k, v in self.fields.items())
+        self._log(f"manager: registered: uuid {self.uuid}{shown}")
+        self._on_identity(self.uuid, dict(self.fields))

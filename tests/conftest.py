@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import PY, REPO, Profile, SupervisorRunner
 
-from supervisor.prover.devmanager import DevManager
+from supervisor.devmanager import DevManager
 
 
 @pytest.fixture

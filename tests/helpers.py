@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 import pytest
 
-from supervisor.prover.devmanager import DevManager
+from supervisor.devmanager import DevManager
 from supervisor.units import MIB as MiB
 
 PY = sys.executable

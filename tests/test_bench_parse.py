@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from helpers import PY, SupervisorRunner, free_port, kill_tree, py_script, sh, standin_env, toml_list, wait_for
 
+from supervisor.console import Console
 from supervisor.exits import EXIT_FAILURE
-from supervisor.logs import ChildOutput, Console, LogFile
+from supervisor.logs import ChildOutput, LogFile
 from supervisor.prover.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
 from supervisor.prover.standins.cuzk_bench import Result, proof_line, result_block, summary
 

@@ -33,9 +33,9 @@ from helpers import (
     toml_str,
 )
 
+from supervisor.devmanager import DevManager
 from supervisor.exits import EXIT_INTERNAL_ERROR
 from supervisor.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
-from supervisor.prover.devmanager import DevManager
 
 # ---------------------------------------------------------------- the loop itself
 

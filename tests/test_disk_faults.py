@@ -35,11 +35,11 @@ from helpers import (
 
 from supervisor import logs
 from supervisor import outbox as outbox_mod
+from supervisor.devmanager import DevManager
 from supervisor.logs import LogFile
 from supervisor.outbox import Outbox
 from supervisor.prover import cuzkconf
 from supervisor.prover.cuzkconf import CuzkSettings
-from supervisor.prover.devmanager import DevManager
 
 EXIT_CHILD = 4
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from helpers import SupervisorRunner, sh, toml_str
 
-from supervisor.prover.devmanager import DevManager
+from supervisor.devmanager import DevManager
 
 SECRET = "evt-secret-0042"
 

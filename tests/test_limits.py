@@ -37,7 +37,7 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.prover.devmanager import DevManager
+from supervisor.devmanager import DevManager
 
 PIDS = Path("/sys/fs/cgroup/pids")
 

@@ -22,11 +22,11 @@ from helpers import SupervisorRunner, free_port, pyc, sh, toml_str, wait_for
 
 from supervisor import logship, manager
 from supervisor.config import ConfigError, ManagerSpec, parse_plan
+from supervisor.devmanager import LOG_PUSH_LIMIT, DevManager
 from supervisor.logship import PUSH_MAX_BYTES, Shipper, log_push_sender
 from supervisor.manager import Answer, ManagerClient, PermanentError, TransientError
 from supervisor.outbox import Call, Outbox
 from supervisor.prover.bench import BenchParser, parse_text
-from supervisor.prover.devmanager import LOG_PUSH_LIMIT, DevManager
 from supervisor.redact import MASK, Redactor, looks_secret
 
 # ---------------------------------------------------------------- a tiny server with canned answers

@@ -25,12 +25,13 @@ from typing import Any
 
 import pytest
 
-from supervisor.answers import UUID_RE, AnswerError, bench_answer, register_answer
+from supervisor.answers import UUID_RE, AnswerError, register_answer
 from supervisor.config import ManagerSpec
 from supervisor.loop import EventLoop
 from supervisor.manager import MAX_ANSWER_BYTES, RETRY_AFTER_MAX_S, ManagerClient, PermanentError, TransientError
 from supervisor.outbox import Call, Outbox
-from supervisor.sender import Sender
+from supervisor.prover.fleet import RUNNER_ID, FleetSettings, bench_answer, bench_done_call, check_runner_id
+from supervisor.sender import CallKinds, Sender
 
 SEED = 20261214
 CASES = 400
@@ -248,8 +249,11 @@ def test_hostile_answers_raise_only_the_clients_errors_and_keep_no_bad_uuid(host
     loop = EventLoop()
     outbox = Outbox(tmp_path / "outbox.sqlite3", lambda line: None)
     lines: list[str] = []
-    sender = Sender(spec, outbox, client, loop, lines.append, on_identity=lambda uuid, runner_id: None,
-                    on_bench_answer=lambda passed, rate: None, on_bench_refused=lambda: None)
+    calls = CallKinds()  # the core's kinds, and the prover's bench-done and runner_id
+    calls.add("bench-done", bench_done_call(FleetSettings(1.0, 0.0, True, False), lambda passed, rate: None,
+                                            lambda: None))
+    calls.answer_fields[RUNNER_ID] = check_runner_id
+    sender = Sender(spec, outbox, client, loop, lines.append, calls, on_identity=lambda uuid, fields: None)
     sender.uuid = "u-0"
     outcomes: dict[str, int] = {}
     try:
@@ -335,13 +339,14 @@ def test_the_answer_checks_refuse_in_one_line_or_give_a_safe_value() -> None:
         if rng.random() < 0.5:
             value = {"uuid": _json_value(rng), "runner_id": _json_value(rng)} if rng.random() < 0.7 else value
         try:
-            identity = register_answer(value)
+            identity = register_answer(value, {RUNNER_ID: check_runner_id})
         except AnswerError as exc:
             assert str(exc).isprintable() and len(str(exc)) < 200, repr(str(exc))
         else:
             taken += 1
             assert UUID_RE.fullmatch(identity.uuid), identity
-            assert identity.runner_id is None or (identity.runner_id.isascii() and identity.runner_id.isdigit())
+            runner_id = identity.fields[RUNNER_ID]
+            assert runner_id is None or (runner_id.isascii() and runner_id.isdigit())
         try:
             assert isinstance(bench_answer(value), bool)
         except AnswerError as exc:

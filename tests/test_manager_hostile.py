@@ -23,8 +23,8 @@ from helpers import PY, REPO, Console, SupervisorRunner, clean_env, outbox_rows,
 
 from supervisor.answers import UUID_RE
 from supervisor.config import ManagerSpec
+from supervisor.devmanager import DevManager, _Handler
 from supervisor.manager import ManagerClient, TransientError
-from supervisor.prover.devmanager import DevManager, _Handler
 
 # A supervisor's peak RSS with a manager is ~35 MiB here; reading a 100 MB answer took it to ~390 MiB.
 RSS_BOUND_BYTES = 80 * 1024 * 1024

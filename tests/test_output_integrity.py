@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from helpers import PY, REPO, Console, SupervisorRunner, clean_env, py_script, toml_str, wait_for
 
+from supervisor.console import Console as OutputConsole
+from supervisor.devmanager import DevManager
 from supervisor.logs import MAX_LINE_BYTES, ChildOutput, LogFile
-from supervisor.logs import Console as OutputConsole
-from supervisor.prover.devmanager import DevManager
 from supervisor.redact import Redactor
 
 # Letters only, mixed case: no window of them turns up by chance in a clock, a pid or a uuid.

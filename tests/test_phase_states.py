@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import parse_plan
+from supervisor.console import Console
 from supervisor.lifecycle import FINAL_STATES, Phase, PhaseState, Runtime
-from supervisor.logs import Console
 from supervisor.loop import EventLoop
 from supervisor.reaping import Reaper
 from supervisor.states import _ALLOWED

@@ -39,8 +39,8 @@ from helpers import (
 )
 
 from supervisor.cgroups import mem_total
+from supervisor.devmanager import DevManager
 from supervisor.exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_FAILURE
-from supervisor.prover.devmanager import DevManager
 from supervisor.units import GIB, parse_size
 
 PHASES = ["paramfetch", "warmup", "bench", "curio"]

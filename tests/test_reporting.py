@@ -37,9 +37,9 @@ from helpers import (
     wait_for,
 )
 
+from supervisor.devmanager import DevManager, DevManagerState, _Handler
 from supervisor.exits import EXIT_BENCH_REJECTED
 from supervisor.prover.demo import demo_config
-from supervisor.prover.devmanager import DevManager, DevManagerState, _Handler
 
 SPEED = "0.05"
 STATES = ["registered", "params_done", "bench_done", "running"]

@@ -23,8 +23,8 @@ import psutil
 import pytest
 from helpers import Console, SupervisorRunner, free_port, outbox_rows, sh, toml_str, wait_for
 
+from supervisor.devmanager import DevManager
 from supervisor.prover.demo import demo_config
-from supervisor.prover.devmanager import DevManager
 from supervisor.survivors import STATE_DIR_ENV, TAG_ENV
 
 SPEED = 0.05

@@ -25,7 +25,7 @@ import pytest
 from helpers import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_list, toml_str, wait_for
 
 from supervisor import lifecycle
-from supervisor.prover.devmanager import DevManager
+from supervisor.devmanager import DevManager
 from supervisor.render import render
 from supervisor.resume import ResumeRecord
 from supervisor.snapshot import SNAPSHOT_LINE_CHARS, snapshot

@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 
 from ..config import parse_plan
+from ..devmanager import DevManager
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
 from ..run import run
 from ..stdio import say
-from .devmanager import DevManager
 
 # Which stand-in plays the failing program of each phase, for --fail.
 _FAIL_TARGET = {"paramfetch": "PARAMFETCH", "bench": "CUZK_BENCH", "curio": "CURIO"}

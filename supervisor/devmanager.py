@@ -1,20 +1,20 @@
 """``prover-supervisor dev-manager``: a stand-in for the fleet manager's API, on 127.0.0.1.
 
-Same routes, states and answers as manager-api.md: ``/register`` (idempotent
-per label while not killed), ``/param-done``, ``/bench-done`` (``passed`` from
-min_rate; a failed bench marks the instance killed, with a ``kill_reason`` like the
-real one's, plus the optional ``reason`` field when the supervisor sends one), ``/running``,
-``/runner-id``, ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
-silently dropped); 400 / 404 / 405 where the real one gives them. It prints
-every call it receives.
+A tool, not part of the supervision: a stand-in of the external fleet manager (tests, the demo, local runs)
+that imports nothing of the supervisor but ``stdio`` and its faults (devfaults.py).
 
-For tests and local runs it has two extra routes under ``/dev/``:
-``GET /dev/state`` (instances, the calls in order, the pushed logs) and
-``POST /dev/faults``: how the next ``count`` API calls (of one ``path``, if given) fail or
-are answered badly: ``status`` (with ``retry_after``), ``delay_s``, ``garbage``, ``reset``,
-``redirect`` (with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see
-devfaults.py. Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each
-numbered line once (a push retried after a read timeout is not stored twice).
+Same routes, states and answers as manager-api.md: ``/register`` (idempotent per label while not killed),
+``/param-done``, ``/bench-done`` (``passed`` from min_rate; a failed bench marks the instance killed, with a
+``kill_reason`` like the real one's, plus the optional ``reason`` field when the supervisor sends one),
+``/running``, ``/runner-id``, ``/api/log-push`` (at most 256 KiB of a body is kept, the rest silently
+dropped); 400 / 404 / 405 where the real one gives them. It prints every call it receives.
+
+For tests and local runs it has two extra routes under ``/dev/``: ``GET /dev/state`` (instances, the calls
+in order, the pushed logs) and ``POST /dev/faults``: how the next ``count`` API calls (of one ``path``, if
+given) fail or are answered badly: ``status`` (with ``retry_after``), ``delay_s``, ``garbage``, ``reset``,
+``redirect`` (with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see devfaults.py.
+Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each numbered line once (a push
+retried after a read timeout is not stored twice; docs/manager.md).
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..stdio import say
 from .devfaults import Faults, answer_instead, drip, faults_from, response_bytes
+from .devlogs import SEQ_HEADER, LineSequence
+from .stdio import say
 
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
 HEAD_CHARS = 200  # of each log push, kept in the call list (``GET /dev/state``)
-SEQ_HEADER = "X-Log-Seq"  # (logship.SEQ_HEADER: the dev-manager shares none of the supervisor's protocol code)
 POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push")
 
 
@@ -204,10 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not label or not isinstance(label, str):
             self._send(400, {"error": "label required"})
             return
-        try:
-            min_rate = float(body.get("min_rate") or 0)
-        except (TypeError, ValueError):
-            min_rate = 0.0
+        min_rate = _number(body.get("min_rate"))
         state = self.server.state
         with state.lock:
             inst = next((i for i in state.instances.values() if i.label == label and i.state != "killed"), None)
@@ -241,16 +238,12 @@ class _Handler(BaseHTTPRequestHandler):
         inst = self._instance(body)
         if inst is None:
             return
-        try:
-            rate = float(body.get("rate", 0))
-        except (TypeError, ValueError):
-            rate = 0.0
-        inst.rate = rate
+        inst.rate = rate = _number(body.get("rate"))
         passed = rate >= inst.min_rate
         if passed:
             self._move(inst, "bench_done")
         else:
-            # The real manager's own text; the optional reason field (README) says what actually failed.
+            # The real manager's own text; the optional reason field (docs/manager.md) says what failed.
             inst.kill_reason = f"bench_rate {rate:.1f} below min_rate {inst.min_rate:.1f}"
             reason = body.get("reason")
             if isinstance(reason, str) and reason:
@@ -287,55 +280,12 @@ class _Handler(BaseHTTPRequestHandler):
                    head=data[:HEAD_CHARS].decode(errors="replace"))
 
 
-@dataclass
-class LineSequence:
-    """What ``X-Log-Seq`` (``<run>:<source>:<first>-<last>``) let through: the highest line number kept per
-    uuid, run and source, and how much came again (a push retried after a timeout it had in fact made)."""
-
-    highest: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    pushes: int = 0
-    numbered: int = 0  # pushes that carried the header
-    duplicate_pushes: int = 0  # pushes with at least one line already kept
-    duplicate_lines: int = 0
-    lines: int = 0  # numbered lines received, duplicates included
-
-    def keep_new(self, uuid: str, header: str | None, text: str) -> str:
-        """The part of a pushed body not received before (all of it without a well-formed header)."""
-        self.pushes += 1
-        numbers = _parse_seq(header)
-        if numbers is None:
-            return text
-        run, source, first, last = numbers
-        self.numbered += 1
-        self.lines += last - first + 1
-        key = (uuid, run, source)
-        seen = self.highest.get(key, 0)
-        self.highest[key] = max(seen, last)
-        if seen < first:
-            return text
-        repeated = min(seen, last) - first + 1
-        self.duplicate_pushes += 1
-        self.duplicate_lines += repeated
-        lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
-        # The numbered lines are the last last-first+1 of the body (a "dropped" note may come first, and
-        # came the first time too): keep only the ones past what was seen.
-        fresh = lines[len(lines) - (last - first + 1) + repeated:] if last > seen else []
-        return "".join(line + "\n" for line in fresh)
-
-    def summary(self) -> dict[str, int]:
-        return {"pushes": self.pushes, "numbered": self.numbered, "lines": self.lines,
-                "duplicate_pushes": self.duplicate_pushes, "duplicate_lines": self.duplicate_lines}
-
-
-def _parse_seq(header: str | None) -> tuple[str, str, int, int] | None:
-    if not header:
-        return None
+def _number(value: Any) -> float:
+    """A number as the real manager's JSON decoding leaves it: 0 when absent or not a number."""
     try:
-        run, source, span = header.rsplit(":", 2)
-        first, last = (int(n) for n in span.split("-", 1))
-    except ValueError:
-        return None
-    return (run, source, first, last) if 1 <= first <= last else None
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 class _Server(ThreadingHTTPServer):

@@ -1,0 +1,219 @@
+"""The fleet protocol: what the prover adds to the core's manager reporting (docs/manager.md).
+
+The core registers the instance (``/register``: label → uuid) and sends ``param-done``, ``running``
+and the log pushes. The prover adds, through the Wiring it is attached with (wiring.py):
+
+- ``min_rate`` in the ``/register`` body, and the answer's ``runner_id`` (a whole number, checked
+  like the uuid), kept with it and given to every later child as ``RUNNER_ID``;
+- the report kind ``bench-done``: when the bench phase is done, its rate (from the bench parser's
+  result) goes to the manager, once per instance: not again after a restart if it was delivered
+  and passed, or is still queued (a second one would move a running instance back to bench_done);
+- the bench gate (gate.py): production waits for the manager's answer, ``bench_gate_s`` at most;
+  ``passed: false`` shuts the run down with EXIT_BENCH_REJECTED;
+- the give-up: a lifecycle that fails for good before production was ever up asks the manager to
+  destroy the instance now. Its API destroys an instance on one call only, ``bench-done`` with a
+  rate below min_rate, so that is sent with rate 0, after the failure's reason lines, and the exit
+  flush waits longer for it (exitflush.GIVE_UP_FLUSH_S). Not after ``passed: false`` (the manager
+  killed it already), not with ``give_up_on_failure = false``. With ``bench_done_reason`` the
+  failure's verdict line goes along in a ``reason`` field, for a manager that reads it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..answers import AnswerError, shown
+from ..manager import Answer, ManagerClient, TransientError
+from ..states import PhaseState
+from ..wiring import CallKind, Payload
+from .gate import BenchGate
+
+if TYPE_CHECKING:
+    from ..config.model import Plan
+    from ..wiring import ManagerLink, PhaseView, ShutdownView, Wiring
+
+BENCH_DONE = "bench-done"
+RUNNER_ID = "runner_id"
+# The give-up's optional ``reason`` field (bench_done_reason): one line, cut to this many characters.
+REASON_MAX_CHARS = 1000
+# The manager keeps runner ids in an SQLite integer column.
+RUNNER_ID_MAX = 2**63 - 1
+RUNNER_ID_MAX_DIGITS = len(str(RUNNER_ID_MAX))
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """The fleet protocol's keys of ``[manager]`` (and ``$MIN_RATE``)."""
+
+    min_rate: float
+    bench_gate_s: float
+    give_up_on_failure: bool
+    bench_done_reason: bool
+
+
+def fleet_settings(plan: Plan) -> FleetSettings:
+    """The one place the prover reads its keys of the plan's [manager] table."""
+    spec = plan.manager
+    return FleetSettings(spec.min_rate, spec.bench_gate_s, spec.give_up_on_failure, spec.bench_done_reason)
+
+
+# ---------------------------------------------------------------- the answers, checked (answers.py's rules)
+
+
+def check_runner_id(value: Any) -> str | None:
+    """A whole number in 0..RUNNER_ID_MAX, or ASCII digits of one; None or absent: no runner id."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise AnswerError(f"runner_id is not a whole number: {shown(value)}")
+    if isinstance(value, str):
+        if not (value.isascii() and value.isdigit() and len(value) <= RUNNER_ID_MAX_DIGITS):
+            raise AnswerError(f"runner_id is not a whole number: {shown(value)}")
+        value = int(value)
+    if not 0 <= value <= RUNNER_ID_MAX:
+        raise AnswerError(f"runner_id out of range 0..{RUNNER_ID_MAX}: {shown(value)}")
+    return str(value)
+
+
+def bench_answer(body: Any) -> bool:
+    """``/bench-done``'s ``{"ok": true, "passed": true}`` → passed; it must be a JSON boolean."""
+    if not isinstance(body, dict) or not isinstance(body.get("passed"), bool):
+        raise AnswerError(f"without a boolean 'passed': {shown(body)}")
+    return body["passed"]
+
+
+def bench_done_call(settings: FleetSettings, answered: Callable[[bool, float], None],
+                    refused: Callable[[], None]) -> CallKind:
+    """The outbox's ``bench-done``: the rate (and the reason, if asked), the answer's ``passed``, and what it
+    means: ``answered(passed, rate)``, or ``refused()`` when refused for good (no answer will ever come)."""
+
+    def attempt(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
+        body = {"uuid": uuid, "rate": payload.get("rate", 0.0)}
+        if settings.bench_done_reason and payload.get("reason"):
+            body["reason"] = payload["reason"]  # only for a manager that reads it (docs/manager.md)
+        answer = client.request("POST", "/bench-done", json_body=body)
+        try:
+            passed = bench_answer(answer.body)
+        except AnswerError as exc:
+            raise TransientError(f"the manager answered /bench-done {exc}") from None
+        return Answer(answer.status, {"passed": passed})
+
+    def delivered(payload: Payload, kept: Any) -> None:
+        if not payload.get("failed"):  # a give-up has no production to let through or stop
+            answered(kept["passed"], float(payload.get("rate", 0.0)))
+
+    return CallKind(attempt, delivered=delivered, refused=lambda payload: refused())
+
+
+# ---------------------------------------------------------------- the give-up, decided
+
+
+class GiveUp(enum.Enum):
+    NO_FAILURE = "no failure"  # a stop signal, a completed run, the manager's own rejection
+    SWITCHED_OFF = "give_up_on_failure = false"
+    PRODUCTION_WAS_UP = "production was up"  # the instance proved: its failure is not a bad machine's
+    ALREADY_KILLED = "the manager answered passed: false"
+    GIVE_UP = "give up"
+
+
+def decide_give_up(failed: bool, give_up_on_failure: bool, production_was_up: bool, last_answer: Any) -> GiveUp:
+    """Whether a lifecycle shutting down gives the instance up: ``failed`` (a failure for good, status not 0),
+    the switch, whether production ever came up, and the manager's last answer to bench-done (None: none)."""
+    if not failed:
+        return GiveUp.NO_FAILURE
+    if not give_up_on_failure:
+        return GiveUp.SWITCHED_OFF
+    if production_was_up:
+        return GiveUp.PRODUCTION_WAS_UP
+    if isinstance(last_answer, dict) and last_answer.get("passed") is False:
+        return GiveUp.ALREADY_KILLED
+    return GiveUp.GIVE_UP
+
+
+# ---------------------------------------------------------------- the protocol, driven by the lifecycle's events
+
+
+class Fleet:
+    """bench-done, its gate and the give-up, for one run; hears the lifecycle through the Wiring."""
+
+    def __init__(self, settings: FleetSettings, link: ManagerLink, gate: BenchGate,
+                 log: Callable[[str], None]) -> None:
+        self._settings = settings
+        self._link = link
+        self._gate = gate
+        self._log = log
+        self._queued = False  # this start queued a bench-done, or found one of an earlier start pending
+
+    def transition(self, phase: PhaseView) -> None:
+        """The bench phase is done: report its rate and hold production for the answer."""
+        if phase.report != BENCH_DONE or phase.state is not PhaseState.DONE or not self._link.reporting():
+            return
+        if self._already_reported(phase.name):
+            return
+        rate = getattr(phase.parsed, "rate_per_hour", None)
+        self._queue({"rate": rate if rate is not None else 0.0})
+        self._gate.hold(phase.name)
+
+    def _already_reported(self, phase_name: str) -> bool:
+        """After a restart: this uuid's bench-done is already queued, or was accepted. Sending another
+        would move a running instance back to bench_done (and a slower re-run could get it killed)."""
+        answer = self._link.delivered_answer(BENCH_DONE)
+        if isinstance(answer, dict) and answer.get("passed") is True:
+            self._log("manager: bench-done was delivered and passed before this restart; not sent again")
+            return True
+        if self._link.pending_of(BENCH_DONE):
+            self._log("manager: a bench-done from before this restart is still queued; waiting for its answer")
+            self._queued = True
+            self._gate.hold(phase_name)
+            return True
+        return False
+
+    def _queue(self, payload: dict[str, Any], exit_waits_for: str | None = None) -> None:
+        if self._queued and exit_waits_for is None:
+            return
+        self._queued = True
+        self._link.queue(BENCH_DONE, payload, said=f" (rate {payload['rate']:g}/h)", exit_waits_for=exit_waits_for)
+
+    def shut_down(self, view: ShutdownView) -> None:
+        """The lifecycle failed for good before production: ask the manager to destroy the instance now.
+
+        Called as the lifecycle shuts down, after the failure's verdict and the "stopping" line went
+        into the outbox: the manager has the reason in its log before the instance is gone. Without
+        this it keeps paying for the instance until its 45 or 90 min timeout."""
+        if not self._link.reporting():
+            return
+        answer = self._link.delivered_answer(BENCH_DONE)
+        decision = decide_give_up(view.failure is not None and view.status != 0, self._settings.give_up_on_failure,
+                                  view.production_was_up, answer)
+        if decision is GiveUp.SWITCHED_OFF:
+            self._log("manager: not giving the instance up (give_up_on_failure = false); the manager's timeout "
+                      "will end it")
+        if decision is not GiveUp.GIVE_UP or view.failure is None:
+            return
+        # A bench that passed does not keep an instance that will never prove: production never came
+        # up and the supervisor is exiting, and today's manager has no timeout for bench_done. It kills
+        # on any bench-done below min_rate, whatever the state, so a second one gives it up too.
+        passed_before = self._queued or isinstance(answer, dict)
+        reason = view.failure.line()[:REASON_MAX_CHARS]  # (masked: the verdict was, as it entered the reporting)
+        self._queue({"rate": 0.0, "failed": True, "reason": reason}, exit_waits_for="the give-up")
+        after = "; the bench had passed, but production never came up" if passed_before else ""
+        self._log(f"manager: giving the instance up ({view.why}): bench-done with rate 0 after the reason line{after}")
+
+
+def attach(wiring: Wiring) -> None:
+    """The prover's Plugin.attach: the fleet protocol on the core's reporting (nothing without a manager)."""
+    link = wiring.manager
+    if link is None:
+        return
+    settings = fleet_settings(wiring.plan)
+    gate = BenchGate(settings.bench_gate_s, settings.min_rate, wiring.production, wiring.call_later, wiring.log)
+    fleet = Fleet(settings, link, gate, wiring.log)
+    link.handle(BENCH_DONE, bench_done_call(settings, gate.answered, gate.refused))
+    link.add_register_fields(lambda: {"min_rate": settings.min_rate})
+    link.hear_register_field(RUNNER_ID, check_runner_id,
+                             lambda runner_id: wiring.export_env("RUNNER_ID", runner_id) if runner_id else None)
+    wiring.events.on_transition(fleet.transition)
+    wiring.events.on_shutdown(fleet.shut_down)

@@ -1,0 +1,247 @@
+"""What a plugin's ``attach`` is handed (plugin.py): narrow views and protocols that the core implements.
+
+Never the Lifecycle, a Phase or the Reporter themselves. A plugin
+
+- hears each phase transition as a read-only ``PhaseView``, the shutdown as a ``ShutdownView``, and every
+  verdict as the ``Verdict`` object (``Events``);
+- drives production by phase name through ``ProductionControl``: hold a DONE phase (the lifecycle does
+  not go past it), release it, shut the run down with a status;
+- when a manager is configured (``Wiring.manager``; None when not), reaches it through ``ManagerLink``:
+  queue a call (and say that the exit must wait for it), read what an earlier call's answer was and what
+  is still pending, add a call kind to the outbox (``CallKind``), fields to the ``/register`` body and to
+  what its answer is checked for, and push a durable log text;
+- exports what later children's environment holds (``export_env``), sets timers on the loop
+  (``call_later``), and writes the supervisor's log.
+
+Every callback a plugin gives runs on the loop's thread, but a ``CallKind``'s ``attempt`` and ``keep``,
+which run on the outbox's sender thread. The composition root (run.py) builds the Wiring. This module
+imports foundations only, and those for types: it is part of the plugin boundary (plugin.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .loop import name_of
+
+if TYPE_CHECKING:  # types only
+    from .answers import FieldCheck
+    from .config.model import Plan
+    from .loop import Timer
+    from .manager import Answer, ManagerClient
+    from .states import PhaseState
+    from .verdict import Verdict
+
+Log = Callable[[str], None]
+Payload = Mapping[str, Any]
+
+
+# ---------------------------------------------------------------- what a plugin hears
+
+
+@dataclass(frozen=True)
+class PhaseView:
+    """A phase as a listener sees it at one transition: a copy, so nothing of the phase can be changed."""
+
+    name: str
+    kind: str  # "oneshot" | "service"
+    state: PhaseState
+    why: str
+    attempt: int
+    up: bool  # a service whose command runs and answered its ready check
+    was_up: bool
+    report: str | None  # the phase's ``report`` key: the manager call it triggers
+    parsed: Any  # what its output parser read (None: no parser, or not run yet)
+
+    @classmethod
+    def of(cls, phase: PhaseLike) -> PhaseView:
+        return cls(phase.name, phase.spec.kind, phase.state, phase.why, phase.attempt, phase.up, phase.was_up,
+                   phase.spec.report, phase.parsed)
+
+
+@dataclass(frozen=True)
+class ShutdownView:
+    """The lifecycle is shutting down: why, with which status, what failed it, and whether production was ever up."""
+
+    why: str
+    status: int
+    failure: Verdict | None  # the verdict that failed the lifecycle (masked); None: a stop, a completed run, ...
+    production_was_up: bool  # the production service (``report = "running"``, else the last service) came up
+
+
+class Events(Protocol):
+    def on_transition(self, listener: Callable[[PhaseView], None]) -> None: ...
+
+    def on_shutdown(self, listener: Callable[[ShutdownView], None]) -> None: ...
+
+    def on_verdict(self, listener: Callable[[Verdict], None]) -> None: ...
+
+
+# ---------------------------------------------------------------- what a plugin drives
+
+
+class ProductionControl(Protocol):
+    def hold(self, phase_name: str, why: str) -> None:
+        """The lifecycle may not go past this DONE phase until ``release`` (``why`` shows in status)."""
+
+    def release(self, phase_name: str) -> None:
+        """The hold is over: the lifecycle moves on."""
+
+    def shutdown(self, why: str, status: int) -> None:
+        """Stop everything in reverse start order, then exit with ``status``."""
+
+
+@dataclass(frozen=True)
+class CallKind:
+    """One kind of outbox call: how one attempt is made, and what its outcome means.
+
+    ``attempt(client, payload, uuid)`` makes the request (its route, its body from the payload and the
+    uuid) and checks the answer: it returns the Answer whose body is kept in the outbox, or raises the
+    client's TransientError (retried: the manager is down, or answered what cannot be used) or
+    PermanentError (refused for good). ``keep(payload, body)`` runs on the sender thread before the next
+    call goes out (what later calls need at once); ``delivered(payload, body)`` and ``refused(payload)``
+    run on the loop's thread."""
+
+    attempt: Callable[[ManagerClient, Payload, str | None], Answer]
+    keep: Callable[[Payload, Any], None] | None = None
+    delivered: Callable[[Payload, Any], None] | None = None
+    refused: Callable[[Payload], None] | None = None
+
+
+class ManagerLink(Protocol):
+    def reporting(self) -> bool:
+        """The manager is being told: the outbox is open (False when reporting could not start)."""
+
+    def queue(self, kind: str, payload: Payload, *, said: str = "", exit_waits_for: str | None = None) -> None:
+        """Write a call into the outbox and wake its sender; logs "manager: <kind> queued<said>".
+        ``exit_waits_for`` (what to call it in the log): the exit flush waits its longer window for it."""
+
+    def delivered_answer(self, kind: str) -> Any:
+        """The kept answer to the last delivered call of ``kind`` (this start or an earlier one); None if none."""
+
+    def pending_of(self, kind: str) -> int:
+        """How many calls of ``kind`` wait in the outbox (this start's or an earlier one's)."""
+
+    def handle(self, kind: str, call: CallKind) -> None:
+        """Add a call kind to the outbox's sender; before the reporting starts (attach)."""
+
+    def add_register_fields(self, fields: Callable[[], Mapping[str, Any]]) -> None:
+        """Fields the ``/register`` body carries after ``label``, in the order given."""
+
+    def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
+        """A field of the ``/register`` answer beside the uuid: checked by ``check`` (an answer that fails it
+        is retried like one without a uuid), kept with the uuid, and told to ``on_known`` whenever the
+        identity is known (registered now, or kept from an earlier start)."""
+
+    def push_text(self, source: str, text: str) -> None:
+        """A durable log push (through the outbox, never dropped), after what was logged before it."""
+
+
+@dataclass(frozen=True)
+class Wiring:
+    plan: Plan  # read-only: the plugin's own sections and table keys are in it
+    events: Events
+    production: ProductionControl
+    manager: ManagerLink | None  # None: no manager configured
+    export_env: Callable[[str, str], None]  # children started from now on get name=value
+    call_later: Callable[[float, Callable[[], None]], Timer]
+    log: Log
+
+
+# ---------------------------------------------------------------- the core's side, over today's Lifecycle
+
+
+class PhaseLike(Protocol):
+    """What a PhaseView is made from (supervisor.phase.Phase)."""
+
+    spec: Any  # its PhaseSpec: kind, report
+    state: PhaseState
+    why: str
+    attempt: int
+    up: bool
+    was_up: bool
+    parsed: Any
+
+    @property
+    def name(self) -> str: ...
+
+
+class LifecycleLike(Protocol):
+    """What the adapters below use of supervisor.lifecycle.Lifecycle."""
+
+    phases: list[Any]
+    listeners: list[Callable[[Any], None]]
+    on_shutdown: list[Callable[[str, int], None]]
+    failure: Verdict | None
+
+    def production(self) -> list[Any]: ...
+
+    def hold(self, phase: Any, why: str) -> None: ...
+
+    def release(self, phase: Any) -> None: ...
+
+    def shutdown(self, why: str, status: int) -> None: ...
+
+
+class LifecycleEvents:
+    """``Events`` over the Lifecycle's listener lists: each listener hears views, never the Phase.
+
+    ``mask`` makes the failure's text safe to send (reporting.masked): a give-up quotes it to the manager."""
+
+    def __init__(self, lifecycle: LifecycleLike, verdict_listeners: list[Callable[[Verdict], None]],
+                 mask: Callable[[Verdict], Verdict]) -> None:
+        self._lifecycle = lifecycle
+        self._verdict_listeners = verdict_listeners
+        self._mask = mask
+
+    def on_transition(self, listener: Callable[[PhaseView], None]) -> None:
+        self._lifecycle.listeners.append(_Named(listener, lambda phase: listener(PhaseView.of(phase))))
+
+    def on_shutdown(self, listener: Callable[[ShutdownView], None]) -> None:
+        self._lifecycle.on_shutdown.append(_Named(listener, lambda why, status: listener(self._view(why, status))))
+
+    def on_verdict(self, listener: Callable[[Verdict], None]) -> None:
+        self._verdict_listeners.append(listener)
+
+    def _view(self, why: str, status: int) -> ShutdownView:
+        failure = self._lifecycle.failure
+        return ShutdownView(why, status, self._mask(failure) if failure is not None else None,
+                            production_was_up(self._lifecycle))
+
+
+class ProductionByName:
+    """``ProductionControl`` over today's Lifecycle, whose ``hold`` and ``release`` take the Phase: until
+    the Lifecycle offers them by name itself (then this adapter goes)."""
+
+    def __init__(self, lifecycle: LifecycleLike) -> None:
+        self._lifecycle = lifecycle
+
+    def hold(self, phase_name: str, why: str) -> None:
+        self._lifecycle.hold(self._phase(phase_name), why)
+
+    def release(self, phase_name: str) -> None:
+        self._lifecycle.release(self._phase(phase_name))
+
+    def shutdown(self, why: str, status: int) -> None:
+        self._lifecycle.shutdown(why, status)
+
+    def _phase(self, name: str) -> Any:
+        return next(p for p in self._lifecycle.phases if p.name == name)
+
+
+def production_was_up(lifecycle: LifecycleLike) -> bool:
+    """Did the production service (``report = "running"``, else the last service) ever come up?"""
+    return any(p.up or p.was_up for p in lifecycle.production())
+
+
+class _Named:
+    """A listener wrapped to hear views, named as the plugin's own in a fault report (loop.name_of)."""
+
+    def __init__(self, listener: Callable[..., None], call: Callable[..., None]) -> None:
+        self.__qualname__ = name_of(listener)
+        self._call = call
+
+    def __call__(self, *args: Any) -> None:
+        self._call(*args)

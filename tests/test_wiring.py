@@ -1,0 +1,136 @@
+"""What a plugin is handed (wiring.py), in-process: listeners hear views, never the Phase; the shutdown view
+carries the failure masked and whether production was up; production is driven by phase name; a listener
+that raises is named as the plugin's own in the fault report. Also the supervisor's own lines: an
+``Unshipped`` one never reaches the log shipper's tap (the verdict is pushed from the object instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from supervisor.console import Console
+from supervisor.logs import SupervisorLog, Unshipped
+from supervisor.loop import EventLoop
+from supervisor.redact import MASK, Redactor
+from supervisor.reporting import masked
+from supervisor.runtime import tell_listeners
+from supervisor.states import PhaseState
+from supervisor.verdict import Verdict
+from supervisor.wiring import LifecycleEvents, PhaseView, ProductionByName, ShutdownView
+
+SECRET = "hunter2-secret"
+
+
+def phase(name: str, kind: str = "oneshot", report: str | None = None, **state: Any) -> SimpleNamespace:
+    fields = {"state": PhaseState.PENDING, "why": "not started", "attempt": 0, "up": False, "was_up": False,
+              "parsed": None, **state}
+    return SimpleNamespace(name=name, spec=SimpleNamespace(kind=kind, report=report), hold=None, **fields)
+
+
+class Lifecycle:
+    """What the adapters use of supervisor.lifecycle.Lifecycle, noting what it is asked."""
+
+    def __init__(self) -> None:
+        self.phases = [phase("bench", report="bench-done"), phase("curio", kind="service", report="running")]
+        self.listeners: list[Any] = []
+        self.on_shutdown: list[Any] = []
+        self.failure: Verdict | None = None
+        self.asked: list[tuple[Any, ...]] = []
+
+    def production(self) -> list[Any]:
+        return [p for p in self.phases if p.spec.report == "running"]
+
+    def hold(self, phase: Any, why: str) -> None:
+        self.asked.append(("hold", phase, why))
+
+    def release(self, phase: Any) -> None:
+        self.asked.append(("release", phase))
+
+    def shutdown(self, why: str, status: int) -> None:
+        self.asked.append(("shutdown", why, status))
+
+
+def events_of(lifecycle: Lifecycle, verdicts: list[Any] | None = None) -> LifecycleEvents:
+    return LifecycleEvents(lifecycle, verdicts if verdicts is not None else [],
+                           lambda verdict: masked(verdict, Redactor([SECRET])))
+
+
+def test_a_transition_listener_hears_a_frozen_view() -> None:
+    lifecycle = Lifecycle()
+    heard: list[PhaseView] = []
+    events_of(lifecycle).on_transition(heard.append)
+    bench = lifecycle.phases[0]
+    bench.state, bench.why, bench.attempt, bench.parsed = PhaseState.DONE, "exit 0", 2, {"rate": 1}
+    for listener in lifecycle.listeners:
+        listener(bench)
+    assert heard == [PhaseView("bench", "oneshot", PhaseState.DONE, "exit 0", 2, False, False, "bench-done",
+                               {"rate": 1})]
+    with pytest.raises(FrozenInstanceError):
+        heard[0].state = PhaseState.FAILED  # type: ignore[misc]
+
+
+def test_the_shutdown_view_has_the_failure_masked_and_whether_production_was_up() -> None:
+    lifecycle = Lifecycle()
+    heard: list[ShutdownView] = []
+    events_of(lifecycle).on_shutdown(heard.append)
+    lifecycle.failure = Verdict(phase="bench", child="bench", pid=1, reason="exit_code", success=False, status=3,
+                                detail=f"token {SECRET}")
+    lifecycle.on_shutdown[0]("phase bench failed", 3)
+    lifecycle.phases[1].was_up = True
+    lifecycle.on_shutdown[0]("phase curio failed", 3)
+    assert [(v.why, v.status, v.production_was_up) for v in heard] == [("phase bench failed", 3, False),
+                                                                        ("phase curio failed", 3, True)]
+    assert heard[0].failure is not None and heard[0].failure.detail == f"token {MASK}"
+    assert SECRET not in heard[0].failure.line()
+
+
+def test_verdict_listeners_hear_the_verdict_object() -> None:
+    verdicts: list[Any] = []
+    listener = verdicts.append
+    events_of(Lifecycle(), verdicts).on_verdict(listener)
+    assert verdicts == [listener]
+
+
+def test_production_is_driven_by_phase_name() -> None:
+    lifecycle = Lifecycle()
+    production = ProductionByName(lifecycle)
+    production.hold("bench", "waiting")
+    production.release("bench")
+    production.shutdown("rejected", 69)
+    bench = lifecycle.phases[0]
+    assert lifecycle.asked == [("hold", bench, "waiting"), ("release", bench), ("shutdown", "rejected", 69)]
+
+
+def test_a_plugin_listener_that_raises_is_named_as_its_own() -> None:
+    lifecycle = Lifecycle()
+    loop = EventLoop()
+    said: list[str] = []
+    loop.faults.log = said.append
+
+    def broken_bench_listener(view: PhaseView) -> None:
+        raise RuntimeError("boom")
+
+    try:
+        events_of(lifecycle).on_transition(broken_bench_listener)
+        rt = SimpleNamespace(loop=loop)
+        tell_listeners(rt, "listener", lifecycle.listeners, lifecycle.phases[0], phase="bench")  # type: ignore[arg-type]
+    finally:
+        loop.close()
+    assert any("broken_bench_listener" in line and "RuntimeError: boom" in line for line in said), said
+
+
+def test_an_unshipped_line_is_logged_but_never_tapped() -> None:
+    console = Console(enabled=False)
+    log = SupervisorLog(console, None)
+    log.redactor = Redactor([SECRET])
+    tapped: list[str] = []
+    log.taps.append(tapped.append)
+    log(f"manager: queued {SECRET}")
+    log(Unshipped("FAILED: phase=p child=p reason=exit_code"))
+    log(Unshipped("  | the child's last line"))
+    log("  | a contained fault's traceback, quoted the same way")  # shipped: only the Unshipped ones are not
+    assert tapped == [f"manager: queued {MASK}", "  | a contained fault's traceback, quoted the same way"]

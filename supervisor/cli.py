@@ -15,6 +15,10 @@ another supervisor already runs from this state_dir, 130 a command other than ``
 interrupted (Ctrl-C); otherwise ``run`` passes on the status of the lifecycle (1, 69, 70, the
 failing child's exit code, or 128 + a signal).
 
+With run.py this is the composition root: the one place that names the prover. Every config is
+loaded with its plugin (``supervisor.prover.plugin.PLUGIN``: ``[cuzk]``, the fleet keys, the built-in
+profile), which ``run`` is handed too; the rest of the core knows no plugin but the one it is given.
+
 ``main``'s first step holds every signal the supervisor catches (signals.py), before argparse
 and the imports that take time: a Ctrl-C or SIGTERM in the first instants waits for ``run``'s
 loop, which gives it its meaning; the other commands release them once the command is known.
@@ -98,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 def dispatch(args: argparse.Namespace) -> int:
     # Imported only now, with the signals held: config and run import most of the package.
     from .config import ConfigError
-    from .run import AlreadyRunning, SetupError
+    from .startup import AlreadyRunning, SetupError
 
     try:
         if args.command == "check":
@@ -117,9 +121,10 @@ def dispatch(args: argparse.Namespace) -> int:
             return show_status(args)
         if args.command in (None, "run"):
             from .config import load_plan
+            from .prover.plugin import PLUGIN
             from .run import run
 
-            return run(load_plan(config_path(args)), rebench=getattr(args, "rebench", False))
+            return run(load_plan(config_path(args), PLUGIN), PLUGIN, rebench=getattr(args, "rebench", False))
     except (ConfigError, SetupError) as exc:
         say(f"{PROG}: {exc}", err=True)
         return EXIT_CONFIG_ERROR
@@ -136,8 +141,9 @@ def config_path(args: argparse.Namespace) -> str | None:
 
 def check_config(args: argparse.Namespace) -> int:
     from .config import load_plan
+    from .prover.plugin import PLUGIN
 
-    plan = load_plan(args.config)
+    plan = load_plan(args.config, PLUGIN)
     kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
     say(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
     return EXIT_OK
@@ -145,7 +151,7 @@ def check_config(args: argparse.Namespace) -> int:
 
 def write_standins(args: argparse.Namespace) -> int:
     from .prover.standins.install import write_bin_dir
-    from .run import SetupError
+    from .startup import SetupError
 
     try:
         written = write_bin_dir(args.bin_dir)
@@ -159,6 +165,7 @@ def write_standins(args: argparse.Namespace) -> int:
 def show_status(args: argparse.Namespace) -> int:
     """Ask the running supervisor; if none answers, show what it last wrote (exit EXIT_NOT_RUNNING)."""
     from .config import check_state_dir, load_plan
+    from .prover.plugin import PLUGIN
     from .render import render
     from .statefile import load_persisted
     from .statussocket import query
@@ -166,7 +173,7 @@ def show_status(args: argparse.Namespace) -> int:
     if args.state_dir:
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     else:
-        state_dir = Path(load_plan(config_path(args)).supervisor.state_dir)
+        state_dir = Path(load_plan(config_path(args), PLUGIN).supervisor.state_dir)
     snap = query(state_dir)
     live = snap is not None
     if snap is None:

@@ -5,14 +5,17 @@ bench, too little disk for the parameters, a GPU missing or taken) must be refus
 before the 85-minute parameter download, not after it. So everything the whole
 lifecycle will need is checked up front, against what the machine has:
 
-- memory: each phase's ``min_memory`` and, for a ``prepare = "cuzk-config"`` phase,
-  what cuzk.toml generation needs (the same ``cuzkconf.generate`` the phase runs), against
-  the memory available (cgroup limit or MemTotal), capped by the phase's ``memory_max``;
+- memory: each phase's ``min_memory`` against the memory available (cgroup limit or MemTotal),
+  capped by the phase's ``memory_max``; and what the plugin's checks find (the prover's: what
+  cuzk.toml generation needs), said once: the plan's own need first;
 - disk: free space under the parameter cache (``min_param_disk``, less the bytes already
   there: a resumed fetch needs less) and under ``state_dir`` (``min_disk``); two paths on
   one filesystem must fit together;
 - GPUs (``require_gpus``): NVML present, as many GPUs as ``$GPU_COUNT`` says, each
   reachable, none already running another process's work.
+
+A plugin adds checks of its own (``Plugin.fitness``: the plan and the evidence → findings) and may say
+where the parameters go (``Plugin.param_cache``); this module imports no plugin, it is handed them.
 
 ``assess`` decides from evidence alone (pure, tested with real-shaped samples);
 ``gather`` collects the evidence from the machine. Gathering blocks where the machine does: a
@@ -27,7 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,8 +41,6 @@ from .loop import ErrorHandler, EventLoop
 from .offloop import run_bounded
 from .policy import capped, too_little_memory
 from .progress import tree_size
-from .prover import cuzkconf
-from .prover.cuzkconf import CuzkSettings
 from .units import fmt_bytes, is_ascii_digits
 
 PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
@@ -102,40 +103,40 @@ class MemorySource(Protocol):
     def available_memory(self) -> int | None: ...
 
 
+# A plugin's check (supervisor/plugin.py FitnessCheck): every reason it finds, from the plan and the evidence.
+Check = Callable[["Plan", Evidence], "list[Finding]"]
+# A plugin's answer to where the parameters go (None: it does not say, the core's own rule applies).
+ParamCache = Callable[["Plan"], "str | None"]
+
+
 # ---------------------------------------------------------------- deciding
 
 
-def assess(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None, evidence: Evidence) -> list[Finding]:
-    """Every reason the machine cannot run these phases to production; empty: fit."""
+def assess(plan: Plan, evidence: Evidence, checks: Sequence[Check] = ()) -> list[Finding]:
+    """Every reason the machine cannot run these phases to production; empty: fit. Memory is said once: the
+    largest ``min_memory`` that does not fit, else the first memory finding of a plugin's check."""
+    added = [finding for check in checks for finding in check(plan, evidence)]
+    memory = memory_findings(plan.phases, evidence.available_memory)
     return [
-        *memory_findings(phases, cuzk, evidence.available_memory),
+        *(memory or [f for f in added if f.reason == v.INSUFFICIENT_MEMORY][:1]),
         *disk_findings(evidence.disks),
         *gpu_findings(evidence.gpus, evidence.gpu_count_expected),
+        *(f for f in added if f.reason != v.INSUFFICIENT_MEMORY),
     ]
 
 
-def memory_findings(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None,
-                    available: int | None) -> list[Finding]:
-    """At most one finding: the largest ``min_memory`` that does not fit, else the first cuzk.toml that cannot."""
+def memory_findings(phases: tuple[PhaseSpec, ...], available: int | None) -> list[Finding]:
+    """At most one finding: the largest ``min_memory`` that does not fit."""
     if available is None:
         return []  # nothing to compare with; the phase preflight says so when it runs
     too_big: list[tuple[int, Finding]] = []
-    cuzk_refusals: list[Finding] = []
     for phase in phases:
         limit = capped(available, phase.memory_max)
         need = phase.min_memory
         if need is not None and limit < need:
             shortfall = f"phase {phase.name} {too_little_memory(need, limit)}"
             too_big.append((need, Finding(v.INSUFFICIENT_MEMORY, shortfall)))
-        if phase.prepare == "cuzk-config" and cuzk is not None:
-            try:
-                # The very generation the phase runs before each daemon start, on the same figure.
-                cuzkconf.generate(cuzk, limit, [])
-            except (cuzkconf.DoesNotFit, ValueError) as exc:
-                cuzk_refusals.append(Finding(v.INSUFFICIENT_MEMORY, f"phase {phase.name}: cuzk.toml: {exc}"))
-    if too_big:
-        return [max(too_big, key=lambda item: item[0])[1]]
-    return cuzk_refusals[:1]
+    return [max(too_big, key=lambda item: item[0])[1]] if too_big else []
 
 
 def disk_findings(disks: tuple[DiskNeed, ...]) -> list[Finding]:
@@ -215,7 +216,8 @@ class Steps:
 
 
 def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource, environ: Mapping[str, str] = os.environ,
-           steps: Steps | None = None, bound_s: float = FITNESS_BOUND_S) -> Evidence:
+           steps: Steps | None = None, bound_s: float = FITNESS_BOUND_S, plugin_cache: ParamCache | None = None,
+           ) -> Evidence:
     """The machine's side of the check: memory, free disk under the paths the lifecycle fills, GPUs.
     Blocks (a hung mount, a hung driver): run it off the loop."""
     sup = plan.supervisor
@@ -223,7 +225,7 @@ def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource, environ: Ma
     available = memory.available_memory() if memory is not None else None
     disks = []
     if sup.min_param_disk is not None:
-        cache = param_cache(plan, environ)
+        cache = param_cache(plan, environ, plugin_cache)
         if cache is not None:
             steps.doing("disk", f"statvfs({cache})")
             free, device = free_space(cache)
@@ -243,21 +245,23 @@ def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource, environ: Ma
 
 def check(loop: EventLoop, plan: Plan, memory: MemorySource | None, gpus: GpuThread,
           then: Callable[[list[Finding], Evidence | None], None], on_error: ErrorHandler,
-          bound_s: float = FITNESS_BOUND_S) -> None:
+          bound_s: float = FITNESS_BOUND_S, checks: Sequence[Check] = (), plugin_cache: ParamCache | None = None,
+          ) -> None:
     """Gather on a thread of its own, at most ``bound_s``, then ``then(findings, evidence)`` on the loop;
     past the bound, the finding is the step that did not return (``overdue_finding``), evidence None.
-    Where the GPU thread runs, its first answer is awaited too (said before the first phase)."""
+    Where the GPU thread runs, its first answer is awaited too (said before the first phase). ``checks`` and
+    ``plugin_cache``: what the plugin adds (its checks, where it says the parameters go)."""
     steps = Steps()
 
     def work() -> Evidence:
-        evidence = gather(plan, memory, gpus, steps=steps, bound_s=bound_s)
+        evidence = gather(plan, memory, gpus, steps=steps, bound_s=bound_s, plugin_cache=plugin_cache)
         if gpus.started:
             steps.doing("gpu", "opening NVML")
             gpus.wait_opened(bound_s)  # returns once opened, absent, or hung past NVML's own bound
         return evidence
 
     run_bounded(loop, "fitness", work, bound_s,
-                lambda evidence: then(assess(plan.phases, plan.cuzk, evidence), evidence),
+                lambda evidence: then(assess(plan, evidence, checks), evidence),
                 lambda: then([overdue_finding(steps.current(), bound_s)], None), on_error=on_error)
 
 
@@ -272,10 +276,12 @@ def overdue_finding(step: tuple[str, str], bound_s: float) -> Finding:
     return Finding(v.INSUFFICIENT_MEMORY, f"{call} did not finish within {bound_s:g}s: the memory is unknown")
 
 
-def param_cache(plan: Plan, environ: Mapping[str, str]) -> str | None:
-    """Where the parameters go: cuzk's param_cache, else $FIL_PROOFS_PARAMETER_CACHE, else the fetch's progress_path."""
-    if plan.cuzk is not None:
-        return plan.cuzk.param_cache
+def param_cache(plan: Plan, environ: Mapping[str, str], plugin_cache: ParamCache | None = None) -> str | None:
+    """Where the parameters go: where the plugin says (the prover: [cuzk] param_cache), else
+    $FIL_PROOFS_PARAMETER_CACHE, else the fetch's progress_path."""
+    said = plugin_cache(plan) if plugin_cache is not None else None
+    if said is not None:
+        return said
     named = plan.supervisor.env.get(PARAM_CACHE_ENV) or environ.get(PARAM_CACHE_ENV)
     if named:
         return named

@@ -10,16 +10,21 @@ a plugin through these fields only:
   plan carries in ``Plan.sections`` under the table's name. A top-level table nobody owns is an error.
 - ``table_keys``: keys it adds to a core table (``[manager] min_rate``, ...), declared with the core's own
   ``Key`` (checker, default); checked with the table's own keys (unknown keys still refused, with a
-  "did you mean" over both); their values are in ``Plan.extensions[table]``.
+  "did you mean" over both); their values are in ``Plan.extensions[table]``, under the keys' names.
+- ``table_rules``: what those keys cannot say alone (an old name, a default from the environment):
+  (their values, the environment) → their final values, or ConfigError naming the key.
 - ``prepares``, ``parsers``, ``ready``, ``reports``: the kinds it adds to the phase keys ``prepare``,
   ``parse``, ``ready`` and ``report``; the config refuses a name that neither the core nor the plugin
-  registered, with the same one-line error as any bad choice.
+  registered, with the same one-line error as any bad choice. A ``ready`` kind is made when the config
+  is read; a ``prepare`` kind is made once per plan (at load too, so ``check`` refuses one that cannot be).
 - ``fitness``: checks run beside the core's own (memory, disk, GPUs) before the first phase.
 - ``param_cache``: where the parameters go, for the core's disk check (None: the core's own rule).
 - ``attach``: called once the lifecycle and the reporting exist, with what it may drive (wiring.py).
 - ``profile``: the built-in config text ``run`` uses when none is given.
 
 A plugin may import anything of the core; the core never imports a plugin but in the composition root.
+This module imports the config (whose ``ConfigPlugin`` is the part of a ``Plugin`` it reads) and the hooks'
+types; nothing of the supervision or the reporting.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+from .hooks import PhaseHooks
 
 if TYPE_CHECKING:  # types only: none of these modules imports this one
-    from .config.model import Plan, ReadyCheck, SupervisorSpec
+    from .config.keys import Key
+    from .config.model import PhaseSpec, Plan, ReadyCheck, ReportWhen, SupervisorSpec
     from .fitness import Evidence, Finding
     from .hooks import OutputHook, Prepare
     from .wiring import Wiring
@@ -44,8 +52,8 @@ PrepareMaker = Callable[["Plan"], "Prepare"]
 ReadyMaker = Callable[[Mapping[str, Any], str], "ReadyCheck"]
 # Before the first phase: every reason the machine cannot run the plan (empty: fit).
 FitnessCheck = Callable[["Plan", "Evidence"], "list[Finding]"]
-# ``report = "<kind>"``: made when a oneshot is done, or when a service is up.
-ReportWhen = Literal["done", "up"]
+# The rules between a table extension's keys: (their values as checked, the environment) → their final values.
+TableRule = Callable[[dict[str, Any], Mapping[str, str]], Mapping[str, Any]]
 
 
 def _empty() -> Mapping[str, Any]:
@@ -56,11 +64,12 @@ def _empty() -> Mapping[str, Any]:
 class Plugin:
     name: str
     sections: Mapping[str, SectionParser] = field(default_factory=_empty)
-    table_keys: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # table → key → config Key
+    table_keys: Mapping[str, Mapping[str, Key]] = field(default_factory=_empty)  # table → key → config Key
+    table_rules: Mapping[str, TableRule] = field(default_factory=_empty)  # table → its extension's rules
     prepares: Mapping[str, PrepareMaker] = field(default_factory=_empty)
     parsers: Mapping[str, OutputHook] = field(default_factory=_empty)
     ready: Mapping[str, ReadyMaker] = field(default_factory=_empty)
-    reports: Mapping[str, ReportWhen] = field(default_factory=_empty)
+    reports: Mapping[str, ReportWhen] = field(default_factory=_empty)  # kind → "done" (a oneshot) or "up"
     fitness: tuple[FitnessCheck, ...] = ()
     param_cache: Callable[[Plan], str | None] | None = None
     attach: Callable[[Wiring], None] | None = None
@@ -69,3 +78,16 @@ class Plugin:
 
 # The generic supervisor: nothing added.
 NO_PLUGIN = Plugin("none")
+
+
+def hooks_for(plugin: Plugin, plan: Plan) -> Callable[[PhaseSpec], PhaseHooks]:
+    """The hooks each phase of ``plan`` asks for: its ``prepare`` kind made once for the plan, its ``parse``
+    kind's reader. The config refused a kind the plugin does not register, and a prepare it cannot make."""
+    named = {p.prepare for p in plan.phases}
+    prepares = {kind: make(plan) for kind, make in plugin.prepares.items() if kind in named}
+
+    def of(spec: PhaseSpec) -> PhaseHooks:
+        return PhaseHooks(prepare=prepares[spec.prepare] if spec.prepare else None,
+                          output=plugin.parsers[spec.parse] if spec.parse else None)
+
+    return of

@@ -1,5 +1,6 @@
 """Is a daemon ready? Ask it for real: a TCP or unix-socket connect, an HTTP 2xx, a file that exists,
-or the first of several of these to pass (cuzk-daemon: its ``/status``, else its listen port).
+or the first of several of these to pass (a plugin's kind is made of these: the prover's ``ready = "cuzk"``
+is its ``/status``, else its listen port, supervisor/prover/ready.py).
 
 A log line is never proof (cuzk-daemon prints "ready" before it binds its
 socket). Probes block, so each wait runs in a thread that posts its answer back
@@ -15,9 +16,8 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from .config import ConfigError, ReadyCheck
+from .config import ReadyCheck
 from .loop import EventLoop
-from .prover.cuzkconf import CuzkSettings
 
 READY_POLL_S = 0.2
 PROBE_TIMEOUT_S = 2.0
@@ -77,47 +77,6 @@ def _probe_http(url: str, timeout: float) -> str | None:
         return f"{url}: HTTP {response.status}"
     finally:
         conn.close()
-
-
-def cuzk_ready(cuzk: CuzkSettings) -> ReadyCheck:
-    """``ready = "cuzk"``: a cuzk-daemon is ready when its HTTP ``/status`` answers on status_listen,
-    or when its listen address accepts a connection, whichever comes first. Daemons from 13 Mar 2026
-    have both; the partition-workers builds before them (Feb to 13 Mar 2026) have no status API at
-    all, only the gRPC listen port. Either is proof of readiness (workloads.md), so the check needs
-    no guess of the image's generation, and a wrong CUZK_MEMORY_MODEL cannot leave it waiting forever."""
-    listen = _listen_check(cuzk.listen)
-    status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/")
-    if not status:
-        return listen
-    host, port = _host_port(status, "cuzk.status_listen", cuzk.status_listen)
-    url = f"http://{status}/status"
-    return ReadyCheck("any", "cuzk", alternatives=(ReadyCheck("http", url, host, port), listen))
-
-
-def _listen_check(listen: str) -> ReadyCheck:
-    """cuzk's listen, ``unix:///path``, ``http://host:port`` or ``host:port``, as a connect check."""
-    text = listen.strip()
-    if text.startswith("unix://"):
-        path = text[len("unix://") :]
-        if not path.startswith("/"):
-            raise ConfigError(f"cuzk.listen: {listen!r} must name an absolute socket path (unix:///path)")
-        return ReadyCheck("unix", path)
-    host, port = _host_port(text, "cuzk.listen", listen)
-    # A daemon listening on every address is reached on loopback.
-    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    return ReadyCheck("tcp", f"{host}:{port}", host, port)
-
-
-def _host_port(text: str, key: str, shown: str) -> tuple[str, int]:
-    try:
-        parts = urlsplit(text if "://" in text else f"tcp://{text}")
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        host, port = None, None
-    if not host or not port:
-        raise ConfigError(f"{key}: {shown!r} must be unix:///path, http://host:port or host:port"
-                          if key == "cuzk.listen" else f"{key}: {shown!r} must be host:port")
-    return host, port
 
 
 class ReadinessWait:

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from .config import Plan
     from .lifecycle import Lifecycle
     from .logs import SupervisorLog
+    from .observers import Observers
     from .reporting import FlushWait
-    from .run import Core, Host, Observers, Signals, Supervision
+    from .startup import Core, Host, Signals, Supervision
 
 # The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
 TERMINATION_LOG_MAX_BYTES = 4096

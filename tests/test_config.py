@@ -19,11 +19,6 @@ from helpers import PY, REPO, kill_tree, sh, toml_str
 
 from supervisor import __version__
 from supervisor.config import (
-    _CUZK_KEYS,
-    _DAEMON_KEYS,
-    _MANAGER_KEYS,
-    _PHASE_KEYS,
-    _SUPERVISOR_KEYS,
     DEFAULT_BACKOFF_FACTOR,
     DEFAULT_BACKOFF_JITTER,
     DEFAULT_BACKOFF_MAX_S,
@@ -42,12 +37,16 @@ from supervisor.config import (
     MAX_RING_LINES,
     MAX_SECONDS,
     ConfigError,
+    ConfigPlugin,
     Plan,
     ReadyCheck,
     load_plan,
     parse_plan,
     parse_signal,
 )
+from supervisor.config.tables import DAEMON_KEYS, MANAGER_KEYS, PHASE_KEYS, SUPERVISOR_KEYS
+from supervisor.prover.configkeys import CUZK_KEYS, FLEET_KEYS
+from supervisor.prover.plugin import PLUGIN
 from supervisor.units import MAX_SIZE
 
 PROG = "prover-supervisor"
@@ -110,18 +109,20 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], prefix: str)
     return lines[0]
 
 
-def parse(body: str, environ: dict[str, str] | None = None) -> Plan:
-    return parse_plan(textwrap.dedent(body), "test.toml", environ or {})
+def parse(body: str, environ: dict[str, str] | None = None, plugin: ConfigPlugin | None = None) -> Plan:
+    """The generic supervisor's config (no plugin), or with ``plugin`` (PLUGIN: the prover's, as the CLI loads it)."""
+    return parse_plan(textwrap.dedent(body), "test.toml", environ or {}, plugin)
 
 
-def parse_error(body: str, environ: dict[str, str] | None = None) -> str:
+def parse_error(body: str, environ: dict[str, str] | None = None, plugin: ConfigPlugin | None = None) -> str:
     with pytest.raises(ConfigError) as info:
-        parse(body, environ)
+        parse(body, environ, plugin)
     return str(info.value)
 
 
 # ---------------------------------------------------------------- the bad-config table
 #
+# The command line loads every config with the prover plugin ([cuzk], the fleet keys): so does load_plan here.
 # Every body is rendered with @MARK@ replaced by a command that creates a marker file, and (unless it starts
 # with "#raw") with state_dir / log_dir under tmp_path, so that a config accepted by mistake would visibly start
 # something. Phase 0 ("mark") is valid and would run first, the bad part comes after it.
@@ -380,7 +381,7 @@ def test_bad_config_table_is_big_enough() -> None:
 def test_bad_config_is_refused_by_load_plan(body: str, expected: str, tmp_path: Path) -> None:
     path = render(body, tmp_path)
     try:
-        load_plan(path, environ={})
+        load_plan(path, PLUGIN, environ={})
     except ConfigError as exc:
         message = str(exc)
     except Exception as exc:  # anything else would reach the user as a traceback
@@ -539,7 +540,7 @@ def test_check_accepts_builtin_profile_file() -> None:
 
 
 def test_builtin_profile_loads() -> None:
-    plan = load_plan(None, environ={})
+    plan = load_plan(None, PLUGIN, environ={})
     assert plan.source == "built-in prover profile"
     assert [(p.name, p.kind) for p in plan.phases] == [
         ("paramfetch", "oneshot"), ("warmup", "oneshot"), ("bench", "oneshot"), ("curio", "service")]
@@ -561,20 +562,20 @@ def test_builtin_profile_loads() -> None:
             ReadyCheck("http", "http://127.0.0.1:9821/status", "127.0.0.1", 9821),
             ReadyCheck("tcp", "127.0.0.1:9820", "127.0.0.1", 9820)))
         assert daemon.command == ("cuzk-daemon", "-c", "/var/lib/prover-supervisor/cuzk.toml")
-    assert plan.cuzk is not None and plan.cuzk.config_path == "/var/lib/prover-supervisor/cuzk.toml"
+    assert plan.sections["cuzk"].config_path == "/var/lib/prover-supervisor/cuzk.toml"
     assert curio.restart == "on-failure" and curio.timeout_s is None
     assert plan.supervisor.state_dir == "/var/lib/prover-supervisor"
     assert plan.supervisor.stop_grace_s == 30
 
 
 def test_builtin_profile_takes_environment() -> None:
-    plan = load_plan(None, environ={"SECTOR_SIZE": "64GiB", "SUPERVISOR_LOG_DIR": "/tmp/l", "BENCH_COUNT": "3",
-                                    "BENCH_CONCURRENCY": "2"})
+    plan = load_plan(None, PLUGIN, environ={"SECTOR_SIZE": "64GiB", "SUPERVISOR_LOG_DIR": "/tmp/l",
+                                            "BENCH_COUNT": "3", "BENCH_CONCURRENCY": "2"})
     assert plan.phases[0].command.command[-1] == "64GiB"
     assert plan.supervisor.log_dir == "/tmp/l"
     bench = plan.phases[2].command.command
     assert bench[-1] == "3"  # the count, handed to the sh wrapper as $2
-    assert plan.cuzk is not None and plan.cuzk.bench_concurrency == 2
+    assert plan.sections["cuzk"].bench_concurrency == 2
 
 
 MINIMAL = """\
@@ -819,8 +820,8 @@ def test_error_names_source() -> None:
 
 def test_every_seconds_key_is_bounded() -> None:
     """Each *_s key of every table refuses more than MAX_SECONDS, so a key added later cannot forget it."""
-    tables = {"supervisor": _SUPERVISOR_KEYS, "phases": _PHASE_KEYS, "daemons": _DAEMON_KEYS,
-              "manager": _MANAGER_KEYS, "cuzk": _CUZK_KEYS}
+    tables = {"supervisor": SUPERVISOR_KEYS, "phases": PHASE_KEYS, "daemons": DAEMON_KEYS,
+              "manager": {**MANAGER_KEYS, **FLEET_KEYS}, "cuzk": CUZK_KEYS}
     seconds_keys = [(table, key) for table, keys in tables.items() for key in keys if key.endswith("_s")]
     assert len(seconds_keys) >= 15, seconds_keys
     for table, key in seconds_keys:
@@ -856,19 +857,20 @@ def test_digits_from_the_environment_are_ascii_only(digits: str) -> None:
 
 def test_digits_from_the_environment_count_as_numbers() -> None:
     plan = parse(MINIMAL + '[supervisor]\nhttp_port = "${PORT}"\n[cuzk]\nbench_concurrency = "${J}"\n',
-                 {"PORT": " 8080 ", "J": "3"})
+                 {"PORT": " 8080 ", "J": "3"}, PLUGIN)
     assert plan.supervisor.http_port == 8080
-    assert plan.cuzk is not None and plan.cuzk.bench_concurrency == 3
+    assert plan.sections["cuzk"].bench_concurrency == 3
 
 
 @pytest.mark.parametrize("raw", ["nan", "inf", "1e999", "١٢", "-5", "5_0", "abc", "1" * 40])
 def test_min_rate_from_environment_is_a_plain_number(raw: str) -> None:
-    message = parse_error(MINIMAL, {"MIN_RATE": raw})
+    message = parse_error(MINIMAL, {"MIN_RATE": raw}, PLUGIN)
     assert message.startswith("test.toml: MIN_RATE (environment): "), message
 
 
 def test_min_rate_from_environment_accepted() -> None:
-    assert parse(MINIMAL, {"MIN_RATE": " 12.5 "}).manager.min_rate == 12.5
+    plan = parse(MINIMAL, {"MIN_RATE": " 12.5 "}, PLUGIN)
+    assert plan.extensions["manager"]["min_rate"] == 12.5
 
 
 @pytest.mark.parametrize("token", ["abc\ndef", "abc\rdef", "tök€n", "a\x7fb"])
@@ -1013,9 +1015,31 @@ def test_nul_from_the_environment_cannot_come_but_from_toml_escapes_is_refused()
 def test_cuzk_overrides_checked_as_generate_reads_them(overrides: str, accepted: bool) -> None:
     body = f"[cuzk]\noverrides = {overrides}\n" + MINIMAL
     if accepted:
-        assert parse(body).cuzk is not None
+        assert "cuzk" in parse(body, plugin=PLUGIN).sections
     else:
-        assert parse_error(body).startswith("test.toml: cuzk.overrides.")
+        assert parse_error(body, plugin=PLUGIN).startswith("test.toml: cuzk.overrides.")
+
+
+def test_an_empty_cuzk_table_is_the_settings_own_defaults() -> None:
+    """[cuzk]'s key table takes its defaults from CuzkSettings: one set of them, whatever the table leaves out."""
+    from supervisor.prover.cuzkconf import CuzkSettings
+
+    plan = parse("[cuzk]\n" + MINIMAL, plugin=PLUGIN)
+    assert plan.sections["cuzk"] == CuzkSettings(config_path=f"{DEFAULT_STATE_DIR}/cuzk.toml")
+
+
+def test_the_fleet_keys_are_the_provers_extension_of_manager() -> None:
+    """What the fleet protocol reads, under the file's own key names, in Plan.extensions["manager"]."""
+    plan = parse("[manager]\nmin_rate = 7\nbench_gate_s = 9\nreport_bench_failure = false\n"
+                 "bench_done_reason = true\n" + MINIMAL, plugin=PLUGIN)
+    assert dict(plan.extensions["manager"]) == {"min_rate": 7.0, "bench_gate_s": 9.0, "give_up_on_failure": False,
+                                                "bench_done_reason": True}
+    defaults = parse(MINIMAL, plugin=PLUGIN)
+    assert dict(defaults.extensions["manager"]) == {"min_rate": 50.0, "bench_gate_s": 300.0,
+                                                    "give_up_on_failure": True, "bench_done_reason": False}
+    from supervisor.prover.fleet import FleetSettings, fleet_settings
+
+    assert fleet_settings(defaults) == FleetSettings(50.0, 300.0, True, False)  # what the fleet protocol reads
 
 
 def test_accepted_overrides_generate_without_error() -> None:
@@ -1025,9 +1049,8 @@ def test_accepted_overrides_generate_without_error() -> None:
     for overrides in ('{ memory = { total_budget = "100GiB" }, pipeline = { synthesis_concurrency = 2 } }',
                       '{ synthesis = { partition_workers = 2 } }'):
         model = "partition-workers" if "partition_workers" in overrides else "unified"
-        plan = parse(f'[cuzk]\nmemory_model = "{model}"\noverrides = {overrides}\n' + MINIMAL)
-        assert plan.cuzk is not None
-        assert generate(plan.cuzk, 512 << 30, []).text
+        plan = parse(f'[cuzk]\nmemory_model = "{model}"\noverrides = {overrides}\n' + MINIMAL, plugin=PLUGIN)
+        assert generate(plan.sections["cuzk"], 512 << 30, []).text
 
 
 def test_check_shows_an_odd_config_name_on_one_line(tmp_path: Path) -> None:

@@ -19,16 +19,10 @@ from pathlib import Path
 import pytest
 from helpers import PY, REPO, clean_env, kill_tree, toml_str
 
-from supervisor.config import (
-    _CUZK_KEYS,
-    _DAEMON_KEYS,
-    _MANAGER_KEYS,
-    _PHASE_KEYS,
-    _SUPERVISOR_KEYS,
-    MAX_CONFIG_BYTES,
-    ConfigError,
-    parse_plan,
-)
+from supervisor.config import MAX_CONFIG_BYTES, ConfigError, parse_plan
+from supervisor.config.tables import DAEMON_KEYS, MANAGER_KEYS, PHASE_KEYS, SUPERVISOR_KEYS
+from supervisor.prover.configkeys import CUZK_KEYS, FLEET_KEYS
+from supervisor.prover.plugin import PLUGIN
 
 PROG = "prover-supervisor"
 SEED = 20261201
@@ -240,15 +234,16 @@ def test_run_and_status_refuse_them_too(tmp_path: Path, odd_files: dict[str, tup
 
 
 # ---------------------------------------------------------------- the seeded fuzz, in process
+# With the prover plugin, as the command line loads a config: its [cuzk] and its [manager] keys are fuzzed too.
 
 TABLES = {
     "top": ("{line}\n" + VALID, {"supervisor": None, "manager": None, "cuzk": None, "phases": None}),
-    "supervisor": ("[supervisor]\n{line}\n" + VALID, _SUPERVISOR_KEYS),
-    "manager": ("[manager]\n{line}\n" + VALID, _MANAGER_KEYS),
-    "cuzk": ("[cuzk]\n{line}\n" + VALID, _CUZK_KEYS),
-    "oneshot": (VALID + "{line}\n", _PHASE_KEYS),
-    "service": (VALID + 'kind = "service"\n{line}\n', _PHASE_KEYS),
-    "daemon": (VALID + 'kind = "service"\n[[phases.daemons]]\nname = "d"\ncommand = ["true"]\n{line}\n', _DAEMON_KEYS),
+    "supervisor": ("[supervisor]\n{line}\n" + VALID, SUPERVISOR_KEYS),
+    "manager": ("[manager]\n{line}\n" + VALID, {**MANAGER_KEYS, **FLEET_KEYS}),
+    "cuzk": ("[cuzk]\n{line}\n" + VALID, CUZK_KEYS),
+    "oneshot": (VALID + "{line}\n", PHASE_KEYS),
+    "service": (VALID + 'kind = "service"\n{line}\n', PHASE_KEYS),
+    "daemon": (VALID + 'kind = "service"\n[[phases.daemons]]\nname = "d"\ncommand = ["true"]\n{line}\n', DAEMON_KEYS),
 }
 ODD_TEXT = ["²", "١٢", "𝟗", "\x00", "\u2028", "\x85", "\x7f", "\n", "${X}", "${X:-", "$$", "${NOPE:-²}", "1e999",
             "nan", "-1", "0", "tcp://", "http://[", "/", "//", "GiB", "auto", "SIGKILL", "\ufeff", "\udcff"]
@@ -300,7 +295,7 @@ def test_seeded_fuzz_of_every_key() -> None:
         key = rng.choice([*keys, "timout_s", "k" * 300, "a\nb", "\u2028", "\x85", "", "é"])
         text = template.format(line=f"{toml_str(key)} = {toml_value(hostile(rng))}")
         try:
-            parse_plan(text, "fuzz.toml", environ)
+            parse_plan(text, "fuzz.toml", environ, PLUGIN)
         except ConfigError as exc:
             message = str(exc)
             assert len(message.splitlines()) == 1 and len(message) < 1000, f"case {case}: {message!r}\n{text[:500]}"

@@ -35,6 +35,7 @@ from supervisor.exits import EXIT_FAILURE
 from supervisor.gpu import GpuDevice, GpuInventory, HungCall
 from supervisor.gpuwatch import Gpus
 from supervisor.prover.cuzkconf import GIB
+from supervisor.prover.plugin import PLUGIN
 from supervisor.units import MIB as MiB
 
 H100 = 81559 * MiB  # what NVML reports as memory.total for an H100 80GB HBM3
@@ -45,7 +46,12 @@ SEEDS_MEMORY = 125 * 10**9  # the seeds' instance: "125 GB"
 
 def profile_plan(**env: str) -> Any:
     """The built-in prover profile as a machine with these knobs would load it."""
-    return load_plan(None, {"SUPERVISOR_STATE_DIR": "/s", "SUPERVISOR_LOG_DIR": "/l", **env})
+    return load_plan(None, PLUGIN, {"SUPERVISOR_STATE_DIR": "/s", "SUPERVISOR_LOG_DIR": "/l", **env})
+
+
+def memory_findings(plan: Any, available: int | None) -> list[fitness.Finding]:
+    """What the fitness check says of memory alone, the prover's checks (cuzk.toml) included."""
+    return fitness.assess(plan, fitness.Evidence(available), PLUGIN.fitness)
 
 
 def idle_gpus(*totals: int) -> GpuInventory:
@@ -59,7 +65,7 @@ def idle_gpus(*totals: int) -> GpuInventory:
 
 def test_the_seeds_instance_is_refused_for_memory_naming_both_numbers() -> None:
     plan = profile_plan()
-    findings = fitness.memory_findings(plan.phases, plan.cuzk, SEEDS_MEMORY)
+    findings = memory_findings(plan, SEEDS_MEMORY)
     assert len(findings) == 1, findings
     assert findings[0].reason == "insufficient_memory"
     detail = findings[0].detail
@@ -68,35 +74,35 @@ def test_the_seeds_instance_is_refused_for_memory_naming_both_numbers() -> None:
 
 
 def test_the_largest_min_memory_is_the_one_named() -> None:
-    plan = load_plan(None, {"SUPERVISOR_STATE_DIR": "/s", "PROVER_MIN_MEMORY": "100GiB"})
+    plan = load_plan(None, PLUGIN, {"SUPERVISOR_STATE_DIR": "/s", "PROVER_MIN_MEMORY": "100GiB"})
     small, big = plan.phases[1], plan.phases[2]
     from dataclasses import replace
     phases = (plan.phases[0], replace(small, min_memory=100 * GIB), replace(big, min_memory=110 * GIB))
-    findings = fitness.memory_findings(phases, None, 90 * GIB)
+    findings = fitness.memory_findings(phases, 90 * GIB)
     assert [f.detail.split(" needs")[0] for f in findings] == ["phase bench"], findings
     # memory_max caps what a phase can have, like the phase's own preflight.
     capped = (replace(small, min_memory=10 * GIB, memory_max=8 * GIB),)
-    assert "but only 8.0GiB" in fitness.memory_findings(capped, None, 90 * GIB)[0].detail
+    assert "but only 8.0GiB" in fitness.memory_findings(capped, 90 * GIB)[0].detail
 
 
 def test_what_cuzk_toml_generation_needs_is_checked_too() -> None:
     # min_memory lowered below what cuzk needs: generation itself refuses, with its own numbers.
     unified = profile_plan(PROVER_MIN_MEMORY="64GiB")
-    refused = fitness.memory_findings(unified.phases, unified.cuzk, 80 * GIB)
+    refused = memory_findings(unified, 80 * GIB)
     assert [f.reason for f in refused] == ["insufficient_memory"]
     assert refused[0].detail.startswith("phase warmup: cuzk.toml: cuzk needs at least 83.6GiB"), refused
     assert "the budget is 75.0GiB" in refused[0].detail
-    assert fitness.memory_findings(unified.phases, unified.cuzk, 96 * GIB) == []
+    assert memory_findings(unified, 96 * GIB) == []
 
     pw = profile_plan(PROVER_MIN_MEMORY="64GiB", CUZK_MEMORY_MODEL="partition-workers")
-    refused = fitness.memory_findings(pw.phases, pw.cuzk, 90 * GIB)
+    refused = memory_findings(pw, 90 * GIB)
     assert refused and "partition-workers cuzk needs at least 89.0GiB" in refused[0].detail, refused
-    assert fitness.memory_findings(pw.phases, pw.cuzk, 128 * GIB) == []
+    assert memory_findings(pw, 128 * GIB) == []
 
 
 def test_unknown_memory_is_no_finding() -> None:
     plan = profile_plan()
-    assert fitness.memory_findings(plan.phases, plan.cuzk, None) == []
+    assert memory_findings(plan, None) == []
 
 
 # ---------------------------------------------------------------- disk (pure)
@@ -231,14 +237,15 @@ def test_gather_counts_bytes_already_in_the_cache_and_asks_gpus_only_when_requir
         plan = profile_plan(FIL_PROOFS_PARAMETER_CACHE=str(cache), PROVER_MIN_PARAM_DISK="7MiB",
                             PROVER_MIN_STATE_DISK="1MiB", PROVER_REQUIRE_GPUS="true")
         gpus = InjectedGpus(idle_gpus(H200))
-        evidence = fitness.gather(plan, FixedMemory(200 * GIB), gpus, {"GPU_COUNT": "1"})
+        evidence = fitness.gather(plan, FixedMemory(200 * GIB), gpus, {"GPU_COUNT": "1"},
+                                  plugin_cache=PLUGIN.param_cache)
         param = evidence.disks[0]
         assert (param.what, param.path, param.need, param.present) == ("parameter cache", str(cache), 7 * MiB, 5 * MiB)
         assert param.free is not None and 2 * MiB <= param.free <= 3 * MiB, param
         assert evidence.disks[1].what == "state_dir" and evidence.disks[1].path == "/s"
         assert evidence.disks[1].device != param.device, "the tmpfs is its own filesystem"
         assert evidence.gpus is gpus.inventory_given and evidence.gpu_count_expected == 1
-        assert fitness.assess(plan.phases, plan.cuzk, evidence) == []
+        assert fitness.assess(plan, evidence, PLUGIN.fitness) == []
 
         off = fitness.gather(profile_plan(PROVER_REQUIRE_GPUS="false"), FixedMemory(None), gpus, {})
         assert off.gpus is None and gpus.asked == 1, "GPUs not required: NVML is not asked"

@@ -300,7 +300,8 @@ def test_attach_adds_the_fleet_protocol_to_the_reporting_and_nothing_without_a_m
     link = Link()
 
     def wiring(manager: Link | None) -> Wiring:
-        plan = SimpleNamespace(manager=ManagerSpec(url="http://127.0.0.1:9", min_rate=7.5, bench_gate_s=30.0))
+        plan = SimpleNamespace(manager=ManagerSpec(url="http://127.0.0.1:9"),
+                               extensions={"manager": {"min_rate": 7.5, "bench_gate_s": 30.0}})
         return Wiring(plan=plan, events=SimpleNamespace(on_transition=events["transition"].append,  # type: ignore
                                                         on_shutdown=events["shutdown"].append,
                                                         on_verdict=events["verdict"].append),

@@ -23,7 +23,9 @@ from helpers import PY, REPO, free_port, kill_tree, standin_env, wait_for
 
 from supervisor.config import ConfigError, ReadyCheck, parse_plan
 from supervisor.prover.cuzkconf import GIB, CuzkSettings, generate
-from supervisor.readiness import cuzk_ready, probe
+from supervisor.prover.plugin import PLUGIN
+from supervisor.prover.ready import cuzk_ready
+from supervisor.readiness import probe
 
 
 class Daemon:
@@ -98,7 +100,7 @@ def plan_with(cuzk: str, ready: str = "cuzk") -> object:
           name = "cuzk-daemon"
           command = ["true"]
           ready = "{ready}"
-        """), "test", {})
+        """), "test", {}, PLUGIN)
 
 
 @pytest.mark.parametrize(("cuzk", "described"), [
@@ -111,13 +113,13 @@ def test_cuzk_ready_is_status_or_the_listen_address(cuzk: str, described: str) -
     plan = plan_with(cuzk)
     ready = plan.phases[0].daemons[0].ready  # type: ignore[attr-defined]
     assert ready.describe() == described
-    assert ready == cuzk_ready(plan.cuzk)  # type: ignore[attr-defined]
+    assert ready == cuzk_ready(plan.sections["cuzk"])  # type: ignore[attr-defined]
 
 
 def test_cuzk_ready_needs_a_cuzk_table() -> None:
     with pytest.raises(ConfigError, match=r'phases\[0\]\.daemons\[0\]\.ready: "cuzk" needs a \[cuzk\] table'):
         parse_plan('[[phases]]\nname = "p"\ncommand = ["true"]\n  [[phases.daemons]]\n  name = "d"\n'
-                   '  command = ["true"]\n  ready = "cuzk"\n', "test", {})
+                   '  command = ["true"]\n  ready = "cuzk"\n', "test", {}, PLUGIN)
 
 
 @pytest.mark.parametrize(("cuzk", "key"), [

@@ -999,12 +999,15 @@ def test_give_up_off_leaves_the_instance_to_the_managers_timeout(sup: Supervisor
 
 
 def test_the_old_and_new_switch_names_must_agree() -> None:
+    from supervisor.prover.plugin import PLUGIN  # the switches are the prover's [manager] keys
+
     phases = '[[phases]]\nname = "a"\ncommand = ["true"]\n'
-    plan = parse_plan('[manager]\nreport_bench_failure = false\n' + phases, "old.toml", {})
+    plan = parse_plan('[manager]\nreport_bench_failure = false\n' + phases, "old.toml", {}, PLUGIN)
     assert plan.manager.give_up_on_failure is False
-    assert parse_plan(phases, "default.toml", {}).manager.give_up_on_failure is True
+    assert parse_plan(phases, "default.toml", {}, PLUGIN).manager.give_up_on_failure is True
     with pytest.raises(ConfigError) as refused:
-        parse_plan('[manager]\nreport_bench_failure = false\ngive_up_on_failure = true\n' + phases, "both.toml", {})
+        parse_plan('[manager]\nreport_bench_failure = false\ngive_up_on_failure = true\n' + phases, "both.toml", {},
+                   PLUGIN)
     assert str(refused.value).startswith("both.toml: manager.report_bench_failure: the old name of "
                                          "give_up_on_failure"), refused.value
 

@@ -232,7 +232,7 @@ def hostile() -> Iterator[HostileServer]:
 
 
 def _spec(port: int) -> ManagerSpec:
-    return ManagerSpec(url=f"http://127.0.0.1:{port}", label="C.fuzz", min_rate=1.0,
+    return ManagerSpec(url=f"http://127.0.0.1:{port}", label="C.fuzz",
                        connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -111,16 +110,3 @@ def test_a_callback_acts_only_for_the_current_attempt_in_the_states_it_names(pha
     assert phase._is_current(2, PhaseState.STARTING, PhaseState.RUNNING)
     assert not phase._is_current(1, PhaseState.STARTING, PhaseState.RUNNING)  # a late answer for attempt 1
     assert not phase._is_current(2, PhaseState.STARTING)  # the attempt has moved on
-
-
-def test_every_prepare_and_parse_the_config_accepts_has_a_hook_and_no_more() -> None:
-    """The config's lists of accepted values and the prover's hook tables are two lists of one thing:
-    a name in one only would be refused by check, or fail when the lifecycle is built."""
-    from supervisor.config import load_plan, model
-    from supervisor.prover import hooks
-
-    plan = load_plan(None, environ={})  # the built-in profile has a [cuzk] table: every prepare is made for it
-    for name in model.PREPARES:
-        spec = next(p for p in plan.phases if p.prepare is not None)
-        assert hooks.hooks_for(plan)(replace(spec, prepare=name)).prepare is not None, name
-    assert set(model.PARSERS) == set(hooks.PARSERS)

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from ..redact import MASK, shown_url
 from .model import ConfigError
-from .values import _describe, _short, _string
+from .values import _short, _string, describe
 
 
 def _url(value: Any, where: str) -> str:
@@ -21,7 +21,7 @@ def _url(value: Any, where: str) -> str:
     character, a backslash, non-ASCII). A ``user:password@`` becomes basic auth (requests sends it);
     errors show the URL with the password masked."""
     text = _string(value, where)
-    shown = _describe(_url_for_error(text))
+    shown = describe(_url_for_error(text))
     bad = next((c for c in text if not (c.isascii() and c.isprintable()) or c.isspace() or c == "\\"), None)
     if bad is not None:
         raise ConfigError(f"{where}: {shown} holds {bad!a}: a URL may hold only printable ASCII, no "
@@ -66,9 +66,9 @@ def check_label(value: Any, where: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # os.environ holds undecodable bytes as surrogate escapes
-        raise ConfigError(f"{where}: {_describe(text)} is not valid UTF-8") from None
+        raise ConfigError(f"{where}: {describe(text)} is not valid UTF-8") from None
     if not text.isprintable():
-        raise ConfigError(f"{where}: {_describe(text)} holds a control character")
+        raise ConfigError(f"{where}: {describe(text)} holds a control character")
     if len(text) > MAX_LABEL_CHARS:
         raise ConfigError(f"{where}: {len(text)} characters, more than the {MAX_LABEL_CHARS} a label may have")
     return text

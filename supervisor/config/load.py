@@ -2,7 +2,9 @@
 
 Everything a run needs is checked before anything starts: unknown keys, wrong types, impossible
 values and unset ``${VAR}`` references are all refused with one line that names the key
-(``phases[1].daemons[0].ready: ...``).
+(``phases[1].daemons[0].ready: ...``). What a plugin adds is checked the same way, by the plugin:
+its own top-level tables (``Plugin.sections``), its keys in a core table (``table_keys``, with the
+table's own), and the kinds a phase may name (a kind nobody registered is a bad choice, like any).
 """
 
 from __future__ import annotations
@@ -13,31 +15,29 @@ import socket
 import stat
 import tomllib
 from collections.abc import Mapping
-from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
 from ..redact import url_secrets
 from .endpoint import _url, check_label
-from .model import DEFAULT_MIN_RATE, ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
+from .keys import ConfigPlugin, Key, take
+from .model import ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
 from .tables import (
-    _DAEMON_KEYS,
-    _MANAGER_KEYS,
-    _PHASE_KEYS,
-    _SUPERVISOR_KEYS,
-    _take,
+    CORE_TABLES,
+    DAEMON_KEYS,
+    MANAGER_KEYS,
+    PHASE_KEYS,
+    SUPERVISOR_KEYS,
     check_backoff_order,
-    check_cuzk_needs,
     check_daemon_name,
     check_kind_keys,
     check_progress_keys,
     check_reports,
     check_unique,
-    cuzk_settings,
-    resolve_cuzk_ready,
-    resolve_give_up_alias,
+    kinds_of,
+    with_kinds,
 )
-from .values import _describe, _join, _rate, _short
+from .values import _short, join_key
 
 # The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
@@ -45,23 +45,22 @@ MAX_CONFIG_TEXT = "1 MiB"
 MAX_SHOWN_PATH = 300  # a longer config name is cut in errors, which stay one readable line
 # Tables and arrays in each other: the deepest real key (phases[0].daemons[0].env.X) is 5 deep.
 MAX_NESTING = 16
-TOP_LEVEL_KEYS = ("supervisor", "phases", "manager", "cuzk")
-
-# A plain decimal in ASCII: what float() would take, less "inf", "nan", exponents, "_" and non-ASCII digits.
-_DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
 _VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def load_plan(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Plan:
-    """Read, expand and validate a config file; ``None`` means the built-in prover profile."""
+def load_plan(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None = None,
+              environ: Mapping[str, str] | None = None) -> Plan:
+    """Read, expand and validate a config file; ``None`` means the plugin's built-in profile.
+    ``plugin`` None (or supervisor/plugin.py ``NO_PLUGIN``): the generic supervisor, nothing added."""
     environ = os.environ if environ is None else environ
     if path is None:
-        text = resources.files("supervisor").joinpath("prover/profile.toml").read_text()
-        source = "built-in prover profile"
+        if plugin is None or plugin.profile is None:
+            raise ConfigError("no config given (--config or $SUPERVISOR_CONFIG) and no built-in profile")
+        text, source = plugin.profile(), f"built-in {plugin.name} profile"
     else:
         source = _shown_path(path)
         text = read_config(path, source)
-    return parse_plan(text, source, environ)
+    return parse_plan(text, source, environ, plugin)
 
 
 # ---------------------------------------------------------------- reading the file
@@ -138,7 +137,7 @@ def _shown_path(path: str | os.PathLike[str]) -> str:
 # ---------------------------------------------------------------- TOML and ${VAR}
 
 
-def parse_plan(text: str, source: str, environ: Mapping[str, str]) -> Plan:
+def parse_plan(text: str, source: str, environ: Mapping[str, str], plugin: ConfigPlugin | None = None) -> Plan:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -149,7 +148,7 @@ def parse_plan(text: str, source: str, environ: Mapping[str, str]) -> Plan:
         raise ConfigError(f"{source}: not valid TOML: {str(exc).split(';')[0]}") from None
     try:
         raw = _expand(raw, "", environ)
-        return _plan(raw, source, environ)
+        return _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except RecursionError:  # a safety net: _expand bounds the nesting before this can happen
@@ -171,7 +170,7 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], depth: int = 0) 
                               "path can hold")
         return expanded
     if isinstance(value, dict):
-        return {_key(k, where): _expand(v, _join(where, k), environ, depth + 1) for k, v in value.items()}
+        return {_key(k, where): _expand(v, join_key(where, k), environ, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
         return [_expand(v, f"{where}[{i}]", environ, depth + 1) for i, v in enumerate(value)]
     return value
@@ -179,7 +178,7 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], depth: int = 0) 
 
 def _key(key: str, where: str) -> str:
     if "\0" in key:
-        raise ConfigError(f"{_join(where, key)}: a key with a NUL character")
+        raise ConfigError(f"{join_key(where, key)}: a key with a NUL character")
     return key
 
 
@@ -203,34 +202,66 @@ def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
 # ---------------------------------------------------------------- assembling the plan
 
 
-def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str]) -> Plan:
+def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: ConfigPlugin) -> Plan:
+    """The tables in a fixed order: [supervisor], [manager], the plugin's own, then the phases, whose
+    kind keys may name what the plugin's tables configure (``ready = "cuzk"``)."""
+    sections = {name: parse for name, parse in plugin.sections.items() if name not in CORE_TABLES}
     for key in raw:
-        if key not in TOP_LEVEL_KEYS:
-            raise ConfigError(f"{_join('', key)}: unknown top-level key "
-                              "(expected [supervisor], [manager], [cuzk], [[phases]])")
-    sup = SupervisorSpec(**_take(raw.get("supervisor", {}), "supervisor", _SUPERVISOR_KEYS))
-    manager = _manager(raw.get("manager", {}), environ)
+        if key not in CORE_TABLES and key not in sections:
+            tables = ", ".join(["[supervisor]", "[manager]", *(f"[{name}]" for name in sections), "[[phases]]"])
+            raise ConfigError(f"{join_key('', key)}: unknown top-level key (expected {tables})")
+    values, extensions = _table(raw.get("supervisor", {}), "supervisor", SUPERVISOR_KEYS, plugin, environ)
+    sup = SupervisorSpec(**values)
+    manager = _manager(raw.get("manager", {}), environ, plugin, extensions)
+    settings = MappingProxyType({name: parse(raw[name], sup) for name, parse in sections.items() if name in raw})
+    kinds = kinds_of(plugin, settings)
+    keys = with_kinds(PHASE_KEYS, kinds), with_kinds(DAEMON_KEYS, kinds)
     phases_raw = raw.get("phases")
     if phases_raw is None:
         raise ConfigError("phases: no [[phases]] defined: nothing to run")
     if not isinstance(phases_raw, list) or not phases_raw:
         raise ConfigError("phases: must be a non-empty array of tables ([[phases]])")
-    phases = tuple(_phase(p, f"phases[{i}]", sup) for i, p in enumerate(phases_raw))
+    phases = tuple(_phase(p, f"phases[{i}]", sup, *keys) for i, p in enumerate(phases_raw))
     check_unique([p.name for p in phases], "phases", "phase name")
-    check_reports(phases)
-    cuzk = cuzk_settings(raw["cuzk"], sup.state_dir) if "cuzk" in raw else None
-    phases = resolve_cuzk_ready(phases, cuzk)
-    check_cuzk_needs(phases, cuzk)
-    return Plan(sup, phases, source, manager, cuzk)
+    check_reports(phases, kinds.reports)
+    plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions))
+    check_prepares(plan, plugin)
+    return plan
 
 
-def _phase(table: Any, where: str, sup: SupervisorSpec) -> PhaseSpec:
-    v = _take(table, where, _PHASE_KEYS)
+def _table(table: Any, name: str, keys: Mapping[str, Key], plugin: ConfigPlugin,
+           environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Mapping[str, Any]]]:
+    """A core table's values, and the plugin's extra keys in it (checked with the table's own: a typo is told
+    "did you mean" over both), after the plugin's rules between them: (the core's values, {name: the plugin's})."""
+    added = plugin.table_keys.get(name, {})
+    values = take(table, name, {**keys, **added})
+    core = {key: values[key] for key in keys}
+    if name not in plugin.table_keys:
+        return core, {}
+    mine = {key: values[key] for key in added if key not in keys}
+    rule = plugin.table_rules.get(name)
+    return core, {name: MappingProxyType(dict(rule(mine, environ) if rule is not None else mine))}
+
+
+def check_prepares(plan: Plan, plugin: ConfigPlugin) -> None:
+    """Each ``prepare`` named is made once here, for this plan, so that ``check`` refuses one the plugin
+    cannot make (``"cuzk-config" needs a [cuzk] table``) rather than ``run`` failing when it builds the hooks."""
+    for i, phase in enumerate(plan.phases):
+        if phase.prepare is not None:
+            try:
+                plugin.prepares[phase.prepare](plan)
+            except ConfigError as exc:
+                raise ConfigError(f"phases[{i}].prepare: {exc}") from None
+
+
+def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str, Key],
+           daemon_keys: Mapping[str, Key]) -> PhaseSpec:
+    v = take(table, where, phase_keys)
     name = v["name"]
     check_kind_keys(v, where)
     check_progress_keys(v, where)
     check_backoff_order(v, where)
-    daemons = _daemons(v, where, sup)
+    daemons = _daemons(v, where, sup, daemon_keys)
     return PhaseSpec(
         name=name,
         kind=v["kind"],
@@ -258,14 +289,15 @@ def _phase(table: Any, where: str, sup: SupervisorSpec) -> PhaseSpec:
     )
 
 
-def _daemons(v: Mapping[str, Any], where: str, sup: SupervisorSpec) -> tuple[ChildSpec, ...]:
+def _daemons(v: Mapping[str, Any], where: str, sup: SupervisorSpec,
+             daemon_keys: Mapping[str, Key]) -> tuple[ChildSpec, ...]:
     name, daemons_raw = v["name"], v["daemons"]
     if not isinstance(daemons_raw, list | tuple):
         raise ConfigError(f"{where}.daemons: must be an array of tables ([[phases.daemons]])")
     daemons = []
     for i, d in enumerate(daemons_raw):
         dwhere = f"{where}.daemons[{i}]"
-        dv = _take(d, dwhere, _DAEMON_KEYS)
+        dv = take(d, dwhere, daemon_keys)
         check_daemon_name(dv, name, dwhere)
         # A daemon sees the phase's environment too; its own keys win.
         dv["env"] = MappingProxyType({**v["env"], **dv["env"]})
@@ -294,9 +326,10 @@ def _child(values: Mapping[str, Any], phase: str, name: str, sup: SupervisorSpec
 # ---------------------------------------------------------------- [manager] and what the environment adds
 
 
-def _manager(table: Any, environ: Mapping[str, str]) -> ManagerSpec:
-    v = _take(table, "manager", _MANAGER_KEYS)
-    resolve_give_up_alias(v)
+def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin,
+             extensions: dict[str, Mapping[str, Any]]) -> ManagerSpec:
+    """[manager]: the manager's address, the label, the client's timeouts; the plugin's keys go to ``extensions``."""
+    v, added = _table(table, "manager", MANAGER_KEYS, plugin, environ)
     if environ.get("MANAGER_URL"):
         v["url"] = _url(environ["MANAGER_URL"], "MANAGER_URL (environment)")
     if v["token_env"] and not _header_safe(environ.get(v["token_env"], "")):
@@ -307,8 +340,7 @@ def _manager(table: Any, environ: Mapping[str, str]) -> ManagerSpec:
     label, where = (v["label"], "manager.label") if v["label"] is not None else label_source(environ)
     # Only a manager is told the label (in JSON, kept in the outbox): without one, a strange label harms nothing.
     v["label"] = check_label(label, where) if v["url"] else label
-    if v["min_rate"] is None:
-        v["min_rate"] = _min_rate_from(environ)
+    extensions.update(added)
     return ManagerSpec(**v)
 
 
@@ -335,15 +367,16 @@ def label_source(environ: Mapping[str, str]) -> tuple[str, str]:
     return socket.gethostname(), "the hostname (no VAST_CONTAINERLABEL or CONTAINER_ID)"
 
 
-def _min_rate_from(environ: Mapping[str, str]) -> float:
-    """``$MIN_RATE`` when [manager] says no min_rate: a plain decimal, else the default."""
-    raw = environ.get("MIN_RATE")
-    if not raw:
-        return DEFAULT_MIN_RATE
-    if not _DECIMAL_RE.fullmatch(raw.strip()):
-        raise ConfigError(f"MIN_RATE (environment): {_describe(raw)} is not a number of proofs/hour")
-    return _rate(float(raw.strip()), "MIN_RATE (environment)")
-
-
 def _header_safe(token: str) -> bool:
     return token.isascii() and token.isprintable()
+
+
+class _NoPlugin:
+    """The generic supervisor: no table, key or kind added (what supervisor/plugin.py ``NO_PLUGIN`` says too)."""
+
+    name = "none"
+    sections = table_keys = table_rules = prepares = parsers = ready = reports = MappingProxyType({})
+    profile = None
+
+
+_NOTHING: ConfigPlugin = _NoPlugin()

@@ -1,6 +1,8 @@
 """What a config becomes: the plan, a tree of frozen dataclasses, and the defaults it starts from.
 
-Nothing later can change the plan by accident; every timing value starts from a named default.
+Nothing later can change the plan by accident; every timing value starts from a named default. What a
+plugin adds to the file (its own tables, its keys in a core table) the plan carries as the plugin made it,
+in ``Plan.sections`` and ``Plan.extensions``: the core never looks inside.
 """
 
 from __future__ import annotations
@@ -8,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-
-from ..prover.cuzkconf import CuzkSettings
+from typing import Any, Literal
 
 # Named defaults: every timing value of the plan starts from one of these.
 DEFAULT_STATE_DIR = "/var/lib/prover-supervisor"
@@ -32,24 +33,18 @@ PHASE_KINDS = ("oneshot", "service")
 RESTART_POLICIES = ("no", "on-failure", "always")
 DAEMON_LIFETIMES = ("phase", "lifecycle")
 CGROUP_MODES = ("auto", "shared", "off")
-REPORTS = ("param-done", "bench-done", "running")
-PREPARES = ("cuzk-config",)
+# ``report = "<kind>"``, the core's own: made when a oneshot is "done", or when a service is "up" (a plugin adds more).
+ReportWhen = Literal["done", "up"]
+REPORTS: Mapping[str, ReportWhen] = MappingProxyType({"param-done": "done", "running": "up"})
 RESUMES = ("no", "outputs", "machine")
 DEFAULT_RESUME_MAX_AGE_S = 86400.0
-PARSERS = ("cuzk-bench", "cuzk-single")  # a batch with its summary; one proof's result block
 DEFAULT_MANAGER_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_MANAGER_READ_TIMEOUT_S = 15.0
-DEFAULT_MIN_RATE = 50.0
 DEFAULT_LOG_PUSH_INTERVAL_S = 1.0
 DEFAULT_LOG_BACKLOG_BYTES = 2 * 1024 * 1024
-# How long production waits for the manager's verdict on the benchmark before it starts anyway.
-DEFAULT_BENCH_GATE_S = 300.0
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 # Kubernetes shows this file's content in `kubectl describe` when a container fails.
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-
-# ``ready = "cuzk"``: the cuzk-daemon's own readiness, from the [cuzk] table (see readiness.cuzk_ready).
-CUZK_READY = "cuzk"
 
 
 class ConfigError(Exception):
@@ -114,8 +109,8 @@ class PhaseSpec:
     min_memory: int | None = None
     memory_max: int | None = None
     report: str | None = None  # the manager call its success triggers
-    parse: str | None = None  # read the command's output as this program's ("cuzk-bench")
-    prepare: str | None = None  # before each attempt: "cuzk-config" writes cuzk.toml for this machine
+    parse: str | None = None  # read the command's output with this parser (a plugin's: "cuzk-bench")
+    prepare: str | None = None  # before each attempt, this hook (a plugin's: "cuzk-config" writes cuzk.toml)
     resume: str = "no"  # skip on restart: "outputs" still there, or done on this "machine" recently
     resume_max_age_s: float = DEFAULT_RESUME_MAX_AGE_S
 
@@ -126,18 +121,12 @@ class ManagerSpec:
 
     url: str | None = None
     label: str = ""
-    min_rate: float = DEFAULT_MIN_RATE
     token_env: str | None = None
     events_url: str | None = None
     connect_timeout_s: float = DEFAULT_MANAGER_CONNECT_TIMEOUT_S
     read_timeout_s: float = DEFAULT_MANAGER_READ_TIMEOUT_S
     log_push_interval_s: float = DEFAULT_LOG_PUSH_INTERVAL_S
     log_backlog_bytes: int = DEFAULT_LOG_BACKLOG_BYTES
-    bench_gate_s: float = DEFAULT_BENCH_GATE_S
-    # A failure before production sends bench-done with rate 0: the manager destroys the instance now.
-    give_up_on_failure: bool = True
-    # Send the failure's reason in that bench-done (only for a manager that reads it).
-    bench_done_reason: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,4 +153,8 @@ class Plan:
     phases: tuple[PhaseSpec, ...]
     source: str
     manager: ManagerSpec = field(default_factory=ManagerSpec)
-    cuzk: CuzkSettings | None = None
+    # A plugin's own top-level tables: the table's name → the settings its parser made ("cuzk" → CuzkSettings).
+    sections: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # A plugin's keys in a core table: the table's name → {key: value} as the file names them ("manager" →
+    # {"min_rate": 50.0, ...}).
+    extensions: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))

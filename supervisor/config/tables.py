@@ -1,33 +1,32 @@
 """What each TOML table may hold, and the rules between its keys.
 
-The key tables are declarative: a key, its checker and its default. An unknown key is an error with
-a "did you mean" hint (typos must not pass). What one key alone cannot say (a oneshot has no
-``restart``, ``resume = "outputs"`` needs ``progress_path``...) is a named rule below, applied by
-load.py in the order the file is read, so the first mistake in the file is the one reported.
+The key tables are declarative: a key, its checker and its default (keys.py ``Key``). An unknown key is
+an error with a "did you mean" hint (typos must not pass). The kind keys of a phase (``report``, ``parse``,
+``prepare``, ``ready``) accept the core's kinds and those its plugin registers (``kinds_of``). What one key
+alone cannot say (a oneshot has no ``restart``, ``resume = "outputs"`` needs ``progress_path``...) is a
+named rule below, applied by load.py in the order the file is read, so the first mistake in the file is
+the one reported.
 """
 
 from __future__ import annotations
 
-import difflib
 import signal
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
-from ..prover.cuzkconf import MEMORY_MODELS, PER_PARTITION, PW_BASELINE, PW_PER_WORKER, UNIFIED_BASELINE, CuzkSettings
 from .endpoint import _url
+from .keys import ConfigPlugin, Key
 from .model import (
     CGROUP_MODES,
-    CUZK_READY,
     DAEMON_LIFETIMES,
     DEFAULT_BACKOFF_FACTOR,
     DEFAULT_BACKOFF_JITTER,
     DEFAULT_BACKOFF_MAX_S,
     DEFAULT_BACKOFF_RESET_S,
     DEFAULT_BACKOFF_S,
-    DEFAULT_BENCH_GATE_S,
     DEFAULT_CGROUP_ROOT,
     DEFAULT_LOG_BACKLOG_BYTES,
     DEFAULT_LOG_DIR,
@@ -43,196 +42,148 @@ from .model import (
     DEFAULT_STATE_DIR,
     DEFAULT_STOP_GRACE_S,
     DEFAULT_TERMINATION_LOG,
-    PARSERS,
     PHASE_KINDS,
-    PREPARES,
     REPORTS,
     RESTART_POLICIES,
     RESUMES,
-    ChildSpec,
     ConfigError,
     PhaseSpec,
+    ReadyCheck,
+    ReportWhen,
 )
 from .values import (
-    MAX_BENCH_CONCURRENCY,
     MAX_LOG_BACKLOG_BYTES,
     MAX_LOG_FILE_MAX_BYTES,
-    MAX_OVERRIDE_WORKERS,
     MAX_RESTART_BURST,
     MAX_RETRIES,
     MAX_RING_LINES,
-    Checker,
-    _arg,
-    _bool,
     _bool_text,
-    _choice,
     _command,
-    _describe,
     _env,
     _env_name,
     _factor,
     _fraction,
-    _int_text,
-    _join,
     _name,
     _optional,
-    _path,
     _port,
     _positive_seconds,
-    _rate,
-    _ready,
-    _seconds,
-    _size,
     _string,
-    _table,
-    _whole,
+    check_bool,
+    check_path,
+    check_seconds,
+    check_size,
     check_state_dir,
+    int_text,
+    one_of,
     parse_signal,
+    ready_checker,
+    whole_number,
 )
-
-
-@dataclass(frozen=True)
-class _Key:
-    check: Checker
-    default: Any = None
-    required: bool = False
-
-
-def _take(table: Any, where: str, keys: Mapping[str, _Key]) -> dict[str, Any]:
-    """Check one TOML table against its keys: unknown keys are errors (typos must not pass)."""
-    table = _table(table, where)
-    for key in table:
-        if key not in keys:
-            near = difflib.get_close_matches(key, list(keys), n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ConfigError(f"{_join(where, key)}: unknown key{hint}")
-    out: dict[str, Any] = {}
-    for key, spec in keys.items():
-        if key in table:
-            out[key] = spec.check(table[key], _join(where, key))
-        elif spec.required:
-            raise ConfigError(f"{_join(where, key)}: required key is missing")
-        else:
-            out[key] = spec.default
-    return out
-
 
 # ---------------------------------------------------------------- the tables
 
-_SUPERVISOR_KEYS = {
-    "state_dir": _Key(check_state_dir, DEFAULT_STATE_DIR),
-    "log_dir": _Key(_path, DEFAULT_LOG_DIR),
-    "stop_grace_s": _Key(_seconds, DEFAULT_STOP_GRACE_S),
-    "ring_lines": _Key(_whole(1, MAX_RING_LINES), DEFAULT_RING_LINES),
-    "console": _Key(_bool, True),
-    "log_file_max_bytes": _Key(_whole(0, MAX_LOG_FILE_MAX_BYTES), DEFAULT_LOG_FILE_MAX_BYTES),
-    "env": _Key(_env, MappingProxyType({})),
-    "cgroups": _Key(_choice(*CGROUP_MODES), "auto"),
-    "cgroup_root": _Key(_path, DEFAULT_CGROUP_ROOT),
-    "http_port": _Key(lambda v, w: _port(_int_text(v), w), 0),
-    "termination_log": _Key(_path, DEFAULT_TERMINATION_LOG),
-    "min_disk": _Key(_size),
-    "min_param_disk": _Key(_size),
-    "require_gpus": _Key(lambda v, w: _bool(_bool_text(v), w), False),
+SUPERVISOR_KEYS = {
+    "state_dir": Key(check_state_dir, DEFAULT_STATE_DIR),
+    "log_dir": Key(check_path, DEFAULT_LOG_DIR),
+    "stop_grace_s": Key(check_seconds, DEFAULT_STOP_GRACE_S),
+    "ring_lines": Key(whole_number(1, MAX_RING_LINES), DEFAULT_RING_LINES),
+    "console": Key(check_bool, True),
+    "log_file_max_bytes": Key(whole_number(0, MAX_LOG_FILE_MAX_BYTES), DEFAULT_LOG_FILE_MAX_BYTES),
+    "env": Key(_env, MappingProxyType({})),
+    "cgroups": Key(one_of(*CGROUP_MODES), "auto"),
+    "cgroup_root": Key(check_path, DEFAULT_CGROUP_ROOT),
+    "http_port": Key(lambda v, w: _port(int_text(v), w), 0),
+    "termination_log": Key(check_path, DEFAULT_TERMINATION_LOG),
+    "min_disk": Key(check_size),
+    "min_param_disk": Key(check_size),
+    "require_gpus": Key(lambda v, w: check_bool(_bool_text(v), w), False),
 }
 
 _CHILD_KEYS = {
-    "command": _Key(_command, required=True),
-    "env": _Key(_env, MappingProxyType({})),
-    "cwd": _Key(_path),
-    "stop_signal": _Key(parse_signal, int(signal.SIGTERM)),
-    "stop_grace_s": _Key(_seconds),
-    "ready": _Key(_ready),
-    "ready_timeout_s": _Key(_positive_seconds, DEFAULT_READY_TIMEOUT_S),
-    "log_source": _Key(_name),
+    "command": Key(_command, required=True),
+    "env": Key(_env, MappingProxyType({})),
+    "cwd": Key(check_path),
+    "stop_signal": Key(parse_signal, int(signal.SIGTERM)),
+    "stop_grace_s": Key(check_seconds),
+    "ready": Key(ready_checker()),
+    "ready_timeout_s": Key(_positive_seconds, DEFAULT_READY_TIMEOUT_S),
+    "log_source": Key(_name),
 }
 
-_DAEMON_KEYS = {
-    "name": _Key(_name, required=True),
+DAEMON_KEYS = {
+    "name": Key(_name, required=True),
     **_CHILD_KEYS,
-    "lifetime": _Key(_choice(*DAEMON_LIFETIMES), "phase"),
+    "lifetime": Key(one_of(*DAEMON_LIFETIMES), "phase"),
 }
 
-_PHASE_KEYS = {
-    "name": _Key(_name, required=True),
-    "kind": _Key(_choice(*PHASE_KINDS), "oneshot"),
+PHASE_KEYS = {
+    "name": Key(_name, required=True),
+    "kind": Key(one_of(*PHASE_KINDS), "oneshot"),
     **_CHILD_KEYS,
-    "daemons": _Key(lambda v, w: v, ()),
-    "timeout_s": _Key(_optional(_positive_seconds)),
-    "retries": _Key(_whole(0, MAX_RETRIES)),
-    "restart": _Key(_choice(*RESTART_POLICIES)),
-    "backoff_s": _Key(_seconds, DEFAULT_BACKOFF_S),
-    "backoff_max_s": _Key(_seconds, DEFAULT_BACKOFF_MAX_S),
-    "backoff_factor": _Key(_factor, DEFAULT_BACKOFF_FACTOR),
-    "backoff_jitter": _Key(_fraction, DEFAULT_BACKOFF_JITTER),
-    "restart_burst": _Key(_whole(1, MAX_RESTART_BURST), DEFAULT_RESTART_BURST),
-    "restart_window_s": _Key(_positive_seconds, DEFAULT_RESTART_WINDOW_S),
-    "backoff_reset_s": _Key(_seconds, DEFAULT_BACKOFF_RESET_S),
-    "stall_s": _Key(_optional(_positive_seconds)),
-    "progress_path": _Key(_path),
-    "min_memory": _Key(_size),
-    "memory_max": _Key(_size),
-    "report": _Key(_choice(*REPORTS)),
-    "parse": _Key(_choice(*PARSERS)),
-    "prepare": _Key(_choice(*PREPARES)),
-    "resume": _Key(_choice(*RESUMES), "no"),
-    "resume_max_age_s": _Key(_positive_seconds, DEFAULT_RESUME_MAX_AGE_S),
+    "daemons": Key(lambda v, w: v, ()),
+    "timeout_s": Key(_optional(_positive_seconds)),
+    "retries": Key(whole_number(0, MAX_RETRIES)),
+    "restart": Key(one_of(*RESTART_POLICIES)),
+    "backoff_s": Key(check_seconds, DEFAULT_BACKOFF_S),
+    "backoff_max_s": Key(check_seconds, DEFAULT_BACKOFF_MAX_S),
+    "backoff_factor": Key(_factor, DEFAULT_BACKOFF_FACTOR),
+    "backoff_jitter": Key(_fraction, DEFAULT_BACKOFF_JITTER),
+    "restart_burst": Key(whole_number(1, MAX_RESTART_BURST), DEFAULT_RESTART_BURST),
+    "restart_window_s": Key(_positive_seconds, DEFAULT_RESTART_WINDOW_S),
+    "backoff_reset_s": Key(check_seconds, DEFAULT_BACKOFF_RESET_S),
+    "stall_s": Key(_optional(_positive_seconds)),
+    "progress_path": Key(check_path),
+    "min_memory": Key(check_size),
+    "memory_max": Key(check_size),
+    # The core's kinds; load.py adds a plugin's (kinds_of, with_kinds).
+    "report": Key(one_of(*REPORTS)),
+    "parse": Key(one_of()),
+    "prepare": Key(one_of()),
+    "resume": Key(one_of(*RESUMES), "no"),
+    "resume_max_age_s": Key(_positive_seconds, DEFAULT_RESUME_MAX_AGE_S),
 }
 
-_CUZK_KEYS = {
-    "config_path": _Key(_path),
-    "memory_model": _Key(_choice(*MEMORY_MODELS), "unified"),
-    "listen": _Key(_arg, "http://127.0.0.1:9820"),
-    # "" = the daemon serves no status API (ready is then its listen port alone).
-    "status_listen": _Key(lambda v, w: "" if v == "" else _arg(v, w), "127.0.0.1:9821"),
-    "param_cache": _Key(_path, "/var/tmp/filecoin-proof-parameters"),
-    "safety_margin": _Key(_size, 5 << 30),
-    "bench_concurrency": _Key(lambda v, w: _whole(1, MAX_BENCH_CONCURRENCY)(_int_text(v), w), 5),
-    "baseline": _Key(_size, UNIFIED_BASELINE),
-    "per_partition": _Key(_size, PER_PARTITION),
-    "pw_baseline": _Key(_size, PW_BASELINE),
-    "pw_per_worker": _Key(_size, PW_PER_WORKER),
-    "overrides": _Key(lambda v, w: _overrides(v, w), None),
+MANAGER_KEYS = {
+    "url": Key(_optional(_url)),
+    "label": Key(_string),
+    "token_env": Key(_env_name),
+    "events_url": Key(_optional(_url)),
+    "connect_timeout_s": Key(_positive_seconds, DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
+    "read_timeout_s": Key(_positive_seconds, DEFAULT_MANAGER_READ_TIMEOUT_S),
+    "log_push_interval_s": Key(_positive_seconds, DEFAULT_LOG_PUSH_INTERVAL_S),
+    "log_backlog_bytes": Key(whole_number(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
 }
-
-_MANAGER_KEYS = {
-    "url": _Key(_optional(_url)),
-    "label": _Key(_string),
-    "min_rate": _Key(_rate),
-    "token_env": _Key(_env_name),
-    "events_url": _Key(_optional(_url)),
-    "connect_timeout_s": _Key(_positive_seconds, DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
-    "read_timeout_s": _Key(_positive_seconds, DEFAULT_MANAGER_READ_TIMEOUT_S),
-    "log_push_interval_s": _Key(_positive_seconds, DEFAULT_LOG_PUSH_INTERVAL_S),
-    "log_backlog_bytes": _Key(_whole(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
-    "bench_gate_s": _Key(_seconds, DEFAULT_BENCH_GATE_S),
-    "give_up_on_failure": _Key(_bool),
-    "report_bench_failure": _Key(_bool),  # the old name of give_up_on_failure, still accepted
-    "bench_done_reason": _Key(_bool, False),
-}
-
-# [cuzk.overrides] values that cuzkconf.generate() reads to size the daemon (the rest is merged as given).
-_OVERRIDE_TABLES = ("memory", "pipeline", "synthesis")
-_OVERRIDE_WORKERS = (("pipeline", "synthesis_concurrency"), ("synthesis", "partition_workers"))
+# What a plugin's section or extra keys may not be named: the core's own tables.
+CORE_TABLES = ("supervisor", "manager", "phases")
 
 
-def _overrides(value: Any, where: str) -> dict[str, Any]:
-    """What generate() reads from the overrides is checked here, so that `check` refuses what `run` would."""
-    table = _table(value, where)
-    for name in _OVERRIDE_TABLES:
-        if name in table:
-            _table(table[name], _join(where, name))
-    budget = table.get("memory", {}).get("total_budget")
-    if budget is not None and budget != "auto":
-        budget_where = _join(where, "memory.total_budget")
-        if not isinstance(budget, str):
-            raise ConfigError(f"{budget_where}: must be \"auto\" or a size like \"100GiB\", got {_describe(budget)}")
-        _size(budget, budget_where)
-    for name, key in _OVERRIDE_WORKERS:
-        workers = table.get(name, {}).get(key)
-        if workers is not None:
-            _whole(1, MAX_OVERRIDE_WORKERS)(workers, _join(where, f"{name}.{key}"))
-    return table
+# ---------------------------------------------------------------- the kinds the core and its plugin register
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """What ``report``, ``parse``, ``prepare`` and ``ready`` accept: the core's kinds, then the plugin's."""
+
+    reports: Mapping[str, ReportWhen]  # the name → when it is made, listed in the order the lifecycle makes them
+    parsers: tuple[str, ...]
+    prepares: tuple[str, ...]
+    ready: Mapping[str, Callable[[str], ReadyCheck]]  # the name → its probe, made where the key is
+
+
+def kinds_of(plugin: ConfigPlugin, sections: Mapping[str, Any]) -> Kinds:
+    """The kinds a phase may name with ``plugin``; its ``ready`` kinds are bound to the plan's ``sections``."""
+    reports = {**REPORTS, **plugin.reports}
+    order = {"done": 0, "up": 1}  # a oneshot is done before a service is up
+    return Kinds(reports=MappingProxyType(dict(sorted(reports.items(), key=lambda item: order[item[1]]))),
+                 parsers=tuple(plugin.parsers), prepares=tuple(plugin.prepares),
+                 ready=MappingProxyType({name: partial(make, sections) for name, make in plugin.ready.items()}))
+
+
+def with_kinds(keys: Mapping[str, Key], kinds: Kinds) -> dict[str, Key]:
+    """``keys`` (a phase's or a daemon's) with the kind keys they have accepting ``kinds``, in the same order."""
+    kind_keys = {"report": Key(one_of(*kinds.reports)), "parse": Key(one_of(*kinds.parsers)),
+                 "prepare": Key(one_of(*kinds.prepares)), "ready": Key(ready_checker(kinds.ready))}
+    return {name: kind_keys.get(name, key) for name, key in keys.items()}
 
 
 # ---------------------------------------------------------------- rules within one phase
@@ -279,58 +230,19 @@ def check_unique(names: list[str], where: str, what: str) -> None:
         seen.add(name)
 
 
-# ---------------------------------------------------------------- rules between phases, [manager] and [cuzk]
+# ---------------------------------------------------------------- rules between phases
 
 
-def check_reports(phases: tuple[PhaseSpec, ...]) -> None:
+def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]) -> None:
     """Each manager call is made by one phase, of the kind whose success it means."""
     reports = [p.report for p in phases if p.report is not None]
     for report in set(reports):
         if reports.count(report) > 1:
             raise ConfigError(f"phases: report = {report!r} is set on more than one phase")
     for i, phase in enumerate(phases):
-        if phase.report == "running" and phase.kind != "service":
-            raise ConfigError(f"phases[{i}].report: \"running\" is reported when a service is up; "
+        when = kinds.get(phase.report) if phase.report is not None else None
+        if when == "up" and phase.kind != "service":
+            raise ConfigError(f"phases[{i}].report: \"{phase.report}\" is reported when a service is up; "
                               "this phase is a oneshot")
-        if phase.report in ("param-done", "bench-done") and phase.kind != "oneshot":
+        if when == "done" and phase.kind != "oneshot":
             raise ConfigError(f"phases[{i}].report: {phase.report!r} is reported when a oneshot completes")
-
-
-def resolve_give_up_alias(v: dict[str, Any]) -> None:
-    """report_bench_failure is give_up_on_failure's old name: either may be set, both only alike."""
-    old_name = v.pop("report_bench_failure")
-    if v["give_up_on_failure"] is None:
-        v["give_up_on_failure"] = True if old_name is None else old_name
-    elif old_name is not None and old_name != v["give_up_on_failure"]:
-        raise ConfigError("manager.report_bench_failure: the old name of give_up_on_failure, set to the opposite "
-                          "value; keep one of them")
-
-
-def cuzk_settings(table: Any, state_dir: str) -> CuzkSettings:
-    """[cuzk]; cuzk.toml is written into state_dir unless config_path says where."""
-    c = _take(table, "cuzk", _CUZK_KEYS)
-    c["config_path"] = c["config_path"] or str(Path(state_dir) / "cuzk.toml")
-    return CuzkSettings(**c)
-
-
-def resolve_cuzk_ready(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None) -> tuple[PhaseSpec, ...]:
-    """``ready = "cuzk"`` becomes the probe of the daemon that [cuzk] describes (which needs the table)."""
-    from ..readiness import cuzk_ready  # readiness imports this package: resolved here, at load time
-
-    def resolved(child: ChildSpec, where: str) -> ChildSpec:
-        if child.ready is None or child.ready.kind != CUZK_READY:
-            return child
-        if cuzk is None:
-            raise ConfigError(f"{where}.ready: \"{CUZK_READY}\" needs a [cuzk] table (it may be empty)")
-        return replace(child, ready=cuzk_ready(cuzk))
-
-    return tuple(replace(p, command=resolved(p.command, f"phases[{i}]"),
-                         daemons=tuple(resolved(d, f"phases[{i}].daemons[{j}]") for j, d in enumerate(p.daemons)))
-                 for i, p in enumerate(phases))
-
-
-def check_cuzk_needs(phases: tuple[PhaseSpec, ...], cuzk: CuzkSettings | None) -> None:
-    """prepare = "cuzk-config" writes cuzk.toml from [cuzk]."""
-    for i, phase in enumerate(phases):
-        if phase.prepare == "cuzk-config" and cuzk is None:
-            raise ConfigError(f"phases[{i}].prepare: \"cuzk-config\" needs a [cuzk] table (it may be empty)")

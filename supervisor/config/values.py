@@ -3,6 +3,9 @@
 ``where`` is the key's place in the file (``phases[1].daemons[0].ready``), so every refusal is one
 line that names it. The bounds below keep every number sane, so that nothing later overflows or
 waits forever, and every string within what the kernel takes.
+
+The public ones (``check_path``, ``check_size``, ``one_of``, ``whole_number``, ``describe``, ``join_key``...)
+are what a plugin declares its own keys with, so its refusals read like the core's; ``_*`` are the core's.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from .. import statepaths
+from ..statepaths import STATUS_SOCKET
 from ..units import is_ascii_digits, parse_size
-from .model import CUZK_READY, ConfigError, ReadyCheck
+from .model import ConfigError, ReadyCheck
 
 # Timers: select() takes at most 2**31 - 1 ms (24.86 days), and a backoff with full jitter doubles its delay;
 # 10 days keeps every timer inside that, and no real timeout, grace, window or age is longer.
@@ -27,8 +30,6 @@ MAX_COUNT = 1_000_000  # a whole number without a bound of its own
 MAX_RING_LINES = 100_000  # kept in memory per child
 MAX_RETRIES = 1_000
 MAX_RESTART_BURST = 1_000
-MAX_BENCH_CONCURRENCY = 1_024
-MAX_OVERRIDE_WORKERS = 1_024  # [cuzk.overrides] synthesis_concurrency, partition_workers
 MAX_LOG_FILE_MAX_BYTES = 1 << 40
 MAX_LOG_BACKLOG_BYTES = 1 << 30  # kept in memory per source while the manager is down
 MAX_BACKOFF_FACTOR = 100.0  # backoff.py raises it to at most the 64th power: this stays a finite float
@@ -50,7 +51,7 @@ Checker = Callable[[Any, str], Any]
 # ---------------------------------------------------------------- saying where and what
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
     try:
         text = repr(value)
     except ValueError:  # an int of more than 4300 digits cannot be shown
@@ -62,7 +63,7 @@ def _short(where: str) -> str:
     return where if len(where) <= 80 else where[:77] + "..."
 
 
-def _join(where: str, key: str) -> str:
+def join_key(where: str, key: str) -> str:
     # A key with odd characters (a newline, a space) is quoted so the error stays one line.
     shown = key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
@@ -74,11 +75,11 @@ def _join(where: str, key: str) -> str:
 
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: must be a non-empty string, got {_describe(value)}")
+        raise ConfigError(f"{where}: must be a non-empty string, got {describe(value)}")
     return value
 
 
-def _arg(value: Any, where: str) -> str:
+def check_arg(value: Any, where: str) -> str:
     """A string that becomes one argv element or environment value: the kernel's size limit applies."""
     text = _string(value, where)
     if _byte_length(text, where) > MAX_ARG_BYTES:
@@ -86,24 +87,24 @@ def _arg(value: Any, where: str) -> str:
     return text
 
 
-def _path(value: Any, where: str) -> str:
+def check_path(value: Any, where: str) -> str:
     """A filesystem path: within PATH_MAX, and no name in it longer than NAME_MAX (open would refuse)."""
     text = _string(value, where)
     if _byte_length(text, where) > MAX_PATH_BYTES:
-        raise ConfigError(f"{where}: a path longer than {MAX_PATH_BYTES} bytes: {_describe(text)}")
+        raise ConfigError(f"{where}: a path longer than {MAX_PATH_BYTES} bytes: {describe(text)}")
     for part in text.split("/"):
         if _byte_length(part, where) > MAX_NAME_BYTES:
-            raise ConfigError(f"{where}: {_describe(part)} is longer than the {MAX_NAME_BYTES} bytes a file "
+            raise ConfigError(f"{where}: {describe(part)} is longer than the {MAX_NAME_BYTES} bytes a file "
                               "name may have")
     return text
 
 
 def check_state_dir(value: Any, where: str) -> str:
     """state_dir holds the status socket, whose whole path the kernel limits to 107 bytes."""
-    text = _path(value, where)
-    socket_path = os.path.join(text, statepaths.STATUS_SOCKET)
+    text = check_path(value, where)
+    socket_path = os.path.join(text, STATUS_SOCKET)
     if _byte_length(socket_path, where) > MAX_SOCKET_PATH_BYTES:
-        raise ConfigError(f"{where}: too long for the status socket: {_describe(socket_path)} is more than "
+        raise ConfigError(f"{where}: too long for the status socket: {describe(socket_path)} is more than "
                           f"{MAX_SOCKET_PATH_BYTES} bytes (a unix socket's limit)")
     return text
 
@@ -112,25 +113,25 @@ def _byte_length(text: str, where: str) -> int:
     try:
         return len(os.fsencode(text))
     except UnicodeEncodeError:
-        raise ConfigError(f"{where}: {_describe(text)} cannot be encoded as a file name") from None
+        raise ConfigError(f"{where}: {describe(text)} cannot be encoded as a file name") from None
 
 
 def _name(value: Any, where: str) -> str:
     value = _string(value, where)
     if not _NAME_RE.fullmatch(value):
-        raise ConfigError(f"{where}: {_describe(value)} is not a valid name "
+        raise ConfigError(f"{where}: {describe(value)} is not a valid name "
                           "(letters, digits, '_', '-', '.'; at most 63)")
     return value
 
 
 def _command(value: Any, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise ConfigError(f"{where}: must be a list of strings (argv), not one string: {_describe(value)}")
+        raise ConfigError(f"{where}: must be a list of strings (argv), not one string: {describe(value)}")
     if not isinstance(value, list) or not value:
-        raise ConfigError(f"{where}: must be a non-empty list of strings, got {_describe(value)}")
+        raise ConfigError(f"{where}: must be a non-empty list of strings, got {describe(value)}")
     for i, arg in enumerate(value):
         if not isinstance(arg, str):
-            raise ConfigError(f"{where}[{i}]: must be a string, got {_describe(arg)}")
+            raise ConfigError(f"{where}[{i}]: must be a string, got {describe(arg)}")
         if _byte_length(arg, f"{where}[{i}]") > MAX_ARG_BYTES:
             raise ConfigError(f"{where}[{i}]: longer than the {MAX_ARG_BYTES} bytes exec takes in one argument")
     if not value[0]:
@@ -140,19 +141,19 @@ def _command(value: Any, where: str) -> tuple[str, ...]:
 
 def _env(value: Any, where: str) -> Mapping[str, str]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: must be a table of NAME = \"value\", got {_describe(value)}")
+        raise ConfigError(f"{where}: must be a table of NAME = \"value\", got {describe(value)}")
     out: dict[str, str] = {}
     for key, item in value.items():
         if not _ENV_NAME_RE.fullmatch(key):
-            raise ConfigError(f"{_join(where, key)}: not a valid environment variable name")
+            raise ConfigError(f"{join_key(where, key)}: not a valid environment variable name")
         if isinstance(item, bool):
             out[key] = "1" if item else "0"
         elif isinstance(item, str | int | float):
             out[key] = str(item)
         else:
-            raise ConfigError(f"{_join(where, key)}: must be a string or number, got {_describe(item)}")
-        if _byte_length(f"{key}={out[key]}", _join(where, key)) > MAX_ARG_BYTES:
-            raise ConfigError(f"{_join(where, key)}: longer than the {MAX_ARG_BYTES} bytes exec takes in one "
+            raise ConfigError(f"{join_key(where, key)}: must be a string or number, got {describe(item)}")
+        if _byte_length(f"{key}={out[key]}", join_key(where, key)) > MAX_ARG_BYTES:
+            raise ConfigError(f"{join_key(where, key)}: longer than the {MAX_ARG_BYTES} bytes exec takes in one "
                               "environment variable")
     return MappingProxyType(out)
 
@@ -160,34 +161,34 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
 def _env_name(value: Any, where: str) -> str:
     text = _string(value, where)
     if not _ENV_NAME_RE.fullmatch(text):
-        raise ConfigError(f"{where}: {_describe(text)} is not an environment variable name")
+        raise ConfigError(f"{where}: {describe(text)} is not an environment variable name")
     return text
 
 
 # ---------------------------------------------------------------- numbers
 
 
-def _number(value: Any, where: str) -> float:
+def check_number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: must be a number, got {_describe(value)}")
+        raise ConfigError(f"{where}: must be a number, got {describe(value)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond any float
-        raise ConfigError(f"{where}: {_describe(value)} is too large") from None
+        raise ConfigError(f"{where}: {describe(value)} is too large") from None
     if number != number or number in (float("inf"), float("-inf")):
         raise ConfigError(f"{where}: must be a finite number, got {number}")
     return number
 
 
-def _seconds(value: Any, where: str) -> float:
-    value = _number(value, where)
+def check_seconds(value: Any, where: str) -> float:
+    value = check_number(value, where)
     if value < 0:
         raise ConfigError(f"{where}: must be >= 0 seconds, got {value:g}")
     return _at_most_max_seconds(value, where)
 
 
 def _positive_seconds(value: Any, where: str) -> float:
-    value = _number(value, where)
+    value = check_number(value, where)
     if value <= 0:
         raise ConfigError(f"{where}: must be > 0 seconds, got {value:g}")
     return _at_most_max_seconds(value, where)
@@ -199,22 +200,22 @@ def _at_most_max_seconds(value: float, where: str) -> float:
     return value
 
 
-def _whole(minimum: int, maximum: int) -> Checker:
+def whole_number(minimum: int, maximum: int) -> Checker:
     """A whole number in [minimum, maximum]."""
 
     def check(value: Any, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: must be a whole number, got {_describe(value)}")
+            raise ConfigError(f"{where}: must be a whole number, got {describe(value)}")
         if value < minimum:
-            raise ConfigError(f"{where}: must be >= {minimum}, got {_describe(value)}")
+            raise ConfigError(f"{where}: must be >= {minimum}, got {describe(value)}")
         if value > maximum:
-            raise ConfigError(f"{where}: must be at most {maximum}, got {_describe(value)}")
+            raise ConfigError(f"{where}: must be at most {maximum}, got {describe(value)}")
         return value
 
     return check
 
 
-_count = _whole(0, MAX_COUNT)
+_count = whole_number(0, MAX_COUNT)
 
 
 def _port(value: Any, where: str) -> int:
@@ -225,7 +226,7 @@ def _port(value: Any, where: str) -> int:
 
 
 def _factor(value: Any, where: str) -> float:
-    value = _number(value, where)
+    value = check_number(value, where)
     if value < 1:
         raise ConfigError(f"{where}: must be >= 1, got {value:g}")
     if value > MAX_BACKOFF_FACTOR:
@@ -233,34 +234,27 @@ def _factor(value: Any, where: str) -> float:
     return value
 
 
-def _rate(value: Any, where: str) -> float:
-    value = _number(value, where)
-    if value < 0:
-        raise ConfigError(f"{where}: must be >= 0 proofs/hour, got {value:g}")
-    return value
-
-
 def _fraction(value: Any, where: str) -> float:
-    value = _number(value, where)
+    value = check_number(value, where)
     if not 0 <= value <= 1:
         raise ConfigError(f"{where}: must be between 0 and 1, got {value:g}")
     return value
 
 
-def _size(value: Any, where: str) -> int:
+def check_size(value: Any, where: str) -> int:
     """Bytes: a whole number, or a string with a unit ("128GiB", "512MiB", "64M")."""
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ConfigError(f"{where}: must be a size like \"128GiB\" or a number of bytes, got {_describe(value)}")
+        raise ConfigError(f"{where}: must be a size like \"128GiB\" or a number of bytes, got {describe(value)}")
     try:
         size = parse_size(value)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if size <= 0:
-        raise ConfigError(f"{where}: must be more than 0 bytes, got {_describe(value)}")
+        raise ConfigError(f"{where}: must be more than 0 bytes, got {describe(value)}")
     return size
 
 
-def _int_text(value: Any) -> Any:
+def int_text(value: Any) -> Any:
     """A whole number given as text (it came from ${VAR} expansion) counts as the number: ASCII digits only."""
     if isinstance(value, str) and is_ascii_digits(value.strip()) and len(value.strip()) <= _MAX_DIGITS:
         return int(value.strip())
@@ -270,9 +264,9 @@ def _int_text(value: Any) -> Any:
 # ---------------------------------------------------------------- booleans, choices, tables
 
 
-def _bool(value: Any, where: str) -> bool:
+def check_bool(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{where}: must be true or false, got {_describe(value)}")
+        raise ConfigError(f"{where}: must be true or false, got {describe(value)}")
     return value
 
 
@@ -283,19 +277,21 @@ def _bool_text(value: Any) -> Any:
     return value
 
 
-def _choice(*options: str) -> Checker:
+def one_of(*options: str) -> Checker:
+    """One of ``options`` (none at all: a kind only a plugin registers, and none is plugged in)."""
+
     def check(value: Any, where: str) -> str:
         if value not in options:
-            listed = ", ".join(repr(o) for o in options)
-            raise ConfigError(f"{where}: must be one of {listed}, got {_describe(value)}")
+            listed = ", ".join(repr(o) for o in options) or "none (no plugin registers any)"
+            raise ConfigError(f"{where}: must be one of {listed}, got {describe(value)}")
         return value
 
     return check
 
 
-def _table(value: Any, where: str) -> dict[str, Any]:
+def check_table(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: must be a table, got {_describe(value)}")
+        raise ConfigError(f"{where}: must be a table, got {describe(value)}")
     return value
 
 
@@ -320,37 +316,48 @@ def parse_signal(value: Any, where: str = "signal") -> int:
         sig = getattr(signal.Signals, name, None) if not name.startswith("SIG_") else None
         if isinstance(sig, signal.Signals):
             return int(sig)
-    raise ConfigError(f"{where}: {_describe(value)} is not a signal name (e.g. \"SIGTERM\", \"SIGINT\")")
+    raise ConfigError(f"{where}: {describe(value)} is not a signal name (e.g. \"SIGTERM\", \"SIGINT\")")
 
 
-def _ready(value: Any, where: str) -> ReadyCheck:
-    text = _string(value, where)
-    if text == CUZK_READY:
-        return ReadyCheck(CUZK_READY, CUZK_READY)  # resolved against [cuzk] once it is read
+def ready_checker(kinds: Mapping[str, Callable[[str], ReadyCheck]] = MappingProxyType({})) -> Checker:
+    """``ready``: a probe's URL or path, or a kind a plugin registered (``kinds``: its name → the probe it makes,
+    given where the key is)."""
+
+    def check(value: Any, where: str) -> ReadyCheck:
+        text = _string(value, where)
+        if text in kinds:
+            return kinds[text](where)
+        return _probe(text, where, kinds)
+
+    return check
+
+
+def _probe(text: str, where: str, kinds: Mapping[str, object]) -> ReadyCheck:
     if text.startswith(("http://", "https://")):
         try:
             parts = urlsplit(text)
             port = parts.port
         except ValueError as exc:
-            raise ConfigError(f"{where}: {_describe(text)} is not a valid URL ({_short(str(exc))})") from None
+            raise ConfigError(f"{where}: {describe(text)} is not a valid URL ({_short(str(exc))})") from None
         if not parts.hostname:
-            raise ConfigError(f"{where}: {_describe(text)} has no host")
+            raise ConfigError(f"{where}: {describe(text)} has no host")
         if port == 0:
-            raise ConfigError(f"{where}: {_describe(text)}: port 0 cannot be connected to")
+            raise ConfigError(f"{where}: {describe(text)}: port 0 cannot be connected to")
         default_port = 443 if parts.scheme == "https" else 80
         return ReadyCheck("http", text, parts.hostname, default_port if port is None else port)
     if text.startswith("tcp://"):
         hostport = text[len("tcp://") :]
         host, sep, port = hostport.rpartition(":")
         if not sep or not host or not is_ascii_digits(port) or len(port) > 5 or not 0 < int(port) < 65536:
-            raise ConfigError(f"{where}: {_describe(text)} must look like tcp://host:port")
+            raise ConfigError(f"{where}: {describe(text)} must look like tcp://host:port")
         return ReadyCheck("tcp", hostport, host.strip("[]"), int(port))
     if text.startswith("file://"):
         path = text[len("file://") :]
         if not path.startswith("/"):
-            raise ConfigError(f"{where}: {_describe(text)} must name an absolute path (file:///path)")
-        return ReadyCheck("file", _path(path, where))
+            raise ConfigError(f"{where}: {describe(text)} must name an absolute path (file:///path)")
+        return ReadyCheck("file", check_path(path, where))
     if text.startswith("/"):
-        return ReadyCheck("file", _path(text, where))
-    raise ConfigError(f"{where}: {_describe(text)} must be tcp://host:port, http(s)://..., an absolute file path, "
-                      f"or \"{CUZK_READY}\"")
+        return ReadyCheck("file", check_path(text, where))
+    added = "".join(f', or "{kind}"' for kind in kinds)
+    raise ConfigError(f"{where}: {describe(text)} must be tcp://host:port, http(s)://..., "
+                      f"{'an' if added else 'or an'} absolute file path{added}")

@@ -20,6 +20,7 @@ from ..devmanager import DevManager
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
 from ..run import run
 from ..stdio import say
+from .plugin import PLUGIN
 
 # Which stand-in plays the failing program of each phase, for --fail.
 _FAIL_TARGET = {"paramfetch": "PARAMFETCH", "bench": "CUZK_BENCH", "curio": "CURIO"}
@@ -158,8 +159,8 @@ def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = Fa
         except DemoUsageError as exc:
             say(f"prover-supervisor demo: {exc}", err=True)
             return EXIT_USAGE
-        plan = parse_plan(text, "demo config", {})
-        status = run(plan)
+        plan = parse_plan(text, "demo config", {}, PLUGIN)
+        status = run(plan, PLUGIN)
         seen = manager.state.snapshot()
         for inst in seen["instances"].values():
             say(f"demo: the manager saw {inst['label']} go {' → '.join(inst['history'])}"

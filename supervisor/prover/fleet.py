@@ -55,9 +55,11 @@ class FleetSettings:
 
 
 def fleet_settings(plan: Plan) -> FleetSettings:
-    """The one place the prover reads its keys of the plan's [manager] table."""
-    spec = plan.manager
-    return FleetSettings(spec.min_rate, spec.bench_gate_s, spec.give_up_on_failure, spec.bench_done_reason)
+    """The one place the prover reads its keys of the plan's [manager] table (configkeys.FLEET_KEYS, checked
+    at load; without them, as for a plan loaded without the prover, nobody speaks the fleet protocol)."""
+    keys = plan.extensions.get("manager", {})
+    return FleetSettings(float(keys.get("min_rate", 0.0)), float(keys.get("bench_gate_s", 0.0)),
+                         bool(keys.get("give_up_on_failure", False)), bool(keys.get("bench_done_reason", False)))
 
 
 # ---------------------------------------------------------------- the answers, checked (answers.py's rules)

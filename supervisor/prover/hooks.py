@@ -1,19 +1,21 @@
-"""The prover's phase hooks, chosen once from a phase's ``prepare`` and ``parse`` keys.
+"""The prover's phase hooks: the kinds it registers for a phase's ``prepare`` and ``parse`` keys.
 
-``prepare = "cuzk-config"`` writes cuzk.toml for this machine before each attempt;
-``parse = "cuzk-bench"`` and ``"cuzk-single"`` read cuzk-bench's output, which exits 0
-even when proofs failed (supervisor/prover/bench.py).
+``prepare = "cuzk-config"`` writes cuzk.toml for this machine before each attempt (made once per plan,
+bound to its [cuzk]); ``parse = "cuzk-bench"`` and ``"cuzk-single"`` read cuzk-bench's output, which
+exits 0 even when proofs failed (supervisor/prover/bench.py). The core picks a phase's hooks from
+these by name (supervisor/plugin.py ``hooks_for``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .. import verdict as v
-from ..config import PhaseSpec, Plan
-from ..hooks import HookContext, OutputHook, PhaseHooks, Prepare, Refusal
+from ..config import Plan
+from ..hooks import HookContext, OutputHook, Prepare, Refusal
 from . import cuzkconf
 from .bench import BenchParser, BenchResult, SingleProofParser
+from .configkeys import cuzk_settings
+
+CUZK_CONFIG = "cuzk-config"
 
 
 def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
@@ -48,12 +50,6 @@ PARSERS = {
 }
 
 
-def hooks_for(plan: Plan) -> Callable[[PhaseSpec], PhaseHooks]:
-    """The hooks each phase of ``plan`` asks for (config has refused any other ``prepare`` or ``parse`` value)."""
-    prepares = {"cuzk-config": cuzk_config(plan.cuzk)} if plan.cuzk is not None else {}
-
-    def of(spec: PhaseSpec) -> PhaseHooks:
-        return PhaseHooks(prepare=prepares.get(spec.prepare) if spec.prepare else None,
-                          output=PARSERS[spec.parse] if spec.parse else None)
-
-    return of
+def make_cuzk_config(plan: Plan) -> Prepare:
+    """The plugin's PrepareMaker for ``prepare = "cuzk-config"``: bound to the plan's [cuzk] (ConfigError if none)."""
+    return cuzk_config(cuzk_settings(plan.sections, CUZK_CONFIG))

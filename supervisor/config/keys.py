@@ -1,0 +1,77 @@
+"""Key specs, checking a table against them, and what the config reads of a plugin.
+
+A table's keys are declared, not coded: each ``Key`` is a checker, a default, and whether it is required.
+The core declares its tables with them (tables.py) and a plugin declares its own the same way: its top-level
+tables (``[cuzk]``) and the keys it adds to a core table (``[manager] min_rate``). ``take`` checks a table
+against such keys: an unknown key is an error with a "did you mean" hint, so typos never pass.
+
+``ConfigPlugin`` is the part of a plugin (supervisor/plugin.py ``Plugin``) the config reads: the config
+imports nothing above itself, so it names what it needs here and any ``Plugin`` has it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .model import ConfigError, ReadyCheck, ReportWhen, SupervisorSpec
+from .values import Checker, check_table, join_key
+
+
+@dataclass(frozen=True)
+class Key:
+    check: Checker
+    default: Any = None
+    required: bool = False
+
+
+def take(table: Any, where: str, keys: Mapping[str, Key]) -> dict[str, Any]:
+    """Check one TOML table against its keys: unknown keys are errors (typos must not pass)."""
+    table = check_table(table, where)
+    for key in table:
+        if key not in keys:
+            near = difflib.get_close_matches(key, list(keys), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(f"{join_key(where, key)}: unknown key{hint}")
+    out: dict[str, Any] = {}
+    for key, spec in keys.items():
+        if key in table:
+            out[key] = spec.check(table[key], join_key(where, key))
+        elif spec.required:
+            raise ConfigError(f"{join_key(where, key)}: required key is missing")
+        else:
+            out[key] = spec.default
+    return out
+
+
+class ConfigPlugin(Protocol):
+    """What the config reads of a plugin (supervisor/plugin.py says what each field means)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sections(self) -> Mapping[str, Callable[[Any, SupervisorSpec], Any]]: ...
+
+    @property
+    def table_keys(self) -> Mapping[str, Mapping[str, Key]]: ...
+
+    @property
+    def table_rules(self) -> Mapping[str, Callable[[dict[str, Any], Mapping[str, str]], Mapping[str, Any]]]: ...
+
+    @property
+    def prepares(self) -> Mapping[str, Callable[[Any], object]]: ...  # kind → made from the Plan
+
+    @property
+    def parsers(self) -> Mapping[str, object]: ...
+
+    @property
+    def ready(self) -> Mapping[str, Callable[[Mapping[str, Any], str], ReadyCheck]]: ...
+
+    @property
+    def reports(self) -> Mapping[str, ReportWhen]: ...
+
+    @property
+    def profile(self) -> Callable[[], str] | None: ...

@@ -1,0 +1,116 @@
+"""Step 8 of run.py: what watches the lifecycle from outside, wired to it.
+
+The reporter hears every phase change and verdict; status.json is saved at every change; the status
+socket answers ``prover-supervisor status``; health and metrics serve 127.0.0.1:http_port; on a
+shutdown for a failure the manager is told why before it is told to give the instance up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import snapshot as snapshot_mod
+from . import statepaths
+from .config import Plan
+from .lifecycle import Lifecycle
+from .logs import SupervisorLog
+from .loop import EventLoop, summary
+from .plugin import Plugin
+from .reporting import masked
+from .signals import SignalRouter
+from .startup import Core, Host, Supervision
+from .statefile import StateFile
+from .statussocket import StatusServer
+from .wiring import LifecycleEvents, ProductionByName, Wiring
+
+
+@dataclass
+class Observers:
+    """What watches the lifecycle from outside: status.json, the status socket, health and metrics."""
+
+    state_file: StateFile
+    status_server: StatusServer | None  # None: the socket could not be made (said)
+    health: Any  # a HealthServer, or None when http_port is 0 or taken
+
+
+def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
+                   router: SignalRouter) -> Observers:
+    lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
+    lifecycle.listeners.append(reporter.phase_changed)
+    rt.on_verdict.append(reporter.verdict)
+    lifecycle.on_shutdown.append(reporter.shutting_down)
+    # The plugin's listeners after the reporter's (its give-up after the reason lines above: the manager
+    # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
+    attach_plugin(plan, plugin, host, core, sup)
+
+    def take_snapshot(usage: bool = True) -> dict[str, Any]:
+        snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
+                                     lifecycle=lifecycle, gpus=rt.gpus, memory=rt.memory, verdicts=rt.verdicts,
+                                     manager=reporter.status(), resume=sup.record, usage=usage)
+        if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
+            snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
+                               "giving_up": router.flush.giving_up}
+        return snap
+
+    # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
+    state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
+    lifecycle.listeners.append(state_file.changed)
+    rt.on_verdict.append(state_file.changed)
+    status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
+    health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
+    return Observers(state_file, status_server, health)
+
+
+def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision) -> None:
+    """What the plugin may hear and drive (wiring.py), handed to it before the reporting starts."""
+    if plugin.attach is None:
+        return
+    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.on_verdict,
+                                                       lambda verdict: masked(verdict, host.redactor)),
+                    production=ProductionByName(sup.lifecycle),
+                    manager=sup.reporter.link() if sup.reporter.enabled else None,
+                    export_env=sup.rt.export_env, call_later=core.loop.call_later, log=host.log)
+    plugin.attach(wiring)
+
+
+def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callable[..., dict[str, Any]],
+                        log: SupervisorLog) -> StatusServer | None:
+    try:
+        return StatusServer(loop, state_dir, take_snapshot, log)
+    except OSError as exc:  # (no fd left, a path too long for a unix socket)
+        log(f"status: cannot listen on {statepaths.path(state_dir, statepaths.STATUS_SOCKET)} "
+            f"({exc.strerror or exc}); "
+            "`prover-supervisor status` shows status.json only")
+        return None
+
+
+def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., dict[str, Any]],
+                 log: SupervisorLog) -> Any:
+    """Health and metrics on 127.0.0.1:http_port, fed by a heartbeat of the loop."""
+    port = plan.supervisor.http_port
+    if not port:
+        return None
+    from .health import HEARTBEAT_S, HealthServer, HealthState, metrics_text  # only when asked for
+
+    state = HealthState()
+    try:
+        server = HealthServer(port, state)
+    except OSError as exc:
+        log(f"health: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); /healthz and /metrics are off")
+        return None
+    except RuntimeError as exc:  # no thread to serve it
+        log(f"health: cannot serve 127.0.0.1:{port} ({summary(exc)}); /healthz and /metrics are off")
+        return None
+    production = lifecycle.production()
+
+    def beat() -> None:
+        loop.call_later(HEARTBEAT_S, beat)  # first: a beat that raises (contained by the loop) is not the last
+        ready = bool(production) and all(p.up for p in production)
+        state.publish(ready, metrics_text(take_snapshot(usage=False)))
+
+    beat()
+    log(f"health: http://127.0.0.1:{server.port}/healthz, /readyz, /metrics")
+    return server

@@ -1,0 +1,165 @@
+"""The prover's part of the config file: the ``[cuzk]`` table, and the fleet protocol's keys in ``[manager]``.
+
+Declared with the core's own ``Key`` and checkers, and checked with them (supervisor/config): an unknown key
+is refused with a "did you mean", a bad value in one line naming the key, like any of the core's.
+
+- ``[cuzk]`` becomes ``CuzkSettings`` (cuzkconf.py), in ``Plan.sections["cuzk"]``. The defaults are the
+  dataclass's own: the key table reads them from it, so they are written once.
+- ``[manager]`` gains ``min_rate`` (else ``$MIN_RATE``, else 50), ``bench_gate_s``, ``give_up_on_failure``
+  (or its old name ``report_bench_failure``) and ``bench_done_reason``: the file format is unchanged, and the
+  values are in ``Plan.extensions["manager"]`` under the keys' own names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..config import (
+    ConfigError,
+    Key,
+    SupervisorSpec,
+    check_arg,
+    check_bool,
+    check_number,
+    check_path,
+    check_seconds,
+    check_size,
+    check_table,
+    describe,
+    int_text,
+    join_key,
+    one_of,
+    take,
+    whole_number,
+)
+from .cuzkconf import MEMORY_MODELS, CuzkSettings
+
+SECTION = "cuzk"
+MAX_BENCH_CONCURRENCY = 1_024
+MAX_OVERRIDE_WORKERS = 1_024  # [cuzk.overrides] synthesis_concurrency, partition_workers
+# [cuzk.overrides] values that cuzkconf.generate() reads to size the daemon (the rest is merged as given).
+_OVERRIDE_TABLES = ("memory", "pipeline", "synthesis")
+_OVERRIDE_WORKERS = (("pipeline", "synthesis_concurrency"), ("synthesis", "partition_workers"))
+
+DEFAULT_MIN_RATE = 50.0
+# How long production waits for the manager's verdict on the benchmark before it starts anyway.
+DEFAULT_BENCH_GATE_S = 300.0
+MIN_RATE_ENV = "MIN_RATE"
+# A plain decimal in ASCII: what float() would take, less "inf", "nan", exponents, "_" and non-ASCII digits.
+_DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
+
+
+# ---------------------------------------------------------------- [cuzk]
+
+
+def _overrides(value: Any, where: str) -> dict[str, Any]:
+    """What generate() reads from the overrides is checked here, so that `check` refuses what `run` would."""
+    table = check_table(value, where)
+    for name in _OVERRIDE_TABLES:
+        if name in table:
+            check_table(table[name], join_key(where, name))
+    budget = table.get("memory", {}).get("total_budget")
+    if budget is not None and budget != "auto":
+        budget_where = join_key(where, "memory.total_budget")
+        if not isinstance(budget, str):
+            raise ConfigError(f"{budget_where}: must be \"auto\" or a size like \"100GiB\", got {describe(budget)}")
+        check_size(budget, budget_where)
+    for name, key in _OVERRIDE_WORKERS:
+        workers = table.get(name, {}).get(key)
+        if workers is not None:
+            whole_number(1, MAX_OVERRIDE_WORKERS)(workers, join_key(where, f"{name}.{key}"))
+    return table
+
+
+def _default(name: str) -> Any:
+    """The CuzkSettings default of ``name``: the one place it is written."""
+    return next(f.default for f in dataclasses.fields(CuzkSettings) if f.name == name)
+
+
+CUZK_KEYS = {
+    "config_path": Key(check_path),  # None: state_dir/cuzk.toml
+    "memory_model": Key(one_of(*MEMORY_MODELS), _default("memory_model")),
+    "listen": Key(check_arg, _default("listen")),
+    # "" = the daemon serves no status API (ready is then its listen port alone).
+    "status_listen": Key(lambda v, w: "" if v == "" else check_arg(v, w), _default("status_listen")),
+    "param_cache": Key(check_path, _default("param_cache")),
+    "safety_margin": Key(check_size, _default("safety_margin")),
+    "bench_concurrency": Key(lambda v, w: whole_number(1, MAX_BENCH_CONCURRENCY)(int_text(v), w),
+                             _default("bench_concurrency")),
+    "baseline": Key(check_size, _default("baseline")),
+    "per_partition": Key(check_size, _default("per_partition")),
+    "pw_baseline": Key(check_size, _default("pw_baseline")),
+    "pw_per_worker": Key(check_size, _default("pw_per_worker")),
+    "overrides": Key(_overrides, _default("overrides")),
+}
+
+
+def cuzk_section(table: Any, sup: SupervisorSpec) -> CuzkSettings:
+    """[cuzk]; cuzk.toml is written into state_dir unless config_path says where."""
+    c = take(table, SECTION, CUZK_KEYS)
+    c["config_path"] = c["config_path"] or str(Path(sup.state_dir) / "cuzk.toml")
+    return CuzkSettings(**c)
+
+
+def cuzk_settings(sections: Mapping[str, Any], kind: str, where: str = "") -> CuzkSettings:
+    """The plan's [cuzk], which the kind ``kind`` (``ready = "cuzk"``, ``prepare = "cuzk-config"``) is made from;
+    ConfigError at ``where`` (or, without it, for the caller to place) when the plan has none."""
+    settings = sections.get(SECTION)
+    if settings is None:
+        place = f"{where}: " if where else ""
+        raise ConfigError(f"{place}\"{kind}\" needs a [cuzk] table (it may be empty)")
+    return settings
+
+
+# ---------------------------------------------------------------- [manager]: the fleet protocol
+
+
+def check_rate(value: Any, where: str) -> float:
+    value = check_number(value, where)
+    if value < 0:
+        raise ConfigError(f"{where}: must be >= 0 proofs/hour, got {value:g}")
+    return value
+
+
+FLEET_KEYS = {
+    "min_rate": Key(check_rate),  # None: $MIN_RATE, else DEFAULT_MIN_RATE
+    "bench_gate_s": Key(check_seconds, DEFAULT_BENCH_GATE_S),
+    # A failure before production sends bench-done with rate 0: the manager destroys the instance now.
+    "give_up_on_failure": Key(check_bool),
+    "report_bench_failure": Key(check_bool),  # the old name of give_up_on_failure, still accepted
+    # Send the failure's reason in that bench-done (only for a manager that reads it).
+    "bench_done_reason": Key(check_bool, False),
+}
+
+
+def fleet_rules(v: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """What the fleet keys of [manager] cannot say alone: the give-up's old name, $MIN_RATE."""
+    v = dict(v)
+    _resolve_give_up_alias(v)
+    if v["min_rate"] is None:
+        v["min_rate"] = _min_rate_from(environ)
+    return v
+
+
+def _resolve_give_up_alias(v: dict[str, Any]) -> None:
+    """report_bench_failure is give_up_on_failure's old name: either may be set, both only alike."""
+    old_name = v.pop("report_bench_failure")
+    if v["give_up_on_failure"] is None:
+        v["give_up_on_failure"] = True if old_name is None else old_name
+    elif old_name is not None and old_name != v["give_up_on_failure"]:
+        raise ConfigError("manager.report_bench_failure: the old name of give_up_on_failure, set to the opposite "
+                          "value; keep one of them")
+
+
+def _min_rate_from(environ: Mapping[str, str]) -> float:
+    """``$MIN_RATE`` when [manager] says no min_rate: a plain decimal, else the default."""
+    raw = environ.get(MIN_RATE_ENV)
+    if not raw:
+        return DEFAULT_MIN_RATE
+    if not _DECIMAL_RE.fullmatch(raw.strip()):
+        raise ConfigError(f"MIN_RATE (environment): {describe(raw)} is not a number of proofs/hour")
+    return check_rate(float(raw.strip()), "MIN_RATE (environment)")

@@ -1,0 +1,76 @@
+"""The prover as a plugin of the generic supervisor: ``PLUGIN``, what cli.py loads the plan with and run.py runs.
+
+What it adds, field by field (supervisor/plugin.py says what each means to the core):
+
+- ``sections``: ``[cuzk]`` (configkeys.py), the settings cuzk.toml is generated from;
+- ``table_keys``/``table_rules``: the fleet protocol's keys in ``[manager]`` (``min_rate``, ``$MIN_RATE``,
+  ``bench_gate_s``, ``give_up_on_failure``, ``bench_done_reason``);
+- ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``;
+- ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
+- ``fitness``: what cuzk.toml generation needs, on the memory the phase may have (below);
+- ``param_cache``: [cuzk] param_cache; ``profile``: profile.toml, run when no config is given.
+
+- ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
+  register body, ``runner_id``.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from types import MappingProxyType
+
+from .. import verdict as v
+from ..config import Plan
+from ..fitness import Evidence, Finding
+from ..plugin import Plugin
+from ..policy import capped
+from . import cuzkconf, fleet
+from .configkeys import FLEET_KEYS, SECTION, cuzk_section, fleet_rules
+from .hooks import CUZK_CONFIG, PARSERS, make_cuzk_config
+from .ready import KIND as CUZK_READY
+from .ready import make_cuzk_ready
+
+BENCH_DONE = "bench-done"
+
+
+def cuzk_toml_fits(plan: Plan, evidence: Evidence) -> list[Finding]:
+    """The first ``prepare = "cuzk-config"`` phase whose cuzk.toml cannot be generated on the memory it may
+    have: the very generation the phase runs before each daemon start, on the same figure."""
+    settings = plan.sections.get(SECTION)
+    if settings is None or evidence.available_memory is None:
+        return []  # no [cuzk]; or nothing to compare with (the phase preflight says so when it runs)
+    for phase in plan.phases:
+        if phase.prepare != CUZK_CONFIG:
+            continue
+        try:
+            cuzkconf.generate(settings, capped(evidence.available_memory, phase.memory_max), [])
+        except (cuzkconf.DoesNotFit, ValueError) as exc:
+            return [Finding(v.INSUFFICIENT_MEMORY, f"phase {phase.name}: cuzk.toml: {exc}")]
+    return []
+
+
+def param_cache(plan: Plan) -> str | None:
+    """Where cuzk reads the parameters from: [cuzk] param_cache (None without a [cuzk]: the core's own rule)."""
+    settings = plan.sections.get(SECTION)
+    return settings.param_cache if settings is not None else None
+
+
+def profile() -> str:
+    """The built-in prover profile (profile.toml)."""
+    return resources.files(__package__).joinpath("profile.toml").read_text()
+
+
+PLUGIN = Plugin(
+    name="prover",
+    sections=MappingProxyType({SECTION: cuzk_section}),
+    table_keys=MappingProxyType({"manager": FLEET_KEYS}),
+    table_rules=MappingProxyType({"manager": fleet_rules}),
+    prepares=MappingProxyType({CUZK_CONFIG: make_cuzk_config}),
+    parsers=MappingProxyType(PARSERS),
+    ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),
+    reports=MappingProxyType({BENCH_DONE: "done"}),
+    fitness=(cuzk_toml_fits,),
+    param_cache=param_cache,
+    attach=fleet.attach,
+    profile=profile,
+)

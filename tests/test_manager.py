@@ -1003,8 +1003,8 @@ def test_the_old_and_new_switch_names_must_agree() -> None:
 
     phases = '[[phases]]\nname = "a"\ncommand = ["true"]\n'
     plan = parse_plan('[manager]\nreport_bench_failure = false\n' + phases, "old.toml", {}, PLUGIN)
-    assert plan.manager.give_up_on_failure is False
-    assert parse_plan(phases, "default.toml", {}, PLUGIN).manager.give_up_on_failure is True
+    assert plan.extensions["manager"]["give_up_on_failure"] is False
+    assert parse_plan(phases, "default.toml", {}, PLUGIN).extensions["manager"]["give_up_on_failure"] is True
     with pytest.raises(ConfigError) as refused:
         parse_plan('[manager]\nreport_bench_failure = false\ngive_up_on_failure = true\n' + phases, "both.toml", {},
                    PLUGIN)

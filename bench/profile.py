@@ -199,10 +199,11 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
 
 
 def prof_startup(tool: bench.Ours, runs: int) -> dict:
-    probes = ["supervisor.config:load_plan", "supervisor.run:run", "supervisor.run:prepare_dirs",
-              "supervisor.run:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
-              "supervisor.run:secrets_of", "supervisor.run:claim_init_role", "supervisor.run:protect_from_oom_killer",
-              "supervisor.logs:Console.__init__", "supervisor.run:start_health", "supervisor.gpuwatch:Gpus.__init__",
+    probes = ["supervisor.config:load_plan", "supervisor.run:run", "supervisor.startup:prepare_dirs",
+              "supervisor.startup:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
+              "supervisor.startup:secrets_of", "supervisor.startup:claim_init_role",
+              "supervisor.startup:protect_from_oom_killer",
+              "supervisor.console:Console.__init__", "supervisor.observers:start_health", "supervisor.gpuwatch:Gpus.__init__",
               "supervisor.phase:memory_preflight", "supervisor.phase:Phase.transition",
               "supervisor.reporting:Reporter.start", "supervisor.logs:SupervisorLog.__call__",
               "supervisor.snapshot:snapshot", "supervisor.reporting:Reporter.phase_changed",

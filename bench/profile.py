@@ -144,9 +144,9 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
 
 
 def prof_exit(tool: bench.Ours, runs: int) -> dict:
-    probes = ["supervisor.reaping:Reaper.reap", "supervisor.lifecycle:Phase._child_exited",
+    probes = ["supervisor.reaping:Reaper.reap", "supervisor.phase:Phase._child_exited",
               "supervisor.process:Child.drain_output", "supervisor.memory:MemoryEvidence.report",
-              "supervisor.lifecycle:Runtime.record", "supervisor.status:persist",
+              "supervisor.runtime:VerdictRecord.record", "supervisor.status:persist",
               "supervisor.proctable:ProcessTable._read"]
     stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
     lines: list[tuple[bytes, float]] = []
@@ -175,8 +175,8 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
         def first(name, after=after):
             return next((t for k, t in after if k == name), None)
 
-        ex_in, ex_out = first("lifecycle.Phase._child_exited:in"), first("lifecycle.Phase._child_exited:out")
-        rec_in = first("lifecycle.Runtime.record:in")
+        ex_in, ex_out = first("phase.Phase._child_exited:in"), first("phase.Phase._child_exited:out")
+        rec_in = first("runtime.VerdictRecord.record:in")
         written = first("console_verdict_written")
         inside = [(k, t) for k, t in after if ex_in and ex_out and ex_in <= t <= ex_out]
 
@@ -204,10 +204,10 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
               "supervisor.run:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
               "supervisor.run:secrets_of", "supervisor.run:claim_init_role", "supervisor.run:protect_from_oom_killer",
               "supervisor.logs:Console.__init__", "supervisor.run:start_health", "supervisor.gpu:Gpus.__init__",
-              "supervisor.phase:memory_preflight", "supervisor.lifecycle:Phase.transition",
+              "supervisor.phase:memory_preflight", "supervisor.phase:Phase.transition",
               "supervisor.reporting:Reporter.start", "supervisor.logs:SupervisorLog.__call__",
               "supervisor.status:snapshot", "supervisor.reporting:Reporter.phase_changed",
-              "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.lifecycle:Phase._watch_for_stall",
+              "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.pacing:Pacing.watch_for_stall",
               "supervisor.memory:MemoryEvidence.__init__", "supervisor.reporting:Reporter.__init__",
               "supervisor.resume:restore_facts", "supervisor.status:StatusServer.__init__",
               "supervisor.lifecycle:Lifecycle.start", "supervisor.memory:MemoryEvidence.place",

@@ -29,14 +29,17 @@ from typing import Any
 from .ansi import strip_ansi
 from .config import ManagerSpec
 from .exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
-from .lifecycle import Lifecycle, Phase, PhaseState, Runtime
+from .lifecycle import Lifecycle
 from .logship import Shipper, event_line, events_sender, log_push_sender
 from .loop import contained, summary
 from .manager import ManagerClient
 from .outbox import Outbox
+from .phase import Phase
 from .prover.gate import BenchGate
 from .redact import Redactor, shown_url
+from .runtime import ChildKit
 from .sender import Sender
+from .states import PhaseState
 from .verdict import STOPPED, Verdict
 
 # The give-up's optional ``reason`` field (bench_done_reason): one line, cut to this many characters.
@@ -86,7 +89,7 @@ class Reporter:
     listeners call in from the loop's thread only.
     """
 
-    def __init__(self, spec: ManagerSpec, state_dir: Path, rt: Runtime, redactor: Redactor,
+    def __init__(self, spec: ManagerSpec, state_dir: Path, rt: ChildKit, redactor: Redactor,
                  early: EarlyLines | None = None) -> None:
         self.spec = spec
         self.rt = rt

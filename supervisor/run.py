@@ -41,7 +41,7 @@ from .config import Plan
 from .exits import EXIT_OK
 from .freeze import start_the_tick
 from .gpuwatch import Gpus
-from .lifecycle import Lifecycle, Runtime
+from .lifecycle import Lifecycle
 from .logs import Console, LogFile, SupervisorLog
 from .loop import EventLoop, summary
 from .memory import MemoryEvidence
@@ -51,6 +51,7 @@ from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_kille
 from .redact import Redactor, url_secrets
 from .reporting import EarlyLines, Reporter
 from .resume import restore_facts
+from .runtime import ChildKit, MachineEvidence, Runtime
 from .signals import SignalInbox, SignalRouter, last_words_to, signal_name
 from .survivors import STATE_DIR_ENV, kill_cgroup, kill_survivors_of_dead_supervisors
 from .teardown import tear_down
@@ -317,18 +318,18 @@ def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:
 
 def build_lifecycle(plan: Plan, host: Host, core: Core, rebench: bool) -> Supervision:
     gpus = sample_gpus()
-    rt = Runtime(
+    spawning = ChildKit(
         loop=core.loop, reaper=core.reaper, console=host.console, log=host.log, log_dir=host.log_dir,
         ring_lines=plan.supervisor.ring_lines, log_file_max_bytes=plan.supervisor.log_file_max_bytes,
         base_env={**os.environ, STATE_DIR_ENV: str(host.state_dir)},
         # The OOM killer must pick one of the children, never us.
-        child_oom_score_adj=host.child_oom_score_adj,
-        memory=core.memory, gpus=gpus, redactor=host.redactor, state_dir=host.state_dir,
-        rebench=rebench,
+        child_oom_score_adj=host.child_oom_score_adj, memory=core.memory, redactor=host.redactor,
     )
-    reporter = Reporter(plan.manager, host.state_dir, rt, host.redactor, host.early_lines)
+    rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus), state_dir=host.state_dir,
+                    rebench=rebench)
+    reporter = Reporter(plan.manager, host.state_dir, spawning, host.redactor, host.early_lines)
     if reporter.enabled:
-        rt.ship_lines = reporter.ship_lines
+        spawning.ship_lines = reporter.ship_lines
     outcome: dict[str, int] = {}
 
     def finished(status: int) -> None:
@@ -355,7 +356,7 @@ def sample_gpus() -> Gpus:
 def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision, router: SignalRouter) -> Observers:
     lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
     lifecycle.listeners.append(reporter.phase_changed)
-    rt.on_verdict.append(reporter.verdict)
+    rt.verdicts.on_verdict.append(reporter.verdict)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
         snap = status_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
@@ -368,7 +369,7 @@ def wire_observers(plan: Plan, host: Host, core: Core, sup: Supervision, router:
     # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = status_mod.StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
     lifecycle.listeners.append(state_file.changed)
-    rt.on_verdict.append(state_file.changed)
+    rt.verdicts.on_verdict.append(state_file.changed)
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
     lifecycle.on_shutdown.append(lambda why, status: reporter.push_text(
@@ -427,11 +428,12 @@ def serve(plan: Plan, host: Host, core: Core, sup: Supervision, router: SignalRo
     if router.stop_requested is not None:  # asked to stop during the startup steps: start nothing
         sup.lifecycle.shutdown(*router.stop_requested)
         return
-    gpus_said = say_gpu_evidence(sup.rt.gpus, host.log)  # before the manager's lines: the setup tab's order
+    evidence = sup.rt.evidence
+    gpus_said = say_gpu_evidence(evidence.gpus, host.log)  # before the manager's lines: the setup tab's order
     start_reporting(sup, core.loop, host.log)
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
-    sup.rt.freeze = start_the_tick(core.loop, host.log, [sup.rt.progress.check, *(
-        [sup.rt.gpus.check] if sup.rt.gpus is not None else [])])
+    evidence.freeze = start_the_tick(core.loop, host.log, [evidence.progress.check, *(
+        [evidence.gpus.check] if evidence.gpus is not None else [])])
 
     def fitness_known(fit: bool) -> None:
         if fit:
@@ -471,7 +473,7 @@ def check_fitness(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: Supervisor
     """Check before the first phase (the download) that the machine can run them all; refuse at once if not.
     The evidence comes from off the loop, bounded (fitness.check): meanwhile a SIGTERM stops the run
     cleanly, nothing started. ``then(fit)`` follows the decision (not a shutdown that came first)."""
-    gpus = rt.gpus or Gpus()
+    gpus = rt.evidence.gpus or Gpus()
 
     def decide(findings: list[fitness.Finding], evidence: fitness.Evidence | None) -> None:
         if lifecycle.shutting_down:
@@ -483,7 +485,7 @@ def check_fitness(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: Supervisor
             then(True)
             return
         verdict = fitness.refusal(findings)
-        rt.record(verdict)
+        rt.verdicts.record(verdict)
         lifecycle.failure = verdict
         lifecycle.shutdown(f"this machine cannot run the lifecycle ({verdict.reason})", verdict.status)
         then(False)
@@ -495,4 +497,4 @@ def check_fitness(plan: Plan, rt: Runtime, lifecycle: Lifecycle, log: Supervisor
             rt.loop.faults.report("the fitness check", exc)
         decide([], None)
 
-    fitness.check(rt.loop, plan, rt.memory, gpus, decide, on_error=broken, bound_s=fitness.FITNESS_BOUND_S)
+    fitness.check(rt.loop, plan, rt.evidence.memory, gpus, decide, on_error=broken, bound_s=fitness.FITNESS_BOUND_S)

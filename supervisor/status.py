@@ -33,8 +33,9 @@ from .statussocket import ask
 from .units import fmt_bytes
 
 if TYPE_CHECKING:
-    from .lifecycle import Lifecycle, Runtime
+    from .lifecycle import Lifecycle
     from .reporting import Reporter
+    from .runtime import Runtime
 
 STATE_NAME = "status.json"
 SNAPSHOT_VERSION = 1
@@ -336,7 +337,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
 
     ``usage=False`` (the persisted file) leaves out what costs time to measure: the
     children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds)."""
-    redact = rt.redactor.text if rt.redactor else (lambda s: s)
+    redact = rt.spawning.redactor.text if rt.spawning.redactor else (lambda s: s)
     current = lifecycle.current()
     children = []
     for phase in lifecycle.phases:
@@ -350,13 +351,13 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                 "usage": tree_usage(child.pid) if usage else None,
                 "last_lines": [redact(line)[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(10)],
             })
-    gpus = rt.gpus
+    gpus = rt.evidence.gpus
     # The GPU thread's latest sample (a request keeps samples coming for a while): never NVML itself.
     if gpus is not None and usage:
         gpus.want_for()
     samples = [vars(s) for s in gpus.samples()] if gpus is not None and usage else []
     hung = gpus.unresponsive() if gpus is not None else None
-    memory = rt.memory
+    memory = rt.evidence.memory
     mem_snap = memory.shared.snapshot() if memory is not None and memory.shared is not None else None
     if lifecycle.shutting_down:
         life_state = "stopping" if lifecycle.exit_status is None or any(children) else "stopped"
@@ -375,7 +376,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: Lifecycle,
                       "exit_status": lifecycle.exit_status,
                       "current": current.name if current else None},
         "phases": [{"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
-                    "attempt": p.attempt, "up": p.up, "hold": p.hold,
+                    "attempt": p.attempt, "up": p.up, "hold": lifecycle.held(p.name),
                     "bench": vars(p.kept_result) if p.kept_result else None,
                     # A phase not reached in this run keeps what an earlier run learnt about it.
                     "facts": p.facts or p.previous} for p in lifecycle.phases],

@@ -19,7 +19,8 @@ from ..exits import EXIT_BENCH_REJECTED
 from ..loop import EventLoop, Timer
 
 if TYPE_CHECKING:
-    from ..lifecycle import Lifecycle, Phase
+    from ..lifecycle import Lifecycle
+    from ..phase import Phase
 
 # Why the lifecycle does not go past the bench phase (the status view shows it).
 GATE_HOLD = "waiting for the manager's answer to bench-done"

@@ -183,8 +183,8 @@ class ResumeNeeds:
     def gpus(self) -> Gpus | None:
         return self.evidence.gpus
 
-    def available_memory(self) -> int | None:
-        return self.evidence.available_memory()
+    def available_memory(self, cap: int | None = None) -> int | None:
+        return self.evidence.available_memory(cap)
 
 
 def tell_listeners(faults: Faults, kind: str, listeners: list[Callable[..., None]], *args: Any,

@@ -145,7 +145,7 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
 def prof_exit(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.reaping:Reaper.reap", "supervisor.phase:Phase._child_exited",
               "supervisor.process:Child.drain_output", "supervisor.memory:MemoryEvidence.report",
-              "supervisor.runtime:Runtime.record", "supervisor.statefile:persist",
+              "supervisor.runtime:VerdictRecord.record", "supervisor.statefile:persist",
               "supervisor.proctable:ProcessTable._read"]
     stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
     lines: list[tuple[bytes, float]] = []
@@ -175,7 +175,7 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
             return next((t for k, t in after if k == name), None)
 
         ex_in, ex_out = first("phase.Phase._child_exited:in"), first("phase.Phase._child_exited:out")
-        rec_in = first("runtime.Runtime.record:in")
+        rec_in = first("runtime.VerdictRecord.record:in")
         written = first("console_verdict_written")
         inside = [(k, t) for k, t in after if ex_in and ex_out and ex_in <= t <= ex_out]
 
@@ -202,12 +202,12 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.config:load_plan", "supervisor.run:run", "supervisor.startup:prepare_dirs",
               "supervisor.startup:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
               "supervisor.startup:secrets_of", "supervisor.startup:claim_init_role",
-              "supervisor.startup:protect_from_oom_killer",
-              "supervisor.console:Console.__init__", "supervisor.observers:start_health", "supervisor.gpuwatch:Gpus.__init__",
+              "supervisor.startup:protect_from_oom_killer", "supervisor.console:Console.__init__",
+              "supervisor.observers:start_health", "supervisor.gpuwatch:Gpus.__init__",
               "supervisor.phase:memory_preflight", "supervisor.phase:Phase.transition",
               "supervisor.reporting:Reporter.start", "supervisor.logs:SupervisorLog.__call__",
               "supervisor.snapshot:snapshot", "supervisor.reporting:Reporter.phase_changed",
-              "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.phase:Phase._watch_for_stall",
+              "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.pacing:Pacing.watch_for_stall",
               "supervisor.memory:MemoryEvidence.__init__", "supervisor.reporting:Reporter.__init__",
               "supervisor.resume:load_record", "supervisor.statussocket:StatusServer.__init__",
               "supervisor.lifecycle:Lifecycle.start", "supervisor.memory:MemoryEvidence.place",

@@ -2,7 +2,7 @@
 
 ``monotonic`` measures durations (deadlines, backoffs, stall windows: immune to a clock that is stepped);
 ``time`` stamps what a person reads (since when, status.json). Production uses ``SYSTEM_CLOCK``; the phase's
-timing rules are tested in-process with a clock a test advances (tests/helpers.py FakeClock), as Pebble's
+timing rules are tested in-process with a clock a test advances (tests/fakes.py FakeClock), as Pebble's
 servstate tests do.
 """
 

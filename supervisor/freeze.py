@@ -1,7 +1,7 @@
 """The supervisor's own clock: a tick that notices when the whole supervisor was not running.
 
 A cgroup freeze (``docker pause``; Vast pauses interruptible instances), a SIGSTOP (Ctrl-Z) or a
-paused VM stops every thread of the supervisor while ``time.monotonic()`` goes on. Right after
+paused VM stops every thread of the supervisor while the monotonic clock goes on. Right after
 the thaw every silence measured across the freeze is the supervisor's own blindness, not the
 children's: a child frozen with it printed nothing, and one that was not has its output waiting
 in the pipe. So ``FreezeWatch.notice`` compares the clock with when the supervisor last looked
@@ -10,14 +10,15 @@ is said, with how long, and ``thawed_at`` moves: every stall window restarts the
 (supervisor/stall.py). Deadlines (``timeout_s``) keep counting: the manager's do.
 
 The same tick (``Tick``) lets the off-loop watchers say what they saw: a hung NVML call
-(supervisor/gpuwatch.py), a walk that does not end (supervisor/progress.py).
+(supervisor/gpuwatch.py), a walk that does not end (supervisor/progress.py). Both read the time from
+a ``Clock`` (the loop's), so a test moves it by hand.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
+from .clock import SYSTEM_CLOCK, Clock
 from .loop import EventLoop, Log
 
 # The tick: how often the loop looks at its own clock (and lets the watchers speak).
@@ -32,16 +33,17 @@ Watcher = Callable[[float], list[str]]  # now (monotonic) → lines to say
 class FreezeWatch:
     """Notices a jump of the monotonic clock between two looks; ``thawed_at`` is the last thaw (or None)."""
 
-    def __init__(self, log: Log, now: float | None = None, min_s: float = FREEZE_MIN_S) -> None:
-        self._log, self._min_s = log, min_s
-        self.last_seen = time.monotonic() if now is None else now
+    def __init__(self, log: Log, now: float | None = None, min_s: float = FREEZE_MIN_S,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self._log, self._min_s, self._clock = log, min_s, clock
+        self.last_seen = clock.monotonic() if now is None else now
         self.thawed_at: float | None = None
         self.frozen_s = 0.0  # how long the last freeze was
         self.freezes = 0
 
     def notice(self, now: float | None = None) -> float | None:
         """Look at the clock: the seconds the supervisor was frozen if it just was (said once), else None."""
-        now = time.monotonic() if now is None else now
+        now = self._clock.monotonic() if now is None else now
         gap = now - self.last_seen
         self.last_seen = max(self.last_seen, now)
         if gap <= self._min_s:
@@ -62,12 +64,12 @@ class Tick:
         self._interval = interval
 
     def start(self) -> None:
-        self._freeze.last_seen = time.monotonic()  # the clock starts now, not when the watch was made
+        self._freeze.last_seen = self._loop.clock.monotonic()  # the clock starts now, not when the watch was made
         self._loop.call_later(self._interval, self._tick)
 
     def _tick(self) -> None:
         self._loop.call_later(self._interval, self._tick)  # first: a watcher that raises is not the last tick
-        now = time.monotonic()
+        now = self._loop.clock.monotonic()
         self._freeze.notice(now)
         for watcher in self._watchers:
             for line in watcher(now):
@@ -76,6 +78,6 @@ class Tick:
 
 def start_the_tick(loop: EventLoop, log: Log, watchers: list[Watcher]) -> FreezeWatch:
     """The freeze watch, looked at by a tick from now on, with ``watchers`` speaking at each tick."""
-    freeze = FreezeWatch(log)
+    freeze = FreezeWatch(log, clock=loop.clock)
     Tick(loop, freeze, watchers, log).start()
     return freeze

@@ -6,12 +6,17 @@ The lifecycle starts the first phase still PENDING once every phase before it is
 not held, or a service that has come up. A phase that fails for good, or a daemon kept for the
 rest of the lifecycle that dies, shuts the whole run down: every child is stopped in reverse
 start order, then the run ends with the status of what ended it.
+
+What is the lifecycle's business, not a phase's, it keeps itself, by phase name: how far it has
+come (the phases it started), which DONE phases it may not go past yet (``hold``/``release``, what
+the bench gate drives), and whether the run is shutting down (every phase is told by asking).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from .children import Spawn
 from .config import PhaseSpec, Plan
 from .exits import EXIT_FAILURE, EXIT_INTERNAL_ERROR, EXIT_OK
 from .hooks import NO_HOOKS, PhaseHooks
@@ -19,13 +24,9 @@ from .loop import contained
 from .phase import Phase
 from .process import Child
 from .resume import ResumeRecord
-from .runtime import VERDICTS_KEPT_PER_PHASE, Runtime, stop_in_order, tell_listeners
-from .states import FINAL_STATES, PhaseState
+from .runtime import Runtime, stop_in_order, tell_listeners
+from .states import PhaseState
 from .verdict import Verdict
-
-# Other modules and the tests import these from here.
-__all__ = ["FINAL_STATES", "VERDICTS_KEPT_PER_PHASE", "Lifecycle", "Phase", "PhaseState", "Runtime",
-           "stop_in_order"]
 
 
 class Lifecycle:
@@ -33,13 +34,16 @@ class Lifecycle:
 
     def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[int], None],
                  hooks_for: Callable[[PhaseSpec], PhaseHooks] = lambda spec: NO_HOOKS,
-                 record: ResumeRecord | None = None) -> None:
+                 record: ResumeRecord | None = None, spawn: Spawn | None = None) -> None:
         self.plan = plan
-        self.rt = rt
+        self._loop, self._log, self._verdicts, self._started = rt.loop, rt.log, rt.verdicts, rt.started
         # What a phase does beyond running children comes from the hooks it is given (the prover's,
-        # from run.py): the lifecycle itself knows nothing of cuzk.
-        # The last run's facts (resume), offered to each phase.
-        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec), record) for spec in plan.phases]
+        # from the composition root): the lifecycle itself knows nothing of cuzk. ``record``: the last
+        # run's facts (resume), offered to each phase. ``spawn``: how children start (tests: fake ones).
+        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec), record=record,
+                             shutting_down=lambda: self.shutting_down, spawn=spawn) for spec in plan.phases]
+        self._reached: list[Phase] = []  # the phases started, in order
+        self._holds: dict[str, str] = {}  # DONE phase's name → why the lifecycle may not go past it yet
         self._on_finished = on_finished
         self.listeners: list[Callable[[Phase], None]] = []  # every phase transition (reporting, status)
         self.on_shutdown: list[Callable[[str, int], None]] = []
@@ -53,17 +57,18 @@ class Lifecycle:
 
     def current(self) -> Phase | None:
         """The phase the lifecycle is at: the last one started."""
-        started = [p for p in self.phases if p.started]
-        return started[-1] if started else None
+        return self._reached[-1] if self._reached else None
 
     def _advance(self) -> None:
         if self.shutting_down:
             return
         for phase in self.phases:
             if phase.state is PhaseState.PENDING:
-                contained(phase.start, phase.fault_handler("its start"))()
+                if phase not in self._reached:  # else under way: resume may still be looking at its output files
+                    self._reached.append(phase)
+                    contained(phase.start, phase.fault_handler("its start"))()
                 return
-            if phase.hold is not None:
+            if phase.name in self._holds:
                 return  # done, but the lifecycle may not go past it yet (see hold)
             if phase.state is PhaseState.DONE:
                 continue
@@ -71,7 +76,7 @@ class Lifecycle:
                 continue
             return  # this phase is still on its way
         if all(p.state is PhaseState.DONE for p in self.phases):
-            self.rt.log("lifecycle complete: every phase done")
+            self._log("lifecycle complete: every phase done")
             self.shutdown("lifecycle complete", EXIT_OK)
 
     def production(self) -> list[Phase]:
@@ -79,20 +84,23 @@ class Lifecycle:
         return [p for p in self.phases if p.spec.report == "running"] or \
             [p for p in self.phases if p.spec.kind == "service"][-1:]
 
-    def hold(self, phase: Phase, why: str) -> None:
-        """The lifecycle may not go past ``phase`` (DONE) until ``release``: the bench gate waits for the
-        manager's verdict on the bench before production starts."""
-        phase.hold = why  # the lifecycle's mark on the phase: hold and release are its only writers
+    def hold(self, name: str, why: str) -> None:
+        """The lifecycle may not go past phase ``name`` (DONE) until ``release``: the bench gate waits for
+        the manager's verdict on the bench before production starts (ProductionControl, wiring.py)."""
+        self._holds[name] = why
 
-    def release(self, phase: Phase) -> None:
-        """The hold on ``phase`` is over: the lifecycle moves on."""
-        if phase.hold is not None:
-            self.rt.log(f"phase {phase.name}: hold released ({phase.hold})")
-            phase.hold = None
+    def release(self, name: str) -> None:
+        """The hold on phase ``name`` is over: the lifecycle moves on."""
+        if name in self._holds:
+            self._log(f"phase {name}: hold released ({self._holds.pop(name)})")
             self._advance()
 
+    def held(self, name: str) -> str | None:
+        """Why the lifecycle may not go past phase ``name`` yet, or None (status shows it)."""
+        return self._holds.get(name)
+
     def _phase_changed(self, phase: Phase) -> None:
-        tell_listeners(self.rt, "listener", self.listeners, phase, phase=phase.name)
+        tell_listeners(self._loop.faults, "listener", self.listeners, phase, phase=phase.name)
         if self.shutting_down:
             return
         if phase.state is PhaseState.FAILED:
@@ -103,7 +111,7 @@ class Lifecycle:
         dead_kept = [c for c in phase.kept if not c.running]
         if dead_kept:
             child = dead_kept[0]
-            self.failure = self.rt.verdict_of(child)
+            self.failure = self._verdicts.verdict_of(child)
             status = self.failure.status if self.failure else EXIT_FAILURE
             self.shutdown(f"{child.label} (kept for the rest of the lifecycle) died", status or EXIT_FAILURE)
             return
@@ -127,18 +135,18 @@ class Lifecycle:
         self.shutting_down = True
         self.exit_status = status
         self.shutdown_reason = why
-        self.rt.log(f"shutting down: {why}")
+        self._log(f"shutting down: {why}")
         for phase in self.phases:
             phase.abort()
         # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
-        stop_in_order(self.rt, list(reversed(self.rt.started)), "supervisor shutdown",
-                        contained(self._finished, self._finish_anyway))
+        stop_in_order(self._loop, self._log, self._started.newest_first(), "supervisor shutdown",
+                      contained(self._finished, self._finish_anyway))
         # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
-        tell_listeners(self.rt, "shutdown listener", self.on_shutdown, why, status)
+        tell_listeners(self._loop.faults, "shutdown listener", self.on_shutdown, why, status)
 
     def kill_everything_now(self) -> None:
         """A second shutdown request: no more grace for anyone."""
-        for child in self.rt.started:
+        for child in self._started:
             child.kill_now()
 
     def _finished(self) -> None:
@@ -149,5 +157,6 @@ class Lifecycle:
 
     def _finish_anyway(self, exc: Exception) -> None:
         """Settling the phases raised: the run still ends, with the status it was ending with."""
-        self.rt.loop.faults.report("the end of the shutdown", exc)
+        self._loop.faults.report("the end of the shutdown", exc)
         self._on_finished(self.exit_status if self.exit_status is not None else EXIT_INTERNAL_ERROR)
+

@@ -31,12 +31,13 @@ import os
 import selectors
 import sys
 import threading
-import time
 import traceback
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec
+
+from .clock import SYSTEM_CLOCK, Clock
 
 Callback = Callable[[], None]
 # What the owner of a callback does with an exception the callback raised.
@@ -145,7 +146,11 @@ def name_of(callback: Callable[..., object]) -> str:
 
 
 class EventLoop:
-    def __init__(self) -> None:
+    """``clock``: what its timers follow, and what everything holding the loop reads the time from (a test
+    moves a fake one by hand: a timer is due when that clock says so)."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self._selector = selectors.DefaultSelector()
         self._timers: list[Timer] = []
         self._seq = itertools.count()
@@ -169,7 +174,7 @@ class EventLoop:
             self._selector.unregister(fd)
 
     def call_later(self, delay: float, callback: Callback, on_error: ErrorHandler | None = None) -> Timer:
-        timer = Timer(time.monotonic() + sane_delay(delay), next(self._seq), callback, on_error=on_error)
+        timer = Timer(self.clock.monotonic() + sane_delay(delay), next(self._seq), callback, on_error=on_error)
         heapq.heappush(self._timers, timer)
         return timer
 
@@ -237,15 +242,20 @@ class EventLoop:
                 self.faults.report(f"the error handler of {where}", second)
         self.faults.report(where, exc)
 
-    def _next_timeout(self) -> float | None:
+    def next_due(self) -> float | None:
+        """When the next timer is due (on ``clock``'s monotonic time), or None: no timer is set."""
         while self._timers and self._timers[0].cancelled:
             heapq.heappop(self._timers)
-        if not self._timers:
+        return self._timers[0].when if self._timers else None
+
+    def _next_timeout(self) -> float | None:
+        due = self.next_due()
+        if due is None:
             return None
-        return min(MAX_SLEEP_S, max(0.0, self._timers[0].when - time.monotonic()))
+        return min(MAX_SLEEP_S, max(0.0, due - self.clock.monotonic()))
 
     def _run_due_timers(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         while self._timers and self._timers[0].when <= now:
             timer = heapq.heappop(self._timers)
             if not timer.cancelled:

@@ -24,7 +24,7 @@ from .signals import SignalRouter
 from .startup import Core, Host, Supervision
 from .statefile import StateFile
 from .statussocket import StatusServer
-from .wiring import LifecycleEvents, ProductionByName, Wiring
+from .wiring import LifecycleEvents, Wiring
 
 
 @dataclass
@@ -40,7 +40,7 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
                    router: SignalRouter) -> Observers:
     lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
     lifecycle.listeners.append(reporter.phase_changed)
-    rt.on_verdict.append(reporter.verdict)
+    rt.verdicts.on_verdict.append(reporter.verdict)
     lifecycle.on_shutdown.append(reporter.shutting_down)
     # The plugin's listeners after the reporter's (its give-up after the reason lines above: the manager
     # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
@@ -48,8 +48,8 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
         snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
-                                     lifecycle=lifecycle, gpus=rt.gpus, memory=rt.memory, verdicts=rt.verdicts,
-                                     manager=reporter.status(), resume=sup.record, usage=usage)
+                                     lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
+                                     verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage)
         if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
             snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
                                "giving_up": router.flush.giving_up}
@@ -58,7 +58,7 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
     lifecycle.listeners.append(state_file.changed)
-    rt.on_verdict.append(state_file.changed)
+    rt.verdicts.on_verdict.append(state_file.changed)
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
     return Observers(state_file, status_server, health)
@@ -68,11 +68,11 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
     """What the plugin may hear and drive (wiring.py), handed to it before the reporting starts."""
     if plugin.attach is None:
         return
-    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.on_verdict,
+    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.verdicts.on_verdict,
                                                        lambda verdict: masked(verdict, host.redactor)),
-                    production=ProductionByName(sup.lifecycle),
+                    production=sup.lifecycle,
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
-                    export_env=sup.rt.export_env, call_later=core.loop.call_later, log=host.log)
+                    export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log)
     plugin.attach(wiring)
 
 

@@ -1,22 +1,18 @@
 """A phase's decisions that need no process, from its spec and what it knows: whether it fits in
-memory before it starts, and what comes after an attempt. Pure (but for a log line), so tested
-in-process."""
+memory before it starts (told only a HookContext, never the Phase), and what comes after an
+attempt. Pure (but for a log line), so tested in-process."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from . import verdict as v
 from .backoff import burst_exceeded
 from .config import PhaseSpec
-from .hooks import Refusal
+from .hooks import HookContext, Refusal
 from .units import fmt_bytes
 from .verdict import Verdict
-
-if TYPE_CHECKING:
-    from .phase import Phase
 
 
 class Next(enum.Enum):
@@ -53,11 +49,11 @@ def _retry_or_fail(spec: PhaseSpec, outcome: Verdict, attempt: int, deadline_exp
     return Next.AGAIN, f"{outcome.reason}; retry {attempt} of {spec.retries}"
 
 
-def memory_preflight(phase: Phase) -> dict[str, str] | Refusal:
+def memory_preflight(ctx: HookContext, min_memory: int | None) -> dict[str, str] | Refusal:
     """Before the phase's first attempt: its children are told what memory they have, and a phase whose
-    min_memory cannot fit is refused at once."""
-    available = phase.available_memory()
-    shortfall = memory_shortfall(phase.name, phase.spec.min_memory, available, phase.rt.log)
+    ``min_memory`` cannot fit is refused at once."""
+    available = ctx.memory_available
+    shortfall = memory_shortfall(ctx.phase, min_memory, available, ctx.log)
     if shortfall is not None:
         return Refusal(v.INSUFFICIENT_MEMORY, shortfall)
     return {} if available is None else {"SUPERVISOR_MEMORY_AVAILABLE_BYTES": str(available)}

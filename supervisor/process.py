@@ -12,7 +12,10 @@ the parent chain too; it is still found through the tag every child carries in
 its environment (``PROVER_SUPERVISOR_TAG``), which its own children inherit.
 One that also cleared its environment is found only by the phase cgroup it was
 born in: the memory module says which pids and cgroups are left, and
-survivors.py ends them (its names are importable from here too).
+survivors.py ends them.
+
+A child's stamps (its start and end, when it was SIGKILLed) come from the ``Clock`` it was spawned
+with (the loop's); only its reaping's stamp is the process table's own clock, which it is compared with.
 
 Who is in a tree comes from the process table's shared reading (proctable.py),
 and a stop's poll asks for it only once the leader is reaped and its group is
@@ -32,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
+from .clock import SYSTEM_CLOCK, Clock
 from .config import ChildSpec
 from .logs import ChildOutput
 from .loop import ErrorHandler, EventLoop, Timer
@@ -68,11 +72,11 @@ class Child:
     tag: str
     output: ChildOutput
     popen: subprocess.Popen[bytes]
-    started_at: float = field(default_factory=time.time)
-    started_mono: float = field(default_factory=time.monotonic)
+    clock: Clock = field(default=SYSTEM_CLOCK, repr=False)
+    started_at: float = 0.0  # wall time (clock.time()) of its start: set by spawn
     status: ExitStatus | None = None
     ended_at: float | None = None
-    reaped_mono: float | None = None  # monotonic time of its reaping
+    reaped_mono: float | None = None  # the process table's monotonic time of its reaping (proctable.py)
     stop_reason: str | None = None
     stop_detail: str = ""  # what the supervisor saw that made it stop the child (for the verdict)
     placement: Placement | None = None  # its memory cgroup and the OOM counter at its start
@@ -97,8 +101,8 @@ class Child:
     def exited(self, status: ExitStatus) -> None:
         """Called by the reaper's owner when ``waitpid`` returned this child's status."""
         self.status = status
-        self.ended_at = time.time()
-        self.reaped_mono = time.monotonic()
+        self.ended_at = self.clock.time()
+        self.reaped_mono = time.monotonic()  # compared with the process table's readings, on its clock
         self.popen.returncode = status.shell_status if status.signal is None else -status.signal
 
     # ------------------------------------------------------------ signals
@@ -111,7 +115,7 @@ class Child:
     def kill_now(self) -> None:
         """SIGKILL the whole tree at once, no grace (a second shutdown request)."""
         if not self._gone():
-            self._killed_at = self._killed_at or time.monotonic()
+            self._killed_at = self._killed_at or self.clock.monotonic()
             self._signal_tree(signal.SIGKILL, self.tree())
 
     # ------------------------------------------------------------ stopping
@@ -149,12 +153,12 @@ class Child:
         members = self.tree()
         log(f"{self.label}: still running after {self.spec.stop_grace_s:g}s grace: SIGKILL to "
             f"{self._describe_tree(members)}")
-        self._killed_at = time.monotonic()
+        self._killed_at = self.clock.monotonic()
         self._signal_tree(signal.SIGKILL, members)
 
     def _check_stopped(self, loop: EventLoop, log: Log) -> None:
         if not self._gone():
-            if self._killed_at is not None and time.monotonic() - self._killed_at > KILL_WAIT_S:
+            if self._killed_at is not None and self.clock.monotonic() - self._killed_at > KILL_WAIT_S:
                 log(f"{self.label}: {self._describe_tree(self.tree())} survived SIGKILL for {KILL_WAIT_S:g}s "
                     "(uninterruptible sleep?); giving up waiting")
             else:
@@ -186,7 +190,7 @@ class Child:
         SIGKILL the group without the broken part, and wait only for the leader to be reaped (the
         tree scan may be what broke); the exit sweep kills whatever of the tree is left at the end."""
         loop.faults.report(f"stopping {self.label}", exc)
-        self._killed_at = self._killed_at or time.monotonic()
+        self._killed_at = self._killed_at or self.clock.monotonic()
         if self.running:
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, signal.SIGKILL)
@@ -194,7 +198,7 @@ class Child:
 
     def _await_reaped(self, loop: EventLoop) -> None:
         assert self._killed_at is not None
-        if self.running and time.monotonic() - self._killed_at < KILL_WAIT_S:
+        if self.running and self.clock.monotonic() - self._killed_at < KILL_WAIT_S:
             loop.call_later(STOP_POLL_S, lambda: self._await_reaped(loop))
             return
         self._stop_done()
@@ -273,7 +277,7 @@ class Child:
 
 
 def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
-          setup: Callable[[], None] | None = None) -> Child:
+          setup: Callable[[], None] | None = None, clock: Clock = SYSTEM_CLOCK) -> Child:
     """Start ``spec.command`` in a new process group with piped output; raise SpawnError if it can't."""
     tag = f"{os.getpid()}.{next(_tag_seq)}"
     child_env = {**env, TAG_ENV: tag}
@@ -299,7 +303,7 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
         raise SpawnError(126, f"{spec.command[0]}: cannot execute: {exc.strerror or exc}") from None
     except subprocess.SubprocessError as exc:  # the setup step failed in the child
         raise SpawnError(126, f"{spec.command[0]}: could not set the child up (cgroup?): {exc}") from None
-    return Child(spec=spec, pid=popen.pid, tag=tag, output=output, popen=popen)
+    return Child(spec=spec, pid=popen.pid, tag=tag, output=output, popen=popen, clock=clock, started_at=clock.time())
 
 
 # Every signal whose disposition a child can be given: all but SIGKILL and SIGSTOP (glibc's

@@ -37,12 +37,13 @@ from . import fitness
 from .config import Plan
 from .freeze import start_the_tick
 from .gpuwatch import Gpus
-from .lifecycle import Lifecycle, Runtime
+from .lifecycle import Lifecycle
 from .logs import SupervisorLog
 from .loop import EventLoop, summary
 from .observers import wire_observers
 from .offloop import NoThread
 from .plugin import Plugin
+from .runtime import Runtime
 from .signals import SignalRouter
 from .startup import (
     Core,
@@ -93,11 +94,12 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
     if router.stop_requested is not None:  # asked to stop during the startup steps: start nothing
         sup.lifecycle.shutdown(*router.stop_requested)
         return
-    gpus_said = say_gpu_evidence(sup.rt.gpus, host.log)  # before the manager's lines: the setup tab's order
+    evidence = sup.rt.evidence
+    gpus_said = say_gpu_evidence(evidence.gpus, host.log)  # before the manager's lines: the setup tab's order
     start_reporting(sup, core.loop, host.log)
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
-    sup.rt.freeze = start_the_tick(core.loop, host.log, [sup.rt.progress.check, *(
-        [sup.rt.gpus.check] if sup.rt.gpus is not None else [])])
+    evidence.freeze = start_the_tick(core.loop, host.log, [evidence.progress.check, *(
+        [evidence.gpus.check] if evidence.gpus is not None else [])])
 
     def fitness_known(fit: bool) -> None:
         if fit:
@@ -137,7 +139,7 @@ def check_fitness(plan: Plan, plugin: Plugin, rt: Runtime, lifecycle: Lifecycle,
     """Check before the first phase (the download) that the machine can run them all; refuse at once if not.
     The evidence comes from off the loop, bounded (fitness.check): meanwhile a SIGTERM stops the run
     cleanly, nothing started. ``then(fit)`` follows the decision (not a shutdown that came first)."""
-    gpus = rt.gpus or Gpus()
+    gpus = rt.evidence.gpus or Gpus()
 
     def decide(findings: list[fitness.Finding], evidence: fitness.Evidence | None) -> None:
         if lifecycle.shutting_down:
@@ -149,7 +151,7 @@ def check_fitness(plan: Plan, plugin: Plugin, rt: Runtime, lifecycle: Lifecycle,
             then(True)
             return
         verdict = fitness.refusal(findings)
-        rt.record(verdict)
+        rt.verdicts.record(verdict)
         lifecycle.failure = verdict
         lifecycle.shutdown(f"this machine cannot run the lifecycle ({verdict.reason})", verdict.status)
         then(False)
@@ -161,5 +163,5 @@ def check_fitness(plan: Plan, plugin: Plugin, rt: Runtime, lifecycle: Lifecycle,
             rt.loop.faults.report("the fitness check", exc)
         decide([], None)
 
-    fitness.check(rt.loop, plan, rt.memory, gpus, decide, on_error=broken, bound_s=fitness.FITNESS_BOUND_S,
+    fitness.check(rt.loop, plan, rt.evidence.memory, gpus, decide, on_error=broken, bound_s=fitness.FITNESS_BOUND_S,
                   checks=plugin.fitness, plugin_cache=plugin.param_cache)

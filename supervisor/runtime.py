@@ -1,21 +1,33 @@
-"""What every phase shares: the loop, the reaper, the logs, the children's environment, and the
-start order of every child (a shutdown stops them in reverse, wave by wave: stop_in_order)."""
+"""What the phases share, in parts, each handed only to whoever needs it:
+
+- ``ChildKit``: what starting a child needs (the loop, the reaper, the console and log files, the
+  environment, the cgroups, the shipper): children.start_child, and the reporter's ``export_env``;
+- ``MachineEvidence``: what the phases' decisions read of the machine (memory, GPUs, progress_path,
+  the freeze watch): the stall watch, the hook context, the memory preflight;
+- ``VerdictRecord``: every verdict recorded, and who hears of each (reporting, status.json);
+- ``StartOrder``: every child in start order (a shutdown stops them in reverse, wave by wave:
+  ``stop_in_order``).
+
+``Runtime`` is the parts as the composition root made them; the Lifecycle hands each phase its own.
+"""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from . import verdict as v
 from .cgroups import mem_total
+from .clock import Clock
 from .console import Console
 from .freeze import FreezeWatch
+from .gpu import GpuSample
 from .gpuwatch import Gpus
 from .logs import Unshipped
-from .loop import EventLoop, name_of
+from .loop import EventLoop, Faults, name_of
 from .memory import MemoryEvidence
 from .policy import capped
 from .process import Child
@@ -26,13 +38,13 @@ from .verdict import Verdict
 
 Log = Callable[[str], None]
 
-# Verdicts kept per phase in Runtime.verdicts (the status view, status.json and lookups by pid).
+# Verdicts kept per phase in VerdictRecord (the status view, status.json and lookups by pid).
 VERDICTS_KEPT_PER_PHASE = 20
 
 
 @dataclass
-class Runtime:
-    """What phases share: the loop, the reaper, the logs, and the start order of every child."""
+class ChildKit:
+    """What starting a child needs: where its output goes, its environment and cgroup, who reaps it."""
 
     loop: EventLoop
     reaper: Reaper
@@ -43,27 +55,58 @@ class Runtime:
     log_file_max_bytes: int
     base_env: dict[str, str]  # every child's environment; export_env adds to it
     child_oom_score_adj: int | None = None  # what children set their oom_score_adj to (run.py decides)
-    memory: MemoryEvidence | None = None
-    gpus: Gpus | None = None  # the GPU thread's latest readings (supervisor/gpuwatch.py)
-    progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
-    freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (run.py makes it)
+    memory: MemoryEvidence | None = None  # the phase cgroups a child is placed in
     redactor: Redactor | None = None
-    state_dir: Path = Path(".")
-    rebench: bool = False  # run machine-resumable phases (the bench) even if they passed here recently
     ship_lines: Callable[[str, str, list[bytes]], None] | None = None  # (source, label, lines) to the manager
-    rng: random.Random = field(default_factory=random.Random)
-    started: list[Child] = field(default_factory=list)
-    verdicts: list[Verdict] = field(default_factory=list)
-    on_verdict: list[Callable[[Verdict], None]] = field(default_factory=list)
+
+    @property
+    def clock(self) -> Clock:
+        return self.loop.clock
 
     def export_env(self, name: str, value: str) -> None:
         """Children started from now on get ``name=value`` in their environment (running ones keep theirs)."""
         self.base_env[name] = value
 
+
+@dataclass
+class MachineEvidence:
+    """What the phases' decisions read of the machine, measured elsewhere (cgroups, the GPU thread, the
+    progress walker, the tick): never a blocking call."""
+
+    memory: MemoryEvidence | None = None
+    gpus: Gpus | None = None  # the GPU thread's latest readings (supervisor/gpuwatch.py)
+    progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
+    freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (run.py makes it)
+
     def available_memory(self, cap: int | None = None) -> int | None:
         """The machine's memory for children: the tightest cgroup limit, else MemTotal; at most ``cap``
         (a phase's memory_max)."""
         return capped(self.memory.available_memory() if self.memory is not None else mem_total(), cap)
+
+    def gpu_samples(self) -> tuple[GpuSample, ...]:
+        """The GPU thread's latest sample (empty: none yet, or no GPU)."""
+        return tuple(self.gpus.samples()) if self.gpus is not None else ()
+
+
+class VerdictRecord(Sequence[Verdict]):
+    """Every verdict recorded (the latest few per phase), oldest first; ``on_verdict`` hears of each."""
+
+    def __init__(self, log: Log, faults: Faults) -> None:
+        self.log, self.faults = log, faults
+        self.verdicts: list[Verdict] = []
+        self.on_verdict: list[Callable[[Verdict], None]] = []
+
+    @overload
+    def __getitem__(self, index: int) -> Verdict: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Verdict]: ...
+
+    def __getitem__(self, index: int | slice) -> Verdict | Sequence[Verdict]:
+        return self.verdicts[index]
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
 
     def record(self, verdict: Verdict) -> None:
         self.verdicts.append(verdict)
@@ -79,14 +122,74 @@ class Runtime:
             self.log(Unshipped(f"FAILED: {verdict.line()}"))
             for line in verdict.last_lines[-5:]:
                 self.log(Unshipped(f"  | {line}"))
-        tell_listeners(self, "verdict listener", self.on_verdict, verdict, phase=verdict.phase)
+        tell_listeners(self.faults, "verdict listener", self.on_verdict, verdict, phase=verdict.phase)
 
     def verdict_of(self, child: Child) -> Verdict | None:
         """The latest verdict recorded for ``child`` (by pid), if it was reaped."""
         return next((x for x in reversed(self.verdicts) if x.pid == child.pid), None)
 
 
-def tell_listeners(rt: Runtime, kind: str, listeners: list[Callable[..., None]], *args: Any,
+class StartOrder:
+    """Every child started and not yet known to be over, in start order."""
+
+    def __init__(self) -> None:
+        self._children: list[Child] = []
+
+    def __iter__(self) -> Iterator[Child]:
+        return iter(list(self._children))
+
+    def add(self, child: Child) -> None:
+        self._children.append(child)
+
+    def forget(self, children: Iterable[Child]) -> None:
+        """``children`` are over (their attempt's stop ended): a shutdown has no more to stop of them."""
+        gone = set(map(id, children))
+        self._children = [c for c in self._children if id(c) not in gone]
+
+    def newest_first(self) -> list[Child]:
+        return list(reversed(self._children))
+
+
+@dataclass
+class Runtime:
+    """The shared parts, as the composition root made them once: the Lifecycle gives each phase its parts."""
+
+    loop: EventLoop
+    log: Log
+    spawning: ChildKit
+    evidence: MachineEvidence
+    verdicts: VerdictRecord
+    started: StartOrder = field(default_factory=StartOrder)
+    state_dir: Path = Path(".")
+    rebench: bool = False  # run machine-resumable phases (the bench) even if they passed here recently
+    rng: random.Random = field(default_factory=random.Random)
+
+    @classmethod
+    def of(cls, spawning: ChildKit, evidence: MachineEvidence | None = None, **rest: Any) -> Runtime:
+        """The parts around ``spawning`` (its loop and log), the verdict record new."""
+        return cls(spawning.loop, spawning.log, spawning, evidence or MachineEvidence(memory=spawning.memory),
+                   VerdictRecord(spawning.log, spawning.loop.faults), **rest)
+
+
+@dataclass(frozen=True)
+class ResumeNeeds:
+    """What resume.py reads as ``phase.rt`` (its ResumeRuntime: the log, the loop, --rebench, the machine
+    the phase runs on): nothing else reads it."""
+
+    loop: EventLoop
+    log: Log
+    rebench: bool
+    evidence: MachineEvidence
+
+    @property
+    def gpus(self) -> Gpus | None:
+        return self.evidence.gpus
+
+    def available_memory(self, cap: int | None = None) -> int | None:
+        return self.evidence.available_memory(cap)
+
+
+def tell_listeners(faults: Faults, kind: str, listeners: list[Callable[..., None]], *args: Any,
                    phase: str | None = None) -> None:
     """Every listener hears of it, whichever raised before it: a broken listener (reporting, the
     status file) is logged once and costs what it was for, never the lifecycle."""
@@ -94,10 +197,10 @@ def tell_listeners(rt: Runtime, kind: str, listeners: list[Callable[..., None]],
         try:
             listener(*args)
         except Exception as exc:
-            rt.loop.faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
+            faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
 
 
-def stop_in_order(rt: Runtime, children: list[Child], reason: str, then: Callable[[], None]) -> None:
+def stop_in_order(loop: EventLoop, log: Log, children: list[Child], reason: str, then: Callable[[], None]) -> None:
     """Stop each child's tree in the order given (reverse start order), wave after wave; then ``then``.
 
     A wave is one child, or the daemons of one phase that come one after another: they have no order
@@ -106,7 +209,7 @@ def stop_in_order(rt: Runtime, children: list[Child], reason: str, then: Callabl
     once the whole wave is gone: a phase's command is gone before its daemons get their signal, and a
     later phase before an earlier one.
     """
-    _Waves(rt, stop_waves(children), reason, then).next()
+    _Waves(loop, log, stop_waves(children), reason, then).next()
 
 
 def stop_waves(children: list[Child]) -> list[list[Child]]:
@@ -129,8 +232,9 @@ def _daemon_of(child: Child) -> str | None:
 class _Waves:
     """Stops the waves one after the other, each once the one before it is gone."""
 
-    def __init__(self, rt: Runtime, waves: list[list[Child]], reason: str, then: Callable[[], None]) -> None:
-        self._rt, self._waves, self._reason, self._then = rt, waves, reason, then
+    def __init__(self, loop: EventLoop, log: Log, waves: list[list[Child]], reason: str,
+                 then: Callable[[], None]) -> None:
+        self._loop, self._log, self._waves, self._reason, self._then = loop, log, waves, reason, then
         self._pending = 0  # stops of the current wave not yet over
         self._starting = False  # the current wave's stops are being begun (some may end at once)
 
@@ -141,7 +245,7 @@ class _Waves:
             wave = self._waves.pop(0)
             self._pending, self._starting = len(wave), True
             for child in wave:
-                child.stop(self._rt.loop, self._rt.log, self._reason, self._one_stopped)
+                child.stop(self._loop, self._log, self._reason, self._one_stopped)
             self._starting = False
             if self._pending:
                 return  # the wave's last stop to end goes on from here

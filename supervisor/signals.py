@@ -36,16 +36,38 @@ import enum
 import faulthandler
 import signal
 import socket
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # (the CLI imports this module first thing: it must stay cheap to import)
     from .exitflush import ExitFlush
-    from .lifecycle import Lifecycle
     from .loop import EventLoop
-    from .reaping import Reaper
 
 Log = Callable[[str], None]
+
+
+class _Labelled(Protocol):
+    @property
+    def label(self) -> str: ...
+
+
+class Reaps(Protocol):
+    """The reaper (supervisor/reaping.py, which names signals with this module)."""
+
+    def reap(self) -> None: ...
+
+
+class Stoppable(Protocol):
+    """What a signal may do to the lifecycle (supervisor/lifecycle.py's Lifecycle): this module is below it."""
+
+    @property
+    def shutting_down(self) -> bool: ...
+
+    def forward(self, signum: int) -> Sequence[_Labelled]: ...
+
+    def shutdown(self, why: str, status: int) -> None: ...
+
+    def kill_everything_now(self) -> None: ...
 
 
 class Meaning(enum.Enum):
@@ -168,10 +190,10 @@ class SignalRouter:
     remembered (``stop_requested``: the startup steps look at it), then it stops the lifecycle, then
     it kills at once, and once the lifecycle is over it cuts the exit flush short."""
 
-    def __init__(self, reaper: Reaper, log: Log) -> None:
+    def __init__(self, reaper: Reaps, log: Log) -> None:
         self._reaper = reaper
         self._log = log
-        self.lifecycle: Lifecycle | None = None  # set as the lifecycle starts
+        self.lifecycle: Stoppable | None = None  # set as the lifecycle starts
         self.flush: ExitFlush | None = None  # set while the exit flush runs
         self.stop_requested: tuple[str, int] | None = None  # (why, exit status) of a stop before the start
         self._stops: dict[Stage, int] = {}  # stop signals received, by stage

@@ -56,7 +56,6 @@ class PhaseView(Protocol):
     why: str
     attempt: int
     up: bool
-    hold: str | None
     facts: dict[str, Any]
 
     @property
@@ -75,6 +74,8 @@ class LifecycleView(Protocol):
     shutdown_reason: str
 
     def current(self) -> PhaseView | None: ...
+
+    def held(self, name: str) -> str | None: ...
 
 
 class FactsView(Protocol):
@@ -102,7 +103,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
         "lifecycle": {"state": _lifecycle_state(lifecycle, current, bool(children)), "why": lifecycle.shutdown_reason,
                       "exit_status": lifecycle.exit_status,
                       "current": current.name if current else None},
-        "phases": [_phase(p, resume) for p in lifecycle.phases],
+        "phases": [_phase(p, lifecycle.held(p.name), resume) for p in lifecycle.phases],
         "children": children,
         "gpus": _gpus(gpus, usage),
         "memory": _memory(memory),
@@ -118,9 +119,9 @@ def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, childr
     return "starting" if current is None else "running"
 
 
-def _phase(p: PhaseView, resume: FactsView) -> dict[str, Any]:
+def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
     return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
-            "attempt": p.attempt, "up": p.up, "hold": p.hold,
+            "attempt": p.attempt, "up": p.up, "hold": hold,
             "bench": vars(p.kept_result) if p.kept_result else None,
             # A phase not reached in this run keeps what an earlier run learnt about it.
             "facts": p.facts or resume.previous(p.name)}

@@ -6,7 +6,8 @@ is non-zero or whose memory use changed (where GPUs are visible); the watched
 object fed with observations, so it is tested without waiting; StallMonitor feeds
 it from a running attempt every little while, with what was measured off the loop:
 the GPU thread's latest reading (supervisor/gpuwatch.py) and the progress probe's
-latest walk (supervisor/progress.py). It never waits for either.
+latest walk (supervisor/progress.py). It never waits for either. Its time is the loop's clock
+(tests/test_phase_timing.py moves a fake one).
 
 Before it decides it drains what the children printed (output waiting in a pipe is
 a sign of life) and looks at the clock: a freeze of the supervisor itself
@@ -17,7 +18,6 @@ and waiting for it would block the decision), and the verdict says so.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -105,7 +105,7 @@ class StallMonitor:
         self._progress_path = progress_path if probe is not None else None
         self._last_outputs, self._drain, self._current = last_outputs, drain, current
         self._on_stall, self._on_error = on_stall, on_error
-        now = time.monotonic()
+        now = loop.clock.monotonic()
         self._releases: list[Callable[[], None]] = []
         self._gpu_reading: GpuReading | None = None
         if gpus is not None:
@@ -126,7 +126,7 @@ class StallMonitor:
         if not self._current():  # (the drain fed the output parser, which may have ended the attempt)
             self._stop_wanting()
             return
-        now, watch = time.monotonic(), self._watch
+        now, watch = self._loop.clock.monotonic(), self._watch
         self._saw_thaw(now)
         for at in self._last_outputs():
             watch.saw_output(at)

@@ -29,7 +29,7 @@ from . import resume, statepaths
 from .config import Plan
 from .console import Console
 from .gpuwatch import Gpus
-from .lifecycle import Lifecycle, Runtime
+from .lifecycle import Lifecycle
 from .logs import LogFile, SupervisorLog
 from .loop import EventLoop, summary
 from .memory import MemoryEvidence
@@ -37,6 +37,7 @@ from .plugin import Plugin, hooks_for
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor, url_secrets
 from .reporting import EarlyLines, Reporter
+from .runtime import ChildKit, MachineEvidence, Runtime
 from .signals import SignalInbox, SignalRouter, last_words_to, signal_name
 from .survivors import STATE_DIR_ENV, kill_cgroup
 
@@ -270,19 +271,19 @@ def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:
 
 def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench: bool) -> Supervision:
     gpus = sample_gpus()
-    rt = Runtime(
+    spawning = ChildKit(
         loop=core.loop, reaper=core.reaper, console=host.console, log=host.log, log_dir=host.log_dir,
         ring_lines=plan.supervisor.ring_lines, log_file_max_bytes=plan.supervisor.log_file_max_bytes,
         base_env={**os.environ, STATE_DIR_ENV: str(host.state_dir)},
         # The OOM killer must pick one of the children, never us.
-        child_oom_score_adj=host.child_oom_score_adj,
-        memory=core.memory, gpus=gpus, redactor=host.redactor, state_dir=host.state_dir,
-        rebench=rebench,
+        child_oom_score_adj=host.child_oom_score_adj, memory=core.memory, redactor=host.redactor,
     )
-    reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, rt.export_env, host.redactor,
+    rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus), state_dir=host.state_dir,
+                    rebench=rebench)
+    reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,
                         host.early_lines)
     if reporter.enabled:
-        rt.ship_lines = reporter.ship_lines
+        spawning.ship_lines = reporter.ship_lines
     outcome: dict[str, int] = {}
 
     def finished(status: int) -> None:
@@ -290,7 +291,7 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench:
         core.loop.stop()
 
     record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
-    lifecycle = Lifecycle(plan, rt, finished, hooks_for(plugin, plan), record)
+    lifecycle = Lifecycle(plan, rt, finished, hooks_for(plugin, plan), record=record)
     lifecycle.listeners.append(record.phase_changed)  # first: a phase's facts are kept before anything else
     return Supervision(rt, reporter, lifecycle, record, outcome)
 

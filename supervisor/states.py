@@ -41,8 +41,10 @@ class PhaseState(enum.StrEnum):
 #   | +-------> FAILED   memory preflight, prepare refused, our bug
 #   +---------> STOPPED  the supervisor shut down before the lifecycle reached it
 #
-# DONE, FAILED and STOPPED are final. Beside the state, ``up`` (a service whose command runs and
-# answered its ready check), ``was_up`` and ``hold`` decide when the lifecycle moves on (Lifecycle).
+# DONE, FAILED and STOPPED are final. A phase has no flag beside its state: a service that is up stays
+# RUNNING to the outside while its attempt's record (supervisor/attempt.py) says when it came up; what
+# else the lifecycle decides by (how far it got, the phases it holds at, a shutdown) is the
+# Lifecycle's own record, by phase name.
 _ALLOWED: dict[PhaseState, set[PhaseState]] = {
     PhaseState.PENDING: {PhaseState.STARTING, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
     PhaseState.STARTING: {PhaseState.RUNNING, PhaseState.STOPPING},

@@ -169,7 +169,8 @@ class PhaseLike(Protocol):
 
 
 class LifecycleLike(Protocol):
-    """What the adapters below use of supervisor.lifecycle.Lifecycle."""
+    """What LifecycleEvents uses of supervisor.lifecycle.Lifecycle (which is itself the ProductionControl
+    a plugin is handed: hold, release and shutdown by phase name)."""
 
     phases: list[Any]
     listeners: list[Callable[[Any], None]]
@@ -177,12 +178,6 @@ class LifecycleLike(Protocol):
     failure: Verdict | None
 
     def production(self) -> list[Any]: ...
-
-    def hold(self, phase: Any, why: str) -> None: ...
-
-    def release(self, phase: Any) -> None: ...
-
-    def shutdown(self, why: str, status: int) -> None: ...
 
 
 class LifecycleEvents:
@@ -209,26 +204,6 @@ class LifecycleEvents:
         failure = self._lifecycle.failure
         return ShutdownView(why, status, self._mask(failure) if failure is not None else None,
                             production_was_up(self._lifecycle))
-
-
-class ProductionByName:
-    """``ProductionControl`` over today's Lifecycle, whose ``hold`` and ``release`` take the Phase: until
-    the Lifecycle offers them by name itself (then this adapter goes)."""
-
-    def __init__(self, lifecycle: LifecycleLike) -> None:
-        self._lifecycle = lifecycle
-
-    def hold(self, phase_name: str, why: str) -> None:
-        self._lifecycle.hold(self._phase(phase_name), why)
-
-    def release(self, phase_name: str) -> None:
-        self._lifecycle.release(self._phase(phase_name))
-
-    def shutdown(self, why: str, status: int) -> None:
-        self._lifecycle.shutdown(why, status)
-
-    def _phase(self, name: str) -> Any:
-        return next(p for p in self._lifecycle.phases if p.name == name)
 
 
 def production_was_up(lifecycle: LifecycleLike) -> bool:

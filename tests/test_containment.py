@@ -459,10 +459,10 @@ def test_the_run_ends_with_its_status_even_if_settling_the_shutdown_raises(sup: 
         command = {sh("exit 3")}
         """)
     inject = """
-import supervisor.lifecycle as lifecycle
+import supervisor.phase as phase
 def settle_after_shutdown(self):
     raise RuntimeError("injected fault in settling")
-lifecycle.Phase.settle_after_shutdown = settle_after_shutdown
+phase.Phase.settle_after_shutdown = settle_after_shutdown
 """
     result = run_with_fault(sup, config, inject, timeout=40)
     assert result.returncode == 3, result.output

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.attempt import Attempt
 from supervisor.config import parse_plan
 from supervisor.console import Console
-from supervisor.lifecycle import FINAL_STATES, Phase, PhaseState, Runtime
 from supervisor.loop import EventLoop
+from supervisor.phase import Phase
 from supervisor.reaping import Reaper
-from supervisor.states import _ALLOWED
+from supervisor.runtime import ChildKit, Runtime
+from supervisor.states import _ALLOWED, FINAL_STATES, PhaseState
 
 SERVICE = """
 [[phases]]
@@ -44,8 +46,9 @@ def seen() -> Seen:
 @pytest.fixture
 def phase(tmp_path: Path, seen: Seen) -> Iterator[Phase]:
     loop = EventLoop()
-    rt = Runtime(loop=loop, reaper=Reaper(lambda pid, status: None), console=Console(enabled=False),
-                 log=seen.lines.append, log_dir=tmp_path, ring_lines=10, log_file_max_bytes=4096, base_env={})
+    rt = Runtime.of(ChildKit(loop=loop, reaper=Reaper(lambda pid, status: None), console=Console(enabled=False),
+                             log=seen.lines.append, log_dir=tmp_path, ring_lines=10, log_file_max_bytes=4096,
+                             base_env={}))
     spec = parse_plan(SERVICE, "test.toml", {}).phases[0]
     yield Phase(spec, rt, lambda p: seen.changes.append(p.state))
     loop.close()
@@ -99,14 +102,16 @@ def test_a_service_is_up_only_while_it_runs(phase: Phase) -> None:
     """``up`` follows the state: any move away from RUNNING clears it (the lifecycle reads it)."""
     phase.state = PhaseState.STARTING
     phase.transition(PhaseState.RUNNING, "command started")
-    phase.up = phase.was_up = True  # what the service coming up sets
+    assert phase.up is False and phase.was_up is False  # running, not yet up (its ready check)
+    phase._service_up()  # what its ready check passing does
+    assert phase.up is True and phase.was_up is True
     phase.transition(PhaseState.STOPPING, "it exited")
     assert phase.up is False
     assert phase.was_up is True
 
 
 def test_a_callback_acts_only_for_the_current_attempt_in_the_states_it_names(phase: Phase) -> None:
-    phase.attempt, phase.state = 2, PhaseState.RUNNING
+    phase._attempt, phase.state = Attempt(2, started=0.0), PhaseState.RUNNING
     assert phase._is_current(2, PhaseState.STARTING, PhaseState.RUNNING)
     assert not phase._is_current(1, PhaseState.STARTING, PhaseState.RUNNING)  # a late answer for attempt 1
     assert not phase._is_current(2, PhaseState.STARTING)  # the attempt has moved on

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from helpers import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_list, toml_str, wait_for
 
-from supervisor import lifecycle
+from supervisor import runtime
 from supervisor.devmanager import DevManager
 from supervisor.render import render
 from supervisor.resume import ResumeRecord
@@ -443,7 +443,7 @@ def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: Supervi
     size = (sup.state_dir / "status.json").stat().st_size
     assert size < STATE_FILE_BOUND, size
     kept = [v for v in snap["verdicts"] if v["phase"] == "flappy"]
-    assert 0 < len(kept) <= lifecycle.VERDICTS_KEPT_PER_PHASE, len(kept)
+    assert 0 < len(kept) <= runtime.VERDICTS_KEPT_PER_PHASE, len(kept)
     assert kept[-1]["attempt"] == RESTARTS + 1, "the latest verdicts are the ones kept"
     assert all(len(s) <= SNAPSHOT_LINE_CHARS for v in kept for s in v["last_lines"])
     assert "Traceback" not in (sup.log_dir / "supervisor.log").read_text()

@@ -1,5 +1,5 @@
 """What a plugin is handed (wiring.py), in-process: listeners hear views, never the Phase; the shutdown view
-carries the failure masked and whether production was up; production is driven by phase name; a listener
+carries the failure masked and whether production was up; a listener
 that raises is named as the plugin's own in the fault report. Also the supervisor's own lines: an
 ``Unshipped`` one never reaches the log shipper's tap (the verdict is pushed from the object instead).
 """
@@ -20,7 +20,7 @@ from supervisor.reporting import masked
 from supervisor.runtime import tell_listeners
 from supervisor.states import PhaseState
 from supervisor.verdict import Verdict
-from supervisor.wiring import LifecycleEvents, PhaseView, ProductionByName, ShutdownView
+from supervisor.wiring import LifecycleEvents, PhaseView, ShutdownView
 
 SECRET = "hunter2-secret"
 
@@ -32,26 +32,16 @@ def phase(name: str, kind: str = "oneshot", report: str | None = None, **state: 
 
 
 class Lifecycle:
-    """What the adapters use of supervisor.lifecycle.Lifecycle, noting what it is asked."""
+    """What LifecycleEvents uses of supervisor.lifecycle.Lifecycle."""
 
     def __init__(self) -> None:
         self.phases = [phase("bench", report="bench-done"), phase("curio", kind="service", report="running")]
         self.listeners: list[Any] = []
         self.on_shutdown: list[Any] = []
         self.failure: Verdict | None = None
-        self.asked: list[tuple[Any, ...]] = []
 
     def production(self) -> list[Any]:
         return [p for p in self.phases if p.spec.report == "running"]
-
-    def hold(self, phase: Any, why: str) -> None:
-        self.asked.append(("hold", phase, why))
-
-    def release(self, phase: Any) -> None:
-        self.asked.append(("release", phase))
-
-    def shutdown(self, why: str, status: int) -> None:
-        self.asked.append(("shutdown", why, status))
 
 
 def events_of(lifecycle: Lifecycle, verdicts: list[Any] | None = None) -> LifecycleEvents:
@@ -95,16 +85,6 @@ def test_verdict_listeners_hear_the_verdict_object() -> None:
     assert verdicts == [listener]
 
 
-def test_production_is_driven_by_phase_name() -> None:
-    lifecycle = Lifecycle()
-    production = ProductionByName(lifecycle)
-    production.hold("bench", "waiting")
-    production.release("bench")
-    production.shutdown("rejected", 69)
-    bench = lifecycle.phases[0]
-    assert lifecycle.asked == [("hold", bench, "waiting"), ("release", bench), ("shutdown", "rejected", 69)]
-
-
 def test_a_plugin_listener_that_raises_is_named_as_its_own() -> None:
     lifecycle = Lifecycle()
     loop = EventLoop()
@@ -116,8 +96,7 @@ def test_a_plugin_listener_that_raises_is_named_as_its_own() -> None:
 
     try:
         events_of(lifecycle).on_transition(broken_bench_listener)
-        rt = SimpleNamespace(loop=loop)
-        tell_listeners(rt, "listener", lifecycle.listeners, lifecycle.phases[0], phase="bench")  # type: ignore[arg-type]
+        tell_listeners(loop.faults, "listener", lifecycle.listeners, lifecycle.phases[0], phase="bench")
     finally:
         loop.close()
     assert any("broken_bench_listener" in line and "RuntimeError: boom" in line for line in said), said

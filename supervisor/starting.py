@@ -1,0 +1,92 @@
+"""The start of one attempt: its daemons one by one, each waited for until ready where it has a
+ready check, then its command; a service's command with a ready check is waited for too, until
+the service is up.
+
+What it learns goes back to its phase through three callbacks (the command started, the service
+is up, the attempt failed to start); once ``cancel``led (the attempt is over, or the supervisor
+shuts down) nothing more does: a readiness answer that comes late is dropped here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import verdict as v
+from .config import ChildSpec, PhaseSpec
+from .loop import EventLoop
+from .process import Child
+from .readiness import ReadinessWait
+from .verdict import Verdict
+
+Guard = Callable[[str, Callable[..., object]], Callable[..., None]]  # (what, callback) → it, unable to raise
+
+
+class AttemptStart:
+    def __init__(self, spec: PhaseSpec, attempt: int, loop: EventLoop, log: Callable[[str], None], *,
+                 start: Callable[[ChildSpec], Child | None], guarded: Guard,
+                 command_started: Callable[[Child], None], up: Callable[[], None],
+                 failed: Callable[[Verdict], None]) -> None:
+        self._spec, self._attempt, self._loop, self._log = spec, attempt, loop, log
+        self._start, self._guarded = start, guarded  # start: None when it could not (the attempt is over)
+        self._command_started, self._up, self._failed = command_started, up, failed
+        self._ready: ReadinessWait | None = None  # the wait under way, if any
+        self._over = False
+
+    def begin(self) -> None:
+        self._daemon(0)
+
+    def cancel(self) -> None:
+        self._over = True
+        if self._ready is not None:
+            self._ready.cancel()
+
+    def _daemon(self, index: int) -> None:
+        if self._over:
+            return  # a late readiness answer for an attempt that is already over
+        if index == len(self._spec.daemons):
+            self._command()
+            return
+        spec = self._spec.daemons[index]
+        child = self._start(spec)
+        if child is None:
+            return
+        if spec.ready is None:
+            self._daemon(index + 1)
+            return
+        self._log(f"waiting for {spec.label} to be ready: {spec.ready.describe()} "
+                  f"(at most {spec.ready_timeout_s:g}s)")
+        self._wait_until_ready(child, lambda: self._daemon_ready(child, index))
+
+    def _daemon_ready(self, child: Child, index: int) -> None:
+        if not self._over:
+            self._log(f"{child.label} is ready ({child.spec.ready.describe() if child.spec.ready else ''})")
+            self._daemon(index + 1)
+
+    def _command(self) -> None:
+        child = self._start(self._spec.command)
+        if child is None:
+            return
+        self._command_started(child)
+        if self._spec.kind != "service":
+            return
+        if self._spec.command.ready is None:
+            self._up()
+            return
+        self._wait_until_ready(child, lambda: None if self._over else self._up())
+
+    def _wait_until_ready(self, child: Child, on_ready: Callable[[], None]) -> None:
+        assert child.spec.ready is not None
+        what = f"the readiness wait of {child.label}"
+        self._ready = ReadinessWait(self._loop, child.spec.ready, child.spec.ready_timeout_s,
+                                    on_ready=self._guarded(what, on_ready),
+                                    on_timeout=self._guarded(what, lambda why: self._not_ready(child, why)))
+
+    def _not_ready(self, child: Child, why: str) -> None:
+        if self._over:
+            return
+        detail = f"{child.label} not ready after {child.spec.ready_timeout_s:g}s: {why}"
+        child.stop_reason = v.TIMEOUT
+        self._failed(v.without_exit(
+            self._spec.name, child.spec.name, v.TIMEOUT, 1, detail, attempt=self._attempt,
+            started_at=child.started_at, last_lines=child.output.last_lines(),
+        ))

@@ -1,0 +1,158 @@
+"""The lifecycle's own record, in-process: the phases it holds at (by name), how far it got, its shutdown.
+
+A real Lifecycle with real Phases on a loop whose clock is fake, and fake children (tests/fakes.py): what
+the bench gate drives (``hold``/``release`` by phase name), what status reads (``held``, ``current``), and
+that a shutdown is every phase's to obey, the lifecycle's word asked by each (no flag of their own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fakes import FakeChildren, FakeClock
+
+from supervisor.config import parse_plan
+from supervisor.lifecycle import Lifecycle
+from supervisor.logs import Console
+from supervisor.loop import EventLoop
+from supervisor.phase import Phase
+from supervisor.reaping import Reaper
+from supervisor.runtime import ChildKit, Runtime
+from supervisor.states import PhaseState
+
+TWO_ONESHOTS = """
+[[phases]]
+name = "bench"
+command = ["fake"]
+
+[[phases]]
+name = "production"
+command = ["fake"]
+"""
+
+RESTARTING_SERVICE = """
+[[phases]]
+name = "svc"
+kind = "service"
+command = ["fake"]
+restart = "always"
+backoff_s = 5
+backoff_jitter = 0
+"""
+
+
+@dataclass
+class Run:
+    lifecycle: Lifecycle
+    clock: FakeClock
+    loop: EventLoop
+    children: FakeChildren
+    log: list[str]
+    finished: list[int]
+
+    def phase(self, name: str) -> Phase:
+        return next(p for p in self.lifecycle.phases if p.name == name)
+
+    def run_until(self, t: float) -> None:
+        while (due := self.loop.next_due()) is not None and due <= t:
+            self.clock.now = max(self.clock.now, due)
+            self.loop.run_once(max_wait=0)
+        self.clock.now = max(self.clock.now, t)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Run]:
+    made: list[Run] = []
+
+    def make(toml: str) -> Run:
+        clock = FakeClock()
+        loop = EventLoop(clock=clock)
+        log: list[str] = []
+        rt = Runtime.of(ChildKit(loop=loop, reaper=Reaper(lambda pid, status: None), console=Console(enabled=False),
+                                 log=log.append, log_dir=tmp_path, ring_lines=10, log_file_max_bytes=4096,
+                                 base_env={}), state_dir=tmp_path)
+        children = FakeChildren(clock, loop)
+        finished: list[int] = []
+        lifecycle = Lifecycle(parse_plan(toml, "test.toml", {}), rt, finished.append, spawn=children.spawn)
+        made.append(Run(lifecycle, clock, loop, children, log, finished))
+        return made[-1]
+
+    yield make  # type: ignore[misc]
+    for r in made:
+        r.loop.close()
+
+
+def test_a_phase_held_by_name_is_not_gone_past_until_released(run) -> None:
+    r = run(TWO_ONESHOTS)
+    lifecycle = r.lifecycle
+
+    def gate(phase: Phase) -> None:  # as the bench gate does, from a listener, once the bench is done
+        if phase.name == "bench" and phase.state is PhaseState.DONE:
+            lifecycle.hold("bench", "waiting for the manager's answer")
+
+    lifecycle.listeners.append(gate)
+    lifecycle.start()
+    assert lifecycle.current() is r.phase("bench")
+    r.children.last.exit(0)
+    r.run_until(1.0)
+    assert r.phase("bench").state is PhaseState.DONE
+    assert r.phase("production").state is PhaseState.PENDING and len(r.children.started) == 1
+    assert lifecycle.held("bench") == "waiting for the manager's answer" and lifecycle.held("production") is None
+    assert lifecycle.current() is r.phase("bench")
+    lifecycle.release("bench")
+    assert "phase bench: hold released (waiting for the manager's answer)" in r.log
+    assert lifecycle.held("bench") is None
+    assert r.phase("production").state is PhaseState.RUNNING and len(r.children.started) == 2
+    assert lifecycle.current() is r.phase("production")
+    lifecycle.release("bench")  # released already: nothing more
+    assert r.log.count("phase bench: hold released (waiting for the manager's answer)") == 1
+    r.children.last.exit(0)
+    r.run_until(2.0)
+    assert r.finished == [0]
+
+
+def test_a_hold_set_as_the_phase_is_done_keeps_the_next_one_pending_until_released(run) -> None:
+    """What the plugin's bench gate does: hold the phase by name from its transition listener, release later."""
+    r = run(TWO_ONESHOTS)
+    bench = r.phase("bench")
+    r.lifecycle.listeners.append(lambda p: r.lifecycle.hold(p.name, "held")
+                                 if p is bench and p.state is PhaseState.DONE else None)
+    r.lifecycle.start()
+    r.children.last.exit(0)
+    r.run_until(1.0)
+    assert r.lifecycle.held("bench") == "held" and r.phase("production").state is PhaseState.PENDING
+    r.lifecycle.release("bench")
+    assert r.phase("production").state is PhaseState.RUNNING and r.lifecycle.held("bench") is None
+
+
+def test_a_shutdown_during_a_backoff_ends_the_phase_and_starts_no_new_attempt(run) -> None:
+    r = run(RESTARTING_SERVICE)
+    r.lifecycle.start()
+    r.run_until(1.0)
+    r.children.last.exit(1)
+    svc = r.phase("svc")
+    assert svc.state is PhaseState.BACKOFF
+    r.lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(100.0)  # well past the 5s backoff
+    assert svc.state is PhaseState.STOPPED and svc.why == "supervisor shutdown"
+    assert len(r.children.started) == 1
+    assert r.finished == [143]
+
+
+def test_a_shutdown_while_running_stops_the_child_and_the_phase_ends_stopped(run) -> None:
+    r = run(RESTARTING_SERVICE)
+    r.lifecycle.start()
+    svc, child = r.phase("svc"), r.children.last
+    assert svc.up and svc.was_up
+    r.run_until(2.0)
+    r.lifecycle.shutdown("received SIGTERM", 143)
+    assert child.stop_asked_at == 2.0
+    r.run_until(100.0)
+    assert not child.running
+    assert [line for line in r.log if line.startswith("phase svc: ")][-2:] == [
+        "phase svc: running → stopping (supervisor shutdown)", "phase svc: stopping → stopped (supervisor shutdown)"]
+    assert len(r.children.started) == 1  # the shutdown's own stop is no reason to restart it
+    assert r.finished == [143]

@@ -1,0 +1,282 @@
+"""The phase's timing rules, in-process, on a fake clock: backoff, the restart burst, the deadline, the stall.
+
+The real Phase runs on a real EventLoop whose clock is a ``FakeClock`` (tests/fakes.py): a timer is due when the
+fake clock says so, and the test moves the clock from one due timer to the next (``Drive``). Its children
+are fakes that never run a process (``FakeChildren``, handed to the phase as its ``spawn``): the test
+says when one prints and when it exits; asked to stop, one exits by SIGTERM at once. So every time
+asserted below is exact, what the fake clock showed when the phase moved, and nothing sleeps (as
+Pebble's servstate tests do with their fake time).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fakes import FakeChildren, FakeClock
+
+from supervisor import verdict as v
+from supervisor.backoff import backoff_delay
+from supervisor.config import parse_plan
+from supervisor.freeze import FREEZE_MIN_S, FreezeWatch
+from supervisor.logs import Console
+from supervisor.loop import EventLoop
+from supervisor.phase import Phase
+from supervisor.reaping import Reaper
+from supervisor.runtime import ChildKit, MachineEvidence, Runtime
+from supervisor.stall import check_interval
+from supervisor.states import PhaseState
+
+SEED = 20260101
+
+
+@dataclass
+class Drive:
+    """One phase on a fake clock; ``moves``: (time, state, why) at each transition."""
+
+    phase: Phase
+    clock: FakeClock
+    loop: EventLoop
+    children: FakeChildren
+    rt: Runtime
+    log: list[str]
+    moves: list[tuple[float, PhaseState, str]]
+
+    def run_until(self, t: float) -> None:
+        """Move the clock to ``t``, from due timer to due timer, running each when it is due."""
+        while (due := self.loop.next_due()) is not None and due <= t:
+            self.clock.now = max(self.clock.now, due)
+            self.loop.run_once(max_wait=0)
+        self.clock.now = max(self.clock.now, t)
+
+    def jump(self, seconds: float) -> None:
+        """The whole supervisor frozen for ``seconds``: the clock moves on, no timer runs meanwhile."""
+        self.clock.now += seconds
+        self.loop.run_once(max_wait=0)
+
+    def times_of(self, state: PhaseState) -> list[float]:
+        return [t for t, s, _ in self.moves if s is state]
+
+    def verdicts(self) -> list[v.Verdict]:
+        return list(self.rt.verdicts)
+
+
+@pytest.fixture
+def drive(tmp_path: Path) -> Iterator[Callable[..., Drive]]:
+    loops: list[EventLoop] = []
+
+    def make(toml: str, *, freeze: bool = False) -> Drive:
+        clock = FakeClock()
+        loop = EventLoop(clock=clock)
+        loops.append(loop)
+        log: list[str] = []
+        kit = ChildKit(loop=loop, reaper=Reaper(lambda pid, status: None), console=Console(enabled=False),
+                       log=log.append, log_dir=tmp_path, ring_lines=10, log_file_max_bytes=4096, base_env={})
+        evidence = MachineEvidence(freeze=FreezeWatch(log.append, clock=clock) if freeze else None)
+        rt = Runtime.of(kit, evidence, rng=random.Random(SEED), state_dir=tmp_path)
+        children = FakeChildren(clock, loop)
+        moves: list[tuple[float, PhaseState, str]] = []
+
+        def changed(phase: Phase) -> None:
+            if not moves or moves[-1][1] is not phase.state or moves[-1][2] != phase.why:
+                moves.append((clock.monotonic(), phase.state, phase.why))
+
+        spec = parse_plan(toml, "test.toml", {}).phases[0]
+        phase = Phase(spec, rt, changed, spawn=children.spawn)
+        return Drive(phase, clock, loop, children, rt, log, moves)
+
+    yield make
+    for loop in loops:
+        loop.close()
+
+
+def oneshot(**keys: object) -> str:
+    return _phase("oneshot", keys)
+
+
+def service(**keys: object) -> str:
+    return _phase("service", keys)
+
+
+def _phase(kind: str, keys: dict[str, object]) -> str:
+    lines = "\n".join(f"{k} = {val!r}" if not isinstance(val, str) else f'{k} = "{val}"' for k, val in keys.items())
+    return f'[[phases]]\nname = "p"\nkind = "{kind}"\ncommand = ["fake"]\n{lines}\n'
+
+
+def draws(n: int) -> list[float]:
+    """The first ``n`` numbers the phase's seeded random source gives (its only use: the backoff's jitter)."""
+    rng = random.Random(SEED)
+    return [rng.random() for _ in range(n)]
+
+
+# ---------------------------------------------------------------- backoff
+
+
+def test_each_backoff_is_backoff_delay_of_the_failures_so_far_with_the_seeded_jitter(drive) -> None:
+    d = drive(oneshot(retries=3, backoff_s=1.0, backoff_factor=2.0, backoff_max_s=30.0, backoff_jitter=0.5))
+    d.phase.start()
+    starts, rands = [0.0], draws(3)
+    for n in range(1, 4):
+        d.run_until(starts[-1] + 0.5)
+        d.children.last.exit(1)  # every attempt fails half a second in
+        delay = backoff_delay(n, 1.0, 2.0, 30.0, 0.5, rands[n - 1])
+        assert d.phase.state is PhaseState.BACKOFF
+        assert d.moves[-1] == (starts[-1] + 0.5, PhaseState.BACKOFF,
+                               f"exit_code; retry {n} of 3; next attempt in {delay:.2f}s")
+        starts.append(starts[-1] + 0.5 + delay)
+        d.run_until(starts[-1])
+        assert d.phase.state is PhaseState.RUNNING and d.phase.attempt == n + 1  # no daemons: started at once
+    assert d.times_of(PhaseState.STARTING) == starts
+    assert len(set(starts[i + 1] - starts[i] for i in range(3))) == 3  # the jitter moved each one
+    d.run_until(starts[-1] + 0.5)
+    d.children.last.exit(1)
+    assert d.phase.state is PhaseState.FAILED
+    assert d.moves[-1] == (starts[-1] + 0.5, PhaseState.FAILED, "exit_code (all 3 retries used)")
+    assert d.phase.outcome is not None and d.phase.outcome.reason == v.EXIT_CODE
+
+
+def test_an_attempt_that_ran_backoff_reset_s_starts_the_backoff_again(drive) -> None:
+    d = drive(service(restart="always", backoff_s=1.0, backoff_factor=2.0, backoff_max_s=60.0, backoff_jitter=0.0,
+                      backoff_reset_s=10.0, restart_burst=100))
+    d.phase.start()
+    delays = []
+    for ran in (1.0, 1.0, 1.0, 12.0, 1.0):  # the fourth attempt runs longer than backoff_reset_s
+        assert d.phase.up  # a service without a ready check is up once its command runs
+        d.run_until(d.clock.now + ran)
+        d.children.last.exit(1)
+        assert not d.phase.up and d.phase.was_up
+        delays.append(float(d.moves[-1][2].rsplit("next attempt in ", 1)[1].rstrip("s")))
+        d.run_until(d.clock.now + delays[-1])
+    assert delays == [1.0, 2.0, 4.0, 1.0, 2.0]
+
+
+# ---------------------------------------------------------------- the restart burst
+
+
+def test_restart_burst_restarts_within_restart_window_s_fail_the_service(drive) -> None:
+    d = drive(service(restart="always", restart_burst=3, restart_window_s=60.0, backoff_s=1.0, backoff_factor=1.0,
+                      backoff_jitter=0.0))
+    d.phase.start()
+    for _ in range(3):
+        d.run_until(d.clock.now + 2.0)
+        d.children.last.exit(1)
+        assert d.phase.state is PhaseState.BACKOFF
+        d.run_until(d.clock.now + 1.0)
+    assert d.times_of(PhaseState.STARTING) == [0.0, 3.0, 6.0, 9.0]
+    d.run_until(11.0)
+    d.children.last.exit(1)  # the fourth end within 60s: three restarts already happened in the window
+    assert d.phase.state is PhaseState.FAILED
+    assert d.moves[-1] == (11.0, PhaseState.FAILED,
+                           "exit_code; restarted 3 times within 60s (restart_burst): giving up")
+    assert d.loop.next_due() is None  # no backoff left waiting
+
+
+def test_restarts_spread_out_wider_than_the_window_never_fail_the_service(drive) -> None:
+    d = drive(service(restart="always", restart_burst=3, restart_window_s=60.0, backoff_s=1.0, backoff_factor=1.0,
+                      backoff_jitter=0.0, backoff_reset_s=0.0))
+    d.phase.start()
+    for _ in range(10):  # each attempt runs 25s: never three restarts within 60s
+        d.run_until(d.clock.now + 25.0)
+        d.children.last.exit(1)
+        assert d.phase.state is PhaseState.BACKOFF, d.moves[-1]
+        d.run_until(d.clock.now + 1.0)
+    assert d.phase.state is PhaseState.RUNNING and d.phase.attempt == 11
+    assert d.times_of(PhaseState.STARTING) == [26.0 * n for n in range(11)]
+
+
+# ---------------------------------------------------------------- the deadline
+
+
+def test_the_deadline_counts_across_attempts_and_stops_a_running_one_with_reason_timeout(drive) -> None:
+    d = drive(oneshot(timeout_s=10.0, retries=5, backoff_s=1.0, backoff_factor=1.0, backoff_jitter=0.0))
+    d.phase.start()
+    d.run_until(3.0)
+    d.children.last.exit(1)
+    d.run_until(4.0)
+    second = d.children.last
+    assert d.phase.attempt == 2 and d.phase.state is PhaseState.RUNNING
+    d.run_until(9.999)
+    assert d.phase.state is PhaseState.RUNNING  # not a moment early
+    d.run_until(10.0)
+    assert second.stop_asked_at == 10.0  # 10s after the first attempt began, not after the second
+    assert "phase p: phase deadline timeout_s=10 passed" in d.log
+    assert [s for _, s, _ in d.moves[-2:]] == [PhaseState.STOPPING, PhaseState.FAILED]
+    assert d.times_of(PhaseState.FAILED) == [10.0]
+    outcome = d.phase.outcome
+    assert outcome is not None and outcome.reason == v.TIMEOUT and outcome.child == "p" and outcome.attempt == 2
+    assert outcome.detail.startswith("phase deadline timeout_s=10 passed; ")
+    assert d.verdicts()[-1] == outcome
+
+
+def test_a_deadline_that_passes_in_backoff_fails_the_phase_at_once(drive) -> None:
+    d = drive(oneshot(timeout_s=5.0, retries=5, backoff_s=10.0, backoff_max_s=10.0, backoff_jitter=0.0))
+    d.phase.start()
+    d.run_until(2.0)
+    d.children.last.exit(1)
+    assert d.phase.state is PhaseState.BACKOFF
+    d.run_until(100.0)
+    assert d.moves[-1] == (5.0, PhaseState.FAILED, "phase deadline timeout_s=5 passed")
+    assert len(d.children.started) == 1  # the backoff's attempt never came
+    outcome = d.phase.outcome
+    assert outcome is not None and (outcome.reason, outcome.pid, outcome.attempt) == (v.TIMEOUT, None, 1)
+    assert [x.reason for x in d.verdicts()] == [v.EXIT_CODE, v.TIMEOUT]
+
+
+# ---------------------------------------------------------------- the stall
+
+
+def test_stall_s_of_silence_stops_the_attempt_with_reason_stalled(drive) -> None:
+    d = drive(oneshot(stall_s=5.0))
+    d.phase.start()
+    assert check_interval(5.0) == 0.5
+    d.run_until(4.999)
+    assert d.phase.state is PhaseState.RUNNING
+    d.run_until(30.0)
+    assert d.children.last.stop_asked_at == 5.0
+    assert "phase p: stalled: no output for 5.0s (no GPU visible) (stall_s=5)" in d.log
+    assert d.moves[-1][:2] == (5.0, PhaseState.FAILED)
+    outcome = d.phase.outcome
+    assert outcome is not None and outcome.reason == v.STALLED
+    assert outcome.detail.startswith("stalled: no output for 5.0s (no GPU visible); ")
+
+
+def test_output_restarts_the_stall_window(drive) -> None:
+    d = drive(oneshot(stall_s=5.0))
+    d.phase.start()
+    for t in (3.0, 7.0):
+        d.run_until(t)
+        d.children.last.say(f"working at {t:g}")
+    d.run_until(11.999)
+    assert d.phase.state is PhaseState.RUNNING
+    d.run_until(30.0)
+    assert d.children.last.stop_asked_at == 12.0  # 5s after the last line, at 7
+    assert d.phase.outcome is not None and d.phase.outcome.reason == v.STALLED
+
+
+def test_a_freeze_of_the_supervisor_restarts_the_stall_window_at_the_thaw(drive) -> None:
+    d = drive(oneshot(stall_s=5.0), freeze=True)
+    d.phase.start()
+    d.run_until(2.0)
+    d.jump(FREEZE_MIN_S + 1.0)  # frozen from 2 to 6: 6s of silence, most of it the supervisor's own blindness
+    assert d.clock.now == 6.0
+    assert "the supervisor was frozen (SIGSTOP, cgroup freezer, docker pause?) for 4.0s; " \
+           "stall windows restart now, deadlines keep counting" in d.log
+    assert d.phase.state is PhaseState.RUNNING
+    d.run_until(10.999)
+    assert d.phase.state is PhaseState.RUNNING
+    d.run_until(30.0)
+    assert d.children.last.stop_asked_at == 11.0  # 5s after the thaw
+    assert d.phase.outcome is not None and d.phase.outcome.reason == v.STALLED
+
+
+def test_without_the_freeze_watch_the_same_silence_is_a_stall(drive) -> None:
+    """The control for the test above: the same jump, nobody noticing it, is taken as silence."""
+    d = drive(oneshot(stall_s=5.0))
+    d.phase.start()
+    d.run_until(2.0)
+    d.jump(FREEZE_MIN_S + 1.0)
+    assert d.children.last.stop_asked_at == 6.0
+    assert d.phase.outcome is not None and d.phase.outcome.reason == v.STALLED

@@ -1,38 +1,22 @@
-"""The tests' fixtures. Plain helpers (the supervisor runner, verdict parsing, cgroups...) are in helpers.py."""
+"""The tests' fixtures (the prover's own are in tests/prover/conftest.py). Plain helpers (the supervisor runner,
+verdict parsing, cgroups...) are in helpers.py."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import PY, REPO, Profile, SupervisorRunner
+from helpers import Runner
 
 from supervisor.devmanager import DevManager
 
 
 @pytest.fixture
-def sup(tmp_path: Path) -> Iterator[SupervisorRunner]:
-    runner = SupervisorRunner(tmp_path)
+def sup(tmp_path: Path) -> Iterator[Runner]:
+    runner = Runner(tmp_path)
     yield runner
     runner.cleanup()
-
-
-# ================================================================ the built-in prover profile
-
-
-@pytest.fixture(scope="module")
-def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The stand-ins under their real names, written by the CLI itself."""
-    target = tmp_path_factory.mktemp("standins") / "bin"
-    done = subprocess.run([PY, "-m", "supervisor", "standins", "--bin-dir", str(target)], capture_output=True,
-                          text=True, timeout=30, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    for name in ("curio", "cuzk-daemon", "cuzk-bench", "paramfetch", "c1.json"):
-        assert (target / name).exists(), done.stdout
-    return target
 
 
 @pytest.fixture
@@ -41,13 +25,3 @@ def manager() -> Iterator[DevManager]:
     dev = DevManager(port=0, quiet=True).start()
     yield dev
     dev.stop()
-
-
-_counter = iter(range(1_000_000))
-
-
-@pytest.fixture
-def profile(tmp_path: Path, bin_dir: Path, manager: DevManager) -> Iterator[Profile]:
-    prof = Profile(tmp_path, bin_dir, manager, f"C.profile-{os.getpid()}-{next(_counter)}")
-    yield prof
-    prof.cleanup()

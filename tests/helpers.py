@@ -1,8 +1,9 @@
 """The tests' shared helpers: plain functions and constants (tests/conftest.py holds the fixtures).
 
 Run the real supervisor as a real process against real children, write its config, read its
-console (verdict lines, stamps), wait on processes and pid files, make v1 memory cgroups, and
-drive the built-in prover profile. Every test module imports what it shares from here, never
+console (verdict lines, stamps), wait on processes and pid files, make v1 memory cgroups. What only
+the prover's tests use (the built-in profile's knobs, the stand-ins' environment) is in
+tests/prover/profilekit.py. Every test module imports what it shares from here, never
 from another test module.
 """
 
@@ -23,7 +24,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,19 +90,40 @@ def py_script(tmp: Path, name: str, code: str, *args: object) -> str:
 
 @dataclass
 class Result:
+    """A supervisor that ended: its exit status, its console, how long it ran, its pid."""
+
     returncode: int
     output: str
     duration: float
+    pid: int = 0
 
 
-class SupervisorRunner:
-    """Writes a config under tmp_path and runs ``python -m supervisor`` on it."""
+class Environ(dict[str, str]):
+    """A whole environment made by ``Runner.env()``: a run given one uses it as it is, not over the base."""
 
-    def __init__(self, tmp_path: Path) -> None:
+
+class Runner:
+    """``python -m supervisor run`` as a real process under one directory; ``cleanup`` kills what is left of it.
+
+    One class, two set-ups (the ``sup`` and ``profile`` fixtures): ``Runner(tmp_path)`` writes a config
+    (``write``) and runs on it (``run(config)``) in the test runner's own environment; a runner given
+    ``base_env`` (the built-in profile's knobs: tests/prover/profilekit.py) runs with no config, steered by its
+    environment alone (made afresh for each run, from the runner's dirs, label and manager as they are then),
+    and with ``manager`` and ``label`` reads what its instance told that dev-manager.
+    Either way ``env=`` of ``start``/``run`` is a few variables set over ``env()`` (a value None unsets one), or
+    a whole environment that ``env()`` made (an ``Environ``: used as it is, so a test may delete from it). A
+    ``Path`` among the arguments is a config (``--config``), a ``str`` an argument as it is.
+    """
+
+    def __init__(self, tmp_path: Path, *, base_env: Callable[[Runner], dict[str, str]] | None = None,
+                 manager: DevManager | None = None, label: str = "") -> None:
         self.tmp = tmp_path
         self.state_dir = tmp_path / "state"
         self.log_dir = tmp_path / "logs"
-        self.procs: list[subprocess.Popen[str]] = []
+        self.manager = manager
+        self.label = label
+        self.procs: list[subprocess.Popen[Any]] = []
+        self._base_env = base_env or (lambda _runner: dict(os.environ))
 
     def header(self, stop_grace_s: float = 2, extra: str = "") -> str:
         return textwrap.dedent(f"""\
@@ -117,26 +139,71 @@ class SupervisorRunner:
         path.write_text((self.header(stop_grace_s) if header else "") + textwrap.dedent(body))
         return path
 
-    def argv(self, config: Path, *, pid1: bool = False) -> list[str]:
-        cmd = [PY, "-m", "supervisor", "run", "--config", str(config)]
+    def env(self, **extra: str | None) -> Environ:
+        """A whole environment for a run: the base (the runner's own, or the profile's knobs), ``extra`` over it."""
+        return self._environ(extra)
+
+    def _environ(self, extra: dict[str, str | None] | None) -> Environ:
+        if isinstance(extra, Environ):
+            return extra
+        env: dict[str, str | None] = {**self._base_env(self), **(extra or {})}
+        return Environ({k: v for k, v in env.items() if v is not None})
+
+    def argv(self, *args: str | Path, pid1: bool = False) -> list[str]:
+        cmd = [PY, "-m", "supervisor", "run"]
+        for arg in args:
+            cmd += ["--config", str(arg)] if isinstance(arg, Path) else [arg]
         if pid1:
             cmd = ["unshare", "--pid", "--fork", "--mount-proc", *cmd]
         return cmd
 
-    def start(self, config: Path, *, pid1: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def start(self, *args: str | Path, pid1: bool = False,
+              env: dict[str, str | None] | None = None) -> subprocess.Popen[str]:
+        """Start it with its console on a pipe (``proc.stdout``)."""
         proc = subprocess.Popen(
             # Children's bytes pass through unchanged: decode leniently, a test may print binary.
-            self.argv(config, pid1=pid1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace",
-            env={**os.environ, **(env or {})}, cwd=REPO, start_new_session=True,
+            self.argv(*args, pid1=pid1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace", env=self._environ(env), cwd=REPO, start_new_session=True,
         )
         self.procs.append(proc)
         return proc
 
-    def run(self, config: Path, *, timeout: float = 60, pid1: bool = False,
-            env: dict[str, str] | None = None) -> Result:
+    def start_to_file(self, *args: str | Path, pid1: bool = False, env: dict[str, str | None] | None = None,
+                      name: str = "console") -> tuple[subprocess.Popen[bytes], Path]:
+        """Start it with its console in ``<tmp>/<name>.txt``: nothing to drain, readable while it runs."""
+        console = self.tmp / f"{name}.txt"
+        with open(console, "wb") as out:
+            proc = subprocess.Popen(self.argv(*args, pid1=pid1), stdout=out, stderr=subprocess.STDOUT,
+                                    env=self._environ(env), cwd=REPO, start_new_session=True)
+        self.procs.append(proc)
+        return proc, console
+
+    def run(self, *args: str | Path, timeout: float = 60, pid1: bool = False,
+            env: dict[str, str | None] | None = None, name: str | None = None) -> Result:
+        """Run it to its end (failing the test past ``timeout``); with ``name`` its console goes to a file."""
         started = time.monotonic()
-        return finish(self.start(config, pid1=pid1, env=env), started, timeout)
+        if name is None:
+            return finish(self.start(*args, pid1=pid1, env=env), started, timeout)
+        proc, console = self.start_to_file(*args, pid1=pid1, env=env, name=name)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.wait(10)
+            pytest.fail(f"supervisor did not finish within {timeout}s:\n{read(console)[-6000:]}")
+        return Result(proc.returncode, read(console), time.monotonic() - started, proc.pid)
+
+    def instance(self) -> dict[str, Any]:
+        """The one instance this runner's label registered at its dev-manager."""
+        assert self.manager is not None, "this runner has no dev-manager"
+        mine = [i for i in self.manager.state.snapshot()["instances"].values() if i["label"] == self.label]
+        assert len(mine) == 1, mine
+        return mine[0]
+
+    def calls(self, path: str) -> int:
+        """How many calls to ``path`` its dev-manager received."""
+        assert self.manager is not None, "this runner has no dev-manager"
+        return sum(1 for c in self.manager.state.snapshot()["calls"] if c["path"] == path)
 
     def cleanup(self) -> None:
         for proc in self.procs:
@@ -158,7 +225,7 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 class Console:
     """A supervisor whose console goes to a file, so a test can watch it while it runs."""
 
-    def __init__(self, sup: SupervisorRunner, config: Path, name: str = "console", env: dict[str, str] | None = None,
+    def __init__(self, sup: Runner, config: Path, name: str = "console", env: dict[str, str] | None = None,
                  args: tuple[str, ...] = ()) -> None:
         self.path = sup.tmp / f"{name}.txt"
         with open(self.path, "wb") as out:
@@ -200,7 +267,7 @@ def finish(proc: subprocess.Popen[str], started: float, timeout: float = 60) -> 
         kill_tree(proc.pid)
         out, _ = proc.communicate()
         pytest.fail(f"supervisor did not finish within {timeout}s; output:\n{out}")
-    return Result(proc.returncode, out, time.monotonic() - started)
+    return Result(proc.returncode, out, time.monotonic() - started, proc.pid)
 
 
 # ================================================================ processes, pid files, ports
@@ -356,7 +423,7 @@ def seconds_between(earlier: str, later: str) -> float:
 
 # ================================================================ the outbox
 
-def outbox_rows(sup: SupervisorRunner, *, logs: bool = True) -> list[tuple[int, str, str]]:
+def outbox_rows(sup: Runner, *, logs: bool = True) -> list[tuple[int, str, str]]:
     """(id, kind, state) of every call (without the log pushes unless ``logs``), read with sqlite3 as
     another process would."""
     where = "" if logs else "WHERE kind != 'log' "
@@ -519,7 +586,7 @@ def in_cgroup_argv(cgroup: Path, argv: list[str]) -> list[str]:
     return ["sh", "-c", script, "sh", *argv]
 
 
-def start_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
+def start_in_cgroup(runner: Runner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
     """Start ``python -m supervisor run`` inside ``cgroup`` (before it starts any child)."""
     proc = subprocess.Popen(
         in_cgroup_argv(cgroup, runner.argv(config)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -529,7 +596,7 @@ def start_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path) -> sub
     return proc
 
 
-def run_in_cgroup(runner: SupervisorRunner, config: Path, cgroup: Path, timeout: float = 60) -> Result:
+def run_in_cgroup(runner: Runner, config: Path, cgroup: Path, timeout: float = 60) -> Result:
     started = time.monotonic()
     return finish(start_in_cgroup(runner, config, cgroup), started, timeout)
 
@@ -547,25 +614,7 @@ def real_nvml_error() -> Exception | None:
     return None
 
 
-# ================================================================ the stand-ins and the built-in prover profile
-
-# STANDIN_SPEED for the tests: every stand-in delay scaled down to a twentieth.
-STANDIN_FAST = "0.05"
-
-
-def standin_env(**extra: str) -> dict[str, str]:
-    """An environment for a stand-in run by hand: none of the runner's own knobs, the repo importable, fast."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("STANDIN_", "GOLOG_", "CURIO_", "CUZK_")) and k != "TRUST_PARAMS"}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env["STANDIN_SPEED"] = STANDIN_FAST
-    env.update(extra)
-    return env
-
-
-# The test runner's own environment must not steer the profile under test.
-DROP_PREFIXES = ("MANAGER_", "MIN_RATE", "VAST_", "CONTAINER_", "SUPERVISOR_", "STANDIN_", "CUZK_", "CURIO_",
-                 "BENCH_", "PROVER_", "FIL_PROOFS_", "SECTOR_SIZE", "MGR_", "API_TOKEN")
+# ================================================================ children the supervisor started
 
 STARTED_RE = re.compile(r"\[supervisor\] started (\S+): pid (\d+):", re.M)
 
@@ -573,87 +622,3 @@ STARTED_RE = re.compile(r"\[supervisor\] started (\S+): pid (\d+):", re.M)
 def started(output: str) -> list[tuple[str, int]]:
     """(label, pid) of every child the supervisor said it started, in order."""
     return [(label, int(pid)) for label, pid in STARTED_RE.findall(output)]
-
-
-@dataclass
-class Run:
-    returncode: int
-    output: str
-    pid: int
-
-
-@dataclass
-class Profile:
-    """One machine: a state dir, a log dir, a parameter cache, a label at the dev-manager."""
-
-    root: Path
-    bin_dir: Path
-    manager: DevManager
-    label: str
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / "state"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.root / "logs"
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
-        env.update({
-            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "MANAGER_URL": self.manager.url,
-            "VAST_CONTAINERLABEL": self.label,
-            "SUPERVISOR_STATE_DIR": str(self.state_dir),
-            "SUPERVISOR_LOG_DIR": str(self.log_dir),
-            "FIL_PROOFS_PARAMETER_CACHE": str(self.root / "params"),
-            "PROVER_MIN_MEMORY": "1GiB",
-            # Fitness on a machine with no GPU and a small disk: stand-ins need neither.
-            "PROVER_MIN_PARAM_DISK": "64MiB",
-            "PROVER_REQUIRE_GPUS": "false",
-            "CUZK_BASELINE": "1GiB",
-            "CUZK_PER_PARTITION": "512MiB",
-            "BENCH_C1": str(self.bin_dir / "c1.json"),
-            "STANDIN_SPEED": "0.1",
-            "STANDIN_RUN_SECONDS": "2",
-            "BENCH_COUNT": "4",
-            "CUZK_PORT": str(free_port()),
-            "CUZK_STATUS_PORT": str(free_port()),
-            "CURIO_PORT": str(free_port()),
-        })
-        env.update(extra)
-        return {k: v for k, v in env.items() if v is not None}
-
-    def start(self, *args: str, env: dict[str, str], name: str) -> tuple[subprocess.Popen[bytes], Path]:
-        console = self.root / f"{name}.txt"
-        with open(console, "wb") as out:
-            proc = subprocess.Popen([PY, "-m", "supervisor", "run", *args], stdout=out, stderr=subprocess.STDOUT,
-                                    env=env, cwd=REPO, start_new_session=True)
-        self.procs.append(proc)
-        return proc, console
-
-    def run(self, *args: str, env: dict[str, str] | None = None, name: str = "run", timeout: float = 40) -> Run:
-        proc, console = self.start(*args, env=env or self.env(), name=name)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
-            proc.wait(10)
-            pytest.fail(f"supervisor did not finish within {timeout}s:\n{read(console)[-6000:]}")
-        return Run(proc.returncode, read(console), proc.pid)
-
-    def instance(self) -> dict[str, Any]:
-        mine = [i for i in self.manager.state.snapshot()["instances"].values() if i["label"] == self.label]
-        assert len(mine) == 1, mine
-        return mine[0]
-
-    def calls(self, path: str) -> int:
-        return sum(1 for c in self.manager.state.snapshot()["calls"] if c["path"] == path)
-
-    def cleanup(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                kill_tree(proc.pid)
-                proc.wait(10)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from supervisor.prover.standins.fakenvml import DIRECTORY as FAKENVML_DIR
+# Named by path, not imported: a core GPU test uses the stand-in without importing the prover.
+FAKENVML_DIR = Path(__file__).resolve().parent.parent / "supervisor" / "prover" / "standins" / "fakenvml"
 
 FAKE_PYNVML = FAKENVML_DIR / "pynvml.py"
 MiB = 1 << 20

@@ -78,6 +78,7 @@ def test_a_run_under_probe_py_records_every_probe(tmp_path: Path) -> None:
     assert "[first/first] line 3" in done.stdout, done.stdout
     seen = {name for name, _ in json.loads(events.read_text())}
     for label in ("statefile.persist:in", "snapshot.snapshot:out", "resume.load_record:in",
-                  "statussocket.StatusServer.__init__:in", "phase.Phase.transition:in", "runtime.VerdictRecord.record:in",
+                  "statussocket.StatusServer.__init__:in", "phase.Phase.transition:in",
+                  "runtime.VerdictRecord.record:in",
                   "children.spawn:in", "console_verdict_written"):
         assert label in seen, (label, sorted(seen))

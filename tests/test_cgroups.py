@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     V1_MOUNT,
-    SupervisorRunner,
+    Runner,
     alloc_script,
     first_line,
     in_cgroup_argv,
@@ -482,7 +482,7 @@ def _kill_quietly(pid: int | None) -> None:
             os.kill(pid, 9)
 
 
-def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_start(sup: SupervisorRunner) -> None:
+def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_start(sup: Runner) -> None:
     import signal
 
 
@@ -527,7 +527,7 @@ command = {toml_list(["true"])}
             _kill_quietly(escapee)
 
 
-def test_a_look_alike_cgroup_of_another_supervisor_is_left_alone(sup: SupervisorRunner) -> None:
+def test_a_look_alike_cgroup_of_another_supervisor_is_left_alone(sup: Runner) -> None:
     """Only the cgroups this state_dir's supervisors made are emptied at start: one beside them with the same
     kind of name (another supervisor's, maybe in another PID namespace, where its pid means nothing here)
     keeps its processes, even when its pid is dead here or is the new supervisor's own."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from helpers import PY, REPO, SupervisorRunner, clean_env, free_port, read, sh
+from helpers import PY, REPO, Runner, clean_env, free_port, read, sh
 
 SINKS = ["closed", "full", "broken-pipe"]
 DEV_FULL = Path("/dev/full")
@@ -57,7 +57,7 @@ def run_cli(args: list[str], sink: str, broken: int, *, stream: str = "stdout", 
     return done.returncode, (done.stderr if stream == "stdout" else done.stdout) or ""
 
 
-def quick_config(sup: SupervisorRunner, name: str = "config.toml") -> Path:
+def quick_config(sup: Runner, name: str = "config.toml") -> Path:
     return sup.write(f"""
         [[phases]]
         name = "hello"
@@ -69,7 +69,7 @@ def quick_config(sup: SupervisorRunner, name: str = "config.toml") -> Path:
 
 
 @pytest.mark.parametrize("sink", SINKS)
-def test_run_goes_on_without_its_console(sup: SupervisorRunner, sink: str, broken_pipe: int) -> None:
+def test_run_goes_on_without_its_console(sup: Runner, sink: str, broken_pipe: int) -> None:
     status, stderr = run_cli(["run", "--config", str(quick_config(sup))], sink, broken_pipe)
     assert status == 0, stderr
     assert not noisy(stderr), stderr
@@ -90,7 +90,7 @@ def test_demo_runs_with_stdout_closed(broken_pipe: int) -> None:
 # ---------------------------------------------------------------- the short commands: their status, no traceback
 
 
-def command_args(sup: SupervisorRunner, command: str) -> tuple[list[str], int]:
+def command_args(sup: Runner, command: str) -> tuple[list[str], int]:
     config = quick_config(sup)
     return {
         "check": (["check", "--config", str(config)], 0),
@@ -104,7 +104,7 @@ def command_args(sup: SupervisorRunner, command: str) -> tuple[list[str], int]:
 
 @pytest.mark.parametrize("sink", SINKS)
 @pytest.mark.parametrize("command", ["check", "status", "status --json", "standins", "--help", "--version"])
-def test_a_short_command_keeps_its_status_when_stdout_is_lost(sup: SupervisorRunner, command: str, sink: str,
+def test_a_short_command_keeps_its_status_when_stdout_is_lost(sup: Runner, command: str, sink: str,
                                                               broken_pipe: int) -> None:
     args, expected = command_args(sup, command)
     status, stderr = run_cli(args, sink, broken_pipe)
@@ -113,7 +113,7 @@ def test_a_short_command_keeps_its_status_when_stdout_is_lost(sup: SupervisorRun
 
 
 @pytest.mark.parametrize("sink", SINKS)
-def test_a_config_error_exits_2_even_when_its_line_cannot_be_written(sup: SupervisorRunner, sink: str,
+def test_a_config_error_exits_2_even_when_its_line_cannot_be_written(sup: Runner, sink: str,
                                                                     broken_pipe: int) -> None:
     bad = sup.write('[[phases]]\nname = "x"\ncommand = []\n', name="bad.toml")
     for args in (["check", "--config", str(bad)], ["run", "--config", str(bad)],
@@ -123,7 +123,7 @@ def test_a_config_error_exits_2_even_when_its_line_cannot_be_written(sup: Superv
         assert not noisy(stdout), stdout
 
 
-def test_status_into_a_pipe_that_head_closes_early(sup: SupervisorRunner) -> None:
+def test_status_into_a_pipe_that_head_closes_early(sup: Runner) -> None:
     status_cmd = subprocess.Popen([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(), cwd=REPO)
     head = subprocess.run(["head", "-c", "10"], stdin=status_cmd.stdout, capture_output=True, timeout=30)
@@ -139,13 +139,13 @@ def test_status_into_a_pipe_that_head_closes_early(sup: SupervisorRunner) -> Non
 
 
 @pytest.fixture
-def non_ascii_dir(tmp_path: Path) -> SupervisorRunner:
+def non_ascii_dir(tmp_path: Path) -> Runner:
     home = tmp_path / "prüfung-é"
     home.mkdir()
-    return SupervisorRunner(home)
+    return Runner(home)
 
 
-def test_an_ascii_console_and_a_non_ascii_path(non_ascii_dir: SupervisorRunner) -> None:
+def test_an_ascii_console_and_a_non_ascii_path(non_ascii_dir: Runner) -> None:
     sup = non_ascii_dir
     config = quick_config(sup)
     ascii_env = {"PYTHONIOENCODING": "ascii"}

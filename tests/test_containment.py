@@ -22,7 +22,7 @@ from helpers import (
     PY,
     REPO,
     Result,
-    SupervisorRunner,
+    Runner,
     clean_env,
     finish,
     one_verdict,
@@ -177,7 +177,7 @@ sys.exit(main(["run", "--config", sys.argv[1]]))
 """
 
 
-def run_with_fault(sup: SupervisorRunner, config: Path, inject: str, timeout: float = 60) -> Result:
+def run_with_fault(sup: Runner, config: Path, inject: str, timeout: float = 60) -> Result:
     """Run the real supervisor on ``config`` with ``inject`` (Python) executed before main()."""
     launcher = sup.tmp / "launch_with_fault.py"
     launcher.write_text(LAUNCHER.format(inject=inject))
@@ -187,7 +187,7 @@ def run_with_fault(sup: SupervisorRunner, config: Path, inject: str, timeout: fl
     return finish(proc, time.monotonic(), timeout)
 
 
-def tracebacks_in_log(sup: SupervisorRunner) -> int:
+def tracebacks_in_log(sup: Runner) -> int:
     return (sup.log_dir / "supervisor.log").read_text().count("Traceback (most recent call last)")
 
 
@@ -202,7 +202,7 @@ time.sleep(60)
 SLEEPER = sh("exec sleep 60")
 
 
-def check_phase_failed_internally(result: Result, sup: SupervisorRunner, phase: str, where: str,
+def check_phase_failed_internally(result: Result, sup: Runner, phase: str, where: str,
                                   stopped: list[str], marker: Path) -> None:
     output = result.output
     assert result.returncode == EXIT_INTERNAL_ERROR, output
@@ -219,7 +219,7 @@ def check_phase_failed_internally(result: Result, sup: SupervisorRunner, phase: 
     assert f"exiting with status {EXIT_INTERNAL_ERROR}" in output
 
 
-def test_a_parser_that_raises_fails_its_phase_not_the_supervisor(sup: SupervisorRunner) -> None:
+def test_a_parser_that_raises_fails_its_phase_not_the_supervisor(sup: Runner) -> None:
     """The cuzk-bench parser raising on a line: the bench phase fails with internal_error, its daemon and
     its command are stopped (reason stopped), and the loop goes on to a clean shutdown."""
     marker = sup.tmp / "after.marker"
@@ -252,7 +252,7 @@ bench.BenchParser.feed_line = feed_line
     assert "bench_failed" not in result.output
 
 
-def test_any_reader_of_a_childs_output_is_contained_whoever_added_it(sup: SupervisorRunner) -> None:
+def test_any_reader_of_a_childs_output_is_contained_whoever_added_it(sup: Runner) -> None:
     """A parser added the plain way (``output.taps.append``), as the next one will be: still contained."""
     marker = sup.tmp / "after.marker"
     config = sup.write(f"""
@@ -279,7 +279,7 @@ logs.ChildOutput.__init__ = __init__
     check_phase_failed_internally(result, sup, "p", "the output tap new_parser", ["p"], marker)
 
 
-def test_a_reader_callback_that_raises_fails_its_phase(sup: SupervisorRunner) -> None:
+def test_a_reader_callback_that_raises_fails_its_phase(sup: Runner) -> None:
     marker = sup.tmp / "after.marker"
     config = sup.write(f"""
         [[phases]]
@@ -303,7 +303,7 @@ logs.ChildOutput.feed = feed
     check_phase_failed_internally(result, sup, "p", "output of p", ["p"], marker)
 
 
-def test_a_timer_callback_that_raises_fails_its_phase(sup: SupervisorRunner) -> None:
+def test_a_timer_callback_that_raises_fails_its_phase(sup: Runner) -> None:
     """The stall check (a timer) raising on its first tick: the phase fails with internal_error."""
     marker = sup.tmp / "after.marker"
     progress = sup.tmp / "progress"
@@ -329,7 +329,7 @@ stall.StallWatch.stalled = stalled
     check_phase_failed_internally(result, sup, "p", "stall check", ["p"], marker)
 
 
-def test_a_contained_faults_traceback_reaches_the_manager_and_the_verdict_once(sup: SupervisorRunner) -> None:
+def test_a_contained_faults_traceback_reaches_the_manager_and_the_verdict_once(sup: Runner) -> None:
     """The supervisor's own quoted lines are held back from the manager's setup tab only when they quote
     a FAILED verdict (pushed durably on its own): a contained fault's traceback, quoted the same way,
     still reaches the manager."""
@@ -365,7 +365,7 @@ stall.StallWatch.stalled = stalled
     assert setup.count("FAILED: phase=p child=p ") == 1, setup
 
 
-def test_listeners_that_raise_are_logged_once_and_the_lifecycle_goes_on(sup: SupervisorRunner) -> None:
+def test_listeners_that_raise_are_logged_once_and_the_lifecycle_goes_on(sup: Runner) -> None:
     """A lifecycle listener and a verdict listener (the reporter's) raising every time: each is logged
     with its traceback once, and every phase still runs to completion, exit 0."""
     marker = sup.tmp / "after.marker"
@@ -398,7 +398,7 @@ reporting.Reporter.verdict = verdict
     assert re.search(r"internal error in the verdict listener \S*verdict \(phase p\)", result.output), result.output
 
 
-def test_a_stop_sequence_that_raises_still_ends_the_child_and_the_run(sup: SupervisorRunner) -> None:
+def test_a_stop_sequence_that_raises_still_ends_the_child_and_the_run(sup: Runner) -> None:
     """The grace timer of a stop raising (SIGKILL never sent that way): the child, which ignores SIGTERM,
     is SIGKILLed anyway and the stop completes, so the lifecycle ends instead of waiting forever."""
     pidfile = sup.tmp / "pid"
@@ -429,7 +429,7 @@ process.Child._kill = _kill
     assert tracebacks_in_log(sup) == 1
 
 
-def test_a_stop_that_raises_at_once_still_ends_the_child(sup: SupervisorRunner) -> None:
+def test_a_stop_that_raises_at_once_still_ends_the_child(sup: Runner) -> None:
     """Child.stop raising before it signalled anything: the child is SIGKILLed, the phase still ends."""
     pidfile = sup.tmp / "pid"
     config = sup.write(f"""
@@ -452,7 +452,7 @@ process.Child._begin_stop = _begin_stop
     assert result.returncode == 128 + 9, result.output
 
 
-def test_the_run_ends_with_its_status_even_if_settling_the_shutdown_raises(sup: SupervisorRunner) -> None:
+def test_the_run_ends_with_its_status_even_if_settling_the_shutdown_raises(sup: Runner) -> None:
     config = sup.write(f"""
         [[phases]]
         name = "p"
@@ -470,7 +470,7 @@ phase.Phase.settle_after_shutdown = settle_after_shutdown
     assert tracebacks_in_log(sup) == 1
 
 
-def test_shipping_taps_that_raise_cost_lines_never_the_phase(sup: SupervisorRunner) -> None:
+def test_shipping_taps_that_raise_cost_lines_never_the_phase(sup: Runner) -> None:
     """The log shipper's taps (a child's lines, the supervisor's own) raising on every line: logged once
     each, the phases complete. The supervisor's own-line tap raising must not recurse through the log."""
     with socket.socket() as s:  # a manager that is not there: reporting is on, nothing answers

@@ -22,7 +22,7 @@ import requests
 from helpers import (
     PY,
     Console,
-    SupervisorRunner,
+    Runner,
     mount_tmpfs,
     py_script,
     sh,
@@ -38,8 +38,6 @@ from supervisor import outbox as outbox_mod
 from supervisor.devmanager import DevManager
 from supervisor.logs import LogFile
 from supervisor.outbox import Outbox
-from supervisor.prover import cuzkconf
-from supervisor.prover.cuzkconf import CuzkSettings
 
 EXIT_CHILD = 4
 
@@ -119,7 +117,7 @@ def test_logfile_close_and_roll_on_a_full_disk_never_raise(tmp_path: Path,
     assert len(notes) == 1 and "cannot write" in notes[0], notes
 
 
-def test_full_log_dir_costs_lines_not_the_lifecycle(sup: SupervisorRunner,
+def test_full_log_dir_costs_lines_not_the_lifecycle(sup: Runner,
                                                     tmpfs: Callable[[Path, str], Path]) -> None:
     """A child prints far more than log_dir holds, then exits 4: the supervisor exits 4 with that verdict."""
     tmpfs(sup.log_dir, "64k")
@@ -247,7 +245,7 @@ def wait_file(path: Path) -> str:
     return f"while [ ! -e {path} ]; do sleep 0.05; done"
 
 
-def reporting_config(sup: SupervisorRunner, url: str) -> Path:
+def reporting_config(sup: Runner, url: str) -> Path:
     bench = sup.tmp / "fake_bench.py"
     bench.write_text(FAKE_BENCH)
     return sup.write(f"""
@@ -275,7 +273,7 @@ def reporting_config(sup: SupervisorRunner, url: str) -> Path:
         """)
 
 
-def test_state_dir_filling_mid_run_loses_no_manager_call(sup: SupervisorRunner,
+def test_state_dir_filling_mid_run_loses_no_manager_call(sup: Runner,
                                                          tmpfs: Callable[[Path, str], Path]) -> None:
     state = tmpfs(sup.state_dir, "1m")
     mgr = DevManager(quiet=True).start()
@@ -314,7 +312,7 @@ def test_state_dir_filling_mid_run_loses_no_manager_call(sup: SupervisorRunner,
     assert sorted(json.loads((state / "resume.json").read_text())["phases"]) == ["bench", "params", "service"]
 
 
-def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: SupervisorRunner,
+def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: Runner,
                                                                       tmpfs: Callable[[Path, str], Path]) -> None:
     """Calls left pending by an earlier start, a state_dir full before this one: one line each for the outbox,
     status.json and resume.json, no traceback, the earlier calls delivered first, the lifecycle completes."""
@@ -352,23 +350,6 @@ def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: Superv
 
 
 # ================================================================ cuzk.toml in a full state_dir
-
-
-def test_cuzk_toml_on_a_full_disk(tmp_path: Path, tmpfs: Callable[[Path, str], Path]) -> None:
-    """The same text again (a service restarted) needs no room; a new text fails cleanly, no temporary file left."""
-    disk = tmpfs(tmp_path / "state", "256k")
-    settings = CuzkSettings(config_path=str(disk / "cuzk.toml"))
-    first = cuzkconf.generate(settings, 256 * cuzkconf.GIB, [])
-    cuzkconf.write(first, disk / "cuzk.toml", disk / "cuzk.generated.toml")
-    fill(disk)
-    cuzkconf.write(first, disk / "cuzk.toml", disk / "cuzk.generated.toml")  # unchanged: nothing to write
-    other = cuzkconf.generate(settings, 512 * cuzkconf.GIB, [])
-    assert other.text != first.text
-    with pytest.raises(OSError) as failed:
-        cuzkconf.write(other, disk / "cuzk.toml")
-    assert failed.value.errno == errno.ENOSPC
-    assert (disk / "cuzk.toml").read_text() == first.text, "the daemon's file is whole, the old one"
-    assert not list(disk.glob("*.tmp"))
 
 
 def test_outbox_that_cannot_even_be_opened_goes_on_in_memory_then_joins_the_file(

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from helpers import SupervisorRunner, sh, toml_str
+from helpers import Runner, sh, toml_str
 
 from supervisor.devmanager import DevManager
 
@@ -49,7 +49,7 @@ def events_server() -> Iterator[_Server]:
     server.server_close()
 
 
-def test_events_url_receives_every_transition_and_verdict(sup: SupervisorRunner, events_server: _Server) -> None:
+def test_events_url_receives_every_transition_and_verdict(sup: Runner, events_server: _Server) -> None:
     manager = DevManager(quiet=True).start()
     try:
         config = sup.write(f"""

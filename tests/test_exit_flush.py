@@ -27,7 +27,7 @@ import requests
 from helpers import (
     PY,
     REPO,
-    SupervisorRunner,
+    Runner,
     clean_env,
     needs_unshare,
     outbox_rows,
@@ -125,7 +125,7 @@ def outage(managers: list[DevManager]) -> Iterator[Outage]:
     relay.down()
 
 
-def give_up_config(sup: SupervisorRunner, mgr: DevManager | Outage, gate: Path | None = None) -> Path:
+def give_up_config(sup: Runner, mgr: DevManager | Outage, gate: Path | None = None) -> Path:
     """One phase that fails with 4 (after ``gate`` exists): before production, so the instance is given up."""
     wait = f"while [ ! -e {gate} ]; do sleep 0.05; done; " if gate else ""
     return sup.write(f"""
@@ -157,7 +157,7 @@ def supervisor_pid(proc: subprocess.Popen[bytes], pid1: bool) -> int:
 class Watched:
     """A supervisor whose console goes to a file, watched while it runs."""
 
-    def __init__(self, sup: SupervisorRunner, config: Path, pid1: bool = False) -> None:
+    def __init__(self, sup: Runner, config: Path, pid1: bool = False) -> None:
         self.path = sup.tmp / "console.txt"
         with open(self.path, "wb") as out:
             self.proc = subprocess.Popen(sup.argv(config, pid1=pid1), stdout=out, stderr=subprocess.STDOUT,
@@ -179,7 +179,7 @@ class Watched:
 # ---------------------------------------------------------------- the sender keeps delivering during the flush
 
 
-def test_a_give_up_whose_first_bench_done_gets_a_500_is_still_delivered(sup: SupervisorRunner,
+def test_a_give_up_whose_first_bench_done_gets_a_500_is_still_delivered(sup: Runner,
                                                                         managers: list[DevManager]) -> None:
     mgr = start_manager(managers)
     fault = {"status": 500, "count": 1, "path": "/bench-done"}
@@ -193,7 +193,7 @@ def test_a_give_up_whose_first_bench_done_gets_a_500_is_still_delivered(sup: Sup
     assert NO_EBADF not in out and "Traceback" not in out, out
 
 
-def test_the_manager_away_and_back_during_the_give_up_flush(sup: SupervisorRunner, managers: list[DevManager],
+def test_the_manager_away_and_back_during_the_give_up_flush(sup: Runner, managers: list[DevManager],
                                                             outage: Outage) -> None:
     gate, mgr = sup.tmp / "fail-now", managers[0]
     run = Watched(sup, give_up_config(sup, outage, gate))
@@ -221,7 +221,7 @@ def test_the_manager_away_and_back_during_the_give_up_flush(sup: SupervisorRunne
 
 @needs_unshare
 def test_sigterm_during_the_give_up_flush_as_pid1_leaves_the_manager_a_few_seconds(
-        sup: SupervisorRunner, managers: list[DevManager], outage: Outage) -> None:
+        sup: Runner, managers: list[DevManager], outage: Outage) -> None:
     """docker stop's SIGTERM during the 60 s give-up flush: a short window (SIGKILL follows in 10 s), in which the
     manager, back, gets the give-up; the exit status is the lifecycle's 4, not 143."""
     gate, mgr = sup.tmp / "fail-now", managers[0]
@@ -242,7 +242,7 @@ def test_sigterm_during_the_give_up_flush_as_pid1_leaves_the_manager_a_few_secon
 
 
 def test_a_second_stop_signal_ends_the_flush_now_with_the_lifecycles_status(
-        sup: SupervisorRunner, managers: list[DevManager], outage: Outage) -> None:
+        sup: Runner, managers: list[DevManager], outage: Outage) -> None:
     gate, mgr = sup.tmp / "fail-now", managers[0]
     run = Watched(sup, give_up_config(sup, outage, gate))
     wait_for(lambda: mgr.state.snapshot()["instances"], timeout=30)

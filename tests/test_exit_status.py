@@ -24,7 +24,7 @@ from helpers import (
     PY,
     REPO,
     Result,
-    SupervisorRunner,
+    Runner,
     clean_env,
     finish,
     needs_unshare,
@@ -40,7 +40,7 @@ from supervisor.exits import EXIT_FAILURE
 from supervisor.reaping import ExitStatus
 
 
-def failing_then_marker(runner: SupervisorRunner, command: str, marker: Path, extra: str = "",
+def failing_then_marker(runner: Runner, command: str, marker: Path, extra: str = "",
                         name: str = "p") -> Path:
     """A config: phase ``name`` runs ``command``; phase ``after`` creates ``marker`` (only if it succeeded)."""
     return runner.write(f"""
@@ -61,7 +61,7 @@ def run_exit_codes(base: Path, codes: list[int], *, pid1: bool) -> dict[int, tup
     for code in codes:
         directory = base / f"code{code}"
         directory.mkdir()
-        runners[code] = SupervisorRunner(directory)
+        runners[code] = Runner(directory)
 
     def one(code: int) -> tuple[Result, bool]:
         runner = runners[code]
@@ -99,7 +99,7 @@ def check_exit_code_result(code: int, result: Result, marker: bool, phase: str =
 
 
 @pytest.mark.parametrize("code", [0, 1, 2, 3, 42, 125, 126, 127, 128, 137, 143, 254, 255])
-def test_exit_code_becomes_supervisor_status(sup: SupervisorRunner, code: int) -> None:
+def test_exit_code_becomes_supervisor_status(sup: Runner, code: int) -> None:
     marker = sup.tmp / "after.marker"
     result = sup.run(failing_then_marker(sup, shell(f"exit {code}"), marker), timeout=30)
     check_exit_code_result(code, result, marker.exists())
@@ -107,7 +107,7 @@ def test_exit_code_becomes_supervisor_status(sup: SupervisorRunner, code: int) -
 
 
 @needs_unshare
-def test_every_exit_code_as_pid1(sup: SupervisorRunner) -> None:
+def test_every_exit_code_as_pid1(sup: Runner) -> None:
     """As real PID 1: the supervisor's exit status equals the failed phase's code, for all of 0..255."""
     started = time.monotonic()
     results = run_exit_codes(sup.tmp, list(range(256)), pid1=True)
@@ -124,7 +124,7 @@ KILLING_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGABRT", "SIGTERM", "SIGUSR1", "SIGUS
                    "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGALRM", "SIGFPE", "SIGILL"]
 
 
-def _signal_config(sup: SupervisorRunner, signame: str, marker: Path, core_limit: str = "0") -> Path:
+def _signal_config(sup: Runner, signame: str, marker: Path, core_limit: str = "0") -> Path:
     # The shell kills itself: nothing else is involved in the death but the kernel.
     script = f"ulimit -c {core_limit}; echo about to die; kill -{signame[3:]} $$; echo survived; exit 0"
     return failing_then_marker(sup, shell(script), marker, extra=f"cwd = {toml_str(str(sup.tmp))}")
@@ -132,7 +132,7 @@ def _signal_config(sup: SupervisorRunner, signame: str, marker: Path, core_limit
 
 @pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
 @pytest.mark.parametrize("signame", KILLING_SIGNALS)
-def test_killed_by_signal(sup: SupervisorRunner, signame: str, pid1: bool) -> None:
+def test_killed_by_signal(sup: Runner, signame: str, pid1: bool) -> None:
     signum = int(getattr(signal, signame))
     marker = sup.tmp / "after.marker"
     result = sup.run(_signal_config(sup, signame, marker), timeout=30, pid1=pid1)
@@ -163,7 +163,7 @@ os.execv(sys.executable, [sys.executable, "-m", "supervisor", "run", "--config",
 """
 
 
-def start_with_signals_ignored(sup: SupervisorRunner, config: Path, how: str) -> subprocess.Popen[str]:
+def start_with_signals_ignored(sup: Runner, config: Path, how: str) -> subprocess.Popen[str]:
     """The supervisor started as the manager's onstart starts it: under the real ``nohup``, or through a
     launcher that also ignores SIGQUIT and blocks SIGUSR2 and SIGTERM."""
     if how == "nohup":
@@ -182,7 +182,7 @@ def start_with_signals_ignored(sup: SupervisorRunner, config: Path, how: str) ->
 
 @pytest.mark.parametrize(("how", "signame"), [("nohup", "SIGHUP"), ("launcher", "SIGHUP"), ("launcher", "SIGQUIT")])
 def test_a_child_dies_of_its_own_signal_even_when_the_supervisor_started_with_it_ignored(
-        sup: SupervisorRunner, how: str, signame: str) -> None:
+        sup: Runner, how: str, signame: str) -> None:
     """Issue 10, item 12: the child's own ``kill -HUP $$`` / ``kill -QUIT $$`` must kill it."""
     signum = int(getattr(signal, signame))
     marker = sup.tmp / "after.marker"
@@ -201,7 +201,7 @@ def status_field(output: str, name: str) -> str:
 
 
 @pytest.mark.parametrize("how", ["nohup", "launcher"])
-def test_children_start_with_no_signal_ignored_or_blocked(sup: SupervisorRunner, how: str) -> None:
+def test_children_start_with_no_signal_ignored_or_blocked(sup: Runner, how: str) -> None:
     """cat, exec'd straight by the supervisor, shows what it was given: SigIgn and SigBlk all zero."""
     config = sup.write(f"""
         [[phases]]
@@ -214,7 +214,7 @@ def test_children_start_with_no_signal_ignored_or_blocked(sup: SupervisorRunner,
     assert int(status_field(result.output, "SigBlk"), 16) == 0, result.output
 
 
-def test_a_supervisor_started_with_sigterm_blocked_still_stops_on_it(sup: SupervisorRunner) -> None:
+def test_a_supervisor_started_with_sigterm_blocked_still_stops_on_it(sup: Runner) -> None:
     config = sup.write(f"""
         [[phases]]
         name = "p"
@@ -234,7 +234,7 @@ def test_a_supervisor_started_with_sigterm_blocked_still_stops_on_it(sup: Superv
 
 
 @pytest.mark.parametrize("signame", ["SIGSEGV", "SIGABRT", "SIGQUIT"])
-def test_core_dump_reported_only_when_dumped(sup: SupervisorRunner, signame: str) -> None:
+def test_core_dump_reported_only_when_dumped(sup: Runner, signame: str) -> None:
     """With RLIMIT_CORE raised the kernel writes a core (core_pattern permitting): then, and only then, say so."""
     hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
     if hard == 0:
@@ -268,7 +268,7 @@ def _dumps_core(signum: int, cwd: Path) -> bool:
 # ---------------------------------------------------------------- spawn failures
 
 
-def _spawn_failure(sup: SupervisorRunner, command: list[str], *, cwd: str | None = None,
+def _spawn_failure(sup: Runner, command: list[str], *, cwd: str | None = None,
                    pid1: bool = False) -> tuple[Result, str, bool]:
     marker = sup.tmp / "after.marker"
     extra = f"cwd = {toml_str(cwd)}" if cwd is not None else ""
@@ -279,7 +279,7 @@ def _spawn_failure(sup: SupervisorRunner, command: list[str], *, cwd: str | None
 
 
 @pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
-def test_command_not_found_is_127(sup: SupervisorRunner, pid1: bool) -> None:
+def test_command_not_found_is_127(sup: Runner, pid1: bool) -> None:
     missing = str(sup.tmp / "no-such-program")
     result, verdict, marker = _spawn_failure(sup, [missing, "--flag"], pid1=pid1)
     assert result.returncode == 127, result.output
@@ -291,14 +291,14 @@ def test_command_not_found_is_127(sup: SupervisorRunner, pid1: bool) -> None:
     assert "exiting with status 127" in result.output
 
 
-def test_program_not_on_path_is_127(sup: SupervisorRunner) -> None:
+def test_program_not_on_path_is_127(sup: Runner) -> None:
     result, verdict, marker = _spawn_failure(sup, ["surely-no-such-program-xyzzy"])
     assert result.returncode == 127, result.output
     assert not marker
     assert " reason=spawn_failed " in verdict and "command not found" in verdict
 
 
-def test_not_executable_is_126(sup: SupervisorRunner) -> None:
+def test_not_executable_is_126(sup: Runner) -> None:
     script = sup.tmp / "not-executable.sh"
     script.write_text("#!/bin/sh\necho should not run\n")
     script.chmod(0o644)  # no x bit at all: even root may not execute it
@@ -310,14 +310,14 @@ def test_not_executable_is_126(sup: SupervisorRunner) -> None:
     assert "[p/p] should not run" not in result.output
 
 
-def test_directory_as_command_is_126(sup: SupervisorRunner) -> None:
+def test_directory_as_command_is_126(sup: Runner) -> None:
     result, verdict, marker = _spawn_failure(sup, [str(sup.tmp)])
     assert result.returncode == 126, result.output
     assert not marker
     assert " reason=spawn_failed " in verdict
 
 
-def test_exec_format_error_is_126(sup: SupervisorRunner) -> None:
+def test_exec_format_error_is_126(sup: Runner) -> None:
     garbage = sup.tmp / "garbage"
     garbage.write_bytes(b"\x7fELF\x00\x01\x02not really a program\n")
     garbage.chmod(garbage.stat().st_mode | stat.S_IXUSR)
@@ -329,7 +329,7 @@ def test_exec_format_error_is_126(sup: SupervisorRunner) -> None:
 
 
 @pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
-def test_missing_cwd_is_126(sup: SupervisorRunner, pid1: bool) -> None:
+def test_missing_cwd_is_126(sup: Runner, pid1: bool) -> None:
     missing = str(sup.tmp / "no-such-dir")
     result, verdict, marker = _spawn_failure(sup, ["sh", "-c", "echo should not run"], cwd=missing, pid1=pid1)
     assert result.returncode == 126, result.output
@@ -344,7 +344,7 @@ def test_missing_cwd_is_126(sup: SupervisorRunner, pid1: bool) -> None:
 
 @pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
 @pytest.mark.parametrize("orphans", [0, 50], ids=["plain", "with-orphans"])
-def test_crashed_phase_is_never_success(sup: SupervisorRunner, pid1: bool, orphans: int) -> None:
+def test_crashed_phase_is_never_success(sup: Runner, pid1: bool, orphans: int) -> None:
     """``sh -c 'exit 1'`` fails the lifecycle even while the reaper is busy with orphans of the same phase."""
     marker = sup.tmp / "after.marker"
     storm = f'for i in $(seq {orphans}); do (sh -c "exit 0" &); done; ' if orphans else ""
@@ -358,7 +358,7 @@ def test_crashed_phase_is_never_success(sup: SupervisorRunner, pid1: bool, orpha
     assert "phase after: pending → stopped" in result.output
 
 
-def test_exit_0_after_timeout_sigterm_is_not_success(sup: SupervisorRunner) -> None:
+def test_exit_0_after_timeout_sigterm_is_not_success(sup: Runner) -> None:
     """The deadline passes; the command catches the SIGTERM and exits 0: still a failure, never exit 0."""
     marker = sup.tmp / "after.marker"
     script = "trap 'echo got TERM; exit 0' TERM; echo running; sleep 30 & wait; echo not reached"
@@ -374,7 +374,7 @@ def test_exit_0_after_timeout_sigterm_is_not_success(sup: SupervisorRunner) -> N
     assert "Traceback" not in result.output
 
 
-def test_exit_0_after_forwarded_sigterm_on_shutdown_exits_143(sup: SupervisorRunner) -> None:
+def test_exit_0_after_forwarded_sigterm_on_shutdown_exits_143(sup: Runner) -> None:
     """SIGTERM to the supervisor while a phase runs: the phase exits 0 on it, the supervisor still exits 143."""
     marker = sup.tmp / "after.marker"
     ready = sup.tmp / "ready"
@@ -389,14 +389,14 @@ def test_exit_0_after_forwarded_sigterm_on_shutdown_exits_143(sup: SupervisorRun
     assert "lifecycle complete" not in out
 
 
-def test_two_supervisors_side_by_side_keep_their_own_status(sup: SupervisorRunner, tmp_path: Path) -> None:
+def test_two_supervisors_side_by_side_keep_their_own_status(sup: Runner, tmp_path: Path) -> None:
     """Two supervisors in the same cgroup, with a phase of the same name: each exits with its own phase's status.
 
     A's phase ``p`` fails twice with 5 (one retry); B's phase ``p`` succeeds, in between A's two attempts.
     Nothing B does to its own phase may change how A's phase ends.
     """
     started, go = tmp_path / "a-started", tmp_path / "go"
-    runner_b = SupervisorRunner(tmp_path / "b")
+    runner_b = Runner(tmp_path / "b")
     (tmp_path / "b").mkdir()
     config_a = sup.write(f"""
         [[phases]]
@@ -539,7 +539,7 @@ def test_signal_name_of_unnamed_signal() -> None:
     assert "status 192" in status.describe()
 
 
-def test_python_exit_codes_via_supervisor(sup: SupervisorRunner) -> None:
+def test_python_exit_codes_via_supervisor(sup: Runner) -> None:
     """A Python child (not only sh): ``sys.exit(n)`` and an uncaught exception (1) pass through."""
     marker = sup.tmp / "after.marker"
     config = failing_then_marker(sup, toml_list([PY, "-c", "raise SystemExit(77)"]), marker)

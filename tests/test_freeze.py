@@ -21,7 +21,7 @@ import pytest
 from helpers import (
     REPO,
     Console,
-    SupervisorRunner,
+    Runner,
     clean_env,
     first_line,
     one_verdict,
@@ -75,7 +75,7 @@ TICKER = """
     """
 
 
-def ticker_config(sup: SupervisorRunner, ticks: int, extra: str = "") -> Path:
+def ticker_config(sup: Runner, ticks: int, extra: str = "") -> Path:
     return sup.write(f"""
         [[phases]]
         name = "work"
@@ -93,7 +93,7 @@ def frozen_line(out: str) -> str:
     return line
 
 
-def test_sigstop_longer_than_stall_s_is_not_a_stall(sup: SupervisorRunner) -> None:
+def test_sigstop_longer_than_stall_s_is_not_a_stall(sup: Runner) -> None:
     """The supervisor alone is stopped; its child goes on printing into the pipe all along."""
     console = Console(sup, ticker_config(sup, 60))
     console.wait_text("tick 3")
@@ -135,7 +135,7 @@ def freezer_cgroup(name: str) -> Iterator[Path]:
         remove_cgroup(path)
 
 
-def test_the_cgroup_freezer_longer_than_stall_s_is_not_a_stall(sup: SupervisorRunner) -> None:
+def test_the_cgroup_freezer_longer_than_stall_s_is_not_a_stall(sup: Runner) -> None:
     """Supervisor and child frozen together (docker pause): the child printed nothing while frozen."""
     config = ticker_config(sup, 60)
     with freezer_cgroup("freeze") as cgroup:
@@ -166,7 +166,7 @@ def test_the_cgroup_freezer_longer_than_stall_s_is_not_a_stall(sup: SupervisorRu
     print(frozen_line(out))
 
 
-def test_a_deadline_that_passed_during_a_freeze_fires_right_after_the_thaw(sup: SupervisorRunner) -> None:
+def test_a_deadline_that_passed_during_a_freeze_fires_right_after_the_thaw(sup: Runner) -> None:
     """Deadlines keep counting across a freeze (the manager's do): timeout_s passes while the supervisor is
     stopped; right after the thaw the phase fails ``timeout``, not ``stalled``, and not timeout_s later."""
     timeout_s = 4

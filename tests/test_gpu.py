@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import SupervisorRunner, first_line, one_verdict, real_nvml_error, toml_list, wait_for
+from helpers import Runner, first_line, one_verdict, real_nvml_error, toml_list, wait_for
 from standin_nvml import NvmlControl, fake_pynvml
 from standin_nvml import gpu as nvml_gpu
 
@@ -179,7 +179,7 @@ def test_activity_changed(before: list[GpuSample], after: list[GpuSample], chang
     assert activity_changed(before, after) is changed
 
 
-def test_a_phase_with_stall_s_says_the_gpu_evidence_at_start(sup: SupervisorRunner) -> None:
+def test_a_phase_with_stall_s_says_the_gpu_evidence_at_start(sup: Runner) -> None:
     if real_nvml_error() is None:
         pytest.skip("NVML works here: the line would name the GPUs, not 'no GPU'")
     cfg = sup.write(f"""

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from helpers import Console, SupervisorRunner, free_port, sh, toml_str, wait_for
+from helpers import Console, Runner, free_port, sh, toml_str, wait_for
 
 from supervisor.health import metrics_text
 
@@ -70,7 +70,7 @@ def parse_metrics(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], floa
     return samples
 
 
-def lifecycle_config(sup: SupervisorRunner) -> Path:
+def lifecycle_config(sup: Runner) -> Path:
     """A oneshot that fails once (exit 7) then passes, then a service that is up once a file exists."""
     t = sup.tmp
     return sup.write(f"""
@@ -94,7 +94,7 @@ def with_port(config: Path, port: int) -> None:
     config.write_text(text.replace("[supervisor]\n", f"[supervisor]\nhttp_port = {port}\n", 1))
 
 
-def test_healthz_readyz_metrics_through_the_lifecycle(sup: SupervisorRunner) -> None:
+def test_healthz_readyz_metrics_through_the_lifecycle(sup: Runner) -> None:
     port = free_port()
     config = lifecycle_config(sup)
     with_port(config, port)
@@ -152,7 +152,7 @@ def test_metrics_byte_counts_are_exact() -> None:
     assert "prover_supervisor_outbox_pending 1234567\n" in text, text
 
 
-def test_readyz_follows_the_phase_that_reports_running(sup: SupervisorRunner) -> None:
+def test_readyz_follows_the_phase_that_reports_running(sup: Runner) -> None:
     """With report = "running" on a service, that one decides /readyz, not the last service."""
     port = free_port()
     config = sup.write(f"""
@@ -177,7 +177,7 @@ def test_readyz_follows_the_phase_that_reports_running(sup: SupervisorRunner) ->
     assert run.finish() == 128 + signal.SIGTERM
 
 
-def test_port_zero_means_nothing_listens(sup: SupervisorRunner) -> None:
+def test_port_zero_means_nothing_listens(sup: Runner) -> None:
     config = sup.write(f"""
         [[phases]]
         name = "svc"
@@ -194,7 +194,7 @@ def test_port_zero_means_nothing_listens(sup: SupervisorRunner) -> None:
     assert run.finish() == 128 + signal.SIGTERM
 
 
-def test_port_taken_the_supervisor_runs_and_says_health_is_off(sup: SupervisorRunner) -> None:
+def test_port_taken_the_supervisor_runs_and_says_health_is_off(sup: Runner) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -220,7 +220,7 @@ def with_termination_log(config: Path, path: Path) -> None:
     config.write_text(text.replace("[supervisor]\n", f"[supervisor]\ntermination_log = {toml_str(str(path))}\n", 1))
 
 
-def test_termination_log_holds_the_verdict_on_failure(sup: SupervisorRunner) -> None:
+def test_termination_log_holds_the_verdict_on_failure(sup: Runner) -> None:
     log = sup.tmp / "termination-log"
     log.write_text("")
     config = sup.write(f"""
@@ -237,7 +237,7 @@ def test_termination_log_holds_the_verdict_on_failure(sup: SupervisorRunner) -> 
     assert text in result.output  # the same line as the FAILED line of the log
 
 
-def test_termination_log_is_cut_to_4096_bytes(sup: SupervisorRunner) -> None:
+def test_termination_log_is_cut_to_4096_bytes(sup: Runner) -> None:
     log = sup.tmp / "termination-log"
     log.write_text("")
     # A detail that names this cwd: 4032 bytes, within PATH_MAX (config refuses more), over 4 KiB with its verdict.
@@ -257,7 +257,7 @@ def test_termination_log_is_cut_to_4096_bytes(sup: SupervisorRunner) -> None:
     assert text.startswith("phase=nowhere child=nowhere reason=spawn_failed"), text[:200]
 
 
-def test_termination_log_untouched_on_success(sup: SupervisorRunner) -> None:
+def test_termination_log_untouched_on_success(sup: Runner) -> None:
     log = sup.tmp / "termination-log"
     log.write_text("")
     config = sup.write(f"""
@@ -271,7 +271,7 @@ def test_termination_log_untouched_on_success(sup: SupervisorRunner) -> None:
     assert log.read_bytes() == b""
 
 
-def test_termination_log_not_created_when_absent(sup: SupervisorRunner) -> None:
+def test_termination_log_not_created_when_absent(sup: Runner) -> None:
     log = sup.tmp / "no-such-termination-log"
     config = sup.write(f"""
         [[phases]]

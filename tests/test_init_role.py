@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import PY, SupervisorRunner, needs_unshare, pid_alive, read_pid, toml_list, wait_for
+from helpers import PY, Runner, needs_unshare, pid_alive, read_pid, toml_list, wait_for
 
 CHILD_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[([^\]]+)\] (.*)$")
 FIRST_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] prover-supervisor pid (\d+) as (pid1|subreaper); "
@@ -48,7 +48,7 @@ def banner(output: str) -> re.Match[str]:
     return match
 
 
-def script(sup: SupervisorRunner, name: str, body: str) -> list[str]:
+def script(sup: Runner, name: str, body: str) -> list[str]:
     """Write a /bin/sh script under the test's directory; returns its command (no ``$`` escaping needed)."""
     path = sup.tmp / name
     path.write_text("set -e\n" + textwrap.dedent(body))
@@ -121,7 +121,7 @@ print(f"pid {os.getpid()}; zombies={zombies} sleepers={sleepers} visible={visibl
 
 
 @needs_unshare
-def test_pid1_reaps_an_orphan_storm(sup: SupervisorRunner) -> None:
+def test_pid1_reaps_an_orphan_storm(sup: Runner) -> None:
     counter = sup.tmp / "count_zombies.py"
     counter.write_text(ZOMBIE_COUNTER)
     command = script(sup, "storm.sh", f"""\
@@ -156,7 +156,7 @@ def test_pid1_reaps_an_orphan_storm(sup: SupervisorRunner) -> None:
 # ---------------------------------------------------------------- 2. not PID 1: a subreaper
 
 
-def test_subreaper_adopts_orphans_and_takes_them_down(sup: SupervisorRunner) -> None:
+def test_subreaper_adopts_orphans_and_takes_them_down(sup: Runner) -> None:
     plain, detached, stubborn = (sup.tmp / f"{n}.pid" for n in ("plain", "setsid", "stubborn"))
     token = unique_sleep()
     command = script(sup, "service.sh", f"""\
@@ -199,7 +199,7 @@ def test_subreaper_adopts_orphans_and_takes_them_down(sup: SupervisorRunner) -> 
 
 
 @pytest.mark.parametrize("pid1", PID1, ids=PID1_IDS)
-def test_reaped_orphan_is_logged(sup: SupervisorRunner, pid1: bool) -> None:
+def test_reaped_orphan_is_logged(sup: Runner, pid1: bool) -> None:
     exits, killed = sup.tmp / "exits.pid", sup.tmp / "killed.pid"
     command = script(sup, "orphans.sh", f"""\
         (sh -c 'echo $$ > {exits}; exec sleep 0.2' &)
@@ -229,7 +229,7 @@ def test_reaped_orphan_is_logged(sup: SupervisorRunner, pid1: bool) -> None:
 
 
 @pytest.mark.parametrize("pid1", PID1, ids=PID1_IDS)
-def test_oom_score_adj(sup: SupervisorRunner, pid1: bool) -> None:
+def test_oom_score_adj(sup: Runner, pid1: bool) -> None:
     command = script(sup, "oom.sh", """\
         echo "child=$(cat /proc/self/oom_score_adj)"
         echo "parent=$(cat /proc/$PPID/oom_score_adj)"
@@ -262,7 +262,7 @@ def test_oom_score_adj(sup: SupervisorRunner, pid1: bool) -> None:
 
 @pytest.mark.parametrize("pid1", PID1, ids=PID1_IDS)
 @pytest.mark.parametrize("ending", ["completed", "failed", "sigterm"])
-def test_no_orphan_survives(sup: SupervisorRunner, ending: str, pid1: bool) -> None:
+def test_no_orphan_survives(sup: Runner, ending: str, pid1: bool) -> None:
     token = unique_sleep()
     names = ("plain", "setsid", "stubborn", "deep", "untagged")
     files = [sup.tmp / f"{n}.pid" for n in names]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     PY,
-    SupervisorRunner,
+    Runner,
     failure,
     free_port,
     pid_alive,
@@ -70,7 +70,7 @@ time.sleep(60)
 # ---------------------------------------------------------------- order and oneshots
 
 
-def test_phases_run_in_order(sup: SupervisorRunner) -> None:
+def test_phases_run_in_order(sup: Runner) -> None:
     order = sup.tmp / "order"
     config = sup.write(f"""
         [[phases]]
@@ -94,7 +94,7 @@ def test_phases_run_in_order(sup: SupervisorRunner) -> None:
     assert all(v["reason"] == "exit_code" and v["exit_code"] == "0" for v in ended)
 
 
-def test_oneshot_retries_with_backoff_then_succeeds(sup: SupervisorRunner) -> None:
+def test_oneshot_retries_with_backoff_then_succeeds(sup: Runner) -> None:
     count, times = sup.tmp / "count", sup.tmp / "times"
     cmd = sh(f'n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}; '
              f'date +%s.%N >> {times}; echo "attempt $n"; [ "$n" -ge 3 ]')
@@ -120,7 +120,7 @@ def test_oneshot_retries_with_backoff_then_succeeds(sup: SupervisorRunner) -> No
     assert [v["attempt"] for v in verdicts(res.output)] == ["1", "2"]
 
 
-def test_oneshot_retries_exhausted_fails_with_last_status(sup: SupervisorRunner) -> None:
+def test_oneshot_retries_exhausted_fails_with_last_status(sup: Runner) -> None:
     runs, after = sup.tmp / "runs", sup.tmp / "after"
     config = sup.write(f"""
         [[phases]]
@@ -146,7 +146,7 @@ def test_oneshot_retries_exhausted_fails_with_last_status(sup: SupervisorRunner)
 
 
 @pytest.mark.parametrize("ignores_term", [False, True], ids=["dies-on-term", "ignores-term"])
-def test_oneshot_timeout(sup: SupervisorRunner, ignores_term: bool) -> None:
+def test_oneshot_timeout(sup: Runner, ignores_term: bool) -> None:
     pidfile = sup.tmp / "pid"
     cmd = py_script(sup.tmp, "slow", f"""
         import signal, sys, time
@@ -179,7 +179,7 @@ def test_oneshot_timeout(sup: SupervisorRunner, ignores_term: bool) -> None:
 # ---------------------------------------------------------------- readiness
 
 
-def test_daemon_tcp_readiness(sup: SupervisorRunner) -> None:
+def test_daemon_tcp_readiness(sup: Runner) -> None:
     port = free_port()
     listening = sup.tmp / "listening"
     daemon = py_script(sup.tmp, "server", """
@@ -223,7 +223,7 @@ def test_daemon_tcp_readiness(sup: SupervisorRunner) -> None:
 
 
 @pytest.mark.parametrize(("delay", "not_yet"), [(0.5, 0), (0.0, 3)], ids=["late-listener", "503-then-200"])
-def test_daemon_http_readiness(sup: SupervisorRunner, delay: float, not_yet: int) -> None:
+def test_daemon_http_readiness(sup: Runner, delay: float, not_yet: int) -> None:
     port = free_port()
     served_503 = sup.tmp / "served_503"
     daemon = py_script(sup.tmp, "web", """
@@ -283,7 +283,7 @@ def test_daemon_http_readiness(sup: SupervisorRunner, delay: float, not_yet: int
         assert served_503.read_text() == str(not_yet)  # every 503 was seen and waited past
 
 
-def test_daemon_file_readiness(sup: SupervisorRunner) -> None:
+def test_daemon_file_readiness(sup: Runner) -> None:
     ready = sup.tmp / "daemon.ready"
     config = sup.write(f"""
         [[phases]]
@@ -301,7 +301,7 @@ def test_daemon_file_readiness(sup: SupervisorRunner) -> None:
     assert "saw the ready file" in res.output
 
 
-def test_daemon_never_ready_times_out(sup: SupervisorRunner) -> None:
+def test_daemon_never_ready_times_out(sup: Runner) -> None:
     port = free_port()  # nobody will listen there
     pidfile, ran = sup.tmp / "daemon.pid", sup.tmp / "command.ran"
     config = sup.write(f"""
@@ -324,7 +324,7 @@ def test_daemon_never_ready_times_out(sup: SupervisorRunner) -> None:
     assert res.duration < 10
 
 
-def test_daemon_dies_mid_phase(sup: SupervisorRunner) -> None:
+def test_daemon_dies_mid_phase(sup: Runner) -> None:
     cmd_pid = sup.tmp / "cmd.pid"
     config = sup.write(f"""
         [[phases]]
@@ -352,7 +352,7 @@ time.sleep(30)  # its daemon dies before it gets to the summary
 """
 
 
-def test_a_bench_stopped_because_its_daemon_died_is_stopped_not_bench_failed(sup: SupervisorRunner) -> None:
+def test_a_bench_stopped_because_its_daemon_died_is_stopped_not_bench_failed(sup: Runner) -> None:
     """The bench command never printed a summary because the supervisor stopped it: that is not its
     failure. The daemon's death (daemon_died) is the phase's verdict; the bench's own reads stopped."""
     config = sup.write(f"""
@@ -374,7 +374,7 @@ def test_a_bench_stopped_because_its_daemon_died_is_stopped_not_bench_failed(sup
     assert len(bench) == 1 and bench[0]["reason"] == "stopped", res.output
 
 
-def test_the_longest_deadline_config_allows_runs_and_25_days_is_refused(sup: SupervisorRunner) -> None:
+def test_the_longest_deadline_config_allows_runs_and_25_days_is_refused(sup: Runner) -> None:
     """Issue 10, item 5: 2**31 ms and more made select() raise OverflowError at once. The config now
     bounds every seconds key (25 days is refused in one line); the loop clamps its sleep besides
     (tests/test_containment.py); the largest deadline the config allows runs."""
@@ -405,7 +405,7 @@ def test_the_longest_deadline_config_allows_runs_and_25_days_is_refused(sup: Sup
     assert "Traceback" not in res.output and marker.exists()
 
 
-def test_daemons_stopped_after_their_phase(sup: SupervisorRunner) -> None:
+def test_daemons_stopped_after_their_phase(sup: Runner) -> None:
     d1, d2 = sup.tmp / "d1.pid", sup.tmp / "d2.pid"
     config = sup.write(f"""
         [[phases]]
@@ -433,7 +433,7 @@ def test_daemons_stopped_after_their_phase(sup: SupervisorRunner) -> None:
     assert res.output.count(": gone") == 2
 
 
-def test_lifecycle_daemon_survives_into_next_phase(sup: SupervisorRunner) -> None:
+def test_lifecycle_daemon_survives_into_next_phase(sup: Runner) -> None:
     keeper = sup.tmp / "keeper.pid"
     config = sup.write(f"""
         [[phases]]
@@ -462,7 +462,7 @@ def test_lifecycle_daemon_survives_into_next_phase(sup: SupervisorRunner) -> Non
 # ---------------------------------------------------------------- services
 
 
-def test_service_on_failure_restarts_with_growing_delays_then_gives_up(sup: SupervisorRunner) -> None:
+def test_service_on_failure_restarts_with_growing_delays_then_gives_up(sup: Runner) -> None:
     runs = sup.tmp / "runs"
     burst = 3
     config = sup.write(f"""
@@ -492,7 +492,7 @@ def test_service_on_failure_restarts_with_growing_delays_then_gives_up(sup: Supe
     assert v["phase"] == "svc" and v["exit_code"] == "1"
 
 
-def test_service_always_restarts_after_exit_0(sup: SupervisorRunner) -> None:
+def test_service_always_restarts_after_exit_0(sup: Runner) -> None:
     runs, pidfile = sup.tmp / "runs", sup.tmp / "pid"
     cmd = sh(f"echo x >> {runs}; [ $(wc -l < {runs}) -ge 3 ] || exit 0; "
              f"echo $$$$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 30")  # $$$$ in the config: sh's $$
@@ -516,7 +516,7 @@ def test_service_always_restarts_after_exit_0(sup: SupervisorRunner) -> None:
 
 
 @pytest.mark.parametrize("policy", ["no", "on-failure"])
-def test_service_clean_exit_not_restarted_completes(sup: SupervisorRunner, policy: str) -> None:
+def test_service_clean_exit_not_restarted_completes(sup: Runner, policy: str) -> None:
     runs = sup.tmp / "runs"
     config = sup.write(f"""
         [[phases]]
@@ -532,7 +532,7 @@ def test_service_clean_exit_not_restarted_completes(sup: SupervisorRunner, polic
     assert "lifecycle complete" in res.output
 
 
-def test_service_failing_with_restart_no_fails(sup: SupervisorRunner) -> None:
+def test_service_failing_with_restart_no_fails(sup: Runner) -> None:
     config = sup.write(f"""
         [[phases]]
         name = "svc"
@@ -545,7 +545,7 @@ def test_service_failing_with_restart_no_fails(sup: SupervisorRunner) -> None:
     assert failure(res.output)["reason"] == "exit_code"
 
 
-def test_service_up_lets_next_phase_start_while_it_runs(sup: SupervisorRunner) -> None:
+def test_service_up_lets_next_phase_start_while_it_runs(sup: Runner) -> None:
     ready, svc_pid, next_ran = sup.tmp / "svc.ready", sup.tmp / "svc.pid", sup.tmp / "next.ran"
     svc = py_script(sup.tmp, "svc", """
         import sys, time
@@ -590,7 +590,7 @@ def test_service_up_lets_next_phase_start_while_it_runs(sup: SupervisorRunner) -
 # ---------------------------------------------------------------- environment and signals
 
 
-def test_env_expansion_and_phase_env_reach_children(sup: SupervisorRunner) -> None:
+def test_env_expansion_and_phase_env_reach_children(sup: Runner) -> None:
     out_cmd, out_daemon = sup.tmp / "cmd.json", sup.tmp / "daemon.json"
     dump = """
         import json, os, sys
@@ -639,7 +639,7 @@ def test_env_expansion_and_phase_env_reach_children(sup: SupervisorRunner) -> No
     assert cmd["env"]["PROVER_SUPERVISOR_TAG"] != daemon["env"]["PROVER_SUPERVISOR_TAG"]
 
 
-def test_signals_forwarded_to_running_command(sup: SupervisorRunner) -> None:
+def test_signals_forwarded_to_running_command(sup: Runner) -> None:
     got, ready = sup.tmp / "got", sup.tmp / "ready"
     cmd = py_script(sup.tmp, "trap", """
         import signal, sys, time

@@ -22,7 +22,7 @@ import pytest
 from helpers import (
     PY,
     REPO,
-    SupervisorRunner,
+    Runner,
     clean_env,
     finish,
     free_port,
@@ -49,7 +49,7 @@ def manager() -> Iterator[DevManager]:
     dev.stop()
 
 
-def failing_with_manager(sup: SupervisorRunner, mgr: DevManager, label: str, extra: str = "") -> Path:
+def failing_with_manager(sup: Runner, mgr: DevManager, label: str, extra: str = "") -> Path:
     """One phase that fails with 4, reporting to ``mgr``; ``extra``: more [supervisor] keys."""
     body = textwrap.dedent(f"""
         [manager]
@@ -65,7 +65,7 @@ def failing_with_manager(sup: SupervisorRunner, mgr: DevManager, label: str, ext
     return sup.write(sup.header(extra=extra) + body, header=False)
 
 
-def run_with_nofile(sup: SupervisorRunner, config: Path, limit: int) -> tuple[int, str]:
+def run_with_nofile(sup: Runner, config: Path, limit: int) -> tuple[int, str]:
     def lower() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
@@ -84,7 +84,7 @@ def instance_history(mgr: DevManager, label: str) -> list[str]:
 # ---------------------------------------------------------------- no file descriptor left
 
 
-def test_a_small_fd_limit_with_a_manager_still_reports_and_saves(sup: SupervisorRunner, manager: DevManager) -> None:
+def test_a_small_fd_limit_with_a_manager_still_reports_and_saves(sup: Runner, manager: DevManager) -> None:
     """32 fds: enough for the supervisor, its outbox, the manager client and a child; the exit sweep's /proc
     reads, status.json and the give-up all still happen."""
     status, out = run_with_nofile(sup, failing_with_manager(sup, manager, "C.nofile-32"), 32)
@@ -95,7 +95,7 @@ def test_a_small_fd_limit_with_a_manager_still_reports_and_saves(sup: Supervisor
 
 
 @pytest.mark.parametrize("limit", [8, 12, 14, 16, 18, 20, 24])
-def test_fewer_fds_never_make_a_traceback(sup: SupervisorRunner, manager: DevManager, limit: int) -> None:
+def test_fewer_fds_never_make_a_traceback(sup: Runner, manager: DevManager, limit: int) -> None:
     """Below what a run needs, each limit fails somewhere else (the event loop, /proc, the outbox, the manager
     client's imports, the child's pipes, the exit sweep): always one line for it, and a status that says which
     kind of end it was: 2 (nothing could be set up), 126 (the child could not be started), 4 (the child's own)."""
@@ -113,7 +113,7 @@ def test_fewer_fds_never_make_a_traceback(sup: SupervisorRunner, manager: DevMan
 
 
 @pytest.mark.parametrize("with_manager", [False, True], ids=["alone", "with-manager"])
-def test_a_read_only_state_dir_at_exit(sup: SupervisorRunner, manager: DevManager, with_manager: bool) -> None:
+def test_a_read_only_state_dir_at_exit(sup: Runner, manager: DevManager, with_manager: bool) -> None:
     """The state_dir (a tmpfs) is made read-only while the supervisor runs. A plain ``mount -o remount,ro`` is
     refused while the supervisor holds its lock file open for writing, so the read-only view is a bind mount of
     the same tmpfs over it, remounted ro: every path the exit uses (the socket, status.json) is read-only,
@@ -182,7 +182,7 @@ def pids_cgroup(name: str, limit: int | str) -> Iterator[Path]:
                 time.sleep(0.05)
 
 
-def start_in_pids(sup: SupervisorRunner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
+def start_in_pids(sup: Runner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
     script = f"echo $$ > {cgroup / 'cgroup.procs'} && exec \"$@\""
     proc = subprocess.Popen(["sh", "-c", script, "sh", *sup.argv(config)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", env=clean_env(), cwd=REPO,
@@ -191,7 +191,7 @@ def start_in_pids(sup: SupervisorRunner, config: Path, cgroup: Path) -> subproce
     return proc
 
 
-def test_no_thread_at_all_costs_the_console_and_the_reporting_not_the_run(sup: SupervisorRunner,
+def test_no_thread_at_all_costs_the_console_and_the_reporting_not_the_run(sup: Runner,
                                                                           manager: DevManager) -> None:
     """pids.max = 1: the supervisor's main thread and nothing more (no thread, no child)."""
     config = failing_with_manager(sup, manager, "C.pids", extra=f"http_port = {free_port()}")
@@ -220,7 +220,7 @@ while not os.path.exists(sys.argv[2]):
 """
 
 
-def test_no_thread_for_a_readiness_wait_fails_the_phase_with_the_reason(sup: SupervisorRunner) -> None:
+def test_no_thread_for_a_readiness_wait_fails_the_phase_with_the_reason(sup: Runner) -> None:
     """pids.max is lowered, once the first phase runs, to exactly what is in use: when it ends its slot goes
     to the next phase's daemon, and the thread that would wait for that daemon's readiness cannot start."""
     pidfile, gate = sup.tmp / "first.pid", sup.tmp / "go"

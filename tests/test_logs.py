@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import PY, REPO, SupervisorRunner, toml_list, wait_for
+from helpers import PY, REPO, Runner, toml_list, wait_for
 
 from supervisor.console import Console
 from supervisor.logs import MAX_LINE_BYTES, ChildOutput, LineSplitter, LogFile
@@ -368,7 +368,7 @@ def test_child_output_decodes_and_strips_cr(tmp_path: Path) -> None:
 # ================================================================ end to end
 
 
-def test_e2e_huge_line_binary_and_normal_line(sup: SupervisorRunner) -> None:
+def test_e2e_huge_line_binary_and_normal_line(sup: Runner) -> None:
     big = 10 * MB
     binary = bytes(range(256)) + b"\xc3\x28 \xe2\x82 not utf-8 \x1b[31m\r\n"
     cmd = script(sup.tmp, "big", f"""
@@ -404,7 +404,7 @@ def test_e2e_huge_line_binary_and_normal_line(sup: SupervisorRunner) -> None:
     assert max(len(line) for line in raw.split(b"\n")) <= MAX_LINE_BYTES + 100
 
 
-def test_e2e_daemon_log_file_name(sup: SupervisorRunner) -> None:
+def test_e2e_daemon_log_file_name(sup: Runner) -> None:
     daemon = script(sup.tmp, "d", """
         import sys, time
         print("daemon out", flush=True)
@@ -434,7 +434,7 @@ def test_e2e_daemon_log_file_name(sup: SupervisorRunner) -> None:
     assert re.search(rf"^{CLOCK} \[ph/ph\] command out$", res.output, flags=re.M)
 
 
-def test_e2e_fast_writer_not_throttled_by_slow_console(sup: SupervisorRunner) -> None:
+def test_e2e_fast_writer_not_throttled_by_slow_console(sup: Runner) -> None:
     total_mb = 200
     marker = sup.tmp / "writer.done"
     cmd = script(sup.tmp, "flood", f"""

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import requests
-from helpers import PY, REPO, Console, SupervisorRunner, clean_env, outbox_rows, sh, toml_str, wait_for
+from helpers import PY, REPO, Console, Runner, clean_env, outbox_rows, sh, toml_str, wait_for
 
 from supervisor.answers import UUID_RE
 from supervisor.config import ManagerSpec
@@ -62,7 +62,7 @@ report = "running"
 # ---------------------------------------------------------------- a manager that drips
 
 
-def test_a_dripping_manager_holds_up_neither_the_calls_nor_the_exit(sup: SupervisorRunner,
+def test_a_dripping_manager_holds_up_neither_the_calls_nor_the_exit(sup: Runner,
                                                                      manager: DevManager) -> None:
     """Every log push is answered at half a byte a second (a 46-byte answer: 90 s), each read well inside the
     read timeout: only the call deadline (0.5 + 3 s) ends it. The lifecycle's calls and the exit go on."""
@@ -119,7 +119,7 @@ def test_a_stuck_call_does_not_hold_up_another_threads_call(manager: DevManager)
 
 @pytest.mark.parametrize(("path", "status"), [("/param-done", 302), ("/api/log-push", 307), ("/register", 301)])
 def test_a_redirect_is_not_delivered_and_the_call_goes_once_the_manager_behaves(
-        sup: SupervisorRunner, manager: DevManager, path: str, status: int) -> None:
+        sup: Runner, manager: DevManager, path: str, status: int) -> None:
     faults(manager, redirect=status, location=f"{manager.url}/elsewhere{path}", count=2, path=path)
     label = f"C.redirect{status}"
     config = sup.write(manager_table(manager.url, label) + f"""
@@ -156,7 +156,7 @@ def peak_rss(pid: int) -> int:
     raise AssertionError(f"no VmHWM for pid {pid}")
 
 
-def test_a_huge_answer_is_not_read_into_memory(sup: SupervisorRunner, manager: DevManager) -> None:
+def test_a_huge_answer_is_not_read_into_memory(sup: Runner, manager: DevManager) -> None:
     faults(manager, huge_body_bytes=HUGE_ANSWER_BYTES, count=1, path="/register")
     config = sup.write(manager_table(manager.url, "C.huge") + SERVICE)
     proc = Console(sup, config)
@@ -185,7 +185,7 @@ BAD_REGISTER_ANSWERS: dict[str, tuple[Any, str]] = {
 
 
 @pytest.mark.parametrize("bad", list(BAD_REGISTER_ANSWERS))
-def test_a_bad_register_answer_is_never_kept_or_exported(sup: SupervisorRunner, manager: DevManager,
+def test_a_bad_register_answer_is_never_kept_or_exported(sup: Runner, manager: DevManager,
                                                          bad: str) -> None:
     answer, said = BAD_REGISTER_ANSWERS[bad]
     faults(manager, answer=answer, count=1, path="/register")
@@ -218,7 +218,7 @@ backoff_max_s = 0.2
     assert facts["uuid"] == inst["uuid"] and UUID_RE.fullmatch(facts["uuid"])
 
 
-def test_a_bad_uuid_kept_by_an_earlier_start_is_dropped_and_registered_afresh(sup: SupervisorRunner,
+def test_a_bad_uuid_kept_by_an_earlier_start_is_dropped_and_registered_afresh(sup: Runner,
                                                                               manager: DevManager) -> None:
     import sqlite3
 
@@ -257,7 +257,7 @@ RETRY_AFTER_S = 4
 
 
 @pytest.mark.parametrize("status", [429, 503])
-def test_retry_after_is_waited_out(sup: SupervisorRunner, manager: DevManager, status: int) -> None:
+def test_retry_after_is_waited_out(sup: Runner, manager: DevManager, status: int) -> None:
     faults(manager, status=status, retry_after=RETRY_AFTER_S, count=1, path="/register")
     config = sup.write(manager_table(manager.url, f"C.later{status}") + SERVICE)
     proc = Console(sup, config)
@@ -287,7 +287,7 @@ class _AuthRecorder(_Handler):
         return ok
 
 
-def test_a_password_in_the_url_is_shown_nowhere_and_still_sent(sup: SupervisorRunner, manager: DevManager) -> None:
+def test_a_password_in_the_url_is_shown_nowhere_and_still_sent(sup: Runner, manager: DevManager) -> None:
     manager._server.RequestHandlerClass = _AuthRecorder
     manager._server.seen_auth = []  # type: ignore[attr-defined]
     host = manager.url.removeprefix("http://")
@@ -332,7 +332,7 @@ command = {sh('echo "my manager is $MANAGER_URL"; echo "the password is ' + PASS
     assert set(manager._server.seen_auth) == {basic}  # type: ignore[attr-defined]
 
 
-def _cli(sup: SupervisorRunner, *args: str) -> str:
+def _cli(sup: Runner, *args: str) -> str:
     done = subprocess.run([PY, "-m", "supervisor", *args, "--state-dir", str(sup.state_dir)], capture_output=True,
                           text=True, errors="replace", env=clean_env(), cwd=REPO, timeout=30)
     assert "Traceback" not in done.stderr, done.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import PY, REPO, SupervisorRunner, clean_env, pid_alive, wait_for
+from helpers import PY, REPO, Runner, clean_env, pid_alive, wait_for
 
 from supervisor.config import parse_plan
 from supervisor.proctable import SNAPSHOT_MAX_AGE_S, ProcessTable
@@ -50,7 +50,7 @@ sys.exit(status)
 """
 
 
-def many_daemons_config(sup: SupervisorRunner, kind: str, command: str, daemon: str = '["sleep", "1000"]') -> Path:
+def many_daemons_config(sup: Runner, kind: str, command: str, daemon: str = '["sleep", "1000"]') -> Path:
     daemons = "".join(f"""
         [[phases.daemons]]
         name = "d{i}"
@@ -64,7 +64,7 @@ def many_daemons_config(sup: SupervisorRunner, kind: str, command: str, daemon: 
         """ + daemons)
 
 
-def start_counted(sup: SupervisorRunner, config: Path) -> tuple[subprocess.Popen[str], Path]:
+def start_counted(sup: Runner, config: Path) -> tuple[subprocess.Popen[str], Path]:
     launcher = sup.tmp / "launch_counted.py"
     launcher.write_text(LAUNCHER)
     counted = sup.tmp / "scans"
@@ -92,7 +92,7 @@ def check_everything_ended(output: str, counted: Path) -> None:
 
 
 def test_a_failing_phase_with_200_daemons_stops_them_all_with_a_bounded_number_of_scans(
-        sup: SupervisorRunner) -> None:
+        sup: Runner) -> None:
     config = many_daemons_config(sup, "oneshot", '["sh", "-c", "exit 3"]')
     proc, counted = start_counted(sup, config)
     output, _ = proc.communicate(timeout=120)
@@ -112,7 +112,7 @@ def until(proc: subprocess.Popen[str], text: str) -> str:
     return seen
 
 
-def test_a_shutdown_with_200_daemons_stops_them_all_with_a_bounded_number_of_scans(sup: SupervisorRunner) -> None:
+def test_a_shutdown_with_200_daemons_stops_them_all_with_a_bounded_number_of_scans(sup: Runner) -> None:
     proc, counted = start_counted(sup, many_daemons_config(sup, "service", '["sleep", "1000"]'))
     up = until(proc, "phase many: service is up")
     proc.send_signal(signal.SIGTERM)
@@ -125,7 +125,7 @@ def test_a_shutdown_with_200_daemons_stops_them_all_with_a_bounded_number_of_sca
     check_everything_ended(output, counted)
 
 
-def test_a_second_sigterm_with_200_daemons_kills_them_all_and_the_run_ends(sup: SupervisorRunner) -> None:
+def test_a_second_sigterm_with_200_daemons_kills_them_all_and_the_run_ends(sup: Runner) -> None:
     """Daemons that ignore SIGTERM, so the second SIGTERM surely comes during the stop. Killed at once,
     they are all gone by the time the stop in order reaches them: a stop that ends at once must not call
     the next one from inside itself (200 deep, that was a RecursionError, and the shutdown never ended)."""

@@ -25,7 +25,7 @@ import pytest
 from helpers import (
     PY,
     REPO,
-    SupervisorRunner,
+    Runner,
     clean_env,
     first_line,
     kill_tree,
@@ -61,7 +61,7 @@ sys.exit(main(sys.argv[1:]))
 class Launched:
     """A supervisor started through LAUNCHER, its console in a file the test can watch."""
 
-    def __init__(self, sup: SupervisorRunner, config: Path, env: dict[str, str], inject: str = "",
+    def __init__(self, sup: Runner, config: Path, env: dict[str, str], inject: str = "",
                  name: str = "console") -> None:
         launcher = sup.tmp / f"launch-{name}.py"
         launcher.write_text(LAUNCHER.format(inject=textwrap.dedent(inject)))
@@ -101,14 +101,14 @@ def nvml(tmp_path: Path) -> NvmlControl:
     return NvmlControl(tmp_path / "nvml.json", log=str(tmp_path / "nvml-calls.log"))
 
 
-def status_json(sup: SupervisorRunner, env: dict[str, str]) -> tuple[int, dict, float]:
+def status_json(sup: Runner, env: dict[str, str]) -> tuple[int, dict, float]:
     began = time.monotonic()
     done = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
                           capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env(env))
     return done.returncode, json.loads(done.stdout), time.monotonic() - began
 
 
-def status_text(sup: SupervisorRunner, env: dict[str, str]) -> str:
+def status_text(sup: Runner, env: dict[str, str]) -> str:
     done = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
                           capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env(env))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -200,7 +200,7 @@ def test_a_worker_thread_leaves_the_loops_signals_to_the_loop() -> None:
 # ================================================================ NVML hangs
 
 
-def test_a_child_is_reaped_and_judged_while_every_nvml_call_hangs(sup: SupervisorRunner, nvml: NvmlControl) -> None:
+def test_a_child_is_reaped_and_judged_while_every_nvml_call_hangs(sup: Runner, nvml: NvmlControl) -> None:
     nvml.set(hang_s=HANG_S)
     config = sup.write(f"""
         [[phases]]
@@ -224,7 +224,7 @@ def test_a_child_is_reaped_and_judged_while_every_nvml_call_hangs(sup: Superviso
     only_the_gpu_thread_called_nvml(nvml)
 
 
-def test_status_answers_and_names_the_hung_call_while_nvml_hangs(sup: SupervisorRunner, nvml: NvmlControl) -> None:
+def test_status_answers_and_names_the_hung_call_while_nvml_hangs(sup: Runner, nvml: NvmlControl) -> None:
     config = sup.write(f"""
         [[phases]]
         name = "work"
@@ -258,7 +258,7 @@ def test_status_answers_and_names_the_hung_call_while_nvml_hangs(sup: Supervisor
     only_the_gpu_thread_called_nvml(nvml)
 
 
-def test_a_busy_gpu_keeps_a_silent_phase_alive(sup: SupervisorRunner, nvml: NvmlControl) -> None:
+def test_a_busy_gpu_keeps_a_silent_phase_alive(sup: Runner, nvml: NvmlControl) -> None:
     """GPU evidence from the GPU thread's samples: a working GPU is a sign of life where output is silent."""
     nvml.set(gpus=[gpu(util=87)])
     config = sup.write(f"""
@@ -274,7 +274,7 @@ def test_a_busy_gpu_keeps_a_silent_phase_alive(sup: SupervisorRunner, nvml: Nvml
     only_the_gpu_thread_called_nvml(nvml)
 
 
-def test_a_stall_while_nvml_hangs_says_the_gpu_evidence_was_unknown(sup: SupervisorRunner,
+def test_a_stall_while_nvml_hangs_says_the_gpu_evidence_was_unknown(sup: Runner,
                                                                     nvml: NvmlControl) -> None:
     """A hung GPU is no sign of work, and the stall decision does not wait for it: it says why GPU evidence
     is missing."""
@@ -295,7 +295,7 @@ def test_a_stall_while_nvml_hangs_says_the_gpu_evidence_was_unknown(sup: Supervi
     assert "(nvmlDeviceGetUtilizationRates (GPU 0) has not returned for " in record, record
 
 
-def test_require_gpus_with_nvml_hung_refuses_gpu_unresponsive(sup: SupervisorRunner, nvml: NvmlControl) -> None:
+def test_require_gpus_with_nvml_hung_refuses_gpu_unresponsive(sup: Runner, nvml: NvmlControl) -> None:
     nvml.set(hang_s=HANG_S)
     config = sup.write(f"""
         [[phases]]
@@ -316,7 +316,7 @@ def test_require_gpus_with_nvml_hung_refuses_gpu_unresponsive(sup: SupervisorRun
 # ================================================================ a hung mount
 
 
-def hung_cache_config(sup: SupervisorRunner, cache: Path) -> Path:
+def hung_cache_config(sup: Runner, cache: Path) -> Path:
     path = sup.write(f"""
         [[phases]]
         name = "fetch"
@@ -327,7 +327,7 @@ def hung_cache_config(sup: SupervisorRunner, cache: Path) -> Path:
     return path
 
 
-def test_a_hung_parameter_cache_mount_is_insufficient_disk_not_a_hang(sup: SupervisorRunner) -> None:
+def test_a_hung_parameter_cache_mount_is_insufficient_disk_not_a_hang(sup: Runner) -> None:
     with hung_mount(sup.tmp / "params") as cache:
         run = Launched(sup, hung_cache_config(sup, cache), {}, inject="""
             import supervisor.fitness
@@ -343,7 +343,7 @@ def test_a_hung_parameter_cache_mount_is_insufficient_disk_not_a_hang(sup: Super
     assert started(out) == [] and "phase fetch: pending → stopped" in out, out
 
 
-def test_sigterm_while_fitness_hangs_on_a_mount_stops_the_run_cleanly(sup: SupervisorRunner) -> None:
+def test_sigterm_while_fitness_hangs_on_a_mount_stops_the_run_cleanly(sup: Runner) -> None:
     with hung_mount(sup.tmp / "params") as cache:
         run = Launched(sup, hung_cache_config(sup, cache), {})
         run.wait_text("GPU evidence:")  # said just before the fitness check starts
@@ -358,7 +358,7 @@ def test_sigterm_while_fitness_hangs_on_a_mount_stops_the_run_cleanly(sup: Super
     assert "phase=fitness" not in out, "the check that never answered decided nothing"
 
 
-def test_a_hung_progress_path_does_not_stop_the_loop(sup: SupervisorRunner) -> None:
+def test_a_hung_progress_path_does_not_stop_the_loop(sup: Runner) -> None:
     with hung_mount(sup.tmp / "params") as hung:
         config = sup.write(f"""
             [[phases]]
@@ -393,7 +393,7 @@ WALK_RECORDER = """
 """
 
 
-def test_a_big_progress_tree_is_walked_off_the_loop(sup: SupervisorRunner) -> None:
+def test_a_big_progress_tree_is_walked_off_the_loop(sup: Runner) -> None:
     tree = sup.tmp / "tree"
     began = time.monotonic()
     for d in range(150):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     PY,
-    SupervisorRunner,
+    Runner,
     alloc_script,
     finish,
     first_line,
@@ -52,14 +52,14 @@ def peak_of(record: str) -> tuple[int, str]:
     return parse_size(match.group(1) + match.group(2)), match.group(3)
 
 
-def config(runner: SupervisorRunner, body: str, *, cgroups: str | None = None) -> Path:
+def config(runner: Runner, body: str, *, cgroups: str | None = None) -> Path:
     extra = f'cgroups = "{cgroups}"' if cgroups else ""
     path = runner.tmp / "config.toml"
     path.write_text(runner.header(stop_grace_s=1, extra=extra) + body)
     return path
 
 
-def test_phase_over_its_memory_max_is_oom_killed(sup: SupervisorRunner) -> None:
+def test_phase_over_its_memory_max_is_oom_killed(sup: Runner) -> None:
     base = v1_memory_cgroup_or_skip()
     alloc = alloc_script(sup.tmp)
     cfg = config(sup, f"""
@@ -91,7 +91,7 @@ command = {toml_list([PY, str(alloc)])}
 
 
 @pytest.mark.parametrize("sh_status", [0, 1])
-def test_grandchild_oom_kill_is_noted_but_not_the_commands_verdict(sup: SupervisorRunner, sh_status: int) -> None:
+def test_grandchild_oom_kill_is_noted_but_not_the_commands_verdict(sup: Runner, sh_status: int) -> None:
     base = v1_memory_cgroup_or_skip()
     alloc = alloc_script(sup.tmp)
     cfg = config(sup, f"""
@@ -114,7 +114,7 @@ command = {shell(f'{PY} {alloc}; echo "allocator ended with $?"; exit {sh_status
     assert not list(base.glob("prover-*-wrap"))
 
 
-def test_shared_mode_oom_kill_in_the_supervisors_own_cgroup(sup: SupervisorRunner) -> None:
+def test_shared_mode_oom_kill_in_the_supervisors_own_cgroup(sup: Runner) -> None:
     alloc = alloc_script(sup.tmp)
     cfg = config(sup, f"""
 [[phases]]
@@ -141,7 +141,7 @@ command = {toml_list([PY, str(alloc)])}
     assert not cg.exists()
 
 
-def sigkilled_from_outside(runner: SupervisorRunner, phase: str, *, cgroups: str | None = None) -> str:
+def sigkilled_from_outside(runner: Runner, phase: str, *, cgroups: str | None = None) -> str:
     """Run a phase (memory_max 64MiB) whose command this test SIGKILLs itself; the supervisor's output."""
     pidfile = runner.tmp / "child.pid"
     cfg = config(runner, f"""
@@ -158,7 +158,7 @@ command = {shell(f'echo $$ > {pidfile}; exec sleep 30')}
     return result.output
 
 
-def test_sigkill_from_outside_is_a_signal_not_an_oom_kill(sup: SupervisorRunner) -> None:
+def test_sigkill_from_outside_is_a_signal_not_an_oom_kill(sup: Runner) -> None:
     v1_memory_cgroup_or_skip()  # the verdict must know (not guess) that no OOM kill happened
     out = sigkilled_from_outside(sup, "victim")
     record = one_verdict(out, "victim")
@@ -168,7 +168,7 @@ def test_sigkill_from_outside_is_a_signal_not_an_oom_kill(sup: SupervisorRunner)
     assert "OOM KILL" not in out
 
 
-def test_an_old_oom_kill_never_taints_a_later_phase(sup: SupervisorRunner, tmp_path: Path) -> None:
+def test_an_old_oom_kill_never_taints_a_later_phase(sup: Runner, tmp_path: Path) -> None:
     alloc = alloc_script(tmp_path)
     pidfile = sup.tmp / "child.pid"
     cfg = config(sup, f"""
@@ -195,7 +195,7 @@ command = {shell(f'echo $$ > {pidfile}; exec sleep 30')}
         assert MemoryCgroup(cg, "v1").oom_kills() == 1
 
 
-def run_daemon_oom(runner: SupervisorRunner, marker: Path) -> str:
+def run_daemon_oom(runner: Runner, marker: Path) -> str:
     """Phase ``work``: its command sleeps, its daemon ``hogd`` allocates past the phase's memory_max."""
     alloc = alloc_script(runner.tmp)
     cfg = config(runner, f"""
@@ -217,7 +217,7 @@ command = {toml_list(["touch", str(marker)])}
     return result.output
 
 
-def test_daemon_oom_killed_during_its_phase(sup: SupervisorRunner) -> None:
+def test_daemon_oom_killed_during_its_phase(sup: Runner) -> None:
     base = v1_memory_cgroup_or_skip()
     marker = sup.tmp / "after.marker"
     out = run_daemon_oom(sup, marker)
@@ -232,7 +232,7 @@ def test_daemon_oom_killed_during_its_phase(sup: SupervisorRunner) -> None:
     assert not list(base.glob("prover-*-work"))
 
 
-def test_daemons_oom_kill_is_not_blamed_on_the_commands_descendants(sup: SupervisorRunner) -> None:
+def test_daemons_oom_kill_is_not_blamed_on_the_commands_descendants(sup: Runner) -> None:
     """The victim was the command's sibling (a daemon of the same phase cgroup), not one of its descendants."""
     v1_memory_cgroup_or_skip()
     out = run_daemon_oom(sup, sup.tmp / "after.marker")
@@ -246,7 +246,7 @@ def test_daemons_oom_kill_is_not_blamed_on_the_commands_descendants(sup: Supervi
     assert "descendants" not in command, f"the command's verdict blames its descendants for the OOM kill: {command}"
 
 
-def test_cgroups_off_says_oom_unknown(sup: SupervisorRunner) -> None:
+def test_cgroups_off_says_oom_unknown(sup: Runner) -> None:
     out = sigkilled_from_outside(sup, "blind", cgroups="off")
     head = out.splitlines()[:3]
     assert any("memory evidence:" in line and "turned off" in line and "OOM kills are unknown" in line
@@ -259,7 +259,7 @@ def test_cgroups_off_says_oom_unknown(sup: SupervisorRunner) -> None:
 
 
 @pytest.mark.parametrize("mode", ["shared", "off"])
-def test_a_memory_max_that_cannot_be_applied_is_said(sup: SupervisorRunner, mode: str) -> None:
+def test_a_memory_max_that_cannot_be_applied_is_said(sup: Runner, mode: str) -> None:
     """Without per-phase cgroups a phase's memory_max limits nothing: the supervisor must say so, not stay silent."""
     cfg = config(sup, f"""
 [[phases]]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PY, REPO, Console, SupervisorRunner, clean_env, py_script, toml_str, wait_for
+from helpers import PY, REPO, Console, Runner, clean_env, py_script, toml_str, wait_for
 
 from supervisor.console import Console as OutputConsole
 from supervisor.devmanager import DevManager
@@ -96,7 +96,7 @@ time.sleep(120)
 
 
 def test_a_progress_readout_reaches_console_status_and_manager_as_it_is_drawn(
-        sup: SupervisorRunner, mgr: DevManager) -> None:
+        sup: Runner, mgr: DevManager) -> None:
     config = sup.write(manager_table(mgr, "C.progress") + f"""
         [[phases]]
         name = "fetch"
@@ -141,7 +141,7 @@ time.sleep(120)
 """
 
 
-def test_a_secret_is_masked_everywhere_however_it_was_written(sup: SupervisorRunner, mgr: DevManager) -> None:
+def test_a_secret_is_masked_everywhere_however_it_was_written(sup: Runner, mgr: DevManager) -> None:
     config = sup.write(manager_table(mgr, "C.secrets") + f"""
         [[phases]]
         name = "leak"
@@ -179,7 +179,7 @@ FAKE_VERDICT = "[supervisor] FAILED: phase=fetch child=fetch pid=1 reason=oom_ki
 
 
 def test_a_child_printing_a_supervisor_verdict_reaches_the_manager_under_its_own_label(
-        sup: SupervisorRunner, mgr: DevManager) -> None:
+        sup: Runner, mgr: DevManager) -> None:
     config = sup.write(manager_table(mgr, "C.fake") + f"""
         [[phases]]
         name = "fetch"

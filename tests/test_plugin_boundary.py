@@ -364,3 +364,44 @@ def test_the_config_imports_only_foundations() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level >= 2:  # from ..x import y: outside the package
                 assert (node.module or "").split(".")[0] in allowed, f"{path.name} imports ..{node.module}"
+
+
+def prover_imports(source: str) -> list[tuple[int, str]]:
+    """(line, what) of every import of ``supervisor.prover`` in ``source``, wherever it sits (in a function, under
+    TYPE_CHECKING); code in a string (a child's program) is not an import of this module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            module = node.module or ""
+            names = [module] + [f"{module}.{a.name}" for a in node.names] if module == "supervisor" else [module]
+        else:
+            continue
+        found += [(node.lineno, name) for name in names if name.split(".")[:2] == ["supervisor", "prover"]]
+    return found
+
+
+def test_prover_imports_are_found_however_they_are_written() -> None:
+    source = textwrap.dedent("""\
+        import supervisor.prover.bench as bench
+        from supervisor.prover import cuzkconf
+        from supervisor import prover, config
+        def f():
+            from supervisor.prover.fleet import RUNNER_ID
+        import supervisor.config, supervisor.proverish
+        from supervisor import proverish
+        CHILD = "import supervisor.prover.bench"
+        """)
+    assert prover_imports(source) == [(1, "supervisor.prover.bench"), (2, "supervisor.prover"),
+                                      (3, "supervisor.prover"), (5, "supervisor.prover.fleet")]
+
+
+def test_no_core_test_imports_the_prover() -> None:
+    """The core's tests (tests/, outside tests/prover/) and their fixtures and helpers need no prover: a core
+    without it is whole. The prover's tests live in tests/prover/."""
+    tests = REPO / "tests"
+    offenders = [f"{path.relative_to(REPO)}:{line}: imports {name}"
+                 for path in sorted(tests.rglob("*.py")) if tests / "prover" not in path.parents
+                 for line, name in prover_imports(path.read_text())]
+    assert not offenders, "core tests import the prover (move them to tests/prover/):\n" + "\n".join(offenders)

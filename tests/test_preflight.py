@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from helpers import (
-    SupervisorRunner,
+    Runner,
     first_line,
     one_verdict,
     run_in_cgroup,
@@ -32,7 +32,7 @@ from supervisor.units import MIB as MiB
 DETAIL_RE = re.compile(r"needs min_memory=(\S+) \((\d+) bytes\) but only (\S+) \((\d+) bytes\) is available")
 
 
-def refused_config(runner: SupervisorRunner, min_memory: str, started: Path, *, extra: str = "") -> Path:
+def refused_config(runner: Runner, min_memory: str, started: Path, *, extra: str = "") -> Path:
     """Phase ``first`` runs; phase ``big`` (with a daemon) needs ``min_memory``; each child touches a marker."""
     return runner.write(f"""
         [[phases]]
@@ -51,7 +51,7 @@ def refused_config(runner: SupervisorRunner, min_memory: str, started: Path, *, 
         """, stop_grace_s=1)
 
 
-def env_config(runner: SupervisorRunner, min_memory: str, seen: Path) -> Path:
+def env_config(runner: Runner, min_memory: str, seen: Path) -> Path:
     """Phase ``fits`` needs ``min_memory``; its command and daemon write down what they were told."""
     return runner.write(f"""
         [[phases]]
@@ -87,7 +87,7 @@ def check_refused(out: str, returncode: int, need: int, started: Path) -> int:
     return available
 
 
-def test_min_memory_above_what_is_available_fails_at_once(sup: SupervisorRunner) -> None:
+def test_min_memory_above_what_is_available_fails_at_once(sup: Runner) -> None:
     started = sup.tmp / "started"
     started.mkdir()
     need = 100 << 40  # 100 TiB
@@ -99,7 +99,7 @@ def test_min_memory_above_what_is_available_fails_at_once(sup: SupervisorRunner)
     assert result.duration < 10, result.output
 
 
-def test_min_memory_below_what_is_available_runs_and_children_are_told(sup: SupervisorRunner) -> None:
+def test_min_memory_below_what_is_available_runs_and_children_are_told(sup: Runner) -> None:
     seen = sup.tmp / "seen"
     seen.mkdir()
     result = sup.run(env_config(sup, "1MiB", seen), timeout=30)
@@ -115,7 +115,7 @@ def test_min_memory_below_what_is_available_runs_and_children_are_told(sup: Supe
     assert "reason=insufficient_memory" not in out
 
 
-def test_min_memory_above_the_phases_own_memory_max_is_refused(sup: SupervisorRunner) -> None:
+def test_min_memory_above_the_phases_own_memory_max_is_refused(sup: Runner) -> None:
     """A phase limited to 64 MiB by its own memory_max can never have the 128 MiB it says it needs."""
     started = sup.tmp / "started"
     started.mkdir()
@@ -125,7 +125,7 @@ def test_min_memory_above_the_phases_own_memory_max_is_refused(sup: SupervisorRu
     assert not (started / "big").exists() and not (started / "helper").exists()
 
 
-def test_limit_from_a_real_v1_cgroup(sup: SupervisorRunner) -> None:
+def test_limit_from_a_real_v1_cgroup(sup: Runner) -> None:
     with v1_cgroup("preflight", 256 * MiB) as cg:
         started = sup.tmp / "started"
         started.mkdir()

@@ -11,11 +11,9 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +22,9 @@ import pytest
 from helpers import (
     DROP_ENV,
     PY,
-    REPO,
     Console,
-    SupervisorRunner,
-    clean_env,
+    Runner,
     free_port,
-    kill_tree,
     outbox_rows,
     sh,
     toml_list,
@@ -39,9 +34,7 @@ from helpers import (
 
 from supervisor.devmanager import DevManager, DevManagerState, _Handler
 from supervisor.exits import EXIT_BENCH_REJECTED
-from supervisor.prover.demo import demo_config
 
-SPEED = "0.05"
 STATES = ["registered", "params_done", "bench_done", "running"]
 
 # A cuzk-bench look-alike: 3 proofs, 1.5 proofs/min → 90 proofs/h (min_rate 50 passes).
@@ -92,7 +85,7 @@ def pushed(mgr: DevManager) -> dict[str, str]:
     return next(iter(logs.values()), {})
 
 
-def fast_config(sup: SupervisorRunner, url: str, *, manager: str = "", params: str | None = None,
+def fast_config(sup: Runner, url: str, *, manager: str = "", params: str | None = None,
                 service: str = "${SVC_S:-0.5}", min_rate: float = 50, name: str = "config.toml") -> Path:
     """Three quick phases reporting param-done, bench-done (90/h) and running; the service sleeps ``service`` s."""
     bench = sup.tmp / "fake_bench.py"
@@ -144,90 +137,10 @@ def in_order(calls: list[dict[str, Any]], paths: list[str]) -> bool:
 # ---------------------------------------------------------------- the demo lifecycle, once for several tests
 
 
-@dataclass
-class DemoRun:
-    status: int
-    output: str
-    snap: dict[str, Any]
-    work: Path
-
-
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
-    work = tmp_path_factory.mktemp("demo")
-    mgr = DevManager(quiet=True).start()
-    config = work / "demo.toml"
-    config.write_text(demo_config(work, speed=float(SPEED), run_seconds=1.0, manager_url=mgr.url))
-    proc = subprocess.Popen([PY, "-m", "supervisor", "run", "--config", str(config)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=clean_env(), cwd=REPO, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        out, _ = proc.communicate()
-        mgr.stop()
-        pytest.fail(f"the demo lifecycle did not finish within 60s:\n{out}")
-    snap = mgr.state.snapshot()
-    mgr.stop()
-    yield DemoRun(proc.returncode, out, snap, work)
-
-
-def test_demo_reports_register_param_bench_running_in_order(demo_run: DemoRun) -> None:
-    assert demo_run.status == 0, demo_run.output
-    insts = list(demo_run.snap["instances"].values())
-    assert len(insts) == 1
-    inst = insts[0]
-    assert inst["label"] == "C.demo"
-    assert inst["history"] == STATES
-    assert f"manager: registered: uuid {inst['uuid']}, runner_id {inst['runner_id']}" in demo_run.output
-    # The rate is the bench summary's proofs/min × 60.
-    bench_log = (demo_run.work / "logs" / "bench.log").read_text()
-    per_min = float(re.search(r"throughput:\s+([0-9.]+) proofs/min", bench_log).group(1))  # type: ignore[union-attr]
-    assert per_min > 0
-    assert inst["rate"] > 0
-    assert inst["rate"] == pytest.approx(per_min * 60, abs=1e-3)
-    calls = [c for c in demo_run.snap["calls"] if c["path"] != "/api/log-push"]
-    assert [c["path"] for c in calls] == ["/register", "/param-done", "/bench-done", "/running"]
-    assert all(c["status"] == 200 for c in calls)
-    # Pushes need the uuid: nothing came before /register.
-    assert demo_run.snap["calls"][0]["path"] == "/register"
-
-
-def test_demo_ships_logs_under_the_right_sources(demo_run: DemoRun) -> None:
-    (_uuid, logs), = demo_run.snap["logs"].items()
-    assert set(logs) == {"setup", "benchdaemon", "benchout", "cuzk", "curio"}
-    pids = dict(re.findall(r"started (\S+): pid (\d+)", demo_run.output))
-    # setup: the supervisor's own lines and paramfetch's output.
-    assert "[supervisor] started paramfetch/paramfetch: pid" in logs["setup"]
-    assert "parameter and key-fetching complete" in logs["setup"]
-    assert "prover-supervisor exiting with status 0" in logs["setup"]
-    # The bench phase's daemon and command, and production's daemon and command, each under its own tab.
-    assert f"cuzk-daemon v0.1.0 starting (pid {pids['bench/cuzk-daemon']})" in logs["benchdaemon"]
-    assert f"(pid {pids['curio/cuzk-daemon']})" not in logs["benchdaemon"]
-    assert f"cuzk-daemon v0.1.0 starting (pid {pids['curio/cuzk-daemon']})" in logs["cuzk"]
-    assert "=== Batch Summary ===" in logs["benchout"] and "[1/6] COMPLETED" in logs["benchout"]
-    assert "Curio started" in logs["curio"]
-    assert "[supervisor]" not in logs["curio"] + logs["benchout"] + logs["benchdaemon"] + logs["cuzk"]
-    # Each child's pushed text is its log file's, line for line (ANSI aside), behind the child's label.
-    curio_file = (demo_run.work / "logs" / "curio.log").read_text()
-    assert logs["curio"] == "".join(f"[curio/curio] {line}\n" for line in curio_file.splitlines())
-
-
-def test_demo_pushed_logs_have_no_ansi(demo_run: DemoRun) -> None:
-    daemon_file = (demo_run.work / "logs" / "bench.cuzk-daemon.log").read_bytes()
-    assert b"\x1b[" in daemon_file  # the stand-in daemon does colour its lines
-    for source, text in next(iter(demo_run.snap["logs"].values())).items():
-        assert "\x1b" not in text, source
-        assert "[0m" not in text and "[2m" not in text, source
-    plain = re.sub(rb"\x1b\[[0-9;]*m", b"", daemon_file).decode()
-    shipped = next(iter(demo_run.snap["logs"].values()))["benchdaemon"]
-    assert shipped == "".join(f"[bench/cuzk-daemon] {line}\n" for line in plain.splitlines())
-
-
 # ---------------------------------------------------------------- identity in children's environment
 
 
-def test_children_get_instance_uuid_and_runner_id(sup: SupervisorRunner,
+def test_children_get_instance_uuid_and_runner_id(sup: Runner,
                                                   managers: Callable[..., DevManager]) -> None:
     mgr = managers()
     record = sup.tmp / "identity.txt"
@@ -256,44 +169,6 @@ command = {sh(f'echo "$INSTANCE_UUID $RUNNER_ID" > {record}')}
 # ---------------------------------------------------------------- the manager down, then up
 
 
-def test_manager_down_for_the_whole_lifecycle_then_up(sup: SupervisorRunner,
-                                                      managers: Callable[..., DevManager]) -> None:
-    port = free_port()  # nothing listens there until the manager "comes back"
-    text = demo_config(sup.tmp, speed=float(SPEED), run_seconds=120.0, manager_url=f"http://127.0.0.1:{port}")
-    assert "min_rate = 50\n" in text
-    config = sup.tmp / "demo.toml"
-    config.write_text(text.replace("min_rate = 50\n", "min_rate = 50\nbench_gate_s = 1\n"))
-    proc = Console(sup, config)
-    proc.wait_text("phase curio: service is up", 40)
-    proc.wait_text("manager: running queued")  # logged once the call is in the outbox
-    out = proc.text()
-    assert "manager: register not delivered" in out
-    assert "manager: no answer to bench-done after 1s; starting production anyway" in out
-    pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending" and kind != "log"]
-    assert pending == ["register", "param-done", "bench-done", "running"]
-
-    mgr = managers(port)
-    wait_for(lambda: mgr.state.snapshot()["instances"]
-             and only_instance(mgr)["history"] == STATES, timeout=45, interval=0.1)
-    wait_for(lambda: {"setup", "benchdaemon", "benchout", "cuzk", "curio"} <= set(pushed(mgr)), 15, 0.1)
-    wait_for(lambda: not [r for r in outbox_rows(sup) if r[2] == "pending"], 15, 0.1)
-    logs = pushed(mgr)
-    # What was printed while the manager was down got there too.
-    assert "parameter and key-fetching complete" in logs["setup"]
-    assert "=== Batch Summary ===" in logs["benchout"]
-    assert "Curio started" in logs["curio"]
-    calls = [c for c in api_calls(mgr) if c["path"] != "/api/log-push"]
-    assert [c["path"] for c in calls] == ["/register", "/param-done", "/bench-done", "/running"], calls
-    assert all(c["status"] == 200 for c in calls)
-    assert api_calls(mgr)[0]["path"] == "/register"
-    assert not [r for r in outbox_rows(sup) if r[2] == "failed"]
-
-    os.kill(proc.pid, signal.SIGTERM)
-    assert proc.finish(30) == 128 + signal.SIGTERM
-    wait_for(lambda: "prover-supervisor stopping: received SIGTERM" in pushed(mgr)["setup"], 5, 0.05)
-    assert only_instance(mgr)["history"] == STATES
-
-
 # ---------------------------------------------------------------- faults
 
 
@@ -307,7 +182,7 @@ FAULTS: dict[str, tuple[dict[str, Any], str, int]] = {
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_faults_are_retried_until_delivered(sup: SupervisorRunner, managers: Callable[..., DevManager],
+def test_faults_are_retried_until_delivered(sup: Runner, managers: Callable[..., DevManager],
                                             fault: str) -> None:
     import requests
 
@@ -333,7 +208,7 @@ def test_faults_are_retried_until_delivered(sup: SupervisorRunner, managers: Cal
 
 
 def test_register_refused_once_is_retried_and_param_done_still_arrives(
-        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
     """A single 400 on /register: registration is retried with backoff, and nothing after it is dropped."""
     import requests
 
@@ -354,7 +229,7 @@ def test_register_refused_once_is_retried_and_param_done_still_arrives(
 
 
 def test_register_goes_first_even_when_queued_behind_other_calls(
-        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
     """An outbox left with param-done pending and no uuid (an earlier start's register failed, or its answer
     was lost to a SIGKILL): the new register is queued behind param-done, yet delivered ahead of it."""
     from supervisor.outbox import Outbox
@@ -378,7 +253,7 @@ def test_register_goes_first_even_when_queued_behind_other_calls(
     assert {state for _, _, state in later} == {"delivered"}, later
 
 
-def _forget_after_registration(sup: SupervisorRunner, mgr: DevManager, manager: str = "") -> Console:
+def _forget_after_registration(sup: Runner, mgr: DevManager, manager: str = "") -> Console:
     """Start a lifecycle whose first phase waits until the manager, restarted fresh, forgot the instance."""
     go = sup.tmp / "go"
     config = fast_config(sup, mgr.url, manager=manager,
@@ -393,7 +268,7 @@ def _forget_after_registration(sup: SupervisorRunner, mgr: DevManager, manager: 
 
 
 def test_unknown_uuid_is_refused_for_good_and_the_supervisor_carries_on(
-        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
     mgr = managers()
     proc = _forget_after_registration(sup, mgr, manager="bench_gate_s = 1")
     status = proc.finish(30)
@@ -412,7 +287,7 @@ def test_unknown_uuid_is_refused_for_good_and_the_supervisor_carries_on(
 
 
 def test_refused_bench_done_does_not_hold_production_for_the_whole_gate(
-        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
     """bench-done refused for good (404): no answer will ever come, so the bench gate (300 s) must not be waited out."""
     mgr = managers()
     proc = _forget_after_registration(sup, mgr)
@@ -425,7 +300,7 @@ def test_refused_bench_done_does_not_hold_production_for_the_whole_gate(
 
 
 def test_sigkill_with_pending_calls_then_restart_delivers_them_once(
-        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
     port = free_port()
     config = fast_config(sup, f"http://127.0.0.1:{port}", manager="bench_gate_s = 0.5")
     first = Console(sup, config, env={"SVC_S": "120"}, name="console1")
@@ -454,24 +329,7 @@ def test_sigkill_with_pending_calls_then_restart_delivers_them_once(
 # ---------------------------------------------------------------- the bench verdict
 
 
-def test_bench_rejected_by_the_manager_never_starts_production(sup: SupervisorRunner,
-                                                               managers: Callable[..., DevManager]) -> None:
-    mgr = managers()
-    text = demo_config(sup.tmp, speed=float(SPEED), run_seconds=30.0, manager_url=mgr.url)
-    config = sup.tmp / "demo.toml"
-    config.write_text(text.replace("min_rate = 50\n", "min_rate = 1e9\n"))
-    proc = Console(sup, config)
-    status = proc.finish(60)
-    out = proc.text()
-    assert status == EXIT_BENCH_REJECTED, out
-    assert "[curio/curio]" not in out and "started curio/curio" not in out
-    assert "the manager rejected the benchmark" in out
-    inst = only_instance(mgr)
-    assert inst["state"] == "killed" and inst["history"] == ["registered", "params_done", "killed"]
-    assert inst["min_rate"] == 1e9 and 0 < inst["rate"] < 1e9
-
-
-def test_late_passed_false_stops_production(sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+def test_late_passed_false_stops_production(sup: Runner, managers: Callable[..., DevManager]) -> None:
     """The gate expired while the manager was down, production started; the late answer is passed: false."""
     port = free_port()
     config = fast_config(sup, f"http://127.0.0.1:{port}", manager="bench_gate_s = 0.5", min_rate=1000,
@@ -488,30 +346,10 @@ def test_late_passed_false_stops_production(sup: SupervisorRunner, managers: Cal
     assert inst["rate"] == FAKE_RATE and inst["min_rate"] == 1000
 
 
-def test_failed_bench_is_reported_at_once(sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
-    mgr = managers()
-    config = sup.tmp / "demo.toml"
-    config.write_text(demo_config(sup.tmp, speed=float(SPEED), run_seconds=30.0, manager_url=mgr.url))
-    proc = Console(sup, config, env={"STANDIN_BENCH_FAIL_PROOFS": "2"})
-    status = proc.finish(60)
-    out = proc.text()
-    assert status != 0, out
-    assert "reason=bench_failed" in out
-    assert "started curio/curio" not in out
-    inst = only_instance(mgr)
-    assert inst["rate"] == 0
-    assert inst["state"] == "killed" and inst["history"] == ["registered", "params_done", "killed"]
-    setup = pushed(mgr)["setup"]
-    assert "prover-supervisor: FAILED:" in setup and "reason=bench_failed" in setup
-    # Reported through the outbox, not left to the manager's 45 min benchmark timeout.
-    bench_done = api_calls(mgr, "/bench-done")
-    assert len(bench_done) == 1 and bench_done[0]["status"] == 200
-
-
 # ---------------------------------------------------------------- a flood of output while the manager is down
 
 
-def test_flood_while_the_manager_is_down_stays_bounded(sup: SupervisorRunner,
+def test_flood_while_the_manager_is_down_stays_bounded(sup: Runner,
                                                        managers: Callable[..., DevManager]) -> None:
     port = free_port()
     lines, width = 50_000, 1000  # ~50 MB
@@ -599,7 +437,7 @@ PHASE_SECRET = "pa55-phase-only-777"
 MGR_SECRET = "mgr-tok-987654321"
 
 
-def test_secrets_never_reach_a_log_and_the_token_is_sent(sup: SupervisorRunner,
+def test_secrets_never_reach_a_log_and_the_token_is_sent(sup: Runner,
                                                          managers: Callable[..., DevManager]) -> None:
     mgr = managers()
     mgr._server.RequestHandlerClass = _HeaderRecorder
@@ -651,7 +489,7 @@ env = {{ API_TOKEN = "{API_SECRET}", DB_PASSWORD = "{PHASE_SECRET}" }}
 # ---------------------------------------------------------------- reporting off
 
 
-def test_no_url_means_reporting_off(sup: SupervisorRunner) -> None:
+def test_no_url_means_reporting_off(sup: Runner) -> None:
     config = sup.write(f"""
 [[phases]]
 name = "only"
@@ -666,7 +504,7 @@ command = {sh("echo hello; echo INSTANCE_UUID=$${INSTANCE_UUID:-none}")}
     assert not (sup.state_dir / "outbox.sqlite3").exists()
 
 
-def test_exit_does_not_wait_long_for_a_manager_that_is_down(sup: SupervisorRunner) -> None:
+def test_exit_does_not_wait_long_for_a_manager_that_is_down(sup: Runner) -> None:
     """The calls stay in the outbox for the next start; `docker stop` gives a container only so long."""
     config = sup.write(f"""
 [manager]
@@ -697,7 +535,7 @@ sys.exit(3)
 
 
 def test_setup_tab_has_the_first_lines_one_clean_verdict_and_the_resume_lines(
-        sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
     mgr = managers()
     script = sup.tmp / "coloured.py"
     script.write_text(COLOURED_FAILURE)

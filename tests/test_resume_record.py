@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import SupervisorRunner, sh, toml_str
+from helpers import Runner, sh, toml_str
 
 from supervisor.resume import RECORD_MAX_READ_BYTES, ResumeRecord, load_record, read_record, record_problem
 from supervisor.states import PhaseState
@@ -158,12 +158,12 @@ def test_load_record_upgrades_from_an_old_status_json_once(tmp_path: Path) -> No
 # ---------------------------------------------------------------- end to end
 
 
-def counted(sup: SupervisorRunner, name: str) -> int:
+def counted(sup: Runner, name: str) -> int:
     path = sup.tmp / f"{name}.count"
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def two_phase_config(sup: SupervisorRunner) -> Path:
+def two_phase_config(sup: Runner) -> Path:
     """A fetch resumed by its outputs and a bench resumed by this machine, each counting its runs."""
     params = sup.tmp / "params"
     return sup.write(f"""
@@ -181,7 +181,7 @@ def two_phase_config(sup: SupervisorRunner) -> Path:
         """)
 
 
-def run_ok(sup: SupervisorRunner, config: Path) -> str:
+def run_ok(sup: Runner, config: Path) -> str:
     result = sup.run(config, timeout=60)
     assert result.returncode == 0, result.output
     assert "Traceback" not in result.output, result.output
@@ -193,7 +193,7 @@ def resumed_both(out: str) -> bool:
             and "phase bench: pending → done (resumed: done" in out)
 
 
-def test_resume_json_is_written_when_a_phase_is_done_and_read_at_the_next_start(sup: SupervisorRunner) -> None:
+def test_resume_json_is_written_when_a_phase_is_done_and_read_at_the_next_start(sup: Runner) -> None:
     config = two_phase_config(sup)
     run_ok(sup, config)
     path = sup.state_dir / "resume.json"
@@ -213,7 +213,7 @@ def test_resume_json_is_written_when_a_phase_is_done_and_read_at_the_next_start(
     assert shown == facts, shown
 
 
-def test_status_json_is_not_what_resume_reads(sup: SupervisorRunner) -> None:
+def test_status_json_is_not_what_resume_reads(sup: Runner) -> None:
     """A status.json whose facts say nothing valid (a NaN done_at) does not matter once resume.json exists."""
     config = two_phase_config(sup)
     run_ok(sup, config)
@@ -246,7 +246,7 @@ def damage(path: Path, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", [*DAMAGED, "fifo", "huge"])
-def test_a_damaged_resume_json_means_a_clean_start_with_one_line(sup: SupervisorRunner, kind: str) -> None:
+def test_a_damaged_resume_json_means_a_clean_start_with_one_line(sup: Runner, kind: str) -> None:
     config = two_phase_config(sup)
     run_ok(sup, config)  # status.json now holds good facts too: a damaged record must not fall back on them
     damage(sup.state_dir / "resume.json", kind)
@@ -258,7 +258,7 @@ def test_a_damaged_resume_json_means_a_clean_start_with_one_line(sup: Supervisor
     assert sorted(read_record(sup.state_dir / "resume.json")) == ["bench", "fetch"], "written afresh"
 
 
-def test_an_upgrade_from_an_old_status_json_keeps_its_resume(sup: SupervisorRunner) -> None:
+def test_an_upgrade_from_an_old_status_json_keeps_its_resume(sup: Runner) -> None:
     """A container restarted onto a new image: its state_dir holds the status.json an older supervisor wrote (the
     facts inside) and no resume.json. The parameters are not fetched again, now or after status.json is gone."""
     config = two_phase_config(sup)

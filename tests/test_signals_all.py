@@ -28,7 +28,7 @@ import pytest
 from helpers import (
     PY,
     REPO,
-    SupervisorRunner,
+    Runner,
     clean_env,
     finish,
     first_line,
@@ -90,7 +90,7 @@ while True:
 """
 
 
-def service_config(sup: SupervisorRunner, *, on_term: str = "exit-on-term", stop_grace_s: float = 5) -> Path:
+def service_config(sup: Runner, *, on_term: str = "exit-on-term", stop_grace_s: float = 5) -> Path:
     return sup.write(f"""
         [[phases]]
         name = "svc"
@@ -101,7 +101,7 @@ def service_config(sup: SupervisorRunner, *, on_term: str = "exit-on-term", stop
 
 
 @pytest.fixture(autouse=True)
-def nothing_of_the_test_left(sup: SupervisorRunner) -> Iterator[None]:
+def nothing_of_the_test_left(sup: Runner) -> Iterator[None]:
     """Whatever a supervisor that died (or misbehaved) left of this test's programs is killed afterwards:
     each one runs from a file under the test's own directory."""
     yield
@@ -121,12 +121,12 @@ def supervisor_pid(proc: subprocess.Popen[str], pid1: bool) -> int:
     return children[0].pid
 
 
-def received(sup: SupervisorRunner) -> list[str]:
+def received(sup: Runner) -> list[str]:
     got = sup.tmp / "got"
     return got.read_text().split() if got.exists() else []
 
 
-def start_service(sup: SupervisorRunner, config: Path, pid1: bool = False) -> tuple[subprocess.Popen[str], int]:
+def start_service(sup: Runner, config: Path, pid1: bool = False) -> tuple[subprocess.Popen[str], int]:
     """The supervisor running the recorder as its service: (the process started, the supervisor's pid)."""
     proc = sup.start(config, pid1=pid1)
     read_pid(sup.tmp / "svc.pid")  # the recorder's handlers are in place (in PID 1 mode, a pid of its namespace)
@@ -188,7 +188,7 @@ STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGPWR, si
 PID1_STOP_SIGNALS = [signal.SIGQUIT, signal.SIGPWR, signal.SIGALRM, RT3]
 
 
-def check_stopped_in_order(sup: SupervisorRunner, result_code: int, out: str, signum: int) -> None:
+def check_stopped_in_order(sup: Runner, result_code: int, out: str, signum: int) -> None:
     name = signal_name(signum)
     assert result_code == 128 + signum, out
     said = first_line(out, f"[supervisor] {name} (")
@@ -201,7 +201,7 @@ def check_stopped_in_order(sup: SupervisorRunner, result_code: int, out: str, si
 
 
 @pytest.mark.parametrize("signum", STOP_SIGNALS, ids=signal_name)
-def test_a_stop_signal_stops_the_service_in_order_as_subreaper(sup: SupervisorRunner, signum: int) -> None:
+def test_a_stop_signal_stops_the_service_in_order_as_subreaper(sup: Runner, signum: int) -> None:
     proc, pid = start_service(sup, service_config(sup))
     child = read_pid(sup.tmp / "svc.pid")
     os.kill(pid, signum)
@@ -212,7 +212,7 @@ def test_a_stop_signal_stops_the_service_in_order_as_subreaper(sup: SupervisorRu
 
 @needs_unshare
 @pytest.mark.parametrize("signum", PID1_STOP_SIGNALS, ids=signal_name)
-def test_a_stop_signal_stops_the_service_in_order_as_pid1(sup: SupervisorRunner, signum: int) -> None:
+def test_a_stop_signal_stops_the_service_in_order_as_pid1(sup: Runner, signum: int) -> None:
     """As PID 1 a signal with no handler is dropped by the kernel: without one, each of these did nothing."""
     proc, pid = start_service(sup, service_config(sup), pid1=True)
     os.kill(pid, signum)
@@ -221,7 +221,7 @@ def test_a_stop_signal_stops_the_service_in_order_as_pid1(sup: SupervisorRunner,
     check_stopped_in_order(sup, result.returncode, result.output, signum)
 
 
-def test_a_second_stop_signal_of_another_kind_kills_at_once(sup: SupervisorRunner) -> None:
+def test_a_second_stop_signal_of_another_kind_kills_at_once(sup: Runner) -> None:
     proc, pid = start_service(sup, service_config(sup, on_term="ignore-term", stop_grace_s=60))
     child = read_pid(sup.tmp / "svc.pid")
     os.kill(pid, signal.SIGTERM)
@@ -237,7 +237,7 @@ def test_a_second_stop_signal_of_another_kind_kills_at_once(sup: SupervisorRunne
 # ---------------------------------------------------------------- forwarded, noted, ignored
 
 
-def test_sigwinch_is_forwarded_like_hup_and_usr(sup: SupervisorRunner) -> None:
+def test_sigwinch_is_forwarded_like_hup_and_usr(sup: Runner) -> None:
     proc, pid = start_service(sup, service_config(sup))
     for sig in (signal.SIGWINCH, signal.SIGUSR1):
         os.kill(pid, sig)
@@ -250,7 +250,7 @@ def test_sigwinch_is_forwarded_like_hup_and_usr(sup: SupervisorRunner) -> None:
 
 
 @pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
-def test_noted_and_ignored_signals_change_nothing(sup: SupervisorRunner, pid1: bool) -> None:
+def test_noted_and_ignored_signals_change_nothing(sup: Runner, pid1: bool) -> None:
     """SIGTSTP, SIGCONT, SIGURG: said, not obeyed. SIGTTIN, SIGTTOU, SIGPIPE, SIGXFSZ: ignored (their defaults
     would stop or kill the supervisor). The service gets none of them and the supervisor still stops on SIGTERM."""
     proc, pid = start_service(sup, service_config(sup), pid1=pid1)
@@ -274,7 +274,7 @@ def test_noted_and_ignored_signals_change_nothing(sup: SupervisorRunner, pid1: b
 
 
 @pytest.mark.parametrize("signum", [signal.SIGSEGV, signal.SIGSYS], ids=signal_name)
-def test_a_fatal_fault_leaves_last_words_and_names_the_survivors(sup: SupervisorRunner, signum: int) -> None:
+def test_a_fatal_fault_leaves_last_words_and_names_the_survivors(sup: Runner, signum: int) -> None:
     """SIGSEGV through faulthandler.enable, SIGSYS through faulthandler.register (chained to its default)."""
     pidfile = sup.tmp / "svc.pid"
     config = sup.write(f"""
@@ -328,7 +328,7 @@ def sig_blocked(pid: int, signum: int) -> bool:
     return bool(mask & (1 << (signum - 1)))
 
 
-def test_ctrl_c_in_the_first_instants_waits_for_the_loop(sup: SupervisorRunner) -> None:
+def test_ctrl_c_in_the_first_instants_waits_for_the_loop(sup: Runner) -> None:
     """main holds the signals first thing; a SIGINT sent then (before the config is even read) is no
     KeyboardInterrupt traceback: the loop takes it, the lifecycle never starts, 130."""
     marker = sup.tmp / "ran"
@@ -350,7 +350,7 @@ def test_ctrl_c_in_the_first_instants_waits_for_the_loop(sup: SupervisorRunner) 
 FREEZER = Path("/sys/fs/cgroup/freezer")
 
 
-def test_a_stop_signal_while_a_dead_supervisors_cgroup_is_emptied(sup: SupervisorRunner) -> None:
+def test_a_stop_signal_while_a_dead_supervisors_cgroup_is_emptied(sup: Runner) -> None:
     """Emptying a predecessor's phase cgroup blocks (up to 10 s) while a process in it survives SIGKILL; here a
     frozen one does, for real. A SIGINT then waits, and nothing of the lifecycle starts after."""
     if not (FREEZER / "cgroup.procs").exists() or os.geteuid() != 0:
@@ -415,7 +415,7 @@ while True:
 """
 
 
-def test_sigxcpu_from_a_real_cpu_limit_stops_in_order(sup: SupervisorRunner) -> None:
+def test_sigxcpu_from_a_real_cpu_limit_stops_in_order(sup: Runner) -> None:
     """The supervisor's own RLIMIT_CPU is set once its service runs (the service keeps its own, unlimited):
     reading the service's flood of output uses the supervisor's CPU until the kernel sends SIGXCPU."""
     config = sup.write(textwrap.dedent(f"""\

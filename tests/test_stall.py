@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     PY,
-    SupervisorRunner,
+    Runner,
     first_line,
     one_verdict,
     seconds_between,
@@ -182,7 +182,7 @@ def stall_phase(command: str, *, extra: str = "") -> str:
         """
 
 
-def test_silent_child_is_stalled(sup: SupervisorRunner) -> None:
+def test_silent_child_is_stalled(sup: Runner) -> None:
     cfg = sup.write(stall_phase(toml_list(["sleep", "30"])), stop_grace_s=GRACE_S)
     result = sup.run(cfg, timeout=30)
     out = result.output
@@ -205,7 +205,7 @@ def test_silent_child_is_stalled(sup: SupervisorRunner) -> None:
     assert result.duration < STALL_S + GRACE_S + 5, out
 
 
-def test_chatty_child_is_never_stalled(sup: SupervisorRunner) -> None:
+def test_chatty_child_is_never_stalled(sup: Runner) -> None:
     chatty = script(sup.tmp, "chatty", """\
         import time
         for i in range(15):
@@ -239,7 +239,7 @@ def paramfetch_like(tmp: Path, params: Path, chunks: int, then_sleep: float) -> 
     return toml_list([PY, str(path), str(params)])
 
 
-def test_growing_progress_path_is_not_stalled(sup: SupervisorRunner) -> None:
+def test_growing_progress_path_is_not_stalled(sup: Runner) -> None:
     params = sup.tmp / "params"
     params.mkdir()
     command = paramfetch_like(sup.tmp, params, chunks=15, then_sleep=0)
@@ -252,7 +252,7 @@ def test_growing_progress_path_is_not_stalled(sup: SupervisorRunner) -> None:
     assert (params / "params.bin").stat().st_size == 15 * 65536
 
 
-def test_progress_path_that_stops_growing_is_stalled(sup: SupervisorRunner) -> None:
+def test_progress_path_that_stops_growing_is_stalled(sup: Runner) -> None:
     params = sup.tmp / "params"
     params.mkdir()
     command = paramfetch_like(sup.tmp, params, chunks=5, then_sleep=30)
@@ -272,7 +272,7 @@ def test_progress_path_that_stops_growing_is_stalled(sup: SupervisorRunner) -> N
     assert named_after < 0.8 + STALL_S + 3, out
 
 
-def test_a_stalled_oneshot_is_retried(sup: SupervisorRunner) -> None:
+def test_a_stalled_oneshot_is_retried(sup: Runner) -> None:
     cfg = sup.write(stall_phase(toml_list(["sleep", "30"]), extra="retries = 1\nbackoff_s = 0.1\nbackoff_jitter = 0"),
                     stop_grace_s=GRACE_S)
     result = sup.run(cfg, timeout=40)

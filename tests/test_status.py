@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import PY, REPO, Console, SupervisorRunner, clean_env, kill_tree, sh, toml_list, toml_str, wait_for
+from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, toml_list, toml_str, wait_for
 
 from supervisor import runtime
 from supervisor.devmanager import DevManager
@@ -114,7 +114,7 @@ def check_common_text(text: str, pid: int) -> None:
     assert SECRET not in text
 
 
-def walkthrough_config(sup: SupervisorRunner) -> Path:
+def walkthrough_config(sup: Runner) -> Path:
     t = sup.tmp
     return sup.write(f"""
         [[phases]]
@@ -139,7 +139,7 @@ def walkthrough_config(sup: SupervisorRunner) -> Path:
         """, stop_grace_s=1)
 
 
-def test_status_through_every_kind_of_phase_then_after_exit(sup: SupervisorRunner) -> None:
+def test_status_through_every_kind_of_phase_then_after_exit(sup: Runner) -> None:
     config = walkthrough_config(sup)
     run = Console(sup, config)
     state = sup.state_dir
@@ -258,7 +258,7 @@ def test_status_through_every_kind_of_phase_then_after_exit(sup: SupervisorRunne
     assert SECRET not in (state / "status.json").read_text()
 
 
-def test_status_shows_the_manager(sup: SupervisorRunner) -> None:
+def test_status_shows_the_manager(sup: Runner) -> None:
     mgr = DevManager(quiet=True).start()
     try:
         config = sup.write(f"""
@@ -304,7 +304,7 @@ def test_status_with_no_state_at_all(tmp_path: Path) -> None:
         assert rc == 3 and "no prover-supervisor is running" in text and "Traceback" not in text
 
 
-def test_status_after_a_sigkill_reads_the_persisted_state(sup: SupervisorRunner) -> None:
+def test_status_after_a_sigkill_reads_the_persisted_state(sup: Runner) -> None:
     """A SIGKILLed supervisor leaves its socket behind: status must not hang on it, and says it is not running."""
     config = sup.write(f"""
         [[phases]]
@@ -326,7 +326,7 @@ def test_status_after_a_sigkill_reads_the_persisted_state(sup: SupervisorRunner)
     assert re.search(r"^  work\s+running\s+since", text, re.M), text
 
 
-def test_after_an_early_failure_the_current_phase_is_the_one_that_failed(sup: SupervisorRunner) -> None:
+def test_after_an_early_failure_the_current_phase_is_the_one_that_failed(sup: Runner) -> None:
     """Phases never reached are "stopped" by the shutdown, but the lifecycle was not at them."""
     config = sup.write(f"""
 [[phases]]
@@ -390,7 +390,7 @@ def test_status_of_a_wrong_shaped_state_file_is_one_line(tmp_path: Path, kind: s
     assert "status.json" in answer["why"] and "ignoring it" in answer["why"] and "\n" not in answer["why"], answer
 
 
-def test_a_nan_done_at_does_not_pass_the_resume_age_check(sup: SupervisorRunner) -> None:
+def test_a_nan_done_at_does_not_pass_the_resume_age_check(sup: Runner) -> None:
     """json reads NaN, and every comparison with NaN is false: "older than resume_max_age_s" never was."""
     marker = sup.tmp / "ran"
     config = sup.write(f"""
@@ -419,7 +419,7 @@ RESTARTS = 150
 STATE_FILE_BOUND = 1024 * 1024
 
 
-def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: SupervisorRunner) -> None:
+def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: Runner) -> None:
     """Each run of the service prints 20 lines of 8 KiB and fails; with no backoff it is restarted RESTARTS times
     before the burst limit fails it. Kept: the last few verdicts, each line cut; status.json stays small."""
     line = "x" * 8192
@@ -454,7 +454,7 @@ def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: Supervi
 NON_READERS = 5
 
 
-def big_snapshot_config(sup: SupervisorRunner) -> Path:
+def big_snapshot_config(sup: Runner) -> Path:
     """Two oneshots that fail 20 times each, printing 20 long lines a time, then succeed, and a service that runs:
     the snapshot carries 40 verdicts of 20 lines of 500 characters, more than a socket buffer holds."""
     def flaky(name: str) -> str:
@@ -487,7 +487,7 @@ def big_snapshot_config(sup: SupervisorRunner) -> Path:
         """), header=False)
 
 
-def test_clients_that_never_read_do_not_stall_the_loop(sup: SupervisorRunner) -> None:
+def test_clients_that_never_read_do_not_stall_the_loop(sup: Runner) -> None:
     run = Console(sup, big_snapshot_config(sup))
     try:
         run.wait_text("[serve/serve] serving", 60)
@@ -514,7 +514,7 @@ def test_clients_that_never_read_do_not_stall_the_loop(sup: SupervisorRunner) ->
         assert run.finish() == 128 + signal.SIGTERM
     finally:
         kill_tree(run.pid)
-def test_status_json_is_json_even_when_none_runs(tmp_path: Path, sup: SupervisorRunner) -> None:
+def test_status_json_is_json_even_when_none_runs(tmp_path: Path, sup: Runner) -> None:
     """``status --json`` is for machines: with no supervisor and no saved state it still prints JSON, exit 3."""
     for state_dir in (tmp_path / "empty", tmp_path / "missing"):
         if state_dir.name == "empty":

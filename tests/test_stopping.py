@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import psutil
-from helpers import SupervisorRunner, pid_alive, py_script, read_pid, toml_str, wait_for
+from helpers import Runner, pid_alive, py_script, read_pid, toml_str, wait_for
 
 
 def descendants(pid: int) -> list[int]:
@@ -40,7 +40,7 @@ while True:
 """
 
 
-def test_sigterm_stops_children_in_reverse_order_with_their_stop_signal(sup: SupervisorRunner) -> None:
+def test_sigterm_stops_children_in_reverse_order_with_their_stop_signal(sup: Runner) -> None:
     log, cmd_pid, db_pid = sup.tmp / "signals", sup.tmp / "cmd.pid", sup.tmp / "db.pid"
     config = sup.write(f"""
         [[phases]]
@@ -72,7 +72,7 @@ def test_sigterm_stops_children_in_reverse_order_with_their_stop_signal(sup: Sup
     assert "SIGKILL" not in out
 
 
-def test_child_ignoring_sigterm_is_killed_after_grace(sup: SupervisorRunner) -> None:
+def test_child_ignoring_sigterm_is_killed_after_grace(sup: Runner) -> None:
     pidfile = sup.tmp / "pid"
     grace = 1.0
     cmd = py_script(sup.tmp, "stubborn", """
@@ -101,7 +101,7 @@ def test_child_ignoring_sigterm_is_killed_after_grace(sup: SupervisorRunner) -> 
     assert "SIGKILL" in out
 
 
-def test_setsid_grandchild_is_stopped_too(sup: SupervisorRunner) -> None:
+def test_setsid_grandchild_is_stopped_too(sup: Runner) -> None:
     gc_pid, cmd_pid = sup.tmp / "gc.pid", sup.tmp / "cmd.pid"
     # A middle process starts the grandchild in a session of its own and exits: the grandchild has
     # left both the process group and the parent chain (it is re-parented to the supervisor). It
@@ -136,7 +136,7 @@ def test_setsid_grandchild_is_stopped_too(sup: SupervisorRunner) -> None:
     assert "leftover" not in out, out
 
 
-def test_second_sigterm_during_grace_kills_at_once(sup: SupervisorRunner) -> None:
+def test_second_sigterm_during_grace_kills_at_once(sup: Runner) -> None:
     log, pidfile = sup.tmp / "signals", sup.tmp / "pid"
     config = sup.write(f"""
         [[phases]]
@@ -158,7 +158,7 @@ def test_second_sigterm_during_grace_kills_at_once(sup: SupervisorRunner) -> Non
     assert "again while stopping" in out
 
 
-def test_sigint_exits_130(sup: SupervisorRunner) -> None:
+def test_sigint_exits_130(sup: Runner) -> None:
     pidfile = sup.tmp / "pid"
     cmd = py_script(sup.tmp, "idle", "import sys, time\nwrite_pid(sys.argv[1])\ntime.sleep(60)\n", pidfile)
     config = sup.write(f"""
@@ -205,7 +205,7 @@ while True:
 """
 
 
-def test_nothing_survives_a_shutdown(sup: SupervisorRunner) -> None:
+def test_nothing_survives_a_shutdown(sup: Runner) -> None:
     pids = sup.tmp / "pids"
     config = sup.write(f"""
         [[phases]]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import PY, SupervisorRunner, read_pid, toml_list, wait_for
+from helpers import PY, Runner, read_pid, toml_list, wait_for
 
 from supervisor.survivors import kill_until_none_left, sweep_descendants
 
@@ -85,7 +85,7 @@ def marker(tmp_path: Path) -> Iterator[str]:
             proc.kill()
 
 
-def escapee_config(sup: SupervisorRunner, pidfile: str) -> Path:
+def escapee_config(sup: Runner, pidfile: str) -> Path:
     script = sup.tmp / "escape.py"
     script.write_text(textwrap.dedent(ESCAPE))
     # No per-phase cgroup: its leftovers would be killed at the phase's end, and this is about the exit sweep.
@@ -96,7 +96,7 @@ def escapee_config(sup: SupervisorRunner, pidfile: str) -> Path:
         """), header=False)
 
 
-def test_the_exit_sweep_kills_a_tight_forking_escapee_in_every_run(sup: SupervisorRunner, marker: str) -> None:
+def test_the_exit_sweep_kills_a_tight_forking_escapee_in_every_run(sup: Runner, marker: str) -> None:
     config = escapee_config(sup, marker)
     for run in range(RUNS):
         with contextlib.suppress(FileNotFoundError):
@@ -134,7 +134,7 @@ while True:
 
 
 def test_the_start_sweep_kills_a_dead_supervisors_survivor_and_what_it_forks(
-        sup: SupervisorRunner, marker: str) -> None:
+        sup: Runner, marker: str) -> None:
     state_dir = str(sup.state_dir)
     env = {"PATH": os.environ.get("PATH", ""), "PROVER_SUPERVISOR_TAG": f"{NO_PID}.1",
            "PROVER_SUPERVISOR_STATE_DIR": state_dir}

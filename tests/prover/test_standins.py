@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import PY, REPO, free_port, is_listening, standin_env
+from helpers import PY, REPO, free_port, is_listening
+from profilekit import standin_env
 
 PROOF_LINE = re.compile(
     r"^  \[(\d+)/(\d+)\] (COMPLETED|FAILED|CANCELLED|TIMEOUT) — \d+\.\ds \(prove=\d+ ms, queue=\d+ ms\)$"

@@ -17,8 +17,8 @@ import pytest
 from helpers import (
     PY,
     REPO,
-    Profile,
-    Run,
+    Result,
+    Runner,
     in_cgroup_argv,
     kill_tree,
     last_failure,
@@ -255,15 +255,15 @@ def test_gather_counts_bytes_already_in_the_cache_and_asks_gpus_only_when_requir
 
 
 @pytest.fixture
-def machine(request: pytest.FixtureRequest) -> Profile:
+def machine(request: pytest.FixtureRequest) -> Runner:
     """One machine of the built-in profile (test_profile's fixture): stand-ins, dev-manager, own dirs."""
     return request.getfixturevalue("profile")
 
 
-def start_in(prof: Profile, env: dict[str, str], cgroup: Path | None = None, name: str = "run") -> Run:
+def start_in(prof: Runner, env: dict[str, str], cgroup: Path | None = None, name: str = "run") -> Result:
     """The built-in profile (no config), optionally from inside ``cgroup``; waits for its exit."""
     argv = [PY, "-m", "supervisor", "run"]
-    console = prof.root / f"{name}.txt"
+    console = prof.tmp / f"{name}.txt"
     with open(console, "wb") as out:
         proc = subprocess.Popen(in_cgroup_argv(cgroup, argv) if cgroup else argv, stdout=out,
                                 stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
@@ -274,10 +274,10 @@ def start_in(prof: Profile, env: dict[str, str], cgroup: Path | None = None, nam
         kill_tree(proc.pid)
         proc.wait(10)
         pytest.fail(f"supervisor did not finish within 40s:\n{read(console)[-6000:]}")
-    return Run(proc.returncode, read(console), proc.pid)
+    return Result(proc.returncode, read(console), 0.0, proc.pid)
 
 
-def given_up(prof: Profile, reason: str) -> dict[str, Any]:
+def given_up(prof: Runner, reason: str) -> dict[str, Any]:
     """The dev-manager killed the instance, and had the reason line before the give-up."""
     inst = prof.instance()
     assert inst["state"] == "killed", inst
@@ -292,13 +292,13 @@ def given_up(prof: Profile, reason: str) -> dict[str, Any]:
     return inst
 
 
-def nothing_started(prof: Profile, out: str) -> None:
+def nothing_started(prof: Runner, out: str) -> None:
     assert started(out) == [], "nothing may be spawned on an unfit machine"
     assert not (prof.log_dir / "paramfetch.log").exists(), "the download was started"
     assert "phase paramfetch: pending → stopped" in out
 
 
-def test_memory_cgroup_below_the_profile_minimum_is_refused_before_the_download(machine: Profile) -> None:
+def test_memory_cgroup_below_the_profile_minimum_is_refused_before_the_download(machine: Runner) -> None:
     with v1_cgroup("fitness", 256 * MiB) as cg:
         run = start_in(machine, machine.env(PROVER_MIN_MEMORY="512MiB"), cg)
     out = run.output
@@ -313,20 +313,20 @@ def test_memory_cgroup_below_the_profile_minimum_is_refused_before_the_download(
     assert "512.0MiB" in setup and "256.0MiB" in setup, setup[-2000:]
 
 
-def test_a_too_small_tmpfs_parameter_cache_is_insufficient_disk(machine: Profile) -> None:
-    with mounted_tmpfs(machine.root / "params", "1m"):
+def test_a_too_small_tmpfs_parameter_cache_is_insufficient_disk(machine: Runner) -> None:
+    with mounted_tmpfs(machine.tmp / "params", "1m"):
         run = start_in(machine, machine.env())  # the machine env asks for 64 MiB under the cache
     out = run.output
     assert run.returncode == EXIT_FAILURE, out[-6000:]
     line = last_failure(out, "fitness")
     assert "reason=insufficient_disk" in line, line
-    assert f"parameter cache {machine.root / 'params'} needs 64.0MiB but only 1.0MiB (1048576 bytes) is free" \
+    assert f"parameter cache {machine.tmp / 'params'} needs 64.0MiB but only 1.0MiB (1048576 bytes) is free" \
         in line, line
     nothing_started(machine, out)
     given_up(machine, "insufficient_disk")
 
 
-def test_absent_nvml_is_gpu_unavailable_unless_overridden(machine: Profile) -> None:
+def test_absent_nvml_is_gpu_unavailable_unless_overridden(machine: Runner) -> None:
     error = real_nvml_error()
     if error is None:
         pytest.skip("NVML initialises on this machine: it is not absent here")
@@ -340,14 +340,14 @@ def test_absent_nvml_is_gpu_unavailable_unless_overridden(machine: Profile) -> N
 
     # The override (what the stand-in runs use): the same machine runs the whole lifecycle.
     machine.label += "-override"
-    fresh = {"SUPERVISOR_STATE_DIR": str(machine.root / "state2"), "SUPERVISOR_LOG_DIR": str(machine.root / "logs2")}
+    fresh = {"SUPERVISOR_STATE_DIR": str(machine.tmp / "state2"), "SUPERVISOR_LOG_DIR": str(machine.tmp / "logs2")}
     run = start_in(machine, machine.env(PROVER_REQUIRE_GPUS="false", **fresh), name="override")
     assert run.returncode == 0, run.output[-6000:]
     assert "fitness: ok: " in run.output and "GPUs not required" in run.output
     assert machine.instance()["history"] == ["registered", "params_done", "bench_done", "running"]
 
 
-def test_a_paramfetch_failure_gives_the_instance_up_at_once(machine: Profile) -> None:
+def test_a_paramfetch_failure_gives_the_instance_up_at_once(machine: Runner) -> None:
     run = start_in(machine, machine.env(STANDIN_FAIL_PARAMFETCH="crash"))
     out = run.output
     assert run.returncode == 3, out[-6000:]
@@ -357,7 +357,7 @@ def test_a_paramfetch_failure_gives_the_instance_up_at_once(machine: Profile) ->
     assert "manager: giving the instance up (phase paramfetch failed)" in out
 
 
-def test_a_warmup_failure_gives_the_instance_up_at_once(machine: Profile) -> None:
+def test_a_warmup_failure_gives_the_instance_up_at_once(machine: Runner) -> None:
     run = start_in(machine, machine.env(STANDIN_FAIL_CUZK_BENCH="crash"))
     out = run.output
     assert run.returncode == 3, out[-6000:]
@@ -366,7 +366,7 @@ def test_a_warmup_failure_gives_the_instance_up_at_once(machine: Profile) -> Non
     assert inst["history"] == ["registered", "params_done", "killed"], "not left in params_done for 45 min"
 
 
-def test_a_crashed_daemon_gives_the_instance_up_at_once(machine: Profile) -> None:
+def test_a_crashed_daemon_gives_the_instance_up_at_once(machine: Runner) -> None:
     run = start_in(machine, machine.env(STANDIN_FAIL_CUZK_DAEMON="crash"))
     out = run.output
     assert run.returncode != 0, out[-6000:]

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import PY, REPO, free_port, kill_tree, standin_env, wait_for
+from helpers import PY, REPO, free_port, kill_tree, wait_for
+from profilekit import standin_env
 
 from supervisor.config import ConfigError, ReadyCheck, parse_plan
 from supervisor.prover.cuzkconf import GIB, CuzkSettings, generate

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import PY, SupervisorRunner, free_port, kill_tree, py_script, sh, standin_env, toml_list, wait_for
+from helpers import PY, Runner, free_port, kill_tree, py_script, sh, toml_list, wait_for
+from profilekit import standin_env
 
 from supervisor.console import Console
 from supervisor.exits import EXIT_FAILURE
@@ -296,7 +297,7 @@ print("throughput:    1.2.3 proofs/min (60.0s/proof)", flush=True)
 """
 
 
-def test_a_malformed_summary_from_a_real_bench_fails_the_phase_not_the_supervisor(sup: SupervisorRunner) -> None:
+def test_a_malformed_summary_from_a_real_bench_fails_the_phase_not_the_supervisor(sup: Runner) -> None:
     """Issue 10, item 4: this one line used to raise ValueError in the loop; the supervisor died and the
     shutdown sweep's SIGKILLs gave the children ``reason=signal``."""
     marker = sup.tmp / "after.marker"

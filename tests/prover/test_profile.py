@@ -24,12 +24,10 @@ from typing import Any
 
 import pytest
 from helpers import (
-    DROP_PREFIXES,
     PY,
     REPO,
-    Profile,
-    Run,
-    SupervisorRunner,
+    Result,
+    Runner,
     last_failure,
     pid_alive,
     pyc,
@@ -37,6 +35,7 @@ from helpers import (
     started,
     wait_for,
 )
+from profilekit import DROP_PREFIXES, profile_runner
 
 from supervisor.cgroups import mem_total
 from supervisor.devmanager import DevManager
@@ -59,8 +58,8 @@ def assert_all_gone(pids: list[int]) -> None:
 
 @dataclass
 class FirstRun:
-    profile: Profile
-    run: Run
+    profile: Runner
+    run: Result
     env: dict[str, str]
     instance: dict[str, Any]
     register_calls: int
@@ -70,7 +69,7 @@ class FirstRun:
 def first(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[FirstRun]:
     """The whole profile once, on a fresh machine; the resume test goes on from its state dir."""
     dev = DevManager(port=0, quiet=True).start()
-    prof = Profile(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.profile-first-{os.getpid()}")
+    prof = profile_runner(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.profile-first-{os.getpid()}")
     try:
         env = prof.env()
         run = prof.run(env=env, name="first")
@@ -180,7 +179,7 @@ def test_second_start_resumes_and_rebench_runs_the_bench_again(first: FirstRun) 
 
 @pytest.mark.skipif(mem_total() is None or mem_total() >= 128 * GIB,  # type: ignore[operator]
                     reason="this machine has the documented 128 GiB: the default preflight passes here")
-def test_default_preflight_refuses_the_warmup_on_a_small_machine(profile: Profile) -> None:
+def test_default_preflight_refuses_the_warmup_on_a_small_machine(profile: Runner) -> None:
     """The documented 128 GiB is refused before the download (fitness), and the instance is given up."""
     env = profile.env()
     del env["PROVER_MIN_MEMORY"]
@@ -191,7 +190,7 @@ def test_default_preflight_refuses_the_warmup_on_a_small_machine(profile: Profil
     assert "reason=insufficient_memory" in line and "phase warmup needs min_memory=128.0GiB" in line, line
     assert "phase paramfetch: pending → stopped" in out
     assert started(out) == [], "nothing may start on an unfit machine, the download least of all"
-    assert not (profile.root / "params").exists()
+    assert not (profile.tmp / "params").exists()
     assert not (profile.state_dir / "cuzk.toml").exists()
     inst = profile.instance()
     assert inst["history"] == ["registered", "killed"], inst
@@ -199,9 +198,9 @@ def test_default_preflight_refuses_the_warmup_on_a_small_machine(profile: Profil
     assert "insufficient_memory" in setup and "128.0GiB" in setup, setup[-2000:]
 
 
-def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile) -> None:
+def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Runner) -> None:
     # The warm-up is cuzk-bench too (``single``): only the batch run gets the failing proofs.
-    wrapper = profile.root / "failing-cuzk-bench"
+    wrapper = profile.tmp / "failing-cuzk-bench"
     wrapper.write_text('#!/bin/sh\ncase " $* " in *" batch "*) STANDIN_BENCH_FAIL_PROOFS=2; '
                        'export STANDIN_BENCH_FAIL_PROOFS;; esac\nexec cuzk-bench "$@"\n')
     wrapper.chmod(0o755)
@@ -220,9 +219,9 @@ def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Profile)
     assert "bench_failed" in setup, setup[-2000:]
 
 
-def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Profile) -> None:
+def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Runner) -> None:
     """``cuzk-bench single`` exits 0 whatever its proof's status: the printed status decides."""
-    wrapper = profile.root / "failing-single"
+    wrapper = profile.tmp / "failing-single"
     wrapper.write_text('#!/bin/sh\ncase " $* " in *" single "*) STANDIN_BENCH_FAIL_PROOFS=1; '
                        'export STANDIN_BENCH_FAIL_PROOFS;; esac\nexec cuzk-bench "$@"\n')
     wrapper.chmod(0o755)
@@ -243,7 +242,7 @@ def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Profile) -
 # ---------------------------------------------------------------- a Feb-2026 (partition-workers) image
 
 
-def test_feb_2026_daemon_without_a_status_api_reaches_production(profile: Profile) -> None:
+def test_feb_2026_daemon_without_a_status_api_reaches_production(profile: Runner) -> None:
     """The seeds' image: cuzk-daemon has only its listen port (no /status) and obeys partition_workers.
     Ready is its listen port accepting; pw is sized on this machine's memory with the lowered figures,
     and the stand-in would SIGKILL itself (as the OOM killer did) were that pw's peak above MemTotal."""
@@ -277,9 +276,9 @@ def test_feb_2026_daemon_without_a_status_api_reaches_production(profile: Profil
 # ---------------------------------------------------------------- the onstart lock
 
 
-def test_second_supervisor_on_the_same_state_dir_exits_75_and_starts_nothing(profile: Profile) -> None:
+def test_second_supervisor_on_the_same_state_dir_exits_75_and_starts_nothing(profile: Runner) -> None:
     env = profile.env(STANDIN_RUN_SECONDS="3")
-    first, console = profile.start(env=env, name="first")
+    first, console = profile.start_to_file(env=env, name="first")
     wait_for(lambda: "phase warmup: pending → starting" in read(console) or first.poll() is not None, 20, 0.05)
     assert first.poll() is None, read(console)
 
@@ -321,7 +320,7 @@ print("work finished", flush=True)
 """
 
 
-def _hup_config(sup: SupervisorRunner) -> Path:
+def _hup_config(sup: Runner) -> Path:
     return sup.write(f"""
         [[phases]]
         name = "work"
@@ -329,7 +328,7 @@ def _hup_config(sup: SupervisorRunner) -> Path:
         """, stop_grace_s=2)
 
 
-def _start_hup(sup: SupervisorRunner, config: Path, name: str, nohup: bool) -> tuple[subprocess.Popen[bytes], Path]:
+def _start_hup(sup: Runner, config: Path, name: str, nohup: bool) -> tuple[subprocess.Popen[bytes], Path]:
     console = sup.tmp / f"{name}.txt"
     ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
     env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
@@ -342,7 +341,7 @@ def _start_hup(sup: SupervisorRunner, config: Path, name: str, nohup: bool) -> t
     return proc, console
 
 
-def test_sighup_under_nohup_is_neither_forwarded_nor_fatal(sup: SupervisorRunner) -> None:
+def test_sighup_under_nohup_is_neither_forwarded_nor_fatal(sup: Runner) -> None:
     config = _hup_config(sup)
     proc, console = _start_hup(sup, config, "nohup", nohup=True)
     os.kill(proc.pid, signal.SIGHUP)
@@ -412,7 +411,7 @@ def test_entrypoint_shim_passes_arguments(shim: Path, tmp_path: Path) -> None:
     assert refused.returncode == EXIT_CONFIG_ERROR and "retries" in refused.stderr, refused
 
 
-def test_entrypoint_shim_execs_and_defaults_to_run(shim: Path, sup: SupervisorRunner) -> None:
+def test_entrypoint_shim_execs_and_defaults_to_run(shim: Path, sup: Runner) -> None:
     config = sup.write("""
         [[phases]]
         name = "whoami"

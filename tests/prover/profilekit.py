@@ -1,0 +1,67 @@
+"""The prover's test kit: the built-in profile's environment knobs (so it runs here, on the stand-ins, with a
+dev-manager of the test's own), a Runner set up for it, and the environment of a stand-in run by hand.
+
+Only tests under tests/prover/ use it; the runner itself is helpers.Runner, the same class the ``sup`` fixture
+gives.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from helpers import REPO, Runner, free_port
+
+from supervisor.devmanager import DevManager
+
+# STANDIN_SPEED for the tests: every stand-in delay scaled down to a twentieth.
+STANDIN_FAST = "0.05"
+
+
+def standin_env(**extra: str) -> dict[str, str]:
+    """An environment for a stand-in run by hand: none of the runner's own knobs, the repo importable, fast."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("STANDIN_", "GOLOG_", "CURIO_", "CUZK_")) and k != "TRUST_PARAMS"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["STANDIN_SPEED"] = STANDIN_FAST
+    env.update(extra)
+    return env
+
+
+# The test runner's own environment must not steer the profile under test.
+DROP_PREFIXES = ("MANAGER_", "MIN_RATE", "VAST_", "CONTAINER_", "SUPERVISOR_", "STANDIN_", "CUZK_", "CURIO_",
+                 "BENCH_", "PROVER_", "FIL_PROOFS_", "SECTOR_SIZE", "MGR_", "API_TOKEN")
+
+
+def profile_env(runner: Runner, bin_dir: Path) -> dict[str, str]:
+    """One machine: the runner's dirs, label and dev-manager, a parameter cache, the stand-ins first on PATH,
+    fresh ports."""
+    assert runner.manager is not None, "the profile reports to a dev-manager"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
+    env.update({
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "MANAGER_URL": runner.manager.url,
+        "VAST_CONTAINERLABEL": runner.label,
+        "SUPERVISOR_STATE_DIR": str(runner.state_dir),
+        "SUPERVISOR_LOG_DIR": str(runner.log_dir),
+        "FIL_PROOFS_PARAMETER_CACHE": str(runner.tmp / "params"),
+        "PROVER_MIN_MEMORY": "1GiB",
+        # Fitness on a machine with no GPU and a small disk: stand-ins need neither.
+        "PROVER_MIN_PARAM_DISK": "64MiB",
+        "PROVER_REQUIRE_GPUS": "false",
+        "CUZK_BASELINE": "1GiB",
+        "CUZK_PER_PARTITION": "512MiB",
+        "BENCH_C1": str(bin_dir / "c1.json"),
+        "STANDIN_SPEED": "0.1",
+        "STANDIN_RUN_SECONDS": "2",
+        "BENCH_COUNT": "4",
+        "CUZK_PORT": str(free_port()),
+        "CUZK_STATUS_PORT": str(free_port()),
+        "CURIO_PORT": str(free_port()),
+    })
+    return env
+
+
+def profile_runner(root: Path, bin_dir: Path, manager: DevManager, label: str) -> Runner:
+    """A Runner for the built-in profile: no config, every run's environment from ``profile_env`` (fresh ports)."""
+    return Runner(root, base_env=lambda runner: profile_env(runner, bin_dir), manager=manager, label=label)

@@ -1,0 +1,165 @@
+"""The prover's config as the CLI loads it (its plugin's sections and keys: [cuzk], [manager]'s fleet extension, the
+built-in profile): the loader's rules over the prover's tables. The loader's own tests are tests/test_config.py.
+"""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+
+import pytest
+
+from supervisor.config import (
+    DEFAULT_STATE_DIR,
+    MAX_SECONDS,
+    ConfigError,
+    ConfigPlugin,
+    Plan,
+    ReadyCheck,
+    load_plan,
+    parse_plan,
+)
+from supervisor.config.tables import DAEMON_KEYS, MANAGER_KEYS, PHASE_KEYS, SUPERVISOR_KEYS
+from supervisor.prover.configkeys import CUZK_KEYS, FLEET_KEYS
+from supervisor.prover.plugin import PLUGIN
+
+
+def parse(body: str, environ: dict[str, str] | None = None, plugin: ConfigPlugin | None = None) -> Plan:
+    """The generic supervisor's config (no plugin), or with ``plugin`` (PLUGIN: the prover's, as the CLI loads it)."""
+    return parse_plan(textwrap.dedent(body), "test.toml", environ or {}, plugin)
+
+
+def parse_error(body: str, environ: dict[str, str] | None = None, plugin: ConfigPlugin | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(body, environ, plugin)
+    return str(info.value)
+
+
+def test_builtin_profile_loads() -> None:
+    plan = load_plan(None, PLUGIN, environ={})
+    assert plan.source == "built-in prover profile"
+    assert [(p.name, p.kind) for p in plan.phases] == [
+        ("paramfetch", "oneshot"), ("warmup", "oneshot"), ("bench", "oneshot"), ("curio", "service")]
+    paramfetch, warmup, bench, curio = plan.phases
+    assert paramfetch.command.command == ("curio", "fetch-params", "32GiB")
+    assert paramfetch.timeout_s == 5100 and paramfetch.retries == 2
+    assert paramfetch.command.env["FIL_PROOFS_PARAMETER_CACHE"] == "/var/tmp/filecoin-proof-parameters"
+    assert paramfetch.report == "param-done" and bench.report == "bench-done" and curio.report == "running"
+    assert bench.parse == "cuzk-bench" and warmup.parse == "cuzk-single"
+    # Warm-up and bench together stay inside the manager's 45 min deadline; the fetch inside its 90 min.
+    assert warmup.timeout_s + bench.timeout_s < 45 * 60 and paramfetch.timeout_s < 90 * 60
+    for phase in (warmup, bench, curio):
+        assert phase.prepare == "cuzk-config"
+        assert [d.name for d in phase.daemons] == ["cuzk-daemon"]
+        daemon = phase.daemons[0]
+        assert daemon.stop_signal == signal.SIGINT
+        # Either generation's proof of readiness: /status (from 13 Mar 2026) or the listen port (before).
+        assert daemon.ready == ReadyCheck("any", "cuzk", alternatives=(
+            ReadyCheck("http", "http://127.0.0.1:9821/status", "127.0.0.1", 9821),
+            ReadyCheck("tcp", "127.0.0.1:9820", "127.0.0.1", 9820)))
+        assert daemon.command == ("cuzk-daemon", "-c", "/var/lib/prover-supervisor/cuzk.toml")
+    assert plan.sections["cuzk"].config_path == "/var/lib/prover-supervisor/cuzk.toml"
+    assert curio.restart == "on-failure" and curio.timeout_s is None
+    assert plan.supervisor.state_dir == "/var/lib/prover-supervisor"
+    assert plan.supervisor.stop_grace_s == 30
+
+
+def test_builtin_profile_takes_environment() -> None:
+    plan = load_plan(None, PLUGIN, environ={"SECTOR_SIZE": "64GiB", "SUPERVISOR_LOG_DIR": "/tmp/l",
+                                            "BENCH_COUNT": "3", "BENCH_CONCURRENCY": "2"})
+    assert plan.phases[0].command.command[-1] == "64GiB"
+    assert plan.supervisor.log_dir == "/tmp/l"
+    bench = plan.phases[2].command.command
+    assert bench[-1] == "3"  # the count, handed to the sh wrapper as $2
+    assert plan.sections["cuzk"].bench_concurrency == 2
+
+
+MINIMAL = """\
+[[phases]]
+name = "p"
+command = ["true"]
+"""
+
+
+def test_every_seconds_key_is_bounded() -> None:
+    """Each *_s key of every table refuses more than MAX_SECONDS, so a key added later cannot forget it."""
+    tables = {"supervisor": SUPERVISOR_KEYS, "phases": PHASE_KEYS, "daemons": DAEMON_KEYS,
+              "manager": {**MANAGER_KEYS, **FLEET_KEYS}, "cuzk": CUZK_KEYS}
+    seconds_keys = [(table, key) for table, keys in tables.items() for key in keys if key.endswith("_s")]
+    assert len(seconds_keys) >= 15, seconds_keys
+    for table, key in seconds_keys:
+        check = tables[table][key].check
+        assert check(MAX_SECONDS, key) == MAX_SECONDS, f"{table}.{key} refuses the maximum itself"
+        with pytest.raises(ConfigError, match=f"^{key}: must be at most 864000 seconds"):
+            check(MAX_SECONDS * 1.001, key)
+        with pytest.raises(ConfigError, match=f"^{key}: "):
+            check(10**400, key)
+
+
+def test_digits_from_the_environment_count_as_numbers() -> None:
+    plan = parse(MINIMAL + '[supervisor]\nhttp_port = "${PORT}"\n[cuzk]\nbench_concurrency = "${J}"\n',
+                 {"PORT": " 8080 ", "J": "3"}, PLUGIN)
+    assert plan.supervisor.http_port == 8080
+    assert plan.sections["cuzk"].bench_concurrency == 3
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "1e999", "١٢", "-5", "5_0", "abc", "1" * 40])
+def test_min_rate_from_environment_is_a_plain_number(raw: str) -> None:
+    message = parse_error(MINIMAL, {"MIN_RATE": raw}, PLUGIN)
+    assert message.startswith("test.toml: MIN_RATE (environment): "), message
+
+
+def test_min_rate_from_environment_accepted() -> None:
+    plan = parse(MINIMAL, {"MIN_RATE": " 12.5 "}, PLUGIN)
+    assert plan.extensions["manager"]["min_rate"] == 12.5
+
+
+@pytest.mark.parametrize(("overrides", "accepted"), [
+    ('{ memory = { total_budget = "auto" } }', True),
+    ('{ memory = { total_budget = "100GiB" } }', True),
+    ('{ pipeline = { synthesis_concurrency = 4 }, other = { x = "y" } }', True),
+    ('{ synthesis = { partition_workers = 2 } }', True),
+    ('{ memory = { total_budget = "1e999" } }', False),
+    ('{ pipeline = { synthesis_concurrency = true } }', False),
+    ('{ synthesis = { partition_workers = 5000 } }', False),
+    ('{ synthesis = 1 }', False),
+])
+def test_cuzk_overrides_checked_as_generate_reads_them(overrides: str, accepted: bool) -> None:
+    body = f"[cuzk]\noverrides = {overrides}\n" + MINIMAL
+    if accepted:
+        assert "cuzk" in parse(body, plugin=PLUGIN).sections
+    else:
+        assert parse_error(body, plugin=PLUGIN).startswith("test.toml: cuzk.overrides.")
+
+
+def test_an_empty_cuzk_table_is_the_settings_own_defaults() -> None:
+    """[cuzk]'s key table takes its defaults from CuzkSettings: one set of them, whatever the table leaves out."""
+    from supervisor.prover.cuzkconf import CuzkSettings
+
+    plan = parse("[cuzk]\n" + MINIMAL, plugin=PLUGIN)
+    assert plan.sections["cuzk"] == CuzkSettings(config_path=f"{DEFAULT_STATE_DIR}/cuzk.toml")
+
+
+def test_the_fleet_keys_are_the_provers_extension_of_manager() -> None:
+    """What the fleet protocol reads, under the file's own key names, in Plan.extensions["manager"]."""
+    plan = parse("[manager]\nmin_rate = 7\nbench_gate_s = 9\nreport_bench_failure = false\n"
+                 "bench_done_reason = true\n" + MINIMAL, plugin=PLUGIN)
+    assert dict(plan.extensions["manager"]) == {"min_rate": 7.0, "bench_gate_s": 9.0, "give_up_on_failure": False,
+                                                "bench_done_reason": True}
+    defaults = parse(MINIMAL, plugin=PLUGIN)
+    assert dict(defaults.extensions["manager"]) == {"min_rate": 50.0, "bench_gate_s": 300.0,
+                                                    "give_up_on_failure": True, "bench_done_reason": False}
+    from supervisor.prover.fleet import FleetSettings, fleet_settings
+
+    assert fleet_settings(defaults) == FleetSettings(50.0, 300.0, True, False)  # what the fleet protocol reads
+
+
+def test_accepted_overrides_generate_without_error() -> None:
+    """What config lets through, cuzkconf.generate() takes (on a machine big enough for it)."""
+    from supervisor.prover.cuzkconf import generate
+
+    for overrides in ('{ memory = { total_budget = "100GiB" }, pipeline = { synthesis_concurrency = 2 } }',
+                      '{ synthesis = { partition_workers = 2 } }'):
+        model = "partition-workers" if "partition_workers" in overrides else "unified"
+        plan = parse(f'[cuzk]\nmemory_model = "{model}"\noverrides = {overrides}\n' + MINIMAL, plugin=PLUGIN)
+        assert generate(plan.sections["cuzk"], 512 << 30, []).text

@@ -1,0 +1,194 @@
+"""supervisor/redact.py in-process: which names are secret, masking text and bytes (through escape codes too),
+a stream that holds back the end of a read that could still become a secret, and URLs with credentials."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from supervisor.redact import (
+    HOLD_SCAN_BYTES,
+    MASK,
+    MIN_SECRET_LEN,
+    Redactor,
+    looks_secret,
+    shown_url,
+    url_secrets,
+)
+
+TOKEN = "tok-0123456789"
+PASSWORD = "hunter22"
+
+
+# ---------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize("name", ["API_TOKEN", "MANAGER_TOKEN", "AWS_SECRET", "DB_PASSWORD", "FTP_PASSWD",
+                                  "SSH_KEY", "api_token", "Db_Password", "CONTAINER_API_KEY"])
+def test_a_name_ending_like_a_secret_is_secret(name: str) -> None:
+    assert looks_secret(name)
+
+
+@pytest.mark.parametrize("name", ["TOKEN_FILE", "KEYBOARD", "PASSWORD_HINT_SHOWN", "PATH", "SECRETARY",
+                                  "MONKEY", "CONTAINER_ID", "KEY"])
+def test_a_name_that_only_contains_a_secret_word_is_not(name: str) -> None:
+    assert not looks_secret(name)
+
+
+# ---------------------------------------------------------------- text and bytes
+
+
+def test_text_masks_every_occurrence_of_every_secret() -> None:
+    red = Redactor([TOKEN, PASSWORD])
+    assert red.text(f"a {TOKEN} b {PASSWORD} c {TOKEN}") == f"a {MASK} b {MASK} c {MASK}"
+
+
+def test_the_longer_of_two_overlapping_secrets_is_masked_whole() -> None:
+    """Longest first: masking "abcd" first would leave "efgh" of "abcdefgh" readable."""
+    red = Redactor(["abcd", "abcdefgh"])
+    assert red.text("x abcdefgh y abcd") == f"x {MASK} y {MASK}"
+    assert red.data(b"x abcdefgh y abcd") == f"x {MASK} y {MASK}".encode()
+
+
+def test_secrets_too_short_or_empty_are_never_masked() -> None:
+    """A one-letter value would mask innocent text everywhere."""
+    short = "y" * (MIN_SECRET_LEN - 1)
+    red = Redactor(["", short])
+    assert not red
+    assert red.text(f"yes {short} yy") == f"yes {short} yy"
+    assert Redactor(["y" * MIN_SECRET_LEN])
+
+
+def test_text_without_a_secret_is_returned_unchanged() -> None:
+    red = Redactor([TOKEN])
+    text = "nothing to hide here"
+    assert red.text(text) is text
+    assert red.data(b"plain") == b"plain"
+
+
+def test_bytes_are_masked_like_text() -> None:
+    red = Redactor([TOKEN])
+    assert red.data(f"Authorization: Bearer {TOKEN}\n".encode()) == f"Authorization: Bearer {MASK}\n".encode()
+
+
+def test_a_secret_with_colour_codes_inside_is_masked_and_the_codes_kept_after_the_mask() -> None:
+    red = Redactor([PASSWORD])
+    coloured = b"pw=hun\x1b[1mter\x1b[0m22 end"
+    masked = red.data(coloured)
+    assert PASSWORD.encode() not in masked.replace(b"\x1b[1m", b"").replace(b"\x1b[0m", b"")
+    assert masked == b"pw=" + MASK.encode() + b"\x1b[1m\x1b[0m end"
+
+
+def test_coloured_text_without_a_secret_is_left_alone() -> None:
+    red = Redactor([PASSWORD])
+    coloured = b"\x1b[32m INFO\x1b[0m all good"
+    assert red.data(coloured) is coloured
+
+
+def test_plus_adds_secrets_and_keeps_the_old_ones() -> None:
+    red = Redactor([TOKEN]).plus([PASSWORD])
+    assert red.text(f"{TOKEN}/{PASSWORD}") == f"{MASK}/{MASK}"
+    assert Redactor([TOKEN]).text(PASSWORD) == PASSWORD  # the original is unchanged
+
+
+def test_from_environments_takes_values_of_secret_names_and_of_names_asked_for() -> None:
+    envs = [{"API_TOKEN": TOKEN, "PATH": "/usr/bin"}, {"MY_VALUE": "shh-value", "HOME": "/root"}]
+    red = Redactor.from_environments(envs, extra_names=["MY_VALUE"])
+    assert red.text(f"{TOKEN} shh-value /usr/bin /root") == f"{MASK} {MASK} /usr/bin /root"
+
+
+def test_environment_masks_secret_names_whole_and_secrets_inside_other_values() -> None:
+    red = Redactor([TOKEN])
+    shown = red.environment({"API_TOKEN": "anything", "URL": f"http://x/?t={TOKEN}", "PATH": "/bin"})
+    assert shown == {"API_TOKEN": MASK, "URL": f"http://x/?t={MASK}", "PATH": "/bin"}
+
+
+# ---------------------------------------------------------------- the stream
+
+
+def fed(red: Redactor, chunks: list[bytes]) -> bytes:
+    stream = red.stream()
+    return b"".join(stream.feed(c) for c in chunks) + stream.close()
+
+
+@pytest.mark.parametrize("cut", range(1, len(f"token {TOKEN} done\n")))
+def test_a_secret_cut_between_two_reads_anywhere_is_masked(cut: int) -> None:
+    data = f"token {TOKEN} done\n".encode()
+    assert fed(Redactor([TOKEN]), [data[:cut], data[cut:]]) == f"token {MASK} done\n".encode()
+
+
+def test_a_secret_written_a_byte_at_a_time_is_masked() -> None:
+    data = f"[{TOKEN}]\n".encode()
+    assert fed(Redactor([TOKEN]), [data[i:i + 1] for i in range(len(data))]) == f"[{MASK}]\n".encode()
+
+
+def test_the_stream_passes_a_finished_line_at_once() -> None:
+    stream = Redactor([TOKEN]).stream()
+    assert stream.feed(b"hello tok\n") == b"hello tok\n"  # a line end: no secret spans it
+
+
+def test_the_stream_holds_back_only_what_could_still_become_a_secret() -> None:
+    stream = Redactor([TOKEN]).stream()
+    assert stream.feed(b"abc tok-01") == b"abc "
+    assert stream.feed(b"xyz") == b"tok-01xyz"  # it did not go on as the secret: released
+
+
+def test_the_stream_releases_what_it_held_when_the_pipe_closes() -> None:
+    stream = Redactor([TOKEN]).stream()
+    assert stream.feed(b"ends with tok-") == b"ends with "
+    assert stream.close() == b"tok-"
+    assert stream.close() == b""
+
+
+def test_a_stream_with_no_secrets_holds_nothing_back() -> None:
+    stream = Redactor().stream()
+    assert stream.feed(b"tok-0") == b"tok-0"
+
+
+def test_an_unfinished_escape_sequence_is_held_until_it_ends() -> None:
+    stream = Redactor([PASSWORD]).stream()
+    assert stream.feed(b"ok \x1b[3") == b"ok "
+    assert stream.feed(b"2mgreen\n") == b"\x1b[32mgreen\n"
+
+
+def test_a_secret_split_by_a_code_and_a_read_is_masked() -> None:
+    assert fed(Redactor([PASSWORD]), [b"pw hunt", b"\x1b[1", b"mer22 x\n"]) == b"pw " + MASK.encode() + \
+        b"\x1b[1m x\n"
+
+
+def test_what_is_held_never_grows_past_the_scan_window() -> None:
+    red = Redactor([TOKEN])
+    data = b"t" * (HOLD_SCAN_BYTES * 3)  # "t" begins the secret everywhere, but far back it cannot end as one
+    assert len(data) - red.hold_from(data) <= len(TOKEN)
+
+
+# ---------------------------------------------------------------- URLs
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://user:pw@host:8080/api", f"http://user:{MASK}@host:8080/api"),
+    ("https://tok@host/", f"https://{MASK}@host/"),
+    ("http://host/path?x=@y", "http://host/path?x=@y"),  # an @ after the authority is no userinfo
+    ("http://host:8080/", "http://host:8080/"),
+    ("not a url at all", "not a url at all"),
+    ("http://a:b@c@host/", f"http://a:{MASK}@host/"),  # the last @ of the authority ends the userinfo
+])
+def test_shown_url_masks_the_password_only(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
+
+
+def test_url_secrets_are_the_password_the_userinfo_decoded_and_the_basic_credential() -> None:
+    secrets = set(url_secrets("http://us%40er:p%3Ass@host/"))
+    basic = base64.b64encode(b"us@er:p:ss").decode()
+    assert secrets == {"us%40er:p%3Ass", "us@er:p:ss", "p%3Ass", "p:ss", basic}
+
+
+@pytest.mark.parametrize("url", [None, "", "http://host/", "host:80"])
+def test_a_url_without_credentials_has_no_secrets(url: str | None) -> None:
+    assert url_secrets(url) == []
+
+
+def test_a_url_password_is_masked_wherever_it_turns_up() -> None:
+    red = Redactor(url_secrets("http://bot:s3cr3t-pw@manager/"))
+    assert red.text("curl -u bot:s3cr3t-pw; echo s3cr3t-pw") == f"curl -u {MASK}; echo {MASK}"

@@ -561,7 +561,7 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     phases = [a_phase("fetch", PhaseState.DONE, facts=done_now), a_phase("work", PhaseState.RUNNING, children=(child,)),
               a_phase("bench", PhaseState.PENDING)]
     life = SimpleNamespace(phases=phases, shutting_down=False, exit_status=None, shutdown_reason="",
-                           current=lambda: phases[1])
+                           current=lambda: phases[1], held=lambda name: "held by a test" if name == "fetch" else None)
     earlier = {"done_at": 1000.0, "machine": {"gpus": [], "memory": 1}}
     record = ResumeRecord(None, {"bench": earlier, "fetch": {"done_at": 1.0}})
     verdict = without_exit("work", "work", "timeout", 1, "deadline", attempt=1, last_lines=[long_line])
@@ -571,6 +571,7 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     assert snap["lifecycle"] == {"state": "running", "why": "", "exit_status": None, "current": "work"}
     assert [(p["name"], p["state"], p["facts"]) for p in snap["phases"]] == [
         ("fetch", "done", done_now), ("work", "running", {}), ("bench", "pending", earlier)]
+    assert [p["hold"] for p in snap["phases"]] == ["held by a test", None, None]  # the lifecycle's, by name
     (shown,) = snap["children"]
     assert shown["phase"] == "work" and shown["usage"]["processes"] >= 1
     assert shown["last_lines"] == ["token is ***", long_line[:SNAPSHOT_LINE_CHARS]]

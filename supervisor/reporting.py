@@ -135,7 +135,7 @@ class Reporter:
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None
         client = ManagerClient(self.spec, token, warn=self._log)
         self._sender = Sender(self.spec, self.outbox, client, self._loop, self._log, self.calls,
-                              on_identity=self._export_identity)
+                              on_identity=self._export_identity, on_delivered=self._manager_answers)
         self._sender.restore_identity()
         fields = "".join(f", {k} {_shown(v)}" for k, v in self._sender.identity().items() if k != "label")
         self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "
@@ -300,6 +300,12 @@ class Reporter:
     def _wake_sender(self) -> None:
         if self._sender is not None:
             self._sender.wake()
+
+    def _manager_answers(self) -> None:
+        """A call was delivered (the sender's thread): the log shipper's backoff is over too."""
+        logs = self._logs
+        if logs is not None:
+            logs.manager_answers()
 
     def _export_identity(self, uuid: str, fields: Mapping[str, str | None]) -> None:
         """Children started from now on know who they are to the manager."""

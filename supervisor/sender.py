@@ -87,7 +87,8 @@ class Sender:
     """
 
     def __init__(self, spec: ManagerSpec, outbox: Outbox, client: ManagerClient, loop: EventLoop, log: Log,
-                 calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None]) -> None:
+                 calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None],
+                 on_delivered: Callable[[], None] | None = None) -> None:
         self.spec = spec
         self.outbox = outbox
         self._client = client
@@ -97,6 +98,7 @@ class Sender:
         self._kinds = {REGISTER: CallKind(lambda client, payload, uuid: self._register(), keep=self._keep_identity,
                                           delivered=lambda payload, body: self._registered()), **calls.kinds}
         self._on_identity = on_identity
+        self._on_delivered = on_delivered  # on this thread, after each delivered call: the manager answers
         self.uuid: str | None = None
         self.fields: dict[str, str | None] = {}  # what the register answer gave beside the uuid (checked)
         self.last_delivered: dict[str, Any] | None = None
@@ -207,6 +209,8 @@ class Sender:
             self.outbox.delivered(call.id, answer.body)
             self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
             self._delivered(call, answer)
+            if self._on_delivered is not None:
+                self._on_delivered()
 
     def _next_call(self) -> Call | None:
         """The next call to deliver: in order, except that registration goes first while no uuid is known.

@@ -392,23 +392,21 @@ def _forget_after_registration(sup: SupervisorRunner, mgr: DevManager, manager: 
     return proc
 
 
-def test_unknown_uuid_is_refused_for_good_and_the_supervisor_carries_on(
+def test_unknown_uuid_is_registered_again_and_the_fleet_calls_go_under_the_new_one(
         sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
+    """The manager restarted with an empty database: the label is registered again (once), and param-done,
+    bench-done and running all reach the new row (tests/test_forgotten_uuid.py: the core's side)."""
     mgr = managers()
     proc = _forget_after_registration(sup, mgr, manager="bench_gate_s = 1")
     status = proc.finish(30)
     out = proc.text()
-    refused = [line for line in out.splitlines() if "manager: param-done refused for good: HTTP 404" in line]
-    assert refused and "unknown uuid" in refused[0], out  # logged with the body
-    assert "manager: bench-done refused for good: HTTP 404" in out
-    assert "manager: running refused for good: HTTP 404" in out
+    assert out.count("registering again") == 1 and "404 instance not found" in out, out
+    assert "refused for good" not in out, out
     assert status == 0, out
     assert "started service/service" in out and "lifecycle complete" in out
-    assert len(api_calls(mgr, "/param-done")) == 1  # not retried
-    assert len(api_calls(mgr, "/bench-done")) == 1
-    assert len(api_calls(mgr, "/running")) == 1
-    failed = [kind for _, kind, state in outbox_rows(sup) if state == "failed"]
-    assert failed == ["param-done", "bench-done", "running"]
+    assert only_instance(mgr)["history"] == STATES  # the new row went the whole way
+    assert len(api_calls(mgr, "/register")) == 1  # (the fresh manager's list: the first register was before it)
+    assert {state for _, _, state in outbox_rows(sup)} == {"delivered"}
 
 
 def test_refused_bench_done_does_not_hold_production_for_the_whole_gate(

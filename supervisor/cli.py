@@ -1,7 +1,8 @@
 """Command line: ``run`` (the default), ``check``, ``status``, ``demo``, ``standins``, ``dev-manager``.
 
-- ``run [--config F] [--rebench]``: supervise the lifecycle (config from --config, else
-  $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status;
+- ``run [--config F] [--rebench] [--fresh]``: supervise the lifecycle (config from --config, else
+  $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status; on a
+  state_dir whose instance was given up it runs nothing and exits 79, unless ``--fresh`` (givenup.py);
 - ``check --config F``: validate a config, start nothing;
 - ``status [--json] [--state-dir D | --config F]``: what the running supervisor does, else what
   it last saved;
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--config", metavar="FILE", help="TOML config file")
     p_run.add_argument("--rebench", action="store_true",
                        help="run the benchmark again even if it passed on this machine recently")
+    p_run.add_argument("--fresh", action="store_true",
+                       help="start over on a state_dir whose instance was given up (registers afresh)")
     p_status = sub.add_parser("status", help="what the running supervisor does, since when and why")
     p_status.add_argument("--json", action="store_true", help="the whole snapshot as JSON, for machines")
     p_status.add_argument("--state-dir", metavar="DIR", help="the supervisor's state_dir (default: from --config, "
@@ -124,7 +127,8 @@ def dispatch(args: argparse.Namespace) -> int:
             from .prover.plugin import PLUGIN
             from .run import run
 
-            return run(load_plan(config_path(args), PLUGIN), PLUGIN, rebench=getattr(args, "rebench", False))
+            return run(load_plan(config_path(args), PLUGIN), PLUGIN, rebench=getattr(args, "rebench", False),
+                       fresh=getattr(args, "fresh", False))
     except (ConfigError, SetupError) as exc:
         say(f"{PROG}: {exc}", err=True)
         return EXIT_CONFIG_ERROR

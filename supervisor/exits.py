@@ -27,5 +27,8 @@ EXIT_TIMEOUT = 124
 EXIT_INTERNAL_ERROR = 70
 # Another supervisor already runs the lifecycle from this state_dir (Vast runs onstart on every start).
 EXIT_ALREADY_RUNNING = 75
+# This state_dir's instance was given up (givenup.py) by an earlier start: nothing was run again (outside
+# sysexits.h, so a fleet can tell it from any child's status); `run --fresh` starts over.
+EXIT_GIVEN_UP = 79
 # A command other than `run` interrupted by Ctrl-C (SIGINT), as a shell reports it.
 EXIT_INTERRUPTED = 130

@@ -70,7 +70,7 @@ class FirstRun:
 def first(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[FirstRun]:
     """The whole profile once, on a fresh machine; the resume test goes on from its state dir."""
     dev = DevManager(port=0, quiet=True).start()
-    prof = Profile(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.profile-first-{os.getpid()}")
+    prof = Profile(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.9{os.getpid()}")
     try:
         env = prof.env()
         run = prof.run(env=env, name="first")

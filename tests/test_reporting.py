@@ -37,6 +37,7 @@ from helpers import (
     wait_for,
 )
 
+from supervisor.devfaults import Faults
 from supervisor.devmanager import DevManager, DevManagerState, _Handler
 from supervisor.exits import EXIT_BENCH_REJECTED
 from supervisor.prover.demo import demo_config
@@ -413,7 +414,9 @@ def test_refused_bench_done_does_not_hold_production_for_the_whole_gate(
         sup: SupervisorRunner, managers: Callable[..., DevManager]) -> None:
     """bench-done refused for good (404): no answer will ever come, so the bench gate (300 s) must not be waited out."""
     mgr = managers()
-    proc = _forget_after_registration(sup, mgr)
+    with mgr.state.lock:  # every bench-done refused (a 404 that is not "instance not found": no register helps)
+        mgr.state.faults = Faults(status=404, count=-1, path="/bench-done")
+    proc = Console(sup, fast_config(sup, mgr.url))
     proc.wait_text("manager: bench-done refused for good", 15)
     proc.wait_text("started service/service", 5)
     assert proc.finish(20) == 0, proc.tail()

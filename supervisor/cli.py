@@ -1,4 +1,8 @@
-"""Command line: ``run`` (the default), ``check``, ``status``, ``demo``, ``standins``, ``dev-manager``.
+"""Command line: ``run``, ``check``, ``status``, ``demo``, ``standins``, ``dev-manager``.
+
+A bare ``prover-supervisor`` (no command) prints its help on stderr and exits 2, as a command line
+missing its command: ``docker exec … prover-supervisor`` must not start a second lifecycle by accident.
+The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
 
 - ``run [--config F] [--rebench] [--fresh]``: supervise the lifecycle (config from --config, else
   $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status; on a
@@ -90,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable(file=STDERR, all_threads=True)  # a fatal fault's last words, until run.py has the log
     command = "run"
     try:
-        args = build_parser().parse_args(argv)
-        command = args.command or "run"
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            release_signals(mask)
+            say(parser.format_help().rstrip("\n"), err=True)
+            return EXIT_CONFIG_ERROR
+        command = args.command
         if command != "run":
             release_signals(mask)  # no inbox will take them: Ctrl-C is KeyboardInterrupt again
         return dispatch(args)

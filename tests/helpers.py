@@ -87,6 +87,13 @@ def py_script(tmp: Path, name: str, code: str, *args: object) -> str:
 
 # ================================================================ the supervisor as a process
 
+def hup_as_default() -> None:
+    """A Popen preexec_fn: SIGHUP back to its default in the supervisor under test. A suite run under
+    ``nohup … &`` hands SIGHUP ignored to everything it starts, and the supervisor keeps an ignored SIGHUP
+    ignored on purpose (Vast's onstart runs it under nohup): a test that sends SIGHUP must not inherit that."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @dataclass
 class Result:
     returncode: int
@@ -128,7 +135,7 @@ class SupervisorRunner:
             # Children's bytes pass through unchanged: decode leniently, a test may print binary.
             self.argv(config, pid1=pid1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             errors="replace",
-            env={**os.environ, **(env or {})}, cwd=REPO, start_new_session=True,
+            env={**os.environ, **(env or {})}, cwd=REPO, start_new_session=True, preexec_fn=hup_as_default,
         )
         self.procs.append(proc)
         return proc
@@ -163,7 +170,8 @@ class Console:
         self.path = sup.tmp / f"{name}.txt"
         with open(self.path, "wb") as out:
             self.proc = subprocess.Popen([*sup.argv(config), *args], stdout=out, stderr=subprocess.STDOUT,
-                                         env=clean_env(env), cwd=REPO, start_new_session=True)
+                                         env=clean_env(env), cwd=REPO, start_new_session=True,
+                                         preexec_fn=hup_as_default)
         sup.procs.append(self.proc)  # type: ignore[arg-type]
         self.pid = self.proc.pid
 
@@ -630,7 +638,7 @@ class Profile:
         console = self.root / f"{name}.txt"
         with open(console, "wb") as out:
             proc = subprocess.Popen([PY, "-m", "supervisor", "run", *args], stdout=out, stderr=subprocess.STDOUT,
-                                    env=env, cwd=REPO, start_new_session=True)
+                                    env=env, cwd=REPO, start_new_session=True, preexec_fn=hup_as_default)
         self.procs.append(proc)
         return proc, console
 

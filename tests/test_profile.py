@@ -30,6 +30,7 @@ from helpers import (
     Profile,
     Run,
     SupervisorRunner,
+    hup_as_default,
     last_failure,
     pid_alive,
     pyc,
@@ -331,7 +332,8 @@ def _hup_config(sup: SupervisorRunner) -> Path:
 
 def _start_hup(sup: SupervisorRunner, config: Path, name: str, nohup: bool) -> tuple[subprocess.Popen[bytes], Path]:
     console = sup.tmp / f"{name}.txt"
-    ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
+    # Either way set, never inherited: the suite itself may run under nohup.
+    ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else hup_as_default
     env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
     with open(console, "wb") as out:
         proc = subprocess.Popen(sup.argv(config), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,

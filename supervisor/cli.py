@@ -1,7 +1,12 @@
-"""Command line: ``run`` (the default), ``check``, ``status``, ``demo``, ``standins``, ``dev-manager``.
+"""Command line: ``run``, ``check``, ``status``, ``demo``, ``standins``, ``dev-manager``.
 
-- ``run [--config F] [--rebench]``: supervise the lifecycle (config from --config, else
-  $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status;
+A bare ``prover-supervisor`` (no command) prints its help on stderr and exits 2, as a command line
+missing its command: ``docker exec … prover-supervisor`` must not start a second lifecycle by accident.
+The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
+
+- ``run [--config F] [--rebench] [--fresh]``: supervise the lifecycle (config from --config, else
+  $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status; on a
+  state_dir whose instance was given up it runs nothing and exits 79, unless ``--fresh`` (givenup.py);
 - ``check --config F``: validate a config, start nothing;
 - ``status [--json] [--state-dir D | --config F]``: what the running supervisor does, else what
   it last saved;
@@ -51,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--config", metavar="FILE", help="TOML config file")
     p_run.add_argument("--rebench", action="store_true",
                        help="run the benchmark again even if it passed on this machine recently")
+    p_run.add_argument("--fresh", action="store_true",
+                       help="start over on a state_dir whose instance was given up (registers afresh)")
     p_status = sub.add_parser("status", help="what the running supervisor does, since when and why")
     p_status.add_argument("--json", action="store_true", help="the whole snapshot as JSON, for machines")
     p_status.add_argument("--state-dir", metavar="DIR", help="the supervisor's state_dir (default: from --config, "
@@ -87,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable(file=STDERR, all_threads=True)  # a fatal fault's last words, until run.py has the log
     command = "run"
     try:
-        args = build_parser().parse_args(argv)
-        command = args.command or "run"
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            release_signals(mask)
+            say(parser.format_help().rstrip("\n"), err=True)
+            return EXIT_CONFIG_ERROR
+        command = args.command
         if command != "run":
             release_signals(mask)  # no inbox will take them: Ctrl-C is KeyboardInterrupt again
         return dispatch(args)
@@ -124,7 +136,8 @@ def dispatch(args: argparse.Namespace) -> int:
             from .prover.plugin import PLUGIN
             from .run import run
 
-            return run(load_plan(config_path(args), PLUGIN), PLUGIN, rebench=getattr(args, "rebench", False))
+            return run(load_plan(config_path(args), PLUGIN), PLUGIN, rebench=getattr(args, "rebench", False),
+                       fresh=getattr(args, "fresh", False))
     except (ConfigError, SetupError) as exc:
         say(f"{PROG}: {exc}", err=True)
         return EXIT_CONFIG_ERROR

@@ -9,10 +9,14 @@ Same routes, states and answers as manager-api.md: ``/register`` (idempotent per
 ``/running``, ``/runner-id``, ``/api/log-push`` (at most 256 KiB of a body is kept, the rest silently
 dropped); 400 / 404 / 405 where the real one gives them. It prints every call it receives.
 
-For tests and local runs it has two extra routes under ``/dev/``: ``GET /dev/state`` (instances, the calls
-in order, the pushed logs) and ``POST /dev/faults``: how the next ``count`` API calls (of one ``path``, if
+For tests and local runs it has extra routes under ``/dev/``: ``GET /dev/state`` (instances, the calls
+in order, the pushed logs), ``POST /dev/faults``: how the next ``count`` API calls (of one ``path``, if
 given) fail or are answered badly: ``status`` (with ``retry_after``), ``delay_s``, ``garbage``, ``reset``,
-``redirect`` (with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see devfaults.py.
+``redirect`` (with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see devfaults.py;
+and ``POST /dev/forget``: the manager forgets instances, as after a database reset or its 7-day cleanup
+(``{}``: every one; ``{"uuid": U}``: that one; ``{"always": true}``: every instance from now on, right
+after its register is answered). A uuid it does not know is answered 404 ``instance not found``, as the
+real one does.
 Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each numbered line once (a push
 retried after a read timeout is not stored twice; docs/manager.md).
 """
@@ -37,6 +41,7 @@ from .stdio import say
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
 HEAD_CHARS = 200  # of each log push, kept in the call list (``GET /dev/state``)
+NOT_FOUND = "instance not found"  # the real manager's words for a uuid it has no row for
 POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push")
 
 
@@ -61,6 +66,7 @@ class DevManagerState:
         self.logs: dict[str, dict[str, str]] = {}  # uuid → source → text
         self.faults = Faults()
         self.seen = LineSequence()
+        self.forget_always = False  # POST /dev/forget {"always": true}: every register is forgotten at once
         self._runner_ids = itertools.count(1)
 
     def snapshot(self) -> dict[str, Any]:
@@ -164,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.state.lock:
             inst = self.server.state.instances.get(uuid)
         if inst is None:
-            self._send(404, {"error": "unknown uuid"})
+            self._send(404, {"error": NOT_FOUND})
         else:
             self._send(200, {"runner_id": inst.runner_id})
 
@@ -184,6 +190,9 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.state.lock:
                 self.server.state.faults = faults
             self._send(200, {"ok": True})
+            return
+        if path == "/dev/forget":
+            self._forget(self._json() or {})
             return
         if path not in POST_ROUTES:
             self._send(404, {"error": "not found"})
@@ -211,13 +220,26 @@ class _Handler(BaseHTTPRequestHandler):
             if inst is None:
                 inst = Instance(str(uuidlib.uuid4()), label, next(state._runner_ids), min_rate if min_rate > 0 else 50)
                 state.instances[inst.uuid] = inst
+            if state.forget_always:
+                del state.instances[inst.uuid]
         self._send(200, {"uuid": inst.uuid, "runner_id": inst.runner_id})
+
+    def _forget(self, body: dict[str, Any]) -> None:
+        """``POST /dev/forget``: instances the manager no longer knows (see the module docstring)."""
+        state = self.server.state
+        with state.lock:
+            uuid = body.get("uuid")
+            forgotten = [u for u in state.instances if uuid is None or u == uuid]
+            for u in forgotten:
+                del state.instances[u]
+            state.forget_always = bool(body.get("always", state.forget_always))
+        self._send(200, {"ok": True, "forgotten": forgotten})
 
     def _instance(self, body: dict[str, Any]) -> Instance | None:
         with self.server.state.lock:
             inst = self.server.state.instances.get(str(body.get("uuid", "")))
         if inst is None:
-            self._send(404, {"error": "unknown uuid"})
+            self._send(404, {"error": NOT_FOUND})
         return inst
 
     def _move(self, inst: Instance, state: str) -> None:
@@ -255,8 +277,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _running(self, body: dict[str, Any]) -> None:
         with self.server.state.lock:
             inst = self.server.state.instances.get(str(body.get("uuid", "")))
-        if inst is None or inst.state == "killed":
-            self._send(404, {"error": "unknown or killed instance"})
+        if inst is None:
+            self._send(404, {"error": NOT_FOUND})
+            return
+        if inst.state == "killed":
+            self._send(404, {"error": "instance killed"})
             return
         self._move(inst, "running")
         self._send(200, {"ok": True})

@@ -1,5 +1,6 @@
 """The supervisor's own exit statuses, named once (run, reporting, cli and the tests use these).
 
+A phase failed by ``timeout`` or ``stalled`` exits EXIT_TIMEOUT (124), as timeout(1) does.
 Any other status is passed on from the child that failed the lifecycle: its exit code, or
 128 + the signal that killed it (127 command not found, 126 not executable), or 128 + n
 when the supervisor itself was stopped by signal n: any signal that means "stop" in
@@ -18,10 +19,16 @@ EXIT_CONFIG_ERROR = 2
 EXIT_NOT_RUNNING = 3
 # The manager answered bench-done with passed: false; production was not started.
 EXIT_BENCH_REJECTED = 69
+# A phase failed by its deadline (timeout_s, a daemon's ready_timeout_s) or a stall (stall_s), as timeout(1)
+# exits: whatever the child did on the SIGTERM that ended it (143, 137 after the grace, or its own 1).
+EXIT_TIMEOUT = 124
 # A phase failed with internal_error, a bug of the supervisor's own (EX_SOFTWARE of sysexits.h),
 # so a fleet can tell "the supervisor broke" from any status a child passes on.
 EXIT_INTERNAL_ERROR = 70
 # Another supervisor already runs the lifecycle from this state_dir (Vast runs onstart on every start).
 EXIT_ALREADY_RUNNING = 75
+# This state_dir's instance was given up (givenup.py) by an earlier start: nothing was run again (outside
+# sysexits.h, so a fleet can tell it from any child's status); `run --fresh` starts over.
+EXIT_GIVEN_UP = 79
 # A command other than `run` interrupted by Ctrl-C (SIGINT), as a shell reports it.
 EXIT_INTERRUPTED = 130

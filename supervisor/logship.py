@@ -8,7 +8,9 @@ push (the manager silently drops what is past 256 KiB), split on line boundaries
 is down each source keeps a bounded backlog: the oldest lines go first, and the next push says how
 many. This is the best-effort road: what must arrive (the manager calls, a failure's verdict, the
 "exiting" line) goes through the outbox, and the lines still queued here for that source go into the
-outbox ahead of it (Reporter.push_text), so the order holds. Pushes go through the manager client's
+outbox ahead of it (Reporter.push_text), so the order holds. A call the outbox delivered means the manager
+is back: the shipper's retry backoff is reset and it pushes at once (``manager_answers``), so the logs of
+an outage arrive right behind its calls. Pushes go through the manager client's
 rules (manager.py): a total deadline, a bounded answer, no redirect followed (a redirected push is
 not delivered: it is kept and sent again), Retry-After honoured.
 """
@@ -78,6 +80,7 @@ class Shipper:
         self._retry_delay = PUSH_RETRY_S
         self._refused_logged: set[str] = set()
         self.pushed = 0  # pushes delivered
+        self.backoff_resets = 0  # times a delivered manager call cut a retry backoff short
         self.last_error: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"ship:{name}", daemon=True)
 
@@ -98,6 +101,16 @@ class Shipper:
             urgent = queue.size >= BATCH_BYTES
         if urgent:
             self._wake.set()
+
+    def manager_answers(self) -> None:
+        """The manager just took a call (any thread: the outbox's sender says so): the pushes it refused while
+        it was away go now, not after the backoff they grew (up to PUSH_RETRY_MAX_S) runs out."""
+        if self._retry_at == 0.0 and self._retry_delay == PUSH_RETRY_S:
+            return  # not backing off: the next interval ships as usual
+        self._retry_at = 0.0
+        self._retry_delay = PUSH_RETRY_S
+        self.backoff_resets += 1
+        self._wake.set()
 
     def backlog(self) -> dict[str, int]:
         with self._lock:
@@ -134,7 +147,7 @@ class Shipper:
                         self._log(f"{self.name}: the manager refused a push for {source!r} ({exc}); dropping it")
                     continue
                 self.pushed += 1
-                self._retry_delay = PUSH_RETRY_S
+                self._retry_at, self._retry_delay = 0.0, PUSH_RETRY_S
         return True
 
     def _take(self, source: str) -> tuple[str, int, int]:

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from . import givenup
 from .ansi import strip_ansi
 from .answers import FieldCheck
 from .config import ManagerSpec
@@ -135,7 +136,7 @@ class Reporter:
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None
         client = ManagerClient(self.spec, token, warn=self._log)
         self._sender = Sender(self.spec, self.outbox, client, self._loop, self._log, self.calls,
-                              on_identity=self._export_identity)
+                              on_identity=self._export_identity, on_delivered=self._manager_answers)
         self._sender.restore_identity()
         fields = "".join(f", {k} {_shown(v)}" for k, v in self._sender.identity().items() if k != "label")
         self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "
@@ -301,6 +302,27 @@ class Reporter:
         if self._sender is not None:
             self._sender.wake()
 
+    def retire(self, reason: str) -> None:
+        """Given up for good (wiring.ManagerLink.retire): the marker first, durably, then the sender knows."""
+        try:
+            givenup.remember(self._state_dir, reason)
+        except OSError as exc:
+            self._log(f"manager: cannot remember the give-up in {givenup.marker(self._state_dir)} "
+                      f"({exc.strerror or exc}): a restart on this state_dir would run the lifecycle again")
+        if self._sender is not None:
+            self._sender.retire()
+
+    def retired_before(self) -> None:
+        """An earlier start gave this instance up: this one only delivers what is pending, never registers."""
+        if self._sender is not None:
+            self._sender.retire()
+
+    def _manager_answers(self) -> None:
+        """A call was delivered (the sender's thread): the log shipper's backoff is over too."""
+        logs = self._logs
+        if logs is not None:
+            logs.manager_answers()
+
     def _export_identity(self, uuid: str, fields: Mapping[str, str | None]) -> None:
         """Children started from now on know who they are to the manager."""
         self._export_env("INSTANCE_UUID", uuid)
@@ -359,6 +381,9 @@ class ReporterLink:
 
     def push_text(self, source: str, text: str) -> None:
         self._reporter.push_text(source, text)
+
+    def retire(self, reason: str) -> None:
+        self._reporter.retire(reason)
 
 
 def _shown(value: Any) -> str:

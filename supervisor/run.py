@@ -33,8 +33,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from . import fitness
+from . import fitness, givenup
 from .config import Plan
+from .exits import EXIT_GIVEN_UP
 from .freeze import start_the_tick
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle
@@ -61,7 +62,7 @@ from .survivors import kill_survivors_of_dead_supervisors
 from .teardown import tear_down
 
 
-def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, rebench: bool = False,
+def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, rebench: bool = False, fresh: bool = False,
         on_start: Callable[[Lifecycle], None] | None = None) -> int:
     """Supervise ``plan`` (loaded with ``plugin``) until it completes, fails or is stopped; return the exit status."""
     started_at = time.time()
@@ -78,7 +79,7 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, rebench: b
     sup = setting_up(host, "build the lifecycle", lambda: build_lifecycle(plan, plugin, host, core, rebench))
     observers = wire_observers(plan, plugin, host, core, sup, signals.router)
     try:
-        serve(plan, plugin, host, core, sup, signals.router, on_start)
+        serve(plan, plugin, host, core, sup, signals.router, on_start, fresh)
     finally:
         status = tear_down(plan, host, core, sup, observers, signals, lock_fd)  # (see teardown.py)
     return status
@@ -88,7 +89,7 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, rebench: b
 
 
 def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, router: SignalRouter,
-          on_start: Callable[[Lifecycle], None] | None) -> None:
+          on_start: Callable[[Lifecycle], None] | None, fresh: bool = False) -> None:
     """Start the lifecycle on a fit machine (asked off the loop), then loop until it is over."""
     router.lifecycle = sup.lifecycle  # a stop signal now stops it (the loop takes them in from here)
     if router.stop_requested is not None:  # asked to stop during the startup steps: start nothing
@@ -96,7 +97,11 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
         return
     evidence = sup.rt.evidence
     gpus_said = say_gpu_evidence(evidence.gpus, host.log)  # before the manager's lines: the setup tab's order
+    given_up = given_up_before(host, fresh)
     start_reporting(sup, core.loop, host.log)
+    if given_up is not None:
+        refuse_given_up(sup, core.loop, host.log, given_up)
+        return
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
     evidence.freeze = start_the_tick(core.loop, host.log, [evidence.progress.check, *(
         [evidence.gpus.check] if evidence.gpus is not None else [])])
@@ -110,6 +115,28 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
     check_fitness(plan, plugin, sup.rt, sup.lifecycle, host.log, fitness_known, gpus_said)
     if "status" not in sup.outcome:  # a lifecycle over at once: no loop to run
         core.loop.run()
+
+
+def given_up_before(host: Host, fresh: bool) -> givenup.GivenUp | None:
+    """Was this state_dir's instance given up by an earlier start? ``--fresh`` forgets it (and says so)."""
+    if fresh:
+        try:
+            said = givenup.start_over(host.state_dir)
+        except OSError as exc:
+            host.log(f"--fresh: cannot start over in {host.state_dir}: {exc.strerror or exc}")
+        else:
+            host.log(said or "--fresh: nothing was given up in this state_dir; starting as usual")
+    return givenup.recall(host.state_dir)
+
+
+def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given_up: givenup.GivenUp) -> None:
+    """Start no phase: what is still pending in the outbox (the give-up itself, maybe) goes out in the exit
+    flush, and the lifecycle ends at once with EXIT_GIVEN_UP."""
+    sup.reporter.retired_before()
+    log(given_up.refusal())
+    sup.lifecycle.shutdown("this instance was given up by an earlier start", EXIT_GIVEN_UP)
+    if "status" not in sup.outcome:
+        loop.run()
 
 
 def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog) -> None:

@@ -15,6 +15,12 @@ are handed to the loop's thread: nothing here touches the lifecycle. A call of a
 nobody handles (an outbox written by another version) is refused for good, in one line.
 A register answered with an unusable uuid is retried like a manager that is down, and
 a uuid kept by an earlier start is held to the same rule.
+
+A uuid the manager no longer knows (404 ``instance not found``: its database was reset, or the 7-day
+cleanup removed the row) is dropped: the label is registered again (the manager gives a new uuid, which
+later children get), and the call is sent again with it, then the rest of the queue. Not a loop: the
+same answer right after a fresh register is refused for good, and an instance given up (``retire``)
+is never registered again (the manager would hand a destroyed machine a new row).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ LOG = "log"  # a durable log push: {"source", "text"}
 RETRY_LOG_EVERY = 10
 # With nothing to deliver, the thread looks at the outbox again after this long even if not woken.
 IDLE_WAIT_S = 1.0
+# What the manager answers (with 404) on any call naming a uuid it does not know (manager-api.md).
+UNKNOWN_INSTANCE = "instance not found"
 
 Log = Callable[[str], None]
 
@@ -87,7 +95,8 @@ class Sender:
     """
 
     def __init__(self, spec: ManagerSpec, outbox: Outbox, client: ManagerClient, loop: EventLoop, log: Log,
-                 calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None]) -> None:
+                 calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None],
+                 on_delivered: Callable[[], None] | None = None) -> None:
         self.spec = spec
         self.outbox = outbox
         self._client = client
@@ -97,10 +106,15 @@ class Sender:
         self._kinds = {REGISTER: CallKind(lambda client, payload, uuid: self._register(), keep=self._keep_identity,
                                           delivered=lambda payload, body: self._registered()), **calls.kinds}
         self._on_identity = on_identity
+        self._on_delivered = on_delivered  # on this thread, after each delivered call: the manager answers
         self.uuid: str | None = None
         self.fields: dict[str, str | None] = {}  # what the register answer gave beside the uuid (checked)
         self.last_delivered: dict[str, Any] | None = None
         self.last_error: str | None = None
+        # Registered again for a forgotten uuid, and no call delivered under the new one yet: the same 404
+        # now means registering cannot help, and it is refused for good.
+        self._registered_again = False
+        self._retired = False  # given up for good: a forgotten uuid is not registered again
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -199,14 +213,20 @@ class Sender:
                 answer = self._client.with_retries(lambda call=call: self._attempt(call), self._stop, on_retry)
             except PermanentError as exc:
                 self.last_error = str(exc)
+                if self._forgotten(call, exc):
+                    continue  # the call stays pending: it goes again once registered anew
                 self.outbox.failed(call.id, str(exc))
                 self._loop.call_soon_threadsafe(lambda exc=exc, call=call: self._refused(call, exc))
                 continue
             except TransientError:
                 return  # stopping: the call stays pending in the outbox
             self.outbox.delivered(call.id, answer.body)
+            if call.kind != REGISTER:
+                self._registered_again = False
             self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
             self._delivered(call, answer)
+            if self._on_delivered is not None:
+                self._on_delivered()
 
     def _next_call(self) -> Call | None:
         """The next call to deliver: in order, except that registration goes first while no uuid is known.
@@ -230,6 +250,26 @@ class Sender:
         self.outbox.failed(call.id, error)
         self._loop.call_soon_threadsafe(lambda: self._log(
             f"manager: outbox call {call.id} refused for good: {error} (written by another version?)"))
+
+    def retire(self) -> None:
+        """This instance was given up (any thread): a uuid the manager forgot is not registered again."""
+        self._retired = True
+
+    def _forgotten(self, call: Call, exc: PermanentError) -> bool:
+        """The manager no longer knows our uuid: drop it, so that the label is registered again before the
+        call goes again (see the module docstring). False: a refusal like any other."""
+        if call.kind == REGISTER or self._registered_again or self._retired or not unknown_instance(exc) \
+                or not self.uuid:
+            return False
+        self._registered_again = True
+        forgotten, self.uuid, self.fields = self.uuid, None, {}
+        for name in ("uuid", *self._calls.answer_fields):
+            self.outbox.put(name, "")
+        self.outbox.attempted(call.id, str(exc))
+        self._loop.call_soon_threadsafe(lambda: self._log(
+            f"manager: the manager no longer knows uuid {forgotten} (404 {UNKNOWN_INSTANCE}: its database was "
+            f"reset or the instance cleaned up); registering again"))
+        return True
 
     # ------------------------------------------------------------ one call
 
@@ -283,3 +323,8 @@ class Sender:
         shown = "".join(f", {k} {v}" for k, v in self.fields.items())
         self._log(f"manager: registered: uuid {self.uuid}{shown}")
         self._on_identity(self.uuid, dict(self.fields))
+
+
+def unknown_instance(exc: PermanentError) -> bool:
+    """The manager's answer to a call naming a uuid it has no row for (not a killed one: that is kept)."""
+    return exc.status == 404 and UNKNOWN_INSTANCE in exc.body.lower()

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .exits import EXIT_TIMEOUT
 from .memory import MemoryReport
 from .reaping import ExitStatus
 from .units import fmt_bytes
@@ -36,6 +37,8 @@ INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handlin
 REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
            INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, BENCH_FAILED, STOPPED, INTERNAL_ERROR)
 LAST_LINES = 20
+# The supervisor's own clocks ended it: the status is timeout(1)'s, whatever the child did on SIGTERM.
+TIMED_OUT = (TIMEOUT, STALLED)
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
     elif oom and reason != OOM_KILLED:
         detail += (f"; {oom} OOM kill(s) in its {scope} cgroup during its life (the victim was another process "
                    "there: one of its descendants, or a daemon or sibling sharing the cgroup)")
-    failed_status = status.shell_status or 1  # a failure never exits 0, even if the child did
+    failed_status = failure_status(reason, status.shell_status or 1)  # a failure never exits 0
     return Verdict(
         phase=phase, child=child, pid=pid, reason=reason, success=success,
         status=0 if success else failed_status, detail=detail, attempt=attempt,
@@ -137,6 +140,12 @@ def without_exit(phase: str, child: str, reason: str, status: int, detail: str, 
                  last_lines: list[str] | None = None) -> Verdict:
     """A failure decided without a wait status: spawn failed, deadline in backoff, not ready."""
     return Verdict(
-        phase=phase, child=child, pid=pid, reason=reason, success=False, status=status, detail=detail,
-        attempt=attempt, started_at=started_at, last_lines=tuple((last_lines or [])[-LAST_LINES:]),
+        phase=phase, child=child, pid=pid, reason=reason, success=False, status=failure_status(reason, status),
+        detail=detail, attempt=attempt, started_at=started_at, last_lines=tuple((last_lines or [])[-LAST_LINES:]),
     )
+
+
+def failure_status(reason: str, status: int) -> int:
+    """What a failure of ``reason`` exits with: a deadline or a stall gives EXIT_TIMEOUT (as timeout(1)),
+    anything else the status it carries."""
+    return EXIT_TIMEOUT if reason in TIMED_OUT else status

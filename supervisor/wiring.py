@@ -9,7 +9,7 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
 - when a manager is configured (``Wiring.manager``; None when not), reaches it through ``ManagerLink``:
   queue a call (and say that the exit must wait for it), read what an earlier call's answer was and what
   is still pending, add a call kind to the outbox (``CallKind``), fields to the ``/register`` body and to
-  what its answer is checked for, and push a durable log text;
+  what its answer is checked for, push a durable log text, and retire the instance (given up for good);
 - exports what later children's environment holds (``export_env``), sets timers on the loop
   (``call_later``), and writes the supervisor's log.
 
@@ -137,6 +137,11 @@ class ManagerLink(Protocol):
 
     def push_text(self, source: str, text: str) -> None:
         """A durable log push (through the outbox, never dropped), after what was logged before it."""
+
+    def retire(self, reason: str) -> None:
+        """This instance is given up for good (the manager destroys it, or was asked to): remembered in
+        state_dir before the next call is queued, so a later start does not run it again (givenup.py),
+        and a uuid the manager forgets is not registered again."""
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,13 @@ def py_script(tmp: Path, name: str, code: str, *args: object) -> str:
 
 # ================================================================ the supervisor as a process
 
+def hup_as_default() -> None:
+    """A Popen preexec_fn: SIGHUP back to its default in the supervisor under test. A suite run under
+    ``nohup … &`` hands SIGHUP ignored to everything it starts, and the supervisor keeps an ignored SIGHUP
+    ignored on purpose (Vast's onstart runs it under nohup): a test that sends SIGHUP must not inherit that."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @dataclass
 class Result:
     """A supervisor that ended: its exit status, its console, how long it ran, its pid."""
@@ -163,7 +170,7 @@ class Runner:
         proc = subprocess.Popen(
             # Children's bytes pass through unchanged: decode leniently, a test may print binary.
             self.argv(*args, pid1=pid1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace", env=self._environ(env), cwd=REPO, start_new_session=True,
+            errors="replace", env=self._environ(env), cwd=REPO, start_new_session=True, preexec_fn=hup_as_default,
         )
         self.procs.append(proc)
         return proc
@@ -174,7 +181,8 @@ class Runner:
         console = self.tmp / f"{name}.txt"
         with open(console, "wb") as out:
             proc = subprocess.Popen(self.argv(*args, pid1=pid1), stdout=out, stderr=subprocess.STDOUT,
-                                    env=self._environ(env), cwd=REPO, start_new_session=True)
+                                    env=self._environ(env), cwd=REPO, start_new_session=True,
+                                    preexec_fn=hup_as_default)
         self.procs.append(proc)
         return proc, console
 
@@ -230,7 +238,8 @@ class Console:
         self.path = sup.tmp / f"{name}.txt"
         with open(self.path, "wb") as out:
             self.proc = subprocess.Popen([*sup.argv(config), *args], stdout=out, stderr=subprocess.STDOUT,
-                                         env=clean_env(env), cwd=REPO, start_new_session=True)
+                                         env=clean_env(env), cwd=REPO, start_new_session=True,
+                                         preexec_fn=hup_as_default)
         sup.procs.append(self.proc)  # type: ignore[arg-type]
         self.pid = self.proc.pid
 

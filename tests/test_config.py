@@ -858,7 +858,7 @@ def test_a_nul_in_a_manager_url_is_refused() -> None:
     ("http://fleet:p%40ss%2Fword@h", "http://fleet:p%40ss%2Fword@h"), ("HTTP://H:80", "HTTP://H:80"),
 ])
 def test_a_good_manager_url_is_kept(url: str, kept: str) -> None:
-    assert parse(f"[manager]\nurl = {toml_str(url)}\n" + MINIMAL).manager.url == kept
+    assert parse(f"[manager]\nurl = {toml_str(url)}\n" + MINIMAL, {"VAST_CONTAINERLABEL": "C.1"}).manager.url == kept
 
 
 def test_a_url_password_and_a_token_cannot_both_authorize() -> None:

@@ -296,3 +296,29 @@ def test_onstart_style_runs_as_subreaper(image: str, containers: Containers, say
             break
         time.sleep(0.2)
     assert not left, ps
+
+
+def test_exec_prover_supervisor_status_in_a_running_container(image: str, cfg: Path, containers: Containers,
+                                                              say: Say) -> None:
+    """The image puts ``prover-supervisor`` on PATH: ``docker exec CONTAINER prover-supervisor status`` works."""
+    config = write(cfg, "steady.toml", """\
+        [supervisor]
+        state_dir = "/tmp/state"
+
+        [[phases]]
+        name = "steady"
+        kind = "service"
+        command = ["sh", "-c", "echo steady-ready; exec sleep 600"]
+        """)
+    name = containers.name("exec")
+    rc, out, _ = run("run", "-d", "--name", name, "-v", f"{cfg}:/cfg:ro", image, "run", "--config", config)
+    assert rc == 0, out
+    wait_for_text(lambda: run("logs", name, timeout=60)[1], "steady-ready", timeout=60)
+    rc, which, _ = run("exec", name, "sh", "-c", "command -v prover-supervisor", timeout=60)
+    assert rc == 0 and which.strip() == "/usr/local/bin/prover-supervisor", which
+    rc, shown, _ = run("exec", name, "prover-supervisor", "status", "--config", config, timeout=60)
+    say(f"(g) podman exec … prover-supervisor status: exit {rc}")
+    assert rc == 0, shown
+    assert "steady" in shown, shown
+    rc, bare, _ = run("exec", name, "prover-supervisor", timeout=60)
+    assert rc == 2 and "usage: prover-supervisor" in bare, bare  # help, not a second lifecycle

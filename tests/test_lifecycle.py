@@ -26,6 +26,8 @@ from helpers import (
     wait_for,
 )
 
+from supervisor.exits import EXIT_TIMEOUT
+
 # ---------------------------------------------------------------- helpers
 
 def proc_state(pid: int) -> str:
@@ -165,7 +167,7 @@ def test_oneshot_timeout(sup: Runner, ignores_term: bool) -> None:
         stop_grace_s = {grace}
     """)
     res = sup.run(config, timeout=30)
-    assert res.returncode != 0, res.output
+    assert res.returncode == EXIT_TIMEOUT, res.output  # as timeout(1), whether it died on SIGTERM or was killed
     v = failure(res.output)
     assert v["phase"] == "slow" and v["reason"] == "timeout", res.output
     pid = int(pidfile.read_text())
@@ -316,7 +318,7 @@ def test_daemon_never_ready_times_out(sup: Runner) -> None:
         stop_grace_s = 1
     """)
     res = sup.run(config, timeout=30)
-    assert res.returncode != 0, res.output
+    assert res.returncode == EXIT_TIMEOUT, res.output
     v = failure(res.output)
     assert v["phase"] == "wait" and v["reason"] == "timeout", res.output
     assert not ran.exists(), "the command started although its daemon never got ready"

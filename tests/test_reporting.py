@@ -32,6 +32,7 @@ from helpers import (
     wait_for,
 )
 
+from supervisor.devfaults import Faults
 from supervisor.devmanager import DevManager, DevManagerState, _Handler
 from supervisor.exits import EXIT_BENCH_REJECTED
 
@@ -267,30 +268,30 @@ def _forget_after_registration(sup: Runner, mgr: DevManager, manager: str = "") 
     return proc
 
 
-def test_unknown_uuid_is_refused_for_good_and_the_supervisor_carries_on(
+def test_unknown_uuid_is_registered_again_and_the_fleet_calls_go_under_the_new_one(
         sup: Runner, managers: Callable[..., DevManager]) -> None:
+    """The manager restarted with an empty database: the label is registered again (once), and param-done,
+    bench-done and running all reach the new row (tests/test_forgotten_uuid.py: the core's side)."""
     mgr = managers()
     proc = _forget_after_registration(sup, mgr, manager="bench_gate_s = 1")
     status = proc.finish(30)
     out = proc.text()
-    refused = [line for line in out.splitlines() if "manager: param-done refused for good: HTTP 404" in line]
-    assert refused and "unknown uuid" in refused[0], out  # logged with the body
-    assert "manager: bench-done refused for good: HTTP 404" in out
-    assert "manager: running refused for good: HTTP 404" in out
+    assert out.count("registering again") == 1 and "404 instance not found" in out, out
+    assert "refused for good" not in out, out
     assert status == 0, out
     assert "started service/service" in out and "lifecycle complete" in out
-    assert len(api_calls(mgr, "/param-done")) == 1  # not retried
-    assert len(api_calls(mgr, "/bench-done")) == 1
-    assert len(api_calls(mgr, "/running")) == 1
-    failed = [kind for _, kind, state in outbox_rows(sup) if state == "failed"]
-    assert failed == ["param-done", "bench-done", "running"]
+    assert only_instance(mgr)["history"] == STATES  # the new row went the whole way
+    assert len(api_calls(mgr, "/register")) == 1  # (the fresh manager's list: the first register was before it)
+    assert {state for _, _, state in outbox_rows(sup)} == {"delivered"}
 
 
 def test_refused_bench_done_does_not_hold_production_for_the_whole_gate(
         sup: Runner, managers: Callable[..., DevManager]) -> None:
     """bench-done refused for good (404): no answer will ever come, so the bench gate (300 s) must not be waited out."""
     mgr = managers()
-    proc = _forget_after_registration(sup, mgr)
+    with mgr.state.lock:  # every bench-done refused (a 404 that is not "instance not found": no register helps)
+        mgr.state.faults = Faults(status=404, count=-1, path="/bench-done")
+    proc = Console(sup, fast_config(sup, mgr.url))
     proc.wait_text("manager: bench-done refused for good", 15)
     proc.wait_text("started service/service", 5)
     assert proc.finish(20) == 0, proc.tail()
@@ -544,6 +545,7 @@ def test_setup_tab_has_the_first_lines_one_clean_verdict_and_the_resume_lines(
         url = {toml_str(mgr.url)}
         label = "C.setup-tab"
         log_push_interval_s = 0.2
+        give_up_on_failure = false  # a given-up instance is not run again (tests/prover/test_given_up.py)
 
         [[phases]]
         name = "work"

@@ -28,6 +28,7 @@ from helpers import (
 )
 from hungmount import hung_mount
 
+from supervisor.exits import EXIT_TIMEOUT
 from supervisor.progress import ProgressProbe, measure_tree, tree_size
 from supervisor.stall import STALL_CHECK_MAX_S, STALL_CHECK_MIN_S, StallWatch, check_interval
 
@@ -186,7 +187,7 @@ def test_silent_child_is_stalled(sup: Runner) -> None:
     cfg = sup.write(stall_phase(toml_list(["sleep", "30"])), stop_grace_s=GRACE_S)
     result = sup.run(cfg, timeout=30)
     out = result.output
-    assert result.returncode != 0, out
+    assert result.returncode == EXIT_TIMEOUT, out
     record = one_verdict(out, "p")
     assert " reason=stalled " in record, record
     assert "no output for" in record and "no GPU visible" in record, record
@@ -259,7 +260,7 @@ def test_progress_path_that_stops_growing_is_stalled(sup: Runner) -> None:
     cfg = sup.write(stall_phase(command, extra=f"progress_path = {toml_str(str(params))}"), stop_grace_s=GRACE_S)
     result = sup.run(cfg, timeout=30)
     out = result.output
-    assert result.returncode != 0, out
+    assert result.returncode == EXIT_TIMEOUT, out
     record = one_verdict(out, "p")
     assert " reason=stalled " in record, record
     assert "no progress_path growth for" in record and "no output for" in record, record
@@ -277,7 +278,7 @@ def test_a_stalled_oneshot_is_retried(sup: Runner) -> None:
                     stop_grace_s=GRACE_S)
     result = sup.run(cfg, timeout=40)
     out = result.output
-    assert result.returncode != 0, out
+    assert result.returncode == EXIT_TIMEOUT, out
     records = verdict_lines(out, "p")
     assert len(records) == 2, records
     assert " attempt=1 " in records[0] and " attempt=2 " in records[1], records

@@ -7,6 +7,7 @@ line naming the key, and an error never shows a URL's password.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -58,6 +59,9 @@ def _url_for_error(text: str) -> str:
 
 
 MAX_LABEL_CHARS = 256
+# The manager matches a Vast instance by the numeric id in its label: any other derived label gets a healthy
+# instance marked killed ("instance disappeared from vast") and a give-up that destroys nothing.
+MATCHABLE_LABEL = re.compile(r"C\.[0-9]+")
 
 
 def check_label(value: Any, where: str) -> str:
@@ -72,3 +76,12 @@ def check_label(value: Any, where: str) -> str:
     if len(text) > MAX_LABEL_CHARS:
         raise ConfigError(f"{where}: {len(text)} characters, more than the {MAX_LABEL_CHARS} a label may have")
     return text
+
+
+def check_derived_label(label: str, where: str) -> str:
+    """A label taken from the environment or the hostname (no ``[manager] label``) must be ``C.<digits>``."""
+    if MATCHABLE_LABEL.fullmatch(label) is None:
+        raise ConfigError(f"{where}: {describe(label)} is not a label the manager can match (C.<digits>, as Vast "
+                          "sets VAST_CONTAINERLABEL): set VAST_CONTAINERLABEL or CONTAINER_ID, or [manager] label "
+                          "explicitly")
+    return label

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..redact import url_secrets
-from .endpoint import _url, check_label
+from .endpoint import _url, check_derived_label, check_label
 from .keys import ConfigPlugin, Key, take
 from .model import ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
 from .tables import (
@@ -337,9 +337,12 @@ def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin,
         raise ConfigError(f"manager.token_env: ${v['token_env']} holds characters an HTTP header cannot carry "
                           "(a newline, a control character or non-ASCII)")
     _one_authorization(v)
-    label, where = (v["label"], "manager.label") if v["label"] is not None else label_source(environ)
+    explicit = v["label"] is not None
+    label, where = (v["label"], "manager.label") if explicit else label_source(environ)
     # Only a manager is told the label (in JSON, kept in the outbox): without one, a strange label harms nothing.
-    v["label"] = check_label(label, where) if v["url"] else label
+    # One it derived must be one the manager can match; one set explicitly is the operator's to choose.
+    if v["url"]:
+        v["label"] = check_label(label, where) if explicit else check_derived_label(check_label(label, where), where)
     extensions.update(added)
     return ManagerSpec(**v)
 

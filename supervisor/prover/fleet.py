@@ -15,7 +15,9 @@ and the log pushes. The prover adds, through the Wiring it is attached with (wir
   rate below min_rate, so that is sent with rate 0, after the failure's reason lines, and the exit
   flush waits longer for it (exitflush.GIVE_UP_FLUSH_S). Not after ``passed: false`` (the manager
   killed it already), not with ``give_up_on_failure = false``. With ``bench_done_reason`` the
-  failure's verdict line goes along in a ``reason`` field, for a manager that reads it.
+  failure's verdict line goes along in a ``reason`` field, for a manager that reads it. A give-up, and
+  the manager's ``passed: false``, retire the instance (ManagerLink.retire: remembered in state_dir, so
+  a restart does not run it again: the manager's bench-done has no state check and would un-kill it).
 """
 
 from __future__ import annotations
@@ -88,9 +90,10 @@ def bench_answer(body: Any) -> bool:
 
 
 def bench_done_call(settings: FleetSettings, answered: Callable[[bool, float], None],
-                    refused: Callable[[], None]) -> CallKind:
+                    refused: Callable[[], None], rejected: Callable[[str], None] = lambda why: None) -> CallKind:
     """The outbox's ``bench-done``: the rate (and the reason, if asked), the answer's ``passed``, and what it
-    means: ``answered(passed, rate)``, or ``refused()`` when refused for good (no answer will ever come)."""
+    means: ``answered(passed, rate)``, or ``refused()`` when refused for good (no answer will ever come);
+    ``rejected(why)`` on ``passed: false`` (the manager killed the instance: it is retired)."""
 
     def attempt(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
         body = {"uuid": uuid, "rate": payload.get("rate", 0.0)}
@@ -104,6 +107,8 @@ def bench_done_call(settings: FleetSettings, answered: Callable[[bool, float], N
         return Answer(answer.status, {"passed": passed})
 
     def delivered(payload: Payload, kept: Any) -> None:
+        if kept["passed"] is False and not payload.get("failed"):  # (a give-up was retired as it was queued)
+            rejected(f"the manager answered bench-done passed: false (rate {float(payload.get('rate', 0.0)):g}/h)")
         if not payload.get("failed"):  # a give-up has no production to let through or stop
             answered(kept["passed"], float(payload.get("rate", 0.0)))
 
@@ -200,6 +205,9 @@ class Fleet:
         # on any bench-done below min_rate, whatever the state, so a second one gives it up too.
         passed_before = self._queued or isinstance(answer, dict)
         reason = view.failure.line()[:REASON_MAX_CHARS]  # (masked: the verdict was, as it entered the reporting)
+        # Remembered before the call is queued: a restart must not run (and un-kill) this instance again.
+        self._link.retire(f"{view.why}: {view.failure.reason}; bench-done with rate 0 asked the manager to "
+                          "destroy it")
         self._queue({"rate": 0.0, "failed": True, "reason": reason}, exit_waits_for="the give-up")
         after = "; the bench had passed, but production never came up" if passed_before else ""
         self._log(f"manager: giving the instance up ({view.why}): bench-done with rate 0 after the reason line{after}")
@@ -213,7 +221,7 @@ def attach(wiring: Wiring) -> None:
     settings = fleet_settings(wiring.plan)
     gate = BenchGate(settings.bench_gate_s, settings.min_rate, wiring.production, wiring.call_later, wiring.log)
     fleet = Fleet(settings, link, gate, wiring.log)
-    link.handle(BENCH_DONE, bench_done_call(settings, gate.answered, gate.refused))
+    link.handle(BENCH_DONE, bench_done_call(settings, gate.answered, gate.refused, link.retire))
     link.add_register_fields(lambda: {"min_rate": settings.min_rate})
     link.hear_register_field(RUNNER_ID, check_runner_id,
                              lambda runner_id: wiring.export_env("RUNNER_ID", runner_id) if runner_id else None)

@@ -35,6 +35,7 @@ _counter = iter(range(1_000_000))
 
 @pytest.fixture
 def profile(tmp_path: Path, bin_dir: Path, manager: DevManager) -> Iterator[Runner]:
-    prof = profile_runner(tmp_path, bin_dir, manager, f"C.profile-{os.getpid()}-{next(_counter)}")
+    # C.<digits>: a label the manager can match (a derived one of any other form is refused).
+    prof = profile_runner(tmp_path, bin_dir, manager, f"C.{os.getpid()}{next(_counter):04d}")
     yield prof
     prof.cleanup()

@@ -93,7 +93,7 @@ def test_oom_in_any_phase_is_a_real_oom_kill(phase: str) -> None:
     assert_quiet(out)
 
 
-@pytest.mark.parametrize(("mode", "status"), [("hang", 1), ("ignore-term", 137)])
+@pytest.mark.parametrize(("mode", "status"), [("hang", 124), ("ignore-term", 124)])
 def test_a_hung_service_is_caught_by_its_stall_limit(mode: str, status: int) -> None:
     result = demo("--fail", mode, "--phase", "curio")
     out = result.output

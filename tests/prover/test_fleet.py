@@ -87,6 +87,7 @@ class Link:
     kinds: dict[str, CallKind] = field(default_factory=dict)
     register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list)
     heard: dict[str, Any] = field(default_factory=dict)
+    retired: list[str] = field(default_factory=list)
     on: bool = True
 
     def reporting(self) -> bool:
@@ -113,6 +114,9 @@ class Link:
 
     def push_text(self, source: str, text: str) -> None:
         raise AssertionError("the fleet protocol pushes no text of its own")
+
+    def retire(self, reason: str) -> None:
+        self.retired.append(reason)
 
 
 SETTINGS = FleetSettings(min_rate=50.0, bench_gate_s=300.0, give_up_on_failure=True, bench_done_reason=False)

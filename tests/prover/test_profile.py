@@ -28,6 +28,7 @@ from helpers import (
     REPO,
     Result,
     Runner,
+    hup_as_default,
     last_failure,
     pid_alive,
     pyc,
@@ -69,7 +70,7 @@ class FirstRun:
 def first(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[FirstRun]:
     """The whole profile once, on a fresh machine; the resume test goes on from its state dir."""
     dev = DevManager(port=0, quiet=True).start()
-    prof = profile_runner(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.profile-first-{os.getpid()}")
+    prof = profile_runner(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.9{os.getpid()}")
     try:
         env = prof.env()
         run = prof.run(env=env, name="first")
@@ -330,7 +331,8 @@ def _hup_config(sup: Runner) -> Path:
 
 def _start_hup(sup: Runner, config: Path, name: str, nohup: bool) -> tuple[subprocess.Popen[bytes], Path]:
     console = sup.tmp / f"{name}.txt"
-    ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
+    # Either way set, never inherited: the suite itself may run under nohup.
+    ignore_hup = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else hup_as_default
     env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
     with open(console, "wb") as out:
         proc = subprocess.Popen(sup.argv(config), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,

@@ -1,0 +1,116 @@
+"""A uuid the manager no longer knows (404 ``instance not found``: a database reset, the 7-day cleanup).
+
+The supervisor registers the label again, says so, gives the new uuid to later children, and delivers the
+call that was refused (and the rest) under it. Not a loop: the same answer right after a fresh register is
+refused for good. The dev-manager forgets on ``POST /dev/forget``. Core kinds only (param-done, running).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import requests
+from helpers import Console, Runner, outbox_rows, sh, toml_str, wait_for
+
+from supervisor.devmanager import DevManager
+
+WAIT_S = 40  # upper bounds against hanging, never measures
+
+
+def waiting(go: Path | None) -> str:
+    return f"while [ ! -e {go} ]; do sleep 0.05; done; " if go is not None else ""
+
+
+def config(sup: Runner, mgr: DevManager, go: Path | None = None, then: Path | None = None) -> Path:
+    """A oneshot reporting param-done (waiting for ``go`` first), one that waits for ``then``, then a service
+    reporting running that writes the INSTANCE_UUID it was started with."""
+    seen = sup.tmp / "service.uuid"
+    return sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = "C.4242"
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "params"
+        command = {sh(waiting(go) + "echo params ok")}
+        report = "param-done"
+
+        [[phases]]
+        name = "between"
+        command = {sh(waiting(then) + "echo on")}
+
+        [[phases]]
+        name = "service"
+        kind = "service"
+        command = {sh(f'echo "$INSTANCE_UUID" > {seen}; echo serving; exec sleep 0.5')}
+        report = "running"
+        """)
+
+
+def calls(mgr: DevManager, *paths: str) -> list[tuple[str, int]]:
+    return [(c["path"], c["status"]) for c in mgr.state.snapshot()["calls"] if c["path"] in paths]
+
+
+def uuids(mgr: DevManager) -> list[str]:
+    return list(mgr.state.snapshot()["instances"])
+
+
+def forget(mgr: DevManager, **body: Any) -> None:
+    assert requests.post(mgr.url + "/dev/forget", json=body, timeout=5).status_code == 200
+
+
+def test_a_forgotten_uuid_is_registered_again_and_the_call_goes_under_the_new_one(
+        sup: Runner, manager: DevManager) -> None:
+    go, then = sup.tmp / "go", sup.tmp / "then"
+    proc = Console(sup, config(sup, manager, go, then))
+    proc.wait_text("manager: registered: uuid")
+    [first] = uuids(manager)
+    forget(manager)  # the manager's database was reset
+    go.touch()
+    proc.wait_text("registering again")
+    wait_for(lambda: proc.text().count("manager: registered: uuid") == 2, WAIT_S)
+    then.touch()  # the service starts after the new uuid is known
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+    out = proc.text()
+    assert (f"manager: the manager no longer knows uuid {first} (404 instance not found: its database was reset "
+            "or the instance cleaned up); registering again") in out, out
+    [second] = uuids(manager)
+    assert second != first
+    assert calls(manager, "/register", "/param-done", "/running") == [
+        ("/register", 200), ("/param-done", 404), ("/register", 200), ("/param-done", 200), ("/running", 200)]
+    assert manager.state.snapshot()["instances"][second]["history"] == ["registered", "params_done", "running"]
+    assert (sup.tmp / "service.uuid").read_text().strip() == second  # later children know the new uuid
+    assert "refused for good" not in out, out
+    assert {state for _, _, state in outbox_rows(sup)} == {"delivered"}
+
+
+def test_a_uuid_forgotten_again_right_after_registering_again_is_refused_for_good(
+        sup: Runner, manager: DevManager) -> None:
+    go = sup.tmp / "go"
+    proc = Console(sup, config(sup, manager, go))
+    proc.wait_text("manager: registered: uuid")
+    forget(manager, always=True)  # every instance, and each new one right after its register
+    go.touch()
+    assert proc.finish(WAIT_S) == 0, proc.tail()  # the work goes on without the manager's rows
+    out = proc.text()
+    assert out.count("registering again") == 1, out
+    assert "manager: param-done refused for good: HTTP 404" in out, out
+    assert [path for path, _ in calls(manager, "/register", "/param-done")] == [
+        "/register", "/param-done", "/register", "/param-done"]
+
+
+def test_a_uuid_kept_from_an_earlier_start_that_the_manager_forgot(sup: Runner,
+                                                                  manager: DevManager) -> None:
+    first = Console(sup, config(sup, manager), name="first")
+    assert first.finish(WAIT_S) == 0, first.tail()
+    [kept] = uuids(manager)
+    forget(manager, uuid=kept)  # the 7-day cleanup
+    again = Console(sup, config(sup, manager), name="again")
+    assert again.finish(WAIT_S) == 0, again.tail()
+    out = again.text()
+    assert f"manager: reusing uuid {kept}" in out and f"no longer knows uuid {kept}" in out, out
+    [fresh] = uuids(manager)
+    assert fresh != kept
+    assert len(calls(manager, "/register")) == 2  # the first start's, then the one for the forgotten uuid

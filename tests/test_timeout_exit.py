@@ -1,0 +1,48 @@
+"""A deadline or a stall exits 124, as timeout(1) does, whatever the child did on the SIGTERM that ended it.
+
+Before, the same timeout gave 143 (the child died of the SIGTERM), 137 (it ignored it and was killed
+after the grace) or 1 (it trapped it and exited 1): a fleet could not tell "too slow" from a crash.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import Runner, one_verdict, py_script
+
+from supervisor.exits import EXIT_TIMEOUT
+from supervisor.verdict import SIGNAL, STALLED, TIMEOUT, failure_status
+
+# How the child meets the SIGTERM that ends it, and the status it would have passed on before.
+ON_TERM = {
+    "dies": "pass",  # default action: killed by SIGTERM (143)
+    "ignores": "signal.signal(signal.SIGTERM, signal.SIG_IGN)",  # SIGKILLed after the grace (137)
+    "exits-1": "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))",  # its own exit 1
+}
+
+
+def test_the_status_of_a_timed_out_failure_is_timeouts() -> None:
+    assert failure_status(TIMEOUT, 143) == EXIT_TIMEOUT == 124
+    assert failure_status(STALLED, 1) == EXIT_TIMEOUT
+    assert failure_status(SIGNAL, 143) == 143  # anything else passes the child's status on
+
+
+@pytest.mark.parametrize("on_term", sorted(ON_TERM))
+@pytest.mark.parametrize("clock", ["timeout_s", "stall_s"])
+def test_a_deadline_or_a_stall_exits_124(sup: Runner, clock: str, on_term: str) -> None:
+    child = py_script(sup.tmp, "slow", f"""
+        import signal, sys, time
+        {ON_TERM[on_term]}
+        print("started", flush=True)
+        time.sleep(60)
+    """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {child}
+        {clock} = 1
+        stop_grace_s = 0.5
+        """)
+    result = sup.run(config, timeout=40)
+    reason = "timeout" if clock == "timeout_s" else "stalled"
+    assert f" reason={reason} " in one_verdict(result.output, "p", "p", kind="FAILED"), result.output
+    assert result.returncode == EXIT_TIMEOUT, result.output

@@ -14,6 +14,7 @@ STATUS_SOCKET = "status.sock"  # the running supervisor answers `status` here (0
 OUTBOX = "outbox.sqlite3"  # every manager call, written before it is sent
 CGROUP_LEDGER = "cgroups"  # the phase cgroups made, so the next start can empty what a SIGKILL left
 RESUME = "resume.json"  # what each done phase left for the next start (resume.py)
+FIRST_SEEN = "first-seen.json"  # when this instance first started and first registered (firstseen.py)
 
 
 def path(state_dir: str | Path, name: str) -> Path:

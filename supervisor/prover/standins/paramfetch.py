@@ -60,14 +60,12 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from . import failures, knobs, output
+from . import aria2, failures, knobs, output
 
 DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
 DEFAULT_GATEWAY = "https://proofs.filecoin.io/ipfs/"
 LOGGER = "paramfetch"
 SIZE_HELP = 'specify as "32GiB", for instance'
-CONTROL_SUFFIX = ".aria2"  # aria2c's control file beside a file it has not completed
-NOTICE = "\x1b[1;32mNOTICE\x1b[0m"  # aria2c colours its level words
 # With STANDIN_PARAM_RATE, a chunk is written every this many seconds.
 RATE_TICK_S = 0.25
 
@@ -182,7 +180,7 @@ class Fetcher:
     def _complete(self, path: str) -> bool:
         """Its full size and no control file beside it (a preallocated download has its size at once)."""
         try:
-            return os.path.getsize(path) == self.size and not os.path.exists(path + CONTROL_SUFFIX)
+            return os.path.getsize(path) == self.size and not os.path.exists(path + aria2.CONTROL_SUFFIX)
         except OSError:
             return False
 
@@ -234,31 +232,31 @@ class Fetcher:
         """What aria2c prints and leaves, without it: the file preallocated to its full size at once, a
         ``.aria2`` control file beside it while it is incomplete (here: the offset reached, as text), one
         readout line a second (and one a chunk), the NOTICE lines, the results table."""
-        control = path + CONTROL_SUFFIX
-        done = _resumed_offset(path, control, self.size)
+        control = path + aria2.CONTROL_SUFFIX
+        done = aria2.resumed_offset(path, control, self.size)
         gid = hashlib.sha256(path.encode()).hexdigest()[:6]
-        output.out(f"\n{_stamp()} [{NOTICE}] Downloading 1 item(s)")
+        output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Downloading 1 item(s)")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size != self.size:
                 os.ftruncate(fd, 0)
-                _preallocate(fd, self.size)
-            _write_control(control, done)
+                aria2.preallocate(fd, self.size)
+            aria2.write_control(control, done)
             started, said = time.monotonic(), 0.0
             for n in self._chunks(done):
                 os.pwrite(fd, _chunk_bytes(done, n), done)
                 done += n
-                _write_control(control, done)
+                aria2.write_control(control, done)
                 now = time.monotonic()
                 if now - said >= 1.0 or self.rate is None:
                     said = now
-                    output.out(_readout(gid, done, self.size, done / max(now - started, 1e-6)))
+                    output.out(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
                 failures.partway()
             os.fsync(fd)
         finally:
             os.close(fd)
         os.unlink(control)
-        output.out(f"\n{_stamp()} [{NOTICE}] Download complete: {path}")
+        output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Download complete: {path}")
         output.out(f"\nDownload Results:\ngid   |stat|avg speed  |path/URI\n"
                    f"======+====+===========+{'=' * 55}\n{gid}|OK  |{'':>11}|{path}\n\nStatus Legend:\n"
                    "(OK):download completed.")
@@ -286,53 +284,6 @@ def downloader() -> str:
         return chosen
     gateway = os.environ.get("IPFS_GATEWAY", "").strip()
     return "aria2c" if shutil.which("aria2c") and gateway else "simulated"
-
-
-def _resumed_offset(path: str, control: str, size: int) -> int:
-    """Where a download resumes (``--continue``): the control file's offset, else the file's length."""
-    try:
-        with open(control) as fh:
-            return max(0, min(size, int(fh.read().strip() or 0)))
-    except (OSError, ValueError):
-        pass
-    try:
-        length = os.path.getsize(path)
-    except OSError:
-        return 0
-    return length if length < size else 0
-
-
-def _write_control(control: str, done: int) -> None:
-    with open(control, "w") as fh:
-        fh.write(str(done))
-
-
-def _preallocate(fd: int, size: int) -> None:
-    try:
-        os.posix_fallocate(fd, 0, size)  # aria2c's default --file-allocation=prealloc: the blocks too
-    except OSError:
-        os.ftruncate(fd, size)
-
-
-def _stamp() -> str:
-    return time.strftime("%m/%d %H:%M:%S")
-
-
-def _aria2_size(n: float) -> str:
-    """aria2c's sizes: ``57MiB``, ``8.2MiB``, ``16KiB``, ``512B``."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
-    return f"{int(n)}B"
-
-
-def _readout(gid: str, done: int, total: int, rate: float) -> str:
-    """``[#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]``"""
-    eta = int((total - done) / rate) if rate > 0 else 0
-    left = f" ETA:{eta // 60}m{eta % 60}s" if eta >= 60 else (f" ETA:{eta}s" if eta else "")
-    return f"[#{gid} {_aria2_size(done)}/{_aria2_size(total)}({done * 100 // max(1, total)}%) CN:1 " \
-           f"DL:{_aria2_size(rate)}{left}]"
 
 
 def _on_signal(signum: int, _frame: Any) -> None:

@@ -57,6 +57,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -278,12 +279,14 @@ class Fetcher:
 def downloader() -> str:
     """How files are fetched (STANDIN_PARAM_DOWNLOADER): ``aria2c`` (the real one), ``simulated`` (its lines,
     without it), ``go`` (curio's silent fallback); ``auto`` (default): the real aria2c where it is installed
-    and IPFS_GATEWAY names a server to fetch from (a test's, the demo's), else simulated."""
+    and IPFS_GATEWAY names a server on this machine to fetch from (a test's, the demo's: paramserve), else
+    simulated (a stand-in never reaches out to the real gateway)."""
     chosen = os.environ.get("STANDIN_PARAM_DOWNLOADER", "").strip().lower() or "auto"
     if chosen in ("aria2c", "simulated", "go"):
         return chosen
-    gateway = os.environ.get("IPFS_GATEWAY", "").strip()
-    return "aria2c" if shutil.which("aria2c") and gateway else "simulated"
+    host = urllib.parse.urlsplit(os.environ.get("IPFS_GATEWAY", "").strip()).hostname or ""
+    local = host == "localhost" or host == "::1" or host.startswith("127.")
+    return "aria2c" if shutil.which("aria2c") and local else "simulated"
 
 
 def _on_signal(signum: int, _frame: Any) -> None:

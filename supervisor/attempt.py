@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .config import ChildSpec
-from .hooks import OutputParser
+from .hooks import OutputParser, ProgressReading, ReadsProgress
 from .process import Child
+from .progresswatch import ProgressWatch
 from .starting import AttemptStart
 from .verdict import Verdict
 
@@ -28,6 +29,7 @@ class Attempt:
     stop_over: bool = False  # its children are all stopped: what ended it decides what comes next
     broken: Verdict | None = None  # a bug of the supervisor's own failed it (internal_error)
     parser: OutputParser | None = None  # the reader of its command's output (the output hook's)
+    progress: ProgressWatch | None = None  # its progress figures (a phase with progress_total)
     start: AttemptStart | None = None  # its children being started in order (daemons, readiness, command)
 
     def command(self, spec: ChildSpec) -> Child | None:
@@ -47,6 +49,11 @@ class Attempt:
         for child in self.children:
             if child.stop_reason is None:
                 child.stop_reason, child.stop_detail = reason, detail
+
+    def progress_reading(self) -> ProgressReading | None:
+        """What its command's output parser read of the download (a result that ReadsProgress), if any."""
+        result = self.parser.result if self.parser is not None else None
+        return result.progress() if isinstance(result, ReadsProgress) else None
 
     def drain(self) -> None:
         """Read what its children already printed (output waiting in a pipe is a sign of life)."""

@@ -125,6 +125,13 @@ def metrics_text(snap: dict[str, Any]) -> str:
            [({"phase": p["name"], "state": p["state"]}, 1) for p in phases])
     metric("prover_supervisor_phase_attempts", "gauge", "Attempts started per phase (restarts + 1).",
            [({"phase": p["name"]}, p.get("attempt") or 0) for p in phases])
+    for key, help_text in (("done_bytes", "Bytes a phase has done of its download (its progress)."),
+                           ("total_bytes", "Bytes a phase's download is expected to total (progress_total)."),
+                           ("rate_bytes_s", "A phase's download rate, bytes a second over its window."),
+                           ("eta_s", "Seconds until a phase's download is done, at that rate.")):
+        metric(f"prover_supervisor_phase_progress_{key}", "gauge", help_text,
+               [({"phase": p["name"]}, p["progress"][key]) for p in phases
+                if isinstance(p.get("progress"), dict) and isinstance(p["progress"].get(key), int | float)])
     reasons = Counter(v.get("reason") for v in snap.get("verdicts", []))
     metric("prover_supervisor_verdicts", "gauge", "Ended children by reason (last 50 kept).",
            [({"reason": r}, n) for r, n in sorted(reasons.items())])

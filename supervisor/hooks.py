@@ -5,7 +5,9 @@ Two hooks, both chosen once from the phase's spec (supervisor/prover/hooks.py ho
 - ``prepare``, before each attempt: the extra environment the attempt's children get, or a
   Refusal that fails the phase (the machine cannot run it);
 - ``output``, a reader of the command's output: a fresh parser per attempt, whose result judges a
-  command that exited 0 (some tools exit 0 whatever happened) and is shown as ``phase.parsed``.
+  command that exited 0 (some tools exit 0 whatever happened) and is shown as ``phase.parsed``. A result
+  that also reads a download's progress from the output (``ReadsProgress``: aria2c's readout) feeds the
+  phase's progress (progresswatch.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from .verdict import Verdict
 
@@ -34,6 +36,19 @@ class Parsed(Protocol):
     def problem(self) -> str | None: ...
 
     def describe(self) -> str: ...
+
+
+class ProgressReading(NamedTuple):
+    """What a command's own output says of its download in this attempt."""
+
+    in_flight_bytes: int  # of the file under way (not complete yet)
+    done_bytes: int  # of the files it completed in this attempt, and in_flight_bytes
+    done_files: int  # files it completed, or found complete, in this attempt
+
+
+@runtime_checkable
+class ReadsProgress(Protocol):
+    def progress(self) -> ProgressReading | None: ...  # None: it said nothing of its progress yet
 
 
 class OutputParser(Protocol):

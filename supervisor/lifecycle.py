@@ -95,6 +95,12 @@ class Lifecycle:
             self._log(f"phase {name}: hold released ({self._holds.pop(name)})")
             self._advance()
 
+    def end_attempt(self, phase_name: str, reason: str, detail: str) -> None:
+        """End phase ``phase_name``'s running attempt for ``reason`` (ProductionControl: the bench cut)."""
+        for phase in self.phases:
+            if phase.name == phase_name and not self.shutting_down:
+                phase.abort_attempt(reason, detail)
+
     def held(self, name: str) -> str | None:
         """Why the lifecycle may not go past phase ``name`` yet, or None (status shows it)."""
         return self._holds.get(name)

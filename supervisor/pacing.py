@@ -5,7 +5,8 @@ The rules (pure functions in backoff.py and policy.py): the n-th failure in a ro
 ``backoff_delay(n)`` with ``backoff_jitter`` drawn from the runtime's random source; an attempt that
 ran ``backoff_reset_s`` or longer starts the count again; ``restart_burst`` restarts of a service
 within ``restart_window_s`` fail it; ``timeout_s`` counts from the first attempt across every later
-one; ``stall_s`` of silence of every sign of progress stalls an attempt (stall.py). Tests drive them
+one; ``stall_s`` of silence of every sign of progress stalls an attempt (stall.py); a download that cannot
+make ``progress_deadline_s`` ends its attempt too_slow (progresswatch.py). Tests drive them
 with a fake clock (tests/test_phase_timing.py).
 """
 
@@ -19,6 +20,7 @@ from .backoff import backoff_delay, within_window
 from .config import PhaseSpec
 from .loop import Callback, ErrorHandler, EventLoop, Timer
 from .policy import Next, after_attempt
+from .progresswatch import ProgressWatch
 from .runtime import MachineEvidence
 from .stall import StallMonitor
 from .verdict import Verdict
@@ -63,6 +65,16 @@ class Pacing:
             StallMonitor(self._loop, spec.stall_s, evidence.gpus, evidence.progress, spec.progress_path,
                          freeze=evidence.freeze, last_outputs=attempt.last_outputs, drain=drain, current=current,
                          on_stall=on_stall, on_error=on_error)
+
+    def watch_progress(self, evidence: MachineEvidence, attempt: Attempt, log: Callable[[str], None], *,
+                       current: Callable[[], bool], on_too_slow: Callable[[str], None],
+                       on_error: ErrorHandler) -> None:
+        """For a phase with progress_total: ``attempt``'s figures (progresswatch.py); ``on_too_slow`` (why) once
+        it cannot make progress_deadline_s."""
+        if self._spec.progress_total is not None:
+            attempt.progress = ProgressWatch(self._spec, self._loop, log, evidence.progress, evidence.first_seen,
+                                             reading=attempt.progress_reading, current=current,
+                                             on_too_slow=on_too_slow, on_error=on_error)
 
     def restarted(self, now: float) -> None:
         """A service is restarted at ``now``: counted against its restart_burst (those out of the window fall)."""

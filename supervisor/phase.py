@@ -90,6 +90,10 @@ class Phase:
         return self._first_up_at is not None
 
     @property
+    def progress(self) -> dict[str, Any] | None:  # the attempt's figures (progresswatch.py), None: not watched
+        return self._attempt.progress.figures() if self._attempt.progress is not None else None
+
+    @property
     def rt(self) -> ResumeNeeds:  # what resume.py reads of the phase's surroundings
         return self._resume_needs
 
@@ -167,6 +171,9 @@ class Phase:
         self._pacing.watch_for_stall(self._evidence, self._attempt, drain=self._before_deciding,
                                      current=lambda: self._is_current(attempt, *ATTEMPT_RUNS),
                                      on_stall=self._stalled, on_error=self.fault_handler("the stall check"))
+        self._pacing.watch_progress(self._evidence, self._attempt, self._log, current=lambda: self._is_current(
+            attempt, *ATTEMPT_RUNS), on_too_slow=partial(self.abort_attempt, v.TOO_SLOW),
+            on_error=self.fault_handler("the progress watch"))
         self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
                                            guarded=self.guarded, up=self._service_up, failed=self._end_attempt,
                                            command_started=lambda child: self.transition(
@@ -231,11 +238,11 @@ class Phase:
         if self.state is PhaseState.BACKOFF:
             self._fail(v.TIMEOUT, detail)
             return
-        self._abort_attempt(v.TIMEOUT, detail)
+        self.abort_attempt(v.TIMEOUT, detail)
         # In STOPPING the attempt is ending anyway; its outcome decides.
 
-    def _abort_attempt(self, reason: str, detail: str) -> None:
-        """The supervisor ends the attempt (deadline, stall): the command's verdict carries why."""
+    def abort_attempt(self, reason: str, detail: str) -> None:
+        """The supervisor ends the attempt (deadline, stall, too slow): the command's verdict carries why."""
         if self.state not in ATTEMPT_RUNS:
             return
         self._attempt.mark_stopped_for(reason, detail)
@@ -247,7 +254,7 @@ class Phase:
 
     def _stalled(self, silent: str) -> None:
         self._log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
-        self._abort_attempt(v.STALLED, f"stalled: {silent}")
+        self.abort_attempt(v.STALLED, f"stalled: {silent}")
 
     def _before_deciding(self) -> None:
         """Before a stall or deadline decision: what the children already printed is read (a child that

@@ -27,6 +27,8 @@ def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_e
     restarted before (monotonic), against its restart_burst."""
     if outcome.reason == v.INTERNAL_ERROR:  # a bug of ours: retrying would only hide it
         return Next.FAIL, outcome.detail
+    if outcome.reason == v.TOO_SLOW:  # another attempt runs on the same link, against the same clock
+        return Next.FAIL, f"{outcome.reason}: {outcome.detail}"
     if spec.kind == "oneshot":
         return _retry_or_fail(spec, outcome, attempt, deadline_expired)
     policy = spec.restart

@@ -9,6 +9,14 @@ publishes the bytes under it, its file count, when the walk ended and how long i
 (``latest``); the stall check reads the latest measure and never waits. A walk that takes
 longer than SLOW_WALK_S is said once a path (``check``, from the loop's tick): while it is still
 going, and again with its file count and seconds once it ends.
+
+A walk also says what a download has really got (progresswatch.py): a downloader that preallocates
+(aria2c) gives a file its full size and blocks at once, so neither says anything while it runs; what
+does is the bytes in COMPLETE files, a file being complete when no control file (``<file>.aria2``,
+CONTROL_SUFFIXES) lies beside it, whatever its size; a file that grows as it arrives (curio's Go
+fallback) counts by its allocated blocks. The container's received bytes (``/proc/net/dev``, every
+interface but loopback) are measured on the same thread (``watch_net``): a procfs read is quick, but
+nothing is read on the loop.
 """
 
 from __future__ import annotations
@@ -29,12 +37,20 @@ PROGRESS_WALK_S = 0.5
 PROGRESS_WALK_MIN_S = 0.05
 # A walk that takes longer than this is said (once a path): a big tree, or a hung mount.
 SLOW_WALK_S = 2.0
+# A download's control file beside a file says the file is not complete yet (aria2c keeps ``<file>.aria2``
+# while it downloads and resumes from it, and removes it when the file is done).
+CONTROL_SUFFIXES = (".aria2",)
+# The container's received bytes: one line an interface, the loopback's traffic is no download.
+NET_DEV = "/proc/net/dev"
+LOOPBACK = "lo"
 
 
 @dataclass(frozen=True)
 class TreeMeasure:
     """One walk of a watched path: ``size`` bytes under it (None: absent), ``files`` counted, ``at`` (monotonic)
-    when the walk ended, ``took`` how long it took, ``seq`` the walk's number (a new one is new evidence)."""
+    when the walk ended, ``took`` how long it took, ``seq`` the walk's number (a new one is new evidence);
+    ``done`` the bytes of its complete files (no control file beside: ``tree_done``), ``done_files`` how
+    many. For ``watch_net``: ``size`` is the bytes received on every interface but loopback."""
 
     path: str
     size: int | None
@@ -42,6 +58,8 @@ class TreeMeasure:
     at: float
     took: float
     seq: int
+    done: int = 0
+    done_files: int = 0
 
 
 class ProgressProbe:
@@ -65,9 +83,16 @@ class ProgressProbe:
 
     def watch(self, path: str, every_s: float = PROGRESS_WALK_S) -> Callable[[], None]:
         """Measure ``path`` at least every ``every_s`` until the returned function is called."""
+        return self._watch(os.fspath(path), every_s)
+
+    def watch_net(self, every_s: float = PROGRESS_WALK_S) -> Callable[[], None]:
+        """Measure the bytes received (NET_DEV; ``latest(NET_DEV)``) until the returned function is called."""
+        return self._watch(NET_DEV, every_s)
+
+    def _watch(self, path: str, every_s: float) -> Callable[[], None]:
         watch_id = next(self._ids)
         with self._cond:
-            self._watches[watch_id] = (os.fspath(path), every_s)
+            self._watches[watch_id] = (path, every_s)
             if self._thread is None and not self._closed:
                 self._thread = worker_thread("progress", self._run)
             self._cond.notify_all()  # a new path: measured at once (the watch's baseline)
@@ -117,11 +142,11 @@ class ProgressProbe:
             with self._cond:
                 self._walking = (path, started)
             try:
-                size, files = measure_tree(path)
+                size, files, done, done_files = (net_received(), 0, 0, 0) if path == NET_DEV else tree_done(path)
             except Exception:  # a bug must not end the only walker; the path reads as unchanged
-                size, files = None, 0
+                size, files, done, done_files = None, 0, 0, 0
             ended = time.monotonic()
-            measure = TreeMeasure(path, size, files, ended, ended - started, next(self._seq))
+            measure = TreeMeasure(path, size, files, ended, ended - started, next(self._seq), done, done_files)
             with self._cond:
                 self._walking = None
                 self._measures[path] = measure
@@ -172,6 +197,71 @@ def measure_tree(path: str | Path) -> tuple[int | None, int]:
         except OSError:
             continue
     return total, files
+
+
+def tree_done(path: str | Path) -> tuple[int | None, int, int, int]:
+    """``measure_tree``'s bytes and files under ``path``, and the bytes and count of its complete files:
+    a file with a control file beside it (CONTROL_SUFFIXES) is not complete whatever its size, nor is the
+    control file; the others count by what is allocated to them (at most their size: a growing download's
+    blocks), empty ones (locks) not at all. Blocks: off the loop only."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, 0, 0, 0
+    if not os.path.isdir(path):
+        done = min(st.st_size, st.st_blocks * 512)
+        return st.st_size, 1, done, int(done > 0)
+    total = files = done = done_files = 0
+    stack = [os.fspath(path)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        names = {entry.name for entry in listed}
+        for entry in listed:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_size
+            files += 1
+            if is_incomplete(entry.name, names):
+                continue
+            allocated = min(st.st_size, st.st_blocks * 512)
+            if allocated > 0:
+                done += allocated
+                done_files += 1
+    return total, files, done, done_files
+
+
+def is_incomplete(name: str, names_beside: set[str] | frozenset[str]) -> bool:
+    """A control file, or a file with its control file beside it (``names_beside``: its directory's names)."""
+    return name.endswith(CONTROL_SUFFIXES) or any(name + suffix in names_beside for suffix in CONTROL_SUFFIXES)
+
+
+def net_received(text: str | None = None) -> int | None:
+    """Bytes received on every interface but loopback, from NET_DEV's text (read now if None); None: unreadable."""
+    if text is None:
+        try:
+            with open(NET_DEV) as fh:
+                text = fh.read()
+        except OSError:
+            return None
+    total, seen = 0, False
+    for line in text.splitlines()[2:]:  # two header lines
+        name, sep, counters = line.partition(":")
+        fields = counters.split()
+        if not sep or not fields or not fields[0].isdigit():
+            continue
+        seen = True
+        if name.strip() != LOOPBACK:
+            total += int(fields[0])
+    return total if seen else None
 
 
 def tree_size(path: str | Path) -> int | None:

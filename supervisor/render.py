@@ -10,6 +10,7 @@ import math
 import time
 from typing import Any
 
+from .transfer import progress_text
 from .units import fmt_bytes
 
 
@@ -46,6 +47,9 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
         hold = f"; held: {ph['hold']}" if ph.get("hold") else ""
         out.append(f"  {ph['name']:<12} {ph['state']:<9} since {_ago(ph.get('since'), now)} ago, "
                    f"attempt {ph.get('attempt')}: {ph.get('why', '')}{hold}")
+        progress = progress_text(ph.get("progress"))
+        if progress:
+            out.append(f"  {'':<12} progress {progress}")
     children = snap.get("children", [])
     out.append("children:" if children else "children: none running")
     for ch in children:

@@ -329,6 +329,10 @@ class Reporter:
         for listener in self._identity_listeners:
             listener(fields)
 
+    def on_identity(self, listener: Callable[[], None]) -> None:
+        """``listener`` hears that the manager knows this instance (registered now, or kept from before)."""
+        self._identity_listeners.append(lambda fields: listener())
+
     def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
         self.calls.answer_fields[name] = check
         self._identity_listeners.append(lambda fields: on_known(fields.get(name)))

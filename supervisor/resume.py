@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import statepaths
 from .atomicfile import read_regular_file, write_atomically
 from .offloop import run_bounded
+from .progress import is_incomplete
 from .states import PhaseState
 
 if TYPE_CHECKING:
@@ -342,14 +343,17 @@ def facts_of(phase: ResumingPhase, output: OutputHook | None, then: Callable[[Fa
 
 
 def output_files(path: str) -> dict[str, int] | None:
-    """Relative path → size of every file under ``path`` (lock and partial files left out). Blocks:
-    called off the loop only."""
+    """Relative path → size of every file under ``path`` (lock and partial files left out, and a file with
+    its download's control file beside it: aria2c preallocates, so its size says nothing). Blocks: called
+    off the loop only."""
     root = Path(path)
     if not root.is_dir():
         return None
     files = {}
+    beside: dict[Path, frozenset[str]] = {}  # each directory's names, listed once
     for entry in root.rglob("*"):
-        if entry.is_file() and entry.suffix not in NOT_OUTPUTS:
+        if entry.is_file() and entry.suffix not in NOT_OUTPUTS and not is_incomplete(
+                entry.name, beside.setdefault(entry.parent, frozenset(p.name for p in entry.parent.iterdir()))):
             try:
                 files[str(entry.relative_to(root))] = entry.stat().st_size
             except OSError:

@@ -23,6 +23,7 @@ from . import verdict as v
 from .cgroups import mem_total
 from .clock import Clock
 from .console import Console
+from .firstseen import FirstSeen
 from .freeze import FreezeWatch
 from .gpu import GpuSample
 from .gpuwatch import Gpus
@@ -77,6 +78,7 @@ class MachineEvidence:
     gpus: Gpus | None = None  # the GPU thread's latest readings (supervisor/gpuwatch.py)
     progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
     freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (run.py makes it)
+    first_seen: FirstSeen | None = None  # when the instance first started and registered: deadlines count from it
 
     def available_memory(self, cap: int | None = None) -> int | None:
         """The machine's memory for children: the tightest cgroup limit, else MemTotal; at most ``cap``

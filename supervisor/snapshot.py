@@ -64,6 +64,9 @@ class PhaseView(Protocol):
     @property
     def kept_result(self) -> Any: ...
 
+    @property
+    def progress(self) -> dict[str, Any] | None: ...  # done_bytes, total_bytes, rate_bytes_s, eta_s (transfer.py)
+
     def live_children(self) -> Sequence[ChildView]: ...
 
 
@@ -123,6 +126,7 @@ def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
     return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
             "attempt": p.attempt, "up": p.up, "hold": hold,
             "bench": vars(p.kept_result) if p.kept_result else None,
+            "progress": p.progress,
             # A phase not reached in this run keeps what an earlier run learnt about it.
             "facts": p.facts or resume.previous(p.name)}
 

@@ -28,6 +28,7 @@ from typing import TypeVar
 from . import resume, statepaths
 from .config import Plan
 from .console import Console
+from .firstseen import FirstSeen
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle
 from .logs import LogFile, SupervisorLog
@@ -278,10 +279,12 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench:
         # The OOM killer must pick one of the children, never us.
         child_oom_score_adj=host.child_oom_score_adj, memory=core.memory, redactor=host.redactor,
     )
-    rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus), state_dir=host.state_dir,
-                    rebench=rebench)
+    first_seen = FirstSeen(host.state_dir, host.log)  # before the register: the manager's clock starts after
+    rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus, first_seen=first_seen),
+                    state_dir=host.state_dir, rebench=rebench)
     reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,
                         host.early_lines)
+    reporter.on_identity(first_seen.registered)
     if reporter.enabled:
         spawning.ship_lines = reporter.ship_lines
     outcome: dict[str, int] = {}

@@ -31,11 +31,12 @@ BENCH_FAILED = "bench_failed"  # cuzk-bench exited 0, but its own output says pr
 INSUFFICIENT_DISK = "insufficient_disk"  # fitness: too little free space for the parameters, PCE or state
 GPU_UNAVAILABLE = "gpu_unavailable"  # fitness: no NVML, a GPU missing, unreachable or taken by another process
 GPU_UNRESPONSIVE = "gpu_unresponsive"  # NVML did not answer within its bound (Xid 119, a crashed driver)
+TOO_SLOW = "too_slow"  # it can no longer finish in time: a download past its deadline, a bench below min_rate
 STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
 INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handling the phase (never the child's)
 
 REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
-           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, BENCH_FAILED, STOPPED, INTERNAL_ERROR)
+           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, BENCH_FAILED, TOO_SLOW, STOPPED, INTERNAL_ERROR)
 LAST_LINES = 20
 # The supervisor's own clocks ended it: the status is timeout(1)'s, whatever the child did on SIGTERM.
 TIMED_OUT = (TIMEOUT, STALLED)

@@ -5,7 +5,7 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
 - hears each phase transition as a read-only ``PhaseView``, the shutdown as a ``ShutdownView``, and every
   verdict as the ``Verdict`` object (``Events``);
 - drives production by phase name through ``ProductionControl``: hold a DONE phase (the lifecycle does
-  not go past it), release it, shut the run down with a status;
+  not go past it), release it, end a phase's running attempt with a reason, shut the run down with a status;
 - when a manager is configured (``Wiring.manager``; None when not), reaches it through ``ManagerLink``:
   queue a call (and say that the exit must wait for it), read what an earlier call's answer was and what
   is still pending, add a call kind to the outbox (``CallKind``), fields to the ``/register`` body and to
@@ -91,6 +91,10 @@ class ProductionControl(Protocol):
 
     def shutdown(self, why: str, status: int) -> None:
         """Stop everything in reverse start order, then exit with ``status``."""
+
+    def end_attempt(self, phase_name: str, reason: str, detail: str) -> None:
+        """End the phase's running attempt for ``reason`` (a verdict reason: ``too_slow``), said in its verdict;
+        what follows is the phase's policy (too_slow fails it for good). Nothing if no attempt runs."""
 
 
 @dataclass(frozen=True)

@@ -286,6 +286,9 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
         prepare=v["prepare"],
         resume=v["resume"],
         resume_max_age_s=v["resume_max_age_s"],
+        progress_total=v["progress_total"],
+        progress_deadline_s=v["progress_deadline_s"],
+        progress_window_s=v["progress_window_s"],
     )
 
 

@@ -38,6 +38,8 @@ ReportWhen = Literal["done", "up"]
 REPORTS: Mapping[str, ReportWhen] = MappingProxyType({"param-done": "done", "running": "up"})
 RESUMES = ("no", "outputs", "machine")
 DEFAULT_RESUME_MAX_AGE_S = 86400.0
+# How long a download is watched before its rate may say it cannot make progress_deadline_s.
+DEFAULT_PROGRESS_WINDOW_S = 120.0
 DEFAULT_MANAGER_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_MANAGER_READ_TIMEOUT_S = 15.0
 DEFAULT_LOG_PUSH_INTERVAL_S = 1.0
@@ -113,6 +115,11 @@ class PhaseSpec:
     prepare: str | None = None  # before each attempt, this hook (a plugin's: "cuzk-config" writes cuzk.toml)
     resume: str = "no"  # skip on restart: "outputs" still there, or done on this "machine" recently
     resume_max_age_s: float = DEFAULT_RESUME_MAX_AGE_S
+    # Progress (progresswatch.py): the bytes expected, the deadline from the instance's first registration
+    # (or first start; firstseen.py) it must make, and how long it is watched before that is judged.
+    progress_total: int | None = None
+    progress_deadline_s: float | None = None
+    progress_window_s: float = DEFAULT_PROGRESS_WINDOW_S
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from .model import (
     DEFAULT_LOG_PUSH_INTERVAL_S,
     DEFAULT_MANAGER_CONNECT_TIMEOUT_S,
     DEFAULT_MANAGER_READ_TIMEOUT_S,
+    DEFAULT_PROGRESS_WINDOW_S,
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_RESTART_BURST,
     DEFAULT_RESTART_WINDOW_S,
@@ -133,6 +134,10 @@ PHASE_KEYS = {
     "backoff_reset_s": Key(check_seconds, DEFAULT_BACKOFF_RESET_S),
     "stall_s": Key(_optional(_positive_seconds)),
     "progress_path": Key(check_path),
+    "progress_total": Key(check_size),
+    # Whole seconds may come as text from ${VAR} expansion (the profile's $PROVER_FETCH_DEADLINE_S).
+    "progress_deadline_s": Key(lambda v, w: None if v is None else _positive_seconds(int_text(v), w)),
+    "progress_window_s": Key(lambda v, w: _positive_seconds(int_text(v), w), DEFAULT_PROGRESS_WINDOW_S),
     "min_memory": Key(check_size),
     "memory_max": Key(check_size),
     # The core's kinds; load.py adds a plugin's (kinds_of, with_kinds).
@@ -209,6 +214,8 @@ def check_progress_keys(v: Mapping[str, Any], where: str) -> None:
         raise ConfigError(f"{where}.resume: \"outputs\" needs progress_path (the outputs to find again)")
     if v["progress_path"] is not None and v["stall_s"] is None:
         raise ConfigError(f"{where}.progress_path: only meaningful with stall_s (how long no growth means stalled)")
+    if v["progress_deadline_s"] is not None and v["progress_total"] is None:
+        raise ConfigError(f"{where}.progress_deadline_s: needs progress_total (what is left is judged against it)")
 
 
 def check_backoff_order(v: Mapping[str, Any], where: str) -> None:

@@ -2,7 +2,8 @@
 
 ``prepare = "cuzk-config"`` writes cuzk.toml for this machine before each attempt (made once per plan,
 bound to its [cuzk]); ``parse = "cuzk-bench"`` and ``"cuzk-single"`` read cuzk-bench's output, which
-exits 0 even when proofs failed (supervisor/prover/bench.py). The core picks a phase's hooks from
+exits 0 even when proofs failed (supervisor/prover/bench.py); ``parse = "paramfetch"`` reads aria2c's readout
+for the download's progress (fetchlines.py). The core picks a phase's hooks from
 these by name (supervisor/plugin.py ``hooks_for``).
 """
 
@@ -14,6 +15,7 @@ from ..hooks import HookContext, OutputHook, Prepare, Refusal
 from . import cuzkconf
 from .bench import BenchParser, BenchResult, SingleProofParser
 from .configkeys import cuzk_settings
+from .fetchlines import FetchParser
 
 CUZK_CONFIG = "cuzk-config"
 
@@ -47,6 +49,8 @@ PARSERS = {
                              fact="bench", restore=lambda saved: BenchResult(**saved)),
     "cuzk-single": OutputHook("warm-up proof", "the cuzk-bench single output parser", SingleProofParser,
                               v.BENCH_FAILED),
+    # aria2c's readout and paramfetch's lines: the download's progress (its exit status judges it).
+    "paramfetch": OutputHook("parameter fetch", "the paramfetch output parser", FetchParser, v.EXIT_CODE),
 }
 
 

@@ -11,7 +11,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``param_cache``: [cuzk] param_cache; ``profile``: profile.toml, run when no config is given.
 
 - ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
-  register body, ``runner_id``.
+  register body, ``runner_id``; and the bench cut (benchcut.py): a bench that can no longer pass min_rate
+  is stopped too_slow (and so given up).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from ..config import Plan
 from ..fitness import Evidence, Finding
 from ..plugin import Plugin
 from ..policy import capped
-from . import cuzkconf, fleet
+from ..wiring import Wiring
+from . import benchcut, cuzkconf, fleet
 from .configkeys import FLEET_KEYS, SECTION, cuzk_section, fleet_rules
 from .hooks import CUZK_CONFIG, PARSERS, make_cuzk_config
 from .ready import KIND as CUZK_READY
@@ -55,6 +57,12 @@ def param_cache(plan: Plan) -> str | None:
     return settings.param_cache if settings is not None else None
 
 
+def attach(wiring: Wiring) -> None:
+    """The fleet protocol, then the bench cut (which gives up through it)."""
+    fleet.attach(wiring)
+    benchcut.attach(wiring)
+
+
 def profile() -> str:
     """The built-in prover profile (profile.toml)."""
     return resources.files(__package__).joinpath("profile.toml").read_text()
@@ -71,6 +79,6 @@ PLUGIN = Plugin(
     reports=MappingProxyType({BENCH_DONE: "done"}),
     fitness=(cuzk_toml_fits,),
     param_cache=param_cache,
-    attach=fleet.attach,
+    attach=attach,
     profile=profile,
 )

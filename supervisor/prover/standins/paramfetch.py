@@ -10,15 +10,23 @@ entries of parameters.json whose ``sector_size`` matches (plus every srs.json en
 the files; if the JSON files are missing or name nothing, generated names are used.
 
 Files are written into ``$FIL_PROOFS_PARAMETER_CACHE`` (default
-``/var/tmp/filecoin-proof-parameters``, created if missing), each growing chunk by chunk
-so progress shows as bytes growing in the directory. A partial file is resumed (as with
-an HTTP Range request); a complete one is reported ``Parameter file <path> is ok`` and
-skipped. The directory's ``fetch.lock`` is taken with flock; if another fetch holds it,
-the lock is retried every 10 s (scaled). Output (go-log lines, logger ``paramfetch``)::
+``/var/tmp/filecoin-proof-parameters``, created if missing) the way curio fetches them
+(``STANDIN_PARAM_DOWNLOADER``, see ``downloader``): by the real ``aria2c`` with curio's
+flags (``--lowest-speed-limit 16K -m100 --retry-wait 10 --continue -x16 -s16 --dir D -o F
+URL``, ``--max-download-limit`` from ``STANDIN_PARAM_RATE``) against ``$IPFS_GATEWAY`` (a
+local server: ``paramserve``), its output passed through; without it, as aria2c would
+(the file preallocated at once, ``<file>.aria2`` beside it until it is complete, one
+readout line ``[#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]`` a second, ANSI-coloured
+NOTICE lines, ``Download complete: PATH``, the results table); or as curio's Go fallback
+(``go``: nothing printed, the file grows). A partial file is resumed (from its control
+file, else its length); a complete one (its size, and no control file) is reported
+``Parameter file <path> is ok`` and skipped. The directory's ``fetch.lock`` is taken with
+flock; if another fetch holds it, the lock is retried every 10 s (scaled).
+Output (go-log lines, logger ``paramfetch``)::
 
     Fetching <path> from <url>
     GET <url>
-    <done> / <total> [=====>-----]  25.00% <rate>/s      (progress-bar lines)
+    (aria2c's lines, or nothing for the Go fallback)
     checksum mismatch in param file <path>, <got> != <want>   (STANDIN_PARAM_CORRUPT only)
     Parameter file <path> is ok
     parameter and key-fetching complete
@@ -30,10 +38,12 @@ Environment:
     TRUST_PARAMS=1 (skip the checksum check, so STANDIN_PARAM_CORRUPT does nothing),
     STANDIN_PARAM_FILES (files, default 3), STANDIN_PARAM_BYTES (bytes per file, default 1 MiB),
     STANDIN_PARAM_CHUNKS (chunks per file, default 4), STANDIN_PARAM_CHUNK_S (seconds per chunk,
-    default 0.1 scaled), STANDIN_PARAM_CORRUPT (``1``: the first downloaded file fails its
+    default 0.1 scaled), STANDIN_PARAM_RATE (bytes a second, ``1M``/``1MiB``: aria2c's
+    --max-download-limit, and the pace without it, in place of the chunks), STANDIN_PARAM_DOWNLOADER,
+    STANDIN_PARAM_CORRUPT (``1``: the first downloaded file fails its
     checksum once, is deleted and fetched again; ``always``: it fails twice and the fetch exits 1),
     STANDIN_LOCK_RETRY_S (default 10 scaled), plus the common knobs (see ``knobs`` and ``failures``).
-    Partway point for STANDIN_FAIL: after the first progress-bar line (or, when nothing
+    Partway point for STANDIN_FAIL: after the first chunk (after aria2c's first file) (or, when nothing
     needs downloading, just before the final line).
 """
 
@@ -42,17 +52,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
+import urllib.parse
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from . import failures, knobs, output
+from . import aria2, failures, knobs, output
 
 DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
 DEFAULT_GATEWAY = "https://proofs.filecoin.io/ipfs/"
 LOGGER = "paramfetch"
 SIZE_HELP = 'specify as "32GiB", for instance'
+# With STANDIN_PARAM_RATE, a chunk is written every this many seconds.
+RATE_TICK_S = 0.25
 
 _NAME_PATTERNS = (
     "v28-stacked-proof-of-replication-merkletree-poseidon_hasher-8-8-0-sha256_hasher-{h}.params",
@@ -113,16 +129,6 @@ def params_from_json(sector_size: int, params_path: str, srs_path: str) -> list[
     return found
 
 
-def _progress_line(done: int, total: int, started: float) -> str:
-    width = 40
-    frac = done / total if total else 1.0
-    filled = int(frac * width)
-    bar = "=" * filled + (">" if filled < width else "") + "-" * max(0, width - filled - 1)
-    rate = done / max(time.monotonic() - started, 1e-6)
-    return (f"{knobs.human_bytes(done)} / {knobs.human_bytes(total)} [{bar}] "
-            f"{frac * 100:6.2f}% {knobs.human_bytes(rate)}/s")
-
-
 def _chunk_bytes(offset: int, n: int) -> bytes:
     pattern = bytes(range(256))
     start = offset % 256
@@ -143,6 +149,8 @@ class Fetcher:
         self.trust = os.environ.get("TRUST_PARAMS", "").strip() == "1"
         self.corrupt = os.environ.get("STANDIN_PARAM_CORRUPT", "").strip().lower()
         self.corrupted = 0
+        # Bytes a second (``1M``, ``1MiB``): aria2c's --max-download-limit, and the simulation's pace.
+        self.rate = knobs.env_size("STANDIN_PARAM_RATE", 0) or None
 
     def run(self) -> None:
         for param in self.params:
@@ -171,8 +179,9 @@ class Fetcher:
             return
 
     def _complete(self, path: str) -> bool:
+        """Its full size and no control file beside it (a preallocated download has its size at once)."""
         try:
-            return os.path.getsize(path) == self.size
+            return os.path.getsize(path) == self.size and not os.path.exists(path + aria2.CONTROL_SUFFIX)
         except OSError:
             return False
 
@@ -187,21 +196,97 @@ class Fetcher:
 
     def _download(self, path: str, url: str) -> None:
         _log("info", f"GET {url}")
+        how = downloader()
+        if how == "aria2c":
+            self._aria2c(path, url)
+        elif how == "go":
+            self._grow(path)
+        else:
+            self._simulate_aria2c(path)
+
+    def _aria2c(self, path: str, url: str) -> None:
+        """curio's way: the real aria2c with curio's flags, its output passed straight through."""
+        argv = ["aria2c", "--lowest-speed-limit", "16K", "-m100", "--retry-wait", "10", "--continue", "-x16",
+                "-s16", "--dir", os.path.dirname(path), "-o", os.path.basename(path), url]
+        if self.rate:
+            argv.insert(1, f"--max-download-limit={self.rate}")
+        sys.stdout.flush()
+        status = subprocess.run(argv, stdin=subprocess.DEVNULL, check=False).returncode
+        if status != 0:
+            raise Aborted(f"aria2c fetching {url} exited {status}")
+        failures.partway()
+
+    def _grow(self, path: str) -> None:
+        """curio's Go fallback: a Range download from where the file ends, printing nothing; the file grows."""
         with open(path, "ab") as fh:
             done = fh.tell()
             if done > self.size:
                 fh.truncate(0)
                 done = 0
-            step = -(-self.size // self.chunks)
-            started = time.monotonic()
-            while done < self.size:
-                knobs.sleep(self.chunk_s)
-                n = min(step, self.size - done)
+            for n in self._chunks(done):
                 fh.write(_chunk_bytes(done, n))
                 fh.flush()
                 done += n
-                output.out(_progress_line(done, self.size, started))
                 failures.partway()
+
+    def _simulate_aria2c(self, path: str) -> None:
+        """What aria2c prints and leaves, without it: the file preallocated to its full size at once, a
+        ``.aria2`` control file beside it while it is incomplete (here: the offset reached, as text), one
+        readout line a second (and one a chunk), the NOTICE lines, the results table."""
+        control = path + aria2.CONTROL_SUFFIX
+        done = aria2.resumed_offset(path, control, self.size)
+        gid = hashlib.sha256(path.encode()).hexdigest()[:6]
+        output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Downloading 1 item(s)")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != self.size:
+                os.ftruncate(fd, 0)
+                aria2.preallocate(fd, self.size)
+            aria2.write_control(control, done)
+            started, said = time.monotonic(), 0.0
+            for n in self._chunks(done):
+                os.pwrite(fd, _chunk_bytes(done, n), done)
+                done += n
+                aria2.write_control(control, done)
+                now = time.monotonic()
+                if now - said >= 1.0 or self.rate is None:
+                    said = now
+                    output.out(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
+                failures.partway()
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.unlink(control)
+        output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Download complete: {path}")
+        output.out(f"\nDownload Results:\ngid   |stat|avg speed  |path/URI\n"
+                   f"======+====+===========+{'=' * 55}\n{gid}|OK  |{'':>11}|{path}\n\nStatus Legend:\n"
+                   "(OK):download completed.")
+
+    def _chunks(self, done: int) -> Iterator[int]:
+        """The sizes written from ``done``, each after its wait: STANDIN_PARAM_RATE bytes a second (a chunk a
+        quarter second), else the file in STANDIN_PARAM_CHUNKS chunks of STANDIN_PARAM_CHUNK_S each."""
+        if self.rate is not None:
+            step, wait = max(1, int(self.rate * RATE_TICK_S)), RATE_TICK_S
+        else:
+            step, wait = -(-self.size // self.chunks), self.chunk_s
+        while done < self.size:
+            knobs.sleep(wait)
+            n = min(step, self.size - done)
+            yield n
+            done += n
+
+
+def downloader() -> str:
+    """How files are fetched (STANDIN_PARAM_DOWNLOADER): ``aria2c`` (the real one), ``simulated`` (its lines,
+    without it), ``go`` (curio's silent fallback); ``auto`` (default): the real aria2c where it is installed
+    and IPFS_GATEWAY names a server on this machine to fetch from (a test's, the demo's: paramserve), else
+    simulated (a stand-in never reaches out to the real gateway)."""
+    chosen = os.environ.get("STANDIN_PARAM_DOWNLOADER", "").strip().lower() or "auto"
+    if chosen in ("aria2c", "simulated", "go"):
+        return chosen
+    host = urllib.parse.urlsplit(os.environ.get("IPFS_GATEWAY", "").strip()).hostname or ""
+    local = host == "localhost" or host == "::1" or host.startswith("127.")
+    return "aria2c" if shutil.which("aria2c") and local else "simulated"
 
 
 def _on_signal(signum: int, _frame: Any) -> None:

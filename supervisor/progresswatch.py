@@ -1,0 +1,147 @@
+"""One attempt's progress, watched on the loop: its figures for status, /metrics and the manager's log,
+and the end of a download that can no longer make its deadline (reason ``too_slow``).
+
+For a phase with ``progress_total``. Every PROGRESS_TICK_S it reads, without waiting, what was measured
+elsewhere: the progress walker's latest walk of ``progress_path`` (the bytes of its complete files:
+progress.py) and of the container's received bytes, and what the command's output parser read (a result
+that ``ReadsProgress``: aria2c's readout, from the prover's parser). What is done (``done_bytes``):
+
+- with the command's own reading: the cache's complete files + the file under way as the program says;
+- without one (a program that prints nothing: curio's Go fallback): the cache's complete files (a growing
+  file by its allocated blocks), or what was there at the start + the bytes received since, the larger.
+
+It never goes down within an attempt (a file that completes shows in the cache and in the output a
+moment apart). The figures and the deadline rule are transfer.py's. The deadline counts from the
+instance's first registration, else first start (firstseen.py), ``progress_deadline_s`` on: a restart
+does not reset it. A progress line is logged every PROGRESS_LOG_S (it reaches the manager's ``setup``
+log as every supervisor line does); the status shows the figures at every look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .config import PhaseSpec
+from .firstseen import FirstSeen
+from .hooks import ProgressReading
+from .loop import ErrorHandler, EventLoop
+from .progress import NET_DEV, ProgressProbe, TreeMeasure
+from .transfer import RATE_WINDOW_S, Progress, RateWindow, duration, figures, progress_text, too_slow
+
+# How often the figures are made afresh (and the deadline looked at).
+PROGRESS_TICK_S = 1.0
+# How often a progress line goes to the log (and so to the manager's setup tab): every few minutes,
+# not every second.
+PROGRESS_LOG_S = 180.0
+
+Log = Callable[[str], None]
+
+
+def done_bytes(cache: TreeMeasure | None, reading: ProgressReading | None, net_gain: int | None,
+               cache_start: int) -> int:
+    """What is done, from what each source says (see the module's docstring): ``cache`` the latest walk of
+    progress_path (None: none watched), ``net_gain`` the bytes received since the attempt began (None:
+    unknown), ``cache_start`` the cache's complete bytes when it began."""
+    cache_done = cache.done if cache is not None and cache.size is not None else None
+    if reading is not None:
+        return (cache_done + reading.in_flight_bytes) if cache_done is not None else reading.done_bytes
+    got = cache_done or 0
+    if net_gain is not None:
+        got = max(got, cache_start + net_gain)
+    return got
+
+
+class ProgressWatch:
+    """Made at an attempt's start for a phase with progress_total; stops once the attempt is not ``current()``."""
+
+    def __init__(self, spec: PhaseSpec, loop: EventLoop, log: Log, probe: ProgressProbe | None,
+                 first_seen: FirstSeen | None, *, reading: Callable[[], ProgressReading | None],
+                 current: Callable[[], bool], on_too_slow: Callable[[str], None], on_error: ErrorHandler) -> None:
+        self._spec, self._loop, self._log, self._probe, self._first_seen = spec, loop, log, probe, first_seen
+        self._reading, self._current, self._on_too_slow, self._on_error = reading, current, on_too_slow, on_error
+        self._started = loop.clock.monotonic()
+        self._window = RateWindow(min(RATE_WINDOW_S, spec.progress_window_s))
+        self._releases: list[Callable[[], None]] = []
+        if probe is not None:
+            if spec.progress_path is not None:
+                self._releases.append(probe.watch(spec.progress_path, PROGRESS_TICK_S))
+            self._releases.append(probe.watch_net(PROGRESS_TICK_S))
+        self._cache_start: int | None = None
+        self._net_start: int | None = None
+        self._done = 0
+        self._logged_at = self._started
+        self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
+        self._said_deadline = False
+        loop.call_later(PROGRESS_TICK_S, self._tick, on_error=on_error)
+
+    def figures(self) -> dict[str, object] | None:
+        return self.progress.to_dict() if self.progress is not None else None
+
+    def _tick(self) -> None:
+        if not self._current():
+            self._stop()
+            return
+        now = self._loop.clock.monotonic()
+        if self._measure(now):
+            self._say(now)
+            if self._judge(now):
+                return
+        self._loop.call_later(PROGRESS_TICK_S, self._tick, on_error=self._on_error)
+
+    def _measure(self, now: float) -> bool:
+        """The figures from the latest evidence; False while a source watched has no first measure yet
+        (its baseline: the cache's earlier files must not read as bytes received just now)."""
+        cache = net = None
+        if self._probe is not None:
+            if self._spec.progress_path is not None:
+                cache = self._probe.latest(self._spec.progress_path)
+                if cache is None:
+                    return False
+            net = self._probe.latest(NET_DEV)
+        if self._cache_start is None:
+            self._cache_start = cache.done if cache is not None else 0
+            self._net_start = net.size if net is not None else None
+        net_gain = None
+        if net is not None and net.size is not None and self._net_start is not None:
+            net_gain = max(0, net.size - self._net_start)
+        reading = self._reading()
+        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start))
+        self._window.add(now, self._done)
+        files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
+        self.progress = figures(self._done, self._spec.progress_total, self._window.rate(), files)
+        return True
+
+    def _say(self, now: float) -> None:
+        if now - self._logged_at >= PROGRESS_LOG_S and self.progress is not None:
+            self._logged_at = now
+            self._log(f"phase {self._spec.name}: progress {progress_text(self.progress.to_dict())}")
+
+    def _judge(self, now: float) -> bool:
+        """After the observation window: True when the download cannot make its deadline (then it ends)."""
+        spec, progress = self._spec, self.progress
+        if spec.progress_deadline_s is None or progress is None or now - self._started < spec.progress_window_s:
+            return False
+        if self._first_seen is not None:
+            anchor, since = self._first_seen.anchor()
+        else:  # (a runtime made without one: tests of the phase alone)
+            anchor, since = self._loop.clock.time() - (now - self._started), "this attempt's start"
+        time_left = anchor + spec.progress_deadline_s - self._loop.clock.time()
+        manager = since == "the first registration"
+        said = (f"the manager's timeout (progress_deadline_s={spec.progress_deadline_s:g} from {since})" if manager
+                else f"the deadline (progress_deadline_s={spec.progress_deadline_s:g} from {since})")
+        if not self._said_deadline:
+            self._said_deadline = True
+            self._log(f"phase {spec.name}: {duration(max(0.0, time_left))} left before {said}")
+        rates = [r for r in (self._window.rate(), self._window.average()) if r is not None]
+        detail = too_slow(progress, max(rates) if rates else None, time_left, said)
+        if detail is None:
+            return False
+        self._stop()
+        self._log(f"phase {spec.name}: cannot make it in time: {detail}")
+        self._on_too_slow(detail)
+        return True
+
+    def _stop(self) -> None:
+        for release in self._releases:
+            release()
+        self._releases = []

@@ -1,0 +1,96 @@
+"""Reading ``curio fetch-params``'s output (``parse = "paramfetch"``): aria2c's lines passed through, and
+paramfetch's own, so the core's progress watch knows what the download has got (progresswatch.py).
+
+aria2c (production.md; measured with aria2 1.36.0, stdout a pipe) prints, a file at a time::
+
+    [#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]        one readout line a second
+    12/01 14:43:51 [NOTICE] Download complete: /var/tmp/filecoin-proof-parameters/v28-....params
+    12/01 14:43:51 [ERROR] CUID#7 - Download aborted. URI=...    (level words ANSI-coloured)
+
+and paramfetch ``Parameter file <path> is ok`` once a file is checked (or found complete). The readout's
+first figure is the bytes of the file under way; a ``Download complete`` adds that file's size (its
+readout's second figure) to what is done and starts the next at 0. The command's exit status judges it
+(the result never fails it); the last ERROR line is kept for the log.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..ansi import strip_ansi
+from ..hooks import ProgressReading
+
+_SIZE = r"(\d+(?:\.\d+)?)(B|KiB|MiB|GiB|TiB)"
+_READOUT_RE = re.compile(r"\[#[0-9a-f]+ " + _SIZE + "/" + _SIZE + r"\(\d+%\)")
+_COMPLETE_RE = re.compile(r"\bDownload complete: (\S.*?)\s*$")
+_OK_RE = re.compile(r"\bParameter file (\S+) is ok\b")
+_ERROR_RE = re.compile(r"\[ERROR\]\s*(.*?)\s*$")
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+# A kept ERROR line is cut to this many characters.
+ERROR_CHARS = 200
+
+
+def aria2_size(number: str, unit: str) -> int:
+    return int(float(number) * _UNITS[unit])
+
+
+@dataclass
+class FetchResult:
+    completed_bytes: int = 0  # of the files aria2c said were complete, in this attempt
+    in_flight: int = 0  # of the file under way, by its latest readout
+    in_flight_total: int = 0
+    files: set[str] = field(default_factory=set)  # complete or found ok
+    readouts: int = 0
+    last_error: str | None = None
+
+    def progress(self) -> ProgressReading | None:
+        """The core's reading (hooks.ReadsProgress); None until aria2c or paramfetch said anything of it."""
+        if not self.readouts and not self.files:
+            return None
+        return ProgressReading(self.in_flight, self.completed_bytes + self.in_flight, len(self.files))
+
+    def problem(self) -> str | None:
+        return None  # curio fetch-params exits non-zero when a file cannot be fetched: its status judges
+
+    def describe(self) -> str:
+        error = f", last error: {self.last_error}" if self.last_error else ""
+        return f"{len(self.files)} file(s) complete, {self.completed_bytes} bytes downloaded{error}"
+
+
+class FetchParser:
+    def __init__(self) -> None:
+        self.result = FetchResult()
+
+    def feed(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            self.feed_line(strip_ansi(raw).decode("utf-8", errors="replace"))
+
+    def feed_line(self, line: str) -> None:
+        r = self.result
+        readout = _READOUT_RE.search(line)
+        if readout:
+            r.readouts += 1
+            r.in_flight = aria2_size(readout.group(1), readout.group(2))
+            r.in_flight_total = aria2_size(readout.group(3), readout.group(4))
+            return
+        complete = _COMPLETE_RE.search(line)
+        if complete:
+            r.files.add(complete.group(1))
+            r.completed_bytes += max(r.in_flight_total, r.in_flight)
+            r.in_flight = r.in_flight_total = 0
+            return
+        ok = _OK_RE.search(line)
+        if ok:
+            r.files.add(ok.group(1))
+            return
+        error = _ERROR_RE.search(line)
+        if error:
+            r.last_error = error.group(1)[:ERROR_CHARS]
+
+
+def parse_fetch_text(text: str) -> FetchResult:
+    parser = FetchParser()
+    for line in text.splitlines():
+        parser.feed([line.encode()])
+    return parser.result

@@ -1,0 +1,60 @@
+"""What aria2c prints and leaves beside a file, for the paramfetch stand-in where the real one is not installed
+(measured with aria2 1.36.0, stdout a pipe; production.md): the readout line, the coloured NOTICE, the
+``<file>.aria2`` control file kept while the file is incomplete (here: the offset reached, as text; the real
+one is binary), the preallocation.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+CONTROL_SUFFIX = ".aria2"  # aria2c's control file beside a file it has not completed
+NOTICE = "\x1b[1;32mNOTICE\x1b[0m"  # aria2c colours its level words
+
+
+def resumed_offset(path: str, control: str, size: int) -> int:
+    """Where a download resumes (``--continue``): the control file's offset, else the file's length."""
+    try:
+        with open(control) as fh:
+            return max(0, min(size, int(fh.read().strip() or 0)))
+    except (OSError, ValueError):
+        pass
+    try:
+        length = os.path.getsize(path)
+    except OSError:
+        return 0
+    return length if length < size else 0
+
+
+def write_control(control: str, done: int) -> None:
+    with open(control, "w") as fh:
+        fh.write(str(done))
+
+
+def preallocate(fd: int, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)  # aria2c's default --file-allocation=prealloc: the blocks too
+    except OSError:
+        os.ftruncate(fd, size)
+
+
+def stamp() -> str:
+    return time.strftime("%m/%d %H:%M:%S")
+
+
+def aria2_size(n: float) -> str:
+    """aria2c's sizes: ``57MiB``, ``8.2MiB``, ``16KiB``, ``512B``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+    return f"{int(n)}B"
+
+
+def readout(gid: str, done: int, total: int, rate: float) -> str:
+    """``[#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]``"""
+    eta = int((total - done) / rate) if rate > 0 else 0
+    left = f" ETA:{eta // 60}m{eta % 60}s" if eta >= 60 else (f" ETA:{eta}s" if eta else "")
+    return f"[#{gid} {aria2_size(done)}/{aria2_size(total)}({done * 100 // max(1, total)}%) CN:1 " \
+           f"DL:{aria2_size(rate)}{left}]"

@@ -1,0 +1,198 @@
+"""Knowing early when it cannot make it (issue 17): aria2c's lines read, the paramfetch stand-in fetching
+with the real aria2c from a local HTTP server (or in its shape without it), a download that cannot make the
+manager's clock given up, one that can left alone, a restart that keeps the clock, a bench cut once it
+cannot pass any more."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import PY, REPO, failure
+from profilekit import standin_env
+
+from supervisor import statepaths
+from supervisor.prover.bench import BenchResult
+from supervisor.prover.benchcut import BenchCut, hopeless
+from supervisor.prover.fetchlines import parse_fetch_text
+from supervisor.prover.standins.paramserve import ParamServer
+from supervisor.states import PhaseState
+from supervisor.wiring import PhaseView
+
+MIB = 1 << 20
+ARIA2C = shutil.which("aria2c")
+
+
+def _downloader() -> str:
+    if ARIA2C is None:
+        print("aria2c is not installed (Debian package aria2): the stand-in prints aria2c's lines itself")
+        return "simulated"
+    return "aria2c"
+
+
+@pytest.fixture
+def gateway() -> Any:
+    server = ParamServer(20 * MIB).start()
+    yield server
+    server.close()
+
+
+# ---------------------------------------------------------------- the lines
+
+
+def test_aria2c_lines_give_the_bytes_of_the_file_under_way_and_of_those_complete() -> None:
+    text = ("\n12/01 14:43:45 [\x1b[1;32mNOTICE\x1b[0m] Downloading 1 item(s)\n"
+            "[#00ad52 16KiB/6.0MiB(0%) CN:1 DL:15KiB ETA:6m23s]\n"
+            "[#00ad52 5.0MiB/6.0MiB(83%) CN:1 DL:854KiB ETA:1s]\n"
+            "\n12/01 14:43:51 [\x1b[1;32mNOTICE\x1b[0m] Download complete: /p/a.params\n"
+            "2026-12-01T14:44:52.853Z\tINFO\tparamfetch\tparamfetch.go:229\tParameter file /p/a.params is ok\n"
+            "[#11aa22 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]\n"
+            "12/01 14:44:00 [\x1b[1;31mERROR\x1b[0m] CUID#7 - Download aborted. URI=http://x\n")
+    result = parse_fetch_text(text)
+    reading = result.progress()
+    assert reading is not None
+    assert reading.in_flight_bytes == int(8.2 * MIB)
+    assert reading.done_bytes == 6 * MIB + int(8.2 * MIB)
+    assert reading.done_files == 1
+    assert result.last_error == "CUID#7 - Download aborted. URI=http://x"
+    assert result.problem() is None
+    assert parse_fetch_text("nothing of it").progress() is None
+
+
+def test_the_standin_fetches_like_curio_preallocated_with_a_control_file(tmp_path: Path, gateway: Any) -> None:
+    how = _downloader()
+    cache = tmp_path / "params"
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_FILES="1", STANDIN_PARAM_BYTES="8MiB",
+                      STANDIN_PARAM_RATE="4MiB", IPFS_GATEWAY=gateway.url, STANDIN_PARAM_DOWNLOADER=how)
+    # (aria2c preallocates files of 5 MiB and more: --no-file-allocation-limit)
+    gateway._server.size = 8 * MIB
+    proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen_control_with_full_size = False
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and time.monotonic() < deadline:
+        for control in cache.glob("*.aria2") if cache.is_dir() else ():
+            target = control.with_suffix("")
+            if target.exists() and target.stat().st_size == 8 * MIB:
+                seen_control_with_full_size = True
+        time.sleep(0.02)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert seen_control_with_full_size, f"no preallocated file with its .aria2 beside it ({how})"
+    assert not list(cache.glob("*.aria2"))
+    result = parse_fetch_text(out)
+    assert result.readouts >= 1 and len(result.files) == 1, out
+
+
+# ---------------------------------------------------------------- the bench cut, in-process
+
+
+def test_a_bench_is_hopeless_only_past_n_over_min_rate() -> None:
+    # 12 proofs at min_rate 50/h: 14.4 min. At exactly that it could still pass (rate == min_rate passes).
+    assert hopeless(12, 5, 14.4 * 60, 50.0) is None
+    why = hopeless(12, 5, 14.4 * 60 + 1, 50.0)
+    assert why is not None and "5 of 12 proofs done" in why and "< min_rate 50/h" in why
+    assert "14.4 min since its first proof line" in why
+    assert hopeless(12, 0, 10_000, 0.0) is None  # no min_rate: nobody judges it
+
+
+class _Production:
+    def __init__(self) -> None:
+        self.ended: list[tuple[str, str, str]] = []
+
+    def hold(self, phase_name: str, why: str) -> None: ...
+
+    def release(self, phase_name: str) -> None: ...
+
+    def shutdown(self, why: str, status: int) -> None: ...
+
+    def end_attempt(self, phase_name: str, reason: str, detail: str) -> None:
+        self.ended.append((phase_name, reason, detail))
+
+
+def test_the_cut_counts_from_the_first_proof_line_and_stops_at_the_boundary() -> None:
+    now = [0.0]
+    timers: list[Any] = []
+    production = _Production()
+    cut = BenchCut(3600.0, production, lambda delay, cb: timers.append(cb), lambda _: None, now=lambda: now[0])
+    result = BenchResult()
+    cut.transition(PhaseView("bench", "oneshot", PhaseState.RUNNING, "", 1, False, False, "bench-done", result))
+
+    def tick(at: float) -> None:
+        now[0] = at
+        timers.pop(0)()
+
+    tick(100.0)  # no proof line yet: nothing counts, however long cuzk-bench took to start
+    result.proofs["COMPLETED"], result.expected = 1, 4
+    tick(102.0)  # the first proof line: the count starts here
+    tick(106.0)  # 4 s since: 4 proofs at 3600/h may take 4 s: it could still pass
+    assert production.ended == []
+    tick(106.5)
+    assert [(p, r) for p, r, _ in production.ended] == [("bench", "too_slow")]
+    assert timers == []  # no more looks
+
+
+# ---------------------------------------------------------------- the supervisor, end to end
+
+
+def _slow_env(profile: Any, gateway: Any, **extra: str) -> dict[str, str]:
+    knobs = {"IPFS_GATEWAY": gateway.url, "STANDIN_PARAM_DOWNLOADER": _downloader(), "STANDIN_PARAM_FILES": "3",
+             "STANDIN_PARAM_BYTES": "20MiB", "STANDIN_PARAM_RATE": "1MiB", "PROVER_PARAM_TOTAL": "60MiB"}
+    return profile.env(**{**knobs, **extra})
+
+
+def test_a_download_that_cannot_make_the_deadline_is_given_up(profile: Any, gateway: Any) -> None:
+    started = time.monotonic()
+    run = profile.run(env=_slow_env(profile, gateway, PROVER_FETCH_DEADLINE_S="30", PROVER_SLOW_WINDOW_S="5"),
+                      timeout=40)
+    took = time.monotonic() - started
+    assert run.returncode != 0, run.output[-3000:]
+    failed = failure(run.output)
+    assert failed["phase"] == "paramfetch" and failed["reason"] == "too_slow", run.output[-3000:]
+    assert "left at" in run.output and "before the manager's timeout" in run.output
+    assert profile.instance()["state"] == "killed", profile.instance()
+    assert took < 40  # (the bound that keeps the test from hanging; 60 MiB at 1 MiB/s would need a minute)
+
+
+def test_a_throttled_download_that_can_make_it_is_never_given_up(profile: Any, gateway: Any) -> None:
+    gateway._server.size = 3 * MIB
+    env = _slow_env(profile, gateway, STANDIN_PARAM_BYTES="3MiB", PROVER_PARAM_TOTAL="9MiB",
+                    PROVER_FETCH_DEADLINE_S="60", PROVER_SLOW_WINDOW_S="2")
+    run = profile.run(env=env, timeout=90)
+    assert "too_slow" not in run.output, run.output[-3000:]
+    assert "phase paramfetch: running → stopping" in run.output or "phase paramfetch: stopping → done" in \
+        run.output, run.output[-3000:]
+    assert profile.calls("/param-done") == 1
+
+
+def test_a_restart_keeps_the_manager_clock(profile: Any, gateway: Any) -> None:
+    # An earlier start registered 50 s ago: 40 MiB at 1 MiB/s needs 40 s, only 10 s are left of 60.
+    profile.state_dir.mkdir(parents=True, exist_ok=True)
+    earlier = time.time() - 50
+    statepaths.path(profile.state_dir, statepaths.FIRST_SEEN).write_text(
+        json.dumps({"first_start": earlier - 1, "first_registered": earlier}))
+    gateway._server.size = 20 * MIB
+    env = _slow_env(profile, gateway, STANDIN_PARAM_FILES="2", PROVER_PARAM_TOTAL="40MiB",
+                    PROVER_FETCH_DEADLINE_S="60", PROVER_SLOW_WINDOW_S="3")
+    run = profile.run(env=env, timeout=40)
+    failed = failure(run.output)
+    assert failed["reason"] == "too_slow", run.output[-3000:]
+    assert "from the first registration" in run.output
+    kept = json.loads(statepaths.path(profile.state_dir, statepaths.FIRST_SEEN).read_text())
+    assert kept["first_registered"] == earlier  # the registration of this start did not move it
+
+
+def test_a_bench_that_can_no_longer_pass_is_stopped_and_given_up(profile: Any) -> None:
+    # 4 proofs one at a time, 3 s each; min_rate 3600/h lets them 4 s from the first proof line: cut at ~4 s.
+    env = profile.env(MIN_RATE="3600", BENCH_CONCURRENCY="1", STANDIN_PROOF_S="3")
+    run = profile.run(env=env, timeout=90)
+    failed = failure(run.output)
+    assert failed["phase"] == "bench" and failed["reason"] == "too_slow", run.output[-3000:]
+    assert "the bench cannot pass any more" in run.output
+    assert "=== Batch Summary ===" not in run.output  # stopped before its end
+    assert profile.instance()["state"] == "killed"

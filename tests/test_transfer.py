@@ -1,0 +1,133 @@
+"""A phase's progress, in-process: the windowed rate, the figures, the too_slow rule at its boundary, the
+walker's complete-file bytes (a file with a control file beside it is not complete), /proc/net/dev, the
+instance's first-seen times across restarts, the status line and the metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from supervisor import statepaths
+from supervisor.firstseen import FirstSeen
+from supervisor.health import metrics_text
+from supervisor.hooks import ProgressReading
+from supervisor.progress import NET_DEV, TreeMeasure, net_received, tree_done
+from supervisor.progresswatch import done_bytes
+from supervisor.render import render
+from supervisor.transfer import TOO_SLOW_MARGIN, RateWindow, duration, figures, progress_text, too_slow
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def test_the_rate_is_the_bytes_gained_over_the_window() -> None:
+    window = RateWindow(10.0)
+    for t in range(0, 31):
+        window.add(float(t), t * MIB if t < 20 else 20 * MIB + (t - 20) * MIB // 4)
+    assert window.rate() == MIB * 2.5 / 10  # the last 10 s: 2.5 MiB
+    assert abs(window.average() - (22.5 * MIB) / 30) < 1
+
+
+def test_a_short_stall_of_the_link_does_not_make_it_too_slow() -> None:
+    # 1 MiB/s for a minute, then 5 s of nothing: the window's rate dips, the attempt's average does not.
+    window = RateWindow(60.0)
+    for t in range(0, 61):
+        window.add(float(t), t * MIB)
+    for t in range(61, 66):
+        window.add(float(t), 60 * MIB)
+    judged = max(window.rate(), window.average())
+    progress = figures(60 * MIB, 100 * MIB, window.rate())
+    assert too_slow(progress, judged, time_left_s=50.0, deadline_said="the deadline") is None
+
+
+def test_too_slow_at_its_boundary_and_naming_the_numbers() -> None:
+    progress = figures(int(1.8 * GIB), 50 * GIB, 3.1 * MIB)
+    left = 50 * GIB - int(1.8 * GIB)
+    needs = left / (3.1 * MIB)
+    # Exactly what it needs with the margin: it can still make it.
+    assert too_slow(progress, 3.1 * MIB, needs * (1 + TOO_SLOW_MARGIN), "x") is None
+    detail = too_slow(progress, 3.1 * MIB, 81 * 60, "the manager's timeout")
+    assert detail == "48.2GiB left at 3.1MiB/s: 4 h 25 min, 81 min left before the manager's timeout"
+    assert too_slow(progress, 0.0, 10, "x") is None  # a silent link is the stall watch's
+    assert too_slow(figures(5, None, 1.0), 1.0, 0, "x") is None  # no total: nothing to judge
+
+
+def test_figures_eta_and_a_total_that_was_too_low() -> None:
+    assert figures(10 * MIB, 60 * MIB, MIB).eta_s == 50.0
+    grown = figures(70 * MIB, 60 * MIB, MIB)
+    assert grown.total_bytes == 70 * MIB and grown.eta_s == 0.0
+    assert set(figures(1, 2, 1.0).to_dict()) >= {"done_bytes", "total_bytes", "rate_bytes_s", "eta_s"}
+    assert duration(42) == "42 s" and duration(81 * 60) == "81 min" and duration(4 * 3600 + 25 * 60) == "4 h 25 min"
+
+
+def test_a_file_with_its_control_file_beside_it_is_not_complete(tmp_path: Path) -> None:
+    done = tmp_path / "a.params"
+    done.write_bytes(b"x" * 8192)
+    under_way = tmp_path / "b.params"
+    with open(under_way, "wb") as fh:  # preallocated to its full size, as aria2c does
+        os.posix_fallocate(fh.fileno(), 0, 1 << 20)
+    (tmp_path / "b.params.aria2").write_bytes(b"ctl")
+    (tmp_path / "fetch.lock").write_bytes(b"")
+    size, files, complete, complete_files = tree_done(tmp_path)
+    assert complete == 8192 and complete_files == 1
+    assert size == 8192 + (1 << 20) + 3 and files == 4
+    (tmp_path / "b.params.aria2").unlink()
+    assert tree_done(tmp_path)[2:] == (8192 + (1 << 20), 2)
+
+
+def test_received_bytes_leave_out_the_loopback() -> None:
+    text = ("Inter-|   Receive                            |  Transmit\n"
+            " face |bytes    packets errs drop fifo frame compressed multicast|bytes\n"
+            "    lo: 9000000     100    0    0    0     0          0         0  9000000\n"
+            "  eth0: 1234567     900    0    0    0     0          0         0  555\n"
+            "  eth1:    1000      10    0    0    0     0          0         0  5\n")
+    assert net_received(text) == 1235567
+    assert net_received("garbage") is None
+    assert isinstance(net_received(), int | None)  # the real file reads (None only where there is none)
+
+
+def test_what_is_done_from_each_source() -> None:
+    cache = TreeMeasure("/c", 100 * MIB, 3, 0.0, 0.0, 1, done=40 * MIB, done_files=2)
+    reading = ProgressReading(in_flight_bytes=5 * MIB, done_bytes=30 * MIB, done_files=1)
+    assert done_bytes(cache, reading, None, 0) == 45 * MIB  # the complete files + the file under way
+    assert done_bytes(None, reading, None, 0) == 30 * MIB
+    net = TreeMeasure(NET_DEV, 0, 0, 0.0, 0.0, 1)
+    assert net.size == 0
+    assert done_bytes(cache, None, 50 * MIB, 10 * MIB) == 60 * MIB  # a program that prints nothing
+    assert done_bytes(cache, None, None, 10 * MIB) == 40 * MIB
+
+
+def test_the_first_seen_times_outlive_a_restart(tmp_path: Path) -> None:
+    clock = iter([1000.0, 1100.0, 5000.0, 6000.0])
+    first = FirstSeen(tmp_path, print, now=lambda: next(clock))
+    assert first.anchor() == (1000.0, "the first start")
+    first.registered()
+    assert first.anchor() == (1100.0, "the first registration")
+    again = FirstSeen(tmp_path, print, now=lambda: next(clock))  # the next start
+    again.registered()
+    assert again.anchor() == (1100.0, "the first registration")
+    saved = json.loads(statepaths.path(tmp_path, statepaths.FIRST_SEEN).read_text())
+    assert saved == {"first_start": 1000.0, "first_registered": 1100.0}
+
+
+def test_an_unreadable_first_seen_file_starts_afresh_and_says_so(tmp_path: Path) -> None:
+    statepaths.path(tmp_path, statepaths.FIRST_SEEN).write_text("{not json")
+    said: list[str] = []
+    first = FirstSeen(tmp_path, said.append, now=lambda: 7.0)
+    assert first.anchor() == (7.0, "the first start")
+    assert said and "cannot read" in said[0]
+
+
+def test_status_draws_its_own_progress_line_and_metrics_carry_the_figures() -> None:
+    progress = figures(15 * GIB, 50 * GIB, 12 * MIB, files_done=3).to_dict()
+    line = progress_text(progress)
+    assert line is not None and line.startswith("[#########") and " 30% 15.0GiB/50.0GiB 12.0MiB/s ETA 49 min" in line
+    snap = {"lifecycle": {"state": "running", "current": "paramfetch"},
+            "phases": [{"name": "paramfetch", "state": "running", "since": 0, "why": "", "attempt": 1,
+                        "progress": progress}]}
+    assert "progress [#" in render(snap, live=True, now=0)
+    text = metrics_text(snap)
+    assert f'prover_supervisor_phase_progress_done_bytes{{phase="paramfetch"}} {15 * GIB}' in text
+    assert f'prover_supervisor_phase_progress_total_bytes{{phase="paramfetch"}} {50 * GIB}' in text
+    assert 'prover_supervisor_phase_progress_eta_s{phase="paramfetch"}' in text

@@ -231,11 +231,11 @@ class Phase:
         if self.state is PhaseState.BACKOFF:
             self._fail(v.TIMEOUT, detail)
             return
-        self._abort_attempt(v.TIMEOUT, detail)
+        self.abort_attempt(v.TIMEOUT, detail)
         # In STOPPING the attempt is ending anyway; its outcome decides.
 
-    def _abort_attempt(self, reason: str, detail: str) -> None:
-        """The supervisor ends the attempt (deadline, stall): the command's verdict carries why."""
+    def abort_attempt(self, reason: str, detail: str) -> None:
+        """The supervisor ends the attempt (deadline, stall, a watcher's finding): the command's verdict says why."""
         if self.state not in ATTEMPT_RUNS:
             return
         self._attempt.mark_stopped_for(reason, detail)
@@ -247,7 +247,7 @@ class Phase:
 
     def _stalled(self, silent: str) -> None:
         self._log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
-        self._abort_attempt(v.STALLED, f"stalled: {silent}")
+        self.abort_attempt(v.STALLED, f"stalled: {silent}")
 
     def _before_deciding(self) -> None:
         """Before a stall or deadline decision: what the children already printed is read (a child that

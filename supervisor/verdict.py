@@ -30,11 +30,17 @@ BENCH_FAILED = "bench_failed"  # cuzk-bench exited 0, but its own output says pr
 INSUFFICIENT_DISK = "insufficient_disk"  # fitness: too little free space for the parameters, PCE or state
 GPU_UNAVAILABLE = "gpu_unavailable"  # fitness: no NVML, a GPU missing, unreachable or taken by another process
 GPU_UNRESPONSIVE = "gpu_unresponsive"  # NVML did not answer within its bound (Xid 119, a crashed driver)
+GPU_FAULT = "gpu_fault"  # a fatal Xid, a GPU lost or NVML gone ("Unknown Error"): the machine needs replacing
+PROOFS_FAILING = "proofs_failing"  # production: proofs kept failing with none completing (a plugin's watch)
 STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
 INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handling the phase (never the child's)
 
 REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
-           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, BENCH_FAILED, STOPPED, INTERNAL_ERROR)
+           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, GPU_FAULT, PROOFS_FAILING, BENCH_FAILED, STOPPED,
+           INTERNAL_ERROR)
+# An attempt that ended for one of these is never retried or restarted: a bug of ours (retrying would only
+# hide it), a GPU that is gone (no attempt on this machine can succeed).
+FOR_GOOD = (INTERNAL_ERROR, GPU_FAULT)
 LAST_LINES = 20
 
 

@@ -92,6 +92,10 @@ class ProductionControl(Protocol):
     def shutdown(self, why: str, status: int) -> None:
         """Stop everything in reverse start order, then exit with ``status``."""
 
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        """End the running attempt of phase ``name`` with ``reason`` (a verdict reason, e.g. ``proofs_failing``):
+        its restart policy then decides, as for any failure. False: the phase runs no attempt now."""
+
 
 @dataclass(frozen=True)
 class CallKind:

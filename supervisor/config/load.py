@@ -286,6 +286,8 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
         prepare=v["prepare"],
         resume=v["resume"],
         resume_max_age_s=v["resume_max_age_s"],
+        memory_warn=sup.memory_warn if v["memory_warn"] is None else v["memory_warn"],
+        gpu_health=sup.require_gpus if v["gpu_health"] is None else v["gpu_health"],
     )
 
 

@@ -43,6 +43,8 @@ DEFAULT_MANAGER_READ_TIMEOUT_S = 15.0
 DEFAULT_LOG_PUSH_INTERVAL_S = 1.0
 DEFAULT_LOG_BACKLOG_BYTES = 2 * 1024 * 1024
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+# memory_high is said past this fraction of a phase's memory limit (the OOM kill comes at 1.0).
+DEFAULT_MEMORY_WARN = 0.9
 # Kubernetes shows this file's content in `kubectl describe` when a container fails.
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
@@ -113,6 +115,8 @@ class PhaseSpec:
     prepare: str | None = None  # before each attempt, this hook (a plugin's: "cuzk-config" writes cuzk.toml)
     resume: str = "no"  # skip on restart: "outputs" still there, or done on this "machine" recently
     resume_max_age_s: float = DEFAULT_RESUME_MAX_AGE_S
+    memory_warn: float = DEFAULT_MEMORY_WARN  # memory_high past this fraction of its limit (0: never)
+    gpu_health: bool = False  # a fatal GPU fault or NVML hung for long fails its attempt (gpuhealth.py)
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ class SupervisorSpec:
     min_disk: int | None = None  # fitness: free bytes needed under state_dir
     min_param_disk: int | None = None  # fitness: free bytes needed under the parameter cache (less what is there)
     require_gpus: bool = False  # fitness: no usable GPU (NVML) means unfit
+    memory_warn: float = DEFAULT_MEMORY_WARN  # every phase's memory_warn unless it says its own
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from .gpuwatch import Gpus
 from .lifecycle import Lifecycle
 from .logs import SupervisorLog
 from .loop import EventLoop, summary
+from .memwatch import MemoryWatch
 from .observers import wire_observers
 from .offloop import NoThread
 from .plugin import Plugin
@@ -98,8 +99,7 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
     gpus_said = say_gpu_evidence(evidence.gpus, host.log)  # before the manager's lines: the setup tab's order
     start_reporting(sup, core.loop, host.log)
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
-    evidence.freeze = start_the_tick(core.loop, host.log, [evidence.progress.check, *(
-        [evidence.gpus.check] if evidence.gpus is not None else [])])
+    evidence.freeze = start_the_tick(core.loop, host.log, watchers_of(plan, sup, host.log))
 
     def fitness_known(fit: bool) -> None:
         if fit:
@@ -110,6 +110,19 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
     check_fitness(plan, plugin, sup.rt, sup.lifecycle, host.log, fitness_known, gpus_said)
     if "status" not in sup.outcome:  # a lifecycle over at once: no loop to run
         core.loop.run()
+
+
+def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callable[[float], list[str]]]:
+    """What speaks at each tick: the progress walker, the GPU thread (and the GPU health of the phases that
+    use GPUs), the memory of every running phase against its memory_warn."""
+    evidence, lifecycle, reporter = sup.rt.evidence, sup.lifecycle, sup.reporter
+    watchers = [evidence.progress.check]
+    if evidence.gpus is not None:
+        watchers.append(evidence.gpus.check)
+    if evidence.memory is not None:
+        push = (lambda text: reporter.push_text("setup", text)) if reporter.enabled else None
+        watchers.append(MemoryWatch(lambda: lifecycle.phases, evidence.memory, push).check)
+    return watchers
 
 
 def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog) -> None:

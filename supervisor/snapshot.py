@@ -157,7 +157,10 @@ def _memory(memory: MemoryEvidence | None) -> dict[str, Any]:
     return {"mode": memory.mode if memory else "unavailable", "why": memory.why if memory else "",
             "snapshot": mem_snap.describe() if mem_snap else None,
             "usage": mem_snap.usage if mem_snap else None, "limit": mem_snap.limit if mem_snap else None,
-            "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None}
+            "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None,
+            # Each phase's last memory_high (memwatch.py): when, how full, the line said.
+            "warnings": {phase: {"at": w.at, "fraction": round(w.fraction, 3), "limit": w.limit, "line": w.line}
+                         for phase, w in memory.warned.items()} if memory else {}}
 
 
 def tree_usage(pid: int) -> dict[str, Any]:

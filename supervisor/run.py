@@ -36,6 +36,7 @@ from collections.abc import Callable
 from . import fitness
 from .config import Plan
 from .freeze import start_the_tick
+from .gpuhealth import gpu_health_for
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle
 from .logs import SupervisorLog
@@ -119,6 +120,9 @@ def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callab
     watchers = [evidence.progress.check]
     if evidence.gpus is not None:
         watchers.append(evidence.gpus.check)
+    health = gpu_health_for(lifecycle.phases, lifecycle, evidence.gpus)
+    if health is not None:
+        watchers.append(health.check)
     if evidence.memory is not None:
         push = (lambda text: reporter.push_text("setup", text)) if reporter.enabled else None
         watchers.append(MemoryWatch(lambda: lifecycle.phases, evidence.memory, push).check)

@@ -23,6 +23,10 @@ on every call (a test may change it while a supervisor runs). Every key is optio
 ``xid`` (list of ``{"gpu": index, "xid": code}``)
     Xid errors, each delivered once (per process) by ``nvmlEventSetWait_v2`` to an event set
     that registered ``nvmlEventTypeXidCriticalError`` for that GPU.
+``recovery_action`` (a number, or ``{"<gpu index>": number}``)
+    What ``nvmlDeviceGetFieldValues(h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])`` reads (0 none, 1 GPU reset,
+    2 node reboot, 3 drain P2P, 4 drain and reset); without it the field answers NOT_SUPPORTED, as on an
+    older driver.
 ``log`` (a path)
     Each call appends ``<function> <thread name>`` to it: which thread made which NVML call.
 
@@ -39,7 +43,7 @@ import string
 import sys
 import threading
 import time
-from ctypes import POINTER, Structure, c_uint, c_ulonglong, pointer
+from ctypes import POINTER, Structure, Union, c_double, c_int, c_int64, c_uint, c_uint32, c_ulong, c_ulonglong, pointer
 from typing import Any, ClassVar
 
 CONTROL_ENV = "STANDIN_NVML_CONTROL"
@@ -76,6 +80,14 @@ NVML_ERROR_NO_DATA = 21
 NVML_ERROR_UNKNOWN = 999
 
 NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
+
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+NVML_GPU_RECOVERY_ACTION_NONE = 0
+NVML_GPU_RECOVERY_ACTION_GPU_RESET = 1
+NVML_GPU_RECOVERY_ACTION_NODE_REBOOT = 2
+NVML_GPU_RECOVERY_ACTION_DRAIN_P2P = 3
+NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET = 4
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
 
 nvmlEventTypeSingleBitEccError = 0x0000000000000001
 nvmlEventTypeDoubleBitEccError = 0x0000000000000002
@@ -187,6 +199,16 @@ class c_nvmlEventData_t(Structure):
                 ("gpuInstanceId", c_uint), ("computeInstanceId", c_uint)]
 
 
+class c_nvmlValue_t(Union):
+    _fields_ = [("dVal", c_double), ("uiVal", c_uint), ("ulVal", c_ulong), ("ullVal", c_ulonglong),
+                ("sllVal", c_int64), ("siVal", c_int)]
+
+
+class c_nvmlFieldValue_t(Structure):
+    _fields_ = [("fieldId", c_uint32), ("scopeId", c_uint32), ("timestamp", c_int64), ("latencyUsec", c_int64),
+                ("valueType", c_uint), ("nvmlReturn", c_uint), ("value", c_nvmlValue_t)]
+
+
 class nvmlFriendlyObject:
     def __init__(self, dictionary: dict[str, Any]) -> None:
         for key, value in dictionary.items():
@@ -202,6 +224,7 @@ _lock = threading.Lock()
 _init_count = 0
 _xid_delivered = 0  # how many of the control file's xid events this process has handed out
 _event_sets: dict[int, dict[int, int]] = {}  # event set id → GPU index → registered event mask
+_handles: dict[int, Any] = {}  # GPU index → its handle: one per GPU, as the real library hands out
 
 
 def _control() -> dict[str, Any]:
@@ -293,7 +316,8 @@ def nvmlDeviceGetHandleByIndex(index: int) -> Any:
     control = _enter("nvmlDeviceGetHandleByIndex", index)
     if not 0 <= index < len(_gpus(control)):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    return pointer(struct_c_nvmlDevice_t(index))
+    with _lock:
+        return _handles.setdefault(index, pointer(struct_c_nvmlDevice_t(index)))
 
 
 def nvmlDeviceGetName(handle: Any) -> str:
@@ -315,6 +339,26 @@ def nvmlDeviceGetComputeRunningProcesses(handle: Any) -> list[nvmlFriendlyObject
     gpu = _gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
     return [nvmlFriendlyObject({"pid": int(pid), "usedGpuMemory": None, "gpuInstanceId": 0xFFFFFFFF,
                                 "computeInstanceId": 0xFFFFFFFF}) for pid in gpu["processes"]]
+
+
+def nvmlDeviceGetFieldValues(handle: Any, fieldIds: list[Any]) -> Any:
+    """Only NVML_FI_DEV_GET_GPU_RECOVERY_ACTION has a value (the control's ``recovery_action``); every other
+    field, and that one without the key, answers NOT_SUPPORTED in its ``nvmlReturn``, as the real call does."""
+    index = int(handle.contents.index)
+    control = _enter("nvmlDeviceGetFieldValues", index)
+    action = control.get("recovery_action")
+    if isinstance(action, dict):
+        action = action.get(str(index))
+    values = (c_nvmlFieldValue_t * len(fieldIds))()
+    for i, field_id in enumerate(fieldIds):
+        values[i].fieldId = field_id[0] if isinstance(field_id, tuple) else field_id
+        values[i].timestamp = int(time.time() * 1e6)
+        if values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and action is not None:
+            values[i].valueType, values[i].nvmlReturn = NVML_VALUE_TYPE_UNSIGNED_INT, NVML_SUCCESS
+            values[i].value.uiVal = int(action)
+        else:
+            values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+    return values
 
 
 # ---------------------------------------------------------------- the event API (Xid errors)
@@ -353,7 +397,8 @@ def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
                 index = int(event.get("gpu", 0))
                 if registered.get(index, 0) & nvmlEventTypeXidCriticalError:
                     _xid_delivered += 1
-                    return c_nvmlEventData_t(device=pointer(struct_c_nvmlDevice_t(index)),
+                    device = _handles.setdefault(index, pointer(struct_c_nvmlDevice_t(index)))
+                    return c_nvmlEventData_t(device=device,
                                              eventType=nvmlEventTypeXidCriticalError,
                                              eventData=int(event.get("xid", 0)),
                                              gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)

@@ -125,6 +125,13 @@ def metrics_text(snap: dict[str, Any]) -> str:
            [({"phase": p["name"], "state": p["state"]}, 1) for p in phases])
     metric("prover_supervisor_phase_attempts", "gauge", "Attempts started per phase (restarts + 1).",
            [({"phase": p["name"]}, p.get("attempt") or 0) for p in phases])
+    added: dict[str, list[tuple[dict[str, object], float]]] = {}  # what a plugin adds (Wiring.add_status)
+    for p in phases:
+        for name, value in (p.get("metrics") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                added.setdefault(name, []).append(({"phase": p["name"]}, float(value)))
+    for name, samples in sorted(added.items()):
+        metric(f"prover_supervisor_{name}", "gauge", f"{name} per phase (the plugin's).", samples)
     reasons = Counter(v.get("reason") for v in snap.get("verdicts", []))
     metric("prover_supervisor_verdicts", "gauge", "Ended children by reason (last 50 kept).",
            [({"reason": r}, n) for r, n in sorted(reasons.items())])

@@ -8,30 +8,23 @@ on every call (a test may change it while a supervisor runs). Every key is optio
     One object a GPU: ``name``, ``memory_total`` and ``memory_used`` (bytes), ``utilization``
     and ``memory_utilization`` (percent), ``processes`` (pids of compute processes on it).
 ``hang_s`` (seconds, default 0)
-    Every call blocks this long before it answers, like NVML under Xid 119 (about 45 s a call)
-    or after a driver crash (forever: give a large number). The sleep looks at the control file
-    again every few hundredths of a second, so lowering ``hang_s`` (or removing it) lets a call
-    that already hangs return early: a test can shorten a hang it started.
+    Every call blocks this long, like NVML under Xid 119 (about 45 s a call) or after a driver crash
+    (forever: a large number). Lowering or removing it ends a hang already under way early.
 ``hang_calls`` (list of function names)
     Only these calls hang (e.g. ``["nvmlDeviceGetUtilizationRates"]``); without it, every call.
-``init_error`` (the suffix of an error class, e.g. ``"Unknown"``, ``"LibraryNotFound"``,
-``"DriverNotLoaded"``)
-    ``nvmlInit`` raises that ``NVMLError_<suffix>`` ("Failed to initialize NVML: Unknown Error"
-    after a host ``systemctl daemon-reload``).
+``init_error`` (an error class's suffix: ``"Unknown"``, ``"LibraryNotFound"``, ``"DriverNotLoaded"``)
+    ``nvmlInit`` raises ``NVMLError_<suffix>`` ("Unknown Error" after a host ``systemctl daemon-reload``).
 ``lost`` (list of GPU indexes)
     Every call about those GPUs raises ``NVMLError_GpuIsLost`` (a GPU fallen off the bus).
 ``xid`` (list of ``{"gpu": index, "xid": code}``)
-    Xid errors, each delivered once (per process) by ``nvmlEventSetWait_v2`` to an event set
-    that registered ``nvmlEventTypeXidCriticalError`` for that GPU.
+    Xid errors, each delivered once (per process) by ``nvmlEventSetWait_v2`` to a set registered for it.
 ``recovery_action`` (a number, or ``{"<gpu index>": number}``)
-    What ``nvmlDeviceGetFieldValues(h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])`` reads (0 none, 1 GPU reset,
-    2 node reboot, 3 drain P2P, 4 drain and reset); without it the field answers NOT_SUPPORTED, as on an
-    older driver.
+    What field 230 (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) reads; without it: NOT_SUPPORTED (an older driver).
 ``log`` (a path)
     Each call appends ``<function> <thread name>`` to it: which thread made which NVML call.
 
-Without the variable, or with no file at that path, the machine has the default GPU. A file
-that is not a JSON object makes every call raise ``NVMLError_Unknown`` (said on stderr).
+Without the variable or the file, the machine has the default GPU; a file that is not a JSON
+object makes every call raise ``NVMLError_Unknown`` (said on stderr).
 Calls before ``nvmlInit`` raise ``NVMLError_Uninitialized``, as the real library does.
 """
 
@@ -43,7 +36,7 @@ import string
 import sys
 import threading
 import time
-from ctypes import POINTER, Structure, Union, c_double, c_int, c_int64, c_uint, c_uint32, c_ulong, c_ulonglong, pointer
+from ctypes import POINTER, Structure, Union, c_double, c_int64, c_uint, c_uint32, c_ulong, c_ulonglong, pointer
 from typing import Any, ClassVar
 
 CONTROL_ENV = "STANDIN_NVML_CONTROL"
@@ -81,12 +74,7 @@ NVML_ERROR_UNKNOWN = 999
 
 NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
 
-NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
-NVML_GPU_RECOVERY_ACTION_NONE = 0
-NVML_GPU_RECOVERY_ACTION_GPU_RESET = 1
-NVML_GPU_RECOVERY_ACTION_NODE_REBOOT = 2
-NVML_GPU_RECOVERY_ACTION_DRAIN_P2P = 3
-NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET = 4
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 
 nvmlEventTypeSingleBitEccError = 0x0000000000000001
@@ -200,8 +188,7 @@ class c_nvmlEventData_t(Structure):
 
 
 class c_nvmlValue_t(Union):
-    _fields_ = [("dVal", c_double), ("uiVal", c_uint), ("ulVal", c_ulong), ("ullVal", c_ulonglong),
-                ("sllVal", c_int64), ("siVal", c_int)]
+    _fields_ = [("dVal", c_double), ("uiVal", c_uint), ("ulVal", c_ulong), ("ullVal", c_ulonglong), ("sllVal", c_int64)]
 
 
 class c_nvmlFieldValue_t(Structure):
@@ -342,17 +329,14 @@ def nvmlDeviceGetComputeRunningProcesses(handle: Any) -> list[nvmlFriendlyObject
 
 
 def nvmlDeviceGetFieldValues(handle: Any, fieldIds: list[Any]) -> Any:
-    """Only NVML_FI_DEV_GET_GPU_RECOVERY_ACTION has a value (the control's ``recovery_action``); every other
-    field, and that one without the key, answers NOT_SUPPORTED in its ``nvmlReturn``, as the real call does."""
+    """Field 230 has the control's ``recovery_action``; the rest answer NOT_SUPPORTED in ``nvmlReturn``."""
     index = int(handle.contents.index)
     control = _enter("nvmlDeviceGetFieldValues", index)
     action = control.get("recovery_action")
-    if isinstance(action, dict):
-        action = action.get(str(index))
+    action = action.get(str(index)) if isinstance(action, dict) else action
     values = (c_nvmlFieldValue_t * len(fieldIds))()
     for i, field_id in enumerate(fieldIds):
         values[i].fieldId = field_id[0] if isinstance(field_id, tuple) else field_id
-        values[i].timestamp = int(time.time() * 1e6)
         if values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and action is not None:
             values[i].valueType, values[i].nvmlReturn = NVML_VALUE_TYPE_UNSIGNED_INT, NVML_SUCCESS
             values[i].value.uiVal = int(action)

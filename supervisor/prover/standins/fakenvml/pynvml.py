@@ -1,8 +1,7 @@
 """A stand-in of nvidia-ml-py's ``pynvml``: the real names, constants, return shapes and error classes.
 
-Put this file's directory first on ``PYTHONPATH`` and ``import pynvml`` gets this module. Its GPUs
-and its misbehaviour come from a JSON control file named by ``$STANDIN_NVML_CONTROL``, read again
-on every call (a test may change it while a supervisor runs). Every key is optional:
+With this directory first on ``PYTHONPATH``, ``import pynvml`` gets this module. Its GPUs and misbehaviour
+come from the JSON control file ``$STANDIN_NVML_CONTROL``, read on every call. Every key is optional:
 
 ``gpus`` (list; default: one idle "NVIDIA H200")
     One object a GPU: ``name``, ``memory_total`` and ``memory_used`` (bytes), ``utilization``
@@ -15,7 +14,7 @@ on every call (a test may change it while a supervisor runs). Every key is optio
 ``init_error`` (an error class's suffix: ``"Unknown"``, ``"LibraryNotFound"``, ``"DriverNotLoaded"``)
     ``nvmlInit`` raises ``NVMLError_<suffix>`` ("Unknown Error" after a host ``systemctl daemon-reload``).
 ``lost`` (list of GPU indexes)
-    Every call about those GPUs raises ``NVMLError_GpuIsLost`` (a GPU fallen off the bus).
+    Every call about those GPUs raises ``NVMLError_GpuIsLost`` (fallen off the bus).
 ``xid`` (list of ``{"gpu": index, "xid": code}``)
     Xid errors, each delivered once (per process) by ``nvmlEventSetWait_v2`` to a set registered for it.
 ``recovery_action`` (a number, or ``{"<gpu index>": number}``)

@@ -11,7 +11,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``param_cache``: [cuzk] param_cache; ``profile``: profile.toml, run when no config is given.
 
 - ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
-  register body, ``runner_id``.
+  register body, ``runner_id``; and the production watch (production.py): proofs counted while curio
+  runs, the summary line, ``proofs_failing``; its settings in ``[production]``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from ..config import Plan
 from ..fitness import Evidence, Finding
 from ..plugin import Plugin
 from ..policy import capped
-from . import cuzkconf, fleet
+from ..wiring import Wiring
+from . import cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, SECTION, cuzk_section, fleet_rules
 from .hooks import CUZK_CONFIG, PARSERS, make_cuzk_config
 from .ready import KIND as CUZK_READY
@@ -55,6 +57,18 @@ def param_cache(plan: Plan) -> str | None:
     return settings.param_cache if settings is not None else None
 
 
+def attach(wiring: Wiring) -> None:
+    """The fleet protocol, then the production watch on the ``report = "running"`` phase (with a [cuzk])."""
+    fleet.attach(wiring)
+    cuzk = wiring.plan.sections.get(SECTION)
+    if cuzk is None:
+        return
+    settings = wiring.plan.sections.get(production.SECTION) or production.ProductionSettings()
+    status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/")
+    phase = next((p.name for p in wiring.plan.phases if p.report == "running"), None)
+    production.attach_watch(wiring, f"http://{status}/status" if status else "", phase, settings, wiring.log)
+
+
 def profile() -> str:
     """The built-in prover profile (profile.toml)."""
     return resources.files(__package__).joinpath("profile.toml").read_text()
@@ -62,7 +76,7 @@ def profile() -> str:
 
 PLUGIN = Plugin(
     name="prover",
-    sections=MappingProxyType({SECTION: cuzk_section}),
+    sections=MappingProxyType({SECTION: cuzk_section, production.SECTION: production.production_section}),
     table_keys=MappingProxyType({"manager": FLEET_KEYS}),
     table_rules=MappingProxyType({"manager": fleet_rules}),
     prepares=MappingProxyType({CUZK_CONFIG: make_cuzk_config}),
@@ -71,6 +85,6 @@ PLUGIN = Plugin(
     reports=MappingProxyType({BENCH_DONE: "done"}),
     fitness=(cuzk_toml_fits,),
     param_cache=param_cache,
-    attach=fleet.attach,
+    attach=attach,
     profile=profile,
 )

@@ -90,6 +90,15 @@ class MemoryCgroup:
     def limit(self) -> int | None:
         return self.snapshot().limit
 
+    def working_set(self) -> int | None:
+        """Usage less the inactive file cache (the kubelet's working set): what the kernel cannot just drop."""
+        usage = _read_int(self.path / ("memory.current" if self.version == "v2" else "memory.usage_in_bytes"))
+        if usage is None:
+            return None
+        inactive = _read_keyed(self.path / "memory.stat", "inactive_file" if self.version == "v2"
+                               else "total_inactive_file")
+        return max(0, usage - (inactive or 0))
+
     def readable(self) -> bool:
         return self.oom_kills() is not None
 
@@ -202,13 +211,47 @@ def enable_v2_delegation(cgroup: MemoryCgroup) -> MemoryCgroup:
 
 
 def mem_total(meminfo: Path | str = "/proc/meminfo") -> int | None:
+    return _meminfo(meminfo).get("MemTotal")
+
+
+def mem_used(meminfo: Path | str = "/proc/meminfo") -> int | None:
+    """What the machine's memory holds that cannot be given back at once: MemTotal less MemAvailable."""
+    fields = _meminfo(meminfo)
+    if "MemTotal" not in fields or "MemAvailable" not in fields:
+        return None
+    return max(0, fields["MemTotal"] - fields["MemAvailable"])
+
+
+def _meminfo(meminfo: Path | str) -> dict[str, int]:
+    fields = {}
     try:
         for line in Path(meminfo).read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
+            name, _, rest = line.partition(":")
+            if name in ("MemTotal", "MemAvailable"):
+                fields[name] = int(rest.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
+        return {}
+    return fields
+
+
+def read_pressure(path: Path) -> str | None:
+    """PSI lines (``memory.pressure``, ``/proc/pressure/memory``) as one short text: ``some avg10=1.20
+    full avg10=0.40``; None where there is none (v1, no file, or PSI disabled: EOPNOTSUPP on read)."""
+    try:
+        text = path.read_text()
+    except OSError:
         return None
-    return None
+    return parse_pressure(text)
+
+
+def parse_pressure(text: str) -> str | None:
+    parts = []
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        fields = dict(f.split("=", 1) for f in rest.split() if "=" in f)
+        if kind in ("some", "full") and "avg10" in fields:
+            parts.append(f"{kind} avg10={fields['avg10']}%")
+    return " ".join(parts) or None
 
 
 # ---------------------------------------------------------------- file helpers

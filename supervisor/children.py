@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import verdict as v
@@ -83,13 +83,17 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
     if not child.output_open:
         child.output.file.close()
     report = memory.report(child.placement) if memory and child.placement else None
-    return v.from_exit(
+    verdict = v.from_exit(
         phase, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
         daemon=daemon, attempt=attempt, started_at=child.started_at,
         last_lines=child.output.last_lines(), memory=report, stop_detail=child.stop_detail,
         victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
                       and x.reason == v.OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
     )
+    warned = memory.warned.get(phase) if memory is not None else None
+    if verdict.reason == v.OOM_KILLED and warned is not None and warned.at >= child.started_at:
+        verdict = replace(verdict, detail=f"{verdict.detail}; {warned.note()}")
+    return verdict
 
 
 def log_path(log_dir: Path, spec: ChildSpec) -> Path:

@@ -12,6 +12,7 @@ call can hang (Xid 119, a crashed driver), and the loop must never be the one wa
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,8 +123,9 @@ def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
     return nvml, f"{count} GPU(s) via NVML" if count else "no GPU: NVML sees 0 devices"
 
 
-def sample_all(nvml: Nvml, call: Caller) -> tuple[GpuSample, ...]:
-    """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample."""
+def sample_all(nvml: Nvml, call: Caller,
+               lost: Callable[[int, Exception], None] | None = None) -> tuple[GpuSample, ...]:
+    """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample (and told to ``lost``)."""
     samples = []
     for index, handle in enumerate(nvml.handles):
         if handle is None:
@@ -131,7 +133,9 @@ def sample_all(nvml: Nvml, call: Caller) -> tuple[GpuSample, ...]:
         try:
             util = call("nvmlDeviceGetUtilizationRates", index, nvml.module.nvmlDeviceGetUtilizationRates, handle)
             mem = call("nvmlDeviceGetMemoryInfo", index, nvml.module.nvmlDeviceGetMemoryInfo, handle)
-        except Exception:  # lost, reset in progress: the next sample tries again
+        except Exception as exc:  # lost, reset in progress: the next sample tries again
+            if lost is not None and is_lost_error(exc):
+                lost(index, exc)
             continue
         samples.append(GpuSample(index, nvml.names[index], int(util.gpu), int(mem.used), int(mem.total)))
     return tuple(samples)
@@ -181,3 +185,123 @@ def activity_changed(before: list[GpuSample] | tuple[GpuSample, ...],
         if old is not None and old.memory_used != sample.memory_used:
             return True
     return False
+
+
+# ---------------------------------------------------------------- GPU health: Xid events, lost GPUs (the GPU thread)
+
+# Xids that are the application's fault, not the GPU's: NVIDIA's device plugin (internal/rm/health.go) marks
+# a GPU unhealthy for every other Xid.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+XID_NAMES = {
+    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
+    45: "preemptive cleanup", 48: "double-bit ECC error", 62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping", 64: "ECC page retirement or row remapper failure",
+    68: "video processor exception", 74: "NVLink error", 79: "fallen off the bus", 92: "high single-bit ECC rate",
+    94: "contained ECC error", 95: "uncontained ECC error", 109: "context switch timeout", 119: "GSP RPC timeout",
+}
+# nvmlDeviceGetFieldValues(h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION]) on recent drivers.
+FI_RECOVERY_ACTION = 230
+RECOVERY_ACTIONS = {0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain P2P", 4: "drain and reset"}
+XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+
+
+@dataclass(frozen=True)
+class GpuFault:
+    """What the GPU thread found wrong with a GPU: an Xid event (``xid``), or the GPU lost (``xid`` None)."""
+
+    index: int | None  # None: NVML itself (every GPU)
+    xid: int | None
+    detail: str  # for a lost GPU: NVML's error
+    recovery: int | None = None  # the driver's recovery action, where it has the field
+
+    @property
+    def fatal(self) -> bool:
+        return self.xid is None or self.xid not in APPLICATION_XIDS
+
+    def describe(self) -> str:
+        """``GPU 0: Xid 79 (fallen off the bus); recovery action: node reboot``."""
+        who = "NVML" if self.index is None else f"GPU {self.index}"
+        if self.xid is None:
+            what = f"lost ({self.detail})"
+        else:
+            what = f"Xid {self.xid} ({XID_NAMES.get(self.xid, 'see NVIDIA Xid catalog')})"
+            if not self.fatal:
+                what += ": an application fault, not the GPU's"
+        if self.recovery is not None:
+            what += f"; recovery action: {RECOVERY_ACTIONS.get(self.recovery, f'code {self.recovery}')}"
+        return f"{who}: {what}"
+
+
+def is_lost_error(exc: Exception) -> bool:
+    """NVML's word that a GPU (or NVML itself) is gone: GPU is lost, or "Unknown Error" after a host reload."""
+    return type(exc).__name__ in ("NVMLError_GpuIsLost", "NVMLError_Unknown")
+
+
+def open_events(nvml: Nvml, call: Caller) -> tuple[Any, str]:
+    """An event set with Xid critical errors registered on every GPU that supports them: (set or None, why)."""
+    module = nvml.module
+    try:
+        events = call("nvmlEventSetCreate", None, module.nvmlEventSetCreate)
+    except Exception as exc:  # an old driver, no event support: health then rests on the sampling alone
+        return None, f"no Xid events: {describe_nvml_error(exc)}"
+    registered = []
+    for index, handle in enumerate(nvml.handles):
+        if handle is None:
+            continue
+        try:
+            supported = int(call("nvmlDeviceGetSupportedEventTypes", index,
+                                 module.nvmlDeviceGetSupportedEventTypes, handle))
+            if supported & XID_CRITICAL:
+                call("nvmlDeviceRegisterEvents", index, module.nvmlDeviceRegisterEvents, handle, XID_CRITICAL, events)
+                registered.append(index)
+        except Exception:  # not supported on this GPU: its sampling still tells a lost one
+            continue
+    if not registered:
+        return events, "no Xid events: no GPU supports them"
+    return events, f"Xid events watched on GPU {', '.join(map(str, registered))}"
+
+
+def wait_event(nvml: Nvml, events: Any, timeout_ms: int, call: Caller) -> GpuFault | None:
+    """The next Xid within ``timeout_ms`` (None: none came), with the driver's recovery action where it has it.
+    A lost GPU or NVML raises (is_lost_error); the caller decides."""
+    module = nvml.module
+    try:
+        data = call("nvmlEventSetWait_v2", None, module.nvmlEventSetWait_v2, events, timeout_ms)
+    except Exception as exc:
+        if type(exc).__name__ == "NVMLError_Timeout":
+            return None
+        raise
+    if not int(data.eventType) & XID_CRITICAL:
+        return None
+    index = _index_of(nvml, data.device)
+    handle = nvml.handles[index] if index is not None else None
+    return GpuFault(index, int(data.eventData), "", recovery_action(nvml, index, handle, call))
+
+
+def recovery_action(nvml: Nvml, index: int | None, handle: Any, call: Caller) -> int | None:
+    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION of the GPU; None where the driver has no such field."""
+    if handle is None:
+        return None
+    try:
+        values = call("nvmlDeviceGetFieldValues", index, nvml.module.nvmlDeviceGetFieldValues, handle,
+                      [FI_RECOVERY_ACTION])
+        value = values[0]
+        return int(value.value.uiVal) if int(value.nvmlReturn) == 0 else None
+    except Exception:  # an older driver: no such field
+        return None
+
+
+def _index_of(nvml: Nvml, device: Any) -> int | None:
+    """The index of the GPU an event names (its handle, compared by address as NVML's handles are)."""
+    for index, handle in enumerate(nvml.handles):
+        if handle is not None and _same_handle(handle, device):
+            return index
+    return None
+
+
+def _same_handle(a: Any, b: Any) -> bool:
+    """NVML hands out one handle per GPU: an event's device is the same pointer."""
+    try:
+        return ctypes.cast(a, ctypes.c_void_p).value == ctypes.cast(b, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return bool(a == b)

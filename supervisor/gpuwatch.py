@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .gpu import (
+    GpuFault,
     GpuInventory,
     GpuReading,
     GpuSample,
@@ -34,8 +35,11 @@ from .gpu import (
     Nvml,
     describe_nvml_error,
     inventory_of,
+    is_lost_error,
+    open_events,
     open_nvml,
     sample_all,
+    wait_event,
 )
 from .offloop import worker_thread
 
@@ -50,6 +54,9 @@ NVML_CALL_TIMEOUT_S = 5.0
 STATUS_WANT_S = 60.0
 # How often an off-loop caller waiting for the thread looks whether the call it waits behind has hung.
 WAIT_POLL_S = 0.05
+# While GPU health is watched, the thread waits for NVML's Xid events this long at a time between its
+# other work (a sample, an inventory asked for waits at most this long behind it).
+EVENT_WAIT_S = 0.5
 
 
 @dataclass
@@ -82,6 +89,11 @@ class Gpus:
         self._slow: list[tuple[int, str, float]] = []  # (call number, call, seconds) past the timeout
         self._said: int | None = None  # the hung call the loop has said (loop side only)
         self.slow_calls = 0  # NVML calls that took longer than the timeout, in this run (loop side)
+        self._health = False  # GPU health is watched: Xid events waited for, lost GPUs told (watch_health)
+        self._events_tried = False  # (the thread's) the event set was asked for
+        self.events_why = "Xid events not watched"
+        self._faults: list[GpuFault] = []  # found by the thread, not yet taken by the loop
+        self._lost: set[int | None] = set()  # (the thread's) GPUs told lost already (None: NVML itself)
 
     # ------------------------------------------------------------ the loop's side: never a wait
 
@@ -121,6 +133,19 @@ class Gpus:
         with self._cond:
             self._lease_until = max(self._lease_until, time.monotonic() + seconds)
             self._cond.notify_all()
+
+    def watch_health(self) -> None:
+        """From now on the thread also waits for Xid events and tells a GPU that is lost (``take_faults``)."""
+        self.start()
+        with self._cond:
+            self._health = True
+            self._cond.notify_all()
+
+    def take_faults(self) -> list[GpuFault]:
+        """What the thread found wrong since the last call (the loop's GPU health decides what it means)."""
+        with self._cond:
+            faults, self._faults = self._faults, []
+        return faults
 
     def latest(self) -> GpuReading | None:
         with self._cond:
@@ -232,8 +257,13 @@ class Gpus:
         if nvml is None:
             return  # no NVML: "no GPU", said once; nothing more to do
         next_sample = time.monotonic()
+        events: Any = None
         while True:
-            requests, sample_now, cadence = self._next_work(next_sample)
+            if self._health and not self._events_tried:
+                self._events_tried = True
+                if nvml.reachable:
+                    events, self.events_why = open_events(nvml, self._call)
+            requests, sample_now, cadence = self._next_work(next_sample, events is not None)
             if requests is None:
                 return
             for request in requests:
@@ -241,11 +271,41 @@ class Gpus:
                 request.done.set()
             if sample_now:
                 if nvml.reachable:
-                    self._publish(sample_all(nvml, self._call))
+                    self._publish(sample_all(nvml, self._call, self._gpu_lost))
                 next_sample = time.monotonic() + (cadence or GPU_SAMPLE_S)
+            elif not requests and events is not None:
+                due_in = EVENT_WAIT_S if cadence is None else next_sample - time.monotonic()
+                events = self._wait_events(nvml, events, min(EVENT_WAIT_S, due_in))
 
-    def _next_work(self, next_sample: float) -> tuple[list[_Request] | None, bool, float | None]:
-        """Sleep until a request, a sample due, or close: (requests, sample now?, cadence); None: closed."""
+    def _wait_events(self, nvml: Nvml, events: Any, wait_s: float) -> Any:
+        """One bounded wait for an Xid; the event set, or None once NVML is gone (said once, as a fault)."""
+        if wait_s < 0.01:
+            return events  # a sample is due: it comes first
+        try:
+            fault = wait_event(nvml, events, int(wait_s * 1000), self._call)
+        except Exception as exc:
+            if is_lost_error(exc):
+                self._gpu_lost(None, exc)
+            else:  # the event API broke: health rests on the sampling from here
+                with self._cond:
+                    self.events_why = f"Xid events no longer watched: {describe_nvml_error(exc)}"
+            return None
+        if fault is not None:
+            with self._cond:
+                self._faults.append(fault)
+        return events
+
+    def _gpu_lost(self, index: int | None, exc: Exception) -> None:
+        """A GPU (None: NVML itself) answered that it is lost: told once."""
+        if index in self._lost:
+            return
+        self._lost.add(index)
+        with self._cond:
+            self._faults.append(GpuFault(index, None, describe_nvml_error(exc)))
+
+    def _next_work(self, next_sample: float, events_open: bool) -> tuple[list[_Request] | None, bool, float | None]:
+        """Sleep until a request, a sample due, or close: (requests, sample now?, cadence); None: closed.
+        With Xid events to wait for (or to open), it returns at once: the thread waits on NVML instead."""
         with self._cond:
             while True:
                 if self._closed:
@@ -256,6 +316,8 @@ class Gpus:
                 if self._requests or due:
                     requests, self._requests = self._requests, []
                     return requests, due, cadence
+                if events_open or (self._health and not self._events_tried):
+                    return [], False, cadence
                 self._cond.wait(None if cadence is None else next_sample - now)
 
     def _cadence(self, now: float) -> float | None:

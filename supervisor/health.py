@@ -132,6 +132,13 @@ def metrics_text(snap: dict[str, Any]) -> str:
         metric(f"prover_supervisor_phase_progress_{key}", "gauge", help_text,
                [({"phase": p["name"]}, p["progress"][key]) for p in phases
                 if isinstance(p.get("progress"), dict) and isinstance(p["progress"].get(key), int | float)])
+    added: dict[str, list[tuple[dict[str, object], float]]] = {}  # what a plugin adds (Wiring.add_status)
+    for p in phases:
+        for name, value in (p.get("metrics") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                added.setdefault(name, []).append(({"phase": p["name"]}, float(value)))
+    for name, samples in sorted(added.items()):
+        metric(f"prover_supervisor_{name}", "gauge", f"{name} per phase (the plugin's).", samples)
     reasons = Counter(v.get("reason") for v in snap.get("verdicts", []))
     metric("prover_supervisor_verdicts", "gauge", "Ended children by reason (last 50 kept).",
            [({"reason": r}, n) for r, n in sorted(reasons.items())])

@@ -25,7 +25,7 @@ from .phase import Phase
 from .process import Child
 from .resume import ResumeRecord
 from .runtime import Runtime, stop_in_order, tell_listeners
-from .states import PhaseState
+from .states import ATTEMPT_RUNS, PhaseState
 from .verdict import Verdict
 
 
@@ -95,11 +95,15 @@ class Lifecycle:
             self._log(f"phase {name}: hold released ({self._holds.pop(name)})")
             self._advance()
 
-    def end_attempt(self, phase_name: str, reason: str, detail: str) -> None:
-        """End phase ``phase_name``'s running attempt for ``reason`` (ProductionControl: the bench cut)."""
-        for phase in self.phases:
-            if phase.name == phase_name and not self.shutting_down:
-                phase.abort_attempt(reason, detail)
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        """A watcher's finding (a GPU fault, proofs failing) ends phase ``name``'s attempt with ``reason``, as a
+        deadline or a stall would: its retries or restart policy then decide. False: it runs no attempt now."""
+        phase = next((p for p in self.phases if p.name == name), None)
+        if phase is None or self.shutting_down or phase.state not in ATTEMPT_RUNS:
+            return False
+        self._log(f"phase {name}: {reason}: {detail}")
+        phase.abort_attempt(reason, detail)
+        return True
 
     def held(self, name: str) -> str | None:
         """Why the lifecycle may not go past phase ``name`` yet, or None (status shows it)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,21 @@ class MemoryReport:
     snapshot: MemorySnapshot | None
 
 
+@dataclass(frozen=True)
+class MemoryWarning:
+    """The last ``memory_high`` said for a phase (memwatch.py): when (wall time), how full, of which limit."""
+
+    at: float
+    fraction: float
+    limit: int
+    line: str
+
+    def note(self) -> str:
+        """What an OOM verdict that follows adds: ``warned at 12:03:41: memory_high 92% of 384MiB``."""
+        return (f"warned at {time.strftime('%H:%M:%S', time.localtime(self.at))}: memory_high "
+                f"{self.fraction * 100:.0f}% of {fmt_bytes(self.limit)}")
+
+
 class MemoryEvidence:
     def __init__(self, loop: EventLoop, log: Log, mode: str = "auto", root: Path | str = "/sys/fs/cgroup",
                  proc_cgroup: Path | str = "/proc/self/cgroup", ledger: Path | str | None = None) -> None:
@@ -72,6 +88,7 @@ class MemoryEvidence:
         self._poll_timer: Timer | None = None
         self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
         self._said_no_limit: set[str] = set()
+        self.warned: dict[str, MemoryWarning] = {}  # phase → its last memory_high (memwatch.py writes it)
         if mode == "off":
             self.why = "cgroup evidence turned off (supervisor.cgroups = \"off\"): OOM kills are unknown"
             return
@@ -137,6 +154,13 @@ class MemoryEvidence:
         if self.shared is not None:
             return Placement(self.shared, "shared", self.shared.oom_kills())
         return Placement(None, "none", None)
+
+    def cgroup_of(self, phase: str) -> tuple[MemoryCgroup | None, str]:
+        """The cgroup ``phase``'s children are counted in, and what to call it; (None, "") without one."""
+        cgroup = self._phase_cgroups.get(phase)
+        if cgroup is not None:
+            return cgroup, "its cgroup"
+        return (self.shared, "the supervisor's cgroup") if self.shared is not None else (None, "")
 
     def reset_peak(self, phase: str) -> None:
         """A new attempt starts: its peak should be its own (v1 allows resetting the watermark)."""

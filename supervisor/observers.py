@@ -7,7 +7,7 @@ shutdown for a failure the manager is told why before it is told to give the ins
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from .config import Plan
 from .lifecycle import Lifecycle
 from .logs import SupervisorLog
 from .loop import EventLoop, summary
+from .memwatch import MemoryWatch
 from .plugin import Plugin
 from .reporting import masked
 from .signals import SignalRouter
@@ -44,12 +45,14 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     lifecycle.on_shutdown.append(reporter.shutting_down)
     # The plugin's listeners after the reporter's (its give-up after the reason lines above: the manager
     # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
-    attach_plugin(plan, plugin, host, core, sup)
+    extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
+    attach_plugin(plan, plugin, host, core, sup, extras)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
         snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
                                      lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
-                                     verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage)
+                                     verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage,
+                                     extras=extras)
         if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
             snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
                                "giving_up": router.flush.giving_up}
@@ -64,15 +67,25 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     return Observers(state_file, status_server, health)
 
 
-def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision) -> None:
+def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
+                  extras: dict[str, list[Callable[[], Mapping[str, Any]]]]) -> None:
     """What the plugin may hear and drive (wiring.py), handed to it before the reporting starts."""
     if plugin.attach is None:
         return
+    evidence = sup.rt.evidence
+    memory_of = MemoryWatch(lambda: (), evidence.memory).use_of if evidence.memory is not None else None
+
+    def machine(phase: str) -> dict[str, Any]:
+        use = memory_of(phase) if memory_of is not None else None
+        return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
+                "gpu_utilization": [s.utilization for s in evidence.gpu_samples()]}
+
     wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.verdicts.on_verdict,
                                                        lambda verdict: masked(verdict, host.redactor)),
                     production=sup.lifecycle,
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
-                    export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log)
+                    export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,
+                    add_status=lambda name, provider: extras.setdefault(name, []).append(provider), machine=machine)
     plugin.attach(wiring)
 
 

@@ -242,7 +242,7 @@ class Phase:
         # In STOPPING the attempt is ending anyway; its outcome decides.
 
     def abort_attempt(self, reason: str, detail: str) -> None:
-        """The supervisor ends the attempt (deadline, stall, too slow): the command's verdict carries why."""
+        """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why."""
         if self.state not in ATTEMPT_RUNS:
             return
         self._attempt.mark_stopped_for(reason, detail)

@@ -25,10 +25,9 @@ def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_e
                   restart_times: list[float], now: float) -> tuple[Next, str]:
     """What follows the attempt ``outcome`` ended, and why. ``restart_times``: when the service was
     restarted before (monotonic), against its restart_burst."""
-    if outcome.reason == v.INTERNAL_ERROR:  # a bug of ours: retrying would only hide it
-        return Next.FAIL, outcome.detail
-    if outcome.reason == v.TOO_SLOW:  # another attempt runs on the same link, against the same clock
-        return Next.FAIL, f"{outcome.reason}: {outcome.detail}"
+    if outcome.reason in v.FOR_GOOD:  # a bug of ours, a GPU gone: another attempt cannot succeed
+        why = outcome.detail if outcome.reason == v.INTERNAL_ERROR else f"{outcome.reason}: {outcome.detail}"
+        return Next.FAIL, why
     if spec.kind == "oneshot":
         return _retry_or_fail(spec, outcome, attempt, deadline_expired)
     policy = spec.restart

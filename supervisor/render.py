@@ -26,6 +26,17 @@ def _ago(t: Any, now: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def phase_notes(ph: dict[str, Any]) -> list[str]:
+    """The lines under a phase beside its state: what a plugin says of it (``summary``), its memory_high."""
+    return [f"      {ph['summary']}"] if ph.get("summary") else []
+
+
+def memory_notes(mem: dict[str, Any]) -> list[str]:
+    """Each phase's last memory_high, with when it was said."""
+    return [f"  {w['line']} (at {time.strftime('%H:%M:%S', time.localtime(w['at']))})"
+            for w in (mem.get("warnings") or {}).values()]
+
+
 def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
     """The status text; ``now`` (epoch seconds, default the time) is what the ages are counted from."""
     now = time.time() if now is None else now
@@ -50,6 +61,7 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
         progress = progress_text(ph.get("progress"))
         if progress:
             out.append(f"  {'':<12} progress {progress}")
+        out.extend(phase_notes(ph))
     children = snap.get("children", [])
     out.append("children:" if children else "children: none running")
     for ch in children:
@@ -72,6 +84,7 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
         out.append(f"gpus: {gpus.get('why', 'no GPU')}")
     mem = snap.get("memory", {})
     out.append(f"memory: {mem.get('mode')}; {mem.get('snapshot') or mem.get('why', '')}")
+    out.extend(memory_notes(mem))
     mgr = snap.get("manager", {})
     if mgr.get("enabled"):
         last = mgr.get("last_delivered") or {}

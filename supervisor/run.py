@@ -37,10 +37,12 @@ from . import fitness, givenup
 from .config import Plan
 from .exits import EXIT_GIVEN_UP
 from .freeze import start_the_tick
+from .gpuhealth import gpu_health_for
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle
 from .logs import SupervisorLog
 from .loop import EventLoop, summary
+from .memwatch import MemoryWatch
 from .observers import wire_observers
 from .offloop import NoThread
 from .plugin import Plugin
@@ -103,8 +105,7 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
         refuse_given_up(sup, core.loop, host.log, given_up)
         return
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
-    evidence.freeze = start_the_tick(core.loop, host.log, [evidence.progress.check, *(
-        [evidence.gpus.check] if evidence.gpus is not None else [])])
+    evidence.freeze = start_the_tick(core.loop, host.log, watchers_of(plan, sup, host.log))
 
     def fitness_known(fit: bool) -> None:
         if fit:
@@ -137,6 +138,20 @@ def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given
     sup.lifecycle.shutdown("this instance was given up by an earlier start", EXIT_GIVEN_UP)
     if "status" not in sup.outcome:
         loop.run()
+def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callable[[float], list[str]]]:
+    """What speaks at each tick: the progress walker, the GPU thread (and the GPU health of the phases that
+    use GPUs), the memory of every running phase against its memory_warn."""
+    evidence, lifecycle, reporter = sup.rt.evidence, sup.lifecycle, sup.reporter
+    watchers = [evidence.progress.check]
+    if evidence.gpus is not None:
+        watchers.append(evidence.gpus.check)
+    health = gpu_health_for(lifecycle.phases, lifecycle, evidence.gpus)
+    if health is not None:
+        watchers.append(health.check)
+    if evidence.memory is not None:
+        push = (lambda text: reporter.push_text("setup", text)) if reporter.enabled else None
+        watchers.append(MemoryWatch(lambda: lifecycle.phases, evidence.memory, push).check)
+    return watchers
 
 
 def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
@@ -89,11 +89,13 @@ class FactsView(Protocol):
 
 def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleView, gpus: Gpus | None,
              memory: MemoryEvidence | None, verdicts: Sequence[Verdict], manager: Mapping[str, Any],
-             resume: FactsView, usage: bool = True) -> dict[str, Any]:
+             resume: FactsView, usage: bool = True,
+             extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None = None) -> dict[str, Any]:
     """Everything the status view shows (call it in the loop). ``manager``: the reporting's status.
 
     ``usage=False`` (the persisted file) leaves out what costs time to measure: the
-    children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds)."""
+    children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds). ``extras``: per phase,
+    what a plugin adds to its JSON object (wiring.Wiring.add_status)."""
     current = lifecycle.current()
     children = [_child(phase.name, child, usage) for phase in lifecycle.phases for child in phase.live_children()]
     return {
@@ -106,7 +108,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
         "lifecycle": {"state": _lifecycle_state(lifecycle, current, bool(children)), "why": lifecycle.shutdown_reason,
                       "exit_status": lifecycle.exit_status,
                       "current": current.name if current else None},
-        "phases": [_phase(p, lifecycle.held(p.name), resume) for p in lifecycle.phases],
+        "phases": [{**_phase(p, lifecycle.held(p.name), resume), **_extras(p.name, extras)} for p in lifecycle.phases],
         "children": children,
         "gpus": _gpus(gpus, usage),
         "memory": _memory(memory),
@@ -129,6 +131,17 @@ def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
             "progress": p.progress,
             # A phase not reached in this run keeps what an earlier run learnt about it.
             "facts": p.facts or resume.previous(p.name)}
+
+
+def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None) -> dict[str, Any]:
+    """What the plugin adds to a phase's object; a provider that raises costs its keys, never the snapshot."""
+    added: dict[str, Any] = {}
+    for provider in (extras or {}).get(phase, ()):
+        try:
+            added.update(provider())
+        except Exception as exc:
+            added["status_error"] = f"{type(exc).__name__}: {exc}"
+    return added
 
 
 def _child(phase: str, child: ChildView, usage: bool) -> dict[str, Any]:
@@ -161,7 +174,10 @@ def _memory(memory: MemoryEvidence | None) -> dict[str, Any]:
     return {"mode": memory.mode if memory else "unavailable", "why": memory.why if memory else "",
             "snapshot": mem_snap.describe() if mem_snap else None,
             "usage": mem_snap.usage if mem_snap else None, "limit": mem_snap.limit if mem_snap else None,
-            "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None}
+            "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None,
+            # Each phase's last memory_high (memwatch.py): when, how full, the line said.
+            "warnings": {phase: {"at": w.at, "fraction": round(w.fraction, 3), "limit": w.limit, "line": w.line}
+                         for phase, w in memory.warned.items()} if memory else {}}
 
 
 def tree_usage(pid: int) -> dict[str, Any]:

@@ -32,11 +32,18 @@ INSUFFICIENT_DISK = "insufficient_disk"  # fitness: too little free space for th
 GPU_UNAVAILABLE = "gpu_unavailable"  # fitness: no NVML, a GPU missing, unreachable or taken by another process
 GPU_UNRESPONSIVE = "gpu_unresponsive"  # NVML did not answer within its bound (Xid 119, a crashed driver)
 TOO_SLOW = "too_slow"  # it can no longer finish in time: a download past its deadline, a bench below min_rate
+GPU_FAULT = "gpu_fault"  # a fatal Xid, a GPU lost or NVML gone ("Unknown Error"): the machine needs replacing
+PROOFS_FAILING = "proofs_failing"  # production: proofs kept failing with none completing (a plugin's watch)
 STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
 INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handling the phase (never the child's)
 
 REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
-           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, BENCH_FAILED, TOO_SLOW, STOPPED, INTERNAL_ERROR)
+           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, GPU_FAULT, PROOFS_FAILING, BENCH_FAILED, TOO_SLOW,
+           STOPPED, INTERNAL_ERROR)
+# An attempt that ended for one of these is never retried or restarted: a bug of ours (retrying would only
+# hide it), a GPU that is gone (no attempt on this machine can succeed), a download or bench that cannot
+# make it in time (another attempt runs on the same link and GPUs, against the same clock).
+FOR_GOOD = (INTERNAL_ERROR, GPU_FAULT, TOO_SLOW)
 LAST_LINES = 20
 # The supervisor's own clocks ended it: the status is timeout(1)'s, whatever the child did on SIGTERM.
 TIMED_OUT = (TIMEOUT, STALLED)

@@ -10,8 +10,11 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
   queue a call (and say that the exit must wait for it), read what an earlier call's answer was and what
   is still pending, add a call kind to the outbox (``CallKind``), fields to the ``/register`` body and to
   what its answer is checked for, push a durable log text, and retire the instance (given up for good);
+- fails a running phase's attempt with a reason of its own (``ProductionControl.fail_phase``: its restart
+  policy then decides);
 - exports what later children's environment holds (``export_env``), sets timers on the loop
-  (``call_later``), and writes the supervisor's log.
+  (``call_later``), writes the supervisor's log, adds keys to a phase's status (``add_status``) and
+  reads the machine's memory and GPUs as the core measures them (``machine``).
 
 Every callback a plugin gives runs on the loop's thread, but a ``CallKind``'s ``attempt`` and ``keep``,
 which run on the outbox's sender thread. The composition root (run.py) builds the Wiring. This module
@@ -92,9 +95,9 @@ class ProductionControl(Protocol):
     def shutdown(self, why: str, status: int) -> None:
         """Stop everything in reverse start order, then exit with ``status``."""
 
-    def end_attempt(self, phase_name: str, reason: str, detail: str) -> None:
-        """End the phase's running attempt for ``reason`` (a verdict reason: ``too_slow``), said in its verdict;
-        what follows is the phase's policy (too_slow fails it for good). Nothing if no attempt runs."""
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        """End the running attempt of phase ``name`` with ``reason`` (a verdict reason, e.g. ``proofs_failing``):
+        its restart policy then decides, as for any failure. False: the phase runs no attempt now."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,13 @@ class Wiring:
     export_env: Callable[[str, str], None]  # children started from now on get name=value
     call_later: Callable[[float, Callable[[], None]], Timer]
     log: Log
+    # What status shows of a phase beside the core's keys: add_status(phase name, provider), the provider's
+    # keys merged into that phase's JSON object (``summary``: a text line status shows; ``metrics``: numbers
+    # /metrics serves as prover_supervisor_<name>{phase=...}). Called on the loop, at every snapshot.
+    add_status: Callable[[str, Callable[[], Mapping[str, Any]]], None] = lambda name, provider: None
+    # The machine as the core measures it for a phase, never a blocking call: ``memory_used``/``memory_limit``
+    # (bytes; its cgroup's working set, else the machine's), ``gpu_utilization`` (percent per GPU).
+    machine: Callable[[str], Mapping[str, Any]] = lambda name: {}
 
 
 # ---------------------------------------------------------------- the core's side, over today's Lifecycle

@@ -957,17 +957,19 @@ def test_production_that_never_came_up_gives_the_instance_up_after_a_passed_benc
     assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "bench_done", "killed"]
 
 
-def test_a_failure_after_production_was_up_is_not_a_give_up(sup: Runner, devmgr: DevManager) -> None:
-    # No bench phase: nothing but "production was up" keeps a give-up from killing a running instance.
+def test_a_failure_for_good_after_production_was_up_is_a_give_up(sup: Runner, devmgr: DevManager) -> None:
+    # Production came up, then failed for good (restart = "no"): an instance billed for days that proves
+    # nothing is given up too (issue 16; it was not before).
     port = free_port()
     before = len(devmgr.state.snapshot()["calls"])
     config, label = give_up_config(sup, devmgr, production=pyc(SERVE_THEN_FAIL.replace("PORT", str(port))),
                                    port=port, bench=False)
     result = sup.run(config, timeout=30)
     assert result.returncode == 6, result.output
-    assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "running"]
-    assert bench_done_calls(devmgr, before) == 0
-    assert "giving the instance up" not in result.output
+    assert "giving the instance up (phase prod failed)" in result.output, result.output
+    assert "production was up, and failed for good" in result.output
+    assert bench_done_calls(devmgr, before) == 1
+    assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "running", "killed"]
 
 
 SERVE_THEN_FAIL = """

@@ -96,6 +96,7 @@ from .values import (
     describe,
     int_text,
     join_key,
+    number_text,
     one_of,
     parse_signal,
     whole_number,
@@ -114,6 +115,6 @@ __all__ = [
     "RESTART_POLICIES", "RESUMES", "Checker", "ChildSpec", "ConfigError", "ConfigPlugin", "Key", "ManagerSpec",
     "PhaseSpec", "Plan", "ReadyCheck", "ReportWhen", "SupervisorSpec", "check_arg", "check_bool", "check_number",
     "check_path", "check_seconds", "check_size", "check_state_dir", "check_table", "default_label", "describe",
-    "int_text", "join_key", "load_plan", "one_of", "parse_plan", "parse_signal", "read_config", "take",
+    "int_text", "join_key", "load_plan", "number_text", "one_of", "parse_plan", "parse_signal", "read_config", "take",
     "whole_number",
 ]

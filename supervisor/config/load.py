@@ -289,6 +289,8 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
         progress_total=v["progress_total"],
         progress_deadline_s=v["progress_deadline_s"],
         progress_window_s=v["progress_window_s"],
+        memory_warn=sup.memory_warn if v["memory_warn"] is None else v["memory_warn"],
+        gpu_health=sup.require_gpus if v["gpu_health"] is None else v["gpu_health"],
     )
 
 

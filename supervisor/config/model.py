@@ -45,6 +45,8 @@ DEFAULT_MANAGER_READ_TIMEOUT_S = 15.0
 DEFAULT_LOG_PUSH_INTERVAL_S = 1.0
 DEFAULT_LOG_BACKLOG_BYTES = 2 * 1024 * 1024
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+# memory_high is said past this fraction of a phase's memory limit (the OOM kill comes at 1.0).
+DEFAULT_MEMORY_WARN = 0.9
 # Kubernetes shows this file's content in `kubectl describe` when a container fails.
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
@@ -120,6 +122,8 @@ class PhaseSpec:
     progress_total: int | None = None
     progress_deadline_s: float | None = None
     progress_window_s: float = DEFAULT_PROGRESS_WINDOW_S
+    memory_warn: float = DEFAULT_MEMORY_WARN  # memory_high past this fraction of its limit (0: never)
+    gpu_health: bool = False  # a fatal GPU fault or NVML hung for long fails its attempt (gpuhealth.py)
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,7 @@ class SupervisorSpec:
     min_disk: int | None = None  # fitness: free bytes needed under state_dir
     min_param_disk: int | None = None  # fitness: free bytes needed under the parameter cache (less what is there)
     require_gpus: bool = False  # fitness: no usable GPU (NVML) means unfit
+    memory_warn: float = DEFAULT_MEMORY_WARN  # every phase's memory_warn unless it says its own
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from .model import (
     DEFAULT_LOG_PUSH_INTERVAL_S,
     DEFAULT_MANAGER_CONNECT_TIMEOUT_S,
     DEFAULT_MANAGER_READ_TIMEOUT_S,
+    DEFAULT_MEMORY_WARN,
     DEFAULT_PROGRESS_WINDOW_S,
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_RESTART_BURST,
@@ -74,6 +75,7 @@ from .values import (
     check_seconds,
     check_size,
     check_state_dir,
+    check_warn_fraction,
     int_text,
     one_of,
     parse_signal,
@@ -98,6 +100,8 @@ SUPERVISOR_KEYS = {
     "min_disk": Key(check_size),
     "min_param_disk": Key(check_size),
     "require_gpus": Key(lambda v, w: check_bool(_bool_text(v), w), False),
+    # memory_high is said when a phase's memory crosses this fraction of its limit (phases may say otherwise).
+    "memory_warn": Key(check_warn_fraction, DEFAULT_MEMORY_WARN),
 }
 
 _CHILD_KEYS = {
@@ -140,6 +144,8 @@ PHASE_KEYS = {
     "progress_window_s": Key(lambda v, w: _positive_seconds(int_text(v), w), DEFAULT_PROGRESS_WINDOW_S),
     "min_memory": Key(check_size),
     "memory_max": Key(check_size),
+    "memory_warn": Key(_optional(check_warn_fraction)),  # None: [supervisor] memory_warn
+    "gpu_health": Key(_optional(lambda v, w: check_bool(_bool_text(v), w))),  # None: [supervisor] require_gpus
     # The core's kinds; load.py adds a plugin's (kinds_of, with_kinds).
     "report": Key(one_of(*REPORTS)),
     "parse": Key(one_of()),

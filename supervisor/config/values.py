@@ -261,6 +261,21 @@ def int_text(value: Any) -> Any:
     return value
 
 
+def number_text(value: Any) -> Any:
+    """A plain decimal given as text (it came from ${VAR} expansion: "0.9", "60") counts as the number."""
+    if isinstance(value, str) and _DECIMAL_TEXT_RE.fullmatch(value.strip()):
+        return float(value.strip())
+    return value
+
+
+_DECIMAL_TEXT_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,15})?")
+
+
+def check_warn_fraction(value: Any, where: str) -> float:
+    """``memory_warn``: the fraction of the memory limit whose crossing is warned (0: never)."""
+    return _fraction(number_text(value), where)
+
+
 # ---------------------------------------------------------------- booleans, choices, tables
 
 

@@ -8,7 +8,7 @@ Its clock starts after ours (its own start-up, reading the C1 file), so the elap
 the first ``[k/N]`` proof line we read, seen at most BENCH_CUT_CHECK_S late: cuzk-bench's own time is
 surely longer by then. That costs the first proof's time (a minute or two) and never stops a bench that
 could still pass. N is that line's N; without a manager (no min_rate, nobody to judge) nothing is cut.
-The stop goes through the core's ProductionControl (``end_attempt``): the phase fails for good, and the
+The stop goes through the core's ProductionControl (``fail_phase``): the phase fails for good, and the
 fleet protocol's give-up (fleet.py) destroys the instance.
 """
 
@@ -78,8 +78,7 @@ class BenchCut:
                            self._min_rate)
             if why is not None:
                 self._watching = None
-                self._log(f"phase {watching[0]}: {why}")
-                self._production.end_attempt(watching[0], v.TOO_SLOW, why)
+                self._production.fail_phase(watching[0], v.TOO_SLOW, why)  # it says the why, once
                 return
         self._call_later(BENCH_CUT_CHECK_S, lambda: self.check(watching))
 

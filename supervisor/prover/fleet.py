@@ -10,8 +10,10 @@ and the log pushes. The prover adds, through the Wiring it is attached with (wir
   and passed, or is still queued (a second one would move a running instance back to bench_done);
 - the bench gate (gate.py): production waits for the manager's answer, ``bench_gate_s`` at most;
   ``passed: false`` shuts the run down with EXIT_BENCH_REJECTED;
-- the give-up: a lifecycle that fails for good before production was ever up asks the manager to
-  destroy the instance now. Its API destroys an instance on one call only, ``bench-done`` with a
+- the give-up: a lifecycle that fails for good asks the manager to destroy the instance now: before
+  production was ever up, and after it was up too (production failed past its restart policy,
+  proofs kept failing, a GPU fault: an instance billed for days that proves nothing is worth less
+  than a new one). Its API destroys an instance on one call only, ``bench-done`` with a
   rate below min_rate, so that is sent with rate 0, after the failure's reason lines, and the exit
   flush waits longer for it (exitflush.GIVE_UP_FLUSH_S). Not after ``passed: false`` (the manager
   killed it already), not with ``give_up_on_failure = false``. With ``bench_done_reason`` the
@@ -121,20 +123,18 @@ def bench_done_call(settings: FleetSettings, answered: Callable[[bool, float], N
 class GiveUp(enum.Enum):
     NO_FAILURE = "no failure"  # a stop signal, a completed run, the manager's own rejection
     SWITCHED_OFF = "give_up_on_failure = false"
-    PRODUCTION_WAS_UP = "production was up"  # the instance proved: its failure is not a bad machine's
     ALREADY_KILLED = "the manager answered passed: false"
     GIVE_UP = "give up"
 
 
-def decide_give_up(failed: bool, give_up_on_failure: bool, production_was_up: bool, last_answer: Any) -> GiveUp:
+def decide_give_up(failed: bool, give_up_on_failure: bool, last_answer: Any) -> GiveUp:
     """Whether a lifecycle shutting down gives the instance up: ``failed`` (a failure for good, status not 0),
-    the switch, whether production ever came up, and the manager's last answer to bench-done (None: none)."""
+    the switch, and the manager's last answer to bench-done (None: none). Whether production was ever up
+    no longer matters: production that failed for good after it was up is given up too."""
     if not failed:
         return GiveUp.NO_FAILURE
     if not give_up_on_failure:
         return GiveUp.SWITCHED_OFF
-    if production_was_up:
-        return GiveUp.PRODUCTION_WAS_UP
     if isinstance(last_answer, dict) and last_answer.get("passed") is False:
         return GiveUp.ALREADY_KILLED
     return GiveUp.GIVE_UP
@@ -185,7 +185,8 @@ class Fleet:
         self._link.queue(BENCH_DONE, payload, said=f" (rate {payload['rate']:g}/h)", exit_waits_for=exit_waits_for)
 
     def shut_down(self, view: ShutdownView) -> None:
-        """The lifecycle failed for good before production: ask the manager to destroy the instance now.
+        """The lifecycle failed for good (before production, or after it was up): ask the manager to destroy
+        the instance now.
 
         Called as the lifecycle shuts down, after the failure's verdict and the "stopping" line went
         into the outbox: the manager has the reason in its log before the instance is gone. Without
@@ -194,7 +195,7 @@ class Fleet:
             return
         answer = self._link.delivered_answer(BENCH_DONE)
         decision = decide_give_up(view.failure is not None and view.status != 0, self._settings.give_up_on_failure,
-                                  view.production_was_up, answer)
+                                  answer)
         if decision is GiveUp.SWITCHED_OFF:
             self._log("manager: not giving the instance up (give_up_on_failure = false); the manager's timeout "
                       "will end it")
@@ -209,7 +210,10 @@ class Fleet:
         self._link.retire(f"{view.why}: {view.failure.reason}; bench-done with rate 0 asked the manager to "
                           "destroy it")
         self._queue({"rate": 0.0, "failed": True, "reason": reason}, exit_waits_for="the give-up")
-        after = "; the bench had passed, but production never came up" if passed_before else ""
+        if view.production_was_up:
+            after = "; production was up, and failed for good"
+        else:
+            after = "; the bench had passed, but production never came up" if passed_before else ""
         self._log(f"manager: giving the instance up ({view.why}): bench-done with rate 0 after the reason line{after}")
 
 

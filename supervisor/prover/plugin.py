@@ -11,8 +11,9 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``param_cache``: [cuzk] param_cache; ``profile``: profile.toml, run when no config is given.
 
 - ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
-  register body, ``runner_id``; and the bench cut (benchcut.py): a bench that can no longer pass min_rate
-  is stopped too_slow (and so given up).
+  register body, ``runner_id``; the bench cut (benchcut.py): a bench that can no longer pass min_rate
+  is stopped too_slow (and so given up); and the production watch (production.py): proofs counted while
+  curio runs, the summary line, ``proofs_failing``; its settings in ``[production]``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..fitness import Evidence, Finding
 from ..plugin import Plugin
 from ..policy import capped
 from ..wiring import Wiring
-from . import benchcut, cuzkconf, fleet
+from . import benchcut, cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, SECTION, cuzk_section, fleet_rules
 from .hooks import CUZK_CONFIG, PARSERS, make_cuzk_config
 from .ready import KIND as CUZK_READY
@@ -58,9 +59,17 @@ def param_cache(plan: Plan) -> str | None:
 
 
 def attach(wiring: Wiring) -> None:
-    """The fleet protocol, then the bench cut (which gives up through it)."""
+    """The fleet protocol, the bench cut (which gives up through it), then the production watch on the
+    ``report = "running"`` phase (with a [cuzk])."""
     fleet.attach(wiring)
     benchcut.attach(wiring)
+    cuzk = wiring.plan.sections.get(SECTION)
+    if cuzk is None:
+        return
+    settings = wiring.plan.sections.get(production.SECTION) or production.ProductionSettings()
+    status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/")
+    phase = next((p.name for p in wiring.plan.phases if p.report == "running"), None)
+    production.attach_watch(wiring, f"http://{status}/status" if status else "", phase, settings, wiring.log)
 
 
 def profile() -> str:
@@ -70,7 +79,7 @@ def profile() -> str:
 
 PLUGIN = Plugin(
     name="prover",
-    sections=MappingProxyType({SECTION: cuzk_section}),
+    sections=MappingProxyType({SECTION: cuzk_section, production.SECTION: production.production_section}),
     table_keys=MappingProxyType({"manager": FLEET_KEYS}),
     table_rules=MappingProxyType({"manager": fleet_rules}),
     prepares=MappingProxyType({CUZK_CONFIG: make_cuzk_config}),

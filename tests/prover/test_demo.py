@@ -143,6 +143,6 @@ def test_daemon_says_nothing_when_a_client_hangs_up(tmp_path: Path) -> None:
 
 def _completed(port: int) -> int:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as answer:
-        return int(json.load(answer)["counters"]["proofs_completed"])
+        return int(json.load(answer)["counters"]["total_completed"])
 
 

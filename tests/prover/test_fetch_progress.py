@@ -111,8 +111,9 @@ class _Production:
 
     def shutdown(self, why: str, status: int) -> None: ...
 
-    def end_attempt(self, phase_name: str, reason: str, detail: str) -> None:
-        self.ended.append((phase_name, reason, detail))
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        self.ended.append((name, reason, detail))
+        return True
 
 
 def test_the_cut_counts_from_the_first_proof_line_and_stops_at_the_boundary() -> None:

@@ -184,21 +184,29 @@ def test_a_gate_of_zero_seconds_never_holds() -> None:
 # ---------------------------------------------------------------- the give-up, decided
 
 
-@pytest.mark.parametrize(("failed", "switch", "up", "answer", "decision"), [
-    (False, True, False, None, GiveUp.NO_FAILURE),
-    (False, False, False, None, GiveUp.NO_FAILURE),  # a stop is no failure, switch or not
-    (True, False, False, None, GiveUp.SWITCHED_OFF),
-    (True, False, True, {"passed": False}, GiveUp.SWITCHED_OFF),  # the switch is said before anything else
-    (True, True, True, None, GiveUp.PRODUCTION_WAS_UP),
-    (True, True, True, {"passed": True}, GiveUp.PRODUCTION_WAS_UP),
-    (True, True, False, {"passed": False}, GiveUp.ALREADY_KILLED),
-    (True, True, False, None, GiveUp.GIVE_UP),  # failed before the bench was ever reported
-    (True, True, False, {"passed": True}, GiveUp.GIVE_UP),  # passed, but production never came up
-    (True, True, False, {}, GiveUp.GIVE_UP),  # an earlier give-up's answer (nothing kept)
+@pytest.mark.parametrize(("failed", "switch", "answer", "decision"), [
+    (False, True, None, GiveUp.NO_FAILURE),
+    (False, False, None, GiveUp.NO_FAILURE),  # a stop is no failure, switch or not
+    (True, False, None, GiveUp.SWITCHED_OFF),
+    (True, False, {"passed": False}, GiveUp.SWITCHED_OFF),  # the switch is said before anything else
+    (True, True, {"passed": False}, GiveUp.ALREADY_KILLED),
+    (True, True, None, GiveUp.GIVE_UP),  # failed before the bench was ever reported
+    (True, True, {"passed": True}, GiveUp.GIVE_UP),  # passed: production never came up, or failed for good
+    (True, True, {}, GiveUp.GIVE_UP),  # an earlier give-up's answer (nothing kept)
 ])
-def test_the_give_up_is_a_function_of_failure_switch_production_and_the_last_answer(
-        failed: bool, switch: bool, up: bool, answer: Any, decision: GiveUp) -> None:
-    assert decide_give_up(failed, switch, up, answer) is decision
+def test_the_give_up_is_a_function_of_failure_switch_and_the_last_answer(
+        failed: bool, switch: bool, answer: Any, decision: GiveUp) -> None:
+    assert decide_give_up(failed, switch, answer) is decision
+
+
+def test_production_that_failed_for_good_after_it_was_up_is_given_up_too() -> None:
+    link = Link()
+    fleet, _, lines = fleet_with(link)
+    fleet.transition(bench_done(SimpleNamespace(rate_per_hour=61.5)))
+    link.answers[BENCH_DONE] = {"passed": True}
+    fleet.shut_down(ShutdownView("phase curio failed", 3, FAILURE, True))
+    assert [payload.get("failed") for _, payload, _, _ in link.queued] == [None, True]
+    assert lines[-1].endswith("; production was up, and failed for good")
 
 
 # ---------------------------------------------------------------- bench-done and the give-up, queued
@@ -284,11 +292,10 @@ def test_a_give_up_after_a_passed_bench_says_so() -> None:
 @pytest.mark.parametrize(("view", "answers", "settings"), [
     (ShutdownView("received SIGTERM", 143, None, False), {}, SETTINGS),  # a stop: no failure
     (ShutdownView("lifecycle complete", 0, None, False), {}, SETTINGS),
-    (ShutdownView("phase curio failed", 3, FAILURE, True), {}, SETTINGS),  # production was up
     (ShutdownView("phase x failed", 3, FAILURE, False), {BENCH_DONE: {"passed": False}}, SETTINGS),
     (ShutdownView("phase x failed", 3, FAILURE, False), {}, FleetSettings(50.0, 300.0, False, False)),
 ])
-def test_no_give_up_without_a_failure_before_production_or_when_switched_off(
+def test_no_give_up_without_a_failure_or_when_switched_off(
         view: ShutdownView, answers: dict[str, Any], settings: FleetSettings) -> None:
     link = Link(answers=answers)
     fleet, _, lines = fleet_with(link, settings)

@@ -287,8 +287,11 @@ def test_daemon_logs_ready_before_it_answers_then_serves_status(tmp_path: Path,
     assert not is_listening(status_port), "status port answered before the bind delay"
     assert not is_listening(port)
     status = wait_status(status_port)
-    assert {"memory", "pipelines", "gpu_workers", "counters"} <= set(status)
-    assert status["counters"]["proofs_completed"] == 0
+    assert {"uptime_secs", "memory", "synthesis", "pipelines", "gpu_workers", "allocations", "counters",
+            "buffers"} <= set(status)
+    assert set(status["memory"]) == {"total_bytes", "used_bytes", "available_bytes"}
+    assert status["counters"] == {"total_completed": 0, "total_failed": 0, "completed_by_kind": {},
+                                  "failed_by_kind": {}, "queue_depth": 0}
     assert is_listening(port)
 
 
@@ -394,7 +397,7 @@ def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,
     assert re.fullmatch(r"prove time:    avg=\d+\.\ds min=\d+\.\ds max=\d+\.\ds", summary[4])
     assert re.fullmatch(r"throughput:    \d+\.\d{3} proofs/min \(\d+\.\ds/proof\)", summary[5])
     status = wait_status(status_port)
-    assert status["counters"]["proofs_completed"] == 4
+    assert status["counters"]["total_completed"] == 4
     daemon.wait_for(r"^TIMELINE,\d+,completed,bench-\S+,prove_ms=\d+$")
     daemon.wait_for(r"extracting PCE")
     assert (tmp_path / "params").exists() is False  # no cache dir: PCE not saved, and nothing created

@@ -17,7 +17,12 @@ SIGTERM / SIGINT: graceful shutdown: logs a line, keeps serving for the drain
 (``STANDIN_DRAIN_S`` seconds, default 0.2 scaled; ``inf`` waits forever, like curio
 waiting on a task that never ends), then exits 0; further SIGTERM/SIGINT are ignored
 meanwhile. ``STANDIN_RUN_SECONDS=N``: shut down the same way by itself after N seconds.
-``STANDIN_TASK_S`` sets the task-line interval. Partway point for STANDIN_FAIL: right
+``STANDIN_TASK_S`` sets the task-line interval. The API port answers ``GET /debug/metrics`` with
+Prometheus text in curio's names (``curio_harmonytask_tasks_completed{task_name="PoRep"}``,
+``..._tasks_failed``, ``..._tasks_started``, ``..._active_tasks``; harmony/harmonytask/metrics.go); any
+other connection is closed. Every task interval it does one PoRep: with ``CUZK_ADDR`` set (the
+cuzk-config prepare exports it), a real ``POST /prove`` to the cuzk-daemon, counted completed or failed by
+its answer; without it, a simulated one that completes. Partway point for STANDIN_FAIL: right
 after the first task line. ``cli ... wait-api`` polls a TCP connect to the machine
 until it succeeds (exit 0) or the timeout passes (exit 1).
 """
@@ -25,13 +30,16 @@ until it succeeds (exit 0) or the timeout passes (exit 1).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import select
 import signal
 import socket
 import sys
+import threading
 import time
+import urllib.request
 from typing import Any
 
 from . import failures, knobs, output
@@ -140,8 +148,75 @@ def _bind(host: str, port: int) -> socket.socket | None:
     return sock
 
 
+class Tasks:
+    """curio's harmonytask counters, per task name (what /debug/metrics serves)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: dict[str, int] = {}
+        self.completed: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self.active: dict[str, int] = {}
+
+    def begin(self, name: str) -> None:
+        with self.lock:
+            self.started[name] = self.started.get(name, 0) + 1
+            self.active[name] = self.active.get(name, 0) + 1
+
+    def end(self, name: str, ok: bool) -> None:
+        with self.lock:
+            self.active[name] -= 1
+            counts = self.completed if ok else self.failed
+            counts[name] = counts.get(name, 0) + 1
+
+    def metrics(self) -> str:
+        lines = []
+        with self.lock:
+            for metric, counts in (("tasks_started", self.started), ("tasks_completed", self.completed),
+                                   ("tasks_failed", self.failed), ("active_tasks", self.active)):
+                lines.append(f"# TYPE curio_harmonytask_{metric} {'gauge' if metric == 'active_tasks' else 'counter'}")
+                for name, count in sorted(counts.items()):
+                    source = ',source="poller"' if metric == "tasks_started" else ""
+                    lines.append(f'curio_harmonytask_{metric}{{task_name="{name}"{source}}} {count}')
+        return "\n".join(lines) + "\n"
+
+
+TASKS_STATE = Tasks()
+
+
+def prove_porep(cuzk: str, task_id: int) -> None:
+    """One PoRep through the cuzk-daemon (its answer decides), or simulated without one."""
+    TASKS_STATE.begin("PoRep")
+    ok = True
+    if cuzk:
+        url = cuzk.rstrip("/") if "://" in cuzk else f"http://{cuzk}"
+        body = json.dumps({"type": "porep", "job": f"curio-porep-{task_id}"}).encode()
+        try:
+            request = urllib.request.Request(f"{url}/prove", data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=knobs.scaled(30.0)) as answer:
+                ok = json.load(answer).get("status") == "COMPLETED"
+        except (OSError, ValueError):
+            ok = False
+    TASKS_STATE.end("PoRep", ok)
+
+
+def _answer(conn: socket.socket) -> None:
+    """GET /debug/metrics is answered; anything else (a readiness connect) is closed."""
+    try:
+        conn.settimeout(1.0)
+        request = conn.recv(4096).decode(errors="replace")
+        if request.startswith("GET /debug/metrics"):
+            body = TASKS_STATE.metrics().encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
 def _accept_for(listener: socket.socket, seconds: float) -> None:
-    """Accept and close connections for ``seconds`` (``inf``: forever)."""
+    """Accept connections for ``seconds`` (``inf``: forever): /debug/metrics answered, the rest closed."""
     end = time.monotonic() + seconds
     while True:
         left = end - time.monotonic()
@@ -151,9 +226,10 @@ def _accept_for(listener: socket.socket, seconds: float) -> None:
         if ready:
             try:
                 conn, _ = listener.accept()
-                conn.close()
             except OSError:
-                pass
+                continue
+            conn.setblocking(True)
+            threading.Thread(target=_answer, args=(conn,), daemon=True).start()
 
 
 def serve(listener: socket.socket, deadline: float) -> str:
@@ -168,6 +244,7 @@ def serve(listener: socket.socket, deadline: float) -> str:
         if time.monotonic() >= deadline:
             return "run time (STANDIN_RUN_SECONDS) elapsed"
         task_id += 1
+        threading.Thread(target=prove_porep, args=(os.environ.get("CUZK_ADDR", ""), task_id), daemon=True).start()
         _log("info", "task completed", caller="harmonytask/task_type_handler.go:245",
              task=TASKS[task_id % len(TASKS)], id=task_id, took=f"{interval:.2f}s")
         failures.partway()

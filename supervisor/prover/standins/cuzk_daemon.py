@@ -16,7 +16,11 @@ queues for a GPU worker, simulates a proof and answers
 after a cold start extracts the PCE first (writes ``<param_cache>/pce-porep-32g.bin`` if
 that directory exists; later starts load it; ``CUZK_DISABLE_PCE=1`` turns it off). Each
 proof prints ``TIMELINE,<ms since start>,<event>,<job>,<detail>`` lines. ``GET /status`` on
-status_listen answers JSON with ``memory``, ``pipelines``, ``gpu_workers``, ``counters``.
+status_listen answers JSON in the real daemon's shape (curio ``extern/cuzk/cuzk-core/src/status.rs``):
+``uptime_secs``, ``memory {total_bytes, used_bytes, available_bytes}``, ``synthesis``, ``pipelines [...]``,
+``gpu_workers [...]``, ``allocations``, ``counters {total_completed, total_failed, completed_by_kind,
+failed_by_kind, queue_depth}``, ``buffers``. ``STANDIN_FAIL_PROOFS``: ``1`` makes every proof fail
+(answered ``FAILED``, counted in ``total_failed``); a path makes proofs fail while that file exists.
 
 Generations (``STANDIN_CUZK_GENERATION``, ``unified`` or ``partition-workers``): see cuzk_generations.
 The HTTP servers and their routes: cuzk_http.
@@ -79,6 +83,10 @@ class Daemon:
         self.servers: list[Server] = []
         self.unix_paths: list[str] = []
         self.received = self.completed = self.failed = self.cancelled = 0
+        self.completed_by_kind: dict[str, int] = {}
+        self.failed_by_kind: dict[str, int] = {}
+        self.jobs: dict[str, tuple[str, float]] = {}  # in flight: job → (kind, started, monotonic)
+        self.fail_proofs = os.environ.get("STANDIN_FAIL_PROOFS", "").strip()
         self.in_flight = self.queued = self.busy = 0
         self.pce_loaded = False
         self.fail_after = max(0, knobs.env_int("STANDIN_FAIL_AFTER", 1))
@@ -151,19 +159,26 @@ class Daemon:
             self.in_flight += 1
             number = self.received
         job = str(body.get("job") or f"{kind}-{number}")
+        with self.lock:
+            self.jobs[job] = (kind, time.monotonic())
         try:
             result = self._run_proof(job, kind)
+            if result["status"] == "COMPLETED" and self._failing():
+                result = {**result, "status": "FAILED", "error": "proof verification failed (STANDIN_FAIL_PROOFS)"}
         finally:
             with self.lock:
                 self.in_flight -= 1
+                self.jobs.pop(job, None)
         status = result["status"]
         with self.lock:
             if status == "COMPLETED":
                 self.completed += 1
+                self.completed_by_kind[kind] = self.completed_by_kind.get(kind, 0) + 1
             elif status == "CANCELLED":
                 self.cancelled += 1
             else:
                 self.failed += 1
+                self.failed_by_kind[kind] = self.failed_by_kind.get(kind, 0) + 1
             completed = self.completed
         answer(result)
         if status == "COMPLETED":
@@ -172,9 +187,18 @@ class Daemon:
                              f"queue_ms={result['queue_ms']}")
             if self.fail_after > 0 and completed >= self.fail_after:
                 failures.partway()
+        elif status == "FAILED":
+            self.timeline("failed", job, result["error"])
+            self.log("error", f"proof failed job={job} type={kind}: {result['error']}")
         else:
             self.timeline("cancelled", job, "shutdown")
             self.log("warn", f"proof cancelled job={job}: daemon shutting down")
+
+    def _failing(self) -> bool:
+        """STANDIN_FAIL_PROOFS: "1" every proof fails; a path: while that file exists."""
+        if self.fail_proofs.startswith("/"):
+            return os.path.exists(self.fail_proofs)
+        return self.fail_proofs not in ("", "0", "false")
 
     def _run_proof(self, job: str, kind: str) -> dict[str, Any]:
         queued_at = time.monotonic()
@@ -247,29 +271,35 @@ class Daemon:
             self.log("info", f"PCE saved to {os.path.join(self.cfg.param_cache, PCE_FILE)}")
 
     def status(self) -> dict[str, Any]:
+        """The real daemon's ``/status`` shape (cuzk-core/src/status.rs), with the stand-in's figures."""
+        now = time.monotonic()
         with self.lock:
-            busy, in_flight, queued = self.busy, self.in_flight, self.queued
-            counters = {"proofs_received": self.received, "proofs_completed": self.completed,
-                        "proofs_failed": self.failed, "proofs_cancelled": self.cancelled,
-                        "proofs_in_flight": in_flight}
+            busy, queued = self.busy, self.queued
+            jobs = dict(self.jobs)
+            counters = {"total_completed": self.completed, "total_failed": self.failed,
+                        "completed_by_kind": dict(self.completed_by_kind),
+                        "failed_by_kind": dict(self.failed_by_kind), "queue_depth": queued}
         used = SRS_BYTES + (PCE_BYTES if self.pce_loaded else 0) + busy * PARTITION_BYTES
-        memory: dict[str, Any] = {"total_budget_bytes": self.cfg.budget, "used_bytes": used,
-                                  "srs_bytes": SRS_BYTES, "pce_loaded": self.pce_loaded,
-                                  "pce_bytes": PCE_BYTES if self.pce_loaded else 0}
-        if self.cfg.partition_workers is not None:
-            memory["partition_workers"] = self.cfg.partition_workers
-            memory["estimated_peak_bytes"] = (69 + 20 * self.cfg.partition_workers) * GIB
-        workers = [{"id": i, "device": self.cfg.devices[i // self.cfg.workers_per_device], "busy": i < busy}
+        budget = self.cfg.budget
+        active = list(jobs.items())[:busy]
+        workers = [{"worker_id": i, "gpu_ordinal": self.cfg.devices[i // self.cfg.workers_per_device],
+                    "state": "proving" if i < busy else "idle",
+                    "current_job": active[i][0] if i < len(active) else None,
+                    "current_partition": 0 if i < busy else None,
+                    "busy_secs": round(now - active[i][1][1], 3) if i < len(active) else 0.0}
                    for i in range(self.cfg.gpu_workers)]
         return {
-            "version": self.version,
-            "uptime_s": round(time.monotonic() - self.t0, 3),
-            "memory": memory,
-            "pipelines": {"enabled": self.cfg.pipeline_enabled,
-                          "synthesis_concurrency": self.cfg.synthesis_concurrency,
-                          "active": busy, "queued": queued},
+            "uptime_secs": int(now - self.t0),
+            "memory": {"total_bytes": budget, "used_bytes": used, "available_bytes": max(0, budget - used)},
+            "synthesis": {"max_concurrent": self.cfg.synthesis_concurrency, "active": busy},
+            "pipelines": [{"job_id": job, "proof_kind": kind, "started_secs_ago": round(now - started, 3),
+                           "total_partitions": 10, "partitions_done": 0, "partitions": []}
+                          for job, (kind, started) in jobs.items()],
             "gpu_workers": workers,
+            "allocations": {"srs": [{"circuit": "porep-32g", "bytes": SRS_BYTES}],
+                            "pce": [{"circuit": "porep-32g", "bytes": PCE_BYTES}] if self.pce_loaded else []},
             "counters": counters,
+            "buffers": {},
         }
 
     # ------------------------------------------------------------ shutdown

@@ -1,33 +1,29 @@
 """A stand-in of nvidia-ml-py's ``pynvml``: the real names, constants, return shapes and error classes.
 
-Put this file's directory first on ``PYTHONPATH`` and ``import pynvml`` gets this module. Its GPUs
-and its misbehaviour come from a JSON control file named by ``$STANDIN_NVML_CONTROL``, read again
-on every call (a test may change it while a supervisor runs). Every key is optional:
+With this directory first on ``PYTHONPATH``, ``import pynvml`` gets this module. Its GPUs and misbehaviour
+come from the JSON control file ``$STANDIN_NVML_CONTROL``, read on every call. Every key is optional:
 
 ``gpus`` (list; default: one idle "NVIDIA H200")
     One object a GPU: ``name``, ``memory_total`` and ``memory_used`` (bytes), ``utilization``
     and ``memory_utilization`` (percent), ``processes`` (pids of compute processes on it).
 ``hang_s`` (seconds, default 0)
-    Every call blocks this long before it answers, like NVML under Xid 119 (about 45 s a call)
-    or after a driver crash (forever: give a large number). The sleep looks at the control file
-    again every few hundredths of a second, so lowering ``hang_s`` (or removing it) lets a call
-    that already hangs return early: a test can shorten a hang it started.
+    Every call blocks this long, like NVML under Xid 119 (about 45 s a call) or after a driver crash
+    (forever: a large number). Lowering or removing it ends a hang already under way early.
 ``hang_calls`` (list of function names)
     Only these calls hang (e.g. ``["nvmlDeviceGetUtilizationRates"]``); without it, every call.
-``init_error`` (the suffix of an error class, e.g. ``"Unknown"``, ``"LibraryNotFound"``,
-``"DriverNotLoaded"``)
-    ``nvmlInit`` raises that ``NVMLError_<suffix>`` ("Failed to initialize NVML: Unknown Error"
-    after a host ``systemctl daemon-reload``).
+``init_error`` (an error class's suffix: ``"Unknown"``, ``"LibraryNotFound"``, ``"DriverNotLoaded"``)
+    ``nvmlInit`` raises ``NVMLError_<suffix>`` ("Unknown Error" after a host ``systemctl daemon-reload``).
 ``lost`` (list of GPU indexes)
-    Every call about those GPUs raises ``NVMLError_GpuIsLost`` (a GPU fallen off the bus).
+    Every call about those GPUs raises ``NVMLError_GpuIsLost`` (fallen off the bus).
 ``xid`` (list of ``{"gpu": index, "xid": code}``)
-    Xid errors, each delivered once (per process) by ``nvmlEventSetWait_v2`` to an event set
-    that registered ``nvmlEventTypeXidCriticalError`` for that GPU.
+    Xid errors, each delivered once (per process) by ``nvmlEventSetWait_v2`` to a set registered for it.
+``recovery_action`` (a number, or ``{"<gpu index>": number}``)
+    What field 230 (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) reads; without it: NOT_SUPPORTED (an older driver).
 ``log`` (a path)
     Each call appends ``<function> <thread name>`` to it: which thread made which NVML call.
 
-Without the variable, or with no file at that path, the machine has the default GPU. A file
-that is not a JSON object makes every call raise ``NVMLError_Unknown`` (said on stderr).
+Without the variable or the file, the machine has the default GPU; a file that is not a JSON
+object makes every call raise ``NVMLError_Unknown`` (said on stderr).
 Calls before ``nvmlInit`` raise ``NVMLError_Uninitialized``, as the real library does.
 """
 
@@ -39,7 +35,7 @@ import string
 import sys
 import threading
 import time
-from ctypes import POINTER, Structure, c_uint, c_ulonglong, pointer
+from ctypes import POINTER, Structure, Union, c_double, c_int64, c_uint, c_uint32, c_ulong, c_ulonglong, pointer
 from typing import Any, ClassVar
 
 CONTROL_ENV = "STANDIN_NVML_CONTROL"
@@ -76,6 +72,9 @@ NVML_ERROR_NO_DATA = 21
 NVML_ERROR_UNKNOWN = 999
 
 NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
+
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
 
 nvmlEventTypeSingleBitEccError = 0x0000000000000001
 nvmlEventTypeDoubleBitEccError = 0x0000000000000002
@@ -187,6 +186,15 @@ class c_nvmlEventData_t(Structure):
                 ("gpuInstanceId", c_uint), ("computeInstanceId", c_uint)]
 
 
+class c_nvmlValue_t(Union):
+    _fields_ = [("dVal", c_double), ("uiVal", c_uint), ("ulVal", c_ulong), ("ullVal", c_ulonglong), ("sllVal", c_int64)]
+
+
+class c_nvmlFieldValue_t(Structure):
+    _fields_ = [("fieldId", c_uint32), ("scopeId", c_uint32), ("timestamp", c_int64), ("latencyUsec", c_int64),
+                ("valueType", c_uint), ("nvmlReturn", c_uint), ("value", c_nvmlValue_t)]
+
+
 class nvmlFriendlyObject:
     def __init__(self, dictionary: dict[str, Any]) -> None:
         for key, value in dictionary.items():
@@ -202,6 +210,7 @@ _lock = threading.Lock()
 _init_count = 0
 _xid_delivered = 0  # how many of the control file's xid events this process has handed out
 _event_sets: dict[int, dict[int, int]] = {}  # event set id → GPU index → registered event mask
+_handles: dict[int, Any] = {}  # GPU index → its handle: one per GPU, as the real library hands out
 
 
 def _control() -> dict[str, Any]:
@@ -293,7 +302,8 @@ def nvmlDeviceGetHandleByIndex(index: int) -> Any:
     control = _enter("nvmlDeviceGetHandleByIndex", index)
     if not 0 <= index < len(_gpus(control)):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    return pointer(struct_c_nvmlDevice_t(index))
+    with _lock:
+        return _handles.setdefault(index, pointer(struct_c_nvmlDevice_t(index)))
 
 
 def nvmlDeviceGetName(handle: Any) -> str:
@@ -315,6 +325,23 @@ def nvmlDeviceGetComputeRunningProcesses(handle: Any) -> list[nvmlFriendlyObject
     gpu = _gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
     return [nvmlFriendlyObject({"pid": int(pid), "usedGpuMemory": None, "gpuInstanceId": 0xFFFFFFFF,
                                 "computeInstanceId": 0xFFFFFFFF}) for pid in gpu["processes"]]
+
+
+def nvmlDeviceGetFieldValues(handle: Any, fieldIds: list[Any]) -> Any:
+    """Field 230 has the control's ``recovery_action``; the rest answer NOT_SUPPORTED in ``nvmlReturn``."""
+    index = int(handle.contents.index)
+    control = _enter("nvmlDeviceGetFieldValues", index)
+    action = control.get("recovery_action")
+    action = action.get(str(index)) if isinstance(action, dict) else action
+    values = (c_nvmlFieldValue_t * len(fieldIds))()
+    for i, field_id in enumerate(fieldIds):
+        values[i].fieldId = field_id[0] if isinstance(field_id, tuple) else field_id
+        if values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and action is not None:
+            values[i].valueType, values[i].nvmlReturn = NVML_VALUE_TYPE_UNSIGNED_INT, NVML_SUCCESS
+            values[i].value.uiVal = int(action)
+        else:
+            values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+    return values
 
 
 # ---------------------------------------------------------------- the event API (Xid errors)
@@ -353,7 +380,8 @@ def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
                 index = int(event.get("gpu", 0))
                 if registered.get(index, 0) & nvmlEventTypeXidCriticalError:
                     _xid_delivered += 1
-                    return c_nvmlEventData_t(device=pointer(struct_c_nvmlDevice_t(index)),
+                    device = _handles.setdefault(index, pointer(struct_c_nvmlDevice_t(index)))
+                    return c_nvmlEventData_t(device=device,
                                              eventType=nvmlEventTypeXidCriticalError,
                                              eventData=int(event.get("xid", 0)),
                                              gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)

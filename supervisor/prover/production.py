@@ -1,0 +1,291 @@
+"""Proofs counted in production: cuzk's ``/status`` counters and curio's harmonytask metrics, read while
+production is up; a summary to the manager's ``setup`` log; ``proofs_failing`` when proofs keep failing.
+
+Without this an instance whose every proof fails reads ``running`` forever. While the production
+phase (``report = "running"``) is up, every ``watch_s`` a worker thread reads (HTTP, short timeouts,
+never on the loop) cuzk's ``GET /status`` on ``[cuzk] status_listen`` (``counters.total_completed``,
+``total_failed``) and curio's ``/debug/metrics`` (``curio_harmonytask_tasks_completed|failed`` of the
+proving tasks) where its port answers. The loop takes the reading at the next ``watch_s`` (so a slow
+answer never holds it) and decides:
+
+- ``proofs_failing``: ``proof_failures`` failures or more, and none completed, within the last
+  ``proof_failure_window_s``: the production attempt fails with that reason (Wiring's fail_phase); its
+  restart policy applies like any service failure, and when it is exhausted the lifecycle fails and
+  the fleet protocol gives the instance up;
+- the summary line (soon after production is up, then every SUMMARY_S): proofs completed / failed in
+  the window and since up, the rate per hour, memory used of the limit, GPU utilisation; pushed
+  durably to the manager's ``setup`` log, and the same figures in status (the production phase's
+  ``proofs_completed``, ``proofs_failed``, ``production``; ``/metrics``).
+
+Counters that go down (the daemon restarted with the attempt) start the count again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import verdict as v
+from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
+from ..offloop import worker_thread
+from ..units import fmt_bytes
+
+if TYPE_CHECKING:
+    from ..wiring import PhaseView, Wiring
+
+SECTION = "production"
+# The summary line goes to the manager at most this often (the first one soon after production is up).
+SUMMARY_S = 300.0
+# One read of cuzk's or curio's HTTP answer waits at most this long.
+READ_TIMEOUT_S = 2.0
+PROVING_TASKS = ("PoRep", "PSProve", "WdPost", "WinPost", "UpdateProve")
+_METRIC_RE = re.compile(r'^curio_harmonytask_tasks_(completed|failed)\{[^}]*task_name="([^"]+)"[^}]*\}\s+([0-9.e+]+)$')
+
+
+@dataclass(frozen=True)
+class ProductionSettings:
+    watch_s: float = 60.0
+    proof_failures: int = 5
+    proof_failure_window_s: float = 3600.0
+    curio_metrics: str = "http://127.0.0.1:12300/debug/metrics"  # "": curio's metrics not read
+
+
+def _seconds(value: Any, where: str) -> float:
+    value = number_text(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 10**9:
+        raise ConfigError(f"{where}: must be a number of seconds above 0, got {value!r}")
+    return float(value)
+
+
+PRODUCTION_KEYS = {
+    "watch_s": Key(_seconds, ProductionSettings.watch_s),
+    "proof_failures": Key(lambda val, w: whole_number(1, 100_000)(int_text(val), w), ProductionSettings.proof_failures),
+    "proof_failure_window_s": Key(_seconds, ProductionSettings.proof_failure_window_s),
+    "curio_metrics": Key(lambda val, w: "" if val == "" else check_arg(val, w), ProductionSettings.curio_metrics),
+}
+
+
+def production_section(table: Any, sup: SupervisorSpec) -> ProductionSettings:
+    return ProductionSettings(**take(table, SECTION, PRODUCTION_KEYS))
+
+
+# ---------------------------------------------------------------- reading (the worker thread)
+
+
+@dataclass(frozen=True)
+class Reading:
+    at: float  # monotonic
+    completed: int | None  # cuzk's total_completed, else curio's proving tasks completed
+    failed: int | None
+    memory: tuple[int, int] | None = None  # cuzk's own (used, total)
+    source: str = "none"
+    error: str = ""
+
+
+def parse_cuzk(body: Any) -> tuple[int, int, tuple[int, int] | None] | None:
+    counters = body.get("counters") if isinstance(body, dict) else None
+    if not isinstance(counters, dict) or not isinstance(counters.get("total_completed"), int):
+        return None
+    mem = body.get("memory") or {}
+    memory = (int(mem["used_bytes"]), int(mem["total_bytes"])) if isinstance(mem.get("used_bytes"), int) \
+        and isinstance(mem.get("total_bytes"), int) else None
+    return counters["total_completed"], int(counters.get("total_failed") or 0), memory
+
+
+def parse_curio(text: str) -> tuple[int, int] | None:
+    """Proving tasks completed and failed, summed over their names; None: no such metric."""
+    found, totals = False, {"completed": 0, "failed": 0}
+    for line in text.splitlines():
+        match = _METRIC_RE.match(line.strip())
+        if match and match.group(2) in PROVING_TASKS:
+            found = True
+            totals[match.group(1)] += int(float(match.group(3)))
+    return (totals["completed"], totals["failed"]) if found else None
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=READ_TIMEOUT_S) as answer:
+        return answer.read(1 << 20)
+
+
+def read_counters(status_url: str, metrics_url: str) -> Reading:
+    errors = []
+    if status_url:
+        try:
+            cuzk = parse_cuzk(json.loads(_get(status_url)))
+            if cuzk is not None:
+                return Reading(time.monotonic(), cuzk[0], cuzk[1], cuzk[2], "cuzk")
+            errors.append("cuzk /status has no counters")
+        except (OSError, ValueError) as exc:
+            errors.append(f"cuzk /status: {exc}")
+    if metrics_url:
+        try:
+            curio = parse_curio(_get(metrics_url).decode(errors="replace"))
+            if curio is not None:
+                return Reading(time.monotonic(), curio[0], curio[1], None, "curio")
+            errors.append("curio /debug/metrics has no proving task counters")
+        except (OSError, ValueError) as exc:
+            errors.append(f"curio /debug/metrics: {exc}")
+    return Reading(time.monotonic(), None, None, error="; ".join(errors))
+
+
+# ---------------------------------------------------------------- deciding (pure)
+
+
+class ProofWindow:
+    """The readings since production came up; what failed and completed within the window."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.first: Reading | None = None
+        self.readings: deque[Reading] = deque()
+
+    def add(self, reading: Reading) -> None:
+        if reading.completed is None or reading.failed is None:
+            return
+        last = self.readings[-1] if self.readings else None
+        if last is not None and (reading.completed < (last.completed or 0) or reading.failed < (last.failed or 0)):
+            self.first, self.readings = None, deque()  # the daemon restarted: its counters began again
+        self.first = self.first or reading
+        self.readings.append(reading)
+        while len(self.readings) > 1 and reading.at - self.readings[1].at >= self.window_s:
+            self.readings.popleft()
+
+    def in_window(self) -> tuple[int, int]:
+        """(completed, failed) between the oldest reading in the window and the latest."""
+        if not self.readings:
+            return 0, 0
+        base, last = self.readings[0], self.readings[-1]
+        return (last.completed or 0) - (base.completed or 0), (last.failed or 0) - (base.failed or 0)
+
+    def since_up(self) -> tuple[int, int, float]:
+        """(completed, failed, seconds) since the first reading."""
+        if self.first is None or not self.readings:
+            return 0, 0, 0.0
+        last = self.readings[-1]
+        return ((last.completed or 0) - (self.first.completed or 0), (last.failed or 0) - (self.first.failed or 0),
+                last.at - self.first.at)
+
+    def failing(self, failures: int) -> bool:
+        completed, failed = self.in_window()
+        return failed >= failures and completed == 0
+
+
+def summary_line(window: ProofWindow, machine: dict[str, Any], memory: tuple[int, int] | None) -> str:
+    w_done, w_failed = window.in_window()
+    done, failed, seconds = window.since_up()
+    rate = done / seconds * 3600 if seconds > 0 else 0.0
+    used, limit = machine.get("memory_used"), machine.get("memory_limit")
+    if used is None and memory is not None:
+        used, limit = memory
+    mem = f"memory {fmt_bytes(used)} of {fmt_bytes(limit)}" if used is not None and limit else "memory unknown"
+    gpus = machine.get("gpu_utilization") or []
+    gpu = "GPU " + ", ".join(f"{g}%" for g in gpus) if gpus else "GPU utilisation unknown"
+    return (f"production: proofs {w_done} completed / {w_failed} failed in the last "
+            f"{window.window_s / 60:g} min, {done} / {failed} since up; {rate:.1f}/h; {mem}; {gpu}")
+
+
+# ---------------------------------------------------------------- the watch (the loop)
+
+
+class ProductionWatch:
+    """Started when production comes up, stopped when it goes down; every watch_s on the loop."""
+
+    def __init__(self, settings: ProductionSettings, status_url: str, wiring: Wiring) -> None:
+        self._settings, self._status_url, self._wiring = settings, status_url, wiring
+        self._phase: str | None = None
+        self._window = ProofWindow(settings.proof_failure_window_s)
+        self._lock = threading.Lock()
+        self._latest: Reading | None = None  # written by the reading thread
+        self._reading = False
+        self._timer: Any = None
+        self._next_summary = 0.0
+        self._memory: tuple[int, int] | None = None
+        self.summary = ""
+
+    def transition(self, phase: PhaseView) -> None:
+        if phase.report != "running":
+            return
+        if phase.up and self._phase is None:
+            self._phase = phase.name
+            self._window = ProofWindow(self._settings.proof_failure_window_s)
+            self._next_summary = 0.0
+            self._schedule()
+        elif not phase.up and self._phase is not None:
+            self._phase = None
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _schedule(self) -> None:
+        self._start_read()
+        self._timer = self._wiring.call_later(self._settings.watch_s, self._tick)
+
+    def _start_read(self) -> None:
+        if self._reading:
+            return  # the last one has not come back: never a second one behind it
+        self._reading = True
+
+        def read() -> None:
+            reading = read_counters(self._status_url, self._settings.curio_metrics)
+            with self._lock:
+                self._latest, self._reading = reading, False
+
+        worker_thread("production-watch", read)
+
+    def _tick(self) -> None:
+        phase = self._phase
+        if phase is None:
+            return
+        with self._lock:
+            reading, self._latest = self._latest, None
+        if reading is not None:
+            self._decide(phase, reading)
+        if self._phase is not None:
+            self._schedule()
+
+    def _decide(self, phase: str, reading: Reading) -> None:
+        self._window.add(reading)
+        self._memory = reading.memory or self._memory
+        self.summary = summary_line(self._window, dict(self._wiring.machine(phase)), self._memory)
+        if reading.at >= self._next_summary and reading.completed is not None:
+            self._next_summary = reading.at + SUMMARY_S
+            self._wiring.log(self.summary)
+            if self._wiring.manager is not None:
+                self._wiring.manager.push_text("setup", f"prover-supervisor: {self.summary}")
+        if self._window.failing(self._settings.proof_failures):
+            failed = self._window.in_window()[1]
+            detail = (f"{failed} proof(s) failed and none completed within {self._settings.proof_failure_window_s:g}s "
+                      f"(proof_failures={self._settings.proof_failures}; {reading.source} counters)")
+            self._window = ProofWindow(self._settings.proof_failure_window_s)
+            self._wiring.production.fail_phase(phase, v.PROOFS_FAILING, detail)
+
+    def status(self) -> dict[str, Any]:
+        """The production phase's keys in status: proofs_completed/failed since up, and the rest."""
+        done, failed, seconds = self._window.since_up()
+        w_done, w_failed = self._window.in_window()
+        return {"proofs_completed": done, "proofs_failed": failed, "summary": self.summary or None,
+                "production": {"window_s": self._window.window_s, "completed_in_window": w_done,
+                               "failed_in_window": w_failed, "rate_per_hour": round(done / seconds * 3600, 2)
+                               if seconds > 0 else None, "watch_s": self._settings.watch_s},
+                "metrics": {"proofs_completed": done, "proofs_failed": failed}}
+
+
+def attach_watch(wiring: Wiring, status_url: str, production_phase: str | None,
+                 settings: ProductionSettings, log: Callable[[str], None]) -> ProductionWatch | None:
+    """The watch on the production phase, heard through the wiring's events; None without one."""
+    if production_phase is None:
+        return None
+    watch = ProductionWatch(settings, status_url, wiring)
+    wiring.events.on_transition(watch.transition)
+    wiring.add_status(production_phase, watch.status)
+    log(f"production watch: every {settings.watch_s:g}s on phase {production_phase} "
+        f"({status_url or 'no cuzk status'}; curio {settings.curio_metrics or 'not read'}); proofs_failing after "
+        f"{settings.proof_failures} failure(s) with none completed within {settings.proof_failure_window_s:g}s")
+    return watch

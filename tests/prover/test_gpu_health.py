@@ -1,0 +1,239 @@
+"""GPU health (gpuwatch.py's events, gpuhealth.py's decisions) with the stand-in pynvml: a fatal Xid (79) fails
+the phase that uses GPUs with ``gpu_fault`` naming the GPU, the Xid and the recovery action, and the instance is
+given up at the dev-manager, production included; Xid 13 is logged and nothing fails; a lost GPU is a
+``gpu_fault`` too; NVML hung past its bound fails the attempt with ``gpu_unresponsive``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from helpers import Console, Runner, free_port, one_verdict, pyc, sh, toml_str, wait_for
+from standin_nvml import NvmlControl, fake_nvml_env, fake_pynvml
+
+from supervisor.devmanager import DevManager
+from supervisor.gpu import GpuFault
+from supervisor.gpuhealth import GpuHealth
+from supervisor.gpuwatch import Gpus
+from supervisor.states import PhaseState
+
+
+@pytest.fixture
+def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NvmlControl:
+    ctl = NvmlControl(tmp_path / "nvml.json", log=str(tmp_path / "nvml-calls.log"))
+    fake_pynvml(monkeypatch, ctl)
+    return ctl
+
+
+@pytest.fixture
+def gpus() -> Iterator[Gpus]:
+    watch = Gpus()
+    yield watch
+    watch.close()
+
+
+def faults_of(gpus: Gpus, count: int = 1, timeout: float = 10) -> list[GpuFault]:
+    found: list[GpuFault] = []
+
+    def enough() -> bool:
+        found.extend(gpus.take_faults())
+        return len(found) >= count
+
+    wait_for(enough, timeout=timeout)
+    return found
+
+
+# ---------------------------------------------------------------- the GPU thread, in-process
+
+
+def test_a_fatal_xid_is_found_with_its_gpu_and_recovery_action(control: NvmlControl, gpus: Gpus) -> None:
+    control.set(gpus=[{}, {}], recovery_action={"1": 2})
+    gpus.watch_health()
+    wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
+    assert gpus.events_why == "Xid events watched on GPU 0, 1"
+    control.set(xid=[{"gpu": 1, "xid": 79}])
+    [fault] = faults_of(gpus)
+    assert (fault.index, fault.xid, fault.recovery, fault.fatal) == (1, 79, 2, True)
+    assert fault.describe() == "GPU 1: Xid 79 (fallen off the bus); recovery action: node reboot"
+    calls = [name for name, _ in control.calls()]
+    assert "nvmlDeviceRegisterEvents" in calls and "nvmlDeviceGetFieldValues" in calls
+    assert {thread for _, thread in control.calls()} == {"gpu"}  # every NVML call on the one GPU thread
+
+
+def test_xid_13_is_an_application_fault_and_no_field_means_no_recovery_action(control: NvmlControl,
+                                                                               gpus: Gpus) -> None:
+    control.set(xid=[{"gpu": 0, "xid": 13}])
+    gpus.watch_health()
+    [fault] = faults_of(gpus)
+    assert (fault.xid, fault.fatal, fault.recovery) == (13, False, None)
+    assert fault.describe() == "GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's"
+
+
+def test_a_lost_gpu_is_a_fault_told_once(control: NvmlControl, gpus: Gpus) -> None:
+    gpus.watch_health()
+    release = gpus.want(0.1)
+    wait_for(lambda: gpus.samples(), timeout=10)
+    control.set(lost=[0])
+    [fault] = faults_of(gpus)
+    assert (fault.index, fault.xid, fault.fatal) == (0, None, True)
+    assert fault.describe() == "GPU 0: lost (NVMLError_GpuIsLost: GPU is lost)"
+    time.sleep(0.5)
+    assert gpus.take_faults() == []  # said once, though every later sample finds it lost
+    release()
+
+
+# ---------------------------------------------------------------- the decisions, in-process
+
+
+class Target:
+    """The Lifecycle as GPU health sees it: phases, and fail_phase recorded."""
+
+    def __init__(self, *phases: tuple[str, bool, PhaseState]) -> None:
+        self.phases = [SimpleNamespace(name=n, spec=SimpleNamespace(gpu_health=h), state=s) for n, h, s in phases]
+        self.failed: list[tuple[str, str, str]] = []
+
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        self.failed.append((name, reason, detail))
+        return True
+
+
+def test_a_fatal_fault_fails_the_running_gpu_phases_and_waits_for_the_next_one(control: NvmlControl,
+                                                                                gpus: Gpus) -> None:
+    target = Target(("fetch", False, PhaseState.RUNNING), ("curio", True, PhaseState.PENDING))
+    health = GpuHealth(target, gpus)
+    control.set(xid=[{"gpu": 0, "xid": 13}, {"gpu": 0, "xid": 48}], recovery_action=1)
+    lines: list[str] = []
+    wait_for(lambda: lines.extend(health.check(time.monotonic())) or health.fatal is not None, timeout=10)
+    assert "GPU health: GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's; recovery " \
+           "action: GPU reset (Xid 13 logged; nothing fails)" in lines, lines
+    assert "gpu_fault: GPU 0: Xid 48 (double-bit ECC error); recovery action: GPU reset" in lines, lines
+    assert target.failed == []  # the download uses no GPU: the fault is kept
+    target.phases[1].state = PhaseState.STARTING
+    health.check(time.monotonic())
+    assert target.failed == [("curio", "gpu_fault", "GPU 0: Xid 48 (double-bit ECC error); recovery action: GPU "
+                                                    "reset; this machine needs replacing")]
+
+
+def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(control: NvmlControl) -> None:
+    gpus = Gpus(call_timeout_s=0.2)
+    try:
+        target = Target(("curio", True, PhaseState.RUNNING))
+        health = GpuHealth(target, gpus, unresponsive_fail_s=0.5)
+        wait_for(lambda: gpus.opened.is_set(), timeout=10)
+        control.set(hang_s=30, hang_calls=["nvmlEventSetWait_v2", "nvmlDeviceGetUtilizationRates"])
+        wait_for(lambda: health.check(time.monotonic()) is not None and target.failed, timeout=10)
+        [(name, reason, detail)] = target.failed[:1]
+        assert (name, reason) == ("curio", "gpu_unresponsive")
+        assert "has not returned for" in detail and "(more than 0.5s)" in detail, detail
+    finally:
+        control.set(hang_s=0)
+        gpus.close()
+
+
+# ---------------------------------------------------------------- a real supervisor, the dev-manager
+
+
+@pytest.fixture(scope="module")
+def devmgr() -> Iterator[DevManager]:
+    mgr = DevManager(quiet=True).start()
+    yield mgr
+    mgr.stop()
+
+
+SERVE = """
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", PORT)); s.listen()
+while True:
+    time.sleep(1)
+"""
+
+
+def production_config(sup: Runner, mgr: DevManager, label: str, port: int) -> Path:
+    return sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = {toml_str(label)}
+        min_rate = 1
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("true")}
+        report = "param-done"
+
+        [[phases]]
+        name = "prod"
+        kind = "service"
+        gpu_health = true
+        restart = "always"
+        command = {pyc(SERVE.replace("PORT", str(port)))}
+        ready = "tcp://127.0.0.1:{port}"
+        report = "running"
+        """, stop_grace_s=1)
+
+
+def instance_of(mgr: DevManager, label: str) -> dict[str, Any]:
+    [inst] = [i for i in mgr.state.snapshot()["instances"].values() if i["label"] == label]
+    return inst
+
+
+def test_xid_79_in_production_fails_it_with_gpu_fault_and_gives_the_instance_up(
+        sup: Runner, devmgr: DevManager, tmp_path: Path) -> None:
+    control = NvmlControl(tmp_path / "nvml.json", recovery_action=2)
+    label = f"C.gpu-fault-{os.getpid()}"
+    console = Console(sup, production_config(sup, devmgr, label, free_port()), env=fake_nvml_env(control))
+    console.wait_text("phase prod: service is up")
+    control.set(xid=[{"gpu": 0, "xid": 79}])
+    status = console.finish(timeout=40)
+    out = console.text()
+    assert status != 0, out
+    record = one_verdict(out, "prod")
+    assert " reason=gpu_fault " in record, record
+    assert "GPU 0: Xid 79 (fallen off the bus); recovery action: node reboot" in record, record
+    assert "attempt 2" not in out  # never restarted (restart = "always"): the GPU is gone
+    assert "giving the instance up (phase prod failed)" in out, out
+    wait_for(lambda: instance_of(devmgr, label)["history"][-1] == "killed", timeout=10)
+    assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "running", "killed"]
+
+
+def test_xid_13_is_logged_and_nothing_fails(sup: Runner, devmgr: DevManager, tmp_path: Path) -> None:
+    control = NvmlControl(tmp_path / "nvml.json")
+    label = f"C.gpu-xid13-{os.getpid()}"
+    console = Console(sup, production_config(sup, devmgr, label, free_port()), env=fake_nvml_env(control))
+    console.wait_text("phase prod: service is up")
+    control.set(xid=[{"gpu": 0, "xid": 13}])
+    console.wait_text("(Xid 13 logged; nothing fails)")
+    time.sleep(1.5)  # a tick or two more: still nothing fails
+    os.kill(console.proc.pid, signal.SIGTERM)
+    status = console.finish(timeout=40)
+    out = console.text()
+    assert status == 143 or status == 0, out
+    assert "gpu_fault" not in out and "FAILED" not in out, out
+    assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "running"]
+
+
+def test_a_gpu_lost_during_a_oneshot_fails_it_with_gpu_fault(sup: Runner, tmp_path: Path) -> None:
+    control = NvmlControl(tmp_path / "nvml.json")
+    flag = tmp_path / "go"
+    cfg = sup.write(f"""
+        [[phases]]
+        name = "warmup"
+        gpu_health = true
+        retries = 3
+        command = {pyc(f"import time, pathlib; pathlib.Path({str(flag)!r}).touch(); time.sleep(60)")}
+        """, stop_grace_s=1)
+    console = Console(sup, cfg, env=fake_nvml_env(control))
+    wait_for(flag.exists, timeout=20)
+    control.set(lost=[0])
+    status = console.finish(timeout=40)
+    out = console.text()
+    assert status != 0, out
+    record = one_verdict(out, "warmup")
+    assert " reason=gpu_fault " in record and "GPU 0: lost (NVMLError_GpuIsLost: GPU is lost)" in record, record
+    assert "attempt 2" not in out  # never retried: no attempt on this machine can succeed

@@ -1,0 +1,100 @@
+"""Memory warned before the kill (memwatch.py): ``memory_high`` once per crossing of memory_warn, with the
+usage, the limit and the phase, before the real OOM kill in a real v1 memory cgroup; the verdict names it.
+The crossing rule (hysteresis) and the PSI parsing are pure, tested in-process."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+from helpers import PY, Runner, one_verdict, toml_list, v1_memory_cgroup_or_skip
+
+from supervisor.cgroups import parse_pressure
+from supervisor.memwatch import MEMORY_REARM_MARGIN, crossed
+
+# Grows to 93% of its cgroup's limit (read from its own cgroup), says so, waits ``pause`` seconds (long
+# enough for a tick or two to see it), then grows until the kernel kills it; gives up at 1 GiB.
+CLIMB_CODE = textwrap.dedent("""\
+    import sys, time
+    from pathlib import Path
+    rel = next(l.split(":", 2)[2] for l in Path("/proc/self/cgroup").read_text().splitlines()
+               if "memory" in l.split(":", 2)[1].split(","))
+    cg = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+    limit = int((cg / "memory.limit_in_bytes").read_text())
+    usage = lambda: int((cg / "memory.usage_in_bytes").read_text())
+    chunks = []
+    while usage() < 0.93 * limit and len(chunks) < 256:
+        chunks.append(b"x" * (1 << 20))
+    print(f"at {usage() * 100 // limit}% of {limit}", flush=True)
+    time.sleep(float(sys.argv[1]))
+    while len(chunks) < 1024:
+        chunks.append(b"x" * (4 << 20))
+    print("allocated 1 GiB without being stopped", flush=True)
+    sys.exit(3)
+    """)
+
+
+def climb_script(tmp: Path) -> Path:
+    path = tmp / "climb.py"
+    path.write_text(CLIMB_CODE)
+    return path
+
+
+def test_crossing_is_said_once_and_rearmed_below_the_margin() -> None:
+    warn, armed = 0.9, True
+    said = []
+    for fraction in (0.5, 0.89, 0.91, 0.95, 0.99, 0.88, 0.9, 0.8, 0.92):
+        say, armed = crossed(armed, fraction, warn)
+        said.append(say)
+    # 0.91 says it; 0.88 is within the margin (not re-armed), 0.9 again silent; 0.8 re-arms; 0.92 says it.
+    assert 0.9 - MEMORY_REARM_MARGIN > 0.8 and 0.9 - MEMORY_REARM_MARGIN < 0.88
+    assert said == [False, False, True, False, False, False, False, False, True]
+    assert crossed(True, 1.0, 0.0) == (False, True)  # memory_warn = 0: never
+
+
+def test_pressure_lines_become_one_short_text() -> None:
+    text = ("some avg10=1.20 avg60=0.50 avg300=0.10 total=123456\n"
+            "full avg10=0.40 avg60=0.10 avg300=0.00 total=2345\n")
+    assert parse_pressure(text) == "some avg10=1.20% full avg10=0.40%"
+    assert parse_pressure("") is None
+
+
+def test_memory_high_comes_before_the_oom_kill_and_the_verdict_names_it(sup: Runner) -> None:
+    v1_memory_cgroup_or_skip()
+    climb = climb_script(sup.tmp)
+    cfg = sup.write(f"""
+[[phases]]
+name = "hog"
+memory_max = "96MiB"
+command = {toml_list([PY, str(climb), "2.5"])}
+""", stop_grace_s=1)
+    result = sup.run(cfg, timeout=60)
+    out = result.output
+    assert result.returncode == 137, out
+    assert "at 9" in out, out  # the climber reached its plateau
+    warnings = [line for line in out.splitlines() if "memory_high: phase hog" in line]
+    assert len(warnings) == 1, out  # once per crossing, not once a tick on the plateau
+    warning = warnings[0]
+    assert re.search(r"uses (9\d|100)% of its memory limit \([\d.]+MiB of 96\.0MiB, its cgroup; memory_warn=0\.9\)",
+                     warning), warning
+    record = one_verdict(out, "hog")
+    assert " reason=oom_killed " in record, record
+    assert out.index("memory_high: phase hog") < out.index("reason=oom_killed")
+    assert re.search(r"warned at \d\d:\d\d:\d\d: memory_high 9\d% of 96\.0MiB", record), record
+
+
+def test_memory_warn_zero_says_nothing(sup: Runner) -> None:
+    v1_memory_cgroup_or_skip()
+    climb = climb_script(sup.tmp)
+    cfg = sup.write(f"""
+[[phases]]
+name = "hog"
+memory_max = "96MiB"
+memory_warn = 0
+command = {toml_list([PY, str(climb), "1.5"])}
+""", stop_grace_s=1)
+    result = sup.run(cfg, timeout=60)
+    assert result.returncode == 137, result.output
+    assert "memory_high" not in result.output
+    assert "warned at" not in one_verdict(result.output, "hog")

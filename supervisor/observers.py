@@ -24,6 +24,7 @@ from .signals import SignalRouter
 from .startup import Core, Host, Supervision
 from .statefile import StateFile
 from .statussocket import StatusServer
+from .timers import Timeline
 from .wiring import LifecycleEvents, Wiring
 
 
@@ -45,11 +46,14 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     # The plugin's listeners after the reporter's (its give-up after the reason lines above: the manager
     # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
     attach_plugin(plan, plugin, host, core, sup)
+    timeline = Timeline()  # when each phase started and ended: heard before status.json is written
+    lifecycle.listeners.append(timeline.changed)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
         snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
                                      lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
-                                     verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage)
+                                     verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage,
+                                     timeline=timeline, log_dir=plan.supervisor.log_dir)
         if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
             snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
                                "giving_up": router.flush.giving_up}

@@ -104,6 +104,14 @@ class Phase:
         output = self._hooks.output
         return self.parsed if output is not None and output.fact is not None else None
 
+    @property
+    def pacing(self) -> Pacing:  # read-only, for the status view's timers (timers.py): deadline, backoff, stall
+        return self._pacing
+
+    @property
+    def current_attempt(self) -> Attempt:  # read-only, for the status view: its start (the ready wait), its start time
+        return self._attempt
+
     def live_children(self) -> list[Child]:
         return [c for c in self._attempt.children + self.kept if c.running]
 

@@ -28,6 +28,7 @@ from .answers import FieldCheck
 from .config import ManagerSpec
 from .exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
 from .exits import EXIT_OK
+from .ledger import LEDGER_CALLS, ledger
 from .logship import Shipper, event_line, events_sender, log_push_sender
 from .loop import EventLoop, contained, summary
 from .manager import ManagerClient
@@ -324,6 +325,9 @@ class Reporter:
             "last_delivered": sender.last_delivered if sender else None,
             # The manager's own words (an answer's body), which come from outside: masked here.
             "last_error": self._redactor.text(sender.last_error) if sender and sender.last_error else None,
+            "last_error_at": sender.last_error_at if sender and sender.last_error else None,
+            "ledger": ledger(self.outbox.history(LEDGER_CALLS, without=LOG), self._redactor.text)
+            if self.outbox else [],
             "log_backlog": self._logs.backlog() if self._logs else {},
         }
 

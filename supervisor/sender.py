@@ -101,6 +101,7 @@ class Sender:
         self.fields: dict[str, str | None] = {}  # what the register answer gave beside the uuid (checked)
         self.last_delivered: dict[str, Any] | None = None
         self.last_error: str | None = None
+        self.last_error_at: float | None = None  # epoch: when last_error happened
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -189,7 +190,7 @@ class Sender:
             def on_retry(error: str, delay: float, call: Call = call) -> None:
                 nonlocal retries
                 retries += 1
-                self.last_error = error
+                self.last_error, self.last_error_at = error, time.time()
                 self.outbox.attempted(call.id, error)
                 if retries == 1 or retries % RETRY_LOG_EVERY == 0:
                     self._loop.call_soon_threadsafe(lambda: self._log(
@@ -198,7 +199,7 @@ class Sender:
             try:
                 answer = self._client.with_retries(lambda call=call: self._attempt(call), self._stop, on_retry)
             except PermanentError as exc:
-                self.last_error = str(exc)
+                self.last_error, self.last_error_at = str(exc), time.time()
                 self.outbox.failed(call.id, str(exc))
                 self._loop.call_soon_threadsafe(lambda exc=exc, call=call: self._refused(call, exc))
                 continue
@@ -206,6 +207,7 @@ class Sender:
                 return  # stopping: the call stays pending in the outbox
             self.outbox.delivered(call.id, answer.body)
             self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
+            self.last_error = self.last_error_at = None  # a delivery clears the error: the manager is back
             self._delivered(call, answer)
 
     def _next_call(self) -> Call | None:

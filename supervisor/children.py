@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import verdict as v
 from .config import ChildSpec
-from .logs import ChildOutput, LogFile
+from .logs import ChildOutput, LogFile, child_log_name
 from .loop import ErrorHandler, contained, is_contained, name_of
 from .memory import MemoryEvidence
 from .process import Child, SpawnError, child_setup, spawn
@@ -97,8 +97,7 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
 
 
 def log_path(log_dir: Path, spec: ChildSpec) -> Path:
-    name = spec.phase if spec.name == spec.phase else f"{spec.phase}.{spec.name}"
-    return log_dir / f"{name}.log"
+    return log_dir / child_log_name(spec.phase, spec.name)
 
 
 def shown_command(argv: tuple[str, ...]) -> str:

@@ -8,14 +8,15 @@ The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
   $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status; on a
   state_dir whose instance was given up it runs nothing and exits 79, unless ``--fresh`` (givenup.py);
 - ``check --config F``: validate a config, start nothing;
-- ``status [--json] [--state-dir D | --config F]``: what the running supervisor does, else what
-  it last saved;
+- ``status [--json] [--watch [--interval S]] [--state-dir D | --config F]``: what the running
+  supervisor does, else what it last saved and what became of it (statuscmd.py);
 - ``demo [--fail MODE] [--phase P] [--keep]``: the whole lifecycle with the stand-ins;
 - ``standins --bin-dir DIR``: write the stand-ins under the real programs' names;
 - ``dev-manager [--port N]``: a stand-in of the fleet manager's API on 127.0.0.1.
 
-Exit statuses are named in exits.py: 0 done (``status``: a supervisor answers), 2 a bad config
-or command line (one line on stderr, nothing started), 3 ``status`` found none running, 75
+Exit statuses are named in exits.py: 0 done (``status``: a supervisor answers; ``status --watch``
+ended by Ctrl-C), 2 a bad config or command line (one line on stderr, nothing started), 3 ``status``
+found none running (exited, or gone: killed with what it started maybe still alive), 75
 another supervisor already runs from this state_dir, 130 a command other than ``run`` was
 interrupted (Ctrl-C); otherwise ``run`` passes on the status of the lifecycle (1, 69, 70, the
 failing child's exit code, or 128 + a signal).
@@ -35,12 +36,11 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import json
 import os
 from pathlib import Path
 
 from . import __version__
-from .exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, EXIT_NOT_RUNNING, EXIT_OK
+from .exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from .signals import hold_signals, release_signals
 from .stdio import STDERR, keep_std_fds_open, say, settle
 
@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_status.add_argument("--state-dir", metavar="DIR", help="the supervisor's state_dir (default: from --config, "
                                                               "$SUPERVISOR_CONFIG or the prover profile)")
     p_status.add_argument("--config", metavar="FILE", help="read state_dir from this config")
+    p_status.add_argument("--watch", action="store_true", help="redraw the text until Ctrl-C")
+    p_status.add_argument("--interval", type=interval_seconds, default=None, metavar="S",
+                          help="--watch's redraw interval in seconds (default 1)")
     p_check = sub.add_parser("check", help="validate a config file and exit (0 valid, 2 not)")
     p_check.add_argument("--config", metavar="FILE", required=True, help="TOML config file")
     p_demo = sub.add_parser("demo", help="run the whole lifecycle locally with the built-in stand-in programs")
@@ -86,6 +89,19 @@ def tcp_port(text: str) -> int:
     if not is_ascii_digits(text) or len(text) > 5 or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
     return int(text)
+
+
+def interval_seconds(text: str) -> float:
+    """An argparse type: --interval in seconds, a finite number of at least WATCH_INTERVAL_MIN_S."""
+    from .statuscmd import WATCH_INTERVAL_MIN_S
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= WATCH_INTERVAL_MIN_S or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= {WATCH_INTERVAL_MIN_S:g}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,33 +192,22 @@ def write_standins(args: argparse.Namespace) -> int:
 
 
 def show_status(args: argparse.Namespace) -> int:
-    """Ask the running supervisor; if none answers, show what it last wrote (exit EXIT_NOT_RUNNING)."""
-    from .config import check_state_dir, load_plan
+    """Ask the running supervisor; if none answers, show what it last wrote and what became of it (exit 3)."""
+    from .config import ConfigError, check_state_dir, load_plan
     from .prover.plugin import PLUGIN
-    from .render import render
-    from .statefile import load_persisted
-    from .statussocket import query
+    from .statuscmd import WATCH_INTERVAL_S, show, watch
 
+    if args.interval is not None and not args.watch:
+        raise ConfigError("--interval goes with --watch")
+    if args.watch and args.json:
+        raise ConfigError("--watch redraws the text; --json is one answer for machines: not both")
     if args.state_dir:
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     else:
         state_dir = Path(load_plan(config_path(args), PLUGIN).supervisor.state_dir)
-    snap = query(state_dir)
-    live = snap is not None
-    if snap is None:
-        snap, why = load_persisted(state_dir)
-        if snap is None:
-            said = (f"no prover-supervisor is running (no answer on {state_dir / 'status.sock'}), "
-                    f"and no saved state: {why}")
-            # --json is for machines: JSON whatever the answer, never a sentence they must parse.
-            say(json.dumps({"running": False, "live": False, "state_dir": str(state_dir), "why": said}, indent=2)
-                if args.json else said)
-            return EXIT_NOT_RUNNING
-    if args.json:
-        say(json.dumps({"running": live, "live": live, **snap}, indent=2, default=str))
-    else:
-        say(render(snap, live))
-    return EXIT_OK if live else EXIT_NOT_RUNNING
+    if args.watch:
+        return watch(state_dir, args.interval or WATCH_INTERVAL_S)
+    return show(state_dir, args.json)
 
 
 if __name__ == "__main__":

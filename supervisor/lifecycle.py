@@ -44,6 +44,7 @@ class Lifecycle:
                              shutting_down=lambda: self.shutting_down, spawn=spawn) for spec in plan.phases]
         self._reached: list[Phase] = []  # the phases started, in order
         self._holds: dict[str, str] = {}  # DONE phase's name → why the lifecycle may not go past it yet
+        self._hold_ends: dict[str, float] = {}  # its name → when the holder lets it go at the latest (monotonic)
         self._on_finished = on_finished
         self.listeners: list[Callable[[Phase], None]] = []  # every phase transition (reporting, status)
         self.on_shutdown: list[Callable[[str, int], None]] = []
@@ -84,14 +85,18 @@ class Lifecycle:
         return [p for p in self.phases if p.spec.report == "running"] or \
             [p for p in self.phases if p.spec.kind == "service"][-1:]
 
-    def hold(self, name: str, why: str) -> None:
+    def hold(self, name: str, why: str, for_s: float | None = None) -> None:
         """The lifecycle may not go past phase ``name`` (DONE) until ``release``: the bench gate waits for
-        the manager's verdict on the bench before production starts (ProductionControl, wiring.py)."""
+        the manager's verdict on the bench before production starts (ProductionControl, wiring.py).
+        ``for_s``: how long the holder waits at most (status shows the time left)."""
         self._holds[name] = why
+        if for_s is not None:
+            self._hold_ends[name] = self._loop.clock.monotonic() + for_s
 
     def release(self, name: str) -> None:
         """The hold on phase ``name`` is over: the lifecycle moves on."""
         if name in self._holds:
+            self._hold_ends.pop(name, None)
             self._log(f"phase {name}: hold released ({self._holds.pop(name)})")
             self._advance()
 
@@ -108,6 +113,10 @@ class Lifecycle:
     def held(self, name: str) -> str | None:
         """Why the lifecycle may not go past phase ``name`` yet, or None (status shows it)."""
         return self._holds.get(name)
+
+    def hold_ends(self, name: str) -> float | None:
+        """When the hold on phase ``name`` ends at the latest (monotonic), if its holder said."""
+        return self._hold_ends.get(name) if name in self._holds else None
 
     def _phase_changed(self, phase: Phase) -> None:
         tell_listeners(self._loop.faults, "listener", self.listeners, phase, phase=phase.name)

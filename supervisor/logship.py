@@ -12,7 +12,8 @@ outbox ahead of it (Reporter.push_text), so the order holds. A call the outbox d
 is back: the shipper's retry backoff is reset and it pushes at once (``manager_answers``), so the logs of
 an outage arrive right behind its calls. Pushes go through the manager client's
 rules (manager.py): a total deadline, a bounded answer, no redirect followed (a redirected push is
-not delivered: it is kept and sent again), Retry-After honoured.
+not delivered: it is kept and sent again), Retry-After honoured. The supervisor's own first lines,
+logged before there is a shipper to hand them to, wait in ``EarlyLines``.
 """
 
 from __future__ import annotations
@@ -243,3 +244,31 @@ def events_sender(client: ManagerClient) -> Callable[[str, str, str], None]:
 
 def event_line(kind: str, **fields: Any) -> str:
     return json.dumps({"type": kind, "time": round(time.time(), 3), **fields}, default=str, sort_keys=True)
+
+
+# The supervisor's own lines held before the log shipper exists (a handful in practice).
+EARLY_LINES_MAX = 1000
+
+
+class EarlyLines:
+    """The supervisor's own lines from its very first one (role, memory evidence, GPUs, resume),
+    held in order until the Reporter takes them: the log tap exists before the Reporter can."""
+
+    def __init__(self) -> None:
+        self._held: list[str] | None = []
+        self._forward: Callable[[str], None] | None = None
+
+    def tap(self, message: str) -> None:
+        if self._forward is not None:
+            self._forward(message)
+        elif self._held is not None:
+            self._held.append(message)
+            del self._held[:-EARLY_LINES_MAX]
+
+    def hand_to(self, forward: Callable[[str], None] | None) -> None:
+        """Replay what was held into ``forward``, then pass every later line straight on; None: drop them."""
+        held, self._held = self._held or [], None
+        self._forward = forward
+        if forward is not None:
+            for message in held:
+                forward(message)

@@ -247,6 +247,11 @@ class MemoryEvidence:
         except (OSError, ValueError):
             return []
 
+    def phase_snapshot(self, phase: str) -> MemorySnapshot | None:
+        """The readings of the phase's own cgroup (usage, peak, its limit: memory_max), while it has one."""
+        cgroup = self._phase_cgroups.get(phase)
+        return cgroup.snapshot() if cgroup is not None else None
+
     def release_phase(self, phase: str) -> None:
         """The phase is over: remove its cgroup (anything left in it goes back to ours)."""
         cgroup = self._phase_cgroups.pop(phase, None)

@@ -25,6 +25,7 @@ from .signals import SignalRouter
 from .startup import Core, Host, Supervision
 from .statefile import StateFile
 from .statussocket import StatusServer
+from .timers import Timeline
 from .wiring import LifecycleEvents, Wiring
 
 
@@ -47,12 +48,14 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
     extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
     attach_plugin(plan, plugin, host, core, sup, extras)
+    timeline = Timeline()  # when each phase started and ended: heard before status.json is written
+    lifecycle.listeners.append(timeline.changed)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
         snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
                                      lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
                                      verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage,
-                                     extras=extras)
+                                     extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir)
         if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
             snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
                                "giving_up": router.flush.giving_up}

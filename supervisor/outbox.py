@@ -53,6 +53,7 @@ CORRUPTION = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 # Where calls go once the outbox cannot be read at all (not even to copy it): far above any id the file
 # can hold, so when both meet again the file's older calls still come first.
 UNREADABLE_FIRST_ID = 1 << 40
+HISTORY = ("id", "kind", "state", "attempts", "created", "finished", "last_error", "payload", "response")
 CALL_COLUMNS = ("id", "kind", "payload", "created", "state", "attempts", "finished", "last_error", "response")
 # A whole call row with its id (salvaged rows, and calls made in memory, keep theirs in the file); a row
 # already there (a write reported failed that landed after all) is replaced, not refused.
@@ -343,12 +344,11 @@ class Outbox:
                              "ORDER BY id DESC LIMIT 1", (kind,))
         return None if row is None else json.loads(row[0] or "null") or {}
 
-    def history(self, limit: int = 50) -> list[dict[str, Any]]:
-        rows = self._read(
-            "SELECT id, kind, state, attempts, created, finished, last_error FROM calls ORDER BY id DESC LIMIT ?",
-            (limit,))
-        keys = ("id", "kind", "state", "attempts", "created", "finished", "last_error")
-        return [dict(zip(keys, row, strict=True)) for row in reversed(rows)]
+    def history(self, limit: int = 50, without: str = "") -> list[dict[str, Any]]:
+        """The latest ``limit`` calls (but those of kind ``without``), oldest first, payload and answer as stored."""
+        rows = self._read(f"SELECT {', '.join(HISTORY)} FROM calls WHERE kind != ? ORDER BY id DESC LIMIT ?",
+                          (without, limit))
+        return [dict(zip(HISTORY, row, strict=True)) for row in reversed(rows)]
 
     def get(self, key: str) -> str | None:
         row = self._read_one("SELECT value FROM facts WHERE key = ?", (key,))

@@ -33,6 +33,7 @@ class Pacing:
         self.restart_times: list[float] = []  # when the service was restarted (monotonic), for restart_burst
         self._deadline: Timer | None = None
         self._backoff: Timer | None = None
+        self.stall: StallMonitor | None = None  # the latest attempt's stall watch (read by the status view)
 
     def now(self) -> float:
         return self._loop.clock.monotonic()
@@ -41,6 +42,16 @@ class Pacing:
         """``timeout_s`` from now (once, before the first attempt): ``passed`` when it is up."""
         if self._spec.timeout_s is not None:
             self._deadline = self._loop.call_later(self._spec.timeout_s, passed, on_error=on_error)
+
+    @property
+    def deadline_at(self) -> float | None:
+        """When ``timeout_s`` is up (monotonic, the loop's clock), while the deadline is set: for the status view."""
+        return _due(self._deadline)
+
+    @property
+    def backoff_until(self) -> float | None:
+        """When the next attempt starts (monotonic), while a backoff runs: for the status view."""
+        return _due(self._backoff)
 
     def deadline_expired(self) -> bool:
         return self._deadline is not None and self._deadline.when <= self.now()
@@ -62,9 +73,9 @@ class Pacing:
         """For a phase with stall_s: ``on_stall`` (what was silent) once ``attempt`` stalls, while ``current()``."""
         spec = self._spec
         if spec.stall_s is not None:
-            StallMonitor(self._loop, spec.stall_s, evidence.gpus, evidence.progress, spec.progress_path,
-                         freeze=evidence.freeze, last_outputs=attempt.last_outputs, drain=drain, current=current,
-                         on_stall=on_stall, on_error=on_error)
+            self.stall = StallMonitor(self._loop, spec.stall_s, evidence.gpus, evidence.progress, spec.progress_path,
+                                      freeze=evidence.freeze, last_outputs=attempt.last_outputs, drain=drain,
+                                      current=current, on_stall=on_stall, on_error=on_error)
 
     def watch_progress(self, evidence: MachineEvidence, attempt: Attempt, log: Callable[[str], None], *,
                        current: Callable[[], bool], on_too_slow: Callable[[str], None],
@@ -97,3 +108,7 @@ class Pacing:
         for timer in (self._deadline, self._backoff):
             if timer is not None:
                 timer.cancel()
+
+
+def _due(timer: Timer | None) -> float | None:
+    return timer.when if timer is not None and not timer.cancelled else None

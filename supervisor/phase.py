@@ -49,7 +49,7 @@ class Phase:
         self._resume_needs = ResumeNeeds(rt.loop, rt.log, rt.rebench, rt.evidence)
         self._spawn: Spawn = spawn or partial(start_child, rt.spawning)
         self._on_change, self._hooks, self._shutting_down = on_change, hooks, shutting_down
-        self._pacing = Pacing(spec, rt.loop, rt.rng)
+        self.pacing = Pacing(spec, rt.loop, rt.rng)  # its timers; others only read them (timers.py: status)
         # Written by this class only (its state by transition; a test walks the table): what others read.
         self.state = PhaseState.PENDING
         self.since = self._clock.time()
@@ -108,6 +108,10 @@ class Phase:
         output = self._hooks.output
         return self.parsed if output is not None and output.fact is not None else None
 
+    @property
+    def current_attempt(self) -> Attempt:  # read-only, for the status view: its start (the ready wait), its start time
+        return self._attempt
+
     def live_children(self) -> list[Child]:
         return [c for c in self._attempt.children + self.kept if c.running]
 
@@ -139,7 +143,7 @@ class Phase:
             return
         if not self._prepared(lambda ctx: memory_preflight(ctx, self.spec.min_memory)):
             return
-        self._pacing.start_deadline(self._deadline_passed, self.fault_handler("the deadline timer"))
+        self.pacing.start_deadline(self._deadline_passed, self.fault_handler("the deadline timer"))
         self._start_attempt()
 
     def hook_context(self) -> HookContext:
@@ -168,10 +172,10 @@ class Phase:
             self._evidence.memory.reset_peak(self.name)
         self.transition(PhaseState.STARTING, f"attempt {self.attempt}")
         attempt = self.attempt
-        self._pacing.watch_for_stall(self._evidence, self._attempt, drain=self._before_deciding,
+        self.pacing.watch_for_stall(self._evidence, self._attempt, drain=self._before_deciding,
                                      current=lambda: self._is_current(attempt, *ATTEMPT_RUNS),
                                      on_stall=self._stalled, on_error=self.fault_handler("the stall check"))
-        self._pacing.watch_progress(self._evidence, self._attempt, self._log, current=lambda: self._is_current(
+        self.pacing.watch_progress(self._evidence, self._attempt, self._log, current=lambda: self._is_current(
             attempt, *ATTEMPT_RUNS), on_too_slow=partial(self.abort_attempt, v.TOO_SLOW),
             on_error=self.fault_handler("the progress watch"))
         self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
@@ -305,7 +309,7 @@ class Phase:
         if self._shutting_down():
             self.transition(PhaseState.STOPPED, "supervisor shutdown")
             return
-        step, why, delay = self._pacing.after(outcome, attempt)
+        step, why, delay = self.pacing.after(outcome, attempt)
         if step is Next.DONE:
             self._done(why)
         elif step is Next.FAIL:
@@ -315,7 +319,7 @@ class Phase:
 
     def _back_off(self, why: str, delay: float) -> None:
         self.transition(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s")
-        self._pacing.back_off(delay, self._backoff_over, self.fault_handler("the backoff timer"))
+        self.pacing.back_off(delay, self._backoff_over, self.fault_handler("the backoff timer"))
 
     def _backoff_over(self) -> None:
         if self.state is PhaseState.BACKOFF and not self._shutting_down():
@@ -345,7 +349,7 @@ class Phase:
         self._conclude(PhaseState.FAILED, detail)
 
     def _conclude(self, state: PhaseState, why: str) -> None:
-        self._pacing.cancel()
+        self.pacing.cancel()
         if not self.kept and self._evidence.memory is not None:
             self._evidence.memory.release_phase(self.name)
         self.transition(state, why)
@@ -361,12 +365,9 @@ class Phase:
         return contained(callback, self.fault_handler(what))
 
     def fail_internally(self, what: str, exc: Exception) -> None:
-        """A bug of the supervisor's own while handling this phase (``what`` raised ``exc``).
-
-        Logged once with its traceback; the phase fails for good with reason internal_error
-        (retrying would only hide the bug) and the lifecycle takes it from there. Its children
-        are stopped on purpose, so their verdicts read ``stopped``: it is not their failure.
-        """
+        """A bug of the supervisor's own while handling this phase (``what`` raised ``exc``): logged once with its
+        traceback; the phase fails for good with reason internal_error (retrying would only hide the bug). Its
+        children are stopped on purpose, so their verdicts read ``stopped``: it is not their failure."""
         self._loop.faults.report(f"phase {self.name}: {what}", exc)
         attempt = self._attempt
         if self.state in FINAL_STATES or attempt.broken is not None or self._shutting_down():
@@ -388,7 +389,7 @@ class Phase:
 
     def abort(self) -> None:
         """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
-        self._pacing.cancel()
+        self.pacing.cancel()
         self._attempt.cancel_start()
 
     def settle_after_shutdown(self) -> None:

@@ -98,6 +98,14 @@ class Child:
     def running(self) -> bool:
         return self.status is None
 
+    @property
+    def kill_at(self) -> float | None:
+        """While it is being stopped and its grace runs: when SIGKILL follows (monotonic, the loop's clock)."""
+        timer = self._kill_timer
+        if not self._stopping or timer is None or timer.cancelled or self._killed_at is not None:
+            return None
+        return timer.when
+
     def exited(self, status: ExitStatus) -> None:
         """Called by the reaper's owner when ``waitpid`` returned this child's status."""
         self.status = status

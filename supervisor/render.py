@@ -1,17 +1,30 @@
 """What ``prover-supervisor status`` prints for a person: a snapshot (live, or status.json) as text.
 
 A pure function of the snapshot and the time: the same text whether the snapshot came from the
-running supervisor's socket or from the file it last wrote (``live`` says which).
+running supervisor's socket or from the file it last wrote (``live`` says which). First the story
+(headline.py: one line, then a failure's cause or a gone supervisor's survivors), then the details:
+who, the lifecycle, each phase (its state, then the lines of ``PHASE_LINES``: its timeline, its running
+timers, its memory against memory_max), the children, GPUs, memory, the manager (and the ledger of what it
+was told), the verdicts.
+
+What another concern shows of a phase plugs in as one more function in ``PHASE_LINES``: it takes the
+phase's part of the snapshot, the time and whether the snapshot is live, and returns its lines.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
+from .headline import failure_lines, gone_lines, headline, shown_value, since, span
 from .transfer import progress_text
 from .units import fmt_bytes
+
+PhaseLines = Callable[[dict[str, Any], float, bool], list[str]]
+# The ledger lines shown (the latest calls; status --json has every one the snapshot carries).
+LEDGER_SHOWN = 8
 
 
 def _ago(t: Any, now: float) -> str:
@@ -26,9 +39,15 @@ def _ago(t: Any, now: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def phase_notes(ph: dict[str, Any]) -> list[str]:
-    """The lines under a phase beside its state: what a plugin says of it (``summary``), its memory_high."""
-    return [f"      {ph['summary']}"] if ph.get("summary") else []
+def summary_lines(ph: dict[str, Any], now: float, live: bool) -> list[str]:
+    """What a plugin says of the phase in one line (``summary``: the prover's production summary)."""
+    return [str(ph["summary"])] if ph.get("summary") else []
+
+
+def progress_lines(ph: dict[str, Any], now: float, live: bool) -> list[str]:
+    """The supervisor's own progress line for a download (bar, percent, rate, ETA: transfer.py)."""
+    text = progress_text(ph.get("progress"))
+    return [f"progress {text}"] if text else []
 
 
 def memory_notes(mem: dict[str, Any]) -> list[str]:
@@ -40,7 +59,8 @@ def memory_notes(mem: dict[str, Any]) -> list[str]:
 def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
     """The status text; ``now`` (epoch seconds, default the time) is what the ages are counted from."""
     now = time.time() if now is None else now
-    out = []
+    gone = snap.get("supervisor") == "gone"
+    out = [headline(snap, live, now), *failure_lines(snap), *gone_lines(snap)]
     if live:
         up = _ago(snap.get("started_at"), now)
         out.append(f"prover-supervisor pid {snap.get('pid')} as {snap.get('role')}, up {up} "
@@ -49,29 +69,20 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
         out.append(f"no prover-supervisor is running; last state written {_ago(snap.get('written_at'), now)} ago "
                    f"by pid {snap.get('pid')}")
     state = snap.get("lifecycle", {})
-    out.append(f"lifecycle: {state.get('state')}" + (f" ({state.get('why')})" if state.get("why") else ""))
+    said = f"{state.get('state')}" + (f" ({state.get('why')})" if state.get("why") else "")
+    # A dead supervisor's lifecycle runs no more: what it last wrote is only what was last known.
+    out.append(f"lifecycle (last known, the supervisor is gone): {said}" if gone else f"lifecycle: {said}")
     current = state.get("current")
     if current:
         out.append(f"current phase: {current}")
-    out.append("phases:")
+    out.append("phases (last known):" if gone else "phases:")
     for ph in snap.get("phases", []):
         hold = f"; held: {ph['hold']}" if ph.get("hold") else ""
         out.append(f"  {ph['name']:<12} {ph['state']:<9} since {_ago(ph.get('since'), now)} ago, "
                    f"attempt {ph.get('attempt')}: {ph.get('why', '')}{hold}")
-        progress = progress_text(ph.get("progress"))
-        if progress:
-            out.append(f"  {'':<12} progress {progress}")
-        out.extend(phase_notes(ph))
-    children = snap.get("children", [])
-    out.append("children:" if children else "children: none running")
-    for ch in children:
-        usage = ch.get("usage") or {}
-        rss = fmt_bytes(usage.get("rss")) if usage.get("rss") is not None else "?"
-        out.append(f"  {ch['label']:<24} pid {ch['pid']:<7} {ch['state']:<8} up {_ago(ch.get('started_at'), now)}, "
-                   f"{usage.get('processes', '?')} proc(s), cpu {usage.get('cpu_s', '?')}s, rss {rss}, "
-                   f"last output {_ago(ch.get('last_output_at'), now)} ago")
-        for line in ch.get("last_lines", [])[-3:]:
-            out.append(f"      | {line[:160]}")
+        for lines_of in PHASE_LINES:
+            out.extend(f"      {line}" for line in lines_of(ph, now, live and not gone))
+    out.extend(_children(snap, now, gone))
     gpus = snap.get("gpus", {})
     hung = gpus.get("unresponsive")
     if isinstance(hung, dict):
@@ -89,8 +100,10 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
     if mgr.get("enabled"):
         last = mgr.get("last_delivered") or {}
         out.append(f"manager: {mgr.get('url')} uuid {mgr.get('uuid')}, outbox {mgr.get('outbox_pending')} pending, "
-                   f"last delivered {last.get('kind', 'none')} {_ago(last.get('at'), now) + ' ago' if last else ''}"
-                   + (f", last error: {mgr['last_error']}" if mgr.get("last_error") else ""))
+                   f"last delivered {last.get('kind', 'none')} {_ago(last.get('at'), now) + ' ago' if last else ''}")
+        if mgr.get("last_error"):  # one line, with its age; the next delivery clears it
+            out.append(f"  last error {since(mgr.get('last_error_at'), now)}: {_one_line(mgr['last_error'])}")
+        out.extend(_ledger(mgr.get("ledger"), now))
     else:
         out.append("manager: reporting off")
     verdicts = snap.get("verdicts", [])
@@ -99,3 +112,108 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
         for v in verdicts[-10:]:
             out.append(f"  {v.get('line')}")
     return "\n".join(out)
+
+
+def _g(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())[:300]
+
+
+def _children(snap: dict[str, Any], now: float, gone: bool) -> list[str]:
+    children = snap.get("children", [])
+    if not children:
+        return ["children: none running"]
+    alive = {s.get("pid") for s in snap.get("survivors", []) if isinstance(s, dict)}
+    out = ["children (last known: alive = still running now):" if gone else "children:"]
+    for ch in children:
+        usage = ch.get("usage") or {}
+        rss = fmt_bytes(usage.get("rss")) if usage.get("rss") is not None else "?"
+        state = ("alive" if ch.get("pid") in alive else "gone") if gone else ch["state"]
+        stop = ch.get("stop") if isinstance(ch.get("stop"), dict) else None
+        grace = f", SIGKILL in {span(stop.get('kill_in_s'))} (grace {span(stop.get('grace_s'))})" \
+            if stop and not gone else ""
+        out.append(f"  {ch['label']:<24} pid {ch['pid']:<7} {state:<8} up {_ago(ch.get('started_at'), now)}, "
+                   f"{usage.get('processes', '?')} proc(s), cpu {usage.get('cpu_s', '?')}s, rss {rss}, "
+                   f"last output {_ago(ch.get('last_output_at'), now)} ago{grace}")
+        for line in ch.get("last_lines", [])[-3:]:
+            out.append(f"      | {line[:160]}")
+    return out
+
+
+def _ledger(entries: Any, now: float) -> list[str]:
+    """What the manager was told, latest last: kind, state, attempts, when, what it carried, its answer."""
+    if not isinstance(entries, list) or not entries:
+        return []
+    out = ["  calls (latest last):"]
+    for e in [x for x in entries if isinstance(x, dict)][-LEDGER_SHOWN:]:
+        carried = " ".join(f"{k}={shown_value(v)}" for k, v in (e.get("carried") or {}).items())
+        answer = ", ".join(f"{k}: {shown_value(v)}" for k, v in (e.get("answer") or {}).items())
+        when = e.get("finished") or e.get("created")
+        line = (f"    {e.get('kind')!s:<12} {e.get('state')!s:<9} {since(when, now)}, "
+                f"{e.get('attempts')} attempt(s)" + (f", carried {carried}" if carried else "")
+                + (f" -> {answer}" if answer else ""))
+        if e.get("last_error") and e.get("state") != "delivered":
+            line += f"; error: {_one_line(e['last_error'])[:160]}"
+        out.append(line)
+    return out
+
+
+def timeline_lines(ph: dict[str, Any], now: float, live: bool) -> list[str]:
+    """When the phase started, and how long it took (ended) or has run so far."""
+    started, ended, up = ph.get("started_at"), ph.get("ended_at"), ph.get("up_at")
+    if not isinstance(started, int | float) or isinstance(started, bool):
+        return []
+    line = f"started {since(started, now)}"
+    if isinstance(ended, int | float) and not isinstance(ended, bool):
+        line += f", took {span(ended - started)}"
+    elif live:
+        line += f", running for {span(now - started)}"
+    if isinstance(up, int | float) and not isinstance(up, bool):
+        line += f", up after {span(up - started)}"
+    return [line]
+
+
+def timer_lines(ph: dict[str, Any], now: float, live: bool) -> list[str]:
+    """The timers running for the phase (live only: a saved snapshot's timers ran out with its supervisor)."""
+    timers = ph.get("timers") if isinstance(ph.get("timers"), dict) else {}
+    if not live or not timers:
+        return []
+    said = []
+    for name, t in timers.items():
+        if not isinstance(t, dict):
+            continue
+        if name == "deadline":
+            said.append(f"deadline {span(t.get('left_s'))} left of timeout_s={_g(t.get('limit_s'))}")
+        elif name == "stall":
+            said.append(f"stall: no sign of progress for {span(t.get('silent_s'))} of stall_s={_g(t.get('limit_s'))} "
+                        f"({span(t.get('left_s'))} left)")
+        elif name == "ready":
+            said.append(f"ready wait: {t.get('child')} {span(t.get('waited_s'))} of "
+                        f"ready_timeout_s={_g(t.get('limit_s'))} ({span(t.get('left_s'))} left)")
+        elif name == "backoff":
+            said.append(f"next attempt in {span(t.get('left_s'))}")
+        elif name == "hold":
+            said.append(f"held {span(t.get('left_s'))} more at most")
+    return ["timers: " + "; ".join(said)] if said else []
+
+
+def memory_lines(ph: dict[str, Any], now: float, live: bool) -> list[str]:
+    """The phase's own cgroup against its memory_max (the limit the cgroup really has)."""
+    mem = ph.get("memory") if isinstance(ph.get("memory"), dict) else None
+    if not mem:
+        return []
+    memory_max = mem.get("memory_max")
+    if not mem.get("cgroup"):
+        return [f"memory_max {fmt_bytes(memory_max)}: no cgroup of its own now (held to it by the preflight)"] \
+            if live else []
+    limit = fmt_bytes(mem["limit"]) if mem.get("limit") is not None else "none"
+    return [f"memory: usage {fmt_bytes(mem.get('usage'))}, peak {fmt_bytes(mem.get('peak'))}, limit {limit}"
+            + (f" (memory_max {fmt_bytes(memory_max)})" if memory_max is not None else "")
+            + (f", oom_kills {mem['oom_kills']}" if mem.get("oom_kills") else "")]
+
+
+# What each phase shows under its line, in this order: a concern of its own adds one function here.
+PHASE_LINES: list[PhaseLines] = [timeline_lines, progress_lines, timer_lines, memory_lines, summary_lines]

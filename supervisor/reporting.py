@@ -29,7 +29,8 @@ from .answers import FieldCheck
 from .config import ManagerSpec
 from .exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
 from .exits import EXIT_OK
-from .logship import Shipper, event_line, events_sender, log_push_sender
+from .ledger import LEDGER_CALLS, ledger
+from .logship import EarlyLines, Shipper, event_line, events_sender, log_push_sender
 from .loop import EventLoop, contained, summary
 from .manager import ManagerClient
 from .outbox import Outbox
@@ -39,38 +40,12 @@ from .states import PhaseState
 from .verdict import STOPPED, Verdict
 from .wiring import CallKind, ManagerLink, Payload, PhaseLike, PhaseView
 
-# The supervisor's own lines held before the log shipper exists (a handful in practice).
-EARLY_LINES_MAX = 1000
 # The core's report kinds, and what of a phase triggers each (a plugin adds its own: plugin.py ``reports``).
 CORE_REPORTS = {"param-done": "done", "running": "up"}
 
 Log = Callable[[str], None]
 # Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
 FlushWait = Callable[[ExitFlush, Callable[[], bool]], None]
-
-
-class EarlyLines:
-    """The supervisor's own lines from its very first one (role, memory evidence, GPUs, resume),
-    held in order until the Reporter takes them: the log tap exists before the Reporter can."""
-
-    def __init__(self) -> None:
-        self._held: list[str] | None = []
-        self._forward: Callable[[str], None] | None = None
-
-    def tap(self, message: str) -> None:
-        if self._forward is not None:
-            self._forward(message)
-        elif self._held is not None:
-            self._held.append(message)
-            del self._held[:-EARLY_LINES_MAX]
-
-    def hand_to(self, forward: Callable[[str], None] | None) -> None:
-        """Replay what was held into ``forward``, then pass every later line straight on; None: drop them."""
-        held, self._held = self._held or [], None
-        self._forward = forward
-        if forward is not None:
-            for message in held:
-                forward(message)
 
 
 def core_report_due(phase: PhaseView) -> str | None:
@@ -350,6 +325,9 @@ class Reporter:
             "last_delivered": sender.last_delivered if sender else None,
             # The manager's own words (an answer's body), which come from outside: masked here.
             "last_error": self._redactor.text(sender.last_error) if sender and sender.last_error else None,
+            "last_error_at": sender.last_error_at if sender and sender.last_error else None,
+            "ledger": ledger(self.outbox.history(LEDGER_CALLS, without=LOG), self._redactor.text)
+            if self.outbox else [],
             "log_backlog": self._logs.backlog() if self._logs else {},
         }
 

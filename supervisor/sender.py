@@ -115,6 +115,7 @@ class Sender:
         # now means registering cannot help, and it is refused for good.
         self._registered_again = False
         self._retired = False  # given up for good: a forgotten uuid is not registered again
+        self.last_error_at: float | None = None  # epoch: when last_error happened
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -203,7 +204,7 @@ class Sender:
             def on_retry(error: str, delay: float, call: Call = call) -> None:
                 nonlocal retries
                 retries += 1
-                self.last_error = error
+                self.last_error, self.last_error_at = error, time.time()
                 self.outbox.attempted(call.id, error)
                 if retries == 1 or retries % RETRY_LOG_EVERY == 0:
                     self._loop.call_soon_threadsafe(lambda: self._log(
@@ -212,7 +213,7 @@ class Sender:
             try:
                 answer = self._client.with_retries(lambda call=call: self._attempt(call), self._stop, on_retry)
             except PermanentError as exc:
-                self.last_error = str(exc)
+                self.last_error, self.last_error_at = str(exc), time.time()
                 if self._forgotten(call, exc):
                     continue  # the call stays pending: it goes again once registered anew
                 self.outbox.failed(call.id, str(exc))
@@ -224,6 +225,7 @@ class Sender:
             if call.kind != REGISTER:
                 self._registered_again = False
             self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
+            self.last_error = self.last_error_at = None  # a delivery clears the error: the manager is back
             self._delivered(call, answer)
             if self._on_delivered is not None:
                 self._on_delivered()

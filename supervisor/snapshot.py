@@ -1,11 +1,13 @@
 """The snapshot: everything the status view shows, built in the loop from the loop's own objects.
 
 One dict, the same for the status socket, status.json (statefile.py) and /metrics (health.py):
-the lifecycle and each phase, the running children with their usage (psutil) and last lines, the
-GPU thread's latest sample, the memory evidence, the manager reporting, the latest verdicts, and
-each phase's facts for resume. What it reads is named by the protocols below and handed in as
-arguments: it imports nothing of the lifecycle, the runtime or the reporting, so that they can
-change without it (and no import circle runs through the status view).
+the lifecycle and the verdict that failed it, each phase (its timers, its timeline, its own cgroup's
+memory against its memory_max), the running children with their usage (psutil), last lines and stop
+grace, the GPU thread's latest sample, the memory evidence, the manager reporting (with its ledger of
+calls), the latest verdicts, the log files, and each phase's facts for resume. What it reads is named
+by the protocols below (and timers.py's) and handed in as arguments: it imports nothing of the
+lifecycle, the runtime or the reporting, so that they can change without it (and no import circle
+runs through the status view).
 
 Children's lines need no masking here: their bytes were masked where they entered the supervisor
 (redact.SecretStream), and a verdict's last lines are taken from those.
@@ -16,9 +18,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
+
+from .ansi import strip_ansi
+from .logs import SUPERVISOR_LOG, child_log_name
+from .timers import AttemptView, PacingView, Timeline, phase_timers, stop_timer
 
 if TYPE_CHECKING:
     from .config import PhaseSpec
@@ -33,6 +40,8 @@ SNAPSHOT_VERDICTS = 50
 SNAPSHOT_LINE_CHARS = 500
 # The last lines of each running child the snapshot shows.
 CHILD_LINES = 10
+# The last lines of the verdict that failed the lifecycle, shown first by ``status`` (colour codes stripped).
+FAILURE_LINES = 10
 
 
 class OutputView(Protocol):
@@ -41,12 +50,20 @@ class OutputView(Protocol):
     def last_lines(self, n: int | None = None) -> list[str]: ...
 
 
+class GraceSpec(Protocol):
+    stop_grace_s: float
+
+
 class ChildView(Protocol):
     label: str
     pid: int
     started_at: float
     stop_reason: str | None
     output: OutputView
+    spec: GraceSpec
+
+    @property
+    def kill_at(self) -> float | None: ...
 
 
 class PhaseView(Protocol):
@@ -66,6 +83,10 @@ class PhaseView(Protocol):
 
     @property
     def progress(self) -> dict[str, Any] | None: ...  # done_bytes, total_bytes, rate_bytes_s, eta_s (transfer.py)
+    def pacing(self) -> PacingView: ...
+
+    @property
+    def current_attempt(self) -> AttemptView: ...
 
     def live_children(self) -> Sequence[ChildView]: ...
 
@@ -75,10 +96,13 @@ class LifecycleView(Protocol):
     shutting_down: bool
     exit_status: int | None
     shutdown_reason: str
+    failure: Verdict | None
 
     def current(self) -> PhaseView | None: ...
 
     def held(self, name: str) -> str | None: ...
+
+    def hold_ends(self, name: str) -> float | None: ...
 
 
 class FactsView(Protocol):
@@ -89,15 +113,20 @@ class FactsView(Protocol):
 
 def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleView, gpus: Gpus | None,
              memory: MemoryEvidence | None, verdicts: Sequence[Verdict], manager: Mapping[str, Any],
-             resume: FactsView, usage: bool = True,
+             resume: FactsView, usage: bool = True, timeline: Timeline | None = None,
+             log_dir: str | None = None,
              extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None = None) -> dict[str, Any]:
-    """Everything the status view shows (call it in the loop). ``manager``: the reporting's status.
+    """Everything the status view shows (call it in the loop). ``manager``: the reporting's status;
+    ``timeline``: when each phase started and ended; ``log_dir``: where the log files are; ``extras``: what
+    a plugin adds to a phase's object (Wiring.add_status).
 
     ``usage=False`` (the persisted file) leaves out what costs time to measure: the
     children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds). ``extras``: per phase,
     what a plugin adds to its JSON object (wiring.Wiring.add_status)."""
     current = lifecycle.current()
-    children = [_child(phase.name, child, usage) for phase in lifecycle.phases for child in phase.live_children()]
+    now = time.monotonic()  # the loop's clock: every timer is counted from it
+    children = [_child(phase.name, child, usage, now) for phase in lifecycle.phases for child in phase.live_children()]
+    timeline = timeline or Timeline()
     return {
         "version": SNAPSHOT_VERSION,
         "pid": os.getpid(),
@@ -107,11 +136,15 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
         "config": config,
         "lifecycle": {"state": _lifecycle_state(lifecycle, current, bool(children)), "why": lifecycle.shutdown_reason,
                       "exit_status": lifecycle.exit_status,
-                      "current": current.name if current else None},
-        "phases": [{**_phase(p, lifecycle.held(p.name), resume), **_extras(p.name, extras)} for p in lifecycle.phases],
+                      "current": current.name if current else None,
+                      "failure": _failure(lifecycle.failure, log_dir)},
+        "phases": [{**_phase(p, lifecycle.held(p.name), resume), **timeline.of(p.name),
+                    "timers": phase_timers(p, lifecycle.hold_ends(p.name), now),
+                    "memory": _phase_memory(p, memory), **_extras(p.name, extras)} for p in lifecycle.phases],
         "children": children,
         "gpus": _gpus(gpus, usage),
         "memory": _memory(memory),
+        "logs": {"dir": log_dir, "supervisor": str(Path(log_dir) / SUPERVISOR_LOG)} if log_dir else {},
         "manager": dict(manager),
         "verdicts": [{**x.to_dict(), "line": x.line(), "last_lines": [s[:SNAPSHOT_LINE_CHARS] for s in x.last_lines]}
                      for x in verdicts[-SNAPSHOT_VERDICTS:]],
@@ -144,16 +177,43 @@ def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, 
     return added
 
 
-def _child(phase: str, child: ChildView, usage: bool) -> dict[str, Any]:
+def _child(phase: str, child: ChildView, usage: bool, now: float) -> dict[str, Any]:
     last = child.output.last_output_at
     return {
         "label": child.label, "pid": child.pid, "phase": phase,
         "state": "stopping" if child.stop_reason else "running",
         "started_at": child.started_at,
-        "last_output_at": (time.time() - (time.monotonic() - last)) if last else None,
+        "last_output_at": (time.time() - (now - last)) if last else None,
         "usage": tree_usage(child.pid) if usage else None,
+        "stop": stop_timer(child, child.spec.stop_grace_s, now),
         "last_lines": [line[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(CHILD_LINES)],
     }
+
+
+def plain(line: str) -> str:
+    """A line as a person reads it in ``status``: colour codes taken out, cut to SNAPSHOT_LINE_CHARS."""
+    return strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")[:SNAPSHOT_LINE_CHARS]
+
+
+def _failure(failure: Verdict | None, log_dir: str | None) -> dict[str, Any] | None:
+    """The verdict that failed the lifecycle, for ``status`` to lead with, and the log file that has the rest."""
+    if failure is None:
+        return None
+    return {"phase": failure.phase, "child": failure.child, "reason": failure.reason, "detail": failure.detail,
+            "status": failure.status, "exit_code": failure.exit_code, "signal": failure.signal,
+            "at": failure.ended_at, "line": failure.line(),
+            "last_lines": [plain(s) for s in failure.last_lines[-FAILURE_LINES:]],
+            "log_file": str(Path(log_dir) / child_log_name(failure.phase, failure.child)) if log_dir else None}
+
+
+def _phase_memory(p: PhaseView, memory: MemoryEvidence | None) -> dict[str, Any] | None:
+    """The phase's own cgroup (while it has one): usage and peak against its limit, which memory_max set."""
+    memory_max = p.spec.memory_max
+    mem_snap = memory.phase_snapshot(p.name) if memory is not None else None
+    if mem_snap is None:
+        return None if memory_max is None else {"memory_max": memory_max, "cgroup": False}
+    return {"memory_max": memory_max, "cgroup": True, "usage": mem_snap.usage, "peak": mem_snap.peak,
+            "limit": mem_snap.limit, "oom_kills": mem_snap.oom_kills}
 
 
 def _gpus(gpus: Gpus | None, usage: bool) -> dict[str, Any]:

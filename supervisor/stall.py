@@ -74,14 +74,22 @@ class StallWatch:
             self.last_progress = max(self.last_progress, at)
         self.progress_size = size  # after a shrink (a bad file deleted), growth counts again
 
-    def stalled(self, now: float, gpu_unknown: str | None = None) -> str | None:
-        """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
-        there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"."""
+    def last_sign(self) -> float:
+        """When the freshest of the signs it counts was last seen (monotonic): the stall countdown runs from it."""
+        return max(seen for _, seen in self._signs())
+
+    def _signs(self) -> list[tuple[str, float]]:
         signs = [("output", self.last_output)]
         if self.gpus_visible:
             signs.append(("GPU activity", self.last_gpu))
         if self.watches_path:
             signs.append(("progress_path growth", self.last_progress))
+        return signs
+
+    def stalled(self, now: float, gpu_unknown: str | None = None) -> str | None:
+        """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
+        there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"."""
+        signs = self._signs()
         if any(now - seen < self.stall_s for _, seen in signs):
             return None
         silent = ", ".join(f"no {what} for {now - seen:.1f}s" for what, seen in signs)
@@ -119,6 +127,11 @@ class StallMonitor:
                                  watches_path=self._progress_path is not None)
         self._interval = check_interval(stall_s)
         self._loop.call_later(self._interval, self._check, on_error=on_error)
+
+    @property
+    def watch(self) -> StallWatch:
+        """What it has seen so far (read-only, for the status view's stall countdown)."""
+        return self._watch
 
     def _check(self) -> None:
         if self._current():

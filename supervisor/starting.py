@@ -30,10 +30,16 @@ class AttemptStart:
         self._start, self._guarded = start, guarded  # start: None when it could not (the attempt is over)
         self._command_started, self._up, self._failed = command_started, up, failed
         self._ready: ReadinessWait | None = None  # the wait under way, if any
+        self._waiting: tuple[Child, float] | None = None  # the child waited for, and since when (monotonic)
         self._over = False
 
     def begin(self) -> None:
         self._daemon(0)
+
+    @property
+    def waiting(self) -> tuple[Child, float] | None:
+        """The child whose readiness is being waited for, and since when (monotonic): for the status view."""
+        return None if self._over else self._waiting
 
     def cancel(self) -> None:
         self._over = True
@@ -77,9 +83,17 @@ class AttemptStart:
     def _wait_until_ready(self, child: Child, on_ready: Callable[[], None]) -> None:
         assert child.spec.ready is not None
         what = f"the readiness wait of {child.label}"
+        self._waiting = (child, self._loop.clock.monotonic())
+
+        def answered(then: Callable[..., None]) -> Callable[..., None]:
+            def answer(*args: object) -> None:
+                self._waiting = None
+                then(*args)
+            return answer
+
         self._ready = ReadinessWait(self._loop, child.spec.ready, child.spec.ready_timeout_s,
-                                    on_ready=self._guarded(what, on_ready),
-                                    on_timeout=self._guarded(what, lambda why: self._not_ready(child, why)))
+                                    on_ready=self._guarded(what, answered(on_ready)),
+                                    on_timeout=self._guarded(what, answered(lambda why: self._not_ready(child, why))))
 
     def _not_ready(self, child: Child, why: str) -> None:
         if self._over:

@@ -31,13 +31,14 @@ from .console import Console
 from .firstseen import FirstSeen
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle
-from .logs import LogFile, SupervisorLog
+from .logs import SUPERVISOR_LOG, LogFile, SupervisorLog
+from .logship import EarlyLines
 from .loop import EventLoop, summary
 from .memory import MemoryEvidence
 from .plugin import Plugin, hooks_for
 from .reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from .redact import Redactor, url_secrets
-from .reporting import EarlyLines, Reporter
+from .reporting import Reporter
 from .runtime import ChildKit, MachineEvidence, Runtime
 from .signals import SignalInbox, SignalRouter, last_words_to, signal_name
 from .survivors import STATE_DIR_ENV, kill_cgroup
@@ -167,7 +168,7 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     oom, child_oom_score_adj = protect_from_oom_killer()
     console = Console(console_fd, enabled=plan.supervisor.console)
     log_dir = Path(plan.supervisor.log_dir)
-    log = SupervisorLog(console, LogFile(log_dir / "supervisor.log", plan.supervisor.log_file_max_bytes))
+    log = SupervisorLog(console, LogFile(log_dir / SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes))
     redactor = secrets_of(plan)
     log.redactor = redactor
     early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
@@ -177,7 +178,7 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
         f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
     if console.lost_at_start:
         log(f"console: {console.lost_at_start}; console lines are lost (supervisor.log has the supervisor's own)")
-    point_last_words_at(log_dir / "supervisor.log", log)
+    point_last_words_at(log_dir / SUPERVISOR_LOG, log)
     return Host(started_at, role, child_oom_score_adj, console, log, redactor, early_lines,
                 Path(plan.supervisor.state_dir), log_dir)
 

@@ -101,6 +101,26 @@ def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
     return found
 
 
+def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]]:
+    """What a supervisor that is gone left running (for ``status``: named, never killed): every live process
+    whose tag names ``supervisor_pid`` and that was started for ``state_dir``. The tag, not the pid alone,
+    says a process is ours: a pid that the system gave to another process since is not named."""
+    want = os.path.realpath(state_dir)
+    found: list[dict[str, object]] = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            env = proc.environ()
+            tag = env.get(TAG_ENV, "")
+            if tag.split(".", 1)[0] != str(supervisor_pid) or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if os.path.realpath(env.get(STATE_DIR_ENV, "")) != want:
+                continue
+            found.append({"pid": proc.pid, "name": proc.name(), "tag": tag})
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
 def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str, max_s: float) -> dict[int, str]:
     """SIGKILL what ``find`` lists (pid → name), round after round, until two rounds in a row find
     nothing or ``max_s`` has passed; say what was killed (``what``) and, by pid and name, what
@@ -189,6 +209,11 @@ def _name_of(pid: int) -> str:
         return psutil.Process(pid).name()
     except psutil.Error:
         return "?"
+
+
+def is_live_supervisor(pid: int) -> bool:
+    """``pid`` is a live prover-supervisor (not a zombie, not one of the processes it started)."""
+    return _is_live_supervisor(pid)
 
 
 def _is_live_supervisor(pid: int) -> bool:

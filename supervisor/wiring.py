@@ -86,8 +86,9 @@ class Events(Protocol):
 
 
 class ProductionControl(Protocol):
-    def hold(self, phase_name: str, why: str) -> None:
-        """The lifecycle may not go past this DONE phase until ``release`` (``why`` shows in status)."""
+    def hold(self, phase_name: str, why: str, for_s: float | None = None) -> None:
+        """The lifecycle may not go past this DONE phase until ``release`` (``why`` shows in status; ``for_s``:
+        how long the holder waits at most, status counts it down)."""
 
     def release(self, phase_name: str) -> None:
         """The hold is over: the lifecycle moves on."""

@@ -106,8 +106,10 @@ CHILD_RE = r"pid {pid}\s+{state}\s+up \d+s, \d+ proc\(s\), cpu [0-9.]+s, rss [0-
 
 
 def check_common_text(text: str, pid: int) -> None:
-    """What every live status text says: who, as what role, GPUs, memory, manager."""
-    assert text.startswith(f"prover-supervisor pid {pid} as subreaper, up "), text
+    """What every live status text says: the headline, then who, as what role, GPUs, memory, manager."""
+    headline, who = text.splitlines()[:2]
+    assert re.match(r"(running|starting|waiting|retrying): ", headline), text
+    assert who.startswith(f"prover-supervisor pid {pid} as subreaper, up "), text
     assert re.search(r"^gpus: no GPU", text, re.M), text
     assert re.search(r"^memory: (per-phase|shared|unavailable); \S", text, re.M), text
     assert "manager: reporting off" in text, text
@@ -241,7 +243,8 @@ def test_status_through_every_kind_of_phase_then_after_exit(sup: Runner) -> None
     assert not sock.exists()
     rc, text, _ = status(state)
     assert rc == 3, text
-    assert text.startswith("no prover-supervisor is running; last state written "), text
+    assert text.splitlines()[0] == f"stopped: received SIGTERM; exit {128 + signal.SIGTERM}", text
+    assert text.splitlines()[1].startswith("no prover-supervisor is running; last state written "), text
     assert f"by pid {run.pid}" in text
     assert "lifecycle: stopped (received SIGTERM)" in text, text
     assert "verdicts (latest last):" in text
@@ -322,7 +325,8 @@ def test_status_after_a_sigkill_reads_the_persisted_state(sup: Runner) -> None:
     rc, text, took = status(sup.state_dir)
     assert rc == 3, text
     assert took < 5
-    assert text.startswith("no prover-supervisor is running; last state written "), text
+    assert text.startswith(f"GONE: supervisor pid {run.pid} is not running and did not stop"), text
+    assert re.search(r"^no prover-supervisor is running; last state written ", text, re.M), text
     assert re.search(r"^  work\s+running\s+since", text, re.M), text
 
 
@@ -545,9 +549,12 @@ def test_status_json_is_json_even_when_none_runs(tmp_path: Path, sup: Runner) ->
 def a_phase(name: str, state: PhaseState, *, facts: dict[str, Any] | None = None,
             children: tuple[Any, ...] = ()) -> SimpleNamespace:
     """What the snapshot reads of a phase (snapshot.PhaseView)."""
-    return SimpleNamespace(name=name, spec=SimpleNamespace(kind="oneshot"), state=state, since=1000.0, why="why",
-                           attempt=1, up=False, hold=None, facts=facts or {}, kept_result=None,
-                           live_children=lambda: list(children))
+    return SimpleNamespace(name=name, spec=SimpleNamespace(kind="oneshot", memory_max=None, timeout_s=None,
+                                                           stall_s=None),
+                           state=state, since=1000.0, why="why", attempt=1, up=False, facts=facts or {},
+                           kept_result=None, live_children=lambda: list(children),
+                           pacing=SimpleNamespace(deadline_at=None, backoff_until=None, stall=None),
+                           current_attempt=SimpleNamespace(start=None), progress=None)
 
 
 def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
@@ -556,19 +563,21 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     long_line = "y" * (SNAPSHOT_LINE_CHARS + 100)
     output = SimpleNamespace(last_output_at=time.monotonic() - 5, last_lines=lambda n=None: ["token is ***", long_line])
     child = SimpleNamespace(label="work/work", pid=os.getpid(), started_at=time.time() - 9, stop_reason=None,
-                            output=output)
+                            output=output, spec=SimpleNamespace(stop_grace_s=10.0), kill_at=None)
     done_now = {"done_at": time.time(), "machine": {}}
     phases = [a_phase("fetch", PhaseState.DONE, facts=done_now), a_phase("work", PhaseState.RUNNING, children=(child,)),
               a_phase("bench", PhaseState.PENDING)]
     life = SimpleNamespace(phases=phases, shutting_down=False, exit_status=None, shutdown_reason="",
-                           current=lambda: phases[1], held=lambda name: "held by a test" if name == "fetch" else None)
+                           current=lambda: phases[1], failure=None,
+                           held=lambda name: "held by a test" if name == "fetch" else None, hold_ends=lambda name: None)
     earlier = {"done_at": 1000.0, "machine": {"gpus": [], "memory": 1}}
     record = ResumeRecord(None, {"bench": earlier, "fetch": {"done_at": 1.0}})
     verdict = without_exit("work", "work", "timeout", 1, "deadline", attempt=1, last_lines=[long_line])
     snap = snapshot(role="subreaper", started_at=time.time() - 10, config="c.toml", lifecycle=life, gpus=None,
                     memory=None, verdicts=[verdict], manager={"enabled": False}, resume=record)
     assert snapshot_problem(json.loads(json.dumps(snap))) is None
-    assert snap["lifecycle"] == {"state": "running", "why": "", "exit_status": None, "current": "work"}
+    assert snap["lifecycle"] == {"state": "running", "why": "", "exit_status": None, "current": "work",
+                                 "failure": None}
     assert [(p["name"], p["state"], p["facts"]) for p in snap["phases"]] == [
         ("fetch", "done", done_now), ("work", "running", {}), ("bench", "pending", earlier)]
     assert [p["hold"] for p in snap["phases"]] == ["held by a test", None, None]  # the lifecycle's, by name
@@ -593,6 +602,7 @@ def test_the_text_of_a_saved_snapshot() -> None:
             "children": [], "gpus": {"why": "no GPU: NVML unavailable"}, "memory": {"mode": "shared", "why": "w"},
             "manager": {"enabled": False}, "verdicts": [{"line": "phase=svc child=svc reason=stopped"}]}
     assert render(snap, live=False, now=now).splitlines() == [
+        "stopped: received SIGTERM",
         "no prover-supervisor is running; last state written 2m10s ago by pid 42",
         "lifecycle: stopped (received SIGTERM)",
         "current phase: svc",

@@ -50,7 +50,7 @@ class BenchGate:
         if self._gate_s <= 0:
             return
         self._held = phase_name
-        self._production.hold(phase_name, GATE_HOLD)
+        self._production.hold(phase_name, GATE_HOLD, for_s=self._gate_s)
         self._timer = self._call_later(self._gate_s, self._expired)
 
     def answered(self, passed: bool, rate: float) -> None:

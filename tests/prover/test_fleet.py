@@ -49,7 +49,7 @@ class Production:
 
     asked: list[tuple[Any, ...]] = field(default_factory=list)
 
-    def hold(self, phase_name: str, why: str) -> None:
+    def hold(self, phase_name: str, why: str, for_s: float | None = None) -> None:
         self.asked.append(("hold", phase_name, why))
 
     def release(self, phase_name: str) -> None:

@@ -1,0 +1,456 @@
+"""``status`` tells the instance's story to a person (issue 18, items 6-9), against real supervisors.
+
+Asked as a separate process, in text and JSON: after a failure (the cause first: reason, the child's last lines
+without colour codes, the exit status, the log files), after ``kill -9`` of the supervisor (gone, what it left
+alive named by its tag, exit 3; a pid reused by another process not named), during its timers (the deadline, the
+stall countdown and the ready wait moving between two reads; the grace before SIGKILL), with a phase's cgroup
+limit from memory_max, the manager's last error cleared by the next delivery, and ``--watch`` redrawing into a
+pipe until Ctrl-C. In-process: the timers as pure functions of what the phase exposes, and the text's parts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import psutil
+import pytest
+from helpers import PY, REPO, Console, Runner, clean_env, free_port, sh, toml_list, toml_str, wait_for
+
+from supervisor.devmanager import DevManager
+from supervisor.headline import failure_lines, headline
+from supervisor.render import render
+from supervisor.states import PhaseState
+from supervisor.timers import Timeline, phase_timers, stop_timer
+
+MIB = 1024 * 1024
+
+
+def status(state_dir: Path, *args: str) -> tuple[int, str]:
+    done = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(state_dir), *args],
+                          capture_output=True, text=True, cwd=REPO, env=clean_env(), timeout=30)
+    return done.returncode, done.stdout + done.stderr
+
+
+def status_json(state_dir: Path) -> tuple[int, dict[str, Any]]:
+    rc, out = status(state_dir, "--json")
+    try:
+        return rc, json.loads(out)
+    except ValueError:
+        pytest.fail(f"status --json did not print JSON (exit {rc}):\n{out}")
+
+
+def phase_of(snap: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(p for p in snap["phases"] if p["name"] == name)
+
+
+def stop(run: Console) -> None:
+    """SIGTERM to a supervisor (that may have ended already), and wait for its exit."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(run.pid, signal.SIGTERM)
+    run.finish()
+
+
+def kill_quietly(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- failure first
+
+BIND_TAKEN = """
+import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError as exc:
+    print(f"\\x1b[31mERROR\\x1b[0m listen 127.0.0.1:{sys.argv[1]}: {exc.strerror}", flush=True)
+    sys.exit(1)
+"""
+
+
+def test_after_a_failure_the_text_leads_with_the_cause(sup: Runner) -> None:
+    """A real bind to a port that is taken fails; the cause (Address already in use) is in the text's first lines,
+    without its colour codes, with the exit status and the log files; --json has the same failure record."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    try:
+        script = sup.tmp / "bind.py"
+        script.write_text(BIND_TAKEN)
+        config = sup.write(f"""
+            [[phases]]
+            name = "fetch"
+            command = {toml_list(["true"])}
+
+            [[phases]]
+            name = "serve"
+            command = {toml_list([PY, str(script), str(port)])}
+            """)
+        result = sup.run(config, timeout=30)
+    finally:
+        holder.close()
+    assert result.returncode == 1, result.output
+    rc, text = status(sup.state_dir)
+    assert rc == 3, text
+    lines = text.splitlines()
+    assert re.fullmatch(r"FAILED: serve exit_code \d+s ago; exit 1", lines[0]), text
+    assert lines[1] == "  cause: exit_code exit_code=1: exited with code 1", text
+    assert lines[2] == "  last lines of serve/serve:", text
+    assert lines[3] == f"    | ERROR listen 127.0.0.1:{port}: Address already in use", text
+    assert lines[4] == f"  logs: {sup.log_dir / 'serve.log'}, {sup.log_dir / 'supervisor.log'}", text
+    assert "\x1b" not in text
+    assert (sup.log_dir / "serve.log").exists() and (sup.log_dir / "supervisor.log").exists()
+    rc, snap = status_json(sup.state_dir)
+    assert rc == 3 and snap["supervisor"] == "exited" and snap["survivors"] == []
+    failure = snap["lifecycle"]["failure"]
+    assert failure["phase"] == "serve" and failure["reason"] == "exit_code" and failure["exit_code"] == 1, failure
+    assert failure["last_lines"] == [f"ERROR listen 127.0.0.1:{port}: Address already in use"], failure
+    assert failure["log_file"] == str(sup.log_dir / "serve.log")
+    assert snap["lifecycle"]["exit_status"] == 1
+    # The timeline: both phases started and ended, the first before the second.
+    fetch, serve = phase_of(snap, "fetch"), phase_of(snap, "serve")
+    assert fetch["started_at"] <= fetch["ended_at"] <= serve["started_at"] <= serve["ended_at"], (fetch, serve)
+    assert re.search(r"^      started \d+s ago, took \d+s$", text, re.M), text
+
+
+# ---------------------------------------------------------------- a dead supervisor is not running
+
+
+def test_after_kill_9_the_supervisor_is_gone_and_what_it_left_is_named(sup: Runner) -> None:
+    config = sup.write(f"""
+        [[phases]]
+        name = "work"
+        kind = "service"
+        command = {sh("echo working; exec sleep 60")}
+        """)
+    run = Console(sup, config)
+    run.wait_text("[work/work] working")
+    rc, snap = status_json(sup.state_dir)
+    assert rc == 0 and snap["supervisor"] == "running", snap
+    (child,) = [c["pid"] for c in snap["children"]]
+    os.kill(run.pid, signal.SIGKILL)
+    run.proc.wait(10)
+    stranger = subprocess.Popen(["sleep", "60"])  # not ours: no tag
+    try:
+        rc, text = status(sup.state_dir)
+        assert rc == 3, text
+        lines = text.splitlines()
+        assert re.fullmatch(rf"GONE: supervisor pid {run.pid} is not running and did not stop \(last state written "
+                            r"\d+s ago\); 1 process\(es\) it started still alive", lines[0]), text
+        assert lines[1] == "  still alive, started by it (the next start of this state_dir ends them):", text
+        assert lines[2] == f"    pid {child} sleep (work/work)", text
+        assert "lifecycle (last known, the supervisor is gone): running" in text
+        assert "\nlifecycle: running" not in text, "a dead supervisor's lifecycle shown as running"
+        assert re.search(rf"^  work/work\s+pid {child}\s+alive ", text, re.M), text
+        rc, snap = status_json(sup.state_dir)
+        assert rc == 3 and snap["supervisor"] == "gone" and snap["live"] is False, snap
+        assert [(s["pid"], s["name"]) for s in snap["survivors"]] == [(child, "sleep")], snap["survivors"]
+        assert snap["gone_since"] == snap["written_at"]
+
+        # The pid is given to another process (written here into the last state as if reused): not named.
+        kill_quietly(child)
+        wait_for(lambda: not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE, 10)
+        path = sup.state_dir / "status.json"
+        saved = json.loads(path.read_text())
+        saved["children"][0]["pid"] = stranger.pid
+        path.write_text(json.dumps(saved))
+        rc, text = status(sup.state_dir)
+        assert rc == 3, text
+        assert "0 process(es) it started still alive" in text.splitlines()[0], text
+        assert f"pid {stranger.pid} sleep" not in text, text
+        assert re.search(rf"^  work/work\s+pid {stranger.pid}\s+gone ", text, re.M), text
+        rc, snap = status_json(sup.state_dir)
+        assert snap["supervisor"] == "gone" and snap["survivors"] == [], snap["survivors"]
+    finally:
+        kill_quietly(child)
+        stranger.kill()
+        stranger.wait(10)
+
+
+# ---------------------------------------------------------------- timers that run
+
+
+def test_the_deadline_stall_and_ready_wait_count_while_a_daemon_is_waited_for(sup: Runner) -> None:
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        timeout_s = 120
+        stall_s = 90
+        command = {sh("exec sleep 60")}
+          [[phases.daemons]]
+          name = "helper"
+          command = {sh("echo helper up; exec sleep 60")}
+          ready = {toml_str(str(sup.tmp / "never"))}
+          ready_timeout_s = 100
+        """, stop_grace_s=1)
+    run = Console(sup, config)
+    try:
+        run.wait_text("waiting for svc/helper to be ready")
+        wait_for(lambda: "stall" in phase_of(status_json(sup.state_dir)[1], "svc")["timers"], 10, 0.1)
+        first = phase_of(status_json(sup.state_dir)[1], "svc")["timers"]
+        time.sleep(1.5)
+        rc, snap = status_json(sup.state_dir)
+        second = phase_of(snap, "svc")["timers"]
+        assert rc == 0
+        assert first["deadline"]["limit_s"] == second["deadline"]["limit_s"] == 120
+        assert 0 < second["deadline"]["left_s"] < first["deadline"]["left_s"] <= 120, (first, second)
+        assert second["stall"]["limit_s"] == 90
+        assert second["stall"]["silent_s"] > first["stall"]["silent_s"], (first, second)
+        assert second["stall"]["left_s"] == pytest.approx(90 - second["stall"]["silent_s"], abs=0.2)
+        assert second["ready"]["child"] == "svc/helper" and second["ready"]["limit_s"] == 100
+        assert second["ready"]["waited_s"] > first["ready"]["waited_s"], (first, second)
+        rc, text = status(sup.state_dir)
+        assert text.splitlines()[0].startswith("starting: svc, waiting for svc/helper to be ready ("), text
+        timers = next(line for line in text.splitlines() if line.startswith("      timers: "))
+        assert re.fullmatch(r"      timers: deadline \d+s left of timeout_s=120; stall: no sign of progress for "
+                            r"\d+s of stall_s=90 \(\d+s left\); ready wait: svc/helper \d+s of ready_timeout_s=100 "
+                            r"\(\d+s left\)", timers), text
+    finally:
+        stop(run)
+
+
+def test_the_grace_before_sigkill_counts_down_while_a_child_ignores_sigterm(sup: Runner) -> None:
+    config = sup.write(f"""
+        [[phases]]
+        name = "stubborn"
+        kind = "service"
+        command = {sh("trap '' TERM; echo deaf; while true; do sleep 0.1; done")}
+        """, stop_grace_s=60)
+    run = Console(sup, config)
+    try:
+        run.wait_text("[stubborn/stubborn] deaf")
+        os.kill(run.pid, signal.SIGTERM)
+        run.wait_text("stopping stubborn/stubborn")
+        rc, snap = status_json(sup.state_dir)
+        (child,) = snap["children"]
+        assert rc == 0 and child["state"] == "stopping", child
+        assert child["stop"]["grace_s"] == 60 and 0 < child["stop"]["kill_in_s"] <= 60, child
+        rc, text = status(sup.state_dir)
+        assert re.search(r"^  stubborn/stubborn .*SIGKILL in \d+s \(grace 60s\)$", text, re.M), text
+    finally:
+        stop(run)  # a second request: no more grace
+
+
+def test_a_phase_shows_its_cgroup_limit_from_memory_max(sup: Runner) -> None:
+    config = sup.write(f"""
+        [[phases]]
+        name = "capped"
+        kind = "service"
+        memory_max = "384MiB"
+        command = {sh("echo capped; exec sleep 60")}
+        """)
+    run = Console(sup, config)
+    try:
+        run.wait_text("[capped/capped] capped")
+        _, snap = status_json(sup.state_dir)
+        if snap["memory"]["mode"] != "per-phase":
+            pytest.skip(f"no per-phase cgroups here: {snap['memory']['why']}")
+        memory = phase_of(snap, "capped")["memory"]
+        assert memory["cgroup"] is True and memory["memory_max"] == 384 * MIB and memory["limit"] == 384 * MIB, memory
+        assert memory["usage"] > 0
+        _, text = status(sup.state_dir)
+        assert re.search(r"^      memory: usage \S+, peak \S+, limit 384.0MiB \(memory_max 384.0MiB\)$", text,
+                         re.M), text
+    finally:
+        stop(run)
+
+
+# ---------------------------------------------------------------- the manager's last error, cleared
+
+
+def test_the_managers_last_error_has_an_age_and_the_next_delivery_clears_it(sup: Runner) -> None:
+    port = free_port()
+    config = sup.write(f"""
+        [manager]
+        url = "http://127.0.0.1:{port}"
+        label = "C.story"
+
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        report = "running"
+        command = {sh("echo serving; exec sleep 60")}
+        """, stop_grace_s=1)
+    run = Console(sup, config)
+    mgr = None
+    try:
+        wait_for(lambda: status_json(sup.state_dir)[1].get("manager", {}).get("last_error"), 30, 0.2)
+        _, text = status(sup.state_dir)
+        (said,) = [line for line in text.splitlines() if line.startswith("  last error ")]
+        assert re.fullmatch(r"  last error \d+s ago: .+", said), text
+        ledger = status_json(sup.state_dir)[1]["manager"]["ledger"]
+        assert ledger[0]["kind"] == "register" and ledger[0]["state"] == "pending", ledger
+        mgr = DevManager(port=port, quiet=True).start()
+        wait_for(lambda: status_json(sup.state_dir)[1]["manager"].get("outbox_pending") == 0, 60, 0.2)
+        _, snap = status_json(sup.state_dir)
+        assert snap["manager"]["last_error"] is None and snap["manager"]["last_error_at"] is None, snap["manager"]
+        assert [(e["kind"], e["state"]) for e in snap["manager"]["ledger"]] == [
+            ("register", "delivered"), ("running", "delivered")], snap["manager"]["ledger"]
+        assert snap["manager"]["ledger"][0]["answer"]["uuid"] == snap["manager"]["uuid"]
+        _, text = status(sup.state_dir)
+        assert "last error" not in text, text
+        assert re.search(r"^    register\s+delivered \d+s ago, \d+ attempt\(s\), carried label=C\.story.* -> uuid: \S+",
+                         text, re.M), text
+    finally:
+        stop(run)
+        if mgr is not None:
+            mgr.stop()
+
+
+# ---------------------------------------------------------------- --watch
+
+
+def test_status_watch_redraws_into_a_pipe_until_ctrl_c(sup: Runner) -> None:
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {sh("echo up; exec sleep 60")}
+        """, stop_grace_s=1)
+    run = Console(sup, config)
+    watcher = None
+    try:
+        run.wait_text("[svc/svc] up")
+        watcher = subprocess.Popen([PY, "-m", "supervisor", "status", "--watch", "--interval", "0.3",
+                                    "--state-dir", str(sup.state_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, cwd=REPO, env=clean_env())
+        assert watcher.stdout is not None
+        frames: list[list[str]] = [[]]
+        deadline = time.monotonic() + 30
+        while len(frames) < 3 and time.monotonic() < deadline:
+            line = watcher.stdout.readline()
+            if not line:
+                break
+            if line.startswith("(status --watch, "):
+                frames.append([])
+            elif line.strip():
+                frames[-1].append(line.rstrip("\n"))
+        watcher.send_signal(signal.SIGINT)
+        _, err = watcher.communicate(timeout=20)
+        assert watcher.returncode == 0, err
+        assert "Traceback" not in err and not any("\x1b[" in line for frame in frames for line in frame), frames
+        first, second = frames[0], frames[1]
+        assert first[0].startswith("running: svc up ") and second[0].startswith("running: svc up "), frames
+        assert any(line.startswith("  svc/svc ") for line in second), second
+    finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()
+            watcher.wait(10)
+        os.kill(run.pid, signal.SIGTERM)
+        run.finish()
+
+
+def test_status_interval_without_watch_is_one_line_and_2(tmp_path: Path) -> None:
+    for args, said in ((["--interval", "1"], "--interval goes with --watch"),
+                       (["--watch", "--json"], "not both")):
+        rc, text = status(tmp_path, *args)
+        assert rc == 2 and text.count("\n") == 1 and said in text and "Traceback" not in text, text
+    rc, text = status(tmp_path, "--watch", "--interval", "0")
+    assert rc == 2 and "--interval" in text and "Traceback" not in text, text
+
+
+# ---------------------------------------------------------------- in-process: the timers and the text's parts
+
+
+def a_phase(state: PhaseState, *, deadline_at: float | None = None, backoff_until: float | None = None,
+            last_sign: float | None = None, waiting: tuple[Any, float] | None = None) -> SimpleNamespace:
+    stall = SimpleNamespace(watch=SimpleNamespace(last_sign=lambda: last_sign)) if last_sign is not None else None
+    return SimpleNamespace(name="p", spec=SimpleNamespace(timeout_s=600.0, stall_s=60.0), since=1.0, up=False,
+                           state=state,
+                           pacing=SimpleNamespace(deadline_at=deadline_at, backoff_until=backoff_until, stall=stall),
+                           current_attempt=SimpleNamespace(start=SimpleNamespace(waiting=waiting)))
+
+
+def test_the_timers_are_what_the_phase_exposes_counted_from_now() -> None:
+    helper = SimpleNamespace(label="p/helper", spec=SimpleNamespace(ready_timeout_s=30.0))
+    running = a_phase(PhaseState.STARTING, deadline_at=1500.0, last_sign=990.0, waiting=(helper, 980.0))
+    assert phase_timers(running, None, now=1000.0) == {
+        "deadline": {"limit_s": 600.0, "left_s": 500.0},
+        "stall": {"limit_s": 60.0, "silent_s": 10.0, "left_s": 50.0},
+        "ready": {"child": "p/helper", "limit_s": 30.0, "waited_s": 20.0, "left_s": 10.0},
+    }
+    # A deadline that passed shows 0 left, never a negative; a backoff shows the time to the next attempt.
+    backing_off = a_phase(PhaseState.BACKOFF, deadline_at=900.0, backoff_until=1002.5, last_sign=1.0)
+    assert phase_timers(backing_off, None, now=1000.0) == {"deadline": {"limit_s": 600.0, "left_s": 0.0},
+                                                           "backoff": {"left_s": 2.5}}
+    # A done phase held by the bench gate: only the hold's time left.
+    held = a_phase(PhaseState.DONE, deadline_at=1500.0)
+    assert phase_timers(held, 1048.0, now=1000.0) == {"hold": {"left_s": 48.0}}
+    assert phase_timers(a_phase(PhaseState.DONE, deadline_at=1500.0), None, now=1000.0) == {}
+    assert stop_timer(SimpleNamespace(kill_at=1007.0), 10.0, now=1000.0) == {"grace_s": 10.0, "kill_in_s": 7.0}
+    assert stop_timer(SimpleNamespace(kill_at=None), 10.0, now=1000.0) is None
+
+
+def test_the_timeline_keeps_the_first_start_and_the_end() -> None:
+    timeline = Timeline()
+    phase = SimpleNamespace(name="p", state=PhaseState.PENDING, since=5.0, up=False)
+    timeline.changed(phase)
+    assert timeline.of("p") == {"started_at": None, "up_at": None, "ended_at": None}
+    for state, at in ((PhaseState.STARTING, 10.0), (PhaseState.BACKOFF, 12.0), (PhaseState.STARTING, 13.0),
+                      (PhaseState.DONE, 20.0)):
+        phase.state, phase.since = state, at
+        timeline.changed(phase)
+    assert timeline.of("p") == {"started_at": 10.0, "up_at": None, "ended_at": 20.0}
+
+
+def test_the_headline_for_each_story() -> None:
+    now = 10_000.0
+    failed = {"pid": 7, "lifecycle": {"state": "stopped", "exit_status": 137, "failure": {
+        "phase": "bench", "child": "bench", "reason": "oom_killed", "detail": "killed by the kernel OOM killer",
+        "signal": "SIGKILL", "at": now - 125, "last_lines": ["a", "b"], "log_file": "/l/bench.log"}},
+              "logs": {"supervisor": "/l/supervisor.log"}}
+    assert headline(failed, False, now) == "FAILED: bench oom_killed 2m05s ago; exit 137"
+    assert failure_lines(failed) == ["  cause: oom_killed signal=SIGKILL: killed by the kernel OOM killer",
+                                     "  last lines of bench/bench:", "    | a", "    | b",
+                                     "  logs: /l/bench.log, /l/supervisor.log"]
+    stopping = {**failed, "lifecycle": {**failed["lifecycle"], "state": "stopping"}}
+    assert headline(stopping, True, now).endswith("; stopping, exit 137 follows")
+    up = {"lifecycle": {"state": "running", "current": "curio"},
+          "phases": [{"name": "curio", "state": "running", "up": True, "up_at": now - 11_520, "timers": {}}]}
+    assert headline(up, True, now) == "running: curio up 3h12m"
+    held = {"lifecycle": {"state": "running", "current": "bench"},
+            "phases": [{"name": "bench", "state": "done", "hold": "waiting for the manager",
+                        "timers": {"hold": {"left_s": 48.0}}}]}
+    assert headline(held, True, now) == "waiting: bench done, held: waiting for the manager (48s left)"
+    gone = {"pid": 4242, "written_at": now - 300, "supervisor": "gone", "survivors": [{"pid": 1}, {"pid": 2}],
+            "lifecycle": {"state": "running"}}
+    assert headline(gone, False, now) == ("GONE: supervisor pid 4242 is not running and did not stop (last state "
+                                          "written 5m00s ago); 2 process(es) it started still alive")
+    done = {"lifecycle": {"state": "stopped", "why": "lifecycle complete", "exit_status": 0}}
+    assert headline(done, False, now) == "done: lifecycle complete; exit 0"
+
+
+def test_the_ledger_and_phase_lines_in_the_text() -> None:
+    now = 10_000.0
+    snap = {"pid": 1, "written_at": now, "lifecycle": {"state": "running", "current": "bench"},
+            "phases": [{"name": "bench", "state": "done", "since": now - 60, "attempt": 1, "why": "ok",
+                        "started_at": now - 100, "ended_at": now - 60, "timers": {},
+                        "memory": {"memory_max": 384 * MIB, "cgroup": True, "usage": 10 * MIB, "peak": 20 * MIB,
+                                   "limit": 384 * MIB, "oom_kills": 0}}],
+            "children": [], "gpus": {"why": "no GPU"}, "memory": {"mode": "per-phase", "why": "w"},
+            "manager": {"enabled": True, "url": "http://m", "uuid": "u-1", "outbox_pending": 0,
+                        "last_delivered": {"kind": "bench-done", "at": now - 5},
+                        "ledger": [{"kind": "bench-done", "state": "delivered", "attempts": 1, "created": now - 9,
+                                    "finished": now - 5, "carried": {"rate": 12.5}, "answer": {"passed": False},
+                                    "last_error": None}]},
+            "verdicts": []}
+    text = render(snap, live=True, now=now)
+    assert "      started 100s ago, took 40s" in text.splitlines(), text
+    assert "      memory: usage 10.0MiB, peak 20.0MiB, limit 384.0MiB (memory_max 384.0MiB)" in text.splitlines(), text
+    assert "    bench-done   delivered 5s ago, 1 attempt(s), carried rate=12.5 -> passed: false" in text.splitlines()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

@@ -1,10 +1,11 @@
 """The supervisor's own exit statuses, named once (run, reporting, cli and the tests use these).
 
-A phase failed by ``timeout`` or ``stalled`` exits EXIT_TIMEOUT (124), as timeout(1) does.
-Any other status is passed on from the child that failed the lifecycle: its exit code, or
-128 + the signal that killed it (127 command not found, 126 not executable), or 128 + n
-when the supervisor itself was stopped by signal n: any signal that means "stop" in
-signals.py (143 SIGTERM, 130 SIGINT, 131 SIGQUIT, 152 SIGXCPU, 158 SIGPWR, 165 SIGRTMIN+3...).
+A phase failed by ``timeout``, ``stalled`` or ``too_slow`` exits EXIT_TIMEOUT (124), as timeout(1)
+does; one a watcher failed (``gpu_fault``, ``proofs_failing``) EXIT_FAILURE (1). Any other status is
+passed on from the child that failed the lifecycle: its exit code, or 128 + the signal that killed it
+(127 command not found, 126 not executable), or 128 + n when the supervisor itself was stopped by
+signal n: any signal that means "stop" in signals.py (143 SIGTERM, 130 SIGINT, 131 SIGQUIT, 152
+SIGXCPU, 158 SIGPWR, 165 SIGRTMIN+3...).
 A stop signal that comes once the lifecycle is over (during the exit flush) changes nothing:
 the status is the lifecycle's.
 """

@@ -20,7 +20,6 @@ from .logs import SupervisorLog
 from .loop import EventLoop, summary
 from .memwatch import MemoryWatch
 from .plugin import Plugin
-from .reporting import masked
 from .signals import SignalRouter
 from .startup import Core, Host, Supervision
 from .statefile import StateFile
@@ -83,8 +82,7 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
         return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
                 "gpu_utilization": [s.utilization for s in evidence.gpu_samples()]}
 
-    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.verdicts.on_verdict,
-                                                       lambda verdict: masked(verdict, host.redactor)),
+    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.verdicts.on_verdict),
                     production=sup.lifecycle,
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
                     export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,

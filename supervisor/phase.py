@@ -222,7 +222,7 @@ class Phase:
             # Only a command that ended by itself is judged by its output: one the supervisor stopped
             # (its daemon died, shutdown) never printed its result, and that is not its failure.
             verdict = output.judge(verdict, parser.result, self._log)
-        self._verdicts.record(verdict)
+        verdict = self._verdicts.record(verdict)  # masked: what the attempt and the lifecycle keep
         if child.stop_reason is not None or self._shutting_down():
             return  # we asked for this; the stop in progress takes it from here
         if child in self.kept:
@@ -276,9 +276,9 @@ class Phase:
             return
         attempt = self._attempt
         attempt.cancel_start()
-        attempt.outcome = outcome
         if outcome is not None and outcome.pid is None:
-            self._verdicts.record(outcome)  # no child will be reaped for it: record it now
+            outcome = self._verdicts.record(outcome)  # no child will be reaped for it: record it now
+        attempt.outcome = outcome
         if outcome is not None and outcome.success and self.spec.kind == "oneshot":
             # The phase succeeded: daemons with lifetime = "lifecycle" live on into the later phases.
             self.kept = [c for c in attempt.children if c.spec.lifetime == "lifecycle" and c.running]
@@ -343,9 +343,8 @@ class Phase:
         the deadline in a backoff), recorded as the outcome since no child's exit says it; None when
         the outcome already recorded (the attempt's verdict, an internal error) says why."""
         if reason is not None:
-            outcome = self._attempt.outcome = v.without_exit(self.name, self.name, reason, status, detail,
-                                                             attempt=self.attempt)
-            self._verdicts.record(outcome)
+            self._attempt.outcome = self._verdicts.record(
+                v.without_exit(self.name, self.name, reason, status, detail, attempt=self.attempt))
         self._conclude(PhaseState.FAILED, detail)
 
     def _conclude(self, state: PhaseState, why: str) -> None:
@@ -380,8 +379,7 @@ class Phase:
             self._end_attempt(broken)  # records it; _attempt_stopped then fails the phase
             return
         if self.state is PhaseState.STOPPING and not attempt.stop_over:
-            attempt.outcome = broken
-            self._verdicts.record(broken)
+            attempt.outcome = self._verdicts.record(broken)
             return  # the stop in progress ends in _attempt_stopped, which sees the outcome
         self._fail(v.INTERNAL_ERROR, detail, EXIT_INTERNAL_ERROR)
 

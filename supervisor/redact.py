@@ -8,11 +8,12 @@ downstream gets it masked already and never masks again. The entry points:
   parsers and the log shipper all read masked bytes;
 - the supervisor's own lines: ``SupervisorLog`` (logs.py), before the console, supervisor.log and the
   log shipper's tap (``Redactor.text``);
-- verdicts, objects made of the supervisor's words, config values and masked child lines: where they
-  enter the reporting (reporting.masked), for the durable FAILED push and a plugin's give-up reason;
+- verdicts, objects made of the supervisor's words, config values and masked child lines: where they are
+  recorded (runtime.VerdictRecord), so the log, the status view and status.json, the durable FAILED push,
+  a plugin's give-up reason and the termination log all read the masked record;
 - what the manager (or the HTTP library) says: the client masks the URL's credentials in the errors
   it raises (manager.py), and the status view masks the last error it shows (Reporter.status);
-- the status view's environments (``Redactor.environment``; status.py).
+- the status view's environments (``Redactor.environment``).
 
 A child's bytes come in reads cut wherever the pipe was: a secret written in two writes arrives
 in two reads. So the stream holds back the end of a read that could still become a secret (at most

@@ -10,7 +10,7 @@ the persisted outbox first and delivered by the sender thread (sender.py), in or
 the work never waits on the manager, and a SIGKILL of the supervisor loses nothing.
 
 Text reaches the manager already masked (redact.py): the supervisor's own lines where they are
-logged, children's output where it is read, verdicts here, where they enter the reporting (``masked``).
+logged, children's output where it is read, verdicts where they are recorded (runtime.VerdictRecord).
 """
 
 from __future__ import annotations
@@ -56,13 +56,6 @@ def core_report_due(phase: PhaseView) -> str | None:
     if when == "up" and phase.up:
         return phase.report
     return None
-
-
-def masked(verdict: Verdict, redactor: Redactor) -> Verdict:
-    """The verdict with its words masked (its child lines were, where they were read): what the durable
-    FAILED push and a plugin's give-up quote to the manager."""
-    return replace(verdict, phase=redactor.text(verdict.phase), child=redactor.text(verdict.child),
-                   detail=redactor.text(verdict.detail))
 
 
 class Reporter:
@@ -215,7 +208,6 @@ class Reporter:
             self.push_text("setup", f"prover-supervisor stopping: {why}")
 
     def verdict(self, verdict: Verdict) -> None:
-        verdict = masked(verdict, self._redactor)
         self.event("verdict", **verdict.to_dict())
         if verdict.success or verdict.reason == STOPPED:
             return

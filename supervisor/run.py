@@ -192,8 +192,7 @@ def check_fitness(plan: Plan, plugin: Plugin, rt: Runtime, lifecycle: Lifecycle,
             log(fitness.describe(evidence) if evidence is not None else "fitness: not checked (see above)")
             then(True)
             return
-        verdict = fitness.refusal(findings)
-        rt.verdicts.record(verdict)
+        verdict = rt.verdicts.record(fitness.refusal(findings))
         lifecycle.failure = verdict
         lifecycle.shutdown(f"this machine cannot run the lifecycle ({verdict.reason})", verdict.status)
         then(False)

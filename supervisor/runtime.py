@@ -55,7 +55,8 @@ class ChildKit:
     ring_lines: int
     log_file_max_bytes: int
     base_env: dict[str, str]  # every child's environment; export_env adds to it
-    child_oom_score_adj: int | None = None  # what children set their oom_score_adj to (run.py decides)
+    # What children set their oom_score_adj to (startup.py decides: protect_from_oom_killer).
+    child_oom_score_adj: int | None = None
     memory: MemoryEvidence | None = None  # the phase cgroups a child is placed in
     redactor: Redactor | None = None
     ship_lines: Callable[[str, str, list[bytes]], None] | None = None  # (source, label, lines) to the manager
@@ -77,7 +78,7 @@ class MachineEvidence:
     memory: MemoryEvidence | None = None
     gpus: Gpus | None = None  # the GPU thread's latest readings (supervisor/gpuwatch.py)
     progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
-    freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (run.py makes it)
+    freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (freeze.start_the_tick, from run.py)
     first_seen: FirstSeen | None = None  # when the instance first started and registered: deadlines count from it
 
     def available_memory(self, cap: int | None = None) -> int | None:
@@ -91,10 +92,14 @@ class MachineEvidence:
 
 
 class VerdictRecord(Sequence[Verdict]):
-    """Every verdict recorded (the latest few per phase), oldest first; ``on_verdict`` hears of each."""
+    """Every verdict recorded (the latest few per phase), oldest first; ``on_verdict`` hears of each.
 
-    def __init__(self, log: Log, faults: Faults) -> None:
-        self.log, self.faults = log, faults
+    This is where a verdict enters the supervisor's records, so it is masked here, once (redact.py): the
+    log, the status view and status.json, the reporting, a plugin's give-up reason and the termination
+    log all read the masked record, never the verdict as it was made."""
+
+    def __init__(self, log: Log, faults: Faults, mask: Callable[[str], str] | None = None) -> None:
+        self.log, self.faults, self._mask = log, faults, mask
         self.verdicts: list[Verdict] = []
         self.on_verdict: list[Callable[[Verdict], None]] = []
 
@@ -110,7 +115,10 @@ class VerdictRecord(Sequence[Verdict]):
     def __len__(self) -> int:
         return len(self.verdicts)
 
-    def record(self, verdict: Verdict) -> None:
+    def record(self, verdict: Verdict) -> Verdict:
+        """Keep ``verdict`` masked, say it, tell the listeners; the masked record is what callers keep."""
+        if self._mask is not None:
+            verdict = verdict.masked(self._mask)
         self.verdicts.append(verdict)
         # The latest few per phase: a service restarting in a loop must not grow memory (and
         # status.json) without end; a lookup by pid only ever wants a verdict just recorded.
@@ -125,6 +133,7 @@ class VerdictRecord(Sequence[Verdict]):
             for line in verdict.last_lines[-5:]:
                 self.log(Unshipped(f"  | {line}"))
         tell_listeners(self.faults, "verdict listener", self.on_verdict, verdict, phase=verdict.phase)
+        return verdict
 
     def verdict_of(self, child: Child) -> Verdict | None:
         """The latest verdict recorded for ``child`` (by pid), if it was reaped."""
@@ -170,7 +179,8 @@ class Runtime:
     def of(cls, spawning: ChildKit, evidence: MachineEvidence | None = None, **rest: Any) -> Runtime:
         """The parts around ``spawning`` (its loop and log), the verdict record new."""
         return cls(spawning.loop, spawning.log, spawning, evidence or MachineEvidence(memory=spawning.memory),
-                   VerdictRecord(spawning.log, spawning.loop.faults), **rest)
+                   VerdictRecord(spawning.log, spawning.loop.faults,
+                                 spawning.redactor.text if spawning.redactor is not None else None), **rest)
 
 
 @dataclass(frozen=True)

@@ -87,9 +87,8 @@ def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: Sup
     if not os.path.exists(path):
         return
     failure = lifecycle.failure
+    # The failure was masked where it was recorded (runtime.VerdictRecord); the reason is the supervisor's words.
     text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
-    if log.redactor:
-        text = log.redactor.text(text)
     try:
         with open(path, "w") as f:
             f.write(text.encode()[:TERMINATION_LOG_MAX_BYTES].decode(errors="ignore"))

@@ -10,10 +10,11 @@ from __future__ import annotations
 import shlex
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .exits import EXIT_TIMEOUT
+from .exits import EXIT_FAILURE, EXIT_TIMEOUT
 from .memory import MemoryReport
 from .reaping import ExitStatus
 from .units import fmt_bytes
@@ -46,7 +47,12 @@ REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON
 FOR_GOOD = (INTERNAL_ERROR, GPU_FAULT, TOO_SLOW)
 LAST_LINES = 20
 # The supervisor's own clocks ended it: the status is timeout(1)'s, whatever the child did on SIGTERM.
-TIMED_OUT = (TIMEOUT, STALLED)
+# What the supervisor decided was over for time: the run exits EXIT_TIMEOUT (124) as timeout(1) does,
+# whatever the child did on the stop signal. A download or bench too slow to make it is one of these.
+TIMED_OUT = (TIMEOUT, STALLED, TOO_SLOW)
+# What a watcher of the supervisor's found (a GPU gone, proofs failing): EXIT_FAILURE, not the child's own
+# answer to being stopped for it.
+FOUND_BY_WATCHERS = (GPU_FAULT, PROOFS_FAILING)
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,10 @@ class Verdict:
         if self.detail:
             parts.append(f"detail={shlex.quote(self.detail)}")
         return " ".join(parts)
+
+    def masked(self, mask: Callable[[str], str]) -> Verdict:
+        """The verdict with the supervisor's words in it masked (its last lines were, where they were read)."""
+        return replace(self, phase=mask(self.phase), child=mask(self.child), detail=mask(self.detail))
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
@@ -154,6 +164,8 @@ def without_exit(phase: str, child: str, reason: str, status: int, detail: str, 
 
 
 def failure_status(reason: str, status: int) -> int:
-    """What a failure of ``reason`` exits with: a deadline or a stall gives EXIT_TIMEOUT (as timeout(1)),
-    anything else the status it carries."""
-    return EXIT_TIMEOUT if reason in TIMED_OUT else status
+    """What a failure of ``reason`` exits with: a deadline, a stall or too_slow gives EXIT_TIMEOUT (as
+    timeout(1)), a watcher's finding EXIT_FAILURE, anything else the status it carries."""
+    if reason in TIMED_OUT:
+        return EXIT_TIMEOUT
+    return EXIT_FAILURE if reason in FOUND_BY_WATCHERS else status

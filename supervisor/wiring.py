@@ -17,7 +17,7 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
   reads the machine's memory and GPUs as the core measures them (``machine``).
 
 Every callback a plugin gives runs on the loop's thread, but a ``CallKind``'s ``attempt`` and ``keep``,
-which run on the outbox's sender thread. The composition root (run.py) builds the Wiring. This module
+which run on the outbox's sender thread. The composition root (observers.py) builds the Wiring. This module
 imports foundations only, and those for types: it is part of the plugin boundary (plugin.py).
 """
 
@@ -201,15 +201,13 @@ class LifecycleLike(Protocol):
 
 
 class LifecycleEvents:
-    """``Events`` over the Lifecycle's listener lists: each listener hears views, never the Phase.
+    """``Events`` over the Lifecycle's listener lists: each listener hears views, never the Phase. The
+    failure in a ShutdownView is the recorded verdict, masked where it was recorded (runtime.VerdictRecord):
+    a give-up may quote it to the manager as it is."""
 
-    ``mask`` makes the failure's text safe to send (reporting.masked): a give-up quotes it to the manager."""
-
-    def __init__(self, lifecycle: LifecycleLike, verdict_listeners: list[Callable[[Verdict], None]],
-                 mask: Callable[[Verdict], Verdict]) -> None:
+    def __init__(self, lifecycle: LifecycleLike, verdict_listeners: list[Callable[[Verdict], None]]) -> None:
         self._lifecycle = lifecycle
         self._verdict_listeners = verdict_listeners
-        self._mask = mask
 
     def on_transition(self, listener: Callable[[PhaseView], None]) -> None:
         self._lifecycle.listeners.append(_Named(listener, lambda phase: listener(PhaseView.of(phase))))
@@ -222,8 +220,7 @@ class LifecycleEvents:
 
     def _view(self, why: str, status: int) -> ShutdownView:
         failure = self._lifecycle.failure
-        return ShutdownView(why, status, self._mask(failure) if failure is not None else None,
-                            production_was_up(self._lifecycle))
+        return ShutdownView(why, status, failure, production_was_up(self._lifecycle))
 
 
 def production_was_up(lifecycle: LifecycleLike) -> bool:

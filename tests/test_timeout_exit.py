@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from helpers import Runner, one_verdict, py_script
 
-from supervisor.exits import EXIT_TIMEOUT
-from supervisor.verdict import SIGNAL, STALLED, TIMEOUT, failure_status
+from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
+from supervisor.verdict import GPU_FAULT, PROOFS_FAILING, SIGNAL, STALLED, TIMEOUT, TOO_SLOW, failure_status
 
 # How the child meets the SIGTERM that ends it, and the status it would have passed on before.
 ON_TERM = {
@@ -23,6 +23,9 @@ ON_TERM = {
 def test_the_status_of_a_timed_out_failure_is_timeouts() -> None:
     assert failure_status(TIMEOUT, 143) == EXIT_TIMEOUT == 124
     assert failure_status(STALLED, 1) == EXIT_TIMEOUT
+    assert failure_status(TOO_SLOW, 143) == EXIT_TIMEOUT  # it could not make it in time: a timeout foreseen
+    # A watcher's finding: the child's answer to being stopped for it (143, 0, 137) says nothing.
+    assert failure_status(GPU_FAULT, 143) == failure_status(PROOFS_FAILING, 0) == EXIT_FAILURE
     assert failure_status(SIGNAL, 143) == 143  # anything else passes the child's status on
 
 

@@ -14,10 +14,9 @@ import pytest
 
 from supervisor.console import Console
 from supervisor.logs import SupervisorLog, Unshipped
-from supervisor.loop import EventLoop
+from supervisor.loop import EventLoop, Faults
 from supervisor.redact import MASK, Redactor
-from supervisor.reporting import masked
-from supervisor.runtime import tell_listeners
+from supervisor.runtime import VerdictRecord, tell_listeners
 from supervisor.states import PhaseState
 from supervisor.verdict import Verdict
 from supervisor.wiring import LifecycleEvents, PhaseView, ShutdownView
@@ -45,8 +44,7 @@ class Lifecycle:
 
 
 def events_of(lifecycle: Lifecycle, verdicts: list[Any] | None = None) -> LifecycleEvents:
-    return LifecycleEvents(lifecycle, verdicts if verdicts is not None else [],
-                           lambda verdict: masked(verdict, Redactor([SECRET])))
+    return LifecycleEvents(lifecycle, verdicts if verdicts is not None else [])
 
 
 def test_a_transition_listener_hears_a_frozen_view() -> None:
@@ -67,8 +65,11 @@ def test_the_shutdown_view_has_the_failure_masked_and_whether_production_was_up(
     lifecycle = Lifecycle()
     heard: list[ShutdownView] = []
     events_of(lifecycle).on_shutdown(heard.append)
-    lifecycle.failure = Verdict(phase="bench", child="bench", pid=1, reason="exit_code", success=False, status=3,
-                                detail=f"token {SECRET}")
+    said: list[str] = []
+    record = VerdictRecord(said.append, Faults(said.append), Redactor([SECRET]).text)
+    # The lifecycle's failure is a recorded verdict: masked where it was recorded, once.
+    lifecycle.failure = record.record(Verdict(phase="bench", child="bench", pid=1, reason="exit_code",
+                                              success=False, status=3, detail=f"token {SECRET}"))
     lifecycle.on_shutdown[0]("phase bench failed", 3)
     lifecycle.phases[1].was_up = True
     lifecycle.on_shutdown[0]("phase curio failed", 3)
@@ -76,6 +77,23 @@ def test_the_shutdown_view_has_the_failure_masked_and_whether_production_was_up(
                                                                         ("phase curio failed", 3, True)]
     assert heard[0].failure is not None and heard[0].failure.detail == f"token {MASK}"
     assert SECRET not in heard[0].failure.line()
+    assert record[0] is lifecycle.failure and not any(SECRET in line for line in said), said
+
+
+def test_a_verdict_is_masked_where_it_is_recorded_and_every_reader_gets_the_masked_one() -> None:
+    said: list[str] = []
+    heard: list[Verdict] = []
+    record = VerdictRecord(said.append, Faults(said.append), Redactor([SECRET]).text)
+    record.on_verdict.append(heard.append)
+    made = Verdict(phase="work", child="work", pid=None, reason="spawn_failed", success=False, status=127,
+                   detail=f"/opt/{SECRET}/curio: not found", last_lines=["already masked ***"])
+    kept = record.record(made)
+    assert kept.detail == f"/opt/{MASK}/curio: not found" and kept.last_lines == made.last_lines
+    assert heard == [kept] and list(record) == [kept]
+    assert said and not any(SECRET in line for line in said), said
+    assert made.detail.count(SECRET) == 1  # the verdict as made is untouched (frozen): only the record is kept
+    plain = VerdictRecord(said.append, Faults(said.append))  # no secrets known: kept as made
+    assert plain.record(made) is made
 
 
 def test_verdict_listeners_hear_the_verdict_object() -> None:

@@ -205,7 +205,7 @@ class Fleet:
         # up and the supervisor is exiting, and today's manager has no timeout for bench_done. It kills
         # on any bench-done below min_rate, whatever the state, so a second one gives it up too.
         passed_before = self._queued or isinstance(answer, dict)
-        reason = view.failure.line()[:REASON_MAX_CHARS]  # (masked: the verdict was, as it entered the reporting)
+        reason = view.failure.line()[:REASON_MAX_CHARS]  # (masked: the verdict was, where it was recorded)
         # Remembered before the call is queued: a restart must not run (and un-kill) this instance again.
         self._link.retire(f"{view.why}: {view.failure.reason}; bench-done with rate 0 asked the manager to "
                           "destroy it")

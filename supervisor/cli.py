@@ -21,7 +21,8 @@ another supervisor already runs from this state_dir, 130 a command other than ``
 interrupted (Ctrl-C); otherwise ``run`` passes on the status of the lifecycle (1, 69, 70, the
 failing child's exit code, or 128 + a signal).
 
-With run.py this is the composition root: the one place that names the prover. Every config is
+This is the composition root's one import of the prover (run.py, startup.py and observers.py are handed
+it as a Plugin). Every config is
 loaded with its plugin (``supervisor.prover.plugin.PLUGIN``: ``[cuzk]``, the fleet keys, the built-in
 profile), which ``run`` is handed too; the rest of the core knows no plugin but the one it is given.
 

@@ -3,8 +3,9 @@
 The core (config, lifecycle, reporting, status) is a generic init and lifecycle supervisor. What makes
 it a Filecoin proving one (cuzk.toml, cuzk-bench's output, the fleet protocol's bench-done, the built-in
 profile) comes from one plugin, ``supervisor/prover/``, which fills a ``Plugin`` and is handed in by
-the composition root (``cli.py``, ``run.py``): the only core modules that import it. The core reaches
-a plugin through these fields only:
+the composition root: ``cli.py`` imports it (the only core module that does) and hands it to ``run.py``,
+``startup.py`` and ``observers.py``, which know it only as a ``Plugin``. The core reaches a plugin
+through these fields only:
 
 - ``sections``: top-level config tables it owns (``[cuzk]``), parsed by it into frozen settings that the
   plan carries in ``Plan.sections`` under the table's name. A top-level table nobody owns is an error.

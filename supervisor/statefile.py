@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -59,7 +58,7 @@ class StateFile:
 
     def changed(self, what: object = None) -> None:
         """A listener of transitions and verdicts: write now, or soon."""
-        now = time.monotonic()
+        now = self._loop.clock.monotonic()  # the loop's clock: its timer is what writes a coalesced change
         window_open_at = self._recent[0] + PERSIST_WINDOW_S if len(self._recent) == PERSIST_BURST else now
         if _is_final(what) or window_open_at <= now:
             self.save()
@@ -70,7 +69,7 @@ class StateFile:
         if self._later is not None:
             self._later.cancel()
             self._later = None
-        self._recent.append(time.monotonic())
+        self._recent.append(self._loop.clock.monotonic())
         try:
             persist(self._state_dir, self._build())
         except OSError as exc:

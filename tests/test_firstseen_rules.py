@@ -1,0 +1,111 @@
+"""supervisor.firstseen on a real state_dir: each time written once, the first time it is known, and kept across
+starts (a later start neither rewrites the first start nor a registration); values in the file that are not a
+usable time (bool, NaN, 0, negative, a string) are ignored one by one; a file of the wrong shape starts afresh; a
+state_dir that cannot be written costs the memory, not the run, and is said. tests/test_transfer.py covers the
+plain restart and unreadable JSON; not repeated here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from supervisor import statepaths
+from supervisor.firstseen import FIRST_REGISTERED, FIRST_SEEN_MAX_BYTES, FIRST_START, FirstSeen
+
+
+def saved(state_dir: Path) -> dict[str, float]:
+    return json.loads(statepaths.path(state_dir, statepaths.FIRST_SEEN).read_text())
+
+
+def write(state_dir: Path, text: str) -> None:
+    statepaths.path(state_dir, statepaths.FIRST_SEEN).write_text(text)
+
+
+def test_the_first_start_is_written_at_once(tmp_path: Path) -> None:
+    FirstSeen(tmp_path, print, now=lambda: 50.0)
+    assert saved(tmp_path) == {FIRST_START: 50.0}
+
+
+def test_a_later_start_does_not_rewrite_the_file(tmp_path: Path) -> None:
+    FirstSeen(tmp_path, print, now=lambda: 50.0)
+    path = statepaths.path(tmp_path, statepaths.FIRST_SEEN)
+    inode = path.stat().st_ino
+    again = FirstSeen(tmp_path, print, now=lambda: 999.0)
+    assert again.anchor() == (50.0, "the first start")
+    assert path.stat().st_ino == inode, "nothing new was known: not written again"
+
+
+def test_a_second_registration_keeps_the_first(tmp_path: Path) -> None:
+    clock = iter([10.0, 20.0, 30.0])
+    seen = FirstSeen(tmp_path, print, now=lambda: next(clock))
+    seen.registered()
+    seen.registered()  # the manager answered a register again (a forgotten uuid): the deadline does not move
+    assert seen.anchor() == (20.0, "the first registration")
+    assert saved(tmp_path) == {FIRST_START: 10.0, FIRST_REGISTERED: 20.0}
+
+
+def test_a_registration_known_without_a_first_start_keeps_it_and_adds_the_start(tmp_path: Path) -> None:
+    write(tmp_path, json.dumps({FIRST_REGISTERED: 300.0}))
+    seen = FirstSeen(tmp_path, print, now=lambda: 400.0)
+    assert seen.anchor() == (300.0, "the first registration")
+    assert saved(tmp_path) == {FIRST_REGISTERED: 300.0, FIRST_START: 400.0}
+
+
+def test_values_that_are_not_a_time_are_ignored_one_by_one(tmp_path: Path) -> None:
+    for bad in ("true", '"1000"', "0", "-5", "null", "[1]"):
+        write(tmp_path, f'{{"{FIRST_START}": {bad}, "{FIRST_REGISTERED}": 77}}')
+        said: list[str] = []
+        seen = FirstSeen(tmp_path, said.append, now=lambda: 500.0)
+        assert seen.anchor() == (77.0, "the first registration"), bad
+        assert saved(tmp_path) == {FIRST_REGISTERED: 77.0, FIRST_START: 500.0}, bad
+        assert said == [], "a value left out is not an error to say"
+
+
+def test_a_nan_or_infinite_time_is_ignored(tmp_path: Path) -> None:
+    write(tmp_path, f'{{"{FIRST_START}": NaN, "{FIRST_REGISTERED}": Infinity}}')
+    seen = FirstSeen(tmp_path, print, now=lambda: 8.0)
+    assert seen.anchor() == (8.0, "the first start")
+
+
+def test_a_file_that_is_not_an_object_starts_afresh_quietly(tmp_path: Path) -> None:
+    write(tmp_path, "[1000, 2000]")
+    said: list[str] = []
+    seen = FirstSeen(tmp_path, said.append, now=lambda: 9.0)
+    assert seen.anchor() == (9.0, "the first start") and said == []
+    assert saved(tmp_path) == {FIRST_START: 9.0}
+
+
+def test_other_keys_in_the_file_are_not_kept(tmp_path: Path) -> None:
+    write(tmp_path, json.dumps({FIRST_START: 5.0, "extra": 1}))
+    seen = FirstSeen(tmp_path, print, now=lambda: 6.0)
+    seen.registered()
+    assert saved(tmp_path) == {FIRST_START: 5.0, FIRST_REGISTERED: 6.0}
+
+
+def test_a_file_too_big_to_be_ours_is_said_and_started_afresh(tmp_path: Path) -> None:
+    write(tmp_path, " " * (FIRST_SEEN_MAX_BYTES + 1))
+    said: list[str] = []
+    seen = FirstSeen(tmp_path, said.append, now=lambda: 3.0)
+    assert seen.anchor() == (3.0, "the first start")
+    assert len(said) == 1 and said[0].startswith("first-seen: cannot read ") and "count from this start" in said[0]
+
+
+def test_a_directory_in_its_place_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
+    """Unreadable and unwritable: both said, neither raises; the times still count within this run."""
+    statepaths.path(tmp_path, statepaths.FIRST_SEEN).mkdir()
+    said: list[str] = []
+    clock = iter([1.0, 2.0])
+    seen = FirstSeen(tmp_path, said.append, now=lambda: next(clock))
+    seen.registered()
+    assert seen.anchor() == (2.0, "the first registration")
+    assert said[0].startswith("first-seen: cannot read") and "not a regular file" in said[0]
+    assert [line for line in said[1:] if line.startswith("first-seen: cannot write")] == said[1:]
+    assert len(said) == 3 and all("a restart counts afresh" in line for line in said[1:])
+
+
+def test_a_missing_state_dir_costs_the_memory_not_the_run(tmp_path: Path) -> None:
+    said: list[str] = []
+    seen = FirstSeen(tmp_path / "gone", said.append, now=lambda: 4.0)
+    assert seen.anchor() == (4.0, "the first start")
+    assert said == [f"first-seen: cannot write {tmp_path / 'gone' / statepaths.FIRST_SEEN} (No such file or "
+                    "directory): a restart counts afresh"]

@@ -1,0 +1,129 @@
+"""supervisor.freeze's Tick on a real EventLoop with a fake clock (tests/fakes.py): every TICK_S the freeze
+watch looks at the loop's clock and then each watcher speaks, in order, with the tick's time; the next tick is
+set before the watchers run, so one that raises is not the last; the watch's clock starts when the tick
+starts, not when the watch was made; a jump of the clock seen at a tick is a freeze, said once with its
+length, and freezes are counted. FreezeWatch's own jump rule is in tests/test_freeze.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fakes import FakeClock
+
+from supervisor.freeze import FREEZE_MIN_S, TICK_S, FreezeWatch, Tick, start_the_tick
+from supervisor.loop import EventLoop
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def loop(clock: FakeClock) -> Iterator[EventLoop]:
+    loop = EventLoop(clock=clock)
+    yield loop
+    loop.close()
+
+
+def ticks_until(loop: EventLoop, clock: FakeClock, t: float) -> None:
+    """Run every tick due up to ``t``, each when it is due."""
+    while (due := loop.next_due()) is not None and due <= t:
+        clock.now = max(clock.now, due)
+        loop.run_once(max_wait=0)
+
+
+def test_each_watcher_speaks_at_each_tick_in_order_with_the_ticks_time(loop: EventLoop, clock: FakeClock) -> None:
+    said: list[str] = []
+    heard: list[tuple[str, float]] = []
+
+    def first(now: float) -> list[str]:
+        heard.append(("first", now))
+        return [f"first at {now:g}"]
+
+    def second(now: float) -> list[str]:
+        heard.append(("second", now))
+        return []
+
+    freeze = FreezeWatch(said.append, clock=clock)
+    Tick(loop, freeze, [first, second], said.append).start()
+    ticks_until(loop, clock, 3 * TICK_S)
+    assert heard == [("first", 1.0), ("second", 1.0), ("first", 2.0), ("second", 2.0), ("first", 3.0),
+                     ("second", 3.0)]
+    assert said == ["first at 1", "first at 2", "first at 3"]
+    assert loop.next_due() == 4 * TICK_S, "always one tick ahead"
+
+
+def test_a_watcher_that_raises_is_not_the_last_tick(loop: EventLoop, clock: FakeClock) -> None:
+    faults: list[str] = []
+    loop.faults.log = faults.append
+    calls: list[float] = []
+
+    def broken(now: float) -> list[str]:
+        calls.append(now)
+        raise RuntimeError("watcher bug")
+
+    Tick(loop, FreezeWatch(lambda _: None, clock=clock), [broken], lambda _: None).start()
+    ticks_until(loop, clock, 3 * TICK_S)
+    assert calls == [1.0, 2.0, 3.0]
+    assert faults and "RuntimeError: watcher bug" in faults[0], "contained and said by the loop's faults"
+
+
+def test_the_watch_counts_from_the_ticks_start_not_from_its_making(loop: EventLoop, clock: FakeClock) -> None:
+    """Between making the watch and starting the tick (preflight, the fitness checks) the loop may not run for
+    longer than FREEZE_MIN_S: that is no freeze."""
+    said: list[str] = []
+    freeze = FreezeWatch(said.append, clock=clock)
+    clock.now += 10 * FREEZE_MIN_S
+    Tick(loop, freeze, [], said.append).start()
+    ticks_until(loop, clock, clock.now + 2 * TICK_S)
+    assert said == [] and freeze.freezes == 0 and freeze.thawed_at is None
+
+
+def test_a_jump_seen_at_a_tick_is_a_freeze_said_once(loop: EventLoop, clock: FakeClock) -> None:
+    said: list[str] = []
+    freeze = start_the_tick(loop, said.append, [])
+    ticks_until(loop, clock, 2.0)
+    clock.now += 20.0  # the whole supervisor stopped: no tick ran meanwhile
+    loop.run_once(max_wait=0)
+    assert freeze.freezes == 1 and freeze.thawed_at == 22.0 and freeze.frozen_s == 20.0
+    assert said == ["the supervisor was frozen (SIGSTOP, cgroup freezer, docker pause?) for 20.0s; "
+                    "stall windows restart now, deadlines keep counting"]
+    ticks_until(loop, clock, 30.0)
+    assert len(said) == 1, "ticks after the thaw are on time again"
+
+
+def test_freezes_are_counted_and_the_last_one_kept(loop: EventLoop, clock: FakeClock) -> None:
+    freeze = start_the_tick(loop, lambda _: None, [])
+    for gap in (5.0, 9.0):
+        ticks_until(loop, clock, clock.now + 1.0)
+        clock.now += gap
+        loop.run_once(max_wait=0)
+    assert freeze.freezes == 2 and freeze.frozen_s == 9.0 and freeze.thawed_at == clock.now
+
+
+def test_the_watchers_still_speak_at_the_tick_right_after_a_freeze(loop: EventLoop, clock: FakeClock) -> None:
+    heard: list[float] = []
+    said: list[str] = []
+    start_the_tick(loop, said.append, [lambda now: heard.append(now) or []])
+    clock.now += 50.0
+    loop.run_once(max_wait=0)
+    assert heard == [50.0] and len(said) == 1, "the freeze is said first, then the watchers at the same tick"
+
+
+def test_notice_without_a_time_reads_its_clock(clock: FakeClock) -> None:
+    said: list[str] = []
+    freeze = FreezeWatch(said.append, clock=clock, min_s=1.0)
+    clock.now = 0.5
+    assert freeze.notice() is None
+    clock.now = 2.0
+    assert freeze.notice() == 1.5 and freeze.last_seen == 2.0
+
+
+def test_a_custom_interval(loop: EventLoop, clock: FakeClock) -> None:
+    heard: list[float] = []
+    Tick(loop, FreezeWatch(lambda _: None, clock=clock), [lambda now: heard.append(now) or []], lambda _: None,
+         interval=0.25).start()
+    ticks_until(loop, clock, 1.0)
+    assert heard == [0.25, 0.5, 0.75, 1.0]

@@ -1,0 +1,146 @@
+"""supervisor.givenup on a real state_dir: the marker remembered and recalled (its reason tidied and bounded), a
+marker that cannot be read still meaning given up (spoilt JSON, wrong shape, a directory, a dangling link, a file
+far too big), the refusal line, and ``--fresh``'s start_over (the marker gone, the outbox and its SQLite journal
+set aside under the same suffix; nothing done where nothing was given up)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from supervisor import givenup, statepaths
+from supervisor.givenup import MARKER_MAX_BYTES, REASON_MAX_CHARS, SET_ASIDE_SUFFIX, GivenUp
+
+
+def test_nothing_given_up_recalls_none(tmp_path: Path) -> None:
+    assert givenup.recall(tmp_path) is None
+
+
+def test_a_remembered_give_up_is_recalled_with_its_time_and_reason(tmp_path: Path) -> None:
+    before = time.time()
+    kept = givenup.remember(tmp_path, "bench-done rate=0: below min_rate")
+    after = time.time()
+    assert before <= kept.at <= after
+    assert givenup.recall(tmp_path) == kept == GivenUp(kept.at, "bench-done rate=0: below min_rate")
+    marker = statepaths.path(tmp_path, statepaths.GIVEN_UP)
+    assert stat.S_IMODE(marker.stat().st_mode) == 0o600
+    assert json.loads(marker.read_text()) == {"at": kept.at, "reason": kept.reason}
+
+
+def test_the_reason_is_one_line_and_bounded(tmp_path: Path) -> None:
+    """A plugin's words may be a manager's multi-line answer: kept as one line, cut at REASON_MAX_CHARS."""
+    kept = givenup.remember(tmp_path, "passed:\n  false\t(manager)  " + "x" * 1000)
+    assert kept.reason.startswith("passed: false (manager) x")
+    assert len(kept.reason) == REASON_MAX_CHARS and "\n" not in kept.reason
+    assert givenup.recall(tmp_path) == kept
+
+
+def test_a_later_give_up_replaces_the_first(tmp_path: Path) -> None:
+    givenup.remember(tmp_path, "first")
+    second = givenup.remember(tmp_path, "second")
+    assert givenup.recall(tmp_path) == second
+
+
+def test_a_marker_written_by_hand_with_a_long_reason_is_cut_on_recall(tmp_path: Path) -> None:
+    givenup.marker(tmp_path).write_text(json.dumps({"at": 5, "reason": "y" * 2000}))
+    recalled = givenup.recall(tmp_path)
+    assert recalled == GivenUp(5.0, "y" * REASON_MAX_CHARS)
+
+
+@pytest.mark.parametrize(("content", "error"), [
+    ("{not json", "JSONDecodeError"),
+    ('["at", "reason"]', "TypeError"),
+    ('{"at": 1}', "KeyError"),
+    ('{"at": "yesterday", "reason": "r"}', "ValueError"),
+    ("\udcff", "UnicodeDecodeError"),
+])
+def test_a_spoilt_marker_still_means_given_up(tmp_path: Path, content: str, error: str) -> None:
+    """Starting the lifecycle again is the harm the marker guards against: unreadable is not "not given up"."""
+    marker = givenup.marker(tmp_path)
+    marker.write_bytes(content.encode("utf-8", "surrogateescape"))
+    os.utime(marker, (1_700_000_000, 1_700_000_000))
+    recalled = givenup.recall(tmp_path)
+    assert recalled == GivenUp(1_700_000_000.0, f"its record {marker} is unreadable: {error}")
+
+
+def test_a_marker_too_big_to_be_ours_still_means_given_up(tmp_path: Path) -> None:
+    givenup.marker(tmp_path).write_bytes(b" " * (MARKER_MAX_BYTES + 1))
+    recalled = givenup.recall(tmp_path)
+    assert recalled is not None and recalled.reason.endswith("is unreadable: ValueError")
+
+
+def test_a_directory_or_a_dangling_link_at_the_marker_still_means_given_up(tmp_path: Path) -> None:
+    givenup.marker(tmp_path).mkdir()
+    recalled = givenup.recall(tmp_path)
+    assert recalled is not None and recalled.reason.endswith("is unreadable: ValueError")
+    givenup.marker(tmp_path).rmdir()
+    givenup.marker(tmp_path).symlink_to(tmp_path / "nowhere")
+    recalled = givenup.recall(tmp_path)
+    assert recalled is not None and recalled.reason.endswith("is unreadable: FileNotFoundError")
+
+
+def test_the_refusal_names_when_why_and_the_way_out() -> None:
+    at = time.mktime((2026, 3, 4, 5, 6, 7, 0, 0, -1))
+    line = GivenUp(at, "bench rate below min_rate").refusal()
+    assert line == ("this instance was given up at 2026-03-04 05:06:07 (bench rate below min_rate); not running it "
+                    "again: start with --fresh or a new state_dir")
+
+
+def test_start_over_where_nothing_was_given_up_does_nothing(tmp_path: Path) -> None:
+    outbox = statepaths.path(tmp_path, statepaths.OUTBOX)
+    outbox.write_bytes(b"pending calls")
+    assert givenup.start_over(tmp_path) is None
+    assert outbox.read_bytes() == b"pending calls"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [outbox.name]
+
+
+def test_start_over_forgets_the_give_up_and_sets_the_outbox_and_its_journal_aside(tmp_path: Path) -> None:
+    givenup.remember(tmp_path, "rate 0")
+    outbox = statepaths.path(tmp_path, statepaths.OUTBOX)
+    for suffix, data in (("", b"db"), ("-wal", b"wal"), ("-shm", b"shm")):
+        outbox.with_name(outbox.name + suffix).write_bytes(data)
+    said = givenup.start_over(tmp_path)
+    assert said == (f"starting over (--fresh): the give-up (rate 0) is forgotten; its outbox set aside as "
+                    f"{outbox.name}{SET_ASIDE_SUFFIX}; registering afresh")
+    assert givenup.recall(tmp_path) is None
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {
+        f"{outbox.name}{SET_ASIDE_SUFFIX}": b"db", f"{outbox.name}{SET_ASIDE_SUFFIX}-wal": b"wal",
+        f"{outbox.name}{SET_ASIDE_SUFFIX}-shm": b"shm"}
+
+
+def test_start_over_with_an_outbox_but_no_journal_moves_just_the_outbox(tmp_path: Path) -> None:
+    givenup.remember(tmp_path, "rate 0")
+    outbox = statepaths.path(tmp_path, statepaths.OUTBOX)
+    outbox.write_bytes(b"db")
+    givenup.start_over(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{outbox.name}{SET_ASIDE_SUFFIX}"]
+
+
+def test_start_over_without_an_outbox_says_nothing_was_set_aside(tmp_path: Path) -> None:
+    givenup.remember(tmp_path, "passed: false")
+    said = givenup.start_over(tmp_path)
+    assert said is not None and "set aside" not in said and "passed: false" in said
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_fresh_start_replaces_the_older_set_aside_outbox(tmp_path: Path) -> None:
+    outbox = statepaths.path(tmp_path, statepaths.OUTBOX)
+    for generation in (b"first", b"second"):
+        givenup.remember(tmp_path, "again")
+        outbox.write_bytes(generation)
+        givenup.start_over(tmp_path)
+    assert outbox.with_name(outbox.name + SET_ASIDE_SUFFIX).read_bytes() == b"second"
+    assert not outbox.exists()
+
+
+def test_start_over_forgets_a_spoilt_marker_too(tmp_path: Path) -> None:
+    givenup.marker(tmp_path).write_text("{spoilt")
+    said = givenup.start_over(tmp_path)
+    assert said is not None and re.search(r"the give-up \(its record .* is unreadable: JSONDecodeError\)", said)
+    assert givenup.recall(tmp_path) is None

@@ -1,0 +1,320 @@
+"""supervisor.logship against a real HTTP server on 127.0.0.1 (a recorder of the test's own: what each push
+carried, its headers, and the status it is answered with): the X-Log-Seq numbers (consecutive per source and
+per run, dropped lines' numbers skipped, the same numbers on a push sent again), a manager's 5xx keeping the
+batch and a 4xx dropping it, the events sender's ndjson, a batch big enough waking the thread long before its
+interval, ``stop`` flushing what is left and not hanging on a manager that is down, ``take_all`` handing the
+queue over in order, ``manager_answers`` only counting a reset it made; and EarlyLines held, bounded, replayed
+in order and then passed on. tests/test_manager.py covers the push limit, the backlog note, Retry-After and
+redirects; not repeated here."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from helpers import wait_for
+
+from supervisor import logship
+from supervisor.config import ManagerSpec
+from supervisor.logship import (
+    BATCH_BYTES,
+    EARLY_LINES_MAX,
+    SEQ_HEADER,
+    EarlyLines,
+    Shipper,
+    event_line,
+    events_sender,
+    log_push_sender,
+)
+from supervisor.manager import ManagerClient
+
+UUID = "u-rules-1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Recorder
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        with self.server.lock:
+            status = self.server.answers.pop(0) if self.server.answers else 204
+            self.server.pushes.append({"path": self.path, "body": body, "status": status,
+                                       "headers": {k.lower(): v for k, v in self.headers.items()}})
+        self.send_response(status)
+        if status == 204:
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        answer = b'{"error":"as told"}'
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+
+class Recorder(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.lock = threading.Lock()
+        self.pushes: list[dict[str, Any]] = []
+        self.answers: list[int] = []  # the statuses the next pushes get (then 204)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def taken(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [p for p in self.pushes if p["status"] == 204]
+
+    def lines(self, source: str) -> list[str]:
+        return [line for p in self.taken() if p["headers"].get("x-log-source") == source
+                for line in p["body"].rstrip("\n").split("\n")]
+
+
+@pytest.fixture
+def server() -> Iterator[Recorder]:
+    srv = Recorder()
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def no_retry_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.0)
+
+
+def client(server: Recorder, url: str | None = None) -> ManagerClient:
+    return ManagerClient(ManagerSpec(url=url or server.url, label="C.1", read_timeout_s=5.0))
+
+
+def shipper_to(server: Recorder, *, interval_s: float = 3600.0, backlog: int = 1 << 24,
+               said: list[str] | None = None) -> Shipper:
+    return Shipper("log shipping", log_push_sender(client(server), lambda: UUID), lambda: True, interval_s, backlog,
+                   (said if said is not None else []).append)
+
+
+def seq(push: dict[str, Any]) -> tuple[str, str, int, int]:
+    run, source, span = push["headers"][SEQ_HEADER.lower()].split(":")
+    first, last = span.split("-")
+    return run, source, int(first), int(last)
+
+
+def test_a_push_carries_its_instance_source_and_line_numbers(server: Recorder) -> None:
+    shipper = shipper_to(server)
+    shipper.add("setup", ["one", "two"])
+    assert shipper.ship_once()
+    (push,) = server.taken()
+    assert push["path"] == "/api/log-push" and push["body"] == "one\ntwo\n"
+    assert push["headers"]["x-instance-uuid"] == UUID and push["headers"]["x-log-source"] == "setup"
+    assert push["headers"]["content-type"] == "text/plain; charset=utf-8"
+    assert seq(push) == (shipper.run_id, "setup", 1, 2)
+
+
+def test_line_numbers_run_on_per_source_across_pushes(server: Recorder) -> None:
+    shipper = shipper_to(server)
+    shipper.add("setup", ["a", "b"])
+    shipper.add("curio", ["c"])
+    assert shipper.ship_once()
+    shipper.add("setup", ["d"])
+    shipper.add("curio", ["e", "f", "g"])
+    assert shipper.ship_once()
+    numbers = sorted((s[1], s[2], s[3]) for s in map(seq, server.taken()))
+    assert numbers == [("curio", 1, 1), ("curio", 2, 4), ("setup", 1, 2), ("setup", 3, 3)]
+
+
+def test_each_supervisor_process_numbers_under_its_own_run() -> None:
+    runs = {Shipper("x", lambda *a: None, lambda: True, 1.0, 10, print).run_id for _ in range(20)}
+    assert len(runs) == 20
+
+
+def test_dropped_lines_keep_their_numbers(server: Recorder) -> None:
+    """A receiver keeping the highest number seen must not mistake the lines after a drop for old ones."""
+    shipper = shipper_to(server, backlog=100)
+    shipper.add("curio", [f"{i:03d}" + "x" * 16 for i in range(10)])  # 20 bytes a line: the first 5 dropped
+    assert shipper.ship_once()
+    (push,) = server.taken()
+    assert push["body"].split("\n")[0] == "[prover-supervisor: 5 older line(s) dropped while the manager was " \
+                                          "unreachable]"
+    assert seq(push)[2:] == (6, 10)
+
+
+def test_a_5xx_keeps_the_batch_and_the_retry_carries_the_same_numbers(server: Recorder, no_retry_wait: None) -> None:
+    shipper = shipper_to(server)
+    server.answers = [500]
+    shipper.add("setup", ["kept", "through"])
+    assert not shipper.ship_once()
+    assert shipper.last_error is not None and "HTTP 500" in shipper.last_error
+    shipper.add("setup", ["more"])
+    assert shipper.ship_once()
+    refused, taken = server.pushes
+    assert refused["status"] == 500 and taken["body"] == "kept\nthrough\nmore\n"
+    assert seq(refused)[2:] == (1, 2) and seq(taken)[2:] == (1, 3), "the same first number, and the new line after"
+    assert shipper.pushed == 1 and shipper.backlog() == {}
+
+
+def test_a_4xx_drops_the_batch_says_so_once_and_goes_on(server: Recorder) -> None:
+    said: list[str] = []
+    shipper = shipper_to(server, said=said)
+    server.answers = [404, 404]
+    shipper.add("setup", ["refused one"])
+    assert shipper.ship_once()
+    shipper.add("setup", ["refused two"])
+    assert shipper.ship_once()
+    shipper.add("setup", ["taken"])
+    assert shipper.ship_once()
+    assert server.lines("setup") == ["taken"]
+    assert seq(server.taken()[0])[2:] == (3, 3), "the refused lines' numbers are not given again"
+    assert len(said) == 1 and said[0].startswith("log shipping: the manager refused a push for 'setup' (")
+
+
+def test_the_events_sender_posts_ndjson_to_the_events_url(server: Recorder) -> None:
+    shipper = Shipper("events", events_sender(client(server, server.url + "/hook/events")), lambda: True, 3600.0,
+                      1 << 20, print)
+    lines = [event_line("phase", phase="bench", state="running"), event_line("verdict", reason="exit_code")]
+    shipper.add("events", lines)
+    assert shipper.ship_once()
+    (push,) = server.taken()
+    assert push["path"] == "/hook/events" and push["headers"]["content-type"] == "application/x-ndjson"
+    assert [json.loads(x)["type"] for x in push["body"].splitlines()] == ["phase", "verdict"]
+    assert SEQ_HEADER.lower() in push["headers"] and "x-instance-uuid" not in push["headers"]
+
+
+def test_an_event_line_is_one_sorted_json_object_with_its_type_and_time() -> None:
+    before = time.time()
+    line = event_line("verdict", reason="oom_killed", pid=7, path=__import__("pathlib").Path("/x"))
+    data = json.loads(line)
+    assert "\n" not in line and list(data) == sorted(data)
+    assert data["type"] == "verdict" and data["reason"] == "oom_killed" and data["pid"] == 7
+    assert data["path"] == "/x", "what JSON cannot hold is written as its text"
+    assert before - 0.01 <= data["time"] <= time.time() + 0.01
+
+
+def test_a_full_batch_wakes_the_thread_long_before_its_interval(server: Recorder) -> None:
+    shipper = shipper_to(server, interval_s=3600.0)
+    shipper.start()
+    try:
+        shipper.add("curio", ["small"])  # below BATCH_BYTES: waits for the interval (an hour)
+        shipper.add("curio", ["y" * 1000 for _ in range(BATCH_BYTES // 1000 + 1)])
+        wait_for(lambda: server.taken(), 20)
+        assert server.lines("curio")[0] == "small"
+    finally:
+        shipper.stop(5.0)
+    assert server.lines("curio")[1:] == ["y" * 1000] * (BATCH_BYTES // 1000 + 1)
+
+
+def test_stop_pushes_what_is_left(server: Recorder) -> None:
+    shipper = shipper_to(server, interval_s=3600.0)
+    shipper.start()
+    shipper.add("setup", ["exiting"])
+    shipper.stop(5.0)
+    assert server.lines("setup") == ["exiting"] and shipper.backlog() == {}
+
+
+def test_stop_does_not_hang_on_a_manager_that_is_down(server: Recorder) -> None:
+    """Every push refused (503): stop tries once, keeps the lines, and returns; the bound is never waited out."""
+    server.answers = [503] * 100
+    shipper = shipper_to(server, interval_s=3600.0)
+    shipper.add("setup", ["never delivered"])
+    began = time.monotonic()
+    shipper.stop(60.0)
+    assert time.monotonic() - began < 30, "stop waited out its flush bound against a manager that refuses"
+    assert len(server.pushes) == 1 and shipper.backlog() == {"setup": len("never delivered") + 1}
+
+
+def test_not_ready_stop_leaves_the_lines_queued(server: Recorder) -> None:
+    shipper = Shipper("log shipping", log_push_sender(client(server), lambda: None), lambda: False, 3600.0, 1 << 20,
+                      print)
+    shipper.add("setup", ["no uuid yet"])
+    shipper.stop(5.0)
+    assert server.pushes == [] and shipper.backlog() == {"setup": len("no uuid yet") + 1}
+
+
+def test_take_all_hands_the_queue_over_and_later_numbers_follow_it(server: Recorder) -> None:
+    shipper = shipper_to(server)
+    shipper.add("setup", ["a", "b", "c"])
+    assert shipper.take_all("setup") == ["a\nb\nc\n"]
+    assert shipper.take_all("setup") == [] and shipper.take_all("nobody") == []
+    shipper.add("setup", ["d"])
+    assert shipper.ship_once()
+    assert seq(server.taken()[0])[2:] == (4, 4), "the lines taken another way keep their numbers"
+
+
+def test_an_empty_add_queues_nothing() -> None:
+    shipper = Shipper("x", lambda *a: None, lambda: True, 1.0, 100, print)
+    shipper.add("setup", [])
+    assert shipper.backlog() == {}
+
+
+def test_manager_answers_resets_only_a_backoff_that_is_running(server: Recorder) -> None:
+    shipper = shipper_to(server)
+    shipper.manager_answers()
+    assert shipper.backoff_resets == 0, "not backing off: nothing to reset"
+    server.answers = [503]
+    shipper.add("setup", ["during the outage"])
+    assert not shipper.ship_once()
+    assert not shipper.ship_once() and len(server.pushes) == 1, "backing off: no push yet"
+    shipper.manager_answers()
+    assert shipper.backoff_resets == 1
+    assert shipper.ship_once() and server.lines("setup") == ["during the outage"]
+    shipper.manager_answers()
+    assert shipper.backoff_resets == 1, "the delivered push ended the backoff already"
+
+
+def test_early_lines_are_held_in_order_and_replayed_then_passed_on() -> None:
+    early = EarlyLines()
+    for line in ("role: init", "memory evidence: shared", "gpus: none"):
+        early.tap(line)
+    got: list[str] = []
+    early.hand_to(got.append)
+    assert got == ["role: init", "memory evidence: shared", "gpus: none"]
+    early.tap("after")
+    assert got[-1] == "after" and len(got) == 4
+
+
+def test_early_lines_keep_the_latest_when_too_many() -> None:
+    early = EarlyLines()
+    for i in range(EARLY_LINES_MAX + 50):
+        early.tap(f"line {i}")
+    got: list[str] = []
+    early.hand_to(got.append)
+    assert len(got) == EARLY_LINES_MAX and got[0] == "line 50" and got[-1] == f"line {EARLY_LINES_MAX + 49}"
+
+
+def test_early_lines_handed_to_none_are_dropped_and_so_are_later_ones() -> None:
+    """No manager: nobody takes them; they must not pile up for the rest of the run."""
+    early = EarlyLines()
+    early.tap("held")
+    early.hand_to(None)
+    for i in range(EARLY_LINES_MAX * 2):
+        early.tap(f"later {i}")
+    got: list[str] = []
+    early.hand_to(got.append)
+    assert got == [], "nothing was kept after the first hand-over"
+    early.tap("now forwarded")
+    assert got == ["now forwarded"]
+
+
+def test_a_second_hand_over_does_not_replay_again() -> None:
+    early = EarlyLines()
+    early.tap("once")
+    first: list[str] = []
+    second: list[str] = []
+    early.hand_to(first.append)
+    early.hand_to(second.append)
+    early.tap("next")
+    assert first == ["once"] and second == ["next"]

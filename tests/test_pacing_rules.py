@@ -1,0 +1,187 @@
+"""supervisor.pacing's Pacing on its own, on a real EventLoop with a fake clock (tests/fakes.py): the deadline
+(none without timeout_s; due exactly timeout_s after it was set; expired from that moment; its callback run
+once), the backoff timer and what the status view reads of both (gone once cancelled), ``after`` for each
+kind of step (done and failed for good take no delay and count no restart; a service's retry is counted in
+its restart window, a oneshot's is not), ``next_delay`` with the seeded jitter and its reset, and the
+restart window dropping what fell out of it. tests/test_phase_timing.py drives the same rules through a
+whole Phase; what is here is Pacing's own contract."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+from fakes import FakeClock
+
+from supervisor import verdict as v
+from supervisor.attempt import Attempt
+from supervisor.backoff import backoff_delay
+from supervisor.config import PhaseSpec, parse_plan
+from supervisor.loop import EventLoop
+from supervisor.pacing import Pacing
+from supervisor.policy import Next
+
+SEED = 7
+
+
+def spec(kind: str = "oneshot", **keys: object) -> PhaseSpec:
+    lines = "\n".join(f"{k} = {val!r}" if not isinstance(val, str) else f'{k} = "{val}"' for k, val in keys.items())
+    return parse_plan(f'[[phases]]\nname = "p"\nkind = "{kind}"\ncommand = ["x"]\n{lines}\n', "t.toml", {}).phases[0]
+
+
+@pytest.fixture
+def loop() -> Iterator[EventLoop]:
+    loop = EventLoop(clock=FakeClock())
+    yield loop
+    loop.close()
+
+
+def advance(loop: EventLoop, to: float) -> None:
+    clock = loop.clock
+    assert isinstance(clock, FakeClock)
+    while (due := loop.next_due()) is not None and due <= to:
+        clock.now = max(clock.now, due)
+        loop.run_once(max_wait=0)
+    clock.now = max(clock.now, to)
+
+
+def failed(reason: str = v.EXIT_CODE, attempt: int = 1) -> v.Verdict:
+    return v.without_exit("p", "p", reason, 1, "exit 1", attempt=attempt)
+
+
+def succeeded() -> v.Verdict:
+    return v.Verdict("p", "p", 1, v.EXIT_CODE, True, 0, "exit 0")
+
+
+def raise_(exc: Exception) -> None:
+    raise exc
+
+
+def test_no_timeout_no_deadline(loop: EventLoop) -> None:
+    pacing = Pacing(spec(), loop, random.Random(SEED))
+    pacing.start_deadline(lambda: None, raise_)
+    assert pacing.deadline_at is None and not pacing.deadline_expired() and loop.next_due() is None
+
+
+def test_the_deadline_is_due_timeout_s_after_it_was_set_and_runs_once(loop: EventLoop) -> None:
+    pacing = Pacing(spec(timeout_s=30.0), loop, random.Random(SEED))
+    advance(loop, 5.0)
+    passed: list[float] = []
+    pacing.start_deadline(lambda: passed.append(loop.clock.monotonic()), raise_)
+    assert pacing.deadline_at == 35.0
+    advance(loop, 34.999)
+    assert passed == [] and not pacing.deadline_expired()
+    advance(loop, 100.0)
+    assert passed == [35.0] and pacing.deadline_expired()
+
+
+def test_cancel_stops_both_timers_and_the_status_view_no_longer_shows_them(loop: EventLoop) -> None:
+    pacing = Pacing(spec(timeout_s=10.0), loop, random.Random(SEED))
+    ran: list[str] = []
+    pacing.start_deadline(lambda: ran.append("deadline"), raise_)
+    pacing.back_off(3.0, lambda: ran.append("backoff"), raise_)
+    assert (pacing.deadline_at, pacing.backoff_until) == (10.0, 3.0)
+    pacing.cancel()
+    assert (pacing.deadline_at, pacing.backoff_until) == (None, None)
+    advance(loop, 60.0)
+    assert ran == [] and loop.next_due() is None
+
+
+def test_the_backoff_timer_runs_its_callback_when_due(loop: EventLoop) -> None:
+    pacing = Pacing(spec(), loop, random.Random(SEED))
+    over: list[float] = []
+    pacing.back_off(2.5, lambda: over.append(loop.clock.monotonic()), raise_)
+    assert pacing.backoff_until == 2.5
+    advance(loop, 10.0)
+    assert over == [2.5]
+
+
+def test_an_error_in_the_deadlines_callback_goes_to_its_handler(loop: EventLoop) -> None:
+    pacing = Pacing(spec(timeout_s=1.0), loop, random.Random(SEED))
+    errors: list[Exception] = []
+    pacing.start_deadline(lambda: raise_(RuntimeError("boom")), errors.append)
+    advance(loop, 2.0)
+    assert [str(e) for e in errors] == ["boom"]
+
+
+def test_a_oneshot_that_succeeds_is_done_with_no_delay(loop: EventLoop) -> None:
+    pacing = Pacing(spec(retries=3), loop, random.Random(SEED))
+    assert pacing.after(succeeded(), Attempt(1, 0.0)) == (Next.DONE, "completed in 1 attempt(s)", 0.0)
+    assert pacing.consecutive_failures == 0 and pacing.restart_times == []
+
+
+def test_a_oneshots_retry_waits_the_seeded_backoff_and_counts_no_restart(loop: EventLoop) -> None:
+    s = spec(retries=3, backoff_s=2.0, backoff_factor=3.0, backoff_max_s=100.0, backoff_jitter=0.25)
+    pacing = Pacing(s, loop, random.Random(SEED))
+    rands = random.Random(SEED)
+    for n in (1, 2, 3):
+        step, why, delay = pacing.after(failed(attempt=n), Attempt(n, loop.clock.monotonic()))
+        assert (step, why) == (Next.AGAIN, f"exit_code; retry {n} of 3")
+        assert delay == backoff_delay(n, 2.0, 3.0, 100.0, 0.25, rands.random())
+    assert pacing.consecutive_failures == 3 and pacing.restart_times == []
+    step, why, delay = pacing.after(failed(attempt=4), Attempt(4, 0.0))
+    assert (step, why, delay) == (Next.FAIL, "exit_code (all 3 retries used)", 0.0)
+
+
+def test_a_services_restart_is_counted_in_its_window(loop: EventLoop) -> None:
+    s = spec("service", restart="always", restart_burst=2, restart_window_s=60.0, backoff_jitter=0.0)
+    pacing = Pacing(s, loop, random.Random(SEED))
+    advance(loop, 10.0)
+    assert pacing.after(failed(), Attempt(1, 0.0))[0] is Next.AGAIN
+    advance(loop, 20.0)
+    assert pacing.after(failed(), Attempt(2, 15.0))[0] is Next.AGAIN
+    assert pacing.restart_times == [10.0, 20.0]
+    advance(loop, 30.0)
+    step, why, delay = pacing.after(failed(), Attempt(3, 25.0))
+    assert step is Next.FAIL and "restarted 2 times within 60s (restart_burst)" in why and delay == 0.0
+    assert pacing.restart_times == [10.0, 20.0], "a restart that is not made is not counted"
+
+
+def test_a_failure_for_good_fails_at_once_whatever_the_retries(loop: EventLoop) -> None:
+    pacing = Pacing(spec(retries=10), loop, random.Random(SEED))
+    step, why, delay = pacing.after(failed(v.GPU_FAULT), Attempt(1, 0.0))
+    assert (step, why, delay) == (Next.FAIL, "gpu_fault: exit 1", 0.0)
+    assert pacing.consecutive_failures == 0
+
+
+def test_a_timeout_after_the_deadline_expired_is_not_retried(loop: EventLoop) -> None:
+    pacing = Pacing(spec(timeout_s=5.0, retries=10), loop, random.Random(SEED))
+    pacing.start_deadline(lambda: None, raise_)
+    advance(loop, 5.0)
+    step, why, _ = pacing.after(failed(v.TIMEOUT), Attempt(1, 0.0))
+    assert step is Next.FAIL and why == "timeout: exit 1"
+
+
+def test_a_long_enough_attempt_starts_the_backoff_over(loop: EventLoop) -> None:
+    pacing = Pacing(spec(backoff_s=1.0, backoff_factor=2.0, backoff_max_s=100.0, backoff_jitter=0.0,
+                         backoff_reset_s=30.0), loop, random.Random(SEED))
+    assert [pacing.next_delay(1.0) for _ in range(3)] == [1.0, 2.0, 4.0]
+    assert pacing.next_delay(29.9) == 8.0, "just short of backoff_reset_s: no reset"
+    assert pacing.next_delay(30.0) == 1.0 and pacing.consecutive_failures == 1
+
+
+def test_backoff_reset_s_zero_never_resets(loop: EventLoop) -> None:
+    pacing = Pacing(spec(backoff_s=1.0, backoff_factor=2.0, backoff_max_s=100.0, backoff_jitter=0.0,
+                         backoff_reset_s=0.0), loop, random.Random(SEED))
+    assert [pacing.next_delay(10_000.0) for _ in range(4)] == [1.0, 2.0, 4.0, 8.0]
+
+
+def test_restarts_that_fell_out_of_the_window_are_forgotten(loop: EventLoop) -> None:
+    pacing = Pacing(spec("service", restart="always", restart_window_s=60.0), loop, random.Random(SEED))
+    for t in (0.0, 30.0, 59.0, 61.0, 130.0):
+        pacing.restarted(t)
+    assert pacing.restart_times == [130.0], "61 fell out at 121.0: the window is the last 60 s before now"
+    pacing.restarted(150.0)
+    assert pacing.restart_times == [130.0, 150.0]
+
+
+def test_without_stall_s_or_progress_total_no_watch_is_made(loop: EventLoop) -> None:
+    pacing = Pacing(spec(), loop, random.Random(SEED))
+    attempt = Attempt(1, 0.0)
+    never = object()
+    pacing.watch_for_stall(never, attempt, drain=lambda: None, current=lambda: True,  # type: ignore[arg-type]
+                           on_stall=lambda why: None, on_error=raise_)
+    pacing.watch_progress(never, attempt, lambda line: None, current=lambda: True,  # type: ignore[arg-type]
+                          on_too_slow=lambda why: None, on_error=raise_)
+    assert pacing.stall is None and attempt.progress is None and loop.next_due() is None

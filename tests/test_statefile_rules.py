@@ -1,0 +1,163 @@
+"""supervisor.statefile in-process. StateFile on an EventLoop driven by a fake clock (tests/fakes.py): every
+change written at once up to PERSIST_BURST in PERSIST_WINDOW_S, then coalesced into one write when the window
+passes on the loop's clock (with what the snapshot is then, not what it was); a phase reaching a final state
+written at once even in a burst; a write that fails said once, tried again at each change, and its recovery
+said. load_persisted's reasons, and snapshot_problem naming the first place a snapshot read back differs.
+tests/test_status.py covers the CLI's one line for wrong-shaped files; not repeated here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fakes import FakeClock
+
+from supervisor import statepaths
+from supervisor.loop import EventLoop
+from supervisor.statefile import PERSIST_BURST, PERSIST_WINDOW_S, StateFile, load_persisted, snapshot_problem
+from supervisor.states import PhaseState
+
+
+class Harness:
+    def __init__(self, state_dir: Path) -> None:
+        self.clock = FakeClock()
+        self.loop = EventLoop(clock=self.clock)
+        self.said: list[str] = []
+        self.builds = 0
+        self.state_dir = state_dir
+        self.file = StateFile(state_dir, self.loop, self.said.append, self.build)
+
+    def build(self) -> dict[str, Any]:
+        self.builds += 1
+        return {"written_at": float(self.builds), "phases": []}
+
+    def on_disk(self) -> float:
+        return json.loads(self.file.path.read_text())["written_at"]
+
+    def advance(self, seconds: float) -> None:
+        self.clock.now += seconds
+        self.loop.run_once(max_wait=0)
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path)
+    yield harness
+    harness.loop.close()
+
+
+def test_each_change_is_written_at_once_up_to_the_burst(h: Harness) -> None:
+    for i in range(PERSIST_BURST):
+        h.file.changed()
+        assert h.on_disk() == i + 1
+    assert h.loop.next_due() is None
+
+
+def test_past_the_burst_changes_wait_for_the_window_and_go_out_as_one(h: Harness) -> None:
+    for _ in range(PERSIST_BURST):
+        h.file.changed()
+    for _ in range(5):
+        h.file.changed()  # a service restarting in a tight loop
+    assert h.builds == PERSIST_BURST, "not written now"
+    assert h.loop.next_due() == pytest.approx(PERSIST_WINDOW_S), "one write waits for the window to pass"
+    h.advance(PERSIST_WINDOW_S / 2)
+    assert h.builds == PERSIST_BURST
+    h.advance(PERSIST_WINDOW_S / 2)
+    assert h.builds == PERSIST_BURST + 1 and h.on_disk() == PERSIST_BURST + 1, "the five changes as one write"
+    assert h.loop.next_due() is None
+
+
+def test_once_the_window_passed_on_the_loops_clock_a_change_is_written_at_once(h: Harness) -> None:
+    for _ in range(PERSIST_BURST):
+        h.file.changed()
+    h.clock.now += PERSIST_WINDOW_S
+    h.file.changed()
+    assert h.builds == PERSIST_BURST + 1, "the burst's window is over: no wait"
+    assert h.loop.next_due() is None
+
+
+def test_a_final_state_is_written_at_once_even_in_a_burst(h: Harness) -> None:
+    """What a SIGKILL right after it leaves for ``status`` must say how the phase ended."""
+    for _ in range(PERSIST_BURST):
+        h.file.changed()
+    h.file.changed(SimpleNamespace(state=PhaseState.RUNNING))
+    assert h.builds == PERSIST_BURST
+    h.file.changed(SimpleNamespace(state=PhaseState.FAILED))
+    assert h.builds == PERSIST_BURST + 1
+    assert h.loop.next_due() is None, "the waiting write went out with it: no second one"
+
+
+def test_a_write_that_fails_is_said_once_and_its_recovery_said(h: Harness) -> None:
+    shutil.rmtree(h.state_dir)
+    for _ in range(3):
+        h.file.changed()
+        h.clock.now += PERSIST_WINDOW_S
+    assert len(h.said) == 1 and h.said[0].startswith(f"status: cannot write {h.file.path}: No such file or "
+                                                     "directory; it is tried again at each change"), h.said
+    h.state_dir.mkdir()
+    h.file.changed()
+    assert h.said[1:] == [f"status: {h.file.path} written again"]
+    assert h.on_disk() == h.builds
+    h.file.changed()
+    assert len(h.said) == 2
+
+
+def test_a_save_by_hand_cancels_the_waiting_write(h: Harness) -> None:
+    for _ in range(PERSIST_BURST + 1):
+        h.file.changed()
+    assert h.loop.next_due() is not None
+    h.file.save()
+    assert h.loop.next_due() is None
+
+
+def test_nothing_persisted_yet(tmp_path: Path) -> None:
+    assert load_persisted(tmp_path) == (None, f"no {tmp_path / statepaths.STATUS_FILE}")
+
+
+def test_a_persisted_snapshot_is_read_back(tmp_path: Path) -> None:
+    snap = {"started_at": 1.0, "lifecycle": {"state": "running", "why": None, "current": "p"}, "phases": []}
+    statepaths.path(tmp_path, statepaths.STATUS_FILE).write_text(json.dumps(snap))
+    assert load_persisted(tmp_path) == (snap, None)
+
+
+def test_unreadable_and_wrong_shaped_files_say_why(tmp_path: Path) -> None:
+    path = statepaths.path(tmp_path, statepaths.STATUS_FILE)
+    path.write_text("{half")
+    data, why = load_persisted(tmp_path)
+    assert data is None and why is not None and why.startswith(f"{path} is unreadable (JSONDecodeError: ")
+    assert why.endswith("; ignoring it")
+    path.write_text('{"phases": [{"name": "p", "state": 3}]}')
+    assert load_persisted(tmp_path) == (None, f"{path} does not hold a status snapshot (phases[0].state: int "
+                                              "where str belongs); ignoring it")
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    ([], "a JSON list, not an object"),
+    (None, "a JSON NoneType, not an object"),
+    ({"phases": [{"state": "running"}]}, "phases[0].name: missing"),
+    ({"phases": [{"name": "p", "state": "s", "attempt": 1.5}]}, "phases[0].attempt: float where int or null belongs"),
+    ({"phases": [{"name": "p", "state": "s", "attempt": True}]}, "phases[0].attempt: True where int or null belongs"),
+    ({"written_at": float("inf")}, "written_at: inf is not a finite number"),
+    ({"manager": {"enabled": 1}}, "manager.enabled: int where bool or null belongs"),
+    ({"children": [{"label": "p/c", "pid": 1, "state": "running", "usage": {"rss": 1.5}, "last_lines": []}]},
+     "children[0].usage.rss: float where int or null belongs"),
+    ({"children": [{"label": "p/c", "pid": 1, "state": "running", "last_lines": ["ok", 2]}]},
+     "children[0].last_lines[1]: int where str belongs"),
+    ({"gpus": {"samples": {}}}, "gpus.samples: not a list"),
+    ({"memory": "per-phase"}, "memory: not an object"),
+])
+def test_the_first_place_a_snapshot_differs_is_named(data: Any, problem: str) -> None:
+    assert snapshot_problem(data) == problem
+
+
+def test_sections_missing_or_null_where_null_belongs_are_no_problem() -> None:
+    assert snapshot_problem({}) is None
+    child = {"label": "p/c", "pid": 1, "state": "running", "usage": None, "last_lines": [],
+             "started_at": None, "last_output_at": 3}
+    assert snapshot_problem({"children": [child], "manager": {"url": None}, "gpus": {"unresponsive": None}}) is None
+    assert snapshot_problem({"unknown_key": object(), "verdicts": [{"line": "x", "extra": 1}]}) is None

@@ -23,6 +23,7 @@ Counters that go down (the daemon restarted with the attempt) start the count ag
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -90,23 +91,35 @@ class Reading:
 
 
 def parse_cuzk(body: Any) -> tuple[int, int, tuple[int, int] | None] | None:
+    """(completed, failed, (memory used, total) or None) of cuzk's /status; None: not its counters. Any JSON is
+    read without raising: the reading thread would end on an exception and production go unwatched."""
     counters = body.get("counters") if isinstance(body, dict) else None
     if not isinstance(counters, dict) or not isinstance(counters.get("total_completed"), int):
         return None
-    mem = body.get("memory") or {}
-    memory = (int(mem["used_bytes"]), int(mem["total_bytes"])) if isinstance(mem.get("used_bytes"), int) \
-        and isinstance(mem.get("total_bytes"), int) else None
-    return counters["total_completed"], int(counters.get("total_failed") or 0), memory
+    failed = counters.get("total_failed") or 0
+    if not isinstance(failed, int):
+        return None  # a failed count that is no number: no answer, rather than a guess that hides failures
+    mem = body.get("memory")
+    memory = (mem["used_bytes"], mem["total_bytes"]) if isinstance(mem, dict) \
+        and isinstance(mem.get("used_bytes"), int) and isinstance(mem.get("total_bytes"), int) else None
+    return counters["total_completed"], failed, memory
 
 
 def parse_curio(text: str) -> tuple[int, int] | None:
-    """Proving tasks completed and failed, summed over their names; None: no such metric."""
+    """Proving tasks completed and failed, summed over their names; None: no such metric. A value that is no
+    finite number is skipped (never an exception, as parse_cuzk)."""
     found, totals = False, {"completed": 0, "failed": 0}
     for line in text.splitlines():
         match = _METRIC_RE.match(line.strip())
         if match and match.group(2) in PROVING_TASKS:
+            try:
+                value = float(match.group(3))
+            except ValueError:
+                continue
+            if not math.isfinite(value):
+                continue
             found = True
-            totals[match.group(1)] += int(float(match.group(3)))
+            totals[match.group(1)] += int(value)
     return (totals["completed"], totals["failed"]) if found else None
 
 

@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         output.err(f"paramserve: --size: {exc}")
         return 2
-    server = ParamServer(max(1, size), args.port)
+    size = max(1, size)  # a file of no bytes is not a download: serve one, and say so
+    server = ParamServer(size, args.port)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

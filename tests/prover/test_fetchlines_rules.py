@@ -1,0 +1,102 @@
+"""Reading ``curio fetch-params``'s output (prover/fetchlines.py), in-process.
+
+tests/prover/test_fetch_progress.py reads one mixed transcript; these pin the rules one at a time: a
+``Download complete`` adds the file's size and starts the next at 0, a file said complete and then found ok
+counts once, a file paramfetch only found ok counts with no bytes, the readout's units, the last ERROR kept
+(cut to ERROR_CHARS), undecodable bytes, and the text the log gets.
+"""
+
+from __future__ import annotations
+
+from supervisor.hooks import ProgressReading, ReadsProgress
+from supervisor.prover.fetchlines import ERROR_CHARS, FetchParser, FetchResult, aria2_size, parse_fetch_text
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def test_aria2_sizes_in_each_unit_with_decimals() -> None:
+    assert aria2_size("512", "B") == 512
+    assert aria2_size("1.5", "KiB") == 1536
+    assert aria2_size("57", "MiB") == 57 * MIB
+    assert aria2_size("2.25", "GiB") == int(2.25 * GIB)
+    assert aria2_size("1", "TiB") == 1 << 40
+
+
+def test_nothing_read_is_no_reading_and_a_result_reads_progress() -> None:
+    result = FetchParser().result
+    assert isinstance(result, ReadsProgress)
+    assert result.progress() is None
+    assert parse_fetch_text("12/01 14:43:45 [NOTICE] Downloading 1 item(s)\n").progress() is None
+
+
+def test_the_latest_readout_is_the_file_under_way() -> None:
+    result = parse_fetch_text("[#0a 1.0MiB/4.0MiB(25%) CN:1 DL:1MiB ETA:3s]\n"
+                              "[#0a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n")
+    assert result.readouts == 2
+    assert result.progress() == ProgressReading(3 * MIB, 3 * MIB, 0)
+    assert (result.in_flight, result.in_flight_total) == (3 * MIB, 4 * MIB)
+
+
+def test_a_complete_file_adds_its_whole_size_and_the_next_starts_at_zero() -> None:
+    # The last readout before the notice is short of the file (aria2c prints a readout a second): the
+    # file's size is the readout's second figure, not its first.
+    result = parse_fetch_text("[#0a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n"
+                              "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n")
+    assert result.progress() == ProgressReading(0, 4 * MIB, 1)
+    result = parse_fetch_text("[#0a 3.0MiB/4.0MiB(75%)]\n"
+                              "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
+                              "[#0b 512KiB/2.0MiB(25%)]\n"
+                              "12/01 14:43:52 [NOTICE] Download complete: /p/b.params\n"
+                              "[#0c 16KiB/8.0MiB(0%)]\n")
+    assert result.progress() == ProgressReading(16 * KIB, 6 * MIB + 16 * KIB, 2)
+    assert result.files == {"/p/a.params", "/p/b.params"}
+
+
+def test_a_file_complete_then_found_ok_counts_once() -> None:
+    result = parse_fetch_text(
+        "[#0a 1.0MiB/1.0MiB(100%)]\n"
+        "12/01 14:43:51 [NOTICE] Download complete: /p/a.params   \n"
+        "2026-12-01T14:44:52.853Z\tINFO\tparamfetch\tparamfetch.go:229\tParameter file /p/a.params is ok\n")
+    assert result.files == {"/p/a.params"}  # the notice's trailing blanks are not part of the path
+    assert result.progress() == ProgressReading(0, MIB, 1)
+
+
+def test_a_file_only_found_ok_counts_as_a_file_with_no_bytes_downloaded() -> None:
+    result = parse_fetch_text("INFO\tparamfetch\tParameter file /p/v28-proof.vk is ok\n"
+                              "INFO\tparamfetch\tParameter file /p/v28-proof.params is ok\n")
+    assert result.progress() == ProgressReading(0, 0, 2)
+    assert result.completed_bytes == 0 and result.readouts == 0
+
+
+def test_the_last_error_is_kept_and_cut() -> None:
+    long_uri = "x" * 500
+    result = parse_fetch_text("12/01 14:44:00 [ERROR] CUID#7 - first\n"
+                              f"12/01 14:44:01 [ERROR] CUID#8 - Download aborted. URI={long_uri}   \n")
+    assert result.last_error is not None
+    assert result.last_error.startswith("CUID#8 - Download aborted. URI=xxx")
+    assert len(result.last_error) == ERROR_CHARS
+    assert result.problem() is None  # the exit status judges a fetch, never its lines
+
+
+def test_coloured_and_undecodable_lines_are_read() -> None:
+    parser = FetchParser()
+    parser.feed([b"12/01 14:43:51 [\x1b[1;32mNOTICE\x1b[0m] Download complete: /p/\xff.params",
+                 b"12/01 14:44:00 [\x1b[1;31mERROR\x1b[0m] bad \xfe byte",
+                 b"[#0a \x1b[1m2.0MiB\x1b[0m/4.0MiB(50%)]"])
+    assert parser.result.files == {"/p/\ufffd.params"}
+    assert parser.result.last_error == "bad \ufffd byte"
+    assert parser.result.in_flight == 2 * MIB
+
+
+def test_a_readout_needs_its_gid_and_both_figures() -> None:
+    result = parse_fetch_text("[8.2MiB/57MiB(14%)]\n[#zz 1MiB/2MiB(50%)]\n[#0a 1MiB(50%)]\n"
+                              "[#0a 1.0XiB/2.0MiB(50%)]\n")
+    assert result.readouts == 0 and result.progress() is None
+
+
+def test_describe_says_files_bytes_and_the_last_error() -> None:
+    assert FetchResult().describe() == "0 file(s) complete, 0 bytes downloaded"
+    result = parse_fetch_text("[#0a 1.0KiB/1.0KiB(100%)]\n"
+                              "[NOTICE] Download complete: /p/a\n"
+                              "[ERROR] CUID#2 - Download aborted.\n")
+    assert result.describe() == "1 file(s) complete, 1024 bytes downloaded, last error: CUID#2 - Download aborted."

@@ -1,0 +1,203 @@
+"""Production's pure parts (prover/production.py): the proof window, the real shapes of cuzk's ``/status`` and
+curio's ``/debug/metrics``, reading them from real servers on 127.0.0.1, and the summary line.
+
+tests/prover/test_production.py covers the window's main rule, a restart, one shape each and one summary; these
+cover the edges: readings without counters, an empty window, the window's base, the failed counter alone going
+down, the shapes' odd members (an answer of any shape is a reading, never an exception: the reading runs on a
+worker thread, which an exception would end, leaving production unwatched for good), where each figure of the
+summary comes from, and which source a reading names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from supervisor.prover.production import ProofWindow, Reading, parse_curio, parse_cuzk, read_counters, summary_line
+
+GIB = 1 << 30
+
+
+def reading(at: float, completed: int | None, failed: int | None) -> Reading:
+    return Reading(at, completed, failed, source="cuzk")
+
+
+# ---------------------------------------------------------------- the window
+
+
+def test_an_empty_window_counts_nothing_and_is_not_failing() -> None:
+    window = ProofWindow(60.0)
+    assert window.in_window() == (0, 0) and window.since_up() == (0, 0, 0.0) and not window.failing(1)
+
+
+def test_a_reading_without_counters_is_not_counted() -> None:
+    window = ProofWindow(60.0)
+    window.add(reading(0, None, None))
+    window.add(reading(5, 3, None))
+    assert window.first is None and not window.readings
+    window.add(reading(10, 3, 1))
+    window.add(reading(20, None, None))  # a failed read between two good ones changes nothing
+    window.add(reading(30, 3, 4))
+    assert window.in_window() == (0, 3) and window.since_up() == (0, 3, 20.0)
+
+
+def test_the_window_keeps_one_reading_at_or_past_its_edge_as_the_base() -> None:
+    window = ProofWindow(15.0)
+    for at, failed in ((0, 0), (10, 1), (20, 2), (30, 5)):
+        window.add(reading(at, 0, failed))
+    # The base is the newest reading at least window_s before the latest: the counts cover the whole window.
+    assert [r.at for r in window.readings] == [10, 20, 30]
+    assert window.in_window() == (0, 4)
+    assert window.since_up() == (0, 5, 30.0)  # since up counts from the first reading, whatever the window
+
+
+def test_the_failed_counter_alone_going_down_starts_the_count_again() -> None:
+    window = ProofWindow(60.0)
+    window.add(reading(0, 2, 9))
+    window.add(reading(10, 2, 0))
+    window.add(reading(20, 2, 3))
+    assert window.in_window() == (0, 3) and window.since_up() == (0, 3, 10.0)
+    assert window.failing(3) and not window.failing(4)
+
+
+# ---------------------------------------------------------------- the shapes
+
+
+def test_cuzk_status_with_no_failed_counter_or_no_memory() -> None:
+    assert parse_cuzk({"counters": {"total_completed": 4}}) == (4, 0, None)
+    assert parse_cuzk({"counters": {"total_completed": 4, "total_failed": None}, "memory": None}) == (4, 0, None)
+    assert parse_cuzk({"counters": {"total_completed": 4}, "memory": {"used_bytes": 5}}) == (4, 0, None)
+    assert parse_cuzk({"counters": {"total_completed": 4}, "memory": {"used_bytes": 5, "total_bytes": "9"}}) == \
+        (4, 0, None)
+
+
+def test_cuzk_status_that_is_not_the_shape_is_no_answer() -> None:
+    for body in (None, [], "ready", {"counters": []}, {"counters": {"total_completed": "7"}}, {}):
+        assert parse_cuzk(body) is None, body
+
+
+def test_cuzk_status_of_any_odd_shape_never_raises() -> None:
+    # Memory of the wrong type: the counters without it. A failed counter that is no number: no answer (a
+    # guess of 0 would hide failures), so curio's counters are read instead.
+    assert parse_cuzk({"counters": {"total_completed": 4}, "memory": [1, 2]}) == (4, 0, None)
+    assert parse_cuzk({"counters": {"total_completed": 4}, "memory": "64GiB"}) == (4, 0, None)
+    assert parse_cuzk({"counters": {"total_completed": 4, "total_failed": [1]}}) is None
+    assert parse_cuzk({"counters": {"total_completed": 4, "total_failed": "many"}}) is None
+
+
+def test_curio_metrics_summed_over_the_proving_tasks_with_any_label_order() -> None:
+    text = ('curio_harmonytask_tasks_completed{machine="m1",task_name="PoRep"} 2\n'
+            'curio_harmonytask_tasks_completed{task_name="PoRep",machine="m2"} 3\n'
+            '  curio_harmonytask_tasks_completed{task_name="WinPost"} 1.0e+00  \n'
+            'curio_harmonytask_tasks_completed{task_name="TreeRC"} 50\n'
+            'curio_harmonytask_tasks_failed{task_name="UpdateProve"} 2\n'
+            'curio_harmonytask_tasks_failed{task_name="PSProve"} 0\n')
+    assert parse_curio(text) == (6, 2)
+    # Only non-proving tasks: no answer, not (0, 0).
+    assert parse_curio('curio_harmonytask_tasks_completed{task_name="SDR"} 5\n') is None
+    # A proving task seen with zero counts is an answer.
+    assert parse_curio('curio_harmonytask_tasks_failed{task_name="WdPost"} 0\n') == (0, 0)
+
+
+def test_curio_metrics_with_an_unreadable_value_never_raise() -> None:
+    text = ('curio_harmonytask_tasks_completed{task_name="PoRep"} 1e+400\n'
+            'curio_harmonytask_tasks_completed{task_name="PoRep"} ...\n'
+            'curio_harmonytask_tasks_completed{task_name="PoRep"} 2\n')
+    assert parse_curio(text) == (2, 0)
+
+
+# ---------------------------------------------------------------- reading from real servers
+
+
+@contextlib.contextmanager
+def answering(routes: dict[str, tuple[int, bytes]]) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            code, body = routes.get(self.path, (404, b"not found"))
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+STATUS = json.dumps({"counters": {"total_completed": 7, "total_failed": 1},
+                     "memory": {"used_bytes": 40, "total_bytes": 100}}).encode()
+METRICS = b'curio_harmonytask_tasks_completed{task_name="PoRep"} 3\n'
+
+
+def test_cuzk_is_read_first_and_curio_only_without_it() -> None:
+    with answering({"/status": (200, STATUS), "/debug/metrics": (200, METRICS)}) as url:
+        got = read_counters(f"{url}/status", f"{url}/debug/metrics")
+        assert (got.source, got.completed, got.failed, got.memory, got.error) == ("cuzk", 7, 1, (40, 100), "")
+        got = read_counters("", f"{url}/debug/metrics")  # status_listen "": no cuzk status API
+        assert (got.source, got.completed, got.failed, got.memory) == ("curio", 3, 0, None)
+
+
+def test_a_cuzk_answer_without_counters_falls_back_to_curio() -> None:
+    with answering({"/status": (200, b'{"state": "ready"}'), "/debug/metrics": (200, METRICS)}) as url:
+        got = read_counters(f"{url}/status", f"{url}/debug/metrics")
+    assert (got.source, got.completed) == ("curio", 3)
+
+
+def test_nothing_readable_is_a_reading_of_none_that_says_why() -> None:
+    with answering({"/status": (200, b"not json"), "/debug/metrics": (200, b"up 1\n")}) as url:
+        got = read_counters(f"{url}/status", f"{url}/debug/metrics")
+        assert (got.completed, got.failed, got.source) == (None, None, "none")
+        assert got.error.startswith("cuzk /status: ")
+        assert got.error.endswith("; curio /debug/metrics has no proving task counters")
+        got = read_counters(f"{url}/nothing", "")
+        assert got.completed is None and got.error.startswith("cuzk /status: HTTP Error 404")
+    empty = read_counters("", "")  # neither configured: nothing read, no error to tell
+    assert (empty.completed, empty.failed, empty.source, empty.error) == (None, None, "none", "")
+
+
+def test_an_odd_cuzk_answer_from_a_server_is_still_a_reading() -> None:
+    odd = json.dumps({"counters": {"total_completed": 2}, "memory": ["used", 1]}).encode()
+    with answering({"/status": (200, odd)}) as url:
+        got = read_counters(f"{url}/status", "")
+    assert (got.source, got.completed, got.failed, got.memory) == ("cuzk", 2, 0, None)
+
+
+# ---------------------------------------------------------------- the summary line
+
+
+def window_of(*points: tuple[float, int, int], window_s: float = 600.0) -> ProofWindow:
+    window = ProofWindow(window_s)
+    for at, done, failed in points:
+        window.add(reading(at, done, failed))
+    return window
+
+
+def test_the_summary_takes_cuzks_memory_when_the_core_has_none() -> None:
+    line = summary_line(window_of((0, 0, 0), (1800, 5, 0)), {}, (10 * GIB, 40 * GIB))
+    assert line == ("production: proofs 5 completed / 0 failed in the last 10 min, 5 / 0 since up; 10.0/h; "
+                    "memory 10.0GiB of 40.0GiB; GPU utilisation unknown")
+
+
+def test_the_cores_memory_wins_and_each_gpu_is_listed() -> None:
+    machine = {"memory_used": 3 * GIB, "memory_limit": 4 * GIB, "gpu_utilization": [90, 0, 55]}
+    line = summary_line(window_of((0, 0, 0)), machine, (10 * GIB, 40 * GIB))
+    assert line.endswith("; 0.0/h; memory 3.0GiB of 4.0GiB; GPU 90%, 0%, 55%")
+
+
+def test_memory_without_a_limit_is_unknown() -> None:
+    assert "memory unknown" in summary_line(window_of(), {"memory_used": GIB, "memory_limit": 0}, None)
+    assert "memory unknown" in summary_line(window_of(), {}, None)
+    assert summary_line(window_of(), {}, None).startswith(
+        "production: proofs 0 completed / 0 failed in the last 10 min, 0 / 0 since up; 0.0/h; ")

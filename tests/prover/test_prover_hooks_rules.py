@@ -1,0 +1,134 @@
+"""The prover's phase hooks (prover/hooks.py): ``prepare = "cuzk-config"`` run in-process on a real temp dir,
+and the parse kinds it registers.
+
+Promises: before an attempt, cuzk.toml sized for the memory the phase may have is written (and a copy kept in
+state_dir), each of its lines logged, and the cuzk processes told where it is (CUZK_CONFIG, CUZK_ADDR,
+CUZK_STATUS_LISTEN, CUZK_BENCH_CONCURRENCY); a machine too small is an insufficient_memory refusal, a file that
+cannot be written a spawn_failed one, never an exception; the plan's [cuzk] is required.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from supervisor import verdict as v
+from supervisor.config import ConfigError
+from supervisor.hooks import HookContext, Refusal
+from supervisor.prover import hooks
+from supervisor.prover.bench import BenchParser, BenchResult, SingleProofParser
+from supervisor.prover.cuzkconf import CuzkSettings
+from supervisor.prover.fetchlines import FetchParser
+from supervisor.verdict import Verdict
+
+GIB = 1 << 30
+
+
+def context(tmp_path: Path, memory: int | None, lines: list[str]) -> HookContext:
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    return HookContext(phase="cuzk", memory_available=memory, gpus=(), state_dir=state, log=lines.append)
+
+
+def test_cuzk_config_writes_the_file_logs_it_and_tells_the_children(tmp_path: Path) -> None:
+    target = tmp_path / "etc" / "cuzk.toml"
+    settings = CuzkSettings(config_path=str(target), listen="unix:///run/cuzk.sock", status_listen="")
+    lines: list[str] = []
+    env = hooks.cuzk_config(settings)(context(tmp_path, 512 * GIB, lines))
+    assert not isinstance(env, Refusal)
+    written = target.read_text()
+    assert (tmp_path / "state" / "cuzk.generated.toml").read_text() == written
+    parsed = tomllib.loads(written)
+    assert parsed["daemon"]["listen"] == "unix:///run/cuzk.sock"
+    assert env["CUZK_CONFIG"] == str(target) and env["CUZK_ADDR"] == "unix:///run/cuzk.sock"
+    assert env["CUZK_STATUS_LISTEN"] == "" and int(env["CUZK_BENCH_CONCURRENCY"]) >= 1
+    assert lines[0].startswith(f"phase cuzk: wrote {target}: budget ")
+    body = [line.removeprefix("  cuzk.toml | ") for line in lines[1:]]
+    assert all(line.startswith("  cuzk.toml | ") for line in lines[1:])
+    assert body == [line for line in written.splitlines() if line]  # every line but the blank ones
+
+
+def test_cuzk_config_on_a_machine_too_small_is_an_insufficient_memory_refusal(tmp_path: Path) -> None:
+    target = tmp_path / "cuzk.toml"
+    prepare = hooks.cuzk_config(CuzkSettings(config_path=str(target)))
+    for memory in (10 * GIB, None):  # None: nothing known of the phase's memory
+        lines: list[str] = []
+        refusal = prepare(context(tmp_path, memory, lines))
+        assert isinstance(refusal, Refusal) and refusal.reason == v.INSUFFICIENT_MEMORY
+        assert "cuzk needs at least" in refusal.detail
+        assert lines == [] and not target.exists()
+
+
+def test_cuzk_config_that_cannot_be_written_is_a_spawn_failed_refusal(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        blocker = tmp_path / "a-file"  # root writes anywhere: a path through a plain file fails for everyone
+        blocker.write_text("")
+        target = blocker / "cuzk.toml"
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        target = ro / "cuzk.toml"
+    lines: list[str] = []
+    refusal = hooks.cuzk_config(CuzkSettings(config_path=str(target)))(context(tmp_path, 512 * GIB, lines))
+    assert isinstance(refusal, Refusal) and refusal.reason == v.SPAWN_FAILED
+    assert refusal.detail.startswith(f"cannot write {target}: ")
+    assert lines == []
+
+
+def test_cuzk_config_rewrites_for_each_attempts_memory(tmp_path: Path) -> None:
+    target = tmp_path / "cuzk.toml"
+    prepare = hooks.cuzk_config(CuzkSettings(config_path=str(target)))
+    assert not isinstance(prepare(context(tmp_path, 512 * GIB, [])), Refusal)
+    big = tomllib.loads(target.read_text())
+    assert not isinstance(prepare(context(tmp_path, 200 * GIB, [])), Refusal)
+    small = tomllib.loads(target.read_text())
+    assert big != small  # sized again for what the phase may have now
+
+
+def test_make_cuzk_config_needs_the_plans_cuzk_table() -> None:
+    from types import SimpleNamespace
+
+    with pytest.raises(ConfigError, match=r'"cuzk-config" needs a \[cuzk\] table'):
+        hooks.make_cuzk_config(SimpleNamespace(sections={}))  # type: ignore[arg-type]
+    assert callable(hooks.make_cuzk_config(SimpleNamespace(  # type: ignore[arg-type]
+        sections={"cuzk": CuzkSettings(config_path="/x")})))
+
+
+def exited_0(phase: str) -> Verdict:
+    return Verdict(phase=phase, child="cmd", pid=1, reason=v.EXIT_CODE, success=True, status=0, detail="exit 0")
+
+
+def test_a_bench_that_exits_0_without_its_summary_fails_as_bench_failed() -> None:
+    hook = hooks.PARSERS["cuzk-bench"]
+    parser = hook.new_parser()
+    assert isinstance(parser, BenchParser)
+    parser.feed([b"[1/2] porep proof FAILED \xe2\x80\x94 something"])
+    judged = hook.judge(exited_0("bench"), parser.result, lambda line: None)
+    assert (judged.success, judged.reason, judged.status) == (False, v.BENCH_FAILED, 1)
+    assert judged.detail.startswith("bench failed: no '=== Batch Summary ===' in cuzk-bench's output")
+
+
+def test_a_fetch_that_exits_0_passes_whatever_its_lines_said() -> None:
+    hook = hooks.PARSERS["paramfetch"]
+    parser = hook.new_parser()
+    assert isinstance(parser, FetchParser)
+    parser.feed([b"12/01 14:44:00 [ERROR] CUID#7 - Download aborted. URI=http://x",
+                 b"12/01 14:44:01 [NOTICE] Download complete: /p/a.params"])
+    said: list[str] = []
+    judged = hook.judge(exited_0("fetch"), parser.result, said.append)
+    assert judged.success
+    assert said == ["phase fetch: parameter fetch passed: 1 file(s) complete, 0 bytes downloaded, "
+                    "last error: CUID#7 - Download aborted. URI=http://x"]
+
+
+def test_the_single_proof_kind_is_its_own_parser_and_a_resumed_bench_gets_its_result_back() -> None:
+    assert set(hooks.PARSERS) == {"cuzk-bench", "cuzk-single", "paramfetch"}
+    assert isinstance(hooks.PARSERS["cuzk-single"].new_parser(), SingleProofParser)
+    assert hooks.PARSERS["cuzk-single"].fact is None  # a warm-up proof keeps nothing for the next start
+    bench = hooks.PARSERS["cuzk-bench"]
+    assert bench.fact == "bench" and bench.restore is not None
+    restored = bench.restore({"proofs": {"COMPLETED": 3}, "expected": 3, "summary_seen": True})
+    assert restored == BenchResult(proofs={"COMPLETED": 3}, expected=3, summary_seen=True)

@@ -5,16 +5,16 @@ while every program keeps running, which only the supervisor's watches can see:
 
 - ``gpu``: the supervisor process itself must import the stand-in ``pynvml`` (fakenvml/), so the demo
   re-executes itself with that directory first on ``PYTHONPATH`` before anything starts (``reexec``). Its
-  control file gives the machine DEMO_GPUS idle GPUs, so ``require_gpus`` (fitness) and ``gpu_health``
-  (production) are on; once the manager has seen the instance ``running``, ``XidAtProduction`` writes a
-  fatal Xid (FATAL_XID) into it: production fails with ``gpu_fault``, is never restarted, and the
-  instance is given up.
+  control file gives the machine idle GPUs ($GPU_COUNT of them, else DEMO_GPUS), so ``require_gpus``
+  (fitness) and ``gpu_health`` (production) are on; once the manager has seen the instance ``running``,
+  ``XidAtProduction`` writes a fatal Xid (FATAL_XID) into it: production fails with ``gpu_fault``, is
+  never restarted, and the instance is given up.
 - ``proofs``: the curio phase's cuzk-daemon fails every proof (``STANDIN_FAIL_PROOFS=1``), curio sends it a
   PoRep every task interval (``CUZK_ADDR``), and the production watch reads the daemon's counters every
   DEMO_WATCH_S: production fails with ``proofs_failing``, is restarted under curio's restart policy, and
   once that is exhausted the instance is given up.
 
-In both the curio stand-in never ends by itself (FAULT_RUN_SECONDS): the fault is what ends production,
+In both the curio stand-in runs far longer than the fault takes (FAULT_RUN_SECONDS): the fault ends production,
 and the demo's last lines say which verdict did and what the manager did with the instance.
 """
 
@@ -25,11 +25,13 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ..devmanager import DevManager
+from ..fitness import expected_gpu_count
 from ..stdio import say
 from ..verdict import Verdict
 from .standins import fakenvml
@@ -41,7 +43,7 @@ FAKENVML_DIR = fakenvml.DIRECTORY
 CONTROL_ENV = "STANDIN_NVML_CONTROL"  # the stand-in pynvml's control file (fakenvml/pynvml.py)
 # Set on the re-executed demo: the stand-in pynvml must now be what `import pynvml` finds (never a second exec).
 REEXEC_ENV = "PROVER_DEMO_STANDIN_NVML"
-DEMO_GPUS = 2
+DEMO_GPUS = 2  # where $GPU_COUNT (set by Vast.ai inside an instance) does not say how many
 FATAL_XID = 79  # fallen off the bus
 GPU_RECOVERY_ACTION = 2  # what the driver asks for after it (field 230): node reboot
 # How often the Xid injector looks whether the manager has seen production running.
@@ -119,12 +121,21 @@ def write_control(path: Path, **control: Any) -> None:
     os.replace(tmp, path)
 
 
+def demo_gpu_count(environ: Mapping[str, str]) -> int:
+    """As many stand-in GPUs as the machine says it has ($GPU_COUNT: fitness compares the two), else DEMO_GPUS."""
+    return expected_gpu_count(environ) or DEMO_GPUS
+
+
 def healthy_gpus(workdir: Path) -> Path:
-    """DEMO_GPUS idle GPUs in a control file, named in the environment the stand-in reads it from."""
+    """Idle GPUs in a control file, named in the environment the stand-in reads it from."""
     path = workdir / "nvml.json"
-    write_control(path, gpus=[{} for _ in range(DEMO_GPUS)], recovery_action=GPU_RECOVERY_ACTION)
+    write_control(path, **_gpus())
     os.environ[CONTROL_ENV] = str(path)
     return path
+
+
+def _gpus() -> dict[str, Any]:
+    return {"gpus": [{} for _ in range(demo_gpu_count(os.environ))], "recovery_action": GPU_RECOVERY_ACTION}
 
 
 class XidAtProduction:
@@ -153,8 +164,7 @@ class XidAtProduction:
             if self._production_up():
                 say(f"demo: the manager sees production running: GPU 0 now reports Xid {FATAL_XID} "
                     "(written to the stand-in pynvml's control file)")
-                write_control(self._control, gpus=[{} for _ in range(DEMO_GPUS)],
-                              recovery_action=GPU_RECOVERY_ACTION, xid=[{"gpu": 0, "xid": FATAL_XID}])
+                write_control(self._control, **_gpus(), xid=[{"gpu": 0, "xid": FATAL_XID}])
                 return
 
 

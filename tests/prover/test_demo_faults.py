@@ -16,6 +16,7 @@ import time
 from helpers import PY, REPO, Result, clean_env, finish, first_line, verdict_lines
 
 from supervisor.exits import EXIT_CONFIG_ERROR, EXIT_FAILURE
+from supervisor.prover.demofaults import DEMO_GPUS, demo_gpu_count
 
 # Generous: each takes some seconds (the GPU fault ~6 s, the proofs ~10 s on an idle machine).
 DEMO_TIMEOUT_S = 120
@@ -106,3 +107,11 @@ def test_a_reexecuted_demo_that_still_finds_no_standin_pynvml_stops_there() -> N
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "does not find the stand-in" in lines[0], proc.stderr
     assert proc.stdout == "", proc.stdout
+
+
+def test_the_standin_has_as_many_gpus_as_the_machine_says() -> None:
+    """Vast.ai sets $GPU_COUNT inside an instance and fitness compares NVML's count with it: the demo's GPUs
+    follow it, so that `--fail gpu` is not found unfit on a real machine."""
+    assert demo_gpu_count({"GPU_COUNT": "3"}) == 3
+    assert demo_gpu_count({}) == DEMO_GPUS == 2
+    assert demo_gpu_count({"GPU_COUNT": "two"}) == DEMO_GPUS

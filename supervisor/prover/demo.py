@@ -189,8 +189,10 @@ def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool 
         demofaults.reexec(["--fail", "gpu", *(["--keep"] if keep else [])])
     workdir = Path(tempfile.mkdtemp(prefix="prover-supervisor-demo-"))
     manager = DevManager(quiet=False).start()
-    xid = demofaults.XidAtProduction(demofaults.healthy_gpus(workdir), manager) if fail == "gpu" else None
+    xid: demofaults.XidAtProduction | None = None
     try:
+        if fail == "gpu":
+            xid = demofaults.XidAtProduction(demofaults.healthy_gpus(workdir), manager)
         try:
             text = demo_config(workdir, fail, phase, manager_url=manager.url)
         except DemoUsageError as exc:

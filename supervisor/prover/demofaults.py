@@ -80,7 +80,7 @@ def fault_config(fail: str, cuzk_listen: int, cuzk_status: int, curio_port: int,
 [cuzk]
 listen = "http://127.0.0.1:{cuzk_listen}"
 status_listen = "127.0.0.1:{cuzk_status}"
-param_cache = "{param_cache}"
+param_cache = {json.dumps(str(param_cache))}
 
 [production]
 watch_s = {DEMO_WATCH_S}

@@ -10,7 +10,8 @@ The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
 - ``check --config F``: validate a config, start nothing;
 - ``status [--json] [--watch [--interval S]] [--state-dir D | --config F]``: what the running
   supervisor does, else what it last saved and what became of it (statuscmd.py);
-- ``demo [--fail MODE] [--phase P] [--keep]``: the whole lifecycle with the stand-ins;
+- ``demo [--fail MODE] [--phase P] [--keep]``: the whole lifecycle with the stand-ins (``--fail gpu``,
+  ``--fail proofs``: production breaks; prover/demofaults.py);
 - ``standins --bin-dir DIR``: write the stand-ins under the real programs' names;
 - ``dev-manager [--port N]``: a stand-in of the fleet manager's API on 127.0.0.1.
 
@@ -71,10 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_check.add_argument("--config", metavar="FILE", required=True, help="TOML config file")
     p_demo = sub.add_parser("demo", help="run the whole lifecycle locally with the built-in stand-in programs")
     p_demo.add_argument("--fail", metavar="MODE", default=None,
-                        choices=["crash", "hang", "oom", "ignore-term", "segv", "orphan", "daemon-crash"],
-                        help="make one stand-in fail: crash, hang, oom, ignore-term, segv, orphan, daemon-crash")
-    p_demo.add_argument("--phase", default="bench", choices=["paramfetch", "bench", "curio"],
-                        help="the phase whose program fails with --fail (default: bench)")
+                        choices=["crash", "hang", "oom", "ignore-term", "segv", "orphan", "daemon-crash", "gpu",
+                                 "proofs"],
+                        help="make one stand-in fail: crash, hang, oom, ignore-term, segv, orphan, daemon-crash; "
+                             "or break production: gpu (a fatal Xid), proofs (every proof fails)")
+    p_demo.add_argument("--phase", default=None, choices=["paramfetch", "bench", "curio"],
+                        help="the phase whose program fails with --fail (default: bench; gpu and proofs: curio)")
     p_demo.add_argument("--keep", action="store_true", help="keep the demo's temporary directory")
     p_std = sub.add_parser("standins", help="write the stand-in programs under their real names into a directory")
     p_std.add_argument("--bin-dir", required=True, metavar="DIR", help="where to write curio, cuzk-daemon, ...")

@@ -3,11 +3,13 @@
 The real paramfetch, cuzk and curio need a GPU and tens of GiB of parameters;
 the demo runs the stand-ins shipped in ``supervisor.prover.standins`` instead, with
 the same flags, output lines and signal behaviour, from a temporary directory.
-``--fail`` makes one of them misbehave, to show how a failure is reported.
+``--fail`` makes one of them misbehave, to show how a failure is reported; ``--fail gpu`` and
+``--fail proofs`` break production itself (demofaults.py).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import socket
@@ -18,12 +20,18 @@ from pathlib import Path
 from ..config import parse_plan
 from ..devmanager import DevManager
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
+from ..exits import EXIT_FAILURE
+from ..lifecycle import Lifecycle
 from ..run import run
 from ..stdio import say
+from . import demofaults
+from .demofaults import FAULT_PHASE, PRODUCTION_FAULTS, FaultConfig
 from .plugin import PLUGIN
 
 # Which stand-in plays the failing program of each phase, for --fail.
 _FAIL_TARGET = {"paramfetch": "PARAMFETCH", "bench": "CUZK_BENCH", "curio": "CURIO"}
+# Where --fail plays without --phase.
+DEFAULT_FAIL_PHASE = "bench"
 # The phases that have a cuzk-daemon, for --fail daemon-crash.
 DAEMON_PHASES = ("bench", "curio")
 # Every phase gets its own cgroup limit (where cgroups are writable): `--fail oom` then ends in a real
@@ -54,7 +62,7 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench",
+def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAULT_FAIL_PHASE,
                 speed: float = 0.2, run_seconds: float = 4.0, manager_url: str | None = None) -> str:
     """The demo's TOML: three phases of stand-ins, ports chosen free, state in ``workdir``."""
     if fail == "daemon-crash" and fail_phase not in DAEMON_PHASES:
@@ -62,6 +70,10 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
                              f"(--phase {' or '.join(DAEMON_PHASES)})")
     py = sys.executable
     listen, status, curio = free_port(), free_port(), free_port()
+    fault = FaultConfig()
+    if fail in PRODUCTION_FAULTS:
+        fault = demofaults.fault_config(fail, listen, status, curio, workdir / "params")
+        run_seconds = max(run_seconds, demofaults.FAULT_RUN_SECONDS)
     cuzk_toml = workdir / "cuzk.toml"
     cuzk_toml.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{listen}"\n'
                          f'status_listen = "127.0.0.1:{status}"\n')
@@ -70,7 +82,9 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
            "STANDIN_OOM_LIMIT": DEMO_OOM_LIMIT}
     # The failure knob goes to the failing phase only (its daemon reads the phase's env too).
     fails = {name: "" for name in _FAIL_TARGET}
-    if fail is not None:
+    if fail in PRODUCTION_FAULTS:
+        fails[FAULT_PHASE] = f"env = {_env_toml(fault.curio_env)}" if fault.curio_env else ""
+    elif fail is not None:
         knob = ("STANDIN_FAIL_CUZK_DAEMON", "crash") if fail == "daemon-crash" else \
             (f"STANDIN_FAIL_{_FAIL_TARGET[fail_phase]}", fail)
         fails[fail_phase] = f"env = {_env_toml(dict([knob]))}"
@@ -87,7 +101,8 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = "bench
                  "--layers", "gpu"]
     if fail == "daemon-crash" and fail_phase == "curio":
         curio_cmd = _with_one_proof(curio_cmd, f"http://127.0.0.1:{listen}")
-    manager = f"[manager]\nurl = {_q(manager_url)}\nlabel = \"C.demo\"\nmin_rate = 50\n" if manager_url else ""
+    manager = f"[manager]\nurl = {_q(manager_url)}\nlabel = \"C.demo\"\nmin_rate = 50\n{fault.manager_keys}" \
+        if manager_url else ""
     return f"""
 {manager}
 [supervisor]
@@ -95,7 +110,7 @@ state_dir = {_q(str(workdir / "state"))}
 log_dir = {_q(str(workdir / "logs"))}
 stop_grace_s = 3
 env = {_env_toml(env)}
-
+{fault.supervisor_keys}{fault.tables}
 [[phases]]
 name = "paramfetch"
 kind = "oneshot"
@@ -107,7 +122,7 @@ stall_s = 5
 progress_path = {_q(str(workdir / "params"))}
 memory_max = "{DEMO_MEMORY_MAX}"
 report = "param-done"
-{fails["paramfetch"]}
+{fault.paramfetch_keys}{fails["paramfetch"]}
 
 [[phases]]
 name = "bench"
@@ -149,26 +164,58 @@ def _with_one_proof(curio_cmd: list[str], daemon_url: str) -> list[str]:
     return ["sh", "-c", script]
 
 
-def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = False) -> int:
+def demo_phase(fail: str | None, fail_phase: str | None) -> str:
+    """The phase ``--fail`` plays in: ``--phase`` (default bench); production for a production fault."""
+    if fail in PRODUCTION_FAULTS:
+        if fail_phase not in (None, FAULT_PHASE):
+            raise DemoUsageError(f"--fail {fail}: fails production (phase {FAULT_PHASE}), not phase {fail_phase} "
+                                 f"(leave --phase out)")
+        return FAULT_PHASE
+    return fail_phase or DEFAULT_FAIL_PHASE
+
+
+def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool = False) -> int:
     """Run the demo lifecycle against an in-process dev-manager, then show what the manager saw."""
+    try:
+        phase = demo_phase(fail, fail_phase)
+    except DemoUsageError as exc:
+        say(f"prover-supervisor demo: {exc}", err=True)
+        return EXIT_USAGE
+    if fail == "gpu" and not demofaults.standin_nvml_first():
+        if os.environ.get(demofaults.REEXEC_ENV):  # re-executed already: never a loop of them
+            say(f"prover-supervisor demo: --fail gpu: `import pynvml` does not find the stand-in in "
+                f"{demofaults.FAKENVML_DIR}, though it is first on PYTHONPATH", err=True)
+            return EXIT_FAILURE
+        demofaults.reexec(["--fail", "gpu", *(["--keep"] if keep else [])])
     workdir = Path(tempfile.mkdtemp(prefix="prover-supervisor-demo-"))
     manager = DevManager(quiet=False).start()
+    xid: demofaults.XidAtProduction | None = None
     try:
+        if fail == "gpu":
+            xid = demofaults.XidAtProduction(demofaults.healthy_gpus(workdir), manager)
         try:
-            text = demo_config(workdir, fail, fail_phase, manager_url=manager.url)
+            text = demo_config(workdir, fail, phase, manager_url=manager.url)
         except DemoUsageError as exc:
             say(f"prover-supervisor demo: {exc}", err=True)
             return EXIT_USAGE
         plan = parse_plan(text, "demo config", {}, PLUGIN)
-        status = run(plan, PLUGIN)
+        if xid is not None:
+            xid.start()
+        lifecycles: list[Lifecycle] = []
+        status = run(plan, PLUGIN, on_start=lifecycles.append)
         seen = manager.state.snapshot()
         for inst in seen["instances"].values():
             say(f"demo: the manager saw {inst['label']} go {' → '.join(inst['history'])}"
                 + (f" (rate {inst['rate']:g}/h)" if inst["rate"] is not None else ""))
+        if fail in PRODUCTION_FAULTS:
+            for line in demofaults.outcome_lines(lifecycles[0].failure if lifecycles else None, manager):
+                say(line)
         say(f"demo finished with exit status {status}; logs in {workdir / 'logs'}"
             + ("" if keep else " (removed; use --keep to keep them)"))
         return status
     finally:
+        if xid is not None:
+            xid.stop()
         manager.stop()
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -22,11 +22,11 @@ import errno
 import ipaddress
 import os
 import socket
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .config import ReadyCheck
+from .offloop import worker_thread
 from .proctable import ProcessTable
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
@@ -191,7 +191,7 @@ def find_holder(host: str, port: int, answer: Callable[[Holder | None], None]) -
         answer(holder(host, port))
 
     try:
-        threading.Thread(target=look, name=f"port-holder:{port}", daemon=True).start()
+        worker_thread(f"port-holder:{port}", look)
     except RuntimeError:  # "can't start new thread" (pids.max, RLIMIT_NPROC)
         answer(None)
 

@@ -3,7 +3,9 @@ or the first of several of these to pass (a plugin's kind is made of these: the 
 is its ``/status``, else its listen port, supervisor/prover/ready.py).
 
 A log line is never proof (cuzk-daemon prints "ready" before it binds its
-socket). Probes block, so each wait runs in a thread that posts its answer back
+socket), and neither is an answer from another process: on a local address a TCP or HTTP
+answer counts only when the listening socket belongs to the daemon's own tree (``owner``:
+ports.Ownership). Probes block, so each wait runs in a thread that posts its answer back
 to the loop; the loop stays free to read output and reap.
 """
 
@@ -18,38 +20,49 @@ from urllib.parse import urlsplit
 
 from .config import ReadyCheck
 from .loop import EventLoop
+from .ports import is_local
 
 READY_POLL_S = 0.2
 PROBE_TIMEOUT_S = 2.0
 
+# Whose listener answered on (host, port): None when the daemon's own, else why the answer does not count.
+Owner = Callable[[str, int], "str | None"]
 
-def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when ready, else a short reason why not."""
+
+def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S, owner: Owner | None = None) -> str | None:
+    """None when ready, else a short reason why not. ``owner``: asked once a local TCP or HTTP probe answered."""
     if check.kind == "any":
-        return _probe_any(check, timeout)
+        return _probe_any(check, timeout, owner)
     try:
         if check.kind == "file":
             return None if os.path.exists(check.target) else f"{check.target} does not exist yet"
         if check.kind == "tcp":
             with socket.create_connection((check.host, check.port), timeout=timeout):
-                return None
+                pass
+            return _owned(check, owner)
         if check.kind == "unix":
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(timeout)
                 sock.connect(check.target)
                 return None
-        return _probe_http(check.target, timeout)
+        why_not = _probe_http(check.target, timeout)
+        return why_not if why_not is not None else _owned(check, owner)
     except OSError as exc:
         return f"{check.describe()}: {exc.strerror or exc}"
     except Exception as exc:  # http.client.HTTPException and its kin: a garbled answer is "not ready"
         return f"{check.describe()}: bad HTTP answer: {type(exc).__name__}"
 
 
-def _probe_any(check: ReadyCheck, timeout: float) -> str | None:
+def _owned(check: ReadyCheck, owner: Owner | None) -> str | None:
+    """An answer on a local address counts only from the daemon's own listener (a remote one: not ours to ask)."""
+    return owner(check.host, check.port) if owner is not None and is_local(check.host) else None
+
+
+def _probe_any(check: ReadyCheck, timeout: float, owner: Owner | None) -> str | None:
     """Ready as soon as one alternative is; else every reason, joined."""
     reasons = []
     for alternative in check.alternatives:
-        why_not = probe(alternative, timeout / max(1, len(check.alternatives)))
+        why_not = probe(alternative, timeout / max(1, len(check.alternatives)), owner)
         if why_not is None:
             return None
         reasons.append(why_not)
@@ -84,11 +97,12 @@ class ReadinessWait:
 
     Where no thread can be started for it (pids.max, RLIMIT_NPROC), readiness cannot be waited for
     without blocking the loop: ``on_timeout`` gets that reason at once (from the loop, after this
-    returns), so the phase fails saying why instead of waiting for nothing."""
+    returns), so the phase fails saying why instead of waiting for nothing. ``owner``: see ``probe``."""
 
     def __init__(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
-                 on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
+                 on_ready: Callable[[], None], on_timeout: Callable[[str], None], owner: Owner | None = None) -> None:
         self._cancelled = threading.Event()
+        self._owner = owner
         self._thread = threading.Thread(
             target=self._wait, args=(loop, check, timeout_s, on_ready, on_timeout),
             name=f"ready:{check.describe()}", daemon=True,
@@ -103,7 +117,7 @@ class ReadinessWait:
               on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
         deadline = time.monotonic() + timeout_s
         while not self._cancelled.is_set():
-            why_not = probe(check, min(PROBE_TIMEOUT_S, max(0.05, deadline - time.monotonic())))
+            why_not = probe(check, min(PROBE_TIMEOUT_S, max(0.05, deadline - time.monotonic())), self._owner)
             if why_not is None:
                 loop.call_soon_threadsafe(on_ready)
                 return

@@ -1,6 +1,8 @@
 """The start of one attempt: its daemons one by one, each waited for until ready where it has a
 ready check, then its command; a service's command with a ready check is waited for too, until
-the service is up.
+the service is up. A child whose readiness is a local TCP port starts only once that port is free
+(else the attempt fails ``port_in_use``, naming the holder), and only its own listener makes it
+ready (ports.py).
 
 What it learns goes back to its phase through three callbacks (the command started, the service
 is up, the attempt failed to start); once ``cancel``led (the attempt is over, or the supervisor
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from . import ports
 from . import verdict as v
 from .config import ChildSpec, PhaseSpec
+from .exits import EXIT_FAILURE
 from .loop import EventLoop
 from .process import Child
 from .readiness import ReadinessWait
@@ -52,6 +56,9 @@ class AttemptStart:
         if index == len(self._spec.daemons):
             self._command()
             return
+        self._when_free(self._spec.daemons[index], lambda: self._start_daemon(index))
+
+    def _start_daemon(self, index: int) -> None:
         spec = self._spec.daemons[index]
         child = self._start(spec)
         if child is None:
@@ -69,6 +76,12 @@ class AttemptStart:
             self._daemon(index + 1)
 
     def _command(self) -> None:
+        if self._spec.kind == "service":
+            self._when_free(self._spec.command, self._start_command)
+        else:
+            self._start_command()
+
+    def _start_command(self) -> None:
         child = self._start(self._spec.command)
         if child is None:
             return
@@ -80,9 +93,36 @@ class AttemptStart:
             return
         self._wait_until_ready(child, lambda: None if self._over else self._up())
 
+    def _when_free(self, spec: ChildSpec, start: Callable[[], None]) -> None:
+        """``start`` once the ports ``spec`` is to listen on are free; else the attempt fails naming the holder.
+        The bind test runs here (in-kernel, it cannot block); the holder is looked for in a thread."""
+        if self._over:
+            return
+        taken = ports.taken(spec.ready)
+        if taken is None:
+            start()
+            return
+        host, port = taken
+        what = f"the port check of {spec.phase}/{spec.name}"
+        answer = self._guarded(what, lambda holder: self._port_taken(spec, host, port, holder))
+        ports.find_holder(host, port, lambda holder: self._loop.call_soon_threadsafe(lambda: answer(holder)))
+
+    def _port_taken(self, spec: ChildSpec, host: str, port: int, holder: ports.Holder | None) -> None:
+        if self._over:
+            return
+        detail = f"{spec.phase}/{spec.name} not started: {ports.taken_detail(host, port, holder)}"
+        self._log(detail)
+        self._failed(v.without_exit(self._spec.name, spec.name, v.PORT_IN_USE, EXIT_FAILURE, detail,
+                                    attempt=self._attempt))
+
     def _wait_until_ready(self, child: Child, on_ready: Callable[[], None]) -> None:
         assert child.spec.ready is not None
         what = f"the readiness wait of {child.label}"
+        owner = None
+        if ports.local_ports(child.spec.ready):
+            def say(why: str) -> None:  # from the readiness thread
+                self._loop.call_soon_threadsafe(lambda: None if self._over else self._log(f"{child.label}: {why}"))
+            owner = ports.Ownership(child.pid, child.tag, say)
         self._waiting = (child, self._loop.clock.monotonic())
 
         def answered(then: Callable[..., None]) -> Callable[..., None]:
@@ -93,7 +133,8 @@ class AttemptStart:
 
         self._ready = ReadinessWait(self._loop, child.spec.ready, child.spec.ready_timeout_s,
                                     on_ready=self._guarded(what, answered(on_ready)),
-                                    on_timeout=self._guarded(what, answered(lambda why: self._not_ready(child, why))))
+                                    on_timeout=self._guarded(what, answered(lambda why: self._not_ready(child, why))),
+                                    owner=owner)
 
     def _not_ready(self, child: Child, why: str) -> None:
         if self._over:

@@ -26,6 +26,7 @@ OOM_KILLED = "oom_killed"
 TIMEOUT = "timeout"
 STALLED = "stalled"
 SPAWN_FAILED = "spawn_failed"
+PORT_IN_USE = "port_in_use"  # a daemon's ready port was already held by another process: it was not started
 DAEMON_DIED = "daemon_died"
 INSUFFICIENT_MEMORY = "insufficient_memory"
 BENCH_FAILED = "bench_failed"  # cuzk-bench exited 0, but its own output says proofs failed
@@ -38,7 +39,7 @@ PROOFS_FAILING = "proofs_failing"  # production: proofs kept failing with none c
 STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
 INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handling the phase (never the child's)
 
-REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, DAEMON_DIED, INSUFFICIENT_MEMORY,
+REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, PORT_IN_USE, DAEMON_DIED, INSUFFICIENT_MEMORY,
            INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, GPU_FAULT, PROOFS_FAILING, BENCH_FAILED, TOO_SLOW,
            STOPPED, INTERNAL_ERROR)
 # An attempt that ended for one of these is never retried or restarted: a bug of ours (retrying would only

@@ -349,6 +349,16 @@ def is_listening(port: int) -> bool:
         return False
 
 
+def stranger_on(port: int, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
+    """Another process (not the supervisor's) listening on ``host:port``, once it is; the caller kills it."""
+    proc = subprocess.Popen([PY, "-c", "import socket, sys, time\n"
+                             "s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen()\n"
+                             "print('listening', flush=True); time.sleep(600)\n", host, str(port)],
+                            stdout=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline() == b"listening\n", "the stranger could not listen"
+    return proc
+
+
 def read(path: Path) -> str:
     """A console file as text (children's bytes pass through unchanged: decoded leniently)."""
     return path.read_bytes().decode("utf-8", errors="replace")

@@ -65,6 +65,14 @@ class ReadyCheck:
     port: int = 0
     alternatives: tuple[ReadyCheck, ...] = ()  # kind "any": ready as soon as one of these is
 
+    def ports(self) -> list[tuple[str, int]]:
+        """The (host, port) pairs its probes connect to (tcp, http, and those of its alternatives): what the
+        supervisor checks is free before the child starts and, once one answers, held by the child's own
+        tree (ports.py). A plugin's kind declares its ports by being made of these probes."""
+        if self.kind == "any":
+            return [pair for alternative in self.alternatives for pair in alternative.ports()]
+        return [(self.host, self.port)] if self.kind in ("tcp", "http") and self.port else []
+
     def describe(self) -> str:
         if self.kind == "any":
             return " or ".join(a.describe() for a in self.alternatives)

@@ -1,0 +1,227 @@
+"""Readiness is the daemon's own: a local ready port held by another process neither lets the daemon start
+nor makes it ready (supervisor/ports.py, starting.py, readiness.py).
+
+Real processes and real ports on 127.0.0.1: a stranger that holds the port before the start fails the
+attempt ``port_in_use`` naming it (pid and name); a stranger that binds after the check but before the
+daemon does is said once and never counts as ready; a daemon whose own child listens (a wrapper shell)
+is ready as before; file and unix-socket readiness are untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import (
+    PY,
+    Console,
+    Runner,
+    failure,
+    free_port,
+    kill_tree,
+    py_script,
+    sh,
+    stranger_on,
+    toml_str,
+    verdict_fields,
+    verdict_lines,
+)
+
+from supervisor import ports
+from supervisor.config import ReadyCheck
+from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
+
+Stranger = Callable[[int], subprocess.Popen[bytes]]
+
+LISTENER = """
+    import socket, sys, time
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+    s.listen()
+    time.sleep(600)
+"""
+
+
+@pytest.fixture
+def stranger() -> Iterator[Stranger]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(port: int) -> subprocess.Popen[bytes]:
+        procs.append(stranger_on(port))
+        return procs[-1]
+
+    yield start
+    for proc in procs:
+        kill_tree(proc.pid)
+        proc.wait(10)
+
+
+def name_of(pid: int) -> str:
+    return psutil.Process(pid).name()
+
+
+def daemon_config(sup: Runner, port: int, daemon: str, *, extra: str = "", ready_timeout_s: float = 20) -> Path:
+    return sup.write(f"""
+        [[phases]]
+        name = "web"
+        command = {sh(f"touch {sup.tmp / 'command.ran'}")}
+        {extra}
+        [[phases.daemons]]
+        name = "server"
+        command = {daemon}
+        ready = "tcp://127.0.0.1:{port}"
+        ready_timeout_s = {ready_timeout_s}
+        stop_grace_s = 1
+    """)
+
+
+# ---------------------------------------------------------------- the supervisor, for real
+
+
+def test_a_port_held_before_the_start_fails_the_attempt_naming_its_holder(sup: Runner, stranger: Stranger) -> None:
+    port = free_port()
+    holder = stranger(port)
+    started = sup.tmp / "daemon.started"
+    config = daemon_config(sup, port, sh(f"touch {started}; exec sleep 30"))
+    res = sup.run(config, timeout=30)
+    assert res.returncode == EXIT_FAILURE, res.output
+    v = failure(res.output)
+    assert (v["phase"], v["child"], v["reason"]) == ("web", "server", "port_in_use"), res.output
+    assert f"port 127.0.0.1:{port} is already taken by pid {holder.pid} ({name_of(holder.pid)})" in v["detail"]
+    assert not started.exists(), "the daemon was started on a port another process holds"
+    assert not (sup.tmp / "command.ran").exists()
+    assert "is ready" not in res.output
+    assert holder.poll() is None  # the stranger is not the supervisor's to stop
+
+
+def test_a_port_freed_before_the_next_attempt_lets_the_daemon_start(sup: Runner, stranger: Stranger) -> None:
+    """port_in_use is one attempt's verdict: the phase's retries apply, and a port freed meanwhile is used."""
+    port = free_port()
+    holder = stranger(port)
+    config = daemon_config(sup, port, py_script(sup.tmp, "listener", LISTENER, port),
+                           extra="retries = 6\nbackoff_s = 0.3")
+    console = Console(sup, config)
+    console.wait_text("reason=port_in_use")
+    kill_tree(holder.pid)
+    holder.wait(10)
+    assert console.finish(timeout=60) == 0, console.text()
+    out = console.text()
+    assert "web/server is ready" in out
+    assert verdict_lines(out, "web", "server", "FAILED")[0].count("reason=port_in_use") == 1
+    assert (sup.tmp / "command.ran").exists()
+
+
+def test_a_stranger_that_binds_after_the_check_never_makes_the_daemon_ready(sup: Runner, stranger: Stranger) -> None:
+    """The race: the port was free when checked; another process binds it before the daemon does. Its answer is
+    said once and does not count; the wait times out naming the holder."""
+    port = free_port()
+    pidfile = sup.tmp / "daemon.pid"
+    # The daemon waits for the stranger to win the race, then fails to bind (as cuzk-daemon does) and lingers.
+    daemon = py_script(sup.tmp, "loser", """
+        import os, socket, sys, time
+        write_pid(sys.argv[2])
+        while not os.path.exists(sys.argv[3]):
+            time.sleep(0.05)
+        try:
+            socket.socket().bind(("127.0.0.1", int(sys.argv[1])))
+        except OSError as exc:
+            print("daemon: failed to bind:", exc, flush=True)
+        time.sleep(600)
+    """, port, pidfile, sup.tmp / "stranger.up")
+    config = daemon_config(sup, port, daemon, ready_timeout_s=3)
+    console = Console(sup, config)
+    console.wait_text("waiting for web/server to be ready")
+    holder = stranger(port)
+    (sup.tmp / "stranger.up").touch()
+    assert console.finish(timeout=40) == EXIT_TIMEOUT, console.text()
+    out = console.text()
+    said = (f"port {port} answers, but pid {holder.pid} ({name_of(holder.pid)}) holds it, "
+            "outside the process tree of this daemon")
+    assert sum(said in line for line in out.splitlines() if "web/server: " in line) == 1, out
+    not_ready = verdict_fields(verdict_lines(out, "web", "server", "FAILED")[0])  # the wait's, before the stop's
+    assert not_ready["reason"] == "timeout" and "pid" not in not_ready, out
+    assert said in not_ready["detail"], not_ready
+    assert "is ready" not in out
+    assert not (sup.tmp / "command.ran").exists()
+
+
+@pytest.mark.parametrize("wrapper", ["exec", "fork", "setsid"])
+def test_the_daemons_own_child_listening_makes_it_ready(sup: Runner, wrapper: str) -> None:
+    """A wrapper shell that execs or forks the listener (or starts it in a session of its own): still its tree."""
+    port = free_port()
+    py_script(sup.tmp, "listener", LISTENER)
+    listener = f"{PY} {sup.tmp / 'listener.py'} {port}"
+    script = {"exec": f"exec {listener}", "fork": f"{listener} & wait",
+              "setsid": f"setsid {listener} & sleep 600"}[wrapper]
+    res = sup.run(daemon_config(sup, port, sh(script)), timeout=40)
+    assert res.returncode == 0, res.output
+    assert "web/server is ready" in res.output
+    assert "outside the process tree" not in res.output
+    assert (sup.tmp / "command.ran").exists()
+
+
+def test_file_readiness_is_untouched(sup: Runner, stranger: Stranger) -> None:
+    """Ready by a file: no port to check, no listener to own (a stranger holding some TCP port changes nothing;
+    the unix-socket kind, only made by a plugin's kind, is tests/prover/test_cuzk_ports.py's)."""
+    stranger(free_port())
+    flag = sup.tmp / "d.ready"
+    config = sup.write(f"""
+        [[phases]]
+        name = "local"
+        command = {sh("echo saw it ready")}
+        [[phases.daemons]]
+        name = "file"
+        command = {sh(f"touch {flag}; exec sleep 600")}
+        ready = {toml_str(str(flag))}
+        stop_grace_s = 1
+    """)
+    res = sup.run(config, timeout=40)
+    assert res.returncode == 0, res.output
+    assert "local/file is ready" in res.output and "saw it ready" in res.output
+
+
+# ---------------------------------------------------------------- the pieces, in-process
+
+
+def test_ready_checks_declare_their_local_ports() -> None:
+    tcp = ReadyCheck("tcp", "127.0.0.1:9820", "127.0.0.1", 9820)
+    http = ReadyCheck("http", "http://localhost:9821/status", "localhost", 9821)
+    remote = ReadyCheck("tcp", "10.1.2.3:80", "10.1.2.3", 80)
+    both = ReadyCheck("any", "x", alternatives=(http, ReadyCheck("unix", "/run/x.sock"), tcp, remote))
+    assert both.ports() == [("localhost", 9821), ("127.0.0.1", 9820), ("10.1.2.3", 80)]
+    assert ports.local_ports(both) == [("localhost", 9821), ("127.0.0.1", 9820)]
+    assert ports.local_ports(ReadyCheck("file", "/run/x")) == []
+    assert [ports.is_local(h) for h in ("127.0.0.5", "::1", "0.0.0.0", "localhost", "10.0.0.1", "example")] == \
+        [True, True, True, True, False, False]
+
+
+def test_taken_and_holder_find_a_listener_of_this_process() -> None:
+    port = free_port()
+    check = ReadyCheck("tcp", f"127.0.0.1:{port}", "127.0.0.1", port)
+    assert ports.taken(check) is None
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        assert ports.taken(check) == ("127.0.0.1", port)
+        assert ports.taken(ReadyCheck("tcp", f"0.0.0.0:{port}", "0.0.0.0", port)) == ("0.0.0.0", port)
+        assert ports.holder("127.0.0.1", port) == ports.Holder(os.getpid(), name_of(os.getpid()))
+        said: list[str] = []
+        assert ports.Ownership(os.getpid(), "no-tag", said.append)("127.0.0.1", port) is None
+        child = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+        try:
+            not_its = ports.Ownership(child.pid, "no-tag", said.append)
+            why = (f"port {port} answers, but pid {os.getpid()} ({name_of(os.getpid())}) holds it, "
+                   "outside the process tree of this daemon")
+            assert not_its("127.0.0.1", port) == why
+            assert not_its("127.0.0.1", port) == why
+            assert said == [why]  # said once
+        finally:
+            child.kill()
+            child.wait()
+    assert ports.taken(check) is None

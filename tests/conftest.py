@@ -3,11 +3,13 @@ verdict parsing, cgroups...) are in helpers.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
-from helpers import Runner
+from helpers import Runner, left_behind, mount_tmpfs, unmount
 
 from supervisor.devmanager import DevManager
 
@@ -25,3 +27,52 @@ def manager() -> Iterator[DevManager]:
     dev = DevManager(port=0, quiet=True).start()
     yield dev
     dev.stop()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
+    """Mount small tmpfs filesystems (unmounted at the end, lazily if something still holds them)."""
+    mounted: list[Path] = []
+
+    def mount(where: Path, size: str) -> Path:
+        why = mount_tmpfs(where, size)
+        if why is not None:
+            pytest.skip(why)
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in reversed(mounted):
+        unmount(where)
+
+
+@pytest.fixture
+def orphans(sup: Runner) -> Iterator[Callable[[int], list[psutil.Process]]]:
+    """``orphans(pid)``: what the SIGKILLed supervisor ``pid`` left running; all of it is killed at the end."""
+    dead: list[int] = []
+
+    def survivors(pid: int) -> list[psutil.Process]:
+        dead.append(pid)
+        return left_behind(sup.state_dir, pid)
+
+    yield survivors
+    sup.cleanup()
+    for pid in [*dead, None]:
+        for proc in left_behind(sup.state_dir, pid):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+@pytest.fixture
+def managers() -> Iterator[Callable[..., DevManager]]:
+    """Start dev-managers (quiet, on a given port or any); all stopped at the end."""
+    started: list[DevManager] = []
+
+    def start(port: int = 0) -> DevManager:
+        mgr = DevManager(port=port, quiet=True).start()
+        started.append(mgr)
+        return mgr
+
+    yield start
+    for mgr in started:
+        mgr.stop()

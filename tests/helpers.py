@@ -32,6 +32,7 @@ import psutil
 import pytest
 
 from supervisor.devmanager import DevManager
+from supervisor.survivors import STATE_DIR_ENV, TAG_ENV
 from supervisor.units import MIB as MiB
 
 PY = sys.executable
@@ -641,3 +642,61 @@ STARTED_RE = re.compile(r"\[supervisor\] started (\S+): pid (\d+):", re.M)
 def started(output: str) -> list[tuple[str, int]]:
     """(label, pid) of every child the supervisor said it started, in order."""
     return [(label, int(pid)) for label, pid in STARTED_RE.findall(output)]
+
+
+# ================================================================ shared by core and prover tests
+
+
+def fill(directory: Path, name: str = "filler") -> Path:
+    """Write zeros into ``directory/name`` until the filesystem is full; the file is returned."""
+    path = directory / name
+    chunk = b"\0" * 4096
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        while True:
+            os.write(fd, chunk)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+    # The last partial pages too: nothing at all is left.
+    with contextlib.suppress(OSError), open(path, "ab", buffering=0) as f:
+        while True:
+            f.write(b"\0")
+    return path
+
+
+def left_behind(state_dir: Path, supervisor_pid: int | None = None) -> list[psutil.Process]:
+    """Live processes started by a supervisor of ``state_dir`` (or by the supervisor ``supervisor_pid``)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.Error, OSError):
+            continue
+        tag = env.get(TAG_ENV)
+        if not tag:
+            continue
+        if env.get(STATE_DIR_ENV) == str(state_dir) or tag.split(".", 1)[0] == str(supervisor_pid):
+            found.append(proc)
+    return found
+
+
+def only_instance(mgr: DevManager) -> dict[str, Any]:
+    insts = list(mgr.state.snapshot()["instances"].values())
+    assert len(insts) == 1, f"expected one instance, the manager has {insts}"
+    return insts[0]
+
+
+def api_calls(mgr: DevManager, path: str | None = None) -> list[dict[str, Any]]:
+    calls = mgr.state.snapshot()["calls"]
+    return [c for c in calls if path is None or c["path"] == path]
+
+
+def pushed(mgr: DevManager) -> dict[str, str]:
+    """source → text, for the one instance's uuid."""
+    logs = mgr.state.snapshot()["logs"]
+    assert len(logs) <= 1, f"logs pushed under several uuids: {list(logs)}"
+    return next(iter(logs.values()), {})

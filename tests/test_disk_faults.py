@@ -8,13 +8,12 @@ exit status, say once what it cannot write, say when it can again, and lose no m
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
 import sqlite3
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,11 @@ from helpers import (
     PY,
     Console,
     Runner,
-    mount_tmpfs,
+    fill,
     py_script,
     sh,
     toml_list,
     toml_str,
-    unmount,
     verdict_lines,
     wait_for,
 )
@@ -40,42 +38,6 @@ from supervisor.logs import LogFile
 from supervisor.outbox import Outbox
 
 EXIT_CHILD = 4
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
-    """Mount small tmpfs filesystems (unmounted at the end, lazily if something still holds them)."""
-    mounted: list[Path] = []
-
-    def mount(where: Path, size: str) -> Path:
-        why = mount_tmpfs(where, size)
-        if why is not None:
-            pytest.skip(why)
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in reversed(mounted):
-        unmount(where)
-
-
-def fill(directory: Path, name: str = "filler") -> Path:
-    """Write zeros into ``directory/name`` until the filesystem is full; the file is returned."""
-    path = directory / name
-    chunk = b"\0" * 4096
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        while True:
-            os.write(fd, chunk)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC, exc
-    finally:
-        os.close(fd)
-    # The last partial pages too: nothing at all is left.
-    with contextlib.suppress(OSError), open(path, "ab", buffering=0) as f:
-        while True:
-            f.write(b"\0")
-    return path
 
 
 # ================================================================ log_dir

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PY, REPO, Console, Runner, clean_env, py_script, toml_str, wait_for
+from helpers import PY, REPO, Console, Runner, clean_env, pushed, py_script, toml_str, wait_for
 
 from supervisor.console import Console as OutputConsole
 from supervisor.devmanager import DevManager
@@ -45,13 +45,6 @@ def leaks(text: str) -> list[str]:
     """Every piece of a secret (WINDOW characters or more) that ``text`` shows."""
     shown = plain(text)
     return [s[i:i + WINDOW] for s in SECRETS for i in range(len(s) - WINDOW + 1) if s[i:i + WINDOW] in shown]
-
-
-def pushed(mgr: DevManager) -> dict[str, str]:
-    """source → text, for the one instance's uuid."""
-    logs = mgr.state.snapshot()["logs"]
-    assert len(logs) <= 1, f"logs pushed under several uuids: {list(logs)}"
-    return next(iter(logs.values()), {})
 
 
 def status_json(state_dir: Path) -> dict[str, Any]:

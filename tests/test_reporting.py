@@ -13,7 +13,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,11 @@ from helpers import (
     PY,
     Console,
     Runner,
+    api_calls,
     free_port,
+    only_instance,
     outbox_rows,
+    pushed,
     sh,
     toml_list,
     toml_str,
@@ -51,39 +54,6 @@ print("failed:        0")
 print("throughput:    1.500 proofs/min (40.0s/proof)", flush=True)
 """
 FAKE_RATE = 90.0
-
-
-@pytest.fixture
-def managers() -> Iterator[Callable[..., DevManager]]:
-    """Start dev-managers (quiet, on a given port or any); all stopped at the end."""
-    started: list[DevManager] = []
-
-    def start(port: int = 0) -> DevManager:
-        mgr = DevManager(port=port, quiet=True).start()
-        started.append(mgr)
-        return mgr
-
-    yield start
-    for mgr in started:
-        mgr.stop()
-
-
-def only_instance(mgr: DevManager) -> dict[str, Any]:
-    insts = list(mgr.state.snapshot()["instances"].values())
-    assert len(insts) == 1, f"expected one instance, the manager has {insts}"
-    return insts[0]
-
-
-def api_calls(mgr: DevManager, path: str | None = None) -> list[dict[str, Any]]:
-    calls = mgr.state.snapshot()["calls"]
-    return [c for c in calls if path is None or c["path"] == path]
-
-
-def pushed(mgr: DevManager) -> dict[str, str]:
-    """source → text, for the one instance's uuid."""
-    logs = mgr.state.snapshot()["logs"]
-    assert len(logs) <= 1, f"logs pushed under several uuids: {list(logs)}"
-    return next(iter(logs.values()), {})
 
 
 def fast_config(sup: Runner, url: str, *, manager: str = "", params: str | None = None,

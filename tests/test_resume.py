@@ -9,11 +9,10 @@ a corrupt outbox. resume.json itself: tests/test_resume_record.py.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,42 +21,6 @@ import pytest
 from helpers import Console, Runner, sh, toml_str
 
 from supervisor.devmanager import DevManager
-from supervisor.survivors import STATE_DIR_ENV, TAG_ENV
-
-
-def left_behind(state_dir: Path, supervisor_pid: int | None = None) -> list[psutil.Process]:
-    """Live processes started by a supervisor of ``state_dir`` (or by the supervisor ``supervisor_pid``)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            env = proc.environ()
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except (psutil.Error, OSError):
-            continue
-        tag = env.get(TAG_ENV)
-        if not tag:
-            continue
-        if env.get(STATE_DIR_ENV) == str(state_dir) or tag.split(".", 1)[0] == str(supervisor_pid):
-            found.append(proc)
-    return found
-
-
-@pytest.fixture
-def orphans(sup: Runner) -> Iterator[Callable[[int], list[psutil.Process]]]:
-    """``orphans(pid)``: what the SIGKILLed supervisor ``pid`` left running; all of it is killed at the end."""
-    dead: list[int] = []
-
-    def survivors(pid: int) -> list[psutil.Process]:
-        dead.append(pid)
-        return left_behind(sup.state_dir, pid)
-
-    yield survivors
-    sup.cleanup()
-    for pid in [*dead, None]:
-        for proc in left_behind(sup.state_dir, pid):
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
 
 
 def instances(mgr: DevManager) -> list[dict[str, Any]]:

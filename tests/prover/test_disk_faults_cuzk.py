@@ -4,56 +4,17 @@ holds the core's disk faults).
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from helpers import (
-    mount_tmpfs,
-    unmount,
+    fill,
 )
 
 from supervisor.prover import cuzkconf
 from supervisor.prover.cuzkconf import CuzkSettings
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
-    """Mount small tmpfs filesystems (unmounted at the end, lazily if something still holds them)."""
-    mounted: list[Path] = []
-
-    def mount(where: Path, size: str) -> Path:
-        why = mount_tmpfs(where, size)
-        if why is not None:
-            pytest.skip(why)
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in reversed(mounted):
-        unmount(where)
-
-
-def fill(directory: Path, name: str = "filler") -> Path:
-    """Write zeros into ``directory/name`` until the filesystem is full; the file is returned."""
-    path = directory / name
-    chunk = b"\0" * 4096
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        while True:
-            os.write(fd, chunk)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC, exc
-    finally:
-        os.close(fd)
-    # The last partial pages too: nothing at all is left.
-    with contextlib.suppress(OSError), open(path, "ab", buffering=0) as f:
-        while True:
-            f.write(b"\0")
-    return path
 
 
 def test_cuzk_toml_on_a_full_disk(tmp_path: Path, tmpfs: Callable[[Path, str], Path]) -> None:

@@ -20,10 +20,13 @@ from helpers import (
     REPO,
     Console,
     Runner,
+    api_calls,
     clean_env,
     free_port,
     kill_tree,
+    only_instance,
     outbox_rows,
+    pushed,
     wait_for,
 )
 
@@ -35,39 +38,6 @@ SPEED = "0.05"
 
 
 STATES = ["registered", "params_done", "bench_done", "running"]
-
-
-@pytest.fixture
-def managers() -> Iterator[Callable[..., DevManager]]:
-    """Start dev-managers (quiet, on a given port or any); all stopped at the end."""
-    started: list[DevManager] = []
-
-    def start(port: int = 0) -> DevManager:
-        mgr = DevManager(port=port, quiet=True).start()
-        started.append(mgr)
-        return mgr
-
-    yield start
-    for mgr in started:
-        mgr.stop()
-
-
-def only_instance(mgr: DevManager) -> dict[str, Any]:
-    insts = list(mgr.state.snapshot()["instances"].values())
-    assert len(insts) == 1, f"expected one instance, the manager has {insts}"
-    return insts[0]
-
-
-def api_calls(mgr: DevManager, path: str | None = None) -> list[dict[str, Any]]:
-    calls = mgr.state.snapshot()["calls"]
-    return [c for c in calls if path is None or c["path"] == path]
-
-
-def pushed(mgr: DevManager) -> dict[str, str]:
-    """source → text, for the one instance's uuid."""
-    logs = mgr.state.snapshot()["logs"]
-    assert len(logs) <= 1, f"logs pushed under several uuids: {list(logs)}"
-    return next(iter(logs.values()), {})
 
 
 @dataclass

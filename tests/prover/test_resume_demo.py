@@ -9,57 +9,20 @@ import json
 import os
 import re
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 from helpers import Console, Runner, free_port, outbox_rows, wait_for
 
 from supervisor.devmanager import DevManager
 from supervisor.prover.demo import demo_config
-from supervisor.survivors import STATE_DIR_ENV, TAG_ENV
 
 SPEED = 0.05
 
 
 STATES = ["registered", "params_done", "bench_done", "running"]
-
-
-def left_behind(state_dir: Path, supervisor_pid: int | None = None) -> list[psutil.Process]:
-    """Live processes started by a supervisor of ``state_dir`` (or by the supervisor ``supervisor_pid``)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            env = proc.environ()
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except (psutil.Error, OSError):
-            continue
-        tag = env.get(TAG_ENV)
-        if not tag:
-            continue
-        if env.get(STATE_DIR_ENV) == str(state_dir) or tag.split(".", 1)[0] == str(supervisor_pid):
-            found.append(proc)
-    return found
-
-
-@pytest.fixture
-def orphans(sup: Runner) -> Iterator[Callable[[int], list[psutil.Process]]]:
-    """``orphans(pid)``: what the SIGKILLed supervisor ``pid`` left running; all of it is killed at the end."""
-    dead: list[int] = []
-
-    def survivors(pid: int) -> list[psutil.Process]:
-        dead.append(pid)
-        return left_behind(sup.state_dir, pid)
-
-    yield survivors
-    sup.cleanup()
-    for pid in [*dead, None]:
-        for proc in left_behind(sup.state_dir, pid):
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
 
 
 def demo(sup: Runner, manager_url: str) -> Path:

@@ -7,7 +7,6 @@ shutdown, because its phase was over). Exit 137 alone never means OOM.
 
 from __future__ import annotations
 
-import shlex
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,6 +16,15 @@ from .exits import EXIT_TIMEOUT
 from .memory import MemoryReport
 from .reaping import ExitStatus
 from .units import fmt_bytes
+
+
+def shown_text(text: str) -> str:
+    """A value as a log line shows it: bare when it is one word, else in plain double quotes (a ``"`` or ``\\``
+    inside escaped with ``\\``). Readable where shlex's quoting of an apostrophe (``'"'"'``) is not."""
+    if text and not any(c.isspace() or c in "\"'\\" for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
 
 # Reasons a child ended. Success is reason "exit_code" with exit_code 0.
 EXIT_CODE = "exit_code"
@@ -91,7 +99,7 @@ class Verdict:
             parts.append(f"ran={self.ended_at - self.started_at:.1f}s")
         parts.append(f"attempt={self.attempt}")
         if self.detail:
-            parts.append(f"detail={shlex.quote(self.detail)}")
+            parts.append(f"detail={shown_text(self.detail)}")
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

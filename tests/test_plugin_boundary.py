@@ -321,8 +321,8 @@ def test_a_real_run_with_the_test_plugin_uses_its_section_prepare_and_ready(tmp_
 def test_a_real_run_is_refused_by_the_plugins_fitness_check_before_anything_starts(tmp_path: Path) -> None:
     status, out = run_supervisor(tmp_path, widget_lifecycle(tmp_path, "red"), "widget")
     assert status == 1, out[-4000:]
-    assert ("FAILED: phase=fitness child=fitness reason=insufficient_memory attempt=0 detail='unfit before any "
-            "phase started: red widgets need more memory; red widgets need a GPU'") in out, out[-4000:]
+    assert ('FAILED: phase=fitness child=fitness reason=insufficient_memory attempt=0 detail="unfit before any '
+            'phase started: red widgets need more memory; red widgets need a GPU"') in out, out[-4000:]
     assert not (tmp_path / "daemon.ready").exists() and not (tmp_path / "seen").exists(), "nothing may start"
 
 

@@ -86,3 +86,9 @@ def test_a_number_refused_is_echoed_as_written(line: str, environ: dict[str, str
 def test_a_backoff_order_is_told_in_the_numbers_written() -> None:
     assert refused(BENCH + "backoff_s = 600000\nbackoff_max_s = 5\n") == (
         "t.toml: phases[0] (bench).backoff_max_s: 5 is below backoff_s 600000")
+
+
+def test_a_key_read_whole_from_a_variable_is_noted_with_it() -> None:
+    plan = parse_plan('[supervisor]\nrequire_gpus = "${GPUS:-true}"\nstate_dir = "/s/${X:-a}"\n' + FIRST
+                      + 'progress_total = "${TOTAL}"\nstall_s = 1\nprogress_path = "/p"\n', "t.toml", {"TOTAL": "9"})
+    assert dict(plan.env_keys) == {"supervisor.require_gpus": "GPUS", "phases[0] (fetch).progress_total": "TOTAL"}

@@ -9,6 +9,7 @@ table's own), and the kinds a phase may name (a kind nobody registered is a bad 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -147,17 +148,20 @@ def parse_plan(text: str, source: str, environ: Mapping[str, str], plugin: Confi
         raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
     except ValueError as exc:  # a number of more than 4300 digits: int() refuses it
         raise ConfigError(f"{source}: not valid TOML: {str(exc).split(';')[0]}") from None
+    env_keys: dict[str, str] = {}
     try:
-        raw = _expand(raw, "", environ)
-        return _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
+        raw = _expand(raw, "", environ, env_keys)
+        plan = _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except RecursionError:  # a safety net: _expand bounds the nesting before this can happen
         raise ConfigError(f"{source}: arrays or tables nested too deeply") from None
+    return dataclasses.replace(plan, env_keys=MappingProxyType(env_keys))
 
 
-def _expand(value: Any, where: str, environ: Mapping[str, str], depth: int = 0) -> Any:
-    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``.
+def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[str, str], depth: int = 0) -> Any:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``. A string that is one
+    reference whole is noted in ``env_keys`` (its place → the variable: ``Plan.env_keys``).
 
     Every string is refused if it holds a NUL byte: none can be an argument, an environment value or a
     path (exec and open would fail at run time, long after ``check`` said ok).
@@ -165,15 +169,19 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], depth: int = 0) 
     if depth > MAX_NESTING:
         raise ConfigError(f"{_short(where)}: nested more than {MAX_NESTING} deep")
     if isinstance(value, str):
+        whole = _VAR_RE.fullmatch(value)
+        if whole is not None and whole.group(1):
+            env_keys[where] = whole.group(1)
         expanded = _substitute(value, where, environ)
         if "\0" in expanded:
             raise ConfigError(f"{where}: contains a NUL character, which no argument, environment value or "
                               "path can hold")
         return expanded
     if isinstance(value, dict):
-        return {_key(k, where): _expand(v, join_key(where, k), environ, depth + 1) for k, v in value.items()}
+        return {_key(k, where): _expand(v, join_key(where, k), environ, env_keys, depth + 1)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, named(f"{where}[{i}]", v), environ, depth + 1) for i, v in enumerate(value)]
+        return [_expand(v, named(f"{where}[{i}]", v), environ, env_keys, depth + 1) for i, v in enumerate(value)]
     return value
 
 

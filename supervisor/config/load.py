@@ -148,7 +148,7 @@ def parse_plan(text: str, source: str, environ: Mapping[str, str], plugin: Confi
         raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
     except ValueError as exc:  # a number of more than 4300 digits: int() refuses it
         raise ConfigError(f"{source}: not valid TOML: {str(exc).split(';')[0]}") from None
-    env_keys: dict[str, str] = {}
+    env_keys: dict[str, str] = {}  # the place of a key read whole from ${VAR} → VAR (Plan.env_keys)
     try:
         raw = _expand(raw, "", environ, env_keys)
         plan = _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
@@ -169,8 +169,7 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[s
     if depth > MAX_NESTING:
         raise ConfigError(f"{_short(where)}: nested more than {MAX_NESTING} deep")
     if isinstance(value, str):
-        whole = _VAR_RE.fullmatch(value)
-        if whole is not None and whole.group(1):
+        if (whole := _VAR_RE.fullmatch(value)) is not None and whole.group(1):
             env_keys[where] = whole.group(1)
         expanded = _substitute(value, where, environ)
         if "\0" in expanded:
@@ -267,7 +266,6 @@ def check_prepares(plan: Plan, plugin: ConfigPlugin) -> None:
 
 def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str, Key],
            daemon_keys: Mapping[str, Key], places: Mapping[str, Mapping[str, Collection[str]]]) -> PhaseSpec:
-    """One [[phases]] table; ``where`` names it (``phases[1] (bench)``), and every refusal in it says so."""
     v = take(table, where, phase_keys, places["phase"])
     name = v["name"]
     check_kind_keys(v, where)

@@ -149,8 +149,15 @@ def _with_one_proof(curio_cmd: list[str], daemon_url: str) -> list[str]:
     return ["sh", "-c", script]
 
 
-def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = False) -> int:
-    """Run the demo lifecycle against an in-process dev-manager, then show what the manager saw."""
+def status_command(prog: str, state_dir: str) -> str:
+    """The command that shows the demo's state from another shell (cli.py ``status --state-dir``)."""
+    return f"{prog} status --state-dir {shlex.quote(state_dir)}"
+
+
+def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = False,
+             prog: str = "prover-supervisor") -> int:
+    """Run the demo lifecycle against an in-process dev-manager, then show what the manager saw. It says first
+    where its state is and the ``status`` command (of ``prog``, the CLI) that shows it from another shell."""
     workdir = Path(tempfile.mkdtemp(prefix="prover-supervisor-demo-"))
     manager = DevManager(quiet=False).start()
     try:
@@ -160,13 +167,16 @@ def run_demo(fail: str | None = None, fail_phase: str = "bench", keep: bool = Fa
             say(f"prover-supervisor demo: {exc}", err=True)
             return EXIT_USAGE
         plan = parse_plan(text, "demo config", {}, PLUGIN)
+        watch = status_command(prog, plan.supervisor.state_dir)
+        say(f"demo: state in {plan.supervisor.state_dir}: watch it from another shell with: {watch}")
         status = run(plan, PLUGIN)
         seen = manager.state.snapshot()
         for inst in seen["instances"].values():
             say(f"demo: the manager saw {inst['label']} go {' → '.join(inst['history'])}"
                 + (f" (rate {inst['rate']:g}/h)" if inst["rate"] is not None else ""))
-        say(f"demo finished with exit status {status}; logs in {workdir / 'logs'}"
-            + ("" if keep else " (removed; use --keep to keep them)"))
+        # Kept, the state still answers status (exit 3: the last state); removed, the command would find nothing.
+        kept = f"; its last state: {watch}" if keep else f" (removed with its state; --keep keeps them for: {watch})"
+        say(f"demo finished with exit status {status}; logs in {workdir / 'logs'}{kept}")
         return status
     finally:
         manager.stop()

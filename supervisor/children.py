@@ -4,7 +4,6 @@ watched for its exit, and the verdict of one that exited. Each is told of its ph
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +16,7 @@ from .memory import MemoryEvidence
 from .process import Child, SpawnError, child_setup, spawn
 from .reaping import ExitStatus
 from .runtime import ChildKit
-from .verdict import Verdict
+from .verdict import Verdict, shown_text
 
 
 @dataclass(frozen=True)
@@ -101,5 +100,7 @@ def log_path(log_dir: Path, spec: ChildSpec) -> Path:
 
 
 def shown_command(argv: tuple[str, ...]) -> str:
-    """The argv as one shell-quoted line: a newline inside an argument must not split a log line."""
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in shlex.join(argv))
+    """The argv as one line, each argument as verdict lines show a value (``shown_text``): a newline inside an
+    argument must not split a log line."""
+    line = " ".join(shown_text(arg) for arg in argv)
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in line)

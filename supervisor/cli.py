@@ -142,7 +142,7 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.command == "demo":
             from .prover.demo import run_demo
 
-            return run_demo(fail=args.fail, fail_phase=args.phase, keep=args.keep)
+            return run_demo(fail=args.fail, fail_phase=args.phase, keep=args.keep, prog=PROG)
         if args.command == "standins":
             return write_standins(args)
         if args.command == "dev-manager":

@@ -48,6 +48,8 @@ GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance
 # An idle GPU shows some memory used with no process on it (driver context, ECC and row-remap
 # reserves: a few hundred MiB on an H100/H200). More than this is somebody else's work.
 GPU_IDLE_USED_MAX = 1 << 30
+# How a config with require_gpus set in the file turns it off (one read from ${VAR} names the variable instead).
+GPU_OVERRIDE_KEY = " (set [supervisor] require_gpus = false where no GPU is needed)"
 # The longest the evidence may take to gather (off the loop); past it, what it was doing is the finding.
 FITNESS_BOUND_S = 30.0
 
@@ -120,7 +122,7 @@ def assess(plan: Plan, evidence: Evidence, checks: Sequence[Check] = ()) -> list
     return [
         *(memory or [f for f in added if f.reason == v.INSUFFICIENT_MEMORY][:1]),
         *disk_findings(evidence.disks),
-        *gpu_findings(evidence.gpus, evidence.gpu_count_expected),
+        *gpu_findings(evidence.gpus, evidence.gpu_count_expected, override=gpu_override(plan)),
         *(f for f in added if f.reason != v.INSUFFICIENT_MEMORY),
     ]
 
@@ -158,12 +160,20 @@ def disk_findings(disks: tuple[DiskNeed, ...]) -> list[Finding]:
     return findings
 
 
+def gpu_override(plan: Plan) -> str:
+    """How this config turns the GPU requirement off, as the refusal tells it: the environment variable its
+    ``require_gpus`` is read from (``require_gpus = "${PROVER_REQUIRE_GPUS:-true}"``), else the key itself."""
+    var = plan.env_keys.get("supervisor.require_gpus")
+    return f" (set {var}=false to run without GPUs)" if var else GPU_OVERRIDE_KEY
+
+
 def gpu_findings(gpus: GpuInventory | None, expected: int | None,
-                 idle_used_max: int = GPU_IDLE_USED_MAX) -> list[Finding]:
-    """GPUs the lifecycle needs: NVML present, the expected count, each reachable and not taken."""
+                 idle_used_max: int = GPU_IDLE_USED_MAX, override: str | None = None) -> list[Finding]:
+    """GPUs the lifecycle needs: NVML present, the expected count, each reachable and not taken. ``override``:
+    how to turn the requirement off (``gpu_override``; the key by default)."""
     if gpus is None:
         return []
-    override = " (set [supervisor] require_gpus = false where no GPU is needed)"
+    override = GPU_OVERRIDE_KEY if override is None else override
     if gpus.unresponsive is not None:
         return [Finding(v.GPU_UNRESPONSIVE, f"NVML unresponsive: {gpus.unresponsive.describe(time.monotonic())}; "
                                             f"this lifecycle needs GPUs{override}")]

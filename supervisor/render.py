@@ -13,7 +13,6 @@ phase's part of the snapshot, the time and whether the snapshot is live, and ret
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,16 +26,9 @@ PhaseLines = Callable[[dict[str, Any], float, bool], list[str]]
 LEDGER_SHOWN = 8
 
 
-def _ago(t: Any, now: float) -> str:
-    """How long ago epoch time ``t`` was, short (``42s``, ``3m05s``, ``2h10m``); ``?`` for what is no time."""
-    if isinstance(t, bool) or not isinstance(t, int | float) or not t or not math.isfinite(t):
-        return "?"
-    s = max(0, int(now - t))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+def _up(t: Any, now: float) -> str:
+    """How long something has been up since epoch time ``t`` (``42s``, ``3m05s``); ``never`` for no time."""
+    return since(t, now).removesuffix(" ago")
 
 
 def summary_lines(ph: dict[str, Any], now: float, live: bool) -> list[str]:
@@ -62,11 +54,11 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
     gone = snap.get("supervisor") == "gone"
     out = [headline(snap, live, now), *failure_lines(snap), *gone_lines(snap)]
     if live:
-        up = _ago(snap.get("started_at"), now)
+        up = _up(snap.get("started_at"), now)
         out.append(f"prover-supervisor pid {snap.get('pid')} as {snap.get('role')}, up {up} "
                    f"(config: {snap.get('config')})")
     else:
-        out.append(f"no prover-supervisor is running; last state written {_ago(snap.get('written_at'), now)} ago "
+        out.append(f"no prover-supervisor is running; last state written {since(snap.get('written_at'), now)} "
                    f"by pid {snap.get('pid')}")
     state = snap.get("lifecycle", {})
     said = f"{state.get('state')}" + (f" ({state.get('why')})" if state.get("why") else "")
@@ -78,7 +70,7 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
     out.append("phases (last known):" if gone else "phases:")
     for ph in snap.get("phases", []):
         hold = f"; held: {ph['hold']}" if ph.get("hold") else ""
-        out.append(f"  {ph['name']:<12} {ph['state']:<9} since {_ago(ph.get('since'), now)} ago, "
+        out.append(f"  {ph['name']:<12} {ph['state']:<9} since {since(ph.get('since'), now)}, "
                    f"attempt {ph.get('attempt')}: {ph.get('why', '')}{hold}")
         for lines_of in PHASE_LINES:
             out.extend(f"      {line}" for line in lines_of(ph, now, live and not gone))
@@ -100,7 +92,7 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
     if mgr.get("enabled"):
         last = mgr.get("last_delivered") or {}
         out.append(f"manager: {mgr.get('url')} uuid {mgr.get('uuid')}, outbox {mgr.get('outbox_pending')} pending, "
-                   f"last delivered {last.get('kind', 'none')} {_ago(last.get('at'), now) + ' ago' if last else ''}")
+                   f"last delivered {_delivered(last, now)}")
         if mgr.get("last_error"):  # one line, with its age; the next delivery clears it
             out.append(f"  last error {since(mgr.get('last_error_at'), now)}: {_one_line(mgr['last_error'])}")
         out.extend(_ledger(mgr.get("ledger"), now))
@@ -112,6 +104,11 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
         for v in verdicts[-10:]:
             out.append(f"  {v.get('line')}")
     return "\n".join(out)
+
+
+def _delivered(last: dict[str, Any], now: float) -> str:
+    """The manager's last delivered call and its age: ``none`` before the first."""
+    return f"{last.get('kind', '?')} {since(last.get('at'), now)}" if last else "none"
 
 
 def _g(value: Any) -> str:
@@ -135,9 +132,9 @@ def _children(snap: dict[str, Any], now: float, gone: bool) -> list[str]:
         stop = ch.get("stop") if isinstance(ch.get("stop"), dict) else None
         grace = f", SIGKILL in {span(stop.get('kill_in_s'))} (grace {span(stop.get('grace_s'))})" \
             if stop and not gone else ""
-        out.append(f"  {ch['label']:<24} pid {ch['pid']:<7} {state:<8} up {_ago(ch.get('started_at'), now)}, "
+        out.append(f"  {ch['label']:<24} pid {ch['pid']:<7} {state:<8} up {_up(ch.get('started_at'), now)}, "
                    f"{usage.get('processes', '?')} proc(s), cpu {usage.get('cpu_s', '?')}s, rss {rss}, "
-                   f"last output {_ago(ch.get('last_output_at'), now)} ago{grace}")
+                   f"last output {since(ch.get('last_output_at'), now)}{grace}")
         for line in ch.get("last_lines", [])[-3:]:
             out.append(f"      | {line[:160]}")
     return out

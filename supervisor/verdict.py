@@ -7,7 +7,6 @@ shutdown, because its phase was over). Exit 137 alone never means OOM.
 
 from __future__ import annotations
 
-import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -18,6 +17,15 @@ from .exits import EXIT_FAILURE, EXIT_TIMEOUT
 from .memory import MemoryReport
 from .reaping import ExitStatus
 from .units import fmt_bytes
+
+
+def shown_text(text: str) -> str:
+    """A value as a log line shows it: bare when it is one word, else in plain double quotes (a ``"`` or ``\\``
+    inside escaped with ``\\``). Readable where shlex's quoting of an apostrophe (``'"'"'``) is not."""
+    if text and not any(c.isspace() or c in "\"'\\" for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
 
 # Reasons a child ended. Success is reason "exit_code" with exit_code 0.
 EXIT_CODE = "exit_code"
@@ -98,7 +106,7 @@ class Verdict:
             parts.append(f"ran={self.ended_at - self.started_at:.1f}s")
         parts.append(f"attempt={self.attempt}")
         if self.detail:
-            parts.append(f"detail={shlex.quote(self.detail)}")
+            parts.append(f"detail={shown_text(self.detail)}")
         return " ".join(parts)
 
     def masked(self, mask: Callable[[str], str]) -> Verdict:

@@ -369,7 +369,7 @@ def read(path: Path) -> str:
 
 # ``HH:MM:SS.mmm [supervisor] FAILED: phase=... reason=...`` (or ``ended:``): one per child that ended.
 VERDICT_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] (FAILED|ended): (phase=.*)$")
-FIELD_RE = re.compile(r"(\w+)=('[^']*'|\S+)")
+FIELD_RE = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 CLOCK_RE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) ")
 
 
@@ -405,8 +405,14 @@ def last_failure(output: str, phase: str) -> str:
 
 
 def verdict_fields(record: str) -> dict[str, str]:
-    """A verdict record's ``key=value`` pairs (a quoted value without its quotes)."""
-    return {key: value.strip("'") for key, value in FIELD_RE.findall(record)}
+    """A verdict record's ``key=value`` pairs (a quoted value as the text it quotes: verdict.py ``shown_text``)."""
+    return {key: _unquoted(value) for key, value in FIELD_RE.findall(record)}
+
+
+def _unquoted(value: str) -> str:
+    if not value.startswith('"'):
+        return value
+    return re.sub(r"\\(.)", r"\1", value[1:-1])
 
 
 def verdicts(output: str, kind: str = "FAILED") -> list[dict[str, str]]:

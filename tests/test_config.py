@@ -179,46 +179,46 @@ BAD_CONFIGS = [
     P(sup_section("log_file_max_bytes = -1"), "supervisor.log_file_max_bytes:", id="log-max-bytes-negative"),
     P(sup_section("env = { A = [1, 2] }"), "supervisor.env.A:", id="supervisor-env-list-value"),
     # -- phase keys
-    P(bad_phase("retry = 1"), "phases[1].retry: unknown key", id="phase-unknown-key"),
+    P(bad_phase("retry = 1"), "phases[1] (b).retry: unknown key", id="phase-unknown-key"),
     P(bad_phase('"retry\\nx" = 1'), "phases[1]", id="unknown-key-with-newline"),
     P(bad_phase(name=None), "phases[1].name: required key is missing", id="phase-without-name"),
-    P(bad_phase(command=None), "phases[1].command: required key is missing", id="phase-without-command"),
-    P(bad_phase(command='"touch /tmp/x"'), "phases[1].command:", id="command-is-a-string"),
-    P(bad_phase(command="[]"), "phases[1].command:", id="command-empty-list"),
-    P(bad_phase(command='["sleep", 1]'), "phases[1].command[1]:", id="command-non-string-arg"),
-    P(bad_phase(command='["", "x"]'), "phases[1].command[0]:", id="command-empty-program"),
-    P(bad_phase(kind="daemon"), "phases[1].kind:", id="bad-kind"),
-    P(bad_phase('restart = "sometimes"', kind="service"), "phases[1].restart:", id="bad-restart-value"),
-    P(bad_phase('restart = "always"'), "phases[1].restart:", id="restart-on-oneshot"),
-    P(bad_phase('restart = "always"', kind="oneshot"), "phases[1].restart:", id="restart-on-explicit-oneshot"),
-    P(bad_phase("retries = 1", kind="service"), "phases[1].retries:", id="retries-on-service"),
-    P(bad_phase("timeout_s = 10", kind="service"), "phases[1].timeout_s:", id="timeout-on-service"),
-    P(bad_phase('ready = "tcp://127.0.0.1:80"'), "phases[1].ready:", id="ready-on-oneshot"),
-    P(bad_phase("retries = -1"), "phases[1].retries:", id="negative-retries"),
-    P(bad_phase("retries = true"), "phases[1].retries:", id="bool-retries"),
-    P(bad_phase("retries = 1.5"), "phases[1].retries:", id="fractional-retries"),
-    P(bad_phase("timeout_s = -5"), "phases[1].timeout_s:", id="negative-timeout"),
-    P(bad_phase("timeout_s = 0"), "phases[1].timeout_s:", id="zero-timeout"),
-    P(bad_phase("timeout_s = nan"), "phases[1].timeout_s:", id="nan-timeout"),
-    P(bad_phase("timeout_s = inf"), "phases[1].timeout_s:", id="inf-timeout"),
-    P(bad_phase('timeout_s = "10"'), "phases[1].timeout_s:", id="string-timeout"),
-    P(bad_phase("timeout_s = false"), "phases[1].timeout_s:", id="bool-timeout"),
-    P(bad_phase("stop_grace_s = -1"), "phases[1].stop_grace_s:", id="phase-negative-grace"),
-    P(bad_phase('stop_signal = "SIGFOO"'), "phases[1].stop_signal:", id="bad-signal-name"),
-    P(bad_phase("stop_signal = 999"), "phases[1].stop_signal:", id="bad-signal-number"),
-    P(bad_phase("stop_signal = 0"), "phases[1].stop_signal:", id="signal-zero"),
-    P(bad_phase("stop_signal = true"), "phases[1].stop_signal:", id="signal-bool"),
-    P(bad_phase('cwd = ""'), "phases[1].cwd:", id="empty-cwd"),
-    P(bad_phase("backoff_s = 10\nbackoff_max_s = 5", kind="service"), "phases[1].backoff_max_s:",
+    P(bad_phase(command=None), "phases[1] (b).command: required key is missing", id="phase-without-command"),
+    P(bad_phase(command='"touch /tmp/x"'), "phases[1] (b).command:", id="command-is-a-string"),
+    P(bad_phase(command="[]"), "phases[1] (b).command:", id="command-empty-list"),
+    P(bad_phase(command='["sleep", 1]'), "phases[1] (b).command[1]:", id="command-non-string-arg"),
+    P(bad_phase(command='["", "x"]'), "phases[1] (b).command[0]:", id="command-empty-program"),
+    P(bad_phase(kind="daemon"), "phases[1] (b).kind:", id="bad-kind"),
+    P(bad_phase('restart = "sometimes"', kind="service"), "phases[1] (b).restart:", id="bad-restart-value"),
+    P(bad_phase('restart = "always"'), "phases[1] (b).restart:", id="restart-on-oneshot"),
+    P(bad_phase('restart = "always"', kind="oneshot"), "phases[1] (b).restart:", id="restart-on-explicit-oneshot"),
+    P(bad_phase("retries = 1", kind="service"), "phases[1] (b).retries:", id="retries-on-service"),
+    P(bad_phase("timeout_s = 10", kind="service"), "phases[1] (b).timeout_s:", id="timeout-on-service"),
+    P(bad_phase('ready = "tcp://127.0.0.1:80"'), "phases[1] (b).ready:", id="ready-on-oneshot"),
+    P(bad_phase("retries = -1"), "phases[1] (b).retries:", id="negative-retries"),
+    P(bad_phase("retries = true"), "phases[1] (b).retries:", id="bool-retries"),
+    P(bad_phase("retries = 1.5"), "phases[1] (b).retries:", id="fractional-retries"),
+    P(bad_phase("timeout_s = -5"), "phases[1] (b).timeout_s:", id="negative-timeout"),
+    P(bad_phase("timeout_s = 0"), "phases[1] (b).timeout_s:", id="zero-timeout"),
+    P(bad_phase("timeout_s = nan"), "phases[1] (b).timeout_s:", id="nan-timeout"),
+    P(bad_phase("timeout_s = inf"), "phases[1] (b).timeout_s:", id="inf-timeout"),
+    P(bad_phase('timeout_s = "10"'), "phases[1] (b).timeout_s:", id="string-timeout"),
+    P(bad_phase("timeout_s = false"), "phases[1] (b).timeout_s:", id="bool-timeout"),
+    P(bad_phase("stop_grace_s = -1"), "phases[1] (b).stop_grace_s:", id="phase-negative-grace"),
+    P(bad_phase('stop_signal = "SIGFOO"'), "phases[1] (b).stop_signal:", id="bad-signal-name"),
+    P(bad_phase("stop_signal = 999"), "phases[1] (b).stop_signal:", id="bad-signal-number"),
+    P(bad_phase("stop_signal = 0"), "phases[1] (b).stop_signal:", id="signal-zero"),
+    P(bad_phase("stop_signal = true"), "phases[1] (b).stop_signal:", id="signal-bool"),
+    P(bad_phase('cwd = ""'), "phases[1] (b).cwd:", id="empty-cwd"),
+    P(bad_phase("backoff_s = 10\nbackoff_max_s = 5", kind="service"), "phases[1] (b).backoff_max_s:",
       id="backoff-max-below-backoff"),
-    P(bad_phase("backoff_max_s = -inf", kind="service"), "phases[1].backoff_max_s:", id="backoff-max-neg-inf"),
-    P(bad_phase("backoff_jitter = 1.5", kind="service"), "phases[1].backoff_jitter:", id="jitter-above-one"),
-    P(bad_phase("backoff_jitter = -0.1", kind="service"), "phases[1].backoff_jitter:", id="jitter-negative"),
-    P(bad_phase("backoff_factor = 0.5", kind="service"), "phases[1].backoff_factor:", id="factor-below-one"),
-    P(bad_phase("restart_burst = 0", kind="service"), "phases[1].restart_burst:", id="restart-burst-zero"),
-    P(bad_phase("restart_window_s = 0", kind="service"), "phases[1].restart_window_s:", id="restart-window-zero"),
+    P(bad_phase("backoff_max_s = -inf", kind="service"), "phases[1] (b).backoff_max_s:", id="backoff-max-neg-inf"),
+    P(bad_phase("backoff_jitter = 1.5", kind="service"), "phases[1] (b).backoff_jitter:", id="jitter-above-one"),
+    P(bad_phase("backoff_jitter = -0.1", kind="service"), "phases[1] (b).backoff_jitter:", id="jitter-negative"),
+    P(bad_phase("backoff_factor = 0.5", kind="service"), "phases[1] (b).backoff_factor:", id="factor-below-one"),
+    P(bad_phase("restart_burst = 0", kind="service"), "phases[1] (b).restart_burst:", id="restart-burst-zero"),
+    P(bad_phase("restart_window_s = 0", kind="service"), "phases[1] (b).restart_window_s:", id="restart-window-zero"),
     # -- names
-    P(bad_phase(name='"mark"'), "phases[1].name: duplicate", id="duplicate-phase-name"),
+    P(bad_phase(name='"mark"'), "phases[1] (mark).name: duplicate", id="duplicate-phase-name"),
     P(bad_phase(name='"a b"'), "phases[1].name:", id="name-with-space"),
     P(bad_phase(name='"../x"'), "phases[1].name:", id="name-with-dotdot-slash"),
     P(bad_phase(name='""'), "phases[1].name:", id="name-empty"),
@@ -227,95 +227,100 @@ BAD_CONFIGS = [
     P(bad_phase(name="5"), "phases[1].name:", id="name-not-a-string"),
     P(bad_phase(name='"a\\n"'), "phases[1].name:", id="name-trailing-newline"),
     # -- env
-    P(bad_phase("env = { A = { b = 1 } }"), "phases[1].env.A:", id="env-value-table"),
-    P(bad_phase("env = { A = [1] }"), "phases[1].env.A:", id="env-value-list"),
-    P(bad_phase('env = { "1BAD" = "x" }'), "phases[1].env.1BAD:", id="env-key-invalid"),
-    P(bad_phase('env = { "A=B" = "x" }'), "phases[1].env.A=B:", id="env-key-with-equals"),
-    P(bad_phase('env = { "FOO\\n" = "x" }'), "phases[1].env", id="env-key-trailing-newline"),
-    P(bad_phase('env = "A=1"'), "phases[1].env:", id="env-not-a-table"),
+    P(bad_phase("env = { A = { b = 1 } }"), "phases[1] (b).env.A:", id="env-value-table"),
+    P(bad_phase("env = { A = [1] }"), "phases[1] (b).env.A:", id="env-value-list"),
+    P(bad_phase('env = { "1BAD" = "x" }'), "phases[1] (b).env.1BAD:", id="env-key-invalid"),
+    P(bad_phase('env = { "A=B" = "x" }'), "phases[1] (b).env.A=B:", id="env-key-with-equals"),
+    P(bad_phase('env = { "FOO\\n" = "x" }'), "phases[1] (b).env", id="env-key-trailing-newline"),
+    P(bad_phase('env = "A=1"'), "phases[1] (b).env:", id="env-not-a-table"),
     # -- ${VAR}
-    P(bad_phase(command=sh("touch ${UNSET_VAR}")), "phases[1].command[2]: ${UNSET_VAR} is not set",
+    P(bad_phase(command=sh("touch ${UNSET_VAR}")), "phases[1] (b).command[2]: ${UNSET_VAR} is not set",
       id="unset-var-in-command"),
-    P(bad_phase('env = { A = "${UNSET_VAR}" }'), "phases[1].env.A: ${UNSET_VAR} is not set", id="unset-var-in-env"),
+    P(bad_phase('env = { A = "${UNSET_VAR}" }'), "phases[1] (b).env.A: ${UNSET_VAR} is not set", id="unset-var-in-env"),
     P(sup_section('env = { A = "x${UNSET_VAR}y" }'), "supervisor.env.A: ${UNSET_VAR} is not set",
       id="unset-var-in-supervisor-env"),
     # -- daemons
-    P(bad_daemon("timeout_s = 5"), "phases[1].daemons[0].timeout_s: unknown key", id="daemon-unknown-key"),
-    P(bad_daemon(name=None), "phases[1].daemons[0].name: required key is missing", id="daemon-without-name"),
-    P(bad_daemon(command=None), "phases[1].daemons[0].command: required key is missing",
+    P(bad_daemon("timeout_s = 5"), "phases[1] (b).daemons[0] (d).timeout_s: unknown key", id="daemon-unknown-key"),
+    P(bad_daemon(name=None), "phases[1] (b).daemons[0].name: required key is missing", id="daemon-without-name"),
+    P(bad_daemon(command=None), "phases[1] (b).daemons[0] (d).command: required key is missing",
       id="daemon-without-command"),
-    P(bad_daemon(name='"b"'), "phases[1].daemons[0].name:", id="daemon-named-like-its-phase"),
-    P(bad_daemon(name='"a/b"'), "phases[1].daemons[0].name:", id="daemon-name-with-slash"),
+    P(bad_daemon(name='"b"'), "phases[1] (b).daemons[0] (b).name:", id="daemon-named-like-its-phase"),
+    P(bad_daemon(name='"a/b"'), "phases[1] (b).daemons[0].name:", id="daemon-name-with-slash"),
     P(bad_daemon(more='[[phases.daemons]]\nname = "d"\ncommand = @MARK@\n'),
-      "phases[1].daemons[1].name: duplicate", id="duplicate-daemon-name"),
-    P(bad_daemon('lifetime = "forever"'), "phases[1].daemons[0].lifetime:", id="daemon-bad-lifetime"),
-    P(bad_daemon('stop_signal = "SIGNOPE"'), "phases[1].daemons[0].stop_signal:", id="daemon-bad-signal"),
-    P(bad_daemon("stop_grace_s = nan"), "phases[1].daemons[0].stop_grace_s:", id="daemon-nan-grace"),
-    P(bad_daemon("ready_timeout_s = 0"), "phases[1].daemons[0].ready_timeout_s:", id="daemon-zero-ready-timeout"),
-    P(bad_daemon("env = { B = { c = 1 } }"), "phases[1].daemons[0].env.B:", id="daemon-env-value-table"),
-    P(bad_daemon('cwd = "${UNSET_VAR}/work"'), "phases[1].daemons[0].cwd: ${UNSET_VAR} is not set",
+      "phases[1] (b).daemons[1] (d).name: duplicate", id="duplicate-daemon-name"),
+    P(bad_daemon('lifetime = "forever"'), "phases[1] (b).daemons[0] (d).lifetime:", id="daemon-bad-lifetime"),
+    P(bad_daemon('stop_signal = "SIGNOPE"'), "phases[1] (b).daemons[0] (d).stop_signal:", id="daemon-bad-signal"),
+    P(bad_daemon("stop_grace_s = nan"), "phases[1] (b).daemons[0] (d).stop_grace_s:", id="daemon-nan-grace"),
+    P(bad_daemon("ready_timeout_s = 0"), "phases[1] (b).daemons[0] (d).ready_timeout_s:",
+      id="daemon-zero-ready-timeout"),
+    P(bad_daemon("env = { B = { c = 1 } }"), "phases[1] (b).daemons[0] (d).env.B:", id="daemon-env-value-table"),
+    P(bad_daemon('cwd = "${UNSET_VAR}/work"'), "phases[1] (b).daemons[0] (d).cwd: ${UNSET_VAR} is not set",
       id="unset-var-in-daemon-cwd"),
-    P(bad_phase('daemons = { name = "d" }', kind="service"), "phases[1].daemons:", id="daemons-not-an-array"),
-    P(bad_phase('daemons = ["d"]', kind="service"), "phases[1].daemons[0]:", id="daemon-not-a-table"),
+    P(bad_phase('daemons = { name = "d" }', kind="service"), "phases[1] (b).daemons:", id="daemons-not-an-array"),
+    P(bad_phase('daemons = ["d"]', kind="service"), "phases[1] (b).daemons[0]:", id="daemon-not-a-table"),
     # -- ready URLs (on a daemon)
-    P(bad_daemon('ready = "ftp://x"'), "phases[1].daemons[0].ready:", id="ready-ftp"),
-    P(bad_daemon('ready = "tcp://nohost"'), "phases[1].daemons[0].ready:", id="ready-tcp-no-port"),
-    P(bad_daemon('ready = "tcp://h:99999"'), "phases[1].daemons[0].ready:", id="ready-tcp-port-too-big"),
-    P(bad_daemon('ready = "tcp://h:0"'), "phases[1].daemons[0].ready:", id="ready-tcp-port-zero"),
-    P(bad_daemon('ready = "tcp://:80"'), "phases[1].daemons[0].ready:", id="ready-tcp-no-host"),
-    P(bad_daemon('ready = "run/ready"'), "phases[1].daemons[0].ready:", id="ready-relative-path"),
-    P(bad_daemon('ready = "file://run/ready"'), "phases[1].daemons[0].ready:", id="ready-file-url-relative"),
-    P(bad_daemon('ready = "http://"'), "phases[1].daemons[0].ready:", id="ready-http-no-host"),
-    P(bad_daemon('ready = ""'), "phases[1].daemons[0].ready:", id="ready-empty"),
-    P(bad_daemon("ready = 9821"), "phases[1].daemons[0].ready:", id="ready-number"),
-    P(bad_daemon('ready = "http://h:99999/status"'), "phases[1].daemons[0].ready:", id="ready-http-port-too-big"),
-    P(bad_daemon('ready = "http://h:abc/status"'), "phases[1].daemons[0].ready:", id="ready-http-port-not-number"),
-    P(bad_daemon('ready = "http://h:0/status"'), "phases[1].daemons[0].ready:", id="ready-http-port-zero"),
-    P(bad_daemon('ready = "http://[::1/status"'), "phases[1].daemons[0].ready:", id="ready-http-bad-ipv6"),
+    P(bad_daemon('ready = "ftp://x"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-ftp"),
+    P(bad_daemon('ready = "tcp://nohost"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-no-port"),
+    P(bad_daemon('ready = "tcp://h:99999"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-port-too-big"),
+    P(bad_daemon('ready = "tcp://h:0"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-port-zero"),
+    P(bad_daemon('ready = "tcp://:80"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-no-host"),
+    P(bad_daemon('ready = "run/ready"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-relative-path"),
+    P(bad_daemon('ready = "file://run/ready"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-file-url-relative"),
+    P(bad_daemon('ready = "http://"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-http-no-host"),
+    P(bad_daemon('ready = ""'), "phases[1] (b).daemons[0] (d).ready:", id="ready-empty"),
+    P(bad_daemon("ready = 9821"), "phases[1] (b).daemons[0] (d).ready:", id="ready-number"),
+    P(bad_daemon('ready = "http://h:99999/status"'), "phases[1] (b).daemons[0] (d).ready:",
+      id="ready-http-port-too-big"),
+    P(bad_daemon('ready = "http://h:abc/status"'), "phases[1] (b).daemons[0] (d).ready:",
+      id="ready-http-port-not-number"),
+    P(bad_daemon('ready = "http://h:0/status"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-http-port-zero"),
+    P(bad_daemon('ready = "http://[::1/status"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-http-bad-ipv6"),
     # -- digits that str.isdigit() takes and int() does not
-    P(bad_daemon('ready = "tcp://h:²"'), "phases[1].daemons[0].ready:", id="ready-tcp-superscript-port"),
-    P(bad_daemon('ready = "tcp://h:00000000000000000080"'), "phases[1].daemons[0].ready:", id="ready-tcp-long-port"),
+    P(bad_daemon('ready = "tcp://h:²"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-superscript-port"),
+    P(bad_daemon('ready = "tcp://h:00000000000000000080"'), "phases[1] (b).daemons[0] (d).ready:",
+      id="ready-tcp-long-port"),
     P(sup_section('http_port = "${UNSET_VAR:-²}"'), "supervisor.http_port: must be a whole number",
       id="http-port-superscript"),
     P('[cuzk]\nbench_concurrency = "${UNSET_VAR:-١٢}"\n' + MARK_PHASE, "cuzk.bench_concurrency:",
       id="bench-concurrency-arabic-digits"),
     # -- sizes
-    P(bad_phase('min_memory = "1e999"'), "phases[1].min_memory:", id="size-exponent-overflow"),
-    P(bad_phase('min_memory = "²GiB"'), "phases[1].min_memory:", id="size-superscript"),
-    P(bad_phase('memory_max = "2048TiB"'), "phases[1].memory_max:", id="size-above-max"),
-    P(bad_phase("memory_max = 99999999999999999999"), "phases[1].memory_max:", id="size-huge-int"),
-    P(bad_phase('min_memory = "nan"'), "phases[1].min_memory:", id="size-nan"),
+    P(bad_phase('min_memory = "1e999"'), "phases[1] (b).min_memory:", id="size-exponent-overflow"),
+    P(bad_phase('min_memory = "²GiB"'), "phases[1] (b).min_memory:", id="size-superscript"),
+    P(bad_phase('memory_max = "2048TiB"'), "phases[1] (b).memory_max:", id="size-above-max"),
+    P(bad_phase("memory_max = 99999999999999999999"), "phases[1] (b).memory_max:", id="size-huge-int"),
+    P(bad_phase('min_memory = "nan"'), "phases[1] (b).min_memory:", id="size-nan"),
     # -- counts
     P(sup_section("ring_lines = 99999999999999999999"), "supervisor.ring_lines: must be at most",
       id="ring-lines-huge"),
     P(sup_section("log_file_max_bytes = 99999999999999999999"), "supervisor.log_file_max_bytes: must be at most",
       id="log-file-max-bytes-huge"),
-    P(bad_phase("retries = 9223372036854775807"), "phases[1].retries: must be at most", id="retries-huge"),
-    P(bad_phase("restart_burst = 1000000000", kind="service"), "phases[1].restart_burst: must be at most",
+    P(bad_phase("retries = 9223372036854775807"), "phases[1] (b).retries: must be at most", id="retries-huge"),
+    P(bad_phase("restart_burst = 1000000000", kind="service"), "phases[1] (b).restart_burst: must be at most",
       id="restart-burst-huge"),
     P("[manager]\nlog_backlog_bytes = 99999999999999\n" + MARK_PHASE, "manager.log_backlog_bytes: must be at most",
       id="log-backlog-huge"),
-    P(bad_phase("backoff_factor = 1e300", kind="service"), "phases[1].backoff_factor: must be at most",
+    P(bad_phase("backoff_factor = 1e300", kind="service"), "phases[1] (b).backoff_factor: must be at most",
       id="backoff-factor-huge"),
     P("[manager]\nmin_rate = -1\n" + MARK_PHASE, "manager.min_rate:", id="min-rate-negative"),
     # -- seconds: every *_s key is bounded
-    P(bad_phase("timeout_s = 2200000"), "phases[1].timeout_s: must be at most 864000 seconds", id="timeout-25-days"),
-    P(bad_phase("timeout_s = 1e300"), "phases[1].timeout_s: must be at most", id="timeout-1e300"),
-    P(bad_phase("timeout_s = 1" + "0" * 400), "phases[1].timeout_s:", id="timeout-int-beyond-float"),
+    P(bad_phase("timeout_s = 2200000"), "phases[1] (b).timeout_s: must be at most 864000 seconds",
+      id="timeout-25-days"),
+    P(bad_phase("timeout_s = 1e300"), "phases[1] (b).timeout_s: must be at most", id="timeout-1e300"),
+    P(bad_phase("timeout_s = 1" + "0" * 400), "phases[1] (b).timeout_s:", id="timeout-int-beyond-float"),
     P(sup_section("stop_grace_s = 1e12"), "supervisor.stop_grace_s: must be at most", id="grace-huge"),
-    P(bad_phase("backoff_max_s = 1e9", kind="service"), "phases[1].backoff_max_s: must be at most",
+    P(bad_phase("backoff_max_s = 1e9", kind="service"), "phases[1] (b).backoff_max_s: must be at most",
       id="backoff-max-huge"),
-    P(bad_phase("stall_s = 1e9"), "phases[1].stall_s: must be at most", id="stall-huge"),
-    P(bad_phase('resume = "machine"\nresume_max_age_s = 1e9'), "phases[1].resume_max_age_s: must be at most",
+    P(bad_phase("stall_s = 1e9"), "phases[1] (b).stall_s: must be at most", id="stall-huge"),
+    P(bad_phase('resume = "machine"\nresume_max_age_s = 1e9'), "phases[1] (b).resume_max_age_s: must be at most",
       id="resume-age-huge"),
-    P(bad_daemon("ready_timeout_s = 1e9"), "phases[1].daemons[0].ready_timeout_s: must be at most",
+    P(bad_daemon("ready_timeout_s = 1e9"), "phases[1] (b).daemons[0] (d).ready_timeout_s: must be at most",
       id="ready-timeout-huge"),
     P("[manager]\nbench_gate_s = 1e9\n" + MARK_PHASE, "manager.bench_gate_s: must be at most", id="bench-gate-huge"),
     # -- NUL: no argument, environment value or path can hold one (check said ok, run crashed)
-    P(bad_phase(command='["touch", "a\\u0000b"]'), "phases[1].command[1]: contains a NUL", id="nul-in-command"),
-    P(bad_phase('env = { A = "x\\u0000" }'), "phases[1].env.A: contains a NUL", id="nul-in-env"),
-    P(bad_phase('cwd = "/tmp/\\u0000"'), "phases[1].cwd: contains a NUL", id="nul-in-cwd"),
-    P(bad_phase('stall_s = 5\nprogress_path = "/tmp/\\u0000"'), "phases[1].progress_path: contains a NUL",
+    P(bad_phase(command='["touch", "a\\u0000b"]'), "phases[1] (b).command[1]: contains a NUL", id="nul-in-command"),
+    P(bad_phase('env = { A = "x\\u0000" }'), "phases[1] (b).env.A: contains a NUL", id="nul-in-env"),
+    P(bad_phase('cwd = "/tmp/\\u0000"'), "phases[1] (b).cwd: contains a NUL", id="nul-in-cwd"),
+    P(bad_phase('stall_s = 5\nprogress_path = "/tmp/\\u0000"'), "phases[1] (b).progress_path: contains a NUL",
       id="nul-in-progress-path"),
     P(sup_section('cgroup_root = "/sys\\u0000"'), "supervisor.cgroup_root: contains a NUL", id="nul-in-cgroup-root"),
     P(sup_section('termination_log = "/dev/x\\u0000"'), "supervisor.termination_log: contains a NUL",
@@ -325,20 +330,20 @@ BAD_CONFIGS = [
     P('#raw\n[supervisor]\nlog_dir = "/tmp/\\u0000x"\n' + MARK_PHASE, "supervisor.log_dir: contains a NUL",
       id="nul-in-log-dir"),
     P('[cuzk]\nparam_cache = "/p\\u0000"\n' + MARK_PHASE, "cuzk.param_cache: contains a NUL", id="nul-in-cuzk-path"),
-    P(bad_phase('env = { "A\\u0000" = "x" }'), "phases[1].env", id="nul-in-env-name"),
+    P(bad_phase('env = { "A\\u0000" = "x" }'), "phases[1] (b).env", id="nul-in-env-name"),
     # -- what the kernel cannot take
     P('#raw\n[supervisor]\nstate_dir = "/tmp/' + "d" * 100 + '"\n' + MARK_PHASE,
       "supervisor.state_dir: too long for the status socket", id="state-dir-too-long-for-socket"),
-    P(bad_phase('cwd = "/tmp/' + "n" * 256 + '"'), "phases[1].cwd:", id="path-name-too-long"),
-    P(bad_phase('cwd = "' + "/abc" * 1100 + '"'), "phases[1].cwd: a path longer than", id="path-too-long"),
-    P(bad_phase(command='["true", "' + "x" * 131072 + '"]'), "phases[1].command[1]: longer than",
+    P(bad_phase('cwd = "/tmp/' + "n" * 256 + '"'), "phases[1] (b).cwd:", id="path-name-too-long"),
+    P(bad_phase('cwd = "' + "/abc" * 1100 + '"'), "phases[1] (b).cwd: a path longer than", id="path-too-long"),
+    P(bad_phase(command='["true", "' + "x" * 131072 + '"]'), "phases[1] (b).command[1]: longer than",
       id="argument-too-long"),
     # -- nesting
-    P(MARK_PHASE + "x = " + "[" * 30 + "]" * 30 + "\n", "phases[0].x", id="nesting-30-deep"),
+    P(MARK_PHASE + "x = " + "[" * 30 + "]" * 30 + "\n", "phases[0] (mark).x", id="nesting-30-deep"),
     # -- typos with a deleted letter
-    P(bad_phase("timout_s = 3"), "phases[1].timout_s: unknown key (did you mean 'timeout_s'?)",
+    P(bad_phase("timout_s = 3"), "phases[1] (b).timout_s: unknown key (did you mean 'timeout_s'?)",
       id="typo-deleted-letter-timeout"),
-    P(bad_phase("backof_s = 3", kind="service"), "phases[1].backof_s: unknown key (did you mean 'backoff_s'?)",
+    P(bad_phase("backof_s = 3", kind="service"), "phases[1] (b).backof_s: unknown key (did you mean 'backoff_s'?)",
       id="typo-deleted-letter-backoff"),
     # -- [cuzk.overrides]: what cuzkconf.generate() reads is checked before anything starts
     P('[cuzk]\noverrides = { memory = { total_budget = "abc" } }\n' + MARK_PHASE,
@@ -412,7 +417,7 @@ def test_unset_var_message_names_variable_and_suggests_default() -> None:
         name = "p"
         command = ["x", "--size", "${SECTOR_SIZE}"]
         """)
-    assert message.startswith("test.toml: phases[0].command[2]: ")
+    assert message.startswith("test.toml: phases[0] (p).command[2]: ")
     assert "${SECTOR_SIZE}" in message
     assert "${SECTOR_SIZE:-" in message, f"should suggest giving a default: {message}"
 
@@ -446,7 +451,7 @@ def test_unreadable_config_file_exit_2_one_line(kind: str, tmp_path: Path) -> No
 def test_run_reads_supervisor_config_from_environment(tmp_path: Path) -> None:
     path = render(bad_phase("retries = -3"), tmp_path)
     result = cli("run", env=clean_env(SUPERVISOR_CONFIG=str(path)))
-    assert_one_line_error(result, f"{PROG}: {path}: phases[1].retries:")
+    assert_one_line_error(result, f"{PROG}: {path}: phases[1] (b).retries:")
     assert not (tmp_path / "marker").exists()
     assert not (tmp_path / "logs").exists()
 
@@ -460,7 +465,7 @@ def test_run_supervisor_config_missing_file(tmp_path: Path) -> None:
 def test_run_config_option_beats_environment(tmp_path: Path) -> None:
     bad = render(bad_phase("retries = -3"), tmp_path)
     result = cli("run", "--config", str(bad), env=clean_env(SUPERVISOR_CONFIG=str(tmp_path / "other.toml")))
-    assert_one_line_error(result, f"{PROG}: {bad}: phases[1].retries:")
+    assert_one_line_error(result, f"{PROG}: {bad}: phases[1] (b).retries:")
 
 
 # ---------------------------------------------------------------- the command line itself
@@ -774,7 +779,7 @@ def test_numbers_and_booleans_in_env_become_strings() -> None:
 
 
 def test_error_names_source() -> None:
-    with pytest.raises(ConfigError, match=r"^my/config\.toml: phases\[0\]\.retries: "):
+    with pytest.raises(ConfigError, match=r"^my/config\.toml: phases\[0\] \(p\)\.retries: "):
         parse_plan(MINIMAL + "retries = -1\n", "my/config.toml", {})
 
 
@@ -909,11 +914,11 @@ def test_an_undecodable_label_from_the_environment_is_one_line_exit_2(tmp_path: 
 ])
 def test_did_you_mean_uses_edit_distance(typo: str, meant: str) -> None:
     message = parse_error(MINIMAL + f"{typo} = 1\n")
-    assert message == f"test.toml: phases[0].{typo}: unknown key (did you mean {meant!r}?)"
+    assert message == f"test.toml: phases[0] (p).{typo}: unknown key (did you mean {meant!r}?)"
 
 
 def test_no_hint_for_a_key_like_none() -> None:
-    assert parse_error(MINIMAL + "zzzzzz = 1\n") == "test.toml: phases[0].zzzzzz: unknown key"
+    assert parse_error(MINIMAL + "zzzzzz = 1\n") == "test.toml: phases[0] (p).zzzzzz: unknown key"
 
 
 def test_a_very_long_unknown_key_is_shown_short() -> None:
@@ -923,13 +928,13 @@ def test_a_very_long_unknown_key_is_shown_short() -> None:
 
 def test_nesting_bound_names_where() -> None:
     message = parse_error(MINIMAL + "x = " + "[" * 40 + "]" * 40 + "\n")
-    assert message.startswith("test.toml: phases[0].x[0]") and f"nested more than {MAX_NESTING} deep" in message
+    assert message.startswith("test.toml: phases[0] (p).x[0]") and f"nested more than {MAX_NESTING} deep" in message
     assert len(message) < 200
 
 
 def test_nul_from_the_environment_cannot_come_but_from_toml_escapes_is_refused() -> None:
     message = parse_error('[[phases]]\nname = "p"\ncommand = ["true", "${A:-x\\u0000y}"]\n')
-    assert message.startswith("test.toml: phases[0].command[1]: contains a NUL")
+    assert message.startswith("test.toml: phases[0] (p).command[1]: contains a NUL")
 
 
 def test_check_shows_an_odd_config_name_on_one_line(tmp_path: Path) -> None:

@@ -233,7 +233,7 @@ def test_termination_log_holds_the_verdict_on_failure(sup: Runner) -> None:
     assert result.returncode == 7, result.output
     text = log.read_text()
     assert re.fullmatch(r"phase=fails child=fails pid=\d+ reason=exit_code exit_code=7 .*attempt=1 "
-                        r"detail='exited with code 7'", text), text
+                        r'detail="exited with code 7"', text), text
     assert text in result.output  # the same line as the FAILED line of the log
 
 

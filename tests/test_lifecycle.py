@@ -389,7 +389,7 @@ def test_the_longest_deadline_config_allows_runs_and_25_days_is_refused(sup: Run
         timeout_s = 2200000
     """), timeout=30)
     assert refused.returncode == 2 and "Traceback" not in refused.output, refused.output
-    assert "phases[0].timeout_s: must be at most" in refused.output, refused.output
+    assert "phases[0] (long).timeout_s: must be at most" in refused.output, refused.output
     marker = sup.tmp / "after.marker"
     config = sup.write(f"""
         [[phases]]

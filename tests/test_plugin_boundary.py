@@ -138,12 +138,12 @@ def test_a_cuzk_table_without_a_plugin_is_an_unknown_top_level_key() -> None:
     ("report", "bench-done", "must be one of 'param-done', 'running', got 'bench-done'"),
 ])
 def test_a_kind_only_the_prover_registers_is_an_unknown_choice_without_it(key: str, value: str, said: str) -> None:
-    assert refused(MINIMAL + f'{key} = "{value}"\n') == f"test.toml: phases[0].{key}: {said}"
+    assert refused(MINIMAL + f'{key} = "{value}"\n') == f"test.toml: phases[0] (p).{key}: {said}"
 
 
 def test_ready_cuzk_without_a_plugin_is_not_a_probe() -> None:
     message = refused(MINIMAL.replace('"p"\n', '"p"\nkind = "service"\n') + 'ready = "cuzk"\n')
-    assert message == ("test.toml: phases[0].ready: 'cuzk' must be tcp://host:port, http(s)://..., or an absolute "
+    assert message == ("test.toml: phases[0] (p).ready: 'cuzk' must be tcp://host:port, http(s)://..., or an absolute "
                        "file path")
 
 
@@ -198,19 +198,19 @@ def test_a_plugin_adds_a_prepare_kind_made_for_the_plan(tmp_path: Path) -> None:
     assert hooks.prepare(ctx) == {"WIDGET_COLOUR": "red", "WIDGET_PHASE": "p"}
     # One the plugin cannot make for this plan is refused at load, where the key is: `check` says so, not `run`.
     assert refused(MINIMAL + 'prepare = "widget-env"\n', WIDGET) == (
-        'test.toml: phases[0].prepare: "widget-env" needs a [widget] table')
+        'test.toml: phases[0] (p).prepare: "widget-env" needs a [widget] table')
     assert refused(MINIMAL + 'prepare = "widget-gone"\n', WIDGET) == (
-        "test.toml: phases[0].prepare: must be one of 'widget-env', got 'widget-gone'")
+        "test.toml: phases[0] (p).prepare: must be one of 'widget-env', got 'widget-gone'")
 
 
 def test_a_plugin_adds_a_ready_kind_made_from_its_section() -> None:
     service = '[[phases]]\nname = "s"\nkind = "service"\ncommand = ["true"]\nready = "widget"\n'
     plan = parse('[widget]\nready_path = "/run/widget.ready"\n' + service, WIDGET)
     assert plan.phases[0].command.ready == ReadyCheck("file", "/run/widget.ready")
-    assert refused(service, WIDGET) == 'test.toml: phases[0].ready: "widget" needs a [widget] table'
+    assert refused(service, WIDGET) == 'test.toml: phases[0] (s).ready: "widget" needs a [widget] table'
     assert refused("[widget]\n" + service, WIDGET) == 'test.toml: widget.ready_path: needed by ready = "widget"'
     assert refused(service.replace('"widget"', '"nope"'), WIDGET) == (
-        "test.toml: phases[0].ready: 'nope' must be tcp://host:port, http(s)://..., an absolute file path, "
+        "test.toml: phases[0] (s).ready: 'nope' must be tcp://host:port, http(s)://..., an absolute file path, "
         'or "widget"')
 
 
@@ -218,9 +218,10 @@ def test_a_plugin_adds_a_report_kind_listed_and_held_to_its_phase_kind() -> None
     assert parse(MINIMAL + 'report = "widget-done"\n', WIDGET).phases[0].report == "widget-done"
     # The list says them in the order the lifecycle makes them: what a oneshot's end makes, then a service's up.
     assert refused(MINIMAL + 'report = "x"\n', WIDGET) == (
-        "test.toml: phases[0].report: must be one of 'param-done', 'widget-done', 'running', got 'x'")
+        "test.toml: phases[0] (p).report: must be one of 'param-done', 'widget-done', 'running', got 'x'")
     service = MINIMAL.replace('"p"\n', '"p"\nkind = "service"\n') + 'report = "widget-done"\n'
-    assert refused(service, WIDGET) == "test.toml: phases[0].report: 'widget-done' is reported when a oneshot completes"
+    assert refused(service, WIDGET) == ("test.toml: phases[0] (p).report: 'widget-done' is reported when a oneshot "
+                                        "completes")
     two = MINIMAL + 'report = "widget-done"\n' + MINIMAL.replace('"p"', '"q"') + 'report = "widget-done"\n'
     assert refused(two, WIDGET) == "test.toml: phases: report = 'widget-done' is set on more than one phase"
 
@@ -321,8 +322,8 @@ def test_a_real_run_with_the_test_plugin_uses_its_section_prepare_and_ready(tmp_
 def test_a_real_run_is_refused_by_the_plugins_fitness_check_before_anything_starts(tmp_path: Path) -> None:
     status, out = run_supervisor(tmp_path, widget_lifecycle(tmp_path, "red"), "widget")
     assert status == 1, out[-4000:]
-    assert ("FAILED: phase=fitness child=fitness reason=insufficient_memory attempt=0 detail='unfit before any "
-            "phase started: red widgets need more memory; red widgets need a GPU'") in out, out[-4000:]
+    assert ('FAILED: phase=fitness child=fitness reason=insufficient_memory attempt=0 detail="unfit before any '
+            'phase started: red widgets need more memory; red widgets need a GPU"') in out, out[-4000:]
     assert not (tmp_path / "daemon.ready").exists() and not (tmp_path / "seen").exists(), "nothing may start"
 
 

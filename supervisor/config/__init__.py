@@ -2,7 +2,7 @@
 
 The lifecycle is described in TOML (read with ``tomllib``). Everything a run needs is checked here,
 before anything starts: unknown keys, wrong types, impossible values and unset ``${VAR}`` references
-are all refused with one line that names the key (``phases[1].daemons[0].ready: ...``). The result is
+are all refused with one line that names the key (``phases[1] (bench).daemons[0] (cuzk).ready: ...``). The result is
 a tree of frozen dataclasses, so nothing later can change the plan by accident.
 
 The package owns the file format of the generic supervisor: ``[supervisor]``, ``[manager]`` (the manager's
@@ -100,6 +100,7 @@ from .values import (
     one_of,
     parse_signal,
     whole_number,
+    written,
 )
 
 __all__ = [
@@ -116,5 +117,5 @@ __all__ = [
     "PhaseSpec", "Plan", "ReadyCheck", "ReportWhen", "SupervisorSpec", "check_arg", "check_bool", "check_number",
     "check_path", "check_seconds", "check_size", "check_state_dir", "check_table", "default_label", "describe",
     "int_text", "join_key", "load_plan", "number_text", "one_of", "parse_plan", "parse_signal", "read_config", "take",
-    "whole_number",
+    "whole_number", "written",
 ]

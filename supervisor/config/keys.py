@@ -3,7 +3,8 @@
 A table's keys are declared, not coded: each ``Key`` is a checker, a default, and whether it is required.
 The core declares its tables with them (tables.py) and a plugin declares its own the same way: its top-level
 tables (``[cuzk]``) and the keys it adds to a core table (``[manager] min_rate``). ``take`` checks a table
-against such keys: an unknown key is an error with a "did you mean" hint, so typos never pass.
+against such keys: an unknown key is an error with a "did you mean" hint, so typos never pass, or, for a key of
+another table (``restart`` on a daemon), the table it belongs in.
 
 ``ConfigPlugin`` is the part of a plugin (supervisor/plugin.py ``Plugin``) the config reads: the config
 imports nothing above itself, so it names what it needs here and any ``Plugin`` has it.
@@ -12,8 +13,9 @@ imports nothing above itself, so it names what it needs here and any ``Plugin`` 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from .model import ConfigError, ReadyCheck, ReportWhen, SupervisorSpec
@@ -27,14 +29,15 @@ class Key:
     required: bool = False
 
 
-def take(table: Any, where: str, keys: Mapping[str, Key]) -> dict[str, Any]:
-    """Check one TOML table against its keys: unknown keys are errors (typos must not pass)."""
+def take(table: Any, where: str, keys: Mapping[str, Key],
+         elsewhere: Mapping[str, Collection[str]] = MappingProxyType({})) -> dict[str, Any]:
+    """Check one TOML table against its keys: unknown keys are errors (typos must not pass). ``elsewhere``: the
+    other tables' keys, by where they belong (``"a phase key: put it under [[phases]]"``), so that a key put in
+    the wrong table is told where it goes rather than a near spelling of this table's."""
     table = check_table(table, where)
     for key in table:
         if key not in keys:
-            near = difflib.get_close_matches(key, list(keys), n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ConfigError(f"{join_key(where, key)}: unknown key{hint}")
+            raise ConfigError(f"{join_key(where, key)}: unknown key{unknown_hint(key, keys, elsewhere)}")
     out: dict[str, Any] = {}
     for key, spec in keys.items():
         if key in table:
@@ -44,6 +47,15 @@ def take(table: Any, where: str, keys: Mapping[str, Key]) -> dict[str, Any]:
         else:
             out[key] = spec.default
     return out
+
+
+def unknown_hint(key: str, keys: Collection[str], elsewhere: Mapping[str, Collection[str]]) -> str:
+    """What an unknown key is told: the table it belongs to, else a near spelling of one of ``keys``."""
+    home = next((place for place, theirs in elsewhere.items() if key in theirs), None)
+    if home is not None:
+        return f" (it is {home})"
+    near = difflib.get_close_matches(key, list(keys), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 class ConfigPlugin(Protocol):

@@ -2,25 +2,26 @@
 
 Everything a run needs is checked before anything starts: unknown keys, wrong types, impossible
 values and unset ``${VAR}`` references are all refused with one line that names the key
-(``phases[1].daemons[0].ready: ...``). What a plugin adds is checked the same way, by the plugin:
+(``phases[1] (bench).daemons[0] (cuzk).ready: ...``). What a plugin adds is checked the same way, by the plugin:
 its own top-level tables (``Plugin.sections``), its keys in a core table (``table_keys``, with the
 table's own), and the kinds a phase may name (a kind nobody registered is a bad choice, like any).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from ..redact import url_secrets
 from .endpoint import _url, check_derived_label, check_label
-from .keys import ConfigPlugin, Key, take
+from .keys import ConfigPlugin, Key, take, unknown_hint
 from .model import ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
 from .tables import (
     CORE_TABLES,
@@ -34,10 +35,11 @@ from .tables import (
     check_progress_keys,
     check_reports,
     check_unique,
+    homes,
     kinds_of,
     with_kinds,
 )
-from .values import _short, join_key
+from .values import _short, join_key, named
 
 # The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
@@ -146,17 +148,20 @@ def parse_plan(text: str, source: str, environ: Mapping[str, str], plugin: Confi
         raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
     except ValueError as exc:  # a number of more than 4300 digits: int() refuses it
         raise ConfigError(f"{source}: not valid TOML: {str(exc).split(';')[0]}") from None
+    env_keys: dict[str, str] = {}  # the place of a key read whole from ${VAR} → VAR (Plan.env_keys)
     try:
-        raw = _expand(raw, "", environ)
-        return _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
+        raw = _expand(raw, "", environ, env_keys)
+        plan = _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except RecursionError:  # a safety net: _expand bounds the nesting before this can happen
         raise ConfigError(f"{source}: arrays or tables nested too deeply") from None
+    return dataclasses.replace(plan, env_keys=MappingProxyType(env_keys))
 
 
-def _expand(value: Any, where: str, environ: Mapping[str, str], depth: int = 0) -> Any:
-    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``.
+def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[str, str], depth: int = 0) -> Any:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``. A string that is one
+    reference whole is noted in ``env_keys`` (its place → the variable: ``Plan.env_keys``).
 
     Every string is refused if it holds a NUL byte: none can be an argument, an environment value or a
     path (exec and open would fail at run time, long after ``check`` said ok).
@@ -164,15 +169,18 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], depth: int = 0) 
     if depth > MAX_NESTING:
         raise ConfigError(f"{_short(where)}: nested more than {MAX_NESTING} deep")
     if isinstance(value, str):
+        if (whole := _VAR_RE.fullmatch(value)) is not None and whole.group(1):
+            env_keys[where] = whole.group(1)
         expanded = _substitute(value, where, environ)
         if "\0" in expanded:
             raise ConfigError(f"{where}: contains a NUL character, which no argument, environment value or "
                               "path can hold")
         return expanded
     if isinstance(value, dict):
-        return {_key(k, where): _expand(v, join_key(where, k), environ, depth + 1) for k, v in value.items()}
+        return {_key(k, where): _expand(v, join_key(where, k), environ, env_keys, depth + 1)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]", environ, depth + 1) for i, v in enumerate(value)]
+        return [_expand(v, named(f"{where}[{i}]", v), environ, env_keys, depth + 1) for i, v in enumerate(value)]
     return value
 
 
@@ -206,13 +214,15 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     """The tables in a fixed order: [supervisor], [manager], the plugin's own, then the phases, whose
     kind keys may name what the plugin's tables configure (``ready = "cuzk"``)."""
     sections = {name: parse for name, parse in plugin.sections.items() if name not in CORE_TABLES}
+    places = homes(plugin)
     for key in raw:
         if key not in CORE_TABLES and key not in sections:
+            home = unknown_hint(key, (), places[""])
             tables = ", ".join(["[supervisor]", "[manager]", *(f"[{name}]" for name in sections), "[[phases]]"])
-            raise ConfigError(f"{join_key('', key)}: unknown top-level key (expected {tables})")
-    values, extensions = _table(raw.get("supervisor", {}), "supervisor", SUPERVISOR_KEYS, plugin, environ)
+            raise ConfigError(f"{join_key('', key)}: unknown top-level key{home or f' (expected {tables})'}")
+    values, extensions = _table(raw.get("supervisor", {}), "supervisor", SUPERVISOR_KEYS, plugin, environ, places)
     sup = SupervisorSpec(**values)
-    manager = _manager(raw.get("manager", {}), environ, plugin, extensions)
+    manager = _manager(raw.get("manager", {}), environ, plugin, extensions, places)
     settings = MappingProxyType({name: parse(raw[name], sup) for name, parse in sections.items() if name in raw})
     kinds = kinds_of(plugin, settings)
     keys = with_kinds(PHASE_KEYS, kinds), with_kinds(DAEMON_KEYS, kinds)
@@ -221,7 +231,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
         raise ConfigError("phases: no [[phases]] defined: nothing to run")
     if not isinstance(phases_raw, list) or not phases_raw:
         raise ConfigError("phases: must be a non-empty array of tables ([[phases]])")
-    phases = tuple(_phase(p, f"phases[{i}]", sup, *keys) for i, p in enumerate(phases_raw))
+    phases = tuple(_phase(p, named(f"phases[{i}]", p), sup, *keys, places) for i, p in enumerate(phases_raw))
     check_unique([p.name for p in phases], "phases", "phase name")
     check_reports(phases, kinds.reports)
     plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions))
@@ -229,12 +239,12 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     return plan
 
 
-def _table(table: Any, name: str, keys: Mapping[str, Key], plugin: ConfigPlugin,
-           environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Mapping[str, Any]]]:
+def _table(table: Any, name: str, keys: Mapping[str, Key], plugin: ConfigPlugin, environ: Mapping[str, str],
+           places: Mapping[str, Mapping[str, Collection[str]]]) -> tuple[dict[str, Any], dict[str, Mapping[str, Any]]]:
     """A core table's values, and the plugin's extra keys in it (checked with the table's own: a typo is told
     "did you mean" over both), after the plugin's rules between them: (the core's values, {name: the plugin's})."""
     added = plugin.table_keys.get(name, {})
-    values = take(table, name, {**keys, **added})
+    values = take(table, name, {**keys, **added}, places[name])
     core = {key: values[key] for key in keys}
     if name not in plugin.table_keys:
         return core, {}
@@ -251,17 +261,17 @@ def check_prepares(plan: Plan, plugin: ConfigPlugin) -> None:
             try:
                 plugin.prepares[phase.prepare](plan)
             except ConfigError as exc:
-                raise ConfigError(f"phases[{i}].prepare: {exc}") from None
+                raise ConfigError(f"phases[{i}] ({phase.name}).prepare: {exc}") from None
 
 
 def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str, Key],
-           daemon_keys: Mapping[str, Key]) -> PhaseSpec:
-    v = take(table, where, phase_keys)
+           daemon_keys: Mapping[str, Key], places: Mapping[str, Mapping[str, Collection[str]]]) -> PhaseSpec:
+    v = take(table, where, phase_keys, places["phase"])
     name = v["name"]
     check_kind_keys(v, where)
     check_progress_keys(v, where)
     check_backoff_order(v, where)
-    daemons = _daemons(v, where, sup, daemon_keys)
+    daemons = _daemons(v, where, sup, daemon_keys, places["daemon"])
     return PhaseSpec(
         name=name,
         kind=v["kind"],
@@ -294,15 +304,15 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
     )
 
 
-def _daemons(v: Mapping[str, Any], where: str, sup: SupervisorSpec,
-             daemon_keys: Mapping[str, Key]) -> tuple[ChildSpec, ...]:
+def _daemons(v: Mapping[str, Any], where: str, sup: SupervisorSpec, daemon_keys: Mapping[str, Key],
+             elsewhere: Mapping[str, Collection[str]]) -> tuple[ChildSpec, ...]:
     name, daemons_raw = v["name"], v["daemons"]
     if not isinstance(daemons_raw, list | tuple):
         raise ConfigError(f"{where}.daemons: must be an array of tables ([[phases.daemons]])")
     daemons = []
     for i, d in enumerate(daemons_raw):
-        dwhere = f"{where}.daemons[{i}]"
-        dv = take(d, dwhere, daemon_keys)
+        dwhere = named(f"{where}.daemons[{i}]", d)
+        dv = take(d, dwhere, daemon_keys, elsewhere)
         check_daemon_name(dv, name, dwhere)
         # A daemon sees the phase's environment too; its own keys win.
         dv["env"] = MappingProxyType({**v["env"], **dv["env"]})
@@ -331,10 +341,10 @@ def _child(values: Mapping[str, Any], phase: str, name: str, sup: SupervisorSpec
 # ---------------------------------------------------------------- [manager] and what the environment adds
 
 
-def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin,
-             extensions: dict[str, Mapping[str, Any]]) -> ManagerSpec:
+def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin, extensions: dict[str, Mapping[str, Any]],
+             places: Mapping[str, Mapping[str, Collection[str]]]) -> ManagerSpec:
     """[manager]: the manager's address, the label, the client's timeouts; the plugin's keys go to ``extensions``."""
-    v, added = _table(table, "manager", MANAGER_KEYS, plugin, environ)
+    v, added = _table(table, "manager", MANAGER_KEYS, plugin, environ, places)
     if environ.get("MANAGER_URL"):
         v["url"] = _url(environ["MANAGER_URL"], "MANAGER_URL (environment)")
     if v["token_env"] and not _header_safe(environ.get(v["token_env"], "")):

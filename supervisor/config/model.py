@@ -178,3 +178,6 @@ class Plan:
     # A plugin's keys in a core table: the table's name → {key: value} as the file names them ("manager" →
     # {"min_rate": 50.0, ...}).
     extensions: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    # A key whose whole value is one ${VAR} (or ${VAR:-default}): its place → the variable ("supervisor.require_gpus"
+    # → "PROVER_REQUIRE_GPUS"), so that a refusal can say which knob to turn rather than which key to edit.
+    env_keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

@@ -11,7 +11,7 @@ the one reported.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
@@ -81,6 +81,7 @@ from .values import (
     parse_signal,
     ready_checker,
     whole_number,
+    written,
 )
 
 # ---------------------------------------------------------------- the tables
@@ -166,6 +167,22 @@ MANAGER_KEYS = {
 }
 # What a plugin's section or extra keys may not be named: the core's own tables.
 CORE_TABLES = ("supervisor", "manager", "phases")
+# Where each core table's keys go, as a key put in another table is told (keys.py ``take``).
+_HOMES = {"supervisor": "a [supervisor] key: put it under [supervisor]",
+          "manager": "a [manager] key: put it under [manager]",
+          "phase": "a phase key: put it under [[phases]]",
+          "daemon": "a daemon key: put it under [[phases.daemons]]"}
+
+
+def homes(plugin: ConfigPlugin) -> dict[str, dict[str, Collection[str]]]:
+    """For each core table (``supervisor``, ``manager``, ``phase``, ``daemon``, and ``""`` for the top level): the
+    other tables' keys (the plugin's added ones with them) by where they belong."""
+    keys = {"supervisor": SUPERVISOR_KEYS, "manager": MANAGER_KEYS, "phase": PHASE_KEYS, "daemon": DAEMON_KEYS}
+    every = {table: {*own, *plugin.table_keys.get(table, {})} for table, own in keys.items()}
+    out = {table: {_HOMES[other]: theirs - every[table] for other, theirs in every.items() if other != table}
+           for table in every}
+    out[""] = {_HOMES[table]: theirs for table, theirs in every.items()}
+    return out
 
 
 # ---------------------------------------------------------------- the kinds the core and its plugin register
@@ -206,7 +223,8 @@ def check_kind_keys(v: Mapping[str, Any], where: str) -> None:
         if v["restart"] is not None:
             raise ConfigError(f"{where}.restart: only for kind = \"service\" (a oneshot uses retries)")
         if v["ready"] is not None:
-            raise ConfigError(f"{where}.ready: only for kind = \"service\" (a oneshot is done when it exits 0)")
+            raise ConfigError(f"{where}.ready: only for kind = \"service\" or a daemon (a oneshot is done when it "
+                              "exits 0; a daemon's ready goes under its [[phases.daemons]])")
     else:
         if v["retries"] is not None:
             raise ConfigError(f"{where}.retries: only for kind = \"oneshot\" (a service uses restart)")
@@ -226,7 +244,8 @@ def check_progress_keys(v: Mapping[str, Any], where: str) -> None:
 
 def check_backoff_order(v: Mapping[str, Any], where: str) -> None:
     if v["backoff_max_s"] < v["backoff_s"]:
-        raise ConfigError(f"{where}.backoff_max_s: {v['backoff_max_s']:g} is below backoff_s {v['backoff_s']:g}")
+        raise ConfigError(f"{where}.backoff_max_s: {written(v['backoff_max_s'])} is below backoff_s "
+                          f"{written(v['backoff_s'])}")
 
 
 def check_daemon_name(daemon: Mapping[str, Any], phase: str, where: str) -> None:
@@ -239,7 +258,7 @@ def check_unique(names: list[str], where: str, what: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
         if name in seen:
-            raise ConfigError(f"{where}[{i}].name: duplicate {what} {name!r}")
+            raise ConfigError(f"{where}[{i}] ({name}).name: duplicate {what} {name!r}")
         seen.add(name)
 
 
@@ -255,7 +274,8 @@ def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]
     for i, phase in enumerate(phases):
         when = kinds.get(phase.report) if phase.report is not None else None
         if when == "up" and phase.kind != "service":
-            raise ConfigError(f"phases[{i}].report: \"{phase.report}\" is reported when a service is up; "
-                              "this phase is a oneshot")
+            raise ConfigError(f"phases[{i}] ({phase.name}).report: \"{phase.report}\" is reported when a service "
+                              "is up; this phase is a oneshot")
         if when == "done" and phase.kind != "oneshot":
-            raise ConfigError(f"phases[{i}].report: {phase.report!r} is reported when a oneshot completes")
+            raise ConfigError(f"phases[{i}] ({phase.name}).report: {phase.report!r} is reported when a oneshot "
+                              "completes")

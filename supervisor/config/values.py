@@ -1,6 +1,6 @@
 """Value checkers: each takes ``(value, where)`` and returns the converted value or raises ConfigError.
 
-``where`` is the key's place in the file (``phases[1].daemons[0].ready``), so every refusal is one
+``where`` is the key's place in the file (``phases[1] (bench).daemons[0] (cuzk).ready``), so every refusal is one
 line that names it. The bounds below keep every number sane, so that nothing later overflows or
 waits forever, and every string within what the kernel takes.
 
@@ -41,6 +41,8 @@ MAX_NAME_BYTES = 255
 MAX_SOCKET_PATH_BYTES = 107
 # More digits than any bound here has: such text stays text, and is refused as not a number.
 _MAX_DIGITS = 30
+# A whole float below this is shown as the integer it is (exact in a double); above, as its repr (1e+300).
+_WHOLE_FLOAT_SHOWN = 1e16
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -68,6 +70,13 @@ def join_key(where: str, key: str) -> str:
     shown = key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return f"{where}.{shown}" if where else shown
+
+
+def named(where: str, table: Any) -> str:
+    """An array's table as errors name it: ``phases[1]`` → ``phases[1] (bench)`` when it has a valid name (one
+    that is not valid is itself the error, at the plain place)."""
+    name = table.get("name") if isinstance(table, dict) else None
+    return f"{where} ({name})" if isinstance(name, str) and _NAME_RE.fullmatch(name) else where
 
 
 # ---------------------------------------------------------------- strings, paths, argv
@@ -180,24 +189,35 @@ def check_number(value: Any, where: str) -> float:
     return number
 
 
+def written(value: Any) -> str:
+    """A number as the file (or the environment) wrote it: ``600000000`` stays so (``:g`` would say ``6e+08``), a
+    whole float too (``6e8`` and ``600000000.0`` read the same to TOML), another float is its repr, text from
+    ``${VAR}`` its own text."""
+    if isinstance(value, str):
+        return value.strip() if len(value.strip()) <= 60 else describe(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < _WHOLE_FLOAT_SHOWN:
+        return str(int(value))
+    return describe(value)
+
+
 def check_seconds(value: Any, where: str) -> float:
-    value = check_number(value, where)
-    if value < 0:
-        raise ConfigError(f"{where}: must be >= 0 seconds, got {value:g}")
-    return _at_most_max_seconds(value, where)
+    number = check_number(value, where)
+    if number < 0:
+        raise ConfigError(f"{where}: must be >= 0 seconds, got {written(value)}")
+    return _at_most_max_seconds(number, value, where)
 
 
 def _positive_seconds(value: Any, where: str) -> float:
-    value = check_number(value, where)
-    if value <= 0:
-        raise ConfigError(f"{where}: must be > 0 seconds, got {value:g}")
-    return _at_most_max_seconds(value, where)
+    number = check_number(value, where)
+    if number <= 0:
+        raise ConfigError(f"{where}: must be > 0 seconds, got {written(value)}")
+    return _at_most_max_seconds(number, value, where)
 
 
-def _at_most_max_seconds(value: float, where: str) -> float:
-    if value > MAX_SECONDS:
-        raise ConfigError(f"{where}: must be at most {MAX_SECONDS_TEXT}, got {value:g}")
-    return value
+def _at_most_max_seconds(number: float, value: Any, where: str) -> float:
+    if number > MAX_SECONDS:
+        raise ConfigError(f"{where}: must be at most {MAX_SECONDS_TEXT}, got {written(value)}")
+    return number
 
 
 def whole_number(minimum: int, maximum: int) -> Checker:
@@ -226,19 +246,19 @@ def _port(value: Any, where: str) -> int:
 
 
 def _factor(value: Any, where: str) -> float:
-    value = check_number(value, where)
-    if value < 1:
-        raise ConfigError(f"{where}: must be >= 1, got {value:g}")
-    if value > MAX_BACKOFF_FACTOR:
-        raise ConfigError(f"{where}: must be at most {MAX_BACKOFF_FACTOR:g}, got {value:g}")
-    return value
+    number = check_number(value, where)
+    if number < 1:
+        raise ConfigError(f"{where}: must be >= 1, got {written(value)}")
+    if number > MAX_BACKOFF_FACTOR:
+        raise ConfigError(f"{where}: must be at most {MAX_BACKOFF_FACTOR:g}, got {written(value)}")
+    return number
 
 
 def _fraction(value: Any, where: str) -> float:
-    value = check_number(value, where)
-    if not 0 <= value <= 1:
-        raise ConfigError(f"{where}: must be between 0 and 1, got {value:g}")
-    return value
+    number = check_number(value, where)
+    if not 0 <= number <= 1:
+        raise ConfigError(f"{where}: must be between 0 and 1, got {written(value)}")
+    return number
 
 
 def check_size(value: Any, where: str) -> int:

@@ -35,6 +35,7 @@ from ..config import (
     one_of,
     take,
     whole_number,
+    written,
 )
 from .cuzkconf import MEMORY_MODELS, CuzkSettings
 
@@ -119,10 +120,10 @@ def cuzk_settings(sections: Mapping[str, Any], kind: str, where: str = "") -> Cu
 
 
 def check_rate(value: Any, where: str) -> float:
-    value = check_number(value, where)
-    if value < 0:
-        raise ConfigError(f"{where}: must be >= 0 proofs/hour, got {value:g}")
-    return value
+    number = check_number(value, where)
+    if number < 0:
+        raise ConfigError(f"{where}: must be >= 0 proofs/hour, got {written(value)}")
+    return number
 
 
 FLEET_KEYS = {

@@ -174,8 +174,15 @@ def demo_phase(fail: str | None, fail_phase: str | None) -> str:
     return fail_phase or DEFAULT_FAIL_PHASE
 
 
-def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool = False) -> int:
-    """Run the demo lifecycle against an in-process dev-manager, then show what the manager saw."""
+def status_command(prog: str, state_dir: str) -> str:
+    """The command that shows the demo's state from another shell (cli.py ``status --state-dir``)."""
+    return f"{prog} status --state-dir {shlex.quote(state_dir)}"
+
+
+def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool = False,
+             prog: str = "prover-supervisor") -> int:
+    """Run the demo lifecycle against an in-process dev-manager, then show what the manager saw. It says first
+    where its state is and the ``status`` command (of ``prog``, the CLI) that shows it from another shell."""
     try:
         phase = demo_phase(fail, fail_phase)
     except DemoUsageError as exc:
@@ -201,6 +208,8 @@ def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool 
         plan = parse_plan(text, "demo config", {}, PLUGIN)
         if xid is not None:
             xid.start()
+        watch = status_command(prog, plan.supervisor.state_dir)
+        say(f"demo: state in {plan.supervisor.state_dir}: watch it from another shell with: {watch}")
         lifecycles: list[Lifecycle] = []
         status = run(plan, PLUGIN, on_start=lifecycles.append)
         seen = manager.state.snapshot()
@@ -210,8 +219,9 @@ def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool 
         if fail in PRODUCTION_FAULTS:
             for line in demofaults.outcome_lines(lifecycles[0].failure if lifecycles else None, manager):
                 say(line)
-        say(f"demo finished with exit status {status}; logs in {workdir / 'logs'}"
-            + ("" if keep else " (removed; use --keep to keep them)"))
+        # Kept, the state still answers status (exit 3: the last state); removed, the command would find nothing.
+        kept = f"; its last state: {watch}" if keep else f" (removed with its state; --keep keeps them for: {watch})"
+        say(f"demo finished with exit status {status}; logs in {workdir / 'logs'}{kept}")
         return status
     finally:
         if xid is not None:

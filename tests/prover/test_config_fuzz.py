@@ -103,14 +103,14 @@ def test_random_bytes(tmp_path: Path) -> None:
 
 HUGE_NUMBERS = {
     "ring-lines": ("[supervisor]\nring_lines = 99999999999999999999\n" + VALID, "supervisor.ring_lines"),
-    "timeout-25-days": (VALID + "timeout_s = 2200000\n", "phases[0].timeout_s"),
-    "timeout-1e300": (VALID + "timeout_s = 1e300\n", "phases[0].timeout_s"),
-    "timeout-beyond-float": (VALID + "timeout_s = 1" + "0" * 400 + "\n", "phases[0].timeout_s"),
-    "size-1e999": (VALID + 'min_memory = "1e999"\n', "phases[0].min_memory"),
-    "size-many-digits": (VALID + 'memory_max = "' + "9" * 5000 + 'GiB"\n', "phases[0].memory_max"),
+    "timeout-25-days": (VALID + "timeout_s = 2200000\n", "phases[0] (p).timeout_s"),
+    "timeout-1e300": (VALID + "timeout_s = 1e300\n", "phases[0] (p).timeout_s"),
+    "timeout-beyond-float": (VALID + "timeout_s = 1" + "0" * 400 + "\n", "phases[0] (p).timeout_s"),
+    "size-1e999": (VALID + 'min_memory = "1e999"\n', "phases[0] (p).min_memory"),
+    "size-many-digits": (VALID + 'memory_max = "' + "9" * 5000 + 'GiB"\n', "phases[0] (p).memory_max"),
     "int-5000-digits": (VALID + "retries = " + "9" * 5000 + "\n", "not valid TOML"),
     "superscript-port": ("[supervisor]\nhttp_port = \"${NOPE_UNSET:-²}\"\n" + VALID, "supervisor.http_port"),
-    "backoff-factor": (VALID + 'kind = "service"\nbackoff_factor = 1e300\n', "phases[0].backoff_factor"),
+    "backoff-factor": (VALID + 'kind = "service"\nbackoff_factor = 1e300\n', "phases[0] (p).backoff_factor"),
 }
 
 
@@ -121,9 +121,9 @@ def test_huge_numbers(tmp_path: Path) -> None:
 
 
 NUL_BODIES = {
-    "command": ('[[phases]]\nname = "p"\ncommand = ["true", "a\\u0000b"]\n', "phases[0].command[1]"),
-    "env": (VALID + 'env = { A = "\\u0000" }\n', "phases[0].env.A"),
-    "cwd": (VALID + 'cwd = "/tmp\\u0000"\n', "phases[0].cwd"),
+    "command": ('[[phases]]\nname = "p"\ncommand = ["true", "a\\u0000b"]\n', "phases[0] (p).command[1]"),
+    "env": (VALID + 'env = { A = "\\u0000" }\n', "phases[0] (p).env.A"),
+    "cwd": (VALID + 'cwd = "/tmp\\u0000"\n', "phases[0] (p).cwd"),
     "state-dir": ('[supervisor]\nstate_dir = "/tmp/s\\u0000"\n' + VALID, "supervisor.state_dir"),
     "log-dir": ('[supervisor]\nlog_dir = "/tmp/l\\u0000"\n' + VALID, "supervisor.log_dir"),
     "cuzk-path": ('[cuzk]\nconfig_path = "/c\\u0000"\n' + VALID, "cuzk.config_path"),
@@ -158,7 +158,7 @@ def test_unterminated_variables_do_not_hang(tmp_path: Path) -> None:
     """Close to 1 MiB of "${X:-" with no "}": the expansion once scanned to the end from every "$" (20 minutes)."""
     body = VALID + 'cwd = "' + "${X:-" * ((MAX_CONFIG_BYTES - 200) // 5) + '"\n'
     (result,) = check_all([write(tmp_path, "unterminated.toml", body)])
-    assert_refused(result, "phases[0].cwd: a path longer than")
+    assert_refused(result, "phases[0] (p).cwd: a path longer than")
 
 
 @pytest.fixture

@@ -1,0 +1,94 @@
+"""Config refusals a person can act on: the phase (and daemon) named by its name as well as its place, a key
+put in the wrong table told the table it belongs in, and a number echoed as it was written (not ``6e+08``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor.config import ConfigError, parse_plan
+
+FIRST = '[[phases]]\nname = "fetch"\ncommand = ["true"]\n'
+BENCH = '[[phases]]\nname = "bench"\nkind = "service"\ncommand = ["true"]\n'
+DAEMON = '[[phases.daemons]]\nname = "cuzk"\ncommand = ["true"]\n'
+
+
+def refused(text: str, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_plan(text, "t.toml", environ or {})
+    return str(caught.value)
+
+
+def test_a_phase_key_refused_names_the_phase() -> None:
+    assert refused(FIRST + BENCH + 'restart = "sometimes"\n') == (
+        "t.toml: phases[1] (bench).restart: must be one of 'no', 'on-failure', 'always', got 'sometimes'")
+
+
+def test_a_daemon_key_refused_names_the_phase_and_the_daemon() -> None:
+    assert refused(FIRST + BENCH + DAEMON + 'ready = "ftp://x"\n').startswith(
+        "t.toml: phases[1] (bench).daemons[0] (cuzk).ready: 'ftp://x' must be tcp://host:port")
+
+
+def test_an_unset_variable_in_a_phase_names_the_phase() -> None:
+    assert refused(FIRST + BENCH + 'cwd = "${NOPE}"\n').startswith("t.toml: phases[1] (bench).cwd: ${NOPE} is not set")
+
+
+def test_a_phase_without_a_valid_name_is_named_by_its_place_alone() -> None:
+    assert refused(FIRST + '[[phases]]\nname = "a b"\ncommand = ["true"]\n').startswith("t.toml: phases[1].name: ")
+    assert refused(FIRST + '[[phases]]\ncommand = ["true"]\n') == "t.toml: phases[1].name: required key is missing"
+
+
+def test_rules_between_phases_name_the_phase() -> None:
+    assert refused(FIRST + FIRST) == "t.toml: phases[1] (fetch).name: duplicate phase name 'fetch'"
+    assert refused(FIRST + BENCH + 'report = "param-done"\n') == (
+        "t.toml: phases[1] (bench).report: 'param-done' is reported when a oneshot completes")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (FIRST + BENCH + DAEMON + 'restart = "always"\n',
+     "phases[1] (bench).daemons[0] (cuzk).restart: unknown key (it is a phase key: put it under [[phases]])"),
+    ("[supervisor]\nretries = 2\n" + FIRST,
+     "supervisor.retries: unknown key (it is a phase key: put it under [[phases]])"),
+    (FIRST + 'state_dir = "/tmp/s"\n',
+     "phases[0] (fetch).state_dir: unknown key (it is a [supervisor] key: put it under [supervisor])"),
+    (FIRST + 'lifetime = "phase"\n',
+     "phases[0] (fetch).lifetime: unknown key (it is a daemon key: put it under [[phases.daemons]])"),
+    (FIRST + 'url = "http://127.0.0.1:1"\n',
+     "phases[0] (fetch).url: unknown key (it is a [manager] key: put it under [manager])"),
+    ("[manager]\nstop_grace_s = 3\n" + FIRST,
+     "manager.stop_grace_s: unknown key (it is a [supervisor] key: put it under [supervisor])"),
+    ('restart = "always"\n' + FIRST, "restart: unknown top-level key (it is a phase key: put it under [[phases]])"),
+    (FIRST + "retrys = 1\n", "phases[0] (fetch).retrys: unknown key (did you mean 'retries'?)"),
+], ids=["phase-key-on-daemon", "phase-key-in-supervisor", "supervisor-key-on-phase", "daemon-key-on-phase",
+        "manager-key-on-phase", "supervisor-key-in-manager", "phase-key-at-top", "typo-still-near"])
+def test_a_key_in_the_wrong_table_is_told_where_it_belongs(text: str, said: str) -> None:
+    assert refused(text) == f"t.toml: {said}"
+
+
+def test_a_ready_on_a_oneshot_says_a_daemon_takes_it() -> None:
+    message = refused(FIRST + 'ready = "tcp://127.0.0.1:1"\n')
+    assert message.startswith('t.toml: phases[0] (fetch).ready: only for kind = "service" or a daemon'), message
+    assert "[[phases.daemons]]" in message
+
+
+@pytest.mark.parametrize(("line", "environ", "shown"), [
+    ("timeout_s = 600000000", {}, "got 600000000"),
+    ("timeout_s = 6e8", {}, "got 600000000"),
+    ("timeout_s = 1e300", {}, "got 1e+300"),
+    ("timeout_s = -2.5", {}, "got -2.5"),
+    ('progress_total = 1\nprogress_deadline_s = "${DEADLINE}"', {"DEADLINE": "600000000"}, "got 600000000"),
+], ids=["int", "float-exponent", "float-huge", "float-fraction", "from-the-environment"])
+def test_a_number_refused_is_echoed_as_written(line: str, environ: dict[str, str], shown: str) -> None:
+    message = refused(FIRST + line + "\n", environ)
+    assert message.endswith(shown), message
+    assert "e+08" not in message
+
+
+def test_a_backoff_order_is_told_in_the_numbers_written() -> None:
+    assert refused(BENCH + "backoff_s = 600000\nbackoff_max_s = 5\n") == (
+        "t.toml: phases[0] (bench).backoff_max_s: 5 is below backoff_s 600000")
+
+
+def test_a_key_read_whole_from_a_variable_is_noted_with_it() -> None:
+    plan = parse_plan('[supervisor]\nrequire_gpus = "${GPUS:-true}"\nstate_dir = "/s/${X:-a}"\n' + FIRST
+                      + 'progress_total = "${TOTAL}"\nstall_s = 1\nprogress_path = "/p"\n', "t.toml", {"TOTAL": "9"})
+    assert dict(plan.env_keys) == {"supervisor.require_gpus": "GPUS", "phases[0] (fetch).progress_total": "TOTAL"}

@@ -337,9 +337,20 @@ def read_pid(path: Path, timeout: float = 20) -> int:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports, all held at once while chosen: a port closed before the next is asked
+    for can be handed out again, and two daemons of one test would then share it."""
+    held = [socket.socket() for _ in range(count)]
+    try:
+        for sock in held:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def is_listening(port: int) -> bool:

@@ -36,7 +36,7 @@ from helpers import (
     verdict_lines,
 )
 
-from supervisor.exits import EXIT_FAILURE
+from supervisor.exits import EXIT_TIMEOUT
 from supervisor.reaping import ExitStatus
 
 
@@ -365,7 +365,7 @@ def test_exit_0_after_timeout_sigterm_is_not_success(sup: Runner) -> None:
     config = failing_then_marker(sup, shell(script), marker, extra="timeout_s = 0.5")
     result = sup.run(config, timeout=30)
     assert result.returncode != 0, result.output
-    assert result.returncode == EXIT_FAILURE, result.output  # a failure whose child said 0 exits 1
+    assert result.returncode == EXIT_TIMEOUT, result.output  # a deadline exits 124, whatever the child said
     assert not marker.exists(), result.output
     assert "got TERM" in result.output  # it really was the supervisor's SIGTERM it answered with 0
     verdict = one_verdict(result.output, "p")

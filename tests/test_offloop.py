@@ -384,12 +384,12 @@ def test_a_hung_progress_path_does_not_stop_the_loop(sup: Runner) -> None:
 
 WALK_RECORDER = """
     import threading, supervisor.progress as progress
-    _real = progress.measure_tree
-    def measure_tree(path):
+    _real = progress.tree_done
+    def tree_done(path):
         with open({log!r}, "a") as f:
             f.write(threading.current_thread().name + "\\n")
         return _real(path)
-    progress.measure_tree = measure_tree
+    progress.tree_done = tree_done
 """
 
 

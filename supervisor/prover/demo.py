@@ -48,10 +48,17 @@ class DemoUsageError(ValueError):
     """A --fail / --phase pair the demo cannot play."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: all held at once while chosen (one closed before the next is asked for
+    can come back again, and two daemons would then share a port)."""
+    held = [socket.socket() for _ in range(count)]
+    try:
+        for s in held:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 def _toml_list(items: list[str]) -> str:
@@ -69,7 +76,7 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAUL
         raise DemoUsageError(f"--fail daemon-crash: phase {fail_phase} has no daemon "
                              f"(--phase {' or '.join(DAEMON_PHASES)})")
     py = sys.executable
-    listen, status, curio = free_port(), free_port(), free_port()
+    listen, status, curio = free_ports(3)
     fault = FaultConfig()
     if fail in PRODUCTION_FAULTS:
         fault = demofaults.fault_config(fail, listen, status, curio, workdir / "params")

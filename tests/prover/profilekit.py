@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers import REPO, Runner, free_port
+from helpers import REPO, Runner, free_ports
 
 from supervisor.devmanager import DevManager
 
@@ -55,9 +55,7 @@ def profile_env(runner: Runner, bin_dir: Path) -> dict[str, str]:
         "STANDIN_SPEED": "0.1",
         "STANDIN_RUN_SECONDS": "2",
         "BENCH_COUNT": "4",
-        "CUZK_PORT": str(free_port()),
-        "CUZK_STATUS_PORT": str(free_port()),
-        "CURIO_PORT": str(free_port()),
+        **dict(zip(("CUZK_PORT", "CUZK_STATUS_PORT", "CURIO_PORT"), map(str, free_ports(3)), strict=True)),
     })
     return env
 

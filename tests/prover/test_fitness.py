@@ -339,7 +339,7 @@ def test_absent_nvml_is_gpu_unavailable_unless_overridden(machine: Runner) -> No
     given_up(machine, "gpu_unavailable")
 
     # The override (what the stand-in runs use): the same machine runs the whole lifecycle.
-    machine.label += "-override"
+    machine.label += "1"  # another instance at the manager, still a label it can match (C.<digits>)
     fresh = {"SUPERVISOR_STATE_DIR": str(machine.tmp / "state2"), "SUPERVISOR_LOG_DIR": str(machine.tmp / "logs2")}
     run = start_in(machine, machine.env(PROVER_REQUIRE_GPUS="false", **fresh), name="override")
     assert run.returncode == 0, run.output[-6000:]

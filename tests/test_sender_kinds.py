@@ -24,7 +24,7 @@ from supervisor.loop import EventLoop
 from supervisor.manager import Answer, ManagerClient, TransientError
 from supervisor.outbox import Outbox
 from supervisor.redact import MASK, Redactor
-from supervisor.reporting import core_report_due, masked
+from supervisor.reporting import core_report_due
 from supervisor.sender import CallKinds, Sender
 from supervisor.states import PhaseState
 from supervisor.verdict import Verdict
@@ -270,10 +270,11 @@ def test_the_core_reports_param_done_when_done_and_running_when_up(phase: PhaseV
     assert core_report_due(phase) == due
 
 
-def test_a_verdict_is_masked_where_it_enters_the_reporting() -> None:
+def test_a_verdict_masked_keeps_all_but_its_words() -> None:
+    """Verdict.masked (what VerdictRecord.record applies, once): the words masked, the rest as it was."""
     secret = "tok-SECRET-42"
     verdict = Verdict(phase="p", child="p/p", pid=7, reason="spawn_failed", success=False, status=1,
                       detail=f"cannot run --token={secret}", last_lines=("a *** line",))
-    shown = masked(verdict, Redactor([secret]))
+    shown = verdict.masked(Redactor([secret]).text)
     assert secret not in shown.line() and f"--token={MASK}" in shown.detail
     assert shown.last_lines == verdict.last_lines and shown.status == 1

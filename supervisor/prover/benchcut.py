@@ -49,10 +49,10 @@ class BenchCut:
     """Watches the ``report = "bench-done"`` phase while its command runs."""
 
     def __init__(self, min_rate: float, production: ProductionControl,
-                 call_later: Callable[[float, Callable[[], None]], Timer], log: Callable[[str], None],
+                 call_later: Callable[[float, Callable[[], None]], Timer],
                  now: Callable[[], float] = time.monotonic) -> None:
-        self._min_rate, self._production, self._call_later, self._log, self._now = (
-            min_rate, production, call_later, log, now)
+        # No log of its own: fail_phase says the why, once.
+        self._min_rate, self._production, self._call_later, self._now = min_rate, production, call_later, now
         self._watching: tuple[str, int] | None = None  # (phase, attempt) running
         self._parsed: BenchResult | None = None
         self._first_at: float | None = None
@@ -87,5 +87,5 @@ def attach(wiring: Wiring) -> None:
     """Part of the prover's Plugin.attach: the cut, where a manager judges the bench by its min_rate."""
     if wiring.manager is None:
         return
-    cut = BenchCut(fleet_settings(wiring.plan).min_rate, wiring.production, wiring.call_later, wiring.log)
+    cut = BenchCut(fleet_settings(wiring.plan).min_rate, wiring.production, wiring.call_later)
     wiring.events.on_transition(cut.transition)

@@ -42,7 +42,7 @@ class Rig:
         self.timers: list[tuple[float, Callable[[], None]]] = []
         self.production = Production()
         self.cut = BenchCut(min_rate, self.production, lambda d, cb: self.timers.append((d, cb)),  # type: ignore
-                            lambda _: None, now=lambda: self.now)
+                            now=lambda: self.now)
 
     def view(self, state: PhaseState = PhaseState.RUNNING, parsed: Any = None, attempt: int = 1,
              report: str | None = BENCH_DONE, name: str = "bench") -> PhaseView:

@@ -120,7 +120,7 @@ def test_the_cut_counts_from_the_first_proof_line_and_stops_at_the_boundary() ->
     now = [0.0]
     timers: list[Any] = []
     production = _Production()
-    cut = BenchCut(3600.0, production, lambda delay, cb: timers.append(cb), lambda _: None, now=lambda: now[0])
+    cut = BenchCut(3600.0, production, lambda delay, cb: timers.append(cb), now=lambda: now[0])
     result = BenchResult()
     cut.transition(PhaseView("bench", "oneshot", PhaseState.RUNNING, "", 1, False, False, "bench-done", result))
 

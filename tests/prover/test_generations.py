@@ -118,7 +118,8 @@ def test_cuzk_ready_is_status_or_the_listen_address(cuzk: str, described: str) -
 
 
 def test_cuzk_ready_needs_a_cuzk_table() -> None:
-    with pytest.raises(ConfigError, match=r'phases\[0\]\.daemons\[0\]\.ready: "cuzk" needs a \[cuzk\] table'):
+    named = r'phases\[0\] \(p\)\.daemons\[0\] \(d\)\.ready'  # the place, with the phase's and daemon's names
+    with pytest.raises(ConfigError, match=named + r': "cuzk" needs a \[cuzk\] table'):
         parse_plan('[[phases]]\nname = "p"\ncommand = ["true"]\n  [[phases.daemons]]\n  name = "d"\n'
                    '  command = ["true"]\n  ready = "cuzk"\n', "test", {}, PLUGIN)
 

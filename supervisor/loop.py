@@ -71,7 +71,7 @@ class Faults:
     then only a count now and then (a tap that raises on every line must not flood the log)."""
 
     def __init__(self, log: Log | None = None) -> None:
-        self.log: Log = log or _to_stderr  # run.py sets the supervisor's own log
+        self.log: Log = log or _to_stderr  # startup.py sets the supervisor's own log
         self._seen: Counter[tuple[str, str]] = Counter()
 
     def report(self, where: str, exc: BaseException, phase: str | None = None) -> None:

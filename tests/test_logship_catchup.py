@@ -122,6 +122,8 @@ def test_logs_follow_the_first_call_delivered_after_an_outage(server: _Server, t
             server.away = False
         loop.run_until(lambda: "/api/log-push" in server.taken() or time.monotonic() > deadline, 0.02)
         assert server.taken() == ["/param-done", "/api/log-push"], (server.seen, log)
+        # The server has the push; the shipper counts it once the answer is back on its own thread.
+        loop.run_until(lambda: shipper.pushed >= 1 or time.monotonic() > deadline, 0.02)
         assert shipper.backoff_resets >= 1 and shipper.pushed == 1
     finally:
         sender.ask_to_stop()

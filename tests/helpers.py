@@ -717,3 +717,15 @@ def pushed(mgr: DevManager) -> dict[str, str]:
     logs = mgr.state.snapshot()["logs"]
     assert len(logs) <= 1, f"logs pushed under several uuids: {list(logs)}"
     return next(iter(logs.values()), {})
+
+
+def spoil(path: Path, kind: str, contents: dict[str, bytes]) -> None:
+    """Put a damaged state file at ``path``: a FIFO, a sparse 64 MiB file, or ``contents[kind]``."""
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)  # reading it would wait for a writer forever
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros that take no disk
+    else:
+        path.write_bytes(contents[kind])

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import Runner, sh, toml_str
+from helpers import Runner, sh, spoil, toml_str
 
 from supervisor.resume import RECORD_MAX_READ_BYTES, ResumeRecord, load_record, read_record, record_problem
 from supervisor.states import PhaseState
@@ -235,14 +235,7 @@ DAMAGED: dict[str, bytes] = {
 
 
 def damage(path: Path, kind: str) -> None:
-    path.unlink()
-    if kind == "fifo":
-        os.mkfifo(path)  # reading it would wait for a writer forever
-    elif kind == "huge":
-        with open(path, "wb") as f:
-            f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros that take no disk
-    else:
-        path.write_bytes(DAMAGED[kind])
+    spoil(path, kind, DAMAGED)
 
 
 @pytest.mark.parametrize("kind", [*DAMAGED, "fifo", "huge"])

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, toml_list, toml_str, wait_for
+from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, wait_for
 
 from supervisor import runtime
 from supervisor.devmanager import DevManager
@@ -366,14 +366,7 @@ BAD_STATE: dict[str, Any] = {
 
 def write_bad_state(state_dir: Path, kind: str) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / "status.json"
-    if kind == "fifo":
-        os.mkfifo(path)  # reading it would wait for a writer forever
-    elif kind == "huge":
-        with open(path, "wb") as f:
-            f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros that take no disk
-    else:
-        path.write_bytes(BAD_STATE[kind])
+    spoil(state_dir / "status.json", kind, BAD_STATE)
 
 
 @pytest.mark.parametrize("kind", [*BAD_STATE, "fifo", "huge"])

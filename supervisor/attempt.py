@@ -60,6 +60,10 @@ class Attempt:
         for child in self.children:
             child.drain_output()
 
+    def roots(self) -> list[tuple[int, str]]:
+        """Its children's pids and tags: the trees whose I/O is its sign of life (iowatch.py)."""
+        return [(c.pid, c.tag) for c in self.children]
+
     def last_outputs(self) -> list[float]:
         """When each of its children last printed (monotonic), those that ever did."""
         return [c.output.last_output_at for c in self.children if c.output.last_output_at]

@@ -74,7 +74,8 @@ class Pacing:
         spec = self._spec
         if spec.stall_s is not None:
             self.stall = StallMonitor(self._loop, spec.stall_s, evidence.gpus, evidence.progress, spec.progress_path,
-                                      freeze=evidence.freeze, last_outputs=attempt.last_outputs, drain=drain,
+                                      freeze=evidence.freeze, io=evidence.io, roots=attempt.roots,
+                                      last_outputs=attempt.last_outputs, drain=drain,
                                       current=current, on_stall=on_stall, on_error=on_error)
 
     def watch_progress(self, evidence: MachineEvidence, attempt: Attempt, log: Callable[[str], None], *,
@@ -84,6 +85,7 @@ class Pacing:
         it cannot make progress_deadline_s."""
         if self._spec.progress_total is not None:
             attempt.progress = ProgressWatch(self._spec, self._loop, log, evidence.progress, evidence.first_seen,
+                                             io=evidence.io, roots=attempt.roots,
                                              reading=attempt.progress_reading, current=current,
                                              on_too_slow=on_too_slow, on_error=on_error)
 

@@ -2,19 +2,27 @@
 and the end of a download that can no longer make its deadline (reason ``too_slow``).
 
 For a phase with ``progress_total``. Every PROGRESS_TICK_S it reads, without waiting, what was measured
-elsewhere: the progress walker's latest walk of ``progress_path`` (the bytes of its complete files:
+elsewhere: the bytes the attempt's process trees have written since it began (the I/O thread:
+iowatch.py), the progress walker's latest walk of ``progress_path`` (the bytes of its complete files:
 progress.py) and of the container's received bytes, and what the command's output parser read (a result
-that ``ReadsProgress``: aria2c's readout, from the prover's parser). What is done (``done_bytes``):
+that ``ReadsProgress``: aria2c's readout, from the prover's parser). What is done (``done_bytes``) is the
+largest of what each says:
 
-- with the command's own reading: the cache's complete files + the file under way as the program says;
-- without one (a program that prints nothing: curio's Go fallback): the cache's complete files (a growing
-  file by its allocated blocks), or what was there at the start + the bytes received since, the larger.
+- the cache's complete files when the attempt began + what the trees have written since: live on any
+  link, loopback included, whatever the program prints (aria2c's readout is block-buffered into a pipe and
+  arrives in one burst when a file is done; its preallocated file is full size at once). A file resumed
+  with ``--continue`` counts only what this attempt writes of it until it is complete;
+- the cache's complete files now (a file is complete once no ``.aria2`` lies beside it: a resumed file
+  counts whole from then on; a growing file counts by its allocated blocks);
+- with the command's own reading: those files + the file under way as the program says (a burst of the
+  readout may correct the figure upwards);
+- without one: what was there at the start + the bytes received since (every interface but loopback).
 
-It never goes down within an attempt (a file that completes shows in the cache and in the output a
-moment apart). The figures and the deadline rule are transfer.py's. The deadline counts from the
-instance's first registration, else first start (firstseen.py), ``progress_deadline_s`` on: a restart
-does not reset it. A progress line is logged every PROGRESS_LOG_S (it reaches the manager's ``setup``
-log as every supervisor line does); the status shows the figures at every look.
+Each is a whole estimate on its own, never a sum of two, so nothing counts twice; and the figure never
+goes down within an attempt. The figures and the deadline rule are transfer.py's. The deadline counts
+from the instance's first registration, else first start (firstseen.py), ``progress_deadline_s`` on: a
+restart does not reset it. A progress line is logged every PROGRESS_LOG_S (it reaches the manager's
+``setup`` log as every supervisor line does); the status shows the figures at every look.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from collections.abc import Callable
 from .config import PhaseSpec
 from .firstseen import FirstSeen
 from .hooks import ProgressReading
+from .iowatch import IoProbe, IoWatch, Root
 from .loop import ErrorHandler, EventLoop
 from .progress import NET_DEV, ProgressProbe, TreeMeasure
 from .transfer import RATE_WINDOW_S, Progress, RateWindow, duration, figures, progress_text, too_slow
@@ -38,25 +47,28 @@ Log = Callable[[str], None]
 
 
 def done_bytes(cache: TreeMeasure | None, reading: ProgressReading | None, net_gain: int | None,
-               cache_start: int) -> int:
-    """What is done, from what each source says (see the module's docstring): ``cache`` the latest walk of
-    progress_path (None: none watched), ``net_gain`` the bytes received since the attempt began (None:
-    unknown), ``cache_start`` the cache's complete bytes when it began."""
+               cache_start: int, written: int | None = None) -> int:
+    """What is done, the largest of what each source says (see the module's docstring): ``cache`` the latest
+    walk of progress_path (None: none watched), ``net_gain`` the bytes received since the attempt began
+    (None: unknown), ``cache_start`` the cache's complete bytes when it began, ``written`` the bytes the
+    attempt's trees have written since it began (None: unknown)."""
     cache_done = cache.done if cache is not None and cache.size is not None else None
     if reading is not None:
-        return (cache_done + reading.in_flight_bytes) if cache_done is not None else reading.done_bytes
-    got = cache_done or 0
-    if net_gain is not None:
-        got = max(got, cache_start + net_gain)
-    return got
+        said = (cache_done + reading.in_flight_bytes) if cache_done is not None else reading.done_bytes
+    else:
+        said = cache_done or 0
+        if net_gain is not None:
+            said = max(said, cache_start + net_gain)
+    return max(said, cache_start + written) if written is not None else said
 
 
 class ProgressWatch:
     """Made at an attempt's start for a phase with progress_total; stops once the attempt is not ``current()``."""
 
     def __init__(self, spec: PhaseSpec, loop: EventLoop, log: Log, probe: ProgressProbe | None,
-                 first_seen: FirstSeen | None, *, reading: Callable[[], ProgressReading | None],
-                 current: Callable[[], bool], on_too_slow: Callable[[str], None], on_error: ErrorHandler) -> None:
+                 first_seen: FirstSeen | None, *, io: IoProbe | None, roots: Callable[[], list[Root]],
+                 reading: Callable[[], ProgressReading | None], current: Callable[[], bool],
+                 on_too_slow: Callable[[str], None], on_error: ErrorHandler) -> None:
         self._spec, self._loop, self._log, self._probe, self._first_seen = spec, loop, log, probe, first_seen
         self._reading, self._current, self._on_too_slow, self._on_error = reading, current, on_too_slow, on_error
         self._started = loop.clock.monotonic()
@@ -66,6 +78,12 @@ class ProgressWatch:
             if spec.progress_path is not None:
                 self._releases.append(probe.watch(spec.progress_path, PROGRESS_TICK_S))
             self._releases.append(probe.watch_net(PROGRESS_TICK_S))
+        self._roots = roots
+        self._io: IoWatch | None = None
+        if io is not None:
+            self._io = io.watch(PROGRESS_TICK_S)
+            self._io.follow(roots())
+            self._releases.append(self._io.release)
         self._cache_start: int | None = None
         self._net_start: int | None = None
         self._done = 0
@@ -105,11 +123,20 @@ class ProgressWatch:
         if net is not None and net.size is not None and self._net_start is not None:
             net_gain = max(0, net.size - self._net_start)
         reading = self._reading()
-        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start))
+        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, self._written()))
         self._window.add(now, self._done)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
         self.progress = figures(self._done, self._spec.progress_total, self._window.rate(), files)
         return True
+
+    def _written(self) -> int | None:
+        """What the attempt's trees have written since it began (None: not read yet, or unreadable); the
+        trees are handed to the I/O thread afresh each time (its children start one after another)."""
+        if self._io is None:
+            return None
+        self._io.follow(self._roots())
+        latest = self._io.latest()
+        return latest.written if latest is not None and latest.readable else None
 
     def _say(self, now: float) -> None:
         if now - self._logged_at >= PROGRESS_LOG_S and self.progress is not None:

@@ -185,8 +185,10 @@ def timer_lines(ph: dict[str, Any], now: float, live: bool) -> list[str]:
         if name == "deadline":
             said.append(f"deadline {span(t.get('left_s'))} left of timeout_s={_g(t.get('limit_s'))}")
         elif name == "stall":
+            signs = t.get("signs") if isinstance(t.get("signs"), dict) else {}
+            ages = "".join(f"; {what} {span(age)} ago" for what, age in signs.items())
             said.append(f"stall: no sign of progress for {span(t.get('silent_s'))} of stall_s={_g(t.get('limit_s'))} "
-                        f"({span(t.get('left_s'))} left)")
+                        f"({span(t.get('left_s'))} left{ages})")
         elif name == "ready":
             said.append(f"ready wait: {t.get('child')} {span(t.get('waited_s'))} of "
                         f"ready_timeout_s={_g(t.get('limit_s'))} ({span(t.get('left_s'))} left)")

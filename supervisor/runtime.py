@@ -27,6 +27,7 @@ from .firstseen import FirstSeen
 from .freeze import FreezeWatch
 from .gpu import GpuSample
 from .gpuwatch import Gpus
+from .iowatch import IoProbe
 from .logs import Unshipped
 from .loop import EventLoop, Faults, name_of
 from .memory import MemoryEvidence
@@ -78,6 +79,7 @@ class MachineEvidence:
     memory: MemoryEvidence | None = None
     gpus: Gpus | None = None  # the GPU thread's latest readings (supervisor/gpuwatch.py)
     progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
+    io: IoProbe = field(default_factory=IoProbe)  # the I/O thread: the attempts' trees' bytes (iowatch.py)
     freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (freeze.start_the_tick, from run.py)
     first_seen: FirstSeen | None = None  # when the instance first started and registered: deadlines count from it
 

@@ -21,6 +21,8 @@ from .states import ATTEMPT_RUNS, FINAL_STATES, PhaseState
 class StallWatchView(Protocol):
     def last_sign(self) -> float: ...
 
+    def ages(self, now: float) -> dict[str, float]: ...
+
 
 class StallView(Protocol):
     @property
@@ -98,7 +100,8 @@ def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> dict
     stall = pacing.stall
     if state in ATTEMPT_RUNS and stall is not None and spec.stall_s is not None:
         silent = now - stall.watch.last_sign()
-        timers["stall"] = {"limit_s": spec.stall_s, "silent_s": _secs(silent), "left_s": _secs(spec.stall_s - silent)}
+        timers["stall"] = {"limit_s": spec.stall_s, "silent_s": _secs(silent), "left_s": _secs(spec.stall_s - silent),
+                           "signs": {what: _secs(age) for what, age in stall.watch.ages(now).items()}}
     start = phase.current_attempt.start
     waiting = start.waiting if start is not None and state in ATTEMPT_RUNS else None
     if waiting is not None:

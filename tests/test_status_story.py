@@ -215,7 +215,8 @@ def test_the_deadline_stall_and_ready_wait_count_while_a_daemon_is_waited_for(su
         assert text.splitlines()[0].startswith("starting: svc, waiting for svc/helper to be ready ("), text
         timers = next(line for line in text.splitlines() if line.startswith("      timers: "))
         assert re.fullmatch(r"      timers: deadline \d+s left of timeout_s=120; stall: no sign of progress for "
-                            r"\d+s of stall_s=90 \(\d+s left\); ready wait: svc/helper \d+s of ready_timeout_s=100 "
+                            r"\d+s of stall_s=90 \(\d+s left; output \d+s ago(; I/O \d+s ago)?\); "
+                            r"ready wait: svc/helper \d+s of ready_timeout_s=100 "
                             r"\(\d+s left\)", timers), text
     finally:
         stop(run)
@@ -366,7 +367,9 @@ def test_status_interval_without_watch_is_one_line_and_2(tmp_path: Path) -> None
 
 def a_phase(state: PhaseState, *, deadline_at: float | None = None, backoff_until: float | None = None,
             last_sign: float | None = None, waiting: tuple[Any, float] | None = None) -> SimpleNamespace:
-    stall = SimpleNamespace(watch=SimpleNamespace(last_sign=lambda: last_sign)) if last_sign is not None else None
+    stall = (SimpleNamespace(watch=SimpleNamespace(last_sign=lambda: last_sign,
+                                                   ages=lambda now: {"output": now - last_sign, "I/O": 2.0}))
+             if last_sign is not None else None)
     return SimpleNamespace(name="p", spec=SimpleNamespace(timeout_s=600.0, stall_s=60.0), since=1.0, up=False,
                            state=state,
                            pacing=SimpleNamespace(deadline_at=deadline_at, backoff_until=backoff_until, stall=stall),
@@ -378,7 +381,7 @@ def test_the_timers_are_what_the_phase_exposes_counted_from_now() -> None:
     running = a_phase(PhaseState.STARTING, deadline_at=1500.0, last_sign=990.0, waiting=(helper, 980.0))
     assert phase_timers(running, None, now=1000.0) == {
         "deadline": {"limit_s": 600.0, "left_s": 500.0},
-        "stall": {"limit_s": 60.0, "silent_s": 10.0, "left_s": 50.0},
+        "stall": {"limit_s": 60.0, "silent_s": 10.0, "left_s": 50.0, "signs": {"output": 10.0, "I/O": 2.0}},
         "ready": {"child": "p/helper", "limit_s": 30.0, "waited_s": 20.0, "left_s": 10.0},
     }
     # A deadline that passed shows 0 left, never a negative; a backoff shows the time to the next attempt.

@@ -1,13 +1,18 @@
 """What aria2c prints and leaves beside a file, for the paramfetch stand-in where the real one is not installed
 (measured with aria2 1.36.0, stdout a pipe; production.md): the readout line, the coloured NOTICE, the
 ``<file>.aria2`` control file kept while the file is incomplete (here: the offset reached, as text; the real
-one is binary), the preallocation.
+one is binary), the preallocation, and how its output reaches a pipe: the NOTICE lines at once, the readouts
+block-buffered (``Readouts``), so a supervisor reading the pipe sees nothing of them until the buffer fills
+or the file is done.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
+
+from . import output
 
 CONTROL_SUFFIX = ".aria2"  # aria2c's control file beside a file it has not completed
 NOTICE = "\x1b[1;32mNOTICE\x1b[0m"  # aria2c colours its level words
@@ -25,6 +30,45 @@ def resumed_offset(path: str, control: str, size: int) -> int:
     except OSError:
         return 0
     return length if length < size else 0
+
+
+# The buffer of a stdout that is a pipe (glibc's stdio: the pipe's st_blksize).
+PIPE_BUFFER = 4096
+
+
+class Readouts:
+    """aria2c's readout lines as they reach a pipe: held in a PIPE_BUFFER-byte buffer that is written out
+    only when it is full (exactly that many bytes: a line may be cut, its rest comes with the next) or when a
+    NOTICE line follows (``flush``: aria2c's logger flushes); to a terminal each line at once."""
+
+    def __init__(self) -> None:
+        self._held = bytearray()
+        self._pipe = not sys.stdout.isatty()
+
+    def add(self, line: str) -> None:
+        if not self._pipe:
+            output.out(line)
+            return
+        self._held += (line + "\n").encode()
+        while len(self._held) >= PIPE_BUFFER:
+            self._write(bytes(self._held[:PIPE_BUFFER]))
+            del self._held[:PIPE_BUFFER]
+
+    def flush(self) -> None:
+        if self._held:
+            self._write(bytes(self._held))
+            self._held.clear()
+
+    @staticmethod
+    def _write(data: bytes) -> None:
+        if output.silenced():
+            return
+        try:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        except (OSError, ValueError):
+            pass  # the reader went away: as output.out does
 
 
 def write_control(control: str, done: int) -> None:

@@ -16,8 +16,9 @@ flags (``--lowest-speed-limit 16K -m100 --retry-wait 10 --continue -x16 -s16 --d
 URL``, ``--max-download-limit`` from ``STANDIN_PARAM_RATE``) against ``$IPFS_GATEWAY`` (a
 local server: ``paramserve``), its output passed through; without it, as aria2c would
 (the file preallocated at once, ``<file>.aria2`` beside it until it is complete, one
-readout line ``[#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]`` a second, ANSI-coloured
-NOTICE lines, ``Download complete: PATH``, the results table); or as curio's Go fallback
+readout line ``[#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]`` a second, block-buffered into a
+pipe as aria2c's (they arrive at the file's end, or 4 KiB at a time), ANSI-coloured NOTICE lines,
+``Download complete: PATH``, the results table); or as curio's Go fallback
 (``go``: nothing printed, the file grows). A partial file is resumed (from its control
 file, else its length); a complete one (its size, and no control file) is reported
 ``Parameter file <path> is ok`` and skipped. The directory's ``fetch.lock`` is taken with
@@ -232,12 +233,14 @@ class Fetcher:
     def _simulate_aria2c(self, path: str) -> None:
         """What aria2c prints and leaves, without it: the file preallocated to its full size at once, a
         ``.aria2`` control file beside it while it is incomplete (here: the offset reached, as text), one
-        readout line a second (and one a chunk), the NOTICE lines, the results table."""
+        readout line a second (and one a chunk), block-buffered into a pipe as aria2c's are (they arrive
+        with the next NOTICE line, when the file is done), the NOTICE lines, the results table."""
         control = path + aria2.CONTROL_SUFFIX
         done = aria2.resumed_offset(path, control, self.size)
         gid = hashlib.sha256(path.encode()).hexdigest()[:6]
         output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Downloading 1 item(s)")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        readouts = aria2.Readouts()
         try:
             if os.fstat(fd).st_size != self.size:
                 os.ftruncate(fd, 0)
@@ -251,11 +254,12 @@ class Fetcher:
                 now = time.monotonic()
                 if now - said >= 1.0 or self.rate is None:
                     said = now
-                    output.out(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
+                    readouts.add(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
                 failures.partway()
             os.fsync(fd)
         finally:
             os.close(fd)
+            readouts.flush()  # (aria2c's buffer goes out with its next NOTICE, or at its exit)
         os.unlink(control)
         output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Download complete: {path}")
         output.out(f"\nDownload Results:\ngid   |stat|avg speed  |path/URI\n"

@@ -77,6 +77,7 @@ from .values import (
     check_state_dir,
     check_warn_fraction,
     int_text,
+    number_text,
     one_of,
     parse_signal,
     ready_checker,
@@ -137,7 +138,8 @@ PHASE_KEYS = {
     "restart_burst": Key(whole_number(1, MAX_RESTART_BURST), DEFAULT_RESTART_BURST),
     "restart_window_s": Key(_positive_seconds, DEFAULT_RESTART_WINDOW_S),
     "backoff_reset_s": Key(check_seconds, DEFAULT_BACKOFF_RESET_S),
-    "stall_s": Key(_optional(_positive_seconds)),
+    # Whole seconds as text too, from ${VAR} (the profile's $PROVER_FETCH_STALL_S).
+    "stall_s": Key(_optional(lambda v, w: _positive_seconds(number_text(v), w))),
     "progress_path": Key(check_path),
     "progress_total": Key(check_size),
     # Whole seconds may come as text from ${VAR} expansion (the profile's $PROVER_FETCH_DEADLINE_S).

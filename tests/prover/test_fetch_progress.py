@@ -89,6 +89,35 @@ def test_the_standin_fetches_like_curio_preallocated_with_a_control_file(tmp_pat
     assert result.readouts >= 1 and len(result.files) == 1, out
 
 
+@pytest.mark.parametrize("how", ["simulated", "aria2c"])
+def test_the_readout_reaches_a_pipe_in_one_burst_when_the_file_is_done(tmp_path: Path, gateway: Any,
+                                                                       how: str) -> None:
+    # The real aria2c's readout into a pipe is block-buffered (production.md); the stand-in's must be too, or the
+    # supervisor is tested against a kinder program than the one it meets.
+    if how == "aria2c" and ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    cache = tmp_path / "params"
+    gateway._server.size = 3 * MIB
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_FILES="1", STANDIN_PARAM_BYTES="3MiB",
+                      STANDIN_PARAM_RATE="1MiB", IPFS_GATEWAY=gateway.url, STANDIN_PARAM_DOWNLOADER=how)
+    proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    arrivals: list[tuple[float, bytes]] = []  # (when, line), as the supervisor's reader would see them
+    started = time.monotonic()
+    for line in proc.stdout:
+        arrivals.append((time.monotonic() - started, line))
+    assert proc.wait(30) == 0, b"".join(line for _, line in arrivals)
+    readouts = [at for at, line in arrivals if line.startswith(b"[#")]
+    complete = next(at for at, line in arrivals if b"Download complete" in line)
+    downloading = next(at for at, line in arrivals if b"Downloading 1 item" in line)
+    assert len(readouts) >= 2, arrivals
+    # About 3 s of download: the NOTICE at once, the readouts only with the file's end, all together.
+    assert complete - downloading >= 2.0, arrivals
+    assert min(readouts) >= complete - 0.5, f"a readout arrived before the file was done: {arrivals}"
+    assert max(readouts) - min(readouts) < 0.5, arrivals
+
+
 # ---------------------------------------------------------------- the bench cut, in-process
 
 
@@ -142,8 +171,11 @@ def test_the_cut_counts_from_the_first_proof_line_and_stops_at_the_boundary() ->
 
 
 def _slow_env(profile: Any, gateway: Any, **extra: str) -> dict[str, str]:
+    # stall_s far shorter than a file takes (20 s at 1 MiB/s): aria2c's readout stays in its pipe until a file
+    # is done, so only its writes keep it alive (issue 21); a stall here would fail these tests.
     knobs = {"IPFS_GATEWAY": gateway.url, "STANDIN_PARAM_DOWNLOADER": _downloader(), "STANDIN_PARAM_FILES": "3",
-             "STANDIN_PARAM_BYTES": "20MiB", "STANDIN_PARAM_RATE": "1MiB", "PROVER_PARAM_TOTAL": "60MiB"}
+             "STANDIN_PARAM_BYTES": "20MiB", "STANDIN_PARAM_RATE": "1MiB", "PROVER_PARAM_TOTAL": "60MiB",
+             "PROVER_FETCH_STALL_S": "4"}
     return profile.env(**{**knobs, **extra})
 
 
@@ -166,6 +198,7 @@ def test_a_throttled_download_that_can_make_it_is_never_given_up(profile: Any, g
                     PROVER_FETCH_DEADLINE_S="60", PROVER_SLOW_WINDOW_S="2")
     run = profile.run(env=env, timeout=90)
     assert "too_slow" not in run.output, run.output[-3000:]
+    assert "reason=stalled" not in run.output, run.output[-3000:]
     assert "phase paramfetch: running → stopping" in run.output or "phase paramfetch: stopping → done" in \
         run.output, run.output[-3000:]
     assert profile.calls("/param-done") == 1

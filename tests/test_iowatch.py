@@ -1,0 +1,144 @@
+"""The I/O thread's accounting (iowatch.py): the pure ledger of a tree's bytes, then the real thread reading
+real processes' /proc/<pid>/io (a shell that writes through children it reaps, a tree that goes quiet, a
+process that only reads)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import wait_for
+
+from supervisor.iowatch import IoLedger, IoProbe, ProcIo, parse_io, read_io
+from supervisor.survivors import TAG_ENV
+
+MIB = 1 << 20
+
+
+def proc(pid: int, ppid: int, rchar: int = 0, wchar: int = 0, read_bytes: int = 0, write_bytes: int = 0) -> ProcIo:
+    return ProcIo(pid, ppid, (rchar, wchar, read_bytes, write_bytes))
+
+
+# ================================================================ the ledger, pure
+
+
+def test_the_first_reading_is_the_baseline() -> None:
+    ledger = IoLedger()
+    ledger.add([proc(10, 1, rchar=5 * MIB, wchar=3 * MIB)])
+    assert (ledger.moved, ledger.written, ledger.readable) == (0, 0, True)
+    ledger.add([proc(10, 1, rchar=5 * MIB + 100, wchar=3 * MIB + 50)])
+    assert (ledger.moved, ledger.written) == (150, 50)
+
+
+def test_a_process_that_appears_counts_all_its_bytes_and_one_that_goes_keeps_what_it_had() -> None:
+    ledger = IoLedger()
+    ledger.add([proc(10, 1)])
+    ledger.add([proc(10, 1), proc(11, 10, wchar=1000)])  # forked after the baseline: it began at zero
+    assert ledger.written == 1000
+    ledger.add([proc(10, 1)])  # 11 went (the supervisor reaped it: its parent 10 did not take it in)
+    assert ledger.written == 1000
+
+
+def test_a_child_reaped_by_its_parent_in_the_tree_is_not_counted_twice() -> None:
+    # The kernel adds a reaped child's counters to its parent's: sh's jump is head's bytes again.
+    ledger = IoLedger()
+    ledger.add([proc(10, 1, wchar=100)])
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=MIB)])
+    ledger.add([proc(10, 1, wchar=100 + MIB + 4096)])  # 11 reaped by 10: 4096 more since the last reading
+    assert ledger.written == MIB + 4096
+
+
+def test_a_counter_that_goes_back_is_a_new_process_under_a_reused_pid() -> None:
+    ledger = IoLedger()
+    ledger.add([proc(10, 1, rchar=9000)])
+    ledger.add([proc(10, 1, rchar=300)])  # not a loss of 8700 bytes: another process, 300 bytes of its own
+    assert ledger.moved == 300
+
+
+def test_nothing_readable_is_no_evidence() -> None:
+    ledger = IoLedger()
+    ledger.add([])
+    ledger.add([])
+    assert (ledger.moved, ledger.readable) == (0, False)
+
+
+def test_parse_io_reads_the_kernel_text_and_refuses_garbage() -> None:
+    text = (b"rchar: 244939\nwchar: 8389856\nsyscr: 120\nsyscw: 40\nread_bytes: 0\nwrite_bytes: 8417280\n"
+            b"cancelled_write_bytes: 0\n")
+    assert parse_io(text) == (244939, 8389856, 0, 8417280)
+    assert parse_io(b"rchar: 1\nwchar: x\nread_bytes: 0\nwrite_bytes: 0\n") is None
+    assert parse_io(b"\xff\xfe garbage") is None
+    assert read_io(-1) is None
+
+
+# ================================================================ the thread, on real processes
+
+
+def io_readable() -> None:
+    if read_io(os.getpid()) is None:
+        pytest.skip("/proc/<pid>/io is not readable here (a kernel without task I/O accounting)")
+
+
+def spawn(script: str, tag: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sh", "-c", script], env={**os.environ, TAG_ENV: tag}, start_new_session=True)
+
+
+def test_a_shell_writing_through_children_it_reaps_counts_each_byte_once(tmp_path: Path) -> None:
+    io_readable()
+    target = tmp_path / "out"
+    child = spawn(f"sleep 0.5; head -c {MIB} /dev/zero > {target}; sleep 0.3; "
+                  f"head -c {MIB} /dev/zero > {target}; sleep 0.5", "iotest.1")
+    probe = IoProbe()
+    watch = probe.watch(0.2)
+    try:
+        watch.follow([(child.pid, "iotest.1")])
+        child.wait(20)
+        wait_for(lambda: (latest := watch.latest()) is not None and latest.procs == 0, 5, 0.05)
+        latest = watch.latest()
+        assert latest is not None and latest.readable
+        # Two heads wrote 1 MiB each; the shell that reaped them took their counters in (not counted again);
+        # the shell's own redirections add no data.
+        assert 2 * MIB <= latest.written < 2 * MIB + 64 * 1024, latest
+        assert latest.moved >= 4 * MIB  # read from /dev/zero too
+    finally:
+        watch.release()
+        probe.close()
+        if child.poll() is None:
+            child.kill()
+
+
+def test_a_quiet_tree_moves_nothing_and_a_reader_moves_bytes(tmp_path: Path) -> None:
+    io_readable()
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(4 * MIB))
+    quiet = spawn("exec sleep 30", "iotest.2")
+    reader = subprocess.Popen([sys.executable, "-c", f"""
+import hashlib, time
+end = time.monotonic() + 30
+while time.monotonic() < end:
+    with open({str(data)!r}, "rb") as fh:
+        hashlib.blake2b(fh.read()).hexdigest()
+    time.sleep(0.05)
+"""], env={**os.environ, TAG_ENV: "iotest.3"}, start_new_session=True)
+    probe = IoProbe()
+    quiet_watch, reader_watch = probe.watch(0.2), probe.watch(0.2)
+    try:
+        quiet_watch.follow([(quiet.pid, "iotest.2")])
+        reader_watch.follow([(reader.pid, "iotest.3")])
+        wait_for(lambda: (r := reader_watch.latest()) is not None and r.moved > 8 * MIB, 15, 0.05)
+        time.sleep(1.0)
+        quiet_latest, reader_latest = quiet_watch.latest(), reader_watch.latest()
+        assert quiet_latest is not None and quiet_latest.readable and quiet_latest.procs == 1
+        assert quiet_latest.moved == 0, quiet_latest  # asleep: alive, but no byte moved
+        assert reader_latest is not None and reader_latest.written < MIB  # it only reads
+    finally:
+        quiet_watch.release()
+        reader_watch.release()
+        probe.close()
+        for p in (quiet, reader):
+            p.kill()
+            p.wait(5)

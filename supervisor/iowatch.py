@@ -24,18 +24,23 @@ its parent's).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .offloop import worker_thread
-from .proctable import Proc, ProcessTable
+from .proctable import Proc, ProcessTable, Snapshot
 
 # How often the watched trees are read, unless a watch asks for more often (never more often than
 # IO_SAMPLE_MIN_S: a tree of 200 processes costs well under 1% of a core at once a second, bench/iosample.py).
 IO_SAMPLE_S = 1.0
 IO_SAMPLE_MIN_S = 0.2
+# Who is in the trees is read from the whole process table this often (and at once when a watch's roots change);
+# in between only the members' counters are read. A process born since counts all its bytes once it is found
+# (it began at zero), and one born and reaped by its parent in between shows in that parent's counters.
+TREE_REFRESH_S = 5.0
 
 # The counters read, in /proc/<pid>/io's words.
 COUNTERS = ("rchar", "wchar", "read_bytes", "write_bytes")
@@ -109,26 +114,32 @@ def _absorbed(last: dict[int, ProcIo], now: dict[int, ProcIo]) -> dict[int, Coun
 
 
 def parse_io(data: bytes) -> Counters | None:
-    """COUNTERS from /proc/<pid>/io's text; None where one is missing or not a number."""
-    found: dict[str, int] = {}
-    for line in data.split(b"\n"):
-        key, sep, value = line.partition(b":")
-        value = value.strip()
-        if sep and value.isdigit():
-            found[key.decode("ascii", "replace")] = int(value)
+    """COUNTERS from /proc/<pid>/io's text (``rchar: N`` a line, in the kernel's fixed order, read by
+    position: this runs for every process of every tree every second); None where it is not that text."""
+    fields = data.split()
     try:
-        return (found["rchar"], found["wchar"], found["read_bytes"], found["write_bytes"])
-    except KeyError:
+        if (fields[0], fields[2], fields[8], fields[10]) != _KEYS:
+            return None
+        return (int(fields[1]), int(fields[3]), int(fields[9]), int(fields[11]))
+    except (IndexError, ValueError):
         return None
+
+
+_KEYS = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
 
 
 def read_io(pid: int, proc: str = "/proc") -> Counters | None:
     """One process's counters; None if it vanished or they cannot be read."""
     try:
-        with open(f"{proc}/{pid}/io", "rb") as fh:
-            return parse_io(fh.read(4096))
+        fd = os.open(f"{proc}/{pid}/io", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        return parse_io(os.read(fd, 4096))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 class _Reader:
@@ -222,13 +233,17 @@ class IoProbe:
 
     def _run(self) -> None:
         table = self._make_table()  # the thread's own: the loop's table is the stops'
+        snapshot: Snapshot | None = None  # the trees' members, as last read from the whole process table
+        scanned: dict[int, tuple[Root, ...]] = {}  # the roots it was read for
         while self._wait():
             with self._cond:
                 asked = {wid: w.roots for wid, w in self._watches.items() if w.roots}
             if not asked:
                 continue
             try:
-                snapshot, read = table.snapshot(), _Reader(self._proc)
+                if snapshot is None or time.monotonic() - snapshot.taken_at >= TREE_REFRESH_S or asked != scanned:
+                    snapshot, scanned = table.snapshot(newer_than=time.monotonic()), asked
+                read = _Reader(self._proc)
                 readings = {wid: read.trees(snapshot.tree, roots) for wid, roots in asked.items()}
             except Exception:  # a bug must not end the only reader: this round reads as no reading
                 readings = {}

@@ -112,9 +112,12 @@ class ProcessTable:
 
     def _stat(self, pid: str) -> tuple[str, int, int, str] | None:
         """(state, ppid, pgid, start time) from /proc/<pid>/stat; None if it vanished."""
-        try:
-            with open(f"{self._proc}/{pid}/stat", "rb") as f:
-                data = f.read()
+        try:  # (os.open: a third of open()'s cost, and the table reads every process of the machine)
+            fd = os.open(f"{self._proc}/{pid}/stat", os.O_RDONLY)
+            try:
+                data = os.read(fd, 4096)
+            finally:
+                os.close(fd)
         except OSError:
             return None
         fields = data[data.rfind(b")") + 2:].split()  # after "pid (comm) ": the name may hold anything

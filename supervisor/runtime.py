@@ -79,7 +79,8 @@ class MachineEvidence:
     memory: MemoryEvidence | None = None
     gpus: Gpus | None = None  # the GPU thread's latest readings (supervisor/gpuwatch.py)
     progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
-    io: IoProbe = field(default_factory=IoProbe)  # the I/O thread: the attempts' trees' bytes (iowatch.py)
+    # The I/O thread: the attempts' trees' bytes (iowatch.py); None: no I/O evidence (fake children, no processes).
+    io: IoProbe | None = field(default_factory=IoProbe)
     freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (freeze.start_the_tick, from run.py)
     first_seen: FirstSeen | None = None  # when the instance first started and registered: deadlines count from it
 

@@ -75,7 +75,8 @@ def drive(tmp_path: Path) -> Iterator[Callable[..., Drive]]:
         log: list[str] = []
         kit = ChildKit(loop=loop, reaper=Reaper(lambda pid, status: None), console=Console(enabled=False),
                        log=log.append, log_dir=tmp_path, ring_lines=10, log_file_max_bytes=4096, base_env={})
-        evidence = MachineEvidence(freeze=FreezeWatch(log.append, clock=clock) if freeze else None)
+        # (no I/O thread: fake children are no processes, their pids are nobody's or somebody else's)
+        evidence = MachineEvidence(freeze=FreezeWatch(log.append, clock=clock) if freeze else None, io=None)
         rt = Runtime.of(kit, evidence, rng=random.Random(SEED), state_dir=tmp_path)
         children = FakeChildren(clock, loop)
         moves: list[tuple[float, PhaseState, str]] = []

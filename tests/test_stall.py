@@ -90,6 +90,35 @@ def test_progress_growth_counts_shrink_then_growth_counts() -> None:
     assert w.stalled(103.2) is not None
 
 
+def test_bytes_moved_are_a_sign_of_life_once_the_counters_can_be_read() -> None:
+    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w.saw_io(5000, True, 100.2)  # the baseline: what the trees had moved before
+    assert w.stalled(101.0) is not None, "the baseline counted as I/O"
+    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w.saw_io(0, True, 100.1)
+    w.saw_io(4096, True, 100.8)
+    assert w.stalled(101.5) is None
+    w.saw_io(4096, True, 101.2)  # alive, nothing moved: no sign
+    assert w.stalled(101.8) == "no output for 1.8s, no I/O for 1.0s (no GPU visible)"
+    assert w.ages(101.8) == pytest.approx({"output": 1.8, "I/O": 1.0})
+
+
+def test_unreadable_counters_are_no_evidence_and_say_so() -> None:
+    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w.saw_io(0, False, 100.5)
+    w.saw_io(10**9, False, 100.9)  # (an unreadable reading's numbers mean nothing)
+    assert w.stalled(101.0) == "no output for 1.0s (I/O counters unreadable) (no GPU visible)"
+    assert "I/O" not in w.ages(101.0)
+
+
+def test_a_thaw_restarts_the_io_silence_too() -> None:
+    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w.saw_io(0, True, 100.0)
+    w.thawed(105.0)
+    assert w.stalled(105.9) is None
+    assert w.stalled(106.0) == "no output for 1.0s, no I/O for 1.0s (no GPU visible)"
+
+
 def test_message_names_each_silent_sign() -> None:
     w = watch(2.0, gpus=True, path=True)
     w.saw_progress_size(10, 100.0)

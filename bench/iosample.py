@@ -1,0 +1,89 @@
+"""What the I/O thread costs (issue 21): reading /proc/<pid>/io for a tree of 200 processes once a second.
+
+    python bench/iosample.py [--procs 200] [--seconds 30]
+
+Starts a tree of real processes (one shell that starts ``--procs`` - 1 ``sleep`` children, all carrying one
+tag, as a phase's child does), has ``IoProbe`` read it every IO_SAMPLE_S for ``--seconds``, and measures the
+CPU the whole benchmark process used meanwhile (its main thread only sleeps: the rest is the I/O thread) as a
+percentage of one core, and the time a full reading of the tree takes (the whole ProcessTable scan, done every
+TREE_REFRESH_S, + every
+``/proc/<pid>/io``). Prints one JSON line; docs/benchmarks.md keeps the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from supervisor.iowatch import IO_SAMPLE_S, IoProbe  # noqa: E402
+from supervisor.proctable import ProcessTable  # noqa: E402
+from supervisor.survivors import TAG_ENV  # noqa: E402
+
+TAG = "bench.io"
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--procs", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    script = f"for i in $(seq {args.procs - 1}); do sleep 600 & done; wait"
+    tree = subprocess.Popen(["sh", "-c", script], env={**os.environ, TAG_ENV: TAG}, start_new_session=True)
+    try:
+        table = ProcessTable()
+        deadline = time.monotonic() + 30
+        while len(table.snapshot(newer_than=time.monotonic()).tree(tree.pid, TAG)) < args.procs:
+            if time.monotonic() > deadline:
+                raise SystemExit("the tree did not come up")
+            time.sleep(0.1)
+        probe = IoProbe()
+        watch = probe.watch(IO_SAMPLE_S)
+        watch.follow([(tree.pid, TAG)])
+        time.sleep(1.5)  # the first reading (the tags of 200 new processes are read once)
+        before_cpu, before = cpu_s(), time.monotonic()
+        first = watch.latest()
+        time.sleep(args.seconds)
+        used, wall = cpu_s() - before_cpu, time.monotonic() - before
+        last = watch.latest()
+        rounds = (last.seq - first.seq) if first is not None and last is not None else 0
+        probe.close()
+        # One reading alone, timed in this thread, with a fresh table each time as the thread's is warm.
+        timings = []
+        from supervisor.iowatch import _Reader  # the thread's own round, timed here
+
+        for _ in range(20):
+            started = time.perf_counter()
+            snapshot = table.snapshot(newer_than=time.monotonic())
+            _Reader("/proc").trees(snapshot.tree, ((tree.pid, TAG),))
+            timings.append((time.perf_counter() - started) * 1000)
+        timings.sort()
+        print(json.dumps({
+            "procs": last.procs if last is not None else None,
+            "seconds": round(wall, 1),
+            "rounds": rounds,
+            "cpu_percent_of_one_core": round(100 * used / wall, 3),
+            "full_scan_ms_p50": round(timings[len(timings) // 2], 2),
+            "full_scan_ms_max": round(timings[-1], 2),
+        }))
+    finally:
+        os.killpg(tree.pid, signal.SIGKILL)
+        tree.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from supervisor.iowatch import IO_SAMPLE_S, IoProbe  # noqa: E402
-from supervisor.proctable import ProcessTable  # noqa: E402
-from supervisor.survivors import TAG_ENV  # noqa: E402
+from supervisor.iowatch import IO_SAMPLE_S, IoProbe
+from supervisor.proctable import ProcessTable
+from supervisor.survivors import TAG_ENV
 
 TAG = "bench.io"
 

@@ -96,6 +96,19 @@ def test_what_is_done_from_each_source() -> None:
     assert net.size == 0
     assert done_bytes(cache, None, 50 * MIB, 10 * MIB) == 60 * MIB  # a program that prints nothing
     assert done_bytes(cache, None, None, 10 * MIB) == 40 * MIB
+    # The trees' writes since the attempt began, on top of what was complete then: live while the readout is
+    # held in aria2c's pipe buffer, and the larger estimate wins, never a sum of two.
+    assert done_bytes(cache, None, None, 10 * MIB, written=45 * MIB) == 55 * MIB
+    assert done_bytes(cache, reading, None, 0, written=50 * MIB) == 50 * MIB
+
+
+def test_a_resumed_file_counts_neither_twice_nor_backwards() -> None:
+    # 40 MiB complete when the attempt began, and a 20 MiB file resumed (--continue) at 8 MiB: its first 8 MiB
+    # are not counted until it is complete (aria2c writes only the rest, 12 MiB), then it counts whole, once.
+    before = TreeMeasure("/c", 60 * MIB, 3, 0.0, 0.0, 1, done=40 * MIB, done_files=2)
+    assert done_bytes(before, None, None, 40 * MIB, written=6 * MIB) == 46 * MIB
+    after = TreeMeasure("/c", 60 * MIB, 3, 0.0, 0.0, 2, done=60 * MIB, done_files=3)
+    assert done_bytes(after, None, None, 40 * MIB, written=12 * MIB) == 60 * MIB  # not 40 + 12 + 20
 
 
 def test_the_first_seen_times_outlive_a_restart(tmp_path: Path) -> None:

@@ -3,11 +3,14 @@ paramfetch's own, so the core's progress watch knows what the download has got (
 
 aria2c (production.md; measured with aria2 1.36.0, stdout a pipe) prints, a file at a time::
 
-    [#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]        one readout line a second
+    [#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]        a readout line a second, block-buffered
     12/01 14:43:51 [NOTICE] Download complete: /var/tmp/filecoin-proof-parameters/v28-....params
     12/01 14:43:51 [ERROR] CUID#7 - Download aborted. URI=...    (level words ANSI-coloured)
 
-and paramfetch ``Parameter file <path> is ok`` once a file is checked (or found complete). The readout's
+and paramfetch ``Parameter file <path> is ok`` once a file is checked (or found complete). Into a pipe the
+readouts are block-buffered: they arrive in one burst when the file is done (or 4 KiB at a time), so what they
+say corrects the figure afterwards; what the download has got meanwhile is its processes' writes
+(progresswatch.py). The readout's
 first figure is the bytes of the file under way; a ``Download complete`` adds that file's size (its
 readout's second figure) to what is done and starts the next at 0. The command's exit status judges it
 (the result never fails it); the last ERROR line is kept for the log.

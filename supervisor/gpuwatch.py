@@ -79,8 +79,9 @@ class _Request:
 class Gpus:
     """NVML through the one GPU thread, started by ``start`` (or the first ``want``)."""
 
-    def __init__(self, *, call_timeout_s: float = NVML_CALL_TIMEOUT_S, blind_s: float = GPU_BLIND_S) -> None:
+    def __init__(self, *, call_timeout_s: float = NVML_CALL_TIMEOUT_S, blind_s: float | None = None) -> None:
         self._call_timeout_s = call_timeout_s
+        blind_s = GPU_BLIND_S if blind_s is None else blind_s
         self._cond = threading.Condition()  # guards every field below the thread and the loop share
         self._thread: threading.Thread | None = None
         self._closed = False

@@ -145,12 +145,16 @@ def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callab
     watchers = [evidence.progress.check]
     if evidence.gpus is not None:
         watchers.append(evidence.gpus.check)
+        evidence.watches.add(*evidence.gpus.states())
     health = gpu_health_for(lifecycle.phases, lifecycle, evidence.gpus)
     if health is not None:
         watchers.append(health.check)
     if evidence.memory is not None:
         push = (lambda text: reporter.push_text("setup", text)) if reporter.enabled else None
-        watchers.append(MemoryWatch(lambda: lifecycle.phases, evidence.memory, push).check)
+        memory = MemoryWatch(lambda: lifecycle.phases, evidence.memory, push)
+        evidence.watches.add(memory.state)
+        watchers.append(memory.check)
+    watchers.append(evidence.watches.check)  # last: what the watches above found of themselves this tick
     return watchers
 
 

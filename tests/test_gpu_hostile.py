@@ -11,14 +11,18 @@ it goes blind, and never floods or spins.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import wait_for
-from standin_nvml import NvmlControl, fake_pynvml
+from helpers import PY, REPO, Runner, clean_env, pyc, wait_for
+from standin_nvml import NvmlControl, fake_nvml_env, fake_pynvml
 from standin_nvml import gpu as nvml_gpu
 
 from supervisor import fitness
@@ -219,3 +223,51 @@ def test_a_slow_nvml_is_no_finding_where_gpus_are_not_required(control: NvmlCont
         control.set(hang_s=0)
         gpus.close()
     assert decided == [[]], decided
+
+
+# ---------------------------------------------------------------- a real supervisor: said once, shown in status
+
+LAUNCHER = """\
+import sys
+import supervisor.gpuwatch
+supervisor.gpuwatch.GPU_BLIND_S = 1.0  # the test's own: 30 s in production
+from supervisor.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_blind_gpu_watch_is_said_once_and_shown_by_status(sup: Runner, tmp_path: Path) -> None:
+    control = NvmlControl(tmp_path / "nvml.json")
+    flag = tmp_path / "up"
+    cfg = sup.write(f"""
+        [[phases]]
+        name = "prove"
+        gpu_health = true
+        command = {pyc(f"import time, pathlib; pathlib.Path({str(flag)!r}).touch(); time.sleep(60)")}
+        """, stop_grace_s=1)
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(LAUNCHER)
+    out_path = tmp_path / "launched.txt"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([PY, str(launcher), "run", "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT,
+                                cwd=REPO, start_new_session=True, env=clean_env(fake_nvml_env(control)))
+    sup.procs.append(proc)  # type: ignore[arg-type]
+    text = lambda: out_path.read_text(errors="replace")  # noqa: E731
+    wait_for(flag.exists, timeout=30)
+    control.set(garbage=["nvmlDeviceGetUtilizationRates"])
+    wait_for(lambda: "GPU sampling: no reading for " in text(), timeout=20)
+    snap = json.loads(subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                                     capture_output=True, text=True, cwd=REPO, timeout=20).stdout)
+    sampling = snap["watches"]["GPU sampling"]
+    assert sampling["state"] == "blind" and "GPU 0: BadAnswer: utilization.gpu is 'n/a'" in sampling["why"], sampling
+    assert snap["watches"]["GPU Xid events"]["state"] == "reading", snap["watches"]
+    shown = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                           capture_output=True, text=True, cwd=REPO, timeout=20).stdout
+    assert "watches: GPU sampling BLIND since " in shown, shown
+    control.set(garbage=[])
+    wait_for(lambda: "GPU sampling: reading again after " in text(), timeout=20)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(40)
+    out = text()
+    assert out.count("GPU sampling: no reading for ") == 1, out
+    assert "Traceback" not in out and "internal error" not in out, out

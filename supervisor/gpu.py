@@ -162,7 +162,7 @@ def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] 
         except Exception as exc:  # lost, reset in progress, an answer that is none: the next sample tries again
             if lost is not None and is_lost_error(exc):
                 lost(index, exc)
-            elif bad is not None:
+            if bad is not None:  # a lost GPU too: no reading of it
                 bad(index, describe_nvml_error(exc))
             continue
         samples.append(GpuSample(index, nvml.names[index], percent, used, total))

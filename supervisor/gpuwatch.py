@@ -45,7 +45,7 @@ from .gpu import (
 )
 from .gpuevents import XidWatch
 from .offloop import worker_thread
-from .watchstate import WatchState
+from .watchstate import BLIND, READING, STARTING, WatchState
 
 # How often every GPU is sampled while something wants samples; a want may ask for more often
 # (a stall watch with a small stall_s), never more often than GPU_SAMPLE_MIN_S.
@@ -206,10 +206,14 @@ class Gpus:
                 self._said = None
             else:
                 self.slow_calls += 1  # slow, though it returned before a tick could say so
-        if current is not None and now - current[1].since >= self._call_timeout_s and current[0] != self._said:
-            self._said = current[0]
-            self.slow_calls += 1
-            lines.append(f"gpu_unresponsive: {current[1].describe(now)}")
+        if current is not None and now - current[1].since >= self._call_timeout_s:
+            for state in self.states():  # a hung call is no reading: it counts toward blind, and says why
+                if state.current in (READING, STARTING, BLIND):
+                    state.miss(current[1].describe(now), now)
+            if current[0] != self._said:
+                self._said = current[0]
+                self.slow_calls += 1
+                lines.append(f"gpu_unresponsive: {current[1].describe(now)}")
         return lines
 
     def close(self) -> None:

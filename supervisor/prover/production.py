@@ -58,6 +58,8 @@ READ_TIMEOUT_S = 2.0
 READ_DEADLINE_S = 5.0
 # An answer is read to this size at most (a bigger one is no answer).
 MAX_ANSWER_BYTES = 1 << 20
+# A counter (or a size in bytes) an answer may hold at most: more is no count (and no float to divide).
+MAX_COUNT = 10**18
 # The shortest watch_s: more often is a flood of requests to cuzk, not a closer watch.
 WATCH_MIN_S = 0.2
 # No reading for max(2 × watch_s, this) is said (once).
@@ -114,18 +116,23 @@ class Reading:
     error: str = ""
 
 
+def _count(value: Any) -> bool:
+    """A counter or size as an answer may hold one: a whole number from 0 to MAX_COUNT."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
 def parse_cuzk(body: Any) -> tuple[int, int, tuple[int, int] | None] | None:
     """(completed, failed, (memory used, total) or None) of cuzk's /status; None: not its counters. Any JSON is
     read without raising: the reading thread would end on an exception and production go unwatched."""
     counters = body.get("counters") if isinstance(body, dict) else None
-    if not isinstance(counters, dict) or not isinstance(counters.get("total_completed"), int):
+    if not isinstance(counters, dict) or not _count(counters.get("total_completed")):
         return None
     failed = counters.get("total_failed") or 0
-    if not isinstance(failed, int):
+    if not _count(failed):
         return None  # a failed count that is no number: no answer, rather than a guess that hides failures
     mem = body.get("memory")
     memory = (mem["used_bytes"], mem["total_bytes"]) if isinstance(mem, dict) \
-        and isinstance(mem.get("used_bytes"), int) and isinstance(mem.get("total_bytes"), int) else None
+        and _count(mem.get("used_bytes")) and _count(mem.get("total_bytes")) else None
     return counters["total_completed"], failed, memory
 
 
@@ -140,7 +147,7 @@ def parse_curio(text: str) -> tuple[int, int] | None:
                 value = float(match.group(3))
             except ValueError:
                 continue
-            if not math.isfinite(value):
+            if not math.isfinite(value) or not 0 <= value <= MAX_COUNT:
                 continue
             found = True
             totals[match.group(1)] += int(value)

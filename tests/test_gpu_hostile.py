@@ -25,7 +25,7 @@ from helpers import PY, REPO, Runner, clean_env, pyc, wait_for
 from standin_nvml import NvmlControl, fake_nvml_env, fake_pynvml
 from standin_nvml import gpu as nvml_gpu
 
-from supervisor import fitness
+from supervisor import fitness, gpuwatch
 from supervisor.config import parse_plan
 from supervisor.gpu import GPU_NAME_CHARS, MAX_GPUS, GpuFault
 from supervisor.gpuhealth import GpuHealth
@@ -271,3 +271,30 @@ def test_a_blind_gpu_watch_is_said_once_and_shown_by_status(sup: Runner, tmp_pat
     out = text()
     assert out.count("GPU sampling: no reading for ") == 1, out
     assert "Traceback" not in out and "internal error" not in out, out
+
+
+def test_a_gpu_thread_that_fails_says_so_and_starts_again(control: NvmlControl, gpus: Gpus,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug of ours in the thread (here: the sampling raising once, as no NVML answer can make it now) is said on
+    the next tick and the thread starts again: samples and Xid events come back."""
+    real, calls = gpuwatch.sample_all, []
+
+    def fails_once(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a bug of ours")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpuwatch, "THREAD_RESTART_S", 0.2)
+    monkeypatch.setattr(gpuwatch, "sample_all", fails_once)
+    gpus.watch_health()
+    release = gpus.want(0.1)
+    lines: list[str] = []
+    wait_for(lambda: lines.extend(gpus.sampling.check()) or lines, timeout=10)
+    assert lines == ["GPU sampling: stopped unexpectedly (the GPU thread failed: RuntimeError: a bug of ours); "
+                     "started again in 0.2 s"], lines
+    wait_for(lambda: len(calls) >= 6 and gpus.available, timeout=10)
+    control.set(xid=[{"gpu": 0, "xid": 79}])
+    [fault] = faults_of(gpus)
+    assert fault.xid == 79
+    release()

@@ -45,7 +45,7 @@ from .gpu import (
 )
 from .gpuevents import XidWatch
 from .offloop import worker_thread
-from .watchstate import BLIND, READING, STARTING, WatchState
+from .watchstate import BLIND, READING, STARTING, Repeats, WatchState
 
 # How often every GPU is sampled while something wants samples; a want may ask for more often
 # (a stall watch with a small stall_s), never more often than GPU_SAMPLE_MIN_S.
@@ -99,6 +99,7 @@ class Gpus:
         self._slow: list[tuple[int, str, float]] = []  # (call number, call, seconds) past the timeout
         self._said: int | None = None  # the hung call the loop has said (loop side only)
         self.slow_calls = 0  # NVML calls that took longer than the timeout, in this run (loop side)
+        self._repeats = Repeats()  # (loop side) the same slow call said once, then counted
         self._health = False  # GPU health is watched: Xid events waited for, lost GPUs told (watch_health)
         self.sampling = WatchState("GPU sampling", blind_s)
         self._xid = XidWatch(blind_s, self._pause)
@@ -200,8 +201,9 @@ class Gpus:
             slow, self._slow = self._slow, []
             current = self._in_call
         lines = []
-        for number, call, took in slow:
-            lines.append(f"gpu_unresponsive: {call} returned after {took:.1f}s")
+        for number, call, took in slow:  # a driver slow on every call: each call's line once, then a count
+            lines += self._repeats.note(f"returned {call}", f"gpu_unresponsive: {call} returned after {took:.1f}s",
+                                        f"gpu_unresponsive: {call} returned late")
             if number == self._said:
                 self._said = None
             else:
@@ -213,8 +215,9 @@ class Gpus:
             if current[0] != self._said:
                 self._said = current[0]
                 self.slow_calls += 1
-                lines.append(f"gpu_unresponsive: {current[1].describe(now)}")
-        return lines
+                lines += self._repeats.note(f"hung {current[1].call}", f"gpu_unresponsive: {current[1].describe(now)}",
+                                            f"gpu_unresponsive: {current[1].call} hung again")
+        return [*lines, *self._repeats.due()]
 
     def close(self) -> None:
         """The thread ends after the call it is in (never waited for: that call may never return)."""

@@ -298,3 +298,24 @@ def test_a_gpu_thread_that_fails_says_so_and_starts_again(control: NvmlControl, 
     [fault] = faults_of(gpus)
     assert fault.xid == 79
     release()
+
+
+def test_a_driver_slow_on_every_call_is_one_line_a_call_then_a_count(control: NvmlControl) -> None:
+    gpus = Gpus(call_timeout_s=0.2)
+    try:
+        release = gpus.want(0.1)
+        assert gpus.opened.wait(10)
+        control.set(hang_s=0.3, hang_calls=["nvmlDeviceGetUtilizationRates"])
+        lines: list[str] = []
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            lines.extend(gpus.check())
+            time.sleep(0.05)
+        returned = [line for line in lines if "returned after" in line]
+        print(f"{len(lines)} lines in 3 s of every sample slow: {lines[:4]}")
+        assert len(returned) == 1, returned
+        assert gpus.slow_calls >= 5, "each slow call is still counted"
+        release()
+    finally:
+        control.set(hang_s=0)
+        gpus.close()

@@ -308,7 +308,8 @@ class ProductionWatch:
                 self._timer.cancel()
 
     def _schedule(self) -> None:
-        self._timer = self._wiring.call_later(self._settings.watch_s, self._tick)  # first: nothing below ends it
+        # First: nothing below ends the watch. Never more often than WATCH_MIN_S, whatever made the settings.
+        self._timer = self._wiring.call_later(max(WATCH_MIN_S, self._settings.watch_s), self._tick)
         self._start_read()
 
     def _start_read(self) -> None:
@@ -326,11 +327,8 @@ class ProductionWatch:
                 reading = read_counters(self._status_url, self._settings.curio_metrics)
             except Exception as exc:  # (read_counters contains every answer): a bug of ours is no reading
                 reading = Reading(time.monotonic(), None, None, error=f"internal error: {said_error(exc)}")
-            finally:
-                with self._lock:
-                    self._reading = None
-            with self._lock:
-                self._latest = reading
+            with self._lock:  # the next read may begin: never stuck "in flight"
+                self._latest, self._reading = reading, None
 
         try:
             worker_thread("production-watch", read)

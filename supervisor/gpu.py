@@ -211,7 +211,7 @@ def _text(name: Any) -> str:
 
 
 def describe_nvml_error(exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
+    text = str(exc)[:200] or type(exc).__name__  # (a binding's own error may say anything, of any size)
     return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
 

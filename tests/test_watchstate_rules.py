@@ -106,3 +106,4 @@ def test_the_status_line_of_the_watches() -> None:
         "watches: GPU sampling reading; proofs watch BLIND since 2m10s ago (cuzk /status: timed out); "
         "GPU Xid events stopped (no Xid events: no GPU supports them)"]
     assert watch_lines({}, 0.0) == [] and watch_lines(None, 0.0) == []
+    assert watch_lines({"a": {"state": "reading"}}, 0.0, live=False) == ["watches (last known): a reading"]

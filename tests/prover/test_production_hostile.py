@@ -203,3 +203,31 @@ def test_watch_s_below_its_minimum_is_refused_naming_the_key(value: object) -> N
         production_section({"watch_s": value}, None)  # type: ignore[arg-type]
     message = str(refused.value)
     assert "\n" not in message and "watch_s" in message, message
+
+
+def test_a_bug_in_deciding_is_said_once_and_the_watch_goes_on(peers: list[Peer]) -> None:
+    """What the core hands the watch raising once (here its machine figures): said as the watch stopping
+    unexpectedly, and the next reading is decided as ever: proofs_failing comes."""
+    peers.append(peer := Peer(counters(0, 0), counters(0, 1), counters(0, 3)))
+    loop, watches, log = EventLoop(), Watches(), []
+    raised: list[int] = []
+
+    def machine(phase: str) -> dict[str, object]:
+        if not raised:
+            raised.append(1)
+            raise RuntimeError("a bug of ours")
+        return {}
+
+    target = Production()
+    wiring = Wiring(plan=None, events=None, production=target, manager=None,  # type: ignore[arg-type]
+                    export_env=lambda name, value: None, call_later=loop.call_later, log=log.append,
+                    machine=machine, watch_state=watches.new)
+    settings = ProductionSettings(watch_s=0.2, proof_failures=2, proof_failure_window_s=30, curio_metrics="")
+    watch = ProductionWatch(settings, peer.url, wiring)
+    watch.transition(SimpleNamespace(name="curio", report="running", up=True))  # type: ignore[arg-type]
+    said: list[str] = []
+    deadline = time.monotonic() + 15
+    loop.run_until(lambda: said.extend(watches.check()) or bool(target.failed) or time.monotonic() > deadline, 0.05)
+    assert target.failed and target.failed[0][1] == "proofs_failing", (target.failed, log)
+    assert said == ["proofs watch: stopped unexpectedly (RuntimeError: a bug of ours); the watch goes on with the "
+                    "next reading"], said

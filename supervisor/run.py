@@ -154,7 +154,9 @@ def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callab
         memory = MemoryWatch(lambda: lifecycle.phases, evidence.memory, push)
         evidence.watches.add(memory.state)
         watchers.append(memory.check)
-    watchers.append(evidence.watches.check)  # last: what the watches above found of themselves this tick
+    # Last: what the watches above found of themselves this tick; a freeze of the supervisor is not their blindness.
+    evidence.watches.thawed_at = lambda: evidence.freeze.thawed_at if evidence.freeze is not None else None
+    watchers.append(evidence.watches.check)
     return watchers
 
 

@@ -107,14 +107,16 @@ class WatchState:
         with self._lock:
             self._state, self._since, self._why, self._said_blind = STOPPED, self._clock(), short(why), False
 
-    def check(self, now: float | None = None) -> list[str]:
-        """The lines to say now (on the loop): blind once past the window, reading again, a failure."""
+    def check(self, now: float | None = None, thawed_at: float | None = None) -> list[str]:
+        """The lines to say now (on the loop): blind once past the window, reading again, a failure. The window
+        counts from ``thawed_at`` at the earliest (the supervisor itself was frozen until then: freeze.py)."""
         now = self._clock() if now is None else now
         with self._lock:
             lines, self._unsaid = self._unsaid, []
-            if self._state in (READING, STARTING) and now - self._since > self.window_s:
+            since = self._since if thawed_at is None else max(self._since, thawed_at)
+            if self._state in (READING, STARTING) and now - since > self.window_s:
                 self._state, self._said_blind = BLIND, True
-                lines.append(f"{self.name}: no reading for {now - self._since:.0f} s "
+                lines.append(f"{self.name}: no reading for {now - since:.0f} s "
                              f"(its window is {self.window_s:g} s): {self._why or 'no answer yet'}")
             return lines
 
@@ -141,6 +143,7 @@ class Watches:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._states: dict[str, WatchState] = {}
+        self.thawed_at: Callable[[], float | None] = lambda: None  # the supervisor's last thaw (run.py: freeze.py's)
 
     def add(self, *states: WatchState) -> None:
         with self._lock:
@@ -156,7 +159,8 @@ class Watches:
     def check(self, now: float | None = None) -> list[str]:
         with self._lock:
             states = list(self._states.values())
-        return [line for state in states for line in state.check(now)]
+        thawed_at = self.thawed_at()
+        return [line for state in states for line in state.check(now, thawed_at)]
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         with self._lock:

@@ -34,6 +34,17 @@ def test_no_reading_past_the_window_is_said_once_with_the_last_why_then_reading_
     assert state.to_dict()["state"] == "reading" and state.to_dict()["misses"] == 2
 
 
+def test_a_freeze_of_the_supervisor_is_not_the_watchs_blindness() -> None:
+    """Frozen from 105 to 150 (SIGSTOP, docker pause): the window counts from the thaw, as the stall windows do."""
+    clock = Clock()
+    state = WatchState("proofs watch", 30.0, clock=clock)
+    state.read()
+    clock.now = 170.0
+    assert state.check(thawed_at=150.0) == []
+    clock.now = 181.0
+    assert state.check(thawed_at=150.0) == ["proofs watch: no reading for 31 s (its window is 30 s): no answer yet"]
+
+
 def test_a_watch_that_never_read_is_blind_from_its_start() -> None:
     clock = Clock()
     state = WatchState("GPU sampling", 30.0, clock=clock)

@@ -31,6 +31,8 @@ WHY_CHARS = 300
 REPEATS_PERIOD_S = 60.0
 # At most this many distinct repeated lines are counted at once (each one said at its first coming).
 REPEATS_KEYS_MAX = 256
+# Lines a watch keeps for the tick to say at most (a state nobody looks at must not grow without end).
+UNSAID_MAX = 10
 
 Clock = Callable[[], float]
 
@@ -69,7 +71,7 @@ class WatchState:
         with self._lock:
             self.readings += 1
             if self._said_blind:
-                self._unsaid.append(f"{self.name}: reading again after {now - self._since:.0f} s without one")
+                self._say(f"{self.name}: reading again after {now - self._since:.0f} s without one")
             self._said_blind = False
             self._state, self._since, self._last_read, self._why = READING, now, now, ""
 
@@ -100,7 +102,12 @@ class WatchState:
         with self._lock:
             self.failures += 1
             self._why = short(why)
-            self._unsaid.append(f"{self.name}: stopped unexpectedly ({self._why}); {then}")
+            self._say(f"{self.name}: stopped unexpectedly ({self._why}); {then}")
+
+    def _say(self, line: str) -> None:
+        """(under the lock) A line for the next tick; past UNSAID_MAX, only the counts tell."""
+        if len(self._unsaid) < UNSAID_MAX:
+            self._unsaid.append(line)
 
     def stop(self, why: str) -> None:
         """The watch ended for good (its owner's decision, said by it): shown as stopped."""

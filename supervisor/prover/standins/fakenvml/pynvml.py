@@ -11,16 +11,14 @@ come from the JSON control file ``$STANDIN_NVML_CONTROL``, read on every call. E
 ``init_error`` (an error class's suffix: ``"Unknown"``, ``"LibraryNotFound"``, ``"DriverNotLoaded"``)
     ``nvmlInit`` raises ``NVMLError_<suffix>`` ("Unknown Error" after a host ``systemctl daemon-reload``).
 ``lost`` (GPU indexes): every call about those GPUs raises ``NVMLError_GpuIsLost`` (fallen off the bus).
-``xid`` (list of ``{"gpu": index, "xid": code}``): Xid errors, each delivered once (per process) by
-    ``nvmlEventSetWait_v2`` to a set registered for it.
+``xid`` (list of ``{"gpu": index, "xid": code}``): Xid errors, each delivered once (per process) to a set for it.
 ``recovery_action`` (a number, or ``{"<gpu index>": number}``)
     What field 230 (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) reads; without it: NOT_SUPPORTED (an older driver).
 ``log`` (a path): each call appends ``<function> <thread name>``: which thread made which NVML call.
 ``garbage`` (function names): those calls answer the wrong type: utilisation ``gpu = "n/a"``, memory info
     None, count ``"n/a"``, name None, event data of garbage. ``device_count``: what ``nvmlDeviceGetCount`` says.
-``not_found`` (GPU indexes): their calls raise ``NVMLError_NotFound``. ``xid_storm`` (``{"gpu", "xid"}``):
-    every ``nvmlEventSetWait_v2`` returns that Xid at once. ``wait_at_once`` (``"none"``, ``"timeout"``):
-    the wait returns at once with no event (type 0), or raises its Timeout at once.
+``not_found`` (GPU indexes): their calls raise ``NVMLError_NotFound``. ``xid_storm`` (``{"gpu", "xid"}``): every
+    wait returns that Xid at once. ``wait_at_once`` (``"none"``, ``"timeout"``): it returns at once, no event.
 
 Without the variable or the file, the machine has the default GPU; a file that is not a JSON object makes
 every call raise ``NVMLError_Unknown`` (said on stderr). Calls before ``nvmlInit`` raise ``NVMLError_Uninitialized``.
@@ -208,9 +206,7 @@ def _control() -> dict[str, Any]:
 
 def _hangs(control: dict[str, Any], call: str) -> float:
     calls = control.get("hang_calls")
-    if calls is not None and call not in calls:
-        return 0.0
-    return float(control.get("hang_s") or 0)
+    return 0.0 if calls is not None and call not in calls else float(control.get("hang_s") or 0)
 
 
 def _enter(call: str, index: int | None = None, *, needs_init: bool = True) -> dict[str, Any]:
@@ -366,9 +362,9 @@ def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
         control = _enter("nvmlEventSetWait_v2")
         if "nvmlEventSetWait_v2" in (control.get("garbage") or []):
             return nvmlFriendlyObject({"device": None, "eventType": "n/a", "eventData": None})
-        if control.get("wait_at_once") in ("none", "timeout"):
-            if control["wait_at_once"] == "timeout":
-                raise NVMLError(NVML_ERROR_TIMEOUT)
+        if control.get("wait_at_once") == "timeout":
+            raise NVMLError(NVML_ERROR_TIMEOUT)
+        if control.get("wait_at_once") == "none":
             return c_nvmlEventData_t(eventType=nvmlEventTypeNone)
         events = control.get("xid") or []
         with _lock:
@@ -377,8 +373,7 @@ def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
             registered = _event_sets.get(int(eventSet.contents.id), {})
             if _xid_delivered < len(events):
                 event = events[_xid_delivered]
-                index = int(event.get("gpu", 0))
-                if registered.get(index, 0) & nvmlEventTypeXidCriticalError:
+                if registered.get(int(event.get("gpu", 0)), 0) & nvmlEventTypeXidCriticalError:
                     _xid_delivered += 1
                     return _xid_event(event)
         if time.monotonic() - started >= timeoutms / 1000:

@@ -52,6 +52,9 @@ GPU_IDLE_USED_MAX = 1 << 30
 GPU_OVERRIDE_KEY = " (set [supervisor] require_gpus = false where no GPU is needed)"
 # The longest the evidence may take to gather (off the loop); past it, what it was doing is the finding.
 FITNESS_BOUND_S = 30.0
+# GPUs not required: the wait for NVML's first answer ends this long before the check's bound (never a finding).
+OPTIONAL_WAIT_MARGIN_S = 1.0
+GPU_NOT_REQUIRED = "gpu (not required)"  # the step's kind while NVML is awaited only to say what it found
 
 
 @dataclass(frozen=True)
@@ -263,20 +266,30 @@ def check(loop: EventLoop, plan: Plan, memory: MemorySource | None, gpus: GpuThr
     ``plugin_cache``: what the plugin adds (its checks, where it says the parameters go)."""
     steps = Steps()
 
+    began = time.monotonic()
+
     def work() -> Evidence:
         evidence = gather(plan, memory, gpus, steps=steps, bound_s=bound_s, plugin_cache=plugin_cache)
         if gpus.started:
-            steps.doing("gpu", "opening NVML")
-            gpus.wait_opened(bound_s)  # returns once opened, absent, or hung past NVML's own bound
+            required = plan.supervisor.require_gpus
+            steps.doing("gpu" if required else GPU_NOT_REQUIRED, "opening NVML")
+            # Returns once opened, absent, or hung past NVML's own bound. GPUs not required: a slow NVML is
+            # no finding, so the wait ends before the check's own bound does.
+            left = bound_s - (time.monotonic() - began)
+            gpus.wait_opened(bound_s if required else max(0.0, left - OPTIONAL_WAIT_MARGIN_S))
         return evidence
 
+    def overdue() -> None:
+        step = steps.current()
+        then([] if step[0] == GPU_NOT_REQUIRED else [overdue_finding(step, bound_s)], None)
+
     run_bounded(loop, "fitness", work, bound_s,
-                lambda evidence: then(assess(plan, evidence, checks), evidence),
-                lambda: then([overdue_finding(steps.current(), bound_s)], None), on_error=on_error)
+                lambda evidence: then(assess(plan, evidence, checks), evidence), overdue, on_error=on_error)
 
 
 def overdue_finding(step: tuple[str, str], bound_s: float) -> Finding:
-    """The finding when gathering did not finish within ``bound_s``, from the step it was at."""
+    """The finding when gathering did not finish within ``bound_s``, from the step it was at (GPUs that are not
+    required are never one: check() decides without them)."""
     kind, call = step
     if kind == "disk":
         return Finding(v.INSUFFICIENT_DISK, f"{call} did not return within {bound_s:g}s (a hung mount?): "

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .clock import SYSTEM_CLOCK, Clock
-from .loop import EventLoop, Log
+from .loop import EventLoop, Log, name_of
 
 # The tick: how often the loop looks at its own clock (and lets the watchers speak).
 TICK_S = 1.0
@@ -72,7 +72,12 @@ class Tick:
         now = self._loop.clock.monotonic()
         self._freeze.notice(now)
         for watcher in self._watchers:
-            for line in watcher(now):
+            try:  # each watcher contained: one that raises silences neither the others nor the next tick
+                lines = watcher(now)
+            except Exception as exc:
+                self._loop.faults.report(f"the tick's watcher {name_of(watcher)}", exc)
+                continue
+            for line in lines:
                 self._log(line)
 
 

@@ -8,11 +8,14 @@ driver, no GPU, a dev machine) the answer is "no GPU", said once, never an error
 The functions that call NVML (``open_nvml``, ``sample_all``, ``inventory_of``) run only on the one
 GPU thread (supervisor/gpuwatch.py), each call through its ``Caller``, which times it: an NVML
 call can hang (Xid 119, a crashed driver), and the loop must never be the one waiting.
+
+NVML's answers are trusted no further than they are checked: a count no machine has (MAX_GPUS) is no
+GPU, said; a value of the wrong type or out of bounds (utilisation "n/a", a memory info of None) is no
+reading of that GPU, never an exception that ends the thread; a name is cut to GPU_NAME_CHARS.
 """
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +23,20 @@ from typing import Any
 
 # call(name, gpu_index or None, function, *args): makes one NVML call, timed by the GPU thread.
 Caller = Callable[..., Any]
+# The most GPUs a machine has (NVML itself supports 64 per host): a count above it is NVML's mistake.
+MAX_GPUS = 64
+# A GPU's name as NVML gives it at most (NVML_DEVICE_NAME_V2_BUFFER_SIZE); a longer one is cut.
+GPU_NAME_CHARS = 96
+# The most memory one GPU can report (16 TiB; an H200 has 141 GiB): more is no reading.
+MAX_GPU_MEMORY = 1 << 44
+# Compute processes read from one GPU at most (a list of millions is no list).
+MAX_GPU_PROCESSES = 1024
+# A bad answer of one GPU: (index, why); the GPU thread counts it as no reading of that GPU.
+BadReading = Callable[[int, str], None]
+
+
+class BadAnswer(ValueError):
+    """An answer of NVML that is no answer: the wrong type, out of bounds."""
 
 
 @dataclass(frozen=True)
@@ -103,9 +120,14 @@ def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
         return None, f"no GPU: pynvml not installed ({exc})"
     try:
         call("nvmlInit", None, pynvml.nvmlInit)
-        count = int(call("nvmlDeviceGetCount", None, pynvml.nvmlDeviceGetCount))
+        answer = call("nvmlDeviceGetCount", None, pynvml.nvmlDeviceGetCount)
     except Exception as exc:  # pynvml.NVMLError and its per-code subclasses
         return None, f"no GPU: NVML unavailable ({describe_nvml_error(exc)})"
+    if isinstance(answer, bool) or not isinstance(answer, int) or answer < 0:
+        return None, f"no GPU: NVML's device count is no number ({repr(answer)[:40]})"
+    if answer > MAX_GPUS:
+        return None, f"no GPU: NVML counts {answer} GPUs, more than any machine has (at most {MAX_GPUS})"
+    count = answer
     nvml = Nvml(pynvml, [], [], {})
     for index in range(count):
         handle, name = None, ""
@@ -123,22 +145,35 @@ def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
     return nvml, f"{count} GPU(s) via NVML" if count else "no GPU: NVML sees 0 devices"
 
 
-def sample_all(nvml: Nvml, call: Caller,
-               lost: Callable[[int, Exception], None] | None = None) -> tuple[GpuSample, ...]:
-    """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample (and told to ``lost``)."""
+def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] | None = None,
+               bad: BadReading | None = None) -> tuple[GpuSample, ...]:
+    """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample (and told to ``lost``),
+    as is one whose answer is no reading (told to ``bad``): whatever NVML answers, never an exception."""
     samples = []
     for index, handle in enumerate(nvml.handles):
         if handle is None:
             continue
         try:
             util = call("nvmlDeviceGetUtilizationRates", index, nvml.module.nvmlDeviceGetUtilizationRates, handle)
+            percent = bounded(getattr(util, "gpu", None), 100, "utilization.gpu")
             mem = call("nvmlDeviceGetMemoryInfo", index, nvml.module.nvmlDeviceGetMemoryInfo, handle)
-        except Exception as exc:  # lost, reset in progress: the next sample tries again
+            total = bounded(getattr(mem, "total", None), MAX_GPU_MEMORY, "memory.total")
+            used = bounded(getattr(mem, "used", None), total, "memory.used")
+        except Exception as exc:  # lost, reset in progress, an answer that is none: the next sample tries again
             if lost is not None and is_lost_error(exc):
                 lost(index, exc)
+            if bad is not None:  # a lost GPU too: no reading of it
+                bad(index, describe_nvml_error(exc))
             continue
-        samples.append(GpuSample(index, nvml.names[index], int(util.gpu), int(mem.used), int(mem.total)))
+        samples.append(GpuSample(index, nvml.names[index], percent, used, total))
     return tuple(samples)
+
+
+def bounded(value: Any, most: int, what: str) -> int:
+    """``value`` as a whole number from 0 to ``most``; BadAnswer otherwise (NVML's word is checked, not trusted)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise BadAnswer(f"{what} is {repr(value)[:40]}, not a whole number from 0 to {most}")
+    return value
 
 
 def inventory_of(nvml: Nvml | None, why: str, call: Caller) -> GpuInventory:
@@ -153,24 +188,30 @@ def _device(nvml: Nvml, index: int, handle: Any, call: Caller) -> GpuDevice:
         return GpuDevice(index, error=f"no handle: {nvml.handle_errors.get(index, 'unknown error')}")
     try:
         mem = call("nvmlDeviceGetMemoryInfo", index, nvml.module.nvmlDeviceGetMemoryInfo, handle)
-    except Exception as exc:  # fallen off the bus, Xid error, reset in progress
+        total = bounded(getattr(mem, "total", None), MAX_GPU_MEMORY, "memory.total")
+        used = bounded(getattr(mem, "used", None), total, "memory.used")
+    except Exception as exc:  # fallen off the bus, Xid error, reset in progress, an answer that is none
         return GpuDevice(index, error=f"memory info unreadable: {describe_nvml_error(exc)}")
     processes: tuple[int, ...] | None
     try:
         listed = call("nvmlDeviceGetComputeRunningProcesses", index,
                       nvml.module.nvmlDeviceGetComputeRunningProcesses, handle)
-        processes = tuple(int(p.pid) for p in listed)
-    except Exception:  # not supported on this GPU or driver: the memory figure still tells
+        processes = tuple(int(p.pid) for p in list(listed)[:MAX_GPU_PROCESSES])
+    except Exception:  # not supported on this GPU or driver (or no list): the memory figure still tells
         processes = None
-    return GpuDevice(index, nvml.names[index], int(mem.total), int(mem.used), processes)
+    return GpuDevice(index, nvml.names[index], total, used, processes)
 
 
 def _text(name: Any) -> str:
-    return name if isinstance(name, str) else bytes(name).decode(errors="replace")
+    """A GPU's name, printable and at most GPU_NAME_CHARS (a 5 MB name must not make status 10 MB)."""
+    if not isinstance(name, str | bytes | bytearray):
+        raise BadAnswer(f"a name of {type(name).__name__}")
+    text = name if isinstance(name, str) else bytes(name[:GPU_NAME_CHARS * 4]).decode(errors="replace")
+    return "".join(c if c.isprintable() else "?" for c in text[:GPU_NAME_CHARS])
 
 
 def describe_nvml_error(exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
+    text = str(exc)[:200] or type(exc).__name__  # (a binding's own error may say anything, of any size)
     return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
 
@@ -233,75 +274,6 @@ class GpuFault:
 
 
 def is_lost_error(exc: Exception) -> bool:
-    """NVML's word that a GPU (or NVML itself) is gone: GPU is lost, or "Unknown Error" after a host reload."""
-    return type(exc).__name__ in ("NVMLError_GpuIsLost", "NVMLError_Unknown")
-
-
-def open_events(nvml: Nvml, call: Caller) -> tuple[Any, str]:
-    """An event set with Xid critical errors registered on every GPU that supports them: (set or None, why)."""
-    module = nvml.module
-    try:
-        events = call("nvmlEventSetCreate", None, module.nvmlEventSetCreate)
-    except Exception as exc:  # an old driver, no event support: health then rests on the sampling alone
-        return None, f"no Xid events: {describe_nvml_error(exc)}"
-    registered = []
-    for index, handle in enumerate(nvml.handles):
-        if handle is None:
-            continue
-        try:
-            supported = int(call("nvmlDeviceGetSupportedEventTypes", index,
-                                 module.nvmlDeviceGetSupportedEventTypes, handle))
-            if supported & XID_CRITICAL:
-                call("nvmlDeviceRegisterEvents", index, module.nvmlDeviceRegisterEvents, handle, XID_CRITICAL, events)
-                registered.append(index)
-        except Exception:  # not supported on this GPU: its sampling still tells a lost one
-            continue
-    if not registered:
-        return events, "no Xid events: no GPU supports them"
-    return events, f"Xid events watched on GPU {', '.join(map(str, registered))}"
-
-
-def wait_event(nvml: Nvml, events: Any, timeout_ms: int, call: Caller) -> GpuFault | None:
-    """The next Xid within ``timeout_ms`` (None: none came), with the driver's recovery action where it has it.
-    A lost GPU or NVML raises (is_lost_error); the caller decides."""
-    module = nvml.module
-    try:
-        data = call("nvmlEventSetWait_v2", None, module.nvmlEventSetWait_v2, events, timeout_ms)
-    except Exception as exc:
-        if type(exc).__name__ == "NVMLError_Timeout":
-            return None
-        raise
-    if not int(data.eventType) & XID_CRITICAL:
-        return None
-    index = _index_of(nvml, data.device)
-    handle = nvml.handles[index] if index is not None else None
-    return GpuFault(index, int(data.eventData), "", recovery_action(nvml, index, handle, call))
-
-
-def recovery_action(nvml: Nvml, index: int | None, handle: Any, call: Caller) -> int | None:
-    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION of the GPU; None where the driver has no such field."""
-    if handle is None:
-        return None
-    try:
-        values = call("nvmlDeviceGetFieldValues", index, nvml.module.nvmlDeviceGetFieldValues, handle,
-                      [FI_RECOVERY_ACTION])
-        value = values[0]
-        return int(value.value.uiVal) if int(value.nvmlReturn) == 0 else None
-    except Exception:  # an older driver: no such field
-        return None
-
-
-def _index_of(nvml: Nvml, device: Any) -> int | None:
-    """The index of the GPU an event names (its handle, compared by address as NVML's handles are)."""
-    for index, handle in enumerate(nvml.handles):
-        if handle is not None and _same_handle(handle, device):
-            return index
-    return None
-
-
-def _same_handle(a: Any, b: Any) -> bool:
-    """NVML hands out one handle per GPU: an event's device is the same pointer."""
-    try:
-        return ctypes.cast(a, ctypes.c_void_p).value == ctypes.cast(b, ctypes.c_void_p).value
-    except (ctypes.ArgumentError, TypeError):
-        return bool(a == b)
+    """NVML's word that a GPU (or NVML itself) is gone: GPU is lost, "Unknown Error" after a host reload, or
+    NotFound from a GPU that answered before (gone from the driver's view)."""
+    return type(exc).__name__ in ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_NotFound")

@@ -19,6 +19,10 @@ lost; this module, a tick watcher on the loop, decides what that means for the p
   ``gpu_unresponsive`` warning after gpuwatch.NVML_CALL_TIMEOUT_S stays a warning.
 
 While such a phase runs it keeps the GPU thread sampling (a lost GPU shows in its samples).
+
+Never a flood: each (GPU, Xid) is said at its first coming, then counted, and the count said once a
+period ("Xid 13 on GPU 0: 41,233 more in the last 60 s", watchstate.Repeats); the first fatal fault is
+the one every phase fails with, once.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from . import verdict as v
 from .gpu import GpuFault
 from .gpuwatch import GPU_SAMPLE_S, Gpus
 from .states import ATTEMPT_RUNS
+from .watchstate import REPEATS_PERIOD_S, Repeats
 
 # NVML hung this long (one call that has not returned) fails the attempts of the phases that use GPUs.
 GPU_UNRESPONSIVE_FAIL_S = 60.0
@@ -48,8 +53,9 @@ class GpuHealth:
     """The tick's watcher (``check``): faults the GPU thread found, decided for the phases using GPUs."""
 
     def __init__(self, target: HealthTarget, gpus: Gpus, *,
-                 unresponsive_fail_s: float = GPU_UNRESPONSIVE_FAIL_S) -> None:
+                 unresponsive_fail_s: float = GPU_UNRESPONSIVE_FAIL_S, repeat_s: float = REPEATS_PERIOD_S) -> None:
         self._target, self._gpus, self._fail_s = target, gpus, unresponsive_fail_s
+        self._repeats = Repeats(repeat_s)
         self.fatal: GpuFault | None = None  # the first fatal fault: the GPU does not come back
         self._release: Callable[[], None] | None = None
         self._events_said = False
@@ -73,14 +79,24 @@ class GpuHealth:
         return lines
 
     def _take_faults(self) -> list[str]:
+        faults, dropped = self._gpus.take_all_faults()
         lines = []
-        for fault in self._gpus.take_faults():
-            if fault.fatal:
-                self.fatal = self.fatal or fault
-                lines.append(f"{v.GPU_FAULT}: {fault.describe()}")
-            else:
-                lines.append(f"GPU health: {fault.describe()} (Xid {fault.xid} logged; nothing fails)")
-        return lines
+        for fault in faults:
+            lines.extend(self._say(fault, 1))
+        for (index, xid), count in dropped.items():
+            lines.extend(self._say(GpuFault(index, xid, "more of the same"), count))
+        return [*lines, *self._repeats.due()]
+
+    def _say(self, fault: GpuFault, count: int) -> list[str]:
+        """The fault's line at its first coming (the first fatal one decides), then only counted."""
+        who = "NVML" if fault.index is None else f"GPU {fault.index}"
+        what = "lost" if fault.xid is None else f"Xid {fault.xid}"
+        if fault.fatal:
+            self.fatal = self.fatal or fault
+            line = f"{v.GPU_FAULT}: {fault.describe()}"
+        else:
+            line = f"GPU health: {fault.describe()} (Xid {fault.xid} logged; nothing fails)"
+        return self._repeats.note(f"{fault.index} {fault.xid}", line, f"{what} on {who}", count)
 
     def _keep_sampling(self, wanted: bool) -> None:
         if wanted and self._release is None:

@@ -15,6 +15,11 @@ unresponsive (``unresponsive``): the loop's tick says so once, naming the call a
 as unknown meanwhile (no activity credited); the fitness check refuses with ``gpu_unresponsive``.
 No second thread is ever started to get around a hung one: they would pile up on a hung driver.
 Where NVML is absent the thread says "no GPU" (``why``) and ends.
+
+Whatever NVML answers is contained: a GPU whose answer is no reading (gpu.py checks each value) is
+left out of that sample and counted as a miss on ``sampling`` (watchstate.py: blind past GPU_BLIND_S is
+said once, and again when it reads); the Xid side is gpuevents.py's. Should the thread still fail (a bug
+of ours), it says so and starts again after THREAD_RESTART_S (doubling to THREAD_RESTART_MAX_S).
 """
 
 from __future__ import annotations
@@ -35,13 +40,12 @@ from .gpu import (
     Nvml,
     describe_nvml_error,
     inventory_of,
-    is_lost_error,
-    open_events,
     open_nvml,
     sample_all,
-    wait_event,
 )
+from .gpuevents import XidWatch
 from .offloop import worker_thread
+from .watchstate import BLIND, READING, STARTING, Repeats, WatchState
 
 # How often every GPU is sampled while something wants samples; a want may ask for more often
 # (a stall watch with a small stall_s), never more often than GPU_SAMPLE_MIN_S.
@@ -57,6 +61,11 @@ WAIT_POLL_S = 0.05
 # While GPU health is watched, the thread waits for NVML's Xid events this long at a time between its
 # other work (a sample, an inventory asked for waits at most this long behind it).
 EVENT_WAIT_S = 0.5
+# A GPU watch (sampling, Xid events) with no reading for this long says so (once).
+GPU_BLIND_S = 30.0
+# A GPU thread that failed starts again after this long, doubling up to the most.
+THREAD_RESTART_S = 1.0
+THREAD_RESTART_MAX_S = 60.0
 
 
 @dataclass
@@ -70,8 +79,9 @@ class _Request:
 class Gpus:
     """NVML through the one GPU thread, started by ``start`` (or the first ``want``)."""
 
-    def __init__(self, *, call_timeout_s: float = NVML_CALL_TIMEOUT_S) -> None:
+    def __init__(self, *, call_timeout_s: float = NVML_CALL_TIMEOUT_S, blind_s: float | None = None) -> None:
         self._call_timeout_s = call_timeout_s
+        blind_s = GPU_BLIND_S if blind_s is None else blind_s
         self._cond = threading.Condition()  # guards every field below the thread and the loop share
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -89,11 +99,11 @@ class Gpus:
         self._slow: list[tuple[int, str, float]] = []  # (call number, call, seconds) past the timeout
         self._said: int | None = None  # the hung call the loop has said (loop side only)
         self.slow_calls = 0  # NVML calls that took longer than the timeout, in this run (loop side)
+        self._repeats = Repeats()  # (loop side) the same slow call said once, then counted
         self._health = False  # GPU health is watched: Xid events waited for, lost GPUs told (watch_health)
-        self._events_tried = False  # (the thread's) the event set was asked for
-        self.events_why = "Xid events not watched"
-        self._faults: list[GpuFault] = []  # found by the thread, not yet taken by the loop
-        self._lost: set[int | None] = set()  # (the thread's) GPUs told lost already (None: NVML itself)
+        self.sampling = WatchState("GPU sampling", blind_s)
+        self._xid = XidWatch(blind_s, self._pause)
+        self.xid_events = self._xid.state
 
     # ------------------------------------------------------------ the loop's side: never a wait
 
@@ -141,11 +151,21 @@ class Gpus:
             self._health = True
             self._cond.notify_all()
 
+    @property
+    def events_why(self) -> str:
+        return self._xid.why
+
+    def states(self) -> tuple[WatchState, ...]:
+        """The GPU watches' states (status; the tick says when one goes blind)."""
+        return self.sampling, self.xid_events
+
     def take_faults(self) -> list[GpuFault]:
         """What the thread found wrong since the last call (the loop's GPU health decides what it means)."""
-        with self._cond:
-            faults, self._faults = self._faults, []
-        return faults
+        return self.take_all_faults()[0]
+
+    def take_all_faults(self) -> tuple[list[GpuFault], dict[tuple[int | None, int | None], int]]:
+        """The faults found since the last call, and how many more of each (GPU, Xid) were only counted."""
+        return self._xid.take()
 
     def latest(self) -> GpuReading | None:
         with self._cond:
@@ -181,17 +201,23 @@ class Gpus:
             slow, self._slow = self._slow, []
             current = self._in_call
         lines = []
-        for number, call, took in slow:
-            lines.append(f"gpu_unresponsive: {call} returned after {took:.1f}s")
+        for number, call, took in slow:  # a driver slow on every call: each call's line once, then a count
+            lines += self._repeats.note(f"returned {call}", f"gpu_unresponsive: {call} returned after {took:.1f}s",
+                                        f"gpu_unresponsive: {call} returned late")
             if number == self._said:
                 self._said = None
             else:
                 self.slow_calls += 1  # slow, though it returned before a tick could say so
-        if current is not None and now - current[1].since >= self._call_timeout_s and current[0] != self._said:
-            self._said = current[0]
-            self.slow_calls += 1
-            lines.append(f"gpu_unresponsive: {current[1].describe(now)}")
-        return lines
+        if current is not None and now - current[1].since >= self._call_timeout_s:
+            for state in self.states():  # a hung call is no reading: it counts toward blind, and says why
+                if state.current in (READING, STARTING, BLIND):
+                    state.miss(current[1].describe(now), now)
+            if current[0] != self._said:
+                self._said = current[0]
+                self.slow_calls += 1
+                lines += self._repeats.note(f"hung {current[1].call}", f"gpu_unresponsive: {current[1].describe(now)}",
+                                            f"gpu_unresponsive: {current[1].call} hung again")
+        return [*lines, *self._repeats.due()]
 
     def close(self) -> None:
         """The thread ends after the call it is in (never waited for: that call may never return)."""
@@ -238,13 +264,22 @@ class Gpus:
     # ------------------------------------------------------------ the thread
 
     def _run_contained(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:  # a bug of ours: GPU evidence is gone, the supervision goes on
-            with self._cond:
-                self.why = f"no GPU evidence: the GPU thread failed ({type(exc).__name__}: {exc})"
-                self.available = False
-            self.opened.set()
+        restart_s = THREAD_RESTART_S
+        while True:
+            try:
+                self._run()
+                return
+            except Exception as exc:  # a bug of ours: said, and the thread starts again (the supervision goes on)
+                with self._cond:
+                    if self._closed:
+                        return
+                    self.why = f"no GPU evidence for now: the GPU thread failed ({type(exc).__name__}: {exc})"
+                    self.available = False
+                self.opened.set()
+                self.sampling.failed(f"the GPU thread failed: {type(exc).__name__}: {exc}",
+                                     f"started again in {restart_s:g} s")
+                self._pause(restart_s, until_closed=True)
+                restart_s = min(THREAD_RESTART_MAX_S, restart_s * 2)
 
     def _run(self) -> None:
         nvml, why = open_nvml(self._call)
@@ -252,56 +287,55 @@ class Gpus:
             self._nvml, self.why = nvml, why
             self.available = nvml is not None and nvml.reachable
         if nvml is not None and nvml.reachable:
-            self._publish(sample_all(nvml, self._call))  # what resume's fingerprint and cuzk.toml read
+            self._sample(nvml)  # what resume's fingerprint and cuzk.toml read
         self.opened.set()
         if nvml is None:
+            self.sampling.stop(why)
+            self.xid_events.stop(why)
             return  # no NVML: "no GPU", said once; nothing more to do
         next_sample = time.monotonic()
-        events: Any = None
+        self._xid.tried = False
         while True:
-            if self._health and not self._events_tried:
-                self._events_tried = True
-                if nvml.reachable:
-                    events, self.events_why = open_events(nvml, self._call)
-            requests, sample_now, cadence = self._next_work(next_sample, events is not None)
+            if self._health and not self._xid.tried:
+                self._xid.open(nvml, self._call)
+            requests, sample_now, cadence = self._next_work(next_sample, self._xid.events is not None)
             if requests is None:
                 return
+            if cadence is None:
+                self.sampling.idle("no one wants GPU samples now")
+            else:
+                self.sampling.wake()
             for request in requests:
                 request.result = self._safe_inventory(nvml)
                 request.done.set()
             if sample_now:
                 if nvml.reachable:
-                    self._publish(sample_all(nvml, self._call, self._gpu_lost))
+                    self._sample(nvml)
                 next_sample = time.monotonic() + (cadence or GPU_SAMPLE_S)
-            elif not requests and events is not None:
+            elif not requests and self._xid.events is not None:
                 due_in = EVENT_WAIT_S if cadence is None else next_sample - time.monotonic()
-                events = self._wait_events(nvml, events, min(EVENT_WAIT_S, due_in))
+                self._xid.wait(nvml, min(EVENT_WAIT_S, due_in), self._call)
 
-    def _wait_events(self, nvml: Nvml, events: Any, wait_s: float) -> Any:
-        """One bounded wait for an Xid; the event set, or None once NVML is gone (said once, as a fault)."""
-        if wait_s < 0.01:
-            return events  # a sample is due: it comes first
-        try:
-            fault = wait_event(nvml, events, int(wait_s * 1000), self._call)
-        except Exception as exc:
-            if is_lost_error(exc):
-                self._gpu_lost(None, exc)
-            else:  # the event API broke: health rests on the sampling from here
-                with self._cond:
-                    self.events_why = f"Xid events no longer watched: {describe_nvml_error(exc)}"
-            return None
-        if fault is not None:
-            with self._cond:
-                self._faults.append(fault)
-        return events
+    def _sample(self, nvml: Nvml) -> None:
+        """Every GPU sampled and published; one whose answer is no reading makes this pass a miss."""
+        bad: list[str] = []
+        samples = sample_all(nvml, self._call, self._xid.lost, lambda index, why: bad.append(f"GPU {index}: {why}"))
+        self._publish(samples)
+        if bad:
+            self.sampling.miss("; ".join(bad))
+        else:
+            self.sampling.read()
 
-    def _gpu_lost(self, index: int | None, exc: Exception) -> None:
-        """A GPU (None: NVML itself) answered that it is lost: told once."""
-        if index in self._lost:
-            return
-        self._lost.add(index)
+    def _pause(self, seconds: float, until_closed: bool = False) -> None:
+        """Wait ``seconds`` at most (a floor on a loop's period); a request or close ends it early, unless
+        ``until_closed`` (then only close does)."""
+        deadline = time.monotonic() + seconds
         with self._cond:
-            self._faults.append(GpuFault(index, None, describe_nvml_error(exc)))
+            while not self._closed and (until_closed or not self._requests):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
     def _next_work(self, next_sample: float, events_open: bool) -> tuple[list[_Request] | None, bool, float | None]:
         """Sleep until a request, a sample due, or close: (requests, sample now?, cadence); None: closed.
@@ -316,7 +350,7 @@ class Gpus:
                 if self._requests or due:
                     requests, self._requests = self._requests, []
                     return requests, due, cadence
-                if events_open or (self._health and not self._events_tried):
+                if events_open or (self._health and not self._xid.tried):
                     return [], False, cadence
                 self._cond.wait(None if cadence is None else next_sample - now)
 

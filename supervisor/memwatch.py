@@ -15,6 +15,9 @@ supervisor.log, durably to the manager's ``setup`` log, and in status (``memory.
 said again only after the usage fell MEMORY_REARM_MARGIN below the threshold (a phase that hovers
 at it is not said every second). An ``oom_killed`` verdict that follows names when it was warned
 (children.exit_verdict reads ``MemoryEvidence.warned``).
+
+Whatever a cgroup file holds, a read that fails (or raises) is no reading of that phase, counted on the
+watch's state (watchstate.py: said once when blind for MEMORY_BLIND_S), and the watch goes on.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ from .cgroups import mem_total, mem_used, read_pressure
 from .logs import Unshipped
 from .memory import MemoryEvidence, MemoryWarning
 from .units import fmt_bytes
+from .watchstate import WatchState, said_error
 
 MEMORY_HIGH = "memory_high"
 # Once said, memory_high is said again only after the usage fell this far (a fraction of the limit)
 # below memory_warn: hysteresis, so that a usage hovering at the threshold is one line, not one a tick.
 MEMORY_REARM_MARGIN = 0.05
 MACHINE_PRESSURE = Path("/proc/pressure/memory")
+# No reading of a running phase's memory for this long is said (once).
+MEMORY_BLIND_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -85,15 +91,23 @@ class MemoryWatch:
                  push: Callable[[str], None] | None = None, meminfo: Path | str = "/proc/meminfo") -> None:
         self._phases, self._memory, self._push, self._meminfo = phases, memory, push, meminfo
         self._armed: dict[str, bool] = {}
+        self.state = WatchState("memory watch", MEMORY_BLIND_S)
 
     def check(self, now: float | None = None) -> list[str]:
         lines: list[str] = []
+        watched, missed = 0, []
         for phase in self._phases():
             warn = float(getattr(phase.spec, "memory_warn", 0.0))
             if warn <= 0 or not phase.live_children():
                 continue
-            use = self.use_of(phase.name)
+            watched += 1
+            try:  # whatever the cgroup files hold: no reading of this phase, never an exception
+                use = self.use_of(phase.name)
+            except Exception as exc:
+                missed.append(f"phase {phase.name}: {said_error(exc)}")
+                continue
             if use is None:
+                missed.append(f"phase {phase.name}: its memory is unreadable")
                 continue
             say, self._armed[phase.name] = crossed(self._armed.get(phase.name, True), use.fraction, warn)
             if say:
@@ -102,7 +116,16 @@ class MemoryWatch:
                 lines.append(Unshipped(line))  # the durable push below carries it to the manager
                 if self._push is not None:
                     self._push(f"prover-supervisor: {line}")
+        self._note(watched, missed)
         return lines
+
+    def _note(self, watched: int, missed: list[str]) -> None:
+        if not watched:
+            self.state.idle("no running phase to watch")
+        elif missed:
+            self.state.miss("; ".join(missed))
+        else:
+            self.state.read()
 
     def use_of(self, phase: str) -> MemoryUse | None:
         """The phase's memory now: its cgroup's (or the supervisor's) working set and limit, else the machine's."""

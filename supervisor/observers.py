@@ -54,7 +54,8 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
         snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
                                      lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
                                      verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage,
-                                     extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir)
+                                     extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir,
+                                     watches=rt.evidence.watches)
         if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
             snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
                                "giving_up": router.flush.giving_up}
@@ -86,7 +87,8 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
                     production=sup.lifecycle,
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
                     export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,
-                    add_status=lambda name, provider: extras.setdefault(name, []).append(provider), machine=machine)
+                    add_status=lambda name, provider: extras.setdefault(name, []).append(provider), machine=machine,
+                    watch_state=evidence.watches.new)
     plugin.attach(wiring)
 
 

@@ -85,6 +85,7 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
                        f"mem {fmt_bytes(g['memory_used'])}/{fmt_bytes(g['memory_total'])}")
     else:
         out.append(f"gpus: {gpus.get('why', 'no GPU')}")
+    out.extend(watch_lines(snap.get("watches"), now, live and not gone))
     mem = snap.get("memory", {})
     out.append(f"memory: {mem.get('mode')}; {mem.get('snapshot') or mem.get('why', '')}")
     out.extend(memory_notes(mem))
@@ -104,6 +105,25 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
         for v in verdicts[-10:]:
             out.append(f"  {v.get('line')}")
     return "\n".join(out)
+
+
+def watch_lines(watches: Any, now: float, live: bool = True) -> list[str]:
+    """Each watch's own state in one line: reading, idle, BLIND since when (and why), stopped (and why); from a
+    saved snapshot, as last known."""
+    if not isinstance(watches, dict) or not watches:
+        return []
+    said = []
+    for name, w in list(watches.items())[:20]:
+        if not isinstance(w, dict):
+            continue
+        state, why = str(w.get("state"))[:20], _one_line(w.get("why"))[:160] if w.get("why") else ""
+        if state == "blind":
+            said.append(f"{str(name)[:40]} BLIND since {since(w.get('since'), now)}" + (f" ({why})" if why else ""))
+        elif state == "stopped":
+            said.append(f"{str(name)[:40]} stopped" + (f" ({why})" if why else ""))
+        else:
+            said.append(f"{str(name)[:40]} {state}")
+    return [("watches: " if live else "watches (last known): ") + "; ".join(said)] if said else []
 
 
 def _delivered(last: dict[str, Any], now: float) -> str:

@@ -145,12 +145,18 @@ def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callab
     watchers = [evidence.progress.check]
     if evidence.gpus is not None:
         watchers.append(evidence.gpus.check)
+        evidence.watches.add(*evidence.gpus.states())
     health = gpu_health_for(lifecycle.phases, lifecycle, evidence.gpus)
     if health is not None:
         watchers.append(health.check)
     if evidence.memory is not None:
         push = (lambda text: reporter.push_text("setup", text)) if reporter.enabled else None
-        watchers.append(MemoryWatch(lambda: lifecycle.phases, evidence.memory, push).check)
+        memory = MemoryWatch(lambda: lifecycle.phases, evidence.memory, push)
+        evidence.watches.add(memory.state)
+        watchers.append(memory.check)
+    # Last: what the watches above found of themselves this tick; a freeze of the supervisor is not their blindness.
+    evidence.watches.thawed_at = lambda: evidence.freeze.thawed_at if evidence.freeze is not None else None
+    watchers.append(evidence.watches.check)
     return watchers
 
 

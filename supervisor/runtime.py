@@ -37,6 +37,7 @@ from .progress import ProgressProbe
 from .reaping import Reaper
 from .redact import Redactor
 from .verdict import Verdict
+from .watchstate import Watches
 
 Log = Callable[[str], None]
 
@@ -83,6 +84,7 @@ class MachineEvidence:
     io: IoProbe | None = field(default_factory=IoProbe)
     freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (freeze.start_the_tick, from run.py)
     first_seen: FirstSeen | None = None  # when the instance first started and registered: deadlines count from it
+    watches: Watches = field(default_factory=Watches)  # every watch's state: reading, blind, stopped (watchstate.py)
 
     def available_memory(self, cap: int | None = None) -> int | None:
         """The machine's memory for children: the tightest cgroup limit, else MemTotal; at most ``cap``

@@ -105,6 +105,12 @@ class LifecycleView(Protocol):
     def hold_ends(self, name: str) -> float | None: ...
 
 
+class WatchesView(Protocol):
+    """Every watch's state (watchstate.Watches): reading, blind since when, stopped."""
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]: ...
+
+
 class FactsView(Protocol):
     """What the last run learnt of each phase (resume.ResumeRecord)."""
 
@@ -115,10 +121,11 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
              memory: MemoryEvidence | None, verdicts: Sequence[Verdict], manager: Mapping[str, Any],
              resume: FactsView, usage: bool = True, timeline: Timeline | None = None,
              log_dir: str | None = None,
-             extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None = None) -> dict[str, Any]:
+             extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None = None,
+             watches: WatchesView | None = None) -> dict[str, Any]:
     """Everything the status view shows (call it in the loop). ``manager``: the reporting's status;
     ``timeline``: when each phase started and ended; ``log_dir``: where the log files are; ``extras``: what
-    a plugin adds to a phase's object (Wiring.add_status).
+    a plugin adds to a phase's object (Wiring.add_status); ``watches``: each watch's own state.
 
     ``usage=False`` (the persisted file) leaves out what costs time to measure: the
     children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds). ``extras``: per phase,
@@ -143,6 +150,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
                     "memory": _phase_memory(p, memory), **_extras(p.name, extras)} for p in lifecycle.phases],
         "children": children,
         "gpus": _gpus(gpus, usage),
+        "watches": watches.to_dict(now) if watches is not None else {},
         "memory": _memory(memory),
         "logs": {"dir": log_dir, "supervisor": str(Path(log_dir) / SUPERVISOR_LOG)} if log_dir else {},
         "manager": dict(manager),

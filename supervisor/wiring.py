@@ -14,7 +14,8 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
   policy then decides);
 - exports what later children's environment holds (``export_env``), sets timers on the loop
   (``call_later``), writes the supervisor's log, adds keys to a phase's status (``add_status``) and
-  reads the machine's memory and GPUs as the core measures them (``machine``).
+  reads the machine's memory and GPUs as the core measures them (``machine``), and holds its own watches
+  to the core's rule (``watch_state``: reading, blind, stopped, said and shown).
 
 Every callback a plugin gives runs on the loop's thread, but a ``CallKind``'s ``attempt`` and ``keep``,
 which run on the outbox's sender thread. The composition root (observers.py) builds the Wiring. This module
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .loop import name_of
+from .watchstate import WatchState
 
 if TYPE_CHECKING:  # types only
     from .answers import FieldCheck
@@ -168,6 +170,9 @@ class Wiring:
     # The machine as the core measures it for a phase, never a blocking call: ``memory_used``/``memory_limit``
     # (bytes; its cgroup's working set, else the machine's), ``gpu_utilization`` (percent per GPU).
     machine: Callable[[str], Mapping[str, Any]] = lambda name: {}
+    # A watch of the plugin's own, held to the core's rule (watchstate.py): watch_state(name, window_s) is its
+    # state, which it tells of each reading (read/miss); the tick says when it goes blind, status shows it.
+    watch_state: Callable[[str, float], WatchState] = lambda name, window_s: WatchState(name, window_s)
 
 
 # ---------------------------------------------------------------- the core's side, over today's Lifecycle

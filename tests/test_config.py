@@ -311,6 +311,12 @@ BAD_CONFIGS = [
     P(bad_phase("backoff_max_s = 1e9", kind="service"), "phases[1] (b).backoff_max_s: must be at most",
       id="backoff-max-huge"),
     P(bad_phase("stall_s = 1e9"), "phases[1] (b).stall_s: must be at most", id="stall-huge"),
+    # -- interval knobs have a floor: more often is a spin, not a closer watch
+    P(bad_phase("stall_s = 0.001"), "phases[1] (b).stall_s: must be at least 1 seconds", id="stall-tiny"),
+    P("[manager]\nlog_push_interval_s = 0.000001\n" + MARK_PHASE,
+      "manager.log_push_interval_s: must be at least 0.1 seconds", id="log-push-interval-tiny"),
+    P("[production]\nwatch_s = 0.001\n" + MARK_PHASE, "production.watch_s: must be at least 0.2 seconds",
+      id="watch-s-tiny"),
     P(bad_phase('resume = "machine"\nresume_max_age_s = 1e9'), "phases[1] (b).resume_max_age_s: must be at most",
       id="resume-age-huge"),
     P(bad_daemon("ready_timeout_s = 1e9"), "phases[1] (b).daemons[0] (d).ready_timeout_s: must be at most",
@@ -381,7 +387,7 @@ def test_bad_config_table_is_big_enough() -> None:
 
 
 # The entries about the prover's sections need its plugin: only the command line (the composition root) loads it.
-CORE_BAD_CONFIGS = [p for p in BAD_CONFIGS if not any(s in p.values[0] for s in ("[cuzk", "[manager]"))]
+CORE_BAD_CONFIGS = [p for p in BAD_CONFIGS if not any(s in p.values[0] for s in ("[cuzk", "[manager]", "[production]"))]
 
 
 @pytest.mark.parametrize(("body", "expected"), CORE_BAD_CONFIGS)

@@ -202,3 +202,25 @@ def test_the_line_without_pressure_and_with_a_fractional_warn() -> None:
     line = memory_high_line("fetch", MemoryUse(3 * MIB, 4 * MIB, "the machine"), 0.75)
     assert line == ("memory_high: phase fetch uses 75% of its memory limit (3.0MiB of 4.0MiB, the machine; "
                     "memory_warn=0.75)")
+
+
+def test_a_cgroup_file_of_garbage_is_no_reading_and_the_watch_goes_on(tmp_path: Path, no_machine_psi: Path) -> None:
+    """Non-UTF-8 bytes in memory.stat: that tick has no reading of the phase (counted, said when blind), never an
+    exception out of the tick; once the file reads again, memory_high comes as before."""
+    cgroup = v2(tmp_path, "fetch", current=950 * MIB, limit=str(1000 * MIB))
+    (cgroup.path / "memory.stat").write_bytes(b"anon \xff\xfe\x00 garbage\ninactive_file \xc3\x28\n")
+    watch = MemoryWatch(lambda: [Phase("fetch")], Evidence({"fetch": (cgroup, "its cgroup")}))
+    assert watch.check() == []
+    assert watch.state.misses == 1 and watch.state.readings == 0
+    assert "phase fetch" in (watch.state.to_dict()["why"] or "")
+    (cgroup.path / "memory.stat").write_text(f"anon {950 * MIB}\ninactive_file 0\n")
+    [line] = watch.check()
+    assert line.startswith("memory_high: phase fetch uses 95% of its memory limit"), line
+    assert watch.state.readings == 1
+
+
+def test_a_memory_watch_with_nothing_to_watch_is_idle_never_blind(tmp_path: Path) -> None:
+    watch = MemoryWatch(lambda: [Phase("fetch", live=False)], Evidence())
+    watch.state.window_s = 0.0
+    assert watch.check() == [] and watch.state.check() == []
+    assert watch.state.to_dict()["state"] == "idle"

@@ -85,6 +85,26 @@ from .values import (
     written,
 )
 
+# ---------------------------------------------------------------- the interval knobs' floors
+
+# The shortest period an interval knob may set: more often is a spin (a push loop, a stall watch), not a
+# closer watch. ``check`` refuses less with one line naming the key.
+LOG_PUSH_INTERVAL_MIN_S = 0.1
+STALL_MIN_S = 1.0
+
+
+def at_least_seconds(minimum: float, why: str) -> Callable[[Any, str], float]:
+    """Seconds above 0 and at least ``minimum`` (``why``: what a shorter one would be)."""
+
+    def check(value: Any, where: str) -> float:
+        number = _positive_seconds(value, where)
+        if number < minimum:
+            raise ConfigError(f"{where}: must be at least {minimum:g} seconds ({why}), got {written(value)}")
+        return number
+
+    return check
+
+
 # ---------------------------------------------------------------- the tables
 
 SUPERVISOR_KEYS = {
@@ -138,8 +158,9 @@ PHASE_KEYS = {
     "restart_burst": Key(whole_number(1, MAX_RESTART_BURST), DEFAULT_RESTART_BURST),
     "restart_window_s": Key(_positive_seconds, DEFAULT_RESTART_WINDOW_S),
     "backoff_reset_s": Key(check_seconds, DEFAULT_BACKOFF_RESET_S),
-    # Whole seconds as text too, from ${VAR} (the profile's $PROVER_FETCH_STALL_S).
-    "stall_s": Key(_optional(lambda v, w: _positive_seconds(number_text(v), w))),
+    # Seconds as text too, from ${VAR} (the profile's $PROVER_FETCH_STALL_S).
+    "stall_s": Key(_optional(lambda v, w: at_least_seconds(STALL_MIN_S, "a shorter silence is no stall")(
+        number_text(v), w))),
     "progress_path": Key(check_path),
     "progress_total": Key(check_size),
     # Whole seconds may come as text from ${VAR} expansion (the profile's $PROVER_FETCH_DEADLINE_S).
@@ -164,7 +185,8 @@ MANAGER_KEYS = {
     "events_url": Key(_optional(_url)),
     "connect_timeout_s": Key(_positive_seconds, DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
     "read_timeout_s": Key(_positive_seconds, DEFAULT_MANAGER_READ_TIMEOUT_S),
-    "log_push_interval_s": Key(_positive_seconds, DEFAULT_LOG_PUSH_INTERVAL_S),
+    "log_push_interval_s": Key(at_least_seconds(LOG_PUSH_INTERVAL_MIN_S, "more often is a flood of pushes"),
+                               DEFAULT_LOG_PUSH_INTERVAL_S),
     "log_backlog_bytes": Key(whole_number(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
 }
 # What a plugin's section or extra keys may not be named: the core's own tables.

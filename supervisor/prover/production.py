@@ -18,16 +18,23 @@ answer never holds it) and decides:
   ``proofs_completed``, ``proofs_failed``, ``production``; ``/metrics``).
 
 Counters that go down (the daemon restarted with the attempt) start the count again.
+
+The watch survives what it reads (watchstate.py's rule): any answer is contained (a malformed status line,
+a 70 KB header, broken chunks, 200k nested ``[``: a reading of none, with why), every call has a total
+deadline (READ_DEADLINE_S: a peer that drips a byte a second cannot hold the reader), a read that has not
+come back is never doubled, and no reading for ``max(2 × watch_s, BLIND_MIN_S)`` is said once
+("proofs watch: no reading for 120 s: …"), and again when it reads. ``watch_s`` is at least WATCH_MIN_S.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import re
 import threading
 import time
-import urllib.request
+import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +44,7 @@ from .. import verdict as v
 from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
 from ..offloop import worker_thread
 from ..units import fmt_bytes
+from ..watchstate import said_error, short
 
 if TYPE_CHECKING:
     from ..wiring import PhaseView, Wiring
@@ -44,8 +52,18 @@ if TYPE_CHECKING:
 SECTION = "production"
 # The summary line goes to the manager at most this often (the first one soon after production is up).
 SUMMARY_S = 300.0
-# One read of cuzk's or curio's HTTP answer waits at most this long.
+# One read of cuzk's or curio's HTTP answer waits at most this long, and one whole call (connect, status line,
+# headers, body) at most READ_DEADLINE_S.
 READ_TIMEOUT_S = 2.0
+READ_DEADLINE_S = 5.0
+# An answer is read to this size at most (a bigger one is no answer).
+MAX_ANSWER_BYTES = 1 << 20
+# A counter (or a size in bytes) an answer may hold at most: more is no count (and no float to divide).
+MAX_COUNT = 10**18
+# The shortest watch_s: more often is a flood of requests to cuzk, not a closer watch.
+WATCH_MIN_S = 0.2
+# No reading for max(2 × watch_s, this) is said (once).
+BLIND_MIN_S = 30.0
 PROVING_TASKS = ("PoRep", "PSProve", "WdPost", "WinPost", "UpdateProve")
 _METRIC_RE = re.compile(r'^curio_harmonytask_tasks_(completed|failed)\{[^}]*task_name="([^"]+)"[^}]*\}\s+([0-9.e+]+)$')
 
@@ -65,8 +83,16 @@ def _seconds(value: Any, where: str) -> float:
     return float(value)
 
 
+def _interval(value: Any, where: str) -> float:
+    seconds = _seconds(value, where)
+    if seconds < WATCH_MIN_S:
+        raise ConfigError(f"{where}: must be at least {WATCH_MIN_S:g} seconds (how often cuzk is asked), "
+                          f"got {value!r}")
+    return seconds
+
+
 PRODUCTION_KEYS = {
-    "watch_s": Key(_seconds, ProductionSettings.watch_s),
+    "watch_s": Key(_interval, ProductionSettings.watch_s),
     "proof_failures": Key(lambda val, w: whole_number(1, 100_000)(int_text(val), w), ProductionSettings.proof_failures),
     "proof_failure_window_s": Key(_seconds, ProductionSettings.proof_failure_window_s),
     "curio_metrics": Key(lambda val, w: "" if val == "" else check_arg(val, w), ProductionSettings.curio_metrics),
@@ -90,18 +116,23 @@ class Reading:
     error: str = ""
 
 
+def _count(value: Any) -> bool:
+    """A counter or size as an answer may hold one: a whole number from 0 to MAX_COUNT."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
 def parse_cuzk(body: Any) -> tuple[int, int, tuple[int, int] | None] | None:
     """(completed, failed, (memory used, total) or None) of cuzk's /status; None: not its counters. Any JSON is
     read without raising: the reading thread would end on an exception and production go unwatched."""
     counters = body.get("counters") if isinstance(body, dict) else None
-    if not isinstance(counters, dict) or not isinstance(counters.get("total_completed"), int):
+    if not isinstance(counters, dict) or not _count(counters.get("total_completed")):
         return None
     failed = counters.get("total_failed") or 0
-    if not isinstance(failed, int):
+    if not _count(failed):
         return None  # a failed count that is no number: no answer, rather than a guess that hides failures
     mem = body.get("memory")
     memory = (mem["used_bytes"], mem["total_bytes"]) if isinstance(mem, dict) \
-        and isinstance(mem.get("used_bytes"), int) and isinstance(mem.get("total_bytes"), int) else None
+        and _count(mem.get("used_bytes")) and _count(mem.get("total_bytes")) else None
     return counters["total_completed"], failed, memory
 
 
@@ -116,7 +147,7 @@ def parse_curio(text: str) -> tuple[int, int] | None:
                 value = float(match.group(3))
             except ValueError:
                 continue
-            if not math.isfinite(value):
+            if not math.isfinite(value) or not 0 <= value <= MAX_COUNT:
                 continue
             found = True
             totals[match.group(1)] += int(value)
@@ -124,11 +155,38 @@ def parse_curio(text: str) -> tuple[int, int] | None:
 
 
 def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=READ_TIMEOUT_S) as answer:
-        return answer.read(1 << 20)
+    """The body of a 200 answer to GET ``url``, whole within READ_DEADLINE_S (the socket is cut when it passes:
+    a peer that drips a byte a second never holds the reader longer); raises on anything else."""
+    from ..deadline import Watchdog  # (requests with it: on the reading thread, never at start)
+
+    deadline_s = READ_DEADLINE_S
+    parts = urllib.parse.urlsplit(url)
+    connection = (http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection)(
+        parts.hostname or "", parts.port, timeout=READ_TIMEOUT_S)
+    watchdog = Watchdog(deadline_s)
+    watchdog.start()
+    try:
+        connection.connect()
+        watchdog.watch(connection.sock)
+        connection.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+        answer = connection.getresponse()
+        if answer.status != 200:
+            raise ValueError(f"HTTP Error {answer.status}: {answer.reason[:80]}")
+        body = answer.read(MAX_ANSWER_BYTES + 1)
+        if len(body) > MAX_ANSWER_BYTES:
+            raise ValueError(f"an answer of more than {MAX_ANSWER_BYTES} bytes")
+        return body
+    except Exception:
+        if watchdog.fired:
+            raise TimeoutError(f"no whole answer within {deadline_s:g}s") from None
+        raise
+    finally:
+        watchdog.finish()
+        connection.close()
 
 
 def read_counters(status_url: str, metrics_url: str) -> Reading:
+    """cuzk's counters, else curio's; whatever either answers (or does not), a Reading: none, with why."""
     errors = []
     if status_url:
         try:
@@ -136,17 +194,22 @@ def read_counters(status_url: str, metrics_url: str) -> Reading:
             if cuzk is not None:
                 return Reading(time.monotonic(), cuzk[0], cuzk[1], cuzk[2], "cuzk")
             errors.append("cuzk /status has no counters")
-        except (OSError, ValueError) as exc:
-            errors.append(f"cuzk /status: {exc}")
+        except Exception as exc:  # any answer: a malformed status line, broken chunks, JSON nested too deep
+            errors.append(f"cuzk /status: {_said(exc)}")
     if metrics_url:
         try:
             curio = parse_curio(_get(metrics_url).decode(errors="replace"))
             if curio is not None:
                 return Reading(time.monotonic(), curio[0], curio[1], None, "curio")
             errors.append("curio /debug/metrics has no proving task counters")
-        except (OSError, ValueError) as exc:
-            errors.append(f"curio /debug/metrics: {exc}")
+        except Exception as exc:
+            errors.append(f"curio /debug/metrics: {_said(exc)}")
     return Reading(time.monotonic(), None, None, error="; ".join(errors))
+
+
+def _said(exc: Exception) -> str:
+    """A failed read in a few words: an OS or value error by its text, anything else with its class."""
+    return short(str(exc)) if isinstance(exc, OSError | ValueError) and str(exc) else said_error(exc)
 
 
 # ---------------------------------------------------------------- deciding (pure)
@@ -211,14 +274,18 @@ def summary_line(window: ProofWindow, machine: dict[str, Any], memory: tuple[int
 class ProductionWatch:
     """Started when production comes up, stopped when it goes down; every watch_s on the loop."""
 
-    def __init__(self, settings: ProductionSettings, status_url: str, wiring: Wiring) -> None:
+    def __init__(self, settings: ProductionSettings, status_url: str, wiring: Wiring,
+                 blind_s: float | None = None) -> None:
         self._settings, self._status_url, self._wiring = settings, status_url, wiring
         self._phase: str | None = None
         self._window = ProofWindow(settings.proof_failure_window_s)
         self._lock = threading.Lock()
         self._latest: Reading | None = None  # written by the reading thread
-        self._reading = False
+        self._reading: float | None = None  # (monotonic) when the read in flight began; None: none is
         self._timer: Any = None
+        self.state = wiring.watch_state("proofs watch", max(2 * settings.watch_s, BLIND_MIN_S)
+                                        if blind_s is None else blind_s)
+        self.state.idle("production is not up")
         self._next_summary = 0.0
         self._memory: tuple[int, int] | None = None
         self.summary = ""
@@ -230,27 +297,45 @@ class ProductionWatch:
             self._phase = phase.name
             self._window = ProofWindow(self._settings.proof_failure_window_s)
             self._next_summary = 0.0
+            with self._lock:
+                self._latest = None  # a read of the last time up is no reading of this one
+            self.state.wake()
             self._schedule()
         elif not phase.up and self._phase is not None:
             self._phase = None
+            self.state.idle("production is not up")
             if self._timer is not None:
                 self._timer.cancel()
 
     def _schedule(self) -> None:
+        # First: nothing below ends the watch. Never more often than WATCH_MIN_S, whatever made the settings.
+        self._timer = self._wiring.call_later(max(WATCH_MIN_S, self._settings.watch_s), self._tick)
         self._start_read()
-        self._timer = self._wiring.call_later(self._settings.watch_s, self._tick)
 
     def _start_read(self) -> None:
-        if self._reading:
-            return  # the last one has not come back: never a second one behind it
-        self._reading = True
+        with self._lock:
+            started = self._reading
+            if started is None:
+                self._reading = time.monotonic()
+        if started is not None:  # the last one has not come back: never a second one behind it
+            if time.monotonic() - started > 2 * READ_DEADLINE_S + READ_TIMEOUT_S:  # past both calls' deadlines
+                self.state.miss(f"the read begun {time.monotonic() - started:.0f} s ago has not come back")
+            return
 
         def read() -> None:
-            reading = read_counters(self._status_url, self._settings.curio_metrics)
-            with self._lock:
-                self._latest, self._reading = reading, False
+            try:
+                reading = read_counters(self._status_url, self._settings.curio_metrics)
+            except Exception as exc:  # (read_counters contains every answer): a bug of ours is no reading
+                reading = Reading(time.monotonic(), None, None, error=f"internal error: {said_error(exc)}")
+            with self._lock:  # the next read may begin: never stuck "in flight"
+                self._latest, self._reading = reading, None
 
-        worker_thread("production-watch", read)
+        try:
+            worker_thread("production-watch", read)
+        except RuntimeError as exc:  # no thread to be had (pids.max): no reading this time, said when blind
+            with self._lock:
+                self._reading = None
+            self.state.miss(f"no thread to read with ({exc})")
 
     def _tick(self) -> None:
         phase = self._phase
@@ -258,12 +343,19 @@ class ProductionWatch:
             return
         with self._lock:
             reading, self._latest = self._latest, None
-        if reading is not None:
+        self._schedule()
+        if reading is None:
+            return
+        try:
             self._decide(phase, reading)
-        if self._phase is not None:
-            self._schedule()
+        except Exception as exc:  # a bug of ours in deciding: said once, and the watch goes on at the next read
+            self.state.failed(said_error(exc), "the watch goes on with the next reading")
 
     def _decide(self, phase: str, reading: Reading) -> None:
+        if reading.completed is None or reading.failed is None:
+            self.state.miss(reading.error or "no counters read")
+        else:
+            self.state.read(reading.at)
         self._window.add(reading)
         self._memory = reading.memory or self._memory
         self.summary = summary_line(self._window, dict(self._wiring.machine(phase)), self._memory)
@@ -286,7 +378,8 @@ class ProductionWatch:
         return {"proofs_completed": done, "proofs_failed": failed, "summary": self.summary or None,
                 "production": {"window_s": self._window.window_s, "completed_in_window": w_done,
                                "failed_in_window": w_failed, "rate_per_hour": round(done / seconds * 3600, 2)
-                               if seconds > 0 else None, "watch_s": self._settings.watch_s},
+                               if seconds > 0 else None, "watch_s": self._settings.watch_s,
+                               "watch": self.state.current},
                 "metrics": {"proofs_completed": done, "proofs_failed": failed}}
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from supervisor import gpu  # (the repository's own code, wherever the script is run from)
+from supervisor import gpu, gpuevents  # (the repository's own code, wherever the script is run from)
 from supervisor.cgroups import mem_total
 from supervisor.config import load_plan
 from supervisor.fitness import Evidence, assess, expected_gpu_count
@@ -97,19 +97,20 @@ def main() -> int:
         def take() -> str:
             if found["nvml"] is None:
                 return "no GPU: nothing to sample"
-            samples = gpu.sample_all(found["nvml"], call)
+            bad: list[str] = []
+            samples = gpu.sample_all(found["nvml"], call, bad=lambda index, why: bad.append(f"GPU {index}: {why}"))
             found["samples"] = samples
-            return f"{label}: " + "; ".join(f"GPU {s.index} util={s.utilization}% used={s.memory_used} "
-                                              f"of {s.memory_total}" for s in samples)
+            said = [f"GPU {s.index} util={s.utilization}% used={s.memory_used} of {s.memory_total}" for s in samples]
+            return f"{label}: " + "; ".join([*said, *(f"no reading: {b}" for b in bad)])
         return take
 
     def events() -> str:
         if found["nvml"] is None:
             return "no GPU: no events to register for"
-        handle, why = gpu.open_events(found["nvml"], call)
+        handle, why = gpuevents.open_events(found["nvml"], call)
         if handle is None:
             return f"not registered: {why}"
-        fault = gpu.wait_event(found["nvml"], handle, int(args.event_wait_s * 1000), call)
+        fault = gpuevents.wait_event(found["nvml"], handle, int(args.event_wait_s * 1000), call)
         return f"registered ({why}); waited {args.event_wait_s:g}s: " + (fault.describe() if fault else "no event")
 
     def fitness() -> str:

@@ -74,6 +74,16 @@ def test_builtin_profile_takes_environment() -> None:
     assert plan.sections["cuzk"].bench_concurrency == 2
 
 
+@pytest.mark.parametrize("raw", ["0.000001", "0.001", "0.1"])
+def test_the_watch_interval_from_the_environment_has_a_floor(raw: str) -> None:
+    """$PROVER_WATCH_S=0.000001 gave 300 requests a second to cuzk: refused, one line naming the key."""
+    with pytest.raises(ConfigError) as info:
+        load_plan(None, PLUGIN, environ={"PROVER_WATCH_S": raw})
+    message = str(info.value)
+    assert "production.watch_s: must be at least 0.2 seconds" in message and "\n" not in message, message
+    assert load_plan(None, PLUGIN, environ={"PROVER_WATCH_S": "0.2"}).sections["production"].watch_s == 0.2
+
+
 MINIMAL = """\
 [[phases]]
 name = "p"

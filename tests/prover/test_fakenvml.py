@@ -158,3 +158,34 @@ def test_it_is_installed_with_the_package() -> None:
     setuptools = pytest.importorskip("setuptools")
     packages = setuptools.find_packages(str(REPO), include=["supervisor*"])
     assert "supervisor.prover.standins.fakenvml" in packages, packages
+
+
+def test_the_hostile_modes_answer_as_the_docstring_says(fake: types.ModuleType, control: NvmlControl) -> None:
+    """Wrong types, a count no machine has, NotFound, a storm, a wait that returns at once: the modes the GPU
+    thread's hostile tests (tests/test_gpu_hostile.py) stand on."""
+    fake.nvmlInit()
+    control.set(garbage=["nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetCount",
+                         "nvmlDeviceGetName"], device_count=5_000_000)
+    handle = fake.nvmlDeviceGetHandleByIndex(4_999_999)
+    assert fake.nvmlDeviceGetUtilizationRates(handle).gpu == "n/a"
+    assert fake.nvmlDeviceGetMemoryInfo(handle) is None and fake.nvmlDeviceGetName(handle) is None
+    assert fake.nvmlDeviceGetCount() == "n/a"
+    control.set(garbage=[])
+    assert fake.nvmlDeviceGetCount() == 5_000_000
+    control.set(device_count=None, not_found=[0])
+    with pytest.raises(fake.NVMLError_NotFound):
+        fake.nvmlDeviceGetMemoryInfo(fake.nvmlDeviceGetHandleByIndex(0))
+    control.set(not_found=[], xid_storm={"gpu": 0, "xid": 13})
+    events = fake.nvmlEventSetCreate()
+    started = time.monotonic()
+    assert [fake.nvmlEventSetWait_v2(events, 1000).eventData for _ in range(50)] == [13] * 50
+    assert time.monotonic() - started < 5
+    control.set(xid_storm=None, wait_at_once="none")
+    assert fake.nvmlEventSetWait_v2(events, 10_000).eventType == fake.nvmlEventTypeNone
+    control.set(wait_at_once="timeout")
+    started = time.monotonic()
+    with pytest.raises(fake.NVMLError_Timeout):
+        fake.nvmlEventSetWait_v2(events, 10_000)
+    assert time.monotonic() - started < 1
+    control.set(wait_at_once=None, garbage=["nvmlEventSetWait_v2"])
+    assert fake.nvmlEventSetWait_v2(events, 10_000).eventType == "n/a"

@@ -148,6 +148,8 @@ def test_proofs_completing_are_counted_in_status_and_summed_up_at_the_manager(
     wait_for(lambda: (curio_phase(sup).get("proofs_completed") or 0) >= 2, timeout=30, interval=0.3)
     phase = curio_phase(sup)
     assert phase["proofs_failed"] == 0 and phase["production"]["watch_s"] == 0.3, phase
+    watch = status_json(sup)["watches"]["proofs watch"]  # the core's view of the plugin's watch (watchstate.py)
+    assert watch["state"] == "reading" and watch["readings"] >= 2 and watch["window_s"] == 30, watch
     assert phase["summary"].startswith("production: proofs "), phase
     console.wait_text("production: proofs ", timeout=10)
 
@@ -159,6 +161,7 @@ def test_proofs_completing_are_counted_in_status_and_summed_up_at_the_manager(
     text = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
                           capture_output=True, text=True, cwd=REPO, timeout=20).stdout
     assert "      production: proofs " in text, text
+    assert "proofs watch reading" in text, text
     os.kill(console.pid, signal.SIGTERM)
     console.finish(timeout=40)
     assert "reason=proofs_failing" not in console.text()

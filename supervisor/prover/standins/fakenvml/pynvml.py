@@ -3,28 +3,25 @@
 With this directory first on ``PYTHONPATH``, ``import pynvml`` gets this module. Its GPUs and misbehaviour
 come from the JSON control file ``$STANDIN_NVML_CONTROL``, read on every call. Every key is optional:
 
-``gpus`` (list; default: one idle "NVIDIA H200")
-    One object a GPU: ``name``, ``memory_total`` and ``memory_used`` (bytes), ``utilization``
-    and ``memory_utilization`` (percent), ``processes`` (pids of compute processes on it).
-``hang_s`` (seconds, default 0)
-    Every call blocks this long, like NVML under Xid 119 (about 45 s a call) or after a driver crash
-    (forever: a large number). Lowering or removing it ends a hang already under way early.
-``hang_calls`` (list of function names)
-    Only these calls hang (e.g. ``["nvmlDeviceGetUtilizationRates"]``); without it, every call.
+``gpus`` (list; default: one idle "NVIDIA H200"): one object a GPU: ``name``, ``memory_total`` and
+    ``memory_used`` (bytes), ``utilization``, ``memory_utilization`` (percent), ``processes`` (pids on it).
+``hang_s`` (seconds, default 0): every call blocks this long, like NVML under Xid 119 (about 45 s a call)
+    or after a driver crash (forever: a large number). Lowering or removing it ends a hang under way.
+``hang_calls`` (list of function names): only these calls hang; without it, every call.
 ``init_error`` (an error class's suffix: ``"Unknown"``, ``"LibraryNotFound"``, ``"DriverNotLoaded"``)
     ``nvmlInit`` raises ``NVMLError_<suffix>`` ("Unknown Error" after a host ``systemctl daemon-reload``).
-``lost`` (list of GPU indexes)
-    Every call about those GPUs raises ``NVMLError_GpuIsLost`` (fallen off the bus).
-``xid`` (list of ``{"gpu": index, "xid": code}``)
-    Xid errors, each delivered once (per process) by ``nvmlEventSetWait_v2`` to a set registered for it.
+``lost`` (GPU indexes): every call about those GPUs raises ``NVMLError_GpuIsLost`` (fallen off the bus).
+``xid`` (list of ``{"gpu": index, "xid": code}``): Xid errors, each delivered once (per process) to a set for it.
 ``recovery_action`` (a number, or ``{"<gpu index>": number}``)
     What field 230 (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) reads; without it: NOT_SUPPORTED (an older driver).
-``log`` (a path)
-    Each call appends ``<function> <thread name>`` to it: which thread made which NVML call.
+``log`` (a path): each call appends ``<function> <thread name>``: which thread made which NVML call.
+``garbage`` (function names): those calls answer the wrong type: utilisation ``gpu = "n/a"``, memory info
+    None, count ``"n/a"``, name None, event data of garbage. ``device_count``: what ``nvmlDeviceGetCount`` says.
+``not_found`` (GPU indexes): their calls raise ``NVMLError_NotFound``. ``xid_storm`` (``{"gpu", "xid"}``): every
+    wait returns that Xid at once. ``wait_at_once`` (``"none"``, ``"timeout"``): it returns at once, no event.
 
-Without the variable or the file, the machine has the default GPU; a file that is not a JSON
-object makes every call raise ``NVMLError_Unknown`` (said on stderr).
-Calls before ``nvmlInit`` raise ``NVMLError_Uninitialized``, as the real library does.
+Without the variable or the file, the machine has the default GPU; a file that is not a JSON object makes
+every call raise ``NVMLError_Unknown`` (said on stderr). Calls before ``nvmlInit`` raise ``NVMLError_Uninitialized``.
 """
 
 from __future__ import annotations
@@ -48,27 +45,13 @@ DEFAULT_GPU = {"name": "NVIDIA H200", "memory_total": 143771 * MIB, "memory_used
 # ---------------------------------------------------------------- the real module's constants
 
 NVML_SUCCESS = 0
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NO_PERMISSION = 4
-NVML_ERROR_ALREADY_INITIALIZED = 5
-NVML_ERROR_NOT_FOUND = 6
-NVML_ERROR_INSUFFICIENT_SIZE = 7
-NVML_ERROR_INSUFFICIENT_POWER = 8
-NVML_ERROR_DRIVER_NOT_LOADED = 9
-NVML_ERROR_TIMEOUT = 10
-NVML_ERROR_IRQ_ISSUE = 11
-NVML_ERROR_LIBRARY_NOT_FOUND = 12
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
-NVML_ERROR_CORRUPTED_INFOROM = 14
-NVML_ERROR_GPU_IS_LOST = 15
-NVML_ERROR_RESET_REQUIRED = 16
-NVML_ERROR_OPERATING_SYSTEM = 17
-NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
-NVML_ERROR_IN_USE = 19
-NVML_ERROR_MEMORY = 20
-NVML_ERROR_NO_DATA = 21
+# The codes 1 to 21, in the real module's order.
+(NVML_ERROR_UNINITIALIZED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION,
+ NVML_ERROR_ALREADY_INITIALIZED, NVML_ERROR_NOT_FOUND, NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INSUFFICIENT_POWER,
+ NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_TIMEOUT, NVML_ERROR_IRQ_ISSUE, NVML_ERROR_LIBRARY_NOT_FOUND,
+ NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_CORRUPTED_INFOROM, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED,
+ NVML_ERROR_OPERATING_SYSTEM, NVML_ERROR_LIB_RM_VERSION_MISMATCH, NVML_ERROR_IN_USE, NVML_ERROR_MEMORY,
+ NVML_ERROR_NO_DATA) = range(1, 22)
 NVML_ERROR_UNKNOWN = 999
 
 NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
@@ -93,26 +76,17 @@ class NVMLError(Exception):
 
     _valClassMapping: ClassVar[dict[int, type]] = {}
     _errcode_to_string: ClassVar[dict[int, str]] = {
-        NVML_ERROR_UNINITIALIZED: "Uninitialized",
-        NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
-        NVML_ERROR_NOT_SUPPORTED: "Not Supported",
-        NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
-        NVML_ERROR_ALREADY_INITIALIZED: "Already Initialized",
-        NVML_ERROR_NOT_FOUND: "Not Found",
-        NVML_ERROR_INSUFFICIENT_SIZE: "Insufficient Size",
-        NVML_ERROR_INSUFFICIENT_POWER: "Insufficient External Power",
-        NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
-        NVML_ERROR_TIMEOUT: "Timeout",
-        NVML_ERROR_IRQ_ISSUE: "Interrupt Request Issue",
-        NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
-        NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
-        NVML_ERROR_CORRUPTED_INFOROM: "Corrupted infoROM",
-        NVML_ERROR_GPU_IS_LOST: "GPU is lost",
-        NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
+        NVML_ERROR_UNINITIALIZED: "Uninitialized", NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+        NVML_ERROR_NOT_SUPPORTED: "Not Supported", NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+        NVML_ERROR_ALREADY_INITIALIZED: "Already Initialized", NVML_ERROR_NOT_FOUND: "Not Found",
+        NVML_ERROR_INSUFFICIENT_SIZE: "Insufficient Size", NVML_ERROR_INSUFFICIENT_POWER: "Insufficient External Power",
+        NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded", NVML_ERROR_TIMEOUT: "Timeout",
+        NVML_ERROR_IRQ_ISSUE: "Interrupt Request Issue", NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+        NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found", NVML_ERROR_CORRUPTED_INFOROM: "Corrupted infoROM",
+        NVML_ERROR_GPU_IS_LOST: "GPU is lost", NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
         NVML_ERROR_OPERATING_SYSTEM: "The operating system has blocked the request.",
         NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
-        NVML_ERROR_MEMORY: "Insufficient Memory",
-        NVML_ERROR_UNKNOWN: "Unknown Error",
+        NVML_ERROR_MEMORY: "Insufficient Memory", NVML_ERROR_UNKNOWN: "Unknown Error",
     }
 
     def __new__(cls, value: int) -> NVMLError:
@@ -197,8 +171,7 @@ class c_nvmlFieldValue_t(Structure):
 
 class nvmlFriendlyObject:
     def __init__(self, dictionary: dict[str, Any]) -> None:
-        for key, value in dictionary.items():
-            setattr(self, key, value)
+        self.__dict__.update(dictionary)
 
     def __str__(self) -> str:
         return self.__dict__.__str__()
@@ -233,9 +206,7 @@ def _control() -> dict[str, Any]:
 
 def _hangs(control: dict[str, Any], call: str) -> float:
     calls = control.get("hang_calls")
-    if calls is not None and call not in calls:
-        return 0.0
-    return float(control.get("hang_s") or 0)
+    return 0.0 if calls is not None and call not in calls else float(control.get("hang_s") or 0)
 
 
 def _enter(call: str, index: int | None = None, *, needs_init: bool = True) -> dict[str, Any]:
@@ -250,9 +221,15 @@ def _enter(call: str, index: int | None = None, *, needs_init: bool = True) -> d
         control = _control()  # lowered or removed: the hang ends early
     if needs_init and _init_count == 0:
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
-    if index is not None and index in (control.get("lost") or []):
-        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+    for key, code in (("lost", NVML_ERROR_GPU_IS_LOST), ("not_found", NVML_ERROR_NOT_FOUND)):
+        if index is not None and index in (control.get(key) or []):
+            raise NVMLError(code)
     return control
+
+
+def _count(control: dict[str, Any]) -> int:
+    count = control.get("device_count")
+    return int(count) if isinstance(count, int) else len(_gpus(control))
 
 
 def _gpus(control: dict[str, Any]) -> list[dict[str, Any]]:
@@ -261,12 +238,17 @@ def _gpus(control: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _gpu(handle: Any, call: str) -> dict[str, Any]:
+    return _gpu_call(handle, call)[0]
+
+
+def _gpu_call(handle: Any, call: str) -> tuple[dict[str, Any], bool]:
+    """The GPU a handle names, and whether this call answers garbage (the control's ``garbage``)."""
     index = int(handle.contents.index)
     control = _enter(call, index)
     gpus = _gpus(control)
-    if index >= len(gpus):
+    if index >= _count(control):
         raise NVMLError(NVML_ERROR_GPU_IS_LOST)  # it was there when the handle was taken
-    return gpus[index]
+    return (gpus[index] if index < len(gpus) else dict(DEFAULT_GPU)), call in (control.get("garbage") or [])
 
 
 # ---------------------------------------------------------------- the calls
@@ -294,30 +276,36 @@ def nvmlShutdown() -> None:
         _init_count = max(0, _init_count - 1)
 
 
-def nvmlDeviceGetCount() -> int:
-    return len(_gpus(_enter("nvmlDeviceGetCount")))
+def nvmlDeviceGetCount() -> Any:
+    control = _enter("nvmlDeviceGetCount")
+    return "n/a" if "nvmlDeviceGetCount" in (control.get("garbage") or []) else _count(control)
 
 
 def nvmlDeviceGetHandleByIndex(index: int) -> Any:
     control = _enter("nvmlDeviceGetHandleByIndex", index)
-    if not 0 <= index < len(_gpus(control)):
+    if not 0 <= index < _count(control):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     with _lock:
         return _handles.setdefault(index, pointer(struct_c_nvmlDevice_t(index)))
 
 
-def nvmlDeviceGetName(handle: Any) -> str:
-    return str(_gpu(handle, "nvmlDeviceGetName")["name"])
+def nvmlDeviceGetName(handle: Any) -> Any:
+    gpu, garbage = _gpu_call(handle, "nvmlDeviceGetName")
+    return None if garbage else str(gpu["name"])
 
 
-def nvmlDeviceGetMemoryInfo(handle: Any, version: int | None = None) -> c_nvmlMemory_t:
-    gpu = _gpu(handle, "nvmlDeviceGetMemoryInfo")
+def nvmlDeviceGetMemoryInfo(handle: Any, version: int | None = None) -> Any:
+    gpu, garbage = _gpu_call(handle, "nvmlDeviceGetMemoryInfo")
+    if garbage:
+        return None
     total, used = int(gpu["memory_total"]), int(gpu["memory_used"])
     return c_nvmlMemory_t(total=total, free=max(0, total - used), used=used)
 
 
-def nvmlDeviceGetUtilizationRates(handle: Any) -> c_nvmlUtilization_t:
-    gpu = _gpu(handle, "nvmlDeviceGetUtilizationRates")
+def nvmlDeviceGetUtilizationRates(handle: Any) -> Any:
+    gpu, garbage = _gpu_call(handle, "nvmlDeviceGetUtilizationRates")
+    if garbage:
+        return nvmlFriendlyObject({"gpu": "n/a", "memory": "n/a"})
     return c_nvmlUtilization_t(gpu=int(gpu["utilization"]), memory=int(gpu["memory_utilization"]))
 
 
@@ -372,22 +360,33 @@ def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
     started = time.monotonic()
     while True:
         control = _enter("nvmlEventSetWait_v2")
+        if "nvmlEventSetWait_v2" in (control.get("garbage") or []):
+            return nvmlFriendlyObject({"device": None, "eventType": "n/a", "eventData": None})
+        if control.get("wait_at_once") == "timeout":
+            raise NVMLError(NVML_ERROR_TIMEOUT)
+        if control.get("wait_at_once") == "none":
+            return c_nvmlEventData_t(eventType=nvmlEventTypeNone)
         events = control.get("xid") or []
         with _lock:
+            if isinstance(control.get("xid_storm"), dict):
+                return _xid_event(control["xid_storm"])
             registered = _event_sets.get(int(eventSet.contents.id), {})
             if _xid_delivered < len(events):
                 event = events[_xid_delivered]
-                index = int(event.get("gpu", 0))
-                if registered.get(index, 0) & nvmlEventTypeXidCriticalError:
+                if registered.get(int(event.get("gpu", 0)), 0) & nvmlEventTypeXidCriticalError:
                     _xid_delivered += 1
-                    device = _handles.setdefault(index, pointer(struct_c_nvmlDevice_t(index)))
-                    return c_nvmlEventData_t(device=device,
-                                             eventType=nvmlEventTypeXidCriticalError,
-                                             eventData=int(event.get("xid", 0)),
-                                             gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+                    return _xid_event(event)
         if time.monotonic() - started >= timeoutms / 1000:
             raise NVMLError(NVML_ERROR_TIMEOUT)
         time.sleep(HANG_RECHECK_S)
+
+
+def _xid_event(event: dict[str, Any]) -> c_nvmlEventData_t:
+    """An Xid event of ``{"gpu": index, "xid": code}`` (under ``_lock``: its GPU's one handle)."""
+    index = int(event.get("gpu", 0))
+    device = _handles.setdefault(index, pointer(struct_c_nvmlDevice_t(index)))
+    return c_nvmlEventData_t(device=device, eventType=nvmlEventTypeXidCriticalError, eventData=int(event.get("xid", 0)),
+                             gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
 
 
 def nvmlEventSetWait(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:

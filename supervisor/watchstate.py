@@ -1,0 +1,216 @@
+"""Every watch's own health: reading, blind since when, or stopped; said once, and again when it reads again.
+
+A watch (the GPU thread's sampling and its Xid events, the proofs in production, the memory of the running
+phases) is part of the supervisor, held to its rule: it never dies, hangs, floods or lies without a word.
+So each one reports here what became of each attempt to read (``read``: a good reading; ``miss``: no
+reading, with why: an error, a timeout, an answer that is no answer), and the tick (``Watches.check``)
+says, once, the moment a watch has had no reading for longer than its own window ("proofs watch: no
+reading for 120 s: cuzk /status: timed out"), and once more when it reads again. A watch that has nothing
+to read for now (production not up, nobody wanting GPU samples) is ``idle``, never blind. A watch whose
+thread ended unexpectedly says so (``failed``) and is restarted by its owner. ``status`` shows each one.
+
+``Repeats`` keeps a line that comes thousands of times a second (an Xid storm) to one line and a count
+a period. Both are made for any thread: the watches' threads report, the loop's tick speaks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+READING = "reading"
+BLIND = "blind"
+IDLE = "idle"
+STOPPED = "stopped"
+STARTING = "starting"
+# The why of a miss is kept this short (an answer's own text can be anything, of any size).
+WHY_CHARS = 300
+# A repeated line is said once, then counted, and the count said at most once a period.
+REPEATS_PERIOD_S = 60.0
+# At most this many distinct repeated lines are counted at once (each one said at its first coming).
+REPEATS_KEYS_MAX = 256
+# Lines a watch keeps for the tick to say at most (a state nobody looks at must not grow without end).
+UNSAID_MAX = 10
+
+Clock = Callable[[], float]
+
+
+def short(why: object) -> str:
+    """A why, in one line and at most WHY_CHARS."""
+    text = " ".join(str(why).split())
+    return text if len(text) <= WHY_CHARS else text[:WHY_CHARS - 1] + "…"
+
+
+def said_error(exc: BaseException) -> str:
+    """An exception as a watch says it: its class and text, short."""
+    text = str(exc)
+    return short(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+class WatchState:
+    """One watch: what it read last and when, and what it says of itself (``check``, on the loop)."""
+
+    def __init__(self, name: str, window_s: float, *, clock: Clock = time.monotonic) -> None:
+        self.name, self.window_s, self._clock = name, window_s, clock
+        self._lock = threading.Lock()
+        self._state = STARTING
+        self._since = clock()  # monotonic: when the present state (or the wait for a reading) began
+        self._last_read: float | None = None
+        self._why = ""
+        self.readings = 0
+        self.misses = 0
+        self.failures = 0  # the watch's thread (or tick) ended unexpectedly, and was restarted
+        self._said_blind = False
+        self._unsaid: list[str] = []  # lines the owner's thread asked to say (a failure), for the loop's tick
+
+    def read(self, now: float | None = None) -> None:
+        """A good reading."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            self.readings += 1
+            if self._said_blind:
+                self._say(f"{self.name}: reading again after {now - self._since:.0f} s without one")
+            self._said_blind = False
+            self._state, self._since, self._last_read, self._why = READING, now, now, ""
+
+    def miss(self, why: str, now: float | None = None) -> None:
+        """One reading that failed (an error, a timeout, an answer out of bounds): no reading, the watch goes on."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            self.misses += 1
+            self._why = short(why)
+            if self._state in (IDLE, STOPPED):  # waiting for a reading from now on
+                self._state, self._since = STARTING, now
+
+    def idle(self, why: str = "") -> None:
+        """Nothing to read for now (nobody wants it): not blind, whatever the time since the last reading."""
+        with self._lock:
+            if self._state != IDLE:
+                self._state, self._since, self._why, self._said_blind = IDLE, self._clock(), short(why), False
+
+    def wake(self, now: float | None = None) -> None:
+        """Wanted again after ``idle``: the window counts from now."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            if self._state in (IDLE, STOPPED):
+                self._state, self._since = STARTING, now
+
+    def failed(self, why: str, then: str) -> None:
+        """The watch's thread (or tick) ended unexpectedly: said once on the next tick, with ``then`` (what now)."""
+        with self._lock:
+            self.failures += 1
+            self._why = short(why)
+            self._say(f"{self.name}: stopped unexpectedly ({self._why}); {then}")
+
+    def _say(self, line: str) -> None:
+        """(under the lock) A line for the next tick; past UNSAID_MAX, only the counts tell."""
+        if len(self._unsaid) < UNSAID_MAX:
+            self._unsaid.append(line)
+
+    def stop(self, why: str) -> None:
+        """The watch ended for good (its owner's decision, said by it): shown as stopped."""
+        with self._lock:
+            self._state, self._since, self._why, self._said_blind = STOPPED, self._clock(), short(why), False
+
+    def check(self, now: float | None = None, thawed_at: float | None = None) -> list[str]:
+        """The lines to say now (on the loop): blind once past the window, reading again, a failure. The window
+        counts from ``thawed_at`` at the earliest (the supervisor itself was frozen until then: freeze.py)."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            lines, self._unsaid = self._unsaid, []
+            since = self._since if thawed_at is None else max(self._since, thawed_at)
+            if self._state in (READING, STARTING) and now - since > self.window_s:
+                self._state, self._said_blind = BLIND, True
+                lines.append(f"{self.name}: no reading for {now - since:.0f} s "
+                             f"(its window is {self.window_s:g} s): {self._why or 'no answer yet'}")
+            return lines
+
+    @property
+    def current(self) -> str:
+        """reading, blind, idle, stopped or starting (blind from the first check past the window)."""
+        with self._lock:
+            return self._state
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        """For status: the state, since when (epoch seconds), the last reading's age, why, the counts."""
+        now = self._clock() if now is None else now
+        wall = time.time()
+        with self._lock:
+            return {"state": self._state, "since": round(wall - (now - self._since), 3),
+                    "last_reading_s_ago": None if self._last_read is None else round(now - self._last_read, 1),
+                    "why": self._why or None, "window_s": self.window_s,
+                    "readings": self.readings, "misses": self.misses, "failures": self.failures}
+
+
+class Watches:
+    """Every watch's state, by name: one tick watcher for all of them, one status key (``watches``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, WatchState] = {}
+        self.thawed_at: Callable[[], float | None] = lambda: None  # the supervisor's last thaw (run.py: freeze.py's)
+
+    def add(self, *states: WatchState) -> None:
+        with self._lock:
+            for state in states:
+                self._states[state.name] = state
+
+    def new(self, name: str, window_s: float) -> WatchState:
+        """A watch's state, registered under ``name`` (the plugin's watches come through here)."""
+        state = WatchState(name, window_s)
+        self.add(state)
+        return state
+
+    def check(self, now: float | None = None) -> list[str]:
+        with self._lock:
+            states = list(self._states.values())
+        thawed_at = self.thawed_at()
+        return [line for state in states for line in state.check(now, thawed_at)]
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        with self._lock:
+            states = list(self._states.values())
+        return {state.name: state.to_dict(now) for state in states}
+
+
+class Repeats:
+    """A line that repeats (same ``key``): said at its first coming, then counted; every ``period_s`` the count
+    of the ones not said ("Xid 13 on GPU 0: 41,233 more in the last 60 s"). Any thread may ``note``."""
+
+    def __init__(self, period_s: float = REPEATS_PERIOD_S, *, clock: Clock = time.monotonic) -> None:
+        self._period_s, self._clock = period_s, clock
+        self._lock = threading.Lock()
+        self._counted: dict[str, list[Any]] = {}  # key → [what, count not said, period start]
+        self.dropped = 0  # repeats of keys past REPEATS_KEYS_MAX: counted here only
+
+    def note(self, key: str, line: str, what: str | None = None, count: int = 1) -> list[str]:
+        """``line`` ``count`` times: the lines to say now (the line itself at its first coming in a period)."""
+        now = self._clock()
+        with self._lock:
+            entry = self._counted.get(key)
+            if entry is None:
+                if len(self._counted) >= REPEATS_KEYS_MAX:
+                    self.dropped += count
+                    return []
+                self._counted[key] = [what or key, count - 1, now]
+                return [line]
+            entry[1] += count
+        return self.due(now)
+
+    def due(self, now: float | None = None) -> list[str]:
+        """The counts whose period is over; a key quiet for a whole period is forgotten (said again next time)."""
+        now = self._clock() if now is None else now
+        lines = []
+        with self._lock:
+            for key, entry in list(self._counted.items()):
+                what, count, start = entry
+                if now - start < self._period_s:
+                    continue
+                if count:
+                    lines.append(f"{what}: {count:,} more in the last {now - start:.0f} s")
+                    entry[1], entry[2] = 0, now
+                else:
+                    del self._counted[key]
+        return lines

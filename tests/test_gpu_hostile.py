@@ -1,0 +1,321 @@
+"""The GPU thread in a hostile world (the stand-in pynvml's hostile modes): it survives what it watches, says when
+it goes blind, and never floods or spins.
+
+- An answer of the wrong type (utilisation "n/a", memory info None), garbage event data: one bad reading is no
+  reading; the thread goes on, and a real Xid 79 afterwards is still found.
+- A watch that cannot read for longer than its window says so once, and again when it reads again.
+- An event wait that returns at once never spins; an Xid storm is one line and a count, a fatal storm one
+  ``gpu_fault`` line.
+- A count no machine has is refused (said), a GPU that starts answering NotFound is lost, a 5 MB name is cut.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers import PY, REPO, Runner, clean_env, pyc, wait_for
+from standin_nvml import NvmlControl, fake_nvml_env, fake_pynvml
+from standin_nvml import gpu as nvml_gpu
+
+from supervisor import fitness, gpuwatch
+from supervisor.config import parse_plan
+from supervisor.gpu import GPU_NAME_CHARS, MAX_GPUS, GpuFault
+from supervisor.gpuhealth import GpuHealth
+from supervisor.gpuwatch import Gpus
+from supervisor.loop import EventLoop
+from supervisor.states import PhaseState
+
+
+@pytest.fixture
+def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NvmlControl:
+    ctl = NvmlControl(tmp_path / "nvml.json", log=str(tmp_path / "nvml-calls.log"))
+    fake_pynvml(monkeypatch, ctl)
+    return ctl
+
+
+@pytest.fixture
+def gpus() -> Iterator[Gpus]:
+    watch = Gpus(blind_s=0.5)
+    yield watch
+    watch.close()
+
+
+def faults_of(gpus: Gpus, timeout: float = 10) -> list[GpuFault]:
+    found: list[GpuFault] = []
+    wait_for(lambda: found.extend(gpus.take_faults()) or found, timeout=timeout)
+    return found
+
+
+def calls_of(control: NvmlControl, name: str) -> int:
+    return sum(1 for call, _ in control.calls() if call == name)
+
+
+class Target:
+    """The Lifecycle as GPU health sees it: one running phase that uses GPUs, fail_phase recorded."""
+
+    def __init__(self) -> None:
+        self.phases = [SimpleNamespace(name="curio", spec=SimpleNamespace(gpu_health=True), state=PhaseState.RUNNING)]
+        self.failed: list[tuple[str, str, str]] = []
+
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        self.failed.append((name, reason, detail))
+        return True
+
+
+# ---------------------------------------------------------------- any answer contained; the watch goes on
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo"])
+def test_an_answer_of_the_wrong_type_is_no_reading_and_the_thread_goes_on(control: NvmlControl, gpus: Gpus,
+                                                                           call: str) -> None:
+    gpus.watch_health()
+    release = gpus.want(0.1)
+    wait_for(lambda: gpus.samples(), timeout=10)
+    control.set(garbage=[call])
+    wait_for(lambda: gpus.sampling.misses >= 3, timeout=10)
+    assert gpus._thread is not None and gpus._thread.is_alive(), "one bad answer ended the GPU thread"
+    control.set(garbage=[], gpus=[nvml_gpu(util=42)])
+    wait_for(lambda: gpus.samples() and gpus.samples()[0].utilization == 42, timeout=10)
+    control.set(xid=[{"gpu": 0, "xid": 79}])
+    [fault] = faults_of(gpus)
+    assert (fault.index, fault.xid, fault.fatal) == (0, 79, True), "after a bad answer a real Xid 79 went unseen"
+    release()
+
+
+def test_garbage_event_data_is_no_reading_and_xids_are_still_watched(control: NvmlControl, gpus: Gpus) -> None:
+    gpus.watch_health()
+    wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
+    control.set(garbage=["nvmlEventSetWait_v2"])
+    wait_for(lambda: gpus.xid_events.misses >= 2, timeout=10)
+    control.set(garbage=[], xid=[{"gpu": 0, "xid": 79}])
+    [fault] = faults_of(gpus)
+    assert (fault.index, fault.xid) == (0, 79), "garbage event data ended the Xid watch"
+    assert gpus.events_why.startswith("Xid events watched"), gpus.events_why
+
+
+def test_a_blind_watch_says_so_once_and_again_when_it_reads(control: NvmlControl, gpus: Gpus) -> None:
+    release = gpus.want(0.1)
+    wait_for(lambda: gpus.samples(), timeout=10)
+    control.set(garbage=["nvmlDeviceGetUtilizationRates"])
+    lines: list[str] = []
+    wait_for(lambda: lines.extend(gpus.sampling.check()) or lines, timeout=10)
+    [blind] = lines
+    assert blind.startswith("GPU sampling: no reading for ") and "GPU 0" in blind, blind
+    assert gpus.sampling.to_dict()["state"] == "blind"
+    time.sleep(1.0)
+    assert gpus.sampling.check() == [], "a blind watch is said once, not at every look"
+    control.set(garbage=[])
+    wait_for(lambda: lines.extend(gpus.sampling.check()) or len(lines) > 1, timeout=10)
+    assert lines[1].startswith("GPU sampling: reading again after "), lines
+    assert gpus.sampling.to_dict()["state"] == "reading"
+    release()
+
+
+# ---------------------------------------------------------------- never a spin, never a flood
+
+
+@pytest.mark.parametrize("mode", ["none", "timeout"])
+def test_an_event_wait_that_returns_at_once_does_not_spin(control: NvmlControl, gpus: Gpus, mode: str) -> None:
+    gpus.watch_health()
+    wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
+    control.set(wait_at_once=mode)
+    time.sleep(0.3)
+    before = calls_of(control, "nvmlEventSetWait_v2")
+    time.sleep(1.0)
+    waits = calls_of(control, "nvmlEventSetWait_v2") - before
+    print(f"{waits} event waits in 1 s with a wait that returns at once ({mode})")
+    assert waits <= 40, f"{waits} event waits a second: the GPU thread spins"
+
+
+def test_an_xid_storm_is_one_line_and_a_count(control: NvmlControl, gpus: Gpus) -> None:
+    target = Target()
+    health = GpuHealth(target, gpus, repeat_s=1.0)
+    control.set(xid_storm={"gpu": 0, "xid": 13})
+    lines: list[str] = []
+    started = time.monotonic()
+    while time.monotonic() - started < 2.5:
+        lines.extend(health.check(time.monotonic()))
+        time.sleep(0.1)
+    xid_lines = [line for line in lines if "Xid 13" in line]
+    print(f"{len(xid_lines)} Xid 13 lines in 2.5 s of a storm: {xid_lines[:3]}")
+    assert 2 <= len(xid_lines) <= 5, xid_lines[:10]
+    assert xid_lines[0].startswith("GPU health: GPU 0: Xid 13 (graphics engine exception)"), xid_lines[0]
+    assert any(line.startswith("Xid 13 on GPU 0: ") and " more in the last " in line for line in xid_lines), xid_lines
+    assert target.failed == []
+
+
+def test_a_fatal_storm_is_one_gpu_fault_line(control: NvmlControl, gpus: Gpus) -> None:
+    target = Target()
+    health = GpuHealth(target, gpus, repeat_s=60.0)
+    control.set(xid_storm={"gpu": 0, "xid": 79})
+    lines: list[str] = []
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:
+        lines.extend(health.check(time.monotonic()))
+        time.sleep(0.1)
+    faults = [line for line in lines if line.startswith("gpu_fault:")]
+    assert len(faults) == 1, f"{len(faults)} gpu_fault lines: {faults[:3]}"
+    assert faults[0] == "gpu_fault: GPU 0: Xid 79 (fallen off the bus)", faults[0]
+    assert target.failed and {reason for _, reason, _ in target.failed} == {"gpu_fault"}
+
+
+# ---------------------------------------------------------------- numbers from outside, bounded
+
+
+def test_a_device_count_no_machine_has_is_refused_and_said(control: NvmlControl, gpus: Gpus) -> None:
+    control.set(device_count=5_000_000)
+    gpus.start()
+    assert gpus.opened.wait(10), "NVML's count of 5000000 GPUs kept the GPU thread busy"
+    assert gpus.available is False
+    assert gpus.why == f"no GPU: NVML counts 5000000 GPUs, more than any machine has (at most {MAX_GPUS})", gpus.why
+    assert calls_of(control, "nvmlDeviceGetHandleByIndex") == 0
+
+
+def test_a_count_of_the_wrong_type_is_no_gpu(control: NvmlControl, gpus: Gpus) -> None:
+    control.set(garbage=["nvmlDeviceGetCount"])
+    gpus.start()
+    assert gpus.opened.wait(10)
+    assert gpus.why == "no GPU: NVML's device count is no number ('n/a')", gpus.why
+
+
+def test_a_gpu_that_starts_answering_not_found_is_lost(control: NvmlControl, gpus: Gpus) -> None:
+    control.set(gpus=[nvml_gpu(), nvml_gpu()])
+    gpus.watch_health()
+    release = gpus.want(0.1)
+    wait_for(lambda: len(gpus.samples()) == 2, timeout=10)
+    control.set(not_found=[1])
+    [fault] = faults_of(gpus)
+    assert (fault.index, fault.xid, fault.fatal) == (1, None, True)
+    assert fault.describe() == "GPU 1: lost (NVMLError_NotFound: Not Found)"
+    release()
+
+
+def test_a_huge_gpu_name_is_cut(control: NvmlControl, gpus: Gpus) -> None:
+    control.set(gpus=[nvml_gpu(name="H" * (5 << 20))])
+    gpus.start()
+    assert gpus.opened.wait(20)
+    [sample] = gpus.samples()
+    assert len(sample.name) <= GPU_NAME_CHARS and sample.name.startswith("HHHH"), len(sample.name)
+
+
+def test_a_slow_nvml_is_no_finding_where_gpus_are_not_required(control: NvmlControl) -> None:
+    """NVML's first answer is awaited only to be said: slow (here 3 s, never hung by its own bound), it must not
+    fail the fitness check with gpu_unresponsive when no phase needs a GPU."""
+    control.set(hang_s=3, hang_calls=["nvmlDeviceGetCount"])
+    gpus = Gpus(call_timeout_s=100)
+    plan = parse_plan('[[phases]]\nname = "job"\ncommand = ["true"]\n', "test.toml", {})
+    assert plan.supervisor.require_gpus is False
+    loop, decided = EventLoop(), []
+    try:
+        gpus.start()
+        fitness.check(loop, plan, None, gpus, lambda findings, evidence: decided.append(findings),
+                      on_error=lambda exc: decided.append([exc]), bound_s=2.0)
+        loop.run_until(lambda: bool(decided), 0.1)
+    finally:
+        control.set(hang_s=0)
+        gpus.close()
+    assert decided == [[]], decided
+
+
+# ---------------------------------------------------------------- a real supervisor: said once, shown in status
+
+LAUNCHER = """\
+import sys
+import supervisor.gpuwatch
+supervisor.gpuwatch.GPU_BLIND_S = 1.0  # the test's own: 30 s in production
+from supervisor.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_blind_gpu_watch_is_said_once_and_shown_by_status(sup: Runner, tmp_path: Path) -> None:
+    control = NvmlControl(tmp_path / "nvml.json")
+    flag = tmp_path / "up"
+    cfg = sup.write(f"""
+        [[phases]]
+        name = "prove"
+        gpu_health = true
+        command = {pyc(f"import time, pathlib; pathlib.Path({str(flag)!r}).touch(); time.sleep(60)")}
+        """, stop_grace_s=1)
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(LAUNCHER)
+    out_path = tmp_path / "launched.txt"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([PY, str(launcher), "run", "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT,
+                                cwd=REPO, start_new_session=True, env=clean_env(fake_nvml_env(control)))
+    sup.procs.append(proc)  # type: ignore[arg-type]
+    text = lambda: out_path.read_text(errors="replace")  # noqa: E731
+    wait_for(flag.exists, timeout=30)
+    control.set(garbage=["nvmlDeviceGetUtilizationRates"])
+    wait_for(lambda: "GPU sampling: no reading for " in text(), timeout=20)
+    snap = json.loads(subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                                     capture_output=True, text=True, cwd=REPO, timeout=20).stdout)
+    sampling = snap["watches"]["GPU sampling"]
+    assert sampling["state"] == "blind" and "GPU 0: BadAnswer: utilization.gpu is 'n/a'" in sampling["why"], sampling
+    assert snap["watches"]["GPU Xid events"]["state"] == "reading", snap["watches"]
+    shown = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                           capture_output=True, text=True, cwd=REPO, timeout=20).stdout
+    assert "watches: GPU sampling BLIND since " in shown, shown
+    control.set(garbage=[])
+    wait_for(lambda: "GPU sampling: reading again after " in text(), timeout=20)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(40)
+    out = text()
+    assert out.count("GPU sampling: no reading for ") == 1, out
+    assert "Traceback" not in out and "internal error" not in out, out
+
+
+def test_a_gpu_thread_that_fails_says_so_and_starts_again(control: NvmlControl, gpus: Gpus,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug of ours in the thread (here: the sampling raising once, as no NVML answer can make it now) is said on
+    the next tick and the thread starts again: samples and Xid events come back."""
+    real, calls = gpuwatch.sample_all, []
+
+    def fails_once(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a bug of ours")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpuwatch, "THREAD_RESTART_S", 0.2)
+    monkeypatch.setattr(gpuwatch, "sample_all", fails_once)
+    gpus.watch_health()
+    release = gpus.want(0.1)
+    lines: list[str] = []
+    wait_for(lambda: lines.extend(gpus.sampling.check()) or lines, timeout=10)
+    assert lines == ["GPU sampling: stopped unexpectedly (the GPU thread failed: RuntimeError: a bug of ours); "
+                     "started again in 0.2 s"], lines
+    wait_for(lambda: len(calls) >= 6 and gpus.available, timeout=10)
+    control.set(xid=[{"gpu": 0, "xid": 79}])
+    [fault] = faults_of(gpus)
+    assert fault.xid == 79
+    release()
+
+
+def test_a_driver_slow_on_every_call_is_one_line_a_call_then_a_count(control: NvmlControl) -> None:
+    gpus = Gpus(call_timeout_s=0.2)
+    try:
+        release = gpus.want(0.1)
+        assert gpus.opened.wait(10)
+        control.set(hang_s=0.3, hang_calls=["nvmlDeviceGetUtilizationRates"])
+        lines: list[str] = []
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            lines.extend(gpus.check())
+            time.sleep(0.05)
+        returned = [line for line in lines if "returned after" in line]
+        print(f"{len(lines)} lines in 3 s of every sample slow: {lines[:4]}")
+        assert len(returned) == 1, returned
+        assert gpus.slow_calls >= 5, "each slow call is still counted"
+        release()
+    finally:
+        control.set(hang_s=0)
+        gpus.close()

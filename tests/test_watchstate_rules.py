@@ -1,0 +1,120 @@
+"""supervisor.watchstate, pure (a clock the test moves): a watch is blind once it had no reading for longer than
+its window, said once and again when it reads; idle is never blind; a failure is said once; a repeated line is
+said at its first coming, then counted, the count said once a period. And the status text's line of them."""
+
+from __future__ import annotations
+
+from supervisor.render import watch_lines
+from supervisor.watchstate import REPEATS_KEYS_MAX, WHY_CHARS, Repeats, Watches, WatchState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_no_reading_past_the_window_is_said_once_with_the_last_why_then_reading_again() -> None:
+    clock = Clock()
+    state = WatchState("proofs watch", 120.0, clock=clock)
+    state.read()
+    clock.now += 60
+    state.miss("cuzk /status: timed out")
+    assert state.check() == [] and state.current == "reading"
+    clock.now += 61
+    assert state.check() == ["proofs watch: no reading for 121 s (its window is 120 s): cuzk /status: timed out"]
+    assert state.current == "blind"
+    clock.now += 100
+    state.miss("cuzk /status: timed out")
+    assert state.check() == [], "blind is said once, not at every look"
+    state.read()
+    assert state.check() == ["proofs watch: reading again after 221 s without one"]
+    assert state.to_dict()["state"] == "reading" and state.to_dict()["misses"] == 2
+
+
+def test_a_freeze_of_the_supervisor_is_not_the_watchs_blindness() -> None:
+    """Frozen from 105 to 150 (SIGSTOP, docker pause): the window counts from the thaw, as the stall windows do."""
+    clock = Clock()
+    state = WatchState("proofs watch", 30.0, clock=clock)
+    state.read()
+    clock.now = 170.0
+    assert state.check(thawed_at=150.0) == []
+    clock.now = 181.0
+    assert state.check(thawed_at=150.0) == ["proofs watch: no reading for 31 s (its window is 30 s): no answer yet"]
+
+
+def test_a_watch_that_never_read_is_blind_from_its_start() -> None:
+    clock = Clock()
+    state = WatchState("GPU sampling", 30.0, clock=clock)
+    clock.now += 31
+    [line] = state.check()
+    assert line == "GPU sampling: no reading for 31 s (its window is 30 s): no answer yet"
+
+
+def test_idle_is_never_blind_and_the_window_counts_from_the_wake() -> None:
+    clock = Clock()
+    state = WatchState("proofs watch", 10.0, clock=clock)
+    state.idle("production is not up")
+    clock.now += 1000
+    assert state.check() == [] and state.current == "idle"
+    state.wake()
+    clock.now += 5
+    assert state.check() == []
+    clock.now += 6
+    assert state.check()[0].startswith("proofs watch: no reading for 11 s")
+
+
+def test_a_failure_is_said_once_and_a_why_is_short() -> None:
+    state = WatchState("GPU sampling", 30.0, clock=Clock())
+    state.failed("the GPU thread failed: TypeError: " + "x" * 5000, "started again in 1 s")
+    [line] = state.check()
+    assert line.startswith("GPU sampling: stopped unexpectedly (the GPU thread failed: TypeError: xxx")
+    assert line.endswith("; started again in 1 s") and len(line) < WHY_CHARS + 80, len(line)
+    assert state.check() == [] and state.failures == 1
+
+
+def test_watches_speak_for_all_and_show_each() -> None:
+    watches = Watches()
+    clock = Clock()
+    a, b = WatchState("a", 1.0, clock=clock), WatchState("b", 1.0, clock=clock)
+    watches.add(a, b)
+    a.read()
+    b.stop("no GPU: NVML sees 0 devices")
+    clock.now += 2
+    assert watches.check() == ["a: no reading for 2 s (its window is 1 s): no answer yet"]
+    shown = watches.to_dict()
+    assert shown["a"]["state"] == "blind" and shown["b"] == {**shown["b"], "state": "stopped",
+                                                             "why": "no GPU: NVML sees 0 devices"}
+
+
+def test_a_repeated_line_is_said_once_then_counted_once_a_period() -> None:
+    clock = Clock()
+    repeats = Repeats(60.0, clock=clock)
+    assert repeats.note("0 13", "GPU health: GPU 0: Xid 13 ...", "Xid 13 on GPU 0") == ["GPU health: GPU 0: Xid 13 ..."]
+    for _ in range(41_233):
+        assert repeats.note("0 13", "GPU health: GPU 0: Xid 13 ...", "Xid 13 on GPU 0") == []
+    clock.now += 60
+    assert repeats.due() == ["Xid 13 on GPU 0: 41,233 more in the last 60 s"]
+    clock.now += 60
+    assert repeats.due() == [], "a quiet period says nothing, and forgets the line"
+    assert repeats.note("0 13", "again", "Xid 13 on GPU 0") == ["again"]
+
+
+def test_repeated_lines_past_the_keys_bound_are_only_counted() -> None:
+    repeats = Repeats(60.0, clock=Clock())
+    said = [line for i in range(REPEATS_KEYS_MAX + 10) for line in repeats.note(str(i), f"line {i}")]
+    assert len(said) == REPEATS_KEYS_MAX and repeats.dropped == 10
+
+
+def test_the_status_line_of_the_watches() -> None:
+    watches = {"GPU sampling": {"state": "reading"},
+               "proofs watch": {"state": "blind", "since": 1000.0, "why": "cuzk /status: timed out"},
+               "GPU Xid events": {"state": "stopped", "why": "no Xid events: no GPU supports them"},
+               "odd": "not an object"}
+    assert watch_lines(watches, 1130.0) == [
+        "watches: GPU sampling reading; proofs watch BLIND since 2m10s ago (cuzk /status: timed out); "
+        "GPU Xid events stopped (no Xid events: no GPU supports them)"]
+    assert watch_lines({}, 0.0) == [] and watch_lines(None, 0.0) == []
+    assert watch_lines({"a": {"state": "reading"}}, 0.0, live=False) == ["watches (last known): a reading"]

@@ -92,7 +92,8 @@ def test_a_label_whose_id_overflows_the_managers_integer_is_refused(body: str, e
     with pytest.raises(ConfigError) as caught:
         label(body, environ)
     message = str(caught.value)
-    assert where in message.partition(" (environment)")[0].partition(": '")[0] and "does not fit the manager's 64-bit integer" in message, message
+    named = message.partition(" (environment)")[0].partition(": '")[0]  # the part before the value
+    assert where in named and "does not fit the manager's 64-bit integer" in message, message
     assert str(2**63 - 1) in message, message
 
 

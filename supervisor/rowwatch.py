@@ -28,6 +28,9 @@ from urllib.parse import quote
 from .manager import ManagerClient, PermanentError, TransientError
 from .managerrow import STATUS_MAX_BYTES, Row, RowError, find_row
 
+# After a look-up that got no usable answer, the next is not tried for this long (the calls go meanwhile).
+FAILED_AGAIN_S = 30.0
+
 
 @dataclass(frozen=True)
 class RowReading:
@@ -72,10 +75,14 @@ class RowWatch:
         return self._next_at is not None and self._now() >= self._next_at
 
     def read(self, uuid: str) -> tuple[RowReading, list[str]]:
-        """One look-up (bounded, one attempt), and the notes on it not said before."""
+        """One look-up (bounded, one attempt), and the notes on it not said before. Within FAILED_AGAIN_S of one
+        that got no answer (a manager down or black-holed), the call it came before is not held up again."""
         now = self._now()
         if self._next_at is not None:
             self._next_at = now + self._interval_s
+        latest = self.latest
+        if latest is not None and latest.error is not None and now - latest.at < FAILED_AGAIN_S:
+            return latest, []
         notes: list[str] = []
         try:
             answer = self._client.request("GET", "/status", max_bytes=STATUS_MAX_BYTES)

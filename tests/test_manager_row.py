@@ -98,6 +98,10 @@ def test_a_kill_mid_fetch_ends_the_instance_and_no_call_un_kills_it(sup: Runner,
     snap = json.loads(statepaths.path(sup.state_dir, statepaths.STATUS_FILE).read_text())
     assert snap["manager"]["killed"] == line, snap["manager"]
     assert snap["manager"]["row"]["row"]["state"] == "killed"
+    shown = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                           capture_output=True, text=True, timeout=30, cwd=REPO).stdout
+    assert shown.startswith(f"stopped: {line}; exit 80\n"), shown
+    assert f"\n  cause: {line} (its row: state killed)\n" in shown, shown
     # Kept like a give-up: a restart runs nothing, and says whose word it was.
     again = Console(sup, config(sup, manager, go), name="again")
     assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()

@@ -79,6 +79,7 @@ from .values import (
     check_state_dir,
     check_warn_fraction,
     int_text,
+    number_text,
     one_of,
     parse_signal,
     ready_checker,
@@ -176,7 +177,7 @@ MANAGER_KEYS = {
     "read_timeout_s": Key(_positive_seconds, DEFAULT_MANAGER_READ_TIMEOUT_S),
     "log_push_interval_s": Key(_positive_seconds, DEFAULT_LOG_PUSH_INTERVAL_S),
     "log_backlog_bytes": Key(whole_number(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
-    "row_check_s": Key(_row_check_s, DEFAULT_ROW_CHECK_S),
+    "row_check_s": Key(lambda v, w: _row_check_s(number_text(v), w), DEFAULT_ROW_CHECK_S),
 }
 # What a plugin's section or extra keys may not be named: the core's own tables.
 CORE_TABLES = ("supervisor", "manager", "phases")

@@ -47,7 +47,7 @@ import requests  # noqa: E402
 
 from supervisor.devmanager import DevManager  # noqa: E402
 from supervisor.exits import EXIT_KILLED  # noqa: E402
-from supervisor.prover.demo import free_port  # noqa: E402
+from supervisor.prover.demo import free_ports  # noqa: E402
 from supervisor.prover.standins.paramserve import ParamServer  # noqa: E402
 
 FAILURES = {
@@ -80,8 +80,8 @@ def profile_env(root: Path, bin_dir: Path, manager: DevManager, label: str, extr
             "SUPERVISOR_LOG_DIR": str(root / "logs"), "FIL_PROOFS_PARAMETER_CACHE": str(root / "params"),
             "PROVER_MIN_MEMORY": "1GiB", "CUZK_BASELINE": "1GiB", "CUZK_PER_PARTITION": "512MiB",
             "PROVER_MIN_PARAM_DISK": "64MiB", "PROVER_REQUIRE_GPUS": "false", "BENCH_C1": str(bin_dir / "c1.json"),
-            "STANDIN_SPEED": "0.1", "CUZK_PORT": str(free_port()), "CUZK_STATUS_PORT": str(free_port()),
-            "CURIO_PORT": str(free_port()), **extra}
+            "STANDIN_SPEED": "0.1", **dict(zip(("CUZK_PORT", "CUZK_STATUS_PORT", "CURIO_PORT"),
+                                               map(str, free_ports(3)), strict=True)), **extra}
 
 
 def failure_time(state_dir: Path) -> float:

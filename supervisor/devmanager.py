@@ -240,24 +240,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _edit_row(self, body: dict[str, Any]) -> None:
         """``POST /dev/row``: a row's fields set as the manager's own decisions would (devrows.py)."""
         inst = self._instance(body)
-        if inst is None:
-            return
         try:
-            with self.server.state.lock:
-                edit_row(inst, body)
+            if inst is not None:
+                with self.server.state.lock:
+                    edit_row(inst, body)
+                self._send(200, {"ok": True})
         except (ValueError, TypeError) as exc:
             self._send(400, {"error": str(exc)})
-            return
-        self._send(200, {"ok": True})
 
     def _kill(self, body: dict[str, Any]) -> None:
         """The UI's kill: the row is marked killed "manually killed via UI" (the machine is not ours to destroy)."""
         inst = self._instance(body)
-        if inst is None:
-            return
-        with self.server.state.lock:
-            inst.kill(UI_KILL_REASON)
-        self._send(200, {"ok": True})
+        if inst is not None:
+            with self.server.state.lock:
+                inst.kill(UI_KILL_REASON)
+            self._send(200, {"ok": True})
 
     def _instance(self, body: dict[str, Any]) -> Instance | None:
         with self.server.state.lock:

@@ -346,9 +346,8 @@ class Outbox:
 
     def delivered_payloads(self, kind: str, limit: int) -> list[dict[str, Any]]:
         """The payloads of the latest ``limit`` delivered calls of ``kind``, oldest first."""
-        rows = self._read("SELECT payload FROM calls WHERE kind = ? AND state = 'delivered' ORDER BY id DESC "
-                          "LIMIT ?", (kind, limit))
-        return [json.loads(row[0]) for row in reversed(rows)]
+        sql = "SELECT payload FROM calls WHERE kind = ? AND state = 'delivered' ORDER BY id DESC LIMIT ?"
+        return [json.loads(row[0]) for row in reversed(self._read(sql, (kind, limit)))]
 
     def history(self, limit: int = 50, without: str = "") -> list[dict[str, Any]]:
         """The latest ``limit`` calls (but those of kind ``without``), oldest first, payload and answer as stored."""

@@ -290,12 +290,14 @@ class Sender:
             self._loop.call_soon_threadsafe(lambda note=note: self._log(f"manager: {note}"))
         self._loop.call_soon_threadsafe(lambda: self._on_row(reading))
         if reading.row is not None and reading.row.killed and self.killed is None:
-            self._killed_by(reading.row)
+            # Given up already (here, or by an earlier start): the kill is its consequence, not news to tell.
+            self._killed_by(reading.row, tell=not self._retired)
         return reading
 
-    def _killed_by(self, row: Row) -> None:
+    def _killed_by(self, row: Row, tell: bool = True) -> None:
         self.killed, self._retired = row, True  # nothing that could un-kill it goes out from now on
-        self._loop.call_soon_threadsafe(lambda: self._on_killed(row))
+        if tell:
+            self._loop.call_soon_threadsafe(lambda: self._on_killed(row))
 
     def _killed_before(self, call: Call) -> bool:
         """Before a lifecycle call: the row is read, and a killed one gets no call (its bench-done would

@@ -224,3 +224,18 @@ def test_a_uuid_forgotten_after_running_is_registered_again_once(sup: Runner, ma
     assert "  fetch clock: from " in text and "UTC (the manager's registered_at)" in text, text
     proc.proc.terminate()
     assert proc.finish(WAIT_S) == 143, proc.tail()
+
+
+def test_a_row_time_from_the_future_is_refused_once_and_never_an_anchor(sup: Runner, manager: DevManager) -> None:
+    first = requests.post(manager.url + "/register", json={"label": LABEL, "min_rate": 1}, timeout=5).json()
+    post(manager, "/dev/row", {"uuid": first["uuid"], "registered_at": time.time() + 3600})
+    go = sup.tmp / "go"
+    go.touch()
+    proc = Console(sup, config(sup, manager, go))
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+    out = proc.text()
+    assert reads(manager) >= 3  # at identity, before param-done, before running
+    assert out.count("impossible, not used") == 1, out
+    assert f"manager: the manager's row for {first['uuid']}: registered_at " in out, out
+    seen = json.loads(statepaths.path(sup.state_dir, statepaths.FIRST_SEEN).read_text())
+    assert "manager_registered_at" not in seen and "first_registered" in seen, seen

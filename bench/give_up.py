@@ -99,8 +99,8 @@ def seed_row(manager: DevManager, label: str, fields: dict[str, Any]) -> None:
 
 
 def one_run(scratch: Path, bin_dir: Path, manager: DevManager, name: str, extra: dict[str, str], n: int) -> float:
-    root = scratch / f"{name.split()[0]}-{n}"
     label = f"C.{next(LABELS)}"  # the manager matches C.<digits> only
+    root = scratch / f"{name.split()[0]}-{label}"  # a state_dir of its own (not given up by an earlier run)
     env = profile_env(root, bin_dir, manager, label, extra)
     if name in ROWS:
         seed_row(manager, label, ROWS[name])

@@ -12,8 +12,10 @@ that ``ReadsProgress``: aria2c's readout, from the prover's parser). What is don
 
 It never goes down within an attempt (a file that completes shows in the cache and in the output a
 moment apart). The figures and the deadline rule are transfer.py's. The deadline counts from the
-instance's first registration, else first start (firstseen.py), ``progress_deadline_s`` on: a restart
-does not reset it. A progress line is logged every PROGRESS_LOG_S (it reaches the manager's ``setup``
+manager's clock, the earlier of its row's ``registered_at`` and the instance's first registration, else
+from the first start (firstseen.py), ``progress_deadline_s`` on: a restart does not reset it, and one
+already past (a row registered long ago) ends the download at once, before the observation window. A
+progress line is logged every PROGRESS_LOG_S (it reaches the manager's ``setup``
 log as every supervisor line does); the status shows the figures at every look.
 """
 

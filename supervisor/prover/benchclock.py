@@ -8,6 +8,10 @@ warm-up, the bench), is held to ``[manager] bench_deadline_s`` (default 2700 s) 
 source). A phase of that stretch running, or starting, past it is failed ``too_slow`` (never retried: the
 instance is given up): its proofs would end after the manager's kill, and a bench-done then would un-kill a
 row whose machine is being destroyed. Each phase's own ``timeout_s`` still holds within it.
+
+Only while the manager's clock runs: its row in ``params_done`` (its other states have no such timeout: a
+container restarted days into production that benches again is not given up), or, with no row read, until
+a bench-done was delivered and passed (the row has moved on then).
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from .fleet import BENCH_DONE, fleet_settings
 
 if TYPE_CHECKING:
     from ..loop import Timer
+    from ..managerrow import Row
     from ..wiring import ManagerLink, PhaseView, ProductionControl, Wiring
 
 # How often a running phase of the stretch is looked at.
 BENCH_CLOCK_CHECK_S = 5.0
+PARAMS_DONE = "params_done"  # the one state the manager's benchmark timeout applies to
 
 
 def stretch(phases: list[tuple[str, str | None]]) -> set[str]:
@@ -60,6 +66,17 @@ class BenchClock:
         self._deadline_s, self._phases, self._link = deadline_s, phases, link
         self._production, self._call_later, self._now = production, call_later, now
         self._watching: tuple[str, int] | None = None  # (phase, attempt) running
+        self._state: str | None = None  # the row's state, as last read (None: never read)
+
+    def heard_row(self, row: Row) -> None:
+        self._state = row.state
+
+    def _runs(self) -> bool:
+        """Does the manager's benchmark clock run for this instance now?"""
+        if self._state is not None:
+            return self._state == PARAMS_DONE
+        answer = self._link.delivered_answer(BENCH_DONE)
+        return not (isinstance(answer, dict) and answer.get("passed") is True)
 
     def transition(self, view: PhaseView) -> None:
         if view.name not in self._phases:
@@ -74,7 +91,7 @@ class BenchClock:
     def check(self, watching: tuple[str, int]) -> None:
         if watching != self._watching:
             return  # another attempt, or it ended
-        clock = self._link.clock(BENCH_CLOCK)
+        clock = self._link.clock(BENCH_CLOCK) if self._runs() else None
         why = past_deadline(*clock, self._deadline_s, self._now()) if clock is not None else None
         if why is not None:
             self._watching = None
@@ -91,4 +108,5 @@ def attach(wiring: Wiring) -> None:
         return
     wiring.manager.deadline(BENCH_CLOCK, deadline_s)
     clock = BenchClock(deadline_s, phases, wiring.manager, wiring.production, wiring.call_later)
+    wiring.manager.on_row(clock.heard_row)
     wiring.events.on_transition(clock.transition)

@@ -78,9 +78,13 @@ def test_past_deadline_names_the_clock_and_its_source() -> None:
 class Link:
     def __init__(self) -> None:
         self.clocks: dict[str, tuple[float, str]] = {}
+        self.answers: dict[str, Any] = {}
 
     def clock(self, name: str) -> tuple[float, str] | None:
         return self.clocks.get(name)
+
+    def delivered_answer(self, kind: str) -> Any:
+        return self.answers.get(kind)
 
 
 class ClockRig:
@@ -162,3 +166,25 @@ def test_a_row_whose_min_rate_differs_judges_the_bench(sup: Runner, manager: Dev
     assert "the manager rejected the benchmark (rate 0/h < min_rate 100)" in out, out
     rows: list[dict[str, Any]] = requests.get(manager.url + "/status", timeout=5).json()
     assert [(r["uuid"], r["min_rate"], r["state"]) for r in rows] == [(first["uuid"], 100.0, "killed")]
+
+
+def test_the_clock_runs_only_while_the_row_is_in_params_done() -> None:
+    rig = ClockRig()
+    rig.link.clocks[BENCH_CLOCK] = (rig.now - 3 * 86400.0, "the fetch's end (param-done)")  # days into production
+    rig.clock.heard_row(Row("u", "running"))  # restarted, benching again: the manager has no timeout for it
+    rig.clock.transition(rig.view("warmup"))
+    assert rig.production.failed == [] and len(rig.timers) == 1
+    rig.clock.heard_row(Row("u", "params_done"))
+    rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
+    assert [(n, r) for n, r, _ in rig.production.failed] == [("warmup", "too_slow")]
+
+
+def test_without_a_row_the_clock_stops_once_a_bench_done_passed() -> None:
+    rig = ClockRig()
+    rig.link.clocks[BENCH_CLOCK] = (rig.now - 3 * 86400.0, "the fetch's end (param-done)")
+    rig.link.answers["bench-done"] = {"passed": True}  # delivered before this restart: the row moved on
+    rig.clock.transition(rig.view("bench"))
+    assert rig.production.failed == []
+    rig.link.answers["bench-done"] = None
+    rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
+    assert [(n, r) for n, r, _ in rig.production.failed] == [("bench", "too_slow")]

@@ -63,10 +63,16 @@ class ManagerView:
     def clock(self, name: str) -> tuple[float, str] | None:
         return self.first_seen.clock(name) if self.first_seen is not None else None
 
-    def status(self) -> dict[str, Any]:
+    def status(self, mask: Callable[[str], str]) -> dict[str, Any]:
+        """For the status view; ``mask``: the manager's words come from outside (a kill_reason), masked here."""
         clocks = self.first_seen.status() if self.first_seen is not None else {}
         for name, clock in clocks.items():
             if name in self.deadlines:
                 clock["deadline_s"] = self.deadlines[name]
-        return {"row": self.row.to_dict() if self.row is not None else None,
-                "killed": self.killed.kill_line() if self.killed is not None else None, "clocks": clocks}
+        row = self.row.to_dict() if self.row is not None else None
+        if row is not None:
+            row["shown"] = mask(row["shown"])
+            if row["row"] is not None and row["row"]["kill_reason"]:
+                row["row"]["kill_reason"] = mask(row["row"]["kill_reason"])
+        return {"row": row, "killed": mask(self.killed.kill_line()) if self.killed is not None else None,
+                "clocks": clocks}

@@ -328,7 +328,7 @@ class Reporter:
             "ledger": ledger(self.outbox.history(LEDGER_CALLS, without=LOG), self._redactor.text)
             if self.outbox else [],
             "log_backlog": self._logs.backlog() if self._logs else {},
-            **self.view.status(),
+            **self.view.status(self._redactor.text),
         }
 
 

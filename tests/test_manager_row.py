@@ -239,3 +239,37 @@ def test_a_row_time_from_the_future_is_refused_once_and_never_an_anchor(sup: Run
     assert f"manager: the manager's row for {first['uuid']}: registered_at " in out, out
     seen = json.loads(statepaths.path(sup.state_dir, statepaths.FIRST_SEEN).read_text())
     assert "manager_registered_at" not in seen and "first_registered" in seen, seen
+
+
+def test_after_registering_again_the_failure_reason_and_the_recent_tail_go_under_the_new_uuid(
+        sup: Runner, manager: DevManager) -> None:
+    go, tried = sup.tmp / "go", sup.tmp / "tried"
+    cfg = sup.write(f"""
+        [manager]
+        url = {toml_str(manager.url)}
+        label = "{LABEL}"
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "fetch"
+        # Fails once (its reason is pushed under the first uuid), then waits for go and reports param-done.
+        command = {sh(f"if [ ! -e {tried} ]; then touch {tried}; echo first try broke; exit 3; fi; "
+                      + waiting(go) + "echo fetched")}
+        retries = 1
+        backoff_s = 0.1
+        report = "param-done"
+        """)
+    proc = Console(sup, cfg)
+    proc.wait_text("reason=exit_code exit_code=3")
+    [old] = [i["uuid"] for i in instances(manager)]
+    wait_for(lambda: "FAILED: phase=fetch" in manager.state.snapshot()["logs"].get(old, {}).get("setup", ""), WAIT_S)
+    post(manager, "/dev/forget", {})
+    go.touch()
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+    [new] = [i["uuid"] for i in instances(manager)]
+    assert new != old and "(its /runner-id answers 404: the row is gone, not killed)" in proc.text(), proc.tail()
+    setup = manager.state.snapshot()["logs"][new]["setup"]
+    assert setup.count(f"prover-supervisor: registered again as {new}: the manager no longer knew {old}") == 1
+    repushed = setup.partition("registered again as")[2]
+    assert "prover-supervisor: FAILED: phase=fetch child=fetch" in repushed and "| first try broke" in repushed
+    assert "[supervisor] manager: registered: uuid" in repushed, repushed

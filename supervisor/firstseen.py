@@ -42,6 +42,7 @@ KEYS = (FIRST_START, FIRST_REGISTERED, FIRST_PARAM_DONE, MANAGER_REGISTERED, MAN
 SOURCES = {FIRST_START: "the first start", FIRST_REGISTERED: "the first registration",
            FIRST_PARAM_DONE: "the fetch's end (param-done)", MANAGER_REGISTERED: "the manager's registered_at",
            MANAGER_PARAM_DONE: "the manager's param_done_at"}
+THIS_START = "this start"  # the fetch clock of a fetch run again once the manager's no longer runs
 # A kept time later than now by more than this is another clock's, not ours: refused.
 CLOCK_SKEW_S = 120.0
 # A kept time older than this is no instance's start (a zeroed field, another machine's file): refused.
@@ -59,15 +60,29 @@ class FirstSeen:
     def __init__(self, state_dir: Path, log: Callable[[str], None], now: Callable[[], float] = time.time) -> None:
         self._path = statepaths.path(state_dir, statepaths.FIRST_SEEN)
         self._log, self._now = log, now
+        self._row_state: str | None = None  # the manager's row's state, as last read (not kept)
+        self._this_start: float | None = None  # this start's time, where it was needed
         self._times = self._load()
+        self._fetched_before = FIRST_PARAM_DONE in self._times  # a fetch ended here in an earlier start
         if FIRST_START not in self._times:
-            self._times[FIRST_START] = now()
+            self._times[FIRST_START] = self._this_start = now()
             self._save()
 
     def anchor(self) -> tuple[float, str]:
         """Where the fetch deadline counts from, and what that is (for the verdict): the earlier of the manager's
-        registered_at and the first registration, else the first start."""
+        registered_at and the first registration, else the first start. Once the row is past ``registered``
+        (or, with no row read, once a fetch ended here before) the manager's fetch clock no longer runs: a fetch
+        run again (days into production, its cache lost) counts from this start."""
+        if not self._fetch_clock_runs():
+            if self._this_start is None:
+                self._this_start = self._now()
+            return self._this_start, THIS_START
         return self.clock(FETCH_CLOCK) or (self._times[FIRST_START], SOURCES[FIRST_START])
+
+    def _fetch_clock_runs(self) -> bool:
+        if self._row_state is not None:
+            return self._row_state == "registered"
+        return not self._fetched_before
 
     def clock(self, name: str) -> tuple[float, str] | None:
         """The clock ``name`` (FETCH_CLOCK, BENCH_CLOCK): the earliest time known of it and what it is; None: none."""
@@ -84,6 +99,7 @@ class FirstSeen:
 
     def heard_row(self, row: Row) -> None:
         """The manager's row: its registered_at and param_done_at, kept where earlier than what is kept."""
+        self._row_state = row.state
         changed = False
         for key, value in ((MANAGER_REGISTERED, row.registered_at), (MANAGER_PARAM_DONE, row.param_done_at)):
             if value is not None and value < self._times.get(key, math.inf):
@@ -96,6 +112,8 @@ class FirstSeen:
         """Each clock known, for the status view: when it started and what that is."""
         out: dict[str, Any] = {}
         for name in CLOCKS:
+            if name == FETCH_CLOCK and not self._fetch_clock_runs():
+                continue  # the fetch is behind (the row is past registered): its clock is of no use to show
             clock = self.clock(name) if name != FETCH_CLOCK else self.anchor()
             if clock is not None:
                 out[name] = {"at": clock[0], "source": clock[1]}

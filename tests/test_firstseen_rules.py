@@ -169,7 +169,18 @@ def test_the_bench_clock_is_the_earlier_of_the_fetchs_end_and_the_managers_param
     assert seen.clock(BENCH_CLOCK) == (2000.0, "the fetch's end (param-done)")
     seen.heard_row(Row("u", "params_done", param_done_at=1990.0))
     assert seen.clock(BENCH_CLOCK) == (1990.0, "the manager's param_done_at")
-    assert seen.status() == {"fetch": {"at": 2000.0, "source": "the first start"},
-                             "bench": {"at": 1990.0, "source": "the manager's param_done_at"}}
+    # The row is past registered: the fetch's clock no longer runs, and is not shown.
+    assert seen.status() == {"bench": {"at": 1990.0, "source": "the manager's param_done_at"}}
     restarted = FirstSeen(tmp_path, print, now=lambda: 2500.0)  # a restart mid-bench: no fresh budget
     assert restarted.clock(BENCH_CLOCK) == (1990.0, "the manager's param_done_at")
+
+
+def test_a_fetch_run_again_once_the_managers_fetch_clock_stopped_counts_from_this_start(tmp_path: Path) -> None:
+    first = FirstSeen(tmp_path, print, now=lambda: 1000.0)
+    first.registered()
+    assert first.anchor() == (1000.0, "the first registration")
+    first.param_done()  # the fetch ended; days later the container starts again and its cache is gone
+    later = FirstSeen(tmp_path, print, now=lambda: 1000.0 + 3 * 86400)
+    assert later.anchor() == (1000.0 + 3 * 86400, "this start")  # not given up at once on a clock long stopped
+    later.heard_row(Row("u", "running"))
+    assert later.anchor() == (1000.0 + 3 * 86400, "this start")

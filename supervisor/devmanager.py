@@ -6,17 +6,21 @@ that imports nothing of the supervisor but ``stdio`` and its faults (devfaults.p
 Same routes, states and answers as manager-api.md: ``/register`` (idempotent per label while not killed),
 ``/param-done``, ``/bench-done`` (``passed`` from min_rate; a failed bench marks the instance killed, with a
 ``kill_reason`` like the real one's, plus the optional ``reason`` field when the supervisor sends one),
-``/running``, ``/runner-id``, ``/api/log-push`` (at most 256 KiB of a body is kept, the rest silently
+``/running`` (404 ``instance not found or already killed`` for a killed row, as the real one), ``/runner-id``
+(200 for a killed row too), ``GET /status`` (every row, its times as the real one writes them) and the UI's
+``POST /api/kill`` (devrows.py), ``/api/log-push`` (at most 256 KiB of a body is kept, the rest silently
 dropped); 400 / 404 / 405 where the real one gives them. It prints every call it receives.
 
 For tests and local runs it has extra routes under ``/dev/``: ``GET /dev/state`` (instances, the calls
-in order, the pushed logs), ``POST /dev/faults``: how the next ``count`` API calls (of one ``path``, if
-given) fail or are answered badly: ``status`` (with ``retry_after``), ``delay_s``, ``garbage``, ``reset``,
-``redirect`` (with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see devfaults.py;
-and ``POST /dev/forget``: the manager forgets instances, as after a database reset or its 7-day cleanup
-(``{}``: every one; ``{"uuid": U}``: that one; ``{"always": true}``: every instance from now on, right
-after its register is answered). A uuid it does not know is answered 404 ``instance not found``, as the
-real one does.
+in order, the ``GET /status`` reads apart as ``reads``, each with ``after``: how many calls came before it,
+the pushed logs), ``POST /dev/faults``: how the next ``count`` API calls (of one ``path``, if given) fail or
+are answered badly: ``status`` (with ``retry_after``), ``delay_s``, ``garbage``, ``reset``, ``redirect``
+(with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see devfaults.py; ``POST
+/dev/forget``: the manager forgets instances, as after a database reset or its 7-day cleanup (``{}``:
+every one; ``{"uuid": U}``: that one; ``{"always": true}``: every instance from now on, right after its
+register is answered; a uuid it does not know is answered 404 ``instance not found``, as the real one
+does); ``POST /dev/row``: a row's state, min_rate, kill_reason or times set as the manager's own decisions
+would leave them (its monitor's kills, a row registered long ago; devrows.py).
 Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each numbered line once (a push
 retried after a read timeout is not stored twice; docs/manager.md).
 """
@@ -29,33 +33,21 @@ import sys
 import threading
 import time
 import uuid as uuidlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .devfaults import Faults, answer_instead, drip, faults_from, response_bytes
 from .devlogs import SEQ_HEADER, LineSequence
+from .devrows import UI_KILL_REASON, Instance, edit_row, status_rows
 from .stdio import say
 
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
 HEAD_CHARS = 200  # of each log push, kept in the call list (``GET /dev/state``)
 NOT_FOUND = "instance not found"  # the real manager's words for a uuid it has no row for
-POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push")
-
-
-@dataclass
-class Instance:
-    uuid: str
-    label: str
-    runner_id: int
-    min_rate: float
-    state: str = "registered"
-    rate: float | None = None
-    kill_reason: str | None = None  # as the manager's DB column: why it was killed
-    killed_at: float | None = None
-    history: list[str] = field(default_factory=lambda: ["registered"])
+POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push", "/api/kill")
 
 
 class DevManagerState:
@@ -63,6 +55,7 @@ class DevManagerState:
         self.lock = threading.Lock()
         self.instances: dict[str, Instance] = {}
         self.calls: list[dict[str, Any]] = []
+        self.reads: list[dict[str, Any]] = []  # GET /status (they are not in ``calls``)
         self.logs: dict[str, dict[str, str]] = {}  # uuid → source → text
         self.faults = Faults()
         self.seen = LineSequence()
@@ -71,8 +64,8 @@ class DevManagerState:
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            return {"instances": {k: asdict(v) for k, v in self.instances.items()},
-                    "calls": list(self.calls), "logs": {k: dict(v) for k, v in self.logs.items()},
+            return {"instances": {k: asdict(v) for k, v in self.instances.items()}, "calls": list(self.calls),
+                    "reads": list(self.reads), "logs": {k: dict(v) for k, v in self.logs.items()},
                     "log_seq": self.seen.summary()}
 
 
@@ -158,10 +151,15 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path in POST_ROUTES:
             self._send(405, {"error": "method not allowed"})
             return
-        if parts.path != "/runner-id":
+        if parts.path not in ("/runner-id", "/status"):
             self._send(404, {"error": "not found"})
             return
         if self._fault():
+            return
+        if parts.path == "/status":
+            with self.server.state.lock:
+                rows = status_rows(list(self.server.state.instances.values()))
+            self._send(200, rows)
             return
         uuid = (parse_qs(parts.query).get("uuid") or [""])[0]
         if not uuid:
@@ -194,6 +192,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/dev/forget":
             self._forget(self._json() or {})
             return
+        if path == "/dev/row":
+            self._edit_row(self._json() or {})
+            return
         if path not in POST_ROUTES:
             self._send(404, {"error": "not found"})
             return
@@ -203,6 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._log_push()
             return
         body = self._json()
+        path = path.removeprefix("/api")
         if body is None:
             self._send(400, {"error": "body must be a JSON object"})
             return
@@ -235,6 +237,25 @@ class _Handler(BaseHTTPRequestHandler):
             state.forget_always = bool(body.get("always", state.forget_always))
         self._send(200, {"ok": True, "forgotten": forgotten})
 
+    def _edit_row(self, body: dict[str, Any]) -> None:
+        """``POST /dev/row``: a row's fields set as the manager's own decisions would (devrows.py)."""
+        inst = self._instance(body)
+        try:
+            if inst is not None:
+                with self.server.state.lock:
+                    edit_row(inst, body)
+                self._send(200, {"ok": True})
+        except (ValueError, TypeError) as exc:
+            self._send(400, {"error": str(exc)})
+
+    def _kill(self, body: dict[str, Any]) -> None:
+        """The UI's kill: the row is marked killed "manually killed via UI" (the machine is not ours to destroy)."""
+        inst = self._instance(body)
+        if inst is not None:
+            with self.server.state.lock:
+                inst.kill(UI_KILL_REASON)
+            self._send(200, {"ok": True})
+
     def _instance(self, body: dict[str, Any]) -> Instance | None:
         with self.server.state.lock:
             inst = self.server.state.instances.get(str(body.get("uuid", "")))
@@ -244,9 +265,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _move(self, inst: Instance, state: str) -> None:
         with self.server.state.lock:
-            if inst.state != state:  # history lists changes in effect, as the real states do
-                inst.history.append(state)
-            inst.state = state
+            inst.move(state)
 
     def _param_done(self, body: dict[str, Any]) -> None:
         inst = self._instance(body)
@@ -266,12 +285,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._move(inst, "bench_done")
         else:
             # The real manager's own text; the optional reason field (docs/manager.md) says what failed.
-            inst.kill_reason = f"bench_rate {rate:.1f} below min_rate {inst.min_rate:.1f}"
+            kill_reason = f"bench_rate {rate:.1f} below min_rate {inst.min_rate:.1f}"
             reason = body.get("reason")
             if isinstance(reason, str) and reason:
-                inst.kill_reason += f"; reason: {reason}"
-            inst.killed_at = time.time()
-            self._move(inst, "killed")
+                kill_reason += f"; reason: {reason}"
+            with self.server.state.lock:
+                inst.kill(kill_reason)
         self._send(200, {"ok": True, "passed": passed})
 
     def _running(self, body: dict[str, Any]) -> None:
@@ -281,7 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": NOT_FOUND})
             return
         if inst.state == "killed":
-            self._send(404, {"error": "instance killed"})
+            self._send(404, {"error": f"{NOT_FOUND} or already killed"})  # the real one's words, either way
             return
         self._move(inst, "running")
         self._send(200, {"ok": True})
@@ -331,7 +350,10 @@ class _Server(ThreadingHTTPServer):
         entry: dict[str, Any] = {"time": time.time(), "method": method, "path": path, "status": status}
         if head is not None:
             entry["head"] = head
-        if not path.startswith("/dev/"):
+        if path.startswith("/status"):  # a read of the whole fleet: kept apart, with how many calls came before
+            with self.state.lock:
+                self.state.reads.append({**entry, "after": len(self.state.calls)})
+        elif not path.startswith("/dev/"):
             with self.state.lock:
                 self.state.calls.append(entry)
         if not self.quiet:

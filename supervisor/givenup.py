@@ -9,7 +9,9 @@ move the killed row back to ``bench_done`` and ``running`` while the machine is 
 So a later start on this state_dir says so in one line and exits EXIT_GIVEN_UP without starting any phase,
 after delivering what is still pending in the outbox (the give-up itself may be among it). ``run --fresh``
 starts over: the marker goes, and the given-up instance's outbox (its uuid, its pending calls) is set aside
-(renamed), so the label is registered afresh and nothing of the old instance is sent under the new uuid.
+(renamed), so the label is registered afresh and nothing of the old instance is sent under the new uuid,
+and its clocks (first-seen.json) go: the new row's deadlines are its own.
+A kill the manager decided (managerview.py) is remembered the same way, its kill line the reason.
 Core and generic: it knows nothing of benchmarks; the plugin's words are the reason.
 """
 
@@ -82,4 +84,6 @@ def start_over(state_dir: str | Path) -> str | None:
                 part.replace(outbox.with_name(outbox.name + SET_ASIDE_SUFFIX + suffix))
         aside = f"; its outbox set aside as {outbox.name}{SET_ASIDE_SUFFIX}"
     marker(state_dir).unlink()
+    # A new registration is a new row: its deadlines run from its own registered_at, not the old instance's.
+    statepaths.path(state_dir, statepaths.FIRST_SEEN).unlink(missing_ok=True)
     return f"starting over (--fresh): the give-up ({given_up.reason}) is forgotten{aside}; registering afresh"

@@ -107,6 +107,9 @@ def _on_its_way(snap: dict[str, Any], now: float) -> str:
 def failure_lines(snap: dict[str, Any]) -> list[str]:
     """Under a failed lifecycle's headline: the cause, the failing child's last lines, where the logs are."""
     failure = _dict(_dict(snap.get("lifecycle")).get("failure"))
+    killed = _dict(snap.get("manager")).get("killed")
+    if killed:  # the manager's word on the instance: said first, whatever else failed
+        return [f"  cause: {shown_value(killed)} (its row: state killed)", *failure_lines({**snap, "manager": {}})]
     if not failure:
         return []
     how = "".join(f" {k}={failure[k]}" for k in ("exit_code", "signal") if failure.get(k) is not None)

@@ -105,8 +105,9 @@ class ManagerClient:
 
     def request(self, method: str, path: str, *, json_body: dict[str, Any] | None = None,
                 data: bytes | None = None, headers: dict[str, str] | None = None,
-                want_json: bool = True) -> Answer:
-        """One attempt. Raises TransientError or PermanentError."""
+                want_json: bool = True, max_bytes: int = MAX_ANSWER_BYTES) -> Answer:
+        """One attempt. Raises TransientError or PermanentError. ``max_bytes``: the most of an answer read (a
+        read of the whole fleet, ``GET /status``, may hold more than MAX_ANSWER_BYTES; still a bound)."""
         from .deadline import deadline_session
 
         with deadline_session(self.deadline_s, self._headers) as (session, watchdog):
@@ -114,7 +115,7 @@ class ManagerClient:
                 response = session.request(method, self.base + path, json=json_body, data=data, headers=headers,
                                            timeout=self.timeout, allow_redirects=False, stream=True)
                 with response:
-                    return self._answer(method, path, response, want_json)
+                    return self._answer(method, path, response, want_json, max_bytes)
             except Exception as exc:
                 if watchdog.fired:  # whatever the cut socket made the read raise
                     raise TransientError(f"{method} {path}: no complete answer within {self.deadline_s:g}s "
@@ -123,13 +124,13 @@ class ManagerClient:
                     raise
                 raise TransientError(self._mask(f"{method} {path}: {_describe(exc)}")) from None
 
-    def _answer(self, method: str, path: str, response: Any, want_json: bool) -> Answer:
+    def _answer(self, method: str, path: str, response: Any, want_json: bool, max_bytes: int) -> Answer:
         status = response.status_code
         if 300 <= status < 400:
             raise TransientError(self._redirected(method, path, status, response.headers.get("Location")))
         if 200 <= status < 300 and (not want_json or status == 204):
             return Answer(status, None)  # the body is not read: this connection is closed after the call
-        data = self._body(method, path, response)
+        data = self._body(method, path, response, max_bytes)
         if not 200 <= status < 500 or status == 429:
             asked = retry_after_s(response.headers.get("Retry-After"), time.time()) if status in (429, 503) else None
             raise TransientError(f"{method} {path}: HTTP {status}: {_text(data)}", asked)
@@ -141,11 +142,12 @@ class ManagerClient:
             raise TransientError(f"{method} {path}: HTTP {status} with a body that is not JSON: "
                                  f"{_text(data, 100)}") from None
 
-    def _body(self, method: str, path: str, response: Any) -> bytes:
-        """At most MAX_ANSWER_BYTES of the answer's body, as sent; more is a TransientError, not read."""
-        too_big = TransientError(f"{method} {path}: answer larger than {MAX_ANSWER_TEXT}")
+    def _body(self, method: str, path: str, response: Any, max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
+        """At most ``max_bytes`` of the answer's body, as sent; more is a TransientError, not read."""
+        shown_max = MAX_ANSWER_TEXT if max_bytes == MAX_ANSWER_BYTES else f"{max_bytes // 1024} KiB"
+        too_big = TransientError(f"{method} {path}: answer larger than {shown_max}")
         declared = (response.headers.get("Content-Length") or "").strip()
-        if declared.isascii() and declared.isdigit() and (len(declared) > 12 or int(declared) > MAX_ANSWER_BYTES):
+        if declared.isascii() and declared.isdigit() and (len(declared) > 12 or int(declared) > max_bytes):
             raise too_big
         encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding != "identity":
@@ -155,7 +157,7 @@ class ManagerClient:
         size = 0
         while chunk := response.raw.read(READ_CHUNK_BYTES, decode_content=False):
             size += len(chunk)
-            if size > MAX_ANSWER_BYTES:
+            if size > max_bytes:
                 raise too_big
             chunks.append(chunk)
         return b"".join(chunks)

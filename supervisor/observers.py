@@ -15,6 +15,7 @@ from typing import Any
 from . import snapshot as snapshot_mod
 from . import statepaths
 from .config import Plan
+from .exits import EXIT_KILLED
 from .lifecycle import Lifecycle
 from .logs import SupervisorLog
 from .loop import EventLoop, summary
@@ -47,6 +48,9 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
     extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
     attach_plugin(plan, plugin, host, core, sup, extras)
+    # The manager's word on the instance is final: a killed row stops the lifecycle in order (after the
+    # plugin heard the kill: its give-up must not answer a killed row).
+    reporter.view.kill_listeners.append(lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED))
     timeline = Timeline()  # when each phase started and ended: heard before status.json is written
     lifecycle.listeners.append(timeline.changed)
 

@@ -344,6 +344,11 @@ class Outbox:
                              "ORDER BY id DESC LIMIT 1", (kind,))
         return None if row is None else json.loads(row[0] or "null") or {}
 
+    def delivered_payloads(self, kind: str, limit: int) -> list[dict[str, Any]]:
+        """The payloads of the latest ``limit`` delivered calls of ``kind``, oldest first."""
+        sql = "SELECT payload FROM calls WHERE kind = ? AND state = 'delivered' ORDER BY id DESC LIMIT ?"
+        return [json.loads(row[0]) for row in reversed(self._read(sql, (kind, limit)))]
+
     def history(self, limit: int = 50, without: str = "") -> list[dict[str, Any]]:
         """The latest ``limit`` calls (but those of kind ``without``), oldest first, payload and answer as stored."""
         rows = self._read(f"SELECT {', '.join(HISTORY)} FROM calls WHERE kind != ? ORDER BY id DESC LIMIT ?",

@@ -19,10 +19,12 @@ largest of what each says:
 - without one: what was there at the start + the bytes received since (every interface but loopback).
 
 Each is a whole estimate on its own, never a sum of two, so nothing counts twice; and the figure never
-goes down within an attempt. The figures and the deadline rule are transfer.py's. The deadline counts
-from the instance's first registration, else first start (firstseen.py), ``progress_deadline_s`` on: a
-restart does not reset it. A progress line is logged every PROGRESS_LOG_S (it reaches the manager's
-``setup`` log as every supervisor line does); the status shows the figures at every look.
+goes down within an attempt. The figures and the deadline rule are transfer.py's. The deadline counts from
+the manager's clock, the earlier of its row's ``registered_at`` and the instance's first registration, else
+from the first start (firstseen.py), ``progress_deadline_s`` on: a restart does not reset it, and one
+already past (a row registered long ago) ends the download at once, before the observation window. A
+progress line is logged every PROGRESS_LOG_S (it reaches the manager's ``setup`` log as every supervisor
+line does); the status shows the figures at every look.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .config import PhaseSpec
-from .firstseen import FirstSeen
+from .firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
 from .hooks import ProgressReading
 from .iowatch import IoProbe, IoWatch, Root
 from .loop import ErrorHandler, EventLoop
@@ -44,6 +46,8 @@ PROGRESS_TICK_S = 1.0
 PROGRESS_LOG_S = 180.0
 
 Log = Callable[[str], None]
+# The anchors that are the manager's clock (its row's registered_at, or our first registration).
+MANAGER_CLOCKS = (SOURCES[MANAGER_REGISTERED], SOURCES[FIRST_REGISTERED])
 
 
 def done_bytes(cache: TreeMeasure | None, reading: ProgressReading | None, net_gain: int | None,
@@ -146,23 +150,29 @@ class ProgressWatch:
     def _judge(self, now: float) -> bool:
         """After the observation window: True when the download cannot make its deadline (then it ends)."""
         spec, progress = self._spec, self.progress
-        if spec.progress_deadline_s is None or progress is None or now - self._started < spec.progress_window_s:
+        if spec.progress_deadline_s is None or progress is None:
             return False
         if self._first_seen is not None:
             anchor, since = self._first_seen.anchor()
         else:  # (a runtime made without one: tests of the phase alone)
             anchor, since = self._loop.clock.time() - (now - self._started), "this attempt's start"
         time_left = anchor + spec.progress_deadline_s - self._loop.clock.time()
-        manager = since == "the first registration"
+        manager = since in MANAGER_CLOCKS
         said = (f"the manager's timeout (progress_deadline_s={spec.progress_deadline_s:g} from {since})" if manager
                 else f"the deadline (progress_deadline_s={spec.progress_deadline_s:g} from {since})")
+        if time_left <= 0:  # already past (a row registered long ago): no rate can help, so at once
+            return self._end(f"{said} passed {duration(-time_left)} ago, with {progress_text(progress.to_dict())}")
+        if now - self._started < spec.progress_window_s:
+            return False
         if not self._said_deadline:
             self._said_deadline = True
             self._log(f"phase {spec.name}: {duration(max(0.0, time_left))} left before {said}")
         rates = [r for r in (self._window.rate(), self._window.average()) if r is not None]
         detail = too_slow(progress, max(rates) if rates else None, time_left, said)
-        if detail is None:
-            return False
+        return False if detail is None else self._end(detail)
+
+    def _end(self, detail: str) -> bool:
+        spec = self._spec
         self._stop()
         self._log(f"phase {spec.name}: cannot make it in time: {detail}")
         self._on_too_slow(detail)

@@ -96,6 +96,7 @@ def render(snap: dict[str, Any], live: bool, now: float | None = None) -> str:
                    f"last delivered {_delivered(last, now)}")
         if mgr.get("last_error"):  # one line, with its age; the next delivery clears it
             out.append(f"  last error {since(mgr.get('last_error_at'), now)}: {_one_line(mgr['last_error'])}")
+        out.extend(_manager_view(mgr, now))
         out.extend(_ledger(mgr.get("ledger"), now))
     else:
         out.append("manager: reporting off")
@@ -124,6 +125,26 @@ def watch_lines(watches: Any, now: float, live: bool = True) -> list[str]:
         else:
             said.append(f"{str(name)[:40]} {state}")
     return [("watches: " if live else "watches (last known): ") + "; ".join(said)] if said else []
+
+
+def _manager_view(mgr: dict[str, Any], now: float) -> list[str]:
+    """The manager's own view of the instance: its row as last read, and the clocks its deadlines run on."""
+    out = []
+    row = mgr.get("row")
+    if isinstance(row, dict):
+        out.append(f"  the manager's row: {_one_line(row.get('shown'))} (read {since(row.get('at'), now)})")
+    clocks = mgr.get("clocks")
+    for name, clock in (clocks.items() if isinstance(clocks, dict) else []):
+        if not isinstance(clock, dict) or not isinstance(clock.get("at"), int | float):
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(clock["at"]))
+        line = f"  {name} clock: from {when} UTC ({_one_line(clock.get('source'))})"
+        limit = clock.get("deadline_s")
+        if isinstance(limit, int | float):
+            left = clock["at"] + limit - now
+            line += f", deadline {span(limit)}: " + (f"{span(left)} left" if left > 0 else f"passed {span(-left)} ago")
+        out.append(line)
+    return out
 
 
 def _delivered(last: dict[str, Any], now: float) -> str:

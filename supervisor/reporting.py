@@ -33,6 +33,8 @@ from .ledger import LEDGER_CALLS, ledger
 from .logship import EarlyLines, Shipper, event_line, events_sender, log_push_sender
 from .loop import EventLoop, contained, summary
 from .manager import ManagerClient
+from .managerrow import Row
+from .managerview import ManagerView
 from .outbox import Outbox
 from .redact import Redactor, shown_url
 from .sender import LOG, CallKinds, Sender
@@ -82,6 +84,8 @@ class Reporter:
         self._reported: set[str] = set()  # the core's report kinds queued by this start
         self._exit_waits: list[tuple[int, str]] = []  # calls the exit flush waits longer for: (id, what)
         self._state_dir = state_dir
+        # The manager's own view of this instance (managerview.py): its row, a kill, a registration again.
+        self.view = ManagerView(log, self.push_text, self.retire, lambda: self.outbox)
         # The supervisor's own lines, held by ``early`` until start() has made the shipper.
         self._early = early
         if early is not None and not self.enabled:
@@ -104,7 +108,9 @@ class Reporter:
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None
         client = ManagerClient(self.spec, token, warn=self._log)
         self._sender = Sender(self.spec, self.outbox, client, self._loop, self._log, self.calls,
-                              on_identity=self._export_identity, on_delivered=self._manager_answers)
+                              on_identity=self._export_identity, on_delivered=self._manager_answers,
+                              on_row=self.view.heard_row, on_killed=self.view.heard_kill,
+                              on_registered_again=self.view.registered_again)
         self._sender.restore_identity()
         fields = "".join(f", {k} {_shown(v)}" for k, v in self._sender.identity().items() if k != "label")
         self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "
@@ -258,6 +264,7 @@ class Reporter:
     def ship_own_line(self, message: str) -> None:
         """One of the supervisor's own lines (masked where it was logged; the verdicts' lines never come
         here: logs.Unshipped)."""
+        self.view.recent.add(message)
         if self._logs is not None:
             self._logs.add("setup", [f"[supervisor] {message}"])
 
@@ -321,6 +328,7 @@ class Reporter:
             "ledger": ledger(self.outbox.history(LEDGER_CALLS, without=LOG), self._redactor.text)
             if self.outbox else [],
             "log_backlog": self._logs.backlog() if self._logs else {},
+            **self.view.status(self._redactor.text),
         }
 
 
@@ -358,6 +366,18 @@ class ReporterLink:
 
     def retire(self, reason: str) -> None:
         self._reporter.retire(reason)
+
+    def on_row(self, listener: Callable[[Row], None]) -> None:
+        self._reporter.view.row_listeners.append(listener)
+
+    def on_killed(self, listener: Callable[[Row], None]) -> None:
+        self._reporter.view.kill_listeners.append(listener)
+
+    def clock(self, name: str) -> tuple[float, str] | None:
+        return self._reporter.view.clock(name)
+
+    def deadline(self, name: str, seconds: float) -> None:
+        self._reporter.view.deadlines[name] = seconds
 
 
 def _shown(value: Any) -> str:

@@ -16,11 +16,17 @@ nobody handles (an outbox written by another version) is refused for good, in on
 A register answered with an unusable uuid is retried like a manager that is down, and
 a uuid kept by an earlier start is held to the same rule.
 
-A uuid the manager no longer knows (404 ``instance not found``: its database was reset, or the 7-day
-cleanup removed the row) is dropped: the label is registered again (the manager gives a new uuid, which
-later children get), and the call is sent again with it, then the rest of the queue. Not a loop: the
-same answer right after a fresh register is refused for good, and an instance given up (``retire``)
-is never registered again (the manager would hand a destroyed machine a new row).
+A uuid the manager no longer knows (404 ``instance not found``, and its ``/runner-id`` answers 404: its
+database was reset, or the 7-day cleanup removed the row) is dropped: the label is registered again (the
+manager gives a new uuid, which later children get), and the call is sent again with it, then the rest of
+the queue; the owner hears it (``on_registered_again``: what was pushed under the old uuid goes again). Not
+a loop: the same answer right after a fresh register is refused for good, and an instance given up
+(``retire``) or killed is never registered again (the manager would hand a destroyed machine a new row).
+A killed row answers ``/running`` with the same 404 (``or already killed``), but ``/runner-id`` with 200.
+
+The manager's own view (rowwatch.py): the row is read once the manager knows the instance, before each
+lifecycle call (``CallKind.checks_row``), and every ``row_check_s`` while idle. A killed row ends it
+(``on_killed``, once): no lifecycle call goes out any more, and no re-registration.
 """
 
 from __future__ import annotations
@@ -28,18 +34,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from .answers import AnswerError, FieldCheck, check_uuid, register_answer
+from .answers import AnswerError, check_uuid, register_answer
+from .callkinds import LOG, REGISTER, RUNNING, CallKinds
 from .config import ManagerSpec
 from .loop import EventLoop
-from .manager import LOG_PUSH_LIMIT, Answer, ManagerClient, PermanentError, TransientError
+from .manager import Answer, ManagerClient, PermanentError, TransientError
+from .managerrow import KILLED, Row
 from .outbox import Call, Outbox
+from .rowwatch import RowReading, RowWatch
 from .wiring import CallKind, Payload
-
-REGISTER = "register"
-LOG = "log"  # a durable log push: {"source", "text"}
 
 # Retries are logged on the first failure, then once every this many.
 RETRY_LOG_EVERY = 10
@@ -47,44 +52,14 @@ RETRY_LOG_EVERY = 10
 IDLE_WAIT_S = 1.0
 # What the manager answers (with 404) on any call naming a uuid it does not know (manager-api.md).
 UNKNOWN_INSTANCE = "instance not found"
+# A 404 whose meaning /runner-id could not tell (the manager down again): the call waits this long, then goes again.
+CONFIRM_RETRY_S = 5.0
 
 Log = Callable[[str], None]
 
 
-
-def phase_call(kind: str) -> CallKind:
-    """``POST /<kind>`` with the uuid: the core's phase reports (``param-done``, ``running``)."""
-
-    def attempt(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
-        return client.request("POST", f"/{kind}", json_body={"uuid": uuid}, want_json=False)
-
-    return CallKind(attempt)
-
-
-def _log_push(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
-    return client.request(
-        "POST", "/api/log-push", data=payload.get("text", "").encode()[:LOG_PUSH_LIMIT],
-        want_json=False, headers={"X-Instance-UUID": uuid or "", "X-Log-Source": payload.get("source", "setup"),
-                                  "Content-Type": "text/plain; charset=utf-8"})
-
-
-def core_kinds() -> dict[str, CallKind]:
-    return {"param-done": phase_call("param-done"), "running": phase_call("running"), LOG: CallKind(_log_push)}
-
-
-@dataclass
-class CallKinds:
-    """Every kind of call the outbox may hold (but ``register``, the sender's own), and what the
-    ``/register`` body and answer carry beside the label and the uuid (a plugin's fields)."""
-
-    kinds: dict[str, CallKind] = field(default_factory=core_kinds)
-    register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list)
-    answer_fields: dict[str, FieldCheck] = field(default_factory=dict)
-
-    def add(self, kind: str, call: CallKind) -> None:
-        if kind == REGISTER or kind in self.kinds:
-            raise ValueError(f"the outbox call kind {kind!r} has a handler already")
-        self.kinds[kind] = call
+def _ignore(value: Any) -> None:
+    pass
 
 
 class Sender:
@@ -96,7 +71,9 @@ class Sender:
 
     def __init__(self, spec: ManagerSpec, outbox: Outbox, client: ManagerClient, loop: EventLoop, log: Log,
                  calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None],
-                 on_delivered: Callable[[], None] | None = None) -> None:
+                 on_delivered: Callable[[], None] | None = None, on_row: Callable[[RowReading], None] = _ignore,
+                 on_killed: Callable[[Row], None] = _ignore,
+                 on_registered_again: Callable[[str, str], None] = lambda old, new: None) -> None:
         self.spec = spec
         self.outbox = outbox
         self._client = client
@@ -119,6 +96,12 @@ class Sender:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # The manager's own view (rowwatch.py): read on this thread, heard on the loop's.
+        self.rows = RowWatch(client, spec.row_check_s)
+        self.killed: Row | None = None  # the row said killed: no lifecycle call goes out any more
+        self._on_row, self._on_killed, self._on_registered_again = on_row, on_killed, on_registered_again
+        self._forgotten_uuid: str | None = None  # dropped for a forget; its successor is told once registered
+        self._registered_in_production = False  # a forget noticed after running: registered again once
 
     # ------------------------------------------------------------ who we are to the manager
 
@@ -136,6 +119,7 @@ class Sender:
             shown = f" ({', '.join(f'{k} {v}' for k, v in self.fields.items())})" if self.fields else ""
             self._log(f"manager: reusing uuid {self.uuid}{shown} from an earlier start")
             self._on_identity(self.uuid, dict(self.fields))
+            self.rows.soon()
         elif not self.outbox.pending_of(REGISTER):
             # No uuid, whatever the outbox says was delivered before (a SIGKILL between the answer and
             # the uuid being kept, another label): register now, so children start knowing who they are.
@@ -193,11 +177,14 @@ class Sender:
         while not self._stop.is_set():
             call = self._next_call()
             if call is None:
+                self._watch_row()
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()
                 continue
             if call.kind not in self._kinds:
                 self._unknown(call)
+                continue
+            if self._kinds[call.kind].checks_row and self._killed_before(call):
                 continue
             retries = 0
 
@@ -258,20 +245,86 @@ class Sender:
         self._retired = True
 
     def _forgotten(self, call: Call, exc: PermanentError) -> bool:
-        """The manager no longer knows our uuid: drop it, so that the label is registered again before the
-        call goes again (see the module docstring). False: a refusal like any other."""
-        if call.kind == REGISTER or self._registered_again or self._retired or not unknown_instance(exc) \
+        """A 404 ``instance not found`` (``or already killed``, on /running): True when handled here. Only a
+        uuid the manager no longer has (its /runner-id answers 404) is dropped, so that the label is
+        registered again before the call goes again (see the module docstring); a killed row (its /runner-id
+        answers 200) ends the instance; one that cannot be told waits and goes again. False: a refusal."""
+        if call.kind in (REGISTER, LOG) or self._registered_again or self._retired or not unknown_instance(exc) \
                 or not self.uuid:
             return False
+        gone = self.rows.gone(self.uuid)
+        if gone is None:
+            self.outbox.attempted(call.id, f"{exc}; /runner-id could not tell a forgotten uuid from a killed one")
+            self._stop.wait(CONFIRM_RETRY_S)
+            return True
+        if not gone:  # the manager has the row, and refused a lifecycle call on it: killed (manager-api.md)
+            if self._read_row().row is None and self.killed is None:  # GET /status could not say why
+                self._killed_by(Row(self.uuid, KILLED, kill_reason=f"not read: {call.kind} answered HTTP 404 "
+                                    f"{exc.body[:80]!r} while its /runner-id still has the row"))
+            if self.killed is None:
+                return False
+            self.outbox.failed(call.id, f"{exc}: {self.killed.kill_line()}")
+            return True
+        self.outbox.attempted(call.id, str(exc))
+        self._drop_uuid(f"404 {UNKNOWN_INSTANCE}: its database was reset or the instance cleaned up",
+                        " (its /runner-id answers 404: the row is gone, not killed)")
+        return True
+
+    def _drop_uuid(self, why: str, after: str = "") -> None:
+        """Forget the uuid (and its fields) the manager forgot: the label is registered again, once."""
         self._registered_again = True
         forgotten, self.uuid, self.fields = self.uuid, None, {}
+        self._forgotten_uuid = forgotten
         for name in ("uuid", *self._calls.answer_fields):
             self.outbox.put(name, "")
-        self.outbox.attempted(call.id, str(exc))
         self._loop.call_soon_threadsafe(lambda: self._log(
-            f"manager: the manager no longer knows uuid {forgotten} (404 {UNKNOWN_INSTANCE}: its database was "
-            f"reset or the instance cleaned up); registering again"))
+            f"manager: the manager no longer knows uuid {forgotten} ({why}); registering again{after}"))
+
+    # ------------------------------------------------------------ the manager's own view (rowwatch.py)
+
+    def _read_row(self) -> RowReading:
+        """One look-up of our row; the loop hears it (and a kill, once)."""
+        assert self.uuid is not None
+        reading, notes = self.rows.read(self.uuid)
+        for note in notes:
+            self._loop.call_soon_threadsafe(lambda note=note: self._log(f"manager: {note}"))
+        self._loop.call_soon_threadsafe(lambda: self._on_row(reading))
+        if reading.row is not None and reading.row.killed and self.killed is None:
+            # Given up already (here, or by an earlier start): the kill is its consequence, not news to tell.
+            self._killed_by(reading.row, tell=not self._retired)
+        return reading
+
+    def _killed_by(self, row: Row, tell: bool = True) -> None:
+        self.killed, self._retired = row, True  # nothing that could un-kill it goes out from now on
+        if tell:
+            self._loop.call_soon_threadsafe(lambda: self._on_killed(row))
+
+    def _killed_before(self, call: Call) -> bool:
+        """Before a lifecycle call: the row is read, and a killed one gets no call (its bench-done would
+        un-kill it; the manager's word on it is final). True: the call was not sent."""
+        if self.uuid and self.killed is None:
+            self._read_row()
+        if self.killed is None:
+            return False
+        line = self.killed.kill_line()
+        self.outbox.failed(call.id, f"not sent: {line}")
+        self._loop.call_soon_threadsafe(lambda: self._log(f"manager: {call.kind} not sent: {line}"))
         return True
+
+    def _watch_row(self) -> None:
+        """Nothing to deliver: the periodic look-up, when due. A uuid forgotten after ``running`` (the
+        manager's log pushes answer 204 for any uuid, so nothing else would notice) is registered again once,
+        and ``running`` sent again under the new one; otherwise status shows it unknown to the manager."""
+        if not self.uuid or not self.rows.due():
+            return
+        reading = self._read_row()
+        if not reading.listed or self._retired or self._registered_in_production \
+                or self.outbox.delivered_answer(RUNNING) is None or self.rows.gone(self.uuid) is not True:
+            return
+        self._registered_in_production = True
+        self._drop_uuid("forgotten in production: its GET /status does not list it, its /runner-id answers 404",
+                        ", once, and running sent again under the new uuid")
+        self.outbox.add(RUNNING, {})  # after the register, which goes first
 
     # ------------------------------------------------------------ one call
 
@@ -303,6 +356,7 @@ class Sender:
         self.outbox.put("uuid", body["uuid"])
         for name, value in self.fields.items():
             self.outbox.put(name, value or "")
+        self.rows.soon()  # the manager knows us: its registered_at, its min_rate
 
     # ------------------------------------------------------------ what an answer means
 
@@ -325,6 +379,9 @@ class Sender:
         shown = "".join(f", {k} {v}" for k, v in self.fields.items())
         self._log(f"manager: registered: uuid {self.uuid}{shown}")
         self._on_identity(self.uuid, dict(self.fields))
+        forgotten, self._forgotten_uuid = self._forgotten_uuid, None
+        if forgotten is not None:
+            self._on_registered_again(forgotten, self.uuid)
 
 
 def unknown_instance(exc: PermanentError) -> bool:

@@ -28,7 +28,7 @@ from typing import TypeVar
 from . import resume, statepaths
 from .config import Plan
 from .console import Console
-from .firstseen import FirstSeen
+from .firstseen import FETCH_CLOCK, FirstSeen
 from .gpuwatch import Gpus
 from .lifecycle import Lifecycle
 from .logs import SUPERVISOR_LOG, LogFile, SupervisorLog
@@ -41,6 +41,7 @@ from .redact import Redactor, url_secrets
 from .reporting import Reporter
 from .runtime import ChildKit, MachineEvidence, Runtime
 from .signals import SignalInbox, SignalRouter, last_words_to, signal_name
+from .states import PhaseState
 from .survivors import STATE_DIR_ENV, kill_cgroup
 
 T = TypeVar("T")
@@ -286,6 +287,12 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench:
     reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,
                         host.early_lines)
     reporter.on_identity(first_seen.registered)
+    reporter.view.row_listeners.append(first_seen.heard_row)  # the manager's clocks, where earlier than ours
+    reporter.view.first_seen = first_seen
+    fetch_s = next((p.progress_deadline_s for p in plan.phases if p.report == "param-done" and p.progress_deadline_s),
+                   None)
+    if fetch_s is not None:
+        reporter.view.deadlines[FETCH_CLOCK] = fetch_s
     if reporter.enabled:
         spawning.ship_lines = reporter.ship_lines
     outcome: dict[str, int] = {}
@@ -297,6 +304,8 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench:
     record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
     lifecycle = Lifecycle(plan, rt, finished, hooks_for(plugin, plan), record=record)
     lifecycle.listeners.append(record.phase_changed)  # first: a phase's facts are kept before anything else
+    lifecycle.listeners.append(lambda phase: first_seen.param_done() if phase.spec.report == "param-done"
+                               and phase.state is PhaseState.DONE else None)  # the benchmark's clock starts
     return Supervision(rt, reporter, lifecycle, record, outcome)
 
 

@@ -129,7 +129,8 @@ SNAPSHOT_SHAPE: dict[str, Any] = {
                                            "memory_total": int}], "unresponsive": _OPT_DICT},
     "memory": {"mode": _OPT_STR, "why": _OPT_STR, "snapshot": _OPT_STR},
     "manager": {"enabled": (bool, type(None)), "url": _OPT_STR, "uuid": _OPT_STR, "last_error": _OPT_STR,
-                "outbox_pending": (int, type(None)), "last_delivered": _OPT_DICT},
+                "outbox_pending": (int, type(None)), "last_delivered": _OPT_DICT, "row": _OPT_DICT,
+                "killed": _OPT_STR, "clocks": _OPT_DICT},
     "verdicts": [{"line": str}],
 }
 

@@ -15,7 +15,7 @@ OUTBOX = "outbox.sqlite3"  # every manager call, written before it is sent
 CGROUP_LEDGER = "cgroups"  # the phase cgroups made, so the next start can empty what a SIGKILL left
 RESUME = "resume.json"  # what each done phase left for the next start (resume.py)
 GIVEN_UP = "given-up.json"  # this instance was given up: a later start does not run it again (givenup.py)
-FIRST_SEEN = "first-seen.json"  # when this instance first started and first registered (firstseen.py)
+FIRST_SEEN = "first-seen.json"  # the instance's clocks: first start, registration, the manager's times (firstseen.py)
 
 
 def path(state_dir: str | Path, name: str) -> Path:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # types only
     from .config.model import Plan
     from .loop import Timer
     from .manager import Answer, ManagerClient
+    from .managerrow import Row
     from .states import PhaseState
     from .verdict import Verdict
 
@@ -112,12 +113,14 @@ class CallKind:
     client's TransientError (retried: the manager is down, or answered what cannot be used) or
     PermanentError (refused for good). ``keep(payload, body)`` runs on the sender thread before the next
     call goes out (what later calls need at once); ``delivered(payload, body)`` and ``refused(payload)``
-    run on the loop's thread."""
+    run on the loop's thread. ``checks_row``: a lifecycle call (it moves the manager's row): the row is read
+    first, and a killed row gets none (rowwatch.py)."""
 
     attempt: Callable[[ManagerClient, Payload, str | None], Answer]
     keep: Callable[[Payload, Any], None] | None = None
     delivered: Callable[[Payload, Any], None] | None = None
     refused: Callable[[Payload], None] | None = None
+    checks_row: bool = False
 
 
 class ManagerLink(Protocol):
@@ -147,6 +150,20 @@ class ManagerLink(Protocol):
 
     def push_text(self, source: str, text: str) -> None:
         """A durable log push (through the outbox, never dropped), after what was logged before it."""
+
+    def on_row(self, listener: Callable[[Row], None]) -> None:
+        """``listener`` hears each row of this instance the manager's ``GET /status`` gave (managerrow.Row:
+        its state, min_rate, times); never a reason to wait, often none at all (rowwatch.py)."""
+
+    def on_killed(self, listener: Callable[[Row], None]) -> None:
+        """``listener`` hears, once, that the manager killed this instance (the lifecycle is being stopped)."""
+
+    def clock(self, name: str) -> tuple[float, str] | None:
+        """Where the manager's clock ``name`` (``"fetch"``, ``"bench"``: firstseen.py) started, epoch seconds,
+        and what that is ("the manager's param_done_at"); None while nothing of it is known."""
+
+    def deadline(self, name: str, seconds: float) -> None:
+        """The manager kills the instance ``seconds`` after clock ``name`` started: status shows the time left."""
 
     def retire(self, reason: str) -> None:
         """This instance is given up for good (the manager destroys it, or was asked to): remembered in

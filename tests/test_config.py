@@ -322,6 +322,10 @@ BAD_CONFIGS = [
     P(bad_daemon("ready_timeout_s = 1e9"), "phases[1] (b).daemons[0] (d).ready_timeout_s: must be at most",
       id="ready-timeout-huge"),
     P("[manager]\nbench_gate_s = 1e9\n" + MARK_PHASE, "manager.bench_gate_s: must be at most", id="bench-gate-huge"),
+    P("[manager]\nrow_check_s = 1\n" + MARK_PHASE, "manager.row_check_s: must be at least 5 seconds (each look-up "
+      "reads the whole fleet's GET /status), got 1", id="row-check-too-often"),
+    P("[manager]\nrow_check_s = 0\n" + MARK_PHASE, "manager.row_check_s: must be > 0 seconds", id="row-check-zero"),
+    P("[manager]\nbench_deadline_s = -1\n" + MARK_PHASE, "manager.bench_deadline_s:", id="bench-deadline-negative"),
     # -- NUL: no argument, environment value or path can hold one (check said ok, run crashed)
     P(bad_phase(command='["touch", "a\\u0000b"]'), "phases[1] (b).command[1]: contains a NUL", id="nul-in-command"),
     P(bad_phase('env = { A = "x\\u0000" }'), "phases[1] (b).env.A: contains a NUL", id="nul-in-env"),

@@ -10,7 +10,15 @@ import json
 from pathlib import Path
 
 from supervisor import statepaths
-from supervisor.firstseen import FIRST_REGISTERED, FIRST_SEEN_MAX_BYTES, FIRST_START, FirstSeen
+from supervisor.firstseen import (
+    BENCH_CLOCK,
+    FIRST_REGISTERED,
+    FIRST_SEEN_MAX_BYTES,
+    FIRST_START,
+    MANAGER_REGISTERED,
+    FirstSeen,
+)
+from supervisor.managerrow import Row
 
 
 def saved(state_dir: Path) -> dict[str, float]:
@@ -109,3 +117,70 @@ def test_a_missing_state_dir_costs_the_memory_not_the_run(tmp_path: Path) -> Non
     assert seen.anchor() == (4.0, "the first start")
     assert said == [f"first-seen: cannot write {tmp_path / 'gone' / statepaths.FIRST_SEEN} (No such file or "
                     "directory): a restart counts afresh"]
+
+
+# ---------------------------------------------------------------- impossible times, the manager's clocks
+
+
+def test_a_time_in_the_future_or_absurdly_old_is_refused_in_one_line(tmp_path: Path) -> None:
+    now = 1_800_000_000.0
+    write(tmp_path, json.dumps({FIRST_START: now + 3600, FIRST_REGISTERED: 1.0}))
+    said: list[str] = []
+    seen = FirstSeen(tmp_path, said.append, now=lambda: now)
+    assert seen.anchor() == (now, "the first start")  # counted from this start
+    assert len(said) == 2, said
+    assert said[0].startswith(f"first-seen: {FIRST_START} = ") and "3600s later than now: impossible, not used" \
+        in said[0], said
+    assert said[1].startswith(f"first-seen: {FIRST_REGISTERED} = 1 in ") and "days before now: impossible" \
+        in said[1], said
+    assert saved(tmp_path) == {FIRST_START: now}
+
+
+def test_a_time_within_the_skew_is_kept(tmp_path: Path) -> None:
+    write(tmp_path, json.dumps({FIRST_START: 1060.0}))
+    said: list[str] = []
+    assert FirstSeen(tmp_path, said.append, now=lambda: 1000.0).anchor() == (1060.0, "the first start")
+    assert said == []
+
+
+def test_the_fetch_clock_is_the_earlier_of_the_managers_registered_at_and_ours(tmp_path: Path) -> None:
+    seen = FirstSeen(tmp_path, print, now=lambda: 10_000.0)
+    seen.registered()
+    seen.heard_row(Row("u", "registered", registered_at=10_000.0 - 89 * 60))  # a row joined long after it began
+    assert seen.anchor() == (10_000.0 - 89 * 60, "the manager's registered_at")
+    seen.heard_row(Row("u", "registered", registered_at=10_000.0 - 60))  # a later row (registered again): not later
+    assert seen.anchor() == (10_000.0 - 89 * 60, "the manager's registered_at")
+    assert saved(tmp_path)[MANAGER_REGISTERED] == 10_000.0 - 89 * 60  # kept across restarts
+    again = FirstSeen(tmp_path, print, now=lambda: 10_100.0)
+    assert again.anchor() == (10_000.0 - 89 * 60, "the manager's registered_at")
+
+
+def test_our_registration_counts_where_it_came_first(tmp_path: Path) -> None:
+    seen = FirstSeen(tmp_path, print, now=lambda: 500.0)
+    seen.registered()
+    seen.heard_row(Row("u", "registered", registered_at=501.0))
+    assert seen.anchor() == (500.0, "the first registration")
+
+
+def test_the_bench_clock_is_the_earlier_of_the_fetchs_end_and_the_managers_param_done_at(tmp_path: Path) -> None:
+    seen = FirstSeen(tmp_path, print, now=lambda: 2000.0)
+    assert seen.clock(BENCH_CLOCK) is None
+    seen.param_done()
+    assert seen.clock(BENCH_CLOCK) == (2000.0, "the fetch's end (param-done)")
+    seen.heard_row(Row("u", "params_done", param_done_at=1990.0))
+    assert seen.clock(BENCH_CLOCK) == (1990.0, "the manager's param_done_at")
+    # The row is past registered: the fetch's clock no longer runs, and is not shown.
+    assert seen.status() == {"bench": {"at": 1990.0, "source": "the manager's param_done_at"}}
+    restarted = FirstSeen(tmp_path, print, now=lambda: 2500.0)  # a restart mid-bench: no fresh budget
+    assert restarted.clock(BENCH_CLOCK) == (1990.0, "the manager's param_done_at")
+
+
+def test_a_fetch_run_again_once_the_managers_fetch_clock_stopped_counts_from_this_start(tmp_path: Path) -> None:
+    first = FirstSeen(tmp_path, print, now=lambda: 1000.0)
+    first.registered()
+    assert first.anchor() == (1000.0, "the first registration")
+    first.param_done()  # the fetch ended; days later the container starts again and its cache is gone
+    later = FirstSeen(tmp_path, print, now=lambda: 1000.0 + 3 * 86400)
+    assert later.anchor() == (1000.0 + 3 * 86400, "this start")  # not given up at once on a clock long stopped
+    later.heard_row(Row("u", "running"))
+    assert later.anchor() == (1000.0 + 3 * 86400, "this start")

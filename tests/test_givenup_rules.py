@@ -144,3 +144,13 @@ def test_start_over_forgets_a_spoilt_marker_too(tmp_path: Path) -> None:
     said = givenup.start_over(tmp_path)
     assert said is not None and re.search(r"the give-up \(its record .* is unreadable: JSONDecodeError\)", said)
     assert givenup.recall(tmp_path) is None
+
+
+def test_start_over_forgets_the_old_instances_clocks(tmp_path: Path) -> None:
+    seen = statepaths.path(tmp_path, statepaths.FIRST_SEEN)
+    seen.write_text(json.dumps({"first_start": 1.0e9, "manager_registered_at": 1.0e9}))
+    givenup.remember(tmp_path, "the manager killed this instance at 2026-12-01 11:59:00 UTC: manually killed via UI")
+    said = givenup.start_over(tmp_path)
+    assert said is not None and "manually killed via UI" in said
+    assert not seen.exists()  # the new row's deadlines run from its own registered_at
+    assert givenup.start_over(tmp_path) is None

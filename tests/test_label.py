@@ -80,3 +80,22 @@ def test_run_refuses_a_hostname_label_in_one_line_and_starts_nothing(sup: Runner
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "is not a label the manager can match" in lines[0], done.stderr
     assert "Traceback" not in done.stderr and not marker.exists()
+
+
+@pytest.mark.parametrize(("body", "environ", "where"), [
+    (WITH_MANAGER, {"VAST_CONTAINERLABEL": "C.99999999999999999999"}, "VAST_CONTAINERLABEL"),
+    (WITH_MANAGER, {"CONTAINER_ID": "9223372036854775808"}, "CONTAINER_ID"),
+    ('[manager]\nurl = "http://127.0.0.1:1235"\nlabel = "C.99999999999999999999"\n' + MINIMAL, {}, "manager.label"),
+])
+def test_a_label_whose_id_overflows_the_managers_integer_is_refused(body: str, environ: dict[str, str],
+                                                                   where: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        label(body, environ)
+    message = str(caught.value)
+    named = message.partition(" (environment)")[0].partition(": '")[0]  # the part before the value
+    assert where in named and "does not fit the manager's 64-bit integer" in message, message
+    assert str(2**63 - 1) in message, message
+
+
+def test_the_largest_id_the_manager_can_hold_is_taken() -> None:
+    assert label(WITH_MANAGER, {"VAST_CONTAINERLABEL": f"C.{2**63 - 1}"}) == f"C.{2**63 - 1}"

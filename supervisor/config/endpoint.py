@@ -62,6 +62,8 @@ MAX_LABEL_CHARS = 256
 # The manager matches a Vast instance by the numeric id in its label: any other derived label gets a healthy
 # instance marked killed ("instance disappeared from vast") and a give-up that destroys nothing.
 MATCHABLE_LABEL = re.compile(r"C\.[0-9]+")
+# The manager parses that id into a signed 64-bit integer: a bigger one overflows its parser.
+LABEL_ID_MAX = 2**63 - 1
 
 
 def check_label(value: Any, where: str) -> str:
@@ -75,6 +77,10 @@ def check_label(value: Any, where: str) -> str:
         raise ConfigError(f"{where}: {describe(text)} holds a control character")
     if len(text) > MAX_LABEL_CHARS:
         raise ConfigError(f"{where}: {len(text)} characters, more than the {MAX_LABEL_CHARS} a label may have")
+    if MATCHABLE_LABEL.fullmatch(text) is not None and int(text[2:]) > LABEL_ID_MAX:
+        # Explicit or derived: a C.<digits> label is one the manager parses, and this one it cannot.
+        raise ConfigError(f"{where}: {describe(text)}: its id does not fit the manager's 64-bit integer "
+                          f"(at most {LABEL_ID_MAX})")
     return text
 
 

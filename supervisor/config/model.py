@@ -44,6 +44,9 @@ DEFAULT_MANAGER_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_MANAGER_READ_TIMEOUT_S = 15.0
 DEFAULT_LOG_PUSH_INTERVAL_S = 1.0
 DEFAULT_LOG_BACKLOG_BYTES = 2 * 1024 * 1024
+# How often the manager's row of this instance is read (rowwatch.py); each read is the whole fleet's list.
+DEFAULT_ROW_CHECK_S = 300.0
+MIN_ROW_CHECK_S = 5.0
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 # memory_high is said past this fraction of a phase's memory limit (the OOM kill comes at 1.0).
 DEFAULT_MEMORY_WARN = 0.9
@@ -146,6 +149,7 @@ class ManagerSpec:
     read_timeout_s: float = DEFAULT_MANAGER_READ_TIMEOUT_S
     log_push_interval_s: float = DEFAULT_LOG_PUSH_INTERVAL_S
     log_backlog_bytes: int = DEFAULT_LOG_BACKLOG_BYTES
+    row_check_s: float = DEFAULT_ROW_CHECK_S
 
 
 @dataclass(frozen=True)

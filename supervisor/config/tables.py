@@ -41,9 +41,11 @@ from .model import (
     DEFAULT_RESTART_WINDOW_S,
     DEFAULT_RESUME_MAX_AGE_S,
     DEFAULT_RING_LINES,
+    DEFAULT_ROW_CHECK_S,
     DEFAULT_STATE_DIR,
     DEFAULT_STOP_GRACE_S,
     DEFAULT_TERMINATION_LOG,
+    MIN_ROW_CHECK_S,
     PHASE_KINDS,
     REPORTS,
     RESTART_POLICIES,
@@ -178,6 +180,16 @@ PHASE_KEYS = {
     "resume_max_age_s": Key(_positive_seconds, DEFAULT_RESUME_MAX_AGE_S),
 }
 
+def _row_check_s(value: Any, where: str) -> float:
+    """How often the manager's row is read: each read is the whole fleet's list, so not more than every few
+    seconds."""
+    number = _positive_seconds(value, where)
+    if number < MIN_ROW_CHECK_S:
+        raise ConfigError(f"{where}: must be at least {MIN_ROW_CHECK_S:g} seconds (each look-up reads the whole "
+                          f"fleet's GET /status), got {written(value)}")
+    return number
+
+
 MANAGER_KEYS = {
     "url": Key(_optional(_url)),
     "label": Key(_string),
@@ -188,6 +200,7 @@ MANAGER_KEYS = {
     "log_push_interval_s": Key(at_least_seconds(LOG_PUSH_INTERVAL_MIN_S, "more often is a flood of pushes"),
                                DEFAULT_LOG_PUSH_INTERVAL_S),
     "log_backlog_bytes": Key(whole_number(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
+    "row_check_s": Key(lambda v, w: _row_check_s(number_text(v), w), DEFAULT_ROW_CHECK_S),
 }
 # What a plugin's section or extra keys may not be named: the core's own tables.
 CORE_TABLES = ("supervisor", "manager", "phases")

@@ -25,6 +25,7 @@ from .fleet import BENCH_DONE, fleet_settings
 
 if TYPE_CHECKING:
     from ..loop import Timer
+    from ..managerrow import Row
     from ..wiring import PhaseView, ProductionControl, Wiring
 
 # How often a running bench is looked at.
@@ -53,9 +54,15 @@ class BenchCut:
                  now: Callable[[], float] = time.monotonic) -> None:
         # No log of its own: fail_phase says the why, once.
         self._min_rate, self._production, self._call_later, self._now = min_rate, production, call_later, now
+        self._min_rate_from = "this instance's ($MIN_RATE or [manager] min_rate)"
         self._watching: tuple[str, int] | None = None  # (phase, attempt) running
         self._parsed: BenchResult | None = None
         self._first_at: float | None = None
+
+    def heard_row(self, row: Row) -> None:
+        """The manager judges by its row's min_rate (the label's first registration's): so does the cut."""
+        if row.min_rate is not None:
+            self._min_rate, self._min_rate_from = row.min_rate, "the manager's row's"
 
     def transition(self, view: PhaseView) -> None:
         if view.report != BENCH_DONE:
@@ -77,6 +84,7 @@ class BenchCut:
             why = hopeless(parsed.expected, parsed.proofs.get("COMPLETED", 0), self._now() - self._first_at,
                            self._min_rate)
             if why is not None:
+                why += f"; min_rate {self._min_rate:g}/h is {self._min_rate_from}"
                 self._watching = None
                 self._production.fail_phase(watching[0], v.TOO_SLOW, why)  # it says the why, once
                 return
@@ -88,4 +96,5 @@ def attach(wiring: Wiring) -> None:
     if wiring.manager is None:
         return
     cut = BenchCut(fleet_settings(wiring.plan).min_rate, wiring.production, wiring.call_later)
+    wiring.manager.on_row(cut.heard_row)
     wiring.events.on_transition(cut.transition)

@@ -49,6 +49,9 @@ _OVERRIDE_WORKERS = (("pipeline", "synthesis_concurrency"), ("synthesis", "parti
 DEFAULT_MIN_RATE = 50.0
 # How long production waits for the manager's verdict on the benchmark before it starts anyway.
 DEFAULT_BENCH_GATE_S = 300.0
+# The manager kills a row still in params_done 45 min after its param_done_at ("benchmark timeout (45min)"):
+# the warm-up and the bench share that budget (benchclock.py); 0: no such clock.
+DEFAULT_BENCH_DEADLINE_S = 2700.0
 MIN_RATE_ENV = "MIN_RATE"
 # A plain decimal in ASCII: what float() would take, less "inf", "nan", exponents, "_" and non-ASCII digits.
 _DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
@@ -129,6 +132,7 @@ def check_rate(value: Any, where: str) -> float:
 FLEET_KEYS = {
     "min_rate": Key(check_rate),  # None: $MIN_RATE, else DEFAULT_MIN_RATE
     "bench_gate_s": Key(check_seconds, DEFAULT_BENCH_GATE_S),
+    "bench_deadline_s": Key(check_seconds, DEFAULT_BENCH_DEADLINE_S),
     # A failure before production sends bench-done with rate 0: the manager destroys the instance now.
     "give_up_on_failure": Key(check_bool),
     "report_bench_failure": Key(check_bool),  # the old name of give_up_on_failure, still accepted

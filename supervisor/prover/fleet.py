@@ -37,6 +37,7 @@ from .gate import BenchGate
 
 if TYPE_CHECKING:
     from ..config.model import Plan
+    from ..managerrow import Row
     from ..wiring import ManagerLink, PhaseView, ShutdownView, Wiring
 
 BENCH_DONE = "bench-done"
@@ -56,6 +57,7 @@ class FleetSettings:
     bench_gate_s: float
     give_up_on_failure: bool
     bench_done_reason: bool
+    bench_deadline_s: float = 0.0  # the manager's benchmark timeout (benchclock.py); 0: none
 
 
 def fleet_settings(plan: Plan) -> FleetSettings:
@@ -63,7 +65,8 @@ def fleet_settings(plan: Plan) -> FleetSettings:
     at load; without them, as for a plan loaded without the prover, nobody speaks the fleet protocol)."""
     keys = plan.extensions.get("manager", {})
     return FleetSettings(float(keys.get("min_rate", 0.0)), float(keys.get("bench_gate_s", 0.0)),
-                         bool(keys.get("give_up_on_failure", False)), bool(keys.get("bench_done_reason", False)))
+                         bool(keys.get("give_up_on_failure", False)), bool(keys.get("bench_done_reason", False)),
+                         float(keys.get("bench_deadline_s", 0.0)))
 
 
 # ---------------------------------------------------------------- the answers, checked (answers.py's rules)
@@ -114,7 +117,8 @@ def bench_done_call(settings: FleetSettings, answered: Callable[[bool, float], N
         if not payload.get("failed"):  # a give-up has no production to let through or stop
             answered(kept["passed"], float(payload.get("rate", 0.0)))
 
-    return CallKind(attempt, delivered=delivered, refused=lambda payload: refused())
+    # A lifecycle call: the row is read first, and a killed row gets none (its passing rate would un-kill it).
+    return CallKind(attempt, delivered=delivered, refused=lambda payload: refused(), checks_row=True)
 
 
 # ---------------------------------------------------------------- the give-up, decided
@@ -153,6 +157,7 @@ class Fleet:
         self._gate = gate
         self._log = log
         self._queued = False  # this start queued a bench-done, or found one of an earlier start pending
+        self._killed: str | None = None  # the manager's row said killed: its kill line
 
     def transition(self, phase: PhaseView) -> None:
         """The bench phase is done: report its rate and hold production for the answer."""
@@ -184,6 +189,10 @@ class Fleet:
         self._queued = True
         self._link.queue(BENCH_DONE, payload, said=f" (rate {payload['rate']:g}/h)", exit_waits_for=exit_waits_for)
 
+    def killed(self, row: Row) -> None:
+        """The manager killed the instance (its row): no bench-done of ours goes out any more."""
+        self._killed = row.kill_line()
+
     def shut_down(self, view: ShutdownView) -> None:
         """The lifecycle failed for good (before production, or after it was up): ask the manager to destroy
         the instance now.
@@ -192,6 +201,9 @@ class Fleet:
         into the outbox: the manager has the reason in its log before the instance is gone. Without
         this it keeps paying for the instance until its 45 or 90 min timeout."""
         if not self._link.reporting():
+            return
+        if self._killed is not None:  # its word is final: a bench-done now would only overwrite its kill_reason
+            self._log(f"manager: not giving the instance up: {self._killed}")
             return
         answer = self._link.delivered_answer(BENCH_DONE)
         decision = decide_give_up(view.failure is not None and view.status != 0, self._settings.give_up_on_failure,
@@ -229,5 +241,7 @@ def attach(wiring: Wiring) -> None:
     link.add_register_fields(lambda: {"min_rate": settings.min_rate})
     link.hear_register_field(RUNNER_ID, check_runner_id,
                              lambda runner_id: wiring.export_env("RUNNER_ID", runner_id) if runner_id else None)
+    link.on_killed(fleet.killed)
+    link.on_row(gate.heard_row)  # the manager judges the bench by its row's min_rate
     wiring.events.on_transition(fleet.transition)
     wiring.events.on_shutdown(fleet.shut_down)

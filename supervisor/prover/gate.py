@@ -19,6 +19,7 @@ from ..exits import EXIT_BENCH_REJECTED
 
 if TYPE_CHECKING:
     from ..loop import Timer
+    from ..managerrow import Row
     from ..wiring import ProductionControl
 
 # Why the lifecycle does not go past the bench phase (the status view shows it).
@@ -64,6 +65,15 @@ class BenchGate:
                "destroying this instance: not starting production")
         self._log(why)
         self._production.shutdown(why, EXIT_BENCH_REJECTED)
+
+    def heard_row(self, row: Row) -> None:
+        """The manager keeps the min_rate of the label's first registration: its row's is the one that judges."""
+        if row.min_rate is None or row.min_rate == self._min_rate:
+            return
+        self._log(f"manager: its row's min_rate {row.min_rate:g}/h differs from this instance's "
+                  f"{self._min_rate:g}/h ($MIN_RATE or [manager] min_rate): the manager judges the bench by its "
+                  "own (kept from the label's first registration), and so does the bench cut")
+        self._min_rate = row.min_rate
 
     def refused(self) -> None:
         """bench-done was refused for good: no answer will ever come, so waiting out the gate is pointless."""

@@ -27,7 +27,7 @@ from ..fitness import Evidence, Finding
 from ..plugin import Plugin
 from ..policy import capped
 from ..wiring import Wiring
-from . import benchcut, cuzkconf, fleet, production
+from . import benchclock, benchcut, cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, SECTION, cuzk_section, fleet_rules
 from .hooks import CUZK_CONFIG, PARSERS, make_cuzk_config
 from .ready import KIND as CUZK_READY
@@ -59,10 +59,11 @@ def param_cache(plan: Plan) -> str | None:
 
 
 def attach(wiring: Wiring) -> None:
-    """The fleet protocol, the bench cut (which gives up through it), then the production watch on the
-    ``report = "running"`` phase (with a [cuzk])."""
+    """The fleet protocol, the bench cut and the benchmark clock (which give up through it), then the production
+    watch on the ``report = "running"`` phase (with a [cuzk])."""
     fleet.attach(wiring)
     benchcut.attach(wiring)
+    benchclock.attach(wiring)
     cuzk = wiring.plan.sections.get(SECTION)
     if cuzk is None:
         return

@@ -157,8 +157,9 @@ def test_attach_adds_the_cut_only_where_a_manager_judges() -> None:
 
     attach(wiring(None))
     assert listeners == []
-    attach(wiring(object()))
-    assert len(listeners) == 1
+    rows: list[Any] = []
+    attach(wiring(SimpleNamespace(on_row=rows.append)))  # a ManagerLink: the cut hears the manager's row too
+    assert len(listeners) == 1 and len(rows) == 1
     # The attached cut hears the transitions and looks on the wiring's timers.
     result = BenchResult(proofs={"COMPLETED": 1}, expected=1)
     listeners[0](PhaseView("bench", "oneshot", PhaseState.RUNNING, "", 1, False, False, BENCH_DONE, result))

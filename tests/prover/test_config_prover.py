@@ -153,15 +153,17 @@ def test_an_empty_cuzk_table_is_the_settings_own_defaults() -> None:
 def test_the_fleet_keys_are_the_provers_extension_of_manager() -> None:
     """What the fleet protocol reads, under the file's own key names, in Plan.extensions["manager"]."""
     plan = parse("[manager]\nmin_rate = 7\nbench_gate_s = 9\nreport_bench_failure = false\n"
-                 "bench_done_reason = true\n" + MINIMAL, plugin=PLUGIN)
+                 "bench_done_reason = true\nbench_deadline_s = 60\n" + MINIMAL, plugin=PLUGIN)
     assert dict(plan.extensions["manager"]) == {"min_rate": 7.0, "bench_gate_s": 9.0, "give_up_on_failure": False,
-                                                "bench_done_reason": True}
+                                                "bench_done_reason": True, "bench_deadline_s": 60.0}
     defaults = parse(MINIMAL, plugin=PLUGIN)
     assert dict(defaults.extensions["manager"]) == {"min_rate": 50.0, "bench_gate_s": 300.0,
-                                                    "give_up_on_failure": True, "bench_done_reason": False}
+                                                    "give_up_on_failure": True, "bench_done_reason": False,
+                                                    "bench_deadline_s": 2700.0}
     from supervisor.prover.fleet import FleetSettings, fleet_settings
 
-    assert fleet_settings(defaults) == FleetSettings(50.0, 300.0, True, False)  # what the fleet protocol reads
+    # What the fleet protocol reads:
+    assert fleet_settings(defaults) == FleetSettings(50.0, 300.0, True, False, 2700.0)
 
 
 def test_accepted_overrides_generate_without_error() -> None:

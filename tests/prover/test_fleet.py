@@ -88,6 +88,9 @@ class Link:
     register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list)
     heard: dict[str, Any] = field(default_factory=dict)
     retired: list[str] = field(default_factory=list)
+    row_listeners: list[Callable[[Any], None]] = field(default_factory=list)
+    kill_listeners: list[Callable[[Any], None]] = field(default_factory=list)
+    clocks: dict[str, tuple[float, str]] = field(default_factory=dict)
     on: bool = True
 
     def reporting(self) -> bool:
@@ -117,6 +120,15 @@ class Link:
 
     def retire(self, reason: str) -> None:
         self.retired.append(reason)
+
+    def on_row(self, listener: Callable[[Any], None]) -> None:
+        self.row_listeners.append(listener)
+
+    def on_killed(self, listener: Callable[[Any], None]) -> None:
+        self.kill_listeners.append(listener)
+
+    def clock(self, name: str) -> tuple[float, str] | None:
+        return self.clocks.get(name)
 
 
 SETTINGS = FleetSettings(min_rate=50.0, bench_gate_s=300.0, give_up_on_failure=True, bench_done_reason=False)

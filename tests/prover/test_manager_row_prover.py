@@ -1,0 +1,190 @@
+"""The prover's side of the manager's own view: min_rate from its row (the gate, the bench cut), the
+benchmark clock (benchclock.py) on the manager's param_done_at, and a row whose min_rate differs, end to end.
+
+In-process on a fake clock and hand-run timers, as tests/prover/test_benchcut_rules.py; then one real
+supervisor against the dev-manager, whose row keeps the min_rate of the label's first registration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import requests
+from helpers import Runner, sh, toml_str
+from test_benchcut_rules import Production, Rig
+
+from supervisor.devmanager import DevManager
+from supervisor.exits import EXIT_BENCH_REJECTED
+from supervisor.firstseen import BENCH_CLOCK
+from supervisor.managerrow import Row, utc_text
+from supervisor.prover.bench import BenchResult
+from supervisor.prover.benchclock import BENCH_CLOCK_CHECK_S, BenchClock, past_deadline, stretch
+from supervisor.prover.gate import BenchGate
+from supervisor.states import PhaseState
+from supervisor.wiring import PhaseView
+
+WAIT_S = 60
+
+
+def test_the_bench_cut_judges_by_the_rows_min_rate_and_says_so() -> None:
+    rig = Rig(min_rate=1.0)  # ours would never cut: 4 proofs need 4 h at 1/h
+    rig.cut.heard_row(Row("u", "params_done", min_rate=3600.0))  # the manager's: 4 proofs in 4 s
+    rig.cut.transition(rig.view(parsed=BenchResult(proofs={"COMPLETED": 1}, expected=4)))
+    rig.run_timers(1.0)  # the first proof line seen
+    rig.run_timers(6.0)
+    [(name, reason, detail)] = rig.production.failed
+    assert (name, reason) == ("bench", "too_slow")
+    assert detail.endswith("; min_rate 3600/h is the manager's row's"), detail
+
+
+def test_the_cut_says_when_it_used_its_own_min_rate() -> None:
+    rig = Rig(min_rate=3600.0)
+    rig.cut.heard_row(Row("u", "params_done"))  # a row without min_rate: ours stays
+    rig.cut.transition(rig.view(parsed=BenchResult(proofs={"COMPLETED": 1}, expected=4)))
+    rig.run_timers(1.0)
+    rig.run_timers(6.0)
+    [(_, _, detail)] = rig.production.failed
+    assert detail.endswith("; min_rate 3600/h is this instance's ($MIN_RATE or [manager] min_rate)"), detail
+
+
+def test_the_gate_says_once_that_the_rows_min_rate_differs_and_uses_it() -> None:
+    lines: list[str] = []
+    gate = BenchGate(0.0, 50.0, Production(), lambda delay, cb: None, lines.append)  # type: ignore[arg-type]
+    gate.heard_row(Row("u", "registered", min_rate=50.0))
+    assert lines == []
+    gate.heard_row(Row("u", "registered", min_rate=80.0))
+    gate.heard_row(Row("u", "params_done", min_rate=80.0))
+    assert len(lines) == 1 and "its row's min_rate 80/h differs from this instance's 50/h" in lines[0], lines
+    gate.answered(True, 90.0)
+    assert lines[-1] == "manager: benchmark passed (rate 90/h >= min_rate 80)"
+
+
+def test_the_stretch_is_after_the_param_done_phase_up_to_the_bench_done_one() -> None:
+    plan = [("fetch", "param-done"), ("warmup", None), ("bench", "bench-done"), ("curio", "running")]
+    assert stretch(plan) == {"warmup", "bench"}
+    assert stretch([("warmup", None), ("bench", "bench-done")]) == set()  # no param-done: no manager clock
+    assert stretch([("fetch", "param-done"), ("curio", "running")]) == set()
+
+
+def test_past_deadline_names_the_clock_and_its_source() -> None:
+    assert past_deadline(1000.0, "the manager's param_done_at", 2700.0, 3699.0) is None
+    why = past_deadline(1_800_000_000.0, "the manager's param_done_at", 2700.0, 1_800_000_000.0 + 2760.0)
+    assert why is not None and why.startswith("the manager's benchmark timeout passed 60 s ago"), why
+    assert f"(bench_deadline_s=2700 from the manager's param_done_at, {utc_text(1_800_000_000.0)} UTC)" in why
+
+
+class Link:
+    def __init__(self) -> None:
+        self.clocks: dict[str, tuple[float, str]] = {}
+        self.answers: dict[str, Any] = {}
+
+    def clock(self, name: str) -> tuple[float, str] | None:
+        return self.clocks.get(name)
+
+    def delivered_answer(self, kind: str) -> Any:
+        return self.answers.get(kind)
+
+
+class ClockRig:
+    def __init__(self) -> None:
+        self.now = 10_000.0
+        self.timers: list[Callable[[], None]] = []
+        self.link, self.production = Link(), Production()
+        self.clock = BenchClock(2700.0, {"warmup", "bench"}, self.link, self.production,  # type: ignore[arg-type]
+                                lambda delay, cb: self.timers.append(cb), now=lambda: self.now)  # type: ignore
+
+    def view(self, name: str, state: PhaseState = PhaseState.RUNNING, attempt: int = 1) -> PhaseView:
+        return PhaseView(name, "oneshot", state, "", attempt, False, False, None, None)
+
+    def run_timers(self, at: float) -> None:
+        self.now = at
+        due, self.timers = self.timers, []
+        for cb in due:
+            cb()
+
+
+def test_a_phase_started_past_the_managers_benchmark_clock_is_failed_at_once() -> None:
+    rig = ClockRig()
+    rig.link.clocks[BENCH_CLOCK] = (rig.now - 2800.0, "the manager's param_done_at")  # a restart mid-bench
+    rig.clock.transition(rig.view("bench", attempt=2))
+    [(name, reason, detail)] = rig.production.failed
+    assert (name, reason) == ("bench", "too_slow") and "the manager's param_done_at" in detail, detail
+    assert rig.timers == []
+
+
+def test_a_running_phase_is_failed_when_the_clock_runs_out_and_only_its_attempt() -> None:
+    rig = ClockRig()
+    rig.clock.transition(rig.view("curio"))  # not of the stretch
+    assert rig.timers == []
+    rig.clock.transition(rig.view("warmup"))  # no clock known yet: looked at again
+    assert len(rig.timers) == 1 and rig.production.failed == []
+    rig.link.clocks[BENCH_CLOCK] = (rig.now, "the fetch's end (param-done)")
+    rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
+    rig.clock.transition(rig.view("warmup", PhaseState.DONE))  # the warm-up ended: its looks stop
+    rig.run_timers(rig.now + 3000.0)
+    assert rig.production.failed == [] and rig.timers == []
+    rig.clock.transition(rig.view("bench"))
+    [(name, reason, detail)] = rig.production.failed
+    assert (name, reason) == ("bench", "too_slow") and "the fetch's end (param-done)" in detail
+
+
+def test_a_row_whose_min_rate_differs_judges_the_bench(sup: Runner, manager: DevManager) -> None:
+    # The label was first registered with min_rate 100: the manager keeps it, whatever this start sends.
+    first = requests.post(manager.url + "/register", json={"label": "C.5150", "min_rate": 100}, timeout=5).json()
+    config = sup.write(f"""
+        [manager]
+        url = {toml_str(manager.url)}
+        label = "C.5150"
+        min_rate = 1
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("echo fetched")}
+        report = "param-done"
+
+        [[phases]]
+        name = "bench"
+        command = {sh("sleep 0.5; echo bench")}
+        report = "bench-done"
+
+        [[phases]]
+        name = "service"
+        kind = "service"
+        command = {sh("exec sleep 1")}
+        report = "running"
+        """)
+    started = time.monotonic()
+    result = sup.run(config, timeout=WAIT_S)
+    assert time.monotonic() - started < WAIT_S
+    assert result.returncode == EXIT_BENCH_REJECTED, result.output
+    out = result.output
+    assert ("manager: its row's min_rate 100/h differs from this instance's 1/h ($MIN_RATE or [manager] min_rate): "
+            "the manager judges the bench by its own") in out, out
+    assert "the manager rejected the benchmark (rate 0/h < min_rate 100)" in out, out
+    rows: list[dict[str, Any]] = requests.get(manager.url + "/status", timeout=5).json()
+    assert [(r["uuid"], r["min_rate"], r["state"]) for r in rows] == [(first["uuid"], 100.0, "killed")]
+
+
+def test_the_clock_runs_only_while_the_row_is_in_params_done() -> None:
+    rig = ClockRig()
+    rig.link.clocks[BENCH_CLOCK] = (rig.now - 3 * 86400.0, "the fetch's end (param-done)")  # days into production
+    rig.clock.heard_row(Row("u", "running"))  # restarted, benching again: the manager has no timeout for it
+    rig.clock.transition(rig.view("warmup"))
+    assert rig.production.failed == [] and len(rig.timers) == 1
+    rig.clock.heard_row(Row("u", "params_done"))
+    rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
+    assert [(n, r) for n, r, _ in rig.production.failed] == [("warmup", "too_slow")]
+
+
+def test_without_a_row_the_clock_stops_once_a_bench_done_passed() -> None:
+    rig = ClockRig()
+    rig.link.clocks[BENCH_CLOCK] = (rig.now - 3 * 86400.0, "the fetch's end (param-done)")
+    rig.link.answers["bench-done"] = {"passed": True}  # delivered before this restart: the row moved on
+    rig.clock.transition(rig.view("bench"))
+    assert rig.production.failed == []
+    rig.link.answers["bench-done"] = None
+    rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
+    assert [(n, r) for n, r, _ in rig.production.failed] == [("bench", "too_slow")]

@@ -1,0 +1,85 @@
+"""managerrow.py: this instance's row in the manager's ``GET /status``, held to what the manager writes.
+
+Its times are SQLite's CURRENT_TIMESTAMP (``YYYY-MM-DD HH:MM:SS``, UTC); one later than now beyond the skew,
+or before any manager ran, is impossible: dropped with a note, never an anchor. A row of the wrong shape is
+no evidence at all (RowError)."""
+
+from __future__ import annotations
+
+import calendar
+import time
+
+import pytest
+
+from supervisor.managerrow import ROW_CLOCK_SKEW_S, Row, RowError, find_row, manager_time, utc_text
+
+NOW = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
+ROW = {"uuid": "u-1", "label": "C.7", "runner_id": 3, "state": "registered", "min_rate": 60.0,
+       "registered_at": "2026-12-01 10:31:00"}
+
+
+def test_the_row_is_found_by_uuid_and_its_times_read_as_utc() -> None:
+    other = {**ROW, "uuid": "u-2", "state": "killed"}
+    row, notes = find_row([other, ROW], "u-1", NOW)
+    assert row == Row("u-1", "registered", min_rate=60.0, registered_at=NOW - 89 * 60)
+    assert notes == [] and not row.killed
+    assert find_row({"instances": [ROW]}, "u-1", NOW)[0] == row  # an answer wrapped in an object, too
+
+
+def test_a_uuid_the_fleet_does_not_list_has_no_row() -> None:
+    assert find_row([ROW], "u-9", NOW) == (None, [])
+    assert find_row([], "u-9", NOW) == (None, [])
+
+
+def test_a_killed_row_says_the_managers_reason_and_time_in_one_line() -> None:
+    row, _ = find_row([{**ROW, "state": "killed", "killed_at": "2026-12-01 11:59:00",
+                        "kill_reason": "param fetch timeout (90min)"}], "u-1", NOW)
+    assert row is not None and row.killed
+    assert row.kill_line() == "the manager killed this instance at 2026-12-01 11:59:00 UTC: param fetch timeout (90min)"
+    assert Row("u-1", "killed").kill_line() == "the manager killed this instance: no kill_reason given"
+
+
+@pytest.mark.parametrize("when", [utc_text(NOW + ROW_CLOCK_SKEW_S + 60), "2099-01-01 00:00:00", "1970-01-01 00:00:01"])
+def test_an_impossible_time_is_dropped_with_a_note_and_the_row_kept(when: str) -> None:
+    row, notes = find_row([{**ROW, "registered_at": when}], "u-1", NOW)
+    assert row is not None and row.registered_at is None and row.state == "registered"
+    assert len(notes) == 1 and "registered_at" in notes[0] and "impossible, not used" in notes[0], notes
+
+
+def test_a_time_within_the_skew_is_taken() -> None:
+    assert manager_time(utc_text(NOW + 60), "registered_at", NOW) == NOW + 60
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    ({**ROW, "state": "lost"}, "state is not one of"),
+    ({**ROW, "registered_at": "2026-12-01T10:31:00Z"}, "not a time as the manager writes it"),
+    ({**ROW, "registered_at": 1764500000}, "not a time as the manager writes it"),
+    ({**ROW, "min_rate": "fast"}, "min_rate is not a number"),
+    ({**ROW, "min_rate": float("inf")}, "min_rate is not a number"),
+    ({**ROW, "kill_reason": ["x"]}, "kill_reason is not text"),
+])
+def test_a_row_of_the_wrong_shape_is_no_evidence(raw: dict[str, object], why: str) -> None:
+    with pytest.raises(RowError, match=why):
+        find_row([raw], "u-1", NOW)
+
+
+@pytest.mark.parametrize("body", [{"rows": []}, "all fine", 7, None])
+def test_an_answer_that_is_no_list_of_rows_is_refused(body: object) -> None:
+    with pytest.raises(RowError, match="neither a list of rows"):
+        find_row(body, "u-1", NOW)
+
+
+def test_a_uuid_listed_twice_is_refused() -> None:
+    with pytest.raises(RowError, match="2 times"):
+        find_row([ROW, ROW], "u-1", NOW)
+
+
+def test_a_kill_reason_is_one_bounded_printable_line() -> None:
+    row, _ = find_row([{**ROW, "state": "killed", "kill_reason": "bad\nhost\x1b[31m " + "x" * 1000}], "u-1", NOW)
+    assert row is not None and row.kill_reason is not None
+    assert "\n" not in row.kill_reason and "\x1b" not in row.kill_reason and len(row.kill_reason) == 300
+
+
+def test_utc_text_is_the_managers_format() -> None:
+    assert utc_text(NOW) == "2026-12-01 12:00:00"
+    assert time.strftime("%Y", time.gmtime(manager_time("2026-12-01 12:00:00", "t", NOW))) == "2026"

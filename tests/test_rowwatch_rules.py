@@ -1,0 +1,74 @@
+"""rowwatch.py against the in-process dev-manager on 127.0.0.1: one bounded look-up at a time, a failed one
+not tried again for FAILED_AGAIN_S, the periodic read only once the manager knows the instance, and
+/runner-id's word on forgotten (404) against killed (200)."""
+
+from __future__ import annotations
+
+import time
+
+import requests
+
+from supervisor.config import ManagerSpec
+from supervisor.devmanager import DevManager
+from supervisor.manager import ManagerClient
+from supervisor.rowwatch import FAILED_AGAIN_S, RowWatch
+
+
+def watch(mgr: DevManager, clock: list[float]) -> RowWatch:
+    spec = ManagerSpec(url=mgr.url, connect_timeout_s=2, read_timeout_s=2)
+    return RowWatch(ManagerClient(spec), 300.0, now=lambda: clock[0])
+
+
+def register(mgr: DevManager, label: str = "C.12") -> str:
+    return str(requests.post(mgr.url + "/register", json={"label": label}, timeout=5).json()["uuid"])
+
+
+def test_the_row_is_read_and_a_killed_one_says_so(manager: DevManager) -> None:
+    uuid = register(manager)
+    clock = [time.time()]
+    rows = watch(manager, clock)
+    reading, notes = rows.read(uuid)
+    assert reading.row is not None and reading.row.state == "registered" and not reading.killed and notes == []
+    requests.post(manager.url + "/api/kill", json={"uuid": uuid}, timeout=5)
+    reading, _ = rows.read(uuid)
+    assert reading.killed and reading.shown().startswith("state killed (the manager killed this instance at ")
+    assert reading.shown().endswith(": manually killed via UI)")
+
+
+def test_a_uuid_not_listed_is_unknown_and_runner_id_tells_forgotten_from_killed(manager: DevManager) -> None:
+    uuid = register(manager)
+    rows = watch(manager, [time.time()])
+    assert rows.gone(uuid) is False
+    requests.post(manager.url + "/api/kill", json={"uuid": uuid}, timeout=5)
+    assert rows.gone(uuid) is False  # a killed row is kept: not forgotten
+    requests.post(manager.url + "/dev/forget", json={"uuid": uuid}, timeout=5)
+    assert rows.gone(uuid) is True
+    reading, _ = rows.read(uuid)
+    assert reading.row is None and reading.listed and reading.shown().startswith("unknown to the manager")
+
+
+def test_a_failed_look_up_is_not_tried_again_for_a_while(manager: DevManager) -> None:
+    uuid = register(manager)
+    clock = [time.time()]
+    rows = watch(manager, clock)
+    requests.post(manager.url + "/dev/faults", json={"status": 500, "count": 1, "path": "/status"}, timeout=5)
+    first, _ = rows.read(uuid)
+    assert first.row is None and not first.listed and first.error is not None and "HTTP 500" in first.error
+    clock[0] += FAILED_AGAIN_S - 1
+    assert rows.read(uuid)[0] is first  # the manager was not asked: the call it came before goes at once
+    assert len(manager.state.snapshot()["reads"]) == 1
+    clock[0] += 2
+    again, _ = rows.read(uuid)
+    assert again.row is not None and len(manager.state.snapshot()["reads"]) == 2
+
+
+def test_the_periodic_read_is_due_only_once_the_manager_knows_the_instance(manager: DevManager) -> None:
+    clock = [time.time()]
+    rows = watch(manager, clock)
+    assert not rows.due()
+    rows.soon()
+    assert rows.due()
+    rows.read(register(manager))
+    assert not rows.due()
+    clock[0] += 300.0
+    assert rows.due()

@@ -17,7 +17,7 @@ restart of the container shows the next one coming up.
 from __future__ import annotations
 
 import json
-import sys
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,7 @@ def show(state_dir: Path, as_json: bool) -> int:
 
 def watch(state_dir: Path, interval: float) -> int:
     """Redraw the text every ``interval`` seconds until Ctrl-C (exit 0)."""
-    terminal = sys.stdout.isatty()
+    terminal = os.isatty(STDOUT)  # the fd, not sys.stdout: that is None when stdout came closed (>&-)
     try:
         while True:
             snap, live, why = found(state_dir)

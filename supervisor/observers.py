@@ -111,7 +111,7 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
 
     state = HealthState()
     try:
-        server = HealthServer(port, state)
+        server = HealthServer(port, state, log)
     except OSError as exc:
         log(f"health: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); /healthz and /metrics are off")
         return None

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import runpointer, statepaths
 from . import snapshot as snapshot_mod
-from . import statepaths
 from .config import Plan
 from .lifecycle import Lifecycle
 from .logs import SupervisorLog
@@ -35,6 +35,7 @@ class Observers:
     state_file: StateFile
     status_server: StatusServer | None  # None: the socket could not be made (said)
     health: Any  # a HealthServer, or None when http_port is 0 or taken
+    pointer: Path | None = None  # the well-known pointer to this supervisor (runpointer.py), if written
 
 
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
@@ -66,7 +67,17 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     rt.verdicts.on_verdict.append(state_file.changed)
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
-    return Observers(state_file, status_server, health)
+    return Observers(state_file, status_server, health, point_here(host.state_dir, host.log))
+
+
+def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:
+    """The well-known pointer names this supervisor: a bare ``status`` finds it whatever its state_dir."""
+    try:
+        return runpointer.point_here(state_dir, statepaths.path(state_dir, statepaths.STATUS_SOCKET))
+    except OSError as exc:
+        log(f"status: cannot write the pointer {runpointer.pointer_path()} ({exc.strerror or exc}); a bare "
+            f"`prover-supervisor status` needs --state-dir {state_dir} to find this supervisor")
+        return None
 
 
 def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,

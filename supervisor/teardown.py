@@ -6,8 +6,8 @@
 4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
    meaning, the reaper runs, the status socket answers, the sender's retries and answers are
    handed back into the loop;
-5. close what was opened: the status socket, health, the signal inbox, the loop, the console; the
-   lock goes last.
+5. close what was opened: the status socket, the pointer to it (runpointer.py), health, the signal
+   inbox, the loop, the console; the lock goes last.
 
 Each step contains its own failure (a read-only state_dir under the socket or status.json, no
 file descriptor left, a bug): said in one line, the rest of the exit goes on, and the exit status
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from .exitflush import FLUSH_POLL_S, ExitFlush
 from .exits import EXIT_FAILURE, EXIT_OK
 from .loop import EventLoop, summary
+from .runpointer import unpoint
 from .survivors import sweep_descendants
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, observers: O
     step("the manager's exit flush", lambda: sup.reporter.stop(status, why, flush_with_the_loop(core.loop, signals)))
     if observers.status_server is not None:
         step("closing the status socket", observers.status_server.close)
+    pointer = observers.pointer
+    if pointer is not None:
+        step("removing the pointer to this supervisor", lambda: unpoint(pointer))
     if observers.health is not None:
         step("closing health", observers.health.close)
     step("closing signal handling", signals.inbox.close)

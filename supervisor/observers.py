@@ -15,6 +15,7 @@ from typing import Any
 from . import runpointer, statepaths
 from . import snapshot as snapshot_mod
 from .config import Plan
+from .exits import EXIT_OK
 from .lifecycle import Lifecycle
 from .logs import SupervisorLog
 from .loop import EventLoop, summary
@@ -24,6 +25,7 @@ from .signals import SignalRouter
 from .startup import Core, Host, Supervision
 from .statefile import StateFile
 from .statussocket import StatusServer
+from .teardown import write_termination_log
 from .timers import Timeline
 from .wiring import LifecycleEvents, Wiring
 
@@ -65,9 +67,21 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
     lifecycle.listeners.append(state_file.changed)
     rt.verdicts.on_verdict.append(state_file.changed)
+    lifecycle.on_shutdown.append(lambda _why, status: write_first(plan, host, sup, state_file, router, status))
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
     return Observers(state_file, status_server, health, point_here(host.state_dir, host.log))
+
+
+def write_first(plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter,
+                status: int) -> None:
+    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: the state and the
+    termination log are written now, before any child's grace runs (the exit writes them again)."""
+    if router.budget is None:
+        return
+    state_file.save()
+    if status != EXIT_OK:
+        write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, host.log)
 
 
 def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:

@@ -87,7 +87,7 @@ class Child:
     _stopping: bool = False
     _kill_timer: Timer | None = None
     _killed_at: float | None = None
-    grace_s: float | None = None  # the grace its stop under way gives it (shorter than its own under a budget)
+    grace_s: float = 0.0  # the grace its stop under way gives it (set as it begins; shorter under a budget)
     _wait_until: float | None = None  # a stop budget's end: past it a tree that survives SIGKILL is not waited for
 
     @property
@@ -140,23 +140,23 @@ class Child:
             return
         self._stopping = True
         self.stop_reason = self.stop_reason or reason
+        self.grace_s = self.spec.stop_grace_s if grace_s is None else grace_s
         try:
-            self._begin_stop(loop, log, reason, self.spec.stop_grace_s if grace_s is None else grace_s)
+            self._begin_stop(loop, log, reason)
         except Exception as exc:  # whoever waits on this stop must not wait forever
             self._stop_broke(loop, exc)
 
-    def _begin_stop(self, loop: EventLoop, log: Log, reason: str, grace_s: float) -> None:
+    def _begin_stop(self, loop: EventLoop, log: Log, reason: str) -> None:
         sig = self.spec.stop_signal
         if self.running:
             # The group first, at once: the tree's reading below may read /proc.
             signal_quietly(os.killpg, self.pid, sig)
         if not self._gone():
             members = self.tree()
-            self.grace_s = grace_s
             log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
                 f"grace {self._grace_text()}")
             self._signal_tree(sig, members, group_done=self.running)
-            self._kill_timer = loop.call_later(grace_s, lambda: self._kill(loop, log),
+            self._kill_timer = loop.call_later(self.grace_s, lambda: self._kill(loop, log),
                                                on_error=lambda exc: self._stop_broke(loop, exc))
         self._check_stopped(loop, log)
 
@@ -165,13 +165,13 @@ class Child:
         timer, now = self._kill_timer, self.clock.monotonic()
         if timer is not None and not timer.cancelled and self._killed_at is None and timer.when > now + grace_s:
             timer.cancel()
-            self.grace_s = (self.grace_s or 0.0) - (timer.when - now - grace_s)  # the grace it gets in all
+            self.grace_s -= timer.when - now - grace_s  # the grace it gets in all
             log(f"{self.label}: grace cut to {self._grace_text()}: SIGKILL in {grace_s:.1f}s")
             self._kill_timer = loop.call_later(grace_s, lambda: self._kill(loop, log),
                                                on_error=lambda exc: self._stop_broke(loop, exc))
 
     def _grace_text(self) -> str:
-        grace, own = (self.spec.stop_grace_s if self.grace_s is None else self.grace_s), self.spec.stop_grace_s
+        grace, own = self.grace_s, self.spec.stop_grace_s
         return f"{grace:g}s" if grace >= own else f"{grace:.1f}s (of {own:g}s: the stop budget)"
 
     def _kill(self, loop: EventLoop, log: Log) -> None:

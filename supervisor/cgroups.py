@@ -18,10 +18,12 @@ import contextlib
 import ctypes
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .units import fmt_bytes
+from .kernelfile import BadValue, kernel_number, read_small
+from .units import fmt_bytes, is_ascii_digits
 
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 # v1 reports "no limit" as a huge page-aligned number; anything above this is unlimited.
@@ -30,6 +32,10 @@ V1_UNLIMITED = 1 << 62
 IN_MODIFY = 0x00000002
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
+
+
+# Told (the file, what is wrong with it) when a file holds a bad value: the owner says it, once.
+OnBad = Callable[[Path, str], None]
 
 
 @dataclass(frozen=True)
@@ -49,11 +55,13 @@ class MemorySnapshot:
 
 
 class MemoryCgroup:
-    """One memory cgroup directory; ``version`` is "v1" or "v2"."""
+    """One memory cgroup directory; ``version`` is "v1" or "v2". ``on_bad`` hears each bad value read
+    (its children are given the same); without it a bad value is just unavailable."""
 
-    def __init__(self, path: Path, version: str) -> None:
+    def __init__(self, path: Path, version: str, on_bad: OnBad | None = None) -> None:
         self.path = path
         self.version = version
+        self.on_bad = on_bad
 
     def __repr__(self) -> str:
         return f"MemoryCgroup({self.version}, {self.path})"
@@ -61,8 +69,7 @@ class MemoryCgroup:
     # ------------------------------------------------------------ reading
 
     def oom_kills(self) -> int | None:
-        key = "oom_kill"
-        return _read_keyed(self.path / self._events_file, key)
+        return self._keyed(self._events_file, "oom_kill")
 
     @property
     def _events_file(self) -> str:
@@ -71,20 +78,20 @@ class MemoryCgroup:
     def snapshot(self) -> MemorySnapshot:
         if self.version == "v2":
             return MemorySnapshot(
-                oom_kills=_read_keyed(self.path / "memory.events", "oom_kill"),
-                oom_group_kills=_read_keyed(self.path / "memory.events", "oom_group_kill"),
-                usage=_read_int(self.path / "memory.current"),
-                peak=_read_int(self.path / "memory.peak"),
-                limit=_read_int(self.path / "memory.max"),
+                oom_kills=self._keyed("memory.events", "oom_kill"),
+                oom_group_kills=self._keyed("memory.events", "oom_group_kill"),
+                usage=self._int("memory.current"),
+                peak=self._int("memory.peak"),
+                limit=self._int("memory.max"),
             )
-        limit = _read_int(self.path / "memory.limit_in_bytes")
+        limit = self._int("memory.limit_in_bytes")
         return MemorySnapshot(
-            oom_kills=_read_keyed(self.path / "memory.oom_control", "oom_kill"),
+            oom_kills=self._keyed("memory.oom_control", "oom_kill"),
             oom_group_kills=None,
-            usage=_read_int(self.path / "memory.usage_in_bytes"),
-            peak=_read_int(self.path / "memory.max_usage_in_bytes"),
+            usage=self._int("memory.usage_in_bytes"),
+            peak=self._int("memory.max_usage_in_bytes"),
             limit=None if limit is None or limit >= V1_UNLIMITED else limit,
-            failcnt=_read_int(self.path / "memory.failcnt"),
+            failcnt=self._int("memory.failcnt"),
         )
 
     def limit(self) -> int | None:
@@ -92,15 +99,47 @@ class MemoryCgroup:
 
     def working_set(self) -> int | None:
         """Usage less the inactive file cache (the kubelet's working set): what the kernel cannot just drop."""
-        usage = _read_int(self.path / ("memory.current" if self.version == "v2" else "memory.usage_in_bytes"))
+        usage = self._int("memory.current" if self.version == "v2" else "memory.usage_in_bytes")
         if usage is None:
             return None
-        inactive = _read_keyed(self.path / "memory.stat", "inactive_file" if self.version == "v2"
-                               else "total_inactive_file")
+        inactive = self._keyed("memory.stat", "inactive_file" if self.version == "v2" else "total_inactive_file")
         return max(0, usage - (inactive or 0))
 
     def readable(self) -> bool:
         return self.oom_kills() is not None
+
+    def pids(self) -> list[int] | None:
+        """The processes in this cgroup now; None where ``cgroup.procs`` cannot be read (or holds garbage)."""
+        try:
+            text = read_small(self.procs_file())
+        except BadValue as exc:
+            self._bad("cgroup.procs", exc)
+            return None
+        if text is None:
+            return None
+        words = text.split()
+        if not all(is_ascii_digits(word) for word in words):
+            self._bad("cgroup.procs", BadValue("holds a word that is not a pid"))
+            return None
+        return [int(word) for word in words]
+
+    def _int(self, name: str) -> int | None:
+        try:
+            return _read_int(self.path / name)
+        except BadValue as exc:
+            self._bad(name, exc)
+            return None
+
+    def _keyed(self, name: str, key: str) -> int | None:
+        try:
+            return _read_keyed(self.path / name, key)
+        except BadValue as exc:
+            self._bad(name, exc)
+            return None
+
+    def _bad(self, name: str, exc: BadValue) -> None:
+        if self.on_bad is not None:
+            self.on_bad(self.path / name, str(exc))
 
     # ------------------------------------------------------------ children
 
@@ -109,7 +148,7 @@ class MemoryCgroup:
 
     def create_child(self, name: str, memory_max: int | None = None) -> MemoryCgroup:
         """Make a child cgroup (raises OSError where not allowed)."""
-        child = MemoryCgroup(self.path / name, self.version)
+        child = MemoryCgroup(self.path / name, self.version, self.on_bad)
         child.path.mkdir(exist_ok=True)
         if memory_max is not None:
             target = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
@@ -127,13 +166,9 @@ class MemoryCgroup:
 
     def move_all_to(self, target: MemoryCgroup) -> None:
         """Move every process of this cgroup into ``target`` (so this one can be removed)."""
-        try:
-            pids = self.procs_file().read_text().split()
-        except OSError:
-            return
-        for pid in pids:
+        for pid in self.pids() or []:
             with contextlib.suppress(OSError):
-                target.procs_file().write_text(pid)
+                target.procs_file().write_text(str(pid))
 
     # ------------------------------------------------------------ watching
 
@@ -165,13 +200,18 @@ class Discovery:
     why: str  # how it was found, or why there is none
 
 
-def discover(root: Path | str = DEFAULT_ROOT, proc_cgroup: Path | str = "/proc/self/cgroup") -> Discovery:
-    """Find this process's memory cgroup under ``root`` (v2 unified, or v1 ``memory`` controller)."""
+def discover(root: Path | str = DEFAULT_ROOT, proc_cgroup: Path | str = "/proc/self/cgroup",
+             on_bad: OnBad | None = None) -> Discovery:
+    """Find this process's memory cgroup under ``root`` (v2 unified, or v1 ``memory`` controller).
+    Blocks on the files (a hung cgroupfs hangs it): the caller runs it off the loop, with a bound."""
     root = Path(root)
     try:
-        lines = Path(proc_cgroup).read_text().splitlines()
-    except OSError as exc:
-        return Discovery(None, f"cannot read {proc_cgroup}: {exc.strerror}")
+        text = read_small(Path(proc_cgroup))
+    except BadValue as exc:
+        return Discovery(None, f"{proc_cgroup} {exc}")
+    if text is None:
+        return Discovery(None, f"cannot read {proc_cgroup}")
+    lines = text.splitlines()
     v1_rel = v2_rel = None
     for line in lines:
         hierarchy, _, rest = line.partition(":")
@@ -186,7 +226,7 @@ def discover(root: Path | str = DEFAULT_ROOT, proc_cgroup: Path | str = "/proc/s
     if v2_rel is not None and (root / "cgroup.controllers").exists():
         candidates += [(root / v2_rel.lstrip("/"), "v2"), (root, "v2")]
     for path, version in candidates:
-        cgroup = MemoryCgroup(path, version)
+        cgroup = MemoryCgroup(path, version, on_bad)
         if cgroup.readable():
             return Discovery(cgroup, f"cgroup {version} at {path}")
     if not candidates:
@@ -225,7 +265,7 @@ def mem_used(meminfo: Path | str = "/proc/meminfo") -> int | None:
 def _meminfo(meminfo: Path | str) -> dict[str, int]:
     fields = {}
     try:
-        for line in Path(meminfo).read_text().splitlines():
+        for line in (read_small(Path(meminfo)) or "").splitlines():
             name, _, rest = line.partition(":")
             if name in ("MemTotal", "MemAvailable"):
                 fields[name] = int(rest.split()[0]) * 1024
@@ -238,10 +278,10 @@ def read_pressure(path: Path) -> str | None:
     """PSI lines (``memory.pressure``, ``/proc/pressure/memory``) as one short text: ``some avg10=1.20
     full avg10=0.40``; None where there is none (v1, no file, or PSI disabled: EOPNOTSUPP on read)."""
     try:
-        text = path.read_text()
-    except OSError:
+        text = read_small(path)
+    except BadValue:  # a garnish of the memory line: without it the line still stands
         return None
-    return parse_pressure(text)
+    return parse_pressure(text) if text is not None else None
 
 
 def parse_pressure(text: str) -> str | None:
@@ -258,30 +298,21 @@ def parse_pressure(text: str) -> str | None:
 
 
 def _read_int(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
+    text = read_small(path)
+    if text is None:
         return None
-    if text == "max":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    text = text.strip()
+    return None if text == "max" else kernel_number(text)
 
 
 def _read_keyed(path: Path, key: str) -> int | None:
-    try:
-        text = path.read_text()
-    except OSError:
+    text = read_small(path)
+    if text is None:
         return None
     for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name == key:
-            try:
-                return int(value)
-            except ValueError:
-                return None
+            return kernel_number(value.strip())
     return None
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from .stopbudget import CLOSE_S
+
 EXIT_FLUSH_S = 10.0
 EXIT_STALL_S = 2.0
 GIVE_UP_FLUSH_S = 60.0
@@ -69,10 +71,12 @@ class ExitFlush:
     def seconds_left(self) -> float:
         return max(0.0, self.deadline - self._clock())
 
-    def cut(self, signame: str) -> str:
-        """The first stop signal during the flush: FLUSH_AFTER_TERM_S more at most. Returns the line to say."""
+    def cut(self, signame: str, budget_s: float | None = None) -> str:
+        """The first stop signal during the flush: FLUSH_AFTER_TERM_S more at most (within a stop budget of
+        ``budget_s``, stopbudget.py: what it leaves after its closing). Returns the line to say."""
         self.cut_by = signame
-        self.deadline = min(self.deadline, self._clock() + FLUSH_AFTER_TERM_S)
+        more = FLUSH_AFTER_TERM_S if budget_s is None else min(FLUSH_AFTER_TERM_S, budget_s - CLOSE_S)
+        self.deadline = min(self.deadline, self._clock() + more)
         return (f"{signame} during the exit flush: giving the manager {round(self.seconds_left(), 1):g}s more, "
                 f"then exiting with status {self.status}")
 

@@ -5,19 +5,35 @@ the production phase is up. ``/metrics``: Prometheus text format, written by
 hand (the format is small; a client library would not earn its place).
 The loop publishes what these answer on each heartbeat; the HTTP thread only
 reads it, so a stuck loop shows as a failing /healthz rather than a hang.
+
+A connection costs a thread while it is served, so connections are held to what the status socket
+holds its clients to: one that sends nothing for ``IDLE_S`` is closed, none is kept past
+``CONNECTION_LIFE_S`` however it drips, and at most ``CONNECTIONS_MAX`` are served at once (past that
+the oldest is dropped: a pile of idle ones must not keep out the probe that asks). Drops are said in
+the log, the first and every ``DROPS_SAID_EVERY``-th.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HEARTBEAT_S = 1.0
 # /healthz fails when the loop has not ticked for this long.
 STALE_AFTER_S = 10.0
+# A connection that sends nothing (no request, or no more of one) for this long is closed.
+IDLE_S = 5.0
+# No connection is kept longer than this, however slowly it drips its request.
+CONNECTION_LIFE_S = 10.0
+# The most connections served at once (a thread each); past that the oldest is dropped.
+CONNECTIONS_MAX = 16
+DROPS_SAID_EVERY = 100
 
 
 class HealthState:
@@ -36,6 +52,7 @@ class HealthState:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = IDLE_S  # each read and write of the connection (StreamRequestHandler sets it on the socket)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -68,20 +85,66 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 64
 
-    def __init__(self, port: int, state: HealthState) -> None:
+    def __init__(self, port: int, state: HealthState, log: Callable[[str], None] | None) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.state = state
+        self._log = log
+        self._served: dict[socket.socket, float] = {}  # being served → when accepted (monotonic), oldest first
+        self._served_lock = threading.Lock()
+        self._dropped = 0
+        self._say_at = 1  # the drop count at which the next line is due: the first, then every hundredth
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the new connection, once there is room: the oldest is dropped to make it."""
+        with self._served_lock:
+            self._drop_while(lambda: len(self._served) >= CONNECTIONS_MAX)
+            self._served[request] = time.monotonic()
+        self._say_drops()
+        super().process_request(request, client_address)
+
+    def service_actions(self) -> None:
+        """Each turn of serve_forever (every half second): a connection past its life is dropped."""
+        now = time.monotonic()
+        with self._served_lock:
+            self._drop_while(lambda: now - next(iter(self._served.values())) > CONNECTION_LIFE_S)
+        self._say_drops()
+
+    def _drop_while(self, crowded: Callable[[], bool]) -> None:
+        """Drop the oldest connections while ``crowded()`` (the lock held). Its thread's read or write
+        then fails at once, and it ends (closing the socket in shutdown_request)."""
+        while self._served and crowded():
+            oldest = next(iter(self._served))
+            del self._served[oldest]
+            with contextlib.suppress(OSError):
+                oldest.shutdown(socket.SHUT_RDWR)
+            self._dropped += 1
+
+    def _say_drops(self) -> None:
+        with self._served_lock:
+            total, due = self._dropped, self._dropped >= self._say_at
+            if due:
+                self._say_at = (total // DROPS_SAID_EVERY + 1) * DROPS_SAID_EVERY
+        if due and self._log is not None:
+            self._log(f"health: dropped a connection to 127.0.0.1:{self.server_address[1]} (at most "
+                      f"{CONNECTIONS_MAX} at once, each {CONNECTION_LIFE_S:g}s at most); {total} dropped so far")
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._served_lock:
+            self._served.pop(request, None)
+        super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A request that could not be served (no thread for it, a client gone): that client goes without
-        an answer; socketserver's default would print a traceback to stderr for each."""
+        """A request that could not be served (no thread for it, a client gone or dropped, idle too long):
+        that client goes without an answer; socketserver's default would print a traceback to stderr."""
 
 
 class HealthServer:
-    def __init__(self, port: int, state: HealthState) -> None:
-        """Raises OSError (cannot listen) or RuntimeError (no thread to serve it), with nothing left open."""
-        self._server = _Server(port, state)
+    def __init__(self, port: int, state: HealthState, log: Callable[[str], None] | None = None) -> None:
+        """Raises OSError (cannot listen) or RuntimeError (no thread to serve it), with nothing left open.
+        ``log`` hears the connections dropped (from the serving thread)."""
+        self._server = _Server(port, state, log)
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="health", daemon=True)
         try:

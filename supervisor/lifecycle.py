@@ -26,6 +26,7 @@ from .process import Child
 from .resume import ResumeRecord
 from .runtime import Runtime, stop_in_order, tell_listeners
 from .states import ATTEMPT_RUNS, PhaseState
+from .stopbudget import StopBudget
 from .verdict import Verdict
 
 
@@ -147,8 +148,9 @@ class Lifecycle:
                 sent.append(child)
         return sent
 
-    def shutdown(self, why: str, status: int) -> None:
-        """Stop everything in reverse start order, then report ``status``."""
+    def shutdown(self, why: str, status: int, budget: StopBudget | None = None) -> None:
+        """Stop everything in reverse start order, then report ``status``; within ``budget`` where a stop
+        signal from outside set one (each child's grace shrunk to fit)."""
         if self.shutting_down:
             return
         self.shutting_down = True
@@ -159,7 +161,7 @@ class Lifecycle:
             phase.abort()
         # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
         stop_in_order(self._loop, self._log, self._started.newest_first(), "supervisor shutdown",
-                      contained(self._finished, self._finish_anyway))
+                      contained(self._finished, self._finish_anyway), budget)
         # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
         tell_listeners(self._loop.faults, "shutdown listener", self.on_shutdown, why, status)
 

@@ -26,16 +26,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, mem_total
 from .loop import EventLoop, Timer
+from .offloop import NoThread, Overdue, answer_within
 from .units import fmt_bytes, is_ascii_digits
 
 OOM_POLL_S = 0.25
+# How long the start waits for the cgroup files to be found and read (a hung cgroupfs never answers).
+CGROUP_FIND_BOUND_S = 5.0
 # Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).
 PHASE_CGROUP_PREFIX = "prover-"
 
 Log = Callable[[str], None]
+
+
+class Found(NamedTuple):
+    """What the cgroup files said at start: the supervisor's cgroup, where phase cgroups go, the mode."""
+
+    shared: MemoryCgroup | None
+    parent: MemoryCgroup | None
+    mode: str
+    why: str
+    inherited: list[MemoryCgroup]
 
 
 @dataclass(frozen=True)
@@ -74,7 +88,8 @@ class MemoryWarning:
 
 class MemoryEvidence:
     def __init__(self, loop: EventLoop, log: Log, mode: str = "auto", root: Path | str = "/sys/fs/cgroup",
-                 proc_cgroup: Path | str = "/proc/self/cgroup", ledger: Path | str | None = None) -> None:
+                 proc_cgroup: Path | str = "/proc/self/cgroup", ledger: Path | str | None = None,
+                 bound_s: float = CGROUP_FIND_BOUND_S) -> None:
         self._loop = loop
         self._log = log
         # The phase cgroups this state_dir's supervisors made (see leftover_cgroups); None: not kept.
@@ -89,19 +104,18 @@ class MemoryEvidence:
         self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
         self._said_no_limit: set[str] = set()
         self.warned: dict[str, MemoryWarning] = {}  # phase → its last memory_high (memwatch.py writes it)
+        self._bad_said: set[str] = set()  # the cgroup files whose bad value was said (once each)
         if mode == "off":
             self.why = "cgroup evidence turned off (supervisor.cgroups = \"off\"): OOM kills are unknown"
             return
-        found = discover(root, proc_cgroup)
-        if found.cgroup is None:
-            self.why = f"{found.why}: OOM kills are unknown, never guessed"
+        try:  # the files are read off the loop, with a bound: a file that blocks must not hang the start
+            found = answer_within("cgroups", lambda: self._find(mode, root, proc_cgroup), bound_s)
+        except (Overdue, NoThread) as exc:
+            self.why = f"the cgroup files under {root}: {exc}: OOM kills are unknown, never guessed"
             return
-        self.shared = found.cgroup
-        self.mode = "shared"
-        self.why = found.why
-        if mode == "auto":
-            self._try_per_phase()
-        self._watch(self.shared)
+        self.shared, self._parent, self.mode, self.why, self._inherited = found
+        if self.shared is not None:
+            self._watch(self.shared)
 
     def describe(self) -> str:
         if self.mode == "unavailable":
@@ -110,22 +124,35 @@ class MemoryEvidence:
         return (f"memory evidence: {self.mode} mode, {self.why}; "
                 f"memory available {fmt_bytes(limit)}")
 
-    def _try_per_phase(self) -> None:
-        assert self.shared is not None
+    def _find(self, mode: str, root: Path | str, proc_cgroup: Path | str) -> Found:
+        """The supervisor's cgroup, and whether each phase can have its own (on a thread: the files may hang)."""
+        found = discover(root, proc_cgroup, self._say_bad)
+        if found.cgroup is None:
+            return Found(None, None, "unavailable", f"{found.why}: OOM kills are unknown, never guessed", [])
+        if mode != "auto":
+            return Found(found.cgroup, None, "shared", found.why, [])
+        shared = found.cgroup
         try:
-            if self.shared.version == "v2":
-                self.shared = enable_v2_delegation(self.shared)
+            if shared.version == "v2":
+                shared = enable_v2_delegation(shared)
                 # Phase cgroups must be siblings of our leaf, under the delegated parent.
-                self._parent = MemoryCgroup(self.shared.path.parent, "v2")
+                parent = MemoryCgroup(shared.path.parent, "v2", self._say_bad)
             else:
-                self._parent = self.shared
-            probe = self._parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")
+                parent = shared
+            probe = parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")
             probe.remove()
-            self.mode = "per-phase"
-            self._inherited = self._take_over_ledger()
-            self._remove_empty_stale(self._parent)
         except OSError as exc:
-            self.why += f"; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
+            why = f"{found.why}; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
+            return Found(shared, None, "shared", why, [])
+        inherited = self._take_over_ledger(parent)
+        self._remove_empty_stale(parent, inherited)
+        return Found(shared, parent, "per-phase", found.why, inherited)
+
+    def _say_bad(self, path: Path, why: str) -> None:
+        """A cgroup file holds a bad value: its reading is unavailable, said once a file (it is read each tick)."""
+        if str(path) not in self._bad_said:
+            self._bad_said.add(str(path))
+            self._log(f"memory evidence: {path} {why}: that reading is unavailable from here on, never guessed")
 
     # ------------------------------------------------------------ placement
 
@@ -190,11 +217,11 @@ class MemoryEvidence:
         cgroups are not ours to empty."""
         return [(_owner_pid(cgroup.path.name), cgroup) for cgroup in self._inherited if cgroup.path.is_dir()]
 
-    def _remove_empty_stale(self, parent: MemoryCgroup) -> None:
+    def _remove_empty_stale(self, parent: MemoryCgroup, inherited_cgroups: list[MemoryCgroup]) -> None:
         """EMPTY phase cgroups named for a pid that is dead here: remove them, or they pile up under the
         parent (a SIGKILLed supervisor of another state_dir never comes back for its own). Only empty
         ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched."""
-        inherited = {str(cg.path) for cg in self._inherited}
+        inherited = {str(cg.path) for cg in inherited_cgroups}
         for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
             pid = _owner_pid(entry.name)
             if str(entry) in inherited or pid in (0, os.getpid()):
@@ -202,9 +229,9 @@ class MemoryEvidence:
             if not os.path.exists(f"/proc/{pid}"):
                 MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty
 
-    def _take_over_ledger(self) -> list[MemoryCgroup]:
+    def _take_over_ledger(self, parent: MemoryCgroup) -> list[MemoryCgroup]:
         """Read the ledger an earlier start left; keep in it only the cgroups that still exist."""
-        if self._ledger is None or self._parent is None:
+        if self._ledger is None:
             return []
         try:
             lines = self._ledger.read_text().splitlines()
@@ -217,8 +244,8 @@ class MemoryEvidence:
         for line in dict.fromkeys(lines):  # in order, once each
             path = Path(line)
             # Only a phase cgroup right under ours: the file names what may be killed, so nothing else.
-            if path.parent == self._parent.path and path.name.startswith(PHASE_CGROUP_PREFIX) and path.is_dir():
-                inherited.append(MemoryCgroup(path, self._parent.version))
+            if path.parent == parent.path and path.name.startswith(PHASE_CGROUP_PREFIX) and path.is_dir():
+                inherited.append(MemoryCgroup(path, parent.version, self._say_bad))
         try:
             tmp = self._ledger.with_name(self._ledger.name + ".tmp")
             tmp.write_text("".join(f"{cg.path}\n" for cg in inherited))
@@ -242,10 +269,7 @@ class MemoryEvidence:
         cgroup = self._phase_cgroups.get(phase)
         if cgroup is None:
             return []
-        try:
-            return [int(p) for p in cgroup.procs_file().read_text().split()]
-        except (OSError, ValueError):
-            return []
+        return cgroup.pids() or []
 
     def phase_snapshot(self, phase: str) -> MemorySnapshot | None:
         """The readings of the phase's own cgroup (usage, peak, its limit: memory_max), while it has one."""
@@ -285,7 +309,7 @@ class MemoryEvidence:
         limits = []
         path = cgroup.path
         for _ in range(32):
-            limits.append(MemoryCgroup(path, cgroup.version).limit())
+            limits.append(MemoryCgroup(path, cgroup.version, cgroup.on_bad).limit())
             if path.parent == path or not (path.parent / "cgroup.procs").exists():
                 break
             path = path.parent

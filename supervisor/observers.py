@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import runpointer, statepaths
 from . import snapshot as snapshot_mod
-from . import statepaths
 from .config import Plan
-from .exits import EXIT_KILLED
+from .exits import EXIT_KILLED, EXIT_OK
 from .lifecycle import Lifecycle
 from .logs import SupervisorLog
 from .loop import EventLoop, summary
@@ -25,6 +25,7 @@ from .signals import SignalRouter
 from .startup import Core, Host, Supervision
 from .statefile import StateFile
 from .statussocket import StatusServer
+from .teardown import write_termination_log
 from .timers import Timeline
 from .wiring import LifecycleEvents, Wiring
 
@@ -36,6 +37,7 @@ class Observers:
     state_file: StateFile
     status_server: StatusServer | None  # None: the socket could not be made (said)
     health: Any  # a HealthServer, or None when http_port is 0 or taken
+    pointer: Path | None = None  # the well-known pointer to this supervisor (runpointer.py), if written
 
 
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
@@ -69,9 +71,31 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
     lifecycle.listeners.append(state_file.changed)
     rt.verdicts.on_verdict.append(state_file.changed)
+    lifecycle.on_shutdown.append(lambda _why, status: write_first(plan, host, sup, state_file, router, status))
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
-    return Observers(state_file, status_server, health)
+    return Observers(state_file, status_server, health, point_here(host.state_dir, host.log))
+
+
+def write_first(plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter,
+                status: int) -> None:
+    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: the state and the
+    termination log are written now, before any child's grace runs (the exit writes them again)."""
+    if router.budget is None:
+        return
+    state_file.save()
+    if status != EXIT_OK:
+        write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, host.log)
+
+
+def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:
+    """The well-known pointer names this supervisor: a bare ``status`` finds it whatever its state_dir."""
+    try:
+        return runpointer.point_here(state_dir, statepaths.path(state_dir, statepaths.STATUS_SOCKET))
+    except OSError as exc:
+        log(f"status: cannot write the pointer {runpointer.pointer_path()} ({exc.strerror or exc}); a bare "
+            f"`prover-supervisor status` needs --state-dir {state_dir} to find this supervisor")
+        return None
 
 
 def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
@@ -117,7 +141,7 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
 
     state = HealthState()
     try:
-        server = HealthServer(port, state)
+        server = HealthServer(port, state, log)
     except OSError as exc:
         log(f"health: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); /healthz and /metrics are off")
         return None

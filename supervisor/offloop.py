@@ -41,6 +41,38 @@ class NoThread(RuntimeError):
     """A worker thread could not be started: the machine refused it (a limit), not a bug of ours."""
 
 
+class Overdue(Exception):
+    """A thread's answer did not come within its bound (``answer_within``)."""
+
+
+def answer_within(name: str, work: Callable[[], T], bound_s: float) -> T:
+    """Before the loop runs: ``work()`` on a thread of its own, its result if it comes within ``bound_s``;
+    else Overdue (the thread is left where it sits: it may be in the kernel for good). What the work
+    raised is raised here; NoThread where no thread is to be had."""
+    done = threading.Event()
+    outcome: list[tuple[bool, object]] = []
+
+    def job() -> None:
+        try:
+            outcome.append((True, work()))
+        except Exception as exc:  # raised again on the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    try:
+        worker_thread(name, job)
+    except RuntimeError as exc:
+        raise NoThread(f"no thread for {name} ({exc})") from None
+    if not done.wait(bound_s):
+        raise Overdue(f"no answer within {bound_s:g} s")
+    ok, value = outcome[0]
+    if not ok:
+        assert isinstance(value, Exception)
+        raise value
+    return value  # type: ignore[return-value]
+
+
 class Bounded(Generic[T]):
     """One answer from a thread, or its bound passing first: ``on_answer(value)`` or ``on_overdue()``,
     exactly one of them, on the loop. What the work raised goes to ``on_error`` (else the loop's faults)."""

@@ -96,7 +96,7 @@ def listening_inodes(host: str, port: int, proc: str = "/proc") -> set[int] | No
     read_any = False
     for table in ("tcp", "tcp6"):
         try:
-            with open(f"{proc}/net/{table}") as f:
+            with open(f"{proc}/net/{table}", errors="replace") as f:  # hex fields: a bad byte is no listener
                 lines = f.read().splitlines()[1:]
         except OSError:
             continue
@@ -164,7 +164,7 @@ def holders(inodes: set[int], pids: Iterable[int] | None = None, proc: str = "/p
 
 def _name(pid: int, proc: str) -> str:
     try:  # comm, never cmdline: reading that waits on the process's memory lock, which may be stuck
-        with open(f"{proc}/{pid}/comm") as f:
+        with open(f"{proc}/{pid}/comm", errors="replace") as f:  # any bytes may name a process: shown, not trusted
             return f.read().strip() or "?"
     except OSError:
         return "?"

@@ -1,25 +1,23 @@
 """Child processes: spawn one in its own process group, and stop its whole tree.
 
-A child is started with ``subprocess.Popen`` for its careful exec error
-reporting (ENOENT → 127, EACCES → 126), but never waited on through it: the
-reaper owns ``waitpid`` and sets ``popen.returncode`` itself, so Popen's own
-``_cleanup`` can never steal (or invent) an exit status.
+A child is started with ``subprocess.Popen`` for its careful exec error reporting (ENOENT → 127,
+EACCES → 126), but never waited on through it: the reaper owns ``waitpid`` and sets
+``popen.returncode`` itself, so Popen's own ``_cleanup`` can never steal (or invent) an exit status.
 
-Stopping a child stops its tree: the stop signal to its process group, and after
-the grace period SIGKILL to the group and to every descendant still alive. A
-descendant that called ``setsid`` has left the group and, once its parent dies,
-the parent chain too; it is still found through the tag every child carries in
-its environment (``PROVER_SUPERVISOR_TAG``), which its own children inherit.
-One that also cleared its environment is found only by the phase cgroup it was
-born in: the memory module says which pids and cgroups are left, and
-survivors.py ends them.
+Stopping a child stops its tree: the stop signal to its process group, and after the grace period
+(shorter under a stop budget: stopbudget.py) SIGKILL to the group and to every descendant still
+alive. A descendant that called ``setsid`` has left the group and, once its parent dies, the parent
+chain too; it is still found through the tag every child carries in its environment
+(``PROVER_SUPERVISOR_TAG``), which its own children inherit. One that also cleared its environment
+is found only by the phase cgroup it was born in: the memory module says which pids and cgroups are
+left, and survivors.py ends them.
 
 A child's stamps (its start and end, when it was SIGKILLed) come from the ``Clock`` it was spawned
 with (the loop's); only its reaping's stamp is the process table's own clock, which it is compared with.
 
-Who is in a tree comes from the process table's shared reading (proctable.py),
-and a stop's poll asks for it only once the leader is reaped and its group is
-empty: 200 daemons stopping together cost a reading of /proc per poll, not 200.
+Who is in a tree comes from the process table's shared reading (proctable.py), and a stop's poll
+asks for it only once the leader is reaped and its group is empty: 200 daemons stopping together
+cost a reading of /proc per poll, not 200.
 """
 
 from __future__ import annotations
@@ -89,6 +87,8 @@ class Child:
     _stopping: bool = False
     _kill_timer: Timer | None = None
     _killed_at: float | None = None
+    grace_s: float = 0.0  # the grace its stop under way gives it (set as it begins; shorter under a budget)
+    _wait_until: float | None = None  # a stop budget's end: past it a tree that survives SIGKILL is not waited for
 
     @property
     def label(self) -> str:
@@ -128,14 +128,19 @@ class Child:
 
     # ------------------------------------------------------------ stopping
 
-    def stop(self, loop: EventLoop, log: Log, reason: str, on_stopped: Callable[[], None]) -> None:
-        """Stop the whole tree: stop signal, grace, SIGKILL; ``on_stopped`` once nothing is left."""
+    def stop(self, loop: EventLoop, log: Log, reason: str, on_stopped: Callable[[], None],
+             grace_s: float | None = None, wait_until: float | None = None) -> None:
+        """Stop the whole tree: stop signal, grace, SIGKILL; ``on_stopped`` once nothing is left. A stop budget
+        shortens the grace (``grace_s``), of a stop under way too, and ends the wait at ``wait_until``."""
         self._stop_waiters.append(on_stopped)
+        self._wait_until = self._wait_until if wait_until is None else wait_until
         if self._stopping:
+            if grace_s is not None:
+                self._hasten(loop, log, grace_s)
             return
         self._stopping = True
-        if self.stop_reason is None:
-            self.stop_reason = reason
+        self.stop_reason = self.stop_reason or reason
+        self.grace_s = self.spec.stop_grace_s if grace_s is None else grace_s
         try:
             self._begin_stop(loop, log, reason)
         except Exception as exc:  # whoever waits on this stop must not wait forever
@@ -149,26 +154,44 @@ class Child:
         if not self._gone():
             members = self.tree()
             log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
-                f"grace {self.spec.stop_grace_s:g}s")
+                f"grace {self._grace_text()}")
             self._signal_tree(sig, members, group_done=self.running)
-            self._kill_timer = loop.call_later(self.spec.stop_grace_s, lambda: self._kill(loop, log),
+            self._kill_timer = loop.call_later(self.grace_s, lambda: self._kill(loop, log),
                                                on_error=lambda exc: self._stop_broke(loop, exc))
         self._check_stopped(loop, log)
+
+    def _hasten(self, loop: EventLoop, log: Log, grace_s: float) -> None:
+        """A stop under way (its phase's end) when the budget came: SIGKILL no later than ``grace_s`` from now."""
+        timer, now = self._kill_timer, self.clock.monotonic()
+        if timer is not None and not timer.cancelled and self._killed_at is None and timer.when > now + grace_s:
+            timer.cancel()
+            self.grace_s -= timer.when - now - grace_s  # the grace it gets in all
+            log(f"{self.label}: grace cut to {self._grace_text()}: SIGKILL in {grace_s:.1f}s")
+            self._kill_timer = loop.call_later(grace_s, lambda: self._kill(loop, log),
+                                               on_error=lambda exc: self._stop_broke(loop, exc))
+
+    def _grace_text(self) -> str:
+        grace, own = self.grace_s, self.spec.stop_grace_s
+        return f"{grace:g}s" if grace >= own else f"{grace:.1f}s (of {own:g}s: the stop budget)"
 
     def _kill(self, loop: EventLoop, log: Log) -> None:
         if self._gone():
             return
         members = self.tree()
-        log(f"{self.label}: still running after {self.spec.stop_grace_s:g}s grace: SIGKILL to "
+        log(f"{self.label}: still running after {self._grace_text()} grace: SIGKILL to "
             f"{self._describe_tree(members)}")
         self._killed_at = self.clock.monotonic()
         self._signal_tree(signal.SIGKILL, members)
 
     def _check_stopped(self, loop: EventLoop, log: Log) -> None:
         if not self._gone():
-            if self._killed_at is not None and self.clock.monotonic() - self._killed_at > KILL_WAIT_S:
+            now = self.clock.monotonic()
+            if self._killed_at is not None and now - self._killed_at > KILL_WAIT_S:
                 log(f"{self.label}: {self._describe_tree(self.tree())} survived SIGKILL for {KILL_WAIT_S:g}s "
                     "(uninterruptible sleep?); giving up waiting")
+            elif self._killed_at is not None and self._wait_until is not None and now >= self._wait_until:
+                log(f"{self.label}: {self._describe_tree(self.tree())} survived SIGKILL for "
+                    f"{now - self._killed_at:.1f}s (uninterruptible sleep?); the stop budget is spent: not waited for")
             else:
                 if self._killed_at is not None:
                     self._signal_tree(signal.SIGKILL, self.tree())  # catch anything forked since

@@ -248,7 +248,7 @@ def net_received(text: str | None = None) -> int | None:
     """Bytes received on every interface but loopback, from NET_DEV's text (read now if None); None: unreadable."""
     if text is None:
         try:
-            with open(NET_DEV) as fh:
+            with open(NET_DEV, errors="replace") as fh:  # a name of odd bytes must not cost the count
                 text = fh.read()
         except OSError:
             return None

@@ -71,7 +71,8 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, rebench: b
     lock_fd = take_the_lock(plan)
     host = become_init(plan, console_fd, started_at)
     core = setting_up(host, "make the event loop", lambda: build_core(plan, host))
-    signals = setting_up(host, "set up signal handling", lambda: route_signals(core, host.log))
+    signals = setting_up(host, "set up signal handling",
+                         lambda: route_signals(core, host.log, plan.supervisor.stop_budget_s))
     if signals.carry_on(core.loop):
         setting_up(host, "look for what a dead supervisor left running",
                    lambda: kill_survivors_of_dead_supervisors(str(host.state_dir), host.log))

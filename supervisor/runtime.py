@@ -36,6 +36,7 @@ from .process import Child
 from .progress import ProgressProbe
 from .reaping import Reaper
 from .redact import Redactor
+from .stopbudget import StopBudget
 from .verdict import Verdict
 from .watchstate import Watches
 
@@ -217,16 +218,17 @@ def tell_listeners(faults: Faults, kind: str, listeners: list[Callable[..., None
             faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
 
 
-def stop_in_order(loop: EventLoop, log: Log, children: list[Child], reason: str, then: Callable[[], None]) -> None:
+def stop_in_order(loop: EventLoop, log: Log, children: list[Child], reason: str, then: Callable[[], None],
+                  budget: StopBudget | None = None) -> None:
     """Stop each child's tree in the order given (reverse start order), wave after wave; then ``then``.
 
     A wave is one child, or the daemons of one phase that come one after another: they have no order
     among themselves but their start's, so they are signalled together, in that order, and waited for
     together (200 daemons stop in their grace period, not one after the other). The next wave starts
     once the whole wave is gone: a phase's command is gone before its daemons get their signal, and a
-    later phase before an earlier one.
+    later phase before an earlier one. Under a stop ``budget`` each wave's graces are shrunk to its share.
     """
-    _Waves(loop, log, stop_waves(children), reason, then).next()
+    _Waves(loop, log, stop_waves(children), reason, then, budget).next()
 
 
 def stop_waves(children: list[Child]) -> list[list[Child]]:
@@ -250,8 +252,9 @@ class _Waves:
     """Stops the waves one after the other, each once the one before it is gone."""
 
     def __init__(self, loop: EventLoop, log: Log, waves: list[list[Child]], reason: str,
-                 then: Callable[[], None]) -> None:
+                 then: Callable[[], None], budget: StopBudget | None = None) -> None:
         self._loop, self._log, self._waves, self._reason, self._then = loop, log, waves, reason, then
+        self._budget = budget
         self._pending = 0  # stops of the current wave not yet over
         self._starting = False  # the current wave's stops are being begun (some may end at once)
 
@@ -259,10 +262,15 @@ class _Waves:
         # A loop, not a call per wave: children already gone end their stop at once, and a chain of
         # those must not recurse once per child.
         while self._waves:
+            waves_left = len(self._waves)
             wave = self._waves.pop(0)
             self._pending, self._starting = len(wave), True
             for child in wave:
-                child.stop(self._loop, self._log, self._reason, self._one_stopped)
+                if self._budget is None:
+                    child.stop(self._loop, self._log, self._reason, self._one_stopped)
+                    continue
+                grace = self._budget.grace(child.label, child.spec.stop_grace_s, waves_left)
+                child.stop(self._loop, self._log, self._reason, self._one_stopped, grace, self._budget.wait_until)
             self._starting = False
             if self._pending:
                 return  # the wave's last stop to end goes on from here

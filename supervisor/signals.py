@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:  # (the CLI imports this module first thing: it must stay cheap to import)
     from .exitflush import ExitFlush
     from .loop import EventLoop
+    from .stopbudget import StopBudget
 
 Log = Callable[[str], None]
 
@@ -65,7 +66,7 @@ class Stoppable(Protocol):
 
     def forward(self, signum: int) -> Sequence[_Labelled]: ...
 
-    def shutdown(self, why: str, status: int) -> None: ...
+    def shutdown(self, why: str, status: int, budget: StopBudget | None = None) -> None: ...
 
     def kill_everything_now(self) -> None: ...
 
@@ -190,9 +191,11 @@ class SignalRouter:
     remembered (``stop_requested``: the startup steps look at it), then it stops the lifecycle, then
     it kills at once, and once the lifecycle is over it cuts the exit flush short."""
 
-    def __init__(self, reaper: Reaps, log: Log) -> None:
+    def __init__(self, reaper: Reaps, log: Log, stop_budget_s: float | None = None) -> None:
         self._reaper = reaper
         self._log = log
+        self.stop_budget_s = stop_budget_s  # the whole stop after a stop signal from outside (stopbudget.py)
+        self.budget: StopBudget | None = None  # set by the stop signal that stops the running lifecycle
         self.lifecycle: Stoppable | None = None  # set as the lifecycle starts
         self.flush: ExitFlush | None = None  # set while the exit flush runs
         self.stop_requested: tuple[str, int] | None = None  # (why, exit status) of a stop before the start
@@ -232,14 +235,18 @@ class SignalRouter:
             assert self.lifecycle is not None
             self._log(f"{name} ({why}): every child is stopped in reverse start order; a second stop signal "
                       "kills at once")
-            self.lifecycle.shutdown(f"received {name}", 128 + signum)
+            if self.stop_budget_s is not None:
+                from .stopbudget import StopBudget
+
+                self.budget = StopBudget(self.stop_budget_s, name)
+            self.lifecycle.shutdown(f"received {name}", 128 + signum, self.budget)
         elif action is Action.KILL_NOW:
             assert self.lifecycle is not None
             self._log(f"{name} {'again ' if before else ''}while stopping: SIGKILL to everything now")
             self.lifecycle.kill_everything_now()
         elif action is Action.CUT_FLUSH:
             assert self.flush is not None
-            self._log(self.flush.cut(name))
+            self._log(self.flush.cut(name, self.stop_budget_s))
         else:
             assert self.flush is not None
             self._log(self.flush.end(name))

@@ -51,24 +51,25 @@ class AttemptStart:
             self._ready.cancel()
 
     def _daemon(self, index: int) -> None:
-        if self._over:
-            return  # a late readiness answer for an attempt that is already over
-        if index == len(self._spec.daemons):
-            self._command()
-            return
-        self._when_free(self._spec.daemons[index], lambda: self._start_daemon(index))
-
-    def _start_daemon(self, index: int) -> None:
-        spec = self._spec.daemons[index]
-        child = self._start(spec)
-        if child is None:
-            return
-        if spec.ready is None:
-            self._daemon(index + 1)
-            return
-        self._log(f"waiting for {spec.label} to be ready: {spec.ready.describe()} "
-                  f"(at most {spec.ready_timeout_s:g}s)")
-        self._wait_until_ready(child, lambda: self._daemon_ready(child, index))
+        """From daemon ``index`` on, each started in turn, in a loop (never a call per daemon: a phase of a
+        thousand daemons is a thousand turns, not a thousand nested calls). A readiness wait ends the loop:
+        its answer picks up at the next daemon; a port held by another ends the attempt."""
+        while not self._over:  # over: a late readiness answer for an attempt that is already over
+            if index == len(self._spec.daemons):
+                self._command()
+                return
+            spec = self._spec.daemons[index]
+            if not self._free(spec):
+                return
+            child = self._start(spec)
+            if child is None:
+                return
+            if spec.ready is not None:
+                self._log(f"waiting for {spec.label} to be ready: {spec.ready.describe()} "
+                          f"(at most {spec.ready_timeout_s:g}s)")
+                self._wait_until_ready(child, lambda child=child, index=index: self._daemon_ready(child, index))
+                return
+            index += 1
 
     def _daemon_ready(self, child: Child, index: int) -> None:
         if not self._over:
@@ -76,9 +77,7 @@ class AttemptStart:
             self._daemon(index + 1)
 
     def _command(self) -> None:
-        if self._spec.kind == "service":
-            self._when_free(self._spec.command, self._start_command)
-        else:
+        if self._spec.kind != "service" or self._free(self._spec.command):
             self._start_command()
 
     def _start_command(self) -> None:
@@ -93,19 +92,19 @@ class AttemptStart:
             return
         self._wait_until_ready(child, lambda: None if self._over else self._up())
 
-    def _when_free(self, spec: ChildSpec, start: Callable[[], None]) -> None:
-        """``start`` once the ports ``spec`` is to listen on are free; else the attempt fails naming the holder.
-        The bind test runs here (in-kernel, it cannot block); the holder is looked for in a thread."""
+    def _free(self, spec: ChildSpec) -> bool:
+        """Are the ports ``spec`` is to listen on free? If not, the attempt fails naming the holder (looked for
+        in a thread; its answer ends the attempt). The bind test runs here (in-kernel, it cannot block)."""
         if self._over:
-            return
+            return False
         taken = ports.taken(spec.ready)
         if taken is None:
-            start()
-            return
+            return True
         host, port = taken
         what = f"the port check of {spec.phase}/{spec.name}"
         answer = self._guarded(what, lambda holder: self._port_taken(spec, host, port, holder))
         ports.find_holder(host, port, lambda holder: self._loop.call_soon_threadsafe(lambda: answer(holder)))
+        return False
 
     def _port_taken(self, spec: ChildSpec, host: str, port: int, holder: ports.Holder | None) -> None:
         if self._over:

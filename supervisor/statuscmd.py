@@ -17,7 +17,7 @@ restart of the container shows the next one coming up.
 from __future__ import annotations
 
 import json
-import sys
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -66,12 +66,13 @@ def writer_fate(snap: dict[str, Any], state_dir: str) -> dict[str, Any]:
     return {"supervisor": GONE, "gone_since": snap.get("written_at"), "survivors": survivors}
 
 
-def show(state_dir: Path, as_json: bool) -> int:
-    """One answer: the text (or JSON) and the exit status (0 a supervisor answers, 3 none does)."""
+def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
+    """One answer: the text (or JSON) and the exit status (0 a supervisor answers, 3 none does). ``hint``
+    is added where nothing is found (where else to look)."""
     snap, live, why = found(state_dir)
     if snap is None:
         said = (f"no prover-supervisor is running (no answer on {statepaths.path(state_dir, statepaths.STATUS_SOCKET)})"
-                f", and no saved state: {why}")
+                f", and no saved state: {why}{hint}")
         # --json is for machines: JSON whatever the answer, never a sentence they must parse.
         say(json.dumps({"running": False, "live": False, "supervisor": None, "survivors": [],
                         "state_dir": str(state_dir), "why": said}, indent=2) if as_json else said)
@@ -83,13 +84,14 @@ def show(state_dir: Path, as_json: bool) -> int:
     return EXIT_OK if live else EXIT_NOT_RUNNING
 
 
-def watch(state_dir: Path, interval: float) -> int:
+def watch(state_dir: Path, interval: float, hint: str = "") -> int:
     """Redraw the text every ``interval`` seconds until Ctrl-C (exit 0)."""
-    terminal = sys.stdout.isatty()
+    terminal = os.isatty(STDOUT)  # the fd, not sys.stdout: that is None when stdout came closed (>&-)
     try:
         while True:
             snap, live, why = found(state_dir)
-            text = render(snap, live) if snap is not None else f"no prover-supervisor is running, no saved state: {why}"
+            text = render(snap, live) if snap is not None else \
+                f"no prover-supervisor is running, no saved state: {why}{hint}"
             footer = f"(status --watch, {time.strftime('%H:%M:%S')}, every {interval:g}s; Ctrl-C ends)"
             say(f"{CLEAR_SCREEN if terminal else ''}{text}\n{footer}" + ("" if terminal else "\n"))
             if lost(STDOUT):  # the reader went away (a closed pipe): nobody is watching

@@ -211,18 +211,33 @@ def _name_of(pid: int) -> str:
         return "?"
 
 
+# The commands of the CLI that never supervise (a recorded pid now running one of them wrote nothing).
+SHORT_COMMANDS = frozenset({"status", "check", "standins", "dev-manager"})
+
+
 def is_live_supervisor(pid: int) -> bool:
     """``pid`` is a live prover-supervisor (not a zombie, not one of the processes it started)."""
     return _is_live_supervisor(pid)
 
 
 def _is_live_supervisor(pid: int) -> bool:
+    """Alive, and supervising: never this process (a ``status`` in a fresh container is PID 1, the very pid
+    the last supervisor recorded there), nor a prover-supervisor running a command that supervises nothing."""
+    if pid == os.getpid():
+        return False
     try:
         proc = psutil.Process(pid)
+        argv = proc.cmdline()
         return proc.status() != psutil.STATUS_ZOMBIE and TAG_ENV not in proc.environ() and \
-            any("supervisor" in part for part in proc.cmdline())
+            any("supervisor" in part for part in argv) and not _runs_short_command(argv)
     except (psutil.Error, OSError):
         return False
+
+
+def _runs_short_command(argv: list[str]) -> bool:
+    """A command line whose subcommand is one that supervises nothing: a word of SHORT_COMMANDS not given
+    as an option's value (``--config status`` names a file)."""
+    return any(arg in SHORT_COMMANDS and not argv[i - 1].startswith("-") for i, arg in enumerate(argv) if i > 0)
 
 
 def signal_quietly(fn: Callable[[int, int], None], pid: int, sig: int) -> None:

@@ -1,13 +1,14 @@
 """The supervisor's exit, one step a line, in this order (run.py's step 10):
 
 1. nothing of ours is left alive: SIGKILL to every descendant, reap, remove the phase cgroups;
-2. the last state on disk: status.json, the termination log on failure;
-3. "exiting with status N";
+2. the last state on disk: status.json, the termination log on failure (both written already when a
+   stop signal from outside came: stopbudget.py);
+3. what a stop budget cut short, one line; "exiting with status N";
 4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
    meaning, the reaper runs, the status socket answers, the sender's retries and answers are
    handed back into the loop;
-5. close what was opened: the status socket, health, the signal inbox, the loop, the console; the
-   lock goes last.
+5. close what was opened: the status socket, the pointer to it (runpointer.py), health, the signal
+   inbox, the loop, the console; the lock goes last.
 
 Each step contains its own failure (a read-only state_dir under the socket or status.json, no
 file descriptor left, a bug): said in one line, the rest of the exit goes on, and the exit status
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from .exitflush import FLUSH_POLL_S, ExitFlush
 from .exits import EXIT_FAILURE, EXIT_OK
 from .loop import EventLoop, summary
+from .runpointer import unpoint
 from .survivors import sweep_descendants
 
 if TYPE_CHECKING:
@@ -57,11 +59,16 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, observers: O
     if status != EXIT_OK:
         step("writing the termination log",
              lambda: write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, log))
+    if signals.router.budget is not None:  # a stop signal from outside: say what its budget cut short
+        log(signals.router.budget.cut_short())
     log(f"exiting with status {status}")
     why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
     step("the manager's exit flush", lambda: sup.reporter.stop(status, why, flush_with_the_loop(core.loop, signals)))
     if observers.status_server is not None:
         step("closing the status socket", observers.status_server.close)
+    pointer = observers.pointer
+    if pointer is not None:
+        step("removing the pointer to this supervisor", lambda: unpoint(pointer))
     if observers.health is not None:
         step("closing health", observers.health.close)
     step("closing signal handling", signals.inbox.close)
@@ -77,6 +84,9 @@ def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:
 
     def wait(flush: ExitFlush, until: Callable[[], bool]) -> None:
         signals.router.flush = flush
+        budget = signals.router.budget
+        if budget is not None:  # docker stop's SIGKILL comes at the budget's end: the flush ends before it
+            flush.deadline = min(flush.deadline, budget.flush_deadline())
         loop.run_until(until, FLUSH_POLL_S)
 
     return wait

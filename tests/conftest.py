@@ -4,6 +4,8 @@ verdict parsing, cgroups...) are in helpers.py."""
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +14,12 @@ import pytest
 from helpers import Runner, left_behind, mount_tmpfs, unmount
 
 from supervisor.devmanager import DevManager
+from supervisor.runpointer import RUNTIME_DIR_ENV
+
+# Every supervisor a test starts points at itself (runpointer.py); a bare `status` follows the pointer. The
+# tests' pointers go to a directory of this session's own, never /run/prover-supervisor of the machine, so a
+# test's supervisor is not found by another session's bare `status`, nor the machine's by a test's.
+os.environ.setdefault(RUNTIME_DIR_ENV, tempfile.mkdtemp(prefix="prover-supervisor-tests-"))
 
 
 @pytest.fixture

@@ -96,6 +96,8 @@ def command_args(sup: Runner, command: str) -> tuple[list[str], int]:
         "check": (["check", "--config", str(config)], 0),
         "status": (["status", "--state-dir", str(sup.state_dir)], 3),
         "status --json": (["status", "--json", "--state-dir", str(sup.state_dir)], 3),
+        # Nobody to watch it: the first frame finds its reader gone, and the watch ends as Ctrl-C ends it.
+        "status --watch": (["status", "--watch", "--state-dir", str(sup.state_dir)], 0),
         "standins": (["standins", "--bin-dir", str(sup.tmp / "bin")], 0),
         "--help": (["--help"], 0),
         "--version": (["--version"], 0),
@@ -103,7 +105,8 @@ def command_args(sup: Runner, command: str) -> tuple[list[str], int]:
 
 
 @pytest.mark.parametrize("sink", SINKS)
-@pytest.mark.parametrize("command", ["check", "status", "status --json", "standins", "--help", "--version"])
+@pytest.mark.parametrize("command", ["check", "status", "status --json", "status --watch", "standins", "--help",
+                                     "--version"])
 def test_a_short_command_keeps_its_status_when_stdout_is_lost(sup: Runner, command: str, sink: str,
                                                               broken_pipe: int) -> None:
     args, expected = command_args(sup, command)

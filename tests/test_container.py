@@ -8,6 +8,8 @@ tests/container/images.py, which caches the base between runs). Then:
     the cgroup counter inside the container, and the container's status is 137;
 (c) ``podman stop -t 20`` with a service that ignores SIGTERM and ``stop_grace_s = 2``: the supervisor
     escalates to SIGKILL itself and the container exits 143 in about 2 s, long before podman's 20 s;
+(h) ``podman stop`` with its default 10 s and ``stop_grace_s = 60``: the stop budget (8 s) fits the stop
+    in, exit 143 with the whole exit; (i) ``status`` from a fresh container on a stopped one's state;
 (d) ``/usr/local/bin/entrypoint.sh``, the path the fleet manager's onstart command starts: as an
     entrypoint it passes arguments and exit statuses through, and in the onstart style (``nohup ... &``
     under another PID 1) the supervisor runs as a subreaper and the demo completes.
@@ -243,6 +245,60 @@ def test_docker_stop_escalates_within_stop_grace(image: str, cfg: Path, containe
     assert "exiting with status 143" in text, text[-4000:]
 
 
+def test_docker_stop_with_its_default_timeout_fits_the_stop_budget(image: str, cfg: Path, containers: Containers,
+                                                                    say: Say) -> None:
+    """``podman stop`` waits 10 s, as docker's does; curio's grace is 60 s. The stop budget (8 s) shrinks the
+    grace: exit 143 with the whole exit (its line, the cut-short line), not podman's SIGKILL and 137."""
+    config = write(cfg, "curio-like.toml", """\
+        [supervisor]
+        stop_grace_s = 60
+
+        [[phases]]
+        name = "stubborn"
+        kind = "service"
+        restart = "no"
+        command = ["sh", "-c", "trap '' TERM; echo stubborn-ready; while :; do sleep 1; done"]
+        """)
+    name = containers.name("budget")
+    rc, out, _ = run("run", "-d", "--name", name, "-v", f"{cfg}:/cfg:ro", image, "run", "--config", config)
+    assert rc == 0, out
+
+    def logs() -> str:
+        return run("logs", name, timeout=60)[1]
+
+    wait_for_text(logs, "stubborn-ready", timeout=60)
+    rc, out, took = run("stop", name, timeout=60)  # podman's own default timeout: 10 s
+    assert rc == 0, out
+    _, status, _ = run("inspect", "--format", "{{.State.ExitCode}}", name)
+    text = logs()
+    say(f"(h) podman stop (10 s), service ignoring SIGTERM, stop_grace_s = 60: exit {status.strip()} "
+        f"after {took:.1f}s")
+    assert status.strip() == "143", text[-4000:]
+    assert "exiting with status 143" in text, text[-4000:]
+    cut = r"stop budget 8s \(SIGTERM from outside.*cut short: the grace of stubborn/stubborn 60s → "
+    assert re.search(cut, text), text[-4000:]
+
+
+def test_status_from_a_fresh_container_on_a_stopped_supervisors_state(image: str, cfg: Path, tmp_path: Path,
+                                                                       say: Say) -> None:
+    """``docker run --rm -v state:/var/lib/prover-supervisor IMAGE status``: PID 1 is the status command,
+    and pid 1 is what the stopped supervisor recorded: it exited, it is not "alive but not answering"."""
+    state = tmp_path / "state"
+    state.mkdir()
+    config = write(cfg, "once.toml", """\
+        [[phases]]
+        name = "once"
+        command = ["true"]
+        """)
+    volume = f"{state}:/var/lib/prover-supervisor"
+    rc, out, _ = run("run", "--rm", "-v", volume, "-v", f"{cfg}:/cfg:ro", image, "run", "--config", config)
+    assert rc == 0, out[-4000:]
+    rc, shown, _ = run("run", "--rm", "-v", volume, image, "status")
+    say(f"(i) status from a fresh container on a stopped supervisor's state: exit {rc}")
+    assert rc == 3, shown
+    assert "NOT ANSWERING" not in shown and shown.startswith("done: "), shown
+
+
 def test_entrypoint_shim_passes_arguments_and_status(image: str, cfg: Path) -> None:
     shim = "/usr/local/bin/entrypoint.sh"
     rc, out, _ = run("run", "--rm", "--entrypoint", shim, image, "--version")
@@ -320,5 +376,8 @@ def test_exec_prover_supervisor_status_in_a_running_container(image: str, cfg: P
     say(f"(g) podman exec … prover-supervisor status: exit {rc}")
     assert rc == 0, shown
     assert "steady" in shown, shown
+    # Bare, with no --config: the supervisor's own state_dir (/tmp/state) is found through its pointer.
+    rc, shown, _ = run("exec", name, "prover-supervisor", "status", timeout=60)
+    assert rc == 0 and "steady" in shown, shown
     rc, bare, _ = run("exec", name, "prover-supervisor", timeout=60)
     assert rc == 2 and "usage: prover-supervisor" in bare, bare  # help, not a second lifecycle

@@ -6,10 +6,12 @@ Prometheus text, the port off or already taken; the verdict line in ``terminatio
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import socket
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 import psutil
 from helpers import Console, Runner, free_port, sh, toml_str, wait_for
 
-from supervisor.health import metrics_text
+from supervisor.health import CONNECTION_LIFE_S, CONNECTIONS_MAX, IDLE_S, HealthServer, HealthState, metrics_text
 
 # A sample line of the Prometheus text format: name, optional {labels}, a float value.
 SAMPLE_RE = re.compile(
@@ -282,3 +284,37 @@ def test_termination_log_not_created_when_absent(sup: Runner) -> None:
     result = sup.run(config, timeout=30)
     assert result.returncode == 7, result.output
     assert not log.exists()
+
+
+def handler_threads() -> list[threading.Thread]:
+    """The health server's connection threads (socketserver names each after its target)."""
+    return [t for t in threading.enumerate() if "process_request_thread" in t.name]
+
+
+def test_1500_idle_connections_cost_a_bounded_number_of_threads_that_do_not_linger() -> None:
+    """Each connection is a thread while served: a pile of idle ones (a port scanner, a client that
+    connects and never asks) must not be a pile of threads, nor keep out the probe that asks."""
+    said: list[str] = []
+    state = HealthState()
+    server = HealthServer(0, state, said.append)
+    idle: list[socket.socket] = []
+    peak = 0
+    try:
+        for _ in range(1500):  # bounded: each connect either completes or times out
+            with contextlib.suppress(OSError):
+                idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+            peak = max(peak, len(handler_threads()))
+        assert len(idle) >= 1000, len(idle)  # the flood really came
+        state.publish(False, "")  # as the loop's heartbeat does
+        status, body = get(server.port, "/healthz")  # asked amid the idle ones, answered
+        assert status == 200 and body.startswith("ok"), (status, body)
+        # A thread dropped to make room ends at once, but a few may be on their way out when counted.
+        assert peak <= 2 * CONNECTIONS_MAX, peak
+        assert said and said[0].startswith("health: dropped a connection"), said
+        assert len(said) <= 1500 // 100 + 1, said  # the first drop, then every hundredth
+        # Every client still holds its socket, idle: none keeps a thread past the idle bound.
+        wait_for(lambda: not handler_threads(), timeout=IDLE_S + CONNECTION_LIFE_S)
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()

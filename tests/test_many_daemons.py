@@ -50,12 +50,13 @@ sys.exit(status)
 """
 
 
-def many_daemons_config(sup: Runner, kind: str, command: str, daemon: str = '["sleep", "1000"]') -> Path:
+def many_daemons_config(sup: Runner, kind: str, command: str, daemon: str = '["sleep", "1000"]',
+                        count: int = DAEMONS) -> Path:
     daemons = "".join(f"""
         [[phases.daemons]]
         name = "d{i}"
         command = {daemon}
-        """ for i in range(DAEMONS))
+        """ for i in range(count))
     return sup.write(f"""
         [[phases]]
         name = "many"
@@ -142,6 +143,25 @@ def test_a_second_sigterm_with_200_daemons_kills_them_all_and_the_run_ends(sup: 
     pids = daemon_pids(output)
     assert len(pids) == DAEMONS and not [pid for pid in pids if pid_alive(pid)]
     assert int(counted.read_text()) <= SCANS_MAX
+
+
+def test_a_phase_of_1000_daemons_starts_and_stops_cleanly(sup: Runner) -> None:
+    """Started one after another in a loop, not a call per daemon: 240 and more were a RecursionError
+    (and a misleading spawn_failed before it), the phase never started and the supervisor exited 70."""
+    count = 1000
+    proc = sup.start(many_daemons_config(sup, "service", '["sleep", "1000"]', count=count))
+    up = until(proc, "phase many: service is up")
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=240)
+    output = up + rest
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "internal error" not in output and "RecursionError" not in output and "spawn_failed" not in output
+    pids = daemon_pids(output)
+    assert len(set(pids)) == count, output[-3000:]
+    assert not [pid for pid in pids if pid_alive(pid)]
+    stopped = re.findall(r"\] ended: phase=many child=d\d+ pid=\d+ reason=stopped ", output)
+    assert len(stopped) == count, output[-3000:]
+    assert "leftover process" not in output
 
 
 # ---------------------------------------------------------------- in-process

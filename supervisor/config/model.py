@@ -16,6 +16,9 @@ from typing import Any, Literal
 DEFAULT_STATE_DIR = "/var/lib/prover-supervisor"
 DEFAULT_LOG_DIR = "/var/log/prover-supervisor"
 DEFAULT_STOP_GRACE_S = 30.0
+# A stop signal from outside (docker stop: SIGKILL 10 s after its SIGTERM) is done within this, the exit's
+# writes and flush included (stopbudget.py); each child's grace is shrunk to fit.
+DEFAULT_STOP_BUDGET_S = 8.0
 DEFAULT_RING_LINES = 200
 DEFAULT_LOG_FILE_MAX_BYTES = 64 * 1024 * 1024
 # Daemons such as cuzk-daemon load tens of GiB before they answer; a short
@@ -169,6 +172,7 @@ class SupervisorSpec:
     min_param_disk: int | None = None  # fitness: free bytes needed under the parameter cache (less what is there)
     require_gpus: bool = False  # fitness: no usable GPU (NVML) means unfit
     memory_warn: float = DEFAULT_MEMORY_WARN  # every phase's memory_warn unless it says its own
+    stop_budget_s: float = DEFAULT_STOP_BUDGET_S  # the whole stop after a stop signal from outside
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from helpers import REPO, Runner, free_ports
 
 from supervisor.devmanager import DevManager
+from supervisor.runpointer import RUNTIME_DIR_ENV  # the tests' own (conftest.py): kept like PATH
 
 # STANDIN_SPEED for the tests: every stand-in delay scaled down to a twentieth.
 STANDIN_FAST = "0.05"
@@ -37,7 +38,7 @@ def profile_env(runner: Runner, bin_dir: Path) -> dict[str, str]:
     """One machine: the runner's dirs, label and dev-manager, a parameter cache, the stand-ins first on PATH,
     fresh ports."""
     assert runner.manager is not None, "the profile reports to a dev-manager"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP_PREFIXES) or k == RUNTIME_DIR_ENV}
     env.update({
         "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "MANAGER_URL": runner.manager.url,

@@ -1,0 +1,66 @@
+"""A stop signal from outside is obeyed within a budget: ``docker stop`` sends SIGKILL 10 s after its SIGTERM.
+
+Vast stops an instance with ``docker stop`` (podman's is the same), whose timeout it chooses: 10 s unless
+told. A child's ``stop_grace_s`` (30 s by default, 60 s for curio) does not fit in that, and a supervisor
+SIGKILLed at 10 s loses its whole exit: no "exiting with status" line, no termination log, no exit flush,
+exit 137. So a stop signal that comes while the lifecycle runs gives the whole stop, the exit included,
+``[supervisor] stop_budget_s`` (8 s) from that moment:
+
+- the state (status.json) and the termination log are written at once, before any grace runs (the
+  give-up, if one is due, is in the outbox already: the shutdown's listeners queue it);
+- the children's stop gets the budget less ``EXIT_SHARE_S``, shared out between its waves: each child's
+  grace is its own, or its wave's share of what is left if that is shorter (a wave done early leaves
+  more for the next); past the budget less ``CLOSE_S * 2`` a tree that survives SIGKILL is not waited for;
+- the exit flush gets what is left until ``CLOSE_S`` before the end (``flush_deadline``);
+- one line, before "exiting with status N", says what was cut short.
+
+A stop the supervisor decides itself (a failure, the lifecycle done) has no budget: graces and the flush
+are as configured. A second stop signal still kills at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+# Of the budget, what the exit after the children keeps: the sweep, the state, the termination log, the flush.
+EXIT_SHARE_S = 2.0
+# What the exit keeps after the flush, to close what it opened and exit.
+CLOSE_S = 0.5
+# How many children a cut-short line names (1,000 daemons are one count, not 1,000 names).
+NAMED_MAX = 3
+
+
+class StopBudget:
+    """One stop's budget, from the stop signal that set it (monotonic seconds on ``clock``)."""
+
+    def __init__(self, budget_s: float, signame: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget_s, self.signame, self._clock = budget_s, signame, clock
+        self.deadline = clock() + budget_s
+        self.children_deadline = self.deadline - min(EXIT_SHARE_S, budget_s / 4)
+        self.wait_until = self.deadline - 2 * CLOSE_S  # a tree that survives SIGKILL: waited for until then
+        self._cut: dict[str, tuple[float, float]] = {}  # child → (its own grace, the grace it got)
+
+    def grace(self, label: str, own_s: float, waves_left: int) -> float:
+        """The grace of a child whose stop begins now, in a wave with ``waves_left - 1`` more after it."""
+        share = max(0.0, self.children_deadline - self._clock()) / max(1, waves_left)
+        if share >= own_s:
+            return own_s
+        self._cut[label] = (own_s, share)
+        return share
+
+    def flush_deadline(self) -> float:
+        """The latest the exit flush may wait until (monotonic)."""
+        return self.deadline - CLOSE_S
+
+    def cut_short(self) -> str:
+        """The one line of what the budget cut short (said before "exiting with status N")."""
+        head = (f"stop budget {self.budget_s:g}s ({self.signame} from outside: docker stop kills at its timeout, "
+                f"10 s unless told; [supervisor] stop_budget_s)")
+        flush = max(0.0, self.flush_deadline() - self._clock())
+        if not self._cut:
+            return f"{head}: no grace was cut; the exit flush gets {flush:.1f}s at most"
+        named = [f"{label} {own:g}s → {got:.1f}s" for label, (own, got) in list(self._cut.items())[:NAMED_MAX]]
+        more = len(self._cut) - len(named)
+        children = ", ".join(named) + (f" and {more} more" if more else "")
+        return f"{head}: cut short: the grace of {children}; the exit flush gets {flush:.1f}s at most"

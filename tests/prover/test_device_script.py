@@ -1,4 +1,4 @@
-"""The device check (tests/device/nvml_check.py) is ready before a device session spends its minutes on it: it
+"""The device check (tests/prover/device/nvml_check.py) is ready before a device session spends its minutes on it: it
 runs every step here through the stand-in pynvml, and says "no GPU" through NVML's real error path."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from helpers import PY, REPO
 
-SCRIPT = REPO / "tests" / "device" / "nvml_check.py"
+SCRIPT = REPO / "tests" / "prover" / "device" / "nvml_check.py"
 FAKE_NVML = REPO / "supervisor" / "prover" / "standins" / "fakenvml"
 STEPS = ("open", "inventory", "sample", "sample2", "events", "fitness", "cuzk.toml")
 SMALL = {"PROVER_MIN_MEMORY": "1GiB", "CUZK_BASELINE": "1GiB", "CUZK_PER_PARTITION": "512MiB",

@@ -1,6 +1,6 @@
 """The real NVML through the project's own code, on a machine with a GPU: one short, prepared check (issue 21).
 
-    python tests/device/nvml_check.py [--event-wait-s 5]
+    python tests/prover/device/nvml_check.py [--event-wait-s 5]
 
 Run by hand, never by CI (pytest does not collect it: no test_ prefix). On a machine with a GPU it opens
 NVML the way the supervisor does (``supervisor.gpu``), takes the inventory the fitness check reads, samples
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from supervisor import gpu, gpuevents  # (the repository's own code, wherever the script is run from)
 from supervisor.cgroups import mem_total

@@ -102,7 +102,12 @@ class MemoryCgroup:
         usage = self._int("memory.current" if self.version == "v2" else "memory.usage_in_bytes")
         if usage is None:
             return None
-        inactive = self._keyed("memory.stat", "inactive_file" if self.version == "v2" else "total_inactive_file")
+        key = "inactive_file" if self.version == "v2" else "total_inactive_file"
+        try:
+            inactive = _read_keyed(self.path / "memory.stat", key)
+        except BadValue as exc:  # the cache's share is unknown: no working set, never the usage taken for one
+            self._bad("memory.stat", exc)
+            return None
         return max(0, usage - (inactive or 0))
 
     def readable(self) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import Runner, left_behind, mount_tmpfs, unmount
+from standin_nvml import NvmlControl, fake_pynvml
 
 from supervisor.devmanager import DevManager
 from supervisor.runpointer import RUNTIME_DIR_ENV
@@ -84,3 +85,11 @@ def managers() -> Iterator[Callable[..., DevManager]]:
     yield start
     for mgr in started:
         mgr.stop()
+
+
+@pytest.fixture
+def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NvmlControl:
+    """The stand-in pynvml in place of the real module for this test, steered by its control file."""
+    ctl = NvmlControl(tmp_path / "nvml.json", log=str(tmp_path / "nvml-calls.log"))
+    fake_pynvml(monkeypatch, ctl)
+    return ctl

@@ -296,6 +296,17 @@ def kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def until(proc: subprocess.Popen[str], text: str) -> str:
+    """A supervisor's output until it says ``text`` (read as it comes: the pipe must not fill)."""
+    assert proc.stdout is not None
+    seen = ""
+    while text not in seen:
+        line = proc.stdout.readline()
+        assert line, f"the supervisor ended before it said {text!r}:\n{seen[-3000:]}"
+        seen += line
+    return seen
+
+
 def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

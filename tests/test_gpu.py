@@ -11,11 +11,10 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from helpers import Runner, first_line, one_verdict, real_nvml_error, toml_list, wait_for
-from standin_nvml import NvmlControl, fake_pynvml
+from standin_nvml import NvmlControl
 from standin_nvml import gpu as nvml_gpu
 
 from supervisor.gpu import GpuSample, activity_changed, describe_nvml_error
@@ -70,13 +69,6 @@ def test_pynvml_missing_is_no_gpu(monkeypatch: pytest.MonkeyPatch, gpus: Gpus) -
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml → ImportError
     assert opened(gpus).samples() == ()
     assert gpus.why.startswith("no GPU: pynvml not installed"), gpus.why
-
-
-@pytest.fixture
-def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NvmlControl:
-    ctl = NvmlControl(tmp_path / "nvml.json", log=str(tmp_path / "nvml-calls.log"))
-    fake_pynvml(monkeypatch, ctl)
-    return ctl
 
 
 def test_samples_through_nvml(control: NvmlControl, gpus: Gpus) -> None:

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 from helpers import PY, REPO, Runner, clean_env, pyc, wait_for
-from standin_nvml import NvmlControl, fake_nvml_env, fake_pynvml
+from standin_nvml import NvmlControl, fake_nvml_env
 from standin_nvml import gpu as nvml_gpu
 
 from supervisor import fitness, gpuwatch
@@ -32,13 +32,6 @@ from supervisor.gpuhealth import GpuHealth
 from supervisor.gpuwatch import Gpus
 from supervisor.loop import EventLoop
 from supervisor.states import PhaseState
-
-
-@pytest.fixture
-def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NvmlControl:
-    ctl = NvmlControl(tmp_path / "nvml.json", log=str(tmp_path / "nvml-calls.log"))
-    fake_pynvml(monkeypatch, ctl)
-    return ctl
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import PY, REPO, Runner, clean_env, pid_alive, wait_for
+from helpers import PY, REPO, Runner, clean_env, pid_alive, until, wait_for
 
 from supervisor.config import parse_plan
 from supervisor.proctable import SNAPSHOT_MAX_AGE_S, ProcessTable
@@ -100,17 +100,6 @@ def test_a_failing_phase_with_200_daemons_stops_them_all_with_a_bounded_number_o
     assert proc.returncode == 3, output[-3000:]
     assert "phase many: stopping → failed" in output
     check_everything_ended(output, counted)
-
-
-def until(proc: subprocess.Popen[str], text: str) -> str:
-    """The supervisor's output until it says ``text`` (read as it comes: the pipe must not fill)."""
-    assert proc.stdout is not None
-    seen = ""
-    while text not in seen:
-        line = proc.stdout.readline()
-        assert line, f"the supervisor ended before it said {text!r}:\n{seen[-3000:]}"
-        seen += line
-    return seen
 
 
 def test_a_shutdown_with_200_daemons_stops_them_all_with_a_bounded_number_of_scans(sup: Runner) -> None:

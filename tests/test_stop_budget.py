@@ -12,7 +12,7 @@ import re
 import signal
 from pathlib import Path
 
-from helpers import Runner, toml_list, toml_str, wait_for
+from helpers import Runner, toml_list, toml_str, until, wait_for
 
 from supervisor.stopbudget import EXIT_SHARE_S, StopBudget
 
@@ -38,15 +38,6 @@ def stubborn_config(sup: Runner, budget: float, term_log: Path, daemons: int = 0
     config.write_text(config.read_text().replace(
         "[supervisor]\n", f"[supervisor]\nstop_budget_s = {budget}\ntermination_log = {toml_str(str(term_log))}\n", 1))
     return config
-
-
-def until(proc, text: str) -> str:  # type: ignore[no-untyped-def]
-    seen = ""
-    while text not in seen:
-        line = proc.stdout.readline()
-        assert line, f"the supervisor ended before it said {text!r}:\n{seen[-3000:]}"
-        seen += line
-    return seen
 
 
 def test_sigterm_from_outside_ends_within_the_budget_with_its_whole_exit(sup: Runner) -> None:

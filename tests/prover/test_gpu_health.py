@@ -15,20 +15,13 @@ from typing import Any
 
 import pytest
 from helpers import Console, Runner, free_port, one_verdict, pyc, sh, toml_str, wait_for
-from standin_nvml import NvmlControl, fake_nvml_env, fake_pynvml
+from standin_nvml import NvmlControl, fake_nvml_env
 
 from supervisor.devmanager import DevManager
 from supervisor.gpu import GpuFault
 from supervisor.gpuhealth import GpuHealth
 from supervisor.gpuwatch import Gpus
 from supervisor.states import PhaseState
-
-
-@pytest.fixture
-def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NvmlControl:
-    ctl = NvmlControl(tmp_path / "nvml.json", log=str(tmp_path / "nvml-calls.log"))
-    fake_pynvml(monkeypatch, ctl)
-    return ctl
 
 
 @pytest.fixture

@@ -11,6 +11,10 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+# Two machines' wall clocks (ours, the manager's, an earlier container's) may disagree by this much before a
+# time they wrote "from the future" is refused as impossible.
+CLOCK_SKEW_S = 120.0
+
 
 class Clock(Protocol):
     def monotonic(self) -> float: ...

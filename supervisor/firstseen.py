@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import statepaths
 from .atomicfile import read_regular_file, write_atomically
+from .clock import CLOCK_SKEW_S
 
 if TYPE_CHECKING:
     from .managerrow import Row
@@ -43,8 +44,6 @@ SOURCES = {FIRST_START: "the first start", FIRST_REGISTERED: "the first registra
            FIRST_PARAM_DONE: "the fetch's end (param-done)", MANAGER_REGISTERED: "the manager's registered_at",
            MANAGER_PARAM_DONE: "the manager's param_done_at"}
 THIS_START = "this start"  # the fetch clock of a fetch run again once the manager's no longer runs
-# A kept time later than now by more than this is another clock's, not ours: refused.
-CLOCK_SKEW_S = 120.0
 # A kept time older than this is no instance's start (a zeroed field, another machine's file): refused.
 MAX_AGE_S = 365 * 86400.0
 

@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .offloop import worker_thread
 from .proctable import Proc, ProcessTable, Snapshot
@@ -129,7 +129,8 @@ _KEYS = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
 
 
 def read_io(pid: int, proc: str = "/proc") -> Counters | None:
-    """One process's counters; None if it vanished or they cannot be read."""
+    """One process's counters; None if it vanished or they cannot be read. (Not kernelfile.read_small: this is
+    always procfs under our own /proc, read for every process every second, so no fstat and no decode.)"""
     try:
         fd = os.open(f"{proc}/{pid}/io", os.O_RDONLY)
     except OSError:
@@ -183,7 +184,7 @@ class IoWatch:
 class _Watched:
     every_s: float
     roots: tuple[Root, ...] = ()
-    ledger: IoLedger | None = None
+    ledger: IoLedger = field(default_factory=IoLedger)
     latest: TreeIo | None = None
 
 
@@ -253,8 +254,6 @@ class IoProbe:
                     watched = self._watches.get(wid)
                     if watched is None:
                         continue
-                    if watched.ledger is None:
-                        watched.ledger = IoLedger()
                     watched.ledger.add(procs)
                     ledger = watched.ledger
                     watched.latest = TreeIo(next(self._seq), now, ledger.moved, ledger.written, len(procs),

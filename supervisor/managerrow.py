@@ -9,7 +9,7 @@ its times SQLite's ``CURRENT_TIMESTAMP``: ``YYYY-MM-DD HH:MM:SS``, UTC, whole se
 
 ``find_row`` picks this instance's row out of that answer, holding each field to what the manager
 writes: a state of its five, a time of its format, a number that is finite, a reason of one bounded
-line. A time later than now (beyond ROW_CLOCK_SKEW_S of two clocks' disagreement) is impossible: it is
+line. A time later than now (beyond CLOCK_SKEW_S of two clocks' disagreement) is impossible: it is
 dropped, never used as a deadline's anchor, and said (the watch says each such note once). A row that
 fails its shape is no evidence at all. Pure: the look-up itself is rowwatch.py's.
 """
@@ -23,13 +23,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .answers import UUID_RE, shown
+from .clock import CLOCK_SKEW_S
 
 KILLED = "killed"
 ROW_STATES = ("registered", "params_done", "bench_done", "running", KILLED)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # SQLite's CURRENT_TIMESTAMP, UTC
 TIME_FIELDS = ("registered_at", "param_done_at", "bench_done_at", "killed_at")
-# Two clocks may disagree by this much before a row's time "from the future" is refused as impossible.
-ROW_CLOCK_SKEW_S = 120.0
 # Nor before 2024: no manager row was written then (a time of 1970 is a zero, not a registration).
 MANAGER_TIME_MIN = 1704067200.0  # 2024-01-01 00:00:00 UTC
 # The whole fleet in one answer: 7 days of killed rows included. Far more than 64 KiB, still bounded.
@@ -79,7 +78,7 @@ def utc_text(epoch: float) -> str:
 
 def manager_time(value: Any, name: str, now: float) -> float:
     """A row's time (``YYYY-MM-DD HH:MM:SS``, UTC) as epoch seconds; RowError when it is not one, or when it
-    is later than ``now`` beyond ROW_CLOCK_SKEW_S (impossible: the manager wrote it in the past)."""
+    is later than ``now`` beyond CLOCK_SKEW_S (impossible: the manager wrote it in the past)."""
     if not isinstance(value, str) or len(value) != 19:
         raise RowError(f"{name} is not a time as the manager writes it (YYYY-MM-DD HH:MM:SS): {shown(value)}")
     try:
@@ -89,7 +88,7 @@ def manager_time(value: Any, name: str, now: float) -> float:
                        f"{shown(value)}") from None
     if epoch < MANAGER_TIME_MIN:
         raise RowError(f"{name} {value} UTC is before any manager ran: impossible, not used")
-    if epoch > now + ROW_CLOCK_SKEW_S:
+    if epoch > now + CLOCK_SKEW_S:
         raise RowError(f"{name} {value} UTC is later than now ({utc_text(now)} UTC): impossible, not used")
     return epoch
 

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from supervisor.managerrow import ROW_CLOCK_SKEW_S, Row, RowError, find_row, manager_time, utc_text
+from supervisor.clock import CLOCK_SKEW_S
+from supervisor.managerrow import Row, RowError, find_row, manager_time, utc_text
 
 NOW = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
 ROW = {"uuid": "u-1", "label": "C.7", "runner_id": 3, "state": "registered", "min_rate": 60.0,
@@ -39,7 +40,7 @@ def test_a_killed_row_says_the_managers_reason_and_time_in_one_line() -> None:
     assert Row("u-1", "killed").kill_line() == "the manager killed this instance: no kill_reason given"
 
 
-@pytest.mark.parametrize("when", [utc_text(NOW + ROW_CLOCK_SKEW_S + 60), "2099-01-01 00:00:00", "1970-01-01 00:00:01"])
+@pytest.mark.parametrize("when", [utc_text(NOW + CLOCK_SKEW_S + 60), "2099-01-01 00:00:00", "1970-01-01 00:00:01"])
 def test_an_impossible_time_is_dropped_with_a_note_and_the_row_kept(when: str) -> None:
     row, notes = find_row([{**ROW, "registered_at": when}], "u-1", NOW)
     assert row is not None and row.registered_at is None and row.state == "registered"

@@ -7,7 +7,7 @@ It is the same as ``prover-supervisor run``; extra arguments go to the CLI.
 import sys
 
 try:
-    from supervisor.cli import main
+    from supervisor.app.cli import main
 except KeyboardInterrupt:  # Ctrl-C before main could hold the signals (cli.py): one line, no traceback
     if sys.stderr is not None:
         sys.stderr.write("prover-supervisor: interrupted\n")

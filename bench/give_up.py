@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
-from supervisor.devmanager import DevManager  # noqa: E402
+from supervisor.devmanager.server import DevManager  # noqa: E402
 from supervisor.exits import EXIT_KILLED  # noqa: E402
 from supervisor.prover.demo import free_ports  # noqa: E402
 from supervisor.prover.standins.paramserve import ParamServer  # noqa: E402

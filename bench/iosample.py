@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from supervisor.iowatch import IO_SAMPLE_S, IoProbe
-from supervisor.proctable import ProcessTable
-from supervisor.survivors import TAG_ENV
+from supervisor.engine.proctable import ProcessTable
+from supervisor.engine.survivors import TAG_ENV
+from supervisor.evidence.iowatch import IO_SAMPLE_S, IoProbe
 
 TAG = "bench.io"
 
@@ -63,7 +63,7 @@ def main() -> int:
         probe.close()
         # One reading alone, timed in this thread, with a fresh table each time as the thread's is warm.
         timings = []
-        from supervisor.iowatch import _Reader  # the thread's own round, timed here
+        from supervisor.evidence.iowatch import _Reader  # the thread's own round, timed here
 
         for _ in range(20):
             started = time.perf_counter()

@@ -1,6 +1,6 @@
 """Run prover-supervisor with timing probes around chosen functions (bench/profile.py uses it).
 
-    PROBE_OUT=events.json PROBES=supervisor.proctable:ProcessTable._read,os:killpg \
+    PROBE_OUT=events.json PROBES=supervisor.engine.proctable:ProcessTable._read,os:killpg \
         python bench/probe.py run --config F
 
 Each probe appends ("<name>:in", t) and ("<name>:out", t) with t = time.monotonic()
@@ -22,8 +22,8 @@ import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
-import supervisor.cli  # noqa: E402
-import supervisor.run  # noqa: E402
+import supervisor.app.cli  # noqa: E402
+import supervisor.app.run  # noqa: E402
 
 EVENTS.append(("imports_done", time.monotonic()))
 
@@ -51,7 +51,7 @@ def install(spec: str) -> None:
 
 def install_console_probe() -> None:
     """The moment the console thread writes a verdict line (``ended:``/``FAILED:``) out."""
-    from supervisor import logs
+    from supervisor.engine import logs
 
     fn = logs.Console._write_all
 
@@ -74,7 +74,7 @@ def install_fast_feed() -> None:
     LineSplitter's rules), a partial line that a ``\r`` already ended, or a line that
     may be over MAX_LINE_BYTES.
     """
-    from supervisor import logs
+    from supervisor.engine import logs
 
     maxlen = logs.MAX_LINE_BYTES
     careful = logs.ChildOutput.feed
@@ -120,4 +120,4 @@ if os.environ.get("PROBE_CONSOLE") == "1":
 if os.environ.get("PROBE_PATCH") == "fastfeed":
     install_fast_feed()
 atexit.register(dump)
-sys.exit(supervisor.cli.main(sys.argv[1:]))
+sys.exit(supervisor.app.cli.main(sys.argv[1:]))

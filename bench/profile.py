@@ -95,9 +95,9 @@ def prof_sigtini(tool: bench.Ours, runs: int) -> dict:
 
 
 def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
-    probes = ["supervisor.signals:SignalRouter.handle", "supervisor.lifecycle:Lifecycle.shutdown",
-              "supervisor.proctable:ProcessTable._read", "supervisor.process:Child.stop", "os:killpg",
-              "supervisor.statefile:persist", "supervisor.logs:SupervisorLog.__call__"]
+    probes = ["supervisor.engine.signals:SignalRouter.handle", "supervisor.lifecycle.lifecycle:Lifecycle.shutdown",
+              "supervisor.engine.proctable:ProcessTable._read", "supervisor.engine.process:Child.stop", "os:killpg",
+              "supervisor.status.file:persist", "supervisor.engine.logs:SupervisorLog.__call__"]
     rows = []
     for i in range(runs):
         stamp, ready, ev = bench.WORK / f"p2-{i}", bench.WORK / f"p2-{i}.ready", bench.WORK / f"p2-{i}.json"
@@ -143,10 +143,10 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
 
 
 def prof_exit(tool: bench.Ours, runs: int) -> dict:
-    probes = ["supervisor.reaping:Reaper.reap", "supervisor.phase:Phase._child_exited",
-              "supervisor.process:Child.drain_output", "supervisor.memory:MemoryEvidence.report",
-              "supervisor.runtime:VerdictRecord.record", "supervisor.statefile:persist",
-              "supervisor.proctable:ProcessTable._read"]
+    probes = ["supervisor.engine.reaping:Reaper.reap", "supervisor.lifecycle.phase:Phase._child_exited",
+              "supervisor.engine.process:Child.drain_output", "supervisor.evidence.memory:MemoryEvidence.report",
+              "supervisor.lifecycle.runtime:VerdictRecord.record", "supervisor.status.file:persist",
+              "supervisor.engine.proctable:ProcessTable._read"]
     stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
     lines: list[tuple[bytes, float]] = []
     r, w = os.pipe()
@@ -199,19 +199,19 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
 
 
 def prof_startup(tool: bench.Ours, runs: int) -> dict:
-    probes = ["supervisor.config:load_plan", "supervisor.run:run", "supervisor.startup:prepare_dirs",
-              "supervisor.startup:take_lock", "supervisor.run:kill_survivors_of_dead_supervisors",
-              "supervisor.startup:secrets_of", "supervisor.startup:claim_init_role",
-              "supervisor.startup:protect_from_oom_killer", "supervisor.console:Console.__init__",
-              "supervisor.observers:start_health", "supervisor.gpuwatch:Gpus.__init__",
-              "supervisor.phase:memory_preflight", "supervisor.phase:Phase.transition",
-              "supervisor.reporting:Reporter.start", "supervisor.logs:SupervisorLog.__call__",
-              "supervisor.snapshot:snapshot", "supervisor.reporting:Reporter.phase_changed",
-              "supervisor.memory:MemoryEvidence.reset_peak", "supervisor.pacing:Pacing.watch_for_stall",
-              "supervisor.memory:MemoryEvidence.__init__", "supervisor.reporting:Reporter.__init__",
-              "supervisor.resume:load_record", "supervisor.statussocket:StatusServer.__init__",
-              "supervisor.lifecycle:Lifecycle.start", "supervisor.memory:MemoryEvidence.place",
-              "supervisor.children:spawn", "subprocess:Popen.__init__", "supervisor.statefile:persist"]
+    probes = ["supervisor.config:load_plan", "supervisor.app.run:run", "supervisor.app.startup:prepare_dirs",
+              "supervisor.app.startup:take_lock", "supervisor.app.run:kill_survivors_of_dead_supervisors",
+              "supervisor.app.startup:secrets_of", "supervisor.app.startup:claim_init_role",
+              "supervisor.app.startup:protect_from_oom_killer", "supervisor.engine.console:Console.__init__",
+              "supervisor.app.observers:start_health", "supervisor.evidence.gpuwatch:Gpus.__init__",
+              "supervisor.lifecycle.phase:memory_preflight", "supervisor.lifecycle.phase:Phase.transition",
+              "supervisor.manager.reporting:Reporter.start", "supervisor.engine.logs:SupervisorLog.__call__",
+              "supervisor.status.snapshot:snapshot", "supervisor.manager.reporting:Reporter.phase_changed",
+              "supervisor.evidence.memory:MemoryEvidence.reset_peak", "supervisor.lifecycle.pacing:Pacing.watch_for_stall",
+              "supervisor.evidence.memory:MemoryEvidence.__init__", "supervisor.manager.reporting:Reporter.__init__",
+              "supervisor.lifecycle.resume:load_record", "supervisor.status.socket:StatusServer.__init__",
+              "supervisor.lifecycle.lifecycle:Lifecycle.start", "supervisor.evidence.memory:MemoryEvidence.place",
+              "supervisor.lifecycle.children:spawn", "subprocess:Popen.__init__", "supervisor.status.file:persist"]
     rows = []
     for i in range(runs):
         stamps, ev = bench.WORK / f"p6-{i}", bench.WORK / f"p6-{i}.json"
@@ -255,7 +255,7 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
     keys = rows[0].keys() if rows else []
     res = {k: med([r[k] for r in rows]) for k in keys} | {"runs": len(rows)}
     # what the imports are made of
-    imp = subprocess.run([OURS_PY, "-X", "importtime", "-c", "import supervisor.cli, supervisor.run"], cwd=bench.SRC,
+    imp = subprocess.run([OURS_PY, "-X", "importtime", "-c", "import supervisor.app.cli, supervisor.app.run"], cwd=bench.SRC,
                          stderr=subprocess.PIPE, text=True).stderr
     (OUT / "importtime.txt").write_text(imp)
     self_us: dict[str, int] = {}
@@ -334,7 +334,7 @@ def prof_logs(tool: bench.Ours, nbytes: int) -> dict:
 
 
 def _short(frame: str) -> str:
-    # "feed (supervisor/logs.py:193)" -> "feed (logs.py:193)"
+    # "feed (supervisor/engine/logs.py:193)" -> "feed (logs.py:193)"
     name, _, where = frame.partition(" (")
     return f"{name} ({where.rsplit('/', 1)[-1]}" if where else name
 
@@ -345,7 +345,7 @@ def _short(frame: str) -> str:
 FEED = r"""
 import json, sys, time
 from pathlib import Path
-from supervisor.logs import ChildOutput, Console, LogFile, clock
+from supervisor.engine.logs import ChildOutput, Console, LogFile, clock
 total, d = int(sys.argv[1]), Path(sys.argv[2])
 chunk = (b"line " + b"x" * 94 + b"\n") * 655
 reps = total // len(chunk)
@@ -511,7 +511,7 @@ print(round(rss(), 2), len(sys.modules))
 def prof_rss() -> dict:
     sets = {
         "bare interpreter": [],
-        "everything `run` imports now (supervisor.cli, supervisor.run)": ["supervisor.cli", "supervisor.run"],
+        "everything `run` imports now (supervisor.app.cli, supervisor.app.run)": ["supervisor.app.cli", "supervisor.app.run"],
         "psutil": ["psutil"],
         "requests (+urllib3, ssl, email, http.client)": ["requests"],
         "tenacity": ["tenacity"],
@@ -522,8 +522,8 @@ def prof_rss() -> dict:
         "http.client": ["http.client"],
         "urllib.request": ["urllib.request"],
         "core without the manager/HTTP parts: config, loop, process, reaping, logs, signals, memory, verdict":
-            ["supervisor.config", "supervisor.loop", "supervisor.process", "supervisor.reaping", "supervisor.logs",
-             "supervisor.signals", "supervisor.memory", "supervisor.verdict"],
+            ["supervisor.config", "supervisor.engine.loop", "supervisor.engine.process", "supervisor.engine.reaping", "supervisor.engine.logs",
+             "supervisor.engine.signals", "supervisor.evidence.memory", "supervisor.lifecycle.verdict"],
     }
     out = {}
     for label, mods in sets.items():

@@ -109,7 +109,7 @@ def bootstrap(argv: list[str], script: str = __file__) -> None:
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         ensure_apt({"cc": "gcc", "gcc": "libc6-dev"})
     ours = ours_python()
-    check = run_quiet([ours, "-c", "import supervisor.run"], cwd=REPO)
+    check = run_quiet([ours, "-c", "import supervisor.app.run"], cwd=REPO)
     if check.returncode != 0:
         sys.exit(f"cannot import the supervisor package with {ours}: {check.stdout.strip()[-400:]}\n"
                  "(create the repository's .venv as the README says, or set BENCH_OURS_PYTHON)")
@@ -699,7 +699,7 @@ class PeakRss(threading.Thread):
 FILE_COST = r"""
 import json, sys, time
 from pathlib import Path
-from supervisor.logs import ChildOutput, Console, LogFile
+from supervisor.engine.logs import ChildOutput, Console, LogFile
 total, d = int(sys.argv[1]), Path(sys.argv[2])
 chunk = (b"line " + b"x" * 94 + b"\n") * 655   # what one read of a full pipe brings (64 KiB)
 reps = total // len(chunk)

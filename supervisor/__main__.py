@@ -1,7 +1,7 @@
 """``python -m supervisor`` is the same as the ``prover-supervisor`` command."""
 
 try:
-    from .cli import main
+    from .app.cli import main
 except KeyboardInterrupt:  # Ctrl-C before main could hold the signals (cli.py): one line, no traceback
     import sys
 

@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .hooks import PhaseHooks
+from .lifecycle.hooks import PhaseHooks
 
 if TYPE_CHECKING:  # types only: none of these modules imports this one
     from .config.keys import Key
     from .config.model import PhaseSpec, Plan, ReadyCheck, ReportWhen, SupervisorSpec
-    from .fitness import Evidence, Finding
-    from .hooks import OutputHook, Prepare
+    from .lifecycle.fitness import Evidence, Finding
+    from .lifecycle.hooks import OutputHook, Prepare
     from .wiring import Wiring
 
 # A section's parser: (the table as read from TOML, the plan's [supervisor]) → its frozen settings, or

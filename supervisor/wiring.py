@@ -28,53 +28,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .loop import name_of
-from .watchstate import WatchState
+from .engine.loop import name_of
+from .evidence.watchstate import WatchState
+
+# What a plugin hears and queues, defined where they belong and named here, at the plugin boundary.
+from .lifecycle.states import PhaseLike as PhaseLike
+from .lifecycle.states import PhaseView as PhaseView
+from .lifecycle.states import ShutdownView as ShutdownView
+from .manager.callkinds import CallKind as CallKind
+from .manager.callkinds import Payload as Payload
 
 if TYPE_CHECKING:  # types only
-    from .answers import FieldCheck
     from .config.model import Plan
-    from .loop import Timer
-    from .manager import Answer, ManagerClient
-    from .managerrow import Row
-    from .states import PhaseState
-    from .verdict import Verdict
+    from .engine.loop import Timer
+    from .lifecycle.verdict import Verdict
+    from .manager.answers import FieldCheck
+    from .manager.row import Row
 
 Log = Callable[[str], None]
-Payload = Mapping[str, Any]
 
 
 # ---------------------------------------------------------------- what a plugin hears
 
 
-@dataclass(frozen=True)
-class PhaseView:
-    """A phase as a listener sees it at one transition: a copy, so nothing of the phase can be changed."""
-
-    name: str
-    kind: str  # "oneshot" | "service"
-    state: PhaseState
-    why: str
-    attempt: int
-    up: bool  # a service whose command runs and answered its ready check
-    was_up: bool
-    report: str | None  # the phase's ``report`` key: the manager call it triggers
-    parsed: Any  # what its output parser read (None: no parser, or not run yet)
-
-    @classmethod
-    def of(cls, phase: PhaseLike) -> PhaseView:
-        return cls(phase.name, phase.spec.kind, phase.state, phase.why, phase.attempt, phase.up, phase.was_up,
-                   phase.spec.report, phase.parsed)
-
-
-@dataclass(frozen=True)
-class ShutdownView:
-    """The lifecycle is shutting down: why, with which status, what failed it, and whether production was ever up."""
-
-    why: str
-    status: int
-    failure: Verdict | None  # the verdict that failed the lifecycle (masked); None: a stop, a completed run, ...
-    production_was_up: bool  # the production service (``report = "running"``, else the last service) came up
 
 
 class Events(Protocol):
@@ -104,23 +80,6 @@ class ProductionControl(Protocol):
         its restart policy then decides, as for any failure. False: the phase runs no attempt now."""
 
 
-@dataclass(frozen=True)
-class CallKind:
-    """One kind of outbox call: how one attempt is made, and what its outcome means.
-
-    ``attempt(client, payload, uuid)`` makes the request (its route, its body from the payload and the
-    uuid) and checks the answer: it returns the Answer whose body is kept in the outbox, or raises the
-    client's TransientError (retried: the manager is down, or answered what cannot be used) or
-    PermanentError (refused for good). ``keep(payload, body)`` runs on the sender thread before the next
-    call goes out (what later calls need at once); ``delivered(payload, body)`` and ``refused(payload)``
-    run on the loop's thread. ``checks_row``: a lifecycle call (it moves the manager's row): the row is read
-    first, and a killed row gets none (rowwatch.py)."""
-
-    attempt: Callable[[ManagerClient, Payload, str | None], Answer]
-    keep: Callable[[Payload, Any], None] | None = None
-    delivered: Callable[[Payload, Any], None] | None = None
-    refused: Callable[[Payload], None] | None = None
-    checks_row: bool = False
 
 
 class ManagerLink(Protocol):
@@ -195,23 +154,10 @@ class Wiring:
 # ---------------------------------------------------------------- the core's side, over today's Lifecycle
 
 
-class PhaseLike(Protocol):
-    """What a PhaseView is made from (supervisor.phase.Phase)."""
-
-    spec: Any  # its PhaseSpec: kind, report
-    state: PhaseState
-    why: str
-    attempt: int
-    up: bool
-    was_up: bool
-    parsed: Any
-
-    @property
-    def name(self) -> str: ...
 
 
 class LifecycleLike(Protocol):
-    """What LifecycleEvents uses of supervisor.lifecycle.Lifecycle (which is itself the ProductionControl
+    """What LifecycleEvents uses of supervisor.lifecycle.lifecycle.Lifecycle (which is itself the ProductionControl
     a plugin is handed: hold, release and shutdown by phase name)."""
 
     phases: list[Any]

@@ -14,8 +14,8 @@ import pytest
 from helpers import Runner, left_behind, mount_tmpfs, unmount
 from standin_nvml import NvmlControl, fake_pynvml
 
-from supervisor.devmanager import DevManager
-from supervisor.runpointer import RUNTIME_DIR_ENV
+from supervisor.devmanager.server import DevManager
+from supervisor.status.pointer import RUNTIME_DIR_ENV
 
 # Every supervisor a test starts points at itself (runpointer.py); a bare `status` follows the pointer. The
 # tests' pointers go to a directory of this session's own, never /run/prover-supervisor of the machine, so a

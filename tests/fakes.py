@@ -12,10 +12,10 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from supervisor.children import ChildContext, OnExit, Reader
 from supervisor.config import ChildSpec
-from supervisor.loop import EventLoop
-from supervisor.reaping import ExitStatus
+from supervisor.engine.loop import EventLoop
+from supervisor.engine.reaping import ExitStatus
+from supervisor.lifecycle.children import ChildContext, OnExit, Reader
 
 
 class FakeClock:

@@ -31,9 +31,9 @@ from typing import Any
 import psutil
 import pytest
 
-from supervisor.devmanager import DevManager
-from supervisor.survivors import STATE_DIR_ENV, TAG_ENV
-from supervisor.units import MIB as MiB
+from supervisor.devmanager.server import DevManager
+from supervisor.engine.survivors import STATE_DIR_ENV, TAG_ENV
+from supervisor.text.units import MIB as MiB
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent

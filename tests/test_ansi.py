@@ -1,11 +1,11 @@
-"""supervisor/ansi.py in-process: what counts as one escape sequence, stripping them, keeping only them, and an
+"""supervisor/text/ansi.py in-process: what counts as one escape sequence, stripping them, keeping only them, and an
 escape sequence begun at the end of a read."""
 
 from __future__ import annotations
 
 import pytest
 
-from supervisor.ansi import ANSI_RE, UNFINISHED_RE, codes_in, strip_ansi
+from supervisor.text.ansi import ANSI_RE, UNFINISHED_RE, codes_in, strip_ansi
 
 # What cuzk-daemon's log lines look like (tracing's colours).
 CUZK_LINE = b"\x1b[2m2026-03-13T10:00:00Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2mcuzk_daemon\x1b[0m\x1b[2m:\x1b[0m ready"

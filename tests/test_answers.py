@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from supervisor.answers import UUID_MAX_CHARS, AnswerError, Identity, check_uuid, register_answer
-from supervisor.manager import RETRY_AFTER_MAX_S, next_wait_s, retry_after_s
-from supervisor.redact import MASK, Redactor, shown_url, url_secrets
+from supervisor.manager.answers import UUID_MAX_CHARS, AnswerError, Identity, check_uuid, register_answer
+from supervisor.manager.client import RETRY_AFTER_MAX_S, next_wait_s, retry_after_s
+from supervisor.text.redact import MASK, Redactor, shown_url, url_secrets
 
 # ---------------------------------------------------------------- /register
 

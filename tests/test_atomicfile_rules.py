@@ -1,4 +1,4 @@
-"""supervisor.atomicfile on a real temp dir: a file replaced whole or not at all (mode 0600, no temporary copy
+"""supervisor.state.atomic on a real temp dir: a file replaced whole or not at all (mode 0600, no temporary copy
 left behind, even when the replace fails), and read back bounded, whatever stands at the path (a FIFO with no
 writer, /dev/zero behind a link, a directory, a file bigger than the limit)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.atomicfile import read_regular_file, write_atomically
+from supervisor.state.atomic import read_regular_file, write_atomically
 
 
 def leftovers(directory: Path) -> list[str]:

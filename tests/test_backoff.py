@@ -1,4 +1,4 @@
-"""Pure-function tests of restart and retry pacing (supervisor.backoff)."""
+"""Pure-function tests of restart and retry pacing (supervisor.lifecycle.backoff)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from supervisor.backoff import backoff_delay, burst_exceeded, within_window
+from supervisor.lifecycle.backoff import backoff_delay, burst_exceeded, within_window
 
 # ---------------------------------------------------------------- backoff_delay
 

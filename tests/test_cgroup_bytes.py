@@ -18,12 +18,12 @@ import pytest
 from helpers import PY, Runner, toml_list, toml_str
 from hungmount import hung_mount
 
-from supervisor.cgroups import MemoryCgroup, discover
-from supervisor.kernelfile import read_small
-from supervisor.loop import EventLoop
-from supervisor.memory import MemoryEvidence
-from supervisor.ports import _name
-from supervisor.units import MIB
+from supervisor.engine.loop import EventLoop
+from supervisor.engine.ports import _name
+from supervisor.evidence.cgroups import MemoryCgroup, discover
+from supervisor.evidence.kernelfile import read_small
+from supervisor.evidence.memory import MemoryEvidence
+from supervisor.text.units import MIB
 
 NOT_TEXT = b"\xff\xfe\x80 12\n"
 

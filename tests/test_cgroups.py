@@ -38,19 +38,12 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.cgroups import (
-    V1_UNLIMITED,
-    MemoryCgroup,
-    MemorySnapshot,
-    decode_eventfd,
-    discover,
-    mem_total,
-)
-from supervisor.loop import EventLoop
-from supervisor.memory import OOM_POLL_S, MemoryEvidence
-from supervisor.survivors import STATE_DIR_ENV, TAG_ENV
-from supervisor.units import GIB as GiB
-from supervisor.units import MIB as MiB
+from supervisor.engine.loop import EventLoop
+from supervisor.engine.survivors import STATE_DIR_ENV, TAG_ENV
+from supervisor.evidence.cgroups import V1_UNLIMITED, MemoryCgroup, MemorySnapshot, decode_eventfd, discover, mem_total
+from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence
+from supervisor.text.units import GIB as GiB
+from supervisor.text.units import MIB as MiB
 
 V1_NO_LIMIT = 9223372036854771712  # what v1 shows in memory.limit_in_bytes when unlimited
 

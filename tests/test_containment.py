@@ -33,9 +33,9 @@ from helpers import (
     toml_str,
 )
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
+from supervisor.engine.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
 from supervisor.exits import EXIT_INTERNAL_ERROR
-from supervisor.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
 
 # ---------------------------------------------------------------- the loop itself
 
@@ -172,7 +172,7 @@ def test_a_negative_delay_fires_at_once(loop: EventLoop) -> None:
 LAUNCHER = """\
 import sys
 {inject}
-from supervisor.cli import main
+from supervisor.app.cli import main
 sys.exit(main(["run", "--config", sys.argv[1]]))
 """
 
@@ -267,7 +267,7 @@ def test_any_reader_of_a_childs_output_is_contained_whoever_added_it(sup: Runner
         command = {toml_list(["touch", str(marker)])}
         """)
     inject = """
-import supervisor.logs as logs
+import supervisor.engine.logs as logs
 _real_init = logs.ChildOutput.__init__
 def new_parser(lines):
     if any(b"BOOM" in line for line in lines):
@@ -293,7 +293,7 @@ def test_a_reader_callback_that_raises_fails_its_phase(sup: Runner) -> None:
         command = {toml_list(["touch", str(marker)])}
         """)
     inject = """
-import supervisor.logs as logs
+import supervisor.engine.logs as logs
 _real = logs.ChildOutput.feed
 def feed(self, stream, data):
     if b"BOOM" in data:
@@ -322,7 +322,7 @@ def test_a_timer_callback_that_raises_fails_its_phase(sup: Runner) -> None:
         command = {toml_list(["touch", str(marker)])}
         """)
     inject = """
-import supervisor.stall as stall
+import supervisor.evidence.stall as stall
 def stalled(self, now, gpu_unknown=None):  # asked by the stall check's timer only, on its first tick
     raise RuntimeError("injected fault in the stall check")
 stall.StallWatch.stalled = stalled
@@ -352,7 +352,7 @@ def test_a_contained_faults_traceback_reaches_the_manager_and_the_verdict_once(s
             progress_path = {toml_str(str(progress))}
             """)
         inject = """
-import supervisor.stall as stall
+import supervisor.evidence.stall as stall
 def stalled(self, now, gpu_unknown=None):
     raise RuntimeError("injected fault in the stall check")
 stall.StallWatch.stalled = stalled
@@ -381,7 +381,7 @@ def test_listeners_that_raise_are_logged_once_and_the_lifecycle_goes_on(sup: Run
         command = {toml_list(["touch", str(marker)])}
         """)
     inject = """
-import supervisor.reporting as reporting
+import supervisor.manager.reporting as reporting
 def phase_changed(self, phase):
     raise RuntimeError("injected fault in a phase listener")
 def verdict(self, verdict):
@@ -418,7 +418,7 @@ def test_a_stop_sequence_that_raises_still_ends_the_child_and_the_run(sup: Runne
         stop_grace_s = 1
         """)
     inject = """
-import supervisor.process as process
+import supervisor.engine.process as process
 def _kill(self, loop, log):
     raise RuntimeError("injected fault in the stop sequence")
 process.Child._kill = _kill
@@ -442,7 +442,7 @@ def test_a_stop_that_raises_at_once_still_ends_the_child(sup: Runner) -> None:
         timeout_s = 1
         """)
     inject = """
-import supervisor.process as process
+import supervisor.engine.process as process
 def _begin_stop(self, loop, log, reason):
     raise RuntimeError("injected fault in starting a stop")
 process.Child._begin_stop = _begin_stop
@@ -461,7 +461,7 @@ def test_the_run_ends_with_its_status_even_if_settling_the_shutdown_raises(sup: 
         command = {sh("exit 3")}
         """)
     inject = """
-import supervisor.phase as phase
+import supervisor.lifecycle.phase as phase
 def settle_after_shutdown(self):
     raise RuntimeError("injected fault in settling")
 phase.Phase.settle_after_shutdown = settle_after_shutdown
@@ -493,7 +493,7 @@ def test_shipping_taps_that_raise_cost_lines_never_the_phase(sup: Runner) -> Non
         command = {toml_list(["touch", str(marker)])}
         """)
     inject = """
-import supervisor.reporting as reporting
+import supervisor.manager.reporting as reporting
 def ship_lines(self, source, label, lines):
     raise RuntimeError("injected fault in shipping lines")
 def ship_own_line(self, message):

@@ -1,4 +1,4 @@
-"""supervisor/deadline.py with real sockets on 127.0.0.1: a call is cut at its total deadline however slowly the
+"""supervisor/manager/deadline.py with real sockets on 127.0.0.1: a call is cut at its total deadline however slowly the
 server drips its answer, a prompt answer is untouched, and the watchdog never cuts a call that has finished."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from supervisor.deadline import Watchdog, deadline_session
+from supervisor.manager.deadline import Watchdog, deadline_session
 
 # Generous bounds only so that a broken cut cannot hang the suite; they decide nothing.
 HANG_GUARD_S = 30

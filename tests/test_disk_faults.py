@@ -31,11 +31,11 @@ from helpers import (
     wait_for,
 )
 
-from supervisor import logs
-from supervisor import outbox as outbox_mod
-from supervisor.devmanager import DevManager
-from supervisor.logs import LogFile
-from supervisor.outbox import Outbox
+from supervisor.devmanager.server import DevManager
+from supervisor.engine import logs
+from supervisor.engine.logs import LogFile
+from supervisor.manager import outbox as outbox_mod
+from supervisor.manager.outbox import Outbox
 
 EXIT_CHILD = 4
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from helpers import Runner, sh, toml_str
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 
 SECRET = "evt-secret-0042"
 

@@ -37,9 +37,9 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.devmanager import DevManager
-from supervisor.exitflush import EXIT_FLUSH_S, EXIT_STALL_S, FLUSH_AFTER_TERM_S, GIVE_UP_FLUSH_S, ExitFlush
-from supervisor.loop import EventLoop
+from supervisor.devmanager.server import DevManager
+from supervisor.engine.exitflush import EXIT_FLUSH_S, EXIT_STALL_S, FLUSH_AFTER_TERM_S, GIVE_UP_FLUSH_S, ExitFlush
+from supervisor.engine.loop import EventLoop
 
 NO_EBADF = "Bad file descriptor"
 

@@ -36,8 +36,8 @@ from helpers import (
     verdict_lines,
 )
 
+from supervisor.engine.reaping import ExitStatus
 from supervisor.exits import EXIT_TIMEOUT
-from supervisor.reaping import ExitStatus
 
 
 def failing_then_marker(runner: Runner, command: str, marker: Path, extra: str = "",

@@ -1,4 +1,4 @@
-"""supervisor.firstseen on a real state_dir: each time written once, the first time it is known, and kept across
+"""supervisor.state.firstseen on a real state_dir: each time written once, the first time it is known, and kept across
 starts (a later start neither rewrites the first start nor a registration); values in the file that are not a
 usable time (bool, NaN, 0, negative, a string) are ignored one by one; a file of the wrong shape starts afresh; a
 state_dir that cannot be written costs the memory, not the run, and is said. tests/test_transfer.py covers the
@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from supervisor import statepaths
-from supervisor.firstseen import (
+from supervisor.manager.row import Row
+from supervisor.state import paths as statepaths
+from supervisor.state.firstseen import (
     BENCH_CLOCK,
     FIRST_REGISTERED,
     FIRST_SEEN_MAX_BYTES,
@@ -18,7 +19,6 @@ from supervisor.firstseen import (
     MANAGER_REGISTERED,
     FirstSeen,
 )
-from supervisor.managerrow import Row
 
 
 def saved(state_dir: Path) -> dict[str, float]:

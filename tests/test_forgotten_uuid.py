@@ -13,7 +13,7 @@ from typing import Any
 import requests
 from helpers import Console, Runner, outbox_rows, sh, toml_str, wait_for
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 
 WAIT_S = 40  # upper bounds against hanging, never measures
 

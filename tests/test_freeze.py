@@ -32,8 +32,8 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.freeze import FREEZE_MIN_S, FreezeWatch
-from supervisor.stall import StallWatch
+from supervisor.engine.freeze import FREEZE_MIN_S, FreezeWatch
+from supervisor.evidence.stall import StallWatch
 
 STALL_S = 2.0
 FROZEN_FOR_S = 3 * STALL_S  # well past stall_s, and past FREEZE_MIN_S

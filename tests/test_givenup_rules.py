@@ -1,4 +1,4 @@
-"""supervisor.givenup on a real state_dir: the marker remembered and recalled (its reason tidied and bounded), a
+"""supervisor.state.givenup on a real state_dir: the marker remembered and recalled (its reason tidied and bounded), a
 marker that cannot be read still meaning given up (spoilt JSON, wrong shape, a directory, a dangling link, a file
 far too big), the refusal line, and ``--fresh``'s start_over (the marker gone, the outbox and its SQLite journal
 set aside under the same suffix; nothing done where nothing was given up)."""
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import givenup, statepaths
-from supervisor.givenup import MARKER_MAX_BYTES, REASON_MAX_CHARS, SET_ASIDE_SUFFIX, GivenUp
+from supervisor.state import givenup
+from supervisor.state import paths as statepaths
+from supervisor.state.givenup import MARKER_MAX_BYTES, REASON_MAX_CHARS, SET_ASIDE_SUFFIX, GivenUp
 
 
 def test_nothing_given_up_recalls_none(tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from helpers import Runner, first_line, one_verdict, real_nvml_error, toml_list,
 from standin_nvml import NvmlControl
 from standin_nvml import gpu as nvml_gpu
 
-from supervisor.gpu import GpuSample, activity_changed, describe_nvml_error
-from supervisor.gpuwatch import Gpus
-from supervisor.units import MIB as MiB
+from supervisor.evidence.gpu import GpuSample, activity_changed, describe_nvml_error
+from supervisor.evidence.gpuwatch import Gpus
+from supervisor.text.units import MIB as MiB
 
 
 @pytest.fixture

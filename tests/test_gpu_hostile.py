@@ -25,13 +25,14 @@ from helpers import PY, REPO, Runner, clean_env, pyc, wait_for
 from standin_nvml import NvmlControl, fake_nvml_env
 from standin_nvml import gpu as nvml_gpu
 
-from supervisor import fitness, gpuwatch
 from supervisor.config import parse_plan
-from supervisor.gpu import GPU_NAME_CHARS, MAX_GPUS, GpuFault
-from supervisor.gpuhealth import GpuHealth
-from supervisor.gpuwatch import Gpus
-from supervisor.loop import EventLoop
-from supervisor.states import PhaseState
+from supervisor.engine.loop import EventLoop
+from supervisor.evidence import gpuwatch
+from supervisor.evidence.gpu import GPU_NAME_CHARS, MAX_GPUS, GpuFault
+from supervisor.evidence.gpuwatch import Gpus
+from supervisor.lifecycle import fitness
+from supervisor.lifecycle.gpuhealth import GpuHealth
+from supervisor.lifecycle.states import PhaseState
 
 
 @pytest.fixture
@@ -222,9 +223,9 @@ def test_a_slow_nvml_is_no_finding_where_gpus_are_not_required(control: NvmlCont
 
 LAUNCHER = """\
 import sys
-import supervisor.gpuwatch
-supervisor.gpuwatch.GPU_BLIND_S = 1.0  # the test's own: 30 s in production
-from supervisor.cli import main
+import supervisor.evidence.gpuwatch
+supervisor.evidence.gpuwatch.GPU_BLIND_S = 1.0  # the test's own: 30 s in production
+from supervisor.app.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

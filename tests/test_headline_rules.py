@@ -1,4 +1,4 @@
-"""supervisor.headline's pure lines for the stories tests/test_status_story.py does not tell: a supervisor that
+"""supervisor.status.headline's pure lines for the stories tests/test_status_story.py does not tell: a supervisor that
 does not answer, a lifecycle not started, a retry's backoff, a daemon not yet ready, a phase in another state, a
 failing child that is not its phase's command, a stop without a failure; the failure's lines when they are many,
 long or absent; the gone supervisor's survivors with and without labels; and a snapshot of the wrong shapes
@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import math
 
-from supervisor.headline import FAILURE_LINES_SHOWN, failure_lines, gone_lines, headline, shown_value, since, span
+from supervisor.status.headline import (
+    FAILURE_LINES_SHOWN,
+    failure_lines,
+    gone_lines,
+    headline,
+    shown_value,
+    since,
+    span,
+)
 
 NOW = 100_000.0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 from helpers import Console, Runner, free_port, sh, toml_str, wait_for
 
-from supervisor.health import CONNECTION_LIFE_S, CONNECTIONS_MAX, IDLE_S, HealthServer, HealthState, metrics_text
+from supervisor.status.health import CONNECTION_LIFE_S, CONNECTIONS_MAX, IDLE_S, HealthServer, HealthState, metrics_text
 
 # A sample line of the Prometheus text format: name, optional {labels}, a float value.
 SAMPLE_RE = re.compile(

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import wait_for
 
-from supervisor.iowatch import IoLedger, IoProbe, ProcIo, parse_io, read_io
-from supervisor.survivors import TAG_ENV
+from supervisor.engine.survivors import TAG_ENV
+from supervisor.evidence.iowatch import IoLedger, IoProbe, ProcIo, parse_io, read_io
 
 MIB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""supervisor.ledger, fed by a real Outbox (SQLite in a temp dir) and a real Redactor: one entry a call, oldest
+"""supervisor.manager.ledger, fed by a real Outbox (SQLite in a temp dir) and a real Redactor: one entry a call, oldest
 first, its state and attempts as the outbox counts them, what it carried (the payload's scalars, masked, cut
 short; nested values and non-finite numbers left out), the manager's answer the same way, the last error masked
 and cut; and rows of odd shapes (spoilt JSON, a payload that is not an object) that still give an entry."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.ledger import LEDGER_VALUE_CHARS, ledger
-from supervisor.outbox import Outbox
-from supervisor.redact import Redactor
+from supervisor.manager.ledger import LEDGER_VALUE_CHARS, ledger
+from supervisor.manager.outbox import Outbox
+from supervisor.text.redact import Redactor
 
 SECRET = "tok-5ecret-value"
 

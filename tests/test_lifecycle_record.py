@@ -15,13 +15,13 @@ import pytest
 from fakes import FakeChildren, FakeClock
 
 from supervisor.config import parse_plan
-from supervisor.lifecycle import Lifecycle
-from supervisor.logs import Console
-from supervisor.loop import EventLoop
-from supervisor.phase import Phase
-from supervisor.reaping import Reaper
-from supervisor.runtime import ChildKit, Runtime
-from supervisor.states import PhaseState
+from supervisor.engine.logs import Console
+from supervisor.engine.loop import EventLoop
+from supervisor.engine.reaping import Reaper
+from supervisor.lifecycle.lifecycle import Lifecycle
+from supervisor.lifecycle.phase import Phase
+from supervisor.lifecycle.runtime import ChildKit, Runtime
+from supervisor.lifecycle.states import PhaseState
 
 TWO_ONESHOTS = """
 [[phases]]

@@ -37,7 +37,7 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 
 PIDS = Path("/sys/fs/cgroup/pids")
 

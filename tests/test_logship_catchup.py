@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from supervisor.config import ManagerSpec
-from supervisor.logship import Shipper, log_push_sender
-from supervisor.loop import EventLoop
-from supervisor.manager import ManagerClient, TransientError
-from supervisor.outbox import Outbox
-from supervisor.sender import CallKinds, Sender
+from supervisor.engine.loop import EventLoop
+from supervisor.manager.client import ManagerClient, TransientError
+from supervisor.manager.logship import Shipper, log_push_sender
+from supervisor.manager.outbox import Outbox
+from supervisor.manager.sender import CallKinds, Sender
 
 WAIT_S = 20.0  # an upper bound against hanging, never a measure (the pause asked for is 300 s)
 PAUSE_S = 300

@@ -1,4 +1,4 @@
-"""supervisor.logship against a real HTTP server on 127.0.0.1 (a recorder of the test's own: what each push
+"""supervisor.manager.logship against a real HTTP server on 127.0.0.1 (a recorder of the test's own: what each push
 carried, its headers, and the status it is answered with): the X-Log-Seq numbers (consecutive per source and
 per run, dropped lines' numbers skipped, the same numbers on a push sent again), a manager's 5xx keeping the
 batch and a 4xx dropping it, the events sender's ndjson, a batch big enough waking the thread long before its
@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from helpers import wait_for
 
-from supervisor import logship
 from supervisor.config import ManagerSpec
-from supervisor.logship import (
+from supervisor.manager import logship
+from supervisor.manager.client import ManagerClient
+from supervisor.manager.logship import (
     BATCH_BYTES,
     EARLY_LINES_MAX,
     SEQ_HEADER,
@@ -31,7 +32,6 @@ from supervisor.logship import (
     events_sender,
     log_push_sender,
 )
-from supervisor.manager import ManagerClient
 
 UUID = "u-rules-1"
 

@@ -20,13 +20,14 @@ import pytest
 import requests
 from helpers import Runner, free_port, pyc, sh, toml_str, wait_for
 
-from supervisor import logship, manager
 from supervisor.config import ManagerSpec
-from supervisor.devmanager import LOG_PUSH_LIMIT, DevManager
-from supervisor.logship import PUSH_MAX_BYTES, Shipper, log_push_sender
-from supervisor.manager import Answer, ManagerClient, PermanentError, TransientError
-from supervisor.outbox import Call, Outbox
-from supervisor.redact import MASK, Redactor, looks_secret
+from supervisor.devmanager.server import LOG_PUSH_LIMIT, DevManager
+from supervisor.manager import client as manager
+from supervisor.manager import logship
+from supervisor.manager.client import Answer, ManagerClient, PermanentError, TransientError
+from supervisor.manager.logship import PUSH_MAX_BYTES, Shipper, log_push_sender
+from supervisor.manager.outbox import Call, Outbox
+from supervisor.text.redact import MASK, Redactor, looks_secret
 
 # ---------------------------------------------------------------- a tiny server with canned answers
 

@@ -21,10 +21,10 @@ import pytest
 import requests
 from helpers import PY, REPO, Console, Runner, clean_env, outbox_rows, sh, toml_str, wait_for
 
-from supervisor.answers import UUID_RE
 from supervisor.config import ManagerSpec
-from supervisor.devmanager import DevManager, _Handler
-from supervisor.manager import ManagerClient, TransientError
+from supervisor.devmanager.server import DevManager, _Handler
+from supervisor.manager.answers import UUID_RE
+from supervisor.manager.client import ManagerClient, TransientError
 
 # A supervisor's peak RSS with a manager is ~35 MiB here; reading a 100 MB answer took it to ~390 MiB.
 RSS_BOUND_BYTES = 80 * 1024 * 1024
@@ -222,7 +222,7 @@ def test_a_bad_uuid_kept_by_an_earlier_start_is_dropped_and_registered_afresh(su
                                                                               manager: DevManager) -> None:
     import sqlite3
 
-    from supervisor.outbox import Outbox
+    from supervisor.manager.outbox import Outbox
 
     sup.state_dir.mkdir(parents=True)
     box = Outbox(sup.state_dir / "outbox.sqlite3", print)

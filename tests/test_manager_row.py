@@ -19,9 +19,9 @@ import pytest
 import requests
 from helpers import PY, REPO, Console, Runner, sh, toml_str, wait_for
 
-from supervisor import statepaths
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_GIVEN_UP, EXIT_KILLED, EXIT_TIMEOUT
+from supervisor.state import paths as statepaths
 
 WAIT_S = 60  # upper bounds against hanging, never measures
 LABEL = "C.4711"

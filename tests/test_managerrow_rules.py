@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from supervisor.clock import CLOCK_SKEW_S
-from supervisor.managerrow import Row, RowError, find_row, manager_time, utc_text
+from supervisor.manager.row import Row, RowError, find_row, manager_time, utc_text
+from supervisor.state.firstseen import CLOCK_SKEW_S
 
 NOW = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
 ROW = {"uuid": "u-1", "label": "C.7", "runner_id": 3, "state": "registered", "min_rate": 60.0,

@@ -21,9 +21,9 @@ import pytest
 from helpers import PY, REPO, Runner, clean_env, pid_alive, until, wait_for
 
 from supervisor.config import parse_plan
-from supervisor.proctable import SNAPSHOT_MAX_AGE_S, ProcessTable
-from supervisor.runtime import stop_waves
-from supervisor.survivors import TAG_ENV
+from supervisor.engine.proctable import SNAPSHOT_MAX_AGE_S, ProcessTable
+from supervisor.engine.survivors import TAG_ENV
+from supervisor.lifecycle.runtime import stop_waves
 
 DAEMONS = 200
 # A reading per stopping child per poll would be at least DAEMONS: the shared reading needs a few per
@@ -40,7 +40,7 @@ def counting_listdir(path="."):
         count[0] += 1
     return listdir(path)
 os.listdir = counting_listdir
-from supervisor.cli import main
+from supervisor.app.cli import main
 try:
     status = main(["run", "--config", sys.argv[1]])
 finally:

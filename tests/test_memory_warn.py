@@ -10,8 +10,8 @@ from pathlib import Path
 
 from helpers import PY, Runner, one_verdict, toml_list, v1_memory_cgroup_or_skip
 
-from supervisor.cgroups import parse_pressure
-from supervisor.memwatch import MEMORY_REARM_MARGIN, crossed
+from supervisor.evidence.cgroups import parse_pressure
+from supervisor.evidence.memwatch import MEMORY_REARM_MARGIN, crossed
 
 # Grows to 93% of its cgroup's limit (read from its own cgroup), says so, waits ``pause`` seconds (long
 # enough for a tick or two to see it), then grows until the kernel kills it; gives up at 1 GiB.

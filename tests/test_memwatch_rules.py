@@ -1,4 +1,4 @@
-"""supervisor.memwatch in-process: MemoryWatch.check over phases of the test's own, reading real files in a temp
+"""evidence.memwatch in-process: MemoryWatch.check over phases of the test's own, reading real files in a temp
 dir (a v1 or v2 cgroup directory laid out as the kernel does, a /proc/meminfo copy): which figure is used (the
 working set, less inactive file cache), which limit (the cgroup's, else the tightest above, else the machine's),
 where PSI comes from, memory_high said once per crossing per phase with its push to the manager and its
@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from supervisor import memwatch
-from supervisor.cgroups import MemoryCgroup
-from supervisor.logs import Unshipped
-from supervisor.memory import MemoryWarning
-from supervisor.memwatch import MemoryUse, MemoryWatch, memory_high_line
+from supervisor.engine.logs import Unshipped
+from supervisor.evidence import memwatch
+from supervisor.evidence.cgroups import MemoryCgroup
+from supervisor.evidence.memory import MemoryWarning
+from supervisor.evidence.memwatch import MemoryUse, MemoryWatch, memory_high_line
 
 MIB = 1 << 20
 PSI = "some avg10=2.50 avg60=1.00 avg300=0.10 total=99\nfull avg10=0.75 avg60=0.10 avg300=0.00 total=9\n"

@@ -42,10 +42,10 @@ from helpers import (
 from hungmount import hung_mount
 from standin_nvml import NvmlControl, fake_nvml_env, gpu
 
+from supervisor.engine.loop import EventLoop
+from supervisor.engine.offloop import run_bounded, worker_thread
+from supervisor.engine.signals import HANDLED
 from supervisor.exits import EXIT_FAILURE
-from supervisor.loop import EventLoop
-from supervisor.offloop import run_bounded, worker_thread
-from supervisor.signals import HANDLED
 
 HANG_S = 120  # what the stand-in's calls block for: far longer than any test may take
 
@@ -53,7 +53,7 @@ HANG_S = 120  # what the stand-in's calls block for: far longer than any test ma
 LAUNCHER = """\
 import sys
 {inject}
-from supervisor.cli import main
+from supervisor.app.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -330,8 +330,8 @@ def hung_cache_config(sup: Runner, cache: Path) -> Path:
 def test_a_hung_parameter_cache_mount_is_insufficient_disk_not_a_hang(sup: Runner) -> None:
     with hung_mount(sup.tmp / "params") as cache:
         run = Launched(sup, hung_cache_config(sup, cache), {}, inject="""
-            import supervisor.fitness
-            supervisor.fitness.FITNESS_BOUND_S = 3.0  # the test's own: 30 s in production
+            import supervisor.lifecycle.fitness
+            supervisor.lifecycle.fitness.FITNESS_BOUND_S = 3.0  # the test's own: 30 s in production
         """)
         returncode = run.finish(60)
     out = run.text()
@@ -368,8 +368,8 @@ def test_a_hung_progress_path_does_not_stop_the_loop(sup: Runner) -> None:
             command = {sh("echo fetching; sleep 3; echo fetched")}
             """)
         run = Launched(sup, config, {}, inject="""
-            import supervisor.resume
-            supervisor.resume.SURVEY_BOUND_S = 2.0  # the test's own: 30 s in production
+            import supervisor.lifecycle.resume
+            supervisor.lifecycle.resume.SURVEY_BOUND_S = 2.0  # the test's own: 30 s in production
         """)
         returncode = run.finish(60)
     out = run.text()
@@ -383,7 +383,7 @@ def test_a_hung_progress_path_does_not_stop_the_loop(sup: Runner) -> None:
 # ================================================================ a big tree
 
 WALK_RECORDER = """
-    import threading, supervisor.progress as progress
+    import threading, supervisor.evidence.progress as progress
     _real = progress.tree_done
     def tree_done(path):
         with open({log!r}, "a") as f:

@@ -1,4 +1,4 @@
-"""supervisor.offloop's ``Bounded`` rules in-process, on a real EventLoop (the thread calls go through its real
+"""supervisor.engine.offloop's ``Bounded`` rules in-process, on a real EventLoop (the thread calls go through its real
 self-pipe): exactly one of answer, failure and bound is acted on, the rest dropped; ``cancel`` silences all of
 them and stops the bound's timer; a failure without an ``on_error`` reaches the loop's faults; a machine that
 refuses a thread is a ``NoThread`` failure for the owner, never an exception out of ``run_bounded``. What
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from supervisor import offloop
-from supervisor.loop import EventLoop
-from supervisor.offloop import Bounded, NoThread, run_bounded
+from supervisor.engine import offloop
+from supervisor.engine.loop import EventLoop
+from supervisor.engine.offloop import Bounded, NoThread, run_bounded
 
 NEVER_S = 3600.0  # a bound no test waits out
 

@@ -38,9 +38,9 @@ from helpers import (
     verdict_lines,
 )
 
-from supervisor.cgroups import MemoryCgroup
-from supervisor.units import MIB as MiB
-from supervisor.units import parse_size
+from supervisor.evidence.cgroups import MemoryCgroup
+from supervisor.text.units import MIB as MiB
+from supervisor.text.units import parse_size
 
 OOM_LINE_RE = re.compile(r"OOM KILL in cgroup (\S+): oom_kill (\d+) → (\d+); ")
 PEAK_RE = re.compile(r" peak=(\d+(?:\.\d+)?)(B|KiB|MiB|GiB)\((phase|shared|none)\)")

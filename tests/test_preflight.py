@@ -1,6 +1,6 @@
 """The memory preflight: a phase whose ``min_memory`` cannot fit is refused at once, before anything starts.
 
-The fitness check (supervisor/fitness.py) does it before the first phase, for every phase:
+The fitness check (supervisor/lifecycle/fitness.py) does it before the first phase, for every phase:
 the refusal is a ``phase=fitness`` verdict that names the phase, and no phase runs.
 
 What is available is the tightest of MemTotal and the memory cgroup limits up
@@ -26,8 +26,8 @@ from helpers import (
     verdict_lines,
 )
 
-from supervisor.cgroups import mem_total
-from supervisor.units import MIB as MiB
+from supervisor.evidence.cgroups import mem_total
+from supervisor.text.units import MIB as MiB
 
 DETAIL_RE = re.compile(r"needs min_memory=(\S+) \((\d+) bytes\) but only (\S+) \((\d+) bytes\) is available")
 

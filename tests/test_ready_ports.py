@@ -1,5 +1,5 @@
 """Readiness is the daemon's own: a local ready port held by another process neither lets the daemon start
-nor makes it ready (supervisor/ports.py, starting.py, readiness.py).
+nor makes it ready (supervisor/engine/ports.py, starting.py, readiness.py).
 
 Real processes and real ports on 127.0.0.1: a stranger that holds the port before the start fails the
 attempt ``port_in_use`` naming it (pid and name); a stranger that binds after the check but before the
@@ -32,8 +32,8 @@ from helpers import (
     verdict_lines,
 )
 
-from supervisor import ports
 from supervisor.config import ReadyCheck
+from supervisor.engine import ports
 from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
 
 Stranger = Callable[[int], subprocess.Popen[bytes]]

@@ -1,4 +1,4 @@
-"""supervisor/redact.py in-process: which names are secret, masking text and bytes (through escape codes too),
+"""supervisor/text/redact.py in-process: which names are secret, masking text and bytes (through escape codes too),
 a stream that holds back the end of a read that could still become a secret, and URLs with credentials."""
 
 from __future__ import annotations
@@ -7,15 +7,7 @@ import base64
 
 import pytest
 
-from supervisor.redact import (
-    HOLD_SCAN_BYTES,
-    MASK,
-    MIN_SECRET_LEN,
-    Redactor,
-    looks_secret,
-    shown_url,
-    url_secrets,
-)
+from supervisor.text.redact import HOLD_SCAN_BYTES, MASK, MIN_SECRET_LEN, Redactor, looks_secret, shown_url, url_secrets
 
 TOKEN = "tok-0123456789"
 PASSWORD = "hunter22"

@@ -35,8 +35,8 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.devfaults import Faults
-from supervisor.devmanager import DevManager, DevManagerState, _Handler
+from supervisor.devmanager.faults import Faults
+from supervisor.devmanager.server import DevManager, DevManagerState, _Handler
 from supervisor.exits import EXIT_BENCH_REJECTED
 
 STATES = ["registered", "params_done", "bench_done", "running"]
@@ -203,7 +203,7 @@ def test_register_goes_first_even_when_queued_behind_other_calls(
         sup: Runner, managers: Callable[..., DevManager]) -> None:
     """An outbox left with param-done pending and no uuid (an earlier start's register failed, or its answer
     was lost to a SIGKILL): the new register is queued behind param-done, yet delivered ahead of it."""
-    from supervisor.outbox import Outbox
+    from supervisor.manager.outbox import Outbox
 
     mgr = managers()
     sup.state_dir.mkdir(parents=True)

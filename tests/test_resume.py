@@ -20,7 +20,7 @@ import psutil
 import pytest
 from helpers import Console, Runner, sh, toml_str
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 
 
 def instances(mgr: DevManager) -> list[dict[str, Any]]:

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from helpers import Runner, sh, spoil, toml_str
 
-from supervisor.resume import RECORD_MAX_READ_BYTES, ResumeRecord, load_record, read_record, record_problem
-from supervisor.states import PhaseState
+from supervisor.lifecycle.resume import RECORD_MAX_READ_BYTES, ResumeRecord, load_record, read_record, record_problem
+from supervisor.lifecycle.states import PhaseState
 
 NAN = float("nan")
 PARAM_BYTES = 2  # what the stand-in fetch writes: "x\n"

@@ -9,9 +9,9 @@ import time
 import requests
 
 from supervisor.config import ManagerSpec
-from supervisor.devmanager import DevManager
-from supervisor.manager import ManagerClient
-from supervisor.rowwatch import FAILED_AGAIN_S, RowWatch
+from supervisor.devmanager.server import DevManager
+from supervisor.manager.client import ManagerClient
+from supervisor.manager.rowwatch import FAILED_AGAIN_S, RowWatch
 
 
 def watch(mgr: DevManager, clock: list[float]) -> RowWatch:

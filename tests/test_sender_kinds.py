@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from supervisor.answers import AnswerError
 from supervisor.config import ManagerSpec
-from supervisor.loop import EventLoop
-from supervisor.manager import Answer, ManagerClient, TransientError
-from supervisor.outbox import Outbox
-from supervisor.redact import MASK, Redactor
-from supervisor.reporting import core_report_due
-from supervisor.sender import CallKinds, Sender
-from supervisor.states import PhaseState
-from supervisor.verdict import Verdict
+from supervisor.engine.loop import EventLoop
+from supervisor.lifecycle.states import PhaseState
+from supervisor.lifecycle.verdict import Verdict
+from supervisor.manager.answers import AnswerError
+from supervisor.manager.client import Answer, ManagerClient, TransientError
+from supervisor.manager.outbox import Outbox
+from supervisor.manager.reporting import core_report_due
+from supervisor.manager.sender import CallKinds, Sender
+from supervisor.text.redact import MASK, Redactor
 from supervisor.wiring import CallKind, PhaseView
 
 WAIT_S = 20.0  # an upper bound against hanging, never a measure

@@ -47,7 +47,7 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.signals import (
+from supervisor.engine.signals import (
     CAUGHT,
     FAULTS,
     FORWARDED,
@@ -61,7 +61,7 @@ from supervisor.signals import (
     signal_name,
     stop_action,
 )
-from supervisor.units import MIB
+from supervisor.text.units import MIB
 
 CATCHABLE = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 RT3 = signal.SIGRTMIN + 3  # systemd's "halt": the STOPSIGNAL of containers made for systemd

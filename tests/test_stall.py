@@ -28,9 +28,9 @@ from helpers import (
 )
 from hungmount import hung_mount
 
+from supervisor.evidence.progress import ProgressProbe, measure_tree, tree_size
+from supervisor.evidence.stall import STALL_CHECK_MAX_S, STALL_CHECK_MIN_S, StallWatch, check_interval
 from supervisor.exits import EXIT_TIMEOUT
-from supervisor.progress import ProgressProbe, measure_tree, tree_size
-from supervisor.stall import STALL_CHECK_MAX_S, STALL_CHECK_MIN_S, StallWatch, check_interval
 
 # ================================================================ StallWatch, pure
 

@@ -32,8 +32,8 @@ from helpers import (
     wait_for,
 )
 
+from supervisor.evidence.iowatch import read_io
 from supervisor.exits import EXIT_TIMEOUT
-from supervisor.iowatch import read_io
 
 MIB = 1 << 20
 ARIA2C = shutil.which("aria2c")

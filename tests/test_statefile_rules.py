@@ -1,4 +1,4 @@
-"""supervisor.statefile in-process. StateFile on an EventLoop driven by a fake clock (tests/fakes.py): every
+"""supervisor.status.file in-process. StateFile on an EventLoop driven by a fake clock (tests/fakes.py): every
 change written at once up to PERSIST_BURST in PERSIST_WINDOW_S, then coalesced into one write when the window
 passes on the loop's clock (with what the snapshot is then, not what it was); a phase reaching a final state
 written at once even in a burst; a write that fails said once, tried again at each change, and its recovery
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from fakes import FakeClock
 
-from supervisor import statepaths
-from supervisor.loop import EventLoop
-from supervisor.statefile import PERSIST_BURST, PERSIST_WINDOW_S, StateFile, load_persisted, snapshot_problem
-from supervisor.states import PhaseState
+from supervisor.engine.loop import EventLoop
+from supervisor.lifecycle.states import PhaseState
+from supervisor.state import paths as statepaths
+from supervisor.status.file import PERSIST_BURST, PERSIST_WINDOW_S, StateFile, load_persisted, snapshot_problem
 
 
 class Harness:

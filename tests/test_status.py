@@ -24,15 +24,15 @@ from typing import Any
 import pytest
 from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, wait_for
 
-from supervisor import runtime
-from supervisor.devmanager import DevManager
-from supervisor.render import render
-from supervisor.resume import ResumeRecord
-from supervisor.snapshot import SNAPSHOT_LINE_CHARS, snapshot
-from supervisor.statefile import snapshot_problem
-from supervisor.states import PhaseState
-from supervisor.statussocket import query
-from supervisor.verdict import without_exit
+from supervisor.devmanager.server import DevManager
+from supervisor.lifecycle import runtime
+from supervisor.lifecycle.resume import ResumeRecord
+from supervisor.lifecycle.states import PhaseState
+from supervisor.lifecycle.verdict import without_exit
+from supervisor.status.file import snapshot_problem
+from supervisor.status.render import render
+from supervisor.status.snapshot import SNAPSHOT_LINE_CHARS, snapshot
+from supervisor.status.socket import query
 
 SECRET = "abcd-secret-9999"
 NUMBER = (int, float)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from helpers import PY, REPO, Runner, clean_env, needs_unshare, sh, wait_for
 
-from supervisor.runpointer import RUNTIME_DIR_ENV, pointed, pointer_path
-from supervisor.survivors import is_live_supervisor
+from supervisor.engine.survivors import is_live_supervisor
+from supervisor.status.pointer import RUNTIME_DIR_ENV, pointed, pointer_path
 
 
 def status_cli(*args: str, pid1: bool = False, env: dict[str, str] | None = None) -> tuple[int, str]:

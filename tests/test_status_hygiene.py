@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from helpers import Runner, failure, first_line, toml_list, verdict_lines
 
-from supervisor.render import render
-from supervisor.verdict import shown_text
+from supervisor.lifecycle.verdict import shown_text
+from supervisor.status.render import render
 
 
 def _live_snapshot(now: float, last: dict[str, object]) -> dict[str, object]:

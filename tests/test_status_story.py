@@ -27,11 +27,11 @@ import psutil
 import pytest
 from helpers import PY, REPO, Console, Runner, clean_env, free_port, sh, toml_list, toml_str, wait_for
 
-from supervisor.devmanager import DevManager
-from supervisor.headline import failure_lines, headline
-from supervisor.render import render
-from supervisor.states import PhaseState
-from supervisor.timers import Timeline, phase_timers, stop_timer
+from supervisor.devmanager.server import DevManager
+from supervisor.lifecycle.states import PhaseState
+from supervisor.status.headline import failure_lines, headline
+from supervisor.status.render import render
+from supervisor.status.timers import Timeline, phase_timers, stop_timer
 
 MIB = 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""supervisor.stdio in-process: ``say`` writes each line whole after what Python's stream holds, encoded for the
+"""supervisor.text.stdio in-process: ``say`` writes each line whole after what Python's stream holds, encoded for the
 stream; a stream that fails (a pipe whose reader is gone, /dev/full, a non-blocking pipe that takes nothing, a
 closed Python stream) is lost quietly, once, with its reason; a broken pipe's fd is pointed at /dev/null. Each
 test gives ``say`` a pipe or file of its own as "stdout" (the module's STDOUT/STDERR and sys.stdout/sys.stderr
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import PY, REPO, clean_env
 
-from supervisor import stdio
+from supervisor.text import stdio
 
 
 class Pipe:

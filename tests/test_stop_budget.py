@@ -14,7 +14,7 @@ from pathlib import Path
 
 from helpers import Runner, toml_list, toml_str, until, wait_for
 
-from supervisor.stopbudget import EXIT_SHARE_S, StopBudget
+from supervisor.engine.stopbudget import EXIT_SHARE_S, StopBudget
 
 STUBBORN = ["sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.1; done"]
 

@@ -10,7 +10,7 @@ import pytest
 from helpers import Runner, one_verdict, py_script
 
 from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
-from supervisor.verdict import GPU_FAULT, PROOFS_FAILING, SIGNAL, STALLED, TIMEOUT, TOO_SLOW, failure_status
+from supervisor.lifecycle.verdict import GPU_FAULT, PROOFS_FAILING, SIGNAL, STALLED, TIMEOUT, TOO_SLOW, failure_status
 
 # How the child meets the SIGTERM that ends it, and the status it would have passed on before.
 ON_TERM = {

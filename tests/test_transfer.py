@@ -8,14 +8,14 @@ import json
 import os
 from pathlib import Path
 
-from supervisor import statepaths
-from supervisor.firstseen import FirstSeen
-from supervisor.health import metrics_text
-from supervisor.hooks import ProgressReading
-from supervisor.progress import NET_DEV, TreeMeasure, net_received, tree_done
-from supervisor.progresswatch import done_bytes
-from supervisor.render import render
-from supervisor.transfer import TOO_SLOW_MARGIN, RateWindow, duration, figures, progress_text, too_slow
+from supervisor.evidence.progress import NET_DEV, TreeMeasure, net_received, tree_done
+from supervisor.evidence.progresswatch import done_bytes
+from supervisor.evidence.transfer import TOO_SLOW_MARGIN, RateWindow, duration, figures, progress_text, too_slow
+from supervisor.lifecycle.hooks import ProgressReading
+from supervisor.state import paths as statepaths
+from supervisor.state.firstseen import FirstSeen
+from supervisor.status.health import metrics_text
+from supervisor.status.render import render
 
 MIB = 1 << 20
 GIB = 1 << 30

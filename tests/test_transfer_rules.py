@@ -1,4 +1,4 @@
-"""supervisor.transfer's pure figures, at their edges: the rate window (one sample, no time between samples,
+"""supervisor.evidence.transfer's pure figures, at their edges: the rate window (one sample, no time between samples,
 bytes that went back, a window kept to its length), the ETA's cases, ``too_slow`` when nothing is left or the
 deadline already passed, ``duration`` for people at its unit boundaries and for what is not a time, and the
 status line for every shape a ``progress`` object may have (including one from a newer or older supervisor).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from supervisor.transfer import BAR_WIDTH, Progress, RateWindow, duration, figures, progress_text, too_slow
+from supervisor.evidence.transfer import BAR_WIDTH, Progress, RateWindow, duration, figures, progress_text, too_slow
 
 MIB = 1 << 20
 GIB = 1 << 30

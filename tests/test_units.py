@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.units import GIB, MAX_SIZE, MIB, fmt_bytes, is_ascii_digits, parse_size
+from supervisor.text.units import GIB, MAX_SIZE, MIB, fmt_bytes, is_ascii_digits, parse_size
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -1,11 +1,11 @@
-"""supervisor.watchstate, pure (a clock the test moves): a watch is blind once it had no reading for longer than
+"""evidence.watchstate, pure (a clock the test moves): a watch is blind once it had no reading for longer than
 its window, said once and again when it reads; idle is never blind; a failure is said once; a repeated line is
 said at its first coming, then counted, the count said once a period. And the status text's line of them."""
 
 from __future__ import annotations
 
-from supervisor.render import watch_lines
-from supervisor.watchstate import REPEATS_KEYS_MAX, WHY_CHARS, Repeats, Watches, WatchState
+from supervisor.evidence.watchstate import REPEATS_KEYS_MAX, WHY_CHARS, Repeats, Watches, WatchState
+from supervisor.status.render import watch_lines
 
 
 class Clock:

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from supervisor.console import Console
-from supervisor.logs import SupervisorLog, Unshipped
-from supervisor.loop import EventLoop, Faults
-from supervisor.redact import MASK, Redactor
-from supervisor.runtime import VerdictRecord, tell_listeners
-from supervisor.states import PhaseState
-from supervisor.verdict import Verdict
+from supervisor.engine.console import Console
+from supervisor.engine.logs import SupervisorLog, Unshipped
+from supervisor.engine.loop import EventLoop, Faults
+from supervisor.lifecycle.runtime import VerdictRecord, tell_listeners
+from supervisor.lifecycle.states import PhaseState
+from supervisor.lifecycle.verdict import Verdict
+from supervisor.text.redact import MASK, Redactor
 from supervisor.wiring import LifecycleEvents, PhaseView, ShutdownView
 
 SECRET = "hunter2-secret"
@@ -31,7 +31,7 @@ def phase(name: str, kind: str = "oneshot", report: str | None = None, **state: 
 
 
 class Lifecycle:
-    """What LifecycleEvents uses of supervisor.lifecycle.Lifecycle."""
+    """What LifecycleEvents uses of supervisor.lifecycle.lifecycle.Lifecycle."""
 
     def __init__(self) -> None:
         self.phases = [phase("bench", report="bench-done"), phase("curio", kind="service", report="running")]

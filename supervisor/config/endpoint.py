@@ -11,7 +11,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..redact import MASK, shown_url
+from ..text.redact import MASK, shown_url
 from .model import ConfigError
 from .values import _short, _string, describe
 

@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..redact import url_secrets
+from ..text.redact import url_secrets
 from .endpoint import _url, check_derived_label, check_label
 from .keys import ConfigPlugin, Key, take, unknown_hint
 from .model import ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec

@@ -18,8 +18,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..statepaths import STATUS_SOCKET
-from ..units import is_ascii_digits, parse_size
+from ..state.paths import STATUS_SOCKET
+from ..text.units import is_ascii_digits, parse_size
 from .model import ConfigError, ReadyCheck
 
 # Timers: select() takes at most 2**31 - 1 ms (24.86 days), and a backoff with full jitter doubles its delay;

@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..ansi import strip_ansi
+from ..text.ansi import strip_ansi
 
 _PROOF_RE = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(COMPLETED|FAILED|CANCELLED|TIMEOUT)\b")
 _FIELD_RE = re.compile(r"^\s*(total time|completed|failed|throughput):\s*(.*)$")

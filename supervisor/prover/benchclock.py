@@ -20,16 +20,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import verdict as v
-from ..firstseen import BENCH_CLOCK
-from ..managerrow import utc_text
-from ..states import PhaseState
-from ..transfer import duration
+from ..evidence.transfer import duration
+from ..lifecycle import verdict as v
+from ..lifecycle.states import PhaseState
+from ..manager.row import utc_text
+from ..state.firstseen import BENCH_CLOCK
 from .fleet import BENCH_DONE, fleet_settings
 
 if TYPE_CHECKING:
-    from ..loop import Timer
-    from ..managerrow import Row
+    from ..engine.loop import Timer
+    from ..manager.row import Row
     from ..wiring import ManagerLink, PhaseView, ProductionControl, Wiring
 
 # How often a running phase of the stretch is looked at.

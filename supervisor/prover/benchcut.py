@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import verdict as v
-from ..states import PhaseState
+from ..lifecycle import verdict as v
+from ..lifecycle.states import PhaseState
 from .bench import BenchResult
 from .fleet import BENCH_DONE, fleet_settings
 
 if TYPE_CHECKING:
-    from ..loop import Timer
-    from ..managerrow import Row
+    from ..engine.loop import Timer
+    from ..manager.row import Row
     from ..wiring import PhaseView, ProductionControl, Wiring
 
 # How often a running bench is looked at.

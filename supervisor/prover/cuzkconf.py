@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..gpu import GpuSample
-from ..units import fmt_bytes, parse_size
+from ..evidence.gpu import GpuSample
+from ..text.units import fmt_bytes, parse_size
 
 GIB = 1 << 30
 MIB = 1 << 20

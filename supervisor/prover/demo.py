@@ -17,13 +17,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..app.run import run
 from ..config import parse_plan
-from ..devmanager import DevManager
+from ..devmanager.server import DevManager
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
 from ..exits import EXIT_FAILURE
-from ..lifecycle import Lifecycle
-from ..run import run
-from ..stdio import say
+from ..lifecycle.lifecycle import Lifecycle
+from ..text.stdio import say
 from . import demofaults
 from .demofaults import FAULT_PHASE, PRODUCTION_FAULTS, FaultConfig
 from .plugin import PLUGIN

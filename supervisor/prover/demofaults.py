@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..devmanager import DevManager
-from ..fitness import expected_gpu_count
-from ..stdio import say
-from ..verdict import Verdict
+from ..devmanager.server import DevManager
+from ..lifecycle.fitness import expected_gpu_count
+from ..lifecycle.verdict import Verdict
+from ..text.stdio import say
 from .standins import fakenvml
 
 PRODUCTION_FAULTS = ("gpu", "proofs")

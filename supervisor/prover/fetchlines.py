@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..ansi import strip_ansi
-from ..hooks import ProgressReading
+from ..lifecycle.hooks import ProgressReading
+from ..text.ansi import strip_ansi
 
 _SIZE = r"(\d+(?:\.\d+)?)(B|KiB|MiB|GiB|TiB)"
 _READOUT_RE = re.compile(r"\[#[0-9a-f]+ " + _SIZE + "/" + _SIZE + r"\(\d+%\)")

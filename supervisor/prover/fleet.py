@@ -29,15 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..answers import AnswerError, shown
-from ..manager import Answer, ManagerClient, TransientError
-from ..states import PhaseState
+from ..lifecycle.states import PhaseState
+from ..manager.answers import AnswerError, shown
+from ..manager.client import Answer, ManagerClient, TransientError
 from ..wiring import CallKind, Payload
 from .gate import BenchGate
 
 if TYPE_CHECKING:
     from ..config.model import Plan
-    from ..managerrow import Row
+    from ..manager.row import Row
     from ..wiring import ManagerLink, PhaseView, ShutdownView, Wiring
 
 BENCH_DONE = "bench-done"

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from ..exits import EXIT_BENCH_REJECTED
 
 if TYPE_CHECKING:
-    from ..loop import Timer
-    from ..managerrow import Row
+    from ..engine.loop import Timer
+    from ..manager.row import Row
     from ..wiring import ProductionControl
 
 # Why the lifecycle does not go past the bench phase (the status view shows it).

@@ -9,9 +9,9 @@ these by name (supervisor/plugin.py ``hooks_for``).
 
 from __future__ import annotations
 
-from .. import verdict as v
 from ..config import Plan
-from ..hooks import HookContext, OutputHook, Prepare, Refusal
+from ..lifecycle import verdict as v
+from ..lifecycle.hooks import HookContext, OutputHook, Prepare, Refusal
 from . import cuzkconf
 from .bench import BenchParser, BenchResult, SingleProofParser
 from .configkeys import cuzk_settings

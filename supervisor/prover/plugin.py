@@ -21,11 +21,11 @@ from __future__ import annotations
 from importlib import resources
 from types import MappingProxyType
 
-from .. import verdict as v
 from ..config import Plan
-from ..fitness import Evidence, Finding
+from ..lifecycle import verdict as v
+from ..lifecycle.fitness import Evidence, Finding
+from ..lifecycle.policy import capped
 from ..plugin import Plugin
-from ..policy import capped
 from ..wiring import Wiring
 from . import benchclock, benchcut, cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, SECTION, cuzk_section, fleet_rules

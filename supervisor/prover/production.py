@@ -40,11 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import verdict as v
 from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
-from ..offloop import worker_thread
-from ..units import fmt_bytes
-from ..watchstate import said_error, short
+from ..engine.offloop import worker_thread
+from ..evidence.watchstate import said_error, short
+from ..lifecycle import verdict as v
+from ..text.units import fmt_bytes
 
 if TYPE_CHECKING:
     from ..wiring import PhaseView, Wiring
@@ -157,7 +157,7 @@ def parse_curio(text: str) -> tuple[int, int] | None:
 def _get(url: str) -> bytes:
     """The body of a 200 answer to GET ``url``, whole within READ_DEADLINE_S (the socket is cut when it passes:
     a peer that drips a byte a second never holds the reader longer); raises on anything else."""
-    from ..deadline import Watchdog  # (requests with it: on the reading thread, never at start)
+    from ..manager.deadline import Watchdog  # (requests with it: on the reading thread, never at start)
 
     deadline_s = READ_DEADLINE_S
     parts = urllib.parse.urlsplit(url)

@@ -15,7 +15,7 @@ import pytest
 from helpers import PY, REPO, Runner
 from profilekit import profile_runner
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from supervisor.lifecycle.states import PhaseState
 from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchcut import BENCH_CUT_CHECK_S, BenchCut, attach, hopeless
 from supervisor.prover.fleet import BENCH_DONE
-from supervisor.states import PhaseState
 from supervisor.wiring import PhaseView, Wiring
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from supervisor.prover import cuzkconf
 from supervisor.prover.cuzkconf import GIB, CuzkSettings, DoesNotFit, generate
-from supervisor.units import parse_size
+from supervisor.text.units import parse_size
 
 H100 = 80 * GIB
 

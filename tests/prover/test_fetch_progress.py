@@ -16,12 +16,12 @@ import pytest
 from helpers import PY, REPO, failure
 from profilekit import standin_env
 
-from supervisor import statepaths
+from supervisor.lifecycle.states import PhaseState
 from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchcut import BenchCut, hopeless
 from supervisor.prover.fetchlines import parse_fetch_text
 from supervisor.prover.standins.paramserve import ParamServer
-from supervisor.states import PhaseState
+from supervisor.state import paths as statepaths
 from supervisor.wiring import PhaseView
 
 MIB = 1 << 20

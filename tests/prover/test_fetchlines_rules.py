@@ -8,7 +8,7 @@ counts once, a file paramfetch only found ok counts with no bytes, the readout's
 
 from __future__ import annotations
 
-from supervisor.hooks import ProgressReading, ReadsProgress
+from supervisor.lifecycle.hooks import ProgressReading, ReadsProgress
 from supervisor.prover.fetchlines import ERROR_CHARS, FetchParser, FetchResult, aria2_size, parse_fetch_text
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30

@@ -1,6 +1,6 @@
 """Fitness before the download, and the instance given up at once when the lifecycle fails before production.
 
-The decisions (supervisor/fitness.py ``assess``) are pure: they are checked with real-shaped
+The decisions (supervisor/lifecycle/fitness.py ``assess``) are pure: they are checked with real-shaped
 evidence (the seeds' 125 GB instance, H100/H200 figures as NVML reports them). The whole path
 runs for real: the built-in prover profile with the stand-ins on PATH, the supervisor inside a
 real v1 memory cgroup or with its parameter cache on a real, too small tmpfs, the real pynvml
@@ -29,14 +29,14 @@ from helpers import (
     v1_cgroup,
 )
 
-from supervisor import fitness
 from supervisor.config import load_plan
+from supervisor.evidence.gpu import GpuDevice, GpuInventory, HungCall
+from supervisor.evidence.gpuwatch import Gpus
 from supervisor.exits import EXIT_FAILURE
-from supervisor.gpu import GpuDevice, GpuInventory, HungCall
-from supervisor.gpuwatch import Gpus
+from supervisor.lifecycle import fitness
 from supervisor.prover.cuzkconf import GIB
 from supervisor.prover.plugin import PLUGIN
-from supervisor.units import MIB as MiB
+from supervisor.text.units import MIB as MiB
 
 H100 = 81559 * MiB  # what NVML reports as memory.total for an H100 80GB HBM3
 H200 = 143771 * MiB  # and for an H200

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from supervisor import fitness
 from supervisor.config import load_plan, parse_plan
-from supervisor.gpu import GpuInventory
+from supervisor.evidence.gpu import GpuInventory
+from supervisor.lifecycle import fitness
 from supervisor.prover.plugin import PLUGIN
 
 ABSENT = GpuInventory(False, "no GPU: NVML unavailable (NVMLError_LibraryNotFound: NVML Shared Library Not Found)")

@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
-from supervisor.answers import AnswerError, Identity, register_answer
 from supervisor.config import ManagerSpec
 from supervisor.exits import EXIT_BENCH_REJECTED
-from supervisor.manager import ManagerClient, TransientError
+from supervisor.lifecycle.states import PhaseState
+from supervisor.lifecycle.verdict import Verdict
+from supervisor.manager.answers import AnswerError, Identity, register_answer
+from supervisor.manager.client import ManagerClient, TransientError
 from supervisor.prover.fleet import (
     BENCH_DONE,
     REASON_MAX_CHARS,
@@ -36,8 +38,6 @@ from supervisor.prover.fleet import (
     decide_give_up,
 )
 from supervisor.prover.gate import GATE_HOLD, BenchGate
-from supervisor.states import PhaseState
-from supervisor.verdict import Verdict
 from supervisor.wiring import CallKind, PhaseView, ShutdownView, Wiring
 
 # ---------------------------------------------------------------- stand-ins of what the core hands in

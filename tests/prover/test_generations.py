@@ -23,10 +23,10 @@ from helpers import PY, REPO, free_port, kill_tree, wait_for
 from profilekit import standin_env
 
 from supervisor.config import ConfigError, ReadyCheck, parse_plan
+from supervisor.engine.readiness import probe
 from supervisor.prover.cuzkconf import GIB, CuzkSettings, generate
 from supervisor.prover.plugin import PLUGIN
 from supervisor.prover.ready import cuzk_ready
-from supervisor.readiness import probe
 
 
 class Daemon:

@@ -16,9 +16,9 @@ from typing import Any
 import requests
 from helpers import Console, Runner, sh, started, toml_str
 
-from supervisor import statepaths
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_BENCH_REJECTED, EXIT_GIVEN_UP
+from supervisor.state import paths as statepaths
 
 WAIT_S = 90  # upper bounds against hanging, never measures
 

@@ -17,11 +17,11 @@ import pytest
 from helpers import Console, Runner, free_port, one_verdict, pyc, sh, toml_str, wait_for
 from standin_nvml import NvmlControl, fake_nvml_env
 
-from supervisor.devmanager import DevManager
-from supervisor.gpu import GpuFault
-from supervisor.gpuhealth import GpuHealth
-from supervisor.gpuwatch import Gpus
-from supervisor.states import PhaseState
+from supervisor.devmanager.server import DevManager
+from supervisor.evidence.gpu import GpuFault
+from supervisor.evidence.gpuwatch import Gpus
+from supervisor.lifecycle.gpuhealth import GpuHealth
+from supervisor.lifecycle.states import PhaseState
 
 
 @pytest.fixture

@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from supervisor.answers import UUID_RE, AnswerError, register_answer
 from supervisor.config import ManagerSpec
-from supervisor.loop import EventLoop
-from supervisor.manager import MAX_ANSWER_BYTES, RETRY_AFTER_MAX_S, ManagerClient, PermanentError, TransientError
-from supervisor.outbox import Call, Outbox
+from supervisor.engine.loop import EventLoop
+from supervisor.manager.answers import UUID_RE, AnswerError, register_answer
+from supervisor.manager.client import MAX_ANSWER_BYTES, RETRY_AFTER_MAX_S, ManagerClient, PermanentError, TransientError
+from supervisor.manager.outbox import Call, Outbox
+from supervisor.manager.sender import CallKinds, Sender
 from supervisor.prover.fleet import RUNNER_ID, FleetSettings, bench_answer, bench_done_call, check_runner_id
-from supervisor.sender import CallKinds, Sender
 
 SEED = 20261214
 CASES = 400

@@ -15,14 +15,14 @@ import requests
 from helpers import Runner, sh, toml_str
 from test_benchcut_rules import Production, Rig
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_BENCH_REJECTED
-from supervisor.firstseen import BENCH_CLOCK
-from supervisor.managerrow import Row, utc_text
+from supervisor.lifecycle.states import PhaseState
+from supervisor.manager.row import Row, utc_text
 from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchclock import BENCH_CLOCK_CHECK_S, BenchClock, past_deadline, stretch
 from supervisor.prover.gate import BenchGate
-from supervisor.states import PhaseState
+from supervisor.state.firstseen import BENCH_CLOCK
 from supervisor.wiring import PhaseView
 
 WAIT_S = 60

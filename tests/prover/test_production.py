@@ -17,7 +17,7 @@ import pytest
 from helpers import PY, REPO, Console, Runner, free_port, sh, toml_str, wait_for
 from profilekit import standin_env
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 from supervisor.prover.production import ProofWindow, Reading, parse_curio, parse_cuzk, summary_line
 
 # ---------------------------------------------------------------- pure

@@ -22,10 +22,10 @@ from types import SimpleNamespace
 import pytest
 
 from supervisor.config import ConfigError
-from supervisor.loop import EventLoop
+from supervisor.engine.loop import EventLoop
+from supervisor.evidence.watchstate import Watches
 from supervisor.prover import production
 from supervisor.prover.production import ProductionSettings, ProductionWatch, production_section, read_counters
-from supervisor.watchstate import Watches
 from supervisor.wiring import Wiring
 
 Answer = Callable[[socket.socket], None]

@@ -38,10 +38,10 @@ from helpers import (
 )
 from profilekit import DROP_PREFIXES, profile_runner
 
-from supervisor.cgroups import mem_total
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
+from supervisor.evidence.cgroups import mem_total
 from supervisor.exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_FAILURE
-from supervisor.units import GIB, parse_size
+from supervisor.text.units import GIB, parse_size
 
 PHASES = ["paramfetch", "warmup", "bench", "curio"]
 STATES = ["registered", "params_done", "bench_done", "running"]

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import verdict as v
 from supervisor.config import ConfigError
-from supervisor.hooks import HookContext, Refusal
+from supervisor.lifecycle import verdict as v
+from supervisor.lifecycle.hooks import HookContext, Refusal
+from supervisor.lifecycle.verdict import Verdict
 from supervisor.prover import hooks
 from supervisor.prover.bench import BenchParser, BenchResult, SingleProofParser
 from supervisor.prover.cuzkconf import CuzkSettings
 from supervisor.prover.fetchlines import FetchParser
-from supervisor.verdict import Verdict
 
 GIB = 1 << 30
 

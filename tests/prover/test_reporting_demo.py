@@ -30,7 +30,7 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_BENCH_REJECTED
 from supervisor.prover.demo import demo_config
 

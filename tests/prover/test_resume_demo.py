@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 from helpers import Console, Runner, free_port, outbox_rows, wait_for
 
-from supervisor.devmanager import DevManager
+from supervisor.devmanager.server import DevManager
 from supervisor.prover.demo import demo_config
 
 SPEED = 0.05

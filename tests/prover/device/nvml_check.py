@@ -3,7 +3,7 @@
     python tests/prover/device/nvml_check.py [--event-wait-s 5]
 
 Run by hand, never by CI (pytest does not collect it: no test_ prefix). On a machine with a GPU it opens
-NVML the way the supervisor does (``supervisor.gpu``), takes the inventory the fitness check reads, samples
+NVML the way the supervisor does (``supervisor.evidence.gpu``), takes the inventory the fitness check reads, samples
 utilisation and memory twice, registers for Xid events and waits one bounded event period, runs the
 fitness check of the built-in profile against what it found, and generates cuzk.toml from those samples.
 Each step prints one line with its time (ms) and what it found; a step that raised prints its error and
@@ -30,10 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from supervisor import gpu, gpuevents  # (the repository's own code, wherever the script is run from)
-from supervisor.cgroups import mem_total
 from supervisor.config import load_plan
-from supervisor.fitness import Evidence, assess, expected_gpu_count
+from supervisor.evidence import gpu, gpuevents  # (the repository's own code, wherever the script is run from)
+from supervisor.evidence.cgroups import mem_total
+from supervisor.lifecycle.fitness import Evidence, assess, expected_gpu_count
 from supervisor.prover.configkeys import cuzk_settings
 from supervisor.prover.cuzkconf import DoesNotFit, generate
 from supervisor.prover.plugin import PLUGIN

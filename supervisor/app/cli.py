@@ -1,0 +1,236 @@
+"""Command line: ``run``, ``check``, ``status``, ``demo``, ``standins``, ``dev-manager``.
+
+A bare ``prover-supervisor`` (no command) prints its help on stderr and exits 2, as a command line
+missing its command: ``docker exec … prover-supervisor`` must not start a second lifecycle by accident.
+The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
+
+- ``run [--config F] [--rebench] [--fresh]``: supervise the lifecycle (config from --config, else
+  $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status; on a
+  state_dir whose instance was given up it runs nothing and exits 79, unless ``--fresh`` (givenup.py);
+- ``check --config F``: validate a config, start nothing;
+- ``status [--json] [--watch [--interval S]] [--state-dir D | --config F]``: what the running
+  supervisor does, else what it last saved and what became of it (statuscmd.py);
+- ``demo [--fail MODE] [--phase P] [--keep]``: the whole lifecycle with the stand-ins (``--fail gpu``,
+  ``--fail proofs``: production breaks; prover/demofaults.py);
+- ``standins --bin-dir DIR``: write the stand-ins under the real programs' names;
+- ``dev-manager [--port N]``: a stand-in of the fleet manager's API on 127.0.0.1.
+
+Exit statuses are named in exits.py: 0 done (``status``: a supervisor answers; ``status --watch``
+ended by Ctrl-C), 2 a bad config or command line (one line on stderr, nothing started), 3 ``status``
+found none running (exited, or gone: killed with what it started maybe still alive), 75
+another supervisor already runs from this state_dir, 130 a command other than ``run`` was
+interrupted (Ctrl-C); otherwise ``run`` passes on the status of the lifecycle (1, 69, 70, the
+failing child's exit code, or 128 + a signal).
+
+This is the composition root's one import of the prover (run.py, startup.py and observers.py are handed
+it as a Plugin). Every config is
+loaded with its plugin (``supervisor.prover.plugin.PLUGIN``: ``[cuzk]``, the fleet keys, the built-in
+profile), which ``run`` is handed too; the rest of the core knows no plugin but the one it is given.
+
+``main``'s first step holds every signal the supervisor catches (signals.py), before argparse
+and the imports that take time: a Ctrl-C or SIGTERM in the first instants waits for ``run``'s
+loop, which gives it its meaning; the other commands release them once the command is known.
+All output goes through ``stdio.say``: a closed, full or broken stream costs lines, never the
+command's exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+from pathlib import Path
+
+from .. import __version__
+from ..engine.signals import hold_signals, release_signals
+from ..exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from ..text.stdio import STDERR, keep_std_fds_open, say, settle
+
+PROG = "prover-supervisor"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Lifecycle supervisor for a GPU proving container.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p_run = sub.add_parser("run", help="run the lifecycle (config: --config, $SUPERVISOR_CONFIG, or the built-in "
+                                       "prover profile)")
+    p_run.add_argument("--config", metavar="FILE", help="TOML config file")
+    p_run.add_argument("--rebench", action="store_true",
+                       help="run the benchmark again even if it passed on this machine recently")
+    p_run.add_argument("--fresh", action="store_true",
+                       help="start over on a state_dir whose instance was given up (registers afresh)")
+    p_status = sub.add_parser("status", help="what the running supervisor does, since when and why")
+    p_status.add_argument("--json", action="store_true", help="the whole snapshot as JSON, for machines")
+    p_status.add_argument("--state-dir", metavar="DIR", help="the supervisor's state_dir (default: from --config, "
+                                                              "$SUPERVISOR_CONFIG or the prover profile)")
+    p_status.add_argument("--config", metavar="FILE", help="read state_dir from this config")
+    p_status.add_argument("--watch", action="store_true", help="redraw the text until Ctrl-C")
+    p_status.add_argument("--interval", type=interval_seconds, default=None, metavar="S",
+                          help="--watch's redraw interval in seconds (default 1)")
+    p_check = sub.add_parser("check", help="validate a config file and exit (0 valid, 2 not)")
+    p_check.add_argument("--config", metavar="FILE", required=True, help="TOML config file")
+    p_demo = sub.add_parser("demo", help="run the whole lifecycle locally with the built-in stand-in programs")
+    p_demo.add_argument("--fail", metavar="MODE", default=None,
+                        choices=["crash", "hang", "oom", "ignore-term", "segv", "orphan", "daemon-crash", "gpu",
+                                 "proofs"],
+                        help="make one stand-in fail: crash, hang, oom, ignore-term, segv, orphan, daemon-crash; "
+                             "or break production: gpu (a fatal Xid), proofs (every proof fails)")
+    p_demo.add_argument("--phase", default=None, choices=["paramfetch", "bench", "curio"],
+                        help="the phase whose program fails with --fail (default: bench; gpu and proofs: curio)")
+    p_demo.add_argument("--keep", action="store_true", help="keep the demo's temporary directory")
+    p_std = sub.add_parser("standins", help="write the stand-in programs under their real names into a directory")
+    p_std.add_argument("--bin-dir", required=True, metavar="DIR", help="where to write curio, cuzk-daemon, ...")
+    p_dev = sub.add_parser("dev-manager", help="serve a stand-in of the fleet manager's API on 127.0.0.1")
+    p_dev.add_argument("--port", type=tcp_port, default=1235, help="port to listen on (default 1235, the manager's)")
+    return parser
+
+
+def tcp_port(text: str) -> int:
+    """An argparse type: 0..65535 in ASCII digits (int() would take "²" and bind() refuse 99999 with a traceback)."""
+    from ..text.units import is_ascii_digits
+
+    if not is_ascii_digits(text) or len(text) > 5 or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
+    return int(text)
+
+
+def interval_seconds(text: str) -> float:
+    """An argparse type: --interval in seconds, a finite number of at least WATCH_INTERVAL_MIN_S."""
+    from ..status.command import WATCH_INTERVAL_MIN_S
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= WATCH_INTERVAL_MIN_S or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= {WATCH_INTERVAL_MIN_S:g}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    mask = hold_signals()  # first of all: see the module docstring
+    keep_std_fds_open()
+    faulthandler.enable(file=STDERR, all_threads=True)  # a fatal fault's last words, until run.py has the log
+    command = "run"
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            release_signals(mask)
+            say(parser.format_help().rstrip("\n"), err=True)
+            return EXIT_CONFIG_ERROR
+        command = args.command
+        if command != "run":
+            release_signals(mask)  # no inbox will take them: Ctrl-C is KeyboardInterrupt again
+        return dispatch(args)
+    except KeyboardInterrupt:
+        say(f"{PROG} {command}: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    finally:
+        settle()
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    # Imported only now, with the signals held: config and run import most of the package.
+    from ..config import ConfigError
+    from .startup import AlreadyRunning, SetupError
+
+    try:
+        if args.command == "check":
+            return check_config(args)
+        if args.command == "demo":
+            from ..prover.demo import run_demo
+
+            return run_demo(fail=args.fail, fail_phase=args.phase, keep=args.keep, prog=PROG)
+        if args.command == "standins":
+            return write_standins(args)
+        if args.command == "dev-manager":
+            from ..devmanager.server import serve
+
+            return serve(args.port)
+        if args.command == "status":
+            return show_status(args)
+        if args.command in (None, "run"):
+            from ..config import load_plan
+            from ..prover.plugin import PLUGIN
+            from .run import run
+
+            return run(load_plan(config_path(args), PLUGIN), PLUGIN, rebench=getattr(args, "rebench", False),
+                       fresh=getattr(args, "fresh", False))
+    except (ConfigError, SetupError) as exc:
+        say(f"{PROG}: {exc}", err=True)
+        return EXIT_CONFIG_ERROR
+    except AlreadyRunning as exc:
+        say(f"{PROG}: {exc}", err=True)
+        return EXIT_ALREADY_RUNNING
+    return EXIT_CONFIG_ERROR  # pragma: no cover - argparse rejects unknown commands
+
+
+def config_path(args: argparse.Namespace) -> str | None:
+    """--config, else $SUPERVISOR_CONFIG, else None: the built-in prover profile."""
+    return getattr(args, "config", None) or os.environ.get("SUPERVISOR_CONFIG") or None
+
+
+def check_config(args: argparse.Namespace) -> int:
+    from ..config import load_plan
+    from ..prover.plugin import PLUGIN
+
+    plan = load_plan(args.config, PLUGIN)
+    kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
+    say(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
+    return EXIT_OK
+
+
+def write_standins(args: argparse.Namespace) -> int:
+    from ..prover.standins.install import write_bin_dir
+    from .startup import SetupError
+
+    try:
+        written = write_bin_dir(args.bin_dir)
+    except OSError as exc:
+        raise SetupError(f"--bin-dir {args.bin_dir}: cannot write there: {exc.strerror or exc}") from None
+    for path in written:
+        say(str(path))
+    return EXIT_OK
+
+
+def show_status(args: argparse.Namespace) -> int:
+    """Ask the running supervisor; if none answers, show what it last wrote and what became of it (exit 3)."""
+    from ..config import ConfigError, check_state_dir, load_plan
+    from ..prover.plugin import PLUGIN
+    from ..status.command import WATCH_INTERVAL_S, show, watch
+
+    if args.interval is not None and not args.watch:
+        raise ConfigError("--interval goes with --watch")
+    if args.watch and args.json:
+        raise ConfigError("--watch redraws the text; --json is one answer for machines: not both")
+    hint = ""
+    if args.state_dir:
+        state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
+    elif config_path(args) is not None:
+        state_dir = Path(load_plan(config_path(args), PLUGIN).supervisor.state_dir)
+    else:  # bare: the running supervisor, whatever its state_dir (runpointer.py), else the profile's
+        state_dir, hint = bare_status_dir(Path(load_plan(None, PLUGIN).supervisor.state_dir))
+    if args.watch:
+        return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint)
+    return show(state_dir, args.json, hint)
+
+
+def bare_status_dir(profile_dir: Path) -> tuple[Path, str]:
+    """Where a bare ``status`` looks: the state_dir of the live supervisor the pointer names, else the built-in
+    profile's; and what to add when nothing is found there (a supervisor may run with a state_dir of its own)."""
+    from ..status.pointer import pointed
+
+    found = pointed()
+    if found is not None and found.live:
+        return found.state_dir, ""
+    if found is not None and found.state_dir != profile_dir:
+        return profile_dir, (f"; the last supervisor started here (pid {found.pid}, not running) had state_dir "
+                             f"{found.state_dir}: `status --state-dir {found.state_dir}`")
+    return profile_dir, ("; one started with a state_dir of its own is found with `status --config FILE` or "
+                         "`status --state-dir DIR`")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""Step 8 of run.py: what watches the lifecycle from outside, wired to it.
+
+The reporter hears every phase change and verdict; status.json is saved at every change; the status
+socket answers ``prover-supervisor status``; health and metrics serve 127.0.0.1:http_port; on a
+shutdown for a failure the manager is told why before it is told to give the instance up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Plan
+from ..engine.logs import SupervisorLog
+from ..engine.loop import EventLoop, summary
+from ..engine.signals import SignalRouter
+from ..evidence.memwatch import MemoryWatch
+from ..exits import EXIT_KILLED, EXIT_OK
+from ..lifecycle.lifecycle import Lifecycle
+from ..plugin import Plugin
+from ..state import paths as statepaths
+from ..status import pointer as runpointer
+from ..status import snapshot as snapshot_mod
+from ..status.file import StateFile
+from ..status.socket import StatusServer
+from ..status.timers import Timeline
+from ..wiring import LifecycleEvents, Wiring
+from .startup import Core, Host, Supervision
+from .teardown import write_termination_log
+
+
+@dataclass
+class Observers:
+    """What watches the lifecycle from outside: status.json, the status socket, health and metrics."""
+
+    state_file: StateFile
+    status_server: StatusServer | None  # None: the socket could not be made (said)
+    health: Any  # a HealthServer, or None when http_port is 0 or taken
+    pointer: Path | None = None  # the well-known pointer to this supervisor (runpointer.py), if written
+
+
+def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
+                   router: SignalRouter) -> Observers:
+    lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
+    lifecycle.listeners.append(reporter.phase_changed)
+    rt.verdicts.on_verdict.append(reporter.verdict)
+    lifecycle.on_shutdown.append(reporter.shutting_down)
+    # The plugin's listeners after the reporter's (its give-up after the reason lines above: the manager
+    # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
+    extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
+    attach_plugin(plan, plugin, host, core, sup, extras)
+    # The manager's word on the instance is final: a killed row stops the lifecycle in order (after the
+    # plugin heard the kill: its give-up must not answer a killed row).
+    reporter.view.kill_listeners.append(lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED))
+    timeline = Timeline()  # when each phase started and ended: heard before status.json is written
+    lifecycle.listeners.append(timeline.changed)
+
+    def take_snapshot(usage: bool = True) -> dict[str, Any]:
+        snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
+                                     lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
+                                     verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage,
+                                     extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir,
+                                     watches=rt.evidence.watches)
+        if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
+            snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
+                               "giving_up": router.flush.giving_up}
+        return snap
+
+    # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
+    state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
+    lifecycle.listeners.append(state_file.changed)
+    rt.verdicts.on_verdict.append(state_file.changed)
+    lifecycle.on_shutdown.append(lambda _why, status: write_first(plan, host, sup, state_file, router, status))
+    status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
+    health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
+    return Observers(state_file, status_server, health, point_here(host.state_dir, host.log))
+
+
+def write_first(plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter,
+                status: int) -> None:
+    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: the state and the
+    termination log are written now, before any child's grace runs (the exit writes them again)."""
+    if router.budget is None:
+        return
+    state_file.save()
+    if status != EXIT_OK:
+        write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, host.log)
+
+
+def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:
+    """The well-known pointer names this supervisor: a bare ``status`` finds it whatever its state_dir."""
+    try:
+        return runpointer.point_here(state_dir, statepaths.path(state_dir, statepaths.STATUS_SOCKET))
+    except OSError as exc:
+        log(f"status: cannot write the pointer {runpointer.pointer_path()} ({exc.strerror or exc}); a bare "
+            f"`prover-supervisor status` needs --state-dir {state_dir} to find this supervisor")
+        return None
+
+
+def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
+                  extras: dict[str, list[Callable[[], Mapping[str, Any]]]]) -> None:
+    """What the plugin may hear and drive (wiring.py), handed to it before the reporting starts."""
+    if plugin.attach is None:
+        return
+    evidence = sup.rt.evidence
+    memory_of = MemoryWatch(lambda: (), evidence.memory).use_of if evidence.memory is not None else None
+
+    def machine(phase: str) -> dict[str, Any]:
+        use = memory_of(phase) if memory_of is not None else None
+        return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
+                "gpu_utilization": [s.utilization for s in evidence.gpu_samples()]}
+
+    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.verdicts.on_verdict),
+                    production=sup.lifecycle,
+                    manager=sup.reporter.link() if sup.reporter.enabled else None,
+                    export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,
+                    add_status=lambda name, provider: extras.setdefault(name, []).append(provider), machine=machine,
+                    watch_state=evidence.watches.new)
+    plugin.attach(wiring)
+
+
+def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callable[..., dict[str, Any]],
+                        log: SupervisorLog) -> StatusServer | None:
+    try:
+        return StatusServer(loop, state_dir, take_snapshot, log)
+    except OSError as exc:  # (no fd left, a path too long for a unix socket)
+        log(f"status: cannot listen on {statepaths.path(state_dir, statepaths.STATUS_SOCKET)} "
+            f"({exc.strerror or exc}); "
+            "`prover-supervisor status` shows status.json only")
+        return None
+
+
+def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., dict[str, Any]],
+                 log: SupervisorLog) -> Any:
+    """Health and metrics on 127.0.0.1:http_port, fed by a heartbeat of the loop."""
+    port = plan.supervisor.http_port
+    if not port:
+        return None
+    from ..status.health import HEARTBEAT_S, HealthServer, HealthState, metrics_text  # only when asked for
+
+    state = HealthState()
+    try:
+        server = HealthServer(port, state, log)
+    except OSError as exc:
+        log(f"health: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); /healthz and /metrics are off")
+        return None
+    except RuntimeError as exc:  # no thread to serve it
+        log(f"health: cannot serve 127.0.0.1:{port} ({summary(exc)}); /healthz and /metrics are off")
+        return None
+    production = lifecycle.production()
+
+    def beat() -> None:
+        loop.call_later(HEARTBEAT_S, beat)  # first: a beat that raises (contained by the loop) is not the last
+        ready = bool(production) and all(p.up for p in production)
+        state.publish(ready, metrics_text(take_snapshot(usage=False)))
+
+    beat()
+    log(f"health: http://127.0.0.1:{server.port}/healthz, /readyz, /metrics")
+    return server

@@ -1,0 +1,319 @@
+"""The supervisor's start, steps 1 to 7 of run.py: each a function that does one thing and says so.
+
+1. ``take_the_lock``: state_dir and log_dir usable, state_dir's lock held (a second supervisor exits 75);
+2. ``become_init``: the init role (PID 1 or subreaper), the OOM killer's aim away from us, the console and
+   supervisor.log (its first line says which role we took), a fatal fault's last words into it;
+3. ``build_core``: the event loop, the reaper, the memory evidence;
+4. ``route_signals``: every signal into the loop, with its meaning (signals.py);
+5. ``kill_survivors_of_dead_supervisors`` (survivors.py) and 6. ``empty_leftover_cgroups``: what a SIGKILLed
+   predecessor of this state_dir left running, ended before anything of ours starts;
+7. ``build_lifecycle``: the GPU thread, the runtime, the manager reporter, the lifecycle with the plugin's
+   phase hooks and what the last run learnt (resume).
+
+What they make is held in the small records below (``Host``, ``Core``, ``Signals``, ``Supervision``), which
+the observers (observers.py) and the exit (teardown.py) take too. A step that fails for want of a resource
+is ``SetupError``: one line, exit 2, nothing of the lifecycle started (``setting_up``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from ..config import Plan
+from ..engine.console import Console
+from ..engine.logs import SUPERVISOR_LOG, LogFile, SupervisorLog
+from ..engine.loop import EventLoop, summary
+from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
+from ..engine.signals import SignalInbox, SignalRouter, last_words_to, signal_name
+from ..engine.survivors import STATE_DIR_ENV, kill_cgroup
+from ..evidence.gpuwatch import Gpus
+from ..evidence.memory import MemoryEvidence
+from ..lifecycle import resume
+from ..lifecycle.lifecycle import Lifecycle
+from ..lifecycle.runtime import ChildKit, MachineEvidence, Runtime
+from ..lifecycle.states import PhaseState
+from ..manager.logship import EarlyLines
+from ..manager.reporting import Reporter
+from ..plugin import Plugin, hooks_for
+from ..state import paths as statepaths
+from ..state.firstseen import FETCH_CLOCK, FirstSeen
+from ..text.redact import Redactor, url_secrets
+
+T = TypeVar("T")
+# Orphans reaped in one pass beyond this many are summarised, not listed one by one.
+ORPHANS_LISTED = 5
+
+
+class SetupError(Exception):
+    """The environment cannot host the run (e.g. log_dir not writable): exit 2, one line."""
+
+
+class AlreadyRunning(Exception):
+    """Another supervisor holds the lock in state_dir: exit 75, one line, nothing started."""
+
+
+@dataclass
+class Host:
+    """What becoming init gives: our role, the console and log, and what every child inherits."""
+
+    started_at: float
+    role: str
+    child_oom_score_adj: int | None
+    console: Console
+    log: SupervisorLog
+    redactor: Redactor
+    early_lines: EarlyLines  # the lines logged before the manager knows us, sent once it does
+    state_dir: Path
+    log_dir: Path
+
+
+@dataclass
+class Core:
+    """The loop and what must exist before any child: the reaper and the memory evidence."""
+
+    loop: EventLoop
+    reaper: Reaper
+    memory: MemoryEvidence
+
+
+@dataclass
+class Supervision:
+    """The lifecycle and what serves it; ``outcome`` gets the exit status once the lifecycle is over."""
+
+    rt: Runtime
+    reporter: Reporter
+    lifecycle: Lifecycle
+    record: resume.ResumeRecord  # what the last run learnt, and each phase's facts once done (resume.json)
+    outcome: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Signals:
+    """The inbox that brings signals into the loop, and the router that gives each its meaning."""
+
+    inbox: SignalInbox
+    router: SignalRouter
+
+    def carry_on(self, loop: EventLoop) -> bool:
+        """Between startup steps: take in what was signalled meanwhile; False once a stop was asked for."""
+        loop.run_once(max_wait=0)
+        return self.router.stop_requested is None
+
+
+
+def setting_up(host: Host, what: str, step: Callable[[], T]) -> T:
+    """A startup step that fails for want of a resource (no fd left under a small ``ulimit -n``, /proc
+    unreadable): the environment cannot host the run; one line, exit 2, nothing of the lifecycle started.
+    The console's thread is ended first: a daemon thread still running at the interpreter's exit dies in
+    pthread_exit, which must load libgcc_s, and with no fd left glibc aborts the process (SIGABRT)."""
+    try:
+        return step()
+    except (OSError, SetupError) as exc:
+        host.console.close()
+        if isinstance(exc, SetupError):
+            raise
+        raise SetupError(f"cannot {what}: {exc.strerror or exc}") from None
+
+
+# ---------------------------------------------------------------- 1. take the lock
+
+
+def take_the_lock(plan: Plan) -> int:
+    prepare_dirs(plan)
+    return take_lock(plan.supervisor.state_dir)
+
+
+def prepare_dirs(plan: Plan) -> None:
+    for key, path in (("supervisor.state_dir", plan.supervisor.state_dir),
+                      ("supervisor.log_dir", plan.supervisor.log_dir)):
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            if not os.access(path, os.W_OK):
+                raise PermissionError(13, "not writable")
+        except OSError as exc:
+            raise SetupError(f"{key}: cannot use {path}: {exc.strerror or exc}") from None
+
+
+def take_lock(state_dir: str) -> int:
+    """Hold ``state_dir/supervisor.lock`` for our whole life; the kernel drops it when we die."""
+    path = os.path.join(state_dir, statepaths.LOCK)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:  # (EMFILE under a tiny ulimit -n, a state_dir gone read-only)
+        raise SetupError(f"supervisor.state_dir: cannot open {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise AlreadyRunning(f"another prover-supervisor (pid {holder}) already runs the lifecycle from "
+                             f"{state_dir}; not starting a second one") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # a full state_dir: the pid in the file only names the holder, the lock is what counts
+    return fd
+
+
+# ---------------------------------------------------------------- 2. become init
+
+
+def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
+    role = claim_init_role()
+    oom, child_oom_score_adj = protect_from_oom_killer()
+    console = Console(console_fd, enabled=plan.supervisor.console)
+    log_dir = Path(plan.supervisor.log_dir)
+    log = SupervisorLog(console, LogFile(log_dir / SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes))
+    redactor = secrets_of(plan)
+    log.redactor = redactor
+    early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
+    log.taps.append(early_lines.tap)
+    console.notify = log  # a console lost later (EPIPE, a full disk) is said once, in supervisor.log
+    log(f"prover-supervisor pid {os.getpid()} as {role}; {oom}; config: {plan.source}; "
+        f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
+    if console.lost_at_start:
+        log(f"console: {console.lost_at_start}; console lines are lost (supervisor.log has the supervisor's own)")
+    point_last_words_at(log_dir / SUPERVISOR_LOG, log)
+    return Host(started_at, role, child_oom_score_adj, console, log, redactor, early_lines,
+                Path(plan.supervisor.state_dir), log_dir)
+
+
+def point_last_words_at(path: Path, log: SupervisorLog) -> None:
+    """A fatal fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP) writes every thread's traceback
+    to supervisor.log through an fd of its own (the log's own fd changes when it rolls over), then dies; the
+    children it leaves are named in status.json and ended by the next start. Until this fd exists (and where
+    it cannot be had) the last words go to stderr (cli.main)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        log(f"cannot open {path} for a fatal fault's last words ({exc.strerror or exc}); they go to stderr")
+        return
+    last_words_to(fd)
+
+
+def secrets_of(plan: Plan) -> Redactor:
+    """Every value that must never be shown: the manager token, env values with secret-looking names, and the
+    password in a manager URL."""
+    envs = [os.environ, plan.supervisor.env]
+    for phase in plan.phases:
+        envs += [phase.command.env, *(d.env for d in phase.daemons)]
+    extra = [plan.manager.token_env] if plan.manager.token_env else []
+    urls = url_secrets(plan.manager.url) + url_secrets(plan.manager.events_url)
+    return Redactor.from_environments(envs, extra).plus(urls)
+
+
+# ---------------------------------------------------------------- 3-6. the core, signals, what a predecessor left
+
+
+def build_core(plan: Plan, host: Host) -> Core:
+    loop = EventLoop()
+    loop.faults.log = host.log  # what a callback raised, with its traceback, goes to supervisor.log
+    threading.excepthook = _thread_death_logger(loop, host.log)
+    reaper = Reaper(on_orphan=_orphan_logger(host.log))
+    memory = MemoryEvidence(loop, host.log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
+                            ledger=statepaths.path(host.state_dir, statepaths.CGROUP_LEDGER))
+    host.log(memory.describe())
+    return Core(loop, reaper, memory)
+
+
+def route_signals(core: Core, log: SupervisorLog, stop_budget_s: float | None = None) -> Signals:
+    """From here to the exit every signal has its meaning (signals.py); they were held since main began."""
+    router = SignalRouter(core.reaper, log, stop_budget_s)
+    inbox = SignalInbox(core.loop, router.handle)
+    if inbox.ignored:
+        log(f"{', '.join(map(signal_name, sorted(inbox.ignored)))} came ignored (nohup): kept ignored, never forwarded")
+    return Signals(inbox, router)
+
+
+def _thread_death_logger(loop: EventLoop, log: SupervisorLog) -> Callable[[threading.ExceptHookArgs], None]:
+    """A thread killed by what it raised (the sender, a shipper) costs what it did, said in the log: one line
+    for what the machine refused (no fd left), the traceback once for a bug; never a traceback on stderr."""
+
+    def died(args: threading.ExceptHookArgs) -> None:
+        exc = args.exc_value
+        name = args.thread.name if args.thread is not None else "?"
+        if exc is None or isinstance(exc, SystemExit):
+            return
+        if isinstance(exc, OSError):
+            log(f"the {name} thread died: {summary(exc)}; what it did is off from here")
+        else:
+            loop.faults.report(f"the {name} thread (it died)", exc)
+
+    return died
+
+
+def empty_leftover_cgroups(memory: MemoryEvidence, log: Callable[[str], None]) -> None:
+    """What a SIGKILLed predecessor's escapees left (they cleared their environment: no tag finds them,
+    only the phase cgroups they were born in): kill them, then remove the emptied cgroups."""
+    for owner, stale in memory.leftover_cgroups():
+        if kill_cgroup(stale.procs_file(), log, f"left in {stale.path} by supervisor pid {owner}, which died"):
+            stale.remove()
+
+
+def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:
+    """Orphans re-parented to us are reaped and noted; a storm of them is summarised."""
+    state = {"count": 0}
+
+    def on_orphan(pid: int, status: ExitStatus) -> None:
+        state["count"] += 1
+        n = state["count"]
+        if n <= ORPHANS_LISTED or n % 1000 == 0:
+            log(f"reaped orphan pid {pid} ({status.describe()}); {n} orphan(s) reaped so far")
+
+    return on_orphan
+
+
+# ---------------------------------------------------------------- 7. build the lifecycle
+
+
+def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench: bool) -> Supervision:
+    gpus = sample_gpus()
+    spawning = ChildKit(
+        loop=core.loop, reaper=core.reaper, console=host.console, log=host.log, log_dir=host.log_dir,
+        ring_lines=plan.supervisor.ring_lines, log_file_max_bytes=plan.supervisor.log_file_max_bytes,
+        base_env={**os.environ, STATE_DIR_ENV: str(host.state_dir)},
+        # The OOM killer must pick one of the children, never us.
+        child_oom_score_adj=host.child_oom_score_adj, memory=core.memory, redactor=host.redactor,
+    )
+    first_seen = FirstSeen(host.state_dir, host.log)  # before the register: the manager's clock starts after
+    rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus, first_seen=first_seen),
+                    state_dir=host.state_dir, rebench=rebench)
+    reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,
+                        host.early_lines)
+    reporter.on_identity(first_seen.registered)
+    reporter.view.row_listeners.append(first_seen.heard_row)  # the manager's clocks, where earlier than ours
+    reporter.view.first_seen = first_seen
+    fetch_s = next((p.progress_deadline_s for p in plan.phases if p.report == "param-done" and p.progress_deadline_s),
+                   None)
+    if fetch_s is not None:
+        reporter.view.deadlines[FETCH_CLOCK] = fetch_s
+    if reporter.enabled:
+        spawning.ship_lines = reporter.ship_lines
+    outcome: dict[str, int] = {}
+
+    def finished(status: int) -> None:
+        outcome["status"] = status
+        core.loop.stop()
+
+    record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
+    lifecycle = Lifecycle(plan, rt, finished, hooks_for(plugin, plan), record=record)
+    lifecycle.listeners.append(record.phase_changed)  # first: a phase's facts are kept before anything else
+    lifecycle.listeners.append(lambda phase: first_seen.param_done() if phase.spec.report == "param-done"
+                               and phase.state is PhaseState.DONE else None)  # the benchmark's clock starts
+    return Supervision(rt, reporter, lifecycle, record, outcome)
+
+
+def sample_gpus() -> Gpus:
+    """The GPU thread, started at once: it opens NVML (or finds none) and takes a first sample while the
+    rest starts, for the stall watch, cuzk.toml, resume, fitness and status; ``check_fitness`` says what
+    it found before the first phase."""
+    gpus = Gpus()
+    gpus.start()
+    return gpus

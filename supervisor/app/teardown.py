@@ -1,0 +1,106 @@
+"""The supervisor's exit, one step a line, in this order (run.py's step 10):
+
+1. nothing of ours is left alive: SIGKILL to every descendant, reap, remove the phase cgroups;
+2. the last state on disk: status.json, the termination log on failure (both written already when a
+   stop signal from outside came: stopbudget.py);
+3. what a stop budget cut short, one line; "exiting with status N";
+4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
+   meaning, the reaper runs, the status socket answers, the sender's retries and answers are
+   handed back into the loop;
+5. close what was opened: the status socket, the pointer to it (runpointer.py), health, the signal
+   inbox, the loop, the console; the lock goes last.
+
+Each step contains its own failure (a read-only state_dir under the socket or status.json, no
+file descriptor left, a bug): said in one line, the rest of the exit goes on, and the exit status
+is the one the lifecycle decided.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..engine.exitflush import FLUSH_POLL_S, ExitFlush
+from ..engine.loop import EventLoop, summary
+from ..engine.survivors import sweep_descendants
+from ..exits import EXIT_FAILURE, EXIT_OK
+from ..status.pointer import unpoint
+
+if TYPE_CHECKING:
+    from ..config import Plan
+    from ..engine.logs import SupervisorLog
+    from ..lifecycle.lifecycle import Lifecycle
+    from ..manager.reporting import FlushWait
+    from .observers import Observers
+    from .startup import Core, Host, Signals, Supervision
+
+# The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
+TERMINATION_LOG_MAX_BYTES = 4096
+
+
+def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, observers: Observers, signals: Signals,
+              lock_fd: int) -> int:
+    """Whatever happened, end the run in the order above; returns the exit status (EXIT_FAILURE if the
+    lifecycle never gave one)."""
+    status = sup.outcome.get("status", EXIT_FAILURE)
+    log = host.log
+
+    def step(what: str, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except Exception as exc:
+            log(f"exit: {what} failed ({summary(exc)}); the rest of the exit goes on")
+
+    step("killing what is left", lambda: sweep_descendants(log))
+    step("reaping", core.reaper.reap)
+    step("removing the phase cgroups", core.memory.close)
+    step("saving status.json", observers.state_file.save)
+    if status != EXIT_OK:
+        step("writing the termination log",
+             lambda: write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, log))
+    if signals.router.budget is not None:  # a stop signal from outside: say what its budget cut short
+        log(signals.router.budget.cut_short())
+    log(f"exiting with status {status}")
+    why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
+    step("the manager's exit flush", lambda: sup.reporter.stop(status, why, flush_with_the_loop(core.loop, signals)))
+    if observers.status_server is not None:
+        step("closing the status socket", observers.status_server.close)
+    pointer = observers.pointer
+    if pointer is not None:
+        step("removing the pointer to this supervisor", lambda: unpoint(pointer))
+    if observers.health is not None:
+        step("closing health", observers.health.close)
+    step("closing signal handling", signals.inbox.close)
+    step("closing the loop", core.loop.close)
+    host.console.close()
+    os.close(lock_fd)
+    return status
+
+
+def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:
+    """The exit flush waits by running the loop: a stop signal meanwhile cuts the flush short (the router
+    knows the flush), the reaper runs, the status socket answers, the sender's answers are taken in."""
+
+    def wait(flush: ExitFlush, until: Callable[[], bool]) -> None:
+        signals.router.flush = flush
+        budget = signals.router.budget
+        if budget is not None:  # docker stop's SIGKILL comes at the budget's end: the flush ends before it
+            flush.deadline = min(flush.deadline, budget.flush_deadline())
+        loop.run_until(until, FLUSH_POLL_S)
+
+    return wait
+
+
+def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: SupervisorLog) -> None:
+    """Kubernetes shows this file when the container fails: the verdict line, at most 4 KiB."""
+    if not os.path.exists(path):
+        return
+    failure = lifecycle.failure
+    # The failure was masked where it was recorded (runtime.VerdictRecord); the reason is the supervisor's words.
+    text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
+    try:
+        with open(path, "w") as f:
+            f.write(text.encode()[:TERMINATION_LOG_MAX_BYTES].decode(errors="ignore"))
+    except OSError as exc:
+        log(f"cannot write {path}: {exc.strerror or exc}")

@@ -1,0 +1,222 @@
+"""Who holds a TCP port on this machine: the free check before a daemon starts, and whose listener answered.
+
+A daemon whose readiness is a local TCP port (``tcp://``, ``http(s)://`` on 127.0.0.0/8, ::1, localhost,
+0.0.0.0, or a plugin's kind made of these: ``ReadyCheck.ports()``) must be the one that listens there: a port
+another process already holds would answer its probe at once while the daemon itself fails to bind.
+
+- ``taken``: one ``bind`` with SO_REUSEADDR per port on the probed address (TIME_WAIT leftovers do not
+  count, a listener does). It is in-kernel and never blocks, so it runs on the loop.
+- ``holder``: the listening socket's inode from /proc/net/tcp{,6}, then the process whose /proc/<pid>/fd
+  holds ``socket:[inode]``, named by /proc/<pid>/comm. It reads every process's fd table: never on the
+  loop (a machine with many processes and fds makes it slow), always in a worker thread.
+- ``Ownership``: after a probe answered, is the listener this daemon's (its process tree, as the supervisor
+  would stop it: proctable.py)? Another process's listener never makes it ready, and is said once.
+
+Where the tables cannot be read (no /proc, another network namespace's socket) nothing is known: the free
+check still stands on its bind, and an answer whose listener cannot be found is trusted as before.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..config import ReadyCheck
+from .offloop import worker_thread
+from .proctable import ProcessTable
+
+_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    name: str
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.name})"
+
+
+def is_local(host: str) -> bool:
+    """An address of this machine's loopback or every address: a daemon here listens on it."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+def local_ports(check: ReadyCheck | None) -> list[tuple[str, int]]:
+    """The local (host, port) pairs ``check`` probes, each once, in order."""
+    if check is None:
+        return []
+    found: list[tuple[str, int]] = []
+    for host, port in check.ports():
+        if is_local(host) and (host, port) not in found:
+            found.append((host, port))
+    return found
+
+
+def taken(check: ReadyCheck | None) -> tuple[str, int] | None:
+    """The first local port of ``check`` that something already listens on, else None (all free)."""
+    for host, port in local_ports(check):
+        if not _bindable(host, port):
+            return host, port
+    return None
+
+
+def _bindable(host: str, port: int) -> bool:
+    bind_host = "127.0.0.1" if host == "localhost" else host  # no name lookup on the loop
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((bind_host, port))
+        except OSError as exc:
+            return exc.errno != errno.EADDRINUSE  # anything else (no IPv6 here): not ours to refuse
+    return True
+
+
+# ------------------------------------------------------------ the tables (worker threads only)
+
+
+def listening_inodes(host: str, port: int, proc: str = "/proc") -> set[int] | None:
+    """The inodes of the sockets listening on ``port`` at an address that covers ``host``; None when no
+    table could be read. A listener found only at another address of the port counts (a probe reached it)."""
+    wanted = _addresses(host)
+    exact: set[int] = set()
+    on_port: set[int] = set()
+    read_any = False
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{table}", errors="replace") as f:  # hex fields: a bad byte is no listener
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        read_any = True
+        for line in lines:
+            entry = _listener(line)
+            if entry is None or entry[1] != port:
+                continue
+            address, _, inode = entry
+            on_port.add(inode)
+            if address.is_unspecified or any(w.is_unspecified or w == address for w in wanted):
+                exact.add(inode)
+    if not read_any:
+        return None
+    return exact or on_port
+
+
+def _listener(line: str) -> tuple[_Address, int, int] | None:
+    """(address, port, inode) of a LISTEN row of /proc/net/tcp{,6}, else None."""
+    fields = line.split()
+    if len(fields) < 10 or fields[3] != _LISTEN:
+        return None
+    hex_address, _, hex_port = fields[1].partition(":")
+    try:
+        raw = bytes.fromhex(hex_address)
+        # The kernel prints each 32-bit word in host (little-endian) order.
+        packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+        address: _Address = ipaddress.ip_address(packed)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return address, int(hex_port, 16), int(fields[9])
+    except ValueError:
+        return None
+
+
+def _addresses(host: str) -> list[_Address]:
+    if host == "localhost":
+        return [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        return []
+
+
+def holders(inodes: set[int], pids: Iterable[int] | None = None, proc: str = "/proc") -> list[Holder]:
+    """The processes (of ``pids``, else every one) holding one of ``inodes`` open, by pid."""
+    links = {f"socket:[{inode}]" for inode in inodes}
+    if pids is None:
+        pids = [int(name) for name in os.listdir(proc) if name.isdigit()]
+    found = []
+    for pid in sorted(set(pids)):
+        try:
+            fds = os.listdir(f"{proc}/{pid}/fd")
+        except OSError:
+            continue  # gone, or not ours to read
+        for fd in fds:
+            try:
+                if os.readlink(f"{proc}/{pid}/fd/{fd}") in links:
+                    found.append(Holder(pid, _name(pid, proc)))
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def _name(pid: int, proc: str) -> str:
+    try:  # comm, never cmdline: reading that waits on the process's memory lock, which may be stuck
+        with open(f"{proc}/{pid}/comm", errors="replace") as f:  # any bytes may name a process: shown, not trusted
+            return f.read().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def holder(host: str, port: int) -> Holder | None:
+    """Who listens on ``host:port``: the lowest pid holding the socket, else None (not found or not visible)."""
+    inodes = listening_inodes(host, port)
+    found = holders(inodes) if inodes else []
+    return found[0] if found else None
+
+
+def taken_detail(host: str, port: int, found: Holder | None) -> str:
+    if found is None:
+        return (f"port {host}:{port} is already taken (its holder is not visible here: "
+                "another user's or network namespace's process)")
+    return f"port {host}:{port} is already taken by {found.describe()}"
+
+
+def find_holder(host: str, port: int, answer: Callable[[Holder | None], None]) -> None:
+    """``answer(holder(host, port))`` from a worker thread (the scan may be slow); at once with None where no
+    thread can be started (the verdict then says the holder is unknown rather than waiting for nothing)."""
+    def look() -> None:
+        answer(holder(host, port))
+
+    try:
+        worker_thread(f"port-holder:{port}", look)
+    except RuntimeError:  # "can't start new thread" (pids.max, RLIMIT_NPROC)
+        answer(None)
+
+
+class Ownership:
+    """Whose listener answered a probe of daemon ``leader`` (its tree: group, tag, descendants): None when its
+    own, else why it does not count. Called from the readiness thread; ``say`` (thread-safe) hears each
+    stranger once."""
+
+    def __init__(self, leader: int, tag: str, say: Callable[[str], None]) -> None:
+        self._leader, self._tag, self._say = leader, tag, say
+        self._said: set[tuple[int, int]] = set()  # (port, holder pid) already said
+
+    def __call__(self, host: str, port: int) -> str | None:
+        inodes = listening_inodes(host, port)
+        if not inodes:
+            return None  # no table, or no listener in it (another namespace's): nothing to tell, as before
+        tree = {p.pid for p in ProcessTable().snapshot().tree(self._leader, self._tag)} | {self._leader}
+        if holders(inodes, tree):
+            return None
+        strangers = holders(inodes)
+        who = strangers[0].describe() if strangers else "a process not visible here"
+        why = f"port {port} answers, but {who} holds it, outside the process tree of this daemon"
+        key = (port, strangers[0].pid if strangers else 0)
+        if key not in self._said:
+            self._said.add(key)
+            self._say(why)
+        return why

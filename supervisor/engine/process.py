@@ -1,0 +1,398 @@
+"""Child processes: spawn one in its own process group, and stop its whole tree.
+
+A child is started with ``subprocess.Popen`` for its careful exec error reporting (ENOENT → 127,
+EACCES → 126), but never waited on through it: the reaper owns ``waitpid`` and sets
+``popen.returncode`` itself, so Popen's own ``_cleanup`` can never steal (or invent) an exit status.
+
+Stopping a child stops its tree: the stop signal to its process group, and after the grace period
+(shorter under a stop budget: stopbudget.py) SIGKILL to the group and to every descendant still
+alive. A descendant that called ``setsid`` has left the group and, once its parent dies, the parent
+chain too; it is still found through the tag every child carries in its environment
+(``PROVER_SUPERVISOR_TAG``), which its own children inherit. One that also cleared its environment
+is found only by the phase cgroup it was born in: the memory module says which pids and cgroups are
+left, and survivors.py ends them.
+
+A child's stamps (its start and end, when it was SIGKILLed) come from the ``Clock`` it was spawned
+with (the loop's); only its reaping's stamp is the process table's own clock, which it is compared with.
+
+Who is in a tree comes from the process table's shared reading (proctable.py), and a stop's poll
+asks for it only once the leader is reaped and its group is empty: 200 daemons stopping together
+cost a reading of /proc per poll, not 200.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ..config import ChildSpec
+from .clock import SYSTEM_CLOCK, Clock
+from .logs import ChildOutput
+from .loop import ErrorHandler, EventLoop, Timer
+from .proctable import PROCESS_TABLE, Proc, ProcessTable
+from .reaping import ExitStatus
+from .signals import signal_name
+
+# What survivors.py shares with the Child's own stop.
+from .survivors import KILL_WAIT_S, STOP_POLL_S, TAG_ENV, signal_quietly
+
+READ_CHUNK = 256 * 1024
+
+_tag_seq = itertools.count(1)
+
+Log = Callable[[str], None]
+
+
+class SpawnError(Exception):
+    """The command could not be started; ``status`` is what a shell would report."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class Child:
+    spec: ChildSpec
+    pid: int
+    tag: str
+    output: ChildOutput
+    popen: subprocess.Popen[bytes]
+    clock: Clock = field(default=SYSTEM_CLOCK, repr=False)
+    started_at: float = 0.0  # wall time (clock.time()) of its start: set by spawn
+    status: ExitStatus | None = None
+    ended_at: float | None = None
+    reaped_mono: float | None = None  # the process table's monotonic time of its reaping (proctable.py)
+    stop_reason: str | None = None
+    stop_detail: str = ""  # what the supervisor saw that made it stop the child (for the verdict)
+    # Its memory cgroup and the OOM counter at its start (an evidence.memory.Placement, which this layer
+    # below the evidence only carries): lifecycle/children.py sets it at the spawn and reads it at the exit.
+    placement: Any = None
+    table: ProcessTable = field(default=PROCESS_TABLE, repr=False)  # who belongs to its tree
+    _streams: dict[int, str] = field(default_factory=dict)  # open pipe fd → "stdout" / "stderr"
+    _pipes: dict[int, IO[bytes]] = field(default_factory=dict)
+    _loop: EventLoop | None = None
+    _on_eof: Callable[[Child], None] = lambda child: None
+    _stop_waiters: list[Callable[[], None]] = field(default_factory=list)
+    _stopping: bool = False
+    _kill_timer: Timer | None = None
+    _killed_at: float | None = None
+    grace_s: float = 0.0  # the grace its stop under way gives it (set as it begins; shorter under a budget)
+    _wait_until: float | None = None  # a stop budget's end: past it a tree that survives SIGKILL is not waited for
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def running(self) -> bool:
+        return self.status is None
+
+    @property
+    def kill_at(self) -> float | None:
+        """While it is being stopped and its grace runs: when SIGKILL follows (monotonic, the loop's clock)."""
+        timer = self._kill_timer
+        if not self._stopping or timer is None or timer.cancelled or self._killed_at is not None:
+            return None
+        return timer.when
+
+    def exited(self, status: ExitStatus) -> None:
+        """Called by the reaper's owner when ``waitpid`` returned this child's status."""
+        self.status = status
+        self.ended_at = self.clock.time()
+        self.reaped_mono = time.monotonic()  # compared with the process table's readings, on its clock
+        self.popen.returncode = status.shell_status if status.signal is None else -status.signal
+
+    # ------------------------------------------------------------ signals
+
+    def send_group_signal(self, sig: int) -> None:
+        """Forward a signal to the child's process group (while the group is surely its own)."""
+        if self.running:
+            signal_quietly(os.killpg, self.pid, sig)
+
+    def kill_now(self) -> None:
+        """SIGKILL the whole tree at once, no grace (a second shutdown request)."""
+        if not self._gone():
+            self._killed_at = self._killed_at or self.clock.monotonic()
+            self._signal_tree(signal.SIGKILL, self.tree())
+
+    # ------------------------------------------------------------ stopping
+
+    def stop(self, loop: EventLoop, log: Log, reason: str, on_stopped: Callable[[], None],
+             grace_s: float | None = None, wait_until: float | None = None) -> None:
+        """Stop the whole tree: stop signal, grace, SIGKILL; ``on_stopped`` once nothing is left. A stop budget
+        shortens the grace (``grace_s``), of a stop under way too, and ends the wait at ``wait_until``."""
+        self._stop_waiters.append(on_stopped)
+        self._wait_until = self._wait_until if wait_until is None else wait_until
+        if self._stopping:
+            if grace_s is not None:
+                self._hasten(loop, log, grace_s)
+            return
+        self._stopping = True
+        self.stop_reason = self.stop_reason or reason
+        self.grace_s = self.spec.stop_grace_s if grace_s is None else grace_s
+        try:
+            self._begin_stop(loop, log, reason)
+        except Exception as exc:  # whoever waits on this stop must not wait forever
+            self._stop_broke(loop, exc)
+
+    def _begin_stop(self, loop: EventLoop, log: Log, reason: str) -> None:
+        sig = self.spec.stop_signal
+        if self.running:
+            # The group first, at once: the tree's reading below may read /proc.
+            signal_quietly(os.killpg, self.pid, sig)
+        if not self._gone():
+            members = self.tree()
+            log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
+                f"grace {self._grace_text()}")
+            self._signal_tree(sig, members, group_done=self.running)
+            self._kill_timer = loop.call_later(self.grace_s, lambda: self._kill(loop, log),
+                                               on_error=lambda exc: self._stop_broke(loop, exc))
+        self._check_stopped(loop, log)
+
+    def _hasten(self, loop: EventLoop, log: Log, grace_s: float) -> None:
+        """A stop under way (its phase's end) when the budget came: SIGKILL no later than ``grace_s`` from now."""
+        timer, now = self._kill_timer, self.clock.monotonic()
+        if timer is not None and not timer.cancelled and self._killed_at is None and timer.when > now + grace_s:
+            timer.cancel()
+            self.grace_s -= timer.when - now - grace_s  # the grace it gets in all
+            log(f"{self.label}: grace cut to {self._grace_text()}: SIGKILL in {grace_s:.1f}s")
+            self._kill_timer = loop.call_later(grace_s, lambda: self._kill(loop, log),
+                                               on_error=lambda exc: self._stop_broke(loop, exc))
+
+    def _grace_text(self) -> str:
+        grace, own = self.grace_s, self.spec.stop_grace_s
+        return f"{grace:g}s" if grace >= own else f"{grace:.1f}s (of {own:g}s: the stop budget)"
+
+    def _kill(self, loop: EventLoop, log: Log) -> None:
+        if self._gone():
+            return
+        members = self.tree()
+        log(f"{self.label}: still running after {self._grace_text()} grace: SIGKILL to "
+            f"{self._describe_tree(members)}")
+        self._killed_at = self.clock.monotonic()
+        self._signal_tree(signal.SIGKILL, members)
+
+    def _check_stopped(self, loop: EventLoop, log: Log) -> None:
+        if not self._gone():
+            now = self.clock.monotonic()
+            if self._killed_at is not None and now - self._killed_at > KILL_WAIT_S:
+                log(f"{self.label}: {self._describe_tree(self.tree())} survived SIGKILL for {KILL_WAIT_S:g}s "
+                    "(uninterruptible sleep?); giving up waiting")
+            elif self._killed_at is not None and self._wait_until is not None and now >= self._wait_until:
+                log(f"{self.label}: {self._describe_tree(self.tree())} survived SIGKILL for "
+                    f"{now - self._killed_at:.1f}s (uninterruptible sleep?); the stop budget is spent: not waited for")
+            else:
+                if self._killed_at is not None:
+                    self._signal_tree(signal.SIGKILL, self.tree())  # catch anything forked since
+                loop.call_later(STOP_POLL_S, lambda: self._check_stopped(loop, log),
+                                on_error=lambda exc: self._stop_broke(loop, exc))
+                return
+        self._stop_done()
+
+    def _gone(self) -> bool:
+        """Nothing of its tree is left. Asked every poll of a stop, so the cheap answers first: a
+        leader not yet reaped, or a live member of its group (one syscall), mean it is not gone;
+        only then the shared reading of the process table, for what left the group."""
+        if self.running or _group_alive(self.pid):
+            return False
+        return not self.tree()
+
+    def _stop_done(self) -> None:
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        waiters, self._stop_waiters = self._stop_waiters, []
+        self._stopping = False
+        for waiter in waiters:
+            waiter()
+
+    def _stop_broke(self, loop: EventLoop, exc: Exception) -> None:
+        """The stop sequence itself raised. A phase's end, or the whole shutdown, waits on this stop:
+        SIGKILL the group without the broken part, and wait only for the leader to be reaped (the
+        tree scan may be what broke); the exit sweep kills whatever of the tree is left at the end."""
+        loop.faults.report(f"stopping {self.label}", exc)
+        self._killed_at = self._killed_at or self.clock.monotonic()
+        if self.running:
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self._await_reaped(loop)
+
+    def _await_reaped(self, loop: EventLoop) -> None:
+        assert self._killed_at is not None
+        if self.running and self.clock.monotonic() - self._killed_at < KILL_WAIT_S:
+            loop.call_later(STOP_POLL_S, lambda: self._await_reaped(loop))
+            return
+        self._stop_done()
+
+    def _signal_tree(self, sig: int, members: list[Proc], group_done: bool = False) -> None:
+        # The group first, in one atomic call, while it surely still is ours: the
+        # leader is alive or a zombie (its pid, hence the pgid, is not reused), or
+        # members of the group are still alive.
+        if not group_done and (self.running or any(p.pgid == self.pid for p in members)):
+            signal_quietly(os.killpg, self.pid, sig)
+        for proc in members:
+            if proc.pgid != self.pid:
+                signal_quietly(os.kill, proc.pid, sig)
+
+    def tree(self) -> list[Proc]:
+        """Every live process of this child's tree, the leader included while it lives: from the
+        process table's shared reading, one taken after the leader was reaped once it was."""
+        newer_than = self.reaped_mono if self.reaped_mono is not None else -math.inf
+        return self.table.snapshot(newer_than).tree(self.pid, self.tag)
+
+    def _describe_tree(self, members: list[Proc]) -> str:
+        pids = sorted(p.pid for p in members)
+        if not pids:
+            return f"pid {self.pid}"
+        shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
+        return f"process group {self.pid} + {len(pids)} process(es) [{shown}]"
+
+    # ------------------------------------------------------------ output
+
+    def attach_output(self, loop: EventLoop, on_eof: Callable[[Child], None],
+                      on_error: ErrorHandler | None = None) -> None:
+        """Read its pipes in the loop; what reading them raises goes to ``on_error`` (its phase's)."""
+        self._loop, self._on_eof = loop, on_eof
+        for stream, pipe in (("stdout", self.popen.stdout), ("stderr", self.popen.stderr)):
+            if pipe is None:
+                continue
+            fd = pipe.fileno()
+            os.set_blocking(fd, False)
+            self._streams[fd] = stream
+            self._pipes[fd] = pipe
+            loop.add_reader(fd, lambda fd=fd: self._read(fd), on_error)
+
+    def _read(self, fd: int) -> bool:
+        """Read what one pipe has; False when nothing more is there right now."""
+        if fd not in self._streams:
+            return False  # closed by a drain earlier in this same loop turn
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        stream = self._streams[fd]
+        if data:
+            self.output.feed(stream, data)
+            return True
+        assert self._loop is not None
+        self._loop.remove_reader(fd)
+        self._pipes.pop(fd).close()  # the reads go past its buffer, so closing it is all it is for
+        del self._streams[fd]
+        self.output.close_stream(stream)
+        if not self._streams:
+            self._on_eof(self)
+        return False
+
+    def drain_output(self) -> None:
+        """Take in everything already written, so a verdict's last lines are really the last."""
+        for fd in list(self._streams):
+            for _ in range(64):  # bounded: a grandchild may still be writing as fast as we read
+                if not self._read(fd):
+                    break
+
+    @property
+    def output_open(self) -> bool:
+        return bool(self._streams)
+
+
+def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
+          setup: Callable[[], None] | None = None, clock: Clock = SYSTEM_CLOCK) -> Child:
+    """Start ``spec.command`` in a new process group with piped output; raise SpawnError if it can't."""
+    tag = f"{os.getpid()}.{next(_tag_seq)}"
+    child_env = {**env, TAG_ENV: tag}
+    if spec.cwd is not None and not os.path.isdir(spec.cwd):
+        raise SpawnError(126, f"working directory {spec.cwd!r} does not exist")
+    try:
+        popen = subprocess.Popen(
+            list(spec.command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env,
+            cwd=spec.cwd,
+            process_group=0,
+            close_fds=True,
+            preexec_fn=setup,
+        )
+    except FileNotFoundError:
+        raise SpawnError(127, f"{spec.command[0]}: command not found") from None
+    except PermissionError:
+        raise SpawnError(126, f"{spec.command[0]}: permission denied (not executable)") from None
+    except OSError as exc:
+        raise SpawnError(126, f"{spec.command[0]}: cannot execute: {exc.strerror or exc}") from None
+    except subprocess.SubprocessError as exc:  # the setup step failed in the child
+        raise SpawnError(126, f"{spec.command[0]}: could not set the child up (cgroup?): {exc}") from None
+    return Child(spec=spec, pid=popen.pid, tag=tag, output=output, popen=popen, clock=clock, started_at=clock.time())
+
+
+# Every signal whose disposition a child can be given: all but SIGKILL and SIGSTOP (glibc's
+# own real-time signals are not in valid_signals()).
+RESETTABLE_SIGNALS = tuple(sorted(set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}))
+
+
+def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable[[], None]:
+    """What a child does between fork and exec.
+
+    It starts with every signal at its default and none blocked, whatever the
+    supervisor inherited: an ignored disposition survives exec, and under ``nohup``
+    (the manager's onstart command) SIGHUP comes ignored, as SIGQUIT does from some
+    job-control shells; a child would then shrug off its own SIGHUP or SIGQUIT.
+    It joins its cgroup itself, before exec, so every byte it and its descendants
+    allocate is counted there; and it sets its oom_score_adj (back to 0 from the
+    supervisor's -1000, or above the supervisor's) so the OOM killer picks it, not
+    the supervisor. Only calls that take no lock: other threads may hold
+    Python-level locks at fork time.
+    """
+    score = str(oom_score_adj).encode() if oom_score_adj is not None else None
+
+    def setup() -> None:
+        reset_signals()
+        if score is not None:
+            with contextlib.suppress(OSError):
+                _write_file("/proc/self/oom_score_adj", score)
+        if cgroup_procs is not None:
+            _write_file(cgroup_procs, str(os.getpid()).encode())  # failing here fails the spawn, visibly
+
+    return setup
+
+
+def reset_signals() -> None:
+    """Default disposition for every signal and an empty mask, as a clean exec would have.
+
+    Runs in the forked child, which forked from the loop's (the main) thread: the only
+    thread ``signal.signal`` accepts. A signal that cannot be set is left as it is.
+    """
+    for signum in RESETTABLE_SIGNALS:
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def _write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether the process group ``pgid`` has a member (a zombie counts: it still holds the group)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

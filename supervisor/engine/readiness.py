@@ -1,0 +1,130 @@
+"""Is a daemon ready? Ask it for real: a TCP or unix-socket connect, an HTTP 2xx, a file that exists,
+or the first of several of these to pass (a plugin's kind is made of these: the prover's ``ready = "cuzk"``
+is its ``/status``, else its listen port, supervisor/prover/ready.py).
+
+A log line is never proof (cuzk-daemon prints "ready" before it binds its
+socket), and neither is an answer from another process: on a local address a TCP or HTTP
+answer counts only when the listening socket belongs to the daemon's own tree (``owner``:
+ports.Ownership). Probes block, so each wait runs in a thread that posts its answer back
+to the loop; the loop stays free to read output and reap.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from ..config import ReadyCheck
+from .loop import EventLoop
+from .ports import is_local
+
+READY_POLL_S = 0.2
+PROBE_TIMEOUT_S = 2.0
+
+# Whose listener answered on (host, port): None when the daemon's own, else why the answer does not count.
+Owner = Callable[[str, int], "str | None"]
+
+
+def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S, owner: Owner | None = None) -> str | None:
+    """None when ready, else a short reason why not. ``owner``: asked once a local TCP or HTTP probe answered."""
+    if check.kind == "any":
+        return _probe_any(check, timeout, owner)
+    try:
+        if check.kind == "file":
+            return None if os.path.exists(check.target) else f"{check.target} does not exist yet"
+        if check.kind == "tcp":
+            with socket.create_connection((check.host, check.port), timeout=timeout):
+                pass
+            return _owned(check, owner)
+        if check.kind == "unix":
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect(check.target)
+                return None
+        why_not = _probe_http(check.target, timeout)
+        return why_not if why_not is not None else _owned(check, owner)
+    except OSError as exc:
+        return f"{check.describe()}: {exc.strerror or exc}"
+    except Exception as exc:  # http.client.HTTPException and its kin: a garbled answer is "not ready"
+        return f"{check.describe()}: bad HTTP answer: {type(exc).__name__}"
+
+
+def _owned(check: ReadyCheck, owner: Owner | None) -> str | None:
+    """An answer on a local address counts only from the daemon's own listener (a remote one: not ours to ask)."""
+    return owner(check.host, check.port) if owner is not None and is_local(check.host) else None
+
+
+def _probe_any(check: ReadyCheck, timeout: float, owner: Owner | None) -> str | None:
+    """Ready as soon as one alternative is; else every reason, joined."""
+    reasons = []
+    for alternative in check.alternatives:
+        why_not = probe(alternative, timeout / max(1, len(check.alternatives)), owner)
+        if why_not is None:
+            return None
+        reasons.append(why_not)
+    return "; ".join(reasons) or "no alternatives to probe"
+
+
+def _probe_http(url: str, timeout: float) -> str | None:
+    import http.client  # with ssl, only for configs that probe over HTTP
+    import ssl
+
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if parts.scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=timeout, context=ssl._create_unverified_context()
+        )
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"User-Agent": "prover-supervisor"})
+        response = conn.getresponse()
+        response.read(64 * 1024)
+        if 200 <= response.status < 300:
+            return None
+        return f"{url}: HTTP {response.status}"
+    finally:
+        conn.close()
+
+
+class ReadinessWait:
+    """Probes ``check`` every READY_POLL_S until it passes or ``timeout_s`` runs out.
+
+    Where no thread can be started for it (pids.max, RLIMIT_NPROC), readiness cannot be waited for
+    without blocking the loop: ``on_timeout`` gets that reason at once (from the loop, after this
+    returns), so the phase fails saying why instead of waiting for nothing. ``owner``: see ``probe``."""
+
+    def __init__(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
+                 on_ready: Callable[[], None], on_timeout: Callable[[str], None], owner: Owner | None = None) -> None:
+        self._cancelled = threading.Event()
+        self._owner = owner
+        self._thread = threading.Thread(
+            target=self._wait, args=(loop, check, timeout_s, on_ready, on_timeout),
+            name=f"ready:{check.describe()}", daemon=True,
+        )
+        try:
+            self._thread.start()
+        except RuntimeError as exc:  # "can't start new thread"
+            why = f"no thread could be started to probe {check.describe()} ({exc})"
+            loop.call_later(0, lambda: None if self._cancelled.is_set() else on_timeout(why))
+
+    def _wait(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
+              on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._cancelled.is_set():
+            why_not = probe(check, min(PROBE_TIMEOUT_S, max(0.05, deadline - time.monotonic())), self._owner)
+            if why_not is None:
+                loop.call_soon_threadsafe(on_ready)
+                return
+            if time.monotonic() >= deadline:
+                loop.call_soon_threadsafe(lambda why=why_not: on_timeout(why))
+                return
+            self._cancelled.wait(READY_POLL_S)
+
+    def cancel(self) -> None:
+        self._cancelled.set()

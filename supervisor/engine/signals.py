@@ -1,0 +1,323 @@
+"""Every signal the supervisor can be sent, what it means, and how it reaches the loop.
+
+``MEANINGS`` gives each catchable signal (``signal.valid_signals()`` but SIGKILL and SIGSTOP) one
+meaning for the whole run, from the first line of ``cli.main`` to the exit:
+
+- STOP: every child stopped in reverse start order, exit 128 + n; a second stop signal of any
+  kind while stopping SIGKILLs everything at once. During the exit flush the first one cuts the
+  flush short and a second ends it (the exit status stays the lifecycle's).
+- FORWARD: to the running phase's command (reload, rotate, user-defined).
+- REAP: SIGCHLD wakes the one ``waitpid(-1)`` reaper.
+- NOTE: said in one line, not obeyed (job control: the supervisor never stops itself).
+- IGNORE: SIG_IGN, so the kernel drops it before it is ever delivered (nothing to say).
+- FAULT: a fatal fault: faulthandler writes the last words (every thread's traceback) to
+  supervisor.log, then the default action ends the process (a core where allowed). The children
+  live on, named in status.json (written at every change) and by the next start, which ends them.
+
+The rule, where no program gives a signal its own meaning: a signal whose default action would
+end the process is a request to end it, honoured in order rather than by dying with the children
+left running (tini forwards such signals to its one child; ours is a sequence of phases, so
+"end" is the lifecycle's shutdown). That covers SIGQUIT (Ctrl-\\), SIGPWR (sysvinit's
+powerfail), SIGXCPU (RLIMIT_CPU: the kernel's SIGKILL follows at the hard limit), the timer
+signals the supervisor never arms (SIGALRM, SIGVTALRM, SIGPROF), SIGSTKFLT, SIGIO, and every
+real-time signal (systemd gives SIGRTMIN+3/+4/+5 halt, poweroff and reboot, and containers made
+for systemd stop with ``STOPSIGNAL SIGRTMIN+3``).
+
+How they arrive: ``signal.set_wakeup_fd`` makes the C-level handler write the signal number to a
+socket that the selector watches; the Python-level handlers do nothing. A signal can therefore
+never interrupt the supervisor half-way through an update of its own state, and SIGCHLD wakes the
+reaper at once. Before the inbox exists (argparse, imports, the config) ``hold_signals`` keeps
+them blocked, so one sent then waits for the loop instead of raising KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import enum
+import faulthandler
+import signal
+import socket
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # (the CLI imports this module first thing: it must stay cheap to import)
+    from .exitflush import ExitFlush
+    from .loop import EventLoop
+    from .stopbudget import StopBudget
+
+Log = Callable[[str], None]
+
+
+class _Labelled(Protocol):
+    @property
+    def label(self) -> str: ...
+
+
+class Reaps(Protocol):
+    """The reaper (supervisor/engine/reaping.py, which names signals with this module)."""
+
+    def reap(self) -> None: ...
+
+
+class Stoppable(Protocol):
+    """What a signal may do to the lifecycle (lifecycle/lifecycle.py): this module is below it."""
+
+    @property
+    def shutting_down(self) -> bool: ...
+
+    def forward(self, signum: int) -> Sequence[_Labelled]: ...
+
+    def shutdown(self, why: str, status: int, budget: StopBudget | None = None) -> None: ...
+
+    def kill_everything_now(self) -> None: ...
+
+
+class Meaning(enum.Enum):
+    STOP = "stop in order"
+    FORWARD = "forwarded to the running phase's command"
+    REAP = "reap the children"
+    NOTE = "not obeyed"
+    IGNORE = "ignored"
+    FAULT = "fatal fault"
+
+
+S = signal.Signals
+# Each signal's meaning, and why (said with it, in the log line it gets).
+MEANINGS: dict[int, tuple[Meaning, str]] = {
+    S.SIGTERM: (Meaning.STOP, "the stop request (docker stop, kill)"),
+    S.SIGINT: (Meaning.STOP, "Ctrl-C"),
+    S.SIGQUIT: (Meaning.STOP, "Ctrl-\\, a harder stop request"),
+    S.SIGPWR: (Meaning.STOP, "the power is failing"),
+    S.SIGXCPU: (Meaning.STOP, "the CPU time limit is reached; SIGKILL follows at the hard limit"),
+    S.SIGALRM: (Meaning.STOP, "a timer signal the supervisor never arms"),
+    S.SIGVTALRM: (Meaning.STOP, "a timer signal the supervisor never arms"),
+    S.SIGPROF: (Meaning.STOP, "a timer signal the supervisor never arms"),
+    S.SIGSTKFLT: (Meaning.STOP, "unused on Linux; its default would end the supervisor"),
+    S.SIGIO: (Meaning.STOP, "the supervisor uses no signal-driven I/O; its default would end it"),
+    S.SIGHUP: (Meaning.FORWARD, "reload; under nohup it comes ignored and stays so"),
+    S.SIGUSR1: (Meaning.FORWARD, "user-defined"),
+    S.SIGUSR2: (Meaning.FORWARD, "user-defined"),
+    S.SIGWINCH: (Meaning.FORWARD, "the terminal was resized (as tini does)"),
+    S.SIGCHLD: (Meaning.REAP, "a child changed state"),
+    S.SIGTSTP: (Meaning.NOTE, "Ctrl-Z: the supervisor does not stop itself; SIGSTOP pauses it"),
+    S.SIGCONT: (Meaning.NOTE, "it goes on (it had been stopped by SIGSTOP)"),
+    S.SIGURG: (Meaning.NOTE, "the supervisor reads no out-of-band socket data"),
+    # Python's own choice: a write to a closed pipe or socket fails with EPIPE where it is written.
+    S.SIGPIPE: (Meaning.IGNORE, "a write to a closed pipe fails with EPIPE instead"),
+    # Python's own choice too: a write past RLIMIT_FSIZE fails with EFBIG, which every log file
+    # contains like a full disk (lines lost, said once), rather than ending the supervision.
+    S.SIGXFSZ: (Meaning.IGNORE, "a write past the file size limit fails with EFBIG instead"),
+    # As tini: a background supervisor writing to a terminal must not be stopped by the kernel.
+    # (Caught instead of ignored, a terminal write would raise it again on every retry, forever.)
+    S.SIGTTIN: (Meaning.IGNORE, "a background read from the terminal fails with EIO instead"),
+    S.SIGTTOU: (Meaning.IGNORE, "a background write to the terminal goes through"),
+    S.SIGSEGV: (Meaning.FAULT, "segmentation fault"),
+    S.SIGBUS: (Meaning.FAULT, "bus error"),
+    S.SIGFPE: (Meaning.FAULT, "arithmetic fault"),
+    S.SIGILL: (Meaning.FAULT, "illegal instruction"),
+    S.SIGABRT: (Meaning.FAULT, "abort()"),
+    S.SIGSYS: (Meaning.FAULT, "bad system call"),
+    S.SIGTRAP: (Meaning.FAULT, "trace trap"),
+}
+for _rt in range(signal.SIGRTMIN, signal.SIGRTMAX + 1):
+    MEANINGS[_rt] = (Meaning.STOP, "a real-time signal (systemd's halt, poweroff, reboot: SIGRTMIN+3..5)")
+del _rt
+
+
+def with_meaning(meaning: Meaning) -> frozenset[int]:
+    return frozenset(sig for sig, (m, _) in MEANINGS.items() if m is meaning)
+
+
+STOPS = with_meaning(Meaning.STOP)
+FORWARDED = with_meaning(Meaning.FORWARD)
+NOTED = with_meaning(Meaning.NOTE)
+IGNORED = with_meaning(Meaning.IGNORE)
+FAULTS = with_meaning(Meaning.FAULT)
+# What the inbox catches: every signal but the ignored ones and the faults (those must kill).
+CAUGHT = STOPS | FORWARDED | NOTED | {signal.SIGCHLD}
+# The earlier names: what a worker thread blocks so that the loop's thread takes every caught signal
+# (offloop.worker_thread), and the signals that stop the lifecycle.
+HANDLED = CAUGHT
+SHUTDOWN = STOPS
+# faulthandler.enable() covers these; the other faults are registered one by one.
+FAULTHANDLER_FATAL = frozenset({S.SIGSEGV, S.SIGBUS, S.SIGFPE, S.SIGILL, S.SIGABRT})
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        if signal.SIGRTMIN < signum < signal.SIGRTMAX:
+            return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
+        return f"SIG{signum}"
+
+
+def meaning_of(signum: int) -> tuple[Meaning, str]:
+    return MEANINGS.get(signum, (Meaning.NOTE, "a signal with no meaning here"))
+
+
+# ---------------------------------------------------------------- what a stop signal does, by stage
+
+
+class Stage(enum.Enum):
+    """Where the run is, as a stop signal sees it."""
+
+    STARTING = "starting"  # before the lifecycle started: nothing of it runs yet
+    RUNNING = "running"  # the lifecycle runs
+    STOPPING = "stopping"  # the lifecycle stops its children
+    FLUSHING = "flushing"  # the lifecycle is over; the exit waits for the manager
+
+
+class Action(enum.Enum):
+    REMEMBER = "start nothing, then exit"
+    STOP_IN_ORDER = "stop every child in reverse start order"
+    KILL_NOW = "SIGKILL to everything now"
+    CUT_FLUSH = "cut the exit flush short"
+    END_FLUSH = "end the exit flush now"
+
+
+def stop_action(stage: Stage, again: bool) -> Action:
+    """What a stop signal does at ``stage``; ``again``: one already came during this stage."""
+    if stage is Stage.STARTING:
+        return Action.REMEMBER
+    if stage is Stage.RUNNING:
+        return Action.STOP_IN_ORDER
+    if stage is Stage.STOPPING:
+        return Action.KILL_NOW
+    return Action.END_FLUSH if again else Action.CUT_FLUSH
+
+
+class SignalRouter:
+    """What each signal does, as the run gets further: before the lifecycle starts a stop is only
+    remembered (``stop_requested``: the startup steps look at it), then it stops the lifecycle, then
+    it kills at once, and once the lifecycle is over it cuts the exit flush short."""
+
+    def __init__(self, reaper: Reaps, log: Log, stop_budget_s: float | None = None) -> None:
+        self._reaper = reaper
+        self._log = log
+        self.stop_budget_s = stop_budget_s  # the whole stop after a stop signal from outside (stopbudget.py)
+        self.budget: StopBudget | None = None  # set by the stop signal that stops the running lifecycle
+        self.lifecycle: Stoppable | None = None  # set as the lifecycle starts
+        self.flush: ExitFlush | None = None  # set while the exit flush runs
+        self.stop_requested: tuple[str, int] | None = None  # (why, exit status) of a stop before the start
+        self._stops: dict[Stage, int] = {}  # stop signals received, by stage
+
+    def stage(self) -> Stage:
+        if self.flush is not None:
+            return Stage.FLUSHING
+        if self.lifecycle is None:
+            return Stage.STARTING
+        return Stage.STOPPING if self.lifecycle.shutting_down else Stage.RUNNING
+
+    def handle(self, signum: int) -> None:
+        meaning, why = meaning_of(signum)
+        name = signal_name(signum)
+        if meaning is Meaning.REAP:
+            self._reaper.reap()
+        elif meaning is Meaning.STOP:
+            self._stop(signum, name, why)
+        elif meaning is Meaning.FORWARD:
+            sent = self.lifecycle.forward(signum) if self.lifecycle is not None else []
+            names = ", ".join(c.label for c in sent) or "nobody (no phase command running)"
+            self._log(f"{name} forwarded to {names}")
+        else:  # NOTE, and whatever else a table change lets through: said, never obeyed
+            self._log(f"{name}: not obeyed: {why}")
+
+    def _stop(self, signum: int, name: str, why: str) -> None:
+        stage = self.stage()
+        before = sum(self._stops.values())
+        action = stop_action(stage, again=self._stops.get(stage, 0) > 0)
+        self._stops[stage] = self._stops.get(stage, 0) + 1
+        if action is Action.REMEMBER:
+            self.stop_requested = self.stop_requested or (f"received {name}", 128 + signum)
+            self._log(f"{name} ({why}) while starting: nothing more is started; the supervisor exits with "
+                      f"status {self.stop_requested[1]}")
+        elif action is Action.STOP_IN_ORDER:
+            assert self.lifecycle is not None
+            self._log(f"{name} ({why}): every child is stopped in reverse start order; a second stop signal "
+                      "kills at once")
+            if self.stop_budget_s is not None:
+                from .stopbudget import StopBudget
+
+                self.budget = StopBudget(self.stop_budget_s, name)
+            self.lifecycle.shutdown(f"received {name}", 128 + signum, self.budget)
+        elif action is Action.KILL_NOW:
+            assert self.lifecycle is not None
+            self._log(f"{name} {'again ' if before else ''}while stopping: SIGKILL to everything now")
+            self.lifecycle.kill_everything_now()
+        elif action is Action.CUT_FLUSH:
+            assert self.flush is not None
+            self._log(self.flush.cut(name, self.stop_budget_s))
+        else:
+            assert self.flush is not None
+            self._log(self.flush.end(name))
+
+
+# ---------------------------------------------------------------- from main's first line to the inbox
+
+
+def hold_signals() -> set[int]:
+    """Block every caught signal (``cli.main``'s first step): one sent before the inbox exists waits
+    for it; ``SignalInbox`` unblocks them once its wake-up fd is in place. Returns the mask before."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
+
+
+def release_signals(mask: set[int]) -> None:
+    """For the commands that make no inbox: the mask they were started with again (a Ctrl-C held
+    meanwhile is delivered now, as KeyboardInterrupt)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def last_words_to(fd: int) -> None:
+    """A fatal fault writes every thread's traceback to ``fd``, then the default action ends us."""
+    faulthandler.enable(file=fd, all_threads=True)
+    for sig in FAULTS - FAULTHANDLER_FATAL:
+        # chain: after the traceback the default action (death, a core) still follows.
+        faulthandler.register(sig, file=fd, all_threads=True, chain=True)
+
+
+# ---------------------------------------------------------------- the inbox
+
+
+class SignalInbox:
+    """Routes every caught signal through the event loop to ``on_signal``."""
+
+    def __init__(self, loop: EventLoop, on_signal: Callable[[int], None]) -> None:
+        self._on_signal = on_signal
+        self._rsock, self._wsock = socket.socketpair()
+        self._rsock.setblocking(False)
+        self._wsock.setblocking(False)
+        # Started under nohup (Vast's onstart), SIGHUP is ignored on purpose: keep it so.
+        self.ignored = {sig for sig in (signal.SIGHUP,) if signal.getsignal(sig) == signal.SIG_IGN}
+        for sig in CAUGHT - self.ignored:
+            signal.signal(sig, _wake_only)
+        for sig in IGNORED:
+            signal.signal(sig, signal.SIG_IGN)
+        self._old_wakeup = signal.set_wakeup_fd(self._wsock.fileno(), warn_on_full_buffer=False)
+        # Held since main's first line (hold_signals), or inherited blocked from a launcher: now ours.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, CAUGHT)
+        self._loop = loop
+        loop.add_reader(self._rsock.fileno(), self._drain)
+
+    def _drain(self) -> None:
+        try:
+            data = self._rsock.recv(4096)
+        except BlockingIOError:
+            return
+        for signum in data:
+            # Each signal on its own: one whose handling raised must not swallow the SIGCHLD after it.
+            self._loop.run_contained(lambda signum=signum: self._on_signal(signum), None,
+                                     f"handling {signal_name(signum)}")
+
+    def close(self) -> None:
+        """The exit status is decided: from here to the process's end a signal means nothing. The handlers
+        stay (doing nothing) and the signals are blocked again, so that no thread still alive can meet a
+        default action (SIGTERM's would turn the decided status into 143)."""
+        self._loop.remove_reader(self._rsock.fileno())
+        signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
+        signal.set_wakeup_fd(self._old_wakeup)
+        self._rsock.close()
+        self._wsock.close()
+
+
+def _wake_only(signum: int, frame: object) -> None:
+    """The real work happens in the loop; this only has to exist so the fd gets its byte."""

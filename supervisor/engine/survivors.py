@@ -1,0 +1,249 @@
+"""Finding and ending what escaped its child's tree or outlived its supervisor.
+
+A child's tree is stopped by its Child (process.py); what these functions end is
+what that tree cannot reach. A supervisor that was SIGKILLed leaves its children
+running, re-parented above it: the next supervisor of the same state_dir finds
+them by the tag every child carries in its environment (``TAG_ENV``, inherited
+by its own children) and by ``STATE_DIR_ENV``. A process that cleared its
+environment is found only by the phase cgroup it was born in (``kill_cgroup``,
+or the pids the memory module reads there, ``kill_pids``). At the supervisor's
+exit, ``sweep_descendants`` makes sure nothing it started outlives it. Both sweeps go round
+after round until nothing is left (``kill_until_none_left``): what forks while it is being
+killed, or vanishes while the process table is read, never ends a sweep early.
+
+What is ended here gets SIGKILL at once: the graceful stop was its Child's (or
+died with its supervisor). The Child's own stop shares ``signal_quietly`` and the
+patience constants with this module.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from ..text.units import is_ascii_digits
+
+# In every child's environment: "<supervisor pid>.<sequence>", inherited by whatever it starts.
+TAG_ENV = "PROVER_SUPERVISOR_TAG"
+# In every child's environment: the state_dir of the supervisor that started it.
+STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
+# While processes are being stopped, how often to look whether any of them is left.
+STOP_POLL_S = 0.05
+# After SIGKILL, how long to wait for them to vanish before saying what is stuck.
+KILL_WAIT_S = 10.0
+# The sweeps at the supervisor's start and exit: how long they go on killing, round after round,
+# and the pause between two rounds (what was killed gets a moment to die).
+SWEEP_MAX_S = 5.0
+SWEEP_ROUND_S = 0.01
+
+Log = Callable[[str], None]
+
+
+def sweep_descendants(log: Log, max_s: float = SWEEP_MAX_S) -> int:
+    """SIGKILL whatever descends from the supervisor: nothing may outlive it. Returns how many.
+
+    Round after round (see ``kill_until_none_left``): a process that forks while it is killed
+    leaves children behind, and they are re-parented to the supervisor for the next round."""
+    return len(kill_until_none_left(live_descendants, log, "leftover process(es)", max_s))
+
+
+def live_descendants() -> dict[int, str]:
+    """pid → name of every live descendant of the supervisor (zombies are the reaper's). One that
+    vanishes while the table is read is left out, never the end of the listing."""
+    try:
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return {}  # (our own entry in /proc cannot be read: nothing to list)
+    found: dict[int, str] = {}
+    for proc in procs:
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found[proc.pid] = proc.name()
+        except psutil.Error:
+            continue  # gone meanwhile
+    return found
+
+
+def kill_survivors_of_dead_supervisors(state_dir: str, log: Log, max_s: float = SWEEP_MAX_S) -> int:
+    """Children of a supervisor that was SIGKILLed live on (re-parented above it) and hold its
+    ports and GPUs: a new supervisor of the same state_dir ends them before it starts anything.
+    A process counts when it was started for this state_dir and its tag names a supervisor pid
+    that is gone (or is no longer a prover-supervisor). What they fork while they are killed
+    carries the same tag: the rounds go on until none is left."""
+    return len(kill_until_none_left(lambda: _survivors_of_dead_supervisors(state_dir), log,
+                                    "process(es) left by a supervisor that died without stopping them", max_s))
+
+
+def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
+    me = os.getpid()
+    found: dict[int, str] = {}
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            env = proc.environ()
+            tag = env.get(TAG_ENV)
+            if not tag or env.get(STATE_DIR_ENV) != state_dir:
+                continue
+            owner_text = tag.split(".", 1)[0]
+            owner = int(owner_text) if is_ascii_digits(owner_text) else 0
+            if owner == me or _is_live_supervisor(owner) or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found[proc.pid] = proc.name()
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]]:
+    """What a supervisor that is gone left running (for ``status``: named, never killed): every live process
+    whose tag names ``supervisor_pid`` and that was started for ``state_dir``. The tag, not the pid alone,
+    says a process is ours: a pid that the system gave to another process since is not named."""
+    want = os.path.realpath(state_dir)
+    found: list[dict[str, object]] = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            env = proc.environ()
+            tag = env.get(TAG_ENV, "")
+            if tag.split(".", 1)[0] != str(supervisor_pid) or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if os.path.realpath(env.get(STATE_DIR_ENV, "")) != want:
+                continue
+            found.append({"pid": proc.pid, "name": proc.name(), "tag": tag})
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str, max_s: float) -> dict[int, str]:
+    """SIGKILL what ``find`` lists (pid → name), round after round, until two rounds in a row find
+    nothing or ``max_s`` has passed; say what was killed (``what``) and, by pid and name, what
+    survived. Returns pid → name of every process signalled.
+
+    One round is never enough: a process killed while it forks leaves a child the listing did not
+    have, and psutil misses a process whose parent vanished as it read the table (that child is
+    re-parented by the time of the next round, and found). A process that vanishes between the
+    listing and its signal costs nothing. Blocks (at most ``max_s``): for the supervisor's start
+    and end only, when the loop is not serving children."""
+    deadline = time.monotonic() + max_s
+    signalled: dict[int, str] = {}
+    empty_rounds = 0
+    while True:
+        found = find()
+        empty_rounds = 0 if found else empty_rounds + 1
+        if empty_rounds >= 2:
+            break
+        if found and time.monotonic() > deadline:
+            log(f"{len(found)} process(es) survived SIGKILL for {max_s:g}s (uninterruptible sleep?): "
+                f"{_shown(found)}")
+            break
+        for pid, name in found.items():
+            signal_quietly(os.kill, pid, signal.SIGKILL)
+            signalled.setdefault(pid, name)
+        time.sleep(SWEEP_ROUND_S)
+    if signalled:
+        log(f"killed {len(signalled)} {what}: {_shown(signalled)}")
+    return signalled
+
+
+def _shown(procs: dict[int, str]) -> str:
+    named = [f"{pid} ({name})" for pid, name in procs.items()]
+    return ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
+
+
+def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
+    """SIGKILL each of ``pids`` (found some way the process tree could not be: a cgroup); say which and why."""
+    killed: list[int] = []
+    named: list[str] = []
+    for pid in pids:
+        name = _name_of(pid)  # before the kill: a dead process has no name to read
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue  # gone meanwhile
+        killed.append(pid)
+        named.append(name)
+    if killed:
+        log(f"killed {len(killed)} process(es) {why}: {_shown(dict(zip(killed, named, strict=True)))}")
+    return killed
+
+
+def kill_cgroup(procs_file: Path, log: Log, why: str, wait_s: float = KILL_WAIT_S) -> bool:
+    """SIGKILL everything in a cgroup until its ``cgroup.procs`` is empty; True once it is.
+
+    The file is read again after each round: a member may fork between the read and its kill,
+    and the child is born in the same cgroup. Blocks (for at most ``wait_s``): only for use
+    before the event loop runs.
+    """
+    deadline = time.monotonic() + wait_s
+    said = why
+    signalled: set[int] = set()
+    while True:
+        try:
+            pids = [int(p) for p in procs_file.read_text().split()]
+        except FileNotFoundError:
+            return True
+        except (OSError, ValueError) as exc:
+            log(f"cannot read {procs_file}: {exc}; its processes are left alone")
+            return False
+        if not pids:
+            return True
+        if time.monotonic() > deadline:
+            log(f"{procs_file.parent}: {len(pids)} process(es) survived SIGKILL for {wait_s:g}s "
+                f"(uninterruptible sleep?): {', '.join(map(str, pids[:10]))}; cgroup left in place")
+            return False
+        # A killed process stays listed until it has died: each one is signalled (and said) once.
+        signalled.update(kill_pids([p for p in pids if p not in signalled], log, said))
+        time.sleep(STOP_POLL_S)
+        said = f"{why} (forked meanwhile)"
+
+
+def _name_of(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
+
+
+# The commands of the CLI that never supervise (a recorded pid now running one of them wrote nothing).
+SHORT_COMMANDS = frozenset({"status", "check", "standins", "dev-manager"})
+
+
+def is_live_supervisor(pid: int) -> bool:
+    """``pid`` is a live prover-supervisor (not a zombie, not one of the processes it started)."""
+    return _is_live_supervisor(pid)
+
+
+def _is_live_supervisor(pid: int) -> bool:
+    """Alive, and supervising: never this process (a ``status`` in a fresh container is PID 1, the very pid
+    the last supervisor recorded there), nor a prover-supervisor running a command that supervises nothing."""
+    if pid == os.getpid():
+        return False
+    try:
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
+        return proc.status() != psutil.STATUS_ZOMBIE and TAG_ENV not in proc.environ() and \
+            any("supervisor" in part for part in argv) and not _runs_short_command(argv)
+    except (psutil.Error, OSError):
+        return False
+
+
+def _runs_short_command(argv: list[str]) -> bool:
+    """A command line whose subcommand is one that supervises nothing: a word of SHORT_COMMANDS not given
+    as an option's value (``--config status`` names a file)."""
+    return any(arg in SHORT_COMMANDS and not argv[i - 1].startswith("-") for i, arg in enumerate(argv) if i > 0)
+
+
+def signal_quietly(fn: Callable[[int, int], None], pid: int, sig: int) -> None:
+    """Signal a pid or group that may be gone already (ESRCH) or not ours to signal (EPERM); other errors raise."""
+    try:
+        fn(pid, sig)
+    except OSError as exc:
+        if exc.errno not in (errno.ESRCH, errno.EPERM):
+            raise

@@ -1,0 +1,363 @@
+"""Memory cgroups, v1 and v2 behind one interface: OOM-kill counters, limits, usage, peaks.
+
+Exit status 137 only says "SIGKILL"; whether the kernel's OOM killer sent it is
+read from the cgroup's ``oom_kill`` counter (v2 ``memory.events``, v1
+``memory.oom_control``), before and after a child's life. The counter is
+cumulative, so only a rise during the child's life counts.
+
+The supervisor's own memory cgroup is found from ``/proc/self/cgroup`` and the
+cgroup mount (the root is injectable, so tests point it at a directory laid out
+like cgroupfs). Where it can create child cgroups (v1 as root, v2 when the
+subtree is delegated) each phase gets its own, so its verdict and peak are its
+own; otherwise every child shares the supervisor's counter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..text.units import fmt_bytes, is_ascii_digits
+from .kernelfile import BadValue, kernel_number, read_small
+
+DEFAULT_ROOT = Path("/sys/fs/cgroup")
+# v1 reports "no limit" as a huge page-aligned number; anything above this is unlimited.
+V1_UNLIMITED = 1 << 62
+
+IN_MODIFY = 0x00000002
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+
+# Told (the file, what is wrong with it) when a file holds a bad value: the owner says it, once.
+OnBad = Callable[[Path, str], None]
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    oom_kills: int | None
+    oom_group_kills: int | None
+    usage: int | None
+    peak: int | None
+    limit: int | None  # None: no limit
+    failcnt: int | None = None
+
+    def describe(self) -> str:
+        parts = [f"usage={fmt_bytes(self.usage)}", f"peak={fmt_bytes(self.peak)}",
+                 f"limit={fmt_bytes(self.limit) if self.limit is not None else 'none'}",
+                 f"oom_kills={'?' if self.oom_kills is None else self.oom_kills}"]
+        return " ".join(parts)
+
+
+class MemoryCgroup:
+    """One memory cgroup directory; ``version`` is "v1" or "v2". ``on_bad`` hears each bad value read
+    (its children are given the same); without it a bad value is just unavailable."""
+
+    def __init__(self, path: Path, version: str, on_bad: OnBad | None = None) -> None:
+        self.path = path
+        self.version = version
+        self.on_bad = on_bad
+
+    def __repr__(self) -> str:
+        return f"MemoryCgroup({self.version}, {self.path})"
+
+    # ------------------------------------------------------------ reading
+
+    def oom_kills(self) -> int | None:
+        return self._keyed(self._events_file, "oom_kill")
+
+    @property
+    def _events_file(self) -> str:
+        return "memory.events" if self.version == "v2" else "memory.oom_control"
+
+    def snapshot(self) -> MemorySnapshot:
+        if self.version == "v2":
+            return MemorySnapshot(
+                oom_kills=self._keyed("memory.events", "oom_kill"),
+                oom_group_kills=self._keyed("memory.events", "oom_group_kill"),
+                usage=self._int("memory.current"),
+                peak=self._int("memory.peak"),
+                limit=self._int("memory.max"),
+            )
+        limit = self._int("memory.limit_in_bytes")
+        return MemorySnapshot(
+            oom_kills=self._keyed("memory.oom_control", "oom_kill"),
+            oom_group_kills=None,
+            usage=self._int("memory.usage_in_bytes"),
+            peak=self._int("memory.max_usage_in_bytes"),
+            limit=None if limit is None or limit >= V1_UNLIMITED else limit,
+            failcnt=self._int("memory.failcnt"),
+        )
+
+    def limit(self) -> int | None:
+        return self.snapshot().limit
+
+    def working_set(self) -> int | None:
+        """Usage less the inactive file cache (the kubelet's working set): what the kernel cannot just drop."""
+        usage = self._int("memory.current" if self.version == "v2" else "memory.usage_in_bytes")
+        if usage is None:
+            return None
+        key = "inactive_file" if self.version == "v2" else "total_inactive_file"
+        try:
+            inactive = _read_keyed(self.path / "memory.stat", key)
+        except BadValue as exc:  # the cache's share is unknown: no working set, never the usage taken for one
+            self._bad("memory.stat", exc)
+            return None
+        return max(0, usage - (inactive or 0))
+
+    def readable(self) -> bool:
+        return self.oom_kills() is not None
+
+    def pids(self) -> list[int] | None:
+        """The processes in this cgroup now; None where ``cgroup.procs`` cannot be read (or holds garbage)."""
+        try:
+            text = read_small(self.procs_file())
+        except BadValue as exc:
+            self._bad("cgroup.procs", exc)
+            return None
+        if text is None:
+            return None
+        words = text.split()
+        if not all(is_ascii_digits(word) for word in words):
+            self._bad("cgroup.procs", BadValue("holds a word that is not a pid"))
+            return None
+        return [int(word) for word in words]
+
+    def _int(self, name: str) -> int | None:
+        try:
+            return _read_int(self.path / name)
+        except BadValue as exc:
+            self._bad(name, exc)
+            return None
+
+    def _keyed(self, name: str, key: str) -> int | None:
+        try:
+            return _read_keyed(self.path / name, key)
+        except BadValue as exc:
+            self._bad(name, exc)
+            return None
+
+    def _bad(self, name: str, exc: BadValue) -> None:
+        if self.on_bad is not None:
+            self.on_bad(self.path / name, str(exc))
+
+    # ------------------------------------------------------------ children
+
+    def procs_file(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def create_child(self, name: str, memory_max: int | None = None) -> MemoryCgroup:
+        """Make a child cgroup (raises OSError where not allowed)."""
+        child = MemoryCgroup(self.path / name, self.version, self.on_bad)
+        child.path.mkdir(exist_ok=True)
+        if memory_max is not None:
+            target = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
+            try:
+                (child.path / target).write_text(str(memory_max))
+            except OSError:
+                child.remove()
+                raise
+        return child
+
+    def remove(self) -> None:
+        """Remove this (empty) cgroup; processes still in it are moved out first by the caller."""
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
+
+    def move_all_to(self, target: MemoryCgroup) -> None:
+        """Move every process of this cgroup into ``target`` (so this one can be removed)."""
+        for pid in self.pids() or []:
+            with contextlib.suppress(OSError):
+                target.procs_file().write_text(str(pid))
+
+    # ------------------------------------------------------------ watching
+
+    def open_watch(self) -> tuple[int, str] | None:
+        """An fd that becomes readable when an OOM happens here, and how; None if unsupported.
+
+        v2: inotify on ``memory.events`` (the kernel signals a modify when it changes).
+        v1: an eventfd registered on ``memory.oom_control`` through ``cgroup.event_control``.
+        """
+        try:
+            if self.version == "v2":
+                return _inotify_watch(self.path / "memory.events"), "inotify"
+            return _v1_oom_eventfd(self.path), "eventfd"
+        except OSError:
+            return None
+
+    @staticmethod
+    def consume_watch(fd: int) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.read(fd, 4096)
+
+
+# ---------------------------------------------------------------- discovery
+
+
+@dataclass(frozen=True)
+class Discovery:
+    cgroup: MemoryCgroup | None
+    why: str  # how it was found, or why there is none
+
+
+def discover(root: Path | str = DEFAULT_ROOT, proc_cgroup: Path | str = "/proc/self/cgroup",
+             on_bad: OnBad | None = None) -> Discovery:
+    """Find this process's memory cgroup under ``root`` (v2 unified, or v1 ``memory`` controller).
+    Blocks on the files (a hung cgroupfs hangs it): the caller runs it off the loop, with a bound."""
+    root = Path(root)
+    try:
+        text = read_small(Path(proc_cgroup))
+    except BadValue as exc:
+        return Discovery(None, f"{proc_cgroup} {exc}")
+    if text is None:
+        return Discovery(None, f"cannot read {proc_cgroup}")
+    lines = text.splitlines()
+    v1_rel = v2_rel = None
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, rel = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            v2_rel = rel
+        elif "memory" in controllers.split(","):
+            v1_rel = rel
+    candidates: list[tuple[Path, str]] = []
+    if v1_rel is not None and (root / "memory").is_dir():
+        candidates += [(root / "memory" / v1_rel.lstrip("/"), "v1"), (root / "memory", "v1")]
+    if v2_rel is not None and (root / "cgroup.controllers").exists():
+        candidates += [(root / v2_rel.lstrip("/"), "v2"), (root, "v2")]
+    for path, version in candidates:
+        cgroup = MemoryCgroup(path, version, on_bad)
+        if cgroup.readable():
+            return Discovery(cgroup, f"cgroup {version} at {path}")
+    if not candidates:
+        return Discovery(None, f"no memory cgroup under {root} (neither v2 nor a v1 memory controller)")
+    tried = ", ".join(str(p) for p, _ in candidates)
+    return Discovery(None, f"memory cgroup files not readable (tried {tried})")
+
+
+def enable_v2_delegation(cgroup: MemoryCgroup) -> MemoryCgroup:
+    """v2's "no internal processes" rule: move ourselves into a leaf, then enable +memory below.
+
+    Returns the leaf the supervisor now lives in. Raises OSError where the
+    subtree is not delegated to us.
+    """
+    leaf = cgroup.create_child("supervisor")
+    leaf.procs_file().write_text(str(os.getpid()))
+    (cgroup.path / "cgroup.subtree_control").write_text("+memory")
+    return leaf
+
+
+# ---------------------------------------------------------------- memory of the machine
+
+
+def mem_total(meminfo: Path | str = "/proc/meminfo") -> int | None:
+    return _meminfo(meminfo).get("MemTotal")
+
+
+def mem_used(meminfo: Path | str = "/proc/meminfo") -> int | None:
+    """What the machine's memory holds that cannot be given back at once: MemTotal less MemAvailable."""
+    fields = _meminfo(meminfo)
+    if "MemTotal" not in fields or "MemAvailable" not in fields:
+        return None
+    return max(0, fields["MemTotal"] - fields["MemAvailable"])
+
+
+def _meminfo(meminfo: Path | str) -> dict[str, int]:
+    fields = {}
+    try:
+        for line in (read_small(Path(meminfo)) or "").splitlines():
+            name, _, rest = line.partition(":")
+            if name in ("MemTotal", "MemAvailable"):
+                fields[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    return fields
+
+
+def read_pressure(path: Path) -> str | None:
+    """PSI lines (``memory.pressure``, ``/proc/pressure/memory``) as one short text: ``some avg10=1.20
+    full avg10=0.40``; None where there is none (v1, no file, or PSI disabled: EOPNOTSUPP on read)."""
+    try:
+        text = read_small(path)
+    except BadValue:  # a garnish of the memory line: without it the line still stands
+        return None
+    return parse_pressure(text) if text is not None else None
+
+
+def parse_pressure(text: str) -> str | None:
+    parts = []
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        fields = dict(f.split("=", 1) for f in rest.split() if "=" in f)
+        if kind in ("some", "full") and "avg10" in fields:
+            parts.append(f"{kind} avg10={fields['avg10']}%")
+    return " ".join(parts) or None
+
+
+# ---------------------------------------------------------------- file helpers
+
+
+def _read_int(path: Path) -> int | None:
+    text = read_small(path)
+    if text is None:
+        return None
+    text = text.strip()
+    return None if text == "max" else kernel_number(text)
+
+
+def _read_keyed(path: Path, key: str) -> int | None:
+    text = read_small(path)
+    if text is None:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return kernel_number(value.strip())
+    return None
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _libc_handle() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)  # the libc already loaded: no ldconfig lookup
+    return _libc
+
+
+def _inotify_watch(path: Path) -> int:
+    if not path.exists():
+        raise FileNotFoundError(str(path))
+    libc = _libc_handle()
+    fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+    if libc.inotify_add_watch(fd, os.fsencode(path), IN_MODIFY) < 0:
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, f"inotify_add_watch {path} failed")
+    return fd
+
+
+def _v1_oom_eventfd(path: Path) -> int:
+    efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    control = os.open(path / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with open(path / "cgroup.event_control", "w") as f:
+            f.write(f"{efd} {control}")
+    except OSError:
+        os.close(efd)
+        raise
+    finally:
+        os.close(control)
+    return efd
+
+
+def decode_eventfd(data: bytes) -> int:
+    return struct.unpack("Q", data[:8])[0] if len(data) >= 8 else 0

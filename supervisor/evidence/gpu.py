@@ -1,0 +1,279 @@
+"""GPU evidence as plain records, and the NVML calls that gather it (``import pynvml``, nvidia-ml-py).
+
+Used for stall detection (did any GPU's utilisation or memory use change?), for the status view,
+for cuzk.toml and resume (which GPUs), and for the fitness check before anything starts
+(``inventory_of``: is every GPU reachable, and free of other processes?). Where NVML is absent (no
+driver, no GPU, a dev machine) the answer is "no GPU", said once, never an error.
+
+The functions that call NVML (``open_nvml``, ``sample_all``, ``inventory_of``) run only on the one
+GPU thread (supervisor/evidence/gpuwatch.py), each call through its ``Caller``, which times it: an NVML
+call can hang (Xid 119, a crashed driver), and the loop must never be the one waiting.
+
+NVML's answers are trusted no further than they are checked: a count no machine has (MAX_GPUS) is no
+GPU, said; a value of the wrong type or out of bounds (utilisation "n/a", a memory info of None) is no
+reading of that GPU, never an exception that ends the thread; a name is cut to GPU_NAME_CHARS.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# call(name, gpu_index or None, function, *args): makes one NVML call, timed by the GPU thread.
+Caller = Callable[..., Any]
+# The most GPUs a machine has (NVML itself supports 64 per host): a count above it is NVML's mistake.
+MAX_GPUS = 64
+# A GPU's name as NVML gives it at most (NVML_DEVICE_NAME_V2_BUFFER_SIZE); a longer one is cut.
+GPU_NAME_CHARS = 96
+# The most memory one GPU can report (16 TiB; an H200 has 141 GiB): more is no reading.
+MAX_GPU_MEMORY = 1 << 44
+# Compute processes read from one GPU at most (a list of millions is no list).
+MAX_GPU_PROCESSES = 1024
+# A bad answer of one GPU: (index, why); the GPU thread counts it as no reading of that GPU.
+BadReading = Callable[[int, str], None]
+
+
+class BadAnswer(ValueError):
+    """An answer of NVML that is no answer: the wrong type, out of bounds."""
+
+
+@dataclass(frozen=True)
+class HungCall:
+    """An NVML call that has not returned: which (``nvmlDeviceGetUtilizationRates (GPU 0)``), since when."""
+
+    call: str
+    since: float  # monotonic
+    since_wall: float  # time.time(), for people and status.json
+
+    def describe(self, now: float) -> str:
+        return f"{self.call} has not returned for {now - self.since:.1f}s"
+
+    def since_clock(self) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(self.since_wall))
+
+    def to_dict(self, now: float) -> dict[str, Any]:
+        return {"call": self.call, "since": self.since_wall, "for_s": round(now - self.since, 1)}
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One GPU as the fitness check sees it; ``error`` says why it could not be read."""
+
+    index: int
+    name: str = ""
+    memory_total: int | None = None  # bytes
+    memory_used: int | None = None  # bytes
+    processes: tuple[int, ...] | None = ()  # pids of compute processes on it; None: NVML cannot list them
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """Every GPU NVML counts, readable or not; ``nvml`` False (with ``why``) when NVML itself is absent;
+    ``unresponsive``: NVML did not answer (the devices are then unknown, not absent)."""
+
+    nvml: bool
+    why: str
+    devices: tuple[GpuDevice, ...] = ()
+    unresponsive: HungCall | None = None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    name: str
+    utilization: int  # percent, last sample period
+    memory_used: int  # bytes
+    memory_total: int  # bytes
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One sample of every GPU, as the GPU thread published it: ``at`` (monotonic) when, ``seq`` its number."""
+
+    seq: int
+    at: float
+    samples: tuple[GpuSample, ...]
+
+
+@dataclass
+class Nvml:
+    """NVML, opened: the module, one handle per GPU index (None where NVML gave none) and each GPU's name."""
+
+    module: Any
+    handles: list[Any]
+    names: list[str]
+    handle_errors: dict[int, str]
+
+    @property
+    def reachable(self) -> bool:
+        return any(h is not None for h in self.handles)
+
+
+def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
+    """NVML initialised, every GPU's handle and name; (None, why) where there is no NVML."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return None, f"no GPU: pynvml not installed ({exc})"
+    try:
+        call("nvmlInit", None, pynvml.nvmlInit)
+        answer = call("nvmlDeviceGetCount", None, pynvml.nvmlDeviceGetCount)
+    except Exception as exc:  # pynvml.NVMLError and its per-code subclasses
+        return None, f"no GPU: NVML unavailable ({describe_nvml_error(exc)})"
+    if isinstance(answer, bool) or not isinstance(answer, int) or answer < 0:
+        return None, f"no GPU: NVML's device count is no number ({repr(answer)[:40]})"
+    if answer > MAX_GPUS:
+        return None, f"no GPU: NVML counts {answer} GPUs, more than any machine has (at most {MAX_GPUS})"
+    count = answer
+    nvml = Nvml(pynvml, [], [], {})
+    for index in range(count):
+        handle, name = None, ""
+        try:
+            handle = call("nvmlDeviceGetHandleByIndex", index, pynvml.nvmlDeviceGetHandleByIndex, index)
+        except Exception as exc:  # a GPU that cannot be reached is noted, not fatal to the others
+            nvml.handle_errors[index] = describe_nvml_error(exc)
+        if handle is not None:
+            try:
+                name = _text(call("nvmlDeviceGetName", index, pynvml.nvmlDeviceGetName, handle))
+            except Exception:  # nameless, still sampled: what it does is what counts
+                name = ""
+        nvml.handles.append(handle)
+        nvml.names.append(name)
+    return nvml, f"{count} GPU(s) via NVML" if count else "no GPU: NVML sees 0 devices"
+
+
+def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] | None = None,
+               bad: BadReading | None = None) -> tuple[GpuSample, ...]:
+    """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample (and told to ``lost``),
+    as is one whose answer is no reading (told to ``bad``): whatever NVML answers, never an exception."""
+    samples = []
+    for index, handle in enumerate(nvml.handles):
+        if handle is None:
+            continue
+        try:
+            util = call("nvmlDeviceGetUtilizationRates", index, nvml.module.nvmlDeviceGetUtilizationRates, handle)
+            percent = bounded(getattr(util, "gpu", None), 100, "utilization.gpu")
+            mem = call("nvmlDeviceGetMemoryInfo", index, nvml.module.nvmlDeviceGetMemoryInfo, handle)
+            total = bounded(getattr(mem, "total", None), MAX_GPU_MEMORY, "memory.total")
+            used = bounded(getattr(mem, "used", None), total, "memory.used")
+        except Exception as exc:  # lost, reset in progress, an answer that is none: the next sample tries again
+            if lost is not None and is_lost_error(exc):
+                lost(index, exc)
+            if bad is not None:  # a lost GPU too: no reading of it
+                bad(index, describe_nvml_error(exc))
+            continue
+        samples.append(GpuSample(index, nvml.names[index], percent, used, total))
+    return tuple(samples)
+
+
+def bounded(value: Any, most: int, what: str) -> int:
+    """``value`` as a whole number from 0 to ``most``; BadAnswer otherwise (NVML's word is checked, not trusted)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise BadAnswer(f"{what} is {repr(value)[:40]}, not a whole number from 0 to {most}")
+    return value
+
+
+def inventory_of(nvml: Nvml | None, why: str, call: Caller) -> GpuInventory:
+    """Every GPU NVML counts: reachable (handle and memory info), memory used, compute processes on it."""
+    if nvml is None:
+        return GpuInventory(False, why)
+    return GpuInventory(True, why, tuple(_device(nvml, i, h, call) for i, h in enumerate(nvml.handles)))
+
+
+def _device(nvml: Nvml, index: int, handle: Any, call: Caller) -> GpuDevice:
+    if handle is None:
+        return GpuDevice(index, error=f"no handle: {nvml.handle_errors.get(index, 'unknown error')}")
+    try:
+        mem = call("nvmlDeviceGetMemoryInfo", index, nvml.module.nvmlDeviceGetMemoryInfo, handle)
+        total = bounded(getattr(mem, "total", None), MAX_GPU_MEMORY, "memory.total")
+        used = bounded(getattr(mem, "used", None), total, "memory.used")
+    except Exception as exc:  # fallen off the bus, Xid error, reset in progress, an answer that is none
+        return GpuDevice(index, error=f"memory info unreadable: {describe_nvml_error(exc)}")
+    processes: tuple[int, ...] | None
+    try:
+        listed = call("nvmlDeviceGetComputeRunningProcesses", index,
+                      nvml.module.nvmlDeviceGetComputeRunningProcesses, handle)
+        processes = tuple(int(p.pid) for p in list(listed)[:MAX_GPU_PROCESSES])
+    except Exception:  # not supported on this GPU or driver (or no list): the memory figure still tells
+        processes = None
+    return GpuDevice(index, nvml.names[index], total, used, processes)
+
+
+def _text(name: Any) -> str:
+    """A GPU's name, printable and at most GPU_NAME_CHARS (a 5 MB name must not make status 10 MB)."""
+    if not isinstance(name, str | bytes | bytearray):
+        raise BadAnswer(f"a name of {type(name).__name__}")
+    text = name if isinstance(name, str) else bytes(name[:GPU_NAME_CHARS * 4]).decode(errors="replace")
+    return "".join(c if c.isprintable() else "?" for c in text[:GPU_NAME_CHARS])
+
+
+def describe_nvml_error(exc: Exception) -> str:
+    text = str(exc)[:200] or type(exc).__name__  # (a binding's own error may say anything, of any size)
+    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+
+
+def activity_changed(before: list[GpuSample] | tuple[GpuSample, ...],
+                     after: list[GpuSample] | tuple[GpuSample, ...]) -> bool:
+    """Did any GPU work between two samples: non-zero utilisation or a change of memory use."""
+    previous = {s.index: s for s in before}
+    for sample in after:
+        if sample.utilization > 0:
+            return True
+        old = previous.get(sample.index)
+        if old is not None and old.memory_used != sample.memory_used:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- GPU health: Xid events, lost GPUs (the GPU thread)
+
+# Xids that are the application's fault, not the GPU's: NVIDIA's device plugin (internal/rm/health.go) marks
+# a GPU unhealthy for every other Xid.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+XID_NAMES = {
+    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
+    45: "preemptive cleanup", 48: "double-bit ECC error", 62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping", 64: "ECC page retirement or row remapper failure",
+    68: "video processor exception", 74: "NVLink error", 79: "fallen off the bus", 92: "high single-bit ECC rate",
+    94: "contained ECC error", 95: "uncontained ECC error", 109: "context switch timeout", 119: "GSP RPC timeout",
+}
+# nvmlDeviceGetFieldValues(h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION]) on recent drivers.
+FI_RECOVERY_ACTION = 230
+RECOVERY_ACTIONS = {0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain P2P", 4: "drain and reset"}
+XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+
+
+@dataclass(frozen=True)
+class GpuFault:
+    """What the GPU thread found wrong with a GPU: an Xid event (``xid``), or the GPU lost (``xid`` None)."""
+
+    index: int | None  # None: NVML itself (every GPU)
+    xid: int | None
+    detail: str  # for a lost GPU: NVML's error
+    recovery: int | None = None  # the driver's recovery action, where it has the field
+
+    @property
+    def fatal(self) -> bool:
+        return self.xid is None or self.xid not in APPLICATION_XIDS
+
+    def describe(self) -> str:
+        """``GPU 0: Xid 79 (fallen off the bus); recovery action: node reboot``."""
+        who = "NVML" if self.index is None else f"GPU {self.index}"
+        if self.xid is None:
+            what = f"lost ({self.detail})"
+        else:
+            what = f"Xid {self.xid} ({XID_NAMES.get(self.xid, 'see NVIDIA Xid catalog')})"
+            if not self.fatal:
+                what += ": an application fault, not the GPU's"
+        if self.recovery is not None:
+            what += f"; recovery action: {RECOVERY_ACTIONS.get(self.recovery, f'code {self.recovery}')}"
+        return f"{who}: {what}"
+
+
+def is_lost_error(exc: Exception) -> bool:
+    """NVML's word that a GPU (or NVML itself) is gone: GPU is lost, "Unknown Error" after a host reload, or
+    NotFound from a GPU that answered before (gone from the driver's view)."""
+    return type(exc).__name__ in ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_NotFound")

@@ -1,0 +1,271 @@
+"""The I/O thread: the bytes each attempt's process tree reads and writes, from the kernel's own counters.
+
+Real programs work without a word: aria2c block-buffers its readout into a pipe (one burst when a file is
+done) and preallocates its file (full size at once), curio hashes 45 GiB of parameters before it prints a
+line, cuzk loads its SRS into pinned memory in silence. What shows their work is the kernel's accounting
+of each process, ``/proc/<pid>/io``: ``rchar``/``wchar`` (every byte passed to read and write calls) and
+``read_bytes``/``write_bytes`` (what reached storage: a page fault of a mapped file too). Their growth,
+summed over every process of an attempt's trees, is a sign of life (stall.py) and, for writes, what a
+download has received (progresswatch.py).
+
+Only bytes count, never being alive: a process blocked in ``recv`` on a dead connection moves nothing, and
+a process that spins burns CPU but moves nothing either (docs/verdicts.md says why CPU time is no sign).
+Bytes arriving on a socket read with ``recv`` are not in ``rchar``; aria2c's show as its writes to the file.
+
+One thread ("io") reads, for every watch (``watch``), the trees of the roots the loop hands it
+(``IoWatch.follow``: each child's pid and tag, as a stop finds its tree: proctable.py) every IO_SAMPLE_S
+(or as often as a watch asks, never more than IO_SAMPLE_MIN_S), and publishes the totals (``latest``);
+the loop never reads /proc for it and never waits. The accounting (``IoLedger``) is pure: a process that
+appears counts all its bytes (a new process starts at zero), one that goes counts what it had, and one
+reaped by its parent inside the tree is not counted twice (the kernel adds a reaped child's counters to
+its parent's).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ..engine.offloop import worker_thread
+from ..engine.proctable import Proc, ProcessTable, Snapshot
+
+# How often the watched trees are read, unless a watch asks for more often (never more often than
+# IO_SAMPLE_MIN_S: a tree of 200 processes costs well under 1% of a core at once a second, bench/iosample.py).
+IO_SAMPLE_S = 1.0
+IO_SAMPLE_MIN_S = 0.2
+# Who is in the trees is read from the whole process table this often (and at once when a watch's roots change);
+# in between only the members' counters are read. A process born since counts all its bytes once it is found
+# (it began at zero), and one born and reaped by its parent in between shows in that parent's counters.
+TREE_REFRESH_S = 5.0
+
+# The counters read, in /proc/<pid>/io's words.
+COUNTERS = ("rchar", "wchar", "read_bytes", "write_bytes")
+_WCHAR = COUNTERS.index("wchar")
+
+Counters = tuple[int, int, int, int]
+Root = tuple[int, str]  # a child's pid and its tag (TAG_ENV): its tree, as a stop finds it
+
+
+@dataclass(frozen=True)
+class ProcIo:
+    """One process's counters at one reading (COUNTERS' order), with its parent then."""
+
+    pid: int
+    ppid: int
+    counters: Counters
+
+
+@dataclass(frozen=True)
+class TreeIo:
+    """The watched trees' totals since the watch began: ``moved`` bytes read and written (every counter),
+    ``written`` bytes written (``wchar``), ``procs`` the processes read at ``at`` (monotonic), ``seq`` the
+    reading's number (a new one is new evidence); ``readable`` False while no process's counters could be
+    read (no evidence: a kernel without I/O accounting, or not ours to read)."""
+
+    seq: int
+    at: float
+    moved: int
+    written: int
+    procs: int
+    readable: bool
+
+
+class IoLedger:
+    """The running totals of one watch's trees, from one reading after another (pure; tested alone)."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, ProcIo] | None = None  # None: no reading yet (the first is the baseline)
+        self.moved = 0
+        self.written = 0
+        self.readable = False
+
+    def add(self, procs: Iterable[ProcIo]) -> None:
+        now = {p.pid: p for p in procs}
+        self.readable = self.readable or bool(now)
+        last, self._last = self._last, now
+        if last is None:
+            return  # the baseline: what the trees had done before the watch began is not this watch's
+        absorbed = _absorbed(last, now)
+        for pid, proc in now.items():
+            before = last.get(pid)
+            if before is not None and any(n < b for n, b in zip(proc.counters, before.counters, strict=True)):
+                before = None  # a counter went back: a new process under a reused pid
+            base = before.counters if before is not None else (0, 0, 0, 0)
+            extra = absorbed.get(pid, (0, 0, 0, 0))
+            deltas = [max(0, n - b - x) for n, b, x in zip(proc.counters, base, extra, strict=True)]
+            self.moved += sum(deltas)
+            self.written += deltas[_WCHAR]
+
+
+def _absorbed(last: dict[int, ProcIo], now: dict[int, ProcIo]) -> dict[int, Counters]:
+    """For each parent still here, the last counters of its children gone since (reaped by it, the kernel
+    added them to its own): those bytes were counted already."""
+    absorbed: dict[int, list[int]] = {}
+    for pid, gone in last.items():
+        if pid not in now and gone.ppid in now and gone.ppid in last:
+            sums = absorbed.setdefault(gone.ppid, [0, 0, 0, 0])
+            for i, value in enumerate(gone.counters):
+                sums[i] += value
+    return {pid: (s[0], s[1], s[2], s[3]) for pid, s in absorbed.items()}
+
+
+def parse_io(data: bytes) -> Counters | None:
+    """COUNTERS from /proc/<pid>/io's text (``rchar: N`` a line, in the kernel's fixed order, read by
+    position: this runs for every process of every tree every second); None where it is not that text."""
+    fields = data.split()
+    try:
+        if (fields[0], fields[2], fields[8], fields[10]) != _KEYS:
+            return None
+        return (int(fields[1]), int(fields[3]), int(fields[9]), int(fields[11]))
+    except (IndexError, ValueError):
+        return None
+
+
+_KEYS = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
+
+
+def read_io(pid: int, proc: str = "/proc") -> Counters | None:
+    """One process's counters; None if it vanished or they cannot be read. (Not kernelfile.read_small: this is
+    always procfs under our own /proc, read for every process every second, so no fstat and no decode.)"""
+    try:
+        fd = os.open(f"{proc}/{pid}/io", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return parse_io(os.read(fd, 4096))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class _Reader:
+    """One round's reads: a process in the trees of two watches (a phase's stall and progress watches) is
+    read once."""
+
+    def __init__(self, proc: str) -> None:
+        self._proc = proc
+        self._read: dict[int, Counters | None] = {}
+
+    def trees(self, tree: Callable[[int, str], list[Proc]], roots: tuple[Root, ...]) -> list[ProcIo]:
+        members = {proc.pid: proc.ppid for pid, tag in roots for proc in tree(pid, tag)}
+        procs = []
+        for pid, ppid in members.items():
+            if pid not in self._read:
+                self._read[pid] = read_io(pid, self._proc)
+            counters = self._read[pid]
+            if counters is not None:
+                procs.append(ProcIo(pid, ppid, counters))
+        return procs
+
+
+class IoWatch:
+    """One watch's handle, on the loop: ``follow`` the trees to read, ``latest`` totals, ``release``."""
+
+    def __init__(self, probe: IoProbe, watch_id: int) -> None:
+        self._probe, self._id = probe, watch_id
+
+    def follow(self, roots: Iterable[Root]) -> None:
+        """The trees to read from now on (the attempt's children so far: called again as more start)."""
+        self._probe._follow(self._id, tuple(roots))
+
+    def latest(self) -> TreeIo | None:
+        return self._probe._latest(self._id)
+
+    def release(self) -> None:
+        self._probe._release(self._id)
+
+
+@dataclass
+class _Watched:
+    every_s: float
+    roots: tuple[Root, ...] = ()
+    ledger: IoLedger = field(default_factory=IoLedger)
+    latest: TreeIo | None = None
+
+
+class IoProbe:
+    """The I/O thread, started by the first ``watch``."""
+
+    def __init__(self, table: Callable[[], ProcessTable] = ProcessTable, proc: str = "/proc") -> None:
+        self._make_table, self._proc = table, proc
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._watches: dict[int, _Watched] = {}
+        self._ids = itertools.count(1)
+        self._seq = itertools.count(1)
+
+    def watch(self, every_s: float = IO_SAMPLE_S) -> IoWatch:
+        with self._cond:
+            watch_id = next(self._ids)
+            self._watches[watch_id] = _Watched(max(IO_SAMPLE_MIN_S, every_s))
+            if self._thread is None and not self._closed:
+                self._thread = worker_thread("io", self._run)
+            self._cond.notify_all()
+        return IoWatch(self, watch_id)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _follow(self, watch_id: int, roots: tuple[Root, ...]) -> None:
+        with self._cond:
+            watched = self._watches.get(watch_id)
+            if watched is not None and watched.roots != roots:
+                watched.roots = roots
+                self._cond.notify_all()  # new trees: read at once (their baseline)
+
+    def _latest(self, watch_id: int) -> TreeIo | None:
+        with self._cond:
+            watched = self._watches.get(watch_id)
+            return watched.latest if watched is not None else None
+
+    def _release(self, watch_id: int) -> None:
+        with self._cond:
+            self._watches.pop(watch_id, None)
+
+    # ------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        table = self._make_table()  # the thread's own: the loop's table is the stops'
+        snapshot: Snapshot | None = None  # the trees' members, as last read from the whole process table
+        scanned: dict[int, tuple[Root, ...]] = {}  # the roots it was read for
+        while self._wait():
+            with self._cond:
+                asked = {wid: w.roots for wid, w in self._watches.items() if w.roots}
+            if not asked:
+                continue
+            try:
+                if snapshot is None or time.monotonic() - snapshot.taken_at >= TREE_REFRESH_S or asked != scanned:
+                    snapshot, scanned = table.snapshot(newer_than=time.monotonic()), asked
+                read = _Reader(self._proc)
+                readings = {wid: read.trees(snapshot.tree, roots) for wid, roots in asked.items()}
+            except Exception:  # a bug must not end the only reader: this round reads as no reading
+                readings = {}
+            now = time.monotonic()
+            with self._cond:
+                for wid, procs in readings.items():
+                    watched = self._watches.get(wid)
+                    if watched is None:
+                        continue
+                    watched.ledger.add(procs)
+                    ledger = watched.ledger
+                    watched.latest = TreeIo(next(self._seq), now, ledger.moved, ledger.written, len(procs),
+                                            ledger.readable)
+
+    def _wait(self) -> bool:
+        """Sleep one period (the shortest a watch asked for; at once when the roots changed); False once closed."""
+        with self._cond:
+            if self._closed:
+                return False
+            if not any(w.roots for w in self._watches.values()):
+                self._cond.wait()  # nothing to read until a watch follows a tree
+            else:
+                self._cond.wait(min(w.every_s for w in self._watches.values()))
+            return not self._closed

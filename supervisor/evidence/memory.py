@@ -1,0 +1,371 @@
+"""Memory evidence for verdicts: which cgroup each phase runs in, OOM counters, the preflight.
+
+Modes (said once at start):
+- ``per-phase``: each phase runs in a child cgroup of the supervisor's own, so
+  its OOM counter and its peak are its alone;
+- ``shared``: every child shares the supervisor's cgroup counter (a rise during a
+  child's life may then come from a sibling: said in the verdict);
+- ``unavailable``: no readable memory cgroup; OOM is "unknown", never guessed.
+
+The counters are watched while children run (v2: inotify on ``memory.events``;
+v1: an eventfd on ``memory.oom_control``; a poll every ``OOM_POLL_S`` where
+neither can be registered), so an OOM kill of any descendant is logged the
+moment it happens, with the cgroup's usage and peak.
+
+Every phase cgroup made is first written to a ledger in ``state_dir``, so the
+next start can be told which ones a SIGKILL left behind, and which processes are
+still in a phase's cgroup after its children stopped. Ending them is the process
+module's: this one only says what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from ..engine.loop import EventLoop, Timer
+from ..engine.offloop import NoThread, Overdue, answer_within
+from ..text.units import fmt_bytes, is_ascii_digits
+from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, mem_total
+
+OOM_POLL_S = 0.25
+# How long the start waits for the cgroup files to be found and read (a hung cgroupfs never answers).
+CGROUP_FIND_BOUND_S = 5.0
+# Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).
+PHASE_CGROUP_PREFIX = "prover-"
+
+Log = Callable[[str], None]
+
+
+class Found(NamedTuple):
+    """What the cgroup files said at start: the supervisor's cgroup, where phase cgroups go, the mode."""
+
+    shared: MemoryCgroup | None
+    parent: MemoryCgroup | None
+    mode: str
+    why: str
+    inherited: list[MemoryCgroup]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a child runs, and the OOM counter reading when it started."""
+
+    cgroup: MemoryCgroup | None
+    scope: str  # "phase", "shared" or "none"
+    oom_baseline: int | None
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """What the cgroup says about a child's life: OOM kills during it, the peak."""
+
+    oom_kills: int | None  # None: unknown (no readable cgroup)
+    peak: int | None
+    scope: str
+    snapshot: MemorySnapshot | None
+
+
+@dataclass(frozen=True)
+class MemoryWarning:
+    """The last ``memory_high`` said for a phase (memwatch.py): when (wall time), how full, of which limit."""
+
+    at: float
+    fraction: float
+    limit: int
+    line: str
+
+    def note(self) -> str:
+        """What an OOM verdict that follows adds: ``warned at 12:03:41: memory_high 92% of 384MiB``."""
+        return (f"warned at {time.strftime('%H:%M:%S', time.localtime(self.at))}: memory_high "
+                f"{self.fraction * 100:.0f}% of {fmt_bytes(self.limit)}")
+
+
+class MemoryEvidence:
+    def __init__(self, loop: EventLoop, log: Log, mode: str = "auto", root: Path | str = "/sys/fs/cgroup",
+                 proc_cgroup: Path | str = "/proc/self/cgroup", ledger: Path | str | None = None,
+                 bound_s: float = CGROUP_FIND_BOUND_S) -> None:
+        self._loop = loop
+        self._log = log
+        # The phase cgroups this state_dir's supervisors made (see leftover_cgroups); None: not kept.
+        self._ledger = Path(ledger) if ledger is not None else None
+        self._inherited: list[MemoryCgroup] = []
+        self.shared: MemoryCgroup | None = None
+        self.mode = "unavailable"
+        self._phase_cgroups: dict[str, MemoryCgroup] = {}
+        self._watches: dict[str, tuple[MemoryCgroup, int | None]] = {}  # path → (cgroup, fd or None: polled)
+        self._last_kills: dict[str, int] = {}
+        self._poll_timer: Timer | None = None
+        self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
+        self._said_no_limit: set[str] = set()
+        self.warned: dict[str, MemoryWarning] = {}  # phase → its last memory_high (memwatch.py writes it)
+        self._bad_said: set[str] = set()  # the cgroup files whose bad value was said (once each)
+        if mode == "off":
+            self.why = "cgroup evidence turned off (supervisor.evidence.cgroups = \"off\"): OOM kills are unknown"
+            return
+        try:  # the files are read off the loop, with a bound: a file that blocks must not hang the start
+            found = answer_within("cgroups", lambda: self._find(mode, root, proc_cgroup), bound_s)
+        except (Overdue, NoThread) as exc:
+            self.why = f"the cgroup files under {root}: {exc}: OOM kills are unknown, never guessed"
+            return
+        self.shared, self._parent, self.mode, self.why, self._inherited = found
+        if self.shared is not None:
+            self._watch(self.shared)
+
+    def describe(self) -> str:
+        if self.mode == "unavailable":
+            return f"memory evidence: {self.why}"
+        limit = self.available_memory()
+        return (f"memory evidence: {self.mode} mode, {self.why}; "
+                f"memory available {fmt_bytes(limit)}")
+
+    def _find(self, mode: str, root: Path | str, proc_cgroup: Path | str) -> Found:
+        """The supervisor's cgroup, and whether each phase can have its own (on a thread: the files may hang)."""
+        found = discover(root, proc_cgroup, self._say_bad)
+        if found.cgroup is None:
+            return Found(None, None, "unavailable", f"{found.why}: OOM kills are unknown, never guessed", [])
+        if mode != "auto":
+            return Found(found.cgroup, None, "shared", found.why, [])
+        shared = found.cgroup
+        try:
+            if shared.version == "v2":
+                shared = enable_v2_delegation(shared)
+                # Phase cgroups must be siblings of our leaf, under the delegated parent.
+                parent = MemoryCgroup(shared.path.parent, "v2", self._say_bad)
+            else:
+                parent = shared
+            probe = parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")
+            probe.remove()
+        except OSError as exc:
+            why = f"{found.why}; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
+            return Found(shared, None, "shared", why, [])
+        inherited = self._take_over_ledger(parent)
+        self._remove_empty_stale(parent, inherited)
+        return Found(shared, parent, "per-phase", found.why, inherited)
+
+    def _say_bad(self, path: Path, why: str) -> None:
+        """A cgroup file holds a bad value: its reading is unavailable, said once a file (it is read each tick)."""
+        if str(path) not in self._bad_said:
+            self._bad_said.add(str(path))
+            self._log(f"memory evidence: {path} {why}: that reading is unavailable from here on, never guessed")
+
+    # ------------------------------------------------------------ placement
+
+    def place(self, phase: str, memory_max: int | None) -> Placement:
+        """The cgroup a new child of ``phase`` goes into, with its counter baseline."""
+        if self.mode == "per-phase" and self._parent is not None:
+            cgroup = self._phase_cgroups.get(phase)
+            if cgroup is None:
+                name = f"{PHASE_CGROUP_PREFIX}{os.getpid()}-{phase}"
+                self._note_in_ledger(self._parent.path / name)  # before it exists: a SIGKILL may follow
+                try:
+                    cgroup = self._parent.create_child(name, memory_max)
+                except OSError as exc:
+                    self._log(f"cannot create a cgroup for phase {phase} ({exc.strerror or exc}); "
+                              "it shares the supervisor's counter")
+                    cgroup = None
+                if cgroup is not None:
+                    self._phase_cgroups[phase] = cgroup
+                    self._watch(cgroup)
+            if cgroup is not None:
+                return Placement(cgroup, "phase", cgroup.oom_kills())
+        if memory_max is not None and phase not in self._said_no_limit:
+            self._said_no_limit.add(phase)
+            self._log(f"phase {phase}: memory_max={fmt_bytes(memory_max)} cannot be applied: no per-phase cgroup "
+                      f"({self.mode} mode); the preflight still holds the phase to it")
+        if self.shared is not None:
+            return Placement(self.shared, "shared", self.shared.oom_kills())
+        return Placement(None, "none", None)
+
+    def cgroup_of(self, phase: str) -> tuple[MemoryCgroup | None, str]:
+        """The cgroup ``phase``'s children are counted in, and what to call it; (None, "") without one."""
+        cgroup = self._phase_cgroups.get(phase)
+        if cgroup is not None:
+            return cgroup, "its cgroup"
+        return (self.shared, "the supervisor's cgroup") if self.shared is not None else (None, "")
+
+    def reset_peak(self, phase: str) -> None:
+        """A new attempt starts: its peak should be its own (v1 allows resetting the watermark)."""
+        cgroup = self._phase_cgroups.get(phase)
+        if cgroup is not None and cgroup.version == "v1":
+            with contextlib.suppress(OSError):
+                (cgroup.path / "memory.max_usage_in_bytes").write_text("0")
+
+    def report(self, placement: Placement) -> MemoryReport:
+        """Read the counter again when the child is reaped: the rise is what happened in its life."""
+        if placement.cgroup is None:
+            return MemoryReport(None, None, placement.scope, None)
+        snap = placement.cgroup.snapshot()
+        kills = None
+        if snap.oom_kills is not None and placement.oom_baseline is not None:
+            kills = max(0, snap.oom_kills - placement.oom_baseline)
+        self._check_counter(placement.cgroup)  # log it now if the watch has not yet
+        return MemoryReport(kills, snap.peak, placement.scope, snap)
+
+    def leftover_cgroups(self) -> list[tuple[int, MemoryCgroup]]:
+        """Phase cgroups an earlier supervisor of this state_dir made and that still exist, each with
+        that supervisor's pid (from the name). It is gone: the state_dir's lock is ours. What to do
+        with what they hold is the caller's: this module only says what is left.
+
+        Only cgroups from the ledger count, never a look-alike name: beside us may live another
+        supervisor (another state_dir, maybe another PID namespace, maybe our own pid) whose
+        cgroups are not ours to empty."""
+        return [(_owner_pid(cgroup.path.name), cgroup) for cgroup in self._inherited if cgroup.path.is_dir()]
+
+    def _remove_empty_stale(self, parent: MemoryCgroup, inherited_cgroups: list[MemoryCgroup]) -> None:
+        """EMPTY phase cgroups named for a pid that is dead here: remove them, or they pile up under the
+        parent (a SIGKILLed supervisor of another state_dir never comes back for its own). Only empty
+        ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched."""
+        inherited = {str(cg.path) for cg in inherited_cgroups}
+        for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
+            pid = _owner_pid(entry.name)
+            if str(entry) in inherited or pid in (0, os.getpid()):
+                continue
+            if not os.path.exists(f"/proc/{pid}"):
+                MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty
+
+    def _take_over_ledger(self, parent: MemoryCgroup) -> list[MemoryCgroup]:
+        """Read the ledger an earlier start left; keep in it only the cgroups that still exist."""
+        if self._ledger is None:
+            return []
+        try:
+            lines = self._ledger.read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
+        except (OSError, UnicodeDecodeError) as exc:
+            self._log(f"cannot read {self._ledger} ({exc}): cgroups of an earlier start are not looked for")
+            lines = []
+        inherited = []
+        for line in dict.fromkeys(lines):  # in order, once each
+            path = Path(line)
+            # Only a phase cgroup right under ours: the file names what may be killed, so nothing else.
+            if path.parent == parent.path and path.name.startswith(PHASE_CGROUP_PREFIX) and path.is_dir():
+                inherited.append(MemoryCgroup(path, parent.version, self._say_bad))
+        try:
+            tmp = self._ledger.with_name(self._ledger.name + ".tmp")
+            tmp.write_text("".join(f"{cg.path}\n" for cg in inherited))
+            tmp.replace(self._ledger)
+        except OSError as exc:
+            self._log(f"cannot write {self._ledger} ({exc.strerror or exc})")
+        return inherited
+
+    def _note_in_ledger(self, path: Path) -> None:
+        if self._ledger is None:
+            return
+        try:
+            with open(self._ledger, "a") as f:
+                f.write(f"{path}\n")
+        except OSError as exc:
+            self._log(f"cannot write {self._ledger} ({exc.strerror or exc}): a SIGKILL would leave {path} "
+                      "for nobody to empty")
+
+    def leftover_pids(self, phase: str) -> list[int]:
+        """Processes still in the phase's cgroup (after its children were stopped: they escaped the tree)."""
+        cgroup = self._phase_cgroups.get(phase)
+        if cgroup is None:
+            return []
+        return cgroup.pids() or []
+
+    def phase_snapshot(self, phase: str) -> MemorySnapshot | None:
+        """The readings of the phase's own cgroup (usage, peak, its limit: memory_max), while it has one."""
+        cgroup = self._phase_cgroups.get(phase)
+        return cgroup.snapshot() if cgroup is not None else None
+
+    def release_phase(self, phase: str) -> None:
+        """The phase is over: remove its cgroup (anything left in it goes back to ours)."""
+        cgroup = self._phase_cgroups.pop(phase, None)
+        if cgroup is None:
+            return
+        self._unwatch(cgroup)
+        if self.shared is not None:
+            cgroup.move_all_to(self.shared)
+        cgroup.remove()
+
+    def close(self) -> None:
+        for phase in list(self._phase_cgroups):
+            self.release_phase(phase)
+        for key in list(self._watches):
+            self._unwatch(self._watches[key][0])
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+
+    # ------------------------------------------------------------ preflight
+
+    def available_memory(self) -> int | None:
+        """What the cgroup allows (the tightest limit up the v1 hierarchy), or MemTotal."""
+        total = mem_total()
+        limits = [total] if total is not None else []
+        if self.shared is not None:
+            limits += [lim for lim in self._limits_up_the_tree(self.shared) if lim is not None]
+        return min(limits) if limits else None
+
+    @staticmethod
+    def _limits_up_the_tree(cgroup: MemoryCgroup) -> list[int | None]:
+        limits = []
+        path = cgroup.path
+        for _ in range(32):
+            limits.append(MemoryCgroup(path, cgroup.version, cgroup.on_bad).limit())
+            if path.parent == path or not (path.parent / "cgroup.procs").exists():
+                break
+            path = path.parent
+        return limits
+
+    # ------------------------------------------------------------ watching
+
+    def _watch(self, cgroup: MemoryCgroup) -> None:
+        key = str(cgroup.path)
+        if key in self._watches:
+            return
+        self._last_kills[key] = cgroup.oom_kills() or 0
+        opened = cgroup.open_watch()
+        if opened is None:
+            self._watches[key] = (cgroup, None)
+            self._ensure_poll()
+            return
+        fd, _how = opened
+        self._watches[key] = (cgroup, fd)
+        self._loop.add_reader(fd, lambda: self._on_watch_event(cgroup, fd))
+
+    def _unwatch(self, cgroup: MemoryCgroup) -> None:
+        entry = self._watches.pop(str(cgroup.path), None)
+        if entry is not None and entry[1] is not None:
+            self._loop.remove_reader(entry[1])
+            os.close(entry[1])
+
+    def _on_watch_event(self, cgroup: MemoryCgroup, fd: int) -> None:
+        MemoryCgroup.consume_watch(fd)
+        self._check_counter(cgroup)
+
+    def _ensure_poll(self) -> None:
+        if self._poll_timer is None:
+            self._poll_timer = self._loop.call_later(OOM_POLL_S, self._poll)
+
+    def _poll(self) -> None:
+        self._poll_timer = None
+        polled = [cg for cg, fd in self._watches.values() if fd is None]
+        for cgroup in polled:
+            self._check_counter(cgroup)
+        if polled:
+            self._ensure_poll()
+
+    def _check_counter(self, cgroup: MemoryCgroup) -> None:
+        key = str(cgroup.path)
+        snap = cgroup.snapshot()
+        if snap.oom_kills is None:
+            return
+        before = self._last_kills.get(key, snap.oom_kills)
+        if snap.oom_kills > before:
+            self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before} → {snap.oom_kills}; "
+                      f"{snap.describe()}")
+        self._last_kills[key] = snap.oom_kills
+
+
+def _owner_pid(name: str) -> int:
+    """The supervisor pid in a phase cgroup's name (``prover-<pid>-<phase>``); 0 when there is none."""
+    pid = name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
+    return int(pid) if is_ascii_digits(pid) else 0

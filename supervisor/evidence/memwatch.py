@@ -1,0 +1,146 @@
+"""Memory warned before the kill: each phase whose children run is watched against its memory limit.
+
+An OOM kill comes without warning to the operator, though the usage was near the limit for minutes
+(the seeds' instance died on its first uncached proof). So at every tick (freeze.TICK_S: cgroupfs
+and /proc/meminfo reads do not block, so this runs on the loop) the memory of each phase with live
+children is read: its own cgroup (per-phase mode), else the supervisor's, else the machine's
+(MemTotal less MemAvailable). The figure is the working set (usage less inactive file cache, as the
+kubelet counts it: a cache the kernel can drop is no threat), the limit the cgroup's own, else the
+tightest one above it, else MemTotal. PSI is added where it is readable (v2 ``memory.pressure``,
+else ``/proc/pressure/memory``; EOPNOTSUPP: none).
+
+Crossing the phase's ``memory_warn`` (a fraction of the limit, default 0.9; 0: never) is said once
+per crossing as ``memory_high``, with the usage, the limit and the phase: to the console and
+supervisor.log, durably to the manager's ``setup`` log, and in status (``memory.warnings``). It is
+said again only after the usage fell MEMORY_REARM_MARGIN below the threshold (a phase that hovers
+at it is not said every second). An ``oom_killed`` verdict that follows names when it was warned
+(children.exit_verdict reads ``MemoryEvidence.warned``).
+
+Whatever a cgroup file holds, a read that fails (or raises) is no reading of that phase, counted on the
+watch's state (watchstate.py: said once when blind for MEMORY_BLIND_S), and the watch goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..engine.logs import Unshipped
+from ..text.units import fmt_bytes
+from .cgroups import mem_total, mem_used, read_pressure
+from .memory import MemoryEvidence, MemoryWarning
+from .watchstate import WatchState, said_error
+
+MEMORY_HIGH = "memory_high"
+# Once said, memory_high is said again only after the usage fell this far (a fraction of the limit)
+# below memory_warn: hysteresis, so that a usage hovering at the threshold is one line, not one a tick.
+MEMORY_REARM_MARGIN = 0.05
+MACHINE_PRESSURE = Path("/proc/pressure/memory")
+# No reading of a running phase's memory for this long is said (once).
+MEMORY_BLIND_S = 30.0
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    used: int  # bytes: the working set
+    limit: int  # bytes
+    where: str  # "its cgroup", "the supervisor's cgroup", "the machine"
+    pressure: str | None = None  # PSI, where readable
+
+    @property
+    def fraction(self) -> float:
+        return self.used / self.limit if self.limit > 0 else 0.0
+
+
+def crossed(armed: bool, fraction: float, warn: float) -> tuple[bool, bool]:
+    """(say memory_high now, armed afterwards): said once when ``fraction`` reaches ``warn`` while armed;
+    re-armed once it fell MEMORY_REARM_MARGIN below. ``warn`` 0: never."""
+    if warn <= 0:
+        return False, armed
+    if armed and fraction >= warn:
+        return True, False
+    if not armed and fraction < warn - MEMORY_REARM_MARGIN:
+        return False, True
+    return False, armed
+
+
+def memory_high_line(phase: str, use: MemoryUse, warn: float) -> str:
+    pressure = f"; pressure {use.pressure}" if use.pressure else ""
+    return (f"{MEMORY_HIGH}: phase {phase} uses {use.fraction * 100:.0f}% of its memory limit "
+            f"({fmt_bytes(use.used)} of {fmt_bytes(use.limit)}, {use.where}; memory_warn={warn:g}){pressure}")
+
+
+class WatchedPhase(Protocol):
+    """What the watch reads of a phase (supervisor.lifecycle.phase.Phase)."""
+
+    spec: object  # its PhaseSpec: memory_warn
+
+    @property
+    def name(self) -> str: ...
+
+    def live_children(self) -> list[object]: ...
+
+
+class MemoryWatch:
+    """The tick's watcher (``check``): memory_high once per crossing, for every phase with live children."""
+
+    def __init__(self, phases: Callable[[], Iterable[WatchedPhase]], memory: MemoryEvidence,
+                 push: Callable[[str], None] | None = None, meminfo: Path | str = "/proc/meminfo") -> None:
+        self._phases, self._memory, self._push, self._meminfo = phases, memory, push, meminfo
+        self._armed: dict[str, bool] = {}
+        self.state = WatchState("memory watch", MEMORY_BLIND_S)
+
+    def check(self, now: float | None = None) -> list[str]:
+        lines: list[str] = []
+        watched, missed = 0, []
+        for phase in self._phases():
+            warn = float(getattr(phase.spec, "memory_warn", 0.0))
+            if warn <= 0 or not phase.live_children():
+                continue
+            watched += 1
+            try:  # whatever the cgroup files hold: no reading of this phase, never an exception
+                use = self.use_of(phase.name)
+            except Exception as exc:
+                missed.append(f"phase {phase.name}: {said_error(exc)}")
+                continue
+            if use is None:
+                missed.append(f"phase {phase.name}: its memory is unreadable")
+                continue
+            say, self._armed[phase.name] = crossed(self._armed.get(phase.name, True), use.fraction, warn)
+            if say:
+                line = memory_high_line(phase.name, use, warn)
+                self._memory.warned[phase.name] = MemoryWarning(time.time(), use.fraction, use.limit, line)
+                lines.append(Unshipped(line))  # the durable push below carries it to the manager
+                if self._push is not None:
+                    self._push(f"prover-supervisor: {line}")
+        self._note(watched, missed)
+        return lines
+
+    def _note(self, watched: int, missed: list[str]) -> None:
+        if not watched:
+            self.state.idle("no running phase to watch")
+        elif missed:
+            self.state.miss("; ".join(missed))
+        else:
+            self.state.read()
+
+    def use_of(self, phase: str) -> MemoryUse | None:
+        """The phase's memory now: its cgroup's (or the supervisor's) working set and limit, else the machine's."""
+        cgroup, where = self._memory.cgroup_of(phase)
+        if cgroup is not None:
+            used = cgroup.working_set()
+            limit = cgroup.limit() or self._memory.available_memory()
+            if used is None or not limit:
+                return None
+            pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None
+            if pressure is None:  # v1 has none of its own: the machine's, said as such
+                machine = read_pressure(MACHINE_PRESSURE)
+                pressure = f"(machine) {machine}" if machine else None
+            return MemoryUse(used, limit, where, pressure)
+        used, total = mem_used(self._meminfo), mem_total(self._meminfo)
+        if used is None or not total:
+            return None
+        return MemoryUse(used, total, "the machine", read_pressure(MACHINE_PRESSURE))

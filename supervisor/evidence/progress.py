@@ -1,0 +1,269 @@
+"""The progress probe: one thread ("progress") that walks the watched paths for the loop.
+
+A stall watch needs to know whether its ``progress_path`` grows. Walking the tree is slow where
+it is big (150 000 files: about a second a walk) and never ends where its filesystem hangs (a
+FUSE or NFS parameter cache: ``stat`` sits in state D, deaf to signals), so it is never done on
+the loop. One thread, for every phase, measures each watched path (``watch``) every
+PROGRESS_WALK_S (or as often as the watch asked, never more than half the time busy) and
+publishes the bytes under it, its file count, when the walk ended and how long it took
+(``latest``); the stall check reads the latest measure and never waits. A walk that takes
+longer than SLOW_WALK_S is said once a path (``check``, from the loop's tick): while it is still
+going, and again with its file count and seconds once it ends.
+
+A walk also says what a download has really got (progresswatch.py): a downloader that preallocates
+(aria2c) gives a file its full size and blocks at once, so neither says anything while it runs; what
+does is the bytes in COMPLETE files, a file being complete when no control file (``<file>.aria2``,
+CONTROL_SUFFIXES) lies beside it, whatever its size; a file that grows as it arrives (curio's Go
+fallback) counts by its allocated blocks. The container's received bytes (``/proc/net/dev``, every
+interface but loopback) are measured on the same thread (``watch_net``): a procfs read is quick, but
+nothing is read on the loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine.offloop import worker_thread
+
+# How often a watched path is measured, unless its watch asks for more often (never more often
+# than PROGRESS_WALK_MIN_S); a walk that took longer than that waits as long as it took before the next.
+PROGRESS_WALK_S = 0.5
+PROGRESS_WALK_MIN_S = 0.05
+# A walk that takes longer than this is said (once a path): a big tree, or a hung mount.
+SLOW_WALK_S = 2.0
+# A download's control file beside a file says the file is not complete yet (aria2c keeps ``<file>.aria2``
+# while it downloads and resumes from it, and removes it when the file is done).
+CONTROL_SUFFIXES = (".aria2",)
+# The container's received bytes: one line an interface, the loopback's traffic is no download.
+NET_DEV = "/proc/net/dev"
+LOOPBACK = "lo"
+
+
+@dataclass(frozen=True)
+class TreeMeasure:
+    """One walk of a watched path: ``size`` bytes under it (None: absent), ``files`` counted, ``at`` (monotonic)
+    when the walk ended, ``took`` how long it took, ``seq`` the walk's number (a new one is new evidence);
+    ``done`` the bytes of its complete files (no control file beside: ``tree_done``), ``done_files`` how
+    many. For ``watch_net``: ``size`` is the bytes received on every interface but loopback."""
+
+    path: str
+    size: int | None
+    files: int
+    at: float
+    took: float
+    seq: int
+    done: int = 0
+    done_files: int = 0
+
+
+class ProgressProbe:
+    """The walker thread, started by the first ``watch``."""
+
+    def __init__(self, *, slow_s: float = SLOW_WALK_S) -> None:
+        self._slow_s = slow_s
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._watches: dict[int, tuple[str, float]] = {}  # watch id → (path, how often)
+        self._ids = itertools.count(1)
+        self._measures: dict[str, TreeMeasure] = {}
+        self._seq = itertools.count(1)
+        self._walking: tuple[str, float] | None = None  # the path being walked, since (monotonic)
+        self._ended_slow: list[TreeMeasure] = []
+        self._said_going: set[str] = set()  # paths said to be walked for too long (loop side only)
+        self._said_ended: set[str] = set()  # paths said to have had a slow walk (loop side only)
+
+    # ------------------------------------------------------------ the loop's side: never a wait
+
+    def watch(self, path: str, every_s: float = PROGRESS_WALK_S) -> Callable[[], None]:
+        """Measure ``path`` at least every ``every_s`` until the returned function is called."""
+        return self._watch(os.fspath(path), every_s)
+
+    def watch_net(self, every_s: float = PROGRESS_WALK_S) -> Callable[[], None]:
+        """Measure the bytes received (NET_DEV; ``latest(NET_DEV)``) until the returned function is called."""
+        return self._watch(NET_DEV, every_s)
+
+    def _watch(self, path: str, every_s: float) -> Callable[[], None]:
+        watch_id = next(self._ids)
+        with self._cond:
+            self._watches[watch_id] = (path, every_s)
+            if self._thread is None and not self._closed:
+                self._thread = worker_thread("progress", self._run)
+            self._cond.notify_all()  # a new path: measured at once (the watch's baseline)
+
+        def release() -> None:
+            with self._cond:
+                self._watches.pop(watch_id, None)
+
+        return release
+
+    def latest(self, path: str) -> TreeMeasure | None:
+        with self._cond:
+            return self._measures.get(os.fspath(path))
+
+    def check(self, now: float | None = None) -> list[str]:
+        """What the loop says about the walks now (the tick calls it), each at most once a path: a walk
+        still going after SLOW_WALK_S, and a slow walk that ended (with its file count and seconds)."""
+        now = time.monotonic() if now is None else now
+        with self._cond:
+            walking, ended, self._ended_slow = self._walking, self._ended_slow, []
+        lines = []
+        for measure in ended:
+            if measure.path not in self._said_ended:
+                self._said_ended.add(measure.path)
+                lines.append(f"progress: walking {measure.path} took {measure.took:.1f}s ({measure.files} files); "
+                             "its growth is seen that much later")
+        if walking is not None and now - walking[1] >= self._slow_s and walking[0] not in self._said_going:
+            self._said_going.add(walking[0])
+            lines.append(f"progress: walking {walking[0]} has not finished after {now - walking[1]:.1f}s "
+                         "(a big tree, or a hung mount?): no growth is seen there meanwhile")
+        return lines
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        due: dict[str, float] = {}  # path → when it is to be measured next
+        while True:
+            path = self._next_path(due)
+            if path is None:
+                return
+            started = time.monotonic()
+            with self._cond:
+                self._walking = (path, started)
+            try:
+                size, files, done, done_files = (net_received(), 0, 0, 0) if path == NET_DEV else tree_done(path)
+            except Exception:  # a bug must not end the only walker; the path reads as unchanged
+                size, files, done, done_files = None, 0, 0, 0
+            ended = time.monotonic()
+            measure = TreeMeasure(path, size, files, ended, ended - started, next(self._seq), done, done_files)
+            with self._cond:
+                self._walking = None
+                self._measures[path] = measure
+                if measure.took >= self._slow_s:
+                    self._ended_slow.append(measure)
+                every = min((e for p, e in self._watches.values() if p == path), default=PROGRESS_WALK_S)
+            # At most half the time busy: a tree that takes a second to walk is walked every two.
+            due[path] = ended + max(PROGRESS_WALK_MIN_S, every, measure.took)
+
+    def _next_path(self, due: dict[str, float]) -> str | None:
+        """Sleep until a watched path is due (a new one at once); None once closed."""
+        with self._cond:
+            while True:
+                if self._closed:
+                    return None
+                watched = {p for p, _ in self._watches.values()}
+                for gone in set(due) - watched:
+                    del due[gone]
+                now = time.monotonic()
+                ready = [p for p in watched if due.get(p, now) <= now]
+                if ready:
+                    return min(ready, key=lambda p: due.get(p, now))
+                self._cond.wait(min(due.values()) - now if due else None)
+
+
+def measure_tree(path: str | Path) -> tuple[int | None, int]:
+    """Bytes under ``path`` (a file or a directory tree) and how many files; (None, 0) if it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, 0
+    if not os.path.isdir(path):
+        return st.st_size, 1
+    total = files = 0
+    stack = [os.fspath(path)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_size
+                            files += 1
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total, files
+
+
+def tree_done(path: str | Path) -> tuple[int | None, int, int, int]:
+    """``measure_tree``'s bytes and files under ``path``, and the bytes and count of its complete files:
+    a file with a control file beside it (CONTROL_SUFFIXES) is not complete whatever its size, nor is the
+    control file; the others count by what is allocated to them (at most their size: a growing download's
+    blocks), empty ones (locks) not at all. Blocks: off the loop only."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, 0, 0, 0
+    if not os.path.isdir(path):
+        done = min(st.st_size, st.st_blocks * 512)
+        return st.st_size, 1, done, int(done > 0)
+    total = files = done = done_files = 0
+    stack = [os.fspath(path)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        names = {entry.name for entry in listed}
+        for entry in listed:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_size
+            files += 1
+            if is_incomplete(entry.name, names):
+                continue
+            allocated = min(st.st_size, st.st_blocks * 512)
+            if allocated > 0:
+                done += allocated
+                done_files += 1
+    return total, files, done, done_files
+
+
+def is_incomplete(name: str, names_beside: set[str] | frozenset[str]) -> bool:
+    """A control file, or a file with its control file beside it (``names_beside``: its directory's names)."""
+    return name.endswith(CONTROL_SUFFIXES) or any(name + suffix in names_beside for suffix in CONTROL_SUFFIXES)
+
+
+def net_received(text: str | None = None) -> int | None:
+    """Bytes received on every interface but loopback, from NET_DEV's text (read now if None); None: unreadable."""
+    if text is None:
+        try:
+            with open(NET_DEV, errors="replace") as fh:  # a name of odd bytes must not cost the count
+                text = fh.read()
+        except OSError:
+            return None
+    total, seen = 0, False
+    for line in text.splitlines()[2:]:  # two header lines
+        name, sep, counters = line.partition(":")
+        fields = counters.split()
+        if not sep or not fields or not fields[0].isdigit():
+            continue
+        seen = True
+        if name.strip() != LOOPBACK:
+            total += int(fields[0])
+    return total if seen else None
+
+
+def tree_size(path: str | Path) -> int | None:
+    """Bytes under ``path`` (a file or a directory tree); None if it does not exist. Blocks: off the loop only."""
+    return measure_tree(path)[0]

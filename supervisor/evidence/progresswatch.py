@@ -1,0 +1,183 @@
+"""One attempt's progress, watched on the loop: its figures for status, /metrics and the manager's log,
+and the end of a download that can no longer make its deadline (reason ``too_slow``).
+
+For a phase with ``progress_total``. Every PROGRESS_TICK_S it reads, without waiting, what was measured
+elsewhere: the bytes the attempt's process trees have written since it began (the I/O thread:
+iowatch.py), the progress walker's latest walk of ``progress_path`` (the bytes of its complete files:
+progress.py) and of the container's received bytes, and what the command's output parser read (a result
+that ``ReadsProgress``: aria2c's readout, from the prover's parser). What is done (``done_bytes``) is the
+largest of what each says:
+
+- the cache's complete files when the attempt began + what the trees have written since: live on any
+  link, loopback included, whatever the program prints (aria2c's readout is block-buffered into a pipe and
+  arrives in one burst when a file is done; its preallocated file is full size at once). A file resumed
+  with ``--continue`` counts only what this attempt writes of it until it is complete;
+- the cache's complete files now (a file is complete once no ``.aria2`` lies beside it: a resumed file
+  counts whole from then on; a growing file counts by its allocated blocks);
+- with the command's own reading: those files + the file under way as the program says (a burst of the
+  readout may correct the figure upwards);
+- without one: what was there at the start + the bytes received since (every interface but loopback).
+
+Each is a whole estimate on its own, never a sum of two, so nothing counts twice; and the figure never
+goes down within an attempt. The figures and the deadline rule are transfer.py's. The deadline counts from
+the manager's clock, the earlier of its row's ``registered_at`` and the instance's first registration, else
+from the first start (firstseen.py), ``progress_deadline_s`` on: a restart does not reset it, and one
+already past (a row registered long ago) ends the download at once, before the observation window. A
+progress line is logged every PROGRESS_LOG_S (it reaches the manager's ``setup`` log as every supervisor
+line does); the status shows the figures at every look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..config import PhaseSpec
+from ..engine.loop import ErrorHandler, EventLoop
+from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
+from .iowatch import IoProbe, IoWatch, Root
+from .progress import NET_DEV, ProgressProbe, TreeMeasure
+from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, duration, figures, progress_text, too_slow
+
+# How often the figures are made afresh (and the deadline looked at).
+PROGRESS_TICK_S = 1.0
+# How often a progress line goes to the log (and so to the manager's setup tab): every few minutes,
+# not every second.
+PROGRESS_LOG_S = 180.0
+
+Log = Callable[[str], None]
+# The anchors that are the manager's clock (its row's registered_at, or our first registration).
+MANAGER_CLOCKS = (SOURCES[MANAGER_REGISTERED], SOURCES[FIRST_REGISTERED])
+
+
+def done_bytes(cache: TreeMeasure | None, reading: ProgressReading | None, net_gain: int | None,
+               cache_start: int, written: int | None = None) -> int:
+    """What is done, the largest of what each source says (see the module's docstring): ``cache`` the latest
+    walk of progress_path (None: none watched), ``net_gain`` the bytes received since the attempt began
+    (None: unknown), ``cache_start`` the cache's complete bytes when it began, ``written`` the bytes the
+    attempt's trees have written since it began (None: unknown)."""
+    cache_done = cache.done if cache is not None and cache.size is not None else None
+    if reading is not None:
+        said = (cache_done + reading.in_flight_bytes) if cache_done is not None else reading.done_bytes
+    else:
+        said = cache_done or 0
+        if net_gain is not None:
+            said = max(said, cache_start + net_gain)
+    return max(said, cache_start + written) if written is not None else said
+
+
+class ProgressWatch:
+    """Made at an attempt's start for a phase with progress_total; stops once the attempt is not ``current()``."""
+
+    def __init__(self, spec: PhaseSpec, loop: EventLoop, log: Log, probe: ProgressProbe | None,
+                 first_seen: FirstSeen | None, *, io: IoProbe | None, roots: Callable[[], list[Root]],
+                 reading: Callable[[], ProgressReading | None], current: Callable[[], bool],
+                 on_too_slow: Callable[[str], None], on_error: ErrorHandler) -> None:
+        self._spec, self._loop, self._log, self._probe, self._first_seen = spec, loop, log, probe, first_seen
+        self._reading, self._current, self._on_too_slow, self._on_error = reading, current, on_too_slow, on_error
+        self._started = loop.clock.monotonic()
+        self._window = RateWindow(min(RATE_WINDOW_S, spec.progress_window_s))
+        self._releases: list[Callable[[], None]] = []
+        if probe is not None:
+            if spec.progress_path is not None:
+                self._releases.append(probe.watch(spec.progress_path, PROGRESS_TICK_S))
+            self._releases.append(probe.watch_net(PROGRESS_TICK_S))
+        self._roots = roots
+        self._io: IoWatch | None = None
+        if io is not None:
+            self._io = io.watch(PROGRESS_TICK_S)
+            self._io.follow(roots())
+            self._releases.append(self._io.release)
+        self._cache_start: int | None = None
+        self._net_start: int | None = None
+        self._done = 0
+        self._logged_at = self._started
+        self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
+        self._said_deadline = False
+        loop.call_later(PROGRESS_TICK_S, self._tick, on_error=on_error)
+
+    def figures(self) -> dict[str, object] | None:
+        return self.progress.to_dict() if self.progress is not None else None
+
+    def _tick(self) -> None:
+        if not self._current():
+            self._stop()
+            return
+        now = self._loop.clock.monotonic()
+        if self._measure(now):
+            self._say(now)
+            if self._judge(now):
+                return
+        self._loop.call_later(PROGRESS_TICK_S, self._tick, on_error=self._on_error)
+
+    def _measure(self, now: float) -> bool:
+        """The figures from the latest evidence; False while a source watched has no first measure yet
+        (its baseline: the cache's earlier files must not read as bytes received just now)."""
+        cache = net = None
+        if self._probe is not None:
+            if self._spec.progress_path is not None:
+                cache = self._probe.latest(self._spec.progress_path)
+                if cache is None:
+                    return False
+            net = self._probe.latest(NET_DEV)
+        if self._cache_start is None:
+            self._cache_start = cache.done if cache is not None else 0
+            self._net_start = net.size if net is not None else None
+        net_gain = None
+        if net is not None and net.size is not None and self._net_start is not None:
+            net_gain = max(0, net.size - self._net_start)
+        reading = self._reading()
+        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, self._written()))
+        self._window.add(now, self._done)
+        files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
+        self.progress = figures(self._done, self._spec.progress_total, self._window.rate(), files)
+        return True
+
+    def _written(self) -> int | None:
+        """What the attempt's trees have written since it began (None: not read yet, or unreadable); the
+        trees are handed to the I/O thread afresh each time (its children start one after another)."""
+        if self._io is None:
+            return None
+        self._io.follow(self._roots())
+        latest = self._io.latest()
+        return latest.written if latest is not None and latest.readable else None
+
+    def _say(self, now: float) -> None:
+        if now - self._logged_at >= PROGRESS_LOG_S and self.progress is not None:
+            self._logged_at = now
+            self._log(f"phase {self._spec.name}: progress {progress_text(self.progress.to_dict())}")
+
+    def _judge(self, now: float) -> bool:
+        """After the observation window: True when the download cannot make its deadline (then it ends)."""
+        spec, progress = self._spec, self.progress
+        if spec.progress_deadline_s is None or progress is None:
+            return False
+        if self._first_seen is not None:
+            anchor, since = self._first_seen.anchor()
+        else:  # (a runtime made without one: tests of the phase alone)
+            anchor, since = self._loop.clock.time() - (now - self._started), "this attempt's start"
+        time_left = anchor + spec.progress_deadline_s - self._loop.clock.time()
+        manager = since in MANAGER_CLOCKS
+        said = (f"the manager's timeout (progress_deadline_s={spec.progress_deadline_s:g} from {since})" if manager
+                else f"the deadline (progress_deadline_s={spec.progress_deadline_s:g} from {since})")
+        if time_left <= 0:  # already past (a row registered long ago): no rate can help, so at once
+            return self._end(f"{said} passed {duration(-time_left)} ago, with {progress_text(progress.to_dict())}")
+        if now - self._started < spec.progress_window_s:
+            return False
+        if not self._said_deadline:
+            self._said_deadline = True
+            self._log(f"phase {spec.name}: {duration(max(0.0, time_left))} left before {said}")
+        rates = [r for r in (self._window.rate(), self._window.average()) if r is not None]
+        detail = too_slow(progress, max(rates) if rates else None, time_left, said)
+        return False if detail is None else self._end(detail)
+
+    def _end(self, detail: str) -> bool:
+        spec = self._spec
+        self._stop()
+        self._log(f"phase {spec.name}: cannot make it in time: {detail}")
+        self._on_too_slow(detail)
+        return True
+
+    def _stop(self) -> None:
+        for release in self._releases:
+            release()
+        self._releases = []

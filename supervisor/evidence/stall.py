@@ -1,0 +1,238 @@
+"""Stall detection: a phase is stalled when every sign of life has been silent for ``stall_s``.
+
+The signs: a byte of output from any of its processes; a byte read or written by any of them (the
+kernel's I/O counters, summed over the attempt's trees by the I/O thread: iowatch.py); a GPU whose
+utilisation is non-zero or whose memory use changed (where GPUs are visible); the watched
+``progress_path`` growing (a parameter download). Output alone is not enough: real programs buffer
+their output into a pipe (aria2c), preallocate (the file is full size at once) and work for minutes
+without a line (curio hashing its parameters, cuzk loading its SRS). Being alive is no sign, nor is
+CPU time: a process blocked in ``recv`` on a dead connection, or spinning, is stalled
+(docs/verdicts.md).
+
+The decision is a small pure object fed with observations, so it is tested without waiting;
+StallMonitor feeds it from a running attempt every little while, with what was measured off the loop:
+the GPU thread's latest reading (supervisor/evidence/gpuwatch.py), the I/O thread's latest totals and the
+progress probe's latest walk (supervisor/evidence/progress.py). It never waits for any. Its time is the loop's
+clock (tests/test_phase_timing.py moves a fake one).
+
+Before it decides it drains what the children printed (output waiting in a pipe is
+a sign of life) and looks at the clock: a freeze of the supervisor itself
+(supervisor/engine/freeze.py) restarts the window at the thaw. While NVML is unresponsive,
+GPU evidence is unknown: no activity is credited (a hung GPU is no sign of work,
+and waiting for it would block the decision), and the verdict says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..engine.freeze import FreezeWatch
+from ..engine.loop import ErrorHandler, EventLoop
+from .gpu import GpuReading, activity_changed
+from .gpuwatch import Gpus
+from .iowatch import IoProbe, IoWatch, Root
+from .progress import ProgressProbe
+
+# How often a phase with stall_s is looked at: often enough to name the stall
+# within a second of stall_s, rarely enough to cost nothing.
+STALL_CHECK_MAX_S = 0.5
+STALL_CHECK_MIN_S = 0.05
+
+
+def check_interval(stall_s: float) -> float:
+    return max(STALL_CHECK_MIN_S, min(STALL_CHECK_MAX_S, stall_s / 10))
+
+
+@dataclass
+class StallWatch:
+    stall_s: float
+    started: float  # monotonic time the watch began (the attempt's start)
+    gpus_visible: bool
+    watches_path: bool
+    watches_io: bool = False  # the I/O thread reads the attempt's trees
+    io_visible: bool = False  # ... and could read their counters (else they are no sign: no evidence)
+    last_output: float = field(init=False)
+    last_gpu: float = field(init=False)
+    last_progress: float = field(init=False)
+    last_io: float = field(init=False)
+    progress_size: int | None = None
+    io_moved: int | None = None  # the trees' bytes moved at the latest reading (None: none yet)
+
+    def __post_init__(self) -> None:
+        self.last_output = self.last_gpu = self.last_progress = self.last_io = self.started
+
+    def saw_output(self, at: float) -> None:
+        self.last_output = max(self.last_output, at)
+
+    def saw_gpu(self, active: bool, at: float) -> None:
+        if active:
+            self.last_gpu = max(self.last_gpu, at)
+
+    def thawed(self, at: float) -> None:
+        """The supervisor itself was frozen until ``at``: every sign's silence starts again there."""
+        self.last_output = max(self.last_output, at)
+        self.last_gpu = max(self.last_gpu, at)
+        self.last_progress = max(self.last_progress, at)
+        self.last_io = max(self.last_io, at)
+
+    def saw_io(self, moved: int, readable: bool, at: float) -> None:
+        """The trees' bytes read and written since the watch began, as the I/O thread read them at ``at``:
+        more than last time is a sign of life (the first reading is the baseline)."""
+        if not readable:
+            return
+        self.io_visible = True
+        if self.io_moved is not None and moved > self.io_moved:
+            self.last_io = max(self.last_io, at)
+        self.io_moved = moved if self.io_moved is None else max(self.io_moved, moved)
+
+    def saw_progress_size(self, size: int | None, at: float) -> None:
+        """The watched path's size now (None: absent). Growth is progress; shrinking is not."""
+        size = size or 0
+        if self.progress_size is None:
+            self.progress_size = size  # the baseline, taken when the watch starts
+            return
+        if size > self.progress_size:
+            self.last_progress = max(self.last_progress, at)
+        self.progress_size = size  # after a shrink (a bad file deleted), growth counts again
+
+    def last_sign(self) -> float:
+        """When the freshest of the signs it counts was last seen (monotonic): the stall countdown runs from it."""
+        return max(seen for _, seen in self._signs())
+
+    def _signs(self) -> list[tuple[str, float]]:
+        signs = [("output", self.last_output)]
+        if self.io_visible:
+            signs.append(("I/O", self.last_io))
+        if self.gpus_visible:
+            signs.append(("GPU activity", self.last_gpu))
+        if self.watches_path:
+            signs.append(("progress_path growth", self.last_progress))
+        return signs
+
+    def ages(self, now: float) -> dict[str, float]:
+        """How long each sign it counts has been silent at ``now`` (for the status view), by name."""
+        return {what: max(0.0, now - seen) for what, seen in self._signs()}
+
+    def stalled(self, now: float, gpu_unknown: str | None = None) -> str | None:
+        """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
+        there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"."""
+        signs = self._signs()
+        if any(now - seen < self.stall_s for _, seen in signs):
+            return None
+        silent = ", ".join(f"no {what} for {now - seen:.1f}s" for what, seen in signs)
+        if self.watches_io and not self.io_visible:
+            silent += " (I/O counters unreadable)"
+        if gpu_unknown is not None:
+            silent += f" (GPU evidence unavailable: {gpu_unknown})"
+        elif not self.gpus_visible:
+            silent += " (no GPU visible)"
+        return silent
+
+
+class StallMonitor:
+    """Looks every little while, for one attempt, whether output, I/O, GPUs and progress_path have all gone
+    silent; says so once through ``on_stall`` (what was silent), and stops looking (and wanting GPU
+    samples and walks) once the attempt is no longer ``current()``."""
+
+    def __init__(self, loop: EventLoop, stall_s: float, gpus: Gpus | None, probe: ProgressProbe | None,
+                 progress_path: str | None, *, freeze: FreezeWatch | None, io: IoProbe | None,
+                 roots: Callable[[], list[Root]], last_outputs: Callable[[], list[float]],
+                 drain: Callable[[], None], current: Callable[[], bool], on_stall: Callable[[str], None],
+                 on_error: ErrorHandler) -> None:
+        self._loop, self._gpus, self._probe, self._freeze = loop, gpus, probe, freeze
+        self._roots = roots
+        self._progress_path = progress_path if probe is not None else None
+        self._last_outputs, self._drain, self._current = last_outputs, drain, current
+        self._on_stall, self._on_error = on_stall, on_error
+        now = loop.clock.monotonic()
+        self._releases: list[Callable[[], None]] = []
+        self._gpu_reading: GpuReading | None = None
+        if gpus is not None:
+            self._releases.append(gpus.want(stall_s / 4))
+            self._gpu_reading = gpus.latest()  # the baseline: what changes after it is activity
+        if probe is not None and progress_path is not None:
+            self._releases.append(probe.watch(progress_path, check_interval(stall_s)))
+        self._progress_seq: int | None = None
+        self._io: IoWatch | None = None
+        self._io_seq: int | None = None
+        if io is not None:
+            self._io = io.watch(check_interval(stall_s) * 2)
+            self._io.follow(roots())
+            self._releases.append(self._io.release)
+        self._thaw_seen = freeze.thawed_at if freeze is not None else None
+        self._watch = StallWatch(stall_s, now, gpus_visible=gpus is not None and gpus.available,
+                                 watches_path=self._progress_path is not None, watches_io=io is not None)
+        self._interval = check_interval(stall_s)
+        self._loop.call_later(self._interval, self._check, on_error=on_error)
+
+    @property
+    def watch(self) -> StallWatch:
+        """What it has seen so far (read-only, for the status view's stall countdown)."""
+        return self._watch
+
+    def _check(self) -> None:
+        if self._current():
+            self._drain()  # what the children printed is read before anything is decided
+        if not self._current():  # (the drain fed the output parser, which may have ended the attempt)
+            self._stop_wanting()
+            return
+        now, watch = self._loop.clock.monotonic(), self._watch
+        self._saw_thaw(now)
+        for at in self._last_outputs():
+            watch.saw_output(at)
+        gpu_unknown = self._saw_gpus(now)
+        self._saw_io()
+        self._saw_progress()
+        silent = watch.stalled(now, gpu_unknown)
+        if silent is None:
+            self._loop.call_later(self._interval, self._check, on_error=self._on_error)
+        else:
+            self._stop_wanting()
+            self._on_stall(silent)
+
+    def _saw_thaw(self, now: float) -> None:
+        if self._freeze is None:
+            return
+        self._freeze.notice(now)
+        if self._freeze.thawed_at != self._thaw_seen:
+            self._thaw_seen = self._freeze.thawed_at
+            if self._thaw_seen is not None:
+                self._watch.thawed(self._thaw_seen)
+
+    def _saw_gpus(self, now: float) -> str | None:
+        """Feed the GPU thread's newest reading; why GPU evidence is unknown (NVML hung), if it is."""
+        gpus = self._gpus
+        if gpus is None:
+            return None
+        self._watch.gpus_visible = gpus.available
+        reading = gpus.latest()
+        if reading is not None and (self._gpu_reading is None or reading.seq != self._gpu_reading.seq):
+            before = self._gpu_reading.samples if self._gpu_reading is not None else ()
+            self._watch.saw_gpu(activity_changed(before, reading.samples), reading.at)
+            self._gpu_reading = reading
+        hung = gpus.unresponsive(now)
+        return None if hung is None else f"NVML unresponsive since {hung.since_clock()} ({hung.describe(now)})"
+
+    def _saw_io(self) -> None:
+        """Feed the I/O thread's newest totals, and hand it the attempt's trees as they are now."""
+        if self._io is None:
+            return
+        self._io.follow(self._roots())
+        reading = self._io.latest()
+        if reading is not None and reading.seq != self._io_seq:
+            self._io_seq = reading.seq
+            self._watch.saw_io(reading.moved, reading.readable, reading.at)
+
+    def _saw_progress(self) -> None:
+        if self._probe is None or self._progress_path is None:
+            return
+        measure = self._probe.latest(self._progress_path)
+        if measure is not None and measure.seq != self._progress_seq:
+            self._progress_seq = measure.seq
+            self._watch.saw_progress_size(measure.size, measure.at)
+
+    def _stop_wanting(self) -> None:
+        for release in self._releases:
+            release()
+        self._releases = []

@@ -1,0 +1,106 @@
+"""A phase's children: one started with its output wired (log file, ring, readers, shipper) and
+watched for its exit, and the verdict of one that exited. Each is told of its phase only what a
+``ChildContext`` holds, never the Phase."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..config import ChildSpec
+from ..engine.logs import ChildOutput, LogFile, child_log_name
+from ..engine.loop import ErrorHandler, contained, is_contained, name_of
+from ..engine.process import Child, SpawnError, child_setup, spawn
+from ..engine.reaping import ExitStatus
+from ..evidence.memory import MemoryEvidence
+from . import verdict as v
+from .runtime import ChildKit
+from .verdict import Verdict, shown_text
+
+
+@dataclass(frozen=True)
+class ChildContext:
+    """What starting a child is told of its phase (never the Phase itself): its name, its cgroup's cap,
+    the environment the supervisor adds (memory budget, hooks), and the handler of a callback's bug."""
+
+    phase: str
+    memory_max: int | None
+    env: Mapping[str, str]
+    fault_handler: Callable[[str], ErrorHandler]  # what raised → what fails the phase (internal_error)
+
+    def guarded(self, what: str, callback: Callable[..., object]) -> Callable[..., None]:
+        return contained(callback, self.fault_handler(what))
+
+
+Reader = Callable[[list[bytes]], None]  # a reader of a child's output lines
+OnExit = Callable[[Child, ExitStatus], None]
+# How a phase starts a child (start_child with its ChildKit bound; a test's fake children).
+Spawn = Callable[[ChildSpec, ChildContext, Reader | None, OnExit], Child]
+
+
+def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reader | None, on_exit: OnExit) -> Child:
+    """Spawn ``spec`` in its phase's environment and cgroup, its output read by ``reader`` (if any) and
+    shipped, ``on_exit`` called when it is reaped. Raises SpawnError (nothing left open)."""
+    output = ChildOutput(spec.label, kit.console, LogFile(log_path(kit.log_dir, spec), kit.log_file_max_bytes,
+                                                          kit.log), kit.ring_lines, kit.redactor)
+    env = {**kit.base_env, **ctx.env, **spec.env}
+    placement = kit.memory.place(ctx.phase, ctx.memory_max) if kit.memory is not None else None
+    procs = str(placement.cgroup.procs_file()) if placement and placement.cgroup and placement.scope == "phase" \
+        else None
+    try:
+        child = spawn(spec, env, output, child_setup(kit.child_oom_score_adj, procs), kit.clock)
+    except SpawnError:
+        output.file.close()
+        raise
+    child.placement = placement
+    if reader is not None:
+        output.taps.append(reader)
+    if kit.ship_lines is not None:
+        ship, faults = kit.ship_lines, kit.loop.faults
+        # Shipping is best effort: a shipper that raises costs lines to the manager, never the phase.
+        output.taps.append(contained(
+            lambda lines, source=spec.log_source, label=spec.label: ship(source, label, lines),
+            lambda exc: faults.report(f"shipping the output of {spec.label}", exc, phase=ctx.phase)))
+    # Whoever added a reader of the output: a parser that raises fails the phase (what it reads
+    # decides it), never the loop. (The shipper's tap above is contained to cost only lines.)
+    output.taps[:] = [tap if is_contained(tap) else ctx.guarded(f"the output tap {name_of(tap)}", tap)
+                      for tap in output.taps]
+    kit.reaper.watch(child.pid, ctx.guarded(f"the exit of {spec.label}", lambda pid, status: on_exit(child, status)))
+    child.attach_output(kit.loop, on_eof=lambda c: c.output.file.close() if not c.running else None,
+                        on_error=ctx.fault_handler(f"the output of {spec.label}"))
+    kit.log(f"started {spec.label}: pid {child.pid}: {shown_command(spec.command)}")
+    return child
+
+
+def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, daemon: bool,
+                 memory: MemoryEvidence | None, earlier: Iterable[Verdict]) -> Verdict:
+    """``child`` of ``phase`` was reaped: its last output read, its log closed, how it ended judged.
+    ``earlier``: the verdicts recorded so far (its siblings' OOM kills are named from them)."""
+    child.exited(status)
+    child.drain_output()
+    if not child.output_open:
+        child.output.file.close()
+    report = memory.report(child.placement) if memory and child.placement else None
+    verdict = v.from_exit(
+        phase, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
+        daemon=daemon, attempt=attempt, started_at=child.started_at,
+        last_lines=child.output.last_lines(), memory=report, stop_detail=child.stop_detail,
+        victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
+                      and x.reason == v.OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
+    )
+    warned = memory.warned.get(phase) if memory is not None else None
+    if verdict.reason == v.OOM_KILLED and warned is not None and warned.at >= child.started_at:
+        verdict = replace(verdict, detail=f"{verdict.detail}; {warned.note()}")
+    return verdict
+
+
+def log_path(log_dir: Path, spec: ChildSpec) -> Path:
+    return log_dir / child_log_name(spec.phase, spec.name)
+
+
+def shown_command(argv: tuple[str, ...]) -> str:
+    """The argv as one line, each argument as verdict lines show a value (``shown_text``): a newline inside an
+    argument must not split a log line."""
+    line = " ".join(shown_text(arg) for arg in argv)
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in line)

@@ -1,0 +1,100 @@
+"""What a phase may be given beyond running its children: the generic Phase only calls these.
+
+Two hooks, both chosen once from the phase's spec (supervisor/prover/hooks.py holds the prover's):
+
+- ``prepare``, before each attempt: the extra environment the attempt's children get, or a
+  Refusal that fails the phase (the machine cannot run it);
+- ``output``, a reader of the command's output: a fresh parser per attempt, whose result judges a
+  command that exited 0 (some tools exit 0 whatever happened) and is shown as ``phase.parsed``. A result
+  that also reads a download's progress from the output (``ReadsProgress``: aria2c's readout) feeds the
+  phase's progress (progresswatch.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+
+from ..evidence.transfer import ProgressReading as ProgressReading
+from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from ..evidence.gpu import GpuSample
+
+
+class Refusal(NamedTuple):
+    """Why the phase cannot run: the reason and detail of the verdict that fails it."""
+
+    reason: str
+    detail: str
+
+
+class Parsed(Protocol):
+    """What a parser read: None from ``problem()`` when the output says the command succeeded."""
+
+    def problem(self) -> str | None: ...
+
+    def describe(self) -> str: ...
+
+
+@runtime_checkable
+class ReadsProgress(Protocol):
+    def progress(self) -> ProgressReading | None: ...  # None: it said nothing of its progress yet
+
+
+class OutputParser(Protocol):
+    """Fed the command's output lines as they arrive; its ``result`` fills in as it reads."""
+
+    result: Any  # a Parsed
+
+    def feed(self, lines: list[bytes]) -> None: ...
+
+
+@dataclass(frozen=True)
+class OutputHook:
+    what: str  # what the output tells of, in the log and the verdict: "bench", "warm-up proof"
+    parser_name: str  # names the parser when it raises (a supervisor bug): "the cuzk-bench output parser"
+    new_parser: Callable[[], OutputParser]
+    failed_reason: str  # the verdict's reason when the output says the command failed
+    # The facts key a result is saved under for the next start (a resumed phase still knows it),
+    # and how it is read back (a TypeError means the saved one is unreadable): None keeps nothing.
+    fact: str | None = None
+    restore: Callable[[dict[str, Any]], Parsed] | None = None
+
+    def judge(self, verdict: Verdict, result: Parsed, log: Callable[[str], None]) -> Verdict:
+        """The verdict of a command that exited: one that succeeded fails all the same when its output says
+        it did (such tools exit 0 whatever happened)."""
+        if not verdict.success:
+            return verdict
+        problem = result.problem()
+        if problem is None:
+            log(f"phase {verdict.phase}: {self.what} passed: {result.describe()}")
+            return verdict
+        return replace(verdict, reason=self.failed_reason, success=False, status=1,
+                       detail=f"{self.what} failed: {problem}")
+
+
+@dataclass(frozen=True)
+class HookContext:
+    """What a hook is told of the phase it runs for, and all it may use: never the Phase itself."""
+
+    phase: str  # the phase's name
+    memory_available: int | None  # what the phase may have: the cgroup limit or MemTotal, capped by its memory_max
+    gpus: tuple[GpuSample, ...]  # the GPU thread's latest sample (empty: none yet, or no GPU); never a call to NVML
+    state_dir: Path
+    log: Callable[[str], None]
+
+
+# Before the phase runs: what its children get in their environment, or why it cannot run.
+Prepare = Callable[[HookContext], "dict[str, str] | Refusal"]
+
+
+@dataclass(frozen=True)
+class PhaseHooks:
+    prepare: Prepare | None = None  # before each attempt
+    output: OutputHook | None = None
+
+
+NO_HOOKS = PhaseHooks()

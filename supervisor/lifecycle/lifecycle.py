@@ -1,0 +1,183 @@
+"""The lifecycle: the phases in order, and when the whole run is over, with which status.
+
+Each phase is a state machine of its own (supervisor/lifecycle/phase.py; its states and the diagram of its
+moves in supervisor/lifecycle/states.py).
+The lifecycle starts the first phase still PENDING once every phase before it is past: DONE and
+not held, or a service that has come up. A phase that fails for good, or a daemon kept for the
+rest of the lifecycle that dies, shuts the whole run down: every child is stopped in reverse
+start order, then the run ends with the status of what ended it.
+
+What is the lifecycle's business, not a phase's, it keeps itself, by phase name: how far it has
+come (the phases it started), which DONE phases it may not go past yet (``hold``/``release``, what
+the bench gate drives), and whether the run is shutting down (every phase is told by asking).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..config import PhaseSpec, Plan
+from ..engine.loop import contained
+from ..engine.process import Child
+from ..engine.stopbudget import StopBudget
+from ..exits import EXIT_FAILURE, EXIT_INTERNAL_ERROR, EXIT_OK
+from .children import Spawn
+from .hooks import NO_HOOKS, PhaseHooks
+from .phase import Phase
+from .resume import ResumeRecord
+from .runtime import Runtime, stop_in_order, tell_listeners
+from .states import ATTEMPT_RUNS, PhaseState
+from .verdict import Verdict
+
+
+class Lifecycle:
+    """Runs the phases in order and decides when the whole run is over, and with which status."""
+
+    def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[int], None],
+                 hooks_for: Callable[[PhaseSpec], PhaseHooks] = lambda spec: NO_HOOKS,
+                 record: ResumeRecord | None = None, spawn: Spawn | None = None) -> None:
+        self.plan = plan
+        self._loop, self._log, self._verdicts, self._started = rt.loop, rt.log, rt.verdicts, rt.started
+        # What a phase does beyond running children comes from the hooks it is given (the prover's,
+        # from the composition root): the lifecycle itself knows nothing of cuzk. ``record``: the last
+        # run's facts (resume), offered to each phase. ``spawn``: how children start (tests: fake ones).
+        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec), record=record,
+                             shutting_down=lambda: self.shutting_down, spawn=spawn) for spec in plan.phases]
+        self._reached: list[Phase] = []  # the phases started, in order
+        self._holds: dict[str, str] = {}  # DONE phase's name → why the lifecycle may not go past it yet
+        self._hold_ends: dict[str, float] = {}  # its name → when the holder lets it go at the latest (monotonic)
+        self._on_finished = on_finished
+        self.listeners: list[Callable[[Phase], None]] = []  # every phase transition (reporting, status)
+        self.on_shutdown: list[Callable[[str, int], None]] = []
+        self.shutdown_reason = ""
+        self.shutting_down = False
+        self.exit_status: int | None = None
+        self.failure: Verdict | None = None
+
+    def start(self) -> None:
+        self._advance()
+
+    def current(self) -> Phase | None:
+        """The phase the lifecycle is at: the last one started."""
+        return self._reached[-1] if self._reached else None
+
+    def _advance(self) -> None:
+        if self.shutting_down:
+            return
+        for phase in self.phases:
+            if phase.state is PhaseState.PENDING:
+                if phase not in self._reached:  # else under way: resume may still be looking at its output files
+                    self._reached.append(phase)
+                    contained(phase.start, phase.fault_handler("its start"))()
+                return
+            if phase.name in self._holds:
+                return  # done, but the lifecycle may not go past it yet (see hold)
+            if phase.state is PhaseState.DONE:
+                continue
+            if phase.spec.kind == "service" and phase.was_up:
+                continue
+            return  # this phase is still on its way
+        if all(p.state is PhaseState.DONE for p in self.phases):
+            self._log("lifecycle complete: every phase done")
+            self.shutdown("lifecycle complete", EXIT_OK)
+
+    def production(self) -> list[Phase]:
+        """The production service: the phase with ``report = "running"``, else the last service."""
+        return [p for p in self.phases if p.spec.report == "running"] or \
+            [p for p in self.phases if p.spec.kind == "service"][-1:]
+
+    def hold(self, name: str, why: str, for_s: float | None = None) -> None:
+        """The lifecycle may not go past phase ``name`` (DONE) until ``release``: the bench gate waits for
+        the manager's verdict on the bench before production starts (ProductionControl, wiring.py).
+        ``for_s``: how long the holder waits at most (status shows the time left)."""
+        self._holds[name] = why
+        if for_s is not None:
+            self._hold_ends[name] = self._loop.clock.monotonic() + for_s
+
+    def release(self, name: str) -> None:
+        """The hold on phase ``name`` is over: the lifecycle moves on."""
+        if name in self._holds:
+            self._hold_ends.pop(name, None)
+            self._log(f"phase {name}: hold released ({self._holds.pop(name)})")
+            self._advance()
+
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        """A watcher's finding (a GPU fault, proofs failing) ends phase ``name``'s attempt with ``reason``, as a
+        deadline or a stall would: its retries or restart policy then decide. False: it runs no attempt now."""
+        phase = next((p for p in self.phases if p.name == name), None)
+        if phase is None or self.shutting_down or phase.state not in ATTEMPT_RUNS:
+            return False
+        self._log(f"phase {name}: {reason}: {detail}")
+        phase.abort_attempt(reason, detail)
+        return True
+
+    def held(self, name: str) -> str | None:
+        """Why the lifecycle may not go past phase ``name`` yet, or None (status shows it)."""
+        return self._holds.get(name)
+
+    def hold_ends(self, name: str) -> float | None:
+        """When the hold on phase ``name`` ends at the latest (monotonic), if its holder said."""
+        return self._hold_ends.get(name) if name in self._holds else None
+
+    def _phase_changed(self, phase: Phase) -> None:
+        tell_listeners(self._loop.faults, "listener", self.listeners, phase, phase=phase.name)
+        if self.shutting_down:
+            return
+        if phase.state is PhaseState.FAILED:
+            self.failure = phase.outcome
+            status = phase.outcome.status if phase.outcome else EXIT_FAILURE
+            self.shutdown(f"phase {phase.name} failed", status or EXIT_FAILURE)
+            return
+        dead_kept = [c for c in phase.kept if not c.running]
+        if dead_kept:
+            child = dead_kept[0]
+            self.failure = self._verdicts.verdict_of(child)
+            status = self.failure.status if self.failure else EXIT_FAILURE
+            self.shutdown(f"{child.label} (kept for the rest of the lifecycle) died", status or EXIT_FAILURE)
+            return
+        if phase.state is PhaseState.DONE or phase.up:
+            self._advance()
+
+    def forward(self, signum: int) -> list[Child]:
+        """Send a signal to the command of every phase that runs one; returns who got it."""
+        sent = []
+        for phase in self.phases:
+            child = phase.command_child
+            if phase.state is PhaseState.RUNNING and child is not None and child.running:
+                child.send_group_signal(signum)
+                sent.append(child)
+        return sent
+
+    def shutdown(self, why: str, status: int, budget: StopBudget | None = None) -> None:
+        """Stop everything in reverse start order, then report ``status``; within ``budget`` where a stop
+        signal from outside set one (each child's grace shrunk to fit)."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        self.exit_status = status
+        self.shutdown_reason = why
+        self._log(f"shutting down: {why}")
+        for phase in self.phases:
+            phase.abort()
+        # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
+        stop_in_order(self._loop, self._log, self._started.newest_first(), "supervisor shutdown",
+                      contained(self._finished, self._finish_anyway), budget)
+        # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
+        tell_listeners(self._loop.faults, "shutdown listener", self.on_shutdown, why, status)
+
+    def kill_everything_now(self) -> None:
+        """A second shutdown request: no more grace for anyone."""
+        for child in self._started:
+            child.kill_now()
+
+    def _finished(self) -> None:
+        for phase in self.phases:
+            phase.settle_after_shutdown()
+        assert self.exit_status is not None
+        self._on_finished(self.exit_status)
+
+    def _finish_anyway(self, exc: Exception) -> None:
+        """Settling the phases raised: the run still ends, with the status it was ending with."""
+        self._loop.faults.report("the end of the shutdown", exc)
+        self._on_finished(self.exit_status if self.exit_status is not None else EXIT_INTERNAL_ERROR)
+

@@ -1,0 +1,368 @@
+"""Resume: a phase done in an earlier run need not run again while its evidence still holds.
+
+When a phase is done its facts are gathered (``facts_of``: when, on which machine, its output
+files, what its output parser read) and kept in resume's own record, ``state_dir/resume.json``
+(``ResumeRecord``, a listener of the phases: written atomically each time one is done). The
+next start reads it back (``load_record``) and each phase asks the record (``check``) whether
+the facts of the last run still hold:
+
+- ``resume = "outputs"`` (the parameter fetch): every output file is still there, same size;
+- ``resume = "machine"`` (the bench): done recently (resume_max_age_s), on the same GPUs and
+  memory, and not ``--rebench``.
+
+What is read back is checked like config (``record_problem``): ``done_at`` a finite time that
+has come, ``outputs`` a file name → size table, every other fact a table. Anything else, a file
+that is not a regular one, or one too big, means "start clean", said in one line, never a crash.
+An upgrade keeps its resume: where there is no resume.json yet, the facts an older supervisor
+kept in status.json are read from there, once (said), and written to resume.json.
+
+The output files are listed off the loop (``output_files`` walks a tree that may be big, on a
+mount that may hang), at most SURVEY_BOUND_S: a list that does not come means "run it again" at
+the start, and no output table kept at the end (so the next start runs it again too). The
+machine fingerprint reads the GPU thread's latest sample, never NVML itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..engine.offloop import run_bounded
+from ..evidence.progress import is_incomplete
+from ..state import paths as statepaths
+from ..state.atomic import read_regular_file, write_atomically
+from .states import PhaseState
+
+if TYPE_CHECKING:
+    from ..config import PhaseSpec
+    from ..engine.loop import ErrorHandler, EventLoop
+    from ..evidence.gpuwatch import Gpus
+    from .hooks import OutputHook
+
+Facts = dict[str, Any]
+
+RECORD_VERSION = 1
+# A done_at up to this far in the future is taken as a clock that was stepped back, not as garbage.
+CLOCK_SLACK_S = 300.0
+# A resume.json (or an old status.json read for its facts) bigger than this is not one we wrote.
+RECORD_MAX_READ_BYTES = 16 * 1024 * 1024
+# Files under progress_path that are not outputs: locks and downloads in progress.
+NOT_OUTPUTS = (".lock", ".tmp", ".part")
+# The longest resume waits for the list of a phase's output files (walked off the loop).
+SURVEY_BOUND_S = 30.0
+
+
+class ResumeRuntime(Protocol):
+    """What resume reads of the run: the loop (for the off-loop listing), the log, the GPUs' latest sample,
+    the machine's memory and ``--rebench``."""
+
+    loop: EventLoop
+    log: Callable[[str], None]
+    gpus: Gpus | None
+    rebench: bool
+
+    def available_memory(self, cap: int | None = None) -> int | None: ...
+
+
+class ResumingPhase(Protocol):
+    """What resume reads of a phase it is asked about."""
+
+    spec: PhaseSpec
+    rt: ResumeRuntime
+    parsed: Any  # what its output parser read
+
+    @property
+    def name(self) -> str: ...
+
+    def fault_handler(self, what: str) -> ErrorHandler: ...
+
+
+class DonePhase(Protocol):
+    """What the record reads of a phase that changed state."""
+
+    facts: Facts
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> PhaseState: ...
+
+
+# ---------------------------------------------------------------- the record
+
+
+class ResumeRecord:
+    """The facts each phase left when it was last done: the last run's, offered to this one
+    (``previous``), and the latest, written to resume.json each time a phase is done (``phase_changed``).
+    A write that fails (a full disk) is said once, tried again when the next phase is done, and said
+    again once it works. With no ``path`` nothing is written (a lifecycle that keeps no state)."""
+
+    def __init__(self, path: Path | None = None, previous: dict[str, Facts] | None = None,
+                 log: Callable[[str], None] = lambda message: None) -> None:
+        self.path = path
+        self._previous = {name: dict(facts) for name, facts in (previous or {}).items()}
+        self._latest = {name: dict(facts) for name, facts in self._previous.items()}
+        self._log = log
+        self._failing = False
+
+    def previous(self, name: str) -> Facts:
+        """What the last run learnt of phase ``name`` (a copy; empty if nothing)."""
+        return dict(self._previous.get(name, {}))
+
+    def phase_changed(self, phase: DonePhase) -> None:
+        """A lifecycle listener: a phase done now, with facts other than those kept, is written down."""
+        if phase.state is not PhaseState.DONE or not phase.facts or self._latest.get(phase.name) == phase.facts:
+            return  # (a resumed phase's facts are the ones kept already)
+        self._latest[phase.name] = dict(phase.facts)
+        self.save()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        data = json.dumps({"version": RECORD_VERSION, "phases": self._latest}, default=str).encode()
+        try:
+            write_atomically(self.path, data)
+        except OSError as exc:
+            if not self._failing:
+                self._failing = True
+                self._log(f"resume: cannot write {self.path}: {exc.strerror or exc}; it is tried again when the "
+                          "next phase is done (until then a restart runs done phases again)")
+            return
+        if self._failing:
+            self._failing = False
+            self._log(f"resume: {self.path} written again")
+
+    def check(self, phase: ResumingPhase, output: OutputHook | None,
+              then: Callable[[tuple[str, Any] | None], None]) -> None:
+        """Whether ``phase`` need not run again: ``then`` gets what ``resumable`` says, at once, or, where its
+        output files must be listed first, once they are (off the loop), or None once SURVEY_BOUND_S passed."""
+        prev, spec = self.previous(phase.name), phase.spec
+        if spec.resume != "outputs" or not prev.get("done_at") or not prev.get("outputs") or not spec.progress_path:
+            then(self.resumable(phase, output))
+            return
+        path = spec.progress_path
+
+        def overdue() -> None:
+            phase.rt.log(f"phase {phase.name}: its output files in {path} were not listed within "
+                         f"{SURVEY_BOUND_S:g}s (a hung mount?): running it again")
+            then(None)
+
+        run_bounded(phase.rt.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S,
+                    lambda files: then(self.resumable(phase, output, files)), overdue,
+                    on_error=phase.fault_handler("resume's look at its output files"))
+
+    def resumable(self, phase: ResumingPhase, output: OutputHook | None,
+                  outputs_now: dict[str, int] | None = None) -> tuple[str, Any] | None:
+        """Why ``phase`` need not run again (done before, evidence still valid) and what its output parser
+        read then (None where it keeps nothing), or None: it runs. ``outputs_now``: its output files as
+        listed now (``resume = "outputs"``)."""
+        prev = self.previous(phase.name)
+        why = _still_valid(phase, prev, outputs_now)
+        if why is None or output is None or output.fact is None or output.restore is None \
+                or not prev.get(output.fact):
+            return None if why is None else (why, None)
+        try:
+            return why, output.restore(prev[output.fact])
+        except TypeError:
+            phase.rt.log(f"phase {phase.name}: the saved {output.what} result is unreadable: running it again")
+            return None
+
+
+def load_record(state_dir: Path, names: Iterable[str], log: Callable[[str], None]) -> ResumeRecord:
+    """The record of ``state_dir`` with the last run's facts of the phases ``names``; a damaged one means a
+    clean start (one line). Where there is none yet, the facts an older supervisor kept in status.json."""
+    path = statepaths.path(state_dir, statepaths.RESUME)
+    upgraded = False
+    try:
+        facts = read_record(path)
+    except FileNotFoundError:
+        facts = _facts_in_old_status(statepaths.path(state_dir, statepaths.STATUS_FILE), log)
+        upgraded = bool(facts)
+    except ValueError as exc:
+        log(f"resume: {exc}; starting clean")
+        facts = {}
+    wanted = set(names)
+    record = ResumeRecord(path, {name: f for name, f in facts.items() if name in wanted}, log)
+    if upgraded:
+        log(f"resume: {path} does not exist yet: the facts of {len(facts)} phase(s) were read from "
+            f"{statepaths.path(state_dir, statepaths.STATUS_FILE)} (an older supervisor kept them there), once")
+        record.save()
+    return record
+
+
+def read_record(path: Path) -> dict[str, Facts]:
+    """Phase name → facts, from resume.json. Raises FileNotFoundError where there is none, or ValueError
+    saying in one line why what is there cannot be used."""
+    try:
+        data = json.loads(read_regular_file(path, RECORD_MAX_READ_BYTES))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{path} is unreadable ({exc.__class__.__name__}: {exc})") from None
+    problem = record_problem(data)
+    if problem is not None:
+        raise ValueError(f"{path} does not hold what resume keeps ({problem})")
+    return data["phases"]
+
+
+def record_problem(data: Any) -> str | None:
+    """Where ``data`` is not a resume record (the first place), or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    unknown = sorted(set(data) - {"version", "phases"})
+    if unknown:
+        return f"unknown key {unknown[0]!r}"
+    if data.get("version") != RECORD_VERSION or isinstance(data.get("version"), bool):
+        return f"version: {data.get('version')!r} where {RECORD_VERSION} belongs"
+    phases = data.get("phases")
+    if not isinstance(phases, dict):
+        return "phases: not a table of phase name → facts"
+    for name, facts in phases.items():
+        problem = facts_problem(facts)
+        if problem is not None:
+            return f"phases.{name}: {problem}"
+    return None
+
+
+def facts_problem(facts: Any) -> str | None:
+    """Where one phase's facts are not well-formed, or None: ``done_at`` a finite time not in the future
+    (a NaN would pass every age check), ``outputs`` a name → size table, every other fact a table."""
+    if not isinstance(facts, dict):
+        return "not a table"
+    for key, value in facts.items():
+        if value is None:
+            continue
+        if key == "done_at":
+            if not _a_past_time(value):
+                return f"done_at: {value!r} is not a finite time that has come"
+        elif key == "outputs":
+            if not isinstance(value, dict) or not all(
+                    isinstance(size, int) and not isinstance(size, bool) for size in value.values()):
+                return "outputs: not a table of file name → size"
+        elif not isinstance(value, dict):
+            return f"{key}: not a table"
+    return None
+
+
+def _facts_in_old_status(path: Path, log: Callable[[str], None]) -> dict[str, Facts]:
+    """The facts an older supervisor kept in its status.json (each phase's ``facts``); a damaged one means
+    a clean start (one line), none at all says nothing."""
+    try:
+        snap = json.loads(read_regular_file(path, RECORD_MAX_READ_BYTES))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError) as exc:
+        log(f"resume: {path} is unreadable ({exc.__class__.__name__}: {exc}); ignoring it; starting clean")
+        return {}
+    facts, problem = _old_status_facts(snap)
+    if problem is not None:
+        log(f"resume: {path} does not have the expected shape ({problem}); starting clean")
+        return {}
+    return facts
+
+
+def _old_status_facts(snap: Any) -> tuple[dict[str, Facts], str | None]:
+    """Phase name → facts from an older status.json (phases that kept none left out), or why it has another shape."""
+    phases = snap.get("phases") if isinstance(snap, dict) else None
+    if not isinstance(phases, list):
+        return {}, "no list of phases"
+    facts: dict[str, Facts] = {}
+    for phase in phases:
+        if not isinstance(phase, dict) or not isinstance(phase.get("name"), str):
+            return {}, "a phase without a name"
+        kept = phase.get("facts")
+        problem = facts_problem(kept) if kept is not None else None
+        if problem is not None:
+            return {}, f"phases.{phase['name']}.facts: {problem}"
+        if kept:
+            facts[phase["name"]] = kept
+    return facts, None
+
+
+def _a_past_time(value: Any) -> bool:
+    """A finite epoch time that has already come (with a little slack for a clock that was stepped)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return 0 <= value <= time.time() + CLOCK_SLACK_S
+
+
+def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] | None) -> str | None:
+    spec, rt = phase.spec, phase.rt
+    if spec.resume == "no" or not prev.get("done_at"):
+        return None
+    if spec.resume == "outputs":
+        before = prev.get("outputs")
+        now = outputs_now
+        if before and now is not None and all(now.get(name) == size for name, size in before.items()):
+            return f"its {len(before)} output file(s) in {spec.progress_path} are all still there"
+        return None
+    if rt.rebench:
+        return None
+    age = time.time() - float(prev["done_at"])
+    if age > spec.resume_max_age_s:
+        rt.log(f"phase {phase.name}: done {age:.0f}s ago, older than resume_max_age_s: running it again")
+        return None
+    if prev.get("machine") != machine_fingerprint(rt):
+        rt.log(f"phase {phase.name}: done before on a different machine (GPUs or memory): running it again")
+        return None
+    return f"done {age:.0f}s ago on this same machine (use --rebench to run it anyway)"
+
+
+# ---------------------------------------------------------------- the facts of a phase done now
+
+
+def facts_of(phase: ResumingPhase, output: OutputHook | None, then: Callable[[Facts], None]) -> None:
+    """What a later start needs to resume ``phase``, done now, to ``then``: when, on which machine, what
+    its output parser read (where the parser keeps it as a fact: the bench's rate) and its output files,
+    listed off the loop (without them, if they are not listed within SURVEY_BOUND_S)."""
+    facts: Facts = {"done_at": time.time(), "machine": machine_fingerprint(phase.rt)}
+    if output is not None and output.fact is not None and phase.parsed is not None:
+        facts[output.fact] = vars(phase.parsed)
+    path = phase.spec.progress_path
+    if not path:
+        then(facts)
+        return
+
+    def listed(files: dict[str, int] | None) -> None:
+        if files is not None:
+            facts["outputs"] = files
+        then(facts)
+
+    def overdue() -> None:
+        phase.rt.log(f"phase {phase.name}: its output files in {path} were not listed within {SURVEY_BOUND_S:g}s "
+                     "(a hung mount?): the next start runs it again")
+        then(facts)
+
+    run_bounded(phase.rt.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S, listed, overdue,
+                on_error=phase.fault_handler("resume's list of its output files"))
+
+
+def output_files(path: str) -> dict[str, int] | None:
+    """Relative path → size of every file under ``path`` (lock and partial files left out, and a file with
+    its download's control file beside it: aria2c preallocates, so its size says nothing). Blocks: called
+    off the loop only."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    files = {}
+    beside: dict[Path, frozenset[str]] = {}  # each directory's names, listed once
+    for entry in root.rglob("*"):
+        if entry.is_file() and entry.suffix not in NOT_OUTPUTS and not is_incomplete(
+                entry.name, beside.setdefault(entry.parent, frozenset(p.name for p in entry.parent.iterdir()))):
+            try:
+                files[str(entry.relative_to(root))] = entry.stat().st_size
+            except OSError:
+                continue
+    return files
+
+
+def machine_fingerprint(rt: ResumeRuntime) -> dict[str, Any]:
+    """What makes a benchmark result valid here: the same GPUs and the same memory limit (the GPUs as the
+    GPU thread last sampled them: names and sizes do not change)."""
+    gpus = rt.gpus.samples() if rt.gpus is not None else ()
+    return {"gpus": [[g.name, g.memory_total] for g in gpus], "memory": rt.available_memory()}

@@ -1,0 +1,180 @@
+"""Why a child ended: one structured record per ended child.
+
+The reason is decided from evidence: the wait status from the reaper and what
+the supervisor itself did to the child (stopped it for a timeout, for a
+shutdown, because its phase was over). Exit 137 alone never means OOM.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ..engine.reaping import ExitStatus
+from ..evidence.memory import MemoryReport
+from ..exits import EXIT_FAILURE, EXIT_TIMEOUT
+from ..text.units import fmt_bytes
+
+
+def shown_text(text: str) -> str:
+    """A value as a log line shows it: bare when it is one word, else in plain double quotes (a ``"`` or ``\\``
+    inside escaped with ``\\``). Readable where shlex's quoting of an apostrophe (``'"'"'``) is not."""
+    if text and not any(c.isspace() or c in "\"'\\" for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# Reasons a child ended. Success is reason "exit_code" with exit_code 0.
+EXIT_CODE = "exit_code"
+SIGNAL = "signal"
+OOM_KILLED = "oom_killed"
+TIMEOUT = "timeout"
+STALLED = "stalled"
+SPAWN_FAILED = "spawn_failed"
+PORT_IN_USE = "port_in_use"  # a daemon's ready port was already held by another process: it was not started
+DAEMON_DIED = "daemon_died"
+INSUFFICIENT_MEMORY = "insufficient_memory"
+BENCH_FAILED = "bench_failed"  # cuzk-bench exited 0, but its own output says proofs failed
+INSUFFICIENT_DISK = "insufficient_disk"  # fitness: too little free space for the parameters, PCE or state
+GPU_UNAVAILABLE = "gpu_unavailable"  # fitness: no NVML, a GPU missing, unreachable or taken by another process
+GPU_UNRESPONSIVE = "gpu_unresponsive"  # NVML did not answer within its bound (Xid 119, a crashed driver)
+TOO_SLOW = "too_slow"  # it can no longer finish in time: a download past its deadline, a bench below min_rate
+GPU_FAULT = "gpu_fault"  # a fatal Xid, a GPU lost or NVML gone ("Unknown Error"): the machine needs replacing
+PROOFS_FAILING = "proofs_failing"  # production: proofs kept failing with none completing (a plugin's watch)
+STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
+INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handling the phase (never the child's)
+
+REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, PORT_IN_USE, DAEMON_DIED, INSUFFICIENT_MEMORY,
+           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, GPU_FAULT, PROOFS_FAILING, BENCH_FAILED, TOO_SLOW,
+           STOPPED, INTERNAL_ERROR)
+# An attempt that ended for one of these is never retried or restarted: a bug of ours (retrying would only
+# hide it), a GPU that is gone (no attempt on this machine can succeed), a download or bench that cannot
+# make it in time (another attempt runs on the same link and GPUs, against the same clock).
+FOR_GOOD = (INTERNAL_ERROR, GPU_FAULT, TOO_SLOW)
+LAST_LINES = 20
+# The supervisor's own clocks ended it: the status is timeout(1)'s, whatever the child did on SIGTERM.
+# What the supervisor decided was over for time: the run exits EXIT_TIMEOUT (124) as timeout(1) does,
+# whatever the child did on the stop signal. A download or bench too slow to make it is one of these.
+TIMED_OUT = (TIMEOUT, STALLED, TOO_SLOW)
+# What a watcher of the supervisor's found (a GPU gone, proofs failing): EXIT_FAILURE, not the child's own
+# answer to being stopped for it.
+FOUND_BY_WATCHERS = (GPU_FAULT, PROOFS_FAILING)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    phase: str
+    child: str
+    pid: int | None
+    reason: str
+    success: bool
+    status: int  # what the supervisor exits with if this verdict fails the lifecycle
+    detail: str
+    attempt: int = 1
+    started_at: float | None = None
+    ended_at: float = field(default_factory=time.time)
+    exit_code: int | None = None
+    signal: str | None = None
+    core_dumped: bool = False
+    oom_kills: int | None = None  # OOM kills in its cgroup during its life; None: unknown
+    memory_peak: int | None = None  # bytes, the peak of its cgroup
+    memory_scope: str = "none"  # "phase" (its own cgroup), "shared" (the supervisor's), "none"
+    last_lines: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """One log line with the reason and the key numbers."""
+        parts = [f"phase={self.phase}", f"child={self.child}"]
+        if self.pid is not None:
+            parts.append(f"pid={self.pid}")
+        parts.append(f"reason={self.reason}")
+        if self.exit_code is not None:
+            parts.append(f"exit_code={self.exit_code}")
+        if self.signal is not None:
+            parts.append(f"signal={self.signal}")
+        if self.core_dumped:
+            parts.append("core_dumped=yes")
+        if self.oom_kills:
+            parts.append(f"oom_kills={self.oom_kills}")
+        elif self.oom_kills is None and self.signal == "SIGKILL":
+            parts.append("oom=unknown")
+        if self.memory_peak is not None:
+            parts.append(f"peak={fmt_bytes(self.memory_peak)}({self.memory_scope})")
+        if self.started_at is not None:
+            parts.append(f"ran={self.ended_at - self.started_at:.1f}s")
+        parts.append(f"attempt={self.attempt}")
+        if self.detail:
+            parts.append(f"detail={shown_text(self.detail)}")
+        return " ".join(parts)
+
+    def masked(self, mask: Callable[[str], str]) -> Verdict:
+        """The verdict with the supervisor's words in it masked (its last lines were, where they were read)."""
+        return replace(self, phase=mask(self.phase), child=mask(self.child), detail=mask(self.detail))
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["last_lines"] = list(self.last_lines)
+        return record
+
+
+def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reason: str | None,
+              daemon: bool, attempt: int, started_at: float, last_lines: list[str],
+              memory: MemoryReport | None = None, stop_detail: str = "", victims: tuple[str, ...] = ()) -> Verdict:
+    """Decide why a reaped child ended, from its wait status, what we did, and the OOM counter.
+
+    ``victims``: the OOM kills in its cgroup during its life that are already known (its siblings'
+    own ``oom_killed`` verdicts), named rather than guessed at.
+    """
+    success = status.success
+    oom = memory.oom_kills if memory is not None else None
+    scope = memory.scope if memory is not None else "none"
+    if stop_reason is not None:
+        # We asked it to end: what it did on the way out is not its failure.
+        reason = stop_reason if stop_reason in REASONS else STOPPED
+        success = reason == STOPPED
+        detail = f"{stop_detail or stop_reason}; {status.describe()} after the supervisor stopped it"
+    elif status.signal == signal.SIGKILL and oom:
+        # SIGKILL while the cgroup's oom_kill counter rose: the kernel's OOM killer, not a person.
+        reason, success = OOM_KILLED, False
+        detail = (f"{'daemon ' if daemon else ''}killed by the OOM killer: SIGKILL while oom_kill rose by "
+                  f"{oom} in its {scope} cgroup")
+    elif daemon:
+        reason, success = DAEMON_DIED, False
+        detail = f"daemon {status.describe()} while its phase needed it"
+    elif status.signal is not None:
+        reason, detail = SIGNAL, status.describe()
+    else:
+        reason, detail = EXIT_CODE, status.describe()
+    if oom and reason != OOM_KILLED and len(victims) >= oom:
+        detail += f"; {oom} OOM kill(s) in its {scope} cgroup during its life, of {', '.join(victims)}"
+    elif oom and reason != OOM_KILLED:
+        detail += (f"; {oom} OOM kill(s) in its {scope} cgroup during its life (the victim was another process "
+                   "there: one of its descendants, or a daemon or sibling sharing the cgroup)")
+    failed_status = failure_status(reason, status.shell_status or 1)  # a failure never exits 0
+    return Verdict(
+        phase=phase, child=child, pid=pid, reason=reason, success=success,
+        status=0 if success else failed_status, detail=detail, attempt=attempt,
+        started_at=started_at, exit_code=status.code, signal=status.signal_name,
+        core_dumped=status.core_dumped, last_lines=tuple(last_lines[-LAST_LINES:]),
+        oom_kills=oom, memory_peak=memory.peak if memory is not None else None, memory_scope=scope,
+    )
+
+
+def without_exit(phase: str, child: str, reason: str, status: int, detail: str, *, attempt: int,
+                 pid: int | None = None, started_at: float | None = None,
+                 last_lines: list[str] | None = None) -> Verdict:
+    """A failure decided without a wait status: spawn failed, deadline in backoff, not ready."""
+    return Verdict(
+        phase=phase, child=child, pid=pid, reason=reason, success=False, status=failure_status(reason, status),
+        detail=detail, attempt=attempt, started_at=started_at, last_lines=tuple((last_lines or [])[-LAST_LINES:]),
+    )
+
+
+def failure_status(reason: str, status: int) -> int:
+    """What a failure of ``reason`` exits with: a deadline, a stall or too_slow gives EXIT_TIMEOUT (as
+    timeout(1)), a watcher's finding EXIT_FAILURE, anything else the status it carries."""
+    if reason in TIMED_OUT:
+        return EXIT_TIMEOUT
+    return EXIT_FAILURE if reason in FOUND_BY_WATCHERS else status

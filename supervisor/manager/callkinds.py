@@ -1,0 +1,75 @@
+"""The kinds of call the outbox holds: the core's (``param-done``, ``running``, ``log``) and what a plugin adds.
+
+Each kind has one handler (wiring.CallKind): how one attempt is made, and what its answer means. The
+sender (sender.py) delivers them; ``register`` is the sender's own (it alone writes the identity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .answers import FieldCheck
+from .client import LOG_PUSH_LIMIT, Answer, ManagerClient
+
+Payload = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class CallKind:
+    """One kind of outbox call: how one attempt is made, and what its outcome means.
+
+    ``attempt(client, payload, uuid)`` makes the request (its route, its body from the payload and the
+    uuid) and checks the answer: it returns the Answer whose body is kept in the outbox, or raises the
+    client's TransientError (retried: the manager is down, or answered what cannot be used) or
+    PermanentError (refused for good). ``keep(payload, body)`` runs on the sender thread before the next
+    call goes out (what later calls need at once); ``delivered(payload, body)`` and ``refused(payload)``
+    run on the loop's thread. ``checks_row``: a lifecycle call (it moves the manager's row): the row is read
+    first, and a killed row gets none (rowwatch.py)."""
+
+    attempt: Callable[[ManagerClient, Payload, str | None], Answer]
+    keep: Callable[[Payload, Any], None] | None = None
+    delivered: Callable[[Payload, Any], None] | None = None
+    refused: Callable[[Payload], None] | None = None
+    checks_row: bool = False
+
+
+REGISTER = "register"
+LOG = "log"  # a durable log push: {"source", "text"}
+RUNNING = "running"
+
+
+def phase_call(kind: str) -> CallKind:
+    """``POST /<kind>`` with the uuid: the core's phase reports (``param-done``, ``running``)."""
+
+    def attempt(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
+        return client.request("POST", f"/{kind}", json_body={"uuid": uuid}, want_json=False)
+
+    return CallKind(attempt, checks_row=True)
+
+
+def _log_push(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
+    return client.request(
+        "POST", "/api/log-push", data=payload.get("text", "").encode()[:LOG_PUSH_LIMIT],
+        want_json=False, headers={"X-Instance-UUID": uuid or "", "X-Log-Source": payload.get("source", "setup"),
+                                  "Content-Type": "text/plain; charset=utf-8"})
+
+
+def core_kinds() -> dict[str, CallKind]:
+    return {"param-done": phase_call("param-done"), RUNNING: phase_call(RUNNING), LOG: CallKind(_log_push)}
+
+
+@dataclass
+class CallKinds:
+    """Every kind of call the outbox may hold (but ``register``, the sender's own), and what the
+    ``/register`` body and answer carry beside the label and the uuid (a plugin's fields)."""
+
+    kinds: dict[str, CallKind] = field(default_factory=core_kinds)
+    register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list)
+    answer_fields: dict[str, FieldCheck] = field(default_factory=dict)
+
+    def add(self, kind: str, call: CallKind) -> None:
+        if kind == REGISTER or kind in self.kinds:
+            raise ValueError(f"the outbox call kind {kind!r} has a handler already")
+        self.kinds[kind] = call

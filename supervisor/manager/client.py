@@ -1,0 +1,261 @@
+"""The fleet manager's HTTP API (manager-api.md), as a client that trusts nothing it is answered.
+
+One call, ``request``, is one attempt:
+
+- within a total deadline (``call_deadline_s``: connect + read timeout) for connecting, sending,
+  the status line, the headers and the body, enforced by cutting the call's socket (deadline.py):
+  requests' own timeouts are per socket read, and a manager that drips its answer never trips them;
+- on a connection of its own: a stuck call never holds up another thread's call, or the exit,
+  beyond its deadline;
+- reading at most ``MAX_ANSWER_BYTES`` of an answer (every real one is tiny): more is an error,
+  never read into memory;
+- refusing redirects: requests would turn a POST into a bodiless GET on a 301/302 and count it
+  delivered. A 3xx is an error naming the status and the Location, retried like a manager that is
+  down, so nothing is counted as delivered or lost; the client says it once in one clear line.
+
+Connection errors, timeouts, 3xx, 5xx, 429 and an answer the call cannot parse (garbage) are
+transient (``TransientError``): ``with_retries`` repeats them with exponential backoff and jitter
+(tenacity), waiting at least what a 429 or 503 asks in ``Retry-After`` (up to RETRY_AFTER_MAX_S).
+Any other 4xx is permanent (``PermanentError``): retrying the same call cannot help. What an answer
+must hold is checked by answers.py before anything keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from ..config import ManagerSpec
+from ..text.redact import Redactor, shown_url, url_secrets
+
+# requests and tenacity are imported when a client is made, not with this module: a
+# supervisor without a manager should not pay their start-up time and memory.
+
+# Retry pacing for manager calls (seconds): 0.5, 1, 2, ... capped, with jitter.
+RETRY_INITIAL_S = 0.5
+RETRY_MAX_S = 30.0
+RETRY_JITTER_S = 1.0
+# A Retry-After is honoured up to this long: a manager asking for an hour is waited on for 5 minutes.
+RETRY_AFTER_MAX_S = 300.0
+# Every real answer is a few dozen bytes; a bigger one is not the manager's (a proxy's page, an attack).
+MAX_ANSWER_BYTES = 64 * 1024
+MAX_ANSWER_TEXT = "64 KiB"
+READ_CHUNK_BYTES = 8 * 1024
+# The manager reads at most 256 KiB of one log push and silently drops the rest.
+LOG_PUSH_LIMIT = 256 * 1024
+USER_AGENT = "prover-supervisor"
+SHOWN_CHARS = 200  # of an answer or a Location, in an error line
+
+
+def call_deadline_s(spec: ManagerSpec) -> float:
+    """The most one call may take, start to end: as long as connecting and one read may take."""
+    return spec.connect_timeout_s + spec.read_timeout_s
+
+
+class TransientError(Exception):
+    """Worth retrying: the manager is down, slow, overloaded, redirecting, or answered garbage.
+
+    ``retry_after_s``: how long the manager asked to be left alone (429/503 Retry-After), if it did."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class PermanentError(Exception):
+    """A 4xx other than 429: retrying the same call cannot help."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:300]}")
+        self.status = status
+        self.body = body
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: Any  # parsed JSON, or None (204, or no JSON wanted)
+
+
+class ManagerClient:
+    """Calls the manager at ``spec.url``; safe to use from several threads at once (nothing is shared)."""
+
+    def __init__(self, spec: ManagerSpec, token: str | None = None, warn: Callable[[str], None] | None = None) -> None:
+        assert spec.url is not None
+        import requests  # noqa: F401  (fails here, at start, if it is missing; not at the first call)
+
+        self.base = spec.url
+        self.timeout = (spec.connect_timeout_s, spec.read_timeout_s)
+        self.deadline_s = call_deadline_s(spec)
+        # Identity: compressed answers are not asked for, so a bounded read is a bounded answer.
+        self._headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        # An error of requests may quote the URL, password and all.
+        self._mask = Redactor(url_secrets(spec.url)).text
+        self._warn = warn
+        self._said_lock = threading.Lock()
+        self._redirect_said = False
+
+    def request(self, method: str, path: str, *, json_body: dict[str, Any] | None = None,
+                data: bytes | None = None, headers: dict[str, str] | None = None,
+                want_json: bool = True, max_bytes: int = MAX_ANSWER_BYTES) -> Answer:
+        """One attempt. Raises TransientError or PermanentError. ``max_bytes``: the most of an answer read (a
+        read of the whole fleet, ``GET /status``, may hold more than MAX_ANSWER_BYTES; still a bound)."""
+        from .deadline import deadline_session
+
+        with deadline_session(self.deadline_s, self._headers) as (session, watchdog):
+            try:
+                response = session.request(method, self.base + path, json=json_body, data=data, headers=headers,
+                                           timeout=self.timeout, allow_redirects=False, stream=True)
+                with response:
+                    return self._answer(method, path, response, want_json, max_bytes)
+            except Exception as exc:
+                if watchdog.fired:  # whatever the cut socket made the read raise
+                    raise TransientError(f"{method} {path}: no complete answer within {self.deadline_s:g}s "
+                                         "(connect_timeout_s + read_timeout_s)") from None
+                if isinstance(exc, TransientError | PermanentError) or not _is_exchange_error(exc):
+                    raise
+                raise TransientError(self._mask(f"{method} {path}: {_describe(exc)}")) from None
+
+    def _answer(self, method: str, path: str, response: Any, want_json: bool, max_bytes: int) -> Answer:
+        status = response.status_code
+        if 300 <= status < 400:
+            raise TransientError(self._redirected(method, path, status, response.headers.get("Location")))
+        if 200 <= status < 300 and (not want_json or status == 204):
+            return Answer(status, None)  # the body is not read: this connection is closed after the call
+        data = self._body(method, path, response, max_bytes)
+        if not 200 <= status < 500 or status == 429:
+            asked = retry_after_s(response.headers.get("Retry-After"), time.time()) if status in (429, 503) else None
+            raise TransientError(f"{method} {path}: HTTP {status}: {_text(data)}", asked)
+        if status >= 400:
+            raise PermanentError(status, _text(data, MAX_ANSWER_BYTES))
+        try:
+            return Answer(status, json.loads(data, parse_constant=_no_constant))
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, NaN, a number of 5000 digits, [[[[...
+            raise TransientError(f"{method} {path}: HTTP {status} with a body that is not JSON: "
+                                 f"{_text(data, 100)}") from None
+
+    def _body(self, method: str, path: str, response: Any, max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
+        """At most ``max_bytes`` of the answer's body, as sent; more is a TransientError, not read."""
+        shown_max = MAX_ANSWER_TEXT if max_bytes == MAX_ANSWER_BYTES else f"{max_bytes // 1024} KiB"
+        too_big = TransientError(f"{method} {path}: answer larger than {shown_max}")
+        declared = (response.headers.get("Content-Length") or "").strip()
+        if declared.isascii() and declared.isdigit() and (len(declared) > 12 or int(declared) > max_bytes):
+            raise too_big
+        encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
+        if encoding != "identity":
+            raise TransientError(f"{method} {path}: answer encoded as {_text(encoding.encode(), 40)}, "
+                                 "which was not asked for")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := response.raw.read(READ_CHUNK_BYTES, decode_content=False):
+            size += len(chunk)
+            if size > max_bytes:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _redirected(self, method: str, path: str, status: int, location: str | None) -> str:
+        where = _text(self._mask(shown_url(location)).encode(), SHOWN_CHARS) if location else "(no Location)"
+        line = (f"the manager answered {status} → {where}: redirects are not followed; "
+                "check [manager] url")
+        with self._said_lock:
+            first, self._redirect_said = not self._redirect_said, True
+        if first and self._warn is not None:
+            self._warn(f"manager: {method} {path}: {line}")
+        return f"{method} {path}: {line}"
+
+    def with_retries(self, attempt: Callable[[], Answer], stop: threading.Event,
+                     on_retry: Callable[[str, float], None]) -> Answer:
+        """Repeat ``attempt`` while it fails transiently, until it succeeds or ``stop`` is set."""
+        import tenacity
+
+        backoff = tenacity.wait_exponential_jitter(multiplier=RETRY_INITIAL_S, max=RETRY_MAX_S, jitter=RETRY_JITTER_S)
+
+        def wait(state: Any) -> float:  # a tenacity.RetryCallState
+            exc = state.outcome.exception() if state.outcome else None
+            return next_wait_s(backoff(state), getattr(exc, "retry_after_s", None))
+
+        def before_sleep(state: Any) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            on_retry(str(exc), state.next_action.sleep if state.next_action else 0.0)
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(TransientError),
+            wait=wait,
+            stop=tenacity.stop_when_event_set(stop),
+            sleep=stop.wait,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        return retrying(attempt)
+
+    def close(self) -> None:
+        """Nothing to close: every call's connection is closed when the call ends."""
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def retry_after_s(value: str | None, now: float) -> float | None:
+    """A Retry-After header (delay-seconds or an HTTP date) as seconds from ``now``, in 0..RETRY_AFTER_MAX_S;
+    None if absent or not one of the two forms (garbage is ignored, not obeyed)."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    if text.isascii() and text.isdigit():
+        return RETRY_AFTER_MAX_S if len(text.lstrip("0")) > 6 else min(float(text), RETRY_AFTER_MAX_S)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    try:
+        stamp = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    except (OverflowError, OSError, ValueError):
+        return None
+    return min(max(0.0, stamp - now), RETRY_AFTER_MAX_S)
+
+
+def next_wait_s(backoff_s: float, asked_s: float | None) -> float:
+    """How long to wait before the next attempt: the backoff, or what the manager asked if that is longer."""
+    if asked_s is None:
+        return backoff_s
+    return max(backoff_s, min(asked_s, RETRY_AFTER_MAX_S))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number an answer may hold")
+
+
+def _is_exchange_error(exc: Exception) -> bool:
+    """What a misbehaving peer can make a call raise: requests', urllib3's and http.client's errors, I/O."""
+    import http.client
+
+    import requests
+    import urllib3
+
+    return isinstance(exc, requests.RequestException | urllib3.exceptions.HTTPError | http.client.HTTPException
+                      | OSError | ValueError)
+
+
+def _describe(exc: Exception) -> str:
+    import requests
+
+    if isinstance(exc, requests.Timeout):
+        return f"timed out ({exc.__class__.__name__})"
+    return f"{exc.__class__.__name__}: {_text(str(exc).encode(errors='replace'))}"
+
+
+def _text(data: bytes, limit: int = SHOWN_CHARS) -> str:
+    """An answer's bytes as one line may show them: decoded leniently, controls escaped, cut."""
+    text = data[:limit].decode("utf-8", errors="replace")
+    if not text.isprintable():
+        text = ascii(text)[1:-1]
+    return text if len(data) <= limit else text + "..."

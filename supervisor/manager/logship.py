@@ -1,0 +1,274 @@
+"""Shipping output to the manager's ``/api/log-push``, and events to an optional ``events_url``.
+
+Lines are queued per source (the manager dashboard's tab: ``setup`` for the supervisor's own lines,
+each phase's ``log_source`` for its children's) as the Reporter hands them over: masked where they
+entered the supervisor, escape codes stripped, labelled. A thread pushes them in batches: every
+``log_push_interval_s`` or once ``BATCH_BYTES`` are waiting, never more than ``PUSH_MAX_BYTES`` per
+push (the manager silently drops what is past 256 KiB), split on line boundaries. While the manager
+is down each source keeps a bounded backlog: the oldest lines go first, and the next push says how
+many. This is the best-effort road: what must arrive (the manager calls, a failure's verdict, the
+"exiting" line) goes through the outbox, and the lines still queued here for that source go into the
+outbox ahead of it (Reporter.push_text), so the order holds. A call the outbox delivered means the manager
+is back: the shipper's retry backoff is reset and it pushes at once (``manager_answers``), so the logs of
+an outage arrive right behind its calls. Pushes go through the manager client's
+rules (manager.py): a total deadline, a bounded answer, no redirect followed (a redirected push is
+not delivered: it is kept and sent again), Retry-After honoured. The supervisor's own first lines,
+logged before there is a shipper to hand them to, wait in ``EarlyLines``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .client import LOG_PUSH_LIMIT, ManagerClient, PermanentError, TransientError, next_wait_s
+
+# Leave room under the manager's 256 KiB cut for the "dropped" note and headers' sake.
+PUSH_MAX_BYTES = LOG_PUSH_LIMIT - 4096
+BATCH_BYTES = 64 * 1024
+# After a failed push, wait this long (doubling to the cap) before the next try.
+PUSH_RETRY_S = 1.0
+PUSH_RETRY_MAX_S = 30.0
+FLUSH_TIMEOUT_S = 5.0
+# Every push says which lines it carries: ``<run>:<source>:<first>-<last>``, numbered per source from 1 in
+# each supervisor process (``run``). A push sent again after a timeout carries the same numbers (and maybe
+# more lines after them): a receiver that keeps the highest number seen per run and source can drop what
+# it already has. Today's manager ignores the header; the dev-manager drops the duplicates (docs/manager.md).
+SEQ_HEADER = "X-Log-Seq"
+
+Log = Callable[[str], None]
+
+
+class _Queue:
+    """One source's backlog: whole lines, a byte count, how many were dropped, and the number of the first line
+    (every line added to a source gets the next number, dropped or not)."""
+
+    def __init__(self) -> None:
+        self.lines: deque[str] = deque()
+        self.size = 0
+        self.dropped = 0
+        self.first = 1
+
+    def drop_oldest(self) -> None:
+        self.size -= len(self.lines.popleft()) + 1
+        self.dropped += 1
+        self.first += 1
+
+
+class Shipper:
+    """A background sender of text lines, batched per source; see the module docstring."""
+
+    def __init__(self, name: str, send: Callable[[str, str, str], None], ready: Callable[[], bool],
+                 interval_s: float, backlog_bytes: int, log: Log) -> None:
+        self.name = name
+        self._send = send  # (source, body, seq) → raises TransientError / PermanentError
+        # Names this supervisor process's line numbers: a restarted supervisor numbers from 1 again.
+        self.run_id = secrets.token_hex(4)
+        self._ready = ready  # e.g. "the uuid is known": until then, only queue
+        self._interval = interval_s
+        self._backlog = backlog_bytes
+        self._log = log
+        self._queues: dict[str, _Queue] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._retry_at = 0.0
+        self._retry_delay = PUSH_RETRY_S
+        self._refused_logged: set[str] = set()
+        self.pushed = 0  # pushes delivered
+        self.backoff_resets = 0  # times a delivered manager call cut a retry backoff short
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"ship:{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, source: str, lines: list[str]) -> None:
+        """Queue lines (any thread); the oldest are dropped past the backlog."""
+        if not lines:
+            return
+        with self._lock:
+            queue = self._queues.setdefault(source, _Queue())
+            for line in lines:
+                queue.lines.append(line)
+                queue.size += len(line) + 1
+            while queue.size > self._backlog and queue.lines:
+                queue.drop_oldest()
+            urgent = queue.size >= BATCH_BYTES
+        if urgent:
+            self._wake.set()
+
+    def manager_answers(self) -> None:
+        """The manager just took a call (any thread: the outbox's sender says so): the pushes it refused while
+        it was away go now, not after the backoff they grew (up to PUSH_RETRY_MAX_S) runs out."""
+        if self._retry_at == 0.0 and self._retry_delay == PUSH_RETRY_S:
+            return  # not backing off: the next interval ships as usual
+        self._retry_at = 0.0
+        self._retry_delay = PUSH_RETRY_S
+        self.backoff_resets += 1
+        self._wake.set()
+
+    def backlog(self) -> dict[str, int]:
+        with self._lock:
+            return {source: q.size for source, q in self._queues.items() if q.size}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            self.ship_once()
+
+    def ship_once(self) -> bool:
+        """Push what is queued; False if a push failed (the batch is kept for later)."""
+        if not self._ready() or time.monotonic() < self._retry_at:
+            return False
+        for source in list(self._queues):
+            while True:
+                body, count, dropped, first = self._take_numbered(source)
+                if not body:
+                    break
+                try:
+                    self._send(source, body, f"{self.run_id}:{source}:{first}-{first + count - 1}")
+                except TransientError as exc:
+                    self._put_back(source, body, count, dropped)
+                    self.last_error = str(exc)
+                    # A manager that asked for a pause (429/503 Retry-After) gets it.
+                    self._retry_at = time.monotonic() + next_wait_s(self._retry_delay, exc.retry_after_s)
+                    self._retry_delay = min(PUSH_RETRY_MAX_S, self._retry_delay * 2)
+                    return False
+                except PermanentError as exc:
+                    self.last_error = str(exc)
+                    if source not in self._refused_logged:
+                        self._refused_logged.add(source)
+                        self._log(f"{self.name}: the manager refused a push for {source!r} ({exc}); dropping it")
+                    continue
+                self.pushed += 1
+                self._retry_at, self._retry_delay = 0.0, PUSH_RETRY_S
+        return True
+
+    def _take(self, source: str) -> tuple[str, int, int]:
+        """Up to PUSH_MAX_BYTES of whole lines (a "dropped" note first, if any were): the body, how many lines,
+        and how many were dropped before them."""
+        body, count, dropped, _ = self._take_numbered(source)
+        return body, count, dropped
+
+    def _take_numbered(self, source: str) -> tuple[str, int, int, int]:
+        """``_take``, and the number of the first line taken."""
+        with self._lock:
+            queue = self._queues.get(source)
+            if queue is None or not queue.lines:
+                return "", 0, 0, 0
+            first = queue.first
+            parts: list[str] = []
+            size = 0
+            dropped, queue.dropped = queue.dropped, 0
+            if dropped:
+                note = f"[prover-supervisor: {dropped} older line(s) dropped while the manager was unreachable]"
+                parts.append(note)
+                size += len(note) + 1
+            count = 0
+            while queue.lines and size + len(queue.lines[0].encode()) + 1 <= PUSH_MAX_BYTES:
+                line = queue.lines.popleft()
+                queue.size -= len(line) + 1
+                parts.append(line)
+                size += len(line.encode()) + 1
+                count += 1
+            if count == 0 and queue.lines:  # one line over the limit on its own: cut it
+                line = queue.lines.popleft()
+                queue.size -= len(line) + 1
+                parts.append(line.encode()[: PUSH_MAX_BYTES - size - 1].decode("utf-8", errors="ignore"))
+                count = 1
+            queue.first += count
+            return "\n".join(parts) + "\n", count, dropped, first
+
+    def take_all(self, source: str) -> list[str]:
+        """Everything queued for ``source``, in push-sized bodies, taken off the queue (for a caller
+        that sends it another way and must keep the order)."""
+        bodies = []
+        while True:
+            body, _, _ = self._take(source)
+            if not body:
+                return bodies
+            bodies.append(body)
+
+    def _put_back(self, source: str, body: str, count: int, dropped: int) -> None:
+        lines = body.rstrip("\n").split("\n")
+        if dropped:
+            lines = lines[1:]
+        with self._lock:
+            queue = self._queues.setdefault(source, _Queue())
+            for line in reversed(lines[-count:] if count else []):
+                queue.lines.appendleft(line)
+                queue.size += len(line) + 1
+            queue.first -= count
+            queue.dropped += dropped
+            while queue.size > self._backlog and queue.lines:
+                queue.drop_oldest()
+
+    def stop(self, flush_timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Stop the thread, then try for a little while to push what is left."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(flush_timeout_s)
+        deadline = time.monotonic() + flush_timeout_s
+        self._retry_at = 0.0
+        while self.backlog() and time.monotonic() < deadline:
+            if not self.ship_once():
+                break
+
+
+def log_push_sender(client: ManagerClient, uuid: Callable[[], str | None]) -> Callable[[str, str, str], None]:
+    def send(source: str, body: str, seq: str) -> None:
+        client.request("POST", "/api/log-push", data=body.encode("utf-8"), want_json=False,
+                       headers={"X-Instance-UUID": uuid() or "", "X-Log-Source": source, SEQ_HEADER: seq,
+                                "Content-Type": "text/plain; charset=utf-8"})
+
+    return send
+
+
+def events_sender(client: ManagerClient) -> Callable[[str, str, str], None]:
+    """Events go to ``events_url`` as newline-delimited JSON, one object a line."""
+
+    def send(source: str, body: str, seq: str) -> None:
+        client.request("POST", "", data=body.encode("utf-8"), want_json=False,
+                       headers={"Content-Type": "application/x-ndjson", SEQ_HEADER: seq})
+
+    return send
+
+
+def event_line(kind: str, **fields: Any) -> str:
+    return json.dumps({"type": kind, "time": round(time.time(), 3), **fields}, default=str, sort_keys=True)
+
+
+# The supervisor's own lines held before the log shipper exists (a handful in practice).
+EARLY_LINES_MAX = 1000
+
+
+class EarlyLines:
+    """The supervisor's own lines from its very first one (role, memory evidence, GPUs, resume),
+    held in order until the Reporter takes them: the log tap exists before the Reporter can."""
+
+    def __init__(self) -> None:
+        self._held: list[str] | None = []
+        self._forward: Callable[[str], None] | None = None
+
+    def tap(self, message: str) -> None:
+        if self._forward is not None:
+            self._forward(message)
+        elif self._held is not None:
+            self._held.append(message)
+            del self._held[:-EARLY_LINES_MAX]
+
+    def hand_to(self, forward: Callable[[str], None] | None) -> None:
+        """Replay what was held into ``forward``, then pass every later line straight on; None: drop them."""
+        held, self._held = self._held or [], None
+        self._forward = forward
+        if forward is not None:
+            for message in held:
+                forward(message)

@@ -1,0 +1,388 @@
+"""Reporting to the fleet manager: what the lifecycle tells it, failures, logs, events.
+
+The core speaks the generic part of the manager's API (docs/manager.md): ``/register`` first (the
+uuid it answers is kept in ``state_dir`` and given to every later child as ``INSTANCE_UUID``), then
+the phase calls that carry only the uuid, which a phase's ``report`` key triggers: ``param-done`` when
+a oneshot is done, ``running`` when a service is up; and the log pushes. A plugin adds call kinds of
+its own and fields to the register body and answer through the ManagerLink it is handed (wiring.py;
+the prover's fleet protocol: prover/fleet.py). Every call, and every failure report, is written to
+the persisted outbox first and delivered by the sender thread (sender.py), in order, at least once:
+the work never waits on the manager, and a SIGKILL of the supervisor loses nothing.
+
+Text reaches the manager already masked (redact.py): the supervisor's own lines where they are
+logged, children's output where it is read, verdicts where they are recorded (runtime.VerdictRecord).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..config import ManagerSpec
+from ..engine.exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
+from ..engine.loop import EventLoop, contained, summary
+from ..exits import EXIT_OK
+from ..lifecycle.states import PhaseLike, PhaseState, PhaseView
+from ..lifecycle.verdict import STOPPED, Verdict
+from ..state import givenup
+from ..text.ansi import strip_ansi
+from ..text.redact import Redactor, shown_url
+from .answers import FieldCheck
+from .callkinds import CallKind, Payload
+from .client import ManagerClient
+from .ledger import LEDGER_CALLS, ledger
+from .logship import EarlyLines, Shipper, event_line, events_sender, log_push_sender
+from .outbox import Outbox
+from .row import Row
+from .sender import LOG, CallKinds, Sender
+from .view import ManagerView
+
+# The core's report kinds, and what of a phase triggers each (a plugin adds its own: plugin.py ``reports``).
+CORE_REPORTS = {"param-done": "done", "running": "up"}
+
+Log = Callable[[str], None]
+# Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
+FlushWait = Callable[[ExitFlush, Callable[[], bool]], None]
+
+
+def core_report_due(phase: PhaseView) -> str | None:
+    """The core's call this transition triggers: ``param-done`` (a oneshot done), ``running`` (a service up)."""
+    when = CORE_REPORTS.get(phase.report or "")
+    if when == "done" and phase.state is PhaseState.DONE:
+        return phase.report
+    if when == "up" and phase.up:
+        return phase.report
+    return None
+
+
+class Reporter:
+    """What the lifecycle tells the manager: its phase calls, failures, logs and events.
+
+    Every call goes into the outbox (made in ``start``), which the Sender delivers; the lifecycle's
+    listeners call in from the loop's thread only.
+    """
+
+    def __init__(self, spec: ManagerSpec, state_dir: Path, loop: EventLoop, log: Log,
+                 export_env: Callable[[str, str], None], redactor: Redactor, early: EarlyLines | None = None) -> None:
+        self.spec = spec
+        self._loop = loop
+        self._log = log
+        self._export_env = export_env
+        self._redactor = redactor
+        self.enabled = spec.url is not None
+        self.calls = CallKinds()  # every call kind the sender delivers (a plugin adds to them before start)
+        self._identity_listeners: list[Callable[[Mapping[str, str | None]], None]] = []
+        self.outbox: Outbox | None = None
+        self._sender: Sender | None = None  # delivers the outbox (made with it, in start)
+        self._logs: Shipper | None = None
+        self._events: Shipper | None = None
+        self._reported: set[str] = set()  # the core's report kinds queued by this start
+        self._exit_waits: list[tuple[int, str]] = []  # calls the exit flush waits longer for: (id, what)
+        self._state_dir = state_dir
+        # The manager's own view of this instance (managerview.py): its row, a kill, a registration again.
+        self.view = ManagerView(log, self.push_text, self.retire, lambda: self.outbox)
+        # The supervisor's own lines, held by ``early`` until start() has made the shipper.
+        self._early = early
+        if early is not None and not self.enabled:
+            early.hand_to(None)
+
+    def link(self) -> ReporterLink:
+        """What a plugin may do with the manager (wiring.ManagerLink)."""
+        return ReporterLink(self)
+
+    # ------------------------------------------------------------ start and stop
+
+    def start(self) -> None:
+        if not self.enabled:
+            self._log("manager reporting off: no [manager] url and no MANAGER_URL")
+            return
+        assert self.spec.url is not None
+        self.outbox = Outbox(self._state_dir / "outbox.sqlite3", self._log)
+        if self.outbox.corrupt_note:
+            self._log(self.outbox.corrupt_note)
+        token = os.environ.get(self.spec.token_env) if self.spec.token_env else None
+        client = ManagerClient(self.spec, token, warn=self._log)
+        self._sender = Sender(self.spec, self.outbox, client, self._loop, self._log, self.calls,
+                              on_identity=self._export_identity, on_delivered=self._manager_answers,
+                              on_row=self.view.heard_row, on_killed=self.view.heard_kill,
+                              on_registered_again=self.view.registered_again)
+        self._sender.restore_identity()
+        fields = "".join(f", {k} {_shown(v)}" for k, v in self._sender.identity().items() if k != "label")
+        self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "
+                  f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
+        self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
+                             self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
+        if self._early is not None:
+            # A shipper that raises costs the manager lines, never the supervisor's own log.
+            self._early.hand_to(contained(self.ship_own_line, lambda exc: self._loop.faults.report(
+                "shipping the supervisor's own lines", exc)))
+        if not self._start_thread("log shipping", self._logs.start, "the children's output is not shipped"):
+            self._logs = None
+        if self.spec.events_url:
+            events_client = ManagerClient(replace(self.spec, url=self.spec.events_url), token, warn=self._log)
+            self._events = Shipper("events", events_sender(events_client), lambda: True,
+                                   self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
+            if not self._start_thread("events", self._events.start, "no events are sent"):
+                self._events = None
+        self._start_thread("the outbox's sender", self._sender.start,
+                           "reporting is off: every call stays in the outbox for the next start")
+        self.event("supervisor", state="started", pid=os.getpid())
+
+    def _start_thread(self, what: str, start: Callable[[], None], costs: str) -> bool:
+        """A thread that cannot start (pids.max, RLIMIT_NPROC, no memory) costs what it was for, said once."""
+        try:
+            start()
+        except RuntimeError as exc:  # "can't start new thread"
+            self._log(f"manager: cannot start the thread of {what} ({summary(exc)}): {costs}")
+            return False
+        return True
+
+    @property
+    def uuid(self) -> str | None:
+        """What the manager calls this instance; None until a register was answered (here or earlier)."""
+        return self._sender.uuid if self._sender is not None else None
+
+    def reporting(self) -> bool:
+        return self.enabled and self.outbox is not None
+
+    def stop(self, status: int, why: str, wait: FlushWait) -> None:
+        """The supervisor is exiting: say so, let the outbox drain while ``wait`` runs the loop (see
+        exitflush.py for how long), then end the threads and close the outbox.
+
+        The loop must still run meanwhile: the sender's retries and answers are handed back into it."""
+        if not self.enabled or self.outbox is None or self._sender is None:
+            return
+        sender, outbox = self._sender, self.outbox
+        self.push_text("setup", f"prover-supervisor exiting with status {status}: {why}")
+        self.event("supervisor", state="exiting", status=status, why=why)
+        waited_for = [what for call_id, what in self._exit_waits if outbox.is_pending(call_id)]
+        flush = ExitFlush(outbox.pending, sender.alive, status, bool(waited_for))
+        if waited_for and sender.alive():
+            self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for {waited_for[0]} to be delivered")
+        sender.wake()
+        wait(flush, flush.over)
+        left = outbox.pending()
+        if left:
+            self._log(f"manager: {left} call(s) not delivered yet; they stay in the outbox for the next start")
+        sender.ask_to_stop()
+        shippers = self._stop_shippers(flush.seconds_left())
+        floor = time.monotonic() + FINISH_MIN_S
+        wait(flush, lambda: flush.ended_by is not None or not (shippers() or sender.alive())
+             or time.monotonic() >= max(flush.deadline, floor))
+        outbox.close()
+
+    def _stop_shippers(self, within_s: float) -> Callable[[], bool]:
+        """Each shipper's last push (each stop blocks), on a thread of its own so that the loop keeps
+        running; inline where no thread can be had. Returns "still at it"."""
+        logs, events = self._logs, self._events
+        stoppers: list[Callable[[], None]] = []
+        if logs is not None:
+            stoppers.append(lambda: logs.stop(max(FINISH_MIN_S, within_s)))
+        if events is not None:
+            stoppers.append(lambda: events.stop(1.0))
+        if not stoppers:
+            return lambda: False
+        thread = threading.Thread(target=lambda: [stop() for stop in stoppers], name="exit:shippers", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:
+            for stop in stoppers:
+                stop()
+            return lambda: False
+        return thread.is_alive
+
+    # ------------------------------------------------------------ what the lifecycle tells us
+
+    def phase_changed(self, phase: PhaseLike) -> None:
+        view = PhaseView.of(phase)
+        self.event("transition", phase=view.name, state=str(view.state), why=view.why, attempt=view.attempt,
+                   up=view.up)
+        kind = core_report_due(view) if self.enabled else None
+        if kind is not None and kind not in self._reported:
+            self._reported.add(kind)
+            self.queue(kind, {})
+
+    def shutting_down(self, why: str, status: int) -> None:
+        """The lifecycle shuts down for a failure: the reason goes out first (a plugin's shutdown listeners,
+        the give-up among them, come after this one)."""
+        if status != EXIT_OK:
+            self.push_text("setup", f"prover-supervisor stopping: {why}")
+
+    def verdict(self, verdict: Verdict) -> None:
+        self.event("verdict", **verdict.to_dict())
+        if verdict.success or verdict.reason == STOPPED:
+            return
+        lines = [f"prover-supervisor: FAILED: {verdict.line()}"]
+        # The child's own lines, as the manager's dashboard must show them: no colour codes.
+        lines += [f"  | {_plain(line)}" for line in verdict.last_lines]
+        self.push_text("setup", "\n".join(lines))
+
+    # ------------------------------------------------------------ calls and lines
+
+    def queue(self, kind: str, payload: Payload, *, said: str = "", exit_waits_for: str | None = None) -> None:
+        """Into the outbox, then the sender is woken (see wiring.ManagerLink.queue)."""
+        if not self.reporting():
+            return
+        assert self.outbox is not None
+        call_id = self.outbox.add(kind, dict(payload))
+        if exit_waits_for is not None:
+            self._exit_waits.append((call_id, exit_waits_for))
+        self._wake_sender()
+        self._log(f"manager: {kind} queued{said}")
+
+    def push_text(self, source: str, text: str) -> None:
+        """A durable log push (failures, the supervisor's exit): through the outbox, never dropped. ``text``
+        needs no mask here: a verdict masked where it entered, or the supervisor's own words about the
+        shutdown (phase and child names, signal names, numbers)."""
+        if self.enabled and self.outbox is not None:
+            self._move_queued_lines(source)
+            self.outbox.add(LOG, {"source": source, "text": text.rstrip("\n") + "\n"})
+            self._wake_sender()
+
+    def _move_queued_lines(self, source: str) -> None:
+        """Lines of ``source`` still waiting in the log shipper go into the outbox first, so the durable
+        line arrives after what was logged before it (the two travel by different threads)."""
+        if self._logs is None or self.outbox is None:
+            return
+        for chunk in self._logs.take_all(source):
+            self.outbox.add(LOG, {"source": source, "text": chunk})
+
+    def ship_lines(self, source: str, label: str, lines: list[bytes]) -> None:
+        """A child's output lines (masked where they entered, logs.ChildOutput): best effort, batched,
+        bounded. Each carries the child's label as the console shows it (``[phase/name] ...``): a child
+        that prints what reads like the supervisor's own line (``[supervisor] FAILED: ...``) cannot
+        pass for it in the manager's tabs."""
+        if self._logs is not None:
+            head = f"[{label}] "
+            self._logs.add(source, [head + strip_ansi(line).decode("utf-8", errors="replace") for line in lines])
+
+    def ship_own_line(self, message: str) -> None:
+        """One of the supervisor's own lines (masked where it was logged; the verdicts' lines never come
+        here: logs.Unshipped)."""
+        self.view.recent.add(message)
+        if self._logs is not None:
+            self._logs.add("setup", [f"[supervisor] {message}"])
+
+    def event(self, kind: str, **fields: Any) -> None:
+        if self._events is not None:
+            self._events.add("events", [event_line(kind, label=self.spec.label, uuid=self.uuid, **fields)])
+
+    def _wake_sender(self) -> None:
+        if self._sender is not None:
+            self._sender.wake()
+
+    def retire(self, reason: str) -> None:
+        """Given up for good (wiring.ManagerLink.retire): the marker first, durably, then the sender knows."""
+        try:
+            givenup.remember(self._state_dir, reason)
+        except OSError as exc:
+            self._log(f"manager: cannot remember the give-up in {givenup.marker(self._state_dir)} "
+                      f"({exc.strerror or exc}): a restart on this state_dir would run the lifecycle again")
+        if self._sender is not None:
+            self._sender.retire()
+
+    def retired_before(self) -> None:
+        """An earlier start gave this instance up: this one only delivers what is pending, never registers."""
+        if self._sender is not None:
+            self._sender.retire()
+
+    def _manager_answers(self) -> None:
+        """A call was delivered (the sender's thread): the log shipper's backoff is over too."""
+        logs = self._logs
+        if logs is not None:
+            logs.manager_answers()
+
+    def _export_identity(self, uuid: str, fields: Mapping[str, str | None]) -> None:
+        """Children started from now on know who they are to the manager."""
+        self._export_env("INSTANCE_UUID", uuid)
+        for listener in self._identity_listeners:
+            listener(fields)
+
+    def on_identity(self, listener: Callable[[], None]) -> None:
+        """``listener`` hears that the manager knows this instance (registered now, or kept from before)."""
+        self._identity_listeners.append(lambda fields: listener())
+
+    def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
+        self.calls.answer_fields[name] = check
+        self._identity_listeners.append(lambda fields: on_known(fields.get(name)))
+
+    # ------------------------------------------------------------ for the status view
+
+    def status(self) -> dict[str, Any]:
+        if not self.enabled:
+            return {"enabled": False}
+        sender = self._sender
+        return {
+            "enabled": True, "url": shown_url(self.spec.url or ""), "label": self.spec.label, "uuid": self.uuid,
+            **{name: sender.fields.get(name) if sender else None for name in self.calls.answer_fields},
+            "outbox_pending": self.outbox.pending() if self.outbox else None,
+            "last_delivered": sender.last_delivered if sender else None,
+            # The manager's own words (an answer's body), which come from outside: masked here.
+            "last_error": self._redactor.text(sender.last_error) if sender and sender.last_error else None,
+            "last_error_at": sender.last_error_at if sender and sender.last_error else None,
+            "ledger": ledger(self.outbox.history(LEDGER_CALLS, without=LOG), self._redactor.text)
+            if self.outbox else [],
+            "log_backlog": self._logs.backlog() if self._logs else {},
+            **self.view.status(self._redactor.text),
+        }
+
+
+class ReporterLink:
+    """wiring.ManagerLink over the Reporter: what a plugin may do with the manager, and nothing more."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self._reporter = reporter
+
+    def reporting(self) -> bool:
+        return self._reporter.reporting()
+
+    def queue(self, kind: str, payload: Payload, *, said: str = "", exit_waits_for: str | None = None) -> None:
+        self._reporter.queue(kind, payload, said=said, exit_waits_for=exit_waits_for)
+
+    def delivered_answer(self, kind: str) -> Any:
+        outbox = self._reporter.outbox
+        return outbox.delivered_answer(kind) if outbox is not None else None
+
+    def pending_of(self, kind: str) -> int:
+        outbox = self._reporter.outbox
+        return outbox.pending_of(kind) if outbox is not None else 0
+
+    def handle(self, kind: str, call: CallKind) -> None:
+        self._reporter.calls.add(kind, call)
+
+    def add_register_fields(self, fields: Callable[[], Mapping[str, Any]]) -> None:
+        self._reporter.calls.register_fields.append(fields)
+
+    def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
+        self._reporter.hear_register_field(name, check, on_known)
+
+    def push_text(self, source: str, text: str) -> None:
+        self._reporter.push_text(source, text)
+
+    def retire(self, reason: str) -> None:
+        self._reporter.retire(reason)
+
+    def on_row(self, listener: Callable[[Row], None]) -> None:
+        self._reporter.view.row_listeners.append(listener)
+
+    def on_killed(self, listener: Callable[[Row], None]) -> None:
+        self._reporter.view.kill_listeners.append(listener)
+
+    def clock(self, name: str) -> tuple[float, str] | None:
+        return self._reporter.view.clock(name)
+
+    def deadline(self, name: str, seconds: float) -> None:
+        self._reporter.view.deadlines[name] = seconds
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _plain(line: str) -> str:
+    return strip_ansi(line.encode("utf-8", errors="replace")).decode("utf-8", errors="replace")

@@ -1,0 +1,107 @@
+"""The look-ups of this instance's row in the manager (managerrow.py), made on the outbox's sender thread.
+
+The row is evidence, never a reason to wait: one attempt each, bounded like every call (the client's
+total deadline, an answer of at most STATUS_MAX_BYTES), and one that fails (a manager without
+``GET /status``, down, answering garbage) leaves the call it came before to go as it would have. The
+sender (sender.py) reads the row:
+
+- once the manager knows the instance (registered now, or a uuid kept from an earlier start): its
+  ``registered_at`` anchors the fetch deadline, its ``min_rate`` the bench cut;
+- before each lifecycle call (a CallKind with ``checks_row``: ``param-done``, ``running``, a plugin's
+  ``bench-done``): a killed row gets none of them, since ``bench-done`` with a passing rate would un-kill it;
+- every ``row_check_s`` while nothing else is being delivered (the manager kills on its own, and
+  forgets, at any time): a kill is learnt within that time, in production too.
+
+``gone`` asks ``GET /runner-id``, the one route that tells a forgotten uuid (404) from a killed one (200:
+the manager still has the row): the same 404 ``instance not found or already killed`` of ``/running``
+means either. A note on a row (a time from the future) is said once per watch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from .client import ManagerClient, PermanentError, TransientError
+from .row import STATUS_MAX_BYTES, Row, RowError, find_row
+
+# After a look-up that got no usable answer, the next is not tried for this long (the calls go meanwhile).
+FAILED_AGAIN_S = 30.0
+
+
+@dataclass(frozen=True)
+class RowReading:
+    """One look-up: when, the row (None: not listed, or no usable answer), and why there is none."""
+
+    at: float
+    row: Row | None
+    listed: bool  # the manager answered a fleet that does not list this uuid
+    error: str | None = None  # no usable answer (the manager down, no such route, garbage)
+
+    @property
+    def killed(self) -> bool:
+        return self.row is not None and self.row.killed
+
+    def shown(self) -> str:
+        """How status says what the manager has of this instance."""
+        if self.row is not None:
+            return f"state {self.row.state}" + (f" ({self.row.kill_line()})" if self.row.killed else "")
+        if self.listed:
+            return "unknown to the manager (its GET /status does not list this uuid)"
+        return f"not read ({self.error})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "row": self.row.to_dict() if self.row else None, "listed": self.listed,
+                "error": self.error, "shown": self.shown()}
+
+
+class RowWatch:
+    """Reads the row for the sender (on its thread) and says when the next periodic read is due."""
+
+    def __init__(self, client: ManagerClient, interval_s: float, now: Callable[[], float] = time.time) -> None:
+        self._client, self._interval_s, self._now = client, interval_s, now
+        self._next_at: float | None = None  # None: no periodic read until the manager knows us
+        self._said: set[str] = set()
+        self.latest: RowReading | None = None
+
+    def soon(self) -> None:
+        """The manager knows the instance: read the row now, then every interval."""
+        self._next_at = self._now()
+
+    def due(self) -> bool:
+        return self._next_at is not None and self._now() >= self._next_at
+
+    def read(self, uuid: str) -> tuple[RowReading, list[str]]:
+        """One look-up (bounded, one attempt), and the notes on it not said before. Within FAILED_AGAIN_S of one
+        that got no answer (a manager down or black-holed), the call it came before is not held up again."""
+        now = self._now()
+        if self._next_at is not None:
+            self._next_at = now + self._interval_s
+        latest = self.latest
+        if latest is not None and latest.error is not None and now - latest.at < FAILED_AGAIN_S:
+            return latest, []
+        notes: list[str] = []
+        try:
+            answer = self._client.request("GET", "/status", max_bytes=STATUS_MAX_BYTES)
+            row, notes = find_row(answer.body, uuid, now)
+            reading = RowReading(now, row, listed=row is None)
+        except (TransientError, PermanentError, RowError) as exc:
+            reading = RowReading(now, None, listed=False, error=f"GET /status: {exc}"[:300])
+        self.latest = reading
+        new = [note for note in notes if note not in self._said]
+        self._said.update(new)
+        return reading, new
+
+    def gone(self, uuid: str) -> bool | None:
+        """Does the manager no longer have this uuid? ``GET /runner-id``: 404 yes, 200 no (a killed row is kept),
+        None when it cannot be told (down, another answer)."""
+        try:
+            self._client.request("GET", f"/runner-id?uuid={quote(uuid, safe='')}")
+        except PermanentError as exc:
+            return True if exc.status == 404 else None
+        except TransientError:
+            return None
+        return False

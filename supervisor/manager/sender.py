@@ -1,0 +1,388 @@
+"""The outbox's delivery thread: every call to the manager, in order, at least once.
+
+The lifecycle never waits on the manager: the Reporter writes each call into the
+persisted outbox and this thread delivers it, retrying with backoff while the
+manager is down, so a SIGKILL of the supervisor loses nothing. Registration goes
+first: while no uuid is known the register is sent ahead of the queue (every
+other call names the uuid), and one the manager refuses (a 4xx) is retried with
+backoff like one it never got; no call is sent, or given up, for want of a uuid.
+
+Each call kind has one handler (wiring.CallKind), registered in ``CallKinds``: the
+core's ``register`` (the sender's own: it alone writes the identity), ``param-done``,
+``running`` and ``log``, and what a plugin adds. The handler makes the request, checks
+the answer (answers.py) and says what a delivered answer or a refusal means; those
+are handed to the loop's thread: nothing here touches the lifecycle. A call of a kind
+nobody handles (an outbox written by another version) is refused for good, in one line.
+A register answered with an unusable uuid is retried like a manager that is down, and
+a uuid kept by an earlier start is held to the same rule.
+
+A uuid the manager no longer knows (404 ``instance not found``, and its ``/runner-id`` answers 404: its
+database was reset, or the 7-day cleanup removed the row) is dropped: the label is registered again (the
+manager gives a new uuid, which later children get), and the call is sent again with it, then the rest of
+the queue; the owner hears it (``on_registered_again``: what was pushed under the old uuid goes again). Not
+a loop: the same answer right after a fresh register is refused for good, and an instance given up
+(``retire``) or killed is never registered again (the manager would hand a destroyed machine a new row).
+A killed row answers ``/running`` with the same 404 (``or already killed``), but ``/runner-id`` with 200.
+
+The manager's own view (rowwatch.py): the row is read once the manager knows the instance, before each
+lifecycle call (``CallKind.checks_row``), and every ``row_check_s`` while idle. A killed row ends it
+(``on_killed``, once): no lifecycle call goes out any more, and no re-registration.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..config import ManagerSpec
+from ..engine.loop import EventLoop
+from .answers import AnswerError, check_uuid, register_answer
+from .callkinds import LOG, REGISTER, RUNNING, CallKind, CallKinds, Payload
+from .client import Answer, ManagerClient, PermanentError, TransientError
+from .outbox import Call, Outbox
+from .row import KILLED, Row
+from .rowwatch import RowReading, RowWatch
+
+# Retries are logged on the first failure, then once every this many.
+RETRY_LOG_EVERY = 10
+# With nothing to deliver, the thread looks at the outbox again after this long even if not woken.
+IDLE_WAIT_S = 1.0
+# What the manager answers (with 404) on any call naming a uuid it does not know (manager-api.md).
+UNKNOWN_INSTANCE = "instance not found"
+# A 404 whose meaning /runner-id could not tell (the manager down again): the call waits this long, then goes again.
+CONFIRM_RETRY_S = 5.0
+
+Log = Callable[[str], None]
+
+
+def _ignore(value: Any) -> None:
+    pass
+
+
+class Sender:
+    """Delivers the outbox's calls on its own thread; it alone writes the identity the manager gave.
+
+    ``on_identity(uuid, fields)`` (the answer's checked fields beside the uuid) and each kind's
+    ``delivered`` and ``refused`` are called in the loop's thread.
+    """
+
+    def __init__(self, spec: ManagerSpec, outbox: Outbox, client: ManagerClient, loop: EventLoop, log: Log,
+                 calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None],
+                 on_delivered: Callable[[], None] | None = None, on_row: Callable[[RowReading], None] = _ignore,
+                 on_killed: Callable[[Row], None] = _ignore,
+                 on_registered_again: Callable[[str, str], None] = lambda old, new: None) -> None:
+        self.spec = spec
+        self.outbox = outbox
+        self._client = client
+        self._loop = loop
+        self._log = log
+        self._calls = calls
+        self._kinds = {REGISTER: CallKind(lambda client, payload, uuid: self._register(), keep=self._keep_identity,
+                                          delivered=lambda payload, body: self._registered()), **calls.kinds}
+        self._on_identity = on_identity
+        self._on_delivered = on_delivered  # on this thread, after each delivered call: the manager answers
+        self.uuid: str | None = None
+        self.fields: dict[str, str | None] = {}  # what the register answer gave beside the uuid (checked)
+        self.last_delivered: dict[str, Any] | None = None
+        self.last_error: str | None = None
+        # Registered again for a forgotten uuid, and no call delivered under the new one yet: the same 404
+        # now means registering cannot help, and it is refused for good.
+        self._registered_again = False
+        self._retired = False  # given up for good: a forgotten uuid is not registered again
+        self.last_error_at: float | None = None  # epoch: when last_error happened
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        # The manager's own view (rowwatch.py): read on this thread, heard on the loop's.
+        self.rows = RowWatch(client, spec.row_check_s)
+        self.killed: Row | None = None  # the row said killed: no lifecycle call goes out any more
+        self._on_row, self._on_killed, self._on_registered_again = on_row, on_killed, on_registered_again
+        self._forgotten_uuid: str | None = None  # dropped for a forget; its successor is told once registered
+        self._registered_in_production = False  # a forget noticed after running: registered again once
+
+    # ------------------------------------------------------------ who we are to the manager
+
+    def restore_identity(self) -> None:
+        """The uuid an earlier start registered under this label, if any; else a register is queued."""
+        stored_label = self.outbox.get("label")
+        if stored_label is not None and stored_label != self.spec.label:
+            # The state volume belonged to another instance: its uuid is not ours.
+            self._log(f"manager: state_dir was registered as {stored_label!r}, not {self.spec.label!r}; "
+                      "registering afresh")
+            self.outbox.put("uuid", "")
+        self.outbox.put("label", self.spec.label)
+        self.uuid, self.fields = self._stored_identity()
+        if self.uuid:
+            shown = f" ({', '.join(f'{k} {v}' for k, v in self.fields.items())})" if self.fields else ""
+            self._log(f"manager: reusing uuid {self.uuid}{shown} from an earlier start")
+            self._on_identity(self.uuid, dict(self.fields))
+            self.rows.soon()
+        elif not self.outbox.pending_of(REGISTER):
+            # No uuid, whatever the outbox says was delivered before (a SIGKILL between the answer and
+            # the uuid being kept, another label): register now, so children start knowing who they are.
+            self._queue_register()
+
+    def _stored_identity(self) -> tuple[str | None, dict[str, str | None]]:
+        """The uuid and fields an earlier start kept, held to the rules a fresh answer is: one that fails
+        them (a file from an older version, a manager that answered garbage then) is dropped, and registering
+        again (idempotent per label) gets the real one."""
+        uuid = self.outbox.get("uuid") or None
+        if uuid is None:
+            return None, {}
+        try:
+            return check_uuid(uuid), {name: check(self.outbox.get(name) or None)
+                                      for name, check in self._calls.answer_fields.items()}
+        except AnswerError as exc:
+            self._log(f"manager: the identity kept from an earlier start is unusable ({exc}); registering afresh")
+            for name in ("uuid", *self._calls.answer_fields):
+                self.outbox.put(name, "")
+            return None, {}
+
+    def _queue_register(self) -> None:
+        self.outbox.add(REGISTER, self.identity())
+
+    def identity(self) -> dict[str, Any]:
+        """The ``/register`` body: the label, then each plugin's fields."""
+        body: dict[str, Any] = {"label": self.spec.label}
+        for fields in self._calls.register_fields:
+            body.update(fields())
+        return body
+
+    # ------------------------------------------------------------ the thread
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._deliver_forever, name="outbox", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Something was added to the outbox: deliver it now rather than at the next idle look."""
+        self._wake.set()
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def ask_to_stop(self) -> None:
+        """Stop after the call in flight; what is not delivered stays pending in the outbox."""
+        self._stop.set()
+        self._wake.set()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _deliver_forever(self) -> None:
+        while not self._stop.is_set():
+            call = self._next_call()
+            if call is None:
+                self._watch_row()
+                self._wake.wait(IDLE_WAIT_S)
+                self._wake.clear()
+                continue
+            if call.kind not in self._kinds:
+                self._unknown(call)
+                continue
+            if self._kinds[call.kind].checks_row and self._killed_before(call):
+                continue
+            retries = 0
+
+            def on_retry(error: str, delay: float, call: Call = call) -> None:
+                nonlocal retries
+                retries += 1
+                self.last_error, self.last_error_at = error, time.time()
+                self.outbox.attempted(call.id, error)
+                if retries == 1 or retries % RETRY_LOG_EVERY == 0:
+                    self._loop.call_soon_threadsafe(lambda: self._log(
+                        f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"))
+
+            try:
+                answer = self._client.with_retries(lambda call=call: self._attempt(call), self._stop, on_retry)
+            except PermanentError as exc:
+                self.last_error, self.last_error_at = str(exc), time.time()
+                if self._forgotten(call, exc):
+                    continue  # the call stays pending: it goes again once registered anew
+                self.outbox.failed(call.id, str(exc))
+                self._loop.call_soon_threadsafe(lambda exc=exc, call=call: self._refused(call, exc))
+                continue
+            except TransientError:
+                return  # stopping: the call stays pending in the outbox
+            self.outbox.delivered(call.id, answer.body)
+            if call.kind != REGISTER:
+                self._registered_again = False
+            self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
+            self.last_error = self.last_error_at = None  # a delivery clears the error: the manager is back
+            self._delivered(call, answer)
+            if self._on_delivered is not None:
+                self._on_delivered()
+
+    def _next_call(self) -> Call | None:
+        """The next call to deliver: in order, except that registration goes first while no uuid is known.
+
+        Every other call needs the uuid, so none is sent (nor given up) before a register succeeded,
+        wherever the register stands in the queue (an outbox of an earlier start, a lost uuid).
+        """
+        call = self.outbox.next_pending()
+        if call is None or call.kind == REGISTER or self.uuid:
+            return call
+        register = self.outbox.next_pending_of(REGISTER)
+        if register is None:
+            self._queue_register()
+            register = self.outbox.next_pending_of(REGISTER)
+        return register
+
+    def _unknown(self, call: Call) -> None:
+        """A kind nothing here handles (written by another version, or a plugin not loaded now): sending it
+        again cannot help, and it must not hold up the calls behind it."""
+        error = f"no handler for the call kind {call.kind!r}"
+        self.outbox.failed(call.id, error)
+        self._loop.call_soon_threadsafe(lambda: self._log(
+            f"manager: outbox call {call.id} refused for good: {error} (written by another version?)"))
+
+    def retire(self) -> None:
+        """This instance was given up (any thread): a uuid the manager forgot is not registered again."""
+        self._retired = True
+
+    def _forgotten(self, call: Call, exc: PermanentError) -> bool:
+        """A 404 ``instance not found`` (``or already killed``, on /running): True when handled here. Only a
+        uuid the manager no longer has (its /runner-id answers 404) is dropped, so that the label is
+        registered again before the call goes again (see the module docstring); a killed row (its /runner-id
+        answers 200) ends the instance; one that cannot be told waits and goes again. False: a refusal."""
+        if call.kind in (REGISTER, LOG) or self._registered_again or self._retired or not unknown_instance(exc) \
+                or not self.uuid:
+            return False
+        gone = self.rows.gone(self.uuid)
+        if gone is None:
+            self.outbox.attempted(call.id, f"{exc}; /runner-id could not tell a forgotten uuid from a killed one")
+            self._stop.wait(CONFIRM_RETRY_S)
+            return True
+        if not gone:  # the manager has the row, and refused a lifecycle call on it: killed (manager-api.md)
+            if self._read_row().row is None and self.killed is None:  # GET /status could not say why
+                self._killed_by(Row(self.uuid, KILLED, kill_reason=f"not read: {call.kind} answered HTTP 404 "
+                                    f"{exc.body[:80]!r} while its /runner-id still has the row"))
+            if self.killed is None:
+                return False
+            self.outbox.failed(call.id, f"{exc}: {self.killed.kill_line()}")
+            return True
+        self.outbox.attempted(call.id, str(exc))
+        self._drop_uuid(f"404 {UNKNOWN_INSTANCE}: its database was reset or the instance cleaned up",
+                        " (its /runner-id answers 404: the row is gone, not killed)")
+        return True
+
+    def _drop_uuid(self, why: str, after: str = "") -> None:
+        """Forget the uuid (and its fields) the manager forgot: the label is registered again, once."""
+        self._registered_again = True
+        forgotten, self.uuid, self.fields = self.uuid, None, {}
+        self._forgotten_uuid = forgotten
+        for name in ("uuid", *self._calls.answer_fields):
+            self.outbox.put(name, "")
+        self._loop.call_soon_threadsafe(lambda: self._log(
+            f"manager: the manager no longer knows uuid {forgotten} ({why}); registering again{after}"))
+
+    # ------------------------------------------------------------ the manager's own view (rowwatch.py)
+
+    def _read_row(self) -> RowReading:
+        """One look-up of our row; the loop hears it (and a kill, once)."""
+        assert self.uuid is not None
+        reading, notes = self.rows.read(self.uuid)
+        for note in notes:
+            self._loop.call_soon_threadsafe(lambda note=note: self._log(f"manager: {note}"))
+        self._loop.call_soon_threadsafe(lambda: self._on_row(reading))
+        if reading.row is not None and reading.row.killed and self.killed is None:
+            # Given up already (here, or by an earlier start): the kill is its consequence, not news to tell.
+            self._killed_by(reading.row, tell=not self._retired)
+        return reading
+
+    def _killed_by(self, row: Row, tell: bool = True) -> None:
+        self.killed, self._retired = row, True  # nothing that could un-kill it goes out from now on
+        if tell:
+            self._loop.call_soon_threadsafe(lambda: self._on_killed(row))
+
+    def _killed_before(self, call: Call) -> bool:
+        """Before a lifecycle call: the row is read, and a killed one gets no call (its bench-done would
+        un-kill it; the manager's word on it is final). True: the call was not sent."""
+        if self.uuid and self.killed is None:
+            self._read_row()
+        if self.killed is None:
+            return False
+        line = self.killed.kill_line()
+        self.outbox.failed(call.id, f"not sent: {line}")
+        self._loop.call_soon_threadsafe(lambda: self._log(f"manager: {call.kind} not sent: {line}"))
+        return True
+
+    def _watch_row(self) -> None:
+        """Nothing to deliver: the periodic look-up, when due. A uuid forgotten after ``running`` (the
+        manager's log pushes answer 204 for any uuid, so nothing else would notice) is registered again once,
+        and ``running`` sent again under the new one; otherwise status shows it unknown to the manager."""
+        if not self.uuid or not self.rows.due():
+            return
+        reading = self._read_row()
+        if not reading.listed or self._retired or self._registered_in_production \
+                or self.outbox.delivered_answer(RUNNING) is None or self.rows.gone(self.uuid) is not True:
+            return
+        self._registered_in_production = True
+        self._drop_uuid("forgotten in production: its GET /status does not list it, its /runner-id answers 404",
+                        ", once, and running sent again under the new uuid")
+        self.outbox.add(RUNNING, {})  # after the register, which goes first
+
+    # ------------------------------------------------------------ one call
+
+    def _attempt(self, call: Call) -> Answer:
+        kind = self._kinds.get(call.kind)
+        if kind is None:
+            raise PermanentError(0, f"no handler for the call kind {call.kind!r}")
+        return kind.attempt(self._client, call.payload, self.uuid)
+
+    def _register(self) -> Answer:
+        # Who this start is, whatever an earlier start queued (its label may have been another).
+        try:
+            answer = self._client.request("POST", "/register", json_body=self.identity())
+        except PermanentError as exc:
+            # Refused (a 4xx): retried with the same backoff as a manager that is down, never dropped.
+            # Nothing else can go without the uuid, and registering again is harmless (idempotent).
+            raise TransientError(f"/register refused: HTTP {exc.status}: {exc.body[:200]}") from None
+        try:
+            identity = register_answer(answer.body, self._calls.answer_fields)
+        except AnswerError as exc:
+            # Never kept, never exported: retried until the manager gives one a child can carry.
+            raise TransientError(f"the manager answered /register with an {exc}") from None
+        return Answer(answer.status, {"uuid": identity.uuid, **identity.fields})
+
+    def _keep_identity(self, payload: Payload, body: Any) -> None:
+        """What _register checked: a safe uuid, and each field as its check kept it."""
+        self.uuid = body["uuid"]
+        self.fields = {name: body.get(name) for name in self._calls.answer_fields}
+        self.outbox.put("uuid", body["uuid"])
+        for name, value in self.fields.items():
+            self.outbox.put(name, value or "")
+        self.rows.soon()  # the manager knows us: its registered_at, its min_rate
+
+    # ------------------------------------------------------------ what an answer means
+
+    def _delivered(self, call: Call, answer: Answer) -> None:
+        kind = self._kinds[call.kind]
+        if kind.keep is not None:
+            kind.keep(call.payload, answer.body)  # before the next call goes out (it may need it)
+        delivered = kind.delivered
+        if delivered is not None:
+            self._loop.call_soon_threadsafe(lambda: delivered(call.payload, answer.body))
+
+    def _refused(self, call: Call, exc: PermanentError) -> None:
+        self._log(f"manager: {call.kind} refused for good: HTTP {exc.status}: {exc.body[:300]!r}")
+        kind = self._kinds.get(call.kind)
+        if kind is not None and kind.refused is not None:
+            kind.refused(call.payload)  # e.g. no answer will ever come to wait for
+
+    def _registered(self) -> None:
+        assert self.uuid is not None
+        shown = "".join(f", {k} {v}" for k, v in self.fields.items())
+        self._log(f"manager: registered: uuid {self.uuid}{shown}")
+        self._on_identity(self.uuid, dict(self.fields))
+        forgotten, self._forgotten_uuid = self._forgotten_uuid, None
+        if forgotten is not None:
+            self._on_registered_again(forgotten, self.uuid)
+
+
+def unknown_instance(exc: PermanentError) -> bool:
+    """The manager's answer to a call naming a uuid it has no row for (not a killed one: that is kept)."""
+    return exc.status == 404 and UNKNOWN_INSTANCE in exc.body.lower()

@@ -1,0 +1,167 @@
+"""The instance's clocks: when it first started, when the manager first registered it, when its fetch ended,
+and the manager's own times of these (its row's ``registered_at``, ``param_done_at``: managerrow.py), kept in
+state_dir (statepaths.FIRST_SEEN) across restarts, so a deadline counts from there.
+
+The manager's 90-minute fetch timeout runs from its row's ``registered_at``, and its 45-minute benchmark
+timeout from ``param_done_at``, whatever the supervisor does: a restart, a new container or a fresh state_dir
+joining an old row must not start a fresh deadline (docs/manager.md). So each clock is the earlier of the
+manager's time (once a row was read) and the supervisor's own record (the first registration answered; the
+param-done phase's end), and says which it is. Until a registration was answered (or without a manager) the
+fetch clock counts from the first start, which comes before it: the earlier, the safer. Each own time is
+written once, the first time it is known; a manager's time is kept when it is earlier than the one kept.
+
+A file that cannot be read is started afresh (said). A time in it that cannot be the instance's (later than
+now beyond CLOCK_SKEW_S, or more than MAX_AGE_S before now: ``first_start = 1.0``) is refused in one line,
+as resume.json's future times are: the clock it was counts from now on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import paths as statepaths
+from .atomic import read_regular_file, write_atomically
+
+# Two machines' wall clocks (ours, the manager's, an earlier container's) may disagree by this much before a
+# time they wrote "from the future" is refused as impossible (here, and in the manager's row: manager/row.py).
+CLOCK_SKEW_S = 120.0
+
+
+class RowTimes(Protocol):
+    """What this file hears of the manager's row (manager/row.py's Row): its state and its two times."""
+
+    state: str
+    registered_at: float | None
+    param_done_at: float | None
+
+
+# The file holds a few numbers; anything bigger is not ours.
+FIRST_SEEN_MAX_BYTES = 4096
+FIRST_START = "first_start"
+FIRST_REGISTERED = "first_registered"
+FIRST_PARAM_DONE = "first_param_done"  # the param-done phase ended (its call queued)
+MANAGER_REGISTERED = "manager_registered_at"  # the row's registered_at
+MANAGER_PARAM_DONE = "manager_param_done_at"  # the row's param_done_at
+KEYS = (FIRST_START, FIRST_REGISTERED, FIRST_PARAM_DONE, MANAGER_REGISTERED, MANAGER_PARAM_DONE)
+# What each clock is, as a verdict or status says it.
+SOURCES = {FIRST_START: "the first start", FIRST_REGISTERED: "the first registration",
+           FIRST_PARAM_DONE: "the fetch's end (param-done)", MANAGER_REGISTERED: "the manager's registered_at",
+           MANAGER_PARAM_DONE: "the manager's param_done_at"}
+THIS_START = "this start"  # the fetch clock of a fetch run again once the manager's no longer runs
+# A kept time older than this is no instance's start (a zeroed field, another machine's file): refused.
+MAX_AGE_S = 365 * 86400.0
+
+# The clocks a deadline may count from, and which kept times each is the earliest of.
+FETCH_CLOCK = "fetch"
+BENCH_CLOCK = "bench"
+CLOCKS = {FETCH_CLOCK: (MANAGER_REGISTERED, FIRST_REGISTERED), BENCH_CLOCK: (MANAGER_PARAM_DONE, FIRST_PARAM_DONE)}
+
+
+class FirstSeen:
+    """The times (epoch seconds), loaded at start; the first start written at once if it was not known."""
+
+    def __init__(self, state_dir: Path, log: Callable[[str], None], now: Callable[[], float] = time.time) -> None:
+        self._path = statepaths.path(state_dir, statepaths.FIRST_SEEN)
+        self._log, self._now = log, now
+        self._row_state: str | None = None  # the manager's row's state, as last read (not kept)
+        self._this_start: float | None = None  # this start's time, where it was needed
+        self._times = self._load()
+        self._fetched_before = FIRST_PARAM_DONE in self._times  # a fetch ended here in an earlier start
+        if FIRST_START not in self._times:
+            self._times[FIRST_START] = self._this_start = now()
+            self._save()
+
+    def anchor(self) -> tuple[float, str]:
+        """Where the fetch deadline counts from, and what that is (for the verdict): the earlier of the manager's
+        registered_at and the first registration, else the first start. Once the row is past ``registered``
+        (or, with no row read, once a fetch ended here before) the manager's fetch clock no longer runs: a fetch
+        run again (days into production, its cache lost) counts from this start."""
+        if not self._fetch_clock_runs():
+            if self._this_start is None:
+                self._this_start = self._now()
+            return self._this_start, THIS_START
+        return self.clock(FETCH_CLOCK) or (self._times[FIRST_START], SOURCES[FIRST_START])
+
+    def _fetch_clock_runs(self) -> bool:
+        if self._row_state is not None:
+            return self._row_state == "registered"
+        return not self._fetched_before
+
+    def clock(self, name: str) -> tuple[float, str] | None:
+        """The clock ``name`` (FETCH_CLOCK, BENCH_CLOCK): the earliest time known of it and what it is; None: none."""
+        known = [(self._times[key], SOURCES[key]) for key in CLOCKS[name] if key in self._times]
+        return min(known) if known else None
+
+    def registered(self) -> None:
+        """The manager answered a registration (now, or one kept from an earlier start): the first counts."""
+        self._first(FIRST_REGISTERED)
+
+    def param_done(self) -> None:
+        """The param-done phase ended: the benchmark's clock starts (the manager's, at its param_done_at)."""
+        self._first(FIRST_PARAM_DONE)
+
+    def heard_row(self, row: RowTimes) -> None:
+        """The manager's row: its registered_at and param_done_at, kept where earlier than what is kept."""
+        self._row_state = row.state
+        changed = False
+        for key, value in ((MANAGER_REGISTERED, row.registered_at), (MANAGER_PARAM_DONE, row.param_done_at)):
+            if value is not None and value < self._times.get(key, math.inf):
+                self._times[key] = value
+                changed = True
+        if changed:
+            self._save()
+
+    def status(self) -> dict[str, Any]:
+        """Each clock known, for the status view: when it started and what that is."""
+        out: dict[str, Any] = {}
+        for name in CLOCKS:
+            if name == FETCH_CLOCK and not self._fetch_clock_runs():
+                continue  # the fetch is behind (the row is past registered): its clock is of no use to show
+            clock = self.clock(name) if name != FETCH_CLOCK else self.anchor()
+            if clock is not None:
+                out[name] = {"at": clock[0], "source": clock[1]}
+        return out
+
+    def _first(self, key: str) -> None:
+        if key not in self._times:
+            self._times[key] = self._now()
+            self._save()
+
+    def _load(self) -> dict[str, float]:
+        try:
+            raw = json.loads(read_regular_file(self._path, FIRST_SEEN_MAX_BYTES))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            self._log(f"first-seen: cannot read {self._path} ({exc}): deadlines count from this start")
+            return {}
+        if not isinstance(raw, dict):
+            return {}
+        kept = {k: float(raw[k]) for k in KEYS
+                if isinstance(raw.get(k), int | float) and not isinstance(raw.get(k), bool)
+                and math.isfinite(raw[k]) and raw[k] > 0}
+        return {k: t for k, t in kept.items() if self._possible(k, t)}
+
+    def _possible(self, key: str, at: float) -> bool:
+        """A kept time that could be this instance's; one that cannot is refused in one line."""
+        now = self._now()
+        if at > now + CLOCK_SKEW_S:
+            why = f"is {at - now:.0f}s later than now"
+        elif at < now - MAX_AGE_S:
+            why = f"is {(now - at) / 86400:.0f} days before now"
+        else:
+            return True
+        self._log(f"first-seen: {key} = {at:g} in {self._path} {why}: impossible, not used; {SOURCES[key]} "
+                  "counts from what is known from now on")
+        return False
+
+    def _save(self) -> None:
+        try:
+            write_atomically(self._path, json.dumps(self._times).encode())
+        except OSError as exc:  # a full or read-only state_dir costs the memory across restarts, not the run
+            self._log(f"first-seen: cannot write {self._path} ({exc.strerror or exc}): a restart counts afresh")

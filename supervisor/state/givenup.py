@@ -1,0 +1,89 @@
+"""This state_dir's instance was given up: remembered across restarts, so a given-up run is not run again.
+
+A plugin that gives the instance up to the manager (the prover's fleet protocol: bench-done with rate 0,
+or the manager's own ``passed: false``) says so through ``ManagerLink.retire``; the Reporter writes this
+marker (``given-up.json``, atomically and fsynced) before the call that gives it up is queued. The real
+manager's ``bench-done`` has no state check: a restart that ran the lifecycle again on the same uuid would
+move the killed row back to ``bench_done`` and ``running`` while the machine is being destroyed.
+
+So a later start on this state_dir says so in one line and exits EXIT_GIVEN_UP without starting any phase,
+after delivering what is still pending in the outbox (the give-up itself may be among it). ``run --fresh``
+starts over: the marker goes, and the given-up instance's outbox (its uuid, its pending calls) is set aside
+(renamed), so the label is registered afresh and nothing of the old instance is sent under the new uuid,
+and its clocks (first-seen.json) go: the new row's deadlines are its own.
+A kill the manager decided (managerview.py) is remembered the same way, its kill line the reason.
+Core and generic: it knows nothing of benchmarks; the plugin's words are the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import paths as statepaths
+from .atomic import read_regular_file, write_atomically
+
+MARKER_MAX_BYTES = 16 * 1024
+REASON_MAX_CHARS = 500
+SET_ASIDE_SUFFIX = ".given-up"  # the old outbox, renamed by --fresh
+
+
+@dataclass(frozen=True)
+class GivenUp:
+    at: float  # time.time() when it was given up
+    reason: str
+
+    def refusal(self) -> str:
+        """The one line a later start says before it exits."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.at))
+        return (f"this instance was given up at {when} ({self.reason}); not running it again: "
+                "start with --fresh or a new state_dir")
+
+
+def marker(state_dir: str | Path) -> Path:
+    return statepaths.path(state_dir, statepaths.GIVEN_UP)
+
+
+def remember(state_dir: str | Path, reason: str) -> GivenUp:
+    """Write the marker (durably: before the give-up's call goes out). Raises OSError."""
+    record = GivenUp(time.time(), " ".join(reason.split())[:REASON_MAX_CHARS])
+    write_atomically(marker(state_dir), json.dumps({"at": record.at, "reason": record.reason}).encode())
+    return record
+
+
+def recall(state_dir: str | Path) -> GivenUp | None:
+    """The marker, if this state_dir's instance was given up. One that cannot be read (spoilt, not a file)
+    still means given up: starting the lifecycle again is the harm this guards against."""
+    path = marker(state_dir)
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        data = json.loads(read_regular_file(path, MARKER_MAX_BYTES))
+        return GivenUp(float(data["at"]), str(data["reason"])[:REASON_MAX_CHARS])
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        with contextlib.suppress(OSError):
+            return GivenUp(path.lstat().st_mtime, f"its record {path} is unreadable: {type(exc).__name__}")
+        return GivenUp(time.time(), f"its record {path} is unreadable")
+
+
+def start_over(state_dir: str | Path) -> str | None:
+    """``--fresh``: forget the give-up and set the old instance's outbox aside; returns what was done (None:
+    nothing was given up here). Raises OSError."""
+    given_up = recall(state_dir)
+    if given_up is None:
+        return None
+    outbox = statepaths.path(state_dir, statepaths.OUTBOX)
+    aside = ""
+    if outbox.exists():
+        for suffix in ("", "-wal", "-shm"):  # SQLite's journal goes with it (a SIGKILL may have left one)
+            part = outbox.with_name(outbox.name + suffix)
+            if part.exists():
+                part.replace(outbox.with_name(outbox.name + SET_ASIDE_SUFFIX + suffix))
+        aside = f"; its outbox set aside as {outbox.name}{SET_ASIDE_SUFFIX}"
+    marker(state_dir).unlink()
+    # A new registration is a new row: its deadlines run from its own registered_at, not the old instance's.
+    statepaths.path(state_dir, statepaths.FIRST_SEEN).unlink(missing_ok=True)
+    return f"starting over (--fresh): the give-up ({given_up.reason}) is forgotten{aside}; registering afresh"

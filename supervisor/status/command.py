@@ -1,0 +1,101 @@
+"""``prover-supervisor status``: ask the running supervisor, else read what it last wrote, and say which.
+
+When no supervisor answers on the socket, status.json says what the last one wrote, and the writer's pid
+says how it ended: a lifecycle that reached ``stopped`` was ended by its supervisor (it exited); one left
+in any other state by a pid that is no longer a live prover-supervisor was ended from outside (``kill -9``,
+the OOM killer): the supervisor is **gone**, and what it started may still run. Those are found by the
+tag each child carries (survivors.left_alive_by), never by the pid alone, so a reused pid is not named.
+A writer that is alive but does not answer is said as such. The answer's ``supervisor`` key is one of
+``running``, ``exited``, ``gone``, ``not answering``; ``survivors`` lists what a gone one left alive.
+
+``--watch`` redraws the text every ``--interval`` seconds (clearing the screen with ANSI only on a
+terminal; into a pipe each frame follows the last, after a blank line) until Ctrl-C, which ends it with
+0. A supervisor that goes away meanwhile is shown as it is found (gone, exited) and the watch goes on: a
+restart of the container shows the next one coming up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..engine.survivors import is_live_supervisor, left_alive_by
+from ..exits import EXIT_NOT_RUNNING, EXIT_OK
+from ..state import paths as statepaths
+from ..text.stdio import STDOUT, lost, say
+from .file import load_persisted
+from .render import render
+from .socket import query
+
+# ``--watch``'s default redraw interval, and the shortest one taken (each frame asks the supervisor).
+WATCH_INTERVAL_S = 1.0
+WATCH_INTERVAL_MIN_S = 0.1
+# Clear the screen and go home (a terminal only).
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+RUNNING, EXITED, GONE, NOT_ANSWERING = "running", "exited", "gone", "not answering"
+
+
+def found(state_dir: Path) -> tuple[dict[str, Any] | None, bool, str | None]:
+    """(the snapshot, whether it is live, why there is none): the socket's answer, else status.json with
+    what became of its writer (``supervisor``, ``survivors``)."""
+    snap = query(state_dir)
+    if snap is not None:
+        return {**snap, "supervisor": RUNNING, "survivors": []}, True, None
+    snap, why = load_persisted(state_dir)
+    if snap is None:
+        return None, False, why
+    return {**snap, **writer_fate(snap, str(state_dir))}, False, None
+
+
+def writer_fate(snap: dict[str, Any], state_dir: str) -> dict[str, Any]:
+    """What became of the supervisor that wrote ``snap`` and answers no more: exited, gone, or not answering."""
+    pid = snap.get("pid")
+    state = snap.get("lifecycle", {}).get("state") if isinstance(snap.get("lifecycle"), dict) else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return {"supervisor": EXITED if state == "stopped" else GONE, "survivors": []}
+    if is_live_supervisor(pid):
+        return {"supervisor": NOT_ANSWERING, "survivors": []}
+    survivors = left_alive_by(pid, state_dir)
+    # "stopped" is written once every child was stopped: what its supervisor did not finish is left running.
+    if state == "stopped" and not survivors:
+        return {"supervisor": EXITED, "survivors": []}
+    return {"supervisor": GONE, "gone_since": snap.get("written_at"), "survivors": survivors}
+
+
+def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
+    """One answer: the text (or JSON) and the exit status (0 a supervisor answers, 3 none does). ``hint``
+    is added where nothing is found (where else to look)."""
+    snap, live, why = found(state_dir)
+    if snap is None:
+        said = (f"no prover-supervisor is running (no answer on {statepaths.path(state_dir, statepaths.STATUS_SOCKET)})"
+                f", and no saved state: {why}{hint}")
+        # --json is for machines: JSON whatever the answer, never a sentence they must parse.
+        say(json.dumps({"running": False, "live": False, "supervisor": None, "survivors": [],
+                        "state_dir": str(state_dir), "why": said}, indent=2) if as_json else said)
+        return EXIT_NOT_RUNNING
+    if as_json:
+        say(json.dumps({"running": live, "live": live, **snap}, indent=2, default=str))
+    else:
+        say(render(snap, live))
+    return EXIT_OK if live else EXIT_NOT_RUNNING
+
+
+def watch(state_dir: Path, interval: float, hint: str = "") -> int:
+    """Redraw the text every ``interval`` seconds until Ctrl-C (exit 0)."""
+    terminal = os.isatty(STDOUT)  # the fd, not sys.stdout: that is None when stdout came closed (>&-)
+    try:
+        while True:
+            snap, live, why = found(state_dir)
+            text = render(snap, live) if snap is not None else \
+                f"no prover-supervisor is running, no saved state: {why}{hint}"
+            footer = f"(status --watch, {time.strftime('%H:%M:%S')}, every {interval:g}s; Ctrl-C ends)"
+            say(f"{CLEAR_SCREEN if terminal else ''}{text}\n{footer}" + ("" if terminal else "\n"))
+            if lost(STDOUT):  # the reader went away (a closed pipe): nobody is watching
+                return EXIT_OK
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return EXIT_OK

@@ -1,0 +1,181 @@
+"""status.json: the last snapshot on disk, for ``prover-supervisor status`` when no supervisor runs.
+
+``StateFile`` keeps ``state_dir/status.json`` up to date, replaced atomically on every transition
+and verdict (coalesced past a burst); ``load_persisted`` reads it back, and ``snapshot_problem``
+checks that what was read (the file, or an answer on the status socket) has the snapshot's shape
+before anything uses it. It is the status view's file only: what a later start resumes from is
+resume.py's own record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..engine.loop import EventLoop, Timer
+from ..lifecycle.states import FINAL_STATES
+from ..state import paths as statepaths
+from ..state.atomic import read_regular_file, write_atomically
+
+# status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
+# that (a service restarting in a tight loop) the changes are coalesced into one write per window.
+PERSIST_BURST = 20
+PERSIST_WINDOW_S = 1.0
+# A status.json bigger than this is not one we wrote (what is persisted is capped far below it).
+STATE_MAX_READ_BYTES = 16 * 1024 * 1024
+
+
+def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
+    """Write status.json atomically: a reader never sees half a file."""
+    write_atomically(statepaths.path(state_dir, statepaths.STATUS_FILE), json.dumps(snapshot, default=str).encode())
+
+
+class StateFile:
+    """Keeps status.json up to date without letting it cost the lifecycle anything.
+
+    Every change is written at once, and a phase reaching a final state always is (what a
+    SIGKILL right after it leaves for ``status`` must say how the phase ended); but past
+    ``PERSIST_BURST`` writes in ``PERSIST_WINDOW_S`` the other changes wait for the window to
+    pass and go out as one write (a service restarting in a loop would otherwise fsync it
+    several times a restart). A write that fails (a full disk) is said once, tried again at
+    the next change, and said again once it works.
+    """
+
+    def __init__(self, state_dir: Path, loop: EventLoop, log: Callable[[str], None],
+                 build: Callable[[], dict[str, Any]]) -> None:
+        self.path = statepaths.path(state_dir, statepaths.STATUS_FILE)
+        self._state_dir = state_dir
+        self._loop = loop
+        self._log = log
+        self._build = build
+        self._recent: deque[float] = deque(maxlen=PERSIST_BURST)  # monotonic times of the last writes
+        self._later: Timer | None = None
+        self._failing = False
+
+    def changed(self, what: object = None) -> None:
+        """A listener of transitions and verdicts: write now, or soon."""
+        now = self._loop.clock.monotonic()  # the loop's clock: its timer is what writes a coalesced change
+        window_open_at = self._recent[0] + PERSIST_WINDOW_S if len(self._recent) == PERSIST_BURST else now
+        if _is_final(what) or window_open_at <= now:
+            self.save()
+        elif self._later is None:
+            self._later = self._loop.call_later(window_open_at - now, self.save)
+
+    def save(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+        self._recent.append(self._loop.clock.monotonic())
+        try:
+            persist(self._state_dir, self._build())
+        except OSError as exc:
+            if not self._failing:
+                self._failing = True
+                self._log(f"status: cannot write {self.path}: {exc.strerror or exc}; it is tried again at each "
+                          "change (the status socket still answers)")
+            return
+        if self._failing:
+            self._failing = False
+            self._log(f"status: {self.path} written again")
+
+
+def _is_final(what: object) -> bool:
+    """A phase that reached done, failed or stopped (duck-typed: verdicts call StateFile.changed too)."""
+    return getattr(what, "state", None) in FINAL_STATES
+
+
+def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The last persisted snapshot, or None and why (missing, unreadable, or not shaped like one: never fatal)."""
+    path = statepaths.path(state_dir, statepaths.STATUS_FILE)
+    try:
+        data = json.loads(read_regular_file(path, STATE_MAX_READ_BYTES))
+    except FileNotFoundError:
+        return None, f"no {path}"
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, f"{path} is unreadable ({exc.__class__.__name__}: {exc}); ignoring it"
+    problem = snapshot_problem(data)
+    if problem is not None:
+        return None, f"{path} does not hold a status snapshot ({problem}); ignoring it"
+    return data, None
+
+
+# What a snapshot read back (status.json, or an answer on the socket) must look like before anything
+# reads it: key → a type, a tuple of types, a nested shape (dict), or [shape] for a list of them. A key
+# missing is allowed where None is. Numbers must be finite (NaN compares false to everything).
+_NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+_OPT_DICT = (dict, type(None))
+
+
+def _maybe(shape: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A section that may be null (a child's usage in the persisted file)."""
+    return ("maybe", shape)
+
+
+SNAPSHOT_SHAPE: dict[str, Any] = {
+    "started_at": _OPT_NUM, "written_at": _OPT_NUM,
+    "lifecycle": {"state": _OPT_STR, "why": _OPT_STR, "current": _OPT_STR},
+    "phases": [{"name": str, "state": str, "why": _OPT_STR, "since": _OPT_NUM, "attempt": (int, type(None)),
+                "hold": _OPT_STR, "facts": _OPT_DICT}],
+    "children": [{"label": str, "pid": int, "state": str, "started_at": _OPT_NUM, "last_output_at": _OPT_NUM,
+                  "usage": _maybe({"processes": (int, type(None)), "cpu_s": _OPT_NUM, "rss": (int, type(None))}),
+                  "last_lines": [str]}],
+    "gpus": {"why": _OPT_STR, "samples": [{"index": int, "name": str, "utilization": _NUM, "memory_used": int,
+                                           "memory_total": int}], "unresponsive": _OPT_DICT},
+    "memory": {"mode": _OPT_STR, "why": _OPT_STR, "snapshot": _OPT_STR},
+    "manager": {"enabled": (bool, type(None)), "url": _OPT_STR, "uuid": _OPT_STR, "last_error": _OPT_STR,
+                "outbox_pending": (int, type(None)), "last_delivered": _OPT_DICT, "row": _OPT_DICT,
+                "killed": _OPT_STR, "clocks": _OPT_DICT},
+    "verdicts": [{"line": str}],
+}
+
+
+def snapshot_problem(data: Any) -> str | None:
+    """Where ``data`` differs from SNAPSHOT_SHAPE (the first place), or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    return _shape_problem(data, SNAPSHOT_SHAPE, "")
+
+
+def _shape_problem(value: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
+    for key, want in shape.items():
+        name = f"{where}.{key}" if where else key
+        if key not in value:
+            if isinstance(want, tuple) and type(None) in want:
+                continue
+            if isinstance(want, dict | list) or (isinstance(want, tuple) and want[:1] == ("maybe",)):
+                continue  # a whole section missing: shown as absent
+            return f"{name}: missing"
+        problem = _value_problem(value[key], want, name)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _value_problem(value: Any, want: Any, name: str) -> str | None:
+    if isinstance(want, tuple) and want[:1] == ("maybe",):
+        return None if value is None else _value_problem(value, want[1], name)
+    if isinstance(want, dict):
+        return _shape_problem(value, want, name) if isinstance(value, dict) else f"{name}: not an object"
+    if isinstance(want, list):
+        if not isinstance(value, list):
+            return f"{name}: not a list"
+        for i, item in enumerate(value):
+            problem = _value_problem(item, want[0], f"{name}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    kinds = want if isinstance(want, tuple) else (want,)
+    wanted = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+    if isinstance(value, bool) and bool not in kinds:
+        return f"{name}: {value!r} where {wanted} belongs"
+    if not isinstance(value, kinds):
+        return f"{name}: {type(value).__name__} where {wanted} belongs"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name}: {value!r} is not a finite number"
+    return None

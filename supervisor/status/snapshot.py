@@ -1,0 +1,269 @@
+"""The snapshot: everything the status view shows, built in the loop from the loop's own objects.
+
+One dict, the same for the status socket, status.json (statefile.py) and /metrics (health.py):
+the lifecycle and the verdict that failed it, each phase (its timers, its timeline, its own cgroup's
+memory against its memory_max), the running children with their usage (psutil), last lines and stop
+grace, the GPU thread's latest sample, the memory evidence, the manager reporting (with its ledger of
+calls), the latest verdicts, the log files, and each phase's facts for resume. What it reads is named
+by the protocols below (and timers.py's) and handed in as arguments: it imports nothing of the
+lifecycle, the runtime or the reporting, so that they can change without it (and no import circle
+runs through the status view).
+
+Children's lines need no masking here: their bytes were masked where they entered the supervisor
+(redact.SecretStream), and a verdict's last lines are taken from those.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import psutil
+
+from ..engine.logs import SUPERVISOR_LOG, child_log_name
+from ..text.ansi import strip_ansi
+from .timers import AttemptView, PacingView, Timeline, phase_timers, stop_timer
+
+if TYPE_CHECKING:
+    from ..config import PhaseSpec
+    from ..evidence.gpuwatch import Gpus
+    from ..evidence.memory import MemoryEvidence
+    from ..lifecycle.verdict import Verdict
+
+SNAPSHOT_VERSION = 1
+# What a snapshot carries at most (and status.json with it): the latest verdicts (the lifecycle keeps
+# a few per phase), and each output line cut to this many characters (a line may be 64 KiB).
+SNAPSHOT_VERDICTS = 50
+SNAPSHOT_LINE_CHARS = 500
+# The last lines of each running child the snapshot shows.
+CHILD_LINES = 10
+# The last lines of the verdict that failed the lifecycle, shown first by ``status`` (colour codes stripped).
+FAILURE_LINES = 10
+
+
+class OutputView(Protocol):
+    last_output_at: float  # monotonic time of its last byte, 0 if none yet
+
+    def last_lines(self, n: int | None = None) -> list[str]: ...
+
+
+class GraceSpec(Protocol):
+    stop_grace_s: float
+
+
+class ChildView(Protocol):
+    label: str
+    pid: int
+    started_at: float
+    stop_reason: str | None
+    output: OutputView
+    spec: GraceSpec
+
+    @property
+    def kill_at(self) -> float | None: ...
+
+
+class PhaseView(Protocol):
+    name: str
+    spec: PhaseSpec
+    since: float
+    why: str
+    attempt: int
+    up: bool
+    facts: dict[str, Any]
+
+    @property
+    def state(self) -> object: ...  # a PhaseState (a str enum): shown as its value
+
+    @property
+    def kept_result(self) -> Any: ...
+
+    @property
+    def progress(self) -> dict[str, Any] | None: ...  # done_bytes, total_bytes, rate_bytes_s, eta_s (transfer.py)
+    def pacing(self) -> PacingView: ...
+
+    @property
+    def current_attempt(self) -> AttemptView: ...
+
+    def live_children(self) -> Sequence[ChildView]: ...
+
+
+class LifecycleView(Protocol):
+    phases: Sequence[PhaseView]
+    shutting_down: bool
+    exit_status: int | None
+    shutdown_reason: str
+    failure: Verdict | None
+
+    def current(self) -> PhaseView | None: ...
+
+    def held(self, name: str) -> str | None: ...
+
+    def hold_ends(self, name: str) -> float | None: ...
+
+
+class WatchesView(Protocol):
+    """Every watch's state (watchstate.Watches): reading, blind since when, stopped."""
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]: ...
+
+
+class FactsView(Protocol):
+    """What the last run learnt of each phase (resume.ResumeRecord)."""
+
+    def previous(self, name: str) -> dict[str, Any]: ...
+
+
+def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleView, gpus: Gpus | None,
+             memory: MemoryEvidence | None, verdicts: Sequence[Verdict], manager: Mapping[str, Any],
+             resume: FactsView, usage: bool = True, timeline: Timeline | None = None,
+             log_dir: str | None = None,
+             extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None = None,
+             watches: WatchesView | None = None) -> dict[str, Any]:
+    """Everything the status view shows (call it in the loop). ``manager``: the reporting's status;
+    ``timeline``: when each phase started and ended; ``log_dir``: where the log files are; ``extras``: what
+    a plugin adds to a phase's object (Wiring.add_status); ``watches``: each watch's own state.
+
+    ``usage=False`` (the persisted file) leaves out what costs time to measure: the
+    children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds). ``extras``: per phase,
+    what a plugin adds to its JSON object (wiring.Wiring.add_status)."""
+    current = lifecycle.current()
+    now = time.monotonic()  # the loop's clock: every timer is counted from it
+    children = [_child(phase.name, child, usage, now) for phase in lifecycle.phases for child in phase.live_children()]
+    timeline = timeline or Timeline()
+    return {
+        "version": SNAPSHOT_VERSION,
+        "pid": os.getpid(),
+        "role": role,
+        "started_at": started_at,
+        "written_at": time.time(),
+        "config": config,
+        "lifecycle": {"state": _lifecycle_state(lifecycle, current, bool(children)), "why": lifecycle.shutdown_reason,
+                      "exit_status": lifecycle.exit_status,
+                      "current": current.name if current else None,
+                      "failure": _failure(lifecycle.failure, log_dir)},
+        "phases": [{**_phase(p, lifecycle.held(p.name), resume), **timeline.of(p.name),
+                    "timers": phase_timers(p, lifecycle.hold_ends(p.name), now),
+                    "memory": _phase_memory(p, memory), **_extras(p.name, extras)} for p in lifecycle.phases],
+        "children": children,
+        "gpus": _gpus(gpus, usage),
+        "watches": watches.to_dict(now) if watches is not None else {},
+        "memory": _memory(memory),
+        "logs": {"dir": log_dir, "supervisor": str(Path(log_dir) / SUPERVISOR_LOG)} if log_dir else {},
+        "manager": dict(manager),
+        "verdicts": [{**x.to_dict(), "line": x.line(), "last_lines": [s[:SNAPSHOT_LINE_CHARS] for s in x.last_lines]}
+                     for x in verdicts[-SNAPSHOT_VERDICTS:]],
+    }
+
+
+def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, children_left: bool) -> str:
+    if lifecycle.shutting_down:
+        return "stopping" if lifecycle.exit_status is None or children_left else "stopped"
+    return "starting" if current is None else "running"
+
+
+def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
+    return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
+            "attempt": p.attempt, "up": p.up, "hold": hold,
+            "bench": vars(p.kept_result) if p.kept_result else None,
+            "progress": p.progress,
+            # A phase not reached in this run keeps what an earlier run learnt about it.
+            "facts": p.facts or resume.previous(p.name)}
+
+
+def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None) -> dict[str, Any]:
+    """What the plugin adds to a phase's object; a provider that raises costs its keys, never the snapshot."""
+    added: dict[str, Any] = {}
+    for provider in (extras or {}).get(phase, ()):
+        try:
+            added.update(provider())
+        except Exception as exc:
+            added["status_error"] = f"{type(exc).__name__}: {exc}"
+    return added
+
+
+def _child(phase: str, child: ChildView, usage: bool, now: float) -> dict[str, Any]:
+    last = child.output.last_output_at
+    return {
+        "label": child.label, "pid": child.pid, "phase": phase,
+        "state": "stopping" if child.stop_reason else "running",
+        "started_at": child.started_at,
+        "last_output_at": (time.time() - (now - last)) if last else None,
+        "usage": tree_usage(child.pid) if usage else None,
+        "stop": stop_timer(child, child.spec.stop_grace_s, now),
+        "last_lines": [line[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(CHILD_LINES)],
+    }
+
+
+def plain(line: str) -> str:
+    """A line as a person reads it in ``status``: colour codes taken out, cut to SNAPSHOT_LINE_CHARS."""
+    return strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")[:SNAPSHOT_LINE_CHARS]
+
+
+def _failure(failure: Verdict | None, log_dir: str | None) -> dict[str, Any] | None:
+    """The verdict that failed the lifecycle, for ``status`` to lead with, and the log file that has the rest."""
+    if failure is None:
+        return None
+    return {"phase": failure.phase, "child": failure.child, "reason": failure.reason, "detail": failure.detail,
+            "status": failure.status, "exit_code": failure.exit_code, "signal": failure.signal,
+            "at": failure.ended_at, "line": failure.line(),
+            "last_lines": [plain(s) for s in failure.last_lines[-FAILURE_LINES:]],
+            "log_file": str(Path(log_dir) / child_log_name(failure.phase, failure.child)) if log_dir else None}
+
+
+def _phase_memory(p: PhaseView, memory: MemoryEvidence | None) -> dict[str, Any] | None:
+    """The phase's own cgroup (while it has one): usage and peak against its limit, which memory_max set."""
+    memory_max = p.spec.memory_max
+    mem_snap = memory.phase_snapshot(p.name) if memory is not None else None
+    if mem_snap is None:
+        return None if memory_max is None else {"memory_max": memory_max, "cgroup": False}
+    return {"memory_max": memory_max, "cgroup": True, "usage": mem_snap.usage, "peak": mem_snap.peak,
+            "limit": mem_snap.limit, "oom_kills": mem_snap.oom_kills}
+
+
+def _gpus(gpus: Gpus | None, usage: bool) -> dict[str, Any]:
+    """The GPU thread's latest sample (a request keeps samples coming for a while): never NVML itself."""
+    if gpus is None:
+        return {"available": False, "why": "not probed", "samples": [], "unresponsive": None, "slow_calls": 0}
+    if usage:
+        gpus.want_for()
+    hung = gpus.unresponsive()
+    return {"available": gpus.available, "why": gpus.why,
+            "samples": [vars(s) for s in gpus.samples()] if usage else [],
+            "unresponsive": hung.to_dict(time.monotonic()) if hung is not None else None,
+            "slow_calls": gpus.slow_calls}
+
+
+def _memory(memory: MemoryEvidence | None) -> dict[str, Any]:
+    mem_snap = memory.shared.snapshot() if memory is not None and memory.shared is not None else None
+    return {"mode": memory.mode if memory else "unavailable", "why": memory.why if memory else "",
+            "snapshot": mem_snap.describe() if mem_snap else None,
+            "usage": mem_snap.usage if mem_snap else None, "limit": mem_snap.limit if mem_snap else None,
+            "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None,
+            # Each phase's last memory_high (memwatch.py): when, how full, the line said.
+            "warnings": {phase: {"at": w.at, "fraction": round(w.fraction, 3), "limit": w.limit, "line": w.line}
+                         for phase, w in memory.warned.items()} if memory else {}}
+
+
+def tree_usage(pid: int) -> dict[str, Any]:
+    """CPU seconds and RSS of a process and its descendants (psutil)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return {"processes": 0, "cpu_s": None, "rss": None}
+    cpu = rss = 0.0
+    count = 0
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                times = proc.cpu_times()
+                cpu += times.user + times.system
+                rss += proc.memory_info().rss
+                count += 1
+        except psutil.Error:
+            continue
+    return {"processes": count, "cpu_s": round(cpu, 2), "rss": int(rss)}

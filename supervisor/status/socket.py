@@ -1,0 +1,167 @@
+"""The status socket: the running supervisor answers ``state_dir/status.sock`` with one snapshot.
+
+The socket is mode 0600 (the status names processes and paths); each connection
+gets one JSON snapshot, built in the loop so it is consistent. The loop never
+waits on a client: what the socket does not take at once is written by a
+thread, and a client that does not read its answer is dropped. ``query`` is the
+other end (``prover-supervisor status``): an answer is used only once it has the
+snapshot's shape (statefile.snapshot_problem).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..engine.loop import EventLoop
+from ..state import paths as statepaths
+from .file import snapshot_problem
+
+# A client that has not taken the rest of its answer within this long is dropped (by a writer thread).
+SEND_TIMEOUT_S = 2.0
+# Answers not taken at once are finished by at most this many threads; past that the oldest is dropped.
+SLOW_CLIENTS_MAX = 4
+DROPS_SAID_EVERY = 100
+# The whole answer is read in pieces of this size.
+READ_CHUNK = 65536
+
+
+class StatusServer:
+    """Answers each connection on the unix socket with one snapshot, built in the loop.
+
+    The loop never waits on a client: it writes what the socket takes at once, and a
+    client that does not read the rest is finished by a writer thread (each drops its
+    client after ``SEND_TIMEOUT_S``; past ``SLOW_CLIENTS_MAX`` the oldest is dropped).
+    """
+
+    def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], dict[str, Any]],
+                 log: Callable[[str], None]) -> None:
+        self.path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
+        self._build = build
+        self._loop = loop
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # a stale socket of an earlier (killed) supervisor
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # created 0600 from the start, not chmod'ed after
+        try:
+            self._sock.bind(str(self.path))
+        finally:
+            os.umask(old_umask)
+        self._sock.listen(8)
+        self._sock.setblocking(False)
+        self._log = log
+        self._slow: list[socket.socket] = []  # clients being finished by a writer thread, oldest first
+        self._slow_lock = threading.Lock()
+        self._dropped = 0
+        loop.add_reader(self._sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self._sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # out of file descriptors: the next request may fare better
+            self._log(f"status: cannot accept a status request: {exc.strerror or exc}")
+            return
+        try:
+            data = json.dumps(self._build(), default=str).encode() + b"\n"
+        except (TypeError, ValueError) as exc:
+            conn.close()
+            self._log(f"status: could not answer a status request: {exc}")
+            return
+        # What the socket buffer takes now, without waiting: most answers go whole.
+        conn.setblocking(False)
+        try:
+            sent = conn.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            conn.close()  # the client went away
+            return
+        if sent == len(data):
+            conn.close()
+            return
+        self._send_rest_later(conn, memoryview(data)[sent:])
+
+    def _send_rest_later(self, conn: socket.socket, rest: memoryview) -> None:
+        """A client slow to read is written to by a thread, never by the loop. At most SLOW_CLIENTS_MAX at once:
+        past that the one waited for longest is dropped (a client that never reads must not keep the place of
+        one that reads, only more slowly than the loop writes)."""
+        with self._slow_lock:
+            if len(self._slow) >= SLOW_CLIENTS_MAX:
+                oldest = self._slow.pop(0)
+                with contextlib.suppress(OSError):
+                    oldest.shutdown(socket.SHUT_RDWR)  # its thread's send fails at once and it closes it
+                self._dropped += 1
+                dropped = self._dropped
+            else:
+                dropped = 0
+            self._slow.append(conn)
+        if dropped == 1 or (dropped and dropped % DROPS_SAID_EVERY == 0):
+            self._log(f"status: dropped a client that did not read its answer ({SLOW_CLIENTS_MAX} slow readers at "
+                      f"most); {dropped} dropped so far")
+        try:
+            threading.Thread(target=self._send_rest, args=(conn, rest), name="status-send", daemon=True).start()
+        except RuntimeError:  # no thread to be had: this client goes without its answer, the loop goes on
+            with self._slow_lock:
+                self._slow.remove(conn)
+            conn.close()
+
+    def _send_rest(self, conn: socket.socket, rest: memoryview) -> None:
+        try:
+            conn.settimeout(SEND_TIMEOUT_S)  # for the whole rest: a client that takes it too slowly is dropped
+            conn.sendall(rest)
+        except OSError:
+            pass
+        finally:
+            with self._slow_lock:
+                if conn in self._slow:
+                    self._slow.remove(conn)
+            conn.close()
+
+    def close(self) -> None:
+        """Stop answering and remove the socket file; a state_dir that cannot be written any more
+        (read-only, gone) leaves it in place, said once: the next start removes it as stale."""
+        self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self._log(f"status: cannot remove {self.path} ({exc.strerror or exc}); it stays, answering nothing")
+
+
+def ask(state_dir: Path, timeout: float = 5.0) -> Any:
+    """The running supervisor's answer, parsed (any JSON: the caller checks its shape); None when none answers."""
+    path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
+    if not path.exists():
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            chunks = []
+            while True:
+                chunk = sock.recv(READ_CHUNK)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError:
+        return None
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
+        return None
+
+
+def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
+    """Ask the running supervisor; None when none answers on the socket, or not with a snapshot."""
+    answer = ask(state_dir, timeout)
+    return answer if snapshot_problem(answer) is None else None

@@ -106,7 +106,7 @@ class MemoryEvidence:
         self.warned: dict[str, MemoryWarning] = {}  # phase → its last memory_high (memwatch.py writes it)
         self._bad_said: set[str] = set()  # the cgroup files whose bad value was said (once each)
         if mode == "off":
-            self.why = "cgroup evidence turned off (supervisor.evidence.cgroups = \"off\"): OOM kills are unknown"
+            self.why = "cgroup evidence turned off (supervisor.cgroups = \"off\"): OOM kills are unknown"
             return
         try:  # the files are read off the loop, with a bound: a file that blocks must not hang the start
             found = answer_within("cgroups", lambda: self._find(mode, root, proc_cgroup), bound_s)

@@ -30,6 +30,7 @@ from ..exits import EXIT_OK
 from ..lifecycle.states import PhaseLike, PhaseState, PhaseView
 from ..lifecycle.verdict import STOPPED, Verdict
 from ..state import givenup
+from ..state import paths as statepaths
 from ..text.ansi import strip_ansi
 from ..text.redact import Redactor, shown_url
 from .answers import FieldCheck
@@ -101,7 +102,7 @@ class Reporter:
             self._log("manager reporting off: no [manager] url and no MANAGER_URL")
             return
         assert self.spec.url is not None
-        self.outbox = Outbox(self._state_dir / "outbox.sqlite3", self._log)
+        self.outbox = Outbox(statepaths.path(self._state_dir, statepaths.OUTBOX), self._log)
         if self.outbox.corrupt_note:
             self._log(self.outbox.corrupt_note)
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..text.show import one_line
 from . import paths as statepaths
 from .atomic import StateFileError, load_json, save_json
 
@@ -49,7 +50,7 @@ def marker(state_dir: str | Path) -> Path:
 
 def remember(state_dir: str | Path, reason: str) -> GivenUp:
     """Write the marker (durably: before the give-up's call goes out). Raises OSError."""
-    record = GivenUp(time.time(), " ".join(reason.split())[:REASON_MAX_CHARS])
+    record = GivenUp(time.time(), one_line(reason, REASON_MAX_CHARS, mark=""))
     save_json(marker(state_dir), {"at": record.at, "reason": record.reason})
     return record
 

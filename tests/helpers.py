@@ -427,7 +427,7 @@ def last_failure(output: str, phase: str) -> str:
 
 
 def verdict_fields(record: str) -> dict[str, str]:
-    """A verdict record's ``key=value`` pairs (a quoted value as the text it quotes: verdict.py ``shown_text``)."""
+    """A verdict record's ``key=value`` pairs (a quoted value as the text it quotes: text/show.py ``logged``)."""
     return {key: _unquoted(value) for key, value in FIELD_RE.findall(record)}
 
 

@@ -1,16 +1,20 @@
 """supervisor.state.atomic on a real temp dir: a file replaced whole or not at all (mode 0600, no temporary copy
 left behind, even when the replace fails), and read back bounded, whatever stands at the path (a FIFO with no
-writer, /dev/zero behind a link, a directory, a file bigger than the limit)."""
+writer, /dev/zero behind a link, a directory, a file bigger than the limit); a JSON state file loaded (a JSON
+object, then the file's own parse) or refused in one line that says whether it could not be read or is not
+what the file holds."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from supervisor.state.atomic import read_regular_file, write_atomically
+from supervisor.state.atomic import StateFileError, load_json, read_regular_file, save_json, write_atomically
 
 
 def leftovers(directory: Path) -> list[str]:
@@ -132,3 +136,61 @@ def test_reading_leaks_no_descriptor(tmp_path: Path) -> None:
         with pytest.raises(ValueError):
             read_regular_file(tmp_path / "f", 1)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+# ---------------------------------------------------------------- a JSON state file
+
+
+def positive(data: dict[str, Any]) -> int:
+    """A stand-in file's parse: its "n", a positive whole number."""
+    if not isinstance(data["n"], int) or data["n"] <= 0:
+        raise ValueError(f"n: {data['n']!r} is not a positive whole number")
+    return data["n"]
+
+
+def test_a_state_file_saved_is_loaded_back_through_its_parse(tmp_path: Path) -> None:
+    save_json(tmp_path / "s.json", {"n": 3, "at": Path("/x")})  # (a value JSON has no form for: its text)
+    assert json.loads((tmp_path / "s.json").read_text()) == {"n": 3, "at": "/x"}
+    assert stat.S_IMODE((tmp_path / "s.json").stat().st_mode) == 0o600
+    assert load_json(tmp_path / "s.json", 100, "a count", positive) == 3
+
+
+def test_no_state_file_is_file_not_found(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        load_json(tmp_path / "none.json", 100, "a count", positive)
+
+
+@pytest.mark.parametrize(("content", "cause"), [
+    (b"{not json", "JSONDecodeError"),
+    (b"\xff\xfe{", "UnicodeDecodeError"),
+    (b"[" * 100_000 + b"]" * 100_000, "RecursionError"),  # nested past the parser's depth: said, never raised
+    (b" " * 101, "ValueError"),  # bigger than its bound
+])
+def test_a_state_file_that_cannot_be_read_says_so_in_one_line(tmp_path: Path, content: bytes, cause: str) -> None:
+    path = tmp_path / "s.json"
+    path.write_bytes(content)
+    with pytest.raises(StateFileError) as raised:
+        load_json(path, len(content) - 1 if cause == "ValueError" else len(content), "a count", positive)
+    assert not raised.value.readable and type(raised.value.cause).__name__ == cause
+    assert str(raised.value).startswith(f"{path} is unreadable ({cause}: ") and "\n" not in str(raised.value)
+
+
+def test_a_fifo_at_a_state_file_is_unreadable_not_a_hang(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "s.json")
+    with pytest.raises(StateFileError, match=r"is unreadable \(ValueError: not a regular file\)$"):
+        load_json(tmp_path / "s.json", 100, "a count", positive)
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ("[1, 2]", "a JSON list, not an object"),
+    ("null", "a JSON NoneType, not an object"),
+    ('{"n": -1}', "n: -1 is not a positive whole number"),
+    ('{"m": 1}', "'n'"),  # the parse's own KeyError
+])
+def test_a_state_file_of_another_shape_says_where(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(content)
+    with pytest.raises(StateFileError) as raised:
+        load_json(path, 100, "a count", positive)
+    assert raised.value.readable
+    assert str(raised.value) == f"{path} does not hold a count ({problem})"

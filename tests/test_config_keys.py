@@ -14,12 +14,12 @@ from supervisor.config.values import (
     check_number,
     check_seconds,
     check_size,
-    describe,
     join_key,
     one_of,
     parse_signal,
     whole_number,
 )
+from supervisor.text.show import shown
 
 RETRY_KEYS = {"retries": Key(whole_number(0, 5), 0), "name": Key(one_of("a", "b"), "a")}
 
@@ -111,7 +111,7 @@ def test_one_of_names_every_choice() -> None:
 
 @pytest.mark.parametrize("value", ["true", 1, 0, "yes", None])
 def test_check_bool_takes_only_a_toml_boolean(value: Any) -> None:
-    assert refused(check_bool, value, "k") == f"k: must be true or false, got {describe(value)}"
+    assert refused(check_bool, value, "k") == f"k: must be true or false, got {shown(value)}"
 
 
 def test_check_bool_takes_true_and_false() -> None:
@@ -161,6 +161,6 @@ def test_parse_signal_refuses_an_unknown_name_and_signal_zero() -> None:
     assert refused(parse_signal, 0) == "signal: 0 is not a signal number"
 
 
-@pytest.mark.parametrize(("value", "shown"), [(1, "1"), ("x", "'x'"), ([1], "[1]"), (None, "None"), (True, "True")])
-def test_describe_shows_a_value_as_the_error_quotes_it(value: Any, shown: str) -> None:
-    assert describe(value) == shown
+@pytest.mark.parametrize(("value", "quoted"), [(1, "1"), ("x", "'x'"), ([1], "[1]"), (None, "None"), (True, "True")])
+def test_describe_shows_a_value_as_the_error_quotes_it(value: Any, quoted: str) -> None:
+    assert shown(value) == quoted

@@ -98,6 +98,14 @@ def test_a_file_too_big_to_be_ours_is_said_and_started_afresh(tmp_path: Path) ->
     assert len(said) == 1 and said[0].startswith("first-seen: cannot read ") and "count from this start" in said[0]
 
 
+def test_json_nested_past_the_parsers_depth_is_said_and_started_afresh(tmp_path: Path) -> None:
+    write(tmp_path, "[" * 2000 + "]" * 2000)
+    said: list[str] = []
+    seen = FirstSeen(tmp_path, said.append, now=lambda: 3.0)
+    assert seen.anchor() == (3.0, "the first start")
+    assert len(said) == 1 and said[0].startswith("first-seen: cannot read ") and "count from this start" in said[0]
+
+
 def test_a_directory_in_its_place_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
     """Unreadable and unwritable: both said, neither raises; the times still count within this run."""
     statepaths.path(tmp_path, statepaths.FIRST_SEEN).mkdir()

@@ -60,6 +60,7 @@ def test_a_marker_written_by_hand_with_a_long_reason_is_cut_on_recall(tmp_path: 
     ('{"at": 1}', "KeyError"),
     ('{"at": "yesterday", "reason": "r"}', "ValueError"),
     ("\udcff", "UnicodeDecodeError"),
+    ("[" * 5000 + "]" * 5000, "RecursionError"),
 ])
 def test_a_spoilt_marker_still_means_given_up(tmp_path: Path, content: str, error: str) -> None:
     """Starting the lifecycle again is the harm the marker guards against: unreadable is not "not given up"."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from helpers import Runner, failure, first_line, toml_list, verdict_lines
 
-from supervisor.lifecycle.verdict import shown_text
 from supervisor.status.render import render
+from supervisor.text.show import logged
 
 
 def _live_snapshot(now: float, last: dict[str, object]) -> dict[str, object]:
@@ -47,10 +47,10 @@ def test_a_phase_or_a_saved_state_with_no_time_reads_never() -> None:
 
 
 def test_a_value_is_shown_bare_or_in_plain_double_quotes() -> None:
-    assert shown_text("exited") == "exited"
-    assert shown_text("the phase's command") == '"the phase\'s command"'
-    assert shown_text('say "hi" \\ bye') == '"say \\"hi\\" \\\\ bye"'
-    assert shown_text("") == '""'
+    assert logged("exited") == "exited"
+    assert logged("the phase's command") == '"the phase\'s command"'
+    assert logged('say "hi" \\ bye') == '"say \\"hi\\" \\\\ bye"'
+    assert logged("") == '""'
 
 
 def test_an_apostrophe_in_a_failing_command_leaves_no_shell_quoting_in_the_verdict(sup: Runner) -> None:

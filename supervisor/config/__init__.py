@@ -93,7 +93,6 @@ from .values import (
     check_size,
     check_state_dir,
     check_table,
-    describe,
     int_text,
     join_key,
     number_text,
@@ -115,7 +114,7 @@ __all__ = [
     "MAX_SECONDS", "MAX_SECONDS_TEXT", "MAX_SHOWN_PATH", "MAX_SOCKET_PATH_BYTES", "PHASE_KINDS", "REPORTS",
     "RESTART_POLICIES", "RESUMES", "Checker", "ChildSpec", "ConfigError", "ConfigPlugin", "Key", "ManagerSpec",
     "PhaseSpec", "Plan", "ReadyCheck", "ReportWhen", "SupervisorSpec", "check_arg", "check_bool", "check_number",
-    "check_path", "check_seconds", "check_size", "check_state_dir", "check_table", "default_label", "describe",
+    "check_path", "check_seconds", "check_size", "check_state_dir", "check_table", "default_label",
     "int_text", "join_key", "load_plan", "number_text", "one_of", "parse_plan", "parse_signal", "read_config", "take",
     "whole_number", "written",
 ]

@@ -12,8 +12,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..text.redact import MASK, shown_url
+from ..text.show import cut, shown
 from .model import ConfigError
-from .values import _short, _string, describe
+from .values import ASIDE_CHARS, _string
 
 
 def _url(value: Any, where: str) -> str:
@@ -22,13 +23,13 @@ def _url(value: Any, where: str) -> str:
     character, a backslash, non-ASCII). A ``user:password@`` becomes basic auth (requests sends it);
     errors show the URL with the password masked."""
     text = _string(value, where)
-    shown = describe(_url_for_error(text))
+    quoted = shown(_url_for_error(text))
     bad = next((c for c in text if not (c.isascii() and c.isprintable()) or c.isspace() or c == "\\"), None)
     if bad is not None:
-        raise ConfigError(f"{where}: {shown} holds {bad!a}: a URL may hold only printable ASCII, no "
+        raise ConfigError(f"{where}: {quoted} holds {bad!a}: a URL may hold only printable ASCII, no "
                           "whitespace or backslash (percent-encode it)")
     if "?" in text or "#" in text:
-        raise ConfigError(f"{where}: {shown} has a query or fragment ('?' or '#'): the calls' paths are appended "
+        raise ConfigError(f"{where}: {quoted} has a query or fragment ('?' or '#'): the calls' paths are appended "
                           "to the URL, so it can only be scheme://host[:port][/path]")
     try:
         parts = urlsplit(text)
@@ -36,17 +37,17 @@ def _url(value: Any, where: str) -> str:
     except ValueError as exc:
         # urllib quotes what it could not read: with an '@' about, that may be a piece of a password.
         reason = "percent-encode any '/', '@' or ':' in the user or password" if "@" in text else str(exc)
-        raise ConfigError(f"{where}: {shown} is not a valid URL ({_short(reason)})") from None
+        raise ConfigError(f"{where}: {quoted} is not a valid URL ({cut(reason, ASIDE_CHARS)})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where}: {shown} must be an http:// or https:// URL with a host")
+        raise ConfigError(f"{where}: {quoted} must be an http:// or https:// URL with a host")
     if port == 0:
-        raise ConfigError(f"{where}: {shown}: port 0 cannot be connected to")
+        raise ConfigError(f"{where}: {quoted}: port 0 cannot be connected to")
     if "@" in parts.path:
-        raise ConfigError(f"{where}: {shown} has an '@' after the host: a password holding '/' or '@' must "
+        raise ConfigError(f"{where}: {quoted} has an '@' after the host: a password holding '/' or '@' must "
                           "percent-encode them (%2F, %40)")
     userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else None
     if userinfo is not None and ":" not in userinfo:
-        raise ConfigError(f"{where}: {shown}: a user without a password (user@host) sends no credentials; write "
+        raise ConfigError(f"{where}: {quoted}: a user without a password (user@host) sends no credentials; write "
                           "user:password@host, or use manager.token_env")
     return text.rstrip("/")
 
@@ -72,14 +73,14 @@ def check_label(value: Any, where: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # os.environ holds undecodable bytes as surrogate escapes
-        raise ConfigError(f"{where}: {describe(text)} is not valid UTF-8") from None
+        raise ConfigError(f"{where}: {shown(text)} is not valid UTF-8") from None
     if not text.isprintable():
-        raise ConfigError(f"{where}: {describe(text)} holds a control character")
+        raise ConfigError(f"{where}: {shown(text)} holds a control character")
     if len(text) > MAX_LABEL_CHARS:
         raise ConfigError(f"{where}: {len(text)} characters, more than the {MAX_LABEL_CHARS} a label may have")
     if MATCHABLE_LABEL.fullmatch(text) is not None and int(text[2:]) > LABEL_ID_MAX:
         # Explicit or derived: a C.<digits> label is one the manager parses, and this one it cannot.
-        raise ConfigError(f"{where}: {describe(text)}: its id does not fit the manager's 64-bit integer "
+        raise ConfigError(f"{where}: {shown(text)}: its id does not fit the manager's 64-bit integer "
                           f"(at most {LABEL_ID_MAX})")
     return text
 
@@ -87,7 +88,7 @@ def check_label(value: Any, where: str) -> str:
 def check_derived_label(label: str, where: str) -> str:
     """A label taken from the environment or the hostname (no ``[manager] label``) must be ``C.<digits>``."""
     if MATCHABLE_LABEL.fullmatch(label) is None:
-        raise ConfigError(f"{where}: {describe(label)} is not a label the manager can match (C.<digits>, as Vast "
+        raise ConfigError(f"{where}: {shown(label)} is not a label the manager can match (C.<digits>, as Vast "
                           "sets VAST_CONTAINERLABEL): set VAST_CONTAINERLABEL or CONTAINER_ID, or [manager] label "
                           "explicitly")
     return label

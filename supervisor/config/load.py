@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..text.redact import url_secrets
+from ..text.show import cut, shown
 from .endpoint import _url, check_derived_label, check_label
 from .keys import ConfigPlugin, Key, take, unknown_hint
 from .model import ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
@@ -39,7 +40,7 @@ from .tables import (
     kinds_of,
     with_kinds,
 )
-from .values import _short, join_key, named
+from .values import ASIDE_CHARS, join_key, named
 
 # The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
@@ -132,8 +133,7 @@ def _shown_path(path: str | os.PathLike[str]) -> str:
     """The config's name as errors show it: as given, or quoted when it holds a newline or odd bytes."""
     text = os.fspath(path)
     text = text if isinstance(text, str) else os.fsdecode(text)
-    shown = text if text and text.isprintable() else ascii(text)
-    return shown if len(shown) <= MAX_SHOWN_PATH else shown[:MAX_SHOWN_PATH - 3] + "..."
+    return shown(text, MAX_SHOWN_PATH, bare=True)
 
 
 # ---------------------------------------------------------------- TOML and ${VAR}
@@ -167,7 +167,7 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[s
     path (exec and open would fail at run time, long after ``check`` said ok).
     """
     if depth > MAX_NESTING:
-        raise ConfigError(f"{_short(where)}: nested more than {MAX_NESTING} deep")
+        raise ConfigError(f"{cut(where, ASIDE_CHARS)}: nested more than {MAX_NESTING} deep")
     if isinstance(value, str):
         if (whole := _VAR_RE.fullmatch(value)) is not None and whole.group(1):
             env_keys[where] = whole.group(1)

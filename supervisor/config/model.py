@@ -37,6 +37,8 @@ RESTART_POLICIES = ("no", "on-failure", "always")
 DAEMON_LIFETIMES = ("phase", "lifecycle")
 CGROUP_MODES = ("auto", "shared", "off")
 # ``report = "<kind>"``, the core's own: made when a oneshot is "done", or when a service is "up" (a plugin adds more).
+# The one table of them: the config checks the key against it, and the reporting (manager/reporting.py) makes
+# each call at the moment it names.
 ReportWhen = Literal["done", "up"]
 REPORTS: Mapping[str, ReportWhen] = MappingProxyType({"param-done": "done", "running": "up"})
 RESUMES = ("no", "outputs", "machine")

@@ -4,7 +4,7 @@
 line that names it. The bounds below keep every number sane, so that nothing later overflows or
 waits forever, and every string within what the kernel takes.
 
-The public ones (``check_path``, ``check_size``, ``one_of``, ``whole_number``, ``describe``, ``join_key``...)
+The public ones (``check_path``, ``check_size``, ``one_of``, ``whole_number``, ``join_key``...)
 are what a plugin declares its own keys with, so its refusals read like the core's; ``_*`` are the core's.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..state.paths import STATUS_SOCKET
+from ..text.show import cut, shown
 from ..text.units import is_ascii_digits, parse_size
 from .model import ConfigError, ReadyCheck
 
@@ -26,6 +27,8 @@ from .model import ConfigError, ReadyCheck
 # 10 days keeps every timer inside that, and no real timeout, grace, window or age is longer.
 MAX_SECONDS = 10 * 86400.0
 MAX_SECONDS_TEXT = "864000 seconds (10 days)"
+# A place in the config or a library's reason, quoted inside an error line, is cut to this many characters.
+ASIDE_CHARS = 80
 MAX_COUNT = 1_000_000  # a whole number without a bound of its own
 MAX_RING_LINES = 100_000  # kept in memory per child
 MAX_RETRIES = 1_000
@@ -53,23 +56,10 @@ Checker = Callable[[Any, str], Any]
 # ---------------------------------------------------------------- saying where and what
 
 
-def describe(value: Any) -> str:
-    try:
-        text = repr(value)
-    except ValueError:  # an int of more than 4300 digits cannot be shown
-        return "a number with too many digits"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _short(where: str) -> str:
-    return where if len(where) <= 80 else where[:77] + "..."
-
-
 def join_key(where: str, key: str) -> str:
     # A key with odd characters (a newline, a space) is quoted so the error stays one line.
-    shown = key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return f"{where}.{shown}" if where else shown
+    named = shown(key, bare=True)
+    return f"{where}.{named}" if where else named
 
 
 def named(where: str, table: Any) -> str:
@@ -84,7 +74,7 @@ def named(where: str, table: Any) -> str:
 
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: must be a non-empty string, got {describe(value)}")
+        raise ConfigError(f"{where}: must be a non-empty string, got {shown(value)}")
     return value
 
 
@@ -100,10 +90,10 @@ def check_path(value: Any, where: str) -> str:
     """A filesystem path: within PATH_MAX, and no name in it longer than NAME_MAX (open would refuse)."""
     text = _string(value, where)
     if _byte_length(text, where) > MAX_PATH_BYTES:
-        raise ConfigError(f"{where}: a path longer than {MAX_PATH_BYTES} bytes: {describe(text)}")
+        raise ConfigError(f"{where}: a path longer than {MAX_PATH_BYTES} bytes: {shown(text)}")
     for part in text.split("/"):
         if _byte_length(part, where) > MAX_NAME_BYTES:
-            raise ConfigError(f"{where}: {describe(part)} is longer than the {MAX_NAME_BYTES} bytes a file "
+            raise ConfigError(f"{where}: {shown(part)} is longer than the {MAX_NAME_BYTES} bytes a file "
                               "name may have")
     return text
 
@@ -113,7 +103,7 @@ def check_state_dir(value: Any, where: str) -> str:
     text = check_path(value, where)
     socket_path = os.path.join(text, STATUS_SOCKET)
     if _byte_length(socket_path, where) > MAX_SOCKET_PATH_BYTES:
-        raise ConfigError(f"{where}: too long for the status socket: {describe(socket_path)} is more than "
+        raise ConfigError(f"{where}: too long for the status socket: {shown(socket_path)} is more than "
                           f"{MAX_SOCKET_PATH_BYTES} bytes (a unix socket's limit)")
     return text
 
@@ -122,25 +112,25 @@ def _byte_length(text: str, where: str) -> int:
     try:
         return len(os.fsencode(text))
     except UnicodeEncodeError:
-        raise ConfigError(f"{where}: {describe(text)} cannot be encoded as a file name") from None
+        raise ConfigError(f"{where}: {shown(text)} cannot be encoded as a file name") from None
 
 
 def _name(value: Any, where: str) -> str:
     value = _string(value, where)
     if not _NAME_RE.fullmatch(value):
-        raise ConfigError(f"{where}: {describe(value)} is not a valid name "
+        raise ConfigError(f"{where}: {shown(value)} is not a valid name "
                           "(letters, digits, '_', '-', '.'; at most 63)")
     return value
 
 
 def _command(value: Any, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise ConfigError(f"{where}: must be a list of strings (argv), not one string: {describe(value)}")
+        raise ConfigError(f"{where}: must be a list of strings (argv), not one string: {shown(value)}")
     if not isinstance(value, list) or not value:
-        raise ConfigError(f"{where}: must be a non-empty list of strings, got {describe(value)}")
+        raise ConfigError(f"{where}: must be a non-empty list of strings, got {shown(value)}")
     for i, arg in enumerate(value):
         if not isinstance(arg, str):
-            raise ConfigError(f"{where}[{i}]: must be a string, got {describe(arg)}")
+            raise ConfigError(f"{where}[{i}]: must be a string, got {shown(arg)}")
         if _byte_length(arg, f"{where}[{i}]") > MAX_ARG_BYTES:
             raise ConfigError(f"{where}[{i}]: longer than the {MAX_ARG_BYTES} bytes exec takes in one argument")
     if not value[0]:
@@ -150,7 +140,7 @@ def _command(value: Any, where: str) -> tuple[str, ...]:
 
 def _env(value: Any, where: str) -> Mapping[str, str]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: must be a table of NAME = \"value\", got {describe(value)}")
+        raise ConfigError(f"{where}: must be a table of NAME = \"value\", got {shown(value)}")
     out: dict[str, str] = {}
     for key, item in value.items():
         if not _ENV_NAME_RE.fullmatch(key):
@@ -160,7 +150,7 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
         elif isinstance(item, str | int | float):
             out[key] = str(item)
         else:
-            raise ConfigError(f"{join_key(where, key)}: must be a string or number, got {describe(item)}")
+            raise ConfigError(f"{join_key(where, key)}: must be a string or number, got {shown(item)}")
         if _byte_length(f"{key}={out[key]}", join_key(where, key)) > MAX_ARG_BYTES:
             raise ConfigError(f"{join_key(where, key)}: longer than the {MAX_ARG_BYTES} bytes exec takes in one "
                               "environment variable")
@@ -170,7 +160,7 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
 def _env_name(value: Any, where: str) -> str:
     text = _string(value, where)
     if not _ENV_NAME_RE.fullmatch(text):
-        raise ConfigError(f"{where}: {describe(text)} is not an environment variable name")
+        raise ConfigError(f"{where}: {shown(text)} is not an environment variable name")
     return text
 
 
@@ -179,11 +169,11 @@ def _env_name(value: Any, where: str) -> str:
 
 def check_number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: must be a number, got {describe(value)}")
+        raise ConfigError(f"{where}: must be a number, got {shown(value)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond any float
-        raise ConfigError(f"{where}: {describe(value)} is too large") from None
+        raise ConfigError(f"{where}: {shown(value)} is too large") from None
     if number != number or number in (float("inf"), float("-inf")):
         raise ConfigError(f"{where}: must be a finite number, got {number}")
     return number
@@ -194,10 +184,10 @@ def written(value: Any) -> str:
     whole float too (``6e8`` and ``600000000.0`` read the same to TOML), another float is its repr, text from
     ``${VAR}`` its own text."""
     if isinstance(value, str):
-        return value.strip() if len(value.strip()) <= 60 else describe(value)
+        return value.strip() if len(value.strip()) <= 60 else shown(value)
     if isinstance(value, float) and value.is_integer() and abs(value) < _WHOLE_FLOAT_SHOWN:
         return str(int(value))
-    return describe(value)
+    return shown(value)
 
 
 def check_seconds(value: Any, where: str) -> float:
@@ -225,11 +215,11 @@ def whole_number(minimum: int, maximum: int) -> Checker:
 
     def check(value: Any, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: must be a whole number, got {describe(value)}")
+            raise ConfigError(f"{where}: must be a whole number, got {shown(value)}")
         if value < minimum:
-            raise ConfigError(f"{where}: must be >= {minimum}, got {describe(value)}")
+            raise ConfigError(f"{where}: must be >= {minimum}, got {shown(value)}")
         if value > maximum:
-            raise ConfigError(f"{where}: must be at most {maximum}, got {describe(value)}")
+            raise ConfigError(f"{where}: must be at most {maximum}, got {shown(value)}")
         return value
 
     return check
@@ -264,13 +254,13 @@ def _fraction(value: Any, where: str) -> float:
 def check_size(value: Any, where: str) -> int:
     """Bytes: a whole number, or a string with a unit ("128GiB", "512MiB", "64M")."""
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ConfigError(f"{where}: must be a size like \"128GiB\" or a number of bytes, got {describe(value)}")
+        raise ConfigError(f"{where}: must be a size like \"128GiB\" or a number of bytes, got {shown(value)}")
     try:
         size = parse_size(value)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if size <= 0:
-        raise ConfigError(f"{where}: must be more than 0 bytes, got {describe(value)}")
+        raise ConfigError(f"{where}: must be more than 0 bytes, got {shown(value)}")
     return size
 
 
@@ -314,7 +304,7 @@ def check_stop_budget(value: Any, where: str) -> float:
 
 def check_bool(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{where}: must be true or false, got {describe(value)}")
+        raise ConfigError(f"{where}: must be true or false, got {shown(value)}")
     return value
 
 
@@ -331,7 +321,7 @@ def one_of(*options: str) -> Checker:
     def check(value: Any, where: str) -> str:
         if value not in options:
             listed = ", ".join(repr(o) for o in options) or "none (no plugin registers any)"
-            raise ConfigError(f"{where}: must be one of {listed}, got {describe(value)}")
+            raise ConfigError(f"{where}: must be one of {listed}, got {shown(value)}")
         return value
 
     return check
@@ -339,7 +329,7 @@ def one_of(*options: str) -> Checker:
 
 def check_table(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: must be a table, got {describe(value)}")
+        raise ConfigError(f"{where}: must be a table, got {shown(value)}")
     return value
 
 
@@ -364,7 +354,7 @@ def parse_signal(value: Any, where: str = "signal") -> int:
         sig = getattr(signal.Signals, name, None) if not name.startswith("SIG_") else None
         if isinstance(sig, signal.Signals):
             return int(sig)
-    raise ConfigError(f"{where}: {describe(value)} is not a signal name (e.g. \"SIGTERM\", \"SIGINT\")")
+    raise ConfigError(f"{where}: {shown(value)} is not a signal name (e.g. \"SIGTERM\", \"SIGINT\")")
 
 
 def ready_checker(kinds: Mapping[str, Callable[[str], ReadyCheck]] = MappingProxyType({})) -> Checker:
@@ -386,26 +376,26 @@ def _probe(text: str, where: str, kinds: Mapping[str, object]) -> ReadyCheck:
             parts = urlsplit(text)
             port = parts.port
         except ValueError as exc:
-            raise ConfigError(f"{where}: {describe(text)} is not a valid URL ({_short(str(exc))})") from None
+            raise ConfigError(f"{where}: {shown(text)} is not a valid URL ({cut(str(exc), ASIDE_CHARS)})") from None
         if not parts.hostname:
-            raise ConfigError(f"{where}: {describe(text)} has no host")
+            raise ConfigError(f"{where}: {shown(text)} has no host")
         if port == 0:
-            raise ConfigError(f"{where}: {describe(text)}: port 0 cannot be connected to")
+            raise ConfigError(f"{where}: {shown(text)}: port 0 cannot be connected to")
         default_port = 443 if parts.scheme == "https" else 80
         return ReadyCheck("http", text, parts.hostname, default_port if port is None else port)
     if text.startswith("tcp://"):
         hostport = text[len("tcp://") :]
         host, sep, port = hostport.rpartition(":")
         if not sep or not host or not is_ascii_digits(port) or len(port) > 5 or not 0 < int(port) < 65536:
-            raise ConfigError(f"{where}: {describe(text)} must look like tcp://host:port")
+            raise ConfigError(f"{where}: {shown(text)} must look like tcp://host:port")
         return ReadyCheck("tcp", hostport, host.strip("[]"), int(port))
     if text.startswith("file://"):
         path = text[len("file://") :]
         if not path.startswith("/"):
-            raise ConfigError(f"{where}: {describe(text)} must name an absolute path (file:///path)")
+            raise ConfigError(f"{where}: {shown(text)} must name an absolute path (file:///path)")
         return ReadyCheck("file", check_path(path, where))
     if text.startswith("/"):
         return ReadyCheck("file", check_path(text, where))
     added = "".join(f', or "{kind}"' for kind in kinds)
-    raise ConfigError(f"{where}: {describe(text)} must be tcp://host:port, http(s)://..., "
+    raise ConfigError(f"{where}: {shown(text)} must be tcp://host:port, http(s)://..., "
                       f"{'an' if added else 'or an'} absolute file path{added}")

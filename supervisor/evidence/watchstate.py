@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..text.show import one_line
+
 READING = "reading"
 BLIND = "blind"
 IDLE = "idle"
@@ -39,8 +41,7 @@ Clock = Callable[[], float]
 
 def short(why: object) -> str:
     """A why, in one line and at most WHY_CHARS."""
-    text = " ".join(str(why).split())
-    return text if len(text) <= WHY_CHARS else text[:WHY_CHARS - 1] + "…"
+    return one_line(why, WHY_CHARS, "…")
 
 
 def said_error(exc: BaseException) -> str:

@@ -14,9 +14,10 @@ from ..engine.loop import ErrorHandler, contained, is_contained, name_of
 from ..engine.process import Child, SpawnError, child_setup, spawn
 from ..engine.reaping import ExitStatus
 from ..evidence.memory import MemoryEvidence
+from ..text.show import logged
 from . import verdict as v
 from .runtime import ChildKit
-from .verdict import Verdict, shown_text
+from .verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,6 @@ def log_path(log_dir: Path, spec: ChildSpec) -> Path:
 
 
 def shown_command(argv: tuple[str, ...]) -> str:
-    """The argv as one line, each argument as verdict lines show a value (``shown_text``): a newline inside an
-    argument must not split a log line."""
-    line = " ".join(shown_text(arg) for arg in argv)
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in line)
+    """The argv as one line, each argument as verdict lines show a value (text/show.py ``logged``): a newline
+    inside an argument must not split a log line."""
+    return " ".join(logged(arg) for arg in argv)

@@ -24,7 +24,6 @@ machine fingerprint reads the GPU thread's latest sample, never NVML itself.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..engine.offloop import run_bounded
 from ..evidence.progress import is_incomplete
 from ..state import paths as statepaths
-from ..state.atomic import read_regular_file, write_atomically
+from ..state.atomic import StateFileError, load_json, save_json
 from .states import PhaseState
 
 if TYPE_CHECKING:
@@ -124,9 +123,8 @@ class ResumeRecord:
     def save(self) -> None:
         if self.path is None:
             return
-        data = json.dumps({"version": RECORD_VERSION, "phases": self._latest}, default=str).encode()
         try:
-            write_atomically(self.path, data)
+            save_json(self.path, {"version": RECORD_VERSION, "phases": self._latest})
         except OSError as exc:
             if not self._failing:
                 self._failing = True
@@ -198,15 +196,14 @@ def load_record(state_dir: Path, names: Iterable[str], log: Callable[[str], None
 def read_record(path: Path) -> dict[str, Facts]:
     """Phase name → facts, from resume.json. Raises FileNotFoundError where there is none, or ValueError
     saying in one line why what is there cannot be used."""
-    try:
-        data = json.loads(read_regular_file(path, RECORD_MAX_READ_BYTES))
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ValueError(f"{path} is unreadable ({exc.__class__.__name__}: {exc})") from None
+    return load_json(path, RECORD_MAX_READ_BYTES, "what resume keeps", _phases)
+
+
+def _phases(data: dict[str, Any]) -> dict[str, Facts]:
+    """The record's phases; raises ValueError saying where it is not a resume record."""
     problem = record_problem(data)
     if problem is not None:
-        raise ValueError(f"{path} does not hold what resume keeps ({problem})")
+        raise ValueError(problem)
     return data["phases"]
 
 
@@ -253,35 +250,35 @@ def _facts_in_old_status(path: Path, log: Callable[[str], None]) -> dict[str, Fa
     """The facts an older supervisor kept in its status.json (each phase's ``facts``); a damaged one means
     a clean start (one line), none at all says nothing."""
     try:
-        snap = json.loads(read_regular_file(path, RECORD_MAX_READ_BYTES))
+        return load_json(path, RECORD_MAX_READ_BYTES, "an older supervisor's status snapshot",
+                         _old_status_facts)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, RecursionError) as exc:
-        log(f"resume: {path} is unreadable ({exc.__class__.__name__}: {exc}); ignoring it; starting clean")
+    except StateFileError as exc:
+        if exc.readable:
+            log(f"resume: {path} does not have the expected shape ({exc.cause}); starting clean")
+        else:
+            log(f"resume: {exc}; ignoring it; starting clean")
         return {}
-    facts, problem = _old_status_facts(snap)
-    if problem is not None:
-        log(f"resume: {path} does not have the expected shape ({problem}); starting clean")
-        return {}
-    return facts
 
 
-def _old_status_facts(snap: Any) -> tuple[dict[str, Facts], str | None]:
-    """Phase name → facts from an older status.json (phases that kept none left out), or why it has another shape."""
-    phases = snap.get("phases") if isinstance(snap, dict) else None
+def _old_status_facts(snap: dict[str, Any]) -> dict[str, Facts]:
+    """Phase name → facts from an older status.json (phases that kept none left out); raises ValueError saying
+    where it has another shape."""
+    phases = snap.get("phases")
     if not isinstance(phases, list):
-        return {}, "no list of phases"
+        raise ValueError("no list of phases")
     facts: dict[str, Facts] = {}
     for phase in phases:
         if not isinstance(phase, dict) or not isinstance(phase.get("name"), str):
-            return {}, "a phase without a name"
+            raise ValueError("a phase without a name")
         kept = phase.get("facts")
         problem = facts_problem(kept) if kept is not None else None
         if problem is not None:
-            return {}, f"phases.{phase['name']}.facts: {problem}"
+            raise ValueError(f"phases.{phase['name']}.facts: {problem}")
         if kept:
             facts[phase["name"]] = kept
-    return facts, None
+    return facts
 
 
 def _a_past_time(value: Any) -> bool:

@@ -16,16 +16,8 @@ from typing import Any
 from ..engine.reaping import ExitStatus
 from ..evidence.memory import MemoryReport
 from ..exits import EXIT_FAILURE, EXIT_TIMEOUT
+from ..text.show import logged
 from ..text.units import fmt_bytes
-
-
-def shown_text(text: str) -> str:
-    """A value as a log line shows it: bare when it is one word, else in plain double quotes (a ``"`` or ``\\``
-    inside escaped with ``\\``). Readable where shlex's quoting of an apostrophe (``'"'"'``) is not."""
-    if text and not any(c.isspace() or c in "\"'\\" for c in text):
-        return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
 
 # Reasons a child ended. Success is reason "exit_code" with exit_code 0.
 EXIT_CODE = "exit_code"
@@ -106,7 +98,7 @@ class Verdict:
             parts.append(f"ran={self.ended_at - self.started_at:.1f}s")
         parts.append(f"attempt={self.attempt}")
         if self.detail:
-            parts.append(f"detail={shown_text(self.detail)}")
+            parts.append(f"detail={logged(self.detail)}")
         return " ".join(parts)
 
     def masked(self, mask: Callable[[str], str]) -> Verdict:

@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..text.show import shown
+
 UUID_MAX_CHARS = 128
 # Letters, digits and the separators ids use: no whitespace, no control character, nothing a shell,
 # an environment or a header would read differently.
 UUID_RE = re.compile(rf"[A-Za-z0-9._:-]{{1,{UUID_MAX_CHARS}}}")
-SHOWN_CHARS = 60  # of a bad value, in the error line
 
 # A field's check: the value to keep (None: none given), or AnswerError naming the field.
 FieldCheck = Callable[[Any], "str | None"]
@@ -35,15 +36,6 @@ class Identity:
 
     uuid: str
     fields: Mapping[str, str | None] = field(default_factory=dict)
-
-
-def shown(value: Any) -> str:
-    """A bad value as an error line may quote it: repr, printable ASCII, cut."""
-    try:
-        text = ascii(value)
-    except ValueError:  # an int of more than 4300 digits
-        return "a number with too many digits"
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def check_uuid(value: Any) -> str:

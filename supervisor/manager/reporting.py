@@ -23,13 +23,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..config import ManagerSpec
+from ..config import REPORTS, ManagerSpec
 from ..engine.exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
 from ..engine.loop import EventLoop, contained, summary
 from ..exits import EXIT_OK
 from ..lifecycle.states import PhaseLike, PhaseState, PhaseView
 from ..lifecycle.verdict import STOPPED, Verdict
 from ..state import givenup
+from ..state import paths as statepaths
 from ..text.ansi import strip_ansi
 from ..text.redact import Redactor, shown_url
 from .answers import FieldCheck
@@ -42,17 +43,16 @@ from .row import Row
 from .sender import LOG, CallKinds, Sender
 from .view import ManagerView
 
-# The core's report kinds, and what of a phase triggers each (a plugin adds its own: plugin.py ``reports``).
-CORE_REPORTS = {"param-done": "done", "running": "up"}
-
 Log = Callable[[str], None]
 # Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
 FlushWait = Callable[[ExitFlush, Callable[[], bool]], None]
 
 
 def core_report_due(phase: PhaseView) -> str | None:
-    """The core's call this transition triggers: ``param-done`` (a oneshot done), ``running`` (a service up)."""
-    when = CORE_REPORTS.get(phase.report or "")
+    """The core's call this transition triggers: ``param-done`` (a oneshot done), ``running`` (a service up).
+    The kinds and their triggers are the config's table (config.REPORTS), the one the ``report`` key is checked
+    against; a plugin's kinds (plugin.py ``reports``) are its own to make."""
+    when = REPORTS.get(phase.report or "")
     if when == "done" and phase.state is PhaseState.DONE:
         return phase.report
     if when == "up" and phase.up:
@@ -102,7 +102,7 @@ class Reporter:
             self._log("manager reporting off: no [manager] url and no MANAGER_URL")
             return
         assert self.spec.url is not None
-        self.outbox = Outbox(self._state_dir / "outbox.sqlite3", self._log)
+        self.outbox = Outbox(statepaths.path(self._state_dir, statepaths.OUTBOX), self._log)
         if self.outbox.corrupt_note:
             self._log(self.outbox.corrupt_note)
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None

@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..state.firstseen import CLOCK_SKEW_S
-from .answers import UUID_RE, shown
+from ..text.show import shown
+from .answers import UUID_RE
 
 KILLED = "killed"
 ROW_STATES = ("registered", "params_done", "bench_done", "running", KILLED)

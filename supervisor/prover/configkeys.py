@@ -29,7 +29,6 @@ from ..config import (
     check_seconds,
     check_size,
     check_table,
-    describe,
     int_text,
     join_key,
     one_of,
@@ -37,6 +36,7 @@ from ..config import (
     whole_number,
     written,
 )
+from ..text.show import shown
 from .cuzkconf import MEMORY_MODELS, CuzkSettings
 
 SECTION = "cuzk"
@@ -70,7 +70,7 @@ def _overrides(value: Any, where: str) -> dict[str, Any]:
     if budget is not None and budget != "auto":
         budget_where = join_key(where, "memory.total_budget")
         if not isinstance(budget, str):
-            raise ConfigError(f"{budget_where}: must be \"auto\" or a size like \"100GiB\", got {describe(budget)}")
+            raise ConfigError(f"{budget_where}: must be \"auto\" or a size like \"100GiB\", got {shown(budget)}")
         check_size(budget, budget_where)
     for name, key in _OVERRIDE_WORKERS:
         workers = table.get(name, {}).get(key)
@@ -166,5 +166,5 @@ def _min_rate_from(environ: Mapping[str, str]) -> float:
     if not raw:
         return DEFAULT_MIN_RATE
     if not _DECIMAL_RE.fullmatch(raw.strip()):
-        raise ConfigError(f"MIN_RATE (environment): {describe(raw)} is not a number of proofs/hour")
+        raise ConfigError(f"MIN_RATE (environment): {shown(raw)} is not a number of proofs/hour")
     return check_rate(float(raw.strip()), "MIN_RATE (environment)")

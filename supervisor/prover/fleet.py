@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..lifecycle.states import PhaseState
-from ..manager.answers import AnswerError, shown
+from ..manager.answers import AnswerError
 from ..manager.client import Answer, ManagerClient, TransientError
+from ..text.show import shown
 from ..wiring import CallKind, Payload
 from .gate import BenchGate
 

@@ -1,17 +1,25 @@
-"""A file in state_dir written whole or not at all, and read back bounded.
+"""A file in state_dir written whole or not at all, and read back bounded; a JSON state file kept that way.
 
-status.json (statefile.py) and resume.json (resume.py) are both replaced atomically, so a reader
-or the next start never sees half a file, and both are read back knowing they may be anything at
-all: a FIFO someone put there, /dev/zero behind a link, a file far bigger than we ever write. A
-foundation: the standard library only.
+Every state file (status.json: status/file.py, resume.json: lifecycle/resume.py, given-up.json: givenup.py,
+first-seen.json: firstseen.py) is replaced atomically, so a reader or the next start never sees half a file,
+and is read back knowing it may be anything at all: a FIFO someone put there, /dev/zero behind a link, a file
+far bigger than we ever write, JSON nested past the parser's depth, a JSON list, a record of another shape.
+``load_json`` reads one (bounded, a regular file, a JSON object, then the file's own ``parse`` of it) and says
+in one line why what is there cannot be used; ``save_json`` writes one. What a bad file means (start clean,
+still given up, count afresh) and how it is said is each file's own. A foundation: the standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -45,3 +53,39 @@ def read_regular_file(path: Path, limit: int) -> bytes:
             return f.read(limit + 1)[:limit]
     finally:
         os.close(fd)
+
+
+class StateFileError(ValueError):
+    """A state file that is there but of no use, and why in one line (``str()``, the path first): it cannot be
+    read as JSON (``readable`` false: not a regular file, too big, not JSON), or it is JSON but not what the
+    file holds (the first place it differs). ``cause`` is the exception that found it."""
+
+    def __init__(self, path: Path, cause: Exception, holds: str, *, readable: bool) -> None:
+        self.path, self.cause, self.readable = path, cause, readable
+        super().__init__(f"{path} does not hold {holds} ({cause})" if readable
+                         else f"{path} is unreadable ({type(cause).__name__}: {cause})")
+
+
+def load_json(path: Path, limit: int, holds: str, parse: Callable[[dict[str, Any]], T]) -> T:
+    """What the state file at ``path`` holds: at most ``limit`` bytes of a regular file, a JSON object, made into
+    the file's value by ``parse`` (which raises ValueError, TypeError or KeyError where the object is not what
+    the file holds: ``holds`` says what that is, e.g. "a status snapshot"). Raises FileNotFoundError where there
+    is none, or StateFileError."""
+    try:
+        data = json.loads(read_regular_file(path, limit))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, RecursionError) as exc:  # (RecursionError: JSON nested past the parser's depth)
+        raise StateFileError(path, exc, holds, readable=False) from None
+    if not isinstance(data, dict):
+        raise StateFileError(path, TypeError(f"a JSON {type(data).__name__}, not an object"), holds, readable=True)
+    try:
+        return parse(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StateFileError(path, exc, holds, readable=True) from None
+
+
+def save_json(path: Path, data: Any) -> None:
+    """Replace the state file at ``path`` with ``data`` as JSON (atomically, fsynced, 0600); a value JSON has no
+    form for is written as its text. Raises OSError."""
+    write_atomically(path, json.dumps(data, default=str).encode())

@@ -17,7 +17,6 @@ as resume.json's future times are: the clock it was counts from now on.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import paths as statepaths
-from .atomic import read_regular_file, write_atomically
+from .atomic import StateFileError, load_json, save_json
 
 # Two machines' wall clocks (ours, the manager's, an earlier container's) may disagree by this much before a
 # time they wrote "from the future" is refused as impossible (here, and in the manager's row: manager/row.py).
@@ -134,14 +133,19 @@ class FirstSeen:
 
     def _load(self) -> dict[str, float]:
         try:
-            raw = json.loads(read_regular_file(self._path, FIRST_SEEN_MAX_BYTES))
+            return load_json(self._path, FIRST_SEEN_MAX_BYTES, "the instance's clocks", self._kept)
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as exc:
+        except StateFileError as exc:
+            if exc.readable:
+                return {}  # JSON, but no object of times: nothing of ours to say was lost
+            self._log(f"first-seen: cannot read {self._path} ({exc.cause}): deadlines count from this start")
+        except OSError as exc:
             self._log(f"first-seen: cannot read {self._path} ({exc}): deadlines count from this start")
-            return {}
-        if not isinstance(raw, dict):
-            return {}
+        return {}
+
+    def _kept(self, raw: dict[str, Any]) -> dict[str, float]:
+        """The times of the file that can be this instance's; any other key or value is left out, one by one."""
         kept = {k: float(raw[k]) for k in KEYS
                 if isinstance(raw.get(k), int | float) and not isinstance(raw.get(k), bool)
                 and math.isfinite(raw[k]) and raw[k] > 0}
@@ -162,6 +166,6 @@ class FirstSeen:
 
     def _save(self) -> None:
         try:
-            write_atomically(self._path, json.dumps(self._times).encode())
+            save_json(self._path, self._times)
         except OSError as exc:  # a full or read-only state_dir costs the memory across restarts, not the run
             self._log(f"first-seen: cannot write {self._path} ({exc.strerror or exc}): a restart counts afresh")

@@ -18,13 +18,14 @@ Core and generic: it knows nothing of benchmarks; the plugin's words are the rea
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ..text.show import one_line
 from . import paths as statepaths
-from .atomic import read_regular_file, write_atomically
+from .atomic import StateFileError, load_json, save_json
 
 MARKER_MAX_BYTES = 16 * 1024
 REASON_MAX_CHARS = 500
@@ -49,8 +50,8 @@ def marker(state_dir: str | Path) -> Path:
 
 def remember(state_dir: str | Path, reason: str) -> GivenUp:
     """Write the marker (durably: before the give-up's call goes out). Raises OSError."""
-    record = GivenUp(time.time(), " ".join(reason.split())[:REASON_MAX_CHARS])
-    write_atomically(marker(state_dir), json.dumps({"at": record.at, "reason": record.reason}).encode())
+    record = GivenUp(time.time(), one_line(reason, REASON_MAX_CHARS, mark=""))
+    save_json(marker(state_dir), {"at": record.at, "reason": record.reason})
     return record
 
 
@@ -61,12 +62,17 @@ def recall(state_dir: str | Path) -> GivenUp | None:
     if not path.exists() and not path.is_symlink():
         return None
     try:
-        data = json.loads(read_regular_file(path, MARKER_MAX_BYTES))
-        return GivenUp(float(data["at"]), str(data["reason"])[:REASON_MAX_CHARS])
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+        return load_json(path, MARKER_MAX_BYTES, "a give-up record", _given_up)
+    except (OSError, StateFileError) as exc:  # (OSError: a dangling link, a state_dir we may not read)
+        cause = exc.cause if isinstance(exc, StateFileError) else exc
         with contextlib.suppress(OSError):
-            return GivenUp(path.lstat().st_mtime, f"its record {path} is unreadable: {type(exc).__name__}")
+            return GivenUp(path.lstat().st_mtime, f"its record {path} is unreadable: {type(cause).__name__}")
         return GivenUp(time.time(), f"its record {path} is unreadable")
+
+
+def _given_up(data: dict[str, Any]) -> GivenUp:
+    """The marker's record; raises KeyError, TypeError or ValueError where it has no time or no reason."""
+    return GivenUp(float(data["at"]), str(data["reason"])[:REASON_MAX_CHARS])
 
 
 def start_over(state_dir: str | Path) -> str | None:

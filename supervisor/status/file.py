@@ -9,7 +9,6 @@ resume.py's own record.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 from ..engine.loop import EventLoop, Timer
 from ..lifecycle.states import FINAL_STATES
 from ..state import paths as statepaths
-from ..state.atomic import read_regular_file, write_atomically
+from ..state.atomic import StateFileError, load_json, save_json
 
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
@@ -31,7 +30,7 @@ STATE_MAX_READ_BYTES = 16 * 1024 * 1024
 
 def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
     """Write status.json atomically: a reader never sees half a file."""
-    write_atomically(statepaths.path(state_dir, statepaths.STATUS_FILE), json.dumps(snapshot, default=str).encode())
+    save_json(statepaths.path(state_dir, statepaths.STATUS_FILE), snapshot)
 
 
 class StateFile:
@@ -92,15 +91,19 @@ def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     """The last persisted snapshot, or None and why (missing, unreadable, or not shaped like one: never fatal)."""
     path = statepaths.path(state_dir, statepaths.STATUS_FILE)
     try:
-        data = json.loads(read_regular_file(path, STATE_MAX_READ_BYTES))
+        return load_json(path, STATE_MAX_READ_BYTES, "a status snapshot", _snapshot), None
     except FileNotFoundError:
         return None, f"no {path}"
-    except (OSError, ValueError, RecursionError) as exc:
-        return None, f"{path} is unreadable ({exc.__class__.__name__}: {exc}); ignoring it"
+    except StateFileError as exc:
+        return None, f"{exc}; ignoring it"
+
+
+def _snapshot(data: dict[str, Any]) -> dict[str, Any]:
+    """``data``, shaped like a snapshot; raises ValueError saying where it is not."""
     problem = snapshot_problem(data)
     if problem is not None:
-        return None, f"{path} does not hold a status snapshot ({problem}); ignoring it"
-    return data, None
+        raise ValueError(problem)
+    return data
 
 
 # What a snapshot read back (status.json, or an answer on the socket) must look like before anything

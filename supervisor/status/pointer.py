@@ -14,14 +14,13 @@ on one machine it names the last one started; the others are found with ``--stat
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..engine.survivors import is_live_supervisor
-from ..state.atomic import read_regular_file, write_atomically
+from ..state.atomic import load_json, save_json
 
 RUNTIME_DIR_ENV = "PROVER_SUPERVISOR_RUNTIME_DIR"
 ROOT_RUNTIME_DIR = Path("/run/prover-supervisor")
@@ -57,7 +56,7 @@ def point_here(state_dir: Path, socket: Path) -> Path | None:
         return None
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     record = {"pid": os.getpid(), "state_dir": str(state_dir), "socket": str(socket)}
-    write_atomically(path, json.dumps(record).encode() + b"\n")
+    save_json(path, record)
     return path
 
 
@@ -84,7 +83,6 @@ def pointed() -> Pointer | None:
 
 def _read(path: Path) -> dict[str, Any] | None:
     try:
-        found = json.loads(read_regular_file(path, POINTER_MAX_BYTES))
-    except (OSError, ValueError):  # none, unreadable, not JSON, not a regular file: no pointer
+        return load_json(path, POINTER_MAX_BYTES, "a pointer", dict)
+    except (OSError, ValueError):  # none, unreadable, not a JSON object (StateFileError): no pointer
         return None
-    return found if isinstance(found, dict) else None

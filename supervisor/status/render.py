@@ -18,12 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ..evidence.transfer import progress_text
+from ..text.show import one_line
 from ..text.units import fmt_bytes
 from .headline import failure_lines, gone_lines, headline, shown_value, since, span
 
 PhaseLines = Callable[[dict[str, Any], float, bool], list[str]]
 # The ledger lines shown (the latest calls; status --json has every one the snapshot carries).
 LEDGER_SHOWN = 8
+# A why or an error, as the status view shows it: on one line, cut here.
+ONE_LINE_CHARS = 300
 
 
 def _up(t: Any, now: float) -> str:
@@ -157,7 +160,7 @@ def _g(value: Any) -> str:
 
 
 def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())[:300]
+    return one_line(text, ONE_LINE_CHARS, mark="")
 
 
 def _children(snap: dict[str, Any], now: float, gone: bool) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from .show import shown
+
 KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
@@ -41,24 +43,24 @@ def is_ascii_digits(text: str) -> bool:
 def parse_size(text: str | int) -> int:
     """``"128GiB"``, ``"512MiB"``, ``"64M"``, ``"1.5G"`` or a number of bytes → bytes, at most MAX_SIZE."""
     if isinstance(text, bool) or not isinstance(text, int | str):
-        raise ValueError(f"{text!r} is not a size (e.g. \"128GiB\", \"512MiB\")")
+        raise ValueError(f"{shown(text)} is not a size (e.g. \"128GiB\", \"512MiB\")")
     if isinstance(text, int):
         if text < 0:
             raise ValueError(f"{text} is negative")
         if text > MAX_SIZE:
-            raise ValueError(f"{_shown(text)} bytes is more than the {MAX_SIZE_TEXT} a size may be")
+            raise ValueError(f"{shown(text)} bytes is more than the {MAX_SIZE_TEXT} a size may be")
         return text
     if text.strip().startswith("-"):
-        raise ValueError(f"{_shown(text)} is negative")
+        raise ValueError(f"{shown(text)} is negative")
     match = _SIZE_RE.fullmatch(text.strip())
     if match is None or match.group(2).lower() not in SIZE_UNITS:
-        raise ValueError(f"{_shown(text)} is not a size (e.g. \"128GiB\", \"512MiB\")")
+        raise ValueError(f"{shown(text)} is not a size (e.g. \"128GiB\", \"512MiB\")")
     number, unit = match.groups()
     if len(number) > _MAX_SIZE_DIGITS:
-        raise ValueError(f"{_shown(text)} has too many digits to be a size")
+        raise ValueError(f"{shown(text)} has too many digits to be a size")
     value = float(number) * SIZE_UNITS[unit.lower()]
     if not math.isfinite(value) or value > MAX_SIZE:
-        raise ValueError(f"{_shown(text)} is more than the {MAX_SIZE_TEXT} a size may be")
+        raise ValueError(f"{shown(text)} is more than the {MAX_SIZE_TEXT} a size may be")
     return int(value)
 
 
@@ -70,9 +72,3 @@ def fmt_bytes(n: int | None) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return f"{n}B"
-
-
-def _shown(value: object) -> str:
-    """The offending text, quoted and short, so that an error stays one readable line."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge number"
-    return text if len(text) <= 60 else text[:57] + "..."

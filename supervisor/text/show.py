@@ -1,0 +1,59 @@
+"""A value in a line: how every log line, status line and error shows a value it did not write itself.
+
+A value may be anything (a config's string with a newline in it, a manager's answer of a megabyte, an int of
+5000 digits), and the line that quotes it must stay one readable line. So there is one way to show one:
+
+- ``shown``: the value quoted as Python writes it, every character outside printable ASCII escaped (a newline,
+  an escape code, a right-to-left mark, a lone surrogate from the environment), cut to a length with "...".
+  ``bare`` leaves a plain word (printable, no white space) unquoted, for a name: a key, a path;
+- ``logged``: a value in a log line of the supervisor's own (an argv, a verdict's text): bare when it is one
+  word, else in plain double quotes, control characters escaped: readable where shlex's ``'"'"'`` is not;
+- ``one_line``: a why of any size (an exception's text, an answer) as words on one line, cut;
+- ``cut``: the one way a text is cut to a length, with a mark where it was.
+
+Specialisations live with their concept: a URL with its password masked (redact.shown_url), bytes for people
+(units.fmt_bytes).
+"""
+
+from __future__ import annotations
+
+# A value quoted in an error is cut to this many characters: the line stays readable, the value recognisable.
+SHOWN_CHARS = 60
+CUT_MARK = "..."
+# What an int too long for Python to print (more than sys.get_int_max_str_digits() digits) is shown as.
+TOO_MANY_DIGITS = "a number with too many digits"
+
+
+def cut(text: str, limit: int, mark: str = CUT_MARK) -> str:
+    """``text`` in at most ``limit`` characters: cut short, ``mark`` at the end, where it is longer."""
+    return text if len(text) <= limit else text[:limit - len(mark)] + mark
+
+
+def shown(value: object, limit: int = SHOWN_CHARS, *, bare: bool = False) -> str:
+    """``value`` as a line may quote it: quoted, printable ASCII only (``ascii()``), at most ``limit`` characters.
+    ``bare``: a string that is a plain word (printable, non-empty, no space) is shown as it is."""
+    if bare and isinstance(value, str) and value and value.isprintable() and not _has_space(value):
+        return cut(value, limit)
+    try:
+        text = ascii(value)
+    except ValueError:  # an int of more digits than Python prints
+        return TOO_MANY_DIGITS
+    return cut(text, limit)
+
+
+def logged(text: str) -> str:
+    """A value as a log line of the supervisor's shows it: bare when it is one word, else in plain double quotes
+    (a ``"`` or ``\\`` inside escaped with ``\\``); a control character (a newline) escaped, so the line stays one."""
+    if not text or _has_space(text) or any(c in "\"'\\" for c in text):
+        text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def one_line(text: object, limit: int, mark: str = CUT_MARK) -> str:
+    """``text`` (any object, as ``str()`` writes it) as words on one line (every run of white space, a newline
+    among them, made one space), at most ``limit`` characters."""
+    return cut(" ".join(str(text).split()), limit, mark)
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)

@@ -1,0 +1,62 @@
+"""supervisor.text.show, in-process: a value in a line stays one readable line whatever it is (a newline, an escape
+code, a lone surrogate, a megabyte, an int of 5000 digits): quoted and escaped (``shown``), bare where it is a
+plain word (``bare``, ``logged``), words on one line (``one_line``), and cut to a length with a mark (``cut``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from supervisor.text.show import CUT_MARK, SHOWN_CHARS, TOO_MANY_DIGITS, cut, logged, one_line, shown
+
+
+def test_cut_keeps_what_fits_and_marks_where_it_cut() -> None:
+    assert cut("abcdef", 6) == "abcdef"
+    assert cut("abcdefg", 6) == "abc..."
+    assert cut("abcdefg", 6, "…") == "abcde…"
+    assert cut("abcdefg", 3, "") == "abc"
+
+
+@pytest.mark.parametrize(("value", "quoted"), [
+    ("x", "'x'"), (1, "1"), (None, "None"), ([1], "[1]"), (True, "True"), (1.5, "1.5"),
+    ("a\nb", "'a\\nb'"), ("\x1b[31m", "'\\x1b[31m'"), ("caf\xe9", "'caf\\xe9'"), ("\udcff", "'\\udcff'"),
+])
+def test_shown_quotes_in_printable_ascii(value: Any, quoted: str) -> None:
+    assert shown(value) == quoted
+
+
+def test_shown_cuts_to_its_length_and_an_int_too_long_to_print_says_so() -> None:
+    assert shown("x" * 1000) == "'" + "x" * (SHOWN_CHARS - 1 - len(CUT_MARK)) + CUT_MARK
+    assert len(shown("x" * 1000)) == SHOWN_CHARS
+    assert len(shown("x" * 1000, 200)) == 200
+    assert shown(10 ** 5000) == TOO_MANY_DIGITS
+
+
+@pytest.mark.parametrize(("name", "named"), [
+    ("phases", "phases"), ("/tmp/caf\xe9.toml", "/tmp/caf\xe9.toml"), ("a b", "'a b'"), ("a\nb", "'a\\nb'"),
+    ("", "''"), ("\udcff", "'\\udcff'"),
+])
+def test_a_bare_name_is_shown_as_it_is_only_when_it_is_a_plain_word(name: str, named: str) -> None:
+    assert shown(name, bare=True) == named
+
+
+def test_a_bare_name_is_cut_too() -> None:
+    assert shown("k" * 100, 10, bare=True) == "kkkkkkk..."
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("exited", "exited"), ("", '""'), ("it's", '"it\'s"'), ("a b", '"a b"'),
+    ('say "hi" \\ bye', '"say \\"hi\\" \\\\ bye"'),
+    ("a\nb", '"a\\nb"'),  # a newline neither splits the line nor is shown raw
+    ("a\x1bb", "a\\x1bb"),  # one word with an escape code: bare, the code escaped
+])
+def test_logged_is_bare_for_a_word_else_double_quoted_and_always_one_line(text: str, said: str) -> None:
+    assert logged(text) == said
+
+
+def test_one_line_makes_white_space_one_space_and_cuts() -> None:
+    assert one_line("  a\n\tb  c ", 100) == "a b c"
+    assert one_line(ValueError("x\ny"), 100) == "x y"
+    assert one_line("a " * 100, 9, "…") == "a a a a …"
+    assert one_line("abcdef", 3, "") == "abc"

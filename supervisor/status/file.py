@@ -20,6 +20,7 @@ from ..engine.loop import EventLoop, Timer
 from ..lifecycle.states import FINAL_STATES
 from ..state import paths as statepaths
 from ..state.atomic import read_regular_file, write_atomically
+from .model import Snapshot
 
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
@@ -29,9 +30,10 @@ PERSIST_WINDOW_S = 1.0
 STATE_MAX_READ_BYTES = 16 * 1024 * 1024
 
 
-def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
+def persist(state_dir: Path, snapshot: Snapshot) -> None:
     """Write status.json atomically: a reader never sees half a file."""
-    write_atomically(statepaths.path(state_dir, statepaths.STATUS_FILE), json.dumps(snapshot, default=str).encode())
+    write_atomically(statepaths.path(state_dir, statepaths.STATUS_FILE),
+                     json.dumps(snapshot.to_json(), default=str).encode())
 
 
 class StateFile:
@@ -46,7 +48,7 @@ class StateFile:
     """
 
     def __init__(self, state_dir: Path, loop: EventLoop, log: Callable[[str], None],
-                 build: Callable[[], dict[str, Any]]) -> None:
+                 build: Callable[[], Snapshot]) -> None:
         self.path = statepaths.path(state_dir, statepaths.STATUS_FILE)
         self._state_dir = state_dir
         self._loop = loop
@@ -89,7 +91,8 @@ def _is_final(what: object) -> bool:
 
 
 def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """The last persisted snapshot, or None and why (missing, unreadable, or not shaped like one: never fatal)."""
+    """The last persisted snapshot as JSON (Snapshot.from_json reads it), or None and why (missing, unreadable,
+    or not shaped like one: never fatal)."""
     path = statepaths.path(state_dir, statepaths.STATUS_FILE)
     try:
         data = json.loads(read_regular_file(path, STATE_MAX_READ_BYTES))

@@ -5,7 +5,8 @@
 and values status.json and ``status --json`` have always had, which users and tests read) and rebuilt from
 JSON (``from_json``). A saved status.json may come from an older supervisor, or a broken or hand-edited one:
 ``from_json`` takes any JSON, and a key that is missing or of the wrong type is read as unknown (None, or an
-empty section), never an exception. (Whether a file is a snapshot at all is file.snapshot_problem's call:
+empty section), never an exception: each field is read as its declared type says (``_reader``), so a field
+added is read without a line more. (Whether a file is a snapshot at all is file.snapshot_problem's call:
 that gate comes first.) Numbers keep their JSON type (an int stays an int), so that what the supervisor
 wrote comes back out unchanged.
 
@@ -18,14 +19,16 @@ what a manager call carried and its answer.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Self, TypeVar
+from functools import cache
+from types import UnionType
+from typing import Any, Self, Union, get_args, get_origin, get_type_hints
 
 # What ``status`` found of the supervisor that wrote a snapshot (Fate.supervisor).
 RUNNING, EXITED, GONE, NOT_ANSWERING = "running", "exited", "gone", "not answering"
 
-R = TypeVar("R", bound="_Record")
+Reader = Callable[[Any], Any]
 
 
 def _text(value: Any) -> str | None:
@@ -51,22 +54,46 @@ def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _items(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+# How a field declared ``X | None`` is read, for each scalar X: anything else is None.
+_SCALARS: dict[Any, Reader] = {str: _text, int: _whole, float: _number, bool: _flag}
 
 
-def _lines(value: Any) -> tuple[str, ...]:
-    return tuple(str(line) for line in _items(value))
+def _reader(hint: Any) -> Reader:
+    """How a field of the declared type ``hint`` is read from JSON: whatever is not of the type reads as unknown
+    (None; an empty tuple or mapping; a part read from an empty object). A part (a _Record) reads its own fields
+    the same way; a list keeps its objects (or its lines, as text); ``X | None`` is None for null, an empty object
+    and any other type; a plain bool is True only for true."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType):
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        if _is_record(inner):
+            return lambda value: inner.from_json(value) if isinstance(value, dict) and value else None
+        if get_origin(inner) is Mapping:
+            return lambda value: value if isinstance(value, dict) else None
+        return _SCALARS[inner]
+    if hint is bool:
+        return lambda value: value is True
+    if origin is tuple:
+        item = args[0]
+        if item is str:
+            return lambda value: tuple(str(line) for line in value) if isinstance(value, list) else ()
+        return lambda value: tuple(item.from_json(x) for x in value if isinstance(x, dict)) \
+            if isinstance(value, list) else ()
+    if origin is Mapping:
+        item = args[1]
+        if item is Any:
+            return _object
+        if _is_record(item):
+            return lambda value: {str(k): item.from_json(v) for k, v in _object(value).items() if isinstance(v, dict)}
+        read = _reader(item)
+        return lambda value: {str(k): read(v) for k, v in _object(value).items()}
+    if _is_record(hint):
+        return lambda value: hint.from_json(_object(value))
+    raise TypeError(f"no JSON reading for a field of type {hint!r}")
 
 
-def _records(value: Any, kind: type[R]) -> tuple[R, ...]:
-    """Each JSON object of a list, read as ``kind``; what is not an object is left out."""
-    return tuple(kind.from_json(item) for item in _items(value) if isinstance(item, dict))
-
-
-def _section(value: Any, kind: type[R]) -> R | None:
-    """A JSON object read as ``kind``; None for null, an empty object, or what is not an object."""
-    return kind.from_json(value) if isinstance(value, dict) and value else None
+def _is_record(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, _Record)
 
 
 def _json(value: Any) -> Any:
@@ -80,15 +107,28 @@ def _json(value: Any) -> Any:
 
 
 class _Record:
-    """A part of the snapshot: its fields are its JSON keys, in order (a part with a rule of its own overrides
-    ``to_json``)."""
+    """A part of the snapshot: its fields are its JSON keys, in order, each read as its declared type says
+    (_reader). A part with a rule of its own overrides ``from_json`` or ``to_json``."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        raise NotImplementedError
+        return cls(**{name: read(data.get(name)) for name, read in _readers(cls).items()})
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: _json(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+def _others(kind: type[_Record], data: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that are none of ``kind``'s fields (a plugin's, on a phase or the manager), as they are."""
+    known = _readers(kind)
+    return {key: value for key, value in data.items() if key not in known}
+
+
+@cache
+def _readers(kind: type[_Record]) -> dict[str, Reader]:
+    """Each field of ``kind`` and how it is read (worked out once per part)."""
+    hints = get_type_hints(kind)
+    return {f.name: _reader(hints[f.name]) for f in fields(kind)}  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- the lifecycle
@@ -110,14 +150,6 @@ class Failure(_Record):
     last_lines: tuple[str, ...] = ()
     log_file: str | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(phase=_text(data.get("phase")), child=_text(data.get("child")), reason=_text(data.get("reason")),
-                   detail=_text(data.get("detail")), status=_whole(data.get("status")),
-                   exit_code=_whole(data.get("exit_code")), signal=_text(data.get("signal")),
-                   at=_number(data.get("at")), line=_text(data.get("line")), last_lines=_lines(data.get("last_lines")),
-                   log_file=_text(data.get("log_file")))
-
 
 @dataclass(frozen=True)
 class LifecycleStatus(_Record):
@@ -126,12 +158,6 @@ class LifecycleStatus(_Record):
     exit_status: int | None = None
     current: str | None = None  # the current phase's name
     failure: Failure | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(state=_text(data.get("state")), why=_text(data.get("why")),
-                   exit_status=_whole(data.get("exit_status")), current=_text(data.get("current")),
-                   failure=_section(data.get("failure"), Failure))
 
 
 # ---------------------------------------------------------------- a phase: its timers and its memory
@@ -142,20 +168,12 @@ class DeadlineTimer(_Record):
     limit_s: float | None = None  # timeout_s
     left_s: float | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(limit_s=_number(data.get("limit_s")), left_s=_number(data.get("left_s")))
-
 
 @dataclass(frozen=True)
 class LeftTimer(_Record):
     """A timer that says only what it has left: the backoff to the next attempt, the lifecycle's hold."""
 
     left_s: float | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(left_s=_number(data.get("left_s")))
 
 
 @dataclass(frozen=True)
@@ -165,12 +183,6 @@ class StallTimer(_Record):
     left_s: float | None = None
     signs: Mapping[str, float | None] = field(default_factory=dict)  # each sign of progress → its age, seconds
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(limit_s=_number(data.get("limit_s")), silent_s=_number(data.get("silent_s")),
-                   left_s=_number(data.get("left_s")),
-                   signs={str(what): _number(age) for what, age in _object(data.get("signs")).items()})
-
 
 @dataclass(frozen=True)
 class ReadyTimer(_Record):
@@ -178,11 +190,6 @@ class ReadyTimer(_Record):
     limit_s: float | None = None  # its ready_timeout_s
     waited_s: float | None = None
     left_s: float | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(child=_text(data.get("child")), limit_s=_number(data.get("limit_s")),
-                   waited_s=_number(data.get("waited_s")), left_s=_number(data.get("left_s")))
 
 
 @dataclass(frozen=True)
@@ -194,12 +201,6 @@ class Timers(_Record):
     stall: StallTimer | None = None
     ready: ReadyTimer | None = None
     hold: LeftTimer | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(deadline=_section(data.get("deadline"), DeadlineTimer),
-                   backoff=_section(data.get("backoff"), LeftTimer), stall=_section(data.get("stall"), StallTimer),
-                   ready=_section(data.get("ready"), ReadyTimer), hold=_section(data.get("hold"), LeftTimer))
 
     def to_json(self) -> dict[str, Any]:
         return {name: timer for name, timer in super().to_json().items() if timer is not None}
@@ -216,12 +217,6 @@ class PhaseMemory(_Record):
     limit: int | None = None
     oom_kills: int | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(memory_max=_whole(data.get("memory_max")), cgroup=data.get("cgroup") is True,
-                   usage=_whole(data.get("usage")), peak=_whole(data.get("peak")), limit=_whole(data.get("limit")),
-                   oom_kills=_whole(data.get("oom_kills")))
-
     def to_json(self) -> dict[str, Any]:
         written = super().to_json()
         return written if self.cgroup else {"memory_max": self.memory_max, "cgroup": False}
@@ -236,17 +231,6 @@ class DownloadProgress(_Record):
     rate_bytes_s: float | None = None  # None: not measured yet
     eta_s: float | None = None  # None: no total, or no rate
     files_done: int | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(done_bytes=_whole(data.get("done_bytes")), total_bytes=_whole(data.get("total_bytes")),
-                   rate_bytes_s=_number(data.get("rate_bytes_s")), eta_s=_number(data.get("eta_s")),
-                   files_done=_whole(data.get("files_done")))
-
-
-# The keys of a phase's object that are the core's; every other key is a plugin's (PhaseStatus.plugin).
-_PHASE_KEYS = ("name", "kind", "state", "since", "why", "attempt", "up", "hold", "bench", "progress", "facts",
-               "started_at", "up_at", "ended_at", "timers", "memory")
 
 
 @dataclass(frozen=True)
@@ -271,16 +255,7 @@ class PhaseStatus(_Record):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        bench = data.get("bench")
-        return cls(name=_text(data.get("name")), kind=_text(data.get("kind")), state=_text(data.get("state")),
-                   since=_number(data.get("since")), why=_text(data.get("why")), attempt=_whole(data.get("attempt")),
-                   up=_flag(data.get("up")), hold=_text(data.get("hold")),
-                   bench=bench if isinstance(bench, dict) else None,
-                   progress=_section(data.get("progress"), DownloadProgress), facts=_object(data.get("facts")),
-                   started_at=_number(data.get("started_at")), up_at=_number(data.get("up_at")),
-                   ended_at=_number(data.get("ended_at")), timers=Timers.from_json(_object(data.get("timers"))),
-                   memory=_section(data.get("memory"), PhaseMemory),
-                   plugin={key: value for key, value in data.items() if key not in _PHASE_KEYS})
+        return replace(super().from_json(data), plugin=_others(cls, data))
 
     def to_json(self) -> dict[str, Any]:
         written = super().to_json()
@@ -299,11 +274,6 @@ class Usage(_Record):
     cpu_s: float | None = None
     rss: int | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(processes=_whole(data.get("processes")), cpu_s=_number(data.get("cpu_s")),
-                   rss=_whole(data.get("rss")))
-
 
 @dataclass(frozen=True)
 class StopTimer(_Record):
@@ -311,10 +281,6 @@ class StopTimer(_Record):
 
     grace_s: float | None = None
     kill_in_s: float | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(grace_s=_number(data.get("grace_s")), kill_in_s=_number(data.get("kill_in_s")))
 
 
 @dataclass(frozen=True)
@@ -328,14 +294,6 @@ class ChildStatus(_Record):
     usage: Usage | None = None
     stop: StopTimer | None = None
     last_lines: tuple[str, ...] = ()
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(label=_text(data.get("label")), pid=_whole(data.get("pid")), phase=_text(data.get("phase")),
-                   state=_text(data.get("state")), started_at=_number(data.get("started_at")),
-                   last_output_at=_number(data.get("last_output_at")),
-                   usage=_section(data.get("usage"), Usage), stop=_section(data.get("stop"), StopTimer),
-                   last_lines=_lines(data.get("last_lines")))
 
 
 # ---------------------------------------------------------------- the machine: GPUs, watches, memory
@@ -351,12 +309,6 @@ class GpuSampleStatus(_Record):
     memory_used: int | None = None  # bytes
     memory_total: int | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(index=_whole(data.get("index")), name=_text(data.get("name")),
-                   utilization=_number(data.get("utilization")), memory_used=_whole(data.get("memory_used")),
-                   memory_total=_whole(data.get("memory_total")))
-
 
 @dataclass(frozen=True)
 class HungCallStatus(_Record):
@@ -366,10 +318,6 @@ class HungCallStatus(_Record):
     since: float | None = None  # wall time
     for_s: float | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(call=_text(data.get("call")), since=_number(data.get("since")), for_s=_number(data.get("for_s")))
-
 
 @dataclass(frozen=True)
 class GpuStatus(_Record):
@@ -378,13 +326,6 @@ class GpuStatus(_Record):
     samples: tuple[GpuSampleStatus, ...] = ()  # none in status.json (a sample costs time)
     unresponsive: HungCallStatus | None = None
     slow_calls: int | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(available=_flag(data.get("available")), why=_text(data.get("why")),
-                   samples=_records(data.get("samples"), GpuSampleStatus),
-                   unresponsive=_section(data.get("unresponsive"), HungCallStatus),
-                   slow_calls=_whole(data.get("slow_calls")))
 
 
 @dataclass(frozen=True)
@@ -400,13 +341,6 @@ class WatchStatus(_Record):
     misses: int | None = None
     failures: int | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(state=_text(data.get("state")), since=_number(data.get("since")),
-                   last_reading_s_ago=_number(data.get("last_reading_s_ago")), why=_text(data.get("why")),
-                   window_s=_number(data.get("window_s")), readings=_whole(data.get("readings")),
-                   misses=_whole(data.get("misses")), failures=_whole(data.get("failures")))
-
 
 @dataclass(frozen=True)
 class MemoryHigh(_Record):
@@ -416,11 +350,6 @@ class MemoryHigh(_Record):
     fraction: float | None = None
     limit: int | None = None
     line: str | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(at=_number(data.get("at")), fraction=_number(data.get("fraction")),
-                   limit=_whole(data.get("limit")), line=_text(data.get("line")))
 
 
 @dataclass(frozen=True)
@@ -436,23 +365,11 @@ class MemoryStatus(_Record):
     oom_kills: int | None = None
     warnings: Mapping[str, MemoryHigh] = field(default_factory=dict)  # by phase
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(mode=_text(data.get("mode")), why=_text(data.get("why")), snapshot=_text(data.get("snapshot")),
-                   usage=_whole(data.get("usage")), limit=_whole(data.get("limit")), peak=_whole(data.get("peak")),
-                   oom_kills=_whole(data.get("oom_kills")),
-                   warnings={str(phase): MemoryHigh.from_json(w)
-                             for phase, w in _object(data.get("warnings")).items() if isinstance(w, dict)})
-
 
 @dataclass(frozen=True)
 class LogFiles(_Record):
     dir: str | None = None
     supervisor: str | None = None  # the supervisor's own log file
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(dir=_text(data.get("dir")), supervisor=_text(data.get("supervisor")))
 
 
 # ---------------------------------------------------------------- the manager
@@ -465,10 +382,6 @@ class Delivered(_Record):
     kind: str | None = None
     id: int | None = None  # its outbox row
     at: float | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(kind=_text(data.get("kind")), id=_whole(data.get("id")), at=_number(data.get("at")))
 
 
 @dataclass(frozen=True)
@@ -485,13 +398,6 @@ class LedgerEntry(_Record):
     answer: Mapping[str, Any] = field(default_factory=dict)  # the answer's scalar values
     last_error: str | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(id=_whole(data.get("id")), kind=_text(data.get("kind")), state=_text(data.get("state")),
-                   attempts=_whole(data.get("attempts")), created=_number(data.get("created")),
-                   finished=_number(data.get("finished")), carried=_object(data.get("carried")),
-                   answer=_object(data.get("answer")), last_error=_text(data.get("last_error")))
-
 
 @dataclass(frozen=True)
 class RowStatus(_Record):
@@ -503,12 +409,6 @@ class RowStatus(_Record):
     error: str | None = None
     shown: str | None = None  # what status says of it
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        row = data.get("row")
-        return cls(at=_number(data.get("at")), row=row if isinstance(row, dict) else None,
-                   listed=_flag(data.get("listed")), error=_text(data.get("error")), shown=_text(data.get("shown")))
-
 
 @dataclass(frozen=True)
 class ClockStatus(_Record):
@@ -518,19 +418,9 @@ class ClockStatus(_Record):
     source: str | None = None
     deadline_s: float | None = None  # written only where the clock has a deadline
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(at=_number(data.get("at")), source=_text(data.get("source")),
-                   deadline_s=_number(data.get("deadline_s")))
-
     def to_json(self) -> dict[str, Any]:
         written = super().to_json()
         return written if self.deadline_s is not None else {"at": self.at, "source": self.source}
-
-
-# The keys of the manager's object that are the reporting's; every other key is a plugin's register answer field.
-_MANAGER_KEYS = ("enabled", "url", "label", "uuid", "outbox_pending", "last_delivered", "last_error",
-                 "last_error_at", "ledger", "log_backlog", "row", "killed", "clocks")
 
 
 @dataclass(frozen=True)
@@ -554,16 +444,7 @@ class ManagerStatus(_Record):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(enabled=data.get("enabled") is True, url=_text(data.get("url")), label=_text(data.get("label")),
-                   uuid=_text(data.get("uuid")),
-                   answers={key: value for key, value in data.items() if key not in _MANAGER_KEYS},
-                   outbox_pending=_whole(data.get("outbox_pending")),
-                   last_delivered=_section(data.get("last_delivered"), Delivered),
-                   last_error=_text(data.get("last_error")), last_error_at=_number(data.get("last_error_at")),
-                   ledger=_records(data.get("ledger"), LedgerEntry), log_backlog=_object(data.get("log_backlog")),
-                   row=_section(data.get("row"), RowStatus), killed=_text(data.get("killed")),
-                   clocks={str(name): ClockStatus.from_json(clock)
-                           for name, clock in _object(data.get("clocks")).items() if isinstance(clock, dict)})
+        return replace(super().from_json(data), answers=_others(cls, data))
 
     def to_json(self) -> dict[str, Any]:
         if not self.enabled:
@@ -604,11 +485,6 @@ class Exiting(_Record):
     flush_left_s: float | None = None
     giving_up: bool | None = None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(status=_whole(data.get("status")), flush_left_s=_number(data.get("flush_left_s")),
-                   giving_up=_flag(data.get("giving_up")))
-
 
 @dataclass(frozen=True)
 class Survivor(_Record):
@@ -617,10 +493,6 @@ class Survivor(_Record):
     pid: int | None = None
     name: str | None = None
     tag: str | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(pid=_whole(data.get("pid")), name=_text(data.get("name")), tag=_text(data.get("tag")))
 
 
 @dataclass(frozen=True)
@@ -631,11 +503,6 @@ class Fate(_Record):
     supervisor: str | None = None
     gone_since: float | None = None  # written for a gone one only
     survivors: tuple[Survivor, ...] = ()
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(supervisor=_text(data.get("supervisor")), gone_since=_number(data.get("gone_since")),
-                   survivors=_records(data.get("survivors"), Survivor))
 
     def to_json(self) -> dict[str, Any]:
         written = super().to_json()
@@ -671,21 +538,7 @@ class Snapshot(_Record):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(version=_whole(data.get("version")), pid=_whole(data.get("pid")), role=_text(data.get("role")),
-                   started_at=_number(data.get("started_at")), written_at=_number(data.get("written_at")),
-                   config=_text(data.get("config")),
-                   lifecycle=LifecycleStatus.from_json(_object(data.get("lifecycle"))),
-                   phases=_records(data.get("phases"), PhaseStatus),
-                   children=_records(data.get("children"), ChildStatus),
-                   gpus=GpuStatus.from_json(_object(data.get("gpus"))),
-                   watches={str(name): WatchStatus.from_json(w)
-                            for name, w in _object(data.get("watches")).items() if isinstance(w, dict)},
-                   memory=MemoryStatus.from_json(_object(data.get("memory"))),
-                   logs=_section(data.get("logs"), LogFiles),
-                   manager=ManagerStatus.from_json(_object(data.get("manager"))),
-                   verdicts=_records(data.get("verdicts"), VerdictStatus),
-                   exiting=_section(data.get("exiting"), Exiting),
-                   fate=Fate.from_json(data) if "supervisor" in data else None)
+        return replace(super().from_json(data), fate=Fate.from_json(data) if "supervisor" in data else None)
 
     def to_json(self) -> dict[str, Any]:
         written = super().to_json()

@@ -119,7 +119,7 @@ class _Record:
 
 
 def _others(kind: type[_Record], data: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys of ``data`` that are none of ``kind``'s fields (a plugin's, on a phase or the manager), as they are."""
+    """The keys of ``data`` that are none of ``kind``'s fields (a plugin's, a verdict's record), as they are."""
     known = _readers(kind)
     return {key: value for key, value in data.items() if key not in known}
 
@@ -471,7 +471,7 @@ class VerdictStatus(_Record):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        return cls(line=_text(data.get("line")), record={k: v for k, v in data.items() if k != "line"})
+        return replace(super().from_json(data), record=_others(cls, data))
 
     def to_json(self) -> dict[str, Any]:
         return {**self.record, "line": self.line}

@@ -17,8 +17,11 @@ from supervisor.status.headline import (
     since,
     span,
 )
+from supervisor.status.model import Snapshot
 
 NOW = 100_000.0
+# Each story is the JSON status.json would hold, read back as ``status`` reads it.
+read = Snapshot.from_json
 
 
 def test_span_at_its_unit_boundaries() -> None:
@@ -43,22 +46,22 @@ def test_shown_value_as_json_writes_it() -> None:
 
 def test_a_supervisor_that_does_not_answer() -> None:
     snap = {"supervisor": "not answering", "pid": 77, "written_at": NOW - 30, "lifecycle": {"state": "running"}}
-    assert headline(snap, False, NOW) == ("NOT ANSWERING: supervisor pid 77 is alive but its status socket does not "
-                                         "answer; last state written 30s ago")
+    assert headline(read(snap), False, NOW) == ("NOT ANSWERING: supervisor pid 77 is alive but its status socket does "
+                                               "not answer; last state written 30s ago")
 
 
 def test_gone_comes_before_the_failure_it_wrote() -> None:
     """A supervisor that died mid-failure: that it is gone (and its survivors) is the news."""
     snap = {"supervisor": "gone", "pid": 5, "written_at": None, "survivors": [],
             "lifecycle": {"state": "stopping", "failure": {"phase": "p", "child": "p", "reason": "exited"}}}
-    assert headline(snap, False, NOW).startswith("GONE: supervisor pid 5 is not running and did not stop (last "
+    assert headline(read(snap), False, NOW).startswith("GONE: supervisor pid 5 is not running and did not stop (last "
                                                  "state written never); 0 process(es)")
 
 
 def test_nothing_started_yet() -> None:
-    assert headline({"lifecycle": {"state": "starting", "current": None}, "phases": []}, True, NOW) == \
+    assert headline(read({"lifecycle": {"state": "starting", "current": None}, "phases": []}), True, NOW) == \
         "starting: no phase started yet"
-    assert headline({}, True, NOW) == "starting: no phase started yet"
+    assert headline(read({}), True, NOW) == "starting: no phase started yet"
 
 
 def running(phase: dict[str, object]) -> dict[str, object]:
@@ -67,53 +70,53 @@ def running(phase: dict[str, object]) -> dict[str, object]:
 
 def test_a_retry_says_when_the_next_attempt_comes() -> None:
     snap = running({"name": "fetch", "state": "backoff", "attempt": 3, "timers": {"backoff": {"left_s": 125}}})
-    assert headline(snap, True, NOW) == "retrying: fetch attempt 3 failed; next attempt in 2m05s"
+    assert headline(read(snap), True, NOW) == "retrying: fetch attempt 3 failed; next attempt in 2m05s"
 
 
 def test_a_daemon_not_yet_ready_says_whom_it_waits_for_and_how_long() -> None:
     snap = running({"name": "bench", "state": "starting", "attempt": 1,
                     "timers": {"ready": {"child": "cuzk", "waited_s": 42, "limit_s": 600}}})
-    assert headline(snap, True, NOW) == "starting: bench, waiting for cuzk to be ready (42s of 10m00s)"
+    assert headline(read(snap), True, NOW) == "starting: bench, waiting for cuzk to be ready (42s of 10m00s)"
 
 
 def test_a_phase_in_any_other_state_says_its_attempt_and_since_when() -> None:
     snap = running({"name": "fetch", "state": "running", "attempt": 2, "since": NOW - 8, "timers": {}})
-    assert headline(snap, True, NOW) == "running: fetch, attempt 2, since 8s ago"
+    assert headline(read(snap), True, NOW) == "running: fetch, attempt 2, since 8s ago"
 
 
 def test_a_hold_without_a_timer_says_no_time_left() -> None:
     snap = running({"name": "bench", "state": "done", "hold": "until the manager says", "timers": {}})
-    assert headline(snap, True, NOW) == "waiting: bench done, held: until the manager says"
+    assert headline(read(snap), True, NOW) == "waiting: bench done, held: until the manager says"
 
 
 def test_up_without_its_time_is_said_as_unknown() -> None:
     snap = running({"name": "curio", "state": "running", "up": True})
-    assert headline(snap, True, NOW) == "running: curio up ?"
+    assert headline(read(snap), True, NOW) == "running: curio up ?"
 
 
 def test_the_failing_child_named_with_its_phase_when_they_differ() -> None:
     snap = {"lifecycle": {"state": "stopped", "exit_status": 1, "failure": {
         "phase": "bench", "child": "cuzk", "reason": "exited", "at": NOW - 5}}}
-    assert headline(snap, False, NOW) == "FAILED: bench/cuzk exited 5s ago; exit 1"
+    assert headline(read(snap), False, NOW) == "FAILED: bench/cuzk exited 5s ago; exit 1"
 
 
 def test_a_failure_still_under_way_has_no_exit_yet() -> None:
     snap = {"lifecycle": {"state": "running", "failure": {"phase": "p", "child": "p", "reason": "stalled",
                                                          "at": NOW - 1}}}
-    assert headline(snap, True, NOW) == "FAILED: p stalled 1s ago"
+    assert headline(read(snap), True, NOW) == "FAILED: p stalled 1s ago"
 
 
 def test_a_stop_without_a_failure_says_stopped_and_why() -> None:
     snap = {"lifecycle": {"state": "stopped", "why": "SIGTERM", "exit_status": 143}}
-    assert headline(snap, False, NOW) == "stopped: SIGTERM; exit 143"
-    assert headline({"lifecycle": {"state": "stopping"}}, True, NOW) == "stopped: the supervisor stopped"
+    assert headline(read(snap), False, NOW) == "stopped: SIGTERM; exit 143"
+    assert headline(read({"lifecycle": {"state": "stopping"}}), True, NOW) == "stopped: the supervisor stopped"
 
 
 def test_failure_lines_show_only_the_last_few_each_cut_short() -> None:
     many = [f"line {i}" for i in range(20)] + ["x" * 500]
     snap = {"lifecycle": {"failure": {"phase": "p", "child": "c", "reason": "exited", "exit_code": 3,
                                       "last_lines": many}}}
-    out = failure_lines(snap)
+    out = failure_lines(read(snap))
     assert out[0] == "  cause: exited exit_code=3"
     assert out[1] == "  last lines of p/c:"
     shown = out[2:]
@@ -126,32 +129,32 @@ def test_failure_lines_show_only_the_last_few_each_cut_short() -> None:
 def test_failure_lines_without_lines_or_logs_are_the_cause_alone() -> None:
     snap = {"lifecycle": {"failure": {"phase": "p", "child": "p", "reason": "timeout", "detail": "after 600s",
                                       "last_lines": [], "signal": None}}}
-    assert failure_lines(snap) == ["  cause: timeout: after 600s"]
+    assert failure_lines(read(snap)) == ["  cause: timeout: after 600s"]
 
 
 def test_no_failure_no_failure_lines() -> None:
-    assert failure_lines({"lifecycle": {"state": "running"}}) == []
-    assert failure_lines({}) == []
+    assert failure_lines(read({"lifecycle": {"state": "running"}})) == []
+    assert failure_lines(read({})) == []
 
 
 def test_the_supervisors_log_alone_is_named() -> None:
     snap = {"lifecycle": {"failure": {"phase": "p", "child": "p", "reason": "exited"}},
             "logs": {"supervisor": "/var/log/s.log"}}
-    assert failure_lines(snap)[-1] == "  logs: /var/log/s.log"
+    assert failure_lines(read(snap))[-1] == "  logs: /var/log/s.log"
 
 
 def test_gone_lines_name_each_survivor_with_its_label_where_known() -> None:
     snap = {"supervisor": "gone", "children": [{"pid": 10, "label": "bench/cuzk"}, "junk"],
             "survivors": [{"pid": 10, "name": "cuzk-daemon"}, {"pid": 11, "name": "sleep"}, "junk"]}
-    assert gone_lines(snap) == ["  still alive, started by it (the next start of this state_dir ends them):",
+    assert gone_lines(read(snap)) == ["  still alive, started by it (the next start of this state_dir ends them):",
                                 "    pid 10 cuzk-daemon (bench/cuzk)", "    pid 11 sleep",
                                 "  what follows is the last state it wrote (last known)"]
 
 
 def test_gone_lines_with_nothing_alive_and_for_a_live_supervisor() -> None:
-    assert gone_lines({"supervisor": "gone", "survivors": []}) == [
+    assert gone_lines(read({"supervisor": "gone", "survivors": []})) == [
         "  nothing it started is still alive; what follows is the last state it wrote (last known)"]
-    assert gone_lines({"supervisor": "running", "survivors": [{"pid": 1}]}) == []
+    assert gone_lines(read({"supervisor": "running", "survivors": [{"pid": 1}]})) == []
 
 
 def test_a_snapshot_of_the_wrong_shapes_still_gives_a_line() -> None:
@@ -160,6 +163,6 @@ def test_a_snapshot_of_the_wrong_shapes_still_gives_a_line() -> None:
            {"lifecycle": {"current": "p"}, "phases": [None, 3, {"name": "p", "timers": []}]},
            {"supervisor": "gone", "survivors": "many"}]
     for snap in odd:
-        line = headline(snap, True, NOW)
+        line = headline(read(snap), True, NOW)
         assert line and "\n" not in line, snap
-        assert all(isinstance(x, str) for x in failure_lines(snap) + gone_lines(snap)), snap
+        assert all(isinstance(x, str) for x in failure_lines(read(snap)) + gone_lines(read(snap))), snap

@@ -20,6 +20,7 @@ import psutil
 from helpers import Console, Runner, free_port, sh, toml_str, wait_for
 
 from supervisor.status.health import CONNECTION_LIFE_S, CONNECTIONS_MAX, IDLE_S, HealthServer, HealthState, metrics_text
+from supervisor.status.model import Snapshot
 
 # A sample line of the Prometheus text format: name, optional {labels}, a float value.
 SAMPLE_RE = re.compile(
@@ -147,7 +148,7 @@ def test_metrics_byte_counts_are_exact() -> None:
     """Byte counts are written whole: %g would turn 25232932864 into 2.52329e+10 (50 MB off)."""
     snap = {"phases": [], "verdicts": [], "manager": {"enabled": True, "outbox_pending": 1234567},
             "memory": {"usage": 1234567891, "limit": 25232932864, "oom_kills": 0}}
-    text = metrics_text(snap)
+    text = metrics_text(Snapshot.from_json(snap))
     parse_metrics(text)
     assert "prover_supervisor_memory_usage 1234567891\n" in text, text
     assert "prover_supervisor_memory_limit 25232932864\n" in text, text

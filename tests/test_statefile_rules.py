@@ -21,6 +21,7 @@ from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle.states import PhaseState
 from supervisor.state import paths as statepaths
 from supervisor.status.file import PERSIST_BURST, PERSIST_WINDOW_S, StateFile, load_persisted, snapshot_problem
+from supervisor.status.model import Snapshot
 
 
 class Harness:
@@ -32,9 +33,9 @@ class Harness:
         self.state_dir = state_dir
         self.file = StateFile(state_dir, self.loop, self.said.append, self.build)
 
-    def build(self) -> dict[str, Any]:
+    def build(self) -> Snapshot:
         self.builds += 1
-        return {"written_at": float(self.builds), "phases": []}
+        return Snapshot.from_json({"written_at": float(self.builds), "phases": []})
 
     def on_disk(self) -> float:
         return json.loads(self.file.path.read_text())["written_at"]

@@ -30,6 +30,7 @@ from supervisor.lifecycle.resume import ResumeRecord
 from supervisor.lifecycle.states import PhaseState
 from supervisor.lifecycle.verdict import without_exit
 from supervisor.status.file import snapshot_problem
+from supervisor.status.model import Snapshot
 from supervisor.status.render import render
 from supervisor.status.snapshot import SNAPSHOT_LINE_CHARS, snapshot
 from supervisor.status.socket import query
@@ -567,7 +568,7 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     record = ResumeRecord(None, {"bench": earlier, "fetch": {"done_at": 1.0}})
     verdict = without_exit("work", "work", "timeout", 1, "deadline", attempt=1, last_lines=[long_line])
     snap = snapshot(role="subreaper", started_at=time.time() - 10, config="c.toml", lifecycle=life, gpus=None,
-                    memory=None, verdicts=[verdict], manager={"enabled": False}, resume=record)
+                    memory=None, verdicts=[verdict], manager={"enabled": False}, resume=record).to_json()
     assert snapshot_problem(json.loads(json.dumps(snap))) is None
     assert snap["lifecycle"] == {"state": "running", "why": "", "exit_status": None, "current": "work",
                                  "failure": None}
@@ -594,7 +595,7 @@ def test_the_text_of_a_saved_snapshot() -> None:
                         "hold": "the manager has not answered"}],
             "children": [], "gpus": {"why": "no GPU: NVML unavailable"}, "memory": {"mode": "shared", "why": "w"},
             "manager": {"enabled": False}, "verdicts": [{"line": "phase=svc child=svc reason=stopped"}]}
-    assert render(snap, live=False, now=now).splitlines() == [
+    assert render(Snapshot.from_json(snap), live=False, now=now).splitlines() == [
         "stopped: received SIGTERM",
         "no prover-supervisor is running; last state written 2m10s ago by pid 42",
         "lifecycle: stopped (received SIGTERM)",

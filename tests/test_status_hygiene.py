@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from helpers import Runner, failure, first_line, toml_list, verdict_lines
 
+from supervisor.status.model import Snapshot
 from supervisor.status.render import render
 from supervisor.text.show import logged
 
@@ -22,7 +23,7 @@ def _live_snapshot(now: float, last: dict[str, object]) -> dict[str, object]:
 
 def test_a_child_that_never_wrote_reads_last_output_never() -> None:
     now = 10_000.0
-    text = render(_live_snapshot(now, {}), live=True, now=now)
+    text = render(Snapshot.from_json(_live_snapshot(now, {})), live=True, now=now)
     (line,) = [x for x in text.splitlines() if x.startswith("  svc/svc")]
     assert line.endswith("last output never"), text
     assert "up 30s," in line, line
@@ -31,9 +32,9 @@ def test_a_child_that_never_wrote_reads_last_output_never() -> None:
 
 def test_a_manager_never_delivered_to_reads_none_and_a_delivery_its_age() -> None:
     now = 10_000.0
-    text = render(_live_snapshot(now, {}), live=True, now=now)
+    text = render(Snapshot.from_json(_live_snapshot(now, {})), live=True, now=now)
     assert "last delivered none" in text and "last delivered none " not in text, text
-    text = render(_live_snapshot(now, {"kind": "register", "at": now - 12}), live=True, now=now)
+    text = render(Snapshot.from_json(_live_snapshot(now, {"kind": "register", "at": now - 12})), live=True, now=now)
     assert "last delivered register 12s ago" in text, text
 
 
@@ -41,9 +42,10 @@ def test_a_phase_or_a_saved_state_with_no_time_reads_never() -> None:
     now = 10_000.0
     snap = _live_snapshot(now, {})
     snap["phases"] = [{"name": "svc", "state": "pending", "since": None, "attempt": 0, "why": "not started"}]
-    assert "  svc          pending   since never, attempt 0: not started" in render(snap, True, now).splitlines()
+    text = render(Snapshot.from_json(snap), True, now)
+    assert "  svc          pending   since never, attempt 0: not started" in text.splitlines()
     snap["written_at"] = None
-    assert "last state written never by pid 42" in render(snap, False, now)
+    assert "last state written never by pid 42" in render(Snapshot.from_json(snap), False, now)
 
 
 def test_a_value_is_shown_bare_or_in_plain_double_quotes() -> None:

@@ -30,6 +30,7 @@ from helpers import PY, REPO, Console, Runner, clean_env, free_port, sh, toml_li
 from supervisor.devmanager.server import DevManager
 from supervisor.lifecycle.states import PhaseState
 from supervisor.status.headline import failure_lines, headline
+from supervisor.status.model import Snapshot
 from supervisor.status.render import render
 from supervisor.status.timers import Timeline, phase_timers, stop_timer
 
@@ -379,20 +380,21 @@ def a_phase(state: PhaseState, *, deadline_at: float | None = None, backoff_unti
 def test_the_timers_are_what_the_phase_exposes_counted_from_now() -> None:
     helper = SimpleNamespace(label="p/helper", spec=SimpleNamespace(ready_timeout_s=30.0))
     running = a_phase(PhaseState.STARTING, deadline_at=1500.0, last_sign=990.0, waiting=(helper, 980.0))
-    assert phase_timers(running, None, now=1000.0) == {
+    assert phase_timers(running, None, now=1000.0).to_json() == {
         "deadline": {"limit_s": 600.0, "left_s": 500.0},
         "stall": {"limit_s": 60.0, "silent_s": 10.0, "left_s": 50.0, "signs": {"output": 10.0, "I/O": 2.0}},
         "ready": {"child": "p/helper", "limit_s": 30.0, "waited_s": 20.0, "left_s": 10.0},
     }
     # A deadline that passed shows 0 left, never a negative; a backoff shows the time to the next attempt.
     backing_off = a_phase(PhaseState.BACKOFF, deadline_at=900.0, backoff_until=1002.5, last_sign=1.0)
-    assert phase_timers(backing_off, None, now=1000.0) == {"deadline": {"limit_s": 600.0, "left_s": 0.0},
+    assert phase_timers(backing_off, None, now=1000.0).to_json() == {"deadline": {"limit_s": 600.0, "left_s": 0.0},
                                                            "backoff": {"left_s": 2.5}}
     # A done phase held by the bench gate: only the hold's time left.
     held = a_phase(PhaseState.DONE, deadline_at=1500.0)
-    assert phase_timers(held, 1048.0, now=1000.0) == {"hold": {"left_s": 48.0}}
-    assert phase_timers(a_phase(PhaseState.DONE, deadline_at=1500.0), None, now=1000.0) == {}
-    assert stop_timer(SimpleNamespace(kill_at=1007.0), 10.0, now=1000.0) == {"grace_s": 10.0, "kill_in_s": 7.0}
+    assert phase_timers(held, 1048.0, now=1000.0).to_json() == {"hold": {"left_s": 48.0}}
+    assert phase_timers(a_phase(PhaseState.DONE, deadline_at=1500.0), None, now=1000.0).to_json() == {}
+    stopping = stop_timer(SimpleNamespace(kill_at=1007.0), 10.0, now=1000.0)
+    assert stopping is not None and stopping.to_json() == {"grace_s": 10.0, "kill_in_s": 7.0}
     assert stop_timer(SimpleNamespace(kill_at=None), 10.0, now=1000.0) is None
 
 
@@ -414,25 +416,27 @@ def test_the_headline_for_each_story() -> None:
         "phase": "bench", "child": "bench", "reason": "oom_killed", "detail": "killed by the kernel OOM killer",
         "signal": "SIGKILL", "at": now - 125, "last_lines": ["a", "b"], "log_file": "/l/bench.log"}},
               "logs": {"supervisor": "/l/supervisor.log"}}
-    assert headline(failed, False, now) == "FAILED: bench oom_killed 2m05s ago; exit 137"
-    assert failure_lines(failed) == ["  cause: oom_killed signal=SIGKILL: killed by the kernel OOM killer",
-                                     "  last lines of bench/bench:", "    | a", "    | b",
-                                     "  logs: /l/bench.log, /l/supervisor.log"]
+    assert headline(Snapshot.from_json(failed), False, now) == "FAILED: bench oom_killed 2m05s ago; exit 137"
+    assert failure_lines(Snapshot.from_json(failed)) == [
+        "  cause: oom_killed signal=SIGKILL: killed by the kernel OOM killer", "  last lines of bench/bench:",
+        "    | a", "    | b", "  logs: /l/bench.log, /l/supervisor.log"]
     stopping = {**failed, "lifecycle": {**failed["lifecycle"], "state": "stopping"}}
-    assert headline(stopping, True, now).endswith("; stopping, exit 137 follows")
+    assert headline(Snapshot.from_json(stopping), True, now).endswith("; stopping, exit 137 follows")
     up = {"lifecycle": {"state": "running", "current": "curio"},
           "phases": [{"name": "curio", "state": "running", "up": True, "up_at": now - 11_520, "timers": {}}]}
-    assert headline(up, True, now) == "running: curio up 3h12m"
+    assert headline(Snapshot.from_json(up), True, now) == "running: curio up 3h12m"
     held = {"lifecycle": {"state": "running", "current": "bench"},
             "phases": [{"name": "bench", "state": "done", "hold": "waiting for the manager",
                         "timers": {"hold": {"left_s": 48.0}}}]}
-    assert headline(held, True, now) == "waiting: bench done, held: waiting for the manager (48s left)"
+    assert headline(Snapshot.from_json(held), True, now) == \
+        "waiting: bench done, held: waiting for the manager (48s left)"
     gone = {"pid": 4242, "written_at": now - 300, "supervisor": "gone", "survivors": [{"pid": 1}, {"pid": 2}],
             "lifecycle": {"state": "running"}}
-    assert headline(gone, False, now) == ("GONE: supervisor pid 4242 is not running and did not stop (last state "
-                                          "written 5m00s ago); 2 process(es) it started still alive")
+    assert headline(Snapshot.from_json(gone), False, now) == (
+        "GONE: supervisor pid 4242 is not running and did not stop (last state written 5m00s ago); 2 process(es) it "
+        "started still alive")
     done = {"lifecycle": {"state": "stopped", "why": "lifecycle complete", "exit_status": 0}}
-    assert headline(done, False, now) == "done: lifecycle complete; exit 0"
+    assert headline(Snapshot.from_json(done), False, now) == "done: lifecycle complete; exit 0"
 
 
 def test_the_ledger_and_phase_lines_in_the_text() -> None:
@@ -449,7 +453,7 @@ def test_the_ledger_and_phase_lines_in_the_text() -> None:
                                     "finished": now - 5, "carried": {"rate": 12.5}, "answer": {"passed": False},
                                     "last_error": None}]},
             "verdicts": []}
-    text = render(snap, live=True, now=now)
+    text = render(Snapshot.from_json(snap), live=True, now=now)
     assert "      started 100s ago, took 40s" in text.splitlines(), text
     assert "      memory: usage 10.0MiB, peak 20.0MiB, limit 384.0MiB (memory_max 384.0MiB)" in text.splitlines(), text
     assert "    bench-done   delivered 5s ago, 1 attempt(s), carried rate=12.5 -> passed: false" in text.splitlines()

@@ -15,6 +15,7 @@ from supervisor.lifecycle.hooks import ProgressReading
 from supervisor.state import paths as statepaths
 from supervisor.state.firstseen import FirstSeen
 from supervisor.status.health import metrics_text
+from supervisor.status.model import Snapshot
 from supervisor.status.render import render
 
 MIB = 1 << 20
@@ -139,8 +140,8 @@ def test_status_draws_its_own_progress_line_and_metrics_carry_the_figures() -> N
     snap = {"lifecycle": {"state": "running", "current": "paramfetch"},
             "phases": [{"name": "paramfetch", "state": "running", "since": 0, "why": "", "attempt": 1,
                         "progress": progress}]}
-    assert "progress [#" in render(snap, live=True, now=0)
-    text = metrics_text(snap)
+    assert "progress [#" in render(Snapshot.from_json(snap), live=True, now=0)
+    text = metrics_text(Snapshot.from_json(snap))
     assert f'prover_supervisor_phase_progress_done_bytes{{phase="paramfetch"}} {15 * GIB}' in text
     assert f'prover_supervisor_phase_progress_total_bytes{{phase="paramfetch"}} {50 * GIB}' in text
     assert 'prover_supervisor_phase_progress_eta_s{phase="paramfetch"}' in text

@@ -5,6 +5,7 @@ said at its first coming, then counted, the count said once a period. And the st
 from __future__ import annotations
 
 from supervisor.evidence.watchstate import REPEATS_KEYS_MAX, WHY_CHARS, Repeats, Watches, WatchState
+from supervisor.status.model import Snapshot
 from supervisor.status.render import watch_lines
 
 
@@ -113,8 +114,9 @@ def test_the_status_line_of_the_watches() -> None:
                "proofs watch": {"state": "blind", "since": 1000.0, "why": "cuzk /status: timed out"},
                "GPU Xid events": {"state": "stopped", "why": "no Xid events: no GPU supports them"},
                "odd": "not an object"}
-    assert watch_lines(watches, 1130.0) == [
+    assert watch_lines(Snapshot.from_json({"watches": watches}).watches, 1130.0) == [
         "watches: GPU sampling reading; proofs watch BLIND since 2m10s ago (cuzk /status: timed out); "
         "GPU Xid events stopped (no Xid events: no GPU supports them)"]
-    assert watch_lines({}, 0.0) == [] and watch_lines(None, 0.0) == []
-    assert watch_lines({"a": {"state": "reading"}}, 0.0, live=False) == ["watches (last known): a reading"]
+    assert watch_lines({}, 0.0) == [] and watch_lines(Snapshot.from_json({"watches": None}).watches, 0.0) == []
+    assert watch_lines(Snapshot.from_json({"watches": {"a": {"state": "reading"}}}).watches, 0.0, live=False) == [
+        "watches (last known): a reading"]

@@ -24,6 +24,7 @@ from ..state import paths as statepaths
 from ..status import pointer as runpointer
 from ..status import snapshot as snapshot_mod
 from ..status.file import StateFile
+from ..status.model import Exiting, Snapshot
 from ..status.socket import StatusServer
 from ..status.timers import Timeline
 from ..wiring import LifecycleEvents, Wiring
@@ -57,16 +58,15 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     timeline = Timeline()  # when each phase started and ended: heard before status.json is written
     lifecycle.listeners.append(timeline.changed)
 
-    def take_snapshot(usage: bool = True) -> dict[str, Any]:
-        snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
+    def take_snapshot(usage: bool = True) -> Snapshot:
+        flush = router.flush  # set once the lifecycle is over and the exit waits for the manager
+        exiting = Exiting(status=flush.status, flush_left_s=round(flush.seconds_left(), 1),
+                          giving_up=flush.giving_up) if flush is not None else None
+        return snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
                                      lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
                                      verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage,
                                      extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir,
-                                     watches=rt.evidence.watches)
-        if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
-            snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
-                               "giving_up": router.flush.giving_up}
-        return snap
+                                     watches=rt.evidence.watches, exiting=exiting)
 
     # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
@@ -121,7 +121,7 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
     plugin.attach(wiring)
 
 
-def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callable[..., dict[str, Any]],
+def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callable[..., Snapshot],
                         log: SupervisorLog) -> StatusServer | None:
     try:
         return StatusServer(loop, state_dir, take_snapshot, log)
@@ -132,7 +132,7 @@ def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callabl
         return None
 
 
-def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., dict[str, Any]],
+def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., Snapshot],
                  log: SupervisorLog) -> Any:
     """Health and metrics on 127.0.0.1:http_port, fed by a heartbeat of the loop."""
     port = plan.supervisor.http_port

@@ -20,13 +20,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from ..engine.survivors import is_live_supervisor, left_alive_by
 from ..exits import EXIT_NOT_RUNNING, EXIT_OK
 from ..state import paths as statepaths
 from ..text.stdio import STDOUT, lost, say
 from .file import load_persisted
+from .model import EXITED, GONE, NOT_ANSWERING, RUNNING, Fate, Snapshot, Survivor
 from .render import render
 from .socket import query
 
@@ -36,34 +36,31 @@ WATCH_INTERVAL_MIN_S = 0.1
 # Clear the screen and go home (a terminal only).
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
-RUNNING, EXITED, GONE, NOT_ANSWERING = "running", "exited", "gone", "not answering"
-
-
-def found(state_dir: Path) -> tuple[dict[str, Any] | None, bool, str | None]:
+def found(state_dir: Path) -> tuple[Snapshot | None, bool, str | None]:
     """(the snapshot, whether it is live, why there is none): the socket's answer, else status.json with
     what became of its writer (``supervisor``, ``survivors``)."""
-    snap = query(state_dir)
-    if snap is not None:
-        return {**snap, "supervisor": RUNNING, "survivors": []}, True, None
-    snap, why = load_persisted(state_dir)
-    if snap is None:
+    answer = query(state_dir)
+    if answer is not None:
+        return Snapshot.from_json(answer).found(Fate(RUNNING)), True, None
+    saved, why = load_persisted(state_dir)
+    if saved is None:
         return None, False, why
-    return {**snap, **writer_fate(snap, str(state_dir))}, False, None
+    snap = Snapshot.from_json(saved)
+    return snap.found(writer_fate(snap, str(state_dir))), False, None
 
 
-def writer_fate(snap: dict[str, Any], state_dir: str) -> dict[str, Any]:
+def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
     """What became of the supervisor that wrote ``snap`` and answers no more: exited, gone, or not answering."""
-    pid = snap.get("pid")
-    state = snap.get("lifecycle", {}).get("state") if isinstance(snap.get("lifecycle"), dict) else None
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return {"supervisor": EXITED if state == "stopped" else GONE, "survivors": []}
+    pid, state = snap.pid, snap.lifecycle.state
+    if pid is None or pid <= 0:
+        return Fate(EXITED if state == "stopped" else GONE)
     if is_live_supervisor(pid):
-        return {"supervisor": NOT_ANSWERING, "survivors": []}
+        return Fate(NOT_ANSWERING)
     survivors = left_alive_by(pid, state_dir)
     # "stopped" is written once every child was stopped: what its supervisor did not finish is left running.
     if state == "stopped" and not survivors:
-        return {"supervisor": EXITED, "survivors": []}
-    return {"supervisor": GONE, "gone_since": snap.get("written_at"), "survivors": survivors}
+        return Fate(EXITED)
+    return Fate(GONE, gone_since=snap.written_at, survivors=tuple(Survivor.from_json(s) for s in survivors))
 
 
 def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
@@ -78,7 +75,7 @@ def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
                         "state_dir": str(state_dir), "why": said}, indent=2) if as_json else said)
         return EXIT_NOT_RUNNING
     if as_json:
-        say(json.dumps({"running": live, "live": live, **snap}, indent=2, default=str))
+        say(json.dumps({"running": live, "live": live, **snap.to_json()}, indent=2, default=str))
     else:
         say(render(snap, live))
     return EXIT_OK if live else EXIT_NOT_RUNNING

@@ -19,6 +19,7 @@ from ..engine.loop import EventLoop, Timer
 from ..lifecycle.states import FINAL_STATES
 from ..state import paths as statepaths
 from ..state.atomic import StateFileError, load_json, save_json
+from .model import Snapshot
 
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
@@ -28,9 +29,9 @@ PERSIST_WINDOW_S = 1.0
 STATE_MAX_READ_BYTES = 16 * 1024 * 1024
 
 
-def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
+def persist(state_dir: Path, snapshot: Snapshot) -> None:
     """Write status.json atomically: a reader never sees half a file."""
-    save_json(statepaths.path(state_dir, statepaths.STATUS_FILE), snapshot)
+    save_json(statepaths.path(state_dir, statepaths.STATUS_FILE), snapshot.to_json())
 
 
 class StateFile:
@@ -45,7 +46,7 @@ class StateFile:
     """
 
     def __init__(self, state_dir: Path, loop: EventLoop, log: Callable[[str], None],
-                 build: Callable[[], dict[str, Any]]) -> None:
+                 build: Callable[[], Snapshot]) -> None:
         self.path = statepaths.path(state_dir, statepaths.STATUS_FILE)
         self._state_dir = state_dir
         self._loop = loop
@@ -88,7 +89,8 @@ def _is_final(what: object) -> bool:
 
 
 def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """The last persisted snapshot, or None and why (missing, unreadable, or not shaped like one: never fatal)."""
+    """The last persisted snapshot as JSON (Snapshot.from_json reads it), or None and why (missing, unreadable,
+    or not shaped like one: never fatal)."""
     path = statepaths.path(state_dir, statepaths.STATUS_FILE)
     try:
         return load_json(path, STATE_MAX_READ_BYTES, "a status snapshot", _snapshot), None

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any
+
+from .model import NOT_ANSWERING, ManagerStatus, Snapshot
 
 # The failing child's last lines shown under the headline (status.json keeps more).
 FAILURE_LINES_SHOWN = 5
@@ -42,99 +45,89 @@ def shown_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def headline(snap: dict[str, Any], live: bool, now: float) -> str:
+def headline(snap: Snapshot, live: bool, now: float) -> str:
     """One line: what the instance is doing, or how it ended, or that its supervisor is gone."""
-    life = _dict(snap.get("lifecycle"))
-    failure = _dict(life.get("failure"))
-    status = life.get("exit_status")
-    if snap.get("supervisor") == "gone":
-        alive = len(_list(snap.get("survivors")))
-        return (f"GONE: supervisor pid {snap.get('pid')} is not running and did not stop (last state written "
-                f"{since(snap.get('written_at'), now)}); {alive} process(es) it started still alive")
-    if snap.get("supervisor") == "not answering":
-        return (f"NOT ANSWERING: supervisor pid {snap.get('pid')} is alive but its status socket does not answer; "
-                f"last state written {since(snap.get('written_at'), now)}")
-    ending = _ending(life.get("state"), status)
-    if failure:
-        who = failure.get("phase") if failure.get("child") == failure.get("phase") else \
-            f"{failure.get('phase')}/{failure.get('child')}"
-        return f"FAILED: {who} {failure.get('reason')} {since(failure.get('at'), now)}{ending}"
-    if life.get("state") in ("stopping", "stopped"):
+    life, fate = snap.lifecycle, snap.fate
+    failure, status = life.failure, life.exit_status
+    if snap.gone:
+        alive = len(fate.survivors) if fate is not None else 0
+        return (f"GONE: supervisor pid {snap.pid} is not running and did not stop (last state written "
+                f"{since(snap.written_at, now)}); {alive} process(es) it started still alive")
+    if fate is not None and fate.supervisor == NOT_ANSWERING:
+        return (f"NOT ANSWERING: supervisor pid {snap.pid} is alive but its status socket does not answer; "
+                f"last state written {since(snap.written_at, now)}")
+    ending = _ending(life.state, status)
+    if failure is not None:
+        who = failure.phase if failure.child == failure.phase else f"{failure.phase}/{failure.child}"
+        return f"FAILED: {who} {failure.reason} {since(failure.at, now)}{ending}"
+    if life.state in ("stopping", "stopped"):
         word = "done" if status == 0 else "stopped"
-        return f"{word}: {life.get('why') or 'the supervisor stopped'}{ending}"
+        return f"{word}: {life.why or 'the supervisor stopped'}{ending}"
     return _on_its_way(snap, now)
 
 
-def _ending(state: Any, status: Any) -> str:
-    if state == "stopped" and isinstance(status, int):
+def _ending(state: str | None, status: int | None) -> str:
+    if state == "stopped" and status is not None:
         return f"; exit {status}"
-    if state == "stopping" and isinstance(status, int):
+    if state == "stopping" and status is not None:
         return f"; stopping, exit {status} follows"
     return ""
 
 
-def _on_its_way(snap: dict[str, Any], now: float) -> str:
+def _on_its_way(snap: Snapshot, now: float) -> str:
     """A lifecycle under way: the phase it is at, how long, and what it waits for."""
-    life = _dict(snap.get("lifecycle"))
-    phases = [p for p in _list(snap.get("phases")) if isinstance(p, dict)]
-    current = next((p for p in phases if p.get("name") == life.get("current")), None)
+    current = snap.current_phase()
     if current is None:
         return "starting: no phase started yet"
-    name, state, timers = current.get("name"), current.get("state"), _dict(current.get("timers"))
-    if current.get("hold"):
-        left = _dict(timers.get("hold")).get("left_s")
-        return f"waiting: {name} done, held: {current['hold']}" + (f" ({span(left)} left)" if left is not None else "")
-    if current.get("up"):
-        return f"running: {name} up {span(now - current['up_at']) if current.get('up_at') else '?'}"
+    name, state, timers = current.name, current.state, current.timers
+    if current.hold:
+        left = timers.hold.left_s if timers.hold is not None else None
+        return f"waiting: {name} done, held: {current.hold}" + (f" ({span(left)} left)" if left is not None else "")
+    if current.up:
+        return f"running: {name} up {span(now - current.up_at) if current.up_at else '?'}"
     if state == "backoff":
-        left = _dict(timers.get("backoff")).get("left_s")
-        return f"retrying: {name} attempt {current.get('attempt')} failed; next attempt in {span(left)}"
-    ready = _dict(timers.get("ready"))
-    if ready:
-        return (f"starting: {name}, waiting for {ready.get('child')} to be ready "
-                f"({span(ready.get('waited_s'))} of {span(ready.get('limit_s'))})")
-    return f"{state}: {name}, attempt {current.get('attempt')}, since {since(current.get('since'), now)}"
+        left = timers.backoff.left_s if timers.backoff is not None else None
+        return f"retrying: {name} attempt {current.attempt} failed; next attempt in {span(left)}"
+    ready = timers.ready
+    if ready is not None:
+        return (f"starting: {name}, waiting for {ready.child} to be ready "
+                f"({span(ready.waited_s)} of {span(ready.limit_s)})")
+    return f"{state}: {name}, attempt {current.attempt}, since {since(current.since, now)}"
 
 
-def failure_lines(snap: dict[str, Any]) -> list[str]:
+def failure_lines(snap: Snapshot) -> list[str]:
     """Under a failed lifecycle's headline: the cause, the failing child's last lines, where the logs are."""
-    failure = _dict(_dict(snap.get("lifecycle")).get("failure"))
-    killed = _dict(snap.get("manager")).get("killed")
+    failure = snap.lifecycle.failure
+    killed = snap.manager.killed
     if killed:  # the manager's word on the instance: said first, whatever else failed
-        return [f"  cause: {shown_value(killed)} (its row: state killed)", *failure_lines({**snap, "manager": {}})]
-    if not failure:
+        return [f"  cause: {shown_value(killed)} (its row: state killed)",
+                *failure_lines(replace(snap, manager=ManagerStatus()))]
+    if failure is None:
         return []
-    how = "".join(f" {k}={failure[k]}" for k in ("exit_code", "signal") if failure.get(k) is not None)
-    out = [f"  cause: {failure.get('reason')}{how}" + (f": {failure['detail']}" if failure.get("detail") else "")]
-    lines = [str(x) for x in _list(failure.get("last_lines"))][-FAILURE_LINES_SHOWN:]
+    how = "".join(f" {name}={value}" for name, value in (("exit_code", failure.exit_code), ("signal", failure.signal))
+                  if value is not None)
+    out = [f"  cause: {failure.reason}{how}" + (f": {failure.detail}" if failure.detail else "")]
+    lines = list(failure.last_lines[-FAILURE_LINES_SHOWN:])
     if lines:
-        out.append(f"  last lines of {failure.get('phase')}/{failure.get('child')}:")
+        out.append(f"  last lines of {failure.phase}/{failure.child}:")
         out.extend(f"    | {line[:200]}" for line in lines)
-    logs = [x for x in (failure.get("log_file"), _dict(snap.get("logs")).get("supervisor")) if x]
+    logs = [x for x in (failure.log_file, snap.logs.supervisor if snap.logs is not None else None) if x]
     if logs:
-        out.append(f"  logs: {', '.join(str(x) for x in logs)}")
+        out.append(f"  logs: {', '.join(logs)}")
     return out
 
 
-def gone_lines(snap: dict[str, Any]) -> list[str]:
+def gone_lines(snap: Snapshot) -> list[str]:
     """Under a gone supervisor's headline: what it started that is still alive (by its tag: ours for sure)."""
-    if snap.get("supervisor") != "gone":
+    if not snap.gone or snap.fate is None:
         return []
-    labels = {c.get("pid"): c.get("label") for c in _list(snap.get("children")) if isinstance(c, dict)}
-    survivors = [s for s in _list(snap.get("survivors")) if isinstance(s, dict)]
+    labels = {c.pid: c.label for c in snap.children}
+    survivors = snap.fate.survivors
     if not survivors:
         return ["  nothing it started is still alive; what follows is the last state it wrote (last known)"]
     out = ["  still alive, started by it (the next start of this state_dir ends them):"]
     for s in survivors:
-        label = labels.get(s.get("pid"))
-        out.append(f"    pid {s.get('pid')} {s.get('name')}" + (f" ({label})" if label else ""))
+        label = labels.get(s.pid)
+        out.append(f"    pid {s.pid} {s.name}" + (f" ({label})" if label else ""))
     out.append("  what follows is the last state it wrote (last known)")
     return out

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .model import Snapshot
+
 HEARTBEAT_S = 1.0
 # /healthz fails when the loop has not ticked for this long.
 STALE_AFTER_S = 10.0
@@ -170,7 +172,14 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-def metrics_text(snap: dict[str, Any]) -> str:
+# A download's figures (a phase's ``progress``: model.DownloadProgress), each a gauge of its own.
+PROGRESS_FIGURES = (("done_bytes", "Bytes a phase has done of its download (its progress)."),
+                    ("total_bytes", "Bytes a phase's download is expected to total (progress_total)."),
+                    ("rate_bytes_s", "A phase's download rate, bytes a second over its window."),
+                    ("eta_s", "Seconds until a phase's download is done, at that rate."))
+
+
+def metrics_text(snap: Snapshot) -> str:
     """Prometheus exposition text from a status snapshot."""
     lines: list[str] = []
 
@@ -182,42 +191,39 @@ def metrics_text(snap: dict[str, Any]) -> str:
             shown = _number(value)
             lines.append(f"{name}{{{rendered}}} {shown}" if rendered else f"{name} {shown}")
 
-    phases = snap.get("phases", [])
+    phases = snap.phases
     metric("prover_supervisor_up", "gauge", "The supervisor's loop is running.", [({}, 1)])
     metric("prover_supervisor_phase_info", "gauge", "Each phase's current state (1 for the state it is in).",
-           [({"phase": p["name"], "state": p["state"]}, 1) for p in phases])
+           [({"phase": p.name, "state": p.state}, 1) for p in phases])
     metric("prover_supervisor_phase_attempts", "gauge", "Attempts started per phase (restarts + 1).",
-           [({"phase": p["name"]}, p.get("attempt") or 0) for p in phases])
-    for key, help_text in (("done_bytes", "Bytes a phase has done of its download (its progress)."),
-                           ("total_bytes", "Bytes a phase's download is expected to total (progress_total)."),
-                           ("rate_bytes_s", "A phase's download rate, bytes a second over its window."),
-                           ("eta_s", "Seconds until a phase's download is done, at that rate.")):
+           [({"phase": p.name}, p.attempt or 0) for p in phases])
+    for key, help_text in PROGRESS_FIGURES:
         metric(f"prover_supervisor_phase_progress_{key}", "gauge", help_text,
-               [({"phase": p["name"]}, p["progress"][key]) for p in phases
-                if isinstance(p.get("progress"), dict) and isinstance(p["progress"].get(key), int | float)])
+               [({"phase": p.name}, figure) for p in phases
+                if p.progress is not None and (figure := getattr(p.progress, key)) is not None])
     added: dict[str, list[tuple[dict[str, object], float]]] = {}  # what a plugin adds (Wiring.add_status)
     for p in phases:
-        for name, value in (p.get("metrics") or {}).items():
+        plugin_metrics = p.plugin.get("metrics")
+        for name, value in (plugin_metrics.items() if isinstance(plugin_metrics, dict) else ()):
             if isinstance(value, int | float) and not isinstance(value, bool):
-                added.setdefault(name, []).append(({"phase": p["name"]}, float(value)))
+                added.setdefault(name, []).append(({"phase": p.name}, float(value)))
     for name, samples in sorted(added.items()):
         metric(f"prover_supervisor_{name}", "gauge", f"{name} per phase (the plugin's).", samples)
-    reasons = Counter(v.get("reason") for v in snap.get("verdicts", []))
+    reasons = Counter(v.reason for v in snap.verdicts)
     metric("prover_supervisor_verdicts", "gauge", "Ended children by reason (last 50 kept).",
-           [({"reason": r}, n) for r, n in sorted(reasons.items())])
-    mem = snap.get("memory", {})
-    for key, help_text in (("oom_kills", "OOM kills counted by the supervisor's memory cgroup."),
-                           ("usage", "Memory use of the supervisor's cgroup, bytes."),
-                           ("limit", "Memory limit of the supervisor's cgroup, bytes.")):
-        if mem.get(key) is not None:
-            metric(f"prover_supervisor_memory_{key}", "gauge", help_text, [({}, float(mem[key]))])
-    manager = snap.get("manager", {})
-    if manager.get("enabled"):
+           [({"reason": r}, n) for r, n in sorted(reasons.items(), key=lambda item: str(item[0]))])
+    mem = snap.memory
+    for key, value, help_text in (("oom_kills", mem.oom_kills, "OOM kills counted by the supervisor's memory cgroup."),
+                                  ("usage", mem.usage, "Memory use of the supervisor's cgroup, bytes."),
+                                  ("limit", mem.limit, "Memory limit of the supervisor's cgroup, bytes.")):
+        if value is not None:
+            metric(f"prover_supervisor_memory_{key}", "gauge", help_text, [({}, float(value))])
+    if snap.manager.enabled:
         metric("prover_supervisor_outbox_pending", "gauge", "Manager calls not delivered yet.",
-               [({}, float(manager.get("outbox_pending") or 0))])
-    gpus = snap.get("gpus", {}).get("samples", [])
+               [({}, float(snap.manager.outbox_pending or 0))])
+    gpus = snap.gpus.samples
     metric("prover_supervisor_gpu_utilization_percent", "gauge", "GPU utilisation per GPU (NVML).",
-           [({"gpu": g["index"]}, g["utilization"]) for g in gpus])
+           [({"gpu": g.index}, g.utilization) for g in gpus if g.utilization is not None])
     metric("prover_supervisor_gpu_memory_used_bytes", "gauge", "GPU memory used per GPU (NVML).",
-           [({"gpu": g["index"]}, g["memory_used"]) for g in gpus])
+           [({"gpu": g.index}, g.memory_used) for g in gpus if g.memory_used is not None])
     return "\n".join(lines) + "\n"

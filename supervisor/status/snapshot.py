@@ -1,6 +1,6 @@
 """The snapshot: everything the status view shows, built in the loop from the loop's own objects.
 
-One dict, the same for the status socket, status.json (statefile.py) and /metrics (health.py):
+One ``Snapshot`` (model.py), the same for the status socket, status.json (file.py) and /metrics (health.py):
 the lifecycle and the verdict that failed it, each phase (its timers, its timeline, its own cgroup's
 memory against its memory_max), the running children with their usage (psutil), last lines and stop
 grace, the GPU thread's latest sample, the memory evidence, the manager reporting (with its ledger of
@@ -25,6 +25,26 @@ import psutil
 
 from ..engine.logs import SUPERVISOR_LOG, child_log_name
 from ..text.ansi import strip_ansi
+from .model import (
+    ChildStatus,
+    DownloadProgress,
+    Exiting,
+    Failure,
+    GpuSampleStatus,
+    GpuStatus,
+    HungCallStatus,
+    LifecycleStatus,
+    LogFiles,
+    ManagerStatus,
+    MemoryHigh,
+    MemoryStatus,
+    PhaseMemory,
+    PhaseStatus,
+    Snapshot,
+    Usage,
+    VerdictStatus,
+    WatchStatus,
+)
 from .timers import AttemptView, PacingView, Timeline, phase_timers, stop_timer
 
 if TYPE_CHECKING:
@@ -122,41 +142,43 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
              resume: FactsView, usage: bool = True, timeline: Timeline | None = None,
              log_dir: str | None = None,
              extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None = None,
-             watches: WatchesView | None = None) -> dict[str, Any]:
+             watches: WatchesView | None = None, exiting: Exiting | None = None) -> Snapshot:
     """Everything the status view shows (call it in the loop). ``manager``: the reporting's status;
     ``timeline``: when each phase started and ended; ``log_dir``: where the log files are; ``extras``: what
-    a plugin adds to a phase's object (Wiring.add_status); ``watches``: each watch's own state.
+    a plugin adds to a phase's object (Wiring.add_status); ``watches``: each watch's own state; ``exiting``:
+    the exit waiting for the manager, once the lifecycle is over.
 
     ``usage=False`` (the persisted file) leaves out what costs time to measure: the
     children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds). ``extras``: per phase,
     what a plugin adds to its JSON object (wiring.Wiring.add_status)."""
     current = lifecycle.current()
     now = time.monotonic()  # the loop's clock: every timer is counted from it
-    children = [_child(phase.name, child, usage, now) for phase in lifecycle.phases for child in phase.live_children()]
+    children = tuple(_child(phase.name, child, usage, now)
+                     for phase in lifecycle.phases for child in phase.live_children())
     timeline = timeline or Timeline()
-    return {
-        "version": SNAPSHOT_VERSION,
-        "pid": os.getpid(),
-        "role": role,
-        "started_at": started_at,
-        "written_at": time.time(),
-        "config": config,
-        "lifecycle": {"state": _lifecycle_state(lifecycle, current, bool(children)), "why": lifecycle.shutdown_reason,
-                      "exit_status": lifecycle.exit_status,
-                      "current": current.name if current else None,
-                      "failure": _failure(lifecycle.failure, log_dir)},
-        "phases": [{**_phase(p, lifecycle.held(p.name), resume), **timeline.of(p.name),
-                    "timers": phase_timers(p, lifecycle.hold_ends(p.name), now),
-                    "memory": _phase_memory(p, memory), **_extras(p.name, extras)} for p in lifecycle.phases],
-        "children": children,
-        "gpus": _gpus(gpus, usage),
-        "watches": watches.to_dict(now) if watches is not None else {},
-        "memory": _memory(memory),
-        "logs": {"dir": log_dir, "supervisor": str(Path(log_dir) / SUPERVISOR_LOG)} if log_dir else {},
-        "manager": dict(manager),
-        "verdicts": [{**x.to_dict(), "line": x.line(), "last_lines": [s[:SNAPSHOT_LINE_CHARS] for s in x.last_lines]}
-                     for x in verdicts[-SNAPSHOT_VERDICTS:]],
-    }
+    return Snapshot(
+        version=SNAPSHOT_VERSION, pid=os.getpid(), role=role, started_at=started_at, written_at=time.time(),
+        config=config,
+        lifecycle=LifecycleStatus(state=_lifecycle_state(lifecycle, current, bool(children)),
+                                  why=lifecycle.shutdown_reason, exit_status=lifecycle.exit_status,
+                                  current=current.name if current else None,
+                                  failure=_failure(lifecycle.failure, log_dir)),
+        phases=tuple(PhaseStatus(**_phase(p, lifecycle.held(p.name), resume), **timeline.of(p.name),
+                                 timers=phase_timers(p, lifecycle.hold_ends(p.name), now),
+                                 memory=_phase_memory(p, memory), plugin=_extras(p.name, extras))
+                     for p in lifecycle.phases),
+        children=children,
+        gpus=_gpus(gpus, usage),
+        watches={name: WatchStatus.from_json(state) for name, state in watches.to_dict(now).items()}
+        if watches is not None else {},
+        memory=_memory(memory),
+        logs=LogFiles(dir=log_dir, supervisor=str(Path(log_dir) / SUPERVISOR_LOG)) if log_dir else None,
+        manager=ManagerStatus.from_json(manager),
+        verdicts=tuple(VerdictStatus(line=x.line(), record={
+            **x.to_dict(), "last_lines": [s[:SNAPSHOT_LINE_CHARS] for s in x.last_lines]})
+            for x in verdicts[-SNAPSHOT_VERDICTS:]),
+        exiting=exiting,
+    )
 
 
 def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, children_left: bool) -> str:
@@ -169,7 +191,7 @@ def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
     return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
             "attempt": p.attempt, "up": p.up, "hold": hold,
             "bench": vars(p.kept_result) if p.kept_result else None,
-            "progress": p.progress,
+            "progress": DownloadProgress.from_json(p.progress) if p.progress else None,
             # A phase not reached in this run keeps what an earlier run learnt about it.
             "facts": p.facts or resume.previous(p.name)}
 
@@ -185,17 +207,13 @@ def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, 
     return added
 
 
-def _child(phase: str, child: ChildView, usage: bool, now: float) -> dict[str, Any]:
+def _child(phase: str, child: ChildView, usage: bool, now: float) -> ChildStatus:
     last = child.output.last_output_at
-    return {
-        "label": child.label, "pid": child.pid, "phase": phase,
-        "state": "stopping" if child.stop_reason else "running",
-        "started_at": child.started_at,
-        "last_output_at": (time.time() - (now - last)) if last else None,
-        "usage": tree_usage(child.pid) if usage else None,
-        "stop": stop_timer(child, child.spec.stop_grace_s, now),
-        "last_lines": [line[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(CHILD_LINES)],
-    }
+    return ChildStatus(
+        label=child.label, pid=child.pid, phase=phase, state="stopping" if child.stop_reason else "running",
+        started_at=child.started_at, last_output_at=(time.time() - (now - last)) if last else None,
+        usage=tree_usage(child.pid) if usage else None, stop=stop_timer(child, child.spec.stop_grace_s, now),
+        last_lines=tuple(line[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(CHILD_LINES)))
 
 
 def plain(line: str) -> str:
@@ -203,58 +221,60 @@ def plain(line: str) -> str:
     return strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")[:SNAPSHOT_LINE_CHARS]
 
 
-def _failure(failure: Verdict | None, log_dir: str | None) -> dict[str, Any] | None:
+def _failure(failure: Verdict | None, log_dir: str | None) -> Failure | None:
     """The verdict that failed the lifecycle, for ``status`` to lead with, and the log file that has the rest."""
     if failure is None:
         return None
-    return {"phase": failure.phase, "child": failure.child, "reason": failure.reason, "detail": failure.detail,
-            "status": failure.status, "exit_code": failure.exit_code, "signal": failure.signal,
-            "at": failure.ended_at, "line": failure.line(),
-            "last_lines": [plain(s) for s in failure.last_lines[-FAILURE_LINES:]],
-            "log_file": str(Path(log_dir) / child_log_name(failure.phase, failure.child)) if log_dir else None}
+    return Failure(phase=failure.phase, child=failure.child, reason=failure.reason, detail=failure.detail,
+                   status=failure.status, exit_code=failure.exit_code, signal=failure.signal, at=failure.ended_at,
+                   line=failure.line(), last_lines=tuple(plain(s) for s in failure.last_lines[-FAILURE_LINES:]),
+                   log_file=str(Path(log_dir) / child_log_name(failure.phase, failure.child)) if log_dir else None)
 
 
-def _phase_memory(p: PhaseView, memory: MemoryEvidence | None) -> dict[str, Any] | None:
+def _phase_memory(p: PhaseView, memory: MemoryEvidence | None) -> PhaseMemory | None:
     """The phase's own cgroup (while it has one): usage and peak against its limit, which memory_max set."""
     memory_max = p.spec.memory_max
     mem_snap = memory.phase_snapshot(p.name) if memory is not None else None
     if mem_snap is None:
-        return None if memory_max is None else {"memory_max": memory_max, "cgroup": False}
-    return {"memory_max": memory_max, "cgroup": True, "usage": mem_snap.usage, "peak": mem_snap.peak,
-            "limit": mem_snap.limit, "oom_kills": mem_snap.oom_kills}
+        return None if memory_max is None else PhaseMemory(memory_max=memory_max, cgroup=False)
+    return PhaseMemory(memory_max=memory_max, cgroup=True, usage=mem_snap.usage, peak=mem_snap.peak,
+                       limit=mem_snap.limit, oom_kills=mem_snap.oom_kills)
 
 
-def _gpus(gpus: Gpus | None, usage: bool) -> dict[str, Any]:
+def _gpus(gpus: Gpus | None, usage: bool) -> GpuStatus:
     """The GPU thread's latest sample (a request keeps samples coming for a while): never NVML itself."""
     if gpus is None:
-        return {"available": False, "why": "not probed", "samples": [], "unresponsive": None, "slow_calls": 0}
+        return GpuStatus(available=False, why="not probed", samples=(), unresponsive=None, slow_calls=0)
     if usage:
         gpus.want_for()
     hung = gpus.unresponsive()
-    return {"available": gpus.available, "why": gpus.why,
-            "samples": [vars(s) for s in gpus.samples()] if usage else [],
-            "unresponsive": hung.to_dict(time.monotonic()) if hung is not None else None,
-            "slow_calls": gpus.slow_calls}
+    return GpuStatus(available=gpus.available, why=gpus.why,
+                     samples=tuple(GpuSampleStatus(**vars(s)) for s in gpus.samples()) if usage else (),
+                     unresponsive=HungCallStatus.from_json(hung.to_dict(time.monotonic())) if hung is not None
+                     else None,
+                     slow_calls=gpus.slow_calls)
 
 
-def _memory(memory: MemoryEvidence | None) -> dict[str, Any]:
-    mem_snap = memory.shared.snapshot() if memory is not None and memory.shared is not None else None
-    return {"mode": memory.mode if memory else "unavailable", "why": memory.why if memory else "",
-            "snapshot": mem_snap.describe() if mem_snap else None,
-            "usage": mem_snap.usage if mem_snap else None, "limit": mem_snap.limit if mem_snap else None,
-            "peak": mem_snap.peak if mem_snap else None, "oom_kills": mem_snap.oom_kills if mem_snap else None,
-            # Each phase's last memory_high (memwatch.py): when, how full, the line said.
-            "warnings": {phase: {"at": w.at, "fraction": round(w.fraction, 3), "limit": w.limit, "line": w.line}
-                         for phase, w in memory.warned.items()} if memory else {}}
+def _memory(memory: MemoryEvidence | None) -> MemoryStatus:
+    if memory is None:
+        return MemoryStatus(mode="unavailable", why="")
+    mem_snap = memory.shared.snapshot() if memory.shared is not None else None
+    return MemoryStatus(mode=memory.mode, why=memory.why, snapshot=mem_snap.describe() if mem_snap else None,
+                        usage=mem_snap.usage if mem_snap else None, limit=mem_snap.limit if mem_snap else None,
+                        peak=mem_snap.peak if mem_snap else None,
+                        oom_kills=mem_snap.oom_kills if mem_snap else None,
+                        # Each phase's last memory_high (memwatch.py): when, how full, the line said.
+                        warnings={phase: MemoryHigh(at=w.at, fraction=round(w.fraction, 3), limit=w.limit,
+                                                    line=w.line) for phase, w in memory.warned.items()})
 
 
-def tree_usage(pid: int) -> dict[str, Any]:
+def tree_usage(pid: int) -> Usage:
     """CPU seconds and RSS of a process and its descendants (psutil)."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return {"processes": 0, "cpu_s": None, "rss": None}
+        return Usage(processes=0, cpu_s=None, rss=None)
     cpu = rss = 0.0
     count = 0
     for proc in procs:
@@ -266,4 +286,4 @@ def tree_usage(pid: int) -> dict[str, Any]:
                 count += 1
         except psutil.Error:
             continue
-    return {"processes": count, "cpu_s": round(cpu, 2), "rss": int(rss)}
+    return Usage(processes=count, cpu_s=round(cpu, 2), rss=int(rss))

@@ -22,6 +22,7 @@ from typing import Any
 from ..engine.loop import EventLoop
 from ..state import paths as statepaths
 from .file import snapshot_problem
+from .model import Snapshot
 
 # A client that has not taken the rest of its answer within this long is dropped (by a writer thread).
 SEND_TIMEOUT_S = 2.0
@@ -40,7 +41,7 @@ class StatusServer:
     client after ``SEND_TIMEOUT_S``; past ``SLOW_CLIENTS_MAX`` the oldest is dropped).
     """
 
-    def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], dict[str, Any]],
+    def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], Snapshot],
                  log: Callable[[str], None]) -> None:
         self.path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
         self._build = build
@@ -70,7 +71,7 @@ class StatusServer:
             self._log(f"status: cannot accept a status request: {exc.strerror or exc}")
             return
         try:
-            data = json.dumps(self._build(), default=str).encode() + b"\n"
+            data = json.dumps(self._build().to_json(), default=str).encode() + b"\n"
         except (TypeError, ValueError) as exc:
             conn.close()
             self._log(f"status: could not answer a status request: {exc}")
@@ -162,6 +163,7 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
 
 
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:
-    """Ask the running supervisor; None when none answers on the socket, or not with a snapshot."""
+    """Ask the running supervisor; None when none answers on the socket, or not with a snapshot. The answer is
+    the snapshot as JSON (Snapshot.from_json reads it)."""
     answer = ask(state_dir, timeout)
     return answer if snapshot_problem(answer) is None else None

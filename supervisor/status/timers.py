@@ -13,9 +13,10 @@ lifecycle listener, ``Timeline``, notes it from the transitions it hears.
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, PhaseState
+from .model import DeadlineTimer, LeftTimer, ReadyTimer, StallTimer, StopTimer, Timers
 
 
 class StallWatchView(Protocol):
@@ -83,35 +84,33 @@ def _secs(value: float) -> float:
     return round(max(0.0, value), 1)
 
 
-def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> dict[str, dict[str, Any]]:
+def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> Timers:
     """The timers running for ``phase`` at monotonic ``now``: ``deadline`` (timeout_s), ``backoff`` (to the
     next attempt), ``stall`` (silence so far against stall_s), ``ready`` (the readiness wait under way against
     its ready_timeout_s), ``hold`` (the lifecycle held at it, the bench gate's time left). Only those running."""
     state, spec, pacing = phase.state, phase.spec, phase.pacing
     if state in FINAL_STATES and hold_ends is None:
-        return {}
-    timers: dict[str, dict[str, Any]] = {}
-    deadline = pacing.deadline_at
-    if deadline is not None and spec.timeout_s is not None and state not in FINAL_STATES:
-        timers["deadline"] = {"limit_s": spec.timeout_s, "left_s": _secs(deadline - now)}
-    backoff = pacing.backoff_until
-    if state is PhaseState.BACKOFF and backoff is not None:
-        timers["backoff"] = {"left_s": _secs(backoff - now)}
-    stall = pacing.stall
+        return Timers()
+    deadline_at, backoff_until, stall = pacing.deadline_at, pacing.backoff_until, pacing.stall
+    deadline = DeadlineTimer(limit_s=spec.timeout_s, left_s=_secs(deadline_at - now)) \
+        if deadline_at is not None and spec.timeout_s is not None and state not in FINAL_STATES else None
+    backoff = LeftTimer(left_s=_secs(backoff_until - now)) \
+        if state is PhaseState.BACKOFF and backoff_until is not None else None
+    stalled = None
     if state in ATTEMPT_RUNS and stall is not None and spec.stall_s is not None:
         silent = now - stall.watch.last_sign()
-        timers["stall"] = {"limit_s": spec.stall_s, "silent_s": _secs(silent), "left_s": _secs(spec.stall_s - silent),
-                           "signs": {what: _secs(age) for what, age in stall.watch.ages(now).items()}}
+        stalled = StallTimer(limit_s=spec.stall_s, silent_s=_secs(silent), left_s=_secs(spec.stall_s - silent),
+                             signs={what: _secs(age) for what, age in stall.watch.ages(now).items()})
     start = phase.current_attempt.start
     waiting = start.waiting if start is not None and state in ATTEMPT_RUNS else None
+    ready = None
     if waiting is not None:
         child, since = waiting
         limit = child.spec.ready_timeout_s
-        timers["ready"] = {"child": child.label, "limit_s": limit, "waited_s": _secs(now - since),
-                           "left_s": _secs(limit - (now - since))}
-    if hold_ends is not None:
-        timers["hold"] = {"left_s": _secs(hold_ends - now)}
-    return timers
+        ready = ReadyTimer(child=child.label, limit_s=limit, waited_s=_secs(now - since),
+                           left_s=_secs(limit - (now - since)))
+    hold = LeftTimer(left_s=_secs(hold_ends - now)) if hold_ends is not None else None
+    return Timers(deadline=deadline, backoff=backoff, stall=stalled, ready=ready, hold=hold)
 
 
 class StoppedChild(Protocol):
@@ -119,12 +118,12 @@ class StoppedChild(Protocol):
     def kill_at(self) -> float | None: ...
 
 
-def stop_timer(child: StoppedChild, grace_s: float, now: float) -> dict[str, Any] | None:
+def stop_timer(child: StoppedChild, grace_s: float, now: float) -> StopTimer | None:
     """A child being stopped: its grace (stop_grace_s) and how long until SIGKILL; None when not in its grace."""
     kill_at = child.kill_at
     if kill_at is None:
         return None
-    return {"grace_s": grace_s, "kill_in_s": _secs(kill_at - now)}
+    return StopTimer(grace_s=grace_s, kill_in_s=_secs(kill_at - now))
 
 
 class Timeline:

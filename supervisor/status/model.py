@@ -1,0 +1,563 @@
+"""The status snapshot's types: what status.json, the status socket, ``status`` (text and ``--json``) and
+/metrics read, as frozen dataclasses.
+
+``Snapshot`` is built in the loop from the live objects (snapshot.py), written as JSON (``to_json``: the keys
+and values status.json and ``status --json`` have always had, which users and tests read) and rebuilt from
+JSON (``from_json``). A saved status.json may come from an older supervisor, or a broken or hand-edited one:
+``from_json`` takes any JSON, and a key that is missing or of the wrong type is read as unknown (None, or an
+empty section), never an exception: each field is read as its declared type says (``_reader``), so a field
+added is read without a line more. (Whether a file is a snapshot at all is file.snapshot_problem's call:
+that gate comes first.) Numbers keep their JSON type (an int stays an int), so that what the supervisor
+wrote comes back out unchanged.
+
+Some parts belong to the module that makes them and stay mappings inside the typed parts: a plugin's keys on
+a phase (Wiring.add_status: ``summary``, ``metrics`` and the rest), the plugin's answer fields on the
+manager, a verdict's record (verdict.Verdict.to_dict), a phase's facts and kept result, the manager's row,
+what a manager call carried and its answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
+from types import UnionType
+from typing import Any, Self, Union, get_args, get_origin, get_type_hints
+
+# What ``status`` found of the supervisor that wrote a snapshot (Fate.supervisor).
+RUNNING, EXITED, GONE, NOT_ANSWERING = "running", "exited", "gone", "not answering"
+
+Reader = Callable[[Any], Any]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: Any) -> float | None:
+    """A finite JSON number as it was written (an int stays an int); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# How a field declared ``X | None`` is read, for each scalar X: anything else is None.
+_SCALARS: dict[Any, Reader] = {str: _text, int: _whole, float: _number, bool: _flag}
+
+
+def _reader(hint: Any) -> Reader:
+    """How a field of the declared type ``hint`` is read from JSON: whatever is not of the type reads as unknown
+    (None; an empty tuple or mapping; a part read from an empty object). A part (a _Record) reads its own fields
+    the same way; a list keeps its objects (or its lines, as text); ``X | None`` is None for null, an empty object
+    and any other type; a plain bool is True only for true."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType):
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        if _is_record(inner):
+            return lambda value: inner.from_json(value) if isinstance(value, dict) and value else None
+        if get_origin(inner) is Mapping:
+            return lambda value: value if isinstance(value, dict) else None
+        return _SCALARS[inner]
+    if hint is bool:
+        return lambda value: value is True
+    if origin is tuple:
+        item = args[0]
+        if item is str:
+            return lambda value: tuple(str(line) for line in value) if isinstance(value, list) else ()
+        return lambda value: tuple(item.from_json(x) for x in value if isinstance(x, dict)) \
+            if isinstance(value, list) else ()
+    if origin is Mapping:
+        item = args[1]
+        if item is Any:
+            return _object
+        if _is_record(item):
+            return lambda value: {str(k): item.from_json(v) for k, v in _object(value).items() if isinstance(v, dict)}
+        read = _reader(item)
+        return lambda value: {str(k): read(v) for k, v in _object(value).items()}
+    if _is_record(hint):
+        return lambda value: hint.from_json(_object(value))
+    raise TypeError(f"no JSON reading for a field of type {hint!r}")
+
+
+def _is_record(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, _Record)
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, _Record):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [_json(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _json(item) for key, item in value.items()}
+    return value
+
+
+class _Record:
+    """A part of the snapshot: its fields are its JSON keys, in order, each read as its declared type says
+    (_reader). A part with a rule of its own overrides ``from_json`` or ``to_json``."""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return cls(**{name: read(data.get(name)) for name, read in _readers(cls).items()})
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _json(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+def _others(kind: type[_Record], data: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that are none of ``kind``'s fields (a plugin's, a verdict's record), as they are."""
+    known = _readers(kind)
+    return {key: value for key, value in data.items() if key not in known}
+
+
+@cache
+def _readers(kind: type[_Record]) -> dict[str, Reader]:
+    """Each field of ``kind`` and how it is read (worked out once per part)."""
+    hints = get_type_hints(kind)
+    return {f.name: _reader(hints[f.name]) for f in fields(kind)}  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the lifecycle
+
+
+@dataclass(frozen=True)
+class Failure(_Record):
+    """The verdict that failed the lifecycle, for ``status`` to lead with, and the log file that has the rest."""
+
+    phase: str | None = None
+    child: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+    status: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    at: float | None = None
+    line: str | None = None
+    last_lines: tuple[str, ...] = ()
+    log_file: str | None = None
+
+
+@dataclass(frozen=True)
+class LifecycleStatus(_Record):
+    state: str | None = None  # starting, running, stopping, stopped
+    why: str | None = None
+    exit_status: int | None = None
+    current: str | None = None  # the current phase's name
+    failure: Failure | None = None
+
+
+# ---------------------------------------------------------------- a phase: its timers and its memory
+
+
+@dataclass(frozen=True)
+class DeadlineTimer(_Record):
+    limit_s: float | None = None  # timeout_s
+    left_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LeftTimer(_Record):
+    """A timer that says only what it has left: the backoff to the next attempt, the lifecycle's hold."""
+
+    left_s: float | None = None
+
+
+@dataclass(frozen=True)
+class StallTimer(_Record):
+    limit_s: float | None = None  # stall_s
+    silent_s: float | None = None
+    left_s: float | None = None
+    signs: Mapping[str, float | None] = field(default_factory=dict)  # each sign of progress → its age, seconds
+
+
+@dataclass(frozen=True)
+class ReadyTimer(_Record):
+    child: str | None = None  # the child waited for
+    limit_s: float | None = None  # its ready_timeout_s
+    waited_s: float | None = None
+    left_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Timers(_Record):
+    """The timers running for a phase (timers.phase_timers); only those running are written."""
+
+    deadline: DeadlineTimer | None = None
+    backoff: LeftTimer | None = None
+    stall: StallTimer | None = None
+    ready: ReadyTimer | None = None
+    hold: LeftTimer | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: timer for name, timer in super().to_json().items() if timer is not None}
+
+
+@dataclass(frozen=True)
+class PhaseMemory(_Record):
+    """The phase's own cgroup against its memory_max; ``cgroup`` False: it has none now (the rest is unwritten)."""
+
+    memory_max: int | None = None
+    cgroup: bool = False
+    usage: int | None = None
+    peak: int | None = None
+    limit: int | None = None
+    oom_kills: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        written = super().to_json()
+        return written if self.cgroup else {"memory_max": self.memory_max, "cgroup": False}
+
+
+@dataclass(frozen=True)
+class DownloadProgress(_Record):
+    """A download's figures (transfer.Progress.to_dict: exactly these keys), drawn by transfer.progress_text."""
+
+    done_bytes: int | None = None
+    total_bytes: int | None = None
+    rate_bytes_s: float | None = None  # None: not measured yet
+    eta_s: float | None = None  # None: no total, or no rate
+    files_done: int | None = None
+
+
+@dataclass(frozen=True)
+class PhaseStatus(_Record):
+    name: str | None = None
+    kind: str | None = None  # oneshot, service
+    state: str | None = None  # a PhaseState's value
+    since: float | None = None
+    why: str | None = None
+    attempt: int | None = None
+    up: bool | None = None
+    hold: str | None = None  # why the lifecycle is held at it, while it is
+    bench: Mapping[str, Any] | None = None  # the kept result (Phase.kept_result)
+    progress: DownloadProgress | None = None
+    facts: Mapping[str, Any] = field(default_factory=dict)  # what resume keeps of it
+    started_at: float | None = None  # the timeline (timers.Timeline): wall times
+    up_at: float | None = None
+    ended_at: float | None = None
+    timers: Timers = field(default_factory=Timers)
+    memory: PhaseMemory | None = None
+    plugin: Mapping[str, Any] = field(default_factory=dict)  # what a plugin adds (Wiring.add_status), as it added
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return replace(super().from_json(data), plugin=_others(cls, data))
+
+    def to_json(self) -> dict[str, Any]:
+        written = super().to_json()
+        plugin = written.pop("plugin")
+        return {**written, **plugin}  # the plugin's keys flat in the phase's object, last
+
+
+# ---------------------------------------------------------------- the children
+
+
+@dataclass(frozen=True)
+class Usage(_Record):
+    """CPU seconds and RSS of a child's process tree (psutil): left out of status.json (it costs time)."""
+
+    processes: int | None = None
+    cpu_s: float | None = None
+    rss: int | None = None
+
+
+@dataclass(frozen=True)
+class StopTimer(_Record):
+    """A child being stopped: its grace (stop_grace_s) and how long until SIGKILL."""
+
+    grace_s: float | None = None
+    kill_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ChildStatus(_Record):
+    label: str | None = None  # phase/child
+    pid: int | None = None
+    phase: str | None = None
+    state: str | None = None  # running, stopping
+    started_at: float | None = None
+    last_output_at: float | None = None
+    usage: Usage | None = None
+    stop: StopTimer | None = None
+    last_lines: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- the machine: GPUs, watches, memory
+
+
+@dataclass(frozen=True)
+class GpuSampleStatus(_Record):
+    """One GPU as the GPU thread last sampled it (gpu.GpuSample)."""
+
+    index: int | None = None
+    name: str | None = None
+    utilization: float | None = None  # percent
+    memory_used: int | None = None  # bytes
+    memory_total: int | None = None
+
+
+@dataclass(frozen=True)
+class HungCallStatus(_Record):
+    """An NVML call that has not returned (gpu.HungCall)."""
+
+    call: str | None = None
+    since: float | None = None  # wall time
+    for_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuStatus(_Record):
+    available: bool | None = None
+    why: str | None = None
+    samples: tuple[GpuSampleStatus, ...] = ()  # none in status.json (a sample costs time)
+    unresponsive: HungCallStatus | None = None
+    slow_calls: int | None = None
+
+
+@dataclass(frozen=True)
+class WatchStatus(_Record):
+    """One watch's own state (watchstate.WatchState.to_dict)."""
+
+    state: str | None = None  # reading, blind, idle, stopped, starting
+    since: float | None = None  # wall time
+    last_reading_s_ago: float | None = None
+    why: str | None = None
+    window_s: float | None = None
+    readings: int | None = None
+    misses: int | None = None
+    failures: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryHigh(_Record):
+    """A phase's last memory_high (memwatch.py): when, how full, of which limit, the line said."""
+
+    at: float | None = None
+    fraction: float | None = None
+    limit: int | None = None
+    line: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryStatus(_Record):
+    """The memory evidence: its mode, and the supervisor's cgroup (``snapshot``: it in one line)."""
+
+    mode: str | None = None
+    why: str | None = None
+    snapshot: str | None = None
+    usage: int | None = None
+    limit: int | None = None
+    peak: int | None = None
+    oom_kills: int | None = None
+    warnings: Mapping[str, MemoryHigh] = field(default_factory=dict)  # by phase
+
+
+@dataclass(frozen=True)
+class LogFiles(_Record):
+    dir: str | None = None
+    supervisor: str | None = None  # the supervisor's own log file
+
+
+# ---------------------------------------------------------------- the manager
+
+
+@dataclass(frozen=True)
+class Delivered(_Record):
+    """The manager's last delivered call."""
+
+    kind: str | None = None
+    id: int | None = None  # its outbox row
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class LedgerEntry(_Record):
+    """One call the manager was told (ledger.ledger): its state, attempts, what it carried and its answer."""
+
+    id: int | None = None
+    kind: str | None = None
+    state: str | None = None
+    attempts: int | None = None
+    created: float | None = None
+    finished: float | None = None
+    carried: Mapping[str, Any] = field(default_factory=dict)  # the call's scalar values
+    answer: Mapping[str, Any] = field(default_factory=dict)  # the answer's scalar values
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class RowStatus(_Record):
+    """The manager's row of this instance as last read (rowwatch.RowReading.to_dict)."""
+
+    at: float | None = None
+    row: Mapping[str, Any] | None = None  # the row's fields (row.Row)
+    listed: bool | None = None
+    error: str | None = None
+    shown: str | None = None  # what status says of it
+
+
+@dataclass(frozen=True)
+class ClockStatus(_Record):
+    """A clock the manager's deadlines run on (firstseen.FirstSeen): from when, what started it, its deadline."""
+
+    at: float | None = None
+    source: str | None = None
+    deadline_s: float | None = None  # written only where the clock has a deadline
+
+    def to_json(self) -> dict[str, Any]:
+        written = super().to_json()
+        return written if self.deadline_s is not None else {"at": self.at, "source": self.source}
+
+
+@dataclass(frozen=True)
+class ManagerStatus(_Record):
+    """The manager reporting (reporting.Reporter.status); with reporting off, only ``enabled`` is written."""
+
+    enabled: bool = False
+    url: str | None = None
+    label: str | None = None
+    uuid: str | None = None
+    answers: Mapping[str, Any] = field(default_factory=dict)  # a plugin's register answer fields, by name
+    outbox_pending: int | None = None
+    last_delivered: Delivered | None = None
+    last_error: str | None = None
+    last_error_at: float | None = None
+    ledger: tuple[LedgerEntry, ...] = ()
+    log_backlog: Mapping[str, Any] = field(default_factory=dict)
+    row: RowStatus | None = None
+    killed: str | None = None  # the manager's kill of the instance, in one line
+    clocks: Mapping[str, ClockStatus] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return replace(super().from_json(data), answers=_others(cls, data))
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.enabled:
+            return {"enabled": False}
+        written = super().to_json()
+        answers = written.pop("answers")
+        identity = {key: written.pop(key) for key in ("enabled", "url", "label", "uuid")}
+        return {**identity, **answers, **written}  # the answer fields next to the uuid, as the reporting writes
+
+
+# ---------------------------------------------------------------- verdicts, the exit, the writer's fate
+
+
+@dataclass(frozen=True)
+class VerdictStatus(_Record):
+    """A verdict: its line, and its record as the lifecycle keeps it (verdict.Verdict.to_dict, lines cut)."""
+
+    line: str | None = None
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str | None:
+        return _text(self.record.get("reason"))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return replace(super().from_json(data), record=_others(cls, data))
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.record, "line": self.line}
+
+
+@dataclass(frozen=True)
+class Exiting(_Record):
+    """The lifecycle is over and the exit waits for the manager (exitflush.ExitFlush)."""
+
+    status: int | None = None
+    flush_left_s: float | None = None
+    giving_up: bool | None = None
+
+
+@dataclass(frozen=True)
+class Survivor(_Record):
+    """A process a gone supervisor started that is still alive (survivors.left_alive_by)."""
+
+    pid: int | None = None
+    name: str | None = None
+    tag: str | None = None
+
+
+@dataclass(frozen=True)
+class Fate(_Record):
+    """What ``status`` found of the supervisor that wrote the snapshot (command.py), never written by it:
+    ``supervisor`` is RUNNING, EXITED, GONE or NOT_ANSWERING; a gone one says since when, and what it left."""
+
+    supervisor: str | None = None
+    gone_since: float | None = None  # written for a gone one only
+    survivors: tuple[Survivor, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        written = super().to_json()
+        if self.supervisor != GONE:
+            del written["gone_since"]
+        return written
+
+
+# ---------------------------------------------------------------- the whole
+
+
+@dataclass(frozen=True)
+class Snapshot(_Record):
+    """Everything the status view shows (snapshot.snapshot builds it in the loop)."""
+
+    version: int | None = None
+    pid: int | None = None  # the supervisor's
+    role: str | None = None
+    started_at: float | None = None
+    written_at: float | None = None
+    config: str | None = None
+    lifecycle: LifecycleStatus = field(default_factory=LifecycleStatus)
+    phases: tuple[PhaseStatus, ...] = ()
+    children: tuple[ChildStatus, ...] = ()
+    gpus: GpuStatus = field(default_factory=GpuStatus)
+    watches: Mapping[str, WatchStatus] = field(default_factory=dict)
+    memory: MemoryStatus = field(default_factory=MemoryStatus)
+    logs: LogFiles | None = None  # None: no log_dir (written as {})
+    manager: ManagerStatus = field(default_factory=ManagerStatus)
+    verdicts: tuple[VerdictStatus, ...] = ()
+    exiting: Exiting | None = None  # written only while the exit waits for the manager
+    fate: Fate | None = None  # what ``status`` found of the writer (command.py); its keys are written flat
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        return replace(super().from_json(data), fate=Fate.from_json(data) if "supervisor" in data else None)
+
+    def to_json(self) -> dict[str, Any]:
+        written = super().to_json()
+        written["logs"] = written["logs"] or {}
+        if written["exiting"] is None:
+            del written["exiting"]
+        fate = written.pop("fate")
+        return {**written, **(fate or {})}
+
+    @property
+    def gone(self) -> bool:
+        """Its supervisor is gone: killed from outside, what it started perhaps still running."""
+        return self.fate is not None and self.fate.supervisor == GONE
+
+    def current_phase(self) -> PhaseStatus | None:
+        """The phase the lifecycle is at (by the lifecycle's ``current``), if it is among the phases."""
+        return next((p for p in self.phases if p.name == self.lifecycle.current), None) \
+            if self.lifecycle.current is not None else None
+
+    def found(self, fate: Fate) -> Snapshot:
+        """The snapshot with what ``status`` found of its writer."""
+        return replace(self, fate=fate)

@@ -20,10 +20,16 @@ def test_cut_keeps_what_fits_and_marks_where_it_cut() -> None:
 
 @pytest.mark.parametrize(("value", "quoted"), [
     ("x", "'x'"), (1, "1"), (None, "None"), ([1], "[1]"), (True, "True"), (1.5, "1.5"),
-    ("a\nb", "'a\\nb'"), ("\x1b[31m", "'\\x1b[31m'"), ("caf\xe9", "'caf\\xe9'"), ("\udcff", "'\\udcff'"),
+    ("a\nb", "'a\\nb'"), ("\x1b[31m", "'\\x1b[31m'"), ("\udcff", "'\\udcff'"), ("\u202e", "'\\u202e'"),
 ])
-def test_shown_quotes_in_printable_ascii(value: Any, quoted: str) -> None:
+def test_shown_quotes_with_every_character_that_does_not_print_escaped(value: Any, quoted: str) -> None:
     assert shown(value) == quoted
+    assert shown(value, ascii_only=True) == quoted
+
+
+def test_a_config_value_is_shown_as_written_a_peers_answer_in_ascii() -> None:
+    assert shown("caf\xe9") == "'caf\xe9'"
+    assert shown("caf\xe9", ascii_only=True) == "'caf\\xe9'"
 
 
 def test_shown_cuts_to_its_length_and_an_int_too_long_to_print_says_so() -> None:

@@ -38,13 +38,19 @@ class Identity:
     fields: Mapping[str, str | None] = field(default_factory=dict)
 
 
+def answered(value: Any) -> str:
+    """A value the manager answered, as our lines quote it: in ASCII (text/show.py), so nothing a peer sends
+    can pass for something else in a line of ours."""
+    return shown(value, ascii_only=True)
+
+
 def check_uuid(value: Any) -> str:
     if not isinstance(value, str):
-        raise AnswerError(f"not a string: {shown(value)}")
+        raise AnswerError(f"not a string: {answered(value)}")
     if len(value) > UUID_MAX_CHARS:
-        raise AnswerError(f"{len(value)} characters, more than {UUID_MAX_CHARS}: {shown(value)}")
+        raise AnswerError(f"{len(value)} characters, more than {UUID_MAX_CHARS}: {answered(value)}")
     if not UUID_RE.fullmatch(value):
-        raise AnswerError(f"not 1..{UUID_MAX_CHARS} of letters, digits, '-', '_', '.', ':': {shown(value)}")
+        raise AnswerError(f"not 1..{UUID_MAX_CHARS} of letters, digits, '-', '_', '.', ':': {answered(value)}")
     return value
 
 
@@ -52,9 +58,9 @@ def register_answer(body: Any, checks: Mapping[str, FieldCheck] | None = None) -
     """``{"uuid": "...", ...}`` → Identity, with each field of ``checks`` checked (absent: None given);
     anything else is an AnswerError."""
     if not isinstance(body, dict):
-        raise AnswerError(f"unusable answer: not a JSON object: {shown(body)}")
+        raise AnswerError(f"unusable answer: not a JSON object: {answered(body)}")
     if "uuid" not in body:
-        raise AnswerError(f"unusable answer: no uuid in {shown(body)}")
+        raise AnswerError(f"unusable answer: no uuid in {answered(body)}")
     try:
         uuid = check_uuid(body["uuid"])
     except AnswerError as exc:

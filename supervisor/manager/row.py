@@ -23,8 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..state.firstseen import CLOCK_SKEW_S
-from ..text.show import shown
-from .answers import UUID_RE
+from .answers import UUID_RE, answered
 
 KILLED = "killed"
 ROW_STATES = ("registered", "params_done", "bench_done", "running", KILLED)
@@ -81,12 +80,12 @@ def manager_time(value: Any, name: str, now: float) -> float:
     """A row's time (``YYYY-MM-DD HH:MM:SS``, UTC) as epoch seconds; RowError when it is not one, or when it
     is later than ``now`` beyond CLOCK_SKEW_S (impossible: the manager wrote it in the past)."""
     if not isinstance(value, str) or len(value) != 19:
-        raise RowError(f"{name} is not a time as the manager writes it (YYYY-MM-DD HH:MM:SS): {shown(value)}")
+        raise RowError(f"{name} is not a time as the manager writes it (YYYY-MM-DD HH:MM:SS): {answered(value)}")
     try:
         epoch = float(calendar.timegm(time.strptime(value, TIME_FORMAT)))
     except ValueError:
         raise RowError(f"{name} is not a time as the manager writes it (YYYY-MM-DD HH:MM:SS): "
-                       f"{shown(value)}") from None
+                       f"{answered(value)}") from None
     if epoch < MANAGER_TIME_MIN:
         raise RowError(f"{name} {value} UTC is before any manager ran: impossible, not used")
     if epoch > now + CLOCK_SKEW_S:
@@ -99,7 +98,7 @@ def _number(value: Any, name: str, maximum: float) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
             or not 0 <= value <= maximum:
-        raise RowError(f"{name} is not a number in 0..{maximum:g}: {shown(value)}")
+        raise RowError(f"{name} is not a number in 0..{maximum:g}: {answered(value)}")
     return float(value)
 
 
@@ -109,7 +108,7 @@ def rows_of(body: Any) -> list[Any]:
         return list(body["instances"])
     if isinstance(body, list):
         return body
-    raise RowError(f"GET /status answered neither a list of rows nor {{\"instances\": [...]}}: {shown(body)}")
+    raise RowError(f"GET /status answered neither a list of rows nor {{\"instances\": [...]}}: {answered(body)}")
 
 
 def find_row(body: Any, uuid: str, now: float) -> tuple[Row | None, list[str]]:
@@ -126,10 +125,10 @@ def find_row(body: Any, uuid: str, now: float) -> tuple[Row | None, list[str]]:
 def row_from(raw: dict[str, Any], now: float) -> tuple[Row, list[str]]:
     uuid = raw.get("uuid")
     if not isinstance(uuid, str) or not UUID_RE.fullmatch(uuid):
-        raise RowError(f"a row's uuid is unusable: {shown(uuid)}")
+        raise RowError(f"a row's uuid is unusable: {answered(uuid)}")
     state = raw.get("state")
     if state not in ROW_STATES:
-        raise RowError(f"uuid {uuid}: state is not one of {', '.join(ROW_STATES)}: {shown(state)}")
+        raise RowError(f"uuid {uuid}: state is not one of {', '.join(ROW_STATES)}: {answered(state)}")
     notes: list[str] = []
     times: dict[str, float | None] = {}
     for name in TIME_FIELDS:
@@ -142,7 +141,7 @@ def row_from(raw: dict[str, Any], now: float) -> tuple[Row, list[str]]:
             notes.append(f"the manager's row for {uuid}: {exc}")
     reason = raw.get("kill_reason")
     if reason is not None and not isinstance(reason, str):
-        raise RowError(f"uuid {uuid}: kill_reason is not text: {shown(reason)}")
+        raise RowError(f"uuid {uuid}: kill_reason is not text: {answered(reason)}")
     if reason:
         reason = " ".join(reason.split())
         reason = "".join(c if c.isprintable() else "?" for c in reason)[:KILL_REASON_MAX_CHARS]

@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..lifecycle.states import PhaseState
-from ..manager.answers import AnswerError
+from ..manager.answers import AnswerError, answered
 from ..manager.client import Answer, ManagerClient, TransientError
-from ..text.show import shown
 from ..wiring import CallKind, Payload
 from .gate import BenchGate
 
@@ -78,20 +77,20 @@ def check_runner_id(value: Any) -> str | None:
     if value is None or value == "":
         return None
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise AnswerError(f"runner_id is not a whole number: {shown(value)}")
+        raise AnswerError(f"runner_id is not a whole number: {answered(value)}")
     if isinstance(value, str):
         if not (value.isascii() and value.isdigit() and len(value) <= RUNNER_ID_MAX_DIGITS):
-            raise AnswerError(f"runner_id is not a whole number: {shown(value)}")
+            raise AnswerError(f"runner_id is not a whole number: {answered(value)}")
         value = int(value)
     if not 0 <= value <= RUNNER_ID_MAX:
-        raise AnswerError(f"runner_id out of range 0..{RUNNER_ID_MAX}: {shown(value)}")
+        raise AnswerError(f"runner_id out of range 0..{RUNNER_ID_MAX}: {answered(value)}")
     return str(value)
 
 
 def bench_answer(body: Any) -> bool:
     """``/bench-done``'s ``{"ok": true, "passed": true}`` → passed; it must be a JSON boolean."""
     if not isinstance(body, dict) or not isinstance(body.get("passed"), bool):
-        raise AnswerError(f"without a boolean 'passed': {shown(body)}")
+        raise AnswerError(f"without a boolean 'passed': {answered(body)}")
     return body["passed"]
 
 

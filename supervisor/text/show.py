@@ -3,9 +3,11 @@
 A value may be anything (a config's string with a newline in it, a manager's answer of a megabyte, an int of
 5000 digits), and the line that quotes it must stay one readable line. So there is one way to show one:
 
-- ``shown``: the value quoted as Python writes it, every character outside printable ASCII escaped (a newline,
-  an escape code, a right-to-left mark, a lone surrogate from the environment), cut to a length with "...".
-  ``bare`` leaves a plain word (printable, no white space) unquoted, for a name: a key, a path;
+- ``shown``: the value quoted as Python writes it (``repr``: every character that does not print escaped, a
+  newline, an escape code, a right-to-left mark, a lone surrogate from the environment), cut to a length with
+  "...". ``bare`` leaves a plain word (printable, no white space) unquoted, for a name: a key, a path.
+  ``ascii_only``, for what a peer sent (the manager's answers): every character outside ASCII escaped too, so
+  nothing it sends can pass for something else in our line; a config's value is shown as its author wrote it;
 - ``logged``: a value in a log line of the supervisor's own (an argv, a verdict's text): bare when it is one
   word, else in plain double quotes, control characters escaped: readable where shlex's ``'"'"'`` is not;
 - ``one_line``: a why of any size (an exception's text, an answer) as words on one line, cut;
@@ -29,13 +31,13 @@ def cut(text: str, limit: int, mark: str = CUT_MARK) -> str:
     return text if len(text) <= limit else text[:limit - len(mark)] + mark
 
 
-def shown(value: object, limit: int = SHOWN_CHARS, *, bare: bool = False) -> str:
-    """``value`` as a line may quote it: quoted, printable ASCII only (``ascii()``), at most ``limit`` characters.
-    ``bare``: a string that is a plain word (printable, non-empty, no space) is shown as it is."""
+def shown(value: object, limit: int = SHOWN_CHARS, *, bare: bool = False, ascii_only: bool = False) -> str:
+    """``value`` as a line may quote it: quoted (``repr``, or ``ascii`` with ``ascii_only``), at most ``limit``
+    characters. ``bare``: a string that is a plain word (printable, non-empty, no space) is shown as it is."""
     if bare and isinstance(value, str) and value and value.isprintable() and not _has_space(value):
         return cut(value, limit)
     try:
-        text = ascii(value)
+        text = ascii(value) if ascii_only else repr(value)
     except ValueError:  # an int of more digits than Python prints
         return TOO_MANY_DIGITS
     return cut(text, limit)

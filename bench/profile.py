@@ -447,7 +447,7 @@ def prof_feedpatch(tool: bench.Ours, nbytes: int, rounds: int = 3) -> dict:
 
 EQUIV = r"""
 import random, sys
-from supervisor import logs
+from supervisor.engine import logs
 careful_split, careful_emit = logs.LineSplitter.feed, logs.ChildOutput._emit
 src = open(sys.argv[1]).read()
 ns = {"time": __import__("time")}

@@ -244,7 +244,7 @@ def test_settle_with_no_python_streams_at_all(fresh: dict[int, str], monkeypatch
 
 KEEP = """
 import json, os, sys
-from supervisor import stdio
+from supervisor.text import stdio
 closed = stdio.keep_std_fds_open()
 opened = os.open(os.devnull, os.O_RDONLY)  # a file opened later must not take a standard fd's number
 stdio.say("to the fd that was closed")

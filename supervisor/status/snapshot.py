@@ -82,6 +82,9 @@ class PhaseView(Protocol):
     def kept_result(self) -> Any: ...
 
     @property
+    def kept_as(self) -> str | None: ...  # the fact name of kept_result (its key in the phase's object)
+
+    @property
     def progress(self) -> dict[str, Any] | None: ...  # done_bytes, total_bytes, rate_bytes_s, eta_s (transfer.py)
     def pacing(self) -> PacingView: ...
 
@@ -166,12 +169,13 @@ def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, childr
 
 
 def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
-    return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
-            "attempt": p.attempt, "up": p.up, "hold": hold,
-            "bench": vars(p.kept_result) if p.kept_result else None,
-            "progress": p.progress,
-            # A phase not reached in this run keeps what an earlier run learnt about it.
-            "facts": p.facts or resume.previous(p.name)}
+    shown = {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
+             "attempt": p.attempt, "up": p.up, "hold": hold, "progress": p.progress,
+             # A phase not reached in this run keeps what an earlier run learnt about it.
+             "facts": p.facts or resume.previous(p.name)}
+    if p.kept_as:  # what its output parser read and keeps, under the fact's name (never over a key above)
+        shown.setdefault(p.kept_as, vars(p.kept_result) if p.kept_result else None)
+    return shown
 
 
 def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None) -> dict[str, Any]:

@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
+from supervisor.app.cli import dev_manager  # noqa: E402
 from supervisor.devmanager.server import DevManager  # noqa: E402
 from supervisor.exits import EXIT_KILLED  # noqa: E402
 from supervisor.prover.demo import free_ports  # noqa: E402
@@ -153,7 +154,7 @@ def main() -> int:
         bin_dir = scratch / "bin"
         subprocess.run([sys.executable, "-m", "supervisor", "standins", "--bin-dir", str(bin_dir)], cwd=REPO,
                        check=True, capture_output=True)
-        manager = DevManager(port=0, quiet=True).start()
+        manager = dev_manager(port=0, quiet=True).start()
         gateway = ParamServer(20 * 1024 * 1024).start()
         try:
             print("| failure | runs | median | min | max |")

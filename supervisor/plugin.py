@@ -4,8 +4,9 @@ The core (config, lifecycle, reporting, status) is a generic init and lifecycle 
 it a Filecoin proving one (cuzk.toml, cuzk-bench's output, the fleet protocol's bench-done, the built-in
 profile) comes from one plugin, ``supervisor/prover/``, which fills a ``Plugin`` and is handed in by
 the composition root: ``cli.py`` imports it (the only core module that does) and hands it to ``run.py``,
-``startup.py`` and ``observers.py``, which know it only as a ``Plugin``. The core reaches a plugin
-through these fields only:
+``startup.py`` and ``observers.py``, which know it only as a ``Plugin``. The core names nothing of the
+prover: what it consults, it consults by the names a plugin registered. It reaches a plugin through these
+fields only:
 
 - ``sections``: top-level config tables it owns (``[cuzk]``), parsed by it into frozen settings that the
   plan carries in ``Plan.sections`` under the table's name. A top-level table nobody owns is an error.
@@ -18,30 +19,39 @@ through these fields only:
   ``parse``, ``ready`` and ``report``; the config refuses a name that neither the core nor the plugin
   registered, with the same one-line error as any bad choice. A ``ready`` kind is made when the config
   is read; a ``prepare`` kind is made once per plan (at load too, so ``check`` refuses one that cannot be).
+- ``reasons``: the verdict reasons it adds (its output parser's failure, its watch's finding), each with the
+  status a failure for it exits with; a stop for one of them keeps it (verdict.py), and a reason of the
+  core's cannot be added.
 - ``fitness``: checks run beside the core's own (memory, disk, GPUs) before the first phase.
-- ``param_cache``: where the parameters go, for the core's disk check (None: the core's own rule).
+- ``disk_needs``: what its lifecycle will write where (``SpaceNeed``: a path and bytes, from the plan and the
+  environment): the core's disk check measures them with state_dir's ``min_disk``.
+- ``run_switches``: switches of ``run`` (``--<name>`` → ``RunSwitch``: its help, and the resume kind whose
+  phases it runs again even where their evidence holds); ``cli.py`` adds them, the core hears ``Rerun``.
+- ``clocks``: its names for the core's clocks of the instance (firstseen.py: the one after the fetch),
+  the names ManagerLink.clock and status use.
 - ``attach``: called once the lifecycle and the reporting exist, with what it may drive (wiring.py).
 - ``profile``: the built-in config text ``run`` uses when none is given.
 
 A plugin may import anything of the core; the core never imports a plugin but in the composition root.
-This module imports the config (whose ``ConfigPlugin`` is the part of a ``Plugin`` it reads) and the hooks'
-types; nothing of the supervision or the reporting.
+This module imports the config (whose ``ConfigPlugin`` is the part of a ``Plugin`` it reads), the hooks'
+types, resume's ``Rerun`` and the core's verdict reasons; nothing of the supervision or the reporting. It
+imports them where they are used, so that declaring a plugin's ``RunSwitch`` (read by the command line's
+parser, cli.py) costs no more than this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .lifecycle.hooks import PhaseHooks
-
 if TYPE_CHECKING:  # types only: none of these modules imports this one
     from .config.keys import Key
     from .config.model import PhaseSpec, Plan, ReadyCheck, ReportWhen, SupervisorSpec
-    from .lifecycle.fitness import Evidence, Finding
-    from .lifecycle.hooks import OutputHook, Prepare
+    from .lifecycle.fitness import Evidence, Finding, SpaceNeed
+    from .lifecycle.hooks import OutputHook, PhaseHooks, Prepare
+    from .lifecycle.resume import Rerun
     from .wiring import Wiring
 
 # A section's parser: (the table as read from TOML, the plan's [supervisor]) → its frozen settings, or
@@ -55,6 +65,17 @@ ReadyMaker = Callable[[Mapping[str, Any], str], "ReadyCheck"]
 FitnessCheck = Callable[["Plan", "Evidence"], "list[Finding]"]
 # The rules between a table extension's keys: (their values as checked, the environment) → their final values.
 TableRule = Callable[[dict[str, Any], Mapping[str, str]], Mapping[str, Any]]
+# Before the first phase: what the lifecycle will write where, from the plan and the environment (empty: nothing).
+DiskNeeds = Callable[["Plan", Mapping[str, str]], "Sequence[SpaceNeed]"]
+
+
+@dataclass(frozen=True)
+class RunSwitch:
+    """A switch a plugin adds to ``run``: its help text, and the resume kind (resume.py: ``"machine"``,
+    ``"outputs"``) whose phases it runs again even where their evidence still holds."""
+
+    help: str
+    reruns: str
 
 
 def _empty() -> Mapping[str, Any]:
@@ -71,19 +92,46 @@ class Plugin:
     parsers: Mapping[str, OutputHook] = field(default_factory=_empty)
     ready: Mapping[str, ReadyMaker] = field(default_factory=_empty)
     reports: Mapping[str, ReportWhen] = field(default_factory=_empty)  # kind → "done" (a oneshot) or "up"
+    reasons: Mapping[str, int] = field(default_factory=_empty)  # reason → the status a failure for it exits with
     fitness: tuple[FitnessCheck, ...] = ()
-    param_cache: Callable[[Plan], str | None] | None = None
+    disk_needs: tuple[DiskNeeds, ...] = ()
+    run_switches: Mapping[str, RunSwitch] = field(default_factory=_empty)  # "--<name>" → what it asks
+    clocks: Mapping[str, str] = field(default_factory=_empty)  # a core clock (firstseen.py) → the plugin's name
     attach: Callable[[Wiring], None] | None = None
     profile: Callable[[], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.reasons:
+            from .lifecycle.verdict import REASONS
+
+            taken = sorted(set(self.reasons) & set(REASONS))
+            if taken:
+                raise ValueError(f"plugin {self.name}: {', '.join(taken)}: a reason of the core's, not the plugin's")
+        for switch in self.run_switches:
+            if not switch.startswith("--") or len(switch) < 3:
+                raise ValueError(f"plugin {self.name}: run switch {switch!r} is not --<name>")
 
 
 # The generic supervisor: nothing added.
 NO_PLUGIN = Plugin("none")
 
 
+def rerun_of(plugin: Plugin, given: Collection[str]) -> Rerun:
+    """What resume hears of the plugin's run switches: the resume kinds the ``given`` ones run again, and the
+    switch that asks each kind (its hint in the log)."""
+    from .lifecycle.resume import NO_RERUN, Rerun
+
+    if not plugin.run_switches:
+        return NO_RERUN
+    kinds = frozenset(plugin.run_switches[flag].reruns for flag in given)
+    return Rerun(kinds, MappingProxyType({switch.reruns: flag for flag, switch in plugin.run_switches.items()}))
+
+
 def hooks_for(plugin: Plugin, plan: Plan) -> Callable[[PhaseSpec], PhaseHooks]:
     """The hooks each phase of ``plan`` asks for: its ``prepare`` kind made once for the plan, its ``parse``
     kind's reader. The config refused a kind the plugin does not register, and a prepare it cannot make."""
+    from .lifecycle.hooks import PhaseHooks
+
     named = {p.prepare for p in plan.phases}
     prepares = {kind: make(plan) for kind, make in plugin.prepares.items() if kind in named}
 

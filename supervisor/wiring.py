@@ -9,7 +9,8 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
 - when a manager is configured (``Wiring.manager``; None when not), reaches it through ``ManagerLink``:
   queue a call (and say that the exit must wait for it), read what an earlier call's answer was and what
   is still pending, add a call kind to the outbox (``CallKind``), fields to the ``/register`` body and to
-  what its answer is checked for, push a durable log text, and retire the instance (given up for good);
+  what its answer is checked for, states and fields to what its row is read for (``RowFields``), push a
+  durable log text, and retire the instance (given up for good);
 - fails a running phase's attempt with a reason of its own (``ProductionControl.fail_phase``: its restart
   policy then decides);
 - exports what later children's environment holds (``export_env``), sets timers on the loop
@@ -37,6 +38,7 @@ from .lifecycle.states import PhaseView as PhaseView
 from .lifecycle.states import ShutdownView as ShutdownView
 from .manager.callkinds import CallKind as CallKind
 from .manager.callkinds import Payload as Payload
+from .manager.row import RowFields as RowFields
 
 if TYPE_CHECKING:  # types only
     from .config.model import Plan
@@ -76,7 +78,8 @@ class ProductionControl(Protocol):
         """Stop everything in reverse start order, then exit with ``status``."""
 
     def fail_phase(self, name: str, reason: str, detail: str) -> bool:
-        """End the running attempt of phase ``name`` with ``reason`` (a verdict reason, e.g. ``proofs_failing``):
+        """End the running attempt of phase ``name`` with ``reason`` (a verdict reason: the core's, or one the plugin
+        registered in Plugin.reasons, e.g. the prover's ``proofs_failing``):
         its restart policy then decides, as for any failure. False: the phase runs no attempt now."""
 
 
@@ -107,19 +110,25 @@ class ManagerLink(Protocol):
         is retried like one without a uuid), kept with the uuid, and told to ``on_known`` whenever the
         identity is known (registered now, or kept from an earlier start)."""
 
+    def add_row_fields(self, fields: RowFields) -> None:
+        """States, times and numbers the manager's row holds for this plugin's protocol, read and checked with
+        the core's fields (a row that fails them is no evidence) into ``Row.extra``; before the reporting starts."""
+
     def push_text(self, source: str, text: str) -> None:
         """A durable log push (through the outbox, never dropped), after what was logged before it."""
 
     def on_row(self, listener: Callable[[Row], None]) -> None:
-        """``listener`` hears each row of this instance the manager's ``GET /status`` gave (managerrow.Row:
-        its state, min_rate, times); never a reason to wait, often none at all (rowwatch.py)."""
+        """``listener`` hears each row of this instance the manager's ``GET /status`` gave (manager/row.py Row:
+        its state, times, and the fields added with add_row_fields); never a reason to wait, often none at all
+        (rowwatch.py)."""
 
     def on_killed(self, listener: Callable[[Row], None]) -> None:
         """``listener`` hears, once, that the manager killed this instance (the lifecycle is being stopped)."""
 
     def clock(self, name: str) -> tuple[float, str] | None:
-        """Where the manager's clock ``name`` (``"fetch"``, ``"bench"``: firstseen.py) started, epoch seconds,
-        and what that is ("the manager's param_done_at"); None while nothing of it is known."""
+        """Where the manager's clock ``name`` (``"fetch"``, or the name the plugin gave a clock: Plugin.clocks,
+        firstseen.py) started, epoch seconds, and what that is ("the manager's param_done_at"); None while
+        nothing of it is known."""
 
     def deadline(self, name: str, seconds: float) -> None:
         """The manager kills the instance ``seconds`` after clock ``name`` started: status shows the time left."""

@@ -14,6 +14,7 @@ import pytest
 from helpers import Runner, left_behind, mount_tmpfs, unmount
 from standin_nvml import NvmlControl, fake_pynvml
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 from supervisor.status.pointer import RUNTIME_DIR_ENV
 
@@ -33,7 +34,7 @@ def sup(tmp_path: Path) -> Iterator[Runner]:
 @pytest.fixture
 def manager() -> Iterator[DevManager]:
     """A dev-manager of the test's own, so its calls are the test's alone."""
-    dev = DevManager(port=0, quiet=True).start()
+    dev = dev_manager(port=0, quiet=True).start()
     yield dev
     dev.stop()
 
@@ -78,7 +79,7 @@ def managers() -> Iterator[Callable[..., DevManager]]:
     started: list[DevManager] = []
 
     def start(port: int = 0) -> DevManager:
-        mgr = DevManager(port=port, quiet=True).start()
+        mgr = dev_manager(port=port, quiet=True).start()
         started.append(mgr)
         return mgr
 

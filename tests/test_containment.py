@@ -33,7 +33,7 @@ from helpers import (
     toml_str,
 )
 
-from supervisor.devmanager.server import DevManager
+from supervisor.app.cli import dev_manager
 from supervisor.engine.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
 from supervisor.exits import EXIT_INTERNAL_ERROR
 
@@ -337,7 +337,7 @@ def test_a_contained_faults_traceback_reaches_the_manager_and_the_verdict_once(s
     still reaches the manager."""
     progress = sup.tmp / "progress"
     progress.mkdir()
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     try:
         config = sup.write(f"""
             [manager]

@@ -31,7 +31,7 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.devmanager.server import DevManager
+from supervisor.app.cli import dev_manager
 from supervisor.engine import logs
 from supervisor.engine.logs import LogFile
 from supervisor.manager import outbox as outbox_mod
@@ -238,7 +238,7 @@ def reporting_config(sup: Runner, url: str) -> Path:
 def test_state_dir_filling_mid_run_loses_no_manager_call(sup: Runner,
                                                          tmpfs: Callable[[Path, str], Path]) -> None:
     state = tmpfs(sup.state_dir, "1m")
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     try:
         console = Console(sup, reporting_config(sup, mgr.url))
         wait_for(lambda: mgr.state.snapshot()["instances"], 20)
@@ -279,7 +279,7 @@ def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: Runner
     """Calls left pending by an earlier start, a state_dir full before this one: one line each for the outbox,
     status.json and resume.json, no traceback, the earlier calls delivered first, the lifecycle completes."""
     state = tmpfs(sup.state_dir, "1m")
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     try:
         # "The earlier start" registered (straight on the dev-manager) and left a call pending.
         answer = requests.post(mgr.url + "/register", json={"label": "C.diskfull", "min_rate": 50}, timeout=5).json()

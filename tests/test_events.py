@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from helpers import Runner, sh, toml_str
 
-from supervisor.devmanager.server import DevManager
+from supervisor.app.cli import dev_manager
 
 SECRET = "evt-secret-0042"
 
@@ -50,7 +50,7 @@ def events_server() -> Iterator[_Server]:
 
 
 def test_events_url_receives_every_transition_and_verdict(sup: Runner, events_server: _Server) -> None:
-    manager = DevManager(quiet=True).start()
+    manager = dev_manager(quiet=True).start()
     try:
         config = sup.write(f"""
 [manager]

@@ -37,6 +37,7 @@ from helpers import (
     wait_for,
 )
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 from supervisor.engine.exitflush import EXIT_FLUSH_S, EXIT_STALL_S, FLUSH_AFTER_TERM_S, GIVE_UP_FLUSH_S, ExitFlush
 from supervisor.engine.loop import EventLoop
@@ -54,7 +55,7 @@ def managers() -> Iterator[list[DevManager]]:
 
 
 def start_manager(managers: list[DevManager]) -> DevManager:
-    mgr = DevManager(port=0, quiet=True).start()
+    mgr = dev_manager(port=0, quiet=True).start()
     managers.append(mgr)
     return mgr
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from supervisor.manager.row import Row
 from supervisor.state import paths as statepaths
 from supervisor.state.firstseen import (
-    BENCH_CLOCK,
+    AFTER_FETCH_CLOCK,
     FIRST_REGISTERED,
     FIRST_SEEN_MAX_BYTES,
     FIRST_START,
@@ -170,8 +170,13 @@ def test_our_registration_counts_where_it_came_first(tmp_path: Path) -> None:
     assert seen.anchor() == (500.0, "the first registration")
 
 
+# The name a plugin gives the clock after the fetch (Plugin.clocks: the prover's is its benchmark's).
+BENCH_CLOCK = "bench"
+NAMES = {AFTER_FETCH_CLOCK: BENCH_CLOCK}
+
+
 def test_the_bench_clock_is_the_earlier_of_the_fetchs_end_and_the_managers_param_done_at(tmp_path: Path) -> None:
-    seen = FirstSeen(tmp_path, print, now=lambda: 2000.0)
+    seen = FirstSeen(tmp_path, print, now=lambda: 2000.0, names=NAMES)
     assert seen.clock(BENCH_CLOCK) is None
     seen.param_done()
     assert seen.clock(BENCH_CLOCK) == (2000.0, "the fetch's end (param-done)")
@@ -179,8 +184,10 @@ def test_the_bench_clock_is_the_earlier_of_the_fetchs_end_and_the_managers_param
     assert seen.clock(BENCH_CLOCK) == (1990.0, "the manager's param_done_at")
     # The row is past registered: the fetch's clock no longer runs, and is not shown.
     assert seen.status() == {"bench": {"at": 1990.0, "source": "the manager's param_done_at"}}
-    restarted = FirstSeen(tmp_path, print, now=lambda: 2500.0)  # a restart mid-bench: no fresh budget
+    restarted = FirstSeen(tmp_path, print, now=lambda: 2500.0, names=NAMES)  # a restart mid-bench: no fresh budget
     assert restarted.clock(BENCH_CLOCK) == (1990.0, "the manager's param_done_at")
+    unnamed = FirstSeen(tmp_path, print, now=lambda: 2500.0)  # no plugin named it: the core's own name
+    assert unnamed.status() == {AFTER_FETCH_CLOCK: {"at": 1990.0, "source": "the manager's param_done_at"}}
 
 
 def test_a_fetch_run_again_once_the_managers_fetch_clock_stopped_counts_from_this_start(tmp_path: Path) -> None:

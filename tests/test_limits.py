@@ -37,6 +37,7 @@ from helpers import (
     wait_for,
 )
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 
 PIDS = Path("/sys/fs/cgroup/pids")
@@ -44,7 +45,7 @@ PIDS = Path("/sys/fs/cgroup/pids")
 
 @pytest.fixture
 def manager() -> Iterator[DevManager]:
-    dev = DevManager(port=0, quiet=True).start()
+    dev = dev_manager(port=0, quiet=True).start()
     yield dev
     dev.stop()
 

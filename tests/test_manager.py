@@ -20,6 +20,7 @@ import pytest
 import requests
 from helpers import Runner, free_port, pyc, sh, toml_str, wait_for
 
+from supervisor.app.cli import dev_manager
 from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import LOG_PUSH_LIMIT, DevManager
 from supervisor.manager import client as manager
@@ -159,7 +160,7 @@ def _client(server: _CannedServer, token: str | None = None, read_timeout_s: flo
 @pytest.fixture(scope="module")
 def devmgr() -> Iterator[DevManager]:
     """One for the module (its stop waits out a 0.5 s poll): tests use their own labels and look at their calls."""
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     yield mgr
     mgr.stop()
 
@@ -662,7 +663,7 @@ def _log_pushes(mgr: DevManager) -> list[dict[str, Any]]:
 
 def test_a_push_asked_to_wait_is_not_sent_before_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.0)  # the backoff alone would push again at once
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     try:
         _post(mgr, "/dev/faults", {"status": 503, "retry_after": 30, "count": 1, "path": "/api/log-push"})
         client = ManagerClient(ManagerSpec(url=mgr.url, label="C.unit", read_timeout_s=5.0))
@@ -678,7 +679,7 @@ def test_a_push_asked_to_wait_is_not_sent_before_retry_after(monkeypatch: pytest
 
 def test_a_redirected_push_is_kept_and_delivered_once_the_manager_behaves(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.0)
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     try:
         _post(mgr, "/dev/faults", {"redirect": 302, "count": 1, "path": "/api/log-push"})
         client = ManagerClient(ManagerSpec(url=mgr.url, label="C.unit", read_timeout_s=5.0))
@@ -806,7 +807,7 @@ def test_devmanager_log_push_keeps_256k_of_one_body(devmgr: DevManager) -> None:
 
 def test_devmanager_faults() -> None:
     # A dev-manager of its own: it notes a call just after answering it, so a shared one's list may still grow.
-    devmgr = DevManager(quiet=True).start()
+    devmgr = dev_manager(quiet=True).start()
     try:
         requests.post(devmgr.url + "/dev/faults", json={"status": 500, "count": 2}, timeout=5)
         assert _post(devmgr, "/register", {"label": "C.7"}).status_code == 500
@@ -828,7 +829,7 @@ def test_devmanager_faults() -> None:
 
 def test_devmanager_misbehaves_as_asked() -> None:
     """The hostile faults (devfaults.py), seen by a plain client: what each one sends, and a typo refused."""
-    devmgr = DevManager(quiet=True).start()
+    devmgr = dev_manager(quiet=True).start()
     try:
         assert _post(devmgr, "/dev/faults", {"statuss": 500}).status_code == 400  # not silently "no fault"
         _post(devmgr, "/dev/faults", {"redirect": 307, "location": "http://x/y", "count": 1})
@@ -990,7 +991,7 @@ def test_retried_pushes_carry_the_same_numbers_and_the_dev_manager_keeps_each_li
     """Every SLOW_EVERY-th push is held by the dev-manager past the read timeout: the supervisor takes it for
     lost and sends it again, the manager already has it. Measured: how many lines arrive twice (the price of
     at-least-once); and with X-Log-Seq the dev-manager keeps every line exactly once, in order."""
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     try:
         client = ManagerClient(ManagerSpec(url=mgr.url, label="C.unit", connect_timeout_s=1.0, read_timeout_s=0.3))
         uuid = client.request("POST", "/register", json_body={"label": "C.dups"}).body["uuid"]
@@ -1049,7 +1050,7 @@ def test_devmanager_keeps_the_new_part_of_an_overlapping_push(devmgr: DevManager
     assert devmgr.state.snapshot()["logs"][uuid]["curio"] == "a\nb\nc\na\nno numbers\n"
 def test_devmanager_fault_limited_to_one_route() -> None:
     """``"path"`` in /dev/faults: only that route's calls get the fault, and only they count it down."""
-    devmgr = DevManager(quiet=True).start()
+    devmgr = dev_manager(quiet=True).start()
     try:
         requests.post(devmgr.url + "/dev/faults", json={"status": 400, "count": 1, "path": "/register"}, timeout=5)
         assert _post(devmgr, "/param-done", {"uuid": "nobody"}).status_code == 404  # answered as usual

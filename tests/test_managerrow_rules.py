@@ -2,7 +2,8 @@
 
 Its times are SQLite's CURRENT_TIMESTAMP (``YYYY-MM-DD HH:MM:SS``, UTC); one later than now beyond the skew,
 or before any manager ran, is impossible: dropped with a note, never an anchor. A row of the wrong shape is
-no evidence at all (RowError)."""
+no evidence at all (RowError). A plugin's protocol adds states, times and numbers to a row (``RowFields``: here a
+test protocol's; the prover's in tests/prover/test_manager_row_prover.py), held to the same rules."""
 
 from __future__ import annotations
 
@@ -11,20 +12,33 @@ import time
 
 import pytest
 
-from supervisor.manager.row import Row, RowError, find_row, manager_time, utc_text
+from supervisor.manager.row import Row, RowError, RowFields, find_row, manager_time, utc_text
 from supervisor.state.firstseen import CLOCK_SKEW_S
 
 NOW = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
-ROW = {"uuid": "u-1", "label": "C.7", "runner_id": 3, "state": "registered", "min_rate": 60.0,
+ROW = {"uuid": "u-1", "label": "C.7", "runner_id": 3, "state": "registered", "score": 60.0,
        "registered_at": "2026-12-01 10:31:00"}
+# A test protocol's fields: a state of its own between the fetch and production, its time, a number.
+TESTED = RowFields(states=("tested",), times=("tested_at",), numbers={"score": 100.0})
 
 
 def test_the_row_is_found_by_uuid_and_its_times_read_as_utc() -> None:
     other = {**ROW, "uuid": "u-2", "state": "killed"}
     row, notes = find_row([other, ROW], "u-1", NOW)
-    assert row == Row("u-1", "registered", min_rate=60.0, registered_at=NOW - 89 * 60)
+    assert row == Row("u-1", "registered", registered_at=NOW - 89 * 60)  # a field nobody declared is not read
     assert notes == [] and not row.killed
     assert find_row({"instances": [ROW]}, "u-1", NOW)[0] == row  # an answer wrapped in an object, too
+
+
+def test_a_plugins_fields_are_read_with_the_cores() -> None:
+    row, notes = find_row([{**ROW, "state": "tested", "tested_at": "2026-12-01 11:00:00"}], "u-1", NOW, TESTED)
+    assert row == Row("u-1", "tested", registered_at=NOW - 89 * 60,
+                      extra={"score": 60.0, "tested_at": NOW - 3600}) and notes == []
+    assert row.to_dict()["score"] == 60.0 and "extra" not in row.to_dict(), "status shows them beside the core's"
+    assert find_row([ROW], "u-1", NOW, TESTED)[0] == Row("u-1", "registered", registered_at=NOW - 89 * 60,
+                                                         extra={"score": 60.0, "tested_at": None})
+    with pytest.raises(RowError, match="state is not one of registered, params_done, running, killed"):
+        find_row([{**ROW, "state": "tested"}], "u-1", NOW)  # not without the protocol that declares it
 
 
 def test_a_uuid_the_fleet_does_not_list_has_no_row() -> None:
@@ -55,13 +69,15 @@ def test_a_time_within_the_skew_is_taken() -> None:
     ({**ROW, "state": "lost"}, "state is not one of"),
     ({**ROW, "registered_at": "2026-12-01T10:31:00Z"}, "not a time as the manager writes it"),
     ({**ROW, "registered_at": 1764500000}, "not a time as the manager writes it"),
-    ({**ROW, "min_rate": "fast"}, "min_rate is not a number"),
-    ({**ROW, "min_rate": float("inf")}, "min_rate is not a number"),
+    ({**ROW, "score": "fast"}, "score is not a number"),
+    ({**ROW, "score": float("inf")}, "score is not a number"),
+    ({**ROW, "score": 101}, "score is not a number in 0..100"),
+    ({**ROW, "tested_at": "soon"}, "tested_at is not a time as the manager writes it"),
     ({**ROW, "kill_reason": ["x"]}, "kill_reason is not text"),
 ])
 def test_a_row_of_the_wrong_shape_is_no_evidence(raw: dict[str, object], why: str) -> None:
     with pytest.raises(RowError, match=why):
-        find_row([raw], "u-1", NOW)
+        find_row([raw], "u-1", NOW, TESTED)
 
 
 @pytest.mark.parametrize("body", [{"rows": []}, "all fine", 7, None])

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from helpers import PY, REPO, Console, Runner, clean_env, pushed, py_script, toml_str, wait_for
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 from supervisor.engine.console import Console as OutputConsole
 from supervisor.engine.logs import MAX_LINE_BYTES, ChildOutput, LogFile
@@ -60,7 +61,7 @@ def child_lines(snap: dict[str, Any], label: str) -> list[str]:
 
 @pytest.fixture
 def mgr() -> Iterator[DevManager]:
-    dev = DevManager(port=0, quiet=True).start()
+    dev = dev_manager(port=0, quiet=True).start()
     yield dev
     dev.stop()
 

@@ -35,10 +35,12 @@ from supervisor.config import (
     parse_plan,
     take,
 )
+from supervisor.engine.reaping import ExitStatus
 from supervisor.lifecycle import fitness
 from supervisor.lifecycle import verdict as v
 from supervisor.lifecycle.hooks import HookContext, Prepare
-from supervisor.plugin import NO_PLUGIN, Plugin, hooks_for
+from supervisor.lifecycle.resume import NO_RERUN, Rerun
+from supervisor.plugin import NO_PLUGIN, Plugin, RunSwitch, hooks_for, rerun_of
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 60
@@ -97,6 +99,12 @@ def red_needs_more_memory(plan: Plan, evidence: fitness.Evidence) -> list[fitnes
             fitness.Finding(v.GPU_UNAVAILABLE, "red widgets need a GPU")]
 
 
+def widget_disk(plan: Plan, environ: Mapping[str, str]) -> list[fitness.SpaceNeed]:
+    """Widgets are kept under $WIDGET_DIR (else /widgets), a MiB of them: only with a [widget] table."""
+    where = environ.get("WIDGET_DIR", "/widgets")
+    return [fitness.SpaceNeed("widget store", where, 1 << 20)] if "widget" in plan.sections else []
+
+
 WIDGET = Plugin(
     name="widget",
     sections=MappingProxyType({"widget": widget_section}),
@@ -106,7 +114,9 @@ WIDGET = Plugin(
     ready=MappingProxyType({"widget": widget_ready}),
     reports=MappingProxyType({"widget-done": "done"}),
     fitness=(red_needs_more_memory,),
-    param_cache=lambda plan: "/widgets/params" if "widget" in plan.sections else None,
+    reasons=MappingProxyType({"widget_jammed": 3}),
+    disk_needs=(widget_disk,),
+    run_switches=MappingProxyType({"--rewidget": RunSwitch("make the widgets again", reruns="machine")}),
     profile=lambda: '[widget]\ncolour = "red"\n' + MINIMAL,
 )
 
@@ -226,6 +236,29 @@ def test_a_plugin_adds_a_report_kind_listed_and_held_to_its_phase_kind() -> None
     assert refused(two, WIDGET) == "test.toml: phases: report = 'widget-done' is set on more than one phase"
 
 
+def test_a_plugins_reason_is_kept_through_a_stop_and_exits_with_its_status() -> None:
+    killed = ExitStatus.from_wait_status(15)  # the child died of the SIGTERM it was stopped with
+    stopped = v.from_exit("p", "p", 42, killed, stop_reason="widget_jammed", daemon=False, attempt=1, started_at=0.0,
+                          last_lines=[], added=WIDGET.reasons)
+    assert (stopped.reason, stopped.success, stopped.status) == ("widget_jammed", False, 3)
+    early = v.without_exit("p", "p", "widget_jammed", 1, "jammed", attempt=1, added=WIDGET.reasons)
+    assert (early.reason, early.status) == ("widget_jammed", 3)
+    alone = v.from_exit("p", "p", 42, killed, stop_reason="widget_jammed", daemon=False, attempt=1, started_at=0.0,
+                        last_lines=[])
+    assert (alone.reason, alone.success) == (v.STOPPED, True), "the core alone does not know it: a plain stop"
+    with pytest.raises(ValueError, match="timeout: a reason of the core's"):
+        Plugin("bad", reasons=MappingProxyType({v.TIMEOUT: 1}))
+
+
+def test_a_plugins_run_switch_runs_the_phases_of_its_resume_kind_again() -> None:
+    assert rerun_of(WIDGET, ["--rewidget"]) == Rerun(frozenset({"machine"}), {"machine": "--rewidget"})
+    not_given = rerun_of(WIDGET, [])
+    assert not_given.kinds == frozenset() and not_given.switches == {"machine": "--rewidget"}, "its hint, all the same"
+    assert rerun_of(NO_PLUGIN, []) == NO_RERUN
+    with pytest.raises(ValueError, match="'rewidget' is not --<name>"):
+        Plugin("bad", run_switches=MappingProxyType({"rewidget": RunSwitch("?", reruns="machine")}))
+
+
 def test_a_plugin_profile_is_read_when_no_config_is_given() -> None:
     plan = load_plan(None, WIDGET, {})
     assert plan.source == "built-in widget profile" and plan.sections["widget"].colour == "red"
@@ -245,16 +278,30 @@ def test_a_plugins_memory_finding_is_said_only_when_the_plans_own_need_fits() ->
     assert fitness.assess(red, enough) == [], "without the plugin's checks: fit"
 
 
-def test_where_the_parameters_go_is_asked_of_the_plugin_first() -> None:
-    fetch = '[[phases]]\nname = "f"\ncommand = ["true"]\nreport = "param-done"\nstall_s = 5\nprogress_path = "/p"\n'
-    env = {fitness.PARAM_CACHE_ENV: "/from/env"}
-    with_widget = parse("[widget]\n" + fetch, WIDGET)
-    assert fitness.param_cache(with_widget, env, WIDGET.param_cache) == "/widgets/params"
-    # The plugin says nothing: the core's own rule, $FIL_PROOFS_PARAMETER_CACHE, else the fetch's progress_path.
-    without = parse(fetch, WIDGET)
-    assert fitness.param_cache(without, env, WIDGET.param_cache) == "/from/env"
-    assert fitness.param_cache(without, {}, WIDGET.param_cache) == "/p"
-    assert fitness.param_cache(with_widget, {}) == "/p", "no plugin asked: the core's rule"
+class NoGpus:
+    """GPUs are not required here: never asked."""
+
+    def inventory(self, bound_s: float) -> Any:
+        raise AssertionError("GPUs are not required: NVML is not asked")
+
+
+def test_the_disk_a_plugin_needs_is_measured_with_the_cores(tmp_path: Path) -> None:
+    """The plugin says what it writes where (a path and bytes); the core measures the free space and counts what
+    is there already, beside state_dir's min_disk."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "old.widget").write_bytes(b"w" * 4096)
+    plan = parse(f'[supervisor]\nstate_dir = "{tmp_path}/state"\nmin_disk = 2048\n[widget]\n' + MINIMAL, WIDGET)
+    evidence = fitness.gather(plan, None, NoGpus(), {"WIDGET_DIR": str(store)}, needs=WIDGET.disk_needs)
+    widget, state = evidence.disks
+    assert (widget.what, widget.path, widget.need, widget.present) == ("widget store", str(store), 1 << 20, 4096)
+    assert (state.what, state.need, state.present) == ("state_dir", 2048, 0)
+    assert widget.free is not None and widget.device == state.device, "one filesystem: their needs add up"
+    assert fitness.gather(parse(MINIMAL, WIDGET), None, NoGpus(), {}, needs=WIDGET.disk_needs).disks == (), \
+        "no [widget]: the plugin needs no disk (and min_disk is not set)"
+    assert [d.what for d in fitness.gather(plan, None, NoGpus(), {}).disks] == ["state_dir"], "no plugin asked"
+    [finding] = fitness.disk_findings((fitness.DiskNeed("widget store", str(store), 1 << 20, 4096, 1000, 1),))
+    assert finding.reason == v.INSUFFICIENT_DISK and finding.detail.startswith(f"widget store {store} needs 1020.0KiB")
 
 
 # ---------------------------------------------------------------- a real supervisor, with the test plugin or none

@@ -37,7 +37,6 @@ from helpers import (
 
 from supervisor.devmanager.faults import Faults
 from supervisor.devmanager.server import DevManager, DevManagerState, _Handler
-from supervisor.exits import EXIT_BENCH_REJECTED
 
 STATES = ["registered", "params_done", "bench_done", "running"]
 
@@ -295,26 +294,6 @@ def test_sigkill_with_pending_calls_then_restart_delivers_them_once(
     assert len(api_calls(mgr, "/register")) == 1
     assert inst["history"] == STATES, f"state changes repeated: {inst['history']}"
     assert not [r for r in outbox_rows(sup) if r[2] != "delivered"]
-
-
-# ---------------------------------------------------------------- the bench verdict
-
-
-def test_late_passed_false_stops_production(sup: Runner, managers: Callable[..., DevManager]) -> None:
-    """The gate expired while the manager was down, production started; the late answer is passed: false."""
-    port = free_port()
-    config = fast_config(sup, f"http://127.0.0.1:{port}", manager="bench_gate_s = 0.5", min_rate=1000,
-                         service="${SVC_S:-120}")
-    proc = Console(sup, config)
-    proc.wait_text("started service/service")
-    assert "starting production anyway" in proc.text()
-    mgr = managers(port)
-    assert proc.finish(40) == EXIT_BENCH_REJECTED, proc.tail()
-    out = proc.text()
-    assert "the manager rejected the benchmark (rate 90/h < min_rate 1000)" in out
-    inst = only_instance(mgr)
-    assert inst["history"] == ["registered", "params_done", "killed"]
-    assert inst["rate"] == FAKE_RATE and inst["min_rate"] == 1000
 
 
 # ---------------------------------------------------------------- a flood of output while the manager is down

@@ -20,6 +20,7 @@ import psutil
 import pytest
 from helpers import Console, Runner, sh, toml_str
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 
 
@@ -126,7 +127,7 @@ def test_a_corrupt_status_json_means_a_clean_start(sup: Runner, kind: str) -> No
 
 
 def test_a_corrupt_outbox_is_moved_aside_and_the_run_goes_on(sup: Runner) -> None:
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     try:
         sup.state_dir.mkdir()
         (sup.state_dir / "outbox.sqlite3").write_bytes(b"this is not a database\x00\xff" * 100)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, wait_for
 
-from supervisor.devmanager.server import DevManager
+from supervisor.app.cli import dev_manager
 from supervisor.lifecycle import runtime
 from supervisor.lifecycle.resume import ResumeRecord
 from supervisor.lifecycle.states import PhaseState
@@ -263,7 +263,7 @@ def test_status_through_every_kind_of_phase_then_after_exit(sup: Runner) -> None
 
 
 def test_status_shows_the_manager(sup: Runner) -> None:
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     try:
         config = sup.write(f"""
             [manager]
@@ -546,7 +546,7 @@ def a_phase(name: str, state: PhaseState, *, facts: dict[str, Any] | None = None
     return SimpleNamespace(name=name, spec=SimpleNamespace(kind="oneshot", memory_max=None, timeout_s=None,
                                                            stall_s=None),
                            state=state, since=1000.0, why="why", attempt=1, up=False, facts=facts or {},
-                           kept_result=None, live_children=lambda: list(children),
+                           kept_result=None, kept_as=None, live_children=lambda: list(children),
                            pacing=SimpleNamespace(deadline_at=None, backoff_until=None, stall=None),
                            current_attempt=SimpleNamespace(start=None), progress=None)
 

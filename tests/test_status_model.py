@@ -35,13 +35,13 @@ def written() -> dict[str, Any]:
                                   "log_file": "/var/log/prover/bench.cuzk.log"}},
         "phases": [
             {"name": "fetch", "kind": "oneshot", "state": "done", "since": NOW - 900, "why": "completed",
-             "attempt": 2, "up": False, "hold": "until the manager says", "bench": None,
+             "attempt": 2, "up": False, "hold": "until the manager says",
              "progress": {"done_bytes": 10, "total_bytes": 20, "rate_bytes_s": 1.5, "eta_s": 6.7, "files_done": 1},
              "facts": {"done_at": NOW - 900, "machine": {"gpus": [], "memory": 1 << 34}},
              "started_at": NOW - 1000, "up_at": None, "ended_at": NOW - 900,
              "timers": {"hold": {"left_s": 48.0}}, "memory": {"memory_max": 1 << 30, "cgroup": False}},
             {"name": "bench", "kind": "service", "state": "starting", "since": NOW - 60, "why": "attempt 3",
-             "attempt": 3, "up": True, "hold": None, "bench": {"rate": 12.5, "proofs": 4}, "progress": None,
+             "attempt": 3, "up": True, "hold": None, "progress": None,
              "facts": {}, "started_at": NOW - 800, "up_at": NOW - 700, "ended_at": None,
              "timers": {"deadline": {"limit_s": 600.0, "left_s": 500.0}, "backoff": {"left_s": 2.5},
                         "stall": {"limit_s": 60.0, "silent_s": 10.0, "left_s": 50.0,
@@ -49,6 +49,8 @@ def written() -> dict[str, Any]:
                         "ready": {"child": "bench/cuzk", "limit_s": 30.0, "waited_s": 20.0, "left_s": 10.0}},
              "memory": {"memory_max": 1 << 30, "cgroup": True, "usage": 1 << 20, "peak": 1 << 21, "limit": 1 << 30,
                         "oom_kills": 1},
+             # What its output parser keeps, under the fact's name (Phase.kept_as), then a plugin's own keys.
+             "bench": {"rate": 12.5, "proofs": 4},
              "proofs_completed": 7, "summary": "7 proofs", "metrics": {"proofs_completed": 7},
              "production": {"window_s": 3600, "rate_per_hour": None}},
         ],
@@ -109,8 +111,10 @@ def test_the_parts_read_as_attributes() -> None:
     bench = snap.current_phase()
     assert bench is not None and bench.name == "bench" and bench.timers.ready is not None
     assert bench.timers.ready.child == "bench/cuzk" and bench.timers.stall is not None
-    assert bench.plugin == {"proofs_completed": 7, "summary": "7 proofs", "metrics": {"proofs_completed": 7},
-                            "production": {"window_s": 3600, "rate_per_hour": None}}, "the plugin's keys, as a mapping"
+    assert bench.plugin == {"bench": {"rate": 12.5, "proofs": 4},
+                            "proofs_completed": 7, "summary": "7 proofs", "metrics": {"proofs_completed": 7},
+                            "production": {"window_s": 3600, "rate_per_hour": None}}, \
+        "the plugin's keys (its parser's kept result among them), as a mapping"
     assert snap.manager.answers == {"runner_id": "r-9"}, "the plugin's register answer fields"
     assert snap.manager.clocks["bench"].deadline_s == 3600.0 and snap.manager.clocks["fetch"].deadline_s is None
     assert snap.verdicts[0].reason == "exited" and snap.lifecycle.failure is not None

@@ -27,7 +27,7 @@ import psutil
 import pytest
 from helpers import PY, REPO, Console, Runner, clean_env, free_port, sh, toml_list, toml_str, wait_for
 
-from supervisor.devmanager.server import DevManager
+from supervisor.app.cli import dev_manager
 from supervisor.lifecycle.states import PhaseState
 from supervisor.status.headline import failure_lines, headline
 from supervisor.status.model import Snapshot
@@ -294,7 +294,7 @@ def test_the_managers_last_error_has_an_age_and_the_next_delivery_clears_it(sup:
         assert re.fullmatch(r"  last error \d+s ago: .+", said), text
         ledger = status_json(sup.state_dir)[1]["manager"]["ledger"]
         assert ledger[0]["kind"] == "register" and ledger[0]["state"] == "pending", ledger
-        mgr = DevManager(port=port, quiet=True).start()
+        mgr = dev_manager(port=port, quiet=True).start()
         wait_for(lambda: status_json(sup.state_dir)[1]["manager"].get("outbox_pending") == 0, 60, 0.2)
         _, snap = status_json(sup.state_dir)
         assert snap["manager"]["last_error"] is None and snap["manager"]["last_error_at"] is None, snap["manager"]

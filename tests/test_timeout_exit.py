@@ -10,7 +10,7 @@ import pytest
 from helpers import Runner, one_verdict, py_script
 
 from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
-from supervisor.lifecycle.verdict import GPU_FAULT, PROOFS_FAILING, SIGNAL, STALLED, TIMEOUT, TOO_SLOW, failure_status
+from supervisor.lifecycle.verdict import GPU_FAULT, SIGNAL, STALLED, TIMEOUT, TOO_SLOW, failure_status
 
 # How the child meets the SIGTERM that ends it, and the status it would have passed on before.
 ON_TERM = {
@@ -24,9 +24,13 @@ def test_the_status_of_a_timed_out_failure_is_timeouts() -> None:
     assert failure_status(TIMEOUT, 143) == EXIT_TIMEOUT == 124
     assert failure_status(STALLED, 1) == EXIT_TIMEOUT
     assert failure_status(TOO_SLOW, 143) == EXIT_TIMEOUT  # it could not make it in time: a timeout foreseen
-    # A watcher's finding: the child's answer to being stopped for it (143, 0, 137) says nothing.
-    assert failure_status(GPU_FAULT, 143) == failure_status(PROOFS_FAILING, 0) == EXIT_FAILURE
+    # A watcher's finding: the child's answer to being stopped for it (143, 0, 137) says nothing. A plugin's
+    # reason exits with the status it registered (the prover's proofs_failing: tests/prover/test_production_rules.py).
+    added = {"widget_jammed": EXIT_FAILURE}
+    assert failure_status(GPU_FAULT, 143) == failure_status("widget_jammed", 0, added) == EXIT_FAILURE
     assert failure_status(SIGNAL, 143) == 143  # anything else passes the child's status on
+    assert failure_status("widget_jammed", 143) == 143, "a reason nobody registered is anything else"
+    assert failure_status(TIMEOUT, 143, {TIMEOUT: 1}) == EXIT_TIMEOUT, "a plugin cannot change the core's"
 
 
 @pytest.mark.parametrize("on_term", sorted(ON_TERM))

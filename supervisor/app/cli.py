@@ -39,12 +39,18 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..engine.signals import hold_signals, release_signals
 from ..exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from ..text.stdio import STDERR, keep_std_fds_open, say, settle
+
+if TYPE_CHECKING:
+    from ..devmanager.server import DevManager
+    from ..plugin import RunSwitch
 
 PROG = "prover-supervisor"
 
@@ -56,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="run the lifecycle (config: --config, $SUPERVISOR_CONFIG, or the built-in "
                                        "prover profile)")
     p_run.add_argument("--config", metavar="FILE", help="TOML config file")
-    p_run.add_argument("--rebench", action="store_true",
-                       help="run the benchmark again even if it passed on this machine recently")
+    for switch, meaning in run_switches().items():  # the plugin's (the prover's --rebench)
+        p_run.add_argument(switch, action="store_true", dest=switch_dest(switch), help=meaning.help)
     p_run.add_argument("--fresh", action="store_true",
                        help="start over on a state_dir whose instance was given up (registers afresh)")
     p_status = sub.add_parser("status", help="what the running supervisor does, since when and why")
@@ -84,6 +90,28 @@ def build_parser() -> argparse.ArgumentParser:
     p_dev = sub.add_parser("dev-manager", help="serve a stand-in of the fleet manager's API on 127.0.0.1")
     p_dev.add_argument("--port", type=tcp_port, default=1235, help="port to listen on (default 1235, the manager's)")
     return parser
+
+
+def run_switches() -> Mapping[str, RunSwitch]:
+    """The switches the prover's plugin adds to ``run`` (its Plugin.run_switches, from the light module that
+    declares them: the parser is built before the imports that take time)."""
+    from ..prover.switches import RUN_SWITCHES
+
+    return RUN_SWITCHES
+
+
+def switch_dest(switch: str) -> str:
+    """Where argparse keeps a plugin's ``--<name>`` (apart from the command line's own names)."""
+    return "plugin_" + switch.removeprefix("--").replace("-", "_")
+
+
+def dev_manager(port: int = 0, quiet: bool = False) -> DevManager:
+    """The dev-manager as ``prover-supervisor dev-manager`` serves it: the core's routes and the prover's fleet
+    protocol (its ``/bench-done``, its rows' min_rate and rate; prover/devfleet.py). Not started."""
+    from ..devmanager.server import DevManager
+    from ..prover.devfleet import DEV_FLEET
+
+    return DevManager(port, quiet=quiet, extension=DEV_FLEET)
 
 
 def tcp_port(text: str) -> int:
@@ -147,8 +175,9 @@ def dispatch(args: argparse.Namespace) -> int:
             return write_standins(args)
         if args.command == "dev-manager":
             from ..devmanager.server import serve
+            from ..prover.devfleet import DEV_FLEET
 
-            return serve(args.port)
+            return serve(args.port, DEV_FLEET)
         if args.command == "status":
             return show_status(args)
         if args.command in (None, "run"):
@@ -156,7 +185,8 @@ def dispatch(args: argparse.Namespace) -> int:
             from ..prover.plugin import PLUGIN
             from .run import run
 
-            return run(load_plan(config_path(args), PLUGIN), PLUGIN, rebench=getattr(args, "rebench", False),
+            switches = [s for s in PLUGIN.run_switches if getattr(args, switch_dest(s), False)]
+            return run(load_plan(config_path(args), PLUGIN), PLUGIN, switches=switches,
                        fresh=getattr(args, "fresh", False))
     except (ConfigError, SetupError) as exc:
         say(f"{PROG}: {exc}", err=True)

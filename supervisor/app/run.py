@@ -31,7 +31,7 @@ steps live where their concern is: 1-7 in startup.py, 8 in observers.py, 10 in t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from ..config import Plan
 from ..engine.freeze import start_the_tick
@@ -65,9 +65,10 @@ from .startup import (
 from .teardown import tear_down
 
 
-def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, rebench: bool = False, fresh: bool = False,
-        on_start: Callable[[Lifecycle], None] | None = None) -> int:
-    """Supervise ``plan`` (loaded with ``plugin``) until it completes, fails or is stopped; return the exit status."""
+def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, switches: Collection[str] = (),
+        fresh: bool = False, on_start: Callable[[Lifecycle], None] | None = None) -> int:
+    """Supervise ``plan`` (loaded with ``plugin``) until it completes, fails or is stopped; return the exit status.
+    ``switches``: the plugin's run switches given on the command line (Plugin.run_switches)."""
     started_at = time.time()
     lock_fd = take_the_lock(plan)
     host = become_init(plan, console_fd, started_at)
@@ -80,7 +81,7 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, rebench: b
     if signals.carry_on(core.loop):
         setting_up(host, "empty a dead supervisor's cgroups", lambda: empty_leftover_cgroups(core.memory, host.log))
     signals.carry_on(core.loop)
-    sup = setting_up(host, "build the lifecycle", lambda: build_lifecycle(plan, plugin, host, core, rebench))
+    sup = setting_up(host, "build the lifecycle", lambda: build_lifecycle(plan, plugin, host, core, switches))
     observers = wire_observers(plan, plugin, host, core, sup, signals.router)
     try:
         serve(plan, plugin, host, core, sup, signals.router, on_start, fresh)
@@ -213,4 +214,4 @@ def check_fitness(plan: Plan, plugin: Plugin, rt: Runtime, lifecycle: Lifecycle,
         decide([], None)
 
     fitness.check(rt.loop, plan, rt.evidence.memory, gpus, decide, on_error=broken, bound_s=fitness.FITNESS_BOUND_S,
-                  checks=plugin.fitness, plugin_cache=plugin.param_cache)
+                  checks=plugin.fitness, needs=plugin.disk_needs)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -40,7 +40,7 @@ from ..lifecycle.runtime import ChildKit, MachineEvidence, Runtime
 from ..lifecycle.states import PhaseState
 from ..manager.logship import EarlyLines
 from ..manager.reporting import Reporter
-from ..plugin import Plugin, hooks_for
+from ..plugin import Plugin, hooks_for, rerun_of
 from ..state import paths as statepaths
 from ..state.firstseen import FETCH_CLOCK, FirstSeen
 from ..text.redact import Redactor, url_secrets
@@ -273,7 +273,8 @@ def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:
 # ---------------------------------------------------------------- 7. build the lifecycle
 
 
-def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench: bool) -> Supervision:
+def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
+                    switches: Collection[str] = ()) -> Supervision:
     gpus = sample_gpus()
     spawning = ChildKit(
         loop=core.loop, reaper=core.reaper, console=host.console, log=host.log, log_dir=host.log_dir,
@@ -282,9 +283,10 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench:
         # The OOM killer must pick one of the children, never us.
         child_oom_score_adj=host.child_oom_score_adj, memory=core.memory, redactor=host.redactor,
     )
-    first_seen = FirstSeen(host.state_dir, host.log)  # before the register: the manager's clock starts after
+    # Before the register: the manager's clock starts after. Its clocks under the names the plugin gave them.
+    first_seen = FirstSeen(host.state_dir, host.log, names=plugin.clocks)
     rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus, first_seen=first_seen),
-                    state_dir=host.state_dir, rebench=rebench)
+                    state_dir=host.state_dir, rerun=rerun_of(plugin, switches), reasons=plugin.reasons)
     reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,
                         host.early_lines)
     reporter.on_identity(first_seen.registered)
@@ -306,7 +308,7 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench:
     lifecycle = Lifecycle(plan, rt, finished, hooks_for(plugin, plan), record=record)
     lifecycle.listeners.append(record.phase_changed)  # first: a phase's facts are kept before anything else
     lifecycle.listeners.append(lambda phase: first_seen.param_done() if phase.spec.report == "param-done"
-                               and phase.state is PhaseState.DONE else None)  # the benchmark's clock starts
+                               and phase.state is PhaseState.DONE else None)  # the clock after the fetch starts
     return Supervision(rt, reporter, lifecycle, record, outcome)
 
 

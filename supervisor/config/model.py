@@ -171,7 +171,6 @@ class SupervisorSpec:
     http_port: int = 0  # health and metrics on 127.0.0.1; 0: off
     termination_log: str = DEFAULT_TERMINATION_LOG
     min_disk: int | None = None  # fitness: free bytes needed under state_dir
-    min_param_disk: int | None = None  # fitness: free bytes needed under the parameter cache (less what is there)
     require_gpus: bool = False  # fitness: no usable GPU (NVML) means unfit
     memory_warn: float = DEFAULT_MEMORY_WARN  # every phase's memory_warn unless it says its own
     stop_budget_s: float = DEFAULT_STOP_BUDGET_S  # the whole stop after a stop signal from outside

@@ -125,7 +125,6 @@ SUPERVISOR_KEYS = {
     "http_port": Key(lambda v, w: _port(int_text(v), w), 0),
     "termination_log": Key(check_path, DEFAULT_TERMINATION_LOG),
     "min_disk": Key(check_size),
-    "min_param_disk": Key(check_size),
     "require_gpus": Key(lambda v, w: check_bool(_bool_text(v), w), False),
     # memory_high is said when a phase's memory crosses this fraction of its limit (phases may say otherwise).
     "memory_warn": Key(check_warn_fraction, DEFAULT_MEMORY_WARN),

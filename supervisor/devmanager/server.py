@@ -4,12 +4,13 @@ A tool, not part of the supervision: a stand-in of the external fleet manager (t
 that imports nothing of the supervisor but ``stdio`` and its faults (devfaults.py).
 
 Same routes, states and answers as manager-api.md: ``/register`` (idempotent per label while not killed),
-``/param-done``, ``/bench-done`` (``passed`` from min_rate; a failed bench marks the instance killed, with a
-``kill_reason`` like the real one's, plus the optional ``reason`` field when the supervisor sends one),
-``/running`` (404 ``instance not found or already killed`` for a killed row, as the real one), ``/runner-id``
-(200 for a killed row too), ``GET /status`` (every row, its times as the real one writes them) and the UI's
-``POST /api/kill`` (devrows.py), ``/api/log-push`` (at most 256 KiB of a body is kept, the rest silently
-dropped); 400 / 404 / 405 where the real one gives them. It prints every call it receives.
+``/param-done``, ``/running`` (404 ``instance not found or already killed`` for a killed row, as the real one),
+``/runner-id`` (200 for a killed row too), ``GET /status`` (every row, its times as the real one writes them)
+and the UI's ``POST /api/kill`` (devrows.py), ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
+silently dropped); 400 / 404 / 405 where the real one gives them. It prints every call it receives. The
+routes and row fields of the protocol spoken over it (the prover's fleet protocol: ``/bench-done``, the
+min_rate) are a plugin's ``DevExtension``, handed in by the composition root (cli.py ``dev_manager``): each
+route answers a row of the instance its body's uuid names (404 without one), under the rows' lock.
 
 For tests and local runs it has extra routes under ``/dev/``: ``GET /dev/state`` (instances, the calls
 in order, the ``GET /status`` reads apart as ``reads``, each with ``after``: how many calls came before it,
@@ -19,8 +20,8 @@ are answered badly: ``status`` (with ``retry_after``), ``delay_s``, ``garbage``,
 /dev/forget``: the manager forgets instances, as after a database reset or its 7-day cleanup (``{}``:
 every one; ``{"uuid": U}``: that one; ``{"always": true}``: every instance from now on, right after its
 register is answered; a uuid it does not know is answered 404 ``instance not found``, as the real one
-does); ``POST /dev/row``: a row's state, min_rate, kill_reason or times set as the manager's own decisions
-would leave them (its monitor's kills, a row registered long ago; devrows.py).
+does); ``POST /dev/row``: a row's state, kill_reason, times or a plugin's fields set as the manager's own
+decisions would leave them (its monitor's kills, a row registered long ago; devrows.py).
 Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each numbered line once (a push
 retried after a read timeout is not stored twice; docs/manager.md).
 """
@@ -33,7 +34,8 @@ import sys
 import threading
 import time
 import uuid as uuidlib
-from dataclasses import asdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -41,13 +43,28 @@ from urllib.parse import parse_qs, urlsplit
 from ..text.stdio import say
 from .faults import Faults, answer_instead, drip, faults_from, response_bytes
 from .lines import SEQ_HEADER, LineSequence
-from .rows import UI_KILL_REASON, Instance, edit_row, status_rows
+from .rows import NO_ROW_RULES, UI_KILL_REASON, Instance, RowRules, edit_row, status_rows
 
 LOG_PUSH_LIMIT = 256 * 1024
 LOG_RING_BYTES = 4 * 1024 * 1024
 HEAD_CHARS = 200  # of each log push, kept in the call list (``GET /dev/state``)
 NOT_FOUND = "instance not found"  # the real manager's words for a uuid it has no row for
-POST_ROUTES = ("/register", "/param-done", "/bench-done", "/running", "/api/log-push", "/api/kill")
+POST_ROUTES = ("/register", "/param-done", "/running", "/api/log-push", "/api/kill")  # the core's
+
+# A plugin's POST route: (the row its body's uuid names, the body) → its answer (200). It runs under the rows'
+# lock, and may change the row (Instance.move, Instance.kill, its fields in ``extra``).
+Route = Callable[[Instance, dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class DevExtension:
+    """What a plugin's protocol adds to the dev-manager: its POST routes (path → Route) and its rows' rules."""
+
+    routes: Mapping[str, Route] = field(default_factory=dict)
+    rows: RowRules = NO_ROW_RULES
+
+
+NO_EXTENSION = DevExtension()
 
 
 class DevManagerState:
@@ -64,7 +81,7 @@ class DevManagerState:
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            return {"instances": {k: asdict(v) for k, v in self.instances.items()}, "calls": list(self.calls),
+            return {"instances": {k: v.to_dict() for k, v in self.instances.items()}, "calls": list(self.calls),
                     "reads": list(self.reads), "logs": {k: dict(v) for k, v in self.logs.items()},
                     "log_seq": self.seen.summary()}
 
@@ -148,7 +165,7 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path == "/dev/state":
             self._send(200, self.server.state.snapshot())
             return
-        if parts.path in POST_ROUTES:
+        if parts.path in POST_ROUTES or parts.path in self.server.extension.routes:
             self._send(405, {"error": "method not allowed"})
             return
         if parts.path not in ("/runner-id", "/status"):
@@ -195,7 +212,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/dev/row":
             self._edit_row(self._json() or {})
             return
-        if path not in POST_ROUTES:
+        route = self.server.extension.routes.get(path)
+        if path not in POST_ROUTES and route is None:
             self._send(404, {"error": "not found"})
             return
         if self._fault():
@@ -208,19 +226,31 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             self._send(400, {"error": "body must be a JSON object"})
             return
+        if route is not None:
+            self._plugin_route(route, body)
+            return
         getattr(self, "_" + path.strip("/").replace("-", "_"))(body)
+
+    def _plugin_route(self, route: Route, body: dict[str, Any]) -> None:
+        inst = self._instance(body)
+        if inst is None:
+            return
+        with self.server.state.lock:
+            answer = route(inst, body)
+        self._send(200, answer)
 
     def _register(self, body: dict[str, Any]) -> None:
         label = body.get("label")
         if not label or not isinstance(label, str):
             self._send(400, {"error": "label required"})
             return
-        min_rate = _number(body.get("min_rate"))
+        rules = self.server.extension.rows
         state = self.server.state
         with state.lock:
             inst = next((i for i in state.instances.values() if i.label == label and i.state != "killed"), None)
-            if inst is None:
-                inst = Instance(str(uuidlib.uuid4()), label, next(state._runner_ids), min_rate if min_rate > 0 else 50)
+            if inst is None:  # a plugin's fields are the first registration's (the real one keeps its min_rate)
+                inst = Instance(str(uuidlib.uuid4()), label, next(state._runner_ids), extra=rules.registered(body),
+                                rules=rules)
                 state.instances[inst.uuid] = inst
             if state.forget_always:
                 del state.instances[inst.uuid]
@@ -275,24 +305,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._move(inst, "params_done")
         self._send(200, {"ok": True})
 
-    def _bench_done(self, body: dict[str, Any]) -> None:
-        inst = self._instance(body)
-        if inst is None:
-            return
-        inst.rate = rate = _number(body.get("rate"))
-        passed = rate >= inst.min_rate
-        if passed:
-            self._move(inst, "bench_done")
-        else:
-            # The real manager's own text; the optional reason field (docs/manager.md) says what failed.
-            kill_reason = f"bench_rate {rate:.1f} below min_rate {inst.min_rate:.1f}"
-            reason = body.get("reason")
-            if isinstance(reason, str) and reason:
-                kill_reason += f"; reason: {reason}"
-            with self.server.state.lock:
-                inst.kill(kill_reason)
-        self._send(200, {"ok": True, "passed": passed})
-
     def _running(self, body: dict[str, Any]) -> None:
         with self.server.state.lock:
             inst = self.server.state.instances.get(str(body.get("uuid", "")))
@@ -324,22 +336,16 @@ class _Handler(BaseHTTPRequestHandler):
                    head=data[:HEAD_CHARS].decode(errors="replace"))
 
 
-def _number(value: Any) -> float:
-    """A number as the real manager's JSON decoding leaves it: 0 when absent or not a number."""
-    try:
-        return float(value or 0)
-    except (TypeError, ValueError):
-        return 0.0
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], state: DevManagerState, quiet: bool) -> None:
+    def __init__(self, address: tuple[str, int], state: DevManagerState, quiet: bool,
+                 extension: DevExtension = NO_EXTENSION) -> None:
         super().__init__(address, _Handler)
         self.state = state
         self.quiet = quiet
+        self.extension = extension
         self.stopping = threading.Event()  # ends the answers a fault writes slowly
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -362,12 +368,12 @@ class _Server(ThreadingHTTPServer):
 
 
 class DevManager:
-    """The stand-in server, in a background thread of this process."""
+    """The stand-in server, in a background thread of this process; ``extension``: a plugin's routes and rows."""
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", quiet: bool = False,
-                 state: DevManagerState | None = None) -> None:
+                 state: DevManagerState | None = None, extension: DevExtension = NO_EXTENSION) -> None:
         self.state = state or DevManagerState()
-        self._server = _Server((host, port), self.state, quiet)
+        self._server = _Server((host, port), self.state, quiet, extension)
         self.port = int(self._server.server_address[1])
         self.url = f"http://{host}:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="dev-manager", daemon=True)
@@ -382,10 +388,10 @@ class DevManager:
         self._server.server_close()
 
 
-def serve(port: int) -> int:
-    """The ``dev-manager`` command: serve in the foreground until interrupted."""
+def serve(port: int, extension: DevExtension = NO_EXTENSION) -> int:
+    """The ``dev-manager`` command: serve in the foreground until interrupted (with a plugin's ``extension``)."""
     try:
-        manager = DevManager(port)
+        manager = DevManager(port, extension=extension)
     except OSError as exc:
         say(f"dev-manager: cannot listen on 127.0.0.1:{port}: {exc.strerror}", err=True)
         return 2

@@ -75,9 +75,11 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
 
 
 def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, daemon: bool,
-                 memory: MemoryEvidence | None, earlier: Iterable[Verdict]) -> Verdict:
+                 memory: MemoryEvidence | None, earlier: Iterable[Verdict],
+                 added: v.AddedReasons = v.NO_REASONS_ADDED) -> Verdict:
     """``child`` of ``phase`` was reaped: its last output read, its log closed, how it ended judged.
-    ``earlier``: the verdicts recorded so far (its siblings' OOM kills are named from them)."""
+    ``earlier``: the verdicts recorded so far (its siblings' OOM kills are named from them); ``added``: the
+    plugin's reasons."""
     child.exited(status)
     child.drain_output()
     if not child.output_open:
@@ -89,6 +91,7 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
         last_lines=child.output.last_lines(), memory=report, stop_detail=child.stop_detail,
         victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
                       and x.reason == v.OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
+        added=added,
     )
     warned = memory.warned.get(phase) if memory is not None else None
     if verdict.reason == v.OOM_KILLED and warned is not None and warned.at >= child.started_at:

@@ -6,16 +6,17 @@ before the 85-minute parameter download, not after it. So everything the whole
 lifecycle will need is checked up front, against what the machine has:
 
 - memory: each phase's ``min_memory`` against the memory available (cgroup limit or MemTotal),
-  capped by the phase's ``memory_max``; and what the plugin's checks find (the prover's: what
-  cuzk.toml generation needs), said once: the plan's own need first;
-- disk: free space under the parameter cache (``min_param_disk``, less the bytes already
-  there: a resumed fetch needs less) and under ``state_dir`` (``min_disk``); two paths on
-  one filesystem must fit together;
+  capped by the phase's ``memory_max``; and what the plugin's checks find (the prover's: what its
+  daemon's generated config needs), said once: the plan's own need first;
+- disk: free space under ``state_dir`` (``min_disk``) and under every path a plugin says the
+  lifecycle fills (``SpaceNeed``: the prover's parameter cache), less the bytes already there
+  (a resumed download needs less); two paths on one filesystem must fit together;
 - GPUs (``require_gpus``): NVML present, as many GPUs as ``$GPU_COUNT`` says, each
   reachable, none already running another process's work.
 
-A plugin adds checks of its own (``Plugin.fitness``: the plan and the evidence → findings) and may say
-where the parameters go (``Plugin.param_cache``); this module imports no plugin, it is handed them.
+A plugin adds checks of its own (``Plugin.fitness``: the plan and the evidence → findings) and the disk its
+lifecycle needs (``Plugin.disk_needs``: the plan and the environment → a path and bytes each); this module
+imports no plugin, it is handed them.
 
 ``assess`` decides from evidence alone (pure, tested with real-shaped samples);
 ``gather`` collects the evidence from the machine. Gathering blocks where the machine does: a
@@ -43,7 +44,6 @@ from ..text.units import fmt_bytes, is_ascii_digits
 from . import verdict as v
 from .policy import capped, too_little_memory
 
-PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
 GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance
 # An idle GPU shows some memory used with no process on it (driver context, ECC and row-remap
 # reserves: a few hundred MiB on an H100/H200). More than this is somebody else's work.
@@ -69,7 +69,7 @@ class Finding:
 class DiskNeed:
     """Space the lifecycle will write under ``path``, and what its filesystem has free."""
 
-    what: str  # "parameter cache", "state_dir"
+    what: str  # "state_dir", or what a plugin calls it ("parameter cache")
     path: str
     need: int  # bytes the lifecycle writes there in all
     present: int  # bytes already there that count towards ``need`` (a resumed download)
@@ -79,6 +79,16 @@ class DiskNeed:
     @property
     def left(self) -> int:
         return max(0, self.need - self.present)
+
+
+@dataclass(frozen=True)
+class SpaceNeed:
+    """What a plugin says the lifecycle will write under ``path``: ``need`` bytes in all (the bytes already
+    there count towards it: a resumed download needs less). The core measures the free space and the rest."""
+
+    what: str  # how the finding names it: "parameter cache"
+    path: str
+    need: int
 
 
 @dataclass(frozen=True)
@@ -110,8 +120,8 @@ class MemorySource(Protocol):
 
 # A plugin's check (supervisor/plugin.py FitnessCheck): every reason it finds, from the plan and the evidence.
 Check = Callable[["Plan", Evidence], "list[Finding]"]
-# A plugin's answer to where the parameters go (None: it does not say, the core's own rule applies).
-ParamCache = Callable[["Plan"], "str | None"]
+# A plugin's disk needs (supervisor/plugin.py DiskNeeds): the plan and the environment → what it will write where.
+Needs = Callable[["Plan", Mapping[str, str]], "Sequence[SpaceNeed]"]
 
 
 # ---------------------------------------------------------------- deciding
@@ -229,22 +239,20 @@ class Steps:
 
 
 def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource, environ: Mapping[str, str] = os.environ,
-           steps: Steps | None = None, bound_s: float = FITNESS_BOUND_S, plugin_cache: ParamCache | None = None,
+           steps: Steps | None = None, bound_s: float = FITNESS_BOUND_S, needs: Sequence[Needs] = (),
            ) -> Evidence:
-    """The machine's side of the check: memory, free disk under the paths the lifecycle fills, GPUs.
-    Blocks (a hung mount, a hung driver): run it off the loop."""
+    """The machine's side of the check: memory, free disk under the paths the lifecycle fills (``needs``: the
+    plugin's, then state_dir), GPUs. Blocks (a hung mount, a hung driver): run it off the loop."""
     sup = plan.supervisor
     steps = steps or Steps()
     available = memory.available_memory() if memory is not None else None
     disks = []
-    if sup.min_param_disk is not None:
-        cache = param_cache(plan, environ, plugin_cache)
-        if cache is not None:
-            steps.doing("disk", f"statvfs({cache})")
-            free, device = free_space(cache)
-            # Bytes already in the cache count: a resumed or finished fetch needs that much less.
-            steps.doing("disk", f"walking {cache} (the bytes already there)")
-            disks.append(DiskNeed("parameter cache", cache, sup.min_param_disk, tree_size(cache) or 0, free, device))
+    for space in (space for said in needs for space in said(plan, environ)):
+        steps.doing("disk", f"statvfs({space.path})")
+        free, device = free_space(space.path)
+        # Bytes already there count: a resumed or finished download needs that much less.
+        steps.doing("disk", f"walking {space.path} (the bytes already there)")
+        disks.append(DiskNeed(space.what, space.path, space.need, tree_size(space.path) or 0, free, device))
     if sup.min_disk is not None:
         steps.doing("disk", f"statvfs({sup.state_dir})")
         disks.append(DiskNeed("state_dir", sup.state_dir, sup.min_disk, 0, *free_space(sup.state_dir)))
@@ -258,18 +266,18 @@ def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource, environ: Ma
 
 def check(loop: EventLoop, plan: Plan, memory: MemorySource | None, gpus: GpuThread,
           then: Callable[[list[Finding], Evidence | None], None], on_error: ErrorHandler,
-          bound_s: float = FITNESS_BOUND_S, checks: Sequence[Check] = (), plugin_cache: ParamCache | None = None,
+          bound_s: float = FITNESS_BOUND_S, checks: Sequence[Check] = (), needs: Sequence[Needs] = (),
           ) -> None:
     """Gather on a thread of its own, at most ``bound_s``, then ``then(findings, evidence)`` on the loop;
     past the bound, the finding is the step that did not return (``overdue_finding``), evidence None.
     Where the GPU thread runs, its first answer is awaited too (said before the first phase). ``checks`` and
-    ``plugin_cache``: what the plugin adds (its checks, where it says the parameters go)."""
+    ``needs``: what the plugin adds (its checks, the disk it says its lifecycle needs)."""
     steps = Steps()
 
     began = time.monotonic()
 
     def work() -> Evidence:
-        evidence = gather(plan, memory, gpus, steps=steps, bound_s=bound_s, plugin_cache=plugin_cache)
+        evidence = gather(plan, memory, gpus, steps=steps, bound_s=bound_s, needs=needs)
         if gpus.started:
             required = plan.supervisor.require_gpus
             steps.doing("gpu" if required else GPU_NOT_REQUIRED, "opening NVML")
@@ -297,19 +305,6 @@ def overdue_finding(step: tuple[str, str], bound_s: float) -> Finding:
     if kind == "gpu":
         return Finding(v.GPU_UNRESPONSIVE, f"NVML did not answer {call} within {bound_s:g}s")
     return Finding(v.INSUFFICIENT_MEMORY, f"{call} did not finish within {bound_s:g}s: the memory is unknown")
-
-
-def param_cache(plan: Plan, environ: Mapping[str, str], plugin_cache: ParamCache | None = None) -> str | None:
-    """Where the parameters go: where the plugin says (the prover: [cuzk] param_cache), else
-    $FIL_PROOFS_PARAMETER_CACHE, else the fetch's progress_path."""
-    said = plugin_cache(plan) if plugin_cache is not None else None
-    if said is not None:
-        return said
-    named = plan.supervisor.env.get(PARAM_CACHE_ENV) or environ.get(PARAM_CACHE_ENV)
-    if named:
-        return named
-    fetch = next((p for p in plan.phases if p.report == "param-done" and p.progress_path), None)
-    return fetch.progress_path if fetch is not None else None
 
 
 def free_space(path: str) -> tuple[int | None, int | None]:

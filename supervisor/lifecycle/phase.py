@@ -46,7 +46,8 @@ class Phase:
         self._loop, self._log, self._clock = rt.loop, rt.log, rt.loop.clock
         self._evidence, self._verdicts, self._started = rt.evidence, rt.verdicts, rt.started
         self._state_dir = rt.state_dir
-        self._resume_needs = ResumeNeeds(rt.loop, rt.log, rt.rebench, rt.evidence)
+        self._resume_needs = ResumeNeeds(rt.loop, rt.log, rt.rerun, rt.evidence)
+        self._reasons = rt.reasons  # the plugin's verdict reasons, with their statuses
         self._spawn: Spawn = spawn or partial(start_child, rt.spawning)
         self._on_change, self._hooks, self._shutting_down = on_change, hooks, shutting_down
         self.pacing = Pacing(spec, rt.loop, rt.rng)  # its timers; others only read them (timers.py: status)
@@ -107,6 +108,12 @@ class Phase:
         by ``status``), else None: a parser whose result is only a verdict (the warm-up's) keeps none."""
         output = self._hooks.output
         return self.parsed if output is not None and output.fact is not None else None
+
+    @property
+    def kept_as(self) -> str | None:
+        """The fact name its output parser's result is kept under (``status`` shows it under that name), or None."""
+        output = self._hooks.output
+        return output.fact if output is not None else None
 
     @property
     def current_attempt(self) -> Attempt:  # read-only, for the status view: its start (the ready wait), its start time
@@ -215,7 +222,7 @@ class Phase:
     def _child_exited(self, child: Child, status: ExitStatus) -> None:
         verdict = exit_verdict(child, status, phase=self.name, attempt=self.attempt,
                                daemon=child.spec is not self.spec.command, memory=self._evidence.memory,
-                               earlier=self._verdicts)
+                               earlier=self._verdicts, added=self._reasons)
         output, parser = self._hooks.output, self._attempt.parser
         if child.spec is self.spec.command and output is not None and parser is not None \
                 and child.stop_reason is None:
@@ -252,7 +259,8 @@ class Phase:
         self._attempt.mark_stopped_for(reason, detail)
         command = self.command_child
         if command is None or not command.running:  # still waiting for daemons
-            self._end_attempt(v.without_exit(self.name, self.name, reason, 1, detail, attempt=self.attempt))
+            self._end_attempt(v.without_exit(self.name, self.name, reason, 1, detail, attempt=self.attempt,
+                                             added=self._reasons))
         else:
             self._end_attempt(None, why=detail)
 

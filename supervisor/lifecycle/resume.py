@@ -8,7 +8,10 @@ the facts of the last run still hold:
 
 - ``resume = "outputs"`` (the parameter fetch): every output file is still there, same size;
 - ``resume = "machine"`` (the bench): done recently (resume_max_age_s), on the same GPUs and
-  memory, and not ``--rebench``.
+  memory.
+
+A phase of a resume kind the command line asked to run again (``Rerun``: a plugin's switch of ``run``, the
+prover's ``--rebench`` for ``"machine"``) runs whatever its evidence says.
 
 What is read back is checked like config (``record_problem``): ``done_at`` a finite time that
 has come, ``outputs`` a file name → size table, every other fact a table. Anything else, a file
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.offloop import run_bounded
@@ -55,14 +60,27 @@ NOT_OUTPUTS = (".lock", ".tmp", ".part")
 SURVEY_BOUND_S = 30.0
 
 
+@dataclass(frozen=True)
+class Rerun:
+    """What the command line asked of resume: the resume kinds (``"machine"``, ``"outputs"``) whose phases run
+    again even where their evidence still holds, and, per kind, the switch of ``run`` that asks it (the hint
+    in the log when a phase is skipped). A plugin declares the switches (plugin.py ``RunSwitch``)."""
+
+    kinds: frozenset[str] = frozenset()
+    switches: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # resume kind → its switch
+
+
+NO_RERUN = Rerun()
+
+
 class ResumeRuntime(Protocol):
     """What resume reads of the run: the loop (for the off-loop listing), the log, the GPUs' latest sample,
-    the machine's memory and ``--rebench``."""
+    the machine's memory and what the command line asked to run again."""
 
     loop: EventLoop
     log: Callable[[str], None]
     gpus: Gpus | None
-    rebench: bool
+    rerun: Rerun
 
     def available_memory(self, cap: int | None = None) -> int | None: ...
 
@@ -290,15 +308,13 @@ def _a_past_time(value: Any) -> bool:
 
 def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] | None) -> str | None:
     spec, rt = phase.spec, phase.rt
-    if spec.resume == "no" or not prev.get("done_at"):
+    if spec.resume == "no" or not prev.get("done_at") or spec.resume in rt.rerun.kinds:
         return None
     if spec.resume == "outputs":
         before = prev.get("outputs")
         now = outputs_now
         if before and now is not None and all(now.get(name) == size for name, size in before.items()):
             return f"its {len(before)} output file(s) in {spec.progress_path} are all still there"
-        return None
-    if rt.rebench:
         return None
     age = time.time() - float(prev["done_at"])
     if age > spec.resume_max_age_s:
@@ -307,7 +323,8 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
     if prev.get("machine") != machine_fingerprint(rt):
         rt.log(f"phase {phase.name}: done before on a different machine (GPUs or memory): running it again")
         return None
-    return f"done {age:.0f}s ago on this same machine (use --rebench to run it anyway)"
+    switch = rt.rerun.switches.get(spec.resume)
+    return f"done {age:.0f}s ago on this same machine" + (f" (use {switch} to run it anyway)" if switch else "")
 
 
 # ---------------------------------------------------------------- the facts of a phase done now

@@ -38,6 +38,7 @@ from ..state.firstseen import FirstSeen
 from ..text.redact import Redactor
 from . import verdict as v
 from .policy import capped
+from .resume import NO_RERUN, Rerun
 from .verdict import Verdict
 
 Log = Callable[[str], None]
@@ -178,7 +179,8 @@ class Runtime:
     verdicts: VerdictRecord
     started: StartOrder = field(default_factory=StartOrder)
     state_dir: Path = Path(".")
-    rebench: bool = False  # run machine-resumable phases (the bench) even if they passed here recently
+    rerun: Rerun = NO_RERUN  # resume kinds run again although their evidence holds (a plugin's switch of ``run``)
+    reasons: v.AddedReasons = field(default_factory=lambda: v.NO_REASONS_ADDED)  # a plugin's, with their statuses
     rng: random.Random = field(default_factory=random.Random)
 
     @classmethod
@@ -191,12 +193,12 @@ class Runtime:
 
 @dataclass(frozen=True)
 class ResumeNeeds:
-    """What resume.py reads as ``phase.rt`` (its ResumeRuntime: the log, the loop, --rebench, the machine
-    the phase runs on): nothing else reads it."""
+    """What resume.py reads as ``phase.rt`` (its ResumeRuntime: the log, the loop, what is run again, the
+    machine the phase runs on): nothing else reads it."""
 
     loop: EventLoop
     log: Log
-    rebench: bool
+    rerun: Rerun
     evidence: MachineEvidence
 
     @property

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from ..engine.reaping import ExitStatus
@@ -29,19 +30,20 @@ SPAWN_FAILED = "spawn_failed"
 PORT_IN_USE = "port_in_use"  # a daemon's ready port was already held by another process: it was not started
 DAEMON_DIED = "daemon_died"
 INSUFFICIENT_MEMORY = "insufficient_memory"
-BENCH_FAILED = "bench_failed"  # cuzk-bench exited 0, but its own output says proofs failed
 INSUFFICIENT_DISK = "insufficient_disk"  # fitness: too little free space for the parameters, PCE or state
 GPU_UNAVAILABLE = "gpu_unavailable"  # fitness: no NVML, a GPU missing, unreachable or taken by another process
 GPU_UNRESPONSIVE = "gpu_unresponsive"  # NVML did not answer within its bound (Xid 119, a crashed driver)
 TOO_SLOW = "too_slow"  # it can no longer finish in time: a download past its deadline, a bench below min_rate
 GPU_FAULT = "gpu_fault"  # a fatal Xid, a GPU lost or NVML gone ("Unknown Error"): the machine needs replacing
-PROOFS_FAILING = "proofs_failing"  # production: proofs kept failing with none completing (a plugin's watch)
 STOPPED = "stopped"  # the supervisor ended it on purpose (phase over, shutdown)
 INTERNAL_ERROR = "internal_error"  # a bug of the supervisor's own while handling the phase (never the child's)
 
 REASONS = (EXIT_CODE, SIGNAL, OOM_KILLED, TIMEOUT, STALLED, SPAWN_FAILED, PORT_IN_USE, DAEMON_DIED, INSUFFICIENT_MEMORY,
-           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, GPU_FAULT, PROOFS_FAILING, BENCH_FAILED, TOO_SLOW,
-           STOPPED, INTERNAL_ERROR)
+           INSUFFICIENT_DISK, GPU_UNAVAILABLE, GPU_UNRESPONSIVE, GPU_FAULT, TOO_SLOW, STOPPED, INTERNAL_ERROR)
+# The reasons a plugin adds (plugin.py ``Plugin.reasons``: its output parser's failure, its watch's finding), each
+# with the status a failure for it exits with: reason → status. Handed to the verdict's makers by the Runtime.
+AddedReasons = Mapping[str, int]
+NO_REASONS_ADDED: AddedReasons = MappingProxyType({})
 # An attempt that ended for one of these is never retried or restarted: a bug of ours (retrying would only
 # hide it), a GPU that is gone (no attempt on this machine can succeed), a download or bench that cannot
 # make it in time (another attempt runs on the same link and GPUs, against the same clock).
@@ -51,9 +53,9 @@ LAST_LINES = 20
 # What the supervisor decided was over for time: the run exits EXIT_TIMEOUT (124) as timeout(1) does,
 # whatever the child did on the stop signal. A download or bench too slow to make it is one of these.
 TIMED_OUT = (TIMEOUT, STALLED, TOO_SLOW)
-# What a watcher of the supervisor's found (a GPU gone, proofs failing): EXIT_FAILURE, not the child's own
-# answer to being stopped for it.
-FOUND_BY_WATCHERS = (GPU_FAULT, PROOFS_FAILING)
+# What a watcher of the supervisor's found (a GPU gone; a plugin's watch registers its own findings with
+# EXIT_FAILURE): EXIT_FAILURE, not the child's own answer to being stopped for it.
+FOUND_BY_WATCHERS = (GPU_FAULT,)
 
 
 @dataclass(frozen=True)
@@ -113,18 +115,20 @@ class Verdict:
 
 def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reason: str | None,
               daemon: bool, attempt: int, started_at: float, last_lines: list[str],
-              memory: MemoryReport | None = None, stop_detail: str = "", victims: tuple[str, ...] = ()) -> Verdict:
+              memory: MemoryReport | None = None, stop_detail: str = "", victims: tuple[str, ...] = (),
+              added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
     """Decide why a reaped child ended, from its wait status, what we did, and the OOM counter.
 
     ``victims``: the OOM kills in its cgroup during its life that are already known (its siblings'
-    own ``oom_killed`` verdicts), named rather than guessed at.
+    own ``oom_killed`` verdicts), named rather than guessed at. ``added``: the plugin's reasons (a stop for
+    one of them keeps it, as for the core's).
     """
     success = status.success
     oom = memory.oom_kills if memory is not None else None
     scope = memory.scope if memory is not None else "none"
     if stop_reason is not None:
         # We asked it to end: what it did on the way out is not its failure.
-        reason = stop_reason if stop_reason in REASONS else STOPPED
+        reason = stop_reason if stop_reason in REASONS or stop_reason in added else STOPPED
         success = reason == STOPPED
         detail = f"{stop_detail or stop_reason}; {status.describe()} after the supervisor stopped it"
     elif status.signal == signal.SIGKILL and oom:
@@ -144,7 +148,7 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
     elif oom and reason != OOM_KILLED:
         detail += (f"; {oom} OOM kill(s) in its {scope} cgroup during its life (the victim was another process "
                    "there: one of its descendants, or a daemon or sibling sharing the cgroup)")
-    failed_status = failure_status(reason, status.shell_status or 1)  # a failure never exits 0
+    failed_status = failure_status(reason, status.shell_status or 1, added)  # a failure never exits 0
     return Verdict(
         phase=phase, child=child, pid=pid, reason=reason, success=success,
         status=0 if success else failed_status, detail=detail, attempt=attempt,
@@ -156,17 +160,20 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
 
 def without_exit(phase: str, child: str, reason: str, status: int, detail: str, *, attempt: int,
                  pid: int | None = None, started_at: float | None = None,
-                 last_lines: list[str] | None = None) -> Verdict:
+                 last_lines: list[str] | None = None, added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
     """A failure decided without a wait status: spawn failed, deadline in backoff, not ready."""
     return Verdict(
-        phase=phase, child=child, pid=pid, reason=reason, success=False, status=failure_status(reason, status),
+        phase=phase, child=child, pid=pid, reason=reason, success=False, status=failure_status(reason, status, added),
         detail=detail, attempt=attempt, started_at=started_at, last_lines=tuple((last_lines or [])[-LAST_LINES:]),
     )
 
 
-def failure_status(reason: str, status: int) -> int:
+def failure_status(reason: str, status: int, added: AddedReasons = NO_REASONS_ADDED) -> int:
     """What a failure of ``reason`` exits with: a deadline, a stall or too_slow gives EXIT_TIMEOUT (as
-    timeout(1)), a watcher's finding EXIT_FAILURE, anything else the status it carries."""
+    timeout(1)), a watcher's finding EXIT_FAILURE, a plugin's reason the status it registered (``added``),
+    anything else the status it carries."""
     if reason in TIMED_OUT:
         return EXIT_TIMEOUT
-    return EXIT_FAILURE if reason in FOUND_BY_WATCHERS else status
+    if reason in FOUND_BY_WATCHERS:
+        return EXIT_FAILURE
+    return added.get(reason, status)

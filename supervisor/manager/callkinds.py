@@ -12,6 +12,7 @@ from typing import Any
 
 from .answers import FieldCheck
 from .client import LOG_PUSH_LIMIT, Answer, ManagerClient
+from .row import NO_ROW_FIELDS, RowFields
 
 Payload = Mapping[str, Any]
 
@@ -62,12 +63,14 @@ def core_kinds() -> dict[str, CallKind]:
 
 @dataclass
 class CallKinds:
-    """Every kind of call the outbox may hold (but ``register``, the sender's own), and what the
-    ``/register`` body and answer carry beside the label and the uuid (a plugin's fields)."""
+    """Every kind of call the outbox may hold (but ``register``, the sender's own), what the ``/register``
+    body and answer carry beside the label and the uuid, and what the manager's row holds beside the core's
+    fields (a plugin's: rowwatch.py reads them)."""
 
     kinds: dict[str, CallKind] = field(default_factory=core_kinds)
     register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list)
     answer_fields: dict[str, FieldCheck] = field(default_factory=dict)
+    row: RowFields = NO_ROW_FIELDS
 
     def add(self, kind: str, call: CallKind) -> None:
         if kind == REGISTER or kind in self.kinds:

@@ -39,7 +39,7 @@ from .client import ManagerClient
 from .ledger import LEDGER_CALLS, ledger
 from .logship import EarlyLines, Shipper, event_line, events_sender, log_push_sender
 from .outbox import Outbox
-from .row import Row
+from .row import Row, RowFields
 from .sender import LOG, CallKinds, Sender
 from .view import ManagerView
 
@@ -360,6 +360,9 @@ class ReporterLink:
 
     def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
         self._reporter.hear_register_field(name, check, on_known)
+
+    def add_row_fields(self, fields: RowFields) -> None:
+        self._reporter.calls.row = self._reporter.calls.row.merged(fields)
 
     def push_text(self, source: str, text: str) -> None:
         self._reporter.push_text(source, text)

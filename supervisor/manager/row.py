@@ -3,13 +3,17 @@
 The manager decides things the lifecycle calls never hear of (manager-api.md): it kills a row from its
 UI, after 90 min in ``registered`` ("param fetch timeout (90min)") or 45 min in ``params_done``
 ("benchmark timeout (45min)"), for a bad host or an instance gone from Vast. Its ``GET /status`` lists the
-whole fleet, newest runner first, each row with ``uuid, label, runner_id, state, min_rate, registered_at,
-param_done_at, bench_done_at, bench_rate, killed_at, kill_reason`` (the optional ones left out when null),
-its times SQLite's ``CURRENT_TIMESTAMP``: ``YYYY-MM-DD HH:MM:SS``, UTC, whole seconds.
+whole fleet, newest runner first, each row with ``uuid, label, runner_id, state, registered_at,
+param_done_at, killed_at, kill_reason`` and the fields of the protocol spoken over it (the optional ones left
+out when null), its times SQLite's ``CURRENT_TIMESTAMP``: ``YYYY-MM-DD HH:MM:SS``, UTC, whole seconds.
+
+The core reads the generic part of a row; a plugin's protocol declares what it adds (``RowFields``: its
+states, times and numbers, through ManagerLink.add_row_fields; the prover's: the benchmark's state, its time
+and rate, the min_rate), which is checked the same way and kept in ``Row.extra``.
 
 ``find_row`` picks this instance's row out of that answer, holding each field to what the manager
-writes: a state of its five, a time of its format, a number that is finite, a reason of one bounded
-line. A time later than now (beyond CLOCK_SKEW_S of two clocks' disagreement) is impossible: it is
+writes: a state of its own (or a plugin's), a time of its format, a number that is finite, a reason of one
+bounded line. A time later than now (beyond CLOCK_SKEW_S of two clocks' disagreement) is impossible: it is
 dropped, never used as a deadline's anchor, and said (the watch says each such note once). A row that
 fails its shape is no evidence at all. Pure: the look-up itself is rowwatch.py's.
 """
@@ -19,16 +23,18 @@ from __future__ import annotations
 import calendar
 import math
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..state.firstseen import CLOCK_SKEW_S
 from .answers import UUID_RE, answered
 
 KILLED = "killed"
-ROW_STATES = ("registered", "params_done", "bench_done", "running", KILLED)
+# The core's states: a plugin's (RowFields.states) come between the fetch's end and production.
+ROW_STATES = ("registered", "params_done", "running", KILLED)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # SQLite's CURRENT_TIMESTAMP, UTC
-TIME_FIELDS = ("registered_at", "param_done_at", "bench_done_at", "killed_at")
+TIME_FIELDS = ("registered_at", "param_done_at", "killed_at")
 # Nor before 2024: no manager row was written then (a time of 1970 is a zero, not a registration).
 MANAGER_TIME_MIN = 1704067200.0  # 2024-01-01 00:00:00 UTC
 # The whole fleet in one answer: 7 days of killed rows included. Far more than 64 KiB, still bounded.
@@ -36,8 +42,6 @@ STATUS_MAX_BYTES = 4 * 1024 * 1024
 STATUS_MAX_TEXT = "4 MiB"
 # A kill reason is the manager's one line ("param fetch timeout (90min)"); a longer one is cut.
 KILL_REASON_MAX_CHARS = 300
-# A min_rate the manager could hold: proofs per hour.
-MIN_RATE_MAX = 1e6
 
 
 class RowError(ValueError):
@@ -45,18 +49,37 @@ class RowError(ValueError):
 
 
 @dataclass(frozen=True)
+class RowFields:
+    """What a plugin's protocol adds to the row: its states, its times (held to the manager's format, as the
+    core's are) and its numbers (finite, from 0 to their maximum), each read into ``Row.extra`` by name."""
+
+    states: tuple[str, ...] = ()
+    times: tuple[str, ...] = ()
+    numbers: Mapping[str, float] = field(default_factory=dict)  # name → the largest value the manager could hold
+
+    def merged(self, other: RowFields) -> RowFields:
+        return RowFields((*self.states, *other.states), (*self.times, *other.times), {**self.numbers, **other.numbers})
+
+    def row_states(self) -> tuple[str, ...]:
+        """Every state a row may be in: the core's, with these between the fetch's end and production."""
+        return (*ROW_STATES[:2], *self.states, *ROW_STATES[2:])
+
+
+NO_ROW_FIELDS = RowFields()
+
+
+@dataclass(frozen=True)
 class Row:
-    """This instance as the manager has it; a time is epoch seconds (None: not set, or refused)."""
+    """This instance as the manager has it; a time is epoch seconds (None: not set, or refused). ``extra``: the
+    fields a plugin's protocol declared (RowFields), by name; one the row leaves out is None."""
 
     uuid: str
     state: str
-    min_rate: float | None = None
     registered_at: float | None = None
     param_done_at: float | None = None
-    bench_done_at: float | None = None
     killed_at: float | None = None
     kill_reason: str | None = None
-    bench_rate: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def killed(self) -> bool:
@@ -68,7 +91,10 @@ class Row:
         return f"the manager killed this instance{when}: {self.kill_reason or 'no kill_reason given'}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The row as status shows it: the plugin's fields beside the core's."""
+        fields = asdict(self)
+        extra = fields.pop("extra")
+        return {**fields, **extra}
 
 
 def utc_text(epoch: float) -> str:
@@ -111,27 +137,29 @@ def rows_of(body: Any) -> list[Any]:
     raise RowError(f"GET /status answered neither a list of rows nor {{\"instances\": [...]}}: {answered(body)}")
 
 
-def find_row(body: Any, uuid: str, now: float) -> tuple[Row | None, list[str]]:
+def find_row(body: Any, uuid: str, now: float, fields: RowFields = NO_ROW_FIELDS) -> tuple[Row | None, list[str]]:
     """This uuid's row in a ``GET /status`` answer (None: the manager does not list it), and the notes on
-    fields refused (a time from the future): the row is used without them. RowError: no usable answer."""
+    fields refused (a time from the future): the row is used without them. RowError: no usable answer.
+    ``fields``: what a plugin's protocol adds to the row, read and checked with the core's."""
     mine = [r for r in rows_of(body) if isinstance(r, dict) and r.get("uuid") == uuid]
     if not mine:
         return None, []
     if len(mine) > 1:
         raise RowError(f"GET /status lists uuid {uuid} {len(mine)} times")
-    return row_from(mine[0], now)
+    return row_from(mine[0], now, fields)
 
 
-def row_from(raw: dict[str, Any], now: float) -> tuple[Row, list[str]]:
+def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS) -> tuple[Row, list[str]]:
     uuid = raw.get("uuid")
     if not isinstance(uuid, str) or not UUID_RE.fullmatch(uuid):
         raise RowError(f"a row's uuid is unusable: {answered(uuid)}")
     state = raw.get("state")
-    if state not in ROW_STATES:
-        raise RowError(f"uuid {uuid}: state is not one of {', '.join(ROW_STATES)}: {answered(state)}")
+    states = fields.row_states()
+    if state not in states:
+        raise RowError(f"uuid {uuid}: state is not one of {', '.join(states)}: {answered(state)}")
     notes: list[str] = []
     times: dict[str, float | None] = {}
-    for name in TIME_FIELDS:
+    for name in (*TIME_FIELDS, *fields.times):
         try:
             times[name] = None if raw.get(name) in (None, "") else manager_time(raw[name], name, now)
         except RowError as exc:
@@ -145,6 +173,7 @@ def row_from(raw: dict[str, Any], now: float) -> tuple[Row, list[str]]:
     if reason:
         reason = " ".join(reason.split())
         reason = "".join(c if c.isprintable() else "?" for c in reason)[:KILL_REASON_MAX_CHARS]
-    return Row(uuid, state, _number(raw.get("min_rate"), "min_rate", MIN_RATE_MAX),
-               times["registered_at"], times["param_done_at"], times["bench_done_at"], times["killed_at"],
-               reason or None, _number(raw.get("bench_rate"), "bench_rate", MIN_RATE_MAX)), notes
+    extra: dict[str, Any] = {name: _number(raw.get(name), name, most) for name, most in fields.numbers.items()}
+    extra.update((name, times[name]) for name in fields.times)
+    return Row(uuid, state, times["registered_at"], times["param_done_at"], times["killed_at"], reason or None,
+               extra), notes

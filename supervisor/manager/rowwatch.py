@@ -6,9 +6,9 @@ total deadline, an answer of at most STATUS_MAX_BYTES), and one that fails (a ma
 sender (sender.py) reads the row:
 
 - once the manager knows the instance (registered now, or a uuid kept from an earlier start): its
-  ``registered_at`` anchors the fetch deadline, its ``min_rate`` the bench cut;
-- before each lifecycle call (a CallKind with ``checks_row``: ``param-done``, ``running``, a plugin's
-  ``bench-done``): a killed row gets none of them, since ``bench-done`` with a passing rate would un-kill it;
+  ``registered_at`` anchors the fetch deadline, a plugin's fields (RowFields) what the plugin decides;
+- before each lifecycle call (a CallKind with ``checks_row``: ``param-done``, ``running``, a plugin's):
+  a killed row gets none of them, since a lifecycle call could un-kill it (the prover's, with a passing rate);
 - every ``row_check_s`` while nothing else is being delivered (the manager kills on its own, and
   forgets, at any time): a kill is learnt within that time, in production too.
 
@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .client import ManagerClient, PermanentError, TransientError
-from .row import STATUS_MAX_BYTES, Row, RowError, find_row
+from .row import NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, find_row
 
 # After a look-up that got no usable answer, the next is not tried for this long (the calls go meanwhile).
 FAILED_AGAIN_S = 30.0
@@ -61,8 +61,10 @@ class RowReading:
 class RowWatch:
     """Reads the row for the sender (on its thread) and says when the next periodic read is due."""
 
-    def __init__(self, client: ManagerClient, interval_s: float, now: Callable[[], float] = time.time) -> None:
+    def __init__(self, client: ManagerClient, interval_s: float, now: Callable[[], float] = time.time,
+                 fields: RowFields = NO_ROW_FIELDS) -> None:
         self._client, self._interval_s, self._now = client, interval_s, now
+        self._fields = fields  # what a plugin's protocol adds to the row
         self._next_at: float | None = None  # None: no periodic read until the manager knows us
         self._said: set[str] = set()
         self.latest: RowReading | None = None
@@ -86,7 +88,7 @@ class RowWatch:
         notes: list[str] = []
         try:
             answer = self._client.request("GET", "/status", max_bytes=STATUS_MAX_BYTES)
-            row, notes = find_row(answer.body, uuid, now)
+            row, notes = find_row(answer.body, uuid, now, self._fields)
             reading = RowReading(now, row, listed=row is None)
         except (TransientError, PermanentError, RowError) as exc:
             reading = RowReading(now, None, listed=False, error=f"GET /status: {exc}"[:300])

@@ -96,7 +96,7 @@ class Sender:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         # The manager's own view (rowwatch.py): read on this thread, heard on the loop's.
-        self.rows = RowWatch(client, spec.row_check_s)
+        self.rows = RowWatch(client, spec.row_check_s, fields=calls.row)
         self.killed: Row | None = None  # the row said killed: no lifecycle call goes out any more
         self._on_row, self._on_killed, self._on_registered_again = on_row, on_killed, on_registered_again
         self._forgotten_uuid: str | None = None  # dropped for a forget; its successor is told once registered

@@ -2,7 +2,7 @@
 thread; this hears it on the loop's): the latest row, a kill, a registration again.
 
 A killed row is the manager's final word: it is remembered like a give-up (givenup.py: a restart must not
-run the instance again, since its bench-done would un-kill the row), said in one line with the manager's
+run the instance again, since a lifecycle call of it could un-kill the row), said in one line with the manager's
 ``kill_reason`` and ``killed_at`` (the supervisor's log, the manager's setup log, status), and the
 lifecycle is stopped by whoever listens (observers.py: EXIT_KILLED). After a registration again for a
 forgotten uuid, what was pushed under the old one goes again under the new one, once (repush.py).
@@ -46,8 +46,7 @@ class ManagerView:
     def heard_kill(self, row: Row) -> None:
         self.killed = row
         line = row.kill_line()
-        self._log(f"manager: {line}; nothing that could un-kill it goes out (no bench-done, running or "
-                  "registration)")
+        self._log(f"manager: {line}; nothing that could un-kill it goes out (no lifecycle call, no registration)")
         self._retire(line)
         self._push_text("setup", f"prover-supervisor: {line}")
         for listener in self.kill_listeners:

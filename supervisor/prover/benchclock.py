@@ -24,7 +24,6 @@ from ..evidence.transfer import duration
 from ..lifecycle import verdict as v
 from ..lifecycle.states import PhaseState
 from ..manager.row import utc_text
-from ..state.firstseen import BENCH_CLOCK
 from .fleet import BENCH_DONE, fleet_settings
 
 if TYPE_CHECKING:
@@ -32,6 +31,9 @@ if TYPE_CHECKING:
     from ..manager.row import Row
     from ..wiring import ManagerLink, PhaseView, ProductionControl, Wiring
 
+# The prover's name for the core's clock after the fetch (firstseen.py AFTER_FETCH_CLOCK: Plugin.clocks): the
+# name ManagerLink.clock is asked by and status shows.
+BENCH_CLOCK = "bench"
 # How often a running phase of the stretch is looked at.
 BENCH_CLOCK_CHECK_S = 5.0
 PARAMS_DONE = "params_done"  # the one state the manager's benchmark timeout applies to

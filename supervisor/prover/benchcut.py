@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..lifecycle import verdict as v
 from ..lifecycle.states import PhaseState
 from .bench import BenchResult
-from .fleet import BENCH_DONE, fleet_settings
+from .fleet import BENCH_DONE, fleet_settings, row_min_rate
 
 if TYPE_CHECKING:
     from ..engine.loop import Timer
@@ -61,8 +61,9 @@ class BenchCut:
 
     def heard_row(self, row: Row) -> None:
         """The manager judges by its row's min_rate (the label's first registration's): so does the cut."""
-        if row.min_rate is not None:
-            self._min_rate, self._min_rate_from = row.min_rate, "the manager's row's"
+        min_rate = row_min_rate(row)
+        if min_rate is not None:
+            self._min_rate, self._min_rate_from = min_rate, "the manager's row's"
 
     def transition(self, view: PhaseView) -> None:
         if view.report != BENCH_DONE:

@@ -7,7 +7,9 @@ is refused with a "did you mean", a bad value in one line naming the key, like a
   dataclass's own: the key table reads them from it, so they are written once.
 - ``[manager]`` gains ``min_rate`` (else ``$MIN_RATE``, else 50), ``bench_gate_s``, ``give_up_on_failure``
   (or its old name ``report_bench_failure``) and ``bench_done_reason``: the file format is unchanged, and the
-  values are in ``Plan.extensions["manager"]`` under the keys' own names.
+  values are in ``Plan.extensions["manager"]`` under the keys' own names;
+- ``[supervisor]`` gains ``min_param_disk``: the free space the parameter cache needs (the prover's disk need,
+  plugin.py), in ``Plan.extensions["supervisor"]``.
 """
 
 from __future__ import annotations
@@ -139,6 +141,10 @@ FLEET_KEYS = {
     # Send the failure's reason in that bench-done (only for a manager that reads it).
     "bench_done_reason": Key(check_bool, False),
 }
+
+
+# [supervisor]: fitness: free bytes the parameter cache needs (less what it already holds; plugin.py param_disk).
+PARAM_DISK_KEYS = {"min_param_disk": Key(check_size)}
 
 
 def fleet_rules(v: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

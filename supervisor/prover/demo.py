@@ -26,6 +26,7 @@ from ..lifecycle.lifecycle import Lifecycle
 from ..text.stdio import say
 from . import demofaults
 from .demofaults import FAULT_PHASE, PRODUCTION_FAULTS, FaultConfig
+from .devfleet import DEV_FLEET
 from .plugin import PLUGIN
 
 # Which stand-in plays the failing program of each phase, for --fail.
@@ -202,7 +203,7 @@ def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool 
             return EXIT_FAILURE
         demofaults.reexec(["--fail", "gpu", *(["--keep"] if keep else [])])
     workdir = Path(tempfile.mkdtemp(prefix="prover-supervisor-demo-"))
-    manager = DevManager(quiet=False).start()
+    manager = DevManager(quiet=False, extension=DEV_FLEET).start()
     xid: demofaults.XidAtProduction | None = None
     try:
         if fail == "gpu":

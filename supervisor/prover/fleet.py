@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from ..lifecycle.states import PhaseState
 from ..manager.answers import AnswerError, answered
 from ..manager.client import Answer, ManagerClient, TransientError
-from ..wiring import CallKind, Payload
+from ..wiring import CallKind, Payload, RowFields
+from .configkeys import DEFAULT_MIN_RATE
 from .gate import BenchGate
 
 if TYPE_CHECKING:
@@ -47,6 +48,18 @@ REASON_MAX_CHARS = 1000
 # The manager keeps runner ids in an SQLite integer column.
 RUNNER_ID_MAX = 2**63 - 1
 RUNNER_ID_MAX_DIGITS = len(str(RUNNER_ID_MAX))
+# A min_rate (or a rate) the manager could hold: proofs per hour.
+MIN_RATE_MAX = 1e6
+# What the fleet protocol adds to the manager's row (manager-api.md): the benchmark's state and its time, the
+# rate the bench reported, the min_rate the label first registered with (read into Row.extra by these names).
+MIN_RATE = "min_rate"
+FLEET_ROW = RowFields(states=("bench_done",), times=("bench_done_at",),
+                      numbers={MIN_RATE: MIN_RATE_MAX, "bench_rate": MIN_RATE_MAX})
+
+
+def row_min_rate(row: Row) -> float | None:
+    """The min_rate the manager's row holds (None: the row does not say)."""
+    return row.extra.get(MIN_RATE)
 
 
 @dataclass(frozen=True)
@@ -64,7 +77,7 @@ def fleet_settings(plan: Plan) -> FleetSettings:
     """The one place the prover reads its keys of the plan's [manager] table (configkeys.FLEET_KEYS, checked
     at load; without them, as for a plan loaded without the prover, nobody speaks the fleet protocol)."""
     keys = plan.extensions.get("manager", {})
-    return FleetSettings(float(keys.get("min_rate", 0.0)), float(keys.get("bench_gate_s", 0.0)),
+    return FleetSettings(float(keys.get(MIN_RATE, DEFAULT_MIN_RATE)), float(keys.get("bench_gate_s", 0.0)),
                          bool(keys.get("give_up_on_failure", False)), bool(keys.get("bench_done_reason", False)),
                          float(keys.get("bench_deadline_s", 0.0)))
 
@@ -238,7 +251,8 @@ def attach(wiring: Wiring) -> None:
     gate = BenchGate(settings.bench_gate_s, settings.min_rate, wiring.production, wiring.call_later, wiring.log)
     fleet = Fleet(settings, link, gate, wiring.log)
     link.handle(BENCH_DONE, bench_done_call(settings, gate.answered, gate.refused, link.retire))
-    link.add_register_fields(lambda: {"min_rate": settings.min_rate})
+    link.add_register_fields(lambda: {MIN_RATE: settings.min_rate})
+    link.add_row_fields(FLEET_ROW)
     link.hear_register_field(RUNNER_ID, check_runner_id,
                              lambda runner_id: wiring.export_env("RUNNER_ID", runner_id) if runner_id else None)
     link.on_killed(fleet.killed)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..exits import EXIT_BENCH_REJECTED
+from .reasons import EXIT_BENCH_REJECTED
 
 if TYPE_CHECKING:
     from ..engine.loop import Timer
@@ -68,12 +68,13 @@ class BenchGate:
 
     def heard_row(self, row: Row) -> None:
         """The manager keeps the min_rate of the label's first registration: its row's is the one that judges."""
-        if row.min_rate is None or row.min_rate == self._min_rate:
+        min_rate = row.extra.get("min_rate")  # (fleet.FLEET_ROW reads it)
+        if min_rate is None or min_rate == self._min_rate:
             return
-        self._log(f"manager: its row's min_rate {row.min_rate:g}/h differs from this instance's "
+        self._log(f"manager: its row's min_rate {min_rate:g}/h differs from this instance's "
                   f"{self._min_rate:g}/h ($MIN_RATE or [manager] min_rate): the manager judges the bench by its "
                   "own (kept from the label's first registration), and so does the bench cut")
-        self._min_rate = row.min_rate
+        self._min_rate = min_rate
 
     def refused(self) -> None:
         """bench-done was refused for good: no answer will ever come, so waiting out the gate is pointless."""

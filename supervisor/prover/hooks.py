@@ -16,6 +16,7 @@ from . import cuzkconf
 from .bench import BenchParser, BenchResult, SingleProofParser
 from .configkeys import cuzk_settings
 from .fetchlines import FetchParser
+from .reasons import BENCH_FAILED
 
 CUZK_CONFIG = "cuzk-config"
 
@@ -45,10 +46,10 @@ def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
 
 PARSERS = {
     # The bench's result is kept as a fact: a resumed bench phase still reports its rate.
-    "cuzk-bench": OutputHook("bench", "the cuzk-bench output parser", BenchParser, v.BENCH_FAILED,
+    "cuzk-bench": OutputHook("bench", "the cuzk-bench output parser", BenchParser, BENCH_FAILED,
                              fact="bench", restore=lambda saved: BenchResult(**saved)),
     "cuzk-single": OutputHook("warm-up proof", "the cuzk-bench single output parser", SingleProofParser,
-                              v.BENCH_FAILED),
+                              BENCH_FAILED),
     # aria2c's readout and paramfetch's lines: the download's progress (its exit status judges it).
     "paramfetch": OutputHook("parameter fetch", "the paramfetch output parser", FetchParser, v.EXIT_CODE),
 }

@@ -4,11 +4,16 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 
 - ``sections``: ``[cuzk]`` (configkeys.py), the settings cuzk.toml is generated from;
 - ``table_keys``/``table_rules``: the fleet protocol's keys in ``[manager]`` (``min_rate``, ``$MIN_RATE``,
-  ``bench_gate_s``, ``give_up_on_failure``, ``bench_done_reason``);
+  ``bench_gate_s``, ``give_up_on_failure``, ``bench_done_reason``), and ``[supervisor] min_param_disk``;
 - ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``;
 - ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
+- ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);
 - ``fitness``: what cuzk.toml generation needs, on the memory the phase may have (below);
-- ``param_cache``: [cuzk] param_cache; ``profile``: profile.toml, run when no config is given.
+- ``disk_needs``: ``min_param_disk`` under the parameter cache ([cuzk] param_cache, else
+  ``$FIL_PROOFS_PARAMETER_CACHE``, else the param-done phase's progress_path);
+- ``run_switches``: ``--rebench``, which runs the ``resume = "machine"`` phases (the bench) again (switches.py);
+- ``clocks``: the core's clock after the fetch is the benchmark's, ``bench`` (benchclock.py);
+- ``profile``: profile.toml, run when no config is given.
 
 - ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
   register body, ``runner_id``; the bench cut (benchcut.py): a bench that can no longer pass min_rate
@@ -18,22 +23,27 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
 
 from ..config import Plan
 from ..lifecycle import verdict as v
-from ..lifecycle.fitness import Evidence, Finding
+from ..lifecycle.fitness import Evidence, Finding, SpaceNeed
 from ..lifecycle.policy import capped
 from ..plugin import Plugin
+from ..state.firstseen import AFTER_FETCH_CLOCK
 from ..wiring import Wiring
 from . import benchclock, benchcut, cuzkconf, fleet, production
-from .configkeys import FLEET_KEYS, SECTION, cuzk_section, fleet_rules
+from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_section, fleet_rules
 from .hooks import CUZK_CONFIG, PARSERS, make_cuzk_config
 from .ready import KIND as CUZK_READY
 from .ready import make_cuzk_ready
+from .reasons import REASONS
+from .switches import RUN_SWITCHES
 
 BENCH_DONE = "bench-done"
+PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
 
 
 def cuzk_toml_fits(plan: Plan, evidence: Evidence) -> list[Finding]:
@@ -52,10 +62,26 @@ def cuzk_toml_fits(plan: Plan, evidence: Evidence) -> list[Finding]:
     return []
 
 
-def param_cache(plan: Plan) -> str | None:
-    """Where cuzk reads the parameters from: [cuzk] param_cache (None without a [cuzk]: the core's own rule)."""
+def param_cache(plan: Plan, environ: Mapping[str, str]) -> str | None:
+    """Where the parameters go: where cuzk reads them from ([cuzk] param_cache), else
+    $FIL_PROOFS_PARAMETER_CACHE (the config's [supervisor] env, then the environment), else the fetch's
+    progress_path (the ``report = "param-done"`` phase's); None: nowhere said."""
     settings = plan.sections.get(SECTION)
-    return settings.param_cache if settings is not None else None
+    if settings is not None:
+        return settings.param_cache
+    named = plan.supervisor.env.get(PARAM_CACHE_ENV) or environ.get(PARAM_CACHE_ENV)
+    if named:
+        return named
+    fetch = next((p for p in plan.phases if p.report == "param-done" and p.progress_path), None)
+    return fetch.progress_path if fetch is not None else None
+
+
+def param_disk(plan: Plan, environ: Mapping[str, str]) -> list[SpaceNeed]:
+    """The prover's disk need: ``[supervisor] min_param_disk`` under the parameter cache (none without it, or
+    without a cache)."""
+    need = plan.extensions.get("supervisor", {}).get("min_param_disk")
+    cache = param_cache(plan, environ) if need is not None else None
+    return [SpaceNeed("parameter cache", cache, need)] if cache is not None and need is not None else []
 
 
 def attach(wiring: Wiring) -> None:
@@ -81,14 +107,17 @@ def profile() -> str:
 PLUGIN = Plugin(
     name="prover",
     sections=MappingProxyType({SECTION: cuzk_section, production.SECTION: production.production_section}),
-    table_keys=MappingProxyType({"manager": FLEET_KEYS}),
+    table_keys=MappingProxyType({"manager": FLEET_KEYS, "supervisor": PARAM_DISK_KEYS}),
     table_rules=MappingProxyType({"manager": fleet_rules}),
     prepares=MappingProxyType({CUZK_CONFIG: make_cuzk_config}),
     parsers=MappingProxyType(PARSERS),
     ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),
     reports=MappingProxyType({BENCH_DONE: "done"}),
+    reasons=REASONS,
     fitness=(cuzk_toml_fits,),
-    param_cache=param_cache,
+    disk_needs=(param_disk,),
+    run_switches=RUN_SWITCHES,
+    clocks=MappingProxyType({AFTER_FETCH_CLOCK: benchclock.BENCH_CLOCK}),
     attach=attach,
     profile=profile,
 )

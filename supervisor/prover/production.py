@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
 from ..engine.offloop import worker_thread
 from ..evidence.watchstate import said_error, short
-from ..lifecycle import verdict as v
 from ..text.units import fmt_bytes
+from .reasons import PROOFS_FAILING
 
 if TYPE_CHECKING:
     from ..wiring import PhaseView, Wiring
@@ -369,7 +369,7 @@ class ProductionWatch:
             detail = (f"{failed} proof(s) failed and none completed within {self._settings.proof_failure_window_s:g}s "
                       f"(proof_failures={self._settings.proof_failures}; {reading.source} counters)")
             self._window = ProofWindow(self._settings.proof_failure_window_s)
-            self._wiring.production.fail_phase(phase, v.PROOFS_FAILING, detail)
+            self._wiring.production.fail_phase(phase, PROOFS_FAILING, detail)
 
     def status(self) -> dict[str, Any]:
         """The production phase's keys in status: proofs_completed/failed since up, and the rest."""

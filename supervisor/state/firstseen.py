@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,16 +55,23 @@ THIS_START = "this start"  # the fetch clock of a fetch run again once the manag
 # A kept time older than this is no instance's start (a zeroed field, another machine's file): refused.
 MAX_AGE_S = 365 * 86400.0
 
-# The clocks a deadline may count from, and which kept times each is the earliest of.
+# The clocks a deadline may count from, and which kept times each is the earliest of: the fetch's, from the
+# registration; and the one that starts where the fetch ends (param-done), whose stage a plugin names (the
+# prover's benchmark: Plugin.clocks gives it the name it is asked and shown by).
 FETCH_CLOCK = "fetch"
-BENCH_CLOCK = "bench"
-CLOCKS = {FETCH_CLOCK: (MANAGER_REGISTERED, FIRST_REGISTERED), BENCH_CLOCK: (MANAGER_PARAM_DONE, FIRST_PARAM_DONE)}
+AFTER_FETCH_CLOCK = "after-fetch"
+CLOCKS = {FETCH_CLOCK: (MANAGER_REGISTERED, FIRST_REGISTERED),
+          AFTER_FETCH_CLOCK: (MANAGER_PARAM_DONE, FIRST_PARAM_DONE)}
 
 
 class FirstSeen:
-    """The times (epoch seconds), loaded at start; the first start written at once if it was not known."""
+    """The times (epoch seconds), loaded at start; the first start written at once if it was not known.
+    ``names``: a clock (CLOCKS) → the name it is asked and shown by instead (a plugin's: Plugin.clocks)."""
 
-    def __init__(self, state_dir: Path, log: Callable[[str], None], now: Callable[[], float] = time.time) -> None:
+    def __init__(self, state_dir: Path, log: Callable[[str], None], now: Callable[[], float] = time.time,
+                 names: Mapping[str, str] | None = None) -> None:
+        self._names = {clock: (names or {}).get(clock, clock) for clock in CLOCKS}  # clock → its name
+        self._clocks = {name: clock for clock, name in self._names.items()}  # its name → the clock
         self._path = statepaths.path(state_dir, statepaths.FIRST_SEEN)
         self._log, self._now = log, now
         self._row_state: str | None = None  # the manager's row's state, as last read (not kept)
@@ -92,8 +99,10 @@ class FirstSeen:
         return not self._fetched_before
 
     def clock(self, name: str) -> tuple[float, str] | None:
-        """The clock ``name`` (FETCH_CLOCK, BENCH_CLOCK): the earliest time known of it and what it is; None: none."""
-        known = [(self._times[key], SOURCES[key]) for key in CLOCKS[name] if key in self._times]
+        """The clock ``name`` (FETCH_CLOCK, AFTER_FETCH_CLOCK, or the name a plugin gave it): the earliest time
+        known of it and what it is; None: none."""
+        kept = CLOCKS[self._clocks.get(name, name)]
+        known = [(self._times[key], SOURCES[key]) for key in kept if key in self._times]
         return min(known) if known else None
 
     def registered(self) -> None:
@@ -101,7 +110,7 @@ class FirstSeen:
         self._first(FIRST_REGISTERED)
 
     def param_done(self) -> None:
-        """The param-done phase ended: the benchmark's clock starts (the manager's, at its param_done_at)."""
+        """The param-done phase ended: the clock after the fetch starts (the manager's, at its param_done_at)."""
         self._first(FIRST_PARAM_DONE)
 
     def heard_row(self, row: RowTimes) -> None:
@@ -118,10 +127,10 @@ class FirstSeen:
     def status(self) -> dict[str, Any]:
         """Each clock known, for the status view: when it started and what that is."""
         out: dict[str, Any] = {}
-        for name in CLOCKS:
-            if name == FETCH_CLOCK and not self._fetch_clock_runs():
+        for kind, name in self._names.items():
+            if kind == FETCH_CLOCK and not self._fetch_clock_runs():
                 continue  # the fetch is behind (the row is past registered): its clock is of no use to show
-            clock = self.clock(name) if name != FETCH_CLOCK else self.anchor()
+            clock = self.clock(name) if kind != FETCH_CLOCK else self.anchor()
             if clock is not None:
                 out[name] = {"at": clock[0], "source": clock[1]}
         return out

@@ -243,7 +243,6 @@ class PhaseStatus(_Record):
     attempt: int | None = None
     up: bool | None = None
     hold: str | None = None  # why the lifecycle is held at it, while it is
-    bench: Mapping[str, Any] | None = None  # the kept result (Phase.kept_result)
     progress: DownloadProgress | None = None
     facts: Mapping[str, Any] = field(default_factory=dict)  # what resume keeps of it
     started_at: float | None = None  # the timeline (timers.Timeline): wall times
@@ -251,7 +250,9 @@ class PhaseStatus(_Record):
     ended_at: float | None = None
     timers: Timers = field(default_factory=Timers)
     memory: PhaseMemory | None = None
-    plugin: Mapping[str, Any] = field(default_factory=dict)  # what a plugin adds (Wiring.add_status), as it added
+    # What a plugin adds (Wiring.add_status), as it added, and its output parser's kept result under the
+    # fact's name (Phase.kept_as): written flat in the phase's object, last.
+    plugin: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:

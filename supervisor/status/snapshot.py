@@ -102,6 +102,9 @@ class PhaseView(Protocol):
     def kept_result(self) -> Any: ...
 
     @property
+    def kept_as(self) -> str | None: ...  # the fact name of kept_result (its key in the phase's object)
+
+    @property
     def progress(self) -> dict[str, Any] | None: ...  # done_bytes, total_bytes, rate_bytes_s, eta_s (transfer.py)
     def pacing(self) -> PacingView: ...
 
@@ -165,7 +168,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
                                   failure=_failure(lifecycle.failure, log_dir)),
         phases=tuple(PhaseStatus(**_phase(p, lifecycle.held(p.name), resume), **timeline.of(p.name),
                                  timers=phase_timers(p, lifecycle.hold_ends(p.name), now),
-                                 memory=_phase_memory(p, memory), plugin=_extras(p.name, extras))
+                                 memory=_phase_memory(p, memory), plugin={**_kept(p), **_extras(p.name, extras)})
                      for p in lifecycle.phases),
         children=children,
         gpus=_gpus(gpus, usage),
@@ -190,10 +193,15 @@ def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, childr
 def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
     return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
             "attempt": p.attempt, "up": p.up, "hold": hold,
-            "bench": vars(p.kept_result) if p.kept_result else None,
             "progress": DownloadProgress.from_json(p.progress) if p.progress else None,
             # A phase not reached in this run keeps what an earlier run learnt about it.
             "facts": p.facts or resume.previous(p.name)}
+
+
+def _kept(p: PhaseView) -> dict[str, Any]:
+    """What its output parser read and keeps, under the fact's name the plugin gave it (shown flat beside the
+    core's keys, as a plugin's own keys are)."""
+    return {p.kept_as: vars(p.kept_result) if p.kept_result else None} if p.kept_as else {}
 
 
 def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from supervisor.evidence.gpuwatch import Gpus
 from supervisor.exits import EXIT_FAILURE
 from supervisor.lifecycle import fitness
 from supervisor.prover.cuzkconf import GIB
-from supervisor.prover.plugin import PLUGIN
+from supervisor.prover.plugin import PARAM_CACHE_ENV, PLUGIN, param_cache, param_disk
 from supervisor.text.units import MIB as MiB
 
 H100 = 81559 * MiB  # what NVML reports as memory.total for an H100 80GB HBM3
@@ -238,7 +238,7 @@ def test_gather_counts_bytes_already_in_the_cache_and_asks_gpus_only_when_requir
                             PROVER_MIN_STATE_DISK="1MiB", PROVER_REQUIRE_GPUS="true")
         gpus = InjectedGpus(idle_gpus(H200))
         evidence = fitness.gather(plan, FixedMemory(200 * GIB), gpus, {"GPU_COUNT": "1"},
-                                  plugin_cache=PLUGIN.param_cache)
+                                  needs=PLUGIN.disk_needs)
         param = evidence.disks[0]
         assert (param.what, param.path, param.need, param.present) == ("parameter cache", str(cache), 7 * MiB, 5 * MiB)
         assert param.free is not None and 2 * MiB <= param.free <= 3 * MiB, param
@@ -249,6 +249,26 @@ def test_gather_counts_bytes_already_in_the_cache_and_asks_gpus_only_when_requir
 
         off = fitness.gather(profile_plan(PROVER_REQUIRE_GPUS="false"), FixedMemory(None), gpus, {})
         assert off.gpus is None and gpus.asked == 1, "GPUs not required: NVML is not asked"
+
+
+def test_where_the_parameters_go_cuzk_then_the_environment_then_the_fetch() -> None:
+    """Where the prover says the parameters go (its disk need): [cuzk] param_cache, else
+    $FIL_PROOFS_PARAMETER_CACHE (the config's env, then the environment), else the fetch's progress_path."""
+    from supervisor.config import parse_plan
+
+    fetch = '[[phases]]\nname = "f"\ncommand = ["true"]\nreport = "param-done"\nstall_s = 5\nprogress_path = "/p"\n'
+    env = {PARAM_CACHE_ENV: "/from/env"}
+    with_cuzk = parse_plan('[cuzk]\nparam_cache = "/cuzk/params"\n' + fetch, "t.toml", {}, PLUGIN)
+    assert param_cache(with_cuzk, env) == "/cuzk/params"
+    without = parse_plan(fetch, "t.toml", {}, PLUGIN)
+    assert param_cache(without, env) == "/from/env"
+    assert param_cache(without, {}) == "/p"
+    in_config = parse_plan(f'[supervisor]\nenv = {{ {PARAM_CACHE_ENV} = "/cfg" }}\n' + fetch, "t.toml", {}, PLUGIN)
+    assert param_cache(in_config, env) == "/cfg"
+    # The disk need: min_param_disk under it, and none without the key.
+    needs = parse_plan('[supervisor]\nmin_param_disk = "1MiB"\n' + fetch, "t.toml", {}, PLUGIN)
+    assert param_disk(needs, env) == [fitness.SpaceNeed("parameter cache", "/from/env", MiB)]
+    assert param_disk(without, env) == []
 
 
 # ---------------------------------------------------------------- the whole thing, for real
@@ -381,14 +401,14 @@ def test_fitness_keys_are_checked_like_every_other() -> None:
 
     phases = '[[phases]]\nname = "a"\ncommand = ["true"]\n'
     plan = parse_plan('[supervisor]\nrequire_gpus = "${G:-true}"\nmin_param_disk = "85GiB"\nmin_disk = 1024\n'
-                      + phases, "ok.toml", {})
-    assert (plan.supervisor.require_gpus, plan.supervisor.min_param_disk, plan.supervisor.min_disk) == \
-        (True, 85 * GIB, 1024)
+                      + phases, "ok.toml", {}, PLUGIN)
+    min_param_disk = plan.extensions["supervisor"]["min_param_disk"]  # the prover's key (its disk need)
+    assert (plan.supervisor.require_gpus, min_param_disk, plan.supervisor.min_disk) == (True, 85 * GIB, 1024)
     assert parse_plan(phases, "default.toml", {}).supervisor.require_gpus is False
     for bad, message in (('require_gpus = "maybe"', "ok.toml: supervisor.require_gpus: must be true or false"),
                          ('min_param_disk = "lots"', "ok.toml: supervisor.min_param_disk: ")):
         with pytest.raises(ConfigError) as refused:
-            parse_plan(f"[supervisor]\n{bad}\n" + phases, "ok.toml", {})
+            parse_plan(f"[supervisor]\n{bad}\n" + phases, "ok.toml", {}, PLUGIN)
         assert str(refused.value).startswith(message) and "\n" not in str(refused.value), refused.value
 
 

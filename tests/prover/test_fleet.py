@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from supervisor.config import ManagerSpec
-from supervisor.exits import EXIT_BENCH_REJECTED
 from supervisor.lifecycle.states import PhaseState
 from supervisor.lifecycle.verdict import Verdict
 from supervisor.manager.answers import AnswerError, Identity, register_answer
 from supervisor.manager.client import ManagerClient, TransientError
 from supervisor.prover.fleet import (
     BENCH_DONE,
+    FLEET_ROW,
     REASON_MAX_CHARS,
     RUNNER_ID,
     RUNNER_ID_MAX,
@@ -38,7 +38,8 @@ from supervisor.prover.fleet import (
     decide_give_up,
 )
 from supervisor.prover.gate import GATE_HOLD, BenchGate
-from supervisor.wiring import CallKind, PhaseView, ShutdownView, Wiring
+from supervisor.prover.reasons import EXIT_BENCH_REJECTED
+from supervisor.wiring import CallKind, PhaseView, RowFields, ShutdownView, Wiring
 
 # ---------------------------------------------------------------- stand-ins of what the core hands in
 
@@ -86,6 +87,7 @@ class Link:
     queued: list[tuple[str, dict[str, Any], str, str | None]] = field(default_factory=list)
     kinds: dict[str, CallKind] = field(default_factory=dict)
     register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list)
+    row_fields: list[RowFields] = field(default_factory=list)
     heard: dict[str, Any] = field(default_factory=dict)
     retired: list[str] = field(default_factory=list)
     row_listeners: list[Callable[[Any], None]] = field(default_factory=list)
@@ -114,6 +116,9 @@ class Link:
 
     def hear_register_field(self, name: str, check: Any, on_known: Callable[[str | None], None]) -> None:
         self.heard[name] = (check, on_known)
+
+    def add_row_fields(self, fields: RowFields) -> None:
+        self.row_fields.append(fields)
 
     def push_text(self, source: str, text: str) -> None:
         raise AssertionError("the fleet protocol pushes no text of its own")
@@ -336,6 +341,7 @@ def test_attach_adds_the_fleet_protocol_to_the_reporting_and_nothing_without_a_m
     attach(wiring(link))
     assert list(link.kinds) == [BENCH_DONE]
     assert [fields() for fields in link.register_fields] == [{"min_rate": 7.5}]
+    assert link.row_fields == [FLEET_ROW]  # its row's min_rate, rate and bench_done state are read
     check, on_known = link.heard[RUNNER_ID]
     assert check(7) == "7"
     on_known("7")

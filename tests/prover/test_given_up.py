@@ -17,7 +17,8 @@ import requests
 from helpers import Console, Runner, sh, started, toml_str
 
 from supervisor.devmanager.server import DevManager
-from supervisor.exits import EXIT_BENCH_REJECTED, EXIT_GIVEN_UP
+from supervisor.exits import EXIT_GIVEN_UP
+from supervisor.prover.reasons import EXIT_BENCH_REJECTED
 from supervisor.state import paths as statepaths
 
 WAIT_S = 90  # upper bounds against hanging, never measures

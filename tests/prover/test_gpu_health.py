@@ -17,6 +17,7 @@ import pytest
 from helpers import Console, Runner, free_port, one_verdict, pyc, sh, toml_str, wait_for
 from standin_nvml import NvmlControl, fake_nvml_env
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 from supervisor.evidence.gpu import GpuFault
 from supervisor.evidence.gpuwatch import Gpus
@@ -134,7 +135,7 @@ def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(contro
 
 @pytest.fixture(scope="module")
 def devmgr() -> Iterator[DevManager]:
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     yield mgr
     mgr.stop()
 

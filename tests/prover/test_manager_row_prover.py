@@ -7,30 +7,55 @@ supervisor against the dev-manager, whose row keeps the min_rate of the label's 
 
 from __future__ import annotations
 
+import calendar
 import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import requests
 from helpers import Runner, sh, toml_str
 from test_benchcut_rules import Production, Rig
 
 from supervisor.devmanager.server import DevManager
-from supervisor.exits import EXIT_BENCH_REJECTED
 from supervisor.lifecycle.states import PhaseState
-from supervisor.manager.row import Row, utc_text
+from supervisor.manager.row import Row, RowError, find_row, utc_text
 from supervisor.prover.bench import BenchResult
-from supervisor.prover.benchclock import BENCH_CLOCK_CHECK_S, BenchClock, past_deadline, stretch
+from supervisor.prover.benchclock import BENCH_CLOCK, BENCH_CLOCK_CHECK_S, BenchClock, past_deadline, stretch
+from supervisor.prover.fleet import FLEET_ROW, row_min_rate
 from supervisor.prover.gate import BenchGate
-from supervisor.state.firstseen import BENCH_CLOCK
+from supervisor.prover.reasons import EXIT_BENCH_REJECTED
 from supervisor.wiring import PhaseView
 
 WAIT_S = 60
+NOW = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
+ROW = {"uuid": "u-1", "label": "C.7", "runner_id": 3, "state": "registered", "min_rate": 60.0,
+       "registered_at": "2026-12-01 10:31:00"}
+
+
+def test_the_fleet_protocols_row_fields_are_read_with_the_cores() -> None:
+    """What the core's row rules hold (tests/test_managerrow_rules.py) for the fleet protocol's fields."""
+    row, notes = find_row([{**ROW, "uuid": "u-2", "state": "killed"}, ROW], "u-1", NOW, FLEET_ROW)
+    assert row == Row("u-1", "registered", registered_at=NOW - 89 * 60,
+                      extra={"min_rate": 60.0, "bench_rate": None, "bench_done_at": None})
+    assert notes == [] and row_min_rate(row) == 60.0
+    passed, _ = find_row([{**ROW, "state": "bench_done", "bench_done_at": "2026-12-01 11:00:00", "bench_rate": 61.5}],
+                         "u-1", NOW, FLEET_ROW)
+    assert passed is not None and passed.extra == {"min_rate": 60.0, "bench_rate": 61.5, "bench_done_at": NOW - 3600}
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    ({**ROW, "min_rate": "fast"}, "min_rate is not a number"),
+    ({**ROW, "min_rate": float("inf")}, "min_rate is not a number"),
+])
+def test_a_row_of_the_wrong_shape_is_no_evidence(raw: dict[str, object], why: str) -> None:
+    with pytest.raises(RowError, match=why):
+        find_row([raw], "u-1", NOW, FLEET_ROW)
 
 
 def test_the_bench_cut_judges_by_the_rows_min_rate_and_says_so() -> None:
     rig = Rig(min_rate=1.0)  # ours would never cut: 4 proofs need 4 h at 1/h
-    rig.cut.heard_row(Row("u", "params_done", min_rate=3600.0))  # the manager's: 4 proofs in 4 s
+    rig.cut.heard_row(Row("u", "params_done", extra={"min_rate": 3600.0}))  # the manager's: 4 proofs in 4 s
     rig.cut.transition(rig.view(parsed=BenchResult(proofs={"COMPLETED": 1}, expected=4)))
     rig.run_timers(1.0)  # the first proof line seen
     rig.run_timers(6.0)
@@ -52,10 +77,10 @@ def test_the_cut_says_when_it_used_its_own_min_rate() -> None:
 def test_the_gate_says_once_that_the_rows_min_rate_differs_and_uses_it() -> None:
     lines: list[str] = []
     gate = BenchGate(0.0, 50.0, Production(), lambda delay, cb: None, lines.append)  # type: ignore[arg-type]
-    gate.heard_row(Row("u", "registered", min_rate=50.0))
+    gate.heard_row(Row("u", "registered", extra={"min_rate": 50.0}))
     assert lines == []
-    gate.heard_row(Row("u", "registered", min_rate=80.0))
-    gate.heard_row(Row("u", "params_done", min_rate=80.0))
+    gate.heard_row(Row("u", "registered", extra={"min_rate": 80.0}))
+    gate.heard_row(Row("u", "params_done", extra={"min_rate": 80.0}))
     assert len(lines) == 1 and "its row's min_rate 80/h differs from this instance's 50/h" in lines[0], lines
     gate.answered(True, 90.0)
     assert lines[-1] == "manager: benchmark passed (rate 90/h >= min_rate 80)"

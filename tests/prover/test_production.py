@@ -17,6 +17,7 @@ import pytest
 from helpers import PY, REPO, Console, Runner, free_port, sh, toml_str, wait_for
 from profilekit import standin_env
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 from supervisor.prover.production import ProofWindow, Reading, parse_curio, parse_cuzk, summary_line
 
@@ -72,7 +73,7 @@ def test_the_real_shapes_are_read() -> None:
 
 @pytest.fixture(scope="module")
 def devmgr() -> Iterator[DevManager]:
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     yield mgr
     mgr.stop()
 

@@ -16,7 +16,12 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from supervisor.engine.reaping import ExitStatus
+from supervisor.exits import EXIT_FAILURE
+from supervisor.lifecycle.verdict import STOPPED, failure_status, from_exit
+from supervisor.prover.plugin import PLUGIN
 from supervisor.prover.production import ProofWindow, Reading, parse_curio, parse_cuzk, read_counters, summary_line
+from supervisor.prover.reasons import BENCH_FAILED, PROOFS_FAILING
 
 GIB = 1 << 30
 
@@ -201,3 +206,21 @@ def test_memory_without_a_limit_is_unknown() -> None:
     assert "memory unknown" in summary_line(window_of(), {}, None)
     assert summary_line(window_of(), {}, None).startswith(
         "production: proofs 0 completed / 0 failed in the last 10 min, 0 / 0 since up; 0.0/h; ")
+
+
+# ---------------------------------------------------------------- proofs_failing, a reason the prover registers
+
+
+def test_proofs_failing_is_a_watchers_finding_whatever_curio_did_on_the_stop() -> None:
+    """The status test_timeout_exit.py holds the core's findings to: registered by the prover (Plugin.reasons)."""
+    assert failure_status(PROOFS_FAILING, 0, PLUGIN.reasons) == failure_status(PROOFS_FAILING, 143, PLUGIN.reasons) \
+        == EXIT_FAILURE
+    assert failure_status(BENCH_FAILED, 7, PLUGIN.reasons) == EXIT_FAILURE
+    # Curio stopped for it dies of the SIGTERM: the verdict keeps the prover's reason and exits 1.
+    killed = ExitStatus.from_wait_status(15)  # killed by SIGTERM
+    stopped = from_exit("curio", "curio", 4242, killed, stop_reason=PROOFS_FAILING, daemon=False, attempt=1,
+                        started_at=0.0, last_lines=[], stop_detail="3 proofs failed", added=PLUGIN.reasons)
+    assert (stopped.reason, stopped.success, stopped.status) == (PROOFS_FAILING, False, EXIT_FAILURE)
+    unknown = from_exit("curio", "curio", 4242, killed, stop_reason=PROOFS_FAILING, daemon=False, attempt=1,
+                        started_at=0.0, last_lines=[])
+    assert unknown.reason == STOPPED, "without the prover's reasons it is no reason the core knows"

@@ -38,7 +38,7 @@ from helpers import (
 )
 from profilekit import DROP_PREFIXES, profile_runner
 
-from supervisor.devmanager.server import DevManager
+from supervisor.app.cli import dev_manager
 from supervisor.evidence.cgroups import mem_total
 from supervisor.exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_FAILURE
 from supervisor.text.units import GIB, parse_size
@@ -69,7 +69,7 @@ class FirstRun:
 @pytest.fixture(scope="module")
 def first(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[FirstRun]:
     """The whole profile once, on a fresh machine; the resume test goes on from its state dir."""
-    dev = DevManager(port=0, quiet=True).start()
+    dev = dev_manager(port=0, quiet=True).start()
     prof = profile_runner(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.9{os.getpid()}")
     try:
         env = prof.env()

@@ -23,6 +23,7 @@ from supervisor.prover import hooks
 from supervisor.prover.bench import BenchParser, BenchResult, SingleProofParser
 from supervisor.prover.cuzkconf import CuzkSettings
 from supervisor.prover.fetchlines import FetchParser
+from supervisor.prover.reasons import BENCH_FAILED
 
 GIB = 1 << 30
 
@@ -107,7 +108,7 @@ def test_a_bench_that_exits_0_without_its_summary_fails_as_bench_failed() -> Non
     assert isinstance(parser, BenchParser)
     parser.feed([b"[1/2] porep proof FAILED \xe2\x80\x94 something"])
     judged = hook.judge(exited_0("bench"), parser.result, lambda line: None)
-    assert (judged.success, judged.reason, judged.status) == (False, v.BENCH_FAILED, 1)
+    assert (judged.success, judged.reason, judged.status) == (False, BENCH_FAILED, 1)
     assert judged.detail.startswith("bench failed: no '=== Batch Summary ===' in cuzk-bench's output")
 
 

@@ -29,10 +29,12 @@ from helpers import (
     pushed,
     wait_for,
 )
+from test_reporting import FAKE_RATE, fast_config
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
-from supervisor.exits import EXIT_BENCH_REJECTED
 from supervisor.prover.demo import demo_config
+from supervisor.prover.reasons import EXIT_BENCH_REJECTED
 
 SPEED = "0.05"
 
@@ -51,7 +53,7 @@ class DemoRun:
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
     work = tmp_path_factory.mktemp("demo")
-    mgr = DevManager(quiet=True).start()
+    mgr = dev_manager(quiet=True).start()
     config = work / "demo.toml"
     config.write_text(demo_config(work, speed=float(SPEED), run_seconds=1.0, manager_url=mgr.url))
     proc = subprocess.Popen([PY, "-m", "supervisor", "run", "--config", str(config)], stdout=subprocess.PIPE,
@@ -193,3 +195,24 @@ def test_failed_bench_is_reported_at_once(sup: Runner, managers: Callable[..., D
     # Reported through the outbox, not left to the manager's 45 min benchmark timeout.
     bench_done = api_calls(mgr, "/bench-done")
     assert len(bench_done) == 1 and bench_done[0]["status"] == 200
+
+
+# ---------------------------------------------------------------- the bench verdict
+
+
+def test_late_passed_false_stops_production(sup: Runner, managers: Callable[..., DevManager]) -> None:
+    """The gate expired while the manager was down, production started; the late answer is passed: false (the
+    prover's exit status: tests/test_reporting.py's quick lifecycle, moved here with it)."""
+    port = free_port()
+    config = fast_config(sup, f"http://127.0.0.1:{port}", manager="bench_gate_s = 0.5", min_rate=1000,
+                         service="${SVC_S:-120}")
+    proc = Console(sup, config)
+    proc.wait_text("started service/service")
+    assert "starting production anyway" in proc.text()
+    mgr = managers(port)
+    assert proc.finish(40) == EXIT_BENCH_REJECTED, proc.tail()
+    out = proc.text()
+    assert "the manager rejected the benchmark (rate 90/h < min_rate 1000)" in out
+    inst = only_instance(mgr)
+    assert inst["history"] == ["registered", "params_done", "killed"]
+    assert inst["rate"] == FAKE_RATE and inst["min_rate"] == 1000

@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 from helpers import Console, Runner, free_port, outbox_rows, wait_for
 
+from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 from supervisor.prover.demo import demo_config
 
@@ -91,7 +92,7 @@ def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
         left1 = orphans(run1.pid)  # its fetch lives on: nothing above a SIGKILLed supervisor stops it
 
         # ---- run 2: the manager is up; the fetch runs again and completes; SIGKILL while the bench runs
-        mgr = DevManager(port=port, quiet=True).start()
+        mgr = dev_manager(port=port, quiet=True).start()
         run2 = Console(sup, config, "run2", env={"STANDIN_PROOF_S": "1.0"})
         run2.wait_text("[bench/bench]", 30)
         wait_for(lambda: history(mgr) == ["registered", "params_done"], 10, 0.05)

@@ -17,7 +17,7 @@ from typing import Any
 import requests
 from helpers import PY, REPO, Runner, clean_env, kill_tree, wait_for
 
-from supervisor.exits import EXIT_BENCH_REJECTED
+from supervisor.prover.reasons import EXIT_BENCH_REJECTED
 
 
 def status(state_dir: Path, *args: str) -> tuple[int, str]:

@@ -40,7 +40,7 @@ HOOK = textwrap.dedent("""
         if module is None:
             return
         if not _state["on"]:
-            if module != "reaping.py" or frame.f_code.co_name != "reap":
+            if module != os.path.join("engine", "reaping.py") or frame.f_code.co_name != "reap":
                 return
             _state["on"] = True
         _state["calls"] += 1

@@ -37,6 +37,7 @@ from .lifecycle.states import PhaseView as PhaseView
 from .lifecycle.states import ShutdownView as ShutdownView
 from .manager.callkinds import CallKind as CallKind
 from .manager.callkinds import Payload as Payload
+from .text import Log
 
 if TYPE_CHECKING:  # types only
     from .config.model import Plan
@@ -45,7 +46,6 @@ if TYPE_CHECKING:  # types only
     from .manager.answers import FieldCheck
     from .manager.row import Row
 
-Log = Callable[[str], None]
 
 
 # ---------------------------------------------------------------- what a plugin hears

@@ -43,6 +43,7 @@ from ..manager.reporting import Reporter
 from ..plugin import Plugin, hooks_for
 from ..state import paths as statepaths
 from ..state.firstseen import FETCH_CLOCK, FirstSeen
+from ..text import Log
 from ..text.redact import Redactor, url_secrets
 
 T = TypeVar("T")
@@ -249,7 +250,7 @@ def _thread_death_logger(loop: EventLoop, log: SupervisorLog) -> Callable[[threa
     return died
 
 
-def empty_leftover_cgroups(memory: MemoryEvidence, log: Callable[[str], None]) -> None:
+def empty_leftover_cgroups(memory: MemoryEvidence, log: Log) -> None:
     """What a SIGKILLed predecessor's escapees left (they cleared their environment: no tag finds them,
     only the phase cgroups they were born in): kill them, then remove the emptied cgroups."""
     for owner, stale in memory.leftover_cgroups():

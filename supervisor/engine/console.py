@@ -16,7 +16,8 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+
+from ..text import Log
 
 CONSOLE_BACKLOG_BYTES = 4 * 1024 * 1024
 IOV_MAX = 1024
@@ -50,7 +51,7 @@ class Console:
 
     def __init__(self, fd: int | None = None, enabled: bool = True) -> None:
         self.lost: str | None = None  # why console lines are lost, while they are
-        self.notify: Callable[[str], None] = to_stderr  # hears of a loss after the start (run.py: the log)
+        self.notify: Log = to_stderr  # hears of a loss after the start (run.py: the log)
         if fd is None:
             # None: fd 1 was not open when Python started (cli.main points it at /dev/null since).
             fd = sys.stdout.fileno() if sys.stdout is not None else None

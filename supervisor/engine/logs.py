@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from ..text import Log
 from ..text.redact import Redactor, SecretStream
 from .console import Console, clock, to_stderr
 
@@ -129,13 +130,13 @@ class LogFile:
     descriptor (no userspace buffer): nothing is left over to fail again at close.
     """
 
-    def __init__(self, path: Path, max_bytes: int, notify: Callable[[str], None] | None = None) -> None:
+    def __init__(self, path: Path, max_bytes: int, notify: Log | None = None) -> None:
         self.path = path
         self._max = max_bytes
         self._fd: int | None = None
         self._size = 0
         # Whoever hears of a failure (the supervisor's log); stderr until told otherwise.
-        self.notify: Callable[[str], None] = notify or to_stderr
+        self.notify: Log = notify or to_stderr
         self._lock = threading.Lock()  # the outbox thread logs through the supervisor's file too
         self._failing_since: float | None = None  # monotonic time of the first failed write
         self._retry_at = 0.0
@@ -291,7 +292,7 @@ class SupervisorLog:
         if file is not None:
             file.notify = self._to_console  # not through itself: it is the file that cannot be written
         self.redactor: Redactor | None = None
-        self.taps: list[Callable[[str], None]] = []  # the log shipper: every line but the Unshipped ones
+        self.taps: list[Log] = []  # the log shipper: every line but the Unshipped ones
 
     def __call__(self, message: str) -> None:
         ship = not isinstance(message, Unshipped)  # (asked before masking: the mask makes a plain str)

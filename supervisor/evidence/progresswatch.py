@@ -34,6 +34,7 @@ from collections.abc import Callable
 from ..config import PhaseSpec
 from ..engine.loop import ErrorHandler, EventLoop
 from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
+from ..text import Log
 from .iowatch import IoProbe, IoWatch, Root
 from .progress import NET_DEV, ProgressProbe, TreeMeasure
 from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, duration, figures, progress_text, too_slow
@@ -44,7 +45,6 @@ PROGRESS_TICK_S = 1.0
 # not every second.
 PROGRESS_LOG_S = 180.0
 
-Log = Callable[[str], None]
 # The anchors that are the manager's clock (its row's registered_at, or our first registration).
 MANAGER_CLOCKS = (SOURCES[MANAGER_REGISTERED], SOURCES[FIRST_REGISTERED])
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from ..evidence.transfer import ProgressReading as ProgressReading
+from ..text import Log
 from .verdict import Verdict
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class OutputHook:
     fact: str | None = None
     restore: Callable[[dict[str, Any]], Parsed] | None = None
 
-    def judge(self, verdict: Verdict, result: Parsed, log: Callable[[str], None]) -> Verdict:
+    def judge(self, verdict: Verdict, result: Parsed, log: Log) -> Verdict:
         """The verdict of a command that exited: one that succeeded fails all the same when its output says
         it did (such tools exit 0 whatever happened)."""
         if not verdict.success:
@@ -84,7 +85,7 @@ class HookContext:
     memory_available: int | None  # what the phase may have: the cgroup limit or MemTotal, capped by its memory_max
     gpus: tuple[GpuSample, ...]  # the GPU thread's latest sample (empty: none yet, or no GPU); never a call to NVML
     state_dir: Path
-    log: Callable[[str], None]
+    log: Log
 
 
 # Before the phase runs: what its children get in their environment, or why it cannot run.

@@ -19,6 +19,7 @@ from ..config import PhaseSpec
 from ..engine.loop import Callback, ErrorHandler, EventLoop, Timer
 from ..evidence.progresswatch import ProgressWatch
 from ..evidence.stall import StallMonitor
+from ..text import Log
 from .attempt import Attempt
 from .backoff import backoff_delay, within_window
 from .policy import Next, after_attempt
@@ -78,7 +79,7 @@ class Pacing:
                                       last_outputs=attempt.last_outputs, drain=drain,
                                       current=current, on_stall=on_stall, on_error=on_error)
 
-    def watch_progress(self, evidence: MachineEvidence, attempt: Attempt, log: Callable[[str], None], *,
+    def watch_progress(self, evidence: MachineEvidence, attempt: Attempt, log: Log, *,
                        current: Callable[[], bool], on_too_slow: Callable[[str], None],
                        on_error: ErrorHandler) -> None:
         """For a phase with progress_total: ``attempt``'s figures (progresswatch.py); ``on_too_slow`` (why) once

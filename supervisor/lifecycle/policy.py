@@ -5,9 +5,9 @@ attempt. Pure (but for a log line), so tested in-process."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 
 from ..config import PhaseSpec
+from ..text import Log
 from ..text.units import fmt_bytes
 from . import verdict as v
 from .backoff import burst_exceeded
@@ -73,7 +73,7 @@ def too_little_memory(need: int, available: int) -> str:
             f"({available} bytes) is available (cgroup limit, MemTotal or the phase's memory_max)")
 
 
-def memory_shortfall(name: str, need: int | None, available: int | None, log: Callable[[str], None]) -> str | None:
+def memory_shortfall(name: str, need: int | None, available: int | None, log: Log) -> str | None:
     """Why a phase that needs ``need`` bytes (min_memory) cannot fit in ``available``, or None (it fits,
     or either is unknown): refused at once rather than OOM-killed 10 minutes in."""
     if need is None:

@@ -35,6 +35,7 @@ from ..engine.offloop import run_bounded
 from ..evidence.progress import is_incomplete
 from ..state import paths as statepaths
 from ..state.atomic import read_regular_file, write_atomically
+from ..text import Log
 from .states import PhaseState
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class ResumeRuntime(Protocol):
     the machine's memory and ``--rebench``."""
 
     loop: EventLoop
-    log: Callable[[str], None]
+    log: Log
     gpus: Gpus | None
     rebench: bool
 
@@ -103,7 +104,7 @@ class ResumeRecord:
     again once it works. With no ``path`` nothing is written (a lifecycle that keeps no state)."""
 
     def __init__(self, path: Path | None = None, previous: dict[str, Facts] | None = None,
-                 log: Callable[[str], None] = lambda message: None) -> None:
+                 log: Log = lambda message: None) -> None:
         self.path = path
         self._previous = {name: dict(facts) for name, facts in (previous or {}).items()}
         self._latest = {name: dict(facts) for name, facts in self._previous.items()}
@@ -173,7 +174,7 @@ class ResumeRecord:
             return None
 
 
-def load_record(state_dir: Path, names: Iterable[str], log: Callable[[str], None]) -> ResumeRecord:
+def load_record(state_dir: Path, names: Iterable[str], log: Log) -> ResumeRecord:
     """The record of ``state_dir`` with the last run's facts of the phases ``names``; a damaged one means a
     clean start (one line). Where there is none yet, the facts an older supervisor kept in status.json."""
     path = statepaths.path(state_dir, statepaths.RESUME)
@@ -249,7 +250,7 @@ def facts_problem(facts: Any) -> str | None:
     return None
 
 
-def _facts_in_old_status(path: Path, log: Callable[[str], None]) -> dict[str, Facts]:
+def _facts_in_old_status(path: Path, log: Log) -> dict[str, Facts]:
     """The facts an older supervisor kept in its status.json (each phase's ``facts``); a damaged one means
     a clean start (one line), none at all says nothing."""
     try:

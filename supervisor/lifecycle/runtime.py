@@ -35,12 +35,11 @@ from ..evidence.memory import MemoryEvidence
 from ..evidence.progress import ProgressProbe
 from ..evidence.watchstate import Watches
 from ..state.firstseen import FirstSeen
+from ..text import Log
 from ..text.redact import Redactor
 from . import verdict as v
 from .policy import capped
 from .verdict import Verdict
-
-Log = Callable[[str], None]
 
 # Verdicts kept per phase in VerdictRecord (the status view, status.json and lookups by pid).
 VERDICTS_KEPT_PER_PHASE = 20

@@ -19,6 +19,7 @@ from ..engine.loop import EventLoop
 from ..engine.process import Child
 from ..engine.readiness import ReadinessWait
 from ..exits import EXIT_FAILURE
+from ..text import Log
 from . import verdict as v
 from .verdict import Verdict
 
@@ -26,7 +27,7 @@ Guard = Callable[[str, Callable[..., object]], Callable[..., None]]  # (what, ca
 
 
 class AttemptStart:
-    def __init__(self, spec: PhaseSpec, attempt: int, loop: EventLoop, log: Callable[[str], None], *,
+    def __init__(self, spec: PhaseSpec, attempt: int, loop: EventLoop, log: Log, *,
                  start: Callable[[ChildSpec], Child | None], guarded: Guard,
                  command_started: Callable[[Child], None], up: Callable[[], None],
                  failed: Callable[[Verdict], None]) -> None:

@@ -30,6 +30,7 @@ from ..exits import EXIT_OK
 from ..lifecycle.states import PhaseLike, PhaseState, PhaseView
 from ..lifecycle.verdict import STOPPED, Verdict
 from ..state import givenup
+from ..text import Log
 from ..text.ansi import strip_ansi
 from ..text.redact import Redactor, shown_url
 from .answers import FieldCheck
@@ -45,7 +46,6 @@ from .view import ManagerView
 # The core's report kinds, and what of a phase triggers each (a plugin adds its own: plugin.py ``reports``).
 CORE_REPORTS = {"param-done": "done", "running": "up"}
 
-Log = Callable[[str], None]
 # Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
 FlushWait = Callable[[ExitFlush, Callable[[], bool]], None]
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..exits import EXIT_BENCH_REJECTED
+from ..text import Log
 
 if TYPE_CHECKING:
     from ..engine.loop import Timer
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 # Why the lifecycle does not go past the bench phase (the status view shows it).
 GATE_HOLD = "waiting for the manager's answer to bench-done"
 
-Log = Callable[[str], None]
 CallLater = Callable[[float, Callable[[], None]], "Timer"]
 
 

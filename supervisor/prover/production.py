@@ -36,7 +36,6 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +43,7 @@ from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, numb
 from ..engine.offloop import worker_thread
 from ..evidence.watchstate import said_error, short
 from ..lifecycle import verdict as v
+from ..text import Log
 from ..text.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -384,7 +384,7 @@ class ProductionWatch:
 
 
 def attach_watch(wiring: Wiring, status_url: str, production_phase: str | None,
-                 settings: ProductionSettings, log: Callable[[str], None]) -> ProductionWatch | None:
+                 settings: ProductionSettings, log: Log) -> ProductionWatch | None:
     """The watch on the production phase, heard through the wiring's events; None without one."""
     if production_phase is None:
         return None

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..text import Log
 from . import paths as statepaths
 from .atomic import read_regular_file, write_atomically
 
@@ -65,7 +66,7 @@ CLOCKS = {FETCH_CLOCK: (MANAGER_REGISTERED, FIRST_REGISTERED), BENCH_CLOCK: (MAN
 class FirstSeen:
     """The times (epoch seconds), loaded at start; the first start written at once if it was not known."""
 
-    def __init__(self, state_dir: Path, log: Callable[[str], None], now: Callable[[], float] = time.time) -> None:
+    def __init__(self, state_dir: Path, log: Log, now: Callable[[], float] = time.time) -> None:
         self._path = statepaths.path(state_dir, statepaths.FIRST_SEEN)
         self._log, self._now = log, now
         self._row_state: str | None = None  # the manager's row's state, as last read (not kept)

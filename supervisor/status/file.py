@@ -20,6 +20,7 @@ from ..engine.loop import EventLoop, Timer
 from ..lifecycle.states import FINAL_STATES
 from ..state import paths as statepaths
 from ..state.atomic import read_regular_file, write_atomically
+from ..text import Log
 
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
@@ -45,7 +46,7 @@ class StateFile:
     the next change, and said again once it works.
     """
 
-    def __init__(self, state_dir: Path, loop: EventLoop, log: Callable[[str], None],
+    def __init__(self, state_dir: Path, loop: EventLoop, log: Log,
                  build: Callable[[], dict[str, Any]]) -> None:
         self.path = statepaths.path(state_dir, statepaths.STATUS_FILE)
         self._state_dir = state_dir

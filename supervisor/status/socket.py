@@ -21,6 +21,7 @@ from typing import Any
 
 from ..engine.loop import EventLoop
 from ..state import paths as statepaths
+from ..text import Log
 from .file import snapshot_problem
 
 # A client that has not taken the rest of its answer within this long is dropped (by a writer thread).
@@ -41,7 +42,7 @@ class StatusServer:
     """
 
     def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], dict[str, Any]],
-                 log: Callable[[str], None]) -> None:
+                 log: Log) -> None:
         self.path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
         self._build = build
         self._loop = loop

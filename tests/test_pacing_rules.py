@@ -18,9 +18,8 @@ from supervisor.config import PhaseSpec, parse_plan
 from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle import verdict as v
 from supervisor.lifecycle.attempt import Attempt
-from supervisor.lifecycle.backoff import backoff_delay
 from supervisor.lifecycle.pacing import Pacing
-from supervisor.lifecycle.policy import Next
+from supervisor.lifecycle.states import Next, backoff_delay
 
 SEED = 7
 

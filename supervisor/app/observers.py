@@ -1,8 +1,10 @@
-"""Step 8 of run.py: what watches the lifecycle from outside, wired to it.
+"""Step 8 of run.py: what watches the lifecycle from outside, named in one record and wired to it.
 
-The reporter hears every phase change and verdict; status.json is saved at every change; the status
-socket answers ``prover-supervisor status``; health and metrics serve 127.0.0.1:http_port; on a
-shutdown for a failure the manager is told why before it is told to give the instance up.
+Who reacts to what the lifecycle decides is the lifecycle's ``Observers`` (lifecycle/runtime.py), filled
+here once, in the order they are told: resume.json, the instance's clocks, the reporter (on a shutdown
+for a failure the manager is told why before it is told to give the instance up), the plugin, the
+timeline, status.json (once per batch of changes). Beside them: the status socket answers
+``prover-supervisor status``; health and metrics serve 127.0.0.1:http_port.
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ from ..status import snapshot as snapshot_mod
 from ..status.file import StateFile
 from ..status.socket import StatusServer
 from ..status.timers import Timeline
-from ..wiring import LifecycleEvents, Wiring
+from ..wiring import Wiring
 from .startup import Core, Host, Supervision
 from .teardown import write_termination_log
 
 
 @dataclass
-class Observers:
-    """What watches the lifecycle from outside: status.json, the status socket, health and metrics."""
+class Outlets:
+    """What shows the run from outside: status.json, the status socket, health and metrics, the pointer."""
 
     state_file: StateFile
     status_server: StatusServer | None  # None: the socket could not be made (said)
@@ -42,20 +44,17 @@ class Observers:
 
 
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
-                   router: SignalRouter) -> Observers:
+                   router: SignalRouter) -> Outlets:
     lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
-    lifecycle.listeners.append(reporter.phase_changed)
-    rt.verdicts.on_verdict.append(reporter.verdict)
-    lifecycle.on_shutdown.append(reporter.shutting_down)
-    # The plugin's listeners after the reporter's (its give-up after the reason lines above: the manager
-    # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
+    observers = rt.observers
+    # The plugin attaches before the reporting starts; what it hears is told after the reporter (its give-up
+    # after the reason lines: the manager must have the why before it destroys the instance).
     extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
     attach_plugin(plan, plugin, host, core, sup, extras)
     # The manager's word on the instance is final: a killed row stops the lifecycle in order (after the
     # plugin heard the kill: its give-up must not answer a killed row).
     reporter.view.kill_listeners.append(lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED))
     timeline = Timeline()  # when each phase started and ended: heard before status.json is written
-    lifecycle.listeners.append(timeline.changed)
 
     def take_snapshot(usage: bool = True) -> dict[str, Any]:
         snap = snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
@@ -64,18 +63,22 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
                                      extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir,
                                      watches=rt.evidence.watches)
         if router.flush is not None:  # the lifecycle is over; the exit waits for the manager
-            snap["exiting"] = {"status": router.flush.status, "flush_left_s": round(router.flush.seconds_left(), 1),
+            snap["exiting"] = {"status": lifecycle.exit_status, "flush_left_s": round(router.flush.seconds_left(), 1),
                                "giving_up": router.flush.giving_up}
         return snap
 
-    # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
+    # status.json at every batch of changes (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
-    lifecycle.listeners.append(state_file.changed)
-    rt.verdicts.on_verdict.append(state_file.changed)
-    lifecycle.on_shutdown.append(lambda _why, status: write_first(plan, host, sup, state_file, router, status))
+    # Every observer by name, in the order told (the plugin's events were filled by its attach above).
+    observers.resume = sup.record  # first: a phase's facts are kept before anything else reads them
+    observers.clocks = rt.evidence.first_seen  # a param-done phase done: the benchmark's clock starts
+    observers.reporter = reporter
+    observers.timeline = timeline
+    observers.status = state_file
+    observers.first_writes = lambda status: write_first(plan, host, sup, state_file, router, status)
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
-    return Observers(state_file, status_server, health, point_here(host.state_dir, host.log))
+    return Outlets(state_file, status_server, health, point_here(host.state_dir, host.log))
 
 
 def write_first(plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter,
@@ -112,7 +115,7 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
         return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
                 "gpu_utilization": [s.utilization for s in evidence.gpu_samples()]}
 
-    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.verdicts.on_verdict),
+    wiring = Wiring(plan=plan, events=sup.rt.observers.plugin,
                     production=sup.lifecycle,
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
                     export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,

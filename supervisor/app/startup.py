@@ -8,7 +8,7 @@
 5. ``kill_survivors_of_dead_supervisors`` (survivors.py) and 6. ``empty_leftover_cgroups``: what a SIGKILLed
    predecessor of this state_dir left running, ended before anything of ours starts;
 7. ``build_lifecycle``: the GPU thread, the runtime, the manager reporter, the lifecycle with the plugin's
-   phase hooks and what the last run learnt (resume).
+   phase hooks and what the last run learnt (resume); who observes it is named in step 8 (observers.py).
 
 What they make is held in the small records below (``Host``, ``Core``, ``Signals``, ``Supervision``), which
 the observers (observers.py) and the exit (teardown.py) take too. A step that fails for want of a resource
@@ -21,7 +21,7 @@ import fcntl
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -37,7 +37,6 @@ from ..evidence.memory import MemoryEvidence
 from ..lifecycle import resume
 from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.runtime import ChildKit, MachineEvidence, Runtime
-from ..lifecycle.states import PhaseState
 from ..manager.logship import EarlyLines
 from ..manager.reporting import Reporter
 from ..plugin import Plugin, hooks_for
@@ -85,13 +84,12 @@ class Core:
 
 @dataclass
 class Supervision:
-    """The lifecycle and what serves it; ``outcome`` gets the exit status once the lifecycle is over."""
+    """The lifecycle and what serves it (the lifecycle holds the exit status, once it decided it)."""
 
     rt: Runtime
     reporter: Reporter
     lifecycle: Lifecycle
     record: resume.ResumeRecord  # what the last run learnt, and each phase's facts once done (resume.json)
-    outcome: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -297,18 +295,10 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench:
         reporter.view.deadlines[FETCH_CLOCK] = fetch_s
     if reporter.enabled:
         spawning.ship_lines = reporter.ship_lines
-    outcome: dict[str, int] = {}
-
-    def finished(status: int) -> None:
-        outcome["status"] = status
-        core.loop.stop()
-
     record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
-    lifecycle = Lifecycle(plan, rt, finished, hooks_for(plugin, plan), record=record)
-    lifecycle.listeners.append(record.phase_changed)  # first: a phase's facts are kept before anything else
-    lifecycle.listeners.append(lambda phase: first_seen.param_done() if phase.spec.report == "param-done"
-                               and phase.state is PhaseState.DONE else None)  # the benchmark's clock starts
-    return Supervision(rt, reporter, lifecycle, record, outcome)
+    # Its end stops the loop: the exit (teardown.py) reads the status it decided.
+    lifecycle = Lifecycle(plan, rt, lambda status: core.loop.stop(), hooks_for(plugin, plan), record=record)
+    return Supervision(rt, reporter, lifecycle, record)
 
 
 def sample_gpus() -> Gpus:

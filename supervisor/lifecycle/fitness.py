@@ -41,7 +41,7 @@ from ..evidence.gpu import GpuInventory, HungCall
 from ..evidence.progress import tree_size
 from ..text.units import fmt_bytes, is_ascii_digits
 from . import verdict as v
-from .policy import capped, too_little_memory
+from .hooks import capped, too_little_memory
 
 PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
 GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance

@@ -1,7 +1,7 @@
 """A phase's timers: its deadline, the backoff before its next attempt, the restarts counted
 against its restart_burst, and each attempt's stall watch, all on the loop's clock.
 
-The rules (pure functions in backoff.py and policy.py): the n-th failure in a row waits
+The rules (pure functions in states.py, beside the decision that applies them): the n-th failure in a row waits
 ``backoff_delay(n)`` with ``backoff_jitter`` drawn from the runtime's random source; an attempt that
 ran ``backoff_reset_s`` or longer starts the count again; ``restart_burst`` restarts of a service
 within ``restart_window_s`` fail it; ``timeout_s`` counts from the first attempt across every later
@@ -21,9 +21,8 @@ from ..evidence.progresswatch import ProgressWatch
 from ..evidence.stall import StallMonitor
 from ..text import Log
 from .attempt import Attempt
-from .backoff import backoff_delay, within_window
-from .policy import Next, after_attempt
 from .runtime import MachineEvidence
+from .states import Next, after_attempt, backoff_delay, within_window
 from .verdict import Verdict
 
 

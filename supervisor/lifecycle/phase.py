@@ -1,13 +1,18 @@
-"""A phase: one step of the lifecycle, an explicit state machine (its states and moves: states.py).
+"""A phase: one step of the lifecycle, an explicit state machine whose moves one function decides (states.py).
 
 A phase runs in attempts (each a record of its own: attempt.py): its daemons one by one (each
 waited for until ready), then its command, until the command exits, a daemon dies, a deadline
 passes, the phase stalls or the supervisor shuts down. Its children are then stopped in reverse
-start order, and the verdict that ended the attempt decides what comes next (supervisor/lifecycle/policy.py;
-its timers: pacing.py). Every timer and thread callback checks ``_is_current`` first: a late
-callback must never act on a newer attempt. What a phase does beyond running children (writing a
-config, judging the output) comes from its hooks, told only a HookContext. It reads the time from
-the loop's clock, and starts children through ``spawn``: tests drive it with fake ones of both.
+start order, and the verdict that ended the attempt decides what comes next (its timers: pacing.py).
+
+The Phase is the loop's side of the decision, in three parts, as tini's loop is: each callback that
+reaches it (a child reaped, a timer, a readiness answer, a watcher's finding) gathers what happened into
+an event (``states.Event``); ``_on`` asks ``states.decide`` what it does, moves, and carries out the
+effects the answer names, in its order (``_carry_out``). Every timer and thread callback checks
+``_is_current`` first: a late callback must never act on a newer attempt. What a phase does beyond
+running children (writing a config, judging the output) comes from its hooks, told only a
+HookContext. It reads the time from the loop's clock, and starts children through ``spawn``: tests
+drive it with fake ones of both.
 """
 
 from __future__ import annotations
@@ -24,14 +29,43 @@ from ..engine.survivors import kill_pids
 from ..exits import EXIT_INTERNAL_ERROR
 from . import resume
 from . import verdict as v
-from .attempt import Attempt
+from .attempt import Attempt, AttemptStart
 from .children import ChildContext, Spawn, exit_verdict, start_child
-from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal
+from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
 from .pacing import Pacing
-from .policy import Next, memory_preflight
 from .runtime import ResumeNeeds, Runtime, stop_in_order
-from .starting import AttemptStart
-from .states import _ALLOWED, ATTEMPT_RUNS, FINAL_STATES, PhaseState
+from .states import (
+    _ALLOWED,
+    ATTEMPT_RUNS,
+    FINAL_STATES,
+    Aborted,
+    BackOff,
+    BackoffOver,
+    Broken,
+    CameUp,
+    ChildExited,
+    ChildrenStopped,
+    CommandStarted,
+    DeadlinePassed,
+    Doing,
+    Effect,
+    Event,
+    FactsGathered,
+    GatherFacts,
+    KeepFacts,
+    MarkBroken,
+    MarkStopped,
+    Next,
+    Outcome,
+    PhaseState,
+    Prepared,
+    Reached,
+    Resume,
+    ShutdownSettled,
+    StartFailed,
+    StopAsked,
+    decide,
+)
 from .verdict import Verdict
 
 
@@ -48,7 +82,8 @@ class Phase:
         self._state_dir = rt.state_dir
         self._resume_needs = ResumeNeeds(rt.loop, rt.log, rt.rebench, rt.evidence)
         self._spawn: Spawn = spawn or partial(start_child, rt.spawning)
-        self._on_change, self._hooks, self._shutting_down = on_change, hooks, shutting_down
+        self._on_change, self._hooks = on_change, hooks
+        self.shutting_down = shutting_down
         self.pacing = Pacing(spec, rt.loop, rt.rng)  # its timers; others only read them (timers.py: status)
         # Written by this class only (its state by transition; a test walks the table): what others read.
         self.state = PhaseState.PENDING
@@ -115,7 +150,22 @@ class Phase:
     def live_children(self) -> list[Child]:
         return [c for c in self._attempt.children + self.kept if c.running]
 
-    # ------------------------------------------------------------ transitions
+    # ------------------------------------------------------------ what the decision reads (states.Deciding)
+
+    def broken(self) -> bool:
+        return self._attempt.broken is not None
+
+    def stop_over(self) -> bool:
+        return self._attempt.stop_over
+
+    def command_verdict(self) -> Verdict | None:
+        command = self.command_child
+        return self._verdicts.verdict_of(command) if command is not None else None
+
+    def next_after(self, outcome: Verdict) -> tuple[Next, str, float]:
+        return self.pacing.after(outcome, self._attempt)
+
+    # ------------------------------------------------------------ the one road: event → decision → move, effects
 
     def transition(self, new: PhaseState, why: str) -> None:
         if new not in _ALLOWED[self.state]:
@@ -124,93 +174,85 @@ class Phase:
         self._log(f"phase {self.name}: {old} → {new} ({why})")
         self._on_change(self)
 
+    def _on(self, event: Event) -> None:
+        """What ``event`` does, as states.decide says: the effects before the move, the move, those after."""
+        step = decide(self, event)
+        for effect in step.before:
+            self._carry_out(effect)
+        if step.state is not None:
+            self.transition(step.state, step.why)
+        for effect in step.after:
+            self._carry_out(effect)
+        if step.then is not None:
+            self._on(step.then)
+
+    def _carry_out(self, effect: Doing) -> None:
+        match effect:
+            case Effect.PREPARE_FIRST:
+                self._prepare(first=True)
+            case Effect.PREPARE_AGAIN:
+                self._prepare(first=False)
+            case Effect.START_DEADLINE:
+                self.pacing.start_deadline(self._deadline_passed, self.fault_handler("the deadline timer"))
+            case Effect.NEW_ATTEMPT:
+                self._attempt = Attempt(self._attempt.number + 1, self._clock.monotonic())
+                if self._evidence.memory is not None:
+                    self._evidence.memory.reset_peak(self.name)
+            case Effect.WATCH_ATTEMPT:
+                self._watch_attempt()
+            case Effect.BEGIN_START:
+                self._begin_start()
+            case Effect.CANCEL_START:
+                self._attempt.cancel_start()
+            case Effect.KEEP_DAEMONS:
+                self.kept = [c for c in self._attempt.children if c.spec.lifetime == "lifecycle" and c.running]
+            case Effect.STOP_CHILDREN:
+                stopping = [c for c in reversed(self._attempt.children) if c not in self.kept]
+                stop_in_order(self._loop, self._log, stopping, "phase attempt over",
+                              self.guarded("the end of an attempt", lambda: self._on(ChildrenStopped())))
+            case Effect.SWEEP:
+                self._sweep()
+            case Effect.CANCEL_TIMERS:
+                self.pacing.cancel()
+            case Effect.RELEASE_MEMORY:
+                if not self.kept and self._evidence.memory is not None:
+                    self._evidence.memory.release_phase(self.name)
+            case Effect.MARK_UP:
+                self._attempt.up_at = self._clock.monotonic()
+                if self._first_up_at is None:
+                    self._first_up_at = self._clock.time()
+                self._log(f"phase {self.name}: service is up")
+            case Effect.TELL_LIFECYCLE:
+                self._on_change(self)
+            case Resume(parsed):
+                self.parsed, self.facts = parsed, self._record.previous(self.name)
+            case Outcome(verdict, record):
+                # A verdict no child's exit recorded (no pid: the supervisor's own finding) is recorded now:
+                # the masked one is what the attempt and the lifecycle keep.
+                self._attempt.outcome = self._verdicts.record(verdict) if record and verdict.pid is None else verdict
+            case MarkStopped(reason, detail):
+                self._attempt.mark_stopped_for(reason, detail)
+            case MarkBroken(verdict):
+                self._attempt.broken = verdict
+            case BackOff(delay):
+                self.pacing.back_off(delay, lambda: self._on(BackoffOver()), self.fault_handler("the backoff timer"))
+            case GatherFacts(why):
+                resume.facts_of(self, self._hooks.output, lambda facts: self._on(FactsGathered(facts, why)))
+            case KeepFacts(facts):
+                self.facts = facts
+
+    # ------------------------------------------------------------ events, as they reach the phase
+
+    def start(self) -> None:
+        """The lifecycle reached this phase (it calls this once): resumed, or its first attempt."""
+        self._record.check(self, self._hooks.output, lambda resumed: self._on(Reached(resumed)))
+
     def _is_current(self, attempt: int, *states: PhaseState) -> bool:
         """A callback made for ``attempt`` may still act: that attempt is the phase's, in one of ``states``."""
         return attempt == self._attempt.number and self.state in states
 
-    def start(self) -> None:
-        """The lifecycle reached this phase (it calls this once): resumed, or its first attempt."""
-        self._record.check(self, self._hooks.output, self._resume_or_run)
-
-    def _resume_or_run(self, resumed: tuple[str, Any] | None) -> None:
-        """Resume's answer (at once, or once its look at the output files came back): done, or run."""
-        if self.state is not PhaseState.PENDING or self._shutting_down():
-            return  # the supervisor shut down meanwhile
-        if resumed is not None:
-            why, self.parsed = resumed
-            self.facts = self._record.previous(self.name)
-            self.transition(PhaseState.DONE, f"resumed: {why}")
-            return
-        if not self._prepared(lambda ctx: memory_preflight(ctx, self.spec.min_memory)):
-            return
-        self.pacing.start_deadline(self._deadline_passed, self.fault_handler("the deadline timer"))
-        self._start_attempt()
-
-    def hook_context(self) -> HookContext:
-        """What a hook may know of this phase: its name, its memory, the GPUs' latest sample, state_dir, the log."""
-        return HookContext(self.name, self._evidence.available_memory(self.spec.memory_max),
-                           self._evidence.gpu_samples(), self._state_dir, self._log)
-
-    def _prepared(self, prepare: Callable[[HookContext], dict[str, str] | Refusal]) -> bool:
-        """A step before running (the memory preflight, the prepare hook): what it returns is added to the
-        children's environment; a refusal fails the phase (False)."""
-        prepared = prepare(self.hook_context())
-        if isinstance(prepared, Refusal):
-            self._fail(prepared.reason, prepared.detail)
-            return False
-        self._extra_env.update(prepared)
-        return True
-
-    # ------------------------------------------------------------ an attempt
-
-    def _start_attempt(self) -> None:
-        hook = self._hooks.prepare
-        if hook is not None and not self._prepared(hook):
-            return
-        self._attempt = Attempt(self._attempt.number + 1, self._clock.monotonic())
-        if self._evidence.memory is not None:
-            self._evidence.memory.reset_peak(self.name)
-        self.transition(PhaseState.STARTING, f"attempt {self.attempt}")
-        attempt = self.attempt
-        self.pacing.watch_for_stall(self._evidence, self._attempt, drain=self._before_deciding,
-                                     current=lambda: self._is_current(attempt, *ATTEMPT_RUNS),
-                                     on_stall=self._stalled, on_error=self.fault_handler("the stall check"))
-        self.pacing.watch_progress(self._evidence, self._attempt, self._log, current=lambda: self._is_current(
-            attempt, *ATTEMPT_RUNS), on_too_slow=partial(self.abort_attempt, v.TOO_SLOW),
-            on_error=self.fault_handler("the progress watch"))
-        self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
-                                           guarded=self.guarded, up=self._service_up, failed=self._end_attempt,
-                                           command_started=lambda child: self.transition(
-                                               PhaseState.RUNNING, f"{child.label} pid {child.pid}"))
-        self._attempt.start.begin()
-
     def _service_up(self) -> None:
-        self._attempt.up_at = self._clock.monotonic()
-        if self._first_up_at is None:
-            self._first_up_at = self._clock.time()
-        self._log(f"phase {self.name}: service is up")
-        self._on_change(self)
-
-    def _start_child(self, spec: ChildSpec) -> Child | None:
-        output, parser, reader = self._hooks.output, None, None
-        if spec is self.spec.command and output is not None:
-            # What the parser reads decides the phase: a parser that raises fails it (internal_error).
-            parser = output.new_parser()
-            reader = self.guarded(output.parser_name, parser.feed)
-        ctx = ChildContext(self.name, self.spec.memory_max, dict(self._extra_env), self.fault_handler)
-        try:
-            child = self._spawn(spec, ctx, reader, self._child_exited)
-        except SpawnError as exc:
-            self._end_attempt(v.without_exit(self.name, spec.name, v.SPAWN_FAILED, exc.status, exc.reason,
-                                             attempt=self.attempt))
-            return None
-        if parser is not None:
-            self._attempt.parser, self.parsed = parser, parser.result
-        self._attempt.children.append(child)
-        self._started.add(child)
-        return child
-
-    # ------------------------------------------------------------ events
+        self._on(CameUp())
 
     def _child_exited(self, child: Child, status: ExitStatus) -> None:
         verdict = exit_verdict(child, status, phase=self.name, attempt=self.attempt,
@@ -223,42 +265,38 @@ class Phase:
             # (its daemon died, shutdown) never printed its result, and that is not its failure.
             verdict = output.judge(verdict, parser.result, self._log)
         verdict = self._verdicts.record(verdict)  # masked: what the attempt and the lifecycle keep
-        if child.stop_reason is not None or self._shutting_down():
-            return  # we asked for this; the stop in progress takes it from here
-        if child in self.kept:
-            self._on_change(self)  # a kept daemon died: the lifecycle decides
-            return
-        if child in self._attempt.children and self.state in ATTEMPT_RUNS:
-            self._end_attempt(verdict)
+        self._on(ChildExited(verdict, asked=child.stop_reason is not None, kept=child in self.kept,
+                             ours=child in self._attempt.children))
 
     def _deadline_passed(self) -> None:
-        if self.state in FINAL_STATES or self._shutting_down():
+        if self.state in FINAL_STATES or self.shutting_down():
             return
         self._before_deciding()
-        if self.state in FINAL_STATES or self._shutting_down():
+        if self.state in FINAL_STATES or self.shutting_down():
             return
         detail = f"phase deadline timeout_s={self.spec.timeout_s:g} passed"
         self._log(f"phase {self.name}: {detail}")
-        if self.state is PhaseState.BACKOFF:
-            self._fail(v.TIMEOUT, detail)
-            return
-        self.abort_attempt(v.TIMEOUT, detail)
-        # In STOPPING the attempt is ending anyway; its outcome decides.
+        self._on(DeadlinePassed(detail, self._command_running()))
 
     def abort_attempt(self, reason: str, detail: str) -> None:
         """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why."""
-        if self.state not in ATTEMPT_RUNS:
-            return
-        self._attempt.mark_stopped_for(reason, detail)
-        command = self.command_child
-        if command is None or not command.running:  # still waiting for daemons
-            self._end_attempt(v.without_exit(self.name, self.name, reason, 1, detail, attempt=self.attempt))
-        else:
-            self._end_attempt(None, why=detail)
+        self._on(Aborted(reason, detail, self._command_running()))
 
     def _stalled(self, silent: str) -> None:
         self._log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
         self.abort_attempt(v.STALLED, f"stalled: {silent}")
+
+    def abort(self) -> None:
+        """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
+        self._on(StopAsked())
+
+    def settle_after_shutdown(self) -> None:
+        """Every child of the run is stopped: the phase ends where it was."""
+        self._on(ShutdownSettled())
+
+    def _command_running(self) -> bool:
+        command = self.command_child
+        return command is not None and command.running
 
     def _before_deciding(self) -> None:
         """Before a stall or deadline decision: what the children already printed is read (a child that
@@ -268,90 +306,78 @@ class Phase:
         if self._evidence.freeze is not None:
             self._evidence.freeze.notice()
 
-    # ------------------------------------------------------------ the end of an attempt
+    # ------------------------------------------------------------ effects that take more than a line
 
-    def _end_attempt(self, outcome: Verdict | None, why: str = "") -> None:
-        """The attempt is over: stop its children (reverse start order), then decide."""
-        if self.state not in ATTEMPT_RUNS:
-            return
-        attempt = self._attempt
-        attempt.cancel_start()
-        if outcome is not None and outcome.pid is None:
-            outcome = self._verdicts.record(outcome)  # no child will be reaped for it: record it now
-        attempt.outcome = outcome
-        if outcome is not None and outcome.success and self.spec.kind == "oneshot":
-            # The phase succeeded: daemons with lifetime = "lifecycle" live on into the later phases.
-            self.kept = [c for c in attempt.children if c.spec.lifetime == "lifecycle" and c.running]
-        self.transition(PhaseState.STOPPING, why or (outcome.detail if outcome else ""))
-        stop_in_order(self._loop, self._log, [c for c in reversed(attempt.children) if c not in self.kept],
-                      "phase attempt over", self.guarded("the end of an attempt", self._attempt_stopped))
+    def hook_context(self) -> HookContext:
+        """What a hook may know of this phase: its name, its memory, the GPUs' latest sample, state_dir, the log."""
+        return HookContext(self.name, self._evidence.available_memory(self.spec.memory_max),
+                           self._evidence.gpu_samples(), self._state_dir, self._log)
 
-    def _attempt_stopped(self) -> None:
-        if self.state is not PhaseState.STOPPING:
-            return
+    def _prepare(self, first: bool) -> None:
+        """The steps before an attempt that may refuse it (the memory preflight before the first, the prepare
+        hook before each): what they return is added to the children's environment."""
+        steps = [lambda ctx: memory_preflight(ctx, self.spec.min_memory)] if first else []
+        if self._hooks.prepare is not None:
+            steps.append(self._hooks.prepare)
+        refusal = None
+        for prepare in steps:
+            prepared = prepare(self.hook_context())
+            if isinstance(prepared, Refusal):
+                refusal = prepared
+                break
+            self._extra_env.update(prepared)
+        self._on(Prepared(refusal, first))
+
+    def _watch_attempt(self) -> None:
+        """The attempt's stall watch and progress figures, each acting only while the attempt is current."""
+        attempt = self.attempt
+
+        def current() -> bool:
+            return self._is_current(attempt, *ATTEMPT_RUNS)
+
+        self.pacing.watch_for_stall(self._evidence, self._attempt, drain=self._before_deciding, current=current,
+                                    on_stall=self._stalled, on_error=self.fault_handler("the stall check"))
+        self.pacing.watch_progress(self._evidence, self._attempt, self._log, current=current,
+                                   on_too_slow=partial(self.abort_attempt, v.TOO_SLOW),
+                                   on_error=self.fault_handler("the progress watch"))
+
+    def _begin_start(self) -> None:
+        self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
+                                           guarded=self.guarded, up=self._service_up,
+                                           failed=lambda verdict: self._on(StartFailed(verdict)),
+                                           command_started=lambda child: self._on(CommandStarted(child)))
+        self._attempt.start.begin()
+
+    def _start_child(self, spec: ChildSpec) -> Child | None:
+        output, parser, reader = self._hooks.output, None, None
+        if spec is self.spec.command and output is not None:
+            # What the parser reads decides the phase: a parser that raises fails it (internal_error).
+            parser = output.new_parser()
+            reader = self.guarded(output.parser_name, parser.feed)
+        ctx = ChildContext(self.name, self.spec.memory_max, dict(self._extra_env), self.fault_handler)
+        try:
+            child = self._spawn(spec, ctx, reader, self._child_exited)
+        except SpawnError as exc:
+            self._on(StartFailed(v.without_exit(self.name, spec.name, v.SPAWN_FAILED, exc.status, exc.reason,
+                                                attempt=self.attempt)))
+            return None
+        if parser is not None:
+            self._attempt.parser, self.parsed = parser, parser.result
+        self._attempt.children.append(child)
+        self._started.add(child)
+        return child
+
+    def _sweep(self) -> None:
+        """The attempt's children are stopped: a shutdown has no more to stop of them, and whatever is still
+        in the phase's cgroup escaped every other way of finding it (double fork + setsid + a cleared
+        environment): it goes too."""
         attempt = self._attempt
         attempt.stop_over = True
         self._started.forget(c for c in attempt.children if c not in self.kept)
         memory = self._evidence.memory
         if memory is not None and not self.kept:
-            # Whatever is still in the phase's cgroup escaped every other way of finding it
-            # (double fork + setsid + a cleared environment): it goes too.
             kill_pids(memory.leftover_pids(self.name), self._log,
                       f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)")
-        if attempt.outcome is None:
-            # The supervisor ended it (the deadline, a stall): the command's verdict says how it ended.
-            command = self.command_child
-            attempt.outcome = self._verdicts.verdict_of(command) if command is not None else None
-        outcome = attempt.outcome
-        if outcome is None:  # pragma: no cover - the command is always reaped before this point
-            outcome = attempt.outcome = v.without_exit(self.name, self.name, v.TIMEOUT, 1, "deadline",
-                                                       attempt=self.attempt)
-        if self._shutting_down():
-            self.transition(PhaseState.STOPPED, "supervisor shutdown")
-            return
-        step, why, delay = self.pacing.after(outcome, attempt)
-        if step is Next.DONE:
-            self._done(why)
-        elif step is Next.FAIL:
-            self._fail(None, why)
-        else:
-            self._back_off(why, delay)
-
-    def _back_off(self, why: str, delay: float) -> None:
-        self.transition(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s")
-        self.pacing.back_off(delay, self._backoff_over, self.fault_handler("the backoff timer"))
-
-    def _backoff_over(self) -> None:
-        if self.state is PhaseState.BACKOFF and not self._shutting_down():
-            self._start_attempt()
-
-    # ------------------------------------------------------------ the end of the phase
-
-    def _done(self, why: str) -> None:
-        """Done: once resume has its facts (its output files are listed off the loop), the phase concludes."""
-
-        def conclude(facts: dict[str, Any]) -> None:
-            if self.state is not PhaseState.STOPPING or self._shutting_down():
-                return  # the supervisor shut down meanwhile: the shutdown settles the phase
-            self.facts = facts
-            self._conclude(PhaseState.DONE, why)
-
-        resume.facts_of(self, self._hooks.output, conclude)
-
-    def _fail(self, reason: str | None, detail: str, status: int = 1) -> None:
-        """The one road to FAILED. ``reason``: the supervisor's own finding (memory preflight, prepare,
-        the deadline in a backoff), recorded as the outcome since no child's exit says it; None when
-        the outcome already recorded (the attempt's verdict, an internal error) says why."""
-        if reason is not None:
-            self._attempt.outcome = self._verdicts.record(
-                v.without_exit(self.name, self.name, reason, status, detail, attempt=self.attempt))
-        self._conclude(PhaseState.FAILED, detail)
-
-    def _conclude(self, state: PhaseState, why: str) -> None:
-        self.pacing.cancel()
-        if not self.kept and self._evidence.memory is not None:
-            self._evidence.memory.release_phase(self.name)
-        self.transition(state, why)
 
     # ------------------------------------------------------------ the supervisor's own bugs
 
@@ -365,33 +391,8 @@ class Phase:
 
     def fail_internally(self, what: str, exc: Exception) -> None:
         """A bug of the supervisor's own while handling this phase (``what`` raised ``exc``): logged once with its
-        traceback; the phase fails for good with reason internal_error (retrying would only hide the bug). Its
-        children are stopped on purpose, so their verdicts read ``stopped``: it is not their failure."""
+        traceback; the phase fails for good with reason internal_error (states._broken)."""
         self._loop.faults.report(f"phase {self.name}: {what}", exc)
-        attempt = self._attempt
-        if self.state in FINAL_STATES or attempt.broken is not None or self._shutting_down():
-            return  # failed already, or the shutdown ends it anyway: the log line above is all
         detail = f"internal error in {what}: {summary(exc)} (a supervisor bug: the traceback is in supervisor.log)"
-        broken = attempt.broken = v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,
-                                                 attempt=self.attempt)
-        if self.state in ATTEMPT_RUNS:
-            attempt.mark_stopped_for(v.STOPPED, detail)
-            self._end_attempt(broken)  # records it; _attempt_stopped then fails the phase
-            return
-        if self.state is PhaseState.STOPPING and not attempt.stop_over:
-            attempt.outcome = self._verdicts.record(broken)
-            return  # the stop in progress ends in _attempt_stopped, which sees the outcome
-        self._fail(v.INTERNAL_ERROR, detail, EXIT_INTERNAL_ERROR)
-
-    # ------------------------------------------------------------ shutdown
-
-    def abort(self) -> None:
-        """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
-        self.pacing.cancel()
-        self._attempt.cancel_start()
-
-    def settle_after_shutdown(self) -> None:
-        if self.state in ATTEMPT_RUNS:
-            self.transition(PhaseState.STOPPING, "supervisor shutdown")
-        if self.state not in FINAL_STATES:
-            self.transition(PhaseState.STOPPED, "supervisor shutdown")
+        self._on(Broken(v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,
+                                       attempt=self.attempt)))

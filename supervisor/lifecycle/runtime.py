@@ -4,7 +4,9 @@
   environment, the cgroups, the shipper): children.start_child, and the reporter's ``export_env``;
 - ``MachineEvidence``: what the phases' decisions read of the machine (memory, GPUs, progress_path,
   the freeze watch): the stall watch, the hook context, the memory preflight;
-- ``VerdictRecord``: every verdict recorded, and who hears of each (reporting, status.json);
+- ``VerdictRecord``: every verdict recorded (masked, once), the observers told of each;
+- ``Observers``: who reacts to what the lifecycle decides (resume.json, the instance's clocks, the
+  reporter, the plugin, the timeline, status.json), each a named field, told in the order the code shows;
 - ``StartOrder``: every child in start order (a shutdown stops them in reverse, wave by wave:
   ``stop_in_order``).
 
@@ -17,7 +19,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from ..engine.clock import Clock
 from ..engine.console import Console
@@ -38,7 +40,8 @@ from ..state.firstseen import FirstSeen
 from ..text import Log
 from ..text.redact import Redactor
 from . import verdict as v
-from .policy import capped
+from .hooks import capped
+from .states import FINAL_STATES, PhaseLike, PhaseState, PhaseView, ShutdownView
 from .verdict import Verdict
 
 # Verdicts kept per phase in VerdictRecord (the status view, status.json and lookups by pid).
@@ -97,16 +100,17 @@ class MachineEvidence:
 
 
 class VerdictRecord(Sequence[Verdict]):
-    """Every verdict recorded (the latest few per phase), oldest first; ``on_verdict`` hears of each.
+    """Every verdict recorded (the latest few per phase), oldest first; ``observers`` hear of each.
 
     This is where a verdict enters the supervisor's records, so it is masked here, once (redact.py): the
     log, the status view and status.json, the reporting, a plugin's give-up reason and the termination
     log all read the masked record, never the verdict as it was made."""
 
-    def __init__(self, log: Log, faults: Faults, mask: Callable[[str], str] | None = None) -> None:
+    def __init__(self, log: Log, faults: Faults, mask: Callable[[str], str] | None = None,
+                 observers: Observers | None = None) -> None:
         self.log, self.faults, self._mask = log, faults, mask
         self.verdicts: list[Verdict] = []
-        self.on_verdict: list[Callable[[Verdict], None]] = []
+        self.observers = observers if observers is not None else Observers()
 
     @overload
     def __getitem__(self, index: int) -> Verdict: ...
@@ -121,7 +125,7 @@ class VerdictRecord(Sequence[Verdict]):
         return len(self.verdicts)
 
     def record(self, verdict: Verdict) -> Verdict:
-        """Keep ``verdict`` masked, say it, tell the listeners; the masked record is what callers keep."""
+        """Keep ``verdict`` masked, say it, tell the observers; the masked record is what callers keep."""
         if self._mask is not None:
             verdict = verdict.masked(self._mask)
         self.verdicts.append(verdict)
@@ -137,12 +141,157 @@ class VerdictRecord(Sequence[Verdict]):
             self.log(Unshipped(f"FAILED: {verdict.line()}"))
             for line in verdict.last_lines[-5:]:
                 self.log(Unshipped(f"  | {line}"))
-        tell_listeners(self.faults, "verdict listener", self.on_verdict, verdict, phase=verdict.phase)
+        self.observers.verdict(verdict, self.faults)
         return verdict
 
     def verdict_of(self, child: Child) -> Verdict | None:
         """The latest verdict recorded for ``child`` (by pid), if it was reaped."""
         return next((x for x in reversed(self.verdicts) if x.pid == child.pid), None)
+
+
+class HearsTransitions(Protocol):
+    """What hears every transition and nothing else: the status view's timeline (status/timers.py)."""
+
+    def changed(self, phase: Any) -> None: ...
+
+
+class Reporting(Protocol):
+    """What the manager hears of the lifecycle (manager/reporting.py's Reporter)."""
+
+    def phase_changed(self, phase: PhaseLike) -> None: ...
+
+    def verdict(self, verdict: Verdict) -> None: ...
+
+    def shutting_down(self, why: str, status: int) -> None: ...
+
+
+class StatusFile(Protocol):
+    """status.json (status/file.py's StateFile): told once per batch of changes; ``what`` a phase that
+    reached its end is written at once even past its burst."""
+
+    def changed(self, what: object = None) -> None: ...
+
+
+class Remembers(Protocol):
+    """resume.json (resume.py's ResumeRecord): a phase done with new facts is written down."""
+
+    def phase_changed(self, phase: Any) -> None: ...
+
+
+class Clocks(Protocol):
+    """The instance's clocks (state/firstseen.py's FirstSeen): the fetch's end starts the benchmark's."""
+
+    def param_done(self) -> None: ...
+
+
+class PluginEvents:
+    """What a plugin hears (wiring.Events): its listeners, added at its ``attach``, hear frozen views,
+    never the Phase. The failure in a ShutdownView is the recorded verdict, masked where it was recorded
+    (VerdictRecord): a give-up may quote it to the manager as it is."""
+
+    def __init__(self) -> None:
+        self._transition: list[Callable[[PhaseView], None]] = []
+        self._shutdown: list[Callable[[ShutdownView], None]] = []
+        self._verdict: list[Callable[[Verdict], None]] = []
+
+    # What the plugin calls (wiring.Events).
+    def on_transition(self, listener: Callable[[PhaseView], None]) -> None:
+        self._transition.append(listener)
+
+    def on_shutdown(self, listener: Callable[[ShutdownView], None]) -> None:
+        self._shutdown.append(listener)
+
+    def on_verdict(self, listener: Callable[[Verdict], None]) -> None:
+        self._verdict.append(listener)
+
+    # What the observers tell it, each listener in the order it was added, one that raises costing only itself.
+    def phase_changed(self, phase: PhaseLike, faults: Faults) -> None:
+        if self._transition:
+            view = PhaseView.of(phase)
+            for listener in self._transition:
+                tell(faults, "listener", listener, view, phase=view.name)
+
+    def verdict(self, verdict: Verdict, faults: Faults) -> None:
+        for listener in self._verdict:
+            tell(faults, "verdict listener", listener, verdict, phase=verdict.phase)
+
+    def shutting_down(self, view: ShutdownView, faults: Faults) -> None:
+        for listener in self._shutdown:
+            tell(faults, "shutdown listener", listener, view)
+
+
+@dataclass
+class Observers:
+    """Who reacts to what the lifecycle decides, each by name, told in the order of the fields below (the
+    composition root fills them: app/observers.py; one left None hears nothing):
+
+    - ``resume``: first, so that a phase's facts are kept before anything else reads them;
+    - ``clocks``: a ``param-done`` phase done ends the fetch and starts the benchmark's clock;
+    - ``reporter``: the manager hears the why before the plugin's give-up (a shutdown's reason lines first);
+    - ``plugin``: after the reporter, before status.json (which shows the plugin's bench hold);
+    - ``timeline``: when each phase started, came up and ended, before status.json shows it;
+    - ``status``: last, and once per batch of changes: the changes one event brings (a verdict, the
+      attempt's end, the phase's, the lifecycle's shutdown) are written as one status.json at the end of
+      the loop's turn, not one each;
+    - ``first_writes``: at a shutdown under a stop signal's budget, status.json and the termination log are
+      written before any child's grace runs (SIGKILL may end the budget).
+    """
+
+    loop: EventLoop | None = None  # where the status.json of a batch is written from (None: told at once)
+    resume: Remembers | None = None
+    clocks: Clocks | None = None
+    reporter: Reporting | None = None
+    plugin: PluginEvents = field(default_factory=PluginEvents)
+    timeline: HearsTransitions | None = None
+    status: StatusFile | None = None
+    first_writes: Callable[[int], None] | None = None  # (the exit status) → the files a stop budget needs first
+    _status_due: bool = field(default=False, init=False, repr=False)
+    _status_final: object = field(default=None, init=False, repr=False)
+
+    def phase_changed(self, phase: Any, faults: Faults) -> None:
+        name = phase.name
+        if self.resume is not None:
+            tell(faults, "listener", self.resume.phase_changed, phase, phase=name)
+        if self.clocks is not None and phase.spec.report == "param-done" and phase.state is PhaseState.DONE:
+            tell(faults, "listener", self.clocks.param_done, phase=name)  # the benchmark's clock starts
+        if self.reporter is not None:
+            tell(faults, "listener", self.reporter.phase_changed, phase, phase=name)
+        self.plugin.phase_changed(phase, faults)
+        if self.timeline is not None:
+            tell(faults, "listener", self.timeline.changed, phase, phase=name)
+        self._status_changed(phase, faults)
+
+    def verdict(self, verdict: Verdict, faults: Faults) -> None:
+        if self.reporter is not None:
+            tell(faults, "verdict listener", self.reporter.verdict, verdict, phase=verdict.phase)
+        self.plugin.verdict(verdict, faults)
+        self._status_changed(verdict, faults)
+
+    def shutting_down(self, view: ShutdownView, faults: Faults) -> None:
+        """After the first stop signal is out: these may write to disk (the outbox fsyncs)."""
+        if self.reporter is not None:
+            tell(faults, "shutdown listener", self.reporter.shutting_down, view.why, view.status)
+        self.plugin.shutting_down(view, faults)
+        if self.first_writes is not None:
+            tell(faults, "shutdown listener", self.first_writes, view.status)
+
+    def _status_changed(self, what: object, faults: Faults) -> None:
+        """status.json is due at the end of this turn of the loop, once for every change until then; a phase
+        that reached its end is what it is told of (written at once, even past the file's burst)."""
+        if self.status is None:
+            return
+        if getattr(what, "state", None) in FINAL_STATES:
+            self._status_final = what
+        if self.loop is None:
+            self._write_status(faults)
+        elif not self._status_due:
+            self._status_due = True
+            self.loop.call_later(0, lambda: self._write_status(faults))
+
+    def _write_status(self, faults: Faults) -> None:
+        self._status_due, final, self._status_final = False, self._status_final, None
+        if self.status is not None:
+            tell(faults, "listener", self.status.changed, final)
 
 
 class StartOrder:
@@ -182,10 +331,17 @@ class Runtime:
 
     @classmethod
     def of(cls, spawning: ChildKit, evidence: MachineEvidence | None = None, **rest: Any) -> Runtime:
-        """The parts around ``spawning`` (its loop and log), the verdict record new."""
+        """The parts around ``spawning`` (its loop and log), the verdict record new, heard by no one yet (the
+        composition root names the observers: app/observers.py)."""
         return cls(spawning.loop, spawning.log, spawning, evidence or MachineEvidence(memory=spawning.memory),
                    VerdictRecord(spawning.log, spawning.loop.faults,
-                                 spawning.redactor.text if spawning.redactor is not None else None), **rest)
+                                 spawning.redactor.text if spawning.redactor is not None else None,
+                                 Observers(spawning.loop)), **rest)
+
+    @property
+    def observers(self) -> Observers:
+        """Who reacts to what the lifecycle decides (the verdict record tells them of each verdict)."""
+        return self.verdicts.observers
 
 
 @dataclass(frozen=True)
@@ -206,15 +362,13 @@ class ResumeNeeds:
         return self.evidence.available_memory(cap)
 
 
-def tell_listeners(faults: Faults, kind: str, listeners: list[Callable[..., None]], *args: Any,
-                   phase: str | None = None) -> None:
-    """Every listener hears of it, whichever raised before it: a broken listener (reporting, the
-    status file) is logged once and costs what it was for, never the lifecycle."""
-    for listener in list(listeners):
-        try:
-            listener(*args)
-        except Exception as exc:
-            faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
+def tell(faults: Faults, kind: str, listener: Callable[..., None], *args: Any, phase: str | None = None) -> None:
+    """``listener`` hears of it; one that raises (reporting, the status file, a plugin's) is logged once and
+    costs what it was for, never the lifecycle nor the listeners told after it."""
+    try:
+        listener(*args)
+    except Exception as exc:
+        faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
 
 
 def stop_in_order(loop: EventLoop, log: Log, children: list[Child], reason: str, then: Callable[[], None],

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from ..config import Plan
 from ..lifecycle import verdict as v
 from ..lifecycle.fitness import Evidence, Finding
-from ..lifecycle.policy import capped
+from ..lifecycle.hooks import capped
 from ..plugin import Plugin
 from ..wiring import Wiring
 from . import benchclock, benchcut, cuzkconf, fleet, production

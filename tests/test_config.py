@@ -181,7 +181,7 @@ BAD_CONFIGS = [
       id="stop-budget-too-big"),
     P(sup_section("stop_budget_s = nan"), "supervisor.stop_budget_s:", id="stop-budget-nan"),
     P(sup_section("ring_lines = 0"), "supervisor.ring_lines:", id="ring-lines-zero"),
-    P(sup_section('console = "yes"'), "supervisor.engine.console:", id="console-not-bool"),
+    P(sup_section('console = "yes"'), "supervisor.console:", id="console-not-bool"),
     P(sup_section("log_file_max_bytes = -1"), "supervisor.log_file_max_bytes:", id="log-max-bytes-negative"),
     P(sup_section("env = { A = [1, 2] }"), "supervisor.env.A:", id="supervisor-env-list-value"),
     # -- phase keys

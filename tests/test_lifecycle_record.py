@@ -76,7 +76,8 @@ def run(tmp_path: Path) -> Iterator[Run]:
                                  base_env={}), state_dir=tmp_path)
         children = FakeChildren(clock, loop)
         finished: list[int] = []
-        lifecycle = Lifecycle(parse_plan(toml, "test.toml", {}), rt, finished.append, spawn=children.spawn)
+        lifecycle = Lifecycle(parse_plan(toml, "test.toml", {}), rt, lambda: finished.append(lifecycle.exit_status),
+                              spawn=children.spawn)
         made.append(Run(lifecycle, clock, loop, children, log, finished))
         return made[-1]
 

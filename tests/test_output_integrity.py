@@ -24,8 +24,8 @@ import pytest
 from helpers import PY, REPO, Console, Runner, clean_env, pushed, py_script, toml_str, wait_for
 
 from supervisor.devmanager.server import DevManager
-from supervisor.engine.console import Console as OutputConsole
 from supervisor.engine.logs import MAX_LINE_BYTES, ChildOutput, LogFile
+from supervisor.engine.logs import Console as OutputConsole
 from supervisor.text.redact import Redactor
 
 # Letters only, mixed case: no window of them turns up by chance in a clock, a pid or a uuid.

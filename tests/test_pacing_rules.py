@@ -1,4 +1,4 @@
-"""supervisor.lifecycle.pacing's Pacing on its own, on a real EventLoop with a fake clock (tests/fakes.py): the deadline
+"""supervisor.lifecycle.phase's Pacing on its own, on a real EventLoop with a fake clock (tests/fakes.py): the deadline
 (none without timeout_s; due exactly timeout_s after it was set; expired from that moment; its callback run
 once), the backoff timer and what the status view reads of both (gone once cancelled), ``after`` for each
 kind of step (done and failed for good take no delay and count no restart; a service's retry is counted in
@@ -18,7 +18,7 @@ from supervisor.config import PhaseSpec, parse_plan
 from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle import verdict as v
 from supervisor.lifecycle.attempt import Attempt
-from supervisor.lifecycle.pacing import Pacing
+from supervisor.lifecycle.phase import Pacing
 from supervisor.lifecycle.states import Next, backoff_delay
 
 SEED = 7

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.engine.console import Console
-from supervisor.engine.logs import SupervisorLog, Unshipped
+from supervisor.engine.logs import Console, SupervisorLog, Unshipped
 from supervisor.engine.loop import EventLoop, Faults
 from supervisor.lifecycle.lifecycle import production_was_up
 from supervisor.lifecycle.runtime import Observers, PluginEvents, VerdictRecord
@@ -28,28 +27,28 @@ SECRET = "hunter2-secret"
 def phase(name: str, kind: str = "oneshot", report: str | None = None, **state: Any) -> SimpleNamespace:
     fields = {"state": PhaseState.PENDING, "why": "not started", "attempt": 0, "up": False, "was_up": False,
               "parsed": None, **state}
-    return SimpleNamespace(name=name, spec=SimpleNamespace(kind=kind, report=report), hold=None, **fields)
+    return SimpleNamespace(name=name, spec=SimpleNamespace(name=name, kind=kind, report=report), hold=None, **fields)
 
 
 class Lifecycle:
     """What the lifecycle's PluginEvents are told from (supervisor.lifecycle.lifecycle.Lifecycle): its phases, its
     failure, its production; the observers record it tells them through."""
 
-    def __init__(self) -> None:
+    def __init__(self, faults: Faults | None = None) -> None:
         self.phases = [phase("bench", report="bench-done"), phase("curio", kind="service", report="running")]
-        self.observers = Observers()
+        self.observers = Observers(faults=faults or Faults())
         self.failure: Verdict | None = None
 
     def production(self) -> list[Any]:
         return [p for p in self.phases if p.spec.report == "running"]
 
-    def transition(self, phase: Any, faults: Faults | None = None) -> None:
+    def transition(self, phase: Any) -> None:
         """What the Lifecycle does at each move: its observers hear of the phase."""
-        self.observers.phase_changed(phase, faults or Faults())
+        self.observers.phase_changed(phase)
 
     def shutting_down(self, why: str, status: int) -> None:
         """What the Lifecycle does at its shutdown: its observers hear the view of it."""
-        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)), Faults())
+        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
 
 
 def events_of(lifecycle: Lifecycle) -> PluginEvents:
@@ -115,17 +114,17 @@ def test_verdict_listeners_hear_the_verdict_object() -> None:
 
 
 def test_a_plugin_listener_that_raises_is_named_as_its_own() -> None:
-    lifecycle = Lifecycle()
     loop = EventLoop()
     said: list[str] = []
     loop.faults.log = said.append
+    lifecycle = Lifecycle(loop.faults)
 
     def broken_bench_listener(view: PhaseView) -> None:
         raise RuntimeError("boom")
 
     try:
         events_of(lifecycle).on_transition(broken_bench_listener)
-        lifecycle.transition(lifecycle.phases[0], loop.faults)
+        lifecycle.transition(lifecycle.phases[0])
     finally:
         loop.close()
     assert any("broken_bench_listener" in line and "RuntimeError: boom" in line for line in said), said

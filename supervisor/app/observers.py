@@ -21,6 +21,8 @@ from ..engine.signals import SignalRouter
 from ..evidence.memwatch import MemoryWatch
 from ..exits import EXIT_KILLED, EXIT_OK
 from ..lifecycle.lifecycle import Lifecycle
+from ..lifecycle.runtime import Deaf, FetchClock
+from ..lifecycle.states import ShutdownView
 from ..plugin import Plugin
 from ..state import paths as statepaths
 from ..status import pointer as runpointer
@@ -69,27 +71,35 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
 
     # status.json at every batch of changes (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
-    # Every observer by name, in the order told (the plugin's events were filled by its attach above).
-    observers.resume = sup.record  # first: a phase's facts are kept before anything else reads them
-    observers.clocks = rt.evidence.first_seen  # a param-done phase done: the benchmark's clock starts
+    # Every observer by name (the order they are told in is Observers'; the plugin's events were filled by
+    # its attach above).
+    observers.resume = sup.record
+    if rt.evidence.first_seen is not None:
+        observers.clocks = FetchClock(rt.evidence.first_seen)
     observers.reporter = reporter
     observers.timeline = timeline
+    observers.first_writes = FirstWrites(plan, host, sup, state_file, router)
     observers.status = state_file
-    observers.first_writes = lambda status: write_first(plan, host, sup, state_file, router, status)
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
     return Outlets(state_file, status_server, health, point_here(host.state_dir, host.log))
 
 
-def write_first(plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter,
-                status: int) -> None:
-    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: the state and the
-    termination log are written now, before any child's grace runs (the exit writes them again)."""
-    if router.budget is None:
-        return
-    state_file.save()
-    if status != EXIT_OK:
-        write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, host.log)
+class FirstWrites(Deaf):
+    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: at the shutdown the
+    state and the termination log are written at once, before any child's grace runs (the exit writes them
+    again)."""
+
+    def __init__(self, plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter) -> None:
+        self._plan, self._host, self._sup, self._state_file, self._router = plan, host, sup, state_file, router
+
+    def shutting_down(self, view: ShutdownView) -> None:
+        if self._router.budget is None:
+            return
+        self._state_file.save()
+        if view.status != EXIT_OK:
+            write_termination_log(self._plan.supervisor.termination_log, self._sup.lifecycle, view.status,
+                                  self._host.log)
 
 
 def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:

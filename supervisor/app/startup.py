@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..config import Plan
-from ..engine.console import Console
-from ..engine.logs import SUPERVISOR_LOG, LogFile, SupervisorLog
+from ..engine.logs import SUPERVISOR_LOG, Console, LogFile, SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from ..engine.signals import SignalInbox, SignalRouter, last_words_to, signal_name
@@ -171,7 +170,7 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     log_dir = Path(plan.supervisor.log_dir)
     log = SupervisorLog(console, LogFile(log_dir / SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes))
     redactor = secrets_of(plan)
-    log.redactor = redactor
+    log.redactor = redactor if redactor else None  # no secrets: nothing to mask on every line
     early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
     log.taps.append(early_lines.tap)
     console.notify = log  # a console lost later (EPIPE, a full disk) is said once, in supervisor.log
@@ -295,9 +294,11 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core, rebench:
         reporter.view.deadlines[FETCH_CLOCK] = fetch_s
     if reporter.enabled:
         spawning.ship_lines = reporter.ship_lines
+    else:  # no manager: the lines held for it are dropped, so none need pass through the holder
+        host.log.taps.remove(host.early_lines.tap)
     record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
     # Its end stops the loop: the exit (teardown.py) reads the status it decided.
-    lifecycle = Lifecycle(plan, rt, lambda status: core.loop.stop(), hooks_for(plugin, plan), record=record)
+    lifecycle = Lifecycle(plan, rt, core.loop.stop, hooks_for(plugin, plan), record=record)
     return Supervision(rt, reporter, lifecycle, record)
 
 

@@ -31,14 +31,14 @@ from .hooks import NO_HOOKS, PhaseHooks
 from .phase import Phase
 from .resume import ResumeRecord
 from .runtime import Observers, Runtime, stop_in_order
-from .states import ATTEMPT_RUNS, PhaseState, ShutdownView
+from .states import ATTEMPT_RUNS, SHUTDOWN_WHY, PhaseState, ShutdownView
 from .verdict import Verdict
 
 
 class Lifecycle:
     """Runs the phases in order and decides when the whole run is over, and with which status."""
 
-    def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[int], None],
+    def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[], None],
                  hooks_for: Callable[[PhaseSpec], PhaseHooks] = lambda spec: NO_HOOKS,
                  record: ResumeRecord | None = None, spawn: Spawn | None = None) -> None:
         self.plan = plan
@@ -46,12 +46,12 @@ class Lifecycle:
         # What a phase does beyond running children comes from the hooks it is given (the prover's,
         # from the composition root): the lifecycle itself knows nothing of cuzk. ``record``: the last
         # run's facts (resume), offered to each phase. ``spawn``: how children start (tests: fake ones).
-        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec), record=record,
-                             shutting_down=lambda: self.shutting_down, spawn=spawn) for spec in plan.phases]
+        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec), record=record, lifecycle=self,
+                             spawn=spawn) for spec in plan.phases]
         self._reached: list[Phase] = []  # the phases started, in order
         self._holds: dict[str, str] = {}  # DONE phase's name → why the lifecycle may not go past it yet
         self._hold_ends: dict[str, float] = {}  # its name → when the holder lets it go at the latest (monotonic)
-        self._on_finished = on_finished
+        self._on_finished = on_finished  # the run is over: every child stopped, ``exit_status`` final
         self.observers: Observers = rt.observers  # who reacts to each move, verdict and the shutdown, in order
         self.shutdown_reason = ""
         self.shutting_down = False
@@ -127,7 +127,7 @@ class Lifecycle:
     def _phase_changed(self, phase: Phase) -> None:
         """A phase moved (or came up, or lost a kept daemon): the observers hear of it, then the lifecycle
         decides what follows for the run: shut down, go on to the next phase, or nothing yet."""
-        self.observers.phase_changed(phase, self._loop.faults)
+        self.observers.phase_changed(phase)
         if self.shutting_down:
             return
         if phase.state is PhaseState.FAILED:
@@ -167,11 +167,10 @@ class Lifecycle:
         for phase in self.phases:
             phase.abort()
         # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
-        stop_in_order(self._loop, self._log, self._started.newest_first(), "supervisor shutdown",
-                      contained(self._finished, self._finish_anyway), budget)
+        then = contained(self._finished, self._finish_anyway)
+        stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, then, budget)
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs).
-        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)),
-                                     self._loop.faults)
+        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
 
     def kill_everything_now(self) -> None:
         """A second shutdown request: no more grace for anyone."""
@@ -191,7 +190,8 @@ class Lifecycle:
 
     def _end(self, status: int) -> None:
         self.exit_status, self.over = status, True
-        self._on_finished(status)
+        self.observers.run_over()  # the exit writes status.json, with the last batch in it
+        self._on_finished()
 
     def status_at_exit(self) -> int:
         """What the supervisor exits with (the exit asks once): the status the shutdown decided, once it is

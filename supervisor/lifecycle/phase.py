@@ -1,43 +1,58 @@
-"""A phase: one step of the lifecycle, an explicit state machine whose moves one function decides (states.py).
+"""A phase: one step of the lifecycle, an explicit state machine, and the one function that decides its moves.
 
 A phase runs in attempts (each a record of its own: attempt.py): its daemons one by one (each
 waited for until ready), then its command, until the command exits, a daemon dies, a deadline
 passes, the phase stalls or the supervisor shuts down. Its children are then stopped in reverse
-start order, and the verdict that ended the attempt decides what comes next (its timers: pacing.py).
+start order, and the verdict that ended the attempt decides what comes next (its timers: ``Pacing``, below).
 
-The Phase is the loop's side of the decision, in three parts, as tini's loop is: each callback that
-reaches it (a child reaped, a timer, a readiness answer, a watcher's finding) gathers what happened into
-an event (``states.Event``); ``_on`` asks ``states.decide`` what it does, moves, and carries out the
-effects the answer names, in its order (``_carry_out``). Every timer and thread callback checks
-``_is_current`` first: a late callback must never act on a newer attempt. What a phase does beyond
-running children (writing a config, judging the output) comes from its hooks, told only a
-HookContext. It reads the time from the loop's clock, and starts children through ``spawn``: tests
-drive it with fake ones of both.
+Two parts, as tini's loop is one readable loop of small steps:
+
+- ``decide`` (first below) is the only place a phase's moves are decided: it takes what happened (an
+  ``Event``: states.py names them all) and the phase as it is, and returns a ``Step``: the state it moves
+  to, why, and the effects to carry out around the move. It reads; it does nothing.
+- The ``Phase`` is the loop's side: each callback that reaches it (a child reaped, a timer, a readiness
+  answer, a watcher's finding) gathers what happened into an event; ``_on`` asks ``decide``, carries out
+  the step's effects before the move, moves (``transition``, which refuses a move not in the table and
+  tells the lifecycle), and carries out those after, in the step's order (``_carry_out``).
+
+Every timer and thread callback checks ``_is_current`` first: a late callback must never act on a newer
+attempt. What a phase does beyond running children (writing a config, judging the output) comes from its
+hooks, told only a HookContext. It reads the time from the loop's clock, and starts children through
+``spawn``: tests drive it with fake ones of both.
+
+To add a kind of event (a new watcher's finding, say): name it in states.py, say what it does in
+``decide`` (a case, its move and effects), and make the callback that learns of it call ``_on`` with it;
+an effect new to the table is a name in ``states.Effect`` and a case in ``_carry_out``.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import ChildSpec, PhaseSpec
-from ..engine.loop import ErrorHandler, contained, summary
+from ..engine.loop import Callback, ErrorHandler, EventLoop, Timer, contained, summary
 from ..engine.process import Child, SpawnError
 from ..engine.reaping import ExitStatus
 from ..engine.survivors import kill_pids
+from ..evidence.progresswatch import ProgressWatch
+from ..evidence.stall import StallMonitor
 from ..exits import EXIT_INTERNAL_ERROR
+from ..text import Log
 from . import resume
 from . import verdict as v
 from .attempt import Attempt, AttemptStart
 from .children import ChildContext, Spawn, exit_verdict, start_child
 from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
-from .pacing import Pacing
-from .runtime import ResumeNeeds, Runtime, stop_in_order
+from .runtime import MachineEvidence, ResumeNeeds, Runtime, stop_in_order
 from .states import (
     _ALLOWED,
     ATTEMPT_RUNS,
     FINAL_STATES,
+    NOTHING,
+    SHUTDOWN_WHY,
     Aborted,
     BackOff,
     BackoffOver,
@@ -63,18 +78,148 @@ from .states import (
     Resume,
     ShutdownSettled,
     StartFailed,
+    Step,
     StopAsked,
-    decide,
+    after_attempt,
+    backoff_delay,
+    within_window,
 )
 from .verdict import Verdict
 
 
+def decide(phase: Phase, event: Event) -> Step:
+    """The one place a phase's moves are decided: what ``event`` does to ``phase`` now."""
+    state, over = phase.state, phase.shutting_down()
+    match event:
+        case Reached(resumed):
+            if state is not PhaseState.PENDING or over:
+                return NOTHING  # the supervisor shut down while resume looked
+            if resumed is not None:
+                why, parsed = resumed
+                return Step(PhaseState.DONE, f"resumed: {why}", before=(Resume(parsed),))
+            return Step(after=(Effect.PREPARE_FIRST,))
+        case Prepared(refusal, first):
+            if refusal is not None:
+                return _fail(v.without_exit(phase.name, phase.name, refusal.reason, 1, refusal.detail,
+                                            attempt=phase.attempt), refusal.detail)
+            setup = (Effect.START_DEADLINE, Effect.NEW_ATTEMPT) if first else (Effect.NEW_ATTEMPT,)
+            return Step(PhaseState.STARTING, f"attempt {phase.attempt + 1}", before=setup,
+                        after=(Effect.WATCH_ATTEMPT, Effect.BEGIN_START))
+        case CommandStarted(child):
+            return Step(PhaseState.RUNNING, f"{child.label} pid {child.pid}")
+        case CameUp():
+            return Step(after=(Effect.MARK_UP, Effect.TELL_LIFECYCLE))
+        case ChildExited(verdict, asked, kept, ours):
+            if asked or over:
+                return NOTHING  # we asked for this; the stop in progress takes it from here
+            if kept:
+                return Step(after=(Effect.TELL_LIFECYCLE,))  # a kept daemon died: the lifecycle decides
+            return _end_attempt(phase, verdict) if ours else NOTHING
+        case StartFailed(verdict):
+            return _end_attempt(phase, verdict)
+        case Aborted(reason, detail, command_running):
+            return _abort(phase, reason, detail, command_running)
+        case DeadlinePassed(detail, command_running):
+            if state in FINAL_STATES or over:
+                return NOTHING
+            if state is PhaseState.BACKOFF:
+                return _fail(v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, detail, attempt=phase.attempt),
+                             detail)
+            return _abort(phase, v.TIMEOUT, detail, command_running)  # in STOPPING its outcome decides
+        case ChildrenStopped():
+            return _after_the_stop(phase) if state is PhaseState.STOPPING else NOTHING
+        case FactsGathered(facts, why):
+            if state is not PhaseState.STOPPING or over:
+                return NOTHING  # the supervisor shut down meanwhile: the shutdown settles the phase
+            return Step(PhaseState.DONE, why, before=(KeepFacts(facts), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
+        case BackoffOver():
+            return Step(after=(Effect.PREPARE_AGAIN,)) if state is PhaseState.BACKOFF and not over else NOTHING
+        case Broken(verdict):
+            return _broken(phase, verdict)
+        case StopAsked():
+            return Step(after=(Effect.CANCEL_TIMERS, Effect.CANCEL_START))
+        case ShutdownSettled():
+            if state in ATTEMPT_RUNS:
+                return Step(PhaseState.STOPPING, SHUTDOWN_WHY, then=ShutdownSettled())
+            return NOTHING if state in FINAL_STATES else Step(PhaseState.STOPPED, SHUTDOWN_WHY)
+    raise TypeError(f"not a phase event: {event!r}")  # pragma: no cover - the match covers Event
+
+
+def _end_attempt(phase: Phase, outcome: Verdict | None, why: str = "", first: tuple[Doing, ...] = ()) -> Step:
+    """The attempt is over: stop its children (reverse start order); ``ChildrenStopped`` then decides."""
+    if phase.state not in ATTEMPT_RUNS:
+        return NOTHING
+    before: tuple[Doing, ...] = (*first, Effect.CANCEL_START)
+    if outcome is not None:
+        before += (Outcome(outcome),)
+        if outcome.success and phase.spec.kind == "oneshot":
+            before += (Effect.KEEP_DAEMONS,)  # the phase succeeded: its lifecycle daemons live on
+    return Step(PhaseState.STOPPING, why or (outcome.detail if outcome else ""), before=before,
+                after=(Effect.STOP_CHILDREN,))
+
+
+def _abort(phase: Phase, reason: str, detail: str, command_running: bool) -> Step:
+    """The supervisor ends the attempt: the verdicts of its children say why. A command that runs says how
+    it ended by its exit; an attempt still at its daemons ends with a verdict of its own."""
+    if phase.state not in ATTEMPT_RUNS:
+        return NOTHING
+    first = (MarkStopped(reason, detail),)
+    if command_running:
+        return _end_attempt(phase, None, detail, first)
+    return _end_attempt(phase, v.without_exit(phase.name, phase.name, reason, 1, detail, attempt=phase.attempt),
+                        first=first)
+
+
+def _after_the_stop(phase: Phase) -> Step:
+    """The attempt's children are stopped: what ended it decides what comes next (after_attempt)."""
+    outcome = phase.outcome or phase.command_verdict()  # the supervisor ended it: the command's verdict says how
+    if outcome is None:  # pragma: no cover - the command is always reaped before this point
+        outcome = v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, "deadline", attempt=phase.attempt)
+    swept = (Effect.SWEEP,) if phase.outcome is not None else (Effect.SWEEP, Outcome(outcome, record=False))
+    if phase.shutting_down():
+        return Step(PhaseState.STOPPED, SHUTDOWN_WHY, before=swept)
+    step, why, delay = phase.next_after(outcome)
+    if step is Next.DONE:
+        return Step(before=swept, after=(GatherFacts(why),))
+    if step is Next.FAIL:
+        return Step(PhaseState.FAILED, why, before=(*swept, Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
+    return Step(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s", before=swept, after=(BackOff(delay),))
+
+
+def _fail(verdict: Verdict, why: str) -> Step:
+    """The supervisor's own finding (memory preflight, prepare, the deadline in a backoff) fails the phase for
+    good: recorded as its outcome, since no child's exit says it."""
+    return Step(PhaseState.FAILED, why, before=(Outcome(verdict), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
+
+
+def _broken(phase: Phase, verdict: Verdict) -> Step:
+    """A bug of ours fails the phase for good (retrying would only hide it). Its children are stopped on
+    purpose, so their verdicts read ``stopped``: it is not their failure."""
+    state = phase.state
+    if state in FINAL_STATES or phase.broken() or phase.shutting_down():
+        return NOTHING  # failed already, or the shutdown ends it anyway: the fault's log line is all
+    marked = (MarkBroken(verdict),)
+    if state in ATTEMPT_RUNS:
+        return _end_attempt(phase, verdict, first=(*marked, MarkStopped(v.STOPPED, verdict.detail)))
+    if state is PhaseState.STOPPING and not phase.stop_over():
+        return Step(before=(*marked, Outcome(verdict)))  # the stop in progress ends, and sees the outcome
+    return Step(PhaseState.FAILED, verdict.detail,
+                before=(*marked, Outcome(verdict), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
+
+
+class ItsLifecycle(Protocol):
+    """What a phase reads of its lifecycle (lifecycle.py): whether the supervisor shuts down (no new attempt,
+    no decision: the shutdown settles it), the lifecycle's word, never a flag of the phase's own."""
+
+    shutting_down: bool
+
+
 class Phase:
-    """One phase of the lifecycle: the only writer of its own state. ``shutting_down``: the lifecycle's
-    word that the supervisor is shutting down (no new attempt, no decision: the shutdown settles it)."""
+    """One phase of the lifecycle: the only writer of its own state. ``lifecycle``: the one it belongs to
+    (None: a phase on its own, which never shuts down)."""
 
     def __init__(self, spec: PhaseSpec, rt: Runtime, on_change: Callable[[Phase], None],
-                 hooks: PhaseHooks = NO_HOOKS, *, shutting_down: Callable[[], bool] = lambda: False,
+                 hooks: PhaseHooks = NO_HOOKS, *, lifecycle: ItsLifecycle | None = None,
                  record: resume.ResumeRecord | None = None, spawn: Spawn | None = None) -> None:
         self.spec = spec
         self._loop, self._log, self._clock = rt.loop, rt.log, rt.loop.clock
@@ -82,8 +227,7 @@ class Phase:
         self._state_dir = rt.state_dir
         self._resume_needs = ResumeNeeds(rt.loop, rt.log, rt.rebench, rt.evidence)
         self._spawn: Spawn = spawn or partial(start_child, rt.spawning)
-        self._on_change, self._hooks = on_change, hooks
-        self.shutting_down = shutting_down
+        self._on_change, self._hooks, self._lifecycle = on_change, hooks, lifecycle
         self.pacing = Pacing(spec, rt.loop, rt.rng)  # its timers; others only read them (timers.py: status)
         # Written by this class only (its state by transition; a test walks the table): what others read.
         self.state = PhaseState.PENDING
@@ -151,6 +295,9 @@ class Phase:
         return [c for c in self._attempt.children + self.kept if c.running]
 
     # ------------------------------------------------------------ what the decision reads (states.Deciding)
+
+    def shutting_down(self) -> bool:
+        return self._lifecycle is not None and self._lifecycle.shutting_down
 
     def broken(self) -> bool:
         return self._attempt.broken is not None
@@ -373,7 +520,7 @@ class Phase:
         environment): it goes too."""
         attempt = self._attempt
         attempt.stop_over = True
-        self._started.forget(c for c in attempt.children if c not in self.kept)
+        self._started.forget([c for c in attempt.children if c not in self.kept])
         memory = self._evidence.memory
         if memory is not None and not self.kept:
             kill_pids(memory.leftover_pids(self.name), self._log,
@@ -396,3 +543,107 @@ class Phase:
         detail = f"internal error in {what}: {summary(exc)} (a supervisor bug: the traceback is in supervisor.log)"
         self._on(Broken(v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,
                                        attempt=self.attempt)))
+
+
+# ---------------------------------------------------------------- its timers
+
+
+class Pacing:
+    """A phase's timers, on the loop's clock: its deadline, the backoff before its next attempt, the restarts
+    counted against its restart_burst, and each attempt's stall and progress watches.
+
+    The rules (pure functions in states.py): the n-th failure in a row waits ``backoff_delay(n)`` with
+    ``backoff_jitter`` drawn from the runtime's random source; an attempt that ran ``backoff_reset_s`` or
+    longer starts the count again; ``restart_burst`` restarts of a service within ``restart_window_s`` fail
+    it; ``timeout_s`` counts from the first attempt across every later one; ``stall_s`` of silence of every
+    sign of progress stalls an attempt (stall.py); a download that cannot make ``progress_deadline_s`` ends
+    its attempt too_slow (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
+    tests/test_phase_timing.py)."""
+
+    def __init__(self, spec: PhaseSpec, loop: EventLoop, rng: random.Random) -> None:
+        self._spec, self._loop, self._rng = spec, loop, rng
+        self.consecutive_failures = 0
+        self.restart_times: list[float] = []  # when the service was restarted (monotonic), for restart_burst
+        self._deadline: Timer | None = None
+        self._backoff: Timer | None = None
+        self.stall: StallMonitor | None = None  # the latest attempt's stall watch (read by the status view)
+
+    def now(self) -> float:
+        return self._loop.clock.monotonic()
+
+    def start_deadline(self, passed: Callback, on_error: ErrorHandler) -> None:
+        """``timeout_s`` from now (once, before the first attempt): ``passed`` when it is up."""
+        if self._spec.timeout_s is not None:
+            self._deadline = self._loop.call_later(self._spec.timeout_s, passed, on_error=on_error)
+
+    @property
+    def deadline_at(self) -> float | None:
+        """When ``timeout_s`` is up (monotonic, the loop's clock), while the deadline is set: for the status view."""
+        return _due(self._deadline)
+
+    @property
+    def backoff_until(self) -> float | None:
+        """When the next attempt starts (monotonic), while a backoff runs: for the status view."""
+        return _due(self._backoff)
+
+    def deadline_expired(self) -> bool:
+        return self._deadline is not None and self._deadline.when <= self.now()
+
+    def after(self, outcome: Verdict, attempt: Attempt) -> tuple[Next, str, float]:
+        """What follows ``attempt``, which ``outcome`` ended, and why: done, failed for good, or another
+        attempt after the backoff returned (0 for the others). A service's restart is counted now."""
+        now = self.now()
+        step, why = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
+                                  restart_times=self.restart_times, now=now)
+        if step is not Next.AGAIN:
+            return step, why, 0.0
+        if self._spec.kind == "service":
+            self.restarted(now)
+        return step, why, self.next_delay(attempt.ran_for(now))
+
+    def watch_for_stall(self, evidence: MachineEvidence, attempt: Attempt, *, drain: Callback,
+                        current: Callable[[], bool], on_stall: Callable[[str], None], on_error: ErrorHandler) -> None:
+        """For a phase with stall_s: ``on_stall`` (what was silent) once ``attempt`` stalls, while ``current()``."""
+        spec = self._spec
+        if spec.stall_s is not None:
+            self.stall = StallMonitor(self._loop, spec.stall_s, evidence.gpus, evidence.progress, spec.progress_path,
+                                      freeze=evidence.freeze, io=evidence.io, roots=attempt.roots,
+                                      last_outputs=attempt.last_outputs, drain=drain,
+                                      current=current, on_stall=on_stall, on_error=on_error)
+
+    def watch_progress(self, evidence: MachineEvidence, attempt: Attempt, log: Log, *,
+                       current: Callable[[], bool], on_too_slow: Callable[[str], None],
+                       on_error: ErrorHandler) -> None:
+        """For a phase with progress_total: ``attempt``'s figures (progresswatch.py); ``on_too_slow`` (why) once
+        it cannot make progress_deadline_s."""
+        if self._spec.progress_total is not None:
+            attempt.progress = ProgressWatch(self._spec, self._loop, log, evidence.progress, evidence.first_seen,
+                                             io=evidence.io, roots=attempt.roots,
+                                             reading=attempt.progress_reading, current=current,
+                                             on_too_slow=on_too_slow, on_error=on_error)
+
+    def restarted(self, now: float) -> None:
+        """A service is restarted at ``now``: counted against its restart_burst (those out of the window fall)."""
+        self.restart_times = [*within_window(self.restart_times, now, self._spec.restart_window_s), now]
+
+    def next_delay(self, ran_for: float) -> float:
+        """The backoff before the next attempt, after one that ran ``ran_for`` seconds and failed."""
+        spec = self._spec
+        # An attempt that ran well for a while earns a fresh start of the backoff.
+        if ran_for >= spec.backoff_reset_s > 0:
+            self.consecutive_failures = 0
+        self.consecutive_failures += 1
+        return backoff_delay(self.consecutive_failures, spec.backoff_s, spec.backoff_factor, spec.backoff_max_s,
+                             spec.backoff_jitter, self._rng.random())
+
+    def back_off(self, delay: float, over: Callback, on_error: ErrorHandler) -> None:
+        self._backoff = self._loop.call_later(delay, over, on_error=on_error)
+
+    def cancel(self) -> None:
+        for timer in (self._deadline, self._backoff):
+            if timer is not None:
+                timer.cancel()
+
+
+def _due(timer: Timer | None) -> float | None:
+    return timer.when if timer is not None and not timer.cancelled else None

@@ -36,6 +36,7 @@ from ..evidence.progress import is_incomplete
 from ..state import paths as statepaths
 from ..state.atomic import read_regular_file, write_atomically
 from ..text import Log
+from .runtime import Deaf
 from .states import PhaseState
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class DonePhase(Protocol):
 # ---------------------------------------------------------------- the record
 
 
-class ResumeRecord:
+class ResumeRecord(Deaf):
     """The facts each phase left when it was last done: the last run's, offered to this one
     (``previous``), and the latest, written to resume.json each time a phase is done (``phase_changed``).
     A write that fails (a full disk) is said once, tried again when the next phase is done, and said
@@ -116,7 +117,7 @@ class ResumeRecord:
         return dict(self._previous.get(name, {}))
 
     def phase_changed(self, phase: DonePhase) -> None:
-        """A lifecycle listener: a phase done now, with facts other than those kept, is written down."""
+        """The lifecycle's first observer: a phase done now, with facts other than those kept, is written down."""
         if phase.state is not PhaseState.DONE or not phase.facts or self._latest.get(phase.name) == phase.facts:
             return  # (a resumed phase's facts are the ones kept already)
         self._latest[phase.name] = dict(phase.facts)

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol, overload
 
 from ..engine.clock import Clock
-from ..engine.console import Console
 from ..engine.freeze import FreezeWatch
-from ..engine.logs import Unshipped
-from ..engine.loop import EventLoop, Faults, name_of
+from ..engine.logs import Console, Unshipped
+from ..engine.loop import EventLoop, Faults, Timer, name_of
 from ..engine.process import Child
 from ..engine.reaping import Reaper
 from ..engine.stopbudget import StopBudget
@@ -124,6 +123,9 @@ class VerdictRecord(Sequence[Verdict]):
     def __len__(self) -> int:
         return len(self.verdicts)
 
+    def __iter__(self) -> Iterator[Verdict]:
+        return iter(self.verdicts)  # the list's own iterator, not Sequence's one __getitem__ call per verdict
+
     def record(self, verdict: Verdict) -> Verdict:
         """Keep ``verdict`` masked, say it, tell the observers; the masked record is what callers keep."""
         if self._mask is not None:
@@ -141,7 +143,7 @@ class VerdictRecord(Sequence[Verdict]):
             self.log(Unshipped(f"FAILED: {verdict.line()}"))
             for line in verdict.last_lines[-5:]:
                 self.log(Unshipped(f"  | {line}"))
-        self.observers.verdict(verdict, self.faults)
+        self.observers.verdict(verdict)
         return verdict
 
     def verdict_of(self, child: Child) -> Verdict | None:
@@ -149,47 +151,61 @@ class VerdictRecord(Sequence[Verdict]):
         return next((x for x in reversed(self.verdicts) if x.pid == child.pid), None)
 
 
-class HearsTransitions(Protocol):
-    """What hears every transition and nothing else: the status view's timeline (status/timers.py)."""
+class Hears(Protocol):
+    """An observer of the lifecycle: what it hears of a phase's move (or its service up, or a kept daemon
+    dead), of a verdict recorded, of the shutdown. Each observer has the three, the ones it has no use for
+    doing nothing (``Deaf``)."""
 
-    def changed(self, phase: Any) -> None: ...
-
-
-class Reporting(Protocol):
-    """What the manager hears of the lifecycle (manager/reporting.py's Reporter)."""
-
-    def phase_changed(self, phase: PhaseLike) -> None: ...
+    def phase_changed(self, phase: Any) -> None: ...
 
     def verdict(self, verdict: Verdict) -> None: ...
 
-    def shutting_down(self, why: str, status: int) -> None: ...
+    def shutting_down(self, view: ShutdownView) -> None: ...
+
+
+class Deaf:
+    """An observer that hears and does nothing: a place in ``Observers`` left empty, and the base of those
+    that hear only some of it."""
+
+    def phase_changed(self, phase: Any) -> None:
+        pass
+
+    def verdict(self, verdict: Verdict) -> None:
+        pass
+
+    def shutting_down(self, view: ShutdownView) -> None:
+        pass
+
+
+NOBODY = Deaf()
 
 
 class StatusFile(Protocol):
-    """status.json (status/file.py's StateFile): told once per batch of changes; ``what`` a phase that
-    reached its end is written at once even past its burst."""
+    """status.json (status/file.py's StateFile): told once per batch of changes; ``what``, a phase that
+    reached its end, is written at once even past the file's burst."""
 
     def changed(self, what: object = None) -> None: ...
 
 
-class Remembers(Protocol):
-    """resume.json (resume.py's ResumeRecord): a phase done with new facts is written down."""
+class FetchClock(Deaf):
+    """The instance's clocks (state/firstseen.py's FirstSeen): a ``param-done`` phase done ends the fetch and
+    starts the benchmark's clock."""
 
-    def phase_changed(self, phase: Any) -> None: ...
+    def __init__(self, first_seen: Any) -> None:
+        self._first_seen = first_seen
+
+    def phase_changed(self, phase: Any) -> None:
+        if phase.spec.report == "param-done" and phase.state is PhaseState.DONE:
+            self._first_seen.param_done()
 
 
-class Clocks(Protocol):
-    """The instance's clocks (state/firstseen.py's FirstSeen): the fetch's end starts the benchmark's."""
-
-    def param_done(self) -> None: ...
-
-
-class PluginEvents:
+class PluginEvents(Deaf):
     """What a plugin hears (wiring.Events): its listeners, added at its ``attach``, hear frozen views,
     never the Phase. The failure in a ShutdownView is the recorded verdict, masked where it was recorded
     (VerdictRecord): a give-up may quote it to the manager as it is."""
 
-    def __init__(self) -> None:
+    def __init__(self, faults: Faults | None = None) -> None:
+        self.faults = faults or Faults()
         self._transition: list[Callable[[PhaseView], None]] = []
         self._shutdown: list[Callable[[ShutdownView], None]] = []
         self._verdict: list[Callable[[Verdict], None]] = []
@@ -204,78 +220,75 @@ class PluginEvents:
     def on_verdict(self, listener: Callable[[Verdict], None]) -> None:
         self._verdict.append(listener)
 
-    # What the observers tell it, each listener in the order it was added, one that raises costing only itself.
-    def phase_changed(self, phase: PhaseLike, faults: Faults) -> None:
+    # What the observers tell it: each listener in the order it was added, one that raises costing only itself.
+    def phase_changed(self, phase: PhaseLike) -> None:
         if self._transition:
             view = PhaseView.of(phase)
-            for listener in self._transition:
-                tell(faults, "listener", listener, view, phase=view.name)
+            tell_each(self.faults, "listener", self._transition, view, phase=view.name)
 
-    def verdict(self, verdict: Verdict, faults: Faults) -> None:
-        for listener in self._verdict:
-            tell(faults, "verdict listener", listener, verdict, phase=verdict.phase)
+    def verdict(self, verdict: Verdict) -> None:
+        tell_each(self.faults, "verdict listener", self._verdict, verdict, phase=verdict.phase)
 
-    def shutting_down(self, view: ShutdownView, faults: Faults) -> None:
-        for listener in self._shutdown:
-            tell(faults, "shutdown listener", listener, view)
+    def shutting_down(self, view: ShutdownView) -> None:
+        tell_each(self.faults, "shutdown listener", self._shutdown, view)
 
 
 @dataclass
 class Observers:
     """Who reacts to what the lifecycle decides, each by name, told in the order of the fields below (the
-    composition root fills them: app/observers.py; one left None hears nothing):
+    composition root fills them: app/observers.py; a place left empty hears nothing):
 
     - ``resume``: first, so that a phase's facts are kept before anything else reads them;
     - ``clocks``: a ``param-done`` phase done ends the fetch and starts the benchmark's clock;
     - ``reporter``: the manager hears the why before the plugin's give-up (a shutdown's reason lines first);
     - ``plugin``: after the reporter, before status.json (which shows the plugin's bench hold);
     - ``timeline``: when each phase started, came up and ended, before status.json shows it;
+    - ``first_writes``: at a shutdown under a stop signal's budget, status.json and the termination log are
+      written before any child's grace runs (SIGKILL may end the budget);
     - ``status``: last, and once per batch of changes: the changes one event brings (a verdict, the
       attempt's end, the phase's, the lifecycle's shutdown) are written as one status.json at the end of
-      the loop's turn, not one each;
-    - ``first_writes``: at a shutdown under a stop signal's budget, status.json and the termination log are
-      written before any child's grace runs (SIGKILL may end the budget).
+      the loop's turn, not one each; the batch that ends the run is the exit's to write (teardown.py).
     """
 
     loop: EventLoop | None = None  # where the status.json of a batch is written from (None: told at once)
-    resume: Remembers | None = None
-    clocks: Clocks | None = None
-    reporter: Reporting | None = None
+    faults: Faults = field(default_factory=Faults)  # where an observer that raises is said (the loop's)
+    resume: Hears = NOBODY
+    clocks: Hears = NOBODY
+    reporter: Hears = NOBODY
     plugin: PluginEvents = field(default_factory=PluginEvents)
-    timeline: HearsTransitions | None = None
+    timeline: Hears = NOBODY
+    first_writes: Hears = NOBODY
     status: StatusFile | None = None
-    first_writes: Callable[[int], None] | None = None  # (the exit status) → the files a stop budget needs first
-    _status_due: bool = field(default=False, init=False, repr=False)
+    _status_due: Timer | None = field(default=None, init=False, repr=False)
     _status_final: object = field(default=None, init=False, repr=False)
 
-    def phase_changed(self, phase: Any, faults: Faults) -> None:
-        name = phase.name
-        if self.resume is not None:
-            tell(faults, "listener", self.resume.phase_changed, phase, phase=name)
-        if self.clocks is not None and phase.spec.report == "param-done" and phase.state is PhaseState.DONE:
-            tell(faults, "listener", self.clocks.param_done, phase=name)  # the benchmark's clock starts
-        if self.reporter is not None:
-            tell(faults, "listener", self.reporter.phase_changed, phase, phase=name)
-        self.plugin.phase_changed(phase, faults)
-        if self.timeline is not None:
-            tell(faults, "listener", self.timeline.changed, phase, phase=name)
-        self._status_changed(phase, faults)
+    def __post_init__(self) -> None:
+        self.plugin.faults = self.faults
 
-    def verdict(self, verdict: Verdict, faults: Faults) -> None:
-        if self.reporter is not None:
-            tell(faults, "verdict listener", self.reporter.verdict, verdict, phase=verdict.phase)
-        self.plugin.verdict(verdict, faults)
-        self._status_changed(verdict, faults)
+    def phase_changed(self, phase: Any) -> None:
+        hearing = (self.resume.phase_changed, self.clocks.phase_changed, self.reporter.phase_changed,
+                   self.plugin.phase_changed, self.timeline.phase_changed)
+        tell_each(self.faults, "listener", hearing, phase, phase=phase.spec.name)
+        self._status_changed(phase)
 
-    def shutting_down(self, view: ShutdownView, faults: Faults) -> None:
+    def verdict(self, verdict: Verdict) -> None:
+        tell_each(self.faults, "verdict listener", (self.reporter.verdict, self.plugin.verdict), verdict,
+                  phase=verdict.phase)
+        self._status_changed(verdict)
+
+    def shutting_down(self, view: ShutdownView) -> None:
         """After the first stop signal is out: these may write to disk (the outbox fsyncs)."""
-        if self.reporter is not None:
-            tell(faults, "shutdown listener", self.reporter.shutting_down, view.why, view.status)
-        self.plugin.shutting_down(view, faults)
-        if self.first_writes is not None:
-            tell(faults, "shutdown listener", self.first_writes, view.status)
+        hearing = (self.reporter.shutting_down, self.plugin.shutting_down, self.first_writes.shutting_down)
+        tell_each(self.faults, "shutdown listener", hearing, view)
 
-    def _status_changed(self, what: object, faults: Faults) -> None:
+    def run_over(self) -> None:
+        """The lifecycle is over: the exit writes status.json after its sweep (teardown.py), with this last
+        batch in it, so the batch's own write is not made."""
+        if self._status_due is not None:
+            self._status_due.cancel()
+            self._status_due = None
+
+    def _status_changed(self, what: object) -> None:
         """status.json is due at the end of this turn of the loop, once for every change until then; a phase
         that reached its end is what it is told of (written at once, even past the file's burst)."""
         if self.status is None:
@@ -283,15 +296,14 @@ class Observers:
         if getattr(what, "state", None) in FINAL_STATES:
             self._status_final = what
         if self.loop is None:
-            self._write_status(faults)
-        elif not self._status_due:
-            self._status_due = True
-            self.loop.call_later(0, lambda: self._write_status(faults))
+            self._write_status()
+        elif self._status_due is None:
+            self._status_due = self.loop.call_later(0, self._write_status)
 
-    def _write_status(self, faults: Faults) -> None:
-        self._status_due, final, self._status_final = False, self._status_final, None
+    def _write_status(self) -> None:
+        self._status_due, final, self._status_final = None, self._status_final, None
         if self.status is not None:
-            tell(faults, "listener", self.status.changed, final)
+            tell_each(self.faults, "listener", (self.status.changed,), final)
 
 
 class StartOrder:
@@ -308,7 +320,7 @@ class StartOrder:
 
     def forget(self, children: Iterable[Child]) -> None:
         """``children`` are over (their attempt's stop ended): a shutdown has no more to stop of them."""
-        gone = set(map(id, children))
+        gone = {id(c) for c in children}
         self._children = [c for c in self._children if id(c) not in gone]
 
     def newest_first(self) -> list[Child]:
@@ -335,8 +347,8 @@ class Runtime:
         composition root names the observers: app/observers.py)."""
         return cls(spawning.loop, spawning.log, spawning, evidence or MachineEvidence(memory=spawning.memory),
                    VerdictRecord(spawning.log, spawning.loop.faults,
-                                 spawning.redactor.text if spawning.redactor is not None else None,
-                                 Observers(spawning.loop)), **rest)
+                                 spawning.redactor.text if spawning.redactor else None,  # no secrets: no mask
+                                 Observers(spawning.loop, spawning.loop.faults)), **rest)
 
     @property
     def observers(self) -> Observers:
@@ -362,13 +374,15 @@ class ResumeNeeds:
         return self.evidence.available_memory(cap)
 
 
-def tell(faults: Faults, kind: str, listener: Callable[..., None], *args: Any, phase: str | None = None) -> None:
-    """``listener`` hears of it; one that raises (reporting, the status file, a plugin's) is logged once and
-    costs what it was for, never the lifecycle nor the listeners told after it."""
-    try:
-        listener(*args)
-    except Exception as exc:
-        faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
+def tell_each(faults: Faults, kind: str, listeners: Iterable[Callable[[Any], None]], what: Any,
+              phase: str | None = None) -> None:
+    """Every listener hears of ``what``, in order, whichever raised before it: one that raises (reporting,
+    the status file, a plugin's) is logged once and costs what it was for, never the lifecycle."""
+    for listener in listeners:
+        try:
+            listener(what)
+        except Exception as exc:
+            faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
 
 
 def stop_in_order(loop: EventLoop, log: Log, children: list[Child], reason: str, then: Callable[[], None],

@@ -1,16 +1,14 @@
-"""A phase's states, every way it moves between them, and the one function that decides each move.
+"""A phase's states, every way it moves between them, and the words its one decision is made in.
 
-``decide`` takes what happened to a phase (an ``Event``: its command started, a child exited, a timer fired,
-its service came up, a watcher found it too slow, the supervisor shuts down, ...) and returns a ``Step``: the
-state it moves to (if any), why, and the effects the phase carries out around the move (start an attempt,
-stop its children, back off, record its outcome, ...). It decides, and does nothing itself: the Phase
-(supervisor/lifecycle/phase.py) gathers what an event is made of, asks, moves, and carries out the effects,
-in the order the Step gives them, as Pebble's servstate handlers do with their one ``transition``.
-``Phase.transition`` refuses any move not in ``_ALLOWED``; the diagram below is the same table drawn, and
-tests/test_phase_states.py walks every cell of it.
+``_ALLOWED`` is every move a phase can make: ``Phase.transition`` (supervisor/lifecycle/phase.py) refuses any
+other; the diagram below is the same table drawn, and tests/test_phase_states.py walks every cell of it.
 
-What comes after an attempt (done, retry, restart, fail: ``after_attempt``) and how long a backoff is
-(``backoff_delay``) are pure rules of their own, here beside the one that applies them.
+The decision itself is ``phase.decide``: it takes what happened to a phase (an ``Event``, below: its command
+started, a child exited, a timer fired, its service came up, a watcher found it too slow, the supervisor
+shuts down, ...) and returns a ``Step``: the state it moves to (if any), why, and the effects (``Effect``
+and the records after it) the phase carries out around the move, as Pebble's servstate handlers do with
+their one ``transition``. What comes after an attempt (done, retry, restart, fail: ``after_attempt``) and
+how long a backoff is (``backoff_delay``) are pure rules, here beside the words.
 """
 
 from __future__ import annotations
@@ -271,152 +269,6 @@ class Step:
 
 
 NOTHING = Step()
-
-
-class Deciding(Protocol):
-    """What ``decide`` reads of a phase (supervisor.lifecycle.phase.Phase)."""
-
-    spec: PhaseSpec
-    state: PhaseState
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def attempt(self) -> int: ...
-
-    @property
-    def outcome(self) -> Verdict | None: ...
-
-    def shutting_down(self) -> bool: ...
-
-    def broken(self) -> bool: ...
-
-    def stop_over(self) -> bool: ...
-
-    def command_verdict(self) -> Verdict | None: ...
-
-    def next_after(self, outcome: Verdict) -> tuple[Next, str, float]: ...
-
-
-def decide(phase: Deciding, event: Event) -> Step:
-    """The one place a phase's moves are decided: what ``event`` does to ``phase`` now."""
-    state, over = phase.state, phase.shutting_down()
-    match event:
-        case Reached(resumed):
-            if state is not PhaseState.PENDING or over:
-                return NOTHING  # the supervisor shut down while resume looked
-            if resumed is not None:
-                why, parsed = resumed
-                return Step(PhaseState.DONE, f"resumed: {why}", before=(Resume(parsed),))
-            return Step(after=(Effect.PREPARE_FIRST,))
-        case Prepared(refusal, first):
-            if refusal is not None:
-                return _fail(v.without_exit(phase.name, phase.name, refusal.reason, 1, refusal.detail,
-                                            attempt=phase.attempt), refusal.detail)
-            setup = (Effect.START_DEADLINE, Effect.NEW_ATTEMPT) if first else (Effect.NEW_ATTEMPT,)
-            return Step(PhaseState.STARTING, f"attempt {phase.attempt + 1}", before=setup,
-                        after=(Effect.WATCH_ATTEMPT, Effect.BEGIN_START))
-        case CommandStarted(child):
-            return Step(PhaseState.RUNNING, f"{child.label} pid {child.pid}")
-        case CameUp():
-            return Step(after=(Effect.MARK_UP, Effect.TELL_LIFECYCLE))
-        case ChildExited(verdict, asked, kept, ours):
-            if asked or over:
-                return NOTHING  # we asked for this; the stop in progress takes it from here
-            if kept:
-                return Step(after=(Effect.TELL_LIFECYCLE,))  # a kept daemon died: the lifecycle decides
-            return _end_attempt(phase, verdict) if ours else NOTHING
-        case StartFailed(verdict):
-            return _end_attempt(phase, verdict)
-        case Aborted(reason, detail, command_running):
-            return _abort(phase, reason, detail, command_running)
-        case DeadlinePassed(detail, command_running):
-            if state in FINAL_STATES or over:
-                return NOTHING
-            if state is PhaseState.BACKOFF:
-                return _fail(v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, detail, attempt=phase.attempt),
-                             detail)
-            return _abort(phase, v.TIMEOUT, detail, command_running)  # in STOPPING its outcome decides
-        case ChildrenStopped():
-            return _after_the_stop(phase) if state is PhaseState.STOPPING else NOTHING
-        case FactsGathered(facts, why):
-            if state is not PhaseState.STOPPING or over:
-                return NOTHING  # the supervisor shut down meanwhile: the shutdown settles the phase
-            return Step(PhaseState.DONE, why, before=(KeepFacts(facts), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
-        case BackoffOver():
-            return Step(after=(Effect.PREPARE_AGAIN,)) if state is PhaseState.BACKOFF and not over else NOTHING
-        case Broken(verdict):
-            return _broken(phase, verdict)
-        case StopAsked():
-            return Step(after=(Effect.CANCEL_TIMERS, Effect.CANCEL_START))
-        case ShutdownSettled():
-            if state in ATTEMPT_RUNS:
-                return Step(PhaseState.STOPPING, SHUTDOWN_WHY, then=ShutdownSettled())
-            return NOTHING if state in FINAL_STATES else Step(PhaseState.STOPPED, SHUTDOWN_WHY)
-    raise TypeError(f"not a phase event: {event!r}")  # pragma: no cover - the match covers Event
-
-
-def _end_attempt(phase: Deciding, outcome: Verdict | None, why: str = "", first: tuple[Doing, ...] = ()) -> Step:
-    """The attempt is over: stop its children (reverse start order); ``ChildrenStopped`` then decides."""
-    if phase.state not in ATTEMPT_RUNS:
-        return NOTHING
-    before: tuple[Doing, ...] = (*first, Effect.CANCEL_START)
-    if outcome is not None:
-        before += (Outcome(outcome),)
-        if outcome.success and phase.spec.kind == "oneshot":
-            before += (Effect.KEEP_DAEMONS,)  # the phase succeeded: its lifecycle daemons live on
-    return Step(PhaseState.STOPPING, why or (outcome.detail if outcome else ""), before=before,
-                after=(Effect.STOP_CHILDREN,))
-
-
-def _abort(phase: Deciding, reason: str, detail: str, command_running: bool) -> Step:
-    """The supervisor ends the attempt: the verdicts of its children say why. A command that runs says how
-    it ended by its exit; an attempt still at its daemons ends with a verdict of its own."""
-    if phase.state not in ATTEMPT_RUNS:
-        return NOTHING
-    first = (MarkStopped(reason, detail),)
-    if command_running:
-        return _end_attempt(phase, None, detail, first)
-    return _end_attempt(phase, v.without_exit(phase.name, phase.name, reason, 1, detail, attempt=phase.attempt),
-                        first=first)
-
-
-def _after_the_stop(phase: Deciding) -> Step:
-    """The attempt's children are stopped: what ended it decides what comes next (after_attempt)."""
-    outcome = phase.outcome or phase.command_verdict()  # the supervisor ended it: the command's verdict says how
-    if outcome is None:  # pragma: no cover - the command is always reaped before this point
-        outcome = v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, "deadline", attempt=phase.attempt)
-    swept = (Effect.SWEEP,) if phase.outcome is not None else (Effect.SWEEP, Outcome(outcome, record=False))
-    if phase.shutting_down():
-        return Step(PhaseState.STOPPED, SHUTDOWN_WHY, before=swept)
-    step, why, delay = phase.next_after(outcome)
-    if step is Next.DONE:
-        return Step(before=swept, after=(GatherFacts(why),))
-    if step is Next.FAIL:
-        return Step(PhaseState.FAILED, why, before=(*swept, Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
-    return Step(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s", before=swept, after=(BackOff(delay),))
-
-
-def _fail(verdict: Verdict, why: str) -> Step:
-    """The supervisor's own finding (memory preflight, prepare, the deadline in a backoff) fails the phase for
-    good: recorded as its outcome, since no child's exit says it."""
-    return Step(PhaseState.FAILED, why, before=(Outcome(verdict), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
-
-
-def _broken(phase: Deciding, verdict: Verdict) -> Step:
-    """A bug of ours fails the phase for good (retrying would only hide it). Its children are stopped on
-    purpose, so their verdicts read ``stopped``: it is not their failure."""
-    state = phase.state
-    if state in FINAL_STATES or phase.broken() or phase.shutting_down():
-        return NOTHING  # failed already, or the shutdown ends it anyway: the fault's log line is all
-    marked = (MarkBroken(verdict),)
-    if state in ATTEMPT_RUNS:
-        return _end_attempt(phase, verdict, first=(*marked, MarkStopped(v.STOPPED, verdict.detail)))
-    if state is PhaseState.STOPPING and not phase.stop_over():
-        return Step(before=(*marked, Outcome(verdict)))  # the stop in progress ends, and sees the outcome
-    return Step(PhaseState.FAILED, verdict.detail,
-                before=(*marked, Outcome(verdict), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
 
 
 # ---------------------------------------------------------------- after an attempt: the rules

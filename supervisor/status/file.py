@@ -30,9 +30,9 @@ PERSIST_WINDOW_S = 1.0
 STATE_MAX_READ_BYTES = 16 * 1024 * 1024
 
 
-def persist(state_dir: Path, snapshot: dict[str, Any]) -> None:
-    """Write status.json atomically: a reader never sees half a file."""
-    write_atomically(statepaths.path(state_dir, statepaths.STATUS_FILE), json.dumps(snapshot, default=str).encode())
+def persist(path: Path, snapshot: dict[str, Any]) -> None:
+    """Write status.json (``path``) atomically: a reader never sees half a file."""
+    write_atomically(path, json.dumps(snapshot, default=str).encode())
 
 
 class StateFile:
@@ -49,7 +49,6 @@ class StateFile:
     def __init__(self, state_dir: Path, loop: EventLoop, log: Log,
                  build: Callable[[], dict[str, Any]]) -> None:
         self.path = statepaths.path(state_dir, statepaths.STATUS_FILE)
-        self._state_dir = state_dir
         self._loop = loop
         self._log = log
         self._build = build
@@ -72,7 +71,7 @@ class StateFile:
             self._later = None
         self._recent.append(self._loop.clock.monotonic())
         try:
-            persist(self._state_dir, self._build())
+            persist(self.path, self._build())
         except OSError as exc:
             if not self._failing:
                 self._failing = True

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..config import ChildSpec, PhaseSpec
 from ..engine import ports
@@ -80,6 +81,53 @@ class Attempt:
     def last_outputs(self) -> list[float]:
         """When each of its children last printed (monotonic), those that ever did."""
         return [c.output.last_output_at for c in self.children if c.output.last_output_at]
+
+
+class ItsPhase(Protocol):
+    """What an attempt's watches tell its phase (lifecycle/phase.py's Phase)."""
+
+    def still_running(self, attempt: int) -> bool: ...  # attempt ``attempt`` is the phase's, starting or running
+
+    def look_before_deciding(self) -> None: ...  # its children's output read, the clock looked at
+
+    def stalled(self, silent: str) -> None: ...
+
+    def too_slow(self, why: str) -> None: ...
+
+    def fail_internally(self, what: str, exc: Exception) -> None: ...
+
+
+class Watched:
+    """One attempt as its watches see it (evidence/stall.py's StallingAttempt, evidence/progresswatch.py's
+    DownloadingAttempt): its process trees, its output and its parser's reading, whether it is still its
+    phase's, and where what they find goes. One object in place of a bag of callables."""
+
+    def __init__(self, attempt: Attempt, phase: ItsPhase) -> None:
+        self._attempt, self._phase = attempt, phase
+
+    def roots(self) -> list[tuple[int, str]]:
+        return self._attempt.roots()
+
+    def last_outputs(self) -> list[float]:
+        return self._attempt.last_outputs()
+
+    def reading(self) -> ProgressReading | None:
+        return self._attempt.progress_reading()
+
+    def drain(self) -> None:
+        self._phase.look_before_deciding()
+
+    def current(self) -> bool:
+        return self._phase.still_running(self._attempt.number)
+
+    def stalled(self, silent: str) -> None:
+        self._phase.stalled(silent)
+
+    def too_slow(self, why: str) -> None:
+        self._phase.too_slow(why)
+
+    def fault(self, what: str, exc: Exception) -> None:
+        self._phase.fail_internally(what, exc)
 
 
 Guard = Callable[[str, Callable[..., object]], Callable[..., None]]  # (what, callback) → it, unable to raise

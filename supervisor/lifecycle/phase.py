@@ -43,7 +43,7 @@ from ..exits import EXIT_INTERNAL_ERROR
 from ..text import Log
 from . import resume
 from . import verdict as v
-from .attempt import Attempt, AttemptStart
+from .attempt import Attempt, AttemptStart, Watched
 from .children import ChildContext, Spawn, exit_verdict, start_child
 from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
 from .runtime import MachineEvidence, ResumeNeeds, Runtime, stop_in_order
@@ -418,7 +418,7 @@ class Phase:
     def _deadline_passed(self) -> None:
         if self.state in FINAL_STATES or self.shutting_down():
             return
-        self._before_deciding()
+        self.look_before_deciding()
         if self.state in FINAL_STATES or self.shutting_down():
             return
         detail = f"phase deadline timeout_s={self.spec.timeout_s:g} passed"
@@ -429,9 +429,17 @@ class Phase:
         """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why."""
         self._on(Aborted(reason, detail, self._command_running()))
 
-    def _stalled(self, silent: str) -> None:
+    # What the attempt's watches tell it (attempt.Watched).
+
+    def still_running(self, attempt: int) -> bool:
+        return self._is_current(attempt, *ATTEMPT_RUNS)
+
+    def stalled(self, silent: str) -> None:
         self._log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
         self.abort_attempt(v.STALLED, f"stalled: {silent}")
+
+    def too_slow(self, why: str) -> None:
+        self.abort_attempt(v.TOO_SLOW, why)
 
     def abort(self) -> None:
         """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
@@ -445,7 +453,7 @@ class Phase:
         command = self.command_child
         return command is not None and command.running
 
-    def _before_deciding(self) -> None:
+    def look_before_deciding(self) -> None:
         """Before a stall or deadline decision: what the children already printed is read (a child that
         printed all along must not be judged silent on output still in its pipe), and the clock is
         looked at, so a freeze of the supervisor is said before what it caused."""
@@ -477,16 +485,9 @@ class Phase:
 
     def _watch_attempt(self) -> None:
         """The attempt's stall watch and progress figures, each acting only while the attempt is current."""
-        attempt = self.attempt
-
-        def current() -> bool:
-            return self._is_current(attempt, *ATTEMPT_RUNS)
-
-        self.pacing.watch_for_stall(self._evidence, self._attempt, drain=self._before_deciding, current=current,
-                                    on_stall=self._stalled, on_error=self.fault_handler("the stall check"))
-        self.pacing.watch_progress(self._evidence, self._attempt, self._log, current=current,
-                                   on_too_slow=partial(self.abort_attempt, v.TOO_SLOW),
-                                   on_error=self.fault_handler("the progress watch"))
+        watched = Watched(self._attempt, self)
+        self.pacing.watch_for_stall(self._evidence, watched)
+        self._attempt.progress = self.pacing.watch_progress(self._evidence, watched, self._log)
 
     def _begin_start(self) -> None:
         self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
@@ -601,26 +602,18 @@ class Pacing:
             self.restarted(now)
         return step, why, self.next_delay(attempt.ran_for(now))
 
-    def watch_for_stall(self, evidence: MachineEvidence, attempt: Attempt, *, drain: Callback,
-                        current: Callable[[], bool], on_stall: Callable[[str], None], on_error: ErrorHandler) -> None:
-        """For a phase with stall_s: ``on_stall`` (what was silent) once ``attempt`` stalls, while ``current()``."""
+    def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:
+        """For a phase with stall_s: ``attempt`` is told once it stalls, while it is current."""
         spec = self._spec
         if spec.stall_s is not None:
-            self.stall = StallMonitor(self._loop, spec.stall_s, evidence.gpus, evidence.progress, spec.progress_path,
-                                      freeze=evidence.freeze, io=evidence.io, roots=attempt.roots,
-                                      last_outputs=attempt.last_outputs, drain=drain,
-                                      current=current, on_stall=on_stall, on_error=on_error)
+            self.stall = StallMonitor(self._loop, spec.stall_s, spec.progress_path, evidence, attempt)
 
-    def watch_progress(self, evidence: MachineEvidence, attempt: Attempt, log: Log, *,
-                       current: Callable[[], bool], on_too_slow: Callable[[str], None],
-                       on_error: ErrorHandler) -> None:
-        """For a phase with progress_total: ``attempt``'s figures (progresswatch.py); ``on_too_slow`` (why) once
-        it cannot make progress_deadline_s."""
-        if self._spec.progress_total is not None:
-            attempt.progress = ProgressWatch(self._spec, self._loop, log, evidence.progress, evidence.first_seen,
-                                             io=evidence.io, roots=attempt.roots,
-                                             reading=attempt.progress_reading, current=current,
-                                             on_too_slow=on_too_slow, on_error=on_error)
+    def watch_progress(self, evidence: MachineEvidence, attempt: Watched, log: Log) -> ProgressWatch | None:
+        """For a phase with progress_total: the attempt's figures (progresswatch.py); ``attempt`` is told once it
+        cannot make progress_deadline_s."""
+        if self._spec.progress_total is None:
+            return None
+        return ProgressWatch(self._spec, self._loop, log, evidence, attempt)
 
     def restarted(self, now: float) -> None:
         """A service is restarted at ``now``: counted against its restart_burst (those out of the window fall)."""

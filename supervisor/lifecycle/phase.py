@@ -9,7 +9,8 @@ Two parts, as tini's loop is one readable loop of small steps:
 
 - ``decide`` (first below) is the only place a phase's moves are decided: it takes what happened (an
   ``Event``: states.py names them all) and the phase as it is, and returns a ``Step``: the state it moves
-  to, why, and the effects to carry out around the move. It reads; it does nothing.
+  to, why, and the effects to carry out around the move. It reads, and does nothing but this: asking the
+  pacing what follows an attempt counts a service's restart and draws the backoff's jitter.
 - The ``Phase`` is the loop's side: each callback that reaches it (a child reaped, a timer, a readiness
   answer, a watcher's finding) gathers what happened into an event; ``_on`` asks ``decide``, carries out
   the step's effects before the move, moves (``transition``, which refuses a move not in the table and
@@ -88,7 +89,7 @@ from .verdict import Verdict
 
 
 def decide(phase: Phase, event: Event) -> Step:
-    """The one place a phase's moves are decided: what ``event`` does to ``phase`` now."""
+    """The one place a phase's moves are decided: what ``event`` does to ``phase`` now (the Step to carry out)."""
     state, over = phase.state, phase.shutting_down()
     match event:
         case Reached(resumed):

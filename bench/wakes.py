@@ -1,6 +1,7 @@
 """How many of the package's modules one child exit wakes (issue 24's measure), counted, not timed.
 
-    python bench/wakes.py
+    python bench/wakes.py            # the figures and the ten busiest modules
+    python bench/wakes.py --modules  # every module woken, with its calls
 
 Runs the real supervisor (``python -m supervisor run``) on a one-phase config whose child exits 3, no
 manager, with a ``sitecustomize`` on PYTHONPATH that puts a ``sys.setprofile`` hook on its main thread. From
@@ -8,7 +9,8 @@ the first call into the reaper (``Reaper.reap``: the child's exit reached the lo
 counts the calls into ``supervisor/``: how many, how many modules they touch, the switches from one module
 to another, and the A→B→A bounces (a call into B, then straight back into A). Prints one JSON line.
 Counts repeat from run to run (they are the code's path, not the machine's speed), so they may be compared
-across commits; docs/architecture.md keeps the figures.
+across commits; docs/architecture.md keeps the figures. One count moves with the machine: the calls into
+engine/proctable.py, which reads every process of /proc once per look (so ``calls`` moves by a few dozen).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ HOOK = textwrap.dedent("""
         if module is None:
             return
         if not _state["on"]:
-            if module != "reaping.py" or frame.f_code.co_name != "reap":
+            if module != os.path.join("engine", "reaping.py") or frame.f_code.co_name != "reap":
                 return
             _state["on"] = True
         _state["calls"] += 1
@@ -91,8 +93,9 @@ def main() -> int:
         found = json.loads(out.read_text())
         modules = found.pop("modules")
         found.pop("on")
+        shown = len(modules) if "--modules" in sys.argv[1:] else 10
         print(json.dumps({"exit_status": run.returncode, **found, "modules_woken": len(modules),
-                          "busiest": sorted(modules.items(), key=lambda kv: -kv[1])[:10]}))
+                          "busiest": sorted(modules.items(), key=lambda kv: -kv[1])[:shown]}))
     return 0
 
 

@@ -19,8 +19,10 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
   to the core's rule (``watch_state``: reading, blind, stopped, said and shown).
 
 Every callback a plugin gives runs on the loop's thread, but a ``CallKind``'s ``attempt`` and ``keep``,
-which run on the outbox's sender thread. The composition root (observers.py) builds the Wiring. This module
-imports foundations only, and those for types: it is part of the plugin boundary (plugin.py).
+which run on the outbox's sender thread. The composition root (observers.py) builds the Wiring; its
+``Events`` are the lifecycle's ``PluginEvents`` (lifecycle/runtime.py), told in their place among the
+lifecycle's observers. This module imports foundations only, and those for types: it is part of the
+plugin boundary (plugin.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .engine.loop import name_of
 from .evidence.watchstate import WatchState
 
 # What a plugin hears and queues, defined where they belong and named here, at the plugin boundary.
@@ -39,6 +40,7 @@ from .lifecycle.states import ShutdownView as ShutdownView
 from .manager.callkinds import CallKind as CallKind
 from .manager.callkinds import Payload as Payload
 from .manager.row import RowFields as RowFields
+from .text import Log
 
 if TYPE_CHECKING:  # types only
     from .config.model import Plan
@@ -47,7 +49,6 @@ if TYPE_CHECKING:  # types only
     from .manager.answers import FieldCheck
     from .manager.row import Row
 
-Log = Callable[[str], None]
 
 
 # ---------------------------------------------------------------- what a plugin hears
@@ -158,59 +159,3 @@ class Wiring:
     # A watch of the plugin's own, held to the core's rule (watchstate.py): watch_state(name, window_s) is its
     # state, which it tells of each reading (read/miss); the tick says when it goes blind, status shows it.
     watch_state: Callable[[str, float], WatchState] = lambda name, window_s: WatchState(name, window_s)
-
-
-# ---------------------------------------------------------------- the core's side, over today's Lifecycle
-
-
-
-
-class LifecycleLike(Protocol):
-    """What LifecycleEvents uses of supervisor.lifecycle.lifecycle.Lifecycle (which is itself the ProductionControl
-    a plugin is handed: hold, release and shutdown by phase name)."""
-
-    phases: list[Any]
-    listeners: list[Callable[[Any], None]]
-    on_shutdown: list[Callable[[str, int], None]]
-    failure: Verdict | None
-
-    def production(self) -> list[Any]: ...
-
-
-class LifecycleEvents:
-    """``Events`` over the Lifecycle's listener lists: each listener hears views, never the Phase. The
-    failure in a ShutdownView is the recorded verdict, masked where it was recorded (runtime.VerdictRecord):
-    a give-up may quote it to the manager as it is."""
-
-    def __init__(self, lifecycle: LifecycleLike, verdict_listeners: list[Callable[[Verdict], None]]) -> None:
-        self._lifecycle = lifecycle
-        self._verdict_listeners = verdict_listeners
-
-    def on_transition(self, listener: Callable[[PhaseView], None]) -> None:
-        self._lifecycle.listeners.append(_Named(listener, lambda phase: listener(PhaseView.of(phase))))
-
-    def on_shutdown(self, listener: Callable[[ShutdownView], None]) -> None:
-        self._lifecycle.on_shutdown.append(_Named(listener, lambda why, status: listener(self._view(why, status))))
-
-    def on_verdict(self, listener: Callable[[Verdict], None]) -> None:
-        self._verdict_listeners.append(listener)
-
-    def _view(self, why: str, status: int) -> ShutdownView:
-        failure = self._lifecycle.failure
-        return ShutdownView(why, status, failure, production_was_up(self._lifecycle))
-
-
-def production_was_up(lifecycle: LifecycleLike) -> bool:
-    """Did the production service (``report = "running"``, else the last service) ever come up?"""
-    return any(p.up or p.was_up for p in lifecycle.production())
-
-
-class _Named:
-    """A listener wrapped to hear views, named as the plugin's own in a fault report (loop.name_of)."""
-
-    def __init__(self, listener: Callable[..., None], call: Callable[..., None]) -> None:
-        self.__qualname__ = name_of(listener)
-        self._call = call
-
-    def __call__(self, *args: Any) -> None:
-        self._call(*args)

@@ -1,4 +1,4 @@
-"""Pure-function tests of restart and retry pacing (supervisor.lifecycle.backoff)."""
+"""Pure-function tests of restart and retry pacing (supervisor.lifecycle.states)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from supervisor.lifecycle.backoff import backoff_delay, burst_exceeded, within_window
+from supervisor.lifecycle.states import backoff_delay, burst_exceeded, within_window
 
 # ---------------------------------------------------------------- backoff_delay
 

@@ -21,7 +21,7 @@ from supervisor.engine.reaping import Reaper
 from supervisor.lifecycle.lifecycle import Lifecycle
 from supervisor.lifecycle.phase import Phase
 from supervisor.lifecycle.runtime import ChildKit, Runtime
-from supervisor.lifecycle.states import PhaseState
+from supervisor.lifecycle.states import PhaseState, PhaseView
 
 TWO_ONESHOTS = """
 [[phases]]
@@ -76,7 +76,8 @@ def run(tmp_path: Path) -> Iterator[Run]:
                                  base_env={}), state_dir=tmp_path)
         children = FakeChildren(clock, loop)
         finished: list[int] = []
-        lifecycle = Lifecycle(parse_plan(toml, "test.toml", {}), rt, finished.append, spawn=children.spawn)
+        lifecycle = Lifecycle(parse_plan(toml, "test.toml", {}), rt, lambda: finished.append(lifecycle.exit_status),
+                              spawn=children.spawn)
         made.append(Run(lifecycle, clock, loop, children, log, finished))
         return made[-1]
 
@@ -89,11 +90,11 @@ def test_a_phase_held_by_name_is_not_gone_past_until_released(run) -> None:
     r = run(TWO_ONESHOTS)
     lifecycle = r.lifecycle
 
-    def gate(phase: Phase) -> None:  # as the bench gate does, from a listener, once the bench is done
+    def gate(phase: PhaseView) -> None:  # as the bench gate does, from a listener, once the bench is done
         if phase.name == "bench" and phase.state is PhaseState.DONE:
             lifecycle.hold("bench", "waiting for the manager's answer")
 
-    lifecycle.listeners.append(gate)
+    lifecycle.observers.plugin.on_transition(gate)
     lifecycle.start()
     assert lifecycle.current() is r.phase("bench")
     r.children.last.exit(0)
@@ -118,8 +119,8 @@ def test_a_hold_set_as_the_phase_is_done_keeps_the_next_one_pending_until_releas
     """What the plugin's bench gate does: hold the phase by name from its transition listener, release later."""
     r = run(TWO_ONESHOTS)
     bench = r.phase("bench")
-    r.lifecycle.listeners.append(lambda p: r.lifecycle.hold(p.name, "held")
-                                 if p is bench and p.state is PhaseState.DONE else None)
+    r.lifecycle.observers.plugin.on_transition(lambda p: r.lifecycle.hold(p.name, "held")
+                                               if p.name == bench.name and p.state is PhaseState.DONE else None)
     r.lifecycle.start()
     r.children.last.exit(0)
     r.run_until(1.0)

@@ -16,8 +16,7 @@ import psutil
 import pytest
 from helpers import PY, REPO, Runner, toml_list, wait_for
 
-from supervisor.engine.console import Console
-from supervisor.engine.logs import MAX_LINE_BYTES, ChildOutput, LineSplitter, LogFile
+from supervisor.engine.logs import MAX_LINE_BYTES, ChildOutput, Console, LineSplitter, LogFile
 
 MB = 1024 * 1024
 CLOCK = r"\d\d:\d\d:\d\d\.\d\d\d"

@@ -25,8 +25,8 @@ from helpers import PY, REPO, Console, Runner, clean_env, pushed, py_script, tom
 
 from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
-from supervisor.engine.console import Console as OutputConsole
 from supervisor.engine.logs import MAX_LINE_BYTES, ChildOutput, LogFile
+from supervisor.engine.logs import Console as OutputConsole
 from supervisor.text.redact import Redactor
 
 # Letters only, mixed case: no window of them turns up by chance in a clock, a pid or a uuid.

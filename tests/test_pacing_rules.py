@@ -1,4 +1,4 @@
-"""supervisor.lifecycle.pacing's Pacing on its own, on a real EventLoop with a fake clock (tests/fakes.py): the deadline
+"""supervisor.lifecycle.phase's Pacing on its own, on a real EventLoop with a fake clock (tests/fakes.py): the deadline
 (none without timeout_s; due exactly timeout_s after it was set; expired from that moment; its callback run
 once), the backoff timer and what the status view reads of both (gone once cancelled), ``after`` for each
 kind of step (done and failed for good take no delay and count no restart; a service's retry is counted in
@@ -17,10 +17,9 @@ from fakes import FakeClock
 from supervisor.config import PhaseSpec, parse_plan
 from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle import verdict as v
-from supervisor.lifecycle.attempt import Attempt
-from supervisor.lifecycle.backoff import backoff_delay
-from supervisor.lifecycle.pacing import Pacing
-from supervisor.lifecycle.policy import Next
+from supervisor.lifecycle.attempt import Attempt, Watched
+from supervisor.lifecycle.phase import Pacing
+from supervisor.lifecycle.states import Next, backoff_delay
 
 SEED = 7
 
@@ -180,8 +179,7 @@ def test_without_stall_s_or_progress_total_no_watch_is_made(loop: EventLoop) -> 
     pacing = Pacing(spec(), loop, random.Random(SEED))
     attempt = Attempt(1, 0.0)
     never = object()
-    pacing.watch_for_stall(never, attempt, drain=lambda: None, current=lambda: True,  # type: ignore[arg-type]
-                           on_stall=lambda why: None, on_error=raise_)
-    pacing.watch_progress(never, attempt, lambda line: None, current=lambda: True,  # type: ignore[arg-type]
-                          on_too_slow=lambda why: None, on_error=raise_)
+    watched = Watched(attempt, never)  # type: ignore[arg-type]
+    pacing.watch_for_stall(never, watched)  # type: ignore[arg-type]
+    attempt.progress = pacing.watch_progress(never, watched, lambda line: None)  # type: ignore[arg-type]
     assert pacing.stall is None and attempt.progress is None and loop.next_due() is None

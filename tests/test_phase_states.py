@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import parse_plan
-from supervisor.engine.console import Console
+from supervisor.engine.logs import Console
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import Reaper
 from supervisor.lifecycle.attempt import Attempt

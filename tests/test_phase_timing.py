@@ -25,10 +25,9 @@ from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import Reaper
 from supervisor.evidence.stall import check_interval
 from supervisor.lifecycle import verdict as v
-from supervisor.lifecycle.backoff import backoff_delay
 from supervisor.lifecycle.phase import Phase
 from supervisor.lifecycle.runtime import ChildKit, MachineEvidence, Runtime
-from supervisor.lifecycle.states import PhaseState
+from supervisor.lifecycle.states import PhaseState, backoff_delay
 
 SEED = 20260101
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from supervisor.config import PhaseSpec, parse_plan
 from supervisor.lifecycle import verdict as v
-from supervisor.lifecycle.policy import Next, after_attempt, memory_shortfall
+from supervisor.lifecycle.hooks import memory_shortfall
+from supervisor.lifecycle.states import Next, after_attempt
 from supervisor.lifecycle.verdict import Verdict
 
 ONESHOT_TWO_RETRIES = """

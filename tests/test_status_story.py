@@ -401,12 +401,12 @@ def test_the_timers_are_what_the_phase_exposes_counted_from_now() -> None:
 def test_the_timeline_keeps_the_first_start_and_the_end() -> None:
     timeline = Timeline()
     phase = SimpleNamespace(name="p", state=PhaseState.PENDING, since=5.0, up=False)
-    timeline.changed(phase)
+    timeline.phase_changed(phase)
     assert timeline.of("p") == {"started_at": None, "up_at": None, "ended_at": None}
     for state, at in ((PhaseState.STARTING, 10.0), (PhaseState.BACKOFF, 12.0), (PhaseState.STARTING, 13.0),
                       (PhaseState.DONE, 20.0)):
         phase.state, phase.since = state, at
-        timeline.changed(phase)
+        timeline.phase_changed(phase)
     assert timeline.of("p") == {"started_at": 10.0, "up_at": None, "ended_at": 20.0}
 
 

@@ -1,5 +1,5 @@
-"""What a plugin is handed (wiring.py), in-process: listeners hear views, never the Phase; the shutdown view
-carries the failure masked and whether production was up; a listener
+"""What a plugin is handed (wiring.py: Events, the lifecycle's PluginEvents), in-process: listeners hear views,
+never the Phase; the shutdown view carries the failure masked and whether production was up; a listener
 that raises is named as the plugin's own in the fault report. Also the supervisor's own lines: an
 ``Unshipped`` one never reaches the log shipper's tap (the verdict is pushed from the object instead).
 """
@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from supervisor.engine.console import Console
-from supervisor.engine.logs import SupervisorLog, Unshipped
+from supervisor.engine.logs import Console, SupervisorLog, Unshipped
 from supervisor.engine.loop import EventLoop, Faults
-from supervisor.lifecycle.runtime import VerdictRecord, tell_listeners
+from supervisor.lifecycle.lifecycle import production_was_up
+from supervisor.lifecycle.runtime import Observers, PluginEvents, VerdictRecord
 from supervisor.lifecycle.states import PhaseState
 from supervisor.lifecycle.verdict import Verdict
 from supervisor.text.redact import MASK, Redactor
-from supervisor.wiring import LifecycleEvents, PhaseView, ShutdownView
+from supervisor.wiring import PhaseView, ShutdownView
 
 SECRET = "hunter2-secret"
 
@@ -27,24 +27,32 @@ SECRET = "hunter2-secret"
 def phase(name: str, kind: str = "oneshot", report: str | None = None, **state: Any) -> SimpleNamespace:
     fields = {"state": PhaseState.PENDING, "why": "not started", "attempt": 0, "up": False, "was_up": False,
               "parsed": None, **state}
-    return SimpleNamespace(name=name, spec=SimpleNamespace(kind=kind, report=report), hold=None, **fields)
+    return SimpleNamespace(name=name, spec=SimpleNamespace(name=name, kind=kind, report=report), hold=None, **fields)
 
 
 class Lifecycle:
-    """What LifecycleEvents uses of supervisor.lifecycle.lifecycle.Lifecycle."""
+    """What the lifecycle's PluginEvents are told from (supervisor.lifecycle.lifecycle.Lifecycle): its phases, its
+    failure, its production; the observers record it tells them through."""
 
-    def __init__(self) -> None:
+    def __init__(self, faults: Faults | None = None) -> None:
         self.phases = [phase("bench", report="bench-done"), phase("curio", kind="service", report="running")]
-        self.listeners: list[Any] = []
-        self.on_shutdown: list[Any] = []
+        self.observers = Observers(faults=faults or Faults())
         self.failure: Verdict | None = None
 
     def production(self) -> list[Any]:
         return [p for p in self.phases if p.spec.report == "running"]
 
+    def transition(self, phase: Any) -> None:
+        """What the Lifecycle does at each move: its observers hear of the phase."""
+        self.observers.phase_changed(phase)
 
-def events_of(lifecycle: Lifecycle, verdicts: list[Any] | None = None) -> LifecycleEvents:
-    return LifecycleEvents(lifecycle, verdicts if verdicts is not None else [])
+    def shutting_down(self, why: str, status: int) -> None:
+        """What the Lifecycle does at its shutdown: its observers hear the view of it."""
+        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
+
+
+def events_of(lifecycle: Lifecycle) -> PluginEvents:
+    return lifecycle.observers.plugin
 
 
 def test_a_transition_listener_hears_a_frozen_view() -> None:
@@ -53,8 +61,7 @@ def test_a_transition_listener_hears_a_frozen_view() -> None:
     events_of(lifecycle).on_transition(heard.append)
     bench = lifecycle.phases[0]
     bench.state, bench.why, bench.attempt, bench.parsed = PhaseState.DONE, "exit 0", 2, {"rate": 1}
-    for listener in lifecycle.listeners:
-        listener(bench)
+    lifecycle.transition(bench)
     assert heard == [PhaseView("bench", "oneshot", PhaseState.DONE, "exit 0", 2, False, False, "bench-done",
                                {"rate": 1})]
     with pytest.raises(FrozenInstanceError):
@@ -70,9 +77,9 @@ def test_the_shutdown_view_has_the_failure_masked_and_whether_production_was_up(
     # The lifecycle's failure is a recorded verdict: masked where it was recorded, once.
     lifecycle.failure = record.record(Verdict(phase="bench", child="bench", pid=1, reason="exit_code",
                                               success=False, status=3, detail=f"token {SECRET}"))
-    lifecycle.on_shutdown[0]("phase bench failed", 3)
+    lifecycle.shutting_down("phase bench failed", 3)
     lifecycle.phases[1].was_up = True
-    lifecycle.on_shutdown[0]("phase curio failed", 3)
+    lifecycle.shutting_down("phase curio failed", 3)
     assert [(v.why, v.status, v.production_was_up) for v in heard] == [("phase bench failed", 3, False),
                                                                         ("phase curio failed", 3, True)]
     assert heard[0].failure is not None and heard[0].failure.detail == f"token {MASK}"
@@ -83,8 +90,9 @@ def test_the_shutdown_view_has_the_failure_masked_and_whether_production_was_up(
 def test_a_verdict_is_masked_where_it_is_recorded_and_every_reader_gets_the_masked_one() -> None:
     said: list[str] = []
     heard: list[Verdict] = []
-    record = VerdictRecord(said.append, Faults(said.append), Redactor([SECRET]).text)
-    record.on_verdict.append(heard.append)
+    observers = Observers()
+    observers.plugin.on_verdict(heard.append)
+    record = VerdictRecord(said.append, Faults(said.append), Redactor([SECRET]).text, observers)
     made = Verdict(phase="work", child="work", pid=None, reason="spawn_failed", success=False, status=127,
                    detail=f"/opt/{SECRET}/curio: not found", last_lines=["already masked ***"])
     kept = record.record(made)
@@ -98,23 +106,25 @@ def test_a_verdict_is_masked_where_it_is_recorded_and_every_reader_gets_the_mask
 
 def test_verdict_listeners_hear_the_verdict_object() -> None:
     verdicts: list[Any] = []
-    listener = verdicts.append
-    events_of(Lifecycle(), verdicts).on_verdict(listener)
-    assert verdicts == [listener]
+    lifecycle = Lifecycle()
+    events_of(lifecycle).on_verdict(verdicts.append)
+    record = VerdictRecord(lambda line: None, Faults(), observers=lifecycle.observers)
+    made = Verdict(phase="bench", child="bench", pid=1, reason="exit_code", success=True, status=0, detail="")
+    assert verdicts == [record.record(made)]
 
 
 def test_a_plugin_listener_that_raises_is_named_as_its_own() -> None:
-    lifecycle = Lifecycle()
     loop = EventLoop()
     said: list[str] = []
     loop.faults.log = said.append
+    lifecycle = Lifecycle(loop.faults)
 
     def broken_bench_listener(view: PhaseView) -> None:
         raise RuntimeError("boom")
 
     try:
         events_of(lifecycle).on_transition(broken_bench_listener)
-        tell_listeners(loop.faults, "listener", lifecycle.listeners, lifecycle.phases[0], phase="bench")
+        lifecycle.transition(lifecycle.phases[0])
     finally:
         loop.close()
     assert any("broken_bench_listener" in line and "RuntimeError: boom" in line for line in said), said

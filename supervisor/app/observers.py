@@ -1,8 +1,10 @@
-"""Step 8 of run.py: what watches the lifecycle from outside, wired to it.
+"""Step 8 of run.py: what watches the lifecycle from outside, named in one record and wired to it.
 
-The reporter hears every phase change and verdict; status.json is saved at every change; the status
-socket answers ``prover-supervisor status``; health and metrics serve 127.0.0.1:http_port; on a
-shutdown for a failure the manager is told why before it is told to give the instance up.
+Who reacts to what the lifecycle decides is the lifecycle's ``Observers`` (lifecycle/runtime.py), filled
+here once, in the order they are told: resume.json, the instance's clocks, the reporter (on a shutdown
+for a failure the manager is told why before it is told to give the instance up), the plugin, the
+timeline, status.json (once per batch of changes). Beside them: the status socket answers
+``prover-supervisor status``; health and metrics serve 127.0.0.1:http_port.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from ..engine.signals import SignalRouter
 from ..evidence.memwatch import MemoryWatch
 from ..exits import EXIT_KILLED, EXIT_OK
 from ..lifecycle.lifecycle import Lifecycle
+from ..lifecycle.runtime import FetchClock
+from ..lifecycle.states import Deaf, ShutdownView
 from ..plugin import Plugin
 from ..state import paths as statepaths
 from ..status import pointer as runpointer
@@ -27,14 +31,14 @@ from ..status.file import StateFile
 from ..status.model import Exiting, Snapshot
 from ..status.socket import StatusServer
 from ..status.timers import Timeline
-from ..wiring import LifecycleEvents, Wiring
+from ..wiring import Wiring
 from .startup import Core, Host, Supervision
 from .teardown import write_termination_log
 
 
 @dataclass
-class Observers:
-    """What watches the lifecycle from outside: status.json, the status socket, health and metrics."""
+class Outlets:
+    """What shows the run from outside: status.json, the status socket, health and metrics, the pointer."""
 
     state_file: StateFile
     status_server: StatusServer | None  # None: the socket could not be made (said)
@@ -43,20 +47,17 @@ class Observers:
 
 
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
-                   router: SignalRouter) -> Observers:
+                   router: SignalRouter) -> Outlets:
     lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
-    lifecycle.listeners.append(reporter.phase_changed)
-    rt.verdicts.on_verdict.append(reporter.verdict)
-    lifecycle.on_shutdown.append(reporter.shutting_down)
-    # The plugin's listeners after the reporter's (its give-up after the reason lines above: the manager
-    # must have the why before it destroys the instance), before status.json's (it shows the bench hold).
+    observers = rt.observers
+    # The plugin attaches before the reporting starts; what it hears is told after the reporter (its give-up
+    # after the reason lines: the manager must have the why before it destroys the instance).
     extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
     attach_plugin(plan, plugin, host, core, sup, extras)
     # The manager's word on the instance is final: a killed row stops the lifecycle in order (after the
     # plugin heard the kill: its give-up must not answer a killed row).
     reporter.view.kill_listeners.append(lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED))
     timeline = Timeline()  # when each phase started and ended: heard before status.json is written
-    lifecycle.listeners.append(timeline.changed)
 
     def take_snapshot(usage: bool = True) -> Snapshot:
         flush = router.flush  # set once the lifecycle is over and the exit waits for the manager
@@ -68,25 +69,37 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
                                      extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir,
                                      watches=rt.evidence.watches, exiting=exiting)
 
-    # status.json at every change (coalesced past a burst, see StateFile); a full disk is said once.
+    # status.json at every batch of changes (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
-    lifecycle.listeners.append(state_file.changed)
-    rt.verdicts.on_verdict.append(state_file.changed)
-    lifecycle.on_shutdown.append(lambda _why, status: write_first(plan, host, sup, state_file, router, status))
+    # Every observer by name (the order they are told in is Observers'; the plugin's events were filled by
+    # its attach above).
+    observers.resume = sup.record
+    if rt.evidence.first_seen is not None:
+        observers.clocks = FetchClock(rt.evidence.first_seen)
+    observers.reporter = reporter
+    observers.timeline = timeline
+    observers.first_writes = FirstWrites(plan, host, sup, state_file, router)
+    observers.status = state_file
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
-    return Observers(state_file, status_server, health, point_here(host.state_dir, host.log))
+    return Outlets(state_file, status_server, health, point_here(host.state_dir, host.log))
 
 
-def write_first(plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter,
-                status: int) -> None:
-    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: the state and the
-    termination log are written now, before any child's grace runs (the exit writes them again)."""
-    if router.budget is None:
-        return
-    state_file.save()
-    if status != EXIT_OK:
-        write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, host.log)
+class FirstWrites(Deaf):
+    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: at the shutdown the
+    state and the termination log are written at once, before any child's grace runs (the exit writes them
+    again)."""
+
+    def __init__(self, plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter) -> None:
+        self._plan, self._host, self._sup, self._state_file, self._router = plan, host, sup, state_file, router
+
+    def shutting_down(self, view: ShutdownView) -> None:
+        if self._router.budget is None:
+            return
+        self._state_file.save()
+        if view.status != EXIT_OK:
+            write_termination_log(self._plan.supervisor.termination_log, self._sup.lifecycle, view.status,
+                                  self._host.log)
 
 
 def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:
@@ -112,7 +125,7 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
         return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
                 "gpu_utilization": [s.utilization for s in evidence.gpu_samples()]}
 
-    wiring = Wiring(plan=plan, events=LifecycleEvents(sup.lifecycle, sup.rt.verdicts.on_verdict),
+    wiring = Wiring(plan=plan, events=sup.rt.observers.plugin,
                     production=sup.lifecycle,
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
                     export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,

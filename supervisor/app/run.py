@@ -18,7 +18,8 @@ steps live where their concern is: 1-7 in startup.py, 8 in observers.py, 10 in t
    through the memory evidence, so after it);
 7. ``build_lifecycle``: GPU evidence, the runtime, the manager reporter, the lifecycle (with the
    plugin's phase hooks, and what the last run learnt, for resume);
-8. ``wire_observers``: the reporter's listeners, status.json, the status socket, health and metrics;
+8. ``wire_observers``: who observes the lifecycle (resume.json, the instance's clocks, the reporter, the
+   plugin, the timeline, status.json), the status socket, health and metrics;
 9. ``serve``: start the reporter and the clock's tick, check fitness off the loop (the core's checks and
    the plugin's; an unfit machine starts nothing; the loop serves signals and status meanwhile), start the
    lifecycle, loop until it is over;
@@ -82,11 +83,11 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, switches: 
         setting_up(host, "empty a dead supervisor's cgroups", lambda: empty_leftover_cgroups(core.memory, host.log))
     signals.carry_on(core.loop)
     sup = setting_up(host, "build the lifecycle", lambda: build_lifecycle(plan, plugin, host, core, switches))
-    observers = wire_observers(plan, plugin, host, core, sup, signals.router)
+    outlets = wire_observers(plan, plugin, host, core, sup, signals.router)
     try:
         serve(plan, plugin, host, core, sup, signals.router, on_start, fresh)
     finally:
-        status = tear_down(plan, host, core, sup, observers, signals, lock_fd)  # (see teardown.py)
+        status = tear_down(plan, host, core, sup, outlets, signals, lock_fd)  # (see teardown.py)
     return status
 
 
@@ -117,7 +118,7 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
             on_start(sup.lifecycle)
 
     check_fitness(plan, plugin, sup.rt, sup.lifecycle, host.log, fitness_known, gpus_said)
-    if "status" not in sup.outcome:  # a lifecycle over at once: no loop to run
+    if not sup.lifecycle.over:  # a lifecycle over at once: no loop to run
         core.loop.run()
 
 
@@ -139,7 +140,7 @@ def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given
     sup.reporter.retired_before()
     log(given_up.refusal())
     sup.lifecycle.shutdown("this instance was given up by an earlier start", EXIT_GIVEN_UP)
-    if "status" not in sup.outcome:
+    if not sup.lifecycle.over:
         loop.run()
 def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callable[[float], list[str]]]:
     """What speaks at each tick: the progress walker, the GPU thread (and the GPU health of the phases that

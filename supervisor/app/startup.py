@@ -8,7 +8,7 @@
 5. ``kill_survivors_of_dead_supervisors`` (survivors.py) and 6. ``empty_leftover_cgroups``: what a SIGKILLed
    predecessor of this state_dir left running, ended before anything of ours starts;
 7. ``build_lifecycle``: the GPU thread, the runtime, the manager reporter, the lifecycle with the plugin's
-   phase hooks and what the last run learnt (resume).
+   phase hooks and what the last run learnt (resume); who observes it is named in step 8 (observers.py).
 
 What they make is held in the small records below (``Host``, ``Core``, ``Signals``, ``Supervision``), which
 the observers (observers.py) and the exit (teardown.py) take too. A step that fails for want of a resource
@@ -21,13 +21,12 @@ import fcntl
 import os
 import threading
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from ..config import Plan
-from ..engine.console import Console
-from ..engine.logs import SUPERVISOR_LOG, LogFile, SupervisorLog
+from ..engine.logs import SUPERVISOR_LOG, Console, LogFile, SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from ..engine.signals import SignalInbox, SignalRouter, last_words_to, signal_name
@@ -37,12 +36,12 @@ from ..evidence.memory import MemoryEvidence
 from ..lifecycle import resume
 from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.runtime import ChildKit, MachineEvidence, Runtime
-from ..lifecycle.states import PhaseState
 from ..manager.logship import EarlyLines
 from ..manager.reporting import Reporter
 from ..plugin import Plugin, hooks_for, rerun_of
 from ..state import paths as statepaths
 from ..state.firstseen import FETCH_CLOCK, FirstSeen
+from ..text import Log
 from ..text.redact import Redactor, url_secrets
 
 T = TypeVar("T")
@@ -84,13 +83,12 @@ class Core:
 
 @dataclass
 class Supervision:
-    """The lifecycle and what serves it; ``outcome`` gets the exit status once the lifecycle is over."""
+    """The lifecycle and what serves it (the lifecycle holds the exit status, once it decided it)."""
 
     rt: Runtime
     reporter: Reporter
     lifecycle: Lifecycle
     record: resume.ResumeRecord  # what the last run learnt, and each phase's facts once done (resume.json)
-    outcome: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -172,7 +170,7 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     log_dir = Path(plan.supervisor.log_dir)
     log = SupervisorLog(console, LogFile(log_dir / SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes))
     redactor = secrets_of(plan)
-    log.redactor = redactor
+    log.redactor = redactor if redactor else None  # no secrets: nothing to mask on every line
     early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
     log.taps.append(early_lines.tap)
     console.notify = log  # a console lost later (EPIPE, a full disk) is said once, in supervisor.log
@@ -249,7 +247,7 @@ def _thread_death_logger(loop: EventLoop, log: SupervisorLog) -> Callable[[threa
     return died
 
 
-def empty_leftover_cgroups(memory: MemoryEvidence, log: Callable[[str], None]) -> None:
+def empty_leftover_cgroups(memory: MemoryEvidence, log: Log) -> None:
     """What a SIGKILLed predecessor's escapees left (they cleared their environment: no tag finds them,
     only the phase cgroups they were born in): kill them, then remove the emptied cgroups."""
     for owner, stale in memory.leftover_cgroups():
@@ -298,18 +296,12 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
         reporter.view.deadlines[FETCH_CLOCK] = fetch_s
     if reporter.enabled:
         spawning.ship_lines = reporter.ship_lines
-    outcome: dict[str, int] = {}
-
-    def finished(status: int) -> None:
-        outcome["status"] = status
-        core.loop.stop()
-
+    else:  # no manager: the lines held for it are dropped, so none need pass through the holder
+        host.log.taps.remove(host.early_lines.tap)
     record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
-    lifecycle = Lifecycle(plan, rt, finished, hooks_for(plugin, plan), record=record)
-    lifecycle.listeners.append(record.phase_changed)  # first: a phase's facts are kept before anything else
-    lifecycle.listeners.append(lambda phase: first_seen.param_done() if phase.spec.report == "param-done"
-                               and phase.state is PhaseState.DONE else None)  # the clock after the fetch starts
-    return Supervision(rt, reporter, lifecycle, record, outcome)
+    # Its end stops the loop: the exit (teardown.py) reads the status it decided.
+    lifecycle = Lifecycle(plan, rt, core.loop.stop, hooks_for(plugin, plan), record=record)
+    return Supervision(rt, reporter, lifecycle, record)
 
 
 def sample_gpus() -> Gpus:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from ..engine.exitflush import FLUSH_POLL_S, ExitFlush
 from ..engine.loop import EventLoop, summary
 from ..engine.survivors import sweep_descendants
-from ..exits import EXIT_FAILURE, EXIT_OK
+from ..exits import EXIT_OK
 from ..status.pointer import unpoint
 
 if TYPE_CHECKING:
@@ -32,18 +32,18 @@ if TYPE_CHECKING:
     from ..engine.logs import SupervisorLog
     from ..lifecycle.lifecycle import Lifecycle
     from ..manager.reporting import FlushWait
-    from .observers import Observers
+    from .observers import Outlets
     from .startup import Core, Host, Signals, Supervision
 
 # The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
 TERMINATION_LOG_MAX_BYTES = 4096
 
 
-def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, observers: Observers, signals: Signals,
+def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Outlets, signals: Signals,
               lock_fd: int) -> int:
-    """Whatever happened, end the run in the order above; returns the exit status (EXIT_FAILURE if the
-    lifecycle never gave one)."""
-    status = sup.outcome.get("status", EXIT_FAILURE)
+    """Whatever happened, end the run in the order above; returns the lifecycle's exit status (EXIT_FAILURE if
+    it never got to decide one)."""
+    status = sup.lifecycle.status_at_exit()
     log = host.log
 
     def step(what: str, action: Callable[[], object]) -> None:
@@ -55,7 +55,7 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, observers: O
     step("killing what is left", lambda: sweep_descendants(log))
     step("reaping", core.reaper.reap)
     step("removing the phase cgroups", core.memory.close)
-    step("saving status.json", observers.state_file.save)
+    step("saving status.json", outlets.state_file.save)
     if status != EXIT_OK:
         step("writing the termination log",
              lambda: write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, log))
@@ -64,13 +64,13 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, observers: O
     log(f"exiting with status {status}")
     why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
     step("the manager's exit flush", lambda: sup.reporter.stop(status, why, flush_with_the_loop(core.loop, signals)))
-    if observers.status_server is not None:
-        step("closing the status socket", observers.status_server.close)
-    pointer = observers.pointer
+    if outlets.status_server is not None:
+        step("closing the status socket", outlets.status_server.close)
+    pointer = outlets.pointer
     if pointer is not None:
         step("removing the pointer to this supervisor", lambda: unpoint(pointer))
-    if observers.health is not None:
-        step("closing health", observers.health.close)
+    if outlets.health is not None:
+        step("closing health", outlets.health.close)
     step("closing signal handling", signals.inbox.close)
     step("closing the loop", core.loop.close)
     host.console.close()

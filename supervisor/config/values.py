@@ -35,7 +35,7 @@ MAX_RETRIES = 1_000
 MAX_RESTART_BURST = 1_000
 MAX_LOG_FILE_MAX_BYTES = 1 << 40
 MAX_LOG_BACKLOG_BYTES = 1 << 30  # kept in memory per source while the manager is down
-MAX_BACKOFF_FACTOR = 100.0  # backoff.py raises it to at most the 64th power: this stays a finite float
+MAX_BACKOFF_FACTOR = 100.0  # states.backoff_delay raises it to at most the 64th power: this stays a finite float
 # What the kernel takes: one argv element or NAME=value (MAX_ARG_STRLEN less its NUL), a path (PATH_MAX
 # less its NUL), one name in a path (NAME_MAX), and the status socket's path (sun_path less its NUL).
 MAX_ARG_BYTES = 32 * 4096 - 1

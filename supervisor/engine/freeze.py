@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..text import Log
 from .clock import SYSTEM_CLOCK, Clock
-from .loop import EventLoop, Log, name_of
+from .loop import EventLoop, name_of
 
 # The tick: how often the loop looks at its own clock (and lets the watchers speak).
 TICK_S = 1.0

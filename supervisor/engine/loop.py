@@ -37,12 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec
 
+from ..text import Log
 from .clock import SYSTEM_CLOCK, Clock
 
 Callback = Callable[[], None]
 # What the owner of a callback does with an exception the callback raised.
 ErrorHandler = Callable[[Exception], None]
-Log = Callable[[str], None]
 P = ParamSpec("P")
 
 # The longest one select() sleeps. epoll's timeout is an int of milliseconds: 2**31 ms

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..config import ChildSpec
+from ..text import Log
 from .clock import SYSTEM_CLOCK, Clock
 from .logs import ChildOutput
 from .loop import ErrorHandler, EventLoop, Timer
@@ -48,7 +49,6 @@ READ_CHUNK = 256 * 1024
 
 _tag_seq = itertools.count(1)
 
-Log = Callable[[str], None]
 
 
 class SpawnError(Exception):

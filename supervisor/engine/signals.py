@@ -39,12 +39,13 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from ..text import Log
+
 if TYPE_CHECKING:  # (the CLI imports this module first thing: it must stay cheap to import)
     from .exitflush import ExitFlush
     from .loop import EventLoop
     from .stopbudget import StopBudget
 
-Log = Callable[[str], None]
 
 
 class _Labelled(Protocol):

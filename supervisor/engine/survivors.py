@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from ..text import Log
 from ..text.units import is_ascii_digits
 
 # In every child's environment: "<supervisor pid>.<sequence>", inherited by whatever it starts.
@@ -42,7 +43,6 @@ KILL_WAIT_S = 10.0
 SWEEP_MAX_S = 5.0
 SWEEP_ROUND_S = 0.01
 
-Log = Callable[[str], None]
 
 
 def sweep_descendants(log: Log, max_s: float = SWEEP_MAX_S) -> int:

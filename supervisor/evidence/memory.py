@@ -23,13 +23,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from ..engine.loop import EventLoop, Timer
 from ..engine.offloop import NoThread, Overdue, answer_within
+from ..text import Log
 from ..text.units import fmt_bytes, is_ascii_digits
 from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, mem_total
 
@@ -39,7 +39,6 @@ CGROUP_FIND_BOUND_S = 5.0
 # Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).
 PHASE_CGROUP_PREFIX = "prover-"
 
-Log = Callable[[str], None]
 
 
 class Found(NamedTuple):

@@ -30,10 +30,12 @@ line does); the status shows the figures at every look.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from ..config import PhaseSpec
 from ..engine.loop import ErrorHandler, EventLoop
 from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
+from ..text import Log
 from .iowatch import IoProbe, IoWatch, Root
 from .progress import NET_DEV, ProgressProbe, TreeMeasure
 from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, duration, figures, progress_text, too_slow
@@ -44,7 +46,6 @@ PROGRESS_TICK_S = 1.0
 # not every second.
 PROGRESS_LOG_S = 180.0
 
-Log = Callable[[str], None]
 # The anchors that are the manager's clock (its row's registered_at, or our first registration).
 MANAGER_CLOCKS = (SOURCES[MANAGER_REGISTERED], SOURCES[FIRST_REGISTERED])
 
@@ -65,15 +66,39 @@ def done_bytes(cache: TreeMeasure | None, reading: ProgressReading | None, net_g
     return max(said, cache_start + written) if written is not None else said
 
 
+class ProgressEvidence(Protocol):
+    """What a progress watch reads, measured elsewhere and never waited for (lifecycle/runtime.py's
+    MachineEvidence), and the instance's clocks its deadline counts from."""
+
+    progress: ProgressProbe | None  # the walker of progress_path and of the received bytes
+    io: IoProbe | None  # the I/O thread's totals
+    first_seen: FirstSeen | None
+
+
+class DownloadingAttempt(Protocol):
+    """The attempt a progress watch follows, and its phase's ear for what it finds (lifecycle/attempt.py's
+    Watched)."""
+
+    def roots(self) -> list[Root]: ...  # its process trees, whose written bytes count
+
+    def reading(self) -> ProgressReading | None: ...  # what its command's output parser read of the download
+
+    def current(self) -> bool: ...  # still its phase's running attempt (else the watch stops)
+
+    def too_slow(self, why: str) -> None: ...  # it can no longer make progress_deadline_s
+
+    def fault(self, what: str, exc: Exception) -> None: ...  # a bug of the watch's own (it fails the phase)
+
+
 class ProgressWatch:
     """Made at an attempt's start for a phase with progress_total; stops once the attempt is not ``current()``."""
 
-    def __init__(self, spec: PhaseSpec, loop: EventLoop, log: Log, probe: ProgressProbe | None,
-                 first_seen: FirstSeen | None, *, io: IoProbe | None, roots: Callable[[], list[Root]],
-                 reading: Callable[[], ProgressReading | None], current: Callable[[], bool],
-                 on_too_slow: Callable[[str], None], on_error: ErrorHandler) -> None:
-        self._spec, self._loop, self._log, self._probe, self._first_seen = spec, loop, log, probe, first_seen
-        self._reading, self._current, self._on_too_slow, self._on_error = reading, current, on_too_slow, on_error
+    def __init__(self, spec: PhaseSpec, loop: EventLoop, log: Log, evidence: ProgressEvidence,
+                 attempt: DownloadingAttempt) -> None:
+        probe, io = evidence.progress, evidence.io
+        self._spec, self._loop, self._log, self._probe, self._first_seen = spec, loop, log, probe, evidence.first_seen
+        self._attempt = attempt
+        self._on_error: ErrorHandler = lambda exc: attempt.fault("the progress watch", exc)
         self._started = loop.clock.monotonic()
         self._window = RateWindow(min(RATE_WINDOW_S, spec.progress_window_s))
         self._releases: list[Callable[[], None]] = []
@@ -81,11 +106,10 @@ class ProgressWatch:
             if spec.progress_path is not None:
                 self._releases.append(probe.watch(spec.progress_path, PROGRESS_TICK_S))
             self._releases.append(probe.watch_net(PROGRESS_TICK_S))
-        self._roots = roots
         self._io: IoWatch | None = None
         if io is not None:
             self._io = io.watch(PROGRESS_TICK_S)
-            self._io.follow(roots())
+            self._io.follow(attempt.roots())
             self._releases.append(self._io.release)
         self._cache_start: int | None = None
         self._net_start: int | None = None
@@ -93,13 +117,13 @@ class ProgressWatch:
         self._logged_at = self._started
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
         self._said_deadline = False
-        loop.call_later(PROGRESS_TICK_S, self._tick, on_error=on_error)
+        loop.call_later(PROGRESS_TICK_S, self._tick, on_error=self._on_error)
 
     def figures(self) -> dict[str, object] | None:
         return self.progress.to_dict() if self.progress is not None else None
 
     def _tick(self) -> None:
-        if not self._current():
+        if not self._attempt.current():
             self._stop()
             return
         now = self._loop.clock.monotonic()
@@ -125,7 +149,7 @@ class ProgressWatch:
         net_gain = None
         if net is not None and net.size is not None and self._net_start is not None:
             net_gain = max(0, net.size - self._net_start)
-        reading = self._reading()
+        reading = self._attempt.reading()
         self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, self._written()))
         self._window.add(now, self._done)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
@@ -137,7 +161,7 @@ class ProgressWatch:
         trees are handed to the I/O thread afresh each time (its children start one after another)."""
         if self._io is None:
             return None
-        self._io.follow(self._roots())
+        self._io.follow(self._attempt.roots())
         latest = self._io.latest()
         return latest.written if latest is not None and latest.readable else None
 
@@ -174,7 +198,7 @@ class ProgressWatch:
         spec = self._spec
         self._stop()
         self._log(f"phase {spec.name}: cannot make it in time: {detail}")
-        self._on_too_slow(detail)
+        self._attempt.too_slow(detail)
         return True
 
     def _stop(self) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..engine.freeze import FreezeWatch
 from ..engine.loop import ErrorHandler, EventLoop
@@ -130,21 +131,44 @@ class StallWatch:
         return silent
 
 
+class StallEvidence(Protocol):
+    """What a stall watch reads, measured elsewhere and never waited for (lifecycle/runtime.py's MachineEvidence)."""
+
+    gpus: Gpus | None  # the GPU thread's readings
+    progress: ProgressProbe | None  # the walker of progress_path
+    io: IoProbe | None  # the I/O thread's totals
+    freeze: FreezeWatch | None  # the tick: a freeze of the supervisor itself
+
+
+class StallingAttempt(Protocol):
+    """The attempt a stall watch looks at, and its phase's ear for what the watch finds (lifecycle/attempt.py's
+    Watched)."""
+
+    def roots(self) -> list[Root]: ...  # its process trees, whose I/O is a sign of life
+
+    def last_outputs(self) -> list[float]: ...  # when each child last printed (monotonic)
+
+    def drain(self) -> None: ...  # read what the children printed, and look at the clock, before deciding
+
+    def current(self) -> bool: ...  # still its phase's running attempt (else the watch stops)
+
+    def stalled(self, silent: str) -> None: ...  # every sign was silent for stall_s: what was
+
+    def fault(self, what: str, exc: Exception) -> None: ...  # a bug of the watch's own (it fails the phase)
+
+
 class StallMonitor:
     """Looks every little while, for one attempt, whether output, I/O, GPUs and progress_path have all gone
-    silent; says so once through ``on_stall`` (what was silent), and stops looking (and wanting GPU
-    samples and walks) once the attempt is no longer ``current()``."""
+    silent; says so once (``attempt.stalled``, what was silent), and stops looking (and wanting GPU samples
+    and walks) once the attempt is no longer ``current()``."""
 
-    def __init__(self, loop: EventLoop, stall_s: float, gpus: Gpus | None, probe: ProgressProbe | None,
-                 progress_path: str | None, *, freeze: FreezeWatch | None, io: IoProbe | None,
-                 roots: Callable[[], list[Root]], last_outputs: Callable[[], list[float]],
-                 drain: Callable[[], None], current: Callable[[], bool], on_stall: Callable[[str], None],
-                 on_error: ErrorHandler) -> None:
+    def __init__(self, loop: EventLoop, stall_s: float, progress_path: str | None, evidence: StallEvidence,
+                 attempt: StallingAttempt) -> None:
+        gpus, probe, freeze, io = evidence.gpus, evidence.progress, evidence.freeze, evidence.io
         self._loop, self._gpus, self._probe, self._freeze = loop, gpus, probe, freeze
-        self._roots = roots
+        self._attempt = attempt
         self._progress_path = progress_path if probe is not None else None
-        self._last_outputs, self._drain, self._current = last_outputs, drain, current
-        self._on_stall, self._on_error = on_stall, on_error
+        self._on_error: ErrorHandler = lambda exc: attempt.fault("the stall check", exc)
         now = loop.clock.monotonic()
         self._releases: list[Callable[[], None]] = []
         self._gpu_reading: GpuReading | None = None
@@ -158,13 +182,13 @@ class StallMonitor:
         self._io_seq: int | None = None
         if io is not None:
             self._io = io.watch(check_interval(stall_s) * 2)
-            self._io.follow(roots())
+            self._io.follow(attempt.roots())
             self._releases.append(self._io.release)
         self._thaw_seen = freeze.thawed_at if freeze is not None else None
         self._watch = StallWatch(stall_s, now, gpus_visible=gpus is not None and gpus.available,
                                  watches_path=self._progress_path is not None, watches_io=io is not None)
         self._interval = check_interval(stall_s)
-        self._loop.call_later(self._interval, self._check, on_error=on_error)
+        self._loop.call_later(self._interval, self._check, on_error=self._on_error)
 
     @property
     def watch(self) -> StallWatch:
@@ -172,14 +196,14 @@ class StallMonitor:
         return self._watch
 
     def _check(self) -> None:
-        if self._current():
-            self._drain()  # what the children printed is read before anything is decided
-        if not self._current():  # (the drain fed the output parser, which may have ended the attempt)
+        if self._attempt.current():
+            self._attempt.drain()  # what the children printed is read before anything is decided
+        if not self._attempt.current():  # (the drain fed the output parser, which may have ended the attempt)
             self._stop_wanting()
             return
         now, watch = self._loop.clock.monotonic(), self._watch
         self._saw_thaw(now)
-        for at in self._last_outputs():
+        for at in self._attempt.last_outputs():
             watch.saw_output(at)
         gpu_unknown = self._saw_gpus(now)
         self._saw_io()
@@ -189,7 +213,7 @@ class StallMonitor:
             self._loop.call_later(self._interval, self._check, on_error=self._on_error)
         else:
             self._stop_wanting()
-            self._on_stall(silent)
+            self._attempt.stalled(silent)
 
     def _saw_thaw(self, now: float) -> None:
         if self._freeze is None:
@@ -218,7 +242,7 @@ class StallMonitor:
         """Feed the I/O thread's newest totals, and hand it the attempt's trees as they are now."""
         if self._io is None:
             return
-        self._io.follow(self._roots())
+        self._io.follow(self._attempt.roots())
         reading = self._io.latest()
         if reading is not None and reading.seq != self._io_seq:
             self._io_seq = reading.seq

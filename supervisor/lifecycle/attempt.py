@@ -1,21 +1,35 @@
-"""One attempt of a phase, as a record made afresh for each (number 0: before the first).
+"""One attempt of a phase: its record, made afresh for each (number 0: before the first), and its start.
 
-Beside the phase's state (supervisor/lifecycle/states.py) this is all an attempt knows: when it began, its
-children in start order, the start of its children under way (starting.py) and its output parser,
-when its service came up, whether its children are all stopped, and what ended it (or the
-supervisor's own bug that did). A new attempt starts with a new record, so nothing of the last one
-can leak into it.
+Beside the phase's state (supervisor/lifecycle/states.py) the record (``Attempt``) is all an attempt knows:
+when it began, its children in start order, the start of its children under way and its output parser,
+when its service came up, whether its children are all stopped, and what ended it (or the supervisor's own
+bug that did). A new attempt starts with a new record, so nothing of the last one can leak into it.
+
+Its start (``AttemptStart``): its daemons one by one, each waited for until ready where it has a ready
+check, then its command; a service's command with a ready check is waited for too, until the service is
+up. A child whose readiness is a local TCP port starts only once that port is free (else the attempt fails
+``port_in_use``, naming the holder), and only its own listener makes it ready (ports.py). What it learns
+goes back to its phase through three callbacks (the command started, the service is up, the attempt failed
+to start); once ``cancel``led (the attempt is over, or the supervisor shuts down) nothing more does: a
+readiness answer that comes late is dropped here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ..config import ChildSpec
+from ..config import ChildSpec, PhaseSpec
+from ..engine import ports
+from ..engine.loop import EventLoop
 from ..engine.process import Child
+from ..engine.readiness import ReadinessWait
 from ..evidence.progresswatch import ProgressWatch
+from ..exits import EXIT_FAILURE
+from ..text import Log
+from . import verdict as v
 from .hooks import OutputParser, ProgressReading, ReadsProgress
-from .starting import AttemptStart
 from .verdict import Verdict
 
 
@@ -67,3 +81,174 @@ class Attempt:
     def last_outputs(self) -> list[float]:
         """When each of its children last printed (monotonic), those that ever did."""
         return [c.output.last_output_at for c in self.children if c.output.last_output_at]
+
+
+class ItsPhase(Protocol):
+    """What an attempt's watches tell its phase (lifecycle/phase.py's Phase)."""
+
+    def still_running(self, attempt: int) -> bool: ...  # attempt ``attempt`` is the phase's, starting or running
+
+    def look_before_deciding(self) -> None: ...  # its children's output read, the clock looked at
+
+    def stalled(self, silent: str) -> None: ...
+
+    def too_slow(self, why: str) -> None: ...
+
+    def fail_internally(self, what: str, exc: Exception) -> None: ...
+
+
+class Watched:
+    """One attempt as its watches see it (evidence/stall.py's StallingAttempt, evidence/progresswatch.py's
+    DownloadingAttempt): its process trees, its output and its parser's reading, whether it is still its
+    phase's, and where what they find goes. One object in place of a bag of callables."""
+
+    def __init__(self, attempt: Attempt, phase: ItsPhase) -> None:
+        self._attempt, self._phase = attempt, phase
+
+    def roots(self) -> list[tuple[int, str]]:
+        return self._attempt.roots()
+
+    def last_outputs(self) -> list[float]:
+        return self._attempt.last_outputs()
+
+    def reading(self) -> ProgressReading | None:
+        return self._attempt.progress_reading()
+
+    def drain(self) -> None:
+        self._phase.look_before_deciding()
+
+    def current(self) -> bool:
+        return self._phase.still_running(self._attempt.number)
+
+    def stalled(self, silent: str) -> None:
+        self._phase.stalled(silent)
+
+    def too_slow(self, why: str) -> None:
+        self._phase.too_slow(why)
+
+    def fault(self, what: str, exc: Exception) -> None:
+        self._phase.fail_internally(what, exc)
+
+
+Guard = Callable[[str, Callable[..., object]], Callable[..., None]]  # (what, callback) → it, unable to raise
+
+
+class AttemptStart:
+    def __init__(self, spec: PhaseSpec, attempt: int, loop: EventLoop, log: Log, *,
+                 start: Callable[[ChildSpec], Child | None], guarded: Guard,
+                 command_started: Callable[[Child], None], up: Callable[[], None],
+                 failed: Callable[[Verdict], None]) -> None:
+        self._spec, self._attempt, self._loop, self._log = spec, attempt, loop, log
+        self._start, self._guarded = start, guarded  # start: None when it could not (the attempt is over)
+        self._command_started, self._up, self._failed = command_started, up, failed
+        self._ready: ReadinessWait | None = None  # the wait under way, if any
+        self._waiting: tuple[Child, float] | None = None  # the child waited for, and since when (monotonic)
+        self._over = False
+
+    def begin(self) -> None:
+        self._daemon(0)
+
+    @property
+    def waiting(self) -> tuple[Child, float] | None:
+        """The child whose readiness is being waited for, and since when (monotonic): for the status view."""
+        return None if self._over else self._waiting
+
+    def cancel(self) -> None:
+        self._over = True
+        if self._ready is not None:
+            self._ready.cancel()
+
+    def _daemon(self, index: int) -> None:
+        """From daemon ``index`` on, each started in turn, in a loop (never a call per daemon: a phase of a
+        thousand daemons is a thousand turns, not a thousand nested calls). A readiness wait ends the loop:
+        its answer picks up at the next daemon; a port held by another ends the attempt."""
+        while not self._over:  # over: a late readiness answer for an attempt that is already over
+            if index == len(self._spec.daemons):
+                self._command()
+                return
+            spec = self._spec.daemons[index]
+            if not self._free(spec):
+                return
+            child = self._start(spec)
+            if child is None:
+                return
+            if spec.ready is not None:
+                self._log(f"waiting for {spec.label} to be ready: {spec.ready.describe()} "
+                          f"(at most {spec.ready_timeout_s:g}s)")
+                self._wait_until_ready(child, lambda child=child, index=index: self._daemon_ready(child, index))
+                return
+            index += 1
+
+    def _daemon_ready(self, child: Child, index: int) -> None:
+        if not self._over:
+            self._log(f"{child.label} is ready ({child.spec.ready.describe() if child.spec.ready else ''})")
+            self._daemon(index + 1)
+
+    def _command(self) -> None:
+        if self._spec.kind != "service" or self._free(self._spec.command):
+            self._start_command()
+
+    def _start_command(self) -> None:
+        child = self._start(self._spec.command)
+        if child is None:
+            return
+        self._command_started(child)
+        if self._spec.kind != "service":
+            return
+        if self._spec.command.ready is None:
+            self._up()
+            return
+        self._wait_until_ready(child, lambda: None if self._over else self._up())
+
+    def _free(self, spec: ChildSpec) -> bool:
+        """Are the ports ``spec`` is to listen on free? If not, the attempt fails naming the holder (looked for
+        in a thread; its answer ends the attempt). The bind test runs here (in-kernel, it cannot block)."""
+        if self._over:
+            return False
+        taken = ports.taken(spec.ready)
+        if taken is None:
+            return True
+        host, port = taken
+        what = f"the port check of {spec.phase}/{spec.name}"
+        answer = self._guarded(what, lambda holder: self._port_taken(spec, host, port, holder))
+        ports.find_holder(host, port, lambda holder: self._loop.call_soon_threadsafe(lambda: answer(holder)))
+        return False
+
+    def _port_taken(self, spec: ChildSpec, host: str, port: int, holder: ports.Holder | None) -> None:
+        if self._over:
+            return
+        detail = f"{spec.phase}/{spec.name} not started: {ports.taken_detail(host, port, holder)}"
+        self._log(detail)
+        self._failed(v.without_exit(self._spec.name, spec.name, v.PORT_IN_USE, EXIT_FAILURE, detail,
+                                    attempt=self._attempt))
+
+    def _wait_until_ready(self, child: Child, on_ready: Callable[[], None]) -> None:
+        assert child.spec.ready is not None
+        what = f"the readiness wait of {child.label}"
+        owner = None
+        if ports.local_ports(child.spec.ready):
+            def say(why: str) -> None:  # from the readiness thread
+                self._loop.call_soon_threadsafe(lambda: None if self._over else self._log(f"{child.label}: {why}"))
+            owner = ports.Ownership(child.pid, child.tag, say)
+        self._waiting = (child, self._loop.clock.monotonic())
+
+        def answered(then: Callable[..., None]) -> Callable[..., None]:
+            def answer(*args: object) -> None:
+                self._waiting = None
+                then(*args)
+            return answer
+
+        self._ready = ReadinessWait(self._loop, child.spec.ready, child.spec.ready_timeout_s,
+                                    on_ready=self._guarded(what, answered(on_ready)),
+                                    on_timeout=self._guarded(what, answered(lambda why: self._not_ready(child, why))),
+                                    owner=owner)
+
+    def _not_ready(self, child: Child, why: str) -> None:
+        if self._over:
+            return
+        detail = f"{child.label} not ready after {child.spec.ready_timeout_s:g}s: {why}"
+        child.stop_reason = v.TIMEOUT
+        self._failed(v.without_exit(
+            self._spec.name, child.spec.name, v.TIMEOUT, 1, detail, attempt=self._attempt,
+            started_at=child.started_at, last_lines=child.output.last_lines(),
+        ))

@@ -42,7 +42,7 @@ from ..evidence.gpu import GpuInventory, HungCall
 from ..evidence.progress import tree_size
 from ..text.units import fmt_bytes, is_ascii_digits
 from . import verdict as v
-from .policy import capped, too_little_memory
+from .hooks import capped, too_little_memory
 
 GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance
 # An idle GPU shows some memory used with no process on it (driver context, ECC and row-remap

@@ -8,6 +8,10 @@ Two hooks, both chosen once from the phase's spec (supervisor/prover/hooks.py ho
   command that exited 0 (some tools exit 0 whatever happened) and is shown as ``phase.parsed``. A result
   that also reads a download's progress from the output (``ReadsProgress``: aria2c's readout) feeds the
   phase's progress (progresswatch.py).
+
+The core's own step before a phase's first attempt is one of these: ``memory_preflight`` (told only a
+HookContext, never the Phase) says what memory the children have, and refuses a phase whose min_memory
+cannot fit, at once rather than OOM-killed 10 minutes in.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from ..evidence.transfer import ProgressReading as ProgressReading
+from ..text import Log
+from ..text.units import fmt_bytes
+from . import verdict as v
 from .verdict import Verdict
 
 if TYPE_CHECKING:
@@ -63,7 +70,7 @@ class OutputHook:
     fact: str | None = None
     restore: Callable[[dict[str, Any]], Parsed] | None = None
 
-    def judge(self, verdict: Verdict, result: Parsed, log: Callable[[str], None]) -> Verdict:
+    def judge(self, verdict: Verdict, result: Parsed, log: Log) -> Verdict:
         """The verdict of a command that exited: one that succeeded fails all the same when its output says
         it did (such tools exit 0 whatever happened)."""
         if not verdict.success:
@@ -84,7 +91,7 @@ class HookContext:
     memory_available: int | None  # what the phase may have: the cgroup limit or MemTotal, capped by its memory_max
     gpus: tuple[GpuSample, ...]  # the GPU thread's latest sample (empty: none yet, or no GPU); never a call to NVML
     state_dir: Path
-    log: Callable[[str], None]
+    log: Log
 
 
 # Before the phase runs: what its children get in their environment, or why it cannot run.
@@ -98,3 +105,43 @@ class PhaseHooks:
 
 
 NO_HOOKS = PhaseHooks()
+
+
+# ---------------------------------------------------------------- the memory preflight
+
+
+def memory_preflight(ctx: HookContext, min_memory: int | None) -> dict[str, str] | Refusal:
+    """Before the phase's first attempt: its children are told what memory they have, and a phase whose
+    ``min_memory`` cannot fit is refused at once."""
+    available = ctx.memory_available
+    shortfall = memory_shortfall(ctx.phase, min_memory, available, ctx.log)
+    if shortfall is not None:
+        return Refusal(v.INSUFFICIENT_MEMORY, shortfall)
+    return {} if available is None else {"SUPERVISOR_MEMORY_AVAILABLE_BYTES": str(available)}
+
+
+def capped(available: int | None, cap: int | None) -> int | None:
+    """What a phase can have: ``available`` (cgroup limit or MemTotal), at most its memory_max ``cap``."""
+    if cap is None:
+        return available
+    return cap if available is None else min(available, cap)
+
+
+def too_little_memory(need: int, available: int) -> str:
+    """The refusal of a min_memory that does not fit, naming both numbers (the preflight's and fitness's)."""
+    return (f"needs min_memory={fmt_bytes(need)} ({need} bytes) but only {fmt_bytes(available)} "
+            f"({available} bytes) is available (cgroup limit, MemTotal or the phase's memory_max)")
+
+
+def memory_shortfall(name: str, need: int | None, available: int | None, log: Log) -> str | None:
+    """Why a phase that needs ``need`` bytes (min_memory) cannot fit in ``available``, or None (it fits,
+    or either is unknown): refused at once rather than OOM-killed 10 minutes in."""
+    if need is None:
+        return None
+    if available is None:
+        log(f"phase {name}: memory preflight skipped: neither a cgroup limit nor MemTotal readable")
+        return None
+    if available < need:
+        return too_little_memory(need, available)
+    log(f"phase {name}: memory preflight ok: {fmt_bytes(available)} available, min_memory {fmt_bytes(need)}")
+    return None

@@ -10,6 +10,11 @@ start order, then the run ends with the status of what ended it.
 What is the lifecycle's business, not a phase's, it keeps itself, by phase name: how far it has
 come (the phases it started), which DONE phases it may not go past yet (``hold``/``release``, what
 the bench gate drives), and whether the run is shutting down (every phase is told by asking).
+
+It holds the run's one exit status (``exit_status``, decided at its shutdown): the exit, the exit flush
+and the status view read it here. Who reacts to a phase's move, a verdict or the shutdown is named in
+one record, ``Observers`` (runtime.py), told in a fixed order after each, before the lifecycle's own
+decision follows (``_phase_changed``).
 """
 
 from __future__ import annotations
@@ -25,15 +30,15 @@ from .children import Spawn
 from .hooks import NO_HOOKS, PhaseHooks
 from .phase import Phase
 from .resume import ResumeRecord
-from .runtime import Runtime, stop_in_order, tell_listeners
-from .states import ATTEMPT_RUNS, PhaseState
+from .runtime import Observers, Runtime, stop_in_order
+from .states import ATTEMPT_RUNS, SHUTDOWN_WHY, PhaseState, ShutdownView
 from .verdict import Verdict
 
 
 class Lifecycle:
     """Runs the phases in order and decides when the whole run is over, and with which status."""
 
-    def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[int], None],
+    def __init__(self, plan: Plan, rt: Runtime, on_finished: Callable[[], None],
                  hooks_for: Callable[[PhaseSpec], PhaseHooks] = lambda spec: NO_HOOKS,
                  record: ResumeRecord | None = None, spawn: Spawn | None = None) -> None:
         self.plan = plan
@@ -41,17 +46,17 @@ class Lifecycle:
         # What a phase does beyond running children comes from the hooks it is given (the prover's,
         # from the composition root): the lifecycle itself knows nothing of cuzk. ``record``: the last
         # run's facts (resume), offered to each phase. ``spawn``: how children start (tests: fake ones).
-        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec), record=record,
-                             shutting_down=lambda: self.shutting_down, spawn=spawn) for spec in plan.phases]
+        self.phases = [Phase(spec, rt, self._phase_changed, hooks_for(spec), record=record, lifecycle=self,
+                             spawn=spawn) for spec in plan.phases]
         self._reached: list[Phase] = []  # the phases started, in order
         self._holds: dict[str, str] = {}  # DONE phase's name → why the lifecycle may not go past it yet
         self._hold_ends: dict[str, float] = {}  # its name → when the holder lets it go at the latest (monotonic)
-        self._on_finished = on_finished
-        self.listeners: list[Callable[[Phase], None]] = []  # every phase transition (reporting, status)
-        self.on_shutdown: list[Callable[[str, int], None]] = []
+        self._on_finished = on_finished  # the run is over: every child stopped, ``exit_status`` final
+        self.observers: Observers = rt.observers  # who reacts to each move, verdict and the shutdown, in order
         self.shutdown_reason = ""
         self.shutting_down = False
-        self.exit_status: int | None = None
+        self.exit_status: int | None = None  # the run's one exit status, decided at the shutdown
+        self.over = False  # the shutdown is done: every child stopped, every phase settled
         self.failure: Verdict | None = None
 
     def start(self) -> None:
@@ -120,7 +125,9 @@ class Lifecycle:
         return self._hold_ends.get(name) if name in self._holds else None
 
     def _phase_changed(self, phase: Phase) -> None:
-        tell_listeners(self._loop.faults, "listener", self.listeners, phase, phase=phase.name)
+        """A phase moved (or came up, or lost a kept daemon): the observers hear of it, then the lifecycle
+        decides what follows for the run: shut down, go on to the next phase, or nothing yet."""
+        self.observers.phase_changed(phase)
         if self.shutting_down:
             return
         if phase.state is PhaseState.FAILED:
@@ -160,10 +167,10 @@ class Lifecycle:
         for phase in self.phases:
             phase.abort()
         # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
-        stop_in_order(self._loop, self._log, self._started.newest_first(), "supervisor shutdown",
-                      contained(self._finished, self._finish_anyway), budget)
-        # After the first stop signal is out: listeners may write to disk (the outbox fsyncs).
-        tell_listeners(self._loop.faults, "shutdown listener", self.on_shutdown, why, status)
+        then = contained(self._finished, self._finish_anyway)
+        stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, then, budget)
+        # After the first stop signal is out: the observers may write to disk (the outbox fsyncs).
+        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
 
     def kill_everything_now(self) -> None:
         """A second shutdown request: no more grace for anyone."""
@@ -174,10 +181,28 @@ class Lifecycle:
         for phase in self.phases:
             phase.settle_after_shutdown()
         assert self.exit_status is not None
-        self._on_finished(self.exit_status)
+        self._end(self.exit_status)
 
     def _finish_anyway(self, exc: Exception) -> None:
         """Settling the phases raised: the run still ends, with the status it was ending with."""
         self._loop.faults.report("the end of the shutdown", exc)
-        self._on_finished(self.exit_status if self.exit_status is not None else EXIT_INTERNAL_ERROR)
+        self._end(self.exit_status if self.exit_status is not None else EXIT_INTERNAL_ERROR)
+
+    def _end(self, status: int) -> None:
+        self.exit_status, self.over = status, True
+        self.observers.run_over()  # the exit writes status.json, with the last batch in it
+        self._on_finished()
+
+    def status_at_exit(self) -> int:
+        """What the supervisor exits with (the exit asks once): the status the shutdown decided, once it is
+        over; EXIT_FAILURE where it never got that far (a bug broke the loop), which is then the run's status."""
+        if not self.over:
+            self.exit_status, self.over = EXIT_FAILURE, True
+        assert self.exit_status is not None
+        return self.exit_status
+
+
+def production_was_up(lifecycle: Lifecycle) -> bool:
+    """Did the production service (``report = "running"``, else the last service) ever come up?"""
+    return any(p.up or p.was_up for p in lifecycle.production())
 

@@ -1,55 +1,235 @@
-"""A phase: one step of the lifecycle, an explicit state machine (its states and moves: states.py).
+"""A phase: one step of the lifecycle, an explicit state machine, and the one function that decides its moves.
 
 A phase runs in attempts (each a record of its own: attempt.py): its daemons one by one (each
 waited for until ready), then its command, until the command exits, a daemon dies, a deadline
 passes, the phase stalls or the supervisor shuts down. Its children are then stopped in reverse
-start order, and the verdict that ended the attempt decides what comes next (supervisor/lifecycle/policy.py;
-its timers: pacing.py). Every timer and thread callback checks ``_is_current`` first: a late
-callback must never act on a newer attempt. What a phase does beyond running children (writing a
-config, judging the output) comes from its hooks, told only a HookContext. It reads the time from
-the loop's clock, and starts children through ``spawn``: tests drive it with fake ones of both.
+start order, and the verdict that ended the attempt decides what comes next (its timers: ``Pacing``, below).
+
+Two parts, as tini's loop is one readable loop of small steps:
+
+- ``decide`` (first below) is the only place a phase's moves are decided: it takes what happened (an
+  ``Event``: states.py names them all) and the phase as it is, and returns a ``Step``: the state it moves
+  to, why, and the effects to carry out around the move. It reads, and does nothing but this: asking the
+  pacing what follows an attempt counts a service's restart and draws the backoff's jitter.
+- The ``Phase`` is the loop's side: each callback that reaches it (a child reaped, a timer, a readiness
+  answer, a watcher's finding) gathers what happened into an event; ``_on`` asks ``decide``, carries out
+  the step's effects before the move, moves (``transition``, which refuses a move not in the table and
+  tells the lifecycle), and carries out those after, in the step's order (``_carry_out``).
+
+Every timer and thread callback checks ``_is_current`` first: a late callback must never act on a newer
+attempt. What a phase does beyond running children (writing a config, judging the output) comes from its
+hooks, told only a HookContext. It reads the time from the loop's clock, and starts children through
+``spawn``: tests drive it with fake ones of both.
+
+To add a kind of event (a new watcher's finding, say): name it in states.py, say what it does in
+``decide`` (a case, its move and effects), and make the callback that learns of it call ``_on`` with it;
+an effect new to the table is a name in ``states.Effect`` and a case in ``_carry_out``.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import ChildSpec, PhaseSpec
-from ..engine.loop import ErrorHandler, contained, summary
+from ..engine.loop import Callback, ErrorHandler, EventLoop, Timer, contained, summary
 from ..engine.process import Child, SpawnError
 from ..engine.reaping import ExitStatus
 from ..engine.survivors import kill_pids
+from ..evidence.progresswatch import ProgressWatch
+from ..evidence.stall import StallMonitor
 from ..exits import EXIT_INTERNAL_ERROR
+from ..text import Log
 from . import resume
 from . import verdict as v
-from .attempt import Attempt
+from .attempt import Attempt, AttemptStart, Watched
 from .children import ChildContext, Spawn, exit_verdict, start_child
-from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal
-from .pacing import Pacing
-from .policy import Next, memory_preflight
-from .runtime import ResumeNeeds, Runtime, stop_in_order
-from .starting import AttemptStart
-from .states import _ALLOWED, ATTEMPT_RUNS, FINAL_STATES, PhaseState
+from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
+from .runtime import MachineEvidence, ResumeNeeds, Runtime, stop_in_order
+from .states import (
+    _ALLOWED,
+    ATTEMPT_RUNS,
+    FINAL_STATES,
+    NOTHING,
+    SHUTDOWN_WHY,
+    Aborted,
+    BackOff,
+    BackoffOver,
+    Broken,
+    CameUp,
+    ChildExited,
+    ChildrenStopped,
+    CommandStarted,
+    DeadlinePassed,
+    Doing,
+    Effect,
+    Event,
+    FactsGathered,
+    GatherFacts,
+    KeepFacts,
+    MarkBroken,
+    MarkStopped,
+    Next,
+    Outcome,
+    PhaseState,
+    Prepared,
+    Reached,
+    Resume,
+    ShutdownSettled,
+    StartFailed,
+    Step,
+    StopAsked,
+    after_attempt,
+    backoff_delay,
+    within_window,
+)
 from .verdict import Verdict
 
 
+def decide(phase: Phase, event: Event) -> Step:
+    """The one place a phase's moves are decided: what ``event`` does to ``phase`` now (the Step to carry out)."""
+    state, over = phase.state, phase.shutting_down()
+    match event:
+        case Reached(resumed):
+            if state is not PhaseState.PENDING or over:
+                return NOTHING  # the supervisor shut down while resume looked
+            if resumed is not None:
+                why, parsed = resumed
+                return Step(PhaseState.DONE, f"resumed: {why}", before=(Resume(parsed),))
+            return Step(after=(Effect.PREPARE_FIRST,))
+        case Prepared(refusal, first):
+            if refusal is not None:
+                return _fail(v.without_exit(phase.name, phase.name, refusal.reason, 1, refusal.detail,
+                                            attempt=phase.attempt), refusal.detail)
+            setup = (Effect.START_DEADLINE, Effect.NEW_ATTEMPT) if first else (Effect.NEW_ATTEMPT,)
+            return Step(PhaseState.STARTING, f"attempt {phase.attempt + 1}", before=setup,
+                        after=(Effect.WATCH_ATTEMPT, Effect.BEGIN_START))
+        case CommandStarted(child):
+            return Step(PhaseState.RUNNING, f"{child.label} pid {child.pid}")
+        case CameUp():
+            return Step(after=(Effect.MARK_UP, Effect.TELL_LIFECYCLE))
+        case ChildExited(verdict, asked, kept, ours):
+            if asked or over:
+                return NOTHING  # we asked for this; the stop in progress takes it from here
+            if kept:
+                return Step(after=(Effect.TELL_LIFECYCLE,))  # a kept daemon died: the lifecycle decides
+            return _end_attempt(phase, verdict) if ours else NOTHING
+        case StartFailed(verdict):
+            return _end_attempt(phase, verdict)
+        case Aborted(reason, detail, command_running):
+            return _abort(phase, reason, detail, command_running)
+        case DeadlinePassed(detail, command_running):
+            if state in FINAL_STATES or over:
+                return NOTHING
+            if state is PhaseState.BACKOFF:
+                return _fail(v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, detail, attempt=phase.attempt),
+                             detail)
+            return _abort(phase, v.TIMEOUT, detail, command_running)  # in STOPPING its outcome decides
+        case ChildrenStopped():
+            return _after_the_stop(phase) if state is PhaseState.STOPPING else NOTHING
+        case FactsGathered(facts, why):
+            if state is not PhaseState.STOPPING or over:
+                return NOTHING  # the supervisor shut down meanwhile: the shutdown settles the phase
+            return Step(PhaseState.DONE, why, before=(KeepFacts(facts), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
+        case BackoffOver():
+            return Step(after=(Effect.PREPARE_AGAIN,)) if state is PhaseState.BACKOFF and not over else NOTHING
+        case Broken(verdict):
+            return _broken(phase, verdict)
+        case StopAsked():
+            return Step(after=(Effect.CANCEL_TIMERS, Effect.CANCEL_START))
+        case ShutdownSettled():
+            if state in ATTEMPT_RUNS:
+                return Step(PhaseState.STOPPING, SHUTDOWN_WHY, then=ShutdownSettled())
+            return NOTHING if state in FINAL_STATES else Step(PhaseState.STOPPED, SHUTDOWN_WHY)
+    raise TypeError(f"not a phase event: {event!r}")  # pragma: no cover - the match covers Event
+
+
+def _end_attempt(phase: Phase, outcome: Verdict | None, why: str = "", first: tuple[Doing, ...] = ()) -> Step:
+    """The attempt is over: stop its children (reverse start order); ``ChildrenStopped`` then decides."""
+    if phase.state not in ATTEMPT_RUNS:
+        return NOTHING
+    before: tuple[Doing, ...] = (*first, Effect.CANCEL_START)
+    if outcome is not None:
+        before += (Outcome(outcome),)
+        if outcome.success and phase.spec.kind == "oneshot":
+            before += (Effect.KEEP_DAEMONS,)  # the phase succeeded: its lifecycle daemons live on
+    return Step(PhaseState.STOPPING, why or (outcome.detail if outcome else ""), before=before,
+                after=(Effect.STOP_CHILDREN,))
+
+
+def _abort(phase: Phase, reason: str, detail: str, command_running: bool) -> Step:
+    """The supervisor ends the attempt: the verdicts of its children say why. A command that runs says how
+    it ended by its exit; an attempt still at its daemons ends with a verdict of its own."""
+    if phase.state not in ATTEMPT_RUNS:
+        return NOTHING
+    first = (MarkStopped(reason, detail),)
+    if command_running:
+        return _end_attempt(phase, None, detail, first)
+    return _end_attempt(phase, v.without_exit(phase.name, phase.name, reason, 1, detail, attempt=phase.attempt,
+                                              added=phase.reasons), first=first)
+
+
+def _after_the_stop(phase: Phase) -> Step:
+    """The attempt's children are stopped: what ended it decides what comes next (after_attempt)."""
+    outcome = phase.outcome or phase.command_verdict()  # the supervisor ended it: the command's verdict says how
+    if outcome is None:  # pragma: no cover - the command is always reaped before this point
+        outcome = v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, "deadline", attempt=phase.attempt)
+    swept = (Effect.SWEEP,) if phase.outcome is not None else (Effect.SWEEP, Outcome(outcome, record=False))
+    if phase.shutting_down():
+        return Step(PhaseState.STOPPED, SHUTDOWN_WHY, before=swept)
+    step, why, delay = phase.next_after(outcome)
+    if step is Next.DONE:
+        return Step(before=swept, after=(GatherFacts(why),))
+    if step is Next.FAIL:
+        return Step(PhaseState.FAILED, why, before=(*swept, Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
+    return Step(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s", before=swept, after=(BackOff(delay),))
+
+
+def _fail(verdict: Verdict, why: str) -> Step:
+    """The supervisor's own finding (memory preflight, prepare, the deadline in a backoff) fails the phase for
+    good: recorded as its outcome, since no child's exit says it."""
+    return Step(PhaseState.FAILED, why, before=(Outcome(verdict), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
+
+
+def _broken(phase: Phase, verdict: Verdict) -> Step:
+    """A bug of ours fails the phase for good (retrying would only hide it). Its children are stopped on
+    purpose, so their verdicts read ``stopped``: it is not their failure."""
+    state = phase.state
+    if state in FINAL_STATES or phase.broken() or phase.shutting_down():
+        return NOTHING  # failed already, or the shutdown ends it anyway: the fault's log line is all
+    marked = (MarkBroken(verdict),)
+    if state in ATTEMPT_RUNS:
+        return _end_attempt(phase, verdict, first=(*marked, MarkStopped(v.STOPPED, verdict.detail)))
+    if state is PhaseState.STOPPING and not phase.stop_over():
+        return Step(before=(*marked, Outcome(verdict)))  # the stop in progress ends, and sees the outcome
+    return Step(PhaseState.FAILED, verdict.detail,
+                before=(*marked, Outcome(verdict), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
+
+
+class ItsLifecycle(Protocol):
+    """What a phase reads of its lifecycle (lifecycle.py): whether the supervisor shuts down (no new attempt,
+    no decision: the shutdown settles it), the lifecycle's word, never a flag of the phase's own."""
+
+    shutting_down: bool
+
+
 class Phase:
-    """One phase of the lifecycle: the only writer of its own state. ``shutting_down``: the lifecycle's
-    word that the supervisor is shutting down (no new attempt, no decision: the shutdown settles it)."""
+    """One phase of the lifecycle: the only writer of its own state. ``lifecycle``: the one it belongs to
+    (None: a phase on its own, which never shuts down)."""
 
     def __init__(self, spec: PhaseSpec, rt: Runtime, on_change: Callable[[Phase], None],
-                 hooks: PhaseHooks = NO_HOOKS, *, shutting_down: Callable[[], bool] = lambda: False,
+                 hooks: PhaseHooks = NO_HOOKS, *, lifecycle: ItsLifecycle | None = None,
                  record: resume.ResumeRecord | None = None, spawn: Spawn | None = None) -> None:
         self.spec = spec
         self._loop, self._log, self._clock = rt.loop, rt.log, rt.loop.clock
         self._evidence, self._verdicts, self._started = rt.evidence, rt.verdicts, rt.started
         self._state_dir = rt.state_dir
         self._resume_needs = ResumeNeeds(rt.loop, rt.log, rt.rerun, rt.evidence)
-        self._reasons = rt.reasons  # the plugin's verdict reasons, with their statuses
+        self.reasons = rt.reasons  # the plugin's verdict reasons, with their statuses (read-only)
         self._spawn: Spawn = spawn or partial(start_child, rt.spawning)
-        self._on_change, self._hooks, self._shutting_down = on_change, hooks, shutting_down
+        self._on_change, self._hooks, self._lifecycle = on_change, hooks, lifecycle
         self.pacing = Pacing(spec, rt.loop, rt.rng)  # its timers; others only read them (timers.py: status)
         # Written by this class only (its state by transition; a test walks the table): what others read.
         self.state = PhaseState.PENDING
@@ -122,7 +302,25 @@ class Phase:
     def live_children(self) -> list[Child]:
         return [c for c in self._attempt.children + self.kept if c.running]
 
-    # ------------------------------------------------------------ transitions
+    # ------------------------------------------------------------ what the decision reads (states.Deciding)
+
+    def shutting_down(self) -> bool:
+        return self._lifecycle is not None and self._lifecycle.shutting_down
+
+    def broken(self) -> bool:
+        return self._attempt.broken is not None
+
+    def stop_over(self) -> bool:
+        return self._attempt.stop_over
+
+    def command_verdict(self) -> Verdict | None:
+        command = self.command_child
+        return self._verdicts.verdict_of(command) if command is not None else None
+
+    def next_after(self, outcome: Verdict) -> tuple[Next, str, float]:
+        return self.pacing.after(outcome, self._attempt)
+
+    # ------------------------------------------------------------ the one road: event → decision → move, effects
 
     def transition(self, new: PhaseState, why: str) -> None:
         if new not in _ALLOWED[self.state]:
@@ -131,72 +329,180 @@ class Phase:
         self._log(f"phase {self.name}: {old} → {new} ({why})")
         self._on_change(self)
 
+    def _on(self, event: Event) -> None:
+        """What ``event`` does, as states.decide says: the effects before the move, the move, those after."""
+        step = decide(self, event)
+        for effect in step.before:
+            self._carry_out(effect)
+        if step.state is not None:
+            self.transition(step.state, step.why)
+        for effect in step.after:
+            self._carry_out(effect)
+        if step.then is not None:
+            self._on(step.then)
+
+    def _carry_out(self, effect: Doing) -> None:
+        match effect:
+            case Effect.PREPARE_FIRST:
+                self._prepare(first=True)
+            case Effect.PREPARE_AGAIN:
+                self._prepare(first=False)
+            case Effect.START_DEADLINE:
+                self.pacing.start_deadline(self._deadline_passed, self.fault_handler("the deadline timer"))
+            case Effect.NEW_ATTEMPT:
+                self._attempt = Attempt(self._attempt.number + 1, self._clock.monotonic())
+                if self._evidence.memory is not None:
+                    self._evidence.memory.reset_peak(self.name)
+            case Effect.WATCH_ATTEMPT:
+                self._watch_attempt()
+            case Effect.BEGIN_START:
+                self._begin_start()
+            case Effect.CANCEL_START:
+                self._attempt.cancel_start()
+            case Effect.KEEP_DAEMONS:
+                self.kept = [c for c in self._attempt.children if c.spec.lifetime == "lifecycle" and c.running]
+            case Effect.STOP_CHILDREN:
+                stopping = [c for c in reversed(self._attempt.children) if c not in self.kept]
+                stop_in_order(self._loop, self._log, stopping, "phase attempt over",
+                              self.guarded("the end of an attempt", lambda: self._on(ChildrenStopped())))
+            case Effect.SWEEP:
+                self._sweep()
+            case Effect.CANCEL_TIMERS:
+                self.pacing.cancel()
+            case Effect.RELEASE_MEMORY:
+                if not self.kept and self._evidence.memory is not None:
+                    self._evidence.memory.release_phase(self.name)
+            case Effect.MARK_UP:
+                self._attempt.up_at = self._clock.monotonic()
+                if self._first_up_at is None:
+                    self._first_up_at = self._clock.time()
+                self._log(f"phase {self.name}: service is up")
+            case Effect.TELL_LIFECYCLE:
+                self._on_change(self)
+            case Resume(parsed):
+                self.parsed, self.facts = parsed, self._record.previous(self.name)
+            case Outcome(verdict, record):
+                # A verdict no child's exit recorded (no pid: the supervisor's own finding) is recorded now:
+                # the masked one is what the attempt and the lifecycle keep.
+                self._attempt.outcome = self._verdicts.record(verdict) if record and verdict.pid is None else verdict
+            case MarkStopped(reason, detail):
+                self._attempt.mark_stopped_for(reason, detail)
+            case MarkBroken(verdict):
+                self._attempt.broken = verdict
+            case BackOff(delay):
+                self.pacing.back_off(delay, lambda: self._on(BackoffOver()), self.fault_handler("the backoff timer"))
+            case GatherFacts(why):
+                resume.facts_of(self, self._hooks.output, lambda facts: self._on(FactsGathered(facts, why)))
+            case KeepFacts(facts):
+                self.facts = facts
+
+    # ------------------------------------------------------------ events, as they reach the phase
+
+    def start(self) -> None:
+        """The lifecycle reached this phase (it calls this once): resumed, or its first attempt."""
+        self._record.check(self, self._hooks.output, lambda resumed: self._on(Reached(resumed)))
+
     def _is_current(self, attempt: int, *states: PhaseState) -> bool:
         """A callback made for ``attempt`` may still act: that attempt is the phase's, in one of ``states``."""
         return attempt == self._attempt.number and self.state in states
 
-    def start(self) -> None:
-        """The lifecycle reached this phase (it calls this once): resumed, or its first attempt."""
-        self._record.check(self, self._hooks.output, self._resume_or_run)
+    def _service_up(self) -> None:
+        self._on(CameUp())
 
-    def _resume_or_run(self, resumed: tuple[str, Any] | None) -> None:
-        """Resume's answer (at once, or once its look at the output files came back): done, or run."""
-        if self.state is not PhaseState.PENDING or self._shutting_down():
-            return  # the supervisor shut down meanwhile
-        if resumed is not None:
-            why, self.parsed = resumed
-            self.facts = self._record.previous(self.name)
-            self.transition(PhaseState.DONE, f"resumed: {why}")
+    def _child_exited(self, child: Child, status: ExitStatus) -> None:
+        verdict = exit_verdict(child, status, phase=self.name, attempt=self.attempt,
+                               daemon=child.spec is not self.spec.command, memory=self._evidence.memory,
+                               earlier=self._verdicts, added=self.reasons)
+        output, parser = self._hooks.output, self._attempt.parser
+        if child.spec is self.spec.command and output is not None and parser is not None \
+                and child.stop_reason is None:
+            # Only a command that ended by itself is judged by its output: one the supervisor stopped
+            # (its daemon died, shutdown) never printed its result, and that is not its failure.
+            verdict = output.judge(verdict, parser.result, self._log)
+        verdict = self._verdicts.record(verdict)  # masked: what the attempt and the lifecycle keep
+        self._on(ChildExited(verdict, asked=child.stop_reason is not None, kept=child in self.kept,
+                             ours=child in self._attempt.children))
+
+    def _deadline_passed(self) -> None:
+        if self.state in FINAL_STATES or self.shutting_down():
             return
-        if not self._prepared(lambda ctx: memory_preflight(ctx, self.spec.min_memory)):
+        self.look_before_deciding()
+        if self.state in FINAL_STATES or self.shutting_down():
             return
-        self.pacing.start_deadline(self._deadline_passed, self.fault_handler("the deadline timer"))
-        self._start_attempt()
+        detail = f"phase deadline timeout_s={self.spec.timeout_s:g} passed"
+        self._log(f"phase {self.name}: {detail}")
+        self._on(DeadlinePassed(detail, self._command_running()))
+
+    def abort_attempt(self, reason: str, detail: str) -> None:
+        """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why."""
+        self._on(Aborted(reason, detail, self._command_running()))
+
+    # What the attempt's watches tell it (attempt.Watched).
+
+    def still_running(self, attempt: int) -> bool:
+        return self._is_current(attempt, *ATTEMPT_RUNS)
+
+    def stalled(self, silent: str) -> None:
+        self._log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
+        self.abort_attempt(v.STALLED, f"stalled: {silent}")
+
+    def too_slow(self, why: str) -> None:
+        self.abort_attempt(v.TOO_SLOW, why)
+
+    def abort(self) -> None:
+        """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
+        self._on(StopAsked())
+
+    def settle_after_shutdown(self) -> None:
+        """Every child of the run is stopped: the phase ends where it was."""
+        self._on(ShutdownSettled())
+
+    def _command_running(self) -> bool:
+        command = self.command_child
+        return command is not None and command.running
+
+    def look_before_deciding(self) -> None:
+        """Before a stall or deadline decision: what the children already printed is read (a child that
+        printed all along must not be judged silent on output still in its pipe), and the clock is
+        looked at, so a freeze of the supervisor is said before what it caused."""
+        self._attempt.drain()
+        if self._evidence.freeze is not None:
+            self._evidence.freeze.notice()
+
+    # ------------------------------------------------------------ effects that take more than a line
 
     def hook_context(self) -> HookContext:
         """What a hook may know of this phase: its name, its memory, the GPUs' latest sample, state_dir, the log."""
         return HookContext(self.name, self._evidence.available_memory(self.spec.memory_max),
                            self._evidence.gpu_samples(), self._state_dir, self._log)
 
-    def _prepared(self, prepare: Callable[[HookContext], dict[str, str] | Refusal]) -> bool:
-        """A step before running (the memory preflight, the prepare hook): what it returns is added to the
-        children's environment; a refusal fails the phase (False)."""
-        prepared = prepare(self.hook_context())
-        if isinstance(prepared, Refusal):
-            self._fail(prepared.reason, prepared.detail)
-            return False
-        self._extra_env.update(prepared)
-        return True
+    def _prepare(self, first: bool) -> None:
+        """The steps before an attempt that may refuse it (the memory preflight before the first, the prepare
+        hook before each): what they return is added to the children's environment."""
+        steps = [lambda ctx: memory_preflight(ctx, self.spec.min_memory)] if first else []
+        if self._hooks.prepare is not None:
+            steps.append(self._hooks.prepare)
+        refusal = None
+        for prepare in steps:
+            prepared = prepare(self.hook_context())
+            if isinstance(prepared, Refusal):
+                refusal = prepared
+                break
+            self._extra_env.update(prepared)
+        self._on(Prepared(refusal, first))
 
-    # ------------------------------------------------------------ an attempt
+    def _watch_attempt(self) -> None:
+        """The attempt's stall watch and progress figures, each acting only while the attempt is current."""
+        watched = Watched(self._attempt, self)
+        self.pacing.watch_for_stall(self._evidence, watched)
+        self._attempt.progress = self.pacing.watch_progress(self._evidence, watched, self._log)
 
-    def _start_attempt(self) -> None:
-        hook = self._hooks.prepare
-        if hook is not None and not self._prepared(hook):
-            return
-        self._attempt = Attempt(self._attempt.number + 1, self._clock.monotonic())
-        if self._evidence.memory is not None:
-            self._evidence.memory.reset_peak(self.name)
-        self.transition(PhaseState.STARTING, f"attempt {self.attempt}")
-        attempt = self.attempt
-        self.pacing.watch_for_stall(self._evidence, self._attempt, drain=self._before_deciding,
-                                     current=lambda: self._is_current(attempt, *ATTEMPT_RUNS),
-                                     on_stall=self._stalled, on_error=self.fault_handler("the stall check"))
-        self.pacing.watch_progress(self._evidence, self._attempt, self._log, current=lambda: self._is_current(
-            attempt, *ATTEMPT_RUNS), on_too_slow=partial(self.abort_attempt, v.TOO_SLOW),
-            on_error=self.fault_handler("the progress watch"))
+    def _begin_start(self) -> None:
         self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
-                                           guarded=self.guarded, up=self._service_up, failed=self._end_attempt,
-                                           command_started=lambda child: self.transition(
-                                               PhaseState.RUNNING, f"{child.label} pid {child.pid}"))
+                                           guarded=self.guarded, up=self._service_up,
+                                           failed=lambda verdict: self._on(StartFailed(verdict)),
+                                           command_started=lambda child: self._on(CommandStarted(child)))
         self._attempt.start.begin()
-
-    def _service_up(self) -> None:
-        self._attempt.up_at = self._clock.monotonic()
-        if self._first_up_at is None:
-            self._first_up_at = self._clock.time()
-        self._log(f"phase {self.name}: service is up")
-        self._on_change(self)
 
     def _start_child(self, spec: ChildSpec) -> Child | None:
         output, parser, reader = self._hooks.output, None, None
@@ -208,8 +514,8 @@ class Phase:
         try:
             child = self._spawn(spec, ctx, reader, self._child_exited)
         except SpawnError as exc:
-            self._end_attempt(v.without_exit(self.name, spec.name, v.SPAWN_FAILED, exc.status, exc.reason,
-                                             attempt=self.attempt))
+            self._on(StartFailed(v.without_exit(self.name, spec.name, v.SPAWN_FAILED, exc.status, exc.reason,
+                                                attempt=self.attempt)))
             return None
         if parser is not None:
             self._attempt.parser, self.parsed = parser, parser.result
@@ -217,149 +523,17 @@ class Phase:
         self._started.add(child)
         return child
 
-    # ------------------------------------------------------------ events
-
-    def _child_exited(self, child: Child, status: ExitStatus) -> None:
-        verdict = exit_verdict(child, status, phase=self.name, attempt=self.attempt,
-                               daemon=child.spec is not self.spec.command, memory=self._evidence.memory,
-                               earlier=self._verdicts, added=self._reasons)
-        output, parser = self._hooks.output, self._attempt.parser
-        if child.spec is self.spec.command and output is not None and parser is not None \
-                and child.stop_reason is None:
-            # Only a command that ended by itself is judged by its output: one the supervisor stopped
-            # (its daemon died, shutdown) never printed its result, and that is not its failure.
-            verdict = output.judge(verdict, parser.result, self._log)
-        verdict = self._verdicts.record(verdict)  # masked: what the attempt and the lifecycle keep
-        if child.stop_reason is not None or self._shutting_down():
-            return  # we asked for this; the stop in progress takes it from here
-        if child in self.kept:
-            self._on_change(self)  # a kept daemon died: the lifecycle decides
-            return
-        if child in self._attempt.children and self.state in ATTEMPT_RUNS:
-            self._end_attempt(verdict)
-
-    def _deadline_passed(self) -> None:
-        if self.state in FINAL_STATES or self._shutting_down():
-            return
-        self._before_deciding()
-        if self.state in FINAL_STATES or self._shutting_down():
-            return
-        detail = f"phase deadline timeout_s={self.spec.timeout_s:g} passed"
-        self._log(f"phase {self.name}: {detail}")
-        if self.state is PhaseState.BACKOFF:
-            self._fail(v.TIMEOUT, detail)
-            return
-        self.abort_attempt(v.TIMEOUT, detail)
-        # In STOPPING the attempt is ending anyway; its outcome decides.
-
-    def abort_attempt(self, reason: str, detail: str) -> None:
-        """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why."""
-        if self.state not in ATTEMPT_RUNS:
-            return
-        self._attempt.mark_stopped_for(reason, detail)
-        command = self.command_child
-        if command is None or not command.running:  # still waiting for daemons
-            self._end_attempt(v.without_exit(self.name, self.name, reason, 1, detail, attempt=self.attempt,
-                                             added=self._reasons))
-        else:
-            self._end_attempt(None, why=detail)
-
-    def _stalled(self, silent: str) -> None:
-        self._log(f"phase {self.name}: stalled: {silent} (stall_s={self.spec.stall_s:g})")
-        self.abort_attempt(v.STALLED, f"stalled: {silent}")
-
-    def _before_deciding(self) -> None:
-        """Before a stall or deadline decision: what the children already printed is read (a child that
-        printed all along must not be judged silent on output still in its pipe), and the clock is
-        looked at, so a freeze of the supervisor is said before what it caused."""
-        self._attempt.drain()
-        if self._evidence.freeze is not None:
-            self._evidence.freeze.notice()
-
-    # ------------------------------------------------------------ the end of an attempt
-
-    def _end_attempt(self, outcome: Verdict | None, why: str = "") -> None:
-        """The attempt is over: stop its children (reverse start order), then decide."""
-        if self.state not in ATTEMPT_RUNS:
-            return
-        attempt = self._attempt
-        attempt.cancel_start()
-        if outcome is not None and outcome.pid is None:
-            outcome = self._verdicts.record(outcome)  # no child will be reaped for it: record it now
-        attempt.outcome = outcome
-        if outcome is not None and outcome.success and self.spec.kind == "oneshot":
-            # The phase succeeded: daemons with lifetime = "lifecycle" live on into the later phases.
-            self.kept = [c for c in attempt.children if c.spec.lifetime == "lifecycle" and c.running]
-        self.transition(PhaseState.STOPPING, why or (outcome.detail if outcome else ""))
-        stop_in_order(self._loop, self._log, [c for c in reversed(attempt.children) if c not in self.kept],
-                      "phase attempt over", self.guarded("the end of an attempt", self._attempt_stopped))
-
-    def _attempt_stopped(self) -> None:
-        if self.state is not PhaseState.STOPPING:
-            return
+    def _sweep(self) -> None:
+        """The attempt's children are stopped: a shutdown has no more to stop of them, and whatever is still
+        in the phase's cgroup escaped every other way of finding it (double fork + setsid + a cleared
+        environment): it goes too."""
         attempt = self._attempt
         attempt.stop_over = True
-        self._started.forget(c for c in attempt.children if c not in self.kept)
+        self._started.forget([c for c in attempt.children if c not in self.kept])
         memory = self._evidence.memory
         if memory is not None and not self.kept:
-            # Whatever is still in the phase's cgroup escaped every other way of finding it
-            # (double fork + setsid + a cleared environment): it goes too.
             kill_pids(memory.leftover_pids(self.name), self._log,
                       f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)")
-        if attempt.outcome is None:
-            # The supervisor ended it (the deadline, a stall): the command's verdict says how it ended.
-            command = self.command_child
-            attempt.outcome = self._verdicts.verdict_of(command) if command is not None else None
-        outcome = attempt.outcome
-        if outcome is None:  # pragma: no cover - the command is always reaped before this point
-            outcome = attempt.outcome = v.without_exit(self.name, self.name, v.TIMEOUT, 1, "deadline",
-                                                       attempt=self.attempt)
-        if self._shutting_down():
-            self.transition(PhaseState.STOPPED, "supervisor shutdown")
-            return
-        step, why, delay = self.pacing.after(outcome, attempt)
-        if step is Next.DONE:
-            self._done(why)
-        elif step is Next.FAIL:
-            self._fail(None, why)
-        else:
-            self._back_off(why, delay)
-
-    def _back_off(self, why: str, delay: float) -> None:
-        self.transition(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s")
-        self.pacing.back_off(delay, self._backoff_over, self.fault_handler("the backoff timer"))
-
-    def _backoff_over(self) -> None:
-        if self.state is PhaseState.BACKOFF and not self._shutting_down():
-            self._start_attempt()
-
-    # ------------------------------------------------------------ the end of the phase
-
-    def _done(self, why: str) -> None:
-        """Done: once resume has its facts (its output files are listed off the loop), the phase concludes."""
-
-        def conclude(facts: dict[str, Any]) -> None:
-            if self.state is not PhaseState.STOPPING or self._shutting_down():
-                return  # the supervisor shut down meanwhile: the shutdown settles the phase
-            self.facts = facts
-            self._conclude(PhaseState.DONE, why)
-
-        resume.facts_of(self, self._hooks.output, conclude)
-
-    def _fail(self, reason: str | None, detail: str, status: int = 1) -> None:
-        """The one road to FAILED. ``reason``: the supervisor's own finding (memory preflight, prepare,
-        the deadline in a backoff), recorded as the outcome since no child's exit says it; None when
-        the outcome already recorded (the attempt's verdict, an internal error) says why."""
-        if reason is not None:
-            self._attempt.outcome = self._verdicts.record(
-                v.without_exit(self.name, self.name, reason, status, detail, attempt=self.attempt))
-        self._conclude(PhaseState.FAILED, detail)
-
-    def _conclude(self, state: PhaseState, why: str) -> None:
-        self.pacing.cancel()
-        if not self.kept and self._evidence.memory is not None:
-            self._evidence.memory.release_phase(self.name)
-        self.transition(state, why)
 
     # ------------------------------------------------------------ the supervisor's own bugs
 
@@ -373,33 +547,104 @@ class Phase:
 
     def fail_internally(self, what: str, exc: Exception) -> None:
         """A bug of the supervisor's own while handling this phase (``what`` raised ``exc``): logged once with its
-        traceback; the phase fails for good with reason internal_error (retrying would only hide the bug). Its
-        children are stopped on purpose, so their verdicts read ``stopped``: it is not their failure."""
+        traceback; the phase fails for good with reason internal_error (states._broken)."""
         self._loop.faults.report(f"phase {self.name}: {what}", exc)
-        attempt = self._attempt
-        if self.state in FINAL_STATES or attempt.broken is not None or self._shutting_down():
-            return  # failed already, or the shutdown ends it anyway: the log line above is all
         detail = f"internal error in {what}: {summary(exc)} (a supervisor bug: the traceback is in supervisor.log)"
-        broken = attempt.broken = v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,
-                                                 attempt=self.attempt)
-        if self.state in ATTEMPT_RUNS:
-            attempt.mark_stopped_for(v.STOPPED, detail)
-            self._end_attempt(broken)  # records it; _attempt_stopped then fails the phase
-            return
-        if self.state is PhaseState.STOPPING and not attempt.stop_over:
-            attempt.outcome = self._verdicts.record(broken)
-            return  # the stop in progress ends in _attempt_stopped, which sees the outcome
-        self._fail(v.INTERNAL_ERROR, detail, EXIT_INTERNAL_ERROR)
+        self._on(Broken(v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,
+                                       attempt=self.attempt)))
 
-    # ------------------------------------------------------------ shutdown
 
-    def abort(self) -> None:
-        """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
-        self.pacing.cancel()
-        self._attempt.cancel_start()
+# ---------------------------------------------------------------- its timers
 
-    def settle_after_shutdown(self) -> None:
-        if self.state in ATTEMPT_RUNS:
-            self.transition(PhaseState.STOPPING, "supervisor shutdown")
-        if self.state not in FINAL_STATES:
-            self.transition(PhaseState.STOPPED, "supervisor shutdown")
+
+class Pacing:
+    """A phase's timers, on the loop's clock: its deadline, the backoff before its next attempt, the restarts
+    counted against its restart_burst, and each attempt's stall and progress watches.
+
+    The rules (pure functions in states.py): the n-th failure in a row waits ``backoff_delay(n)`` with
+    ``backoff_jitter`` drawn from the runtime's random source; an attempt that ran ``backoff_reset_s`` or
+    longer starts the count again; ``restart_burst`` restarts of a service within ``restart_window_s`` fail
+    it; ``timeout_s`` counts from the first attempt across every later one; ``stall_s`` of silence of every
+    sign of progress stalls an attempt (stall.py); a download that cannot make ``progress_deadline_s`` ends
+    its attempt too_slow (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
+    tests/test_phase_timing.py)."""
+
+    def __init__(self, spec: PhaseSpec, loop: EventLoop, rng: random.Random) -> None:
+        self._spec, self._loop, self._rng = spec, loop, rng
+        self.consecutive_failures = 0
+        self.restart_times: list[float] = []  # when the service was restarted (monotonic), for restart_burst
+        self._deadline: Timer | None = None
+        self._backoff: Timer | None = None
+        self.stall: StallMonitor | None = None  # the latest attempt's stall watch (read by the status view)
+
+    def now(self) -> float:
+        return self._loop.clock.monotonic()
+
+    def start_deadline(self, passed: Callback, on_error: ErrorHandler) -> None:
+        """``timeout_s`` from now (once, before the first attempt): ``passed`` when it is up."""
+        if self._spec.timeout_s is not None:
+            self._deadline = self._loop.call_later(self._spec.timeout_s, passed, on_error=on_error)
+
+    @property
+    def deadline_at(self) -> float | None:
+        """When ``timeout_s`` is up (monotonic, the loop's clock), while the deadline is set: for the status view."""
+        return _due(self._deadline)
+
+    @property
+    def backoff_until(self) -> float | None:
+        """When the next attempt starts (monotonic), while a backoff runs: for the status view."""
+        return _due(self._backoff)
+
+    def deadline_expired(self) -> bool:
+        return self._deadline is not None and self._deadline.when <= self.now()
+
+    def after(self, outcome: Verdict, attempt: Attempt) -> tuple[Next, str, float]:
+        """What follows ``attempt``, which ``outcome`` ended, and why: done, failed for good, or another
+        attempt after the backoff returned (0 for the others). A service's restart is counted now."""
+        now = self.now()
+        step, why = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
+                                  restart_times=self.restart_times, now=now)
+        if step is not Next.AGAIN:
+            return step, why, 0.0
+        if self._spec.kind == "service":
+            self.restarted(now)
+        return step, why, self.next_delay(attempt.ran_for(now))
+
+    def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:
+        """For a phase with stall_s: ``attempt`` is told once it stalls, while it is current."""
+        spec = self._spec
+        if spec.stall_s is not None:
+            self.stall = StallMonitor(self._loop, spec.stall_s, spec.progress_path, evidence, attempt)
+
+    def watch_progress(self, evidence: MachineEvidence, attempt: Watched, log: Log) -> ProgressWatch | None:
+        """For a phase with progress_total: the attempt's figures (progresswatch.py); ``attempt`` is told once it
+        cannot make progress_deadline_s."""
+        if self._spec.progress_total is None:
+            return None
+        return ProgressWatch(self._spec, self._loop, log, evidence, attempt)
+
+    def restarted(self, now: float) -> None:
+        """A service is restarted at ``now``: counted against its restart_burst (those out of the window fall)."""
+        self.restart_times = [*within_window(self.restart_times, now, self._spec.restart_window_s), now]
+
+    def next_delay(self, ran_for: float) -> float:
+        """The backoff before the next attempt, after one that ran ``ran_for`` seconds and failed."""
+        spec = self._spec
+        # An attempt that ran well for a while earns a fresh start of the backoff.
+        if ran_for >= spec.backoff_reset_s > 0:
+            self.consecutive_failures = 0
+        self.consecutive_failures += 1
+        return backoff_delay(self.consecutive_failures, spec.backoff_s, spec.backoff_factor, spec.backoff_max_s,
+                             spec.backoff_jitter, self._rng.random())
+
+    def back_off(self, delay: float, over: Callback, on_error: ErrorHandler) -> None:
+        self._backoff = self._loop.call_later(delay, over, on_error=on_error)
+
+    def cancel(self) -> None:
+        for timer in (self._deadline, self._backoff):
+            if timer is not None:
+                timer.cancel()
+
+
+def _due(timer: Timer | None) -> float | None:
+    return timer.when if timer is not None and not timer.cancelled else None

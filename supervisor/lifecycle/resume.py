@@ -39,7 +39,8 @@ from ..engine.offloop import run_bounded
 from ..evidence.progress import is_incomplete
 from ..state import paths as statepaths
 from ..state.atomic import StateFileError, load_json, save_json
-from .states import PhaseState
+from ..text import Log
+from .states import Deaf, PhaseState
 
 if TYPE_CHECKING:
     from ..config import PhaseSpec
@@ -78,7 +79,7 @@ class ResumeRuntime(Protocol):
     the machine's memory and what the command line asked to run again."""
 
     loop: EventLoop
-    log: Callable[[str], None]
+    log: Log
     gpus: Gpus | None
     rerun: Rerun
 
@@ -113,14 +114,14 @@ class DonePhase(Protocol):
 # ---------------------------------------------------------------- the record
 
 
-class ResumeRecord:
+class ResumeRecord(Deaf):
     """The facts each phase left when it was last done: the last run's, offered to this one
     (``previous``), and the latest, written to resume.json each time a phase is done (``phase_changed``).
     A write that fails (a full disk) is said once, tried again when the next phase is done, and said
     again once it works. With no ``path`` nothing is written (a lifecycle that keeps no state)."""
 
     def __init__(self, path: Path | None = None, previous: dict[str, Facts] | None = None,
-                 log: Callable[[str], None] = lambda message: None) -> None:
+                 log: Log = lambda message: None) -> None:
         self.path = path
         self._previous = {name: dict(facts) for name, facts in (previous or {}).items()}
         self._latest = {name: dict(facts) for name, facts in self._previous.items()}
@@ -132,7 +133,7 @@ class ResumeRecord:
         return dict(self._previous.get(name, {}))
 
     def phase_changed(self, phase: DonePhase) -> None:
-        """A lifecycle listener: a phase done now, with facts other than those kept, is written down."""
+        """The lifecycle's first observer: a phase done now, with facts other than those kept, is written down."""
         if phase.state is not PhaseState.DONE or not phase.facts or self._latest.get(phase.name) == phase.facts:
             return  # (a resumed phase's facts are the ones kept already)
         self._latest[phase.name] = dict(phase.facts)
@@ -189,7 +190,7 @@ class ResumeRecord:
             return None
 
 
-def load_record(state_dir: Path, names: Iterable[str], log: Callable[[str], None]) -> ResumeRecord:
+def load_record(state_dir: Path, names: Iterable[str], log: Log) -> ResumeRecord:
     """The record of ``state_dir`` with the last run's facts of the phases ``names``; a damaged one means a
     clean start (one line). Where there is none yet, the facts an older supervisor kept in status.json."""
     path = statepaths.path(state_dir, statepaths.RESUME)
@@ -264,7 +265,7 @@ def facts_problem(facts: Any) -> str | None:
     return None
 
 
-def _facts_in_old_status(path: Path, log: Callable[[str], None]) -> dict[str, Facts]:
+def _facts_in_old_status(path: Path, log: Log) -> dict[str, Facts]:
     """The facts an older supervisor kept in its status.json (each phase's ``facts``); a damaged one means
     a clean start (one line), none at all says nothing."""
     try:

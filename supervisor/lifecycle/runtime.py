@@ -4,7 +4,9 @@
   environment, the cgroups, the shipper): children.start_child, and the reporter's ``export_env``;
 - ``MachineEvidence``: what the phases' decisions read of the machine (memory, GPUs, progress_path,
   the freeze watch): the stall watch, the hook context, the memory preflight;
-- ``VerdictRecord``: every verdict recorded, and who hears of each (reporting, status.json);
+- ``VerdictRecord``: every verdict recorded (masked, once), the observers told of each;
+- ``Observers``: who reacts to what the lifecycle decides (resume.json, the instance's clocks, the
+  reporter, the plugin, the timeline, status.json), each a named field, told in the order the code shows;
 - ``StartOrder``: every child in start order (a shutdown stops them in reverse, wave by wave:
   ``stop_in_order``).
 
@@ -17,13 +19,12 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from ..engine.clock import Clock
-from ..engine.console import Console
 from ..engine.freeze import FreezeWatch
-from ..engine.logs import Unshipped
-from ..engine.loop import EventLoop, Faults, name_of
+from ..engine.logs import Console, Unshipped
+from ..engine.loop import EventLoop, Faults, Timer, name_of
 from ..engine.process import Child
 from ..engine.reaping import Reaper
 from ..engine.stopbudget import StopBudget
@@ -35,13 +36,13 @@ from ..evidence.memory import MemoryEvidence
 from ..evidence.progress import ProgressProbe
 from ..evidence.watchstate import Watches
 from ..state.firstseen import FirstSeen
+from ..text import Log
 from ..text.redact import Redactor
 from . import verdict as v
-from .policy import capped
+from .hooks import capped
 from .resume import NO_RERUN, Rerun
+from .states import FINAL_STATES, NOBODY, Deaf, PhaseLike, PhaseState, PhaseView, ShutdownView
 from .verdict import Verdict
-
-Log = Callable[[str], None]
 
 # Verdicts kept per phase in VerdictRecord (the status view, status.json and lookups by pid).
 VERDICTS_KEPT_PER_PHASE = 20
@@ -99,16 +100,17 @@ class MachineEvidence:
 
 
 class VerdictRecord(Sequence[Verdict]):
-    """Every verdict recorded (the latest few per phase), oldest first; ``on_verdict`` hears of each.
+    """Every verdict recorded (the latest few per phase), oldest first; ``observers`` hear of each.
 
     This is where a verdict enters the supervisor's records, so it is masked here, once (redact.py): the
     log, the status view and status.json, the reporting, a plugin's give-up reason and the termination
     log all read the masked record, never the verdict as it was made."""
 
-    def __init__(self, log: Log, faults: Faults, mask: Callable[[str], str] | None = None) -> None:
+    def __init__(self, log: Log, faults: Faults, mask: Callable[[str], str] | None = None,
+                 observers: Observers | None = None) -> None:
         self.log, self.faults, self._mask = log, faults, mask
         self.verdicts: list[Verdict] = []
-        self.on_verdict: list[Callable[[Verdict], None]] = []
+        self.observers = observers if observers is not None else Observers()
 
     @overload
     def __getitem__(self, index: int) -> Verdict: ...
@@ -122,8 +124,11 @@ class VerdictRecord(Sequence[Verdict]):
     def __len__(self) -> int:
         return len(self.verdicts)
 
+    def __iter__(self) -> Iterator[Verdict]:
+        return iter(self.verdicts)  # the list's own iterator, not Sequence's one __getitem__ call per verdict
+
     def record(self, verdict: Verdict) -> Verdict:
-        """Keep ``verdict`` masked, say it, tell the listeners; the masked record is what callers keep."""
+        """Keep ``verdict`` masked, say it, tell the observers; the masked record is what callers keep."""
         if self._mask is not None:
             verdict = verdict.masked(self._mask)
         self.verdicts.append(verdict)
@@ -139,12 +144,150 @@ class VerdictRecord(Sequence[Verdict]):
             self.log(Unshipped(f"FAILED: {verdict.line()}"))
             for line in verdict.last_lines[-5:]:
                 self.log(Unshipped(f"  | {line}"))
-        tell_listeners(self.faults, "verdict listener", self.on_verdict, verdict, phase=verdict.phase)
+        self.observers.verdict(verdict)
         return verdict
 
     def verdict_of(self, child: Child) -> Verdict | None:
         """The latest verdict recorded for ``child`` (by pid), if it was reaped."""
         return next((x for x in reversed(self.verdicts) if x.pid == child.pid), None)
+
+
+class Hears(Protocol):
+    """An observer of the lifecycle: what it hears of a phase's move (or its service up, or a kept daemon
+    dead), of a verdict recorded, of the shutdown. Each observer has the three, the ones it has no use for
+    doing nothing (``Deaf``)."""
+
+    def phase_changed(self, phase: Any) -> None: ...
+
+    def verdict(self, verdict: Verdict) -> None: ...
+
+    def shutting_down(self, view: ShutdownView) -> None: ...
+
+
+class StatusFile(Protocol):
+    """status.json (status/file.py's StateFile): told once per batch of changes; ``what``, a phase that
+    reached its end, is written at once even past the file's burst."""
+
+    def changed(self, what: object = None) -> None: ...
+
+
+class FetchClock(Deaf):
+    """The instance's clocks (state/firstseen.py's FirstSeen): a ``param-done`` phase done ends the fetch and
+    starts the benchmark's clock."""
+
+    def __init__(self, first_seen: Any) -> None:
+        self._first_seen = first_seen
+
+    def phase_changed(self, phase: Any) -> None:
+        if phase.spec.report == "param-done" and phase.state is PhaseState.DONE:
+            self._first_seen.param_done()
+
+
+class PluginEvents(Deaf):
+    """What a plugin hears (wiring.Events): its listeners, added at its ``attach``, hear frozen views,
+    never the Phase. The failure in a ShutdownView is the recorded verdict, masked where it was recorded
+    (VerdictRecord): a give-up may quote it to the manager as it is."""
+
+    def __init__(self, faults: Faults | None = None) -> None:
+        self.faults = faults or Faults()
+        self._transition: list[Callable[[PhaseView], None]] = []
+        self._shutdown: list[Callable[[ShutdownView], None]] = []
+        self._verdict: list[Callable[[Verdict], None]] = []
+
+    # What the plugin calls (wiring.Events).
+    def on_transition(self, listener: Callable[[PhaseView], None]) -> None:
+        self._transition.append(listener)
+
+    def on_shutdown(self, listener: Callable[[ShutdownView], None]) -> None:
+        self._shutdown.append(listener)
+
+    def on_verdict(self, listener: Callable[[Verdict], None]) -> None:
+        self._verdict.append(listener)
+
+    # What the observers tell it: each listener in the order it was added, one that raises costing only itself.
+    def phase_changed(self, phase: PhaseLike) -> None:
+        if self._transition:
+            view = PhaseView.of(phase)
+            tell_each(self.faults, "listener", self._transition, view, phase=view.name)
+
+    def verdict(self, verdict: Verdict) -> None:
+        tell_each(self.faults, "verdict listener", self._verdict, verdict, phase=verdict.phase)
+
+    def shutting_down(self, view: ShutdownView) -> None:
+        tell_each(self.faults, "shutdown listener", self._shutdown, view)
+
+
+@dataclass
+class Observers:
+    """Who reacts to what the lifecycle decides, each by name, told in the order of the fields below (the
+    composition root fills them: app/observers.py; a place left empty hears nothing):
+
+    - ``resume``: first, so that a phase's facts are kept before anything else reads them;
+    - ``clocks``: a ``param-done`` phase done ends the fetch and starts the benchmark's clock;
+    - ``reporter``: the manager hears the why before the plugin's give-up (a shutdown's reason lines first);
+    - ``plugin``: after the reporter, before status.json (which shows the plugin's bench hold);
+    - ``timeline``: when each phase started, came up and ended, before status.json shows it;
+    - ``first_writes``: at a shutdown under a stop signal's budget, status.json and the termination log are
+      written before any child's grace runs (SIGKILL may end the budget);
+    - ``status``: last, and once per batch of changes: the changes one event brings (a verdict, the
+      attempt's end, the phase's, the lifecycle's shutdown) are written as one status.json at the end of
+      the loop's turn, not one each; the batch that ends the run is the exit's to write (teardown.py).
+    """
+
+    loop: EventLoop | None = None  # where the status.json of a batch is written from (None: told at once)
+    faults: Faults = field(default_factory=Faults)  # where an observer that raises is said (the loop's)
+    resume: Hears = NOBODY
+    clocks: Hears = NOBODY
+    reporter: Hears = NOBODY
+    plugin: PluginEvents = field(default_factory=PluginEvents)
+    timeline: Hears = NOBODY
+    first_writes: Hears = NOBODY
+    status: StatusFile | None = None
+    _status_due: Timer | None = field(default=None, init=False, repr=False)
+    _status_final: object = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.plugin.faults = self.faults
+
+    def phase_changed(self, phase: Any) -> None:
+        hearing = (self.resume.phase_changed, self.clocks.phase_changed, self.reporter.phase_changed,
+                   self.plugin.phase_changed, self.timeline.phase_changed)
+        tell_each(self.faults, "listener", hearing, phase, phase=phase.spec.name)
+        self._status_changed(phase)
+
+    def verdict(self, verdict: Verdict) -> None:
+        tell_each(self.faults, "verdict listener", (self.reporter.verdict, self.plugin.verdict), verdict,
+                  phase=verdict.phase)
+        self._status_changed(verdict)
+
+    def shutting_down(self, view: ShutdownView) -> None:
+        """After the first stop signal is out: these may write to disk (the outbox fsyncs)."""
+        hearing = (self.reporter.shutting_down, self.plugin.shutting_down, self.first_writes.shutting_down)
+        tell_each(self.faults, "shutdown listener", hearing, view)
+
+    def run_over(self) -> None:
+        """The lifecycle is over: the exit writes status.json after its sweep (teardown.py), with this last
+        batch in it, so the batch's own write is not made."""
+        if self._status_due is not None:
+            self._status_due.cancel()
+            self._status_due = None
+
+    def _status_changed(self, what: object) -> None:
+        """status.json is due at the end of this turn of the loop, once for every change until then; a phase
+        that reached its end is what it is told of (written at once, even past the file's burst)."""
+        if self.status is None:
+            return
+        if getattr(what, "state", None) in FINAL_STATES:
+            self._status_final = what
+        if self.loop is None:
+            self._write_status()
+        elif self._status_due is None:
+            self._status_due = self.loop.call_later(0, self._write_status)
+
+    def _write_status(self) -> None:
+        self._status_due, final, self._status_final = None, self._status_final, None
+        if self.status is not None:
+            tell_each(self.faults, "listener", (self.status.changed,), final)
 
 
 class StartOrder:
@@ -161,7 +304,7 @@ class StartOrder:
 
     def forget(self, children: Iterable[Child]) -> None:
         """``children`` are over (their attempt's stop ended): a shutdown has no more to stop of them."""
-        gone = set(map(id, children))
+        gone = {id(c) for c in children}
         self._children = [c for c in self._children if id(c) not in gone]
 
     def newest_first(self) -> list[Child]:
@@ -185,10 +328,17 @@ class Runtime:
 
     @classmethod
     def of(cls, spawning: ChildKit, evidence: MachineEvidence | None = None, **rest: Any) -> Runtime:
-        """The parts around ``spawning`` (its loop and log), the verdict record new."""
+        """The parts around ``spawning`` (its loop and log), the verdict record new, heard by no one yet (the
+        composition root names the observers: app/observers.py)."""
         return cls(spawning.loop, spawning.log, spawning, evidence or MachineEvidence(memory=spawning.memory),
                    VerdictRecord(spawning.log, spawning.loop.faults,
-                                 spawning.redactor.text if spawning.redactor is not None else None), **rest)
+                                 spawning.redactor.text if spawning.redactor else None,  # no secrets: no mask
+                                 Observers(spawning.loop, spawning.loop.faults)), **rest)
+
+    @property
+    def observers(self) -> Observers:
+        """Who reacts to what the lifecycle decides (the verdict record tells them of each verdict)."""
+        return self.verdicts.observers
 
 
 @dataclass(frozen=True)
@@ -209,13 +359,13 @@ class ResumeNeeds:
         return self.evidence.available_memory(cap)
 
 
-def tell_listeners(faults: Faults, kind: str, listeners: list[Callable[..., None]], *args: Any,
-                   phase: str | None = None) -> None:
-    """Every listener hears of it, whichever raised before it: a broken listener (reporting, the
-    status file) is logged once and costs what it was for, never the lifecycle."""
-    for listener in list(listeners):
+def tell_each(faults: Faults, kind: str, listeners: Iterable[Callable[[Any], None]], what: Any,
+              phase: str | None = None) -> None:
+    """Every listener hears of ``what``, in order, whichever raised before it: one that raises (reporting,
+    the status file, a plugin's) is logged once and costs what it was for, never the lifecycle."""
+    for listener in listeners:
         try:
-            listener(*args)
+            listener(what)
         except Exception as exc:
             faults.report(f"the {kind} {name_of(listener)}", exc, phase=phase)
 

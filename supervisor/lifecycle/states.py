@@ -1,17 +1,30 @@
-"""The states a phase can be in, and every way it moves between them, on one screen.
+"""A phase's states, every way it moves between them, and the words its one decision is made in.
 
-``Phase.transition`` (supervisor/lifecycle/phase.py) refuses any move not in ``_ALLOWED``; the diagram below
-is the same table drawn, and tests/test_phase_states.py walks every cell of it.
+``_ALLOWED`` is every move a phase can make: ``Phase.transition`` (supervisor/lifecycle/phase.py) refuses any
+other; the diagram below is the same table drawn, and tests/test_phase_states.py walks every cell of it.
+
+The decision itself is ``phase.decide``: it takes what happened to a phase (an ``Event``, below: its command
+started, a child exited, a timer fired, its service came up, a watcher found it too slow, the supervisor
+shuts down, ...) and returns a ``Step``: the state it moves to (if any), why, and the effects (``Effect``
+and the records after it) the phase carries out around the move, as Pebble's servstate handlers do with
+their one ``transition``. What comes after an attempt (done, retry, restart, fail: ``after_attempt``) and
+how long a backoff is (``backoff_delay``) are pure rules, here beside the words.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import verdict as v
+from .verdict import Verdict
+
 if TYPE_CHECKING:
-    from .verdict import Verdict
+    from ..config import PhaseSpec
+    from ..engine.process import Child
+    from .hooks import Refusal
 
 
 class PhaseState(enum.StrEnum):
@@ -62,6 +75,266 @@ _ALLOWED: dict[PhaseState, set[PhaseState]] = {
 }
 FINAL_STATES = frozenset({PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED})
 ATTEMPT_RUNS = (PhaseState.STARTING, PhaseState.RUNNING)  # an attempt whose children are not being stopped
+# Why a phase ends or an attempt's children stop when the supervisor shuts down (every phase, the same words).
+SHUTDOWN_WHY = "supervisor shutdown"
+
+
+# ---------------------------------------------------------------- events: what can happen to a phase
+
+
+@dataclass(frozen=True)
+class Reached:
+    """The lifecycle reached the phase, and resume answered: (why, what its parser read) when it need not
+    run again (done in an earlier run, its evidence still holds), else None."""
+
+    resumed: tuple[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Before an attempt, the steps that may refuse it ran (the memory preflight before the ``first``, the
+    prepare hook before each): ``refusal`` is why the phase cannot run, None when it can."""
+
+    refusal: Refusal | None
+    first: bool
+
+
+@dataclass(frozen=True)
+class CommandStarted:
+    child: Child
+
+
+@dataclass(frozen=True)
+class CameUp:
+    """The service's command answered its ready check (or has none)."""
+
+
+@dataclass(frozen=True)
+class ChildExited:
+    """A child of the phase was reaped and judged; ``verdict`` is recorded. ``asked``: the supervisor had
+    asked it to stop; ``kept``: a daemon kept for the rest of the lifecycle; ``ours``: one of the current
+    attempt's children."""
+
+    verdict: Verdict
+    asked: bool
+    kept: bool
+    ours: bool
+
+
+@dataclass(frozen=True)
+class StartFailed:
+    """The attempt's children could not all be started: spawn failed, a port was held, not ready in time."""
+
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Aborted:
+    """The supervisor ends the attempt: a stall, too slow, a watcher's finding (``reason``, ``detail``).
+    ``command_running``: its command runs (its exit then says how it ended), else it is still at its daemons."""
+
+    reason: str
+    detail: str
+    command_running: bool
+
+
+@dataclass(frozen=True)
+class DeadlinePassed:
+    """timeout_s since the first attempt is up (the children's output read first, a freeze said)."""
+
+    detail: str
+    command_running: bool
+
+
+@dataclass(frozen=True)
+class ChildrenStopped:
+    """Every child of the attempt that was stopping is gone (the kept daemons live on)."""
+
+
+@dataclass(frozen=True)
+class FactsGathered:
+    """Resume's facts of a phase that is done are in (its output files listed off the loop)."""
+
+    facts: dict[str, Any]
+    why: str
+
+
+@dataclass(frozen=True)
+class BackoffOver:
+    pass
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A bug of the supervisor's own while handling the phase: ``verdict`` says which (internal_error)."""
+
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class StopAsked:
+    """The supervisor shuts down: no new attempt, no more of this one started (the lifecycle stops the children)."""
+
+
+@dataclass(frozen=True)
+class ShutdownSettled:
+    """Every child of the run is stopped: the phase ends where it was (STOPPED, if it was not over)."""
+
+
+Event = (Reached | Prepared | CommandStarted | CameUp | ChildExited | StartFailed | Aborted | DeadlinePassed
+         | ChildrenStopped | FactsGathered | BackoffOver | Broken | StopAsked | ShutdownSettled)
+
+
+# ---------------------------------------------------------------- effects: what the phase carries out
+
+
+class Effect(enum.Enum):
+    """What a step asks of the phase beyond its move (those that carry a value are the classes below)."""
+
+    PREPARE_FIRST = "run the memory preflight and the prepare hook, then say Prepared (first attempt)"
+    PREPARE_AGAIN = "run the prepare hook, then say Prepared (a later attempt)"
+    START_DEADLINE = "set timeout_s's timer, once, before the first attempt"
+    NEW_ATTEMPT = "a new attempt's record, the phase's memory peak reset"
+    WATCH_ATTEMPT = "the attempt's stall and progress watches"
+    BEGIN_START = "start the attempt's daemons, then its command"
+    CANCEL_START = "start no more of the attempt's children; hear no more readiness answers"
+    KEEP_DAEMONS = "the daemons with lifetime = lifecycle live on into the later phases"
+    STOP_CHILDREN = "stop the attempt's other children in reverse start order, then say ChildrenStopped"
+    SWEEP = "forget the stopped children; kill what escaped into the phase's cgroup"
+    CANCEL_TIMERS = "the deadline and the backoff timers cancelled"
+    RELEASE_MEMORY = "the phase's cgroup removed (unless daemons live on in it)"
+    MARK_UP = "the attempt's service is up (the first time: the phase's too)"
+    TELL_LIFECYCLE = "the lifecycle hears of the phase with no move (up, a kept daemon died)"
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Take what the last run learnt: ``parsed`` and the record's facts."""
+
+    parsed: Any
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """``verdict`` ended the attempt (or refused the next one): recorded first where no child's exit did it
+    (one without a pid), unless ``record`` is False (a verdict the record already holds)."""
+
+    verdict: Verdict
+    record: bool = True
+
+
+@dataclass(frozen=True)
+class MarkStopped:
+    """The verdicts of the attempt's children about to be stopped say why (unless one already does)."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class MarkBroken:
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class BackOff:
+    delay: float
+
+
+@dataclass(frozen=True)
+class GatherFacts:
+    """Resume's facts of the attempt that succeeded (listed off the loop), then say FactsGathered(why)."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class KeepFacts:
+    facts: dict[str, Any]
+
+
+Doing = Effect | Resume | Outcome | MarkStopped | MarkBroken | BackOff | GatherFacts | KeepFacts
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one event does: ``before`` carried out, then the move to ``state`` (None: no move) for ``why``,
+    then ``after``; ``then``: the event that follows at once (a shutdown settles in two moves)."""
+
+    state: PhaseState | None = None
+    why: str = ""
+    before: tuple[Doing, ...] = ()
+    after: tuple[Doing, ...] = ()
+    then: Event | None = None
+
+
+NOTHING = Step()
+
+
+# ---------------------------------------------------------------- after an attempt: the rules
+
+
+class Next(enum.Enum):
+    DONE = "done"
+    FAIL = "fail"  # for good
+    AGAIN = "again"  # another attempt after a backoff (a oneshot's retry, a service's restart)
+
+
+def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_expired: bool,
+                  restart_times: list[float], now: float) -> tuple[Next, str]:
+    """What follows the attempt ``outcome`` ended, and why. ``restart_times``: when the service was
+    restarted before (monotonic), against its restart_burst."""
+    if outcome.reason in v.FOR_GOOD:  # a bug of ours, a GPU gone: another attempt cannot succeed
+        why = outcome.detail if outcome.reason == v.INTERNAL_ERROR else f"{outcome.reason}: {outcome.detail}"
+        return Next.FAIL, why
+    if spec.kind == "oneshot":
+        return _retry_or_fail(spec, outcome, attempt, deadline_expired)
+    policy = spec.restart
+    if policy == "no" or (policy == "on-failure" and outcome.success):
+        return Next.DONE if outcome.success else Next.FAIL, f"service ended: {outcome.reason} (restart = {policy!r})"
+    if burst_exceeded(restart_times, now, spec.restart_burst, spec.restart_window_s):
+        return Next.FAIL, (f"{outcome.reason}; restarted {spec.restart_burst} times within "
+                           f"{spec.restart_window_s:g}s (restart_burst): giving up")
+    return Next.AGAIN, f"{outcome.reason}; restart = {policy!r}"
+
+
+def _retry_or_fail(spec: PhaseSpec, outcome: Verdict, attempt: int, deadline_expired: bool) -> tuple[Next, str]:
+    if outcome.success:
+        return Next.DONE, f"completed in {attempt} attempt(s)"
+    if outcome.reason == v.TIMEOUT and deadline_expired:
+        return Next.FAIL, f"{outcome.reason}: {outcome.detail}"
+    if attempt > spec.retries:
+        tries = "no retries configured" if not spec.retries else f"all {spec.retries} retries used"
+        return Next.FAIL, f"{outcome.reason} ({tries})"
+    return Next.AGAIN, f"{outcome.reason}; retry {attempt} of {spec.retries}"
+
+
+def backoff_delay(failures: int, base: float, factor: float, cap: float, jitter: float, rand: float) -> float:
+    """Seconds to wait before the next try after ``failures`` consecutive failures (1, 2, ...).
+
+    base × factor^(failures-1), capped at ``cap``, then spread by ±``jitter``
+    (a fraction) using ``rand`` in [0, 1) so that a fleet restarted together
+    does not retry in lockstep. Never negative, never above ``cap``.
+    """
+    if failures < 1:
+        return 0.0
+    exponent = min(failures - 1, 64)  # beyond this the cap has long won; avoid float overflow
+    raw = min(cap, base * factor**exponent)
+    spread = raw * jitter * (2.0 * rand - 1.0)
+    return max(0.0, min(cap, raw + spread))
+
+
+def within_window(times: Iterable[float], now: float, window: float) -> list[float]:
+    """The times that fall inside the last ``window`` seconds before ``now``."""
+    return [t for t in times if now - t < window]
+
+
+def burst_exceeded(restart_times: Iterable[float], now: float, burst: int, window: float) -> bool:
+    """True when ``burst`` restarts already happened inside the window: no more restarts."""
+    return len(within_window(restart_times, now, window)) >= burst
+
+
+# ---------------------------------------------------------------- what others are shown of a phase
 
 
 class PhaseLike(Protocol):
@@ -107,3 +380,20 @@ class ShutdownView:
     status: int
     failure: Verdict | None  # the verdict that failed the lifecycle (masked); None: a stop, a completed run, ...
     production_was_up: bool  # the production service (``report = "running"``, else the last service) came up
+
+
+class Deaf:
+    """An observer that hears and does nothing: a place in ``Observers`` left empty, and the base of those
+    that hear only some of it."""
+
+    def phase_changed(self, phase: Any) -> None:
+        pass
+
+    def verdict(self, verdict: Verdict) -> None:
+        pass
+
+    def shutting_down(self, view: ShutdownView) -> None:
+        pass
+
+
+NOBODY = Deaf()

@@ -32,6 +32,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ..config import ManagerSpec
+from ..text import Log
 from ..text.redact import Redactor, shown_url, url_secrets
 
 # requests and tenacity are imported when a client is made, not with this module: a
@@ -86,7 +87,7 @@ class Answer:
 class ManagerClient:
     """Calls the manager at ``spec.url``; safe to use from several threads at once (nothing is shared)."""
 
-    def __init__(self, spec: ManagerSpec, token: str | None = None, warn: Callable[[str], None] | None = None) -> None:
+    def __init__(self, spec: ManagerSpec, token: str | None = None, warn: Log | None = None) -> None:
         assert spec.url is not None
         import requests  # noqa: F401  (fails here, at start, if it is missing; not at the first call)
 

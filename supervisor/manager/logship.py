@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..text import Log
 from .client import LOG_PUSH_LIMIT, ManagerClient, PermanentError, TransientError, next_wait_s
 
 # Leave room under the manager's 256 KiB cut for the "dropped" note and headers' sake.
@@ -41,7 +42,6 @@ FLUSH_TIMEOUT_S = 5.0
 # it already has. Today's manager ignores the header; the dev-manager drops the duplicates (docs/manager.md).
 SEQ_HEADER = "X-Log-Seq"
 
-Log = Callable[[str], None]
 
 
 class _Queue:
@@ -256,7 +256,7 @@ class EarlyLines:
 
     def __init__(self) -> None:
         self._held: list[str] | None = []
-        self._forward: Callable[[str], None] | None = None
+        self._forward: Log | None = None
 
     def tap(self, message: str) -> None:
         if self._forward is not None:
@@ -265,7 +265,7 @@ class EarlyLines:
             self._held.append(message)
             del self._held[:-EARLY_LINES_MAX]
 
-    def hand_to(self, forward: Callable[[str], None] | None) -> None:
+    def hand_to(self, forward: Log | None) -> None:
         """Replay what was held into ``forward``, then pass every later line straight on; None: drop them."""
         held, self._held = self._held or [], None
         self._forward = forward

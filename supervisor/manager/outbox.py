@@ -16,10 +16,11 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..text import Log
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -59,7 +60,7 @@ CALL_COLUMNS = ("id", "kind", "payload", "created", "state", "attempts", "finish
 # already there (a write reported failed that landed after all) is replaced, not refused.
 INSERT_ROW = f"INSERT OR REPLACE INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})"
 
-Note = Callable[[str], None]
+Note = Log  # where the outbox says what it found (the supervisor's log)
 
 
 def is_corruption(exc: sqlite3.Error) -> bool:

@@ -27,10 +27,11 @@ from ..config import REPORTS, ManagerSpec
 from ..engine.exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
 from ..engine.loop import EventLoop, contained, summary
 from ..exits import EXIT_OK
-from ..lifecycle.states import PhaseLike, PhaseState, PhaseView
+from ..lifecycle.states import PhaseLike, PhaseState, PhaseView, ShutdownView
 from ..lifecycle.verdict import STOPPED, Verdict
 from ..state import givenup
 from ..state import paths as statepaths
+from ..text import Log
 from ..text.ansi import strip_ansi
 from ..text.redact import Redactor, shown_url
 from .answers import FieldCheck
@@ -43,7 +44,6 @@ from .row import Row, RowFields
 from .sender import LOG, CallKinds, Sender
 from .view import ManagerView
 
-Log = Callable[[str], None]
 # Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
 FlushWait = Callable[[ExitFlush, Callable[[], bool]], None]
 
@@ -207,16 +207,16 @@ class Reporter:
             self._reported.add(kind)
             self.queue(kind, {})
 
-    def shutting_down(self, why: str, status: int) -> None:
+    def shutting_down(self, view: ShutdownView) -> None:
         """The lifecycle shuts down for a failure: the reason goes out first (a plugin's shutdown listeners,
         the give-up among them, come after this one)."""
-        if status != EXIT_OK:
-            self.push_text("setup", f"prover-supervisor stopping: {why}")
+        if view.status != EXIT_OK:
+            self.push_text("setup", f"prover-supervisor stopping: {view.why}")
 
     def verdict(self, verdict: Verdict) -> None:
         self.event("verdict", **verdict.to_dict())
-        if verdict.success or verdict.reason == STOPPED:
-            return
+        if verdict.success or verdict.reason == STOPPED or not self.reporting():
+            return  # (push_text would drop it: no line is made for a manager that is not told)
         lines = [f"prover-supervisor: FAILED: {verdict.line()}"]
         # The child's own lines, as the manager's dashboard must show them: no colour codes.
         lines += [f"  | {_plain(line)}" for line in verdict.last_lines]

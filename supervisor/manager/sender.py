@@ -38,6 +38,7 @@ from typing import Any
 
 from ..config import ManagerSpec
 from ..engine.loop import EventLoop
+from ..text import Log
 from .answers import AnswerError, check_uuid, register_answer
 from .callkinds import LOG, REGISTER, RUNNING, CallKind, CallKinds, Payload
 from .client import Answer, ManagerClient, PermanentError, TransientError
@@ -54,7 +55,6 @@ UNKNOWN_INSTANCE = "instance not found"
 # A 404 whose meaning /runner-id could not tell (the manager down again): the call waits this long, then goes again.
 CONFIRM_RETRY_S = 5.0
 
-Log = Callable[[str], None]
 
 
 def _ignore(value: Any) -> None:

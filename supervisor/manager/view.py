@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..text import Log
 from .callkinds import LOG
 from .repush import REPUSH_CALLS, RecentLines, repush_text
 from .row import Row
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from ..state.firstseen import FirstSeen
     from .outbox import Outbox
 
-Log = Callable[[str], None]
 
 
 class ManagerView:

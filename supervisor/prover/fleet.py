@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..lifecycle.states import PhaseState
 from ..manager.answers import AnswerError, answered
 from ..manager.client import Answer, ManagerClient, TransientError
+from ..text import Log
 from ..wiring import CallKind, Payload, RowFields
 from .configkeys import DEFAULT_MIN_RATE
 from .gate import BenchGate
@@ -164,7 +165,7 @@ class Fleet:
     """bench-done, its gate and the give-up, for one run; hears the lifecycle through the Wiring."""
 
     def __init__(self, settings: FleetSettings, link: ManagerLink, gate: BenchGate,
-                 log: Callable[[str], None]) -> None:
+                 log: Log) -> None:
         self._settings = settings
         self._link = link
         self._gate = gate

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..text import Log
 from .reasons import EXIT_BENCH_REJECTED
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 # Why the lifecycle does not go past the bench phase (the status view shows it).
 GATE_HOLD = "waiting for the manager's answer to bench-done"
 
-Log = Callable[[str], None]
 CallLater = Callable[[float, Callable[[], None]], "Timer"]
 
 

@@ -30,7 +30,7 @@ from types import MappingProxyType
 from ..config import Plan
 from ..lifecycle import verdict as v
 from ..lifecycle.fitness import Evidence, Finding, SpaceNeed
-from ..lifecycle.policy import capped
+from ..lifecycle.hooks import capped
 from ..plugin import Plugin
 from ..state.firstseen import AFTER_FETCH_CLOCK
 from ..wiring import Wiring

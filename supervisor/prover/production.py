@@ -36,13 +36,13 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
 from ..engine.offloop import worker_thread
 from ..evidence.watchstate import said_error, short
+from ..text import Log
 from ..text.units import fmt_bytes
 from .reasons import PROOFS_FAILING
 
@@ -384,7 +384,7 @@ class ProductionWatch:
 
 
 def attach_watch(wiring: Wiring, status_url: str, production_phase: str | None,
-                 settings: ProductionSettings, log: Callable[[str], None]) -> ProductionWatch | None:
+                 settings: ProductionSettings, log: Log) -> ProductionWatch | None:
     """The watch on the production phase, heard through the wiring's events; None without one."""
     if production_phase is None:
         return None

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..text import Log
 from . import paths as statepaths
 from .atomic import StateFileError, load_json, save_json
 
@@ -68,7 +69,7 @@ class FirstSeen:
     """The times (epoch seconds), loaded at start; the first start written at once if it was not known.
     ``names``: a clock (CLOCKS) → the name it is asked and shown by instead (a plugin's: Plugin.clocks)."""
 
-    def __init__(self, state_dir: Path, log: Callable[[str], None], now: Callable[[], float] = time.time,
+    def __init__(self, state_dir: Path, log: Log, now: Callable[[], float] = time.time,
                  names: Mapping[str, str] | None = None) -> None:
         self._names = {clock: (names or {}).get(clock, clock) for clock in CLOCKS}  # clock → its name
         self._clocks = {name: clock for clock, name in self._names.items()}  # its name → the clock

@@ -19,6 +19,7 @@ from ..engine.loop import EventLoop, Timer
 from ..lifecycle.states import FINAL_STATES
 from ..state import paths as statepaths
 from ..state.atomic import StateFileError, load_json, save_json
+from ..text import Log
 from .model import Snapshot
 
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
@@ -29,9 +30,9 @@ PERSIST_WINDOW_S = 1.0
 STATE_MAX_READ_BYTES = 16 * 1024 * 1024
 
 
-def persist(state_dir: Path, snapshot: Snapshot) -> None:
-    """Write status.json atomically: a reader never sees half a file."""
-    save_json(statepaths.path(state_dir, statepaths.STATUS_FILE), snapshot.to_json())
+def persist(path: Path, snapshot: Snapshot) -> None:
+    """Write status.json (``path``) atomically: a reader never sees half a file."""
+    save_json(path, snapshot.to_json())
 
 
 class StateFile:
@@ -45,10 +46,9 @@ class StateFile:
     the next change, and said again once it works.
     """
 
-    def __init__(self, state_dir: Path, loop: EventLoop, log: Callable[[str], None],
+    def __init__(self, state_dir: Path, loop: EventLoop, log: Log,
                  build: Callable[[], Snapshot]) -> None:
         self.path = statepaths.path(state_dir, statepaths.STATUS_FILE)
-        self._state_dir = state_dir
         self._loop = loop
         self._log = log
         self._build = build
@@ -71,7 +71,7 @@ class StateFile:
             self._later = None
         self._recent.append(self._loop.clock.monotonic())
         try:
-            persist(self._state_dir, self._build())
+            persist(self.path, self._build())
         except OSError as exc:
             if not self._failing:
                 self._failing = True

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..engine.loop import EventLoop
 from ..state import paths as statepaths
+from ..text import Log
 from .file import snapshot_problem
 from .model import Snapshot
 
@@ -42,7 +43,7 @@ class StatusServer:
     """
 
     def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], Snapshot],
-                 log: Callable[[str], None]) -> None:
+                 log: Log) -> None:
         self.path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
         self._build = build
         self._loop = loop

@@ -1,7 +1,7 @@
 """The status view's clocks: what each running timer has left, and when each phase started and ended.
 
 Read, never set. A phase's timers are its pacing's (the deadline, the backoff, the latest attempt's stall
-watch: pacing.py), its attempt's start (the readiness wait under way: starting.py) and the lifecycle's hold on
+watch: phase.py's Pacing), its attempt's start (the readiness wait under way: attempt.py) and the lifecycle's hold on
 it (the bench gate counts down through ``Lifecycle.hold(..., for_s=)``); a child being stopped has its grace
 before SIGKILL (``Child.kill_at``). They all run on the loop's monotonic clock, so what is shown is seconds
 (left, waited, silent), counted from the ``now`` handed in: pure functions, tested in-process.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, PhaseState
+from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, Deaf, PhaseState
 from .model import DeadlineTimer, LeftTimer, ReadyTimer, StallTimer, StopTimer, Timers
 
 
@@ -126,10 +126,10 @@ def stop_timer(child: StoppedChild, grace_s: float, now: float) -> StopTimer | N
     return StopTimer(grace_s=grace_s, kill_in_s=_secs(kill_at - now))
 
 
-class Timeline:
+class Timeline(Deaf):
     """When each phase left pending, came up and reached its end (wall time, the phase's ``since``), by name.
 
-    A listener of every transition (``changed``); what a later transition says is kept, the first start and
+    An observer of every transition (``phase_changed``); what a later transition says is kept, the first start and
     the first time up are not overwritten (a service restarted is the same phase, started once)."""
 
     def __init__(self) -> None:
@@ -137,7 +137,7 @@ class Timeline:
         self._up: dict[str, float] = {}
         self._ended: dict[str, float] = {}
 
-    def changed(self, phase: TimedPhase) -> None:
+    def phase_changed(self, phase: TimedPhase) -> None:
         if phase.state is PhaseState.PENDING:
             return
         self._started.setdefault(phase.name, phase.since)

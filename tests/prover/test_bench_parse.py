@@ -22,8 +22,7 @@ import pytest
 from helpers import PY, Runner, free_port, kill_tree, py_script, sh, toml_list, wait_for
 from profilekit import standin_env
 
-from supervisor.engine.console import Console
-from supervisor.engine.logs import ChildOutput, LogFile
+from supervisor.engine.logs import ChildOutput, Console, LogFile
 from supervisor.exits import EXIT_FAILURE
 from supervisor.prover.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
 from supervisor.prover.standins.cuzk_bench import Result, proof_line, result_block, summary

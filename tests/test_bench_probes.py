@@ -77,8 +77,8 @@ def test_a_run_under_probe_py_records_every_probe(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[first/first] line 3" in done.stdout, done.stdout
     seen = {name for name, _ in json.loads(events.read_text())}
-    for label in ("statefile.persist:in", "snapshot.snapshot:out", "resume.load_record:in",
-                  "statussocket.StatusServer.__init__:in", "phase.Phase.transition:in",
+    for label in ("file.persist:in", "snapshot.snapshot:out", "resume.load_record:in",
+                  "socket.StatusServer.__init__:in", "phase.Phase.transition:in",
                   "runtime.VerdictRecord.record:in",
                   "children.spawn:in", "console_verdict_written"):
         assert label in seen, (label, sorted(seen))

@@ -28,8 +28,17 @@ RETRY_WRITE_S = 5.0
 
 def clock() -> bytes:
     """The time of day a console or log line starts with: ``HH:MM:SS.mmm``."""
+    global _second
     now = time.time()
-    return time.strftime("%H:%M:%S", time.localtime(now)).encode() + b".%03d" % int(now % 1 * 1000)
+    whole = int(now)
+    second, text = _second
+    if second != whole:  # localtime and strftime once a second, not once a line (they cost ~5 us a call)
+        text = time.strftime("%H:%M:%S", time.localtime(whole)).encode()
+        _second = (whole, text)  # one tuple, replaced whole: the console thread calls this too
+    return text + b".%03d" % int(now % 1 * 1000)
+
+
+_second: tuple[int, bytes] = (-1, b"")  # the last second clock() formatted, and its HH:MM:SS
 
 
 def to_stderr(message: str) -> None:

@@ -337,7 +337,7 @@ class Ours(Tool):
             lines.append(f"restart = {json.dumps('always' if restart else 'no')}")
         if restart:
             lines += ["backoff_s = 0.01", "backoff_max_s = 0.01", "backoff_jitter = 0",
-                      "restart_burst = 1000000", "restart_window_s = 1"]
+                      "restart_burst = 1000", "restart_window_s = 1"]  # (the most a config may give)
         path = WORK / f"ours-{tag}.toml"
         path.write_text("\n".join(lines) + "\n")
         return str(path)
@@ -930,7 +930,8 @@ def judge(res: dict) -> list[tuple[str, str, bool | None, str]]:
         out.append(("4a", "≥ 0.5× tini's pass-through", o >= 0.5 * t, f"{o:.0f} vs tini {t:.0f} MB/s = {o / t:.2f}×"))
     o, s = get("idle", "ours", "rss_mib"), get("idle", "supervisord", "rss_mib")
     if o is not None and s:
-        out.append(("5a", "RSS ≤ supervisord's", o <= s, f"{o:.1f} vs {s:.1f} MiB"))
+        out.append(("5a", "RSS ≤ 30 MiB and ≤ supervisord's", o <= 30 and o <= s,
+                    f"{o:.1f} MiB (≤ 30: {'yes' if o <= 30 else 'no'}) vs supervisord's {s:.1f} MiB"))
     c = get("idle", "ours", "cpu_pct_of_core")
     if c is not None:
         out.append(("5b", "CPU < 0.5 % of a core", c < 0.5, f"{c:.3f} %"))

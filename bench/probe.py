@@ -119,5 +119,7 @@ if os.environ.get("PROBE_CONSOLE") == "1":
     install_console_probe()
 if os.environ.get("PROBE_PATCH") == "fastfeed":
     install_fast_feed()
-atexit.register(dump)
-sys.exit(supervisor.app.cli.main(sys.argv[1:]))
+atexit.register(dump)  # registered first, so it runs last of the atexit handlers
+status = supervisor.app.cli.main(sys.argv[1:])
+EVENTS.append(("main_returned", time.monotonic()))  # what is left: the threads' joins, atexit, finalization
+sys.exit(status)

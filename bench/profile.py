@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where ours spends its time on the paths the benchmarks found slow.
 
-    python bench/profile.py [sigterm|exit|startup|logs|rss|feed ...]   # default: all of them
+    python bench/profile.py [sigterm|side|exit|lastexit|startup|logs|rss|feed ...]
+    PROFILE_AGAINST=REV python bench/profile.py side   # ours now and at git REV, side by side   # default: all of them
 
 Not part of `bench/run.py`. Runs prover-supervisor as the benchmarks do, but
 through bench/probe.py, which puts timing probes around named functions (no
@@ -15,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -66,32 +68,72 @@ def cfg_args(tool: bench.Ours, child: list[str], tag: str, **kw) -> list[str]:
 # ---------------------------------------------------------------------- SIGTERM
 
 
-def prof_sigtini(tool: bench.Ours, runs: int) -> dict:
-    """SIGTERM → child's handler: ours and tini, alternating, same run."""
-    lat: dict[str, list[float]] = {"ours": [], "tini": []}
-    for i in range(runs):
-        for label in lat:
-            stamp, ready = bench.WORK / f"p2b-{i}", bench.WORK / f"p2b-{i}.ready"
-            for f in (stamp, ready):
-                f.unlink(missing_ok=True)
-            child = [bench.HELPER, "term", str(stamp), str(ready)]
-            if label == "tini":
-                p = subprocess.Popen(bench.Tini().wrap(child, "w2"), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-            else:
-                env = {**os.environ, "PROBE_OUT": str(bench.WORK / "p2b.json")}
-                p = subprocess.Popen([OURS_PY, PROBE, *cfg_args(tool, child, "w2")], env=env, cwd=bench.SRC,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def sources() -> dict[str, Path]:
+    """Which versions of ours run side by side: the snapshot the run took, and with $PROFILE_AGAINST=REV
+    (a git revision) that revision's supervisor/ too, so that a change is measured against what it
+    changes in the same run, on the same load."""
+    out = {"ours": bench.SRC}
+    rev = os.environ.get("PROFILE_AGAINST")
+    if rev:
+        alt = bench.WORK / f"src-{rev}"
+        if not alt.exists():
+            alt.mkdir()
+            archive = subprocess.run(["git", "-C", str(bench.REPO), "archive", rev, "supervisor"], check=True,
+                                     stdout=subprocess.PIPE).stdout
+            subprocess.run(["tar", "-x", "-C", str(alt)], input=archive, check=True)
+        out[f"ours@{rev}"] = alt
+    return out
+
+
+def side_by_side(tool: bench.Ours, label: str, src: Path | None, child: list[str], tag: str,
+                 **kw) -> subprocess.Popen:
+    """One supervisor: ours (from ``src``) as the benchmarks run it, no probes, or tini or dumb-init."""
+    if src is None:
+        wrapper = bench.Tini() if label == "tini" else bench.DumbInit()
+        return subprocess.Popen(wrapper.wrap(child, tag), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    return subprocess.Popen(tool.wrap(child, tag, **kw), cwd=src, env={**os.environ, "PYTHONPATH": str(src)},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def prof_side(tool: bench.Ours, runs: int) -> dict:
+    """bench/run.py's figures 2 (SIGTERM -> the child's handler) and 7 (the child's exit -> the supervisor's
+    exit), no probes, every version of ours (``sources``), tini and dumb-init taking turns run by run: on a
+    shared machine, only figures taken side by side compare."""
+    labels: dict[str, Path | None] = {**sources(), "tini": None, "dumb-init": None}
+    term: dict[str, list[float]] = {k: [] for k in labels}
+    last: dict[str, list[float]] = {k: [] for k in labels}
+    for i in range(runs + bench.WARMUP):
+        for label, src in labels.items():
+            key = label.replace("@", "-")
+            stamp, ready = bench.WORK / f"p2b-{key}-{i}", bench.WORK / f"p2b-{key}-{i}.ready"
+            p = side_by_side(tool, label, src, [bench.HELPER, "term", str(stamp), str(ready)], "w2")
             bench.wait_for(ready.exists, 20)
-            time.sleep(0.075)
+            time.sleep(random.uniform(0.03, 0.06))  # as bench/run.py: settled into the idle wait
             t0 = time.monotonic()
             p.send_signal(signal.SIGTERM)
             got = bench.wait_for(lambda stamp=stamp: bench.read_stamps(stamp), 10, 0.001)
             p.wait(15)
-            if got:
-                lat[label].append(float(got[0][1]) - t0)
-    return {k: {"p50_ms": round(bench.pct(v, 50) * 1000, 3), "p99_ms": round(bench.pct(v, 99) * 1000, 3),
-                "n": len(v)} for k, v in lat.items()}
+            if got and i >= bench.WARMUP:
+                term[label].append(float(got[0][1]) - t0)
+            stamps = bench.WORK / f"p7b-{key}-{i}"
+            p = side_by_side(tool, label, src, [bench.HELPER, "exit", str(stamps), "150", "250", "0"],
+                             f"last-{i}", kind="oneshot")
+            os.waitpid(p.pid, 0)  # blocking: Popen.wait with a timeout polls
+            t = time.monotonic()
+            p.returncode = 0
+            st = bench.read_stamps(stamps)
+            if st and i >= bench.WARMUP:
+                last[label].append(t - float(st[-1][1]))
+            shutil.rmtree(bench.DISK / f"ours-last-{i}", ignore_errors=True)
+            shutil.rmtree(bench.WORK / f"ours-last-{i}", ignore_errors=True)
+
+    def fig(v: list[float]) -> dict:
+        return {"p50_ms": round(bench.pct(v, 50) * 1000, 3), "p99_ms": round(bench.pct(v, 99) * 1000, 3),
+                "n": len(v)} if v else {}
+
+    return {"sigterm": {k: fig(v) for k, v in term.items()}, "after_exit": {k: fig(v) for k, v in last.items()},
+            "load_after": os.getloadavg()}
 
 
 def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
@@ -128,7 +170,7 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
             return sum(o - i for i, o in zip(ins, outs, strict=False)), len(ins)
 
         tree_s, tree_n = spent("proctable.ProcessTable._read")
-        persist_s, persist_n = spent("statefile.persist")
+        persist_s, persist_n = spent("file.persist")
         log_s, log_n = spent("logs.SupervisorLog.__call__")
         rows.append({"wake": first("signals.SignalRouter.handle:in") - t0, "to_killpg": (kill or t_h) - t0,
                      "handler": t_h - t0, "table_read_before_kill": tree_s, "table_read_calls": tree_n,
@@ -188,11 +230,78 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
                      "drain_output": spent("process.Child.drain_output"),
                      "memory_report": spent("memory.MemoryEvidence.report"),
                      "to_record": rec_in - t_c, "console_written": (written or t_read) - t_c,
-                     "bench_read": t_read - t_c, "persist_in_exit_path": spent("statefile.persist"),
+                     "bench_read": t_read - t_c, "persist_in_exit_path": spent("file.persist"),
                      "child_exited_total": ex_out - ex_in})
     (OUT / "exit.json").write_text(json.dumps(rows, indent=1))
     keys = rows[0].keys() if rows else []
     return {k: med([r[k] for r in rows]) for k in keys} | {"runs": len(rows)}
+
+
+# ---------------------------------------------------------------------- the child's exit -> the supervisor's exit
+
+LASTEXIT_STEPS = [  # (probe, what it is); teardown.py's steps in their order, and what comes before them
+    ("supervisor.engine.reaping:Reaper.reap", "the reaper"),
+    ("supervisor.lifecycle.phase:Phase._child_exited", "the phase's verdict"),
+    ("supervisor.evidence.memory:MemoryEvidence.report", "the cgroup's OOM counter and peak"),
+    ("supervisor.engine.proctable:ProcessTable._read", "a /proc scan (the attempt's tree)"),
+    ("supervisor.status.file:persist", "status.json written and fsynced"),
+    ("supervisor.app.run:serve", "the loop, until the lifecycle is over"),
+    ("supervisor.app.teardown:tear_down", "the teardown, whole"),
+    ("supervisor.app.teardown:sweep_descendants", "teardown 1: kill what is left (a /proc scan)"),
+    ("supervisor.evidence.memory:MemoryEvidence.close", "teardown 1: remove the phase cgroups"),
+    ("supervisor.status.file:StateFile.save", "teardown 2: save status.json"),
+    ("supervisor.manager.reporting:Reporter.stop", "teardown 4: the manager's exit flush"),
+    ("supervisor.engine.loop:EventLoop.close", "teardown 5: close the loop"),
+    ("supervisor.engine.logs:Console.close", "teardown 5: close the console (its thread joined)"),
+    ("supervisor.app.run:run", "run() whole"),
+]
+
+
+def prof_lastexit(tool: bench.Ours, runs: int) -> dict:
+    """A one-phase oneshot over: from the child's last act to the supervisor's exit (bench/run.py's figure 7),
+    ours through the probes and tini beside it, taking turns. Per step: the median time from the child's
+    exit to the step's start, and the median time spent in it; then what follows main()'s return."""
+    rows, tini = [], []
+    for i in range(runs + bench.WARMUP):
+        stamps, ev = bench.WORK / f"p7-{i}", bench.WORK / f"p7-{i}.json"
+        child = [bench.HELPER, "exit", str(stamps), "150", "250", "0"]
+        p = probe_run(cfg_args(tool, child, f"last-{i}", kind="oneshot"), [s for s, _ in LASTEXIT_STEPS], ev,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.waitpid(p.pid, 0)
+        t_exit = time.monotonic()
+        p.returncode = 0
+        st = bench.read_stamps(stamps)
+        evs = events(ev)
+        tstamps = bench.WORK / f"p7t-{i}"
+        t = subprocess.Popen(bench.Tini().wrap([*child[:2], str(tstamps), *child[3:]], "w7"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.waitpid(t.pid, 0)
+        t_tini = time.monotonic()
+        t.returncode = 0
+        tst = bench.read_stamps(tstamps)
+        shutil.rmtree(bench.DISK / f"ours-last-{i}", ignore_errors=True)
+        shutil.rmtree(bench.WORK / f"ours-last-{i}", ignore_errors=True)
+        if i < bench.WARMUP or not st or not evs:
+            continue
+        if tst:
+            tini.append(t_tini - float(tst[-1][1]))
+        t_c = float(st[-1][1])
+        after = [(k, t) for k, t in evs if t >= t_c]
+        row = {"total": t_exit - t_c}
+        for spec, _ in LASTEXIT_STEPS:
+            label = spec.split(":")[0].rsplit(".", 1)[-1] + "." + spec.split(":")[1]
+            ins = [t for k, t in after if k == label + ":in"]
+            outs = [t for k, t in after if k == label + ":out"]
+            row[label + " from the child's exit"] = (ins[0] - t_c) if ins else None
+            row[label + " spent"] = sum(o - i for i, o in zip(ins, outs, strict=False)) if outs else None
+            row[label + " calls"] = len(ins)
+        main_ret = next((t for k, t in evs if k == "main_returned"), None)
+        row["main() returned -> exit seen by waitpid"] = (t_exit - main_ret) if main_ret else None
+        rows.append(row)
+    (OUT / "lastexit.json").write_text(json.dumps(rows, indent=1))
+    keys = rows[0].keys() if rows else []
+    res = {k: med([r[k] for r in rows if r[k] is not None]) for k in keys}
+    return res | {"tini total": med(tini), "runs": len(rows)}
 
 
 # ---------------------------------------------------------------------- startup
@@ -207,7 +316,8 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
               "supervisor.lifecycle.hooks:memory_preflight", "supervisor.lifecycle.phase:Phase.transition",
               "supervisor.manager.reporting:Reporter.start", "supervisor.engine.logs:SupervisorLog.__call__",
               "supervisor.status.snapshot:snapshot", "supervisor.manager.reporting:Reporter.phase_changed",
-              "supervisor.evidence.memory:MemoryEvidence.reset_peak", "supervisor.lifecycle.phase:Pacing.watch_for_stall",
+              "supervisor.evidence.memory:MemoryEvidence.reset_peak",
+              "supervisor.lifecycle.phase:Pacing.watch_for_stall",
               "supervisor.evidence.memory:MemoryEvidence.__init__", "supervisor.manager.reporting:Reporter.__init__",
               "supervisor.lifecycle.resume:load_record", "supervisor.status.socket:StatusServer.__init__",
               "supervisor.lifecycle.lifecycle:Lifecycle.start", "supervisor.evidence.memory:MemoryEvidence.place",
@@ -255,7 +365,8 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
     keys = rows[0].keys() if rows else []
     res = {k: med([r[k] for r in rows]) for k in keys} | {"runs": len(rows)}
     # what the imports are made of
-    imp = subprocess.run([OURS_PY, "-X", "importtime", "-c", "import supervisor.app.cli, supervisor.app.run"], cwd=bench.SRC,
+    imp = subprocess.run([OURS_PY, "-X", "importtime", "-c",
+                          "import supervisor.app.cli, supervisor.app.run, supervisor.prover.plugin"], cwd=bench.SRC,
                          stderr=subprocess.PIPE, text=True).stderr
     (OUT / "importtime.txt").write_text(imp)
     self_us: dict[str, int] = {}
@@ -511,7 +622,8 @@ print(round(rss(), 2), len(sys.modules))
 def prof_rss() -> dict:
     sets = {
         "bare interpreter": [],
-        "everything `run` imports now (supervisor.app.cli, supervisor.app.run)": ["supervisor.app.cli", "supervisor.app.run"],
+        "everything `run` imports now (supervisor.app.cli, supervisor.app.run, the prover's plugin)":
+            ["supervisor.app.cli", "supervisor.app.run", "supervisor.prover.plugin"],
         "psutil": ["psutil"],
         "requests (+urllib3, ssl, email, http.client)": ["requests"],
         "tenacity": ["tenacity"],
@@ -522,7 +634,8 @@ def prof_rss() -> dict:
         "http.client": ["http.client"],
         "urllib.request": ["urllib.request"],
         "core without the manager/HTTP parts: config, loop, process, reaping, logs, signals, memory, verdict":
-            ["supervisor.config", "supervisor.engine.loop", "supervisor.engine.process", "supervisor.engine.reaping", "supervisor.engine.logs",
+            ["supervisor.config", "supervisor.engine.loop", "supervisor.engine.process", "supervisor.engine.reaping",
+             "supervisor.engine.logs",
              "supervisor.engine.signals", "supervisor.evidence.memory", "supervisor.lifecycle.verdict"],
     }
     out = {}
@@ -545,8 +658,8 @@ OURS_PY = ""
 def main() -> int:
     global OURS_PY
     boot()
-    which = sys.argv[1:] or ["sigterm", "sigtini", "exit", "startup", "logs", "feed",
-                                                            "feedpatch", "equiv", "rss"]
+    which = sys.argv[1:] or ["sigterm", "side", "exit", "lastexit", "startup", "logs", "feed",
+                             "feedpatch", "equiv", "rss"]
     OURS_PY = os.environ.get("BENCH_OURS_PYTHON", bench.ours_python())
     OUT.mkdir(parents=True, exist_ok=True)
     bench.WORK = Path(tempfile.mkdtemp(prefix="prover-profile-", dir="/dev/shm"))
@@ -565,7 +678,8 @@ def main() -> int:
                  "startup": lambda: prof_startup(tool, 20), "logs": lambda: prof_logs(tool, bench.GiB),
                  "feed": lambda: prof_feed(512 * bench.MiB), "rss": prof_rss,
                  "feedpatch": lambda: prof_feedpatch(tool, bench.GiB),
-                 "sigtini": lambda: prof_sigtini(tool, 40), "equiv": prof_equiv}
+                 "side": lambda: prof_side(tool, 40), "equiv": prof_equiv,
+                 "lastexit": lambda: prof_lastexit(tool, 20)}
         for name in which:
             print(f"[profile] {name}", flush=True)
             results[name] = steps[name]()
@@ -576,12 +690,14 @@ def main() -> int:
         os.chdir(bench.REPO)
         shutil.rmtree(bench.WORK, ignore_errors=True)
         shutil.rmtree(bench.DISK, ignore_errors=True)
+    # the summary the notes quote, kept in git (the raw samples stay in bench/out/profile/): what this run
+    # measured replaces its keys, the other scenarios' figures stay as they were
     prev = {}
-    with_prev = OUT / "summary.json"
-    if with_prev.exists():
-        prev = json.loads(with_prev.read_text())
-    with_prev.write_text(json.dumps(prev | results, indent=1, default=str))
-    # the summary the notes quote, kept in git (the raw samples stay in bench/out/profile/)
+    for earlier in (bench.BENCH_DIR / "profile-summary.json", OUT / "summary.json"):
+        if earlier.exists():
+            prev |= json.loads(earlier.read_text())
+    results["versions"] = prev.get("versions", {}) | dict.fromkeys(which, results.get("version"))  # per scenario
+    (OUT / "summary.json").write_text(json.dumps(prev | results, indent=1, default=str))
     (bench.BENCH_DIR / "profile-summary.json").write_text(json.dumps(prev | results, indent=1, default=str) + "\n")
     return 0
 

@@ -337,7 +337,7 @@ class Ours(Tool):
             lines.append(f"restart = {json.dumps('always' if restart else 'no')}")
         if restart:
             lines += ["backoff_s = 0.01", "backoff_max_s = 0.01", "backoff_jitter = 0",
-                      "restart_burst = 1000000", "restart_window_s = 1"]
+                      "restart_burst = 1000", "restart_window_s = 1"]  # (the most a config may give)
         path = WORK / f"ours-{tag}.toml"
         path.write_text("\n".join(lines) + "\n")
         return str(path)
@@ -480,35 +480,93 @@ def show(d: dict) -> None:
         (f"  [{took:.0f}s]" if took else ""))
 
 
+# ====================================================================== 7. the child's exit -> the supervisor's exit
+
+
+def bench_after_exit(tools: dict[str, Tool], q: Quotas) -> dict:
+    """A one-phase lifecycle over: the child writes the time as its last act and exits 0; the supervisor's exit
+    is seen by the bench's waitpid. Ours runs the phase as a oneshot, so its exit is the whole end of a run:
+    the verdict, the teardown, the interpreter's shutdown. The tools take turns run by run, so that the
+    machine's load falls on all of them alike."""
+    runners = {name: tool for name, tool in tools.items() if name != "supervisord"}  # it never exits on its own
+    lats: dict[str, list[float]] = {name: [] for name in runners}
+    failures = dict.fromkeys(runners, 0)
+    say(f"7. the child's exit -> the supervisor's exit: {', '.join(runners)}, {q.after_exit_runs} runs each, "
+        "taking turns")
+    for i in range(q.after_exit_runs + WARMUP):
+        for name, tool in runners.items():
+            stamps = WORK / f"w7-{name}-{i}"
+            # The child lives 150-250 ms: ours has finished starting (its start-up is figure 6's) and idles.
+            # A state_dir of its own each run, as a fresh container has: nothing to resume.
+            argv = tool.wrap([HELPER, "exit", str(stamps), "150", "250", "0"], f"last-{i}", kind="oneshot")
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            # A blocking waitpid (Popen.wait with a timeout polls, with sleeps of up to 50 ms); a timer
+            # kills a supervisor that never exits.
+            guard = threading.Timer(30, lambda p=p: p.poll() is None and p.kill())
+            guard.start()
+            _, status = os.waitpid(p.pid, 0)
+            t = time.monotonic()
+            guard.cancel()
+            p.returncode = os.waitstatus_to_exitcode(status)
+            st = read_stamps(stamps)
+            if not st or p.returncode != 0:
+                failures[name] += 1
+            elif i >= WARMUP:
+                lats[name].append(t - float(st[-1][1]))
+            if name == "ours":
+                shutil.rmtree(DISK / f"ours-last-{i}", ignore_errors=True)
+                shutil.rmtree(WORK / f"ours-last-{i}", ignore_errors=True)
+    reap_strays(0.5)
+    res = {name: {**summary_ms(v), "failures": failures[name]} for name, v in lats.items()}
+    for name, r in res.items():
+        say(f"   {name}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+    return res
+
+
 # ====================================================================== 2. SIGTERM -> child's handler
 
 
 def bench_sigterm(tools: dict[str, Tool], q: Quotas) -> dict:
+    """Ours, tini and dumb-init take turns run by run (a ratio to tini's figure means something only when the
+    machine's load fell on both alike); supervisord's fewer, longer runs come after them."""
+    turns = [name for name in tools if name != "supervisord"]
+    lats: dict[str, list[float]] = {name: [] for name in tools}
+    failures = dict.fromkeys(tools, 0)
+
+    def one(name: str, i: int) -> None:
+        stamp, ready = WORK / f"w2-{name}-{i}", WORK / f"w2-{name}-{i}.ready"
+        p = subprocess.Popen(tools[name].wrap([HELPER, "term", str(stamp), str(ready)], "w2"),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_for(ready.exists, 20):
+            failures[name] += 1
+            stop(p, graceful=False)
+            return
+        # settle into the idle wait; supervisord wakes on a 1 s timer: sample its whole phase
+        time.sleep(random.uniform(0.05, 1.05) if name == "supervisord" else random.uniform(0.03, 0.06))
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        got = wait_for(lambda stamp=stamp: read_stamps(stamp), 10, step=0.001)
+        if got and i >= WARMUP:
+            lats[name].append(float(got[0][1]) - t0)
+        elif not got:
+            failures[name] += 1
+        stop(p, timeout=15)
+
+    if turns:
+        say(f"2. SIGTERM -> child's handler: {', '.join(turns)}, {q.term_runs} runs each, taking turns")
+        for i in range(q.term_runs + WARMUP):
+            for name in turns:
+                one(name, i)
+    if "supervisord" in tools:
+        say(f"2. SIGTERM -> child's handler: supervisord, {q.term_runs_supervisord} runs")
+        for i in range(q.term_runs_supervisord + WARMUP):
+            one("supervisord", i)
     res = {}
-    for name, tool in tools.items():
-        n = q.term_runs_supervisord if name == "supervisord" else q.term_runs
-        say(f"2. SIGTERM -> child's handler: {name}, {n} runs")
-        lats, failures = [], 0
-        for i in range(n + WARMUP):
-            stamp, ready = WORK / f"w2-{name}-{i}", WORK / f"w2-{name}-{i}.ready"
-            p = subprocess.Popen(tool.wrap([HELPER, "term", str(stamp), str(ready)], "w2"),
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if not wait_for(ready.exists, 20):
-                failures += 1
-                stop(p, graceful=False)
-                continue
-            # settle into the idle wait; supervisord wakes on a 1 s timer: sample its whole phase
-            time.sleep(random.uniform(0.05, 1.05) if name == "supervisord" else random.uniform(0.03, 0.06))
-            t0 = time.monotonic()
-            p.send_signal(signal.SIGTERM)
-            got = wait_for(lambda stamp=stamp: read_stamps(stamp), 10, step=0.001)
-            if got and i >= WARMUP:
-                lats.append(float(got[0][1]) - t0)
-            elif not got:
-                failures += 1
-            stop(p, timeout=15)
-        res[name] = {**summary_ms(lats), "failures": failures}
-        show(res[name])
+    for name in tools:
+        res[name] = {**summary_ms(lats[name]), "failures": failures[name]}
+        say(f"   {name}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in res[name].items()))
     return res
 
 
@@ -819,6 +877,7 @@ class Quotas:
         self.idle_s = 15.0 if quick else 60.0
         self.start_runs = 10 if quick else 30
         self.start_runs_supervisord = 6 if quick else 15
+        self.after_exit_runs = 10 if quick else 40
 
 
 def fmt(x: float | None, digits: int = 2) -> str:
@@ -871,13 +930,18 @@ def judge(res: dict) -> list[tuple[str, str, bool | None, str]]:
         out.append(("4a", "≥ 0.5× tini's pass-through", o >= 0.5 * t, f"{o:.0f} vs tini {t:.0f} MB/s = {o / t:.2f}×"))
     o, s = get("idle", "ours", "rss_mib"), get("idle", "supervisord", "rss_mib")
     if o is not None and s:
-        out.append(("5a", "RSS ≤ supervisord's", o <= s, f"{o:.1f} vs {s:.1f} MiB"))
+        out.append(("5a", "RSS ≤ 30 MiB and ≤ supervisord's", o <= 30 and o <= s,
+                    f"{o:.1f} MiB (≤ 30: {'yes' if o <= 30 else 'no'}) vs supervisord's {s:.1f} MiB"))
     c = get("idle", "ours", "cpu_pct_of_core")
     if c is not None:
         out.append(("5b", "CPU < 0.5 % of a core", c < 0.5, f"{c:.3f} %"))
     f = get("first_child", "ours", "p50_ms")
     if f is not None:
         out.append(("6", "≤ 150 ms", f <= 150, f"p50 {f:.0f} ms"))
+    o, t = get("after_exit", "ours", "p50_ms"), get("after_exit", "tini", "p50_ms")
+    if o is not None and t is not None:
+        out.append(("7", "p50 ≤ tini's + 50 ms", o <= t + 50,
+                    f"p50 {o:.1f} ms vs tini {t:.1f} ms = tini + {o - t:.1f} ms"))
     return out
 
 
@@ -957,6 +1021,9 @@ def table(res: dict) -> str:
     if "first_child" in res:
         rows.append(row("6", "exec of the supervisor → first child's exec: p50 / p99 ms", ("first_child",),
                         lambda d: cell(d, "p50_ms", "p99_ms", digits=1)))
+    if "after_exit" in res:
+        rows.append(row("7", "a one-phase lifecycle (a oneshot) over: the child's exit → the supervisor's exit: "
+                             "p50 / p99 ms", ("after_exit",), lambda d: cell(d, "p50_ms", "p99_ms", digits=1)))
     return "\n".join(rows)
 
 
@@ -1039,6 +1106,7 @@ def write_doc(res: dict) -> None:
         "line on its stdout pipe (`autorestart=true`; matched in order). supervisord's child sleeps a random "
         "20–1020 ms instead, so that its exits fall at every phase of its 1-second poll timer.",
         f"2. **SIGTERM → the child's handler** ({q['term_runs']} runs; supervisord {q['term_runs_supervisord']}). "
+        "Ours, tini and dumb-init take turns run by run; supervisord's runs come after. "
         "A fresh supervisor per run; once the child has written its ready file and the supervisor has idled "
         "30–60 ms (supervisord: 50–1050 ms, to sample its timer's phase), the bench notes the time and "
         "sends SIGTERM to the supervisor; the child's C handler writes the time (async-signal-safe) and exits.",
@@ -1068,6 +1136,13 @@ def write_doc(res: dict) -> None:
         f"6. **Exec → first child** ({q['start_runs']} runs; supervisord {q['start_runs_supervisord']}): "
         "`helper stampexec` notes the time and execs the "
         "supervisor; the first child (`helper start`) notes the time first thing in `main`.",
+        f"7. **The child's exit → the supervisor's exit** ({q.get('after_exit_runs', '–')} runs; ours, tini and "
+        "dumb-init take turns run by run; supervisord does not exit when its program does). A fresh supervisor "
+        "per run, ours with its own new `state_dir` and the phase a `oneshot` (one phase: its end is the "
+        "lifecycle's); the child lives 150–250 ms, appends its pid and the time to a file as its last act and "
+        "exits 0; the supervisor's exit is seen by the bench's `waitpid`. For ours that is the verdict, the "
+        "whole teardown (what is left killed and reaped, the phase cgroup removed, `status.json` saved, "
+        "the threads and files closed) and the interpreter's shutdown.",
         "",
     ]
     if notes:
@@ -1084,7 +1159,7 @@ def main(argv: list[str]) -> int:
     global WORK, DISK, HELPER
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations and smaller volumes (~3 min)")
-    ap.add_argument("--only", default="", help="comma list of figures to run (1-6); the doc is then not written")
+    ap.add_argument("--only", default="", help="comma list of figures to run (1-7); the doc is then not written")
     ap.add_argument("--tools", default=",".join(TOOLS), help="comma list of tools (default: all four)")
     ap.add_argument("--doc-only", action="store_true",
                     help="rewrite docs/benchmarks.md from bench/results.json (e.g. after editing bench/notes.md)")
@@ -1093,7 +1168,7 @@ def main(argv: list[str]) -> int:
         write_doc(json.loads(RESULTS.read_text()))
         return 0
     bootstrap(argv)
-    only = {x.strip() for x in args.only.split(",") if x.strip()} or {"1", "2", "3", "4", "5", "6"}
+    only = {x.strip() for x in args.only.split(",") if x.strip()} or {"1", "2", "3", "4", "5", "6", "7"}
     q = Quotas(args.quick)
     started = time.monotonic()
     WORK = Path(tempfile.mkdtemp(prefix="prover-bench-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
@@ -1115,7 +1190,8 @@ def main(argv: list[str]) -> int:
         steps = [("1", "exit", lambda: bench_exit(tools, q)), ("2", "sigterm", lambda: bench_sigterm(tools, q)),
                  ("3", "orphans", lambda: bench_orphans(tools, q)),
                  ("4", "logs", lambda: bench_logs(tools, q, ours_py)),
-                 ("5", "idle", lambda: bench_idle(tools, q)), ("6", "first_child", lambda: bench_first_child(tools, q))]
+                 ("5", "idle", lambda: bench_idle(tools, q)), ("6", "first_child", lambda: bench_first_child(tools, q)),
+                 ("7", "after_exit", lambda: bench_after_exit(tools, q))]
         for key, name, fn in steps:
             if key in only:
                 res[name] = fn()
@@ -1127,7 +1203,7 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(DISK, ignore_errors=True)
     res["meta"]["duration_s"] = time.monotonic() - started
     res["meta"]["machine"]["load_after"] = os.getloadavg()
-    if len(only) == 6 and args.tools == ",".join(TOOLS):
+    if len(only) == 7 and args.tools == ",".join(TOOLS):
         RESULTS.write_text(json.dumps(res, indent=2, default=str) + "\n")  # the doc's numbers, kept in git
     OUT_DIR.mkdir(exist_ok=True)
     (OUT_DIR / "results.json").write_text(json.dumps(res, indent=2, default=str))
@@ -1136,7 +1212,7 @@ def main(argv: list[str]) -> int:
     print()
     for label, target, met, why in judge(res):
         print(f"{label}: {'met' if met else 'MISSED'}: {target}: {why}")
-    if len(only) == 6 and args.tools == ",".join(TOOLS):
+    if len(only) == 7 and args.tools == ",".join(TOOLS):
         write_doc(res)
     say(f"done in {res['meta']['duration_s'] / 60:.1f} min; raw results in bench/out/results.json")
     return 0

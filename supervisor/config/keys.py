@@ -12,7 +12,6 @@ imports nothing above itself, so it names what it needs here and any ``Plugin`` 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -54,6 +53,8 @@ def unknown_hint(key: str, keys: Collection[str], elsewhere: Mapping[str, Collec
     home = next((place for place, theirs in elsewhere.items() if key in theirs), None)
     if home is not None:
         return f" (it is {home})"
+    import difflib  # for a config with a typo only
+
     near = difflib.get_close_matches(key, list(keys), n=1)
     return f" (did you mean {near[0]!r}?)" if near else ""
 

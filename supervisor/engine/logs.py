@@ -44,8 +44,17 @@ CONSOLE_OWN_LINES_EXTRA_BYTES = 1024 * 1024
 
 def clock() -> bytes:
     """The time of day a console or log line starts with: ``HH:MM:SS.mmm``."""
+    global _second
     now = time.time()
-    return time.strftime("%H:%M:%S", time.localtime(now)).encode() + b".%03d" % int(now % 1 * 1000)
+    whole = int(now)
+    second, text = _second
+    if second != whole:  # localtime and strftime once a second, not once a line (they cost ~5 us a call)
+        text = time.strftime("%H:%M:%S", time.localtime(whole)).encode()
+        _second = (whole, text)  # one tuple, replaced whole: the console thread calls this too
+    return text + b".%03d" % int(now % 1 * 1000)
+
+
+_second: tuple[int, bytes] = (-1, b"")  # the last second clock() formatted, and its HH:MM:SS
 
 
 def to_stderr(message: str) -> None:
@@ -298,20 +307,23 @@ class LogFile:
         self._lost = 0  # bytes dropped since the file stopped taking writes
 
     def write(self, data: bytes) -> None:
+        note = self.write_unsaid(data)
+        if note:
+            self.notify(note)
+
+    def write_unsaid(self, data: bytes) -> str | None:
+        """``write``, leaving what there is to say of the file (it failed, it works again) to the caller."""
         if not data:
-            return
+            return None
         with self._lock:
             if self._failing_since is not None and time.monotonic() < self._retry_at:
                 self._lost += len(data)
-                return
+                return None
             try:
                 self._append(data)
             except OSError as exc:
-                note = self._failed(exc)
-            else:
-                note = self._recovered()
-        if note:
-            self.notify(note)
+                return self._failed(exc)
+            return self._recovered()
 
     def _append(self, data: bytes) -> None:
         view = memoryview(data)
@@ -457,10 +469,16 @@ class SupervisorLog:
             for tap in self.taps:
                 tap(message)
         line = clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n"
-        self._console.put(line, own=True)
+        # The file is written before the console's put: the put wakes the console's thread, which would take
+        # the GIL at the file's write and hold us up (the signal path's lines come before its signal). What
+        # there is to say of the file still follows the line on the console.
+        note = None
         if self._file is not None:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z ").encode()
-            self._file.write(stamp + line.split(b" ", 1)[1])
+            note = self._file.write_unsaid(stamp + line.split(b" ", 1)[1])
+        self._console.put(line, own=True)
+        if note:
+            self._file.notify(note)
 
     def _to_console(self, message: str) -> None:
         self._console.put(clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n", own=True)

@@ -150,6 +150,9 @@ class Child:
         if self.running:
             # The group first, at once: the tree's reading below may read /proc.
             signal_quietly(os.killpg, self.pid, sig)
+            # Then the CPU to the signalled: the scheduler lets a running task finish its slice before a task
+            # it woke (up to ~1.5 ms on 2 cores), and ours goes on reading /proc; the child's own stop comes first.
+            os.sched_yield()
         if not self._gone():
             members = self.tree()
             log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "

@@ -143,13 +143,17 @@ SHUTDOWN = STOPS
 FAULTHANDLER_FATAL = frozenset({S.SIGSEGV, S.SIGBUS, S.SIGFPE, S.SIGILL, S.SIGABRT})
 
 
+# signal.Signals(n).name, looked up once: the inbox names every signal it takes (SIGCHLD too) before handling it.
+_NAMES = {sig.value: sig.name for sig in signal.Signals}
+
+
 def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        if signal.SIGRTMIN < signum < signal.SIGRTMAX:
-            return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
-        return f"SIG{signum}"
+    name = _NAMES.get(signum)
+    if name is not None:
+        return name
+    if signal.SIGRTMIN < signum < signal.SIGRTMAX:
+        return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
+    return f"SIG{signum}"
 
 
 def meaning_of(signum: int) -> tuple[Meaning, str]:

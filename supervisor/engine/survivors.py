@@ -128,7 +128,10 @@ def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str
 
     One round is never enough: a process killed while it forks leaves a child the listing did not
     have, and psutil misses a process whose parent vanished as it read the table (that child is
-    re-parented by the time of the next round, and found). A process that vanishes between the
+    re-parented by the time of the next round, and found). The pause between rounds follows a
+    round that killed something; after an empty one the next look comes at once: the kernel gives
+    an orphan its new parent before its old one can vanish from the table, so the second look
+    needs no wait (the sweep at every exit would otherwise sleep for nothing). A process that vanishes between the
     listing and its signal costs nothing. Blocks (at most ``max_s``): for the supervisor's start
     and end only, when the loop is not serving children."""
     deadline = time.monotonic() + max_s
@@ -146,7 +149,8 @@ def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str
         for pid, name in found.items():
             signal_quietly(os.kill, pid, signal.SIGKILL)
             signalled.setdefault(pid, name)
-        time.sleep(SWEEP_ROUND_S)
+        if found:  # what was killed gets a moment to die (and its orphans to come back) before the next look
+            time.sleep(SWEEP_ROUND_S)
     if signalled:
         log(f"killed {len(signalled)} {what}: {_shown(signalled)}")
     return signalled

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ..config import ManagerSpec
@@ -213,6 +212,8 @@ def retry_after_s(value: str | None, now: float) -> float | None:
         return None
     if text.isascii() and text.isdigit():
         return RETRY_AFTER_MAX_S if len(text.lstrip("0")) > 6 else min(float(text), RETRY_AFTER_MAX_S)
+    from email.utils import parsedate_to_datetime  # the date form only: rare, and email is not light
+
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):

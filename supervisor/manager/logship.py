@@ -19,7 +19,6 @@ logged before there is a shipper to hand them to, wait in ``EarlyLines``.
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 import time
 from collections import deque
@@ -68,6 +67,8 @@ class Shipper:
         self.name = name
         self._send = send  # (source, body, seq) → raises TransientError / PermanentError
         # Names this supervisor process's line numbers: a restarted supervisor numbers from 1 again.
+        import secrets  # (hashlib and OpenSSL's libcrypto with it: only once there is a manager to ship to)
+
         self.run_id = secrets.token_hex(4)
         self._ready = ready  # e.g. "the uuid is known": until then, only queue
         self._interval = interval_s

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import REPORTS, ManagerSpec
 from ..engine.exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
@@ -39,10 +39,12 @@ from .callkinds import CallKind, Payload
 from .client import ManagerClient
 from .ledger import LEDGER_CALLS, ledger
 from .logship import EarlyLines, Shipper, event_line, events_sender, log_push_sender
-from .outbox import Outbox
 from .row import Row, RowFields
 from .sender import LOG, CallKinds, Sender
 from .view import ManagerView
+
+if TYPE_CHECKING:
+    from .outbox import Outbox
 
 # Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
 FlushWait = Callable[[ExitFlush, Callable[[], bool]], None]
@@ -102,6 +104,8 @@ class Reporter:
             self._log("manager reporting off: no [manager] url and no MANAGER_URL")
             return
         assert self.spec.url is not None
+        from .outbox import Outbox  # sqlite3 with it: 1 MiB that a supervisor with no manager never needs
+
         self.outbox = Outbox(statepaths.path(self._state_dir, statepaths.OUTBOX), self._log)
         if self.outbox.corrupt_note:
             self._log(self.outbox.corrupt_note)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ManagerSpec
 from ..engine.loop import EventLoop
@@ -42,9 +42,11 @@ from ..text import Log
 from .answers import AnswerError, check_uuid, register_answer
 from .callkinds import LOG, REGISTER, RUNNING, CallKind, CallKinds, Payload
 from .client import Answer, ManagerClient, PermanentError, TransientError
-from .outbox import Call, Outbox
 from .row import KILLED, Row
 from .rowwatch import RowReading, RowWatch
+
+if TYPE_CHECKING:  # (sqlite3 with it: the outbox is opened only once a manager is configured, reporting.py)
+    from .outbox import Call, Outbox
 
 # Retries are logged on the first failure, then once every this many.
 RETRY_LOG_EVERY = 10

@@ -28,7 +28,6 @@ come back is never doubled, and no reading for ``max(2 × watch_s, BLIND_MIN_S)`
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import re
@@ -157,6 +156,8 @@ def parse_curio(text: str) -> tuple[int, int] | None:
 def _get(url: str) -> bytes:
     """The body of a 200 answer to GET ``url``, whole within READ_DEADLINE_S (the socket is cut when it passes:
     a peer that drips a byte a second never holds the reader longer); raises on anything else."""
+    import http.client  # (with ssl and email: 5 MiB a supervisor without this watch never needs)
+
     from ..manager.deadline import Watchdog  # (requests with it: on the reading thread, never at start)
 
     deadline_s = READ_DEADLINE_S

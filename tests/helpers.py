@@ -628,6 +628,33 @@ def v1_cgroup(name: str, limit: int) -> Iterator[Path]:
         remove_cgroup(path)
 
 
+@contextlib.contextmanager
+def worker_memory_cgroup(worker: str) -> Iterator[Path | None]:
+    """This process (a pytest-xdist worker) moved into a v1 memory cgroup of its own for the ``with`` block, and
+    back out at the end (the cgroup removed, with whatever a test left in it).
+
+    A supervisor makes its phase cgroups beside itself, named for its pid, and at its start removes the empty
+    ones whose pid is dead *as it sees pids*: one in a PID namespace (``unshare``) takes a neighbour's new,
+    still-empty phase cgroup for a dead supervisor's, and two such supervisors are both pid 1. Tests that run
+    side by side on several workers must not meet there, so each worker's supervisors live in its own cgroup,
+    as they did when the suite ran in one process. Yields None (and moves nothing) where there is no writable
+    v1 memory cgroup: a supervisor there has no per-phase cgroups to share."""
+    base, _why = _probe_v1()
+    if base is None:
+        yield None
+        return
+    path = base / f"pytest-{worker}-{os.getpid()}"
+    remove_cgroup(path)  # a leftover of an interrupted run
+    path.mkdir()
+    try:
+        (path / "cgroup.procs").write_text(str(os.getpid()))
+        _probe_v1.cache_clear()  # the tests' own cgroups go in the worker's from here on
+        yield path
+    finally:
+        remove_cgroup(path)  # every process in it (this one first) moved back out to ``base``
+        _probe_v1.cache_clear()
+
+
 def in_cgroup_argv(cgroup: Path, argv: list[str]) -> list[str]:
     """``argv`` run by a shell that first moves itself into ``cgroup`` (so everything it execs is counted there)."""
     script = f"echo $$ > {shlex.quote(str(cgroup / 'cgroup.procs'))} && exec \"$@\""

@@ -339,6 +339,11 @@ def can_unshare() -> str | None:
 
 needs_unshare = pytest.mark.skipif(can_unshare() is not None, reason=f"no PID namespace: {can_unshare()}")
 
+# The suite runs on several workers (pyproject.toml's addopts). The few tests that load the machine themselves
+# (hundreds of supervisors or daemons, a tree of 150,000 files, a CPU burnt to its limit) share one xdist group:
+# they run one after another on one worker, so none of them makes another late.
+heavy = pytest.mark.xdist_group("heavy")
+
 
 def read_pid(path: Path, timeout: float = 20) -> int:
     """The pid a child wrote to ``path``, once the file holds one."""

@@ -27,6 +27,7 @@ from helpers import (
     Runner,
     clean_env,
     finish,
+    heavy,
     needs_unshare,
     one_verdict,
     sh,
@@ -106,6 +107,7 @@ def test_exit_code_becomes_supervisor_status(sup: Runner, code: int) -> None:
     assert result.output.splitlines()[0].split(" [supervisor] ")[1].startswith("prover-supervisor pid ")
 
 
+@heavy
 @needs_unshare
 def test_every_exit_code_as_pid1(sup: Runner) -> None:
     """As real PID 1: the supervisor's exit status equals the failed phase's code, for all of 0..255."""

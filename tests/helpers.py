@@ -340,7 +340,7 @@ def can_unshare() -> str | None:
 needs_unshare = pytest.mark.skipif(can_unshare() is not None, reason=f"no PID namespace: {can_unshare()}")
 
 # The suite runs on several workers (pyproject.toml's addopts). The few tests that load the machine themselves
-# (hundreds of supervisors or daemons, a tree of 150,000 files, a CPU burnt to its limit) share one xdist group:
+# (a thousand daemons, a tree of 150,000 files, a CPU burnt to its limit) share one xdist group:
 # they run one after another on one worker, so none of them makes another late.
 heavy = pytest.mark.xdist_group("heavy")
 

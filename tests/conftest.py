@@ -11,17 +11,34 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import Runner, left_behind, mount_tmpfs, unmount
+from helpers import Runner, left_behind, mount_tmpfs, unmount, worker_memory_cgroup
 from standin_nvml import NvmlControl, fake_pynvml
 
 from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 from supervisor.status.pointer import RUNTIME_DIR_ENV
 
-# Every supervisor a test starts points at itself (runpointer.py); a bare `status` follows the pointer. The
+# Every supervisor a test starts points at itself (status/pointer.py); a bare `status` follows the pointer. The
 # tests' pointers go to a directory of this session's own, never /run/prover-supervisor of the machine, so a
-# test's supervisor is not found by another session's bare `status`, nor the machine's by a test's.
+# test's supervisor is not found by another session's bare `status`, nor the machine's by a test's. Under
+# pytest-xdist the workers inherit the controller's directory, and each takes a folder of its own in it: a
+# bare `status` of one worker's test must not follow the pointer of a supervisor another worker runs.
 os.environ.setdefault(RUNTIME_DIR_ENV, tempfile.mkdtemp(prefix="prover-supervisor-tests-"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ[RUNTIME_DIR_ENV] = tempfile.mkdtemp(prefix=f"{os.environ['PYTEST_XDIST_WORKER']}-",
+                                                   dir=os.environ[RUNTIME_DIR_ENV])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_cgroup() -> Iterator[None]:
+    """Under pytest-xdist, each worker's supervisors make their cgroups in a memory cgroup of the worker's own
+    (helpers.worker_memory_cgroup says why); in one process the suite runs where it was started."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        yield
+        return
+    with worker_memory_cgroup(worker):
+        yield
 
 
 @pytest.fixture

@@ -339,6 +339,11 @@ def can_unshare() -> str | None:
 
 needs_unshare = pytest.mark.skipif(can_unshare() is not None, reason=f"no PID namespace: {can_unshare()}")
 
+# The suite runs on several workers (pyproject.toml's addopts). The few tests that load the machine themselves
+# (a thousand daemons, a tree of 150,000 files, a CPU burnt to its limit) share one xdist group:
+# they run one after another on one worker, so none of them makes another late.
+heavy = pytest.mark.xdist_group("heavy")
+
 
 def read_pid(path: Path, timeout: float = 20) -> int:
     """The pid a child wrote to ``path``, once the file holds one."""
@@ -626,6 +631,33 @@ def v1_cgroup(name: str, limit: int) -> Iterator[Path]:
         yield path
     finally:
         remove_cgroup(path)
+
+
+@contextlib.contextmanager
+def worker_memory_cgroup(worker: str) -> Iterator[Path | None]:
+    """This process (a pytest-xdist worker) moved into a v1 memory cgroup of its own for the ``with`` block, and
+    back out at the end (the cgroup removed, with whatever a test left in it).
+
+    A supervisor makes its phase cgroups beside itself, named for its pid, and at its start removes the empty
+    ones whose pid is dead *as it sees pids*: one in a PID namespace (``unshare``) takes a neighbour's new,
+    still-empty phase cgroup for a dead supervisor's, and two such supervisors are both pid 1. Tests that run
+    side by side on several workers must not meet there, so each worker's supervisors live in its own cgroup,
+    as they did when the suite ran in one process. Yields None (and moves nothing) where there is no writable
+    v1 memory cgroup: a supervisor there has no per-phase cgroups to share."""
+    base, _why = _probe_v1()
+    if base is None:
+        yield None
+        return
+    path = base / f"pytest-{worker}-{os.getpid()}"
+    remove_cgroup(path)  # a leftover of an interrupted run
+    path.mkdir()
+    try:
+        (path / "cgroup.procs").write_text(str(os.getpid()))
+        _probe_v1.cache_clear()  # the tests' own cgroups go in the worker's from here on
+        yield path
+    finally:
+        remove_cgroup(path)  # every process in it (this one first) moved back out to ``base``
+        _probe_v1.cache_clear()
 
 
 def in_cgroup_argv(cgroup: Path, argv: list[str]) -> list[str]:

@@ -1,13 +1,14 @@
 """The supervisor's exit status is the status of the phase that failed the lifecycle.
 
-Real children, real wait statuses: exit codes 0..255 (as real PID 1 and as a
-subreaper), deaths by signal (128 + n, with the signal named in the verdict and a
-core dump reported only when one was really written), spawn failures (127, 126),
-and the ECHILD trap (a crashed phase must never be reported as a success).
+Real children, real wait statuses: exit codes (a real supervisor, as PID 1 and as a subreaper, for a spread
+of codes; the verdict of every code 0..255 in-process, from its real wait status), deaths by signal (128 + n,
+with the signal named in the verdict and a core dump reported only when one was really written), spawn
+failures (127, 126), and the ECHILD trap (a crashed phase must never be reported as a success).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import resource
@@ -38,6 +39,7 @@ from helpers import (
 
 from supervisor.engine.reaping import ExitStatus
 from supervisor.exits import EXIT_TIMEOUT
+from supervisor.lifecycle.verdict import EXIT_CODE, from_exit
 
 
 def failing_then_marker(runner: Runner, command: str, marker: Path, extra: str = "",
@@ -98,7 +100,12 @@ def check_exit_code_result(code: int, result: Result, marker: bool, phase: str =
 # ---------------------------------------------------------------- exit codes
 
 
-@pytest.mark.parametrize("code", [0, 1, 2, 3, 42, 125, 126, 127, 128, 137, 143, 254, 255])
+# The codes a real supervisor is run for: the ends, the shell's own (125..128), and those that read like a
+# signal's (128 + n). Every code's verdict is decided in-process too (test_every_exit_code_is_the_phases_status).
+EXIT_CODES = [0, 1, 2, 3, 42, 125, 126, 127, 128, 137, 143, 254, 255]
+
+
+@pytest.mark.parametrize("code", EXIT_CODES)
 def test_exit_code_becomes_supervisor_status(sup: Runner, code: int) -> None:
     marker = sup.tmp / "after.marker"
     result = sup.run(failing_then_marker(sup, shell(f"exit {code}"), marker), timeout=30)
@@ -107,15 +114,30 @@ def test_exit_code_becomes_supervisor_status(sup: Runner, code: int) -> None:
 
 
 @needs_unshare
-def test_every_exit_code_as_pid1(sup: Runner) -> None:
-    """As real PID 1: the supervisor's exit status equals the failed phase's code, for all of 0..255."""
+def test_exit_codes_as_pid1(sup: Runner) -> None:
+    """As real PID 1: the supervisor's exit status equals the failed phase's code. The same spread of codes as
+    the subreaper's above; what each of 0..255 becomes is the verdict's (test_every_exit_code_is_the_phases_status),
+    the same for every code: 256 supervisors would check no more of PID 1 than these do."""
     started = time.monotonic()
-    results = run_exit_codes(sup.tmp, list(range(256)), pid1=True)
+    results = run_exit_codes(sup.tmp, EXIT_CODES, pid1=True)
     elapsed = time.monotonic() - started
     for code, (result, marker) in results.items():
         assert " as pid1;" in result.output.splitlines()[0], result.output
         check_exit_code_result(code, result, marker, phase=f"p{code}")
-    print(f"256 supervisors as PID 1 in {elapsed:.1f}s ({elapsed / 256 * 4:.2f}s each, 4 at a time)")
+    print(f"{len(EXIT_CODES)} supervisors as PID 1 in {elapsed:.1f}s "
+          f"({elapsed / len(EXIT_CODES) * 4:.2f}s each, 4 at a time)")
+
+
+def test_every_exit_code_is_the_phases_status() -> None:
+    """Each of 0..255, from a real child's wait status: the verdict is the child's code, and so the status the
+    supervisor exits with (0 only for 0, when the lifecycle goes on), never another code."""
+    for code in range(256):
+        status = ExitStatus.from_wait_status(_wait_statuses_of_every_exit()[code])
+        verdict = from_exit("p", "p", 1, status, stop_reason=None, daemon=False, attempt=1, started_at=0.0,
+                            last_lines=[])
+        assert verdict.success is (code == 0), (code, verdict)
+        assert (verdict.reason, verdict.exit_code, verdict.status) == (EXIT_CODE, code, code), (code, verdict)
+        assert verdict.detail == f"exited with code {code}", (code, verdict)
 
 
 # ---------------------------------------------------------------- signals
@@ -480,9 +502,15 @@ def test_exit_status_from_real_exit(code: int) -> None:
     assert status.describe() == f"exited with code {code}"
 
 
+@functools.cache
+def _wait_statuses_of_every_exit() -> tuple[int, ...]:
+    """The real wait status of a child that exited with each code of 0..255 (made once: 256 forks)."""
+    return tuple(_wait_status_of_exit(code) for code in range(256))
+
+
 def test_exit_status_all_codes_from_real_exits() -> None:
     for code in range(256):
-        status = ExitStatus.from_wait_status(_wait_status_of_exit(code))
+        status = ExitStatus.from_wait_status(_wait_statuses_of_every_exit()[code])
         assert (status.code, status.signal, status.shell_status) == (code, None, code)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import PY, REPO, Runner, clean_env, pid_alive, until, wait_for
+from helpers import PY, REPO, Runner, clean_env, heavy, pid_alive, until, wait_for
 
 from supervisor.config import parse_plan
 from supervisor.engine.proctable import SNAPSHOT_MAX_AGE_S, ProcessTable
@@ -134,6 +134,7 @@ def test_a_second_sigterm_with_200_daemons_kills_them_all_and_the_run_ends(sup: 
     assert int(counted.read_text()) <= SCANS_MAX
 
 
+@heavy
 def test_a_phase_of_1000_daemons_starts_and_stops_cleanly(sup: Runner) -> None:
     """Started one after another in a loop, not a call per daemon: 240 and more were a RecursionError
     (and a misleading spawn_failed before it), the phase never started and the supervisor exited 70."""

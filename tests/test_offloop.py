@@ -28,6 +28,7 @@ from helpers import (
     Runner,
     clean_env,
     first_line,
+    heavy,
     kill_tree,
     last_failure,
     one_verdict,
@@ -393,6 +394,7 @@ WALK_RECORDER = """
 """
 
 
+@heavy
 def test_a_big_progress_tree_is_walked_off_the_loop(sup: Runner) -> None:
     tree = sup.tmp / "tree"
     began = time.monotonic()

@@ -32,6 +32,7 @@ from helpers import (
     clean_env,
     finish,
     first_line,
+    heavy,
     needs_unshare,
     one_verdict,
     pid_alive,
@@ -415,6 +416,7 @@ while True:
 """
 
 
+@heavy
 def test_sigxcpu_from_a_real_cpu_limit_stops_in_order(sup: Runner) -> None:
     """The supervisor's own RLIMIT_CPU is set once its service runs (the service keeps its own, unlimited):
     reading the service's flood of output uses the supervisor's CPU until the kernel sends SIGXCPU."""

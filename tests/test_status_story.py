@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -224,12 +225,14 @@ def test_the_deadline_stall_and_ready_wait_count_while_a_daemon_is_waited_for(su
 
 
 def test_the_grace_before_sigkill_counts_down_while_a_child_ignores_sigterm(sup: Runner) -> None:
-    config = sup.write(f"""
+    # The stop budget (8 s by default) would cut the grace short: the two `status` reads below must land
+    # while the child is still being waited for, however slowly they start on a busy machine.
+    config = sup.write(sup.header(stop_grace_s=60, extra="stop_budget_s = 120") + textwrap.dedent(f"""
         [[phases]]
         name = "stubborn"
         kind = "service"
         command = {sh("trap '' TERM; echo deaf; while true; do sleep 0.1; done")}
-        """, stop_grace_s=60)
+        """), header=False)
     run = Console(sup, config)
     try:
         run.wait_text("[stubborn/stubborn] deaf")

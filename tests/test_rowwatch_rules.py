@@ -72,3 +72,19 @@ def test_the_periodic_read_is_due_only_once_the_manager_knows_the_instance(manag
     assert not rows.due()
     clock[0] += 300.0
     assert rows.due()
+
+
+def test_a_time_from_the_future_is_said_once_whenever_it_is_read_again(manager: DevManager) -> None:
+    """The refusal's line names the moment it was read; the same field and value is said once all the same
+    (two reads a second apart once said it twice)."""
+    uuid = register(manager)
+    clock = [time.time()]
+    rows = watch(manager, clock)
+    requests.post(manager.url + "/dev/row", json={"uuid": uuid, "registered_at": clock[0] + 3600}, timeout=5)
+    reading, notes = rows.read(uuid)
+    assert reading.row is not None and reading.row.registered_at is None
+    assert len(notes) == 1 and "registered_at" in notes[0] and "impossible, not used" in notes[0], notes
+    clock[0] += 1.5  # another second: the line would read differently
+    assert rows.read(uuid)[1] == []
+    clock[0] += 400
+    assert rows.read(uuid)[1] == []

@@ -97,6 +97,18 @@ class Row:
         return {**fields, **extra}
 
 
+class RowNote(str):
+    """A field of the row refused (a time from the future), as its line says it; ``about`` is what it is said
+    about (uuid, field, value): said once for that, though the line names the moment it was read."""
+
+    about: tuple[Any, ...]
+
+    def __new__(cls, text: str, about: tuple[Any, ...]) -> RowNote:
+        note = super().__new__(cls, text)
+        note.about = about
+        return note
+
+
 def utc_text(epoch: float) -> str:
     """An epoch time in the manager's format (UTC)."""
     return time.strftime(TIME_FORMAT, time.gmtime(epoch))
@@ -166,7 +178,7 @@ def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS)
             if "impossible" not in str(exc):
                 raise
             times[name] = None
-            notes.append(f"the manager's row for {uuid}: {exc}")
+            notes.append(RowNote(f"the manager's row for {uuid}: {exc}", about=(uuid, name, raw[name])))
     reason = raw.get("kill_reason")
     if reason is not None and not isinstance(reason, str):
         raise RowError(f"uuid {uuid}: kill_reason is not text: {answered(reason)}")

@@ -66,7 +66,7 @@ class RowWatch:
         self._client, self._interval_s, self._now = client, interval_s, now
         self._fields = fields  # what a plugin's protocol adds to the row
         self._next_at: float | None = None  # None: no periodic read until the manager knows us
-        self._said: set[str] = set()
+        self._said: set[object] = set()
         self.latest: RowReading | None = None
 
     def soon(self) -> None:
@@ -93,8 +93,8 @@ class RowWatch:
         except (TransientError, PermanentError, RowError) as exc:
             reading = RowReading(now, None, listed=False, error=f"GET /status: {exc}"[:300])
         self.latest = reading
-        new = [note for note in notes if note not in self._said]
-        self._said.update(new)
+        new = [note for note in notes if _about(note) not in self._said]
+        self._said.update(_about(note) for note in new)
         return reading, new
 
     def gone(self, uuid: str) -> bool | None:
@@ -107,3 +107,8 @@ class RowWatch:
         except TransientError:
             return None
         return False
+
+
+def _about(note: str) -> object:
+    """What a note is said once for: the field and value it refuses (row.RowNote), else its whole text."""
+    return getattr(note, "about", note)

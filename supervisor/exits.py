@@ -32,7 +32,7 @@ EXIT_ALREADY_RUNNING = 75
 # sysexits.h, so a fleet can tell it from any child's status); `run --fresh` starts over.
 EXIT_GIVEN_UP = 79
 # The manager killed this instance (its row says ``killed``: its UI, its 90/45-minute timeouts, a bad host):
-# the lifecycle was stopped, nothing that could un-kill it was sent (managerview.py). Kept like a give-up.
+# the lifecycle was stopped, nothing that could un-kill it was sent (manager/view.py). Kept like a give-up.
 EXIT_KILLED = 80
 # A command other than `run` interrupted by Ctrl-C (SIGINT), as a shell reports it.
 EXIT_INTERRUPTED = 130

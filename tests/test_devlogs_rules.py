@@ -1,4 +1,4 @@
-"""The dev-manager's ``X-Log-Seq`` reading (supervisor/devmanager/lines.py), in-process: each numbered line kept once.
+"""The dev-manager's ``X-Log-Seq`` reading (supervisor/devmanager/server.py), in-process: each numbered line kept once.
 
 Promises: a push without a well-formed header (``<run>:<source>:<first>-<last>``, 1 <= first <= last) is kept
 whole; per uuid, run and source, lines up to the highest number kept are dropped from a push sent again (the
@@ -8,7 +8,7 @@ counted.
 
 from __future__ import annotations
 
-from supervisor.devmanager.lines import LineSequence
+from supervisor.devmanager.server import LineSequence
 
 
 def body(*numbers: int, note: str = "") -> str:

@@ -828,7 +828,7 @@ def test_devmanager_faults() -> None:
 
 
 def test_devmanager_misbehaves_as_asked() -> None:
-    """The hostile faults (devfaults.py), seen by a plain client: what each one sends, and a typo refused."""
+    """The hostile faults (devmanager/faults.py), seen by a plain client: what each one sends, and a typo refused."""
     devmgr = dev_manager(quiet=True).start()
     try:
         assert _post(devmgr, "/dev/faults", {"statuss": 500}).status_code == 400  # not silently "no fault"

@@ -1,4 +1,4 @@
-"""The manager's own view (managerrow.py, rowwatch.py): its row, read from ``GET /status``, decides.
+"""The manager's own view (manager/row.py, rowwatch.py): its row, read from ``GET /status``, decides.
 
 Real supervisors against the dev-manager on 127.0.0.1, which serves ``GET /status`` and the UI's kill as the
 real one does (its times ``YYYY-MM-DD HH:MM:SS`` UTC) and lets a test set a row as the manager's monitor would

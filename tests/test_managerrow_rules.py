@@ -1,4 +1,4 @@
-"""managerrow.py: this instance's row in the manager's ``GET /status``, held to what the manager writes.
+"""manager/row.py: this instance's row in the manager's ``GET /status``, held to what the manager writes.
 
 Its times are SQLite's CURRENT_TIMESTAMP (``YYYY-MM-DD HH:MM:SS``, UTC); one later than now beyond the skew,
 or before any manager ran, is impossible: dropped with a note, never an anchor. A row of the wrong shape is

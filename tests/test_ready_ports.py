@@ -1,5 +1,5 @@
 """Readiness is the daemon's own: a local ready port held by another process neither lets the daemon start
-nor makes it ready (supervisor/engine/ports.py, starting.py, readiness.py).
+nor makes it ready (supervisor/engine/ports.py, lifecycle/attempt.py, readiness.py).
 
 Real processes and real ports on 127.0.0.1: a stranger that holds the port before the start fails the
 attempt ``port_in_use`` naming it (pid and name); a stranger that binds after the check but before the

@@ -1,6 +1,6 @@
 """``status`` as a container runs it (issue 23, class 8): from a fresh container whose PID 1 is the ``status``
 command itself, on the state of a supervisor that stopped there as PID 1; and bare, while a supervisor runs
-with a state_dir of its own (found through the well-known pointer, runpointer.py).
+with a state_dir of its own (found through the well-known pointer, status/pointer.py).
 
 Real supervisors, a real PID namespace (``unshare``) for PID 1, the real CLI.
 """

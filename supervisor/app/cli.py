@@ -9,7 +9,7 @@ The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
   state_dir whose instance was given up it runs nothing and exits 79, unless ``--fresh`` (givenup.py);
 - ``check --config F``: validate a config, start nothing;
 - ``status [--json] [--watch [--interval S]] [--state-dir D | --config F]``: what the running
-  supervisor does, else what it last saved and what became of it (statuscmd.py);
+  supervisor does, else what it last saved and what became of it (status/command.py);
 - ``demo [--fail MODE] [--phase P] [--keep]``: the whole lifecycle with the stand-ins (``--fail gpu``,
   ``--fail proofs``: production breaks; prover/demofaults.py);
 - ``standins --bin-dir DIR``: write the stand-ins under the real programs' names;
@@ -240,7 +240,7 @@ def show_status(args: argparse.Namespace) -> int:
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     elif config_path(args) is not None:
         state_dir = Path(load_plan(config_path(args), PLUGIN).supervisor.state_dir)
-    else:  # bare: the running supervisor, whatever its state_dir (runpointer.py), else the profile's
+    else:  # bare: the running supervisor, whatever its state_dir (status/pointer.py), else the profile's
         state_dir, hint = bare_status_dir(Path(load_plan(None, PLUGIN).supervisor.state_dir))
     if args.watch:
         return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint)

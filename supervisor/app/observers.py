@@ -43,7 +43,7 @@ class Outlets:
     state_file: StateFile
     status_server: StatusServer | None  # None: the socket could not be made (said)
     health: Any  # a HealthServer, or None when http_port is 0 or taken
-    pointer: Path | None = None  # the well-known pointer to this supervisor (runpointer.py), if written
+    pointer: Path | None = None  # the well-known pointer to this supervisor (status/pointer.py), if written
 
 
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,

@@ -7,7 +7,7 @@
 4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
    meaning, the reaper runs, the status socket answers, the sender's retries and answers are
    handed back into the loop;
-5. close what was opened: the status socket, the pointer to it (runpointer.py), health, the signal
+5. close what was opened: the status socket, the pointer to it (status/pointer.py), health, the signal
    inbox, the loop, the console; the lock goes last.
 
 Each step contains its own failure (a read-only state_dir under the socket or status.json, no

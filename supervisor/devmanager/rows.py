@@ -1,4 +1,4 @@
-"""The dev-manager's instance rows (devmanager.py): what its ``GET /status`` lists, and how tests change them.
+"""The dev-manager's instance rows (devmanager/server.py): what its ``GET /status`` lists, and how tests change them.
 
 As the real manager keeps them (manager-api.md): a row per registration, with its state and the times of
 its moves (``registered_at``, ``param_done_at``, ``killed_at``), listed by ``GET /status`` newest runner

@@ -1,12 +1,12 @@
 """``prover-supervisor dev-manager``: a stand-in for the fleet manager's API, on 127.0.0.1.
 
 A tool, not part of the supervision: a stand-in of the external fleet manager (tests, the demo, local runs)
-that imports nothing of the supervisor but ``stdio`` and its faults (devfaults.py).
+that imports nothing of the supervisor but ``stdio`` and its faults (devmanager/faults.py).
 
 Same routes, states and answers as manager-api.md: ``/register`` (idempotent per label while not killed),
 ``/param-done``, ``/running`` (404 ``instance not found or already killed`` for a killed row, as the real one),
 ``/runner-id`` (200 for a killed row too), ``GET /status`` (every row, its times as the real one writes them)
-and the UI's ``POST /api/kill`` (devrows.py), ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
+and the UI's ``POST /api/kill`` (devmanager/rows.py), ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
 silently dropped); 400 / 404 / 405 where the real one gives them. It prints every call it receives. The
 routes and row fields of the protocol spoken over it (the prover's fleet protocol: ``/bench-done``, the
 min_rate) are a plugin's ``DevExtension``, handed in by the composition root (cli.py ``dev_manager``): each
@@ -16,12 +16,12 @@ For tests and local runs it has extra routes under ``/dev/``: ``GET /dev/state``
 in order, the ``GET /status`` reads apart as ``reads``, each with ``after``: how many calls came before it,
 the pushed logs), ``POST /dev/faults``: how the next ``count`` API calls (of one ``path``, if given) fail or
 are answered badly: ``status`` (with ``retry_after``), ``delay_s``, ``garbage``, ``reset``, ``redirect``
-(with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see devfaults.py; ``POST
+(with ``location``), ``huge_body_bytes``, ``answer``, ``drip_bytes_per_s``; see devmanager/faults.py; ``POST
 /dev/forget``: the manager forgets instances, as after a database reset or its 7-day cleanup (``{}``:
 every one; ``{"uuid": U}``: that one; ``{"always": true}``: every instance from now on, right after its
 register is answered; a uuid it does not know is answered 404 ``instance not found``, as the real one
 does); ``POST /dev/row``: a row's state, kill_reason, times or a plugin's fields set as the manager's own
-decisions would leave them (its monitor's kills, a row registered long ago; devrows.py).
+decisions would leave them (its monitor's kills, a row registered long ago; devmanager/rows.py).
 Unlike today's manager it reads ``X-Log-Seq`` on log pushes and keeps each numbered line once (a push
 retried after a read timeout is not stored twice; docs/manager.md).
 """
@@ -42,7 +42,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..text.stdio import say
 from .faults import Faults, answer_instead, drip, faults_from, response_bytes
-from .lines import SEQ_HEADER, LineSequence
 from .rows import NO_ROW_RULES, UI_KILL_REASON, Instance, RowRules, edit_row, status_rows
 
 LOG_PUSH_LIMIT = 256 * 1024
@@ -54,6 +53,64 @@ POST_ROUTES = ("/register", "/param-done", "/running", "/api/log-push", "/api/ki
 # A plugin's POST route: (the row its body's uuid names, the body) → its answer (200). It runs under the rows'
 # lock, and may change the row (Instance.move, Instance.kill, its fields in ``extra``).
 Route = Callable[[Instance, dict[str, Any]], dict[str, Any]]
+
+
+
+# ---------------------------------------------------------------- log lines, each kept once
+
+# (logship.SEQ_HEADER: the dev-manager shares none of the supervisor's protocol code)
+SEQ_HEADER = "X-Log-Seq"
+
+
+@dataclass
+class LineSequence:
+    """What ``X-Log-Seq`` (``<run>:<source>:<first>-<last>``) let through: the highest line number kept per
+    uuid, run and source, and how much came again (a push retried after a timeout it had in fact made)."""
+
+    highest: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    pushes: int = 0
+    numbered: int = 0  # pushes that carried the header
+    duplicate_pushes: int = 0  # pushes with at least one line already kept
+    duplicate_lines: int = 0
+    lines: int = 0  # numbered lines received, duplicates included
+
+    def keep_new(self, uuid: str, header: str | None, text: str) -> str:
+        """The part of a pushed body not received before (all of it without a well-formed header)."""
+        self.pushes += 1
+        numbers = _parse_seq(header)
+        if numbers is None:
+            return text
+        run, source, first, last = numbers
+        self.numbered += 1
+        self.lines += last - first + 1
+        key = (uuid, run, source)
+        seen = self.highest.get(key, 0)
+        self.highest[key] = max(seen, last)
+        if seen < first:
+            return text
+        repeated = min(seen, last) - first + 1
+        self.duplicate_pushes += 1
+        self.duplicate_lines += repeated
+        lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+        # The numbered lines are the last last-first+1 of the body (a "dropped" note may come first, and
+        # came the first time too): keep only the ones past what was seen.
+        fresh = lines[len(lines) - (last - first + 1) + repeated:] if last > seen else []
+        return "".join(line + "\n" for line in fresh)
+
+    def summary(self) -> dict[str, int]:
+        return {"pushes": self.pushes, "numbered": self.numbered, "lines": self.lines,
+                "duplicate_pushes": self.duplicate_pushes, "duplicate_lines": self.duplicate_lines}
+
+
+def _parse_seq(header: str | None) -> tuple[str, str, int, int] | None:
+    if not header:
+        return None
+    try:
+        run, source, span = header.rsplit(":", 2)
+        first, last = (int(n) for n in span.split("-", 1))
+    except ValueError:
+        return None
+    return (run, source, first, last) if 1 <= first <= last else None
 
 
 @dataclass(frozen=True)
@@ -268,7 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"ok": True, "forgotten": forgotten})
 
     def _edit_row(self, body: dict[str, Any]) -> None:
-        """``POST /dev/row``: a row's fields set as the manager's own decisions would (devrows.py)."""
+        """``POST /dev/row``: a row's fields set as the manager's own decisions would (devmanager/rows.py)."""
         inst = self._instance(body)
         try:
             if inst is not None:

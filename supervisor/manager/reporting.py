@@ -86,7 +86,7 @@ class Reporter:
         self._reported: set[str] = set()  # the core's report kinds queued by this start
         self._exit_waits: list[tuple[int, str]] = []  # calls the exit flush waits longer for: (id, what)
         self._state_dir = state_dir
-        # The manager's own view of this instance (managerview.py): its row, a kill, a registration again.
+        # The manager's own view of this instance (manager/view.py): its row, a kill, a registration again.
         self.view = ManagerView(log, self.push_text, self.retire, lambda: self.outbox)
         # The supervisor's own lines, held by ``early`` until start() has made the shipper.
         self._early = early

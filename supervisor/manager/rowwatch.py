@@ -1,4 +1,4 @@
-"""The look-ups of this instance's row in the manager (managerrow.py), made on the outbox's sender thread.
+"""The look-ups of this instance's row in the manager (manager/row.py), made on the outbox's sender thread.
 
 The row is evidence, never a reason to wait: one attempt each, bounded like every call (the client's
 total deadline, an answer of at most STATUS_MAX_BYTES), and one that fails (a manager without

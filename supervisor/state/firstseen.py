@@ -1,5 +1,5 @@
 """The instance's clocks: when it first started, when the manager first registered it, when its fetch ended,
-and the manager's own times of these (its row's ``registered_at``, ``param_done_at``: managerrow.py), kept in
+and the manager's own times of these (its row's ``registered_at``, ``param_done_at``: manager/row.py), kept in
 state_dir (statepaths.FIRST_SEEN) across restarts, so a deadline counts from there.
 
 The manager's 90-minute fetch timeout runs from its row's ``registered_at``, and its 45-minute benchmark

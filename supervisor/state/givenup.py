@@ -11,7 +11,7 @@ after delivering what is still pending in the outbox (the give-up itself may be 
 starts over: the marker goes, and the given-up instance's outbox (its uuid, its pending calls) is set aside
 (renamed), so the label is registered afresh and nothing of the old instance is sent under the new uuid,
 and its clocks (first-seen.json) go: the new row's deadlines are its own.
-A kill the manager decided (managerview.py) is remembered the same way, its kill line the reason.
+A kill the manager decided (manager/view.py) is remembered the same way, its kill line the reason.
 Core and generic: it knows nothing of benchmarks; the plugin's words are the reason.
 """
 

@@ -45,29 +45,32 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     it never got to decide one)."""
     status = sup.lifecycle.status_at_exit()
     log = host.log
-    ending: list[Step] = [("killing what is left", sweep_descendants, log), ("reaping", core.reaper.reap),
-                          ("removing the phase cgroups", core.memory.close),
-                          ("saving status.json", outlets.state_file.save)]
+    steps: list[Step] = [("killing what is left", sweep_descendants, log), ("reaping", core.reaper.reap),
+                         ("removing the phase cgroups", core.memory.close),
+                         ("saving status.json", outlets.state_file.save)]
     if status != EXIT_OK:
-        ending.append(("writing the termination log", write_termination_log, plan.supervisor.termination_log,
-                       sup.lifecycle, status, log))
-    run_steps(ending, log)
-    if signals.router.budget is not None:  # a stop signal from outside: say what its budget cut short
-        log(signals.router.budget.cut_short())
-    log(f"exiting with status {status}")
-    closing: list[Step] = []
+        steps.append(("writing the termination log", write_termination_log, plan.supervisor.termination_log,
+                      sup.lifecycle, status, log))
+    budget = signals.router.budget
+    if budget is not None:  # a stop signal from outside: say what its budget cut short (said when it comes)
+        steps.append(("saying what the stop budget cut short", lambda: log(budget.cut_short())))
+    steps.append(("saying the exit status", log, f"exiting with status {status}"))
     if sup.reporter.enabled:  # (no manager: nothing to flush)
         why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
-        closing.append(("the manager's exit flush", sup.reporter.stop, status, why,
-                        flush_with_the_loop(core.loop, signals)))
+        steps.append(("the manager's exit flush", sup.reporter.stop, status, why,
+                      flush_with_the_loop(core.loop, signals)))
     if outlets.status_server is not None:
-        closing.append(("closing the status socket", outlets.status_server.close))
+        steps.append(("closing the status socket", outlets.status_server.close))
     if outlets.pointer is not None:
-        closing.append(("removing the pointer to this supervisor", unpoint, outlets.pointer))
+        steps.append(("removing the pointer to this supervisor", unpoint, outlets.pointer))
     if outlets.health is not None:
-        closing.append(("closing health", outlets.health.close))
-    closing += [("closing signal handling", signals.inbox.close), ("closing the loop", core.loop.close)]
-    run_steps(closing, log)
+        steps.append(("closing health", outlets.health.close))
+    steps += [("closing signal handling", signals.inbox.close), ("closing the loop", core.loop.close)]
+    for what, action, *args in steps:  # each contains its own failure: said, and the exit goes on
+        try:
+            action(*args)
+        except Exception as exc:
+            log(f"exit: {what} failed ({summary(exc)}); the rest of the exit goes on")
     host.console.close()
     os.close(lock_fd)
     return status
@@ -75,15 +78,6 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
 
 # One step of the exit: what it is (said if it fails), the call and its arguments.
 Step = tuple[Any, ...]
-
-
-def run_steps(steps: list[Step], log: SupervisorLog) -> None:
-    """Each step in its order; one that fails is said in one line, and the rest of the exit goes on."""
-    for what, action, *args in steps:
-        try:
-            action(*args)
-        except Exception as exc:
-            log(f"exit: {what} failed ({summary(exc)}); the rest of the exit goes on")
 
 
 def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:

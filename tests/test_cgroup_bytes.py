@@ -20,8 +20,7 @@ from hungmount import hung_mount
 
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.ports import _name
-from supervisor.evidence.cgroups import MemoryCgroup, discover
-from supervisor.evidence.kernelfile import read_small
+from supervisor.evidence.cgroups import MemoryCgroup, discover, read_small
 from supervisor.evidence.memory import MemoryEvidence
 from supervisor.text.units import MIB
 

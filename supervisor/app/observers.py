@@ -65,7 +65,8 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
                           giving_up=flush.giving_up) if flush is not None else None
         return snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
                                      lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
-                                     verdicts=rt.verdicts, manager=reporter.status(), resume=sup.record, usage=usage,
+                                     verdicts=rt.verdicts, manager=reporter.status() if reporter.enabled
+                                     else {"enabled": False}, resume=sup.record, usage=usage,
                                      extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir,
                                      watches=rt.evidence.watches, exiting=exiting)
 
@@ -76,7 +77,8 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     observers.resume = sup.record
     if rt.evidence.first_seen is not None:
         observers.clocks = FetchClock(rt.evidence.first_seen)
-    observers.reporter = reporter
+    if reporter.enabled:  # no manager: the reporter would hear everything and do nothing
+        observers.reporter = reporter
     observers.timeline = timeline
     observers.first_writes = FirstWrites(plan, host, sup, state_file, router)
     observers.status = state_file

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..engine.exitflush import FLUSH_POLL_S, ExitFlush
 from ..engine.loop import EventLoop, summary
@@ -45,37 +45,39 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     it never got to decide one)."""
     status = sup.lifecycle.status_at_exit()
     log = host.log
-
-    def step(what: str, action: Callable[[], object]) -> None:
+    steps: list[Step] = [("killing what is left", sweep_descendants, log), ("reaping", core.reaper.reap),
+                         ("removing the phase cgroups", core.memory.close),
+                         ("saving status.json", outlets.state_file.save)]
+    if status != EXIT_OK:
+        steps.append(("writing the termination log", write_termination_log, plan.supervisor.termination_log,
+                      sup.lifecycle, status, log))
+    budget = signals.router.budget
+    if budget is not None:  # a stop signal from outside: say what its budget cut short (said when it comes)
+        steps.append(("saying what the stop budget cut short", lambda: log(budget.cut_short())))
+    steps.append(("saying the exit status", log, f"exiting with status {status}"))
+    if sup.reporter.enabled:  # (no manager: nothing to flush)
+        why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
+        steps.append(("the manager's exit flush", sup.reporter.stop, status, why,
+                      flush_with_the_loop(core.loop, signals)))
+    if outlets.status_server is not None:
+        steps.append(("closing the status socket", outlets.status_server.close))
+    if outlets.pointer is not None:
+        steps.append(("removing the pointer to this supervisor", unpoint, outlets.pointer))
+    if outlets.health is not None:
+        steps.append(("closing health", outlets.health.close))
+    steps += [("closing signal handling", signals.inbox.close), ("closing the loop", core.loop.close)]
+    for what, action, *args in steps:  # each contains its own failure: said, and the exit goes on
         try:
-            action()
+            action(*args)
         except Exception as exc:
             log(f"exit: {what} failed ({summary(exc)}); the rest of the exit goes on")
-
-    step("killing what is left", lambda: sweep_descendants(log))
-    step("reaping", core.reaper.reap)
-    step("removing the phase cgroups", core.memory.close)
-    step("saving status.json", outlets.state_file.save)
-    if status != EXIT_OK:
-        step("writing the termination log",
-             lambda: write_termination_log(plan.supervisor.termination_log, sup.lifecycle, status, log))
-    if signals.router.budget is not None:  # a stop signal from outside: say what its budget cut short
-        log(signals.router.budget.cut_short())
-    log(f"exiting with status {status}")
-    why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
-    step("the manager's exit flush", lambda: sup.reporter.stop(status, why, flush_with_the_loop(core.loop, signals)))
-    if outlets.status_server is not None:
-        step("closing the status socket", outlets.status_server.close)
-    pointer = outlets.pointer
-    if pointer is not None:
-        step("removing the pointer to this supervisor", lambda: unpoint(pointer))
-    if outlets.health is not None:
-        step("closing health", outlets.health.close)
-    step("closing signal handling", signals.inbox.close)
-    step("closing the loop", core.loop.close)
     host.console.close()
     os.close(lock_fd)
     return status
+
+
+# One step of the exit: what it is (said if it fails), the call and its arguments.
+Step = tuple[Any, ...]
 
 
 def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:

@@ -10,6 +10,8 @@ cgroup mount (the root is injectable, so tests point it at a directory laid out
 like cgroupfs). Where it can create child cgroups (v1 as root, v2 when the
 subtree is delegated) each phase gets its own, so its verdict and peak are its
 own; otherwise every child shares the supervisor's counter.
+
+Every such file is read as evidence by ``read_small`` below: bounded, never waited on, text or ``BadValue``.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..text.units import fmt_bytes, is_ascii_digits
-from .kernelfile import BadValue, kernel_number, read_small
 
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 # v1 reports "no limit" as a huge page-aligned number; anything above this is unlimited.
@@ -36,6 +38,62 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 # Told (the file, what is wrong with it) when a file holds a bad value: the owner says it, once.
 OnBad = Callable[[Path, str], None]
+
+
+# ------------------------------------------------------------ a small file the kernel writes
+# A small file the kernel writes (cgroupfs, /proc) is read as evidence: bounded, never waited on, text or
+# refused. Such a file is a few lines of ASCII. What stands in its place may be anything (a bind mount, a test's
+# directory, a FUSE filesystem): bytes that are not text, megabytes, a FIFO that never answers. None of that
+# may cost more than the one reading: it is a ``BadValue``, which its reader says (once) and counts as
+# evidence unavailable, never guessed.
+
+# The most such a file may hold (memory.stat is about 2 KiB): more is no kernel's.
+READ_LIMIT = 64 * 1024
+
+
+class BadValue(ValueError):
+    """A kernel file held what no kernel writes there: bytes that are not text, a word where a number goes,
+    a FIFO or a device in its place. Its reading is unavailable (never guessed), said by the one told."""
+
+
+def read_small(path: Path) -> str | None:
+    """The text of a small kernel file (cgroupfs, /proc); None where it cannot be read (absent, refused).
+
+    Never waits on what stands in its place: opened non-blocking, and anything but a regular file (a FIFO,
+    a device) is refused. Read to at most READ_LIMIT. Bytes that are not UTF-8 raise BadValue: the kernel
+    writes only text there, so whatever wrote them is not the kernel, and nothing in it is believed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadValue("is not a regular file")
+        chunks, size = [], 0
+        while size <= READ_LIMIT:
+            chunk = os.read(fd, READ_LIMIT + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if size > READ_LIMIT:
+        raise BadValue(f"holds over {READ_LIMIT} bytes")
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadValue(f"holds bytes that are not text (at byte {exc.start})") from None
+
+
+def kernel_number(text: str) -> int:
+    """A kernel counter or size: ASCII digits (a v1 counter may be negative: -1 is "no limit" written back)."""
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):  # (never "²" or "١": units.is_ascii_digits, inline)
+        raise BadValue(f"holds {text[:40]!r} where a number goes")
+    return int(text)
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ _KEYS = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
 
 
 def read_io(pid: int, proc: str = "/proc") -> Counters | None:
-    """One process's counters; None if it vanished or they cannot be read. (Not kernelfile.read_small: this is
+    """One process's counters; None if it vanished or they cannot be read. (Not cgroups.read_small: this is
     always procfs under our own /proc, read for every process every second, so no fstat and no decode.)"""
     try:
         fd = os.open(f"{proc}/{pid}/io", os.O_RDONLY)

@@ -223,6 +223,7 @@ class Phase:
                  hooks: PhaseHooks = NO_HOOKS, *, lifecycle: ItsLifecycle | None = None,
                  record: resume.ResumeRecord | None = None, spawn: Spawn | None = None) -> None:
         self.spec = spec
+        self.name = spec.name  # (read on every path: an attribute, not a call)
         self._loop, self._log, self._clock = rt.loop, rt.log, rt.loop.clock
         self._evidence, self._verdicts, self._started = rt.evidence, rt.verdicts, rt.started
         self._state_dir = rt.state_dir
@@ -244,10 +245,6 @@ class Phase:
         self._extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget, hooks)
 
     # ------------------------------------------------------------ what others read
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
     @property
     def attempt(self) -> int:

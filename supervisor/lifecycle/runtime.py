@@ -250,19 +250,23 @@ class Observers:
         self.plugin.faults = self.faults
 
     def phase_changed(self, phase: Any) -> None:
-        hearing = (self.resume.phase_changed, self.clocks.phase_changed, self.reporter.phase_changed,
-                   self.plugin.phase_changed, self.timeline.phase_changed)
+        # (a place left empty is not called, nor a plugin that listens to no transition)
+        plugin = self.plugin if self.plugin._transition else NOBODY
+        hearing = [o.phase_changed for o in (self.resume, self.clocks, self.reporter, plugin, self.timeline)
+                   if o is not NOBODY]
         tell_each(self.faults, "listener", hearing, phase, phase=phase.spec.name)
         self._status_changed(phase)
 
     def verdict(self, verdict: Verdict) -> None:
-        tell_each(self.faults, "verdict listener", (self.reporter.verdict, self.plugin.verdict), verdict,
-                  phase=verdict.phase)
+        plugin = self.plugin if self.plugin._verdict else NOBODY
+        hearing = [o.verdict for o in (self.reporter, plugin) if o is not NOBODY]
+        tell_each(self.faults, "verdict listener", hearing, verdict, phase=verdict.phase)
         self._status_changed(verdict)
 
     def shutting_down(self, view: ShutdownView) -> None:
         """After the first stop signal is out: these may write to disk (the outbox fsyncs)."""
-        hearing = (self.reporter.shutting_down, self.plugin.shutting_down, self.first_writes.shutting_down)
+        plugin = self.plugin if self.plugin._shutdown else NOBODY
+        hearing = [o.shutting_down for o in (self.reporter, plugin, self.first_writes) if o is not NOBODY]
         tell_each(self.faults, "shutdown listener", hearing, view)
 
     def run_over(self) -> None:

@@ -81,6 +81,7 @@ def sources() -> dict[str, Path]:
             archive = subprocess.run(["git", "-C", str(bench.REPO), "archive", rev, "supervisor"], check=True,
                                      stdout=subprocess.PIPE).stdout
             subprocess.run(["tar", "-x", "-C", str(alt)], input=archive, check=True)
+            bench.compile_bytecode(alt / "supervisor")
         out[f"ours@{rev}"] = alt
     return out
 

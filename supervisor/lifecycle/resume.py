@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..engine.offloop import run_bounded
 from ..evidence.progress import is_incomplete
 from ..state import paths as statepaths
-from ..state.atomic import StateFileError, load_json, save_json
+from ..state.atomic import Rewrites, StateFileError, load_json
 from ..text import Log
 from .states import Deaf, PhaseState
 
@@ -126,7 +126,8 @@ class ResumeRecord(Deaf):
         self._previous = {name: dict(facts) for name, facts in (previous or {}).items()}
         self._latest = {name: dict(facts) for name, facts in self._previous.items()}
         self._log = log
-        self._failing = False
+        self._writes = Rewrites(path, "resume", "it is tried again when the next phase is done (until then a "
+                                "restart runs done phases again)", log) if path is not None else None
 
     def previous(self, name: str) -> Facts:
         """What the last run learnt of phase ``name`` (a copy; empty if nothing)."""
@@ -142,17 +143,7 @@ class ResumeRecord(Deaf):
     def save(self) -> None:
         if self.path is None:
             return
-        try:
-            save_json(self.path, {"version": RECORD_VERSION, "phases": self._latest})
-        except OSError as exc:
-            if not self._failing:
-                self._failing = True
-                self._log(f"resume: cannot write {self.path}: {exc.strerror or exc}; it is tried again when the "
-                          "next phase is done (until then a restart runs done phases again)")
-            return
-        if self._failing:
-            self._failing = False
-            self._log(f"resume: {self.path} written again")
+        self._writes.save(lambda: {"version": RECORD_VERSION, "phases": self._latest})
 
     def check(self, phase: ResumingPhase, output: OutputHook | None,
               then: Callable[[tuple[str, Any] | None], None]) -> None:

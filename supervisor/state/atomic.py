@@ -5,7 +5,8 @@ first-seen.json: firstseen.py) is replaced atomically, so a reader or the next s
 and is read back knowing it may be anything at all: a FIFO someone put there, /dev/zero behind a link, a file
 far bigger than we ever write, JSON nested past the parser's depth, a JSON list, a record of another shape.
 ``load_json`` reads one (bounded, a regular file, a JSON object, then the file's own ``parse`` of it) and says
-in one line why what is there cannot be used; ``save_json`` writes one. What a bad file means (start clean,
+in one line why what is there cannot be used; ``save_json`` writes one; ``Rewrites`` writes one again and
+again, a failure (a full disk) said once and its recovery once. What a bad file means (start clean,
 still given up, count afresh) and how it is said is each file's own. A foundation: the standard library only.
 """
 
@@ -18,6 +19,8 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from ..text import Log
 
 T = TypeVar("T")
 
@@ -89,3 +92,27 @@ def save_json(path: Path, data: Any) -> None:
     """Replace the state file at ``path`` with ``data`` as JSON (atomically, fsynced, 0600); a value JSON has no
     form for is written as its text. Raises OSError."""
     write_atomically(path, json.dumps(data, default=str).encode())
+
+
+class Rewrites:
+    """A state file written again at each change (status.json, resume.json): a write that fails (a full disk)
+    is said once, with what follows from it meanwhile, and said again once it works; never raised."""
+
+    def __init__(self, path: Path, who: str, meanwhile: str, log: Log,
+                 write: Callable[[Path, Any], None] = save_json) -> None:
+        self.path, self._who, self._meanwhile, self._log, self._write = path, who, meanwhile, log, write
+        self._failing = False
+
+    def save(self, data: Callable[[], Any]) -> None:
+        """Write what ``data()`` gives with ``write`` (made inside the attempt: a failure to make it is the
+        write's)."""
+        try:
+            self._write(self.path, data())
+        except OSError as exc:
+            if not self._failing:
+                self._failing = True
+                self._log(f"{self._who}: cannot write {self.path}: {exc.strerror or exc}; {self._meanwhile}")
+            return
+        if self._failing:
+            self._failing = False
+            self._log(f"{self._who}: {self.path} written again")

@@ -18,7 +18,7 @@ from typing import Any
 from ..engine.loop import EventLoop, Timer
 from ..lifecycle.states import FINAL_STATES
 from ..state import paths as statepaths
-from ..state.atomic import StateFileError, load_json, save_json
+from ..state.atomic import Rewrites, StateFileError, load_json, save_json
 from ..text import Log
 from .model import Snapshot
 
@@ -54,7 +54,8 @@ class StateFile:
         self._build = build
         self._recent: deque[float] = deque(maxlen=PERSIST_BURST)  # monotonic times of the last writes
         self._later: Timer | None = None
-        self._failing = False
+        self._writes = Rewrites(self.path, "status", "it is tried again at each change (the status socket still "
+                                "answers)", log, write=persist)
 
     def changed(self, what: object = None) -> None:
         """A listener of transitions and verdicts: write now, or soon."""
@@ -70,17 +71,7 @@ class StateFile:
             self._later.cancel()
             self._later = None
         self._recent.append(self._loop.clock.monotonic())
-        try:
-            persist(self.path, self._build())
-        except OSError as exc:
-            if not self._failing:
-                self._failing = True
-                self._log(f"status: cannot write {self.path}: {exc.strerror or exc}; it is tried again at each "
-                          "change (the status socket still answers)")
-            return
-        if self._failing:
-            self._failing = False
-            self._log(f"status: {self.path} written again")
+        self._writes.save(self._build)
 
 
 def _is_final(what: object) -> bool:

@@ -34,6 +34,7 @@ from helpers import (
 )
 
 from supervisor.app.cli import dev_manager
+from supervisor.devmanager.server import DevManager
 from supervisor.engine.loop import MAX_SLEEP_S, READER_FAULTS_MAX, EventLoop, Faults, contained
 from supervisor.exits import EXIT_INTERNAL_ERROR
 
@@ -367,11 +368,16 @@ stall.StallWatch.stalled = stalled
     assert setup.count("FAILED: phase=p child=p ") == 1, setup
 
 
-def test_listeners_that_raise_are_logged_once_and_the_lifecycle_goes_on(sup: Runner) -> None:
-    """A lifecycle listener and a verdict listener (the reporter's) raising every time: each is logged
-    with its traceback once, and every phase still runs to completion, exit 0."""
+def test_listeners_that_raise_are_logged_once_and_the_lifecycle_goes_on(sup: Runner, manager: DevManager) -> None:
+    """A lifecycle listener and a verdict listener (the reporter's: a manager is configured, since with none
+    the reporter hears nothing) raising every time: each is logged with its traceback once, and every phase
+    still runs to completion, exit 0."""
     marker = sup.tmp / "after.marker"
     config = sup.write(f"""
+        [manager]
+        url = {toml_str(manager.url)}
+        label = "C.listeners"
+
         [[phases]]
         name = "p"
         command = {sh("echo working")}

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Where ours spends its time on the paths the benchmarks found slow.
 
-    python bench/profile.py [sigterm|side|exit|lastexit|startup|logs|rss|feed ...]
+    python bench/profile.py [sigterm|side|side16|exit|lastexit|startup|logs|rss|feed ...]
     PROFILE_AGAINST=REV python bench/profile.py side   # ours now and at git REV, side by side   # default: all of them
+    PROFILE_AGAINST=REV python bench/profile.py side16 # the same for figures 1a and 6
 
 Not part of `bench/run.py`. Runs prover-supervisor as the benchmarks do, but
 through bench/probe.py, which puts timing probes around named functions (no
@@ -135,6 +136,80 @@ def prof_side(tool: bench.Ours, runs: int) -> dict:
 
     return {"sigterm": {k: fig(v) for k, v in term.items()}, "after_exit": {k: fig(v) for k, v in last.items()},
             "load_after": os.getloadavg()}
+
+
+class _As:
+    """Run what bench/run.py starts (it starts ours with the process's cwd and environment) from ``src``."""
+
+    def __init__(self, src: Path | None) -> None:
+        self.src = src
+
+    def __enter__(self):
+        if self.src is not None:
+            self.cwd, self.pp = os.getcwd(), os.environ.get("PYTHONPATH")
+            os.chdir(self.src)
+            os.environ["PYTHONPATH"] = str(self.src)
+        return self
+
+    def __exit__(self, *exc):
+        if self.src is not None:
+            os.chdir(self.cwd)
+            if self.pp is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = self.pp
+
+
+def prof_side16(tool: bench.Ours, exit_runs: int = 80, start_runs: int = 30, block: int = 10) -> dict:
+    """bench/run.py's figures 1a (the child's exit -> reaped & classified, no grandchild) and 6 (exec of the
+    supervisor -> the first child's exec), by bench/run.py's own functions, no probes, every version of ours
+    (``sources``), tini and dumb-init taking turns: 1a in blocks of ``block`` runs (ours restarts its child in one
+    process, as bench/run.py measures it; each block drops its first WARMUP runs), the order rotated each
+    round; 6 run by run."""
+    labels: dict[str, Path | None] = {**sources(), "tini": None, "dumb-init": None}
+    order = list(labels)
+    tools: dict[str, bench.Tool] = {}
+    for label in order:
+        t = bench.Tini() if label == "tini" else bench.DumbInit() if label == "dumb-init" else bench.Ours(tool.python)
+        if isinstance(t, bench.Ours):
+            t.extra = dict(tool.extra)
+        tools[label] = t
+    exits: dict[str, list[float]] = {k: [] for k in labels}
+    for r in range(-(-exit_runs // block)):
+        for label in order[r % len(order):] + order[:r % len(order)]:
+            t, src = tools[label], labels[label]
+            t.name = f"{label.replace('@', '-')}-r{r}"  # the stamps file's name: one per block
+            with _As(src):
+                if isinstance(t, bench.Ours):
+                    shutil.rmtree(bench.DISK / "ours-w1", ignore_errors=True)
+                    shutil.rmtree(bench.WORK / "ours-w1", ignore_errors=True)
+                    exits[label] += bench.w1_restarting(t, block, 0.0, timeout=30 + block * 0.5)
+                else:
+                    exits[label] += bench.w1_fresh(t, block, 0.0)
+    first: dict[str, list[float]] = {k: [] for k in labels}
+    for i in range(start_runs + bench.WARMUP):
+        for label in order[i % len(order):] + order[:i % len(order)]:
+            t, src = tools[label], labels[label]
+            stamps = bench.WORK / f"w6s-{label.replace('@', '-')}-{i}"
+            with _As(src):  # as bench_first_child, one run
+                p = subprocess.Popen([bench.HELPER, "stampexec", str(stamps),
+                                      *t.wrap([bench.HELPER, "start", str(stamps)], "first")],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            got = bench.wait_for(lambda stamps=stamps: len(bench.read_stamps(stamps)) >= 2
+                                 and bench.read_stamps(stamps), 20, 0.001)
+            if got and i >= bench.WARMUP:
+                t_exec = float(dict(got)["exec"])
+                t_child = float(next(v for k, v in got if k.isdigit()))
+                first[label].append(t_child - t_exec)
+            bench.stop(p, graceful=True, timeout=10)
+            shutil.rmtree(bench.DISK / "ours-first", ignore_errors=True)
+
+    def fig(v: list[float]) -> dict:
+        return {"p50_ms": round(bench.pct(v, 50) * 1000, 3), "p99_ms": round(bench.pct(v, 99) * 1000, 3),
+                "n": len(v)} if v else {}
+
+    return {"exit_1a": {k: fig(v) for k, v in exits.items()}, "first_child_6": {k: fig(v) for k, v in first.items()},
+            "load_before": LOAD_BEFORE, "load_after": os.getloadavg()}
 
 
 def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
@@ -654,6 +729,7 @@ def prof_rss() -> dict:
 # ---------------------------------------------------------------------- main
 
 OURS_PY = ""
+LOAD_BEFORE = os.getloadavg()
 
 
 def main() -> int:
@@ -680,6 +756,7 @@ def main() -> int:
                  "feed": lambda: prof_feed(512 * bench.MiB), "rss": prof_rss,
                  "feedpatch": lambda: prof_feedpatch(tool, bench.GiB),
                  "side": lambda: prof_side(tool, 40), "equiv": prof_equiv,
+                 "side16": lambda: prof_side16(tool, 80, 30),
                  "lastexit": lambda: prof_lastexit(tool, 20)}
         for name in which:
             print(f"[profile] {name}", flush=True)

@@ -357,7 +357,11 @@ class Sender:
         self.outbox.put("uuid", body["uuid"])
         for name, value in self.fields.items():
             self.outbox.put(name, value or "")
-        self.rows.soon()  # the manager knows us: its registered_at, its min_rate
+        # The manager knows us: its row is read now (its registered_at, a plugin's fields), whatever is queued
+        # next (a lifecycle call right behind the register would otherwise take this read's place), then every
+        # row_check_s.
+        self.rows.soon()
+        self._read_row()
 
     # ------------------------------------------------------------ what an answer means
 

@@ -141,7 +141,7 @@ class ResumeRecord(Deaf):
         self.save()
 
     def save(self) -> None:
-        if self.path is None:
+        if self._writes is None:  # no path: a lifecycle that keeps no state
             return
         self._writes.save(lambda: {"version": RECORD_VERSION, "phases": self._latest})
 

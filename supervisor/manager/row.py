@@ -149,7 +149,8 @@ def rows_of(body: Any) -> list[Any]:
     raise RowError(f"GET /status answered neither a list of rows nor {{\"instances\": [...]}}: {answered(body)}")
 
 
-def find_row(body: Any, uuid: str, now: float, fields: RowFields = NO_ROW_FIELDS) -> tuple[Row | None, list[str]]:
+def find_row(body: Any, uuid: str, now: float,
+             fields: RowFields = NO_ROW_FIELDS) -> tuple[Row | None, list[RowNote]]:
     """This uuid's row in a ``GET /status`` answer (None: the manager does not list it), and the notes on
     fields refused (a time from the future): the row is used without them. RowError: no usable answer.
     ``fields``: what a plugin's protocol adds to the row, read and checked with the core's."""
@@ -161,7 +162,7 @@ def find_row(body: Any, uuid: str, now: float, fields: RowFields = NO_ROW_FIELDS
     return row_from(mine[0], now, fields)
 
 
-def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS) -> tuple[Row, list[str]]:
+def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS) -> tuple[Row, list[RowNote]]:
     uuid = raw.get("uuid")
     if not isinstance(uuid, str) or not UUID_RE.fullmatch(uuid):
         raise RowError(f"a row's uuid is unusable: {answered(uuid)}")
@@ -169,7 +170,7 @@ def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS)
     states = fields.row_states()
     if state not in states:
         raise RowError(f"uuid {uuid}: state is not one of {', '.join(states)}: {answered(state)}")
-    notes: list[str] = []
+    notes: list[RowNote] = []
     times: dict[str, float | None] = {}
     for name in (*TIME_FIELDS, *fields.times):
         try:

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .client import ManagerClient, PermanentError, TransientError
-from .row import NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, find_row
+from .row import NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
 
 # After a look-up that got no usable answer, the next is not tried for this long (the calls go meanwhile).
 FAILED_AGAIN_S = 30.0
@@ -66,7 +66,7 @@ class RowWatch:
         self._client, self._interval_s, self._now = client, interval_s, now
         self._fields = fields  # what a plugin's protocol adds to the row
         self._next_at: float | None = None  # None: no periodic read until the manager knows us
-        self._said: set[object] = set()
+        self._said: set[tuple[Any, ...]] = set()  # what a note was said about (RowNote.about)
         self.latest: RowReading | None = None
 
     def soon(self) -> None:
@@ -76,7 +76,7 @@ class RowWatch:
     def due(self) -> bool:
         return self._next_at is not None and self._now() >= self._next_at
 
-    def read(self, uuid: str) -> tuple[RowReading, list[str]]:
+    def read(self, uuid: str) -> tuple[RowReading, list[RowNote]]:
         """One look-up (bounded, one attempt), and the notes on it not said before. Within FAILED_AGAIN_S of one
         that got no answer (a manager down or black-holed), the call it came before is not held up again."""
         now = self._now()
@@ -85,7 +85,7 @@ class RowWatch:
         latest = self.latest
         if latest is not None and latest.error is not None and now - latest.at < FAILED_AGAIN_S:
             return latest, []
-        notes: list[str] = []
+        notes: list[RowNote] = []
         try:
             answer = self._client.request("GET", "/status", max_bytes=STATUS_MAX_BYTES)
             row, notes = find_row(answer.body, uuid, now, self._fields)
@@ -93,8 +93,8 @@ class RowWatch:
         except (TransientError, PermanentError, RowError) as exc:
             reading = RowReading(now, None, listed=False, error=f"GET /status: {exc}"[:300])
         self.latest = reading
-        new = [note for note in notes if _about(note) not in self._said]
-        self._said.update(_about(note) for note in new)
+        new = [note for note in notes if note.about not in self._said]
+        self._said.update(note.about for note in new)
         return reading, new
 
     def gone(self, uuid: str) -> bool | None:
@@ -108,7 +108,3 @@ class RowWatch:
             return None
         return False
 
-
-def _about(note: str) -> object:
-    """What a note is said once for: the field and value it refuses (row.RowNote), else its whole text."""
-    return getattr(note, "about", note)

@@ -143,6 +143,20 @@ def test_a_shutdown_during_a_backoff_ends_the_phase_and_starts_no_new_attempt(ru
     assert r.finished == [143]
 
 
+def test_a_shutdown_with_nothing_running_is_over_at_once_each_phase_told_before_it_settles(run) -> None:
+    # The stop's signals go out before the phases are told (lifecycle.shutdown); with nothing to stop the
+    # stop is over at once, and still the phase hears the shutdown (its backoff cancelled) before it settles.
+    r = run(RESTARTING_SERVICE)
+    r.lifecycle.start()
+    r.run_until(1.0)
+    r.children.last.exit(1)
+    svc = r.phase("svc")
+    assert svc.state is PhaseState.BACKOFF and r.loop.next_due() is not None
+    r.lifecycle.shutdown("received SIGTERM", 143)
+    assert r.finished == [143] and svc.state is PhaseState.STOPPED
+    assert r.loop.next_due() is None  # the backoff's timer is cancelled: nothing of the phase is left to run
+
+
 def test_a_shutdown_while_running_stops_the_child_and_the_phase_ends_stopped(run) -> None:
     r = run(RESTARTING_SERVICE)
     r.lifecycle.start()

@@ -1,11 +1,13 @@
 """What a plugin is handed (wiring.py: Events, the lifecycle's PluginEvents), in-process: listeners hear views,
 never the Phase; the shutdown view carries the failure masked and whether production was up; a listener
 that raises is named as the plugin's own in the fault report. Also the supervisor's own lines: an
-``Unshipped`` one never reaches the log shipper's tap (the verdict is pushed from the object instead).
+``Unshipped`` one never reaches the log shipper's tap (the verdict is pushed from the object instead), and
+the lines said while a signal is handled come after it, in order.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import FrozenInstanceError
 from types import SimpleNamespace
 from typing import Any
@@ -141,3 +143,30 @@ def test_an_unshipped_line_is_logged_but_never_tapped() -> None:
     log(Unshipped("  | the child's last line"))
     log("  | a contained fault's traceback, quoted the same way")  # shipped: only the Unshipped ones are not
     assert tapped == [f"manager: queued {MASK}", "  | a contained fault's traceback, quoted the same way"]
+
+
+def test_the_lines_said_while_a_signal_is_handled_come_after_it_in_order_and_no_other_threads() -> None:
+    # A stop signal's handling runs with its lines held (startup.route_signals): its signals go out before
+    # anything is written. Every line still comes, in order; a line of another thread meanwhile is not held.
+    console = Console(enabled=False)
+    log = SupervisorLog(console, None)
+    said: list[str] = []
+    log.taps.append(said.append)
+
+    def other_thread() -> None:
+        log("the sender: a line of its own")
+
+    def handle(signum: int) -> None:
+        log(f"signal {signum}: first")
+        log.held(lambda n: log(f"nested {n}"), signum)  # a handling inside one: its lines are the outer one's
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        assert said == ["the sender: a line of its own"]  # ours are not out yet
+        log(Unshipped("FAILED: not shipped, still held and then logged"))
+        log(f"signal {signum}: last")
+
+    log.held(handle, 15)
+    assert said == ["the sender: a line of its own", "signal 15: first", "nested 15", "signal 15: last"]
+    log("after the handling: said at once")
+    assert said[-1] == "after the handling: said at once"

@@ -460,8 +460,29 @@ class SupervisorLog:
             file.notify = self._to_console  # not through itself: it is the file that cannot be written
         self.redactor: Redactor | None = None
         self.taps: list[Log] = []  # the log shipper: every line but the Unshipped ones
+        self._held: list[str] | None = None  # the holding thread's lines, said when its act is over
+        self._holder = 0
+
+    def held(self, act: Callable[[int], object], arg: int) -> None:
+        """``act(arg)`` with the lines this thread says meanwhile held, then said in order. A signal's handling
+        is run so: a stop's signals go out before its lines are written and the console's thread is woken
+        (that thread takes the GIL at our next write and the stop would wait for it: +0.1 ms to SIGTERM's
+        forwarding). Another thread's lines are not held."""
+        if self._held is not None:  # (a handling inside a handling: its lines are the outer one's)
+            act(arg)
+            return
+        self._held, self._holder = [], threading.get_ident()
+        try:
+            act(arg)
+        finally:
+            lines, self._held = self._held, None
+            for line in lines:
+                self(line)
 
     def __call__(self, message: str) -> None:
+        if self._held is not None and threading.get_ident() == self._holder:
+            self._held.append(message)
+            return
         ship = not isinstance(message, Unshipped)  # (asked before masking: the mask makes a plain str)
         if self.redactor is not None:
             message = self.redactor.text(message)

@@ -164,11 +164,26 @@ class Lifecycle:
         self.exit_status = status
         self.shutdown_reason = why
         self._log(f"shutting down: {why}")
+        # The first wave's stop signal goes out first (Child.stop signals at once and scans the tree after; one
+        # that is gone costs nothing): telling each phase (no new attempt, no start, its timers cancelled) is
+        # bookkeeping of this same turn of the loop, where no child's exit is heard yet. A stop over at once
+        # (nothing ran) settles the phases only after each was told.
+        told = False
+        over_at_once = False
+
+        def then() -> None:
+            nonlocal over_at_once
+            if told:
+                contained(self._finished, self._finish_anyway)()
+            else:
+                over_at_once = True
+
+        stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, then, budget)
         for phase in self.phases:
             phase.abort()
-        # Child.stop signals at once and scans the tree after; one that is gone costs nothing.
-        then = contained(self._finished, self._finish_anyway)
-        stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, then, budget)
+        told = True
+        if over_at_once:
+            then()
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs).
         self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
 

@@ -16,9 +16,9 @@ from standin_nvml import NvmlControl, fake_pynvml
 
 from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
-from supervisor.status.pointer import RUNTIME_DIR_ENV
+from supervisor.status.file import RUNTIME_DIR_ENV
 
-# Every supervisor a test starts points at itself (status/pointer.py); a bare `status` follows the pointer. The
+# Every supervisor a test starts points at itself (status/file.py); a bare `status` follows the pointer. The
 # tests' pointers go to a directory of this session's own, never /run/prover-supervisor of the machine, so a
 # test's supervisor is not found by another session's bare `status`, nor the machine's by a test's. Under
 # pytest-xdist the workers inherit the controller's directory, and each takes a folder of its own in it: a

@@ -82,7 +82,7 @@ class FakeChild:
             self.reader([line.encode()])
 
     def exit(self, code: int | None = 0, sig: int | None = None) -> None:
-        self.on_exit(self, ExitStatus(code, sig))
+        self.on_exit(self, self.pid, ExitStatus(code, sig))
 
     # What the phase calls on a child.
     def exited(self, status: ExitStatus) -> None:

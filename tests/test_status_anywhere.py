@@ -1,6 +1,6 @@
 """``status`` as a container runs it (issue 23, class 8): from a fresh container whose PID 1 is the ``status``
 command itself, on the state of a supervisor that stopped there as PID 1; and bare, while a supervisor runs
-with a state_dir of its own (found through the well-known pointer, status/pointer.py).
+with a state_dir of its own (found through the well-known pointer, status/file.py).
 
 Real supervisors, a real PID namespace (``unshare``) for PID 1, the real CLI.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from helpers import PY, REPO, Runner, clean_env, needs_unshare, sh, wait_for
 
 from supervisor.engine.survivors import is_live_supervisor
-from supervisor.status.pointer import RUNTIME_DIR_ENV, pointed, pointer_path
+from supervisor.status.file import RUNTIME_DIR_ENV, pointed, pointer_path
 
 
 def status_cli(*args: str, pid1: bool = False, env: dict[str, str] | None = None) -> tuple[int, str]:

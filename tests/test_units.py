@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.text.units import GIB, MAX_SIZE, MIB, fmt_bytes, is_ascii_digits, parse_size
+from supervisor.text.show import fmt_bytes
+from supervisor.text.units import GIB, MAX_SIZE, MIB, is_ascii_digits, parse_size
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -7,6 +7,7 @@ the lines said while a signal is handled come after it, in order.
 
 from __future__ import annotations
 
+import signal
 import threading
 from dataclasses import FrozenInstanceError
 from types import SimpleNamespace
@@ -146,7 +147,7 @@ def test_an_unshipped_line_is_logged_but_never_tapped() -> None:
 
 
 def test_the_lines_said_while_a_signal_is_handled_come_after_it_in_order_and_no_other_threads() -> None:
-    # A stop signal's handling runs with its lines held (startup.route_signals): its signals go out before
+    # A stop signal's handling runs with its lines held (signals.SignalRouter): its signals go out before
     # anything is written. Every line still comes, in order; a line of another thread meanwhile is not held.
     console = Console(enabled=False)
     log = SupervisorLog(console, None)
@@ -158,7 +159,7 @@ def test_the_lines_said_while_a_signal_is_handled_come_after_it_in_order_and_no_
 
     def handle(signum: int) -> None:
         log(f"signal {signum}: first")
-        log.held(lambda n: log(f"nested {n}"), signum)  # a handling inside one: its lines are the outer one's
+        log.held(lambda: log(f"nested {signum}"))  # a hold inside one: its lines are the outer one's
         thread = threading.Thread(target=other_thread)
         thread.start()
         thread.join()
@@ -166,7 +167,39 @@ def test_the_lines_said_while_a_signal_is_handled_come_after_it_in_order_and_no_
         log(Unshipped("FAILED: not shipped, still held and then logged"))
         log(f"signal {signum}: last")
 
-    log.held(handle, 15)
+    log.held(lambda: handle(15))
     assert said == ["the sender: a line of its own", "signal 15: first", "nested 15", "signal 15: last"]
     log("after the handling: said at once")
     assert said[-1] == "after the handling: said at once"
+
+
+def test_the_router_holds_a_stop_signals_lines_until_its_stop_is_out_and_nothing_else() -> None:
+    from supervisor.engine.signals import SignalRouter
+
+    events: list[str] = []
+
+    class Lifecycle:
+        shutting_down = False
+
+        def shutdown(self, why: str, status: int, budget: object = None) -> None:
+            events.append(f"shutdown {why} {status}")
+
+        def forward(self, signum: int) -> list[object]:
+            events.append(f"forward {signum}")
+            return []
+
+    def held(act) -> None:
+        events.append("hold")
+        act()
+        events.append("release")
+
+    router = SignalRouter(SimpleNamespace(reap=lambda: events.append("reap")), events.append, held=held)
+    router.lifecycle = Lifecycle()
+    router.handle(signal.SIGCHLD)
+    router.handle(signal.SIGUSR1)
+    assert events == ["reap", f"forward {int(signal.SIGUSR1)}",
+                      "SIGUSR1 forwarded to nobody (no phase command running)"]
+    events.clear()
+    router.handle(signal.SIGTERM)
+    assert events[0] == "hold" and events[-1] == "release", events
+    assert "shutdown received SIGTERM 143" in events and any(e.startswith("SIGTERM (") for e in events)

@@ -240,7 +240,7 @@ def show_status(args: argparse.Namespace) -> int:
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     elif config_path(args) is not None:
         state_dir = Path(load_plan(config_path(args), PLUGIN).supervisor.state_dir)
-    else:  # bare: the running supervisor, whatever its state_dir (status/pointer.py), else the profile's
+    else:  # bare: the running supervisor, whatever its state_dir (status/file.py), else the profile's
         state_dir, hint = bare_status_dir(Path(load_plan(None, PLUGIN).supervisor.state_dir))
     if args.watch:
         return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint)
@@ -250,7 +250,7 @@ def show_status(args: argparse.Namespace) -> int:
 def bare_status_dir(profile_dir: Path) -> tuple[Path, str]:
     """Where a bare ``status`` looks: the state_dir of the live supervisor the pointer names, else the built-in
     profile's; and what to add when nothing is found there (a supervisor may run with a state_dir of its own)."""
-    from ..status.pointer import pointed
+    from ..status.file import pointed
 
     found = pointed()
     if found is not None and found.live:

@@ -21,11 +21,10 @@ from ..engine.signals import SignalRouter
 from ..evidence.memwatch import MemoryWatch
 from ..exits import EXIT_KILLED, EXIT_OK
 from ..lifecycle.lifecycle import Lifecycle
-from ..lifecycle.runtime import FetchClock
-from ..lifecycle.states import Deaf, ShutdownView
+from ..lifecycle.states import Deaf, PhaseState, ShutdownView
 from ..plugin import Plugin
 from ..state import paths as statepaths
-from ..status import pointer as runpointer
+from ..status import file as status_file
 from ..status import snapshot as snapshot_mod
 from ..status.file import StateFile
 from ..status.model import Exiting, Snapshot
@@ -36,6 +35,18 @@ from .startup import Core, Host, Supervision
 from .teardown import write_termination_log
 
 
+class FetchClock(Deaf):
+    """The instance's clocks (state/firstseen.py's FirstSeen): a ``param-done`` phase done ends the fetch and
+    starts the benchmark's clock."""
+
+    def __init__(self, first_seen: Any) -> None:
+        self._first_seen = first_seen
+
+    def phase_changed(self, phase: Any) -> None:
+        if phase.spec.report == "param-done" and phase.state is PhaseState.DONE:
+            self._first_seen.param_done()
+
+
 @dataclass
 class Outlets:
     """What shows the run from outside: status.json, the status socket, health and metrics, the pointer."""
@@ -43,7 +54,7 @@ class Outlets:
     state_file: StateFile
     status_server: StatusServer | None  # None: the socket could not be made (said)
     health: Any  # a HealthServer, or None when http_port is 0 or taken
-    pointer: Path | None = None  # the well-known pointer to this supervisor (status/pointer.py), if written
+    pointer: Path | None = None  # the well-known pointer to this supervisor (status/file.py), if written
 
 
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
@@ -107,9 +118,9 @@ class FirstWrites(Deaf):
 def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:
     """The well-known pointer names this supervisor: a bare ``status`` finds it whatever its state_dir."""
     try:
-        return runpointer.point_here(state_dir, statepaths.path(state_dir, statepaths.STATUS_SOCKET))
+        return status_file.point_here(state_dir, statepaths.path(state_dir, statepaths.STATUS_SOCKET))
     except OSError as exc:
-        log(f"status: cannot write the pointer {runpointer.pointer_path()} ({exc.strerror or exc}); a bare "
+        log(f"status: cannot write the pointer {status_file.pointer_path()} ({exc.strerror or exc}); a bare "
             f"`prover-supervisor status` needs --state-dir {state_dir} to find this supervisor")
         return None
 

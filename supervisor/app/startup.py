@@ -223,8 +223,8 @@ def build_core(plan: Plan, host: Host) -> Core:
 
 def route_signals(core: Core, log: SupervisorLog, stop_budget_s: float | None = None) -> Signals:
     """From here to the exit every signal has its meaning (signals.py); they were held since main began."""
-    router = SignalRouter(core.reaper, log, stop_budget_s)
-    inbox = SignalInbox(core.loop, lambda signum: log.held(router.handle, signum))
+    router = SignalRouter(core.reaper, log, stop_budget_s, held=log.held)
+    inbox = SignalInbox(core.loop, router.handle)
     if inbox.ignored:
         log(f"{', '.join(map(signal_name, sorted(inbox.ignored)))} came ignored (nohup): kept ignored, never forwarded")
     return Signals(inbox, router)

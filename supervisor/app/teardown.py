@@ -7,7 +7,7 @@
 4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
    meaning, the reaper runs, the status socket answers, the sender's retries and answers are
    handed back into the loop;
-5. close what was opened: the status socket, the pointer to it (status/pointer.py), health, the signal
+5. close what was opened: the status socket, the pointer to it (status/file.py), health, the signal
    inbox, the loop, the console; the lock goes last.
 
 Each step contains its own failure (a read-only state_dir under the socket or status.json, no
@@ -25,7 +25,7 @@ from ..engine.exitflush import FLUSH_POLL_S, ExitFlush
 from ..engine.loop import EventLoop, summary
 from ..engine.survivors import sweep_descendants
 from ..exits import EXIT_OK
-from ..status.pointer import unpoint
+from ..status.file import unpoint
 
 if TYPE_CHECKING:
     from ..config import Plan

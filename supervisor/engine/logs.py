@@ -463,17 +463,17 @@ class SupervisorLog:
         self._held: list[str] | None = None  # the holding thread's lines, said when its act is over
         self._holder = 0
 
-    def held(self, act: Callable[[int], object], arg: int) -> None:
-        """``act(arg)`` with the lines this thread says meanwhile held, then said in order. A signal's handling
-        is run so: a stop's signals go out before its lines are written and the console's thread is woken
-        (that thread takes the GIL at our next write and the stop would wait for it: +0.1 ms to SIGTERM's
-        forwarding). Another thread's lines are not held."""
-        if self._held is not None:  # (a handling inside a handling: its lines are the outer one's)
-            act(arg)
+    def held(self, act: Callable[[], object]) -> None:
+        """``act()`` with the lines this thread says meanwhile held, then said in order. A stop signal's handling
+        is run so (signals.SignalRouter): its signals go out before its lines are written and the console's
+        thread is woken (that thread takes the GIL at our next write and the stop would wait for it: +0.1 ms to
+        SIGTERM's forwarding). Another thread's lines are not held."""
+        if self._held is not None:  # (a hold inside a hold: its lines are the outer one's)
+            act()
             return
         self._held, self._holder = [], threading.get_ident()
         try:
-            act(arg)
+            act()
         finally:
             lines, self._held = self._held, None
             for line in lines:

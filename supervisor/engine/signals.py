@@ -196,9 +196,13 @@ class SignalRouter:
     remembered (``stop_requested``: the startup steps look at it), then it stops the lifecycle, then
     it kills at once, and once the lifecycle is over it cuts the exit flush short."""
 
-    def __init__(self, reaper: Reaps, log: Log, stop_budget_s: float | None = None) -> None:
+    def __init__(self, reaper: Reaps, log: Log, stop_budget_s: float | None = None,
+                 held: Callable[[Callable[[], None]], None] | None = None) -> None:
         self._reaper = reaper
         self._log = log
+        # How a stop is run: its lines held until it is over (SupervisorLog.held), so that its signals go out
+        # before anything is written and the console's thread woken (that thread would take the GIL first).
+        self._held = held or (lambda act: act())
         self.stop_budget_s = stop_budget_s  # the whole stop after a stop signal from outside (stopbudget.py)
         self.budget: StopBudget | None = None  # set by the stop signal that stops the running lifecycle
         self.lifecycle: Stoppable | None = None  # set as the lifecycle starts
@@ -219,7 +223,7 @@ class SignalRouter:
         if meaning is Meaning.REAP:
             self._reaper.reap()
         elif meaning is Meaning.STOP:
-            self._stop(signum, name, why)
+            self._held(lambda: self._stop(signum, name, why))
         elif meaning is Meaning.FORWARD:
             sent = self.lifecycle.forward(signum) if self.lifecycle is not None else []
             names = ", ".join(c.label for c in sent) or "nobody (no phase command running)"

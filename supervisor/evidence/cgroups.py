@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..text.units import fmt_bytes, is_ascii_digits
+from ..text.show import fmt_bytes
+from ..text.units import is_ascii_digits
 
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 # v1 reports "no limit" as a huge page-aligned number; anything above this is unlimited.

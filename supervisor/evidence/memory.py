@@ -30,7 +30,8 @@ from typing import NamedTuple
 from ..engine.loop import EventLoop, Timer
 from ..engine.offloop import NoThread, Overdue, answer_within
 from ..text import Log
-from ..text.units import fmt_bytes, is_ascii_digits
+from ..text.show import fmt_bytes
+from ..text.units import is_ascii_digits
 from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, mem_total
 
 OOM_POLL_S = 0.25
@@ -203,7 +204,7 @@ class MemoryEvidence:
         kills = None
         if snap.oom_kills is not None and placement.oom_baseline is not None:
             kills = max(0, snap.oom_kills - placement.oom_baseline)
-        self._check_counter(placement.cgroup)  # log it now if the watch has not yet
+        self._check_counter(placement.cgroup, snap)  # log it now if the watch has not yet
         return MemoryReport(kills, snap.peak, placement.scope, snap)
 
     def leftover_cgroups(self) -> list[tuple[int, MemoryCgroup]]:
@@ -352,9 +353,10 @@ class MemoryEvidence:
         if polled:
             self._ensure_poll()
 
-    def _check_counter(self, cgroup: MemoryCgroup) -> None:
+    def _check_counter(self, cgroup: MemoryCgroup, snap: MemorySnapshot | None = None) -> None:
+        """Say an OOM kill the cgroup's counter shows since the last look (``snap``: a reading just taken)."""
         key = str(cgroup.path)
-        snap = cgroup.snapshot()
+        snap = snap or cgroup.snapshot()
         if snap.oom_kills is None:
             return
         before = self._last_kills.get(key, snap.oom_kills)

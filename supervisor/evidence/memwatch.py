@@ -14,7 +14,7 @@ per crossing as ``memory_high``, with the usage, the limit and the phase: to the
 supervisor.log, durably to the manager's ``setup`` log, and in status (``memory.warnings``). It is
 said again only after the usage fell MEMORY_REARM_MARGIN below the threshold (a phase that hovers
 at it is not said every second). An ``oom_killed`` verdict that follows names when it was warned
-(children.exit_verdict reads ``MemoryEvidence.warned``).
+(verdict.exit_verdict reads ``MemoryEvidence.warned``).
 
 Whatever a cgroup file holds, a read that fails (or raises) is no reading of that phase, counted on the
 watch's state (watchstate.py: said once when blind for MEMORY_BLIND_S), and the watch goes on.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..engine.logs import Unshipped
-from ..text.units import fmt_bytes
+from ..text.show import fmt_bytes
 from .cgroups import mem_total, mem_used, read_pressure
 from .memory import MemoryEvidence, MemoryWarning
 from .watchstate import WatchState, said_error

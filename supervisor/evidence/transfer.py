@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..text.units import fmt_bytes
+from ..text.show import fmt_bytes
 
 
 class ProgressReading(NamedTuple):

@@ -1,11 +1,12 @@
 """A phase's children: one started with its output wired (log file, ring, readers, shipper) and
-watched for its exit, and the verdict of one that exited. Each is told of its phase only what a
-``ChildContext`` holds, never the Phase."""
+watched for its exit (the verdict of one that exited is verdict.py's ``exit_verdict``). Each is told of
+its phase only what a ``ChildContext`` holds, never the Phase."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..config import ChildSpec
@@ -13,11 +14,8 @@ from ..engine.logs import ChildOutput, LogFile, child_log_name
 from ..engine.loop import ErrorHandler, contained, is_contained, name_of
 from ..engine.process import Child, SpawnError, child_setup, spawn
 from ..engine.reaping import ExitStatus
-from ..evidence.memory import MemoryEvidence
 from ..text.show import logged
-from . import verdict as v
 from .runtime import ChildKit
-from .verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,7 @@ class ChildContext:
 
 
 Reader = Callable[[list[bytes]], None]  # a reader of a child's output lines
-OnExit = Callable[[Child, ExitStatus], None]
+OnExit = Callable[[Child, int, ExitStatus], None]  # the reaper's (pid, status), its child bound first
 # How a phase starts a child (start_child with its ChildKit bound; a test's fake children).
 Spawn = Callable[[ChildSpec, ChildContext, Reader | None, OnExit], Child]
 
@@ -67,36 +65,11 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
     # decides it), never the loop. (The shipper's tap above is contained to cost only lines.)
     output.taps[:] = [tap if is_contained(tap) else ctx.guarded(f"the output tap {name_of(tap)}", tap)
                       for tap in output.taps]
-    kit.reaper.watch(child.pid, ctx.guarded(f"the exit of {spec.label}", lambda pid, status: on_exit(child, status)))
+    kit.reaper.watch(child.pid, ctx.guarded(f"the exit of {spec.label}", partial(on_exit, child)))
     child.attach_output(kit.loop, on_eof=lambda c: c.output.file.close() if not c.running else None,
                         on_error=ctx.fault_handler(f"the output of {spec.label}"))
     kit.log(f"started {spec.label}: pid {child.pid}: {shown_command(spec.command)}")
     return child
-
-
-def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, daemon: bool,
-                 memory: MemoryEvidence | None, earlier: Iterable[Verdict],
-                 added: v.AddedReasons = v.NO_REASONS_ADDED) -> Verdict:
-    """``child`` of ``phase`` was reaped: its last output read, its log closed, how it ended judged.
-    ``earlier``: the verdicts recorded so far (its siblings' OOM kills are named from them); ``added``: the
-    plugin's reasons."""
-    child.exited(status)
-    child.drain_output()
-    if not child.output_open:
-        child.output.file.close()
-    report = memory.report(child.placement) if memory and child.placement else None
-    verdict = v.from_exit(
-        phase, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
-        daemon=daemon, attempt=attempt, started_at=child.started_at,
-        last_lines=child.output.last_lines(), memory=report, stop_detail=child.stop_detail,
-        victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
-                      and x.reason == v.OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
-        added=added,
-    )
-    warned = memory.warned.get(phase) if memory is not None else None
-    if verdict.reason == v.OOM_KILLED and warned is not None and warned.at >= child.started_at:
-        verdict = replace(verdict, detail=f"{verdict.detail}; {warned.note()}")
-    return verdict
 
 
 def log_path(log_dir: Path, spec: ChildSpec) -> Path:

@@ -40,7 +40,8 @@ from ..engine.loop import ErrorHandler, EventLoop
 from ..engine.offloop import run_bounded
 from ..evidence.gpu import GpuInventory, HungCall
 from ..evidence.progress import tree_size
-from ..text.units import fmt_bytes, is_ascii_digits
+from ..text.show import fmt_bytes
+from ..text.units import is_ascii_digits
 from . import verdict as v
 from .hooks import capped, too_little_memory
 

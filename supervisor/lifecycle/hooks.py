@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from ..evidence.transfer import ProgressReading as ProgressReading
 from ..text import Log
-from ..text.units import fmt_bytes
+from ..text.show import fmt_bytes
 from . import verdict as v
 from .verdict import Verdict
 

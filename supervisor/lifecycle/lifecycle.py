@@ -58,6 +58,8 @@ class Lifecycle:
         self.exit_status: int | None = None  # the run's one exit status, decided at the shutdown
         self.over = False  # the shutdown is done: every child stopped, every phase settled
         self.failure: Verdict | None = None
+        self._phases_told = True  # (False while the shutdown tells each phase, after the stop's first signals)
+        self._stop_over = False  # the shutdown's stop is over: every child is gone
 
     def start(self) -> None:
         self._advance()
@@ -167,23 +169,15 @@ class Lifecycle:
         # The first wave's stop signal goes out first (Child.stop signals at once and scans the tree after; one
         # that is gone costs nothing): telling each phase (no new attempt, no start, its timers cancelled) is
         # bookkeeping of this same turn of the loop, where no child's exit is heard yet. A stop over at once
-        # (nothing ran) settles the phases only after each was told.
-        told = False
-        over_at_once = False
-
-        def then() -> None:
-            nonlocal over_at_once
-            if told:
-                contained(self._finished, self._finish_anyway)()
-            else:
-                over_at_once = True
-
-        stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, then, budget)
+        # (nothing ran) settles the phases only once each was told (_finished).
+        finish = contained(self._finished, self._finish_anyway)
+        self._phases_told = False
+        stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, finish, budget)
         for phase in self.phases:
             phase.abort()
-        told = True
-        if over_at_once:
-            then()
+        self._phases_told = True
+        if self._stop_over:
+            finish()
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs).
         self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
 
@@ -193,6 +187,9 @@ class Lifecycle:
             child.kill_now()
 
     def _finished(self) -> None:
+        self._stop_over = True
+        if not self._phases_told:
+            return  # the stop was over at once: the shutdown settles the phases once it has told them
         for phase in self.phases:
             phase.settle_after_shutdown()
         assert self.exit_status is not None

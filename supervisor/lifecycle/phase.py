@@ -45,7 +45,7 @@ from ..text import Log
 from . import resume
 from . import verdict as v
 from .attempt import Attempt, AttemptStart, Watched
-from .children import ChildContext, Spawn, exit_verdict, start_child
+from .children import ChildContext, Spawn, start_child
 from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
 from .runtime import MachineEvidence, ResumeNeeds, Runtime, stop_in_order
 from .states import (
@@ -406,10 +406,10 @@ class Phase:
     def _service_up(self) -> None:
         self._on(CameUp())
 
-    def _child_exited(self, child: Child, status: ExitStatus) -> None:
-        verdict = exit_verdict(child, status, phase=self.name, attempt=self.attempt,
-                               daemon=child.spec is not self.spec.command, memory=self._evidence.memory,
-                               earlier=self._verdicts, added=self.reasons)
+    def _child_exited(self, child: Child, _pid: int, status: ExitStatus) -> None:
+        verdict = v.exit_verdict(child, status, phase=self.name, attempt=self.attempt,
+                                 daemon=child.spec is not self.spec.command, memory=self._evidence.memory,
+                                 earlier=self._verdicts, added=self.reasons)
         output, parser = self._hooks.output, self._attempt.parser
         if child.spec is self.spec.command and output is not None and parser is not None \
                 and child.stop_reason is None:

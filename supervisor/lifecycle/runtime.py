@@ -41,7 +41,7 @@ from ..text.redact import Redactor
 from . import verdict as v
 from .hooks import capped
 from .resume import NO_RERUN, Rerun
-from .states import FINAL_STATES, NOBODY, Deaf, PhaseLike, PhaseState, PhaseView, ShutdownView
+from .states import FINAL_STATES, NOBODY, Deaf, PhaseLike, PhaseView, ShutdownView
 from .verdict import Verdict
 
 # Verdicts kept per phase in VerdictRecord (the status view, status.json and lookups by pid).
@@ -169,18 +169,6 @@ class StatusFile(Protocol):
     reached its end, is written at once even past the file's burst."""
 
     def changed(self, what: object = None) -> None: ...
-
-
-class FetchClock(Deaf):
-    """The instance's clocks (state/firstseen.py's FirstSeen): a ``param-done`` phase done ends the fetch and
-    starts the benchmark's clock."""
-
-    def __init__(self, first_seen: Any) -> None:
-        self._first_seen = first_seen
-
-    def phase_changed(self, phase: Any) -> None:
-        if phase.spec.report == "param-done" and phase.state is PhaseState.DONE:
-            self._first_seen.param_done()
 
 
 class PluginEvents(Deaf):

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from ..engine.process import Child
 from ..engine.reaping import ExitStatus
-from ..evidence.memory import MemoryReport
+from ..evidence.memory import MemoryEvidence, MemoryReport
 from ..exits import EXIT_FAILURE, EXIT_TIMEOUT
-from ..text.show import logged
-from ..text.units import fmt_bytes
+from ..text.show import fmt_bytes, logged
 
 # Reasons a child ended. Success is reason "exit_code" with exit_code 0.
 EXIT_CODE = "exit_code"
@@ -177,3 +177,28 @@ def failure_status(reason: str, status: int, added: AddedReasons = NO_REASONS_AD
     if reason in FOUND_BY_WATCHERS:
         return EXIT_FAILURE
     return added.get(reason, status)
+
+
+def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, daemon: bool,
+                 memory: MemoryEvidence | None, earlier: Iterable[Verdict],
+                 added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
+    """``child`` of ``phase`` was reaped: its last output read, its log closed, how it ended judged.
+    ``earlier``: the verdicts recorded so far (its siblings' OOM kills are named from them); ``added``: the
+    plugin's reasons."""
+    child.exited(status)
+    child.drain_output()
+    if not child.output_open:
+        child.output.file.close()
+    report = memory.report(child.placement) if memory and child.placement else None
+    verdict = from_exit(
+        phase, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
+        daemon=daemon, attempt=attempt, started_at=child.started_at,
+        last_lines=child.output.last_lines(), memory=report, stop_detail=child.stop_detail,
+        victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
+                      and x.reason == OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
+        added=added,
+    )
+    warned = memory.warned.get(phase) if memory is not None else None
+    if verdict.reason == OOM_KILLED and warned is not None and warned.at >= child.started_at:
+        verdict = replace(verdict, detail=f"{verdict.detail}; {warned.note()}")
+    return verdict

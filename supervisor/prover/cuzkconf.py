@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from ..evidence.gpu import GpuSample
-from ..text.units import fmt_bytes, parse_size
+from ..text.show import fmt_bytes
+from ..text.units import parse_size
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -42,7 +42,7 @@ from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, numb
 from ..engine.offloop import worker_thread
 from ..evidence.watchstate import said_error, short
 from ..text import Log
-from ..text.units import fmt_bytes
+from ..text.show import fmt_bytes
 from .reasons import PROOFS_FAILING
 
 if TYPE_CHECKING:

@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..evidence.transfer import progress_text
-from ..text.show import one_line
-from ..text.units import fmt_bytes
+from ..text.show import fmt_bytes, one_line
 from .headline import failure_lines, gone_lines, headline, shown_value, since, span
 from .model import Delivered, LedgerEntry, ManagerStatus, MemoryStatus, PhaseStatus, Snapshot, WatchStatus
 

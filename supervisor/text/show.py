@@ -11,10 +11,10 @@ A value may be anything (a config's string with a newline in it, a manager's ans
 - ``logged``: a value in a log line of the supervisor's own (an argv, a verdict's text): bare when it is one
   word, else in plain double quotes, control characters escaped: readable where shlex's ``'"'"'`` is not;
 - ``one_line``: a why of any size (an exception's text, an answer) as words on one line, cut;
-- ``cut``: the one way a text is cut to a length, with a mark where it was.
+- ``cut``: the one way a text is cut to a length, with a mark where it was;
+- ``fmt_bytes``: a number of bytes for people (units.py parses what people write).
 
-Specialisations live with their concept: a URL with its password masked (redact.shown_url), bytes for people
-(units.fmt_bytes).
+Specialisations live with their concept: a URL with its password masked (redact.shown_url).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ SHOWN_CHARS = 60
 CUT_MARK = "..."
 # What an int too long for Python to print (more than sys.get_int_max_str_digits() digits) is shown as.
 TOO_MANY_DIGITS = "a number with too many digits"
+_BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def cut(text: str, limit: int, mark: str = CUT_MARK) -> str:
@@ -55,6 +56,16 @@ def one_line(text: object, limit: int, mark: str = CUT_MARK) -> str:
     """``text`` (any object, as ``str()`` writes it) as words on one line (every run of white space, a newline
     among them, made one space), at most ``limit`` characters."""
     return cut(" ".join(str(text).split()), limit, mark)
+
+
+def fmt_bytes(n: int | None) -> str:
+    """Bytes for people: ``"1.5GiB"``, ``"64.0MiB"``, ``"1023B"``; ``"?"`` when unknown."""
+    if n is None:
+        return "?"
+    for unit, size in _BYTE_UNITS:
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n}B"
 
 
 def _has_space(text: str) -> bool:

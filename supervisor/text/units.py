@@ -1,4 +1,4 @@
-"""Numbers as people write them in configs and as the supervisor shows them: sizes and plain digits.
+"""Numbers as people write them in configs: sizes and plain digits (show.py's ``fmt_bytes`` shows sizes back).
 
 Parsing is strict on purpose: ``str.isdigit()`` accepts "²" and "١" (which ``int``
 then refuses with a traceback), and ``float("1e999")`` is infinity. Everything here
@@ -62,13 +62,3 @@ def parse_size(text: str | int) -> int:
     if not math.isfinite(value) or value > MAX_SIZE:
         raise ValueError(f"{shown(text)} is more than the {MAX_SIZE_TEXT} a size may be")
     return int(value)
-
-
-def fmt_bytes(n: int | None) -> str:
-    """Bytes for people: ``"1.5GiB"``, ``"64.0MiB"``, ``"1023B"``; ``"?"`` when unknown."""
-    if n is None:
-        return "?"
-    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return f"{n}B"

@@ -13,7 +13,7 @@ from pathlib import Path
 from helpers import REPO, Runner, free_ports
 
 from supervisor.devmanager.server import DevManager
-from supervisor.status.pointer import RUNTIME_DIR_ENV  # the tests' own (conftest.py): kept like PATH
+from supervisor.status.file import RUNTIME_DIR_ENV  # the tests' own (conftest.py): kept like PATH
 
 # STANDIN_SPEED for the tests: every stand-in delay scaled down to a twentieth.
 STANDIN_FAST = "0.05"

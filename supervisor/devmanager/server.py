@@ -40,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..text.show import cut
 from ..text.stdio import say
 from .faults import Faults, answer_instead, drip, faults_from, response_bytes
 from .rows import NO_ROW_RULES, UI_KILL_REASON, Instance, RowRules, edit_row, status_rows
@@ -420,7 +421,7 @@ class _Server(ThreadingHTTPServer):
             with self.state.lock:
                 self.state.calls.append(entry)
         if not self.quiet:
-            shown = json.dumps(body)[:160] if body is not None else ""
+            shown = cut(json.dumps(body), 160) if body is not None else ""
             say(f"dev-manager: {method} {path} -> {status} {shown}")
 
 

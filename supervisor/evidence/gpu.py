@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..text.show import shown
+
 # call(name, gpu_index or None, function, *args): makes one NVML call, timed by the GPU thread.
 Caller = Callable[..., Any]
 # The most GPUs a machine has (NVML itself supports 64 per host): a count above it is NVML's mistake.
@@ -124,7 +126,7 @@ def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
     except Exception as exc:  # pynvml.NVMLError and its per-code subclasses
         return None, f"no GPU: NVML unavailable ({describe_nvml_error(exc)})"
     if isinstance(answer, bool) or not isinstance(answer, int) or answer < 0:
-        return None, f"no GPU: NVML's device count is no number ({repr(answer)[:40]})"
+        return None, f"no GPU: NVML's device count is no number ({shown(answer, 40)})"
     if answer > MAX_GPUS:
         return None, f"no GPU: NVML counts {answer} GPUs, more than any machine has (at most {MAX_GPUS})"
     count = answer
@@ -172,7 +174,7 @@ def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] 
 def bounded(value: Any, most: int, what: str) -> int:
     """``value`` as a whole number from 0 to ``most``; BadAnswer otherwise (NVML's word is checked, not trusted)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
-        raise BadAnswer(f"{what} is {repr(value)[:40]}, not a whole number from 0 to {most}")
+        raise BadAnswer(f"{what} is {shown(value, 40)}, not a whole number from 0 to {most}")
     return value
 
 

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from ..text.show import shown
 from .gpu import (
     FI_RECOVERY_ACTION,
     XID_CRITICAL,
@@ -152,7 +153,7 @@ def wait_event(nvml: Nvml, events: Any, timeout_ms: int, call: Caller) -> GpuFau
         raise
     event_type = getattr(data, "eventType", None)
     if isinstance(event_type, bool) or not isinstance(event_type, int):
-        raise BadAnswer(f"event data of no type ({repr(event_type)[:40]})")
+        raise BadAnswer(f"event data of no type ({shown(event_type, 40)})")
     if not event_type & XID_CRITICAL:
         return None
     xid = bounded(getattr(data, "eventData", None), MAX_XID, "the Xid")

@@ -106,7 +106,7 @@ def watch_lines(watches: Mapping[str, WatchStatus], now: float, live: bool = Tru
     saved snapshot, as last known."""
     said = []
     for name, w in list(watches.items())[:20]:
-        state, why = str(w.state)[:20], _one_line(w.why)[:160] if w.why else ""
+        state, why = str(w.state)[:20], one_line(w.why, 160, mark="") if w.why else ""
         if state == "blind":
             said.append(f"{name[:40]} BLIND since {since(w.since, now)}" + (f" ({why})" if why else ""))
         elif state == "stopped":
@@ -196,7 +196,7 @@ def _ledger(entries: Sequence[LedgerEntry], now: float) -> list[str]:
                 f"{e.attempts} attempt(s)" + (f", carried {carried}" if carried else "")
                 + (f" -> {answer}" if answer else ""))
         if e.last_error and e.state != "delivered":
-            line += f"; error: {_one_line(e.last_error)[:160]}"
+            line += f"; error: {one_line(e.last_error, 160, mark='')}"
         out.append(line)
     return out
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from supervisor.status.file import snapshot_problem
 from supervisor.status.headline import failure_lines, gone_lines, headline
 from supervisor.status.health import metrics_text
 from supervisor.status.model import GONE, Fate, PhaseStatus, Snapshot, Survivor, Timers
@@ -99,6 +100,25 @@ def test_what_the_supervisor_writes_comes_back_out_key_for_key_and_in_order() ->
     again = Snapshot.from_json(data).to_json()
     assert again == data
     assert json.dumps(again) == json.dumps(data), "the same keys in the same order"
+
+
+def test_what_the_supervisor_writes_passes_the_gate_its_types_make() -> None:
+    # The gate before from_json (file.snapshot_problem) is drawn from the same declared types: every section
+    # the supervisor writes passes it, and a field of any part that is of another type is named, where it is.
+    assert snapshot_problem(written()) is None
+    assert snapshot_problem({}) is None  # every section may be missing
+    broken = written()
+    broken["watches"]["GPU sampling"]["readings"] = "many"
+    assert snapshot_problem(broken) == "watches.GPU sampling.readings: str where int or null belongs"
+    broken = written()
+    broken["manager"]["ledger"][0] = None
+    assert snapshot_problem(broken) == "manager.ledger[0]: not an object"
+    broken = written()
+    del broken["verdicts"][0]["line"]
+    assert snapshot_problem(broken) == "verdicts[0].line: missing"
+    broken = written()
+    broken["phases"][0]["timers"]["stall"] = {"limit_s": float("nan")}
+    assert snapshot_problem(broken) == "phases[0].timers.stall.limit_s: nan is not a finite number"
 
 
 def test_a_snapshot_survives_json_unchanged() -> None:

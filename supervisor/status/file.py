@@ -22,7 +22,6 @@ on one machine it names the last one started; the others are found with ``--stat
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections import deque
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from ..lifecycle.states import FINAL_STATES
 from ..state import paths as statepaths
 from ..state.atomic import Rewrites, StateFileError, load_json, save_json
 from ..text import Log
-from .model import Snapshot
+from .model import Snapshot, shape_problem
 
 # status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
 # that (a service restarting in a tight loop) the changes are coalesced into one write per window.
@@ -115,82 +114,12 @@ def _snapshot(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-# What a snapshot read back (status.json, or an answer on the socket) must look like before anything
-# reads it: key → a type, a tuple of types, a nested shape (dict), or [shape] for a list of them. A key
-# missing is allowed where None is. Numbers must be finite (NaN compares false to everything).
-_NUM = (int, float)
-_OPT_NUM = (int, float, type(None))
-_OPT_STR = (str, type(None))
-_OPT_DICT = (dict, type(None))
-
-
-def _maybe(shape: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A section that may be null (a child's usage in the persisted file)."""
-    return ("maybe", shape)
-
-
-SNAPSHOT_SHAPE: dict[str, Any] = {
-    "started_at": _OPT_NUM, "written_at": _OPT_NUM,
-    "lifecycle": {"state": _OPT_STR, "why": _OPT_STR, "current": _OPT_STR},
-    "phases": [{"name": str, "state": str, "why": _OPT_STR, "since": _OPT_NUM, "attempt": (int, type(None)),
-                "hold": _OPT_STR, "facts": _OPT_DICT}],
-    "children": [{"label": str, "pid": int, "state": str, "started_at": _OPT_NUM, "last_output_at": _OPT_NUM,
-                  "usage": _maybe({"processes": (int, type(None)), "cpu_s": _OPT_NUM, "rss": (int, type(None))}),
-                  "last_lines": [str]}],
-    "gpus": {"why": _OPT_STR, "samples": [{"index": int, "name": str, "utilization": _NUM, "memory_used": int,
-                                           "memory_total": int}], "unresponsive": _OPT_DICT},
-    "memory": {"mode": _OPT_STR, "why": _OPT_STR, "snapshot": _OPT_STR},
-    "manager": {"enabled": (bool, type(None)), "url": _OPT_STR, "uuid": _OPT_STR, "last_error": _OPT_STR,
-                "outbox_pending": (int, type(None)), "last_delivered": _OPT_DICT, "row": _OPT_DICT,
-                "killed": _OPT_STR, "clocks": _OPT_DICT},
-    "verdicts": [{"line": str}],
-}
-
-
 def snapshot_problem(data: Any) -> str | None:
-    """Where ``data`` differs from SNAPSHOT_SHAPE (the first place), or None."""
+    """Where ``data`` (status.json, or an answer on the socket) is not a snapshot's JSON (the first place), or
+    None: the declared types of model.Snapshot say (model.shape_problem)."""
     if not isinstance(data, dict):
         return f"a JSON {type(data).__name__}, not an object"
-    return _shape_problem(data, SNAPSHOT_SHAPE, "")
-
-
-def _shape_problem(value: dict[str, Any], shape: dict[str, Any], where: str) -> str | None:
-    for key, want in shape.items():
-        name = f"{where}.{key}" if where else key
-        if key not in value:
-            if isinstance(want, tuple) and type(None) in want:
-                continue
-            if isinstance(want, dict | list) or (isinstance(want, tuple) and want[:1] == ("maybe",)):
-                continue  # a whole section missing: shown as absent
-            return f"{name}: missing"
-        problem = _value_problem(value[key], want, name)
-        if problem is not None:
-            return problem
-    return None
-
-
-def _value_problem(value: Any, want: Any, name: str) -> str | None:
-    if isinstance(want, tuple) and want[:1] == ("maybe",):
-        return None if value is None else _value_problem(value, want[1], name)
-    if isinstance(want, dict):
-        return _shape_problem(value, want, name) if isinstance(value, dict) else f"{name}: not an object"
-    if isinstance(want, list):
-        if not isinstance(value, list):
-            return f"{name}: not a list"
-        for i, item in enumerate(value):
-            problem = _value_problem(item, want[0], f"{name}[{i}]")
-            if problem is not None:
-                return problem
-        return None
-    kinds = want if isinstance(want, tuple) else (want,)
-    wanted = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
-    if isinstance(value, bool) and bool not in kinds:
-        return f"{name}: {value!r} where {wanted} belongs"
-    if not isinstance(value, kinds):
-        return f"{name}: {type(value).__name__} where {wanted} belongs"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{name}: {value!r} is not a finite number"
-    return None
+    return shape_problem(Snapshot, data)
 
 
 # ---------------------------------------------------------------- the pointer to the running supervisor

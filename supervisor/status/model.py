@@ -6,9 +6,9 @@ and values status.json and ``status --json`` have always had, which users and te
 JSON (``from_json``). A saved status.json may come from an older supervisor, or a broken or hand-edited one:
 ``from_json`` takes any JSON, and a key that is missing or of the wrong type is read as unknown (None, or an
 empty section), never an exception: each field is read as its declared type says (``_reader``), so a field
-added is read without a line more. (Whether a file is a snapshot at all is file.snapshot_problem's call:
-that gate comes first.) Numbers keep their JSON type (an int stays an int), so that what the supervisor
-wrote comes back out unchanged.
+added is read without a line more. (Whether a file is a snapshot at all is ``shape_problem``'s call, from
+the same declared types: that gate comes first, file.snapshot_problem.) Numbers keep their JSON type (an int
+stays an int), so that what the supervisor wrote comes back out unchanged.
 
 Some parts belong to the module that makes them and stay mappings inside the typed parts: a plugin's keys on
 a phase (Wiring.add_status: ``summary``, ``metrics`` and the rest), the plugin's answer fields on the
@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
-from types import UnionType
+from types import MappingProxyType, UnionType
 from typing import Any, Self, Union, get_args, get_origin, get_type_hints
 
 # What ``status`` found of the supervisor that wrote a snapshot (Fate.supervisor).
@@ -90,6 +90,64 @@ def _reader(hint: Any) -> Reader:
     if _is_record(hint):
         return lambda value: hint.from_json(_object(value))
     raise TypeError(f"no JSON reading for a field of type {hint!r}")
+
+
+# A field a snapshot read back must have (``shape_problem``): what names a phase, a child, a GPU sample, a verdict.
+REQUIRED = MappingProxyType({"required": True})
+# What a JSON value of a scalar field may be (a float field takes an int: JSON does not tell them apart).
+_KINDS: dict[Any, tuple[type, ...]] = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+
+
+def shape_problem(kind: type[_Record], data: Mapping[str, Any], where: str = "") -> str | None:
+    """Where ``data`` is not JSON of ``kind`` (the first place), or None: the gate before ``from_json`` (which
+    reads anything) for what was read back, a status.json or a socket's answer (file.snapshot_problem). Each
+    field present must be of its declared type (a part an object, a tuple a list, numbers finite); a field
+    marked REQUIRED must be there and not null; any other may be missing or null. Keys that are no field (a
+    plugin's) are not looked at."""
+    hints = get_type_hints(kind)
+    for f in fields(kind):  # type: ignore[arg-type]
+        name = f"{where}.{f.name}" if where else f.name
+        required = bool(f.metadata.get("required"))
+        if f.name not in data:
+            if required:
+                return f"{name}: missing"
+            continue
+        problem = _field_problem(hints[f.name], data[f.name], name, required)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _field_problem(hint: Any, value: Any, name: str, required: bool) -> str | None:
+    if get_origin(hint) in (Union, UnionType):
+        (hint,) = [arg for arg in get_args(hint) if arg is not type(None)]
+    if value is None and not required:
+        return None
+    origin, args = get_origin(hint), get_args(hint)
+    if _is_record(hint):
+        return shape_problem(hint, value, name) if isinstance(value, dict) else f"{name}: not an object"
+    if origin is tuple:
+        if not isinstance(value, list):
+            return f"{name}: not a list"
+        # (an item is never null: a list holds lines or objects)
+        problems = (_field_problem(args[0], item, f"{name}[{i}]", True) for i, item in enumerate(value))
+        return next((p for p in problems if p is not None), None)
+    if origin is Mapping:
+        if not isinstance(value, dict):
+            return f"{name}: not an object"
+        if args[1] is Any:
+            return None
+        problems = (_field_problem(args[1], item, f"{name}.{key}", False) for key, item in value.items())
+        return next((p for p in problems if p is not None), None)
+    kinds = _KINDS[hint]
+    wanted = " or ".join(k.__name__ for k in kinds) + ("" if required else " or null")
+    if isinstance(value, bool) and bool not in kinds:
+        return f"{name}: {value!r} where {wanted} belongs"
+    if not isinstance(value, kinds):
+        return f"{name}: {type(value).__name__} where {wanted} belongs"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name}: {value!r} is not a finite number"
+    return None
 
 
 def _is_record(hint: Any) -> bool:
@@ -235,9 +293,9 @@ class DownloadProgress(_Record):
 
 @dataclass(frozen=True)
 class PhaseStatus(_Record):
-    name: str | None = None
+    name: str | None = field(default=None, metadata=REQUIRED)
     kind: str | None = None  # oneshot, service
-    state: str | None = None  # a PhaseState's value
+    state: str | None = field(default=None, metadata=REQUIRED)  # a PhaseState's value
     since: float | None = None
     why: str | None = None
     attempt: int | None = None
@@ -286,10 +344,10 @@ class StopTimer(_Record):
 
 @dataclass(frozen=True)
 class ChildStatus(_Record):
-    label: str | None = None  # phase/child
-    pid: int | None = None
+    label: str | None = field(default=None, metadata=REQUIRED)  # phase/child
+    pid: int | None = field(default=None, metadata=REQUIRED)
     phase: str | None = None
-    state: str | None = None  # running, stopping
+    state: str | None = field(default=None, metadata=REQUIRED)  # running, stopping
     started_at: float | None = None
     last_output_at: float | None = None
     usage: Usage | None = None
@@ -304,11 +362,11 @@ class ChildStatus(_Record):
 class GpuSampleStatus(_Record):
     """One GPU as the GPU thread last sampled it (gpu.GpuSample)."""
 
-    index: int | None = None
-    name: str | None = None
-    utilization: float | None = None  # percent
-    memory_used: int | None = None  # bytes
-    memory_total: int | None = None
+    index: int | None = field(default=None, metadata=REQUIRED)
+    name: str | None = field(default=None, metadata=REQUIRED)
+    utilization: float | None = field(default=None, metadata=REQUIRED)  # percent
+    memory_used: int | None = field(default=None, metadata=REQUIRED)  # bytes
+    memory_total: int | None = field(default=None, metadata=REQUIRED)
 
 
 @dataclass(frozen=True)
@@ -463,7 +521,7 @@ class ManagerStatus(_Record):
 class VerdictStatus(_Record):
     """A verdict: its line, and its record as the lifecycle keeps it (verdict.Verdict.to_dict, lines cut)."""
 
-    line: str | None = None
+    line: str | None = field(default=None, metadata=REQUIRED)
     record: Mapping[str, Any] = field(default_factory=dict)
 
     @property

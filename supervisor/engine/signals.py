@@ -40,11 +40,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..text import Log
+from .stopbudget import StopBudget  # (a few lines, no import of its own: imported here, not on a stop's path)
 
 if TYPE_CHECKING:  # (the CLI imports this module first thing: it must stay cheap to import)
     from .exitflush import ExitFlush
     from .loop import EventLoop
-    from .stopbudget import StopBudget
 
 
 
@@ -163,8 +163,8 @@ def meaning_of(signum: int) -> tuple[Meaning, str]:
 # ---------------------------------------------------------------- what a stop signal does, by stage
 
 
-class Stage(enum.Enum):
-    """Where the run is, as a stop signal sees it."""
+class Stage(enum.StrEnum):
+    """Where the run is, as a stop signal sees it. (A StrEnum: as a dict's key it hashes in C, on the stop's path.)"""
 
     STARTING = "starting"  # before the lifecycle started: nothing of it runs yet
     RUNNING = "running"  # the lifecycle runs
@@ -245,8 +245,6 @@ class SignalRouter:
             self._log(f"{name} ({why}): every child is stopped in reverse start order; a second stop signal "
                       "kills at once")
             if self.stop_budget_s is not None:
-                from .stopbudget import StopBudget
-
                 self.budget = StopBudget(self.stop_budget_s, name)
             self.lifecycle.shutdown(f"received {name}", 128 + signum, self.budget)
         elif action is Action.KILL_NOW:
@@ -314,8 +312,10 @@ class SignalInbox:
             return
         for signum in data:
             # Each signal on its own: one whose handling raised must not swallow the SIGCHLD after it.
-            self._loop.run_contained(lambda signum=signum: self._on_signal(signum), None,
-                                     f"handling {signal_name(signum)}")
+            try:
+                self._on_signal(signum)
+            except Exception as exc:
+                self._loop.contain(exc, None, f"handling {signal_name(signum)}")
 
     def close(self) -> None:
         """The exit status is decided: from here to the process's end a signal means nothing. The handlers

@@ -41,8 +41,11 @@ assert _spec is not None and _spec.loader is not None
 images = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(images)
 
-pytestmark = pytest.mark.skipif(images.missing_prerequisite() is not None,
-                                reason=f"container test: {images.missing_prerequisite()}")
+# One xdist worker runs them all: two workers would each build the image, and the second build drops the
+# first one's (build_image: the previous test image is removed) while the first worker's tests still use it.
+pytestmark = [pytest.mark.skipif(images.missing_prerequisite() is not None,
+                                 reason=f"container test: {images.missing_prerequisite()}"),
+              pytest.mark.xdist_group("container")]
 
 Say = Callable[[str], None]
 

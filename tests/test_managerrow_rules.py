@@ -100,3 +100,27 @@ def test_a_kill_reason_is_one_bounded_printable_line() -> None:
 def test_utc_text_is_the_managers_format() -> None:
     assert utc_text(NOW) == "2026-12-01 12:00:00"
     assert time.strftime("%Y", time.gmtime(manager_time("2026-12-01 12:00:00", "t", NOW))) == "2026"
+
+
+def test_the_view_tells_the_clocks_then_the_plugin_of_a_row_and_the_plugin_before_the_lifecycle_of_a_kill() -> None:
+    # Who hears the manager's row is named in the view, in one order (manager/view.py): the instance's clocks
+    # (the manager's, where earlier than ours), then the plugin; a kill goes to the plugin first (its give-up
+    # must not answer a killed row), then stops the lifecycle.
+    from types import SimpleNamespace
+
+    from supervisor.manager.rowwatch import RowReading
+    from supervisor.manager.view import ManagerView
+
+    heard: list[str] = []
+    view = ManagerView(lambda line: heard.append(f"log {line[:24]}"), lambda source, text: heard.append("push"),
+                       lambda why: heard.append("retire"), lambda: None)
+    view.first_seen = SimpleNamespace(heard_row=lambda row: heard.append(f"clocks {row.state}"))
+    view.on_row(lambda row: heard.append(f"plugin {row.state}"))
+    view.on_killed(lambda row: heard.append("plugin killed"))
+    view.stop_lifecycle = lambda row: heard.append("lifecycle stopped")
+    view.heard_row(RowReading(1.0, Row("u", "registered"), listed=True))
+    view.heard_row(RowReading(2.0, None, listed=False))  # no row: nobody hears anything
+    assert heard == ["clocks registered", "plugin registered"]
+    heard.clear()
+    view.heard_kill(Row("u", "registered", kill_reason="rented out"))
+    assert heard == ["log manager: the manager kil", "retire", "push", "plugin killed", "lifecycle stopped"]

@@ -65,9 +65,9 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     # after the reason lines: the manager must have the why before it destroys the instance).
     extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
     attach_plugin(plan, plugin, host, core, sup, extras)
-    # The manager's word on the instance is final: a killed row stops the lifecycle in order (after the
-    # plugin heard the kill: its give-up must not answer a killed row).
-    reporter.view.kill_listeners.append(lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED))
+    # The manager's word on the instance is final: a killed row stops the lifecycle in order (the view tells
+    # the plugin first: its give-up must not answer a killed row).
+    reporter.view.stop_lifecycle = lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED)
     timeline = Timeline()  # when each phase started and ended: heard before status.json is written
 
     def take_snapshot(usage: bool = True) -> Snapshot:

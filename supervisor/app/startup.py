@@ -288,8 +288,7 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
     reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,
                         host.early_lines)
     reporter.on_identity(first_seen.registered)
-    reporter.view.row_listeners.append(first_seen.heard_row)  # the manager's clocks, where earlier than ours
-    reporter.view.first_seen = first_seen
+    reporter.view.first_seen = first_seen  # the manager's clocks, where earlier than ours (it hears each row)
     fetch_s = next((p.progress_deadline_s for p in plan.phases if p.report == "param-done" and p.progress_deadline_s),
                    None)
     if fetch_s is not None:

@@ -375,10 +375,10 @@ class ReporterLink:
         self._reporter.retire(reason)
 
     def on_row(self, listener: Callable[[Row], None]) -> None:
-        self._reporter.view.row_listeners.append(listener)
+        self._reporter.view.on_row(listener)
 
     def on_killed(self, listener: Callable[[Row], None]) -> None:
-        self._reporter.view.kill_listeners.append(listener)
+        self._reporter.view.on_killed(listener)
 
     def clock(self, name: str) -> tuple[float, str] | None:
         return self._reporter.view.clock(name)

@@ -4,8 +4,14 @@ thread; this hears it on the loop's): the latest row, a kill, a registration aga
 A killed row is the manager's final word: it is remembered like a give-up (givenup.py: a restart must not
 run the instance again, since a lifecycle call of it could un-kill the row), said in one line with the manager's
 ``kill_reason`` and ``killed_at`` (the supervisor's log, the manager's setup log, status), and the
-lifecycle is stopped by whoever listens (observers.py: EXIT_KILLED). After a registration again for a
-forgotten uuid, what was pushed under the old one goes again under the new one, once (repush.py).
+lifecycle is stopped (``stop_lifecycle``, which the composition root sets: observers.py, EXIT_KILLED). After a
+registration again for a forgotten uuid, what was pushed under the old one goes again under the new one,
+once (repush.py).
+
+Who hears the row, in this order: the instance's clocks (``first_seen``: the manager's, where earlier than
+ours), then the plugin's listeners (``on_row``, in the order it added them). Who hears a kill: the plugin's
+listeners first (``on_killed``: its give-up must not answer a killed row, so it hears the kill before the
+lifecycle's stop could tell it of a shutdown), then ``stop_lifecycle``.
 """
 
 from __future__ import annotations
@@ -31,17 +37,29 @@ class ManagerView:
         self._log, self._push_text, self._retire, self._outbox = log, push_text, retire, outbox
         self.row: RowReading | None = None  # the latest look-up
         self.killed: Row | None = None
-        self.row_listeners: list[Callable[[Row], None]] = []
-        self.kill_listeners: list[Callable[[Row], None]] = []
         self.recent = RecentLines()  # the supervisor's own last lines
         self.first_seen: FirstSeen | None = None  # the instance's clocks (the composition root sets it)
+        self.stop_lifecycle: Callable[[Row], None] | None = None  # a kill's end (the composition root sets it)
+        self._plugin_rows: list[Callable[[Row], None]] = []  # the plugin's (ManagerLink.on_row)
+        self._plugin_kills: list[Callable[[Row], None]] = []  # the plugin's (ManagerLink.on_killed)
         self.deadlines: dict[str, float] = {}  # clock name → how long after it the manager kills (status shows it)
+
+    def on_row(self, listener: Callable[[Row], None]) -> None:
+        """The plugin hears each row read, after the clocks."""
+        self._plugin_rows.append(listener)
+
+    def on_killed(self, listener: Callable[[Row], None]) -> None:
+        """The plugin hears a kill, before the lifecycle is stopped."""
+        self._plugin_kills.append(listener)
 
     def heard_row(self, reading: RowReading) -> None:
         self.row = reading
-        if reading.row is not None:
-            for listener in self.row_listeners:
-                listener(reading.row)
+        if reading.row is None:
+            return
+        if self.first_seen is not None:
+            self.first_seen.heard_row(reading.row)
+        for listener in self._plugin_rows:
+            listener(reading.row)
 
     def heard_kill(self, row: Row) -> None:
         self.killed = row
@@ -49,8 +67,10 @@ class ManagerView:
         self._log(f"manager: {line}; nothing that could un-kill it goes out (no lifecycle call, no registration)")
         self._retire(line)
         self._push_text("setup", f"prover-supervisor: {line}")
-        for listener in self.kill_listeners:
+        for listener in self._plugin_kills:
             listener(row)
+        if self.stop_lifecycle is not None:
+            self.stop_lifecycle(row)
 
     def registered_again(self, old: str, new: str) -> None:
         """The manager forgot ``old``: what was pushed under it goes again under ``new``, once."""

@@ -11,7 +11,7 @@ The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
 - ``status [--json] [--watch [--interval S]] [--state-dir D | --config F]``: what the running
   supervisor does, else what it last saved and what became of it (status/command.py);
 - ``demo [--fail MODE] [--phase P] [--keep]``: the whole lifecycle with the stand-ins (``--fail gpu``,
-  ``--fail proofs``: production breaks; prover/demofaults.py);
+  ``--fail proofs``: production breaks; prover/demo.py);
 - ``standins --bin-dir DIR``: write the stand-ins under the real programs' names;
 - ``dev-manager [--port N]``: a stand-in of the fleet manager's API on 127.0.0.1.
 

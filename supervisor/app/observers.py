@@ -1,9 +1,10 @@
 """Step 8 of run.py: what watches the lifecycle from outside, named in one record and wired to it.
 
-Who reacts to what the lifecycle decides is the lifecycle's ``Observers`` (lifecycle/runtime.py), filled
+Who reacts to what the lifecycle decides is the lifecycle's ``Observers`` (lifecycle/observers.py), filled
 here once, in the order they are told: resume.json, the instance's clocks, the reporter (on a shutdown
 for a failure the manager is told why before it is told to give the instance up), the plugin, the
-timeline, status.json (once per batch of changes). Beside them: the status socket answers
+timeline, the first writes of a shutdown (status.json and the termination log, before any grace runs),
+status.json (once per batch of changes). Beside them: the status socket answers
 ``prover-supervisor status``; health and metrics serve 127.0.0.1:http_port.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Plan
+from ..config import PARAM_DONE, Plan
 from ..engine.logs import SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.signals import SignalRouter
@@ -43,7 +44,7 @@ class FetchClock(Deaf):
         self._first_seen = first_seen
 
     def phase_changed(self, phase: Any) -> None:
-        if phase.spec.report == "param-done" and phase.state is PhaseState.DONE:
+        if phase.spec.report == PARAM_DONE and phase.state is PhaseState.DONE:
             self._first_seen.param_done()
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ..config import Plan
+from ..config import PARAM_DONE, Plan
 from ..engine.logs import SUPERVISOR_LOG, Console, LogFile, SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
@@ -289,7 +289,7 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
                         host.early_lines)
     reporter.on_identity(first_seen.registered)
     reporter.view.first_seen = first_seen  # the manager's clocks, where earlier than ours (it hears each row)
-    fetch_s = next((p.progress_deadline_s for p in plan.phases if p.report == "param-done" and p.progress_deadline_s),
+    fetch_s = next((p.progress_deadline_s for p in plan.phases if p.report == PARAM_DONE and p.progress_deadline_s),
                    None)
     if fetch_s is not None:
         reporter.view.deadlines[FETCH_CLOCK] = fetch_s

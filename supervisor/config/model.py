@@ -40,7 +40,9 @@ CGROUP_MODES = ("auto", "shared", "off")
 # The one table of them: the config checks the key against it, and the reporting (manager/reporting.py) makes
 # each call at the moment it names.
 ReportWhen = Literal["done", "up"]
-REPORTS: Mapping[str, ReportWhen] = MappingProxyType({"param-done": "done", "running": "up"})
+PARAM_DONE = "param-done"  # the fetch phase's: its end starts the clock after it (state/firstseen.py)
+RUNNING = "running"  # the production phase's (Lifecycle.production)
+REPORTS: Mapping[str, ReportWhen] = MappingProxyType({PARAM_DONE: "done", RUNNING: "up"})
 RESUMES = ("no", "outputs", "machine")
 DEFAULT_RESUME_MAX_AGE_S = 86400.0
 # How long a download is watched before its rate may say it cannot make progress_deadline_s.

@@ -1,7 +1,7 @@
 """``prover-supervisor dev-manager``: a stand-in for the fleet manager's API, on 127.0.0.1.
 
 A tool, not part of the supervision: a stand-in of the external fleet manager (tests, the demo, local runs)
-that imports nothing of the supervisor but ``stdio`` and its faults (devmanager/faults.py).
+that imports nothing of the supervisor but its text helpers (``stdio``, ``show``) and its faults (faults.py).
 
 Same routes, states and answers as manager-api.md: ``/register`` (idempotent per label while not killed),
 ``/param-done``, ``/running`` (404 ``instance not found or already killed`` for a killed row, as the real one),

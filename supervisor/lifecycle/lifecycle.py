@@ -13,7 +13,7 @@ the bench gate drives), and whether the run is shutting down (every phase is tol
 
 It holds the run's one exit status (``exit_status``, decided at its shutdown): the exit, the exit flush
 and the status view read it here. Who reacts to a phase's move, a verdict or the shutdown is named in
-one record, ``Observers`` (runtime.py), told in a fixed order after each, before the lifecycle's own
+one record, ``Observers`` (observers.py), told in a fixed order after each, before the lifecycle's own
 decision follows (``_phase_changed``).
 """
 
@@ -21,16 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..config import PhaseSpec, Plan
+from ..config import RUNNING, PhaseSpec, Plan
 from ..engine.loop import contained
 from ..engine.process import Child
 from ..engine.stopbudget import StopBudget
 from ..exits import EXIT_FAILURE, EXIT_INTERNAL_ERROR, EXIT_OK
 from .children import Spawn
 from .hooks import NO_HOOKS, PhaseHooks
+from .observers import Observers
 from .phase import Phase
 from .resume import ResumeRecord
-from .runtime import Observers, Runtime, stop_in_order
+from .runtime import Runtime, stop_in_order
 from .states import ATTEMPT_RUNS, SHUTDOWN_WHY, PhaseState, ShutdownView
 from .verdict import Verdict
 
@@ -90,7 +91,7 @@ class Lifecycle:
 
     def production(self) -> list[Phase]:
         """The production service: the phase with ``report = "running"``, else the last service."""
-        return [p for p in self.phases if p.spec.report == "running"] or \
+        return [p for p in self.phases if p.spec.report == RUNNING] or \
             [p for p in self.phases if p.spec.kind == "service"][-1:]
 
     def hold(self, name: str, why: str, for_s: float | None = None) -> None:

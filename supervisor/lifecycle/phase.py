@@ -299,7 +299,7 @@ class Phase:
     def live_children(self) -> list[Child]:
         return [c for c in self._attempt.children + self.kept if c.running]
 
-    # ------------------------------------------------------------ what the decision reads (states.Deciding)
+    # ------------------------------------------------------------ what the decision reads (decide, above)
 
     def shutting_down(self) -> bool:
         return self._lifecycle is not None and self._lifecycle.shutting_down
@@ -327,7 +327,7 @@ class Phase:
         self._on_change(self)
 
     def _on(self, event: Event) -> None:
-        """What ``event`` does, as states.decide says: the effects before the move, the move, those after."""
+        """What ``event`` does, as decide says: the effects before the move, the move, those after."""
         step = decide(self, event)
         for effect in step.before:
             self._carry_out(effect)
@@ -544,7 +544,7 @@ class Phase:
 
     def fail_internally(self, what: str, exc: Exception) -> None:
         """A bug of the supervisor's own while handling this phase (``what`` raised ``exc``): logged once with its
-        traceback; the phase fails for good with reason internal_error (states._broken)."""
+        traceback; the phase fails for good with reason internal_error (_broken, above)."""
         self._loop.faults.report(f"phase {self.name}: {what}", exc)
         detail = f"internal error in {what}: {summary(exc)} (a supervisor bug: the traceback is in supervisor.log)"
         self._on(Broken(v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,

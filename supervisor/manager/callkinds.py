@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import config
 from .answers import FieldCheck
 from .client import LOG_PUSH_LIMIT, Answer, ManagerClient
 from .row import NO_ROW_FIELDS, RowFields
@@ -38,7 +39,7 @@ class CallKind:
 
 REGISTER = "register"
 LOG = "log"  # a durable log push: {"source", "text"}
-RUNNING = "running"
+RUNNING = config.RUNNING
 
 
 def phase_call(kind: str) -> CallKind:
@@ -58,7 +59,7 @@ def _log_push(client: ManagerClient, payload: Payload, uuid: str | None) -> Answ
 
 
 def core_kinds() -> dict[str, CallKind]:
-    return {"param-done": phase_call("param-done"), RUNNING: phase_call(RUNNING), LOG: CallKind(_log_push)}
+    return {config.PARAM_DONE: phase_call(config.PARAM_DONE), RUNNING: phase_call(RUNNING), LOG: CallKind(_log_push)}
 
 
 @dataclass

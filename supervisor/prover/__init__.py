@@ -4,10 +4,10 @@ It owns the domain: ``[cuzk]`` and the fleet protocol's keys in ``[manager]`` (`
 generation (``cuzkconf``), ``ready = "cuzk"`` (``ready``), reading cuzk-bench's output (``bench``), the
 ``cuzk-config`` hook and the parsers (``hooks``; aria2c's lines as progress: ``fetchlines``), the fleet
 protocol (``fleet``: bench-done, the runner-id, the give-up) with its bench gate (``gate``) and the bench cut
-(``benchcut``: too_slow), the production watch (``production``: proofs counted, proofs_failing), its verdict
+(``benchlimits``: too_slow), the production watch (``production``: proofs counted, proofs_failing), its verdict
 reasons and exit status (``reasons``), ``run --rebench`` (``switches``), the fleet protocol in the dev-manager
 (``devfleet``), the built-in profile (``profile.toml``), the stand-ins of paramfetch, cuzk, curio and NVML
-(``standins``) and the demo (``demo``, its production faults in ``demofaults``). ``plugin.PLUGIN`` gathers
+(``standins``) and the demo (``demo``, its production faults with it). ``plugin.PLUGIN`` gathers
 what it adds into the core's ``supervisor.plugin.Plugin``; the composition root (``cli.py``) hands it in, and
 ``attach`` is given the core's ``supervisor.wiring.Wiring``, never the lifecycle itself.
 

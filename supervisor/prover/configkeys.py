@@ -52,7 +52,7 @@ DEFAULT_MIN_RATE = 50.0
 # How long production waits for the manager's verdict on the benchmark before it starts anyway.
 DEFAULT_BENCH_GATE_S = 300.0
 # The manager kills a row still in params_done 45 min after its param_done_at ("benchmark timeout (45min)"):
-# the warm-up and the bench share that budget (benchclock.py); 0: no such clock.
+# the warm-up and the bench share that budget (benchlimits.py); 0: no such clock.
 DEFAULT_BENCH_DEADLINE_S = 2700.0
 MIN_RATE_ENV = "MIN_RATE"
 # A plain decimal in ASCII: what float() would take, less "inf", "nan", exponents, "_" and non-ASCII digits.

@@ -71,7 +71,7 @@ class FleetSettings:
     bench_gate_s: float
     give_up_on_failure: bool
     bench_done_reason: bool
-    bench_deadline_s: float = 0.0  # the manager's benchmark timeout (benchclock.py); 0: none
+    bench_deadline_s: float = 0.0  # the manager's benchmark timeout (benchlimits.py); 0: none
 
 
 def fleet_settings(plan: Plan) -> FleetSettings:

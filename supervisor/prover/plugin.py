@@ -12,11 +12,11 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``disk_needs``: ``min_param_disk`` under the parameter cache ([cuzk] param_cache, else
   ``$FIL_PROOFS_PARAMETER_CACHE``, else the param-done phase's progress_path);
 - ``run_switches``: ``--rebench``, which runs the ``resume = "machine"`` phases (the bench) again (switches.py);
-- ``clocks``: the core's clock after the fetch is the benchmark's, ``bench`` (benchclock.py);
+- ``clocks``: the core's clock after the fetch is the benchmark's, ``bench`` (benchlimits.py);
 - ``profile``: profile.toml, run when no config is given.
 
 - ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
-  register body, ``runner_id``; the bench cut (benchcut.py): a bench that can no longer pass min_rate
+  register body, ``runner_id``; the bench cut (benchlimits.py): a bench that can no longer pass min_rate
   is stopped too_slow (and so given up); and the production watch (production.py): proofs counted while
   curio runs, the summary line, ``proofs_failing``; its settings in ``[production]``.
 """
@@ -27,22 +27,22 @@ from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
 
-from ..config import Plan
+from ..config import PARAM_DONE, RUNNING, Plan
 from ..lifecycle import verdict as v
 from ..lifecycle.fitness import Evidence, Finding, SpaceNeed
 from ..lifecycle.hooks import capped
 from ..plugin import Plugin
 from ..state.firstseen import AFTER_FETCH_CLOCK
 from ..wiring import Wiring
-from . import benchclock, benchcut, cuzkconf, fleet, production
+from . import benchlimits, cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_section, fleet_rules
+from .fleet import BENCH_DONE
 from .hooks import CUZK_CONFIG, PARSERS, make_cuzk_config
 from .ready import KIND as CUZK_READY
 from .ready import make_cuzk_ready
 from .reasons import REASONS
 from .switches import RUN_SWITCHES
 
-BENCH_DONE = "bench-done"
 PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
 
 
@@ -72,7 +72,7 @@ def param_cache(plan: Plan, environ: Mapping[str, str]) -> str | None:
     named = plan.supervisor.env.get(PARAM_CACHE_ENV) or environ.get(PARAM_CACHE_ENV)
     if named:
         return named
-    fetch = next((p for p in plan.phases if p.report == "param-done" and p.progress_path), None)
+    fetch = next((p for p in plan.phases if p.report == PARAM_DONE and p.progress_path), None)
     return fetch.progress_path if fetch is not None else None
 
 
@@ -88,14 +88,14 @@ def attach(wiring: Wiring) -> None:
     """The fleet protocol, the bench cut and the benchmark clock (which give up through it), then the production
     watch on the ``report = "running"`` phase (with a [cuzk])."""
     fleet.attach(wiring)
-    benchcut.attach(wiring)
-    benchclock.attach(wiring)
+    benchlimits.attach_cut(wiring)
+    benchlimits.attach_clock(wiring)
     cuzk = wiring.plan.sections.get(SECTION)
     if cuzk is None:
         return
     settings = wiring.plan.sections.get(production.SECTION) or production.ProductionSettings()
     status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/")
-    phase = next((p.name for p in wiring.plan.phases if p.report == "running"), None)
+    phase = next((p.name for p in wiring.plan.phases if p.report == RUNNING), None)
     production.attach_watch(wiring, f"http://{status}/status" if status else "", phase, settings, wiring.log)
 
 
@@ -117,7 +117,7 @@ PLUGIN = Plugin(
     fitness=(cuzk_toml_fits,),
     disk_needs=(param_disk,),
     run_switches=RUN_SWITCHES,
-    clocks=MappingProxyType({AFTER_FETCH_CLOCK: benchclock.BENCH_CLOCK}),
+    clocks=MappingProxyType({AFTER_FETCH_CLOCK: benchlimits.BENCH_CLOCK}),
     attach=attach,
     profile=profile,
 )

@@ -1,9 +1,9 @@
-"""The bench cut (prover/benchcut.py), in-process on a fake clock and hand-run timers.
+"""The bench cut (prover/benchlimits.py), in-process on a fake clock and hand-run timers.
 
 tests/prover/test_fetch_progress.py covers the boundary (``hopeless`` at N / min_rate, the cut at it); these
 cover which phases are watched at all, that a look for an attempt that is over does nothing (a new attempt,
 a phase that stopped running, a bench whose summary is in), that a bench whose N is unknown is never cut,
-that the cut happens once and the looks stop, and that ``attach`` adds it only where a manager judges.
+that the cut happens once and the looks stop, and that ``attach_cut`` adds it only where a manager judges.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from supervisor.lifecycle.states import PhaseState
 from supervisor.prover.bench import BenchResult
-from supervisor.prover.benchcut import BENCH_CUT_CHECK_S, BenchCut, attach, hopeless
+from supervisor.prover.benchlimits import BENCH_CUT_CHECK_S, BenchCut, attach_cut, hopeless
 from supervisor.prover.fleet import BENCH_DONE
 from supervisor.wiring import PhaseView, Wiring
 
@@ -155,10 +155,10 @@ def test_attach_adds_the_cut_only_where_a_manager_judges() -> None:
                       production=production, manager=manager, export_env=lambda k, v: None,
                       call_later=lambda d, cb: timers.append(cb), log=lambda line: None)  # type: ignore
 
-    attach(wiring(None))
+    attach_cut(wiring(None))
     assert listeners == []
     rows: list[Any] = []
-    attach(wiring(SimpleNamespace(on_row=rows.append)))  # a ManagerLink: the cut hears the manager's row too
+    attach_cut(wiring(SimpleNamespace(on_row=rows.append)))  # a ManagerLink: the cut hears the manager's row too
     assert len(listeners) == 1 and len(rows) == 1
     # The attached cut hears the transitions and looks on the wiring's timers.
     result = BenchResult(proofs={"COMPLETED": 1}, expected=1)

@@ -16,7 +16,7 @@ import time
 from helpers import PY, REPO, Result, clean_env, finish, first_line, verdict_lines
 
 from supervisor.exits import EXIT_CONFIG_ERROR, EXIT_FAILURE
-from supervisor.prover.demofaults import DEMO_GPUS, demo_gpu_count
+from supervisor.prover.demo import DEMO_GPUS, demo_gpu_count
 
 # Generous: each takes some seconds (the GPU fault ~6 s, the proofs ~10 s on an idle machine).
 DEMO_TIMEOUT_S = 120

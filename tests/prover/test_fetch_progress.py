@@ -18,7 +18,7 @@ from profilekit import standin_env
 
 from supervisor.lifecycle.states import PhaseState
 from supervisor.prover.bench import BenchResult
-from supervisor.prover.benchcut import BenchCut, hopeless
+from supervisor.prover.benchlimits import BenchCut, hopeless
 from supervisor.prover.fetchlines import parse_fetch_text
 from supervisor.prover.standins.paramserve import ParamServer
 from supervisor.state import paths as statepaths

@@ -1,5 +1,5 @@
 """The prover's side of the manager's own view: min_rate from its row (the gate, the bench cut), the
-benchmark clock (benchclock.py) on the manager's param_done_at, and a row whose min_rate differs, end to end.
+benchmark clock (benchlimits.py) on the manager's param_done_at, and a row whose min_rate differs, end to end.
 
 In-process on a fake clock and hand-run timers, as tests/prover/test_benchcut_rules.py; then one real
 supervisor against the dev-manager, whose row keeps the min_rate of the label's first registration.
@@ -21,7 +21,7 @@ from supervisor.devmanager.server import DevManager
 from supervisor.lifecycle.states import PhaseState
 from supervisor.manager.row import Row, RowError, find_row, utc_text
 from supervisor.prover.bench import BenchResult
-from supervisor.prover.benchclock import BENCH_CLOCK, BENCH_CLOCK_CHECK_S, BenchClock, past_deadline, stretch
+from supervisor.prover.benchlimits import BENCH_CLOCK, BENCH_CLOCK_CHECK_S, BenchClock, past_deadline, stretch
 from supervisor.prover.fleet import FLEET_ROW, row_min_rate
 from supervisor.prover.gate import BenchGate
 from supervisor.prover.reasons import EXIT_BENCH_REJECTED

@@ -78,7 +78,8 @@ class Reporter:
         self._redactor = redactor
         self.enabled = spec.url is not None
         self.calls = CallKinds()  # every call kind the sender delivers (a plugin adds to them before start)
-        self._identity_listeners: list[Callable[[Mapping[str, str | None]], None]] = []
+        # The plugin's hearers of the register answer's fields (hear_register_field), told after the clocks.
+        self._register_fields_heard: list[Callable[[Mapping[str, str | None]], None]] = []
         self.outbox: Outbox | None = None
         self._sender: Sender | None = None  # delivers the outbox (made with it, in start)
         self._logs: Shipper | None = None
@@ -302,18 +303,18 @@ class Reporter:
             logs.manager_answers()
 
     def _export_identity(self, uuid: str, fields: Mapping[str, str | None]) -> None:
-        """Children started from now on know who they are to the manager."""
+        """Children started from now on know who they are to the manager; then, in this order, the instance's
+        clocks hear that the manager knows it (registered now, or kept from before), and the plugin hears the
+        register answer's fields it asked for (hear_register_field)."""
         self._export_env("INSTANCE_UUID", uuid)
-        for listener in self._identity_listeners:
+        if self.view.first_seen is not None:
+            self.view.first_seen.registered()
+        for listener in self._register_fields_heard:
             listener(fields)
-
-    def on_identity(self, listener: Callable[[], None]) -> None:
-        """``listener`` hears that the manager knows this instance (registered now, or kept from before)."""
-        self._identity_listeners.append(lambda fields: listener())
 
     def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
         self.calls.answer_fields[name] = check
-        self._identity_listeners.append(lambda fields: on_known(fields.get(name)))
+        self._register_fields_heard.append(lambda fields: on_known(fields.get(name)))
 
     # ------------------------------------------------------------ for the status view
 

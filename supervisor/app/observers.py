@@ -19,7 +19,7 @@ from ..config import PARAM_DONE, Plan
 from ..engine.logs import SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.signals import SignalRouter
-from ..evidence.memwatch import MemoryWatch
+from ..evidence.memwatch import memory_use
 from ..exits import EXIT_KILLED, EXIT_OK
 from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.states import Deaf, PhaseState, ShutdownView
@@ -132,10 +132,8 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
     if plugin.attach is None:
         return
     evidence = sup.rt.evidence
-    memory_of = MemoryWatch(lambda: (), evidence.memory).use_of if evidence.memory is not None else None
-
     def machine(phase: str) -> dict[str, Any]:
-        use = memory_of(phase) if memory_of is not None else None
+        use = memory_use(evidence.memory, phase) if evidence.memory is not None else None
         return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
                 "gpu_utilization": [s.utilization for s in evidence.gpu_samples()]}
 

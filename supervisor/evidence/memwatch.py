@@ -128,19 +128,25 @@ class MemoryWatch:
             self.state.read()
 
     def use_of(self, phase: str) -> MemoryUse | None:
-        """The phase's memory now: its cgroup's (or the supervisor's) working set and limit, else the machine's."""
-        cgroup, where = self._memory.cgroup_of(phase)
-        if cgroup is not None:
-            used = cgroup.working_set()
-            limit = cgroup.limit() or self._memory.available_memory()
-            if used is None or not limit:
-                return None
-            pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None
-            if pressure is None:  # v1 has none of its own: the machine's, said as such
-                machine = read_pressure(MACHINE_PRESSURE)
-                pressure = f"(machine) {machine}" if machine else None
-            return MemoryUse(used, limit, where, pressure)
-        used, total = mem_used(self._meminfo), mem_total(self._meminfo)
-        if used is None or not total:
+        """The phase's memory now (``memory_use``)."""
+        return memory_use(self._memory, phase, self._meminfo)
+
+
+def memory_use(memory: MemoryEvidence, phase: str, meminfo: Path | str = "/proc/meminfo") -> MemoryUse | None:
+    """The phase's memory now: its cgroup's (or the supervisor's) working set and limit, else the machine's
+    (the watch's reading, and what a plugin's ``machine`` view shows)."""
+    cgroup, where = memory.cgroup_of(phase)
+    if cgroup is not None:
+        used = cgroup.working_set()
+        limit = cgroup.limit() or memory.available_memory()
+        if used is None or not limit:
             return None
-        return MemoryUse(used, total, "the machine", read_pressure(MACHINE_PRESSURE))
+        pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None
+        if pressure is None:  # v1 has none of its own: the machine's, said as such
+            machine = read_pressure(MACHINE_PRESSURE)
+            pressure = f"(machine) {machine}" if machine else None
+        return MemoryUse(used, limit, where, pressure)
+    used, total = mem_used(meminfo), mem_total(meminfo)
+    if used is None or not total:
+        return None
+    return MemoryUse(used, total, "the machine", read_pressure(MACHINE_PRESSURE))

@@ -32,7 +32,7 @@ from ..lifecycle.verdict import STOPPED, Verdict
 from ..state import givenup
 from ..state import paths as statepaths
 from ..text import Log
-from ..text.ansi import strip_ansi
+from ..text.ansi import plain, strip_ansi
 from ..text.redact import Redactor, shown_url
 from .answers import FieldCheck
 from .callkinds import CallKind, Payload
@@ -224,7 +224,7 @@ class Reporter:
             return  # (push_text would drop it: no line is made for a manager that is not told)
         lines = [f"prover-supervisor: FAILED: {verdict.line()}"]
         # The child's own lines, as the manager's dashboard must show them: no colour codes.
-        lines += [f"  | {_plain(line)}" for line in verdict.last_lines]
+        lines += [f"  | {plain(line)}" for line in verdict.last_lines]
         self.push_text("setup", "\n".join(lines))
 
     # ------------------------------------------------------------ calls and lines
@@ -391,6 +391,3 @@ class ReporterLink:
 def _shown(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
-
-def _plain(line: str) -> str:
-    return strip_ansi(line.encode("utf-8", errors="replace")).decode("utf-8", errors="replace")

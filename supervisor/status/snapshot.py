@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psutil
 
 from ..engine.logs import SUPERVISOR_LOG, child_log_name
-from ..text.ansi import strip_ansi
+from ..text.ansi import plain
 from .model import (
     ChildStatus,
     DownloadProgress,
@@ -224,9 +224,9 @@ def _child(phase: str, child: ChildView, usage: bool, now: float) -> ChildStatus
         last_lines=tuple(line[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(CHILD_LINES)))
 
 
-def plain(line: str) -> str:
-    """A line as a person reads it in ``status``: colour codes taken out, cut to SNAPSHOT_LINE_CHARS."""
-    return strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")[:SNAPSHOT_LINE_CHARS]
+def shown_line(line: str) -> str:
+    """A line as a person reads it in ``status``: colour codes taken out (ansi.plain), cut to SNAPSHOT_LINE_CHARS."""
+    return plain(line)[:SNAPSHOT_LINE_CHARS]
 
 
 def _failure(failure: Verdict | None, log_dir: str | None) -> Failure | None:
@@ -235,7 +235,7 @@ def _failure(failure: Verdict | None, log_dir: str | None) -> Failure | None:
         return None
     return Failure(phase=failure.phase, child=failure.child, reason=failure.reason, detail=failure.detail,
                    status=failure.status, exit_code=failure.exit_code, signal=failure.signal, at=failure.ended_at,
-                   line=failure.line(), last_lines=tuple(plain(s) for s in failure.last_lines[-FAILURE_LINES:]),
+                   line=failure.line(), last_lines=tuple(shown_line(s) for s in failure.last_lines[-FAILURE_LINES:]),
                    log_file=str(Path(log_dir) / child_log_name(failure.phase, failure.child)) if log_dir else None)
 
 

@@ -20,6 +20,12 @@ def strip_ansi(data: bytes) -> bytes:
     return ANSI_RE.sub(b"", data) if b"\x1b" in data else data
 
 
+def plain(line: str) -> str:
+    """A line of a child's as a person reads it (status, the manager's setup log): its escape codes taken out.
+    (Bytes that were no UTF-8, kept as surrogate escapes, come out as U+FFFD.)"""
+    return strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+
+
 def codes_in(data: bytes) -> bytes:
     """The escape sequences of ``data``, joined, without the text between them."""
     return b"".join(ANSI_RE.findall(data)) if b"\x1b" in data else b""

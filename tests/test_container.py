@@ -41,8 +41,8 @@ assert _spec is not None and _spec.loader is not None
 images = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(images)
 
-# One xdist worker runs them all: two workers would each build the image, and the second build drops the
-# first one's (build_image: the previous test image is removed) while the first worker's tests still use it.
+# One xdist worker runs them all (one image build: pyproject.toml says why pytest < 9 for the groups). Even so, a
+# build leaves a recent earlier image alone (images.drop_old_images): a run beside this one may be using it.
 pytestmark = [pytest.mark.skipif(images.missing_prerequisite() is not None,
                                  reason=f"container test: {images.missing_prerequisite()}"),
               pytest.mark.xdist_group("container")]

@@ -37,6 +37,9 @@ CACHE = Path(os.environ.get("PROVER_TEST_CACHE", "/var/cache/prover-supervisor-t
 SUITE = "bookworm"
 BASE_TAG = f"localhost/prover-base:{SUITE}"
 IMAGE_TAG = "localhost/prover-supervisor:test"
+# A previous test image younger than this is kept when a new one is built: a test run beside this one may run it.
+KEEP_RECENT_IMAGE_S = 3600.0
+TEST_IMAGE_LABEL = "prover.test-image=1"
 # What the Dockerfile needs of a base (python3 + venv), and procps so a person can `ps` inside.
 DEBOOTSTRAP_ARGS = ["--variant=minbase", "--include=python3,python3-venv,procps", SUITE]
 CONTAINERS_CONF = """\
@@ -289,6 +292,19 @@ def _pip(argv: list[str]) -> None:
         raise CannotBuild(f"cannot make the wheels ({' '.join(argv[3:5])}): {proc.stderr.strip()[-1500:]}")
 
 
+def drop_old_images(keep: str) -> None:
+    """Our earlier test images (by their label), untagged once a new one is built, are dropped with their layers
+    once they are KEEP_RECENT_IMAGE_S old: a younger one may be in use by a test run beside this one (another
+    xdist worker, another checkout), and one a container uses is kept by podman itself."""
+    listed = podman("images", "--filter", f"label={TEST_IMAGE_LABEL}", "--format", "{{.Id}} {{.Created.Unix}}",
+                    "--no-trunc", check=False).stdout.split("\n")
+    for line in listed:
+        image_id, _, created = line.strip().removeprefix("sha256:").partition(" ")
+        if image_id and not keep.startswith(image_id[:12]) and created.isdigit() \
+                and time.time() - int(created) > KEEP_RECENT_IMAGE_S:
+            podman("rmi", image_id, check=False)
+
+
 def build_image(say: Say = _stderr_say) -> str:
     """Build ``localhost/prover-supervisor:test`` from the repo's Dockerfile; return the image id."""
     why = missing_prerequisite()
@@ -301,21 +317,20 @@ def build_image(say: Say = _stderr_say) -> str:
         context.mkdir()
         make_context(context, version, say)
         with cache_lock():
-            old = podman("image", "inspect", "--format", "{{.Id}}", IMAGE_TAG, check=False).stdout.strip()
             started = time.monotonic()
             iidfile = Path(tmp) / "iid"
             # --network none: the Dockerfile must build from the context alone. --layers=false: no
-            # intermediate images to pile up run after run (the wheels differ each time anyway).
+            # intermediate images to pile up run after run (the wheels differ each time anyway). The label
+            # finds our earlier images again (drop_old_images).
             proc = podman("build", "--layers=false", "--network", "none", "--build-arg", f"BASE_IMAGE={base}",
-                          "--iidfile", str(iidfile), "-t", IMAGE_TAG, str(context), check=False, timeout=600)
+                          "--label", TEST_IMAGE_LABEL, "--iidfile", str(iidfile), "-t", IMAGE_TAG, str(context),
+                          check=False, timeout=600)
             if proc.returncode != 0:
                 raise BuildFailed(f"podman build failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
                                   f"{proc.stderr[-2000:]}")
             image = iidfile.read_text().strip().removeprefix("sha256:")
             say(f"image {IMAGE_TAG} ({image[:12]}) built in {time.monotonic() - started:.1f}s")
-            if old and not image.startswith(old[:12]):
-                # The previous test image is untagged now: drop it (and its layers) unless a container uses it.
-                podman("rmi", old, check=False)
+            drop_old_images(keep=image)
     return image
 
 

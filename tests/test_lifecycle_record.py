@@ -129,21 +129,7 @@ def test_a_hold_set_as_the_phase_is_done_keeps_the_next_one_pending_until_releas
     assert r.phase("production").state is PhaseState.RUNNING and r.lifecycle.held("bench") is None
 
 
-def test_a_shutdown_during_a_backoff_ends_the_phase_and_starts_no_new_attempt(run) -> None:
-    r = run(RESTARTING_SERVICE)
-    r.lifecycle.start()
-    r.run_until(1.0)
-    r.children.last.exit(1)
-    svc = r.phase("svc")
-    assert svc.state is PhaseState.BACKOFF
-    r.lifecycle.shutdown("received SIGTERM", 143)
-    r.run_until(100.0)  # well past the 5s backoff
-    assert svc.state is PhaseState.STOPPED and svc.why == "supervisor shutdown"
-    assert len(r.children.started) == 1
-    assert r.finished == [143]
-
-
-def test_a_shutdown_with_nothing_running_is_over_at_once_each_phase_told_before_it_settles(run) -> None:
+def test_a_shutdown_during_a_backoff_is_over_at_once_and_starts_no_new_attempt(run) -> None:
     # The stop's signals go out before the phases are told (lifecycle.shutdown); with nothing to stop the
     # stop is over at once, and still the phase hears the shutdown (its backoff cancelled) before it settles.
     r = run(RESTARTING_SERVICE)
@@ -155,6 +141,10 @@ def test_a_shutdown_with_nothing_running_is_over_at_once_each_phase_told_before_
     r.lifecycle.shutdown("received SIGTERM", 143)
     assert r.finished == [143] and svc.state is PhaseState.STOPPED
     assert r.loop.next_due() is None  # the backoff's timer is cancelled: nothing of the phase is left to run
+    r.run_until(100.0)  # well past the 5s backoff
+    assert svc.state is PhaseState.STOPPED and svc.why == "supervisor shutdown"
+    assert len(r.children.started) == 1
+    assert r.finished == [143]
 
 
 def test_a_shutdown_while_running_stops_the_child_and_the_phase_ends_stopped(run) -> None:

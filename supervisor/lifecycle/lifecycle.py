@@ -173,10 +173,12 @@ class Lifecycle:
         # (nothing ran) settles the phases only once each was told (_finished).
         finish = contained(self._finished, self._finish_anyway)
         self._phases_told = False
-        stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, finish, budget)
-        for phase in self.phases:
-            phase.abort()
-        self._phases_told = True
+        try:
+            stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, finish, budget)
+            for phase in self.phases:
+                phase.abort()
+        finally:  # (whatever raised: a stop that ends later must still end the run)
+            self._phases_told = True
         if self._stop_over:
             finish()
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs).

@@ -104,7 +104,7 @@ def shape_problem(kind: type[_Record], data: Mapping[str, Any], where: str = "")
     field present must be of its declared type (a part an object, a tuple a list, numbers finite); a field
     marked REQUIRED must be there and not null; any other may be missing or null. Keys that are no field (a
     plugin's) are not looked at."""
-    hints = get_type_hints(kind)
+    hints = _hints(kind)
     for f in fields(kind):  # type: ignore[arg-type]
         name = f"{where}.{f.name}" if where else f.name
         required = bool(f.metadata.get("required"))
@@ -183,9 +183,15 @@ def _others(kind: type[_Record], data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @cache
+def _hints(kind: type[_Record]) -> dict[str, Any]:
+    """Each field's declared type (the annotations evaluated once per part: the readers and the gate use them)."""
+    return get_type_hints(kind)
+
+
+@cache
 def _readers(kind: type[_Record]) -> dict[str, Reader]:
     """Each field of ``kind`` and how it is read (worked out once per part)."""
-    hints = get_type_hints(kind)
+    hints = _hints(kind)
     return {f.name: _reader(hints[f.name]) for f in fields(kind)}  # type: ignore[arg-type]
 
 

@@ -161,3 +161,30 @@ def test_a_shutdown_while_running_stops_the_child_and_the_phase_ends_stopped(run
         "phase svc: running → stopping (supervisor shutdown)", "phase svc: stopping → stopped (supervisor shutdown)"]
     assert len(r.children.started) == 1  # the shutdown's own stop is no reason to restart it
     assert r.finished == [143]
+
+
+def test_a_phase_failed_from_a_transition_listener_is_heard_in_order_by_every_listener(run) -> None:
+    # What the prover's bench clock does when the manager's deadline has passed already: it hears the phase
+    # come to RUNNING and fails it at once, from inside the telling of that move. Every listener after it,
+    # and the timeline, must still hear RUNNING before the moves the failure brings (run to completion).
+    r = run(TWO_ONESHOTS)
+    lifecycle = r.lifecycle
+    first: list[tuple[str, PhaseState]] = []
+    later: list[tuple[str, PhaseState]] = []
+
+    def fail_when_running(view: PhaseView) -> None:
+        first.append((view.name, view.state))
+        if view.name == "bench" and view.state is PhaseState.RUNNING:
+            assert lifecycle.fail_phase("bench", "too_slow", "past the manager's deadline")
+
+    lifecycle.observers.plugin.on_transition(fail_when_running)
+    lifecycle.observers.plugin.on_transition(lambda view: later.append((view.name, view.state)))
+    lifecycle.start()
+    r.run_until(1.0)
+    bench = [state for name, state in later if name == "bench"]
+    assert bench[:3] == [PhaseState.STARTING, PhaseState.RUNNING, PhaseState.STOPPING], later
+    assert [s for n, s in first if n == "bench"] == bench  # both heard the same moves, in the same order
+    assert len(bench) == len(set(bench)), f"a move heard twice: {later}"
+    assert r.phase("bench").state is PhaseState.FAILED
+    assert r.phase("bench").outcome is not None and r.phase("bench").outcome.reason == "too_slow"
+    assert r.finished and r.finished[0] != 0

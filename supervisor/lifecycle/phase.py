@@ -243,6 +243,9 @@ class Phase:
         self._attempt = Attempt(0, self._clock.monotonic())
         self._first_up_at: float | None = None  # wall time its service first came up
         self._extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget, hooks)
+        self._deciding = 0  # how deep in _on: a step that is being carried out
+        self._telling = False  # a move of this phase is being told (on_change)
+        self._aborts_due: list[tuple[str, str]] = []  # aborts asked by a hearer of a move: run after its step
 
     # ------------------------------------------------------------ what others read
 
@@ -324,19 +327,34 @@ class Phase:
             raise RuntimeError(f"phase {self.name}: no transition {self.state} → {new}")
         old, self.state, self.since, self.why = self.state, new, self._clock.time(), why
         self._log(f"phase {self.name}: {old} → {new} ({why})")
-        self._on_change(self)
+        self._telling = True
+        try:
+            self._on_change(self)
+        finally:
+            self._telling = False
 
     def _on(self, event: Event) -> None:
-        """What ``event`` does, as decide says: the effects before the move, the move, those after."""
-        step = decide(self, event)
-        for effect in step.before:
-            self._carry_out(effect)
-        if step.state is not None:
-            self.transition(step.state, step.why)
-        for effect in step.after:
-            self._carry_out(effect)
-        if step.then is not None:
-            self._on(step.then)
+        """What ``event`` does, as decide says: the effects before the move, the move, those after. Then
+        the aborts a hearer of the move asked for (abort_attempt), each decided in turn."""
+        self._deciding += 1
+        try:
+            step = decide(self, event)
+            for effect in step.before:
+                self._carry_out(effect)
+            if step.state is not None:
+                self.transition(step.state, step.why)
+            for effect in step.after:
+                self._carry_out(effect)
+            if step.then is not None:
+                self._on(step.then)
+        except BaseException:
+            self._aborts_due.clear()  # asked of a step that did not end: not to be laid on a later attempt
+            raise
+        finally:
+            self._deciding -= 1
+        while self._deciding == 0 and self._aborts_due:
+            reason, detail = self._aborts_due.pop(0)
+            self.abort_attempt(reason, detail)
 
     def _carry_out(self, effect: Doing) -> None:
         match effect:
@@ -431,7 +449,13 @@ class Phase:
         self._on(DeadlinePassed(detail, self._command_running()))
 
     def abort_attempt(self, reason: str, detail: str) -> None:
-        """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why."""
+        """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why.
+        Asked by a hearer of this phase's move (a plugin's listener that fails the phase as it starts to run),
+        it waits until the move is told to every hearer and its step is carried out: run to completion, or
+        the hearers after the asker would hear the abort's moves before the one they are being told of."""
+        if self._telling:
+            self._aborts_due.append((reason, detail))
+            return
         self._on(Aborted(reason, detail, self._command_running()))
 
     # What the attempt's watches tell it (attempt.Watched).

@@ -413,6 +413,22 @@ def test_the_timeline_keeps_the_first_start_and_the_end() -> None:
     assert timeline.of("p") == {"started_at": 10.0, "up_at": None, "ended_at": 20.0}
 
 
+def test_the_timeline_keeps_the_first_time_up_on_the_clock_it_is_given() -> None:
+    # A service comes up with no move of its own (it stays running): the time is the clock's, the same clock
+    # as the phase's ``since``; a restart that comes up again keeps the first.
+    clock = iter([30.0, 45.0])
+    timeline = Timeline(lambda: next(clock))
+    phase = SimpleNamespace(name="svc", state=PhaseState.RUNNING, since=25.0, up=False)
+    timeline.phase_changed(phase)
+    phase.up = True
+    timeline.phase_changed(phase)
+    phase.state, phase.since, phase.up = PhaseState.BACKOFF, 40.0, False
+    timeline.phase_changed(phase)
+    phase.state, phase.since, phase.up = PhaseState.RUNNING, 44.0, True
+    timeline.phase_changed(phase)
+    assert timeline.of("svc") == {"started_at": 25.0, "up_at": 30.0, "ended_at": None}
+
+
 def test_the_headline_for_each_story() -> None:
     now = 10_000.0
     failed = {"pid": 7, "lifecycle": {"state": "stopped", "exit_status": 137, "failure": {

@@ -69,7 +69,7 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     # The manager's word on the instance is final: a killed row stops the lifecycle in order (the view tells
     # the plugin first: its give-up must not answer a killed row).
     reporter.view.stop_lifecycle = lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED)
-    timeline = Timeline()  # when each phase started and ended: heard before status.json is written
+    timeline = Timeline(core.loop.clock.time)  # when each phase started and ended: heard before status.json
 
     def take_snapshot(usage: bool = True) -> Snapshot:
         flush = router.flush  # set once the lifecycle is over and the exit waits for the manager

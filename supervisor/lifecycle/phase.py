@@ -241,7 +241,7 @@ class Phase:
         self.facts: dict[str, Any] = {}  # what a later start needs to resume (kept in resume.json)
         self._record = record if record is not None else resume.ResumeRecord()  # the last run's facts
         self._attempt = Attempt(0, self._clock.monotonic())
-        self._first_up_at: float | None = None  # wall time its service first came up
+        self._was_up = False  # its service came up in some attempt (when: the status timeline's)
         self._extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget, hooks)
         self._deciding = 0  # how deep in _on: a step that is being carried out
         self._telling = False  # a move of this phase is being told (on_change)
@@ -268,7 +268,7 @@ class Phase:
 
     @property
     def was_up(self) -> bool:
-        return self._first_up_at is not None
+        return self._was_up
 
     @property
     def progress(self) -> dict[str, Any] | None:  # the attempt's figures (progresswatch.py), None: not watched
@@ -389,8 +389,7 @@ class Phase:
                     self._evidence.memory.release_phase(self.name)
             case Effect.MARK_UP:
                 self._attempt.up_at = self._clock.monotonic()
-                if self._first_up_at is None:
-                    self._first_up_at = self._clock.time()
+                self._was_up = True
                 self._log(f"phase {self.name}: service is up")
             case Effect.TELL_LIFECYCLE:
                 self._on_change(self)

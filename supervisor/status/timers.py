@@ -13,6 +13,7 @@ lifecycle listener, ``Timeline``, notes it from the transitions it hears.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, Deaf, PhaseState
@@ -132,7 +133,8 @@ class Timeline(Deaf):
     An observer of every transition (``phase_changed``); what a later transition says is kept, the first start and
     the first time up are not overwritten (a service restarted is the same phase, started once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] = time.time) -> None:
+        self._now = now  # the loop's wall clock, the one a phase's ``since`` is read on
         self._started: dict[str, float] = {}
         self._up: dict[str, float] = {}
         self._ended: dict[str, float] = {}
@@ -142,7 +144,7 @@ class Timeline(Deaf):
             return
         self._started.setdefault(phase.name, phase.since)
         if phase.up:
-            self._up.setdefault(phase.name, time.time())
+            self._up.setdefault(phase.name, self._now())  # (no move of its own: it stays running)
         if phase.state in FINAL_STATES:
             self._ended.setdefault(phase.name, phase.since)
 

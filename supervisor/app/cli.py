@@ -169,8 +169,9 @@ def dispatch(args: argparse.Namespace) -> int:
             return check_config(args)
         if args.command == "demo":
             from ..prover.demo import run_demo
+            from .run import run
 
-            return run_demo(fail=args.fail, fail_phase=args.phase, keep=args.keep, prog=PROG)
+            return run_demo(run, fail=args.fail, fail_phase=args.phase, keep=args.keep, prog=PROG)
         if args.command == "standins":
             return write_standins(args)
         if args.command == "dev-manager":

@@ -11,7 +11,6 @@ status.json (once per batch of changes). Beside them: the status socket answers
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from ..status.model import Exiting, Snapshot
 from ..status.socket import StatusServer
 from ..status.timers import Timeline
 from ..wiring import Wiring
-from .startup import Core, Host, Supervision
+from .startup import Core, Host, Outlets, Supervision
 from .teardown import write_termination_log
 
 
@@ -46,16 +45,6 @@ class FetchClock(Deaf):
     def phase_changed(self, phase: Any) -> None:
         if phase.spec.report == PARAM_DONE and phase.state is PhaseState.DONE:
             self._first_seen.param_done()
-
-
-@dataclass
-class Outlets:
-    """What shows the run from outside: status.json, the status socket, health and metrics, the pointer."""
-
-    state_file: StateFile
-    status_server: StatusServer | None  # None: the socket could not be made (said)
-    health: Any  # a HealthServer, or None when http_port is 0 or taken
-    pointer: Path | None = None  # the well-known pointer to this supervisor (status/file.py), if written
 
 
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,

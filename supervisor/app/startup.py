@@ -10,9 +10,10 @@
 7. ``build_lifecycle``: the GPU thread, the runtime, the manager reporter, the lifecycle with the plugin's
    phase hooks and what the last run learnt (resume); who observes it is named in step 8 (observers.py).
 
-What they make is held in the small records below (``Host``, ``Core``, ``Signals``, ``Supervision``), which
-the observers (observers.py) and the exit (teardown.py) take too. A step that fails for want of a resource
-is ``SetupError``: one line, exit 2, nothing of the lifecycle started (``setting_up``).
+What they make is held in the small records below (``Host``, ``Core``, ``Signals``, ``Supervision``, and
+step 8's ``Outlets``), which the observers (observers.py) and the exit (teardown.py) take too. A step that
+fails for want of a resource is ``SetupError``: one line, exit 2, nothing of the lifecycle started
+(``setting_up``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..config import PARAM_DONE, Plan
 from ..engine.logs import SUPERVISOR_LOG, Console, LogFile, SupervisorLog
@@ -41,6 +42,8 @@ from ..manager.reporting import Reporter
 from ..plugin import Plugin, hooks_for, rerun_of
 from ..state import paths as statepaths
 from ..state.firstseen import FETCH_CLOCK, FirstSeen
+from ..status.file import StateFile
+from ..status.socket import StatusServer
 from ..text import Log
 from ..text.redact import Redactor, url_secrets
 
@@ -103,6 +106,16 @@ class Signals:
         loop.run_once(max_wait=0)
         return self.router.stop_requested is None
 
+
+@dataclass
+class Outlets:
+    """What shows the run from outside (made in step 8, observers.py): status.json, the status socket, health
+    and metrics, the pointer."""
+
+    state_file: StateFile
+    status_server: StatusServer | None  # None: the socket could not be made (said)
+    health: Any  # a HealthServer, or None when http_port is 0 or taken
+    pointer: Path | None = None  # the well-known pointer to this supervisor (status/file.py), if written
 
 
 def setting_up(host: Host, what: str, step: Callable[[], T]) -> T:

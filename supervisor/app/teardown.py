@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from ..engine.logs import SupervisorLog
     from ..lifecycle.lifecycle import Lifecycle
     from ..manager.reporting import FlushWait
-    from .observers import Outlets
-    from .startup import Core, Host, Signals, Supervision
+    from .startup import Core, Host, Outlets, Signals, Supervision
 
 # The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
 TERMINATION_LOG_MAX_BYTES = 4096

@@ -34,19 +34,19 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
-from ..app.run import run
-from ..config import parse_plan
+from ..config import Plan, parse_plan
 from ..devmanager.server import DevManager
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
 from ..exits import EXIT_FAILURE
 from ..lifecycle.fitness import expected_gpu_count
 from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.verdict import Verdict
+from ..plugin import Plugin
 from ..text.stdio import say
 from .devfleet import DEV_FLEET
 from .plugin import PLUGIN
@@ -210,10 +210,19 @@ def status_command(prog: str, state_dir: str) -> str:
     return f"{prog} status --state-dir {shlex.quote(state_dir)}"
 
 
-def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool = False,
+class Supervise(Protocol):
+    """The supervisor's run (app/run.py's ``run``), handed in by the command line: the plugin sits below the
+    composition root and never imports it."""
+
+    def __call__(self, plan: Plan, plugin: Plugin, *,
+                 on_start: Callable[[Lifecycle], None] | None = None) -> int: ...
+
+
+def run_demo(supervise: Supervise, fail: str | None = None, fail_phase: str | None = None, keep: bool = False,
              prog: str = "prover-supervisor") -> int:
-    """Run the demo lifecycle against an in-process dev-manager, then show what the manager saw. It says first
-    where its state is and the ``status`` command (of ``prog``, the CLI) that shows it from another shell."""
+    """Run the demo lifecycle (``supervise``: the supervisor's run) against an in-process dev-manager, then show
+    what the manager saw. It says first where its state is and the ``status`` command (of ``prog``, the CLI)
+    that shows it from another shell."""
     try:
         phase = demo_phase(fail, fail_phase)
     except DemoUsageError as exc:
@@ -242,7 +251,7 @@ def run_demo(fail: str | None = None, fail_phase: str | None = None, keep: bool 
         watch = status_command(prog, plan.supervisor.state_dir)
         say(f"demo: state in {plan.supervisor.state_dir}: watch it from another shell with: {watch}")
         lifecycles: list[Lifecycle] = []
-        status = run(plan, PLUGIN, on_start=lifecycles.append)
+        status = supervise(plan, PLUGIN, on_start=lifecycles.append)
         seen = manager.state.snapshot()
         for inst in seen["instances"].values():
             say(f"demo: the manager saw {inst['label']} go {' → '.join(inst['history'])}"

@@ -50,7 +50,8 @@ class FakeOutput:
 
 @dataclass(eq=False)
 class FakeChild:
-    """A child that is no process: it prints and exits when the test says; a stop ends it by SIGTERM."""
+    """A child that is no process: it prints and exits when the test says; a stop ends it by SIGTERM
+    (``stop_takes`` later; never, when it ``outlives_kill``: the stop then ends unreaped, as a real one gives up)."""
 
     spec: ChildSpec
     pid: int
@@ -66,6 +67,8 @@ class FakeChild:
     placement: None = None
     output_open: bool = False
     stop_asked_at: float | None = None
+    stop_takes: float = 0.0  # seconds from the stop's first signal to its end (its grace, a slow shutdown)
+    outlives_kill: bool = False  # in uninterruptible sleep: the stop ends (the wait given up), no exit ever comes
 
     @property
     def label(self) -> str:
@@ -99,11 +102,11 @@ class FakeChild:
         self.stop_reason = self.stop_reason or reason
 
         def gone() -> None:
-            if self.running:
+            if self.running and not self.outlives_kill:
                 self.exit(None, signal.SIGTERM)
             on_stopped()
 
-        loop.call_later(0, gone)
+        loop.call_later(self.stop_takes, gone)
 
     def kill_now(self) -> None:
         pass

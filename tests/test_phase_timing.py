@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fakes import FakeChildren, FakeClock
@@ -227,6 +228,101 @@ def test_a_deadline_that_passes_in_backoff_fails_the_phase_at_once(drive) -> Non
 
 # ---------------------------------------------------------------- the stall
 
+
+WITH_A_DAEMON = """
+[[phases]]
+name = "p"
+command = ["fake"]
+timeout_s = 10.0
+retries = 3
+backoff_s = 1.0
+backoff_jitter = 0.0
+
+[[phases.daemons]]
+name = "d"
+command = ["fake"]
+"""
+
+
+def test_a_deadline_that_passes_while_an_attempt_is_stopped_leaves_no_retry(drive) -> None:
+    # The command fails at 8s; its daemon takes 5s to stop (its grace), and the whole-phase deadline passes
+    # at 10s in the middle of that stop. The failure's retry would start an attempt past the deadline, with
+    # no deadline left to end it: the phase fails instead, its outcome still the command's own.
+    d = drive(WITH_A_DAEMON)
+    d.phase.start()
+    daemon = d.children.started[0]
+    daemon.stop_takes = 5.0
+    d.run_until(8.0)
+    d.children.last.exit(1)
+    d.run_until(9.0)
+    assert d.phase.state is PhaseState.STOPPING
+    d.run_until(10.0)
+    assert "phase p: phase deadline timeout_s=10 passed" in d.log
+    d.run_until(100.0)
+    assert d.phase.state is PhaseState.FAILED and d.times_of(PhaseState.FAILED) == [13.0]
+    assert len(d.children.started) == 2  # no second attempt
+    assert d.phase.why == "exit_code; the phase deadline timeout_s=10 passed: no retry"
+    outcome = d.phase.outcome
+    assert outcome is not None and outcome.reason == v.EXIT_CODE and outcome.child == "p"
+
+
+def test_a_command_that_outlives_its_sigkill_ends_the_attempt_with_the_stops_own_reason(drive) -> None:
+    # A GPU fault leaves the process in uninterruptible sleep: SIGKILL cannot end it, and the stop gives up
+    # waiting without an exit. The attempt's outcome is then the abort's reason (a GPU fault fails for good),
+    # recorded, never a made-up timeout that a restart policy would retry.
+    d = drive(service(restart="always", backoff_s=1.0, backoff_jitter=0.0))
+    d.phase.start()
+    d.run_until(5.0)
+    d.children.last.outlives_kill = True
+    d.phase.abort_attempt(v.GPU_FAULT, "Xid 79 on GPU 0")
+    d.run_until(100.0)
+    assert d.phase.state is PhaseState.FAILED and len(d.children.started) == 1
+    outcome = d.phase.outcome
+    assert outcome is not None and outcome.reason == v.GPU_FAULT and outcome.child == "p"
+    pid = d.children.last.pid
+    assert outcome.detail == f"Xid 79 on GPU 0; pid {pid} outlived SIGKILL and was never reaped"
+    assert d.verdicts()[-1] == outcome  # recorded: no exit recorded it
+
+
+def test_a_watchs_finding_during_a_shutdown_is_not_the_attempts_failure(drive) -> None:
+    # After SIGTERM the phase stays running until the shutdown settles it; a stall found in that grace must
+    # not fail it (nor be reported as a failure): the shutdown ends the attempt.
+    d = drive(service(restart="always", stall_s=30.0))
+    lifecycle = SimpleNamespace(shutting_down=False)
+    d.phase._lifecycle = lifecycle
+    d.phase.start()
+    d.run_until(5.0)
+    lifecycle.shutting_down = True  # the shutdown's stop has begun; the child takes its grace
+    d.run_until(100.0)  # far past stall_s of silence
+    assert any("stalled" in line for line in d.log)  # the watch found it: the phase did not act on it
+    assert d.phase.state is PhaseState.RUNNING and d.phase.outcome is None and not d.verdicts()
+    assert d.children.last.running
+
+
+def test_a_service_failed_as_its_command_starts_is_never_up(drive, tmp_path: Path) -> None:
+    # Its daemon's readiness answered, the command starts, and a hearer of the move to running (a plugin's
+    # listener) fails the service there and then: the attempt is over before the command's start is
+    # done, so the service was never up (the lifecycle must not go past it, nor production count as run).
+    (tmp_path / "ready").touch()
+    d = drive(service(restart="no") + f'[[phases.daemons]]\nname = "d"\ncommand = ["fake"]\n'
+                                       f'ready = "{tmp_path / "ready"}"\n')
+    told: list[tuple[PhaseState, bool]] = []
+
+    def fail_as_it_runs(phase: Phase) -> None:
+        told.append((phase.state, phase.was_up))
+        if phase.state is PhaseState.RUNNING and len(told) == 2:
+            phase.abort_attempt(v.TOO_SLOW, "failed as it starts")
+
+    d.phase._on_change = fail_as_it_runs
+    d.phase.start()
+    for _ in range(200):  # the ready file is looked at off the loop: its answer comes back in real time
+        if d.phase.state is PhaseState.FAILED:
+            break
+        d.loop.run_once(max_wait=0.05)
+    assert d.phase.state is PhaseState.FAILED and not d.phase.was_up
+    assert "phase p: service is up" not in d.log
+    assert [state for state, _ in told] == [PhaseState.STARTING, PhaseState.RUNNING, PhaseState.STOPPING,
+                                           PhaseState.FAILED]
 
 def test_stall_s_of_silence_stops_the_attempt_with_reason_stalled(drive) -> None:
     d = drive(oneshot(stall_s=5.0))

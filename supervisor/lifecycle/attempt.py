@@ -193,7 +193,7 @@ class AttemptStart:
         if child is None:
             return
         self._command_started(child)
-        if self._spec.kind != "service":
+        if self._spec.kind != "service" or self._over:  # (over: a hearer of the start ended the attempt)
             return
         if self._spec.command.ready is None:
             self._up()

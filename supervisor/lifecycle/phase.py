@@ -109,6 +109,8 @@ def decide(phase: Phase, event: Event) -> Step:
         case CommandStarted(child):
             return Step(PhaseState.RUNNING, f"{child.label} pid {child.pid}")
         case CameUp():
+            if state is not PhaseState.RUNNING:
+                return NOTHING  # the attempt ended while its readiness was being answered
             return Step(after=(Effect.MARK_UP, Effect.TELL_LIFECYCLE))
         case ChildExited(verdict, asked, kept, ours):
             if asked or over:
@@ -119,6 +121,8 @@ def decide(phase: Phase, event: Event) -> Step:
         case StartFailed(verdict):
             return _end_attempt(phase, verdict)
         case Aborted(reason, detail, command_running):
+            if over:
+                return NOTHING  # a watch's finding in the stop's grace: the shutdown ends the attempt, not it
             return _abort(phase, reason, detail, command_running)
         case DeadlinePassed(detail, command_running):
             if state in FINAL_STATES or over:
@@ -173,10 +177,13 @@ def _abort(phase: Phase, reason: str, detail: str, command_running: bool) -> Ste
 
 def _after_the_stop(phase: Phase) -> Step:
     """The attempt's children are stopped: what ended it decides what comes next (after_attempt)."""
-    outcome = phase.outcome or phase.command_verdict()  # the supervisor ended it: the command's verdict says how
-    if outcome is None:  # pragma: no cover - the command is always reaped before this point
-        outcome = v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, "deadline", attempt=phase.attempt)
-    swept = (Effect.SWEEP,) if phase.outcome is not None else (Effect.SWEEP, Outcome(outcome, record=False))
+    if phase.outcome is not None:
+        outcome, swept = phase.outcome, (Effect.SWEEP,)
+    elif (reaped := phase.command_verdict()) is not None:  # the supervisor ended it: its exit says how
+        outcome, swept = reaped, (Effect.SWEEP, Outcome(reaped, record=False))  # (recorded as it was reaped)
+    else:  # it survived SIGKILL past the wait (uninterruptible sleep): the stop's own why says how it ended
+        outcome = phase.never_reaped()
+        swept = (Effect.SWEEP, Outcome(outcome))
     if phase.shutting_down():
         return Step(PhaseState.STOPPED, SHUTDOWN_WHY, before=swept)
     step, why, delay = phase.next_after(outcome)
@@ -316,6 +323,12 @@ class Phase:
     def command_verdict(self) -> Verdict | None:
         command = self.command_child
         return self._verdicts.verdict_of(command) if command is not None else None
+
+    def never_reaped(self) -> Verdict:
+        """The verdict of an attempt whose command was stopped and never reaped (it outlived its SIGKILL)."""
+        command = self.command_child
+        assert command is not None  # (an attempt that ends after its command started)
+        return v.never_reaped(command, phase=self.name, attempt=self.attempt, added=self.reasons)
 
     def next_after(self, outcome: Verdict) -> tuple[Next, str, float]:
         return self.pacing.after(outcome, self._attempt)

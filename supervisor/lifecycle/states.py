@@ -303,6 +303,8 @@ def _retry_or_fail(spec: PhaseSpec, outcome: Verdict, attempt: int, deadline_exp
         return Next.DONE, f"completed in {attempt} attempt(s)"
     if outcome.reason == v.TIMEOUT and deadline_expired:
         return Next.FAIL, f"{outcome.reason}: {outcome.detail}"
+    if deadline_expired:  # it passed while the attempt was being stopped: no attempt after it
+        return Next.FAIL, f"{outcome.reason}; the phase deadline timeout_s={spec.timeout_s:g} passed: no retry"
     if attempt > spec.retries:
         tries = "no retries configured" if not spec.retries else f"all {spec.retries} retries used"
         return Next.FAIL, f"{outcome.reason} ({tries})"

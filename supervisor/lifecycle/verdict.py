@@ -168,6 +168,16 @@ def without_exit(phase: str, child: str, reason: str, status: int, detail: str, 
     )
 
 
+def never_reaped(child: Child, *, phase: str, attempt: int, added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
+    """``child`` was stopped and outlived its SIGKILL past the wait (uninterruptible sleep: a GPU fault, a hung
+    mount), so no exit says how it ended: the stop's own why does (a GPU fault stays a GPU fault). No pid:
+    the verdict is the supervisor's finding, recorded as the attempt's outcome (an exit never recorded it)."""
+    reason = child.stop_reason if child.stop_reason in REASONS or child.stop_reason in added else STOPPED
+    detail = f"{child.stop_detail or reason}; pid {child.pid} outlived SIGKILL and was never reaped"
+    return without_exit(phase, child.spec.name, reason, 1, detail, attempt=attempt, started_at=child.started_at,
+                        last_lines=child.output.last_lines(), added=added)
+
+
 def failure_status(reason: str, status: int, added: AddedReasons = NO_REASONS_ADDED) -> int:
     """What a failure of ``reason`` exits with: a deadline, a stall or too_slow gives EXIT_TIMEOUT (as
     timeout(1)), a watcher's finding EXIT_FAILURE, a plugin's reason the status it registered (``added``),

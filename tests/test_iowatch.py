@@ -142,3 +142,49 @@ while time.monotonic() < end:
         for p in (quiet, reader):
             p.kill()
             p.wait(5)
+
+
+# ================================================================ the thread's own health
+
+
+class _BrokenTable:
+    """A process table whose every reading raises (a bug, or no file descriptor left for /proc)."""
+
+    def snapshot(self, newer_than: float = 0.0) -> None:
+        raise OSError(24, "Too many open files")
+
+
+def test_an_io_thread_that_reads_nothing_is_said_blind_once_and_says_why() -> None:
+    probe = IoProbe(table=_BrokenTable)
+    assert probe.state.current == "idle"  # nothing followed yet: never blind, however long
+    assert probe.state.check(time.monotonic() + 3600) == []
+    probe.state.window_s = 0.3
+    watch = probe.watch(every_s=0.05)
+    try:
+        watch.follow([(os.getpid(), "no-tag")])
+        wait_for(lambda: probe.state.misses >= 2, timeout=10)
+        assert watch.latest() is None  # no reading made up
+        time.sleep(0.4)
+        lines = probe.state.check()
+        assert lines == [lines[0]] and lines[0].startswith("I/O watch: no reading for ")
+        assert lines[0].endswith("(its window is 0.3 s): OSError: [Errno 24] Too many open files"), lines
+        assert probe.state.blind_why() == "OSError: [Errno 24] Too many open files"
+        assert probe.state.check() == []  # said once
+        assert probe._thread is not None and probe._thread.is_alive()  # the only reader goes on
+    finally:
+        watch.release()
+        probe.close()
+
+
+def test_an_io_thread_that_reads_is_reading_and_idle_once_nothing_is_followed() -> None:
+    probe = IoProbe()
+    watch = probe.watch(every_s=0.05)
+    try:
+        watch.follow([(os.getpid(), "no-tag")])
+        wait_for(lambda: probe.state.readings >= 1, timeout=10)
+        assert probe.state.current == "reading" and probe.state.blind_why() is None
+        watch.follow([])
+        wait_for(lambda: probe.state.current == "idle", timeout=10)
+    finally:
+        watch.release()
+        probe.close()

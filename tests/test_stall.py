@@ -154,6 +154,37 @@ def test_a_thaw_and_unknown_gpu_evidence_are_in_the_verdict() -> None:
     assert w.last_gpu == 100.0
 
 
+def test_a_blind_io_thread_is_in_the_verdict_not_taken_for_silence() -> None:
+    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w.saw_io(0, True, 100.0)
+    silent = w.stalled(101.0, io_unknown="OSError: [Errno 24] Too many open files")
+    assert silent == ("no output for 1.0s, no I/O for 1.0s (I/O evidence unavailable: OSError: [Errno 24] Too "
+                      "many open files) (no GPU visible)"), silent
+
+
+def test_a_walker_whose_walks_raise_is_said_blind_and_walks_on(tmp_path: Path, monkeypatch) -> None:
+    import supervisor.evidence.progress as progress
+
+    def broken(path: str) -> None:
+        raise RuntimeError("a bug in the walk")
+
+    monkeypatch.setattr(progress, "tree_done", broken)
+    probe = ProgressProbe()
+    assert probe.state.current == "idle"
+    probe.state.window_s = 0.3
+    release = probe.watch(str(tmp_path), every_s=0.05)
+    try:
+        wait_for(lambda: probe.state.misses >= 2, timeout=10)
+        time.sleep(0.4)
+        [line] = probe.state.check()
+        assert line.startswith("progress walker: no reading for ") and line.endswith("RuntimeError: a bug in the walk")
+        monkeypatch.undo()
+        wait_for(lambda: probe.state.current == "reading", timeout=10)
+        assert any("reading again" in said for said in probe.state.check())
+    finally:
+        release()
+        probe.close()
+
 def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Path) -> None:
     probe = ProgressProbe()
     try:

@@ -175,6 +175,9 @@ def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callab
         memory = MemoryWatch(lambda: lifecycle.phases, evidence.memory, push)
         evidence.watches.add(memory.state)
         watchers.append(memory.check)
+    # The threads the attempts' watches read from (a walker that can walk nothing, an I/O thread that can
+    # read nothing) are watches too, said and shown as the others.
+    evidence.watches.add(evidence.progress.state, *((evidence.io.state,) if evidence.io is not None else ()))
     # Last: what the watches above found of themselves this tick; a freeze of the supervisor is not their blindness.
     evidence.watches.thawed_at = lambda: evidence.freeze.thawed_at if evidence.freeze is not None else None
     watchers.append(evidence.watches.check)

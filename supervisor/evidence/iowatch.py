@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..engine.offloop import worker_thread
 from ..engine.proctable import Proc, ProcessTable, Snapshot
+from .watchstate import WatchState, said_error
 
 # How often the watched trees are read, unless a watch asks for more often (never more often than
 # IO_SAMPLE_MIN_S: a tree of 200 processes costs well under 1% of a core at once a second, bench/iosample.py).
@@ -41,6 +42,9 @@ IO_SAMPLE_MIN_S = 0.2
 # in between only the members' counters are read. A process born since counts all its bytes once it is found
 # (it began at zero), and one born and reaped by its parent in between shows in that parent's counters.
 TREE_REFRESH_S = 5.0
+# The thread that has read nothing for this long, while an attempt is followed, is said to be blind (its
+# watch state, watchstate.py), and a stall it would have seen says so.
+IO_BLIND_S = 30.0
 
 # The counters read, in /proc/<pid>/io's words.
 COUNTERS = ("rchar", "wchar", "read_bytes", "write_bytes")
@@ -199,6 +203,8 @@ class IoProbe:
         self._watches: dict[int, _Watched] = {}
         self._ids = itertools.count(1)
         self._seq = itertools.count(1)
+        self.state = WatchState("I/O watch", IO_BLIND_S)  # its own health: a round that raised is a miss
+        self.state.idle("no attempt followed")  # (until one is: no thread, nothing to read)
 
     def watch(self, every_s: float = IO_SAMPLE_S) -> IoWatch:
         with self._cond:
@@ -240,14 +246,18 @@ class IoProbe:
             with self._cond:
                 asked = {wid: w.roots for wid, w in self._watches.items() if w.roots}
             if not asked:
+                self.state.idle("no attempt followed")
                 continue
+            self.state.wake()
             try:
                 if snapshot is None or time.monotonic() - snapshot.taken_at >= TREE_REFRESH_S or asked != scanned:
                     snapshot, scanned = table.snapshot(newer_than=time.monotonic()), asked
                 read = _Reader(self._proc)
                 readings = {wid: read.trees(snapshot.tree, roots) for wid, roots in asked.items()}
-            except Exception:  # a bug must not end the only reader: this round reads as no reading
-                readings = {}
+            except Exception as exc:  # a bug must not end the only reader: this round reads as no reading
+                self.state.miss(said_error(exc))
+                continue
+            self.state.read()
             now = time.monotonic()
             with self._cond:
                 for wid, procs in readings.items():

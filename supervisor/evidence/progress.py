@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.offloop import worker_thread
+from .watchstate import WatchState, said_error
 
 # How often a watched path is measured, unless its watch asks for more often (never more often
 # than PROGRESS_WALK_MIN_S); a walk that took longer than that waits as long as it took before the next.
@@ -37,6 +38,9 @@ PROGRESS_WALK_S = 0.5
 PROGRESS_WALK_MIN_S = 0.05
 # A walk that takes longer than this is said (once a path): a big tree, or a hung mount.
 SLOW_WALK_S = 2.0
+# A walker whose walks have all failed (raised) for this long is said to be blind (watchstate.py); a walk
+# that is only slow is said by ``check`` (a big tree's walk may take a minute: no blindness of its own).
+WALK_BLIND_S = 300.0
 # A download's control file beside a file says the file is not complete yet (aria2c keeps ``<file>.aria2``
 # while it downloads and resumes from it, and removes it when the file is done).
 CONTROL_SUFFIXES = (".aria2",)
@@ -78,6 +82,8 @@ class ProgressProbe:
         self._ended_slow: list[TreeMeasure] = []
         self._said_going: set[str] = set()  # paths said to be walked for too long (loop side only)
         self._said_ended: set[str] = set()  # paths said to have had a slow walk (loop side only)
+        self.state = WatchState("progress walker", WALK_BLIND_S)  # its own health: a walk that raised is a miss
+        self.state.idle("no path watched")  # (until one is: no thread, nothing to walk)
 
     # ------------------------------------------------------------ the loop's side: never a wait
 
@@ -141,10 +147,14 @@ class ProgressProbe:
             started = time.monotonic()
             with self._cond:
                 self._walking = (path, started)
+            self.state.wake()
             try:
                 size, files, done, done_files = (net_received(), 0, 0, 0) if path == NET_DEV else tree_done(path)
-            except Exception:  # a bug must not end the only walker; the path reads as unchanged
+            except Exception as exc:  # a bug must not end the only walker; the path reads as unchanged
+                self.state.miss(said_error(exc))
                 size, files, done, done_files = None, 0, 0, 0
+            else:
+                self.state.read()
             ended = time.monotonic()
             measure = TreeMeasure(path, size, files, ended, ended - started, next(self._seq), done, done_files)
             with self._cond:
@@ -169,6 +179,8 @@ class ProgressProbe:
                 ready = [p for p in watched if due.get(p, now) <= now]
                 if ready:
                     return min(ready, key=lambda p: due.get(p, now))
+                if not watched:
+                    self.state.idle("no path watched")
                 self._cond.wait(min(due.values()) - now if due else None)
 
 

@@ -115,14 +115,17 @@ class StallWatch:
         """How long each sign it counts has been silent at ``now`` (for the status view), by name."""
         return {what: max(0.0, now - seen) for what, seen in self._signs()}
 
-    def stalled(self, now: float, gpu_unknown: str | None = None) -> str | None:
+    def stalled(self, now: float, gpu_unknown: str | None = None, io_unknown: str | None = None) -> str | None:
         """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
-        there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"."""
+        there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"; ``io_unknown``:
+        why the I/O thread reads nothing now (its silence is then no measure)."""
         signs = self._signs()
         if any(now - seen < self.stall_s for _, seen in signs):
             return None
         silent = ", ".join(f"no {what} for {now - seen:.1f}s" for what, seen in signs)
-        if self.watches_io and not self.io_visible:
+        if io_unknown is not None:
+            silent += f" (I/O evidence unavailable: {io_unknown})"
+        elif self.watches_io and not self.io_visible:
             silent += " (I/O counters unreadable)"
         if gpu_unknown is not None:
             silent += f" (GPU evidence unavailable: {gpu_unknown})"
@@ -165,7 +168,7 @@ class StallMonitor:
     def __init__(self, loop: EventLoop, stall_s: float, progress_path: str | None, evidence: StallEvidence,
                  attempt: StallingAttempt) -> None:
         gpus, probe, freeze, io = evidence.gpus, evidence.progress, evidence.freeze, evidence.io
-        self._loop, self._gpus, self._probe, self._freeze = loop, gpus, probe, freeze
+        self._loop, self._gpus, self._probe, self._freeze, self._io_probe = loop, gpus, probe, freeze, io
         self._attempt = attempt
         self._progress_path = progress_path if probe is not None else None
         self._on_error: ErrorHandler = lambda exc: attempt.fault("the stall check", exc)
@@ -208,7 +211,8 @@ class StallMonitor:
         gpu_unknown = self._saw_gpus(now)
         self._saw_io()
         self._saw_progress()
-        silent = watch.stalled(now, gpu_unknown)
+        io_unknown = self._io_probe.state.blind_why() if self._io_probe is not None else None
+        silent = watch.stalled(now, gpu_unknown, io_unknown)
         if silent is None:
             self._loop.call_later(self._interval, self._check, on_error=self._on_error)
         else:

@@ -134,6 +134,11 @@ class WatchState:
         with self._lock:
             return self._state
 
+    def blind_why(self) -> str | None:
+        """Why the watch is blind (its last miss, or that no answer came), or None while it is not."""
+        with self._lock:
+            return (self._why or "no answer yet") if self._state == BLIND else None
+
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         """For status: the state, since when (epoch seconds), the last reading's age, why, the counts."""
         now = self._clock() if now is None else now

@@ -12,9 +12,12 @@ from __future__ import annotations
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from fakes import FakeClock
 from helpers import (
     PY,
     Runner,
@@ -28,8 +31,15 @@ from helpers import (
 )
 from hungmount import hung_mount
 
+from supervisor.engine.loop import EventLoop
 from supervisor.evidence.progress import ProgressProbe, measure_tree, tree_size
-from supervisor.evidence.stall import STALL_CHECK_MAX_S, STALL_CHECK_MIN_S, StallWatch, check_interval
+from supervisor.evidence.stall import (
+    STALL_CHECK_MAX_S,
+    STALL_CHECK_MIN_S,
+    StallMonitor,
+    StallWatch,
+    check_interval,
+)
 from supervisor.exits import EXIT_TIMEOUT
 
 # ================================================================ StallWatch, pure
@@ -184,6 +194,115 @@ def test_a_walker_whose_walks_raise_is_said_blind_and_walks_on(tmp_path: Path, m
     finally:
         release()
         probe.close()
+
+class _WantedGpus:
+    """The GPU thread as a stall check sees it: it counts who wants samples now."""
+
+    available = False
+
+    def __init__(self) -> None:
+        self.wanting = 0
+
+    def want(self, every_s: float) -> Callable[[], None]:
+        self.wanting += 1
+
+        def release() -> None:
+            self.wanting -= 1
+
+        return release
+
+    def latest(self) -> None:
+        return None
+
+    def unresponsive(self, now: float) -> None:
+        return None
+
+
+class _BrokenAttempt:
+    """An attempt whose stall check raises (a bug of the check's own) at its first look."""
+
+    def __init__(self) -> None:
+        self.faults: list[tuple[str, Exception]] = []
+
+    def roots(self) -> list[tuple[int, str]]:
+        return []
+
+    def last_outputs(self) -> list[float]:
+        raise RuntimeError("a bug in the stall check")
+
+    def drain(self) -> None:
+        pass
+
+    def current(self) -> bool:
+        return True
+
+    def stalled(self, silent: str) -> None:
+        raise AssertionError("a check that raised found no stall")
+
+    def fault(self, what: str, exc: Exception) -> None:
+        self.faults.append((what, exc))
+
+
+def test_a_stall_check_that_raises_releases_what_it_asked_for_before_the_phase_hears() -> None:
+    # Its attempt fails for the bug, and no later check comes to release the GPU samples it wanted: the GPU
+    # thread would sample at stall_s / 4 for the rest of the run.
+    clock = FakeClock()
+    loop = EventLoop(clock=clock)
+    try:
+        gpus, attempt = _WantedGpus(), _BrokenAttempt()
+        evidence = SimpleNamespace(gpus=gpus, progress=None, freeze=None, io=None)
+        StallMonitor(loop, 10.0, None, evidence, attempt)
+        assert gpus.wanting == 1
+        clock.now += 10.0
+        loop.run_once(max_wait=0)
+        assert [(what, str(exc)) for what, exc in attempt.faults] == [("the stall check", "a bug in the stall check")]
+        assert gpus.wanting == 0
+    finally:
+        loop.close()
+
+
+class _CountedWalks:
+    """The progress walker as a progress watch sees it: it counts the paths (and the received bytes) watched."""
+
+    def __init__(self) -> None:
+        self.watched = 0
+
+    def _watch(self) -> Callable[[], None]:
+        self.watched += 1
+
+        def release() -> None:
+            self.watched -= 1
+
+        return release
+
+    def watch(self, path: str, every_s: float) -> Callable[[], None]:
+        return self._watch()
+
+    def watch_net(self, every_s: float) -> Callable[[], None]:
+        return self._watch()
+
+
+def test_a_progress_watch_that_raises_releases_its_walks_before_the_phase_hears(tmp_path: Path) -> None:
+    from supervisor.config import parse_plan
+    from supervisor.evidence.progresswatch import PROGRESS_TICK_S, ProgressWatch
+
+    spec = parse_plan(f'[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "1GiB"\n'
+                      f'progress_path = "{tmp_path}"\nstall_s = 600\n', "test.toml", {}).phases[0]
+    clock = FakeClock()
+    loop = EventLoop(clock=clock)
+    try:
+        walks, attempt = _CountedWalks(), _BrokenAttempt()
+        attempt.current = lambda: (_ for _ in ()).throw(RuntimeError("a bug in the progress watch"))  # type: ignore[method-assign]
+        ProgressWatch(spec, loop, lambda line: None, SimpleNamespace(progress=walks, io=None, first_seen=None),
+                      attempt)
+        assert walks.watched == 2  # progress_path, and the bytes received
+        clock.now += PROGRESS_TICK_S
+        loop.run_once(max_wait=0)
+        assert [(what, str(exc)) for what, exc in attempt.faults] == [("the progress watch",
+                                                                      "a bug in the progress watch")]
+        assert walks.watched == 0
+    finally:
+        loop.close()
 
 def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Path) -> None:
     probe = ProgressProbe()

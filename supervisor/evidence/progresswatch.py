@@ -98,7 +98,7 @@ class ProgressWatch:
         probe, io = evidence.progress, evidence.io
         self._spec, self._loop, self._log, self._probe, self._first_seen = spec, loop, log, probe, evidence.first_seen
         self._attempt = attempt
-        self._on_error: ErrorHandler = lambda exc: attempt.fault("the progress watch", exc)
+        self._on_error: ErrorHandler = self._failed
         self._started = loop.clock.monotonic()
         self._window = RateWindow(min(RATE_WINDOW_S, spec.progress_window_s))
         self._releases: list[Callable[[], None]] = []
@@ -200,6 +200,11 @@ class ProgressWatch:
         self._log(f"phase {spec.name}: cannot make it in time: {detail}")
         self._attempt.too_slow(detail)
         return True
+
+    def _failed(self, exc: Exception) -> None:
+        """A bug of the watch's own: its walks and I/O reads are released, then the phase is told."""
+        self._stop()
+        self._attempt.fault("the progress watch", exc)
 
     def _stop(self) -> None:
         for release in self._releases:

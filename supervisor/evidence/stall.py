@@ -171,7 +171,7 @@ class StallMonitor:
         self._loop, self._gpus, self._probe, self._freeze, self._io_probe = loop, gpus, probe, freeze, io
         self._attempt = attempt
         self._progress_path = progress_path if probe is not None else None
-        self._on_error: ErrorHandler = lambda exc: attempt.fault("the stall check", exc)
+        self._on_error: ErrorHandler = self._failed
         now = loop.clock.monotonic()
         self._releases: list[Callable[[], None]] = []
         self._gpu_reading: GpuReading | None = None
@@ -259,6 +259,12 @@ class StallMonitor:
         if measure is not None and measure.seq != self._progress_seq:
             self._progress_seq = measure.seq
             self._watch.saw_progress_size(measure.size, measure.at)
+
+    def _failed(self, exc: Exception) -> None:
+        """A bug of the check's own: what it asked for (GPU samples, walks, the I/O thread) is released, then
+        the phase is told (it fails the attempt; no later check runs to release them)."""
+        self._stop_wanting()
+        self._attempt.fault("the stall check", exc)
 
     def _stop_wanting(self) -> None:
         for release in self._releases:

@@ -21,7 +21,7 @@ from helpers import wait_for
 
 from supervisor.config import ManagerSpec
 from supervisor.manager import logship
-from supervisor.manager.client import ManagerClient
+from supervisor.manager.client import ManagerClient, TransientError
 from supervisor.manager.logship import (
     BATCH_BYTES,
     EARLY_LINES_MAX,
@@ -253,6 +253,48 @@ def test_take_all_hands_the_queue_over_and_later_numbers_follow_it(server: Recor
     assert shipper.ship_once()
     assert seq(server.taken()[0])[2:] == (4, 4), "the lines taken another way keep their numbers"
 
+
+
+class _HeldPush:
+    """A push that waits, once it has its batch, until the test lets it end: delivered, or failed for now."""
+
+    def __init__(self, fails: bool) -> None:
+        self.fails = fails
+        self.sending, self.go = threading.Event(), threading.Event()
+        self.sent: list[tuple[str, str]] = []
+
+    def __call__(self, source: str, body: str, seq: str) -> None:
+        self.sending.set()
+        self.go.wait(10)
+        if self.fails:
+            raise TransientError("the manager is away")
+        self.sent.append((seq, body))
+
+
+@pytest.mark.parametrize("fails", [True, False], ids=["the-push-fails", "the-push-succeeds"])
+def test_take_all_during_a_push_takes_its_batch_first_and_a_failed_push_does_not_come_back(fails: bool) -> None:
+    # The durable road (Reporter.push_text: a failure's verdict) takes the queued lines while the shipper's
+    # thread is pushing the oldest of them: that batch comes first in what take_all hands over, and a push
+    # that then fails does not put it back behind the verdict (it was sent, out of order, afterwards).
+    push = _HeldPush(fails)
+    shipper = Shipper("log shipping", push, lambda: True, 3600.0, 1 << 24, [].append)
+    shipper.add("setup", ["1", "2"])
+    thread = threading.Thread(target=shipper.ship_once)
+    thread.start()
+    try:
+        assert push.sending.wait(10)
+        shipper.add("setup", ["3"])
+        assert shipper.take_all("setup") == ["1\n2\n", "3\n"]
+    finally:
+        push.go.set()
+        thread.join(10)
+    assert shipper.backlog() == {}, "the failed batch came back behind what was taken"
+    assert shipper.take_all("setup") == []
+    shipper.add("setup", ["4"])
+    push.fails, push.sent = False, []
+    shipper.manager_answers()  # (the outbox delivered the verdict: a failed push's backoff is cut short)
+    assert shipper.ship_once()
+    assert push.sent == [(f"{shipper.run_id}:setup:4-4", "4\n")], "the numbers run on after what was taken"
 
 def test_an_empty_add_queues_nothing() -> None:
     shipper = Shipper("x", lambda *a: None, lambda: True, 1.0, 100, print)

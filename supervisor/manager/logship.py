@@ -59,6 +59,14 @@ class _Queue:
         self.first += 1
 
 
+class _Flight:
+    """The batch of one source being pushed now (the thread sends it outside the lock)."""
+
+    def __init__(self, body: str, count: int, dropped: int) -> None:
+        self.body, self.count, self.dropped = body, count, dropped
+        self.taken = False  # taken into the outbox meanwhile (take_all): a failed push does not put it back
+
+
 class Shipper:
     """A background sender of text lines, batched per source; see the module docstring."""
 
@@ -75,7 +83,8 @@ class Shipper:
         self._backlog = backlog_bytes
         self._log = log
         self._queues: dict[str, _Queue] = {}
-        self._lock = threading.Lock()
+        self._in_flight: dict[str, _Flight] = {}
+        self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._retry_at = 0.0
@@ -130,24 +139,29 @@ class Shipper:
             return False
         for source in list(self._queues):
             while True:
-                body, count, dropped, first = self._take_numbered(source)
+                body, count, _, first = self._take_numbered(source, flight=True)
                 if not body:
                     break
                 try:
                     self._send(source, body, f"{self.run_id}:{source}:{first}-{first + count - 1}")
                 except TransientError as exc:
-                    self._put_back(source, body, count, dropped)
+                    self._land(source, failed=True)
                     self.last_error = str(exc)
                     # A manager that asked for a pause (429/503 Retry-After) gets it.
                     self._retry_at = time.monotonic() + next_wait_s(self._retry_delay, exc.retry_after_s)
                     self._retry_delay = min(PUSH_RETRY_MAX_S, self._retry_delay * 2)
                     return False
                 except PermanentError as exc:
+                    self._land(source, failed=False)
                     self.last_error = str(exc)
                     if source not in self._refused_logged:
                         self._refused_logged.add(source)
                         self._log(f"{self.name}: the manager refused a push for {source!r} ({exc}); dropping it")
                     continue
+                except BaseException:
+                    self._land(source, failed=False)
+                    raise
+                self._land(source, failed=False)
                 self.pushed += 1
                 self._retry_at, self._retry_delay = 0.0, PUSH_RETRY_S
         return True
@@ -158,8 +172,9 @@ class Shipper:
         body, count, dropped, _ = self._take_numbered(source)
         return body, count, dropped
 
-    def _take_numbered(self, source: str) -> tuple[str, int, int, int]:
-        """``_take``, and the number of the first line taken."""
+    def _take_numbered(self, source: str, flight: bool = False) -> tuple[str, int, int, int]:
+        """``_take``, and the number of the first line taken; ``flight``: the batch is pushed now (take_all
+        takes it too, ahead of the lines behind it)."""
         with self._lock:
             queue = self._queues.get(source)
             if queue is None or not queue.lines:
@@ -185,17 +200,35 @@ class Shipper:
                 parts.append(line.encode()[: PUSH_MAX_BYTES - size - 1].decode("utf-8", errors="ignore"))
                 count = 1
             queue.first += count
-            return "\n".join(parts) + "\n", count, dropped, first
+            body = "\n".join(parts) + "\n"
+            if flight:
+                self._in_flight[source] = _Flight(body, count, dropped)
+            return body, count, dropped, first
+
+    def _land(self, source: str, failed: bool) -> None:
+        """The push of ``source``'s batch is over: a failed one goes back to the front of its queue, unless
+        take_all took it into the outbox meanwhile (then it travels there, ahead of the rest)."""
+        with self._lock:
+            flight = self._in_flight.pop(source, None)
+            if failed and flight is not None and not flight.taken:
+                self._put_back(source, flight.body, flight.count, flight.dropped)
 
     def take_all(self, source: str) -> list[str]:
         """Everything queued for ``source``, in push-sized bodies, taken off the queue (for a caller
-        that sends it another way and must keep the order)."""
-        bodies = []
-        while True:
-            body, _, _ = self._take(source)
-            if not body:
-                return bodies
-            bodies.append(body)
+        that sends it another way and must keep the order). A batch being pushed at this moment comes
+        first: were its push to fail, it would otherwise go back behind what the caller sends (if the
+        push succeeds, its lines reach the manager twice: twice is better than out of order)."""
+        with self._lock:
+            bodies = []
+            flight = self._in_flight.get(source)
+            if flight is not None and not flight.taken:
+                flight.taken = True
+                bodies.append(flight.body)
+            while True:
+                body, _, _ = self._take(source)
+                if not body:
+                    return bodies
+                bodies.append(body)
 
     def _put_back(self, source: str, body: str, count: int, dropped: int) -> None:
         lines = body.rstrip("\n").split("\n")

@@ -22,6 +22,7 @@ from supervisor.config import ManagerSpec
 from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle.states import PhaseState
 from supervisor.lifecycle.verdict import Verdict
+from supervisor.manager import sender as sender_mod
 from supervisor.manager.answers import AnswerError
 from supervisor.manager.client import Answer, ManagerClient, TransientError
 from supervisor.manager.outbox import Outbox
@@ -182,6 +183,39 @@ def test_an_unknown_kind_is_refused_for_good_in_one_line_and_holds_nothing_up(
     assert states[mystery] == "failed"
     assert d.sender.alive()
 
+
+def test_a_bug_in_a_kinds_delivery_is_said_outlived_and_holds_up_its_call_only_a_few_tries(
+        delivery: Callable[[CallKinds], Delivery], server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plugin's body builder that raises (a bug, not the manager's answer): the outbox's only deliverer must
+    # not die of it (every later report, the give-up among them, would stay undelivered). The bug is said
+    # once with its traceback; the call meets it BUG_TRIES times, is failed, and the calls behind it go.
+    monkeypatch.setattr(sender_mod, "BUG_WAIT_S", 0.01)
+    tries: list[int] = []
+
+    def broken(client: ManagerClient, payload: Any, uuid: str | None) -> Answer:
+        tries.append(payload["count"])
+        raise KeyError("field")
+
+    calls = CallKinds()
+    calls.add("widget-done", CallKind(broken))
+    d = delivery(calls)
+    said: list[str] = []
+    d.loop.faults.log = said.append
+    d.outbox.put("label", "C.kinds")
+    d.outbox.put("uuid", "u-1")
+    d.sender.restore_identity()
+    broken_id = d.outbox.add("widget-done", {"count": 1})
+    d.outbox.add("running", {})
+    d.sender.start()
+    d.run_until(lambda: not d.outbox.pending() and any("failed for good" in line for line in d.lines))
+    assert server.paths() == ["/running"] and d.sender.alive()
+    assert tries == [1] * sender_mod.BUG_TRIES
+    assert {row["id"]: row["state"] for row in d.outbox.history()}[broken_id] == "failed"
+    assert [line for line in d.lines if "failed for good" in line] == [
+        f"manager: widget-done failed for good: a bug of ours met {sender_mod.BUG_TRIES} times (KeyError: "
+        "'field'); the calls behind it go on"]
+    assert said[0] == "internal error in the outbox sender: KeyError: 'field' (contained; the supervisor goes on)"
+    assert any("Traceback" in line for line in said)
 
 def test_a_refusal_is_told_to_its_kind_on_the_loops_thread(delivery: Callable[[CallKinds], Delivery],
                                                             server: _Server) -> None:

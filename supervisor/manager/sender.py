@@ -56,6 +56,11 @@ IDLE_WAIT_S = 1.0
 UNKNOWN_INSTANCE = "instance not found"
 # A 404 whose meaning /runner-id could not tell (the manager down again): the call waits this long, then goes again.
 CONFIRM_RETRY_S = 5.0
+# A bug of ours while delivering a call (a plugin's body that raises, the outbox's own error): the thread lives
+# on, waits this long and tries again; a call that meets a bug this many times in a row is failed, so the
+# calls behind it go (in order, nothing could ever pass it).
+BUG_WAIT_S = 5.0
+BUG_TRIES = 3
 
 
 
@@ -97,6 +102,7 @@ class Sender:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._in_hand: Call | None = None  # the call being delivered (the thread's own: a bug fails it in time)
         # The manager's own view (rowwatch.py): read on this thread, heard on the loop's.
         self.rows = RowWatch(client, spec.row_check_s, fields=calls.row)
         self.killed: Row | None = None  # the row said killed: no lifecycle call goes out any more
@@ -175,48 +181,82 @@ class Sender:
             self._thread.join(timeout)
 
     def _deliver_forever(self) -> None:
+        # The only deliverer of the run's reports: a bug of ours in one call is said and outlived, never its end.
+        bugs: tuple[int | None, int] = (None, 0)  # the call that met a bug, how many times in a row
         while not self._stop.is_set():
-            call = self._next_call()
-            if call is None:
-                self._watch_row()
-                self._wake.wait(IDLE_WAIT_S)
-                self._wake.clear()
-                continue
-            if call.kind not in self._kinds:
-                self._unknown(call)
-                continue
-            if self._kinds[call.kind].checks_row and self._killed_before(call):
-                continue
-            retries = 0
-
-            def on_retry(error: str, delay: float, call: Call = call) -> None:
-                nonlocal retries
-                retries += 1
-                self.last_error, self.last_error_at = error, time.time()
-                self.outbox.attempted(call.id, error)
-                if retries == 1 or retries % RETRY_LOG_EVERY == 0:
-                    self._loop.call_soon_threadsafe(lambda: self._log(
-                        f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"))
-
+            self._in_hand = None
             try:
-                answer = self._client.with_retries(lambda call=call: self._attempt(call), self._stop, on_retry)
-            except PermanentError as exc:
-                self.last_error, self.last_error_at = str(exc), time.time()
-                if self._forgotten(call, exc):
-                    continue  # the call stays pending: it goes again once registered anew
-                self.outbox.failed(call.id, str(exc))
-                self._loop.call_soon_threadsafe(lambda exc=exc, call=call: self._refused(call, exc))
-                continue
-            except TransientError:
-                return  # stopping: the call stays pending in the outbox
-            self.outbox.delivered(call.id, answer.body)
-            if call.kind != REGISTER:
-                self._registered_again = False
-            self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
-            self.last_error = self.last_error_at = None  # a delivery clears the error: the manager is back
-            self._delivered(call, answer)
-            if self._on_delivered is not None:
-                self._on_delivered()
+                if not self._deliver_next():
+                    return  # stopping: the call stays pending in the outbox
+            except Exception as exc:
+                call_id = self._in_hand.id if self._in_hand is not None else None
+                bugs = (call_id, bugs[1] + 1 if bugs[0] == call_id else 1)
+                self._bug(exc, bugs[1])
+                self._stop.wait(BUG_WAIT_S)
+            else:
+                bugs = (None, 0)
+
+    def _bug(self, exc: Exception, times: int) -> None:
+        """A bug met while delivering (said with its traceback once, by the loop's faults); the call in hand
+        is failed once it met one BUG_TRIES times in a row."""
+        call = self._in_hand
+        self.last_error, self.last_error_at = f"internal error: {type(exc).__name__}: {exc}", time.time()
+        self._loop.call_soon_threadsafe(lambda: self._loop.faults.report("the outbox sender", exc))
+        if call is None or times < BUG_TRIES:
+            return
+        try:
+            self.outbox.failed(call.id, f"a bug of ours: {type(exc).__name__}: {exc}")
+        except Exception:
+            return  # the outbox itself is what fails: the call stays, and is tried again
+        self._loop.call_soon_threadsafe(lambda: self._log(
+            f"manager: {call.kind} failed for good: a bug of ours met {times} times ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); the calls behind it go on"))
+
+    def _deliver_next(self) -> bool:
+        """Deliver the next call (or wait a little for one); False once asked to stop."""
+        call = self._next_call()
+        if call is None:
+            self._watch_row()
+            self._wake.wait(IDLE_WAIT_S)
+            self._wake.clear()
+            return True
+        self._in_hand = call
+        if call.kind not in self._kinds:
+            self._unknown(call)
+            return True
+        if self._kinds[call.kind].checks_row and self._killed_before(call):
+            return True
+        retries = 0
+
+        def on_retry(error: str, delay: float, call: Call = call) -> None:
+            nonlocal retries
+            retries += 1
+            self.last_error, self.last_error_at = error, time.time()
+            self.outbox.attempted(call.id, error)
+            if retries == 1 or retries % RETRY_LOG_EVERY == 0:
+                self._loop.call_soon_threadsafe(lambda: self._log(
+                    f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"))
+
+        try:
+            answer = self._client.with_retries(lambda call=call: self._attempt(call), self._stop, on_retry)
+        except PermanentError as exc:
+            self.last_error, self.last_error_at = str(exc), time.time()
+            if self._forgotten(call, exc):
+                return True  # the call stays pending: it goes again once registered anew
+            self.outbox.failed(call.id, str(exc))
+            self._loop.call_soon_threadsafe(lambda exc=exc, call=call: self._refused(call, exc))
+            return True
+        except TransientError:
+            return False  # stopping: the call stays pending in the outbox
+        self.outbox.delivered(call.id, answer.body)
+        if call.kind != REGISTER:
+            self._registered_again = False
+        self.last_delivered = {"kind": call.kind, "id": call.id, "at": time.time()}
+        self.last_error = self.last_error_at = None  # a delivery clears the error: the manager is back
+        self._delivered(call, answer)
+        if self._on_delivered is not None:
+            self._on_delivered()
+        return True
 
     def _next_call(self) -> Call | None:
         """The next call to deliver: in order, except that registration goes first while no uuid is known.

@@ -217,6 +217,36 @@ def test_a_bug_in_a_kinds_delivery_is_said_outlived_and_holds_up_its_call_only_a
     assert said[0] == "internal error in the outbox sender: KeyError: 'field' (contained; the supervisor goes on)"
     assert any("Traceback" in line for line in said)
 
+
+def test_what_the_machine_refuses_while_delivering_holds_the_call_up_but_never_fails_it(
+        delivery: Callable[[CallKinds], Delivery], server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No file descriptor left (an OSError, not a bug): not the call's fault. One line, no traceback, and
+    # the call goes once the machine gives what it needs.
+    monkeypatch.setattr(sender_mod, "BUG_WAIT_S", 0.01)
+    tries: list[int] = []
+
+    def starved(client: ManagerClient, payload: Any, uuid: str | None) -> Answer:
+        tries.append(1)
+        if len(tries) <= sender_mod.BUG_TRIES + 1:
+            raise OSError(24, "Too many open files")
+        return client.request("POST", "/widget-done", json_body={"uuid": uuid})
+
+    calls = CallKinds()
+    calls.add("widget-done", CallKind(starved))
+    d = delivery(calls)
+    said: list[str] = []
+    d.loop.faults.log = said.append
+    d.outbox.put("label", "C.kinds")
+    d.outbox.put("uuid", "u-1")
+    d.sender.restore_identity()
+    d.outbox.add("widget-done", {})
+    d.sender.start()
+    d.run_until(lambda: not d.outbox.pending())
+    assert server.paths() == ["/widget-done"] and said == []
+    assert [line for line in d.lines if "held up" in line] == [
+        "manager: delivery held up (OSError: [Errno 24] Too many open files); trying again in 0.01s"]
+    assert all(row["state"] == "delivered" for row in d.outbox.history())
+
 def test_a_refusal_is_told_to_its_kind_on_the_loops_thread(delivery: Callable[[CallKinds], Delivery],
                                                             server: _Server) -> None:
     heard: list[Any] = []

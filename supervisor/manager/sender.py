@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..config import ManagerSpec
-from ..engine.loop import EventLoop
+from ..engine.loop import EventLoop, summary
 from ..text import Log
 from .answers import AnswerError, check_uuid, register_answer
 from .callkinds import LOG, REGISTER, RUNNING, CallKind, CallKinds, Payload
@@ -198,9 +198,15 @@ class Sender:
 
     def _bug(self, exc: Exception, times: int) -> None:
         """A bug met while delivering (said with its traceback once, by the loop's faults); the call in hand
-        is failed once it met one BUG_TRIES times in a row."""
+        is failed once it met one BUG_TRIES times in a row. What the machine refused (no fd left, a full
+        disk: an OSError) is no bug and not the call's: one line now and then, and the call waits."""
         call = self._in_hand
-        self.last_error, self.last_error_at = f"internal error: {type(exc).__name__}: {exc}", time.time()
+        self.last_error, self.last_error_at = summary(exc), time.time()
+        if isinstance(exc, OSError):
+            if times == 1 or times % RETRY_LOG_EVERY == 0:
+                self._loop.call_soon_threadsafe(lambda: self._log(
+                    f"manager: delivery held up ({summary(exc)}); trying again in {BUG_WAIT_S:g}s"))
+            return
         self._loop.call_soon_threadsafe(lambda: self._loop.faults.report("the outbox sender", exc))
         if call is None or times < BUG_TRIES:
             return

@@ -19,6 +19,8 @@ fields only:
   ``parse``, ``ready`` and ``report``; the config refuses a name that neither the core nor the plugin
   registered, with the same one-line error as any bad choice. A ``ready`` kind is made when the config
   is read; a ``prepare`` kind is made once per plan (at load too, so ``check`` refuses one that cannot be).
+- ``plan_rules``: what its kinds need of the whole plan (a report whose payload one parser reads), checked
+  once the plan is read: ConfigError naming the phase's key, so ``check`` refuses it.
 - ``reasons``: the verdict reasons it adds (its output parser's failure, its watch's finding), each with the
   status a failure for it exits with; a stop for one of them keeps it (verdict.py), and a reason of the
   core's cannot be added.
@@ -65,6 +67,8 @@ ReadyMaker = Callable[[Mapping[str, Any], str], "ReadyCheck"]
 FitnessCheck = Callable[["Plan", "Evidence"], "list[Finding]"]
 # The rules between a table extension's keys: (their values as checked, the environment) → their final values.
 TableRule = Callable[[dict[str, Any], Mapping[str, str]], Mapping[str, Any]]
+# What the plugin's kinds need of the whole plan: None, or ConfigError naming the key.
+PlanRule = Callable[["Plan"], None]
 # Before the first phase: what the lifecycle will write where, from the plan and the environment (empty: nothing).
 DiskNeeds = Callable[["Plan", Mapping[str, str]], "Sequence[SpaceNeed]"]
 
@@ -92,6 +96,7 @@ class Plugin:
     parsers: Mapping[str, OutputHook] = field(default_factory=_empty)
     ready: Mapping[str, ReadyMaker] = field(default_factory=_empty)
     reports: Mapping[str, ReportWhen] = field(default_factory=_empty)  # kind → "done" (a oneshot) or "up"
+    plan_rules: tuple[PlanRule, ...] = ()
     reasons: Mapping[str, int] = field(default_factory=_empty)  # reason → the status a failure for it exits with
     fitness: tuple[FitnessCheck, ...] = ()
     disk_needs: tuple[DiskNeeds, ...] = ()

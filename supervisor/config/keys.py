@@ -87,4 +87,7 @@ class ConfigPlugin(Protocol):
     def reports(self) -> Mapping[str, ReportWhen]: ...
 
     @property
+    def plan_rules(self) -> tuple[Callable[[Any], None], ...]: ...  # each given the Plan
+
+    @property
     def profile(self) -> Callable[[], str] | None: ...

@@ -236,6 +236,8 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     check_reports(phases, kinds.reports)
     plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions))
     check_prepares(plan, plugin)
+    for rule in plugin.plan_rules:
+        rule(plan)
     return plan
 
 
@@ -394,6 +396,7 @@ class _NoPlugin:
 
     name = "none"
     sections = table_keys = table_rules = prepares = parsers = ready = reports = MappingProxyType({})
+    plan_rules = ()
     profile = None
 
 

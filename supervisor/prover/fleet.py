@@ -180,7 +180,11 @@ class Fleet:
         if self._already_reported(phase.name):
             return
         rate = getattr(phase.parsed, "rate_per_hour", None)
-        self._queue({"rate": rate if rate is not None else 0.0})
+        if rate is None:  # (the config refuses such a phase: a parse other than cuzk-bench's)
+            # A rate of 0 would have the manager destroy an instance whose bench passed: not sent.
+            self._log(f"manager: phase {phase.name} is done but its output gave no rate; bench-done not sent")
+            return
+        self._queue({"rate": rate})
         self._gate.hold(phase.name)
 
     def _already_reported(self, phase_name: str) -> bool:

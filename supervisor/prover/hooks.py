@@ -19,6 +19,8 @@ from .fetchlines import FetchParser
 from .reasons import BENCH_FAILED
 
 CUZK_CONFIG = "cuzk-config"
+# The parser of cuzk-bench's batch output: what reads the bench's rate (bench-done carries it).
+BENCH_PARSER = "cuzk-bench"
 
 
 def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
@@ -46,7 +48,7 @@ def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
 
 PARSERS = {
     # The bench's result is kept as a fact: a resumed bench phase still reports its rate.
-    "cuzk-bench": OutputHook("bench", "the cuzk-bench output parser", BenchParser, BENCH_FAILED,
+    BENCH_PARSER: OutputHook("bench", "the cuzk-bench output parser", BenchParser, BENCH_FAILED,
                              fact="bench", restore=lambda saved: BenchResult(**saved)),
     "cuzk-single": OutputHook("warm-up proof", "the cuzk-bench single output parser", SingleProofParser,
                               BENCH_FAILED),

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
 
-from ..config import PARAM_DONE, RUNNING, Plan
+from ..config import PARAM_DONE, RUNNING, ConfigError, Plan
 from ..lifecycle import verdict as v
 from ..lifecycle.fitness import Evidence, Finding, SpaceNeed
 from ..lifecycle.hooks import capped
@@ -37,13 +37,23 @@ from ..wiring import Wiring
 from . import benchlimits, cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_section, fleet_rules
 from .fleet import BENCH_DONE
-from .hooks import CUZK_CONFIG, PARSERS, make_cuzk_config
+from .hooks import BENCH_PARSER, CUZK_CONFIG, PARSERS, make_cuzk_config
 from .ready import KIND as CUZK_READY
 from .ready import make_cuzk_ready
 from .reasons import REASONS
 from .switches import RUN_SWITCHES
 
 PARAM_CACHE_ENV = "FIL_PROOFS_PARAMETER_CACHE"
+
+
+def bench_done_carries_a_rate(plan: Plan) -> None:
+    """bench-done carries the bench's rate, which only cuzk-bench's parser reads: a bench phase without it
+    would pass and be reported at no rate, and the manager destroys an instance below min_rate."""
+    for i, phase in enumerate(plan.phases):
+        if phase.report == BENCH_DONE and phase.parse != BENCH_PARSER:
+            has = f"parse = {phase.parse!r}" if phase.parse is not None else "no parse"
+            raise ConfigError(f'phases[{i}] ({phase.name}).parse: report = "{BENCH_DONE}" carries the bench\'s '
+                              f'rate, read by parse = "{BENCH_PARSER}" (this phase has {has})')
 
 
 def cuzk_toml_fits(plan: Plan, evidence: Evidence) -> list[Finding]:
@@ -113,6 +123,7 @@ PLUGIN = Plugin(
     parsers=MappingProxyType(PARSERS),
     ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),
     reports=MappingProxyType({BENCH_DONE: "done"}),
+    plan_rules=(bench_done_carries_a_rate,),
     reasons=REASONS,
     fitness=(cuzk_toml_fits,),
     disk_needs=(param_disk,),

@@ -17,6 +17,10 @@ from supervisor.status.file import RUNTIME_DIR_ENV  # the tests' own (conftest.p
 
 # STANDIN_SPEED for the tests: every stand-in delay scaled down to a twentieth.
 STANDIN_FAST = "0.05"
+# What cuzk-bench prints at the end of a batch whose proofs all completed at no measurable speed: a bench
+# that passes its parser (parse = "cuzk-bench") with rate 0/h, below any min_rate.
+ZERO_RATE_BENCH = ("=== Batch Summary ===\ntotal time:    1.0s\ncompleted:     1\nfailed:        0\n"
+                   "throughput:    0 proofs/min\n")
 
 
 def standin_env(**extra: str) -> dict[str, str]:

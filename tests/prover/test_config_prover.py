@@ -175,3 +175,22 @@ def test_accepted_overrides_generate_without_error() -> None:
         model = "partition-workers" if "partition_workers" in overrides else "unified"
         plan = parse(f'[cuzk]\nmemory_model = "{model}"\noverrides = {overrides}\n' + MINIMAL, plugin=PLUGIN)
         assert generate(plan.sections["cuzk"], 512 << 30, []).text
+
+
+@pytest.mark.parametrize("parse_line", ["", 'parse = "cuzk-single"'])
+def test_a_bench_done_phase_must_read_its_rate_with_cuzk_bench(parse_line: str) -> None:
+    # bench-done carries the bench's rate: a phase that cannot read one would pass and be reported at no
+    # rate, and the manager destroys an instance below min_rate. Refused at load, naming the key.
+    body = f"""
+        [[phases]]
+        name = "bench"
+        command = ["cuzk-bench"]
+        report = "bench-done"
+        {parse_line}
+        """
+    has = "no parse" if not parse_line else "parse = 'cuzk-single'"
+    assert parse_error(body, plugin=PLUGIN) == (
+        f'test.toml: phases[0] (bench).parse: report = "bench-done" carries the bench\'s rate, read by '
+        f'parse = "cuzk-bench" (this phase has {has})')
+    assert parse(body.replace(parse_line, "") + '        parse = "cuzk-bench"\n', plugin=PLUGIN).phases[0].parse \
+        == "cuzk-bench"

@@ -253,11 +253,14 @@ def test_the_bench_phase_done_queues_its_rate_and_holds_production() -> None:
     assert production.asked == [("hold", "bench", GATE_HOLD)]
 
 
-def test_a_bench_without_a_rate_reports_zero() -> None:
+def test_a_bench_done_without_a_rate_is_never_reported_at_zero() -> None:
+    # The config refuses a bench-done phase that no cuzk-bench parser reads (its rate); were one done all the
+    # same with no rate, a rate of 0 would have the manager destroy an instance whose bench passed.
     link = Link()
-    fleet, _, _ = fleet_with(link)
+    fleet, production, said = fleet_with(link)
     fleet.transition(bench_done(None))
-    assert link.queued[0][1] == {"rate": 0.0}
+    assert link.queued == [] and production.asked == []
+    assert said == ["manager: phase bench is done but its output gave no rate; bench-done not sent"]
 
 
 def test_nothing_is_reported_while_the_reporting_is_off() -> None:

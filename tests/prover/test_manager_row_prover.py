@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import requests
 from helpers import Runner, sh, toml_str
+from profilekit import ZERO_RATE_BENCH
 from test_benchcut_rules import Production, Rig
 
 from supervisor.devmanager.server import DevManager
@@ -172,7 +173,8 @@ def test_a_row_whose_min_rate_differs_judges_the_bench(sup: Runner, manager: Dev
 
         [[phases]]
         name = "bench"
-        command = {sh("sleep 0.5; echo bench")}
+        command = {sh(f"sleep 0.5; printf '{ZERO_RATE_BENCH}'")}
+        parse = "cuzk-bench"
         report = "bench-done"
 
         [[phases]]

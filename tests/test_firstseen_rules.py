@@ -151,23 +151,37 @@ def test_a_time_within_the_skew_is_kept(tmp_path: Path) -> None:
     assert said == []
 
 
-def test_the_fetch_clock_is_the_earlier_of_the_managers_registered_at_and_ours(tmp_path: Path) -> None:
+def test_the_fetch_clock_is_the_managers_registered_at_once_a_row_said_it(tmp_path: Path) -> None:
     seen = FirstSeen(tmp_path, print, now=lambda: 10_000.0)
     seen.registered()
     seen.heard_row(Row("u", "registered", registered_at=10_000.0 - 89 * 60))  # a row joined long after it began
     assert seen.anchor() == (10_000.0 - 89 * 60, "the manager's registered_at")
-    seen.heard_row(Row("u", "registered", registered_at=10_000.0 - 60))  # a later row (registered again): not later
-    assert seen.anchor() == (10_000.0 - 89 * 60, "the manager's registered_at")
     assert saved(tmp_path)[MANAGER_REGISTERED] == 10_000.0 - 89 * 60  # kept across restarts
     again = FirstSeen(tmp_path, print, now=lambda: 10_100.0)
     assert again.anchor() == (10_000.0 - 89 * 60, "the manager's registered_at")
+    # A row registered anew (the old uuid forgotten): the manager's fetch timeout runs from the new row's time.
+    again.heard_row(Row("u2", "registered", registered_at=10_000.0 - 60))
+    assert again.anchor() == (10_000.0 - 60, "the manager's registered_at")
 
 
-def test_our_registration_counts_where_it_came_first(tmp_path: Path) -> None:
+def test_the_managers_time_counts_even_where_ours_came_first(tmp_path: Path) -> None:
+    # The manager's 90 minutes run from its own registered_at: a deadline counted from ours (a second earlier
+    # here; minutes, when the answer to our registration was lost) would cut what the manager still allows.
     seen = FirstSeen(tmp_path, print, now=lambda: 500.0)
     seen.registered()
-    seen.heard_row(Row("u", "registered", registered_at=501.0))
     assert seen.anchor() == (500.0, "the first registration")
+    seen.heard_row(Row("u", "registered", registered_at=501.0))
+    assert seen.anchor() == (501.0, "the manager's registered_at")
+
+
+def test_a_param_done_delivered_late_starts_the_bench_clock_at_the_managers_time(tmp_path: Path) -> None:
+    # The fetch ended at 2000, the manager was down and took the param-done 40 minutes later: its 45-minute
+    # benchmark timeout runs from then, and so does the clock that predicts it.
+    seen = FirstSeen(tmp_path, print, now=lambda: 2000.0, names={AFTER_FETCH_CLOCK: "bench"})
+    seen.param_done()
+    assert seen.clock("bench") == (2000.0, "the fetch's end (param-done)")
+    seen.heard_row(Row("u", "params_done", param_done_at=2000.0 + 40 * 60))
+    assert seen.clock("bench") == (2000.0 + 40 * 60, "the manager's param_done_at")
 
 
 # The name a plugin gives the clock after the fetch (Plugin.clocks: the prover's is its benchmark's).
@@ -175,7 +189,7 @@ BENCH_CLOCK = "bench"
 NAMES = {AFTER_FETCH_CLOCK: BENCH_CLOCK}
 
 
-def test_the_bench_clock_is_the_earlier_of_the_fetchs_end_and_the_managers_param_done_at(tmp_path: Path) -> None:
+def test_the_bench_clock_is_the_fetchs_end_until_a_row_says_the_managers_param_done_at(tmp_path: Path) -> None:
     seen = FirstSeen(tmp_path, print, now=lambda: 2000.0, names=NAMES)
     assert seen.clock(BENCH_CLOCK) is None
     seen.param_done()
@@ -189,6 +203,19 @@ def test_the_bench_clock_is_the_earlier_of_the_fetchs_end_and_the_managers_param
     unnamed = FirstSeen(tmp_path, print, now=lambda: 2500.0)  # no plugin named it: the core's own name
     assert unnamed.status() == {AFTER_FETCH_CLOCK: {"at": 1990.0, "source": "the manager's param_done_at"}}
 
+
+def test_the_clock_after_the_fetch_is_shown_only_while_the_row_is_at_that_stage(tmp_path: Path) -> None:
+    # In production (the row running) the benchmark's deadline no longer applies: status must not show it
+    # as "passed 71h ago". The clock itself is still there for whoever asks it.
+    seen = FirstSeen(tmp_path, print, now=lambda: 2000.0, names=NAMES)
+    seen.param_done()
+    assert seen.status() == {"fetch": {"at": 2000.0, "source": "the first start"},
+                             "bench": {"at": 2000.0, "source": "the fetch's end (param-done)"}}
+    seen.heard_row(Row("u", "params_done", param_done_at=1990.0))
+    assert list(seen.status()) == ["bench"]
+    seen.heard_row(Row("u", "running", param_done_at=1990.0))
+    assert seen.status() == {}
+    assert seen.clock(BENCH_CLOCK) == (1990.0, "the manager's param_done_at")
 
 def test_a_fetch_run_again_once_the_managers_fetch_clock_stopped_counts_from_this_start(tmp_path: Path) -> None:
     first = FirstSeen(tmp_path, print, now=lambda: 1000.0)

@@ -4,11 +4,14 @@ state_dir (statepaths.FIRST_SEEN) across restarts, so a deadline counts from the
 
 The manager's 90-minute fetch timeout runs from its row's ``registered_at``, and its 45-minute benchmark
 timeout from ``param_done_at``, whatever the supervisor does: a restart, a new container or a fresh state_dir
-joining an old row must not start a fresh deadline (docs/manager.md). So each clock is the earlier of the
-manager's time (once a row was read) and the supervisor's own record (the first registration answered; the
-param-done phase's end), and says which it is. Until a registration was answered (or without a manager) the
-fetch clock counts from the first start, which comes before it: the earlier, the safer. Each own time is
-written once, the first time it is known; a manager's time is kept when it is earlier than the one kept.
+joining an old row must not start a fresh deadline (docs/manager.md). So once a row was read, each clock is the
+manager's own time, the one its deadline really counts from (a param-done delivered late, after an outage,
+starts the manager's benchmark clock late: counting from the fetch's end would cut a bench that still has
+time); until then, the supervisor's own record (the first registration answered; the param-done phase's
+end), which comes first. Each clock says which it is. Until a registration was answered (or without a
+manager) the fetch clock counts from the first start, which comes before it: the earlier, the safer. Each
+own time is written once, the first time it is known; a manager's time is kept as its row last said it (a
+row registered anew, its old uuid forgotten, runs its clocks anew).
 
 A file that cannot be read is started afresh (said). A time in it that cannot be the instance's (later than
 now beyond CLOCK_SKEW_S, or more than MAX_AGE_S before now: ``first_start = 1.0``) is refused in one line,
@@ -99,12 +102,18 @@ class FirstSeen:
             return self._row_state == "registered"
         return not self._fetched_before
 
+    def _after_fetch_clock_runs(self) -> bool:
+        """The manager's clock after the fetch runs while its row is ``params_done`` (with no row read: as far as
+        this start knows)."""
+        return self._row_state is None or self._row_state == "params_done"
+
     def clock(self, name: str) -> tuple[float, str] | None:
-        """The clock ``name`` (FETCH_CLOCK, AFTER_FETCH_CLOCK, or the name a plugin gave it): the earliest time
-        known of it and what it is; None: none."""
-        kept = CLOCKS[self._clocks.get(name, name)]
-        known = [(self._times[key], SOURCES[key]) for key in kept if key in self._times]
-        return min(known) if known else None
+        """The clock ``name`` (FETCH_CLOCK, AFTER_FETCH_CLOCK, or the name a plugin gave it): the manager's time
+        of it once a row said it, else the supervisor's own; and what it is. None: none known."""
+        for key in CLOCKS[self._clocks.get(name, name)]:  # (the manager's first)
+            if key in self._times:
+                return self._times[key], SOURCES[key]
+        return None
 
     def registered(self) -> None:
         """The manager answered a registration (now, or one kept from an earlier start): the first counts."""
@@ -115,11 +124,11 @@ class FirstSeen:
         self._first(FIRST_PARAM_DONE)
 
     def heard_row(self, row: RowTimes) -> None:
-        """The manager's row: its registered_at and param_done_at, kept where earlier than what is kept."""
+        """The manager's row: its registered_at and param_done_at, kept as it says them."""
         self._row_state = row.state
         changed = False
         for key, value in ((MANAGER_REGISTERED, row.registered_at), (MANAGER_PARAM_DONE, row.param_done_at)):
-            if value is not None and value < self._times.get(key, math.inf):
+            if value is not None and value != self._times.get(key):
                 self._times[key] = value
                 changed = True
         if changed:
@@ -131,6 +140,8 @@ class FirstSeen:
         for kind, name in self._names.items():
             if kind == FETCH_CLOCK and not self._fetch_clock_runs():
                 continue  # the fetch is behind (the row is past registered): its clock is of no use to show
+            if kind == AFTER_FETCH_CLOCK and not self._after_fetch_clock_runs():
+                continue  # the row is past that stage (running, killed) or not at it yet: no deadline runs
             clock = self.clock(name) if kind != FETCH_CLOCK else self.anchor()
             if clock is not None:
                 out[name] = {"at": clock[0], "source": clock[1]}

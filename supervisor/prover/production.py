@@ -217,38 +217,58 @@ def _said(exc: Exception) -> str:
 
 
 class ProofWindow:
-    """The readings since production came up; what failed and completed within the window."""
+    """The readings since production came up, one series a source (cuzk's counters and curio's count other
+    things: a read that falls back from one to the other must never subtract them); what failed and
+    completed within the window, as the source read last counts it."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        self.first: Reading | None = None
-        self.readings: deque[Reading] = deque()
+        self._series: dict[str, tuple[Reading, deque[Reading]]] = {}  # source → (its first reading, the window)
+        self._source: str | None = None  # the source read last
 
     def add(self, reading: Reading) -> None:
         if reading.completed is None or reading.failed is None:
             return
-        last = self.readings[-1] if self.readings else None
+        first, readings = self._series.get(reading.source, (reading, deque()))
+        last = readings[-1] if readings else None
         if last is not None and (reading.completed < (last.completed or 0) or reading.failed < (last.failed or 0)):
-            self.first, self.readings = None, deque()  # the daemon restarted: its counters began again
-        self.first = self.first or reading
-        self.readings.append(reading)
-        while len(self.readings) > 1 and reading.at - self.readings[1].at >= self.window_s:
-            self.readings.popleft()
+            first, readings = reading, deque()  # the daemon restarted: its counters began again
+        readings.append(reading)
+        while len(readings) > 1 and reading.at - readings[1].at >= self.window_s:
+            readings.popleft()
+        self._series[reading.source], self._source = (first, readings), reading.source
+
+    def _current(self) -> tuple[Reading, deque[Reading]] | None:
+        return self._series.get(self._source) if self._source is not None else None
+
+    @property
+    def first(self) -> Reading | None:
+        """The first reading of the source read last (since it came up, or its daemon restarted)."""
+        current = self._current()
+        return current[0] if current is not None else None
+
+    @property
+    def readings(self) -> deque[Reading]:
+        """The readings in the window, of the source read last (read-only)."""
+        current = self._current()
+        return current[1] if current is not None else deque()
 
     def in_window(self) -> tuple[int, int]:
         """(completed, failed) between the oldest reading in the window and the latest."""
-        if not self.readings:
+        current = self._current()
+        if current is None:
             return 0, 0
-        base, last = self.readings[0], self.readings[-1]
+        base, last = current[1][0], current[1][-1]
         return (last.completed or 0) - (base.completed or 0), (last.failed or 0) - (base.failed or 0)
 
     def since_up(self) -> tuple[int, int, float]:
         """(completed, failed, seconds) since the first reading."""
-        if self.first is None or not self.readings:
+        current = self._current()
+        if current is None:
             return 0, 0, 0.0
-        last = self.readings[-1]
-        return ((last.completed or 0) - (self.first.completed or 0), (last.failed or 0) - (self.first.failed or 0),
-                last.at - self.first.at)
+        first, last = current[0], current[1][-1]
+        return ((last.completed or 0) - (first.completed or 0), (last.failed or 0) - (first.failed or 0),
+                last.at - first.at)
 
     def failing(self, failures: int) -> bool:
         completed, failed = self.in_window()

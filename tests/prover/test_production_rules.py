@@ -49,6 +49,22 @@ def test_a_reading_without_counters_is_not_counted() -> None:
     assert window.in_window() == (0, 3) and window.since_up() == (0, 3, 20.0)
 
 
+def test_a_read_that_falls_back_to_curio_never_subtracts_cuzks_counters() -> None:
+    # cuzk's /status times out every other minute and curio's metrics answer instead: their totals count other
+    # things (cuzk 500 completed, curio 40). Each keeps its own series: a proof failing every minute, none
+    # completing, is still seen as failing, never as hundreds of phantom completions or a reset.
+    window = ProofWindow(3600.0)
+    failing_at = None
+    for i in range(12):
+        at, failed = 60.0 * (i + 1), i + 1
+        window.add(Reading(at, 500, failed, source="cuzk") if i % 2 == 0 else Reading(at, 40, failed, source="curio"))
+        assert window.in_window()[0] == 0, "completions made up from two sources' counters"
+        if failing_at is None and window.failing(5):
+            failing_at = i
+    assert failing_at == 6  # cuzk's own 4th reading: 6 failures since its first, none completed
+    assert window.in_window() == (0, 10)  # curio's series (read last): failed 2 → 12
+    assert window.since_up() == (0, 10, 600.0)
+
 def test_the_window_keeps_one_reading_at_or_past_its_edge_as_the_base() -> None:
     window = ProofWindow(15.0)
     for at, failed in ((0, 0), (10, 1), (20, 2), (30, 5)):

@@ -79,6 +79,31 @@ def test_a_recent_bench_is_skipped_rebench_runs_it_an_old_one_runs(sup: Runner) 
     assert re.search(r"phase bench: done \d+s ago, older than resume_max_age_s: running it again", out), out
 
 
+def test_a_rerun_that_fails_is_never_resumed_as_done(sup: Runner) -> None:
+    # The bench passed, then a --rebench failed: the next start must run it again, not resume the old pass
+    # (it would report the old rate and start production on a machine whose latest bench failed).
+    fail = sup.tmp / "fail-the-bench"
+    config = sup.write(f"""
+        [[phases]]
+        name = "bench"
+        resume = "machine"
+        command = {sh(f"echo bench ran >> {sup.tmp}/bench.count; test ! -e {fail}")}
+        """, name="rerun.toml")
+    run_to_end(sup, config, "passes")
+    fail.touch()
+    rebench = Console(sup, config, "rebench", args=("--rebench",))
+    assert rebench.finish() == 1, rebench.text()
+    again = Console(sup, config, "again")
+    assert again.finish() == 1, again.text()
+    assert "resumed" not in again.text(), again.text()
+    assert counted(sup) == 3
+    fail.unlink()
+    run_to_end(sup, config, "passes-again")
+    out = run_to_end(sup, config, "resumed")
+    assert "phase bench: pending → done (resumed: done" in out, out
+    assert counted(sup) == 4
+
+
 def test_a_stop_before_the_bench_does_not_forget_that_it_passed(
         sup: Runner, orphans: Callable[[int], list[psutil.Process]]) -> None:
     """The bench passed; a later start is SIGKILLed in an earlier phase; the start after must still skip it."""

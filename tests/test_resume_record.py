@@ -117,6 +117,19 @@ def test_the_record_is_written_when_a_phase_is_done_and_only_then(tmp_path: Path
     assert not list(tmp_path.glob(".*.tmp")), "no temporary copy left behind"
 
 
+def test_a_phase_that_starts_to_run_again_loses_what_it_left_when_last_done(tmp_path: Path) -> None:
+    path = tmp_path / "resume.json"
+    kept = {"fetch": good_facts(outputs={"a.params": 2}), "bench": good_facts(bench={"rate": 1.5})}
+    record = ResumeRecord(path, kept)
+    record.phase_changed(done("bench", {}, PhaseState.STARTING))  # run again (--rebench, its evidence gone)
+    assert read_record(path) == {"fetch": kept["fetch"]}, "a re-run that fails would be resumed as done"
+    record.phase_changed(done("bench", good_facts(), PhaseState.FAILED))
+    assert read_record(path) == {"fetch": kept["fetch"]}
+    assert record.previous("bench") == kept["bench"]  # what this start was offered is unchanged
+    record.phase_changed(done("fetch", {}, PhaseState.STARTING))
+    record.phase_changed(done("fetch", {}, PhaseState.STARTING))  # (a second attempt: nothing left to drop)
+    assert read_record(path) == {}
+
 def test_a_write_that_fails_is_said_once_and_said_again_once_it_works(tmp_path: Path) -> None:
     lines: list[str] = []
     state_dir = tmp_path / "gone"

@@ -134,7 +134,13 @@ class ResumeRecord(Deaf):
         return dict(self._previous.get(name, {}))
 
     def phase_changed(self, phase: DonePhase) -> None:
-        """The lifecycle's first observer: a phase done now, with facts other than those kept, is written down."""
+        """The lifecycle's first observer: a phase done now, with facts other than those kept, is written down;
+        a phase that starts to run again loses what it left when last done (a re-run that then fails, or is
+        killed, must not be resumed as done by the next start)."""
+        if phase.state is PhaseState.STARTING and phase.name in self._latest:
+            del self._latest[phase.name]
+            self.save()
+            return
         if phase.state is not PhaseState.DONE or not phase.facts or self._latest.get(phase.name) == phase.facts:
             return  # (a resumed phase's facts are the ones kept already)
         self._latest[phase.name] = dict(phase.facts)

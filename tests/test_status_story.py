@@ -362,8 +362,20 @@ def test_status_interval_without_watch_is_one_line_and_2(tmp_path: Path) -> None
                        (["--watch", "--json"], "not both")):
         rc, text = status(tmp_path, *args)
         assert rc == 2 and text.count("\n") == 1 and said in text and "Traceback" not in text, text
-    rc, text = status(tmp_path, "--watch", "--interval", "0")
-    assert rc == 2 and "--interval" in text and "Traceback" not in text, text
+    for interval in ("0", "1e10", "inf", "nan"):
+        rc, text = status(tmp_path, "--watch", "--interval", interval)
+        assert rc == 2 and "--interval" in text and "Traceback" not in text, text
+        assert f"{interval!r} is not a number of seconds from 0.1 to 86400" in text, text
+
+
+
+def test_an_empty_state_dir_is_refused_not_taken_as_none_given(tmp_path: Path) -> None:
+    # `status --state-dir "$UNSET"`: the user named a state_dir, only not one; showing the running supervisor
+    # (or the profile's state_dir) instead would show another instance than the one asked for.
+    done = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", ""], capture_output=True, text=True,
+                          cwd=REPO, env=clean_env(), timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "prover-supervisor: --state-dir: must be a non-empty string, got ''\n"), done
 
 
 # ---------------------------------------------------------------- in-process: the timers and the text's parts

@@ -124,15 +124,16 @@ def tcp_port(text: str) -> int:
 
 
 def interval_seconds(text: str) -> float:
-    """An argparse type: --interval in seconds, a finite number of at least WATCH_INTERVAL_MIN_S."""
-    from ..status.command import WATCH_INTERVAL_MIN_S
+    """An argparse type: --interval in seconds, from WATCH_INTERVAL_MIN_S to WATCH_INTERVAL_MAX_S."""
+    from ..status.command import WATCH_INTERVAL_MAX_S, WATCH_INTERVAL_MIN_S
 
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not value >= WATCH_INTERVAL_MIN_S or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= {WATCH_INTERVAL_MIN_S:g}")
+    if not WATCH_INTERVAL_MIN_S <= value <= WATCH_INTERVAL_MAX_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from {WATCH_INTERVAL_MIN_S:g} "
+                                         f"to {WATCH_INTERVAL_MAX_S:g}")
     return value
 
 
@@ -237,7 +238,7 @@ def show_status(args: argparse.Namespace) -> int:
     if args.watch and args.json:
         raise ConfigError("--watch redraws the text; --json is one answer for machines: not both")
     hint = ""
-    if args.state_dir:
+    if args.state_dir is not None:  # (an empty one, "$UNSET", is refused: never another supervisor shown)
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     elif config_path(args) is not None:
         state_dir = Path(load_plan(config_path(args), PLUGIN).supervisor.state_dir)

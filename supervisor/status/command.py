@@ -33,6 +33,8 @@ from .socket import query
 # ``--watch``'s default redraw interval, and the shortest one taken (each frame asks the supervisor).
 WATCH_INTERVAL_S = 1.0
 WATCH_INTERVAL_MIN_S = 0.1
+# And at most a day: a redraw further off than that is no watch (and 1e10 s is past what sleep and the clock take).
+WATCH_INTERVAL_MAX_S = 86400.0
 # Clear the screen and go home (a terminal only).
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 

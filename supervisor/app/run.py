@@ -31,8 +31,6 @@ steps live where their concern is: 1-7 in startup.py, 8 in observers.py, 10 in t
 
 from __future__ import annotations
 
-import atexit
-import gc
 import time
 from collections.abc import Callable, Collection
 
@@ -90,22 +88,7 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, switches: 
         serve(plan, plugin, host, core, sup, signals.router, on_start, fresh)
     finally:
         status = tear_down(plan, host, core, sup, outlets, signals, lock_fd)  # (see teardown.py)
-        no_last_walk_of_the_heap()
     return status
-
-
-def no_last_walk_of_the_heap() -> None:
-    """The run is over: at the interpreter's exit, freeze what is still alive before the finalization.
-
-    Finalization collects garbage several times, and each full collection walks every object of the
-    ~200 modules a run imports: 40-50 ms between the teardown's last line and the process's exit
-    (bench/profile.py lastexit), longer than the whole teardown. Frozen objects are left out of those
-    walks and their memory goes back with the process. Nothing is lost: the teardown closed what had
-    a last act (the logs write straight to file descriptors, with no buffer to flush), and what the
-    module dicts alone hold is still freed, in order, as the interpreter clears them. Done at the
-    exit, not here: a test that calls ``run`` in-process keeps collecting as before."""
-    atexit.unregister(gc.freeze)  # once per process, however many runs it made
-    atexit.register(gc.freeze)
 
 
 # ---------------------------------------------------------------- 9. serve

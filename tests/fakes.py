@@ -108,7 +108,7 @@ class FakeChild:
 
         loop.call_later(self.stop_takes, gone)
 
-    def kill_now(self) -> None:
+    def kill_now(self, wait_until: float | None = None) -> None:
         pass
 
     def send_group_signal(self, sig: int) -> None:

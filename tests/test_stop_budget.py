@@ -7,14 +7,19 @@ Real supervisors and real signals; the budget's arithmetic on a clock moved by h
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
-from helpers import Runner, toml_list, toml_str, until, wait_for
+import pytest
+from helpers import Runner, pid_alive, remove_cgroup, toml_list, toml_str, until, wait_for
 
-from supervisor.engine.stopbudget import EXIT_SHARE_S, StopBudget
+from supervisor.engine.stopbudget import EXIT_SHARE_S, SWEEP_MIN_S, StopBudget
+from supervisor.engine.survivors import KILL_WAIT_S
 
 STUBBORN = ["sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.1; done"]
 
@@ -105,3 +110,96 @@ def test_the_budget_shares_what_is_left_between_the_waves_and_names_what_it_cut(
     assert line.endswith("the exit flush gets 0.0s at most"), line
     assert StopBudget(8, "SIGINT", clock=lambda: 0.0).cut_short().endswith(
         "no grace was cut; the exit flush gets 7.5s at most")
+
+
+def test_the_exit_sweep_gets_what_is_left_until_a_stuck_tree_is_no_longer_waited_for() -> None:
+    now = [100.0]
+    budget = StopBudget(8, "SIGTERM", clock=lambda: now[0])
+    assert budget.sweep_s(5.0) == 5.0  # early: its own bound
+    now[0] += 5.0
+    assert budget.sweep_s(5.0) == 2.0  # wait_until is 1 s before the end: 3 s left of 8, less 1
+    now[0] += 10.0
+    assert budget.sweep_s(5.0) == SWEEP_MIN_S  # spent: one round still kills what it can
+
+
+# ---------------------------------------------------------------- a tree SIGKILL cannot end (uninterruptible sleep)
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """``pid`` in a v1 freezer cgroup, FROZEN: in state D as the kernel shows it, deaf to SIGKILL until thawed
+    (what a process stuck on a GPU fallen off the bus, or on a hung mount, does). Thawed and killed after."""
+    if not (FREEZER / "cgroup.procs").exists() or os.geteuid() != 0:
+        pytest.skip("no writable v1 freezer cgroup here (root and /sys/fs/cgroup/freezer are needed)")
+    cg = FREEZER / f"pytest-stuck-{os.getpid()}-{pid}"
+    cg.mkdir()
+    try:
+        (cg / "cgroup.procs").write_text(str(pid))
+        (cg / "freezer.state").write_text("FROZEN")
+        wait_for(lambda: "FROZEN" in (cg / "freezer.state").read_text(), timeout=10)
+        yield
+    finally:
+        (cg / "freezer.state").write_text("THAWED")  # the pending SIGKILL lands
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pid), timeout=10)
+        remove_cgroup(cg)
+
+
+def stuck_service(sup: Runner, pidfile: Path, *, then_fail: bool = False) -> Path:
+    """A service whose process will be frozen; with ``then_fail``, a later phase that fails, so that the
+    supervisor begins the stop itself (and the stuck service is in it)."""
+    failing = f"""
+        [[phases]]
+        name = "fails"
+        command = {toml_list(["sh", "-c", "sleep 0.5; exit 3"])}
+        """ if then_fail else ""
+    pid_then_sleep = f"echo $$$$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 300"  # ($$: a $)
+    config = sup.write(f"""
+        [[phases]]
+        name = "stuck"
+        kind = "service"
+        command = {toml_list(["sh", "-c", pid_then_sleep])}
+        stop_grace_s = 60
+        """ + failing)
+    keys = 'stop_budget_s = 4\ncgroups = "off"\n'
+    config.write_text(config.read_text().replace("[supervisor]\n", "[supervisor]\n" + keys, 1))
+    return config
+
+
+def test_a_tree_stuck_past_sigkill_costs_the_exit_no_more_than_the_budget(sup: Runner) -> None:
+    # docker stop: SIGTERM, then SIGKILL at its timeout. The stuck service is waited for until the budget's
+    # wait_until; the exit's sweep then gets what is left (one round), not its own 5 s: the exit's lines,
+    # status.json and the flush all come before docker's SIGKILL would.
+    pidfile = sup.tmp / "stuck.pid"
+    proc = sup.start(stuck_service(sup, pidfile))
+    output = until(proc, "phase stuck: service is up")
+    with frozen(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))):
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    output += rest
+    assert proc.returncode == 143, output[-3000:]
+    assert "the stop budget is spent: not waited for" in output, output[-3000:]
+    assert re.search(rf"1 process\(es\) survived SIGKILL for {SWEEP_MIN_S:g}s", output), output[-3000:]
+    assert "exiting with status 143" in output
+
+
+def test_a_stop_signal_during_the_supervisors_own_stop_gets_a_budget_too(sup: Runner) -> None:
+    # A phase fails, so the supervisor stops everything itself (no budget: graces as configured); docker stop
+    # comes meanwhile. It kills at once, and the stuck service's wait and the sweep fit in a budget from that
+    # signal, not KILL_WAIT_S (10 s) and SWEEP_MAX_S (5 s) after it.
+    pidfile = sup.tmp / "stuck.pid"
+    proc = sup.start(stuck_service(sup, pidfile, then_fail=True))
+    output = until(proc, "phase stuck: service is up")
+    with frozen(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))):
+        output += until(proc, "stopping stuck/stuck")
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    output += rest
+    assert proc.returncode == 3, output[-3000:]  # the failure's status: the stop was the failure's
+    assert "SIGTERM while stopping: SIGKILL to everything now" in output, output[-3000:]
+    assert "the stop budget is spent: not waited for" in output, output[-3000:]
+    assert f"survived SIGKILL for {KILL_WAIT_S:g}s" not in output, output[-3000:]
+    assert re.search(rf"1 process\(es\) survived SIGKILL for {SWEEP_MIN_S:g}s", output), output[-3000:]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.exitflush import FLUSH_POLL_S, ExitFlush
 from ..engine.loop import EventLoop, summary
-from ..engine.survivors import sweep_descendants
+from ..engine.survivors import SWEEP_MAX_S, sweep_descendants
 from ..exits import EXIT_OK
 from ..status.file import unpoint
 
@@ -47,13 +47,14 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     it never got to decide one)."""
     status = sup.lifecycle.status_at_exit()
     log = host.log
-    steps: list[Step] = [("killing what is left", sweep_descendants, log), ("reaping", core.reaper.reap),
+    budget = signals.router.budget
+    sweep_s = budget.sweep_s(SWEEP_MAX_S) if budget is not None else SWEEP_MAX_S
+    steps: list[Step] = [("killing what is left", sweep_descendants, log, sweep_s), ("reaping", core.reaper.reap),
                          ("removing the phase cgroups", core.memory.close),
                          ("saving status.json", outlets.state_file.save)]
     if status != EXIT_OK:
         steps.append(("writing the termination log", write_termination_log, plan.supervisor.termination_log,
                       sup.lifecycle, status, log))
-    budget = signals.router.budget
     if budget is not None:  # a stop signal from outside: say what its budget cut short (said when it comes)
         steps.append(("saying what the stop budget cut short", lambda: log(budget.cut_short())))
     steps.append(("saying the exit status", log, f"exiting with status {status}"))

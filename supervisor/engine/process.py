@@ -119,8 +119,11 @@ class Child:
         if self.running:
             signal_quietly(os.killpg, self.pid, sig)
 
-    def kill_now(self) -> None:
-        """SIGKILL the whole tree at once, no grace (a second shutdown request)."""
+    def kill_now(self, wait_until: float | None = None) -> None:
+        """SIGKILL the whole tree at once, no grace (a second shutdown request). ``wait_until``: a stop budget's
+        end, past which a tree that survives SIGKILL is not waited for (the earlier one holds)."""
+        if wait_until is not None:
+            self._wait_until = wait_until if self._wait_until is None else min(self._wait_until, wait_until)
         if not self._gone():
             self._killed_at = self._killed_at or self.clock.monotonic()
             self._signal_tree(signal.SIGKILL, self.tree())

@@ -250,7 +250,11 @@ class SignalRouter:
         elif action is Action.KILL_NOW:
             assert self.lifecycle is not None
             self._log(f"{name} {'again ' if before else ''}while stopping: SIGKILL to everything now")
-            self.lifecycle.kill_everything_now()
+            if self.budget is None and self.stop_budget_s is not None:
+                # A stop the supervisor began itself (a failure) had none; docker stop kills at its timeout
+                # all the same: the rest of the exit (a stuck tree's wait, the sweep, the flush) fits in one.
+                self.budget = StopBudget(self.stop_budget_s, name)
+            self.lifecycle.kill_everything_now(self.budget.wait_until if self.budget is not None else None)
         elif action is Action.CUT_FLUSH:
             assert self.flush is not None
             self._log(self.flush.cut(name, self.stop_budget_s))

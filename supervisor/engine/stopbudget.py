@@ -15,7 +15,9 @@ exit 137. So a stop signal that comes while the lifecycle runs gives the whole s
 - one line, before "exiting with status N", says what was cut short.
 
 A stop the supervisor decides itself (a failure, the lifecycle done) has no budget: graces and the flush
-are as configured. A second stop signal still kills at once.
+are as configured. A second stop signal still kills at once; a stop signal during a stop the supervisor
+began itself kills at once too, and gives the rest of the exit (a stuck tree's wait, the sweep, the flush)
+the budget from that signal: docker stop's SIGKILL comes at its timeout whoever began the stop.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from collections.abc import Callable
 EXIT_SHARE_S = 2.0
 # What the exit keeps after the flush, to close what it opened and exit.
 CLOSE_S = 0.5
+# The exit's sweep goes on at least this long whatever is left of the budget (a round that kills).
+SWEEP_MIN_S = 0.1
 # How many children a cut-short line names (1,000 daemons are one count, not 1,000 names).
 NAMED_MAX = 3
 
@@ -48,6 +52,12 @@ class StopBudget:
             return own_s
         self._cut[label] = (own_s, share)
         return share
+
+    def sweep_s(self, own_s: float) -> float:
+        """How long the exit's sweep of what is left may go on: its own bound, or what is left until
+        ``wait_until`` (a tree stuck in uninterruptible sleep is SIGKILLed in vain: the exit must go on),
+        at least one round's worth."""
+        return max(SWEEP_MIN_S, min(own_s, self.wait_until - self._clock()))
 
     def flush_deadline(self) -> float:
         """The latest the exit flush may wait until (monotonic)."""

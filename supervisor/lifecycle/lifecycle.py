@@ -184,10 +184,10 @@ class Lifecycle:
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs).
         self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
 
-    def kill_everything_now(self) -> None:
-        """A second shutdown request: no more grace for anyone."""
+    def kill_everything_now(self, wait_until: float | None = None) -> None:
+        """A second shutdown request: no more grace for anyone (``wait_until``: its stop budget's end)."""
         for child in self._started:
-            child.kill_now()
+            child.kill_now(wait_until)
 
     def _finished(self) -> None:
         self._stop_over = True

@@ -277,6 +277,25 @@ def test_logfile_rolls_over_at_max_bytes(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["c.log", "c.log.1"]
 
 
+def test_an_fd_kept_on_the_log_follows_it_across_rolls(tmp_path: Path) -> None:
+    # A fatal fault's last words go through an fd of their own (faulthandler's): after two rolls it pointed at a
+    # deleted file, and a crash's traceback was lost. It is kept on the present file.
+    path = tmp_path / "supervisor.log"
+    f = LogFile(path, max_bytes=100)
+    f.write(b"a" * 60)
+    last_words = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        f.keep_on_this_file(last_words)
+        for chunk in (b"b" * 60, b"c" * 60, b"d" * 60):  # three rolls
+            f.write(chunk)
+        os.write(last_words, b"Fatal Python error: Segmentation fault\n")
+        assert path.read_bytes() == b"d" * 60 + b"Fatal Python error: Segmentation fault\n"
+        assert not os.get_inheritable(last_words)  # (no child inherits it)
+        assert os.readlink(f"/proc/self/fd/{last_words}") == str(path)
+    finally:
+        os.close(last_words)
+        f.close()
+
 def test_logfile_exactly_max_bytes_does_not_roll(tmp_path: Path) -> None:
     path = tmp_path / "c.log"
     f = LogFile(path, max_bytes=100)

@@ -181,7 +181,8 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     oom, child_oom_score_adj = protect_from_oom_killer()
     console = Console(console_fd, enabled=plan.supervisor.console)
     log_dir = Path(plan.supervisor.log_dir)
-    log = SupervisorLog(console, LogFile(log_dir / SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes))
+    log_file = LogFile(log_dir / SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes)
+    log = SupervisorLog(console, log_file)
     redactor = secrets_of(plan)
     log.redactor = redactor if redactor else None  # no secrets: nothing to mask on every line
     early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
@@ -191,21 +192,23 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
         f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
     if console.lost_at_start:
         log(f"console: {console.lost_at_start}; console lines are lost (supervisor.log has the supervisor's own)")
-    point_last_words_at(log_dir / SUPERVISOR_LOG, log)
+    point_last_words_at(log_file, log)
     return Host(started_at, role, child_oom_score_adj, console, log, redactor, early_lines,
                 Path(plan.supervisor.state_dir), log_dir)
 
 
-def point_last_words_at(path: Path, log: SupervisorLog) -> None:
+def point_last_words_at(log_file: LogFile, log: SupervisorLog) -> None:
     """A fatal fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP) writes every thread's traceback
-    to supervisor.log through an fd of its own (the log's own fd changes when it rolls over), then dies; the
-    children it leaves are named in status.json and ended by the next start. Until this fd exists (and where
-    it cannot be had) the last words go to stderr (cli.main)."""
+    to supervisor.log through an fd of its own, kept on the log's present file as it rolls over (the log's own
+    fd changes then), then dies; the children it leaves are named in status.json and ended by the next start.
+    Until this fd exists (and where it cannot be had) the last words go to stderr (cli.main)."""
+    path = log_file.path
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         log(f"cannot open {path} for a fatal fault's last words ({exc.strerror or exc}); they go to stderr")
         return
+    log_file.keep_on_this_file(fd)
     last_words_to(fd)
 
 

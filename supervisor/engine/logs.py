@@ -305,6 +305,7 @@ class LogFile:
         self._failing_since: float | None = None  # monotonic time of the first failed write
         self._retry_at = 0.0
         self._lost = 0  # bytes dropped since the file stopped taking writes
+        self._kept_on: list[int] = []  # fds of others moved onto the new file at each roll (keep_on_this_file)
 
     def write(self, data: bytes) -> None:
         note = self.write_unsaid(data)
@@ -342,11 +343,20 @@ class LogFile:
             self._lost += len(view)  # what did not make it (a write cut short by a full disk: its rest)
             raise
 
+    def keep_on_this_file(self, fd: int) -> None:
+        """``fd`` (another writer's, opened on ``path``: a fatal fault's last words) is moved onto the new file at
+        each roll: the old one becomes ``.1`` and, at the next roll, is deleted, and what is written to it then
+        is lost."""
+        self._kept_on.append(fd)
+
     def _roll(self) -> None:
         self._close_fd()
         os.replace(self.path, self.path.with_name(self.path.name + ".1"))
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._size = 0
+        for fd in self._kept_on:
+            with contextlib.suppress(OSError):  # (it stays on the old file: no worse than before the roll)
+                os.dup2(self._fd, fd, inheritable=False)
 
     def _failed(self, exc: OSError) -> str | None:
         self._retry_at = time.monotonic() + RETRY_WRITE_S

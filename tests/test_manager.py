@@ -25,6 +25,7 @@ from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import LOG_PUSH_LIMIT, DevManager
 from supervisor.manager import client as manager
 from supervisor.manager import logship
+from supervisor.manager import outbox as outbox_mod
 from supervisor.manager.client import Answer, ManagerClient, PermanentError, TransientError
 from supervisor.manager.logship import PUSH_MAX_BYTES, Shipper, log_push_sender
 from supervisor.manager.outbox import Call, Outbox
@@ -406,6 +407,31 @@ def test_outbox_has_counts_pending_and_delivered_not_failed(tmp_path: Path) -> N
     assert not box.has("param-done")  # a failed call may be queued again
     box.close()
 
+
+def test_outbox_keeps_a_bounded_tail_of_finished_calls_and_every_kinds_last_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Production pushes a summary every few minutes through the outbox: kept forever, the file would grow for
+    # as long as the instance proves. The newest KEEP_FINISHED finished calls stay (the ledger, the repush),
+    # each kind's last delivered answer whatever its age (what a restart reads), and every pending call.
+    monkeypatch.setattr(outbox_mod, "KEEP_FINISHED", 5)
+    monkeypatch.setattr(outbox_mod, "PRUNE_EVERY", 4)
+    box = Outbox(tmp_path / "o.sqlite3")
+    register = box.add("register", {})
+    box.delivered(register, {"uuid": "u"})
+    refused = box.add("param-done", {})
+    box.failed(refused, "HTTP 400")
+    waiting = box.add("bench-done", {"rate": 1.0})  # never delivered: pending, kept whatever its age
+    logs = []
+    for i in range(10):
+        logs.append(box.add("log", {"text": f"summary {i}"}))
+        box.delivered(logs[-1])
+    with sqlite3.connect(tmp_path / "o.sqlite3") as db:
+        kept = [row[0] for row in db.execute("SELECT id FROM calls ORDER BY id")]
+    # 12 finished so far: pruned at the 4th, 8th and 12th; the newest 5 finished stay, with the register's answer.
+    assert kept == [register, waiting, *logs[-5:]], kept
+    assert box.delivered_answer("register") == {"uuid": "u"} and box.pending() == 1
+    assert [p["text"] for p in box.delivered_payloads("log", 3)] == ["summary 7", "summary 8", "summary 9"]
+    box.close()
 
 def test_outbox_survives_reopen(tmp_path: Path) -> None:
     path = tmp_path / "o.sqlite3"

@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS calls (
     response TEXT
 );
 CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS calls_by_state ON calls (state, kind);
 """
 
 
@@ -49,6 +50,14 @@ class Call:
 
 # While the file cannot be written, it is tried again this often (from the next call on the outbox).
 RETRY_WRITE_S = 5.0
+# Finished calls (delivered, failed) kept for the ledger, the answers and the repush: the newest this many, and
+# each kind's last delivered one whatever its age. Production pushes a summary every few minutes: without a bound
+# the file would grow for as long as the instance proves. Older ones go every PRUNE_EVERY finishes.
+KEEP_FINISHED = 1000
+PRUNE_EVERY = 100
+PRUNE = ("DELETE FROM calls WHERE state != 'pending' "
+         "AND id < (SELECT min(id) FROM (SELECT id FROM calls WHERE state != 'pending' ORDER BY id DESC LIMIT ?)) "
+         "AND id NOT IN (SELECT max(id) FROM calls WHERE state = 'delivered' GROUP BY kind)")
 # Error names that say the file's content is damaged; anything else (full, I/O, locked) is passing.
 CORRUPTION = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 # Where calls go once the outbox cannot be read at all (not even to copy it): far above any id the file
@@ -89,6 +98,7 @@ class Outbox:
         self._disk: sqlite3.Connection | None = None
         self._memory: sqlite3.Connection | None = None  # set while the file cannot be written
         self._unwritten: list[tuple[str, tuple[Any, ...]]] = []  # changes made in memory, in order
+        self._finished = 0  # calls finished by this start (every PRUNE_EVERY of them, the oldest go)
         self._retry_at = 0.0
         self._file_usable = True  # False: a damaged file that could not be moved aside
         self._open()
@@ -308,6 +318,9 @@ class Outbox:
             self._try_the_file_again()
             self._write("UPDATE calls SET state = ?, finished = ?, attempts = attempts + 1, last_error = ?, "
                         "response = ? WHERE id = ?", (state, time.time(), error, json.dumps(response), call_id))
+            self._finished += 1
+            if self._finished % PRUNE_EVERY == 0:
+                self._write(PRUNE, (KEEP_FINISHED,))
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """A query; a file that cannot even be read any more is left for memory, like a full one."""

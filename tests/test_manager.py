@@ -813,6 +813,29 @@ def test_devmanager_errors(devmgr: DevManager) -> None:
     assert requests.post(devmgr.url + "/api/log-push", data=b"x\n", timeout=5).status_code == 400
 
 
+
+def test_devmanager_refuses_numbers_that_are_not_json_numbers_as_gos_decoder_does(devmgr: DevManager) -> None:
+    # The real handlers decode into a float64: "61.5" or true is a 400, not a rate of 0 (a kinder stand-in would
+    # let a client that sends strings pass its tests and be refused by the real manager).
+    assert _post(devmgr, "/register", {"label": "C.types", "min_rate": "60"}).status_code == 400
+    uuid = _post(devmgr, "/register", {"label": "C.types", "min_rate": 60}).json()["uuid"]
+    for rate in ("61.5", True, [61.5]):
+        answer = _post(devmgr, "/bench-done", {"uuid": uuid, "rate": rate})
+        assert answer.status_code == 400 and "cannot unmarshal" in answer.json()["error"], (rate, answer.text)
+    assert devmgr.state.snapshot()["instances"][uuid]["state"] == "registered"  # refused: nothing changed
+    assert _post(devmgr, "/bench-done", {"uuid": uuid, "rate": None}).json() == {"ok": True, "passed": False}
+
+
+def test_devmanager_stamps_bench_done_at_at_every_call_pass_or_fail(devmgr: DevManager) -> None:
+    uuid = _post(devmgr, "/register", {"label": "C.stamps", "min_rate": 60}).json()["uuid"]
+    assert _post(devmgr, "/bench-done", {"uuid": uuid, "rate": 12}).json()["passed"] is False
+    first = devmgr.state.snapshot()["instances"][uuid]["bench_done_at"]
+    assert first is not None  # a failed bench-done is stamped too, as the real one stamps it
+    time.sleep(0.01)
+    assert _post(devmgr, "/bench-done", {"uuid": uuid, "rate": 61.5}).json()["passed"] is True
+    row = devmgr.state.snapshot()["instances"][uuid]
+    assert row["bench_done_at"] > first and row["rate"] == 61.5 and row["state"] == "bench_done"
+
 def test_devmanager_runner_id(devmgr: DevManager) -> None:
     reg = _post(devmgr, "/register", {"label": "C.5"}).json()
     got = requests.get(devmgr.url + "/runner-id", params={"uuid": reg["uuid"]}, timeout=5)

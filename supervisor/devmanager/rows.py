@@ -59,12 +59,16 @@ class RowRules:
 NO_ROW_RULES = RowRules()
 
 
-def json_number(value: Any) -> float:
-    """A number as the real manager's JSON decoding leaves it: 0 when absent or not a number."""
-    try:
-        return float(value or 0)
-    except (TypeError, ValueError):
+def json_number(value: Any, field: str) -> float:
+    """A number as the real manager's JSON decoding (Go's, into a float64) takes it: 0 when absent or null;
+    anything but a JSON number (``"61.5"``, ``true``) is refused, as Go's decoder refuses it: ValueError, which
+    its route answers with 400."""
+    if value is None:
         return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"json: cannot unmarshal {type(value).__name__} into Go struct field .{field} of type "
+                         "float64")
+    return float(value)
 
 
 @dataclass

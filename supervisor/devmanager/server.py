@@ -293,8 +293,12 @@ class _Handler(BaseHTTPRequestHandler):
         inst = self._instance(body)
         if inst is None:
             return
-        with self.server.state.lock:
-            answer = route(inst, body)
+        try:
+            with self.server.state.lock:
+                answer = route(inst, body)
+        except ValueError as exc:  # a field of the wrong type: Go's decoder refuses the body
+            self._send(400, {"error": str(exc)})
+            return
         self._send(200, answer)
 
     def _register(self, body: dict[str, Any]) -> None:
@@ -304,11 +308,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         rules = self.server.extension.rows
         state = self.server.state
+        try:
+            fields = rules.registered(body)
+        except ValueError as exc:  # a field of the wrong type: Go's decoder refuses the body
+            self._send(400, {"error": str(exc)})
+            return
         with state.lock:
             inst = next((i for i in state.instances.values() if i.label == label and i.state != "killed"), None)
             if inst is None:  # a plugin's fields are the first registration's (the real one keeps its min_rate)
-                inst = Instance(str(uuidlib.uuid4()), label, next(state._runner_ids), extra=rules.registered(body),
-                                rules=rules)
+                inst = Instance(str(uuidlib.uuid4()), label, next(state._runner_ids), extra=fields, rules=rules)
                 state.instances[inst.uuid] = inst
             if state.forget_always:
                 del state.instances[inst.uuid]

@@ -188,3 +188,49 @@ def test_a_phase_failed_from_a_transition_listener_is_heard_in_order_by_every_li
     assert r.phase("bench").state is PhaseState.FAILED
     assert r.phase("bench").outcome is not None and r.phase("bench").outcome.reason == "too_slow"
     assert r.finished and r.finished[0] != 0
+
+
+ONESHOT_WITH_A_DAEMON = """
+[[phases]]
+name = "bench"
+command = ["fake"]
+
+[[phases.daemons]]
+name = "daemon"
+command = ["fake"]
+stop_grace_s = 30
+"""
+
+
+def test_a_stop_signal_during_a_failed_attempts_stop_keeps_the_failure(run) -> None:
+    # The bench exits 1 (no retries): its daemon is being stopped (a 30 s grace) when docker stop comes. The
+    # failure came first: the phase fails, the run's failure and status are the bench's, not 143.
+    r = run(ONESHOT_WITH_A_DAEMON)
+    lifecycle = r.lifecycle
+    lifecycle.start()
+    daemon, command = r.children.started
+    daemon.stop_takes = 30.0
+    command.exit(1)
+    bench = r.phase("bench")
+    assert bench.state is PhaseState.STOPPING and bench.outcome is not None
+    r.run_until(5.0)
+    lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(100.0)
+    assert bench.state is PhaseState.FAILED, bench.why
+    assert bench.why.startswith("exit_code: ") and bench.why.endswith("(then supervisor shutdown)"), bench.why
+    assert lifecycle.failure is bench.outcome and lifecycle.failure.reason == "exit_code"
+    assert r.finished == [1] and lifecycle.shutdown_reason == "received SIGTERM"
+
+
+def test_a_stop_signal_during_a_stop_that_a_retry_would_follow_is_the_runs_end(run) -> None:
+    # With a retry left the attempt's failure is not the phase's: the stop signal ends the run as usual (143).
+    r = run(ONESHOT_WITH_A_DAEMON.replace('command = ["fake"]\n\n', 'command = ["fake"]\nretries = 2\n\n', 1))
+    lifecycle = r.lifecycle
+    lifecycle.start()
+    daemon, command = r.children.started
+    daemon.stop_takes = 30.0
+    command.exit(1)
+    lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(100.0)
+    assert r.phase("bench").state is PhaseState.STOPPED and lifecycle.failure is None
+    assert r.finished == [143]

@@ -164,6 +164,12 @@ class Lifecycle:
         if self.shutting_down:
             return
         self.shutting_down = True
+        failed = next((p for p in self.phases if p.failed_for_good() is not None), None)
+        if failed is not None and self.failure is None:
+            # An attempt had failed for good and was being stopped when the stop came (a daemon's grace): the
+            # failure came first, and stays the run's (its status, the termination log, the give-up).
+            self.failure = failed.outcome
+            status = failed.outcome.status if failed.outcome and failed.outcome.status else EXIT_FAILURE
         self.exit_status = status
         self.shutdown_reason = why
         self._log(f"shutting down: {why}")

@@ -146,6 +146,8 @@ def decide(phase: Phase, event: Event) -> Step:
         case ShutdownSettled():
             if state in ATTEMPT_RUNS:
                 return Step(PhaseState.STOPPING, SHUTDOWN_WHY, then=ShutdownSettled())
+            if state is PhaseState.STOPPING and (failed := phase.failed_for_good()) is not None:
+                return _fail_in_the_shutdown(failed)
             return NOTHING if state in FINAL_STATES else Step(PhaseState.STOPPED, SHUTDOWN_WHY)
     raise TypeError(f"not a phase event: {event!r}")  # pragma: no cover - the match covers Event
 
@@ -185,6 +187,8 @@ def _after_the_stop(phase: Phase) -> Step:
         outcome = phase.never_reaped()
         swept = (Effect.SWEEP, Outcome(outcome))
     if phase.shutting_down():
+        if (failed := phase.failed_for_good()) is not None:
+            return Step(PhaseState.FAILED, _fail_in_the_shutdown(failed).why, before=swept)
         return Step(PhaseState.STOPPED, SHUTDOWN_WHY, before=swept)
     step, why, delay = phase.next_after(outcome)
     if step is Next.DONE:
@@ -192,6 +196,13 @@ def _after_the_stop(phase: Phase) -> Step:
     if step is Next.FAIL:
         return Step(PhaseState.FAILED, why, before=(*swept, Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
     return Step(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s", before=swept, after=(BackOff(delay),))
+
+
+def _fail_in_the_shutdown(outcome: Verdict) -> Step:
+    """The attempt had failed for good (no retry or restart would follow) when a shutdown came during its stop:
+    the phase fails, as it would have moments later, and its failure is the run's (lifecycle.shutdown)."""
+    return Step(PhaseState.FAILED, f"{outcome.reason}: {outcome.detail} (then {SHUTDOWN_WHY})",
+                before=(Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
 
 
 def _fail(verdict: Verdict, why: str) -> Step:
@@ -323,6 +334,15 @@ class Phase:
     def command_verdict(self) -> Verdict | None:
         command = self.command_child
         return self._verdicts.verdict_of(command) if command is not None else None
+
+    def failed_for_good(self) -> Verdict | None:
+        """The outcome of the attempt being stopped, where it is a failure no retry or restart would follow
+        (the phase fails once the stop is over); else None. Only what ended the attempt before any shutdown
+        counts: a command the shutdown stopped is no failure of its own."""
+        outcome = self.outcome
+        if self.state is not PhaseState.STOPPING or outcome is None or outcome.success:
+            return None
+        return outcome if self.pacing.fails_for_good(outcome, self._attempt) else None
 
     def never_reaped(self) -> Verdict:
         """The verdict of an attempt whose command was stopped and never reaped (it outlived its SIGKILL)."""
@@ -630,6 +650,12 @@ class Pacing:
 
     def deadline_expired(self) -> bool:
         return self._deadline is not None and self._deadline.when <= self.now()
+
+    def fails_for_good(self, outcome: Verdict, attempt: Attempt) -> bool:
+        """Would ``outcome`` fail the phase, no retry or restart after it? (``after``'s answer, nothing counted.)"""
+        step, _ = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
+                                restart_times=self.restart_times, now=self.now())
+        return step is Next.FAIL
 
     def after(self, outcome: Verdict, attempt: Attempt) -> tuple[Next, str, float]:
         """What follows ``attempt``, which ``outcome`` ended, and why: done, failed for good, or another

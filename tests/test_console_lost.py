@@ -237,3 +237,28 @@ def test_ctrl_c_during_the_demo_stops_it_in_order() -> None:
     assert proc.returncode == 130, out
     assert "shutting down: received SIGINT" in out and "demo finished with exit status 130" in out, out
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+
+
+# ---------------------------------------------------------------- stdout into a file (Vast's onstart)
+
+
+def test_stdout_into_a_file_rolls_over_as_the_log_files_do(sup: Runner) -> None:
+    # Vast starts it as `nohup ... > /var/log/entrypoint.log 2>&1 &`: the console (every child's line with its
+    # prefix) would grow that file for as long as the instance proves. Past log_file_max_bytes it rolls to
+    # `.1`, stdout and stderr alike onto the new file, as log_dir's files roll.
+    config = sup.write(f"""
+        [[phases]]
+        name = "chatty"
+        command = {sh("i=0; while [ $$i -lt 3000 ]; do echo line $$i of the chatty child; i=$$((i+1)); done")}
+        """)
+    config.write_text(config.read_text().replace("[supervisor]\n", "[supervisor]\nlog_file_max_bytes = 20000\n", 1))
+    out = sup.tmp / "entrypoint.log"
+    with open(out, "w") as sink:  # (the shell's `>`: no O_APPEND)
+        ran = subprocess.run([PY, "-m", "supervisor", "run", "--config", str(config)], stdout=sink,
+                             stderr=subprocess.STDOUT, env=clean_env(), cwd=REPO, timeout=120)
+    assert ran.returncode == 0, read(out)[-3000:]
+    rolled = out.with_name("entrypoint.log.1")
+    assert rolled.exists(), "stdout into a file never rolled over"
+    assert out.stat().st_size <= 20000 + 64 * 1024 and rolled.stat().st_size <= 20000 + 64 * 1024
+    assert "exiting with status 0" in read(out)  # the supervisor's last lines are in the file it now writes
+    assert read(sup.log_dir / "chatty.log").splitlines()[-1] == "line 2999 of the chatty child"

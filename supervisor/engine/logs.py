@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import sys
 import threading
 import time
@@ -57,6 +58,22 @@ def clock() -> bytes:
 _second: tuple[int, bytes] = (-1, b"")  # the last second clock() formatted, and its HH:MM:SS
 
 
+def _regular_file(fd: int) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def _same_file(fd: int, info: os.stat_result) -> bool:
+    """Is ``fd`` open on the file ``info`` describes (stderr sent where stdout goes: ``> log 2>&1``)?"""
+    try:
+        other = os.fstat(fd)
+    except OSError:
+        return False
+    return (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino)
+
+
 def to_stderr(message: str) -> None:
     """The last resort for a line about the console or a log file itself: stderr, if it is there."""
     with contextlib.suppress(OSError, ValueError):
@@ -73,7 +90,7 @@ class Console:
     other failure is tried again after RETRY_WRITE_S, and said when it works again.
     """
 
-    def __init__(self, fd: int | None = None, enabled: bool = True) -> None:
+    def __init__(self, fd: int | None = None, enabled: bool = True, roll_at: int = 0) -> None:
         self.lost: str | None = None  # why console lines are lost, while they are
         self.notify: Log = to_stderr  # hears of a loss after the start (run.py: the log)
         if fd is None:
@@ -83,6 +100,7 @@ class Console:
                 self.lost = "stdout is closed"
         self._fd = fd if fd is not None else -1
         self._enabled = enabled and self.lost is None
+        self._roll_at = roll_at if roll_at > 0 and self._enabled and _regular_file(self._fd) else 0
         self._queue: deque[bytes] = deque()
         self._queued = 0
         self._dropped = 0
@@ -140,6 +158,32 @@ class Console:
                 self._lose(failure, sum(c.count(b"\n") for c in chunks))
             elif self.lost is not None:
                 self._back()
+            elif self._roll_at:
+                self._roll_if_full()
+
+    def _roll_if_full(self) -> None:
+        """stdout into a regular file (Vast's onstart: ``nohup ... > /var/log/entrypoint.log``) would grow for as
+        long as the instance proves, curio's output and all: past ``roll_at`` bytes it becomes ``<name>.1`` and a
+        new file takes its place, on fd 1 and on fd 2 where that is the same file, as log_dir's files roll.
+        A file it cannot roll (deleted, renamed out of reach, a read-only dir) is said once and grows on."""
+        try:
+            info = os.fstat(self._fd)
+            if info.st_size < self._roll_at:
+                return
+            path = os.readlink(f"/proc/self/fd/{self._fd}")
+            if not path.startswith("/") or path.endswith(" (deleted)"):
+                raise OSError(f"its name is {path!r}")
+            os.replace(path, path + ".1")
+            new = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            try:
+                for fd in (self._fd, 2):
+                    if fd == self._fd or _same_file(fd, info):
+                        os.dup2(new, fd)
+            finally:
+                os.close(new)
+        except OSError as exc:
+            self._roll_at = 0
+            self.notify(f"console: stdout is a file that cannot be rolled over ({exc}); it grows on")
 
     def _write_all(self, chunks: list[bytes]) -> OSError | None:
         """writev the chunks in order, however many calls and partial writes it takes; the error that stopped it."""

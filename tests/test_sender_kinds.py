@@ -184,6 +184,19 @@ def test_an_unknown_kind_is_refused_for_good_in_one_line_and_holds_nothing_up(
     assert d.sender.alive()
 
 
+def registered_with(delivery: Callable[[CallKinds], Delivery], widget: CallKind) -> tuple[Delivery, list[str]]:
+    """A delivery with the ``widget-done`` kind, registered by an earlier start (uuid u-1), and what its loop's
+    faults say (a contained bug's traceback)."""
+    calls = CallKinds()
+    calls.add("widget-done", widget)
+    d = delivery(calls)
+    said: list[str] = []
+    d.loop.faults.log = said.append
+    d.outbox.put("label", "C.kinds")
+    d.outbox.put("uuid", "u-1")
+    d.sender.restore_identity()
+    return d, said
+
 def test_a_bug_in_a_kinds_delivery_is_said_outlived_and_holds_up_its_call_only_a_few_tries(
         delivery: Callable[[CallKinds], Delivery], server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
     # A plugin's body builder that raises (a bug, not the manager's answer): the outbox's only deliverer must
@@ -196,14 +209,7 @@ def test_a_bug_in_a_kinds_delivery_is_said_outlived_and_holds_up_its_call_only_a
         tries.append(payload["count"])
         raise KeyError("field")
 
-    calls = CallKinds()
-    calls.add("widget-done", CallKind(broken))
-    d = delivery(calls)
-    said: list[str] = []
-    d.loop.faults.log = said.append
-    d.outbox.put("label", "C.kinds")
-    d.outbox.put("uuid", "u-1")
-    d.sender.restore_identity()
+    d, said = registered_with(delivery, CallKind(broken))
     broken_id = d.outbox.add("widget-done", {"count": 1})
     d.outbox.add("running", {})
     d.sender.start()
@@ -231,14 +237,7 @@ def test_what_the_machine_refuses_while_delivering_holds_the_call_up_but_never_f
             raise OSError(24, "Too many open files")
         return client.request("POST", "/widget-done", json_body={"uuid": uuid})
 
-    calls = CallKinds()
-    calls.add("widget-done", CallKind(starved))
-    d = delivery(calls)
-    said: list[str] = []
-    d.loop.faults.log = said.append
-    d.outbox.put("label", "C.kinds")
-    d.outbox.put("uuid", "u-1")
-    d.sender.restore_identity()
+    d, said = registered_with(delivery, CallKind(starved))
     d.outbox.add("widget-done", {})
     d.sender.start()
     d.run_until(lambda: not d.outbox.pending())

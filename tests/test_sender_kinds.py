@@ -224,6 +224,26 @@ def test_a_bug_in_a_kinds_delivery_is_said_outlived_and_holds_up_its_call_only_a
     assert any("Traceback" in line for line in said)
 
 
+
+def test_a_bug_in_the_registration_never_fails_it(delivery: Callable[[CallKinds], Delivery], server: _Server,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every other call needs the uuid: a register failed for a bug would only be queued again, and again.
+    monkeypatch.setattr(sender_mod, "BUG_WAIT_S", 0.01)
+    tries: list[int] = []
+
+    def broken(self: Sender) -> Answer:
+        tries.append(1)
+        raise KeyError("field")
+
+    monkeypatch.setattr(Sender, "_register", broken)
+    d = delivery(CallKinds())
+    d.loop.faults.log = [].append
+    d.sender.restore_identity()  # no uuid yet: a register is queued first
+    d.sender.start()
+    d.run_until(lambda: len(tries) > 2 * sender_mod.BUG_TRIES)
+    assert d.sender.alive() and not any("failed for good" in line for line in d.lines), d.lines
+    assert [row["state"] for row in d.outbox.history()] == ["pending"]
+
 def test_what_the_machine_refuses_while_delivering_holds_the_call_up_but_never_fails_it(
         delivery: Callable[[CallKinds], Delivery], server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
     # No file descriptor left (an OSError, not a bug): not the call's fault. One line, no traceback, and

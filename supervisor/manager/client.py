@@ -88,7 +88,12 @@ class ManagerClient:
 
     def __init__(self, spec: ManagerSpec, token: str | None = None, warn: Log | None = None) -> None:
         assert spec.url is not None
-        import requests  # noqa: F401  (fails here, at start, if it is missing; not at the first call)
+        # What a call imports is imported here, at start, where a failure turns the reporting off in one line
+        # (missing, or no file descriptor left to read it): never half-imported on the sender's thread.
+        import requests  # noqa: F401
+        import tenacity  # noqa: F401
+
+        from . import deadline  # noqa: F401
 
         self.base = spec.url
         self.timeout = (spec.connect_timeout_s, spec.read_timeout_s)

@@ -208,8 +208,8 @@ class Sender:
                     f"manager: delivery held up ({summary(exc)}); trying again in {BUG_WAIT_S:g}s"))
             return
         self._loop.call_soon_threadsafe(lambda: self._loop.faults.report("the outbox sender", exc))
-        if call is None or times < BUG_TRIES:
-            return
+        if call is None or times < BUG_TRIES or call.kind == REGISTER:
+            return  # (a register is never given up: every other call needs the uuid; it goes again)
         try:
             self.outbox.failed(call.id, f"a bug of ours: {type(exc).__name__}: {exc}")
         except Exception:

@@ -234,3 +234,23 @@ def test_a_stop_signal_during_a_stop_that_a_retry_would_follow_is_the_runs_end(r
     r.run_until(100.0)
     assert r.phase("bench").state is PhaseState.STOPPED and lifecycle.failure is None
     assert r.finished == [143]
+
+
+def test_a_service_failed_by_a_hearer_of_its_coming_up_is_heard_up_first_by_every_listener(run) -> None:
+    # The same run to completion for "its service is up" (no move of its own: the phase is told again): a
+    # listener that fails it there, as the production watch may, does so after every hearer heard it up.
+    r = run(RESTARTING_SERVICE.replace('restart = "always"', 'restart = "no"'))
+    lifecycle = r.lifecycle
+    later: list[tuple[PhaseState, bool]] = []
+
+    def fail_when_up(view: PhaseView) -> None:
+        if view.up:
+            assert lifecycle.fail_phase("svc", "too_slow", "no proof in the window")
+
+    lifecycle.observers.plugin.on_transition(fail_when_up)
+    lifecycle.observers.plugin.on_transition(lambda view: later.append((view.state, view.up)))
+    lifecycle.start()
+    r.run_until(10.0)
+    assert later[:3] == [(PhaseState.STARTING, False), (PhaseState.RUNNING, False), (PhaseState.RUNNING, True)], later
+    assert later[3] == (PhaseState.STOPPING, False), later
+    assert r.phase("svc").state is PhaseState.FAILED

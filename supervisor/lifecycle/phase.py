@@ -360,6 +360,11 @@ class Phase:
             raise RuntimeError(f"phase {self.name}: no transition {self.state} → {new}")
         old, self.state, self.since, self.why = self.state, new, self._clock.time(), why
         self._log(f"phase {self.name}: {old} → {new} ({why})")
+        self._tell()
+
+    def _tell(self) -> None:
+        """Its hearers hear of the phase (a move, its service up, a kept daemon dead); an abort one of them asks
+        for meanwhile waits for the step's end (abort_attempt)."""
         self._telling = True
         try:
             self._on_change(self)
@@ -425,7 +430,7 @@ class Phase:
                 self._was_up = True
                 self._log(f"phase {self.name}: service is up")
             case Effect.TELL_LIFECYCLE:
-                self._on_change(self)
+                self._tell()
             case Resume(parsed):
                 self.parsed, self.facts = parsed, self._record.previous(self.name)
             case Outcome(verdict, record):

@@ -32,7 +32,7 @@ import psutil
 import pytest
 
 from supervisor.devmanager.server import DevManager
-from supervisor.engine.survivors import STATE_DIR_ENV, TAG_ENV
+from supervisor.engine.survivors import STATE_DIR_ENV, TAG_ENV, kill_survivors_of_dead_supervisors
 from supervisor.text.units import MIB as MiB
 
 PY = sys.executable
@@ -219,6 +219,10 @@ class Runner:
             if proc.poll() is None:
                 kill_tree(proc.pid)
                 proc.wait(10)
+        if any(proc.returncode is not None and proc.returncode < 0 for proc in self.procs):
+            # A supervisor killed by a signal (a test's SIGKILL) left its children running, re-parented away
+            # from it: what it tagged for this state_dir is ended as its next start would end it.
+            kill_survivors_of_dead_supervisors(str(self.state_dir), lambda _line: None)
 
 
 # What the test runner's environment must not leak into a supervisor under test.

@@ -74,6 +74,13 @@ def _same_file(fd: int, info: os.stat_result) -> bool:
     return (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino)
 
 
+def roll_over(path: str | Path) -> int:
+    """``path`` becomes ``<name>.1`` (the older ``.1`` is gone) and a new, empty file takes its name: its fd
+    (append, close-on-exec, 0644). How every file the supervisor writes without end rolls over."""
+    os.replace(path, f"{path}.1")
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+
 def to_stderr(message: str) -> None:
     """The last resort for a line about the console or a log file itself: stderr, if it is there."""
     with contextlib.suppress(OSError, ValueError):
@@ -173,8 +180,7 @@ class Console:
             path = os.readlink(f"/proc/self/fd/{self._fd}")
             if not path.startswith("/") or path.endswith(" (deleted)"):
                 raise OSError(f"its name is {path!r}")
-            os.replace(path, path + ".1")
-            new = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            new = roll_over(path)
             try:
                 for fd in (self._fd, 2):
                     if fd == self._fd or _same_file(fd, info):
@@ -395,8 +401,7 @@ class LogFile:
 
     def _roll(self) -> None:
         self._close_fd()
-        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._fd = roll_over(self.path)
         self._size = 0
         for fd in self._kept_on:
             with contextlib.suppress(OSError):  # (it stays on the old file: no worse than before the roll)

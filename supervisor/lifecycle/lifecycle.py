@@ -164,8 +164,9 @@ class Lifecycle:
         if self.shutting_down:
             return
         self.shutting_down = True
-        failed = next((p for p in self.phases if p.failed_for_good() is not None), None)
-        if failed is not None and self.failure is None:
+        failed = None if self.failure is not None else next(
+            (p for p in self.phases if p.failed_for_good() is not None), None)
+        if failed is not None:
             # An attempt had failed for good and was being stopped when the stop came (a daemon's grace): the
             # failure came first, and stays the run's (its status, the termination log, the give-up).
             self.failure = failed.outcome

@@ -211,12 +211,12 @@ class Sender:
         if call is None or times < BUG_TRIES or call.kind == REGISTER:
             return  # (a register is never given up: every other call needs the uuid; it goes again)
         try:
-            self.outbox.failed(call.id, f"a bug of ours: {type(exc).__name__}: {exc}")
+            self.outbox.failed(call.id, f"a bug of ours: {summary(exc)}")
         except Exception:
             return  # the outbox itself is what fails: the call stays, and is tried again
         self._loop.call_soon_threadsafe(lambda: self._log(
-            f"manager: {call.kind} failed for good: a bug of ours met {times} times ({type(exc).__name__}: "
-            f"{str(exc)[:200]}); the calls behind it go on"))
+            f"manager: {call.kind} failed for good: a bug of ours met {times} times ({summary(exc)[:200]}); "
+            "the calls behind it go on"))
 
     def _deliver_next(self) -> bool:
         """Deliver the next call (or wait a little for one); False once asked to stop."""

@@ -19,6 +19,8 @@ import pytest
 import requests
 from helpers import PY, REPO, Runner, clean_env, free_port, read, sh
 
+from supervisor.engine.logs import Console
+
 SINKS = ["closed", "full", "broken-pipe"]
 DEV_FULL = Path("/dev/full")
 
@@ -262,3 +264,26 @@ def test_stdout_into_a_file_rolls_over_as_the_log_files_do(sup: Runner) -> None:
     assert out.stat().st_size <= 20000 + 64 * 1024 and rolled.stat().st_size <= 20000 + 64 * 1024
     assert "exiting with status 0" in read(out)  # the supervisor's last lines are in the file it now writes
     assert read(sup.log_dir / "chatty.log").splitlines()[-1] == "line 2999 of the chatty child"
+
+
+def test_a_backlog_written_in_one_batch_still_rolls_at_the_line_that_fills_the_file(tmp_path: Path) -> None:
+    # CI once saw the writer thread starved while the loop queued a chatty child's whole output: the writer took it
+    # in one batch and rolled only after it, so the file was 175 kB against a 20 kB roll. Held here on purpose:
+    # the lines are queued while the writer cannot take them, then written as one batch.
+    path = tmp_path / "entrypoint.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # (the shell's `>`: no O_APPEND)
+    lines = [b"line %04d of the chatty child\n" % i for i in range(3000)]
+    roll_at = 60_000
+    try:
+        console = Console(fd, roll_at=roll_at)
+        with console._cond:  # the writer waits on this lock: nothing is taken until every line is queued
+            for line in lines:
+                console.put(line[:5], line[5:])  # (a prefix and its line, as the console's callers put them)
+        console.close()
+    finally:
+        os.close(fd)
+    rolled = path.with_name("entrypoint.log.1")
+    assert rolled.exists(), "the batch never rolled the file over"
+    longest = max(map(len, lines))
+    assert roll_at <= rolled.stat().st_size < roll_at + longest
+    assert rolled.read_bytes() + path.read_bytes() == b"".join(lines)  # no line lost, split or reordered

@@ -160,13 +160,34 @@ class Console:
             if dropped:
                 note = b"%s [supervisor] console too slow: %d lines dropped here (log files have them)\n"
                 chunks.insert(0, note % (clock(), dropped))
-            failure = self._write_all(chunks)
+            failure = self._write_rolling(chunks)
             if failure is not None:
                 self._lose(failure, sum(c.count(b"\n") for c in chunks))
             elif self.lost is not None:
                 self._back()
-            elif self._roll_at:
-                self._roll_if_full()
+
+    def _write_rolling(self, chunks: list[bytes]) -> OSError | None:
+        """Write the chunks, rolling the file over at the end of the line that fills it: a backlog taken in one
+        batch (a slow disk, a starved thread) must not carry the file megabytes past ``roll_at``."""
+        if not self._roll_at:
+            return self._write_all(chunks)
+        try:
+            size = os.fstat(self._fd).st_size
+        except OSError:
+            size = 0  # (the write below says what is wrong with the fd)
+        start = 0
+        for i, chunk in enumerate(chunks):
+            size += len(chunk)
+            if size < self._roll_at or not chunk.endswith(b"\n"):
+                continue
+            failure = self._write_all(chunks[start : i + 1])
+            if failure is not None:
+                return failure
+            start, size = i + 1, 0
+            self._roll_if_full()
+            if not self._roll_at:
+                break  # cannot roll: said once, it grows on
+        return self._write_all(chunks[start:])
 
     def _roll_if_full(self) -> None:
         """stdout into a regular file (Vast's onstart: ``nohup ... > /var/log/entrypoint.log``) would grow for as

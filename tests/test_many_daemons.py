@@ -194,6 +194,10 @@ def tree() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     found only by the tag it carries (as a setsid'ed grandchild is, once its parent is gone)."""
     leader = subprocess.Popen(["sleep", "60"], process_group=0)
     escapee = subprocess.Popen(["sleep", "60"], start_new_session=True, env={**os.environ, TAG_ENV: "test.1"})
+    # Popen returns once the exec began, before the kernel laid out the new environment: until then it reads
+    # empty (the table reads it again then: test_a_process_caught_inside_exec_is_read_again).
+    environ = Path(f"/proc/{escapee.pid}/environ")
+    wait_for(lambda: TAG_ENV.encode() in environ.read_bytes(), 10)
     yield leader, escapee.pid
     for proc in (escapee, leader):
         proc.kill()
@@ -242,3 +246,25 @@ def test_a_process_that_vanishes_while_the_table_is_read_is_left_out(tmp_path: P
     assert sorted(snap.procs) == [901, 902]
     assert snap.procs[901].tag == "t.1" and snap.procs[902].tag is None
     assert {p.pid for p in snap.tree(901, "t.1")} == {901, 902}
+
+
+def test_a_process_caught_inside_exec_is_read_again(tmp_path: Path) -> None:
+    """CI once read the table while a tagged process was inside execve: its environment read empty, and the
+    reading kept "no tag" for the process's life, so an escapee would never have been found by its tag."""
+    proc = tmp_path / "proc"
+    stat = proc / "905" / "stat"
+    stat.parent.mkdir(parents=True)
+    stat.write_text(f"905 (sleep) S {os.getpid()} 905 " + "0 " * 16 + "777 0 0\n")
+    environ = stat.with_name("environ")
+    environ.write_bytes(b"")  # inside execve: no environment laid out yet
+    now = [0.0]
+    table = ProcessTable(clock=lambda: now[0], proc=str(proc))
+    (proc / "self").mkdir()
+    assert table.snapshot().procs[905].tag is None
+    environ.write_bytes(b"A=1\0" + TAG_ENV.encode() + b"=t.2\0")  # the exec done
+    now[0] += SNAPSHOT_MAX_AGE_S * 2
+    assert table.snapshot().procs[905].tag == "t.2"
+    environ.write_bytes(b"A=1\0")  # (never so: an environment does not change; here, to see it is kept)
+    now[0] += SNAPSHOT_MAX_AGE_S * 2
+    assert table.snapshot().procs[905].tag == "t.2", "a tag once read is kept for the process's life"
+

@@ -8,7 +8,8 @@ reads 200 environments: their stop took 50 s instead of their grace period. So t
 once for everyone who asks at about the same moment: a reading serves for ``SNAPSHOT_MAX_AGE_S``
 (every stop polled in one loop turn), unless the one asking needs a newer one (a child whose
 leader was reaped must see a reading from after the reap: an older one could miss what the
-leader forked last). A process's tag is read once in its life: its environment does not change.
+leader forked last). A process's tag is read once in its life (its environment does not change), once it has one: a
+process caught inside execve reads with no environment yet, and is read again.
 
 Reading is never given up on a race: a process that vanishes while it is read is left out.
 """
@@ -105,7 +106,12 @@ class ProcessTable:
             if state == "Z":
                 continue  # a zombie is the reaper's, and signals cannot reach it
             key = (pid, started)
-            tag = tags[key] = self._tags[key] if key in self._tags else self._tag(pid)
+            if key in self._tags:
+                tag = tags[key] = self._tags[key]
+            else:
+                tag, settled = self._tag(pid)
+                if settled:
+                    tags[key] = tag
             procs.append(Proc(pid, ppid, pgid, tag))
         self._tags = tags  # the processes gone since are forgotten
         return Snapshot(procs, now)
@@ -126,16 +132,19 @@ class ProcessTable:
         except (IndexError, ValueError):
             return None
 
-    def _tag(self, pid: int) -> str | None:
+    def _tag(self, pid: int) -> tuple[str | None, bool]:
+        """Its tag, and whether that is its tag for life. An empty environment is not: a process in the middle
+        of execve has released its parent (vfork, the close-on-exec pipe) before the kernel lays its new
+        environment out, and reads empty until then; it is read again at the next reading."""
         try:
             with open(f"{self._proc}/{pid}/environ", "rb") as f:
                 env = f.read()
         except OSError:
-            return None  # vanished, or not ours to read
+            return None, True  # vanished, or not ours to read
         for entry in env.split(b"\0"):
             if entry.startswith(_TAG_PREFIX):
-                return entry[len(_TAG_PREFIX):].decode(errors="replace")
-        return None
+                return entry[len(_TAG_PREFIX):].decode(errors="replace"), True
+        return None, bool(env)
 
 
 # The supervisor's one table: every Child asks it.

@@ -156,13 +156,15 @@ class Child:
             # Then the CPU to the signalled: the scheduler lets a running task finish its slice before a task
             # it woke (up to ~1.5 ms on 2 cores), and ours goes on reading /proc; the child's own stop comes first.
             os.sched_yield()
-        if not self._gone():
-            members = self.tree()
-            log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
-                f"grace {self._grace_text()}")
-            self._signal_tree(sig, members, group_done=self.running)
-            self._kill_timer = loop.call_later(self.grace_s, lambda: self._kill(loop, log),
-                                               on_error=lambda exc: self._stop_broke(loop, exc))
+        if self._gone():
+            self._stop_done()  # reaped, nothing of its tree alive: stopped already, no need to look again
+            return
+        members = self.tree()
+        log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
+            f"grace {self._grace_text()}")
+        self._signal_tree(sig, members, group_done=self.running)
+        self._kill_timer = loop.call_later(self.grace_s, lambda: self._kill(loop, log),
+                                           on_error=lambda exc: self._stop_broke(loop, exc))
         self._check_stopped(loop, log)
 
     def _hasten(self, loop: EventLoop, log: Log, grace_s: float) -> None:

@@ -546,7 +546,7 @@ def a_phase(name: str, state: PhaseState, *, facts: dict[str, Any] | None = None
     return SimpleNamespace(name=name, spec=SimpleNamespace(kind="oneshot", memory_max=None, timeout_s=None,
                                                            stall_s=None),
                            state=state, since=1000.0, why="why", attempt=1, up=False, facts=facts or {},
-                           kept_result=None, kept_as=None, live_children=lambda: list(children),
+                           parsed=None, kept_as=None, live_children=lambda: list(children),
                            pacing=SimpleNamespace(deadline_at=None, backoff_until=None, stall=None),
                            current_attempt=SimpleNamespace(start=None), progress=None)
 

@@ -17,7 +17,7 @@ import ctypes
 import errno
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .signals import signal_name
 
@@ -31,11 +31,22 @@ CHILD_OOM_SCORE_ADJ_UNPROTECTED = 500
 
 @dataclass(frozen=True)
 class ExitStatus:
-    """How a process ended, decoded like tini and bash do."""
+    """How a process ended, decoded like tini and bash do. What is derived from it is worked out once, here:
+    every reader (the process's last line, its verdict, the exit status) reads fields, never asks again."""
 
     code: int | None  # exit code when it exited by itself
     signal: int | None  # the signal that killed it
     core_dumped: bool = False
+    shell_status: int = field(init=False, compare=False)  # what a shell shows: the code, or 128 + the signal
+    signal_name: str | None = field(init=False, compare=False, repr=False)  # "SIGKILL", None: not signalled
+    success: bool = field(init=False, compare=False, repr=False)  # exited with 0
+
+    def __post_init__(self) -> None:
+        derived = {"shell_status": 128 + self.signal if self.signal is not None else (self.code or 0),
+                   "signal_name": None if self.signal is None else signal_name(self.signal),
+                   "success": self.code == 0}
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # (frozen: set once, as it is made)
 
     @classmethod
     def from_wait_status(cls, status: int) -> ExitStatus:
@@ -44,19 +55,6 @@ class ExitStatus:
         if os.WIFEXITED(status):
             return cls(os.WEXITSTATUS(status), None)
         raise ValueError(f"not a final wait status: {status:#x}")
-
-    @property
-    def shell_status(self) -> int:
-        """The status a shell would show: the exit code, or 128 + the signal."""
-        return 128 + self.signal if self.signal is not None else (self.code or 0)
-
-    @property
-    def success(self) -> bool:
-        return self.code == 0
-
-    @property
-    def signal_name(self) -> str | None:
-        return None if self.signal is None else signal_name(self.signal)
 
     def describe(self) -> str:
         if self.signal is not None:

@@ -1,4 +1,5 @@
-"""One attempt of a phase: its record, made afresh for each (number 0: before the first), and its start.
+"""A phase's attempts: one attempt's record, made afresh for each (number 0: before the first), its start,
+and the pacing between them.
 
 Beside the phase's state (supervisor/lifecycle/states.py) the record (``Attempt``) is all an attempt knows:
 when it began, its children in start order, the start of its children under way and its output parser,
@@ -12,24 +13,32 @@ up. A child whose readiness is a local TCP port starts only once that port is fr
 goes back to its phase through three callbacks (the command started, the service is up, the attempt failed
 to start); once ``cancel``led (the attempt is over, or the supervisor shuts down) nothing more does: a
 readiness answer that comes late is dropped here.
+
+Their pacing (``Pacing``, last): what lies between attempts and across them, on the loop's clock: the
+phase's deadline, the backoff before the next attempt, the restarts counted against restart_burst, and
+each attempt's stall and progress watches. The phase owns one; the status view only reads it.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..config import ChildSpec, PhaseSpec
 from ..engine import ports
-from ..engine.loop import EventLoop
+from ..engine.loop import Callback, ErrorHandler, EventLoop, Timer
 from ..engine.process import Child
 from ..engine.readiness import ReadinessWait
 from ..evidence.progresswatch import ProgressWatch
+from ..evidence.stall import StallMonitor
 from ..exits import EXIT_FAILURE
 from ..text import Log
 from . import verdict as v
 from .hooks import OutputParser, ProgressReading, ReadsProgress
+from .runtime import MachineEvidence
+from .states import Next, after_attempt, backoff_delay, within_window
 from .verdict import Verdict
 
 
@@ -252,3 +261,105 @@ class AttemptStart:
             self._spec.name, child.spec.name, v.TIMEOUT, 1, detail, attempt=self._attempt,
             started_at=child.started_at, last_lines=child.output.last_lines(),
         ))
+
+
+# ---------------------------------------------------------------- the pacing of a phase's attempts
+
+
+class Pacing:
+    """A phase's timers, on the loop's clock: its deadline, the backoff before its next attempt, the restarts
+    counted against its restart_burst, and each attempt's stall and progress watches.
+
+    The rules (pure functions in states.py): the n-th failure in a row waits ``backoff_delay(n)`` with
+    ``backoff_jitter`` drawn from the runtime's random source; an attempt that ran ``backoff_reset_s`` or
+    longer starts the count again; ``restart_burst`` restarts of a service within ``restart_window_s`` fail
+    it; ``timeout_s`` counts from the first attempt across every later one; ``stall_s`` of silence of every
+    sign of progress stalls an attempt (stall.py); a download that cannot make ``progress_deadline_s`` ends
+    its attempt too_slow (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
+    tests/test_phase_timing.py)."""
+
+    def __init__(self, spec: PhaseSpec, loop: EventLoop, rng: random.Random) -> None:
+        self._spec, self._loop, self._rng = spec, loop, rng
+        self.consecutive_failures = 0
+        self.restart_times: list[float] = []  # when the service was restarted (monotonic), for restart_burst
+        self._deadline: Timer | None = None
+        self._backoff: Timer | None = None
+        self.stall: StallMonitor | None = None  # the latest attempt's stall watch (read by the status view)
+
+    def now(self) -> float:
+        return self._loop.clock.monotonic()
+
+    def start_deadline(self, passed: Callback, on_error: ErrorHandler) -> None:
+        """``timeout_s`` from now (once, before the first attempt): ``passed`` when it is up."""
+        if self._spec.timeout_s is not None:
+            self._deadline = self._loop.call_later(self._spec.timeout_s, passed, on_error=on_error)
+
+    @property
+    def deadline_at(self) -> float | None:
+        """When ``timeout_s`` is up (monotonic, the loop's clock), while the deadline is set: for the status view."""
+        return _due(self._deadline)
+
+    @property
+    def backoff_until(self) -> float | None:
+        """When the next attempt starts (monotonic), while a backoff runs: for the status view."""
+        return _due(self._backoff)
+
+    def deadline_expired(self) -> bool:
+        return self._deadline is not None and self._deadline.when <= self.now()
+
+    def fails_for_good(self, outcome: Verdict, attempt: Attempt) -> bool:
+        """Would ``outcome`` fail the phase, no retry or restart after it? (``after``'s answer, nothing counted.)"""
+        step, _ = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
+                                restart_times=self.restart_times, now=self.now())
+        return step is Next.FAIL
+
+    def after(self, outcome: Verdict, attempt: Attempt) -> tuple[Next, str, float]:
+        """What follows ``attempt``, which ``outcome`` ended, and why: done, failed for good, or another
+        attempt after the backoff returned (0 for the others). A service's restart is counted now."""
+        now = self.now()
+        step, why = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
+                                  restart_times=self.restart_times, now=now)
+        if step is not Next.AGAIN:
+            return step, why, 0.0
+        if self._spec.kind == "service":
+            self.restarted(now)
+        return step, why, self.next_delay(attempt.ran_for(now))
+
+    def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:
+        """For a phase with stall_s: ``attempt`` is told once it stalls, while it is current."""
+        spec = self._spec
+        if spec.stall_s is not None:
+            self.stall = StallMonitor(self._loop, spec.stall_s, spec.progress_path, evidence, attempt)
+
+    def watch_progress(self, evidence: MachineEvidence, attempt: Watched, log: Log) -> ProgressWatch | None:
+        """For a phase with progress_total: the attempt's figures (progresswatch.py); ``attempt`` is told once it
+        cannot make progress_deadline_s."""
+        if self._spec.progress_total is None:
+            return None
+        return ProgressWatch(self._spec, self._loop, log, evidence, attempt)
+
+    def restarted(self, now: float) -> None:
+        """A service is restarted at ``now``: counted against its restart_burst (those out of the window fall)."""
+        self.restart_times = [*within_window(self.restart_times, now, self._spec.restart_window_s), now]
+
+    def next_delay(self, ran_for: float) -> float:
+        """The backoff before the next attempt, after one that ran ``ran_for`` seconds and failed."""
+        spec = self._spec
+        # An attempt that ran well for a while earns a fresh start of the backoff.
+        if ran_for >= spec.backoff_reset_s > 0:
+            self.consecutive_failures = 0
+        self.consecutive_failures += 1
+        return backoff_delay(self.consecutive_failures, spec.backoff_s, spec.backoff_factor, spec.backoff_max_s,
+                             spec.backoff_jitter, self._rng.random())
+
+    def back_off(self, delay: float, over: Callback, on_error: ErrorHandler) -> None:
+        self._backoff = self._loop.call_later(delay, over, on_error=on_error)
+
+    def cancel(self) -> None:
+        for timer in (self._deadline, self._backoff):
+            if timer is not None:
+                timer.cancel()
+
+
+def _due(timer: Timer | None) -> float | None:
+    return timer.when if timer is not None and not timer.cancelled else None

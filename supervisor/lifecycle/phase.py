@@ -3,7 +3,7 @@
 A phase runs in attempts (each a record of its own: attempt.py): its daemons one by one (each
 waited for until ready), then its command, until the command exits, a daemon dies, a deadline
 passes, the phase stalls or the supervisor shuts down. Its children are then stopped in reverse
-start order, and the verdict that ended the attempt decides what comes next (its timers: ``Pacing``, below).
+start order, and the verdict that ended the attempt decides what comes next (its timers: ``Pacing``, attempt.py).
 
 Two parts, as tini's loop is one readable loop of small steps:
 
@@ -28,26 +28,22 @@ an effect new to the table is a name in ``states.Effect`` and a case in ``_carry
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
 
 from ..config import ChildSpec, PhaseSpec
-from ..engine.loop import Callback, ErrorHandler, EventLoop, Timer, contained, summary
+from ..engine.loop import ErrorHandler, contained, summary
 from ..engine.process import Child, SpawnError
 from ..engine.reaping import ExitStatus
 from ..engine.survivors import kill_pids
-from ..evidence.progresswatch import ProgressWatch
-from ..evidence.stall import StallMonitor
 from ..exits import EXIT_INTERNAL_ERROR
-from ..text import Log
 from . import resume
 from . import verdict as v
-from .attempt import Attempt, AttemptStart, Watched
+from .attempt import Attempt, AttemptStart, Pacing, Watched
 from .children import ChildContext, Spawn, start_child
 from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
-from .runtime import MachineEvidence, ResumeNeeds, Runtime, stop_in_order
+from .runtime import ResumeNeeds, Runtime, stop_in_order
 from .states import (
     _ALLOWED,
     ATTEMPT_RUNS,
@@ -81,9 +77,6 @@ from .states import (
     StartFailed,
     Step,
     StopAsked,
-    after_attempt,
-    backoff_delay,
-    within_window,
 )
 from .verdict import Verdict
 
@@ -254,12 +247,15 @@ class Phase:
         self.state = PhaseState.PENDING
         self.since = self._clock.time()
         self.why = "not started"
+        self.was_up = False  # its service came up in some attempt (when: the status timeline's)
         self.kept: list[Child] = []  # daemons with lifetime = "lifecycle", handed on at success
         self.parsed: Any = None  # what the output hook's parser read (None: no parser, or not run yet)
+        # The fact name ``parsed`` is kept under (the bench's result, resumed after a restart and shown by
+        # ``status`` under that name); None: a parser whose result is only a verdict (the warm-up's) keeps none.
+        self.kept_as: str | None = hooks.output.fact if hooks.output is not None else None
         self.facts: dict[str, Any] = {}  # what a later start needs to resume (kept in resume.json)
         self._record = record if record is not None else resume.ResumeRecord()  # the last run's facts
         self._attempt = Attempt(0, self._clock.monotonic())
-        self._was_up = False  # its service came up in some attempt (when: the status timeline's)
         self._extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget, hooks)
         self._deciding = 0  # how deep in _on: a step that is being carried out
         self._telling = False  # a move of this phase is being told (on_change)
@@ -285,10 +281,6 @@ class Phase:
         return self.state is PhaseState.RUNNING and self._attempt.up_at is not None
 
     @property
-    def was_up(self) -> bool:
-        return self._was_up
-
-    @property
     def progress(self) -> dict[str, Any] | None:  # the attempt's figures (progresswatch.py), None: not watched
         return self._attempt.progress.figures() if self._attempt.progress is not None else None
 
@@ -299,19 +291,6 @@ class Phase:
     @property
     def command_child(self) -> Child | None:
         return self._attempt.command(self.spec.command)
-
-    @property
-    def kept_result(self) -> Any:
-        """The parsed result this phase keeps as a fact (the bench's, resumed after a restart and shown
-        by ``status``), else None: a parser whose result is only a verdict (the warm-up's) keeps none."""
-        output = self._hooks.output
-        return self.parsed if output is not None and output.fact is not None else None
-
-    @property
-    def kept_as(self) -> str | None:
-        """The fact name its output parser's result is kept under (``status`` shows it under that name), or None."""
-        output = self._hooks.output
-        return output.fact if output is not None else None
 
     @property
     def current_attempt(self) -> Attempt:  # read-only, for the status view: its start (the ready wait), its start time
@@ -427,7 +406,7 @@ class Phase:
                     self._evidence.memory.release_phase(self.name)
             case Effect.MARK_UP:
                 self._attempt.up_at = self._clock.monotonic()
-                self._was_up = True
+                self.was_up = True
                 self._log(f"phase {self.name}: service is up")
             case Effect.TELL_LIFECYCLE:
                 self._tell()
@@ -610,105 +589,3 @@ class Phase:
         detail = f"internal error in {what}: {summary(exc)} (a supervisor bug: the traceback is in supervisor.log)"
         self._on(Broken(v.without_exit(self.name, self.name, v.INTERNAL_ERROR, EXIT_INTERNAL_ERROR, detail,
                                        attempt=self.attempt)))
-
-
-# ---------------------------------------------------------------- its timers
-
-
-class Pacing:
-    """A phase's timers, on the loop's clock: its deadline, the backoff before its next attempt, the restarts
-    counted against its restart_burst, and each attempt's stall and progress watches.
-
-    The rules (pure functions in states.py): the n-th failure in a row waits ``backoff_delay(n)`` with
-    ``backoff_jitter`` drawn from the runtime's random source; an attempt that ran ``backoff_reset_s`` or
-    longer starts the count again; ``restart_burst`` restarts of a service within ``restart_window_s`` fail
-    it; ``timeout_s`` counts from the first attempt across every later one; ``stall_s`` of silence of every
-    sign of progress stalls an attempt (stall.py); a download that cannot make ``progress_deadline_s`` ends
-    its attempt too_slow (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
-    tests/test_phase_timing.py)."""
-
-    def __init__(self, spec: PhaseSpec, loop: EventLoop, rng: random.Random) -> None:
-        self._spec, self._loop, self._rng = spec, loop, rng
-        self.consecutive_failures = 0
-        self.restart_times: list[float] = []  # when the service was restarted (monotonic), for restart_burst
-        self._deadline: Timer | None = None
-        self._backoff: Timer | None = None
-        self.stall: StallMonitor | None = None  # the latest attempt's stall watch (read by the status view)
-
-    def now(self) -> float:
-        return self._loop.clock.monotonic()
-
-    def start_deadline(self, passed: Callback, on_error: ErrorHandler) -> None:
-        """``timeout_s`` from now (once, before the first attempt): ``passed`` when it is up."""
-        if self._spec.timeout_s is not None:
-            self._deadline = self._loop.call_later(self._spec.timeout_s, passed, on_error=on_error)
-
-    @property
-    def deadline_at(self) -> float | None:
-        """When ``timeout_s`` is up (monotonic, the loop's clock), while the deadline is set: for the status view."""
-        return _due(self._deadline)
-
-    @property
-    def backoff_until(self) -> float | None:
-        """When the next attempt starts (monotonic), while a backoff runs: for the status view."""
-        return _due(self._backoff)
-
-    def deadline_expired(self) -> bool:
-        return self._deadline is not None and self._deadline.when <= self.now()
-
-    def fails_for_good(self, outcome: Verdict, attempt: Attempt) -> bool:
-        """Would ``outcome`` fail the phase, no retry or restart after it? (``after``'s answer, nothing counted.)"""
-        step, _ = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
-                                restart_times=self.restart_times, now=self.now())
-        return step is Next.FAIL
-
-    def after(self, outcome: Verdict, attempt: Attempt) -> tuple[Next, str, float]:
-        """What follows ``attempt``, which ``outcome`` ended, and why: done, failed for good, or another
-        attempt after the backoff returned (0 for the others). A service's restart is counted now."""
-        now = self.now()
-        step, why = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
-                                  restart_times=self.restart_times, now=now)
-        if step is not Next.AGAIN:
-            return step, why, 0.0
-        if self._spec.kind == "service":
-            self.restarted(now)
-        return step, why, self.next_delay(attempt.ran_for(now))
-
-    def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:
-        """For a phase with stall_s: ``attempt`` is told once it stalls, while it is current."""
-        spec = self._spec
-        if spec.stall_s is not None:
-            self.stall = StallMonitor(self._loop, spec.stall_s, spec.progress_path, evidence, attempt)
-
-    def watch_progress(self, evidence: MachineEvidence, attempt: Watched, log: Log) -> ProgressWatch | None:
-        """For a phase with progress_total: the attempt's figures (progresswatch.py); ``attempt`` is told once it
-        cannot make progress_deadline_s."""
-        if self._spec.progress_total is None:
-            return None
-        return ProgressWatch(self._spec, self._loop, log, evidence, attempt)
-
-    def restarted(self, now: float) -> None:
-        """A service is restarted at ``now``: counted against its restart_burst (those out of the window fall)."""
-        self.restart_times = [*within_window(self.restart_times, now, self._spec.restart_window_s), now]
-
-    def next_delay(self, ran_for: float) -> float:
-        """The backoff before the next attempt, after one that ran ``ran_for`` seconds and failed."""
-        spec = self._spec
-        # An attempt that ran well for a while earns a fresh start of the backoff.
-        if ran_for >= spec.backoff_reset_s > 0:
-            self.consecutive_failures = 0
-        self.consecutive_failures += 1
-        return backoff_delay(self.consecutive_failures, spec.backoff_s, spec.backoff_factor, spec.backoff_max_s,
-                             spec.backoff_jitter, self._rng.random())
-
-    def back_off(self, delay: float, over: Callback, on_error: ErrorHandler) -> None:
-        self._backoff = self._loop.call_later(delay, over, on_error=on_error)
-
-    def cancel(self) -> None:
-        for timer in (self._deadline, self._backoff):
-            if timer is not None:
-                timer.cancel()
-
-
-def _due(timer: Timer | None) -> float | None:
-    return timer.when if timer is not None and not timer.cancelled else None

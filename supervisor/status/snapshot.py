@@ -98,11 +98,8 @@ class PhaseView(Protocol):
     @property
     def state(self) -> object: ...  # a PhaseState (a str enum): shown as its value
 
-    @property
-    def kept_result(self) -> Any: ...
-
-    @property
-    def kept_as(self) -> str | None: ...  # the fact name of kept_result (its key in the phase's object)
+    parsed: Any  # what its output parser read
+    kept_as: str | None  # the fact name parsed is kept under (its key in the phase's object); None: not kept
 
     @property
     def progress(self) -> dict[str, Any] | None: ...  # done_bytes, total_bytes, rate_bytes_s, eta_s (transfer.py)
@@ -201,7 +198,7 @@ def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
 def _kept(p: PhaseView) -> dict[str, Any]:
     """What its output parser read and keeps, under the fact's name the plugin gave it (shown flat beside the
     core's keys, as a plugin's own keys are)."""
-    return {p.kept_as: vars(p.kept_result) if p.kept_result else None} if p.kept_as else {}
+    return {p.kept_as: vars(p.parsed) if p.parsed else None} if p.kept_as else {}
 
 
 def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The status view's clocks: what each running timer has left, and when each phase started and ended.
 
 Read, never set. A phase's timers are its pacing's (the deadline, the backoff, the latest attempt's stall
-watch: phase.py's Pacing), its attempt's start (the readiness wait under way: attempt.py) and the lifecycle's hold on
+watch: attempt.py's Pacing), its attempt's start (the readiness wait under way: attempt.py) and the lifecycle's hold on
 it (the bench gate counts down through ``Lifecycle.hold(..., for_s=)``); a child being stopped has its grace
 before SIGKILL (``Child.kill_at``). They all run on the loop's monotonic clock, so what is shown is seconds
 (left, waited, silent), counted from the ``now`` handed in: pure functions, tested in-process.

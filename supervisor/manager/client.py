@@ -182,7 +182,7 @@ class ManagerClient:
         """Repeat ``attempt`` while it fails transiently, until it succeeds or ``stop`` is set."""
         import tenacity
 
-        backoff = tenacity.wait_exponential_jitter(multiplier=RETRY_INITIAL_S, max=RETRY_MAX_S, jitter=RETRY_JITTER_S)
+        backoff = tenacity.wait_exponential_jitter(initial=RETRY_INITIAL_S, max=RETRY_MAX_S, jitter=RETRY_JITTER_S)
 
         def wait(state: Any) -> float:  # a tenacity.RetryCallState
             exc = state.outcome.exception() if state.outcome else None

@@ -182,6 +182,30 @@ def test_a_4xx_drops_the_batch_says_so_once_and_goes_on(server: Recorder) -> Non
     assert len(said) == 1 and said[0].startswith("log shipping: the manager refused a push for 'setup' (")
 
 
+def test_a_uuid_dropped_during_a_pass_keeps_the_later_batches_for_the_next_registration(
+        server: Recorder, no_retry_wait: None) -> None:
+    # The sender thread drops a uuid the manager forgot while the shipper is in the middle of a pass (it looked
+    # at ready() once, before it): a push with an empty X-Instance-UUID is a 400, dropped for good. It waits.
+    uuids = iter(["u-1", None])
+    current: list[str | None] = []
+
+    def uuid() -> str | None:
+        current.append(next(uuids, current[-1] if current else None))
+        return current[-1]
+
+    said: list[str] = []
+    shipper = Shipper("log shipping", log_push_sender(client(server), uuid), lambda: True, 3600.0, 1 << 24,
+                      said.append)
+    shipper.add("benchout", ["bench line 1"])
+    shipper.add("cuzk", ["cuzk line 1"])
+    assert not shipper.ship_once()  # the second source's push found no uuid: kept
+    assert [p["headers"]["x-instance-uuid"] for p in server.pushes] == ["u-1"]
+    assert shipper.backlog() == {"cuzk": len("cuzk line 1\n")} and not said
+    uuids = iter(["u-2"])  # registered again
+    assert shipper.ship_once()
+    assert server.lines("cuzk") == ["cuzk line 1"] and server.pushes[-1]["headers"]["x-instance-uuid"] == "u-2"
+
+
 def test_the_events_sender_posts_ndjson_to_the_events_url(server: Recorder) -> None:
     shipper = Shipper("events", events_sender(client(server, server.url + "/hook/events")), lambda: True, 3600.0,
                       1 << 20, print)

@@ -259,8 +259,13 @@ class Shipper:
 
 def log_push_sender(client: ManagerClient, uuid: Callable[[], str | None]) -> Callable[[str, str, str], None]:
     def send(source: str, body: str, seq: str) -> None:
+        instance = uuid()
+        if instance is None:
+            # The sender dropped a uuid the manager forgot between the shipper's look (ready) and this push: an
+            # empty X-Instance-UUID is refused for good (400), so the batch waits for the next registration.
+            raise TransientError("no instance uuid: waiting for the manager to register this instance again")
         client.request("POST", "/api/log-push", data=body.encode("utf-8"), want_json=False,
-                       headers={"X-Instance-UUID": uuid() or "", "X-Log-Source": source, SEQ_HEADER: seq,
+                       headers={"X-Instance-UUID": instance, "X-Log-Source": source, SEQ_HEADER: seq,
                                 "Content-Type": "text/plain; charset=utf-8"})
 
     return send

@@ -10,6 +10,7 @@ exit status is the lifecycle's (or 2, one line, when the run cannot even be set 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import subprocess
@@ -251,3 +252,39 @@ def test_no_thread_for_a_readiness_wait_fails_the_phase_with_the_reason(sup: Run
     verdict = verdict_lines(out, "second", "db", kind="FAILED")[0]  # (its stop after it is a verdict of its own)
     assert " reason=timeout " in verdict and "no thread could be started to probe" in verdict, verdict
     assert result.returncode == 124, out  # a ready timeout is a timeout: timeout(1)'s status
+
+
+# A manager call made with no thread to be had: the process joins a pids cgroup whose pids.max is its one task.
+NO_THREAD_CALL = textwrap.dedent("""
+    import json, sys, threading, time
+    from supervisor.config import ManagerSpec
+    from supervisor.manager.client import ManagerClient
+    said = []
+    client = ManagerClient(ManagerSpec(url=sys.argv[1], label="C.t", read_timeout_s=5.0), warn=said.append)
+    client.request("GET", "/status")  # (what a call imports, imported)
+    while threading.active_count() > 1:  # the first call's deadline thread, cancelled, ends
+        time.sleep(0.01)
+    with open(sys.argv[2], "w") as procs:
+        procs.write("0")  # this process joins the cgroup: no second task fits
+    try:
+        threading.Thread(target=lambda: None).start()
+        refused = False
+    except RuntimeError:
+        refused = True
+    answers = [client.request("GET", "/status").status for _ in range(2)]
+    print(json.dumps({"refused": refused, "answers": answers, "said": said}))
+""")
+
+
+def test_a_manager_call_with_no_thread_for_its_deadline_still_goes_out(manager: DevManager) -> None:
+    # pids.max reached (a child's burst of threads): the call's deadline thread cannot start. Before, the
+    # RuntimeError escaped every call: the sender failed the report for good after 3 tries ("a bug of ours")
+    # and the log shipper's thread died, its batch dropped. The call goes on, cut by its socket timeouts alone.
+    with pids_cgroup("nodeadline", 1) as cgroup:
+        ran = subprocess.run([PY, "-c", NO_THREAD_CALL, manager.url, str(cgroup / "cgroup.procs")],
+                             capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    found = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert found["refused"], "the cgroup let a thread start: nothing was tested"
+    assert found["answers"] == [200, 200]
+    assert len(found["said"]) == 1 and "no thread for a call's" in found["said"][0], found["said"]

@@ -107,6 +107,7 @@ class ManagerClient:
         self._warn = warn
         self._said_lock = threading.Lock()
         self._redirect_said = False
+        self._unarmed_said = False  # (said once: a shortage of threads lasts)
 
     def request(self, method: str, path: str, *, json_body: dict[str, Any] | None = None,
                 data: bytes | None = None, headers: dict[str, str] | None = None,
@@ -116,6 +117,9 @@ class ManagerClient:
         from .deadline import deadline_session
 
         with deadline_session(self.deadline_s, self._headers) as (session, watchdog):
+            if watchdog.unarmed is not None and self._first_time_unarmed() and self._warn is not None:
+                self._warn(f"manager: no thread for a call's {self.deadline_s:g}s deadline ({watchdog.unarmed}); "
+                           "calls go on, cut by connect_timeout_s and read_timeout_s alone while threads are short")
             try:
                 response = session.request(method, self.base + path, json=json_body, data=data, headers=headers,
                                            timeout=self.timeout, allow_redirects=False, stream=True)
@@ -128,6 +132,11 @@ class ManagerClient:
                 if isinstance(exc, TransientError | PermanentError) or not _is_exchange_error(exc):
                     raise
                 raise TransientError(self._mask(f"{method} {path}: {_describe(exc)}")) from None
+
+    def _first_time_unarmed(self) -> bool:
+        with self._said_lock:
+            first, self._unarmed_said = not self._unarmed_said, True
+        return first
 
     def _answer(self, method: str, path: str, response: Any, want_json: bool, max_bytes: int) -> Answer:
         status = response.status_code

@@ -36,13 +36,19 @@ class Watchdog:
         self._sockets: list[socket.socket] = []
         self._finished = False
         self.fired = False
+        self.unarmed: str | None = None  # why no deadline thread could be started (the call went on without)
         self.deadline_s = deadline_s
         self._timer = threading.Timer(deadline_s, self._fire)
         self._timer.daemon = True
         self._timer.name = "http-deadline"
 
     def start(self) -> None:
-        self._timer.start()
+        try:
+            self._timer.start()
+        except RuntimeError as exc:  # "can't start new thread": pids.max or RLIMIT_NPROC is reached
+            # The call goes on, bounded by its connect and read timeouts alone (not the whole answer's deadline):
+            # a report that goes out is worth more than the bound on a manager that trickles its answer.
+            self.unarmed = str(exc)
 
     def watch(self, sock: socket.socket) -> None:
         """A socket of this call, just connected: cut it at the deadline (at once if that has passed)."""

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import requests
 from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, wait_for
 
 from supervisor.app.cli import dev_manager
@@ -610,3 +611,28 @@ def test_the_text_of_a_saved_snapshot() -> None:
         "verdicts (latest last):",
         "  phase=svc child=svc reason=stopped",
     ]
+
+
+def test_status_json_after_the_exit_has_what_the_exit_flush_delivered(sup: Runner) -> None:
+    # status.json is saved before the exit's manager flush (a SIGKILL during the flush must find the last state on
+    # disk), and once more after it: before, a report the flush delivered stayed "pending" in it for good.
+    mgr = dev_manager(quiet=True).start()
+    try:
+        requests.post(f"{mgr.url}/dev/faults", json={"delay_s": 0.5, "count": 1, "path": "/param-done"}, timeout=5)
+        config = sup.write(f"""
+            [manager]
+            url = {toml_str(mgr.url)}
+            label = "C.flush"
+
+            [[phases]]
+            name = "fetch"
+            report = "param-done"
+            command = {sh("echo done")}
+            """)
+        result = sup.run(config, timeout=60)
+        assert result.returncode == 0, result.stdout
+        assert [i["state"] for i in mgr.state.snapshot()["instances"].values()] == ["params_done"]
+        _, snap, _ = status_json(sup.state_dir)
+        assert snap["manager"]["outbox_pending"] == 0, snap["manager"]
+    finally:
+        mgr.stop()

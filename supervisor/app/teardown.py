@@ -6,7 +6,7 @@
 3. what a stop budget cut short, one line; "exiting with status N";
 4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
    meaning, the reaper runs, the status socket answers, the sender's retries and answers are
-   handed back into the loop;
+   handed back into the loop; then status.json again, with what the flush delivered;
 5. close what was opened: the status socket, the pointer to it (status/file.py), health, the signal
    inbox, the loop, the console; the lock goes last; then the interpreter's exit is spared its last
    walks of the heap.
@@ -62,6 +62,8 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
         why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
         steps.append(("the manager's exit flush", sup.reporter.stop, status, why,
                       flush_with_the_loop(core.loop, signals)))
+        # What the flush delivered: status.json was saved before it (a SIGKILL meanwhile finds the last state).
+        steps.append(("saving status.json after the flush", outlets.state_file.save))
     if outlets.status_server is not None:
         steps.append(("closing the status socket", outlets.status_server.close))
     if outlets.pointer is not None:

@@ -76,6 +76,7 @@ class Reporter:
         self._log = log
         self._export_env = export_env
         self._redactor = redactor
+        self._final_status: dict[str, Any] | None = None  # its status as it stopped (status() after the stop)
         self.enabled = spec.url is not None
         self.calls = CallKinds()  # every call kind the sender delivers (a plugin adds to them before start)
         # The plugin's hearers of the register answer's fields (hear_register_field), told after the clocks.
@@ -179,6 +180,7 @@ class Reporter:
         floor = time.monotonic() + FINISH_MIN_S
         wait(flush, lambda: flush.ended_by is not None or not (shippers() or sender.alive())
              or time.monotonic() >= max(flush.deadline, floor))
+        self._final_status = self.status()  # what the exit's last status.json shows: the outbox is closed next
         outbox.close()
 
     def _stop_shippers(self, within_s: float) -> Callable[[], bool]:
@@ -321,6 +323,8 @@ class Reporter:
     def status(self) -> dict[str, Any]:
         if not self.enabled:
             return {"enabled": False}
+        if self._final_status is not None:  # stopped: its outbox is closed
+            return self._final_status
         sender = self._sender
         return {
             "enabled": True, "url": shown_url(self.spec.url or ""), "label": self.spec.label, "uuid": self.uuid,

@@ -558,7 +558,7 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     long_line = "y" * (SNAPSHOT_LINE_CHARS + 100)
     output = SimpleNamespace(last_output_at=time.monotonic() - 5, last_lines=lambda n=None: ["token is ***", long_line])
     child = SimpleNamespace(label="work/work", pid=os.getpid(), started_at=time.time() - 9, stop_reason=None,
-                            output=output, spec=SimpleNamespace(stop_grace_s=10.0), kill_at=None)
+                            output=output, grace_s=10.0, kill_at=None)
     done_now = {"done_at": time.time(), "machine": {}}
     phases = [a_phase("fetch", PhaseState.DONE, facts=done_now), a_phase("work", PhaseState.RUNNING, children=(child,)),
               a_phase("bench", PhaseState.PENDING)]

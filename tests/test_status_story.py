@@ -248,6 +248,30 @@ def test_the_grace_before_sigkill_counts_down_while_a_child_ignores_sigterm(sup:
         stop(run)  # a second request: no more grace
 
 
+def test_the_grace_shown_is_the_one_the_stop_budget_left(sup: Runner) -> None:
+    # A stop signal from outside comes with a budget (stop_budget_s): the grace is cut to fit it. status showed
+    # stop_grace_s ("grace 60s") while SIGKILL was due seconds later.
+    config = sup.write(sup.header(stop_grace_s=60, extra="stop_budget_s = 30") + textwrap.dedent(f"""
+        [[phases]]
+        name = "stubborn"
+        kind = "service"
+        command = {sh("trap '' TERM; echo deaf; while true; do sleep 0.1; done")}
+        """), header=False)
+    run = Console(sup, config)
+    try:
+        run.wait_text("[stubborn/stubborn] deaf")
+        os.kill(run.pid, signal.SIGTERM)
+        run.wait_text("(of 60s: the stop budget)")
+        given = float(re.search(r"stopping stubborn/stubborn .*grace ([\d.]+)s \(of 60s", run.text()).group(1))
+        assert given < 60
+        rc, snap = status_json(sup.state_dir)
+        (child,) = snap["children"]
+        assert rc == 0 and child["state"] == "stopping", child
+        assert child["stop"]["grace_s"] == pytest.approx(given, abs=0.1) and child["stop"]["kill_in_s"] <= given
+    finally:
+        stop(run)
+
+
 def test_a_phase_shows_its_cgroup_limit_from_memory_max(sup: Runner) -> None:
     config = sup.write(f"""
         [[phases]]

@@ -342,7 +342,7 @@ class Usage(_Record):
 
 @dataclass(frozen=True)
 class StopTimer(_Record):
-    """A child being stopped: its grace (stop_grace_s) and how long until SIGKILL."""
+    """A child being stopped: its grace (stop_grace_s, or less under a stop budget) and how long until SIGKILL."""
 
     grace_s: float | None = None
     kill_in_s: float | None = None

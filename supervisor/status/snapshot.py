@@ -70,17 +70,13 @@ class OutputView(Protocol):
     def last_lines(self, n: int | None = None) -> list[str]: ...
 
 
-class GraceSpec(Protocol):
-    stop_grace_s: float
-
-
 class ChildView(Protocol):
     label: str
     pid: int
     started_at: float
     stop_reason: str | None
     output: OutputView
-    spec: GraceSpec
+    grace_s: float  # the grace its stop under way gives it: stop_grace_s, or less under a stop budget
 
     @property
     def kill_at(self) -> float | None: ...
@@ -217,7 +213,7 @@ def _child(phase: str, child: ChildView, usage: bool, now: float) -> ChildStatus
     return ChildStatus(
         label=child.label, pid=child.pid, phase=phase, state="stopping" if child.stop_reason else "running",
         started_at=child.started_at, last_output_at=(time.time() - (now - last)) if last else None,
-        usage=tree_usage(child.pid) if usage else None, stop=stop_timer(child, child.spec.stop_grace_s, now),
+        usage=tree_usage(child.pid) if usage else None, stop=stop_timer(child, child.grace_s, now),
         last_lines=tuple(line[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(CHILD_LINES)))
 
 

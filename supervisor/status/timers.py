@@ -120,7 +120,8 @@ class StoppedChild(Protocol):
 
 
 def stop_timer(child: StoppedChild, grace_s: float, now: float) -> StopTimer | None:
-    """A child being stopped: its grace (stop_grace_s) and how long until SIGKILL; None when not in its grace."""
+    """A child being stopped: its grace (stop_grace_s, or what a stop budget left of it) and how long until SIGKILL;
+    None when not in its grace."""
     kill_at = child.kill_at
     if kill_at is None:
         return None

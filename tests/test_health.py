@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 from helpers import Console, Runner, free_port, sh, toml_str, wait_for
+from standin_nvml import NvmlControl, fake_nvml_env, gpu
 
 from supervisor.status.health import CONNECTION_LIFE_S, CONNECTIONS_MAX, IDLE_S, HealthServer, HealthState, metrics_text
 from supervisor.status.model import Snapshot
@@ -306,7 +307,7 @@ def test_1500_idle_connections_cost_a_bounded_number_of_threads_that_do_not_ling
                 idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
             peak = max(peak, len(handler_threads()))
         assert len(idle) >= 1000, len(idle)  # the flood really came
-        state.publish(False, "")  # as the loop's heartbeat does
+        state.publish("production is not up", "")  # as the loop's heartbeat does
         status, body = get(server.port, "/healthz")  # asked amid the idle ones, answered
         assert status == 200 and body.startswith("ok"), (status, body)
         # A thread dropped to make room ends at once, but a few may be on their way out when counted.
@@ -319,3 +320,29 @@ def test_1500_idle_connections_cost_a_bounded_number_of_threads_that_do_not_ling
         for sock in idle:
             sock.close()
         server.close()
+
+
+def test_metrics_carry_the_gpus_and_readyz_turns_at_the_shutdown(sup: Runner) -> None:
+    # /metrics is built from the persisted snapshot, which leaves GPU samples out: the GPU gauges stayed empty
+    # while `status` showed the GPU busy. And /readyz said "ready" through the shutdown, until production ended.
+    control = NvmlControl(sup.tmp / "nvml.json", gpus=[gpu(util=77, used=4 << 30)])
+    port = free_port()
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {sh("trap 'echo leaving; sleep 5; exit 0' TERM; echo serving; while true; do sleep 0.1; done")}
+        """, stop_grace_s=10)
+    with_port(config, port)
+    run = Console(sup, config, env=fake_nvml_env(control))
+    run.wait_text("[svc/svc] serving")
+    wait_for(lambda: get(port, "/readyz")[0] == 200, 10, 0.1)
+    wait_for(lambda: "prover_supervisor_gpu_utilization_percent{" in get(port, "/metrics")[1], 15, 0.2)
+    metrics = parse_metrics(get(port, "/metrics")[1])
+    assert metrics["prover_supervisor_gpu_utilization_percent"] == {(("gpu", "0"),): 77.0}
+    assert metrics["prover_supervisor_gpu_memory_used_bytes"] == {(("gpu", "0"),): float(4 << 30)}
+    os.kill(run.pid, signal.SIGTERM)
+    run.wait_text("[svc/svc] leaving")  # production is being stopped: it takes 5 s to go
+    wait_for(lambda: get(port, "/readyz")[0] == 503, 4, 0.1)  # (the next heartbeat, within HEARTBEAT_S)
+    assert get(port, "/readyz") == (503, "not ready: shutting down\n")
+    assert run.finish() == 128 + signal.SIGTERM

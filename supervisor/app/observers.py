@@ -18,6 +18,7 @@ from ..config import PARAM_DONE, Plan
 from ..engine.logs import SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.signals import SignalRouter
+from ..evidence.gpuwatch import Gpus
 from ..evidence.memwatch import memory_use
 from ..exits import EXIT_KILLED, EXIT_OK
 from ..lifecycle.lifecycle import Lifecycle
@@ -27,7 +28,7 @@ from ..state import paths as statepaths
 from ..status import file as status_file
 from ..status import snapshot as snapshot_mod
 from ..status.file import StateFile
-from ..status.model import Exiting, Snapshot
+from ..status.model import Exiting, GpuSampleStatus, Snapshot
 from ..status.socket import StatusServer
 from ..status.timers import Timeline
 from ..wiring import Wiring
@@ -84,7 +85,7 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     observers.first_writes = FirstWrites(plan, host, sup, state_file, router)
     observers.status = state_file
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
-    health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log)
+    health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log, rt.evidence.gpus)
     return Outlets(state_file, status_server, health, point_here(host.state_dir, host.log))
 
 
@@ -147,8 +148,10 @@ def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callabl
 
 
 def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapshot: Callable[..., Snapshot],
-                 log: SupervisorLog) -> Any:
-    """Health and metrics on 127.0.0.1:http_port, fed by a heartbeat of the loop."""
+                 log: SupervisorLog, gpus: Gpus | None = None) -> Any:
+    """Health and metrics on 127.0.0.1:http_port, fed by a heartbeat of the loop. The GPUs are sampled while it
+    serves (every GPU_SAMPLE_S, by the GPU thread), so /metrics has their latest figures: the persisted snapshot
+    the beat reads leaves samples out (a scrape must not wait on NVML)."""
     port = plan.supervisor.http_port
     if not port:
         return None
@@ -164,11 +167,16 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
         log(f"health: cannot serve 127.0.0.1:{port} ({summary(exc)}); /healthz and /metrics are off")
         return None
     production = lifecycle.production()
+    if gpus is not None:
+        gpus.want()  # (for the run: health serves until the exit)
 
     def beat() -> None:
         loop.call_later(HEARTBEAT_S, beat)  # first: a beat that raises (contained by the loop) is not the last
-        ready = bool(production) and all(p.up for p in production)
-        state.publish(ready, metrics_text(take_snapshot(usage=False)))
+        # Not ready once the shutdown began: production is being stopped, though it shows up until it ends.
+        unready = "shutting down" if lifecycle.shutting_down else \
+            None if production and all(p.up for p in production) else "production is not up"
+        samples = tuple(GpuSampleStatus(**vars(s)) for s in gpus.samples()) if gpus is not None else ()
+        state.publish(unready, metrics_text(take_snapshot(usage=False), gpu_samples=samples))
 
     beat()
     log(f"health: http://127.0.0.1:{server.port}/healthz, /readyz, /metrics")

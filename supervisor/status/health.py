@@ -20,11 +20,11 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .model import Snapshot
+from .model import GpuSampleStatus, Snapshot
 
 HEARTBEAT_S = 1.0
 # /healthz fails when the loop has not ticked for this long.
@@ -42,13 +42,13 @@ class HealthState:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.last_tick = time.monotonic()
-        self.ready = False
+        self.unready: str | None = "production is not up"  # why /readyz says not ready; None: ready
         self.metrics = ""
 
-    def publish(self, ready: bool, metrics: str) -> None:
+    def publish(self, unready: str | None, metrics: str) -> None:
         with self.lock:
             self.last_tick = time.monotonic()
-            self.ready = ready
+            self.unready = unready
             self.metrics = metrics
 
 
@@ -63,13 +63,13 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         with state.lock:
             age = time.monotonic() - state.last_tick
-            ready, metrics = state.ready, state.metrics
+            unready, metrics = state.unready, state.metrics
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
             ok = age < STALE_AFTER_S
             self._answer(200 if ok else 503, f"{'ok' if ok else 'stale'}: loop heartbeat {age:.1f}s ago\n")
         elif path == "/readyz":
-            self._answer(200 if ready else 503, "ready\n" if ready else "not ready: production is not up\n")
+            self._answer(503, f"not ready: {unready}\n") if unready else self._answer(200, "ready\n")
         elif path == "/metrics":
             self._answer(200, metrics, "text/plain; version=0.0.4; charset=utf-8")
         else:
@@ -179,8 +179,9 @@ PROGRESS_FIGURES = (("done_bytes", "Bytes a phase has done of its download (its 
                     ("eta_s", "Seconds until a phase's download is done, at that rate."))
 
 
-def metrics_text(snap: Snapshot) -> str:
-    """Prometheus exposition text from a status snapshot."""
+def metrics_text(snap: Snapshot, gpu_samples: Sequence[GpuSampleStatus] | None = None) -> str:
+    """Prometheus exposition text from a status snapshot; ``gpu_samples``: the GPUs' latest figures, where the
+    snapshot left them out (the heartbeat's)."""
     lines: list[str] = []
 
     def metric(name: str, kind: str, help_text: str, samples: list[tuple[dict[str, object], float]]) -> None:
@@ -221,7 +222,7 @@ def metrics_text(snap: Snapshot) -> str:
     if snap.manager.enabled:
         metric("prover_supervisor_outbox_pending", "gauge", "Manager calls not delivered yet.",
                [({}, float(snap.manager.outbox_pending or 0))])
-    gpus = snap.gpus.samples
+    gpus = snap.gpus.samples if gpu_samples is None else gpu_samples
     metric("prover_supervisor_gpu_utilization_percent", "gauge", "GPU utilisation per GPU (NVML).",
            [({"gpu": g.index}, g.utilization) for g in gpus if g.utilization is not None])
     metric("prover_supervisor_gpu_memory_used_bytes", "gauge", "GPU memory used per GPU (NVML).",

@@ -348,6 +348,16 @@ BAD_CONFIGS = [
     P('[cuzk]\nparam_cache = "/p\\u0000"\n' + MARK_PHASE, "cuzk.param_cache: contains a NUL", id="nul-in-cuzk-path"),
     P(bad_phase('env = { "A\\u0000" = "x" }'), "phases[1] (b).env", id="nul-in-env-name"),
     # -- what the kernel cannot take
+    P(bad_phase('memory_max = "1GiB"\nmin_memory = "2GiB"'), "phases[1] (b).min_memory: 2.0GiB is above memory_max "
+      "1.0GiB: the phase could never start", id="min-memory-above-memory-max"),
+    P(MARK_PHASE + '\n[[phases]]\nname = "supervisor"\ncommand = ["true"]\n', "phases[1] (supervisor): "
+      "supervisor/supervisor's output would go to supervisor.log, the file of the supervisor's own lines",
+      id="phase-named-like-the-supervisors-log"),
+    P(MARK_PHASE + '\n[[phases]]\nname = "a"\ncommand = ["true"]\n[[phases.daemons]]\nname = "b"\n'
+      'command = ["true"]\n\n[[phases]]\nname = "a.b"\ncommand = ["true"]\n',
+      "phases[2] (a.b): a.b/a.b's output would go to a.b.log, the file of a/b", id="log-file-names-meet"),
+    P('#raw\n[supervisor]\nstate_dir = "rel/state"\n' + MARK_PHASE,
+      "supervisor.state_dir: 'rel/state' is not an absolute path", id="state-dir-relative"),
     P('#raw\n[supervisor]\nstate_dir = "/tmp/' + "d" * 100 + '"\n' + MARK_PHASE,
       "supervisor.state_dir: too long for the status socket", id="state-dir-too-long-for-socket"),
     P(bad_phase('cwd = "/tmp/' + "n" * 256 + '"'), "phases[1] (b).cwd:", id="path-name-too-long"),

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..config import PARAM_DONE, Plan
-from ..engine.logs import SUPERVISOR_LOG, Console, LogFile, SupervisorLog
+from ..engine.logs import Console, LogFile, SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from ..engine.signals import SignalInbox, SignalRouter, last_words_to, signal_name
@@ -181,7 +181,7 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     oom, child_oom_score_adj = protect_from_oom_killer()
     console = Console(console_fd, enabled=plan.supervisor.console, roll_at=plan.supervisor.log_file_max_bytes)
     log_dir = Path(plan.supervisor.log_dir)
-    log_file = LogFile(log_dir / SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes)
+    log_file = LogFile(log_dir / statepaths.SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes)
     log = SupervisorLog(console, log_file)
     redactor = secrets_of(plan)
     log.redactor = redactor if redactor else None  # no secrets: nothing to mask on every line

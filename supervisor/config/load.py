@@ -33,6 +33,8 @@ from .tables import (
     check_backoff_order,
     check_daemon_name,
     check_kind_keys,
+    check_log_names,
+    check_memory_order,
     check_progress_keys,
     check_reports,
     check_unique,
@@ -233,6 +235,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
         raise ConfigError("phases: must be a non-empty array of tables ([[phases]])")
     phases = tuple(_phase(p, named(f"phases[{i}]", p), sup, *keys, places) for i, p in enumerate(phases_raw))
     check_unique([p.name for p in phases], "phases", "phase name")
+    check_log_names(phases)
     check_reports(phases, kinds.reports)
     plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions))
     check_prepares(plan, plugin)
@@ -273,6 +276,7 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
     check_kind_keys(v, where)
     check_progress_keys(v, where)
     check_backoff_order(v, where)
+    check_memory_order(v, where)
     daemons = _daemons(v, where, sup, daemon_keys, places["daemon"])
     return PhaseSpec(
         name=name,

@@ -17,6 +17,8 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any
 
+from ..state.paths import SUPERVISOR_LOG, child_log_name
+from ..text.show import fmt_bytes
 from .endpoint import _url
 from .keys import ConfigPlugin, Key
 from .model import (
@@ -287,6 +289,14 @@ def check_backoff_order(v: Mapping[str, Any], where: str) -> None:
                           f"{written(v['backoff_s'])}")
 
 
+def check_memory_order(v: Mapping[str, Any], where: str) -> None:
+    """The memory a phase may have (memory_max) bounds what its preflight finds for it: a min_memory above it
+    would refuse every start (insufficient_memory), whatever the machine has."""
+    if v["min_memory"] is not None and v["memory_max"] is not None and v["min_memory"] > v["memory_max"]:
+        raise ConfigError(f"{where}.min_memory: {fmt_bytes(v['min_memory'])} is above memory_max "
+                          f"{fmt_bytes(v['memory_max'])}: the phase could never start")
+
+
 def check_daemon_name(daemon: Mapping[str, Any], phase: str, where: str) -> None:
     """A daemon's label is phase/name: named like its phase, it could not be told from the phase's command."""
     if daemon["name"] == phase:
@@ -302,6 +312,20 @@ def check_unique(names: list[str], where: str, what: str) -> None:
 
 
 # ---------------------------------------------------------------- rules between phases
+
+
+def check_log_names(phases: tuple[PhaseSpec, ...]) -> None:
+    """Each child writes its own file in log_dir, the supervisor its own: names that meet (a phase named
+    "supervisor"; phase "a.b" and daemon "b" of phase "a") would mix two outputs in one file."""
+    owners = {SUPERVISOR_LOG: "the supervisor's own lines"}
+    for i, phase in enumerate(phases):
+        for child in (phase.command, *phase.daemons):
+            name = child_log_name(phase.name, child.name)
+            label = f"{phase.name}/{child.name}"
+            if name in owners:
+                raise ConfigError(f"phases[{i}] ({phase.name}): {label}'s output would go to {name}, the file of "
+                                  f"{owners[name]}; rename one")
+            owners[name] = label
 
 
 def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]) -> None:

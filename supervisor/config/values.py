@@ -99,8 +99,12 @@ def check_path(value: Any, where: str) -> str:
 
 
 def check_state_dir(value: Any, where: str) -> str:
-    """state_dir holds the status socket, whose whole path the kernel limits to 107 bytes."""
+    """state_dir holds the status socket, whose whole path the kernel limits to 107 bytes; it is absolute, as the
+    pointer to it is read from anywhere (a bare ``status``, the next start's sweep of what a dead run left)."""
     text = check_path(value, where)
+    if not os.path.isabs(text):
+        raise ConfigError(f"{where}: {shown(text)} is not an absolute path (status finds the supervisor by it from "
+                          "any directory)")
     socket_path = os.path.join(text, STATUS_SOCKET)
     if _byte_length(socket_path, where) > MAX_SOCKET_PATH_BYTES:
         raise ConfigError(f"{where}: too long for the status socket: {shown(socket_path)} is more than "

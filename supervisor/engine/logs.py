@@ -264,16 +264,6 @@ class Console:
 
 # ---------------------------------------------------------------- the log files
 
-# The supervisor's own lines, in log_dir.
-SUPERVISOR_LOG = "supervisor.log"
-
-
-def child_log_name(phase: str, child: str) -> str:
-    """The file in log_dir a child's output goes to: ``<phase>.log`` for the phase's command, else
-    ``<phase>.<child>.log`` (a daemon)."""
-    return f"{phase}.log" if child == phase else f"{phase}.{child}.log"
-
-
 class LineSplitter:
     """Bytes in, complete lines out; a line longer than ``max_line`` comes out in pieces.
 

@@ -10,10 +10,11 @@ from functools import partial
 from pathlib import Path
 
 from ..config import ChildSpec
-from ..engine.logs import ChildOutput, LogFile, child_log_name
+from ..engine.logs import ChildOutput, LogFile
 from ..engine.loop import ErrorHandler, contained, is_contained, name_of
 from ..engine.process import Child, SpawnError, child_setup, spawn
 from ..engine.reaping import ExitStatus
+from ..state.paths import child_log_name
 from ..text.show import logged
 from .runtime import ChildKit
 

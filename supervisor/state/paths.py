@@ -1,7 +1,9 @@
-"""What lives in ``state_dir``, named once: every module that reads or writes a file there takes its name from here.
+"""What lives in ``state_dir`` and ``log_dir``, named once: every module that reads or writes a file there takes
+its name from here.
 
 ``state_dir`` is the supervisor's memory across restarts (a volume): a foundation module, imported by the config
-(to bound the socket's path), by the run, the observers and the reporting alike, and importing nothing itself.
+(to bound the socket's path, and to refuse children whose log files would be one), by the run, the observers and
+the reporting alike, and importing nothing itself.
 """
 
 from __future__ import annotations
@@ -21,3 +23,14 @@ FIRST_SEEN = "first-seen.json"  # the instance's clocks: first start, registrati
 def path(state_dir: str | Path, name: str) -> Path:
     """``name`` (one of the constants above) under ``state_dir``."""
     return Path(state_dir) / name
+
+
+# ---------------------------------------------------------------- log_dir
+
+SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own lines
+
+
+def child_log_name(phase: str, child: str) -> str:
+    """The file in log_dir a child's output goes to: ``<phase>.log`` for the phase's command, else
+    ``<phase>.<child>.log`` (a daemon)."""
+    return f"{phase}.log" if child == phase else f"{phase}.{child}.log"

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from supervisor.lifecycle.states import backoff_delay, burst_exceeded, within_window
+from supervisor.manager.client import RETRY_INITIAL_S, RETRY_JITTER_S, RETRY_MAX_S, retry_wait_s
 
 # ---------------------------------------------------------------- backoff_delay
 
@@ -127,3 +128,11 @@ def test_burst_of_one() -> None:
     assert not burst_exceeded([], 10.0, 1, 5.0)
     assert burst_exceeded([9.0], 10.0, 1, 5.0)
     assert not burst_exceeded([5.0], 10.0, 1, 5.0)
+
+
+def test_the_manager_clients_wait_doubles_with_jitter_up_to_its_cap() -> None:
+    for attempts in range(1, 8):
+        base = min(RETRY_MAX_S, RETRY_INITIAL_S * 2 ** (attempts - 1))
+        waits = [retry_wait_s(attempts) for _ in range(200)]
+        assert all(base <= w <= min(RETRY_MAX_S, base + RETRY_JITTER_S) for w in waits), (attempts, waits[:5])
+    assert retry_wait_s(10_000) == RETRY_MAX_S  # no overflow, however long the outage

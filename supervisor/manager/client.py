@@ -23,6 +23,7 @@ must hold is checked by answers.py before anything keeps it.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -191,11 +192,9 @@ class ManagerClient:
         """Repeat ``attempt`` while it fails transiently, until it succeeds or ``stop`` is set."""
         import tenacity
 
-        backoff = tenacity.wait_exponential_jitter(initial=RETRY_INITIAL_S, max=RETRY_MAX_S, jitter=RETRY_JITTER_S)
-
         def wait(state: Any) -> float:  # a tenacity.RetryCallState
             exc = state.outcome.exception() if state.outcome else None
-            return next_wait_s(backoff(state), getattr(exc, "retry_after_s", None))
+            return next_wait_s(retry_wait_s(state.attempt_number), getattr(exc, "retry_after_s", None))
 
         def before_sleep(state: Any) -> None:
             exc = state.outcome.exception() if state.outcome else None
@@ -237,6 +236,14 @@ def retry_after_s(value: str | None, now: float) -> float | None:
     except (OverflowError, OSError, ValueError):
         return None
     return min(max(0.0, stamp - now), RETRY_AFTER_MAX_S)
+
+
+def retry_wait_s(attempts: int) -> float:
+    """The wait after the ``attempts``-th failed try: RETRY_INITIAL_S doubled each time, plus up to RETRY_JITTER_S,
+    at most RETRY_MAX_S. (Worked out here: tenacity's own jittered backoff changed its arguments from 8.x to 9.2,
+    and the package allows both.)"""
+    doubled = RETRY_INITIAL_S * 2.0 ** min(max(attempts - 1, 0), 64)  # (past 64 the cap has long won)
+    return min(RETRY_MAX_S, doubled + random.uniform(0, RETRY_JITTER_S))
 
 
 def next_wait_s(backoff_s: float, asked_s: float | None) -> float:

@@ -68,6 +68,10 @@ def _ignore(value: Any) -> None:
     pass
 
 
+class _NotSent(Exception):
+    """A row-checking call found the row killed before a retry: it is not sent (raised out of the retries)."""
+
+
 class Sender:
     """Delivers the outbox's calls on its own thread; it alone writes the identity the manager gave.
 
@@ -230,7 +234,8 @@ class Sender:
         if call.kind not in self._kinds:
             self._unknown(call)
             return True
-        if self._kinds[call.kind].checks_row and self._killed_before(call):
+        checks_row = self._kinds[call.kind].checks_row
+        if checks_row and self._killed_before(call):
             return True
         retries = 0
 
@@ -243,8 +248,17 @@ class Sender:
                 self._loop.call_soon_threadsafe(lambda: self._log(
                     f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"))
 
+        def attempt(call: Call = call) -> Answer:
+            # Each retry of a call that checks the row reads it again first: a retry may come minutes later,
+            # and a bench-done sent after the manager killed the row meanwhile would un-kill it.
+            if checks_row and retries and self._killed_before(call):
+                raise _NotSent
+            return self._attempt(call)
+
         try:
-            answer = self._client.with_retries(lambda call=call: self._attempt(call), self._stop, on_retry)
+            answer = self._client.with_retries(attempt, self._stop, on_retry)
+        except _NotSent:
+            return True  # the row was killed while the call was retried: failed, and said (_killed_before)
         except PermanentError as exc:
             self.last_error, self.last_error_at = str(exc), time.time()
             if self._forgotten(call, exc):
@@ -346,7 +360,7 @@ class Sender:
         if tell:
             self._loop.call_soon_threadsafe(lambda: self._on_killed(row))
 
-    def _killed_before(self, call: Call) -> bool:
+    def _killed_before(self, call: Call) -> bool:  # (before its first attempt, and before each retry)
         """Before a lifecycle call: the row is read, and a killed one gets no call (its bench-done would
         un-kill it; the manager's word on it is final). True: the call was not sent."""
         if self.uuid and self.killed is None:

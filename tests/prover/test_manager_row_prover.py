@@ -10,6 +10,8 @@ from __future__ import annotations
 import calendar
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,12 +20,19 @@ from helpers import Runner, sh, toml_str
 from profilekit import ZERO_RATE_BENCH
 from test_benchcut_rules import Production, Rig
 
+from supervisor.app.cli import dev_manager
+from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import DevManager
+from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle.states import PhaseState
+from supervisor.manager import client as client_mod
+from supervisor.manager.client import ManagerClient
+from supervisor.manager.outbox import Outbox
 from supervisor.manager.row import Row, RowError, find_row, utc_text
+from supervisor.manager.sender import CallKinds, Sender
 from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchlimits import BENCH_CLOCK, BENCH_CLOCK_CHECK_S, BenchClock, past_deadline, stretch
-from supervisor.prover.fleet import FLEET_ROW, row_min_rate
+from supervisor.prover.fleet import FLEET_ROW, bench_done_call, row_min_rate
 from supervisor.prover.gate import BenchGate
 from supervisor.prover.reasons import EXIT_BENCH_REJECTED
 from supervisor.wiring import PhaseView
@@ -215,3 +224,54 @@ def test_without_a_row_the_clock_stops_once_a_bench_done_passed() -> None:
     rig.link.answers["bench-done"] = None
     rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
     assert [(n, r) for n, r, _ in rig.production.failed] == [("bench", "too_slow")]
+
+
+def test_a_bench_done_retried_through_an_outage_does_not_un_kill_a_row_killed_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The row was read once, before the first attempt; the retries went on for minutes through the outage. The
+    # manager's monitor killed the row meanwhile ("benchmark timeout (45min)"), and the bench-done that got
+    # through at last moved it from killed back to bench_done (the route has no state check): a machine being
+    # destroyed went to production. Each retry reads the row first.
+    monkeypatch.setattr(client_mod, "RETRY_INITIAL_S", 0.05)
+    monkeypatch.setattr(client_mod, "RETRY_MAX_S", 0.2)
+    monkeypatch.setattr(client_mod, "RETRY_JITTER_S", 0.01)
+    mgr = dev_manager(port=0, quiet=True).start()
+    spec = ManagerSpec(url=mgr.url, label="C.unkill", connect_timeout_s=2.0, read_timeout_s=2.0)
+    loop, outbox, lines = EventLoop(), Outbox(tmp_path / "outbox.sqlite3"), []
+    answered: list[bool] = []
+    calls = CallKinds()
+    calls.row = FLEET_ROW
+    calls.add("bench-done", bench_done_call(SimpleNamespace(bench_done_reason=False),  # type: ignore[arg-type]
+                                            answered=lambda passed, rate: answered.append(passed),
+                                            refused=lambda: None))
+    sender = Sender(spec, outbox, ManagerClient(spec), loop, lines.append, calls, on_identity=lambda u, f: None)
+
+    def run_until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 20
+        loop.run_until(lambda: done() or time.monotonic() > deadline, 0.02)
+        assert done(), lines
+
+    try:
+        sender.restore_identity()
+        sender.start()
+        run_until(lambda: sender.uuid is not None)
+        requests.post(f"{mgr.url}/param-done", json={"uuid": sender.uuid}, timeout=5).raise_for_status()
+        requests.post(f"{mgr.url}/dev/faults", json={"status": 503, "path": "/bench-done"}, timeout=5)
+        outbox.add("bench-done", {"rate": 61.5})
+        sender.wake()
+        run_until(lambda: any("bench-done not delivered" in line for line in lines))
+        requests.post(f"{mgr.url}/dev/row", json={"uuid": sender.uuid, "state": "killed",
+                                                  "kill_reason": "benchmark timeout (45min)"}, timeout=5)
+        requests.post(f"{mgr.url}/dev/faults", json={}, timeout=5)  # the outage ends
+        run_until(lambda: not outbox.pending())
+        (row,) = mgr.state.snapshot()["instances"].values()
+        assert row["state"] == "killed" and row["kill_reason"] == "benchmark timeout (45min)", row
+        assert [(c["kind"], c["state"]) for c in outbox.history()][-1] == ("bench-done", "failed")
+        run_until(lambda: any("bench-done not sent: the manager killed this instance" in line for line in lines))
+        assert answered == []
+    finally:
+        sender.ask_to_stop()
+        sender.join(10)
+        outbox.close()
+        loop.close()
+        mgr.stop()

@@ -441,12 +441,12 @@ def test_the_timeline_keeps_the_first_start_and_the_end() -> None:
     timeline = Timeline()
     phase = SimpleNamespace(name="p", state=PhaseState.PENDING, since=5.0, up=False)
     timeline.phase_changed(phase)
-    assert timeline.of("p") == {"started_at": None, "up_at": None, "ended_at": None}
+    assert timeline.of("p") == {"started_at": None, "up_at": None, "up_since": None, "ended_at": None}
     for state, at in ((PhaseState.STARTING, 10.0), (PhaseState.BACKOFF, 12.0), (PhaseState.STARTING, 13.0),
                       (PhaseState.DONE, 20.0)):
         phase.state, phase.since = state, at
         timeline.phase_changed(phase)
-    assert timeline.of("p") == {"started_at": 10.0, "up_at": None, "ended_at": 20.0}
+    assert timeline.of("p") == {"started_at": 10.0, "up_at": None, "up_since": None, "ended_at": 20.0}
 
 
 def test_the_timeline_keeps_the_first_time_up_on_the_clock_it_is_given() -> None:
@@ -462,7 +462,9 @@ def test_the_timeline_keeps_the_first_time_up_on_the_clock_it_is_given() -> None
     timeline.phase_changed(phase)
     phase.state, phase.since, phase.up = PhaseState.RUNNING, 44.0, True
     timeline.phase_changed(phase)
-    assert timeline.of("svc") == {"started_at": 25.0, "up_at": 30.0, "ended_at": None}
+    # up_since moves: the headline's "up 3h" counts from the latest time up (a curio restarted a minute ago
+    # read "up 3h" from its first time up).
+    assert timeline.of("svc") == {"started_at": 25.0, "up_at": 30.0, "up_since": 45.0, "ended_at": None}
 
 
 def test_the_headline_for_each_story() -> None:
@@ -480,6 +482,8 @@ def test_the_headline_for_each_story() -> None:
     up = {"lifecycle": {"state": "running", "current": "curio"},
           "phases": [{"name": "curio", "state": "running", "up": True, "up_at": now - 11_520, "timers": {}}]}
     assert headline(Snapshot.from_json(up), True, now) == "running: curio up 3h12m"
+    restarted = {**up, "phases": [{**up["phases"][0], "up_since": now - 61}]}  # type: ignore[dict-item]
+    assert headline(Snapshot.from_json(restarted), True, now) == "running: curio up 61s"
     held = {"lifecycle": {"state": "running", "current": "bench"},
             "phases": [{"name": "bench", "state": "done", "hold": "waiting for the manager",
                         "timers": {"hold": {"left_s": 48.0}}}]}

@@ -84,7 +84,8 @@ def _on_its_way(snap: Snapshot, now: float) -> str:
         left = timers.hold.left_s if timers.hold is not None else None
         return f"waiting: {name} done, held: {current.hold}" + (f" ({span(left)} left)" if left is not None else "")
     if current.up:
-        return f"running: {name} up {span(now - current.up_at) if current.up_at else '?'}"
+        up_since = current.up_since or current.up_at  # (a status.json of before up_since: the first time up)
+        return f"running: {name} up {span(now - up_since) if up_since else '?'}"
     if state == "backoff":
         left = timers.backoff.left_s if timers.backoff is not None else None
         return f"retrying: {name} attempt {current.attempt} failed; next attempt in {span(left)}"

@@ -310,7 +310,8 @@ class PhaseStatus(_Record):
     progress: DownloadProgress | None = None
     facts: Mapping[str, Any] = field(default_factory=dict)  # what resume keeps of it
     started_at: float | None = None  # the timeline (timers.Timeline): wall times
-    up_at: float | None = None
+    up_at: float | None = None  # the first time it came up
+    up_since: float | None = None  # when the attempt up now came up (a restart starts it anew); None: not up
     ended_at: float | None = None
     timers: Timers = field(default_factory=Timers)
     memory: PhaseMemory | None = None

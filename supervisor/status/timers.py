@@ -132,12 +132,14 @@ class Timeline(Deaf):
     """When each phase left pending, came up and reached its end (wall time, the phase's ``since``), by name.
 
     An observer of every transition (``phase_changed``); what a later transition says is kept, the first start and
-    the first time up are not overwritten (a service restarted is the same phase, started once)."""
+    the first time up are not overwritten (a service restarted is the same phase, started once). ``up_since`` is
+    the one that moves: when the attempt up now came up (the headline's "up 3h"), None while it is not up."""
 
     def __init__(self, now: Callable[[], float] = time.time) -> None:
         self._now = now  # the loop's wall clock, the one a phase's ``since`` is read on
         self._started: dict[str, float] = {}
         self._up: dict[str, float] = {}
+        self._up_since: dict[str, float] = {}  # while it is up: when this attempt came up (a restart starts it anew)
         self._ended: dict[str, float] = {}
 
     def phase_changed(self, phase: TimedPhase) -> None:
@@ -145,9 +147,14 @@ class Timeline(Deaf):
             return
         self._started.setdefault(phase.name, phase.since)
         if phase.up:
-            self._up.setdefault(phase.name, self._now())  # (no move of its own: it stays running)
+            now = self._now()  # (no move of its own: it stays running)
+            self._up.setdefault(phase.name, now)
+            self._up_since.setdefault(phase.name, now)
+        else:
+            self._up_since.pop(phase.name, None)
         if phase.state in FINAL_STATES:
             self._ended.setdefault(phase.name, phase.since)
 
     def of(self, name: str) -> dict[str, float | None]:
-        return {"started_at": self._started.get(name), "up_at": self._up.get(name), "ended_at": self._ended.get(name)}
+        return {"started_at": self._started.get(name), "up_at": self._up.get(name),
+                "up_since": self._up_since.get(name), "ended_at": self._ended.get(name)}

@@ -282,13 +282,35 @@ def test_the_flush_ends_when_the_outbox_is_empty() -> None:
 
 
 def test_a_stalled_flush_gives_up_after_the_stall_but_a_give_up_waits_its_whole_window() -> None:
-    clock = Clock()
-    plain = ExitFlush(lambda: 2, lambda: True, 0, giving_up=False, clock=clock)
-    give_up = ExitFlush(lambda: 2, lambda: True, 4, giving_up=True, clock=clock)
+    clock, failures = Clock(), [0]
+    plain = ExitFlush(lambda: 2, lambda: True, 0, giving_up=False, clock=clock, failures=lambda: failures[0])
+    give_up = ExitFlush(lambda: 2, lambda: True, 4, giving_up=True, clock=clock, failures=lambda: failures[0])
+    failures[0] += 1  # the manager is down: an attempt failed
     clock.now += EXIT_STALL_S + 0.1
     assert plain.over() and not give_up.over()
     clock.now += GIVE_UP_FLUSH_S
     assert give_up.over()
+
+
+def test_a_slow_manager_that_fails_nothing_is_waited_for_until_the_deadline() -> None:
+    # Each call answered in 2.5 s: no call went out for longer than the stall, but none failed either. The flush
+    # gave up on it after EXIT_STALL_S, and the failure's reason lines stayed in the outbox.
+    clock, left, failures = Clock(), [3], [0]
+    flush = ExitFlush(lambda: left[0], lambda: True, 1, giving_up=False, clock=clock, failures=lambda: failures[0])
+    clock.now += EXIT_STALL_S * 2
+    assert not flush.over(), "slow is not down"
+    left[0] -= 1
+    assert not flush.over()  # a call went out
+    failures[0] += 1  # then one fails: down after all
+    clock.now += EXIT_STALL_S - 0.1
+    assert not flush.over()
+    clock.now += 0.2
+    assert flush.over()
+    slow = ExitFlush(lambda: 1, lambda: True, 1, giving_up=False, clock=clock, failures=lambda: failures[0])
+    clock.now += EXIT_FLUSH_S - 0.1
+    assert not slow.over()
+    clock.now += 0.2
+    assert slow.over(), "the deadline holds"
 
 
 def test_progress_keeps_a_plain_flush_going_until_its_deadline() -> None:

@@ -6,8 +6,9 @@ exit waits for them while the loop runs (``EventLoop.run_until``): the sender's 
 are handed back into the loop, signals keep their meaning and the status socket answers. It waits:
 
 - until the outbox is empty, or EXIT_FLUSH_S at most, and only EXIT_STALL_S once no call went out
-  for that long: a manager that is down does not hold up ``docker stop`` (what is left stays in
-  the outbox for the next start);
+  for that long and an attempt failed since: a manager that is down does not hold up ``docker stop``
+  (what is left stays in the outbox for the next start), and one that is slow but answers is waited
+  for (its calls take seconds each; none failed);
 - for a call the exit must wait for (``giving_up``), GIVE_UP_FLUSH_S with no stall rule: an instance
   given up that the manager never hears of is paid for until its timeout, and no ``docker stop``
   deadline runs;
@@ -39,7 +40,8 @@ class ExitFlush:
     """One exit's wait for the outbox: its deadline, its stall rule, and what a stop signal does to it."""
 
     def __init__(self, pending: Callable[[], int], sender_alive: Callable[[], bool], status: int,
-                 giving_up: bool, clock: Callable[[], float] = time.monotonic) -> None:
+                 giving_up: bool, clock: Callable[[], float] = time.monotonic,
+                 failures: Callable[[], int] = lambda: 0) -> None:
         self.status = status
         self.giving_up = giving_up
         self._pending = pending
@@ -50,6 +52,8 @@ class ExitFlush:
         self.deadline = now + self.window_s
         self._left = pending()
         self._progress_at = now
+        self._failures = failures  # the sender's failed attempts so far: one since the progress makes a stall
+        self._failures_then = failures()
         self.cut_by: str | None = None  # the stop signal that cut the flush short
         self.ended_by: str | None = None  # the second one, that ended it
 
@@ -62,8 +66,9 @@ class ExitFlush:
             return True
         now = self._clock()
         if left < self._left:
-            self._left, self._progress_at = left, now
-        return not self.giving_up and now - self._progress_at > EXIT_STALL_S
+            self._left, self._progress_at, self._failures_then = left, now, self._failures()
+        stalled = now - self._progress_at > EXIT_STALL_S and self._failures() > self._failures_then
+        return not self.giving_up and stalled
 
     def time_is_up(self) -> bool:
         return self.ended_by is not None or self._clock() >= self.deadline

@@ -167,7 +167,8 @@ class Reporter:
         self.push_text("setup", f"prover-supervisor exiting with status {status}: {why}")
         self.event("supervisor", state="exiting", status=status, why=why)
         waited_for = [what for call_id, what in self._exit_waits if outbox.is_pending(call_id)]
-        flush = ExitFlush(outbox.pending, sender.alive, status, bool(waited_for))
+        flush = ExitFlush(outbox.pending, sender.alive, status, bool(waited_for),
+                          failures=lambda: sender.failed_attempts)
         if waited_for and sender.alive():
             self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for {waited_for[0]} to be delivered")
         sender.wake()

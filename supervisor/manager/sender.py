@@ -103,6 +103,7 @@ class Sender:
         self._registered_again = False
         self._retired = False  # given up for good: a forgotten uuid is not registered again
         self.last_error_at: float | None = None  # epoch: when last_error happened
+        self.failed_attempts = 0  # attempts that failed and were retried (the exit flush: a manager down, not slow)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -242,6 +243,7 @@ class Sender:
         def on_retry(error: str, delay: float, call: Call = call) -> None:
             nonlocal retries
             retries += 1
+            self.failed_attempts += 1
             self.last_error, self.last_error_at = error, time.time()
             self.outbox.attempted(call.id, error)
             if retries == 1 or retries % RETRY_LOG_EVERY == 0:

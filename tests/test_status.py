@@ -587,6 +587,22 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     assert snap["memory"]["mode"] == "unavailable" and snap["manager"] == {"enabled": False}
 
 
+def test_the_failures_log_file_is_named_only_where_a_child_wrote_one(tmp_path: Path) -> None:
+    # A failure no child printed (the fitness check's refusal) was shown with "logs: <log_dir>/fitness.log", a
+    # file that never existed; supervisor.log has its lines.
+    phases = [a_phase("work", PhaseState.FAILED)]
+    (tmp_path / "work.log").write_text("it ran\n")
+    for phase, named in (("work", str(tmp_path / "work.log")), ("fitness", None)):
+        failure = without_exit(phase, phase, "insufficient_memory", 1, "refused", attempt=0)
+        life = SimpleNamespace(phases=phases, shutting_down=True, exit_status=1, shutdown_reason="failed",
+                               current=lambda: None, failure=failure, held=lambda name: None,
+                               hold_ends=lambda name: None)
+        snap = snapshot(role="subreaper", started_at=time.time() - 10, config="c.toml", lifecycle=life, gpus=None,
+                        memory=None, verdicts=[failure], manager={"enabled": False}, resume=ResumeRecord(None, {}),
+                        log_dir=str(tmp_path))
+        assert snap.lifecycle.failure is not None and snap.lifecycle.failure.log_file == named, phase
+
+
 def test_the_text_of_a_saved_snapshot() -> None:
     now = 10_000.0
     snap = {"pid": 42, "written_at": now - 130, "lifecycle": {"state": "stopped", "why": "received SIGTERM",

@@ -449,6 +449,15 @@ def test_the_timeline_keeps_the_first_start_and_the_end() -> None:
     assert timeline.of("p") == {"started_at": 10.0, "up_at": None, "up_since": None, "ended_at": 20.0}
 
 
+def test_a_phase_that_never_ran_has_no_start_in_the_timeline() -> None:
+    # Resumed, refused or stopped before it was reached: status showed "started 0s ago, took 0s" for a curio
+    # that never ran.
+    timeline = Timeline()
+    for name, state in (("resumed", PhaseState.DONE), ("refused", PhaseState.FAILED), ("never", PhaseState.STOPPED)):
+        timeline.phase_changed(SimpleNamespace(name=name, state=state, since=20.0, up=False))
+        assert timeline.of(name) == {"started_at": None, "up_at": None, "up_since": None, "ended_at": 20.0}, name
+
+
 def test_the_timeline_keeps_the_first_time_up_on_the_clock_it_is_given() -> None:
     # A service comes up with no move of its own (it stays running): the time is the clock's, the same clock
     # as the phase's ``since``; a restart that comes up again keeps the first.

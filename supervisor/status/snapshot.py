@@ -226,10 +226,12 @@ def _failure(failure: Verdict | None, log_dir: str | None) -> Failure | None:
     """The verdict that failed the lifecycle, for ``status`` to lead with, and the log file that has the rest."""
     if failure is None:
         return None
+    # A failure no child printed (the fitness check's refusal, a preflight's) has no log file of its own.
+    log_file = Path(log_dir) / child_log_name(failure.phase, failure.child) if log_dir else None
     return Failure(phase=failure.phase, child=failure.child, reason=failure.reason, detail=failure.detail,
                    status=failure.status, exit_code=failure.exit_code, signal=failure.signal, at=failure.ended_at,
                    line=failure.line(), last_lines=tuple(shown_line(s) for s in failure.last_lines[-FAILURE_LINES:]),
-                   log_file=str(Path(log_dir) / child_log_name(failure.phase, failure.child)) if log_dir else None)
+                   log_file=str(log_file) if log_file is not None and log_file.exists() else None)
 
 
 def _phase_memory(p: PhaseView, memory: MemoryEvidence | None) -> PhaseMemory | None:

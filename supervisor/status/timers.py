@@ -145,7 +145,8 @@ class Timeline(Deaf):
     def phase_changed(self, phase: TimedPhase) -> None:
         if phase.state is PhaseState.PENDING:
             return
-        self._started.setdefault(phase.name, phase.since)
+        if phase.state not in FINAL_STATES:  # (resumed, refused or stopped before it ran: it never started)
+            self._started.setdefault(phase.name, phase.since)
         if phase.up:
             now = self._now()  # (no move of its own: it stays running)
             self._up.setdefault(phase.name, now)

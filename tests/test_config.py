@@ -348,6 +348,10 @@ BAD_CONFIGS = [
     P('[cuzk]\nparam_cache = "/p\\u0000"\n' + MARK_PHASE, "cuzk.param_cache: contains a NUL", id="nul-in-cuzk-path"),
     P(bad_phase('env = { "A\\u0000" = "x" }'), "phases[1] (b).env", id="nul-in-env-name"),
     # -- what the kernel cannot take
+    P(bad_phase("restart_burst = 3"), 'phases[1] (b).restart_burst: only for kind = "service"',
+      id="restart-burst-on-a-oneshot"),
+    P(bad_phase("restart_window_s = 60"), 'phases[1] (b).restart_window_s: only for kind = "service"',
+      id="restart-window-on-a-oneshot"),
     P(bad_phase('memory_max = "1GiB"\nmin_memory = "2GiB"'), "phases[1] (b).min_memory: 2.0GiB is above memory_max "
       "1.0GiB: the phase could never start", id="min-memory-above-memory-max"),
     P(MARK_PHASE + '\n[[phases]]\nname = "supervisor"\ncommand = ["true"]\n', "phases[1] (supervisor): "

@@ -273,7 +273,7 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
            daemon_keys: Mapping[str, Key], places: Mapping[str, Mapping[str, Collection[str]]]) -> PhaseSpec:
     v = take(table, where, phase_keys, places["phase"])
     name = v["name"]
-    check_kind_keys(v, where)
+    check_kind_keys(v, where, given=table)
     check_progress_keys(v, where)
     check_backoff_order(v, where)
     check_memory_order(v, where)

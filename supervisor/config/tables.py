@@ -258,11 +258,15 @@ def with_kinds(keys: Mapping[str, Key], kinds: Kinds) -> dict[str, Key]:
 # ---------------------------------------------------------------- rules within one phase
 
 
-def check_kind_keys(v: Mapping[str, Any], where: str) -> None:
-    """A oneshot retries and has a deadline; a service restarts and can be ready: neither takes the other's keys."""
+def check_kind_keys(v: Mapping[str, Any], where: str, given: Collection[str] = ()) -> None:
+    """A oneshot retries and has a deadline; a service restarts and can be ready: neither takes the other's keys.
+    ``given``: the keys the table wrote (those with a default are in ``v`` either way)."""
     if v["kind"] == "oneshot":
         if v["restart"] is not None:
             raise ConfigError(f"{where}.restart: only for kind = \"service\" (a oneshot uses retries)")
+        for key in ("restart_burst", "restart_window_s"):
+            if key in given:
+                raise ConfigError(f"{where}.{key}: only for kind = \"service\" (a oneshot's tries are its retries)")
         if v["ready"] is not None:
             raise ConfigError(f"{where}.ready: only for kind = \"service\" or a daemon (a oneshot is done when it "
                               "exits 0; a daemon's ready goes under its [[phases.daemons]])")

@@ -16,7 +16,7 @@ from supervisor.manager.rowwatch import FAILED_AGAIN_S, RowWatch
 
 def watch(mgr: DevManager, clock: list[float]) -> RowWatch:
     spec = ManagerSpec(url=mgr.url, connect_timeout_s=2, read_timeout_s=2)
-    return RowWatch(ManagerClient(spec), 300.0, now=lambda: clock[0])
+    return RowWatch(ManagerClient(spec), 300.0, now=lambda: clock[0], mono=lambda: clock[0])
 
 
 def register(mgr: DevManager, label: str = "C.12") -> str:
@@ -88,3 +88,25 @@ def test_a_time_from_the_future_is_said_once_whenever_it_is_read_again(manager: 
     assert rows.read(uuid)[1] == []
     clock[0] += 400
     assert rows.read(uuid)[1] == []
+
+
+def test_a_step_of_the_wall_clock_does_not_hold_up_the_reads(manager: DevManager) -> None:
+    # The reads were paced on the wall clock: stepped back an hour (NTP, a VM resumed), no periodic read came for
+    # an hour, and a failed one was held as the latest for as long.
+    wall, mono = [time.time()], [1000.0]
+    spec = ManagerSpec(url=manager.url, connect_timeout_s=2, read_timeout_s=2)
+    rows = RowWatch(ManagerClient(spec), 300.0, now=lambda: wall[0], mono=lambda: mono[0])
+    uuid = register(manager)
+    rows.soon()
+    rows.read(uuid)
+    wall[0] -= 3600
+    mono[0] += 300.0
+    assert rows.due()
+    requests.post(manager.url + "/dev/faults", json={"status": 500, "count": 1, "path": "/status"}, timeout=5)
+    failed, _ = rows.read(uuid)
+    assert failed.error is not None
+    wall[0] -= 3600
+    mono[0] += FAILED_AGAIN_S + 1
+    again, _ = rows.read(uuid)
+    assert again.error is None and again.row is not None and again.at == wall[0]
+

@@ -62,28 +62,31 @@ class RowWatch:
     """Reads the row for the sender (on its thread) and says when the next periodic read is due."""
 
     def __init__(self, client: ManagerClient, interval_s: float, now: Callable[[], float] = time.time,
-                 fields: RowFields = NO_ROW_FIELDS) -> None:
-        self._client, self._interval_s, self._now = client, interval_s, now
+                 fields: RowFields = NO_ROW_FIELDS, mono: Callable[[], float] = time.monotonic) -> None:
+        # ``now``: the wall clock, the manager's (a reading's time, the row's times); ``mono``: the one the reads
+        # are paced on, which a step of the wall clock (NTP, a VM resumed) does not move.
+        self._client, self._interval_s, self._now, self._mono = client, interval_s, now, mono
         self._fields = fields  # what a plugin's protocol adds to the row
-        self._next_at: float | None = None  # None: no periodic read until the manager knows us
+        self._next_at: float | None = None  # (mono) None: no periodic read until the manager knows us
+        self._failed_at: float | None = None  # (mono) when the latest reading got no answer
         self._said: set[tuple[Any, ...]] = set()  # what a note was said about (RowNote.about)
         self.latest: RowReading | None = None
 
     def soon(self) -> None:
         """The manager knows the instance: read the row now, then every interval."""
-        self._next_at = self._now()
+        self._next_at = self._mono()
 
     def due(self) -> bool:
-        return self._next_at is not None and self._now() >= self._next_at
+        return self._next_at is not None and self._mono() >= self._next_at
 
     def read(self, uuid: str) -> tuple[RowReading, list[RowNote]]:
         """One look-up (bounded, one attempt), and the notes on it not said before. Within FAILED_AGAIN_S of one
         that got no answer (a manager down or black-holed), the call it came before is not held up again."""
-        now = self._now()
+        now, mono = self._now(), self._mono()
         if self._next_at is not None:
-            self._next_at = now + self._interval_s
+            self._next_at = mono + self._interval_s
         latest = self.latest
-        if latest is not None and latest.error is not None and now - latest.at < FAILED_AGAIN_S:
+        if latest is not None and self._failed_at is not None and mono - self._failed_at < FAILED_AGAIN_S:
             return latest, []
         notes: list[RowNote] = []
         try:
@@ -92,7 +95,7 @@ class RowWatch:
             reading = RowReading(now, row, listed=row is None)
         except (TransientError, PermanentError, RowError) as exc:
             reading = RowReading(now, None, listed=False, error=f"GET /status: {exc}"[:300])
-        self.latest = reading
+        self.latest, self._failed_at = reading, mono if reading.error is not None else None
         new = [note for note in notes if note.about not in self._said]
         self._said.update(note.about for note in new)
         return reading, new

@@ -23,12 +23,14 @@ from helpers import Runner, free_port, pyc, sh, toml_str, wait_for
 from supervisor.app.cli import dev_manager
 from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import LOG_PUSH_LIMIT, DevManager
+from supervisor.engine.loop import EventLoop
 from supervisor.manager import client as manager
 from supervisor.manager import logship
 from supervisor.manager import outbox as outbox_mod
 from supervisor.manager.client import Answer, ManagerClient, PermanentError, TransientError
 from supervisor.manager.logship import PUSH_MAX_BYTES, Shipper, log_push_sender
 from supervisor.manager.outbox import Call, Outbox
+from supervisor.manager.sender import CallKinds, Sender
 from supervisor.text.redact import MASK, Redactor, looks_secret
 
 # ---------------------------------------------------------------- a tiny server with canned answers
@@ -1122,3 +1124,34 @@ def test_outbox_next_pending_of_finds_a_kind_behind_others(tmp_path: Path) -> No
     box.delivered(register, {"uuid": "u"})
     assert box.next_pending_of("register") is None
     box.close()
+
+
+def test_no_attempt_goes_out_once_the_sender_is_asked_to_stop(tmp_path: Path) -> None:
+    # tenacity tried once more after the sleep the stop cut short: a delivery after the exit had closed the
+    # outbox was never recorded, and the call went again at the next start.
+    mgr = dev_manager(port=0, quiet=True).start()
+    spec = ManagerSpec(url=mgr.url, label="C.stop", connect_timeout_s=2.0, read_timeout_s=2.0)
+    loop, outbox, lines = EventLoop(), Outbox(tmp_path / "outbox.sqlite3"), []
+    sender = Sender(spec, outbox, ManagerClient(spec), loop, lines.append, CallKinds(), on_identity=lambda u, f: None)
+    try:
+        sender.restore_identity()
+        sender.start()
+        deadline = time.monotonic() + 20
+        loop.run_until(lambda: sender.uuid is not None or time.monotonic() > deadline, 0.02)
+        requests.post(f"{mgr.url}/dev/faults", json={"status": 503, "path": "/param-done"}, timeout=5)
+        outbox.add("param-done", {})
+        sender.wake()
+        loop.run_until(lambda: any("param-done not delivered" in line for line in lines)
+                       or time.monotonic() > deadline, 0.02)
+        assert any("param-done not delivered" in line for line in lines), lines
+        requests.post(f"{mgr.url}/dev/faults", json={}, timeout=5)  # the manager answers again, but
+        sender.ask_to_stop()  # the supervisor is exiting: the sleep before the retry is cut short
+        sender.join(10)
+        (row,) = mgr.state.snapshot()["instances"].values()
+        assert row["state"] == "registered", "a call went out after the stop was asked"
+        assert outbox.pending() == 1  # it stays for the next start
+    finally:
+        sender.ask_to_stop()
+        outbox.close()
+        loop.close()
+        mgr.stop()

@@ -251,6 +251,10 @@ class Sender:
                     f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"))
 
         def attempt(call: Call = call) -> Answer:
+            # tenacity tries once more after a sleep the stop cut short: not once the stop is asked, or a delivery
+            # could land in an outbox already closed (the call stays pending for the next start).
+            if self._stop.is_set():
+                raise TransientError("stopping")
             # Each retry of a call that checks the row reads it again first: a retry may come minutes later,
             # and a bench-done sent after the manager killed the row meanwhile would un-kill it.
             if checks_row and retries and self._killed_before(call):

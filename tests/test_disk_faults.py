@@ -13,6 +13,7 @@ import os
 import re
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -363,3 +364,24 @@ def test_a_damaged_outbox_that_cannot_be_moved_aside_is_left_alone(tmp_path: Pat
         assert path.read_bytes() == bytes(damaged), "never written over"
     finally:
         subprocess.run(["umount", str(path)], capture_output=True)
+
+
+def test_a_copy_of_a_file_another_connection_holds_locked_gives_up_and_goes_on(tmp_path: Path) -> None:
+    # The outbox copies its file into memory when the file cannot be used; sqlite's backup retries a busy file for
+    # ever, and an exit that read the outbox hung there (test_resume_demo's restart ran past its 40 s).
+    path = tmp_path / "outbox.sqlite3"
+    outbox = Outbox(path)
+    outbox.add("param-done", {})
+    outbox.close()  # (its connection gone: the next read copies the file into memory)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        read: list[int] = []
+        reader = threading.Thread(target=lambda: read.append(outbox.pending()), daemon=True)
+        reader.start()
+        reader.join(outbox_mod.COPY_WAIT_S + 30)
+        assert not reader.is_alive(), "the read waited on the lock for ever"
+        assert read == [0]  # the file could not be read: its call goes out once it can be (said in the log)
+    finally:
+        holder.close()

@@ -16,6 +16,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,9 @@ class Call:
 
 # While the file cannot be written, it is tried again this often (from the next call on the outbox).
 RETRY_WRITE_S = 5.0
+# A copy of the file (into memory, when it cannot be written) waits this long at most for a lock another
+# connection holds: sqlite's backup retries a busy file for ever.
+COPY_WAIT_S = 2.0
 # Finished calls (delivered, failed) kept for the ledger, the answers and the repush: the newest this many, and
 # each kind's last delivered one whatever its age. Production pushes a summary every few minutes: without a bound
 # the file would grow for as long as the instance proves. Older ones go every PRUNE_EVERY finishes.
@@ -208,7 +212,7 @@ class Outbox:
         its shared memory on a full disk) in exclusive locking mode, which keeps the WAL index in the heap."""
         if self._disk is not None:
             try:
-                self._disk.backup(memory)
+                self._disk.backup(memory, progress=_within(COPY_WAIT_S))
                 return True
             except sqlite3.Error:
                 pass
@@ -222,7 +226,7 @@ class Outbox:
             return False
         try:
             source.execute("PRAGMA locking_mode=EXCLUSIVE")
-            source.backup(memory)
+            source.backup(memory, progress=_within(COPY_WAIT_S))
             return True
         except sqlite3.Error:
             return False
@@ -390,6 +394,18 @@ class Outbox:
                 _close_quietly(self._memory)
             if self._disk is not None:
                 _close_quietly(self._disk)
+
+
+def _within(seconds: float) -> Callable[[int, int, int], None]:
+    """A backup's progress callback that gives up once ``seconds`` have passed (sqlite3 calls it at each step, a
+    busy one included; what it raises ends the backup)."""
+    deadline = time.monotonic() + seconds
+
+    def progress(status: int, remaining: int, total: int) -> None:
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError(f"the file stayed locked for {seconds:g}s")
+
+    return progress
 
 
 def read_what_is_readable(db: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:

@@ -64,6 +64,7 @@ class FakeChild:
     status: ExitStatus | None = None
     stop_reason: str | None = None
     stop_detail: str = ""
+    sigkilled: bool = False  # (the supervisor sent it SIGKILL: a fake is only ever stopped by SIGTERM)
     placement: None = None
     output_open: bool = False
     stop_asked_at: float | None = None

@@ -38,7 +38,10 @@ from helpers import (
     verdict_lines,
 )
 
+from supervisor.engine.reaping import ExitStatus
 from supervisor.evidence.cgroups import MemoryCgroup
+from supervisor.evidence.memory import MemoryReport
+from supervisor.lifecycle import verdict as v
 from supervisor.text.units import MIB as MiB
 from supervisor.text.units import parse_size
 
@@ -274,3 +277,31 @@ command = {toml_list(["true"])}
     # (the test's own directory name contains "memory_max": leave paths out)
     said = [line for line in out.splitlines() if "memory_max" in line.replace(str(sup.tmp), "<tmp>")]
     assert said, f"memory_max = 64MiB was silently not applied (cgroups = {mode!r}):\n{out}"
+
+
+# ---------------------------------------------------------------- whose OOM kill it was (in-process)
+
+
+def _killed(**kwargs: object) -> v.Verdict:
+    memory = MemoryReport(oom_kills=1, peak=None, scope="phase", snapshot=None)
+    return v.from_exit("p", "daemon", 42, ExitStatus(None, signal.SIGKILL), daemon=True, attempt=1, started_at=0.0,
+                       last_lines=[], memory=memory, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_sigkill_the_known_oom_victims_account_for_is_not_a_second_oom_kill() -> None:
+    # One kernel OOM kill (a sibling's, already judged oom_killed) made two oom_killed verdicts: a daemon SIGKILLed
+    # by someone else in the same life was blamed on the OOM killer too.
+    known = _killed(stop_reason=None, victims=("bench (pid 7)",))
+    assert known.reason == v.DAEMON_DIED, known
+    assert known.detail.endswith("1 OOM kill(s) in its phase cgroup during its life, of bench (pid 7)"), known
+    assert _killed(stop_reason=None).reason == v.OOM_KILLED  # no known victim: it was this one
+
+
+def test_an_oom_kill_in_a_stops_grace_is_the_oom_killers_not_the_stop() -> None:
+    # The supervisor asked it to stop (SIGTERM, grace running) and the kernel's OOM killer SIGKILLed it meanwhile:
+    # it was recorded as a clean stop (success, status 0), the detail blaming another process.
+    during = _killed(stop_reason="supervisor shutdown")
+    assert (during.reason, during.success) == (v.OOM_KILLED, False), during
+    assert during.detail.endswith(", while the supervisor was stopping it (supervisor shutdown)"), during
+    ours = _killed(stop_reason="supervisor shutdown", sigkilled=True)  # the grace ran out: our SIGKILL
+    assert (ours.reason, ours.success) == (v.STOPPED, True), ours

@@ -98,6 +98,12 @@ class Child:
         return self.status is None
 
     @property
+    def sigkilled(self) -> bool:
+        """The supervisor sent its tree SIGKILL: the grace of its stop ran out, a second stop request, a stop that
+        broke, or SIGKILL as its stop signal."""
+        return self._killed_at is not None or (self.stop_reason is not None and self.spec.stop_signal == signal.SIGKILL)
+
+    @property
     def kill_at(self) -> float | None:
         """While it is being stopped and its grace runs: when SIGKILL follows (monotonic, the loop's clock)."""
         timer = self._kill_timer

@@ -116,26 +116,31 @@ class Verdict:
 def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reason: str | None,
               daemon: bool, attempt: int, started_at: float, last_lines: list[str],
               memory: MemoryReport | None = None, stop_detail: str = "", victims: tuple[str, ...] = (),
-              added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
+              sigkilled: bool = False, added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
     """Decide why a reaped child ended, from its wait status, what we did, and the OOM counter.
 
     ``victims``: the OOM kills in its cgroup during its life that are already known (its siblings'
-    own ``oom_killed`` verdicts), named rather than guessed at. ``added``: the plugin's reasons (a stop for
-    one of them keeps it, as for the core's).
+    own ``oom_killed`` verdicts), named rather than guessed at: a SIGKILL they account for is not this
+    child's OOM kill. ``sigkilled``: the supervisor sent it SIGKILL (the grace of a stop ran out). ``added``:
+    the plugin's reasons (a stop for one of them keeps it, as for the core's).
     """
     success = status.success
     oom = memory.oom_kills if memory is not None else None
     scope = memory.scope if memory is not None else "none"
-    if stop_reason is not None:
+    # SIGKILL while the cgroup's oom_kill counter rose by more than the kills already known, and not ours: the
+    # kernel's OOM killer, not a person (during a stop's grace too: what it did on the way out was cut by it).
+    oom_killed = status.signal == signal.SIGKILL and bool(oom) and oom > len(victims) and not sigkilled
+    if stop_reason is not None and not oom_killed:
         # We asked it to end: what it did on the way out is not its failure.
         reason = stop_reason if stop_reason in REASONS or stop_reason in added else STOPPED
         success = reason == STOPPED
         detail = f"{stop_detail or stop_reason}; {status.describe()} after the supervisor stopped it"
-    elif status.signal == signal.SIGKILL and oom:
-        # SIGKILL while the cgroup's oom_kill counter rose: the kernel's OOM killer, not a person.
+    elif oom_killed:
         reason, success = OOM_KILLED, False
         detail = (f"{'daemon ' if daemon else ''}killed by the OOM killer: SIGKILL while oom_kill rose by "
                   f"{oom} in its {scope} cgroup")
+        if stop_reason is not None:
+            detail += f", while the supervisor was stopping it ({stop_detail or stop_reason})"
     elif daemon:
         reason, success = DAEMON_DIED, False
         detail = f"daemon {status.describe()} while its phase needed it"
@@ -204,6 +209,7 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
         phase, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
         daemon=daemon, attempt=attempt, started_at=child.started_at,
         last_lines=child.output.last_lines(), memory=report, stop_detail=child.stop_detail,
+        sigkilled=child.sigkilled,
         victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
                       and x.reason == OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
         added=added,

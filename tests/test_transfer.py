@@ -77,6 +77,18 @@ def test_a_file_with_its_control_file_beside_it_is_not_complete(tmp_path: Path) 
     assert tree_done(tmp_path)[2:] == (8192 + (1 << 20), 2)
 
 
+def test_one_file_with_its_control_file_beside_it_is_not_complete_either(tmp_path: Path) -> None:
+    # progress_path naming one file: a preallocated one counted as complete (done = its whole size before a byte
+    # came), so the download could never be too slow.
+    under_way = tmp_path / "b.params"
+    with open(under_way, "wb") as fh:
+        os.posix_fallocate(fh.fileno(), 0, 1 << 20)
+    (tmp_path / "b.params.aria2").write_bytes(b"ctl")
+    assert tree_done(under_way) == (1 << 20, 1, 0, 0)
+    (tmp_path / "b.params.aria2").unlink()
+    assert tree_done(under_way) == (1 << 20, 1, 1 << 20, 1)
+
+
 def test_received_bytes_leave_out_the_loopback() -> None:
     text = ("Inter-|   Receive                            |  Transmit\n"
             " face |bytes    packets errs drop fifo frame compressed multicast|bytes\n"

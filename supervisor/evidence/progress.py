@@ -221,7 +221,11 @@ def tree_done(path: str | Path) -> tuple[int | None, int, int, int]:
     except OSError:
         return None, 0, 0, 0
     if not os.path.isdir(path):
-        done = min(st.st_size, st.st_blocks * 512)
+        # One file, judged as in a directory: with its control file beside it, it is not complete (aria2c
+        # allocates the whole file at its start).
+        name = os.path.basename(os.fspath(path))
+        beside = {name + suffix for suffix in CONTROL_SUFFIXES if os.path.exists(os.fspath(path) + suffix)}
+        done = 0 if is_incomplete(name, beside) else min(st.st_size, st.st_blocks * 512)
         return st.st_size, 1, done, int(done > 0)
     total = files = done = done_files = 0
     stack = [os.fspath(path)]

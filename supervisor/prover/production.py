@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
@@ -113,6 +113,7 @@ class Reading:
     memory: tuple[int, int] | None = None  # cuzk's own (used, total)
     source: str = "none"
     error: str = ""
+    beside: tuple[Reading, ...] = ()  # curio's, read with cuzk's: its tasks may fail where cuzk never sees them
 
 
 def _count(value: Any) -> bool:
@@ -187,25 +188,31 @@ def _get(url: str) -> bytes:
 
 
 def read_counters(status_url: str, metrics_url: str) -> Reading:
-    """cuzk's counters, else curio's; whatever either answers (or does not), a Reading: none, with why."""
+    """cuzk's counters, else curio's; whatever either answers (or does not), a Reading: none, with why. Both
+    are read: curio's tasks may fail before they reach cuzk (its [Cuzk] Address, MaxPending) or after
+    (ProveTimeout), while cuzk's counters look like an idle GPU or a working one; curio's reading rides
+    ``beside`` cuzk's."""
     errors = []
+    cuzk: Reading | None = None
     if status_url:
         try:
-            cuzk = parse_cuzk(json.loads(_get(status_url)))
-            if cuzk is not None:
-                return Reading(time.monotonic(), cuzk[0], cuzk[1], cuzk[2], "cuzk")
-            errors.append("cuzk /status has no counters")
+            counters = parse_cuzk(json.loads(_get(status_url)))
+            if counters is not None:
+                cuzk = Reading(time.monotonic(), counters[0], counters[1], counters[2], "cuzk")
+            else:
+                errors.append("cuzk /status has no counters")
         except Exception as exc:  # any answer: a malformed status line, broken chunks, JSON nested too deep
             errors.append(f"cuzk /status: {_said(exc)}")
     if metrics_url:
         try:
-            curio = parse_curio(_get(metrics_url).decode(errors="replace"))
-            if curio is not None:
-                return Reading(time.monotonic(), curio[0], curio[1], None, "curio")
+            tasks = parse_curio(_get(metrics_url).decode(errors="replace"))
+            if tasks is not None:
+                curio = Reading(time.monotonic(), tasks[0], tasks[1], None, "curio")
+                return replace(cuzk, beside=(curio,)) if cuzk is not None else curio
             errors.append("curio /debug/metrics has no proving task counters")
         except Exception as exc:
             errors.append(f"curio /debug/metrics: {_said(exc)}")
-    return Reading(time.monotonic(), None, None, error="; ".join(errors))
+    return cuzk or Reading(time.monotonic(), None, None, error="; ".join(errors))
 
 
 def _said(exc: Exception) -> str:
@@ -261,6 +268,11 @@ class ProofWindow:
         base, last = current[1][0], current[1][-1]
         return (last.completed or 0) - (base.completed or 0), (last.failed or 0) - (base.failed or 0)
 
+    def failed_in_window(self, source: str) -> int:
+        """How many failed within the window, as ``source`` counts them."""
+        readings = self._series[source][1]
+        return (readings[-1].failed or 0) - (readings[0].failed or 0)
+
     def since_up(self) -> tuple[int, int, float]:
         """(completed, failed, seconds) since the first reading."""
         current = self._current()
@@ -271,8 +283,17 @@ class ProofWindow:
                 last.at - first.at)
 
     def failing(self, failures: int) -> bool:
-        completed, failed = self.in_window()
-        return failed >= failures and completed == 0
+        return self.failing_source(failures) is not None
+
+    def failing_source(self, failures: int) -> str | None:
+        """The source whose window holds ``failures`` or more failed and none completed (any source: curio's
+        tasks can fail while cuzk's counters look well); None: none is failing."""
+        for source, (_, readings) in self._series.items():
+            base, last = readings[0], readings[-1]
+            completed, failed = (last.completed or 0) - (base.completed or 0), (last.failed or 0) - (base.failed or 0)
+            if failed >= failures and completed == 0:
+                return source
+        return None
 
 
 def summary_line(window: ProofWindow, machine: dict[str, Any], memory: tuple[int, int] | None) -> str:
@@ -377,7 +398,9 @@ class ProductionWatch:
             self.state.miss(reading.error or "no counters read")
         else:
             self.state.read(reading.at)
-        self._window.add(reading)
+        for beside in reading.beside:
+            self._window.add(beside)
+        self._window.add(reading)  # (last: the figures shown are the first source's)
         self._memory = reading.memory or self._memory
         self.summary = summary_line(self._window, dict(self._wiring.machine(phase)), self._memory)
         if reading.at >= self._next_summary and reading.completed is not None:
@@ -385,10 +408,11 @@ class ProductionWatch:
             self._wiring.log(self.summary)
             if self._wiring.manager is not None:
                 self._wiring.manager.push_text("setup", f"prover-supervisor: {self.summary}")
-        if self._window.failing(self._settings.proof_failures):
-            failed = self._window.in_window()[1]
+        source = self._window.failing_source(self._settings.proof_failures)
+        if source is not None:
+            failed = self._window.failed_in_window(source)
             detail = (f"{failed} proof(s) failed and none completed within {self._settings.proof_failure_window_s:g}s "
-                      f"(proof_failures={self._settings.proof_failures}; {reading.source} counters)")
+                      f"(proof_failures={self._settings.proof_failures}; {source} counters)")
             self._window = ProofWindow(self._settings.proof_failure_window_s)
             self._wiring.production.fail_phase(phase, PROOFS_FAILING, detail)
 

@@ -49,6 +49,18 @@ def test_a_reading_without_counters_is_not_counted() -> None:
     assert window.in_window() == (0, 3) and window.since_up() == (0, 3, 20.0)
 
 
+def test_curios_tasks_failing_while_cuzk_looks_well_is_failing() -> None:
+    # curio's [Cuzk] Address naming no daemon (or its ProveTimeout shorter than a proof): its proving tasks fail
+    # while cuzk's counters stay still (an idle GPU) or rise. Only cuzk's were read: days in production, no proof.
+    for cuzk_done in (0, 9):
+        window = ProofWindow(600.0)
+        for i in range(6):
+            window.add(Reading(60.0 * i, 0, 5 * i, source="curio"))
+            window.add(Reading(60.0 * i, cuzk_done * i, 0, source="cuzk"))  # (last: the figures shown are its)
+        assert window.failing_source(5) == "curio" and window.failing(5), cuzk_done
+        assert window.in_window() == (cuzk_done * 5, 0) and window.failed_in_window("curio") == 25
+
+
 def test_a_read_that_falls_back_to_curio_never_subtracts_cuzks_counters() -> None:
     # cuzk's /status times out every other minute and curio's metrics answer instead: their totals count other
     # things (cuzk 500 completed, curio 40). Each keeps its own series: a proof failing every minute, none
@@ -162,10 +174,11 @@ STATUS = json.dumps({"counters": {"total_completed": 7, "total_failed": 1},
 METRICS = b'curio_harmonytask_tasks_completed{task_name="PoRep"} 3\n'
 
 
-def test_cuzk_is_read_first_and_curio_only_without_it() -> None:
+def test_cuzk_is_read_first_and_curio_beside_it() -> None:
     with answering({"/status": (200, STATUS), "/debug/metrics": (200, METRICS)}) as url:
         got = read_counters(f"{url}/status", f"{url}/debug/metrics")
         assert (got.source, got.completed, got.failed, got.memory, got.error) == ("cuzk", 7, 1, (40, 100), "")
+        assert [(b.source, b.completed, b.failed) for b in got.beside] == [("curio", 3, 0)]
         got = read_counters("", f"{url}/debug/metrics")  # status_listen "": no cuzk status API
         assert (got.source, got.completed, got.failed, got.memory) == ("curio", 3, 0, None)
 

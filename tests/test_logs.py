@@ -277,6 +277,20 @@ def test_logfile_rolls_over_at_max_bytes(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["c.log", "c.log.1"]
 
 
+def test_a_roll_finishes_the_line_under_way_first(tmp_path: Path) -> None:
+    # A block-buffered child writes 4 KiB blocks that end anywhere in a line: the roll came at a block's edge,
+    # and the new file began with the rest of a line the old one ended with.
+    path = tmp_path / "gen.log"
+    f = LogFile(path, max_bytes=20_000)
+    text = b"".join(b"line %05d %s\n" % (i, b"x" * 37) for i in range(1000))
+    for at in range(0, len(text), 4096):
+        f.write(text[at : at + 4096])
+    f.close()
+    rolled, current = path.with_name("gen.log.1").read_bytes(), path.read_bytes()
+    assert rolled.endswith(b"\n") and current.startswith(b"line "), "a line torn across the roll"
+    assert text.endswith(rolled + current) and len(rolled) <= 20_000 + 4096
+
+
 def test_an_fd_kept_on_the_log_follows_it_across_rolls(tmp_path: Path) -> None:
     # A fatal fault's last words go through an fd of their own (faulthandler's): after two rolls it pointed at a
     # deleted file, and a crash's traceback was lost. It is kept on the present file.

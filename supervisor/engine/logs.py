@@ -360,6 +360,7 @@ class LogFile:
         self._max = max_bytes
         self._fd: int | None = None
         self._size = 0
+        self._mid_line = False  # the file ends inside a line (a child's block-buffered output ends anywhere)
         # Whoever hears of a failure (the supervisor's log); stderr until told otherwise.
         self.notify: Log = notify or to_stderr
         self._lock = threading.Lock()  # the outbox thread logs through the supervisor's file too
@@ -388,20 +389,32 @@ class LogFile:
             return self._recovered()
 
     def _append(self, data: bytes) -> None:
-        view = memoryview(data)
+        done = 0  # bytes of ``data`` written
         try:
             if self._fd is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
                 self._size = os.fstat(self._fd).st_size
+            parts: list[bytes | None] = [data]  # None: roll over there
             if self._max and self._size + len(data) > self._max and self._size:
-                self._roll()
-            while view:
-                written = os.write(self._fd, view)
-                self._size += written
-                view = view[written:]
+                # Rolled at a line's end: a line under way (a child's block-buffered output ends anywhere) is
+                # finished in the old file first, where this write ends it.
+                end = data.find(b"\n") + 1 if self._mid_line else 0
+                parts = [data[:end], None, data[end:]]
+            for part in parts:
+                if part is None:
+                    self._roll()
+                    continue
+                view = memoryview(part)
+                while view:
+                    written = os.write(self._fd, view)
+                    self._size += written
+                    done += written
+                    view = view[written:]
+            if data:
+                self._mid_line = not data.endswith(b"\n")
         except OSError:
-            self._lost += len(view)  # what did not make it (a write cut short by a full disk: its rest)
+            self._lost += len(data) - done  # what did not make it (a write cut short by a full disk: its rest)
             raise
 
     def keep_on_this_file(self, fd: int) -> None:

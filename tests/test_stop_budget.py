@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import Runner, pid_alive, remove_cgroup, toml_list, toml_str, until, wait_for
 
-from supervisor.engine.stopbudget import EXIT_SHARE_S, SWEEP_MIN_S, StopBudget
+from supervisor.engine.stopbudget import CLOSE_S, EXIT_SHARE_S, SWEEP_MIN_S, StopBudget
 from supervisor.engine.survivors import KILL_WAIT_S
 
 STUBBORN = ["sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.1; done"]
@@ -120,6 +120,18 @@ def test_the_exit_sweep_gets_what_is_left_until_a_stuck_tree_is_no_longer_waited
     assert budget.sweep_s(5.0) == 2.0  # wait_until is 1 s before the end: 3 s left of 8, less 1
     now[0] += 10.0
     assert budget.sweep_s(5.0) == SWEEP_MIN_S  # spent: one round still kills what it can
+
+
+def test_the_consoles_last_lines_hold_the_exit_no_later_than_the_budget() -> None:
+    # A stdout that does not drain (a log driver that blocks) held the exit 5 s after the budgeted flush: docker's
+    # SIGKILL came first and the exit status was 137.
+    now = [100.0]
+    budget = StopBudget(8, "SIGTERM", clock=lambda: now[0])
+    assert budget.console_s(5.0) == 5.0  # early: its own bound
+    now[0] += 6.0
+    assert budget.console_s(5.0) == pytest.approx(2.0 - CLOSE_S / 2)
+    now[0] += 10.0
+    assert budget.console_s(5.0) == 0.0
 
 
 # ---------------------------------------------------------------- a tree SIGKILL cannot end (uninterruptible sleep)

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from ..manager.reporting import FlushWait
     from .startup import Core, Host, Outlets, Signals, Supervision
 
+# The console's last lines may hold the exit this long at most (a stdout that does not drain); less under a stop
+# budget (stopbudget.py): what it has left.
+CONSOLE_CLOSE_S = 5.0
 # The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
 TERMINATION_LOG_MAX_BYTES = 4096
 
@@ -76,7 +79,7 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
             action(*args)
         except Exception as exc:
             log(f"exit: {what} failed ({summary(exc)}); the rest of the exit goes on")
-    host.console.close()
+    host.console.close(budget.console_s(CONSOLE_CLOSE_S) if budget is not None else CONSOLE_CLOSE_S)
     os.close(lock_fd)
     no_last_walk_of_the_heap()
     return status

@@ -11,7 +11,8 @@ exit 137. So a stop signal that comes while the lifecycle runs gives the whole s
 - the children's stop gets the budget less ``EXIT_SHARE_S``, shared out between its waves: each child's
   grace is its own, or its wave's share of what is left if that is shorter (a wave done early leaves
   more for the next); past the budget less ``CLOSE_S * 2`` a tree that survives SIGKILL is not waited for;
-- the exit flush gets what is left until ``CLOSE_S`` before the end (``flush_deadline``);
+- the exit flush gets what is left until ``CLOSE_S`` before the end (``flush_deadline``), the console's
+  last lines what is left then, less half of it (``console_s``);
 - one line, before "exiting with status N", says what was cut short.
 
 A stop the supervisor decides itself (a failure, the lifecycle done) has no budget: graces and the flush
@@ -58,6 +59,11 @@ class StopBudget:
         ``wait_until`` (a tree stuck in uninterruptible sleep is SIGKILLed in vain: the exit must go on),
         at least one round's worth."""
         return max(SWEEP_MIN_S, min(own_s, self.wait_until - self._clock()))
+
+    def console_s(self, own_s: float) -> float:
+        """How long the console's last lines may hold the exit (a stdout that does not drain: a log driver that
+        blocks): its own bound, or what the budget has left before docker's SIGKILL, less half the closing."""
+        return max(0.0, min(own_s, self.deadline - CLOSE_S / 2 - self._clock()))
 
     def flush_deadline(self) -> float:
         """The latest the exit flush may wait until (monotonic)."""

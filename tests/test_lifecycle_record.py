@@ -254,3 +254,48 @@ def test_a_service_failed_by_a_hearer_of_its_coming_up_is_heard_up_first_by_ever
     assert later[:3] == [(PhaseState.STARTING, False), (PhaseState.RUNNING, False), (PhaseState.RUNNING, True)], later
     assert later[3] == (PhaseState.STOPPING, False), later
     assert r.phase("svc").state is PhaseState.FAILED
+
+
+BENCH_WITH_ITS_DAEMON = """
+[[phases]]
+name = "bench"
+command = ["fake"]
+
+[[phases.daemons]]
+name = "cuzk"
+command = ["fake"]
+
+[[phases]]
+name = "production"
+command = ["fake"]
+"""
+
+
+def test_a_oneshot_that_completed_is_done_though_a_shutdown_came_during_its_daemons_stop(run) -> None:
+    # The bench's command passed; its daemon (cuzk, 30 s of grace) was being stopped when docker stop came: the
+    # phase ended stopped, its facts were never kept, and the next start ran the bench again.
+    r = run(BENCH_WITH_ITS_DAEMON)
+    r.lifecycle.start()
+    r.run_until(1.0)
+    daemon, command = r.children.started
+    daemon.stop_takes = 5.0
+    command.exit(0)
+    bench = r.phase("bench")
+    assert bench.state is PhaseState.STOPPING
+    r.run_until(2.0)
+    r.lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(10.0)
+    assert bench.state is PhaseState.DONE, (bench.state, bench.why)
+    assert bench.why == "completed in 1 attempt(s) (then supervisor shutdown)"
+    assert "done_at" in bench.facts  # what the next start resumes it by
+    assert r.phase("production").state is PhaseState.STOPPED and len(r.children.started) == 2  # never started
+    assert r.finished == [143]
+
+
+def test_a_command_the_shutdown_stopped_is_no_success_of_its_own(run) -> None:
+    r = run(BENCH_WITH_ITS_DAEMON)
+    r.lifecycle.start()
+    r.run_until(1.0)
+    r.lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(10.0)
+    assert r.phase("bench").state is PhaseState.STOPPED and r.finished == [143]

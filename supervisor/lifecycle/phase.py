@@ -127,8 +127,8 @@ def decide(phase: Phase, event: Event) -> Step:
         case ChildrenStopped():
             return _after_the_stop(phase) if state is PhaseState.STOPPING else NOTHING
         case FactsGathered(facts, why):
-            if state is not PhaseState.STOPPING or over:
-                return NOTHING  # the supervisor shut down meanwhile: the shutdown settles the phase
+            if state is not PhaseState.STOPPING:
+                return NOTHING  # the shutdown settled it first (its outputs were still being listed)
             return Step(PhaseState.DONE, why, before=(KeepFacts(facts), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
         case BackoffOver():
             return Step(after=(Effect.PREPARE_AGAIN,)) if state is PhaseState.BACKOFF and not over else NOTHING
@@ -182,6 +182,11 @@ def _after_the_stop(phase: Phase) -> Step:
     if phase.shutting_down():
         if (failed := phase.failed_for_good()) is not None:
             return Step(PhaseState.FAILED, _fail_in_the_shutdown(failed).why, before=swept)
+        if phase.completed():
+            # Its command had completed when the shutdown came during its daemons' stop: done, as it would have
+            # been moments later, its facts kept (a next start resumes it: a passing bench is not run again).
+            return Step(before=swept, after=(GatherFacts(f"completed in {phase.attempt} attempt(s) "
+                                                         f"(then {SHUTDOWN_WHY})"),))
         return Step(PhaseState.STOPPED, SHUTDOWN_WHY, before=swept)
     step, why, delay = phase.next_after(outcome)
     if step is Next.DONE:
@@ -322,6 +327,12 @@ class Phase:
         if self.state is not PhaseState.STOPPING or outcome is None or outcome.success:
             return None
         return outcome if self.pacing.fails_for_good(outcome, self._attempt) else None
+
+    def completed(self) -> bool:
+        """A oneshot whose attempt ended by its command's success before any shutdown (being stopped now: its
+        daemons). A command the shutdown stopped is no success of its own."""
+        outcome = self.outcome
+        return self.spec.kind == "oneshot" and outcome is not None and outcome.success and outcome.reason != v.STOPPED
 
     def never_reaped(self) -> Verdict:
         """The verdict of an attempt whose command was stopped and never reaped (it outlived its SIGKILL)."""

@@ -18,7 +18,9 @@ import pytest
 from fakes import FakeClock
 
 from supervisor.engine.loop import EventLoop
+from supervisor.lifecycle import resume
 from supervisor.lifecycle.states import PhaseState
+from supervisor.state import firstseen, givenup
 from supervisor.state import paths as statepaths
 from supervisor.status.file import PERSIST_BURST, PERSIST_WINDOW_S, StateFile, load_persisted, snapshot_problem
 from supervisor.status.model import Snapshot
@@ -162,3 +164,27 @@ def test_sections_missing_or_null_where_null_belongs_are_no_problem() -> None:
              "started_at": None, "last_output_at": 3}
     assert snapshot_problem({"children": [child], "manager": {"url": None}, "gpus": {"unresponsive": None}}) is None
     assert snapshot_problem({"unknown_key": object(), "verdicts": [{"line": "x", "extra": 1}]}) is None
+
+
+HUGE = "1" + "0" * 400  # a JSON number, whole, too big for a float
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("resume.json", '{"version": 1, "phases": {"fetch": {"done_at": HUGE}}}'),
+    ("first-seen.json", '{"first_start": HUGE}'),
+    ("given-up.json", '{"at": HUGE, "reason": "x"}'),
+])
+def test_a_number_too_big_for_a_float_is_a_state_file_not_what_it_holds(tmp_path: Path, name: str, text: str) -> None:
+    # float() and math.isfinite() raise OverflowError on it: it escaped the "one line, start clean" of a state
+    # file, and the supervisor died with a traceback at every start until the file was deleted.
+    (tmp_path / name).write_text(text.replace("HUGE", HUGE))
+    said: list[str] = []
+    if name == "resume.json":
+        record = resume.load_record(tmp_path, ["fetch"], said.append)
+        assert record.previous("fetch") == {} and "int too large to convert to float" in said[0], said
+    elif name == "first-seen.json":
+        firstseen.FirstSeen(tmp_path, said.append)  # (it raised)
+        assert said == []  # JSON, but no times of ours: nothing of ours was lost, the clocks start afresh
+    else:
+        recalled = givenup.recall(tmp_path)  # (it raised): a record it cannot read still means given up
+        assert recalled is not None and f"{name} is unreadable" in recalled.reason, recalled

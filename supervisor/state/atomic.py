@@ -71,9 +71,9 @@ class StateFileError(ValueError):
 
 def load_json(path: Path, limit: int, holds: str, parse: Callable[[dict[str, Any]], T]) -> T:
     """What the state file at ``path`` holds: at most ``limit`` bytes of a regular file, a JSON object, made into
-    the file's value by ``parse`` (which raises ValueError, TypeError or KeyError where the object is not what
-    the file holds: ``holds`` says what that is, e.g. "a status snapshot"). Raises FileNotFoundError where there
-    is none, or StateFileError."""
+    the file's value by ``parse`` (which raises ValueError, TypeError, KeyError or OverflowError, a whole number
+    too big for a float, where the object is not what the file holds: ``holds`` says what that is, e.g. "a status
+    snapshot"). Raises FileNotFoundError where there is none, or StateFileError."""
     try:
         data = json.loads(read_regular_file(path, limit))
     except FileNotFoundError:
@@ -84,7 +84,7 @@ def load_json(path: Path, limit: int, holds: str, parse: Callable[[dict[str, Any
         raise StateFileError(path, TypeError(f"a JSON {type(data).__name__}, not an object"), holds, readable=True)
     try:
         return parse(data)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
         raise StateFileError(path, exc, holds, readable=True) from None
 
 

@@ -10,7 +10,15 @@ import pytest
 from helpers import Runner, one_verdict, py_script
 
 from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
-from supervisor.lifecycle.verdict import GPU_FAULT, SIGNAL, STALLED, TIMEOUT, TOO_SLOW, failure_status
+from supervisor.lifecycle.verdict import (
+    GPU_FAULT,
+    GPU_UNRESPONSIVE,
+    SIGNAL,
+    STALLED,
+    TIMEOUT,
+    TOO_SLOW,
+    failure_status,
+)
 
 # How the child meets the SIGTERM that ends it, and the status it would have passed on before.
 ON_TERM = {
@@ -28,6 +36,9 @@ def test_the_status_of_a_timed_out_failure_is_timeouts() -> None:
     # reason exits with the status it registered (the prover's proofs_failing: tests/prover/test_production_rules.py).
     added = {"widget_jammed": EXIT_FAILURE}
     assert failure_status(GPU_FAULT, 143) == failure_status("widget_jammed", 0, added) == EXIT_FAILURE
+    # NVML that stopped answering fails the attempt as a GPU gone does: it exited 143, the child's answer to the
+    # SIGTERM, as if the container had been stopped (docs/verdicts.md lists it under 1).
+    assert failure_status(GPU_UNRESPONSIVE, 143) == failure_status(GPU_UNRESPONSIVE, 137) == EXIT_FAILURE
     assert failure_status(SIGNAL, 143) == 143  # anything else passes the child's status on
     assert failure_status("widget_jammed", 143) == 143, "a reason nobody registered is anything else"
     assert failure_status(TIMEOUT, 143, {TIMEOUT: 1}) == EXIT_TIMEOUT, "a plugin cannot change the core's"

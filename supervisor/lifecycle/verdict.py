@@ -53,9 +53,9 @@ LAST_LINES = 20
 # What the supervisor decided was over for time: the run exits EXIT_TIMEOUT (124) as timeout(1) does,
 # whatever the child did on the stop signal. A download or bench too slow to make it is one of these.
 TIMED_OUT = (TIMEOUT, STALLED, TOO_SLOW)
-# What a watcher of the supervisor's found (a GPU gone; a plugin's watch registers its own findings with
-# EXIT_FAILURE): EXIT_FAILURE, not the child's own answer to being stopped for it.
-FOUND_BY_WATCHERS = (GPU_FAULT,)
+# What a watcher of the supervisor's found (a GPU gone, NVML that no longer answers; a plugin's watch registers its
+# own findings with EXIT_FAILURE): EXIT_FAILURE, not the child's own answer to being stopped for it.
+FOUND_BY_WATCHERS = (GPU_FAULT, GPU_UNRESPONSIVE)
 
 
 @dataclass(frozen=True)

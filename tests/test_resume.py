@@ -178,3 +178,24 @@ def test_a_corrupt_outbox_is_moved_aside_and_the_run_goes_on(sup: Runner) -> Non
         assert history(mgr) == ["registered", "params_done"]
     finally:
         mgr.stop()
+
+
+def test_outputs_resume_a_phase_whose_progress_path_is_one_file(sup: Runner) -> None:
+    # progress_path may name a file (docs/configuration.md): its outputs were never listed, so no start resumed it,
+    # and nothing said why.
+    params, runs = sup.tmp / "params.bin", sup.tmp / "runs"
+    config = sup.write(f"""
+        [[phases]]
+        name = "fetch"
+        command = {sh(f"echo run >> {runs}; printf 0123456789 > {params}")}
+        progress_path = {toml_str(str(params))}
+        resume = "outputs"
+        stall_s = 60
+        """)
+    run_to_end(sup, config, "one")
+    out = run_to_end(sup, config, "two")
+    assert runs.read_text() == "run\n", out
+    assert f"phase fetch: pending → done (resumed: its 1 output file(s) in {params} are all still there)" in out
+    params.write_text("0123")  # not the file it left
+    out = run_to_end(sup, config, "three")
+    assert runs.read_text() == "run\nrun\n", out

@@ -356,9 +356,17 @@ def facts_of(phase: ResumingPhase, output: OutputHook | None, then: Callable[[Fa
 
 def output_files(path: str) -> dict[str, int] | None:
     """Relative path → size of every file under ``path`` (lock and partial files left out, and a file with
-    its download's control file beside it: aria2c preallocates, so its size says nothing). Blocks: called
-    off the loop only."""
+    its download's control file beside it: aria2c preallocates, so its size says nothing); ``path`` one file:
+    its name → its size, judged alike. Blocks: called off the loop only."""
     root = Path(path)
+    if root.is_file():
+        try:
+            names = frozenset(p.name for p in root.parent.iterdir())
+            if root.suffix in NOT_OUTPUTS or is_incomplete(root.name, names):
+                return {}
+            return {root.name: root.stat().st_size}
+        except OSError:
+            return None
     if not root.is_dir():
         return None
     files = {}

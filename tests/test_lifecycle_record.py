@@ -299,3 +299,16 @@ def test_a_command_the_shutdown_stopped_is_no_success_of_its_own(run) -> None:
     r.lifecycle.shutdown("received SIGTERM", 143)
     r.run_until(10.0)
     assert r.phase("bench").state is PhaseState.STOPPED and r.finished == [143]
+
+
+def test_a_phase_of_many_daemons_stopped_together_keeps_its_commands_verdict(run) -> None:
+    # The run keeps the latest 20 verdicts of a phase: 25 daemons stopped after the command pushed its verdict
+    # out, and the attempt read as one whose command "outlived SIGKILL and was never reaped".
+    daemons = "".join(f'\n[[phases.daemons]]\nname = "d{i}"\ncommand = ["fake"]\n' for i in range(25))
+    r = run(f'[[phases]]\nname = "work"\ncommand = ["fake"]\ntimeout_s = 100\n{daemons}')
+    r.lifecycle.start()
+    r.run_until(200.0)
+    work = r.phase("work")
+    assert len(r.children.started) == 26 and work.state is PhaseState.FAILED, (work.state, work.why)
+    assert work.outcome is not None and work.outcome.reason == "timeout", work.outcome
+    assert "never reaped" not in work.outcome.detail, work.outcome.detail

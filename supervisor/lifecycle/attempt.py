@@ -48,6 +48,7 @@ class Attempt:
     started: float  # monotonic (the phase's clock): when it began
     children: list[Child] = field(default_factory=list)  # in start order
     outcome: Verdict | None = None  # what ended it (or refused the next one: prepare, a deadline in backoff)
+    command_verdict: Verdict | None = None  # its command's, as recorded when it was reaped
     up_at: float | None = None  # monotonic: when its service came up (command running, ready check passed)
     stop_over: bool = False  # its children are all stopped: what ended it decides what comes next
     broken: Verdict | None = None  # a bug of the supervisor's own failed it (internal_error)

@@ -316,8 +316,9 @@ class Phase:
         return self._attempt.stop_over
 
     def command_verdict(self) -> Verdict | None:
-        command = self.command_child
-        return self._verdicts.verdict_of(command) if command is not None else None
+        """Its command's verdict, kept by the attempt: the run's record keeps only the latest few of a phase, and
+        a phase of many daemons stopped together pushed it out (read as "never reaped")."""
+        return self._attempt.command_verdict
 
     def failed_for_good(self) -> Verdict | None:
         """The outcome of the attempt being stopped, where it is a failure no retry or restart would follow
@@ -462,6 +463,8 @@ class Phase:
             # (its daemon died, shutdown) never printed its result, and that is not its failure.
             verdict = output.judge(verdict, parser.result, self._log)
         verdict = self._verdicts.record(verdict)  # masked: what the attempt and the lifecycle keep
+        if child.spec is self.spec.command and child in self._attempt.children:
+            self._attempt.command_verdict = verdict
         self._on(ChildExited(verdict, asked=child.stop_reason is not None, kept=child in self.kept,
                              ours=child in self._attempt.children))
 

@@ -312,3 +312,20 @@ def test_a_phase_of_many_daemons_stopped_together_keeps_its_commands_verdict(run
     assert len(r.children.started) == 26 and work.state is PhaseState.FAILED, (work.state, work.why)
     assert work.outcome is not None and work.outcome.reason == "timeout", work.outcome
     assert "never reaped" not in work.outcome.detail, work.outcome.detail
+
+
+def test_after_a_freeze_past_the_backoff_and_the_deadline_no_attempt_starts(run) -> None:
+    # Both timers were due when the loop came back (SIGSTOP, a frozen cgroup); the backoff's fired first and
+    # started an attempt past timeout_s, which the deadline then killed.
+    r = run('[[phases]]\nname = "o"\ncommand = ["fake"]\nretries = 5\ntimeout_s = 10\nbackoff_s = 2\n'
+            'backoff_jitter = 0\n')
+    r.lifecycle.start()
+    r.run_until(5.0)
+    r.children.last.exit(1)
+    r.loop.run_once(max_wait=0)
+    assert r.phase("o").state is PhaseState.BACKOFF
+    r.clock.now = 50.0  # frozen for 45 s: the backoff (at 7) and the deadline (at 10) are both overdue
+    r.run_until(60.0)
+    o = r.phase("o")
+    assert o.state is PhaseState.FAILED and o.outcome is not None and o.outcome.reason == "timeout", o.why
+    assert len(r.children.started) == 1, "an attempt was started past the deadline"

@@ -131,7 +131,9 @@ def decide(phase: Phase, event: Event) -> Step:
                 return NOTHING  # the shutdown settled it first (its outputs were still being listed)
             return Step(PhaseState.DONE, why, before=(KeepFacts(facts), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
         case BackoffOver():
-            return Step(after=(Effect.PREPARE_AGAIN,)) if state is PhaseState.BACKOFF and not over else NOTHING
+            if state is not PhaseState.BACKOFF or over or phase.pacing.deadline_expired():
+                return NOTHING  # (past the deadline, after a freeze: its own timer, due too, fails the phase)
+            return Step(after=(Effect.PREPARE_AGAIN,))
         case Broken(verdict):
             return _broken(phase, verdict)
         case StopAsked():

@@ -348,6 +348,8 @@ BAD_CONFIGS = [
     P('[cuzk]\nparam_cache = "/p\\u0000"\n' + MARK_PHASE, "cuzk.param_cache: contains a NUL", id="nul-in-cuzk-path"),
     P(bad_phase('env = { "A\\u0000" = "x" }'), "phases[1] (b).env", id="nul-in-env-name"),
     # -- what the kernel cannot take
+    P(bad_phase('resume = "machine"\n[[phases.daemons]]\nname = "d"\ncommand = ["true"]\nlifetime = "lifecycle"'),
+      "phases[1] (b).resume: a phase resumed as done starts no children", id="resume-with-a-lifecycle-daemon"),
     P(bad_phase("restart_burst = 3"), 'phases[1] (b).restart_burst: only for kind = "service"',
       id="restart-burst-on-a-oneshot"),
     P(bad_phase("restart_window_s = 60"), 'phases[1] (b).restart_window_s: only for kind = "service"',

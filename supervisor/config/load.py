@@ -32,6 +32,7 @@ from .tables import (
     SUPERVISOR_KEYS,
     check_backoff_order,
     check_daemon_name,
+    check_kept_daemons,
     check_kind_keys,
     check_log_names,
     check_memory_order,
@@ -278,6 +279,7 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
     check_backoff_order(v, where)
     check_memory_order(v, where)
     daemons = _daemons(v, where, sup, daemon_keys, places["daemon"])
+    check_kept_daemons(v, daemons, where)
     return PhaseSpec(
         name=name,
         kind=v["kind"],

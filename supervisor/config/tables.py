@@ -53,6 +53,7 @@ from .model import (
     REPORTS,
     RESTART_POLICIES,
     RESUMES,
+    ChildSpec,
     ConfigError,
     PhaseSpec,
     ReadyCheck,
@@ -275,6 +276,15 @@ def check_kind_keys(v: Mapping[str, Any], where: str, given: Collection[str] = (
             raise ConfigError(f"{where}.retries: only for kind = \"oneshot\" (a service uses restart)")
         if v["timeout_s"] is not None:
             raise ConfigError(f"{where}.timeout_s: only for kind = \"oneshot\" (a service runs until stopped)")
+
+
+def check_kept_daemons(v: Mapping[str, Any], daemons: Collection[ChildSpec], where: str) -> None:
+    """A daemon with lifetime = "lifecycle" is handed on by a oneshot that succeeds: a phase resumed as done starts
+    no children, and the later phases would run without it."""
+    kept = [d.name for d in daemons if d.lifetime == "lifecycle"]
+    if kept and v["resume"] not in (None, "no"):
+        raise ConfigError(f"{where}.resume: a phase resumed as done starts no children, and its lifecycle daemon "
+                          f"{kept[0]!r} would not run for the phases after it; set resume = \"no\"")
 
 
 def check_progress_keys(v: Mapping[str, Any], where: str) -> None:

@@ -107,8 +107,7 @@ class ManagerClient:
         self._mask = Redactor(url_secrets(spec.url)).text
         self._warn = warn
         self._said_lock = threading.Lock()
-        self._redirect_said = False
-        self._unarmed_said = False  # (said once: a shortage of threads lasts)
+        self._said: set[str] = set()  # what was warned of once (it lasts: a redirect, a shortage of threads)
 
     def request(self, method: str, path: str, *, json_body: dict[str, Any] | None = None,
                 data: bytes | None = None, headers: dict[str, str] | None = None,
@@ -118,9 +117,10 @@ class ManagerClient:
         from .deadline import deadline_session
 
         with deadline_session(self.deadline_s, self._headers) as (session, watchdog):
-            if watchdog.unarmed is not None and self._first_time_unarmed() and self._warn is not None:
-                self._warn(f"manager: no thread for a call's {self.deadline_s:g}s deadline ({watchdog.unarmed}); "
-                           "calls go on, cut by connect_timeout_s and read_timeout_s alone while threads are short")
+            if watchdog.unarmed is not None:
+                self._warn_once("unarmed", f"manager: no thread for a call's {self.deadline_s:g}s deadline "
+                                f"({watchdog.unarmed}); calls go on, cut by connect_timeout_s and read_timeout_s "
+                                "alone while threads are short")
             try:
                 response = session.request(method, self.base + path, json=json_body, data=data, headers=headers,
                                            timeout=self.timeout, allow_redirects=False, stream=True)
@@ -134,10 +134,14 @@ class ManagerClient:
                     raise
                 raise TransientError(self._mask(f"{method} {path}: {_describe(exc)}")) from None
 
-    def _first_time_unarmed(self) -> bool:
+    def _warn_once(self, about: str, line: str) -> None:
+        """``line`` is warned of the first time ``about`` is met only (calls come from the sender's thread and the
+        log shipper's)."""
         with self._said_lock:
-            first, self._unarmed_said = not self._unarmed_said, True
-        return first
+            first = about not in self._said
+            self._said.add(about)
+        if first and self._warn is not None:
+            self._warn(line)
 
     def _answer(self, method: str, path: str, response: Any, want_json: bool, max_bytes: int) -> Answer:
         status = response.status_code
@@ -181,10 +185,7 @@ class ManagerClient:
         where = _text(self._mask(shown_url(location)).encode(), SHOWN_CHARS) if location else "(no Location)"
         line = (f"the manager answered {status} → {where}: redirects are not followed; "
                 "check [manager] url")
-        with self._said_lock:
-            first, self._redirect_said = not self._redirect_said, True
-        if first and self._warn is not None:
-            self._warn(f"manager: {method} {path}: {line}")
+        self._warn_once("redirect", f"manager: {method} {path}: {line}")
         return f"{method} {path}: {line}"
 
     def with_retries(self, attempt: Callable[[], Answer], stop: threading.Event,

@@ -32,6 +32,7 @@ from datetime import UTC
 from typing import Any
 
 from ..config import ManagerSpec
+from ..lifecycle.states import backoff_delay
 from ..text import Log
 from ..text.redact import Redactor, shown_url, url_secrets
 
@@ -240,10 +241,10 @@ def retry_after_s(value: str | None, now: float) -> float | None:
 
 
 def retry_wait_s(attempts: int) -> float:
-    """The wait after the ``attempts``-th failed try: RETRY_INITIAL_S doubled each time, plus up to RETRY_JITTER_S,
-    at most RETRY_MAX_S. (Worked out here: tenacity's own jittered backoff changed its arguments from 8.x to 9.2,
-    and the package allows both.)"""
-    doubled = RETRY_INITIAL_S * 2.0 ** min(max(attempts - 1, 0), 64)  # (past 64 the cap has long won)
+    """The wait after the ``attempts``-th failed try: RETRY_INITIAL_S doubled each time (the phases' own backoff
+    rule, with no spread), plus up to RETRY_JITTER_S, at most RETRY_MAX_S. (Not tenacity's jittered backoff: its
+    arguments changed from 8.x to 9.2, and the package allows both.)"""
+    doubled = backoff_delay(max(attempts, 1), RETRY_INITIAL_S, 2.0, RETRY_MAX_S, jitter=0.0, rand=0.0)
     return min(RETRY_MAX_S, doubled + random.uniform(0, RETRY_JITTER_S))
 
 

@@ -223,9 +223,7 @@ def tree_done(path: str | Path) -> tuple[int | None, int, int, int]:
     if not os.path.isdir(path):
         # One file, judged as in a directory: with its control file beside it, it is not complete (aria2c
         # allocates the whole file at its start).
-        name = os.path.basename(os.fspath(path))
-        beside = {name + suffix for suffix in CONTROL_SUFFIXES if os.path.exists(os.fspath(path) + suffix)}
-        done = 0 if is_incomplete(name, beside) else min(st.st_size, st.st_blocks * 512)
+        done = 0 if file_incomplete(path) else min(st.st_size, st.st_blocks * 512)
         return st.st_size, 1, done, int(done > 0)
     total = files = done = done_files = 0
     stack = [os.fspath(path)]
@@ -258,6 +256,14 @@ def tree_done(path: str | Path) -> tuple[int | None, int, int, int]:
 def is_incomplete(name: str, names_beside: set[str] | frozenset[str]) -> bool:
     """A control file, or a file with its control file beside it (``names_beside``: its directory's names)."""
     return name.endswith(CONTROL_SUFFIXES) or any(name + suffix in names_beside for suffix in CONTROL_SUFFIXES)
+
+
+def file_incomplete(path: str | Path) -> bool:
+    """``is_incomplete`` for one file named on its own (progress_path naming a file): its control file is looked
+    for beside it, its directory not listed. Blocks: off the loop only."""
+    path = os.fspath(path)
+    return is_incomplete(os.path.basename(path), {os.path.basename(path) + suffix for suffix in CONTROL_SUFFIXES
+                                                  if os.path.exists(path + suffix)})
 
 
 def net_received(text: str | None = None) -> int | None:

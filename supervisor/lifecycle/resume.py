@@ -36,7 +36,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.offloop import run_bounded
-from ..evidence.progress import is_incomplete
+from ..evidence.progress import file_incomplete, is_incomplete
 from ..state import paths as statepaths
 from ..state.atomic import Rewrites, StateFileError, load_json
 from ..text import Log
@@ -360,10 +360,9 @@ def output_files(path: str) -> dict[str, int] | None:
     its name → its size, judged alike. Blocks: called off the loop only."""
     root = Path(path)
     if root.is_file():
+        if root.suffix in NOT_OUTPUTS or file_incomplete(root):
+            return {}
         try:
-            names = frozenset(p.name for p in root.parent.iterdir())
-            if root.suffix in NOT_OUTPUTS or is_incomplete(root.name, names):
-                return {}
             return {root.name: root.stat().st_size}
         except OSError:
             return None

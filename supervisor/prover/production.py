@@ -263,15 +263,12 @@ class ProofWindow:
     def in_window(self) -> tuple[int, int]:
         """(completed, failed) between the oldest reading in the window and the latest."""
         current = self._current()
-        if current is None:
-            return 0, 0
-        base, last = current[1][0], current[1][-1]
-        return (last.completed or 0) - (base.completed or 0), (last.failed or 0) - (base.failed or 0)
+        return _between(current[1][0], current[1][-1]) if current is not None else (0, 0)
 
     def failed_in_window(self, source: str) -> int:
         """How many failed within the window, as ``source`` counts them."""
         readings = self._series[source][1]
-        return (readings[-1].failed or 0) - (readings[0].failed or 0)
+        return _between(readings[0], readings[-1])[1]
 
     def since_up(self) -> tuple[int, int, float]:
         """(completed, failed, seconds) since the first reading."""
@@ -279,8 +276,7 @@ class ProofWindow:
         if current is None:
             return 0, 0, 0.0
         first, last = current[0], current[1][-1]
-        return ((last.completed or 0) - (first.completed or 0), (last.failed or 0) - (first.failed or 0),
-                last.at - first.at)
+        return (*_between(first, last), last.at - first.at)
 
     def failing(self, failures: int) -> bool:
         return self.failing_source(failures) is not None
@@ -289,11 +285,15 @@ class ProofWindow:
         """The source whose window holds ``failures`` or more failed and none completed (any source: curio's
         tasks can fail while cuzk's counters look well); None: none is failing."""
         for source, (_, readings) in self._series.items():
-            base, last = readings[0], readings[-1]
-            completed, failed = (last.completed or 0) - (base.completed or 0), (last.failed or 0) - (base.failed or 0)
+            completed, failed = _between(readings[0], readings[-1])
             if failed >= failures and completed == 0:
                 return source
         return None
+
+
+def _between(base: Reading, last: Reading) -> tuple[int, int]:
+    """(completed, failed) from one reading of a source to a later one."""
+    return (last.completed or 0) - (base.completed or 0), (last.failed or 0) - (base.failed or 0)
 
 
 def summary_line(window: ProofWindow, machine: dict[str, Any], memory: tuple[int, int] | None) -> str:

@@ -28,7 +28,7 @@ from ..state import paths as statepaths
 from ..status import file as status_file
 from ..status import snapshot as snapshot_mod
 from ..status.file import StateFile
-from ..status.model import Exiting, GpuSampleStatus, Snapshot
+from ..status.model import Exiting, Snapshot
 from ..status.socket import StatusServer
 from ..status.timers import Timeline
 from ..wiring import Wiring
@@ -175,8 +175,7 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
         # Not ready once the shutdown began: production is being stopped, though it shows up until it ends.
         unready = "shutting down" if lifecycle.shutting_down else \
             None if production and all(p.up for p in production) else "production is not up"
-        samples = tuple(GpuSampleStatus(**vars(s)) for s in gpus.samples()) if gpus is not None else ()
-        state.publish(unready, metrics_text(take_snapshot(usage=False), gpu_samples=samples))
+        state.publish(unready, metrics_text(take_snapshot(usage=False), gpu_samples=snapshot_mod.gpu_samples(gpus)))
 
     beat()
     log(f"health: http://127.0.0.1:{server.port}/healthz, /readyz, /metrics")

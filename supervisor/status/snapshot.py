@@ -251,11 +251,15 @@ def _gpus(gpus: Gpus | None, usage: bool) -> GpuStatus:
     if usage:
         gpus.want_for()
     hung = gpus.unresponsive()
-    return GpuStatus(available=gpus.available, why=gpus.why,
-                     samples=tuple(GpuSampleStatus(**vars(s)) for s in gpus.samples()) if usage else (),
+    return GpuStatus(available=gpus.available, why=gpus.why, samples=gpu_samples(gpus) if usage else (),
                      unresponsive=HungCallStatus.from_json(hung.to_dict(time.monotonic())) if hung is not None
                      else None,
                      slow_calls=gpus.slow_calls)
+
+
+def gpu_samples(gpus: Gpus | None) -> tuple[GpuSampleStatus, ...]:
+    """The GPU thread's latest sample of every GPU, as the status shows it (never NVML itself)."""
+    return tuple(GpuSampleStatus(**vars(s)) for s in gpus.samples()) if gpus is not None else ()
 
 
 def _memory(memory: MemoryEvidence | None) -> MemoryStatus:

@@ -224,19 +224,26 @@ def test_the_deadline_stall_and_ready_wait_count_while_a_daemon_is_waited_for(su
         stop(run)
 
 
-def test_the_grace_before_sigkill_counts_down_while_a_child_ignores_sigterm(sup: Runner) -> None:
-    # The stop budget (8 s by default) would cut the grace short: the two `status` reads below must land
-    # while the child is still being waited for, however slowly they start on a busy machine.
-    config = sup.write(sup.header(stop_grace_s=60, extra="stop_budget_s = 120") + textwrap.dedent(f"""
+def stopping_a_deaf_service(sup: Runner, budget_s: float) -> Console:
+    """A service that ignores SIGTERM (stop_grace_s 60), once it runs: the supervisor is sent SIGTERM, with a stop
+    budget of ``budget_s``."""
+    config = sup.write(sup.header(stop_grace_s=60, extra=f"stop_budget_s = {budget_s:g}") + textwrap.dedent(f"""
         [[phases]]
         name = "stubborn"
         kind = "service"
         command = {sh("trap '' TERM; echo deaf; while true; do sleep 0.1; done")}
         """), header=False)
     run = Console(sup, config)
+    run.wait_text("[stubborn/stubborn] deaf")
+    os.kill(run.pid, signal.SIGTERM)
+    return run
+
+
+def test_the_grace_before_sigkill_counts_down_while_a_child_ignores_sigterm(sup: Runner) -> None:
+    # The stop budget (8 s by default) would cut the grace short: the two `status` reads below must land
+    # while the child is still being waited for, however slowly they start on a busy machine.
+    run = stopping_a_deaf_service(sup, budget_s=120)
     try:
-        run.wait_text("[stubborn/stubborn] deaf")
-        os.kill(run.pid, signal.SIGTERM)
         run.wait_text("stopping stubborn/stubborn")
         rc, snap = status_json(sup.state_dir)
         (child,) = snap["children"]
@@ -251,16 +258,8 @@ def test_the_grace_before_sigkill_counts_down_while_a_child_ignores_sigterm(sup:
 def test_the_grace_shown_is_the_one_the_stop_budget_left(sup: Runner) -> None:
     # A stop signal from outside comes with a budget (stop_budget_s): the grace is cut to fit it. status showed
     # stop_grace_s ("grace 60s") while SIGKILL was due seconds later.
-    config = sup.write(sup.header(stop_grace_s=60, extra="stop_budget_s = 30") + textwrap.dedent(f"""
-        [[phases]]
-        name = "stubborn"
-        kind = "service"
-        command = {sh("trap '' TERM; echo deaf; while true; do sleep 0.1; done")}
-        """), header=False)
-    run = Console(sup, config)
+    run = stopping_a_deaf_service(sup, budget_s=30)
     try:
-        run.wait_text("[stubborn/stubborn] deaf")
-        os.kill(run.pid, signal.SIGTERM)
         run.wait_text("(of 60s: the stop budget)")
         given = float(re.search(r"stopping stubborn/stubborn .*grace ([\d.]+)s \(of 60s", run.text()).group(1))
         assert given < 60

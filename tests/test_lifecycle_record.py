@@ -256,15 +256,7 @@ def test_a_service_failed_by_a_hearer_of_its_coming_up_is_heard_up_first_by_ever
     assert r.phase("svc").state is PhaseState.FAILED
 
 
-BENCH_WITH_ITS_DAEMON = """
-[[phases]]
-name = "bench"
-command = ["fake"]
-
-[[phases.daemons]]
-name = "cuzk"
-command = ["fake"]
-
+BENCH_WITH_ITS_DAEMON = ONESHOT_WITH_A_DAEMON + """
 [[phases]]
 name = "production"
 command = ["fake"]

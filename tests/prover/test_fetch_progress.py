@@ -17,6 +17,8 @@ import requests
 from helpers import PY, REPO, failure
 from profilekit import standin_env
 
+from supervisor.evidence.progress import tree_done
+from supervisor.lifecycle.resume import output_files
 from supervisor.lifecycle.states import PhaseState
 from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchlimits import BenchCut, hopeless
@@ -75,16 +77,22 @@ def test_the_standin_fetches_like_curio_preallocated_with_a_control_file(tmp_pat
     proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen_control_with_full_size = False
+    lone_file_judged = []  # the file judged on its own (a progress_path naming it), while it is under way
     deadline = time.monotonic() + 30
     while proc.poll() is None and time.monotonic() < deadline:
         for control in cache.glob("*.aria2") if cache.is_dir() else ():
             target = control.with_suffix("")
             if target.exists() and target.stat().st_size == 8 * MIB:
                 seen_control_with_full_size = True
+                judged = (tree_done(target)[2:], output_files(str(target)))
+                if control.exists():  # (still under way after the look: the look saw it under way)
+                    lone_file_judged.append(judged)
         time.sleep(0.02)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert seen_control_with_full_size, f"no preallocated file with its .aria2 beside it ({how})"
+    # Neither the download figures nor resume count the preallocated file as done while its .aria2 is there.
+    assert lone_file_judged and all(j == ((0, 0), {}) for j in lone_file_judged), (how, lone_file_judged)
     assert not list(cache.glob("*.aria2"))
     result = parse_fetch_text(out)
     assert result.readouts >= 1 and len(result.files) == 1, out

@@ -287,3 +287,26 @@ def test_a_backlog_written_in_one_batch_still_rolls_at_the_line_that_fills_the_f
     longest = max(map(len, lines))
     assert roll_at <= rolled.stat().st_size < roll_at + longest
     assert rolled.read_bytes() + path.read_bytes() == b"".join(lines)  # no line lost, split or reordered
+
+
+def test_a_childs_batch_of_lines_in_one_chunk_rolls_at_the_line_that_fills_the_file(tmp_path: Path) -> None:
+    # A child's batch of lines reaches the console as one write of three parts: its prefix, the lines joined with
+    # the prefix between them, the last newline (ChildOutput). CI saw 102 kB in entrypoint.log.1 against a 20 kB
+    # roll: the roll waited for the end of the batch's chunk.
+    path = tmp_path / "entrypoint.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    head = b"12:00:00.000 [chatty/chatty] "
+    lines = [b"line %04d of the chatty child" % i for i in range(3000)]
+    roll_at = 60_000
+    try:
+        console = Console(fd, roll_at=roll_at)
+        console.put(head, (b"\n" + head).join(lines), b"\n")
+        console.close()
+    finally:
+        os.close(fd)
+    rolled = path.with_name("entrypoint.log.1").read_bytes()
+    longest = len(head) + max(map(len, lines)) + 1
+    assert roll_at <= len(rolled) < roll_at + longest and rolled.endswith(b"\n")
+    assert path.read_bytes().startswith(head)  # the new file begins with a whole line
+    whole = b"".join(head + line + b"\n" for line in lines)
+    assert whole.endswith(rolled + path.read_bytes())  # (two rolls: the first file's lines are gone, no line torn)

@@ -167,27 +167,31 @@ class Console:
                 self._back()
 
     def _write_rolling(self, chunks: list[bytes]) -> OSError | None:
-        """Write the chunks, rolling the file over at the end of the line that fills it: a backlog taken in one
-        batch (a slow disk, a starved thread) must not carry the file megabytes past ``roll_at``."""
+        """Write the chunks, rolling the file over at the end of the line that fills it, inside a chunk too (a
+        child's batch of lines is one): a backlog taken in one batch (a slow disk, a starved thread) must not
+        carry the file far past ``roll_at``."""
         if not self._roll_at:
             return self._write_all(chunks)
         try:
             size = os.fstat(self._fd).st_size
         except OSError:
             size = 0  # (the write below says what is wrong with the fd)
-        start = 0
-        for i, chunk in enumerate(chunks):
-            size += len(chunk)
-            if size < self._roll_at or not chunk.endswith(b"\n"):
+        pending, ready = list(chunks), []
+        while pending and self._roll_at:
+            chunk = pending.pop(0)
+            end = chunk.find(b"\n", max(self._roll_at - size - 1, 0)) + 1 if size + len(chunk) >= self._roll_at else 0
+            if not end:
+                ready.append(chunk)
+                size += len(chunk)
                 continue
-            failure = self._write_all(chunks[start : i + 1])
+            failure = self._write_all([*ready, chunk[:end]])
             if failure is not None:
                 return failure
-            start, size = i + 1, 0
-            self._roll_if_full()
-            if not self._roll_at:
-                break  # cannot roll: said once, it grows on
-        return self._write_all(chunks[start:])
+            ready, size = [], 0
+            self._roll_if_full()  # (cannot roll: said once, _roll_at is 0 and the rest goes on as it is)
+            if end < len(chunk):
+                pending.insert(0, chunk[end:])
+        return self._write_all(ready + pending)
 
     def _roll_if_full(self) -> None:
         """stdout into a regular file (Vast's onstart: ``nohup ... > /var/log/entrypoint.log``) would grow for as

@@ -1,4 +1,4 @@
-"""supervisor.state.atomic on a real temp dir: a file replaced whole or not at all (mode 0600, no temporary copy
+"""supervisor.state.files on a real temp dir: a file replaced whole or not at all (mode 0600, no temporary copy
 left behind, even when the replace fails), and read back bounded, whatever stands at the path (a FIFO with no
 writer, /dev/zero behind a link, a directory, a file bigger than the limit); a JSON state file loaded (a JSON
 object, then the file's own parse) or refused in one line that says whether it could not be read or is not
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.state.atomic import StateFileError, load_json, read_regular_file, save_json, write_atomically
+from supervisor.state.files import StateFileError, load_json, read_regular_file, save_json, write_atomically
 
 
 def leftovers(directory: Path) -> list[str]:

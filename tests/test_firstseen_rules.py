@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from supervisor.manager.row import Row
-from supervisor.state import paths as statepaths
+from supervisor.state import files as statepaths
 from supervisor.state.firstseen import (
     AFTER_FETCH_CLOCK,
     FIRST_REGISTERED,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.state import files as statepaths
 from supervisor.state import givenup
-from supervisor.state import paths as statepaths
 from supervisor.state.givenup import MARKER_MAX_BYTES, REASON_MAX_CHARS, SET_ASIDE_SUFFIX, GivenUp
 
 

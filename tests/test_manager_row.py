@@ -21,7 +21,7 @@ from helpers import PY, REPO, Console, Runner, sh, toml_str, wait_for
 
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_GIVEN_UP, EXIT_KILLED, EXIT_TIMEOUT
-from supervisor.state import paths as statepaths
+from supervisor.state import files as statepaths
 
 WAIT_S = 60  # upper bounds against hanging, never measures
 LABEL = "C.4711"

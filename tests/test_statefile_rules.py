@@ -20,8 +20,8 @@ from fakes import FakeClock
 from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle import resume
 from supervisor.lifecycle.states import PhaseState
+from supervisor.state import files as statepaths
 from supervisor.state import firstseen, givenup
-from supervisor.state import paths as statepaths
 from supervisor.status.file import PERSIST_BURST, PERSIST_WINDOW_S, StateFile, load_persisted, snapshot_problem
 from supervisor.status.model import Snapshot
 

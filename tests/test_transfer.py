@@ -12,7 +12,7 @@ from supervisor.evidence.progress import NET_DEV, TreeMeasure, net_received, tre
 from supervisor.evidence.progresswatch import done_bytes
 from supervisor.evidence.transfer import TOO_SLOW_MARGIN, RateWindow, duration, figures, progress_text, too_slow
 from supervisor.lifecycle.hooks import ProgressReading
-from supervisor.state import paths as statepaths
+from supervisor.state import files as statepaths
 from supervisor.state.firstseen import FirstSeen
 from supervisor.status.health import metrics_text
 from supervisor.status.model import Snapshot

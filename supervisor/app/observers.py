@@ -24,7 +24,7 @@ from ..exits import EXIT_KILLED, EXIT_OK
 from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.states import Deaf, PhaseState, ShutdownView
 from ..plugin import Plugin
-from ..state import paths as statepaths
+from ..state import files as statepaths
 from ..status import file as status_file
 from ..status import snapshot as snapshot_mod
 from ..status.file import StateFile

@@ -40,7 +40,7 @@ from ..lifecycle.runtime import ChildKit, MachineEvidence, Runtime
 from ..manager.logship import EarlyLines
 from ..manager.reporting import Reporter
 from ..plugin import Plugin, hooks_for, rerun_of
-from ..state import paths as statepaths
+from ..state import files as statepaths
 from ..state.firstseen import FETCH_CLOCK, FirstSeen
 from ..status.file import StateFile
 from ..status.socket import StatusServer

@@ -17,7 +17,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any
 
-from ..state.paths import SUPERVISOR_LOG, child_log_name
+from ..state.files import SUPERVISOR_LOG, child_log_name
 from ..text.show import fmt_bytes
 from .endpoint import _url
 from .keys import ConfigPlugin, Key

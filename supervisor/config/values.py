@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..state.paths import STATUS_SOCKET
+from ..state.files import STATUS_SOCKET
 from ..text.show import cut, shown
 from ..text.units import is_ascii_digits, parse_size
 from .model import ConfigError, ReadyCheck

@@ -14,7 +14,7 @@ from ..engine.logs import ChildOutput, LogFile
 from ..engine.loop import ErrorHandler, contained, is_contained, name_of
 from ..engine.process import Child, SpawnError, child_setup, spawn
 from ..engine.reaping import ExitStatus
-from ..state.paths import child_log_name
+from ..state.files import child_log_name
 from ..text.show import logged
 from .runtime import ChildKit
 

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.offloop import run_bounded
 from ..evidence.progress import file_incomplete, is_incomplete
-from ..state import paths as statepaths
-from ..state.atomic import Rewrites, StateFileError, load_json
+from ..state import files as statepaths
+from ..state.files import Rewrites, StateFileError, load_json
 from ..text import Log
 from .states import Deaf, PhaseState
 

@@ -29,8 +29,8 @@ from ..engine.loop import EventLoop, contained, summary
 from ..exits import EXIT_OK
 from ..lifecycle.states import PhaseLike, PhaseState, PhaseView, ShutdownView
 from ..lifecycle.verdict import STOPPED, Verdict
+from ..state import files as statepaths
 from ..state import givenup
-from ..state import paths as statepaths
 from ..text import Log
 from ..text.ansi import plain, strip_ansi
 from ..text.redact import Redactor, shown_url

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..text import Log
-from . import paths as statepaths
-from .atomic import StateFileError, load_json, save_json
+from . import files as statepaths
+from .files import StateFileError, load_json, save_json
 
 # Two machines' wall clocks (ours, the manager's, an earlier container's) may disagree by this much before a
 # time they wrote "from the future" is refused as impossible (here, and in the manager's row: manager/row.py).

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..text.show import one_line
-from . import paths as statepaths
-from .atomic import StateFileError, load_json, save_json
+from . import files as statepaths
+from .files import StateFileError, load_json, save_json
 
 MARKER_MAX_BYTES = 16 * 1024
 REASON_MAX_CHARS = 500

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..engine.survivors import is_live_supervisor, left_alive_by
 from ..exits import EXIT_NOT_RUNNING, EXIT_OK
-from ..state import paths as statepaths
+from ..state import files as statepaths
 from ..text.stdio import STDOUT, lost, say
 from .file import load_persisted
 from .model import EXITED, GONE, NOT_ANSWERING, RUNNING, Fate, Snapshot, Survivor

@@ -32,8 +32,8 @@ from typing import Any
 from ..engine.loop import EventLoop, Timer
 from ..engine.survivors import is_live_supervisor
 from ..lifecycle.states import FINAL_STATES
-from ..state import paths as statepaths
-from ..state.atomic import Rewrites, StateFileError, load_json, save_json
+from ..state import files as statepaths
+from ..state.files import Rewrites, StateFileError, load_json, save_json
 from ..text import Log
 from .model import Snapshot, shape_problem
 

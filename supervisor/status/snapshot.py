@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
-from ..state.paths import SUPERVISOR_LOG, child_log_name
+from ..state.files import SUPERVISOR_LOG, child_log_name
 from ..text.ansi import plain
 from .model import (
     ChildStatus,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.loop import EventLoop
-from ..state import paths as statepaths
+from ..state import files as statepaths
 from ..text import Log
 from .file import snapshot_problem
 from .model import Snapshot

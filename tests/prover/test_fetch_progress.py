@@ -24,7 +24,7 @@ from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchlimits import BenchCut, hopeless
 from supervisor.prover.fetchlines import parse_fetch_text
 from supervisor.prover.standins.paramserve import ParamServer
-from supervisor.state import paths as statepaths
+from supervisor.state import files as statepaths
 from supervisor.wiring import PhaseView
 
 MIB = 1 << 20

@@ -20,7 +20,7 @@ from profilekit import ZERO_RATE_BENCH
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_GIVEN_UP
 from supervisor.prover.reasons import EXIT_BENCH_REJECTED
-from supervisor.state import paths as statepaths
+from supervisor.state import files as statepaths
 
 WAIT_S = 90  # upper bounds against hanging, never measures
 

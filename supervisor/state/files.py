@@ -1,12 +1,17 @@
-"""A file in state_dir written whole or not at all, and read back bounded; a JSON state file kept that way.
+"""The files of ``state_dir`` and ``log_dir``: each named once, and every state file written whole or not at all
+and read back bounded.
 
-Every state file (status.json: status/file.py, resume.json: lifecycle/resume.py, given-up.json: givenup.py,
-first-seen.json: firstseen.py) is replaced atomically, so a reader or the next start never sees half a file,
-and is read back knowing it may be anything at all: a FIFO someone put there, /dev/zero behind a link, a file
-far bigger than we ever write, JSON nested past the parser's depth, a JSON list, a record of another shape.
-``load_json`` reads one (bounded, a regular file, a JSON object, then the file's own ``parse`` of it) and says
-in one line why what is there cannot be used; ``save_json`` writes one; ``Rewrites`` writes one again and
-again, a failure (a full disk) said once and its recovery once. What a bad file means (start clean,
+**Names.** ``state_dir`` is the supervisor's memory across restarts (a volume): every module that reads or writes
+a file there takes its name from here, as the config does (to bound the socket's path, and to refuse children
+whose log files would be one). ``log_dir``'s names are here too: the supervisor's own log, and a child's.
+
+**Writing and reading.** Every state file (status.json: status/file.py, resume.json: lifecycle/resume.py,
+given-up.json: givenup.py, first-seen.json: firstseen.py) is replaced atomically, so a reader or the next start
+never sees half a file, and is read back knowing it may be anything at all: a FIFO someone put there, /dev/zero
+behind a link, a file far bigger than we ever write, JSON nested past the parser's depth, a JSON list, a record
+of another shape. ``load_json`` reads one (bounded, a regular file, a JSON object, then the file's own ``parse``
+of it) and says in one line why what is there cannot be used; ``save_json`` writes one; ``Rewrites`` writes one
+again and again, a failure (a full disk) said once and its recovery once. What a bad file means (start clean,
 still given up, count afresh) and how it is said is each file's own. A foundation: the standard library only.
 """
 
@@ -21,6 +26,34 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..text import Log
+
+LOCK = "supervisor.lock"  # held for the supervisor's whole life: a second one exits 75
+STATUS_FILE = "status.json"  # the last snapshot, for `status` when none runs
+STATUS_SOCKET = "status.sock"  # the running supervisor answers `status` here (0600)
+OUTBOX = "outbox.sqlite3"  # every manager call, written before it is sent
+CGROUP_LEDGER = "cgroups"  # the phase cgroups made, so the next start can empty what a SIGKILL left
+RESUME = "resume.json"  # what each done phase left for the next start (resume.py)
+GIVEN_UP = "given-up.json"  # this instance was given up: a later start does not run it again (givenup.py)
+FIRST_SEEN = "first-seen.json"  # the instance's clocks: first start, registration, the manager's times (firstseen.py)
+
+
+def path(state_dir: str | Path, name: str) -> Path:
+    """``name`` (one of the constants above) under ``state_dir``."""
+    return Path(state_dir) / name
+
+
+# ---------------------------------------------------------------- log_dir
+
+SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own lines
+
+
+def child_log_name(phase: str, child: str) -> str:
+    """The file in log_dir a child's output goes to: ``<phase>.log`` for the phase's command, else
+    ``<phase>.<child>.log`` (a daemon)."""
+    return f"{phase}.log" if child == phase else f"{phase}.{child}.log"
+
+
+# ---------------------------------------------------------------- written whole, read bounded
 
 T = TypeVar("T")
 

@@ -24,8 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from supervisor.engine.proctable import ProcessTable
-from supervisor.engine.survivors import TAG_ENV
+from supervisor.engine.trees import TAG_ENV, ProcessTable
 from supervisor.evidence.iowatch import IO_SAMPLE_S, IoProbe
 
 TAG = "bench.io"

@@ -1,6 +1,6 @@
 """Run prover-supervisor with timing probes around chosen functions (bench/profile.py uses it).
 
-    PROBE_OUT=events.json PROBES=supervisor.engine.proctable:ProcessTable._read,os:killpg \
+    PROBE_OUT=events.json PROBES=supervisor.engine.trees:ProcessTable._read,os:killpg \
         python bench/probe.py run --config F
 
 Each probe appends ("<name>:in", t) and ("<name>:out", t) with t = time.monotonic()

@@ -214,7 +214,7 @@ def prof_side16(tool: bench.Ours, exit_runs: int = 80, start_runs: int = 30, blo
 
 def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.engine.signals:SignalRouter.handle", "supervisor.lifecycle.lifecycle:Lifecycle.shutdown",
-              "supervisor.engine.proctable:ProcessTable._read", "supervisor.engine.process:Child.stop", "os:killpg",
+              "supervisor.engine.trees:ProcessTable._read", "supervisor.engine.process:Child.stop", "os:killpg",
               "supervisor.status.file:persist", "supervisor.engine.logs:SupervisorLog.__call__"]
     rows = []
     for i in range(runs):
@@ -245,7 +245,7 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
             outs = [t for k, t in before if k == name + ":out"]
             return sum(o - i for i, o in zip(ins, outs, strict=False)), len(ins)
 
-        tree_s, tree_n = spent("proctable.ProcessTable._read")
+        tree_s, tree_n = spent("trees.ProcessTable._read")
         persist_s, persist_n = spent("file.persist")
         log_s, log_n = spent("logs.SupervisorLog.__call__")
         rows.append({"wake": first("signals.SignalRouter.handle:in") - t0, "to_killpg": (kill or t_h) - t0,
@@ -264,7 +264,7 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.engine.reaping:Reaper.reap", "supervisor.lifecycle.phase:Phase._child_exited",
               "supervisor.engine.process:Child.drain_output", "supervisor.evidence.memory:MemoryEvidence.report",
               "supervisor.lifecycle.runtime:VerdictRecord.record", "supervisor.status.file:persist",
-              "supervisor.engine.proctable:ProcessTable._read"]
+              "supervisor.engine.trees:ProcessTable._read"]
     stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
     lines: list[tuple[bytes, float]] = []
     r, w = os.pipe()
@@ -319,7 +319,7 @@ LASTEXIT_STEPS = [  # (probe, what it is); teardown.py's steps in their order, a
     ("supervisor.engine.reaping:Reaper.reap", "the reaper"),
     ("supervisor.lifecycle.phase:Phase._child_exited", "the phase's verdict"),
     ("supervisor.evidence.memory:MemoryEvidence.report", "the cgroup's OOM counter and peak"),
-    ("supervisor.engine.proctable:ProcessTable._read", "a /proc scan (the attempt's tree)"),
+    ("supervisor.engine.trees:ProcessTable._read", "a /proc scan (the attempt's tree)"),
     ("supervisor.status.file:persist", "status.json written and fsynced"),
     ("supervisor.app.run:serve", "the loop, until the lifecycle is over"),
     ("supervisor.app.teardown:tear_down", "the teardown, whole"),

@@ -10,7 +10,7 @@ counts the calls into ``supervisor/``: how many, how many modules they touch, th
 to another, and the A→B→A bounces (a call into B, then straight back into A). Prints one JSON line.
 Counts repeat from run to run (they are the code's path, not the machine's speed), so they may be compared
 across commits; docs/architecture.md keeps the figures. One count moves with the machine: the calls into
-engine/proctable.py, which reads every process of /proc once per look (so ``calls`` moves by a few dozen).
+engine/trees.py, which reads every process of /proc once per look (so ``calls`` moves by a few dozen).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import psutil
 import pytest
 
 from supervisor.devmanager.server import DevManager
-from supervisor.engine.survivors import STATE_DIR_ENV, TAG_ENV, kill_survivors_of_dead_supervisors
+from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV, kill_survivors_of_dead_supervisors
 from supervisor.text.units import MIB as MiB
 
 PY = sys.executable

@@ -39,7 +39,7 @@ from helpers import (
 )
 
 from supervisor.engine.loop import EventLoop
-from supervisor.engine.survivors import STATE_DIR_ENV, TAG_ENV
+from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV
 from supervisor.evidence.cgroups import V1_UNLIMITED, MemoryCgroup, MemorySnapshot, decode_eventfd, discover, mem_total
 from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence
 from supervisor.text.units import GIB as GiB

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_for
 
-from supervisor.engine.survivors import TAG_ENV
+from supervisor.engine.trees import TAG_ENV
 from supervisor.evidence.iowatch import IoLedger, IoProbe, ProcIo, parse_io, read_io
 
 MIB = 1 << 20

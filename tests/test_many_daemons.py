@@ -21,8 +21,7 @@ import pytest
 from helpers import PY, REPO, Runner, clean_env, heavy, pid_alive, until, wait_for
 
 from supervisor.config import parse_plan
-from supervisor.engine.proctable import SNAPSHOT_MAX_AGE_S, ProcessTable
-from supervisor.engine.survivors import TAG_ENV
+from supervisor.engine.trees import SNAPSHOT_MAX_AGE_S, TAG_ENV, ProcessTable
 from supervisor.lifecycle.runtime import stop_waves
 
 DAEMONS = 200

@@ -1,4 +1,4 @@
-"""supervisor.engine.proctable in-process: Snapshot.tree on tables of the test's own (a leader already gone whose group
+"""supervisor.engine.trees in-process: Snapshot.tree on tables of the test's own (a leader already gone whose group
 lives on, a tagged escapee's own descendants, a pid loop that must not hang), and ProcessTable readings of a
 /proc laid out in a temp dir (grandchildren found, a zombie left out but its children kept, a malformed stat
 left out, a tag read once per process life and again for a reused pid, a tag that is not UTF-8), plus one
@@ -11,8 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from supervisor.engine.proctable import SNAPSHOT_MAX_AGE_S, Proc, ProcessTable, Snapshot
-from supervisor.engine.survivors import TAG_ENV
+from supervisor.engine.trees import SNAPSHOT_MAX_AGE_S, TAG_ENV, Proc, ProcessTable, Snapshot
 
 ME = os.getpid()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from helpers import PY, REPO, Runner, clean_env, needs_unshare, sh, wait_for
 
-from supervisor.engine.survivors import is_live_supervisor
+from supervisor.engine.trees import is_live_supervisor
 from supervisor.status.file import RUNTIME_DIR_ENV, pointed, pointer_path
 
 

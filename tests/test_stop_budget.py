@@ -19,7 +19,7 @@ import pytest
 from helpers import Runner, pid_alive, remove_cgroup, toml_list, toml_str, until, wait_for
 
 from supervisor.engine.stopbudget import CLOSE_S, EXIT_SHARE_S, SWEEP_MIN_S, StopBudget
-from supervisor.engine.survivors import KILL_WAIT_S
+from supervisor.engine.trees import KILL_WAIT_S
 
 STUBBORN = ["sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.1; done"]
 

@@ -21,7 +21,7 @@ import psutil
 import pytest
 from helpers import PY, Runner, read_pid, toml_list, wait_for
 
-from supervisor.engine.survivors import kill_until_none_left, sweep_descendants
+from supervisor.engine.trees import kill_until_none_left, sweep_descendants
 
 RUNS = 5
 # A pid no process can have: signalling it is ESRCH, a tag naming it names a supervisor that is gone.

@@ -40,7 +40,7 @@ from ..engine.logs import SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.offloop import NoThread
 from ..engine.signals import SignalRouter
-from ..engine.survivors import kill_survivors_of_dead_supervisors
+from ..engine.trees import kill_survivors_of_dead_supervisors
 from ..evidence.gpuwatch import Gpus
 from ..evidence.memwatch import MemoryWatch
 from ..exits import EXIT_GIVEN_UP

@@ -5,7 +5,7 @@
    supervisor.log (its first line says which role we took), a fatal fault's last words into it;
 3. ``build_core``: the event loop, the reaper, the memory evidence;
 4. ``route_signals``: every signal into the loop, with its meaning (signals.py);
-5. ``kill_survivors_of_dead_supervisors`` (survivors.py) and 6. ``empty_leftover_cgroups``: what a SIGKILLed
+5. ``kill_survivors_of_dead_supervisors`` (trees.py) and 6. ``empty_leftover_cgroups``: what a SIGKILLed
    predecessor of this state_dir left running, ended before anything of ours starts;
 7. ``build_lifecycle``: the GPU thread, the runtime, the manager reporter, the lifecycle with the plugin's
    phase hooks and what the last run learnt (resume); who observes it is named in step 8 (observers.py).
@@ -31,7 +31,7 @@ from ..engine.logs import Console, LogFile, SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from ..engine.signals import SignalInbox, SignalRouter, last_words_to, signal_name
-from ..engine.survivors import STATE_DIR_ENV, kill_cgroup
+from ..engine.trees import STATE_DIR_ENV, kill_cgroup
 from ..evidence.gpuwatch import Gpus
 from ..evidence.memory import MemoryEvidence
 from ..lifecycle import resume

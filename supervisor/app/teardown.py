@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.exitflush import FLUSH_POLL_S, ExitFlush
 from ..engine.loop import EventLoop, summary
-from ..engine.survivors import SWEEP_MAX_S, sweep_descendants
+from ..engine.trees import SWEEP_MAX_S, sweep_descendants
 from ..exits import EXIT_OK
 from ..status.file import unpoint
 

@@ -10,7 +10,7 @@ another process already holds would answer its probe at once while the daemon it
   holds ``socket:[inode]``, named by /proc/<pid>/comm. It reads every process's fd table: never on the
   loop (a machine with many processes and fds makes it slow), always in a worker thread.
 - ``Ownership``: after a probe answered, is the listener this daemon's (its process tree, as the supervisor
-  would stop it: proctable.py)? Another process's listener never makes it ready, and is said once.
+  would stop it: trees.py)? Another process's listener never makes it ready, and is said once.
 
 Where the tables cannot be read (no /proc, another network namespace's socket) nothing is known: the free
 check still stands on its bind, and an answer whose listener cannot be found is trusted as before.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..config import ReadyCheck
 from .offloop import worker_thread
-from .proctable import ProcessTable
+from .trees import ProcessTable
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address

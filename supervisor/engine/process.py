@@ -10,12 +10,12 @@ alive. A descendant that called ``setsid`` has left the group and, once its pare
 chain too; it is still found through the tag every child carries in its environment
 (``PROVER_SUPERVISOR_TAG``), which its own children inherit. One that also cleared its environment
 is found only by the phase cgroup it was born in: the memory module says which pids and cgroups are
-left, and survivors.py ends them.
+left, and trees.py sweeps them.
 
 A child's stamps (its start and end, when it was SIGKILLed) come from the ``Clock`` it was spawned
 with (the loop's); only its reaping's stamp is the process table's own clock, which it is compared with.
 
-Who is in a tree comes from the process table's shared reading (proctable.py), and a stop's poll
+Who is in a tree comes from the process table's shared reading (trees.py), and a stop's poll
 asks for it only once the leader is reaped and its group is empty: 200 daemons stopping together
 cost a reading of /proc per poll, not 200.
 """
@@ -38,12 +38,11 @@ from ..text import Log
 from .clock import SYSTEM_CLOCK, Clock
 from .logs import ChildOutput
 from .loop import ErrorHandler, EventLoop, Timer
-from .proctable import PROCESS_TABLE, Proc, ProcessTable
 from .reaping import ExitStatus
 from .signals import signal_name
 
-# What survivors.py shares with the Child's own stop.
-from .survivors import KILL_WAIT_S, STOP_POLL_S, TAG_ENV, signal_quietly
+# What the sweeps (trees.py) share with the Child's own stop.
+from .trees import KILL_WAIT_S, PROCESS_TABLE, STOP_POLL_S, TAG_ENV, Proc, ProcessTable, signal_quietly
 
 READ_CHUNK = 256 * 1024
 
@@ -71,7 +70,7 @@ class Child:
     started_at: float = 0.0  # wall time (clock.time()) of its start: set by spawn
     status: ExitStatus | None = None
     ended_at: float | None = None
-    reaped_mono: float | None = None  # the process table's monotonic time of its reaping (proctable.py)
+    reaped_mono: float | None = None  # the process table's monotonic time of its reaping (trees.py)
     stop_reason: str | None = None
     stop_detail: str = ""  # what the supervisor saw that made it stop the child (for the verdict)
     # Its memory cgroup and the OOM counter at its start (an evidence.memory.Placement, which this layer

@@ -13,7 +13,7 @@ a process that spins burns CPU but moves nothing either (docs/verdicts.md says w
 Bytes arriving on a socket read with ``recv`` are not in ``rchar``; aria2c's show as its writes to the file.
 
 One thread ("io") reads, for every watch (``watch``), the trees of the roots the loop hands it
-(``IoWatch.follow``: each child's pid and tag, as a stop finds its tree: proctable.py) every IO_SAMPLE_S
+(``IoWatch.follow``: each child's pid and tag, as a stop finds its tree: trees.py) every IO_SAMPLE_S
 (or as often as a watch asks, never more than IO_SAMPLE_MIN_S), and publishes the totals (``latest``);
 the loop never reads /proc for it and never waits. The accounting (``IoLedger``) is pure: a process that
 appears counts all its bytes (a new process starts at zero), one that goes counts what it had, and one
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..engine.offloop import worker_thread
-from ..engine.proctable import Proc, ProcessTable, Snapshot
+from ..engine.trees import Proc, ProcessTable, Snapshot
 from .watchstate import WatchState, said_error
 
 # How often the watched trees are read, unless a watch asks for more often (never more often than

@@ -36,7 +36,7 @@ from ..config import ChildSpec, PhaseSpec
 from ..engine.loop import ErrorHandler, contained, summary
 from ..engine.process import Child, SpawnError
 from ..engine.reaping import ExitStatus
-from ..engine.survivors import kill_pids
+from ..engine.trees import kill_pids
 from ..exits import EXIT_INTERNAL_ERROR
 from . import resume
 from . import verdict as v

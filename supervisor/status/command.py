@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from ..engine.survivors import is_live_supervisor, left_alive_by
+from ..engine.trees import is_live_supervisor, left_alive_by
 from ..exits import EXIT_NOT_RUNNING, EXIT_OK
 from ..state import files as statepaths
 from ..text.stdio import STDOUT, lost, say

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.loop import EventLoop, Timer
-from ..engine.survivors import is_live_supervisor
+from ..engine.trees import is_live_supervisor
 from ..lifecycle.states import FINAL_STATES
 from ..state import files as statepaths
 from ..state.files import Rewrites, StateFileError, load_json, save_json

@@ -554,7 +554,7 @@ class Exiting(_Record):
 
 @dataclass(frozen=True)
 class Survivor(_Record):
-    """A process a gone supervisor started that is still alive (survivors.left_alive_by)."""
+    """A process a gone supervisor started that is still alive (trees.left_alive_by)."""
 
     pid: int | None = None
     name: str | None = None

@@ -263,7 +263,7 @@ def prof_sigterm(tool: bench.Ours, runs: int) -> dict:
 def prof_exit(tool: bench.Ours, runs: int) -> dict:
     probes = ["supervisor.engine.reaping:Reaper.reap", "supervisor.lifecycle.phase:Phase._child_exited",
               "supervisor.engine.process:Child.drain_output", "supervisor.evidence.memory:MemoryEvidence.report",
-              "supervisor.lifecycle.runtime:VerdictRecord.record", "supervisor.status.file:persist",
+              "supervisor.lifecycle.verdict:VerdictRecord.record", "supervisor.status.file:persist",
               "supervisor.engine.trees:ProcessTable._read"]
     stamps, ev = bench.WORK / "p1", bench.WORK / "p1.json"
     lines: list[tuple[bytes, float]] = []

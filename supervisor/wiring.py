@@ -20,7 +20,7 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
 
 Every callback a plugin gives runs on the loop's thread, but a ``CallKind``'s ``attempt`` and ``keep``,
 which run on the outbox's sender thread. The composition root (observers.py) builds the Wiring; its
-``Events`` are the lifecycle's ``PluginEvents`` (lifecycle/observers.py), told in their place among the
+``Events`` are the lifecycle's ``PluginEvents`` (lifecycle/lifecycle.py), told in their place among the
 lifecycle's observers. This module imports foundations only, and those for types: it is part of the
 plugin boundary (plugin.py).
 """

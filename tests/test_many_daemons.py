@@ -21,8 +21,8 @@ import pytest
 from helpers import PY, REPO, Runner, clean_env, heavy, pid_alive, until, wait_for
 
 from supervisor.config import parse_plan
+from supervisor.engine.process import stop_waves
 from supervisor.engine.trees import SNAPSHOT_MAX_AGE_S, TAG_ENV, ProcessTable
-from supervisor.lifecycle.runtime import stop_waves
 
 DAEMONS = 200
 # A reading per stopping child per poll would be at least DAEMONS: the shared reading needs a few per

@@ -1,4 +1,4 @@
-"""A secret in a verdict's own words is masked once, where the verdict is recorded (runtime.VerdictRecord),
+"""A secret in a verdict's own words is masked once, where the verdict is recorded (verdict.VerdictRecord),
 so every reader of the record has it masked: the console and supervisor.log, ``status --json``, the
 status.json on disk and the termination log. The verdict here is the supervisor's, not a child's output:
 a command that cannot start, whose path holds a value of a secret-looking environment variable.

@@ -17,11 +17,9 @@ import pytest
 
 from supervisor.engine.logs import Console, SupervisorLog, Unshipped
 from supervisor.engine.loop import EventLoop, Faults
-from supervisor.lifecycle.lifecycle import production_was_up
-from supervisor.lifecycle.observers import Observers, PluginEvents
-from supervisor.lifecycle.runtime import VerdictRecord
+from supervisor.lifecycle.lifecycle import Observers, PluginEvents, production_was_up
 from supervisor.lifecycle.states import PhaseState
-from supervisor.lifecycle.verdict import Verdict
+from supervisor.lifecycle.verdict import Verdict, VerdictRecord
 from supervisor.text.redact import MASK, Redactor
 from supervisor.wiring import PhaseView, ShutdownView
 

@@ -1,6 +1,6 @@
 """Step 8 of run.py: what watches the lifecycle from outside, named in one record and wired to it.
 
-Who reacts to what the lifecycle decides is the lifecycle's ``Observers`` (lifecycle/observers.py), filled
+Who reacts to what the lifecycle decides is the lifecycle's ``Observers`` (lifecycle/lifecycle.py), filled
 here once, in the order they are told: resume.json, the instance's clocks, the reporter (on a shutdown
 for a failure the manager is told why before it is told to give the instance up), the plugin, the
 timeline, the first writes of a shutdown (status.json and the termination log, before any grace runs),
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import PARAM_DONE, Plan
+from ..config import Plan
 from ..engine.logs import SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.signals import SignalRouter
@@ -22,7 +22,7 @@ from ..evidence.gpuwatch import Gpus
 from ..evidence.memwatch import memory_use
 from ..exits import EXIT_KILLED, EXIT_OK
 from ..lifecycle.lifecycle import Lifecycle
-from ..lifecycle.states import Deaf, PhaseState, ShutdownView
+from ..lifecycle.states import Deaf, ShutdownView
 from ..plugin import Plugin
 from ..state import files as statepaths
 from ..status import file as status_file
@@ -36,22 +36,10 @@ from .startup import Core, Host, Outlets, Supervision
 from .teardown import write_termination_log
 
 
-class FetchClock(Deaf):
-    """The instance's clocks (state/firstseen.py's FirstSeen): a ``param-done`` phase done ends the fetch and
-    starts the benchmark's clock."""
-
-    def __init__(self, first_seen: Any) -> None:
-        self._first_seen = first_seen
-
-    def phase_changed(self, phase: Any) -> None:
-        if phase.spec.report == PARAM_DONE and phase.state is PhaseState.DONE:
-            self._first_seen.param_done()
-
-
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
                    router: SignalRouter) -> Outlets:
     lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
-    observers = rt.observers
+    observers = lifecycle.observers
     # The plugin attaches before the reporting starts; what it hears is told after the reporter (its give-up
     # after the reason lines: the manager must have the why before it destroys the instance).
     extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
@@ -77,8 +65,7 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     # Every observer by name (the order they are told in is Observers'; the plugin's events were filled by
     # its attach above).
     observers.resume = sup.record
-    if rt.evidence.first_seen is not None:
-        observers.clocks = FetchClock(rt.evidence.first_seen)
+    observers.clocks = rt.evidence.first_seen
     if reporter.enabled:  # no manager: the reporter would hear everything and do nothing
         observers.reporter = reporter
     observers.timeline = timeline
@@ -127,7 +114,7 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
         return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
                 "gpu_utilization": [s.utilization for s in evidence.gpu_samples()]}
 
-    wiring = Wiring(plan=plan, events=sup.rt.observers.plugin,
+    wiring = Wiring(plan=plan, events=sup.lifecycle.observers.plugin,
                     production=sup.lifecycle,
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
                     export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,

@@ -122,7 +122,7 @@ def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: Sup
     if not os.path.exists(path):
         return
     failure = lifecycle.failure
-    # The failure was masked where it was recorded (runtime.VerdictRecord); the reason is the supervisor's words.
+    # The failure was masked where it was recorded (verdict.VerdictRecord); the reason is the supervisor's words.
     text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
     try:
         with open(path, "w") as f:

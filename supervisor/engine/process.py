@@ -18,6 +18,9 @@ with (the loop's); only its reaping's stamp is the process table's own clock, wh
 Who is in a tree comes from the process table's shared reading (trees.py), and a stop's poll
 asks for it only once the leader is reaped and its group is empty: 200 daemons stopping together
 cost a reading of /proc per poll, not 200.
+
+Many children stop in order (``stop_in_order``): reverse start order (``StartOrder``), wave by wave, the
+daemons of one phase together.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -40,6 +43,7 @@ from .logs import ChildOutput
 from .loop import ErrorHandler, EventLoop, Timer
 from .reaping import ExitStatus
 from .signals import signal_name
+from .stopbudget import StopBudget
 
 # What the sweeps (trees.py) share with the Child's own stop.
 from .trees import KILL_WAIT_S, PROCESS_TABLE, STOP_POLL_S, TAG_ENV, Proc, ProcessTable, signal_quietly
@@ -409,3 +413,91 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# ---------------------------------------------------------------- many children, in order
+
+
+class StartOrder:
+    """Every child started and not yet known to be over, in start order."""
+
+    def __init__(self) -> None:
+        self._children: list[Child] = []
+
+    def __iter__(self) -> Iterator[Child]:
+        return iter(list(self._children))
+
+    def add(self, child: Child) -> None:
+        self._children.append(child)
+
+    def forget(self, children: Iterable[Child]) -> None:
+        """``children`` are over (their attempt's stop ended): a shutdown has no more to stop of them."""
+        gone = {id(c) for c in children}
+        self._children = [c for c in self._children if id(c) not in gone]
+
+    def newest_first(self) -> list[Child]:
+        return list(reversed(self._children))
+
+
+def stop_in_order(loop: EventLoop, log: Log, children: list[Child], reason: str, then: Callable[[], None],
+                  budget: StopBudget | None = None) -> None:
+    """Stop each child's tree in the order given (reverse start order), wave after wave; then ``then``.
+
+    A wave is one child, or the daemons of one phase that come one after another: they have no order
+    among themselves but their start's, so they are signalled together, in that order, and waited for
+    together (200 daemons stop in their grace period, not one after the other). The next wave starts
+    once the whole wave is gone: a phase's command is gone before its daemons get their signal, and a
+    later phase before an earlier one. Under a stop ``budget`` each wave's graces are shrunk to its share.
+    """
+    _Waves(loop, log, stop_waves(children), reason, then, budget).next()
+
+
+def stop_waves(children: list[Child]) -> list[list[Child]]:
+    """``children`` cut into waves (see stop_in_order), in order."""
+    waves: list[list[Child]] = []
+    for child in children:
+        phase = _daemon_of(child)
+        if phase is not None and waves and _daemon_of(waves[-1][-1]) == phase:
+            waves[-1].append(child)
+        else:
+            waves.append([child])
+    return waves
+
+
+def _daemon_of(child: Child) -> str | None:
+    """The phase ``child`` is a daemon of; None for a phase's command (no daemon is named like its phase)."""
+    return child.spec.phase if child.spec.name != child.spec.phase else None
+
+
+class _Waves:
+    """Stops the waves one after the other, each once the one before it is gone."""
+
+    def __init__(self, loop: EventLoop, log: Log, waves: list[list[Child]], reason: str,
+                 then: Callable[[], None], budget: StopBudget | None = None) -> None:
+        self._loop, self._log, self._waves, self._reason, self._then = loop, log, waves, reason, then
+        self._budget = budget
+        self._pending = 0  # stops of the current wave not yet over
+        self._starting = False  # the current wave's stops are being begun (some may end at once)
+
+    def next(self) -> None:
+        # A loop, not a call per wave: children already gone end their stop at once, and a chain of
+        # those must not recurse once per child.
+        while self._waves:
+            waves_left = len(self._waves)
+            wave = self._waves.pop(0)
+            self._pending, self._starting = len(wave), True
+            for child in wave:
+                if self._budget is None:
+                    child.stop(self._loop, self._log, self._reason, self._one_stopped)
+                    continue
+                grace = self._budget.grace(child.label, child.spec.stop_grace_s, waves_left)
+                child.stop(self._loop, self._log, self._reason, self._one_stopped, grace, self._budget.wait_until)
+            self._starting = False
+            if self._pending:
+                return  # the wave's last stop to end goes on from here
+        self._then()
+
+    def _one_stopped(self) -> None:
+        self._pending -= 1
+        if not self._pending and not self._starting:
+            self.next()

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from ..config import ChildSpec, PhaseSpec
 from ..engine.loop import ErrorHandler, contained, summary
-from ..engine.process import Child, SpawnError
+from ..engine.process import Child, SpawnError, stop_in_order
 from ..engine.reaping import ExitStatus
 from ..engine.trees import kill_pids
 from ..exits import EXIT_INTERNAL_ERROR
@@ -43,7 +43,7 @@ from . import verdict as v
 from .attempt import Attempt, AttemptStart, Pacing, Watched
 from .children import ChildContext, Spawn, start_child
 from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
-from .runtime import ResumeNeeds, Runtime, stop_in_order
+from .runtime import ResumeNeeds, Runtime
 from .states import (
     _ALLOWED,
     ATTEMPT_RUNS,

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol, overload
 
+from ..engine.logs import Unshipped
+from ..engine.loop import Faults
 from ..engine.process import Child
 from ..engine.reaping import ExitStatus
 from ..evidence.memory import MemoryEvidence, MemoryReport
 from ..exits import EXIT_FAILURE, EXIT_TIMEOUT
+from ..text import Log
 from ..text.show import fmt_bytes, logged
 
 # Reasons a child ended. Success is reason "exit_code" with exit_code 0.
@@ -218,3 +221,69 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
     if verdict.reason == OOM_KILLED and warned is not None and warned.at >= child.started_at:
         verdict = replace(verdict, detail=f"{verdict.detail}; {warned.note()}")
     return verdict
+
+
+# ---------------------------------------------------------------- the record
+
+# Verdicts kept per phase in VerdictRecord (the status view, status.json and lookups by pid).
+VERDICTS_KEPT_PER_PHASE = 20
+
+
+class HearsVerdicts(Protocol):
+    """Who hears each verdict recorded: the Lifecycle's Observers (lifecycle.py)."""
+
+    def verdict(self, verdict: Verdict) -> None: ...
+
+
+class VerdictRecord(Sequence[Verdict]):
+    """Every verdict recorded (the latest few per phase), oldest first; ``observers`` hear of each.
+
+    This is where a verdict enters the supervisor's records, so it is masked here, once (redact.py): the
+    log, the status view and status.json, the reporting, a plugin's give-up reason and the termination
+    log all read the masked record, never the verdict as it was made."""
+
+    def __init__(self, log: Log, faults: Faults, mask: Callable[[str], str] | None = None,
+                 observers: HearsVerdicts | None = None) -> None:
+        self.log, self.faults, self._mask = log, faults, mask
+        self.verdicts: list[Verdict] = []
+        self.observers = observers  # who hears each verdict: the Lifecycle's Observers (None: nobody yet)
+
+    @overload
+    def __getitem__(self, index: int) -> Verdict: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Verdict]: ...
+
+    def __getitem__(self, index: int | slice) -> Verdict | Sequence[Verdict]:
+        return self.verdicts[index]
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    def __iter__(self) -> Iterator[Verdict]:
+        return iter(self.verdicts)  # the list's own iterator, not Sequence's one __getitem__ call per verdict
+
+    def record(self, verdict: Verdict) -> Verdict:
+        """Keep ``verdict`` masked, say it, tell the observers; the masked record is what callers keep."""
+        if self._mask is not None:
+            verdict = verdict.masked(self._mask)
+        self.verdicts.append(verdict)
+        # The latest few per phase: a service restarting in a loop must not grow memory (and
+        # status.json) without end; a lookup by pid only ever wants a verdict just recorded.
+        same_phase = [i for i, x in enumerate(self.verdicts) if x.phase == verdict.phase]
+        if len(same_phase) > VERDICTS_KEPT_PER_PHASE:
+            del self.verdicts[same_phase[0]]
+        if verdict.success or verdict.reason == STOPPED:
+            self.log(f"ended: {verdict.line()}")
+        else:
+            # Unshipped: Reporter.verdict pushes the verdict itself to the manager, durably.
+            self.log(Unshipped(f"FAILED: {verdict.line()}"))
+            for line in verdict.last_lines[-5:]:
+                self.log(Unshipped(f"  | {line}"))
+        if self.observers is not None:
+            self.observers.verdict(verdict)
+        return verdict
+
+    def verdict_of(self, child: Child) -> Verdict | None:
+        """The latest verdict recorded for ``child`` (by pid), if it was reaped."""
+        return next((x for x in reversed(self.verdicts) if x.pid == child.pid), None)

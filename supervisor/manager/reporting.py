@@ -10,7 +10,7 @@ the persisted outbox first and delivered by the sender thread (sender.py), in or
 the work never waits on the manager, and a SIGKILL of the supervisor loses nothing.
 
 Text reaches the manager already masked (redact.py): the supervisor's own lines where they are
-logged, children's output where it is read, verdicts where they are recorded (runtime.VerdictRecord).
+logged, children's output where it is read, verdicts where they are recorded (verdict.VerdictRecord).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ downstream gets it masked already and never masks again. The entry points:
 - the supervisor's own lines: ``SupervisorLog`` (logs.py), before the console, supervisor.log and the
   log shipper's tap (``Redactor.text``);
 - verdicts, objects made of the supervisor's words, config values and masked child lines: where they are
-  recorded (runtime.VerdictRecord), so the log, the status view and status.json, the durable FAILED push,
+  recorded (verdict.VerdictRecord), so the log, the status view and status.json, the durable FAILED push,
   a plugin's give-up reason and the termination log all read the masked record;
 - what the manager (or the HTTP library) says: the client masks the URL's credentials in the errors
   it raises (manager.py), and the status view masks the last error it shows (Reporter.status);

@@ -26,10 +26,9 @@ import requests
 from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, wait_for
 
 from supervisor.app.cli import dev_manager
-from supervisor.lifecycle import runtime
 from supervisor.lifecycle.resume import ResumeRecord
-from supervisor.lifecycle.states import PhaseState
-from supervisor.lifecycle.verdict import without_exit
+from supervisor.lifecycle.states import PhaseState, Timeline
+from supervisor.lifecycle.verdict import VERDICTS_KEPT_PER_PHASE, without_exit
 from supervisor.status.file import snapshot_problem
 from supervisor.status.model import Snapshot
 from supervisor.status.render import render
@@ -442,7 +441,7 @@ def test_a_fast_restart_loop_keeps_verdicts_and_status_json_bounded(sup: Runner)
     size = (sup.state_dir / "status.json").stat().st_size
     assert size < STATE_FILE_BOUND, size
     kept = [v for v in snap["verdicts"] if v["phase"] == "flappy"]
-    assert 0 < len(kept) <= runtime.VERDICTS_KEPT_PER_PHASE, len(kept)
+    assert 0 < len(kept) <= VERDICTS_KEPT_PER_PHASE, len(kept)
     assert kept[-1]["attempt"] == RESTARTS + 1, "the latest verdicts are the ones kept"
     assert all(len(s) <= SNAPSHOT_LINE_CHARS for v in kept for s in v["last_lines"])
     assert "Traceback" not in (sup.log_dir / "supervisor.log").read_text()
@@ -547,6 +546,7 @@ def a_phase(name: str, state: PhaseState, *, facts: dict[str, Any] | None = None
     return SimpleNamespace(name=name, spec=SimpleNamespace(kind="oneshot", memory_max=None, timeout_s=None,
                                                            stall_s=None),
                            state=state, since=1000.0, why="why", attempt=1, up=False, facts=facts or {},
+                           timeline=Timeline(),
                            parsed=None, kept_as=None, live_children=lambda: list(children),
                            pacing=SimpleNamespace(deadline_at=None, backoff_until=None, stall=None),
                            current_attempt=SimpleNamespace(start=None), progress=None)

@@ -29,11 +29,11 @@ import pytest
 from helpers import PY, REPO, Console, Runner, clean_env, free_port, sh, toml_list, toml_str, wait_for
 
 from supervisor.app.cli import dev_manager
-from supervisor.lifecycle.states import PhaseState
+from supervisor.lifecycle.states import PhaseState, Timeline
 from supervisor.status.headline import failure_lines, headline
 from supervisor.status.model import Snapshot
 from supervisor.status.render import render
-from supervisor.status.timers import Timeline, phase_timers, stop_timer
+from supervisor.status.snapshot import phase_timers, stop_timer
 
 MIB = 1024 * 1024
 
@@ -438,41 +438,34 @@ def test_the_timers_are_what_the_phase_exposes_counted_from_now() -> None:
 
 def test_the_timeline_keeps_the_first_start_and_the_end() -> None:
     timeline = Timeline()
-    phase = SimpleNamespace(name="p", state=PhaseState.PENDING, since=5.0, up=False)
-    timeline.phase_changed(phase)
-    assert timeline.of("p") == {"started_at": None, "up_at": None, "up_since": None, "ended_at": None}
+    timeline.note(PhaseState.PENDING, 5.0, False, lambda: 0.0)
+    assert vars(timeline) == {"started_at": None, "up_at": None, "up_since": None, "ended_at": None}
     for state, at in ((PhaseState.STARTING, 10.0), (PhaseState.BACKOFF, 12.0), (PhaseState.STARTING, 13.0),
                       (PhaseState.DONE, 20.0)):
-        phase.state, phase.since = state, at
-        timeline.phase_changed(phase)
-    assert timeline.of("p") == {"started_at": 10.0, "up_at": None, "up_since": None, "ended_at": 20.0}
+        timeline.note(state, at, False, lambda: 0.0)
+    assert vars(timeline) == {"started_at": 10.0, "up_at": None, "up_since": None, "ended_at": 20.0}
 
 
 def test_a_phase_that_never_ran_has_no_start_in_the_timeline() -> None:
     # Resumed, refused or stopped before it was reached: status showed "started 0s ago, took 0s" for a curio
     # that never ran.
-    timeline = Timeline()
     for name, state in (("resumed", PhaseState.DONE), ("refused", PhaseState.FAILED), ("never", PhaseState.STOPPED)):
-        timeline.phase_changed(SimpleNamespace(name=name, state=state, since=20.0, up=False))
-        assert timeline.of(name) == {"started_at": None, "up_at": None, "up_since": None, "ended_at": 20.0}, name
+        timeline = Timeline()
+        timeline.note(state, 20.0, False, lambda: 0.0)
+        assert vars(timeline) == {"started_at": None, "up_at": None, "up_since": None, "ended_at": 20.0}, name
 
 
 def test_the_timeline_keeps_the_first_time_up_on_the_clock_it_is_given() -> None:
     # A service comes up with no move of its own (it stays running): the time is the clock's, the same clock
     # as the phase's ``since``; a restart that comes up again keeps the first.
     clock = iter([30.0, 45.0])
-    timeline = Timeline(lambda: next(clock))
-    phase = SimpleNamespace(name="svc", state=PhaseState.RUNNING, since=25.0, up=False)
-    timeline.phase_changed(phase)
-    phase.up = True
-    timeline.phase_changed(phase)
-    phase.state, phase.since, phase.up = PhaseState.BACKOFF, 40.0, False
-    timeline.phase_changed(phase)
-    phase.state, phase.since, phase.up = PhaseState.RUNNING, 44.0, True
-    timeline.phase_changed(phase)
+    timeline = Timeline()
+    for state, since, up in ((PhaseState.RUNNING, 25.0, False), (PhaseState.RUNNING, 25.0, True),
+                             (PhaseState.BACKOFF, 40.0, False), (PhaseState.RUNNING, 44.0, True)):
+        timeline.note(state, since, up, lambda: next(clock))
     # up_since moves: the headline's "up 3h" counts from the latest time up (a curio restarted a minute ago
     # read "up 3h" from its first time up).
-    assert timeline.of("svc") == {"started_at": 25.0, "up_at": 30.0, "up_since": 45.0, "ended_at": None}
+    assert vars(timeline) == {"started_at": 25.0, "up_at": 30.0, "up_since": 45.0, "ended_at": None}
 
 
 def test_the_headline_for_each_story() -> None:

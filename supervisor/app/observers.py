@@ -2,10 +2,11 @@
 
 Who reacts to what the lifecycle decides is the lifecycle's ``Observers`` (lifecycle/lifecycle.py), filled
 here once, in the order they are told: resume.json, the instance's clocks, the reporter (on a shutdown
-for a failure the manager is told why before it is told to give the instance up), the plugin, the
-timeline, the first writes of a shutdown (status.json and the termination log, before any grace runs),
-status.json (once per batch of changes). Beside them: the status socket answers
-``prover-supervisor status``; health and metrics serve 127.0.0.1:http_port.
+for a failure the manager is told why before it is told to give the instance up), the plugin, the first
+writes of a shutdown (teardown.py's FirstWrites: status.json and the termination log, before any grace
+runs), status.json (once per batch of changes). Where every snapshot is read from is named once, a
+``Snapshotter`` (status/snapshot.py). Beside them: the status socket answers ``prover-supervisor status``;
+health and metrics serve 127.0.0.1:http_port.
 """
 
 from __future__ import annotations
@@ -20,77 +21,51 @@ from ..engine.loop import EventLoop, summary
 from ..engine.signals import SignalRouter
 from ..evidence.gpuwatch import Gpus
 from ..evidence.memwatch import memory_use
-from ..exits import EXIT_KILLED, EXIT_OK
+from ..exits import EXIT_KILLED
 from ..lifecycle.lifecycle import Lifecycle
-from ..lifecycle.states import Deaf, ShutdownView
 from ..plugin import Plugin
 from ..state import files as statepaths
 from ..status import file as status_file
 from ..status import snapshot as snapshot_mod
 from ..status.file import StateFile
-from ..status.model import Exiting, Snapshot
+from ..status.model import Snapshot
+from ..status.snapshot import Snapshotter
 from ..status.socket import StatusServer
-from ..status.timers import Timeline
 from ..wiring import Wiring
 from .startup import Core, Host, Outlets, Supervision
-from .teardown import write_termination_log
+from .teardown import FirstWrites
 
 
 def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
                    router: SignalRouter) -> Outlets:
     lifecycle, rt, reporter = sup.lifecycle, sup.rt, sup.reporter
     observers = lifecycle.observers
+    # Where every snapshot is read from (the status socket, status.json, /metrics): named once.
+    take_snapshot = Snapshotter(role=host.role, started_at=host.started_at, config=plan.source, lifecycle=lifecycle,
+                                gpus=rt.evidence.gpus, memory=rt.evidence.memory, verdicts=rt.verdicts,
+                                resume=sup.record, watches=rt.evidence.watches,
+                                manager=reporter if reporter.enabled else None, log_dir=plan.supervisor.log_dir,
+                                flush=router)
     # The plugin attaches before the reporting starts; what it hears is told after the reporter (its give-up
     # after the reason lines: the manager must have the why before it destroys the instance).
-    extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = {}
-    attach_plugin(plan, plugin, host, core, sup, extras)
+    attach_plugin(plan, plugin, host, core, sup, take_snapshot.add_status)
     # The manager's word on the instance is final: a killed row stops the lifecycle in order (the view tells
     # the plugin first: its give-up must not answer a killed row).
     reporter.view.stop_lifecycle = lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED)
-    timeline = Timeline(core.loop.clock.time)  # when each phase started and ended: heard before status.json
-
-    def take_snapshot(usage: bool = True) -> Snapshot:
-        flush = router.flush  # set once the lifecycle is over and the exit waits for the manager
-        exiting = Exiting(status=flush.status, flush_left_s=round(flush.seconds_left(), 1),
-                          giving_up=flush.giving_up) if flush is not None else None
-        return snapshot_mod.snapshot(role=host.role, started_at=host.started_at, config=plan.source,
-                                     lifecycle=lifecycle, gpus=rt.evidence.gpus, memory=rt.evidence.memory,
-                                     verdicts=rt.verdicts, manager=reporter.status() if reporter.enabled
-                                     else {"enabled": False}, resume=sup.record, usage=usage,
-                                     extras=extras, timeline=timeline, log_dir=plan.supervisor.log_dir,
-                                     watches=rt.evidence.watches, exiting=exiting)
 
     # status.json at every batch of changes (coalesced past a burst, see StateFile); a full disk is said once.
-    state_file = StateFile(host.state_dir, core.loop, host.log, lambda: take_snapshot(usage=False))
+    state_file = StateFile(host.state_dir, core.loop, host.log, take_snapshot.persisted)
     # Every observer by name (the order they are told in is Observers'; the plugin's events were filled by
     # its attach above).
     observers.resume = sup.record
     observers.clocks = rt.evidence.first_seen
     if reporter.enabled:  # no manager: the reporter would hear everything and do nothing
         observers.reporter = reporter
-    observers.timeline = timeline
     observers.first_writes = FirstWrites(plan, host, sup, state_file, router)
     observers.status = state_file
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log, rt.evidence.gpus)
     return Outlets(state_file, status_server, health, point_here(host.state_dir, host.log))
-
-
-class FirstWrites(Deaf):
-    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: at the shutdown the
-    state and the termination log are written at once, before any child's grace runs (the exit writes them
-    again)."""
-
-    def __init__(self, plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter) -> None:
-        self._plan, self._host, self._sup, self._state_file, self._router = plan, host, sup, state_file, router
-
-    def shutting_down(self, view: ShutdownView) -> None:
-        if self._router.budget is None:
-            return
-        self._state_file.save()
-        if view.status != EXIT_OK:
-            write_termination_log(self._plan.supervisor.termination_log, self._sup.lifecycle, view.status,
-                                  self._host.log)
 
 
 def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:
@@ -104,7 +79,7 @@ def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:
 
 
 def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision,
-                  extras: dict[str, list[Callable[[], Mapping[str, Any]]]]) -> None:
+                  add_status: Callable[[str, Callable[[], Mapping[str, Any]]], None]) -> None:
     """What the plugin may hear and drive (wiring.py), handed to it before the reporting starts."""
     if plugin.attach is None:
         return
@@ -118,7 +93,7 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
                     production=sup.lifecycle,
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
                     export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,
-                    add_status=lambda name, provider: extras.setdefault(name, []).append(provider), machine=machine,
+                    add_status=add_status, machine=machine,
                     watch_state=evidence.watches.new)
     plugin.attach(wiring)
 

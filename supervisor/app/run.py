@@ -19,7 +19,7 @@ steps live where their concern is: 1-7 in startup.py, 8 in observers.py, 10 in t
 7. ``build_lifecycle``: GPU evidence, the runtime, the manager reporter, the lifecycle (with the
    plugin's phase hooks, and what the last run learnt, for resume);
 8. ``wire_observers``: who observes the lifecycle (resume.json, the instance's clocks, the reporter, the
-   plugin, the timeline, a shutdown's first writes, status.json), the status socket, health and metrics;
+   plugin, a shutdown's first writes, status.json), the status socket, health and metrics;
 9. ``serve``: start the reporter and the clock's tick, check fitness off the loop (the core's checks and
    the plugin's; an unfit machine starts nothing; the loop serves signals and status meanwhile), start the
    lifecycle, loop until it is over;

@@ -11,6 +11,9 @@
    inbox, the loop, the console; the lock goes last; then the interpreter's exit is spared its last
    walks of the heap.
 
+Under a stop signal's budget the exit's first writes come earlier, at the shutdown itself (``FirstWrites``,
+one of the lifecycle's observers): status.json and the termination log, before any child's grace runs.
+
 Each step contains its own failure (a read-only state_dir under the socket or status.json, no
 file descriptor left, a bug): said in one line, the rest of the exit goes on, and the exit status
 is the one the lifecycle decided.
@@ -28,13 +31,16 @@ from ..engine.exitflush import FLUSH_POLL_S, ExitFlush
 from ..engine.loop import EventLoop, summary
 from ..engine.trees import SWEEP_MAX_S, sweep_descendants
 from ..exits import EXIT_OK
+from ..lifecycle.states import Deaf, ShutdownView
 from ..status.file import unpoint
 
 if TYPE_CHECKING:
     from ..config import Plan
     from ..engine.logs import SupervisorLog
+    from ..engine.signals import SignalRouter
     from ..lifecycle.lifecycle import Lifecycle
     from ..manager.reporting import FlushWait
+    from ..status.file import StateFile
     from .startup import Core, Host, Outlets, Signals, Supervision
 
 # The console's last lines may hold the exit this long at most (a stdout that does not drain); less under a stop
@@ -115,6 +121,23 @@ def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:
         loop.run_until(until, FLUSH_POLL_S)
 
     return wait
+
+
+class FirstWrites(Deaf):
+    """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: at the shutdown the
+    state and the termination log are written at once, before any child's grace runs (the exit writes them
+    again)."""
+
+    def __init__(self, plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter) -> None:
+        self._plan, self._host, self._sup, self._state_file, self._router = plan, host, sup, state_file, router
+
+    def shutting_down(self, view: ShutdownView) -> None:
+        if self._router.budget is None:
+            return
+        self._state_file.save()
+        if view.status != EXIT_OK:
+            write_termination_log(self._plan.supervisor.termination_log, self._sup.lifecycle, view.status,
+                                  self._host.log)
 
 
 def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: SupervisorLog) -> None:

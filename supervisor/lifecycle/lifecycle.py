@@ -311,7 +311,6 @@ class Observers:
       starts the clock after it;
     - ``reporter``: the manager hears the why before the plugin's give-up (a shutdown's reason lines first);
     - ``plugin``: after the reporter, before status.json (which shows the plugin's hold);
-    - ``timeline``: when each phase started, came up and ended, before status.json shows it;
     - ``first_writes``: at a shutdown under a stop signal's budget, status.json and the termination log are
       written before any child's grace runs (SIGKILL may end the budget);
     - ``status``: last, and once per batch of changes: the changes one event brings (a verdict, the
@@ -325,7 +324,6 @@ class Observers:
     clocks: FirstSeen | None = None
     reporter: Hears = NOBODY
     plugin: PluginEvents = field(default_factory=PluginEvents)
-    timeline: Hears = NOBODY
     first_writes: Hears = NOBODY
     status: StatusFile | None = None
     _status_due: Timer | None = field(default=None, init=False, repr=False)
@@ -340,7 +338,7 @@ class Observers:
         hearing = [self.resume.phase_changed] if self.resume is not NOBODY else []
         if self.clocks is not None and phase.spec.report == PARAM_DONE and phase.state is PhaseState.DONE:
             hearing.append(self._fetch_over)
-        hearing += [o.phase_changed for o in (self.reporter, plugin, self.timeline) if o is not NOBODY]
+        hearing += [o.phase_changed for o in (self.reporter, plugin) if o is not NOBODY]
         tell_each(self.faults, "listener", hearing, phase, phase=phase.spec.name)
         self._status_changed(phase)
 

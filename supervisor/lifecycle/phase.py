@@ -77,6 +77,7 @@ from .states import (
     StartFailed,
     Step,
     StopAsked,
+    Timeline,
 )
 from .verdict import Verdict
 
@@ -249,12 +250,13 @@ class Phase:
         self.reasons = rt.reasons  # the plugin's verdict reasons, with their statuses (read-only)
         self._spawn: Spawn = spawn or partial(start_child, rt.spawning)
         self._on_change, self._hooks, self._lifecycle = on_change, hooks, lifecycle
-        self.pacing = Pacing(spec, rt.loop, rt.rng)  # its timers; others only read them (timers.py: status)
+        self.pacing = Pacing(spec, rt.loop, rt.rng)  # its timers; others only read them (status/snapshot.py)
         # Written by this class only (its state by transition; a test walks the table): what others read.
         self.state = PhaseState.PENDING
         self.since = self._clock.time()
         self.why = "not started"
-        self.was_up = False  # its service came up in some attempt (when: the status timeline's)
+        self.was_up = False  # its service came up in some attempt (when: its timeline's up_at)
+        self.timeline = Timeline()  # when it started, came up and ended (status shows it)
         self.kept: list[Child] = []  # daemons with lifetime = "lifecycle", handed on at success
         self.parsed: Any = None  # what the output hook's parser read (None: no parser, or not run yet)
         # The fact name ``parsed`` is kept under (the bench's result, resumed after a restart and shown by
@@ -358,6 +360,7 @@ class Phase:
     def _tell(self) -> None:
         """Its hearers hear of the phase (a move, its service up, a kept daemon dead); an abort one of them asks
         for meanwhile waits for the step's end (abort_attempt)."""
+        self.timeline.note(self.state, self.since, self.up, self._clock.time)
         self._telling = True
         try:
             self._on_change(self)

@@ -14,7 +14,7 @@ how long a backoff is (``backoff_delay``) are pure rules, here beside the words.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -372,6 +372,36 @@ class PhaseView:
     def of(cls, phase: PhaseLike) -> PhaseView:
         return cls(phase.name, phase.spec.kind, phase.state, phase.why, phase.attempt, phase.up, phase.was_up,
                    phase.spec.report, phase.parsed)
+
+
+@dataclass
+class Timeline:
+    """When a phase left pending, first came up, came up this time (None while not up: the headline's "up 3h"
+    counts from it), and reached its end: wall times, the phase's ``since``. What a later move says is kept; the
+    first start and the first time up are never overwritten (a restarted service is the same phase, started
+    once), and a phase resumed, refused or stopped before it ran never started."""
+
+    started_at: float | None = None
+    up_at: float | None = None
+    up_since: float | None = None
+    ended_at: float | None = None
+
+    def note(self, state: PhaseState, since: float, up: bool, now: Callable[[], float]) -> None:
+        """The phase is ``state`` since ``since`` (``up``: its service answers); ``now``: the clock of ``since``,
+        read when it comes up (no move of its own: it stays running)."""
+        if state is PhaseState.PENDING:
+            return
+        if state not in FINAL_STATES and self.started_at is None:
+            self.started_at = since
+        if up:
+            if self.up_since is None:
+                self.up_since = now()
+            if self.up_at is None:
+                self.up_at = self.up_since
+        else:
+            self.up_since = None
+        if state in FINAL_STATES and self.ended_at is None:
+            self.ended_at = since
 
 
 @dataclass(frozen=True)

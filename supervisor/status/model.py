@@ -309,7 +309,7 @@ class PhaseStatus(_Record):
     hold: str | None = None  # why the lifecycle is held at it, while it is
     progress: DownloadProgress | None = None
     facts: Mapping[str, Any] = field(default_factory=dict)  # what resume keeps of it
-    started_at: float | None = None  # the timeline (timers.Timeline): wall times
+    started_at: float | None = None  # the phase's timeline (states.Timeline): wall times
     up_at: float | None = None  # the first time it came up
     up_since: float | None = None  # when the attempt up now came up (a restart starts it anew); None: not up
     ended_at: float | None = None

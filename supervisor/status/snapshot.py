@@ -1,13 +1,14 @@
 """The snapshot: everything the status view shows, built in the loop from the loop's own objects.
 
 One ``Snapshot`` (model.py), the same for the status socket, status.json (file.py) and /metrics (health.py):
-the lifecycle and the verdict that failed it, each phase (its timers, its timeline, its own cgroup's
+the lifecycle and the verdict that failed it, each phase (its timers: what each has left, counted from one
+``now``, pure functions; its timeline; its own cgroup's
 memory against its memory_max), the running children with their usage (psutil), last lines and stop
 grace, the GPU thread's latest sample, the memory evidence, the manager reporting (with its ledger of
 calls), the latest verdicts, the log files, and each phase's facts for resume. What it reads is named
-by the protocols below (and timers.py's) and handed in as arguments: it imports nothing of the
-lifecycle, the runtime or the reporting, so that they can change without it (and no import circle
-runs through the status view).
+by the protocols below and handed in as arguments, once, in a ``Snapshotter`` (the composition root fills
+it): it imports nothing of the lifecycle but its words (states.py), nothing of the runtime or the
+reporting, so that they can change without it (and no import circle runs through the status view).
 
 Children's lines need no masking here: their bytes were masked where they entered the supervisor
 (redact.SecretStream), and a verdict's last lines are taken from those.
@@ -18,21 +19,25 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
+from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, PhaseState, Timeline
 from ..state.files import SUPERVISOR_LOG, child_log_name
 from ..text.ansi import plain
 from .model import (
     ChildStatus,
+    DeadlineTimer,
     DownloadProgress,
     Exiting,
     Failure,
     GpuSampleStatus,
     GpuStatus,
     HungCallStatus,
+    LeftTimer,
     LifecycleStatus,
     LogFiles,
     ManagerStatus,
@@ -40,12 +45,15 @@ from .model import (
     MemoryStatus,
     PhaseMemory,
     PhaseStatus,
+    ReadyTimer,
     Snapshot,
+    StallTimer,
+    StopTimer,
+    Timers,
     Usage,
     VerdictStatus,
     WatchStatus,
 )
-from .timers import AttemptView, PacingView, Timeline, phase_timers, stop_timer
 
 if TYPE_CHECKING:
     from ..config import PhaseSpec
@@ -96,6 +104,7 @@ class PhaseView(Protocol):
 
     parsed: Any  # what its output parser read
     kept_as: str | None  # the fact name parsed is kept under (its key in the phase's object); None: not kept
+    timeline: Timeline  # when it left pending, first came up, came up this time, ended (wall times)
 
     @property
     def progress(self) -> dict[str, Any] | None: ...  # done_bytes, total_bytes, rate_bytes_s, eta_s (transfer.py)
@@ -133,14 +142,126 @@ class FactsView(Protocol):
     def previous(self, name: str) -> dict[str, Any]: ...
 
 
+# ---------------------------------------------------------------- the clocks of a phase and a child
+
+class StallWatchView(Protocol):
+    def last_sign(self) -> float: ...
+
+    def ages(self, now: float) -> dict[str, float]: ...
+
+
+class StallView(Protocol):
+    @property
+    def watch(self) -> StallWatchView: ...
+
+
+class PacingView(Protocol):
+    @property
+    def deadline_at(self) -> float | None: ...
+
+    @property
+    def backoff_until(self) -> float | None: ...
+
+    @property
+    def stall(self) -> StallView | None: ...
+
+
+class ReadySpec(Protocol):
+    ready_timeout_s: float
+
+
+class WaitedChild(Protocol):
+    label: str
+    spec: ReadySpec
+
+
+class StartView(Protocol):
+    @property
+    def waiting(self) -> tuple[WaitedChild, float] | None: ...
+
+
+class AttemptView(Protocol):
+    start: StartView | None
+
+
+class TimedSpec(Protocol):
+    timeout_s: float | None
+    stall_s: float | None
+
+
+class TimedPhase(Protocol):
+    name: str
+    spec: TimedSpec
+    since: float
+    up: bool
+
+    @property
+    def state(self) -> object: ...
+
+    @property
+    def pacing(self) -> PacingView: ...
+
+    @property
+    def current_attempt(self) -> AttemptView: ...
+
+
+def _secs(value: float) -> float:
+    return round(max(0.0, value), 1)
+
+
+def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> Timers:
+    """The timers running for ``phase`` at monotonic ``now``: ``deadline`` (timeout_s), ``backoff`` (to the
+    next attempt), ``stall`` (silence so far against stall_s), ``ready`` (the readiness wait under way against
+    its ready_timeout_s), ``hold`` (the lifecycle held at it, the bench gate's time left). Only those running."""
+    state, spec, pacing = phase.state, phase.spec, phase.pacing
+    if state in FINAL_STATES and hold_ends is None:
+        return Timers()
+    deadline_at, backoff_until, stall = pacing.deadline_at, pacing.backoff_until, pacing.stall
+    deadline = DeadlineTimer(limit_s=spec.timeout_s, left_s=_secs(deadline_at - now)) \
+        if deadline_at is not None and spec.timeout_s is not None and state not in FINAL_STATES else None
+    backoff = LeftTimer(left_s=_secs(backoff_until - now)) \
+        if state is PhaseState.BACKOFF and backoff_until is not None else None
+    stalled = None
+    if state in ATTEMPT_RUNS and stall is not None and spec.stall_s is not None:
+        silent = now - stall.watch.last_sign()
+        stalled = StallTimer(limit_s=spec.stall_s, silent_s=_secs(silent), left_s=_secs(spec.stall_s - silent),
+                             signs={what: _secs(age) for what, age in stall.watch.ages(now).items()})
+    start = phase.current_attempt.start
+    waiting = start.waiting if start is not None and state in ATTEMPT_RUNS else None
+    ready = None
+    if waiting is not None:
+        child, since = waiting
+        limit = child.spec.ready_timeout_s
+        ready = ReadyTimer(child=child.label, limit_s=limit, waited_s=_secs(now - since),
+                           left_s=_secs(limit - (now - since)))
+    hold = LeftTimer(left_s=_secs(hold_ends - now)) if hold_ends is not None else None
+    return Timers(deadline=deadline, backoff=backoff, stall=stalled, ready=ready, hold=hold)
+
+
+class StoppedChild(Protocol):
+    @property
+    def kill_at(self) -> float | None: ...
+
+
+def stop_timer(child: StoppedChild, grace_s: float, now: float) -> StopTimer | None:
+    """A child being stopped: its grace (stop_grace_s, or what a stop budget left of it) and how long until SIGKILL;
+    None when not in its grace."""
+    kill_at = child.kill_at
+    if kill_at is None:
+        return None
+    return StopTimer(grace_s=grace_s, kill_in_s=_secs(kill_at - now))
+
+
+# ---------------------------------------------------------------- the snapshot
+
+
 def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleView, gpus: Gpus | None,
              memory: MemoryEvidence | None, verdicts: Sequence[Verdict], manager: Mapping[str, Any],
-             resume: FactsView, usage: bool = True, timeline: Timeline | None = None,
-             log_dir: str | None = None,
+             resume: FactsView, usage: bool = True, log_dir: str | None = None,
              extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None = None,
              watches: WatchesView | None = None, exiting: Exiting | None = None) -> Snapshot:
     """Everything the status view shows (call it in the loop). ``manager``: the reporting's status;
-    ``timeline``: when each phase started and ended; ``log_dir``: where the log files are; ``extras``: what
+    ``log_dir``: where the log files are; ``extras``: what
     a plugin adds to a phase's object (Wiring.add_status); ``watches``: each watch's own state; ``exiting``:
     the exit waiting for the manager, once the lifecycle is over.
 
@@ -151,7 +272,6 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
     now = time.monotonic()  # the loop's clock: every timer is counted from it
     children = tuple(_child(phase.name, child, usage, now)
                      for phase in lifecycle.phases for child in phase.live_children())
-    timeline = timeline or Timeline()
     return Snapshot(
         version=SNAPSHOT_VERSION, pid=os.getpid(), role=role, started_at=started_at, written_at=time.time(),
         config=config,
@@ -159,7 +279,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
                                   why=lifecycle.shutdown_reason, exit_status=lifecycle.exit_status,
                                   current=current.name if current else None,
                                   failure=_failure(lifecycle.failure, log_dir)),
-        phases=tuple(PhaseStatus(**_phase(p, lifecycle.held(p.name), resume), **timeline.of(p.name),
+        phases=tuple(PhaseStatus(**_phase(p, lifecycle.held(p.name), resume),
                                  timers=phase_timers(p, lifecycle.hold_ends(p.name), now),
                                  memory=_phase_memory(p, memory), plugin={**_kept(p), **_extras(p.name, extras)})
                      for p in lifecycle.phases),
@@ -177,6 +297,65 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
     )
 
 
+class ExitFlushView(Protocol):
+    """The exit waiting for the manager (engine/exitflush.py's ExitFlush)."""
+
+    status: int | None
+    giving_up: bool
+
+    def seconds_left(self) -> float: ...
+
+
+class FlushHolder(Protocol):
+    """Where the exit flush is, once the lifecycle is over (engine/signals.py's SignalRouter: None before)."""
+
+    flush: ExitFlushView | None
+
+
+class ManagerView(Protocol):
+    """The reporting (manager/reporting.py's Reporter): its status, what the manager was told."""
+
+    def status(self) -> Mapping[str, Any]: ...
+
+
+@dataclass
+class Snapshotter:
+    """Where the snapshot of this run is read from, named once (the composition root fills it: app/observers.py);
+    called, it is a snapshot. The same for the status socket, status.json and /metrics."""
+
+    role: str
+    started_at: float
+    config: str
+    lifecycle: LifecycleView
+    gpus: Gpus | None
+    memory: MemoryEvidence | None
+    verdicts: Sequence[Verdict]
+    resume: FactsView
+    watches: WatchesView | None = None
+    manager: ManagerView | None = None  # None: no manager to report to
+    log_dir: str | None = None
+    flush: FlushHolder | None = None
+    extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = field(default_factory=dict)
+
+    def __call__(self, usage: bool = True) -> Snapshot:
+        holder = self.flush.flush if self.flush is not None else None  # the exit waiting for the manager
+        exiting = Exiting(status=holder.status, flush_left_s=round(holder.seconds_left(), 1),
+                          giving_up=holder.giving_up) if holder is not None else None
+        return snapshot(role=self.role, started_at=self.started_at, config=self.config, lifecycle=self.lifecycle,
+                        gpus=self.gpus, memory=self.memory, verdicts=self.verdicts,
+                        manager=self.manager.status() if self.manager is not None else {"enabled": False},
+                        resume=self.resume, usage=usage, extras=self.extras, log_dir=self.log_dir,
+                        watches=self.watches, exiting=exiting)
+
+    def persisted(self) -> Snapshot:
+        """What status.json holds: no usage (see ``snapshot``)."""
+        return self(usage=False)
+
+    def add_status(self, name: str, provider: Callable[[], Mapping[str, Any]]) -> None:
+        """What a plugin adds to phase ``name``'s object (wiring.Wiring.add_status)."""
+        self.extras.setdefault(name, []).append(provider)
+
+
 def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, children_left: bool) -> str:
     if lifecycle.shutting_down:
         return "stopping" if lifecycle.exit_status is None or children_left else "stopped"
@@ -185,7 +364,7 @@ def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, childr
 
 def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
     return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
-            "attempt": p.attempt, "up": p.up, "hold": hold,
+            "attempt": p.attempt, "up": p.up, "hold": hold, **vars(p.timeline),
             "progress": DownloadProgress.from_json(p.progress) if p.progress else None,
             # A phase not reached in this run keeps what an earlier run learnt about it.
             "facts": p.facts or resume.previous(p.name)}

@@ -293,7 +293,7 @@ def prof_exit(tool: bench.Ours, runs: int) -> dict:
             return next((t for k, t in after if k == name), None)
 
         ex_in, ex_out = first("phase.Phase._child_exited:in"), first("phase.Phase._child_exited:out")
-        rec_in = first("runtime.VerdictRecord.record:in")
+        rec_in = first("verdict.VerdictRecord.record:in")
         written = first("console_verdict_written")
         inside = [(k, t) for k, t in after if ex_in and ex_out and ex_in <= t <= ex_out]
 

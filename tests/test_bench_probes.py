@@ -79,6 +79,6 @@ def test_a_run_under_probe_py_records_every_probe(tmp_path: Path) -> None:
     seen = {name for name, _ in json.loads(events.read_text())}
     for label in ("file.persist:in", "snapshot.snapshot:out", "resume.load_record:in",
                   "socket.StatusServer.__init__:in", "phase.Phase.transition:in",
-                  "runtime.VerdictRecord.record:in",
+                  "verdict.VerdictRecord.record:in",
                   "children.spawn:in", "console_verdict_written"):
         assert label in seen, (label, sorted(seen))

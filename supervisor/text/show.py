@@ -47,8 +47,10 @@ def shown(value: object, limit: int = SHOWN_CHARS, *, bare: bool = False, ascii_
 def logged(text: str) -> str:
     """A value as a log line of the supervisor's shows it: bare when it is one word, else in plain double quotes
     (a ``"`` or ``\\`` inside escaped with ``\\``); a control character (a newline) escaped, so the line stays one."""
-    if not text or _has_space(text) or any(c in "\"'\\" for c in text):
+    if not text or _has_space(text) or '"' in text or "'" in text or "\\" in text:
         text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if text.isprintable():  # (the usual line: nothing to escape, no walk of its characters)
+        return text
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
@@ -69,4 +71,5 @@ def fmt_bytes(n: int | None) -> str:
 
 
 def _has_space(text: str) -> bool:
-    return any(c.isspace() for c in text)
+    """Any white space in ``text`` (str.split's, which is str.isspace's)."""
+    return text.split() != [text] if text else False

@@ -61,7 +61,7 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     observers.clocks = rt.evidence.first_seen
     if reporter.enabled:  # no manager: the reporter would hear everything and do nothing
         observers.reporter = reporter
-    observers.first_writes = FirstWrites(plan, host, sup, state_file, router)
+    observers.first_writes = FirstWrites(plan, host, sup, state_file)
     observers.status = state_file
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log, rt.evidence.gpus)

@@ -37,7 +37,6 @@ from ..status.file import unpoint
 if TYPE_CHECKING:
     from ..config import Plan
     from ..engine.logs import SupervisorLog
-    from ..engine.signals import SignalRouter
     from ..lifecycle.lifecycle import Lifecycle
     from ..manager.reporting import FlushWait
     from ..status.file import StateFile
@@ -126,14 +125,12 @@ def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:
 class FirstWrites(Deaf):
     """A stop signal from outside has a budget (stopbudget.py), and SIGKILL may end it: at the shutdown the
     state and the termination log are written at once, before any child's grace runs (the exit writes them
-    again)."""
+    again). Told only of a shutdown under a budget (the Observers decide)."""
 
-    def __init__(self, plan: Plan, host: Host, sup: Supervision, state_file: StateFile, router: SignalRouter) -> None:
-        self._plan, self._host, self._sup, self._state_file, self._router = plan, host, sup, state_file, router
+    def __init__(self, plan: Plan, host: Host, sup: Supervision, state_file: StateFile) -> None:
+        self._plan, self._host, self._sup, self._state_file = plan, host, sup, state_file
 
     def shutting_down(self, view: ShutdownView) -> None:
-        if self._router.budget is None:
-            return
         self._state_file.save()
         if view.status != EXIT_OK:
             write_termination_log(self._plan.supervisor.termination_log, self._sup.lifecycle, view.status,

@@ -150,7 +150,7 @@ class Lifecycle:
             return
         if phase.state is PhaseState.FAILED:
             self.failure = phase.outcome
-            status = phase.outcome.status if phase.outcome else EXIT_FAILURE
+            status = self.failure.status if self.failure else EXIT_FAILURE
             self.shutdown(f"phase {phase.name} failed", status or EXIT_FAILURE)
             return
         dead_kept = [c for c in phase.kept if not c.running]
@@ -204,7 +204,7 @@ class Lifecycle:
         if self._stop_over:
             finish()
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs).
-        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
+        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)), budget)
 
     def kill_everything_now(self, wait_until: float | None = None) -> None:
         """A second shutdown request: no more grace for anyone (``wait_until``: its stop budget's end)."""
@@ -348,11 +348,14 @@ class Observers:
         tell_each(self.faults, "verdict listener", hearing, verdict, phase=verdict.phase)
         self._status_changed(verdict)
 
-    def shutting_down(self, view: ShutdownView) -> None:
-        """After the first stop signal is out: these may write to disk (the outbox fsyncs)."""
+    def shutting_down(self, view: ShutdownView, budget: StopBudget | None = None) -> None:
+        """After the first stop signal is out: these may write to disk (the outbox fsyncs). The first writes only
+        under a stop signal's ``budget``."""
         plugin = self.plugin if self.plugin._shutdown else NOBODY
-        hearing = [o.shutting_down for o in (self.reporter, plugin, self.first_writes) if o is not NOBODY]
-        tell_each(self.faults, "shutdown listener", hearing, view)
+        first_writes = self.first_writes if budget is not None else NOBODY
+        hearing = [o.shutting_down for o in (self.reporter, plugin, first_writes) if o is not NOBODY]
+        if hearing:  # (no manager, no plugin listening, no budget: nobody)
+            tell_each(self.faults, "shutdown listener", hearing, view)
 
     def _fetch_over(self, phase: Any) -> None:
         assert self.clocks is not None

@@ -285,7 +285,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
                      for p in lifecycle.phases),
         children=children,
         gpus=_gpus(gpus, usage),
-        watches={name: WatchStatus.from_json(state) for name, state in watches.to_dict(now).items()}
+        watches={name: WatchStatus(**state) for name, state in watches.to_dict(now).items()}
         if watches is not None else {},
         memory=_memory(memory),
         logs=LogFiles(dir=log_dir, supervisor=str(Path(log_dir) / SUPERVISOR_LOG)) if log_dir else None,

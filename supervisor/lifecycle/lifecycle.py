@@ -201,10 +201,11 @@ class Lifecycle:
                 phase.abort()
         finally:  # (whatever raised: a stop that ends later must still end the run)
             self._phases_told = True
+        # After the first stop signal is out: the observers may write to disk (the outbox fsyncs). They hear of
+        # the shutdown before the phases settle, whether the stop ends later (children to stop) or ended at once.
+        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)), budget)
         if self._stop_over:
             finish()
-        # After the first stop signal is out: the observers may write to disk (the outbox fsyncs).
-        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)), budget)
 
     def kill_everything_now(self, wait_until: float | None = None) -> None:
         """A second shutdown request: no more grace for anyone (``wait_until``: its stop budget's end)."""

@@ -166,7 +166,7 @@ def test_a_shutdown_while_running_stops_the_child_and_the_phase_ends_stopped(run
 def test_a_phase_failed_from_a_transition_listener_is_heard_in_order_by_every_listener(run) -> None:
     # What the prover's bench clock does when the manager's deadline has passed already: it hears the phase
     # come to RUNNING and fails it at once, from inside the telling of that move. Every listener after it,
-    # and the timeline, must still hear RUNNING before the moves the failure brings (run to completion).
+    # and the phase's timeline, must still hear of RUNNING before the moves the failure brings (run to completion).
     r = run(TWO_ONESHOTS)
     lifecycle = r.lifecycle
     first: list[tuple[str, PhaseState]] = []

@@ -9,6 +9,7 @@ file modes, and secrets.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -26,6 +27,7 @@ import requests
 from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, wait_for
 
 from supervisor.app.cli import dev_manager
+from supervisor.evidence.watchstate import Watches
 from supervisor.lifecycle.resume import ResumeRecord
 from supervisor.lifecycle.states import PhaseState, Timeline
 from supervisor.lifecycle.verdict import VERDICTS_KEPT_PER_PHASE, without_exit
@@ -585,6 +587,21 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     assert snap["gpus"] == {"available": False, "why": "not probed", "samples": [], "unresponsive": None,
                             "slow_calls": 0}
     assert snap["memory"]["mode"] == "unavailable" and snap["manager"] == {"enabled": False}
+
+
+def test_a_watch_that_is_never_blind_leaves_the_snapshot_valid() -> None:
+    # A plugin's watch with a window of math.inf (wiring.watch_state: it is never blind) was written
+    # "window_s": Infinity, and the gate refused the whole snapshot: status.json and the socket's answer both.
+    watches = Watches()
+    watches.new("forever", math.inf)
+    watches.new("minute", 60.0)
+    life = SimpleNamespace(phases=[], shutting_down=False, exit_status=None, shutdown_reason="", current=lambda: None,
+                           failure=None, held=lambda name: None, hold_ends=lambda name: None)
+    snap = snapshot(role="subreaper", started_at=time.time() - 10, config="c.toml", lifecycle=life, gpus=None,
+                    memory=None, verdicts=[], manager={"enabled": False}, resume=ResumeRecord(None, {}),
+                    watches=watches).to_json()
+    assert snapshot_problem(json.loads(json.dumps(snap))) is None
+    assert snap["watches"]["forever"]["window_s"] is None and snap["watches"]["minute"]["window_s"] == 60.0
 
 
 def test_the_failures_log_file_is_named_only_where_a_child_wrote_one(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ a period. Both are made for any thread: the watches' threads report, the loop's 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -146,7 +147,9 @@ class WatchState:
         with self._lock:
             return {"state": self._state, "since": round(wall - (now - self._since), 3),
                     "last_reading_s_ago": None if self._last_read is None else round(now - self._last_read, 1),
-                    "why": self._why or None, "window_s": self.window_s,
+                    "why": self._why or None,
+                    # (a window of math.inf: a watch never blind; JSON has no infinity, status shows none)
+                    "window_s": self.window_s if math.isfinite(self.window_s) else None,
                     "readings": self.readings, "misses": self.misses, "failures": self.failures}
 
 

@@ -68,6 +68,7 @@ class Lifecycle:
         # Who reacts to each move, verdict and the shutdown, in order (the composition root names them); the
         # verdict record tells them of each verdict.
         self.observers = Observers(rt.loop, rt.loop.faults)
+        assert rt.verdicts.observers is None, "the verdicts are heard by the lifecycle that records them"
         rt.verdicts.observers = self.observers
         self.shutdown_reason = ""
         self.shutting_down = False
@@ -203,9 +204,11 @@ class Lifecycle:
             self._phases_told = True
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs). They hear of
         # the shutdown before the phases settle, whether the stop ends later (children to stop) or ended at once.
-        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)), budget)
-        if self._stop_over:
-            finish()
+        try:
+            self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)), budget)
+        finally:  # (a stop over at once must still end the run, whatever raised)
+            if self._stop_over:
+                finish()
 
     def kill_everything_now(self, wait_until: float | None = None) -> None:
         """A second shutdown request: no more grace for anyone (``wait_until``: its stop budget's end)."""

@@ -40,9 +40,6 @@ from .hooks import capped
 from .resume import NO_RERUN, Rerun
 from .verdict import VerdictRecord
 
-# Verdicts kept per phase in VerdictRecord (the status view, status.json and lookups by pid).
-VERDICTS_KEPT_PER_PHASE = 20
-
 
 @dataclass
 class ChildKit:

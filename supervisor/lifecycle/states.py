@@ -8,7 +8,8 @@ started, a child exited, a timer fired, its service came up, a watcher found it 
 shuts down, ...) and returns a ``Step``: the state it moves to (if any), why, and the effects (``Effect``
 and the records after it) the phase carries out around the move, as Pebble's servstate handlers do with
 their one ``transition``. What comes after an attempt (done, retry, restart, fail: ``after_attempt``) and
-how long a backoff is (``backoff_delay``) are pure rules, here beside the words.
+how long a backoff is (``backoff_delay``) are pure rules, here beside the words; so is a phase's
+``Timeline`` (when it started, came up, ended), which it notes at each move it tells.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 The reason is decided from evidence: the wait status from the reaper and what
 the supervisor itself did to the child (stopped it for a timeout, for a
 shutdown, because its phase was over). Exit 137 alone never means OOM.
+
+``VerdictRecord`` is where every verdict enters the supervisor's records: masked once, kept (the latest few
+per phase), said, and heard by the lifecycle's observers.
 """
 
 from __future__ import annotations

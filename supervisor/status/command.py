@@ -4,7 +4,7 @@ When no supervisor answers on the socket, status.json says what the last one wro
 says how it ended: a lifecycle that reached ``stopped`` was ended by its supervisor (it exited); one left
 in any other state by a pid that is no longer a live prover-supervisor was ended from outside (``kill -9``,
 the OOM killer): the supervisor is **gone**, and what it started may still run. Those are found by the
-tag each child carries (survivors.left_alive_by), never by the pid alone, so a reused pid is not named.
+tag each child carries (trees.left_alive_by), never by the pid alone, so a reused pid is not named.
 A writer that is alive but does not answer is said as such. The answer's ``supervisor`` key is one of
 ``running``, ``exited``, ``gone``, ``not answering``; ``survivors`` lists what a gone one left alive.
 

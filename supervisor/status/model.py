@@ -258,7 +258,7 @@ class ReadyTimer(_Record):
 
 @dataclass(frozen=True)
 class Timers(_Record):
-    """The timers running for a phase (timers.phase_timers); only those running are written."""
+    """The timers running for a phase (snapshot.phase_timers); only those running are written."""
 
     deadline: DeadlineTimer | None = None
     backoff: LeftTimer | None = None

@@ -2,11 +2,14 @@
 
 At most 10 modules directly in ``supervisor/``, at most 15 in any folder (the prover's stand-ins aside: each is
 one program a test runs), and no module over 700 lines. A package's ``__init__.py`` is its door, not a room:
-it is not counted. The layers themselves are import-linter's (pyproject.toml, run by .ci/run).
+it is not counted. The layers themselves are import-linter's (pyproject.toml, run by .ci/run). The map of the
+house in docs/architecture.md is kept true here too: its count of each folder's modules, every module named in
+its room's paragraph, and no module named that is gone.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 SUPERVISOR = Path(__file__).resolve().parent.parent / "supervisor"
@@ -34,3 +37,50 @@ def test_no_module_is_over_700_lines() -> None:
     assert len(sizes) > 50  # (the walk found the package)
     too_long = {name: n for name, n in sizes.items() if n > LINES_MAX}
     assert not too_long, f"modules over {LINES_MAX} lines (split along a concept, not a line count): {too_long}"
+
+
+# ---------------------------------------------------------------- the map in docs/architecture.md, kept true
+
+ARCHITECTURE = SUPERVISOR.parent / "docs" / "architecture.md"
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else len(text)]
+
+
+def _room_paragraphs(house: str) -> dict[str, str]:
+    """Each room's paragraph of "## The house": from its ``**folder/**`` head to the next head."""
+    heads = [(m.start(), m.group(1)) for m in re.finditer(r"^\*\*(?:[\w.]+, )?(\w+)/\*\*", house, re.M)]
+    ends = [m.start() for m in re.finditer(r"^\*\*", house, re.M)] + [len(house)]
+    return {name: house[at:min(e for e in ends if e > at)] for at, name in heads}
+
+
+def test_the_map_counts_the_modules_each_folder_holds() -> None:
+    # The layer map said "lifecycle/ (11)" over 12 modules, and later "(10)" over 11: nothing checked it.
+    house = _section(ARCHITECTURE.read_text(), "The house")
+    block = house[house.index("```") + 3:house.index("```", house.index("```") + 3)]
+    counted = {m.group(1): int(m.group(2)) for line in block.splitlines()
+               if (m := re.match(r"^\s*(?:[\w.]+, )?(\w+)/\s.*\((\d+)(?: modules)?\)\s*$", line))}
+    assert len(counted) >= 10, counted  # (the block was found and read)
+    actual = {name: len(rooms(SUPERVISOR / name)) for name in counted}
+    assert counted == actual
+
+
+def test_each_room_names_every_module_it_holds_and_no_module_that_is_gone() -> None:
+    text = ARCHITECTURE.read_text()
+    paragraphs = _room_paragraphs(_section(text, "The house"))
+    assert {"app", "status", "lifecycle", "engine", "evidence", "manager", "config", "state", "text"} <= set(paragraphs)
+    unnamed = {name: [m for m in rooms(SUPERVISOR / name) if f"`{m}`" not in paragraph and f"`{name}/{m}`"
+                      not in paragraph] for name, paragraph in paragraphs.items()}
+    assert not {name: missing for name, missing in unnamed.items() if missing}, unnamed
+    # Every module the rooms and the decision's sections name still exists somewhere in the package.
+    # (The history of the measures, after "Measured by", names the modules of its day, on purpose.)
+    decides = _section(text, "One place decides")
+    prose = _section(text, "The house") + decides[:decides.index("Measured by")] + _section(text, "How to add")
+    existing = {p.name for p in SUPERVISOR.rglob("*.py")}
+    named = {m.group(2) for m in re.finditer(r"`([\w/]+/)?(\w+\.py)", prose)
+             if not (m.group(1) or "").startswith(("tests/", "bench/"))}
+    assert len(named) > 60, sorted(named)  # (the sections were found and read)
+    assert named - existing == set(), sorted(named - existing)

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import PY, Runner, toml_list, toml_str
@@ -55,7 +56,7 @@ def fake_v1(tmp: Path, **spoilt: bytes) -> tuple[Path, Path, Path]:
     return root, proc, cgroup
 
 
-def evidence_of(root: Path, proc: Path, lines: list[str], mode: str = "shared", **kw: float) -> MemoryEvidence:
+def evidence_of(root: Path, proc: Path, lines: list[str], mode: str = "shared", **kw: Any) -> MemoryEvidence:
     return MemoryEvidence(EventLoop(), lines.append, mode=mode, root=root, proc_cgroup=proc, **kw)
 
 
@@ -232,3 +233,30 @@ def test_a_cgroup_of_our_own_hears_its_bad_values(tmp_path: Path) -> None:
     child = parent.create_child("c")
     (child.path / "memory.failcnt").write_bytes(NOT_TEXT)
     assert child.snapshot().failcnt is None and lines == [str(child.path / "memory.failcnt")]
+
+
+# ================================================================ the ledger of phase cgroups in state_dir
+
+
+def test_a_fifo_in_the_ledgers_place_does_not_hang_the_start(tmp_path: Path) -> None:
+    # state_dir/cgroups was read with read_text() and appended to with open("a"): a FIFO there hung the start
+    # (an open for reading waits for a writer), as /dev/zero behind a link would have filled memory. It is read as
+    # every state file is (bounded, a regular file only) and written whole, which puts a regular file back.
+    root, proc, _ = fake_v1(tmp_path)
+    ledger = tmp_path / "state" / "cgroups"
+    ledger.parent.mkdir()
+    os.mkfifo(ledger)
+    lines: list[str] = []
+    made: list[MemoryEvidence] = []
+    starting = threading.Thread(target=lambda: made.append(evidence_of(root, proc, lines, mode="auto", ledger=ledger)),
+                                daemon=True)
+    starting.start()
+    starting.join(10)
+    if not made:  # (let the hung reader go: a writer that opens and closes is its end of file)
+        os.close(os.open(ledger, os.O_WRONLY | os.O_NONBLOCK))
+        starting.join(5)
+    assert made, "the start hung on a FIFO in the ledger's place"
+    assert made[0].mode == "per-phase", (made[0].mode, lines)
+    assert said(lines, f"cannot read {ledger}") and said(lines, "not a regular file"), lines
+    assert ledger.is_file()  # written whole: the next phase's cgroup is noted in a regular file
+    made[0].close()

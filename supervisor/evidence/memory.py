@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from ..engine.loop import EventLoop, Timer
 from ..engine.offloop import NoThread, Overdue, answer_within
+from ..state.files import read_regular_file, write_atomically
 from ..text import Log
 from ..text.show import fmt_bytes
 from ..text.units import is_ascii_digits
@@ -37,6 +38,8 @@ from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegatio
 OOM_POLL_S = 0.25
 # How long the start waits for the cgroup files to be found and read (a hung cgroupfs never answers).
 CGROUP_FIND_BOUND_S = 5.0
+# The ledger of phase cgroups (state_dir/cgroups) is read up to this: a line a cgroup, a few per phase.
+LEDGER_MAX_BYTES = 1 << 20
 # Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).
 PHASE_CGROUP_PREFIX = "prover-"
 
@@ -233,11 +236,11 @@ class MemoryEvidence:
         """Read the ledger an earlier start left; keep in it only the cgroups that still exist."""
         if self._ledger is None:
             return []
-        try:
-            lines = self._ledger.read_text().splitlines()
+        try:  # (as every state file: a FIFO must not hang us, nor /dev/zero fill memory)
+            lines = read_regular_file(self._ledger, LEDGER_MAX_BYTES).decode().splitlines()
         except FileNotFoundError:
             lines = []
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # (UnicodeDecodeError is a ValueError)
             self._log(f"cannot read {self._ledger} ({exc}): cgroups of an earlier start are not looked for")
             lines = []
         inherited = []
@@ -246,10 +249,8 @@ class MemoryEvidence:
             # Only a phase cgroup right under ours: the file names what may be killed, so nothing else.
             if path.parent == parent.path and path.name.startswith(PHASE_CGROUP_PREFIX) and path.is_dir():
                 inherited.append(MemoryCgroup(path, parent.version, self._say_bad))
-        try:
-            tmp = self._ledger.with_name(self._ledger.name + ".tmp")
-            tmp.write_text("".join(f"{cg.path}\n" for cg in inherited))
-            tmp.replace(self._ledger)
+        try:  # written whole: what was there (a FIFO, a link) is replaced by a regular file
+            write_atomically(self._ledger, "".join(f"{cg.path}\n" for cg in inherited).encode())
         except OSError as exc:
             self._log(f"cannot write {self._ledger} ({exc.strerror or exc})")
         return inherited
@@ -257,8 +258,9 @@ class MemoryEvidence:
     def _note_in_ledger(self, path: Path) -> None:
         if self._ledger is None:
             return
-        try:
-            with open(self._ledger, "a") as f:
+        try:  # (non-blocking: a FIFO put there since is refused, never waited on)
+            fd = os.open(self._ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
                 f.write(f"{path}\n")
         except OSError as exc:
             self._log(f"cannot write {self._ledger} ({exc.strerror or exc}): a SIGKILL would leave {path} "

@@ -44,23 +44,32 @@ def names_and_strings(source: str) -> Iterator[tuple[int, str]]:
     tree = ast.parse(source)
     skipped = docstrings(tree)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            text = node.id
-        elif isinstance(node, ast.Attribute):
-            text = node.attr
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            text = node.name
-        elif isinstance(node, ast.arg):
-            text = node.arg
-        elif isinstance(node, ast.alias):
-            text = node.asname or node.name
-        elif isinstance(node, ast.keyword) and node.arg is not None:
-            text = node.arg
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped:
-            text = node.value
-        else:
-            continue
-        yield getattr(node, "lineno", 0), text
+        for text in _texts(node, skipped):
+            yield getattr(node, "lineno", 0), text
+
+
+def _texts(node: ast.AST, skipped: set[int]) -> list[str]:
+    """What ``node`` names or spells: a name it binds or reads, a module it imports, a string or bytes it holds."""
+    match node:
+        case ast.Name(id=name) | ast.Attribute(attr=name) | ast.arg(arg=name):
+            return [name]
+        case ast.FunctionDef(name=name) | ast.AsyncFunctionDef(name=name) | ast.ClassDef(name=name):
+            return [name]
+        case ast.alias(name=name, asname=asname):  # (the module or name imported, and what it is bound to)
+            return [name, *([asname] if asname else [])]
+        case ast.ImportFrom(module=module):
+            return [module] if module else []
+        case ast.keyword(arg=name) | ast.ExceptHandler(name=name) | ast.MatchAs(name=name) | ast.MatchStar(name=name):
+            return [name] if name else []
+        case ast.MatchMapping(rest=rest):
+            return [rest] if rest else []
+        case ast.MatchClass(kwd_attrs=attrs) | ast.Global(names=attrs) | ast.Nonlocal(names=attrs):
+            return list(attrs)
+        case ast.Constant(value=str() as text) if id(node) not in skipped:
+            return [text]
+        case ast.Constant(value=bytes() as data):
+            return [data.decode("latin-1")]
+    return []
 
 
 def prover_names(source: str) -> list[tuple[int, str]]:
@@ -79,10 +88,20 @@ def test_the_counter_finds_names_and_strings_but_not_comments_or_docstrings() ->
             say("nothing of it here")
         class Paramfetcher:
             pass
+        from .cuzkconf import settings as s
+        try:
+            pass
+        except OSError as proof_error:
+            tag = b"curio"
+        match what:
+            case Rate(min_rate=1) | {"k": 1, **benches} | [*curios] | str() as cuzk_name:
+                global bench_count
         ''')
     found = sorted(prover_names(source))
-    assert found == [(2, "benching"), (3, "min_rate"), (4, "EXIT_BENCH_REJECTED"), (5, "param_cache"),
-                     (7, "proofs"), (7, "use --rebench "), (9, "Paramfetcher")], found
+    assert found == [(2, "benching"), (2, "supervisor.prover.bench"), (3, "min_rate"), (4, "EXIT_BENCH_REJECTED"),
+                     (5, "param_cache"), (7, "proofs"), (7, "use --rebench "), (9, "Paramfetcher"), (11, "cuzkconf"),
+                     (14, "proof_error"), (15, "curio"), (17, "benches"), (17, "curios"), (17, "cuzk_name"),
+                     (17, "min_rate"), (18, "bench_count")], found
 
 
 def test_the_core_names_no_prover_thing() -> None:

@@ -59,7 +59,8 @@ def _log_push(client: ManagerClient, payload: Payload, uuid: str | None) -> Answ
 
 
 def core_kinds() -> dict[str, CallKind]:
-    return {config.PARAM_DONE: phase_call(config.PARAM_DONE), RUNNING: phase_call(RUNNING), LOG: CallKind(_log_push)}
+    """A call for each of the core's report kinds (config.REPORTS, the one table of them), and the log push."""
+    return {**{kind: phase_call(kind) for kind in config.REPORTS}, LOG: CallKind(_log_push)}
 
 
 @dataclass

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..text.show import fmt_bytes
+from ..text.show import fmt_bytes, shown
 from ..text.units import is_ascii_digits
 
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
@@ -93,7 +93,7 @@ def kernel_number(text: str) -> int:
     """A kernel counter or size: ASCII digits (a v1 counter may be negative: -1 is "no limit" written back)."""
     digits = text.removeprefix("-")
     if not (digits.isascii() and digits.isdigit()):  # (never "²" or "١": units.is_ascii_digits, inline)
-        raise BadValue(f"holds {text[:40]!r} where a number goes")
+        raise BadValue(f"holds {shown(text, 40)} where a number goes")
     return int(text)
 
 

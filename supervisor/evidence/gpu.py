@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..text.show import shown
+from ..text.show import one_line, shown
 
 # call(name, gpu_index or None, function, *args): makes one NVML call, timed by the GPU thread.
 Caller = Callable[..., Any]
@@ -213,7 +213,7 @@ def _text(name: Any) -> str:
 
 
 def describe_nvml_error(exc: Exception) -> str:
-    text = str(exc)[:200] or type(exc).__name__  # (a binding's own error may say anything, of any size)
+    text = one_line(exc, 200) or type(exc).__name__  # (a binding's own error may say anything, of any size)
     return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
 

@@ -35,6 +35,7 @@ from ..config import ManagerSpec
 from ..lifecycle.states import backoff_delay
 from ..text import Log
 from ..text.redact import Redactor, shown_url, url_secrets
+from ..text.show import cut
 
 # requests and tenacity are imported when a client is made, not with this module: a
 # supervisor without a manager should not pay their start-up time and memory.
@@ -74,7 +75,7 @@ class PermanentError(Exception):
     """A 4xx other than 429: retrying the same call cannot help."""
 
     def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"HTTP {status}: {body[:300]}")
+        super().__init__(f"HTTP {status}: {cut(body, 300)}")
         self.status = status
         self.body = body
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from ..text.show import cut
 from .client import ManagerClient, PermanentError, TransientError
 from .row import NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
 
@@ -94,7 +95,7 @@ class RowWatch:
             row, notes = find_row(answer.body, uuid, now, self._fields)
             reading = RowReading(now, row, listed=row is None)
         except (TransientError, PermanentError, RowError) as exc:
-            reading = RowReading(now, None, listed=False, error=f"GET /status: {exc}"[:300])
+            reading = RowReading(now, None, listed=False, error=cut(f"GET /status: {exc}", 300))
         self.latest, self._failed_at = reading, mono if reading.error is not None else None
         new = [note for note in notes if note.about not in self._said]
         self._said.update(note.about for note in new)

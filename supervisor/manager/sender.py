@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import ManagerSpec
 from ..engine.loop import EventLoop, summary
 from ..text import Log
+from ..text.show import cut, shown
 from .answers import AnswerError, check_uuid, register_answer
 from .callkinds import LOG, REGISTER, RUNNING, CallKind, CallKinds, Payload
 from .client import Answer, ManagerClient, PermanentError, TransientError
@@ -220,7 +221,7 @@ class Sender:
         except Exception:
             return  # the outbox itself is what fails: the call stays, and is tried again
         self._loop.call_soon_threadsafe(lambda: self._log(
-            f"manager: {call.kind} failed for good: a bug of ours met {times} times ({summary(exc)[:200]}); "
+            f"manager: {call.kind} failed for good: a bug of ours met {times} times ({cut(summary(exc), 200)}); "
             "the calls behind it go on"))
 
     def _deliver_next(self) -> bool:
@@ -327,7 +328,7 @@ class Sender:
         if not gone:  # the manager has the row, and refused a lifecycle call on it: killed (manager-api.md)
             if self._read_row().row is None and self.killed is None:  # GET /status could not say why
                 self._killed_by(Row(self.uuid, KILLED, kill_reason=f"not read: {call.kind} answered HTTP 404 "
-                                    f"{exc.body[:80]!r} while its /runner-id still has the row"))
+                                    f"{shown(exc.body, 80)} while its /runner-id still has the row"))
             if self.killed is None:
                 return False
             self.outbox.failed(call.id, f"{exc}: {self.killed.kill_line()}")
@@ -408,7 +409,7 @@ class Sender:
         except PermanentError as exc:
             # Refused (a 4xx): retried with the same backoff as a manager that is down, never dropped.
             # Nothing else can go without the uuid, and registering again is harmless (idempotent).
-            raise TransientError(f"/register refused: HTTP {exc.status}: {exc.body[:200]}") from None
+            raise TransientError(f"/register refused: HTTP {exc.status}: {cut(exc.body, 200)}") from None
         try:
             identity = register_answer(answer.body, self._calls.answer_fields)
         except AnswerError as exc:
@@ -440,7 +441,7 @@ class Sender:
             self._loop.call_soon_threadsafe(lambda: delivered(call.payload, answer.body))
 
     def _refused(self, call: Call, exc: PermanentError) -> None:
-        self._log(f"manager: {call.kind} refused for good: HTTP {exc.status}: {exc.body[:300]!r}")
+        self._log(f"manager: {call.kind} refused for good: HTTP {exc.status}: {shown(exc.body, 300)}")
         kind = self._kinds.get(call.kind)
         if kind is not None and kind.refused is not None:
             kind.refused(call.payload)  # e.g. no answer will ever come to wait for

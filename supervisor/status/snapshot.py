@@ -300,7 +300,6 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
 class ExitFlushView(Protocol):
     """The exit waiting for the manager (engine/exitflush.py's ExitFlush)."""
 
-    status: int | None
     giving_up: bool
 
     def seconds_left(self) -> float: ...
@@ -339,7 +338,8 @@ class Snapshotter:
 
     def __call__(self, usage: bool = True) -> Snapshot:
         holder = self.flush.flush if self.flush is not None else None  # the exit waiting for the manager
-        exiting = Exiting(status=holder.status, flush_left_s=round(holder.seconds_left(), 1),
+        # (the run's exit status is the Lifecycle's, the one holder of it; the flush only waits with it)
+        exiting = Exiting(status=self.lifecycle.exit_status, flush_left_s=round(holder.seconds_left(), 1),
                           giving_up=holder.giving_up) if holder is not None else None
         return snapshot(role=self.role, started_at=self.started_at, config=self.config, lifecycle=self.lifecycle,
                         gpus=self.gpus, memory=self.memory, verdicts=self.verdicts,

@@ -122,7 +122,7 @@ def test_failure_lines_show_only_the_last_few_each_cut_short() -> None:
     shown = out[2:]
     assert len(shown) == FAILURE_LINES_SHOWN
     assert shown[:-1] == [f"    | line {i}" for i in range(20)][-(FAILURE_LINES_SHOWN - 1):]
-    assert shown[-1] == "    | " + "x" * 200
+    assert shown[-1] == "    | " + "x" * 197 + "..."  # cut to 200, the cut marked
     assert not any(line.startswith("  logs:") for line in out), "no log file known: nothing said"
 
 

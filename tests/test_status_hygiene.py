@@ -82,3 +82,13 @@ def test_an_apostrophe_in_a_command_is_shown_in_double_quotes_when_it_starts(sup
     started = first_line(result.output, "started quoted/quoted: pid")
     assert started.endswith('sh -c "echo \\"$0\\"; exit 3" "the phase\'s output"'), started
     assert failure(result.output)["detail"] == "exited with code 3"
+
+
+def test_a_long_last_line_is_shown_cut_with_a_mark() -> None:
+    # A child's last line was cut at 160 characters with nothing to say so: the reader took it for the whole line.
+    now = 10_000.0
+    snap = _live_snapshot(now, {})
+    snap["children"][0]["last_lines"] = ["short", "x" * 400]  # type: ignore[index]
+    text = render(Snapshot.from_json(snap), live=True, now=now)
+    shown = [x for x in text.splitlines() if x.startswith("      | ")]
+    assert shown == ["      | short", "      | " + "x" * 157 + "..."], text

@@ -15,6 +15,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from ..text.show import cut
 from .model import NOT_ANSWERING, ManagerStatus, Snapshot
 
 # The failing child's last lines shown under the headline (status.json keeps more).
@@ -111,7 +112,7 @@ def failure_lines(snap: Snapshot) -> list[str]:
     lines = list(failure.last_lines[-FAILURE_LINES_SHOWN:])
     if lines:
         out.append(f"  last lines of {failure.phase}/{failure.child}:")
-        out.extend(f"    | {line[:200]}" for line in lines)
+        out.extend(f"    | {cut(line, 200)}" for line in lines)
     logs = [x for x in (failure.log_file, snap.logs.supervisor if snap.logs is not None else None) if x]
     if logs:
         out.append(f"  logs: {', '.join(logs)}")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..evidence.transfer import progress_text
-from ..text.show import fmt_bytes, one_line
+from ..text.show import cut, fmt_bytes, one_line
 from .headline import failure_lines, gone_lines, headline, shown_value, since, span
 from .model import Delivered, LedgerEntry, ManagerStatus, MemoryStatus, PhaseStatus, Snapshot, WatchStatus
 
@@ -108,11 +108,11 @@ def watch_lines(watches: Mapping[str, WatchStatus], now: float, live: bool = Tru
     for name, w in list(watches.items())[:20]:
         state, why = str(w.state)[:20], one_line(w.why, 160, mark="") if w.why else ""
         if state == "blind":
-            said.append(f"{name[:40]} BLIND since {since(w.since, now)}" + (f" ({why})" if why else ""))
+            said.append(f"{cut(name, 40)} BLIND since {since(w.since, now)}" + (f" ({why})" if why else ""))
         elif state == "stopped":
-            said.append(f"{name[:40]} stopped" + (f" ({why})" if why else ""))
+            said.append(f"{cut(name, 40)} stopped" + (f" ({why})" if why else ""))
         else:
-            said.append(f"{name[:40]} {state}")
+            said.append(f"{cut(name, 40)} {state}")
     return [("watches: " if live else "watches (last known): ") + "; ".join(said)] if said else []
 
 
@@ -179,7 +179,7 @@ def _children(snap: Snapshot, now: float, gone: bool) -> list[str]:
                    f"{processes} proc(s), cpu {cpu_s}s, rss {rss}, "
                    f"last output {since(ch.last_output_at, now)}{grace}")
         for line in ch.last_lines[-3:]:
-            out.append(f"      | {line[:160]}")
+            out.append(f"      | {cut(line, 160)}")
     return out
 
 

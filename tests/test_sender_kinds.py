@@ -294,8 +294,8 @@ def checked_widget_id(value: Any) -> str | None:
 def test_register_carries_a_plugins_fields_and_keeps_the_answers_after_checking_them(
         delivery: Callable[[CallKinds], Delivery], server: _Server) -> None:
     calls = CallKinds()
-    calls.register_fields.append(lambda: {"min_widgets": 2.5})
-    calls.answer_fields["widget_id"] = checked_widget_id
+    calls.add_register_fields(lambda: {"min_widgets": 2.5})
+    calls.add_answer_field("widget_id", checked_widget_id)
     server.answers["/register"] = (200, {"uuid": "u-1", "widget_id": 42})  # fails the plugin's check
     d = delivery(calls)
     d.sender.restore_identity()
@@ -315,7 +315,7 @@ def test_register_carries_a_plugins_fields_and_keeps_the_answers_after_checking_
 def test_an_identity_kept_by_an_earlier_start_is_held_to_the_plugins_check(
         delivery: Callable[[CallKinds], Delivery]) -> None:
     calls = CallKinds()
-    calls.answer_fields["widget_id"] = checked_widget_id
+    calls.add_answer_field("widget_id", checked_widget_id)
     d = delivery(calls)
     d.outbox.put("label", "C.kinds")
     d.outbox.put("uuid", "u-1")

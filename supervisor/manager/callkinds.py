@@ -70,9 +70,24 @@ class CallKinds:
     fields (a plugin's: rowwatch.py reads them)."""
 
     kinds: dict[str, CallKind] = field(default_factory=core_kinds)
-    register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list)
-    answer_fields: dict[str, FieldCheck] = field(default_factory=dict)
+    answer_fields: dict[str, FieldCheck] = field(default_factory=dict)  # read; written by add_answer_field
     row: RowFields = NO_ROW_FIELDS
+    _register_fields: list[Callable[[], Mapping[str, Any]]] = field(default_factory=list, init=False, repr=False)
+
+    def add_register_fields(self, fields: Callable[[], Mapping[str, Any]]) -> None:
+        """What the ``/register`` body carries beside the label: ``fields()``, read at each registration."""
+        self._register_fields.append(fields)
+
+    def add_answer_field(self, name: str, check: FieldCheck) -> None:
+        """A field of the ``/register`` answer kept beside the uuid, once ``check`` passed it."""
+        self.answer_fields[name] = check
+
+    def register_body(self, label: str) -> dict[str, Any]:
+        """The ``/register`` body: the label, then each plugin's fields, in the order they were added."""
+        body: dict[str, Any] = {"label": label}
+        for fields in self._register_fields:
+            body.update(fields())
+        return body
 
     def add(self, kind: str, call: CallKind) -> None:
         if kind == REGISTER or kind in self.kinds:

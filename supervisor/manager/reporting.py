@@ -316,7 +316,7 @@ class Reporter:
             listener(fields)
 
     def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
-        self.calls.answer_fields[name] = check
+        self.calls.add_answer_field(name, check)
         self._register_fields_heard.append(lambda fields: on_known(fields.get(name)))
 
     # ------------------------------------------------------------ for the status view
@@ -366,7 +366,7 @@ class ReporterLink:
         self._reporter.calls.add(kind, call)
 
     def add_register_fields(self, fields: Callable[[], Mapping[str, Any]]) -> None:
-        self._reporter.calls.register_fields.append(fields)
+        self._reporter.calls.add_register_fields(fields)
 
     def hear_register_field(self, name: str, check: FieldCheck, on_known: Callable[[str | None], None]) -> None:
         self._reporter.hear_register_field(name, check, on_known)

@@ -159,10 +159,7 @@ class Sender:
 
     def identity(self) -> dict[str, Any]:
         """The ``/register`` body: the label, then each plugin's fields."""
-        body: dict[str, Any] = {"label": self.spec.label}
-        for fields in self._calls.register_fields:
-            body.update(fields())
-        return body
+        return self._calls.register_body(self.spec.label)
 
     # ------------------------------------------------------------ the thread
 

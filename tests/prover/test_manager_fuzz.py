@@ -252,7 +252,7 @@ def test_hostile_answers_raise_only_the_clients_errors_and_keep_no_bad_uuid(host
     calls = CallKinds()  # the core's kinds, and the prover's bench-done and runner_id
     calls.add("bench-done", bench_done_call(FleetSettings(1.0, 0.0, True, False), lambda passed, rate: None,
                                             lambda: None))
-    calls.answer_fields[RUNNER_ID] = check_runner_id
+    calls.add_answer_field(RUNNER_ID, check_runner_id)
     sender = Sender(spec, outbox, client, loop, lines.append, calls, on_identity=lambda uuid, fields: None)
     sender.uuid = "u-0"
     outcomes: dict[str, int] = {}

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from supervisor.manager.row import Row
-from supervisor.state import files as statepaths
+from supervisor.state import files as state_files
 from supervisor.state.firstseen import (
     AFTER_FETCH_CLOCK,
     FIRST_REGISTERED,
@@ -22,11 +22,11 @@ from supervisor.state.firstseen import (
 
 
 def saved(state_dir: Path) -> dict[str, float]:
-    return json.loads(statepaths.path(state_dir, statepaths.FIRST_SEEN).read_text())
+    return json.loads(state_files.path(state_dir, state_files.FIRST_SEEN).read_text())
 
 
 def write(state_dir: Path, text: str) -> None:
-    statepaths.path(state_dir, statepaths.FIRST_SEEN).write_text(text)
+    state_files.path(state_dir, state_files.FIRST_SEEN).write_text(text)
 
 
 def test_the_first_start_is_written_at_once(tmp_path: Path) -> None:
@@ -36,7 +36,7 @@ def test_the_first_start_is_written_at_once(tmp_path: Path) -> None:
 
 def test_a_later_start_does_not_rewrite_the_file(tmp_path: Path) -> None:
     FirstSeen(tmp_path, print, now=lambda: 50.0)
-    path = statepaths.path(tmp_path, statepaths.FIRST_SEEN)
+    path = state_files.path(tmp_path, state_files.FIRST_SEEN)
     inode = path.stat().st_ino
     again = FirstSeen(tmp_path, print, now=lambda: 999.0)
     assert again.anchor() == (50.0, "the first start")
@@ -108,7 +108,7 @@ def test_json_nested_past_the_parsers_depth_is_said_and_started_afresh(tmp_path:
 
 def test_a_directory_in_its_place_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
     """Unreadable and unwritable: both said, neither raises; the times still count within this run."""
-    statepaths.path(tmp_path, statepaths.FIRST_SEEN).mkdir()
+    state_files.path(tmp_path, state_files.FIRST_SEEN).mkdir()
     said: list[str] = []
     clock = iter([1.0, 2.0])
     seen = FirstSeen(tmp_path, said.append, now=lambda: next(clock))
@@ -123,7 +123,7 @@ def test_a_missing_state_dir_costs_the_memory_not_the_run(tmp_path: Path) -> Non
     said: list[str] = []
     seen = FirstSeen(tmp_path / "gone", said.append, now=lambda: 4.0)
     assert seen.anchor() == (4.0, "the first start")
-    assert said == [f"first-seen: cannot write {tmp_path / 'gone' / statepaths.FIRST_SEEN} (No such file or "
+    assert said == [f"first-seen: cannot write {tmp_path / 'gone' / state_files.FIRST_SEEN} (No such file or "
                     "directory): a restart counts afresh"]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.state import files as statepaths
+from supervisor.state import files as state_files
 from supervisor.state import givenup
 from supervisor.state.givenup import MARKER_MAX_BYTES, REASON_MAX_CHARS, SET_ASIDE_SUFFIX, GivenUp
 
@@ -29,7 +29,7 @@ def test_a_remembered_give_up_is_recalled_with_its_time_and_reason(tmp_path: Pat
     after = time.time()
     assert before <= kept.at <= after
     assert givenup.recall(tmp_path) == kept == GivenUp(kept.at, "bench-done rate=0: below min_rate")
-    marker = statepaths.path(tmp_path, statepaths.GIVEN_UP)
+    marker = state_files.path(tmp_path, state_files.GIVEN_UP)
     assert stat.S_IMODE(marker.stat().st_mode) == 0o600
     assert json.loads(marker.read_text()) == {"at": kept.at, "reason": kept.reason}
 
@@ -95,7 +95,7 @@ def test_the_refusal_names_when_why_and_the_way_out() -> None:
 
 
 def test_start_over_where_nothing_was_given_up_does_nothing(tmp_path: Path) -> None:
-    outbox = statepaths.path(tmp_path, statepaths.OUTBOX)
+    outbox = state_files.path(tmp_path, state_files.OUTBOX)
     outbox.write_bytes(b"pending calls")
     assert givenup.start_over(tmp_path) is None
     assert outbox.read_bytes() == b"pending calls"
@@ -104,7 +104,7 @@ def test_start_over_where_nothing_was_given_up_does_nothing(tmp_path: Path) -> N
 
 def test_start_over_forgets_the_give_up_and_sets_the_outbox_and_its_journal_aside(tmp_path: Path) -> None:
     givenup.remember(tmp_path, "rate 0")
-    outbox = statepaths.path(tmp_path, statepaths.OUTBOX)
+    outbox = state_files.path(tmp_path, state_files.OUTBOX)
     for suffix, data in (("", b"db"), ("-wal", b"wal"), ("-shm", b"shm")):
         outbox.with_name(outbox.name + suffix).write_bytes(data)
     said = givenup.start_over(tmp_path)
@@ -118,7 +118,7 @@ def test_start_over_forgets_the_give_up_and_sets_the_outbox_and_its_journal_asid
 
 def test_start_over_with_an_outbox_but_no_journal_moves_just_the_outbox(tmp_path: Path) -> None:
     givenup.remember(tmp_path, "rate 0")
-    outbox = statepaths.path(tmp_path, statepaths.OUTBOX)
+    outbox = state_files.path(tmp_path, state_files.OUTBOX)
     outbox.write_bytes(b"db")
     givenup.start_over(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{outbox.name}{SET_ASIDE_SUFFIX}"]
@@ -132,7 +132,7 @@ def test_start_over_without_an_outbox_says_nothing_was_set_aside(tmp_path: Path)
 
 
 def test_a_second_fresh_start_replaces_the_older_set_aside_outbox(tmp_path: Path) -> None:
-    outbox = statepaths.path(tmp_path, statepaths.OUTBOX)
+    outbox = state_files.path(tmp_path, state_files.OUTBOX)
     for generation in (b"first", b"second"):
         givenup.remember(tmp_path, "again")
         outbox.write_bytes(generation)
@@ -149,7 +149,7 @@ def test_start_over_forgets_a_spoilt_marker_too(tmp_path: Path) -> None:
 
 
 def test_start_over_forgets_the_old_instances_clocks(tmp_path: Path) -> None:
-    seen = statepaths.path(tmp_path, statepaths.FIRST_SEEN)
+    seen = state_files.path(tmp_path, state_files.FIRST_SEEN)
     seen.write_text(json.dumps({"first_start": 1.0e9, "manager_registered_at": 1.0e9}))
     givenup.remember(tmp_path, "the manager killed this instance at 2026-12-01 11:59:00 UTC: manually killed via UI")
     said = givenup.start_over(tmp_path)

@@ -21,7 +21,7 @@ from helpers import PY, REPO, Console, Runner, sh, toml_str, wait_for
 
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_GIVEN_UP, EXIT_KILLED, EXIT_TIMEOUT
-from supervisor.state import files as statepaths
+from supervisor.state import files as state_files
 
 WAIT_S = 60  # upper bounds against hanging, never measures
 LABEL = "C.4711"
@@ -95,7 +95,7 @@ def test_a_kill_mid_fetch_ends_the_instance_and_no_call_un_kills_it(sup: Runner,
     assert f"shutting down: {line}" in out and "exiting with status 80" in out, out
     assert f"prover-supervisor: {line}" in manager.state.snapshot()["logs"][row["uuid"]]["setup"]
     assert instances(manager)[0]["state"] == "killed" and instances(manager)[0]["kill_reason"] == FETCH_TIMEOUT
-    snap = json.loads(statepaths.path(sup.state_dir, statepaths.STATUS_FILE).read_text())
+    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())
     assert snap["manager"]["killed"] == line, snap["manager"]
     assert snap["manager"]["row"]["row"]["state"] == "killed"
     shown = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
@@ -127,7 +127,7 @@ def test_a_kill_from_the_ui_before_running_sends_no_running(sup: Runner, manager
     assert "manager: running not sent: the manager killed this instance at " in proc.text(), proc.tail()
     assert log.read_text().startswith("exit status 80: the manager killed this instance at "), log.read_text()
     assert log.read_text().endswith(": manually killed via UI"), log.read_text()
-    snap = json.loads(statepaths.path(sup.state_dir, statepaths.STATUS_FILE).read_text())
+    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())
     assert snap["lifecycle"]["exit_status"] == EXIT_KILLED
 
 
@@ -181,9 +181,9 @@ def test_a_row_registered_longer_ago_than_the_fetch_deadline_is_given_up_at_once
     out = result.output
     assert "reason=too_slow" in out and "the manager's timeout (progress_deadline_s=5400 from the manager's " \
         "registered_at) passed" in out, out
-    seen = json.loads(statepaths.path(sup.state_dir, statepaths.FIRST_SEEN).read_text())
+    seen = json.loads(state_files.path(sup.state_dir, state_files.FIRST_SEEN).read_text())
     assert abs(seen["manager_registered_at"] - (time.time() - ago_s)) < 60, seen
-    snap = json.loads(statepaths.path(sup.state_dir, statepaths.STATUS_FILE).read_text())
+    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())
     assert snap["manager"]["clocks"]["fetch"]["source"] == "the manager's registered_at", snap["manager"]
     assert snap["manager"]["clocks"]["fetch"]["deadline_s"] == 5400
     [row] = instances(manager)
@@ -237,7 +237,7 @@ def test_a_row_time_from_the_future_is_refused_once_and_never_an_anchor(sup: Run
     assert reads(manager) >= 3  # at identity, before param-done, before running
     assert out.count("impossible, not used") == 1, out
     assert f"manager: the manager's row for {first['uuid']}: registered_at " in out, out
-    seen = json.loads(statepaths.path(sup.state_dir, statepaths.FIRST_SEEN).read_text())
+    seen = json.loads(state_files.path(sup.state_dir, state_files.FIRST_SEEN).read_text())
     assert "manager_registered_at" not in seen and "first_registered" in seen, seen
 
 

@@ -20,7 +20,7 @@ from fakes import FakeClock
 from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle import resume
 from supervisor.lifecycle.states import PhaseState
-from supervisor.state import files as statepaths
+from supervisor.state import files as state_files
 from supervisor.state import firstseen, givenup
 from supervisor.status.file import PERSIST_BURST, PERSIST_WINDOW_S, StateFile, load_persisted, snapshot_problem
 from supervisor.status.model import Snapshot
@@ -119,17 +119,17 @@ def test_a_save_by_hand_cancels_the_waiting_write(h: Harness) -> None:
 
 
 def test_nothing_persisted_yet(tmp_path: Path) -> None:
-    assert load_persisted(tmp_path) == (None, f"no {tmp_path / statepaths.STATUS_FILE}")
+    assert load_persisted(tmp_path) == (None, f"no {tmp_path / state_files.STATUS_FILE}")
 
 
 def test_a_persisted_snapshot_is_read_back(tmp_path: Path) -> None:
     snap = {"started_at": 1.0, "lifecycle": {"state": "running", "why": None, "current": "p"}, "phases": []}
-    statepaths.path(tmp_path, statepaths.STATUS_FILE).write_text(json.dumps(snap))
+    state_files.path(tmp_path, state_files.STATUS_FILE).write_text(json.dumps(snap))
     assert load_persisted(tmp_path) == (snap, None)
 
 
 def test_unreadable_and_wrong_shaped_files_say_why(tmp_path: Path) -> None:
-    path = statepaths.path(tmp_path, statepaths.STATUS_FILE)
+    path = state_files.path(tmp_path, state_files.STATUS_FILE)
     path.write_text("{half")
     data, why = load_persisted(tmp_path)
     assert data is None and why is not None and why.startswith(f"{path} is unreadable (JSONDecodeError: ")

@@ -12,7 +12,7 @@ from supervisor.evidence.progress import NET_DEV, TreeMeasure, net_received, tre
 from supervisor.evidence.progresswatch import done_bytes
 from supervisor.evidence.transfer import TOO_SLOW_MARGIN, RateWindow, duration, figures, progress_text, too_slow
 from supervisor.lifecycle.hooks import ProgressReading
-from supervisor.state import files as statepaths
+from supervisor.state import files as state_files
 from supervisor.state.firstseen import FirstSeen
 from supervisor.status.health import metrics_text
 from supervisor.status.model import Snapshot
@@ -133,12 +133,12 @@ def test_the_first_seen_times_outlive_a_restart(tmp_path: Path) -> None:
     again = FirstSeen(tmp_path, print, now=lambda: next(clock))  # the next start
     again.registered()
     assert again.anchor() == (1100.0, "the first registration")
-    saved = json.loads(statepaths.path(tmp_path, statepaths.FIRST_SEEN).read_text())
+    saved = json.loads(state_files.path(tmp_path, state_files.FIRST_SEEN).read_text())
     assert saved == {"first_start": 1000.0, "first_registered": 1100.0}
 
 
 def test_an_unreadable_first_seen_file_starts_afresh_and_says_so(tmp_path: Path) -> None:
-    statepaths.path(tmp_path, statepaths.FIRST_SEEN).write_text("{not json")
+    state_files.path(tmp_path, state_files.FIRST_SEEN).write_text("{not json")
     said: list[str] = []
     first = FirstSeen(tmp_path, said.append, now=lambda: 7.0)
     assert first.anchor() == (7.0, "the first start")

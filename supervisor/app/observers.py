@@ -24,7 +24,7 @@ from ..evidence.memwatch import memory_use
 from ..exits import EXIT_KILLED
 from ..lifecycle.lifecycle import Lifecycle
 from ..plugin import Plugin
-from ..state import files as statepaths
+from ..state import files as state_files
 from ..status import file as status_file
 from ..status import snapshot as snapshot_mod
 from ..status.file import StateFile
@@ -71,7 +71,7 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
 def point_here(state_dir: Path, log: SupervisorLog) -> Path | None:
     """The well-known pointer names this supervisor: a bare ``status`` finds it whatever its state_dir."""
     try:
-        return status_file.point_here(state_dir, statepaths.path(state_dir, statepaths.STATUS_SOCKET))
+        return status_file.point_here(state_dir, state_files.path(state_dir, state_files.STATUS_SOCKET))
     except OSError as exc:
         log(f"status: cannot write the pointer {status_file.pointer_path()} ({exc.strerror or exc}); a bare "
             f"`prover-supervisor status` needs --state-dir {state_dir} to find this supervisor")
@@ -103,7 +103,7 @@ def start_status_socket(loop: EventLoop, state_dir: Path, take_snapshot: Callabl
     try:
         return StatusServer(loop, state_dir, take_snapshot, log)
     except OSError as exc:  # (no fd left, a path too long for a unix socket)
-        log(f"status: cannot listen on {statepaths.path(state_dir, statepaths.STATUS_SOCKET)} "
+        log(f"status: cannot listen on {state_files.path(state_dir, state_files.STATUS_SOCKET)} "
             f"({exc.strerror or exc}); "
             "`prover-supervisor status` shows status.json only")
         return None

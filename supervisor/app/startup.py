@@ -40,7 +40,7 @@ from ..lifecycle.runtime import ChildKit, MachineEvidence, Runtime
 from ..manager.logship import EarlyLines
 from ..manager.reporting import Reporter
 from ..plugin import Plugin, hooks_for, rerun_of
-from ..state import files as statepaths
+from ..state import files as state_files
 from ..state.firstseen import FETCH_CLOCK, FirstSeen
 from ..status.file import StateFile
 from ..status.socket import StatusServer
@@ -153,7 +153,7 @@ def prepare_dirs(plan: Plan) -> None:
 
 def take_lock(state_dir: str) -> int:
     """Hold ``state_dir/supervisor.lock`` for our whole life; the kernel drops it when we die."""
-    path = os.path.join(state_dir, statepaths.LOCK)
+    path = os.path.join(state_dir, state_files.LOCK)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:  # (EMFILE under a tiny ulimit -n, a state_dir gone read-only)
@@ -181,7 +181,7 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     oom, child_oom_score_adj = protect_from_oom_killer()
     console = Console(console_fd, enabled=plan.supervisor.console, roll_at=plan.supervisor.log_file_max_bytes)
     log_dir = Path(plan.supervisor.log_dir)
-    log_file = LogFile(log_dir / statepaths.SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes)
+    log_file = LogFile(log_dir / state_files.SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes)
     log = SupervisorLog(console, log_file)
     redactor = secrets_of(plan)
     log.redactor = redactor if redactor else None  # no secrets: nothing to mask on every line
@@ -232,7 +232,7 @@ def build_core(plan: Plan, host: Host) -> Core:
     threading.excepthook = _thread_death_logger(loop, host.log)
     reaper = Reaper(on_orphan=_orphan_logger(host.log))
     memory = MemoryEvidence(loop, host.log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
-                            ledger=statepaths.path(host.state_dir, statepaths.CGROUP_LEDGER))
+                            ledger=state_files.path(host.state_dir, state_files.CGROUP_LEDGER))
     host.log(memory.describe())
     return Core(loop, reaper, memory)
 

@@ -9,7 +9,7 @@ The package owns the file format of the generic supervisor: ``[supervisor]``, ``
 address, label and client), ``[[phases]]``. It knows no domain: what a plugin adds (a table of its own such
 as ``[cuzk]``, keys in a core table, the kinds ``prepare``/``parse``/``ready``/``report`` may name) is declared
 by the plugin with ``Key`` and the checkers below, and arrives as ``load_plan(path, plugin)``. It imports only
-foundation modules (``units``, ``redact``, ``statepaths``), never the layers above it.
+foundation modules (``units``, ``redact``, ``state_files``), never the layers above it.
 
 By concern:
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..engine.offloop import run_bounded
 from ..evidence.progress import file_incomplete, is_incomplete
-from ..state import files as statepaths
+from ..state import files as state_files
 from ..state.files import Rewrites, StateFileError, load_json
 from ..text import Log
 from .states import Deaf, PhaseState
@@ -190,12 +190,12 @@ class ResumeRecord(Deaf):
 def load_record(state_dir: Path, names: Iterable[str], log: Log) -> ResumeRecord:
     """The record of ``state_dir`` with the last run's facts of the phases ``names``; a damaged one means a
     clean start (one line). Where there is none yet, the facts an older supervisor kept in status.json."""
-    path = statepaths.path(state_dir, statepaths.RESUME)
+    path = state_files.path(state_dir, state_files.RESUME)
     upgraded = False
     try:
         facts = read_record(path)
     except FileNotFoundError:
-        facts = _facts_in_old_status(statepaths.path(state_dir, statepaths.STATUS_FILE), log)
+        facts = _facts_in_old_status(state_files.path(state_dir, state_files.STATUS_FILE), log)
         upgraded = bool(facts)
     except ValueError as exc:
         log(f"resume: {exc}; starting clean")
@@ -204,7 +204,7 @@ def load_record(state_dir: Path, names: Iterable[str], log: Log) -> ResumeRecord
     record = ResumeRecord(path, {name: f for name, f in facts.items() if name in wanted}, log)
     if upgraded:
         log(f"resume: {path} does not exist yet: the facts of {len(facts)} phase(s) were read from "
-            f"{statepaths.path(state_dir, statepaths.STATUS_FILE)} (an older supervisor kept them there), once")
+            f"{state_files.path(state_dir, state_files.STATUS_FILE)} (an older supervisor kept them there), once")
         record.save()
     return record
 

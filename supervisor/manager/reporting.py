@@ -29,7 +29,7 @@ from ..engine.loop import EventLoop, contained, summary
 from ..exits import EXIT_OK
 from ..lifecycle.states import PhaseLike, PhaseState, PhaseView, ShutdownView
 from ..lifecycle.verdict import STOPPED, Verdict
-from ..state import files as statepaths
+from ..state import files as state_files
 from ..state import givenup
 from ..text import Log
 from ..text.ansi import plain, strip_ansi
@@ -108,7 +108,7 @@ class Reporter:
         assert self.spec.url is not None
         from .outbox import Outbox  # sqlite3 with it: 1 MiB that a supervisor with no manager never needs
 
-        self.outbox = Outbox(statepaths.path(self._state_dir, statepaths.OUTBOX), self._log)
+        self.outbox = Outbox(state_files.path(self._state_dir, state_files.OUTBOX), self._log)
         if self.outbox.corrupt_note:
             self._log(self.outbox.corrupt_note)
         token = os.environ.get(self.spec.token_env) if self.spec.token_env else None

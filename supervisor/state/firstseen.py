@@ -1,6 +1,6 @@
 """The instance's clocks: when it first started, when the manager first registered it, when its fetch ended,
 and the manager's own times of these (its row's ``registered_at``, ``param_done_at``: manager/row.py), kept in
-state_dir (statepaths.FIRST_SEEN) across restarts, so a deadline counts from there.
+state_dir (state_files.FIRST_SEEN) across restarts, so a deadline counts from there.
 
 The manager's 90-minute fetch timeout runs from its row's ``registered_at``, and its 45-minute benchmark
 timeout from ``param_done_at``, whatever the supervisor does: a restart, a new container or a fresh state_dir
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..text import Log
-from . import files as statepaths
+from . import files as state_files
 from .files import StateFileError, load_json, save_json
 
 # Two machines' wall clocks (ours, the manager's, an earlier container's) may disagree by this much before a
@@ -76,7 +76,7 @@ class FirstSeen:
                  names: Mapping[str, str] | None = None) -> None:
         self._names = {clock: (names or {}).get(clock, clock) for clock in CLOCKS}  # clock → its name
         self._clocks = {name: clock for clock, name in self._names.items()}  # its name → the clock
-        self._path = statepaths.path(state_dir, statepaths.FIRST_SEEN)
+        self._path = state_files.path(state_dir, state_files.FIRST_SEEN)
         self._log, self._now = log, now
         self._row_state: str | None = None  # the manager's row's state, as last read (not kept)
         self._this_start: float | None = None  # this start's time, where it was needed

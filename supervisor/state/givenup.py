@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..text.show import one_line
-from . import files as statepaths
+from . import files as state_files
 from .files import StateFileError, load_json, save_json
 
 MARKER_MAX_BYTES = 16 * 1024
@@ -45,7 +45,7 @@ class GivenUp:
 
 
 def marker(state_dir: str | Path) -> Path:
-    return statepaths.path(state_dir, statepaths.GIVEN_UP)
+    return state_files.path(state_dir, state_files.GIVEN_UP)
 
 
 def remember(state_dir: str | Path, reason: str) -> GivenUp:
@@ -81,7 +81,7 @@ def start_over(state_dir: str | Path) -> str | None:
     given_up = recall(state_dir)
     if given_up is None:
         return None
-    outbox = statepaths.path(state_dir, statepaths.OUTBOX)
+    outbox = state_files.path(state_dir, state_files.OUTBOX)
     aside = ""
     if outbox.exists():
         for suffix in ("", "-wal", "-shm"):  # SQLite's journal goes with it (a SIGKILL may have left one)
@@ -91,5 +91,5 @@ def start_over(state_dir: str | Path) -> str | None:
         aside = f"; its outbox set aside as {outbox.name}{SET_ASIDE_SUFFIX}"
     marker(state_dir).unlink()
     # A new registration is a new row: its deadlines run from its own registered_at, not the old instance's.
-    statepaths.path(state_dir, statepaths.FIRST_SEEN).unlink(missing_ok=True)
+    state_files.path(state_dir, state_files.FIRST_SEEN).unlink(missing_ok=True)
     return f"starting over (--fresh): the give-up ({given_up.reason}) is forgotten{aside}; registering afresh"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..engine.trees import is_live_supervisor, left_alive_by
 from ..exits import EXIT_NOT_RUNNING, EXIT_OK
-from ..state import files as statepaths
+from ..state import files as state_files
 from ..text.stdio import STDOUT, lost, say
 from .file import load_persisted
 from .model import EXITED, GONE, NOT_ANSWERING, RUNNING, Fate, Snapshot, Survivor
@@ -70,8 +70,8 @@ def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
     is added where nothing is found (where else to look)."""
     snap, live, why = found(state_dir)
     if snap is None:
-        said = (f"no prover-supervisor is running (no answer on {statepaths.path(state_dir, statepaths.STATUS_SOCKET)})"
-                f", and no saved state: {why}{hint}")
+        socket_path = state_files.path(state_dir, state_files.STATUS_SOCKET)
+        said = f"no prover-supervisor is running (no answer on {socket_path}), and no saved state: {why}{hint}"
         # --json is for machines: JSON whatever the answer, never a sentence they must parse.
         say(json.dumps({"running": False, "live": False, "supervisor": None, "survivors": [],
                         "state_dir": str(state_dir), "why": said}, indent=2) if as_json else said)

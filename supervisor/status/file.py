@@ -32,7 +32,7 @@ from typing import Any
 from ..engine.loop import EventLoop, Timer
 from ..engine.trees import is_live_supervisor
 from ..lifecycle.states import FINAL_STATES
-from ..state import files as statepaths
+from ..state import files as state_files
 from ..state.files import Rewrites, StateFileError, load_json, save_json
 from ..text import Log
 from .model import Snapshot, shape_problem
@@ -63,7 +63,7 @@ class StateFile:
 
     def __init__(self, state_dir: Path, loop: EventLoop, log: Log,
                  build: Callable[[], Snapshot]) -> None:
-        self.path = statepaths.path(state_dir, statepaths.STATUS_FILE)
+        self.path = state_files.path(state_dir, state_files.STATUS_FILE)
         self._loop = loop
         self._log = log
         self._build = build
@@ -97,7 +97,7 @@ def _is_final(what: object) -> bool:
 def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     """The last persisted snapshot as JSON (Snapshot.from_json reads it), or None and why (missing, unreadable,
     or not shaped like one: never fatal)."""
-    path = statepaths.path(state_dir, statepaths.STATUS_FILE)
+    path = state_files.path(state_dir, state_files.STATUS_FILE)
     try:
         return load_json(path, STATE_MAX_READ_BYTES, "a status snapshot", _snapshot), None
     except FileNotFoundError:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.loop import EventLoop
-from ..state import files as statepaths
+from ..state import files as state_files
 from ..text import Log
 from .file import snapshot_problem
 from .model import Snapshot
@@ -44,7 +44,7 @@ class StatusServer:
 
     def __init__(self, loop: EventLoop, state_dir: Path, build: Callable[[], Snapshot],
                  log: Log) -> None:
-        self.path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
+        self.path = state_files.path(state_dir, state_files.STATUS_SOCKET)
         self._build = build
         self._loop = loop
         with contextlib.suppress(FileNotFoundError):
@@ -142,7 +142,7 @@ class StatusServer:
 
 def ask(state_dir: Path, timeout: float = 5.0) -> Any:
     """The running supervisor's answer, parsed (any JSON: the caller checks its shape); None when none answers."""
-    path = statepaths.path(state_dir, statepaths.STATUS_SOCKET)
+    path = state_files.path(state_dir, state_files.STATUS_SOCKET)
     if not path.exists():
         return None
     try:

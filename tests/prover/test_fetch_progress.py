@@ -24,7 +24,7 @@ from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchlimits import BenchCut, hopeless
 from supervisor.prover.fetchlines import parse_fetch_text
 from supervisor.prover.standins.paramserve import ParamServer
-from supervisor.state import files as statepaths
+from supervisor.state import files as state_files
 from supervisor.wiring import PhaseView
 
 MIB = 1 << 20
@@ -218,7 +218,7 @@ def test_a_restart_keeps_the_manager_clock(profile: Any, gateway: Any) -> None:
     # keeps the label's row (a register of the same label returns it): its registered_at is 50 s old too.
     profile.state_dir.mkdir(parents=True, exist_ok=True)
     earlier = time.time() - 50
-    statepaths.path(profile.state_dir, statepaths.FIRST_SEEN).write_text(
+    state_files.path(profile.state_dir, state_files.FIRST_SEEN).write_text(
         json.dumps({"first_start": earlier - 1, "first_registered": earlier}))
     requests.post(profile.manager.url + "/register", json={"label": profile.label}, timeout=5).raise_for_status()
     with profile.manager.state.lock:
@@ -231,7 +231,7 @@ def test_a_restart_keeps_the_manager_clock(profile: Any, gateway: Any) -> None:
     failed = failure(run.output)
     assert failed["reason"] == "too_slow", run.output[-3000:]
     assert "from the manager's registered_at" in run.output, run.output[-3000:]
-    kept = json.loads(statepaths.path(profile.state_dir, statepaths.FIRST_SEEN).read_text())
+    kept = json.loads(state_files.path(profile.state_dir, state_files.FIRST_SEEN).read_text())
     assert kept["first_registered"] == earlier  # the registration of this start did not move it
 
 

@@ -20,7 +20,7 @@ from profilekit import ZERO_RATE_BENCH
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_GIVEN_UP
 from supervisor.prover.reasons import EXIT_BENCH_REJECTED
-from supervisor.state import files as statepaths
+from supervisor.state import files as state_files
 
 WAIT_S = 90  # upper bounds against hanging, never measures
 
@@ -65,7 +65,7 @@ def test_a_given_up_instance_is_not_run_again_and_fresh_starts_over(sup: Runner,
     first = Console(sup, cfg, name="first")
     assert first.finish(WAIT_S) == 4, first.tail()
     assert "manager: giving the instance up" in first.text()
-    assert (sup.state_dir / statepaths.GIVEN_UP).exists()
+    assert (sup.state_dir / state_files.GIVEN_UP).exists()
     [inst] = instances(manager)
     assert inst["state"] == "killed"
     before = paths(manager)
@@ -84,7 +84,7 @@ def test_a_given_up_instance_is_not_run_again_and_fresh_starts_over(sup: Runner,
     assert fresh.finish(WAIT_S) == 0, fresh.tail()
     out = fresh.text()
     assert "starting over (--fresh): the give-up (" in out and "registering afresh" in out, out
-    assert not (sup.state_dir / statepaths.GIVEN_UP).exists()
+    assert not (sup.state_dir / state_files.GIVEN_UP).exists()
     states = sorted(i["state"] for i in instances(manager))
     assert states == ["killed", "running"], states  # a new row; the killed one stays killed
 
@@ -96,7 +96,7 @@ def test_a_give_up_still_pending_goes_out_before_the_refusal(sup: Runner, manage
     first.wait_text("for the give-up to be delivered")
     os.kill(first.pid, signal.SIGKILL)  # killed before it got through
     first.proc.wait(10)
-    assert (sup.state_dir / statepaths.GIVEN_UP).exists(), "remembered before the call was delivered"
+    assert (sup.state_dir / state_files.GIVEN_UP).exists(), "remembered before the call was delivered"
     assert [i["state"] for i in instances(manager)] == ["registered"]
     faults(manager)  # the manager answers again
 
@@ -133,7 +133,7 @@ def test_passed_false_is_remembered_too(sup: Runner, manager: DevManager) -> Non
         """)
     first = Console(sup, cfg, name="first")
     assert first.finish(WAIT_S) == EXIT_BENCH_REJECTED, first.tail()
-    assert (sup.state_dir / statepaths.GIVEN_UP).exists(), first.tail()
+    assert (sup.state_dir / state_files.GIVEN_UP).exists(), first.tail()
     again = Console(sup, cfg, name="again")
     assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
     assert "passed: false" in next(line for line in again.text().splitlines() if "was given up at" in line)

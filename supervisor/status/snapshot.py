@@ -334,7 +334,8 @@ class Snapshotter:
     manager: ManagerView | None = None  # None: no manager to report to
     log_dir: str | None = None
     flush: FlushHolder | None = None
-    extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = field(default_factory=dict)
+    # What a plugin adds to each phase's object (add_status): filled through add_status only.
+    _extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = field(default_factory=dict, init=False, repr=False)
 
     def __call__(self, usage: bool = True) -> Snapshot:
         holder = self.flush.flush if self.flush is not None else None  # the exit waiting for the manager
@@ -344,7 +345,7 @@ class Snapshotter:
         return snapshot(role=self.role, started_at=self.started_at, config=self.config, lifecycle=self.lifecycle,
                         gpus=self.gpus, memory=self.memory, verdicts=self.verdicts,
                         manager=self.manager.status() if self.manager is not None else {"enabled": False},
-                        resume=self.resume, usage=usage, extras=self.extras, log_dir=self.log_dir,
+                        resume=self.resume, usage=usage, extras=self._extras, log_dir=self.log_dir,
                         watches=self.watches, exiting=exiting)
 
     def persisted(self) -> Snapshot:
@@ -353,7 +354,7 @@ class Snapshotter:
 
     def add_status(self, name: str, provider: Callable[[], Mapping[str, Any]]) -> None:
         """What a plugin adds to phase ``name``'s object (wiring.Wiring.add_status)."""
-        self.extras.setdefault(name, []).append(provider)
+        self._extras.setdefault(name, []).append(provider)
 
 
 def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, children_left: bool) -> str:

@@ -167,8 +167,11 @@ def test_feb_2026_daemon_is_ready_by_its_listen_port_alone(daemons: Callable[...
     assert http_only.kind == "http" and probe(http_only) is not None
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=0.5)
+    # The port accepts before the daemon logs that it listens (bind, serve, then the line): wait for the line.
+    listening = f"proving service listening on http://127.0.0.1:{port}"
+    wait_for(lambda: listening in d.output(), 10, 0.05)
     out = d.output()
-    assert "status service listening" not in out and f"proving service listening on http://127.0.0.1:{port}" in out
+    assert "status service listening" not in out
     assert "synthesis: partition_workers=2 (estimated peak RSS ~ 109.00 GiB)" in out  # 69 + 20 × 2
 
 

@@ -2,7 +2,8 @@
 watch looks at the loop's clock and then each watcher speaks, in order, with the tick's time; the next tick is
 set before the watchers run, so one that raises is not the last; the watch's clock starts when the tick
 starts, not when the watch was made; a jump of the clock seen at a tick is a freeze, said once with its
-length, and freezes are counted. FreezeWatch's own jump rule is in tests/test_freeze.py."""
+length, and freezes are counted; a jump the loop's own bounded wait explains (EventLoop.holding) is said as that
+and is no freeze, though the windows restart all the same. FreezeWatch's own jump rule is in tests/test_freeze.py."""
 
 from __future__ import annotations
 
@@ -127,3 +128,40 @@ def test_a_custom_interval(loop: EventLoop, clock: FakeClock) -> None:
          interval=0.25).start()
     ticks_until(loop, clock, 1.0)
     assert heard == [0.25, 0.5, 0.75, 1.0]
+
+
+def test_a_jump_the_loops_own_hold_explains_is_said_as_that_not_as_a_freeze(loop: EventLoop,
+                                                                           clock: FakeClock) -> None:
+    said: list[str] = []
+    freeze = start_the_tick(loop, said.append, [])
+    ticks_until(loop, clock, 2.0)
+    with loop.holding("the start of p/p"):
+        clock.now += 5.0  # a spawn waited this long for its exec, on the loop's thread
+    loop.run_once(max_wait=0)
+    assert said == ["the supervisor's loop was held for 5.0s by the start of p/p; "
+                    "stall windows restart now, deadlines keep counting"]
+    assert freeze.freezes == 0, "the supervisor was not frozen"
+    assert freeze.thawed_at == 7.0 and freeze.frozen_s == 5.0, "it did not look meanwhile: the windows restart"
+
+
+def test_a_jump_longer_than_the_hold_is_still_a_freeze(loop: EventLoop, clock: FakeClock) -> None:
+    """The hold explains 5 s of the 30: the rest is a freeze (docker pause right after), said as one."""
+    said: list[str] = []
+    freeze = start_the_tick(loop, said.append, [])
+    ticks_until(loop, clock, 2.0)
+    with loop.holding("the start of p/p"):
+        clock.now += 5.0
+    clock.now += 25.0
+    loop.run_once(max_wait=0)
+    assert freeze.freezes == 1 and said[0].startswith("the supervisor was frozen (SIGSTOP")
+
+
+def test_a_hold_before_the_last_look_explains_no_later_jump(loop: EventLoop, clock: FakeClock) -> None:
+    said: list[str] = []
+    freeze = start_the_tick(loop, said.append, [])
+    with loop.holding("the start of p/p"):
+        clock.now += 0.5
+    ticks_until(loop, clock, 3.0)
+    clock.now += 10.0
+    loop.run_once(max_wait=0)
+    assert freeze.freezes == 1 and said[0].startswith("the supervisor was frozen (SIGSTOP"), said

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import PY, Runner, needs_unshare, pid_alive, read_pid, toml_list, wait_for
+from helpers import PY, REPO, Runner, needs_unshare, pid_alive, read_pid, toml_list, wait_for
 
 CHILD_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[([^\]]+)\] (.*)$")
 FIRST_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] prover-supervisor pid (\d+) as (pid1|subreaper); "
@@ -313,3 +313,22 @@ def test_no_orphan_survives(sup: Runner, ending: str, pid1: bool) -> None:
         pids = [int(f.read_text()) for f in files]
         assert not [p for p in pids if pid_alive(p)], out
     assert "Traceback" not in out
+
+
+def test_started_with_its_standard_descriptors_closed_each_child_still_gets_its_own(sup: Runner) -> None:
+    """A launcher may start the supervisor with stdin, stdout and stderr closed (a daemonizing wrapper, a
+    ``<&- >&-`` in an onstart script): its first pipe is then numbered 0, 1 or 2, the very numbers a child's
+    output is moved onto before exec. Each child's stdout and stderr still reach its log file, each its own,
+    and its stdin is /dev/null."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {toml_list(["sh", "-c", "echo to-stdout; echo to-stderr >&2; read x; echo read=$?"])}
+        """)
+    done = subprocess.run(["sh", "-c", 'exec "$0" -m supervisor run --config "$1" <&- >&- 2>&-', PY, str(config)],
+                          cwd=REPO, timeout=60)
+    assert done.returncode == 0
+    log = (sup.log_dir / "p.log").read_text()
+    assert "to-stdout" in log and "to-stderr" in log and "read=1" in log, log  # read=1: end of file at once
+    supervisor_log = (sup.log_dir / "supervisor.log").read_text()
+    assert "phase p: stopping → done" in supervisor_log, supervisor_log

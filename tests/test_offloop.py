@@ -37,6 +37,7 @@ from helpers import (
     seconds_between,
     sh,
     started,
+    toml_list,
     toml_str,
     wait_for,
 )
@@ -357,6 +358,60 @@ def test_sigterm_while_fitness_hangs_on_a_mount_stops_the_run_cleanly(sup: Runne
     assert "shutting down: received SIGTERM" in out, out
     assert started(out) == [] and "phase fetch: pending → stopped" in out, out
     assert "phase=fitness" not in out, "the check that never answered decided nothing"
+
+
+SHORT_EXEC_WAIT = """
+    import supervisor.engine.spawn
+    supervisor.engine.spawn.EXEC_WAIT_S = {wait_s}  # the test's own: 5 s in production
+"""
+
+
+@pytest.mark.parametrize("where", ["command", "cwd"])
+def test_a_start_on_a_hung_mount_fails_within_its_bound_instead_of_freezing_the_loop(sup: Runner,
+                                                                                      where: str) -> None:
+    """The command, or its working directory, is on a mount that never answers: execve or chdir blocks in
+    the kernel. Popen would wait for that exec for good, and the supervisor with it (no status, no signal,
+    no report: the first version did). The start fails at the bound, saying why; the next phase of a
+    retry policy, or the exit, follows."""
+    with hung_mount(sup.tmp / "mnt") as hung:
+        command = [str(hung / "bin" / "prog")] if where == "command" else ["sh", "-c", "echo should not run"]
+        extra = f"cwd = {toml_str(str(hung))}" if where == "cwd" else ""
+        config = sup.write(f"""
+            [[phases]]
+            name = "p"
+            command = {toml_list(command)}
+            {extra}
+            """)
+        # Longer than freeze.FREEZE_MIN_S: the loop's own wait must not be taken for a freeze of the supervisor.
+        run = Launched(sup, config, {}, inject=SHORT_EXEC_WAIT.format(wait_s=4.0))
+        returncode = run.finish(60)
+    out = run.text()
+    print(f"gave up after {run.seconds:.1f}s")
+    assert returncode == 126, out[-4000:]
+    line = last_failure(out, "p")
+    assert "reason=spawn_failed" in line and "exec did not return within 4s" in line, line
+    assert "a hung filesystem under the command or its working directory?" in line, line
+    assert "should not run" not in out
+    assert "the supervisor was frozen" not in out, "its own bounded wait is no freeze"
+    assert "Traceback" not in out, out
+
+
+def test_a_hung_exec_is_retried_by_the_phases_policy(sup: Runner) -> None:
+    """A failed start is a failed attempt like any other: the phase's retries apply, and each is bounded."""
+    with hung_mount(sup.tmp / "mnt") as hung:
+        config = sup.write(f"""
+            [[phases]]
+            name = "p"
+            command = {toml_list([str(hung / "prog")])}
+            retries = 1
+            backoff_s = 0.1
+            """)
+        run = Launched(sup, config, {}, inject=SHORT_EXEC_WAIT.format(wait_s=2.0))
+        returncode = run.finish(60)
+    out = run.text()
+    assert returncode == 126, out[-4000:]
+    failures = [line for line in out.splitlines() if "reason=spawn_failed" in line and "FAILED" in line]
+    assert len(failures) == 2 and "attempt=1" in failures[0] and "attempt=2" in failures[1], out[-4000:]
 
 
 def test_a_hung_progress_path_does_not_stop_the_loop(sup: Runner) -> None:

@@ -7,7 +7,9 @@ children's: a child frozen with it printed nothing, and one that was not has its
 in the pipe. So ``FreezeWatch.notice`` compares the clock with when the supervisor last looked
 (the tick, every TICK_S, and every stall check); a jump of more than FREEZE_MIN_S is a freeze. It
 is said, with how long, and ``thawed_at`` moves: every stall window restarts there
-(supervisor/evidence/stall.py). Deadlines (``timeout_s``) keep counting: the manager's do.
+(supervisor/evidence/stall.py). Deadlines (``timeout_s``) keep counting: the manager's do. A jump that
+the loop's own bounded wait explains (``EventLoop.holding``: a spawn whose exec hangs) is said as that:
+the supervisor did not look either, so the windows restart all the same.
 
 The same tick (``Tick``) lets the off-loop watchers say what they saw: a hung NVML call
 (supervisor/evidence/gpuwatch.py), a walk that does not end (supervisor/evidence/progress.py). Both read the time from
@@ -20,7 +22,7 @@ from collections.abc import Callable
 
 from ..text import Log
 from .clock import SYSTEM_CLOCK, Clock
-from .loop import EventLoop, name_of
+from .loop import EventLoop, Hold, name_of
 
 # The tick: how often the loop looks at its own clock (and lets the watchers speak).
 TICK_S = 1.0
@@ -35,8 +37,8 @@ class FreezeWatch:
     """Notices a jump of the monotonic clock between two looks; ``thawed_at`` is the last thaw (or None)."""
 
     def __init__(self, log: Log, now: float | None = None, min_s: float = FREEZE_MIN_S,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
-        self._log, self._min_s, self._clock = log, min_s, clock
+                 clock: Clock = SYSTEM_CLOCK, last_hold: Callable[[], Hold | None] = lambda: None) -> None:
+        self._log, self._min_s, self._clock, self._last_hold = log, min_s, clock, last_hold
         self.last_seen = clock.monotonic() if now is None else now
         self.thawed_at: float | None = None
         self.frozen_s = 0.0  # how long the last freeze was
@@ -50,6 +52,11 @@ class FreezeWatch:
         if gap <= self._min_s:
             return None
         self.thawed_at, self.frozen_s = now, gap
+        hold = self._last_hold()
+        if hold is not None and hold.ended > now - gap and gap - (hold.ended - hold.began) <= self._min_s:
+            self._log(f"the supervisor's loop was held for {gap:.1f}s by {hold.why}; "
+                      "stall windows restart now, deadlines keep counting")
+            return gap
         self.freezes += 1
         self._log(f"the supervisor was frozen (SIGSTOP, cgroup freezer, docker pause?) for {gap:.1f}s; "
                   "stall windows restart now, deadlines keep counting")
@@ -84,6 +91,6 @@ class Tick:
 
 def start_the_tick(loop: EventLoop, log: Log, watchers: list[Watcher]) -> FreezeWatch:
     """The freeze watch, looked at by a tick from now on, with ``watchers`` speaking at each tick."""
-    freeze = FreezeWatch(log, clock=loop.clock)
+    freeze = FreezeWatch(log, clock=loop.clock, last_hold=lambda: loop.last_hold)
     Tick(loop, freeze, watchers, log).start()
     return freeze

@@ -33,7 +33,7 @@ import sys
 import threading
 import traceback
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ParamSpec
 
@@ -52,6 +52,15 @@ MAX_SLEEP_S = 3600.0
 # sd-event disables a source whose callback fails): a readable fd it never drains would
 # otherwise spin the loop at full CPU.
 READER_FAULTS_MAX = 100
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A stretch in which the loop's thread was held by a call it had to wait for (``EventLoop.holding``)."""
+
+    began: float  # monotonic, the loop's clock
+    ended: float
+    why: str
 
 
 @dataclass(order=True)
@@ -162,6 +171,7 @@ class EventLoop:
         self._reader_faults: dict[int, int] = {}  # fd → how many times in a row its reader raised
         self.add_reader(self._wake_r, self._run_thread_calls)
         self._stopped = False
+        self.last_hold: Hold | None = None  # the latest ``holding`` stretch, over (freeze.py tells it from a freeze)
 
     # ------------------------------------------------------------ registration
 
@@ -186,6 +196,16 @@ class EventLoop:
             # A full pipe is already full of wake-ups: the loop will run the call.
             with contextlib.suppress(BlockingIOError):
                 os.write(self._wake_w, b"\0")
+
+    @contextlib.contextmanager
+    def holding(self, why: str) -> Iterator[None]:
+        """Mark a call that holds the loop's thread for a bounded while (a spawn waiting for its exec): a long
+        one is then told apart from a freeze of the whole supervisor."""
+        began = self.clock.monotonic()
+        try:
+            yield
+        finally:
+            self.last_hold = Hold(began, self.clock.monotonic(), why)
 
     # ------------------------------------------------------------ running
 

@@ -1,8 +1,6 @@
-"""Child processes: spawn one in its own process group, and stop its whole tree.
+"""Child processes, once started (spawn.py starts them): their output pipes, and the stop of a whole tree.
 
-A child is started with ``subprocess.Popen`` for its careful exec error reporting (ENOENT → 127,
-EACCES → 126), but never waited on through it: the reaper owns ``waitpid`` and sets
-``popen.returncode`` itself, so Popen's own ``_cleanup`` can never steal (or invent) an exit status.
+The reaper owns ``waitpid``: a child is told its exit status (``exited``), never waits for it.
 
 Stopping a child stops its tree: the stop signal to its process group, and after the grace period
 (shorter under a stop budget: stopbudget.py) SIGKILL to the group and to every descendant still
@@ -26,15 +24,13 @@ daemons of one phase together.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from ..config import ChildSpec
 from ..text import Log
@@ -46,21 +42,9 @@ from .signals import signal_name
 from .stopbudget import StopBudget
 
 # What the sweeps (trees.py) share with the Child's own stop.
-from .trees import KILL_WAIT_S, PROCESS_TABLE, STOP_POLL_S, TAG_ENV, Proc, ProcessTable, signal_quietly
+from .trees import KILL_WAIT_S, PROCESS_TABLE, STOP_POLL_S, Proc, ProcessTable, signal_quietly
 
 READ_CHUNK = 256 * 1024
-
-_tag_seq = itertools.count(1)
-
-
-
-class SpawnError(Exception):
-    """The command could not be started; ``status`` is what a shell would report."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 @dataclass
@@ -69,7 +53,7 @@ class Child:
     pid: int
     tag: str
     output: ChildOutput
-    popen: subprocess.Popen[bytes]
+    pipes: dict[str, int]  # "stdout" / "stderr" → the read end of its pipe (attach_output reads them)
     clock: Clock = field(default=SYSTEM_CLOCK, repr=False)
     started_at: float = 0.0  # wall time (clock.time()) of its start: set by spawn
     status: ExitStatus | None = None
@@ -82,7 +66,6 @@ class Child:
     placement: Any = None
     table: ProcessTable = field(default=PROCESS_TABLE, repr=False)  # who belongs to its tree
     _streams: dict[int, str] = field(default_factory=dict)  # open pipe fd → "stdout" / "stderr"
-    _pipes: dict[int, IO[bytes]] = field(default_factory=dict)
     _loop: EventLoop | None = None
     _on_eof: Callable[[Child], None] = lambda child: None
     _stop_waiters: list[Callable[[], None]] = field(default_factory=list)
@@ -119,7 +102,6 @@ class Child:
         self.status = status
         self.ended_at = self.clock.time()
         self.reaped_mono = time.monotonic()  # compared with the process table's readings, on its clock
-        self.popen.returncode = status.shell_status if status.signal is None else -status.signal
 
     # ------------------------------------------------------------ signals
 
@@ -279,13 +261,9 @@ class Child:
                       on_error: ErrorHandler | None = None) -> None:
         """Read its pipes in the loop; what reading them raises goes to ``on_error`` (its phase's)."""
         self._loop, self._on_eof = loop, on_eof
-        for stream, pipe in (("stdout", self.popen.stdout), ("stderr", self.popen.stderr)):
-            if pipe is None:
-                continue
-            fd = pipe.fileno()
+        for stream, fd in self.pipes.items():
             os.set_blocking(fd, False)
             self._streams[fd] = stream
-            self._pipes[fd] = pipe
             loop.add_reader(fd, lambda fd=fd: self._read(fd), on_error)
 
     def _read(self, fd: int) -> bool:
@@ -304,7 +282,7 @@ class Child:
             return True
         assert self._loop is not None
         self._loop.remove_reader(fd)
-        self._pipes.pop(fd).close()  # the reads go past its buffer, so closing it is all it is for
+        os.close(fd)
         del self._streams[fd]
         self.output.close_stream(stream)
         if not self._streams:
@@ -321,87 +299,6 @@ class Child:
     @property
     def output_open(self) -> bool:
         return bool(self._streams)
-
-
-def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
-          setup: Callable[[], None] | None = None, clock: Clock = SYSTEM_CLOCK) -> Child:
-    """Start ``spec.command`` in a new process group with piped output; raise SpawnError if it can't."""
-    tag = f"{os.getpid()}.{next(_tag_seq)}"
-    child_env = {**env, TAG_ENV: tag}
-    if spec.cwd is not None and not os.path.isdir(spec.cwd):
-        raise SpawnError(126, f"working directory {spec.cwd!r} does not exist")
-    try:
-        popen = subprocess.Popen(
-            list(spec.command),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=child_env,
-            cwd=spec.cwd,
-            process_group=0,
-            close_fds=True,
-            preexec_fn=setup,
-        )
-    except FileNotFoundError:
-        raise SpawnError(127, f"{spec.command[0]}: command not found") from None
-    except PermissionError:
-        raise SpawnError(126, f"{spec.command[0]}: permission denied (not executable)") from None
-    except OSError as exc:
-        raise SpawnError(126, f"{spec.command[0]}: cannot execute: {exc.strerror or exc}") from None
-    except subprocess.SubprocessError as exc:  # the setup step failed in the child
-        raise SpawnError(126, f"{spec.command[0]}: could not set the child up (cgroup?): {exc}") from None
-    return Child(spec=spec, pid=popen.pid, tag=tag, output=output, popen=popen, clock=clock, started_at=clock.time())
-
-
-# Every signal whose disposition a child can be given: all but SIGKILL and SIGSTOP (glibc's
-# own real-time signals are not in valid_signals()).
-RESETTABLE_SIGNALS = tuple(sorted(set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}))
-
-
-def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable[[], None]:
-    """What a child does between fork and exec.
-
-    It starts with every signal at its default and none blocked, whatever the
-    supervisor inherited: an ignored disposition survives exec, and under ``nohup``
-    (the manager's onstart command) SIGHUP comes ignored, as SIGQUIT does from some
-    job-control shells; a child would then shrug off its own SIGHUP or SIGQUIT.
-    It joins its cgroup itself, before exec, so every byte it and its descendants
-    allocate is counted there; and it sets its oom_score_adj (back to 0 from the
-    supervisor's -1000, or above the supervisor's) so the OOM killer picks it, not
-    the supervisor. Only calls that take no lock: other threads may hold
-    Python-level locks at fork time.
-    """
-    score = str(oom_score_adj).encode() if oom_score_adj is not None else None
-
-    def setup() -> None:
-        reset_signals()
-        if score is not None:
-            with contextlib.suppress(OSError):
-                _write_file("/proc/self/oom_score_adj", score)
-        if cgroup_procs is not None:
-            _write_file(cgroup_procs, str(os.getpid()).encode())  # failing here fails the spawn, visibly
-
-    return setup
-
-
-def reset_signals() -> None:
-    """Default disposition for every signal and an empty mask, as a clean exec would have.
-
-    Runs in the forked child, which forked from the loop's (the main) thread: the only
-    thread ``signal.signal`` accepts. A signal that cannot be set is left as it is.
-    """
-    for signum in RESETTABLE_SIGNALS:
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-
-
-def _write_file(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -12,8 +12,9 @@ from pathlib import Path
 from ..config import ChildSpec
 from ..engine.logs import ChildOutput, LogFile
 from ..engine.loop import ErrorHandler, contained, is_contained, name_of
-from ..engine.process import Child, SpawnError, child_setup, spawn
+from ..engine.process import Child
 from ..engine.reaping import ExitStatus
+from ..engine.spawn import SpawnError, child_setup, spawn
 from ..state.files import child_log_name
 from ..text.show import logged
 from .runtime import ChildKit
@@ -49,7 +50,8 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
     procs = str(placement.cgroup.procs_file()) if placement and placement.cgroup and placement.scope == "phase" \
         else None
     try:
-        child = spawn(spec, env, output, child_setup(kit.child_oom_score_adj, procs), kit.clock)
+        with kit.loop.holding(f"the start of {spec.label} (waiting for its exec)"):
+            child = spawn(spec, env, output, child_setup(kit.child_oom_score_adj, procs), kit.clock)
     except SpawnError:
         output.file.close()
         raise

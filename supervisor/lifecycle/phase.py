@@ -34,8 +34,9 @@ from typing import Any, Protocol
 
 from ..config import ChildSpec, PhaseSpec
 from ..engine.loop import ErrorHandler, contained, summary
-from ..engine.process import Child, SpawnError, stop_in_order
+from ..engine.process import Child, stop_in_order
 from ..engine.reaping import ExitStatus
+from ..engine.spawn import SpawnError
 from ..engine.trees import kill_pids
 from ..exits import EXIT_INTERNAL_ERROR
 from . import resume

@@ -13,8 +13,12 @@ going, and again with its file count and seconds once it ends.
 A walk also says what a download has really got (progresswatch.py): a downloader that preallocates
 (aria2c) gives a file its full size and blocks at once, so neither says anything while it runs; what
 does is the bytes in COMPLETE files, a file being complete when no control file (``<file>.aria2``,
-CONTROL_SUFFIXES) lies beside it, whatever its size; a file that grows as it arrives (curio's Go
-fallback) counts by its allocated blocks. The container's received bytes (``/proc/net/dev``, every
+CONTROL_SUFFIXES) lies beside it, whatever its size, and nothing has written it for COMPLETE_QUIET_S;
+a file that grows as it arrives (curio's Go fallback) counts by its allocated blocks once its writes
+pause. The quiet is for aria2c's own order: it allocates a new file whole and only then writes the
+control file beside it (measured: 0.6 ms later on ext4, longer on a loaded machine), and a walk between
+the two would count the whole file done before a byte came (and a download's figure never goes down).
+The container's received bytes (``/proc/net/dev``, every
 interface but loopback) are measured on the same thread (``watch_net``): a procfs read is quick, but
 nothing is read on the loop.
 """
@@ -44,6 +48,9 @@ WALK_BLIND_S = 300.0
 # A download's control file beside a file says the file is not complete yet (aria2c keeps ``<file>.aria2``
 # while it downloads and resumes from it, and removes it when the file is done).
 CONTROL_SUFFIXES = (".aria2",)
+# A file written this recently (by its mtime, either way of now) is not complete yet, control file or not:
+# aria2c writes a new file's control file only once the file is allocated.
+COMPLETE_QUIET_S = 2.0
 # The container's received bytes: one line an interface, the loopback's traffic is no download.
 NET_DEV = "/proc/net/dev"
 LOOPBACK = "lo"
@@ -211,11 +218,13 @@ def measure_tree(path: str | Path) -> tuple[int | None, int]:
     return total, files
 
 
-def tree_done(path: str | Path) -> tuple[int | None, int, int, int]:
+def tree_done(path: str | Path, now: float | None = None) -> tuple[int | None, int, int, int]:
     """``measure_tree``'s bytes and files under ``path``, and the bytes and count of its complete files:
     a file with a control file beside it (CONTROL_SUFFIXES) is not complete whatever its size, nor is the
-    control file; the others count by what is allocated to them (at most their size: a growing download's
-    blocks), empty ones (locks) not at all. Blocks: off the loop only."""
+    control file, nor a file written within COMPLETE_QUIET_S of ``now`` (wall time; default: the time now);
+    the others count by what is allocated to them (at most their size: a growing download's blocks), empty
+    ones (locks) not at all. Blocks: off the loop only."""
+    now = time.time() if now is None else now
     try:
         st = os.stat(path)
     except OSError:
@@ -223,7 +232,7 @@ def tree_done(path: str | Path) -> tuple[int | None, int, int, int]:
     if not os.path.isdir(path):
         # One file, judged as in a directory: with its control file beside it, it is not complete (aria2c
         # allocates the whole file at its start).
-        done = 0 if file_incomplete(path) else min(st.st_size, st.st_blocks * 512)
+        done = 0 if file_incomplete(path) or _written_lately(st, now) else min(st.st_size, st.st_blocks * 512)
         return st.st_size, 1, done, int(done > 0)
     total = files = done = done_files = 0
     stack = [os.fspath(path)]
@@ -244,13 +253,19 @@ def tree_done(path: str | Path) -> tuple[int | None, int, int, int]:
                 continue
             total += st.st_size
             files += 1
-            if is_incomplete(entry.name, names):
+            if is_incomplete(entry.name, names) or _written_lately(st, now):
                 continue
             allocated = min(st.st_size, st.st_blocks * 512)
             if allocated > 0:
                 done += allocated
                 done_files += 1
     return total, files, done, done_files
+
+
+def _written_lately(st: os.stat_result, now: float) -> bool:
+    """Written within COMPLETE_QUIET_S of ``now``: a file aria2c may not have put its control file beside yet.
+    An mtime further in the future (a cache copied with another clock's times) says nothing of now."""
+    return abs(now - st.st_mtime) < COMPLETE_QUIET_S
 
 
 def is_incomplete(name: str, names_beside: set[str] | frozenset[str]) -> bool:

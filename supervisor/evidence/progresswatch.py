@@ -12,8 +12,9 @@ largest of what each says:
   link, loopback included, whatever the program prints (aria2c's readout is block-buffered into a pipe and
   arrives in one burst when a file is done; its preallocated file is full size at once). A file resumed
   with ``--continue`` counts only what this attempt writes of it until it is complete;
-- the cache's complete files now (a file is complete once no ``.aria2`` lies beside it: a resumed file
-  counts whole from then on; a growing file counts by its allocated blocks);
+- the cache's complete files now (a file is complete once no ``.aria2`` lies beside it and nothing wrote
+  it for a moment: a resumed file counts whole from then on; a growing file counts by its allocated
+  blocks whenever its writes pause; progress.py's COMPLETE_QUIET_S);
 - with the command's own reading: those files + the file under way as the program says (a burst of the
   readout may correct the figure upwards);
 - without one: what was there at the start + the bytes received since (every interface but loopback).

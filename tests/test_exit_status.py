@@ -290,10 +290,10 @@ def _dumps_core(signum: int, cwd: Path) -> bool:
 # ---------------------------------------------------------------- spawn failures
 
 
-def _spawn_failure(sup: Runner, command: list[str], *, cwd: str | None = None,
+def _spawn_failure(sup: Runner, command: list[str], *, cwd: str | None = None, extra: str = "",
                    pid1: bool = False) -> tuple[Result, str, bool]:
     marker = sup.tmp / "after.marker"
-    extra = f"cwd = {toml_str(cwd)}" if cwd is not None else ""
+    extra = f"cwd = {toml_str(cwd)}" if cwd is not None else extra
     result = sup.run(failing_then_marker(sup, toml_list(command), marker, extra=extra), timeout=30, pid1=pid1)
     assert "Traceback" not in result.output, result.output
     assert not re.search(r"\b(?:FileNotFound|Permission|OS|Subprocess)Error\b", result.output), result.output
@@ -330,6 +330,25 @@ def test_not_executable_is_126(sup: Runner) -> None:
     assert " reason=spawn_failed " in verdict
     assert "permission denied" in verdict
     assert "[p/p] should not run" not in result.output
+
+
+@pytest.mark.parametrize("named", ["by-path", "on-PATH"])
+def test_a_script_whose_interpreter_is_missing_is_126_and_says_so(sup: Runner, named: str) -> None:
+    """The kernel answers ENOENT for a missing ``#!`` interpreter, as for a missing program: "command not
+    found" would send the reader looking for the script, which is there. Said as bash says it."""
+    bin_dir = sup.tmp / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "fetch-params"
+    script.write_text("#!/opt/no-such-python/bin/python3 -u\nprint('should not run')\n")
+    script.chmod(0o755)
+    command = [str(script)] if named == "by-path" else ["fetch-params"]
+    extra = f"env = {{ PATH = {toml_str(f'{bin_dir}:/usr/bin:/bin')} }}" if named == "on-PATH" else ""
+    result, verdict, marker = _spawn_failure(sup, command, extra=extra)
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert " reason=spawn_failed " in verdict
+    assert "bad interpreter: /opt/no-such-python/bin/python3: not found" in verdict, verdict
+    assert "command not found" not in verdict
 
 
 def test_directory_as_command_is_126(sup: Runner) -> None:

@@ -9,7 +9,9 @@ then is killed and the start fails, saying so (the retry policy decides what fol
 
 The child says how its exec went as Popen's does, over a close-on-exec pipe: the pipe closing with
 nothing on it means the exec ran; ``<stage> <errno> <text>`` on it means a step failed, and the child
-exits 127 at once (this function reaps it). ENOENT is 127 and the rest 126, as a shell reports them.
+exits 127 at once (this function reaps it). ENOENT is 127 and the rest 126, as a shell reports them; a
+script whose ``#!`` interpreter is missing (ENOENT from the kernel, though the script is there) is said
+as that, 126, as bash says "bad interpreter".
 
 Nobody else waits for a child: the reaper (reaping.py) owns ``waitpid`` for every child that ran. With
 no Popen object there is no Popen ``_cleanup`` either, which could reap (and lose) an exit status.
@@ -162,9 +164,29 @@ def _become(argv: list[str], env: Mapping[str, str], cwd: str | None, setup: Cal
     except BaseException as exc:
         code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
         text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
+        interpreter = _missing_interpreter(argv[0], env) if stage == "exec" and code == errno.ENOENT else None
+        if interpreter is not None:
+            stage, text = "interpreter", interpreter
         with contextlib.suppress(BaseException):
             os.write(report, f"{stage} {code} {text}".encode(errors="replace")[:REPORT_MAX])
     os._exit(127)
+
+
+def _missing_interpreter(program: str, env: Mapping[str, str]) -> str | None:
+    """Why an exec that said ENOENT found the program all the same: its ``#!`` interpreter is missing (the
+    kernel reports it as the program's own ENOENT). Returns that interpreter, or None."""
+    dirs = [""] if "/" in program else os.get_exec_path(env)
+    for where in dirs:
+        path = os.path.join(where, program)
+        try:
+            with open(path, "rb") as fh:
+                first = fh.readline(256)
+        except OSError:
+            continue
+        if first.startswith(b"#!"):
+            words = first[2:].split()
+            return words[0].decode(errors="replace") if words else "(none)"
+    return None
 
 
 def _reset_signals() -> None:
@@ -216,6 +238,8 @@ def _failure(program: str, cwd: str | None, report: bytes) -> SpawnError:
         if code in (errno.ENOENT, errno.ENOTDIR):
             return SpawnError(126, f"working directory {cwd!r} does not exist")
         return SpawnError(126, f"cannot enter working directory {cwd!r}: {text}")
+    if stage == "interpreter":
+        return SpawnError(126, f"{program}: bad interpreter: {text}: not found")
     if stage == "exec":
         if code == errno.ENOENT:
             return SpawnError(127, f"{program}: command not found")

@@ -1,6 +1,7 @@
 """supervisor.text.show, in-process: a value in a line stays one readable line whatever it is (a newline, an escape
 code, a lone surrogate, a megabyte, an int of 5000 digits): quoted and escaped (``shown``), bare where it is a
-plain word (``bare``, ``logged``), words on one line (``one_line``), and cut to a length with a mark (``cut``)."""
+plain word (``bare``, ``logged``), words on one line (``one_line``), a peer's bytes decoded and escaped
+(``shown_bytes``), and cut to a length with a mark (``cut``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.text.show import CUT_MARK, SHOWN_CHARS, TOO_MANY_DIGITS, cut, logged, one_line, shown
+from supervisor.text.show import CUT_MARK, SHOWN_CHARS, TOO_MANY_DIGITS, cut, logged, one_line, shown, shown_bytes
 
 
 def test_cut_keeps_what_fits_and_marks_where_it_cut() -> None:
@@ -66,3 +67,15 @@ def test_one_line_makes_white_space_one_space_and_cuts() -> None:
     assert one_line(ValueError("x\ny"), 100) == "x y"
     assert one_line("a " * 100, 9, "…") == "a a a a …"
     assert one_line("abcdef", 3, "") == "abc"
+
+
+@pytest.mark.parametrize(("data", "limit", "line"), [
+    (b"service unavailable", 60, "service unavailable"),
+    ("h\u00e9llo".encode(), 60, "h\u00e9llo"),  # printable: left as it came
+    (b"bad \xff byte", 60, "bad \ufffd byte"),  # decoded leniently
+    (b"two\nlines \x1b[31m", 60, "two\\nlines \\x1b[31m"),  # a control escaped: every non-ASCII with it
+    (b"x" * 10, 4, "xxxx" + CUT_MARK),  # the first ``limit`` bytes, marked
+])
+def test_shown_bytes_is_a_peers_answer_as_one_line(data: bytes, limit: int, line: str) -> None:
+    assert shown_bytes(data, limit) == line
+    assert "\n" not in shown_bytes(data, limit)

@@ -256,7 +256,6 @@ class Phase:
         self.state = PhaseState.PENDING
         self.since = self._clock.time()
         self.why = "not started"
-        self.was_up = False  # its service came up in some attempt (when: its timeline's up_at)
         self.timeline = Timeline()  # when it started, came up and ended (status shows it)
         self.kept: list[Child] = []  # daemons with lifetime = "lifecycle", handed on at success
         self.parsed: Any = None  # what the output hook's parser read (None: no parser, or not run yet)
@@ -289,6 +288,11 @@ class Phase:
     def up(self) -> bool:
         """A service whose command runs and answered its ready check (it stays ``running`` to the outside)."""
         return self.state is PhaseState.RUNNING and self._attempt.up_at is not None
+
+    @property
+    def was_up(self) -> bool:
+        """Its service came up in some attempt (when: its timeline's ``up_at``, noted as the move is told)."""
+        return self.timeline.up_at is not None
 
     @property
     def progress(self) -> dict[str, Any] | None:  # the attempt's figures (progresswatch.py), None: not watched
@@ -424,7 +428,6 @@ class Phase:
                     self._evidence.memory.release_phase(self.name)
             case Effect.MARK_UP:
                 self._attempt.up_at = self._clock.monotonic()
-                self.was_up = True
                 self._log(f"phase {self.name}: service is up")
             case Effect.TELL_LIFECYCLE:
                 self._tell()

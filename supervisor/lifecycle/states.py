@@ -348,11 +348,13 @@ class PhaseLike(Protocol):
     why: str
     attempt: int
     up: bool
-    was_up: bool
     parsed: Any
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def was_up(self) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..config import ManagerSpec
 from ..lifecycle.states import backoff_delay
 from ..text import Log
 from ..text.redact import Redactor, shown_url, url_secrets
-from ..text.show import cut
+from ..text.show import cut, shown_bytes
 
 # requests and tenacity are imported when a client is made, not with this module: a
 # supervisor without a manager should not pay their start-up time and memory.
@@ -154,14 +154,14 @@ class ManagerClient:
         data = self._body(method, path, response, max_bytes)
         if not 200 <= status < 500 or status == 429:
             asked = retry_after_s(response.headers.get("Retry-After"), time.time()) if status in (429, 503) else None
-            raise TransientError(f"{method} {path}: HTTP {status}: {_text(data)}", asked)
+            raise TransientError(f"{method} {path}: HTTP {status}: {shown_bytes(data, SHOWN_CHARS)}", asked)
         if status >= 400:
-            raise PermanentError(status, _text(data, MAX_ANSWER_BYTES))
+            raise PermanentError(status, shown_bytes(data, MAX_ANSWER_BYTES))
         try:
             return Answer(status, json.loads(data, parse_constant=_no_constant))
         except (ValueError, RecursionError):  # not JSON, not UTF-8, NaN, a number of 5000 digits, [[[[...
             raise TransientError(f"{method} {path}: HTTP {status} with a body that is not JSON: "
-                                 f"{_text(data, 100)}") from None
+                                 f"{shown_bytes(data, 100)}") from None
 
     def _body(self, method: str, path: str, response: Any, max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
         """At most ``max_bytes`` of the answer's body, as sent; more is a TransientError, not read."""
@@ -172,7 +172,7 @@ class ManagerClient:
             raise too_big
         encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding != "identity":
-            raise TransientError(f"{method} {path}: answer encoded as {_text(encoding.encode(), 40)}, "
+            raise TransientError(f"{method} {path}: answer encoded as {shown_bytes(encoding.encode(), 40)}, "
                                  "which was not asked for")
         chunks: list[bytes] = []
         size = 0
@@ -184,7 +184,7 @@ class ManagerClient:
         return b"".join(chunks)
 
     def _redirected(self, method: str, path: str, status: int, location: str | None) -> str:
-        where = _text(self._mask(shown_url(location)).encode(), SHOWN_CHARS) if location else "(no Location)"
+        where = shown_bytes(self._mask(shown_url(location)).encode(), SHOWN_CHARS) if location else "(no Location)"
         line = (f"the manager answered {status} → {where}: redirects are not followed; "
                 "check [manager] url")
         self._warn_once("redirect", f"manager: {method} {path}: {line}")
@@ -276,12 +276,4 @@ def _describe(exc: Exception) -> str:
 
     if isinstance(exc, requests.Timeout):
         return f"timed out ({exc.__class__.__name__})"
-    return f"{exc.__class__.__name__}: {_text(str(exc).encode(errors='replace'))}"
-
-
-def _text(data: bytes, limit: int = SHOWN_CHARS) -> str:
-    """An answer's bytes as one line may show them: decoded leniently, controls escaped, cut."""
-    text = data[:limit].decode("utf-8", errors="replace")
-    if not text.isprintable():
-        text = ascii(text)[1:-1]
-    return text if len(data) <= limit else text + "..."
+    return f"{exc.__class__.__name__}: {shown_bytes(str(exc).encode(errors='replace'), SHOWN_CHARS)}"

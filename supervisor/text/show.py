@@ -11,6 +11,8 @@ A value may be anything (a config's string with a newline in it, a manager's ans
 - ``logged``: a value in a log line of the supervisor's own (an argv, a verdict's text): bare when it is one
   word, else in plain double quotes, control characters escaped: readable where shlex's ``'"'"'`` is not;
 - ``one_line``: a why of any size (an exception's text, an answer) as words on one line, cut;
+- ``shown_bytes``: bytes a peer sent (an HTTP answer's body) decoded leniently, escaped where they do not
+  print, the first of them only;
 - ``cut``: the one way a text is cut to a length, with a mark where it was;
 - ``fmt_bytes``: a number of bytes for people (units.py parses what people write).
 
@@ -58,6 +60,15 @@ def one_line(text: object, limit: int, mark: str = CUT_MARK) -> str:
     """``text`` (any object, as ``str()`` writes it) as words on one line (every run of white space, a newline
     among them, made one space), at most ``limit`` characters."""
     return cut(" ".join(str(text).split()), limit, mark)
+
+
+def shown_bytes(data: bytes, limit: int = SHOWN_CHARS) -> str:
+    """Bytes a peer sent as a line may show them: the first ``limit`` decoded leniently (UTF-8, a bad byte
+    replaced), every character escaped as ``ascii`` writes it if any does not print, "..." where cut."""
+    text = data[:limit].decode("utf-8", errors="replace")
+    if not text.isprintable():
+        text = ascii(text)[1:-1]
+    return text if len(data) <= limit else text + CUT_MARK
 
 
 def fmt_bytes(n: int | None) -> str:

@@ -18,7 +18,7 @@ from supervisor.engine.reaping import Reaper
 from supervisor.lifecycle.attempt import Attempt
 from supervisor.lifecycle.phase import Phase
 from supervisor.lifecycle.runtime import ChildKit, Runtime
-from supervisor.lifecycle.states import _ALLOWED, FINAL_STATES, PhaseState
+from supervisor.lifecycle.states import _ALLOWED, FINAL_STATES, CameUp, PhaseState
 
 SERVICE = """
 [[phases]]
@@ -103,7 +103,7 @@ def test_a_service_is_up_only_while_it_runs(phase: Phase) -> None:
     phase.state = PhaseState.STARTING
     phase.transition(PhaseState.RUNNING, "command started")
     assert phase.up is False and phase.was_up is False  # running, not yet up (its ready check)
-    phase._service_up()  # what its ready check passing does
+    phase._on(CameUp())  # what its ready check passing tells the phase
     assert phase.up is True and phase.was_up is True
     phase.transition(PhaseState.STOPPING, "it exited")
     assert phase.up is False

@@ -10,9 +10,9 @@ Its start (``AttemptStart``): its daemons one by one, each waited for until read
 check, then its command; a service's command with a ready check is waited for too, until the service is
 up. A child whose readiness is a local TCP port starts only once that port is free (else the attempt fails
 ``port_in_use``, naming the holder), and only its own listener makes it ready (ports.py). What it learns
-goes back to its phase through three callbacks (the command started, the service is up, the attempt failed
-to start); once ``cancel``led (the attempt is over, or the supervisor shuts down) nothing more does: a
-readiness answer that comes late is dropped here.
+goes back to its phase as the events the phase decides on (states.py: ``CommandStarted``, ``CameUp``,
+``StartFailed``), told to the one function that decides; once ``cancel``led (the attempt is over, or the
+supervisor shuts down) nothing more is: a readiness answer that comes late is dropped here.
 
 Their pacing (``Pacing``, last): what lies between attempts and across them, on the loop's clock: the
 phase's deadline, the backoff before the next attempt, the restarts counted against restart_burst, and
@@ -38,7 +38,7 @@ from ..text import Log
 from . import verdict as v
 from .hooks import OutputParser, ProgressReading, ReadsProgress
 from .runtime import MachineEvidence
-from .states import Next, after_attempt, backoff_delay, within_window
+from .states import CameUp, CommandStarted, Event, Next, StartFailed, after_attempt, backoff_delay, within_window
 from .verdict import Verdict
 
 
@@ -144,13 +144,13 @@ Guard = Callable[[str, Callable[..., object]], Callable[..., None]]  # (what, ca
 
 
 class AttemptStart:
+    """``start`` starts one child (None: it could not, and said so: the attempt is over); ``tell`` is the phase's
+    decision, told what the start learns; ``guarded`` makes a callback from a thread unable to raise."""
+
     def __init__(self, spec: PhaseSpec, attempt: int, loop: EventLoop, log: Log, *,
-                 start: Callable[[ChildSpec], Child | None], guarded: Guard,
-                 command_started: Callable[[Child], None], up: Callable[[], None],
-                 failed: Callable[[Verdict], None]) -> None:
+                 start: Callable[[ChildSpec], Child | None], tell: Callable[[Event], None], guarded: Guard) -> None:
         self._spec, self._attempt, self._loop, self._log = spec, attempt, loop, log
-        self._start, self._guarded = start, guarded  # start: None when it could not (the attempt is over)
-        self._command_started, self._up, self._failed = command_started, up, failed
+        self._start, self._tell, self._guarded = start, tell, guarded
         self._ready: ReadinessWait | None = None  # the wait under way, if any
         self._waiting: tuple[Child, float] | None = None  # the child waited for, and since when (monotonic)
         self._over = False
@@ -202,13 +202,13 @@ class AttemptStart:
         child = self._start(self._spec.command)
         if child is None:
             return
-        self._command_started(child)
+        self._tell(CommandStarted(child))
         if self._spec.kind != "service" or self._over:  # (over: a hearer of the start ended the attempt)
             return
         if self._spec.command.ready is None:
-            self._up()
+            self._tell(CameUp())
             return
-        self._wait_until_ready(child, lambda: None if self._over else self._up())
+        self._wait_until_ready(child, lambda: None if self._over else self._tell(CameUp()))
 
     def _free(self, spec: ChildSpec) -> bool:
         """Are the ports ``spec`` is to listen on free? If not, the attempt fails naming the holder (looked for
@@ -229,8 +229,8 @@ class AttemptStart:
             return
         detail = f"{spec.phase}/{spec.name} not started: {ports.taken_detail(host, port, holder)}"
         self._log(detail)
-        self._failed(v.without_exit(self._spec.name, spec.name, v.PORT_IN_USE, EXIT_FAILURE, detail,
-                                    attempt=self._attempt))
+        self._tell(StartFailed(v.without_exit(self._spec.name, spec.name, v.PORT_IN_USE, EXIT_FAILURE, detail,
+                                              attempt=self._attempt)))
 
     def _wait_until_ready(self, child: Child, on_ready: Callable[[], None]) -> None:
         assert child.spec.ready is not None
@@ -258,10 +258,10 @@ class AttemptStart:
             return
         detail = f"{child.label} not ready after {child.spec.ready_timeout_s:g}s: {why}"
         child.stop_reason = v.TIMEOUT
-        self._failed(v.without_exit(
+        self._tell(StartFailed(v.without_exit(
             self._spec.name, child.spec.name, v.TIMEOUT, 1, detail, attempt=self._attempt,
             started_at=child.started_at, last_lines=child.output.last_lines(),
-        ))
+        )))
 
 
 # ---------------------------------------------------------------- the pacing of a phase's attempts

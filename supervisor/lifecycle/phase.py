@@ -458,9 +458,6 @@ class Phase:
         """A callback made for ``attempt`` may still act: that attempt is the phase's, in one of ``states``."""
         return attempt == self._attempt.number and self.state in states
 
-    def _service_up(self) -> None:
-        self._on(CameUp())
-
     def _child_exited(self, child: Child, _pid: int, status: ExitStatus) -> None:
         verdict = v.exit_verdict(child, status, phase=self.name, attempt=self.attempt,
                                  daemon=child.spec is not self.spec.command, memory=self._evidence.memory,
@@ -559,9 +556,7 @@ class Phase:
 
     def _begin_start(self) -> None:
         self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
-                                           guarded=self.guarded, up=self._service_up,
-                                           failed=lambda verdict: self._on(StartFailed(verdict)),
-                                           command_started=lambda child: self._on(CommandStarted(child)))
+                                           tell=self._on, guarded=self.guarded)
         self._attempt.start.begin()
 
     def _start_child(self, spec: ChildSpec) -> Child | None:

@@ -152,8 +152,7 @@ def _become(argv: list[str], env: Mapping[str, str], cwd: str | None, setup: Cal
         # worst on /dev/null (text/stdio.py's keep_std_fds_open, the first thing cli.main does).
         for target, fd in enumerate(stdio):
             os.dup2(fd, target)
-        os.closerange(3, report)  # everything else the supervisor had open, but the report pipe
-        os.closerange(report + 1, max_fd)
+        _close_inherited(report, max_fd)
         if setup is not None:
             setup()
         if cwd is not None:
@@ -170,6 +169,23 @@ def _become(argv: list[str], env: Mapping[str, str], cwd: str | None, setup: Cal
         with contextlib.suppress(BaseException):
             os.write(report, f"{stage} {code} {text}".encode(errors="replace")[:REPORT_MAX])
     os._exit(127)
+
+
+def _close_inherited(report: int, max_fd: int) -> None:
+    """Close everything else the supervisor had open (fd 3 and up), but the report pipe. The open ones are
+    listed from /proc/self/fd, as Popen does: os.closerange tries close_range(2), and where the kernel has
+    none (before 5.9, not rare on rented hosts) it calls close() on every number up to the limit, a million
+    calls in a container whose nofile is 1048576, on every start."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every number, then
+        os.closerange(3, report)
+        os.closerange(report + 1, max_fd)
+        return
+    for fd in fds:
+        if fd > 2 and fd != report:
+            with contextlib.suppress(OSError):  # (the listing's own descriptor, already closed)
+                os.close(fd)
 
 
 def _missing_interpreter(program: str, env: Mapping[str, str]) -> str | None:

@@ -332,3 +332,22 @@ def test_started_with_its_standard_descriptors_closed_each_child_still_gets_its_
     assert "to-stdout" in log and "to-stderr" in log and "read=1" in log, log  # read=1: end of file at once
     supervisor_log = (sup.log_dir / "supervisor.log").read_text()
     assert "phase p: stopping → done" in supervisor_log, supervisor_log
+
+
+def test_a_child_inherits_none_of_the_supervisors_descriptors(sup: Runner) -> None:
+    """Only its stdin, stdout and stderr: not what the supervisor opened (its own are close-on-exec), nor what
+    its launcher left open to it (an onstart script's, a terminal's), which it would otherwise hand on to every
+    child and grandchild for their whole lives."""
+    lister = "import os; print('fds', sorted(int(n) for n in os.listdir('/proc/self/fd')))"
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {toml_list([PY, "-c", lister])}
+        """)
+    with open(sup.tmp / "launcher-leak", "w") as leaked:
+        os.set_inheritable(leaked.fileno(), True)
+        done = subprocess.run([PY, "-m", "supervisor", "run", "--config", str(config)], cwd=REPO, timeout=60,
+                              pass_fds=(leaked.fileno(),), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # 3: the listing's own descriptor, the lowest free one where nothing else was left open.
+    assert "[p/p] fds [0, 1, 2, 3]" in done.stdout, done.stdout

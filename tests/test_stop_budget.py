@@ -12,12 +12,16 @@ import json
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import Runner, pid_alive, remove_cgroup, toml_list, toml_str, until, wait_for
 
+from supervisor.engine import signals
+from supervisor.engine.signals import SignalRouter
 from supervisor.engine.stopbudget import CLOSE_S, EXIT_SHARE_S, SWEEP_MIN_S, StopBudget
 from supervisor.engine.trees import KILL_WAIT_S
 
@@ -124,6 +128,36 @@ def test_the_exit_sweep_gets_what_is_left_until_a_stuck_tree_is_no_longer_waited
     assert budget.sweep_s(5.0) == 2.0  # wait_until is 1 s before the end: 3 s left of 8, less 1
     now[0] += 10.0
     assert budget.sweep_s(5.0) == SWEEP_MIN_S  # spent: one round still kills what it can
+
+
+def test_the_budget_counts_from_when_the_signal_came_not_when_the_loop_acted_on_it() -> None:
+    """docker stop's SIGKILL comes its timeout after its SIGTERM, whenever the loop got to it (a start held the
+    loop for its exec): the budget is counted from the signal's arrival, as the signal handler noted it."""
+    budget = StopBudget(8, "SIGTERM", clock=lambda: 105.0, since=100.0)
+    assert budget.deadline == 108.0 and budget.flush_deadline() == 108.0 - CLOSE_S
+    assert StopBudget(8, "SIGTERM", clock=lambda: 105.0).deadline == 113.0, "no arrival known: from now"
+    assert StopBudget(8, "SIGTERM", clock=lambda: 105.0, since=106.0).deadline == 113.0, "never later than now"
+
+
+def test_a_stop_signal_acted_on_late_gives_its_budget_from_its_arrival() -> None:
+    """Through the real handler and router: the signal came, the loop was held 0.3 s, then acted on it."""
+    told: list[StopBudget | None] = []
+
+    class Lifecycle:
+        shutting_down = False
+
+        def shutdown(self, why: str, status: int, budget: StopBudget | None = None) -> None:
+            told.append(budget)
+
+    router = SignalRouter(SimpleNamespace(reap=lambda: None), lambda line: None, stop_budget_s=8.0)
+    router.lifecycle = Lifecycle()  # type: ignore[assignment]
+    came = time.monotonic()
+    signals._wake_only(signal.SIGTERM, None)  # what the signal's arrival runs
+    time.sleep(0.3)  # the loop, held
+    router.handle(signal.SIGTERM)
+    assert told and told[0] is not None
+    assert came <= told[0].deadline - 8.0 < came + 0.2, (came, told[0].deadline)
+    assert signals.arrived_at(signal.SIGTERM) is None, "acted on: its arrival is forgotten"
 
 
 def test_the_consoles_last_lines_hold_the_exit_no_later_than_the_budget() -> None:

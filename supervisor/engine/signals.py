@@ -36,6 +36,7 @@ import enum
 import faulthandler
 import signal
 import socket
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -220,10 +221,11 @@ class SignalRouter:
     def handle(self, signum: int) -> None:
         meaning, why = meaning_of(signum)
         name = signal_name(signum)
+        came = arrived_at(signum)
         if meaning is Meaning.REAP:
             self._reaper.reap()
         elif meaning is Meaning.STOP:
-            self._held(lambda: self._stop(signum, name, why))
+            self._held(lambda: self._stop(signum, name, why, came))
         elif meaning is Meaning.FORWARD:
             sent = self.lifecycle.forward(signum) if self.lifecycle is not None else []
             names = ", ".join(c.label for c in sent) or "nobody (no phase command running)"
@@ -231,7 +233,7 @@ class SignalRouter:
         else:  # NOTE, and whatever else a table change lets through: said, never obeyed
             self._log(f"{name}: not obeyed: {why}")
 
-    def _stop(self, signum: int, name: str, why: str) -> None:
+    def _stop(self, signum: int, name: str, why: str, came: float | None = None) -> None:
         stage = self.stage()
         before = sum(self._stops.values())
         action = stop_action(stage, again=self._stops.get(stage, 0) > 0)
@@ -245,7 +247,7 @@ class SignalRouter:
             self._log(f"{name} ({why}): every child is stopped in reverse start order; a second stop signal "
                       "kills at once")
             if self.stop_budget_s is not None:
-                self.budget = StopBudget(self.stop_budget_s, name)
+                self.budget = StopBudget(self.stop_budget_s, name, since=came)
             self.lifecycle.shutdown(f"received {name}", 128 + signum, self.budget)
         elif action is Action.KILL_NOW:
             assert self.lifecycle is not None
@@ -253,7 +255,7 @@ class SignalRouter:
             if self.budget is None and self.stop_budget_s is not None:
                 # A stop the supervisor began itself (a failure) had none; docker stop kills at its timeout
                 # all the same: the rest of the exit (a stuck tree's wait, the sweep, the flush) fits in one.
-                self.budget = StopBudget(self.stop_budget_s, name)
+                self.budget = StopBudget(self.stop_budget_s, name, since=came)
             self.lifecycle.kill_everything_now(self.budget.wait_until if self.budget is not None else None)
         elif action is Action.CUT_FLUSH:
             assert self.flush is not None
@@ -332,5 +334,17 @@ class SignalInbox:
         self._wsock.close()
 
 
+# When each signal not yet acted on first came (monotonic): the loop may act on it late, after a call that held
+# it (a start waiting for its exec), and a stop's budget counts from the signal, as docker stop's timeout does.
+_arrived: dict[int, float] = {}
+
+
 def _wake_only(signum: int, frame: object) -> None:
-    """The real work happens in the loop; this only has to exist so the fd gets its byte."""
+    """The real work happens in the loop; this only has to exist so the fd gets its byte, and notes the time.
+    (It runs on the main thread as soon as the signal comes, a blocking call there interrupted for it.)"""
+    _arrived.setdefault(signum, time.monotonic())
+
+
+def arrived_at(signum: int) -> float | None:
+    """When ``signum`` came, if it has not been asked yet since it did (monotonic); None: unknown."""
+    return _arrived.pop(signum, None)

@@ -4,7 +4,8 @@ Vast stops an instance with ``docker stop`` (podman's is the same), whose timeou
 told. A child's ``stop_grace_s`` (30 s by default, 60 s for curio) does not fit in that, and a supervisor
 SIGKILLed at 10 s loses its whole exit: no "exiting with status" line, no termination log, no exit flush,
 exit 137. So a stop signal that comes while the lifecycle runs gives the whole stop, the exit included,
-``[supervisor] stop_budget_s`` (8 s) from that moment:
+``[supervisor] stop_budget_s`` (8 s) from the moment it came (its handler notes it: the loop may act on it
+later, held by a start waiting for its exec):
 
 - the state (status.json) and the termination log are written at once, before any grace runs (the
   give-up, if one is due, is in the outbox already: the shutdown's listeners queue it);
@@ -39,9 +40,13 @@ NAMED_MAX = 3
 class StopBudget:
     """One stop's budget, from the stop signal that set it (monotonic seconds on ``clock``)."""
 
-    def __init__(self, budget_s: float, signame: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, budget_s: float, signame: str, clock: Callable[[], float] = time.monotonic,
+                 since: float | None = None) -> None:
+        """``since``: when the signal came (monotonic), if the loop acted on it later (it was held: a start
+        waiting for its exec); docker's SIGKILL counts from then."""
         self.budget_s, self.signame, self._clock = budget_s, signame, clock
-        self.deadline = clock() + budget_s
+        now = clock()
+        self.deadline = (now if since is None else min(since, now)) + budget_s
         self.children_deadline = self.deadline - min(EXIT_SHARE_S, budget_s / 4)
         self.wait_until = self.deadline - 2 * CLOSE_S  # a tree that survives SIGKILL: waited for until then
         self._cut: dict[str, tuple[float, float]] = {}  # child → (its own grace, the grace it got)

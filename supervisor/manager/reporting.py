@@ -115,8 +115,7 @@ class Reporter:
         client = ManagerClient(self.spec, token, warn=self._log)
         self._sender = Sender(self.spec, self.outbox, client, self._loop, self._log, self.calls,
                               on_identity=self._export_identity, on_delivered=self._manager_answers,
-                              on_row=self.view.heard_row, on_killed=self.view.heard_kill,
-                              on_registered_again=self.view.registered_again)
+                              view=self.view)
         self._sender.restore_identity()
         fields = "".join(f", {k} {_shown(v)}" for k, v in self._sender.identity().items() if k != "label")
         self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "

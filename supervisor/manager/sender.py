@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import ManagerSpec
 from ..engine.loop import EventLoop, summary
@@ -64,9 +64,27 @@ BUG_WAIT_S = 5.0
 BUG_TRIES = 3
 
 
+class HearsTheRow(Protocol):
+    """What the sender tells, on the loop's thread, of the manager's own view (view.py's ManagerView)."""
 
-def _ignore(value: Any) -> None:
-    pass
+    def heard_row(self, reading: RowReading) -> None: ...  # each look-up of our row
+
+    def heard_kill(self, row: Row) -> None: ...  # the row said killed: once
+
+    def registered_again(self, old: str, new: str) -> None: ...  # ``old`` forgotten, registered as ``new``
+
+
+class Unheard:
+    """Nobody hears the row (a sender in a test of its calls)."""
+
+    def heard_row(self, reading: RowReading) -> None:
+        pass
+
+    def heard_kill(self, row: Row) -> None:
+        pass
+
+    def registered_again(self, old: str, new: str) -> None:
+        pass
 
 
 class _NotSent(Exception):
@@ -76,15 +94,14 @@ class _NotSent(Exception):
 class Sender:
     """Delivers the outbox's calls on its own thread; it alone writes the identity the manager gave.
 
-    ``on_identity(uuid, fields)`` (the answer's checked fields beside the uuid) and each kind's
-    ``delivered`` and ``refused`` are called in the loop's thread.
+    ``on_identity(uuid, fields)`` (the answer's checked fields beside the uuid), ``view`` (what the row
+    says) and each kind's ``delivered`` and ``refused`` are called in the loop's thread; ``on_delivered`` on
+    this one, after each call the manager took.
     """
 
     def __init__(self, spec: ManagerSpec, outbox: Outbox, client: ManagerClient, loop: EventLoop, log: Log,
                  calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None],
-                 on_delivered: Callable[[], None] | None = None, on_row: Callable[[RowReading], None] = _ignore,
-                 on_killed: Callable[[Row], None] = _ignore,
-                 on_registered_again: Callable[[str, str], None] = lambda old, new: None) -> None:
+                 on_delivered: Callable[[], None] | None = None, view: HearsTheRow | None = None) -> None:
         self.spec = spec
         self.outbox = outbox
         self._client = client
@@ -112,7 +129,7 @@ class Sender:
         # The manager's own view (rowwatch.py): read on this thread, heard on the loop's.
         self.rows = RowWatch(client, spec.row_check_s, fields=calls.row)
         self.killed: Row | None = None  # the row said killed: no lifecycle call goes out any more
-        self._on_row, self._on_killed, self._on_registered_again = on_row, on_killed, on_registered_again
+        self._view: HearsTheRow = view if view is not None else Unheard()
         self._forgotten_uuid: str | None = None  # dropped for a forget; its successor is told once registered
         self._registered_in_production = False  # a forget noticed after running: registered again once
 
@@ -353,7 +370,7 @@ class Sender:
         reading, notes = self.rows.read(self.uuid)
         for note in notes:
             self._loop.call_soon_threadsafe(lambda note=note: self._log(f"manager: {note}"))
-        self._loop.call_soon_threadsafe(lambda: self._on_row(reading))
+        self._loop.call_soon_threadsafe(lambda: self._view.heard_row(reading))
         if reading.row is not None and reading.row.killed and self.killed is None:
             # Given up already (here, or by an earlier start): the kill is its consequence, not news to tell.
             self._killed_by(reading.row, tell=not self._retired)
@@ -362,7 +379,7 @@ class Sender:
     def _killed_by(self, row: Row, tell: bool = True) -> None:
         self.killed, self._retired = row, True  # nothing that could un-kill it goes out from now on
         if tell:
-            self._loop.call_soon_threadsafe(lambda: self._on_killed(row))
+            self._loop.call_soon_threadsafe(lambda: self._view.heard_kill(row))
 
     def _killed_before(self, call: Call) -> bool:  # (before its first attempt, and before each retry)
         """Before a lifecycle call: the row is read, and a killed one gets no call (its bench-done would
@@ -450,7 +467,7 @@ class Sender:
         self._on_identity(self.uuid, dict(self.fields))
         forgotten, self._forgotten_uuid = self._forgotten_uuid, None
         if forgotten is not None:
-            self._on_registered_again(forgotten, self.uuid)
+            self._view.registered_again(forgotten, self.uuid)
 
 
 def unknown_instance(exc: PermanentError) -> bool:

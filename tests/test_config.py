@@ -24,6 +24,7 @@ from supervisor.config import (
     DEFAULT_BACKOFF_MAX_S,
     DEFAULT_BACKOFF_RESET_S,
     DEFAULT_BACKOFF_S,
+    DEFAULT_EXEC_WAIT_S,
     DEFAULT_LOG_DIR,
     DEFAULT_LOG_FILE_MAX_BYTES,
     DEFAULT_READY_TIMEOUT_S,
@@ -259,6 +260,8 @@ BAD_CONFIGS = [
     P(bad_daemon("stop_grace_s = nan"), "phases[1] (b).daemons[0] (d).stop_grace_s:", id="daemon-nan-grace"),
     P(bad_daemon("ready_timeout_s = 0"), "phases[1] (b).daemons[0] (d).ready_timeout_s:",
       id="daemon-zero-ready-timeout"),
+    P(bad_daemon("exec_wait_s = -1"), "phases[1] (b).daemons[0] (d).exec_wait_s:", id="daemon-negative-exec-wait"),
+    P(bad_phase('exec_wait_s = "5s"'), "phases[1] (b).exec_wait_s:", id="phase-exec-wait-text"),
     P(bad_daemon("env = { B = { c = 1 } }"), "phases[1] (b).daemons[0] (d).env.B:", id="daemon-env-value-table"),
     P(bad_daemon('cwd = "${UNSET_VAR}/work"'), "phases[1] (b).daemons[0] (d).cwd: ${UNSET_VAR} is not set",
       id="unset-var-in-daemon-cwd"),
@@ -609,6 +612,7 @@ def test_defaults_applied() -> None:
     assert child.stop_grace_s == DEFAULT_STOP_GRACE_S
     assert child.ready is None and child.cwd is None
     assert child.ready_timeout_s == DEFAULT_READY_TIMEOUT_S
+    assert child.exec_wait_s == DEFAULT_EXEC_WAIT_S
     assert (child.phase, child.name, child.label) == ("p", "p", "p/p")
 
 

@@ -351,6 +351,32 @@ def test_a_script_whose_interpreter_is_missing_is_126_and_says_so(sup: Runner, n
     assert "command not found" not in verdict
 
 
+def test_a_script_saved_with_windows_line_ends_says_so(sup: Runner) -> None:
+    """``#!/bin/sh\r\n``: the kernel looks for an interpreter named "/bin/sh\r", which is not there. Said as
+    bash says it (the CR shown as ^M), with the cause, not as a missing /bin/sh (which is there)."""
+    script = sup.tmp / "fetch-params"
+    script.write_bytes(b"#!/bin/sh\r\necho should not run\r\n")
+    script.chmod(0o755)
+    result, verdict, marker = _spawn_failure(sup, [str(script)])
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert "bad interpreter: /bin/sh^M: not found (the script's lines end in CR LF" in verdict, verdict
+
+
+def test_a_program_found_but_not_executable_earlier_on_path_is_said_as_that(sup: Runner) -> None:
+    """As execvp: the first directory of PATH holding the name but not executable is the error said
+    (permission denied, 126), though a later directory holds nothing: not "command not found"."""
+    first, second = sup.tmp / "a", sup.tmp / "b"
+    first.mkdir()
+    second.mkdir()
+    (first / "fetch-params").write_text("#!/bin/sh\necho should not run\n")  # not executable
+    extra = f"env = {{ PATH = {toml_str(f'{first}:{second}')} }}"
+    result, verdict, marker = _spawn_failure(sup, ["fetch-params"], extra=extra)
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert "fetch-params: permission denied (not executable)" in verdict, verdict
+
+
 def test_directory_as_command_is_126(sup: Runner) -> None:
     result, verdict, marker = _spawn_failure(sup, [str(sup.tmp)])
     assert result.returncode == 126, result.output

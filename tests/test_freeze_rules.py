@@ -165,3 +165,18 @@ def test_a_hold_before_the_last_look_explains_no_later_jump(loop: EventLoop, clo
     clock.now += 10.0
     loop.run_once(max_wait=0)
     assert freeze.freezes == 1 and said[0].startswith("the supervisor was frozen (SIGSTOP"), said
+
+
+def test_several_holds_in_one_turn_explain_the_jump_together(loop: EventLoop, clock: FakeClock) -> None:
+    """A phase of three daemons without a readiness check starts them in one turn, each start holding the
+    loop 2 s: the 6 s jump is their sum, not a freeze (each alone explains less than the jump)."""
+    said: list[str] = []
+    freeze = start_the_tick(loop, said.append, [])
+    ticks_until(loop, clock, 2.0)
+    for name, took in (("a", 2.0), ("b", 2.5), ("c", 2.0)):
+        with loop.holding(f"the start of p/{name}"):
+            clock.now += took
+    loop.run_once(max_wait=0)
+    assert freeze.freezes == 0, said
+    assert said == ["the supervisor's loop was held for 6.5s by the start of p/b and 2 more; "
+                    "stall windows restart now, deadlines keep counting"]

@@ -360,12 +360,6 @@ def test_sigterm_while_fitness_hangs_on_a_mount_stops_the_run_cleanly(sup: Runne
     assert "phase=fitness" not in out, "the check that never answered decided nothing"
 
 
-SHORT_EXEC_WAIT = """
-    import supervisor.engine.spawn
-    supervisor.engine.spawn.EXEC_WAIT_S = {wait_s}  # the test's own: 5 s in production
-"""
-
-
 @pytest.mark.parametrize("where", ["command", "cwd"])
 def test_a_start_on_a_hung_mount_fails_within_its_bound_instead_of_freezing_the_loop(sup: Runner,
                                                                                       where: str) -> None:
@@ -376,14 +370,15 @@ def test_a_start_on_a_hung_mount_fails_within_its_bound_instead_of_freezing_the_
     with hung_mount(sup.tmp / "mnt") as hung:
         command = [str(hung / "bin" / "prog")] if where == "command" else ["sh", "-c", "echo should not run"]
         extra = f"cwd = {toml_str(str(hung))}" if where == "cwd" else ""
+        # Longer than freeze.FREEZE_MIN_S: the loop's own wait must not be taken for a freeze of the supervisor.
         config = sup.write(f"""
             [[phases]]
             name = "p"
             command = {toml_list(command)}
+            exec_wait_s = 4
             {extra}
             """)
-        # Longer than freeze.FREEZE_MIN_S: the loop's own wait must not be taken for a freeze of the supervisor.
-        run = Launched(sup, config, {}, inject=SHORT_EXEC_WAIT.format(wait_s=4.0))
+        run = Launched(sup, config, {})
         returncode = run.finish(60)
     out = run.text()
     print(f"gave up after {run.seconds:.1f}s")
@@ -405,8 +400,9 @@ def test_a_hung_exec_is_retried_by_the_phases_policy(sup: Runner) -> None:
             command = {toml_list([str(hung / "prog")])}
             retries = 1
             backoff_s = 0.1
+            exec_wait_s = 2
             """)
-        run = Launched(sup, config, {}, inject=SHORT_EXEC_WAIT.format(wait_s=2.0))
+        run = Launched(sup, config, {})
         returncode = run.finish(60)
     out = run.text()
     assert returncode == 126, out[-4000:]

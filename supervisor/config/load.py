@@ -341,6 +341,7 @@ def _child(values: Mapping[str, Any], phase: str, name: str, sup: SupervisorSpec
         stop_grace_s=sup.stop_grace_s if grace is None else grace,
         ready=values["ready"],
         ready_timeout_s=values["ready_timeout_s"],
+        exec_wait_s=values["exec_wait_s"],
         lifetime=lifetime,
         log_source=values["log_source"] or "setup",
     )

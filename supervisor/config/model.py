@@ -24,6 +24,12 @@ DEFAULT_LOG_FILE_MAX_BYTES = 64 * 1024 * 1024
 # Daemons such as cuzk-daemon load tens of GiB before they answer; a short
 # default startup wait causes more failures than it prevents.
 DEFAULT_READY_TIMEOUT_S = 900.0
+# How long a start waits for its exec (engine/spawn.py), the loop held meanwhile. An exec that runs takes
+# milliseconds, even of a large binary (execve reads its first page); seconds mean the kernel waits on a
+# filesystem. Long enough for a machine thrashing under memory pressure, short enough that a hung mount
+# costs one late status answer, not a silent supervisor. A command on a slow network mount (s3fs, gcsfuse
+# with a cold cache) says more in its own ``exec_wait_s``.
+DEFAULT_EXEC_WAIT_S = 5.0
 DEFAULT_BACKOFF_S = 1.0
 DEFAULT_BACKOFF_MAX_S = 30.0
 DEFAULT_BACKOFF_FACTOR = 2.0
@@ -102,6 +108,7 @@ class ChildSpec:
     stop_grace_s: float
     ready: ReadyCheck | None
     ready_timeout_s: float
+    exec_wait_s: float = DEFAULT_EXEC_WAIT_S  # the start fails if the exec has not run by then
     lifetime: str = "phase"  # daemons only: "phase" or "lifecycle"
     log_source: str = "setup"  # the manager dashboard tab its output is shipped under
 

@@ -30,6 +30,7 @@ from .model import (
     DEFAULT_BACKOFF_RESET_S,
     DEFAULT_BACKOFF_S,
     DEFAULT_CGROUP_ROOT,
+    DEFAULT_EXEC_WAIT_S,
     DEFAULT_LOG_BACKLOG_BYTES,
     DEFAULT_LOG_DIR,
     DEFAULT_LOG_FILE_MAX_BYTES,
@@ -141,6 +142,7 @@ _CHILD_KEYS = {
     "stop_grace_s": Key(check_seconds),
     "ready": Key(ready_checker()),
     "ready_timeout_s": Key(_positive_seconds, DEFAULT_READY_TIMEOUT_S),
+    "exec_wait_s": Key(_positive_seconds, DEFAULT_EXEC_WAIT_S),
     "log_source": Key(_name),
 }
 

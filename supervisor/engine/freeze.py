@@ -18,7 +18,7 @@ a ``Clock`` (the loop's), so a test moves it by hand.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..text import Log
 from .clock import SYSTEM_CLOCK, Clock
@@ -37,8 +37,8 @@ class FreezeWatch:
     """Notices a jump of the monotonic clock between two looks; ``thawed_at`` is the last thaw (or None)."""
 
     def __init__(self, log: Log, now: float | None = None, min_s: float = FREEZE_MIN_S,
-                 clock: Clock = SYSTEM_CLOCK, last_hold: Callable[[], Hold | None] = lambda: None) -> None:
-        self._log, self._min_s, self._clock, self._last_hold = log, min_s, clock, last_hold
+                 clock: Clock = SYSTEM_CLOCK, holds: Callable[[], Sequence[Hold]] = tuple) -> None:
+        self._log, self._min_s, self._clock, self._holds = log, min_s, clock, holds
         self.last_seen = clock.monotonic() if now is None else now
         self.thawed_at: float | None = None
         self.frozen_s = 0.0  # how long the last freeze was
@@ -52,15 +52,25 @@ class FreezeWatch:
         if gap <= self._min_s:
             return None
         self.thawed_at, self.frozen_s = now, gap
-        hold = self._last_hold()
-        if hold is not None and hold.ended > now - gap and gap - (hold.ended - hold.began) <= self._min_s:
-            self._log(f"the supervisor's loop was held for {gap:.1f}s by {hold.why}; "
+        held, why = self._held_within(now - gap, now)
+        if why and gap - held <= self._min_s:
+            self._log(f"the supervisor's loop was held for {gap:.1f}s by {why}; "
                       "stall windows restart now, deadlines keep counting")
             return gap
         self.freezes += 1
         self._log(f"the supervisor was frozen (SIGSTOP, cgroup freezer, docker pause?) for {gap:.1f}s; "
                   "stall windows restart now, deadlines keep counting")
         return gap
+
+
+    def _held_within(self, since: float, now: float) -> tuple[float, str]:
+        """How long the loop's own holds took of the stretch ``since``..``now``, and by what ("" if none)."""
+        holds = [hold for hold in self._holds() if hold.ended > since and hold.began < now]
+        held = sum(min(hold.ended, now) - max(hold.began, since) for hold in holds)
+        if not holds:
+            return 0.0, ""
+        longest = max(holds, key=lambda hold: hold.ended - hold.began)
+        return held, longest.why if len(holds) == 1 else f"{longest.why} and {len(holds) - 1} more"
 
 
 class Tick:
@@ -91,6 +101,6 @@ class Tick:
 
 def start_the_tick(loop: EventLoop, log: Log, watchers: list[Watcher]) -> FreezeWatch:
     """The freeze watch, looked at by a tick from now on, with ``watchers`` speaking at each tick."""
-    freeze = FreezeWatch(log, clock=loop.clock, last_hold=lambda: loop.last_hold)
+    freeze = FreezeWatch(log, clock=loop.clock, holds=lambda: loop.holds)
     Tick(loop, freeze, watchers, log).start()
     return freeze

@@ -52,6 +52,9 @@ MAX_SLEEP_S = 3600.0
 # sd-event disables a source whose callback fails): a readable fd it never drains would
 # otherwise spin the loop at full CPU.
 READER_FAULTS_MAX = 100
+# How many of the latest holds (``EventLoop.holding``) the loop keeps for the freeze watch: more than one turn
+# of the loop ever makes (a phase's starts), so that a jump they explain is never said as a freeze.
+HOLDS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,9 @@ class EventLoop:
         self._reader_faults: dict[int, int] = {}  # fd → how many times in a row its reader raised
         self.add_reader(self._wake_r, self._run_thread_calls)
         self._stopped = False
-        self.last_hold: Hold | None = None  # the latest ``holding`` stretch, over (freeze.py tells it from a freeze)
+        # The latest ``holding`` stretches, over (freeze.py tells them from a freeze): several starts in one turn
+        # (a phase of daemons without a readiness check) each hold the loop, one after the other.
+        self.holds: deque[Hold] = deque(maxlen=HOLDS_KEPT)
 
     # ------------------------------------------------------------ registration
 
@@ -205,7 +210,7 @@ class EventLoop:
         try:
             yield
         finally:
-            self.last_hold = Hold(began, self.clock.monotonic(), why)
+            self.holds.append(Hold(began, self.clock.monotonic(), why))
 
     # ------------------------------------------------------------ running
 

@@ -24,18 +24,20 @@ real-time signal (systemd gives SIGRTMIN+3/+4/+5 halt, poweroff and reboot, and 
 for systemd stop with ``STOPSIGNAL SIGRTMIN+3``).
 
 How they arrive: ``signal.set_wakeup_fd`` makes the C-level handler write the signal number to a
-socket that the selector watches; the Python-level handlers do nothing. A signal can therefore
-never interrupt the supervisor half-way through an update of its own state, and SIGCHLD wakes the
-reaper at once. Before the inbox exists (argparse, imports, the config) ``hold_signals`` keeps
-them blocked, so one sent then waits for the loop instead of raising KeyboardInterrupt.
+pipe that the selector watches (a pipe: its 64 KiB hold every signal that comes while a start holds
+the loop for seconds, where a socket pair's few hundred bytes would drop some); the Python-level
+handlers only note when each came. A signal can therefore never interrupt the supervisor half-way
+through an update of its own state, and SIGCHLD wakes the reaper at once. Before the inbox exists
+(argparse, imports, the config) ``hold_signals`` keeps them blocked, so one sent then waits for the
+loop instead of raising KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
 import enum
 import faulthandler
+import os
 import signal
-import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -296,24 +298,22 @@ class SignalInbox:
 
     def __init__(self, loop: EventLoop, on_signal: Callable[[int], None]) -> None:
         self._on_signal = on_signal
-        self._rsock, self._wsock = socket.socketpair()
-        self._rsock.setblocking(False)
-        self._wsock.setblocking(False)
+        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         # Started under nohup (Vast's onstart), SIGHUP is ignored on purpose: keep it so.
         self.ignored = {sig for sig in (signal.SIGHUP,) if signal.getsignal(sig) == signal.SIG_IGN}
         for sig in CAUGHT - self.ignored:
             signal.signal(sig, _wake_only)
         for sig in IGNORED:
             signal.signal(sig, signal.SIG_IGN)
-        self._old_wakeup = signal.set_wakeup_fd(self._wsock.fileno(), warn_on_full_buffer=False)
+        self._old_wakeup = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         # Held since main's first line (hold_signals), or inherited blocked from a launcher: now ours.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, CAUGHT)
         self._loop = loop
-        loop.add_reader(self._rsock.fileno(), self._drain)
+        loop.add_reader(self._read_fd, self._drain)
 
     def _drain(self) -> None:
         try:
-            data = self._rsock.recv(4096)
+            data = os.read(self._read_fd, 4096)
         except BlockingIOError:
             return
         for signum in data:
@@ -327,11 +327,11 @@ class SignalInbox:
         """The exit status is decided: from here to the process's end a signal means nothing. The handlers
         stay (doing nothing) and the signals are blocked again, so that no thread still alive can meet a
         default action (SIGTERM's would turn the decided status into 143)."""
-        self._loop.remove_reader(self._rsock.fileno())
+        self._loop.remove_reader(self._read_fd)
         signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
         signal.set_wakeup_fd(self._old_wakeup)
-        self._rsock.close()
-        self._wsock.close()
+        os.close(self._read_fd)
+        os.close(self._write_fd)
 
 
 # When each signal not yet acted on first came (monotonic): the loop may act on it late, after a call that held

@@ -4,14 +4,23 @@ The child is forked here rather than through ``subprocess.Popen``, because Popen
 until the exec has run or failed, and an exec can hang. A command, or its working directory, on a FUSE or
 NFS mount whose server stopped answering blocks ``chdir`` or ``execve`` in the kernel; under Popen the
 supervisor's loop would block with it: no status answered, no signal handled, no report sent, for as
-long as the mount hangs. Here the loop waits at most ``EXEC_WAIT_S``. A child that has not exec'd by
-then is killed and the start fails, saying so (the retry policy decides what follows).
+long as the mount hangs. Here the loop waits at most the command's ``exec_wait_s`` (5 s unless the config
+says more, for a command on a slow mount). A child that has not exec'd by then is killed and the start
+fails, saying so (the retry policy decides what follows). Time the whole supervisor was stopped (SIGSTOP,
+``docker pause``) does not count: the child was stopped with it, or its exec ran meanwhile.
 
 The child says how its exec went as Popen's does, over a close-on-exec pipe: the pipe closing with
 nothing on it means the exec ran; ``<stage> <errno> <text>`` on it means a step failed, and the child
 exits 127 at once (this function reaps it). ENOENT is 127 and the rest 126, as a shell reports them; a
 script whose ``#!`` interpreter is missing (ENOENT from the kernel, though the script is there) is said
-as that, 126, as bash says "bad interpreter".
+as that, 126, as bash says "bad interpreter" (and a ``#!`` line ending in CR LF, a script saved on
+Windows, as that).
+
+Between fork and exec the child runs Python, so it calls nothing that may take a lock another thread
+held at the fork: where to look for the program (``PATH``) is worked out before the fork, and the child
+only tries ``execve`` on each place. Every signal is blocked across the fork: the child must never run
+the supervisor's handler, which would write the signal into the supervisor's own wake-up descriptor (a
+Ctrl-C to the process group in that window was taken twice: the second one a kill-now).
 
 Nobody else waits for a child: the reaper (reaping.py) owns ``waitpid`` for every child that ran. With
 no Popen object there is no Popen ``_cleanup`` either, which could reap (and lose) an exit status.
@@ -37,11 +46,11 @@ from .logs import ChildOutput
 from .process import Child
 from .trees import TAG_ENV
 
-# An exec that runs takes milliseconds, even of a large binary (only its first page is read before
-# execve returns); seconds mean the kernel is waiting on a filesystem. The loop waits this long at
-# most: long enough for a machine thrashing under memory pressure, short enough that a hung mount
-# costs one late status answer, not a silent supervisor.
-EXEC_WAIT_S = 5.0
+# How the loop waits for the exec: in slices, each one checked for having come back late. A slice that
+# returns more than PAUSED_MIN_S late means the supervisor itself was stopped (SIGSTOP, a cgroup freeze),
+# and that time is given back to the wait.
+WAIT_SLICE_S = 0.5
+PAUSED_MIN_S = 1.0
 # How long a killed child that never exec'd is waited for here; past it the reaper reaps it as an orphan
 # (a process blocked in a filesystem that does not let SIGKILL in stays until the filesystem answers).
 KILLED_REAP_WAIT_S = 0.2
@@ -68,10 +77,11 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
     """Start ``spec.command`` in a new process group with piped output; raise SpawnError if it can't.
 
     ``setup`` runs in the child between fork and exec (child_setup: its cgroup, its OOM score)."""
-    exec_wait_s = EXEC_WAIT_S  # read at each start: a test shortens it
+    exec_wait_s = spec.exec_wait_s
     tag = f"{os.getpid()}.{next(_tag_seq)}"
     argv = list(spec.command)
     child_env = {**env, TAG_ENV: tag}
+    places = _places(argv[0], child_env)
     opened: list[int] = []
     try:
         out_r, out_w = _pipe(opened)
@@ -84,6 +94,7 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
         # finalizer run there could flush a buffered file of the supervisor's a second time.
         collecting = gc.isenabled()
         gc.disable()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             with warnings.catch_warnings():
                 # Python 3.12 warns of fork() in a process with threads: the child runs only calls that take
@@ -91,8 +102,9 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
             if pid == 0:
-                _become(argv, child_env, spec.cwd, setup, (null, out_w, err_w), report_w, max_fd)
+                _become(places, argv, child_env, spec.cwd, setup, (null, out_w, err_w), report_w, max_fd)
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # (a signal that came meanwhile is taken now)
             if collecting:
                 gc.enable()
     except OSError as exc:
@@ -111,7 +123,7 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
     if report:
         _close([out_r, err_r])
         _reap(pid)
-        raise _failure(argv[0], spec.cwd, report)
+        raise _failure(argv[0], places, spec.cwd, report)
     return Child(spec=spec, pid=pid, tag=tag, output=output, pipes={"stdout": out_r, "stderr": err_r},
                  clock=clock, started_at=clock.time())
 
@@ -140,14 +152,18 @@ def child_setup(oom_score_adj: int | None, cgroup_procs: str | None) -> Callable
 # ---------------------------------------------------------------- in the child, between fork and exec
 
 
-def _become(argv: list[str], env: Mapping[str, str], cwd: str | None, setup: Callable[[], None] | None,
-            stdio: tuple[int, int, int], report: int, max_fd: int) -> NoReturn:
-    """Turn the forked child into ``argv``; on any failure, say which step failed on ``report`` and exit 127."""
+def _become(places: Sequence[str], argv: list[str], env: Mapping[str, str], cwd: str | None,
+            setup: Callable[[], None] | None, stdio: tuple[int, int, int], report: int, max_fd: int) -> NoReturn:
+    """Turn the forked child into ``argv``; on any failure, say which step failed on ``report`` and exit 127.
+
+    It starts with every signal blocked (spawn blocked them across the fork)."""
     stage = "setup"
     try:
-        # Signals first: until they are reset, a signal would run the supervisor's own handler here.
-        _reset_signals()
+        # The supervisor's wake-up descriptor is not the child's to write to, whatever comes later.
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)
         os.setpgid(0, 0)
+        _reset_signals()  # ... and unblocks them: from here a signal acts on the child as on any process
         # None of these is 0, 1 or 2, which dup2 overwrites: those are always open in the supervisor, at
         # worst on /dev/null (text/stdio.py's keep_std_fds_open, the first thing cli.main does).
         for target, fd in enumerate(stdio):
@@ -159,13 +175,10 @@ def _become(argv: list[str], env: Mapping[str, str], cwd: str | None, setup: Cal
             stage = "cwd"
             os.chdir(cwd)  # may block on a hung mount: the supervisor stopped waiting at EXEC_WAIT_S
         stage = "exec"
-        os.execvpe(argv[0], argv, env)
+        _exec(places, argv, env)
     except BaseException as exc:
         code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
         text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
-        interpreter = _missing_interpreter(argv[0], env) if stage == "exec" and code == errno.ENOENT else None
-        if interpreter is not None:
-            stage, text = "interpreter", interpreter
         with contextlib.suppress(BaseException):
             os.write(report, f"{stage} {code} {text}".encode(errors="replace")[:REPORT_MAX])
     os._exit(127)
@@ -188,21 +201,19 @@ def _close_inherited(report: int, max_fd: int) -> None:
                 os.close(fd)
 
 
-def _missing_interpreter(program: str, env: Mapping[str, str]) -> str | None:
-    """Why an exec that said ENOENT found the program all the same: its ``#!`` interpreter is missing (the
-    kernel reports it as the program's own ENOENT). Returns that interpreter, or None."""
-    dirs = [""] if "/" in program else os.get_exec_path(env)
-    for where in dirs:
-        path = os.path.join(where, program)
+def _exec(places: Sequence[str], argv: list[str], env: Mapping[str, str]) -> NoReturn:
+    """execve the first place that runs, as execvpe does: the error said is the first that is not "no such
+    file" (a program found but not executable), else the last."""
+    first: OSError | None = None
+    last: OSError = FileNotFoundError(errno.ENOENT, "No such file or directory")
+    for path in places:
         try:
-            with open(path, "rb") as fh:
-                first = fh.readline(256)
-        except OSError:
-            continue
-        if first.startswith(b"#!"):
-            words = first[2:].split()
-            return words[0].decode(errors="replace") if words else "(none)"
-    return None
+            os.execve(path, argv, env)
+        except OSError as exc:
+            last = exc
+            if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                first = exc
+    raise first or last
 
 
 def _reset_signals() -> None:
@@ -211,9 +222,16 @@ def _reset_signals() -> None:
     An ignored disposition survives exec: under ``nohup`` (the manager's onstart command) SIGHUP comes
     ignored, as SIGQUIT does from some job-control shells, and a child would shrug off its own SIGHUP or
     SIGQUIT. A signal that cannot be set is left as it is.
+
+    A signal pending here came in the fork's window, sent to the supervisor's process group (the child
+    was in it until setpgid): it was the supervisor's, which has its own copy. Ignoring a signal drops it,
+    so it goes before the mask is lifted.
     """
+    pending = signal.sigpending()
     for signum in RESETTABLE_SIGNALS:
         with contextlib.suppress(OSError, ValueError):
+            if signum in pending:
+                signal.signal(signum, signal.SIG_IGN)
             signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
@@ -229,23 +247,62 @@ def _write_file(path: str, data: bytes) -> None:
 # ---------------------------------------------------------------- in the supervisor
 
 
+def _places(program: str, env: Mapping[str, str]) -> list[str]:
+    """Where the exec looks for ``program``: itself if it names a path, else each directory of the child's
+    PATH (the default path where it has none), in order."""
+    if os.path.dirname(program):
+        return [program]
+    return [os.path.join(where, program) for where in os.get_exec_path(env)]
+
+
 def _await_exec(report: int, wait_s: float) -> bytes | None:
-    """The child's failure report (b"" when its exec ran), or None when it said nothing within ``wait_s``."""
+    """The child's failure report (b"" when its exec ran), or None when it said nothing within ``wait_s``
+    of the supervisor's running time."""
     deadline = time.monotonic() + wait_s
     poller = select.poll()  # not select(): the supervisor's descriptors may number past FD_SETSIZE
     poller.register(report, select.POLLIN)
     chunks: list[bytes] = []
     while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not poller.poll(left * 1000):
-            return None
+        before = time.monotonic()
+        asked = min(max(deadline - before, 0.0), WAIT_SLICE_S)
+        ready = poller.poll(asked * 1000)
+        late = time.monotonic() - before - asked
+        if late > PAUSED_MIN_S:
+            deadline += late  # the supervisor was stopped, not waiting: that time is not the exec's
+        if not ready:
+            if time.monotonic() >= deadline:
+                return None
+            continue
         data = os.read(report, REPORT_MAX)
         if not data:
             return b"".join(chunks)
         chunks.append(data)
 
 
-def _failure(program: str, cwd: str | None, report: bytes) -> SpawnError:
+def _missing_interpreter(places: Sequence[str]) -> str | None:
+    """Why an exec that said ENOENT found the program all the same: its ``#!`` interpreter is missing (the
+    kernel reports it as the program's own ENOENT). Returns what a shell would say of it, or None.
+
+    The kernel ends the interpreter's name at a space, a tab or the line's end: a CR before the LF (a
+    script saved with Windows line ends) is part of the name it looks for."""
+    for path in places:
+        try:
+            with open(path, "rb") as fh:
+                first = fh.readline(256)
+        except OSError:
+            continue
+        if not first.startswith(b"#!"):
+            continue
+        words = first[2:].rstrip(b"\n").replace(b"\t", b" ").split(b" ")
+        name = next((word for word in words if word), b"").decode(errors="replace")
+        if name.endswith("\r"):
+            return (f"bad interpreter: {name[:-1]}^M: not found (the script's lines end in CR LF: it was saved "
+                    "with Windows line ends)")
+        return f"bad interpreter: {name or '(none)'}: not found"
+    return None
+
+
+def _failure(program: str, places: Sequence[str], cwd: str | None, report: bytes) -> SpawnError:
     """The SpawnError a child's report stands for: what a shell would print and exit with."""
     stage, _, rest = report.decode(errors="replace").partition(" ")
     number, _, text = rest.partition(" ")
@@ -254,10 +311,11 @@ def _failure(program: str, cwd: str | None, report: bytes) -> SpawnError:
         if code in (errno.ENOENT, errno.ENOTDIR):
             return SpawnError(126, f"working directory {cwd!r} does not exist")
         return SpawnError(126, f"cannot enter working directory {cwd!r}: {text}")
-    if stage == "interpreter":
-        return SpawnError(126, f"{program}: bad interpreter: {text}: not found")
     if stage == "exec":
         if code == errno.ENOENT:
+            interpreter = _missing_interpreter(places)
+            if interpreter is not None:
+                return SpawnError(126, f"{program}: {interpreter}")
             return SpawnError(127, f"{program}: command not found")
         if code in (errno.EACCES, errno.EPERM):
             return SpawnError(126, f"{program}: permission denied (not executable)")

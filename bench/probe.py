@@ -86,7 +86,7 @@ def install_fast_feed() -> None:
         return all(buf.find(b"\n", i, min(i + step, end)) >= 0 for i in range(0, end - step, step))
 
     def feed(self, stream: str, data: bytes) -> None:
-        if self.taps or self._redactor:
+        if self._readers or self._redactor:
             return careful(self, stream, data)
         _, splitter = self._pipe(stream)
         whole = splitter._partial + data if splitter._partial else data

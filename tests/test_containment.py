@@ -256,7 +256,8 @@ bench.BenchParser.feed_line = feed_line
 
 
 def test_any_reader_of_a_childs_output_is_contained_whoever_added_it(sup: Runner) -> None:
-    """A parser added the plain way (``output.taps.append``), as the next one will be: still contained."""
+    """A reader added the plain way (one more of ``ChildOutput``'s ``readers``), as the next one will be:
+    still contained."""
     marker = sup.tmp / "after.marker"
     config = sup.write(f"""
         [[phases]]
@@ -273,9 +274,8 @@ _real_init = logs.ChildOutput.__init__
 def new_parser(lines):
     if any(b"BOOM" in line for line in lines):
         raise ValueError("injected fault in a new parser")
-def __init__(self, *args, **kwargs):
-    _real_init(self, *args, **kwargs)
-    self.taps.append(new_parser)
+def __init__(self, *args, readers=(), **kwargs):
+    _real_init(self, *args, readers=[*readers, new_parser], **kwargs)
 logs.ChildOutput.__init__ = __init__
 """
     result = run_with_fault(sup, config, inject)

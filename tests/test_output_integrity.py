@@ -251,8 +251,7 @@ def test_child_output_masks_a_secret_cut_anywhere_for_file_ring_and_taps(tmp_pat
     for cut in range(1, len(data)):
         seen: list[bytes] = []
         output = ChildOutput("p/c", OutputConsole(enabled=False), LogFile(tmp_path / f"{cut}.log", 0), 10,
-                             Redactor(["hunter22"]))
-        output.taps.append(seen.extend)
+                             Redactor(["hunter22"]), readers=[seen.extend])
         output.feed("stdout", data[:cut])
         output.feed("stdout", data[cut:])
         output.close_stream("stdout")

@@ -134,10 +134,9 @@ def test_a_plugin_listener_that_raises_is_named_as_its_own() -> None:
 
 def test_an_unshipped_line_is_logged_but_never_tapped() -> None:
     console = Console(enabled=False)
-    log = SupervisorLog(console, None)
-    log.redactor = Redactor([SECRET])
     tapped: list[str] = []
-    log.taps.append(tapped.append)
+    log = SupervisorLog(console, None, ship=tapped.append)
+    log.redactor = Redactor([SECRET])
     log(f"manager: queued {SECRET}")
     log(Unshipped("FAILED: phase=p child=p reason=exit_code"))
     log(Unshipped("  | the child's last line"))
@@ -149,9 +148,8 @@ def test_the_lines_said_while_a_signal_is_handled_come_after_it_in_order_and_no_
     # A stop signal's handling runs with its lines held (signals.SignalRouter): its signals go out before
     # anything is written. Every line still comes, in order; a line of another thread meanwhile is not held.
     console = Console(enabled=False)
-    log = SupervisorLog(console, None)
     said: list[str] = []
-    log.taps.append(said.append)
+    log = SupervisorLog(console, None, ship=said.append)
 
     def other_thread() -> None:
         log("the sender: a line of its own")

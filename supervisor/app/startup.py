@@ -182,11 +182,10 @@ def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     console = Console(console_fd, enabled=plan.supervisor.console, roll_at=plan.supervisor.log_file_max_bytes)
     log_dir = Path(plan.supervisor.log_dir)
     log_file = LogFile(log_dir / state_files.SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes)
-    log = SupervisorLog(console, log_file)
+    early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
+    log = SupervisorLog(console, log_file, ship=early_lines.tap)
     redactor = secrets_of(plan)
     log.redactor = redactor if redactor else None  # no secrets: nothing to mask on every line
-    early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known
-    log.taps.append(early_lines.tap)
     console.notify = log  # a console lost later (EPIPE, a full disk) is said once, in supervisor.log
     log(f"prover-supervisor pid {os.getpid()} as {role}; {oom}; config: {plan.source}; "
         f"{len(plan.phases)} phase(s): {', '.join(p.name for p in plan.phases)}")
@@ -312,7 +311,7 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
     if reporter.enabled:
         spawning.ship_lines = reporter.ship_lines
     else:  # no manager: the lines held for it are dropped, so none need pass through the holder
-        host.log.taps.remove(host.early_lines.tap)
+        host.log.stop_shipping()
     record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
     # Its end stops the loop: the exit (teardown.py) reads the status it decided.
     lifecycle = Lifecycle(plan, rt, core.loop.stop, hooks_for(plugin, plan), record=record)

@@ -24,11 +24,12 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..text import Log
 from ..text.redact import Redactor, SecretStream
+from .loop import ErrorHandler, contained, is_contained, name_of
 
 MAX_LINE_BYTES = 64 * 1024
 # A console or log file write that failed (other than for good) is tried again after this long (a full disk
@@ -461,6 +462,9 @@ class LogFile:
             self._close_fd()
 
 
+Reader = Callable[[list[bytes]], None]  # a reader of a child's output lines, besides the console, file and ring
+
+
 class ChildOutput:
     """Everything one child prints, fanned out to the console, its file and its ring.
 
@@ -470,10 +474,16 @@ class ChildOutput:
     """
 
     def __init__(self, label: str, console: Console, file: LogFile, ring_lines: int,
-                 redactor: Redactor | None = None) -> None:
+                 redactor: Redactor | None = None, readers: Sequence[Reader] = (),
+                 on_fault: Callable[[str], ErrorHandler] | None = None) -> None:
+        """``readers``: who else reads the lines (a parser, the log shipper), each after the one before it;
+        ``on_fault``: what a reader that raises is said as (what raised → its handler). Each reader is called
+        through it, so that one raising costs neither the lines nor the readers after it."""
         self.label = label
         self._redactor = redactor if redactor else None
-        self.taps: list[Callable[[list[bytes]], None]] = []  # more readers of the lines (parser, shipper)
+        self._readers = tuple(reader if on_fault is None or is_contained(reader)
+                              else contained(reader, on_fault(f"the output tap {name_of(reader)}"))
+                              for reader in readers)
         self._prefix = b" [" + label.encode() + b"] "
         self._console = console
         self.file = file
@@ -513,8 +523,8 @@ class ChildOutput:
     def _emit(self, lines: list[bytes]) -> None:
         if not lines:
             return
-        for tap in self.taps:
-            tap(lines)
+        for reader in self._readers:
+            reader(lines)
         maxlen = self.ring.maxlen
         self.ring.extend(lines[-maxlen:] if maxlen is not None else lines)
         head = clock() + self._prefix
@@ -535,18 +545,19 @@ class Unshipped(str):
 
 
 class SupervisorLog:
-    """The supervisor's own lines: console (with priority), ``supervisor.log``, and the taps that ship them.
+    """The supervisor's own lines: console (with priority), ``supervisor.log``, and the shipper that ships them.
 
     Every own line enters here and is masked here, once (redact.py), before anything reads it. A line
-    given as ``Unshipped`` goes to the console and the file only: the taps never see it."""
+    given as ``Unshipped`` goes to the console and the file only: the shipper never sees it."""
 
-    def __init__(self, console: Console, file: LogFile | None) -> None:
+    def __init__(self, console: Console, file: LogFile | None, ship: Log | None = None) -> None:
+        """``ship``: the log shipper, given every line but the Unshipped ones."""
         self._console = console
         self._file = file
         if file is not None:
             file.notify = self._to_console  # not through itself: it is the file that cannot be written
         self.redactor: Redactor | None = None
-        self.taps: list[Log] = []  # the log shipper: every line but the Unshipped ones
+        self._ship = ship
         self._held: list[str] | None = None  # the holding thread's lines, said when its act is over
         self._holder = 0
 
@@ -573,9 +584,8 @@ class SupervisorLog:
         ship = not isinstance(message, Unshipped)  # (asked before masking: the mask makes a plain str)
         if self.redactor is not None:
             message = self.redactor.text(message)
-        if ship:
-            for tap in self.taps:
-                tap(message)
+        if ship and self._ship is not None:
+            self._ship(message)
         line = clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n"
         # The file is written before the console's put: the put wakes the console's thread, which would take
         # the GIL at the file's write and hold us up (the signal path's lines come before its signal). What
@@ -587,6 +597,10 @@ class SupervisorLog:
         self._console.put(line, own=True)
         if note:
             self._file.notify(note)
+
+    def stop_shipping(self) -> None:
+        """No manager to ship to: the lines go to the console and the file only."""
+        self._ship = None
 
     def _to_console(self, message: str) -> None:
         self._console.put(clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n", own=True)

@@ -10,8 +10,8 @@ from functools import partial
 from pathlib import Path
 
 from ..config import ChildSpec
-from ..engine.logs import ChildOutput, LogFile
-from ..engine.loop import ErrorHandler, contained, is_contained, name_of
+from ..engine.logs import ChildOutput, LogFile, Reader
+from ..engine.loop import ErrorHandler, contained
 from ..engine.process import Child
 from ..engine.reaping import ExitStatus
 from ..engine.spawn import SpawnError, child_setup, spawn
@@ -34,7 +34,6 @@ class ChildContext:
         return contained(callback, self.fault_handler(what))
 
 
-Reader = Callable[[list[bytes]], None]  # a reader of a child's output lines
 OnExit = Callable[[Child, int, ExitStatus], None]  # the reaper's (pid, status), its child bound first
 # How a phase starts a child (start_child with its ChildKit bound; a test's fake children).
 Spawn = Callable[[ChildSpec, ChildContext, Reader | None, OnExit], Child]
@@ -43,8 +42,17 @@ Spawn = Callable[[ChildSpec, ChildContext, Reader | None, OnExit], Child]
 def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reader | None, on_exit: OnExit) -> Child:
     """Spawn ``spec`` in its phase's environment and cgroup, its output read by ``reader`` (if any) and
     shipped, ``on_exit`` called when it is reaped. Raises SpawnError (nothing left open)."""
+    readers: list[Reader] = [reader] if reader is not None else []
+    if kit.ship_lines is not None:
+        ship, faults = kit.ship_lines, kit.loop.faults
+        # Shipping is best effort: a shipper that raises costs lines to the manager, never the phase.
+        readers.append(contained(
+            lambda lines, source=spec.log_source, label=spec.label: ship(source, label, lines),
+            lambda exc: faults.report(f"shipping the output of {spec.label}", exc, phase=ctx.phase)))
+    # Any other reader (a parser) that raises fails the phase (what it reads decides it), never the loop.
     output = ChildOutput(spec.label, kit.console, LogFile(log_path(kit.log_dir, spec), kit.log_file_max_bytes,
-                                                          kit.log), kit.ring_lines, kit.redactor)
+                                                          kit.log), kit.ring_lines, kit.redactor,
+                         readers=readers, on_fault=ctx.fault_handler)
     env = {**kit.base_env, **ctx.env, **spec.env}
     placement = kit.memory.place(ctx.phase, ctx.memory_max) if kit.memory is not None else None
     procs = str(placement.cgroup.procs_file()) if placement and placement.cgroup and placement.scope == "phase" \
@@ -56,18 +64,6 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
         output.file.close()
         raise
     child.placement = placement
-    if reader is not None:
-        output.taps.append(reader)
-    if kit.ship_lines is not None:
-        ship, faults = kit.ship_lines, kit.loop.faults
-        # Shipping is best effort: a shipper that raises costs lines to the manager, never the phase.
-        output.taps.append(contained(
-            lambda lines, source=spec.log_source, label=spec.label: ship(source, label, lines),
-            lambda exc: faults.report(f"shipping the output of {spec.label}", exc, phase=ctx.phase)))
-    # Whoever added a reader of the output: a parser that raises fails the phase (what it reads
-    # decides it), never the loop. (The shipper's tap above is contained to cost only lines.)
-    output.taps[:] = [tap if is_contained(tap) else ctx.guarded(f"the output tap {name_of(tap)}", tap)
-                      for tap in output.taps]
     kit.reaper.watch(child.pid, ctx.guarded(f"the exit of {spec.label}", partial(on_exit, child)))
     child.attach_output(kit.loop, on_eof=lambda c: c.output.file.close() if not c.running else None,
                         on_error=ctx.fault_handler(f"the output of {spec.label}"))

@@ -104,8 +104,8 @@ def test_read_through_the_line_splitter_with_cr_lf_and_a_redrawn_progress_readou
     text = text.replace("  [2/12]", "\rwaiting 1s\rwaiting 2s\r  [2/12]")
     data = text.encode()
     parser = BenchParser()
-    output = ChildOutput("bench/bench", Console(enabled=False), LogFile(tmp_path / "bench.log", 0), ring_lines=50)
-    output.taps.append(parser.feed)
+    output = ChildOutput("bench/bench", Console(enabled=False), LogFile(tmp_path / "bench.log", 0), ring_lines=50,
+                         readers=[parser.feed])
     for i in range(0, len(data), 37):
         output.feed("stdout", data[i:i + 37])
     output.close_stream("stdout")

@@ -215,6 +215,18 @@ def _answer(conn: socket.socket) -> None:
         conn.close()
 
 
+def _start_thread(target: Any, *args: Any) -> None:
+    """A daemon thread, started with the stop signals held: their handler raises in the main thread, and one
+    raised inside ``Thread.start`` (between its bookkeeping and the new thread's) makes the new thread die
+    with a KeyError traceback. Held, the signal is taken right after, where the main thread can take it."""
+    stops = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        threading.Thread(target=target, args=args, daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+
+
 def _accept_for(listener: socket.socket, seconds: float) -> None:
     """Accept connections for ``seconds`` (``inf``: forever): /debug/metrics answered, the rest closed."""
     end = time.monotonic() + seconds
@@ -229,7 +241,7 @@ def _accept_for(listener: socket.socket, seconds: float) -> None:
             except OSError:
                 continue
             conn.setblocking(True)
-            threading.Thread(target=_answer, args=(conn,), daemon=True).start()
+            _start_thread(_answer, conn)
 
 
 def serve(listener: socket.socket, deadline: float) -> str:
@@ -244,7 +256,7 @@ def serve(listener: socket.socket, deadline: float) -> str:
         if time.monotonic() >= deadline:
             return "run time (STANDIN_RUN_SECONDS) elapsed"
         task_id += 1
-        threading.Thread(target=prove_porep, args=(os.environ.get("CUZK_ADDR", ""), task_id), daemon=True).start()
+        _start_thread(prove_porep, os.environ.get("CUZK_ADDR", ""), task_id)
         _log("info", "task completed", caller="harmonytask/task_type_handler.go:245",
              task=TASKS[task_id % len(TASKS)], id=task_id, took=f"{interval:.2f}s")
         failures.partway()

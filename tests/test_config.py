@@ -262,6 +262,8 @@ BAD_CONFIGS = [
       id="daemon-zero-ready-timeout"),
     P(bad_daemon("exec_wait_s = -1"), "phases[1] (b).daemons[0] (d).exec_wait_s:", id="daemon-negative-exec-wait"),
     P(bad_phase('exec_wait_s = "5s"'), "phases[1] (b).exec_wait_s:", id="phase-exec-wait-text"),
+    P(bad_phase("exec_wait_s = 61"), "phases[1] (b).exec_wait_s: must be at most 60 seconds (the supervisor's loop "
+      "is held for the whole wait), got 61", id="phase-exec-wait-past-its-most"),
     P(bad_daemon("env = { B = { c = 1 } }"), "phases[1] (b).daemons[0] (d).env.B:", id="daemon-env-value-table"),
     P(bad_daemon('cwd = "${UNSET_VAR}/work"'), "phases[1] (b).daemons[0] (d).cwd: ${UNSET_VAR} is not set",
       id="unset-var-in-daemon-cwd"),

@@ -351,6 +351,32 @@ def test_a_script_whose_interpreter_is_missing_is_126_and_says_so(sup: Runner, n
     assert "command not found" not in verdict
 
 
+def test_a_relative_script_in_its_working_directory_whose_interpreter_is_missing_is_126(sup: Runner) -> None:
+    """``./run.sh`` with ``cwd``: the script is looked at where the child ran it (its working directory), not
+    where the supervisor runs: there is no run.sh there, and "command not found" would be said."""
+    work = sup.tmp / "work"
+    work.mkdir()
+    script = work / "run.sh"
+    script.write_text("#!/opt/no-such-shell -e\necho should not run\n")
+    script.chmod(0o755)
+    result, verdict, marker = _spawn_failure(sup, ["./run.sh"], cwd=str(work))
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert "./run.sh: bad interpreter: /opt/no-such-shell: not found" in verdict, verdict
+
+
+def test_a_path_entry_that_is_a_file_is_no_place_to_find_the_command_127(sup: Runner) -> None:
+    """The exec through a PATH entry that is a file fails ENOTDIR: the command is not found there (127), as a
+    shell says, not "cannot execute: Not a directory"."""
+    not_a_dir = sup.tmp / "bin"
+    not_a_dir.write_text("a file where a directory of programs was meant\n")
+    extra = f"env = {{ PATH = {toml_str(str(not_a_dir))} }}"
+    result, verdict, marker = _spawn_failure(sup, ["fetch-params"], extra=extra)
+    assert result.returncode == 127, result.output
+    assert not marker
+    assert "fetch-params: command not found" in verdict, verdict
+
+
 def test_a_script_saved_with_windows_line_ends_says_so(sup: Runner) -> None:
     """``#!/bin/sh\r\n``: the kernel looks for an interpreter named "/bin/sh\r", which is not there. Said as
     bash says it (the CR shown as ^M), with the cause, not as a missing /bin/sh (which is there)."""

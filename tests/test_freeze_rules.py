@@ -167,6 +167,21 @@ def test_a_hold_before_the_last_look_explains_no_later_jump(loop: EventLoop, clo
     assert freeze.freezes == 1 and said[0].startswith("the supervisor was frozen (SIGSTOP"), said
 
 
+def test_a_pause_the_hold_noticed_is_a_freeze_within_it(loop: EventLoop, clock: FakeClock) -> None:
+    """docker pause while a start waited for its exec: the wait gave the paused time back (Hold.paused), and the
+    jump is the freeze it is, not the hold's."""
+    said: list[str] = []
+    freeze = start_the_tick(loop, said.append, [])
+    ticks_until(loop, clock, 2.0)
+    with loop.holding("the start of p/p") as hold:
+        clock.now += 0.3
+        clock.now += 60.0  # stopped: the wait came back 60 s late
+        hold.paused(60.0)
+        clock.now += 0.2
+    loop.run_once(max_wait=0)
+    assert freeze.freezes == 1 and said[0].startswith("the supervisor was frozen (SIGSTOP"), said
+
+
 def test_several_holds_in_one_turn_explain_the_jump_together(loop: EventLoop, clock: FakeClock) -> None:
     """A phase of three daemons without a readiness check starts them in one turn, each start holding the
     loop 2 s: the 6 s jump is their sum, not a freeze (each alone explains less than the jump)."""

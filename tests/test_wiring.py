@@ -132,6 +132,17 @@ def test_a_plugin_listener_that_raises_is_named_as_its_own() -> None:
     assert any("broken_bench_listener" in line and "RuntimeError: boom" in line for line in said), said
 
 
+def test_a_log_that_stopped_shipping_ships_nothing_more() -> None:
+    """No manager: the lines held for it stop going to the shipper; the console still has them."""
+    console = Console(enabled=False)
+    shipped: list[str] = []
+    log = SupervisorLog(console, None, ship=shipped.append)
+    log("before")
+    log.stop_shipping()
+    log("after")
+    assert shipped == ["before"]
+
+
 def test_an_unshipped_line_is_logged_but_never_tapped() -> None:
     console = Console(enabled=False)
     tapped: list[str] = []

@@ -30,6 +30,9 @@ DEFAULT_READY_TIMEOUT_S = 900.0
 # costs one late status answer, not a silent supervisor. A command on a slow network mount (s3fs, gcsfuse
 # with a cold cache) says more in its own ``exec_wait_s``.
 DEFAULT_EXEC_WAIT_S = 5.0
+# Its most: the loop is held the whole wait, and docker stop's SIGKILL comes 10 s after its SIGTERM. Past
+# this a stop signal during a hung start would be acted on too late for any orderly stop.
+MAX_EXEC_WAIT_S = 60.0
 DEFAULT_BACKOFF_S = 1.0
 DEFAULT_BACKOFF_MAX_S = 30.0
 DEFAULT_BACKOFF_FACTOR = 2.0

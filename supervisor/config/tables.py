@@ -49,6 +49,7 @@ from .model import (
     DEFAULT_STOP_BUDGET_S,
     DEFAULT_STOP_GRACE_S,
     DEFAULT_TERMINATION_LOG,
+    MAX_EXEC_WAIT_S,
     MIN_ROW_CHECK_S,
     PHASE_KINDS,
     REPORTS,
@@ -101,6 +102,18 @@ LOG_PUSH_INTERVAL_MIN_S = 0.1
 STALL_MIN_S = 1.0
 
 
+def at_most_seconds(maximum: float, why: str) -> Callable[[Any, str], float]:
+    """Seconds above 0 and at most ``maximum`` (``why``: what a longer one would do)."""
+
+    def check(value: Any, where: str) -> float:
+        number = _positive_seconds(value, where)
+        if number > maximum:
+            raise ConfigError(f"{where}: must be at most {maximum:g} seconds ({why}), got {written(value)}")
+        return number
+
+    return check
+
+
 def at_least_seconds(minimum: float, why: str) -> Callable[[Any, str], float]:
     """Seconds above 0 and at least ``minimum`` (``why``: what a shorter one would be)."""
 
@@ -142,7 +155,8 @@ _CHILD_KEYS = {
     "stop_grace_s": Key(check_seconds),
     "ready": Key(ready_checker()),
     "ready_timeout_s": Key(_positive_seconds, DEFAULT_READY_TIMEOUT_S),
-    "exec_wait_s": Key(_positive_seconds, DEFAULT_EXEC_WAIT_S),
+    "exec_wait_s": Key(at_most_seconds(MAX_EXEC_WAIT_S, "the supervisor's loop is held for the whole wait"),
+                       DEFAULT_EXEC_WAIT_S),
     "log_source": Key(_name),
 }
 

@@ -65,11 +65,11 @@ class FreezeWatch:
 
     def _held_within(self, since: float, now: float) -> tuple[float, str]:
         """How long the loop's own holds took of the stretch ``since``..``now``, and by what ("" if none)."""
-        holds = [hold for hold in self._holds() if hold.ended > since and hold.began < now]
-        held = sum(min(hold.ended, now) - max(hold.began, since) for hold in holds)
+        holds = [hold for hold in self._holds() if hold.ended is not None and hold.ended > since and hold.began < now]
+        held = sum(min(hold.ended, now) - max(hold.began, since) - hold.paused_s for hold in holds)
         if not holds:
             return 0.0, ""
-        longest = max(holds, key=lambda hold: hold.ended - hold.began)
+        longest = max(holds, key=lambda hold: (hold.ended or hold.began) - hold.began)
         return held, longest.why if len(holds) == 1 else f"{longest.why} and {len(holds) - 1} more"
 
 

@@ -584,8 +584,9 @@ class SupervisorLog:
         ship = not isinstance(message, Unshipped)  # (asked before masking: the mask makes a plain str)
         if self.redactor is not None:
             message = self.redactor.text(message)
-        if ship and self._ship is not None:
-            self._ship(message)
+        shipper = self._ship if ship else None  # (read once: another thread may stop the shipping meanwhile)
+        if shipper is not None:
+            shipper(message)
         line = clock() + b" [supervisor] " + message.encode("utf-8", errors="replace") + b"\n"
         # The file is written before the console's put: the put wakes the console's thread, which would take
         # the GIL at the file's write and hold us up (the signal path's lines come before its signal). What

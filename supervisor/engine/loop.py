@@ -54,16 +54,22 @@ MAX_SLEEP_S = 3600.0
 READER_FAULTS_MAX = 100
 # How many of the latest holds (``EventLoop.holding``) the loop keeps for the freeze watch: more than one turn
 # of the loop ever makes (a phase's starts), so that a jump they explain is never said as a freeze.
-HOLDS_KEPT = 64
+HOLDS_KEPT = 1024
 
 
-@dataclass(frozen=True)
+@dataclass
 class Hold:
     """A stretch in which the loop's thread was held by a call it had to wait for (``EventLoop.holding``)."""
 
     began: float  # monotonic, the loop's clock
-    ended: float
     why: str
+    ended: float | None = None  # None: still holding
+    # Of the stretch, the seconds the whole supervisor was stopped (SIGSTOP, docker pause) that the call noticed
+    # (spawn's wait does): a freeze within the hold, which the hold does not explain.
+    paused_s: float = 0.0
+
+    def paused(self, seconds: float) -> None:
+        self.paused_s += seconds
 
 
 @dataclass(order=True)
@@ -203,14 +209,16 @@ class EventLoop:
                 os.write(self._wake_w, b"\0")
 
     @contextlib.contextmanager
-    def holding(self, why: str) -> Iterator[None]:
+    def holding(self, why: str) -> Iterator[Hold]:
         """Mark a call that holds the loop's thread for a bounded while (a spawn waiting for its exec): a long
-        one is then told apart from a freeze of the whole supervisor."""
-        began = self.clock.monotonic()
+        one is then told apart from a freeze of the whole supervisor. The call may say, on the Hold, how much
+        of its time the supervisor was stopped."""
+        hold = Hold(self.clock.monotonic(), why)
         try:
-            yield
+            yield hold
         finally:
-            self.holds.append(Hold(began, self.clock.monotonic(), why))
+            hold.ended = self.clock.monotonic()
+            self.holds.append(hold)
 
     # ------------------------------------------------------------ running
 

@@ -13,8 +13,9 @@ The child says how its exec went as Popen's does, over a close-on-exec pipe: the
 nothing on it means the exec ran; ``<stage> <errno> <text>`` on it means a step failed, and the child
 exits 127 at once (this function reaps it). ENOENT is 127 and the rest 126, as a shell reports them; a
 script whose ``#!`` interpreter is missing (ENOENT from the kernel, though the script is there) is said
-as that, 126, as bash says "bad interpreter" (and a ``#!`` line ending in CR LF, a script saved on
-Windows, as that).
+as that, "bad interpreter" as bash said it before 5.1, and 126: the command was found but cannot run
+(bash 5.2 says 127, "required file not found", which sends the reader looking for the script). A ``#!``
+line ending in CR LF, a script saved on Windows, is said as that.
 
 Between fork and exec the child runs Python, so it calls nothing that may take a lock another thread
 held at the fork: where to look for the program (``PATH``) is worked out before the fork, and the child
@@ -73,10 +74,12 @@ class SpawnError(Exception):
 
 
 def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
-          setup: Callable[[], None] | None = None, clock: Clock = SYSTEM_CLOCK) -> Child:
+          setup: Callable[[], None] | None = None, clock: Clock = SYSTEM_CLOCK,
+          paused: Callable[[float], None] | None = None) -> Child:
     """Start ``spec.command`` in a new process group with piped output; raise SpawnError if it can't.
 
-    ``setup`` runs in the child between fork and exec (child_setup: its cgroup, its OOM score)."""
+    ``setup`` runs in the child between fork and exec (child_setup: its cgroup, its OOM score); ``paused`` hears
+    the seconds the supervisor was stopped while it waited for the exec (EventLoop.holding's Hold.paused)."""
     exec_wait_s = spec.exec_wait_s
     tag = f"{os.getpid()}.{next(_tag_seq)}"
     argv = list(spec.command)
@@ -101,8 +104,8 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
                 # no Python-level lock before its exec (as a Popen preexec_fn has to), so it cannot deadlock.
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
-            if pid == 0:
-                _become(places, argv, child_env, spec.cwd, setup, (null, out_w, err_w), report_w, max_fd)
+                if pid == 0:  # (inside the block: leaving it takes the warnings module's lock on 3.14)
+                    _become(places, argv, child_env, spec.cwd, setup, (null, out_w, err_w), report_w, max_fd)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # (a signal that came meanwhile is taken now)
             if collecting:
@@ -112,7 +115,7 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
         raise SpawnError(126, f"{argv[0]}: cannot start a process: {exc.strerror or exc}") from None
     _close([out_w, err_w, report_w, null])
     try:
-        report = _await_exec(report_r, exec_wait_s)
+        report = _await_exec(report_r, exec_wait_s, paused)
     finally:
         os.close(report_r)
     if report is None:
@@ -123,7 +126,7 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
     if report:
         _close([out_r, err_r])
         _reap(pid)
-        raise _failure(argv[0], places, spec.cwd, report)
+        raise _failure(argv[0], _from(places, spec.cwd), spec.cwd, report)
     return Child(spec=spec, pid=pid, tag=tag, output=output, pipes={"stdout": out_r, "stderr": err_r},
                  clock=clock, started_at=clock.time())
 
@@ -173,7 +176,7 @@ def _become(places: Sequence[str], argv: list[str], env: Mapping[str, str], cwd:
             setup()
         if cwd is not None:
             stage = "cwd"
-            os.chdir(cwd)  # may block on a hung mount: the supervisor stopped waiting at EXEC_WAIT_S
+            os.chdir(cwd)  # may block on a hung mount: the supervisor stops waiting at exec_wait_s
         stage = "exec"
         _exec(places, argv, env)
     except BaseException as exc:
@@ -225,7 +228,8 @@ def _reset_signals() -> None:
 
     A signal pending here came in the fork's window, sent to the supervisor's process group (the child
     was in it until setpgid): it was the supervisor's, which has its own copy. Ignoring a signal drops it,
-    so it goes before the mask is lifted.
+    so it goes before the mask is lifted. (One sent to the child's own new group between its setpgid and
+    here would go too: nobody knows that group yet but the supervisor, which is waiting for the exec.)
     """
     pending = signal.sigpending()
     for signum in RESETTABLE_SIGNALS:
@@ -255,9 +259,9 @@ def _places(program: str, env: Mapping[str, str]) -> list[str]:
     return [os.path.join(where, program) for where in os.get_exec_path(env)]
 
 
-def _await_exec(report: int, wait_s: float) -> bytes | None:
+def _await_exec(report: int, wait_s: float, paused: Callable[[float], None] | None = None) -> bytes | None:
     """The child's failure report (b"" when its exec ran), or None when it said nothing within ``wait_s``
-    of the supervisor's running time."""
+    of the supervisor's running time (``paused`` hears each stretch it was stopped)."""
     deadline = time.monotonic() + wait_s
     poller = select.poll()  # not select(): the supervisor's descriptors may number past FD_SETSIZE
     poller.register(report, select.POLLIN)
@@ -269,6 +273,8 @@ def _await_exec(report: int, wait_s: float) -> bytes | None:
         late = time.monotonic() - before - asked
         if late > PAUSED_MIN_S:
             deadline += late  # the supervisor was stopped, not waiting: that time is not the exec's
+            if paused is not None:
+                paused(late)
         if not ready:
             if time.monotonic() >= deadline:
                 return None
@@ -277,6 +283,12 @@ def _await_exec(report: int, wait_s: float) -> bytes | None:
         if not data:
             return b"".join(chunks)
         chunks.append(data)
+
+
+def _from(places: Sequence[str], cwd: str | None) -> list[str]:
+    """The places as the supervisor reaches them: a relative one (``./run.sh``, a PATH of ``.``) is the child's,
+    under its working directory."""
+    return [os.path.join(cwd, place) if cwd is not None else place for place in places]
 
 
 def _missing_interpreter(places: Sequence[str]) -> str | None:
@@ -312,7 +324,8 @@ def _failure(program: str, places: Sequence[str], cwd: str | None, report: bytes
             return SpawnError(126, f"working directory {cwd!r} does not exist")
         return SpawnError(126, f"cannot enter working directory {cwd!r}: {text}")
     if stage == "exec":
-        if code == errno.ENOENT:
+        # (ENOTDIR from a search of PATH: a PATH entry is a file. Not found, as a shell says.)
+        if code == errno.ENOENT or (code == errno.ENOTDIR and not os.path.dirname(program)):
             interpreter = _missing_interpreter(places)
             if interpreter is not None:
                 return SpawnError(126, f"{program}: {interpreter}")

@@ -58,8 +58,8 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
     procs = str(placement.cgroup.procs_file()) if placement and placement.cgroup and placement.scope == "phase" \
         else None
     try:
-        with kit.loop.holding(f"the start of {spec.label} (waiting for its exec)"):
-            child = spawn(spec, env, output, child_setup(kit.child_oom_score_adj, procs), kit.clock)
+        with kit.loop.holding(f"the start of {spec.label} (waiting for its exec)") as hold:
+            child = spawn(spec, env, output, child_setup(kit.child_oom_score_adj, procs), kit.clock, hold.paused)
     except SpawnError:
         output.file.close()
         raise

@@ -17,6 +17,7 @@ import signal
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -365,18 +366,6 @@ def test_a_relative_script_in_its_working_directory_whose_interpreter_is_missing
     assert "./run.sh: bad interpreter: /opt/no-such-shell: not found" in verdict, verdict
 
 
-def test_a_path_entry_that_is_a_file_is_no_place_to_find_the_command_127(sup: Runner) -> None:
-    """The exec through a PATH entry that is a file fails ENOTDIR: the command is not found there (127), as a
-    shell says, not "cannot execute: Not a directory"."""
-    not_a_dir = sup.tmp / "bin"
-    not_a_dir.write_text("a file where a directory of programs was meant\n")
-    extra = f"env = {{ PATH = {toml_str(str(not_a_dir))} }}"
-    result, verdict, marker = _spawn_failure(sup, ["fetch-params"], extra=extra)
-    assert result.returncode == 127, result.output
-    assert not marker
-    assert "fetch-params: command not found" in verdict, verdict
-
-
 def test_a_script_saved_with_windows_line_ends_says_so(sup: Runner) -> None:
     """``#!/bin/sh\r\n``: the kernel looks for an interpreter named "/bin/sh\r", which is not there. Said as
     bash says it (the CR shown as ^M), with the cause, not as a missing /bin/sh (which is there)."""
@@ -389,18 +378,35 @@ def test_a_script_saved_with_windows_line_ends_says_so(sup: Runner) -> None:
     assert "bad interpreter: /bin/sh^M: not found (the script's lines end in CR LF" in verdict, verdict
 
 
-def test_a_program_found_but_not_executable_earlier_on_path_is_said_as_that(sup: Runner) -> None:
-    """As execvp: the first directory of PATH holding the name but not executable is the error said
-    (permission denied, 126), though a later directory holds nothing: not "command not found"."""
-    first, second = sup.tmp / "a", sup.tmp / "b"
+def _path_with_a_file_for_a_directory(tmp: Path) -> str:
+    not_a_dir = tmp / "bin"
+    not_a_dir.write_text("a file where a directory of programs was meant\n")
+    return str(not_a_dir)
+
+
+def _path_with_a_non_executable_first(tmp: Path) -> str:
+    first, second = tmp / "a", tmp / "b"
     first.mkdir()
     second.mkdir()
     (first / "fetch-params").write_text("#!/bin/sh\necho should not run\n")  # not executable
-    extra = f"env = {{ PATH = {toml_str(f'{first}:{second}')} }}"
+    return f"{first}:{second}"
+
+
+@pytest.mark.parametrize(("make_path", "status", "said"), [
+    # The exec through an entry that is a file fails ENOTDIR: not found there, as a shell says (not "cannot
+    # execute: Not a directory").
+    (_path_with_a_file_for_a_directory, 127, "fetch-params: command not found"),
+    # As execvp: the first directory holding the name but not executable is the error said, though a later
+    # directory holds nothing: not "command not found".
+    (_path_with_a_non_executable_first, 126, "fetch-params: permission denied (not executable)"),
+], ids=["a-file-on-PATH", "not-executable-earlier-on-PATH"])
+def test_what_a_search_of_path_finds_is_said_as_a_shell_says_it(sup: Runner, make_path: Callable[[Path], str],
+                                                                 status: int, said: str) -> None:
+    extra = f"env = {{ PATH = {toml_str(make_path(sup.tmp))} }}"
     result, verdict, marker = _spawn_failure(sup, ["fetch-params"], extra=extra)
-    assert result.returncode == 126, result.output
+    assert result.returncode == status, result.output
     assert not marker
-    assert "fetch-params: permission denied (not executable)" in verdict, verdict
+    assert said in verdict, verdict
 
 
 def test_directory_as_command_is_126(sup: Runner) -> None:

@@ -448,3 +448,28 @@ def test_sigxcpu_from_a_real_cpu_limit_stops_in_order(sup: Runner) -> None:
     assert "Traceback" not in said + result.output
     flood = int(first_line(said, "started flood/flood: pid ").split("pid ", 1)[1].split(":")[0])
     assert not pid_alive(flood)
+
+
+INBOX = textwrap.dedent("""
+    import signal
+    from supervisor.engine.loop import EventLoop
+    from supervisor.engine.signals import SignalInbox
+
+    loop = EventLoop()
+    heard = []
+    inbox = SignalInbox(loop, heard.append)
+    for signum in [signal.SIGCHLD] * 5 + [signal.SIGUSR1, signal.SIGUSR1, signal.SIGCHLD]:
+        signal.raise_signal(signum)  # each delivered at once: one byte each in the wake-up pipe
+    loop.run_once(max_wait=0)
+    inbox.close()
+    print(" ".join(signal.Signals(signum).name for signum in heard))
+""")
+
+
+def test_the_inbox_takes_a_burst_of_sigchld_as_one_reap_and_every_other_signal_as_it_came() -> None:
+    """An orphan storm sends thousands of SIGCHLD: one reap takes every exit there was, so the bytes read at once
+    are one reap, not thousands. Any other signal is taken as often as it came (a second stop signal means
+    something), in order."""
+    proc = subprocess.run([PY, "-c", INBOX], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["SIGCHLD", "SIGUSR1", "SIGUSR1"], proc.stdout + proc.stderr

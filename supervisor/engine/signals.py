@@ -293,6 +293,10 @@ def last_words_to(fd: int) -> None:
 # ---------------------------------------------------------------- the inbox
 
 
+# What the wake-up pipe holds (Linux's default pipe size), and so the most one drain reads.
+WAKEUP_PIPE_BYTES = 65536
+
+
 class SignalInbox:
     """Routes every caught signal through the event loop to ``on_signal``."""
 
@@ -313,10 +317,17 @@ class SignalInbox:
 
     def _drain(self) -> None:
         try:
-            data = os.read(self._read_fd, 4096)
+            data = os.read(self._read_fd, WAKEUP_PIPE_BYTES)
         except BlockingIOError:
             return
+        reaped = False
         for signum in data:
+            if signum == signal.SIGCHLD:
+                # One reap takes every exit there was before this read: an orphan storm's thousands of SIGCHLD
+                # bytes are one reap, not thousands (an exit after it brings its own byte).
+                if reaped:
+                    continue
+                reaped = True
             # Each signal on its own: one whose handling raised must not swallow the SIGCHLD after it.
             try:
                 self._on_signal(signum)

@@ -473,3 +473,33 @@ def test_the_inbox_takes_a_burst_of_sigchld_as_one_reap_and_every_other_signal_a
     proc = subprocess.run([PY, "-c", INBOX], cwd=REPO, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["SIGCHLD", "SIGUSR1", "SIGUSR1"], proc.stdout + proc.stderr
+
+
+INBOX_RAISING = textwrap.dedent("""
+    import signal
+    from supervisor.engine.loop import EventLoop
+    from supervisor.engine.signals import SignalInbox
+
+    loop = EventLoop()
+    calls = []
+
+    def on_signal(signum):
+        calls.append(signum)
+        if len(calls) == 1:  # the first reap stops short: an exit's handler raised in it
+            raise RuntimeError("a handler raised in the reap")
+
+    inbox = SignalInbox(loop, on_signal)
+    for _ in range(3):
+        signal.raise_signal(signal.SIGCHLD)
+    loop.run_once(max_wait=0)
+    inbox.close()
+    print(len(calls))
+""")
+
+
+def test_a_reap_that_raised_leaves_the_next_sigchld_of_the_burst_to_reap_again() -> None:
+    """The burst is one reap only once a reap went through: one that raised (an exit's handler) may have left
+    exits waiting, and the next SIGCHLD byte reaps again, as each byte did before the burst was one."""
+    proc = subprocess.run([PY, "-c", INBOX_RAISING], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2"], proc.stdout + proc.stderr

@@ -322,15 +322,15 @@ class SignalInbox:
             return
         reaped = False
         for signum in data:
-            if signum == signal.SIGCHLD:
-                # One reap takes every exit there was before this read: an orphan storm's thousands of SIGCHLD
-                # bytes are one reap, not thousands (an exit after it brings its own byte).
-                if reaped:
-                    continue
-                reaped = True
+            # One reap takes every exit there was before this read: an orphan storm's thousands of SIGCHLD
+            # bytes are one reap, not thousands (an exit after it brings its own byte). A reap that raised
+            # (an exit's handler) may have stopped short: the next SIGCHLD byte reaps again.
+            if signum == signal.SIGCHLD and reaped:
+                continue
             # Each signal on its own: one whose handling raised must not swallow the SIGCHLD after it.
             try:
                 self._on_signal(signum)
+                reaped = reaped or signum == signal.SIGCHLD
             except Exception as exc:
                 self._loop.contain(exc, None, f"handling {signal_name(signum)}")
 

@@ -588,3 +588,37 @@ def test_program_specific_fail_knob_and_fail_times(tmp_path: Path) -> None:
     env["STANDIN_FAIL"] = "explode"
     bad = run_standin("paramfetch", "fetch-params", "2KiB", env=env)
     assert bad.returncode == 2 and "unknown STANDIN_FAIL mode" in bad.stderr
+
+
+# SIGINT comes while the daemon starts its first server thread: right after the thread exists, before
+# Thread.start's bookkeeping is done (the window a real Ctrl-C can hit).
+SIGINT_IN_THREAD_START = """
+import os, signal, sys, threading, time
+_real = threading._start_new_thread
+_sent = []
+def _start_then_sigint(*args, **kwargs):
+    ident = _real(*args, **kwargs)
+    if not _sent:
+        _sent.append(ident)
+        time.sleep(0.2)  # the new thread is under way (its own bookkeeping done) when the signal comes
+        os.kill(os.getpid(), signal.SIGINT)
+    return ident
+threading._start_new_thread = _start_then_sigint
+from supervisor.prover.standins import cuzk_daemon
+sys.exit(cuzk_daemon.main(sys.argv[1:]))
+"""
+
+
+def test_cuzk_daemon_takes_a_sigint_during_a_thread_start_as_a_graceful_stop(tmp_path: Path) -> None:
+    """Its SIGINT handler raises in the main thread: raised inside Thread.start, the new thread died with a
+    KeyError traceback, or the start raised KeyError in its place and the daemon crashed instead of shutting
+    down. The stand-ins start their threads with the stop signals held (failures.start_thread)."""
+    config = tmp_path / "cuzk.toml"
+    config.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{free_port()}"\n'
+                      f'status_listen = "127.0.0.1:{free_port()}"\n')
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"))
+    proc = subprocess.run([PY, "-c", SIGINT_IN_THREAD_START, "-c", str(config)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=30)
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "KeyError" not in out, out
+    assert proc.returncode == 0, out

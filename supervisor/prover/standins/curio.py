@@ -216,15 +216,8 @@ def _answer(conn: socket.socket) -> None:
 
 
 def _start_thread(target: Any, *args: Any) -> None:
-    """A daemon thread, started with the stop signals held: their handler raises in the main thread, and one
-    raised inside ``Thread.start`` (between its bookkeeping and the new thread's) makes the new thread die
-    with a KeyError traceback. Held, the signal is taken right after, where the main thread can take it."""
-    stops = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-    try:
-        threading.Thread(target=target, args=args, daemon=True).start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    """A daemon thread, started with the stop signals held (its SIGTERM handler raises in the main thread)."""
+    failures.start_thread(threading.Thread(target=target, args=args, daemon=True))
 
 
 def _accept_for(listener: socket.socket, seconds: float) -> None:

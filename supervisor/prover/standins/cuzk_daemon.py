@@ -156,8 +156,9 @@ class Daemon:
                 raise StartupError(f"failed to bind {text}: {exc}") from None
             if addr[0] == "unix":
                 self.unix_paths.append(addr[1])
-            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                             name=f"serve-{role}", daemon=True).start()
+            # (Its SIGINT handler raises in the main thread: the start holds it.)
+            failures.start_thread(threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                                   name=f"serve-{role}", daemon=True))
             self.servers.append(server)  # only once serving: shutdown() would wait forever otherwise
             what = "proving service" if role == "main" else "status service"
             self.log("info", f"{what} listening on {text}")

@@ -35,8 +35,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .knobs import UsageError, env_size, human_bytes, scaled, sleep_forever
@@ -57,6 +58,19 @@ def handle_signal(signum: int, handler: Callable[[int, Any], Any] | int) -> None
     if _ignoring_term and signum in (signal.SIGTERM, signal.SIGINT):
         return
     signal.signal(signum, handler)
+
+
+def start_thread(thread: threading.Thread, stops: Iterable[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    """Start ``thread`` with the stop signals held. A stand-in whose stop handler raises in the main thread
+    (as Go's context cancellation unwinds) must not raise inside ``Thread.start``: between its bookkeeping and
+    the new thread's, the new thread dies with a KeyError traceback, or the start raises KeyError in the
+    handler's place. Held, the signal is taken right after, where the main thread can take it. (The thread
+    keeps them held: the main thread takes them, as Python's handlers run there anyway.)"""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def signal_name(signum: int) -> str:

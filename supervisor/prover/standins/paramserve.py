@@ -128,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     size = max(1, size)  # a file of no bytes is not a download: serve one, and say so
     server = ParamServer(size, args.port)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
+    # The stop signals are waited for, not handled: a handler setting an Event the main thread waits on could
+    # run while that wait holds the Event's lock, and deadlock. (The server's threads inherit them blocked.)
+    stops = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     server.start()
     output.out(f"serving parameter files of {size} bytes on {server.url}")
-    done.wait()
+    signal.sigwait(stops)
     server.close()
     return 0
 

@@ -62,15 +62,16 @@ class FreezeWatch:
                   "stall windows restart now, deadlines keep counting")
         return gap
 
-
     def _held_within(self, since: float, now: float) -> tuple[float, str]:
-        """How long the loop's own holds took of the stretch ``since``..``now``, and by what ("" if none)."""
-        holds = [hold for hold in self._holds() if hold.ended is not None and hold.ended > since and hold.began < now]
-        held = sum(min(hold.ended, now) - max(hold.began, since) - hold.paused_s for hold in holds)
-        if not holds:
+        """How long the loop's own holds took of the stretch ``since``..``now`` (less what of them the supervisor
+        was stopped), and by what ("" if none)."""
+        spans = [(max(hold.began, since), min(hold.ended, now), hold) for hold in self._holds()
+                 if hold.ended is not None and hold.ended > since and hold.began < now]
+        if not spans:
             return 0.0, ""
-        longest = max(holds, key=lambda hold: (hold.ended or hold.began) - hold.began)
-        return held, longest.why if len(holds) == 1 else f"{longest.why} and {len(holds) - 1} more"
+        held = sum(end - start - hold.paused_s for start, end, hold in spans)
+        longest = max(spans, key=lambda span: span[1] - span[0])[2]
+        return held, longest.why if len(spans) == 1 else f"{longest.why} and {len(spans) - 1} more"
 
 
 class Tick:

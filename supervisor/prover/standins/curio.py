@@ -215,11 +215,6 @@ def _answer(conn: socket.socket) -> None:
         conn.close()
 
 
-def _start_thread(target: Any, *args: Any) -> None:
-    """A daemon thread, started with the stop signals held (its SIGTERM handler raises in the main thread)."""
-    failures.start_thread(threading.Thread(target=target, args=args, daemon=True))
-
-
 def _accept_for(listener: socket.socket, seconds: float) -> None:
     """Accept connections for ``seconds`` (``inf``: forever): /debug/metrics answered, the rest closed."""
     end = time.monotonic() + seconds
@@ -234,7 +229,7 @@ def _accept_for(listener: socket.socket, seconds: float) -> None:
             except OSError:
                 continue
             conn.setblocking(True)
-            _start_thread(_answer, conn)
+            failures.start_thread(threading.Thread(target=_answer, args=(conn,), daemon=True))
 
 
 def serve(listener: socket.socket, deadline: float) -> str:
@@ -249,7 +244,9 @@ def serve(listener: socket.socket, deadline: float) -> str:
         if time.monotonic() >= deadline:
             return "run time (STANDIN_RUN_SECONDS) elapsed"
         task_id += 1
-        _start_thread(prove_porep, os.environ.get("CUZK_ADDR", ""), task_id)
+        # (Its SIGTERM handler raises in the main thread: the start holds it.)
+        failures.start_thread(threading.Thread(target=prove_porep, args=(os.environ.get("CUZK_ADDR", ""), task_id),
+                                               daemon=True))
         _log("info", "task completed", caller="harmonytask/task_type_handler.go:245",
              task=TASKS[task_id % len(TASKS)], id=task_id, took=f"{interval:.2f}s")
         failures.partway()

@@ -108,6 +108,42 @@ def test_full_log_dir_costs_lines_not_the_lifecycle(sup: Runner,
     assert f"exiting with status {EXIT_CHILD}" in result.output
 
 
+def test_fifos_in_log_dir_are_refused_not_waited_on(sup: Runner) -> None:
+    """A FIFO where a log file goes (the supervisor's own, a child's) hung the start, or the loop at the child's
+    first line, in open(): no line said, no signal heard, SIGKILL alone ended it. Each is refused in one line, its
+    lines dropped, and the lifecycle runs."""
+    sup.log_dir.mkdir(parents=True)
+    os.mkfifo(sup.log_dir / "supervisor.log")
+    os.mkfifo(sup.log_dir / "talks.log")
+    config = sup.write(f"""
+        [[phases]]
+        name = "talks"
+        command = {sh("echo hello; exit 3")}
+        """)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 3, result.output[-3000:]
+    for name in ("supervisor.log", "talks.log"):
+        assert f"cannot write {sup.log_dir / name}: not a regular file" in result.output, result.output[-3000:]
+    assert "[talks/talks] hello" in result.output and "exiting with status 3" in result.output
+
+
+def test_a_log_dir_root_cannot_write_in_is_refused_at_start(sup: Runner) -> None:
+    """Root passes os.access(W_OK) everywhere: a log_dir on sysfs was taken, and every line dropped."""
+    if not os.path.isdir("/sys/kernel") or os.access("/sys/kernel", os.W_OK) is False:
+        pytest.skip("no /sys/kernel that root is told it may write to")
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {sh("true")}
+        """).read_text().replace(toml_str(str(sup.log_dir)), toml_str("/sys/kernel"))
+    path = sup.tmp / "sysfs.toml"
+    path.write_text(config)
+    result = sup.run(path, timeout=30)
+    assert result.returncode == 2, result.output[-3000:]
+    assert result.output.strip().splitlines()[-1].endswith(
+        "supervisor.log_dir: cannot use /sys/kernel: Permission denied"), result.output[-3000:]
+
+
 # ================================================================ state_dir: the outbox
 
 

@@ -346,3 +346,19 @@ def test_metrics_carry_the_gpus_and_readyz_turns_at_the_shutdown(sup: Runner) ->
     wait_for(lambda: get(port, "/readyz")[0] == 503, 4, 0.1)  # (the next heartbeat, within HEARTBEAT_S)
     assert get(port, "/readyz") == (503, "not ready: shutting down\n")
     assert run.finish() == 128 + signal.SIGTERM
+
+
+def test_a_fifo_as_termination_log_is_refused_not_waited_on(sup: Runner) -> None:
+    """A FIFO with no reader hung the exit in open() for good, deaf to SIGTERM (SIGKILL alone ended it)."""
+    log = sup.tmp / "termination-fifo"
+    os.mkfifo(log)
+    config = sup.write(f"""
+        [[phases]]
+        name = "fails"
+        command = {sh("exit 7")}
+        """)
+    with_termination_log(config, log)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 7, result.output
+    assert f"cannot write {log}: not a regular file" in result.output, result.output
+    assert "exiting with status 7" in result.output

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..config import PARAM_DONE, Plan
-from ..engine.logs import Console, LogFile, SupervisorLog
+from ..engine.logs import Console, LogFile, SupervisorLog, open_to_append
 from ..engine.loop import EventLoop, summary
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from ..engine.signals import SignalInbox, SignalRouter, last_words_to, signal_name
@@ -145,8 +146,8 @@ def prepare_dirs(plan: Plan) -> None:
                       ("supervisor.log_dir", plan.supervisor.log_dir)):
         try:
             Path(path).mkdir(parents=True, exist_ok=True)
-            if not os.access(path, os.W_OK):
-                raise PermissionError(13, "not writable")
+            # A file made and gone, not os.access: root passes that everywhere, sysfs and read-only binds too.
+            tempfile.TemporaryFile(dir=path).close()
         except OSError as exc:
             raise SetupError(f"{key}: cannot use {path}: {exc.strerror or exc}") from None
 
@@ -203,7 +204,7 @@ def point_last_words_at(log_file: LogFile, log: SupervisorLog) -> None:
     Until this fd exists (and where it cannot be had) the last words go to stderr (cli.main)."""
     path = log_file.path
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_to_append(path)
     except OSError as exc:
         log(f"cannot open {path} for a fatal fault's last words ({exc.strerror or exc}); they go to stderr")
         return

@@ -32,6 +32,7 @@ from ..engine.loop import EventLoop, summary
 from ..engine.trees import SWEEP_MAX_S, sweep_descendants
 from ..exits import EXIT_OK
 from ..lifecycle.states import Deaf, ShutdownView
+from ..state.files import open_regular
 from ..status.file import unpoint
 
 if TYPE_CHECKING:
@@ -144,8 +145,8 @@ def write_termination_log(path: str, lifecycle: Lifecycle, status: int, log: Sup
     failure = lifecycle.failure
     # The failure was masked where it was recorded (verdict.VerdictRecord); the reason is the supervisor's words.
     text = failure.line() if failure is not None else f"exit status {status}: {lifecycle.shutdown_reason}"
-    try:
-        with open(path, "w") as f:
+    try:  # (a regular file only: a FIFO there would hang the exit, deaf to every signal but SIGKILL)
+        with os.fdopen(open_regular(path, os.O_WRONLY | os.O_TRUNC), "w") as f:
             f.write(text.encode()[:TERMINATION_LOG_MAX_BYTES].decode(errors="ignore"))
     except OSError as exc:
         log(f"cannot write {path}: {exc.strerror or exc}")

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..state.files import open_regular
 from ..text import Log
 from ..text.redact import Redactor, SecretStream
 from .loop import ErrorHandler, contained, is_contained, name_of
@@ -79,7 +80,13 @@ def roll_over(path: str | Path) -> int:
     """``path`` becomes ``<name>.1`` (the older ``.1`` is gone) and a new, empty file takes its name: its fd
     (append, close-on-exec, 0644). How every file the supervisor writes without end rolls over."""
     os.replace(path, f"{path}.1")
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    return open_to_append(path)
+
+
+def open_to_append(path: str | Path) -> int:
+    """An fd that appends to the log file ``path`` (created 0644, close-on-exec): only ever a regular file, a
+    FIFO put in log_dir in its place is refused (state/files.py ``open_regular``) rather than block the loop."""
+    return open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
 
 def to_stderr(message: str) -> None:
@@ -398,7 +405,7 @@ class LogFile:
         try:
             if self._fd is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._fd = open_to_append(self.path)
                 self._size = os.fstat(self._fd).st_size
             parts: list[bytes | None] = [data]  # None: roll over there
             if self._max and self._size + len(data) > self._max and self._size:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evidence.gpu import GpuSample
+from ..state.files import read_regular_file
 from ..text.show import fmt_bytes
 from ..text.units import parse_size
 
@@ -223,7 +224,10 @@ def write(generated: Generated, path: str | Path, copy_to: str | Path | None = N
 
 
 def _holds(path: Path, text: str) -> bool:
+    """Does ``path`` hold ``text`` already? Read as a regular file only (a FIFO there hung the loop, deaf to
+    SIGTERM) and no further than ``text`` could be; anything else there is replaced by the write."""
+    data = text.encode()
     try:
-        return path.read_text() == text
-    except (OSError, UnicodeDecodeError):
+        return read_regular_file(path, len(data) + 1) == data
+    except (OSError, ValueError):
         return False

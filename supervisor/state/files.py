@@ -18,6 +18,7 @@ still given up, count afresh) and how it is said is each file's own. A foundatio
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -73,6 +74,29 @@ def write_atomically(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()  # a half-written copy must not keep the space a full disk needs back
         raise
+
+
+def open_regular(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """An fd on ``path`` opened with ``flags`` (close-on-exec added), where ``path`` is a regular file or is created
+    as one. Anything else there (a FIFO, a device, a socket) is refused, OSError "not a regular file": a FIFO
+    would hang the open itself and every write, and the loop with them, deaf to SIGTERM."""
+    # Looked at first (a FIFO with no reader fails a non-blocking open for writing with ENXIO, which says nothing
+    # of a FIFO), then again on the fd: what was opened is what was looked at.
+    with contextlib.suppress(FileNotFoundError):
+        _refuse_irregular(os.stat(path), path)
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, mode)
+    try:
+        _refuse_irregular(os.fstat(fd), path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _refuse_irregular(info: os.stat_result, path: str | Path) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
 
 
 def read_regular_file(path: Path, limit: int) -> bytes:

@@ -9,6 +9,7 @@ available minus the safety margin. The seeds' instance ran ``partition_workers =
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -311,6 +312,15 @@ def test_write_without_a_copy(tmp_path: Path) -> None:
     cuzkconf.write(gen, tmp_path / "cuzk.toml")
     assert (tmp_path / "cuzk.toml").read_text() == gen.text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cuzk.toml"]
+
+
+def test_a_fifo_in_the_target_place_is_replaced_not_read(tmp_path: Path) -> None:
+    """The look for "holds this text already" read a FIFO there and hung the loop, deaf to SIGTERM."""
+    target = tmp_path / "cuzk.toml"
+    os.mkfifo(target)
+    gen = generate(settings(), 128 * GIB, [])
+    cuzkconf.write(gen, target)
+    assert target.is_file() and target.read_text() == gen.text
 
 
 # ---------------------------------------------------------------- both generations, settable figures

@@ -240,6 +240,14 @@ BAD_CONFIGS = [
     P(bad_phase('env = { "A=B" = "x" }'), "phases[1] (b).env.A=B:", id="env-key-with-equals"),
     P(bad_phase('env = { "FOO\\n" = "x" }'), "phases[1] (b).env", id="env-key-trailing-newline"),
     P(bad_phase('env = "A=1"'), "phases[1] (b).env:", id="env-not-a-table"),
+    # -- the supervisor's own variables: a state_dir set here hid the child from the sweep after a SIGKILL
+    P(bad_phase('env = { PROVER_SUPERVISOR_STATE_DIR = "/elsewhere" }'),
+      "phases[1] (b).env.PROVER_SUPERVISOR_STATE_DIR: the supervisor sets this variable itself, for every child",
+      id="env-own-state-dir"),
+    P(sup_section('env = { PROVER_SUPERVISOR_TAG = "x" }'), "supervisor.env.PROVER_SUPERVISOR_TAG: the supervisor "
+      "sets this variable itself", id="env-own-tag"),
+    P(bad_daemon('env = { SUPERVISOR_MEMORY_AVAILABLE_BYTES = 1 }'), "phases[1] (b).daemons[0] (d).env."
+      "SUPERVISOR_MEMORY_AVAILABLE_BYTES: the supervisor sets this variable itself", id="env-own-memory"),
     # -- ${VAR}
     P(bad_phase(command=sh("touch ${UNSET_VAR}")), "phases[1] (b).command[2]: ${UNSET_VAR} is not set",
       id="unset-var-in-command"),

@@ -49,6 +49,11 @@ _WHOLE_FLOAT_SHOWN = 1e16
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The variables the supervisor puts in every child's environment itself: the tag and the state_dir by which its
+# trees, and what a killed supervisor left running, are found (engine/trees.py), and the memory budget
+# (lifecycle/hooks.py). A config's env that set one would blind that, silently.
+_OWN_ENV_PREFIX = "PROVER_SUPERVISOR_"
+_OWN_ENV = frozenset({"SUPERVISOR_MEMORY_AVAILABLE_BYTES"})
 
 Checker = Callable[[Any, str], Any]
 
@@ -149,6 +154,8 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
     for key, item in value.items():
         if not _ENV_NAME_RE.fullmatch(key):
             raise ConfigError(f"{join_key(where, key)}: not a valid environment variable name")
+        if key.startswith(_OWN_ENV_PREFIX) or key in _OWN_ENV:
+            raise ConfigError(f"{join_key(where, key)}: the supervisor sets this variable itself, for every child")
         if isinstance(item, bool):
             out[key] = "1" if item else "0"
         elif isinstance(item, str | int | float):

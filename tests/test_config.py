@@ -252,6 +252,16 @@ BAD_CONFIGS = [
     P(bad_phase(command=sh("touch ${UNSET_VAR}")), "phases[1] (b).command[2]: ${UNSET_VAR} is not set",
       id="unset-var-in-command"),
     P(bad_phase('env = { A = "${UNSET_VAR}" }'), "phases[1] (b).env.A: ${UNSET_VAR} is not set", id="unset-var-in-env"),
+    # -- a "${" that begins no reference reached the child as text, or half expanded ("${X:-${Y}}" gave "xx}")
+    P(bad_phase(command='["${CURIO_BIN:-curio"]'), "phases[1] (b).command[0]: '${CURIO_BIN:-curio' is not a "
+      "${NAME} or ${NAME:-default} reference (write $$ for a literal $, $${ for a shell's own ${)",
+      id="reference-unterminated"),
+    P(bad_phase('env = { A = "${X-default}" }'), "phases[1] (b).env.A: '${X-default}' is not a ${NAME}",
+      id="reference-shell-form"),
+    P(bad_phase('env = { A = "${}" }'), "phases[1] (b).env.A: '${}' is not a", id="reference-empty"),
+    P(bad_phase('env = { A = "a ${1X} b" }'), "phases[1] (b).env.A: '${1X} b' is not a", id="reference-bad-name"),
+    P(bad_phase('env = { A = "${UNSET_VAR:-${HOME}}" }'), "phases[1] (b).env.A: '${UNSET_VAR:-${HOME}}' is not a",
+      id="reference-nested"),
     P(sup_section('env = { A = "x${UNSET_VAR}y" }'), "supervisor.env.A: ${UNSET_VAR} is not set",
       id="unset-var-in-supervisor-env"),
     # -- daemons
@@ -286,6 +296,11 @@ BAD_CONFIGS = [
     P(bad_daemon('ready = "run/ready"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-relative-path"),
     P(bad_daemon('ready = "file://run/ready"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-file-url-relative"),
     P(bad_daemon('ready = "http://"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-http-no-host"),
+    # -- a URL http.client refuses at every probe: the phase failed "timeout" only after ready_timeout_s
+    P(bad_daemon('ready = "http://127.0.0.1:8080/a b"'), "phases[1] (b).daemons[0] (d).ready: "
+      "'http://127.0.0.1:8080/a b' holds ' ': a URL may hold only printable ASCII", id="ready-http-space"),
+    P(bad_daemon('ready = "http://127.0.0.1:1/\u00e9"'), "phases[1] (b).daemons[0] (d).ready: "
+      "'http://127.0.0.1:1/\u00e9' holds '\\xe9'", id="ready-http-non-ascii"),
     P(bad_daemon('ready = ""'), "phases[1] (b).daemons[0] (d).ready:", id="ready-empty"),
     P(bad_daemon("ready = 9821"), "phases[1] (b).daemons[0] (d).ready:", id="ready-number"),
     P(bad_daemon('ready = "http://h:99999/status"'), "phases[1] (b).daemons[0] (d).ready:",

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from ..text.redact import MASK, shown_url
 from ..text.show import cut, shown
 from .model import ConfigError
-from .values import ASIDE_CHARS, _string
+from .values import ASIDE_CHARS, _string, refuse_url_characters
 
 
 def _url(value: Any, where: str) -> str:
@@ -24,10 +24,7 @@ def _url(value: Any, where: str) -> str:
     errors show the URL with the password masked."""
     text = _string(value, where)
     quoted = shown(_url_for_error(text))
-    bad = next((c for c in text if not (c.isascii() and c.isprintable()) or c.isspace() or c == "\\"), None)
-    if bad is not None:
-        raise ConfigError(f"{where}: {quoted} holds {bad!a}: a URL may hold only printable ASCII, no "
-                          "whitespace or backslash (percent-encode it)")
+    refuse_url_characters(text, where, quoted)
     if "?" in text or "#" in text:
         raise ConfigError(f"{where}: {quoted} has a query or fragment ('?' or '#'): the calls' paths are appended "
                           "to the URL, so it can only be scheme://host[:port][/path]")

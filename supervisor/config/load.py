@@ -17,7 +17,7 @@ import stat
 import tomllib
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from ..text.redact import url_secrets
 from ..text.show import cut, shown
@@ -51,7 +51,9 @@ MAX_CONFIG_TEXT = "1 MiB"
 MAX_SHOWN_PATH = 300  # a longer config name is cut in errors, which stay one readable line
 # Tables and arrays in each other: the deepest real key (phases[0].daemons[0].env.X) is 5 deep.
 MAX_NESTING = 16
-_VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# "$$", a reference, or (the last branch) a "${" that begins no reference: refused, never kept as text.
+_VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+_SHOWN_REFERENCE = 40  # how much of a bad "${..." its error shows
 
 
 def load_plan(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None = None,
@@ -198,6 +200,8 @@ def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
         if match.group(0) == "$$":
             return "$"
         name, default = match.group(1), match.group(2)
+        if name is None or (default is not None and "${" in default):  # (no reference within a default either)
+            _not_a_reference(value, match.start(), where)
         if name in environ:
             return environ[name]
         if default is not None:
@@ -207,7 +211,18 @@ def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
     # No ${VAR} ends after the last "}", so only "$$" is left to undo there. Cutting the text at it keeps this
     # linear: an unterminated "${X:-" would otherwise be scanned to the end again from every "$" before it.
     end = value.rfind("}") + 1
-    return _VAR_RE.sub(one, value[:end]) + value[end:].replace("$$", "$")
+    tail = re.sub(r"\$\$|\$\{", lambda m: "$" if m.group(0) == "$$" else _not_a_reference(value, end + m.start(),
+                                                                                         where), value[end:])
+    return _VAR_RE.sub(one, value[:end]) + tail
+
+
+def _not_a_reference(value: str, at: int, where: str) -> NoReturn:
+    """``value[at:]`` begins with "${" but no reference the supervisor expands (unterminated, a shell's own
+    form such as ``${X-d}`` or ``${X%.gz}``, a reference within a default): taken as text it would reach the
+    child half expanded."""
+    fragment = value[at:at + _SHOWN_REFERENCE] + ("…" if len(value) > at + _SHOWN_REFERENCE else "")
+    raise ConfigError(f"{where}: {shown(fragment)} is not a ${{NAME}} or ${{NAME:-default}} reference (write $$ "
+                      "for a literal $, $${ for a shell's own ${)")
 
 
 # ---------------------------------------------------------------- assembling the plan

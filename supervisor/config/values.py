@@ -381,8 +381,19 @@ def ready_checker(kinds: Mapping[str, Callable[[str], ReadyCheck]] = MappingProx
     return check
 
 
+def refuse_url_characters(text: str, where: str, quoted: str) -> None:
+    """A URL the supervisor calls holds only printable ASCII, no whitespace or backslash: anything else fails
+    every call at run time (http.client refuses it) and is better refused now. ``quoted``: the URL as the error
+    shows it."""
+    bad = next((c for c in text if not (c.isascii() and c.isprintable()) or c.isspace() or c == "\\"), None)
+    if bad is not None:
+        raise ConfigError(f"{where}: {quoted} holds {bad!a}: a URL may hold only printable ASCII, no "
+                          "whitespace or backslash (percent-encode it)")
+
+
 def _probe(text: str, where: str, kinds: Mapping[str, object]) -> ReadyCheck:
     if text.startswith(("http://", "https://")):
+        refuse_url_characters(text, where, shown(text))
         try:
             parts = urlsplit(text)
             port = parts.port

@@ -3,9 +3,11 @@ put in the wrong table told the table it belongs in, and a number echoed as it w
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from supervisor.config import ConfigError, parse_plan
+from supervisor.config import ConfigError, load_plan, parse_plan
 
 FIRST = '[[phases]]\nname = "fetch"\ncommand = ["true"]\n'
 BENCH = '[[phases]]\nname = "bench"\nkind = "service"\ncommand = ["true"]\n'
@@ -92,3 +94,15 @@ def test_a_key_read_whole_from_a_variable_is_noted_with_it() -> None:
     plan = parse_plan('[supervisor]\nrequire_gpus = "${GPUS:-true}"\nstate_dir = "/s/${X:-a}"\n' + FIRST
                       + 'progress_total = "${TOTAL}"\nstall_s = 1\nprogress_path = "/p"\n', "t.toml", {"TOTAL": "9"})
     assert dict(plan.env_keys) == {"supervisor.require_gpus": "GPUS", "phases[0] (fetch).progress_total": "TOTAL"}
+
+
+def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Windows editors save UTF-8 with a BOM: TOML's parser called it "Invalid statement (at line 1, column 1)"
+    of a line that read `[supervisor]`."""
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + FIRST.encode())
+    assert [p.name for p in load_plan(path).phases] == ["fetch"]
+    path.write_bytes(b"\xef\xbb\xbf" + FIRST.encode() + b"retries = -1\n")
+    with pytest.raises(ConfigError) as caught:
+        load_plan(path)
+    assert "phases[0] (fetch).retries" in str(caught.value), str(caught.value)

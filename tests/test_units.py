@@ -12,7 +12,7 @@ from supervisor.text.units import GIB, MAX_SIZE, MIB, is_ascii_digits, parse_siz
     ("128GiB", 128 * GIB), ("512MiB", 512 * MIB), ("64M", 64 * MIB), ("1.5G", int(1.5 * GIB)),
     ("4096", 4096), (" 2 GiB ", 2 * GIB), ("1kb", 1000), ("1KiB", 1024), ("3mb", 3_000_000), ("1T", 1 << 40),
     ("10b", 10), (12345, 12345), ("13.6GiB", int(13.6 * GIB)), (".5G", GIB // 2), ("0", 0),
-    ("1024TiB", MAX_SIZE), (MAX_SIZE, MAX_SIZE),
+    ("1024TiB", MAX_SIZE), (MAX_SIZE, MAX_SIZE), ("1PiB", MAX_SIZE), ("1p", MAX_SIZE), ("1pb", 10**15),
 ])
 def test_parse_size(text: str | int, expected: int) -> None:
     assert parse_size(text) == expected
@@ -23,7 +23,7 @@ def test_parse_size(text: str | int, expected: int) -> None:
     # what float() and str.isdigit() let through
     "1e999", "1e9", "inf", "nan", "Infinity", "²", "²GiB", "١٢GiB", "𝟗M", "1_000", "0x10", "+5G",
     pytest.param("9" * 400, id="400-digits"), pytest.param("9" * 5000 + "GiB", id="5000-digits"),
-    "1025TiB", "1 G i B", "1\x00G",
+    "1025TiB", "1.01PiB", "2PiB", "1 G i B", "1\x00G",
     -1, MAX_SIZE + 1, pytest.param(10**400, id="10**400"), True, 1.5, None,
 ])
 def test_parse_size_refuses(text: object) -> None:

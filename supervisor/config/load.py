@@ -98,8 +98,8 @@ def read_config(path: str | os.PathLike[str], source: str) -> str:
         raise ConfigError(f"{source}: cannot read: more than the {MAX_CONFIG_TEXT} a config may be")
     if not data.strip():
         raise ConfigError(f"{source}: the file is empty")
-    try:
-        return data.decode("utf-8")
+    try:  # (a byte-order mark, as Windows editors save UTF-8, is read past: TOML's parser calls it line 1's error)
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})") from None
 

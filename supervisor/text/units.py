@@ -17,9 +17,10 @@ KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
 TIB = 1 << 40
+PIB = 1 << 50
 # The largest size anything in this project asks for is a machine's memory; 1 PiB is far above
 # any machine and far below what a cgroup file (a signed 64-bit number) can hold.
-MAX_SIZE = 1 << 50
+MAX_SIZE = PIB
 MAX_SIZE_TEXT = "1PiB"
 
 SIZE_UNITS = {
@@ -28,6 +29,7 @@ SIZE_UNITS = {
     "m": MIB, "mb": 1000**2, "mib": MIB,
     "g": GIB, "gb": 1000**3, "gib": GIB,
     "t": TIB, "tb": 1000**4, "tib": TIB,
+    "p": PIB, "pb": 1000**5, "pib": PIB,  # (the cap itself is a size: "1PiB" was "not a size")
 }
 # A number of ASCII digits with an optional fraction, then an optional unit: no sign, no exponent.
 _SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)[ \t]*([A-Za-z]*)")

@@ -282,6 +282,15 @@ BAD_CONFIGS = [
     P(bad_phase('exec_wait_s = "5s"'), "phases[1] (b).exec_wait_s:", id="phase-exec-wait-text"),
     P(bad_phase("exec_wait_s = 61"), "phases[1] (b).exec_wait_s: must be at most 60 seconds (the supervisor's loop "
       "is held for the whole wait), got 61", id="phase-exec-wait-past-its-most"),
+    # -- a timeout shorter than any healthy start, probe or call: every one failed ("within 0.0001s")
+    P(bad_phase("exec_wait_s = 0.0001"), "phases[1] (b).exec_wait_s: must be at least 0.1 seconds (a shorter wait "
+      "fails on a healthy machine), got 0.0001", id="exec-wait-below-its-least"),
+    P(bad_daemon("ready_timeout_s = 0.01"), "phases[1] (b).daemons[0] (d).ready_timeout_s: must be at least 0.1 "
+      "seconds", id="ready-timeout-below-its-least"),
+    P("[manager]\nconnect_timeout_s = 0.001\n" + MARK_PHASE, "manager.connect_timeout_s: must be at least 0.1 "
+      "seconds", id="connect-timeout-below-its-least"),
+    P("[manager]\nread_timeout_s = 0.0002\n" + MARK_PHASE, "manager.read_timeout_s: must be at least 0.1 seconds",
+      id="read-timeout-below-its-least"),
     P(bad_daemon("env = { B = { c = 1 } }"), "phases[1] (b).daemons[0] (d).env.B:", id="daemon-env-value-table"),
     P(bad_daemon('cwd = "${UNSET_VAR}/work"'), "phases[1] (b).daemons[0] (d).cwd: ${UNSET_VAR} is not set",
       id="unset-var-in-daemon-cwd"),

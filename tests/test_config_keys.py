@@ -125,7 +125,8 @@ def test_check_size_takes_sizes_and_bytes(value: Any, size: int) -> None:
 
 @pytest.mark.parametrize(("value", "said"), [
     ("-1", "k: '-1' is negative"),
-    ("2PiB", "k: '2PiB' is not a size (e.g. \"128GiB\", \"512MiB\")"),
+    ("2EiB", "k: '2EiB' is not a size (e.g. \"128GiB\", \"512MiB\")"),
+    ("2PiB", "k: '2PiB' is more than the 1PiB a size may be"),
 ])
 def test_check_size_refuses_in_one_line_naming_the_key(value: Any, said: str) -> None:
     assert refused(check_size, value, "k") == said

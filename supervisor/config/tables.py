@@ -100,27 +100,24 @@ from .values import (
 # closer watch. ``check`` refuses less with one line naming the key.
 LOG_PUSH_INTERVAL_MIN_S = 0.1
 STALL_MIN_S = 1.0
+# The shortest wait a timeout may set (an exec, a readiness wait, a manager call's connect or read): each takes
+# milliseconds on a healthy machine, more under load, and a shorter timeout fails every one of them.
+TIMEOUT_MIN_S = 0.1
+_TIMEOUT_FLOOR = (TIMEOUT_MIN_S, "a shorter wait fails on a healthy machine")
 
 
-def at_most_seconds(maximum: float, why: str) -> Callable[[Any, str], float]:
-    """Seconds above 0 and at most ``maximum`` (``why``: what a longer one would do)."""
-
-    def check(value: Any, where: str) -> float:
-        number = _positive_seconds(value, where)
-        if number > maximum:
-            raise ConfigError(f"{where}: must be at most {maximum:g} seconds ({why}), got {written(value)}")
-        return number
-
-    return check
-
-
-def at_least_seconds(minimum: float, why: str) -> Callable[[Any, str], float]:
-    """Seconds above 0 and at least ``minimum`` (``why``: what a shorter one would be)."""
+def bounded_seconds(at_least: tuple[float, str] | None = None,
+                    at_most: tuple[float, str] | None = None) -> Callable[[Any, str], float]:
+    """Seconds above 0, at least and at most the bounds given, each with why (what a shorter or longer one
+    would be)."""
 
     def check(value: Any, where: str) -> float:
         number = _positive_seconds(value, where)
-        if number < minimum:
-            raise ConfigError(f"{where}: must be at least {minimum:g} seconds ({why}), got {written(value)}")
+        if at_least is not None and number < at_least[0]:
+            raise ConfigError(f"{where}: must be at least {at_least[0]:g} seconds ({at_least[1]}), "
+                              f"got {written(value)}")
+        if at_most is not None and number > at_most[0]:
+            raise ConfigError(f"{where}: must be at most {at_most[0]:g} seconds ({at_most[1]}), got {written(value)}")
         return number
 
     return check
@@ -154,9 +151,9 @@ _CHILD_KEYS = {
     "stop_signal": Key(parse_signal, int(signal.SIGTERM)),
     "stop_grace_s": Key(check_seconds),
     "ready": Key(ready_checker()),
-    "ready_timeout_s": Key(_positive_seconds, DEFAULT_READY_TIMEOUT_S),
-    "exec_wait_s": Key(at_most_seconds(MAX_EXEC_WAIT_S, "the supervisor's loop is held for the whole wait"),
-                       DEFAULT_EXEC_WAIT_S),
+    "ready_timeout_s": Key(bounded_seconds(_TIMEOUT_FLOOR), DEFAULT_READY_TIMEOUT_S),
+    "exec_wait_s": Key(bounded_seconds(_TIMEOUT_FLOOR, (MAX_EXEC_WAIT_S, "the supervisor's loop is held for the "
+                                                                         "whole wait")), DEFAULT_EXEC_WAIT_S),
     "log_source": Key(_name),
 }
 
@@ -182,7 +179,7 @@ PHASE_KEYS = {
     "restart_window_s": Key(_positive_seconds, DEFAULT_RESTART_WINDOW_S),
     "backoff_reset_s": Key(check_seconds, DEFAULT_BACKOFF_RESET_S),
     # Seconds as text too, from ${VAR} (the profile's $PROVER_FETCH_STALL_S).
-    "stall_s": Key(_optional(lambda v, w: at_least_seconds(STALL_MIN_S, "a shorter silence is no stall")(
+    "stall_s": Key(_optional(lambda v, w: bounded_seconds((STALL_MIN_S, "a shorter silence is no stall"))(
         number_text(v), w))),
     "progress_path": Key(check_path),
     "progress_total": Key(check_size),
@@ -201,14 +198,8 @@ PHASE_KEYS = {
     "resume_max_age_s": Key(_positive_seconds, DEFAULT_RESUME_MAX_AGE_S),
 }
 
-def _row_check_s(value: Any, where: str) -> float:
-    """How often the manager's row is read: each read is the whole fleet's list, so not more than every few
-    seconds."""
-    number = _positive_seconds(value, where)
-    if number < MIN_ROW_CHECK_S:
-        raise ConfigError(f"{where}: must be at least {MIN_ROW_CHECK_S:g} seconds (each look-up reads the whole "
-                          f"fleet's GET /status), got {written(value)}")
-    return number
+# How often the manager's row is read: each read is the whole fleet's list, so not more than every few seconds.
+_row_check_s = bounded_seconds((MIN_ROW_CHECK_S, "each look-up reads the whole fleet's GET /status"))
 
 
 MANAGER_KEYS = {
@@ -216,9 +207,9 @@ MANAGER_KEYS = {
     "label": Key(_string),
     "token_env": Key(_env_name),
     "events_url": Key(_optional(_url)),
-    "connect_timeout_s": Key(_positive_seconds, DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
-    "read_timeout_s": Key(_positive_seconds, DEFAULT_MANAGER_READ_TIMEOUT_S),
-    "log_push_interval_s": Key(at_least_seconds(LOG_PUSH_INTERVAL_MIN_S, "more often is a flood of pushes"),
+    "connect_timeout_s": Key(bounded_seconds(_TIMEOUT_FLOOR), DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
+    "read_timeout_s": Key(bounded_seconds(_TIMEOUT_FLOOR), DEFAULT_MANAGER_READ_TIMEOUT_S),
+    "log_push_interval_s": Key(bounded_seconds((LOG_PUSH_INTERVAL_MIN_S, "more often is a flood of pushes")),
                                DEFAULT_LOG_PUSH_INTERVAL_S),
     "log_backlog_bytes": Key(whole_number(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
     "row_check_s": Key(lambda v, w: _row_check_s(number_text(v), w), DEFAULT_ROW_CHECK_S),

@@ -92,6 +92,11 @@ def test_a_bare_status_finds_the_running_supervisor_whatever_its_state_dir(sup: 
     assert snap["live"] is True and snap["pid"] == proc.pid, out
     rc, text = status_cli(env=runtime)
     assert rc == 0 and "serve" in text, text
+    # The built-in profile is not read while a supervisor runs: one it would refuse (a manager URL and no label
+    # it can match, a bad knob) exited 2 and hid the supervisor that runs.
+    rc, text = status_cli(env={**runtime, "MANAGER_URL": "http://127.0.0.1:1/", "VAST_CONTAINERLABEL": "not-a-label",
+                               "PROVER_REQUIRE_GPUS": "yes please"})
+    assert rc == 0 and "serve" in text, text
 
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)

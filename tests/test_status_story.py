@@ -382,7 +382,10 @@ def test_status_watch_redraws_into_a_pipe_until_ctrl_c(sup: Runner) -> None:
 
 def test_status_interval_without_watch_is_one_line_and_2(tmp_path: Path) -> None:
     for args, said in ((["--interval", "1"], "--interval goes with --watch"),
-                       (["--watch", "--json"], "not both")):
+                       (["--watch", "--json"], "not both"),
+                       # (--config was dropped without a word: the state shown was --state-dir's)
+                       (["--config", str(tmp_path / "c.toml")], "--state-dir names the state to show, --config a "
+                                                                "config to read it from: not both")):
         rc, text = status(tmp_path, *args)
         assert rc == 2 and text.count("\n") == 1 and said in text and "Traceback" not in text, text
     for interval in ("0", "1e10", "inf", "nan"):

@@ -39,7 +39,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -237,26 +237,31 @@ def show_status(args: argparse.Namespace) -> int:
         raise ConfigError("--interval goes with --watch")
     if args.watch and args.json:
         raise ConfigError("--watch redraws the text; --json is one answer for machines: not both")
+    if args.state_dir is not None and args.config is not None:
+        raise ConfigError("--state-dir names the state to show, --config a config to read it from: not both")
     hint = ""
     if args.state_dir is not None:  # (an empty one, "$UNSET", is refused: never another supervisor shown)
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     elif config_path(args) is not None:
         state_dir = Path(load_plan(config_path(args), PLUGIN).supervisor.state_dir)
     else:  # bare: the running supervisor, whatever its state_dir (status/file.py), else the profile's
-        state_dir, hint = bare_status_dir(Path(load_plan(None, PLUGIN).supervisor.state_dir))
+        state_dir, hint = bare_status_dir(lambda: Path(load_plan(None, PLUGIN).supervisor.state_dir))
     if args.watch:
         return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint)
     return show(state_dir, args.json, hint)
 
 
-def bare_status_dir(profile_dir: Path) -> tuple[Path, str]:
+def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str]:
     """Where a bare ``status`` looks: the state_dir of the live supervisor the pointer names, else the built-in
-    profile's; and what to add when nothing is found there (a supervisor may run with a state_dir of its own)."""
+    profile's; and what to add when nothing is found there (a supervisor may run with a state_dir of its own).
+    The profile is read only where no supervisor runs: one that cannot be (a MANAGER_URL set, no label the
+    manager can match) must not hide the supervisor that runs."""
     from ..status.file import pointed
 
     found = pointed()
     if found is not None and found.live:
         return found.state_dir, ""
+    profile_dir = profile_state_dir()
     if found is not None and found.state_dir != profile_dir:
         return profile_dir, (f"; the last supervisor started here (pid {found.pid}, not running) had state_dir "
                              f"{found.state_dir}: `status --state-dir {found.state_dir}`")

@@ -885,6 +885,16 @@ def test_manager_token_that_no_header_can_carry_is_refused_unshown(token: str) -
     assert token not in message and token[:3] not in message, "the token is a secret: never shown"
 
 
+@pytest.mark.parametrize("environ", [{}, {"MGR_TOKEN": ""}], ids=["unset", "empty"])
+def test_manager_token_env_naming_no_token_is_refused(environ: dict[str, str]) -> None:
+    # A typo in the name sent every call without the token, without a word.
+    message = parse_error('[manager]\nurl = "http://127.0.0.1:1"\nlabel = "C.1"\ntoken_env = "MGR_TOKEN"\n'
+                          + MINIMAL, environ)
+    assert message == "test.toml: manager.token_env: $MGR_TOKEN is not set (or empty): no token to send", message
+    # No manager, nothing sent: a config that names a token for production runs locally without it.
+    assert parse_plan('[manager]\ntoken_env = "MGR_TOKEN"\n' + MINIMAL, "test.toml", environ).manager.url is None
+
+
 def test_manager_url_from_environment_checked() -> None:
     message = parse_error(MINIMAL, {"MANAGER_URL": "ftp://x"})
     assert message.startswith("test.toml: MANAGER_URL (environment): "), message

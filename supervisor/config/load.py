@@ -371,6 +371,9 @@ def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin, exten
     v, added = _table(table, "manager", MANAGER_KEYS, plugin, environ, places)
     if environ.get("MANAGER_URL"):
         v["url"] = _url(environ["MANAGER_URL"], "MANAGER_URL (environment)")
+    if v["url"] and v["token_env"] and not environ.get(v["token_env"]):
+        # Calls without the token would be sent without a word, and refused by a manager that wants it.
+        raise ConfigError(f"manager.token_env: ${v['token_env']} is not set (or empty): no token to send")
     if v["token_env"] and not _header_safe(environ.get(v["token_env"], "")):
         # Never shown: it is a secret. An HTTP client would refuse it on the first call, in the middle of the run.
         raise ConfigError(f"manager.token_env: ${v['token_env']} holds characters an HTTP header cannot carry "

@@ -133,3 +133,13 @@ def test_a_pointer_left_by_a_dead_supervisor_is_named_not_followed(sup: Runner, 
     assert rc == 3, text
     assert f"(pid {proc.pid}, not running) had state_dir {sup.state_dir}" in text, text
     assert f"`status --state-dir {sup.state_dir}`" in text, text
+
+
+def test_a_relative_runtime_dir_writes_no_pointer_and_says_so(sup: Runner) -> None:
+    """A relative $PROVER_SUPERVISOR_RUNTIME_DIR put the pointer under the run's working directory, where a bare
+    status started anywhere else never looks: it is refused, said in one line, and the run goes on."""
+    result = sup.run(quick(sup), env={RUNTIME_DIR_ENV: "relative/run"}, timeout=30)
+    assert result.returncode == 0, result.output
+    assert (f"status: cannot write the pointer relative/run/current (${RUNTIME_DIR_ENV} is not an absolute path); "
+            "a bare `prover-supervisor status` needs --state-dir") in result.output, result.output
+    assert not (REPO / "relative").exists() and not (Path.cwd() / "relative").exists()

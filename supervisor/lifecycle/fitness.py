@@ -40,7 +40,7 @@ from ..engine.loop import ErrorHandler, EventLoop
 from ..engine.offloop import run_bounded
 from ..evidence.gpu import GpuInventory, HungCall
 from ..evidence.progress import tree_size
-from ..text.show import fmt_bytes
+from ..text.show import fmt_bytes, shown
 from ..text.units import is_ascii_digits
 from . import verdict as v
 from .hooks import capped, too_little_memory
@@ -98,6 +98,7 @@ class Evidence:
     disks: tuple[DiskNeed, ...] = ()
     gpus: GpuInventory | None = None  # None: GPUs are not required, not probed
     gpu_count_expected: int | None = None  # $GPU_COUNT
+    gpu_count_unread: str | None = None  # $GPU_COUNT where it is set but no count: said, and nothing compared
 
 
 class GpuSource(Protocol):
@@ -262,7 +263,7 @@ def gather(plan: Plan, memory: MemorySource | None, gpus: GpuSource, environ: Ma
         steps.doing("gpu", "the GPU inventory")
         inventory = gpus.inventory(bound_s)
     return Evidence(available_memory=available, disks=tuple(disks), gpus=inventory,
-                    gpu_count_expected=expected_gpu_count(environ))
+                    gpu_count_expected=expected_gpu_count(environ), gpu_count_unread=unread_gpu_count(environ))
 
 
 def check(loop: EventLoop, plan: Plan, memory: MemorySource | None, gpus: GpuThread,
@@ -327,6 +328,12 @@ def expected_gpu_count(environ: Mapping[str, str]) -> int | None:
     return int(raw) if is_ascii_digits(raw) else None  # "²" is a digit to isdigit(), not to int()
 
 
+def unread_gpu_count(environ: Mapping[str, str]) -> str | None:
+    """$GPU_COUNT where it is set but is no count ("two", "-1"): the count cannot be compared, which is said."""
+    raw = environ.get(GPU_COUNT_ENV)
+    return raw if raw is not None and raw.strip() and expected_gpu_count(environ) is None else None
+
+
 def describe(evidence: Evidence) -> str:
     """One line for the log of a machine found fit: what was compared."""
     parts = [f"memory {fmt_bytes(evidence.available_memory)}" if evidence.available_memory is not None
@@ -337,4 +344,7 @@ def describe(evidence: Evidence) -> str:
         parts.append("GPUs not required")
     else:
         parts.append(evidence.gpus.why)
+        if evidence.gpu_count_unread is not None:
+            parts.append(f"{GPU_COUNT_ENV}={shown(evidence.gpu_count_unread)} is not a count: the GPUs were not "
+                         "counted against it")
     return "fitness: ok: " + ", ".join(parts)

@@ -22,6 +22,7 @@ on one machine it names the last one started; the others are found with ``--stat
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections import deque
 from collections.abc import Callable
@@ -156,6 +157,8 @@ def point_here(state_dir: Path, socket: Path) -> Path | None:
     path = pointer_path()
     if path is None:
         return None
+    if not path.is_absolute():  # (a bare status run from another directory would look for it elsewhere)
+        raise OSError(errno.EINVAL, f"${RUNTIME_DIR_ENV} is not an absolute path")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     record = {"pid": os.getpid(), "state_dir": str(state_dir), "socket": str(socket)}
     save_json(path, record)

@@ -251,6 +251,19 @@ def test_gather_counts_bytes_already_in_the_cache_and_asks_gpus_only_when_requir
         assert off.gpus is None and gpus.asked == 1, "GPUs not required: NVML is not asked"
 
 
+@pytest.mark.parametrize("raw", ["two", "-1", "1.0"])
+def test_a_gpu_count_that_is_no_count_is_said_not_skipped_silently(raw: str) -> None:
+    """GPU_COUNT=two turned the count check off without a word."""
+    gpus = InjectedGpus(idle_gpus(H200))
+    evidence = fitness.gather(profile_plan(PROVER_REQUIRE_GPUS="true"), FixedMemory(200 * GIB), gpus,
+                              {"GPU_COUNT": raw})
+    assert evidence.gpu_count_expected is None and evidence.gpu_count_unread == raw
+    assert f"GPU_COUNT={raw!r} is not a count: the GPUs were not counted against it" in fitness.describe(evidence)
+    counted = fitness.gather(profile_plan(PROVER_REQUIRE_GPUS="true"), FixedMemory(200 * GIB), gpus,
+                             {"GPU_COUNT": "1"})
+    assert counted.gpu_count_unread is None and "GPU_COUNT" not in fitness.describe(counted)
+
+
 def test_where_the_parameters_go_cuzk_then_the_environment_then_the_fetch() -> None:
     """Where the prover says the parameters go (its disk need): [cuzk] param_cache, else
     $FIL_PROOFS_PARAMETER_CACHE (the config's env, then the environment), else the fetch's progress_path."""

@@ -144,6 +144,20 @@ def test_a_log_dir_root_cannot_write_in_is_refused_at_start(sup: Runner) -> None
         "supervisor.log_dir: cannot use /sys/kernel: Permission denied"), result.output[-3000:]
 
 
+def test_a_state_dir_that_is_a_file_is_said_as_that(sup: Runner) -> None:
+    """mkdir's "File exists" of a state_dir that is a file sent the reader looking for a directory."""
+    sup.state_dir.write_text("")
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {sh("true")}
+        """)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 2, result.output[-3000:]
+    assert result.output.strip().splitlines()[-1].endswith(
+        f"supervisor.state_dir: cannot use {sup.state_dir}: not a directory"), result.output[-3000:]
+
+
 # ================================================================ state_dir: the outbox
 
 

@@ -438,6 +438,17 @@ def test_missing_cwd_is_126(sup: Runner, pid1: bool) -> None:
     assert "[p/p] should not run" not in result.output
 
 
+def test_a_cwd_that_is_a_file_is_said_as_that(sup: Runner) -> None:
+    # ENOTDIR: was "does not exist", and the reader went looking for a path that is there.
+    a_file = sup.tmp / "a-file"
+    a_file.write_text("")
+    result, verdict, _ = _spawn_failure(sup, ["true"], cwd=str(a_file))
+    assert result.returncode == 126, result.output
+    assert f"working directory {str(a_file)!r} is not a directory" in verdict, verdict
+    result, verdict, _ = _spawn_failure(sup, ["true"], cwd=str(a_file / "below"))
+    assert "does not exist" in verdict, verdict  # (a file on the way: nothing there, as a shell says)
+
+
 # ---------------------------------------------------------------- the ECHILD trap
 
 

@@ -320,8 +320,10 @@ def _failure(program: str, places: Sequence[str], cwd: str | None, report: bytes
     number, _, text = rest.partition(" ")
     code = int(number) if number.isdigit() else 0
     if stage == "cwd":
-        if code in (errno.ENOENT, errno.ENOTDIR):
+        if code == errno.ENOENT or (code == errno.ENOTDIR and not os.path.exists(cwd or "")):
             return SpawnError(126, f"working directory {cwd!r} does not exist")
+        if code == errno.ENOTDIR:  # (the path is there, a file: "does not exist" sent the reader looking for it)
+            return SpawnError(126, f"working directory {cwd!r} is not a directory")
         return SpawnError(126, f"cannot enter working directory {cwd!r}: {text}")
     if stage == "exec":
         # (ENOTDIR from a search of PATH: a PATH entry is a file. Not found, as a shell says.)

@@ -52,6 +52,31 @@ def test_a_child_reaped_by_its_parent_in_the_tree_is_not_counted_twice() -> None
     assert ledger.written == MIB + 4096
 
 
+def test_a_child_left_a_zombie_is_counted_once_whenever_its_parent_reaps_it() -> None:
+    # The process table leaves zombies out: the child is gone from the tree long before its parent reaps it
+    # and the kernel adds its counters to the parent's. Its 14 MiB were counted twice (27 MiB for 14 written).
+    ledger = IoLedger()
+    ledger.add([proc(10, 1, wchar=100)])
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=14 * MIB)])
+    ledger.add([proc(10, 1, wchar=100)])  # 11 a zombie: out of the table, not reaped yet
+    ledger.add([proc(10, 1, wchar=100)])
+    assert ledger.written == 14 * MIB
+    ledger.add([proc(10, 1, wchar=100 + 14 * MIB)])  # reaped: its counters in 10's now
+    assert ledger.written == 14 * MIB
+    ledger.add([proc(10, 1, wchar=100 + 14 * MIB + 4096)])  # 10's own bytes count again
+    assert ledger.written == 14 * MIB + 4096
+
+
+def test_what_a_parent_owes_goes_with_it_or_with_its_pid() -> None:
+    ledger = IoLedger()
+    ledger.add([proc(10, 1)])
+    ledger.add([proc(10, 1), proc(11, 10, wchar=MIB)])
+    ledger.add([proc(10, 1)])  # 11 gone, 10 owes its MiB
+    ledger.add([proc(12, 1)])  # 10 gone too (never reaped 11): nothing is owed any more
+    ledger.add([proc(12, 1), proc(10, 1, wchar=MIB)])  # a new process under pid 10: all its bytes are its own
+    assert ledger.written == 2 * MIB
+
+
 def test_a_counter_that_goes_back_is_a_new_process_under_a_reused_pid() -> None:
     ledger = IoLedger()
     ledger.add([proc(10, 1, rchar=9000)])

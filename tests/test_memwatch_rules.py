@@ -86,6 +86,18 @@ def test_the_working_set_leaves_out_inactive_file_cache(tmp_path: Path, no_machi
     assert watch.use_of("fetch") == MemoryUse(500 * MIB, 1000 * MIB, "its cgroup", None)
 
 
+def test_the_limit_is_the_tightest_of_the_phase_and_the_container(tmp_path: Path, no_machine_psi: Path) -> None:
+    # A phase's memory_max of 1 GiB in a container of 200 MiB: the kill came at 200 MiB with no memory_high, the
+    # fraction taken against the 1 GiB the phase never reaches.
+    cgroup = v1(tmp_path, "bench", usage=180 * MIB, limit=1024 * MIB)
+    watch = MemoryWatch(lambda: [], Evidence({"bench": (cgroup, "its cgroup")}, available=200 * MIB))  # type: ignore[arg-type]
+    use = watch.use_of("bench")
+    assert use == MemoryUse(180 * MIB, 200 * MIB, "the limit above its cgroup (200.0MiB < its own 1.0GiB)", None)
+    assert use.fraction == 0.9
+    looser = MemoryWatch(lambda: [], Evidence({"bench": (cgroup, "its cgroup")}, available=4096 * MIB))  # type: ignore[arg-type]
+    assert looser.use_of("bench") == MemoryUse(180 * MIB, 1024 * MIB, "its cgroup", None)
+
+
 def test_a_v2_cgroup_says_its_own_pressure(tmp_path: Path, no_machine_psi: Path) -> None:
     no_machine_psi.write_text(PSI.replace("2.50", "9.99"))
     cgroup = v2(tmp_path, "fetch", 10, "100", pressure=PSI)

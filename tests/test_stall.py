@@ -9,6 +9,8 @@ times are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import os
+import re
 import textwrap
 import threading
 import time
@@ -32,6 +34,8 @@ from helpers import (
 from hungmount import hung_mount
 
 from supervisor.engine.loop import EventLoop
+from supervisor.evidence.gpu import GpuReading, GpuSample
+from supervisor.evidence.iowatch import TreeIo
 from supervisor.evidence.progress import ProgressProbe, measure_tree, tree_size
 from supervisor.evidence.stall import (
     STALL_CHECK_MAX_S,
@@ -40,6 +44,7 @@ from supervisor.evidence.stall import (
     StallWatch,
     check_interval,
 )
+from supervisor.evidence.watchstate import WatchState
 from supervisor.exits import EXIT_TIMEOUT
 
 # ================================================================ StallWatch, pure
@@ -172,6 +177,17 @@ def test_a_blind_io_thread_is_in_the_verdict_not_taken_for_silence() -> None:
                       "many open files) (no GPU visible)"), silent
 
 
+def test_processes_whose_counters_are_refused_are_in_the_verdict() -> None:
+    # A worker run as another user (gosu) while the supervisor lacks CAP_SYS_PTRACE: its bytes are in no total,
+    # and "no I/O for 35s" was said of a download that had written 35 MiB.
+    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w.saw_io(0, True, 100.0, unreadable=1)
+    assert w.stalled(101.0) == ("no output for 1.0s, no I/O for 1.0s (the I/O counters of 1 of its processes "
+                                "unreadable: another user's, and no CAP_SYS_PTRACE) (no GPU visible)")
+    w.saw_io(0, True, 101.0, unreadable=0)  # (it ended: the latest reading is whole again)
+    assert w.stalled(102.0) == "no output for 2.0s, no I/O for 2.0s (no GPU visible)"
+
+
 def test_a_walker_whose_walks_raise_is_said_blind_and_walks_on(tmp_path: Path, monkeypatch) -> None:
     import supervisor.evidence.progress as progress
 
@@ -194,6 +210,58 @@ def test_a_walker_whose_walks_raise_is_said_blind_and_walks_on(tmp_path: Path, m
     finally:
         release()
         probe.close()
+
+def test_a_walk_cut_short_publishes_nothing_and_the_last_measure_stands(tmp_path: Path, monkeypatch) -> None:
+    # A failed walk was published as size None (then 0): a shrink, and the next whole walk read as growth, a
+    # false sign of life that hid a real stall.
+    import errno
+
+    import supervisor.evidence.progress as progress
+
+    (tmp_path / "f").write_bytes(b"x" * 5)
+    probe = ProgressProbe()
+    release = probe.watch(str(tmp_path), every_s=0.05)
+    try:
+        first = wait_for(lambda: probe.latest(str(tmp_path)))
+        real_scandir = os.scandir
+
+        def emfile(path: str) -> object:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(progress.os, "scandir", emfile)
+        misses = probe.state.misses
+        wait_for(lambda: probe.state.misses >= misses + 2, timeout=10)
+        assert probe.latest(str(tmp_path)) == first, "a walk cut short published a measure"
+        monkeypatch.setattr(progress.os, "scandir", real_scandir)
+        wait_for(lambda: probe.latest(str(tmp_path)).seq != first.seq, timeout=10)
+        assert probe.latest(str(tmp_path)).size == 5
+    finally:
+        release()
+        probe.close()
+
+
+def test_a_walk_passes_over_a_file_gone_since_it_was_listed_and_a_directory_not_ours(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    import errno
+
+    import supervisor.evidence.progress as progress
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(b"x" * 5)
+    (tmp_path / "g").write_bytes(b"y" * 7)
+    real_scandir = progress.os.scandir
+
+    def refusing(path: str) -> object:
+        if path.endswith("/d"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_scandir(path)
+
+    monkeypatch.setattr(progress.os, "scandir", refusing)
+    assert progress.tree_done(tmp_path, now=0.0)[:2] == (7, 1)  # whole all the same: the same every walk
+    monkeypatch.setattr(progress.os, "scandir", lambda path: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    with pytest.raises(OSError):
+        progress.tree_done(tmp_path, now=0.0)
+
 
 class _WantedGpus:
     """The GPU thread as a stall check sees it: it counts who wants samples now."""
@@ -257,6 +325,104 @@ def test_a_stall_check_that_raises_releases_what_it_asked_for_before_the_phase_h
         loop.run_once(max_wait=0)
         assert [(what, str(exc)) for what, exc in attempt.faults] == [("the stall check", "a bug in the stall check")]
         assert gpus.wanting == 0
+    finally:
+        loop.close()
+
+
+class _QuietAttempt:
+    """An attempt that prints nothing and has no process tree: its stall is decided by the other signs alone."""
+
+    def __init__(self) -> None:
+        self.stalls: list[str] = []
+
+    def roots(self) -> list[tuple[int, str]]:
+        return []
+
+    def last_outputs(self) -> list[float]:
+        return []
+
+    def drain(self) -> None:
+        pass
+
+    def current(self) -> bool:
+        return not self.stalls
+
+    def stalled(self, silent: str) -> None:
+        self.stalls.append(silent)
+
+    def fault(self, what: str, exc: Exception) -> None:
+        raise AssertionError(f"{what}: {exc}")
+
+
+class _BusyGpus(_WantedGpus):
+    """A GPU at 90 % whose sampling thread fails at a moment the test chooses, and comes back."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.available, self.why, self._clock, self._seq = True, "", clock, 0
+
+    def latest(self) -> GpuReading | None:  # type: ignore[override]
+        if not self.available:
+            return None
+        self._seq += 1
+        return GpuReading(self._seq, self._clock.now, (GpuSample(0, "H200", 90, 1 << 30, 141 << 30),))
+
+    def fail(self) -> None:
+        self.available, self.why = False, "no GPU evidence for now: the GPU thread failed (RuntimeError: boom)"
+
+
+def run_checks(loop: EventLoop, clock: FakeClock, seconds: float, step: float = 0.1) -> None:
+    end = clock.now + seconds
+    while clock.now < end:
+        clock.now += step
+        loop.run_once(max_wait=0)
+
+
+def test_a_gpu_thread_that_fails_does_not_stall_a_gpu_busy_child_at_once() -> None:
+    # While the thread restarts, Gpus.available is False: the GPU sign and its fresh activity were dropped, and
+    # the child was stalled at the next look, "(no GPU visible)", 0.9 s after the GPU last worked.
+    clock = FakeClock()
+    loop = EventLoop(clock=clock)
+    try:
+        gpus, attempt = _BusyGpus(clock), _QuietAttempt()
+        StallMonitor(loop, 3.0, None, SimpleNamespace(gpus=gpus, progress=None, freeze=None, io=None), attempt)
+        run_checks(loop, clock, 5.0)
+        assert attempt.stalls == []  # the GPU works
+        gpus.fail()
+        run_checks(loop, clock, 2.5)
+        assert attempt.stalls == [], "stalled while the GPU had worked within stall_s"
+        run_checks(loop, clock, 1.0)  # its silence now passes stall_s: a stall, said with why it is unknown
+        [silent] = attempt.stalls
+        assert re.fullmatch(r"no output for 8\.\ds, no GPU activity for 3\.\ds \(GPU evidence unavailable: no GPU "
+                            r"evidence for now: the GPU thread failed \(RuntimeError: boom\)\)", silent), silent
+    finally:
+        loop.close()
+
+
+class _StaleIo:
+    """The I/O thread as a stall watch sees it: one reading, then none (a thread held up, not blind yet)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.state = WatchState("I/O watch", 30.0, clock=lambda: clock.now)
+        self.reading = TreeIo(1, clock.now, 0, 0, 1, True)
+
+    def watch(self, every_s: float) -> SimpleNamespace:
+        return SimpleNamespace(follow=lambda roots: None, latest=lambda: self.reading, release=lambda: None)
+
+
+def test_an_io_reading_older_than_half_of_stall_s_is_no_measure_of_silence() -> None:
+    # Under stall_s 5, an I/O thread held up (a read of a hung mount's /proc entry) is blind only after 30 s: its
+    # one old reading was taken for 5 s of measured silence.
+    clock = FakeClock()
+    loop = EventLoop(clock=clock)
+    try:
+        attempt = _QuietAttempt()
+        StallMonitor(loop, 5.0, None, SimpleNamespace(gpus=None, progress=None, freeze=None, io=_StaleIo(clock)),
+                     attempt)
+        run_checks(loop, clock, 5.3)
+        [silent] = attempt.stalls
+        assert re.fullmatch(r"no output for 5\.\ds, no I/O for 5\.\ds \(I/O evidence unavailable: the I/O thread's "
+                            r"latest reading is 5\.\ds old\) \(no GPU visible\)", silent), silent
     finally:
         loop.close()
 

@@ -45,6 +45,9 @@ TREE_REFRESH_S = 5.0
 # The thread that has read nothing for this long, while an attempt is followed, is said to be blind (its
 # watch state, watchstate.py), and a stall it would have seen says so.
 IO_BLIND_S = 30.0
+# At most this many pids whose refused counters were said are remembered (a churn of short-lived workers of
+# another user must not grow the set without end; past it, a refusal may be said again).
+REFUSALS_SAID_MAX = 4096
 
 # The counters read, in /proc/<pid>/io's words.
 COUNTERS = ("rchar", "wchar", "read_bytes", "write_bytes")
@@ -68,7 +71,9 @@ class TreeIo:
     """The watched trees' totals since the watch began: ``moved`` bytes read and written (every counter),
     ``written`` bytes written (``wchar``), ``procs`` the processes read at ``at`` (monotonic), ``seq`` the
     reading's number (a new one is new evidence); ``readable`` False while no process's counters could be
-    read (no evidence: a kernel without I/O accounting, or not ours to read)."""
+    read (no evidence: a kernel without I/O accounting, or not ours to read); ``unreadable``
+    the processes of the trees whose counters were refused (another user's, without CAP_SYS_PTRACE): their
+    bytes are in no total."""
 
     seq: int
     at: float
@@ -76,6 +81,7 @@ class TreeIo:
     written: int
     procs: int
     readable: bool
+    unreadable: int = 0
 
 
 class IoLedger:
@@ -83,6 +89,10 @@ class IoLedger:
 
     def __init__(self) -> None:
         self._last: dict[int, ProcIo] | None = None  # None: no reading yet (the first is the baseline)
+        # Per parent, the bytes of its children gone from the trees and not yet seen in its own counters: a
+        # child leaves the table as a zombie, and the kernel adds its counters to its parent's only at the reap,
+        # which may come much later (never counted twice, whenever it comes).
+        self._owed: dict[int, list[int]] = {}
         self.moved = 0
         self.written = 0
         self.readable = False
@@ -93,28 +103,34 @@ class IoLedger:
         last, self._last = self._last, now
         if last is None:
             return  # the baseline: what the trees had done before the watch began is not this watch's
-        absorbed = _absorbed(last, now)
+        self._owe(last, now)
         for pid, proc in now.items():
             before = last.get(pid)
             if before is not None and any(n < b for n, b in zip(proc.counters, before.counters, strict=True)):
                 before = None  # a counter went back: a new process under a reused pid
+                self._owed.pop(pid, None)
             base = before.counters if before is not None else (0, 0, 0, 0)
-            extra = absorbed.get(pid, (0, 0, 0, 0))
-            deltas = [max(0, n - b - x) for n, b, x in zip(proc.counters, base, extra, strict=True)]
+            deltas = [max(0, n - b) for n, b in zip(proc.counters, base, strict=True)]
+            owed = self._owed.get(pid)
+            if owed is not None:  # a reaped child's bytes, counted already, come first out of the parent's growth
+                for i, delta in enumerate(deltas):
+                    paid = min(delta, owed[i])
+                    deltas[i], owed[i] = delta - paid, owed[i] - paid
+                if not any(owed):
+                    del self._owed[pid]
             self.moved += sum(deltas)
             self.written += deltas[_WCHAR]
 
-
-def _absorbed(last: dict[int, ProcIo], now: dict[int, ProcIo]) -> dict[int, Counters]:
-    """For each parent still here, the last counters of its children gone since (reaped by it, the kernel
-    added them to its own): those bytes were counted already."""
-    absorbed: dict[int, list[int]] = {}
-    for pid, gone in last.items():
-        if pid not in now and gone.ppid in now and gone.ppid in last:
-            sums = absorbed.setdefault(gone.ppid, [0, 0, 0, 0])
-            for i, value in enumerate(gone.counters):
-                sums[i] += value
-    return {pid: (s[0], s[1], s[2], s[3]) for pid, s in absorbed.items()}
+    def _owe(self, last: dict[int, ProcIo], now: dict[int, ProcIo]) -> None:
+        """For each parent still here, the last counters of its children gone since (reaped by it now or later:
+        the kernel adds them to its own then); what a parent gone owes is forgotten."""
+        for pid, gone in last.items():
+            if pid not in now and gone.ppid in now and gone.ppid in last:
+                owed = self._owed.setdefault(gone.ppid, [0, 0, 0, 0])
+                for i, value in enumerate(gone.counters):
+                    owed[i] += value
+        for parent in [p for p in self._owed if p not in now]:
+            del self._owed[parent]
 
 
 def parse_io(data: bytes) -> Counters | None:
@@ -133,14 +149,20 @@ _KEYS = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
 
 
 def read_io(pid: int, proc: str = "/proc") -> Counters | None:
-    """One process's counters; None if it vanished or they cannot be read. (Not cgroups.read_small: this is
-    always procfs under our own /proc, read for every process every second, so no fstat and no decode.)"""
+    """One process's counters; None if it vanished (or they are not the kernel's text). Raises PermissionError
+    where they are not ours to read: another user's process while the supervisor lacks CAP_SYS_PTRACE (Docker's
+    default), the kernel refusing the read itself. (Not cgroups.read_small: this is always procfs under our own
+    /proc, read for every process every second, so no fstat and no decode.)"""
     try:
         fd = os.open(f"{proc}/{pid}/io", os.O_RDONLY)
+    except PermissionError:
+        raise
     except OSError:
         return None
     try:
         return parse_io(os.read(fd, 4096))
+    except PermissionError:
+        raise
     except OSError:
         return None
     finally:
@@ -154,17 +176,23 @@ class _Reader:
     def __init__(self, proc: str) -> None:
         self._proc = proc
         self._read: dict[int, Counters | None] = {}
+        self.refused: set[int] = set()  # the processes whose counters were not ours to read
 
-    def trees(self, tree: Callable[[int, str], list[Proc]], roots: tuple[Root, ...]) -> list[ProcIo]:
+    def trees(self, tree: Callable[[int, str], list[Proc]], roots: tuple[Root, ...]) -> tuple[list[ProcIo], int]:
+        """The trees' processes with their counters, and how many of them refused theirs."""
         members = {proc.pid: proc.ppid for pid, tag in roots for proc in tree(pid, tag)}
         procs = []
         for pid, ppid in members.items():
             if pid not in self._read:
-                self._read[pid] = read_io(pid, self._proc)
+                try:
+                    self._read[pid] = read_io(pid, self._proc)
+                except PermissionError:
+                    self._read[pid] = None
+                    self.refused.add(pid)
             counters = self._read[pid]
             if counters is not None:
                 procs.append(ProcIo(pid, ppid, counters))
-        return procs
+        return procs, sum(pid in self.refused for pid in members)
 
 
 class IoWatch:
@@ -205,6 +233,7 @@ class IoProbe:
         self._seq = itertools.count(1)
         self.state = WatchState("I/O watch", IO_BLIND_S)  # its own health: a round that raised is a miss
         self.state.idle("no attempt followed")  # (until one is: no thread, nothing to read)
+        self._refusals_said: set[int] = set()  # the pids whose refused counters were said (once each)
 
     def watch(self, every_s: float = IO_SAMPLE_S) -> IoWatch:
         with self._cond:
@@ -258,16 +287,30 @@ class IoProbe:
                 self.state.miss(said_error(exc))
                 continue
             self.state.read()
+            self._say_refused(read.refused)
             now = time.monotonic()
             with self._cond:
-                for wid, procs in readings.items():
+                for wid, (procs, unreadable) in readings.items():
                     watched = self._watches.get(wid)
                     if watched is None:
                         continue
                     watched.ledger.add(procs)
                     ledger = watched.ledger
                     watched.latest = TreeIo(next(self._seq), now, ledger.moved, ledger.written, len(procs),
-                                            ledger.readable)
+                                            ledger.readable, unreadable)
+
+    def _say_refused(self, refused: set[int]) -> None:
+        """Processes whose counters are not ours to read are said, each once: their reads and writes are no sign
+        of life, and a stall found meanwhile says so (stall.py)."""
+        new = sorted(refused - self._refusals_said)
+        if not new:
+            return
+        if len(self._refusals_said) >= REFUSALS_SAID_MAX:
+            self._refusals_said.clear()
+        self._refusals_said.update(new)
+        shown = ", ".join(map(str, new[:5])) + (f" and {len(new) - 5} more" if len(new) > 5 else "")
+        self.state.say(f"I/O watch: the I/O counters of pid {shown} cannot be read (another user's process, and "
+                       "the supervisor lacks CAP_SYS_PTRACE): its reads and writes are no sign of life")
 
     def _wait(self) -> bool:
         """Sleep one period (the shortest a watch asked for; at once when the roots changed); False once closed."""

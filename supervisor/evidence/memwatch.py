@@ -5,9 +5,9 @@ An OOM kill comes without warning to the operator, though the usage was near the
 and /proc/meminfo reads do not block, so this runs on the loop) the memory of each phase with live
 children is read: its own cgroup (per-phase mode), else the supervisor's, else the machine's
 (MemTotal less MemAvailable). The figure is the working set (usage less inactive file cache, as the
-kubelet counts it: a cache the kernel can drop is no threat), the limit the cgroup's own, else the
-tightest one above it, else MemTotal. PSI is added where it is readable (v2 ``memory.pressure``,
-else ``/proc/pressure/memory``; EOPNOTSUPP: none).
+kubelet counts it: a cache the kernel can drop is no threat), the limit the tightest of the cgroup's own
+and those above it (a phase's memory_max looser than the container's is no limit it reaches), else MemTotal.
+PSI is added where it is readable (v2 ``memory.pressure``, else ``/proc/pressure/memory``; EOPNOTSUPP: none).
 
 Crossing the phase's ``memory_warn`` (a fraction of the limit, default 0.9; 0: never) is said once
 per crossing as ``memory_high``, with the usage, the limit and the phase: to the console and
@@ -138,7 +138,11 @@ def memory_use(memory: MemoryEvidence, phase: str, meminfo: Path | str = "/proc/
     cgroup, where = memory.cgroup_of(phase)
     if cgroup is not None:
         used = cgroup.working_set()
-        limit = cgroup.limit() or memory.available_memory()
+        # The kill comes at the tightest limit: the phase's own may be looser than the container's above it.
+        own, above = cgroup.limit(), memory.available_memory()
+        limit = min(own, above) if own and above else own or above
+        if own and above and above < own:
+            where = f"the limit above {where} ({fmt_bytes(above)} < its own {fmt_bytes(own)})"
         if used is None or not limit:
             return None
         pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None

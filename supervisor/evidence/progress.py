@@ -25,6 +25,7 @@ nothing is read on the loop.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import threading
@@ -86,7 +87,7 @@ class ProgressProbe:
         self._measures: dict[str, TreeMeasure] = {}
         self._seq = itertools.count(1)
         self._walking: tuple[str, float] | None = None  # the path being walked, since (monotonic)
-        self._ended_slow: list[TreeMeasure] = []
+        self._ended_slow: list[tuple[str, float, str]] = []  # slow walks ended: path, seconds, what they found
         self._said_going: set[str] = set()  # paths said to be walked for too long (loop side only)
         self._said_ended: set[str] = set()  # paths said to have had a slow walk (loop side only)
         self.state = WatchState("progress walker", WALK_BLIND_S)  # its own health: a walk that raised is a miss
@@ -127,11 +128,11 @@ class ProgressProbe:
         with self._cond:
             walking, ended, self._ended_slow = self._walking, self._ended_slow, []
         lines = []
-        for measure in ended:
-            if measure.path not in self._said_ended:
-                self._said_ended.add(measure.path)
-                lines.append(f"progress: walking {measure.path} took {measure.took:.1f}s ({measure.files} files); "
-                             "its growth is seen that much later")
+        for path, took, found in ended:
+            if path not in self._said_ended:
+                self._said_ended.add(path)
+                lines.append(f"progress: walking {path} took {took:.1f}s ({found}); its growth is seen that much "
+                             "later")
         if walking is not None and now - walking[1] >= self._slow_s and walking[0] not in self._said_going:
             self._said_going.add(walking[0])
             lines.append(f"progress: walking {walking[0]} has not finished after {now - walking[1]:.1f}s "
@@ -155,23 +156,27 @@ class ProgressProbe:
             with self._cond:
                 self._walking = (path, started)
             self.state.wake()
+            walked: tuple[int | None, int, int, int] | None = None
             try:
-                size, files, done, done_files = (net_received(), 0, 0, 0) if path == NET_DEV else tree_done(path)
-            except Exception as exc:  # a bug must not end the only walker; the path reads as unchanged
-                self.state.miss(said_error(exc))
-                size, files, done, done_files = None, 0, 0, 0
+                walked = (net_received(), 0, 0, 0) if path == NET_DEV else tree_done(path)
+            except Exception as exc:  # a bug, or a walk cut short (EIO, EMFILE): the path reads as unchanged, no
+                missed = said_error(exc)  # measure (a short walk's size read as a shrink, then growth)
+                self.state.miss(missed)
             else:
                 self.state.read()
             ended = time.monotonic()
-            measure = TreeMeasure(path, size, files, ended, ended - started, next(self._seq), done, done_files)
+            measure = None if walked is None else TreeMeasure(path, walked[0], walked[1], ended, ended - started,
+                                                              next(self._seq), walked[2], walked[3])
             with self._cond:
                 self._walking = None
-                self._measures[path] = measure
-                if measure.took >= self._slow_s:
-                    self._ended_slow.append(measure)
+                if measure is not None:
+                    self._measures[path] = measure
+                if ended - started >= self._slow_s:
+                    found = f"{measure.files} files" if measure is not None else f"cut short: {missed}"
+                    self._ended_slow.append((path, ended - started, found))
                 every = min((e for p, e in self._watches.values() if p == path), default=PROGRESS_WALK_S)
             # At most half the time busy: a tree that takes a second to walk is walked every two.
-            due[path] = ended + max(PROGRESS_WALK_MIN_S, every, measure.took)
+            due[path] = ended + max(PROGRESS_WALK_MIN_S, every, ended - started)
 
     def _next_path(self, due: dict[str, float]) -> str | None:
         """Sleep until a watched path is due (a new one at once); None once closed."""
@@ -227,7 +232,8 @@ def tree_done(path: str | Path, now: float | None = None) -> tuple[int | None, i
     now = time.time() if now is None else now
     try:
         st = os.stat(path)
-    except OSError:
+    except OSError as exc:
+        _partial(exc)
         return None, 0, 0, 0
     if not os.path.isdir(path):
         # One file, judged as in a directory: with its control file beside it, it is not complete (aria2c
@@ -240,7 +246,8 @@ def tree_done(path: str | Path, now: float | None = None) -> tuple[int | None, i
         try:
             with os.scandir(stack.pop()) as entries:
                 listed = list(entries)
-        except OSError:
+        except OSError as exc:
+            _partial(exc)
             continue
         names = {entry.name for entry in listed}
         for entry in listed:
@@ -249,7 +256,8 @@ def tree_done(path: str | Path, now: float | None = None) -> tuple[int | None, i
                     stack.append(entry.path)
                     continue
                 st = entry.stat(follow_symlinks=False)
-            except OSError:
+            except OSError as exc:
+                _partial(exc)
                 continue
             total += st.st_size
             files += 1
@@ -260,6 +268,17 @@ def tree_done(path: str | Path, now: float | None = None) -> tuple[int | None, i
                 done += allocated
                 done_files += 1
     return total, files, done, done_files
+
+
+# What a walk passes over and is whole all the same: a file gone since it was listed (aria2c removes its control
+# file at a file's end), a path that is no directory, one not ours to read (the same every walk: no false growth).
+_WALK_PASSES = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM})
+
+
+def _partial(exc: OSError) -> None:
+    """Anything else (EIO of a flaky mount, EMFILE, ESTALE) cut the walk short: raised, the walk is a miss."""
+    if exc.errno not in _WALK_PASSES:
+        raise exc
 
 
 def _written_lately(st: os.stat_result, now: float) -> bool:

@@ -59,6 +59,7 @@ class StallWatch:
     last_io: float = field(init=False)
     progress_size: int | None = None
     io_moved: int | None = None  # the trees' bytes moved at the latest reading (None: none yet)
+    io_unreadable: int = 0  # the processes whose counters were refused at the latest reading (iowatch.TreeIo)
 
     def __post_init__(self) -> None:
         self.last_output = self.last_gpu = self.last_progress = self.last_io = self.started
@@ -77,9 +78,11 @@ class StallWatch:
         self.last_progress = max(self.last_progress, at)
         self.last_io = max(self.last_io, at)
 
-    def saw_io(self, moved: int, readable: bool, at: float) -> None:
+    def saw_io(self, moved: int, readable: bool, at: float, unreadable: int = 0) -> None:
         """The trees' bytes read and written since the watch began, as the I/O thread read them at ``at``:
-        more than last time is a sign of life (the first reading is the baseline)."""
+        more than last time is a sign of life (the first reading is the baseline). ``unreadable``: how many of
+        the trees' processes refused their counters (their bytes are in no total: said in the verdict)."""
+        self.io_unreadable = unreadable
         if not readable:
             return
         self.io_visible = True
@@ -127,6 +130,9 @@ class StallWatch:
             silent += f" (I/O evidence unavailable: {io_unknown})"
         elif self.watches_io and not self.io_visible:
             silent += " (I/O counters unreadable)"
+        elif self.io_unreadable:
+            silent += (f" (the I/O counters of {self.io_unreadable} of its processes unreadable: another user's, "
+                       "and no CAP_SYS_PTRACE)")
         if gpu_unknown is not None:
             silent += f" (GPU evidence unavailable: {gpu_unknown})"
         elif not self.gpus_visible:
@@ -211,8 +217,7 @@ class StallMonitor:
         gpu_unknown = self._saw_gpus(now)
         self._saw_io()
         self._saw_progress()
-        io_unknown = self._io_probe.state.blind_why() if self._io_probe is not None else None
-        silent = watch.stalled(now, gpu_unknown, io_unknown)
+        silent = watch.stalled(now, gpu_unknown, self._io_unknown(now))
         if silent is None:
             self._loop.call_later(self._interval, self._check, on_error=self._on_error)
         else:
@@ -228,19 +233,40 @@ class StallMonitor:
             if self._thaw_seen is not None:
                 self._watch.thawed(self._thaw_seen)
 
+    def _io_unknown(self, now: float) -> str | None:
+        """Why the I/O silence is no measure now, if it is not: the I/O thread blind (its own window), or its
+        latest reading older than half of stall_s (a thread held up that is not blind yet, under a short
+        stall_s: the silence it would claim was not measured)."""
+        if self._io_probe is None or self._io is None:
+            return None
+        blind = self._io_probe.state.blind_why()
+        if blind is not None:
+            return blind
+        reading = self._io.latest()
+        last = reading.at if reading is not None else self._watch.started
+        if now - last > self._watch.stall_s / 2:
+            return f"the I/O thread's latest reading is {now - last:.1f}s old"
+        return None
+
     def _saw_gpus(self, now: float) -> str | None:
-        """Feed the GPU thread's newest reading; why GPU evidence is unknown (NVML hung), if it is."""
+        """Feed the GPU thread's newest reading; why GPU evidence is unknown (NVML hung, or the GPUs seen
+        before are not now: the GPU thread failed and restarts), if it is. GPUs that were seen stay a sign,
+        with their last activity: a watch that fails must not make a GPU-busy child stalled at once."""
         gpus = self._gpus
         if gpus is None:
             return None
-        self._watch.gpus_visible = gpus.available
+        gone = None
+        if gpus.available:
+            self._watch.gpus_visible = True
+        elif self._watch.gpus_visible:
+            gone = gpus.why or "the GPUs seen before are not now"
         reading = gpus.latest()
         if reading is not None and (self._gpu_reading is None or reading.seq != self._gpu_reading.seq):
             before = self._gpu_reading.samples if self._gpu_reading is not None else ()
             self._watch.saw_gpu(activity_changed(before, reading.samples), reading.at)
             self._gpu_reading = reading
         hung = gpus.unresponsive(now)
-        return None if hung is None else f"NVML unresponsive since {hung.since_clock()} ({hung.describe(now)})"
+        return gone if hung is None else f"NVML unresponsive since {hung.since_clock()} ({hung.describe(now)})"
 
     def _saw_io(self) -> None:
         """Feed the I/O thread's newest totals, and hand it the attempt's trees as they are now."""
@@ -250,7 +276,7 @@ class StallMonitor:
         reading = self._io.latest()
         if reading is not None and reading.seq != self._io_seq:
             self._io_seq = reading.seq
-            self._watch.saw_io(reading.moved, reading.readable, reading.at)
+            self._watch.saw_io(reading.moved, reading.readable, reading.at, reading.unreadable)
 
     def _saw_progress(self) -> None:
         if self._probe is None or self._progress_path is None:

@@ -106,6 +106,11 @@ class WatchState:
             self._why = short(why)
             self._say(f"{self.name}: stopped unexpectedly ({self._why}); {then}")
 
+    def say(self, line: str) -> None:
+        """A line of the watch's own for the next tick (from any thread): what it found of its evidence."""
+        with self._lock:
+            self._say(line)
+
     def _say(self, line: str) -> None:
         """(under the lock) A line for the next tick; past UNSAID_MAX, only the counts tell."""
         if len(self._unsaid) < UNSAID_MAX:

@@ -124,3 +124,20 @@ def test_the_view_tells_the_clocks_then_the_plugin_of_a_row_and_the_plugin_befor
     heard.clear()
     view.heard_kill(Row("u", "registered", kill_reason="rented out"))
     assert heard == ["log manager: the manager kil", "retire", "push", "plugin killed", "lifecycle stopped"]
+
+
+@pytest.mark.parametrize(("written", "offset_s", "read_as"), [
+    (NOW - 7200, -7200.0, NOW),  # a registration made now by a manager two hours behind
+    (NOW - 3600, 3600.0, NOW - 7200),  # an hour ago on a clock an hour ahead: two hours ago on ours
+    (NOW - 3600, -4.0, NOW - 3600), (NOW - 3600, 4.0, NOW - 3600),  # Date's rounding, left alone
+], ids=["behind", "ahead", "within-5s-behind", "within-5s-ahead"])
+def test_a_time_is_read_on_our_clock_where_the_managers_differs_by_5s_or_more(written: float, offset_s: float,
+                                                                              read_as: float) -> None:
+    assert manager_time(utc_text(written), "registered_at", NOW, offset_s) == read_as
+
+
+def test_a_time_from_the_future_is_judged_on_our_clock() -> None:
+    # A manager 2 h ahead wrote "now + 1 h" an hour ago: possible, and used; on its own clock it was impossible.
+    assert manager_time(utc_text(NOW + 3600), "registered_at", NOW, 7200.0) == NOW - 3600
+    with pytest.raises(RowError, match="impossible"):
+        manager_time(utc_text(NOW + 3600), "registered_at", NOW, 0.0)

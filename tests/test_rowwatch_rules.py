@@ -4,6 +4,7 @@ not tried again for FAILED_AGAIN_S, the periodic read only once the manager know
 
 from __future__ import annotations
 
+import re
 import time
 
 import requests
@@ -110,3 +111,30 @@ def test_a_step_of_the_wall_clock_does_not_hold_up_the_reads(manager: DevManager
     again, _ = rows.read(uuid)
     assert again.error is None and again.row is not None and again.at == wall[0]
 
+
+
+def test_a_manager_whose_clock_lags_ours_has_its_times_read_on_ours(tmp_path) -> None:
+    """The manager's host runs two hours behind: its registered_at of a registration made now read as two hours
+    ago, and a download whose 90 minutes had just begun was given up at once as too slow (its instance destroyed
+    by the give-up's rate 0). Its answers' Date says how far behind it is, and its times are read on our clock."""
+    import subprocess
+    import sys
+
+    lagging = subprocess.Popen(
+        [sys.executable, "-c", "import time\n_real = time.time\ntime.time = lambda: _real() - 7200\n"
+         "from supervisor.app.cli import dev_manager\nm = dev_manager(0, quiet=True)\nprint(m.url, flush=True)\n"
+         "m._server.serve_forever()\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        url = lagging.stdout.readline().strip() if lagging.stdout else ""
+        uuid = str(requests.post(url + "/register", json={"label": "C.77"}, timeout=5).json()["uuid"])
+        rows = RowWatch(ManagerClient(ManagerSpec(url=url, connect_timeout_s=2, read_timeout_s=2)), 300.0)
+        reading, notes = rows.read(uuid)
+        assert reading.row is not None and reading.row.registered_at is not None
+        assert abs(reading.row.registered_at - time.time()) < 10, reading.row  # not 7200 s ago
+        [note] = notes
+        assert re.fullmatch(r"the manager's clock is 720[0-2]s behind ours \(its answer's Date\): its row's times "
+                            r"are read on ours", str(note)), note
+        assert rows.read(uuid)[1] == [], "said once"
+    finally:
+        lagging.kill()
+        lagging.wait(10)

@@ -84,6 +84,9 @@ class PermanentError(Exception):
 class Answer:
     status: int
     body: Any  # parsed JSON, or None (204, or no JSON wanted)
+    # The manager's clock less ours, from the answer's Date header (whole seconds: within a second or so); None
+    # where it sent none. Its row's times are its clock's (row.py reads them on ours).
+    clock_offset_s: float | None = None
 
 
 class ManagerClient:
@@ -149,8 +152,9 @@ class ManagerClient:
         status = response.status_code
         if 300 <= status < 400:
             raise TransientError(self._redirected(method, path, status, response.headers.get("Location")))
+        offset = _clock_offset(response.headers.get("Date"))
         if 200 <= status < 300 and (not want_json or status == 204):
-            return Answer(status, None)  # the body is not read: this connection is closed after the call
+            return Answer(status, None, offset)  # the body is not read: this connection is closed after the call
         data = self._body(method, path, response, max_bytes)
         if not 200 <= status < 500 or status == 429:
             asked = retry_after_s(response.headers.get("Retry-After"), time.time()) if status in (429, 503) else None
@@ -158,7 +162,7 @@ class ManagerClient:
         if status >= 400:
             raise PermanentError(status, shown_bytes(data, MAX_ANSWER_BYTES))
         try:
-            return Answer(status, json.loads(data, parse_constant=_no_constant))
+            return Answer(status, json.loads(data, parse_constant=_no_constant), offset)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, NaN, a number of 5000 digits, [[[[...
             raise TransientError(f"{method} {path}: HTTP {status} with a body that is not JSON: "
                                  f"{shown_bytes(data, 100)}") from None
@@ -228,17 +232,27 @@ def retry_after_s(value: str | None, now: float) -> float | None:
         return None
     if text.isascii() and text.isdigit():
         return RETRY_AFTER_MAX_S if len(text.lstrip("0")) > 6 else min(float(text), RETRY_AFTER_MAX_S)
-    from email.utils import parsedate_to_datetime  # the date form only: rare, and email is not light
+    stamp = http_date(text)
+    return None if stamp is None else min(max(0.0, stamp - now), RETRY_AFTER_MAX_S)
+
+
+def http_date(text: str) -> float | None:
+    """An HTTP date (``Sun, 06 Nov 1994 08:49:37 GMT``: the Date header, Retry-After's date form) as epoch
+    seconds; None where it is none (garbage is ignored, never obeyed)."""
+    from email.utils import parsedate_to_datetime  # (imported at the first answer: email is not light)
 
     try:
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
         return None
-    try:
-        stamp = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
-    except (OverflowError, OSError, ValueError):
-        return None
-    return min(max(0.0, stamp - now), RETRY_AFTER_MAX_S)
+
+
+def _clock_offset(date: str | None) -> float | None:
+    """The sender's clock less ours, from a Date header read now; None without one. (Date has whole seconds and
+    is written before the answer travels: this is within a second or two.)"""
+    stamp = http_date(date.strip()) if date else None
+    return None if stamp is None else stamp - time.time()
 
 
 def retry_wait_s(attempts: int) -> float:

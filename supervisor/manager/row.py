@@ -35,6 +35,11 @@ KILLED = "killed"
 ROW_STATES = ("registered", "params_done", "running", KILLED)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # SQLite's CURRENT_TIMESTAMP, UTC
 TIME_FIELDS = ("registered_at", "param_done_at", "killed_at")
+# The manager's clock may run behind or ahead of ours (its answers' Date says by how much): its row's times are
+# read on our clock where the two differ by this much or more. A lag of an hour made a fresh registration read
+# as an hour old, and a download whose 90 minutes had just begun was given up as too slow at once. (Less is
+# left alone: Date's whole seconds would only move every time by a second of noise.)
+CLOCK_OFFSET_MIN_S = 5.0
 # Nor before 2024: no manager row was written then (a time of 1970 is a zero, not a registration).
 MANAGER_TIME_MIN = 1704067200.0  # 2024-01-01 00:00:00 UTC
 # The whole fleet in one answer: 7 days of killed rows included. Far more than 64 KiB, still bounded.
@@ -114,8 +119,9 @@ def utc_text(epoch: float) -> str:
     return time.strftime(TIME_FORMAT, time.gmtime(epoch))
 
 
-def manager_time(value: Any, name: str, now: float) -> float:
-    """A row's time (``YYYY-MM-DD HH:MM:SS``, UTC) as epoch seconds; RowError when it is not one, or when it
+def manager_time(value: Any, name: str, now: float, offset_s: float = 0.0) -> float:
+    """A row's time (``YYYY-MM-DD HH:MM:SS``, UTC) as epoch seconds on our clock (``offset_s``: the manager's
+    clock less ours, taken off where it is CLOCK_OFFSET_MIN_S or more); RowError when it is not one, or when it
     is later than ``now`` beyond CLOCK_SKEW_S (impossible: the manager wrote it in the past)."""
     if not isinstance(value, str) or len(value) != 19:
         raise RowError(f"{name} is not a time as the manager writes it (YYYY-MM-DD HH:MM:SS): {answered(value)}")
@@ -126,6 +132,8 @@ def manager_time(value: Any, name: str, now: float) -> float:
                        f"{answered(value)}") from None
     if epoch < MANAGER_TIME_MIN:
         raise RowError(f"{name} {value} UTC is before any manager ran: impossible, not used")
+    if abs(offset_s) >= CLOCK_OFFSET_MIN_S:
+        epoch -= offset_s
     if epoch > now + CLOCK_SKEW_S:
         raise RowError(f"{name} {value} UTC is later than now ({utc_text(now)} UTC): impossible, not used")
     return epoch
@@ -149,20 +157,22 @@ def rows_of(body: Any) -> list[Any]:
     raise RowError(f"GET /status answered neither a list of rows nor {{\"instances\": [...]}}: {answered(body)}")
 
 
-def find_row(body: Any, uuid: str, now: float,
-             fields: RowFields = NO_ROW_FIELDS) -> tuple[Row | None, list[RowNote]]:
+def find_row(body: Any, uuid: str, now: float, fields: RowFields = NO_ROW_FIELDS,
+             offset_s: float = 0.0) -> tuple[Row | None, list[RowNote]]:
     """This uuid's row in a ``GET /status`` answer (None: the manager does not list it), and the notes on
     fields refused (a time from the future): the row is used without them. RowError: no usable answer.
-    ``fields``: what a plugin's protocol adds to the row, read and checked with the core's."""
+    ``fields``: what a plugin's protocol adds to the row, read and checked with the core's; ``offset_s``: the
+    manager's clock less ours (its answer's Date), its times read on ours."""
     mine = [r for r in rows_of(body) if isinstance(r, dict) and r.get("uuid") == uuid]
     if not mine:
         return None, []
     if len(mine) > 1:
         raise RowError(f"GET /status lists uuid {uuid} {len(mine)} times")
-    return row_from(mine[0], now, fields)
+    return row_from(mine[0], now, fields, offset_s)
 
 
-def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS) -> tuple[Row, list[RowNote]]:
+def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS,
+             offset_s: float = 0.0) -> tuple[Row, list[RowNote]]:
     uuid = raw.get("uuid")
     if not isinstance(uuid, str) or not UUID_RE.fullmatch(uuid):
         raise RowError(f"a row's uuid is unusable: {answered(uuid)}")
@@ -174,7 +184,7 @@ def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS)
     times: dict[str, float | None] = {}
     for name in (*TIME_FIELDS, *fields.times):
         try:
-            times[name] = None if raw.get(name) in (None, "") else manager_time(raw[name], name, now)
+            times[name] = None if raw.get(name) in (None, "") else manager_time(raw[name], name, now, offset_s)
         except RowError as exc:
             if "impossible" not in str(exc):
                 raise

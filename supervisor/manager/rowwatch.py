@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from ..text.show import cut
 from .client import ManagerClient, PermanentError, TransientError
-from .row import NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
+from .row import CLOCK_OFFSET_MIN_S, NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
 
 # After a look-up that got no usable answer, the next is not tried for this long (the calls go meanwhile).
 FAILED_AGAIN_S = 30.0
@@ -92,7 +92,12 @@ class RowWatch:
         notes: list[RowNote] = []
         try:
             answer = self._client.request("GET", "/status", max_bytes=STATUS_MAX_BYTES)
-            row, notes = find_row(answer.body, uuid, now, self._fields)
+            offset = answer.clock_offset_s or 0.0
+            row, notes = find_row(answer.body, uuid, now, self._fields, offset)
+            if abs(offset) >= CLOCK_OFFSET_MIN_S:  # (said again only when it moves by a minute)
+                way = "behind" if offset < 0 else "ahead of"
+                notes.append(RowNote(f"the manager's clock is {abs(offset):.0f}s {way} ours (its answer's Date): "
+                                     "its row's times are read on ours", about=("clock", round(offset / 60))))
             reading = RowReading(now, row, listed=row is None)
         except (TransientError, PermanentError, RowError) as exc:
             reading = RowReading(now, None, listed=False, error=cut(f"GET /status: {exc}", 300))

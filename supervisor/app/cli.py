@@ -216,12 +216,14 @@ def check_config(args: argparse.Namespace) -> int:
 
 def write_standins(args: argparse.Namespace) -> int:
     from ..prover.standins.install import write_bin_dir
+    from ..text.show import shown
     from .startup import SetupError
 
     try:
         written = write_bin_dir(args.bin_dir)
     except OSError as exc:
-        raise SetupError(f"--bin-dir {args.bin_dir}: cannot write there: {exc.strerror or exc}") from None
+        raise SetupError(f"--bin-dir {shown(args.bin_dir, bare=True)}: cannot write there: "
+                         f"{exc.strerror or exc}") from None
     for path in written:
         say(str(path))
     return EXIT_OK

@@ -4,7 +4,10 @@ Declared with the core's own ``Key`` and checkers, and checked with them (superv
 is refused with a "did you mean", a bad value in one line naming the key, like any of the core's.
 
 - ``[cuzk]`` becomes ``CuzkSettings`` (cuzkconf.py), in ``Plan.sections["cuzk"]``. The defaults are the
-  dataclass's own: the key table reads them from it, so they are written once.
+  dataclass's own: the key table reads them from it, so they are written once. ``listen`` and
+  ``status_listen`` are read here as ``ready = "cuzk"`` probes them (``listen_probe``, ``status_probe``, which
+  ready.py builds its check from), whichever phase uses the table: cuzk.toml, ``CUZK_ADDR`` and the
+  production watch take them too, so an address no probe could reach is refused by ``check``;
 - ``[manager]`` gains ``min_rate`` (else ``$MIN_RATE``, else 50), ``bench_gate_s``, ``give_up_on_failure``
   (or its old name ``report_bench_failure``) and ``bench_done_reason``: the file format is unchanged, and the
   values are in ``Plan.extensions["manager"]`` under the keys' own names;
@@ -19,10 +22,12 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..config import (
     ConfigError,
     Key,
+    ReadyCheck,
     SupervisorSpec,
     check_arg,
     check_bool,
@@ -47,6 +52,10 @@ MAX_OVERRIDE_WORKERS = 1_024  # [cuzk.overrides] synthesis_concurrency, partitio
 # [cuzk.overrides] values that cuzkconf.generate() reads to size the daemon (the rest is merged as given).
 _OVERRIDE_TABLES = ("memory", "pipeline", "synthesis")
 _OVERRIDE_WORKERS = (("pipeline", "synthesis_concurrency"), ("synthesis", "partition_workers"))
+# [daemon]'s addresses are [cuzk]'s own keys: the ready probe, CUZK_ADDR, CUZK_STATUS_LISTEN and the production
+# watch read them there, so an override would move the daemon where none of them looks (never seen ready).
+_OWN_DAEMON_KEYS = {"listen": "the ready probe and CUZK_ADDR",
+                    "status_listen": "the ready probe, CUZK_STATUS_LISTEN and the production watch"}
 
 DEFAULT_MIN_RATE = 50.0
 # How long production waits for the manager's verdict on the benchmark before it starts anyway.
@@ -65,9 +74,13 @@ _DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
 def _overrides(value: Any, where: str) -> dict[str, Any]:
     """What generate() reads from the overrides is checked here, so that `check` refuses what `run` would."""
     table = check_table(value, where)
-    for name in _OVERRIDE_TABLES:
+    for name in (*_OVERRIDE_TABLES, "daemon"):  # (a daemon that is no table would replace [daemon] whole)
         if name in table:
             check_table(table[name], join_key(where, name))
+    for key, readers in _OWN_DAEMON_KEYS.items():
+        if key in table.get("daemon", {}):
+            raise ConfigError(f"{join_key(where, f'daemon.{key}')}: set [cuzk] {key} instead ({readers} read that "
+                              "one, not cuzk.toml's)")
     budget = table.get("memory", {}).get("total_budget")
     if budget is not None and budget != "auto":
         budget_where = join_key(where, "memory.total_budget")
@@ -81,6 +94,59 @@ def _overrides(value: Any, where: str) -> dict[str, Any]:
     return table
 
 
+def listen_probe(listen: str, where: str) -> ReadyCheck:
+    """cuzk's listen, ``unix:///path``, ``http://host:port`` or ``host:port``, as a connect check; ConfigError at
+    ``where`` for anything else."""
+    text = listen.strip()
+    if text.startswith("unix://"):
+        path = text[len("unix://") :]
+        if not path.startswith("/"):
+            raise ConfigError(f"{where}: {shown(listen)} must name an absolute socket path (unix:///path)")
+        return ReadyCheck("unix", path)
+    host, port = _host_port(text, f"{where}: {shown(listen)} must be unix:///path, http://host:port or host:port")
+    # A daemon listening on every address is reached on loopback.
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return ReadyCheck("tcp", f"{host}:{port}", host, port)
+
+
+def status_probe(status_listen: str, where: str) -> ReadyCheck | None:
+    """cuzk's status_listen, ``host:port`` (or ``http://host:port``), as its ``GET /status``; None for "" (the
+    daemon serves no status API); ConfigError at ``where`` for anything else."""
+    if status_listen == "":
+        return None
+    status = status_listen.strip().removeprefix("http://").rstrip("/")
+    host, port = _host_port(status, f"{where}: {shown(status_listen)} must be host:port")
+    return ReadyCheck("http", f"http://{status}/status", host, port)
+
+
+def _host_port(text: str, refusal: str) -> tuple[str, int]:
+    """The host and port of ``text``; ConfigError ``refusal`` where it names no host or no port 1-65535."""
+    try:
+        parts = urlsplit(text if "://" in text else f"tcp://{text}")
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port out of range, or no number
+        host, port = None, None
+    if not host or not port:
+        raise ConfigError(refusal)
+    return host, port
+
+
+def _listen(value: Any, where: str) -> str:
+    """[cuzk] listen, read as the probe reads it whether or not a daemon has ready = "cuzk": cuzk.toml and
+    CUZK_ADDR take it as it is."""
+    text = check_arg(value, where)
+    listen_probe(text, where)
+    return text
+
+
+def _status_listen(value: Any, where: str) -> str:
+    """[cuzk] status_listen, read as the probe and the production watch read it; "" = the daemon serves no status
+    API (ready is then its listen port alone)."""
+    text = "" if value == "" else check_arg(value, where)
+    status_probe(text, where)
+    return text
+
+
 def _default(name: str) -> Any:
     """The CuzkSettings default of ``name``: the one place it is written."""
     return next(f.default for f in dataclasses.fields(CuzkSettings) if f.name == name)
@@ -89,9 +155,8 @@ def _default(name: str) -> Any:
 CUZK_KEYS = {
     "config_path": Key(check_path),  # None: state_dir/cuzk.toml
     "memory_model": Key(one_of(*MEMORY_MODELS), _default("memory_model")),
-    "listen": Key(check_arg, _default("listen")),
-    # "" = the daemon serves no status API (ready is then its listen port alone).
-    "status_listen": Key(lambda v, w: "" if v == "" else check_arg(v, w), _default("status_listen")),
+    "listen": Key(_listen, _default("listen")),
+    "status_listen": Key(_status_listen, _default("status_listen")),
     "param_cache": Key(check_path, _default("param_cache")),
     "safety_margin": Key(check_size, _default("safety_margin")),
     "bench_concurrency": Key(lambda v, w: whole_number(1, MAX_BENCH_CONCURRENCY)(int_text(v), w),

@@ -197,6 +197,8 @@ def _with_one_proof(curio_cmd: list[str], daemon_url: str) -> list[str]:
 
 def demo_phase(fail: str | None, fail_phase: str | None) -> str:
     """The phase ``--fail`` plays in: ``--phase`` (default bench); production for a production fault."""
+    if fail is None and fail_phase is not None:  # (it names where --fail plays: alone it was dropped without a word)
+        raise DemoUsageError("--phase goes with --fail")
     if fail in PRODUCTION_FAULTS:
         if fail_phase not in (None, FAULT_PHASE):
             raise DemoUsageError(f"--fail {fail}: fails production (phase {FAULT_PHASE}), not phase {fail_phase} "

@@ -38,7 +38,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config import ConfigError, Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
+from ..config import Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
+from ..config.tables import bounded_seconds
 from ..engine.offloop import worker_thread
 from ..evidence.watchstate import said_error, short
 from ..text import Log
@@ -75,19 +76,18 @@ class ProductionSettings:
     curio_metrics: str = "http://127.0.0.1:12300/debug/metrics"  # "": curio's metrics not read
 
 
+# Seconds above 0, held like every other ``*_s`` key (the core's checker: at most MAX_SECONDS, the value in an error
+# cut as every value is shown); text from ${VAR} (the profile's $PROVER_WATCH_S) counts as the number it says.
+_seconds_above_0 = bounded_seconds()
+_watch_interval = bounded_seconds((WATCH_MIN_S, "how often cuzk is asked"))
+
+
 def _seconds(value: Any, where: str) -> float:
-    value = number_text(value)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 10**9:
-        raise ConfigError(f"{where}: must be a number of seconds above 0, got {value!r}")
-    return float(value)
+    return _seconds_above_0(number_text(value), where)
 
 
 def _interval(value: Any, where: str) -> float:
-    seconds = _seconds(value, where)
-    if seconds < WATCH_MIN_S:
-        raise ConfigError(f"{where}: must be at least {WATCH_MIN_S:g} seconds (how often cuzk is asked), "
-                          f"got {value!r}")
-    return seconds
+    return _watch_interval(number_text(value), where)
 
 
 PRODUCTION_KEYS = {

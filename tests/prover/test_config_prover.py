@@ -23,6 +23,8 @@ from supervisor.config import (
 from supervisor.config.tables import DAEMON_KEYS, MANAGER_KEYS, PHASE_KEYS, SUPERVISOR_KEYS
 from supervisor.prover.configkeys import CUZK_KEYS, FLEET_KEYS
 from supervisor.prover.plugin import PLUGIN
+from supervisor.prover.production import PRODUCTION_KEYS
+from supervisor.text.show import shown
 
 
 def parse(body: str, environ: dict[str, str] | None = None, plugin: ConfigPlugin | None = None) -> Plan:
@@ -100,9 +102,9 @@ def test_every_seconds_key_is_bounded() -> None:
     """Each *_s key of every table refuses more than MAX_SECONDS (or its own, tighter most), so a key added later
     cannot forget it."""
     tables = {"supervisor": SUPERVISOR_KEYS, "phases": PHASE_KEYS, "daemons": DAEMON_KEYS,
-              "manager": {**MANAGER_KEYS, **FLEET_KEYS}, "cuzk": CUZK_KEYS}
+              "manager": {**MANAGER_KEYS, **FLEET_KEYS}, "cuzk": CUZK_KEYS, "production": PRODUCTION_KEYS}
     seconds_keys = [(table, key) for table, keys in tables.items() for key in keys if key.endswith("_s")]
-    assert len(seconds_keys) >= 15, seconds_keys
+    assert len(seconds_keys) >= 17, seconds_keys
     for table, key in seconds_keys:
         check = tables[table][key].check
         most, said = TIGHTER.get(key, (MAX_SECONDS, "864000 seconds"))
@@ -111,6 +113,27 @@ def test_every_seconds_key_is_bounded() -> None:
             check(most * 1.001, key)
         with pytest.raises(ConfigError, match=f"^{key}: "):
             check(10**400, key)
+
+
+def test_production_durations_are_held_to_the_documented_most() -> None:
+    """[production]'s *_s keys were bounded below 10**9 s (31 years) where docs/configuration.md says 10 days."""
+    for key in ("watch_s", "proof_failure_window_s"):
+        assert parse_error(MINIMAL + f"[production]\n{key} = 999999999\n", plugin=PLUGIN) == \
+            f"test.toml: production.{key}: must be at most 864000 seconds (10 days), got 999999999"
+        assert getattr(parse(MINIMAL + f"[production]\n{key} = 864000\n", plugin=PLUGIN).sections["production"],
+                       key) == 864000
+
+
+def test_a_huge_watch_interval_is_shown_cut() -> None:
+    """`PROVER_WATCH_S=<200k characters> prover-supervisor status`, or a file's: the whole value was echoed, a line
+    of hundreds of KB."""
+    huge = "y" * 200_000
+    with pytest.raises(ConfigError) as info:
+        load_plan(None, PLUGIN, environ={"PROVER_WATCH_S": huge})
+    assert str(info.value) == f"built-in prover profile: production.watch_s: must be a number, got {shown(huge)}"
+    assert parse_error(MINIMAL + f'[production]\nproof_failure_window_s = "{huge}"\n', plugin=PLUGIN) == \
+        f"test.toml: production.proof_failure_window_s: must be a number, got {shown(huge)}"
+    assert len(shown(huge)) == 60
 
 
 def test_digits_from_the_environment_count_as_numbers() -> None:

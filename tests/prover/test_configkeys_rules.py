@@ -3,8 +3,9 @@
 tests/prover/test_config_prover.py covers the profile, $MIN_RATE's syntax, the override tables' main cases
 and the defaults; these cover the rest of what the module promises: the file's min_rate wins over $MIN_RATE
 (even 0, even with an unreadable $MIN_RATE), a negative rate is refused, the give-up's two names agreeing, the
-cuzk.toml path from state_dir, an unknown [cuzk] key's "did you mean", the overrides' own one-line errors, and
-a kind that needs [cuzk] when the plan has none.
+cuzk.toml path from state_dir, an unknown [cuzk] key's "did you mean", the overrides' own one-line errors, the
+daemon's addresses (checked whichever phase uses [cuzk], shown cut, never moved by the overrides), and a kind that
+needs [cuzk] when the plan has none.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from supervisor.config import ConfigError, Plan, parse_plan
 from supervisor.prover.configkeys import DEFAULT_MIN_RATE, check_rate, cuzk_settings
 from supervisor.prover.cuzkconf import CuzkSettings
 from supervisor.prover.plugin import PLUGIN
+from supervisor.text.show import shown
 
 PHASES = '[[phases]]\nname = "p"\ncommand = ["true"]\n'
 
@@ -90,6 +92,52 @@ def test_the_overrides_errors_name_the_key_inside_them() -> None:
         "t.toml: cuzk.overrides.synthesis.partition_workers: must be >= 1, got 0"
     assert refusal("[cuzk]\noverrides = { memory = 3 }\n") == "t.toml: cuzk.overrides.memory: must be a table, got 3"
     assert refusal("[cuzk]\noverrides = 3\n").startswith("t.toml: cuzk.overrides: must be a table")
+
+
+def test_the_daemons_addresses_cannot_be_overridden() -> None:
+    """[cuzk.overrides.daemon] listen changed cuzk.toml alone: the ready probe, CUZK_ADDR and the production watch
+    kept [cuzk]'s, so the daemon was never seen ready. Refused, naming the key to set instead."""
+    assert refusal('[cuzk.overrides.daemon]\nlisten = "127.0.0.1:7777"\n') == \
+        "t.toml: cuzk.overrides.daemon.listen: set [cuzk] listen instead (the ready probe and CUZK_ADDR read " \
+        "that one, not cuzk.toml's)"
+    assert refusal('[cuzk.overrides.daemon]\nstatus_listen = "127.0.0.1:7778"\n') == \
+        "t.toml: cuzk.overrides.daemon.status_listen: set [cuzk] status_listen instead (the ready probe, " \
+        "CUZK_STATUS_LISTEN and the production watch read that one, not cuzk.toml's)"
+    # A daemon that is no table would replace [daemon] whole, addresses and all.
+    assert refusal('[cuzk]\noverrides = { daemon = "x" }\n') == \
+        "t.toml: cuzk.overrides.daemon: must be a table, got 'x'"
+    assert plan("[cuzk.overrides.daemon]\nworkers = 2\n").sections["cuzk"].overrides == {"daemon": {"workers": 2}}
+
+
+@pytest.mark.parametrize(("key", "value", "said"), [
+    ("listen", "garbage", "must be unix:///path, http://host:port or host:port"),
+    ("listen", "unix://relative.sock", "must name an absolute socket path (unix:///path)"),
+    ("listen", "127.0.0.1:0", "must be unix:///path, http://host:port or host:port"),
+    ("status_listen", "127.0.0.1:99999", "must be host:port"),
+    ("status_listen", "nowhere", "must be host:port"),
+    ("status_listen", "  ", "must be host:port"),
+])
+def test_the_addresses_are_checked_whichever_phase_uses_cuzk(key: str, value: str, said: str) -> None:
+    """Only a ready = "cuzk" daemon read them: with prepare = "cuzk-config" alone (or no phase using [cuzk]),
+    listen = "garbage" passed `check` and went into cuzk.toml and CUZK_ADDR."""
+    prepared = '[[phases]]\nname = "q"\ncommand = ["true"]\nprepare = "cuzk-config"\n'
+    assert refusal(f'[cuzk]\n{key} = "{value}"\n' + prepared) == f"t.toml: cuzk.{key}: {value!r} {said}"
+    assert refusal(f'[cuzk]\n{key} = "{value}"\n') == f"t.toml: cuzk.{key}: {value!r} {said}"
+
+
+def test_every_address_the_probe_reads_passes() -> None:
+    for listen in ("unix:///run/cuzk.sock", "http://127.0.0.1:9820", "0.0.0.0:9900", "http://[::1]:9820"):
+        assert plan(f'[cuzk]\nlisten = "{listen}"\n').sections["cuzk"].listen == listen
+    for status in ("127.0.0.1:9821", "http://localhost:9821/", ""):
+        assert plan(f'[cuzk]\nstatus_listen = "{status}"\n').sections["cuzk"].status_listen == status
+
+
+def test_a_huge_address_is_shown_cut() -> None:
+    huge = "x" * 100_000
+    assert refusal(f'[cuzk]\nlisten = "{huge}"\n') == \
+        f"t.toml: cuzk.listen: {shown(huge)} must be unix:///path, http://host:port or host:port"
+    assert refusal(f'[cuzk]\nstatus_listen = "{huge}"\n') == \
+        f"t.toml: cuzk.status_listen: {shown(huge)} must be host:port"
 
 
 def test_overrides_outside_what_generate_reads_pass_as_given() -> None:

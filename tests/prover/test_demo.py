@@ -78,6 +78,16 @@ def test_daemon_crash_in_a_phase_without_a_daemon_is_refused() -> None:
     assert "started" not in proc.stdout  # nothing ran
 
 
+def test_phase_without_fail_is_refused() -> None:
+    """`demo --phase curio` alone ran the whole demo with nothing failing, --phase dropped without a word; refused
+    as `status --interval` without `--watch` is."""
+    proc = subprocess.run([PY, "-m", "supervisor", "demo", "--phase", "curio"], capture_output=True, text=True,
+                          env=clean_env(), cwd=REPO, timeout=60)
+    assert proc.returncode == EXIT_CONFIG_ERROR, proc
+    assert proc.stderr == "prover-supervisor demo: --phase goes with --fail\n", proc.stderr
+    assert proc.stdout == ""  # nothing ran
+
+
 @pytest.mark.parametrize("phase", PHASES)
 def test_oom_in_any_phase_is_a_real_oom_kill(phase: str) -> None:
     result = demo("--fail", "oom", "--phase", phase)

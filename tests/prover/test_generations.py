@@ -27,6 +27,7 @@ from supervisor.engine.readiness import probe
 from supervisor.prover.cuzkconf import GIB, CuzkSettings, generate
 from supervisor.prover.plugin import PLUGIN
 from supervisor.prover.ready import cuzk_ready
+from supervisor.text.show import shown
 
 
 class Daemon:
@@ -134,6 +135,21 @@ def test_cuzk_ready_needs_a_cuzk_table() -> None:
 def test_bad_cuzk_values_name_their_key(cuzk: str, key: str) -> None:
     with pytest.raises(ConfigError, match=rf"^test: {key}: "):
         plan_with(cuzk)
+
+
+def test_the_probe_shows_a_bad_address_cut() -> None:
+    """A listen of 100 KB with ready = "cuzk" was echoed whole: one line of 100 KB."""
+    huge = "x" * 100_000
+    with pytest.raises(ConfigError) as refused:
+        cuzk_ready(settings(listen=huge))
+    assert str(refused.value) == f"cuzk.listen: {shown(huge)} must be unix:///path, http://host:port or host:port"
+    with pytest.raises(ConfigError) as refused:
+        cuzk_ready(settings(listen="unix://" + huge))
+    assert str(refused.value) == f"cuzk.listen: {shown('unix://' + huge)} must name an absolute socket path " \
+                                 "(unix:///path)"
+    with pytest.raises(ConfigError) as refused:
+        cuzk_ready(settings(status_listen=huge))
+    assert str(refused.value) == f"cuzk.status_listen: {shown(huge)} must be host:port"
 
 
 def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:

@@ -1,0 +1,57 @@
+"""``prover-supervisor standins --bin-dir DIR`` (prover/standins/install.py): the stand-ins written under the real
+programs' names, into the directory named and nowhere else, replacing what is there rather than writing through it.
+"""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import PY, REPO, clean_env
+
+from supervisor.config import ConfigError
+from supervisor.exits import EXIT_CONFIG_ERROR
+from supervisor.prover.standins.install import PROGRAMS, write_bin_dir
+
+WRITTEN = (*PROGRAMS, "c1.json")
+
+
+def test_an_empty_bin_dir_is_refused_in_one_line_and_nothing_is_written(tmp_path: Path) -> None:
+    """`standins --bin-dir "$UNSET"` exited 0 and wrote the stand-ins into the current directory."""
+    done = subprocess.run([PY, "-m", "supervisor", "standins", "--bin-dir", ""], capture_output=True, text=True,
+                          cwd=tmp_path, env=clean_env({"PYTHONPATH": str(REPO)}), timeout=60)
+    assert done.returncode == EXIT_CONFIG_ERROR, done
+    assert done.stderr == "prover-supervisor: --bin-dir: must be a non-empty string, got ''\n", done.stderr
+    assert done.stdout == "" and not list(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match=r"^--bin-dir: must be a non-empty string, got ''$"):
+        write_bin_dir("")
+
+
+def test_a_link_in_bin_dir_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """`sb/curio -> /usr/local/bin/curio`: the real curio was overwritten with the stand-in's wrapper."""
+    real = tmp_path / "realcurio"
+    real.write_text("the real curio\n")
+    real.chmod(0o755)
+    bin_dir = tmp_path / "sb"
+    bin_dir.mkdir()
+    (bin_dir / "curio").symlink_to(real)
+    (bin_dir / "c1.json").symlink_to(tmp_path / "dangling")
+    written = write_bin_dir(str(bin_dir))
+    assert real.read_text() == "the real curio\n" and not (tmp_path / "dangling").exists()
+    assert [p.name for p in written] == list(WRITTEN)
+    for name in WRITTEN:
+        path = bin_dir / name
+        assert not path.is_symlink() and path.is_file(), name
+        assert stat.S_IMODE(path.stat().st_mode) == (0o644 if name == "c1.json" else 0o755), name
+    assert "supervisor.prover.standins.curio" in (bin_dir / "curio").read_text()
+    assert sorted(p.name for p in bin_dir.iterdir()) == sorted(WRITTEN)  # no temporary file left behind
+
+
+def test_the_stand_ins_are_written_again_over_themselves(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "new" / "bin"
+    write_bin_dir(str(bin_dir))
+    (bin_dir / "paramfetch").write_text("stale\n")
+    write_bin_dir(str(bin_dir))
+    assert "supervisor.prover.standins.paramfetch" in (bin_dir / "paramfetch").read_text()

@@ -127,35 +127,32 @@ def test_fifos_in_log_dir_are_refused_not_waited_on(sup: Runner) -> None:
     assert "[talks/talks] hello" in result.output and "exiting with status 3" in result.output
 
 
-def test_a_log_dir_root_cannot_write_in_is_refused_at_start(sup: Runner) -> None:
-    """Root passes os.access(W_OK) everywhere: a log_dir on sysfs was taken, and every line dropped."""
-    if not os.path.isdir("/sys/kernel") or os.access("/sys/kernel", os.W_OK) is False:
-        pytest.skip("no /sys/kernel that root is told it may write to")
-    config = sup.write(f"""
-        [[phases]]
-        name = "p"
-        command = {sh("true")}
-        """).read_text().replace(toml_str(str(sup.log_dir)), toml_str("/sys/kernel"))
-    path = sup.tmp / "sysfs.toml"
-    path.write_text(config)
-    result = sup.run(path, timeout=30)
-    assert result.returncode == 2, result.output[-3000:]
-    assert result.output.strip().splitlines()[-1].endswith(
-        "supervisor.log_dir: cannot use /sys/kernel: Permission denied"), result.output[-3000:]
-
-
-def test_a_state_dir_that_is_a_file_is_said_as_that(sup: Runner) -> None:
-    """mkdir's "File exists" of a state_dir that is a file sent the reader looking for a directory."""
-    sup.state_dir.write_text("")
+def refused_at_start(sup: Runner, said: str, log_dir: str | None = None) -> None:
+    """A one-phase run (log_dir moved to ``log_dir`` if given) exits 2 before anything starts, its last line
+    ending with ``said``."""
     config = sup.write(f"""
         [[phases]]
         name = "p"
         command = {sh("true")}
         """)
+    if log_dir is not None:
+        config.write_text(config.read_text().replace(toml_str(str(sup.log_dir)), toml_str(log_dir)))
     result = sup.run(config, timeout=30)
     assert result.returncode == 2, result.output[-3000:]
-    assert result.output.strip().splitlines()[-1].endswith(
-        f"supervisor.state_dir: cannot use {sup.state_dir}: not a directory"), result.output[-3000:]
+    assert result.output.strip().splitlines()[-1].endswith(said), result.output[-3000:]
+
+
+def test_a_log_dir_root_cannot_write_in_is_refused_at_start(sup: Runner) -> None:
+    """Root passes os.access(W_OK) everywhere: a log_dir on sysfs was taken, and every line dropped."""
+    if not os.path.isdir("/sys/kernel") or os.access("/sys/kernel", os.W_OK) is False:
+        pytest.skip("no /sys/kernel that root is told it may write to")
+    refused_at_start(sup, "supervisor.log_dir: cannot use /sys/kernel: Permission denied", log_dir="/sys/kernel")
+
+
+def test_a_state_dir_that_is_a_file_is_said_as_that(sup: Runner) -> None:
+    """mkdir's "File exists" of a state_dir that is a file sent the reader looking for a directory."""
+    sup.state_dir.write_text("")
+    refused_at_start(sup, f"supervisor.state_dir: cannot use {sup.state_dir}: not a directory")
 
 
 # ================================================================ state_dir: the outbox

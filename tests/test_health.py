@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from helpers import Console, Runner, free_port, sh, toml_str, wait_for
+from helpers import Console, Result, Runner, free_port, sh, toml_str, wait_for
 from standin_nvml import NvmlControl, fake_nvml_env, gpu
 
 from supervisor.status.health import CONNECTION_LIFE_S, CONNECTIONS_MAX, IDLE_S, HealthServer, HealthState, metrics_text
@@ -224,16 +224,21 @@ def with_termination_log(config: Path, path: Path) -> None:
     config.write_text(text.replace("[supervisor]\n", f"[supervisor]\ntermination_log = {toml_str(str(path))}\n", 1))
 
 
+def run_with_termination_log(sup: Runner, path: Path, name: str, script: str) -> Result:
+    """One phase ``name`` running ``script`` under sh, with ``termination_log`` at ``path``, run to its end."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "{name}"
+        command = {sh(script)}
+        """)
+    with_termination_log(config, path)
+    return sup.run(config, timeout=30)
+
+
 def test_termination_log_holds_the_verdict_on_failure(sup: Runner) -> None:
     log = sup.tmp / "termination-log"
     log.write_text("")
-    config = sup.write(f"""
-        [[phases]]
-        name = "fails"
-        command = {sh("echo about to fail; exit 7")}
-        """)
-    with_termination_log(config, log)
-    result = sup.run(config, timeout=30)
+    result = run_with_termination_log(sup, log, "fails", "echo about to fail; exit 7")
     assert result.returncode == 7, result.output
     text = log.read_text()
     assert re.fullmatch(r"phase=fails child=fails pid=\d+ reason=exit_code exit_code=7 .*attempt=1 "
@@ -264,26 +269,14 @@ def test_termination_log_is_cut_to_4096_bytes(sup: Runner) -> None:
 def test_termination_log_untouched_on_success(sup: Runner) -> None:
     log = sup.tmp / "termination-log"
     log.write_text("")
-    config = sup.write(f"""
-        [[phases]]
-        name = "fine"
-        command = {sh("echo fine")}
-        """)
-    with_termination_log(config, log)
-    result = sup.run(config, timeout=30)
+    result = run_with_termination_log(sup, log, "fine", "echo fine")
     assert result.returncode == 0, result.output
     assert log.read_bytes() == b""
 
 
 def test_termination_log_not_created_when_absent(sup: Runner) -> None:
     log = sup.tmp / "no-such-termination-log"
-    config = sup.write(f"""
-        [[phases]]
-        name = "fails"
-        command = {sh("exit 7")}
-        """)
-    with_termination_log(config, log)
-    result = sup.run(config, timeout=30)
+    result = run_with_termination_log(sup, log, "fails", "exit 7")
     assert result.returncode == 7, result.output
     assert not log.exists()
 
@@ -352,13 +345,7 @@ def test_a_fifo_as_termination_log_is_refused_not_waited_on(sup: Runner) -> None
     """A FIFO with no reader hung the exit in open() for good, deaf to SIGTERM (SIGKILL alone ended it)."""
     log = sup.tmp / "termination-fifo"
     os.mkfifo(log)
-    config = sup.write(f"""
-        [[phases]]
-        name = "fails"
-        command = {sh("exit 7")}
-        """)
-    with_termination_log(config, log)
-    result = sup.run(config, timeout=30)
+    result = run_with_termination_log(sup, log, "fails", "exit 7")
     assert result.returncode == 7, result.output
     assert f"cannot write {log}: not a regular file" in result.output, result.output
     assert "exiting with status 7" in result.output

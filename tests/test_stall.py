@@ -286,20 +286,40 @@ class _WantedGpus:
         return None
 
 
-class _BrokenAttempt:
-    """An attempt whose stall check raises (a bug of the check's own) at its first look."""
+class _QuietAttempt:
+    """An attempt that prints nothing and has no process tree: its stall is decided by the other signs alone."""
 
     def __init__(self) -> None:
-        self.faults: list[tuple[str, Exception]] = []
+        self.stalls: list[str] = []
 
     def roots(self) -> list[tuple[int, str]]:
         return []
 
     def last_outputs(self) -> list[float]:
-        raise RuntimeError("a bug in the stall check")
+        return []
 
     def drain(self) -> None:
         pass
+
+    def current(self) -> bool:
+        return not self.stalls
+
+    def stalled(self, silent: str) -> None:
+        self.stalls.append(silent)
+
+    def fault(self, what: str, exc: Exception) -> None:
+        raise AssertionError(f"{what}: {exc}")
+
+
+class _BrokenAttempt(_QuietAttempt):
+    """An attempt whose stall check raises (a bug of the check's own) at its first look."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.faults: list[tuple[str, Exception]] = []
+
+    def last_outputs(self) -> list[float]:
+        raise RuntimeError("a bug in the stall check")
 
     def current(self) -> bool:
         return True
@@ -327,31 +347,6 @@ def test_a_stall_check_that_raises_releases_what_it_asked_for_before_the_phase_h
         assert gpus.wanting == 0
     finally:
         loop.close()
-
-
-class _QuietAttempt:
-    """An attempt that prints nothing and has no process tree: its stall is decided by the other signs alone."""
-
-    def __init__(self) -> None:
-        self.stalls: list[str] = []
-
-    def roots(self) -> list[tuple[int, str]]:
-        return []
-
-    def last_outputs(self) -> list[float]:
-        return []
-
-    def drain(self) -> None:
-        pass
-
-    def current(self) -> bool:
-        return not self.stalls
-
-    def stalled(self, silent: str) -> None:
-        self.stalls.append(silent)
-
-    def fault(self, what: str, exc: Exception) -> None:
-        raise AssertionError(f"{what}: {exc}")
 
 
 class _BusyGpus(_WantedGpus):

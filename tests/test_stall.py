@@ -373,6 +373,12 @@ def run_checks(loop: EventLoop, clock: FakeClock, seconds: float, step: float = 
         loop.run_once(max_wait=0)
 
 
+def assert_one_stall(attempt: _QuietAttempt, pattern: str) -> None:
+    """The attempt was told of one stall, whose words match ``pattern`` (ages to a tenth: the checks' steps)."""
+    [silent] = attempt.stalls
+    assert re.fullmatch(pattern, silent), silent
+
+
 def test_a_gpu_thread_that_fails_does_not_stall_a_gpu_busy_child_at_once() -> None:
     # While the thread restarts, Gpus.available is False: the GPU sign and its fresh activity were dropped, and
     # the child was stalled at the next look, "(no GPU visible)", 0.9 s after the GPU last worked.
@@ -387,9 +393,8 @@ def test_a_gpu_thread_that_fails_does_not_stall_a_gpu_busy_child_at_once() -> No
         run_checks(loop, clock, 2.5)
         assert attempt.stalls == [], "stalled while the GPU had worked within stall_s"
         run_checks(loop, clock, 1.0)  # its silence now passes stall_s: a stall, said with why it is unknown
-        [silent] = attempt.stalls
-        assert re.fullmatch(r"no output for 8\.\ds, no GPU activity for 3\.\ds \(GPU evidence unavailable: no GPU "
-                            r"evidence for now: the GPU thread failed \(RuntimeError: boom\)\)", silent), silent
+        assert_one_stall(attempt, r"no output for 8\.\ds, no GPU activity for 3\.\ds \(GPU evidence unavailable: "
+                                  r"no GPU evidence for now: the GPU thread failed \(RuntimeError: boom\)\)")
     finally:
         loop.close()
 
@@ -415,9 +420,8 @@ def test_an_io_reading_older_than_half_of_stall_s_is_no_measure_of_silence() -> 
         StallMonitor(loop, 5.0, None, SimpleNamespace(gpus=None, progress=None, freeze=None, io=_StaleIo(clock)),
                      attempt)
         run_checks(loop, clock, 5.3)
-        [silent] = attempt.stalls
-        assert re.fullmatch(r"no output for 5\.\ds, no I/O for 5\.\ds \(I/O evidence unavailable: the I/O thread's "
-                            r"latest reading is 5\.\ds old\) \(no GPU visible\)", silent), silent
+        assert_one_stall(attempt, r"no output for 5\.\ds, no I/O for 5\.\ds \(I/O evidence unavailable: the I/O "
+                                  r"thread's latest reading is 5\.\ds old\) \(no GPU visible\)")
     finally:
         loop.close()
 

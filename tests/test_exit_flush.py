@@ -31,6 +31,7 @@ from helpers import (
     clean_env,
     needs_unshare,
     outbox_rows,
+    pushed,
     read,
     sh,
     toml_str,
@@ -215,6 +216,36 @@ def test_the_manager_away_and_back_during_the_give_up_flush(sup: Runner, manager
     assert instance(mgr)["history"] == ["registered", "killed"], run.text()
     assert NO_EBADF not in run.text() and "Traceback" not in run.text(), run.text()
     assert not [row for row in outbox_rows(sup) if row[2] == "pending"], outbox_rows(sup)
+
+
+def test_the_flush_sends_at_once_a_call_waiting_out_its_retry(sup: Runner, managers: list[DevManager]) -> None:
+    """The register waits out a pause (a Retry-After of 100 s here; the backoff alone grows to 30 s over an outage)
+    and the manager answers again. The flush's 10 s went by while the sender slept: nothing delivered, the
+    failure's reason and the exiting line left in the outbox. Now the flush's start sends the call at once."""
+    mgr = start_manager(managers)
+    fault = {"status": 503, "retry_after": 100, "count": 1, "path": "/register"}
+    assert requests.post(mgr.url + "/dev/faults", json=fault, timeout=5).status_code == 200
+    gate = sup.tmp / "fail-now"
+    run = Watched(sup, sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = "C.hurry"
+        give_up_on_failure = false
+
+        [[phases]]
+        name = "work"
+        command = {sh(f"while [ ! -e {gate} ]; do sleep 0.05; done; echo 'ERROR: disk exploded'; exit 3")}
+        """))
+    run.wait_text("manager: register not delivered (POST /register: HTTP 503")
+    gate.touch()
+    assert run.finish(60) == 3, run.text()
+    out = run.text()
+    assert "not delivered yet" not in out and not [row for row in outbox_rows(sup) if row[2] == "pending"], out
+    setup = pushed(mgr)["setup"]
+    assert "prover-supervisor: FAILED: phase=work" in setup and "  | ERROR: disk exploded" in setup, setup
+    assert "prover-supervisor exiting with status 3" in setup, setup
+    first, second = [call["time"] for call in mgr.state.snapshot()["calls"] if call["path"] == "/register"]
+    assert second - first < 60, "the register waited out its pause"
 
 
 # ---------------------------------------------------------------- a stop signal during the flush

@@ -2,7 +2,8 @@
 
 Measured before: after an outage the calls arrived 2.7 s after the manager came back, the logs 11.3 s (their
 backoff had grown to 30 s). Here the manager asks the log pushes for a 300 s pause (Retry-After); once a
-call is delivered the shipper pushes at once, long before that pause would have run out.
+call is delivered the shipper pushes at once, long before that pause would have run out. And the other way
+round: a push taken after the outage sends the call that waits out its own pause at once.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.seen.append((self.path, "refused" if away else "taken"))
         if away:
             self.send_response(503)
-            self.send_header("Retry-After", str(PAUSE_S) if self.path == "/api/log-push" else "0")
+            self.send_header("Retry-After", str(self.server.pauses.get(self.path, 0)))
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
@@ -59,6 +60,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.lock = threading.Lock()
         self.away = True
+        self.pauses = {"/api/log-push": PAUSE_S}  # the Retry-After each path is answered with while away
         self.seen: list[tuple[str, str]] = []
 
     def taken(self) -> list[str]:
@@ -125,6 +127,45 @@ def test_logs_follow_the_first_call_delivered_after_an_outage(server: _Server, t
         # The server has the push; the shipper counts it once the answer is back on its own thread.
         loop.run_until(lambda: shipper.pushed >= 1 or time.monotonic() > deadline, 0.02)
         assert shipper.backoff_resets >= 1 and shipper.pushed == 1
+    finally:
+        sender.ask_to_stop()
+        sender.join(WAIT_S)
+        shipper.stop(1.0)
+        outbox.close()
+        loop.close()
+
+
+def test_a_push_taken_after_an_outage_sends_the_call_waiting_out_its_pause_at_once(server: _Server,
+                                                                                 tmp_path: Path) -> None:
+    # The call waits out what the manager asked (300 s here; the backoff alone grows to 30 s) while the log shipper,
+    # retrying every second, finds the manager back first: the call goes then, not minutes later.
+    server.pauses = {"/param-done": PAUSE_S}
+    spec = ManagerSpec(url=f"http://127.0.0.1:{server.server_address[1]}", label="C.1", connect_timeout_s=2.0,
+                       read_timeout_s=2.0)
+    client = ManagerClient(spec)
+    loop = EventLoop()
+    outbox = Outbox(tmp_path / "outbox.sqlite3")
+    outbox.put("label", "C.1")
+    outbox.put("uuid", "u-1")  # registered by an earlier start
+    log: list[str] = []
+    sender = Sender(spec, outbox, client, loop, log.append, CallKinds(), on_identity=lambda uuid, fields: None)
+    shipper = Shipper("log shipping", log_push_sender(client, lambda: "u-1"), lambda: True, 0.05, 1 << 20,
+                      log.append, on_back=sender.retry_now)
+    try:
+        sender.restore_identity()
+        outbox.add("param-done", {})
+        sender.start()
+        deadline = time.monotonic() + WAIT_S
+        loop.run_until(lambda: any(f"retry 1 in {PAUSE_S}" in line for line in log) or time.monotonic() > deadline,
+                       0.02)
+        assert any(f"retry 1 in {PAUSE_S}" in line for line in log), log
+        shipper.add("setup", ["a line from the outage"])
+        assert not shipper.ship_once()  # refused too: its next try comes in a second
+        with server.lock:
+            server.away = False
+        shipper.start()
+        loop.run_until(lambda: "/param-done" in server.taken() or time.monotonic() > deadline, 0.02)
+        assert server.taken() == ["/api/log-push", "/param-done"], (server.seen, log)
     finally:
         sender.ask_to_stop()
         sender.join(WAIT_S)

@@ -21,16 +21,18 @@ from helpers import wait_for
 
 from supervisor.config import ManagerSpec
 from supervisor.manager import logship
-from supervisor.manager.client import ManagerClient, TransientError
+from supervisor.manager.client import LOG_PUSH_LIMIT, ManagerClient, TransientError, text_body
 from supervisor.manager.logship import (
     BATCH_BYTES,
     EARLY_LINES_MAX,
+    PUSH_MAX_BYTES,
     SEQ_HEADER,
     EarlyLines,
     Shipper,
     event_line,
     events_sender,
     log_push_sender,
+    push_bodies,
 )
 
 UUID = "u-rules-1"
@@ -339,6 +341,62 @@ def test_manager_answers_resets_only_a_backoff_that_is_running(server: Recorder)
     assert shipper.ship_once() and server.lines("setup") == ["during the outage"]
     shipper.manager_answers()
     assert shipper.backoff_resets == 1, "the delivered push ended the backoff already"
+
+
+def test_a_push_taken_after_a_refused_one_tells_that_the_manager_is_back_once(server: Recorder,
+                                                                             no_retry_wait: None) -> None:
+    # The outbox's sender, waiting out its own backoff (up to 30 s), hears it: its call goes at once
+    # (tests/test_logship_catchup.py runs the two together).
+    back: list[int] = []
+    shipper = Shipper("log shipping", log_push_sender(client(server), lambda: UUID), lambda: True, 3600.0, 1 << 24,
+                      [].append, on_back=lambda: back.append(1))
+    shipper.add("setup", ["before the outage"])
+    assert shipper.ship_once() and back == [], "no push refused yet: nothing to tell"
+    server.answers = [503, 503]
+    shipper.add("setup", ["during the outage"])
+    assert not shipper.ship_once() and not shipper.ship_once()
+    assert shipper.ship_once() and back == [1]
+    shipper.add("setup", ["after it"])
+    assert shipper.ship_once() and back == [1], "told once per outage"
+    assert server.lines("setup") == ["before the outage", "during the outage", "after it"]
+
+
+# ---------------------------------------------------------------- what a push carries: whole lines, whole characters
+
+def test_a_text_past_the_push_limit_goes_in_bodies_of_whole_lines_down_to_its_last() -> None:
+    # A failure's report: its verdict line, then the child's last lines quoted, the reason in the last of them.
+    # In one push the manager kept its first 256 KiB and dropped the reason.
+    quoted = [f"  | L{i:02d} " + "é" * 30000 for i in range(19)] + ["  | PANIC: the real reason"]
+    text = "\n".join(["prover-supervisor: FAILED: phase=work reason=exit_code", *quoted])
+    bodies = push_bodies(text)
+    assert len(bodies) == 5 and all(len(text_body(body)) <= PUSH_MAX_BYTES for body in bodies)
+    assert "".join(bodies) == text + "\n", "every line, whole, in order"
+    assert bodies[0].startswith("prover-supervisor: FAILED: ") and bodies[-1].endswith("  | PANIC: the real reason\n")
+    assert push_bodies("one line\n\n") == ["one line\n"] and push_bodies("") == ["\n"]
+
+
+def test_a_line_past_the_push_limit_is_cut_after_a_whole_character() -> None:
+    (body,) = push_bodies("x" + "é" * 200000)  # 400001 bytes: no cut can fall between two of them
+    assert body == "x" + "é" * ((PUSH_MAX_BYTES - 2) // 2) + "\n"
+    assert text_body("x" + "é" * 200000, LOG_PUSH_LIMIT).decode() == "x" + "é" * ((LOG_PUSH_LIMIT - 1) // 2)
+    assert text_body("aé", 2) == b"a" and text_body("aé", 3) == "aé".encode() and text_body("aé") == "aé".encode()
+
+
+def test_lines_holding_what_utf8_cannot_are_pushed_with_it_replaced_and_the_shipping_goes_on(
+        server: Recorder) -> None:
+    # A command of ${PROG}, whose bytes are not UTF-8, named in the supervisor's own lines: Python keeps such bytes
+    # as lone surrogates, and a strict encode raised, in the shipper's thread (it died) and in take_all (the
+    # failure's report and the exit flush with it).
+    named = "phase fetch: starting → stopping (/nonexistent/\udcff\udcfeprog: command not found)"
+    shipper = shipper_to(server)
+    shipper.add("setup", [named, "next"])
+    assert shipper.ship_once()
+    shipper.add("setup", [named])
+    assert shipper.take_all("setup") == [named + "\n"], "taken as it is: the outbox's push replaces it in turn"
+    assert text_body(named) == "phase fetch: starting → stopping (/nonexistent/??prog: command not found)".encode()
+    assert push_bodies(named) == [named + "\n"]
+    assert server.lines("setup") == ["phase fetch: starting → stopping (/nonexistent/??prog: command not found)",
+                                     "next"]
 
 
 def test_early_lines_are_held_in_order_and_replayed_then_passed_on() -> None:

@@ -37,6 +37,7 @@ from helpers import (
 
 from supervisor.devmanager.faults import Faults
 from supervisor.devmanager.server import DevManager, DevManagerState, _Handler
+from supervisor.manager.outbox import Outbox
 
 STATES = ["registered", "params_done", "bench_done", "running"]
 
@@ -296,6 +297,42 @@ def test_sigkill_with_pending_calls_then_restart_delivers_them_once(
     assert not [r for r in outbox_rows(sup) if r[2] != "delivered"]
 
 
+def test_a_state_dir_of_another_label_sends_none_of_the_calls_it_left_pending(
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
+    """The volume of instance C.111 (killed while the manager was away: its param-done, running and a report
+    pending) attached to instance C.222: C.222 registers afresh and sends its own calls only. C.111's went out
+    under C.222's uuid and moved its new row to running before its own fetch was done."""
+    mgr = managers()
+    sup.state_dir.mkdir(parents=True)
+    box = Outbox(sup.state_dir / "outbox.sqlite3")
+    box.put("label", "C.111")
+    box.put("uuid", "u-of-c111")
+    for kind, payload in [("param-done", {}), ("running", {}), ("log", {"source": "setup", "text": "C.111 failed\n"})]:
+        box.add(kind, payload)
+    box.close()
+    config = sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = "C.222"
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("echo fetched")}
+        report = "param-done"
+        """)
+    result = sup.run(config, timeout=60)
+    assert result.returncode == 0, result.output
+    inst = only_instance(mgr)
+    assert inst["label"] == "C.222" and inst["history"] == ["registered", "params_done"], inst
+    assert len(api_calls(mgr, "/param-done")) == 1 and not api_calls(mgr, "/running")  # its own param-done only
+    assert ("manager: state_dir was registered as 'C.111', not 'C.222'; registering afresh; the 3 call(s) it left "
+            "pending (param-done, running, log) are set aside, not sent under this instance's uuid") in result.output
+    assert "C.111 failed" not in pushed(mgr)["setup"] and "[supervisor] manager: registered" in pushed(mgr)["setup"]
+    states = [state for _, _, state in outbox_rows(sup)]
+    assert states[:3] == ["failed"] * 3 and set(states[3:]) == {"delivered"}, outbox_rows(sup)
+
+
 # ---------------------------------------------------------------- a flood of output while the manager is down
 
 
@@ -523,3 +560,73 @@ def test_setup_tab_has_the_first_lines_one_clean_verdict_and_the_resume_lines(
     again = pushed(mgr)["setup"]
     assert f"[supervisor] manager: reusing uuid {uuid}" in again, again[-3000:]
     assert again.count("FAILED: phase=work") == 2 and "\x1b" not in again
+
+
+# A child whose last lines are long: its report is over 256 KiB, and what says why is its very last line.
+LONG_LINES_FAILURE = r"""
+import sys
+for i in range(19):
+    print(f"L{i:02d} " + "é" * 30000, flush=True)
+print("PANIC: the real reason", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_failure_report_past_256k_reaches_the_manager_whole_down_to_its_last_line(
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
+    # In one push the manager kept its first 256 KiB: the verdict and 4 of the 20 lines, the reason dropped.
+    mgr = managers()
+    script = sup.tmp / "long_lines.py"
+    script.write_text(LONG_LINES_FAILURE)
+    config = sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = "C.long-report"
+        log_push_interval_s = 0.2
+        give_up_on_failure = false
+
+        [[phases]]
+        name = "work"
+        command = {toml_list([PY, str(script)])}
+        log_source = "benchout"
+        """)
+    result = sup.run(config, timeout=60)
+    assert result.returncode == 1, result.output
+    setup = pushed(mgr)["setup"]
+    assert setup.count("prover-supervisor: FAILED: phase=work") == 1, setup[-3000:]
+    report = setup[setup.index("prover-supervisor: FAILED: phase=work"):]
+    quoted = [line for line in report.splitlines() if line.startswith("  | ")]
+    assert quoted == [f"  | L{i:02d} " + "é" * 30000 for i in range(19)] + ["  | PANIC: the real reason"], \
+        [line[:12] for line in quoted]
+
+
+def test_a_command_of_bytes_that_are_not_utf8_is_reported_and_every_line_naming_it_shipped(
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
+    # ${PROG} holds bytes that are not UTF-8 (Python keeps them as lone surrogates): the strict encodes of the
+    # log shipper killed its thread at the first own line naming the program, and with it the failure's report
+    # (its queued lines are moved into the outbox first) and the exit flush.
+    mgr = managers()
+    config = sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = "C.bytes"
+        log_push_interval_s = 0.2
+        give_up_on_failure = false
+
+        [[phases]]
+        name = "fetch"
+        command = ["${{PROG}}", "x"]
+        retries = 1
+        backoff_s = 0.1
+        """)
+    result = sup.run(config, env={"PROG": "/nonexistent/\udcff\udcfeprog"}, timeout=60)
+    assert result.returncode == 127, result.output
+    assert "internal error" not in result.output and "UnicodeEncodeError" not in result.output, result.output
+    setup = pushed(mgr)["setup"]
+    naming = [line.split("[supervisor] ", 1)[1] for line in result.output.splitlines()
+              if "[supervisor] phase fetch: " in line]
+    assert len(naming) >= 6 and any("/nonexistent/??prog" in line for line in naming), naming
+    assert [line for line in naming if f"[supervisor] {line}" not in setup] == [], setup
+    for said in ("prover-supervisor: FAILED: phase=fetch", "prover-supervisor stopping: phase fetch failed",
+                 "prover-supervisor exiting with status 127"):
+        assert said in setup, (said, setup)

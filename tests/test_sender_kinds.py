@@ -24,7 +24,7 @@ from supervisor.lifecycle.states import PhaseState
 from supervisor.lifecycle.verdict import Verdict
 from supervisor.manager import sender as sender_mod
 from supervisor.manager.answers import AnswerError
-from supervisor.manager.client import Answer, ManagerClient, TransientError
+from supervisor.manager.client import LOG_PUSH_LIMIT, Answer, ManagerClient, TransientError
 from supervisor.manager.outbox import Outbox
 from supervisor.manager.reporting import core_report_due
 from supervisor.manager.sender import CallKinds, Sender
@@ -325,6 +325,24 @@ def test_an_identity_kept_by_an_earlier_start_is_held_to_the_plugins_check(
     assert d.outbox.pending_of("register") == 1
     assert any("the identity kept from an earlier start is unusable (widget_id is not a widget's" in line
                for line in d.lines), d.lines
+
+
+def test_a_log_push_of_any_text_goes_out_in_whole_characters_within_what_the_manager_keeps(
+        delivery: Callable[[CallKinds], Delivery], server: _Server) -> None:
+    # Text with a lone surrogate (bytes from the environment that are not UTF-8) raised in a strict encode: a "bug
+    # of ours" three times, then the failure's report failed for good. And a text queued whole by an older version,
+    # cut at 256 KiB, was cut inside a character (this recorder's strict decode refuses that).
+    d = delivery(CallKinds())
+    d.outbox.put("label", "C.kinds")
+    d.outbox.put("uuid", "u-1")  # registered by an earlier start
+    d.sender.restore_identity()
+    d.outbox.add("log", {"source": "setup", "text": "cannot run /nonexistent/\udcff\udcfeprog\n"})
+    d.outbox.add("log", {"source": "setup", "text": "x" + "é" * 200000})
+    d.sender.start()
+    d.run_until(lambda: not d.outbox.pending())
+    assert [row["state"] for row in d.outbox.history()] == ["delivered", "delivered"], d.lines
+    assert [body for _, body, _ in server.seen] == ["cannot run /nonexistent/??prog\n",
+                                                   "x" + "é" * ((LOG_PUSH_LIMIT - 1) // 2)]
 
 
 def test_a_kind_has_one_handler() -> None:

@@ -3,7 +3,10 @@
 When the lifecycle is over the outbox may still hold calls: the failure's reason lines, a call the
 exit must wait for (queued with ``exit_waits_for``: the prover's give-up), the "exiting" line. The
 exit waits for them while the loop runs (``EventLoop.run_until``): the sender's retries and answers
-are handed back into the loop, signals keep their meaning and the status socket answers. It waits:
+are handed back into the loop, signals keep their meaning and the status socket answers. Its start cuts
+short the wait of a call being retried (Reporter.stop: the sender's backoff grows to 30 s, longer than
+the flush): the manager, if back, hears at once, and one that is still away fails the attempt, so the
+stall rule below ends the flush after EXIT_STALL_S instead of its whole window. It waits:
 
 - until the outbox is empty, or EXIT_FLUSH_S at most, and only EXIT_STALL_S once no call went out
   for that long and an attempt failed since: a manager that is down does not hold up ``docker stop``

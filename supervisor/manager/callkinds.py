@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import config
 from .answers import FieldCheck
-from .client import LOG_PUSH_LIMIT, Answer, ManagerClient
+from .client import LOG_PUSH_LIMIT, Answer, ManagerClient, text_body
 from .row import NO_ROW_FIELDS, RowFields
 
 Payload = Mapping[str, Any]
@@ -52,8 +52,10 @@ def phase_call(kind: str) -> CallKind:
 
 
 def _log_push(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
+    # Reporter.push_text queues push-sized bodies; the limit holds one an older version queued whole to what the
+    # manager would keep of it.
     return client.request(
-        "POST", "/api/log-push", data=payload.get("text", "").encode()[:LOG_PUSH_LIMIT],
+        "POST", "/api/log-push", data=text_body(payload.get("text", ""), LOG_PUSH_LIMIT),
         want_json=False, headers={"X-Instance-UUID": uuid or "", "X-Log-Source": payload.get("source", "setup"),
                                   "Content-Type": "text/plain; charset=utf-8"})
 

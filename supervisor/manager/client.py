@@ -56,6 +56,19 @@ USER_AGENT = "prover-supervisor"
 SHOWN_CHARS = 200  # of an answer or a Location, in an error line
 
 
+def text_body(text: str, limit: int | None = None) -> bytes:
+    """``text`` as a push carries it: UTF-8 whatever it holds, at most ``limit`` bytes, cut after a whole character.
+
+    The one encoding of what is pushed (the log shipper's bodies and their sizes, the outbox's durable pushes,
+    the events). Text may hold what UTF-8 cannot: bytes from the environment that are not UTF-8 (a command of
+    ``${PROG}``) stay in Python's str as lone surrogates, and a strict encode raised on them, which killed the
+    log shipping, the failure report and the exit flush. They are replaced, as the console replaces them."""
+    data = text.encode("utf-8", errors="replace")
+    if limit is None or len(data) <= limit:
+        return data
+    return data[:limit].decode("utf-8", errors="ignore").encode()  # (ignore: the character cut in two)
+
+
 def call_deadline_s(spec: ManagerSpec) -> float:
     """The most one call may take, start to end: as long as connecting and one read may take."""
     return spec.connect_timeout_s + spec.read_timeout_s
@@ -195,8 +208,10 @@ class ManagerClient:
         return f"{method} {path}: {line}"
 
     def with_retries(self, attempt: Callable[[], Answer], stop: threading.Event,
-                     on_retry: Callable[[str, float], None]) -> Answer:
-        """Repeat ``attempt`` while it fails transiently, until it succeeds or ``stop`` is set."""
+                     on_retry: Callable[[str, float], None], sleep: Callable[[float], None] | None = None) -> Answer:
+        """Repeat ``attempt`` while it fails transiently, until it succeeds or ``stop`` is set. ``sleep`` waits
+        between the attempts (``stop.wait`` unless given: one that returns early must return once ``stop`` is
+        set too)."""
         import tenacity
 
         def wait(state: Any) -> float:  # a tenacity.RetryCallState
@@ -211,7 +226,7 @@ class ManagerClient:
             retry=tenacity.retry_if_exception_type(TransientError),
             wait=wait,
             stop=tenacity.stop_when_event_set(stop),
-            sleep=stop.wait,
+            sleep=sleep or stop.wait,
             before_sleep=before_sleep,
             reraise=True,
         )

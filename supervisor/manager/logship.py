@@ -7,13 +7,16 @@ entered the supervisor, escape codes stripped, labelled. A thread pushes them in
 push (the manager silently drops what is past 256 KiB), split on line boundaries. While the manager
 is down each source keeps a bounded backlog: the oldest lines go first, and the next push says how
 many. This is the best-effort road: what must arrive (the manager calls, a failure's verdict, the
-"exiting" line) goes through the outbox, and the lines still queued here for that source go into the
-outbox ahead of it (Reporter.push_text), so the order holds. A call the outbox delivered means the manager
-is back: the shipper's retry backoff is reset and it pushes at once (``manager_answers``), so the logs of
-an outage arrive right behind its calls. Pushes go through the manager client's
-rules (manager.py): a total deadline, a bounded answer, no redirect followed (a redirected push is
-not delivered: it is kept and sent again), Retry-After honoured. The supervisor's own first lines,
-logged before there is a shipper to hand them to, wait in ``EarlyLines``.
+"exiting" line) goes through the outbox, cut into push-sized bodies the same way (``push_bodies``), and
+the lines still queued here for that source go into the outbox ahead of it (Reporter.push_text), so the
+order holds. Every body is encoded one way (client.text_body): a lone surrogate from the environment is
+replaced, never an error that ends the shipping. A call the outbox delivered means the manager is back:
+the shipper's retry backoff is reset and it pushes at once (``manager_answers``), so the logs of an outage
+arrive right behind its calls; the other way round, a push taken after one was refused tells the outbox's
+sender (``on_back``), whose call then goes at once rather than after its own backoff. Pushes go through
+the manager client's rules (client.py): a total deadline, a bounded answer, no redirect followed (a
+redirected push is not delivered: it is kept and sent again), Retry-After honoured. The supervisor's own
+first lines, logged before there is a shipper to hand them to, wait in ``EarlyLines``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..text import Log
-from .client import LOG_PUSH_LIMIT, ManagerClient, PermanentError, TransientError, next_wait_s
+from .client import LOG_PUSH_LIMIT, ManagerClient, PermanentError, TransientError, next_wait_s, text_body
 
 # Leave room under the manager's 256 KiB cut for the "dropped" note and headers' sake.
 PUSH_MAX_BYTES = LOG_PUSH_LIMIT - 4096
@@ -53,10 +56,33 @@ class _Queue:
         self.dropped = 0
         self.first = 1
 
+    def extend(self, lines: list[str]) -> None:
+        for line in lines:
+            self.lines.append(line)
+            self.size += len(line) + 1
+
     def drop_oldest(self) -> None:
-        self.size -= len(self.lines.popleft()) + 1
+        self._pop()
         self.dropped += 1
         self.first += 1
+
+    def take(self, room: int) -> list[str]:
+        """Whole lines off the front while they fit in ``room`` bytes as pushed (each with its newline), the
+        numbering moved past them; one at least while any waits: a line over ``room`` on its own is cut to it,
+        after a whole character."""
+        taken: list[str] = []
+        while self.lines and (size := len(text_body(self.lines[0])) + 1) <= room:
+            taken.append(self._pop())
+            room -= size
+        if not taken and self.lines:
+            taken.append(text_body(self._pop(), room - 1).decode())
+        self.first += len(taken)
+        return taken
+
+    def _pop(self) -> str:
+        line = self.lines.popleft()
+        self.size -= len(line) + 1
+        return line
 
 
 class _Flight:
@@ -71,9 +97,10 @@ class Shipper:
     """A background sender of text lines, batched per source; see the module docstring."""
 
     def __init__(self, name: str, send: Callable[[str, str, str], None], ready: Callable[[], bool],
-                 interval_s: float, backlog_bytes: int, log: Log) -> None:
+                 interval_s: float, backlog_bytes: int, log: Log, on_back: Callable[[], None] | None = None) -> None:
         self.name = name
         self._send = send  # (source, body, seq) → raises TransientError / PermanentError
+        self._on_back = on_back  # on this thread, when a push is taken after one was refused: the manager is back
         # Names this supervisor process's line numbers: a restarted supervisor numbers from 1 again.
         import secrets  # (hashlib and OpenSSL's libcrypto with it: only once there is a manager to ship to)
 
@@ -89,6 +116,7 @@ class Shipper:
         self._stop = threading.Event()
         self._retry_at = 0.0
         self._retry_delay = PUSH_RETRY_S
+        self._refused = False  # a push was refused for now since the last one taken (on_back is told at the next)
         self._refused_logged: set[str] = set()
         self.pushed = 0  # pushes delivered
         self.backoff_resets = 0  # times a delivered manager call cut a retry backoff short
@@ -104,9 +132,7 @@ class Shipper:
             return
         with self._lock:
             queue = self._queues.setdefault(source, _Queue())
-            for line in lines:
-                queue.lines.append(line)
-                queue.size += len(line) + 1
+            queue.extend(lines)
             while queue.size > self._backlog and queue.lines:
                 queue.drop_oldest()
             urgent = queue.size >= BATCH_BYTES
@@ -120,6 +146,7 @@ class Shipper:
             return  # not backing off: the next interval ships as usual
         self._retry_at = 0.0
         self._retry_delay = PUSH_RETRY_S
+        self._refused = False  # (the sender that says so knows the manager is back)
         self.backoff_resets += 1
         self._wake.set()
 
@@ -150,6 +177,7 @@ class Shipper:
                     # A manager that asked for a pause (429/503 Retry-After) gets it.
                     self._retry_at = time.monotonic() + next_wait_s(self._retry_delay, exc.retry_after_s)
                     self._retry_delay = min(PUSH_RETRY_MAX_S, self._retry_delay * 2)
+                    self._refused = True
                     return False
                 except PermanentError as exc:
                     self._land(source, failed=False)
@@ -163,6 +191,9 @@ class Shipper:
                     raise
                 self._land(source, failed=False)
                 self.pushed += 1
+                if self._refused and self._on_back is not None:
+                    self._on_back()
+                self._refused = False
                 self._retry_at, self._retry_delay = 0.0, PUSH_RETRY_S
         return True
 
@@ -181,26 +212,12 @@ class Shipper:
                 return "", 0, 0, 0
             first = queue.first
             parts: list[str] = []
-            size = 0
             dropped, queue.dropped = queue.dropped, 0
             if dropped:
-                note = f"[prover-supervisor: {dropped} older line(s) dropped while the manager was unreachable]"
-                parts.append(note)
-                size += len(note) + 1
-            count = 0
-            while queue.lines and size + len(queue.lines[0].encode()) + 1 <= PUSH_MAX_BYTES:
-                line = queue.lines.popleft()
-                queue.size -= len(line) + 1
-                parts.append(line)
-                size += len(line.encode()) + 1
-                count += 1
-            if count == 0 and queue.lines:  # one line over the limit on its own: cut it
-                line = queue.lines.popleft()
-                queue.size -= len(line) + 1
-                parts.append(line.encode()[: PUSH_MAX_BYTES - size - 1].decode("utf-8", errors="ignore"))
-                count = 1
-            queue.first += count
-            body = "\n".join(parts) + "\n"
+                parts.append(f"[prover-supervisor: {dropped} older line(s) dropped while the manager was unreachable]")
+            lines = queue.take(PUSH_MAX_BYTES - sum(len(part) + 1 for part in parts))  # (the note is ASCII)
+            count = len(lines)
+            body = "\n".join(parts + lines) + "\n"
             if flight:
                 self._in_flight[source] = _Flight(body, count, dropped)
             return body, count, dropped, first
@@ -257,6 +274,19 @@ class Shipper:
                 break
 
 
+def push_bodies(text: str) -> list[str]:
+    """``text`` in the bodies of as many pushes as it needs, cut as the shipper cuts its batches (``_Queue.take``):
+    its lines in order, split on line boundaries, at most PUSH_MAX_BYTES each. For the durable pushes
+    (Reporter.push_text): the manager keeps the first 256 KiB of one body and drops the rest without a word, and
+    a failure's reason is in the last of the child's lines quoted under its verdict."""
+    queue = _Queue()
+    queue.extend(text.rstrip("\n").split("\n"))
+    bodies: list[str] = []
+    while queue.lines:
+        bodies.append("\n".join(queue.take(PUSH_MAX_BYTES)) + "\n")
+    return bodies
+
+
 def log_push_sender(client: ManagerClient, uuid: Callable[[], str | None]) -> Callable[[str, str, str], None]:
     def send(source: str, body: str, seq: str) -> None:
         instance = uuid()
@@ -264,7 +294,7 @@ def log_push_sender(client: ManagerClient, uuid: Callable[[], str | None]) -> Ca
             # The sender dropped a uuid the manager forgot between the shipper's look (ready) and this push: an
             # empty X-Instance-UUID is refused for good (400), so the batch waits for the next registration.
             raise TransientError("no instance uuid: waiting for the manager to register this instance again")
-        client.request("POST", "/api/log-push", data=body.encode("utf-8"), want_json=False,
+        client.request("POST", "/api/log-push", data=text_body(body), want_json=False,
                        headers={"X-Instance-UUID": instance, "X-Log-Source": source, SEQ_HEADER: seq,
                                 "Content-Type": "text/plain; charset=utf-8"})
 
@@ -275,7 +305,7 @@ def events_sender(client: ManagerClient) -> Callable[[str, str, str], None]:
     """Events go to ``events_url`` as newline-delimited JSON, one object a line."""
 
     def send(source: str, body: str, seq: str) -> None:
-        client.request("POST", "", data=body.encode("utf-8"), want_json=False,
+        client.request("POST", "", data=text_body(body), want_json=False,
                        headers={"Content-Type": "application/x-ndjson", SEQ_HEADER: seq})
 
     return send

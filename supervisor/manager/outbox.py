@@ -317,6 +317,17 @@ class Outbox:
     def failed(self, call_id: int, error: str) -> None:
         self._finish(call_id, "failed", error, None)
 
+    def fail_pending(self, error: str, but: str) -> list[str]:
+        """Every pending call but those of kind ``but`` failed with ``error``, in one write: their kinds, oldest
+        first."""
+        rows = self._read("SELECT id, kind FROM calls WHERE state = 'pending' AND kind != ? ORDER BY id", (but,))
+        if rows:
+            with self._lock:
+                self._try_the_file_again()
+                self._write("UPDATE calls SET state = 'failed', finished = ?, last_error = ? "
+                            "WHERE state = 'pending' AND kind != ? AND id <= ?", (time.time(), error, but, rows[-1][0]))
+        return [kind for _, kind in rows]
+
     def _finish(self, call_id: int, state: str, error: str | None, response: Any) -> None:
         with self._lock:
             self._try_the_file_again()

@@ -38,7 +38,7 @@ from .answers import FieldCheck
 from .callkinds import CallKind, Payload
 from .client import ManagerClient
 from .ledger import LEDGER_CALLS, ledger
-from .logship import EarlyLines, Shipper, event_line, events_sender, log_push_sender
+from .logship import EarlyLines, Shipper, event_line, events_sender, log_push_sender, push_bodies
 from .row import Row, RowFields
 from .sender import LOG, CallKinds, Sender
 from .view import ManagerView
@@ -121,7 +121,8 @@ class Reporter:
         self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "
                   f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
         self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
-                             self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
+                             self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log,
+                             on_back=self._sender.retry_now)
         if self._early is not None:
             # A shipper that raises costs the manager lines, never the supervisor's own log.
             self._early.hand_to(contained(self.ship_own_line, lambda exc: self._loop.faults.report(
@@ -170,7 +171,9 @@ class Reporter:
                           failures=lambda: sender.failed_attempts)
         if waited_for and sender.alive():
             self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for {waited_for[0]} to be delivered")
-        sender.wake()
+        # A call being retried goes now: its wait (up to 30 s of backoff) would outlast the flush, and a manager
+        # back meanwhile would hear nothing.
+        sender.retry_now()
         wait(flush, flush.over)
         left = outbox.pending()
         if left:
@@ -248,7 +251,10 @@ class Reporter:
         shutdown (phase and child names, signal names, numbers)."""
         if self.enabled and self.outbox is not None:
             self._move_queued_lines(source)
-            self.outbox.add(LOG, {"source": source, "text": text.rstrip("\n") + "\n"})
+            # In pushes the manager keeps whole: it drops what is past 256 KiB of one, and a verdict's reason is
+            # in the last of the lines quoted under it.
+            for body in push_bodies(text):
+                self.outbox.add(LOG, {"source": source, "text": body})
             self._wake_sender()
 
     def _move_queued_lines(self, source: str) -> None:

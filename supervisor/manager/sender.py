@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -124,6 +125,9 @@ class Sender:
         self.failed_attempts = 0  # attempts that failed and were retried (the exit flush: a manager down, not slow)
         self._stop = threading.Event()
         self._wake = threading.Event()
+        # Cuts a retry's wait (its backoff, up to RETRY_MAX_S, or a Retry-After) short: the stop, the exit flush's
+        # start, the manager answering the log pushes again (retry_now).
+        self._hurry = threading.Event()
         self._thread: threading.Thread | None = None
         self._in_hand: Call | None = None  # the call being delivered (the thread's own: a bug fails it in time)
         # The manager's own view (rowwatch.py): read on this thread, heard on the loop's.
@@ -139,9 +143,15 @@ class Sender:
         """The uuid an earlier start registered under this label, if any; else a register is queued."""
         stored_label = self.outbox.get("label")
         if stored_label is not None and stored_label != self.spec.label:
-            # The state volume belonged to another instance: its uuid is not ours.
+            # The state volume belonged to another instance: its uuid is not ours, nor is what it left pending (its
+            # param-done or running would move our new row past our own fetch, its log pushes land in our tabs).
+            # Every call of this start comes later; a register is kept: it is sent as who this start is.
+            left = self.outbox.fail_pending(f"set aside: queued as {stored_label!r}, the label this state_dir had "
+                                            f"before {self.spec.label!r}", but=REGISTER)
+            aside = (f"; the {len(left)} call(s) it left pending ({', '.join(_counted(left))}) are set aside, "
+                     "not sent under this instance's uuid" if left else "")
             self._log(f"manager: state_dir was registered as {stored_label!r}, not {self.spec.label!r}; "
-                      "registering afresh")
+                      f"registering afresh{aside}")
             self.outbox.put("uuid", "")
         self.outbox.put("label", self.spec.label)
         self.uuid, self.fields = self._stored_identity()
@@ -188,12 +198,23 @@ class Sender:
         """Something was added to the outbox: deliver it now rather than at the next idle look."""
         self._wake.set()
 
+    def retry_now(self) -> None:
+        """The call being retried goes now, not once its wait runs out (any thread): the exit flush has begun (it
+        waits 10 s, the wait may be 30 s), or the manager answered again. Once: a failure waits as it would."""
+        self._hurry.set()
+        self._wake.set()
+
+    def _retry_wait(self, seconds: float) -> None:
+        self._hurry.wait(seconds)
+        self._hurry.clear()
+
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def ask_to_stop(self) -> None:
         """Stop after the call in flight; what is not delivered stays pending in the outbox."""
         self._stop.set()
+        self._hurry.set()  # (a retry's wait ends now: the stop is looked at once it does)
         self._wake.set()
 
     def join(self, timeout: float) -> None:
@@ -254,6 +275,7 @@ class Sender:
         if checks_row and self._killed_before(call):
             return True
         retries = 0
+        self._hurry.clear()  # (a hurry meant for a call already delivered does not cut this one's first wait)
 
         def on_retry(error: str, delay: float, call: Call = call) -> None:
             nonlocal retries
@@ -277,7 +299,7 @@ class Sender:
             return self._attempt(call)
 
         try:
-            answer = self._client.with_retries(attempt, self._stop, on_retry)
+            answer = self._client.with_retries(attempt, self._stop, on_retry, self._retry_wait)
         except _NotSent:
             return True  # the row was killed while the call was retried: failed, and said (_killed_before)
         except PermanentError as exc:
@@ -468,6 +490,11 @@ class Sender:
         forgotten, self._forgotten_uuid = self._forgotten_uuid, None
         if forgotten is not None:
             self._view.registered_again(forgotten, self.uuid)
+
+
+def _counted(kinds: list[str]) -> list[str]:
+    """Each kind once, in the order first met, with how many there were: ``["param-done", "3 log"]``."""
+    return [kind if n == 1 else f"{n} {kind}" for kind, n in Counter(kinds).items()]
 
 
 def unknown_instance(exc: PermanentError) -> bool:

@@ -189,6 +189,7 @@ class StallMonitor:
         self._progress_seq: int | None = None
         self._io: IoWatch | None = None
         self._io_seq: int | None = None
+        self._io_at: float | None = None  # when the I/O thread's latest reading was taken (monotonic)
         if io is not None:
             self._io = io.watch(check_interval(stall_s) * 2)
             self._io.follow(attempt.roots())
@@ -242,8 +243,7 @@ class StallMonitor:
         blind = self._io_probe.state.blind_why()
         if blind is not None:
             return blind
-        reading = self._io.latest()
-        last = reading.at if reading is not None else self._watch.started
+        last = self._io_at if self._io_at is not None else self._watch.started
         if now - last > self._watch.stall_s / 2:
             return f"the I/O thread's latest reading is {now - last:.1f}s old"
         return None
@@ -274,6 +274,8 @@ class StallMonitor:
             return
         self._io.follow(self._attempt.roots())
         reading = self._io.latest()
+        if reading is not None:
+            self._io_at = reading.at  # (read by _io_unknown, after this, in the same look)
         if reading is not None and reading.seq != self._io_seq:
             self._io_seq = reading.seq
             self._watch.saw_io(reading.moved, reading.readable, reading.at, reading.unreadable)

@@ -98,15 +98,28 @@ def test_a_shipper_backing_off_pushes_at_once_when_the_manager_answers_again() -
     assert shipper.backoff_resets == 1
 
 
-def test_logs_follow_the_first_call_delivered_after_an_outage(server: _Server, tmp_path: Path) -> None:
+def registered_before(server: _Server, tmp_path: Path) -> tuple[ManagerSpec, ManagerClient, EventLoop, Outbox,
+                                                                  list[str]]:
+    """A manager client to ``server``, a loop, an outbox of an instance an earlier start registered (C.1, u-1),
+    and the list the supervisor's lines go to."""
     spec = ManagerSpec(url=f"http://127.0.0.1:{server.server_address[1]}", label="C.1", connect_timeout_s=2.0,
                        read_timeout_s=2.0)
-    client = ManagerClient(spec)
-    loop = EventLoop()
     outbox = Outbox(tmp_path / "outbox.sqlite3")
     outbox.put("label", "C.1")
-    outbox.put("uuid", "u-1")  # registered by an earlier start
-    log: list[str] = []
+    outbox.put("uuid", "u-1")
+    return spec, ManagerClient(spec), EventLoop(), outbox, []
+
+
+def stop_all(sender: Sender, shipper: Shipper, outbox: Outbox, loop: EventLoop) -> None:
+    sender.ask_to_stop()
+    sender.join(WAIT_S)
+    shipper.stop(1.0)
+    outbox.close()
+    loop.close()
+
+
+def test_logs_follow_the_first_call_delivered_after_an_outage(server: _Server, tmp_path: Path) -> None:
+    spec, client, loop, outbox, log = registered_before(server, tmp_path)
     shipper = Shipper("log shipping", log_push_sender(client, lambda: "u-1"), lambda: True, 0.05, 1 << 20,
                       log.append)
     sender = Sender(spec, outbox, client, loop, log.append, CallKinds(), on_identity=lambda uuid, fields: None,
@@ -128,11 +141,7 @@ def test_logs_follow_the_first_call_delivered_after_an_outage(server: _Server, t
         loop.run_until(lambda: shipper.pushed >= 1 or time.monotonic() > deadline, 0.02)
         assert shipper.backoff_resets >= 1 and shipper.pushed == 1
     finally:
-        sender.ask_to_stop()
-        sender.join(WAIT_S)
-        shipper.stop(1.0)
-        outbox.close()
-        loop.close()
+        stop_all(sender, shipper, outbox, loop)
 
 
 def test_a_push_taken_after_an_outage_sends_the_call_waiting_out_its_pause_at_once(server: _Server,
@@ -140,14 +149,7 @@ def test_a_push_taken_after_an_outage_sends_the_call_waiting_out_its_pause_at_on
     # The call waits out what the manager asked (300 s here; the backoff alone grows to 30 s) while the log shipper,
     # retrying every second, finds the manager back first: the call goes then, not minutes later.
     server.pauses = {"/param-done": PAUSE_S}
-    spec = ManagerSpec(url=f"http://127.0.0.1:{server.server_address[1]}", label="C.1", connect_timeout_s=2.0,
-                       read_timeout_s=2.0)
-    client = ManagerClient(spec)
-    loop = EventLoop()
-    outbox = Outbox(tmp_path / "outbox.sqlite3")
-    outbox.put("label", "C.1")
-    outbox.put("uuid", "u-1")  # registered by an earlier start
-    log: list[str] = []
+    spec, client, loop, outbox, log = registered_before(server, tmp_path)
     sender = Sender(spec, outbox, client, loop, log.append, CallKinds(), on_identity=lambda uuid, fields: None)
     shipper = Shipper("log shipping", log_push_sender(client, lambda: "u-1"), lambda: True, 0.05, 1 << 20,
                       log.append, on_back=sender.retry_now)
@@ -167,8 +169,4 @@ def test_a_push_taken_after_an_outage_sends_the_call_waiting_out_its_pause_at_on
         loop.run_until(lambda: "/param-done" in server.taken() or time.monotonic() > deadline, 0.02)
         assert server.taken() == ["/api/log-push", "/param-done"], (server.seen, log)
     finally:
-        sender.ask_to_stop()
-        sender.join(WAIT_S)
-        shipper.stop(1.0)
-        outbox.close()
-        loop.close()
+        stop_all(sender, shipper, outbox, loop)

@@ -521,23 +521,30 @@ sys.exit(3)
 """
 
 
-def test_setup_tab_has_the_first_lines_one_clean_verdict_and_the_resume_lines(
-        sup: Runner, managers: Callable[..., DevManager]) -> None:
-    mgr = managers()
-    script = sup.tmp / "coloured.py"
-    script.write_text(COLOURED_FAILURE)
-    config = sup.write(f"""
+def work_failing(sup: Runner, mgr: DevManager, label: str, script: str) -> Path:
+    """A config of one phase "work" running the Python ``script`` (its output to the benchout tab), reporting to
+    ``mgr`` as ``label``; not given up on its failure (a given-up instance is not run again:
+    tests/prover/test_given_up.py)."""
+    path = sup.tmp / "work.py"
+    path.write_text(script)
+    return sup.write(f"""
         [manager]
         url = {toml_str(mgr.url)}
-        label = "C.setup-tab"
+        label = "{label}"
         log_push_interval_s = 0.2
-        give_up_on_failure = false  # a given-up instance is not run again (tests/prover/test_given_up.py)
+        give_up_on_failure = false
 
         [[phases]]
         name = "work"
-        command = {toml_list([PY, str(script)])}
+        command = {toml_list([PY, str(path)])}
         log_source = "benchout"
         """)
+
+
+def test_setup_tab_has_the_first_lines_one_clean_verdict_and_the_resume_lines(
+        sup: Runner, managers: Callable[..., DevManager]) -> None:
+    mgr = managers()
+    config = work_failing(sup, mgr, "C.setup-tab", COLOURED_FAILURE)
     assert Console(sup, config, name="first").finish(40) == 3
     setup = pushed(mgr)["setup"]
     assert "\x1b" not in setup, "an escape code reached the manager"
@@ -576,20 +583,7 @@ def test_a_failure_report_past_256k_reaches_the_manager_whole_down_to_its_last_l
         sup: Runner, managers: Callable[..., DevManager]) -> None:
     # In one push the manager kept its first 256 KiB: the verdict and 4 of the 20 lines, the reason dropped.
     mgr = managers()
-    script = sup.tmp / "long_lines.py"
-    script.write_text(LONG_LINES_FAILURE)
-    config = sup.write(f"""
-        [manager]
-        url = {toml_str(mgr.url)}
-        label = "C.long-report"
-        log_push_interval_s = 0.2
-        give_up_on_failure = false
-
-        [[phases]]
-        name = "work"
-        command = {toml_list([PY, str(script)])}
-        log_source = "benchout"
-        """)
+    config = work_failing(sup, mgr, "C.long-report", LONG_LINES_FAILURE)
     result = sup.run(config, timeout=60)
     assert result.returncode == 1, result.output
     setup = pushed(mgr)["setup"]

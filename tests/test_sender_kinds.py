@@ -99,6 +99,12 @@ class Delivery:
         self.sender = Sender(self.spec, self.outbox, ManagerClient(self.spec), self.loop, self.lines.append, calls,
                              on_identity=lambda uuid, fields: self.identities.append((uuid, dict(fields))))
 
+    def registered_before(self) -> None:
+        """As an earlier start left it: this label registered as u-1, the identity restored from the outbox."""
+        self.outbox.put("label", "C.kinds")
+        self.outbox.put("uuid", "u-1")
+        self.sender.restore_identity()
+
     def run_until(self, done: Callable[[], bool]) -> None:
         deadline = time.monotonic() + WAIT_S
         self.loop.run_until(lambda: done() or time.monotonic() > deadline, 0.02)
@@ -168,9 +174,7 @@ def test_a_plugin_kind_is_delivered_in_order_with_the_cores(delivery: Callable[[
 def test_an_unknown_kind_is_refused_for_good_in_one_line_and_holds_nothing_up(
         delivery: Callable[[CallKinds], Delivery], server: _Server) -> None:
     d = delivery(CallKinds())
-    d.outbox.put("label", "C.kinds")
-    d.outbox.put("uuid", "u-1")  # registered by an earlier start
-    d.sender.restore_identity()
+    d.registered_before()
     mystery = d.outbox.add("bench-done", {"rate": 1.0})  # a plugin's kind, with no plugin loaded now
     d.outbox.add("running", {})
     d.sender.start()
@@ -192,9 +196,7 @@ def registered_with(delivery: Callable[[CallKinds], Delivery], widget: CallKind)
     d = delivery(calls)
     said: list[str] = []
     d.loop.faults.log = said.append
-    d.outbox.put("label", "C.kinds")
-    d.outbox.put("uuid", "u-1")
-    d.sender.restore_identity()
+    d.registered_before()
     return d, said
 
 def test_a_bug_in_a_kinds_delivery_is_said_outlived_and_holds_up_its_call_only_a_few_tries(
@@ -273,9 +275,7 @@ def test_a_refusal_is_told_to_its_kind_on_the_loops_thread(delivery: Callable[[C
     calls.add("widget-done", widget_kind(heard, []))
     server.answers["/widget-done"] = (404, {"error": "unknown uuid"})
     d = delivery(calls)
-    d.outbox.put("label", "C.kinds")
-    d.outbox.put("uuid", "u-1")
-    d.sender.restore_identity()
+    d.registered_before()
     d.outbox.add("widget-done", {"count": 1})
     d.sender.start()
     d.run_until(lambda: bool(heard))
@@ -333,9 +333,7 @@ def test_a_log_push_of_any_text_goes_out_in_whole_characters_within_what_the_man
     # of ours" three times, then the failure's report failed for good. And a text queued whole by an older version,
     # cut at 256 KiB, was cut inside a character (this recorder's strict decode refuses that).
     d = delivery(CallKinds())
-    d.outbox.put("label", "C.kinds")
-    d.outbox.put("uuid", "u-1")  # registered by an earlier start
-    d.sender.restore_identity()
+    d.registered_before()
     d.outbox.add("log", {"source": "setup", "text": "cannot run /nonexistent/\udcff\udcfeprog\n"})
     d.outbox.add("log", {"source": "setup", "text": "x" + "é" * 200000})
     d.sender.start()

@@ -106,3 +106,14 @@ def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_plan(path)
     assert "phases[0] (fetch).retries" in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize(("written_as", "said"), [
+    ("1979-05-27T07:32:00Z", "1979-05-27T07:32:00+00:00"), ("1979-05-27", "1979-05-27"), ("07:32:00", "07:32:00"),
+])
+def test_a_toml_date_or_time_where_none_belongs_is_echoed_as_a_date_not_as_python_code(written_as: str,
+                                                                                      said: str) -> None:
+    assert refused(FIRST + f"stop_grace_s = {written_as}\n") == (
+        f"t.toml: phases[0] (fetch).stop_grace_s: must be a number, got {said}")
+    assert refused(f'[[phases]]\nname = "fetch"\ncommand = ["true", {written_as}]\n') == (
+        f"t.toml: phases[0] (fetch).command[1]: must be a string, got {said}")

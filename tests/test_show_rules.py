@@ -5,6 +5,7 @@ plain word (``bare``, ``logged``), words on one line (``one_line``), a peer's by
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -79,3 +80,9 @@ def test_one_line_makes_white_space_one_space_and_cuts() -> None:
 def test_shown_bytes_is_a_peers_answer_as_one_line(data: bytes, limit: int, line: str) -> None:
     assert shown_bytes(data, limit) == line
     assert "\n" not in shown_bytes(data, limit)
+
+
+def test_a_date_or_time_is_shown_as_iso_8601_as_toml_writes_it() -> None:
+    assert shown(datetime.date(1979, 5, 27)) == "1979-05-27"
+    assert shown(datetime.time(7, 32)) == "07:32:00"
+    assert shown(datetime.datetime(1979, 5, 27, 7, 32, tzinfo=datetime.UTC)) == "1979-05-27T07:32:00+00:00"

@@ -7,7 +7,8 @@ A value may be anything (a config's string with a newline in it, a manager's ans
   newline, an escape code, a right-to-left mark, a lone surrogate from the environment), cut to a length with
   "...". ``bare`` leaves a plain word (printable, no white space) unquoted, for a name: a key, a path.
   ``ascii_only``, for what a peer sent (the manager's answers): every character outside ASCII escaped too, so
-  nothing it sends can pass for something else in our line; a config's value is shown as its author wrote it;
+  nothing it sends can pass for something else in our line; a config's value is shown as its author wrote it
+  (a TOML date or time as ISO 8601, not as Python's constructor call);
 - ``logged``: a value in a log line of the supervisor's own (an argv, a verdict's text): bare when it is one
   word, else in plain double quotes, control characters escaped: readable where shlex's ``'"'"'`` is not;
 - ``one_line``: a why of any size (an exception's text, an answer) as words on one line, cut;
@@ -20,6 +21,8 @@ Specialisations live with their concept: a URL with its password masked (redact.
 """
 
 from __future__ import annotations
+
+import datetime
 
 # A value quoted in an error is cut to this many characters: the line stays readable, the value recognisable.
 SHOWN_CHARS = 60
@@ -39,6 +42,8 @@ def shown(value: object, limit: int = SHOWN_CHARS, *, bare: bool = False, ascii_
     characters. ``bare``: a string that is a plain word (printable, non-empty, no space) is shown as it is."""
     if bare and isinstance(value, str) and value and value.isprintable() and not _has_space(value):
         return cut(value, limit)
+    if isinstance(value, (datetime.date, datetime.time)):  # (datetime is a date)
+        return cut(value.isoformat(), limit)
     try:
         text = ascii(value) if ascii_only else repr(value)
     except ValueError:  # an int of more digits than Python prints

@@ -56,11 +56,11 @@ def test_a_jump_of_the_clock_is_a_freeze_said_once() -> None:
 
 def test_a_thaw_restarts_every_stall_window_and_never_moves_one_back() -> None:
     watch = StallWatch(2.0, started=100.0, gpus_visible=True, watches_path=True)
-    watch.saw_progress_size(10, 100.0)
+    watch.saw_progress(10, None, 100.0)
     assert watch.stalled(140.0) is not None, "40 s of silence (a freeze, unknown to the watch) reads as a stall"
     watch.thawed(140.0)
     assert watch.stalled(141.9) is None, "the window restarts at the thaw"
-    assert watch.stalled(142.0) == "no output for 2.0s, no GPU activity for 2.0s, no progress_path growth for 2.0s"
+    assert watch.stalled(142.0) == "no output for 2.0s, no GPU activity for 2.0s, no progress_path writes for 2.0s"
     watch.saw_output(143.0)
     watch.thawed(120.0)  # an older thaw never moves a sign back
     assert watch.last_output == 143.0

@@ -90,17 +90,17 @@ def test_gpu_activity_counts_only_when_gpus_are_visible() -> None:
 
 def test_progress_growth_counts_shrink_then_growth_counts() -> None:
     w = watch(path=True)
-    w.saw_progress_size(None, 100.0)  # the baseline: absent is 0
-    w.saw_progress_size(0, 100.3)
+    w.saw_progress(None, None, 100.0)  # the baseline: absent is 0
+    w.saw_progress(0, None, 100.3)
     assert w.stalled(101.0) is not None, "no growth yet, no output: stalled"
-    w.saw_progress_size(4096, 101.0)
+    w.saw_progress(4096, 5000.0, 101.0)
     assert w.stalled(101.9) is None, "growth is progress"
-    w.saw_progress_size(4096, 102.0)  # the same size is no progress
+    w.saw_progress(4096, 5000.0, 102.0)  # the same size, no newer write: no progress
     silent = w.stalled(102.0)
-    assert silent == "no output for 2.0s, no progress_path growth for 1.0s (no GPU visible)"
-    w.saw_progress_size(100, 102.1)  # a bad file deleted: shrinking is not progress...
+    assert silent == "no output for 2.0s, no progress_path writes for 1.0s (no GPU visible)"
+    w.saw_progress(100, 5000.0, 102.1)  # a bad file deleted: shrinking is not progress...
     assert w.stalled(102.1) is not None
-    w.saw_progress_size(200, 102.2)  # ...but growth after it is
+    w.saw_progress(200, 5000.0, 102.2)  # ...but growth after it is
     assert w.stalled(103.1) is None
     assert w.stalled(103.2) is not None
 
@@ -136,9 +136,9 @@ def test_a_thaw_restarts_the_io_silence_too() -> None:
 
 def test_message_names_each_silent_sign() -> None:
     w = watch(2.0, gpus=True, path=True)
-    w.saw_progress_size(10, 100.0)
+    w.saw_progress(10, None, 100.0)
     silent = w.stalled(103.0)
-    assert silent == "no output for 3.0s, no GPU activity for 3.0s, no progress_path growth for 3.0s"
+    assert silent == "no output for 3.0s, no GPU activity for 3.0s, no progress_path writes for 3.0s"
 
 
 def test_check_interval_bounds() -> None:
@@ -607,7 +607,7 @@ def test_progress_path_that_stops_growing_is_stalled(sup: Runner) -> None:
     assert result.returncode == EXIT_TIMEOUT, out
     record = one_verdict(out, "p")
     assert " reason=stalled " in record, record
-    assert "no progress_path growth for" in record and "no output for" in record, record
+    assert "no progress_path writes for" in record and "no output for" in record, record
     starting = first_line(out, "phase p: pending → starting")
     stalled = first_line(out, "phase p: stalled: ")
     named_after = seconds_between(starting, stalled)
@@ -629,3 +629,18 @@ def test_a_stalled_oneshot_is_retried(sup: Runner) -> None:
     assert all(" reason=stalled " in r for r in records), records
     assert "stalled; retry 1 of 1" in out
     assert "phase p: stopping → failed (stalled (all 1 retries used))" in out
+
+
+def test_a_write_into_a_file_that_does_not_grow_is_a_sign_of_life() -> None:
+    """aria2c preallocates: its file has its full size at once, and only its mtime says it is being written (the
+    sign that is left where the worker's I/O counters are another user's to read)."""
+    w = watch(path=True)
+    w.saw_progress(6 << 20, 5000.0, 100.0)  # the baseline: the file allocated whole
+    w.saw_progress(6 << 20, 5000.5, 100.9)  # the same size, written since
+    assert w.stalled(101.8) is None, "a newer write is progress"
+    w.saw_progress(6 << 20, 5000.5, 101.5)  # nothing written since
+    assert w.stalled(101.9) == "no output for 1.9s, no progress_path writes for 1.0s (no GPU visible)"
+    w.saw_progress(6 << 20, 4000.0, 102.0)  # the newest file deleted: an older write is no progress...
+    assert w.stalled(102.0) is not None
+    w.saw_progress(6 << 20, 5001.0, 102.1)  # ...a write after the newest seen is
+    assert w.stalled(103.0) is None

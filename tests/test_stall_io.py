@@ -13,6 +13,7 @@ import http.server
 import json
 import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -268,3 +269,38 @@ def test_a_worker_whose_io_counters_are_not_ours_to_read_is_said_not_taken_for_s
     assert " reason=stalled " in record, record
     assert "(the I/O counters of 1 of its processes unreadable: another user's, and no CAP_SYS_PTRACE)" in record, \
         record
+
+
+@pytest.mark.skipif(SETPRIV is None, reason="no setpriv (util-linux) to drop CAP_SYS_PTRACE and change user")
+def test_the_real_aria2c_as_another_user_is_kept_alive_by_its_writes_under_progress_path(sup: Runner) -> None:
+    """The real aria2c run as another user, by a supervisor without CAP_SYS_PTRACE: its I/O counters cannot be
+    read, its readout sits in its pipe's buffer, and its file is preallocated (full size at once): a healthy
+    download was stalled after stall_s with "no progress_path growth". Its writes move the file's mtime, and
+    those keep it alive; the refusal of its counters is said all the same."""
+    if ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    with tempfile.TemporaryDirectory(dir="/tmp") as reachable:  # (pytest's tmp is root's alone: 0700)
+        Path(reachable).chmod(0o755)  # (mkdtemp makes it 0700)
+        served, cache = sup.tmp / "served", Path(reachable) / "cache"
+        served.mkdir()
+        cache.mkdir()
+        cache.chmod(0o777)
+        (served / "f.params").write_bytes(b"\x07" * (6 * MIB))
+        with serving(files_handler(served)) as url:
+            # 6 MiB at 512 KiB/s: 12 s of work, three times stall_s, in silence but for its writes.
+            argv = [SETPRIV, "--reuid=65534", "--regid=65534", "--clear-groups", ARIA2C, "--max-download-limit=512K",
+                    "--lowest-speed-limit", "16K", "-m100", "--retry-wait", "10", "--continue", "-x16", "-s16",
+                    "--dir", str(cache), "-o", "f.params", f"{url}/f.params"]
+            config = sup.write(phase(toml_list(argv), 4, f"progress_path = {toml_str(str(cache))}"), header=False)
+            config.write_text(sup.header(extra='cgroups = "off"') + config.read_text())
+            done = subprocess.run([SETPRIV, "--bounding-set=-sys_ptrace", PY, "-m", "supervisor", "run", "--config",
+                                   str(config)], capture_output=True, text=True, timeout=90)
+        out = done.stdout + done.stderr
+        assert (cache / "f.params").stat().st_size == 6 * MIB, out
+    if "cannot be read" not in out:
+        pytest.skip(f"the counters were readable after all (a kernel that lets root read them?): {out[-2000:]}")
+    assert done.returncode == 0, out
+    assert "reason=stalled" not in out, out
+    assert " reason=exit_code exit_code=0 " in one_verdict(out, "p")
+    said = first_line(out, "I/O watch: the I/O counters of pid ")
+    assert "cannot be read (another user's process, and the supervisor lacks CAP_SYS_PTRACE)" in said, said

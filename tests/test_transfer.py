@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.evidence.progress import COMPLETE_QUIET_S, NET_DEV, TreeMeasure, net_received, tree_done
+from supervisor.evidence.progress import COMPLETE_QUIET_S, FUTURE_MTIME_S, NET_DEV, TreeMeasure, net_received, tree_done
 from supervisor.evidence.progresswatch import done_bytes
 from supervisor.evidence.transfer import TOO_SLOW_MARGIN, RateWindow, duration, figures, progress_text, too_slow
 from supervisor.lifecycle.hooks import ProgressReading
@@ -74,11 +74,11 @@ def test_a_file_with_its_control_file_beside_it_is_not_complete(tmp_path: Path) 
     (tmp_path / "b.params.aria2").write_bytes(b"ctl")
     (tmp_path / "fetch.lock").write_bytes(b"")
     later = time.time() + 60  # looked at a minute on: nothing is being written any more
-    size, files, complete, complete_files = tree_done(tmp_path, later)
+    size, files, complete, complete_files, _ = tree_done(tmp_path, later)
     assert complete == 8192 and complete_files == 1
     assert size == 8192 + (1 << 20) + 3 and files == 4
     (tmp_path / "b.params.aria2").unlink()
-    assert tree_done(tmp_path, later)[2:] == (8192 + (1 << 20), 2)
+    assert tree_done(tmp_path, later)[2:4] == (8192 + (1 << 20), 2)
 
 
 def test_one_file_with_its_control_file_beside_it_is_not_complete_either(tmp_path: Path) -> None:
@@ -89,9 +89,9 @@ def test_one_file_with_its_control_file_beside_it_is_not_complete_either(tmp_pat
         os.posix_fallocate(fh.fileno(), 0, 1 << 20)
     (tmp_path / "b.params.aria2").write_bytes(b"ctl")
     later = time.time() + 60
-    assert tree_done(under_way, later) == (1 << 20, 1, 0, 0)
+    assert tree_done(under_way, later)[:4] == (1 << 20, 1, 0, 0)
     (tmp_path / "b.params.aria2").unlink()
-    assert tree_done(under_way, later) == (1 << 20, 1, 1 << 20, 1)
+    assert tree_done(under_way, later)[:4] == (1 << 20, 1, 1 << 20, 1)
 
 
 @pytest.mark.parametrize("lone", [False, True], ids=["in-a-directory", "named-alone"])
@@ -104,12 +104,30 @@ def test_a_file_just_allocated_is_not_complete_before_its_control_file_comes(tmp
         os.posix_fallocate(fh.fileno(), 0, 1 << 20)
     written = new.stat().st_mtime
     where = new if lone else tmp_path
-    assert tree_done(where, written)[2:] == (0, 0), "no control file yet, but just allocated"
-    assert tree_done(where, written + COMPLETE_QUIET_S / 2)[2:] == (0, 0)
-    assert tree_done(where, written + COMPLETE_QUIET_S)[2:] == (1 << 20, 1), "left alone since: complete"
+    assert tree_done(where, written)[2:4] == (0, 0), "no control file yet, but just allocated"
+    assert tree_done(where, written + COMPLETE_QUIET_S / 2)[2:4] == (0, 0)
+    assert tree_done(where, written + COMPLETE_QUIET_S)[2:4] == (1 << 20, 1), "left alone since: complete"
     # A cache copied with another machine's clock, its times ahead of ours: its files are complete all the same.
     os.utime(new, (written + 3600, written + 3600))
-    assert tree_done(where, written)[2:] == (1 << 20, 1)
+    assert tree_done(where, written)[2:4] == (1 << 20, 1)
+
+
+def test_a_walk_says_the_newest_write_under_the_path_and_leaves_out_one_from_the_future(tmp_path: Path) -> None:
+    """A preallocated file does not grow while aria2c writes it; its mtime moves. A file whose mtime lies ahead of
+    the walk (a cache copied with another clock's times) is no write of now, and would hide every later one."""
+    assert tree_done(tmp_path / "absent").newest is None
+    assert tree_done(tmp_path).newest is None, "no file, no write"
+    older, newer = tmp_path / "a.params", tmp_path / "sub" / "b.params"
+    newer.parent.mkdir()
+    older.write_bytes(b"a")
+    newer.write_bytes(b"b")
+    os.utime(older, (1000.0, 1000.0))
+    os.utime(newer, (2000.0, 2000.0))
+    assert tree_done(tmp_path, 3000.0).newest == 2000.0, "the newest of the tree, a subdirectory's included"
+    assert tree_done(older, 3000.0).newest == 1000.0, "a path naming one file"
+    os.utime(newer, (3000.0 + FUTURE_MTIME_S + 1, 3000.0 + FUTURE_MTIME_S + 1))
+    assert tree_done(tmp_path, 3000.0).newest == 1000.0, "a write from the future is left out"
+    assert tree_done(tmp_path, 3000.0 + FUTURE_MTIME_S + 1).newest == 3000.0 + FUTURE_MTIME_S + 1
 
 
 def test_received_bytes_leave_out_the_loopback() -> None:

@@ -10,6 +10,10 @@ publishes the bytes under it, its file count, when the walk ended and how long i
 longer than SLOW_WALK_S is said once a path (``check``, from the loop's tick): while it is still
 going, and again with its file count and seconds once it ends.
 
+A walk also publishes the newest write under the path (the latest mtime of its files): a preallocated
+file does not grow, but each write into it moves its mtime, and the stall watch counts that as a sign of
+life where a worker's own I/O counters cannot be read (another user's, without CAP_SYS_PTRACE).
+
 A walk also says what a download has really got (progresswatch.py): a downloader that preallocates
 (aria2c) gives a file its full size and blocks at once, so neither says anything while it runs; what
 does is the bytes in COMPLETE files, a file being complete when no control file (``<file>.aria2``,
@@ -33,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..engine.offloop import worker_thread
 from .watchstate import WatchState, said_error
@@ -52,6 +57,9 @@ CONTROL_SUFFIXES = (".aria2",)
 # A file written this recently (by its mtime, either way of now) is not complete yet, control file or not:
 # aria2c writes a new file's control file only once the file is allocated.
 COMPLETE_QUIET_S = 2.0
+# A file's mtime further ahead of the walk's own time than this was not written now (a cache copied with
+# another clock's times): it is left out of the newest write, which it would hide behind it for good.
+FUTURE_MTIME_S = 1.0
 # The container's received bytes: one line an interface, the loopback's traffic is no download.
 NET_DEV = "/proc/net/dev"
 LOOPBACK = "lo"
@@ -62,7 +70,8 @@ class TreeMeasure:
     """One walk of a watched path: ``size`` bytes under it (None: absent), ``files`` counted, ``at`` (monotonic)
     when the walk ended, ``took`` how long it took, ``seq`` the walk's number (a new one is new evidence);
     ``done`` the bytes of its complete files (no control file beside: ``tree_done``), ``done_files`` how
-    many. For ``watch_net``: ``size`` is the bytes received on every interface but loopback."""
+    many; ``newest`` the latest mtime of a file under it (wall time; None: no file), what shows a preallocated
+    file being written. For ``watch_net``: ``size`` is the bytes received on every interface but loopback."""
 
     path: str
     size: int | None
@@ -72,6 +81,17 @@ class TreeMeasure:
     seq: int
     done: int = 0
     done_files: int = 0
+    newest: float | None = None
+
+
+class Walk(NamedTuple):
+    """What ``tree_done`` found under a path (TreeMeasure's fields of the same names)."""
+
+    size: int | None
+    files: int
+    done: int
+    done_files: int
+    newest: float | None
 
 
 class ProgressProbe:
@@ -156,17 +176,18 @@ class ProgressProbe:
             with self._cond:
                 self._walking = (path, started)
             self.state.wake()
-            walked: tuple[int | None, int, int, int] | None = None
+            walked: Walk | None = None
             try:
-                walked = (net_received(), 0, 0, 0) if path == NET_DEV else tree_done(path)
+                walked = Walk(net_received(), 0, 0, 0, None) if path == NET_DEV else tree_done(path)
             except Exception as exc:  # a bug, or a walk cut short (EIO, EMFILE): the path reads as unchanged, no
                 missed = said_error(exc)  # measure (a short walk's size read as a shrink, then growth)
                 self.state.miss(missed)
             else:
                 self.state.read()
             ended = time.monotonic()
-            measure = None if walked is None else TreeMeasure(path, walked[0], walked[1], ended, ended - started,
-                                                              next(self._seq), walked[2], walked[3])
+            measure = None if walked is None else TreeMeasure(path, walked.size, walked.files, ended, ended - started,
+                                                              next(self._seq), walked.done, walked.done_files,
+                                                              walked.newest)
             with self._cond:
                 self._walking = None
                 if measure is not None:
@@ -223,24 +244,26 @@ def measure_tree(path: str | Path) -> tuple[int | None, int]:
     return total, files
 
 
-def tree_done(path: str | Path, now: float | None = None) -> tuple[int | None, int, int, int]:
-    """``measure_tree``'s bytes and files under ``path``, and the bytes and count of its complete files:
-    a file with a control file beside it (CONTROL_SUFFIXES) is not complete whatever its size, nor is the
-    control file, nor a file written within COMPLETE_QUIET_S of ``now`` (wall time; default: the time now);
-    the others count by what is allocated to them (at most their size: a growing download's blocks), empty
-    ones (locks) not at all. Blocks: off the loop only."""
+def tree_done(path: str | Path, now: float | None = None) -> Walk:
+    """``measure_tree``'s bytes and files under ``path``, the bytes and count of its complete files, and its
+    newest write: a file with a control file beside it (CONTROL_SUFFIXES) is not complete whatever its size,
+    nor is the control file, nor a file written within COMPLETE_QUIET_S of ``now`` (wall time; default: the
+    time now); the others count by what is allocated to them (at most their size: a growing download's
+    blocks), empty ones (locks) not at all. The newest write is the latest mtime of a file, one more than
+    FUTURE_MTIME_S ahead of ``now`` left out. Blocks: off the loop only."""
     now = time.time() if now is None else now
     try:
         st = os.stat(path)
     except OSError as exc:
         _partial(exc)
-        return None, 0, 0, 0
+        return Walk(None, 0, 0, 0, None)
     if not os.path.isdir(path):
         # One file, judged as in a directory: with its control file beside it, it is not complete (aria2c
         # allocates the whole file at its start).
         done = 0 if file_incomplete(path) or _written_lately(st, now) else min(st.st_size, st.st_blocks * 512)
-        return st.st_size, 1, done, int(done > 0)
+        return Walk(st.st_size, 1, done, int(done > 0), _newer(None, st, now))
     total = files = done = done_files = 0
+    newest: float | None = None
     stack = [os.fspath(path)]
     while stack:
         try:
@@ -261,13 +284,14 @@ def tree_done(path: str | Path, now: float | None = None) -> tuple[int | None, i
                 continue
             total += st.st_size
             files += 1
+            newest = _newer(newest, st, now)
             if is_incomplete(entry.name, names) or _written_lately(st, now):
                 continue
             allocated = min(st.st_size, st.st_blocks * 512)
             if allocated > 0:
                 done += allocated
                 done_files += 1
-    return total, files, done, done_files
+    return Walk(total, files, done, done_files, newest)
 
 
 # What a walk passes over and is whole all the same: a file gone since it was listed (aria2c removes its control
@@ -279,6 +303,13 @@ def _partial(exc: OSError) -> None:
     """Anything else (EIO of a flaky mount, EMFILE, ESTALE) cut the walk short: raised, the walk is a miss."""
     if exc.errno not in _WALK_PASSES:
         raise exc
+
+
+def _newer(newest: float | None, st: os.stat_result, now: float) -> float | None:
+    """The newest write so far, ``st``'s mtime taken in unless it lies ahead of ``now`` (no write of now)."""
+    if st.st_mtime > now + FUTURE_MTIME_S:
+        return newest
+    return st.st_mtime if newest is None else max(newest, st.st_mtime)
 
 
 def _written_lately(st: os.stat_result, now: float) -> bool:

@@ -3,7 +3,8 @@
 The signs: a byte of output from any of its processes; a byte read or written by any of them (the
 kernel's I/O counters, summed over the attempt's trees by the I/O thread: iowatch.py); a GPU whose
 utilisation is non-zero or whose memory use changed (where GPUs are visible); the watched
-``progress_path`` growing (a parameter download). Output alone is not enough: real programs buffer
+``progress_path`` written: growing, or a file under it written (a parameter download into a preallocated
+file, its mtime moving). Output alone is not enough: real programs buffer
 their output into a pipe (aria2c), preallocate (the file is full size at once) and work for minutes
 without a line (curio hashing its parameters, cuzk loading its SRS). Being alive is no sign, nor is
 CPU time: a process blocked in ``recv`` on a dead connection, or spinning, is stalled
@@ -58,6 +59,7 @@ class StallWatch:
     last_progress: float = field(init=False)
     last_io: float = field(init=False)
     progress_size: int | None = None
+    progress_newest: float | None = None  # the newest write under progress_path at the latest walk (wall time)
     io_moved: int | None = None  # the trees' bytes moved at the latest reading (None: none yet)
     io_unreadable: int = 0  # the processes whose counters were refused at the latest reading (iowatch.TreeIo)
 
@@ -90,15 +92,20 @@ class StallWatch:
             self.last_io = max(self.last_io, at)
         self.io_moved = moved if self.io_moved is None else max(self.io_moved, moved)
 
-    def saw_progress_size(self, size: int | None, at: float) -> None:
-        """The watched path's size now (None: absent). Growth is progress; shrinking is not."""
+    def saw_progress(self, size: int | None, newest: float | None, at: float) -> None:
+        """The watched path's size (None: absent) and newest write (an mtime; None: no file) as the walk that
+        ended at ``at`` found them. Growth is a sign, and so is a newer write (a preallocated file written
+        into does not grow); shrinking is not (a bad file deleted: growth counts again after it)."""
         size = size or 0
         if self.progress_size is None:
-            self.progress_size = size  # the baseline, taken when the watch starts
+            self.progress_size, self.progress_newest = size, newest  # the baseline, taken when the watch starts
             return
-        if size > self.progress_size:
+        wrote = newest is not None and (self.progress_newest is None or newest > self.progress_newest)
+        if size > self.progress_size or wrote:
             self.last_progress = max(self.last_progress, at)
-        self.progress_size = size  # after a shrink (a bad file deleted), growth counts again
+        self.progress_size = size
+        if wrote:
+            self.progress_newest = newest
 
     def last_sign(self) -> float:
         """When the freshest of the signs it counts was last seen (monotonic): the stall countdown runs from it."""
@@ -111,7 +118,7 @@ class StallWatch:
         if self.gpus_visible:
             signs.append(("GPU activity", self.last_gpu))
         if self.watches_path:
-            signs.append(("progress_path growth", self.last_progress))
+            signs.append(("progress_path writes", self.last_progress))
         return signs
 
     def ages(self, now: float) -> dict[str, float]:
@@ -286,7 +293,7 @@ class StallMonitor:
         measure = self._probe.latest(self._progress_path)
         if measure is not None and measure.seq != self._progress_seq:
             self._progress_seq = measure.seq
-            self._watch.saw_progress_size(measure.size, measure.at)
+            self._watch.saw_progress(measure.size, measure.newest, measure.at)
 
     def _failed(self, exc: Exception) -> None:
         """A bug of the check's own: what it asked for (GPU samples, walks, the I/O thread) is released, then

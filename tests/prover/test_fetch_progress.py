@@ -84,7 +84,7 @@ def test_the_standin_fetches_like_curio_preallocated_with_a_control_file(tmp_pat
             target = control.with_suffix("")
             if target.exists() and target.stat().st_size == 8 * MIB:
                 seen_control_with_full_size = True
-                judged = (tree_done(target)[2:], output_files(str(target)))
+                judged = (tree_done(target)[2:4], output_files(str(target)))
                 if control.exists():  # (still under way after the look: the look saw it under way)
                     lone_file_judged.append(judged)
         time.sleep(0.02)

@@ -326,6 +326,72 @@ def test_daemon_never_ready_times_out(sup: Runner) -> None:
     assert res.duration < 10
 
 
+def test_a_readiness_probe_that_never_returns_still_times_out(sup: Runner) -> None:
+    """A probe may block for good: an HTTP answer that comes a byte every half second keeps http.client reading
+    its status line for hours (each byte within the socket's timeout). The bound is the loop's: the phase fails
+    at ready_timeout_s saying the probe has not returned, instead of sitting in "starting" until a signal."""
+    port = free_port()
+    ran = sup.tmp / "command.ran"
+    dribbler = py_script(sup.tmp, "dribble", """
+        import socket, sys, threading, time
+        server = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+
+        def dribble(conn):
+            try:
+                while True:
+                    conn.sendall(b"H")
+                    time.sleep(0.5)
+            except OSError:
+                pass
+
+        while True:
+            conn, _ = server.accept()
+            threading.Thread(target=dribble, args=(conn,), daemon=True).start()
+        """, port)
+    config = sup.write(f"""
+        [[phases]]
+        name = "wait"
+        command = {sh(f"touch {ran}")}
+        [[phases.daemons]]
+        name = "dribbler"
+        command = {dribbler}
+        ready = "http://127.0.0.1:{port}/status"
+        ready_timeout_s = 3
+        stop_grace_s = 1
+    """)
+    res = sup.run(config, timeout=60)
+    assert res.returncode == EXIT_TIMEOUT, res.output
+    v = failure(res.output)
+    assert v["phase"] == "wait" and v["reason"] == "timeout", res.output
+    assert "wait/dribbler not ready after 3s: http://127.0.0.1:" in res.output, res.output
+    assert "a probe has not returned after " in res.output, res.output
+    assert not ran.exists(), "the command started although its daemon never got ready"
+
+
+def test_a_file_readiness_check_on_a_hung_mount_times_out(sup: Runner) -> None:
+    """A ``file`` check under a FUSE or NFS mount that stopped answering blocks its stat in the kernel for good:
+    the phase still fails at ready_timeout_s, and says so."""
+    from hungmount import hung_mount
+
+    with hung_mount(sup.tmp / "mnt") as mnt:
+        config = sup.write(f"""
+            [[phases]]
+            name = "wait"
+            command = ["true"]
+            [[phases.daemons]]
+            name = "d"
+            command = ["sleep", "60"]
+            ready = {toml_str(str(mnt / "ready"))}
+            ready_timeout_s = 3
+            stop_grace_s = 1
+        """)
+        res = sup.run(config, timeout=60)
+    assert res.returncode == EXIT_TIMEOUT, res.output
+    v = failure(res.output)
+    assert v["phase"] == "wait" and v["reason"] == "timeout", res.output
+    assert "a probe has not returned after " in res.output, res.output
+
+
 def test_daemon_dies_mid_phase(sup: Runner) -> None:
     cmd_pid = sup.tmp / "cmd.pid"
     config = sup.write(f"""

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from ..config import ReadyCheck
 from .loop import EventLoop
+from .offloop import Bounded
 from .ports import is_local
 
 READY_POLL_S = 0.2
@@ -93,38 +94,51 @@ def _probe_http(url: str, timeout: float) -> str | None:
 
 
 class ReadinessWait:
-    """Probes ``check`` every READY_POLL_S until it passes or ``timeout_s`` runs out.
+    """Probes ``check`` every READY_POLL_S until it passes or ``timeout_s`` runs out, whichever comes first
+    acted on once, on the loop (offloop.Bounded).
 
-    Where no thread can be started for it (pids.max, RLIMIT_NPROC), readiness cannot be waited for
-    without blocking the loop: ``on_timeout`` gets that reason at once (from the loop, after this
-    returns), so the phase fails saying why instead of waiting for nothing. ``owner``: see ``probe``."""
+    The bound is the loop's timer, not the thread's clock: a probe may block for good (an HTTP answer
+    that arrives a byte at a time, a ``file`` check on a hung mount, a slow DNS lookup), and the phase
+    must still fail at ``timeout_s``, saying what the probe was doing. Where no thread can be started
+    for it (pids.max, RLIMIT_NPROC), readiness cannot be waited for without blocking the loop:
+    ``on_timeout`` gets that reason at once (from the loop, after this returns), so the phase fails
+    saying why instead of waiting for nothing. ``owner``: see ``probe``."""
 
     def __init__(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
                  on_ready: Callable[[], None], on_timeout: Callable[[str], None], owner: Owner | None = None) -> None:
         self._cancelled = threading.Event()
         self._owner = owner
-        self._thread = threading.Thread(
-            target=self._wait, args=(loop, check, timeout_s, on_ready, on_timeout),
-            name=f"ready:{check.describe()}", daemon=True,
-        )
+        self._check = check
+        self._why_not = f"{check.describe()}: not probed yet"  # the latest probe's answer (set by the thread)
+        self._probing_since: float | None = None  # when the probe under way began (monotonic; the thread's)
+        self._bound = Bounded[None](loop, timeout_s, lambda _: on_ready(), lambda: on_timeout(self._why()))
+        self._thread = threading.Thread(target=self._wait, name=f"ready:{check.describe()}", daemon=True)
         try:
             self._thread.start()
         except RuntimeError as exc:  # "can't start new thread"
+            self._bound.cancel()
             why = f"no thread could be started to probe {check.describe()} ({exc})"
-            loop.call_later(0, lambda: None if self._cancelled.is_set() else on_timeout(why))
+            self._bound = Bounded[None](loop, 0, lambda _: None, lambda: on_timeout(why))
 
-    def _wait(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
-              on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
-        deadline = time.monotonic() + timeout_s
+    def _wait(self) -> None:
         while not self._cancelled.is_set():
-            why_not = probe(check, min(PROBE_TIMEOUT_S, max(0.05, deadline - time.monotonic())), self._owner)
+            self._probing_since = time.monotonic()
+            why_not = probe(self._check, PROBE_TIMEOUT_S, self._owner)
+            self._probing_since = None
             if why_not is None:
-                loop.call_soon_threadsafe(on_ready)
+                self._bound.answer(None)
                 return
-            if time.monotonic() >= deadline:
-                loop.call_soon_threadsafe(lambda why=why_not: on_timeout(why))
-                return
+            self._why_not = why_not
             self._cancelled.wait(READY_POLL_S)
+
+    def _why(self) -> str:
+        """Why it is not ready at the bound: the latest probe's answer, or the probe that has not returned."""
+        since = self._probing_since
+        if since is not None and time.monotonic() - since > PROBE_TIMEOUT_S:
+            return (f"{self._check.describe()}: a probe has not returned after {time.monotonic() - since:.1f}s "
+                    f"(an answer that never ends, a hung mount?); before it: {self._why_not}")
+        return self._why_not
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self._bound.cancel()

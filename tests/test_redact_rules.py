@@ -149,6 +149,18 @@ def test_a_secret_split_by_a_code_and_a_read_is_masked() -> None:
         b"\x1b[1m x\n"
 
 
+def test_a_secret_split_by_a_read_is_masked_whatever_other_secrets_there_are() -> None:
+    """Each secret's first letter is looked for in turn: a later letter's find (further on in the read) must not
+    release the beginning of another secret found before it. It did: with two secrets, "hunter2s" | "ecret"
+    went out whole."""
+    red = Redactor(["hunter2secret", "s3cr3t-T0ken"])
+    assert fed(red, [b"db pw=hunter2s", b"ecret tok=s3cr3t-T0ken\n"]) == b"db pw=*** tok=***\n"
+    # every cut of the line, with both secrets in it
+    line = b"db pw=hunter2secret tok=s3cr3t-T0ken\n"
+    for cut in range(1, len(line)):
+        assert fed(red, [line[:cut], line[cut:]]) == b"db pw=*** tok=***\n", cut
+
+
 def test_what_is_held_never_grows_past_the_scan_window() -> None:
     red = Redactor([TOKEN])
     data = b"t" * (HOLD_SCAN_BYTES * 3)  # "t" begins the secret everywhere, but far back it cannot end as one

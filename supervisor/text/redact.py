@@ -126,7 +126,7 @@ class Redactor:
                 if len(text) >= self._longest:
                     break  # further back the text only grows longer than any secret
                 if any(len(secret) > len(text) and secret.startswith(text) for secret in self._bytes):
-                    earliest = at
+                    earliest = min(earliest, at)
         return earliest
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.text.ansi import ANSI_RE, UNFINISHED_RE, codes_in, strip_ansi
+from supervisor.text.ansi import ANSI_RE, UNFINISHED_RE, codes_in, plain, strip_ansi
 
 # What cuzk-daemon's log lines look like (tracing's colours).
 CUZK_LINE = b"\x1b[2m2026-03-13T10:00:00Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2mcuzk_daemon\x1b[0m\x1b[2m:\x1b[0m ready"
@@ -50,3 +50,13 @@ def test_a_sequence_begun_and_not_finished_at_the_end_is_unfinished(tail: bytes)
 @pytest.mark.parametrize("data", [b"text", b"text \x1b[0m", b"\x1b]0;t\x07", b"\x1b[1m then text"])
 def test_finished_sequences_and_plain_text_are_not_unfinished(data: bytes) -> None:
     assert UNFINISHED_RE.search(data) is None
+
+
+@pytest.mark.parametrize(("line", "read"), [
+    ("\x1b[31mred\x1b[0m", "red"),
+    ("x \x1b\x1b[m[2J y", "x \\x1b[2J y"),  # the code taken out glues a lone ESC to "[2J": escaped, not live
+    ("a\tb \x9b2J \x08 \u202e ok", "a\tb \\x9b2J \\x08 \\u202e ok"),  # C1 CSI, backspace, right-to-left mark
+    ("caf\xe9 \U0001f600", "caf\xe9 \U0001f600"),  # what prints stays
+])
+def test_plain_leaves_nothing_that_acts_on_a_terminal(line: str, read: str) -> None:
+    assert plain(line) == read

@@ -130,6 +130,41 @@ def test_after_a_failure_the_text_leads_with_the_cause(sup: Runner) -> None:
 # ---------------------------------------------------------------- a dead supervisor is not running
 
 
+HOSTILE = r"""
+import sys, time
+# A title set, a screen clear glued together around a colour code (taken out, it joins ESC to "[2J"), a C1 CSI.
+sys.stdout.write("hello \x1b]0;PWNED\x07 \x1b\x1b[m[2J \x9b2J done\n")
+sys.stdout.flush()
+time.sleep(60)
+"""
+
+
+def test_nothing_a_child_prints_acts_on_the_terminal_of_who_reads_status(sup: Runner) -> None:
+    """A running child's last lines and a failure's come out of ``status`` with their codes taken out and every
+    character that still would act on a terminal written as its escape: a child's OSC title, a lone ESC left
+    glued to "[2J" once the code between was taken out, a C1 CSI. They went raw into the operator's terminal."""
+    script = sup.tmp / "hostile.py"
+    script.write_text(HOSTILE)
+    config = sup.write(f"""
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = {toml_list([PY, str(script)])}
+        """)
+    run = Console(sup, config)
+    try:
+        run.wait_text("done")
+        rc, text = status(sup.state_dir)
+        _, snap = status_json(sup.state_dir)
+    finally:
+        stop(run)
+    assert rc == 0, text
+    shown = next(line for line in text.splitlines() if "hello" in line)
+    assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text, text
+    assert shown.endswith("| hello  \\x1b[2J \\x9b2J done"), shown
+    assert snap["children"][0]["last_lines"][-1] == "hello  \\x1b[2J \\x9b2J done", snap["children"]
+
+
 def test_after_kill_9_the_supervisor_is_gone_and_what_it_left_is_named(sup: Runner) -> None:
     config = sup.write(f"""
         [[phases]]

@@ -394,7 +394,7 @@ def _child(phase: str, child: ChildView, usage: bool, now: float) -> ChildStatus
         label=child.label, pid=child.pid, phase=phase, state="stopping" if child.stop_reason else "running",
         started_at=child.started_at, last_output_at=(time.time() - (now - last)) if last else None,
         usage=tree_usage(child.pid) if usage else None, stop=stop_timer(child, child.grace_s, now),
-        last_lines=tuple(line[:SNAPSHOT_LINE_CHARS] for line in child.output.last_lines(CHILD_LINES)))
+        last_lines=tuple(shown_line(line) for line in child.output.last_lines(CHILD_LINES)))
 
 
 def shown_line(line: str) -> str:

@@ -21,9 +21,15 @@ def strip_ansi(data: bytes) -> bytes:
 
 
 def plain(line: str) -> str:
-    """A line of a child's as a person reads it (status, the manager's setup log): its escape codes taken out.
-    (Bytes that were no UTF-8, kept as surrogate escapes, come out as U+FFFD.)"""
-    return strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+    """A line of a child's as a person reads it (status, the manager's setup log): its escape codes taken out,
+    and every character that still does not print (a lone ESC, which a code taken out from between it and its
+    rest left behind; a C1 CSI, a backspace, a carriage return, a right-to-left mark) written as its escape,
+    ``\\x1b``: nothing a child prints acts on the reader's terminal. A tab stays. (Bytes that were no UTF-8,
+    kept as surrogate escapes, come out as U+FFFD.)"""
+    text = strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+    if text.isprintable():  # (the usual line: no walk of its characters)
+        return text
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
 
 
 def codes_in(data: bytes) -> bytes:

@@ -32,6 +32,22 @@ def test_a_new_file_is_written_whole_and_for_roots_eyes_only(tmp_path: Path) -> 
     assert leftovers(tmp_path) == []
 
 
+def test_the_rename_is_made_durable_by_syncing_its_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until the directory is fsynced a host's crash may lose the rename: a lost give-up marker runs a given-up
+    instance again. The real fsync runs; what it was called on is noted."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    write_atomically(tmp_path / "given-up.json", b"{}")
+    assert len(synced) == 2 and synced[0].endswith(".tmp"), synced  # the file's bytes, then ...
+    assert synced[1] == str(tmp_path), synced  # ... the directory, after the rename
+
+
 def test_an_existing_file_is_replaced_not_rewritten_in_place(tmp_path: Path) -> None:
     """A reader holding the old file open keeps reading the old bytes: the new file is another inode."""
     path = tmp_path / "resume.json"

@@ -59,6 +59,10 @@ def test_a_marker_written_by_hand_with_a_long_reason_is_cut_on_recall(tmp_path: 
     ('["at", "reason"]', "TypeError"),
     ('{"at": 1}', "KeyError"),
     ('{"at": "yesterday", "reason": "r"}', "ValueError"),
+    # times no clock can show: time.localtime raised on them, and the run died with a traceback at every start
+    ('{"at": NaN, "reason": "r"}', "ValueError"), ('{"at": "nan", "reason": "r"}', "ValueError"),
+    ('{"at": Infinity, "reason": "r"}', "ValueError"), ('{"at": 1e300, "reason": "r"}', "ValueError"),
+    ('{"at": -1e300, "reason": "r"}', "ValueError"),
     ("\udcff", "UnicodeDecodeError"),
     ("[" * 5000 + "]" * 5000, "RecursionError"),
 ])
@@ -69,6 +73,7 @@ def test_a_spoilt_marker_still_means_given_up(tmp_path: Path, content: str, erro
     os.utime(marker, (1_700_000_000, 1_700_000_000))
     recalled = givenup.recall(tmp_path)
     assert recalled == GivenUp(1_700_000_000.0, f"its record {marker} is unreadable: {error}")
+    assert recalled.refusal().startswith("this instance was given up at "), recalled
 
 
 def test_a_marker_too_big_to_be_ours_still_means_given_up(tmp_path: Path) -> None:

@@ -146,6 +146,8 @@ def test_unreadable_and_wrong_shaped_files_say_why(tmp_path: Path) -> None:
     ({"phases": [{"name": "p", "state": "s", "attempt": 1.5}]}, "phases[0].attempt: float where int or null belongs"),
     ({"phases": [{"name": "p", "state": "s", "attempt": True}]}, "phases[0].attempt: True where int or null belongs"),
     ({"written_at": float("inf")}, "written_at: inf is not a finite number"),
+    ({"written_at": 10 ** 400}, "written_at: a number too big to be ours"),  # (math.isfinite raised on it)
+    ({"pid": -(10 ** 30)}, "pid: a number too big to be ours"),
     ({"manager": {"enabled": 1}}, "manager.enabled: int where bool or null belongs"),
     ({"children": [{"label": "p/c", "pid": 1, "state": "running", "usage": {"rss": 1.5}, "last_lines": []}]},
      "children[0].usage.rss: float where int or null belongs"),

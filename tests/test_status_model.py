@@ -179,7 +179,9 @@ def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
             yield from _paths(item, (*path, i))
 
 
-SPOILERS: list[Any] = [None, "x", -3, 2.5, math.inf, math.nan, True, [], [None], {}, {"k": None}]
+# (the last three: times no clock can show, a number past a float's range: a hand-edited file; they raised)
+SPOILERS: list[Any] = [None, "x", -3, 2.5, math.inf, math.nan, True, [], [None], {}, {"k": None},
+                       1e20, -1e20, 10 ** 400]
 
 
 def _spoilt(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:

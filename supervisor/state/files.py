@@ -74,6 +74,41 @@ def write_atomically(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()  # a half-written copy must not keep the space a full disk needs back
         raise
+    _sync_directory(path.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    """The rename made durable: until its directory is fsynced, a host's crash may lose it (and a give-up marker
+    lost runs a given-up instance again). A directory that cannot be opened or synced (a filesystem that refuses
+    fsync on one) leaves the rename as durable as the filesystem makes it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# The times a state file holds are seconds since the epoch, written by this program: one before the epoch or past
+# this (the year 2286) is a spoilt file, and would make time.localtime raise.
+WALL_TIME_MAX = 1e10
+
+
+def wall_time(value: Any) -> float:
+    """A time a state file holds (seconds since the epoch), as a float; raises ValueError where it is no number,
+    not finite, or out of range (a hand-edited or spoilt file: "yesterday", NaN, 1e300, a huge whole number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a time must be a number, not {type(value).__name__}")
+    if isinstance(value, int) and not 0 <= value <= WALL_TIME_MAX:  # (before float(): an int past a float's range)
+        raise ValueError("a time out of range")
+    at = float(value)
+    if not 0.0 <= at <= WALL_TIME_MAX:  # (NaN fails both)
+        raise ValueError(f"a time out of range: {at!r}")
+    return at
 
 
 def open_regular(path: str | Path, flags: int, mode: int = 0o644) -> int:

@@ -20,7 +20,7 @@ as resume.json's future times are: the clock it was counts from now on.
 
 from __future__ import annotations
 
-import math
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from ..text import Log
 from . import files as state_files
-from .files import StateFileError, load_json, save_json
+from .files import StateFileError, load_json, save_json, wall_time
 
 # Two machines' wall clocks (ours, the manager's, an earlier container's) may disagree by this much before a
 # time they wrote "from the future" is refused as impossible (here, and in the manager's row: manager/row.py).
@@ -167,10 +167,11 @@ class FirstSeen:
 
     def _kept(self, raw: dict[str, Any]) -> dict[str, float]:
         """The times of the file that can be this instance's; any other key or value is left out, one by one."""
-        kept = {k: float(raw[k]) for k in KEYS
-                if isinstance(raw.get(k), int | float) and not isinstance(raw.get(k), bool)
-                and math.isfinite(raw[k]) and raw[k] > 0}
-        return {k: t for k, t in kept.items() if self._possible(k, t)}
+        kept = {}
+        for key in KEYS:
+            with contextlib.suppress(KeyError, ValueError):  # (NaN, 1e300, a 400-digit number: no time of ours)
+                kept[key] = wall_time(raw[key])
+        return {k: t for k, t in kept.items() if t > 0 and self._possible(k, t)}
 
     def _possible(self, key: str, at: float) -> bool:
         """A kept time that could be this instance's; one that cannot is refused in one line."""

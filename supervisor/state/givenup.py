@@ -71,8 +71,9 @@ def recall(state_dir: str | Path) -> GivenUp | None:
 
 
 def _given_up(data: dict[str, Any]) -> GivenUp:
-    """The marker's record; raises KeyError, TypeError or ValueError where it has no time or no reason."""
-    return GivenUp(float(data["at"]), str(data["reason"])[:REASON_MAX_CHARS])
+    """The marker's record; raises KeyError, TypeError or ValueError where it has no time (or one no clock can
+    show: "nan", 1e300) or no reason."""
+    return GivenUp(state_files.wall_time(data["at"]), str(data["reason"])[:REASON_MAX_CHARS])
 
 
 def start_over(state_dir: str | Path) -> str | None:

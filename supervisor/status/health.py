@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .model import GpuSampleStatus, Snapshot
+from .model import GpuSampleStatus, Snapshot, json_number
 
 HEARTBEAT_S = 1.0
 # /healthz fails when the loop has not ticked for this long.
@@ -206,8 +206,8 @@ def metrics_text(snap: Snapshot, gpu_samples: Sequence[GpuSampleStatus] | None =
     for p in phases:
         plugin_metrics = p.plugin.get("metrics")
         for name, value in (plugin_metrics.items() if isinstance(plugin_metrics, dict) else ()):
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                added.setdefault(name, []).append(({"phase": p.name}, float(value)))
+            if (number := json_number(value)) is not None:  # (a number, not NaN, within a float's range)
+                added.setdefault(name, []).append(({"phase": p.name}, float(number)))
     for name, samples in sorted(added.items()):
         metric(f"prover_supervisor_{name}", "gauge", f"{name} per phase (the plugin's).", samples)
     reasons = Counter(v.reason for v in snap.verdicts)

@@ -35,15 +35,21 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _number(value: Any) -> float | None:
-    """A finite JSON number as it was written (an int stays an int); None for anything else."""
+# No number the supervisor writes is bigger than this (bytes, seconds, counts fit 64 bits); JSON holds any whole
+# number, and one past a float's range made math.isfinite raise.
+NUMBER_MAX = float(1 << 63)
+
+
+def json_number(value: Any) -> float | None:
+    """A finite JSON number as it was written (an int stays an int), at most NUMBER_MAX either way; None for
+    anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return value if math.isfinite(value) else None
+    return value if abs(value) <= NUMBER_MAX else None  # (NaN and the infinities fail it too)
 
 
 def _whole(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= NUMBER_MAX else None
 
 
 def _flag(value: Any) -> bool | None:
@@ -55,7 +61,7 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 # How a field declared ``X | None`` is read, for each scalar X: anything else is None.
-_SCALARS: dict[Any, Reader] = {str: _text, int: _whole, float: _number, bool: _flag}
+_SCALARS: dict[Any, Reader] = {str: _text, int: _whole, float: json_number, bool: _flag}
 
 
 def _reader(hint: Any) -> Reader:
@@ -147,6 +153,8 @@ def _field_problem(hint: Any, value: Any, name: str, required: bool) -> str | No
         return f"{name}: {type(value).__name__} where {wanted} belongs"
     if isinstance(value, float) and not math.isfinite(value):
         return f"{name}: {value!r} is not a finite number"
+    if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > NUMBER_MAX:
+        return f"{name}: a number too big to be ours"
     return None
 
 

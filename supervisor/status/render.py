@@ -50,8 +50,18 @@ def progress_lines(ph: PhaseStatus, now: float, live: bool) -> list[str]:
 
 def memory_notes(mem: MemoryStatus) -> list[str]:
     """Each phase's last memory_high, with when it was said."""
-    return [f"  {w.line} (at {time.strftime('%H:%M:%S', time.localtime(w.at)) if w.at is not None else UNKNOWN})"
-            for w in mem.warnings.values()]
+    return [f"  {w.line} (at {clock_text('%H:%M:%S', w.at)})" for w in mem.warnings.values()]
+
+
+def clock_text(fmt: str, at: float | None, *, utc: bool = False) -> str:
+    """A time of the snapshot on the clock (local, or UTC), UNKNOWN where none is or no clock can show it (a
+    status.json edited by hand or spoilt: 1e20)."""
+    if at is None:
+        return UNKNOWN
+    try:
+        return time.strftime(fmt, time.gmtime(at) if utc else time.localtime(at))
+    except (OverflowError, ValueError, OSError):
+        return UNKNOWN
 
 
 def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
@@ -138,7 +148,7 @@ def _manager_view(mgr: ManagerStatus, now: float) -> list[str]:
     for name, clock in mgr.clocks.items():
         if clock.at is None:
             continue
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(clock.at))
+        when = clock_text("%Y-%m-%d %H:%M:%S", clock.at, utc=True)
         line = f"  {name} clock: from {when} UTC ({_one_line(clock.source)})"
         limit = clock.deadline_s
         if limit is not None:

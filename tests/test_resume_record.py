@@ -21,7 +21,14 @@ from typing import Any
 import pytest
 from helpers import Runner, sh, spoil, toml_str
 
-from supervisor.lifecycle.resume import RECORD_MAX_READ_BYTES, ResumeRecord, load_record, read_record, record_problem
+from supervisor.lifecycle.resume import (
+    RECORD_MAX_READ_BYTES,
+    ResumeRecord,
+    load_record,
+    output_files,
+    read_record,
+    record_problem,
+)
 from supervisor.lifecycle.states import PhaseState
 
 NAN = float("nan")
@@ -54,6 +61,34 @@ BAD_RECORDS: dict[str, tuple[Any, str]] = {
     "machine-a-list": ({"version": 1, "phases": {"bench": {"machine": []}}}, "phases.bench: machine: not a table"),
     "bench-a-number": ({"version": 1, "phases": {"bench": {"bench": 3}}}, "phases.bench: bench: not a table"),
 }
+
+
+def test_output_files_lists_each_directory_once_and_judges_its_files(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A phase's outputs: every regular file under progress_path, by its path under it and its size, but a lock,
+    a part, a control file and the file it is beside. Each directory is listed once, not once a file: it was
+    listed again for every file in it, and 7,000 files took past the 30 s bound, so the phase never resumed."""
+    (tmp_path / "sub").mkdir()
+    for i in range(300):
+        (tmp_path / "sub" / f"f{i}.vk").write_bytes(b"v" * i)
+    (tmp_path / "a.params").write_bytes(b"p" * 10)
+    (tmp_path / "b.params").write_bytes(b"p" * 20)
+    (tmp_path / "b.params.aria2").write_bytes(b"c")
+    (tmp_path / "fetch.lock").write_bytes(b"")
+    (tmp_path / "link.params").symlink_to(tmp_path / "a.params")
+    listed: list[str] = []
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        listed.append(os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    found = output_files(str(tmp_path))
+    assert found is not None
+    assert {k: v for k, v in found.items() if not k.startswith("sub/")} == {"a.params": 10, "link.params": 10}
+    assert found["sub/f299.vk"] == 299 and len(found) == 302
+    assert sorted(listed) == sorted([str(tmp_path), str(tmp_path / "sub")]), listed
 
 
 @pytest.mark.parametrize("kind", list(BAD_RECORDS))

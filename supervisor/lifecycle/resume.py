@@ -28,6 +28,8 @@ machine fingerprint reads the GPU thread's latest sample, never NVML itself.
 from __future__ import annotations
 
 import math
+import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -369,14 +371,19 @@ def output_files(path: str) -> dict[str, int] | None:
     if not root.is_dir():
         return None
     files = {}
-    beside: dict[Path, frozenset[str]] = {}  # each directory's names, listed once
-    for entry in root.rglob("*"):
-        if entry.is_file() and entry.suffix not in NOT_OUTPUTS and not is_incomplete(
-                entry.name, beside.setdefault(entry.parent, frozenset(p.name for p in entry.parent.iterdir()))):
+    for directory, subdirs, names in os.walk(root):  # each directory listed once (its names judge its files)
+        subdirs.sort()
+        beside = frozenset(names)
+        for name in sorted(names):
+            entry = Path(directory, name)
+            if entry.suffix in NOT_OUTPUTS or is_incomplete(name, beside):
+                continue
             try:
-                files[str(entry.relative_to(root))] = entry.stat().st_size
+                info = entry.stat()
             except OSError:
                 continue
+            if stat.S_ISREG(info.st_mode):
+                files[str(entry.relative_to(root))] = info.st_size
     return files
 
 

@@ -70,6 +70,7 @@ class FakeChild:
     stop_asked_at: float | None = None
     stop_takes: float = 0.0  # seconds from the stop's first signal to its end (its grace, a slow shutdown)
     outlives_kill: bool = False  # in uninterruptible sleep: the stop ends (the wait given up), no exit ever comes
+    tag: str = "fake"  # (what a real child's processes carry in their environment: a watch's tree has none of it)
 
     @property
     def label(self) -> str:

@@ -7,6 +7,8 @@ that a shutdown is every phase's to obey, the lifecycle's word asked by each (no
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from supervisor.config import parse_plan
 from supervisor.engine.logs import Console
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import Reaper
+from supervisor.lifecycle import resume
 from supervisor.lifecycle.lifecycle import Lifecycle
 from supervisor.lifecycle.phase import Phase
 from supervisor.lifecycle.runtime import ChildKit, Runtime
@@ -233,6 +236,62 @@ def test_a_stop_signal_during_a_stop_that_a_retry_would_follow_is_the_runs_end(r
     lifecycle.shutdown("received SIGTERM", 143)
     r.run_until(100.0)
     assert r.phase("bench").state is PhaseState.STOPPED and lifecycle.failure is None
+    assert r.finished == [143]
+
+
+def test_what_a_shutdown_judged_of_an_attempt_holds_however_long_the_stop_takes(run) -> None:
+    # A retry left when the stop signal came (the run ends 143), but the phase's deadline passed during the
+    # daemon's 30 s grace: asked again at the stop's end, the phase read "failed for good" and ended failed, its
+    # status contradicting the run's 143 (and no failure of the run's to say why).
+    r = run(ONESHOT_WITH_A_DAEMON.replace('command = ["fake"]\n\n', 'command = ["fake"]\nretries = 2\n'
+                                                                    'timeout_s = 10\n\n', 1))
+    lifecycle = r.lifecycle
+    lifecycle.start()
+    daemon, command = r.children.started
+    daemon.stop_takes = 30.0
+    command.exit(1)
+    r.run_until(1.0)
+    lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(100.0)
+    bench = r.phase("bench")
+    assert bench.state is PhaseState.STOPPED, (bench.state, bench.why)
+    assert lifecycle.failure is None and r.finished == [143]
+
+
+def test_a_completed_phase_whose_outputs_are_still_listed_at_the_stops_end_is_done(
+        run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bench's command passed and its outputs were being listed (off the loop: a big cache, a slow mount) when
+    # the shutdown's stop ended: the phase was settled "stopped", the listing's answer dropped, its facts lost,
+    # and the next start ran it again. The run now ends once the listing answers, the phase done.
+    listing = threading.Event()
+    real = resume.output_files
+
+    def slow_listing(path: str) -> dict[str, int] | None:
+        listing.wait(30)
+        return real(path)
+
+    monkeypatch.setattr(resume, "output_files", slow_listing)
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "a.params").write_bytes(b"p")
+    r = run(BENCH_WITH_ITS_DAEMON.replace('name = "bench"\n', f'name = "bench"\nstall_s = 600\nprogress_path = '
+                                                                f'"{tmp_path / "params"}"\n', 1))
+    r.lifecycle.start()
+    r.run_until(1.0)
+    daemon, command = r.children.started
+    daemon.stop_takes = 2.0
+    command.exit(0)
+    r.run_until(5.0)  # the daemon is stopped: the listing is under way
+    bench = r.phase("bench")
+    assert bench.state is PhaseState.STOPPING
+    r.lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(6.0)
+    assert bench.state is PhaseState.STOPPING and r.finished == [], "the run waits for the bench's facts"
+    listing.set()
+    deadline = time.monotonic() + 10
+    while not r.finished and time.monotonic() < deadline:
+        r.loop.run_once(max_wait=0.1)  # (the listing's answer comes from its thread)
+    assert bench.state is PhaseState.DONE, (bench.state, bench.why)
+    assert bench.facts.get("outputs") == {"a.params": 1}
     assert r.finished == [143]
 
 

@@ -32,7 +32,7 @@ from ..state.firstseen import FirstSeen
 from .children import Spawn
 from .hooks import NO_HOOKS, PhaseHooks
 from .phase import Phase
-from .resume import ResumeRecord
+from .resume import SURVEY_BOUND_S, ResumeRecord
 from .runtime import Runtime
 from .states import (
     ATTEMPT_RUNS,
@@ -46,6 +46,10 @@ from .states import (
     ShutdownView,
 )
 from .verdict import Verdict
+
+# How long the end of a shutdown waits for a completed phase's facts (its outputs listed off the loop, bounded by
+# SURVEY_BOUND_S), before it ends the run without them; a stop signal's budget cuts it shorter.
+FACTS_WAIT_S = SURVEY_BOUND_S + 5.0
 
 
 class Lifecycle:
@@ -77,6 +81,8 @@ class Lifecycle:
         self.failure: Verdict | None = None
         self._phases_told = True  # (False while the shutdown tells each phase, after the stop's first signals)
         self._stop_over = False  # the shutdown's stop is over: every child is gone
+        self._budget: StopBudget | None = None  # the shutdown's, where a stop signal from outside set one
+        self._settle_timer: Timer | None = None  # the end of the wait for a completed phase's facts
 
     def start(self) -> None:
         self._advance()
@@ -148,6 +154,8 @@ class Lifecycle:
         decides what follows for the run: shut down, go on to the next phase, or nothing yet."""
         self.observers.phase_changed(phase)
         if self.shutting_down:
+            if self._stop_over and self._phases_told:
+                self._end_once_settled()  # (a phase's facts came in after the stop was over)
             return
         if phase.state is PhaseState.FAILED:
             self.failure = phase.outcome
@@ -180,6 +188,9 @@ class Lifecycle:
         if self.shutting_down:
             return
         self.shutting_down = True
+        self._budget = budget
+        for phase in self.phases:
+            phase.judge_at_shutdown()
         failed = None if self.failure is not None else next(
             (p for p in self.phases if p.failed_for_good() is not None), None)
         if failed is not None:
@@ -221,8 +232,27 @@ class Lifecycle:
             return  # the stop was over at once: the shutdown settles the phases once it has told them
         for phase in self.phases:
             phase.settle_after_shutdown()
-        assert self.exit_status is not None
-        self._end(self.exit_status)
+        self._end_once_settled()
+
+    def _end_once_settled(self) -> None:
+        """The run ends once every phase is settled: a phase whose command completed before the shutdown waits
+        for its facts (its outputs listed off the loop, at most resume.SURVEY_BOUND_S), then is done, kept for
+        the next start to resume."""
+        if self.over:
+            return
+        if all(phase.state in FINAL_STATES for phase in self.phases):
+            assert self.exit_status is not None
+            self._end(self.exit_status)
+        elif self._settle_timer is None:  # (the listing answers within its bound; this is for a fault of ours)
+            wait_s = FACTS_WAIT_S if self._budget is None else self._budget.sweep_s(FACTS_WAIT_S)
+            self._settle_timer = self._loop.call_later(wait_s, self._end_unsettled)
+
+    def _end_unsettled(self) -> None:
+        if not self.over:
+            waiting = ", ".join(p.name for p in self.phases if p.state not in FINAL_STATES)
+            self._log(f"shutdown: the facts of {waiting} did not come; the run ends without them")
+            assert self.exit_status is not None
+            self._end(self.exit_status)
 
     def _finish_anyway(self, exc: Exception) -> None:
         """Settling the phases raised: the run still ends, with the status it was ending with."""

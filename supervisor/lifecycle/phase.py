@@ -145,6 +145,8 @@ def decide(phase: Phase, event: Event) -> Step:
                 return Step(PhaseState.STOPPING, SHUTDOWN_WHY, then=ShutdownSettled())
             if state is PhaseState.STOPPING and (failed := phase.failed_for_good()) is not None:
                 return _fail_in_the_shutdown(failed)
+            if state is PhaseState.STOPPING and phase.completed() and phase.stop_over():
+                return NOTHING  # its facts are being gathered (its outputs listed): FactsGathered makes it done
             return NOTHING if state in FINAL_STATES else Step(PhaseState.STOPPED, SHUTDOWN_WHY)
     raise TypeError(f"not a phase event: {event!r}")  # pragma: no cover - the match covers Event
 
@@ -258,6 +260,7 @@ class Phase:
         self.why = "not started"
         self.timeline = Timeline()  # when it started, came up and ended (status shows it)
         self.kept: list[Child] = []  # daemons with lifetime = "lifecycle", handed on at success
+        self._judged_at_shutdown: tuple[Verdict | None] | None = None  # failed_for_good at the shutdown, kept
         self.parsed: Any = None  # what the output hook's parser read (None: no parser, or not run yet)
         # The fact name ``parsed`` is kept under (the bench's result, resumed after a restart and shown by
         # ``status`` under that name); None: a parser whose result is only a verdict (the warm-up's) keeps none.
@@ -332,11 +335,21 @@ class Phase:
     def failed_for_good(self) -> Verdict | None:
         """The outcome of the attempt being stopped, where it is a failure no retry or restart would follow
         (the phase fails once the stop is over); else None. Only what ended the attempt before any shutdown
-        counts: a command the shutdown stopped is no failure of its own."""
+        counts: a command the shutdown stopped is no failure of its own. Once a shutdown came, what was judged
+        then (``judge_at_shutdown``) holds: a stop's long grace must not turn a phase that had retries left
+        into a failed one (the deadline passing meanwhile, a restart window shrinking), nor the reverse."""
         outcome = self.outcome
         if self.state is not PhaseState.STOPPING or outcome is None or outcome.success:
             return None
+        if self._judged_at_shutdown is not None:
+            return self._judged_at_shutdown[0]
         return outcome if self.pacing.fails_for_good(outcome, self._attempt) else None
+
+    def judge_at_shutdown(self) -> None:
+        """The shutdown came (the lifecycle calls this first thing): whether the attempt being stopped had failed
+        for good is judged now, once, for the lifecycle's status and the phase's end alike."""
+        self._judged_at_shutdown = None
+        self._judged_at_shutdown = (self.failed_for_good(),)
 
     def completed(self) -> bool:
         """A oneshot whose attempt ended by its command's success before any shutdown (being stopped now: its

@@ -120,6 +120,14 @@ def test_the_budget_shares_what_is_left_between_the_waves_and_names_what_it_cut(
         "no grace was cut; the exit flush gets 7.5s at most")
 
 
+def test_a_grace_that_fits_the_budget_but_for_the_microseconds_since_the_signal_is_not_cut() -> None:
+    now = [100.0]
+    budget = StopBudget(8, "SIGTERM", clock=lambda: now[0])
+    now[0] += 2e-6  # the stop begins a few microseconds after the signal set the budget
+    assert budget.grace("p/p", 8 - EXIT_SHARE_S, waves_left=1) == 8 - EXIT_SHARE_S
+    assert "no grace was cut" in budget.cut_short(), budget.cut_short()
+
+
 def test_the_exit_sweep_gets_what_is_left_until_a_stuck_tree_is_no_longer_waited_for() -> None:
     now = [100.0]
     budget = StopBudget(8, "SIGTERM", clock=lambda: now[0])

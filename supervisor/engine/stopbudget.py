@@ -33,6 +33,9 @@ EXIT_SHARE_S = 2.0
 CLOSE_S = 0.5
 # The exit's sweep goes on at least this long whatever is left of the budget (a round that kills).
 SWEEP_MIN_S = 0.1
+# A share this close to a child's own grace is its own grace: the microseconds between the signal and the stop's
+# start are no cut (a 6 s grace under an 8 s budget read "6s → 6.0s", cut short).
+GRACE_SLACK_S = 0.01
 # How many children a cut-short line names (1,000 daemons are one count, not 1,000 names).
 NAMED_MAX = 3
 
@@ -54,7 +57,7 @@ class StopBudget:
     def grace(self, label: str, own_s: float, waves_left: int) -> float:
         """The grace of a child whose stop begins now, in a wave with ``waves_left - 1`` more after it."""
         share = max(0.0, self.children_deadline - self._clock()) / max(1, waves_left)
-        if share >= own_s:
+        if share >= own_s - GRACE_SLACK_S:
             return own_s
         self._cut[label] = (own_s, share)
         return share

@@ -123,8 +123,11 @@ def supervisor_pid(proc: subprocess.Popen[str], pid1: bool) -> int:
 
 
 def received(sup: Runner) -> list[str]:
+    """The signals the recorder got, in order, less the SIGCONT that follows its stop signal (a stop sends one,
+    for a stopped child's sake; one that exits in its SIGTERM handler may be gone before it is handled)."""
     got = sup.tmp / "got"
-    return got.read_text().split() if got.exists() else []
+    names = got.read_text().split() if got.exists() else []
+    return [name for i, name in enumerate(names) if not (name == "SIGCONT" and i > 0 and names[i - 1] == "SIGTERM")]
 
 
 def start_service(sup: Runner, config: Path, pid1: bool = False) -> tuple[subprocess.Popen[str], int]:

@@ -101,6 +101,31 @@ def test_child_ignoring_sigterm_is_killed_after_grace(sup: Runner) -> None:
     assert "SIGKILL" in out
 
 
+def test_a_stopped_child_is_continued_so_that_its_own_clean_stop_runs(sup: Runner) -> None:
+    """A child stopped (SIGSTOP, SIGTTIN from a tty it read) keeps SIGTERM pending until it is continued: without a
+    SIGCONT it waited out its whole grace and was SIGKILLed, its handler never run. systemd sends SIGCONT after
+    the stop signal; so does the supervisor."""
+    log, cmd_pid = sup.tmp / "signals", sup.tmp / "cmd.pid"
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {py_script(sup.tmp, "cmd", RECORDER, log, cmd_pid, "SIGTERM", "command")}
+        stop_grace_s = 20
+    """)
+    proc = sup.start(config)
+    pid = read_pid(cmd_pid)
+    time.sleep(0.2)  # its handlers are installed (before it writes its pid file)
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, 10)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out
+    assert [line.split()[:2] for line in log.read_text().splitlines()] == [["command", "SIGTERM"]], out
+    assert "SIGKILL" not in out, out
+    assert not pid_alive(pid)
+
+
 def test_setsid_grandchild_is_stopped_too(sup: Runner) -> None:
     gc_pid, cmd_pid = sup.tmp / "gc.pid", sup.tmp / "cmd.pid"
     # A middle process starts the grandchild in a session of its own and exits: the grandchild has

@@ -142,8 +142,11 @@ class Child:
     def _begin_stop(self, loop: EventLoop, log: Log, reason: str) -> None:
         sig = self.spec.stop_signal
         if self.running:
-            # The group first, at once: the tree's reading below may read /proc.
+            # The group first, at once: the tree's reading below may read /proc. Then SIGCONT, as systemd sends it:
+            # a stopped process (SIGSTOP, SIGTTIN from a tty it read) keeps the stop signal pending until it is
+            # continued, and would wait out its whole grace for SIGKILL, its own clean stop never run.
             signal_quietly(os.killpg, self.pid, sig)
+            signal_quietly(os.killpg, self.pid, signal.SIGCONT)
             # Then the CPU to the signalled: the scheduler lets a running task finish its slice before a task
             # it woke (up to ~1.5 ms on 2 cores), and ours goes on reading /proc; the child's own stop comes first.
             os.sched_yield()
@@ -153,7 +156,7 @@ class Child:
         members = self.tree()
         log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
             f"grace {self._grace_text()}")
-        self._signal_tree(sig, members, group_done=self.running)
+        self._signal_tree(sig, members, group_done=self.running, wake=True)
         self._kill_timer = loop.call_later(self.grace_s, lambda: self._kill(loop, log),
                                            on_error=lambda exc: self._stop_broke(loop, exc))
         self._check_stopped(loop, log)
@@ -232,15 +235,19 @@ class Child:
             return
         self._stop_done()
 
-    def _signal_tree(self, sig: int, members: list[Proc], group_done: bool = False) -> None:
+    def _signal_tree(self, sig: int, members: list[Proc], group_done: bool = False, wake: bool = False) -> None:
         # The group first, in one atomic call, while it surely still is ours: the
         # leader is alive or a zombie (its pid, hence the pgid, is not reused), or
-        # members of the group are still alive.
+        # members of the group are still alive. ``wake``: SIGCONT after ``sig`` (a stop signal).
         if not group_done and (self.running or any(p.pgid == self.pid for p in members)):
             signal_quietly(os.killpg, self.pid, sig)
+            if wake:
+                signal_quietly(os.killpg, self.pid, signal.SIGCONT)
         for proc in members:
             if proc.pgid != self.pid:
                 signal_quietly(os.kill, proc.pid, sig)
+                if wake:
+                    signal_quietly(os.kill, proc.pid, signal.SIGCONT)
 
     def tree(self) -> list[Proc]:
         """Every live process of this child's tree, the leader included while it lives: from the

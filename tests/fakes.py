@@ -44,8 +44,8 @@ class FakeOutput:
     lines: list[str] = field(default_factory=list)
     file: _Closed = field(default_factory=_Closed)
 
-    def last_lines(self, n: int = 20) -> list[str]:
-        return self.lines[-n:]
+    def last_lines(self, n: int = 20, *, begun: bool = False) -> list[str]:
+        return self.lines[-n:]  # (a fake's lines are whole: none is begun and not ended)
 
 
 @dataclass(eq=False)

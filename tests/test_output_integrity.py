@@ -203,6 +203,35 @@ def feed_all(redactor: Redactor, chunks: list[bytes]) -> tuple[list[bytes], byte
     return [stream.feed(chunk) for chunk in chunks], stream.close()
 
 
+def test_a_last_line_without_a_newline_is_in_the_verdict_while_a_grandchild_holds_the_pipe(sup: Runner) -> None:
+    """A child's last words printed without a newline (``printf "fatal: ..."``) come out at the pipe's end of file;
+    while a background grandchild holds the pipe, none comes, and the verdict quoted every line but the one that
+    said why (the failure block, status.json, the termination log, the manager's report)."""
+    config = sup.write("""
+        [[phases]]
+        name = "a"
+        command = ["sh", "-c", "sleep 100 & echo line1; printf 'fatal: cannot open device'; exit 1"]
+        stop_grace_s = 1
+        """)
+    result = sup.run(config, timeout=40)
+    assert result.returncode == 1, result.output
+    lines = result.output.splitlines()
+    failed = next(i for i, line in enumerate(lines) if "FAILED: phase=a " in line)
+    assert lines[failed + 1].endswith("  | line1"), lines[failed:failed + 4]
+    assert lines[failed + 2].endswith("  | fatal: cannot open device"), lines[failed:failed + 4]
+
+
+def test_a_line_begun_is_quoted_where_asked_and_left_in_place(tmp_path: Path) -> None:
+    out = ChildOutput("p/c", OutputConsole(enabled=False), LogFile(tmp_path / "c.log", 1 << 20), 10)
+    out.feed("stdout", b"one\ntwo")
+    out.feed("stderr", b"err begun")
+    assert out.last_lines() == ["one"]
+    assert out.last_lines(begun=True) == ["one", "two", "err begun"]
+    assert out.last_lines(2, begun=True) == ["two", "err begun"]
+    out.feed("stdout", b" ended\n")
+    assert out.last_lines(begun=True) == ["one", "two ended", "err begun"], "left in place: the line goes on"
+
+
 def test_nothing_is_held_without_a_possible_secret_start() -> None:
     released, rest = feed_all(Redactor(["hunter22"]), [b"a line\n", b"no secret here", b" still none\n"])
     assert released == [b"a line\n", b"no secret here", b" still none\n"] and rest == b""

@@ -351,6 +351,10 @@ class LineSplitter:
         rest, self._partial, self._shown = self._partial, b"", False
         return [rest] if rest else []
 
+    def pending(self) -> bytes:
+        """The line begun and not ended yet (b"" if none), left where it is."""
+        return self._partial
+
     def _pieces(self, line: bytes) -> list[bytes]:
         if len(line) <= self._max:
             return [line]
@@ -538,8 +542,14 @@ class ChildOutput:
         # head + line + newline for every line in one C-level join; the three parts go to writev as they are.
         self._console.put(head, (b"\n" + head).join(lines), b"\n")
 
-    def last_lines(self, n: int | None = None) -> list[str]:
-        lines = list(self.ring)[-n:] if n else list(self.ring)
+    def last_lines(self, n: int | None = None, *, begun: bool = False) -> list[str]:
+        """The last ``n`` lines (all the ring holds if None). ``begun``: the lines begun and not ended on the
+        pipes still open come last, left where they are: a child's last words without a newline (an error
+        printed with ``printf``) while a grandchild holds the pipe, so no end of file says them yet."""
+        lines = list(self.ring)
+        if begun:
+            lines += [tail for _, splitter in self._pipes.values() if (tail := splitter.pending())]
+        lines = lines[-n:] if n else lines
         return [line.decode("utf-8", errors="replace") for line in lines]
 
 

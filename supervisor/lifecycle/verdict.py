@@ -214,7 +214,7 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
     verdict = from_exit(
         phase, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
         daemon=daemon, attempt=attempt, started_at=child.started_at,
-        last_lines=child.output.last_lines(), memory=report, stop_detail=child.stop_detail,
+        last_lines=child.output.last_lines(begun=True), memory=report, stop_detail=child.stop_detail,
         sigkilled=child.sigkilled,
         victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
                       and x.reason == OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),

@@ -117,3 +117,11 @@ def test_a_toml_date_or_time_where_none_belongs_is_echoed_as_a_date_not_as_pytho
         f"t.toml: phases[0] (fetch).stop_grace_s: must be a number, got {said}")
     assert refused(f'[[phases]]\nname = "fetch"\ncommand = ["true", {written_as}]\n') == (
         f"t.toml: phases[0] (fetch).command[1]: must be a string, got {said}")
+
+
+def test_retry_while_progressing_needs_what_measures_and_what_bounds_it() -> None:
+    said = ("t.toml: phases[0] (fetch).retry_while_progressing: needs a oneshot with progress_total (what an "
+            "attempt got is measured by) and timeout_s (what bounds the attempts not counted)")
+    assert refused(FIRST + "retry_while_progressing = true\n") == said
+    assert refused(FIRST + 'retry_while_progressing = true\nprogress_total = "1GiB"\n') == said
+    parse_plan(FIRST + 'retry_while_progressing = true\nprogress_total = "1GiB"\ntimeout_s = 60\n', "t.toml", {})

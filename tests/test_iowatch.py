@@ -34,6 +34,16 @@ def test_the_first_reading_is_the_baseline() -> None:
     assert (ledger.moved, ledger.written) == (150, 50)
 
 
+def test_from_zero_the_first_reading_counts_whole() -> None:
+    """An attempt's trees began with it: a downloader's first MiB, written before the first reading, is the
+    attempt's (it was lost to the baseline, and a failed attempt that had got a MiB further read as none)."""
+    ledger = IoLedger(from_zero=True)
+    ledger.add([proc(10, 1, rchar=5 * MIB, wchar=3 * MIB)])
+    assert (ledger.moved, ledger.written) == (8 * MIB, 3 * MIB)
+    ledger.add([proc(10, 1, rchar=5 * MIB + 100, wchar=3 * MIB + 50)])
+    assert (ledger.moved, ledger.written) == (8 * MIB + 150, 3 * MIB + 50)
+
+
 def test_a_process_that_appears_counts_all_its_bytes_and_one_that_goes_keeps_what_it_had() -> None:
     ledger = IoLedger()
     ledger.add([proc(10, 1)])

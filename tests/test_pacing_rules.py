@@ -123,6 +123,45 @@ def test_a_oneshots_retry_waits_the_seeded_backoff_and_counts_no_restart(loop: E
     assert (step, why, delay) == (Next.FAIL, "exit_code (all 3 retries used)", 0.0)
 
 
+class Got:
+    """An attempt's progress watch, as much as Pacing reads of it: what the attempt got."""
+
+    def __init__(self, gained: int) -> None:
+        self._gained = gained
+
+    def gained(self) -> int:
+        return self._gained
+
+
+def attempt_that_got(n: int, gained: int) -> Attempt:
+    return Attempt(n, 0.0, progress=Got(gained))  # type: ignore[arg-type]
+
+
+def test_with_retry_while_progressing_an_attempt_that_got_further_is_not_counted(loop: EventLoop) -> None:
+    """The real aria2c ends a link under 16 KiB/s after about 10 s (exit 5, "Too slow") instead of retrying it:
+    each slow patch of a 70-minute download cost a retry though each attempt got further (and the next resumes),
+    and three patches gave the instance up. An attempt that got further is not counted; timeout_s bounds them."""
+    pacing = Pacing(spec(retries=1, retry_while_progressing="true", progress_total="1GiB", timeout_s=5000), loop,
+                    random.Random(SEED))
+    step, why, _ = pacing.after(failed(attempt=1), attempt_that_got(1, 1 << 20))
+    assert (step, why) == (Next.AGAIN, "exit_code; 0 of 1 retries used, 1 attempt(s) that got further not counted")
+    step, why, _ = pacing.after(failed(attempt=2), attempt_that_got(2, 5 << 20))
+    assert (step, why) == (Next.AGAIN, "exit_code; 0 of 1 retries used, 2 attempt(s) that got further not counted")
+    step, why, _ = pacing.after(failed(attempt=3), attempt_that_got(3, 0))  # got nothing: counted
+    assert (step, why) == (Next.AGAIN, "exit_code; 1 of 1 retries used, 2 attempt(s) that got further not counted")
+    assert pacing.fails_for_good(failed(attempt=4), attempt_that_got(4, 0))
+    assert not pacing.fails_for_good(failed(attempt=4), attempt_that_got(4, 1)), "asked, nothing counted"
+    step, why, _ = pacing.after(failed(attempt=4), attempt_that_got(4, 0))
+    assert (step, why) == (Next.FAIL, "exit_code (all 1 retries used; 2 attempt(s) that got further not counted)")
+
+
+def test_without_retry_while_progressing_every_attempt_counts(loop: EventLoop) -> None:
+    pacing = Pacing(spec(retries=1, progress_total="1GiB"), loop, random.Random(SEED))
+    assert pacing.after(failed(attempt=1), attempt_that_got(1, 1 << 20))[0] is Next.AGAIN
+    assert pacing.after(failed(attempt=2), attempt_that_got(2, 1 << 20))[:2] == (
+        Next.FAIL, "exit_code (all 1 retries used)")
+
+
 def test_a_services_restart_is_counted_in_its_window(loop: EventLoop) -> None:
     s = spec("service", restart="always", restart_burst=2, restart_window_s=60.0, backoff_jitter=0.0)
     pacing = Pacing(s, loop, random.Random(SEED))

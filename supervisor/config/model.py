@@ -152,6 +152,9 @@ class PhaseSpec:
     progress_window_s: float = DEFAULT_PROGRESS_WINDOW_S
     memory_warn: float = DEFAULT_MEMORY_WARN  # memory_high past this fraction of its limit (0: never)
     gpu_health: bool = False  # a fatal GPU fault or NVML hung for long fails its attempt (gpuhealth.py)
+    # An attempt that got further (its download's done bytes rose) is not counted against ``retries``: a
+    # resumable download is retried as long as each attempt gets somewhere, within timeout_s.
+    retry_while_progressing: bool = False
 
 
 @dataclass(frozen=True)

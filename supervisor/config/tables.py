@@ -170,6 +170,7 @@ PHASE_KEYS = {
     "daemons": Key(lambda v, w: v, ()),
     "timeout_s": Key(_optional(_positive_seconds)),
     "retries": Key(whole_number(0, MAX_RETRIES)),
+    "retry_while_progressing": Key(lambda v, w: check_bool(_bool_text(v), w), False),
     "restart": Key(one_of(*RESTART_POLICIES)),
     "backoff_s": Key(check_seconds, DEFAULT_BACKOFF_S),
     "backoff_max_s": Key(check_seconds, DEFAULT_BACKOFF_MAX_S),
@@ -302,6 +303,10 @@ def check_progress_keys(v: Mapping[str, Any], where: str) -> None:
         raise ConfigError(f"{where}.progress_path: only meaningful with stall_s (how long no growth means stalled)")
     if v["progress_deadline_s"] is not None and v["progress_total"] is None:
         raise ConfigError(f"{where}.progress_deadline_s: needs progress_total (what is left is judged against it)")
+    if v["retry_while_progressing"] and (v["kind"] != "oneshot" or v["progress_total"] is None
+                                         or v["timeout_s"] is None):
+        raise ConfigError(f"{where}.retry_while_progressing: needs a oneshot with progress_total (what an attempt "
+                          "got is measured by) and timeout_s (what bounds the attempts not counted)")
 
 
 def check_backoff_order(v: Mapping[str, Any], where: str) -> None:

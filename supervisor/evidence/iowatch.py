@@ -85,10 +85,13 @@ class TreeIo:
 
 
 class IoLedger:
-    """The running totals of one watch's trees, from one reading after another (pure; tested alone)."""
+    """The running totals of one watch's trees, from one reading after another (pure; tested alone).
+    ``from_zero``: the trees began with the watch (an attempt's children), so every byte of theirs is the watch's,
+    those of the first reading too (a downloader's first MiB, written before the first reading, was lost to the
+    baseline); else the first reading is the baseline."""
 
-    def __init__(self) -> None:
-        self._last: dict[int, ProcIo] | None = None  # None: no reading yet (the first is the baseline)
+    def __init__(self, from_zero: bool = False) -> None:
+        self._last: dict[int, ProcIo] | None = {} if from_zero else None  # None: the next reading is the baseline
         # Per parent, the bytes of its children gone from the trees and not yet seen in its own counters: a
         # child leaves the table as a zombie, and the kernel adds its counters to its parent's only at the reap,
         # which may come much later (never counted twice, whenever it comes).
@@ -235,10 +238,12 @@ class IoProbe:
         self.state.idle("no attempt followed")  # (until one is: no thread, nothing to read)
         self._refusals_said: set[int] = set()  # the pids whose refused counters were said (once each)
 
-    def watch(self, every_s: float = IO_SAMPLE_S) -> IoWatch:
+    def watch(self, every_s: float = IO_SAMPLE_S, *, from_zero: bool = False) -> IoWatch:
+        """A watch read at least every ``every_s``; ``from_zero``: its trees' bytes count from their start
+        (IoLedger)."""
         with self._cond:
             watch_id = next(self._ids)
-            self._watches[watch_id] = _Watched(max(IO_SAMPLE_MIN_S, every_s))
+            self._watches[watch_id] = _Watched(max(IO_SAMPLE_MIN_S, every_s), ledger=IoLedger(from_zero))
             if self._thread is None and not self._closed:
                 self._thread = worker_thread("io", self._run)
             self._cond.notify_all()

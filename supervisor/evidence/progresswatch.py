@@ -109,7 +109,7 @@ class ProgressWatch:
             self._releases.append(probe.watch_net(PROGRESS_TICK_S))
         self._io: IoWatch | None = None
         if io is not None:
-            self._io = io.watch(PROGRESS_TICK_S)
+            self._io = io.watch(PROGRESS_TICK_S, from_zero=True)  # (the attempt's trees began with it)
             self._io.follow(attempt.roots())
             self._releases.append(self._io.release)
         self._cache_start: int | None = None
@@ -122,6 +122,10 @@ class ProgressWatch:
 
     def figures(self) -> dict[str, object] | None:
         return self.progress.to_dict() if self.progress is not None else None
+
+    def gained(self) -> int:
+        """The bytes this attempt got beyond what was complete when it began (0 before the first measure)."""
+        return max(0, self._done - self._cache_start) if self._cache_start is not None else 0
 
     def _tick(self) -> None:
         if not self._attempt.current():

@@ -283,6 +283,7 @@ class Pacing:
         self._spec, self._loop, self._rng = spec, loop, rng
         self.consecutive_failures = 0
         self.restart_times: list[float] = []  # when the service was restarted (monotonic), for restart_burst
+        self.forgiven = 0  # attempts that got further, not counted against retries (retry_while_progressing)
         self._deadline: Timer | None = None
         self._backoff: Timer | None = None
         self.stall: StallMonitor | None = None  # the latest attempt's stall watch (read by the status view)
@@ -311,20 +312,30 @@ class Pacing:
     def fails_for_good(self, outcome: Verdict, attempt: Attempt) -> bool:
         """Would ``outcome`` fail the phase, no retry or restart after it? (``after``'s answer, nothing counted.)"""
         step, _ = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
-                                restart_times=self.restart_times, now=self.now())
+                                restart_times=self.restart_times, now=self.now(),
+                                forgiven=self._forgiven_with(outcome, attempt))
         return step is Next.FAIL
 
     def after(self, outcome: Verdict, attempt: Attempt) -> tuple[Next, str, float]:
         """What follows ``attempt``, which ``outcome`` ended, and why: done, failed for good, or another
         attempt after the backoff returned (0 for the others). A service's restart is counted now."""
         now = self.now()
+        forgiven = self._forgiven_with(outcome, attempt)
         step, why = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
-                                  restart_times=self.restart_times, now=now)
+                                  restart_times=self.restart_times, now=now, forgiven=forgiven)
+        self.forgiven = forgiven
         if step is not Next.AGAIN:
             return step, why, 0.0
         if self._spec.kind == "service":
             self.restarted(now)
         return step, why, self.next_delay(attempt.ran_for(now))
+
+    def _forgiven_with(self, outcome: Verdict, attempt: Attempt) -> int:
+        """The attempts not counted against retries, ``attempt`` among them where it failed having got further
+        (its download's done bytes rose: the next one resumes from there)."""
+        got_further = (self._spec.retry_while_progressing and not outcome.success and attempt.progress is not None
+                       and attempt.progress.gained() > 0)
+        return self.forgiven + int(got_further)
 
     def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:
         """For a phase with stall_s: ``attempt`` is told once it stalls, while it is current."""

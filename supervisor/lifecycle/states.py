@@ -282,14 +282,15 @@ class Next(enum.Enum):
 
 
 def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_expired: bool,
-                  restart_times: list[float], now: float) -> tuple[Next, str]:
+                  restart_times: list[float], now: float, forgiven: int = 0) -> tuple[Next, str]:
     """What follows the attempt ``outcome`` ended, and why. ``restart_times``: when the service was
-    restarted before (monotonic), against its restart_burst."""
+    restarted before (monotonic), against its restart_burst; ``forgiven``: a oneshot's attempts, this one
+    among them, that got further and are not counted against its retries (retry_while_progressing)."""
     if outcome.reason in v.FOR_GOOD:  # a bug of ours, a GPU gone: another attempt cannot succeed
         why = outcome.detail if outcome.reason == v.INTERNAL_ERROR else f"{outcome.reason}: {outcome.detail}"
         return Next.FAIL, why
     if spec.kind == "oneshot":
-        return _retry_or_fail(spec, outcome, attempt, deadline_expired)
+        return _retry_or_fail(spec, outcome, attempt, deadline_expired, forgiven)
     policy = spec.restart
     if policy == "no" or (policy == "on-failure" and outcome.success):
         return Next.DONE if outcome.success else Next.FAIL, f"service ended: {outcome.reason} (restart = {policy!r})"
@@ -299,17 +300,22 @@ def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_e
     return Next.AGAIN, f"{outcome.reason}; restart = {policy!r}"
 
 
-def _retry_or_fail(spec: PhaseSpec, outcome: Verdict, attempt: int, deadline_expired: bool) -> tuple[Next, str]:
+def _retry_or_fail(spec: PhaseSpec, outcome: Verdict, attempt: int, deadline_expired: bool,
+                   forgiven: int) -> tuple[Next, str]:
     if outcome.success:
         return Next.DONE, f"completed in {attempt} attempt(s)"
     if outcome.reason == v.TIMEOUT and deadline_expired:
         return Next.FAIL, f"{outcome.reason}: {outcome.detail}"
     if deadline_expired:  # it passed while the attempt was being stopped: no attempt after it
         return Next.FAIL, f"{outcome.reason}; the phase deadline timeout_s={spec.timeout_s:g} passed: no retry"
-    if attempt > spec.retries:
+    counted = attempt - forgiven
+    spared = f"{forgiven} attempt(s) that got further not counted" if forgiven else ""
+    if counted > spec.retries:
         tries = "no retries configured" if not spec.retries else f"all {spec.retries} retries used"
-        return Next.FAIL, f"{outcome.reason} ({tries})"
-    return Next.AGAIN, f"{outcome.reason}; retry {attempt} of {spec.retries}"
+        return Next.FAIL, f"{outcome.reason} ({tries}{'; ' + spared if spared else ''})"
+    if spared:
+        return Next.AGAIN, f"{outcome.reason}; {counted} of {spec.retries} retries used, {spared}"
+    return Next.AGAIN, f"{outcome.reason}; retry {counted} of {spec.retries}"
 
 
 def backoff_delay(failures: int, base: float, factor: float, cap: float, jitter: float, rand: float) -> float:

@@ -20,6 +20,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -28,6 +29,11 @@ from . import knobs, output
 _RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)$")
 # Bytes written to the socket at once.
 SEND_CHUNK = 256 * 1024
+# A slow patch of the link (``ParamServer.slow_below``): this much at full speed, then TRICKLE_BYTES every
+# TRICKLE_EVERY_S (4 KiB/s, under aria2c's --lowest-speed-limit 16K: the real aria2c gives up on it, exit 5).
+SLOW_AFTER_BYTES = 1024 * 1024
+TRICKLE_BYTES = 1024
+TRICKLE_EVERY_S = 0.25
 
 
 def content(offset: int, n: int) -> bytes:
@@ -78,12 +84,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not body:
             return
+        slow = start < self.server.slow_below
         offset = start
         try:
             while offset <= end:
-                n = min(SEND_CHUNK, end - offset + 1)
+                trickle = slow and offset - start >= SLOW_AFTER_BYTES
+                n = min(TRICKLE_BYTES if trickle else SEND_CHUNK, end - offset + 1)
                 self.wfile.write(content(offset, n))
                 offset += n
+                if trickle:
+                    self.wfile.flush()
+                    time.sleep(TRICKLE_EVERY_S)
         except output.HANGUPS:
             return
 
@@ -91,14 +102,18 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(output.QuietHangups, ThreadingHTTPServer):
     daemon_threads = True
     size: int
+    slow_below = 0  # an answer from an offset below this becomes a slow patch after its first MiB
 
 
 class ParamServer:
     """The server on 127.0.0.1 in a thread of its own: ``url`` while started; ``close`` ends it."""
 
-    def __init__(self, size: int, port: int = 0) -> None:
+    def __init__(self, size: int, port: int = 0, slow_below: int = 0) -> None:
+        """``slow_below``: an answer that starts below this offset trickles after its first MiB, a slow patch of
+        the link (a download that resumes with a Range gets one MiB further each time, then fast past it)."""
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.size = size
+        self._server.slow_below = slow_below
         self._thread = threading.Thread(target=self._server.serve_forever, name="paramserve", daemon=True)
 
     @property

@@ -127,6 +127,27 @@ def test_the_readout_reaches_a_pipe_in_one_burst_when_the_file_is_done(tmp_path:
     assert max(readouts) - min(readouts) < 0.5, arrivals
 
 
+@pytest.mark.parametrize("how", ["simulated", "aria2c"])
+def test_a_link_under_16_kib_s_is_given_up_with_exit_5_and_left_to_resume(tmp_path: Path, gateway: Any,
+                                                                          how: str) -> None:
+    # curio's --lowest-speed-limit 16K: the real aria2c gives the link up after about 10 s ("Too slow", exit 5),
+    # -m100 notwithstanding, leaving the file and its control file for --continue; the stand-in's simulated
+    # downloader must too, or it is kinder than what it stands in for (it went on at 8 KiB/s for ever).
+    if how == "aria2c" and ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    cache = tmp_path / "params"
+    gateway._server.size = 8 * MIB
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_FILES="1", STANDIN_PARAM_BYTES="8MiB",
+                      STANDIN_PARAM_RATE="8KiB", IPFS_GATEWAY=gateway.url, STANDIN_PARAM_DOWNLOADER=how)
+    done = subprocess.run([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "errorCode=5 Too slow Downloading speed: " in out, out
+    assert "exited 5" in out, out
+    assert len(list(cache.glob("*.params"))) == 1 and len(list(cache.glob("*.params.aria2"))) == 1, out
+
+
 # ---------------------------------------------------------------- the bench cut, in-process
 
 

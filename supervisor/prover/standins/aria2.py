@@ -16,6 +16,11 @@ from . import output
 
 CONTROL_SUFFIX = ".aria2"  # aria2c's control file beside a file it has not completed
 NOTICE = "\x1b[1;32mNOTICE\x1b[0m"  # aria2c colours its level words
+ERROR = "\x1b[1;31mERROR\x1b[0m"
+# curio's --lowest-speed-limit 16K: a link slower than this is given up after about TOO_SLOW_S (exit 5,
+# "Too slow"), -m100 notwithstanding; the file and its control file stay for --continue (measured here).
+LOWEST_SPEED = 16 * 1024
+TOO_SLOW_S = 10.0
 
 
 def resumed_offset(path: str, control: str, size: int) -> int:
@@ -102,3 +107,9 @@ def readout(gid: str, done: int, total: int, rate: float) -> str:
     left = f" ETA:{eta // 60}m{eta % 60}s" if eta >= 60 else (f" ETA:{eta}s" if eta else "")
     return f"[#{gid} {aria2_size(done)}/{aria2_size(total)}({done * 100 // max(1, total)}%) CN:1 " \
            f"DL:{aria2_size(rate)}{left}]"
+
+
+def too_slow(rate: float) -> str:
+    """What aria2c prints as it gives a slow link up (before its results table; it then exits 5)."""
+    return (f"\n{stamp()} [{ERROR}] CUID#7 - Download aborted.\nException: [AbstractCommand.cc:351] errorCode=5\n"
+            f"  -> [DownloadCommand.cc:309] errorCode=5 Too slow Downloading speed: {int(rate)} <= {LOWEST_SPEED}(B/s)")

@@ -270,6 +270,9 @@ class Fetcher:
                 if now - said >= 1.0 or self.rate is None:
                     said = now
                     readouts.add(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
+                if self.rate is not None and self.rate < aria2.LOWEST_SPEED and now - started >= aria2.TOO_SLOW_S:
+                    readouts.add(aria2.too_slow(self.rate))  # as aria2c: given up, exit 5, left to --continue
+                    raise Aborted(f"aria2c fetching {path} exited 5")
                 failures.partway()
             os.fsync(fd)
         finally:

@@ -1,6 +1,14 @@
 """Reading cuzk-bench's output: it exits 0 even when proofs failed, so success is read here.
 
-Per proof:   ``  [3/12] COMPLETED — 151.9s (prove=41234 ms, queue=10 ms)``
+Its header, printed as its own clock starts::
+
+    === Batch Benchmark ===
+    proof type:  porep
+    count:       12
+    concurrency: 3
+
+Per proof:   ``  [3/12] COMPLETED — 151.9s (prove=41234 ms, queue=10 ms)`` (with ``-j`` above 1 none comes
+until every proof was submitted, then in submission order: standins/cuzk_bench.py)
 then::
 
     === Batch Summary ===
@@ -26,6 +34,7 @@ from dataclasses import dataclass, field
 from ..text.ansi import strip_ansi
 
 _PROOF_RE = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(COMPLETED|FAILED|CANCELLED|TIMEOUT)\b")
+_COUNT_RE = re.compile(r"^\s*count:\s*(\d+)\s*$")
 _FIELD_RE = re.compile(r"^\s*(total time|completed|failed|throughput):\s*(.*)$")
 # A plain decimal, maybe with the unit "s", then a space or the end: "1834.2s" and "0.393 proofs/min"
 # read, "1.2.3", "1e999" or "12abc" do not.
@@ -38,7 +47,8 @@ QUOTE_CHARS = 120
 @dataclass
 class BenchResult:
     proofs: dict[str, int] = field(default_factory=dict)  # status word → count of per-proof lines
-    expected: int | None = None  # the N of [k/N]
+    expected: int | None = None  # the N of the header's count, or of [k/N]
+    started: bool = False  # its header seen: its own clock runs from there
     summary_seen: bool = False
     completed: int | None = None
     failed: int | None = None
@@ -92,11 +102,22 @@ class BenchParser(_LineParser):
     def __init__(self) -> None:
         self.result = BenchResult()
         self._in_summary = False
+        self._in_header = False
 
     def feed_line(self, line: str) -> None:
         r = self.result
+        if "=== Batch Benchmark ===" in line:
+            r.started = self._in_header = True
+            return
         if "=== Batch Summary ===" in line:
             r.summary_seen = self._in_summary = True
+            self._in_header = False
+            return
+        if self._in_header:
+            if not line.strip():
+                self._in_header = False
+            elif (count := _COUNT_RE.match(line)) is not None:
+                r.expected = _count(count.group(1))
             return
         proof = _PROOF_RE.match(line)
         if proof:

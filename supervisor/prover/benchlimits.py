@@ -22,10 +22,13 @@ instance given up, rather than run its proofs to the end of its deadline before 
 The manager passes a bench whose rate, proofs per hour, is at least ``min_rate``; cuzk-bench computes the
 rate from ITS total time: completed proofs / total time. With N proofs to run, once that time exceeds
 N / min_rate hours no result can pass, whatever the remaining proofs do: even all N completed give less.
-Its clock starts after ours (its own start-up, reading the C1 file), so the elapsed time is counted from
-the first ``[k/N]`` proof line we read, seen at most BENCH_CUT_CHECK_S late: cuzk-bench's own time is
-surely longer by then. That costs the first proof's time (a minute or two) and never stops a bench that
-could still pass. N is that line's N; without a manager (no min_rate, nobody to judge) nothing is cut.
+Its clock starts after ours (its own start-up, reading the C1 file), right after it prints its header
+(``=== Batch Benchmark ===``, with ``count: N``), so the elapsed time is counted from the header we read,
+seen at most BENCH_CUT_CHECK_S late: cuzk-bench's own time is surely longer by then, and a bench that could
+still pass is never stopped. Not from its first proof line: with ``-j`` above 1 the real tool prints none
+until every proof was submitted (count − j of them done), and a cut counted from there came too late to
+matter. A bench that prints no header is counted from its first ``[k/N]`` line. N is the header's count
+(else that line's N); without a manager (no min_rate, nobody to judge) nothing is cut.
 The stop goes through the core's ProductionControl (``fail_phase``): the phase fails for good, and the
 fleet protocol's give-up (fleet.py) destroys the instance.
 """
@@ -150,7 +153,7 @@ def hopeless(expected: int, done: int, elapsed_s: float, min_rate: float) -> str
     if elapsed_s <= limit_s:
         return None
     best = expected / elapsed_s * 3600
-    return (f"the bench cannot pass any more: {elapsed_s / 60:.1f} min since its first proof line, {done} of "
+    return (f"the bench cannot pass any more: {elapsed_s / 60:.1f} min since it began, {done} of "
             f"{expected} proofs done; the best rate still possible is {best:.1f}/h < min_rate {min_rate:g}/h "
             f"({expected} proofs needed {limit_s / 60:.1f} min at most)")
 
@@ -188,7 +191,7 @@ class BenchCut:
         parsed = self._parsed
         if watching != self._watching or parsed is None or parsed.summary_seen:
             return  # another attempt, or it ended: its summary judges it
-        if self._first_at is None and sum(parsed.proofs.values()):
+        if self._first_at is None and (parsed.started or sum(parsed.proofs.values())):
             self._first_at = self._now()
         if self._first_at is not None and parsed.expected:
             why = hopeless(parsed.expected, parsed.proofs.get("COMPLETED", 0), self._now() - self._first_at,

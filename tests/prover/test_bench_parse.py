@@ -322,3 +322,12 @@ def test_a_malformed_summary_from_a_real_bench_fails_the_phase_not_the_superviso
     assert "unreadable summary line: 'throughput:    1.2.3 proofs/min (60.0s/proof)'" in result.output
     assert re.search(r"ended: phase=bench child=daemon pid=\d+ reason=stopped ", result.output), result.output
     assert not marker.exists()
+
+
+def test_the_header_says_the_bench_began_and_how_many_proofs_it_runs() -> None:
+    # The real cuzk-bench prints its header as its own clock starts; at -j above 1 no proof line comes until
+    # count - j proofs are done, so the header is what the min_rate cut counts from (benchlimits.py).
+    r = parse_text("=== Batch Benchmark ===\nproof type:  porep\ncount:       12\nconcurrency: 3\n\n")
+    assert r.started and r.expected == 12 and r.proofs == {}
+    assert not parse_text("count:       12\n").started, "a count line outside the header is no header"
+    assert parse_text("count:       12\n").expected is None

@@ -140,7 +140,7 @@ def test_hopeless_knows_nothing_without_n_rate_or_time() -> None:
 def test_hopeless_says_the_best_rate_still_possible_and_the_limit() -> None:
     # 10 proofs at 20/h: 30 min at most; after 40 min the best is 10 / (40/60 h) = 15/h.
     why = hopeless(10, 3, 40 * 60.0, 20.0)
-    assert why == ("the bench cannot pass any more: 40.0 min since its first proof line, 3 of 10 proofs done; "
+    assert why == ("the bench cannot pass any more: 40.0 min since it began, 3 of 10 proofs done; "
                    "the best rate still possible is 15.0/h < min_rate 20/h (10 proofs needed 30.0 min at most)")
 
 

@@ -156,7 +156,7 @@ def test_a_bench_is_hopeless_only_past_n_over_min_rate() -> None:
     assert hopeless(12, 5, 14.4 * 60, 50.0) is None
     why = hopeless(12, 5, 14.4 * 60 + 1, 50.0)
     assert why is not None and "5 of 12 proofs done" in why and "< min_rate 50/h" in why
-    assert "14.4 min since its first proof line" in why
+    assert "14.4 min since it began" in why
     assert hopeless(12, 0, 10_000, 0.0) is None  # no min_rate: nobody judges it
 
 
@@ -175,7 +175,31 @@ class _Production:
         return True
 
 
-def test_the_cut_counts_from_the_first_proof_line_and_stops_at_the_boundary() -> None:
+def test_the_cut_counts_from_the_benchs_header_and_stops_at_the_boundary() -> None:
+    # The real cuzk-bench at -j 3 prints no proof line until count - 3 proofs are done: counted from its first
+    # proof line, the cut came most of the way through the bench, too late to spare its cost.
+    now = [0.0]
+    timers: list[Any] = []
+    production = _Production()
+    cut = BenchCut(3600.0, production, lambda delay, cb: timers.append(cb), now=lambda: now[0])
+    result = BenchResult()
+    cut.transition(PhaseView("bench", "oneshot", PhaseState.RUNNING, "", 1, False, False, "bench-done", result))
+
+    def tick(at: float) -> None:
+        now[0] = at
+        timers.pop(0)()
+
+    tick(100.0)  # no header yet: nothing counts, however long cuzk-bench took to start
+    result.started, result.expected = True, 4
+    tick(102.0)  # the header: the count starts here, no proof line yet
+    tick(106.0)  # 4 s since: 4 proofs at 3600/h may take 4 s: it could still pass
+    assert production.ended == []
+    tick(106.5)  # not one proof line came: it cannot pass any more all the same
+    assert [(p, r) for p, r, _ in production.ended] == [("bench", "too_slow")]
+    assert timers == []
+
+
+def test_without_a_header_the_cut_counts_from_the_first_proof_line() -> None:
     now = [0.0]
     timers: list[Any] = []
     production = _Production()

@@ -389,6 +389,11 @@ def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,
     proofs = [m for m in map(PROOF_LINE.match, lines) if m]
     assert sorted(int(m.group(1)) for m in proofs) == [1, 2, 3, 4]
     assert sorted(m.group(3) for m in proofs) == ["COMPLETED", "COMPLETED", "FAILED", "FAILED"]
+    # As the real tool (main.rs): its header as its clock starts; with -j above 1 the proofs are printed in
+    # submission order once all were submitted (the first two, made to fail, first), not as each ends.
+    assert lines[:5] == ["=== Batch Benchmark ===", "proof type:  porep", "count:       4", "concurrency: 2", ""]
+    assert [(int(m.group(1)), m.group(3)) for m in proofs] == [
+        (1, "FAILED"), (2, "FAILED"), (3, "COMPLETED"), (4, "COMPLETED")], lines
     summary = lines[lines.index("=== Batch Summary ===") + 1:]
     assert re.fullmatch(r"total time:    \d+\.\ds", summary[0])
     assert summary[1] == "completed:     2"

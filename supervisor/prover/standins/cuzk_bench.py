@@ -9,9 +9,21 @@ Usage::
 ``-a`` (default ``http://127.0.0.1:9820``; ``unix:///path`` and ``host:port`` work) may also
 follow the subcommand. ``--c1`` must name an existing file (else exit 1, as the real tool
 cannot read it). Each proof is a ``POST /prove`` to the daemon; ``-j`` are in flight at once.
-One line per proof, in completion order::
+``batch`` first prints its header (the real tool's, just before it starts its clock)::
+
+    === Batch Benchmark ===
+    proof type:  porep
+    count:       12
+    concurrency: 3
+
+then one line per proof::
 
       [3/12] COMPLETED — 151.9s (prove=41234 ms, queue=10 ms)
+
+in the real tool's order (extern/cuzk cuzk-bench ``main.rs``): with ``-j 1`` each as it ends; with ``-j``
+above 1, none until every proof was submitted (a proof is submitted as one in flight ends: count − j of them
+are done by then), then in submission order, each once it ended: a bench of 12 at ``-j 3`` is silent
+until 9 proofs are done, then prints those 9 at once.
 
 (status words COMPLETED, FAILED, CANCELLED, TIMEOUT); a proof that did not complete is
 followed by a line ``    error: <reason>``, e.g. ``error: transport error: [Errno 111]
@@ -58,8 +70,9 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from . import failures, knobs, output
@@ -171,21 +184,39 @@ def _report(k: int, n: int, res: Result) -> None:
 
 
 def run_batch(addr: tuple[str, Any], kind: str, c1: str | None, count: int, jobs: int) -> list[Result]:
+    """The proofs, ``jobs`` in flight, reported in the real tool's order (the module's docstring)."""
     fail_n = max(0, knobs.env_int("STANDIN_BENCH_FAIL_PROOFS", 0))
     timeout = _timeout()
     results: list[Result] = []
     tag = f"{os.getpid()}-{int(time.time())}"
+
+    def prove(i: int) -> Result:
+        return prove_once(addr, {"type": kind, "c1": c1, "job": f"bench-{tag}-{i + 1}"}, timeout, i < fail_n)
+
+    def report(i: int, res: Result) -> None:
+        results.append(res)
+        _report(i + 1, count, res)
+        failures.partway()
+
+    if jobs <= 1:
+        for i in range(count):
+            report(i, prove(i))
+        return results
+    slots = threading.Semaphore(jobs)  # the real tool's tokio Semaphore: a submission waits for a free one
+
+    def held(i: int) -> Result:
+        try:
+            return prove(i)
+        finally:
+            slots.release()
+
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="proof") as pool:
-        futures: list[Future[Result]] = [
-            pool.submit(prove_once, addr, {"type": kind, "c1": c1, "job": f"bench-{tag}-{i + 1}"},
-                        timeout, i < fail_n)
-            for i in range(count)
-        ]
-        for future in as_completed(futures):
-            res = future.result()
-            results.append(res)
-            _report(len(results), count, res)
-            failures.partway()
+        futures: list[Future[Result]] = []
+        for i in range(count):
+            slots.acquire()
+            futures.append(pool.submit(held, i))
+        for i, future in enumerate(futures):  # only now, in submission order
+            report(i, future.result())
     return results
 
 
@@ -265,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "single":
         return run_single(addr, args.proof_type, args.c1)
 
-    output.out(f"running {args.count} {args.proof_type} proofs against {args.addr} "
-               f"with concurrency {args.concurrency}")
+    for line in ("=== Batch Benchmark ===", f"proof type:  {args.proof_type}", f"count:       {args.count}",
+                 f"concurrency: {args.concurrency}", ""):
+        output.out(line)
     started = time.monotonic()
     results = run_batch(addr, args.proof_type, args.c1, args.count, args.concurrency)
     total = time.monotonic() - started

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -163,6 +164,36 @@ def test_nothing_a_child_prints_acts_on_the_terminal_of_who_reads_status(sup: Ru
     assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text, text
     assert shown.endswith("| hello  \\x1b[2J \\x9b2J done"), shown
     assert snap["children"][0]["last_lines"][-1] == "hello  \\x1b[2J \\x9b2J done", snap["children"]
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="no setpriv (util-linux) to ask as another user")
+def test_an_operator_who_may_not_ask_is_told_so_not_that_none_runs(sup: Runner) -> None:
+    """The status socket is root's (0600, in a state_dir of root's): asked by another user, status said "no
+    prover-supervisor is running" (and --json "running": false) of one that runs."""
+    config = sup.write("""
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = ["sh", "-c", "echo up; exec sleep 60"]
+        """)
+    run = Console(sup, config)
+    try:
+        run.wait_text("[serve/serve] up")
+        other = [shutil.which("setpriv") or "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", PY]
+        if subprocess.run([*other, "-c", "import supervisor"], capture_output=True, timeout=30, env=clean_env(),
+                          cwd="/").returncode != 0:
+            pytest.skip("the package cannot be imported by uid 65534 here (a checkout only root may read)")
+        asked = [*other, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)]
+        text = subprocess.run(asked, capture_output=True, text=True, timeout=30, env=clean_env(), cwd="/")
+        as_json = subprocess.run([*asked, "--json"], capture_output=True, text=True, timeout=30, env=clean_env(),
+                                 cwd="/")
+    finally:
+        stop(run)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert "is not yours to ask (permission denied); a prover-supervisor may be running" in text.stdout, text.stdout
+    assert "no prover-supervisor is running" not in text.stdout
+    answer = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and answer["running"] is None and "not yours to ask" in answer["why"], answer
 
 
 def test_after_kill_9_the_supervisor_is_gone_and_what_it_left_is_named(sup: Runner) -> None:

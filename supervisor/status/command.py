@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 from ..engine.trees import is_live_supervisor, left_alive_by
-from ..exits import EXIT_NOT_RUNNING, EXIT_OK
+from ..exits import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK
 from ..state import files as state_files
 from ..text.stdio import STDOUT, lost, say
 from .file import load_persisted
 from .model import EXITED, GONE, NOT_ANSWERING, RUNNING, Fate, Snapshot, Survivor
 from .render import render
-from .socket import query
+from .socket import NotYoursToAsk, query
 
 # ``--watch``'s default redraw interval, and the shortest one taken (each frame asks the supervisor).
 WATCH_INTERVAL_S = 1.0
@@ -66,9 +66,14 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
 
 
 def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
-    """One answer: the text (or JSON) and the exit status (0 a supervisor answers, 3 none does). ``hint``
-    is added where nothing is found (where else to look)."""
-    snap, live, why = found(state_dir)
+    """One answer: the text (or JSON) and the exit status (0 a supervisor answers, 3 none does, 1 we may not
+    ask). ``hint`` is added where nothing is found (where else to look)."""
+    try:
+        snap, live, why = found(state_dir)
+    except NotYoursToAsk as exc:  # no answer that none runs: say we could not ask, and why
+        say(json.dumps({"running": None, "live": False, "supervisor": None, "survivors": [],
+                        "state_dir": str(state_dir), "why": str(exc)}, indent=2) if as_json else str(exc))
+        return EXIT_FAILURE
     if snap is None:
         socket_path = state_files.path(state_dir, state_files.STATUS_SOCKET)
         said = f"no prover-supervisor is running (no answer on {socket_path}), and no saved state: {why}{hint}"
@@ -88,9 +93,12 @@ def watch(state_dir: Path, interval: float, hint: str = "") -> int:
     terminal = os.isatty(STDOUT)  # the fd, not sys.stdout: that is None when stdout came closed (>&-)
     try:
         while True:
-            snap, live, why = found(state_dir)
-            text = render(snap, live) if snap is not None else \
-                f"no prover-supervisor is running, no saved state: {why}{hint}"
+            try:
+                snap, live, why = found(state_dir)
+                text = render(snap, live) if snap is not None else \
+                    f"no prover-supervisor is running, no saved state: {why}{hint}"
+            except NotYoursToAsk as exc:
+                text = str(exc)
             footer = f"(status --watch, {time.strftime('%H:%M:%S')}, every {interval:g}s; Ctrl-C ends)"
             say(f"{CLEAR_SCREEN if terminal else ''}{text}\n{footer}" + ("" if terminal else "\n"))
             if lost(STDOUT):  # the reader went away (a closed pipe): nobody is watching

@@ -140,9 +140,22 @@ class StatusServer:
             self._log(f"status: cannot remove {self.path} ({exc.strerror or exc}); it stays, answering nothing")
 
 
+class NotYoursToAsk(Exception):
+    """The status socket is there, but refused us (root's, 0600, and we are not root): a supervisor may well
+    run; ``str()`` says so in one line."""
+
+
 def ask(state_dir: Path, timeout: float = 5.0) -> Any:
-    """The running supervisor's answer, parsed (any JSON: the caller checks its shape); None when none answers."""
+    """The running supervisor's answer, parsed (any JSON: the caller checks its shape); None when none answers.
+    Raises NotYoursToAsk where the socket (or state_dir) refuses us: that is no answer that none runs."""
     path = state_files.path(state_dir, state_files.STATUS_SOCKET)
+    try:
+        if not path.exists():
+            path.lstat()  # (exists() says False where state_dir may not be searched: ask why)
+    except PermissionError:
+        raise NotYoursToAsk(_not_yours(path)) from None
+    except OSError:
+        return None
     if not path.exists():
         return None
     try:
@@ -155,12 +168,19 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
                 if not chunk:
                     break
                 chunks.append(chunk)
+    except PermissionError:
+        raise NotYoursToAsk(_not_yours(path)) from None
     except OSError:
         return None
     try:
         return json.loads(b"".join(chunks))
     except (ValueError, RecursionError):
         return None
+
+
+def _not_yours(path: Path) -> str:
+    return (f"cannot ask: {path} is not yours to ask (permission denied); a prover-supervisor may be running: "
+            "run status as root, or as the user it runs as")
 
 
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:

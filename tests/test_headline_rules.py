@@ -18,6 +18,7 @@ from supervisor.status.headline import (
     span,
 )
 from supervisor.status.model import Snapshot
+from supervisor.status.render import render
 
 NOW = 100_000.0
 # Each story is the JSON status.json would hold, read back as ``status`` reads it.
@@ -48,6 +49,17 @@ def test_a_supervisor_that_does_not_answer() -> None:
     snap = {"supervisor": "not answering", "pid": 77, "written_at": NOW - 30, "lifecycle": {"state": "running"}}
     assert headline(read(snap), False, NOW) == ("NOT ANSWERING: supervisor pid 77 is alive but its status socket does "
                                                "not answer; last state written 30s ago")
+
+
+def test_the_text_of_a_supervisor_that_does_not_answer_says_it_is_alive_and_shows_the_last_known() -> None:
+    # It said "NOT ANSWERING: ... is alive", then "no prover-supervisor is running", then "lifecycle: running" as
+    # if it were live.
+    snap = {"supervisor": "not answering", "pid": 77, "written_at": NOW - 30,
+            "lifecycle": {"state": "running"}, "phases": [{"name": "p", "state": "running"}]}
+    lines = render(read(snap), False, NOW).splitlines()
+    assert lines[1] == "prover-supervisor pid 77 is alive but not answering; last state written 30s ago", lines
+    assert "lifecycle (last known): running" in lines and "phases (last known):" in lines, lines
+    assert not any("no prover-supervisor is running" in line for line in lines), lines
 
 
 def test_gone_comes_before_the_failure_it_wrote() -> None:

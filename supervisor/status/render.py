@@ -20,7 +20,16 @@ from typing import Any
 from ..evidence.transfer import progress_text
 from ..text.show import cut, fmt_bytes, one_line
 from .headline import failure_lines, gone_lines, headline, shown_value, since, span
-from .model import Delivered, LedgerEntry, ManagerStatus, MemoryStatus, PhaseStatus, Snapshot, WatchStatus
+from .model import (
+    NOT_ANSWERING,
+    Delivered,
+    LedgerEntry,
+    ManagerStatus,
+    MemoryStatus,
+    PhaseStatus,
+    Snapshot,
+    WatchStatus,
+)
 
 PhaseLines = Callable[[PhaseStatus, float, bool], list[str]]
 # The ledger lines shown (the latest calls; status --json has every one the snapshot carries).
@@ -68,20 +77,26 @@ def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
     """The status text; ``now`` (epoch seconds, default the time) is what the ages are counted from."""
     now = time.time() if now is None else now
     gone = snap.gone
+    # Not live: what it last wrote is only what was last known (a gone supervisor's lifecycle runs no more; a
+    # hung one's may, unseen).
+    hung = snap.fate is not None and snap.fate.supervisor == NOT_ANSWERING
     out = [headline(snap, live, now), *failure_lines(snap), *gone_lines(snap)]
     if live:
         out.append(f"prover-supervisor pid {snap.pid} as {snap.role}, up {_up(snap.started_at, now)} "
                    f"(config: {snap.config})")
+    elif hung:
+        out.append(f"prover-supervisor pid {snap.pid} is alive but not answering; last state written "
+                   f"{since(snap.written_at, now)}")
     else:
         out.append(f"no prover-supervisor is running; last state written {since(snap.written_at, now)} "
                    f"by pid {snap.pid}")
     life = snap.lifecycle
     said = f"{life.state}" + (f" ({life.why})" if life.why else "")
-    # A dead supervisor's lifecycle runs no more: what it last wrote is only what was last known.
-    out.append(f"lifecycle (last known, the supervisor is gone): {said}" if gone else f"lifecycle: {said}")
+    known = " (last known, the supervisor is gone)" if gone else " (last known)" if hung else ""
+    out.append(f"lifecycle{known}: {said}")
     if life.current:
         out.append(f"current phase: {life.current}")
-    out.append("phases (last known):" if gone else "phases:")
+    out.append("phases (last known):" if gone or hung else "phases:")
     for ph in snap.phases:
         hold = f"; held: {ph.hold}" if ph.hold else ""
         out.append(f"  {ph.name!s:<12} {ph.state!s:<9} since {since(ph.since, now)}, "

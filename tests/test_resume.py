@@ -69,7 +69,8 @@ def test_a_recent_bench_is_skipped_rebench_runs_it_an_old_one_runs(sup: Runner) 
     assert counted(sup) == 1
     out = run_to_end(sup, config, "two")
     assert counted(sup) == 1, out
-    assert re.search(r"phase bench: pending → done \(resumed: done \d+s ago on this same machine "
+    assert re.search(r"phase bench: pending → done \(resumed: done \d+s before this start "
+                     r"\(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\) on this same machine "
                      r"\(use --rebench to run it anyway\)\)", out), out
     out = run_to_end(sup, config, "three", "--rebench")
     assert counted(sup) == 2, out

@@ -324,7 +324,11 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
         rt.log(f"phase {phase.name}: done before on a different machine (GPUs or memory): running it again")
         return None
     switch = rt.rerun.switches.get(spec.resume)
-    return f"done {age:.0f}s ago on this same machine" + (f" (use {switch} to run it anyway)" if switch else "")
+    # When, on the clock, and how long before this start: the phase keeps this why for as long as it is done, and
+    # a "done 18s ago" read days later in status would say what is no longer true.
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(prev["done_at"])))
+    return (f"done {age:.0f}s before this start ({when}) on this same machine"
+            + (f" (use {switch} to run it anyway)" if switch else ""))
 
 
 # ---------------------------------------------------------------- the facts of a phase done now

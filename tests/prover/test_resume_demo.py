@@ -130,7 +130,8 @@ def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
         run4.wait_text("phase curio: service is up", 30)
         out = run4.text()
         assert "phase paramfetch: pending → done (resumed: its 3 output file(s)" in out, out
-        assert re.search(r"phase bench: pending → done \(resumed: done \d+s ago on this same machine", out), out
+        assert re.search(r"phase bench: pending → done \(resumed: done \d+s before this start "
+                         r"\(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\) on this same machine", out), out
         assert "FAILED" not in out and "Traceback" not in out, out
         assert all_dead(left3), f"run 3's curio or daemon still runs beside run 4: {left3}"
         assert not left3 or "left by a supervisor that died without stopping them" in out, out
@@ -156,7 +157,7 @@ def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
         fetched = re.findall(r"Fetching \S+/params/(\S+) from", out)
         assert fetched == [gone], out
         assert params(sup)[gone] == 2097152
-        assert re.search(r"phase bench: pending → done \(resumed: done \d+s ago", out), out
+        assert re.search(r"phase bench: pending → done \(resumed: done \d+s before this start", out), out
         os.kill(run5.pid, signal.SIGTERM)
         assert run5.finish() == 128 + signal.SIGTERM
         assert len(instances(mgr)) == 1 and len(calls(mgr, "/register")) == 1

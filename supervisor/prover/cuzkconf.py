@@ -7,7 +7,13 @@ minus a safety margin, with the figures of workloads.md:
 
 - unified memory manager (daemons from 13 Mar 2026): ``[memory] total_budget``;
   about 70 GiB baseline (SRS + PCE) + about 13.6 GiB per partition in flight,
-  which sizes ``[pipeline] synthesis_concurrency``;
+  which sizes the bench's ``-j``. ``[pipeline] synthesis_concurrency`` is not a
+  count of partitions but of whole proofs synthesized at once (cuzk-core
+  ``config.rs``: "N concurrent syntheses (memory: N × ~136 GiB for PoRep 32G)",
+  1 the default, 2 for single-GPU machines of more than 400 GiB): a PoRep proof
+  is PARTITIONS_PER_PROOF partitions, so it is as many proofs as the budget holds
+  beyond the baseline, at least 1 (it read 13 on a 256 GiB machine: 1.7 TiB of
+  syntheses asked of a 251 GiB budget);
 - partition-workers builds (Feb–Mar 2026): ``[synthesis] partition_workers``
   with peak RSS ≈ 69 + 20 × pw GiB.
 
@@ -49,6 +55,8 @@ MEMORY_MODELS = ("unified", "partition-workers")
 # workloads.md figures.
 UNIFIED_BASELINE = 70 * GIB
 PER_PARTITION = int(13.6 * GIB)
+# A PoRep 32G proof's partitions (its ~136 GiB synthesis: cuzk-core config.rs's synthesis_concurrency).
+PARTITIONS_PER_PROOF = 10
 PW_BASELINE = 69 * GIB
 PW_PER_WORKER = 20 * GIB
 GPU_WORKERS_PER_DEVICE = 2
@@ -108,8 +116,7 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
     else:
         partitions = _partition_workers(config, budget, available, settings, overrides)
         # For a unified daemon after all: the same budget, and the partitions it holds by its figures.
-        _write_unified(config, budget // MIB * MIB, max(1, (budget // MIB * MIB - settings.baseline)
-                                                          // settings.per_partition), settings)
+        _write_unified(config, budget // MIB * MIB, settings)
     import tomli_w  # only needed where cuzk.toml is generated
 
     merged = _merge(config, overrides)
@@ -140,18 +147,23 @@ def _unified(config: dict[str, Any], budget: int, available: int, settings: Cuzk
     partitions = max(1, (budget - base) // per)
     user_conc = overrides.get("pipeline", {}).get("synthesis_concurrency")
     if isinstance(user_conc, int):
-        peak = base + user_conc * per
+        peak = base + user_conc * PARTITIONS_PER_PROOF * per
         if peak > budget:
             raise DoesNotFit(f"[cuzk.overrides] pipeline.synthesis_concurrency = {user_conc} wants about "
-                             f"{fmt_bytes(peak)} but the budget is {fmt_bytes(budget)}")
-        partitions = user_conc
-    _write_unified(config, budget, int(partitions), settings)
+                             f"{fmt_bytes(peak)} ({user_conc} whole proof(s) of {PARTITIONS_PER_PROOF} partitions "
+                             f"at once) but the budget is {fmt_bytes(budget)}")
+    _write_unified(config, budget, settings)
     return int(partitions)
 
 
-def _write_unified(config: dict[str, Any], budget: int, partitions: int, settings: CuzkSettings) -> None:
+def _write_unified(config: dict[str, Any], budget: int, settings: CuzkSettings) -> None:
     config["memory"] = {"total_budget": size_text(budget), "safety_margin": size_text(settings.safety_margin)}
-    config["pipeline"] = {"enabled": True, "synthesis_concurrency": int(partitions)}
+    config["pipeline"] = {"enabled": True, "synthesis_concurrency": proofs_within(budget, settings)}
+
+
+def proofs_within(budget: int, settings: CuzkSettings) -> int:
+    """Whole proofs synthesized at once within ``budget`` (synthesis_concurrency), at least 1 (cuzk's default)."""
+    return max(1, (budget - settings.baseline) // (PARTITIONS_PER_PROOF * settings.per_partition))
 
 
 def _partition_workers(config: dict[str, Any], budget: int, available: int, settings: CuzkSettings,

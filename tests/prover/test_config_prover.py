@@ -200,7 +200,7 @@ def test_accepted_overrides_generate_without_error() -> None:
     """What config lets through, cuzkconf.generate() takes (on a machine big enough for it)."""
     from supervisor.prover.cuzkconf import generate
 
-    for overrides in ('{ memory = { total_budget = "100GiB" }, pipeline = { synthesis_concurrency = 2 } }',
+    for overrides in ('{ memory = { total_budget = "400GiB" }, pipeline = { synthesis_concurrency = 2 } }',
                       '{ synthesis = { partition_workers = 2 } }'):
         model = "partition-workers" if "partition_workers" in overrides else "unified"
         plan = parse(f'[cuzk]\nmemory_model = "{model}"\noverrides = {overrides}\n' + MINIMAL, plugin=PLUGIN)

@@ -35,13 +35,21 @@ def unified_expected(available_gib: int, margin_gib: int = 5) -> int:
     return math.floor((available_gib - margin_gib - 70) / 13.6)
 
 
+def proofs_expected(available_gib: int, margin_gib: int = 5) -> int:
+    """synthesis_concurrency: whole PoRep proofs (10 partitions, ~136 GiB) at once (cuzk-core config.rs), >= 1."""
+    return max(1, math.floor((available_gib - margin_gib - 70) / 136))
+
+
 # ---------------------------------------------------------------- unified memory manager
 
 
-@pytest.mark.parametrize(("available_gib", "partitions"), [(125, 3), (128, 3), (256, 13)])
+@pytest.mark.parametrize(("available_gib", "partitions", "proofs"), [(125, 3, 1), (128, 3, 1), (256, 13, 1),
+                                                                  (512, 32, 3)])
 @pytest.mark.parametrize("indices", [(0,), (0, 1)])
-def test_unified_budget_and_concurrency(available_gib: int, partitions: int, indices: tuple[int, ...]) -> None:
+def test_unified_budget_and_concurrency(available_gib: int, partitions: int, proofs: int,
+                                        indices: tuple[int, ...]) -> None:
     assert partitions == unified_expected(available_gib)  # the table above is the workloads.md formula
+    assert proofs == proofs_expected(available_gib)
     gen = generate(settings(), available_gib * GIB, gpus(*indices))
     budget_gib = available_gib - 5
     assert gen.budget == budget_gib * GIB
@@ -49,7 +57,8 @@ def test_unified_budget_and_concurrency(available_gib: int, partitions: int, ind
     cfg = gen.config
     assert cfg["memory"] == {"total_budget": f"{budget_gib}GiB", "safety_margin": "5GiB"}
     assert cfg["pipeline"]["enabled"] is True
-    assert cfg["pipeline"]["synthesis_concurrency"] == partitions
+    # Whole proofs at once, not partitions: 13 on 256 GiB asked for 13 × 136 GiB of syntheses.
+    assert cfg["pipeline"]["synthesis_concurrency"] == proofs
     assert cfg["gpus"]["devices"] == list(indices)
     # One file for both generations: a partition-workers build reading it gets what the same budget holds.
     assert cfg["synthesis"] == {"partition_workers": math.floor((budget_gib - 69) / 20)}
@@ -131,7 +140,7 @@ def test_partition_workers_from_memory(available_gib: int, pw: int, indices: tup
     # One file for both generations: a unified daemon reading it gets the same budget and what it holds.
     budget_gib = available_gib - 5
     assert gen.config["memory"] == {"total_budget": f"{budget_gib}GiB", "safety_margin": "5GiB"}
-    assert gen.config["pipeline"] == {"enabled": True, "synthesis_concurrency": unified_expected(available_gib)}
+    assert gen.config["pipeline"] == {"enabled": True, "synthesis_concurrency": proofs_expected(available_gib)}
     assert tomllib.loads(gen.text) == gen.config
     assert "partition_workers" in gen.summary()
 
@@ -165,21 +174,21 @@ def test_partition_workers_budget_below_one_worker_is_refused() -> None:
 
 def test_user_synthesis_concurrency_that_fits_wins() -> None:
     s = settings(overrides={"pipeline": {"synthesis_concurrency": 2}})
-    gen = generate(s, 256 * GIB, gpus(0, 1))
+    gen = generate(s, 512 * GIB, gpus(0, 1))  # 70 + 2 × 136 GiB fit 507 GiB (config.rs: 2 above 400 GiB)
     assert gen.config["pipeline"]["synthesis_concurrency"] == 2
     assert gen.config["pipeline"]["enabled"] is True  # the rest of the table is kept
-    assert gen.partitions == 2
-    assert gen.bench_concurrency == 2
+    assert gen.partitions == unified_expected(512)  # partitions in flight: what the budget holds
+    assert gen.bench_concurrency == 5
 
 
 def test_user_synthesis_concurrency_that_cannot_fit_is_refused() -> None:
-    s = settings(overrides={"pipeline": {"synthesis_concurrency": 10}})
+    s = settings(overrides={"pipeline": {"synthesis_concurrency": 2}})
     with pytest.raises(DoesNotFit) as info:
-        generate(s, 128 * GIB, gpus(0))
+        generate(s, 256 * GIB, gpus(0))
     text = str(info.value)
-    assert "206.0GiB" in text, text  # 70 + 10 × 13.6
-    assert "123.0GiB" in text, text
-    assert "synthesis_concurrency = 10" in text
+    assert "342.0GiB" in text, text  # 70 + 2 proofs × 10 partitions × 13.6
+    assert "251.0GiB" in text, text
+    assert "synthesis_concurrency = 2" in text and "2 whole proof(s) of 10 partitions at once" in text
 
 
 def test_extra_user_keys_are_kept() -> None:
@@ -208,7 +217,7 @@ def test_user_total_budget_that_fits_sizes_the_concurrency() -> None:
     gen = generate(s, 128 * GIB, gpus(0))
     assert gen.config["memory"]["total_budget"] == "100GiB"
     assert gen.partitions == math.floor((100 - 70) / 13.6) == 2
-    assert gen.config["pipeline"]["synthesis_concurrency"] == 2
+    assert gen.config["pipeline"]["synthesis_concurrency"] == 1  # one whole proof at a time
 
 
 def test_user_total_budget_above_what_is_available_is_refused() -> None:
@@ -341,7 +350,8 @@ def test_unified_model_writes_at_least_one_partition_worker() -> None:
     """A budget too small for one pw worker still writes 1 (the least memory a pw build can use), not 0."""
     gen = generate(settings(baseline=GIB, per_partition=GIB), 10 * GIB, [])
     assert gen.config["synthesis"] == {"partition_workers": 1}
-    assert gen.config["pipeline"]["synthesis_concurrency"] == 4  # (10 - 5 - 1) / 1
+    assert gen.partitions == 4  # (10 - 5 - 1) / 1
+    assert gen.config["pipeline"]["synthesis_concurrency"] == 1  # less than one proof of 10 partitions: 1
 
 
 def test_user_partition_workers_is_kept_in_a_unified_config() -> None:

@@ -17,7 +17,8 @@ PASSWORD = "hunter22"
 
 
 @pytest.mark.parametrize("name", ["API_TOKEN", "MANAGER_TOKEN", "AWS_SECRET", "DB_PASSWORD", "FTP_PASSWD",
-                                  "SSH_KEY", "api_token", "Db_Password", "CONTAINER_API_KEY"])
+                                  "SSH_KEY", "api_token", "Db_Password", "CONTAINER_API_KEY",
+                                  "TOKEN", "PASSWORD", "PASSWD", "SECRET", "token"])  # (bare: shown in clear)
 def test_a_name_ending_like_a_secret_is_secret(name: str) -> None:
     assert looks_secret(name)
 

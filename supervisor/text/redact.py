@@ -34,7 +34,8 @@ from urllib.parse import unquote
 
 from .ansi import ANSI_PATTERN, UNFINISHED_RE, codes_in, strip_ansi
 
-SECRET_NAME_RE = re.compile(r"(_KEY|_TOKEN|_PASSWORD|_PASSWD|_SECRET)$|^CONTAINER_API_KEY$", re.IGNORECASE)
+# A name ending in one of these words (or being one: TOKEN, PASSWORD; not a bare KEY, too common a word).
+SECRET_NAME_RE = re.compile(r"(^|_)(TOKEN|PASSWORD|PASSWD|SECRET)$|_KEY$|^CONTAINER_API_KEY$", re.IGNORECASE)
 MASK = "***"
 MASK_BYTES = MASK.encode()
 # Shorter values would mask innocent text everywhere ("1", "yes").

@@ -17,6 +17,7 @@ import socket
 import stat
 import subprocess
 import textwrap
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ import requests
 from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, wait_for
 
 from supervisor.app.cli import dev_manager
+from supervisor.engine.loop import EventLoop
 from supervisor.evidence.watchstate import Watches
 from supervisor.lifecycle.resume import ResumeRecord
 from supervisor.lifecycle.states import PhaseState, Timeline
@@ -35,7 +37,7 @@ from supervisor.status.file import snapshot_problem
 from supervisor.status.model import Snapshot
 from supervisor.status.render import render
 from supervisor.status.snapshot import SNAPSHOT_LINE_CHARS, snapshot
-from supervisor.status.socket import query
+from supervisor.status.socket import StatusServer, ask, query
 
 SECRET = "abcd-secret-9999"
 NUMBER = (int, float)
@@ -669,3 +671,37 @@ def test_status_json_after_the_exit_has_what_the_exit_flush_delivered(sup: Runne
         assert snap["manager"]["outbox_pending"] == 0, snap["manager"]
     finally:
         mgr.stop()
+
+
+def test_a_snapshot_that_cannot_be_built_closes_the_client_and_the_socket_answers_on(tmp_path: Path) -> None:
+    """Whatever building the answer raised, the client's connection is closed (it waited for good on one leaked
+    when the fault was not a TypeError or ValueError) and the next request is answered."""
+    loop = EventLoop()
+    said: list[str] = []
+    builds = iter([RuntimeError("a bug of the snapshot's"), Snapshot(pid=7)])
+
+    def build() -> Snapshot:
+        got = next(builds)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    server = StatusServer(loop, tmp_path, build, said.append)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(5)
+            client.connect(str(server.path))
+            loop.run_once(max_wait=1)
+            assert client.recv(100) == b"", "the connection was closed, not left open"
+        assert said == ["status: could not answer a status request: RuntimeError: a bug of the snapshot's"]
+        answers: list[Any] = []
+        asker = threading.Thread(target=lambda: answers.append(ask(tmp_path)))
+        asker.start()
+        deadline = time.monotonic() + 5
+        while asker.is_alive() and time.monotonic() < deadline:
+            loop.run_once(max_wait=0.05)
+        asker.join(5)
+        assert answers and answers[0]["pid"] == 7, answers
+    finally:
+        server.close()
+        loop.close()

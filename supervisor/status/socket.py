@@ -73,9 +73,9 @@ class StatusServer:
             return
         try:
             data = json.dumps(self._build().to_json(), default=str).encode() + b"\n"
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:  # (whatever the build raised: the connection closed, the socket kept answering)
             conn.close()
-            self._log(f"status: could not answer a status request: {exc}")
+            self._log(f"status: could not answer a status request: {type(exc).__name__}: {exc}")
             return
         # What the socket buffer takes now, without waiting: most answers go whole.
         conn.setblocking(False)

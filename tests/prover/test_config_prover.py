@@ -154,6 +154,14 @@ def test_min_rate_from_environment_accepted() -> None:
     assert plan.extensions["manager"]["min_rate"] == 12.5
 
 
+@pytest.mark.parametrize(("environ", "manager"), [({"MIN_RATE": "0"}, ""), ({}, "[manager]\nmin_rate = 0\n")])
+def test_a_min_rate_of_0_is_the_managers_50(environ: dict[str, str], manager: str) -> None:
+    # manager-api.md: "min_rate <= 0 means 50". Taken as 0, the bench gate and the min_rate cut passed every bench
+    # until the row was read, while the manager judged it by 50.
+    plan = parse(MINIMAL + manager, environ, PLUGIN)
+    assert plan.extensions["manager"]["min_rate"] == 50.0
+
+
 @pytest.mark.parametrize(("overrides", "accepted"), [
     ('{ memory = { total_budget = "auto" } }', True),
     ('{ memory = { total_budget = "100GiB" } }', True),

@@ -37,14 +37,15 @@ def fleet(body: str, environ: dict[str, str] | None = None) -> dict[str, object]
 
 def test_the_files_min_rate_wins_over_the_environment() -> None:
     assert fleet("[manager]\nmin_rate = 3\n", {"MIN_RATE": "9"})["min_rate"] == 3.0
-    assert fleet("[manager]\nmin_rate = 0\n", {"MIN_RATE": "9"})["min_rate"] == 0.0  # 0 is a rate, not "unset"
+    # 0 is the file's, and the manager reads it as 50 (manager-api.md: "min_rate <= 0 means 50"): so do we.
+    assert fleet("[manager]\nmin_rate = 0\n", {"MIN_RATE": "9"})["min_rate"] == DEFAULT_MIN_RATE
     # $MIN_RATE is not read at all when the file says: an unreadable one is no error then.
     assert fleet("[manager]\nmin_rate = 3\n", {"MIN_RATE": "abc"})["min_rate"] == 3.0
 
 
 def test_min_rate_from_an_empty_or_zero_environment() -> None:
     assert fleet("", {"MIN_RATE": ""})["min_rate"] == DEFAULT_MIN_RATE
-    assert fleet("", {"MIN_RATE": "0"})["min_rate"] == 0.0
+    assert fleet("", {"MIN_RATE": "0"})["min_rate"] == DEFAULT_MIN_RATE  # the manager's 50
     assert fleet("", {"MIN_RATE": "7."})["min_rate"] == 7.0
 
 

@@ -189,8 +189,6 @@ class Lifecycle:
             return
         self.shutting_down = True
         self._budget = budget
-        for phase in self.phases:
-            phase.judge_at_shutdown()
         failed = None if self.failure is not None else next(
             (p for p in self.phases if p.failed_for_good() is not None), None)
         if failed is not None:

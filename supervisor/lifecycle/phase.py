@@ -335,21 +335,20 @@ class Phase:
     def failed_for_good(self) -> Verdict | None:
         """The outcome of the attempt being stopped, where it is a failure no retry or restart would follow
         (the phase fails once the stop is over); else None. Only what ended the attempt before any shutdown
-        counts: a command the shutdown stopped is no failure of its own. Once a shutdown came, what was judged
-        then (``judge_at_shutdown``) holds: a stop's long grace must not turn a phase that had retries left
-        into a failed one (the deadline passing meanwhile, a restart window shrinking), nor the reverse."""
-        outcome = self.outcome
-        if self.state is not PhaseState.STOPPING or outcome is None or outcome.success:
-            return None
+        counts: a command the shutdown stopped is no failure of its own. Once a shutdown came, the first answer
+        holds (the lifecycle's as it decides its status, else the phase's as it is told: ``abort``): a stop's
+        long grace must not turn a phase that had retries left into a failed one (the deadline passing
+        meanwhile, a restart window shrinking), nor the reverse."""
         if self._judged_at_shutdown is not None:
-            return self._judged_at_shutdown[0]
-        return outcome if self.pacing.fails_for_good(outcome, self._attempt) else None
-
-    def judge_at_shutdown(self) -> None:
-        """The shutdown came (the lifecycle calls this first thing): whether the attempt being stopped had failed
-        for good is judged now, once, for the lifecycle's status and the phase's end alike."""
-        self._judged_at_shutdown = None
-        self._judged_at_shutdown = (self.failed_for_good(),)
+            return self._judged_at_shutdown[0] if self.state is PhaseState.STOPPING else None
+        outcome = self.outcome
+        judged = None
+        if self.state is PhaseState.STOPPING and outcome is not None and not outcome.success \
+                and self.pacing.fails_for_good(outcome, self._attempt):
+            judged = outcome
+        if self.shutting_down():
+            self._judged_at_shutdown = (judged,)
+        return judged
 
     def completed(self) -> bool:
         """A oneshot whose attempt ended by its command's success before any shutdown (being stopped now: its
@@ -521,6 +520,7 @@ class Phase:
 
     def abort(self) -> None:
         """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
+        self.failed_for_good()  # judged now, at the shutdown, once (where the lifecycle did not ask already)
         self._on(StopAsked())
 
     def settle_after_shutdown(self) -> None:

@@ -150,7 +150,8 @@ def test_with_retry_while_progressing_an_attempt_that_got_further_is_not_counted
     step, why, _ = pacing.after(failed(attempt=3), attempt_that_got(3, 0))  # got nothing: counted
     assert (step, why) == (Next.AGAIN, "exit_code; 1 of 1 retries used, 2 attempt(s) that got further not counted")
     assert pacing.fails_for_good(failed(attempt=4), attempt_that_got(4, 0))
-    assert not pacing.fails_for_good(failed(attempt=4), attempt_that_got(4, 1)), "asked, nothing counted"
+    assert pacing.fails_for_good(failed(attempt=4), attempt_that_got(4, 4096)), "a failure's own lines: no progress"
+    assert not pacing.fails_for_good(failed(attempt=4), attempt_that_got(4, 1 << 20)), "asked, nothing counted"
     step, why, _ = pacing.after(failed(attempt=4), attempt_that_got(4, 0))
     assert (step, why) == (Next.FAIL, "exit_code (all 1 retries used; 2 attempt(s) that got further not counted)")
 

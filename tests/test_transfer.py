@@ -4,6 +4,7 @@ instance's first-seen times across restarts, the status line and the metrics."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -128,6 +129,20 @@ def test_a_walk_says_the_newest_write_under_the_path_and_leaves_out_one_from_the
     os.utime(newer, (3000.0 + FUTURE_MTIME_S + 1, 3000.0 + FUTURE_MTIME_S + 1))
     assert tree_done(tmp_path, 3000.0).newest == 1000.0, "a write from the future is left out"
     assert tree_done(tmp_path, 3000.0 + FUTURE_MTIME_S + 1).newest == 3000.0 + FUTURE_MTIME_S + 1
+
+
+def test_a_long_walk_looks_at_the_clock_per_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A walk of a big tree takes seconds: a file written while it went on has an mtime past the walk's start, and
+    compared with that start it read as one from the future, its write never seen."""
+    from supervisor.evidence import progress
+
+    (tmp_path / "sub").mkdir()
+    written = tmp_path / "sub" / "a.params"
+    written.write_bytes(b"a")
+    os.utime(written, (5000.0, 5000.0))
+    clock = itertools.chain([4990.0], itertools.repeat(5000.5))  # the walk began 10 s before the write, and
+    monkeypatch.setattr(progress.time, "time", lambda: next(clock))  # reached sub/ after it
+    assert progress.tree_done(tmp_path).newest == 5000.0
 
 
 def test_received_bytes_leave_out_the_loopback() -> None:

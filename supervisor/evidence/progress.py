@@ -251,7 +251,8 @@ def tree_done(path: str | Path, now: float | None = None) -> Walk:
     time now); the others count by what is allocated to them (at most their size: a growing download's
     blocks), empty ones (locks) not at all. The newest write is the latest mtime of a file, one more than
     FUTURE_MTIME_S ahead of ``now`` left out. Blocks: off the loop only."""
-    now = time.time() if now is None else now
+    given = now
+    now = time.time() if given is None else given
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -272,6 +273,8 @@ def tree_done(path: str | Path, now: float | None = None) -> Walk:
         except OSError as exc:
             _partial(exc)
             continue
+        if given is None:  # the time of each directory's look: a walk of a big tree takes seconds, and a file
+            now = time.time()  # written meanwhile must not read as one from the future, nor as quiet
         names = {entry.name for entry in listed}
         for entry in listed:
             try:

@@ -41,6 +41,12 @@ from .runtime import MachineEvidence
 from .states import CameUp, CommandStarted, Event, Next, StartFailed, after_attempt, backoff_delay, within_window
 from .verdict import Verdict
 
+# An attempt "got further" (retry_while_progressing) when its download's done bytes rose by this much at least: what
+# its processes wrote counts, and a failure's own lines (a 404, a DNS error, aria2c's ERROR block: a few hundred
+# bytes into a pipe) must not count as progress. Far below what aria2c writes of a file at once (its pieces, about
+# a MiB: a resumed attempt that got a MiB further wrote 960 KiB, measured here).
+GOT_FURTHER_MIN_BYTES = 64 << 10
+
 
 @dataclass
 class Attempt:
@@ -334,7 +340,7 @@ class Pacing:
         """The attempts not counted against retries, ``attempt`` among them where it failed having got further
         (its download's done bytes rose: the next one resumes from there)."""
         got_further = (self._spec.retry_while_progressing and not outcome.success and attempt.progress is not None
-                       and attempt.progress.gained() > 0)
+                       and attempt.progress.gained() >= GOT_FURTHER_MIN_BYTES)
         return self.forgiven + int(got_further)
 
     def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:

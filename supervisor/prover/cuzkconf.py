@@ -146,7 +146,7 @@ def _unified(config: dict[str, Any], budget: int, available: int, settings: Cuzk
     budget = budget // MIB * MIB
     partitions = max(1, (budget - base) // per)
     user_conc = overrides.get("pipeline", {}).get("synthesis_concurrency")
-    if isinstance(user_conc, int):
+    if isinstance(user_conc, int) and user_conc > proofs_within(budget, settings):  # (1, cuzk's default, always)
         peak = base + user_conc * PARTITIONS_PER_PROOF * per
         if peak > budget:
             raise DoesNotFit(f"[cuzk.overrides] pipeline.synthesis_concurrency = {user_conc} wants about "

@@ -191,6 +191,13 @@ def test_user_synthesis_concurrency_that_cannot_fit_is_refused() -> None:
     assert "synthesis_concurrency = 2" in text and "2 whole proof(s) of 10 partitions at once" in text
 
 
+def test_a_user_synthesis_concurrency_of_1_is_always_taken() -> None:
+    # 1, cuzk's default and what the generator writes when less than one whole proof fits beyond the baseline,
+    # was refused when set by hand on 128 GiB ("wants about 206 GiB").
+    gen = generate(settings(overrides={"pipeline": {"synthesis_concurrency": 1}}), 128 * GIB, gpus(0))
+    assert gen.config["pipeline"]["synthesis_concurrency"] == 1
+
+
 def test_extra_user_keys_are_kept() -> None:
     s = settings(overrides={"scheduler": {"max_batch_size": 4, "max_batch_wait_ms": 250},
                             "logging": {"level": "debug", "format": "json"},

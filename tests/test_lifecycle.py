@@ -326,10 +326,12 @@ def test_daemon_never_ready_times_out(sup: Runner) -> None:
     assert res.duration < 10
 
 
-def test_a_readiness_probe_that_never_returns_still_times_out(sup: Runner) -> None:
+@pytest.mark.parametrize("ready_timeout_s", [3, 1.5])
+def test_a_readiness_probe_that_never_returns_still_times_out(sup: Runner, ready_timeout_s: float) -> None:
     """A probe may block for good: an HTTP answer that comes a byte every half second keeps http.client reading
     its status line for hours (each byte within the socket's timeout). The bound is the loop's: the phase fails
-    at ready_timeout_s saying the probe has not returned, instead of sitting in "starting" until a signal."""
+    at ready_timeout_s saying the probe has not returned, instead of sitting in "starting" until a signal (with
+    a bound shorter than a probe's own timeout too: it gave the answer before the probe under way)."""
     port = free_port()
     ran = sup.tmp / "command.ran"
     dribbler = py_script(sup.tmp, "dribble", """
@@ -356,14 +358,14 @@ def test_a_readiness_probe_that_never_returns_still_times_out(sup: Runner) -> No
         name = "dribbler"
         command = {dribbler}
         ready = "http://127.0.0.1:{port}/status"
-        ready_timeout_s = 3
+        ready_timeout_s = {ready_timeout_s}
         stop_grace_s = 1
     """)
     res = sup.run(config, timeout=60)
     assert res.returncode == EXIT_TIMEOUT, res.output
     v = failure(res.output)
     assert v["phase"] == "wait" and v["reason"] == "timeout", res.output
-    assert "wait/dribbler not ready after 3s: http://127.0.0.1:" in res.output, res.output
+    assert f"wait/dribbler not ready after {ready_timeout_s:g}s: http://127.0.0.1:" in res.output, res.output
     assert "a probe has not returned after " in res.output, res.output
     assert not ran.exists(), "the command started although its daemon never got ready"
 

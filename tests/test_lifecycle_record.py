@@ -295,6 +295,32 @@ def test_a_completed_phase_whose_outputs_are_still_listed_at_the_stops_end_is_do
     assert r.finished == [143]
 
 
+def test_the_wait_for_a_completed_phases_facts_ends_at_a_kill_nows_budget(
+        run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A second stop signal (docker stop after the supervisor began its own shutdown) kills at once, and docker's
+    # SIGKILL comes at its budget's end: the wait for a listing that hangs must not outlast it.
+    hung = threading.Event()
+    monkeypatch.setattr(resume, "output_files", lambda path: hung.wait(30))  # (a hung listing)
+    (tmp_path / "params").mkdir()
+    r = run(BENCH_WITH_ITS_DAEMON.replace('name = "bench"\n', f'name = "bench"\nstall_s = 600\nprogress_path = '
+                                                                f'"{tmp_path / "params"}"\n', 1))
+    r.lifecycle.start()
+    r.run_until(1.0)
+    daemon, command = r.children.started
+    daemon.stop_takes = 2.0
+    command.exit(0)
+    r.run_until(5.0)
+    r.lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(6.0)
+    assert r.finished == [], "the run waits for the bench's facts"
+    r.lifecycle.kill_everything_now(wait_until=8.0)
+    r.run_until(7.9)
+    assert r.finished == []
+    r.run_until(8.0)
+    hung.set()
+    assert r.finished == [143] and any("did not come" in line for line in r.log), r.log
+
+
 def test_a_service_failed_by_a_hearer_of_its_coming_up_is_heard_up_first_by_every_listener(run) -> None:
     # The same run to completion for "its service is up" (no move of its own: the phase is told again): a
     # listener that fails it there, as the production watch may, does so after every hearer heard it up.

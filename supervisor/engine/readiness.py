@@ -111,7 +111,8 @@ class ReadinessWait:
         self._check = check
         self._why_not = f"{check.describe()}: not probed yet"  # the latest probe's answer (set by the thread)
         self._probing_since: float | None = None  # when the probe under way began (monotonic; the thread's)
-        self._bound = Bounded[None](loop, timeout_s, lambda _: on_ready(), lambda: on_timeout(self._why()))
+        self._answered = False  # a probe has answered (not ready) at least once
+        self._bound = Bounded[None](loop, timeout_s, lambda _: on_ready(), lambda: self._overdue(on_timeout))
         self._thread = threading.Thread(target=self._wait, name=f"ready:{check.describe()}", daemon=True)
         try:
             self._thread.start()
@@ -128,16 +129,23 @@ class ReadinessWait:
             if why_not is None:
                 self._bound.answer(None)
                 return
-            self._why_not = why_not
+            self._why_not, self._answered = why_not, True
             self._cancelled.wait(READY_POLL_S)
 
+    def _overdue(self, on_timeout: Callable[[str], None]) -> None:
+        self._cancelled.set()  # (the thread probes no more once the one under way returns, if ever)
+        on_timeout(self._why())
+
     def _why(self) -> str:
-        """Why it is not ready at the bound: the latest probe's answer, or the probe that has not returned."""
+        """Why it is not ready at the bound: the probe under way, which has not returned (past PROBE_TIMEOUT_S,
+        one that never will, maybe), with the answer before it; else the latest probe's answer."""
         since = self._probing_since
-        if since is not None and time.monotonic() - since > PROBE_TIMEOUT_S:
-            return (f"{self._check.describe()}: a probe has not returned after {time.monotonic() - since:.1f}s "
-                    f"(an answer that never ends, a hung mount?); before it: {self._why_not}")
-        return self._why_not
+        if since is None:
+            return self._why_not
+        took = time.monotonic() - since
+        hint = " (an answer that never ends, a hung mount?)" if took > PROBE_TIMEOUT_S else ""
+        before = f"; before it: {self._why_not}" if self._answered else ""
+        return f"{self._check.describe()}: a probe has not returned after {took:.1f}s{hint}{before}"
 
     def cancel(self) -> None:
         self._cancelled.set()

@@ -83,6 +83,7 @@ class Lifecycle:
         self._stop_over = False  # the shutdown's stop is over: every child is gone
         self._budget: StopBudget | None = None  # the shutdown's, where a stop signal from outside set one
         self._settle_timer: Timer | None = None  # the end of the wait for a completed phase's facts
+        self._kill_until: float | None = None  # a kill-now's stop budget end (monotonic): the wait ends by then
 
     def start(self) -> None:
         self._advance()
@@ -220,7 +221,15 @@ class Lifecycle:
                 finish()
 
     def kill_everything_now(self, wait_until: float | None = None) -> None:
-        """A second shutdown request: no more grace for anyone (``wait_until``: its stop budget's end)."""
+        """A second shutdown request: no more grace for anyone (``wait_until``: its stop budget's end, which ends
+        the wait for a completed phase's facts too)."""
+        if wait_until is not None:
+            self._kill_until = wait_until if self._kill_until is None else min(self._kill_until, wait_until)
+            timer = self._settle_timer
+            if timer is not None and not timer.cancelled and timer.when > wait_until:
+                timer.cancel()
+                self._settle_timer = self._loop.call_later(max(0.0, wait_until - self._loop.clock.monotonic()),
+                                                           self._end_unsettled)
         for child in self._started:
             child.kill_now(wait_until)
 
@@ -243,6 +252,8 @@ class Lifecycle:
             self._end(self.exit_status)
         elif self._settle_timer is None:  # (the listing answers within its bound; this is for a fault of ours)
             wait_s = FACTS_WAIT_S if self._budget is None else self._budget.sweep_s(FACTS_WAIT_S)
+            if self._kill_until is not None:  # a second stop signal: docker's SIGKILL comes at its budget's end
+                wait_s = min(wait_s, max(0.0, self._kill_until - self._loop.clock.monotonic()))
             self._settle_timer = self._loop.call_later(wait_s, self._end_unsettled)
 
     def _end_unsettled(self) -> None:

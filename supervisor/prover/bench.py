@@ -113,13 +113,14 @@ class BenchParser(_LineParser):
             r.summary_seen = self._in_summary = True
             self._in_header = False
             return
-        if self._in_header:
+        proof = _PROOF_RE.match(line)  # (first: a proof line ends the header, blank line or not)
+        if self._in_header and proof is None:
             if not line.strip():
                 self._in_header = False
             elif (count := _COUNT_RE.match(line)) is not None:
                 r.expected = _count(count.group(1))
             return
-        proof = _PROOF_RE.match(line)
+        self._in_header = False
         if proof:
             r.proofs[proof.group(3)] = r.proofs.get(proof.group(3), 0) + 1
             r.expected = _count(proof.group(2))

@@ -59,8 +59,10 @@ FLEET_ROW = RowFields(states=("bench_done",), times=("bench_done_at",),
 
 
 def row_min_rate(row: Row) -> float | None:
-    """The min_rate the manager's row holds (None: the row does not say)."""
-    return row.extra.get(MIN_RATE)
+    """The min_rate the manager's row holds (None: the row does not say); one of 0 or less is its 50, as it
+    reads it (manager-api.md: "min_rate <= 0 means 50")."""
+    rate = row.extra.get(MIN_RATE)
+    return DEFAULT_MIN_RATE if rate is not None and rate <= 0 else rate
 
 
 @dataclass(frozen=True)

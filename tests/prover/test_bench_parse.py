@@ -331,3 +331,10 @@ def test_the_header_says_the_bench_began_and_how_many_proofs_it_runs() -> None:
     assert r.started and r.expected == 12 and r.proofs == {}
     assert not parse_text("count:       12\n").started, "a count line outside the header is no header"
     assert parse_text("count:       12\n").expected is None
+
+
+def test_a_proof_line_right_after_the_header_ends_it() -> None:
+    # Were no blank line to end the header, every proof line after it was taken for the header's and dropped.
+    r = parse_text("=== Batch Benchmark ===\ncount:       2\n  [1/2] COMPLETED — 1.0s (prove=1 ms, queue=0 ms)\n"
+                   "  [2/2] COMPLETED — 1.0s (prove=1 ms, queue=0 ms)\n")
+    assert r.started and r.expected == 2 and r.proofs == {"COMPLETED": 2}

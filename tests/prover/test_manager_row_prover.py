@@ -275,3 +275,10 @@ def test_a_bench_done_retried_through_an_outage_does_not_un_kill_a_row_killed_me
         outbox.close()
         loop.close()
         mgr.stop()
+
+
+def test_a_rows_min_rate_of_0_or_less_is_the_managers_50() -> None:
+    # manager-api.md: "min_rate <= 0 means 50": a row holding 0 is judged by 50, so the cut and the gate judge so.
+    assert row_min_rate(Row("u", "registered", extra={"min_rate": 0.0})) == 50.0
+    assert row_min_rate(Row("u", "registered", extra={"min_rate": 12.5})) == 12.5
+    assert row_min_rate(Row("u", "registered")) is None

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes import FakeChildren, FakeClock
@@ -258,6 +259,26 @@ def test_what_a_shutdown_judged_of_an_attempt_holds_however_long_the_stop_takes(
     assert lifecycle.failure is None and r.finished == [143]
 
 
+def shut_down_while_the_bench_is_listed(run: Any, tmp_path: Path, output: bytes | None = None) -> Run:
+    """The bench (its outputs under tmp_path/params, ``output`` one file there) passed, its daemon stopped, its
+    outputs being listed (the test holds resume.output_files) when the shutdown comes (at 5 s); run to 6 s."""
+    (tmp_path / "params").mkdir()
+    if output is not None:
+        (tmp_path / "params" / "a.params").write_bytes(output)
+    r = run(BENCH_WITH_ITS_DAEMON.replace('name = "bench"\n', f'name = "bench"\nstall_s = 600\nprogress_path = '
+                                                                f'"{tmp_path / "params"}"\n', 1))
+    r.lifecycle.start()
+    r.run_until(1.0)
+    daemon, command = r.children.started
+    daemon.stop_takes = 2.0
+    command.exit(0)
+    r.run_until(5.0)  # the daemon is stopped: the listing is under way
+    assert r.phase("bench").state is PhaseState.STOPPING
+    r.lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(6.0)
+    return r
+
+
 def test_a_completed_phase_whose_outputs_are_still_listed_at_the_stops_end_is_done(
         run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The bench's command passed and its outputs were being listed (off the loop: a big cache, a slow mount) when
@@ -271,20 +292,8 @@ def test_a_completed_phase_whose_outputs_are_still_listed_at_the_stops_end_is_do
         return real(path)
 
     monkeypatch.setattr(resume, "output_files", slow_listing)
-    (tmp_path / "params").mkdir()
-    (tmp_path / "params" / "a.params").write_bytes(b"p")
-    r = run(BENCH_WITH_ITS_DAEMON.replace('name = "bench"\n', f'name = "bench"\nstall_s = 600\nprogress_path = '
-                                                                f'"{tmp_path / "params"}"\n', 1))
-    r.lifecycle.start()
-    r.run_until(1.0)
-    daemon, command = r.children.started
-    daemon.stop_takes = 2.0
-    command.exit(0)
-    r.run_until(5.0)  # the daemon is stopped: the listing is under way
+    r = shut_down_while_the_bench_is_listed(run, tmp_path, b"p")
     bench = r.phase("bench")
-    assert bench.state is PhaseState.STOPPING
-    r.lifecycle.shutdown("received SIGTERM", 143)
-    r.run_until(6.0)
     assert bench.state is PhaseState.STOPPING and r.finished == [], "the run waits for the bench's facts"
     listing.set()
     deadline = time.monotonic() + 10
@@ -301,17 +310,7 @@ def test_the_wait_for_a_completed_phases_facts_ends_at_a_kill_nows_budget(
     # SIGKILL comes at its budget's end: the wait for a listing that hangs must not outlast it.
     hung = threading.Event()
     monkeypatch.setattr(resume, "output_files", lambda path: hung.wait(30))  # (a hung listing)
-    (tmp_path / "params").mkdir()
-    r = run(BENCH_WITH_ITS_DAEMON.replace('name = "bench"\n', f'name = "bench"\nstall_s = 600\nprogress_path = '
-                                                                f'"{tmp_path / "params"}"\n', 1))
-    r.lifecycle.start()
-    r.run_until(1.0)
-    daemon, command = r.children.started
-    daemon.stop_takes = 2.0
-    command.exit(0)
-    r.run_until(5.0)
-    r.lifecycle.shutdown("received SIGTERM", 143)
-    r.run_until(6.0)
+    r = shut_down_while_the_bench_is_listed(run, tmp_path)
     assert r.finished == [], "the run waits for the bench's facts"
     r.lifecycle.kill_everything_now(wait_until=8.0)
     r.run_until(7.9)

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +99,23 @@ def test_the_standin_fetches_like_curio_preallocated_with_a_control_file(tmp_pat
     assert result.readouts >= 1 and len(result.files) == 1, out
 
 
+def one_file_fetch(tmp_path: Path, gateway: Any, how: str, mib: int, rate: str) -> dict[str, str]:
+    """The environment of the paramfetch stand-in fetching one file of ``mib`` MiB at ``rate`` into tmp_path/params
+    from the test's gateway, with ``how`` (the real aria2c: skipped where it is not installed)."""
+    if how == "aria2c" and ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    gateway._server.size = mib * MIB
+    return standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"), STANDIN_PARAM_FILES="1",
+                       STANDIN_PARAM_BYTES=f"{mib}MiB", STANDIN_PARAM_RATE=rate, IPFS_GATEWAY=gateway.url,
+                       STANDIN_PARAM_DOWNLOADER=how)
+
+
 @pytest.mark.parametrize("how", ["simulated", "aria2c"])
 def test_the_readout_reaches_a_pipe_in_one_burst_when_the_file_is_done(tmp_path: Path, gateway: Any,
                                                                        how: str) -> None:
     # The real aria2c's readout into a pipe is block-buffered (production.md); the stand-in's must be too, or the
     # supervisor is tested against a kinder program than the one it meets.
-    if how == "aria2c" and ARIA2C is None:
-        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
-    cache = tmp_path / "params"
-    gateway._server.size = 3 * MIB
-    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_FILES="1", STANDIN_PARAM_BYTES="3MiB",
-                      STANDIN_PARAM_RATE="1MiB", IPFS_GATEWAY=gateway.url, STANDIN_PARAM_DOWNLOADER=how)
+    env = one_file_fetch(tmp_path, gateway, how, 3, "1MiB")
     proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
@@ -133,12 +140,8 @@ def test_a_link_under_16_kib_s_is_given_up_with_exit_5_and_left_to_resume(tmp_pa
     # curio's --lowest-speed-limit 16K: the real aria2c gives the link up after about 10 s ("Too slow", exit 5),
     # -m100 notwithstanding, leaving the file and its control file for --continue; the stand-in's simulated
     # downloader must too, or it is kinder than what it stands in for (it went on at 8 KiB/s for ever).
-    if how == "aria2c" and ARIA2C is None:
-        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    env = one_file_fetch(tmp_path, gateway, how, 8, "8KiB")
     cache = tmp_path / "params"
-    gateway._server.size = 8 * MIB
-    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_FILES="1", STANDIN_PARAM_BYTES="8MiB",
-                      STANDIN_PARAM_RATE="8KiB", IPFS_GATEWAY=gateway.url, STANDIN_PARAM_DOWNLOADER=how)
     done = subprocess.run([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     out = done.stdout + done.stderr
@@ -175,9 +178,9 @@ class _Production:
         return True
 
 
-def test_the_cut_counts_from_the_benchs_header_and_stops_at_the_boundary() -> None:
-    # The real cuzk-bench at -j 3 prints no proof line until count - 3 proofs are done: counted from its first
-    # proof line, the cut came most of the way through the bench, too late to spare its cost.
+def watched_bench() -> tuple[BenchResult, _Production, list[Any], Callable[[float], None]]:
+    """A running bench at min_rate 3600/h under the cut: its parser's result (to feed), what the cut ended, the
+    cut's looks due, and ``tick(at)``: the clock at ``at``, the next look taken."""
     now = [0.0]
     timers: list[Any] = []
     production = _Production()
@@ -189,6 +192,13 @@ def test_the_cut_counts_from_the_benchs_header_and_stops_at_the_boundary() -> No
         now[0] = at
         timers.pop(0)()
 
+    return result, production, timers, tick
+
+
+def test_the_cut_counts_from_the_benchs_header_and_stops_at_the_boundary() -> None:
+    # The real cuzk-bench at -j 3 prints no proof line until count - 3 proofs are done: counted from its first
+    # proof line, the cut came most of the way through the bench, too late to spare its cost.
+    result, production, timers, tick = watched_bench()
     tick(100.0)  # no header yet: nothing counts, however long cuzk-bench took to start
     result.started, result.expected = True, 4
     tick(102.0)  # the header: the count starts here, no proof line yet
@@ -200,17 +210,7 @@ def test_the_cut_counts_from_the_benchs_header_and_stops_at_the_boundary() -> No
 
 
 def test_without_a_header_the_cut_counts_from_the_first_proof_line() -> None:
-    now = [0.0]
-    timers: list[Any] = []
-    production = _Production()
-    cut = BenchCut(3600.0, production, lambda delay, cb: timers.append(cb), now=lambda: now[0])
-    result = BenchResult()
-    cut.transition(PhaseView("bench", "oneshot", PhaseState.RUNNING, "", 1, False, False, "bench-done", result))
-
-    def tick(at: float) -> None:
-        now[0] = at
-        timers.pop(0)()
-
+    result, production, timers, tick = watched_bench()
     tick(100.0)  # no proof line yet: nothing counts, however long cuzk-bench took to start
     result.proofs["COMPLETED"], result.expected = 1, 4
     tick(102.0)  # the first proof line: the count starts here

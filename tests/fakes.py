@@ -123,6 +123,7 @@ class FakeChildren:
     def __init__(self, clock: FakeClock, loop: EventLoop) -> None:
         self.clock, self.loop = clock, loop
         self.started: list[FakeChild] = []
+        self.envs: list[dict[str, str]] = []  # the environment the phase added, for each child in start order
         self._pids = itertools.count(1000)
 
     def spawn(self, spec: ChildSpec, ctx: ChildContext, reader: Reader | None, on_exit: OnExit) -> FakeChild:
@@ -130,6 +131,7 @@ class FakeChildren:
                           # As the reaper's callback is in start_child: a bug in handling the exit fails the phase.
                           on_exit=ctx.guarded(f"the exit of {spec.label}", on_exit))
         self.started.append(child)
+        self.envs.append(dict(ctx.env))
         return child
 
     @property

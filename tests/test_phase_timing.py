@@ -26,6 +26,7 @@ from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import Reaper
 from supervisor.evidence.stall import check_interval
 from supervisor.lifecycle import verdict as v
+from supervisor.lifecycle.hooks import NO_HOOKS, PhaseHooks
 from supervisor.lifecycle.phase import Phase
 from supervisor.lifecycle.runtime import ChildKit, MachineEvidence, Runtime
 from supervisor.lifecycle.states import PhaseState, backoff_delay
@@ -68,7 +69,7 @@ class Drive:
 def drive(tmp_path: Path) -> Iterator[Callable[..., Drive]]:
     loops: list[EventLoop] = []
 
-    def make(toml: str, *, freeze: bool = False) -> Drive:
+    def make(toml: str, *, freeze: bool = False, hooks: PhaseHooks = NO_HOOKS) -> Drive:
         clock = FakeClock()
         loop = EventLoop(clock=clock)
         loops.append(loop)
@@ -86,7 +87,7 @@ def drive(tmp_path: Path) -> Iterator[Callable[..., Drive]]:
                 moves.append((clock.monotonic(), phase.state, phase.why))
 
         spec = parse_plan(toml, "test.toml", {}).phases[0]
-        phase = Phase(spec, rt, changed, spawn=children.spawn)
+        phase = Phase(spec, rt, changed, hooks, spawn=children.spawn)
         return Drive(phase, clock, loop, children, rt, log, moves)
 
     yield make
@@ -137,6 +138,23 @@ def test_each_backoff_is_backoff_delay_of_the_failures_so_far_with_the_seeded_ji
     assert d.phase.state is PhaseState.FAILED
     assert d.moves[-1] == (starts[-1] + 0.5, PhaseState.FAILED, "exit_code (all 3 retries used)")
     assert d.phase.outcome is not None and d.phase.outcome.reason == v.EXIT_CODE
+
+
+def test_what_a_prepare_hook_no_longer_gives_is_no_longer_in_the_next_attempts_environment(drive) -> None:
+    # The environment a hook returned was added to, never replaced: a key it gave the first attempt and not the
+    # second reached the second's children all the same. The memory preflight's part stays from the first.
+    given = iter([{"STALE": "1", "KEPT": "a"}, {"KEPT": "b"}])
+    d = drive(oneshot(retries=1, backoff_s=1.0, backoff_jitter=0.0, min_memory="1KiB"),
+              hooks=PhaseHooks(prepare=lambda ctx: next(given)))
+    d.phase.start()
+    d.run_until(0.5)
+    d.children.last.exit(1)
+    d.run_until(2.0)
+    first, second = d.children.envs
+    assert first["STALE"] == "1" and first["KEPT"] == "a"
+    assert "STALE" not in second and second["KEPT"] == "b"
+    preflight = {k: v for k, v in first.items() if k not in ("STALE", "KEPT")}
+    assert preflight and all(second[k] == v for k, v in preflight.items()), (first, second)
 
 
 def test_an_attempt_that_ran_backoff_reset_s_starts_the_backoff_again(drive) -> None:

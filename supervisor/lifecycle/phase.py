@@ -269,6 +269,7 @@ class Phase:
         self._record = record if record is not None else resume.ResumeRecord()  # the last run's facts
         self._attempt = Attempt(0, self._clock.monotonic())
         self._extra_env: dict[str, str] = {}  # what the supervisor tells the phase (memory budget, hooks)
+        self._preflight_env: dict[str, str] = {}  # the memory preflight's part of it (its first attempt's)
         self._deciding = 0  # how deep in _on: a step that is being carried out
         self._telling = False  # a move of this phase is being told (on_change)
         self._aborts_due: list[tuple[str, str]] = []  # aborts asked by a hearer of a move: run after its step
@@ -548,17 +549,23 @@ class Phase:
 
     def _prepare(self, first: bool) -> None:
         """The steps before an attempt that may refuse it (the memory preflight before the first, the prepare
-        hook before each): what they return is added to the children's environment."""
-        steps = [lambda ctx: memory_preflight(ctx, self.spec.min_memory)] if first else []
-        if self._hooks.prepare is not None:
-            steps.append(self._hooks.prepare)
+        hook before each): what they return is the children's added environment, the preflight's kept from the
+        first attempt, the hook's this attempt's alone (a key it no longer gives is no longer set)."""
         refusal = None
-        for prepare in steps:
-            prepared = prepare(self.hook_context())
+        if first:
+            prepared = memory_preflight(self.hook_context(), self.spec.min_memory)
             if isinstance(prepared, Refusal):
                 refusal = prepared
-                break
-            self._extra_env.update(prepared)
+            else:
+                self._preflight_env = dict(prepared)
+        hook_env: dict[str, str] = {}
+        if refusal is None and self._hooks.prepare is not None:
+            prepared = self._hooks.prepare(self.hook_context())
+            if isinstance(prepared, Refusal):
+                refusal = prepared
+            else:
+                hook_env = dict(prepared)
+        self._extra_env = {**self._preflight_env, **hook_env}
         self._on(Prepared(refusal, first))
 
     def _watch_attempt(self) -> None:

@@ -8,6 +8,7 @@ failures (127, 126), and the ECHILD trap (a crashed phase must never be reported
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -38,7 +39,7 @@ from helpers import (
     verdict_lines,
 )
 
-from supervisor.engine.reaping import ExitStatus
+from supervisor.engine.reaping import ExitStatus, Reaper
 from supervisor.exits import EXIT_TIMEOUT
 from supervisor.lifecycle.verdict import EXIT_CODE, from_exit
 
@@ -663,3 +664,35 @@ def test_python_exit_codes_via_supervisor(sup: Runner) -> None:
     assert result.returncode == 77, result.output
     assert not marker.exists()
     assert " reason=exit_code exit_code=77 " in one_verdict(result.output, "p")
+
+
+def test_the_reaper_says_a_registered_childs_stop_and_continue_and_reaps_its_exit_alone() -> None:
+    """waitpid with WUNTRACED | WCONTINUED: a stop and a continue are said, once each, by the child's label; they
+    are no exit (the owner hears only of the exit); an orphan's stop is nobody's to say."""
+    said: list[str] = []
+    exits: list[ExitStatus] = []
+    reaper = Reaper(on_orphan=lambda pid, status: None, on_stop=said.append)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        reaper.watch(child.pid, lambda pid, status: exits.append(status), "p/sleeper")
+
+        def reaped_until(done: Callable[[], bool]) -> None:
+            deadline = time.monotonic() + 10
+            while not done() and time.monotonic() < deadline:
+                reaper.reap()
+                time.sleep(0.01)
+
+        os.kill(child.pid, signal.SIGSTOP)
+        reaped_until(lambda: len(said) == 1)
+        os.kill(child.pid, signal.SIGCONT)
+        reaped_until(lambda: len(said) == 2)
+        assert said == [f"p/sleeper (pid {child.pid}) was stopped by SIGSTOP: it does nothing until it is continued "
+                        "(SIGCONT)", f"p/sleeper (pid {child.pid}) was continued"]
+        assert exits == []
+        os.kill(child.pid, signal.SIGKILL)
+        reaped_until(lambda: bool(exits))
+        assert exits == [ExitStatus(None, signal.SIGKILL)] and len(said) == 2
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+        child.returncode = 0  # (reaped by the Reaper: Popen must not wait for it)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from helpers import Runner, pid_alive, py_script, read_pid, toml_str, wait_for
 
 
@@ -101,8 +102,15 @@ def test_child_ignoring_sigterm_is_killed_after_grace(sup: Runner) -> None:
     assert "SIGKILL" in out
 
 
-def test_a_stopped_child_is_continued_so_that_its_own_clean_stop_runs(sup: Runner) -> None:
-    """A child stopped (SIGSTOP, SIGTTIN from a tty it read) keeps SIGTERM pending until it is continued: without a
+@pytest.mark.parametrize(("stop", "said"), [
+    (signal.SIGSTOP, "was stopped by SIGSTOP: it does nothing until it is continued (SIGCONT)"),
+    (signal.SIGTTIN, "was stopped by SIGTTIN (it read from the terminal from the background): it does nothing "
+                     "until it is continued (SIGCONT)"),
+])
+def test_a_stopped_child_is_said_and_continued_so_that_its_own_clean_stop_runs(sup: Runner, stop: int,
+                                                                             said: str) -> None:
+    """A child stopped (SIGSTOP, SIGTTIN from a tty it read) does nothing, and said nothing of it: only a stall
+    watch would end the silence. Its stop is said. And it keeps SIGTERM pending until it is continued: without a
     SIGCONT it waited out its whole grace and was SIGKILLed, its handler never run. systemd sends SIGCONT after
     the stop signal; so does the supervisor."""
     log, cmd_pid = sup.tmp / "signals", sup.tmp / "cmd.pid"
@@ -116,13 +124,16 @@ def test_a_stopped_child_is_continued_so_that_its_own_clean_stop_runs(sup: Runne
     proc = sup.start(config)
     pid = read_pid(cmd_pid)
     time.sleep(0.2)  # its handlers are installed (before it writes its pid file)
-    os.kill(pid, signal.SIGSTOP)
+    os.kill(pid, stop)
     wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, 10)
+    time.sleep(0.2)  # (the supervisor hears of the stop: SIGCHLD)
     os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 143, out
     assert [line.split()[:2] for line in log.read_text().splitlines()] == [["command", "SIGTERM"]], out
     assert "SIGKILL" not in out, out
+    assert f"[supervisor] svc/svc (pid {pid}) {said}" in out, out  # (its continue and its exit come together:
+    # the kernel may report the exit alone)
     assert not pid_alive(pid)
 
 

@@ -233,7 +233,7 @@ def build_core(plan: Plan, host: Host) -> Core:
     loop = EventLoop()
     loop.faults.log = host.log  # what a callback raised, with its traceback, goes to supervisor.log
     threading.excepthook = _thread_death_logger(loop, host.log)
-    reaper = Reaper(on_orphan=_orphan_logger(host.log))
+    reaper = Reaper(on_orphan=_orphan_logger(host.log), on_stop=host.log)
     memory = MemoryEvidence(loop, host.log, plan.supervisor.cgroups, plan.supervisor.cgroup_root,
                             ledger=state_files.path(host.state_dir, state_files.CGROUP_LEDGER))
     host.log(memory.describe())

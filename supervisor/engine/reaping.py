@@ -4,7 +4,11 @@ CPython's ``subprocess.Popen`` records ``returncode = 0`` when ``waitpid`` fails
 with ECHILD, so a reaper beside ``Popen.wait()`` would turn a crashed phase into
 a success. Here a single ``waitpid(-1, WNOHANG)`` loop owns every exit status
 and hands it to whoever registered the PID; statuses of PIDs nobody owns
-(re-parented orphans) are logged and dropped.
+(re-parented orphans) are logged and dropped. It asks for stops and continues
+too (``WUNTRACED | WCONTINUED``): a child stopped by a signal (SIGSTOP, or
+SIGTTIN/SIGTTOU: a read or write of the terminal from its background process
+group under ``docker run -it``) does nothing until it is continued, and that is
+said, once each way, instead of a silence that only a stall watch would end.
 
 It also decides the init role: PID 1 reaps the namespace by nature; anything
 else asks the kernel to become a child subreaper so that orphans of its
@@ -64,24 +68,34 @@ class ExitStatus:
 
 
 StatusHandler = Callable[[int, ExitStatus], None]
+# Told a registered child was stopped or continued: its label and the line that says so.
+StopHandler = Callable[[str], None]
+# The stops that come of a terminal (the child is in a background process group of it), said as such.
+_TERMINAL_STOPS = {"SIGTTIN": "it read from the terminal from the background",
+                   "SIGTTOU": "it wrote to the terminal from the background"}
 
 
 class Reaper:
-    """Owns ``waitpid``: PIDs are registered with a handler that receives their status."""
+    """Owns ``waitpid``: PIDs are registered with a handler that receives their status (and a label, by which
+    their stops and continues are said to ``on_stop``)."""
 
-    def __init__(self, on_orphan: StatusHandler) -> None:
+    def __init__(self, on_orphan: StatusHandler, on_stop: StopHandler | None = None) -> None:
         self._owners: dict[int, StatusHandler] = {}
+        self._labels: dict[int, str] = {}
         self._on_orphan = on_orphan
+        self._on_stop = on_stop
 
-    def watch(self, pid: int, handler: StatusHandler) -> None:
+    def watch(self, pid: int, handler: StatusHandler, label: str | None = None) -> None:
         self._owners[pid] = handler
+        if label is not None:
+            self._labels[pid] = label
 
     def reap(self) -> int:
         """Collect every exited child until none is left waiting; return how many."""
         reaped = 0
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED | os.WCONTINUED)
             except ChildProcessError:
                 return reaped
             except InterruptedError:  # pragma: no cover - PEP 475 retries for us
@@ -89,11 +103,25 @@ class Reaper:
             if pid == 0:
                 return reaped
             if os.WIFSTOPPED(status) or os.WIFCONTINUED(status):
+                self._say_stop(pid, status)
                 continue
             reaped += 1
             exit_status = ExitStatus.from_wait_status(status)
             handler = self._owners.pop(pid, None)
+            self._labels.pop(pid, None)
             (handler or self._on_orphan)(pid, exit_status)
+
+    def _say_stop(self, pid: int, status: int) -> None:
+        label = self._labels.get(pid)
+        if label is None or self._on_stop is None:
+            return  # (an orphan's stop, or nobody to tell)
+        if os.WIFCONTINUED(status):
+            self._on_stop(f"{label} (pid {pid}) was continued")
+            return
+        name = signal_name(os.WSTOPSIG(status))
+        why = _TERMINAL_STOPS.get(name)
+        self._on_stop(f"{label} (pid {pid}) was stopped by {name}{f' ({why})' if why else ''}: it does nothing "
+                      "until it is continued (SIGCONT)")
 
 
 # ---------------------------------------------------------------- init role

@@ -21,10 +21,11 @@ from supervisor.config import parse_plan
 from supervisor.engine.logs import Console
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import Reaper
+from supervisor.evidence.progress import ProgressProbe
 from supervisor.lifecycle import resume
 from supervisor.lifecycle.lifecycle import Lifecycle
 from supervisor.lifecycle.phase import Phase
-from supervisor.lifecycle.runtime import ChildKit, Runtime
+from supervisor.lifecycle.runtime import ChildKit, MachineEvidence, Runtime
 from supervisor.lifecycle.states import PhaseState, PhaseView
 
 TWO_ONESHOTS = """
@@ -70,14 +71,19 @@ class Run:
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Run]:
     made: list[Run] = []
+    walkers: list[ProgressProbe] = []
 
     def make(toml: str) -> Run:
         clock = FakeClock()
         loop = EventLoop(clock=clock)
         log: list[str] = []
+        # (no I/O thread: fake children are no processes; the walker thread, for a phase with progress_path, is
+        # closed with the run)
+        evidence = MachineEvidence(io=None)
+        walkers.append(evidence.progress)
         rt = Runtime.of(ChildKit(loop=loop, reaper=Reaper(lambda pid, status: None), console=Console(enabled=False),
                                  log=log.append, log_dir=tmp_path, ring_lines=10, log_file_max_bytes=4096,
-                                 base_env={}), state_dir=tmp_path)
+                                 base_env={}), evidence, state_dir=tmp_path)
         children = FakeChildren(clock, loop)
         finished: list[int] = []
         lifecycle = Lifecycle(parse_plan(toml, "test.toml", {}), rt, lambda: finished.append(lifecycle.exit_status),
@@ -88,6 +94,8 @@ def run(tmp_path: Path) -> Iterator[Run]:
     yield make  # type: ignore[misc]
     for r in made:
         r.loop.close()
+    for walker in walkers:
+        walker.close()
 
 
 def test_a_phase_held_by_name_is_not_gone_past_until_released(run) -> None:

@@ -470,6 +470,7 @@ def test_a_progress_watch_that_raises_releases_its_walks_before_the_phase_hears(
         loop.close()
 
 def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Path) -> None:
+    walkers_before = [t.name for t in threading.enumerate()].count("progress")  # (another test's, closing)
     probe = ProgressProbe()
     try:
         (tmp_path / "f").write_bytes(b"x" * 5)
@@ -479,7 +480,7 @@ def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Pat
         (tmp_path / "g").write_bytes(b"y" * 7)
         grown = wait_for(lambda: (m := probe.latest(str(tmp_path))) is not None and m.size == 12 and m)
         assert grown.seq > first.seq and grown.at > first.at and grown.files == 2
-        assert [t.name for t in threading.enumerate()].count("progress") == 1
+        assert [t.name for t in threading.enumerate()].count("progress") <= walkers_before + 1  # one, for both
         release()
         settled = probe.latest(str(tmp_path))
         (tmp_path / "h").write_bytes(b"z")

@@ -145,8 +145,7 @@ class Child:
             # The group first, at once: the tree's reading below may read /proc. Then SIGCONT, as systemd sends it:
             # a stopped process (SIGSTOP, SIGTTIN from a tty it read) keeps the stop signal pending until it is
             # continued, and would wait out its whole grace for SIGKILL, its own clean stop never run.
-            signal_quietly(os.killpg, self.pid, sig)
-            signal_quietly(os.killpg, self.pid, signal.SIGCONT)
+            self._signal_group(sig, wake=True)
             # Then the CPU to the signalled: the scheduler lets a running task finish its slice before a task
             # it woke (up to ~1.5 ms on 2 cores), and ours goes on reading /proc; the child's own stop comes first.
             os.sched_yield()
@@ -240,14 +239,18 @@ class Child:
         # leader is alive or a zombie (its pid, hence the pgid, is not reused), or
         # members of the group are still alive. ``wake``: SIGCONT after ``sig`` (a stop signal).
         if not group_done and (self.running or any(p.pgid == self.pid for p in members)):
-            signal_quietly(os.killpg, self.pid, sig)
-            if wake:
-                signal_quietly(os.killpg, self.pid, signal.SIGCONT)
+            self._signal_group(sig, wake)
         for proc in members:
             if proc.pgid != self.pid:
                 signal_quietly(os.kill, proc.pid, sig)
                 if wake:
                     signal_quietly(os.kill, proc.pid, signal.SIGCONT)
+
+    def _signal_group(self, sig: int, wake: bool = False) -> None:
+        """``sig`` to the child's process group; ``wake``: SIGCONT after it (a stop signal)."""
+        signal_quietly(os.killpg, self.pid, sig)
+        if wake:
+            signal_quietly(os.killpg, self.pid, signal.SIGCONT)
 
     def tree(self) -> list[Proc]:
         """Every live process of this child's tree, the leader included while it lives: from the

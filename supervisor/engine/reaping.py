@@ -80,15 +80,12 @@ class Reaper:
     their stops and continues are said to ``on_stop``)."""
 
     def __init__(self, on_orphan: StatusHandler, on_stop: StopHandler | None = None) -> None:
-        self._owners: dict[int, StatusHandler] = {}
-        self._labels: dict[int, str] = {}
+        self._owners: dict[int, tuple[StatusHandler, str | None]] = {}  # pid → its handler and label
         self._on_orphan = on_orphan
         self._on_stop = on_stop
 
     def watch(self, pid: int, handler: StatusHandler, label: str | None = None) -> None:
-        self._owners[pid] = handler
-        if label is not None:
-            self._labels[pid] = label
+        self._owners[pid] = (handler, label)
 
     def reap(self) -> int:
         """Collect every exited child until none is left waiting; return how many."""
@@ -107,12 +104,11 @@ class Reaper:
                 continue
             reaped += 1
             exit_status = ExitStatus.from_wait_status(status)
-            handler = self._owners.pop(pid, None)
-            self._labels.pop(pid, None)
-            (handler or self._on_orphan)(pid, exit_status)
+            handler, _ = self._owners.pop(pid, (self._on_orphan, None))
+            handler(pid, exit_status)
 
     def _say_stop(self, pid: int, status: int) -> None:
-        label = self._labels.get(pid)
+        _, label = self._owners.get(pid, (None, None))
         if label is None or self._on_stop is None:
             return  # (an orphan's stop, or nobody to tell)
         if os.WIFCONTINUED(status):

@@ -225,11 +225,8 @@ class Lifecycle:
         the wait for a completed phase's facts too)."""
         if wait_until is not None:
             self._kill_until = wait_until if self._kill_until is None else min(self._kill_until, wait_until)
-            timer = self._settle_timer
-            if timer is not None and not timer.cancelled and timer.when > wait_until:
-                timer.cancel()
-                self._settle_timer = self._loop.call_later(max(0.0, wait_until - self._loop.clock.monotonic()),
-                                                           self._end_unsettled)
+            if self._settle_timer is not None:
+                self._arm_settle_timer()  # (the wait under way ends by then)
         for child in self._started:
             child.kill_now(wait_until)
 
@@ -250,11 +247,22 @@ class Lifecycle:
         if all(phase.state in FINAL_STATES for phase in self.phases):
             assert self.exit_status is not None
             self._end(self.exit_status)
-        elif self._settle_timer is None:  # (the listing answers within its bound; this is for a fault of ours)
-            wait_s = FACTS_WAIT_S if self._budget is None else self._budget.sweep_s(FACTS_WAIT_S)
-            if self._kill_until is not None:  # a second stop signal: docker's SIGKILL comes at its budget's end
-                wait_s = min(wait_s, max(0.0, self._kill_until - self._loop.clock.monotonic()))
-            self._settle_timer = self._loop.call_later(wait_s, self._end_unsettled)
+        else:  # (the listing answers within its bound; the timer is for a fault of ours)
+            self._arm_settle_timer()
+
+    def _arm_settle_timer(self) -> None:
+        """The end of the wait for a completed phase's facts: FACTS_WAIT_S, or less where a stop budget or a
+        kill-now's (docker's SIGKILL at its end) leaves less; a timer already due sooner stays."""
+        now = self._loop.clock.monotonic()
+        wait_s = FACTS_WAIT_S if self._budget is None else self._budget.sweep_s(FACTS_WAIT_S)
+        if self._kill_until is not None:
+            wait_s = min(wait_s, max(0.0, self._kill_until - now))
+        timer = self._settle_timer
+        if timer is not None:
+            if timer.when <= now + wait_s:
+                return
+            timer.cancel()
+        self._settle_timer = self._loop.call_later(wait_s, self._end_unsettled)
 
     def _end_unsettled(self) -> None:
         if not self.over:

@@ -103,12 +103,9 @@ def wall_time(value: Any) -> float:
     not finite, or out of range (a hand-edited or spoilt file: "yesterday", NaN, 1e300, a huge whole number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"a time must be a number, not {type(value).__name__}")
-    if isinstance(value, int) and not 0 <= value <= WALL_TIME_MAX:  # (before float(): an int past a float's range)
+    if not 0 <= value <= WALL_TIME_MAX:  # (compared as it is: a whole number past a float's range, NaN, fail)
         raise ValueError("a time out of range")
-    at = float(value)
-    if not 0.0 <= at <= WALL_TIME_MAX:  # (NaN fails both)
-        raise ValueError(f"a time out of range: {at!r}")
-    return at
+    return float(value)
 
 
 def open_regular(path: str | Path, flags: int, mode: int = 0o644) -> int:

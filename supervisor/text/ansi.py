@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from .show import escaped
+
 # One escape sequence: CSI (colours, cursor moves), OSC (titles, hyperlinks: ended by BEL or ST), or
 # a two-byte escape.
 ANSI_PATTERN = rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]"
@@ -26,10 +28,7 @@ def plain(line: str) -> str:
     rest left behind; a C1 CSI, a backspace, a carriage return, a right-to-left mark) written as its escape,
     ``\\x1b``: nothing a child prints acts on the reader's terminal. A tab stays. (Bytes that were no UTF-8,
     kept as surrogate escapes, come out as U+FFFD.)"""
-    text = strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
-    if text.isprintable():  # (the usual line: no walk of its characters)
-        return text
-    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
+    return escaped(strip_ansi(line.encode("utf-8", "surrogateescape")).decode("utf-8", "replace"), keep="\t")
 
 
 def codes_in(data: bytes) -> bytes:

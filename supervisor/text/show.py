@@ -11,6 +11,8 @@ A value may be anything (a config's string with a newline in it, a manager's ans
   (a TOML date or time as ISO 8601, not as Python's constructor call);
 - ``logged``: a value in a log line of the supervisor's own (an argv, a verdict's text): bare when it is one
   word, else in plain double quotes, control characters escaped: readable where shlex's ``'"'"'`` is not;
+- ``escaped``: every character of a text that does not print written as its escape (``logged``'s, and a
+  child's line in ``status``: ansi.plain);
 - ``one_line``: a why of any size (an exception's text, an answer) as words on one line, cut;
 - ``shown_bytes``: bytes a peer sent (an HTTP answer's body) decoded leniently, escaped where they do not
   print, the first of them only;
@@ -56,9 +58,15 @@ def logged(text: str) -> str:
     (a ``"`` or ``\\`` inside escaped with ``\\``); a control character (a newline) escaped, so the line stays one."""
     if not text or _has_space(text) or '"' in text or "'" in text or "\\" in text:
         text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return escaped(text)
+
+
+def escaped(text: str, keep: str = "") -> str:
+    """``text`` with every character that does not print (a newline, ESC, a C1 control, a right-to-left mark)
+    written as its escape, as ``repr`` writes it (``\\x1b``); those in ``keep`` stay as they are."""
     if text.isprintable():  # (the usual line: nothing to escape, no walk of its characters)
         return text
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 def one_line(text: object, limit: int, mark: str = CUT_MARK) -> str:

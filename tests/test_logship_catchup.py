@@ -170,3 +170,30 @@ def test_a_push_taken_after_an_outage_sends_the_call_waiting_out_its_pause_at_on
         assert server.taken() == ["/api/log-push", "/param-done"], (server.seen, log)
     finally:
         stop_all(sender, shipper, outbox, loop)
+
+
+def test_a_retry_said_on_the_loop_later_says_its_own_number(server: _Server, tmp_path: Path) -> None:
+    # The sender's line for its first retry was made when the loop ran it, reading the retry count then: a retry
+    # hurried meanwhile (the exit flush's start, the manager answering the logs) made it say "retry 2", and no line
+    # said the first (the exit flush's test waited for "retry 1" in vain, on a loaded machine).
+    server.pauses = {"/param-done": PAUSE_S}
+    spec, client, loop, outbox, log = registered_before(server, tmp_path)
+    sender = Sender(spec, outbox, client, loop, log.append, CallKinds(), on_identity=lambda uuid, fields: None)
+    shipper = Shipper("log shipping", log_push_sender(client, lambda: "u-1"), lambda: True, 0.05, 1 << 20,
+                      log.append)
+    try:
+        sender.restore_identity()
+        outbox.add("param-done", {})
+        sender.start()
+        deadline = time.monotonic() + WAIT_S
+        while sender.failed_attempts < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # (the loop not run: the first retry's line waits in it)
+        sender.retry_now()
+        while sender.failed_attempts < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sender.failed_attempts >= 2
+        loop.run_until(lambda: any("retry" in line for line in log) or time.monotonic() > deadline, 0.02)
+        said = [line for line in log if "param-done not delivered" in line]
+        assert said and said[0].endswith(f"; retry 1 in {PAUSE_S:.1f}s"), log
+    finally:
+        stop_all(sender, shipper, outbox, loop)

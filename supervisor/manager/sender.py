@@ -284,8 +284,9 @@ class Sender:
             self.last_error, self.last_error_at = error, time.time()
             self.outbox.attempted(call.id, error)
             if retries == 1 or retries % RETRY_LOG_EVERY == 0:
-                self._loop.call_soon_threadsafe(lambda: self._log(
-                    f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"))
+                # (the line made now: said on the loop later, ``retries`` may have moved on meanwhile)
+                line = f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"
+                self._loop.call_soon_threadsafe(lambda: self._log(line))
 
         def attempt(call: Call = call) -> Answer:
             # tenacity tries once more after a sleep the stop cut short: not once the stop is asked, or a delivery

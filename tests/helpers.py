@@ -32,6 +32,7 @@ import psutil
 import pytest
 
 from supervisor.devmanager.server import DevManager
+from supervisor.engine.ports import free_ports
 from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV, kill_survivors_of_dead_supervisors
 from supervisor.text.units import MIB as MiB
 
@@ -358,19 +359,6 @@ def read_pid(path: Path, timeout: float = 20) -> int:
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
     return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports, all held at once while chosen: a port closed before the next is asked
-    for can be handed out again, and two daemons of one test would then share it."""
-    held = [socket.socket() for _ in range(count)]
-    try:
-        for sock in held:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
 
 
 def is_listening(port: int) -> bool:

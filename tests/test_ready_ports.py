@@ -225,3 +225,46 @@ def test_taken_and_holder_find_a_listener_of_this_process() -> None:
             child.kill()
             child.wait()
     assert ports.taken(check) is None
+
+
+# ------------------------------------------------------------ choosing ports for daemons to listen on
+
+
+def _ephemeral_start() -> int:
+    with open(ports.EPHEMERAL_RANGE) as f:
+        return int(f.read().split()[0])
+
+
+def test_chosen_ports_lie_below_the_ephemeral_range() -> None:
+    # A port from inside the range (bind to port 0) was taken by a parallel test's outgoing connection
+    # between the demo choosing it and its cuzk daemon binding it: the bench failed port_in_use.
+    low = _ephemeral_start()
+    if low - ports.CHOSEN_PORT_FLOOR < 20:
+        pytest.skip(f"this machine's ephemeral range starts at {low}: no room below it to choose from")
+    chosen = ports.free_ports(8)
+    assert len(set(chosen)) == 8
+    assert all(ports.CHOSEN_PORT_FLOOR <= port < low for port in chosen), chosen
+
+
+def test_a_port_in_use_or_already_chosen_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    low = _ephemeral_start()
+    if low - ports.CHOSEN_PORT_FLOOR < 20:
+        pytest.skip(f"this machine's ephemeral range starts at {low}: no room below it to choose from")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        free = ports.free_ports(1)[0]
+        picks = iter([taken, free, free, taken, low - 1])
+        monkeypatch.setattr(ports.random, "randrange", lambda start, stop: next(picks))
+        assert ports.free_ports(2) == [free, low - 1]
+
+
+def test_no_room_below_the_range_falls_back_to_the_kernel(tmp_path: Path) -> None:
+    cramped = tmp_path / "ip_local_port_range"
+    cramped.write_text(f"{ports.CHOSEN_PORT_FLOOR + 1}\t60999\n")
+    unreadable = tmp_path / "absent"
+    for path in (cramped, unreadable):
+        chosen = ports.free_ports(3, range_path=str(path))
+        assert len(set(chosen)) == 3
+        assert all(port >= _ephemeral_start() for port in chosen), chosen  # the kernel's own choice

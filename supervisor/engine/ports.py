@@ -9,6 +9,9 @@ another process already holds would answer its probe at once while the daemon it
 - ``holder``: the listening socket's inode from /proc/net/tcp{,6}, then the process whose /proc/<pid>/fd
   holds ``socket:[inode]``, named by /proc/<pid>/comm. It reads every process's fd table: never on the
   loop (a machine with many processes and fds makes it slow), always in a worker thread.
+- ``free_ports``: ports for daemons to be told to listen on (the demo's, the tests'), chosen below the
+  kernel's ephemeral range: one taken from inside it is free only until any process's next outgoing
+  connection happens to get it as its source port, and a daemon started a second later fails to bind it.
 - ``Ownership``: after a probe answered, is the listener this daemon's (its process tree, as the supervisor
   would stop it: trees.py)? Another process's listener never makes it ready, and is said once.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import random
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -30,6 +34,11 @@ from .offloop import worker_thread
 from .trees import ProcessTable
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+# Chosen ports lie between this and the ephemeral range's start (32768 by default): above the well-known
+# and registered ports services here are likeliest to be configured on.
+CHOSEN_PORT_FLOOR = 10000
+CHOOSE_TRIES = 1000  # random picks before falling back to the kernel's own choice (a crowded machine)
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -82,6 +91,48 @@ def _bindable(host: str, port: int) -> bool:
         except OSError as exc:
             return exc.errno != errno.EADDRINUSE  # anything else (no IPv6 here): not ours to refuse
     return True
+
+
+def free_ports(count: int, host: str = "127.0.0.1", range_path: str = EPHEMERAL_RANGE) -> list[int]:
+    """``count`` distinct ports nothing holds on ``host``, all held at once while chosen (one let go before
+    the next is asked for can be chosen again). Picked at random below the ephemeral range, where no
+    connection's source port lands; from the kernel (port 0) where that range leaves no room below it."""
+    low = _ephemeral_start(range_path)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(CHOOSE_TRIES if low - CHOSEN_PORT_FLOOR >= 2 * count else 0):
+            if len(held) == count:
+                break
+            _hold(held, host, random.randrange(CHOSEN_PORT_FLOOR, low))
+        while len(held) < count:
+            _hold(held, host, 0)
+        return [int(sock.getsockname()[1]) for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _hold(held: list[socket.socket], host: str, port: int) -> None:
+    """Bind ``port`` (without SO_REUSEADDR: a connection still in TIME_WAIT there counts as taken) and keep
+    the socket in ``held``; a port in use or already held is passed over."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if port == 0 or exc.errno != errno.EADDRINUSE:
+            raise
+        return
+    held.append(sock)
+
+
+def _ephemeral_start(path: str) -> int:
+    """The first port the kernel hands out on its own; 0 where unreadable (then no room below it)."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 # ------------------------------------------------------------ the tables (worker threads only)

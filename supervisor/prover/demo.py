@@ -30,7 +30,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -41,6 +40,7 @@ from typing import Any, NoReturn, Protocol
 
 from ..config import Plan, parse_plan
 from ..devmanager.server import DevManager
+from ..engine.ports import free_ports
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
 from ..exits import EXIT_FAILURE
 from ..lifecycle.fitness import expected_gpu_count
@@ -70,19 +70,6 @@ DEMO_SERVICE_STALL_S = 3
 
 class DemoUsageError(ValueError):
     """A --fail / --phase pair the demo cannot play."""
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: all held at once while chosen (one closed before the next is asked for
-    can come back again, and two daemons would then share a port)."""
-    held = [socket.socket() for _ in range(count)]
-    try:
-        for s in held:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in held]
-    finally:
-        for s in held:
-            s.close()
 
 
 def _toml_list(items: list[str]) -> str:

@@ -12,8 +12,9 @@ readouts are block-buffered: they arrive in one burst when the file is done (or 
 say corrects the figure afterwards; what the download has got meanwhile is its processes' writes
 (progresswatch.py). The readout's
 first figure is the bytes of the file under way; a ``Download complete`` adds that file's size (its
-readout's second figure) to what is done and starts the next at 0. The command's exit status judges it
-(the result never fails it); the last ERROR line is kept for the log.
+readout's second figure) to what is done and starts the next at 0; a file downloaded again in the same
+attempt (paramfetch fetches a file whose check failed once more) counts once, at its last size. The
+command's exit status judges it (the result never fails it); the last ERROR line is kept for the log.
 """
 
 from __future__ import annotations
@@ -40,12 +41,17 @@ def aria2_size(number: str, unit: str) -> int:
 
 @dataclass
 class FetchResult:
-    completed_bytes: int = 0  # of the files aria2c said were complete, in this attempt
+    completed: dict[str, int] = field(default_factory=dict)  # path → size, of the files aria2c said were complete
     in_flight: int = 0  # of the file under way, by its latest readout
     in_flight_total: int = 0
     files: set[str] = field(default_factory=set)  # complete or found ok
     readouts: int = 0
     last_error: str | None = None
+
+    @property
+    def completed_bytes(self) -> int:
+        """The bytes of the files complete in this attempt, each file once."""
+        return sum(self.completed.values())
 
     def progress(self) -> ProgressReading | None:
         """The core's reading (hooks.ReadsProgress); None until aria2c or paramfetch said anything of it."""
@@ -80,7 +86,7 @@ class FetchParser:
         complete = _COMPLETE_RE.search(line)
         if complete:
             r.files.add(complete.group(1))
-            r.completed_bytes += max(r.in_flight_total, r.in_flight)
+            r.completed[complete.group(1)] = max(r.in_flight_total, r.in_flight)
             r.in_flight = r.in_flight_total = 0
             return
         ok = _OK_RE.search(line)

@@ -2,8 +2,9 @@
 
 tests/prover/test_fetch_progress.py reads one mixed transcript; these pin the rules one at a time: a
 ``Download complete`` adds the file's size and starts the next at 0, a file said complete and then found ok
-counts once, a file paramfetch only found ok counts with no bytes, the readout's units, the last ERROR kept
-(cut to ERROR_CHARS), undecodable bytes, and the text the log gets.
+counts once, a file fetched again after a failed check counts once, a file paramfetch only found ok counts
+with no bytes, the readout's units, the last ERROR kept (cut to ERROR_CHARS), undecodable bytes, and the
+text the log gets.
 """
 
 from __future__ import annotations
@@ -59,6 +60,20 @@ def test_a_file_complete_then_found_ok_counts_once() -> None:
         "2026-12-01T14:44:52.853Z\tINFO\tparamfetch\tparamfetch.go:229\tParameter file /p/a.params is ok\n")
     assert result.files == {"/p/a.params"}  # the notice's trailing blanks are not part of the path
     assert result.progress() == ProgressReading(0, MIB, 1)
+
+
+def test_a_file_fetched_again_after_its_check_failed_counts_once() -> None:
+    # paramfetch deletes a file whose digest mismatches and fetches it once more (workloads.md): its bytes
+    # are not done twice, or the attempt's progress passes the files' total while one is still missing.
+    result = parse_fetch_text(
+        "[#0a 4.0MiB/4.0MiB(100%)]\n"
+        "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
+        "ERROR\tparamfetch\tchecksum mismatch in param file /p/a.params\n"
+        "[#0b 4.0MiB/4.0MiB(100%)]\n"
+        "12/01 14:44:51 [NOTICE] Download complete: /p/a.params\n"
+        "[#0c 1.0MiB/2.0MiB(50%)]\n")
+    assert result.completed_bytes == 4 * MIB
+    assert result.progress() == ProgressReading(MIB, 5 * MIB, 1)
 
 
 def test_a_file_only_found_ok_counts_as_a_file_with_no_bytes_downloaded() -> None:

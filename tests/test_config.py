@@ -547,11 +547,62 @@ def test_unknown_subcommand_exit_2() -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_check_requires_config_option() -> None:
+def test_check_reads_the_config_run_would_read() -> None:
+    # Without --config, $SUPERVISOR_CONFIG, else the built-in profile with this environment's ${VAR}s: what
+    # `run` will run can be checked before it runs.
     result = cli("check")
-    assert result.returncode == 2
-    assert "--config" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("built-in prover profile: ok: 4 phase(s): paramfetch (oneshot)"), result.stdout
+    missing = "/nonexistent/prover.toml"
+    assert_one_line_error(cli("check", env=clean_env(SUPERVISOR_CONFIG=missing)), f"{PROG}: {missing}: no such file")
+
+
+@pytest.mark.parametrize(("variable", "value", "said"), [
+    ("PROVER_FETCH_STALL_S", "-1", "phases[0] (paramfetch).stall_s: must be > 0 seconds, got -1"),
+    ("PROVER_FETCH_STALL_S", "ten", "phases[0] (paramfetch).stall_s: must be a number, got 'ten'"),
+    ("SUPERVISOR_STATE_DIR", "var/state", "supervisor.state_dir: 'var/state' is not an absolute path"),
+])
+def test_a_refused_profile_value_names_its_variable(variable: str, value: str, said: str) -> None:
+    # The built-in profile is a file the operator never wrote: the knob to turn is the variable.
+    line = assert_one_line_error(cli("check", env=clean_env(**{variable: value})), f"{PROG}: built-in prover profile: ")
+    assert said in line and line.endswith(f" (from ${variable})"), line
+
+
+@pytest.mark.parametrize(("variable", "value"), [("PROVER_FETCH_DEADLINE_S", "5400.5"),
+                                                 ("PROVER_SLOW_WINDOW_S", "1.5")])
+def test_a_profile_seconds_variable_takes_a_fraction(variable: str, value: str) -> None:
+    result = cli("check", env=clean_env(**{variable: value}))
+    assert result.returncode == 0, result.stderr
+
+
+def test_text_from_a_variable_is_the_number_or_boolean_it_spells(tmp_path: Path) -> None:
+    body = sup_section('stop_grace_s = "${GRACE_S:-30}"\nconsole = "${CONSOLE:-false}"') + \
+        '[[phases]]\nname = "b"\ncommand = ["true"]\nretries = "${RETRIES}"\n'
+    result = cli("check", "--config", str(render(body, tmp_path)), env=clean_env(RETRIES="2"))
+    assert result.returncode == 0, result.stderr
+    plan = load_plan(render(body, tmp_path), environ={"RETRIES": "2", "GRACE_S": "7.5"})
+    assert (plan.supervisor.stop_grace_s, plan.supervisor.console, plan.phases[1].retries) == (7.5, False, 2)
+    written_text = render(sup_section('stop_grace_s = "30"'), tmp_path)
+    assert_one_line_error(cli("check", "--config", str(written_text)),
+                          f"{PROG}: {written_text}: supervisor.stop_grace_s: must be a number, got '30' "
+                          "(text: write it without quotes)")
+
+
+def test_status_reads_only_the_state_dir_of_its_config(tmp_path: Path) -> None:
+    # An operator's shell has neither the run's token nor its ${PROG}: status needs only the state_dir.
+    state = tmp_path / "state"
+    config = tmp_path / "run.toml"
+    config.write_text(f"[supervisor]\nstate_dir = {toml_str(str(state))}\n"
+                      '[manager]\nurl = "http://127.0.0.1:9"\ntoken_env = "MGR_TOKEN_UNSET"\n'
+                      '[[phases]]\nname = "a"\ncommand = ["${PROG}"]\n')
+    assert cli("check", "--config", str(config)).returncode == 2  # the whole config is not runnable here
+    result = cli("status", "--config", str(config))
+    assert result.returncode == 3, result.stderr  # no supervisor runs: said, not refused
+    assert f"no answer on {state}/status.sock" in result.stdout, result.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[supervisor]\nstate_dir = "${STATE:-relative/dir}"\n')
+    assert_one_line_error(cli("status", "--config", str(bad)),
+                          f"{PROG}: {bad}: supervisor.state_dir: 'relative/dir' is not an absolute path")
 
 
 def test_version() -> None:

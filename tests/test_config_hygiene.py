@@ -77,7 +77,8 @@ def test_a_ready_on_a_oneshot_says_a_daemon_takes_it() -> None:
     ("timeout_s = 6e8", {}, "got 600000000"),
     ("timeout_s = 1e300", {}, "got 1e+300"),
     ("timeout_s = -2.5", {}, "got -2.5"),
-    ('progress_total = 1\nprogress_deadline_s = "${DEADLINE}"', {"DEADLINE": "600000000"}, "got 600000000"),
+    ('progress_total = 1\nprogress_deadline_s = "${DEADLINE}"', {"DEADLINE": "600000000"},
+     "got 600000000 (from $DEADLINE)"),
 ], ids=["int", "float-exponent", "float-huge", "float-fraction", "from-the-environment"])
 def test_a_number_refused_is_echoed_as_written(line: str, environ: dict[str, str], shown: str) -> None:
     message = refused(FIRST + line + "\n", environ)

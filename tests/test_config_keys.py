@@ -10,6 +10,7 @@ import pytest
 
 from supervisor.config import ConfigError, Key, take
 from supervisor.config.values import (
+    EnvText,
     check_bool,
     check_number,
     check_seconds,
@@ -90,7 +91,8 @@ def test_join_key(where: str, key: str, joined: str) -> None:
 @pytest.mark.parametrize(("value", "said"), [
     (True, "k: must be a whole number, got True"),  # a bool is no number, though Python says it is an int
     (2.0, "k: must be a whole number, got 2.0"),
-    ("3", "k: must be a whole number, got '3'"),
+    ("3", "k: must be a whole number, got '3' (text: write it without quotes)"),
+    ("x", "k: must be a whole number, got 'x'"),
     (-1, "k: must be >= 0, got -1"),
     (6, "k: must be at most 5, got 6"),
 ])
@@ -109,9 +111,13 @@ def test_one_of_names_every_choice() -> None:
     assert refused(one_of("a", "b"), 1, "k") == "k: must be one of 'a', 'b', got 1"
 
 
-@pytest.mark.parametrize("value", ["true", 1, 0, "yes", None])
+@pytest.mark.parametrize("value", [1, 0, "yes", None])
 def test_check_bool_takes_only_a_toml_boolean(value: Any) -> None:
     assert refused(check_bool, value, "k") == f"k: must be true or false, got {shown(value)}"
+
+
+def test_check_bool_tells_quoted_true_to_lose_its_quotes() -> None:
+    assert refused(check_bool, "true", "k") == "k: must be true or false, got 'true' (text: write it without quotes)"
 
 
 def test_check_bool_takes_true_and_false() -> None:
@@ -135,7 +141,7 @@ def test_check_size_refuses_in_one_line_naming_the_key(value: Any, said: str) ->
 @pytest.mark.parametrize(("value", "said"), [
     (float("nan"), "k: must be a finite number, got nan"),
     (float("inf"), "k: must be a finite number, got inf"),
-    ("5", "k: must be a number, got '5'"),
+    ("5", "k: must be a number, got '5' (text: write it without quotes)"),
     (True, "k: must be a number, got True"),
     (-1, "k: must be >= 0 seconds, got -1"),
 ])
@@ -149,7 +155,23 @@ def test_check_seconds_takes_zero_and_fractions() -> None:
 
 def test_check_number_wants_a_number_not_its_text() -> None:
     assert check_number(1.5, "k") == 1.5
-    assert refused(check_number, "1.5", "k") == "k: must be a number, got '1.5'"
+    assert refused(check_number, "1.5", "k") == "k: must be a number, got '1.5' (text: write it without quotes)"
+    assert refused(check_number, "1.5s", "k") == "k: must be a number, got '1.5s'"
+
+
+@pytest.mark.parametrize(("text", "number"), [("30", 30.0), (" 1.5 ", 1.5), ("-1", -1.0)])
+def test_text_from_the_environment_is_the_number_it_spells(text: str, number: float) -> None:
+    # The environment holds only text: "${GRACE_S:-30}" is 30 wherever a number belongs.
+    assert check_number(EnvText(text), "k") == number
+
+
+def test_text_from_the_environment_is_the_boolean_or_whole_number_it_spells() -> None:
+    assert check_bool(EnvText(" True "), "k") is True and check_bool(EnvText("false"), "k") is False
+    assert whole_number(0, 5)(EnvText("3"), "k") == 3
+    assert refused(whole_number(0, 5), EnvText("-1"), "k") == "k: must be >= 0, got -1"
+    assert refused(whole_number(0, 5), EnvText("2.0"), "k") == "k: must be a whole number, got '2.0'"
+    assert refused(check_number, EnvText("30s"), "k") == "k: must be a number, got '30s'"
+    assert refused(check_bool, EnvText("yes"), "k") == "k: must be true or false, got 'yes'"
 
 
 @pytest.mark.parametrize(("value", "signum"), [("SIGTERM", 15), ("term", 15), ("SIGINT", 2), (9, 9)])

@@ -74,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_status.add_argument("--watch", action="store_true", help="redraw the text until Ctrl-C")
     p_status.add_argument("--interval", type=interval_seconds, default=None, metavar="S",
                           help="--watch's redraw interval in seconds (default 1)")
-    p_check = sub.add_parser("check", help="validate a config file and exit (0 valid, 2 not)")
-    p_check.add_argument("--config", metavar="FILE", required=True, help="TOML config file")
+    p_check = sub.add_parser("check", help="validate the config run would read and exit (0 valid, 2 not)")
+    p_check.add_argument("--config", metavar="FILE", help="TOML config file (default: $SUPERVISOR_CONFIG, else the "
+                                                          "built-in prover profile, as run reads it)")
     p_demo = sub.add_parser("demo", help="run the whole lifecycle locally with the built-in stand-in programs")
     p_demo.add_argument("--fail", metavar="MODE", default=None,
                         choices=["crash", "hang", "oom", "ignore-term", "segv", "orphan", "daemon-crash", "gpu",
@@ -208,7 +209,7 @@ def check_config(args: argparse.Namespace) -> int:
     from ..config import load_plan
     from ..prover.plugin import PLUGIN
 
-    plan = load_plan(args.config, PLUGIN)
+    plan = load_plan(config_path(args), PLUGIN)
     kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
     say(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
     return EXIT_OK
@@ -231,7 +232,7 @@ def write_standins(args: argparse.Namespace) -> int:
 
 def show_status(args: argparse.Namespace) -> int:
     """Ask the running supervisor; if none answers, show what it last wrote and what became of it (exit 3)."""
-    from ..config import ConfigError, check_state_dir, load_plan
+    from ..config import ConfigError, check_state_dir, load_state_dir
     from ..prover.plugin import PLUGIN
     from ..status.command import WATCH_INTERVAL_S, show, watch
 
@@ -245,9 +246,9 @@ def show_status(args: argparse.Namespace) -> int:
     if args.state_dir is not None:  # (an empty one, "$UNSET", is refused: never another supervisor shown)
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     elif config_path(args) is not None:
-        state_dir = Path(load_plan(config_path(args), PLUGIN).supervisor.state_dir)
+        state_dir = Path(load_state_dir(config_path(args), PLUGIN))
     else:  # bare: the running supervisor, whatever its state_dir (status/file.py), else the profile's
-        state_dir, hint = bare_status_dir(lambda: Path(load_plan(None, PLUGIN).supervisor.state_dir))
+        state_dir, hint = bare_status_dir(lambda: Path(load_state_dir(None, PLUGIN)))
     if args.watch:
         return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint)
     return show(state_dir, args.json, hint)
@@ -256,8 +257,7 @@ def show_status(args: argparse.Namespace) -> int:
 def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str]:
     """Where a bare ``status`` looks: the state_dir of the live supervisor the pointer names, else the built-in
     profile's; and what to add when nothing is found there (a supervisor may run with a state_dir of its own).
-    The profile is read only where no supervisor runs: one that cannot be (a MANAGER_URL set, no label the
-    manager can match) must not hide the supervisor that runs."""
+    The profile is read only where no supervisor runs, and of it only its state_dir."""
     from ..status.file import pointed
 
     found = pointed()

@@ -23,7 +23,7 @@ from ..text.redact import url_secrets
 from ..text.show import cut, shown
 from .endpoint import _url, check_derived_label, check_label
 from .keys import ConfigPlugin, Key, take, unknown_hint
-from .model import ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
+from .model import DEFAULT_STATE_DIR, ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
 from .tables import (
     CORE_TABLES,
     DAEMON_KEYS,
@@ -43,7 +43,7 @@ from .tables import (
     kinds_of,
     with_kinds,
 )
-from .values import ASIDE_CHARS, join_key, named
+from .values import ASIDE_CHARS, EnvText, check_state_dir, join_key, named
 
 # The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
@@ -61,14 +61,34 @@ def load_plan(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None =
     """Read, expand and validate a config file; ``None`` means the plugin's built-in profile.
     ``plugin`` None (or supervisor/plugin.py ``NO_PLUGIN``): the generic supervisor, nothing added."""
     environ = os.environ if environ is None else environ
+    text, source = _config_text(path, plugin)
+    return parse_plan(text, source, environ, plugin)
+
+
+def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None = None,
+                   environ: Mapping[str, str] | None = None) -> str:
+    """A config's ``[supervisor] state_dir`` alone (``None``: the plugin's profile), checked as ``load_plan``
+    checks it: what ``status`` needs. Nothing else is read, so a shell without the run's secrets and
+    variables (a token, a ``${PROG}``) may still ask where the supervisor keeps its state."""
+    environ = os.environ if environ is None else environ
+    text, source = _config_text(path, plugin)
+    table = _toml(text, source).get("supervisor")
+    value = table.get("state_dir", DEFAULT_STATE_DIR) if isinstance(table, dict) else DEFAULT_STATE_DIR
+    where, env_keys = "supervisor.state_dir", dict[str, str]()
+    try:
+        return check_state_dir(_expand(value, where, environ, env_keys), where)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}{_from_variable(str(exc), env_keys)}") from None
+
+
+def _config_text(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None) -> tuple[str, str]:
+    """The config's text and how errors name it: the file at ``path``, else the plugin's built-in profile."""
     if path is None:
         if plugin is None or plugin.profile is None:
             raise ConfigError("no config given (--config or $SUPERVISOR_CONFIG) and no built-in profile")
-        text, source = plugin.profile(), f"built-in {plugin.name} profile"
-    else:
-        source = _shown_path(path)
-        text = read_config(path, source)
-    return parse_plan(text, source, environ, plugin)
+        return plugin.profile(), f"built-in {plugin.name} profile"
+    source = _shown_path(path)
+    return read_config(path, source), source
 
 
 # ---------------------------------------------------------------- reading the file
@@ -145,23 +165,34 @@ def _shown_path(path: str | os.PathLike[str]) -> str:
 
 
 def parse_plan(text: str, source: str, environ: Mapping[str, str], plugin: ConfigPlugin | None = None) -> Plan:
+    raw = _toml(text, source)
+    env_keys: dict[str, str] = {}  # the place of a key read whole from ${VAR} → VAR (Plan.env_keys)
     try:
-        raw = tomllib.loads(text)
+        raw = _expand(raw, "", environ, env_keys)
+        plan = _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}{_from_variable(str(exc), env_keys)}") from None
+    except RecursionError:  # a safety net: _expand bounds the nesting before this can happen
+        raise ConfigError(f"{source}: arrays or tables nested too deeply") from None
+    return dataclasses.replace(plan, env_keys=MappingProxyType(env_keys))
+
+
+def _toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
     except ValueError as exc:  # a number of more than 4300 digits: int() refuses it
         raise ConfigError(f"{source}: not valid TOML: {str(exc).split(';')[0]}") from None
-    env_keys: dict[str, str] = {}  # the place of a key read whole from ${VAR} → VAR (Plan.env_keys)
-    try:
-        raw = _expand(raw, "", environ, env_keys)
-        plan = _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    except RecursionError:  # a safety net: _expand bounds the nesting before this can happen
-        raise ConfigError(f"{source}: arrays or tables nested too deeply") from None
-    return dataclasses.replace(plan, env_keys=MappingProxyType(env_keys))
+
+
+def _from_variable(refusal: str, env_keys: Mapping[str, str]) -> str:
+    """" (from $VAR)" where ``refusal`` is of a key read whole from ${VAR}: the knob to turn is the variable
+    (the built-in profile's keys are in a file the operator never wrote)."""
+    places = [place for place in env_keys if place and refusal.startswith(f"{place}:")]
+    return f" (from ${env_keys[max(places, key=len)]})" if places else ""
 
 
 def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[str, str], depth: int = 0) -> Any:
@@ -174,12 +205,14 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[s
     if depth > MAX_NESTING:
         raise ConfigError(f"{cut(where, ASIDE_CHARS)}: nested more than {MAX_NESTING} deep")
     if isinstance(value, str):
-        if (whole := _VAR_RE.fullmatch(value)) is not None and whole.group(1):
-            env_keys[where] = whole.group(1)
+        whole = _VAR_RE.fullmatch(value)
         expanded = _substitute(value, where, environ)
         if "\0" in expanded:
             raise ConfigError(f"{where}: contains a NUL character, which no argument, environment value or "
                               "path can hold")
+        if whole is not None and whole.group(1):
+            env_keys[where] = whole.group(1)
+            return EnvText(expanded)
         return expanded
     if isinstance(value, dict):
         return {_key(k, where): _expand(v, join_key(where, k), environ, env_keys, depth + 1)

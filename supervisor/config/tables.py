@@ -184,9 +184,8 @@ PHASE_KEYS = {
         number_text(v), w))),
     "progress_path": Key(check_path),
     "progress_total": Key(check_size),
-    # Whole seconds may come as text from ${VAR} expansion (the profile's $PROVER_FETCH_DEADLINE_S).
-    "progress_deadline_s": Key(lambda v, w: None if v is None else _positive_seconds(int_text(v), w)),
-    "progress_window_s": Key(lambda v, w: _positive_seconds(int_text(v), w), DEFAULT_PROGRESS_WINDOW_S),
+    "progress_deadline_s": Key(_optional(_positive_seconds)),
+    "progress_window_s": Key(_positive_seconds, DEFAULT_PROGRESS_WINDOW_S),
     "min_memory": Key(check_size),
     "memory_max": Key(check_size),
     "memory_warn": Key(_optional(check_warn_fraction)),  # None: [supervisor] memory_warn

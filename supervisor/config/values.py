@@ -178,9 +178,17 @@ def _env_name(value: Any, where: str) -> str:
 # ---------------------------------------------------------------- numbers
 
 
+class EnvText(str):
+    """Text a ``${VAR}`` gave whole (``retries = "${RETRIES:-2}"``): the environment holds only text, so where a
+    number or a boolean belongs, text that spells one counts as it. Text written in the file stays text: a
+    quoted number there is refused (``"30"``: write it without quotes)."""
+
+
 def check_number(value: Any, where: str) -> float:
+    if isinstance(value, EnvText):
+        value = number_text(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: must be a number, got {shown(value)}")
+        raise ConfigError(f"{where}: must be a number, got {shown(value)}{_unquote_hint(value)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond any float
@@ -225,8 +233,10 @@ def whole_number(minimum: int, maximum: int) -> Checker:
     """A whole number in [minimum, maximum]."""
 
     def check(value: Any, where: str) -> int:
+        if isinstance(value, EnvText):
+            value = int_text(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: must be a whole number, got {shown(value)}")
+            raise ConfigError(f"{where}: must be a whole number, got {shown(value)}{_unquote_hint(value)}")
         if value < minimum:
             raise ConfigError(f"{where}: must be >= {minimum}, got {shown(value)}")
         if value > maximum:
@@ -276,20 +286,30 @@ def check_size(value: Any, where: str) -> int:
 
 
 def int_text(value: Any) -> Any:
-    """A whole number given as text (it came from ${VAR} expansion) counts as the number: ASCII digits only."""
-    if isinstance(value, str) and is_ascii_digits(value.strip()) and len(value.strip()) <= _MAX_DIGITS:
-        return int(value.strip())
+    """A whole number given as text (from ${VAR} expansion) counts as the number: ASCII digits, a sign allowed
+    (so that "-1" is refused as below a bound, not as no number)."""
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text.removeprefix("-")
+        if is_ascii_digits(digits) and len(digits) <= _MAX_DIGITS:
+            return int(text)
     return value
 
 
 def number_text(value: Any) -> Any:
-    """A plain decimal given as text (it came from ${VAR} expansion: "0.9", "60") counts as the number."""
+    """A plain decimal given as text (from ${VAR} expansion: "0.9", "60", "-1") counts as the number."""
     if isinstance(value, str) and _DECIMAL_TEXT_RE.fullmatch(value.strip()):
         return float(value.strip())
     return value
 
 
-_DECIMAL_TEXT_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,15})?")
+_DECIMAL_TEXT_RE = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
+
+
+def _unquote_hint(value: Any) -> str:
+    """What a refused number says when it is text written in the file that spells a number."""
+    written_text = isinstance(value, str) and not isinstance(value, EnvText)
+    return " (text: write it without quotes)" if written_text and isinstance(number_text(value), float) else ""
 
 
 def check_warn_fraction(value: Any, where: str) -> float:
@@ -314,8 +334,12 @@ def check_stop_budget(value: Any, where: str) -> float:
 
 
 def check_bool(value: Any, where: str) -> bool:
+    if isinstance(value, EnvText):
+        value = _bool_text(value)
     if not isinstance(value, bool):
-        raise ConfigError(f"{where}: must be true or false, got {shown(value)}")
+        written_text = isinstance(value, str) and not isinstance(value, EnvText)
+        hint = " (text: write it without quotes)" if written_text and isinstance(_bool_text(value), bool) else ""
+        raise ConfigError(f"{where}: must be true or false, got {shown(value)}{hint}")
     return value
 
 

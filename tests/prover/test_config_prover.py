@@ -130,7 +130,8 @@ def test_a_huge_watch_interval_is_shown_cut() -> None:
     huge = "y" * 200_000
     with pytest.raises(ConfigError) as info:
         load_plan(None, PLUGIN, environ={"PROVER_WATCH_S": huge})
-    assert str(info.value) == f"built-in prover profile: production.watch_s: must be a number, got {shown(huge)}"
+    assert str(info.value) == (f"built-in prover profile: production.watch_s: must be a number, got {shown(huge)} "
+                               "(from $PROVER_WATCH_S)")
     assert parse_error(MINIMAL + f'[production]\nproof_failure_window_s = "{huge}"\n', plugin=PLUGIN) == \
         f"test.toml: production.proof_failure_window_s: must be a number, got {shown(huge)}"
     assert len(shown(huge)) == 60

@@ -38,6 +38,7 @@ from supervisor.evidence.gpu import GpuReading, GpuSample
 from supervisor.evidence.iowatch import TreeIo
 from supervisor.evidence.progress import ProgressProbe, measure_tree, tree_size
 from supervisor.evidence.stall import (
+    IO_SIGN_MIN_BYTES,
     STALL_CHECK_MAX_S,
     STALL_CHECK_MIN_S,
     StallMonitor,
@@ -111,11 +112,28 @@ def test_bytes_moved_are_a_sign_of_life_once_the_counters_can_be_read() -> None:
     assert w.stalled(101.0) is not None, "the baseline counted as I/O"
     w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
     w.saw_io(0, True, 100.1)
-    w.saw_io(4096, True, 100.8)
+    w.saw_io(IO_SIGN_MIN_BYTES, True, 100.8)
     assert w.stalled(101.5) is None
-    w.saw_io(4096, True, 101.2)  # alive, nothing moved: no sign
+    w.saw_io(IO_SIGN_MIN_BYTES, True, 101.2)  # alive, nothing moved: no sign
     assert w.stalled(101.8) == "no output for 1.8s, no I/O for 1.0s (no GPU visible)"
     assert w.ages(101.8) == pytest.approx({"output": 1.8, "I/O": 1.0})
+
+
+def test_a_runtimes_trickle_of_bytes_is_no_sign_of_life() -> None:
+    # Go rereads its cgroup CPU limit once a second (tens of bytes of rchar): a curio blocked for good in recv
+    # moves that much and no more, and must still be stalled.
+    w = StallWatch(10.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w.saw_io(0, True, 100.0)
+    for second in range(1, 31):
+        w.saw_io(40 * second, True, 100.0 + second)
+    assert w.stalled(130.0) == "no output for 30.0s, no I/O for 30.0s (no GPU visible)"
+    # Small reads that add up to real work within the window count, from the last reading counted.
+    w.saw_io(IO_SIGN_MIN_BYTES - 1, True, 131.0)
+    assert w.stalled(131.0) is not None
+    w.saw_io(IO_SIGN_MIN_BYTES, True, 132.0)
+    assert w.stalled(132.0) is None
+    w.saw_io(2 * IO_SIGN_MIN_BYTES - 1, True, 140.0)
+    assert w.stalled(142.0) == "no output for 42.0s, no I/O for 10.0s (no GPU visible)"
 
 
 def test_unreadable_counters_are_no_evidence_and_say_so() -> None:

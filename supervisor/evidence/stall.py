@@ -1,7 +1,8 @@
 """Stall detection: a phase is stalled when every sign of life has been silent for ``stall_s``.
 
-The signs: a byte of output from any of its processes; a byte read or written by any of them (the
-kernel's I/O counters, summed over the attempt's trees by the I/O thread: iowatch.py); a GPU whose
+The signs: a byte of output from any of its processes; bytes read or written by any of them (the
+kernel's I/O counters, summed over the attempt's trees by the I/O thread: iowatch.py; IO_SIGN_MIN_BYTES of
+them, not a runtime's housekeeping); a GPU whose
 utilisation is non-zero or whose memory use changed (where GPUs are visible); the watched
 ``progress_path`` written: growing, or a file under it written (a parameter download into a preallocated
 file, its mtime moving). Output alone is not enough: real programs buffer
@@ -42,6 +43,13 @@ STALL_CHECK_MAX_S = 0.5
 STALL_CHECK_MIN_S = 0.05
 
 
+# Bytes the trees must move since the last credited reading for I/O to be a sign of life. A runtime's own
+# housekeeping is no work: Go (curio's) rereads its cgroup CPU limit once a second to size GOMAXPROCS, tens of
+# bytes of rchar a read, so a download blocked for good in recv would never be stalled. Any real work moves
+# far more: a link at 1.7 KiB/s moves 1 MiB per 600 s, a hasher GiBs.
+IO_SIGN_MIN_BYTES = 64 << 10
+
+
 def check_interval(stall_s: float) -> float:
     return max(STALL_CHECK_MIN_S, min(STALL_CHECK_MAX_S, stall_s / 10))
 
@@ -61,6 +69,7 @@ class StallWatch:
     progress_size: int | None = None
     progress_newest: float | None = None  # the newest write under progress_path at the latest walk (wall time)
     io_moved: int | None = None  # the trees' bytes moved at the latest reading (None: none yet)
+    io_credited: int = 0  # ... at the reading last counted as a sign (or the baseline)
     io_unreadable: int = 0  # the processes whose counters were refused at the latest reading (iowatch.TreeIo)
 
     def __post_init__(self) -> None:
@@ -82,15 +91,20 @@ class StallWatch:
 
     def saw_io(self, moved: int, readable: bool, at: float, unreadable: int = 0) -> None:
         """The trees' bytes read and written since the watch began, as the I/O thread read them at ``at``:
-        more than last time is a sign of life (the first reading is the baseline). ``unreadable``: how many of
-        the trees' processes refused their counters (their bytes are in no total: said in the verdict)."""
+        IO_SIGN_MIN_BYTES more than at the last reading counted is a sign of life (the first reading is the
+        baseline). ``unreadable``: how many of the trees' processes refused their counters (their bytes are in
+        no total: said in the verdict)."""
         self.io_unreadable = unreadable
         if not readable:
             return
         self.io_visible = True
-        if self.io_moved is not None and moved > self.io_moved:
+        if self.io_moved is None:
+            self.io_moved = self.io_credited = moved
+            return
+        self.io_moved = max(self.io_moved, moved)
+        if self.io_moved - self.io_credited >= IO_SIGN_MIN_BYTES:
             self.last_io = max(self.last_io, at)
-        self.io_moved = moved if self.io_moved is None else max(self.io_moved, moved)
+            self.io_credited = self.io_moved
 
     def saw_progress(self, size: int | None, newest: float | None, at: float) -> None:
         """The watched path's size (None: absent) and newest write (an mtime; None: no file) as the walk that

@@ -85,6 +85,16 @@ def test_samples_through_nvml(control: NvmlControl, gpus: Gpus) -> None:
     assert threads == {"gpu"}, f"every NVML call on the GPU thread, none elsewhere: {control.calls()}"
 
 
+def test_a_gpu_whose_utilisation_nvml_does_not_measure_is_sampled_by_its_memory(control: NvmlControl,
+                                                                                gpus: Gpus) -> None:
+    # A MIG-enabled GPU answers NotSupported for its utilisation: it was left out of every sample, and so of
+    # cuzk.toml's devices and the machine's fingerprint, without a word.
+    control.set(gpus=[nvml_gpu("NVIDIA H200", 141 * 1024 * MiB, 100 * MiB, 12),
+                      {**nvml_gpu("NVIDIA H200", 141 * 1024 * MiB, 300 * MiB), "mig": True}])
+    assert opened(gpus).samples() == (GpuSample(0, "NVIDIA H200", 12, 100 * MiB, 141 * 1024 * MiB),
+                                      GpuSample(1, "NVIDIA H200", None, 300 * MiB, 141 * 1024 * MiB))
+
+
 def test_samples_come_on_a_cadence_only_while_wanted(control: NvmlControl, gpus: Gpus) -> None:
     first = opened(gpus).latest()
     assert first is not None and first.seq == 1
@@ -154,6 +164,10 @@ def gpu(index: int, util: int = 0, used: int = 0) -> GpuSample:
     return GpuSample(index, f"gpu{index}", util, used, 80 * 1024 * MiB)
 
 
+def mig(index: int, used: int = 0) -> GpuSample:
+    return GpuSample(index, f"gpu{index}", None, used, 80 * 1024 * MiB)
+
+
 @pytest.mark.parametrize(("before", "after", "changed"), [
     ([], [], False),
     ([gpu(0)], [gpu(0)], False),  # idle, same memory
@@ -166,6 +180,8 @@ def gpu(index: int, util: int = 0, used: int = 0) -> GpuSample:
     ([], [gpu(0, util=3)], True),
     ([gpu(0, used=5)], [], False),  # a GPU gone from the sample is no activity
     ([gpu(1, used=5)], [gpu(0, used=6)], False),  # different GPUs are not compared
+    ([mig(0, used=5)], [mig(0, used=5)], False),  # utilisation not measured (MIG): memory alone tells
+    ([mig(0, used=5)], [mig(0, used=6)], True),
 ])
 def test_activity_changed(before: list[GpuSample], after: list[GpuSample], changed: bool) -> None:
     assert activity_changed(before, after) is changed

@@ -86,7 +86,7 @@ class GpuInventory:
 class GpuSample:
     index: int
     name: str
-    utilization: int  # percent, last sample period
+    utilization: int | None  # percent, last sample period; None: NVML does not measure it here (a MIG GPU)
     memory_used: int  # bytes
     memory_total: int  # bytes
 
@@ -150,17 +150,18 @@ def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
 def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] | None = None,
                bad: BadReading | None = None) -> tuple[GpuSample, ...]:
     """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample (and told to ``lost``),
-    as is one whose answer is no reading (told to ``bad``): whatever NVML answers, never an exception."""
+    as is one whose answer is no reading (told to ``bad``): whatever NVML answers, never an exception. A GPU
+    whose utilisation NVML does not measure (NotSupported: MIG mode on) is sampled by its memory alone: left
+    out, it would be left out of cuzk.toml's devices and the machine's fingerprint too."""
     samples = []
     for index, handle in enumerate(nvml.handles):
         if handle is None:
             continue
         try:
-            util = call("nvmlDeviceGetUtilizationRates", index, nvml.module.nvmlDeviceGetUtilizationRates, handle)
-            percent = bounded(getattr(util, "gpu", None), 100, "utilization.gpu")
             mem = call("nvmlDeviceGetMemoryInfo", index, nvml.module.nvmlDeviceGetMemoryInfo, handle)
             total = bounded(getattr(mem, "total", None), MAX_GPU_MEMORY, "memory.total")
             used = bounded(getattr(mem, "used", None), total, "memory.used")
+            percent = _utilization(nvml, index, handle, call)
         except Exception as exc:  # lost, reset in progress, an answer that is none: the next sample tries again
             if lost is not None and is_lost_error(exc):
                 lost(index, exc)
@@ -169,6 +170,17 @@ def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] 
             continue
         samples.append(GpuSample(index, nvml.names[index], percent, used, total))
     return tuple(samples)
+
+
+def _utilization(nvml: Nvml, index: int, handle: Any, call: Caller) -> int | None:
+    """The GPU's utilisation in percent; None where NVML says it does not measure it (NotSupported)."""
+    try:
+        util = call("nvmlDeviceGetUtilizationRates", index, nvml.module.nvmlDeviceGetUtilizationRates, handle)
+    except Exception as exc:
+        if type(exc).__name__ == "NVMLError_NotSupported":
+            return None
+        raise
+    return bounded(getattr(util, "gpu", None), 100, "utilization.gpu")
 
 
 def bounded(value: Any, most: int, what: str) -> int:
@@ -219,10 +231,11 @@ def describe_nvml_error(exc: Exception) -> str:
 
 def activity_changed(before: list[GpuSample] | tuple[GpuSample, ...],
                      after: list[GpuSample] | tuple[GpuSample, ...]) -> bool:
-    """Did any GPU work between two samples: non-zero utilisation or a change of memory use."""
+    """Did any GPU work between two samples: non-zero utilisation or a change of memory use (alone where the
+    utilisation is not measured)."""
     previous = {s.index: s for s in before}
     for sample in after:
-        if sample.utilization > 0:
+        if sample.utilization:
             return True
         old = previous.get(sample.index)
         if old is not None and old.memory_used != sample.memory_used:

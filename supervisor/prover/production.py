@@ -305,7 +305,8 @@ def summary_line(window: ProofWindow, machine: dict[str, Any], memory: tuple[int
         used, limit = memory
     mem = f"memory {fmt_bytes(used)} of {fmt_bytes(limit)}" if used is not None and limit else "memory unknown"
     gpus = machine.get("gpu_utilization") or []
-    gpu = "GPU " + ", ".join(f"{g}%" for g in gpus) if gpus else "GPU utilisation unknown"
+    gpu = "GPU " + ", ".join(f"{g}%" if g is not None else "not measured" for g in gpus) if gpus else \
+        "GPU utilisation unknown"
     return (f"production: proofs {w_done} completed / {w_failed} failed in the last "
             f"{window.window_s / 60:g} min, {done} / {failed} since up; {rate:.1f}/h; {mem}; {gpu}")
 

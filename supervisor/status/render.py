@@ -110,7 +110,8 @@ def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
                    f"{gpus.unresponsive.for_s}s")
     if gpus.samples:
         for g in gpus.samples:
-            out.append(f"gpu {g.index}: {g.name} util {g.utilization}% "
+            util = f"{g.utilization:g}%" if g.utilization is not None else "not measured"
+            out.append(f"gpu {g.index}: {g.name} util {util} "
                        f"mem {fmt_bytes(g.memory_used)}/{fmt_bytes(g.memory_total)}")
     else:
         out.append(f"gpus: {gpus.why if gpus.why is not None else 'no GPU'}")

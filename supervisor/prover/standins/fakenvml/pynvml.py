@@ -4,7 +4,8 @@ With this directory first on ``PYTHONPATH``, ``import pynvml`` gets this module.
 come from the JSON control file ``$STANDIN_NVML_CONTROL``, read on every call. Every key is optional:
 
 ``gpus`` (list; default: one idle "NVIDIA H200"): one object a GPU: ``name``, ``memory_total`` and
-    ``memory_used`` (bytes), ``utilization``, ``memory_utilization`` (percent), ``processes`` (pids on it).
+    ``memory_used`` (bytes), ``utilization``, ``memory_utilization`` (percent), ``processes`` (pids on it),
+    ``mig`` (true: MIG mode on, so its utilisation calls raise ``NVMLError_NotSupported`` as a real one's do).
 ``hang_s`` (seconds, default 0): every call blocks this long, like NVML under Xid 119 (about 45 s a call)
     or after a driver crash (forever: a large number). Lowering or removing it ends a hang under way.
 ``hang_calls`` (list of function names): only these calls hang; without it, every call.
@@ -304,6 +305,8 @@ def nvmlDeviceGetMemoryInfo(handle: Any, version: int | None = None) -> Any:
 
 def nvmlDeviceGetUtilizationRates(handle: Any) -> Any:
     gpu, garbage = _gpu_call(handle, "nvmlDeviceGetUtilizationRates")
+    if gpu.get("mig"):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     if garbage:
         return nvmlFriendlyObject({"gpu": "n/a", "memory": "n/a"})
     return c_nvmlUtilization_t(gpu=int(gpu["utilization"]), memory=int(gpu["memory_utilization"]))

@@ -761,19 +761,24 @@ def test_parse_signal_rejects(value: object) -> None:
     ("file:///run/cuzk.ready", ReadyCheck("file", "/run/cuzk.ready")),
 ])
 def test_ready_kinds(url: str, expected: ReadyCheck) -> None:
+    # (A daemon and a service in phases one after the other: two children of one phase may not wait for one port.)
     plan = parse(f"""\
         [[phases]]
-        name = "p"
-        kind = "service"
+        name = "o"
         command = ["true"]
-        ready = "{url}"
 
           [[phases.daemons]]
           name = "d"
           command = ["true"]
           ready = "{url}"
+
+        [[phases]]
+        name = "p"
+        kind = "service"
+        command = ["true"]
+        ready = "{url}"
         """)
-    assert plan.phases[0].command.ready == expected
+    assert plan.phases[1].command.ready == expected
     assert plan.phases[0].daemons[0].ready == expected
 
 

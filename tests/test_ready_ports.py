@@ -32,7 +32,7 @@ from helpers import (
     verdict_lines,
 )
 
-from supervisor.config import ReadyCheck
+from supervisor.config import ConfigError, ReadyCheck, parse_plan
 from supervisor.engine import ports
 from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
 
@@ -268,3 +268,67 @@ def test_no_room_below_the_range_falls_back_to_the_kernel(tmp_path: Path) -> Non
         chosen = ports.free_ports(3, range_path=str(path))
         assert len(set(chosen)) == 3
         assert all(port >= _ephemeral_start() for port in chosen), chosen  # the kernel's own choice
+
+
+# ------------------------------------------------------------ ports that meet in the plan: refused by check
+
+
+def plan_refusal(text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_plan(text, "t.toml", {})
+    return str(caught.value)
+
+
+SERVICE = """
+[[phases]]
+name = "first"
+command = ["true"]
+
+[[phases]]
+name = "web"
+kind = "service"
+command = ["sleep", "60"]
+ready = "{web}"
+"""
+DAEMON = """
+  [[phases.daemons]]
+  name = "{name}"
+  command = ["sleep", "60"]
+  ready = "{ready}"
+  lifetime = "{lifetime}"
+"""
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("[supervisor]\nhttp_port = 18765\n" + SERVICE.format(web="tcp://127.0.0.1:18765"),
+     "t.toml: phases[1] (web).ready: port 18765 is also supervisor.http_port (the supervisor's own health port)'s"),
+    (SERVICE.format(web="tcp://127.0.0.1:9000") + DAEMON.format(name="d", ready="http://127.0.0.1:9000/",
+                                                                 lifetime="phase"),
+     "t.toml: phases[1] (web).daemons[0] (d).ready: port 9000 is also phases[1] (web)'s"),
+    (SERVICE.format(web="tcp://localhost:9000") + DAEMON.format(name="d", ready="tcp://0.0.0.0:9000",
+                                                                 lifetime="phase"),
+     "t.toml: phases[1] (web).daemons[0] (d).ready: port 9000 is also phases[1] (web)'s"),
+    # A lifecycle daemon handed on by the first phase still listens while the service starts.
+    (SERVICE.replace('command = ["true"]\n', 'command = ["true"]\n' + DAEMON.format(
+        name="keep", ready="tcp://127.0.0.1:9100", lifetime="lifecycle"), 1).format(web="tcp://127.0.0.1:9100"),
+     "t.toml: phases[1] (web).ready: port 9100 is also phases[0] (first).daemons[0] (keep)'s"),
+], ids=["http-port", "daemon-and-service", "loopback-and-every-address", "lifecycle-daemon-handed-on"])
+def test_two_listeners_of_one_port_at_once_are_refused_by_check(text: str, said: str) -> None:
+    refusal = plan_refusal(text)
+    assert refusal.startswith(said), refusal
+    assert refusal.endswith("two children that run at once cannot both listen there"), refusal
+
+
+def test_phases_after_one_another_may_use_one_port() -> None:
+    # The prover's warm-up and bench each start their own cuzk daemon on the same port, one after the other;
+    # another address of the machine, another machine, or a daemon of the same name handed on are no clash.
+    sequential = ('[[phases]]\nname = "a"\ncommand = ["true"]\n' + DAEMON.format(
+        name="d", ready="tcp://127.0.0.1:9200", lifetime="phase") + SERVICE.format(web="tcp://127.0.0.1:9200"))
+    other_hosts = SERVICE.format(web="tcp://127.0.0.1:9300") + DAEMON.format(
+        name="d", ready="tcp://127.0.0.2:9300", lifetime="phase") + DAEMON.format(
+        name="e", ready="tcp://gpu-box.internal:9300", lifetime="phase")
+    handed_on = ('[[phases]]\nname = "a"\ncommand = ["true"]\n' + DAEMON.format(
+        name="d", ready="tcp://127.0.0.1:9400", lifetime="lifecycle") + SERVICE.format(
+        web="tcp://127.0.0.1:9401") + DAEMON.format(name="d", ready="tcp://127.0.0.1:9400", lifetime="phase"))
+    for text in (sequential, other_hosts, handed_on):
+        assert parse_plan(text, "t.toml", {}).phases

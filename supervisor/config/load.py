@@ -36,6 +36,7 @@ from .tables import (
     check_kind_keys,
     check_log_names,
     check_memory_order,
+    check_ports,
     check_progress_keys,
     check_reports,
     check_unique,
@@ -285,6 +286,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     phases = tuple(_phase(p, named(f"phases[{i}]", p), sup, *keys, places) for i, p in enumerate(phases_raw))
     check_unique([p.name for p in phases], "phases", "phase name")
     check_log_names(phases)
+    check_ports(phases, sup.http_port)
     check_reports(phases, kinds.reports)
     plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions))
     check_prepares(plan, plugin)

@@ -10,6 +10,7 @@ the one reported.
 
 from __future__ import annotations
 
+import ipaddress
 import signal
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -351,6 +352,47 @@ def check_log_names(phases: tuple[PhaseSpec, ...]) -> None:
                 raise ConfigError(f"phases[{i}] ({phase.name}): {label}'s output would go to {name}, the file of "
                                   f"{owners[name]}; rename one")
             owners[name] = label
+
+
+def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:
+    """No two children that run at once wait for one local port, nor one for the supervisor's own http_port:
+    only one process can listen there, so the second would fail port_in_use once the phases before it ran
+    (a download of an hour, in the prover's lifecycle). At once: a phase's command and its daemons, with the
+    lifecycle daemons handed on by the phases before it (a daemon of the same name is the one handed on)."""
+    kept: dict[str, tuple[str, ChildSpec]] = {}  # a lifecycle daemon's name → (its place, its spec)
+    for i, phase in enumerate(phases):
+        where = f"phases[{i}] ({phase.name})"
+        own = [(where, phase.command), *((f"{where}.daemons[{j}] ({d.name})", d) for j, d in enumerate(phase.daemons))]
+        at_once = [*(kept[name] for name in kept if name not in {d.name for d in phase.daemons}), *own]
+        taken: dict[tuple[str, int], str] = {}
+        if http_port:
+            taken[("127.0.0.1", http_port)] = "supervisor.http_port (the supervisor's own health port)"
+        for place, child in at_once:
+            for host, port in _local_ports(child):
+                clash = next((owner for (h, p), owner in taken.items()
+                              if p == port and (h == host or "*" in (h, host)) and owner != place), None)
+                if clash is not None and (place, child) in own:
+                    raise ConfigError(f"{place}.ready: port {port} is also {clash}'s: two children that run at "
+                                      "once cannot both listen there")
+                taken.setdefault((host, port), place)
+        kept.update({d.name: (f"{where}.daemons[{j}] ({d.name})", d) for j, d in enumerate(phase.daemons)
+                     if d.lifetime == "lifecycle"})
+
+
+def _local_ports(child: ChildSpec) -> list[tuple[str, int]]:
+    """The local (host, port) pairs a child's ready check probes, loopback as 127.0.0.1 and every address as
+    "*" (it covers each); a probe of another machine's port is no port of this one."""
+    found = []
+    for host, port in child.ready.ports() if child.ready is not None else []:
+        try:
+            address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
+        except ValueError:
+            continue  # a host name: another machine's, as far as a config can tell
+        if address.is_unspecified:
+            found.append(("*", port))
+        elif address.is_loopback:
+            found.append(("::1" if address.version == 6 else str(address), port))
+    return found
 
 
 def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]) -> None:

@@ -301,17 +301,17 @@ DAEMON = """
 
 @pytest.mark.parametrize(("text", "said"), [
     ("[supervisor]\nhttp_port = 18765\n" + SERVICE.format(web="tcp://127.0.0.1:18765"),
-     "t.toml: phases[1] (web).ready: port 18765 is also supervisor.http_port (the supervisor's own health port)'s"),
+     "t.toml: phases[1] (web).ready: port 18765 is also supervisor.http_port (the supervisor's own health port):"),
     (SERVICE.format(web="tcp://127.0.0.1:9000") + DAEMON.format(name="d", ready="http://127.0.0.1:9000/",
                                                                  lifetime="phase"),
-     "t.toml: phases[1] (web).daemons[0] (d).ready: port 9000 is also phases[1] (web)'s"),
+     "t.toml: phases[1] (web).daemons[0] (d).ready: port 9000 is also the ready port of phases[1] (web):"),
     (SERVICE.format(web="tcp://localhost:9000") + DAEMON.format(name="d", ready="tcp://0.0.0.0:9000",
                                                                  lifetime="phase"),
-     "t.toml: phases[1] (web).daemons[0] (d).ready: port 9000 is also phases[1] (web)'s"),
+     "t.toml: phases[1] (web).daemons[0] (d).ready: port 9000 is also the ready port of phases[1] (web):"),
     # A lifecycle daemon handed on by the first phase still listens while the service starts.
     (SERVICE.replace('command = ["true"]\n', 'command = ["true"]\n' + DAEMON.format(
         name="keep", ready="tcp://127.0.0.1:9100", lifetime="lifecycle"), 1).format(web="tcp://127.0.0.1:9100"),
-     "t.toml: phases[1] (web).ready: port 9100 is also phases[0] (first).daemons[0] (keep)'s"),
+     "t.toml: phases[1] (web).ready: port 9100 is also the ready port of phases[0] (first).daemons[0] (keep):"),
 ], ids=["http-port", "daemon-and-service", "loopback-and-every-address", "lifecycle-daemon-handed-on"])
 def test_two_listeners_of_one_port_at_once_are_refused_by_check(text: str, said: str) -> None:
     refusal = plan_refusal(text)

@@ -364,17 +364,17 @@ def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:
         where = f"phases[{i}] ({phase.name})"
         own = [(where, phase.command), *((f"{where}.daemons[{j}] ({d.name})", d) for j, d in enumerate(phase.daemons))]
         at_once = [*(kept[name] for name in kept if name not in {d.name for d in phase.daemons}), *own]
-        taken: dict[tuple[str, int], str] = {}
+        taken: dict[tuple[str, int], tuple[str, str]] = {}  # (host, port) → (its child's place, how it is said)
         if http_port:
-            taken[("127.0.0.1", http_port)] = "supervisor.http_port (the supervisor's own health port)"
+            taken[("127.0.0.1", http_port)] = ("", "supervisor.http_port (the supervisor's own health port)")
         for place, child in at_once:
             for host, port in _local_ports(child):
-                clash = next((owner for (h, p), owner in taken.items()
+                clash = next((said for (h, p), (owner, said) in taken.items()
                               if p == port and (h == host or "*" in (h, host)) and owner != place), None)
                 if clash is not None and (place, child) in own:
-                    raise ConfigError(f"{place}.ready: port {port} is also {clash}'s: two children that run at "
+                    raise ConfigError(f"{place}.ready: port {port} is also {clash}: two children that run at "
                                       "once cannot both listen there")
-                taken.setdefault((host, port), place)
+                taken.setdefault((host, port), (place, f"the ready port of {place}"))
         kept.update({d.name: (f"{where}.daemons[{j}] ({d.name})", d) for j, d in enumerate(phase.daemons)
                      if d.lifetime == "lifecycle"})
 

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -194,6 +195,41 @@ def test_an_operator_who_may_not_ask_is_told_so_not_that_none_runs(sup: Runner) 
     assert "no prover-supervisor is running" not in text.stdout
     answer = json.loads(as_json.stdout)
     assert as_json.returncode == 1 and answer["running"] is None and "not yours to ask" in answer["why"], answer
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="no setpriv (util-linux) to ask as another user")
+def test_a_saved_state_not_ours_to_read_is_told_so_not_that_there_is_none() -> None:
+    # A supervisor gone, its status.json root's (0600): another user was told "no saved state".
+    with tempfile.TemporaryDirectory(prefix="status-not-ours-") as top:  # (pytest's tmp_path is root's, 0700)
+        state = Path(top) / "state"
+        state.mkdir()
+        (state / "status.json").write_text("{}")
+        os.chmod(state / "status.json", 0o600)
+        for path in (Path(top), state):
+            os.chmod(path, 0o755)
+        _assert_not_ours_to_read(state)
+
+
+def _assert_not_ours_to_read(state: Path) -> None:
+    other = [shutil.which("setpriv") or "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", PY]
+    if subprocess.run([*other, "-c", "import supervisor"], capture_output=True, timeout=30, env=clean_env(),
+                      cwd="/").returncode != 0:
+        pytest.skip("the package cannot be imported by uid 65534 here (a checkout only root may read)")
+    result = subprocess.run([*other, "-m", "supervisor", "status", "--state-dir", str(state)], capture_output=True,
+                            text=True, timeout=30, env=clean_env(), cwd="/")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.strip() == (f"cannot read: {state}/status.json is not yours to read (permission denied); "
+                                     "a prover-supervisor may be running: run status as root, or as the user it "
+                                     "runs as"), result.stdout
+
+
+def test_a_state_dir_that_is_a_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    a_file = tmp_path / "state"
+    a_file.write_text("not a directory\n")
+    result = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(a_file)], capture_output=True,
+                            text=True, timeout=30, env=clean_env(), cwd=REPO)
+    assert (result.returncode, result.stdout) == (2, ""), result
+    assert result.stderr == f"prover-supervisor: --state-dir: {a_file} is not a directory\n"
 
 
 def test_after_kill_9_the_supervisor_is_gone_and_what_it_left_is_named(sup: Runner) -> None:

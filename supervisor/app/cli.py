@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -249,9 +250,20 @@ def show_status(args: argparse.Namespace) -> int:
         state_dir = Path(load_state_dir(config_path(args), PLUGIN))
     else:  # bare: the running supervisor, whatever its state_dir (status/file.py), else the profile's
         state_dir, hint = bare_status_dir(lambda: Path(load_state_dir(None, PLUGIN)))
+    if _is_no_directory(state_dir):  # (a file: nothing could ever be found in it)
+        where = "--state-dir" if args.state_dir is not None else "supervisor.state_dir"
+        raise ConfigError(f"{where}: {state_dir} is not a directory")
     if args.watch:
         return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint)
     return show(state_dir, args.json, hint)
+
+
+def _is_no_directory(path: Path) -> bool:
+    """``path`` is there and no directory; False where it is absent or may not be looked at (status says why)."""
+    try:
+        return not stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str]:

@@ -28,7 +28,7 @@ from ..text.stdio import STDOUT, lost, say
 from .file import load_persisted
 from .model import EXITED, GONE, NOT_ANSWERING, RUNNING, Fate, Snapshot, Survivor
 from .render import render
-from .socket import NotYoursToAsk, query
+from .socket import NotYoursToAsk, not_yours, query
 
 # ``--watch``'s default redraw interval, and the shortest one taken (each frame asks the supervisor).
 WATCH_INTERVAL_S = 1.0
@@ -44,7 +44,10 @@ def found(state_dir: Path) -> tuple[Snapshot | None, bool, str | None]:
     answer = query(state_dir)
     if answer is not None:
         return Snapshot.from_json(answer).found(Fate(RUNNING)), True, None
-    saved, why = load_persisted(state_dir)
+    try:
+        saved, why = load_persisted(state_dir)
+    except PermissionError:
+        raise NotYoursToAsk(not_yours(state_files.path(state_dir, state_files.STATUS_FILE), "read")) from None
     if saved is None:
         return None, False, why
     snap = Snapshot.from_json(saved)

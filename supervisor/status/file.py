@@ -97,13 +97,16 @@ def _is_final(what: object) -> bool:
 
 def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     """The last persisted snapshot as JSON (Snapshot.from_json reads it), or None and why (missing, unreadable,
-    or not shaped like one: never fatal)."""
+    or not shaped like one: never fatal). Raises PermissionError where it is not ours to read: that is no
+    absence of state, and the caller says so."""
     path = state_files.path(state_dir, state_files.STATUS_FILE)
     try:
         return load_json(path, STATE_MAX_READ_BYTES, "a status snapshot", _snapshot), None
     except FileNotFoundError:
         return None, f"no {path}"
     except StateFileError as exc:
+        if isinstance(exc.cause, PermissionError):
+            raise exc.cause from None
         return None, f"{exc}; ignoring it"
 
 

@@ -153,7 +153,7 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
         if not path.exists():
             path.lstat()  # (exists() says False where state_dir may not be searched: ask why)
     except PermissionError:
-        raise NotYoursToAsk(_not_yours(path)) from None
+        raise NotYoursToAsk(not_yours(path)) from None
     except OSError:
         return None
     if not path.exists():
@@ -169,7 +169,7 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
                     break
                 chunks.append(chunk)
     except PermissionError:
-        raise NotYoursToAsk(_not_yours(path)) from None
+        raise NotYoursToAsk(not_yours(path)) from None
     except OSError:
         return None
     try:
@@ -178,9 +178,10 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
         return None
 
 
-def _not_yours(path: Path) -> str:
-    return (f"cannot ask: {path} is not yours to ask (permission denied); a prover-supervisor may be running: "
-            "run status as root, or as the user it runs as")
+def not_yours(path: Path, verb: str = "ask") -> str:
+    """Why status cannot tell: ``path`` (the socket, or status.json) refused us."""
+    return (f"cannot {verb}: {path} is not yours to {verb} (permission denied); a prover-supervisor may be "
+            "running: run status as root, or as the user it runs as")
 
 
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:

@@ -263,6 +263,6 @@ def attach(wiring: Wiring) -> None:
     link.hear_register_field(RUNNER_ID, check_runner_id,
                              lambda runner_id: wiring.export_env("RUNNER_ID", runner_id) if runner_id else None)
     link.on_killed(fleet.killed)
-    link.on_row(gate.heard_row)  # the manager judges the bench by its row's min_rate
+    link.on_row(lambda row: gate.heard_min_rate(row_min_rate(row)))  # the manager judges by its row's min_rate
     wiring.events.on_transition(fleet.transition)
     wiring.events.on_shutdown(fleet.shut_down)

@@ -20,7 +20,6 @@ from .reasons import EXIT_BENCH_REJECTED
 
 if TYPE_CHECKING:
     from ..engine.loop import Timer
-    from ..manager.row import Row
     from ..wiring import ProductionControl
 
 # Why the lifecycle does not go past the bench phase (the status view shows it).
@@ -66,9 +65,9 @@ class BenchGate:
         self._log(why)
         self._production.shutdown(why, EXIT_BENCH_REJECTED)
 
-    def heard_row(self, row: Row) -> None:
-        """The manager keeps the min_rate of the label's first registration: its row's is the one that judges."""
-        min_rate = row.extra.get("min_rate")  # (fleet.FLEET_ROW reads it)
+    def heard_min_rate(self, min_rate: float | None) -> None:
+        """The manager keeps the min_rate of the label's first registration: its row's (as the manager reads it,
+        fleet.row_min_rate; None: the row does not say) is the one that judges."""
         if min_rate is None or min_rate == self._min_rate:
             return
         self._log(f"manager: its row's min_rate {min_rate:g}/h differs from this instance's "

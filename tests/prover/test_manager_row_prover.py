@@ -87,10 +87,11 @@ def test_the_cut_says_when_it_used_its_own_min_rate() -> None:
 def test_the_gate_says_once_that_the_rows_min_rate_differs_and_uses_it() -> None:
     lines: list[str] = []
     gate = BenchGate(0.0, 50.0, Production(), lambda delay, cb: None, lines.append)  # type: ignore[arg-type]
-    gate.heard_row(Row("u", "registered", extra={"min_rate": 50.0}))
+    gate.heard_min_rate(50.0)
+    gate.heard_min_rate(None)  # a row that does not say
     assert lines == []
-    gate.heard_row(Row("u", "registered", extra={"min_rate": 80.0}))
-    gate.heard_row(Row("u", "params_done", extra={"min_rate": 80.0}))
+    gate.heard_min_rate(80.0)
+    gate.heard_min_rate(80.0)
     assert len(lines) == 1 and "its row's min_rate 80/h differs from this instance's 50/h" in lines[0], lines
     gate.answered(True, 90.0)
     assert lines[-1] == "manager: benchmark passed (rate 90/h >= min_rate 80)"

@@ -2,7 +2,8 @@
 carried, its headers, and the status it is answered with): the X-Log-Seq numbers (consecutive per source and
 per run, dropped lines' numbers skipped, the same numbers on a push sent again), a manager's 5xx keeping the
 batch and a 4xx dropping it, the events sender's ndjson, a batch big enough waking the thread long before its
-interval, ``stop`` flushing what is left and not hanging on a manager that is down, ``take_all`` handing the
+interval, ``stop`` flushing what is left, not hanging on a manager that is down, and never pushing around a
+push the thread is still inside (a slow manager at the exit), ``take_all`` handing the
 queue over in order, ``manager_answers`` only counting a reset it made; and EarlyLines held, bounded, replayed
 in order and then passed on. tests/test_manager.py covers the push limit, the backlog note, Retry-After and
 redirects; not repeated here."""
@@ -36,6 +37,7 @@ from supervisor.manager.logship import (
 )
 
 UUID = "u-rules-1"
+WAIT_S = 30.0  # an upper bound against hanging, never a measure
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,6 +49,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        with self.server.lock:
+            hold, self.server.hold_next = self.server.hold_next, False
+        if hold:  # a slow manager: this push is answered once the test says so (with the answers set by then)
+            self.server.holding.set()
+            self.server.release.wait(WAIT_S)
         with self.server.lock:
             status = self.server.answers.pop(0) if self.server.answers else 204
             self.server.pushes.append({"path": self.path, "body": body, "status": status,
@@ -71,6 +78,8 @@ class Recorder(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.pushes: list[dict[str, Any]] = []
         self.answers: list[int] = []  # the statuses the next pushes get (then 204)
+        self.hold_next = False  # the next push waits for ``release`` (``holding`` is set once it is here)
+        self.holding, self.release = threading.Event(), threading.Event()
 
     @property
     def url(self) -> str:
@@ -260,6 +269,26 @@ def test_stop_does_not_hang_on_a_manager_that_is_down(server: Recorder) -> None:
     shipper.stop(60.0)
     assert time.monotonic() - began < 30, "stop waited out its flush bound against a manager that refuses"
     assert len(server.pushes) == 1 and shipper.backlog() == {"setup": len("never delivered") + 1}
+
+
+@pytest.mark.parametrize("fails", [True, False], ids=["the-slow-push-fails", "the-slow-push-succeeds"])
+def test_stop_while_the_thread_is_inside_a_slow_push_loses_nothing_and_keeps_the_order(server: Recorder,
+                                                                                        fails: bool) -> None:
+    # The exit (Reporter.stop) with a slow manager: the thread is inside the push of batch A when stop's join
+    # runs out. Lines added since (B) must neither be pushed by stop meanwhile (A's push failing would then
+    # land B's batch and lose A; A taken late would land behind B) nor lost: a later flush delivers A, B.
+    server.hold_next = True
+    shipper = shipper_to(server, interval_s=0.05)
+    shipper.add("curio", [f"A{i}" for i in range(5)])
+    shipper.start()
+    assert server.holding.wait(WAIT_S), "batch A was never pushed"
+    shipper.add("curio", [f"B{i}" for i in range(5)])
+    shipper.stop(0.2)  # returns while A's push is still held by the manager
+    server.answers = [500] if fails else []
+    server.release.set()
+    shipper.stop(WAIT_S)  # the thread (or, once it has ended, stop) pushes what is left
+    assert server.lines("curio") == [f"A{i}" for i in range(5)] + [f"B{i}" for i in range(5)]
+    assert shipper.backlog() == {}
 
 
 def test_not_ready_stop_leaves_the_lines_queued(server: Recorder) -> None:

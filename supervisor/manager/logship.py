@@ -116,6 +116,7 @@ class Shipper:
         self._stop = threading.Event()
         self._retry_at = 0.0
         self._retry_delay = PUSH_RETRY_S
+        self._flush_deadline = 0.0  # set by stop: the thread's last pushes end there
         self._refused = False  # a push was refused for now since the last one taken (on_back is told at the next)
         self._refused_logged: set[str] = set()
         self.pushed = 0  # pushes delivered
@@ -146,6 +147,7 @@ class Shipper:
             return  # not backing off: the next interval ships as usual
         self._retry_at = 0.0
         self._retry_delay = PUSH_RETRY_S
+        self._flush_deadline = 0.0  # set by stop: the thread's last pushes end there
         self._refused = False  # (the sender that says so knows the manager is back)
         self.backoff_resets += 1
         self._wake.set()
@@ -159,6 +161,7 @@ class Shipper:
             self._wake.wait(self._interval)
             self._wake.clear()
             self.ship_once()
+        self._flush()
 
     def ship_once(self) -> bool:
         """Push what is queued; False if a push failed (the batch is kept for later)."""
@@ -262,14 +265,26 @@ class Shipper:
                 queue.drop_oldest()
 
     def stop(self, flush_timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-        """Stop the thread, then try for a little while to push what is left."""
+        """Stop the thread, which pushes what is left first (``_flush``), for ``flush_timeout_s`` at most.
+
+        While the thread lives only the thread pushes: a slow manager at the exit can hold it inside a push past
+        the join, and a push made here meanwhile would take the next batch of the same source, whose in-flight
+        entry would then be the one the thread's push lands (a failed push lost, a late one landing behind the
+        batch after it). A thread still inside a push once the time is up is left to it (a daemon: the exit
+        ends it); its lines stay queued, in order. With no thread (never started, or ended) the push is here."""
+        self._flush_deadline = time.monotonic() + flush_timeout_s
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(flush_timeout_s)
-        deadline = time.monotonic() + flush_timeout_s
+        else:
+            self._flush()
+
+    def _flush(self) -> None:
+        """The last pushes, until the stop's deadline. A running backoff is not waited out (the exit cannot wait
+        that long); a failed push ends them (a manager still away would only be asked again and again)."""
         self._retry_at = 0.0
-        while self.backlog() and time.monotonic() < deadline:
+        while self.backlog() and time.monotonic() < self._flush_deadline:
             if not self.ship_once():
                 break
 

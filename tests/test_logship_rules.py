@@ -3,10 +3,10 @@ carried, its headers, and the status it is answered with): the X-Log-Seq numbers
 per run, dropped lines' numbers skipped, the same numbers on a push sent again), a manager's 5xx keeping the
 batch and a 4xx dropping it, the events sender's ndjson, a batch big enough waking the thread long before its
 interval, ``stop`` flushing what is left, not hanging on a manager that is down, and never pushing around a
-push the thread is still inside (a slow manager at the exit), ``take_all`` handing the
-queue over in order, ``manager_answers`` only counting a reset it made; and EarlyLines held, bounded, replayed
-in order and then passed on. tests/test_manager.py covers the push limit, the backlog note, Retry-After and
-redirects; not repeated here."""
+push the thread is still inside (a slow manager at the exit), a held source waiting with its numbers while the
+others ship, ``take_all`` handing the queue over in order, ``manager_answers`` only counting a reset it made;
+and EarlyLines held, bounded, replayed in order and then passed on. tests/test_manager.py covers the push limit,
+the backlog note, Retry-After and redirects; not repeated here."""
 
 from __future__ import annotations
 
@@ -350,6 +350,20 @@ def test_take_all_during_a_push_takes_its_batch_first_and_a_failed_push_does_not
     shipper.manager_answers()  # (the outbox delivered the verdict: a failed push's backoff is cut short)
     assert shipper.ship_once()
     assert push.sent == [(f"{shipper.run_id}:setup:4-4", "4\n")], "the numbers run on after what was taken"
+
+def test_a_held_source_keeps_its_lines_and_numbers_while_the_others_ship(server: Recorder) -> None:
+    held = {"setup"}  # (the Reporter's: a durable push of setup is still in the outbox)
+    shipper = Shipper("log shipping", log_push_sender(client(server), lambda: UUID), lambda: True, 3600.0, 1 << 24,
+                      [].append, held=lambda source: source in held)
+    shipper.add("setup", ["s1", "s2"])
+    shipper.add("curio", ["c1"])
+    assert not shipper.ship_once(), "a held source is kept for later"
+    assert server.lines("curio") == ["c1"] and server.lines("setup") == []
+    assert shipper.backlog() == {"setup": 6}
+    held.clear()
+    assert shipper.ship_once()
+    assert server.lines("setup") == ["s1", "s2"] and seq(server.taken()[-1])[1:] == ("setup", 1, 2)
+
 
 def test_an_empty_add_queues_nothing() -> None:
     shipper = Shipper("x", lambda *a: None, lambda: True, 1.0, 100, print)

@@ -17,6 +17,13 @@ sender (``on_back``), whose call then goes at once rather than after its own bac
 the manager client's rules (client.py): a total deadline, a bounded answer, no redirect followed (a
 redirected push is not delivered: it is kept and sent again), Retry-After honoured. The supervisor's own
 first lines, logged before there is a shipper to hand them to, wait in ``EarlyLines``.
+
+The two roads back off apart while the manager is away, and whichever tries first when it is back would
+win: so a source is held (``held``, the Reporter's: the outbox still has a durable push of it pending) and
+its later lines wait here, behind it, until the outbox delivered it. Holding, rather than routing those
+lines into the outbox too, keeps one road for them: best effort, bounded by the backlog (the outbox on disk
+has no bound, and would take every line of an outage with a write each); the Reporter moves what is still
+held into the outbox at the exit, so that they are not lost either.
 """
 
 from __future__ import annotations
@@ -97,7 +104,8 @@ class Shipper:
     """A background sender of text lines, batched per source; see the module docstring."""
 
     def __init__(self, name: str, send: Callable[[str, str, str], None], ready: Callable[[], bool],
-                 interval_s: float, backlog_bytes: int, log: Log, on_back: Callable[[], None] | None = None) -> None:
+                 interval_s: float, backlog_bytes: int, log: Log, on_back: Callable[[], None] | None = None,
+                 held: Callable[[str], bool] | None = None) -> None:
         self.name = name
         self._send = send  # (source, body, seq) → raises TransientError / PermanentError
         self._on_back = on_back  # on this thread, when a push is taken after one was refused: the manager is back
@@ -106,6 +114,7 @@ class Shipper:
 
         self.run_id = secrets.token_hex(4)
         self._ready = ready  # e.g. "the uuid is known": until then, only queue
+        self._held = held  # (source) → its lines wait: something of it sent another way must arrive first
         self._interval = interval_s
         self._backlog = backlog_bytes
         self._log = log
@@ -164,13 +173,17 @@ class Shipper:
         self._flush()
 
     def ship_once(self) -> bool:
-        """Push what is queued; False if a push failed (the batch is kept for later)."""
+        """Push what is queued; False if some is kept for later: a push failed, or a source is held."""
         if not self._ready() or time.monotonic() < self._retry_at:
             return False
+        shipped = True
         for source in list(self._queues):
             while True:
                 body, count, _, first = self._take_numbered(source, flight=True)
                 if not body:
+                    break
+                if self._held_back(source):
+                    shipped = False
                     break
                 try:
                     self._send(source, body, f"{self.run_id}:{source}:{first}-{first + count - 1}")
@@ -198,7 +211,21 @@ class Shipper:
                     self._on_back()
                 self._refused = False
                 self._retry_at, self._retry_delay = 0.0, PUSH_RETRY_S
-        return True
+        return shipped
+
+    def _held_back(self, source: str) -> bool:
+        """True: ``source`` is held, and the batch just taken goes back to the front of its queue. Asked once
+        the batch is taken, not before: a durable push made between a look and the take (Reporter.push_text,
+        another thread) would otherwise be passed by the lines logged right after it; made after the take, it
+        takes this batch ahead of itself (take_all)."""
+        try:
+            held = self._held is not None and self._held(source)
+        except BaseException:
+            self._land(source, failed=True)
+            raise
+        if held:
+            self._land(source, failed=True)
+        return held
 
     def _take(self, source: str) -> tuple[str, int, int]:
         """Up to PUSH_MAX_BYTES of whole lines (a "dropped" note first, if any were): the body, how many lines,

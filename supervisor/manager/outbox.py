@@ -105,6 +105,7 @@ class Outbox:
         self._finished = 0  # calls finished by this start (every PRUNE_EVERY of them, the oldest go)
         self._retry_at = 0.0
         self._file_usable = True  # False: a damaged file that could not be moved aside
+        self._closed = False
         self._open()
 
     # ------------------------------------------------------------ opening, checking, salvaging
@@ -340,14 +341,17 @@ class Outbox:
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """A query; a file that cannot even be read any more is left for memory, like a full one."""
         with self._lock:
-            self._try_the_file_again()
-            try:
-                return self._db.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                if self._memory is not None:
-                    raise
-                self._spill(describe(exc))
-                return self._db.execute(sql, params).fetchall()
+            return self._read_locked(sql, params)
+
+    def _read_locked(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        self._try_the_file_again()
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            if self._memory is not None:
+                raise
+            self._spill(describe(exc))
+            return self._db.execute(sql, params).fetchall()
 
     def _read_one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         rows = self._read(sql, params)
@@ -366,6 +370,22 @@ class Outbox:
     def is_pending(self, call_id: int) -> bool:
         """This call (``add``'s id) is still waiting to be delivered."""
         return self._read_one("SELECT 1 FROM calls WHERE id = ? AND state = 'pending'", (call_id,)) is not None
+
+    def holds(self, call_id: int) -> bool:
+        """``is_pending``, for a thread that may ask after the exit closed the outbox (the log shipper's last
+        pushes). Closed, it answers True whatever the call's state, and is not opened again to say so (a read on
+        the closed file would go on in memory): the exit is over, and what it may still hold waits for the next
+        start, with nothing pushed around it."""
+        with self._lock:
+            if self._closed:
+                return True
+            return bool(self._read_locked("SELECT 1 FROM calls WHERE id = ? AND state = 'pending'", (call_id,)))
+
+    def pending_calls(self, kind: str) -> list[Call]:
+        """Every pending call of one kind, oldest first."""
+        rows = self._read("SELECT id, kind, payload, created, attempts FROM calls "
+                          "WHERE state = 'pending' AND kind = ? ORDER BY id", (kind,))
+        return [Call(row[0], row[1], json.loads(row[2]), row[3], row[4]) for row in rows]
 
     def delivered_answer(self, kind: str) -> Any:
         """The manager's answer to the last delivered call of this kind; None if none was delivered."""
@@ -396,6 +416,7 @@ class Outbox:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._memory is not None:
                 self._retry_at = 0.0
                 self._try_the_file_again()

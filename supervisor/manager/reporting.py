@@ -86,6 +86,10 @@ class Reporter:
         self._logs: Shipper | None = None
         self._events: Shipper | None = None
         self._reported: set[str] = set()  # the core's report kinds queued by this start
+        # Per log source, the id of the last durable push of it (outbox): while it is pending, the log shipper
+        # holds that source's later lines behind it (logship.py says why holding). Written on the loop's thread,
+        # read on the shipper's; an entry is never removed (a removal could race with a newer push's entry).
+        self._last_durable: dict[str, int] = {}
         self._exit_waits: list[tuple[int, str]] = []  # calls the exit flush waits longer for: (id, what)
         self._state_dir = state_dir
         # The manager's own view of this instance (manager/view.py): its row, a kill, a registration again.
@@ -120,9 +124,10 @@ class Reporter:
         fields = "".join(f", {k} {_shown(v)}" for k, v in self._sender.identity().items() if k != "label")
         self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "
                   f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
+        self._hold_behind_pending()
         self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
                              self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log,
-                             on_back=self._sender.retry_now)
+                             on_back=self._sender.retry_now, held=self._holds)
         if self._early is not None:
             # A shipper that raises costs the manager lines, never the supervisor's own log.
             self._early.hand_to(contained(self.ship_own_line, lambda exc: self._loop.faults.report(
@@ -183,8 +188,19 @@ class Reporter:
         floor = time.monotonic() + FINISH_MIN_S
         wait(flush, lambda: flush.ended_by is not None or not (shippers() or sender.alive())
              or time.monotonic() >= max(flush.deadline, floor))
+        self._keep_held_lines()
         self._final_status = self.status()  # what the exit's last status.json shows: the outbox is closed next
         outbox.close()
+
+    def _keep_held_lines(self) -> None:
+        """The exit: lines the shipper still holds behind a durable push the outbox did not deliver go into the
+        outbox behind it, for the next start to deliver in order (the shipper would never push them)."""
+        logs = self._logs
+        if logs is None:
+            return
+        for source in logs.backlog():
+            if self._holds(source):
+                self._move_queued_lines(source)
 
     def _stop_shippers(self, within_s: float) -> Callable[[], bool]:
         """Each shipper's last push (each stop blocks), on a thread of its own so that the loop keeps
@@ -254,7 +270,7 @@ class Reporter:
             # In pushes the manager keeps whole: it drops what is past 256 KiB of one, and a verdict's reason is
             # in the last of the lines quoted under it.
             for body in push_bodies(text):
-                self.outbox.add(LOG, {"source": source, "text": body})
+                self._add_durable(source, body)
             self._wake_sender()
 
     def _move_queued_lines(self, source: str) -> None:
@@ -263,7 +279,25 @@ class Reporter:
         if self._logs is None or self.outbox is None:
             return
         for chunk in self._logs.take_all(source):
-            self.outbox.add(LOG, {"source": source, "text": chunk})
+            self._add_durable(source, chunk)
+
+    def _add_durable(self, source: str, body: str) -> None:
+        """One durable push into the outbox; the shipper holds ``source`` until it is delivered."""
+        assert self.outbox is not None
+        self._last_durable[source] = self.outbox.add(LOG, {"source": source, "text": body})
+
+    def _hold_behind_pending(self) -> None:
+        """The durable pushes an earlier start left pending come before this start's lines of their source."""
+        assert self.outbox is not None
+        for call in self.outbox.pending_calls(LOG):
+            self._last_durable[str(call.payload.get("source", "setup"))] = call.id
+
+    def _holds(self, source: str) -> bool:
+        """The log shipper's ``held`` (its thread): a durable push of ``source`` is still in the outbox. The
+        outbox delivers in order: once the last one is no longer pending, no earlier one is."""
+        call_id = self._last_durable.get(source)
+        outbox = self.outbox
+        return call_id is not None and outbox is not None and outbox.holds(call_id)
 
     def ship_lines(self, source: str, label: str, lines: list[bytes]) -> None:
         """A child's output lines (masked where they entered, logs.ChildOutput): best effort, batched,

@@ -1,0 +1,147 @@
+"""The setup tab reads in the order things happened, whichever road a line took (docs/manager.md, Logs).
+
+A failure's verdict goes by the outbox (durable), the lines logged after it by the log shipper; each backs
+off on its own while the manager is away, and whichever tried first once it was back used to win: lines
+logged after the failure came before it. Now the shipper holds a source while the outbox has a durable push
+of it pending. Real Reporter (its Sender, Outbox and Shipper), the real dev-manager on 127.0.0.1 and its
+faults; the supervisor's own log reaches the shipper the way the app's does (EarlyLines).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from supervisor.app.cli import dev_manager
+from supervisor.config import ManagerSpec
+from supervisor.devmanager.server import DevManager
+from supervisor.engine.exitflush import ExitFlush
+from supervisor.engine.loop import EventLoop
+from supervisor.manager.logship import EarlyLines
+from supervisor.manager.reporting import Reporter
+from supervisor.text.redact import Redactor
+
+WAIT_S = 30.0  # an upper bound against hanging, never a measure
+FAILED = "prover-supervisor: FAILED: phase=bench reason=oom_killed"
+MARKS = ("before the failure", "FAILED", "after the failure", "exiting with status", "not delivered yet",
+         "second start")
+
+
+@pytest.fixture
+def manager() -> Iterator[DevManager]:
+    mgr = dev_manager(port=0, quiet=True).start()
+    yield mgr
+    mgr.stop()
+
+
+class Supervisor:
+    """A Reporter as the app makes one: its own log tapped into the shipper's ``setup`` (EarlyLines)."""
+
+    def __init__(self, manager: DevManager, state_dir: Path) -> None:
+        self.loop = EventLoop()
+        self.said: list[str] = []
+        early = EarlyLines()
+        spec = ManagerSpec(url=manager.url, label="C.5150", connect_timeout_s=2.0, read_timeout_s=5.0,
+                           log_push_interval_s=0.2)
+        self.reporter = Reporter(spec, state_dir, self.loop, lambda line: self.log(line, early), lambda k, v: None,
+                                 Redactor(), early)
+        self.reporter.start()
+
+    def log(self, line: str, early: EarlyLines) -> None:
+        self.said.append(line)
+        early.tap(line)
+
+    def run_until(self, done: Callable[[], object], what: str) -> None:
+        """Run the loop (the sender's answers are taken in there) until ``done()``."""
+        deadline = time.monotonic() + WAIT_S
+        self.loop.run_until(lambda: bool(done()) or time.monotonic() > deadline, 0.02)
+        assert done(), f"{what}: not within {WAIT_S:g}s; the supervisor said: {self.said[-10:]}"
+
+    def drained(self) -> bool:
+        outbox = self.reporter.outbox
+        return outbox is not None and outbox.pending() == 0 and not self.reporter.status()["log_backlog"]
+
+    def stop(self, status: int, why: str) -> None:
+        def wait(flush: ExitFlush, until: Callable[[], bool]) -> None:
+            self.loop.run_until(until, 0.02)
+
+        self.reporter.stop(status, why, wait)
+
+
+def faults(manager: DevManager, body: dict[str, object]) -> None:
+    assert requests.post(manager.url + "/dev/faults", json=body, timeout=5).status_code == 200
+
+
+def setup_tab(manager: DevManager, uuid: str | None) -> list[str]:
+    """The marked lines of the instance's setup tab, in the order the manager got them."""
+    text = manager.state.snapshot()["logs"].get(uuid or "", {}).get("setup", "")
+    return [line for line in text.splitlines() if any(mark in line for mark in MARKS)]
+
+
+def refused_pushes(manager: DevManager) -> int:
+    return sum(1 for c in manager.state.snapshot()["calls"] if c["path"] == "/api/log-push" and c["status"] == 503)
+
+
+def taken_pushes(manager: DevManager) -> int:
+    return sum(1 for c in manager.state.snapshot()["calls"] if c["path"] == "/api/log-push" and c["status"] == 204)
+
+
+def registered(manager: DevManager, tmp_path: Path) -> Supervisor:
+    """A supervisor the manager knows, whose first own line is in its setup tab, and whose shipper has heard
+    every answer: a push still in flight when the failure is pushed would be taken into the outbox too, and show
+    twice (docs/manager.md: twice rather than out of order), which is not what these tests are about."""
+    sup = Supervisor(manager, tmp_path)
+    sup.run_until(lambda: sup.reporter.uuid, "registered")
+    sup.reporter.ship_own_line("before the failure")
+    logs = sup.reporter._logs  # (its count of pushes taken: no other way to see that none is in flight)
+    assert logs is not None
+    sup.run_until(lambda: setup_tab(manager, sup.reporter.uuid) and logs.pushed == taken_pushes(manager),
+                  "the first line shipped")
+    return sup
+
+
+def test_lines_logged_after_a_failure_wait_behind_its_durable_push_the_manager_asked_to_wait(
+        manager: DevManager, tmp_path: Path) -> None:
+    # The failure's push is refused with Retry-After 3 (the outbox waits that long); the shipper, never refused,
+    # would push the lines logged meanwhile at its next interval, ahead of the failure: they wait instead.
+    sup = registered(manager, tmp_path)
+    faults(manager, {"path": "/api/log-push", "status": 503, "retry_after": 3, "count": 1})
+    sup.reporter.push_text("setup", FAILED)
+    sup.run_until(lambda: refused_pushes(manager), "the failure's push refused")
+    for k in range(3):
+        sup.reporter.ship_own_line(f"after the failure, {k}")
+    sup.run_until(lambda: len(setup_tab(manager, sup.reporter.uuid)) >= 5 and sup.drained(), "everything shipped")
+    assert setup_tab(manager, sup.reporter.uuid) == [
+        "[supervisor] before the failure", FAILED, *(f"[supervisor] after the failure, {k}" for k in range(3))]
+    sup.stop(0, "test over")
+
+
+def test_lines_still_held_at_the_exit_go_behind_it_into_the_outbox_and_the_next_start_delivers_them_in_order(
+        manager: DevManager, tmp_path: Path) -> None:
+    # The manager refuses every log push until the supervisor has exited: the failure, the lines after it and
+    # the exit's own lines (said after its "exiting" push) stay in the outbox, in that order; the next start
+    # delivers them before its own lines.
+    sup = registered(manager, tmp_path)
+    uuid = sup.reporter.uuid
+    faults(manager, {"path": "/api/log-push", "status": 503})
+    sup.reporter.push_text("setup", FAILED)
+    sup.run_until(lambda: refused_pushes(manager), "the failure's push refused")
+    for k in range(3):
+        sup.reporter.ship_own_line(f"after the failure, {k}")
+    sup.stop(1, "test failure")
+    assert any("not delivered yet" in line for line in sup.said)
+    faults(manager, {})
+    again = Supervisor(manager, tmp_path)
+    again.reporter.ship_own_line("second start")
+    again.run_until(lambda: again.drained() and any("second start" in line for line in setup_tab(manager, uuid)),
+                    "the next start delivered everything")
+    tab = setup_tab(manager, uuid)
+    assert tab == [
+        "[supervisor] before the failure", FAILED, *(f"[supervisor] after the failure, {k}" for k in range(3)),
+        "prover-supervisor exiting with status 1: test failure", tab[6], "[supervisor] second start"], tab
+    assert "not delivered yet" in tab[6]
+    again.stop(0, "test over")

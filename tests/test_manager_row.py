@@ -4,7 +4,8 @@ Real supervisors against the dev-manager on 127.0.0.1, which serves ``GET /statu
 real one does (its times ``YYYY-MM-DD HH:MM:SS`` UTC) and lets a test set a row as the manager's monitor would
 (``POST /dev/row``). A killed row ends the instance (exit 80) with no lifecycle call that could un-kill it; a
 404 on ``/running`` from a killed row is not taken for a forgotten uuid; a row registered longer ago than the
-fetch deadline is given up at once; a uuid forgotten after ``running`` is registered again, once.
+fetch deadline is given up at once; a uuid forgotten at any stage (during the fetch, after ``param-done``,
+after ``running``) is registered again, once, and the last lifecycle call delivered sent again under the new one.
 """
 
 from __future__ import annotations
@@ -197,13 +198,13 @@ def test_a_uuid_forgotten_after_running_is_registered_again_once(sup: Runner, ma
     wait_for(lambda: ("/running", 200) in lifecycle_calls(manager), WAIT_S)
     [old] = [i["uuid"] for i in instances(manager)]
     post(manager, "/dev/forget", {})  # the manager's database was reset while the instance proves
-    proc.wait_text("forgotten in production", WAIT_S)
+    proc.wait_text("registering again", WAIT_S)
     wait_for(lambda: lifecycle_calls(manager).count(("/running", 200)) == 2, WAIT_S)
     [new] = [i["uuid"] for i in instances(manager)]
     assert new != old
     assert instances(manager)[0]["history"] == ["registered", "running"]
     out = proc.text()
-    assert (f"manager: the manager no longer knows uuid {old} (forgotten in production: its GET /status does not "
+    assert (f"manager: the manager no longer knows uuid {old} (forgotten: its GET /status does not "
             "list it, its /runner-id answers 404); registering again, once, and running sent again") in out, out
     wait_for(lambda: "registered again as" in manager.state.snapshot()["logs"].get(new, {}).get("setup", ""), WAIT_S)
     repushed = manager.state.snapshot()["logs"][new]["setup"]
@@ -224,6 +225,54 @@ def test_a_uuid_forgotten_after_running_is_registered_again_once(sup: Runner, ma
     assert "  fetch clock: from " in text and "UTC (the manager's registered_at)" in text, text
     proc.proc.terminate()
     assert proc.finish(WAIT_S) == 143, proc.tail()
+
+
+def test_a_uuid_forgotten_during_the_fetch_is_registered_again_at_the_next_read(sup: Runner,
+                                                                              manager: DevManager) -> None:
+    """Before any lifecycle call: the label is registered again at the next periodic read, not at param-done
+    (up to 90 min later; a label on Vast that the manager never registered is killed after 15 min)."""
+    go = sup.tmp / "go"
+    proc = Console(sup, config(sup, manager, go, extra="row_check_s = 5"))
+    proc.wait_text("manager: registered: uuid")
+    wait_for(lambda: reads(manager) >= 1, WAIT_S)
+    [old] = [i["uuid"] for i in instances(manager)]
+    post(manager, "/dev/forget", {})  # the manager's database was reset while the fetch runs
+    proc.wait_text("registering again", WAIT_S)
+    wait_for(lambda: len(instances(manager)) == 1, WAIT_S)
+    [new] = [i["uuid"] for i in instances(manager)]
+    assert new != old and instances(manager)[0]["state"] == "registered"
+    assert lifecycle_calls(manager) == [("/register", 200), ("/register", 200)], "the fetch is still on"
+    out = proc.text()
+    assert (f"manager: the manager no longer knows uuid {old} (forgotten: its GET /status does not list it, its "
+            "/runner-id answers 404); registering again, once\n") in out, out
+    go.touch()
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+    assert lifecycle_calls(manager) == [("/register", 200), ("/register", 200), ("/param-done", 200),
+                                        ("/running", 200)], lifecycle_calls(manager)
+    assert instances(manager)[0]["history"] == ["registered", "params_done", "running"]
+    assert "refused for good" not in proc.text(), proc.tail()
+
+
+def test_a_uuid_forgotten_after_param_done_is_registered_again_and_param_done_sent_again(
+        sup: Runner, manager: DevManager) -> None:
+    go, then = sup.tmp / "go", sup.tmp / "then"
+    go.touch()
+    proc = Console(sup, config(sup, manager, go, then, extra="row_check_s = 5"))
+    wait_for(lambda: ("/param-done", 200) in lifecycle_calls(manager), WAIT_S)
+    [old] = [i["uuid"] for i in instances(manager)]
+    post(manager, "/dev/forget", {})  # reset while the next step runs: the new row must not sit in registered
+    proc.wait_text("registering again", WAIT_S)
+    wait_for(lambda: lifecycle_calls(manager).count(("/param-done", 200)) == 2, WAIT_S)
+    [row] = instances(manager)
+    assert row["uuid"] != old and row["state"] == "params_done", row
+    assert (f"manager: the manager no longer knows uuid {old} (forgotten: its GET /status does not list it, its "
+            "/runner-id answers 404); registering again, once, and param-done sent again under the new uuid"
+            ) in proc.text(), proc.tail()
+    then.touch()
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+    assert lifecycle_calls(manager) == [("/register", 200), ("/param-done", 200), ("/register", 200),
+                                        ("/param-done", 200), ("/running", 200)], lifecycle_calls(manager)
+    assert instances(manager)[0]["history"] == ["registered", "params_done", "running"]
 
 
 def test_a_row_time_from_the_future_is_refused_once_and_never_an_anchor(sup: Runner, manager: DevManager) -> None:

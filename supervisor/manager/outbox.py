@@ -16,7 +16,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -392,6 +392,14 @@ class Outbox:
         row = self._read_one("SELECT response FROM calls WHERE kind = ? AND state = 'delivered' "
                              "ORDER BY id DESC LIMIT 1", (kind,))
         return None if row is None else json.loads(row[0] or "null") or {}
+
+    def last_delivered_of(self, kinds: Collection[str]) -> Call | None:
+        """The latest delivered call of any of ``kinds`` (each kind's last one is kept, whatever its age)."""
+        if not kinds:
+            return None
+        row = self._read_one("SELECT id, kind, payload, created, attempts FROM calls WHERE state = 'delivered' "
+                             f"AND kind IN ({', '.join('?' * len(kinds))}) ORDER BY id DESC LIMIT 1", tuple(kinds))
+        return None if row is None else Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
 
     def delivered_payloads(self, kind: str, limit: int) -> list[dict[str, Any]]:
         """The payloads of the latest ``limit`` delivered calls of ``kind``, oldest first."""

@@ -26,7 +26,9 @@ A killed row answers ``/running`` with the same 404 (``or already killed``), but
 
 The manager's own view (rowwatch.py): the row is read once the manager knows the instance, before each
 lifecycle call (``CallKind.checks_row``), and every ``row_check_s`` while idle. A killed row ends it
-(``on_killed``, once): no lifecycle call goes out any more, and no re-registration.
+(``on_killed``, once): no lifecycle call goes out any more, and no re-registration. A row the periodic read
+finds gone (not listed, and its ``/runner-id`` answers 404), at any stage, is registered again the same way,
+once a stage, and the last lifecycle call delivered goes again under the new uuid.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ..engine.loop import EventLoop, summary
 from ..text import Log
 from ..text.show import cut, shown
 from .answers import AnswerError, check_uuid, register_answer
-from .callkinds import LOG, REGISTER, RUNNING, CallKind, CallKinds, Payload
+from .callkinds import LOG, REGISTER, CallKind, CallKinds, Payload
 from .client import Answer, ManagerClient, PermanentError, TransientError
 from .row import KILLED, Row
 from .rowwatch import RowReading, RowWatch
@@ -135,7 +137,10 @@ class Sender:
         self.killed: Row | None = None  # the row said killed: no lifecycle call goes out any more
         self._view: HearsTheRow = view if view is not None else Unheard()
         self._forgotten_uuid: str | None = None  # dropped for a forget; its successor is told once registered
-        self._registered_in_production = False  # a forget noticed after running: registered again once
+        # The stages (the last lifecycle call delivered; None: none yet) at which the periodic read found the uuid
+        # forgotten and registered it again: once each, so a manager that forgets every row is not asked again
+        # and again, yet a second reset later on (a fetch's, then production's) is not left unregistered.
+        self._registered_by_watch: set[str | None] = set()
 
     # ------------------------------------------------------------ who we are to the manager
 
@@ -382,6 +387,8 @@ class Sender:
         self._forgotten_uuid = forgotten
         for name in ("uuid", *self._calls.answer_fields):
             self.outbox.put(name, "")
+        if not self.outbox.pending_of(REGISTER):  # (with nothing else queued, nothing would ask for it: _next_call)
+            self._queue_register()
         self._loop.call_soon_threadsafe(lambda: self._log(
             f"manager: the manager no longer knows uuid {forgotten} ({why}); registering again{after}"))
 
@@ -417,19 +424,34 @@ class Sender:
         return True
 
     def _watch_row(self) -> None:
-        """Nothing to deliver: the periodic look-up, when due. A uuid forgotten after ``running`` (the
-        manager's log pushes answer 204 for any uuid, so nothing else would notice) is registered again once,
-        and ``running`` sent again under the new one; otherwise status shows it unknown to the manager."""
+        """Nothing to deliver: the periodic look-up, when due. A uuid the manager forgot, at any stage, is
+        registered again (_register_forgotten): nothing else would notice in time. The log pushes answer 204
+        for any uuid, and the next lifecycle call may be an hour off (a fetch lasts up to 90 min, and a label
+        seen on Vast but never registered is killed after 15). Once a stage; after that status shows it
+        unknown to the manager."""
         if not self.uuid or not self.rows.due():
             return
         reading = self._read_row()
-        if not reading.listed or self._retired or self._registered_in_production \
-                or self.outbox.delivered_answer(RUNNING) is None or self.rows.gone(self.uuid) is not True:
-            return
-        self._registered_in_production = True
-        self._drop_uuid("forgotten in production: its GET /status does not list it, its /runner-id answers 404",
-                        ", once, and running sent again under the new uuid")
-        self.outbox.add(RUNNING, {})  # after the register, which goes first
+        if not reading.listed or self._retired or self._registered_again:
+            return  # (registered again already, and nothing delivered since: the same forget, not a new one)
+        last = self.outbox.last_delivered_of(self._lifecycle_kinds())
+        stage = last.kind if last is not None else None
+        if stage not in self._registered_by_watch and self.rows.gone(self.uuid) is True:
+            self._register_forgotten(last)
+
+    def _lifecycle_kinds(self) -> list[str]:
+        """The calls that move the manager's row (param-done, running, a plugin's bench-done)."""
+        return [name for name, kind in self._kinds.items() if kind.checks_row]
+
+    def _register_forgotten(self, last: Call | None) -> None:
+        """The row is gone (GET /status does not list it, its /runner-id answers 404): the label is registered
+        again and the last lifecycle call delivered sent again under the new uuid, so that the new row (in
+        ``registered``) stands where the old one did; ``running`` and ``bench-done`` are taken in any state."""
+        self._registered_by_watch.add(last.kind if last is not None else None)
+        again = f", once, and {last.kind} sent again under the new uuid" if last is not None else ", once"
+        self._drop_uuid("forgotten: its GET /status does not list it, its /runner-id answers 404", again)
+        if last is not None:
+            self.outbox.add(last.kind, last.payload)  # after the register, which goes first
 
     # ------------------------------------------------------------ one call
 

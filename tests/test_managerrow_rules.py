@@ -71,6 +71,7 @@ def test_a_time_within_the_skew_is_taken() -> None:
     ({**ROW, "registered_at": 1764500000}, "not a time as the manager writes it"),
     ({**ROW, "score": "fast"}, "score is not a number"),
     ({**ROW, "score": float("inf")}, "score is not a number"),
+    ({**ROW, "score": 10**400}, "score is not a number in 0..100: 1000"),  # valid JSON, and no float holds it
     ({**ROW, "score": 101}, "score is not a number in 0..100"),
     ({**ROW, "tested_at": "soon"}, "tested_at is not a time as the manager writes it"),
     ({**ROW, "kill_reason": ["x"]}, "kill_reason is not text"),

@@ -1,18 +1,31 @@
 """rowwatch.py against the in-process dev-manager on 127.0.0.1: one bounded look-up at a time, a failed one
 not tried again for FAILED_AGAIN_S, the periodic read only once the manager knows the instance, and
-/runner-id's word on forgotten (404) against killed (200)."""
+/runner-id's word on forgotten (404) against killed (200). Then through the sender (a real one, its outbox and
+loop): a row that cannot be read, for whatever reason, is no usable answer, never the failure of the call it
+came before nor of the registration; a bug of ours met reading it is said, with its traceback."""
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import pytest
 import requests
 
 from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import DevManager
+from supervisor.engine.loop import EventLoop
+from supervisor.manager.callkinds import CallKinds
 from supervisor.manager.client import ManagerClient
+from supervisor.manager.outbox import Outbox
+from supervisor.manager.row import RowFields
 from supervisor.manager.rowwatch import FAILED_AGAIN_S, RowWatch
+from supervisor.manager.sender import Sender
+
+WAIT_S = 30.0  # an upper bound against hanging, never a measure
 
 
 def watch(mgr: DevManager, clock: list[float]) -> RowWatch:
@@ -138,3 +151,103 @@ def test_a_manager_whose_clock_lags_ours_has_its_times_read_on_ours(tmp_path) ->
     finally:
         lagging.kill()
         lagging.wait(10)
+
+
+# ---------------------------------------------------------------- through the sender
+
+
+class Sending:
+    """A real Sender on its outbox and loop against the dev-manager, a plugin's number (``fields``) in its row;
+    what it logs, the identities it exports, and what the loop's faults say (a contained bug's traceback)."""
+
+    def __init__(self, mgr: DevManager, tmp_path: Path, fields: RowFields) -> None:
+        self.mgr = mgr
+        spec = ManagerSpec(url=mgr.url, label=LABEL, connect_timeout_s=2, read_timeout_s=2)
+        self.loop = EventLoop()
+        self.lines: list[str] = []
+        self.faults: list[str] = []
+        self.loop.faults.log = self.faults.append
+        self.identities: list[str] = []
+        calls = CallKinds()
+        calls.row = fields
+        self.outbox = Outbox(tmp_path / "outbox.sqlite3")
+        self.sender = Sender(spec, self.outbox, ManagerClient(spec), self.loop, self.lines.append, calls,
+                             on_identity=lambda uuid, fields: self.identities.append(uuid))
+
+    def run_until(self, done: Any) -> None:
+        deadline = time.monotonic() + WAIT_S
+        self.loop.run_until(lambda: done() or time.monotonic() > deadline, 0.02)
+        assert done(), f"not done within {WAIT_S:g}s; log: {self.lines}; faults: {self.faults}"
+
+    def close(self) -> None:
+        self.sender.ask_to_stop()
+        self.sender.join(WAIT_S)
+        self.outbox.close()
+        self.loop.close()
+
+
+LABEL = "C.13"
+
+
+@pytest.fixture
+def sending(manager: DevManager, tmp_path: Path) -> Iterator[Any]:
+    made: list[Sending] = []
+
+    def make(fields: RowFields) -> Sending:
+        made.append(Sending(manager, tmp_path, fields))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.close()
+
+
+def our_row_answers(mgr: DevManager, **fields: Any) -> str:
+    """The label registered (the uuid the sender will be answered: registering is idempotent per label), and
+    from now on GET /status answering our row with ``fields``."""
+    uuid = register(mgr, LABEL)
+    row = {"uuid": uuid, "label": LABEL, "runner_id": 1, "state": "registered", **fields}
+    answer = requests.post(mgr.url + "/dev/faults", json={"path": "/status", "answer": [row], "count": -1}, timeout=5)
+    assert answer.status_code == 200, answer.text
+    return uuid
+
+
+def delivered_param_done(s: Sending) -> None:
+    """Registered, then param-done queued: both must be delivered whatever the row read says."""
+    s.sender.restore_identity()
+    param_done = s.outbox.add("param-done", {})
+    s.sender.start()
+    s.run_until(lambda: not s.outbox.is_pending(param_done))
+    states = {row["kind"]: row["state"] for row in s.outbox.history()}
+    assert states == {"register": "delivered", "param-done": "delivered"}, s.outbox.history()
+
+
+def test_a_number_no_float_holds_is_no_usable_answer_not_a_failed_call(sending: Any, manager: DevManager) -> None:
+    """A 400-digit min_rate (valid JSON) raised OverflowError out of the row's check: the registration's
+    identity was never exported and param-done was failed for good as "a bug of ours"."""
+    uuid = our_row_answers(manager, score=10**400)
+    s = sending(RowFields(numbers={"score": 100.0}))
+    delivered_param_done(s)
+    assert s.identities == [uuid], s.lines
+    assert manager.state.snapshot()["instances"][uuid]["state"] == "params_done"
+    latest = s.sender.rows.latest
+    assert latest is not None and latest.error is not None and "score is not a number in 0..100" in latest.error
+    assert s.faults == [] and not any("failed for good" in line for line in s.lines), s.lines
+
+
+def test_a_bug_of_ours_reading_the_row_is_said_and_fails_no_call(sending: Any, manager: DevManager) -> None:
+    # A plugin's declaration that cannot work (its maximum is text): comparing a row's number with it raises.
+    uuid = our_row_answers(manager, score=5)
+    s = sending(RowFields(numbers={"score": "100"}))  # type: ignore[dict-item]
+    delivered_param_done(s)
+    assert s.identities == [uuid], s.lines
+    s.run_until(lambda: bool(s.faults))
+    said = s.faults[0]
+    assert said.startswith("internal error in reading the manager's row: ") and said.endswith(
+        "(contained; the supervisor goes on)"), s.faults
+    assert any("supervisor/manager/row.py" in line for line in s.faults), "with its traceback"
+    latest = s.sender.rows.latest
+    assert latest is not None and latest.error is not None
+    assert latest.error.startswith("GET /status: not read, a bug of ours: "), latest.error
+    assert not any("failed for good" in line for line in s.lines), s.lines
+

@@ -142,10 +142,16 @@ def manager_time(value: Any, name: str, now: float, offset_s: float = 0.0) -> fl
 def _number(value: Any, name: str, maximum: float) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not 0 <= value <= maximum:
-        raise RowError(f"{name} is not a number in 0..{maximum:g}: {answered(value)}")
-    return float(value)
+    refused = RowError(f"{name} is not a number in 0..{maximum:g}: {answered(value)}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise refused
+    try:  # JSON's integers have no bound: one of 400 digits is valid, and no float holds it
+        number = float(value)
+    except OverflowError:
+        raise refused from None
+    if not math.isfinite(number) or not 0 <= number <= maximum:
+        raise refused
+    return number
 
 
 def rows_of(body: Any) -> list[Any]:

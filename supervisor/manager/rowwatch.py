@@ -2,8 +2,10 @@
 
 The row is evidence, never a reason to wait: one attempt each, bounded like every call (the client's
 total deadline, an answer of at most STATUS_MAX_BYTES), and one that fails (a manager without
-``GET /status``, down, answering garbage) leaves the call it came before to go as it would have. The
-sender (sender.py) reads the row:
+``GET /status``, down, answering garbage) leaves the call it came before to go as it would have. So does
+one that meets a bug of ours while reading the answer: it is no usable answer, never the call's failure,
+and the bug is said (``on_bug``: with its traceback, by the loop's faults). The sender (sender.py) reads
+the row:
 
 - once the manager knows the instance (registered now, or a uuid kept from an earlier start): its
   ``registered_at`` anchors the fetch deadline, a plugin's fields (RowFields) what the plugin decides;
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from ..engine.loop import summary
 from ..text.show import cut
 from .client import ManagerClient, PermanentError, TransientError
 from .row import CLOCK_OFFSET_MIN_S, NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
@@ -63,10 +66,12 @@ class RowWatch:
     """Reads the row for the sender (on its thread) and says when the next periodic read is due."""
 
     def __init__(self, client: ManagerClient, interval_s: float, now: Callable[[], float] = time.time,
-                 fields: RowFields = NO_ROW_FIELDS, mono: Callable[[], float] = time.monotonic) -> None:
+                 fields: RowFields = NO_ROW_FIELDS, mono: Callable[[], float] = time.monotonic,
+                 on_bug: Callable[[Exception], None] | None = None) -> None:
         # ``now``: the wall clock, the manager's (a reading's time, the row's times); ``mono``: the one the reads
         # are paced on, which a step of the wall clock (NTP, a VM resumed) does not move.
         self._client, self._interval_s, self._now, self._mono = client, interval_s, now, mono
+        self._on_bug = on_bug  # who says a bug of ours met reading the row (None: it is raised, never swallowed)
         self._fields = fields  # what a plugin's protocol adds to the row
         self._next_at: float | None = None  # (mono) None: no periodic read until the manager knows us
         self._failed_at: float | None = None  # (mono) when the latest reading got no answer
@@ -101,10 +106,20 @@ class RowWatch:
             reading = RowReading(now, row, listed=row is None)
         except (TransientError, PermanentError, RowError) as exc:
             reading = RowReading(now, None, listed=False, error=cut(f"GET /status: {exc}", 300))
+        except Exception as exc:
+            reading = RowReading(now, None, listed=False, error=self._bug(exc))
         self.latest, self._failed_at = reading, mono if reading.error is not None else None
         new = [note for note in notes if note.about not in self._said]
         self._said.update(note.about for note in new)
         return reading, new
+
+    def _bug(self, exc: Exception) -> str:
+        """A bug of ours reading an answer (find_row, a plugin's RowFields): said by ``on_bug``, and the reading is
+        no usable answer, like garbage from the manager; the call it came before is not failed for it."""
+        if self._on_bug is None:
+            raise exc
+        self._on_bug(exc)
+        return cut(f"GET /status: not read, a bug of ours: {summary(exc)}", 300)
 
     def gone(self, uuid: str) -> bool | None:
         """Does the manager no longer have this uuid? ``GET /runner-id``: 404 yes, 200 no (a killed row is kept),

@@ -133,7 +133,7 @@ class Sender:
         self._thread: threading.Thread | None = None
         self._in_hand: Call | None = None  # the call being delivered (the thread's own: a bug fails it in time)
         # The manager's own view (rowwatch.py): read on this thread, heard on the loop's.
-        self.rows = RowWatch(client, spec.row_check_s, fields=calls.row)
+        self.rows = RowWatch(client, spec.row_check_s, fields=calls.row, on_bug=self._row_bug)
         self.killed: Row | None = None  # the row said killed: no lifecycle call goes out any more
         self._view: HearsTheRow = view if view is not None else Unheard()
         self._forgotten_uuid: str | None = None  # dropped for a forget; its successor is told once registered
@@ -405,6 +405,11 @@ class Sender:
             # Given up already (here, or by an earlier start): the kill is its consequence, not news to tell.
             self._killed_by(reading.row, tell=not self._retired)
         return reading
+
+    def _row_bug(self, exc: Exception) -> None:
+        """A bug of ours reading the row (rowwatch.py: the reading counts as no usable answer): said with its
+        traceback, once, then counted, by the loop's faults, as any contained bug is."""
+        self._loop.call_soon_threadsafe(lambda: self._loop.faults.report("reading the manager's row", exc))
 
     def _killed_by(self, row: Row, tell: bool = True) -> None:
         self.killed, self._retired = row, True  # nothing that could un-kill it goes out from now on

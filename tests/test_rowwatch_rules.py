@@ -76,6 +76,32 @@ def test_a_failed_look_up_is_not_tried_again_for_a_while(manager: DevManager) ->
     assert again.row is not None and len(manager.state.snapshot()["reads"]) == 2
 
 
+def test_a_watch_that_cannot_read_says_so_at_once_again_for_another_cause_and_when_it_reads_again(
+        manager: DevManager) -> None:
+    """The row read is the only way to learn of the UI's kill or a forget before the next lifecycle call: a
+    GET /status that always fails was only kept as "not read (...)" in status, and nothing was said."""
+    uuid = register(manager)
+    clock = [time.time()]
+    rows = watch(manager, clock)
+    faults = manager.url + "/dev/faults"
+    requests.post(faults, json={"status": 404, "path": "/status"}, timeout=5)
+    _, lines = rows.read(uuid)
+    assert lines == ['row watch: no reading (GET /status: HTTP 404: {"error": "injected fault"}); the manager\'s '
+                     "own kill or forget of this instance is learnt only at a lifecycle call's answer meanwhile"]
+    clock[0] += FAILED_AGAIN_S + 1
+    assert rows.read(uuid)[1] == [], "the same cause is said once"
+    requests.post(faults, json={"huge_body_bytes": 5 * 1024 * 1024, "path": "/status"}, timeout=5)
+    clock[0] += FAILED_AGAIN_S + 1
+    assert rows.read(uuid)[1] == ["row watch: still no reading, for another cause (GET /status: answer larger "
+                                  "than 4096 KiB)"]
+    requests.post(faults, json={}, timeout=5)
+    clock[0] += FAILED_AGAIN_S + 1
+    reading, lines = rows.read(uuid)
+    assert reading.row is not None and len(lines) == 1, lines
+    assert re.fullmatch(r"row watch: reading again after \d+ s without one", lines[0]), lines
+    assert rows.state.current == "reading" and rows.state.misses == 3
+
+
 def test_the_periodic_read_is_due_only_once_the_manager_knows_the_instance(manager: DevManager) -> None:
     clock = [time.time()]
     rows = watch(manager, clock)
@@ -251,3 +277,12 @@ def test_a_bug_of_ours_reading_the_row_is_said_and_fails_no_call(sending: Any, m
     assert latest.error.startswith("GET /status: not read, a bug of ours: "), latest.error
     assert not any("failed for good" in line for line in s.lines), s.lines
 
+
+def test_a_blind_row_watch_is_said_in_the_supervisors_log(sending: Any, manager: DevManager) -> None:
+    requests.post(manager.url + "/dev/faults", json={"status": 404, "path": "/status"}, timeout=5)
+    s = sending(RowFields())
+    delivered_param_done(s)  # (read at the registration; param-done within FAILED_AGAIN_S: not read again)
+    said = [line for line in s.lines if "row watch" in line]
+    assert said == ['manager: row watch: no reading (GET /status: HTTP 404: {"error": "injected fault"}); the '
+                    "manager's own kill or forget of this instance is learnt only at a lifecycle call's answer "
+                    "meanwhile"], s.lines

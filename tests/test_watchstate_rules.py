@@ -4,6 +4,8 @@ said at its first coming, then counted, the count said once a period. And the st
 
 from __future__ import annotations
 
+import math
+
 from supervisor.evidence.watchstate import REPEATS_KEYS_MAX, WHY_CHARS, Repeats, Watches, WatchState
 from supervisor.status.model import Snapshot
 from supervisor.status.render import watch_lines
@@ -120,3 +122,28 @@ def test_the_status_line_of_the_watches() -> None:
     assert watch_lines({}, 0.0) == [] and watch_lines(Snapshot.from_json({"watches": None}).watches, 0.0) == []
     assert watch_lines(Snapshot.from_json({"watches": {"a": {"state": "reading"}}}).watches, 0.0, live=False) == [
         "watches (last known): a reading"]
+
+
+def test_a_watch_that_reads_now_and_then_is_blind_at_its_first_miss_said_again_only_for_another_cause() -> None:
+    clock = Clock()
+    state = WatchState("row watch", math.inf, clock=clock)
+    state.read()
+    clock.now += 300
+    state.missed("GET /status: HTTP 404: not here", "a kill is not seen meanwhile")
+    assert state.check() == ["row watch: no reading (GET /status: HTTP 404: not here); a kill is not seen meanwhile"]
+    assert state.current == "blind" and state.blind_why() == "GET /status: HTTP 404: not here"
+    clock.now += 300
+    state.missed("GET /status: HTTP 404: not here", "a kill is not seen meanwhile")
+    assert state.check() == [], "the same cause is said once"
+    state.missed("GET /status: answer larger than 4 MiB", "a kill is not seen meanwhile")
+    state.missed("GET /status: answer larger than 4 MiB (object at 0x2)", "-", cause="GET /status: answer larger")
+    state.missed("GET /status: answer larger than 4 MiB (object at 0x3)", "-", cause="GET /status: answer larger")
+    assert state.check() == ["row watch: still no reading, for another cause (GET /status: answer larger than 4 MiB)",
+                             "row watch: still no reading, for another cause (GET /status: answer larger than 4 MiB "
+                             "(object at 0x2))"]
+    clock.now += 60
+    state.read()
+    assert state.check() == ["row watch: reading again after 660 s without one"]
+    assert state.to_dict()["misses"] == 5 and state.to_dict()["window_s"] is None
+    clock.now += 10_000
+    assert state.check() == [], "never blind by time alone"

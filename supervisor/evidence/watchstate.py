@@ -5,7 +5,9 @@ phases) is part of the supervisor, held to its rule: it never dies, hangs, flood
 So each one reports here what became of each attempt to read (``read``: a good reading; ``miss``: no
 reading, with why: an error, a timeout, an answer that is no answer), and the tick (``Watches.check``)
 says, once, the moment a watch has had no reading for longer than its own window ("proofs watch: no
-reading for 120 s: cuzk /status: timed out"), and once more when it reads again. A watch that has nothing
+reading for 120 s: cuzk /status: timed out"), and once more when it reads again. A watch that reads only now
+and then (the manager's row, every few minutes) has no window to wait out: one failed reading makes it blind
+(``missed``), said at once, and again only when the cause of its misses changes. A watch that has nothing
 to read for now (production not up, nobody wanting GPU samples) is ``idle``, never blind. A watch whose
 thread ended unexpectedly says so (``failed``) and is restarted by its owner. ``status`` shows each one.
 
@@ -65,6 +67,7 @@ class WatchState:
         self.misses = 0
         self.failures = 0  # the watch's thread (or tick) ended unexpectedly, and was restarted
         self._said_blind = False
+        self._cause: str | None = None  # what a ``missed`` watch's blindness was last said for
         self._unsaid: list[str] = []  # lines the owner's thread asked to say (a failure), for the loop's tick
 
     def read(self, now: float | None = None) -> None:
@@ -74,7 +77,7 @@ class WatchState:
             self.readings += 1
             if self._said_blind:
                 self._say(f"{self.name}: reading again after {now - self._since:.0f} s without one")
-            self._said_blind = False
+            self._said_blind, self._cause = False, None
             self._state, self._since, self._last_read, self._why = READING, now, now, ""
 
     def miss(self, why: str, now: float | None = None) -> None:
@@ -85,6 +88,25 @@ class WatchState:
             self._why = short(why)
             if self._state in (IDLE, STOPPED):  # waiting for a reading from now on
                 self._state, self._since = STARTING, now
+
+    def missed(self, why: str, then: str, cause: str | None = None, now: float | None = None) -> None:
+        """One reading that failed, for a watch that reads only now and then: blind at once, said on the next
+        check with ``then`` (what it cannot see meanwhile), and again only when ``cause`` (``why`` unless given:
+        what tells one cause from another) changes; ``read`` says when it reads again."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            self.misses += 1
+            self._why = short(why)
+            cause = cause if cause is not None else self._why
+            if self._state == BLIND and cause == self._cause:
+                return
+            if self._state != BLIND:
+                if self._state in (IDLE, STOPPED):
+                    self._since = now
+                self._say(f"{self.name}: no reading ({self._why}); {then}")
+            else:
+                self._say(f"{self.name}: still no reading, for another cause ({self._why})")
+            self._state, self._said_blind, self._cause = BLIND, True, cause
 
     def idle(self, why: str = "") -> None:
         """Nothing to read for now (nobody wants it): not blind, whatever the time since the last reading."""

@@ -14,6 +14,11 @@ the row:
 - every ``row_check_s`` while nothing else is being delivered (the manager kills on its own, and
   forgets, at any time): a kill is learnt within that time, in production too.
 
+The row read is the one way to learn of the manager's own decisions (its UI's kill, a forget) before the next
+lifecycle call, so a watch that cannot read it says so, as every watch does (evidence/watchstate.py): its
+first failed read at once, again when the cause changes (a 404, then an answer over the size cap), and a
+line when it reads again; ``state`` keeps it (RowWatch.read hands the lines over with the notes).
+
 ``gone`` asks ``GET /runner-id``, the one route that tells a forgotten uuid (404) from a killed one (200:
 the manager still has the row): the same 404 ``instance not found or already killed`` of ``/running``
 means either. A note on a row (a time from the future) is said once per watch.
@@ -21,6 +26,8 @@ means either. A note on a row (a time from the future) is said once per watch.
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,12 +35,18 @@ from typing import Any
 from urllib.parse import quote
 
 from ..engine.loop import summary
+from ..evidence.watchstate import WatchState
 from ..text.show import cut
 from .client import ManagerClient, PermanentError, TransientError
 from .row import CLOCK_OFFSET_MIN_S, NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
 
 # After a look-up that got no usable answer, the next is not tried for this long (the calls go meanwhile).
 FAILED_AGAIN_S = 30.0
+# What the watch cannot see while it is blind, said with its first failed read.
+BLIND_MEANS = "the manager's own kill or forget of this instance is learnt only at a lifecycle call's answer meanwhile"
+# An object's address in an error's text (requests' ConnectionError names its connection object): it differs at
+# every attempt, and is no change of the cause.
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,8 @@ class RowWatch:
         self._failed_at: float | None = None  # (mono) when the latest reading got no answer
         self._said: set[tuple[Any, ...]] = set()  # what a note was said about (RowNote.about)
         self.latest: RowReading | None = None
+        # Its own health: reads only now and then, so blind at its first failed read (no window to wait out).
+        self.state = WatchState("row watch", math.inf, clock=mono)
 
     def soon(self) -> None:
         """The manager knows the instance: read the row now, then every interval."""
@@ -85,9 +100,10 @@ class RowWatch:
     def due(self) -> bool:
         return self._next_at is not None and self._mono() >= self._next_at
 
-    def read(self, uuid: str) -> tuple[RowReading, list[RowNote]]:
-        """One look-up (bounded, one attempt), and the notes on it not said before. Within FAILED_AGAIN_S of one
-        that got no answer (a manager down or black-holed), the call it came before is not held up again."""
+    def read(self, uuid: str) -> tuple[RowReading, list[str]]:
+        """One look-up (bounded, one attempt), and the lines to say of it: the notes on it not said before, and
+        what the watch says of itself (blind, reading again). Within FAILED_AGAIN_S of one that got no answer (a
+        manager down or black-holed), the call it came before is not held up again."""
         now, mono = self._now(), self._mono()
         if self._next_at is not None:
             self._next_at = mono + self._interval_s
@@ -105,13 +121,21 @@ class RowWatch:
                                      "its row's times are read on ours", about=("clock", round(offset / 60))))
             reading = RowReading(now, row, listed=row is None)
         except (TransientError, PermanentError, RowError) as exc:
-            reading = RowReading(now, None, listed=False, error=cut(f"GET /status: {exc}", 300))
+            reading = RowReading(now, None, listed=False, error=cut(_on_status(str(exc)), 300))
         except Exception as exc:
             reading = RowReading(now, None, listed=False, error=self._bug(exc))
         self.latest, self._failed_at = reading, mono if reading.error is not None else None
+        self._tell(reading)
         new = [note for note in notes if note.about not in self._said]
         self._said.update(note.about for note in new)
-        return reading, new
+        return reading, [*self.state.check(), *new]
+
+    def _tell(self, reading: RowReading) -> None:
+        """The watch's own health: a reading, or a miss (blind at once; said again only for another cause)."""
+        if reading.error is None:
+            self.state.read()
+        else:
+            self.state.missed(reading.error, BLIND_MEANS, cause=_ADDRESS.sub("0x…", reading.error))
 
     def _bug(self, exc: Exception) -> str:
         """A bug of ours reading an answer (find_row, a plugin's RowFields): said by ``on_bug``, and the reading is
@@ -132,3 +156,7 @@ class RowWatch:
             return None
         return False
 
+
+def _on_status(error: str) -> str:
+    """An error of the look-up, naming it once: the client's own messages begin with the call already."""
+    return error if error.startswith("GET /status") else f"GET /status: {error}"

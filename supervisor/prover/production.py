@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
 from ..config.tables import bounded_seconds
+from ..engine.logs import Unshipped
 from ..engine.offloop import worker_thread
 from ..evidence.watchstate import said_error, short
 from ..text import Log
@@ -406,9 +407,7 @@ class ProductionWatch:
         self.summary = summary_line(self._window, dict(self._wiring.machine(phase)), self._memory)
         if reading.at >= self._next_summary and reading.completed is not None:
             self._next_summary = reading.at + SUMMARY_S
-            self._wiring.log(self.summary)
-            if self._wiring.manager is not None:
-                self._wiring.manager.push_text("setup", f"prover-supervisor: {self.summary}")
+            self._say_summary()
         source = self._window.failing_source(self._settings.proof_failures)
         if source is not None:
             failed = self._window.failed_in_window(source)
@@ -416,6 +415,16 @@ class ProductionWatch:
                       f"(proof_failures={self._settings.proof_failures}; {source} counters)")
             self._window = ProofWindow(self._settings.proof_failure_window_s)
             self._wiring.production.fail_phase(phase, PROOFS_FAILING, detail)
+
+    def _say_summary(self) -> None:
+        """The summary line in the log and, durably, at the manager: the logged copy is Unshipped then (as the
+        memory watch's and the verdict's lines are), or the setup tab would show each summary twice."""
+        manager = self._wiring.manager
+        if manager is None:
+            self._wiring.log(self.summary)
+            return
+        self._wiring.log(Unshipped(self.summary))
+        manager.push_text("setup", f"prover-supervisor: {self.summary}")
 
     def status(self) -> dict[str, Any]:
         """The production phase's keys in status: proofs_completed/failed since up, and the rest."""

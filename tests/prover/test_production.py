@@ -166,6 +166,9 @@ def test_proofs_completing_are_counted_in_status_and_summed_up_at_the_manager(
     os.kill(console.pid, signal.SIGTERM)
     console.finish(timeout=40)
     assert "reason=proofs_failing" not in console.text()
+    # Each summary once in the setup tab, as the durable push: its logged copy is not shipped too (Unshipped).
+    setup = devmgr.state.snapshot()["logs"][instance_of(devmgr, label)["uuid"]]["setup"]
+    assert setup.count("production: proofs ") == setup.count("prover-supervisor: production: proofs ") >= 1, setup
 
 
 def test_proofs_that_keep_failing_fail_production_and_the_instance_is_given_up(

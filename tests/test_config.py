@@ -302,6 +302,12 @@ BAD_CONFIGS = [
     P(bad_daemon('ready = "tcp://h:99999"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-port-too-big"),
     P(bad_daemon('ready = "tcp://h:0"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-port-zero"),
     P(bad_daemon('ready = "tcp://:80"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-no-host"),
+    # -- a host no connect can reach ("ho", its "/st:80" taken as a path; a space): passed check, then timed out
+    P(bad_daemon('ready = "tcp://ho/st:80"'), "phases[1] (b).daemons[0] (d).ready: 'tcp://ho/st:80' must look like "
+      "tcp://host:port", id="ready-tcp-slash-in-host"),
+    P(bad_daemon('ready = "tcp://a b:80"'), "phases[1] (b).daemons[0] (d).ready: 'tcp://a b:80' must look like "
+      "tcp://host:port", id="ready-tcp-space-in-host"),
+    P(bad_daemon('ready = "tcp://host:80/path"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-path"),
     P(bad_daemon('ready = "run/ready"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-relative-path"),
     P(bad_daemon('ready = "file://run/ready"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-file-url-relative"),
     P(bad_daemon('ready = "http://"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-http-no-host"),

@@ -10,6 +10,7 @@ are what a plugin declares its own keys with, so its refusals read like the core
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import signal
@@ -48,6 +49,9 @@ _MAX_DIGITS = 30
 _WHOLE_FLOAT_SHOWN = 1e16
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# A host a probe connects to by name (an address is read by ipaddress): what DNS and /etc/hosts names are made of.
+_HOST_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,253}")
+_PORT_DIGITS = 5  # 65535: more digits ("00000080") is no port anyone wrote
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The variables the supervisor puts in every child's environment itself: the tag and the state_dir by which its
 # trees, and what a killed supervisor left running, are found (engine/trees.py), and the memory budget
@@ -415,6 +419,28 @@ def refuse_url_characters(text: str, where: str, quoted: str) -> None:
                           "whitespace or backslash (percent-encode it)")
 
 
+def host_port(text: str, refusal: str) -> tuple[str, int]:
+    """The host and port of ``host:port`` or ``scheme://host:port`` (an IPv6 host in brackets, ``[::1]:80``), as
+    a connect takes them: a ``ready = "tcp://..."`` probe, [cuzk] listen. ConfigError ``refusal`` (the caller's
+    words, naming the key) for anything else: no host, or one that is neither a name nor an address ("a b",
+    "ho/st"); no port 1-65535 (in at most 5 ASCII digits); a user, a path, a query or a fragment, which no
+    connect reads."""
+    try:
+        parts = urlsplit(text if "://" in text else f"tcp://{text}")
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port out of range or no number ("²" too), a bad [IPv6]
+        raise ConfigError(refusal) from None
+    if not host or not port or len(parts.netloc.rpartition(":")[2]) > _PORT_DIGITS or "@" in parts.netloc \
+            or parts.path not in ("", "/") or "?" in text or "#" in text:
+        raise ConfigError(refusal)
+    if not _HOST_NAME_RE.fullmatch(host):
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(refusal) from None
+    return host, port
+
+
 def _probe(text: str, where: str, kinds: Mapping[str, object]) -> ReadyCheck:
     if text.startswith(("http://", "https://")):
         refuse_url_characters(text, where, shown(text))
@@ -430,11 +456,8 @@ def _probe(text: str, where: str, kinds: Mapping[str, object]) -> ReadyCheck:
         default_port = 443 if parts.scheme == "https" else 80
         return ReadyCheck("http", text, parts.hostname, default_port if port is None else port)
     if text.startswith("tcp://"):
-        hostport = text[len("tcp://") :]
-        host, sep, port = hostport.rpartition(":")
-        if not sep or not host or not is_ascii_digits(port) or len(port) > 5 or not 0 < int(port) < 65536:
-            raise ConfigError(f"{where}: {shown(text)} must look like tcp://host:port")
-        return ReadyCheck("tcp", hostport, host.strip("[]"), int(port))
+        host, port = host_port(text, f"{where}: {shown(text)} must look like tcp://host:port")
+        return ReadyCheck("tcp", text[len("tcp://") :], host, port)
     if text.startswith("file://"):
         path = text[len("file://") :]
         if not path.startswith("/"):

@@ -22,7 +22,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..config import (
     ConfigError,
@@ -36,6 +35,7 @@ from ..config import (
     check_seconds,
     check_size,
     check_table,
+    host_port,
     int_text,
     join_key,
     one_of,
@@ -103,7 +103,7 @@ def listen_probe(listen: str, where: str) -> ReadyCheck:
         if not path.startswith("/"):
             raise ConfigError(f"{where}: {shown(listen)} must name an absolute socket path (unix:///path)")
         return ReadyCheck("unix", path)
-    host, port = _host_port(text, f"{where}: {shown(listen)} must be unix:///path, http://host:port or host:port")
+    host, port = host_port(text, f"{where}: {shown(listen)} must be unix:///path, http://host:port or host:port")
     # A daemon listening on every address is reached on loopback.
     host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     return ReadyCheck("tcp", f"{host}:{port}", host, port)
@@ -115,20 +115,8 @@ def status_probe(status_listen: str, where: str) -> ReadyCheck | None:
     if status_listen == "":
         return None
     status = status_listen.strip().removeprefix("http://").rstrip("/")
-    host, port = _host_port(status, f"{where}: {shown(status_listen)} must be host:port")
+    host, port = host_port(status, f"{where}: {shown(status_listen)} must be host:port")
     return ReadyCheck("http", f"http://{status}/status", host, port)
-
-
-def _host_port(text: str, refusal: str) -> tuple[str, int]:
-    """The host and port of ``text``; ConfigError ``refusal`` where it names no host or no port 1-65535."""
-    try:
-        parts = urlsplit(text if "://" in text else f"tcp://{text}")
-        host, port = parts.hostname, parts.port
-    except ValueError:  # a port out of range, or no number
-        host, port = None, None
-    if not host or not port:
-        raise ConfigError(refusal)
-    return host, port
 
 
 def _listen(value: Any, where: str) -> str:

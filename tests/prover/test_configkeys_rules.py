@@ -114,6 +114,8 @@ def test_the_daemons_addresses_cannot_be_overridden() -> None:
     ("listen", "garbage", "must be unix:///path, http://host:port or host:port"),
     ("listen", "unix://relative.sock", "must name an absolute socket path (unix:///path)"),
     ("listen", "127.0.0.1:0", "must be unix:///path, http://host:port or host:port"),
+    ("listen", "a b:9820", "must be unix:///path, http://host:port or host:port"),  # (the ready probe's rule)
+    ("status_listen", "127.0.0.1:9821/x", "must be host:port"),
     ("status_listen", "127.0.0.1:99999", "must be host:port"),
     ("status_listen", "nowhere", "must be host:port"),
     ("status_listen", "  ", "must be host:port"),

@@ -215,6 +215,10 @@ BAD_CONFIGS = [
     P(bad_phase("stop_signal = 999"), "phases[1] (b).stop_signal:", id="bad-signal-number"),
     P(bad_phase("stop_signal = 0"), "phases[1] (b).stop_signal:", id="signal-zero"),
     P(bad_phase("stop_signal = true"), "phases[1] (b).stop_signal:", id="signal-bool"),
+    # -- SIGSTOP freezes a child, which then sat out its grace before SIGKILL: no stop signal
+    P(bad_phase('stop_signal = "SIGSTOP"'), "phases[1] (b).stop_signal: SIGSTOP stops nothing", id="signal-sigstop"),
+    P(bad_daemon(f"stop_signal = {int(signal.SIGSTOP)}"), "phases[1] (b).daemons[0] (d).stop_signal: SIGSTOP stops "
+      "nothing", id="signal-sigstop-number"),
     P(bad_phase('cwd = ""'), "phases[1] (b).cwd:", id="empty-cwd"),
     P(bad_phase("backoff_s = 10\nbackoff_max_s = 5", kind="service"), "phases[1] (b).backoff_max_s:",
       id="backoff-max-below-backoff"),

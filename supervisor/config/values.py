@@ -396,6 +396,16 @@ def parse_signal(value: Any, where: str = "signal") -> int:
     raise ConfigError(f"{where}: {shown(value)} is not a signal name (e.g. \"SIGTERM\", \"SIGINT\")")
 
 
+def check_stop_signal(value: Any, where: str) -> int:
+    """``stop_signal``: a signal that asks a child to stop. SIGSTOP cannot: no process can catch it, it only
+    freezes the child, which then sits out its whole grace before SIGKILL (SIGKILL itself is a stop, abrupt)."""
+    signum = parse_signal(value, where)
+    if signum == signal.SIGSTOP:
+        raise ConfigError(f"{where}: SIGSTOP stops nothing: it freezes the child (no process can catch it) for its "
+                          "whole grace, then SIGKILL; use \"SIGTERM\" (the default) or the signal it stops on")
+    return signum
+
+
 def ready_checker(kinds: Mapping[str, Callable[[str], ReadyCheck]] = MappingProxyType({})) -> Checker:
     """``ready``: a probe's URL or path, or a kind a plugin registered (``kinds``: its name → the probe it makes,
     given where the key is)."""

@@ -342,6 +342,15 @@ BAD_CONFIGS = [
     P(bad_phase('memory_max = "2048TiB"'), "phases[1] (b).memory_max:", id="size-above-max"),
     P(bad_phase("memory_max = 99999999999999999999"), "phases[1] (b).memory_max:", id="size-huge-int"),
     P(bad_phase('min_memory = "nan"'), "phases[1] (b).min_memory:", id="size-nan"),
+    # -- a bare number is bytes: memory_max = 1 (meant 1GiB) OOM-killed the phase at once; "1.5" was cut to 1 byte
+    P(bad_phase("memory_max = 1"), 'phases[1] (b).memory_max: must be at least 4MiB (a bare number is bytes: did you '
+      'mean "1GiB"?), got 1', id="memory-max-one-byte"),
+    P(bad_phase('memory_max = "100B"'), "phases[1] (b).memory_max: must be at least 4MiB (a smaller limit OOM-kills "
+      "the phase as it starts), got '100B'", id="memory-max-100-bytes"),
+    P(bad_phase('memory_max = "1.5"'), "phases[1] (b).memory_max: '1.5' is not a whole number of bytes (a bare "
+      'number is bytes: did you mean "1.5GiB"?)', id="size-fraction-of-a-byte"),
+    P(bad_phase('min_memory = "0.5b"'), "phases[1] (b).min_memory: '0.5b' is not a whole number of bytes",
+      id="size-half-a-byte"),
     # -- counts
     P(sup_section("ring_lines = 99999999999999999999"), "supervisor.ring_lines: must be at most",
       id="ring-lines-huge"),

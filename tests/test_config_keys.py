@@ -133,6 +133,7 @@ def test_check_size_takes_sizes_and_bytes(value: Any, size: int) -> None:
     ("-1", "k: '-1' is negative"),
     ("2EiB", "k: '2EiB' is not a size (e.g. \"128GiB\", \"512MiB\")"),
     ("2PiB", "k: '2PiB' is more than the 1PiB a size may be"),
+    ("1.5", "k: '1.5' is not a whole number of bytes (a bare number is bytes: did you mean \"1.5GiB\"?)"),
 ])
 def test_check_size_refuses_in_one_line_naming_the_key(value: Any, said: str) -> None:
     assert refused(check_size, value, "k") == said

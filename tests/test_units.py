@@ -24,6 +24,7 @@ def test_parse_size(text: str | int, expected: int) -> None:
     "1e999", "1e9", "inf", "nan", "Infinity", "²", "²GiB", "١٢GiB", "𝟗M", "1_000", "0x10", "+5G",
     pytest.param("9" * 400, id="400-digits"), pytest.param("9" * 5000 + "GiB", id="5000-digits"),
     "1025TiB", "1.01PiB", "2PiB", "1 G i B", "1\x00G",
+    "1.5", "0.5b", "2.25 B",  # a fraction of a byte (was cut to whole bytes: "1.5" was 1)
     -1, MAX_SIZE + 1, pytest.param(10**400, id="10**400"), True, 1.5, None,
 ])
 def test_parse_size_refuses(text: object) -> None:

@@ -80,6 +80,7 @@ from .values import (
     _positive_seconds,
     _string,
     check_bool,
+    check_memory_max,
     check_path,
     check_seconds,
     check_size,
@@ -188,7 +189,7 @@ PHASE_KEYS = {
     "progress_deadline_s": Key(_optional(_positive_seconds)),
     "progress_window_s": Key(_positive_seconds, DEFAULT_PROGRESS_WINDOW_S),
     "min_memory": Key(check_size),
-    "memory_max": Key(check_size),
+    "memory_max": Key(check_memory_max),
     "memory_warn": Key(_optional(check_warn_fraction)),  # None: [supervisor] memory_warn
     "gpu_health": Key(_optional(lambda v, w: check_bool(_bool_text(v), w))),  # None: [supervisor] require_gpus
     # The core's kinds; load.py adds a plugin's (kinds_of, with_kinds).

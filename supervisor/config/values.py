@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from ..state.files import STATUS_SOCKET
 from ..text.show import cut, shown
-from ..text.units import is_ascii_digits, parse_size
+from ..text.units import MIB, is_ascii_digits, parse_size
 from .model import ConfigError, ReadyCheck
 
 # Timers: select() takes at most 2**31 - 1 ms (24.86 days), and a backoff with full jitter doubles its delay;
@@ -36,6 +36,10 @@ MAX_RETRIES = 1_000
 MAX_RESTART_BURST = 1_000
 MAX_LOG_FILE_MAX_BYTES = 1 << 40
 MAX_LOG_BACKLOG_BYTES = 1 << 30  # kept in memory per source while the manager is down
+# memory_max: a cgroup limit below this OOM-kills the phase as it starts (an interpreter alone needs more); a bare
+# number is bytes, and "memory_max = 1" was meant as 1GiB.
+MIN_MEMORY_MAX = 4 * MIB
+MIN_MEMORY_MAX_TEXT = "4MiB"
 MAX_BACKOFF_FACTOR = 100.0  # states.backoff_delay raises it to at most the 64th power: this stays a finite float
 # What the kernel takes: one argv element or NAME=value (MAX_ARG_STRLEN less its NUL), a path (PATH_MAX
 # less its NUL), one name in a path (NAME_MAX), and the status socket's path (sun_path less its NUL).
@@ -286,6 +290,18 @@ def check_size(value: Any, where: str) -> int:
         raise ConfigError(f"{where}: {exc}") from None
     if size <= 0:
         raise ConfigError(f"{where}: must be more than 0 bytes, got {shown(value)}")
+    return size
+
+
+def check_memory_max(value: Any, where: str) -> int:
+    """``memory_max``: a size of at least MIN_MEMORY_MAX (``min_memory``, a floor the preflight checks, takes any:
+    a small one only always passes)."""
+    size = check_size(value, where)
+    if size < MIN_MEMORY_MAX:
+        bare = isinstance(value, int) or is_ascii_digits(value.strip())
+        why = (f"a bare number is bytes: did you mean \"{value.strip() if isinstance(value, str) else value}GiB\"?"
+               if bare else "a smaller limit OOM-kills the phase as it starts")
+        raise ConfigError(f"{where}: must be at least {MIN_MEMORY_MAX_TEXT} ({why}), got {shown(value)}")
     return size
 
 

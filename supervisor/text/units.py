@@ -60,6 +60,9 @@ def parse_size(text: str | int) -> int:
     number, unit = match.groups()
     if len(number) > _MAX_SIZE_DIGITS:
         raise ValueError(f"{shown(text)} has too many digits to be a size")
+    if SIZE_UNITS[unit.lower()] == 1 and not float(number).is_integer():  # (int() would cut it to whole bytes)
+        hint = f" (a bare number is bytes: did you mean \"{number}GiB\"?)" if not unit else ""
+        raise ValueError(f"{shown(text)} is not a whole number of bytes{hint}")
     value = float(number) * SIZE_UNITS[unit.lower()]
     if not math.isfinite(value) or value > MAX_SIZE:
         raise ValueError(f"{shown(text)} is more than the {MAX_SIZE_TEXT} a size may be")

@@ -354,6 +354,13 @@ BAD_CONFIGS = [
     # -- counts
     P(sup_section("ring_lines = 99999999999999999999"), "supervisor.ring_lines: must be at most",
       id="ring-lines-huge"),
+    # -- a port is 0..65535, in one check (a huge one was told "must be at most 1000000")
+    P(sup_section("http_port = 2000000"), "supervisor.http_port: 2000000 is not a TCP port (0 to 65535; 0 turns it "
+      "off)", id="http-port-huge"),
+    P(sup_section("http_port = 70000"), "supervisor.http_port: 70000 is not a TCP port (0 to 65535; 0 turns it off)",
+      id="http-port-above-65535"),
+    P(sup_section("http_port = -1"), "supervisor.http_port: -1 is not a TCP port (0 to 65535; 0 turns it off)",
+      id="http-port-negative"),
     P(sup_section("log_file_max_bytes = 99999999999999999999"), "supervisor.log_file_max_bytes: must be at most",
       id="log-file-max-bytes-huge"),
     P(bad_phase("retries = 9223372036854775807"), "phases[1] (b).retries: must be at most", id="retries-huge"),

@@ -254,14 +254,15 @@ def whole_number(minimum: int, maximum: int) -> Checker:
     return check
 
 
-_count = whole_number(0, MAX_COUNT)
+_tcp_port = whole_number(0, 65535)
 
 
 def _port(value: Any, where: str) -> int:
-    value = _count(value, where)
-    if value > 65535:
-        raise ConfigError(f"{where}: {value} is not a TCP port (0 turns it off)")
-    return value
+    """A TCP port to listen on, 0 (off) to 65535, in one check (a huge one was held to any count's bound first:
+    "must be at most 1000000")."""
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 65535:
+        raise ConfigError(f"{where}: {shown(value)} is not a TCP port (0 to 65535; 0 turns it off)")
+    return _tcp_port(value, where)
 
 
 def _factor(value: Any, where: str) -> float:

@@ -386,6 +386,15 @@ BAD_CONFIGS = [
       "manager.log_push_interval_s: must be at least 0.1 seconds", id="log-push-interval-tiny"),
     P("[production]\nwatch_s = 0.001\n" + MARK_PHASE, "production.watch_s: must be at least 0.2 seconds",
       id="watch-s-tiny"),
+    # -- curio's metrics URL is read as a ready probe's http(s) URL: "nope" passed check, and every reading failed
+    P('[production]\ncurio_metrics = "nope"\n' + MARK_PHASE, "production.curio_metrics: 'nope' must be an http:// or "
+      "https:// URL with a host", id="curio-metrics-not-a-url"),
+    P('[production]\ncurio_metrics = "ftp://x/y"\n' + MARK_PHASE, "production.curio_metrics: 'ftp://x/y' must be an "
+      "http:// or https:// URL with a host", id="curio-metrics-ftp"),
+    P('[production]\ncurio_metrics = "http:///debug/metrics"\n' + MARK_PHASE, "production.curio_metrics: "
+      "'http:///debug/metrics' has no host", id="curio-metrics-no-host"),
+    P('[production]\ncurio_metrics = "http://127.0.0.1:0/m"\n' + MARK_PHASE, "production.curio_metrics: "
+      "'http://127.0.0.1:0/m': port 0 cannot be connected to", id="curio-metrics-port-0"),
     P(bad_phase('resume = "machine"\nresume_max_age_s = 1e9'), "phases[1] (b).resume_max_age_s: must be at most",
       id="resume-age-huge"),
     P(bad_daemon("ready_timeout_s = 1e9"), "phases[1] (b).daemons[0] (d).ready_timeout_s: must be at most",

@@ -99,6 +99,7 @@ from .values import (
     check_state_dir,
     check_table,
     host_port,
+    http_url,
     int_text,
     join_key,
     number_text,
@@ -123,7 +124,6 @@ __all__ = [
     "REPORTS", "RESTART_POLICIES", "RESUMES", "RUNNING", "Checker", "ChildSpec", "ConfigError", "ConfigPlugin", "Key",
     "ManagerSpec", "PhaseSpec", "Plan", "ReadyCheck", "ReportWhen", "SupervisorSpec", "check_arg", "check_bool",
     "check_number", "check_path", "check_seconds", "check_size", "check_state_dir", "check_table", "default_label",
-    "host_port", "int_text", "join_key", "load_plan", "load_state_dir", "number_text", "one_of", "parse_plan",
-    "parse_signal",
-    "read_config", "take", "whole_number", "written",
+    "host_port", "http_url", "int_text", "join_key", "load_plan", "load_state_dir", "number_text", "one_of",
+    "parse_plan", "parse_signal", "read_config", "take", "whole_number", "written",
 ]

@@ -468,20 +468,28 @@ def host_port(text: str, refusal: str) -> tuple[str, int]:
     return host, port
 
 
+def http_url(text: str, where: str) -> tuple[str, int]:
+    """An http(s) URL the supervisor GETs (a ready probe, the production watch's curio metrics): its host and port
+    (80 or 443 where it says none); ConfigError at ``where`` for another scheme, no host, port 0, or a character
+    http.client refuses."""
+    if not text.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: {shown(text)} must be an http:// or https:// URL with a host")
+    refuse_url_characters(text, where, shown(text))
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {shown(text)} is not a valid URL ({cut(str(exc), ASIDE_CHARS)})") from None
+    if not parts.hostname:
+        raise ConfigError(f"{where}: {shown(text)} has no host")
+    if port == 0:
+        raise ConfigError(f"{where}: {shown(text)}: port 0 cannot be connected to")
+    return parts.hostname, (443 if parts.scheme == "https" else 80) if port is None else port
+
+
 def _probe(text: str, where: str, kinds: Mapping[str, object]) -> ReadyCheck:
     if text.startswith(("http://", "https://")):
-        refuse_url_characters(text, where, shown(text))
-        try:
-            parts = urlsplit(text)
-            port = parts.port
-        except ValueError as exc:
-            raise ConfigError(f"{where}: {shown(text)} is not a valid URL ({cut(str(exc), ASIDE_CHARS)})") from None
-        if not parts.hostname:
-            raise ConfigError(f"{where}: {shown(text)} has no host")
-        if port == 0:
-            raise ConfigError(f"{where}: {shown(text)}: port 0 cannot be connected to")
-        default_port = 443 if parts.scheme == "https" else 80
-        return ReadyCheck("http", text, parts.hostname, default_port if port is None else port)
+        return ReadyCheck("http", text, *http_url(text, where))
     if text.startswith("tcp://"):
         host, port = host_port(text, f"{where}: {shown(text)} must look like tcp://host:port")
         return ReadyCheck("tcp", text[len("tcp://") :], host, port)

@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config import Key, SupervisorSpec, check_arg, int_text, number_text, take, whole_number
+from ..config import Key, SupervisorSpec, check_arg, http_url, int_text, number_text, take, whole_number
 from ..config.tables import bounded_seconds
 from ..engine.logs import Unshipped
 from ..engine.offloop import worker_thread
@@ -91,11 +91,21 @@ def _interval(value: Any, where: str) -> float:
     return _watch_interval(number_text(value), where)
 
 
+def _metrics_url(value: Any, where: str) -> str:
+    """curio's metrics URL, read as a ready probe's http(s) URL is ("nope" and "ftp://x/y" passed check and made
+    every reading fail); "": curio's metrics are not read."""
+    if value == "":
+        return ""
+    text = check_arg(value, where)
+    http_url(text, where)
+    return text
+
+
 PRODUCTION_KEYS = {
     "watch_s": Key(_interval, ProductionSettings.watch_s),
     "proof_failures": Key(lambda val, w: whole_number(1, 100_000)(int_text(val), w), ProductionSettings.proof_failures),
     "proof_failure_window_s": Key(_seconds, ProductionSettings.proof_failure_window_s),
-    "curio_metrics": Key(lambda val, w: "" if val == "" else check_arg(val, w), ProductionSettings.curio_metrics),
+    "curio_metrics": Key(_metrics_url, ProductionSettings.curio_metrics),
 }
 
 

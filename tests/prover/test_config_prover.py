@@ -124,6 +124,13 @@ def test_production_durations_are_held_to_the_documented_most() -> None:
                        key) == 864000
 
 
+@pytest.mark.parametrize("url", ["", "http://127.0.0.1:12300/debug/metrics", "https://curio.internal/debug/metrics"])
+def test_curio_metrics_is_an_http_url_or_empty(url: str) -> None:
+    """"" is off (curio's metrics not read); a URL is taken as written (the refusals are in test_config.py)."""
+    plan = parse(MINIMAL + f'[production]\ncurio_metrics = "{url}"\n', plugin=PLUGIN)
+    assert plan.sections["production"].curio_metrics == url
+
+
 def test_a_huge_watch_interval_is_shown_cut() -> None:
     """`PROVER_WATCH_S=<200k characters> prover-supervisor status`, or a file's: the whole value was echoed, a line
     of hundreds of KB."""

@@ -462,6 +462,16 @@ BAD_CONFIGS = [
       id="override-pipeline-not-a-table"),
     P('[cuzk]\noverrides = { memory = [1] }\n' + MARK_PHASE, "cuzk.overrides.memory: must be a table",
       id="override-memory-not-a-table"),
+    # -- any table generate() writes, replaced whole by a value that is no table ([srs] lost its param_cache)
+    P('[cuzk]\noverrides = { srs = 5 }\n' + MARK_PHASE, "cuzk.overrides.srs: must be a table, got 5",
+      id="override-srs-not-a-table"),
+    P('[cuzk]\noverrides = { gpus = "x" }\n' + MARK_PHASE, "cuzk.overrides.gpus: must be a table, got 'x'",
+      id="override-gpus-not-a-table"),
+    P('[cuzk]\noverrides = { logging = [] }\n' + MARK_PHASE, "cuzk.overrides.logging: must be a table",
+      id="override-logging-not-a-table"),
+    P('[cuzk]\noverrides = { srs = { param_cache = "/elsewhere" } }\n' + MARK_PHASE, "cuzk.overrides.srs.param_cache: "
+      "set [cuzk] param_cache instead (the fitness checks of min_param_disk read that one, not cuzk.toml's)",
+      id="override-srs-param-cache"),
 ]
 
 

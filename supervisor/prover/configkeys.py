@@ -44,18 +44,21 @@ from ..config import (
     written,
 )
 from ..text.show import shown
-from .cuzkconf import MEMORY_MODELS, CuzkSettings
+from .cuzkconf import GENERATED_TABLES, MEMORY_MODELS, CuzkSettings
 
 SECTION = "cuzk"
 MAX_BENCH_CONCURRENCY = 1_024
 MAX_OVERRIDE_WORKERS = 1_024  # [cuzk.overrides] synthesis_concurrency, partition_workers
 # [cuzk.overrides] values that cuzkconf.generate() reads to size the daemon (the rest is merged as given).
-_OVERRIDE_TABLES = ("memory", "pipeline", "synthesis")
 _OVERRIDE_WORKERS = (("pipeline", "synthesis_concurrency"), ("synthesis", "partition_workers"))
-# [daemon]'s addresses are [cuzk]'s own keys: the ready probe, CUZK_ADDR, CUZK_STATUS_LISTEN and the production
-# watch read them there, so an override would move the daemon where none of them looks (never seen ready).
-_OWN_DAEMON_KEYS = {"listen": "the ready probe and CUZK_ADDR",
-                    "status_listen": "the ready probe, CUZK_STATUS_LISTEN and the production watch"}
+# What generate() writes from [cuzk]'s own keys, which others read there: [daemon]'s addresses (the ready probe,
+# CUZK_ADDR, CUZK_STATUS_LISTEN and the production watch: an override would move the daemon where none of them
+# looks, never seen ready) and [srs] param_cache (the parameter cache's disk check, plugin.py param_cache: an
+# override would have cuzk read parameters from where none were counted). (table, key) → [cuzk] key, its readers.
+_OWN_KEYS = {("daemon", "listen"): ("listen", "the ready probe and CUZK_ADDR"),
+             ("daemon", "status_listen"): ("status_listen", "the ready probe, CUZK_STATUS_LISTEN and the production "
+                                                            "watch"),
+             ("srs", "param_cache"): ("param_cache", "the fitness checks of min_param_disk")}
 
 DEFAULT_MIN_RATE = 50.0
 # How long production waits for the manager's verdict on the benchmark before it starts anyway.
@@ -74,12 +77,12 @@ _DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
 def _overrides(value: Any, where: str) -> dict[str, Any]:
     """What generate() reads from the overrides is checked here, so that `check` refuses what `run` would."""
     table = check_table(value, where)
-    for name in (*_OVERRIDE_TABLES, "daemon"):  # (a daemon that is no table would replace [daemon] whole)
+    for name in GENERATED_TABLES:  # (one that is no table would replace the generated one whole)
         if name in table:
             check_table(table[name], join_key(where, name))
-    for key, readers in _OWN_DAEMON_KEYS.items():
-        if key in table.get("daemon", {}):
-            raise ConfigError(f"{join_key(where, f'daemon.{key}')}: set [cuzk] {key} instead ({readers} read that "
+    for (name, key), (own, readers) in _OWN_KEYS.items():
+        if key in table.get(name, {}):
+            raise ConfigError(f"{join_key(where, f'{name}.{key}')}: set [cuzk] {own} instead ({readers} read that "
                               "one, not cuzk.toml's)")
     budget = table.get("memory", {}).get("total_budget")
     if budget is not None and budget != "auto":

@@ -98,6 +98,11 @@ class Generated:
                 f"{len(self.config.get('gpus', {}).get('devices', []))} GPU(s)")
 
 
+# The tables generate() writes ([gpus] where the machine has GPUs): an override of one of them that is no table
+# would replace it whole (configkeys.py refuses it).
+GENERATED_TABLES = ("daemon", "srs", "logging", "gpus", "memory", "pipeline", "synthesis")
+
+
 def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> Generated:
     """The cuzk.toml for this machine; raises DoesNotFit when the daemon cannot run in ``available``."""
     budget = available - settings.safety_margin

@@ -40,6 +40,15 @@ def proofs_expected(available_gib: int, margin_gib: int = 5) -> int:
     return max(1, math.floor((available_gib - margin_gib - 70) / 136))
 
 
+@pytest.mark.parametrize("model", ["unified", "partition-workers"])
+def test_the_generated_tables_are_those_an_override_may_not_replace(model: str) -> None:
+    """configkeys.py refuses an override of a generated table that is no table (it would replace it whole): the
+    list it reads is what generate() writes, with GPUs and without."""
+    assert set(generate(settings(memory_model=model), 512 * GIB, gpus(0)).config) == set(cuzkconf.GENERATED_TABLES)
+    assert set(generate(settings(memory_model=model), 512 * GIB, []).config) == set(cuzkconf.GENERATED_TABLES) - {
+        "gpus"}
+
+
 # ---------------------------------------------------------------- unified memory manager
 
 

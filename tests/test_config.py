@@ -438,6 +438,27 @@ BAD_CONFIGS = [
       "supervisor.state_dir: 'rel/state' is not an absolute path", id="state-dir-relative"),
     P('#raw\n[supervisor]\nstate_dir = "/tmp/' + "d" * 100 + '"\n' + MARK_PHASE,
       "supervisor.state_dir: too long for the status socket", id="state-dir-too-long-for-socket"),
+    # -- a path read by the supervisor, or by another program from its own cwd, resolved against a cwd the file does
+    # not know; a file written where a directory is (found when the write failed, after the parameter fetch)
+    P('#raw\n[supervisor]\nlog_dir = "rel/logs"\n' + MARK_PHASE, "supervisor.log_dir: 'rel/logs' is not an "
+      "absolute path", id="log-dir-relative"),
+    P(sup_section('cgroup_root = "relative/cg"'), "supervisor.cgroup_root: 'relative/cg' is not an absolute path",
+      id="cgroup-root-relative"),
+    P(bad_phase('stall_s = 5\nprogress_path = "rel"'), "phases[1] (b).progress_path: 'rel' is not an absolute path",
+      id="progress-path-relative"),
+    P(sup_section('termination_log = "term.log"'), "supervisor.termination_log: 'term.log' is not an absolute path",
+      id="termination-log-relative"),
+    P(sup_section('termination_log = "/tmp"'), "supervisor.termination_log: '/tmp' is a directory; give the path of "
+      "the termination log, a file", id="termination-log-a-directory"),
+    P('[cuzk]\nconfig_path = "/tmp"\n' + MARK_PHASE, "cuzk.config_path: '/tmp' is a directory; give the path of "
+      "cuzk.toml, a file", id="cuzk-config-path-a-directory"),
+    P('[cuzk]\nconfig_path = "/etc/passwd/cuzk/cuzk.toml"\n' + MARK_PHASE, "cuzk.config_path: "
+      "'/etc/passwd/cuzk/cuzk.toml' is under '/etc/passwd', which is a file, not a directory",
+      id="cuzk-config-path-under-a-file"),
+    P('[cuzk]\nconfig_path = "cuzk.toml"\n' + MARK_PHASE, "cuzk.config_path: 'cuzk.toml' is not an absolute path",
+      id="cuzk-config-path-relative"),
+    P('[cuzk]\nparam_cache = "params"\n' + MARK_PHASE, "cuzk.param_cache: 'params' is not an absolute path",
+      id="cuzk-param-cache-relative"),
     P(bad_phase('cwd = "/tmp/' + "n" * 256 + '"'), "phases[1] (b).cwd:", id="path-name-too-long"),
     P(bad_phase('cwd = "' + "/abc" * 1100 + '"'), "phases[1] (b).cwd: a path longer than", id="path-too-long"),
     P(bad_phase(command='["true", "' + "x" * 131072 + '"]'), "phases[1] (b).command[1]: longer than",

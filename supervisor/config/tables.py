@@ -79,7 +79,9 @@ from .values import (
     _port,
     _positive_seconds,
     _string,
+    absolute_path,
     check_bool,
+    check_file_to_write,
     check_memory_max,
     check_path,
     check_seconds,
@@ -127,9 +129,18 @@ def bounded_seconds(at_least: tuple[float, str] | None = None,
 
 # ---------------------------------------------------------------- the tables
 
+_termination_log_path = absolute_path("Kubernetes reads it at its terminationMessagePath, an absolute path")
+
+
+def _termination_log(value: Any, where: str) -> str:
+    """Written on a failure if it exists (teardown.py), where Kubernetes reads it: a directory there took no
+    verdict, and said so only at the end."""
+    return check_file_to_write(_termination_log_path(value, where), where, "the termination log")
+
 SUPERVISOR_KEYS = {
     "state_dir": Key(check_state_dir, DEFAULT_STATE_DIR),
-    "log_dir": Key(check_path, DEFAULT_LOG_DIR),
+    "log_dir": Key(absolute_path("status names the log files by it, for a reader in any directory"),
+                   DEFAULT_LOG_DIR),
     "stop_grace_s": Key(check_seconds, DEFAULT_STOP_GRACE_S),
     "stop_budget_s": Key(check_stop_budget, DEFAULT_STOP_BUDGET_S),
     "ring_lines": Key(whole_number(1, MAX_RING_LINES), DEFAULT_RING_LINES),
@@ -137,9 +148,9 @@ SUPERVISOR_KEYS = {
     "log_file_max_bytes": Key(whole_number(0, MAX_LOG_FILE_MAX_BYTES), DEFAULT_LOG_FILE_MAX_BYTES),
     "env": Key(_env, MappingProxyType({})),
     "cgroups": Key(one_of(*CGROUP_MODES), "auto"),
-    "cgroup_root": Key(check_path, DEFAULT_CGROUP_ROOT),
+    "cgroup_root": Key(absolute_path("the cgroup filesystem's mount point, as /sys/fs/cgroup is"), DEFAULT_CGROUP_ROOT),
     "http_port": Key(lambda v, w: _port(int_text(v), w), 0),
-    "termination_log": Key(check_path, DEFAULT_TERMINATION_LOG),
+    "termination_log": Key(_termination_log, DEFAULT_TERMINATION_LOG),
     "min_disk": Key(check_size),
     "require_gpus": Key(lambda v, w: check_bool(_bool_text(v), w), False),
     # memory_high is said when a phase's memory crosses this fraction of its limit (phases may say otherwise).
@@ -149,6 +160,10 @@ SUPERVISOR_KEYS = {
 _CHILD_KEYS = {
     "command": Key(_command, required=True),
     "env": Key(_env, MappingProxyType({})),
+    # A child's cwd may be relative: like a relative program in its command, it is the operator's to give from
+    # where the supervisor is started (the image's WORKDIR), and only the child's own start resolves it (the
+    # supervisor never changes its directory). A path the supervisor reads itself, or another program does from
+    # its own cwd (progress_path, [cuzk] config_path), is absolute.
     "cwd": Key(check_path),
     "stop_signal": Key(check_stop_signal, int(signal.SIGTERM)),
     "stop_grace_s": Key(check_seconds),
@@ -184,7 +199,7 @@ PHASE_KEYS = {
     # Seconds as text too, from ${VAR} (the profile's $PROVER_FETCH_STALL_S).
     "stall_s": Key(_optional(lambda v, w: bounded_seconds((STALL_MIN_S, "a shorter silence is no stall"))(
         number_text(v), w))),
-    "progress_path": Key(check_path),
+    "progress_path": Key(absolute_path("the child writes it from its cwd, the supervisor watches it from its own")),
     "progress_total": Key(check_size),
     "progress_deadline_s": Key(_optional(_positive_seconds)),
     "progress_window_s": Key(_positive_seconds, DEFAULT_PROGRESS_WINDOW_S),

@@ -111,6 +111,34 @@ def check_path(value: Any, where: str) -> str:
     return text
 
 
+def absolute_path(why: str) -> Checker:
+    """A path the supervisor, or a program it hands it to, reads: absolute, as a relative one would be resolved
+    against a working directory the file does not know (the image's WORKDIR, a child's own ``cwd``, a shell's);
+    ``why`` says who reads it, for the refusal."""
+
+    def check(value: Any, where: str) -> str:
+        text = check_path(value, where)
+        if not os.path.isabs(text):
+            raise ConfigError(f"{where}: {shown(text)} is not an absolute path ({why})")
+        return text
+
+    return check
+
+
+def check_file_to_write(path: str, where: str, what: str) -> str:
+    """``path``, where ``what`` is written as a file: not an existing directory, and not under a file (its nearest
+    existing parent is a directory), found now rather than when the write fails, maybe hours into the run. What
+    cannot be looked at (no permission) is left to the write."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{where}: {shown(path)} is a directory; give the path of {what}, a file")
+    parent = os.path.dirname(path)
+    while parent and parent != os.path.dirname(parent) and not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if parent and os.path.exists(parent) and not os.path.isdir(parent):
+        raise ConfigError(f"{where}: {shown(path)} is under {shown(parent)}, which is a file, not a directory")
+    return path
+
+
 def check_state_dir(value: Any, where: str) -> str:
     """state_dir holds the status socket, whose whole path the kernel limits to 107 bytes; it is absolute, as the
     pointer to it is read from anywhere (a bare ``status``, the next start's sweep of what a dead run left)."""

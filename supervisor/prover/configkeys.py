@@ -28,10 +28,11 @@ from ..config import (
     Key,
     ReadyCheck,
     SupervisorSpec,
+    absolute_path,
     check_arg,
     check_bool,
+    check_file_to_write,
     check_number,
-    check_path,
     check_seconds,
     check_size,
     check_table,
@@ -144,11 +145,13 @@ def _default(name: str) -> Any:
 
 
 CUZK_KEYS = {
-    "config_path": Key(check_path),  # None: state_dir/cuzk.toml
+    # None: state_dir/cuzk.toml. Written by the supervisor from its cwd, read by the daemon (CUZK_CONFIG) from its.
+    "config_path": Key(absolute_path("the supervisor writes it, the daemon reads it, each from its own cwd")),
     "memory_model": Key(one_of(*MEMORY_MODELS), _default("memory_model")),
     "listen": Key(_listen, _default("listen")),
     "status_listen": Key(_status_listen, _default("status_listen")),
-    "param_cache": Key(check_path, _default("param_cache")),
+    "param_cache": Key(absolute_path("cuzk reads it from its cwd, the disk check from the supervisor's"),
+                       _default("param_cache")),
     "safety_margin": Key(check_size, _default("safety_margin")),
     "bench_concurrency": Key(lambda v, w: whole_number(1, MAX_BENCH_CONCURRENCY)(int_text(v), w),
                              _default("bench_concurrency")),
@@ -164,6 +167,8 @@ def cuzk_section(table: Any, sup: SupervisorSpec) -> CuzkSettings:
     """[cuzk]; cuzk.toml is written into state_dir unless config_path says where."""
     c = take(table, SECTION, CUZK_KEYS)
     c["config_path"] = c["config_path"] or str(Path(sup.state_dir) / "cuzk.toml")
+    # (a directory there failed the write of cuzk.toml only after the parameter fetch, naming no key)
+    check_file_to_write(c["config_path"], f"{SECTION}.config_path", "cuzk.toml")
     return CuzkSettings(**c)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -122,6 +123,36 @@ def test_production_durations_are_held_to_the_documented_most() -> None:
             f"test.toml: production.{key}: must be at most 864000 seconds (10 days), got 999999999"
         assert getattr(parse(MINIMAL + f"[production]\n{key} = 864000\n", plugin=PLUGIN).sections["production"],
                        key) == 864000
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def reference_row(table_key: str) -> list[str]:
+    """The rows of docs/configuration.md's tables for ``table_key`` (a key in backquotes)."""
+    return [line for line in REFERENCE.read_text().splitlines() if line.startswith(f"| `{table_key}` |")]
+
+
+@pytest.mark.parametrize("kind", sorted(PLUGIN.parsers))
+def test_every_parse_kind_is_in_the_reference(kind: str) -> None:
+    """parse = "paramfetch" was accepted but named neither in the parse row nor among the prover's kinds."""
+    assert f'`"{kind}"`' in reference_row("parse")[0]
+    kinds = next(line for line in REFERENCE.read_text().splitlines() if "the kinds `prepare = " in line)
+    assert f'"{kind}"' in kinds, kinds
+
+
+def test_proof_failures_is_held_to_the_documented_most() -> None:
+    """The reference said any whole number's 1000000; the key's own bound is 100000."""
+    assert "`proof_failures` 100000" in REFERENCE.read_text()
+    assert parse_error(MINIMAL + "[production]\nproof_failures = 100001\n", plugin=PLUGIN) == \
+        "test.toml: production.proof_failures: must be at most 100000, got 100001"
+    assert parse(MINIMAL + "[production]\nproof_failures = 100000\n", plugin=PLUGIN).sections[
+        "production"].proof_failures == 100000
+
+
+def test_a_ready_file_url_is_in_the_reference() -> None:
+    """ready = "file:///path" is taken (test_config.py test_ready_kinds) where the reference said an absolute path."""
+    assert all("file:///path" in row for row in reference_row("ready")), reference_row("ready")
 
 
 @pytest.mark.parametrize("url", ["", "http://127.0.0.1:12300/debug/metrics", "https://curio.internal/debug/metrics"])

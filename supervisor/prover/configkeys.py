@@ -169,7 +169,20 @@ def cuzk_section(table: Any, sup: SupervisorSpec) -> CuzkSettings:
     c["config_path"] = c["config_path"] or str(Path(sup.state_dir) / "cuzk.toml")
     # (a directory there failed the write of cuzk.toml only after the parameter fetch, naming no key)
     check_file_to_write(c["config_path"], f"{SECTION}.config_path", "cuzk.toml")
+    _check_own_ports(c["listen"], c["status_listen"])
     return CuzkSettings(**c)
+
+
+def _check_own_ports(listen: str, status_listen: str) -> None:
+    """The daemon serves its API on listen and its status on status_listen: two sockets, two ports (one port for
+    both fails its second bind, after the parameter fetch)."""
+    api, status = listen_probe(listen, f"{SECTION}.listen"), status_probe(status_listen, f"{SECTION}.status_listen")
+    if status is None or api.kind != "tcp" or api.port != status.port:
+        return
+    hosts = {api.host, "127.0.0.1" if status.host in ("0.0.0.0", "::") else status.host}
+    if len(hosts) == 1:
+        raise ConfigError(f"{SECTION}.status_listen: {shown(status_listen)} is listen's port too: the daemon "
+                          "listens on each, so each needs its own")
 
 
 def cuzk_settings(sections: Mapping[str, Any], kind: str, where: str = "") -> CuzkSettings:

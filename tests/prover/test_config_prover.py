@@ -271,3 +271,22 @@ def test_a_bench_done_phase_must_read_its_rate_with_cuzk_bench(parse_line: str) 
         f'parse = "cuzk-bench" (this phase has {has})')
     assert parse(body.replace(parse_line, "") + '        parse = "cuzk-bench"\n', plugin=PLUGIN).phases[0].parse \
         == "cuzk-bench"
+
+
+@pytest.mark.parametrize(("listen", "status_listen", "refused"), [
+    ("127.0.0.1:9000", "127.0.0.1:9000", True),
+    ("http://127.0.0.1:9000", "0.0.0.0:9000", True),  # every address covers loopback
+    ("127.0.0.1:9000", "127.0.0.1:9001", False),
+    ("unix:///run/cuzk.sock", "127.0.0.1:9000", False),
+    ("127.0.0.1:9000", "", False),  # no status API
+])
+def test_cuzks_api_and_status_need_two_ports(listen: str, status_listen: str, refused: bool) -> None:
+    # One port for both: the daemon's second bind fails, after the parameter fetch.
+    body = (f'[cuzk]\nlisten = "{listen}"\nstatus_listen = "{status_listen}"\n'
+            '[[phases]]\nname = "a"\ncommand = ["true"]\n')
+    if refused:
+        assert parse_error(body, plugin=PLUGIN) == (f"test.toml: cuzk.status_listen: {shown(status_listen)} is "
+                                                    "listen's port too: the daemon listens on each, so each needs "
+                                                    "its own")
+    else:
+        assert parse(body, plugin=PLUGIN).sections["cuzk"].status_listen == status_listen

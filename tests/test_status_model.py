@@ -121,6 +121,17 @@ def test_what_the_supervisor_writes_passes_the_gate_its_types_make() -> None:
     assert snapshot_problem(broken) == "phases[0].timers.stall.limit_s: nan is not a finite number"
 
 
+def test_a_gpu_whose_utilisation_is_not_measured_passes_the_gate_and_is_shown_so() -> None:
+    # A MIG GPU's sample has no utilisation: the socket's answer was refused as "not a snapshot", and status
+    # called a live supervisor "not answering".
+    data = written()
+    data["gpus"]["samples"][0]["utilization"] = None
+    assert snapshot_problem(data) is None
+    snap = Snapshot.from_json(data)
+    assert snap.gpus.samples[0].utilization is None
+    assert "gpu 0: H200 util not measured mem " in render(snap, live=True, now=NOW)
+
+
 def test_a_snapshot_survives_json_unchanged() -> None:
     snap = Snapshot.from_json(written())
     assert Snapshot.from_json(json.loads(json.dumps(snap.to_json()))) == snap

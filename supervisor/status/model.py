@@ -379,7 +379,7 @@ class GpuSampleStatus(_Record):
 
     index: int | None = field(default=None, metadata=REQUIRED)
     name: str | None = field(default=None, metadata=REQUIRED)
-    utilization: float | None = field(default=None, metadata=REQUIRED)  # percent
+    utilization: float | None = None  # percent; null: NVML does not measure it on this GPU (MIG mode on)
     memory_used: int | None = field(default=None, metadata=REQUIRED)  # bytes
     memory_total: int | None = field(default=None, metadata=REQUIRED)
 

@@ -93,8 +93,9 @@ def _overrides(value: Any, where: str) -> dict[str, Any]:
         check_size(budget, budget_where)
     for name, key in _OVERRIDE_WORKERS:
         workers = table.get(name, {}).get(key)
-        if workers is not None:
-            whole_number(1, MAX_OVERRIDE_WORKERS)(workers, join_key(where, f"{name}.{key}"))
+        if workers is not None:  # (the number as checked is what cuzk.toml gets: "${CONC}" is text, 64 is not)
+            table = {**table, name: {**table[name], key: whole_number(1, MAX_OVERRIDE_WORKERS)(
+                workers, join_key(where, f"{name}.{key}"))}}
     return table
 
 

@@ -219,6 +219,16 @@ def test_cuzk_overrides_checked_as_generate_reads_them(overrides: str, accepted:
         assert parse_error(body, plugin=PLUGIN).startswith("test.toml: cuzk.overrides.")
 
 
+def test_override_workers_from_a_variable_reach_cuzk_toml_as_numbers() -> None:
+    # "${CONC}" is text: checked as the number it spells, it was written to cuzk.toml quoted (cuzk refuses it)
+    # and generate()'s memory fit, which reads only a number, passed it over.
+    body = ('[cuzk]\noverrides = { pipeline = { synthesis_concurrency = "${CONC}" }, '
+            'synthesis = { partition_workers = "${PW}" } }\n' + MINIMAL)
+    overrides = parse(body, {"CONC": "3", "PW": "8"}, plugin=PLUGIN).sections["cuzk"].overrides
+    concurrency, workers = overrides["pipeline"]["synthesis_concurrency"], overrides["synthesis"]["partition_workers"]
+    assert (concurrency, type(concurrency), workers, type(workers)) == (3, int, 8, int)
+
+
 def test_an_empty_cuzk_table_is_the_settings_own_defaults() -> None:
     """[cuzk]'s key table takes its defaults from CuzkSettings: one set of them, whatever the table leaves out."""
     from supervisor.prover.cuzkconf import CuzkSettings

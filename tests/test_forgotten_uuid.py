@@ -7,13 +7,21 @@ refused for good. The dev-manager forgets on ``POST /dev/forget``. Core kinds on
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import requests
 from helpers import Console, Runner, outbox_rows, sh, toml_str, wait_for
 
+from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import DevManager
+from supervisor.engine.loop import EventLoop
+from supervisor.manager.callkinds import CallKinds
+from supervisor.manager.client import ManagerClient
+from supervisor.manager.outbox import Outbox
+from supervisor.manager.sender import Sender
 
 WAIT_S = 40  # upper bounds against hanging, never measures
 
@@ -114,3 +122,41 @@ def test_a_uuid_kept_from_an_earlier_start_that_the_manager_forgot(sup: Runner,
     [fresh] = uuids(manager)
     assert fresh != kept
     assert len(calls(manager, "/register")) == 2  # the first start's, then the one for the forgotten uuid
+
+
+def run_until(loop: EventLoop, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    loop.run_until(lambda: done() or time.monotonic() > deadline, 0.02)
+    assert done(), "not within WAIT_S"
+
+
+def test_a_forget_brings_the_row_back_to_this_uuids_stage_not_an_earlier_rows(tmp_path: Path,
+                                                                               manager: DevManager) -> None:
+    """The state volume of another instance (label C.1) had got as far as running; this start (C.13) registers
+    afresh and is still fetching when the manager forgets it: its new row is registered again and nothing more
+    (running, the other row's stage, was sent under the new uuid: the row skipped the fetch's clock)."""
+    box = Outbox(tmp_path / "outbox.sqlite3")
+    box.put("label", "C.1")
+    for kind in ("register", "param-done", "running"):
+        box.delivered(box.add(kind, {}), {})
+    box.close()
+    spec = ManagerSpec(url=manager.url, label="C.13", connect_timeout_s=2, read_timeout_s=2, row_check_s=1)
+    loop, lines = EventLoop(), list[str]()
+    outbox = Outbox(tmp_path / "outbox.sqlite3")
+    sender = Sender(spec, outbox, ManagerClient(spec), loop, lines.append, CallKinds(), on_identity=lambda u, f: None)
+    try:
+        sender.restore_identity()
+        sender.start()
+        run_until(loop, lambda: bool(sender.uuid))
+        first = sender.uuid
+        forget(manager)
+        run_until(loop, lambda: sender.uuid not in (None, first) and not outbox.pending())
+        assert any(line.endswith("; registering again, once") for line in lines), lines
+        [row] = manager.state.snapshot()["instances"].values()
+        assert (row["label"], row["history"]) == ("C.13", ["registered"]), row
+        assert calls(manager, "/register", "/param-done", "/running") == [("/register", 200), ("/register", 200)]
+    finally:
+        sender.ask_to_stop()
+        sender.join(10)
+        outbox.close()
+        loop.close()

@@ -94,6 +94,12 @@ class _NotSent(Exception):
     """A row-checking call found the row killed before a retry: it is not sent (raised out of the retries)."""
 
 
+# The facts key of the last lifecycle call (param-done, running, a plugin's bench-done) delivered under the
+# uuid now kept: where its row stands. A forgotten row is brought back there (_register_forgotten); calls an
+# earlier uuid's row took (a state_dir of another label, a start --fresh) are not this row's.
+ROW_STAGE = "row_stage"
+
+
 class Sender:
     """Delivers the outbox's calls on its own thread; it alone writes the identity the manager gave.
 
@@ -439,8 +445,11 @@ class Sender:
         reading = self._read_row()
         if not reading.listed or self._retired or self._registered_again:
             return  # (registered again already, and nothing delivered since: the same forget, not a new one)
-        last = self.outbox.last_delivered_of(self._lifecycle_kinds())
-        stage = last.kind if last is not None else None
+        stage = self.outbox.get(ROW_STAGE)
+        if stage is None:  # (an outbox of a version that kept no stage: its uuid's calls are all it has)
+            stage = getattr(self.outbox.last_delivered_of(self._lifecycle_kinds()), "kind", None)
+        last = self.outbox.last_delivered_of([stage]) if stage else None
+        stage = stage or None
         if stage not in self._registered_by_watch and self.rows.gone(self.uuid) is True:
             self._register_forgotten(last)
 
@@ -486,6 +495,7 @@ class Sender:
         self.uuid = body["uuid"]
         self.fields = {name: body.get(name) for name in self._calls.answer_fields}
         self.outbox.put("uuid", body["uuid"])
+        self.outbox.put(ROW_STAGE, "")  # a new row, in registered: no lifecycle call has moved it yet
         for name, value in self.fields.items():
             self.outbox.put(name, value or "")
         # The manager knows us: its row is read now (its registered_at, a plugin's fields), whatever is queued
@@ -498,6 +508,8 @@ class Sender:
 
     def _delivered(self, call: Call, answer: Answer) -> None:
         kind = self._kinds[call.kind]
+        if kind.checks_row:  # a lifecycle call: the row under this uuid stands there now
+            self.outbox.put(ROW_STAGE, call.kind)
         if kind.keep is not None:
             kind.keep(call.payload, answer.body)  # before the next call goes out (it may need it)
         delivered = kind.delivered

@@ -291,6 +291,30 @@ def test_stop_while_the_thread_is_inside_a_slow_push_loses_nothing_and_keeps_the
     assert shipper.backlog() == {}
 
 
+def test_the_manager_answering_during_the_exit_flush_does_not_end_it() -> None:
+    # The exit's last pushes: while one goes, the supervisor logs its exit line (another source, taken by the
+    # flush's next pass) and the sender delivers a call (manager_answers, from its thread). That ended the
+    # flush at once (its deadline was reset with the backoff): the exit line was never pushed.
+    pushed: list[tuple[str, str]] = []
+    shipper: Shipper | None = None
+
+    def push(source: str, body: str, seq: str) -> None:
+        if not pushed:
+            pushed.append(("", "refused"))
+            raise TransientError("the manager is away")
+        pushed.append((source, body))
+        if len(pushed) == 2 and shipper is not None:
+            shipper.add("setup", ["prover-supervisor exiting with status 1"])
+            shipper.manager_answers()  # a call delivered meanwhile: the manager is back
+
+    shipper = Shipper("log shipping", push, lambda: True, 3600.0, 1 << 20, [].append)
+    shipper.add("curio", ["the last line"])
+    assert not shipper.ship_once()  # refused: backing off
+    shipper.stop(WAIT_S)  # (never started: stop flushes here, as at an exit whose thread had ended)
+    assert pushed[1:] == [("curio", "the last line\n"), ("setup", "prover-supervisor exiting with status 1\n")]
+    assert shipper.backlog() == {}
+
+
 def test_not_ready_stop_leaves_the_lines_queued(server: Recorder) -> None:
     shipper = Shipper("log shipping", log_push_sender(client(server), lambda: None), lambda: False, 3600.0, 1 << 20,
                       print)

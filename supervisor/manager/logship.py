@@ -156,7 +156,6 @@ class Shipper:
             return  # not backing off: the next interval ships as usual
         self._retry_at = 0.0
         self._retry_delay = PUSH_RETRY_S
-        self._flush_deadline = 0.0  # set by stop: the thread's last pushes end there
         self._refused = False  # (the sender that says so knows the manager is back)
         self.backoff_resets += 1
         self._wake.set()

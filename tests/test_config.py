@@ -654,6 +654,34 @@ def test_text_from_a_variable_is_the_number_or_boolean_it_spells(tmp_path: Path)
                           "(text: write it without quotes)")
 
 
+@pytest.mark.parametrize(("table", "key", "text", "wants"), [
+    ("supervisor", "http_port", "8080", "a whole number"),
+    ("supervisor", "require_gpus", "false", "true or false"),
+    ("supervisor", "memory_warn", "0.9", "a number"),
+    ("supervisor", "stop_budget_s", "8", "a number"),
+    ("phase", "stall_s", "600", "a number"),
+    ("phase", "gpu_health", "false", "true or false"),
+    ("manager", "row_check_s", "30", "a number"),
+])
+def test_one_rule_for_text_on_every_number_or_boolean_key(tmp_path: Path, table: str, key: str, text: str,
+                                                           wants: str) -> None:
+    # Some keys took any text that spelled a number (a quoted one in the file too), the rest none: now text from
+    # ${VAR} counts everywhere, and a quoted one in the file nowhere.
+    def config(value: str) -> str:
+        line = f"{key} = {value}\n"
+        phase = '[[phases]]\nname = "b"\ncommand = ["true"]\n'
+        if table == "phase":
+            return phase + line
+        manager = 'url = "http://127.0.0.1:9"\nlabel = "C.1"\n' if table == "manager" else ""
+        return f"[{table}]\n{manager}{line}{phase}"
+
+    where = f"phases[0] (b).{key}" if table == "phase" else f"{table}.{key}"
+    with pytest.raises(ConfigError) as refused:
+        parse_plan(config(f'"{text}"'), "t.toml", {})
+    assert str(refused.value) == f"t.toml: {where}: must be {wants}, got '{text}' (text: write it without quotes)"
+    parse_plan(config('"${V}"'), "t.toml", {"V": text})
+
+
 def test_status_reads_only_the_state_dir_of_its_config(tmp_path: Path) -> None:
     # An operator's shell has neither the run's token nor its ${PROG}: status needs only the state_dir.
     state = tmp_path / "state"

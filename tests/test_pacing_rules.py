@@ -25,7 +25,8 @@ SEED = 7
 
 
 def spec(kind: str = "oneshot", **keys: object) -> PhaseSpec:
-    lines = "\n".join(f"{k} = {val!r}" if not isinstance(val, str) else f'{k} = "{val}"' for k, val in keys.items())
+    lines = "\n".join(f'{k} = "{val}"' if isinstance(val, str) else f"{k} = {str(val).lower()}" if isinstance(val, bool)
+                      else f"{k} = {val!r}" for k, val in keys.items())
     return parse_plan(f'[[phases]]\nname = "p"\nkind = "{kind}"\ncommand = ["x"]\n{lines}\n', "t.toml", {}).phases[0]
 
 
@@ -141,7 +142,7 @@ def test_with_retry_while_progressing_an_attempt_that_got_further_is_not_counted
     """The real aria2c ends a link under 16 KiB/s after about 10 s (exit 5, "Too slow") instead of retrying it:
     each slow patch of a 70-minute download cost a retry though each attempt got further (and the next resumes),
     and three patches gave the instance up. An attempt that got further is not counted; timeout_s bounds them."""
-    pacing = Pacing(spec(retries=1, retry_while_progressing="true", progress_total="1GiB", timeout_s=5000), loop,
+    pacing = Pacing(spec(retries=1, retry_while_progressing=True, progress_total="1GiB", timeout_s=5000), loop,
                     random.Random(SEED))
     step, why, _ = pacing.after(failed(attempt=1), attempt_that_got(1, 1 << 20))
     assert (step, why) == (Next.AGAIN, "exit_code; 0 of 1 retries used, 1 attempt(s) that got further not counted")

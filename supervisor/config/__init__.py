@@ -102,9 +102,7 @@ from .values import (
     check_table,
     host_port,
     http_url,
-    int_text,
     join_key,
-    number_text,
     one_of,
     parse_signal,
     whole_number,
@@ -127,6 +125,6 @@ __all__ = [
     "ManagerSpec", "PhaseSpec", "Plan", "ReadyCheck", "ReportWhen", "SupervisorSpec", "absolute_path", "check_arg",
     "check_bool", "check_file_to_write",
     "check_number", "check_path", "check_seconds", "check_size", "check_state_dir", "check_table", "default_label",
-    "host_port", "http_url", "int_text", "join_key", "load_plan", "load_state_dir", "number_text", "one_of",
+    "host_port", "http_url", "join_key", "load_plan", "load_state_dir", "one_of",
     "parse_plan", "parse_signal", "read_config", "take", "whole_number", "written",
 ]

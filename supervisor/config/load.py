@@ -198,7 +198,8 @@ def _from_variable(refusal: str, env_keys: Mapping[str, str]) -> str:
 
 def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[str, str], depth: int = 0) -> Any:
     """Expand ``${VAR}`` and ``${VAR:-default}`` in every string; ``$$`` is a literal ``$``. A string that is one
-    reference whole is noted in ``env_keys`` (its place → the variable: ``Plan.env_keys``).
+    reference whole is noted in ``env_keys`` (its place → the variable: ``Plan.env_keys``); one with any reference
+    is EnvText (values.py: where a number or boolean belongs, text that spells one counts).
 
     Every string is refused if it holds a NUL byte: none can be an argument, an environment value or a
     path (exec and open would fail at run time, long after ``check`` said ok).
@@ -213,7 +214,8 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[s
                               "path can hold")
         if whole is not None and whole.group(1):
             env_keys[where] = whole.group(1)
-            return EnvText(expanded)
+        if any(reference.group(1) for reference in _VAR_RE.finditer(value)):
+            return EnvText(expanded)  # (from the environment, whole or in part: a number or boolean it spells counts)
         return expanded
     if isinstance(value, dict):
         return {_key(k, where): _expand(v, join_key(where, k), environ, env_keys, depth + 1)

@@ -68,7 +68,6 @@ from .values import (
     MAX_RESTART_BURST,
     MAX_RETRIES,
     MAX_RING_LINES,
-    _bool_text,
     _command,
     _env,
     _env_name,
@@ -90,8 +89,6 @@ from .values import (
     check_stop_budget,
     check_stop_signal,
     check_warn_fraction,
-    int_text,
-    number_text,
     one_of,
     ready_checker,
     whole_number,
@@ -149,10 +146,10 @@ SUPERVISOR_KEYS = {
     "env": Key(_env, MappingProxyType({})),
     "cgroups": Key(one_of(*CGROUP_MODES), "auto"),
     "cgroup_root": Key(absolute_path("the cgroup filesystem's mount point, as /sys/fs/cgroup is"), DEFAULT_CGROUP_ROOT),
-    "http_port": Key(lambda v, w: _port(int_text(v), w), 0),
+    "http_port": Key(_port, 0),
     "termination_log": Key(_termination_log, DEFAULT_TERMINATION_LOG),
     "min_disk": Key(check_size),
-    "require_gpus": Key(lambda v, w: check_bool(_bool_text(v), w), False),
+    "require_gpus": Key(check_bool, False),
     # memory_high is said when a phase's memory crosses this fraction of its limit (phases may say otherwise).
     "memory_warn": Key(check_warn_fraction, DEFAULT_MEMORY_WARN),
 }
@@ -187,7 +184,7 @@ PHASE_KEYS = {
     "daemons": Key(lambda v, w: v, ()),
     "timeout_s": Key(_optional(_positive_seconds)),
     "retries": Key(whole_number(0, MAX_RETRIES)),
-    "retry_while_progressing": Key(lambda v, w: check_bool(_bool_text(v), w), False),
+    "retry_while_progressing": Key(check_bool, False),
     "restart": Key(one_of(*RESTART_POLICIES)),
     "backoff_s": Key(check_seconds, DEFAULT_BACKOFF_S),
     "backoff_max_s": Key(check_seconds, DEFAULT_BACKOFF_MAX_S),
@@ -196,9 +193,7 @@ PHASE_KEYS = {
     "restart_burst": Key(whole_number(1, MAX_RESTART_BURST), DEFAULT_RESTART_BURST),
     "restart_window_s": Key(_positive_seconds, DEFAULT_RESTART_WINDOW_S),
     "backoff_reset_s": Key(check_seconds, DEFAULT_BACKOFF_RESET_S),
-    # Seconds as text too, from ${VAR} (the profile's $PROVER_FETCH_STALL_S).
-    "stall_s": Key(_optional(lambda v, w: bounded_seconds((STALL_MIN_S, "a shorter silence is no stall"))(
-        number_text(v), w))),
+    "stall_s": Key(_optional(bounded_seconds((STALL_MIN_S, "a shorter silence is no stall")))),
     "progress_path": Key(absolute_path("the child writes it from its cwd, the supervisor watches it from its own")),
     "progress_total": Key(check_size),
     "progress_deadline_s": Key(_optional(_positive_seconds)),
@@ -206,7 +201,7 @@ PHASE_KEYS = {
     "min_memory": Key(check_size),
     "memory_max": Key(check_memory_max),
     "memory_warn": Key(_optional(check_warn_fraction)),  # None: [supervisor] memory_warn
-    "gpu_health": Key(_optional(lambda v, w: check_bool(_bool_text(v), w))),  # None: [supervisor] require_gpus
+    "gpu_health": Key(_optional(check_bool)),  # None: [supervisor] require_gpus
     # The core's kinds; load.py adds a plugin's (kinds_of, with_kinds).
     "report": Key(one_of(*REPORTS)),
     "parse": Key(one_of()),
@@ -229,7 +224,7 @@ MANAGER_KEYS = {
     "log_push_interval_s": Key(bounded_seconds((LOG_PUSH_INTERVAL_MIN_S, "more often is a flood of pushes")),
                                DEFAULT_LOG_PUSH_INTERVAL_S),
     "log_backlog_bytes": Key(whole_number(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
-    "row_check_s": Key(lambda v, w: _row_check_s(number_text(v), w), DEFAULT_ROW_CHECK_S),
+    "row_check_s": Key(_row_check_s, DEFAULT_ROW_CHECK_S),
 }
 # What a plugin's section or extra keys may not be named: the core's own tables.
 CORE_TABLES = ("supervisor", "manager", "phases")

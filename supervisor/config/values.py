@@ -222,7 +222,7 @@ class EnvText(str):
 
 def check_number(value: Any, where: str) -> float:
     if isinstance(value, EnvText):
-        value = number_text(value)
+        value = _number_text(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{where}: must be a number, got {shown(value)}{_unquote_hint(value)}")
     try:
@@ -270,7 +270,7 @@ def whole_number(minimum: int, maximum: int) -> Checker:
 
     def check(value: Any, where: str) -> int:
         if isinstance(value, EnvText):
-            value = int_text(value)
+            value = _int_text(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: must be a whole number, got {shown(value)}{_unquote_hint(value)}")
         if value < minimum:
@@ -334,7 +334,7 @@ def check_memory_max(value: Any, where: str) -> int:
     return size
 
 
-def int_text(value: Any) -> Any:
+def _int_text(value: Any) -> Any:
     """A whole number given as text (from ${VAR} expansion) counts as the number: ASCII digits, a sign allowed
     (so that "-1" is refused as below a bound, not as no number)."""
     if isinstance(value, str):
@@ -345,7 +345,7 @@ def int_text(value: Any) -> Any:
     return value
 
 
-def number_text(value: Any) -> Any:
+def _number_text(value: Any) -> Any:
     """A plain decimal given as text (from ${VAR} expansion: "0.9", "60", "-1") counts as the number."""
     if isinstance(value, str) and _DECIMAL_TEXT_RE.fullmatch(value.strip()):
         return float(value.strip())
@@ -358,12 +358,12 @@ _DECIMAL_TEXT_RE = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
 def _unquote_hint(value: Any) -> str:
     """What a refused number says when it is text written in the file that spells a number."""
     written_text = isinstance(value, str) and not isinstance(value, EnvText)
-    return " (text: write it without quotes)" if written_text and isinstance(number_text(value), float) else ""
+    return " (text: write it without quotes)" if written_text and isinstance(_number_text(value), float) else ""
 
 
 def check_warn_fraction(value: Any, where: str) -> float:
     """``memory_warn``: the fraction of the memory limit whose crossing is warned (0: never)."""
-    return _fraction(number_text(value), where)
+    return _fraction(value, where)
 
 
 # ---------------------------------------------------------------- booleans, choices, tables
@@ -375,7 +375,7 @@ MIN_STOP_BUDGET_S = 2.0
 
 def check_stop_budget(value: Any, where: str) -> float:
     """``stop_budget_s``: the whole stop after a stop signal from outside, in seconds (stopbudget.py)."""
-    number = check_seconds(number_text(value), where)
+    number = check_seconds(value, where)
     if number < MIN_STOP_BUDGET_S:
         raise ConfigError(f"{where}: must be at least {MIN_STOP_BUDGET_S:g} seconds "
                           f"(docker stop waits 10 s by default: 8 fits), got {written(value)}")

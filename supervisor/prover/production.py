@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config import Key, SupervisorSpec, check_arg, http_url, int_text, number_text, take, whole_number
+from ..config import Key, SupervisorSpec, check_arg, http_url, take, whole_number
 from ..config.tables import bounded_seconds
 from ..engine.logs import Unshipped
 from ..engine.offloop import worker_thread
@@ -79,16 +79,8 @@ class ProductionSettings:
 
 # Seconds above 0, held like every other ``*_s`` key (the core's checker: at most MAX_SECONDS, the value in an error
 # cut as every value is shown); text from ${VAR} (the profile's $PROVER_WATCH_S) counts as the number it says.
-_seconds_above_0 = bounded_seconds()
-_watch_interval = bounded_seconds((WATCH_MIN_S, "how often cuzk is asked"))
-
-
-def _seconds(value: Any, where: str) -> float:
-    return _seconds_above_0(number_text(value), where)
-
-
-def _interval(value: Any, where: str) -> float:
-    return _watch_interval(number_text(value), where)
+_seconds = bounded_seconds()
+_interval = bounded_seconds((WATCH_MIN_S, "how often cuzk is asked"))
 
 
 def _metrics_url(value: Any, where: str) -> str:
@@ -103,7 +95,7 @@ def _metrics_url(value: Any, where: str) -> str:
 
 PRODUCTION_KEYS = {
     "watch_s": Key(_interval, ProductionSettings.watch_s),
-    "proof_failures": Key(lambda val, w: whole_number(1, 100_000)(int_text(val), w), ProductionSettings.proof_failures),
+    "proof_failures": Key(whole_number(1, 100_000), ProductionSettings.proof_failures),
     "proof_failure_window_s": Key(_seconds, ProductionSettings.proof_failure_window_s),
     "curio_metrics": Key(_metrics_url, ProductionSettings.curio_metrics),
 }

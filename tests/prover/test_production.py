@@ -93,9 +93,9 @@ def production_config(sup: Runner, mgr: DevManager, label: str, *, restart_burst
         per_partition = "512MiB"
 
         [production]
-        watch_s = "0.3"
-        proof_failures = "2"
-        proof_failure_window_s = "30"
+        watch_s = 0.3
+        proof_failures = 2
+        proof_failure_window_s = 30
         curio_metrics = "http://127.0.0.1:{curio}/debug/metrics"
 
         [[phases]]

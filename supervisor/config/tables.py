@@ -10,7 +10,6 @@ the one reported.
 
 from __future__ import annotations
 
-import ipaddress
 import signal
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -89,6 +88,8 @@ from .values import (
     check_stop_budget,
     check_stop_signal,
     check_warn_fraction,
+    endpoints_meet,
+    local_endpoint,
     one_of,
     ready_checker,
     whole_number,
@@ -380,8 +381,8 @@ def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:
             taken[("127.0.0.1", http_port)] = ("", "supervisor.http_port (the supervisor's own health port)")
         for place, child in at_once:
             for host, port in _local_ports(child):
-                clash = next((said for (h, p), (owner, said) in taken.items()
-                              if p == port and (h == host or "*" in (h, host)) and owner != place), None)
+                clash = next((said for endpoint, (owner, said) in taken.items()
+                              if endpoints_meet(endpoint, (host, port)) and owner != place), None)
                 if clash is not None and (place, child) in own:
                     raise ConfigError(f"{place}.ready: port {port} is also {clash}: two children that run at "
                                       "once cannot both listen there")
@@ -391,19 +392,9 @@ def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:
 
 
 def _local_ports(child: ChildSpec) -> list[tuple[str, int]]:
-    """The local (host, port) pairs a child's ready check probes, loopback as 127.0.0.1 and every address as
-    "*" (it covers each); a probe of another machine's port is no port of this one."""
-    found = []
-    for host, port in child.ready.ports() if child.ready is not None else []:
-        try:
-            address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
-        except ValueError:
-            continue  # a host name: another machine's, as far as a config can tell
-        if address.is_unspecified:
-            found.append(("*", port))
-        elif address.is_loopback:
-            found.append(("::1" if address.version == 6 else str(address), port))
-    return found
+    """The local endpoints (values.local_endpoint) a child's ready check probes."""
+    pairs = child.ready.ports() if child.ready is not None else []
+    return [endpoint for host, port in pairs if (endpoint := local_endpoint(host, port)) is not None]
 
 
 def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]) -> None:

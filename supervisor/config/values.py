@@ -496,6 +496,24 @@ def host_port(text: str, refusal: str) -> tuple[str, int]:
     return host, port
 
 
+def local_endpoint(host: str, port: int) -> tuple[str, int] | None:
+    """``host:port`` as listeners meet on this machine: a loopback address as itself ("localhost" is 127.0.0.1),
+    every address (0.0.0.0, ::) as "*", which meets each; None for a name or another machine's address (as far as
+    a config can tell, no port of this one)."""
+    try:
+        address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
+    except ValueError:
+        return None
+    if address.is_unspecified:
+        return "*", port
+    return (str(address), port) if address.is_loopback else None
+
+
+def endpoints_meet(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Two local endpoints (local_endpoint's) that one listener could not both have: one port, one address."""
+    return a[1] == b[1] and (a[0] == b[0] or "*" in (a[0], b[0]))
+
+
 def http_url(text: str, where: str) -> tuple[str, int]:
     """An http(s) URL the supervisor GETs (a ready probe, the production watch's curio metrics): its host and port
     (80 or 443 where it says none); ConfigError at ``where`` for another scheme, no host, port 0, or a character

@@ -36,8 +36,10 @@ from ..config import (
     check_seconds,
     check_size,
     check_table,
+    endpoints_meet,
     host_port,
     join_key,
+    local_endpoint,
     one_of,
     take,
     whole_number,
@@ -176,11 +178,12 @@ def cuzk_section(table: Any, sup: SupervisorSpec) -> CuzkSettings:
 def _check_own_ports(listen: str, status_listen: str) -> None:
     """The daemon serves its API on listen and its status on status_listen: two sockets, two ports (one port for
     both fails its second bind, after the parameter fetch)."""
-    api, status = listen_probe(listen, f"{SECTION}.listen"), status_probe(status_listen, f"{SECTION}.status_listen")
-    if status is None or api.kind != "tcp" or api.port != status.port:
+    if status_listen == "" or listen.strip().startswith("unix://"):
         return
-    hosts = {api.host, "127.0.0.1" if status.host in ("0.0.0.0", "::") else status.host}
-    if len(hosts) == 1:
+    api = local_endpoint(*host_port(listen.strip(), f"{SECTION}.listen"))
+    status = local_endpoint(*host_port(status_listen.strip().removeprefix("http://").rstrip("/"),
+                                       f"{SECTION}.status_listen"))
+    if api is not None and status is not None and endpoints_meet(api, status):
         raise ConfigError(f"{SECTION}.status_listen: {shown(status_listen)} is listen's port too: the daemon "
                           "listens on each, so each needs its own")
 

@@ -6,9 +6,12 @@ came before nor of the registration; a bug of ours met reading it is said, with 
 
 from __future__ import annotations
 
+import json
 import re
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +103,42 @@ def test_a_watch_that_cannot_read_says_so_at_once_again_for_another_cause_and_wh
     assert reading.row is not None and len(lines) == 1, lines
     assert re.fullmatch(r"row watch: reading again after \d+ s without one", lines[0]), lines
     assert rows.state.current == "reading" and rows.state.misses == 3
+
+
+class _Varying(BaseHTTPRequestHandler):
+    """Every GET /status answered 503 with a body of its own (a proxy's request id, a time)."""
+
+    served = 0
+
+    def do_GET(self) -> None:
+        _Varying.served += 1
+        body = json.dumps({"error": "upstream unavailable", "request_id": f"req-{_Varying.served}-{time.time()}"})
+        self.send_response(503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_cause_is_the_answers_status_not_the_body_that_came_with_it() -> None:
+    # A 503 whose body carries a request id was "another cause" at every read: the blind line said each time.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Varying)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        clock = [time.time()]
+        spec = ManagerSpec(url=f"http://127.0.0.1:{server.server_address[1]}", connect_timeout_s=2, read_timeout_s=2)
+        rows = RowWatch(ManagerClient(spec), 300.0, now=lambda: clock[0], mono=lambda: clock[0])
+        said = []
+        for _ in range(4):
+            said += rows.read("u")[1]
+            clock[0] += FAILED_AGAIN_S + 1
+        assert _Varying.served == 4
+        assert len(said) == 1 and said[0].startswith("row watch: no reading (GET /status: HTTP 503: "), said
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_periodic_read_is_due_only_once_the_manager_knows_the_instance(manager: DevManager) -> None:

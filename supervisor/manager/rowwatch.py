@@ -47,6 +47,14 @@ BLIND_MEANS = "the manager's own kill or forget of this instance is learnt only 
 # An object's address in an error's text (requests' ConnectionError names its connection object): it differs at
 # every attempt, and is no change of the cause.
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_HTTP_STATUS = re.compile(r".*?HTTP \d{3}")
+
+
+def _cause(error: str) -> str:
+    """What tells one failed read's cause from another: an answer's HTTP status, not the body that came with it
+    (a request id, a time: every read would be "another cause"); else the text, an object's address left out."""
+    status = _HTTP_STATUS.match(error)
+    return status.group(0) if status else _ADDRESS.sub("0x…", error)
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,7 @@ class RowWatch:
         if reading.error is None:
             self.state.read()
         else:
-            self.state.missed(reading.error, BLIND_MEANS, cause=_ADDRESS.sub("0x…", reading.error))
+            self.state.missed(reading.error, BLIND_MEANS, cause=_cause(reading.error))
 
     def _bug(self, exc: Exception) -> str:
         """A bug of ours reading an answer (find_row, a plugin's RowFields): said by ``on_bug``, and the reading is

@@ -23,6 +23,7 @@ from supervisor.engine.exitflush import ExitFlush
 from supervisor.engine.loop import EventLoop
 from supervisor.manager.logship import EarlyLines
 from supervisor.manager.reporting import Reporter
+from supervisor.manager.sender import Sender
 from supervisor.text.redact import Redactor
 
 WAIT_S = 30.0  # an upper bound against hanging, never a measure
@@ -145,3 +146,24 @@ def test_lines_still_held_at_the_exit_go_behind_it_into_the_outbox_and_the_next_
         "prover-supervisor exiting with status 1: test failure", tab[6], "[supervisor] second start"], tab
     assert "not delivered yet" in tab[6]
     again.stop(0, "test over")
+
+
+def test_without_the_outboxs_thread_a_source_is_not_held_behind_what_never_goes(
+        manager: DevManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A start whose outbox sender could not start its thread (pids.max): its durable pushes stay pending for the
+    # whole run, and the source they hold would hold every later line with them. Its uuid is the earlier start's.
+    first = registered(manager, tmp_path)
+    uuid = first.reporter.uuid
+    first.stop(0, "first start over")
+
+    def cannot_start(self: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(Sender, "start", cannot_start)
+    again = Supervisor(manager, tmp_path)
+    assert any("cannot start the thread of the outbox's sender" in line for line in again.said), again.said
+    again.reporter.push_text("setup", FAILED)
+    again.reporter.ship_own_line("after the failure, 0")
+    again.run_until(lambda: "[supervisor] after the failure, 0" in setup_tab(manager, uuid), "the later line shipped")
+    assert FAILED not in setup_tab(manager, uuid)  # (it waits in the outbox for a start that can send it)
+    again.stop(1, "test over")

@@ -90,6 +90,7 @@ class Reporter:
         # holds that source's later lines behind it (logship.py says why holding). Written on the loop's thread,
         # read on the shipper's; an entry is never removed (a removal could race with a newer push's entry).
         self._last_durable: dict[str, int] = {}
+        self._sender_runs = True  # the outbox's sender thread started (until start says it could not)
         self._exit_waits: list[tuple[int, str]] = []  # calls the exit flush waits longer for: (id, what)
         self._state_dir = state_dir
         # The manager's own view of this instance (manager/view.py): its row, a kill, a registration again.
@@ -140,8 +141,9 @@ class Reporter:
                                    self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
             if not self._start_thread("events", self._events.start, "no events are sent"):
                 self._events = None
-        self._start_thread("the outbox's sender", self._sender.start,
-                           "reporting is off: every call stays in the outbox for the next start")
+        # Without its thread no durable push goes: a source held behind one would be held for the whole run.
+        self._sender_runs = self._start_thread("the outbox's sender", self._sender.start,
+                                               "reporting is off: every call stays in the outbox for the next start")
         self.event("supervisor", state="started", pid=os.getpid())
 
     def _start_thread(self, what: str, start: Callable[[], None], costs: str) -> bool:
@@ -297,7 +299,7 @@ class Reporter:
         outbox delivers in order: once the last one is no longer pending, no earlier one is."""
         call_id = self._last_durable.get(source)
         outbox = self.outbox
-        return call_id is not None and outbox is not None and outbox.holds(call_id)
+        return call_id is not None and outbox is not None and self._sender_runs and outbox.holds(call_id)
 
     def ship_lines(self, source: str, label: str, lines: list[bytes]) -> None:
         """A child's output lines (masked where they entered, logs.ChildOutput): best effort, batched,

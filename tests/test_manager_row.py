@@ -275,6 +275,23 @@ def test_a_uuid_forgotten_after_param_done_is_registered_again_and_param_done_se
     assert instances(manager)[0]["history"] == ["registered", "params_done", "running"]
 
 
+def test_a_row_watch_that_cannot_read_is_a_watch_status_shows_blind(sup: Runner, manager: DevManager) -> None:
+    # It was said in the log, but status's watches never listed it: the only way to learn of the UI's kill or a
+    # forget between lifecycle calls looked as well as any.
+    go = sup.tmp / "go"
+    proc = Console(sup, config(sup, manager, go, extra="row_check_s = 5"))
+    proc.wait_text("manager: registered: uuid")
+    post(manager, "/dev/faults", {"status": 404, "path": "/status"})
+    proc.wait_text("row watch: no reading (GET /status: HTTP 404", WAIT_S)
+    live = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                          capture_output=True, text=True, timeout=30, cwd=REPO)
+    watch = json.loads(live.stdout)["watches"]["row watch"]
+    assert watch["state"] == "blind" and watch["why"].startswith("GET /status: HTTP 404"), watch
+    post(manager, "/dev/faults", {})
+    go.touch()
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+
+
 def test_a_row_time_from_the_future_is_refused_once_and_never_an_anchor(sup: Runner, manager: DevManager) -> None:
     first = requests.post(manager.url + "/register", json={"label": LABEL, "min_rate": 1}, timeout=5).json()
     post(manager, "/dev/row", {"uuid": first["uuid"], "registered_at": time.time() + 3600})

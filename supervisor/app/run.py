@@ -176,6 +176,8 @@ def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog) -> No
             loop.faults.report("starting the manager reporting", exc)  # a bug: its traceback in supervisor.log
         log(f"manager reporting off: it could not start ({summary(exc)})")
         sup.reporter.enabled = False
+        return
+    sup.rt.evidence.watches.add(*sup.reporter.watch_states())  # (the row watch, shown in status with the others)
 
 
 def say_gpu_evidence(gpus: Gpus | None, log: SupervisorLog) -> bool:

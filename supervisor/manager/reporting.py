@@ -44,6 +44,7 @@ from .sender import LOG, CallKinds, Sender
 from .view import ManagerView
 
 if TYPE_CHECKING:
+    from ..evidence.watchstate import WatchState
     from .outbox import Outbox
 
 # Runs the loop while the exit flush lasts: (the flush, until what) → returns once ``until()`` is true.
@@ -99,6 +100,10 @@ class Reporter:
         self._early = early
         if early is not None and not self.enabled:
             early.hand_to(None)
+
+    def watch_states(self) -> tuple[WatchState, ...]:
+        """The watches of the manager's side (its row, read now and then), for status to show with the others."""
+        return (self._sender.rows.state,) if self._sender is not None else ()
 
     def link(self) -> ReporterLink:
         """What a plugin may do with the manager (wiring.ManagerLink)."""

@@ -351,3 +351,23 @@ def test_a_child_inherits_none_of_the_supervisors_descriptors(sup: Runner) -> No
     assert done.returncode == 0, done.stdout + done.stderr
     # 3: the listing's own descriptor, the lowest free one where nothing else was left open.
     assert "[p/p] fds [0, 1, 2, 3]" in done.stdout, done.stdout
+
+
+@needs_unshare
+def test_without_proc_the_start_says_so_in_one_line(sup: Runner) -> None:
+    # No /proc mounted (or an empty one): psutil's process list failed with an IndexError of its own, a traceback
+    # from the start-up sweep. The environment cannot host a run: one line, exit 2, nothing started.
+    marker = sup.tmp / "ran"
+    config = sup.write(f"""
+        [[phases]]
+        name = "a"
+        command = ["touch", "{marker}"]
+        """)
+    inner = f"umount -l /proc && exec {PY} -m supervisor run --config {config}"
+    result = subprocess.run(["unshare", "--mount", "--pid", "--fork", "sh", "-c", inner], capture_output=True,
+                            text=True, timeout=60, cwd=REPO, env=sup.env())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1] == ("prover-supervisor: cannot look for what a dead supervisor left "
+                                              "running: /proc lists no process (is it mounted?)"), result.stderr
+    assert not marker.exists()

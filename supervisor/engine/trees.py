@@ -89,10 +89,19 @@ def kill_survivors_of_dead_supervisors(state_dir: str, log: Log, max_s: float = 
                                     "process(es) left by a supervisor that died without stopping them", max_s))
 
 
+def every_process() -> list[psutil.Process]:
+    """Every process of the machine (psutil's list); OSError where /proc cannot list them: not mounted, or an
+    empty one (psutil 7 then fails with an IndexError of its own, which is no reason to show a traceback)."""
+    try:
+        return list(psutil.process_iter(["pid"]))
+    except (IndexError, psutil.Error):
+        raise OSError("/proc lists no process (is it mounted?)") from None
+
+
 def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
     me = os.getpid()
     found: dict[int, str] = {}
-    for proc in psutil.process_iter(["pid"]):
+    for proc in every_process():
         if proc.pid == me:
             continue
         try:
@@ -116,7 +125,11 @@ def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]
     says a process is ours: a pid that the system gave to another process since is not named."""
     want = os.path.realpath(state_dir)
     found: list[dict[str, object]] = []
-    for proc in psutil.process_iter(["pid"]):
+    try:
+        processes = every_process()
+    except OSError:
+        return found  # (nothing to be known of them here)
+    for proc in processes:
         try:
             env = proc.environ()
             tag = env.get(TAG_ENV, "")

@@ -4,14 +4,15 @@
 It is the same as ``prover-supervisor run``; extra arguments go to the CLI.
 """
 
+import signal
 import sys
 
-try:
-    from supervisor.app.cli import main
-except KeyboardInterrupt:  # Ctrl-C before main could hold the signals (cli.py): one line, no traceback
-    if sys.stderr is not None:
-        sys.stderr.write("prover-supervisor: interrupted\n")
-    raise SystemExit(130) from None
+# First of all, before the imports (tens of ms): as PID 1 the kernel drops a signal that has no handler, so a
+# `docker stop` right after `docker run` would be lost. Every signal waits; main keeps those the supervisor
+# catches held for its loop and gives the rest back.
+started_with = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+
+from supervisor.app.cli import main  # noqa: E402 (after the mask, on purpose)
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or ["run"]))
+    sys.exit(main(sys.argv[1:] or ["run"], started_with))

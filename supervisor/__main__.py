@@ -1,12 +1,11 @@
 """``python -m supervisor`` is the same as the ``prover-supervisor`` command."""
 
-try:
-    from .app.cli import main
-except KeyboardInterrupt:  # Ctrl-C before main could hold the signals (cli.py): one line, no traceback
-    import sys
+import signal
 
-    if sys.stderr is not None:
-        sys.stderr.write("prover-supervisor: interrupted\n")
-    raise SystemExit(130) from None
+# Before the imports, as entrypoint.py does (a signal to PID 1 with no handler is dropped): main keeps held
+# those the supervisor catches and gives the rest back.
+started_with = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
 
-raise SystemExit(main())
+from .app.cli import main  # noqa: E402 (after the mask, on purpose)
+
+raise SystemExit(main(None, started_with))

@@ -8,6 +8,7 @@ PID namespace (``unshare --pid --fork --mount-proc``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -19,7 +20,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import PY, REPO, Runner, needs_unshare, pid_alive, read_pid, toml_list, wait_for
+from helpers import PY, REPO, Runner, kill_tree, needs_unshare, pid_alive, read_pid, toml_list, wait_for
+
+from supervisor import __version__
 
 CHILD_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[([^\]]+)\] (.*)$")
 FIRST_LINE_RE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \[supervisor\] prover-supervisor pid (\d+) as (pid1|subreaper); "
@@ -371,3 +374,54 @@ def test_without_proc_the_start_says_so_in_one_line(sup: Runner) -> None:
     assert result.stderr.splitlines()[-1] == ("prover-supervisor: cannot look for what a dead supervisor left "
                                               "running: /proc lists no process (is it mounted?)"), result.stderr
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------- signals before main, and the other commands
+
+MASK_AT_IMPORT = """\
+import importlib.abc, runpy, signal, sys
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "supervisor.app":
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            print("blocked at the package's import:", sorted(int(s) for s in blocked), flush=True)  # (a JSON list)
+            sys.meta_path.remove(self)
+        return None
+
+sys.meta_path.insert(0, Watch())
+sys.argv = [sys.argv[1], "--version"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("run", ["runpy.run_path(sys.argv[0], run_name='__main__')",
+                                 "runpy.run_module('supervisor', run_name='__main__', alter_sys=True)"],
+                         ids=["entrypoint.py", "python -m supervisor"])
+def test_the_stop_signals_wait_from_before_the_package_is_imported(run: str) -> None:
+    # As PID 1 the kernel drops a signal with no handler: a SIGTERM in the tens of ms the imports take (docker
+    # stop right after docker run) was lost, and docker waited out its 10 s to SIGKILL.
+    code = MASK_AT_IMPORT.replace("runpy.run_path(sys.argv[0], run_name=\"__main__\")", run)
+    result = subprocess.run([PY, "-c", code, str(REPO / "entrypoint.py")], capture_output=True, text=True,
+                            timeout=60, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("blocked at the package's import:"))
+    blocked = set(json.loads(line.split(":", 1)[1]))
+    assert {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT} <= blocked, blocked
+    assert result.stdout.rstrip().endswith(f"prover-supervisor {__version__}"), result.stdout
+
+
+@needs_unshare
+def test_a_command_other_than_run_as_pid_1_ends_on_sigterm() -> None:
+    # docker run IMAGE dev-manager (or status --watch): the command made no inbox, and as PID 1 the kernel
+    # dropped the SIGTERM of docker stop; it ran on until docker's SIGKILL.
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", PY, "-m", "supervisor", "dev-manager",
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        pid = supervisor_pid(proc, True)
+        wait_for(lambda: any(c.laddr for c in psutil.Process(pid).net_connections("tcp")), timeout=30)
+        os.kill(pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM, proc.stdout.read() if proc.stdout else ""
+    finally:
+        kill_tree(proc.pid)
+        proc.wait(10)

@@ -28,8 +28,9 @@ loaded with its plugin (``supervisor.prover.plugin.PLUGIN``: ``[cuzk]``, the fle
 profile), which ``run`` is handed too; the rest of the core knows no plugin but the one it is given.
 
 ``main``'s first step holds every signal the supervisor catches (signals.py), before argparse
-and the imports that take time: a Ctrl-C or SIGTERM in the first instants waits for ``run``'s
-loop, which gives it its meaning; the other commands release them once the command is known.
+and the imports that take time (entrypoint.py and __main__.py hold every signal before they import this):
+a Ctrl-C or SIGTERM in the first instants waits for ``run``'s loop, which gives it its meaning; the other
+commands release them once the command is known (as PID 1, a SIGTERM then ends them: signals.release_signals).
 All output goes through ``stdio.say``: a closed, full or broken stream costs lines, never the
 command's exit status.
 """
@@ -139,8 +140,10 @@ def interval_seconds(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    mask = hold_signals()  # first of all: see the module docstring
+def main(argv: list[str] | None = None, started_with: set[int] | None = None) -> int:
+    """The command line. ``started_with``: the signal mask the process started with, where the entry point
+    blocked every signal before its imports (entrypoint.py, __main__.py)."""
+    mask = hold_signals(started_with)  # first of all: see the module docstring
     keep_std_fds_open()
     faulthandler.enable(file=STDERR, all_threads=True)  # a fatal fault's last words, until run.py has the log
     command = "run"

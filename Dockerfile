@@ -28,8 +28,12 @@ RUN python3 -m venv /opt/prover-supervisor \
  && /opt/prover-supervisor/bin/python -I -m supervisor --version
 
 COPY entrypoint.py /opt/prover-supervisor/entrypoint.py
-# On PATH, so `docker exec CONTAINER prover-supervisor status` works (the venv's own script, -I included).
-RUN ln -s /opt/prover-supervisor/bin/prover-supervisor /usr/local/bin/prover-supervisor
+# On PATH, so `docker exec CONTAINER prover-supervisor status` works. A wrapper, not a link to the venv's
+# script: that one's first line is the venv's python without -I, so a base image's PYTHONPATH (Debian's
+# `supervisor`, supervisord's package) would be imported in place of ours.
+RUN printf '#!/bin/sh\nexec /opt/prover-supervisor/bin/python -I -m supervisor "$@"\n' \
+        > /usr/local/bin/prover-supervisor \
+ && chmod 0755 /usr/local/bin/prover-supervisor
 
 # The manager starts instances with Vast's --ssh mode, which replaces ENTRYPOINT and runs
 #   --onstart-cmd "nohup /usr/local/bin/entrypoint.sh > /var/log/entrypoint.log 2>&1 &"

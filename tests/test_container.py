@@ -384,3 +384,10 @@ def test_exec_prover_supervisor_status_in_a_running_container(image: str, cfg: P
     assert rc == 0 and "steady" in shown, shown
     rc, bare, _ = run("exec", name, "prover-supervisor", timeout=60)
     assert rc == 2 and "usage: prover-supervisor" in bare, bare  # help, not a second lifecycle
+    # A base image whose PYTHONPATH holds another `supervisor` (Debian's supervisord): the command on PATH runs
+    # ours (-I), as the ENTRYPOINT does; the venv's own script, linked there before, imported that one.
+    rc, _, _ = run("exec", name, "sh", "-c", "mkdir -p /tmp/shadow/supervisor && echo 'raise ImportError("
+                   "\"the base image supervisor package\")' > /tmp/shadow/supervisor/__init__.py", timeout=60)
+    assert rc == 0
+    rc, shown, _ = run("exec", "-e", "PYTHONPATH=/tmp/shadow", name, "prover-supervisor", "status", timeout=60)
+    assert rc == 0 and "steady" in shown, shown

@@ -160,3 +160,48 @@ def test_a_forget_brings_the_row_back_to_this_uuids_stage_not_an_earlier_rows(tm
         sender.join(10)
         outbox.close()
         loop.close()
+
+
+def test_a_register_answered_with_the_same_uuid_keeps_its_rows_stage(tmp_path: Path, manager: DevManager) -> None:
+    """The manager answers a /register of a label it knows with the row it has (the same uuid, at running): a
+    forget after that brings the row back to running, not to registered under the fetch's 90 min clock."""
+    spec = ManagerSpec(url=manager.url, label="C.13", connect_timeout_s=2, read_timeout_s=2, row_check_s=1)
+
+    def start() -> tuple[EventLoop, list[str], Outbox, Sender]:
+        loop, lines, outbox = EventLoop(), list[str](), Outbox(tmp_path / "outbox.sqlite3")
+        sender = Sender(spec, outbox, ManagerClient(spec), loop, lines.append, CallKinds(),
+                        on_identity=lambda u, f: None)
+        sender.restore_identity()
+        sender.start()
+        return loop, lines, outbox, sender
+
+    def stop(loop: EventLoop, outbox: Outbox, sender: Sender) -> None:
+        sender.ask_to_stop()
+        sender.join(10)
+        outbox.close()
+        loop.close()
+
+    loop, _, outbox, sender = start()
+    try:
+        run_until(loop, lambda: bool(sender.uuid))
+        first = sender.uuid
+        outbox.add("param-done", {})
+        outbox.add("running", {})
+        sender.wake()
+        run_until(loop, lambda: not outbox.pending())
+    finally:
+        stop(loop, outbox, sender)
+    spoilt = Outbox(tmp_path / "outbox.sqlite3")  # the stored uuid unusable (an older version's): registers again
+    spoilt.put("uuid", "not a uuid!")
+    spoilt.close()
+    loop, lines, outbox, sender = start()
+    try:
+        run_until(loop, lambda: sender.uuid == first and not outbox.pending())
+        forget(manager)
+        run_until(loop, lambda: sender.uuid not in (None, first) and not outbox.pending())
+        assert any(line.endswith("registering again, once, and running sent again under the new uuid")
+                   for line in lines), lines
+        [row] = manager.state.snapshot()["instances"].values()
+        assert row["history"] == ["registered", "running"], row
+    finally:
+        stop(loop, outbox, sender)

@@ -94,9 +94,10 @@ class _NotSent(Exception):
     """A row-checking call found the row killed before a retry: it is not sent (raised out of the retries)."""
 
 
-# The facts key of the last lifecycle call (param-done, running, a plugin's bench-done) delivered under the
-# uuid now kept: where its row stands. A forgotten row is brought back there (_register_forgotten); calls an
-# earlier uuid's row took (a state_dir of another label, a start --fresh) are not this row's.
+# The facts key of the last lifecycle call (param-done, running, a plugin's bench-done) delivered, with the uuid
+# it went under ("<uuid> <kind>"): where that row stands. A forgotten row is brought back there
+# (_register_forgotten); calls another uuid's row took (a state_dir of another label, a start --fresh) are not
+# this row's, and a /register answered with the same uuid keeps it.
 ROW_STAGE = "row_stage"
 
 
@@ -164,6 +165,7 @@ class Sender:
             self._log(f"manager: state_dir was registered as {stored_label!r}, not {self.spec.label!r}; "
                       f"registering afresh{aside}")
             self.outbox.put("uuid", "")
+            self.outbox.put(ROW_STAGE, "")  # (nor is where its row stood: not even an older outbox's history)
         self.outbox.put("label", self.spec.label)
         self.uuid, self.fields = self._stored_identity()
         if self.uuid:
@@ -445,13 +447,19 @@ class Sender:
         reading = self._read_row()
         if not reading.listed or self._retired or self._registered_again:
             return  # (registered again already, and nothing delivered since: the same forget, not a new one)
-        stage = self.outbox.get(ROW_STAGE)
-        if stage is None:  # (an outbox of a version that kept no stage: its uuid's calls are all it has)
-            stage = getattr(self.outbox.last_delivered_of(self._lifecycle_kinds()), "kind", None)
-        last = self.outbox.last_delivered_of([stage]) if stage else None
-        stage = stage or None
+        stage = self._row_stage()
+        last = self.outbox.last_delivered_of([stage]) if stage is not None else None
         if stage not in self._registered_by_watch and self.rows.gone(self.uuid) is True:
             self._register_forgotten(last)
+
+    def _row_stage(self) -> str | None:
+        """The last lifecycle call delivered under the uuid now kept (None: none yet). The manager answers a
+        /register of a label it knows with the same uuid: that row's stage still holds."""
+        stored = self.outbox.get(ROW_STAGE)
+        if stored is None:  # (an outbox of a version that kept no stage: its uuid's calls are all it has)
+            return getattr(self.outbox.last_delivered_of(self._lifecycle_kinds()), "kind", None)
+        uuid, _, kind = stored.partition(" ")
+        return kind if uuid == self.uuid and kind else None
 
     def _lifecycle_kinds(self) -> list[str]:
         """The calls that move the manager's row (param-done, running, a plugin's bench-done)."""
@@ -495,7 +503,6 @@ class Sender:
         self.uuid = body["uuid"]
         self.fields = {name: body.get(name) for name in self._calls.answer_fields}
         self.outbox.put("uuid", body["uuid"])
-        self.outbox.put(ROW_STAGE, "")  # a new row, in registered: no lifecycle call has moved it yet
         for name, value in self.fields.items():
             self.outbox.put(name, value or "")
         # The manager knows us: its row is read now (its registered_at, a plugin's fields), whatever is queued
@@ -509,7 +516,7 @@ class Sender:
     def _delivered(self, call: Call, answer: Answer) -> None:
         kind = self._kinds[call.kind]
         if kind.checks_row:  # a lifecycle call: the row under this uuid stands there now
-            self.outbox.put(ROW_STAGE, call.kind)
+            self.outbox.put(ROW_STAGE, f"{self.uuid} {call.kind}")
         if kind.keep is not None:
             kind.keep(call.payload, answer.body)  # before the next call goes out (it may need it)
         delivered = kind.delivered

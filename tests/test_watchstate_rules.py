@@ -92,6 +92,18 @@ def test_watches_speak_for_all_and_show_each() -> None:
                                                              "why": "no GPU: NVML sees 0 devices"}
 
 
+def test_a_watch_that_says_its_own_lines_is_shown_but_not_said_by_the_tick() -> None:
+    # The manager's row watch says its lines where it reads (the sender's thread): the tick draining them too
+    # would say one of them from another thread, without the sender's "manager: " before it.
+    watches, clock = Watches(), Clock()
+    row = WatchState("row watch", math.inf, clock=clock)
+    watches.show(row)
+    row.missed("GET /status: HTTP 404", "the manager's kill is learnt later")
+    assert watches.check() == []
+    assert watches.to_dict()["row watch"]["state"] == "blind"
+    assert row.check() == ["row watch: no reading (GET /status: HTTP 404); the manager's kill is learnt later"]
+
+
 def test_a_repeated_line_is_said_once_then_counted_once_a_period() -> None:
     clock = Clock()
     repeats = Repeats(60.0, clock=clock)

@@ -177,7 +177,7 @@ def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog) -> No
         log(f"manager reporting off: it could not start ({summary(exc)})")
         sup.reporter.enabled = False
         return
-    sup.rt.evidence.watches.add(*sup.reporter.watch_states())  # (the row watch, shown in status with the others)
+    sup.rt.evidence.watches.show(*sup.reporter.watch_states())  # (the row watch: it says its own lines)
 
 
 def say_gpu_evidence(gpus: Gpus | None, log: SupervisorLog) -> bool:

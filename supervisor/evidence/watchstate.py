@@ -186,12 +186,20 @@ class Watches:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._states: dict[str, WatchState] = {}
+        self._shown: dict[str, WatchState] = {}  # said by their own reader (show): in status, not in the tick
         self.thawed_at: Callable[[], float | None] = lambda: None  # the supervisor's last thaw (run.py: freeze.py's)
 
     def add(self, *states: WatchState) -> None:
         with self._lock:
             for state in states:
                 self._states[state.name] = state
+
+    def show(self, *states: WatchState) -> None:
+        """Watches that say their own lines where they read (the manager's row watch, on the sender's thread):
+        in status with the others, never said by the tick too (two threads would share one watch's lines)."""
+        with self._lock:
+            for state in states:
+                self._shown[state.name] = state
 
     def new(self, name: str, window_s: float) -> WatchState:
         """A watch's state, registered under ``name`` (the plugin's watches come through here)."""
@@ -207,7 +215,7 @@ class Watches:
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         with self._lock:
-            states = list(self._states.values())
+            states = [*self._states.values(), *self._shown.values()]
         return {state.name: state.to_dict(now) for state in states}
 
 

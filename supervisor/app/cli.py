@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None, started_with: set[int] | None = None) ->
             return EXIT_CONFIG_ERROR
         command = args.command
         if command != "run":
-            release_signals(mask)  # no inbox will take them: Ctrl-C is KeyboardInterrupt again
+            # no inbox of run's will take them: Ctrl-C is KeyboardInterrupt again (demo makes one of its own)
+            release_signals(mask, end_on_stop=command != "demo")
         return dispatch(args)
     except KeyboardInterrupt:
         say(f"{PROG} {command}: interrupted", err=True)

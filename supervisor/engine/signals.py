@@ -274,19 +274,20 @@ def hold_signals(started_with: set[int] | None = None) -> set[int]:
     """Block every caught signal (``cli.main``'s first step): one sent before the inbox exists waits
     for it; ``SignalInbox`` unblocks them once its wake-up fd is in place. Returns the mask before.
     ``started_with``: the mask the process started with, where its entry point blocked every signal before
-    its imports (entrypoint.py, __main__.py, ``hold_all``): the caught ones stay blocked, the rest as it was."""
+    its imports (entrypoint.py, __main__.py): the caught ones stay blocked, the rest as it was."""
     if started_with is None:
         return signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
     signal.pthread_sigmask(signal.SIG_SETMASK, set(started_with) | CAUGHT)
     return set(started_with)
 
 
-def release_signals(mask: set[int]) -> None:
-    """For the commands that make no inbox: the mask they were started with again (a Ctrl-C held
+def release_signals(mask: set[int], end_on_stop: bool = True) -> None:
+    """For the commands that make no inbox of ``run``'s: the mask they were started with again (a Ctrl-C held
     meanwhile is delivered now, as KeyboardInterrupt). As PID 1 the kernel drops a signal with no handler:
-    a SIGTERM or SIGHUP (``docker stop`` of ``docker run IMAGE status --watch``) ends the command with 128 + it,
-    rather than being dropped until docker's SIGKILL."""
-    if os.getpid() == 1:
+    with ``end_on_stop`` a SIGTERM or SIGHUP (``docker stop`` of ``docker run IMAGE status --watch``) ends the
+    command with 128 + it, rather than being dropped until docker's SIGKILL (``demo`` makes an inbox of its own,
+    which gives them their meaning: not it)."""
+    if end_on_stop and os.getpid() == 1:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _end_command)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)

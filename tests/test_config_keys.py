@@ -180,6 +180,11 @@ def test_parse_signal_takes_names_in_any_case_and_numbers(value: Any, signum: in
     assert parse_signal(value) == signum
 
 
+def test_parse_signal_takes_a_number_from_the_environment() -> None:
+    assert parse_signal(EnvText("15"), "k") == 15 and parse_signal(EnvText("term"), "k") == 15
+    assert refused(parse_signal, "15", "k") == "k: '15' is not a signal name (e.g. \"SIGTERM\", \"SIGINT\")"
+
+
 def test_parse_signal_refuses_an_unknown_name_and_signal_zero() -> None:
     assert refused(parse_signal, "SIGNOPE") == "signal: 'SIGNOPE' is not a signal name (e.g. \"SIGTERM\", \"SIGINT\")"
     assert refused(parse_signal, 0) == "signal: 0 is not a signal number"

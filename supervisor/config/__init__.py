@@ -107,6 +107,7 @@ from .values import (
     local_endpoint,
     one_of,
     parse_signal,
+    spelled,
     whole_number,
     written,
 )
@@ -192,6 +193,7 @@ __all__ = [
     "parse_plan",
     "parse_signal",
     "read_config",
+    "spelled",
     "take",
     "whole_number",
     "written",

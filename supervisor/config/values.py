@@ -355,6 +355,23 @@ def _number_text(value: Any) -> Any:
 _DECIMAL_TEXT_RE = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
 
 
+def spelled(value: Any) -> Any:
+    """What a value is where no key says what belongs (a table merged as given, [cuzk] overrides): text from
+    ${VAR} that spells a whole number, a decimal or true/false is that; anything else is itself, within lists
+    and tables too."""
+    if isinstance(value, EnvText):
+        for read in (_int_text, _number_text, _bool_text):
+            typed = read(value)
+            if not isinstance(typed, str):
+                return typed
+        return str(value)
+    if isinstance(value, dict):
+        return {key: spelled(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [spelled(item) for item in value]
+    return value
+
+
 def _unquote_hint(value: Any) -> str:
     """What a refused number says when it is text written in the file that spells a number."""
     written_text = isinstance(value, str) and not isinstance(value, EnvText)
@@ -425,7 +442,9 @@ def _optional(check: Checker) -> Checker:
 
 
 def parse_signal(value: Any, where: str = "signal") -> int:
-    """``"SIGINT"``, ``"INT"`` or ``2`` → 2."""
+    """``"SIGINT"``, ``"INT"`` or ``2`` → 2 (``"2"`` from ${VAR} too)."""
+    if isinstance(value, EnvText):
+        value = _int_text(value)
     if isinstance(value, int) and not isinstance(value, bool):
         valid = {int(s) for s in signal.valid_signals()}
         if value in valid and value != 0:

@@ -41,6 +41,7 @@ from ..config import (
     join_key,
     local_endpoint,
     one_of,
+    spelled,
     take,
     whole_number,
     written,
@@ -77,8 +78,9 @@ _DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
 
 
 def _overrides(value: Any, where: str) -> dict[str, Any]:
-    """What generate() reads from the overrides is checked here, so that `check` refuses what `run` would."""
-    table = check_table(value, where)
+    """What generate() reads from the overrides is checked here, so that `check` refuses what `run` would. A
+    value from ${VAR} is what it spells (the environment holds only text; cuzk refuses "3" where 3 belongs)."""
+    table = spelled(check_table(value, where))
     for name in GENERATED_TABLES:  # (one that is no table would replace the generated one whole)
         if name in table:
             check_table(table[name], join_key(where, name))
@@ -94,9 +96,8 @@ def _overrides(value: Any, where: str) -> dict[str, Any]:
         check_size(budget, budget_where)
     for name, key in _OVERRIDE_WORKERS:
         workers = table.get(name, {}).get(key)
-        if workers is not None:  # (the number as checked is what cuzk.toml gets: "${CONC}" is text, 64 is not)
-            table = {**table, name: {**table[name], key: whole_number(1, MAX_OVERRIDE_WORKERS)(
-                workers, join_key(where, f"{name}.{key}"))}}
+        if workers is not None:
+            whole_number(1, MAX_OVERRIDE_WORKERS)(workers, join_key(where, f"{name}.{key}"))
     return table
 
 

@@ -219,14 +219,18 @@ def test_cuzk_overrides_checked_as_generate_reads_them(overrides: str, accepted:
         assert parse_error(body, plugin=PLUGIN).startswith("test.toml: cuzk.overrides.")
 
 
-def test_override_workers_from_a_variable_reach_cuzk_toml_as_numbers() -> None:
-    # "${CONC}" is text: checked as the number it spells, it was written to cuzk.toml quoted (cuzk refuses it)
-    # and generate()'s memory fit, which reads only a number, passed it over.
+def test_override_values_from_a_variable_reach_cuzk_toml_as_what_they_spell() -> None:
+    # "${CONC}" is text: cuzk refused cuzk.toml's synthesis_concurrency = "3" (after the parameter fetch), and
+    # generate()'s memory fit, which reads only a number, passed it over. A text that spells nothing stays text.
     body = ('[cuzk]\noverrides = { pipeline = { synthesis_concurrency = "${CONC}" }, '
-            'synthesis = { partition_workers = "${PW}" } }\n' + MINIMAL)
-    overrides = parse(body, {"CONC": "3", "PW": "8"}, plugin=PLUGIN).sections["cuzk"].overrides
-    concurrency, workers = overrides["pipeline"]["synthesis_concurrency"], overrides["synthesis"]["partition_workers"]
-    assert (concurrency, type(concurrency), workers, type(workers)) == (3, int, 8, int)
+            'synthesis = { partition_workers = "${PW}" }, gpus = { gpu_workers_per_device = "${GW}" }, '
+            'other = { ratio = "${R}", on = "${ON}", name = "${NAME}", listed = ["${PW}", "x"] } }\n' + MINIMAL)
+    environ = {"CONC": "3", "PW": "8", "GW": "2", "R": "0.5", "ON": "true", "NAME": "fast"}
+    overrides = parse(body, environ, plugin=PLUGIN).sections["cuzk"].overrides
+    values = [overrides["pipeline"]["synthesis_concurrency"], overrides["synthesis"]["partition_workers"],
+              overrides["gpus"]["gpu_workers_per_device"], *overrides["other"].values()]
+    assert values == [3, 8, 2, 0.5, True, "fast", [8, "x"]]
+    assert [type(v) for v in values] == [int, int, int, float, bool, str, list]
 
 
 def test_an_empty_cuzk_table_is_the_settings_own_defaults() -> None:

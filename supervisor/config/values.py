@@ -516,21 +516,26 @@ def host_port(text: str, refusal: str) -> tuple[str, int]:
 
 
 def local_endpoint(host: str, port: int) -> tuple[str, int] | None:
-    """``host:port`` as listeners meet on this machine: a loopback address as itself ("localhost" is 127.0.0.1),
-    every address (0.0.0.0, ::) as "*", which meets each; None for a name or another machine's address (as far as
-    a config can tell, no port of this one)."""
+    """``host:port`` if it is this machine's for sure (a loopback address, "localhost", every address), else None:
+    a probe of a name or of another address may reach another machine."""
     try:
         address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
     except ValueError:
         return None
-    if address.is_unspecified:
-        return "*", port
-    return (str(address), port) if address.is_loopback else None
+    return (str(address), port) if address.is_loopback or address.is_unspecified else None
 
 
 def endpoints_meet(a: tuple[str, int], b: tuple[str, int]) -> bool:
-    """Two local endpoints (local_endpoint's) that one listener could not both have: one port, one address."""
-    return a[1] == b[1] and (a[0] == b[0] or "*" in (a[0], b[0]))
+    """Two (host, port) that two listeners on this machine cannot both bind: one port, and one address, or one
+    that covers the other ("::" every address, IPv4's too as Linux binds it by default; "0.0.0.0" every IPv4
+    address, or a name, which may be one). "localhost" is 127.0.0.1."""
+    if a[1] != b[1]:
+        return False
+    hosts = [("127.0.0.1" if host == "localhost" else host.strip("[]")) for host in (a[0], b[0])]
+    if hosts[0] == hosts[1]:
+        return True
+    return any(host == "::" or (host == "0.0.0.0" and ":" not in other)
+               for host, other in (hosts, hosts[::-1]))
 
 
 def http_url(text: str, where: str) -> tuple[str, int]:

@@ -39,7 +39,6 @@ from ..config import (
     endpoints_meet,
     host_port,
     join_key,
-    local_endpoint,
     one_of,
     spelled,
     take,
@@ -181,10 +180,10 @@ def _check_own_ports(listen: str, status_listen: str) -> None:
     both fails its second bind, after the parameter fetch)."""
     if status_listen == "" or listen.strip().startswith("unix://"):
         return
-    api = local_endpoint(*host_port(listen.strip(), f"{SECTION}.listen"))
-    status = local_endpoint(*host_port(status_listen.strip().removeprefix("http://").rstrip("/"),
-                                       f"{SECTION}.status_listen"))
-    if api is not None and status is not None and endpoints_meet(api, status):
+    # (the daemon's own binds, whatever the address: another machine's is no question here)
+    api = host_port(listen.strip(), f"{SECTION}.listen")
+    status = host_port(status_listen.strip().removeprefix("http://").rstrip("/"), f"{SECTION}.status_listen")
+    if endpoints_meet(api, status):
         raise ConfigError(f"{SECTION}.status_listen: {shown(status_listen)} is listen's port too: the daemon "
                           "listens on each, so each needs its own")
 

@@ -396,8 +396,9 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 @pytest.mark.parametrize("run", ["runpy.run_path(sys.argv[0], run_name='__main__')",
-                                 "runpy.run_module('supervisor', run_name='__main__', alter_sys=True)"],
-                         ids=["entrypoint.py", "python -m supervisor"])
+                                 "runpy.run_module('supervisor', run_name='__main__', alter_sys=True)",
+                                 "from supervisor.__main__ import main; sys.exit(main())"],
+                         ids=["entrypoint.py", "python -m supervisor", "the prover-supervisor script"])
 def test_the_stop_signals_wait_from_before_the_package_is_imported(run: str) -> None:
     # As PID 1 the kernel drops a signal with no handler: a SIGTERM in the tens of ms the imports take (docker
     # stop right after docker run) was lost, and docker waited out its 10 s to SIGKILL.

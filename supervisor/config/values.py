@@ -224,7 +224,7 @@ def check_number(value: Any, where: str) -> float:
     if isinstance(value, EnvText):
         value = _number_text(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: must be a number, got {shown(value)}{_unquote_hint(value)}")
+        raise ConfigError(f"{where}: must be a number, got {shown(value)}{_unquote_hint(value, _number_text)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond any float
@@ -272,7 +272,8 @@ def whole_number(minimum: int, maximum: int) -> Checker:
         if isinstance(value, EnvText):
             value = _int_text(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: must be a whole number, got {shown(value)}{_unquote_hint(value)}")
+            raise ConfigError(f"{where}: must be a whole number, got {shown(value)}"
+                              f"{_unquote_hint(value, _number_text)}")
         if value < minimum:
             raise ConfigError(f"{where}: must be >= {minimum}, got {shown(value)}")
         if value > maximum:
@@ -372,10 +373,11 @@ def spelled(value: Any) -> Any:
     return value
 
 
-def _unquote_hint(value: Any) -> str:
-    """What a refused number says when it is text written in the file that spells a number."""
+def _unquote_hint(value: Any, read: Callable[[Any], Any]) -> str:
+    """What a refused number or boolean says when it is text written in the file that ``read`` (``_number_text``,
+    ``_bool_text``) takes for one."""
     written_text = isinstance(value, str) and not isinstance(value, EnvText)
-    return " (text: write it without quotes)" if written_text and isinstance(_number_text(value), float) else ""
+    return " (text: write it without quotes)" if written_text and not isinstance(read(value), str) else ""
 
 
 def check_warn_fraction(value: Any, where: str) -> float:
@@ -403,9 +405,7 @@ def check_bool(value: Any, where: str) -> bool:
     if isinstance(value, EnvText):
         value = _bool_text(value)
     if not isinstance(value, bool):
-        written_text = isinstance(value, str) and not isinstance(value, EnvText)
-        hint = " (text: write it without quotes)" if written_text and isinstance(_bool_text(value), bool) else ""
-        raise ConfigError(f"{where}: must be true or false, got {shown(value)}{hint}")
+        raise ConfigError(f"{where}: must be true or false, got {shown(value)}{_unquote_hint(value, _bool_text)}")
     return value
 
 

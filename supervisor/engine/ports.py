@@ -29,7 +29,7 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..config import ReadyCheck
+from ..config import ReadyCheck, local_endpoint
 from .offloop import worker_thread
 from .trees import ProcessTable
 
@@ -52,14 +52,9 @@ class Holder:
 
 
 def is_local(host: str) -> bool:
-    """An address of this machine's loopback or every address: a daemon here listens on it."""
-    if host == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_unspecified
+    """An address of this machine's loopback or every address: a daemon here listens on it (the config's rule,
+    by which check refuses two children waiting for one port: config.local_endpoint)."""
+    return local_endpoint(host, 0) is not None
 
 
 def local_ports(check: ReadyCheck | None) -> list[tuple[str, int]]:

@@ -40,7 +40,16 @@ from helpers import (
 
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV
-from supervisor.evidence.cgroups import V1_UNLIMITED, MemoryCgroup, MemorySnapshot, decode_eventfd, discover, mem_total
+from supervisor.evidence.cgroups import (
+    V1_SUBTREE_MAX,
+    V1_UNLIMITED,
+    MemoryCgroup,
+    MemorySnapshot,
+    OomKills,
+    decode_eventfd,
+    discover,
+    mem_total,
+)
 from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence
 from supervisor.text.units import GIB as GiB
 from supervisor.text.units import MIB as MiB
@@ -111,7 +120,7 @@ def test_snapshot_v2_unlimited_and_limited(tmp_path: Path) -> None:
     assert found.cgroup is not None, found.why
     snap = found.cgroup.snapshot()
     assert snap == MemorySnapshot(oom_kills=2, oom_group_kills=1, usage=3 * MiB, peak=5 * MiB, limit=None,
-                                  failcnt=None)
+                                  failcnt=None, oom=OomKills({cgroup: 2}))
     assert found.cgroup.oom_kills() == 2
     assert found.cgroup.limit() is None
     assert snap.describe() == "usage=3.0MiB peak=5.0MiB limit=none oom_kills=2"
@@ -143,10 +152,10 @@ def test_discover_v1(tmp_path: Path) -> None:
 
 
 def test_snapshot_v1_huge_limit_is_unlimited(tmp_path: Path) -> None:
-    root, proc, _cgroup = fake_v1(tmp_path, oom_kill=3)
+    root, proc, cgroup = fake_v1(tmp_path, oom_kill=3)
     snap = discover(root, proc).cgroup.snapshot()  # type: ignore[union-attr]
     assert snap == MemorySnapshot(oom_kills=3, oom_group_kills=None, usage=7 * MiB, peak=9 * MiB, limit=None,
-                                  failcnt=4)
+                                  failcnt=4, oom=OomKills({cgroup: 3}))
     assert V1_NO_LIMIT >= V1_UNLIMITED  # what a real unlimited v1 cgroup shows
 
 
@@ -159,6 +168,55 @@ def test_snapshot_v1_limited(tmp_path: Path) -> None:
     assert snap.oom_kills == 0
     (cgroup / "memory.oom_control").write_text(v1_oom_control(1))
     assert found.cgroup.oom_kills() == 1
+
+
+def test_v2_oom_kills_are_read_from_the_hierarchical_memory_events(tmp_path: Path) -> None:
+    """v2's ``memory.events`` counts a kill in any cgroup below too; ``memory.events.local`` only this one's own:
+    a kill in a cgroup a child made below ours must count."""
+    _root, _proc, cgroup = fake_v2(tmp_path, oom_kill=1)
+    (cgroup / "memory.events.local").write_text(v2_events(0))  # the victim was in a cgroup below
+    below = write_files(cgroup / "inner", {"memory.events": v2_events(1)})
+    ours = MemoryCgroup(cgroup, "v2")
+    assert ours.oom_kills() == 1 and ours.snapshot().oom == OomKills({cgroup: 1})  # read once, never summed
+    assert MemoryCgroup(below, "v2").oom_kills() == 1
+
+
+def test_v1_oom_kills_count_each_cgroup_below_apart(tmp_path: Path) -> None:
+    """v1 counts a kill in the victim's own cgroup only (measured: tests/test_oom.py): ours is read with every
+    cgroup below it but those named apart (phase cgroups), and a rise is each cgroup's own."""
+    _root, _proc, cgroup = fake_v1(tmp_path, oom_kill=1)
+    inner = write_files(cgroup / "inner", {"memory.oom_control": v1_oom_control(2)})
+    deeper = write_files(inner / "deeper", {"memory.oom_control": v1_oom_control(3)})
+    write_files(cgroup / "prover-42-bench", {"memory.oom_control": v1_oom_control(5)})
+    ours = MemoryCgroup(cgroup, "v1", apart=lambda name: name.startswith("prover-"))
+    before = ours.oom_counts()
+    assert before == OomKills({cgroup: 1, inner: 2, deeper: 3})
+    assert ours.oom_kills() == 6 and MemoryCgroup(cgroup, "v1").oom_kills() == 11  # apart: left out, or not
+
+    for name in os.listdir(deeper):  # removed, its 3 kills with it
+        (deeper / name).unlink()
+    deeper.rmdir()
+    (inner / "memory.oom_control").write_text(v1_oom_control(3))  # one kill in inner
+    fresh = write_files(cgroup / "fresh", {"memory.oom_control": v1_oom_control(1)})  # made since, one kill
+    after = ours.oom_counts()
+    assert after == OomKills({cgroup: 1, inner: 3, fresh: 1})
+    assert after.total < before.total and after.since(before) == 2  # a difference of sums would say none
+
+    (cgroup / "memory.oom_control").unlink()
+    assert ours.oom_counts() is None  # its own counter unreadable: unknown, never the ones below alone
+
+
+def test_v1_oom_kills_past_the_bound_of_cgroups_below_are_unknown(tmp_path: Path) -> None:
+    _root, _proc, cgroup = fake_v1(tmp_path)
+    said: list[tuple[Path, str]] = []
+    ours = MemoryCgroup(cgroup, "v1", on_bad=lambda path, why: said.append((path, why)))
+    for n in range(V1_SUBTREE_MAX - 1):
+        (cgroup / f"c{n}").mkdir()
+    assert ours.oom_kills() == 3 and not said  # (cgroups without a counter: removed as they were read)
+    (cgroup / "c0" / "one-more").mkdir()
+    assert ours.oom_kills() is None and ours.snapshot().oom_kills is None
+    assert set(said) == {(cgroup, f"has over {V1_SUBTREE_MAX} cgroups below it")}  # (each reading: said once by
+    # MemoryEvidence, its owner)
 
 
 def test_discover_container_v2_path_missing_falls_back_to_the_mount_root(tmp_path: Path) -> None:
@@ -273,7 +331,7 @@ def test_memory_evidence_shared_mode_logs_an_oom_kill_live(tmp_path: Path) -> No
         assert evidence.describe().startswith("memory evidence: shared mode, cgroup v2 at ")
         placement = evidence.place("p", memory_max=64 * MiB)  # shared mode: no cgroup of its own
         assert placement.scope == "shared" and placement.cgroup == evidence.shared
-        assert placement.oom_baseline == 0
+        assert placement.oom_baseline == OomKills({cgroup: 0})
 
         loop.run_once(max_wait=0.1)
         assert not any("OOM KILL" in line for line in lines), lines
@@ -402,7 +460,7 @@ def test_real_memory_evidence_per_phase_cgroup_is_made_and_removed() -> None:
         assert placement.scope == "phase" and placement.cgroup is not None
         assert placement.cgroup.path == base / f"prover-{os.getpid()}-{name}"  # per supervisor: never shared
         assert placement.cgroup.limit() == 48 * MiB
-        assert placement.oom_baseline == 0
+        assert placement.oom_baseline == OomKills({placement.cgroup.path: 0})
         evidence.release_phase(name)
         wait_for(lambda: not (base / f"prover-{os.getpid()}-{name}").exists(), timeout=5)
     finally:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     PY,
+    V1_MOUNT,
     Runner,
     alloc_script,
     finish,
@@ -142,6 +143,63 @@ command = {toml_list([PY, str(alloc)])}
         assert MemoryCgroup(cg, "v1").oom_kills() == 1
         assert not [p for p in cg.iterdir() if p.is_dir()], "shared mode made a sub-cgroup"
     assert not cg.exists()
+
+
+# A command that moves itself into a cgroup below the one its verdict reads (as a program that makes cgroups
+# of its own does), then allocates past a limit. v1 counts an OOM kill only in the victim's own cgroup, never
+# in those above it (measured on Linux 6.18: whether its own limit or the one above killed it), so a
+# verdict that read only the cgroup it placed the child in took the kernel's kill for a SIGKILL from anyone.
+def moved_below(cgroup: str, command: str) -> str:
+    """The TOML command: a shell that moves itself into ``<cgroup>/inner`` (made if need be), then execs
+    ``command``; ``cgroup`` is a path, or a shell expression of one."""
+    return shell(f'CG={cgroup}; mkdir -p "$CG/inner" && echo $$ > "$CG/inner/cgroup.procs" && exec {command}')
+
+
+def own_count(cgroup: Path) -> int:
+    """The ``oom_kill`` of this one v1 cgroup's own file (none of the cgroups below it)."""
+    return int(re.findall(r"^oom_kill (\d+)$", (cgroup / "memory.oom_control").read_text(), re.M)[0])
+
+
+@pytest.mark.parametrize("killed_by", ["its own limit", "the limit above it"])
+def test_shared_mode_sees_an_oom_kill_in_a_cgroup_nested_below(sup: Runner, killed_by: str) -> None:
+    alloc = alloc_script(sup.tmp)
+    with v1_cgroup("nested", 256 * MiB) as cg:
+        inner = cg / "inner"
+        inner.mkdir()
+        if killed_by == "its own limit":
+            (inner / "memory.limit_in_bytes").write_text(str(48 * MiB))
+        cfg = config(sup, f"""
+[[phases]]
+name = "hog"
+command = {moved_below(str(cg), f"{PY} {alloc}")}
+""", cgroups="shared")
+        result = run_in_cgroup(sup, cfg, cg, timeout=60)
+        out = result.output
+        assert result.returncode == 137, out
+        assert own_count(inner) == 1, "the allocator was not OOM-killed in the nested cgroup"
+        record = one_verdict(out, "hog")
+        assert " reason=oom_killed " in record and " oom_kills=1 " in record, record
+        assert "in its shared cgroup" in record, record
+    assert not cg.exists()
+
+
+def test_per_phase_mode_sees_an_oom_kill_in_a_cgroup_nested_below_the_phases(sup: Runner) -> None:
+    v1_memory_cgroup_or_skip()
+    alloc = alloc_script(sup.tmp)
+    own = f"{V1_MOUNT}$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)"  # the phase's cgroup, as it sees it
+    cfg = config(sup, f"""
+[[phases]]
+name = "hog"
+memory_max = "64MiB"
+command = {moved_below(own, f"{PY} {alloc}")}
+""")
+    result = sup.run(cfg, timeout=60)
+    out = result.output
+    assert result.returncode == 137, out
+    assert "per-phase mode" in first_line(out, "memory evidence:")
+    record = one_verdict(out, "hog")
+    assert " reason=oom_killed " in record and " oom_kills=1 " in record, record
+    assert "in its phase cgroup" in record, record
 
 
 def sigkilled_from_outside(runner: Runner, phase: str, *, cgroups: str | None = None) -> str:

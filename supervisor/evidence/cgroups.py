@@ -3,7 +3,9 @@
 Exit status 137 only says "SIGKILL"; whether the kernel's OOM killer sent it is
 read from the cgroup's ``oom_kill`` counter (v2 ``memory.events``, v1
 ``memory.oom_control``), before and after a child's life. The counter is
-cumulative, so only a rise during the child's life counts.
+cumulative, so only a rise during the child's life counts. v2's counts a kill in
+the victim's cgroup and every one above it; v1's only in the victim's own, so a
+v1 cgroup's count is read from it and from every cgroup below it (``OomKills``).
 
 The supervisor's own memory cgroup is found from ``/proc/self/cgroup`` and the
 cgroup mount (the root is injectable, so tests point it at a directory laid out
@@ -21,7 +23,7 @@ import ctypes
 import os
 import stat
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,14 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 # Told (the file, what is wrong with it) when a file holds a bad value: the owner says it, once.
 OnBad = Callable[[Path, str], None]
+# The name of a cgroup right below another whose OOM kills are counted apart from that one's (see MemoryCgroup).
+Apart = Callable[[str], bool]
+
+# v1 counts an OOM kill only in the victim's own cgroup (Linux's memcg_memory_event goes up to the ancestors on
+# the v2 hierarchy alone; measured on 6.18: a kill in a cgroup nested below ours, by its own limit or by ours,
+# leaves ours at 0), so a v1 count walks the cgroups below. At most this many: past it the count is unknown,
+# never a part taken for the whole (a child that makes hundreds of cgroups is not the kernel's doing).
+V1_SUBTREE_MAX = 256
 
 
 # ------------------------------------------------------------ a small file the kernel writes
@@ -98,13 +108,32 @@ def kernel_number(text: str) -> int:
 
 
 @dataclass(frozen=True)
+class OomKills:
+    """A cgroup's OOM-kill counters at one reading, each cgroup's own, by path: v2 one (``memory.events``
+    counts the kills below it too), v1 the cgroup and every cgroup below it (each counts only its own)."""
+
+    by_cgroup: Mapping[Path, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_cgroup.values())
+
+    def since(self, before: OomKills) -> int:
+        """The kills counted since ``before``, each cgroup's rise apart: a cgroup made since counts from 0, and
+        one removed since (its counter gone with it) never hides a rise in another, as a difference of sums
+        would."""
+        return sum(max(0, count - before.by_cgroup.get(path, 0)) for path, count in self.by_cgroup.items())
+
+
+@dataclass(frozen=True)
 class MemorySnapshot:
-    oom_kills: int | None
+    oom_kills: int | None  # the total of ``oom``
     oom_group_kills: int | None
     usage: int | None
     peak: int | None
     limit: int | None  # None: no limit
     failcnt: int | None = None
+    oom: OomKills | None = None  # the counters the total was read from (a rise is measured on these)
 
     def describe(self) -> str:
         parts = [f"usage={fmt_bytes(self.usage)}", f"peak={fmt_bytes(self.peak)}",
@@ -115,12 +144,15 @@ class MemorySnapshot:
 
 class MemoryCgroup:
     """One memory cgroup directory; ``version`` is "v1" or "v2". ``on_bad`` hears each bad value read
-    (its children are given the same); without it a bad value is just unavailable."""
+    (its children are given the same); without it a bad value is just unavailable. ``apart`` names the
+    cgroups right below whose OOM kills are not this one's (the phase cgroups below the supervisor's own in
+    v1: each has its own verdicts); v2 reads one hierarchical counter and never looks below."""
 
-    def __init__(self, path: Path, version: str, on_bad: OnBad | None = None) -> None:
+    def __init__(self, path: Path, version: str, on_bad: OnBad | None = None, apart: Apart | None = None) -> None:
         self.path = path
         self.version = version
         self.on_bad = on_bad
+        self.apart = apart
 
     def __repr__(self) -> str:
         return f"MemoryCgroup({self.version}, {self.path})"
@@ -128,29 +160,66 @@ class MemoryCgroup:
     # ------------------------------------------------------------ reading
 
     def oom_kills(self) -> int | None:
-        return self._keyed(self._events_file, "oom_kill")
+        """The OOM kills counted in this cgroup and below it; None where they cannot be read."""
+        counts = self.oom_counts()
+        return None if counts is None else counts.total
 
-    @property
-    def _events_file(self) -> str:
-        return "memory.events" if self.version == "v2" else "memory.oom_control"
+    def oom_counts(self) -> OomKills | None:
+        """The counters a rise is measured on: v2's ``memory.events`` (never ``.local``: a kill in a cgroup
+        a child made below this one is this one's too); v1's ``memory.oom_control`` here and in each cgroup
+        below, each counting only its own victims. None where this cgroup's counter cannot be read."""
+        if self.version == "v2":
+            own = self._keyed("memory.events", "oom_kill")
+            return None if own is None else OomKills({self.path: own})
+        paths = self.subtree()
+        if paths is None:
+            return None
+        counts: dict[Path, int] = {}
+        for path in paths:
+            name = str((path / "memory.oom_control").relative_to(self.path))
+            count = self._keyed(name, "oom_kill")
+            if count is None and path == self.path:
+                return None
+            if count is not None:  # (None below: removed as it was read, its kills gone with it)
+                counts[path] = count
+        return OomKills(counts)
+
+    def subtree(self) -> list[Path] | None:
+        """This cgroup and every cgroup below it (those ``apart`` names left out, with theirs), this one
+        first; None past V1_SUBTREE_MAX (said as a bad value: whatever made them, the counts are unknown)."""
+        found, unread = [self.path], [self.path]
+        while unread:
+            path = unread.pop()
+            for name in _subdirectories(path):
+                if path == self.path and self.apart is not None and self.apart(name):
+                    continue
+                if len(found) >= V1_SUBTREE_MAX:
+                    self._bad("", BadValue(f"has over {V1_SUBTREE_MAX} cgroups below it"))
+                    return None
+                found.append(path / name)
+                unread.append(path / name)
+        return found
 
     def snapshot(self) -> MemorySnapshot:
+        oom = self.oom_counts()
         if self.version == "v2":
             return MemorySnapshot(
-                oom_kills=self._keyed("memory.events", "oom_kill"),
+                oom_kills=None if oom is None else oom.total,
                 oom_group_kills=self._keyed("memory.events", "oom_group_kill"),
                 usage=self._int("memory.current"),
                 peak=self._int("memory.peak"),
                 limit=self._int("memory.max"),
+                oom=oom,
             )
         limit = self._int("memory.limit_in_bytes")
         return MemorySnapshot(
-            oom_kills=self._keyed("memory.oom_control", "oom_kill"),
+            oom_kills=None if oom is None else oom.total,
             oom_group_kills=None,
             usage=self._int("memory.usage_in_bytes"),
             peak=self._int("memory.max_usage_in_bytes"),
             limit=None if limit is None or limit >= V1_UNLIMITED else limit,
             failcnt=self._int("memory.failcnt"),
+            oom=oom,
         )
 
     def limit(self) -> int | None:
@@ -359,6 +428,16 @@ def parse_pressure(text: str) -> str | None:
 
 
 # ---------------------------------------------------------------- file helpers
+
+
+def _subdirectories(path: Path) -> list[str]:
+    """The names of the directories right in ``path`` (a cgroup's children); none where it cannot be listed
+    (removed as it is read)."""
+    try:
+        with os.scandir(path) as entries:
+            return sorted(entry.name for entry in entries if entry.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
 
 
 def _read_int(path: Path) -> int | None:

@@ -10,7 +10,9 @@ Modes (said once at start):
 The counters are watched while children run (v2: inotify on ``memory.events``;
 v1: an eventfd on ``memory.oom_control``; a poll every ``OOM_POLL_S`` where
 neither can be registered), so an OOM kill of any descendant is logged the
-moment it happens, with the cgroup's usage and peak.
+moment it happens, with the cgroup's usage and peak. (v1 notifies the cgroup under
+OOM and those below it, never those above: a kill by the limit of a cgroup a child
+made below ours is counted in its verdict, but logged only at that reading.)
 
 Every phase cgroup made is first written to a ledger in ``state_dir``, so the
 next start can be told which ones a SIGKILL left behind, and which processes are
@@ -33,7 +35,7 @@ from ..state.files import read_regular_file, write_atomically
 from ..text import Log
 from ..text.show import fmt_bytes
 from ..text.units import is_ascii_digits
-from .cgroups import MemoryCgroup, MemorySnapshot, discover, enable_v2_delegation, mem_total
+from .cgroups import MemoryCgroup, MemorySnapshot, OomKills, discover, enable_v2_delegation, mem_total
 
 OOM_POLL_S = 0.25
 # How long the start waits for the cgroup files to be found and read (a hung cgroupfs never answers).
@@ -61,7 +63,7 @@ class Placement:
 
     cgroup: MemoryCgroup | None
     scope: str  # "phase", "shared" or "none"
-    oom_baseline: int | None
+    oom_baseline: OomKills | None
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class MemoryEvidence:
         self.mode = "unavailable"
         self._phase_cgroups: dict[str, MemoryCgroup] = {}
         self._watches: dict[str, tuple[MemoryCgroup, int | None]] = {}  # path → (cgroup, fd or None: polled)
-        self._last_kills: dict[str, int] = {}
+        self._last_kills: dict[str, OomKills] = {}  # path → its counters at the last look
         self._poll_timer: Timer | None = None
         self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
         self._said_no_limit: set[str] = set()
@@ -132,9 +134,11 @@ class MemoryEvidence:
         found = discover(root, proc_cgroup, self._say_bad)
         if found.cgroup is None:
             return Found(None, None, "unavailable", f"{found.why}: OOM kills are unknown, never guessed", [])
+        # v1 counts the supervisor's cgroup with the cgroups below it (cgroups.py says why), but never the phase
+        # cgroups there (ours, or another supervisor's beside us): each has its own verdicts.
+        shared = MemoryCgroup(found.cgroup.path, found.cgroup.version, self._say_bad, apart=_is_phase_cgroup)
         if mode != "auto":
-            return Found(found.cgroup, None, "shared", found.why, [])
-        shared = found.cgroup
+            return Found(shared, None, "shared", found.why, [])
         try:
             if shared.version == "v2":
                 shared = enable_v2_delegation(shared)
@@ -176,13 +180,13 @@ class MemoryEvidence:
                     self._phase_cgroups[phase] = cgroup
                     self._watch(cgroup)
             if cgroup is not None:
-                return Placement(cgroup, "phase", cgroup.oom_kills())
+                return Placement(cgroup, "phase", cgroup.oom_counts())
         if memory_max is not None and phase not in self._said_no_limit:
             self._said_no_limit.add(phase)
             self._log(f"phase {phase}: memory_max={fmt_bytes(memory_max)} cannot be applied: no per-phase cgroup "
                       f"({self.mode} mode); the preflight still holds the phase to it")
         if self.shared is not None:
-            return Placement(self.shared, "shared", self.shared.oom_kills())
+            return Placement(self.shared, "shared", self.shared.oom_counts())
         return Placement(None, "none", None)
 
     def cgroup_of(self, phase: str) -> tuple[MemoryCgroup | None, str]:
@@ -205,8 +209,8 @@ class MemoryEvidence:
             return MemoryReport(None, None, placement.scope, None)
         snap = placement.cgroup.snapshot()
         kills = None
-        if snap.oom_kills is not None and placement.oom_baseline is not None:
-            kills = max(0, snap.oom_kills - placement.oom_baseline)
+        if snap.oom is not None and placement.oom_baseline is not None:
+            kills = snap.oom.since(placement.oom_baseline)
         self._check_counter(placement.cgroup, snap)  # log it now if the watch has not yet
         return MemoryReport(kills, snap.peak, placement.scope, snap)
 
@@ -225,7 +229,7 @@ class MemoryEvidence:
         parent (a SIGKILLed supervisor of another state_dir never comes back for its own). Only empty
         ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched."""
         inherited = {str(cg.path) for cg in inherited_cgroups}
-        for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):
+        for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):  # (_is_phase_cgroup's names)
             pid = _owner_pid(entry.name)
             if str(entry) in inherited or pid in (0, os.getpid()):
                 continue
@@ -323,7 +327,9 @@ class MemoryEvidence:
         key = str(cgroup.path)
         if key in self._watches:
             return
-        self._last_kills[key] = cgroup.oom_kills() or 0
+        counts = cgroup.oom_counts()
+        if counts is not None:
+            self._last_kills[key] = counts
         opened = cgroup.open_watch()
         if opened is None:
             self._watches[key] = (cgroup, None)
@@ -359,13 +365,18 @@ class MemoryEvidence:
         """Say an OOM kill the cgroup's counter shows since the last look (``snap``: a reading just taken)."""
         key = str(cgroup.path)
         snap = snap or cgroup.snapshot()
-        if snap.oom_kills is None:
+        if snap.oom is None:
             return
-        before = self._last_kills.get(key, snap.oom_kills)
-        if snap.oom_kills > before:
-            self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before} → {snap.oom_kills}; "
+        before = self._last_kills.get(key, snap.oom)
+        if snap.oom.since(before):
+            self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before.total} → {snap.oom.total}; "
                       f"{snap.describe()}")
-        self._last_kills[key] = snap.oom_kills
+        self._last_kills[key] = snap.oom
+
+
+def _is_phase_cgroup(name: str) -> bool:
+    """A phase cgroup's name (``prover-<pid>-<phase>``), whichever supervisor made it."""
+    return name.startswith(PHASE_CGROUP_PREFIX) and _owner_pid(name) != 0
 
 
 def _owner_pid(name: str) -> int:

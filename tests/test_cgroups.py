@@ -30,6 +30,7 @@ from helpers import (
     in_cgroup_argv,
     own_v1_memory_cgroup,
     pid_alive,
+    remove_cgroup,
     run_in_cgroup,
     start_in_cgroup,
     toml_list,
@@ -466,6 +467,61 @@ def test_real_memory_evidence_per_phase_cgroup_is_made_and_removed() -> None:
     finally:
         evidence.close()
         loop.close()
+
+
+def test_real_phase_cgroup_with_a_cgroup_a_child_made_below_it() -> None:
+    """A child made a cgroup below its phase's and moved into it: it is still the phase's, swept with it (it
+    escaped everything else), and the phase's cgroup is removed with the one below (rmdir refuses one that has
+    a cgroup below it: it stayed, with the child in it)."""
+    base = v1_memory_cgroup_or_skip()
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lambda _line: None, mode="auto")
+    sleeper = None
+    name = f"pytest-nested-{os.getpid()}"
+    try:
+        assert evidence.mode == "per-phase", evidence.why
+        placement = evidence.place(name, 48 * MiB)
+        assert placement.cgroup is not None
+        inner = placement.cgroup.path / "inner"
+        inner.mkdir()
+        sleeper = subprocess.Popen(in_cgroup_argv(inner, ["sleep", "300"]))
+        wait_for(lambda: (inner / "cgroup.procs").read_text().strip(), timeout=10)
+        assert evidence.leftover_pids(name) == [sleeper.pid]
+        sleeper.kill()
+        sleeper.wait(10)
+        assert evidence.leftover_pids(name) == []
+        evidence.release_phase(name)
+        assert not placement.cgroup.path.exists(), f"left: {list(placement.cgroup.path.iterdir())}"
+    finally:
+        if sleeper is not None and sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait(10)
+        evidence.close()
+        loop.close()
+        remove_cgroup(base / f"prover-{os.getpid()}-{name}")
+
+
+def test_a_cgroup_holding_a_process_below_it_is_not_taken_apart() -> None:
+    """Removing a cgroup removes the empty ones below it only when no process is anywhere in it: a cgroup
+    beside ours (another supervisor's) may hold one, and the empty cgroups below it are not ours to remove."""
+    base = v1_memory_cgroup_or_skip()
+    sleeper = None
+    with v1_cgroup("apart", 64 * MiB) as cg:
+        try:
+            (cg / "empty").mkdir()
+            (cg / "busy").mkdir()
+            sleeper = subprocess.Popen(in_cgroup_argv(cg / "busy", ["sleep", "300"]))
+            wait_for(lambda: (cg / "busy" / "cgroup.procs").read_text().strip(), timeout=10)
+            assert MemoryCgroup(cg, "v1").remove() is False
+            assert (cg / "empty").is_dir() and (cg / "busy").is_dir()
+            sleeper.kill()
+            sleeper.wait(10)
+            assert MemoryCgroup(cg, "v1").remove() is True and not cg.exists()
+        finally:
+            if sleeper is not None and sleeper.poll() is None:
+                sleeper.kill()
+                sleeper.wait(10)
+    assert base.is_dir()
 
 
 def test_v2_delegation_moves_the_supervisor_into_a_leaf_and_enables_memory_below(tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ command = {moved_below(str(cg), f"{PY} {alloc}")}
 
 
 def test_per_phase_mode_sees_an_oom_kill_in_a_cgroup_nested_below_the_phases(sup: Runner) -> None:
-    v1_memory_cgroup_or_skip()
+    base = v1_memory_cgroup_or_skip()
     alloc = alloc_script(sup.tmp)
     own = f"{V1_MOUNT}$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)"  # the phase's cgroup, as it sees it
     cfg = config(sup, f"""
@@ -200,6 +200,7 @@ command = {moved_below(own, f"{PY} {alloc}")}
     record = one_verdict(out, "hog")
     assert " reason=oom_killed " in record and " oom_kills=1 " in record, record
     assert "in its phase cgroup" in record, record
+    assert not list(base.glob("prover-*-hog")), "the phase's cgroup was left, with the one its command made below"
 
 
 def sigkilled_from_outside(runner: Runner, phase: str, *, cgroups: str | None = None) -> str:

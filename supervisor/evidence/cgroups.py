@@ -292,14 +292,35 @@ class MemoryCgroup:
                 raise
         return child
 
-    def remove(self) -> None:
-        """Remove this (empty) cgroup; processes still in it are moved out first by the caller."""
-        with contextlib.suppress(OSError):
-            self.path.rmdir()
+    def pids_below(self) -> list[int] | None:
+        """The processes in this cgroup and in every cgroup below it (a child may make one and move into it:
+        it is still this cgroup's); None where this cgroup's own ``cgroup.procs`` cannot be read."""
+        pids: list[int] = []
+        for path in self.subtree() or [self.path]:  # (past the bound: this one's own, the rest unknown)
+            own = MemoryCgroup(path, self.version, self.on_bad).pids()
+            if own is None and path == self.path:
+                return None
+            pids += own or []
+        return pids
+
+    def remove(self) -> bool:
+        """Remove this cgroup, and first the cgroups below it (rmdir refuses a cgroup that has one), once no
+        process is in any: processes are moved out first by the caller, and where one is left (or the tree
+        cannot be read) only this one's rmdir is tried, so nobody's cgroup below is touched. Whether it is gone."""
+        empty = self.pids_below() == []
+        for path in reversed((self.subtree() if empty else None) or [self.path]):  # (each before those below)
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
 
     def move_all_to(self, target: MemoryCgroup) -> None:
-        """Move every process of this cgroup into ``target`` (so this one can be removed)."""
-        for pid in self.pids() or []:
+        """Move every process of this cgroup and of the cgroups below it into ``target`` (so this one can be
+        removed)."""
+        for pid in self.pids_below() or []:
             with contextlib.suppress(OSError):
                 target.procs_file().write_text(str(pid))
 

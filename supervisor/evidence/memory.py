@@ -271,11 +271,12 @@ class MemoryEvidence:
                       "for nobody to empty")
 
     def leftover_pids(self, phase: str) -> list[int]:
-        """Processes still in the phase's cgroup (after its children were stopped: they escaped the tree)."""
+        """Processes still in the phase's cgroup or below it (after its children were stopped: they escaped
+        the tree)."""
         cgroup = self._phase_cgroups.get(phase)
         if cgroup is None:
             return []
-        return cgroup.pids() or []
+        return cgroup.pids_below() or []
 
     def phase_snapshot(self, phase: str) -> MemorySnapshot | None:
         """The readings of the phase's own cgroup (usage, peak, its limit: memory_max), while it has one."""

@@ -547,6 +547,78 @@ def test_v2_delegation_moves_the_supervisor_into_a_leaf_and_enables_memory_below
         loop.close()
 
 
+def test_v2_a_later_attempts_peak_is_never_an_earlier_ones(tmp_path: Path) -> None:
+    """v2's memory.peak takes no reset before Linux 6.12 (and after, only as read through the file that wrote it):
+    a new attempt has its phase cgroup made anew. Where it cannot be (a process left in it; here the fake's files,
+    which rmdir refuses as the kernel refuses a cgroup holding a process), the earlier attempt's peak is left
+    out of the new attempt's verdict and status, never shown as its own."""
+    root, proc, cgroup = fake_v2(tmp_path)
+    (cgroup / "cgroup.subtree_control").write_text("")
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lambda _line: None, "auto", root, proc)
+    try:
+        assert evidence.mode == "per-phase", evidence.why
+        first = evidence.place("bench", 64 * MiB)
+        assert first.cgroup is not None
+        phase_cgroup = first.cgroup.path
+        write_files(phase_cgroup, {"memory.peak": f"{60 * MiB}\n", "memory.current": f"{50 * MiB}\n",
+                                   "memory.events": v2_events(0)})
+        assert evidence.report(first).peak == 60 * MiB
+        assert evidence.phase_snapshot("bench").peak == 60 * MiB  # type: ignore[union-attr]
+
+        evidence.reset_peak("bench")  # the second attempt
+        second = evidence.place("bench", 64 * MiB)
+        assert second.cgroup is not None and second.cgroup.path == phase_cgroup  # (not made anew: see above)
+        report = evidence.report(second)
+        assert report.peak is None, f"the first attempt's peak shown as the second's: {report}"
+        snap = evidence.phase_snapshot("bench")
+        assert snap is not None and snap.peak is None and snap.usage == 50 * MiB, snap  # (the rest still read)
+    finally:
+        evidence.close()
+        loop.close()
+
+
+ALLOC_96_MIB = "import sys; b = b'x' * (96 << 20); sys.exit(1)"
+
+
+def test_real_v1_a_new_attempt_has_its_phase_cgroup_made_anew() -> None:
+    """Its counters start at 0 (v1 and v2 alike); with a process left in it, v1's watermark is reset instead."""
+    base = v1_memory_cgroup_or_skip()
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lambda _line: None, mode="auto")
+    name = f"pytest-attempts-{os.getpid()}"
+    sleeper = None
+    try:
+        assert evidence.mode == "per-phase", evidence.why
+        first = evidence.place(name, 128 * MiB)
+        assert first.cgroup is not None
+        phase_cgroup = first.cgroup.path
+        subprocess.run(in_cgroup_argv(phase_cgroup, [sys.executable, "-c", ALLOC_96_MIB]), timeout=60)
+        assert evidence.report(first).peak >= 96 * MiB  # type: ignore[operator]
+
+        evidence.reset_peak(name)
+        assert not phase_cgroup.exists(), "the phase cgroup was kept for the next attempt"
+        second = evidence.place(name, 128 * MiB)
+        assert second.cgroup is not None and second.cgroup.path == phase_cgroup
+        assert second.cgroup.limit() == 128 * MiB  # its limit written again
+        assert evidence.report(second).peak < 32 * MiB  # type: ignore[operator]
+
+        subprocess.run(in_cgroup_argv(phase_cgroup, [sys.executable, "-c", ALLOC_96_MIB]), timeout=60)
+        sleeper = subprocess.Popen(in_cgroup_argv(phase_cgroup, ["sleep", "300"]))
+        wait_for(lambda: str(sleeper.pid) in (phase_cgroup / "cgroup.procs").read_text().split(), timeout=10)
+        evidence.reset_peak(name)  # a process left: it stays, its watermark reset
+        third = evidence.place(name, 128 * MiB)
+        assert third.cgroup is not None and third.cgroup.path == phase_cgroup
+        assert evidence.report(third).peak < 32 * MiB  # type: ignore[operator]
+    finally:
+        if sleeper is not None:
+            sleeper.kill()
+            sleeper.wait(10)
+        evidence.close()
+        loop.close()
+        remove_cgroup(base / f"prover-{os.getpid()}-{name}")
+
+
 def test_v2_without_delegation_falls_back_to_the_shared_counter(tmp_path: Path) -> None:
     root, proc, cgroup = fake_v2(tmp_path)
     cgroup.chmod(0o555)  # not delegated: no child cgroup can be made (root ignores modes: use a file instead)

@@ -29,6 +29,7 @@ from helpers import (
     first_line,
     in_cgroup_argv,
     one_verdict,
+    py_script,
     read_pid,
     run_in_cgroup,
     shell,
@@ -43,6 +44,7 @@ from supervisor.engine.reaping import ExitStatus
 from supervisor.evidence.cgroups import MemoryCgroup
 from supervisor.evidence.memory import MemoryReport
 from supervisor.lifecycle import verdict as v
+from supervisor.state.files import CGROUP_LEDGER
 from supervisor.text.units import MIB as MiB
 from supervisor.text.units import parse_size
 
@@ -201,6 +203,42 @@ command = {moved_below(own, f"{PY} {alloc}")}
     assert " reason=oom_killed " in record and " oom_kills=1 " in record, record
     assert "in its phase cgroup" in record, record
     assert not list(base.glob("prover-*-hog")), "the phase's cgroup was left, with the one its command made below"
+
+
+def test_each_attempts_peak_is_its_own(sup: Runner) -> None:
+    """A retried phase: its first attempt peaks near 96 MiB, its second allocates nothing. The second's verdict
+    shows its own peak, never the first's (its cgroup is made anew for each attempt: v1's watermark could be
+    reset, but v2's memory.peak mostly cannot)."""
+    base = v1_memory_cgroup_or_skip()
+    marker = sup.tmp / "first-attempt"
+    twice = py_script(sup.tmp, "twice", f"""
+        import os, sys
+        if not os.path.exists({str(marker)!r}):  # the first attempt: 96 MiB, every byte written
+            open({str(marker)!r}, "w").close()
+            b = b"x" * (96 << 20)
+        sys.exit(1)
+        """)
+    cfg = config(sup, f"""
+[[phases]]
+name = "twice"
+memory_max = "192MiB"
+retries = 1
+backoff_s = 0.1
+backoff_jitter = 0
+command = {twice}
+""")
+    result = sup.run(cfg, timeout=60)
+    out = result.output
+    assert result.returncode == 1, out
+    records = verdict_lines(out, "twice")
+    assert len(records) == 2, out
+    first_peak, scope = peak_of(records[0])
+    assert scope == "phase" and first_peak >= 96 * MiB, records[0]
+    second_peak, _ = peak_of(records[1])
+    assert second_peak < 32 * MiB, f"the second attempt's verdict shows the first's peak: {records[1]}"
+    assert not list(base.glob("prover-*-twice"))
+    ledger = (sup.state_dir / CGROUP_LEDGER).read_text().splitlines()
+    assert len(ledger) == 1 and ledger[0].endswith("-twice"), ledger  # made twice, noted once
 
 
 def sigkilled_from_outside(runner: Runner, phase: str, *, cgroups: str | None = None) -> str:

@@ -22,10 +22,9 @@ module's: this one only says what is left.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -103,6 +102,9 @@ class MemoryEvidence:
         self.shared: MemoryCgroup | None = None
         self.mode = "unavailable"
         self._phase_cgroups: dict[str, MemoryCgroup] = {}
+        self._noted: set[Path] = set()  # the phase cgroups written to the ledger (once each, made again or not)
+        # Phase cgroups whose peak is an earlier attempt's (v2, where it could not be made anew): left out.
+        self._earlier_peak: set[Path] = set()
         self._watches: dict[str, tuple[MemoryCgroup, int | None]] = {}  # path → (cgroup, fd or None: polled)
         self._last_kills: dict[str, OomKills] = {}  # path → its counters at the last look
         self._poll_timer: Timer | None = None
@@ -197,11 +199,25 @@ class MemoryEvidence:
         return (self.shared, "the supervisor's cgroup") if self.shared is not None else (None, "")
 
     def reset_peak(self, phase: str) -> None:
-        """A new attempt starts: its peak should be its own (v1 allows resetting the watermark)."""
+        """A new attempt starts: its peak must be its own, never an earlier attempt's.
+
+        The phase's cgroup is removed, and its next child makes it anew (``place``), rather than its peak
+        reset: v1 resets its watermark (``memory.max_usage_in_bytes`` ← 0), but v2's ``memory.peak`` takes a
+        reset only from Linux 6.12, and then only as read through the one open file that wrote it, while the
+        hosts this runs on are mostly older. A cgroup made anew starts every counter at 0 on every kernel, v1
+        and v2 (the peak, the OOM kills, memory.events), with its limit written again. That needs it empty, as
+        it is between attempts (the children stopped, the escapees swept); where a process is left (one that
+        outlived its SIGKILL), v1's watermark is reset instead, and v2's peak is left out of the attempt's
+        readings (it is an earlier attempt's)."""
         cgroup = self._phase_cgroups.get(phase)
-        if cgroup is not None and cgroup.version == "v1":
-            with contextlib.suppress(OSError):
-                (cgroup.path / "memory.max_usage_in_bytes").write_text("0")
+        if cgroup is None:
+            return  # (none yet: the attempt's first child makes it)
+        self._earlier_peak.discard(cgroup.path)
+        if cgroup.remove():
+            self._unwatch(cgroup)
+            del self._phase_cgroups[phase]
+        elif not (cgroup.version == "v1" and _reset_v1_watermark(cgroup)):
+            self._earlier_peak.add(cgroup.path)
 
     def report(self, placement: Placement) -> MemoryReport:
         """Read the counter again when the child is reaped: the rise is what happened in its life."""
@@ -212,7 +228,11 @@ class MemoryEvidence:
         if snap.oom is not None and placement.oom_baseline is not None:
             kills = snap.oom.since(placement.oom_baseline)
         self._check_counter(placement.cgroup, snap)  # log it now if the watch has not yet
-        return MemoryReport(kills, snap.peak, placement.scope, snap)
+        return MemoryReport(kills, self._attempts_peak(placement.cgroup, snap), placement.scope, snap)
+
+    def _attempts_peak(self, cgroup: MemoryCgroup, snap: MemorySnapshot) -> int | None:
+        """The peak ``snap`` read, unless it is an earlier attempt's (reset_peak): then none."""
+        return None if cgroup.path in self._earlier_peak else snap.peak
 
     def leftover_cgroups(self) -> list[tuple[int, MemoryCgroup]]:
         """Phase cgroups an earlier supervisor of this state_dir made and that still exist, each with
@@ -260,8 +280,9 @@ class MemoryEvidence:
         return inherited
 
     def _note_in_ledger(self, path: Path) -> None:
-        if self._ledger is None:
+        if self._ledger is None or path in self._noted:  # (a phase cgroup made again, each attempt: noted once)
             return
+        self._noted.add(path)
         try:  # (non-blocking: a FIFO put there since is refused, never waited on)
             fd = os.open(self._ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -279,15 +300,20 @@ class MemoryEvidence:
         return cgroup.pids_below() or []
 
     def phase_snapshot(self, phase: str) -> MemorySnapshot | None:
-        """The readings of the phase's own cgroup (usage, peak, its limit: memory_max), while it has one."""
+        """The readings of the phase's own cgroup (usage, peak, its limit: memory_max), while it has one: the
+        attempt's (reset_peak makes it anew for each)."""
         cgroup = self._phase_cgroups.get(phase)
-        return cgroup.snapshot() if cgroup is not None else None
+        if cgroup is None:
+            return None
+        snap = cgroup.snapshot()
+        return replace(snap, peak=self._attempts_peak(cgroup, snap))
 
     def release_phase(self, phase: str) -> None:
         """The phase is over: remove its cgroup (anything left in it goes back to ours)."""
         cgroup = self._phase_cgroups.pop(phase, None)
         if cgroup is None:
             return
+        self._earlier_peak.discard(cgroup.path)
         self._unwatch(cgroup)
         if self.shared is not None:
             cgroup.move_all_to(self.shared)
@@ -373,6 +399,15 @@ class MemoryEvidence:
             self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before.total} → {snap.oom.total}; "
                       f"{snap.describe()}")
         self._last_kills[key] = snap.oom
+
+
+def _reset_v1_watermark(cgroup: MemoryCgroup) -> bool:
+    """v1's peak reset to the usage now (0 written: the kernel resets it); whether the kernel took it."""
+    try:
+        (cgroup.path / "memory.max_usage_in_bytes").write_text("0")
+    except OSError:
+        return False
+    return True
 
 
 def _is_phase_cgroup(name: str) -> bool:

@@ -42,7 +42,7 @@ from helpers import (
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV
 from supervisor.evidence.cgroups import (
-    V1_SUBTREE_MAX,
+    SUBTREE_MAX,
     V1_UNLIMITED,
     MemoryCgroup,
     MemorySnapshot,
@@ -211,12 +211,12 @@ def test_v1_oom_kills_past_the_bound_of_cgroups_below_are_unknown(tmp_path: Path
     _root, _proc, cgroup = fake_v1(tmp_path)
     said: list[tuple[Path, str]] = []
     ours = MemoryCgroup(cgroup, "v1", on_bad=lambda path, why: said.append((path, why)))
-    for n in range(V1_SUBTREE_MAX - 1):
+    for n in range(SUBTREE_MAX - 1):
         (cgroup / f"c{n}").mkdir()
     assert ours.oom_kills() == 3 and not said  # (cgroups without a counter: removed as they were read)
     (cgroup / "c0" / "one-more").mkdir()
     assert ours.oom_kills() is None and ours.snapshot().oom_kills is None
-    assert set(said) == {(cgroup, f"has over {V1_SUBTREE_MAX} cgroups below it")}  # (each reading: said once by
+    assert set(said) == {(cgroup, f"has over {SUBTREE_MAX} cgroups below it")}  # (each reading: said once by
     # MemoryEvidence, its owner)
 
 

@@ -46,9 +46,10 @@ Apart = Callable[[str], bool]
 
 # v1 counts an OOM kill only in the victim's own cgroup (Linux's memcg_memory_event goes up to the ancestors on
 # the v2 hierarchy alone; measured on 6.18: a kill in a cgroup nested below ours, by its own limit or by ours,
-# leaves ours at 0), so a v1 count walks the cgroups below. At most this many: past it the count is unknown,
-# never a part taken for the whole (a child that makes hundreds of cgroups is not the kernel's doing).
-V1_SUBTREE_MAX = 256
+# leaves ours at 0), so a v1 count walks the cgroups below, as do a phase's sweep and removal (v1 or v2: a child
+# may make a cgroup below its phase's). At most this many: past it the count is unknown, never a part taken for
+# the whole (a child that makes hundreds of cgroups is not the kernel's doing).
+SUBTREE_MAX = 256
 
 
 # ------------------------------------------------------------ a small file the kernel writes
@@ -186,15 +187,15 @@ class MemoryCgroup:
 
     def subtree(self) -> list[Path] | None:
         """This cgroup and every cgroup below it (those ``apart`` names left out, with theirs), this one
-        first; None past V1_SUBTREE_MAX (said as a bad value: whatever made them, the counts are unknown)."""
+        first; None past SUBTREE_MAX (said as a bad value: whatever made them, the counts are unknown)."""
         found, unread = [self.path], [self.path]
         while unread:
             path = unread.pop()
             for name in _subdirectories(path):
                 if path == self.path and self.apart is not None and self.apart(name):
                     continue
-                if len(found) >= V1_SUBTREE_MAX:
-                    self._bad("", BadValue(f"has over {V1_SUBTREE_MAX} cgroups below it"))
+                if len(found) >= SUBTREE_MAX:
+                    self._bad("", BadValue(f"has over {SUBTREE_MAX} cgroups below it"))
                     return None
                 found.append(path / name)
                 unread.append(path / name)

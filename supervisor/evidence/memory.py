@@ -2,7 +2,8 @@
 
 Modes (said once at start):
 - ``per-phase``: each phase runs in a child cgroup of the supervisor's own, so
-  its OOM counter and its peak are its alone;
+  its OOM counter and its peak are its alone (made anew for each attempt:
+  ``reset_peak`` says why);
 - ``shared``: every child shares the supervisor's cgroup counter (a rise during a
   child's life may then come from a sibling: said in the verdict);
 - ``unavailable``: no readable memory cgroup; OOM is "unknown", never guessed.

@@ -24,6 +24,10 @@ a 70 KB header, broken chunks, 200k nested ``[``: a reading of none, with why), 
 deadline (READ_DEADLINE_S: a peer that drips a byte a second cannot hold the reader), a read that has not
 come back is never doubled, and no reading for ``max(2 × watch_s, BLIND_MIN_S)`` is said once
 ("proofs watch: no reading for 120 s: …"), and again when it reads. ``watch_s`` is at least WATCH_MIN_S.
+With both sources read, each one is a watch of its own too (``cuzk status``, ``curio metrics``): one that gives
+no counters while the other reads is said the same way ("curio metrics: no reading for 120 s: … refused"),
+shown in status (``watches``; the production phase's ``production.sources``), and said again when it reads.
+While neither reads they are idle: the proofs watch says it all, once.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from ..config import Key, SupervisorSpec, check_arg, http_url, take, whole_numbe
 from ..config.tables import bounded_seconds
 from ..engine.logs import Unshipped
 from ..engine.offloop import worker_thread
-from ..evidence.watchstate import said_error, short
+from ..evidence.watchstate import WatchState, said_error, short
 from ..text import Log
 from ..text.show import fmt_bytes
 from .reasons import PROOFS_FAILING
@@ -66,6 +70,9 @@ WATCH_MIN_S = 0.2
 # No reading for max(2 × watch_s, this) is said (once).
 BLIND_MIN_S = 30.0
 PROVING_TASKS = ("PoRep", "PSProve", "WdPost", "WinPost", "UpdateProve")
+# The sources, as a Reading names them, and the names of their own watches (status's ``watches``).
+CUZK, CURIO = "cuzk", "curio"
+SOURCE_WATCHES = {CUZK: "cuzk status", CURIO: "curio metrics"}
 _METRIC_RE = re.compile(r'^curio_harmonytask_tasks_(completed|failed)\{[^}]*task_name="([^"]+)"[^}]*\}\s+([0-9.e+]+)$')
 
 
@@ -117,6 +124,9 @@ class Reading:
     source: str = "none"
     error: str = ""
     beside: tuple[Reading, ...] = ()  # curio's, read with cuzk's: its tasks may fail where cuzk never sees them
+    # (source, why) of each source asked that gave nothing (an error, no answer, not its shape): with a reading of
+    # the other one, that source alone is blind, and its watch says so (it used to be dropped without a word).
+    unread: tuple[tuple[str, str], ...] = ()
 
 
 def _count(value: Any) -> bool:
@@ -194,28 +204,49 @@ def read_counters(status_url: str, metrics_url: str) -> Reading:
     """cuzk's counters, else curio's; whatever either answers (or does not), a Reading: none, with why. Both
     are read: curio's tasks may fail before they reach cuzk (its [Cuzk] Address, MaxPending) or after
     (ProveTimeout), while cuzk's counters look like an idle GPU or a working one; curio's reading rides
-    ``beside`` cuzk's."""
-    errors = []
-    cuzk: Reading | None = None
+    ``beside`` cuzk's. A source that gives nothing is in ``unread`` (with its why) whatever the other gave."""
+    errors: list[str] = []
+    unread: list[tuple[str, str]] = []
+    cuzk = curio = None
     if status_url:
-        try:
-            counters = parse_cuzk(json.loads(_get(status_url)))
-            if counters is not None:
-                cuzk = Reading(time.monotonic(), counters[0], counters[1], counters[2], "cuzk")
-            else:
-                errors.append("cuzk /status has no counters")
-        except Exception as exc:  # any answer: a malformed status line, broken chunks, JSON nested too deep
-            errors.append(f"cuzk /status: {_said(exc)}")
+        cuzk, why = _read_cuzk(status_url)
+        if cuzk is None:
+            errors.append(why)
+            unread.append((CUZK, why))
     if metrics_url:
-        try:
-            tasks = parse_curio(_get(metrics_url).decode(errors="replace"))
-            if tasks is not None:
-                curio = Reading(time.monotonic(), tasks[0], tasks[1], None, "curio")
-                return replace(cuzk, beside=(curio,)) if cuzk is not None else curio
-            errors.append("curio /debug/metrics has no proving task counters")
-        except Exception as exc:
-            errors.append(f"curio /debug/metrics: {_said(exc)}")
-    return cuzk or Reading(time.monotonic(), None, None, error="; ".join(errors))
+        curio, why, answered = _read_curio(metrics_url)
+        if curio is None:
+            errors.append(why)
+            if not answered:  # (an answer without proving tasks is curio's before its first one: no blindness)
+                unread.append((CURIO, why))
+    if cuzk is not None:
+        return replace(cuzk, beside=(curio,) if curio is not None else (), unread=tuple(unread))
+    if curio is not None:
+        return replace(curio, unread=tuple(unread))
+    return Reading(time.monotonic(), None, None, error="; ".join(errors), unread=tuple(unread))
+
+
+def _read_cuzk(url: str) -> tuple[Reading | None, str]:
+    """cuzk's counters at ``url``, or None and why not (any answer contained)."""
+    try:
+        counters = parse_cuzk(json.loads(_get(url)))
+    except Exception as exc:  # any answer: a malformed status line, broken chunks, JSON nested too deep
+        return None, f"cuzk /status: {_said(exc)}"
+    if counters is None:
+        return None, "cuzk /status has no counters"
+    return Reading(time.monotonic(), counters[0], counters[1], counters[2], CUZK), ""
+
+
+def _read_curio(url: str) -> tuple[Reading | None, str, bool]:
+    """curio's proving task counters at ``url``, or None and why not; and whether its metrics answered at all
+    (curio counts a task name only from its first task: a page without them is no failure to reach it)."""
+    try:
+        tasks = parse_curio(_get(url).decode(errors="replace"))
+    except Exception as exc:
+        return None, f"curio /debug/metrics: {_said(exc)}", False
+    if tasks is None:
+        return None, "curio /debug/metrics has no proving task counters", True
+    return Reading(time.monotonic(), tasks[0], tasks[1], None, CURIO), "", True
 
 
 def _said(exc: Exception) -> str:
@@ -329,12 +360,28 @@ class ProductionWatch:
         self._latest: Reading | None = None  # written by the reading thread
         self._reading: float | None = None  # (monotonic) when the read in flight began; None: none is
         self._timer: Any = None
-        self.state = wiring.watch_state("proofs watch", max(2 * settings.watch_s, BLIND_MIN_S)
-                                        if blind_s is None else blind_s)
+        window_s = max(2 * settings.watch_s, BLIND_MIN_S) if blind_s is None else blind_s
+        self.state = wiring.watch_state("proofs watch", window_s)
         self.state.idle("production is not up")
+        self.sources = self._source_watches(wiring, window_s)
         self._next_summary = 0.0
         self._memory: tuple[int, int] | None = None
         self.summary = ""
+
+    def _source_watches(self, wiring: Wiring, window_s: float) -> dict[str, WatchState]:
+        """Each source read, by its name, and the watch that tells its health: with both read, one of its own
+        (either can be lost while the other reads); with one, the proofs watch itself."""
+        read = [source for source, url in ((CUZK, self._status_url), (CURIO, self._settings.curio_metrics)) if url]
+        if len(read) < 2:
+            return {source: self.state for source in read}
+        sources = {source: wiring.watch_state(SOURCE_WATCHES[source], window_s) for source in read}
+        for state in sources.values():
+            state.idle("production is not up")
+        return sources
+
+    def _own_sources(self) -> list[WatchState]:
+        """The sources' own watches (none when the proofs watch is the one source's)."""
+        return [state for state in self.sources.values() if state is not self.state]
 
     def transition(self, phase: PhaseView) -> None:
         if phase.report != "running":
@@ -345,11 +392,13 @@ class ProductionWatch:
             self._next_summary = 0.0
             with self._lock:
                 self._latest = None  # a read of the last time up is no reading of this one
-            self.state.wake()
+            for state in (self.state, *self._own_sources()):
+                state.wake()
             self._schedule()
         elif not phase.up and self._phase is not None:
             self._phase = None
-            self.state.idle("production is not up")
+            for state in (self.state, *self._own_sources()):
+                state.idle("production is not up")
             if self._timer is not None:
                 self._timer.cancel()
 
@@ -365,7 +414,7 @@ class ProductionWatch:
                 self._reading = time.monotonic()
         if started is not None:  # the last one has not come back: never a second one behind it
             if time.monotonic() - started > 2 * READ_DEADLINE_S + READ_TIMEOUT_S:  # past both calls' deadlines
-                self.state.miss(f"the read begun {time.monotonic() - started:.0f} s ago has not come back")
+                self._miss(f"the read begun {time.monotonic() - started:.0f} s ago has not come back")
             return
 
         def read() -> None:
@@ -381,7 +430,7 @@ class ProductionWatch:
         except RuntimeError as exc:  # no thread to be had (pids.max): no reading this time, said when blind
             with self._lock:
                 self._reading = None
-            self.state.miss(f"no thread to read with ({exc})")
+            self._miss(f"no thread to read with ({exc})")
 
     def _tick(self) -> None:
         phase = self._phase
@@ -397,11 +446,30 @@ class ProductionWatch:
         except Exception as exc:  # a bug of ours in deciding: said once, and the watch goes on at the next read
             self.state.failed(said_error(exc), "the watch goes on with the next reading")
 
+    def _miss(self, why: str) -> None:
+        """No reading at all: the proofs watch's miss; the sources' own watches wait (idle), or the whole
+        watch's blindness would be said three times."""
+        self.state.miss(why)
+        for state in self._own_sources():
+            state.idle("no source reads: the proofs watch says why")
+
+    def _tell_sources(self, reading: Reading) -> None:
+        """A reading of one source at least: each source's own watch reads, or misses with its own why."""
+        unread = dict(reading.unread)
+        for source, state in self.sources.items():
+            if state is self.state:
+                continue
+            if source in unread:
+                state.miss(unread[source], reading.at)
+            else:
+                state.read(reading.at)
+
     def _decide(self, phase: str, reading: Reading) -> None:
         if reading.completed is None or reading.failed is None:
-            self.state.miss(reading.error or "no counters read")
+            self._miss(reading.error or "no counters read")
         else:
             self.state.read(reading.at)
+            self._tell_sources(reading)
         for beside in reading.beside:
             self._window.add(beside)
         self._window.add(reading)  # (last: the figures shown are the first source's)
@@ -436,7 +504,8 @@ class ProductionWatch:
                 "production": {"window_s": self._window.window_s, "completed_in_window": w_done,
                                "failed_in_window": w_failed, "rate_per_hour": round(done / seconds * 3600, 2)
                                if seconds > 0 else None, "watch_s": self._settings.watch_s,
-                               "watch": self.state.current},
+                               "watch": self.state.current,
+                               "sources": {source: state.current for source, state in self.sources.items()}},
                 "metrics": {"proofs_completed": done, "proofs_failed": failed}}
 
 

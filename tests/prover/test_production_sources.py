@@ -1,0 +1,183 @@
+"""The proofs watch (prover/production.py) with one of its two sources failing: cuzk's ``/status`` and curio's
+``/debug/metrics`` are each a watch of their own (``cuzk status``, ``curio metrics``), said once when it has no
+reading for its window while the other one reads, shown in status's ``watches``, and said again when it reads.
+
+Curio's tasks can fail where cuzk never sees them (and cuzk's counters are the only ones of a bench-free
+restart): a source lost while the other reads must not leave ``proofs_failing`` half-blind without a word. The
+watch used to stay ``reading`` with no why, the failing source's error dropped. Both failing is the whole watch's
+blindness: said once by the proofs watch alone, not three times.
+
+Real servers on 127.0.0.1, a real EventLoop, the watches' tick (Watches.check) looked at on every pass.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+
+import pytest
+
+from supervisor.engine.loop import EventLoop
+from supervisor.evidence.watchstate import Watches
+from supervisor.prover.production import ProductionSettings, ProductionWatch
+from supervisor.wiring import Wiring
+
+STATUS = json.dumps({"counters": {"total_completed": 3, "total_failed": 0}}).encode()
+METRICS = (b'curio_harmonytask_tasks_completed{task_name="PoRep"} 3\n'
+           b'curio_harmonytask_tasks_failed{task_name="PoRep"} 0\n')
+WAIT_S = 30.0  # generous: the machine is shared; each wait ends as soon as its condition holds
+
+
+class Server:
+    """cuzk and curio of the test's own on 127.0.0.1: ``routes`` (path → (code, body)) may change while it runs;
+    ``stop`` leaves its port refusing connections, ``start`` answers there again."""
+
+    def __init__(self, routes: dict[str, tuple[int, bytes]]) -> None:
+        self.routes = routes
+        self.port = 0
+        self._server: ThreadingHTTPServer | None = None
+        self.start()
+
+    def start(self) -> None:
+        routes = self.routes
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                code, body = routes.get(self.path, (404, b"not found"))
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    made: list[Server] = []
+    yield made
+    for server in made:
+        server.stop()
+
+
+class Production:
+    def __init__(self) -> None:
+        self.failed: list[tuple[str, str, str]] = []
+
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        self.failed.append((name, reason, detail))
+        return True
+
+
+class Run:
+    """The watch on a real loop, up as production, with every line its watches said."""
+
+    def __init__(self, status_url: str, metrics_url: str) -> None:
+        self.loop, self.watches, self.log, self.said = EventLoop(), Watches(), [], []
+        wiring = Wiring(plan=None, events=None, production=Production(), manager=None,  # type: ignore[arg-type]
+                        export_env=lambda name, value: None, call_later=self.loop.call_later, log=self.log.append,
+                        watch_state=self.watches.new)
+        settings = ProductionSettings(watch_s=0.2, proof_failures=2, proof_failure_window_s=30,
+                                      curio_metrics=metrics_url)
+        self.watch = ProductionWatch(settings, status_url, wiring, blind_s=1.5)
+        self.watch.transition(SimpleNamespace(name="curio", report="running", up=True))  # type: ignore[arg-type]
+
+    def until(self, what: str, done: Callable[[], object]) -> None:
+        deadline = time.monotonic() + WAIT_S
+
+        def looked() -> bool:
+            self.said.extend(self.watches.check())
+            return bool(done()) or time.monotonic() > deadline
+
+        self.loop.run_until(looked, 0.05)
+        assert done(), f"not within {WAIT_S:g}s: {what}; said {self.said}; watches {self.watches.to_dict()}"
+
+    def saying(self, start: str) -> list[str]:
+        return [line for line in self.said if line.startswith(start)]
+
+
+def test_curio_refusing_while_cuzk_reads_is_said_shown_and_said_again_when_it_reads(servers: list[Server]) -> None:
+    servers.append(cuzk := Server({"/status": (200, STATUS)}))
+    servers.append(curio := Server({"/debug/metrics": (200, METRICS)}))
+    curio.stop()  # nothing listens on its port: every connection refused
+    run = Run(cuzk.url("/status"), curio.url("/debug/metrics"))
+    run.until("curio's metrics said blind", lambda: run.saying("curio metrics: no reading for "))
+    [line] = run.saying("curio metrics: no reading for ")
+    assert "curio /debug/metrics: " in line and "refused" in line.lower(), line
+    watches = run.watches.to_dict()
+    assert watches["proofs watch"]["state"] == "reading", watches  # cuzk still reads: the watch goes on
+    assert watches["curio metrics"]["state"] == "blind" and "refused" in watches["curio metrics"]["why"].lower()
+    assert watches["cuzk status"]["state"] == "reading", watches
+    assert run.watch.status()["production"]["sources"] == {"cuzk": "reading", "curio": "blind"}
+    curio.start()
+    run.until("curio's metrics said reading again", lambda: run.saying("curio metrics: reading again after "))
+    assert len(run.saying("curio metrics: no reading for ")) == 1, run.said  # said once, not at every read
+    assert run.watches.to_dict()["curio metrics"]["state"] == "reading"
+    assert not run.saying("proofs watch: ") and not run.saying("cuzk status: "), run.said
+
+
+def test_cuzk_failing_while_curio_reads_is_said_and_said_again_when_it_reads(servers: list[Server]) -> None:
+    servers.append(cuzk := Server({"/status": (500, b"boom")}))
+    servers.append(curio := Server({"/debug/metrics": (200, METRICS)}))
+    run = Run(cuzk.url("/status"), curio.url("/debug/metrics"))
+    run.until("cuzk's status said blind", lambda: run.saying("cuzk status: no reading for "))
+    [line] = run.saying("cuzk status: no reading for ")
+    assert "cuzk /status: HTTP Error 500" in line, line
+    assert run.watches.to_dict()["proofs watch"]["state"] == "reading"
+    cuzk.routes["/status"] = (200, STATUS)
+    run.until("cuzk's status said reading again", lambda: run.saying("cuzk status: reading again after "))
+    assert run.watches.to_dict()["cuzk status"]["state"] == "reading"
+    assert not run.saying("proofs watch: ") and not run.saying("curio metrics: "), run.said
+
+
+def test_both_failing_is_said_once_by_the_proofs_watch_alone(servers: list[Server]) -> None:
+    servers.append(cuzk := Server({"/status": (500, b"boom")}))
+    servers.append(curio := Server({"/debug/metrics": (200, METRICS)}))
+    curio.stop()
+    run = Run(cuzk.url("/status"), curio.url("/debug/metrics"))
+    run.until("the proofs watch said blind", lambda: run.saying("proofs watch: no reading for "))
+    [line] = run.saying("proofs watch: no reading for ")
+    assert "cuzk /status: HTTP Error 500" in line and "curio /debug/metrics: " in line, line
+    # A few more passes: the sources' own watches stay quiet (the proofs watch said it all) and idle in status.
+    misses = run.watches.to_dict()["proofs watch"]["misses"]
+    run.until("5 more readings", lambda: run.watches.to_dict()["proofs watch"]["misses"] >= misses + 5)
+    assert run.said == [line], run.said
+    watches = run.watches.to_dict()
+    assert watches["cuzk status"]["state"] == watches["curio metrics"]["state"] == "idle", watches
+
+
+def test_one_source_only_has_no_watch_of_its_own(servers: list[Server]) -> None:
+    servers.append(cuzk := Server({"/status": (200, STATUS)}))
+    run = Run(cuzk.url("/status"), "")
+    run.until("a reading", lambda: run.watches.to_dict()["proofs watch"]["readings"] >= 1)
+    assert set(run.watches.to_dict()) == {"proofs watch"}  # the proofs watch is that source's watch
+    assert run.watch.status()["production"]["sources"] == {"cuzk": "reading"}
+
+
+def test_curio_answering_before_its_first_proving_task_is_not_blind(servers: list[Server]) -> None:
+    """curio counts a task name only from its first task: a metrics page without proving tasks is curio read
+    (nothing of it failed yet), not a lost source; a fresh production would say a false alarm otherwise."""
+    servers.append(cuzk := Server({"/status": (200, STATUS)}))
+    servers.append(curio := Server({"/debug/metrics": (200, b'curio_harmonytask_active_tasks{task_name="x"} 0\n')}))
+    run = Run(cuzk.url("/status"), curio.url("/debug/metrics"))
+    run.until("10 readings", lambda: run.watches.to_dict()["proofs watch"]["readings"] >= 10)
+    assert run.said == [], run.said
+    assert run.watches.to_dict()["curio metrics"]["state"] == "reading"

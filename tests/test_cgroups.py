@@ -368,6 +368,33 @@ def test_memory_evidence_polls_where_no_watch_can_be_registered(tmp_path: Path,
         loop.close()
 
 
+def test_memory_evidence_polls_on_after_a_look_that_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A bug in one look (the loop contains and says it) must not end the polling for the rest of the run.
+    root, proc, cgroup = fake_v2(tmp_path, oom_kill=4)
+    monkeypatch.setattr(MemoryCgroup, "open_watch", lambda self: None)
+    raised: list[str] = []
+    real_check = MemoryEvidence._check_counter
+
+    def check_raising_once(self: MemoryEvidence, *args: object, **kwargs: object) -> None:
+        if not raised:
+            raised.append("raised")
+            raise RuntimeError("a bug in one look")
+        real_check(self, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryEvidence, "_check_counter", check_raising_once)
+    lines: list[str] = []
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lines.append, mode="shared", root=root, proc_cgroup=proc)
+    try:
+        drive(loop, lambda: bool(raised))
+        (cgroup / "memory.events").write_text(v2_events(6))
+        drive(loop, lambda: any("OOM KILL" in line for line in lines))
+        assert any("oom_kill 4 → 6" in line for line in lines), lines
+    finally:
+        evidence.close()
+        loop.close()
+
+
 def test_memory_evidence_available_memory_is_the_tightest_limit_up_the_tree(tmp_path: Path) -> None:
     root, proc, cgroup = fake_v2(tmp_path, rel="/outer/inner", memory_max=str(512 * MiB))
     write_files(cgroup.parent, {"memory.max": f"{256 * MiB}\n", "cgroup.procs": ""})

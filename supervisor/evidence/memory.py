@@ -382,12 +382,14 @@ class MemoryEvidence:
             self._poll_timer = self._loop.call_later(OOM_POLL_S, self._poll)
 
     def _poll(self) -> None:
+        # Re-armed first, as the tick is: a look that raises (a bug of ours; the loop says it) must not end
+        # the polling of every cgroup without an OOM eventfd for the rest of the run.
         self._poll_timer = None
         polled = [cg for cg, fd in self._watches.values() if fd is None]
-        for cgroup in polled:
-            self._check_counter(cgroup)
         if polled:
             self._ensure_poll()
+        for cgroup in polled:
+            self._check_counter(cgroup)
 
     def _check_counter(self, cgroup: MemoryCgroup, snap: MemorySnapshot | None = None) -> None:
         """Say an OOM kill the cgroup's counter shows since the last look (``snap``: a reading just taken)."""

@@ -45,7 +45,16 @@ from .gpu import (
     sample_all,
 )
 from .gpuevents import XidWatch
-from .watchstate import BLIND, READING, STARTING, Repeats, WatchState
+from .watchstate import (
+    BLIND,
+    READING,
+    STARTING,
+    THREAD_RESTART_MAX_S,
+    THREAD_RESTART_S,
+    Repeats,
+    WatchState,
+    run_contained,
+)
 
 # How often every GPU is sampled while something wants samples; a want may ask for more often
 # (a stall watch with a small stall_s), never more often than GPU_SAMPLE_MIN_S.
@@ -63,9 +72,6 @@ WAIT_POLL_S = 0.05
 EVENT_WAIT_S = 0.5
 # A GPU watch (sampling, Xid events) with no reading for this long says so (once).
 GPU_BLIND_S = 30.0
-# A GPU thread that failed starts again after this long, doubling up to the most.
-THREAD_RESTART_S = 1.0
-THREAD_RESTART_MAX_S = 60.0
 
 
 @dataclass
@@ -264,22 +270,16 @@ class Gpus:
     # ------------------------------------------------------------ the thread
 
     def _run_contained(self) -> None:
-        restart_s = THREAD_RESTART_S
-        while True:
-            try:
-                self._run()
-                return
-            except Exception as exc:  # a bug of ours: said, and the thread starts again (the supervision goes on)
-                with self._cond:
-                    if self._closed:
-                        return
-                    self.why = f"no GPU evidence for now: the GPU thread failed ({type(exc).__name__}: {exc})"
-                    self.available = False
-                self.opened.set()
-                self.sampling.failed(f"the GPU thread failed: {type(exc).__name__}: {exc}",
-                                     f"started again in {restart_s:g} s")
-                self._pause(restart_s, until_closed=True)
-                restart_s = min(THREAD_RESTART_MAX_S, restart_s * 2)
+        """The thread, contained (watchstate.run_contained): a bug of ours is said and the thread starts again
+        after THREAD_RESTART_S (this module's, read now: a test shortens it), doubling to THREAD_RESTART_MAX_S."""
+        run_contained(self._run, self.sampling, "the GPU thread", self._cond, lambda: self._closed,
+                      self._forget_nvml, restart_s=THREAD_RESTART_S, restart_max_s=THREAD_RESTART_MAX_S)
+
+    def _forget_nvml(self, exc: Exception) -> None:
+        """(under the lock) After a failure: no GPU evidence until the thread has opened NVML again."""
+        self.why = f"no GPU evidence for now: the GPU thread failed ({type(exc).__name__}: {exc})"
+        self.available = False
+        self.opened.set()
 
     def _run(self) -> None:
         nvml, why = open_nvml(self._call)
@@ -326,12 +326,11 @@ class Gpus:
         else:
             self.sampling.read()
 
-    def _pause(self, seconds: float, until_closed: bool = False) -> None:
-        """Wait ``seconds`` at most (a floor on a loop's period); a request or close ends it early, unless
-        ``until_closed`` (then only close does)."""
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` at most (a floor on a loop's period); a request or close ends it early."""
         deadline = time.monotonic() + seconds
         with self._cond:
-            while not self._closed and (until_closed or not self._requests):
+            while not self._closed and not self._requests:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return

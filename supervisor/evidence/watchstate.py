@@ -9,7 +9,9 @@ reading for 120 s: cuzk /status: timed out"), and once more when it reads again.
 and then (the manager's row, every few minutes) has no window to wait out: one failed reading makes it blind
 (``missed``), said at once, and again only when the cause of its misses changes. A watch that has nothing
 to read for now (production not up, nobody wanting GPU samples) is ``idle``, never blind. A watch whose
-thread ended unexpectedly says so (``failed``) and is restarted by its owner. ``status`` shows each one.
+thread ended unexpectedly says so (``failed``) and is restarted by its owner: ``run_contained`` is that
+containment, one for every watch's thread (the GPU thread, the I/O thread, the progress walker). ``status``
+shows each one.
 
 ``Repeats`` keeps a line that comes thousands of times a second (an Xid storm) to one line and a count
 a period. Both are made for any thread: the watches' threads report, the loop's tick speaks.
@@ -38,6 +40,10 @@ REPEATS_PERIOD_S = 60.0
 REPEATS_KEYS_MAX = 256
 # Lines a watch keeps for the tick to say at most (a state nobody looks at must not grow without end).
 UNSAID_MAX = 10
+# A watch's thread that failed (a bug of ours) starts again after this long, doubling up to the most: a bug
+# that fails every round costs a few lines an hour, never a spin.
+THREAD_RESTART_S = 1.0
+THREAD_RESTART_MAX_S = 60.0
 
 Clock = Callable[[], float]
 
@@ -178,6 +184,43 @@ class WatchState:
                     # (a window of math.inf: a watch never blind; JSON has no infinity, status shows none)
                     "window_s": self.window_s if math.isfinite(self.window_s) else None,
                     "readings": self.readings, "misses": self.misses, "failures": self.failures}
+
+
+def run_contained(run: Callable[[], None], state: WatchState, what: str, cond: threading.Condition,
+                  closed: Callable[[], bool], reset: Callable[[Exception], None], *,
+                  restart_s: float = THREAD_RESTART_S, restart_max_s: float = THREAD_RESTART_MAX_S) -> None:
+    """A watch's thread body (``run``), contained: it runs until it returns. Should it raise (a bug of ours)
+    while its owner is not closed (``closed()``, read under the owner's ``cond``), ``reset`` (under ``cond``)
+    drops what the failed run left (a measure of before the failure must never read as the latest), the failure
+    is said and counted on ``state`` (``failed``: "<what> failed: <the exception>"), and ``run`` starts again
+    after ``restart_s``, doubling up to ``restart_max_s``; a close during that wait ends it. Without this the
+    thread would die for good and its watch would read as blind for the rest of the run, without a word of why."""
+    while True:
+        try:
+            run()
+            return
+        except Exception as exc:  # a bug of ours: said, and the thread starts again (the supervision goes on)
+            with cond:
+                if closed():
+                    return
+                reset(exc)
+            state.failed(f"{what} failed: {said_error(exc)}", f"started again in {restart_s:g} s")
+            if not _wait_unless_closed(cond, closed, restart_s):
+                return
+            restart_s = min(restart_max_s, restart_s * 2)
+
+
+def _wait_unless_closed(cond: threading.Condition, closed: Callable[[], bool], seconds: float) -> bool:
+    """Wait ``seconds`` on ``cond`` (only a close ends it early: a new watch must not hurry a failing thread
+    back); False once closed."""
+    deadline = time.monotonic() + seconds
+    with cond:
+        while not closed():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            cond.wait(left)
+        return False
 
 
 class Watches:

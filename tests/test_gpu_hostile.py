@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import PY, REPO, Runner, clean_env, pyc, wait_for
+from helpers import PY, REPO, Runner, clean_env, one_verdict, pyc, wait_for
 from standin_nvml import NvmlControl, fake_nvml_env
 from standin_nvml import gpu as nvml_gpu
 
@@ -30,6 +30,7 @@ from supervisor.engine.loop import EventLoop
 from supervisor.evidence import gpuwatch
 from supervisor.evidence.gpu import GPU_NAME_CHARS, MAX_GPUS, GpuFault
 from supervisor.evidence.gpuwatch import Gpus
+from supervisor.exits import EXIT_TIMEOUT
 from supervisor.lifecycle import fitness
 from supervisor.lifecycle.gpuhealth import GpuHealth
 from supervisor.lifecycle.states import PhaseState
@@ -313,3 +314,32 @@ def test_a_driver_slow_on_every_call_is_one_line_a_call_then_a_count(control: Nv
     finally:
         control.set(hang_s=0)
         gpus.close()
+
+
+def test_a_stall_while_gpu_sampling_is_blind_says_so_in_its_verdict(sup: Runner, tmp_path: Path) -> None:
+    """The reviewer's run, shortened (GPU_BLIND_S 1 s, stall_s 6): a GPU at 100 % whose memory info turns to
+    garbage. Each failed sample was published without the GPU and read as a GPU at rest: the verdict said
+    "no GPU activity for 35.1s" while the GPU watch was blind, with no word of it."""
+    control = NvmlControl(tmp_path / "nvml.json", gpus=[nvml_gpu(util=100)])
+    flag = tmp_path / "up"
+    cfg = sup.write(f"""
+        [[phases]]
+        name = "prove"
+        stall_s = 6
+        command = {pyc(f"import time, pathlib; time.sleep(2); pathlib.Path({str(flag)!r}).touch(); time.sleep(120)")}
+        """, stop_grace_s=1)
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(LAUNCHER)
+    out_path = tmp_path / "launched.txt"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([PY, str(launcher), "run", "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT,
+                                cwd=REPO, start_new_session=True, env=clean_env(fake_nvml_env(control)))
+    sup.procs.append(proc)  # type: ignore[arg-type]
+    wait_for(flag.exists, timeout=30)
+    control.set(garbage=["nvmlDeviceGetMemoryInfo"])  # from now on no reading of the GPU, busy as it is
+    assert proc.wait(120) == EXIT_TIMEOUT
+    out = out_path.read_text(errors="replace")
+    record = one_verdict(out, "prove")
+    assert " reason=stalled " in record, record
+    assert ("(GPU evidence unavailable: GPU sampling blind: GPU 0: BadAnswer: memory.total is None, not a whole "
+            "number from 0 to ") in record, record

@@ -32,9 +32,12 @@ from helpers import (
     wait_for,
 )
 from hungmount import hung_mount
+from standin_nvml import NvmlControl
+from standin_nvml import gpu as nvml_gpu
 
 from supervisor.engine.loop import EventLoop
 from supervisor.evidence.gpu import GpuReading, GpuSample
+from supervisor.evidence.gpuwatch import Gpus
 from supervisor.evidence.iowatch import TreeIo
 from supervisor.evidence.progress import ProgressProbe, measure_tree, tree_size
 from supervisor.evidence.stall import (
@@ -288,6 +291,7 @@ class _WantedGpus:
 
     def __init__(self) -> None:
         self.wanting = 0
+        self.sampling = WatchState("GPU sampling", 30.0)  # (reading: its blindness is not what these test)
 
     def want(self, every_s: float) -> Callable[[], None]:
         self.wanting += 1
@@ -415,6 +419,81 @@ def test_a_gpu_thread_that_fails_does_not_stall_a_gpu_busy_child_at_once() -> No
                                   r"no GPU evidence for now: the GPU thread failed \(RuntimeError: boom\)\)")
     finally:
         loop.close()
+
+
+class _GpusScripted(_WantedGpus):
+    """The GPU thread as a stall watch sees it: the reading the test publishes (``show``), sampling reading."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.available, self.why, self.reading = True, "", None
+        self._seq = 0
+
+    def latest(self) -> GpuReading | None:  # type: ignore[override]
+        return self.reading
+
+    def show(self, at: float, *samples: GpuSample) -> None:
+        self._seq += 1
+        self.reading = GpuReading(self._seq, at, samples)
+
+
+def test_a_gpu_left_out_of_a_reading_keeps_its_last_sample_as_the_baseline() -> None:
+    # A reading without GPU 0 (its answer was no reading) became the baseline: when GPU 0 was read again, a
+    # change of its memory use had nothing to be compared with, and its work did not count.
+    clock = FakeClock()
+    loop = EventLoop(clock=clock)
+    try:
+        gpus, attempt = _GpusScripted(), _QuietAttempt()
+        gpus.show(clock.now, GpuSample(0, "H200", 0, 1 << 30, 141 << 30), GpuSample(1, "H200", 0, 1 << 30, 141 << 30))
+        StallMonitor(loop, 3.0, None, SimpleNamespace(gpus=gpus, progress=None, freeze=None, io=None), attempt)
+        run_checks(loop, clock, 1.0)
+        gpus.show(clock.now, GpuSample(1, "H200", 0, 1 << 30, 141 << 30))  # GPU 0 not read
+        run_checks(loop, clock, 1.0)
+        gpus.show(clock.now, GpuSample(0, "H200", 0, 2 << 30, 141 << 30), GpuSample(1, "H200", 0, 1 << 30, 141 << 30))
+        run_checks(loop, clock, 2.0)
+        assert attempt.stalls == [], "GPU 0's memory use changed since its last sample: that is work"
+    finally:
+        loop.close()
+
+
+def run_loop_until(loop: EventLoop, done: Callable[[], bool], timeout: float = 30.0) -> None:
+    """The real loop run until ``done()`` (looked at every 0.05 s), at most ``timeout`` (generous: a shared machine)."""
+    deadline = time.monotonic() + timeout
+    loop.run_until(lambda: done() or time.monotonic() > deadline, 0.05)
+    assert done(), f"not done within {timeout}s"
+
+
+@pytest.mark.parametrize("blind_s", [1.5, 3600.0], ids=["sampling-blind", "not-blind-yet"])
+def test_a_stall_while_nvml_answers_garbage_says_gpu_evidence_unavailable(control: NvmlControl,
+                                                                         blind_s: float) -> None:
+    # NVML answering garbage (memory info None) for a GPU at 100 %: each sample was published without it, that
+    # was read as a GPU at rest, and the verdict said "no GPU activity for 35.1s" with no word of the blindness.
+    # Blind (past the sampling's window) or not yet (a stall_s shorter than GPU_BLIND_S), it is no measure.
+    control.set(gpus=[nvml_gpu(util=100)])
+    gpus = Gpus(blind_s=blind_s)
+    loop, attempt = EventLoop(), _QuietAttempt()
+    try:
+        gpus.start()
+        assert gpus.opened.wait(30) and gpus.available, gpus.why
+        monitor = StallMonitor(loop, 4.0, None, SimpleNamespace(gpus=gpus, progress=None, freeze=None, io=None),
+                               attempt)
+        # The GPU seen at work, a second into the watch (not only a sample taken as it began):
+        run_loop_until(loop, lambda: monitor.watch.last_gpu > monitor.watch.started + 1.0)
+        control.set(garbage=["nvmlDeviceGetMemoryInfo"])
+
+        def ticked_until_stalled() -> bool:
+            gpus.sampling.check()  # (the tick's: past its window, the sampling is marked blind and said)
+            return bool(attempt.stalls)
+
+        run_loop_until(loop, ticked_until_stalled)
+    finally:
+        gpus.close()
+        loop.close()
+    [silent] = attempt.stalls
+    bad = r"GPU 0: BadAnswer: memory\.total is None, not a whole number from 0 to \d+"
+    unavailable = f"GPU sampling blind: {bad}" if blind_s < 4.0 else rf"no reading of GPU 0 for \d+\.\ds: {bad}"
+    assert re.fullmatch(rf"no output for \d+\.\ds, no GPU activity for \d+\.\ds \(GPU evidence unavailable: "
+                        rf"{unavailable}\)", silent), silent
 
 
 class _StaleIo:

@@ -21,7 +21,10 @@ Before it decides it drains what the children printed (output waiting in a pipe 
 a sign of life) and looks at the clock: a freeze of the supervisor itself
 (supervisor/engine/freeze.py) restarts the window at the thaw. While NVML is unresponsive,
 GPU evidence is unknown: no activity is credited (a hung GPU is no sign of work,
-and waiting for it would block the decision), and the verdict says so.
+and waiting for it would block the decision), and the verdict says so. So it is while GPU sampling is blind,
+or a GPU seen before has not been in a reading for half of stall_s (NVML answering garbage for it: the GPU
+thread publishes its readings without it): a GPU left out of a reading is neither active nor at rest, and its
+last sample stays what its next one is compared with.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Protocol
 
 from ..engine.freeze import FreezeWatch
 from ..engine.loop import ErrorHandler, EventLoop
-from .gpu import GpuReading, activity_changed
+from .gpu import GpuReading, GpuSample, activity_changed
 from .gpuwatch import Gpus
 from .iowatch import IoProbe, IoWatch, Root
 from .progress import ProgressProbe
@@ -201,10 +204,14 @@ class StallMonitor:
         self._on_error: ErrorHandler = self._failed
         now = loop.clock.monotonic()
         self._releases: list[Callable[[], None]] = []
-        self._gpu_reading: GpuReading | None = None
+        self._gpu_seq: int | None = None  # the GPU thread's reading last fed
+        self._gpu_last: dict[int, GpuSample] = {}  # each GPU's latest sample (what its next one is compared with)
+        self._gpu_read_at: dict[int, float] = {}  # when each GPU was last in a reading (monotonic)
         if gpus is not None:
             self._releases.append(gpus.want(stall_s / 4))
-            self._gpu_reading = gpus.latest()  # the baseline: what changes after it is activity
+            baseline = gpus.latest()  # what changes after it is activity
+            if baseline is not None:
+                self._remember_gpus(baseline)
         if probe is not None and progress_path is not None:
             self._releases.append(probe.watch(progress_path, check_interval(stall_s)))
         self._progress_seq: int | None = None
@@ -270,9 +277,10 @@ class StallMonitor:
         return None
 
     def _saw_gpus(self, now: float) -> str | None:
-        """Feed the GPU thread's newest reading; why GPU evidence is unknown (NVML hung, or the GPUs seen
-        before are not now: the GPU thread failed and restarts), if it is. GPUs that were seen stay a sign,
-        with their last activity: a watch that fails must not make a GPU-busy child stalled at once."""
+        """Feed the GPU thread's newest reading; why GPU evidence is unknown (NVML hung; the GPUs seen before
+        are not now: the GPU thread failed and restarts; GPU sampling blind, or a GPU not read lately), if it
+        is. GPUs that were seen stay a sign, with their last activity: a watch that fails must not make a
+        GPU-busy child stalled at once."""
         gpus = self._gpus
         if gpus is None:
             return None
@@ -281,13 +289,44 @@ class StallMonitor:
             self._watch.gpus_visible = True
         elif self._watch.gpus_visible:
             gone = gpus.why or "the GPUs seen before are not now"
-        reading = gpus.latest()
-        if reading is not None and (self._gpu_reading is None or reading.seq != self._gpu_reading.seq):
-            before = self._gpu_reading.samples if self._gpu_reading is not None else ()
-            self._watch.saw_gpu(activity_changed(before, reading.samples), reading.at)
-            self._gpu_reading = reading
+        self._take_gpu_reading(gpus.latest())
         hung = gpus.unresponsive(now)
-        return gone if hung is None else f"NVML unresponsive since {hung.since_clock()} ({hung.describe(now)})"
+        if hung is not None:
+            return f"NVML unresponsive since {hung.since_clock()} ({hung.describe(now)})"
+        return gone or self._gpus_unread(gpus, now)
+
+    def _take_gpu_reading(self, reading: GpuReading | None) -> None:
+        """A new reading's GPUs, each compared with its own latest sample: activity, or none. A GPU left out of it
+        (its answer was no reading) says neither: it keeps its last sample, so that its next one is compared
+        with that, not with nothing (a change of its memory use would go unseen)."""
+        if reading is None or reading.seq == self._gpu_seq:
+            return
+        self._watch.saw_gpu(activity_changed(tuple(self._gpu_last.values()), reading.samples), reading.at)
+        self._remember_gpus(reading)
+
+    def _remember_gpus(self, reading: GpuReading) -> None:
+        """Each GPU of ``reading``: its sample, and that it was read then."""
+        self._gpu_seq = reading.seq
+        for sample in reading.samples:
+            self._gpu_last[sample.index] = sample
+            self._gpu_read_at[sample.index] = reading.at
+
+    def _gpus_unread(self, gpus: Gpus, now: float) -> str | None:
+        """Why the GPUs' silence is no measure now, if it is not: GPU sampling blind (past its own window), or a
+        GPU seen before not in a reading for half of stall_s (NVML answering garbage for it, under a stall_s
+        shorter than the sampling's window): the silence the verdict would claim was not measured."""
+        if not self._watch.gpus_visible:
+            return None
+        blind = gpus.sampling.blind_why()
+        if blind is not None:
+            return f"GPU sampling blind: {blind}"
+        unread = sorted(i for i, at in self._gpu_read_at.items() if now - at > self._watch.stall_s / 2)
+        if not unread:
+            return None
+        since = min(self._gpu_read_at[i] for i in unread)
+        named = f"GPU {unread[0]}" if len(unread) == 1 else "GPUs " + ", ".join(map(str, unread))
+        why = gpus.sampling.why
+        return f"no reading of {named} for {now - since:.1f}s" + (f": {why}" if why else "")
 
     def _saw_io(self) -> None:
         """Feed the I/O thread's newest totals, and hand it the attempt's trees as they are now."""

@@ -168,6 +168,12 @@ class WatchState:
         with self._lock:
             return self._state
 
+    @property
+    def why(self) -> str:
+        """Why its last reading failed ('' after a good one), blind yet or not."""
+        with self._lock:
+            return self._why
+
     def blind_why(self) -> str | None:
         """Why the watch is blind (its last miss, or that no answer came), or None while it is not."""
         with self._lock:

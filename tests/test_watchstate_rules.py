@@ -5,8 +5,9 @@ said at its first coming, then counted, the count said once a period. And the st
 from __future__ import annotations
 
 import math
+import threading
 
-from supervisor.evidence.watchstate import REPEATS_KEYS_MAX, WHY_CHARS, Repeats, Watches, WatchState
+from supervisor.evidence.watchstate import REPEATS_KEYS_MAX, WHY_CHARS, Repeats, Watches, WatchState, run_contained
 from supervisor.status.model import Snapshot
 from supervisor.status.render import watch_lines
 
@@ -159,3 +160,30 @@ def test_a_watch_that_reads_now_and_then_is_blind_at_its_first_miss_said_again_o
     assert state.to_dict()["misses"] == 5 and state.to_dict()["window_s"] is None
     clock.now += 10_000
     assert state.check() == [], "never blind by time alone"
+
+
+def test_a_contained_thread_that_fails_is_said_reset_and_run_again_each_wait_doubled() -> None:
+    # (Tiny waits: the doubling is read from the lines said, never timed.)
+    state, cond, runs, resets = WatchState("I/O watch", 30.0), threading.Condition(), [], []
+
+    def run() -> None:
+        runs.append(1)
+        if len(runs) <= 3:
+            raise KeyError(f"bug {len(runs)}")
+
+    run_contained(run, state, "the I/O thread", cond, lambda: False, resets.append, restart_s=0.01, restart_max_s=0.02)
+    assert len(runs) == 4 and [str(exc) for exc in resets] == ["'bug 1'", "'bug 2'", "'bug 3'"]
+    assert state.check() == [f"I/O watch: stopped unexpectedly (the I/O thread failed: KeyError: 'bug {n}'); started "
+                             f"again in {wait} s" for n, wait in ((1, "0.01"), (2, "0.02"), (3, "0.02"))]
+    assert state.to_dict()["failures"] == 3
+
+
+def test_a_contained_thread_closed_while_it_fails_is_not_run_again() -> None:
+    state, cond, closed = WatchState("progress walker", 30.0), threading.Condition(), [False]
+
+    def run() -> None:
+        closed[0] = True  # closed while the run was failing: its failure is its owner's close, not a bug to say
+        raise OSError("the pipe it read was closed")
+
+    run_contained(run, state, "the progress walker", cond, lambda: closed[0], lambda exc: None)
+    assert state.check() == [] and state.failures == 0

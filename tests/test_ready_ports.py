@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,9 +21,12 @@ import psutil
 import pytest
 from helpers import (
     PY,
+    REPO,
     Console,
     Runner,
+    clean_env,
     failure,
+    finish,
     free_port,
     kill_tree,
     py_script,
@@ -34,6 +39,7 @@ from helpers import (
 
 from supervisor.config import ConfigError, ReadyCheck, parse_plan
 from supervisor.engine import ports
+from supervisor.engine.loop import EventLoop
 from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
 
 Stranger = Callable[[int], subprocess.Popen[bytes]]
@@ -98,6 +104,56 @@ def test_a_port_held_before_the_start_fails_the_attempt_naming_its_holder(sup: R
     assert not (sup.tmp / "command.ran").exists()
     assert "is ready" not in res.output
     assert holder.poll() is None  # the stranger is not the supervisor's to stop
+
+
+# The supervisor, with the holder scan failing as it fails on a machine out of file descriptors (listing /proc
+# raises EMFILE); nothing else is changed.
+OUT_OF_FDS_LAUNCHER = """\
+import errno, sys
+from supervisor.engine import ports
+def holders(*args, **kwargs):
+    raise OSError(errno.EMFILE, "Too many open files", "/proc")
+ports.holders = holders
+from supervisor.app.cli import main
+sys.exit(main(["run", "--config", sys.argv[1]]))
+"""
+
+
+def test_a_holder_scan_that_fails_still_fails_the_attempt_port_in_use(sup: Runner, stranger: Stranger) -> None:
+    """The look for the holder is an answer the attempt waits on: where the scan raises, the attempt still fails
+    port_in_use, its holder unknown and the scan's failure said (it once sat in "starting" for good)."""
+    port = free_port()
+    stranger(port)
+    started = sup.tmp / "daemon.started"
+    config = daemon_config(sup, port, sh(f"touch {started}; exec sleep 30"))
+    launcher = sup.tmp / "launch_out_of_fds.py"
+    launcher.write_text(OUT_OF_FDS_LAUNCHER)
+    proc = subprocess.Popen([PY, str(launcher), str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", cwd=REPO, start_new_session=True,
+                            env=clean_env({"PYTHONPATH": str(REPO)}))  # this tree's supervisor, not an installed one
+    sup.procs.append(proc)
+    res = finish(proc, time.monotonic(), timeout=60)
+    assert res.returncode == EXIT_FAILURE, res.output
+    v = failure(res.output)
+    assert (v["phase"], v["child"], v["reason"]) == ("web", "server", "port_in_use"), res.output
+    assert (f"port 127.0.0.1:{port} is already taken (its holder is unknown: the look for it failed: "
+            "OSError: [Errno 24] Too many open files") in v["detail"], v["detail"]
+    assert "thread died" not in res.output, res.output
+    assert not started.exists()
+
+
+def test_a_holder_look_that_never_answers_answers_unknown_at_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan stuck in the kernel (a process whose fd table cannot be read) is not waited on past its bound."""
+    release = threading.Event()
+    monkeypatch.setattr(ports, "holder", lambda host, port: release.wait(60))
+    monkeypatch.setattr(ports, "HOLDER_LOOK_BOUND_S", 0.2)
+    loop, heard = EventLoop(), []
+    try:
+        ports.find_holder(loop, "127.0.0.1", 9, lambda found, unknown: heard.append((found, unknown)))
+        loop.run_until(lambda: bool(heard), 0.1)
+    finally:
+        release.set()
+    assert heard == [(None, "the look for it did not answer within 0.2s")]
 
 
 def test_a_port_freed_before_the_next_attempt_lets_the_daemon_start(sup: Runner, stranger: Stranger) -> None:

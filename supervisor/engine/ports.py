@@ -8,7 +8,8 @@ another process already holds would answer its probe at once while the daemon it
   count, a listener does). It is in-kernel and never blocks, so it runs on the loop.
 - ``holder``: the listening socket's inode from /proc/net/tcp{,6}, then the process whose /proc/<pid>/fd
   holds ``socket:[inode]``, named by /proc/<pid>/comm. It reads every process's fd table: never on the
-  loop (a machine with many processes and fds makes it slow), always in a worker thread.
+  loop (a machine with many processes and fds makes it slow), always in a worker thread, and its answer is
+  bounded: a look that fails or takes too long answers "unknown" (``find_holder``), never nothing.
 - ``free_ports``: ports for daemons to be told to listen on (the demo's, the tests'), chosen below the
   kernel's ephemeral range: one taken from inside it is free only until any process's next outgoing
   connection happens to get it as its source port, and a daemon started a second later fails to bind it.
@@ -30,7 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..config import ReadyCheck, local_endpoint
-from .offloop import worker_thread
+from .loop import EventLoop, summary
+from .offloop import NoThread, run_bounded
 from .trees import ProcessTable
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
@@ -39,6 +41,9 @@ EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 # and registered ports services here are likeliest to be configured on.
 CHOSEN_PORT_FLOOR = 10000
 CHOOSE_TRIES = 1000  # random picks before falling back to the kernel's own choice (a crowded machine)
+# How long the look for a taken port's holder may take: it reads every process's fd table (slow on a crowded
+# machine, held up by a process stuck in the kernel). Past it the attempt fails naming no holder, never waits on.
+HOLDER_LOOK_BOUND_S = 10.0
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -223,23 +228,36 @@ def holder(host: str, port: int) -> Holder | None:
     return found[0] if found else None
 
 
-def taken_detail(host: str, port: int, found: Holder | None) -> str:
+def taken_detail(host: str, port: int, found: Holder | None, unknown: str = "") -> str:
+    """Why the port is refused, naming its holder; ``unknown``: why the look for the holder gave no answer."""
+    if unknown:
+        return f"port {host}:{port} is already taken (its holder is unknown: {unknown})"
     if found is None:
         return (f"port {host}:{port} is already taken (its holder is not visible here: "
                 "another user's or network namespace's process)")
     return f"port {host}:{port} is already taken by {found.describe()}"
 
 
-def find_holder(host: str, port: int, answer: Callable[[Holder | None], None]) -> None:
-    """``answer(holder(host, port))`` from a worker thread (the scan may be slow); at once with None where no
-    thread can be started (the verdict then says the holder is unknown rather than waiting for nothing)."""
-    def look() -> None:
-        answer(holder(host, port))
+def find_holder(loop: EventLoop, host: str, port: int, answer: Callable[[Holder | None, str], None]) -> None:
+    """``answer(holder, unknown)`` on the loop, exactly once: the holder looked for in a worker thread (the scan
+    may be slow), ``unknown`` "" where the look ran. Where it gave no answer (it raised: a machine out of fds
+    cannot list /proc; no thread to be had; no answer within HOLDER_LOOK_BOUND_S) ``answer(None, why)``: the
+    attempt waits on this answer to fail, so an answer that never came would leave it starting for good."""
 
-    try:
-        worker_thread(f"port-holder:{port}", look)
-    except RuntimeError:  # "can't start new thread" (pids.max, RLIMIT_NPROC)
-        answer(None)
+    def look() -> tuple[Holder | None, str]:
+        try:
+            return holder(host, port), ""
+        except Exception as exc:  # any failure of the scan: the port is still taken, only its holder unknown
+            return None, f"the look for it failed: {summary(exc)}"
+
+    def refused(exc: Exception) -> None:
+        if not isinstance(exc, NoThread):
+            raise exc  # the answer's own fault (look() cannot raise): its owner's, not an unknown holder
+        answer(None, str(exc))
+
+    run_bounded(loop, f"port-holder:{port}", look, HOLDER_LOOK_BOUND_S, lambda found: answer(*found),
+                lambda: answer(None, f"the look for it did not answer within {HOLDER_LOOK_BOUND_S:g}s"),
+                on_error=refused)
 
 
 class Ownership:

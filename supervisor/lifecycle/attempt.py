@@ -226,14 +226,14 @@ class AttemptStart:
             return True
         host, port = taken
         what = f"the port check of {spec.phase}/{spec.name}"
-        answer = self._guarded(what, lambda holder: self._port_taken(spec, host, port, holder))
-        ports.find_holder(host, port, lambda holder: self._loop.call_soon_threadsafe(lambda: answer(holder)))
+        answer = self._guarded(what, lambda holder, unknown: self._port_taken(spec, host, port, holder, unknown))
+        ports.find_holder(self._loop, host, port, answer)
         return False
 
-    def _port_taken(self, spec: ChildSpec, host: str, port: int, holder: ports.Holder | None) -> None:
+    def _port_taken(self, spec: ChildSpec, host: str, port: int, holder: ports.Holder | None, unknown: str) -> None:
         if self._over:
             return
-        detail = f"{spec.phase}/{spec.name} not started: {ports.taken_detail(host, port, holder)}"
+        detail = f"{spec.phase}/{spec.name} not started: {ports.taken_detail(host, port, holder, unknown)}"
         self._log(detail)
         self._tell(StartFailed(v.without_exit(self._spec.name, spec.name, v.PORT_IN_USE, EXIT_FAILURE, detail,
                                               attempt=self._attempt)))

@@ -7,17 +7,19 @@ Prometheus text, the port off or already taken; the verdict line in ``terminatio
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import socket
+import subprocess
 import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import psutil
-from helpers import Console, Result, Runner, free_port, sh, toml_str, wait_for
+from helpers import PY, REPO, Console, Result, Runner, clean_env, free_port, sh, toml_str, wait_for
 from standin_nvml import NvmlControl, fake_nvml_env, gpu
 
 from supervisor.status.health import CONNECTION_LIFE_S, CONNECTIONS_MAX, IDLE_S, HealthServer, HealthState, metrics_text
@@ -339,6 +341,86 @@ def test_metrics_carry_the_gpus_and_readyz_turns_at_the_shutdown(sup: Runner) ->
     wait_for(lambda: get(port, "/readyz")[0] == 503, 4, 0.1)  # (the next heartbeat, within HEARTBEAT_S)
     assert get(port, "/readyz") == (503, "not ready: shutting down\n")
     assert run.finish() == 128 + signal.SIGTERM
+
+
+# The supervisor with a plugin that shows, in its phase's status, the machine's figures as a plugin reads them
+# (what a production summary is written from).
+MACHINE_LAUNCHER = """\
+import sys
+from supervisor.app.run import run
+from supervisor.config import load_plan
+from supervisor.plugin import Plugin
+
+def attach(wiring):
+    wiring.add_status("svc", lambda: {"machine": dict(wiring.machine("svc"))})
+
+plugin = Plugin("machine-figures", attach=attach)
+sys.exit(run(load_plan(sys.argv[1], plugin), plugin))
+"""
+
+
+def status_of(sup: Runner, *args: str) -> str:
+    return subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=30).stdout
+
+
+def test_gpu_figures_frozen_by_a_hung_nvml_are_never_served_as_current(sup: Runner) -> None:
+    """NVML hangs (a driver crash): the last figures stayed in /metrics as current, status printed them with no
+    age and a plugin's machine figures kept them. Now /metrics leaves them out and says the sample's age, status
+    shows them with their age, a plugin reads no utilisation; once NVML answers again they are current again."""
+    control = NvmlControl(sup.tmp / "nvml.json", gpus=[gpu(util=77, used=4 << 30)])
+    port = free_port()
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {sh("echo serving; exec sleep 120")}
+        """, stop_grace_s=1)
+    with_port(config, port)
+    launcher = sup.tmp / "launch.py"
+    launcher.write_text(MACHINE_LAUNCHER)
+    console = sup.tmp / "console.txt"
+    with open(console, "wb") as out:
+        proc = subprocess.Popen([PY, str(launcher), str(config)], stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                start_new_session=True, env=clean_env(fake_nvml_env(control)))
+    sup.procs.append(proc)  # type: ignore[arg-type]
+    util = "prover_supervisor_gpu_utilization_percent{"
+    wait_for(lambda: util in get(port, "/metrics")[1], 30, 0.2)
+    machine = lambda: json.loads(status_of(sup, "--json"))["phases"][0]["machine"]  # noqa: E731
+    assert machine()["gpu_utilization"] == [77]
+
+    control.set(hang_s=1000)  # from now on every NVML call blocks, as after a driver crash
+    wait_for(lambda: util not in get(port, "/metrics")[1], 60, 0.2)
+    metrics = parse_metrics(get(port, "/metrics")[1])
+    assert "prover_supervisor_gpu_memory_used_bytes" not in metrics, metrics
+    assert metrics["prover_supervisor_gpu_sample_age_seconds"][()] > 0, metrics
+    assert (("watch", "GPU sampling"),) in metrics["prover_supervisor_watch_blind"], metrics
+    shown = status_of(sup)
+    assert re.search(r"^gpu 0: NVIDIA H200 util 77% mem \S+ \(last sampled [0-9.]+s ago: not current\)$", shown,
+                     re.M), shown
+    snap = json.loads(status_of(sup, "--json"))
+    assert snap["gpus"]["samples_stale"] is True and snap["gpus"]["sampled_s_ago"] > 0, snap["gpus"]
+    assert snap["phases"][0]["machine"]["gpu_utilization"] == [], snap["phases"][0]["machine"]
+
+    control.set(hang_s=0)  # NVML answers again: the figures are current again
+    wait_for(lambda: util in get(port, "/metrics")[1], 60, 0.2)
+    assert " (last sampled " not in status_of(sup)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+
+
+def test_metrics_say_each_watch_blind_or_not_and_leave_stale_gpu_figures_out() -> None:
+    sample = {"index": 0, "name": "H200", "utilization": 97, "memory_used": 1 << 33, "memory_total": 1 << 37}
+    watches = {"GPU sampling": {"state": "blind", "window_s": 30.0}, "memory watch": {"state": "reading"}}
+    stale = parse_metrics(metrics_text(Snapshot.from_json({"watches": watches, "gpus": {
+        "samples": [sample], "sampled_s_ago": 40.0, "samples_stale": True}})))
+    assert "prover_supervisor_gpu_utilization_percent" not in stale, stale
+    assert stale["prover_supervisor_gpu_sample_age_seconds"] == {(): 40.0}
+    assert stale["prover_supervisor_watch_blind"] == {(("watch", "GPU sampling"),): 1.0,
+                                                      (("watch", "memory watch"),): 0.0}
+    current = parse_metrics(metrics_text(Snapshot.from_json({"gpus": {"samples": [sample], "sampled_s_ago": 0.4}})))
+    assert current["prover_supervisor_gpu_utilization_percent"] == {(("gpu", "0"),): 97.0}
+    assert current["prover_supervisor_gpu_sample_age_seconds"] == {(): 0.4}
 
 
 def test_a_fifo_as_termination_log_is_refused_not_waited_on(sup: Runner) -> None:

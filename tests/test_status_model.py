@@ -62,7 +62,7 @@ def written() -> dict[str, Any]:
         "gpus": {"available": True, "why": "", "samples": [{"index": 0, "name": "H200", "utilization": 97,
                                                             "memory_used": 1 << 33, "memory_total": 1 << 37}],
                  "unresponsive": {"call": "nvmlDeviceGetUtilizationRates (GPU 0)", "since": NOW - 40, "for_s": 40.0},
-                 "slow_calls": 2},
+                 "slow_calls": 2, "sampled_s_ago": 41.5, "samples_stale": True},
         "watches": {"GPU sampling": {"state": "blind", "since": NOW - 100, "last_reading_s_ago": 100.0,
                                      "why": "timed out", "window_s": 30.0, "readings": 5, "misses": 2, "failures": 0},
                     "memory watch": {"state": "reading", "since": NOW - 3000, "last_reading_s_ago": None,
@@ -130,6 +130,15 @@ def test_a_gpu_whose_utilisation_is_not_measured_passes_the_gate_and_is_shown_so
     snap = Snapshot.from_json(data)
     assert snap.gpus.samples[0].utilization is None
     assert "gpu 0: H200 util not measured mem " in render(snap, live=True, now=NOW)
+
+
+def test_gpu_figures_that_are_not_current_are_shown_with_their_age() -> None:
+    # NVML hung 40 s: the last figures were printed as if sampled now.
+    shown = render(Snapshot.from_json(written()), live=True, now=NOW)
+    assert "gpu 0: H200 util 97% mem 8.0GiB/128.0GiB (last sampled 41.5s ago: not current)" in shown, shown
+    data = written()
+    data["gpus"]["samples_stale"] = False
+    assert "gpu 0: H200 util 97% mem 8.0GiB/128.0GiB\n" in render(Snapshot.from_json(data), live=True, now=NOW)
 
 
 def test_a_snapshot_survives_json_unchanged() -> None:

@@ -86,8 +86,12 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
     evidence = sup.rt.evidence
     def machine(phase: str) -> dict[str, Any]:
         use = memory_use(evidence.memory, phase) if evidence.memory is not None else None
+        gpus = snapshot_mod.gpu_status(evidence.gpus) if evidence.gpus is not None else None
+        # A reading that is no longer current is no utilisation now (a plugin's summary says it is unknown).
+        current = gpus.samples if gpus is not None and not gpus.samples_stale else ()
         return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
-                "gpu_utilization": [s.utilization for s in evidence.gpu_samples()]}
+                "gpu_utilization": [s.utilization for s in current],
+                "gpu_sample_age_s": gpus.sampled_s_ago if gpus is not None else None}
 
     wiring = Wiring(plan=plan, events=sup.lifecycle.observers.plugin,
                     production=sup.lifecycle,
@@ -137,7 +141,8 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
         # Not ready once the shutdown began: production is being stopped, though it shows up until it ends.
         unready = "shutting down" if lifecycle.shutting_down else \
             None if production and all(p.up for p in production) else "production is not up"
-        state.publish(unready, metrics_text(take_snapshot(usage=False), gpu_samples=snapshot_mod.gpu_samples(gpus)))
+        state.publish(unready, metrics_text(take_snapshot(usage=False),
+                                            gpus=snapshot_mod.gpu_status(gpus) if gpus is not None else None))
 
     beat()
     log(f"health: http://127.0.0.1:{server.port}/healthz, /readyz, /metrics")

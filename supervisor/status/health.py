@@ -20,11 +20,12 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .model import GpuSampleStatus, Snapshot, json_number
+from ..evidence.watchstate import BLIND
+from .model import GpuStatus, Snapshot, json_number
 
 HEARTBEAT_S = 1.0
 # /healthz fails when the loop has not ticked for this long.
@@ -179,9 +180,9 @@ PROGRESS_FIGURES = (("done_bytes", "Bytes a phase has done of its download (its 
                     ("eta_s", "Seconds until a phase's download is done, at that rate."))
 
 
-def metrics_text(snap: Snapshot, gpu_samples: Sequence[GpuSampleStatus] | None = None) -> str:
-    """Prometheus exposition text from a status snapshot; ``gpu_samples``: the GPUs' latest figures, where the
-    snapshot left them out (the heartbeat's)."""
+def metrics_text(snap: Snapshot, gpus: GpuStatus | None = None) -> str:
+    """Prometheus exposition text from a status snapshot; ``gpus``: the GPUs as last read, where the snapshot
+    left their figures out (the heartbeat's)."""
     lines: list[str] = []
 
     def metric(name: str, kind: str, help_text: str, samples: list[tuple[dict[str, object], float]]) -> None:
@@ -222,9 +223,17 @@ def metrics_text(snap: Snapshot, gpu_samples: Sequence[GpuSampleStatus] | None =
     if snap.manager.enabled:
         metric("prover_supervisor_outbox_pending", "gauge", "Manager calls not delivered yet.",
                [({}, float(snap.manager.outbox_pending or 0))])
-    gpus = snap.gpus.samples if gpu_samples is None else gpu_samples
+    gpu = snap.gpus if gpus is None else gpus
+    # A reading that is no longer current (NVML hung, samples stopped) is left out: a scrape must never read
+    # frozen figures as now. Its age says how old the last one is.
+    current = () if gpu.samples_stale else gpu.samples
     metric("prover_supervisor_gpu_utilization_percent", "gauge", "GPU utilisation per GPU (NVML).",
-           [({"gpu": g.index}, g.utilization) for g in gpus if g.utilization is not None])
+           [({"gpu": g.index}, g.utilization) for g in current if g.utilization is not None])
     metric("prover_supervisor_gpu_memory_used_bytes", "gauge", "GPU memory used per GPU (NVML).",
-           [({"gpu": g.index}, g.memory_used) for g in gpus if g.memory_used is not None])
+           [({"gpu": g.index}, g.memory_used) for g in current if g.memory_used is not None])
+    metric("prover_supervisor_gpu_sample_age_seconds", "gauge",
+           "Seconds since the GPUs were last sampled; the per-GPU figures are left out once it is not current.",
+           [({}, gpu.sampled_s_ago)] if gpu.sampled_s_ago is not None else [])
+    metric("prover_supervisor_watch_blind", "gauge", "1 for a watch that is blind (no reading within its window).",
+           [({"watch": name}, 1 if w.state == BLIND else 0) for name, w in snap.watches.items()])
     return "\n".join(lines) + "\n"

@@ -400,6 +400,9 @@ class GpuStatus(_Record):
     samples: tuple[GpuSampleStatus, ...] = ()  # none in status.json (a sample costs time)
     unresponsive: HungCallStatus | None = None
     slow_calls: int | None = None
+    sampled_s_ago: float | None = None  # the samples' age when the snapshot was taken; null: none shown
+    # The samples are no longer current (too old, or an NVML call hangs since): shown with their age, never as now.
+    samples_stale: bool = False
 
 
 @dataclass(frozen=True)

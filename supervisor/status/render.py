@@ -23,6 +23,7 @@ from .headline import failure_lines, gone_lines, headline, shown_value, since, s
 from .model import (
     NOT_ANSWERING,
     Delivered,
+    GpuStatus,
     LedgerEntry,
     ManagerStatus,
     MemoryStatus,
@@ -109,10 +110,11 @@ def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
         out.append(f"gpus: NVML unresponsive: {gpus.unresponsive.call} has not returned for "
                    f"{gpus.unresponsive.for_s}s")
     if gpus.samples:
+        stale = _stale_note(gpus)
         for g in gpus.samples:
             util = f"{g.utilization:g}%" if g.utilization is not None else "not measured"
             out.append(f"gpu {g.index}: {g.name} util {util} "
-                       f"mem {fmt_bytes(g.memory_used)}/{fmt_bytes(g.memory_total)}")
+                       f"mem {fmt_bytes(g.memory_used)}/{fmt_bytes(g.memory_total)}{stale}")
     else:
         out.append(f"gpus: {gpus.why if gpus.why is not None else 'no GPU'}")
     out.extend(watch_lines(snap.watches, now, live and not gone))
@@ -125,6 +127,14 @@ def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
         for v in snap.verdicts[-10:]:
             out.append(f"  {v.line}")
     return "\n".join(out)
+
+
+def _stale_note(gpus: GpuStatus) -> str:
+    """Figures no longer current (NVML hung, samples stopped) are shown as what they are: the last, and when."""
+    if not gpus.samples_stale:
+        return ""
+    age = f" {gpus.sampled_s_ago:g}s ago" if gpus.sampled_s_ago is not None else ""  # (a hand-edited file)
+    return f" (last sampled{age}: not current)"
 
 
 def watch_lines(watches: Mapping[str, WatchStatus], now: float, live: bool = True) -> list[str]:

@@ -70,6 +70,10 @@ SNAPSHOT_LINE_CHARS = 500
 CHILD_LINES = 10
 # The last lines of the verdict that failed the lifecycle, shown first by ``status`` (colour codes stripped).
 FAILURE_LINES = 10
+# A GPU reading older than this is no longer shown as current (status, /metrics, a plugin's machine figures): the
+# GPU thread samples every second while anything wants samples (health does, for the run; a GPU or stall watch),
+# so ten missed in a row mean none is coming (NVML hung, the thread gone) or nothing wanted one for a while.
+GPU_READING_CURRENT_S = 10.0
 
 
 class OutputView(Protocol):
@@ -430,16 +434,27 @@ def _gpus(gpus: Gpus | None, usage: bool) -> GpuStatus:
         return GpuStatus(available=False, why="not probed", samples=(), unresponsive=None, slow_calls=0)
     if usage:
         gpus.want_for()
-    hung = gpus.unresponsive()
-    return GpuStatus(available=gpus.available, why=gpus.why, samples=gpu_samples(gpus) if usage else (),
-                     unresponsive=HungCallStatus.from_json(hung.to_dict(time.monotonic())) if hung is not None
-                     else None,
-                     slow_calls=gpus.slow_calls)
+    return gpu_status(gpus, samples=usage)
 
 
-def gpu_samples(gpus: Gpus | None) -> tuple[GpuSampleStatus, ...]:
-    """The GPU thread's latest sample of every GPU, as the status shows it (never NVML itself)."""
-    return tuple(GpuSampleStatus(**vars(s)) for s in gpus.samples()) if gpus is not None else ()
+def gpu_status(gpus: Gpus, *, samples: bool = True) -> GpuStatus:
+    """What the GPU thread last published (with ``samples``, each GPU's figures, their age, and whether they are
+    still current), read once: never NVML itself."""
+    now = time.monotonic()
+    hung = gpus.unresponsive(now)
+    reading = gpus.latest() if samples else None
+    age = now - reading.at if reading is not None else None
+    return GpuStatus(available=gpus.available, why=gpus.why,
+                     samples=tuple(GpuSampleStatus(**vars(s)) for s in reading.samples) if reading else (),
+                     unresponsive=HungCallStatus.from_json(hung.to_dict(now)) if hung is not None else None,
+                     slow_calls=gpus.slow_calls, sampled_s_ago=round(age, 1) if age is not None else None,
+                     samples_stale=age is not None and not reading_current(age, hung is not None))
+
+
+def reading_current(age_s: float, hung: bool) -> bool:
+    """Whether a GPU reading ``age_s`` old still stands for the GPUs now: none is once an NVML call hangs (the
+    thread that samples is stuck in it) or past GPU_READING_CURRENT_S (samples stopped coming)."""
+    return not hung and age_s <= GPU_READING_CURRENT_S
 
 
 def _memory(memory: MemoryEvidence | None) -> MemoryStatus:

@@ -10,7 +10,8 @@ A connection costs a thread while it is served, so connections are held to what 
 holds its clients to: one that sends nothing for ``IDLE_S`` is closed, none is kept past
 ``CONNECTION_LIFE_S`` however it drips, and at most ``CONNECTIONS_MAX`` are served at once (past that
 the oldest is dropped: a pile of idle ones must not keep out the probe that asks). Drops are said in
-the log, the first and every ``DROPS_SAID_EVERY``-th.
+the log, the first and every ``DROPS_SAID_EVERY``-th. An accept that fails (out of file descriptors) rests
+the serving thread ``ACCEPT_BACKOFF_S`` and is said once, as the status socket's is (socket.AcceptTrouble).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from ..evidence.watchstate import BLIND
 from .model import GpuStatus, Snapshot, json_number
+from .socket import ACCEPT_BACKOFF_S, AcceptTrouble, client_left
 
 HEARTBEAT_S = 1.0
 # /healthz fails when the loop has not ticked for this long.
@@ -98,6 +100,26 @@ class _Server(ThreadingHTTPServer):
         self._served_lock = threading.Lock()
         self._dropped = 0
         self._say_at = 1  # the drop count at which the next line is due: the first, then every hundredth
+        self._trouble = AcceptTrouble("health", log or (lambda _line: None))
+        self._closing = threading.Event()  # set by shutdown: a rest after a failed accept ends at once
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """The next connection. A failed accept (out of file descriptors) leaves it queued and the socket
+        readable: serve_forever would try again at once, at full CPU, saying nothing. The serving thread
+        rests ACCEPT_BACKOFF_S first, and the trouble is said once (socketserver drops the error)."""
+        try:
+            request = super().get_request()
+        except OSError as exc:
+            if not client_left(exc):
+                self._trouble.failing(exc)
+                self._closing.wait(ACCEPT_BACKOFF_S)
+            raise
+        self._trouble.accepted()
+        return request
+
+    def shutdown(self) -> None:
+        self._closing.set()
+        super().shutdown()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the new connection, once there is room: the oldest is dropped to make it."""

@@ -6,20 +6,28 @@ waits on a client: what the socket does not take at once is written by a
 thread, and a client that does not read its answer is dropped. ``query`` is the
 other end (``prover-supervisor status``): an answer is used only once it has the
 snapshot's shape (statefile.snapshot_problem).
+
+An accept that fails (the process or the system out of file descriptors) leaves the connection queued, so
+the socket stays readable: tried again at once it fails again at once, a busy loop that floods the log. The
+listener rests ``ACCEPT_BACKOFF_S`` instead (unwatched, its clients waiting in the backlog), and the trouble
+is said once, and once more with how many accepts failed when one works again (``AcceptTrouble``, which the
+health server shares).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..engine.loop import EventLoop
+from ..engine.loop import EventLoop, Timer
 from ..state import files as state_files
 from ..text import Log
 from .file import snapshot_problem
@@ -32,6 +40,37 @@ SLOW_CLIENTS_MAX = 4
 DROPS_SAID_EVERY = 100
 # The whole answer is read in pieces of this size.
 READ_CHUNK = 65536
+# How long a listener whose accept failed rests before it tries again: out of file descriptors the connection
+# stays queued (the socket stays readable), and a retry at once would fail at once, round after round.
+ACCEPT_BACKOFF_S = 1.0
+
+
+class AcceptTrouble:
+    """A listener's accepts failing (out of file descriptors): said once as it begins, and once when an accept
+    works again, with how many failed meanwhile. ``what`` names the listener in the lines."""
+
+    def __init__(self, what: str, log: Callable[[str], None]) -> None:
+        self._what, self._log = what, log
+        self.failed = 0  # accepts failed since the last that worked
+        self._began = 0.0  # monotonic: the first of them
+
+    def failing(self, exc: OSError) -> None:
+        self.failed += 1
+        if self.failed == 1:
+            self._began = time.monotonic()
+            self._log(f"{self._what}: cannot accept a connection ({exc.strerror or exc}); it waits, and is "
+                      f"tried again every {ACCEPT_BACKOFF_S:g}s until it works (said once)")
+
+    def accepted(self) -> None:
+        if self.failed:
+            self._log(f"{self._what}: accepting connections again, after {self.failed} failed accept(s) over "
+                      f"{time.monotonic() - self._began:.1f}s")
+            self.failed = 0
+
+
+def client_left(exc: OSError) -> bool:
+    """An accept that failed because its client left before it was taken: nothing is wrong with the listener."""
+    return exc.errno == errno.ECONNABORTED
 
 
 class StatusServer:
@@ -61,6 +100,9 @@ class StatusServer:
         self._slow: list[socket.socket] = []  # clients being finished by a writer thread, oldest first
         self._slow_lock = threading.Lock()
         self._dropped = 0
+        self._trouble = AcceptTrouble("status", log)
+        self._resting: Timer | None = None  # the listener is not watched until this timer fires
+        self._closed = False
         loop.add_reader(self._sock.fileno(), self._accept)
 
     def _accept(self) -> None:
@@ -68,9 +110,26 @@ class StatusServer:
             conn, _ = self._sock.accept()
         except (BlockingIOError, InterruptedError):
             return
-        except OSError as exc:  # out of file descriptors: the next request may fare better
-            self._log(f"status: cannot accept a status request: {exc.strerror or exc}")
+        except OSError as exc:
+            if not client_left(exc):
+                self._rest(exc)
             return
+        self._trouble.accepted()
+        self._answer(conn)
+
+    def _rest(self, exc: OSError) -> None:
+        """Accept failed (out of file descriptors): the listener is not watched for ACCEPT_BACKOFF_S (its client
+        waits in the backlog), so the loop does not spin on a socket that stays readable."""
+        self._trouble.failing(exc)
+        self._loop.remove_reader(self._sock.fileno())
+        self._resting = self._loop.call_later(ACCEPT_BACKOFF_S, self._listen_again)
+
+    def _listen_again(self) -> None:
+        self._resting = None
+        if not self._closed:  # (closed meanwhile: its fd number may be another's now)
+            self._loop.add_reader(self._sock.fileno(), self._accept)
+
+    def _answer(self, conn: socket.socket) -> None:
         try:
             data = json.dumps(self._build().to_json(), default=str).encode() + b"\n"
         except Exception as exc:  # (whatever the build raised: the connection closed, the socket kept answering)
@@ -130,6 +189,9 @@ class StatusServer:
     def close(self) -> None:
         """Stop answering and remove the socket file; a state_dir that cannot be written any more
         (read-only, gone) leaves it in place, said once: the next start removes it as stale."""
+        self._closed = True
+        if self._resting is not None:
+            self._resting.cancel()
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,6 +140,20 @@ def test_gpu_figures_that_are_not_current_are_shown_with_their_age() -> None:
     data = written()
     data["gpus"]["samples_stale"] = False
     assert "gpu 0: H200 util 97% mem 8.0GiB/128.0GiB\n" in render(Snapshot.from_json(data), live=True, now=NOW)
+
+
+def test_a_deadline_of_the_manager_counts_down_only_while_the_supervisor_lives() -> None:
+    # Read back from status.json after the supervisor ended, what became of the row is not known: a countdown
+    # would go on ticking for an instance long given up. Its deadline is shown as the time it falls instead.
+    data = {k: v for k, v in written().items() if k not in ("supervisor", "gone_since", "survivors")}
+    snap = Snapshot.from_json(data)
+    assert ", deadline 60m00s: 46m40s left" in render(snap, live=True, now=NOW)
+    gone = render(Snapshot.from_json(written()), live=True, now=NOW)  # read live, but the supervisor is gone
+    bench = next(line for line in gone.splitlines() if line.startswith("  bench clock: from "))
+    assert "left" not in bench and "ago" not in bench, bench
+    due = time.strftime("%H:%M:%S", time.gmtime(NOW - 800 + 3600))
+    assert render(snap, live=False, now=NOW).count(f", deadline 60m00s: at {due} UTC") == 1
+    assert bench.endswith(f", deadline 60m00s: at {due} UTC"), bench
 
 
 def test_a_snapshot_survives_json_unchanged() -> None:

@@ -121,7 +121,7 @@ def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
     mem = snap.memory
     out.append(f"memory: {mem.mode}; {mem.snapshot or (mem.why if mem.why is not None else '')}")
     out.extend(memory_notes(mem))
-    out.extend(_manager(snap.manager, now))
+    out.extend(_manager(snap.manager, now, live and not gone))
     if snap.verdicts:
         out.append("verdicts (latest last):")
         for v in snap.verdicts[-10:]:
@@ -152,7 +152,7 @@ def watch_lines(watches: Mapping[str, WatchStatus], now: float, live: bool = Tru
     return [("watches: " if live else "watches (last known): ") + "; ".join(said)] if said else []
 
 
-def _manager(mgr: ManagerStatus, now: float) -> list[str]:
+def _manager(mgr: ManagerStatus, now: float, live: bool = True) -> list[str]:
     """The manager reporting: where, who, what is pending and last delivered, its last error, its own view of
     the instance and the ledger of what it was told."""
     if not mgr.enabled:
@@ -161,13 +161,16 @@ def _manager(mgr: ManagerStatus, now: float) -> list[str]:
            f"last delivered {_delivered(mgr.last_delivered, now)}"]
     if mgr.last_error:  # one line, with its age; the next delivery clears it
         out.append(f"  last error {since(mgr.last_error_at, now)}: {_one_line(mgr.last_error)}")
-    out.extend(_manager_view(mgr, now))
+    out.extend(_manager_view(mgr, now, live))
     out.extend(_ledger(mgr.ledger, now))
     return out
 
 
-def _manager_view(mgr: ManagerStatus, now: float) -> list[str]:
-    """The manager's own view of the instance: its row as last read, and the clocks its deadlines run on."""
+def _manager_view(mgr: ManagerStatus, now: float, live: bool = True) -> list[str]:
+    """The manager's own view of the instance: its row as last read, and the clocks its deadlines run on.
+
+    Not live (the supervisor gone, or status.json read), a deadline is its time of day, not a countdown: what
+    became of the row since (given up, killed, still waiting) is not known here."""
     out = []
     if mgr.row is not None:
         out.append(f"  the manager's row: {_one_line(mgr.row.shown)} (read {since(mgr.row.at, now)})")
@@ -179,7 +182,11 @@ def _manager_view(mgr: ManagerStatus, now: float) -> list[str]:
         limit = clock.deadline_s
         if limit is not None:
             left = clock.at + limit - now
-            line += f", deadline {span(limit)}: " + (f"{span(left)} left" if left > 0 else f"passed {span(-left)} ago")
+            if not live:
+                when_due = f"at {clock_text('%H:%M:%S', clock.at + limit, utc=True)} UTC"
+            else:
+                when_due = f"{span(left)} left" if left > 0 else f"passed {span(-left)} ago"
+            line += f", deadline {span(limit)}: {when_due}"
         out.append(line)
     return out
 

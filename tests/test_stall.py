@@ -66,6 +66,17 @@ def test_nothing_seen_stalls_after_stall_s() -> None:
     assert silent == "no output for 1.0s (no GPU visible)"
 
 
+def test_each_look_keeps_which_signs_it_could_not_measure_for_the_status_view() -> None:
+    w = watch(10.0, gpus=True)
+    w.saw_output(100.5)
+    assert w.stalled(101.0, gpu_unknown="GPU sampling blind: timed out") is None  # not stalled, still kept
+    assert w.unmeasured == {"GPU activity": "GPU sampling blind: timed out"}
+    assert w.stalled(102.0, io_unknown="the I/O thread's latest reading is 6.0s old") is None
+    assert w.unmeasured == {"I/O": "the I/O thread's latest reading is 6.0s old"}  # the latest look's, only
+    assert w.stalled(103.0) is None
+    assert w.unmeasured == {}
+
+
 def test_fresh_output_keeps_it_alive() -> None:
     w = watch()
     w.saw_output(100.8)

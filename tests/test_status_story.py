@@ -33,8 +33,8 @@ from helpers import PY, REPO, Console, Runner, clean_env, free_port, sh, toml_li
 from supervisor.app.cli import dev_manager
 from supervisor.lifecycle.states import PhaseState, Timeline
 from supervisor.status.headline import failure_lines, headline
-from supervisor.status.model import Snapshot
-from supervisor.status.render import render
+from supervisor.status.model import PhaseStatus, Snapshot
+from supervisor.status.render import render, timer_lines
 from supervisor.status.snapshot import phase_timers, stop_timer
 
 MIB = 1024 * 1024
@@ -510,14 +510,30 @@ def test_an_empty_state_dir_is_refused_not_taken_as_none_given(tmp_path: Path) -
 
 
 def a_phase(state: PhaseState, *, deadline_at: float | None = None, backoff_until: float | None = None,
-            last_sign: float | None = None, waiting: tuple[Any, float] | None = None) -> SimpleNamespace:
+            last_sign: float | None = None, waiting: tuple[Any, float] | None = None,
+            unmeasured: dict[str, str] | None = None) -> SimpleNamespace:
     stall = (SimpleNamespace(watch=SimpleNamespace(last_sign=lambda: last_sign,
-                                                   ages=lambda now: {"output": now - last_sign, "I/O": 2.0}))
+                                                   ages=lambda now: {"output": now - last_sign, "I/O": 2.0},
+                                                   unmeasured=unmeasured or {}))
              if last_sign is not None else None)
     return SimpleNamespace(name="p", spec=SimpleNamespace(timeout_s=600.0, stall_s=60.0), since=1.0, up=False,
                            state=state,
                            pacing=SimpleNamespace(deadline_at=deadline_at, backoff_until=backoff_until, stall=stall),
                            current_attempt=SimpleNamespace(start=SimpleNamespace(waiting=waiting)))
+
+
+def test_a_sign_not_measured_now_is_said_beside_its_age() -> None:
+    # GPU sampling blind: the GPUs' last activity is an age of what was last seen, not a silence measured; the
+    # status view says so as the verdict would ("GPU evidence unavailable: GPU sampling blind: ...").
+    blind = a_phase(PhaseState.RUNNING, last_sign=990.0, unmeasured={"I/O": "the I/O thread's reading is 40.0s old"})
+    timers = phase_timers(blind, None, now=1000.0)
+    assert timers.to_json()["stall"]["unmeasured"] == {"I/O": "the I/O thread's reading is 40.0s old"}
+    shown = timer_lines(PhaseStatus(name="p", timers=timers), 1000.0, True)
+    assert shown == ["timers: stall: no sign of progress for 10s of stall_s=60 (50s left; output 10s ago; "
+                     "I/O 2s ago (not measured now: the I/O thread's reading is 40.0s old))"], shown
+    measured = phase_timers(a_phase(PhaseState.RUNNING, last_sign=990.0), None, now=1000.0)
+    assert "unmeasured" not in measured.to_json()["stall"]
+    assert "not measured" not in timer_lines(PhaseStatus(name="p", timers=measured), 1000.0, True)[0]
 
 
 def test_the_timers_are_what_the_phase_exposes_counted_from_now() -> None:

@@ -74,6 +74,9 @@ class StallWatch:
     io_moved: int | None = None  # the trees' bytes moved at the latest reading (None: none yet)
     io_credited: int = 0  # ... at the reading last counted as a sign (or the baseline)
     io_unreadable: int = 0  # the processes whose counters were refused at the latest reading (iowatch.TreeIo)
+    # Each sign whose silence is no measure at the latest look, and why (GPU sampling blind, the I/O thread's
+    # reading old): the status view says so beside its age, as the verdict would.
+    unmeasured: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.last_output = self.last_gpu = self.last_progress = self.last_io = self.started
@@ -146,6 +149,8 @@ class StallWatch:
         """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
         there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"; ``io_unknown``:
         why the I/O thread reads nothing now (its silence is then no measure)."""
+        self.unmeasured = {what: why for what, why in (("I/O", io_unknown), ("GPU activity", gpu_unknown))
+                           if why is not None}
         signs = self._signs()
         if any(now - seen < self.stall_s for _, seen in signs):
             return None

@@ -254,6 +254,13 @@ class StallTimer(_Record):
     silent_s: float | None = None
     left_s: float | None = None
     signs: Mapping[str, float | None] = field(default_factory=dict)  # each sign of progress → its age, seconds
+    unmeasured: Mapping[str, str | None] = field(default_factory=dict)  # a sign whose silence is no measure now → why
+
+    def to_json(self) -> dict[str, Any]:
+        written = super().to_json()
+        if not self.unmeasured:  # written only when a sign is not measured: the usual stall timer is as it was
+            del written["unmeasured"]
+        return written
 
 
 @dataclass(frozen=True)

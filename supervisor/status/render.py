@@ -29,6 +29,7 @@ from .model import (
     MemoryStatus,
     PhaseStatus,
     Snapshot,
+    StallTimer,
     WatchStatus,
 )
 
@@ -259,6 +260,12 @@ def timeline_lines(ph: PhaseStatus, now: float, live: bool) -> list[str]:
     return [line]
 
 
+def _unmeasured(stall: StallTimer, what: str) -> str:
+    """Beside a sign's age, why its silence is no measure now (GPU sampling blind): as the verdict would say."""
+    why = stall.unmeasured.get(what)
+    return f" (not measured now: {_one_line(why)})" if why else ""
+
+
 def timer_lines(ph: PhaseStatus, now: float, live: bool) -> list[str]:
     """The timers running for the phase (live only: a saved snapshot's timers ran out with its supervisor), in the
     order Timers has them."""
@@ -272,7 +279,7 @@ def timer_lines(ph: PhaseStatus, now: float, live: bool) -> list[str]:
         said.append(f"next attempt in {span(timers.backoff.left_s)}")
     if timers.stall is not None:
         stall = timers.stall
-        ages = "".join(f"; {what} {span(age)} ago" for what, age in stall.signs.items())
+        ages = "".join(f"; {what} {span(age)} ago" + _unmeasured(stall, what) for what, age in stall.signs.items())
         said.append(f"stall: no sign of progress for {span(stall.silent_s)} of stall_s={_g(stall.limit_s)} "
                     f"({span(stall.left_s)} left{ages})")
     if timers.ready is not None:

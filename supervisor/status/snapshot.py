@@ -229,7 +229,8 @@ def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> Time
     if state in ATTEMPT_RUNS and stall is not None and spec.stall_s is not None:
         silent = now - stall.watch.last_sign()
         stalled = StallTimer(limit_s=spec.stall_s, silent_s=_secs(silent), left_s=_secs(spec.stall_s - silent),
-                             signs={what: _secs(age) for what, age in stall.watch.ages(now).items()})
+                             signs={what: _secs(age) for what, age in stall.watch.ages(now).items()},
+                             unmeasured=dict(stall.watch.unmeasured))
     start = phase.current_attempt.start
     waiting = start.waiting if start is not None and state in ATTEMPT_RUNS else None
     ready = None

@@ -5,7 +5,7 @@ gets one JSON snapshot, built in the loop so it is consistent. The loop never
 waits on a client: what the socket does not take at once is written by a
 thread, and a client that does not read its answer is dropped. ``query`` is the
 other end (``prover-supervisor status``): an answer is used only once it has the
-snapshot's shape (statefile.snapshot_problem).
+snapshot's shape (file.py's snapshot_problem).
 
 An accept that fails (the process or the system out of file descriptors) leaves the connection queued, so
 the socket stays readable: tried again at once it fails again at once, a busy loop that floods the log. The

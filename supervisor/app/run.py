@@ -2,8 +2,8 @@
 
 With cli.py, this is the composition root: the plan arrives loaded with a plugin (the prover's, from
 cli.py), and the plugin is handed to what takes it: the lifecycle's phase hooks, the fitness check. The
-steps live where their concern is: 1-4, 6 and 7 in startup.py (5 is engine/trees.py's sweep, which
-startup.py calls), 8 in observers.py, 10 in teardown.py; 9 here.
+steps live where their concern is: 1-4, 6 and 7 in startup.py, 5 in engine/trees.py (the sweep, called
+from here), 8 in observers.py, 10 in teardown.py; 9 here.
 
 1. ``take_the_lock``: state_dir and log_dir usable, state_dir's lock held (a second supervisor
    exits 75);

@@ -164,6 +164,27 @@ def test_dropped_lines_keep_their_numbers(server: Recorder) -> None:
     assert seq(push)[2:] == (6, 10)
 
 
+def test_the_backlog_is_bounded_in_the_bytes_a_push_carries_not_in_characters(server: Recorder,
+                                                                               no_retry_wait: None) -> None:
+    """A line of multibyte UTF-8 weighs its bytes: 30 characters of "é" are 60 bytes on the wire (61 with the
+    newline). Counted in characters (31 each), three such lines (183 bytes) fitted a backlog of 100 bytes."""
+    line = "é" * 30
+    weight = len(text_body(line)) + 1
+    shipper = shipper_to(server, backlog=100)
+    server.answers = [503]  # the manager away: the batch goes back to the front of the queue
+    shipper.add("curio", [f"{line}{i}" for i in range(3)])
+    assert shipper.backlog() == {"curio": weight + 1}, "two of the three dropped: each weighs 62 bytes"
+    assert not shipper.ship_once()
+    assert shipper.backlog() == {"curio": weight + 1}, "put back as it weighs"
+    shipper.add("curio", ["ascii"])
+    assert shipper.backlog() == {"curio": weight + 1 + len("ascii\n")}
+    assert shipper.ship_once()
+    (push,) = server.taken()
+    assert push["body"].split("\n")[1:] == [f"{line}2", "ascii", ""], push["body"]
+    assert push["body"].startswith("[prover-supervisor: 2 older line(s) dropped"), push["body"]
+    assert seq(push)[2:] == (3, 4)
+
+
 def test_a_5xx_keeps_the_batch_and_the_retry_carries_the_same_numbers(server: Recorder, no_retry_wait: None) -> None:
     shipper = shipper_to(server)
     server.answers = [500]

@@ -53,9 +53,16 @@ SEQ_HEADER = "X-Log-Seq"
 
 
 
+def _weight(line: str) -> int:
+    """What one queued line weighs on the wire: its bytes as pushed (client.text_body) and its newline. The
+    backlog is bounded in these, not in characters: a line of CJK text or emoji weighs up to four times its
+    length, and a bound in characters let a backlog of them hold, and send, up to four times log_backlog_bytes."""
+    return (len(line) if line.isascii() else len(text_body(line))) + 1
+
+
 class _Queue:
-    """One source's backlog: whole lines, a byte count, how many were dropped, and the number of the first line
-    (every line added to a source gets the next number, dropped or not)."""
+    """One source's backlog: whole lines, their weight in bytes as pushed (``_weight``), how many were dropped,
+    and the number of the first line (every line added to a source gets the next number, dropped or not)."""
 
     def __init__(self) -> None:
         self.lines: deque[str] = deque()
@@ -66,7 +73,7 @@ class _Queue:
     def extend(self, lines: list[str]) -> None:
         for line in lines:
             self.lines.append(line)
-            self.size += len(line) + 1
+            self.size += _weight(line)
 
     def drop_oldest(self) -> None:
         self._pop()
@@ -78,7 +85,7 @@ class _Queue:
         numbering moved past them; one at least while any waits: a line over ``room`` on its own is cut to it,
         after a whole character."""
         taken: list[str] = []
-        while self.lines and (size := len(text_body(self.lines[0])) + 1) <= room:
+        while self.lines and (size := _weight(self.lines[0])) <= room:
             taken.append(self._pop())
             room -= size
         if not taken and self.lines:
@@ -88,7 +95,7 @@ class _Queue:
 
     def _pop(self) -> str:
         line = self.lines.popleft()
-        self.size -= len(line) + 1
+        self.size -= _weight(line)
         return line
 
 
@@ -284,7 +291,7 @@ class Shipper:
             queue = self._queues.setdefault(source, _Queue())
             for line in reversed(lines[-count:] if count else []):
                 queue.lines.appendleft(line)
-                queue.size += len(line) + 1
+                queue.size += _weight(line)
             queue.first -= count
             queue.dropped += dropped
             while queue.size > self._backlog and queue.lines:

@@ -28,16 +28,26 @@ class CallKind:
     PermanentError (refused for good). ``keep(payload, body)`` runs on the sender thread before the next
     call goes out (what later calls need at once); ``delivered(payload, body)`` and ``refused(payload)``
     run on the loop's thread. ``checks_row``: a lifecycle call (it moves the manager's row): the row is read
-    first, and a killed row gets none (rowwatch.py)."""
+    first, and a killed row gets none (rowwatch.py).
+
+    ``again(payload, body)`` (the sender's thread) checks the answer to a lifecycle call sent again: one
+    delivered before, sent once more under the new uuid of a row the manager forgot (its payload holds
+    SENT_AGAIN). What its first answer decided stands and was said then, so ``delivered`` is not told again;
+    ``again`` returns why this answer means that the manager killed the instance (the prover's bench-done
+    answered ``passed: false`` by the new row), None when it does not. Without it, nothing is read into it."""
 
     attempt: Callable[[ManagerClient, Payload, str | None], Answer]
     keep: Callable[[Payload, Any], None] | None = None
     delivered: Callable[[Payload, Any], None] | None = None
     refused: Callable[[Payload], None] | None = None
     checks_row: bool = False
+    again: Callable[[Payload, Any], str | None] | None = None
 
 
 REGISTER = "register"
+# The payload key of a lifecycle call sent again under a new uuid (sender.py _register_forgotten): the uuid it
+# was first delivered under. Never sent: each kind builds its request from the keys it knows.
+SENT_AGAIN = "sent_again_after"
 LOG = "log"  # a durable log push: {"source", "text"}
 RUNNING = config.RUNNING
 

@@ -28,7 +28,9 @@ The manager's own view (rowwatch.py): the row is read once the manager knows the
 lifecycle call (``CallKind.checks_row``), and every ``row_check_s`` while idle. A killed row ends it
 (``on_killed``, once): no lifecycle call goes out any more, and no re-registration. A row the periodic read
 finds gone (not listed, and its ``/runner-id`` answers 404), at any stage, is registered again the same way,
-once a stage, and the last lifecycle call delivered goes again under the new uuid.
+once a stage, and the last lifecycle call delivered goes again under the new uuid. Its answer does not decide
+again what its first answer decided (a plugin's ``delivered`` is not told twice); only an answer that means the
+manager killed the new row (``CallKind.again``) counts, and ends the instance as a killed row does.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from ..engine.loop import EventLoop, summary
 from ..text import Log
 from ..text.show import cut, shown
 from .answers import AnswerError, check_uuid, register_answer
-from .callkinds import LOG, REGISTER, CallKind, CallKinds, Payload
+from .callkinds import LOG, REGISTER, SENT_AGAIN, CallKind, CallKinds, Payload
 from .client import Answer, ManagerClient, PermanentError, TransientError
 from .row import KILLED, Row
 from .rowwatch import RowReading, RowWatch
@@ -471,9 +473,11 @@ class Sender:
         ``registered``) stands where the old one did; ``running`` and ``bench-done`` are taken in any state."""
         self._registered_by_watch.add(last.kind if last is not None else None)
         again = f", once, and {last.kind} sent again under the new uuid" if last is not None else ", once"
+        forgotten = self.uuid
         self._drop_uuid("forgotten: its GET /status does not list it, its /runner-id answers 404", again)
         if last is not None:
-            self.outbox.add(last.kind, last.payload)  # after the register, which goes first
+            # After the register, which goes first; marked, so that its answer does not decide again (_delivered).
+            self.outbox.add(last.kind, {**last.payload, SENT_AGAIN: forgotten})
 
     # ------------------------------------------------------------ one call
 
@@ -519,9 +523,30 @@ class Sender:
             self.outbox.put(ROW_STAGE, f"{self.uuid} {call.kind}")
         if kind.keep is not None:
             kind.keep(call.payload, answer.body)  # before the next call goes out (it may need it)
+        if call.payload.get(SENT_AGAIN):
+            self._delivered_again(call, kind, answer)
+            return
         delivered = kind.delivered
         if delivered is not None:
             self._loop.call_soon_threadsafe(lambda: delivered(call.payload, answer.body))
+
+    def _delivered_again(self, call: Call, kind: CallKind, answer: Answer) -> None:
+        """A lifecycle call sent again under the new uuid of a forgotten row (_register_forgotten) was answered.
+        Its first answer decided what it meant, and that was said and acted on then (the prover's gate let
+        production through on bench-done's passed: true): telling ``delivered`` again would decide and say it all
+        again. Only what the new row makes of it counts: an answer that means a kill (``kind.again``: bench-done
+        answered passed: false, the new row's min_rate above the rate the old one passed) ends the instance as
+        any kill its row shows does, in the manager's own words where its row says them."""
+        why = kind.again(call.payload, answer.body) if kind.again is not None else None
+        if why is None:
+            line = (f"manager: {call.kind} delivered again under uuid {self.uuid}; what its first answer under "
+                    f"{call.payload.get(SENT_AGAIN)} decided stands")
+            self._loop.call_soon_threadsafe(lambda: self._log(line))
+            return
+        if self.killed is None and self.uuid:
+            self._read_row()  # (the row's kill_reason and killed_at: the manager's own words for it)
+        if self.killed is None:  # the row not read, or not saying killed yet: the answer's word is the manager's
+            self._killed_by(Row(self.uuid or "", KILLED, kill_reason=why), tell=not self._retired)
 
     def _refused(self, call: Call, exc: PermanentError) -> None:
         self._log(f"manager: {call.kind} refused for good: HTTP {exc.status}: {shown(exc.body, 300)}")

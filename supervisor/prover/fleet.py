@@ -9,7 +9,9 @@ and the log pushes. The prover adds, through the Wiring it is attached with (wir
   result) goes to the manager, once per instance: not again after a restart if it was delivered
   and passed, or is still queued (a second one would move a running instance back to bench_done);
 - the bench gate (gate.py): production waits for the manager's answer, ``bench_gate_s`` at most;
-  ``passed: false`` shuts the run down with EXIT_BENCH_REJECTED;
+  ``passed: false`` shuts the run down with EXIT_BENCH_REJECTED. A bench-done sent again under the new
+  uuid of a forgotten row (sender.py) is not judged again: its ``passed: false`` is the new row's kill
+  (its min_rate above the old row's), ended as the manager's kill (EXIT_KILLED, its kill_reason);
 - the give-up: a lifecycle that fails for good asks the manager to destroy the instance now: before
   production was ever up, and after it was up too (production failed past its restart policy,
   proofs kept failing, a GPU fault: an instance billed for days that proves nothing is worth less
@@ -133,8 +135,17 @@ def bench_done_call(settings: FleetSettings, answered: Callable[[bool, float], N
         if not payload.get("failed"):  # a give-up has no production to let through or stop
             answered(kept["passed"], float(payload.get("rate", 0.0)))
 
+    def again(payload: Payload, kept: Any) -> str | None:
+        """Sent again under a new uuid (the manager forgot the row it passed on): the gate heard its first answer
+        and is not told again; passed: false from the new row (its min_rate, this instance's, above the old row's
+        that the rate passed) is the manager's kill of it, and of the machine."""
+        if kept["passed"]:
+            return None
+        return (f"bench-done, sent again under the new uuid of a forgotten row, was answered passed: false (rate "
+                f"{float(payload.get('rate', 0.0)):g}/h): the manager kills the instance on it")
+
     # A lifecycle call: the row is read first, and a killed row gets none (its passing rate would un-kill it).
-    return CallKind(attempt, delivered=delivered, refused=lambda payload: refused(), checks_row=True)
+    return CallKind(attempt, delivered=delivered, refused=lambda payload: refused(), checks_row=True, again=again)
 
 
 # ---------------------------------------------------------------- the give-up, decided

@@ -12,7 +12,8 @@ the row:
 - before each lifecycle call (a CallKind with ``checks_row``: ``param-done``, ``running``, a plugin's):
   a killed row gets none of them, since a lifecycle call could un-kill it (the prover's, with a passing rate);
 - every ``row_check_s`` while nothing else is being delivered (the manager kills on its own, and
-  forgets, at any time): a kill is learnt within that time, in production too.
+  forgets, at any time), and as often while a call waits between its tries (a log push its log route
+  refuses, a Retry-After of minutes): a kill is learnt within that time, in production too.
 
 The row read is the one way to learn of the manager's own decisions (its UI's kill, a forget) before the next
 lifecycle call, so a watch that cannot read it says so, as every watch does (evidence/watchstate.py): its
@@ -107,6 +108,10 @@ class RowWatch:
 
     def due(self) -> bool:
         return self._next_at is not None and self._mono() >= self._next_at
+
+    def due_in(self) -> float | None:
+        """Seconds until the next periodic read is due (0: now); None: none until the manager knows us."""
+        return None if self._next_at is None else max(0.0, self._next_at - self._mono())
 
     def read(self, uuid: str) -> tuple[RowReading, list[str]]:
         """One look-up (bounded, one attempt), and the lines to say of it: the notes on it not said before, and

@@ -25,7 +25,8 @@ a loop: the same answer right after a fresh register is refused for good, and an
 A killed row answers ``/running`` with the same 404 (``or already killed``), but ``/runner-id`` with 200.
 
 The manager's own view (rowwatch.py): the row is read once the manager knows the instance, before each
-lifecycle call (``CallKind.checks_row``), and every ``row_check_s`` while idle. A killed row ends it
+lifecycle call (``CallKind.checks_row``) and each of its retries, and every ``row_check_s`` while idle or
+while a call of any kind waits between its tries. A killed row ends it
 (``on_killed``, once): no lifecycle call goes out any more, and no re-registration. A row the periodic read
 finds gone (not listed, and its ``/runner-id`` answers 404), at any stage, is registered again the same way,
 once a stage, and the last lifecycle call delivered goes again under the new uuid. Its answer does not decide
@@ -220,7 +221,18 @@ class Sender:
         self._wake.set()
 
     def _retry_wait(self, seconds: float) -> None:
-        self._hurry.wait(seconds)
+        """The wait between two tries of a call, cut short by a hurry (retry_now, the stop). The periodic read of
+        the row goes on meanwhile: a call of any kind may be retried for as long as the manager refuses it (a
+        durable log push its log route answers 503, a Retry-After of 300 s, again and again), and the manager's
+        own kill must not wait for it. A kill read here stops the lifecycle (_killed_by); a lifecycle call in
+        retry is then not sent (its next try reads ``killed``)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            due_in = self.rows.due_in() if self.uuid and self.killed is None else None
+            if self._hurry.wait(left if due_in is None else min(left, due_in)):
+                break
+            if self.uuid and self.killed is None and self.rows.due():
+                self._read_row()
         self._hurry.clear()
 
     def alive(self) -> bool:

@@ -1,9 +1,11 @@
 """manager/row.py: this instance's row in the manager's ``GET /status``, held to what the manager writes.
 
-Its times are SQLite's CURRENT_TIMESTAMP (``YYYY-MM-DD HH:MM:SS``, UTC); one later than now beyond the skew,
-or before any manager ran, is impossible: dropped with a note, never an anchor. A row of the wrong shape is
-no evidence at all (RowError). A plugin's protocol adds states, times and numbers to a row (``RowFields``: here a
-test protocol's; the prover's in tests/prover/test_manager_row_prover.py), held to the same rules."""
+Its times are SQLite's CURRENT_TIMESTAMP (``YYYY-MM-DD HH:MM:SS``, UTC), or ISO 8601 naming its zone (read in
+it); one later than now beyond the skew, or before any manager ran, is impossible, and one of any other form
+cannot be placed: dropped with a note, never an anchor, the row's state kept (a kill must not hide behind a
+time's form). A row of the wrong shape otherwise is no evidence at all (RowError). A plugin's protocol adds
+states, times and numbers to a row (``RowFields``: here a test protocol's; the prover's in
+tests/prover/test_manager_row_prover.py), held to the same rules."""
 
 from __future__ import annotations
 
@@ -61,19 +63,40 @@ def test_an_impossible_time_is_dropped_with_a_note_and_the_row_kept(when: str) -
     assert len(notes) == 1 and "registered_at" in notes[0] and "impossible, not used" in notes[0], notes
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("registered_at", "2026-12-01T10:31:00"),  # ISO 8601 naming no zone: which one would be a guess
+    ("registered_at", "2026-12-01 10:31"), ("registered_at", 1764500000), ("registered_at", {"t": 1}),
+    ("killed_at", "yesterday"), ("tested_at", "soon"), ("tested_at", "2026-12-01T10:31:00+99:00"),
+])
+def test_a_time_that_cannot_be_placed_is_dropped_with_a_note_and_the_row_kept(name: str, value: object) -> None:
+    # Times are deadlines' anchors, never what decides the row: its state (killed, here) is the manager's word
+    # whatever form its times take, and a row refused whole for one time hid its kill.
+    raw = {**ROW, "state": "killed", "kill_reason": "manually killed via UI", name: value}
+    row, notes = find_row([raw], "u-1", NOW, TESTED)
+    assert row is not None and row.killed and row.kill_reason == "manually killed via UI"
+    kept = {"registered_at": row.registered_at, "killed_at": row.killed_at, "tested_at": row.extra["tested_at"]}
+    assert kept[name] is None, kept
+    assert len(notes) == 1 and f"{name} is not a time as the manager writes it" in notes[0], notes
+    assert notes[0].endswith(": not used"), notes
+
+
+@pytest.mark.parametrize("written", ["2026-12-01T10:31:00Z", "2026-12-01T12:31:00+02:00", "2026-12-01 05:31:00-05:00",
+                                     "2026-12-01T10:31:00.000+00:00"])
+def test_a_time_naming_its_zone_is_read_in_it(written: str) -> None:
+    row, notes = find_row([{**ROW, "registered_at": written}], "u-1", NOW)
+    assert row is not None and row.registered_at == NOW - 89 * 60 and notes == [], (row, notes)
+
+
 def test_a_time_within_the_skew_is_taken() -> None:
     assert manager_time(utc_text(NOW + 60), "registered_at", NOW) == NOW + 60
 
 
 @pytest.mark.parametrize(("raw", "why"), [
     ({**ROW, "state": "lost"}, "state is not one of"),
-    ({**ROW, "registered_at": "2026-12-01T10:31:00Z"}, "not a time as the manager writes it"),
-    ({**ROW, "registered_at": 1764500000}, "not a time as the manager writes it"),
     ({**ROW, "score": "fast"}, "score is not a number"),
     ({**ROW, "score": float("inf")}, "score is not a number"),
     ({**ROW, "score": 10**400}, "score is not a number in 0..100: 1000"),  # valid JSON, and no float holds it
     ({**ROW, "score": 101}, "score is not a number in 0..100"),
-    ({**ROW, "tested_at": "soon"}, "tested_at is not a time as the manager writes it"),
     ({**ROW, "kill_reason": ["x"]}, "kill_reason is not text"),
 ])
 def test_a_row_of_the_wrong_shape_is_no_evidence(raw: dict[str, object], why: str) -> None:

@@ -14,8 +14,13 @@ and rate, the min_rate), which is checked the same way and kept in ``Row.extra``
 ``find_row`` picks this instance's row out of that answer, holding each field to what the manager
 writes: a state of its own (or a plugin's), a time of its format, a number that is finite, a reason of one
 bounded line. A time later than now (beyond CLOCK_SKEW_S of two clocks' disagreement) is impossible: it is
-dropped, never used as a deadline's anchor, and said (the watch says each such note once). A row that
-fails its shape is no evidence at all. Pure: the look-up itself is rowwatch.py's.
+dropped, never used as a deadline's anchor, and said (the watch says each such note once). So is a time that
+is not one the supervisor can place for sure: not the manager's UTC text, nor ISO 8601 naming its own zone
+(``2026-12-01T12:31:00+02:00``, read in that zone: a Go time.Time's JSON); a naive time in any other shape
+is not guessed at. A time is what deadlines count from, never what the row says happened: a row refused
+whole for one time's form hid its ``killed`` state, and the kill with it. A row that fails its shape
+otherwise (its uuid, its state, a number, the reason) is no evidence at all. Pure: the look-up itself is
+rowwatch.py's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ..state.firstseen import CLOCK_SKEW_S
@@ -47,6 +53,9 @@ STATUS_MAX_BYTES = 4 * 1024 * 1024
 STATUS_MAX_TEXT = "4 MiB"
 # A kill reason is the manager's one line ("param fetch timeout (90min)"); a longer one is cut.
 KILL_REASON_MAX_CHARS = 300
+# The longest ISO 8601 time read ("2026-12-01T12:31:00.123456+02:00" is 32): anything longer is not parsed.
+ISO_TIME_MAX_CHARS = 40
+TIME_FORMS = "YYYY-MM-DD HH:MM:SS UTC, or ISO 8601 with its zone"
 
 
 class RowError(ValueError):
@@ -122,14 +131,13 @@ def utc_text(epoch: float) -> str:
 def manager_time(value: Any, name: str, now: float, offset_s: float = 0.0) -> float:
     """A row's time (``YYYY-MM-DD HH:MM:SS``, UTC) as epoch seconds on our clock (``offset_s``: the manager's
     clock less ours, taken off where it is CLOCK_OFFSET_MIN_S or more); RowError when it is not one, or when it
-    is later than ``now`` beyond CLOCK_SKEW_S (impossible: the manager wrote it in the past)."""
-    if not isinstance(value, str) or len(value) != 19:
-        raise RowError(f"{name} is not a time as the manager writes it (YYYY-MM-DD HH:MM:SS): {answered(value)}")
-    try:
-        epoch = float(calendar.timegm(time.strptime(value, TIME_FORMAT)))
-    except ValueError:
-        raise RowError(f"{name} is not a time as the manager writes it (YYYY-MM-DD HH:MM:SS): "
-                       f"{answered(value)}") from None
+    is later than ``now`` beyond CLOCK_SKEW_S (impossible: the manager wrote it in the past). An ISO 8601 time
+    naming its zone is read in it."""
+    epoch = _utc_text(value)
+    if epoch is None:
+        epoch = _zoned(value)
+    if epoch is None:
+        raise RowError(f"{name} is not a time as the manager writes it ({TIME_FORMS}): {answered(value)}")
     if epoch < MANAGER_TIME_MIN:
         raise RowError(f"{name} {value} UTC is before any manager ran: impossible, not used")
     if abs(offset_s) >= CLOCK_OFFSET_MIN_S:
@@ -137,6 +145,33 @@ def manager_time(value: Any, name: str, now: float, offset_s: float = 0.0) -> fl
     if epoch > now + CLOCK_SKEW_S:
         raise RowError(f"{name} {value} UTC is later than now ({utc_text(now)} UTC): impossible, not used")
     return epoch
+
+
+def _utc_text(value: Any) -> float | None:
+    """The manager's own form (SQLite's CURRENT_TIMESTAMP, UTC) as epoch seconds; None: not that form."""
+    if not isinstance(value, str) or len(value) != 19:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(value, TIME_FORMAT)))
+    except ValueError:
+        return None
+
+
+def _zoned(value: Any) -> float | None:
+    """An ISO 8601 time that names its zone (``Z``, ``+02:00``) as epoch seconds; None for any other, a naive one
+    included: its zone would be a guess, and a guess hours off would put a deadline hours off."""
+    if not isinstance(value, str) or not 19 <= len(value) <= ISO_TIME_MAX_CHARS or not value.isascii():
+        return None
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if stamp.utcoffset() is None:
+        return None
+    try:
+        return stamp.timestamp()
+    except (OverflowError, OSError, ValueError):  # (a year 1 at -14:00 leaves what an epoch can hold)
+        return None
 
 
 def _number(value: Any, name: str, maximum: float) -> float | None:
@@ -191,11 +226,10 @@ def row_from(raw: dict[str, Any], now: float, fields: RowFields = NO_ROW_FIELDS,
     for name in (*TIME_FIELDS, *fields.times):
         try:
             times[name] = None if raw.get(name) in (None, "") else manager_time(raw[name], name, now, offset_s)
-        except RowError as exc:
-            if "impossible" not in str(exc):
-                raise
+        except RowError as exc:  # (impossible, or not a time: no anchor, but the row's state still counts)
             times[name] = None
-            notes.append(RowNote(f"the manager's row for {uuid}: {exc}", about=(uuid, name, raw[name])))
+            said = str(exc) if "impossible" in str(exc) else f"{exc}: not used"
+            notes.append(RowNote(f"the manager's row for {uuid}: {said}", about=(uuid, name, answered(raw[name]))))
     reason = raw.get("kill_reason")
     if reason is not None and not isinstance(reason, str):
         raise RowError(f"uuid {uuid}: kill_reason is not text: {answered(reason)}")

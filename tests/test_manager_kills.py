@@ -4,7 +4,8 @@ Its row is read every ``row_check_s`` while nothing else is delivered, and befor
 A call of another kind retried for as long as the manager refuses it (a durable log push its log route answers
 503, a Retry-After) held that read up: a kill from its UI went unnoticed, the instance ran on. A row whose
 times the supervisor cannot take as the manager's UTC text (ISO 8601 naming another zone) was refused whole, its
-``killed`` state with it. Real supervisors against the dev-manager on 127.0.0.1; its faults (``POST
+``killed`` state with it. And a kill learnt in the exit flush, before the last lifecycle call of a run that had
+completed, left the run's status 0. Real supervisors against the dev-manager on 127.0.0.1; its faults (``POST
 /dev/faults``) make the log route fail, or answer ``GET /status`` with the row as such a manager writes it.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from helpers import Console, Runner, sh, toml_str
+from helpers import Console, Runner, sh, toml_str, wait_for
 
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_KILLED
@@ -111,3 +112,29 @@ def test_a_killed_row_whose_times_name_another_zone_still_ends_the_instance(sup:
     assert calls(manager, "/param-done") == [], "a killed row got a lifecycle call"
     seen = json.loads(state_files.path(sup.state_dir, state_files.FIRST_SEEN).read_text())
     assert seen["manager_registered_at"] == int(row["registered_at"]), seen  # read in its zone, not 2 h off
+
+
+def test_a_kill_learnt_in_the_exit_flush_of_a_completed_run_is_its_exit_status(sup: Runner,
+                                                                              manager: DevManager) -> None:
+    # The row is read at the registration, then every 300 s: the UI's kill comes between, and the run completes
+    # before the next read. Its param-done, the last call, reads the row in the exit flush: not sent, and the run
+    # that "completed" exits as killed, the manager's reason in its termination log and status.json.
+    go = sup.tmp / "go"
+    (sup.tmp / "termination-log").write_text("")
+    proc = Console(sup, fetch_config(sup, manager, "C.4714", go))
+    proc.wait_text("manager: registered: uuid", WAIT_S)
+    [row] = manager.state.snapshot()["instances"].values()
+    wait_for(lambda: len(manager.state.snapshot()["reads"]) >= 1, WAIT_S)
+    post(manager, "/api/kill", {"uuid": row["uuid"], "vast_id": 4714})
+    go.touch()
+    assert proc.finish(WAIT_S) == EXIT_KILLED, proc.tail()
+    out = proc.text()
+    assert "lifecycle complete: every phase done" in out, out
+    assert "manager: param-done not sent: the manager killed this instance at " in out, out
+    assert "exiting with status 80 after all: the manager killed this instance at " in out, out
+    assert f"{UI_KILL} (learnt during the exit flush)" in out, out
+    assert calls(manager, "/param-done") == []
+    log = (sup.tmp / "termination-log").read_text()
+    assert log.startswith("exit status 80: the manager killed this instance at ") and log.endswith(UI_KILL), log
+    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())
+    assert snap["lifecycle"]["exit_status"] == EXIT_KILLED, snap["lifecycle"]

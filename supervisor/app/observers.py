@@ -50,8 +50,9 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     # after the reason lines: the manager must have the why before it destroys the instance).
     attach_plugin(plan, plugin, host, core, sup, take_snapshot.add_status)
     # The manager's word on the instance is final: a killed row stops the lifecycle in order (the view tells
-    # the plugin first: its give-up must not answer a killed row).
-    reporter.view.stop_lifecycle = lambda row: lifecycle.shutdown(row.kill_line(), EXIT_KILLED)
+    # the plugin first: its give-up must not answer a killed row); learnt in the exit flush of a run that
+    # completed, it is the run's exit status.
+    reporter.view.stop_lifecycle = lambda row: lifecycle.stop_from_outside(row.kill_line(), EXIT_KILLED)
 
     # status.json at every batch of changes (coalesced past a burst, see StateFile); a full disk is said once.
     state_file = StateFile(host.state_dir, core.loop, host.log, take_snapshot.persisted)

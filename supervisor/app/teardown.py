@@ -6,7 +6,9 @@
 3. what a stop budget cut short, one line; "exiting with status N";
 4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
    meaning, the reaper runs, the status socket answers, the sender's retries and answers are
-   handed back into the loop; then status.json again, with what the flush delivered;
+   handed back into the loop; a kill the manager's row said meanwhile, of a run that had completed,
+   is its status after all (said, and the termination log written); then status.json again, with
+   what the flush delivered;
 5. close what was opened: the status socket, the pointer to it (status/file.py), health, the signal
    inbox, the loop, the console; the lock goes last; then the interpreter's exit is spared its last
    walks of the heap.
@@ -67,10 +69,13 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     if budget is not None:  # a stop signal from outside: say what its budget cut short (said when it comes)
         steps.append(("saying what the stop budget cut short", lambda: log(budget.cut_short())))
     steps.append(("saying the exit status", log, f"exiting with status {status}"))
+    final = [status]  # (what the exit returns: the flush may learn of the manager's kill)
     if sup.reporter.enabled:  # (no manager: nothing to flush)
         why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
         steps.append(("the manager's exit flush", sup.reporter.stop, status, why,
                       flush_with_the_loop(core.loop, signals)))
+        steps.append(("reading the exit status after the flush", status_after_flush, plan, sup.lifecycle, final,
+                      log))
         # What the flush delivered: status.json was saved before it (a SIGKILL meanwhile finds the last state).
         steps.append(("saving status.json after the flush", outlets.state_file.save))
     if outlets.status_server is not None:
@@ -88,7 +93,19 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     host.console.close(budget.console_s(CONSOLE_CLOSE_S) if budget is not None else CONSOLE_CLOSE_S)
     os.close(lock_fd)
     no_last_walk_of_the_heap()
-    return status
+    return final[0]
+
+
+def status_after_flush(plan: Plan, lifecycle: Lifecycle, final: list[int], log: SupervisorLog) -> None:
+    """The flush may have learnt what the run's status could not know: a run that completed, whose manager had
+    killed the instance meanwhile (its row, read before a last lifecycle call; Lifecycle.stop_from_outside). Not
+    a success then: the new status is said, and the termination log written, as for any status but 0."""
+    status = lifecycle.status_at_exit()
+    if status == final[0]:
+        return
+    log(f"exiting with status {status} after all: {lifecycle.shutdown_reason} (learnt during the exit flush)")
+    final[0] = status
+    write_termination_log(plan.supervisor.termination_log, lifecycle, status, log)
 
 
 def no_last_walk_of_the_heap() -> None:

@@ -220,6 +220,17 @@ class Lifecycle:
             if self._stop_over:
                 finish()
 
+    def stop_from_outside(self, why: str, status: int) -> None:
+        """A decision made outside the run ends it (the manager's kill, observers.py): a shutdown while it runs.
+        Learnt once every phase had completed (EXIT_OK: the exit was still telling the manager), the run did
+        not end well after all: it exits ``status``, for ``why`` (the exit reads the status again after its
+        flush, teardown.py). A failure's status, or a stop signal's, stays: it came first, and is what the run
+        was ended for."""
+        if not self.shutting_down:
+            self.shutdown(why, status)
+        elif self.exit_status == EXIT_OK and self.failure is None:
+            self.exit_status, self.shutdown_reason = status, why
+
     def kill_everything_now(self, wait_until: float | None = None) -> None:
         """A second shutdown request: no more grace for anyone (``wait_until``: its stop budget's end, which ends
         the wait for a completed phase's facts too)."""

@@ -3,8 +3,8 @@
 The one place the lifecycle waits on the manager. When the bench phase is done and
 its ``bench-done`` is queued, the lifecycle is held there until the manager answers:
 ``passed: true`` lets production start; ``passed: false`` means the manager is
-destroying the instance, so production never starts and the supervisor shuts down
-with EXIT_BENCH_REJECTED. A manager that does not answer within ``bench_gate_s``
+destroying the instance, so production never starts (or, let through already, is
+stopped) and the supervisor shuts down with EXIT_BENCH_REJECTED. A manager that does not answer within ``bench_gate_s``
 (or refuses the call for good) does not keep production waiting: it starts anyway,
 and a later ``passed: false`` still stops it. The gate drives production through the
 core's ProductionControl (wiring.py), by phase name.
@@ -34,7 +34,8 @@ class BenchGate:
     def __init__(self, bench_gate_s: float, min_rate: float, production: ProductionControl, call_later: CallLater,
                  log: Log) -> None:
         self._gate_s = bench_gate_s
-        self._min_rate = min_rate
+        self._own_min_rate = min_rate  # this instance's ($MIN_RATE or [manager] min_rate), as it registers
+        self._min_rate = min_rate  # the one the manager judges by: its row's, once a row said it
         self._production = production
         self._call_later = call_later
         self._log = log
@@ -60,8 +61,12 @@ class BenchGate:
             self._log(f"manager: benchmark passed (rate {rate:g}/h >= min_rate {min_rate:g})")
             self._release()
             return
-        why = (f"the manager rejected the benchmark (rate {rate:g}/h < min_rate {min_rate:g}) and is "
-               "destroying this instance: not starting production")
+        # Held, production never started; else the gate let it through (its time ran out, or it never held:
+        # bench_gate_s = 0), and it is stopped now.
+        then = "not starting production" if self._held is not None else \
+            "stopping the run (production was let through before the answer)"
+        why = f"the manager rejected the benchmark (rate {rate:g}/h < min_rate {min_rate:g}) and is destroying " \
+              f"this instance: {then}"
         self._log(why)
         self._production.shutdown(why, EXIT_BENCH_REJECTED)
 
@@ -70,9 +75,13 @@ class BenchGate:
         fleet.row_min_rate; None: the row does not say) is the one that judges."""
         if min_rate is None or min_rate == self._min_rate:
             return
-        self._log(f"manager: its row's min_rate {min_rate:g}/h differs from this instance's "
-                  f"{self._min_rate:g}/h ($MIN_RATE or [manager] min_rate): the manager judges the bench by its "
-                  "own (kept from the label's first registration), and so does the bench cut")
+        if min_rate == self._own_min_rate:  # (a row registered anew, its old one forgotten: this start's own)
+            self._log(f"manager: its row's min_rate is this instance's {min_rate:g}/h now (a new row; the one "
+                      f"before held {self._min_rate:g}/h): the manager judges the bench by it")
+        else:  # (compared with this instance's own: the min_rate judged by so far may be an older row's)
+            self._log(f"manager: its row's min_rate {min_rate:g}/h differs from this instance's "
+                      f"{self._own_min_rate:g}/h ($MIN_RATE or [manager] min_rate): the manager judges the bench by "
+                      "its own (kept from the label's first registration), and so does the bench cut")
         self._min_rate = min_rate
 
     def refused(self) -> None:

@@ -4,7 +4,7 @@
 - ``proofs_failing``: production's proofs kept failing with none completing (the production watch, through
   the core's ``fail_phase``): a watcher's finding, so it exits EXIT_FAILURE whatever curio did on the stop;
 - EXIT_BENCH_REJECTED (69): the manager answered bench-done with ``passed: false`` (the bench gate, gate.py):
-  production was not started.
+  production was not started (or, let through by a gate that ran out, was stopped).
 
 The core keeps a reason of the plugin's through a stop and exits with the status registered here
 (lifecycle/verdict.py); this module imports only the core's exit statuses.
@@ -18,7 +18,7 @@ from ..exits import EXIT_FAILURE
 
 BENCH_FAILED = "bench_failed"
 PROOFS_FAILING = "proofs_failing"
-# The manager answered bench-done with passed: false; production was not started.
+# The manager answered bench-done with passed: false; production was not started (or was stopped).
 EXIT_BENCH_REJECTED = 69
 
 # Plugin.reasons: each reason → the status a failure for it exits with.

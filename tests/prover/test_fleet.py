@@ -180,6 +180,10 @@ def test_the_gates_expiry_starts_production_and_a_late_rejection_still_stops_it(
            "still stops it)" in lines
     gate.answered(False, 1.0)
     assert production.asked[-1][0] == "shutdown" and production.asked[-1][2] == EXIT_BENCH_REJECTED
+    # Production runs: the line says it is stopped, never that it is "not starting".
+    assert production.asked[-1][1] == ("the manager rejected the benchmark (rate 1/h < min_rate 50) and is destroying "
+                                       "this instance: stopping the run (production was let through before the "
+                                       "answer)"), production.asked[-1]
 
 
 def test_a_refused_bench_done_releases_at_once_and_only_a_held_gate() -> None:

@@ -97,6 +97,20 @@ def test_the_gate_says_once_that_the_rows_min_rate_differs_and_uses_it() -> None
     assert lines[-1] == "manager: benchmark passed (rate 90/h >= min_rate 80)"
 
 
+def test_a_new_rows_min_rate_is_compared_with_this_instances_own_not_an_older_rows() -> None:
+    # The label's first row held 1/h; forgotten, it was registered again with this instance's 100/h. The line
+    # said "differs from this instance's 1/h": the older row's, not this instance's.
+    lines: list[str] = []
+    gate = BenchGate(0.0, 100.0, Production(), lambda delay, cb: None, lines.append)  # type: ignore[arg-type]
+    gate.heard_min_rate(1.0)
+    gate.heard_min_rate(100.0)
+    assert len(lines) == 2 and "its row's min_rate 1/h differs from this instance's 100/h" in lines[0], lines
+    assert lines[1] == ("manager: its row's min_rate is this instance's 100/h now (a new row; the one before held "
+                        "1/h): the manager judges the bench by it"), lines
+    gate.heard_min_rate(40.0)
+    assert "its row's min_rate 40/h differs from this instance's 100/h" in lines[-1], lines
+
+
 def test_the_stretch_is_after_the_param_done_phase_up_to_the_bench_done_one() -> None:
     plan = [("fetch", "param-done"), ("warmup", None), ("bench", "bench-done"), ("curio", "running")]
     assert stretch(plan) == {"warmup", "bench"}

@@ -306,7 +306,7 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
                     state_dir=host.state_dir, rerun=rerun_of(plugin, switches), reasons=plugin.reasons)
     reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,
                         host.early_lines)
-    # The instance's clocks hear the registration and each row (the manager's clocks, where earlier than ours).
+    # The instance's clocks hear the registration and each row (the manager's own times, once its row says them).
     reporter.view.first_seen = first_seen
     fetch_s = next((p.progress_deadline_s for p in plan.phases if p.report == PARAM_DONE and p.progress_deadline_s),
                    None)

@@ -8,8 +8,8 @@ lifecycle is stopped (``stop_lifecycle``, which the composition root sets: obser
 registration again for a forgotten uuid, what was pushed under the old one goes again under the new one,
 once (repush.py).
 
-Who hears the row, in this order: the instance's clocks (``first_seen``: the manager's, where earlier than
-ours), then the plugin's listeners (``on_row``, in the order it added them). Who hears a kill: the plugin's
+Who hears the row, in this order: the instance's clocks (``first_seen``: the manager's own times, once its row
+says them), then the plugin's listeners (``on_row``, in the order it added them). Who hears a kill: the plugin's
 listeners first (``on_killed``: its give-up must not answer a killed row, so it hears the kill before the
 lifecycle's stop could tell it of a shutdown), then ``stop_lifecycle``.
 """

@@ -87,8 +87,9 @@ class FirstSeen:
             self._save()
 
     def anchor(self) -> tuple[float, str]:
-        """Where the fetch deadline counts from, and what that is (for the verdict): the earlier of the manager's
-        registered_at and the first registration, else the first start. Once the row is past ``registered``
+        """Where the fetch deadline counts from, and what that is (for the verdict): the manager's registered_at
+        once a row said it (whether earlier than ours, a row joined late, or later, a row registered anew), else
+        the first registration, else the first start. Once the row is past ``registered``
         (or, with no row read, once a fetch ended here before) the manager's fetch clock no longer runs: a fetch
         run again (days into production, its cache lost) counts from this start."""
         if not self._fetch_clock_runs():

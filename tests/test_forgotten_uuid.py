@@ -94,6 +94,27 @@ def test_a_forgotten_uuid_is_registered_again_and_the_call_goes_under_the_new_on
     assert {state for _, _, state in outbox_rows(sup)} == {"delivered"}
 
 
+def test_a_uuid_forgotten_right_before_running_is_told_from_a_kill_by_its_runner_id(
+        sup: Runner, manager: DevManager) -> None:
+    # /running answers an unknown uuid as it answers a killed row: 404 "instance not found or already killed"
+    # (manager-api.md). Only /runner-id's 404 says the row is gone: registered again, running sent under it.
+    answer = requests.post(manager.url + "/running", json={"uuid": "never-registered"}, timeout=5)
+    assert (answer.status_code, answer.json()) == (404, {"error": "instance not found or already killed"})
+    go, then = sup.tmp / "go", sup.tmp / "then"
+    go.touch()
+    proc = Console(sup, config(sup, manager, go, then))
+    wait_for(lambda: ("/param-done", 200) in calls(manager, "/param-done"), WAIT_S)
+    [first] = uuids(manager)
+    forget(manager)
+    then.touch()
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+    [second] = uuids(manager)
+    assert second != first and "the manager killed this instance" not in proc.text(), proc.tail()
+    assert calls(manager, "/register", "/param-done", "/running")[1:] == [  # (after the test's own /running)
+        ("/register", 200), ("/param-done", 200), ("/running", 404), ("/register", 200), ("/running", 200)]
+    assert manager.state.snapshot()["instances"][second]["history"] == ["registered", "running"]
+
+
 def test_a_uuid_forgotten_again_right_after_registering_again_is_refused_for_good(
         sup: Runner, manager: DevManager) -> None:
     go = sup.tmp / "go"

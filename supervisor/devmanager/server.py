@@ -4,7 +4,8 @@ A tool, not part of the supervision: a stand-in of the external fleet manager (t
 that imports nothing of the supervisor but its text helpers (``stdio``, ``show``) and its faults (faults.py).
 
 Same routes, states and answers as manager-api.md: ``/register`` (idempotent per label while not killed),
-``/param-done``, ``/running`` (404 ``instance not found or already killed`` for a killed row, as the real one),
+``/param-done``, ``/running`` (404 ``instance not found or already killed`` for a killed row and an unknown uuid
+alike, as the real one),
 ``/runner-id`` (200 for a killed row too), ``GET /status`` (every row, its times as the real one writes them)
 and the UI's ``POST /api/kill`` (devmanager/rows.py), ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
 silently dropped); 400 / 404 / 405 where the real one gives them. It prints every call it receives. The
@@ -374,11 +375,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _running(self, body: dict[str, Any]) -> None:
         with self.server.state.lock:
             inst = self.server.state.instances.get(str(body.get("uuid", "")))
-        if inst is None:
-            self._send(404, {"error": NOT_FOUND})
-            return
-        if inst.state == "killed":
-            self._send(404, {"error": f"{NOT_FOUND} or already killed"})  # the real one's words, either way
+        if inst is None or inst.state == "killed":  # the real one's words, either way (manager-api.md): only
+            self._send(404, {"error": f"{NOT_FOUND} or already killed"})  # /runner-id tells the two apart
             return
         self._move(inst, "running")
         self._send(200, {"ok": True})

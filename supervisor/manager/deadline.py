@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-# manager.py imports this module on a client's first call, never at start: requests is heavy.
+# client.py imports this module on a client's first call, never at start: requests is heavy.
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection

@@ -19,7 +19,7 @@ a uuid kept by an earlier start is held to the same rule.
 A uuid the manager no longer knows (404 ``instance not found``, and its ``/runner-id`` answers 404: its
 database was reset, or the 7-day cleanup removed the row) is dropped: the label is registered again (the
 manager gives a new uuid, which later children get), and the call is sent again with it, then the rest of
-the queue; the owner hears it (``on_registered_again``: what was pushed under the old uuid goes again). Not
+the queue; the owner hears it (``registered_again``: what was pushed under the old uuid goes again). Not
 a loop: the same answer right after a fresh register is refused for good, and an instance given up
 (``retire``) or killed is never registered again (the manager would hand a destroyed machine a new row).
 A killed row answers ``/running`` with the same 404 (``or already killed``), but ``/runner-id`` with 200.

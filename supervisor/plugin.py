@@ -37,8 +37,7 @@ fields only:
 A plugin may import anything of the core; the core never imports a plugin but in the composition root.
 This module imports the config (whose ``ConfigPlugin`` is the part of a ``Plugin`` it reads), the hooks'
 types, resume's ``Rerun`` and the core's verdict reasons; nothing of the supervision or the reporting. It
-imports them where they are used, so that declaring a plugin's ``RunSwitch`` (read by the command line's
-parser, cli.py) costs no more than this module.
+imports them where they are used, so that declaring a plugin's ``RunSwitch`` costs no more than this module.
 """
 
 from __future__ import annotations

@@ -23,9 +23,10 @@ interrupted (Ctrl-C); otherwise ``run`` passes on the status of the lifecycle (1
 failing child's exit code, or 128 + a signal).
 
 This is the composition root's one import of the prover (run.py, startup.py and observers.py are handed
-it as a Plugin). Every config is
-loaded with its plugin (``supervisor.prover.plugin.PLUGIN``: ``[cuzk]``, the fleet keys, the built-in
-profile), which ``run`` is handed too; the rest of the core knows no plugin but the one it is given.
+it as a Plugin), each part of it named once: ``plugin()`` (``supervisor.prover.plugin.PLUGIN``: ``[cuzk]``,
+the fleet keys, the run switches, the built-in profile), which every config is loaded with, ``run``'s
+switches are read from and ``run`` is handed; ``dev_extension()``, the dev-manager's part of it; and the
+prover's own commands (``demo``, ``standins``). The rest of the core knows no plugin but the one it is given.
 
 ``main``'s first step holds every signal the supervisor catches (signals.py), before argparse
 and the imports that take time (entrypoint.py and __main__.py hold every signal before they import this):
@@ -51,8 +52,8 @@ from ..exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, E
 from ..text.stdio import STDERR, keep_std_fds_open, say, settle
 
 if TYPE_CHECKING:
-    from ..devmanager.server import DevManager
-    from ..plugin import RunSwitch
+    from ..devmanager.server import DevExtension, DevManager
+    from ..plugin import Plugin, RunSwitch
 
 PROG = "prover-supervisor"
 
@@ -95,12 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_switches() -> Mapping[str, RunSwitch]:
-    """The switches the prover's plugin adds to ``run`` (its Plugin.run_switches, from the light module that
-    declares them: the parser is built before the imports that take time)."""
-    from ..prover.switches import RUN_SWITCHES
+def plugin() -> Plugin:
+    """The plugin every command hands the core: the prover's. Its import is most of the package's (config,
+    lifecycle, wiring): the parser reads its run switches, so every command pays it (run, check and status
+    load a plan with it all the same)."""
+    from ..prover.plugin import PLUGIN
 
-    return RUN_SWITCHES
+    return PLUGIN
+
+
+def dev_extension() -> DevExtension:
+    """The plugin's part of the dev-manager: the prover's fleet protocol (its ``/bench-done``, its rows' min_rate
+    and rate; prover/devfleet.py). Beside the Plugin, not in it: the dev-manager is a layer above plugin.py."""
+    from ..prover.devfleet import DEV_FLEET
+
+    return DEV_FLEET
+
+
+def run_switches() -> Mapping[str, RunSwitch]:
+    """The switches the plugin adds to ``run`` (its Plugin.run_switches: the prover's ``--rebench``)."""
+    return plugin().run_switches
 
 
 def switch_dest(switch: str) -> str:
@@ -109,12 +124,11 @@ def switch_dest(switch: str) -> str:
 
 
 def dev_manager(port: int = 0, quiet: bool = False) -> DevManager:
-    """The dev-manager as ``prover-supervisor dev-manager`` serves it: the core's routes and the prover's fleet
-    protocol (its ``/bench-done``, its rows' min_rate and rate; prover/devfleet.py). Not started."""
+    """The dev-manager as ``prover-supervisor dev-manager`` serves it: the core's routes and the plugin's
+    (``dev_extension``). Not started."""
     from ..devmanager.server import DevManager
-    from ..prover.devfleet import DEV_FLEET
 
-    return DevManager(port, quiet=quiet, extension=DEV_FLEET)
+    return DevManager(port, quiet=quiet, extension=dev_extension())
 
 
 def tcp_port(text: str) -> int:
@@ -183,18 +197,17 @@ def dispatch(args: argparse.Namespace) -> int:
             return write_standins(args)
         if args.command == "dev-manager":
             from ..devmanager.server import serve
-            from ..prover.devfleet import DEV_FLEET
 
-            return serve(args.port, DEV_FLEET)
+            return serve(args.port, dev_extension())
         if args.command == "status":
             return show_status(args)
         if args.command in (None, "run"):
             from ..config import load_plan
-            from ..prover.plugin import PLUGIN
             from .run import run
 
-            switches = [s for s in PLUGIN.run_switches if getattr(args, switch_dest(s), False)]
-            return run(load_plan(config_path(args), PLUGIN), PLUGIN, switches=switches,
+            handed = plugin()
+            switches = [s for s in handed.run_switches if getattr(args, switch_dest(s), False)]
+            return run(load_plan(config_path(args), handed), handed, switches=switches,
                        fresh=getattr(args, "fresh", False))
     except (ConfigError, SetupError) as exc:
         say(f"{PROG}: {exc}", err=True)
@@ -212,9 +225,8 @@ def config_path(args: argparse.Namespace) -> str | None:
 
 def check_config(args: argparse.Namespace) -> int:
     from ..config import load_plan
-    from ..prover.plugin import PLUGIN
 
-    plan = load_plan(config_path(args), PLUGIN)
+    plan = load_plan(config_path(args), plugin())
     kinds = ", ".join(f"{p.name} ({p.kind})" for p in plan.phases)
     say(f"{plan.source}: ok: {len(plan.phases)} phase(s): {kinds}")
     return EXIT_OK
@@ -238,7 +250,6 @@ def write_standins(args: argparse.Namespace) -> int:
 def show_status(args: argparse.Namespace) -> int:
     """Ask the running supervisor; if none answers, show what it last wrote and what became of it (exit 3)."""
     from ..config import ConfigError, check_state_dir, load_state_dir
-    from ..prover.plugin import PLUGIN
     from ..status.command import WATCH_INTERVAL_S, show, watch
 
     if args.interval is not None and not args.watch:
@@ -251,9 +262,9 @@ def show_status(args: argparse.Namespace) -> int:
     if args.state_dir is not None:  # (an empty one, "$UNSET", is refused: never another supervisor shown)
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     elif config_path(args) is not None:
-        state_dir = Path(load_state_dir(config_path(args), PLUGIN))
+        state_dir = Path(load_state_dir(config_path(args), plugin()))
     else:  # bare: the running supervisor, whatever its state_dir (status/file.py), else the profile's
-        state_dir, hint = bare_status_dir(lambda: Path(load_state_dir(None, PLUGIN)))
+        state_dir, hint = bare_status_dir(lambda: Path(load_state_dir(None, plugin())))
     if _is_no_directory(state_dir):  # (a file: nothing could ever be found in it)
         where = "--state-dir" if args.state_dir is not None else "supervisor.state_dir"
         raise ConfigError(f"{where}: {state_dir} is not a directory")

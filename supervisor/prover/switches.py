@@ -1,8 +1,8 @@
 """The switch the prover adds to ``run`` (Plugin.run_switches): ``--rebench``.
 
 A bench that passed on this same machine recently is not run again (``resume = "machine"``: resume.py);
-``run --rebench`` runs it all the same. Its own module, light to import: the command line's parser reads it
-(cli.py) before anything else of the supervisor is loaded.
+``run --rebench`` runs it all the same. The command line's parser reads it as ``PLUGIN.run_switches``
+(cli.py ``run_switches``), as ``run`` does.
 """
 
 from __future__ import annotations

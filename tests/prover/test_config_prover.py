@@ -312,3 +312,13 @@ def test_cuzks_api_and_status_need_two_ports(listen: str, status_listen: str, re
                                                     "its own")
     else:
         assert parse(body, plugin=PLUGIN).sections["cuzk"].status_listen == status_listen
+
+
+def test_the_command_line_hands_in_one_plugin_and_parses_its_run_switches() -> None:
+    """cli.py reads run's switches from the Plugin it loads every plan with (they were read from the prover's
+    switches module beside it: a switch the Plugin declared otherwise would never reach argparse)."""
+    from supervisor.app import cli
+
+    assert cli.plugin() is PLUGIN and cli.run_switches() is PLUGIN.run_switches
+    args = cli.build_parser().parse_args(["run", *PLUGIN.run_switches])
+    assert [s for s in PLUGIN.run_switches if getattr(args, cli.switch_dest(s))] == list(PLUGIN.run_switches)

@@ -1147,6 +1147,19 @@ def test_did_you_mean_uses_edit_distance(typo: str, meant: str) -> None:
     assert message == f"test.toml: phases[0] (p).{typo}: unknown key (did you mean {meant!r}?)"
 
 
+@pytest.mark.parametrize("keys", [
+    'resume = "outputs"\nprogress_path = "/p"\n',  # the outputs found again under it
+    'progress_path = "/p"\nprogress_total = "1GiB"\n',  # the download's figures walk it
+    'progress_path = "/p"\n',  # (the prover's parameter cache, else unsaid, is the fetch's progress_path)
+], ids=["resume-outputs", "progress-total", "alone"])
+def test_progress_path_needs_no_stall_s(keys: str) -> None:
+    """progress_path is read by resume = "outputs", the progress figures and a plugin, not by the stall watch
+    alone: without stall_s it was refused "only meaningful with stall_s", and resume = "outputs", which needs it,
+    needed stall_s too."""
+    (phase,) = parse(MINIMAL + keys).phases
+    assert phase.progress_path == "/p" and phase.stall_s is None
+
+
 def test_no_hint_for_a_key_like_none() -> None:
     assert parse_error(MINIMAL + "zzzzzz = 1\n") == "test.toml: phases[0] (p).zzzzzz: unknown key"
 

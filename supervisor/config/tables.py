@@ -308,11 +308,11 @@ def check_kept_daemons(v: Mapping[str, Any], daemons: Collection[ChildSpec], whe
 
 
 def check_progress_keys(v: Mapping[str, Any], where: str) -> None:
-    """resume = "outputs" finds the outputs again under progress_path; progress_path is watched by stall_s."""
+    """resume = "outputs" finds the outputs again under progress_path. progress_path needs no stall_s: the stall
+    watch is one of its readers, with resume, the progress figures (progress_total) and a plugin (the prover's
+    takes it for where its download goes, where nothing else names that)."""
     if v["resume"] == "outputs" and v["progress_path"] is None:
         raise ConfigError(f"{where}.resume: \"outputs\" needs progress_path (the outputs to find again)")
-    if v["progress_path"] is not None and v["stall_s"] is None:
-        raise ConfigError(f"{where}.progress_path: only meaningful with stall_s (how long no growth means stalled)")
     if v["progress_deadline_s"] is not None and v["progress_total"] is None:
         raise ConfigError(f"{where}.progress_deadline_s: needs progress_total (what is left is judged against it)")
     if v["retry_while_progressing"] and (v["kind"] != "oneshot" or v["progress_total"] is None

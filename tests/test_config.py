@@ -395,6 +395,10 @@ BAD_CONFIGS = [
       "'http:///debug/metrics' has no host", id="curio-metrics-no-host"),
     P('[production]\ncurio_metrics = "http://127.0.0.1:0/m"\n' + MARK_PHASE, "production.curio_metrics: "
       "'http://127.0.0.1:0/m': port 0 cannot be connected to", id="curio-metrics-port-0"),
+    # -- without [cuzk] curio's metrics are the proofs watch's one source: "" left it nothing to read
+    P('[production]\ncurio_metrics = ""\n' + MARK_PHASE, "production.curio_metrics: \"\" leaves the proofs watch "
+      "nothing to read: there is no [cuzk] (whose /status it reads beside curio's metrics)",
+      id="production-reads-nothing"),
     P(bad_phase('resume = "machine"\nresume_max_age_s = 1e9'), "phases[1] (b).resume_max_age_s: must be at most",
       id="resume-age-huge"),
     P(bad_daemon("ready_timeout_s = 1e9"), "phases[1] (b).daemons[0] (d).ready_timeout_s: must be at most",

@@ -7,6 +7,7 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
   ``bench_gate_s``, ``give_up_on_failure``, ``bench_done_reason``), and ``[supervisor] min_param_disk``;
 - ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``;
 - ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
+- ``plan_rules``: bench-done needs cuzk-bench's parser; a [production] without [cuzk] reads curio's metrics;
 - ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);
 - ``fitness``: what cuzk.toml generation needs, on the memory the phase may have (below);
 - ``disk_needs``: ``min_param_disk`` under the parameter cache ([cuzk] param_cache, else
@@ -18,7 +19,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
   register body, ``runner_id``; the bench cut (benchlimits.py): a bench that can no longer pass min_rate
   is stopped too_slow (and so given up); and the production watch (production.py): proofs counted while
-  curio runs, the summary line, ``proofs_failing``; its settings in ``[production]``.
+  curio runs, the summary line, ``proofs_failing``; its settings in ``[production]``; on with a ``[cuzk]`` or a
+  ``[production]`` (without ``[cuzk]`` it reads curio's metrics alone).
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ def bench_done_carries_a_rate(plan: Plan) -> None:
             has = f"parse = {phase.parse!r}" if phase.parse is not None else "no parse"
             raise ConfigError(f'phases[{i}] ({phase.name}).parse: report = "{BENCH_DONE}" carries the bench\'s '
                               f'rate, read by parse = "{BENCH_PARSER}" (this phase has {has})')
+
+
+def production_reads_something(plan: Plan) -> None:
+    """A [production] without [cuzk] reads curio's metrics alone: ``curio_metrics = ""`` would leave its proofs watch
+    nothing to read, never a reading."""
+    settings = plan.sections.get(production.SECTION)
+    if settings is not None and not settings.curio_metrics and SECTION not in plan.sections:
+        raise ConfigError(f'{production.SECTION}.curio_metrics: "" leaves the proofs watch nothing to read: there is '
+                          f"no [{SECTION}] (whose /status it reads beside curio's metrics)")
 
 
 def cuzk_toml_fits(plan: Plan, evidence: Evidence) -> list[Finding]:
@@ -96,15 +107,17 @@ def param_disk(plan: Plan, environ: Mapping[str, str]) -> list[SpaceNeed]:
 
 def attach(wiring: Wiring) -> None:
     """The fleet protocol, the bench cut and the benchmark clock (which give up through it), then the production
-    watch on the ``report = "running"`` phase (with a [cuzk])."""
+    watch on the ``report = "running"`` phase, with a [cuzk] (its /status, curio's metrics beside it) or a
+    [production] (curio's metrics alone do: without [cuzk] there is no cuzk /status to read)."""
     fleet.attach(wiring)
     benchlimits.attach_cut(wiring)
     benchlimits.attach_clock(wiring)
     cuzk = wiring.plan.sections.get(SECTION)
-    if cuzk is None:
+    settings = wiring.plan.sections.get(production.SECTION)
+    if cuzk is None and settings is None:
         return
-    settings = wiring.plan.sections.get(production.SECTION) or production.ProductionSettings()
-    status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/")
+    settings = settings or production.ProductionSettings()
+    status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/") if cuzk is not None else ""
     phase = next((p.name for p in wiring.plan.phases if p.report == RUNNING), None)
     production.attach_watch(wiring, f"http://{status}/status" if status else "", phase, settings, wiring.log)
 
@@ -123,7 +136,7 @@ PLUGIN = Plugin(
     parsers=MappingProxyType(PARSERS),
     ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),
     reports=MappingProxyType({BENCH_DONE: "done"}),
-    plan_rules=(bench_done_carries_a_rate,),
+    plan_rules=(bench_done_carries_a_rate, production_reads_something),
     reasons=REASONS,
     fitness=(cuzk_toml_fits,),
     disk_needs=(param_disk,),

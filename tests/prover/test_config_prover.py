@@ -157,8 +157,10 @@ def test_a_ready_file_url_is_in_the_reference() -> None:
 
 @pytest.mark.parametrize("url", ["", "http://127.0.0.1:12300/debug/metrics", "https://curio.internal/debug/metrics"])
 def test_curio_metrics_is_an_http_url_or_empty(url: str) -> None:
-    """"" is off (curio's metrics not read); a URL is taken as written (the refusals are in test_config.py)."""
-    plan = parse(MINIMAL + f'[production]\ncurio_metrics = "{url}"\n', plugin=PLUGIN)
+    """"" is off (curio's metrics not read: with a [cuzk], whose /status is then the one source); a URL is taken as
+    written (the refusals are in test_config.py)."""
+    cuzk = "" if url else "[cuzk]\n"
+    plan = parse(MINIMAL + f'{cuzk}[production]\ncurio_metrics = "{url}"\n', plugin=PLUGIN)
     assert plan.sections["production"].curio_metrics == url
 
 

@@ -190,3 +190,33 @@ def test_proofs_that_keep_failing_fail_production_and_the_instance_is_given_up(
     assert "giving the instance up (phase curio failed)" in out, out
     wait_for(lambda: instance_of(devmgr, label)["history"][-1] == "killed", timeout=10)
     assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "running", "killed"]
+
+
+def test_the_watch_reads_curio_alone_without_a_cuzk_table(sup: Runner) -> None:
+    """[production] without [cuzk]: curio's metrics are enough to count proofs (cuzk's /status is one source of
+    two). The watch was attached only with a [cuzk], so this [production] was accepted by check and ignored by run:
+    curio's proofs failed unseen until it ended by itself."""
+    curio, dead = free_port(), free_port()  # (no cuzk-daemon listens on ``dead``: every PoRep curio sends fails)
+    config = sup.write(f"""
+        [production]
+        watch_s = 0.3
+        proof_failures = 2
+        proof_failure_window_s = 30
+        curio_metrics = "http://127.0.0.1:{curio}/debug/metrics"
+
+        [[phases]]
+        name = "curio"
+        kind = "service"
+        restart = "no"
+        command = [{toml_str(PY)}, "-m", "supervisor.prover.standins.curio", "run", "--listen",
+                   "127.0.0.1:{curio}", "--nosync"]
+        env = {{ CUZK_ADDR = "http://127.0.0.1:{dead}" }}
+        ready = "tcp://127.0.0.1:{curio}"
+        report = "running"
+        """)
+    result = sup.run(config, env=standin_env(STANDIN_TASK_S="0.2", STANDIN_RUN_SECONDS="30"), timeout=60)
+    assert f"production watch: every 0.3s on phase curio (no cuzk status; curio http://127.0.0.1:{curio}/debug/" \
+           "metrics)" in result.output, result.output
+    failing = [line for line in result.output.splitlines() if "reason=proofs_failing" in line and "FAILED:" in line]
+    assert failing and "(proof_failures=2; curio counters)" in failing[0], result.output
+    assert result.returncode == 1, result.output

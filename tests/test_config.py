@@ -164,6 +164,8 @@ BAD_CONFIGS = [
     P("this is not a config file at all\n" + MARK_PHASE, "not valid TOML:", id="not-toml-prose"),
     P('colour = "blue"\n' + MARK_PHASE, "colour: unknown top-level key", id="unknown-top-level-key"),
     P('"a\\nb" = 1\n' + MARK_PHASE, "'a\\nb': unknown top-level key", id="top-level-key-with-newline"),
+    P(MARK_PHASE + '[[phase]]\nname = "q"\ncommand = @MARK@\n', "phase: unknown top-level key (did you mean 'phases'?)",
+      id="phases-misspelt"),
     P("#raw\nsupervisor = 5\n" + MARK_PHASE, "supervisor: must be a table", id="supervisor-not-a-table"),
     P(sup_section("stop_grace_s = 1").replace(MARK_PHASE, ""), "phases:", id="missing-phases"),
     P("phases = []\n", "phases:", id="empty-phases"),
@@ -1162,6 +1164,16 @@ def test_progress_path_needs_no_stall_s(keys: str) -> None:
     needed stall_s too."""
     (phase,) = parse(MINIMAL + keys).phases
     assert phase.progress_path == "/p" and phase.stall_s is None
+
+
+@pytest.mark.parametrize(("table", "meant"), [
+    ('[[phase]]\nname = "q"\ncommand = ["true"]\n', "phases"), ("[supervisr]\n", "supervisor"),
+    ("[managr]\n", "manager"),
+])
+def test_did_you_mean_for_a_top_level_table(table: str, meant: str) -> None:
+    """A misspelt table was told the tables expected but not the near one, as a key in a table is."""
+    typo = table.split("\n")[0].strip("[]")
+    assert parse_error(MINIMAL + table) == f"test.toml: {typo}: unknown top-level key (did you mean {meant!r}?)"
 
 
 def test_no_hint_for_a_key_like_none() -> None:

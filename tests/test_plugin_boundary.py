@@ -182,8 +182,10 @@ def test_a_plugin_adds_a_section_parsed_by_it() -> None:
         "test.toml: widget.colour: must be one of 'blue', 'red', got 'green'")
     assert refused('[widget]\ncolor = "red"\n' + MINIMAL, WIDGET) == (
         "test.toml: widget.color: unknown key (did you mean 'colour'?)")
+    assert refused("[sprocket]\n" + MINIMAL, WIDGET) == (
+        "test.toml: sprocket: unknown top-level key (expected [supervisor], [manager], [widget], [[phases]])")
     assert refused("[gadget]\n" + MINIMAL, WIDGET) == (
-        "test.toml: gadget: unknown top-level key (expected [supervisor], [manager], [widget], [[phases]])")
+        "test.toml: gadget: unknown top-level key (did you mean 'widget'?)"), "a near one of the plugin's tables too"
 
 
 def test_a_plugin_adds_a_key_to_a_core_table_with_its_rule() -> None:

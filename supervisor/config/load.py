@@ -271,7 +271,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     places = homes(plugin)
     for key in raw:
         if key not in CORE_TABLES and key not in sections:
-            home = unknown_hint(key, (), places[""])
+            home = unknown_hint(key, (*CORE_TABLES, *sections), places[""])  # (a table's place, else a near one)
             tables = ", ".join(["[supervisor]", "[manager]", *(f"[{name}]" for name in sections), "[[phases]]"])
             raise ConfigError(f"{join_key('', key)}: unknown top-level key{home or f' (expected {tables})'}")
     values, extensions = _table(raw.get("supervisor", {}), "supervisor", SUPERVISOR_KEYS, plugin, environ, places)

@@ -347,13 +347,16 @@ def _int_text(value: Any) -> Any:
 
 
 def _number_text(value: Any) -> Any:
-    """A plain decimal given as text (from ${VAR} expansion: "0.9", "60", "-1") counts as the number."""
+    """A plain decimal given as text (from ${VAR} expansion: "0.9", "60", "-1", "7.") counts as the number."""
     if isinstance(value, str) and _DECIMAL_TEXT_RE.fullmatch(value.strip()):
         return float(value.strip())
     return value
 
 
-_DECIMAL_TEXT_RE = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
+# The one grammar of a number spelt in text (``${VAR}``, or an environment variable a plugin reads itself): a
+# plain decimal in ASCII, what float() takes less "inf", "nan", exponents, "_", "+", a bare ".5" and other digits
+# than 0-9; a "-" (so that "-1" is refused by the key's bound, not as no number); "7." is 7.
+_DECIMAL_TEXT_RE = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{0,15})?")
 
 
 def spelled(value: Any) -> Any:

@@ -18,13 +18,13 @@ is refused with a "did you mean", a bad value in one line naming the key, like a
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config import (
     ConfigError,
+    EnvText,
     Key,
     ReadyCheck,
     SupervisorSpec,
@@ -69,8 +69,6 @@ DEFAULT_BENCH_GATE_S = 300.0
 # the warm-up and the bench share that budget (benchlimits.py); 0: no such clock.
 DEFAULT_BENCH_DEADLINE_S = 2700.0
 MIN_RATE_ENV = "MIN_RATE"
-# A plain decimal in ASCII: what float() would take, less "inf", "nan", exponents, "_" and non-ASCII digits.
-_DECIMAL_RE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{0,15})?")
 
 
 # ---------------------------------------------------------------- [cuzk]
@@ -246,10 +244,9 @@ def _resolve_give_up_alias(v: dict[str, Any]) -> None:
 
 
 def _min_rate_from(environ: Mapping[str, str]) -> float:
-    """``$MIN_RATE`` when [manager] says no min_rate: a plain decimal, else the default."""
+    """``$MIN_RATE`` when [manager] says no min_rate, else the default: text from the environment, read as the
+    core reads text from ``${VAR}`` where a number belongs (one grammar: a plain decimal)."""
     raw = environ.get(MIN_RATE_ENV)
     if not raw:
         return DEFAULT_MIN_RATE
-    if not _DECIMAL_RE.fullmatch(raw.strip()):
-        raise ConfigError(f"MIN_RATE (environment): {shown(raw)} is not a number of proofs/hour")
-    return check_rate(float(raw.strip()), "MIN_RATE (environment)")
+    return check_rate(EnvText(raw), "MIN_RATE (environment)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -324,3 +325,22 @@ def test_the_command_line_hands_in_one_plugin_and_parses_its_run_switches() -> N
     assert cli.plugin() is PLUGIN and cli.run_switches() is PLUGIN.run_switches
     args = cli.build_parser().parse_args(["run", *PLUGIN.run_switches])
     assert [s for s in PLUGIN.run_switches if getattr(args, cli.switch_dest(s))] == list(PLUGIN.run_switches)
+
+
+def _as_read(body: str, environ: dict[str, str], value: Callable[[Plan], float]) -> float | str:
+    """The number a config reads, else how it was refused: "no number" (the text spells none) or "bound"."""
+    try:
+        return value(parse(body, environ, PLUGIN))
+    except ConfigError as exc:
+        return "no number" if "not a number" in str(exc) or "must be a number" in str(exc) else "bound"
+
+
+@pytest.mark.parametrize("text", ["7", "7.", "7.5", " 7.25 ", "007", "-7", "-7.", ".5", "+7", "7..", "nan", "inf",
+                                  "1e3", "7_0", "0x7", "\u0667", "1" * 16])
+def test_min_rate_and_a_number_from_a_variable_read_one_grammar(text: str) -> None:
+    """$MIN_RATE (the prover's) and ``"${G}"`` where a number belongs (the core's) are both text that spells a
+    plain decimal: "7." was a rate and no grace, "-7" a grace refused as negative and a rate refused as no number."""
+    grace = _as_read('[supervisor]\nstop_grace_s = "${G}"\n' + MINIMAL, {"G": text},
+                     lambda plan: plan.supervisor.stop_grace_s)
+    rate = _as_read(MINIMAL, {"MIN_RATE": text}, lambda plan: plan.extensions["manager"]["min_rate"])
+    assert grace == rate, (grace, rate)

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
+import tomli_w
+
 from ..config import Plan, parse_plan
 from ..devmanager.server import DevManager
 from ..engine.ports import free_ports
@@ -47,6 +49,7 @@ from ..lifecycle.fitness import expected_gpu_count
 from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.verdict import Verdict
 from ..plugin import Plugin
+from ..state.files import write_atomically
 from ..text.stdio import say
 from .devfleet import DEV_FLEET
 from .plugin import PLUGIN
@@ -72,14 +75,6 @@ class DemoUsageError(ValueError):
     """A --fail / --phase pair the demo cannot play."""
 
 
-def _toml_list(items: list[str]) -> str:
-    return "[" + ", ".join(_q(i) for i in items) + "]"
-
-
-def _q(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAULT_FAIL_PHASE,
                 speed: float = 0.2, run_seconds: float = 4.0, manager_url: str | None = None) -> str:
     """The demo's TOML: three phases of stand-ins, ports chosen free, state in ``workdir``."""
@@ -93,85 +88,56 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAUL
         fault = fault_config(fail, listen, status, curio, workdir / "params")
         run_seconds = max(run_seconds, FAULT_RUN_SECONDS)
     cuzk_toml = workdir / "cuzk.toml"
-    cuzk_toml.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{listen}"\n'
-                         f'status_listen = "127.0.0.1:{status}"\n')
+    cuzk_toml.write_text(tomli_w.dumps({"daemon": {"listen": f"http://127.0.0.1:{listen}",
+                                                   "status_listen": f"127.0.0.1:{status}"}}))
     env = {"STANDIN_SPEED": str(speed), "STANDIN_PARAM_FILES": "3", "STANDIN_PARAM_BYTES": "2097152",
            "FIL_PROOFS_PARAMETER_CACHE": str(workdir / "params"), "STANDIN_RUN_SECONDS": str(run_seconds),
            "STANDIN_OOM_LIMIT": DEMO_OOM_LIMIT}
     # The failure knob goes to the failing phase only (its daemon reads the phase's env too).
-    fails = {name: "" for name in _FAIL_TARGET}
+    fails: dict[str, dict[str, str]] = {name: {} for name in _FAIL_TARGET}
     if fail in PRODUCTION_FAULTS:
-        fails[FAULT_PHASE] = f"env = {_env_toml(fault.curio_env)}" if fault.curio_env else ""
+        fails[FAULT_PHASE] = fault.curio_env
     elif fail is not None:
         knob = ("STANDIN_FAIL_CUZK_DAEMON", "crash") if fail == "daemon-crash" else \
             (f"STANDIN_FAIL_{_FAIL_TARGET[fail_phase]}", fail)
-        fails[fail_phase] = f"env = {_env_toml(dict([knob]))}"
-    daemon = f"""
-  [[phases.daemons]]
-  name = "cuzk-daemon"
-  command = {_toml_list([py, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(cuzk_toml)])}
-  ready = "http://127.0.0.1:{status}/status"
-  stop_signal = "SIGINT"
-  stop_grace_s = 5
-  log_source = "{{source}}"
-"""
+        fails[fail_phase] = dict([knob])
+
+    def daemon(log_source: str) -> dict[str, Any]:
+        return {"name": "cuzk-daemon",
+                "command": [py, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(cuzk_toml)],
+                "ready": f"http://127.0.0.1:{status}/status", "stop_signal": "SIGINT", "stop_grace_s": 5,
+                "log_source": log_source}
+
+    def phase(name: str, keys: dict[str, Any], *daemons: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, **keys, **({"env": fails[name]} if fails[name] else {}),
+                **({"daemons": list(daemons)} if daemons else {})}
+
     curio_cmd = [py, "-m", "supervisor.prover.standins.curio", "run", "--listen", f"127.0.0.1:{curio}",
                  "--layers", "gpu"]
     if fail == "daemon-crash" and fail_phase == "curio":
         curio_cmd = _with_one_proof(curio_cmd, f"http://127.0.0.1:{listen}")
-    manager = f"[manager]\nurl = {_q(manager_url)}\nlabel = \"C.demo\"\nmin_rate = 50\n{fault.manager_keys}" \
-        if manager_url else ""
-    return f"""
-{manager}
-[supervisor]
-state_dir = {_q(str(workdir / "state"))}
-log_dir = {_q(str(workdir / "logs"))}
-stop_grace_s = 3
-env = {_env_toml(env)}
-{fault.supervisor_keys}{fault.tables}
-[[phases]]
-name = "paramfetch"
-kind = "oneshot"
-command = {_toml_list([py, "-m", "supervisor.prover.standins.curio", "fetch-params", "32GiB"])}
-timeout_s = 60
-retries = 1
-backoff_s = 0.5
-stall_s = 5
-progress_path = {_q(str(workdir / "params"))}
-memory_max = "{DEMO_MEMORY_MAX}"
-report = "param-done"
-{fault.paramfetch_keys}{fails["paramfetch"]}
-
-[[phases]]
-name = "bench"
-kind = "oneshot"
-command = {_toml_list([py, "-m", "supervisor.prover.standins.cuzk_bench", "-a", f"http://127.0.0.1:{listen}",
-                       "batch", "-t", "porep", "-c", "6", "-j", "3"])}
-timeout_s = 60
-memory_max = "{DEMO_MEMORY_MAX}"
-parse = "cuzk-bench"
-report = "bench-done"
-log_source = "benchout"
-{fails["bench"]}
-{daemon.replace("{source}", "benchdaemon")}
-[[phases]]
-name = "curio"
-kind = "service"
-command = {_toml_list(curio_cmd)}
-ready = "tcp://127.0.0.1:{curio}"
-restart = "on-failure"
-restart_burst = 2
-backoff_s = 0.5
-stall_s = {DEMO_SERVICE_STALL_S}
-memory_max = "{DEMO_MEMORY_MAX}"
-report = "running"
-log_source = "curio"
-{fails["curio"]}
-{daemon.replace("{source}", "cuzk")}"""
-
-
-def _env_toml(env: dict[str, str]) -> str:
-    return "{ " + ", ".join(f"{k} = {_q(v)}" for k, v in env.items()) + " }"
+    config: dict[str, Any] = {}
+    if manager_url:
+        config["manager"] = {"url": manager_url, "label": "C.demo", "min_rate": 50, **fault.manager}
+    config["supervisor"] = {"state_dir": str(workdir / "state"), "log_dir": str(workdir / "logs"), "stop_grace_s": 3,
+                            "env": env, **fault.supervisor}
+    config.update(fault.tables)
+    config["phases"] = [
+        phase("paramfetch", {
+            "kind": "oneshot", "command": [py, "-m", "supervisor.prover.standins.curio", "fetch-params", "32GiB"],
+            "timeout_s": 60, "retries": 1, "backoff_s": 0.5, "stall_s": 5, "progress_path": str(workdir / "params"),
+            "memory_max": DEMO_MEMORY_MAX, "report": "param-done", **fault.paramfetch}),
+        phase("bench", {
+            "kind": "oneshot", "command": [py, "-m", "supervisor.prover.standins.cuzk_bench", "-a",
+                                           f"http://127.0.0.1:{listen}", "batch", "-t", "porep", "-c", "6", "-j", "3"],
+            "timeout_s": 60, "memory_max": DEMO_MEMORY_MAX, "parse": "cuzk-bench", "report": "bench-done",
+            "log_source": "benchout"}, daemon("benchdaemon")),
+        phase("curio", {
+            "kind": "service", "command": curio_cmd, "ready": f"tcp://127.0.0.1:{curio}", "restart": "on-failure",
+            "restart_burst": 2, "backoff_s": 0.5, "stall_s": DEMO_SERVICE_STALL_S, "memory_max": DEMO_MEMORY_MAX,
+            "report": "running", "log_source": "curio"}, daemon("cuzk")),
+    ]
+    return tomli_w.dumps(config)
 
 
 def _with_one_proof(curio_cmd: list[str], daemon_url: str) -> list[str]:
@@ -285,36 +251,28 @@ FAULT_RUN_SECONDS = 120.0
 
 @dataclass(frozen=True)
 class FaultConfig:
-    """What a production fault adds to the demo's TOML, place by place."""
+    """What a production fault adds to the demo's config, place by place."""
 
-    supervisor_keys: str = ""  # lines of [supervisor]
-    manager_keys: str = ""  # lines of [manager]
-    tables: str = ""  # whole tables, before the phases
-    paramfetch_keys: str = ""  # lines of the paramfetch phase
+    supervisor: dict[str, Any] = field(default_factory=dict)  # keys of [supervisor]
+    manager: dict[str, Any] = field(default_factory=dict)  # keys of [manager]
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # whole tables, before the phases
+    paramfetch: dict[str, Any] = field(default_factory=dict)  # keys of the paramfetch phase
     curio_env: dict[str, str] = field(default_factory=dict)
 
 
 def fault_config(fail: str, cuzk_listen: int, cuzk_status: int, curio_port: int, param_cache: Path) -> FaultConfig:
-    """The TOML a production fault needs. Both send the failure's verdict line with the give-up
+    """The config a production fault needs. Both send the failure's verdict line with the give-up
     (``bench_done_reason``), so the manager's kill reason says what failed."""
-    manager = "bench_done_reason = true\n"
+    manager = {"bench_done_reason": True}
     if fail == "gpu":
         # The download uses no GPU (as in the profile); the bench and production do.
-        return FaultConfig(supervisor_keys="require_gpus = true\n", manager_keys=manager,
-                           paramfetch_keys="gpu_health = false\n")
-    tables = f"""
-[cuzk]
-listen = "http://127.0.0.1:{cuzk_listen}"
-status_listen = "127.0.0.1:{cuzk_status}"
-param_cache = {json.dumps(str(param_cache))}
-
-[production]
-watch_s = {DEMO_WATCH_S}
-proof_failures = {DEMO_PROOF_FAILURES}
-proof_failure_window_s = {DEMO_PROOF_FAILURE_WINDOW_S}
-curio_metrics = "http://127.0.0.1:{curio_port}/debug/metrics"
-"""
-    return FaultConfig(manager_keys=manager, tables=tables,
+        return FaultConfig(supervisor={"require_gpus": True}, manager=manager, paramfetch={"gpu_health": False})
+    tables = {"cuzk": {"listen": f"http://127.0.0.1:{cuzk_listen}", "status_listen": f"127.0.0.1:{cuzk_status}",
+                       "param_cache": str(param_cache)},
+              "production": {"watch_s": DEMO_WATCH_S, "proof_failures": DEMO_PROOF_FAILURES,
+                             "proof_failure_window_s": DEMO_PROOF_FAILURE_WINDOW_S,
+                             "curio_metrics": f"http://127.0.0.1:{curio_port}/debug/metrics"}}
+    return FaultConfig(manager=manager, tables=tables,
                        curio_env={"STANDIN_FAIL_PROOFS": "1", "CUZK_ADDR": f"http://127.0.0.1:{cuzk_listen}"})
 
 
@@ -341,10 +299,9 @@ def reexec(argv: list[str]) -> NoReturn:
 
 
 def write_control(path: Path, **control: Any) -> None:
-    """The stand-in's control file, replaced whole: it reads it on every call, never half written."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(control))
-    os.replace(tmp, path)
+    """The stand-in's control file, replaced whole (fsynced, renamed: state/files.py): it reads it on every call,
+    never half written."""
+    write_atomically(path, json.dumps(control).encode())
 
 
 def demo_gpu_count(environ: Mapping[str, str]) -> int:

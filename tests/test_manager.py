@@ -583,8 +583,6 @@ def test_redactor_from_environments() -> None:
     r = Redactor.from_environments([env], extra_names=["MY_AUTH"])
     text = " ".join(env.values())
     assert r.text(text) == f"{MASK} {MASK} {MASK} {MASK} /root-eeee x"
-    shown = r.environment(env)
-    assert shown["API_TOKEN"] == MASK and shown["HOME"] == "/root-eeee" and shown["SHORT_KEY"] == MASK
 
 
 @pytest.mark.parametrize(("name", "secret"), [("API_TOKEN", True), ("aws_secret", True), ("DB_PASSWD", True),

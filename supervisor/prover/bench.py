@@ -157,13 +157,6 @@ def _count(text: str) -> int | None:
     return int(number) if number is not None and number.is_integer() else None
 
 
-def parse_text(text: str) -> BenchResult:
-    parser = BenchParser()
-    for line in text.splitlines():
-        parser.feed([line.encode()])
-    return parser.result
-
-
 # ---------------------------------------------------------------- cuzk-bench single (the warm-up)
 #
 # ``cuzk-bench single`` prints no per-proof line and no summary, but one result block::
@@ -227,10 +220,3 @@ class SingleProofParser(_LineParser):
             r.statuses.append(value.split()[0].upper() if value else "UNKNOWN")
         elif key == "error" and r.error is None:
             r.error = value
-
-
-def parse_single_text(text: str) -> SingleResult:
-    parser = SingleProofParser()
-    for line in text.splitlines():
-        parser.feed([line.encode()])
-    return parser.result

@@ -96,10 +96,3 @@ class FetchParser:
         error = _ERROR_RE.search(line)
         if error:
             r.last_error = error.group(1)[:ERROR_CHARS]
-
-
-def parse_fetch_text(text: str) -> FetchResult:
-    parser = FetchParser()
-    for line in text.splitlines():
-        parser.feed([line.encode()])
-    return parser.result

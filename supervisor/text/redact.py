@@ -12,8 +12,7 @@ downstream gets it masked already and never masks again. The entry points:
   recorded (verdict.VerdictRecord), so the log, the status view and status.json, the durable FAILED push,
   a plugin's give-up reason and the termination log all read the masked record;
 - what the manager (or the HTTP library) says: the client masks the URL's credentials in the errors
-  it raises (manager.py), and the status view masks the last error it shows (Reporter.status);
-- the status view's environments (``Redactor.environment``).
+  it raises (manager.py), and the status view masks the last error it shows (Reporter.status).
 
 A child's bytes come in reads cut wherever the pipe was: a secret written in two writes arrives
 in two reads. So the stream holds back the end of a read that could still become a secret (at most
@@ -99,9 +98,6 @@ class Redactor:
             if secret in data:
                 data = data.replace(secret, MASK_BYTES)
         return data
-
-    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
-        return {k: (MASK if looks_secret(k) else self.text(v)) for k, v in env.items()}
 
     def stream(self) -> SecretStream:
         return SecretStream(self)

@@ -1,5 +1,6 @@
 """The prover's test kit: the built-in profile's environment knobs (so it runs here, on the stand-ins, with a
-dev-manager of the test's own), a Runner set up for it, and the environment of a stand-in run by hand.
+dev-manager of the test's own), a Runner set up for it, the environment of a stand-in run by hand, and what an
+output parser of the plugin's reads of a text (``parsed``).
 
 Only tests under tests/prover/ use it; the runner itself is helpers.Runner, the same class the ``sup`` fixture
 gives.
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from helpers import REPO, Runner, free_ports
 
 from supervisor.devmanager.server import DevManager
+from supervisor.prover.plugin import PLUGIN
 from supervisor.status.file import RUNTIME_DIR_ENV  # the tests' own (conftest.py): kept like PATH
 
 # STANDIN_SPEED for the tests: every stand-in delay scaled down to a twentieth.
@@ -68,3 +71,12 @@ def profile_env(runner: Runner, bin_dir: Path) -> dict[str, str]:
 def profile_runner(root: Path, bin_dir: Path, manager: DevManager, label: str) -> Runner:
     """A Runner for the built-in profile: no config, every run's environment from ``profile_env`` (fresh ports)."""
     return Runner(root, base_env=lambda runner: profile_env(runner, bin_dir), manager=manager, label=label)
+
+
+def parsed(kind: str, text: str) -> Any:
+    """What the output parser of ``parse = kind`` reads of ``text``, made and fed as a phase makes and feeds it (the
+    plugin's OutputHook: ``new_parser()``, then the command's lines as they arrive), one line a read."""
+    parser = PLUGIN.parsers[kind].new_parser()
+    for line in text.splitlines():
+        parser.feed([line.encode()])
+    return parser.result

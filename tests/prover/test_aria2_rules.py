@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 
+from profilekit import parsed
+
 from supervisor.prover import fetchlines
 from supervisor.prover.standins import aria2
 
@@ -77,7 +79,7 @@ def test_the_readout_line_and_its_eta() -> None:
 
 def test_the_supervisors_reader_reads_the_readout_back() -> None:
     for done, total in ((16 * KIB, 6 * MIB), (int(8.2 * MIB), 57 * MIB), (3 * GIB, 32 * GIB), (512, 2048)):
-        result = fetchlines.parse_fetch_text(aria2.readout("00ad52", done, total, MIB) + "\n")
+        result = parsed("paramfetch", aria2.readout("00ad52", done, total, MIB) + "\n")
         assert result.readouts == 1
         # aria2c prints one decimal below 10 of a unit and none above: the figures agree to that rounding.
         assert abs(result.in_flight - done) <= max(1, done) * 0.06

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 from helpers import PY, Runner, free_port, kill_tree, py_script, sh, toml_list, wait_for
-from profilekit import standin_env
+from profilekit import parsed, standin_env
 
 from supervisor.engine.logs import ChildOutput, Console, LogFile
 from supervisor.exits import EXIT_FAILURE
-from supervisor.prover.bench import BenchParser, SingleProofParser, parse_single_text, parse_text
+from supervisor.prover.bench import BenchParser, SingleProofParser
 from supervisor.prover.standins.cuzk_bench import Result, proof_line, result_block, summary
 
 # workloads.md, §2, verbatim (the "…" are in the document).
@@ -46,7 +46,7 @@ def lines_12(status_of: dict[int, str] | None = None) -> str:
 
 
 def test_workloads_md_sample_passes_with_its_rate() -> None:
-    r = parse_text(lines_12() + "\n" + WORKLOADS_SUMMARY)
+    r = parsed("cuzk-bench", lines_12() + "\n" + WORKLOADS_SUMMARY)
     assert r.problem() is None, r.problem()
     assert r.proofs == {"COMPLETED": 12} and r.expected == 12
     assert (r.completed, r.failed) == (12, 0)
@@ -57,7 +57,7 @@ def test_workloads_md_sample_passes_with_its_rate() -> None:
 
 @pytest.mark.parametrize("word", ["FAILED", "CANCELLED", "TIMEOUT"])
 def test_workloads_md_status_words_fail_even_with_a_clean_looking_summary(word: str) -> None:
-    r = parse_text(lines_12({7: word}) + "\n" + WORKLOADS_SUMMARY)
+    r = parsed("cuzk-bench", lines_12({7: word}) + "\n" + WORKLOADS_SUMMARY)
     problem = r.problem()
     assert problem is not None and f"1 {word}" in problem
 
@@ -68,7 +68,7 @@ def test_stand_in_summary_lines_round_trip() -> None:
     text = "".join(proof_line(k, 4, res) + "\n" + ("" if res.status == "COMPLETED" else f"    error: {res.error}\n")
                    for k, res in enumerate(results, 1))
     text += "\n".join(summary(results, 600.0)) + "\n"
-    r = parse_text(text)
+    r = parsed("cuzk-bench", text)
     assert r.proofs == {"COMPLETED": 2, "FAILED": 1, "TIMEOUT": 1}
     assert (r.completed, r.failed, r.total_time_s) == (2, 2, 600.0)
     assert r.proofs_per_min == pytest.approx(0.2)  # 2 proofs in 10 minutes
@@ -80,7 +80,7 @@ def test_stand_in_summary_with_nothing_completed_reads_as_a_failure_not_rate_0()
     results = [Result("FAILED", 0.0, 0, 0, "transport error: [Errno 111] Connection refused")] * 3
     text = "\n".join(summary(results, 0.1)) + "\n"
     assert "0.000 proofs/min (n/a)" in text
-    r = parse_text(text)
+    r = parsed("cuzk-bench", text)
     assert r.completed == 0 and r.failed == 3
     assert r.problem() is not None
 
@@ -160,7 +160,7 @@ def bench(addr: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]
 def test_stand_in_batch_passes_and_its_rate_is_its_throughput_times_60(daemon: str) -> None:
     done = bench(daemon, "batch", "-t", "porep", "-c", "4", "-j", "2")
     assert done.returncode == 0, done.stderr
-    r = parse_text(done.stdout)
+    r = parsed("cuzk-bench", done.stdout)
     assert r.problem() is None, done.stdout
     assert r.proofs == {"COMPLETED": 4} and r.expected == 4
     assert (r.completed, r.failed) == (4, 0)
@@ -174,7 +174,7 @@ def test_stand_in_failed_proofs_exit_0_but_the_bench_failed(daemon: str) -> None
     done = bench(daemon, "batch", "-t", "porep", "-c", "4", "-j", "2", STANDIN_BENCH_FAIL_PROOFS="2")
     assert done.returncode == 0, "the stand-in, like cuzk-bench, exits 0 even when proofs failed"
     assert "    error: proof failed" in done.stdout
-    r = parse_text(done.stdout)
+    r = parsed("cuzk-bench", done.stdout)
     assert (r.completed, r.failed) == (2, 2)
     assert r.proofs == {"COMPLETED": 2, "FAILED": 2}
     assert r.proofs_per_min is not None and r.proofs_per_min > 0  # a rate is printed: it must not pass
@@ -187,7 +187,7 @@ def test_stand_in_against_a_dead_daemon(tmp_path: Path) -> None:
     done = bench(f"http://127.0.0.1:{free_port()}", "batch", "-t", "porep", "-c", "3", "-j", "3")
     assert done.returncode == 0
     assert "transport error" in done.stdout and "0.000 proofs/min (n/a)" in done.stdout
-    r = parse_text(done.stdout)
+    r = parsed("cuzk-bench", done.stdout)
     assert r.proofs == {"FAILED": 3} and r.completed == 0 and r.failed == 3
     problem = r.problem()
     assert problem is not None and "3 FAILED" in problem
@@ -198,7 +198,7 @@ def test_stand_in_single_has_no_summary(daemon: str) -> None:
     done = bench(daemon, "single", "-t", "porep")
     assert done.returncode == 0, done.stderr
     assert "=== Proof Result ===\nstatus:    COMPLETED\n" in done.stdout
-    r = parse_text(done.stdout)
+    r = parsed("cuzk-bench", done.stdout)
     assert not r.summary_seen and r.proofs == {}
     assert r.problem() is not None and r.rate_per_hour is None
 
@@ -209,27 +209,27 @@ def test_stand_in_single_has_no_summary(daemon: str) -> None:
 @pytest.mark.parametrize("word", ["FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"])
 def test_single_result_block_that_did_not_complete_fails(word: str) -> None:
     text = "\n".join(result_block("w-1", Result(word, 2.0, 0, 0, "gRPC status: internal"))) + "\n"
-    r = parse_single_text(text)
+    r = parsed("cuzk-single", text)
     problem = r.problem()
     assert problem is not None and word in problem and "gRPC status: internal" in problem, problem
 
 
 def test_single_result_block_completed_passes() -> None:
-    r = parse_single_text("\n".join(result_block("w-1", Result("COMPLETED", 1.5, 1200, 3, ""))))
+    r = parsed("cuzk-single", "\n".join(result_block("w-1", Result("COMPLETED", 1.5, 1200, 3, ""))))
     assert r.problem() is None and r.statuses == ["COMPLETED"]
 
 
 def test_single_with_no_result_block_fails() -> None:
     """A warm-up that printed only log lines (e.g. killed before answering) is not a pass."""
-    r = parse_single_text("2026-03-01T00:00:00Z  INFO cuzk_bench: submitting proof\n")
+    r = parsed("cuzk-single", "2026-03-01T00:00:00Z  INFO cuzk_bench: submitting proof\n")
     problem = r.problem()
     assert problem is not None and "=== Proof Result ===" in problem
 
 
 def test_single_reads_a_batch_style_proof_line_too() -> None:
-    failed = parse_single_text(proof_line(1, 1, Result("FAILED", 1.0, 0, 0, "")) + "\n    error: proof failed: x\n")
+    failed = parsed("cuzk-single", proof_line(1, 1, Result("FAILED", 1.0, 0, 0, "")) + "\n    error: proof failed: x\n")
     assert failed.problem() is not None and "proof failed: x" in (failed.problem() or "")
-    assert parse_single_text(proof_line(1, 1, Result("COMPLETED", 1.0, 5, 0, ""))).problem() is None
+    assert parsed("cuzk-single", proof_line(1, 1, Result("COMPLETED", 1.0, 5, 0, ""))).problem() is None
 
 
 def test_single_fed_in_coloured_pieces() -> None:
@@ -242,14 +242,14 @@ def test_stand_in_single_with_a_failed_proof_exits_0_but_the_warmup_failed(daemo
     done = bench(daemon, "single", "-t", "porep", STANDIN_BENCH_FAIL_PROOFS="1")
     assert done.returncode == 0, "the real cuzk-bench single exits 0 whatever the proof's status"
     assert "status:    FAILED" in done.stdout
-    problem = parse_single_text(done.stdout).problem()
+    problem = parsed("cuzk-single", done.stdout).problem()
     assert problem is not None and "FAILED" in problem and "proof failed" in problem, done.stdout
 
 
 def test_stand_in_single_that_completed_passes(daemon: str) -> None:
     done = bench(daemon, "single", "-t", "porep")
     assert done.returncode == 0, done.stderr
-    assert parse_single_text(done.stdout).problem() is None, done.stdout
+    assert parsed("cuzk-single", done.stdout).problem() is None, done.stdout
 # ---------------------------------------------------------------- what a child prints never raises
 
 
@@ -267,7 +267,7 @@ def test_a_malformed_summary_line_fails_the_bench_by_name_never_raises(line: str
     key = line.split(":")[0]
     good = {k.split(":")[0]: k for k in WORKLOADS_SUMMARY.splitlines()}
     text = lines_12() + "\n" + WORKLOADS_SUMMARY.replace(good[key], line)
-    r = parse_text(text)
+    r = parsed("cuzk-bench", text)
     problem = r.problem()
     assert problem is not None and "unreadable summary line: " in problem, problem
     assert line.strip()[:40] in problem
@@ -275,13 +275,14 @@ def test_a_malformed_summary_line_fails_the_bench_by_name_never_raises(line: str
 
 
 def test_a_proof_counter_too_long_to_be_a_number_is_still_counted() -> None:
-    r = parse_text(f"  [1/{'9' * 5000}] FAILED — 1.0s\n" + WORKLOADS_SUMMARY)
+    r = parsed("cuzk-bench", f"  [1/{'9' * 5000}] FAILED — 1.0s\n" + WORKLOADS_SUMMARY)
     assert r.proofs == {"FAILED": 1} and r.expected is None
     assert "1 FAILED" in (r.problem() or "")
 
 
 def test_the_summary_units_still_read() -> None:
-    r = parse_text("=== Batch Summary ===\ntotal time: 12s\ncompleted: 3\nfailed: 0\nthroughput: 2 proofs/min\n")
+    r = parsed("cuzk-bench",
+               "=== Batch Summary ===\ntotal time: 12s\ncompleted: 3\nfailed: 0\nthroughput: 2 proofs/min\n")
     assert (r.total_time_s, r.completed, r.failed, r.proofs_per_min, r.unreadable) == (12.0, 3, 0, 2.0, [])
 
 
@@ -327,14 +328,15 @@ def test_a_malformed_summary_from_a_real_bench_fails_the_phase_not_the_superviso
 def test_the_header_says_the_bench_began_and_how_many_proofs_it_runs() -> None:
     # The real cuzk-bench prints its header as its own clock starts; at -j above 1 no proof line comes until
     # count - j proofs are done, so the header is what the min_rate cut counts from (benchlimits.py).
-    r = parse_text("=== Batch Benchmark ===\nproof type:  porep\ncount:       12\nconcurrency: 3\n\n")
+    r = parsed("cuzk-bench", "=== Batch Benchmark ===\nproof type:  porep\ncount:       12\nconcurrency: 3\n\n")
     assert r.started and r.expected == 12 and r.proofs == {}
-    assert not parse_text("count:       12\n").started, "a count line outside the header is no header"
-    assert parse_text("count:       12\n").expected is None
+    assert not parsed("cuzk-bench", "count:       12\n").started, "a count line outside the header is no header"
+    assert parsed("cuzk-bench", "count:       12\n").expected is None
 
 
 def test_a_proof_line_right_after_the_header_ends_it() -> None:
     # Were no blank line to end the header, every proof line after it was taken for the header's and dropped.
-    r = parse_text("=== Batch Benchmark ===\ncount:       2\n  [1/2] COMPLETED — 1.0s (prove=1 ms, queue=0 ms)\n"
-                   "  [2/2] COMPLETED — 1.0s (prove=1 ms, queue=0 ms)\n")
+    r = parsed("cuzk-bench", "=== Batch Benchmark ===\ncount:       2\n"
+                             "  [1/2] COMPLETED — 1.0s (prove=1 ms, queue=0 ms)\n"
+                             "  [2/2] COMPLETED — 1.0s (prove=1 ms, queue=0 ms)\n")
     assert r.started and r.expected == 2 and r.proofs == {"COMPLETED": 2}

@@ -16,14 +16,13 @@ from typing import Any
 import pytest
 import requests
 from helpers import PY, REPO, failure
-from profilekit import standin_env
+from profilekit import parsed, standin_env
 
 from supervisor.evidence.progress import tree_done
 from supervisor.lifecycle.resume import output_files
 from supervisor.lifecycle.states import PhaseState
 from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchlimits import BenchCut, hopeless
-from supervisor.prover.fetchlines import parse_fetch_text
 from supervisor.prover.standins.paramserve import ParamServer
 from supervisor.state import files as state_files
 from supervisor.wiring import PhaseView
@@ -57,7 +56,7 @@ def test_aria2c_lines_give_the_bytes_of_the_file_under_way_and_of_those_complete
             "2026-12-01T14:44:52.853Z\tINFO\tparamfetch\tparamfetch.go:229\tParameter file /p/a.params is ok\n"
             "[#11aa22 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]\n"
             "12/01 14:44:00 [\x1b[1;31mERROR\x1b[0m] CUID#7 - Download aborted. URI=http://x\n")
-    result = parse_fetch_text(text)
+    result = parsed("paramfetch", text)
     reading = result.progress()
     assert reading is not None
     assert reading.in_flight_bytes == int(8.2 * MIB)
@@ -65,7 +64,7 @@ def test_aria2c_lines_give_the_bytes_of_the_file_under_way_and_of_those_complete
     assert reading.done_files == 1
     assert result.last_error == "CUID#7 - Download aborted. URI=http://x"
     assert result.problem() is None
-    assert parse_fetch_text("nothing of it").progress() is None
+    assert parsed("paramfetch", "nothing of it").progress() is None
 
 
 def test_the_standin_fetches_like_curio_preallocated_with_a_control_file(tmp_path: Path, gateway: Any) -> None:
@@ -95,7 +94,7 @@ def test_the_standin_fetches_like_curio_preallocated_with_a_control_file(tmp_pat
     # Neither the download figures nor resume count the preallocated file as done while its .aria2 is there.
     assert lone_file_judged and all(j == ((0, 0), {}) for j in lone_file_judged), (how, lone_file_judged)
     assert not list(cache.glob("*.aria2"))
-    result = parse_fetch_text(out)
+    result = parsed("paramfetch", out)
     assert result.readouts >= 1 and len(result.files) == 1, out
 
 

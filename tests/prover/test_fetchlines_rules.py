@@ -9,8 +9,10 @@ text the log gets.
 
 from __future__ import annotations
 
+from profilekit import parsed
+
 from supervisor.lifecycle.hooks import ProgressReading, ReadsProgress
-from supervisor.prover.fetchlines import ERROR_CHARS, FetchParser, FetchResult, aria2_size, parse_fetch_text
+from supervisor.prover.fetchlines import ERROR_CHARS, FetchParser, FetchResult, aria2_size
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -27,12 +29,12 @@ def test_nothing_read_is_no_reading_and_a_result_reads_progress() -> None:
     result = FetchParser().result
     assert isinstance(result, ReadsProgress)
     assert result.progress() is None
-    assert parse_fetch_text("12/01 14:43:45 [NOTICE] Downloading 1 item(s)\n").progress() is None
+    assert parsed("paramfetch", "12/01 14:43:45 [NOTICE] Downloading 1 item(s)\n").progress() is None
 
 
 def test_the_latest_readout_is_the_file_under_way() -> None:
-    result = parse_fetch_text("[#0a 1.0MiB/4.0MiB(25%) CN:1 DL:1MiB ETA:3s]\n"
-                              "[#0a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n")
+    result = parsed("paramfetch", "[#0a 1.0MiB/4.0MiB(25%) CN:1 DL:1MiB ETA:3s]\n"
+                                  "[#0a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n")
     assert result.readouts == 2
     assert result.progress() == ProgressReading(3 * MIB, 3 * MIB, 0)
     assert (result.in_flight, result.in_flight_total) == (3 * MIB, 4 * MIB)
@@ -41,20 +43,20 @@ def test_the_latest_readout_is_the_file_under_way() -> None:
 def test_a_complete_file_adds_its_whole_size_and_the_next_starts_at_zero() -> None:
     # The last readout before the notice is short of the file (aria2c prints a readout a second): the
     # file's size is the readout's second figure, not its first.
-    result = parse_fetch_text("[#0a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n"
-                              "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n")
+    result = parsed("paramfetch", "[#0a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n"
+                                  "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n")
     assert result.progress() == ProgressReading(0, 4 * MIB, 1)
-    result = parse_fetch_text("[#0a 3.0MiB/4.0MiB(75%)]\n"
-                              "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
-                              "[#0b 512KiB/2.0MiB(25%)]\n"
-                              "12/01 14:43:52 [NOTICE] Download complete: /p/b.params\n"
-                              "[#0c 16KiB/8.0MiB(0%)]\n")
+    result = parsed("paramfetch", "[#0a 3.0MiB/4.0MiB(75%)]\n"
+                                  "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
+                                  "[#0b 512KiB/2.0MiB(25%)]\n"
+                                  "12/01 14:43:52 [NOTICE] Download complete: /p/b.params\n"
+                                  "[#0c 16KiB/8.0MiB(0%)]\n")
     assert result.progress() == ProgressReading(16 * KIB, 6 * MIB + 16 * KIB, 2)
     assert result.files == {"/p/a.params", "/p/b.params"}
 
 
 def test_a_file_complete_then_found_ok_counts_once() -> None:
-    result = parse_fetch_text(
+    result = parsed("paramfetch",
         "[#0a 1.0MiB/1.0MiB(100%)]\n"
         "12/01 14:43:51 [NOTICE] Download complete: /p/a.params   \n"
         "2026-12-01T14:44:52.853Z\tINFO\tparamfetch\tparamfetch.go:229\tParameter file /p/a.params is ok\n")
@@ -65,7 +67,7 @@ def test_a_file_complete_then_found_ok_counts_once() -> None:
 def test_a_file_fetched_again_after_its_check_failed_counts_once() -> None:
     # paramfetch deletes a file whose digest mismatches and fetches it once more (workloads.md): its bytes
     # are not done twice, or the attempt's progress passes the files' total while one is still missing.
-    result = parse_fetch_text(
+    result = parsed("paramfetch",
         "[#0a 4.0MiB/4.0MiB(100%)]\n"
         "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
         "ERROR\tparamfetch\tchecksum mismatch in param file /p/a.params\n"
@@ -77,16 +79,16 @@ def test_a_file_fetched_again_after_its_check_failed_counts_once() -> None:
 
 
 def test_a_file_only_found_ok_counts_as_a_file_with_no_bytes_downloaded() -> None:
-    result = parse_fetch_text("INFO\tparamfetch\tParameter file /p/v28-proof.vk is ok\n"
-                              "INFO\tparamfetch\tParameter file /p/v28-proof.params is ok\n")
+    result = parsed("paramfetch", "INFO\tparamfetch\tParameter file /p/v28-proof.vk is ok\n"
+                                  "INFO\tparamfetch\tParameter file /p/v28-proof.params is ok\n")
     assert result.progress() == ProgressReading(0, 0, 2)
     assert result.completed_bytes == 0 and result.readouts == 0
 
 
 def test_the_last_error_is_kept_and_cut() -> None:
     long_uri = "x" * 500
-    result = parse_fetch_text("12/01 14:44:00 [ERROR] CUID#7 - first\n"
-                              f"12/01 14:44:01 [ERROR] CUID#8 - Download aborted. URI={long_uri}   \n")
+    result = parsed("paramfetch", "12/01 14:44:00 [ERROR] CUID#7 - first\n"
+                                  f"12/01 14:44:01 [ERROR] CUID#8 - Download aborted. URI={long_uri}   \n")
     assert result.last_error is not None
     assert result.last_error.startswith("CUID#8 - Download aborted. URI=xxx")
     assert len(result.last_error) == ERROR_CHARS
@@ -104,14 +106,14 @@ def test_coloured_and_undecodable_lines_are_read() -> None:
 
 
 def test_a_readout_needs_its_gid_and_both_figures() -> None:
-    result = parse_fetch_text("[8.2MiB/57MiB(14%)]\n[#zz 1MiB/2MiB(50%)]\n[#0a 1MiB(50%)]\n"
-                              "[#0a 1.0XiB/2.0MiB(50%)]\n")
+    result = parsed("paramfetch", "[8.2MiB/57MiB(14%)]\n[#zz 1MiB/2MiB(50%)]\n[#0a 1MiB(50%)]\n"
+                                  "[#0a 1.0XiB/2.0MiB(50%)]\n")
     assert result.readouts == 0 and result.progress() is None
 
 
 def test_describe_says_files_bytes_and_the_last_error() -> None:
     assert FetchResult().describe() == "0 file(s) complete, 0 bytes downloaded"
-    result = parse_fetch_text("[#0a 1.0KiB/1.0KiB(100%)]\n"
-                              "[NOTICE] Download complete: /p/a\n"
-                              "[ERROR] CUID#2 - Download aborted.\n")
+    result = parsed("paramfetch", "[#0a 1.0KiB/1.0KiB(100%)]\n"
+                                  "[NOTICE] Download complete: /p/a\n"
+                                  "[ERROR] CUID#2 - Download aborted.\n")
     assert result.describe() == "1 file(s) complete, 1024 bytes downloaded, last error: CUID#2 - Download aborted."

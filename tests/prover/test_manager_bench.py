@@ -5,9 +5,10 @@ ANSI-coloured lines) and the prover's [manager] switches. The manager client's o
 from __future__ import annotations
 
 import pytest
+from profilekit import parsed
 
 from supervisor.config import ConfigError, parse_plan
-from supervisor.prover.bench import BenchParser, parse_text
+from supervisor.prover.bench import BenchParser
 
 # ---------------------------------------------------------------- a tiny server with canned answers
 
@@ -27,7 +28,7 @@ throughput:    0.393 proofs/min (152.8s/proof)
 
 
 def test_bench_all_good() -> None:
-    r = parse_text(GOOD)
+    r = parsed("cuzk-bench", GOOD)
     assert r.problem() is None
     assert r.summary_seen and r.completed == 3 and r.failed == 0 and r.expected == 3
     assert r.proofs == {"COMPLETED": 3}
@@ -38,36 +39,37 @@ def test_bench_all_good() -> None:
 def test_bench_some_failed() -> None:
     text = GOOD.replace("[2/3] COMPLETED", "[2/3] FAILED").replace("completed:     3", "completed:     2") \
         .replace("failed:        0", "failed:        1")
-    r = parse_text(text)
+    r = parsed("cuzk-bench", text)
     problem = r.problem()
     assert problem is not None and "1 FAILED" in problem
     assert r.proofs == {"COMPLETED": 2, "FAILED": 1}
 
 
 def test_bench_summary_failed_count_alone_fails() -> None:
-    r = parse_text(GOOD.replace("failed:        0", "failed:        2"))
+    r = parsed("cuzk-bench", GOOD.replace("failed:        0", "failed:        2"))
     assert r.problem() is not None and "failed: 2" in r.problem()
 
 
 def test_bench_timeout_and_cancelled_fail() -> None:
-    r = parse_text(GOOD.replace("[1/3] COMPLETED", "[1/3] TIMEOUT").replace("[3/3] COMPLETED", "[3/3] CANCELLED"))
+    r = parsed("cuzk-bench",
+               GOOD.replace("[1/3] COMPLETED", "[1/3] TIMEOUT").replace("[3/3] COMPLETED", "[3/3] CANCELLED"))
     problem = r.problem()
     assert problem is not None and "TIMEOUT" in problem and "CANCELLED" in problem
 
 
 def test_bench_no_summary_is_a_failure_not_a_zero_rate() -> None:
-    r = parse_text(GOOD.split("=== Batch Summary ===")[0])
+    r = parsed("cuzk-bench", GOOD.split("=== Batch Summary ===")[0])
     assert r.problem() is not None and "Batch Summary" in r.problem()
     assert r.rate_per_hour is None
     # A summary line outside the summary is not read.
-    r2 = parse_text("throughput:    9.0 proofs/min (1s/proof)\n")
+    r2 = parsed("cuzk-bench", "throughput:    9.0 proofs/min (1s/proof)\n")
     assert r2.proofs_per_min is None
 
 
 def test_bench_zero_completed_fails() -> None:
     text = "=== Batch Summary ===\ntotal time:    1.0s\ncompleted:     0\nfailed:        0\n" \
            "throughput:    0.000 proofs/min (n/a)\n"
-    r = parse_text(text)
+    r = parsed("cuzk-bench", text)
     assert r.problem() is not None and "no proof completed" in r.problem()
 
 
@@ -84,7 +86,7 @@ def test_bench_ansi_coloured_lines() -> None:
 
 
 def test_bench_rate_is_proofs_per_minute_times_60() -> None:
-    r = parse_text(GOOD.replace("0.393 proofs/min", "1.025 proofs/min"))
+    r = parsed("cuzk-bench", GOOD.replace("0.393 proofs/min", "1.025 proofs/min"))
     assert r.rate_per_hour == pytest.approx(61.5)
 
 

@@ -32,7 +32,7 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.engine.freeze import FREEZE_MIN_S, FreezeWatch
+from supervisor.engine.tick import FREEZE_MIN_S, FreezeWatch
 from supervisor.evidence.stall import StallWatch
 
 STALL_S = 2.0

@@ -1,4 +1,4 @@
-"""supervisor.engine.freeze's Tick on a real EventLoop with a fake clock (tests/fakes.py): every TICK_S the freeze
+"""supervisor.engine.tick's Tick on a real EventLoop with a fake clock (tests/fakes.py): every TICK_S the freeze
 watch looks at the loop's clock and then each watcher speaks, in order, with the tick's time; the next tick is
 set before the watchers run, so one that raises is not the last; the watch's clock starts when the tick
 starts, not when the watch was made; a jump of the clock seen at a tick is a freeze, said once with its
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from fakes import FakeClock
 
-from supervisor.engine.freeze import FREEZE_MIN_S, TICK_S, FreezeWatch, Tick, start_the_tick
 from supervisor.engine.loop import EventLoop
+from supervisor.engine.tick import FREEZE_MIN_S, TICK_S, FreezeWatch, Tick, start_the_tick
 
 
 @pytest.fixture

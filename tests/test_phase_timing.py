@@ -20,10 +20,10 @@ import pytest
 from fakes import FakeChildren, FakeClock
 
 from supervisor.config import parse_plan
-from supervisor.engine.freeze import FREEZE_MIN_S, FreezeWatch
 from supervisor.engine.logs import Console
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import Reaper
+from supervisor.engine.tick import FREEZE_MIN_S, FreezeWatch
 from supervisor.evidence.stall import check_interval
 from supervisor.lifecycle import verdict as v
 from supervisor.lifecycle.hooks import NO_HOOKS, PhaseHooks

@@ -1,4 +1,4 @@
-"""supervisor.engine.trees in-process: Snapshot.tree on tables of the test's own (a leader already gone whose group
+"""supervisor.engine.trees in-process: Descendants.tree on tables of the test's own (a leader already gone whose group
 lives on, a tagged escapee's own descendants, a pid loop that must not hang), and ProcessTable readings of a
 /proc laid out in a temp dir (grandchildren found, a zombie left out but its children kept, a malformed stat
 left out, a tag read once per process life and again for a reused pid, a tag that is not UTF-8), plus one
@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from supervisor.engine.trees import SNAPSHOT_MAX_AGE_S, TAG_ENV, Proc, ProcessTable, Snapshot
+from supervisor.engine.trees import SNAPSHOT_MAX_AGE_S, TAG_ENV, Descendants, Proc, ProcessTable
 
 ME = os.getpid()
 
@@ -22,32 +22,32 @@ def pids(procs: list[Proc]) -> set[int]:
 
 def test_a_leader_that_is_gone_still_has_its_group_and_their_children() -> None:
     """The leader was reaped; what it forked into its group (and their children, whatever their group) remains."""
-    snap = Snapshot([Proc(11, ME, 10, None), Proc(12, 11, 12, None), Proc(13, ME, 13, None)], 0.0)
+    snap = Descendants([Proc(11, ME, 10, None), Proc(12, 11, 12, None), Proc(13, ME, 13, None)], 0.0)
     assert pids(snap.tree(10, "t.10")) == {11, 12}
 
 
 def test_a_tagged_escapee_brings_its_own_descendants() -> None:
-    snap = Snapshot([Proc(10, ME, 10, "t.10"), Proc(20, 1, 20, "t.10"), Proc(21, 20, 20, None),
+    snap = Descendants([Proc(10, ME, 10, "t.10"), Proc(20, 1, 20, "t.10"), Proc(21, 20, 20, None),
                      Proc(22, 21, 22, None), Proc(30, ME, 30, "t.30")], 0.0)
     assert pids(snap.tree(10, "t.10")) == {10, 20, 21, 22}
     assert pids(snap.tree(30, "t.30")) == {30}, "another child's tree is not this one's"
 
 
 def test_an_unknown_leader_with_no_group_or_tag_is_an_empty_tree() -> None:
-    snap = Snapshot([Proc(10, ME, 10, "t.10")], 0.0)
+    snap = Descendants([Proc(10, ME, 10, "t.10")], 0.0)
     assert snap.tree(99, "t.99") == []
 
 
 def test_each_process_is_in_a_tree_once_even_through_a_parent_loop() -> None:
     """A table read while pids were reused can show a loop of parents: the walk ends, nobody counted twice."""
-    snap = Snapshot([Proc(10, 11, 10, "t"), Proc(11, 10, 10, "t")], 0.0)
+    snap = Descendants([Proc(10, 11, 10, "t"), Proc(11, 10, 10, "t")], 0.0)
     tree = snap.tree(10, "t")
     assert sorted(p.pid for p in tree) == [10, 11]
 
 
 def test_the_snapshot_indexes_by_pid() -> None:
     procs = [Proc(10, ME, 10, None), Proc(11, 10, 10, "x")]
-    snap = Snapshot(procs, 42.0)
+    snap = Descendants(procs, 42.0)
     assert snap.taken_at == 42.0 and snap.procs == {10: procs[0], 11: procs[1]}
 
 

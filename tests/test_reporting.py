@@ -35,7 +35,7 @@ from helpers import (
     wait_for,
 )
 
-from supervisor.devmanager.faults import Faults
+from supervisor.devmanager.faults import FaultPlan
 from supervisor.devmanager.server import DevManager, DevManagerState, _Handler
 from supervisor.manager.outbox import Outbox
 
@@ -260,7 +260,7 @@ def test_refused_bench_done_does_not_hold_production_for_the_whole_gate(
     """bench-done refused for good (404): no answer will ever come, so the bench gate (300 s) must not be waited out."""
     mgr = managers()
     with mgr.state.lock:  # every bench-done refused (a 404 that is not "instance not found": no register helps)
-        mgr.state.faults = Faults(status=404, count=-1, path="/bench-done")
+        mgr.state.faults = FaultPlan(status=404, count=-1, path="/bench-done")
     proc = Console(sup, fast_config(sup, mgr.url))
     proc.wait_text("manager: bench-done refused for good", 15)
     proc.wait_text("started service/service", 5)

@@ -41,7 +41,7 @@ class Lifecycle:
         self.observers = Observers(faults=faults or Faults())
         self.failure: Verdict | None = None
 
-    def production(self) -> list[Any]:
+    def production_phases(self) -> list[Any]:
         return [p for p in self.phases if p.spec.report == "running"]
 
     def transition(self, phase: Any) -> None:

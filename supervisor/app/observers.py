@@ -133,7 +133,7 @@ def start_health(plan: Plan, loop: EventLoop, lifecycle: Lifecycle, take_snapsho
     except RuntimeError as exc:  # no thread to serve it
         log(f"health: cannot serve 127.0.0.1:{port} ({summary(exc)}); /healthz and /metrics are off")
         return None
-    production = lifecycle.production()
+    production = lifecycle.production_phases()
     if gpus is not None:
         gpus.want()  # (for the run: health serves until the exit)
 

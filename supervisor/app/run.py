@@ -36,11 +36,11 @@ import time
 from collections.abc import Callable, Collection
 
 from ..config import Plan
-from ..engine.freeze import start_the_tick
 from ..engine.logs import SupervisorLog
 from ..engine.loop import EventLoop, summary
 from ..engine.offloop import NoThread
 from ..engine.signals import SignalRouter
+from ..engine.tick import start_the_tick
 from ..engine.trees import kill_survivors_of_dead_supervisors
 from ..evidence.gpuwatch import Gpus
 from ..evidence.memwatch import MemoryWatch

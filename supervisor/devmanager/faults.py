@@ -29,7 +29,9 @@ DEFAULT_LOCATION = "/moved"
 
 
 @dataclass
-class Faults:
+class FaultPlan:
+    """The faults the dev-manager answers with until cleared (POST /dev/faults): what, how often, on which route."""
+
     status: int | None = None
     delay_s: float = 0.0
     garbage: bool = False
@@ -43,8 +45,8 @@ class Faults:
     answer: str | None = None  # JSON text sent instead of the real answer (the call is handled)
     drip_bytes_per_s: float = 0.0
 
-    def copy(self) -> Faults:
-        return Faults(**asdict(self))
+    def copy(self) -> FaultPlan:
+        return FaultPlan(**asdict(self))
 
     @property
     def answers_instead(self) -> bool:
@@ -56,10 +58,10 @@ class FaultRequestError(ValueError):
     """A /dev/faults body the dev-manager cannot act on: one line, answered with 400."""
 
 
-_KEYS = {f.name for f in fields(Faults)}
+_KEYS = {f.name for f in fields(FaultPlan)}
 
 
-def faults_from(body: Any) -> Faults:
+def faults_from(body: Any) -> FaultPlan:
     """The faults a /dev/faults body asks for (``{}``: none)."""
     if not isinstance(body, dict):
         raise FaultRequestError("the body must be a JSON object")
@@ -75,7 +77,7 @@ def faults_from(body: Any) -> Faults:
         raise FaultRequestError(f"redirect must be a 3xx status, got {values['redirect']!r}")
     if int(values.get("huge_body_bytes") or 0) > MAX_HUGE_BODY_BYTES:
         raise FaultRequestError(f"huge_body_bytes: at most {MAX_HUGE_BODY_BYTES}")
-    faults = Faults(**values)
+    faults = FaultPlan(**values)
     if "count" not in body:
         faults.count = -1 if body else 0
     return faults
@@ -123,7 +125,7 @@ def write_huge(out: BinaryIO, size: int, stopping: threading.Event) -> int:
     return written
 
 
-def answer_instead(handler: Any, f: Faults) -> None:
+def answer_instead(handler: Any, f: FaultPlan) -> None:
     """Answer the call (its body already read) with the fault alone: ``handler`` is the dev-manager's."""
     if f.reset:
         handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")

@@ -59,7 +59,7 @@ class RowRules:
 NO_ROW_RULES = RowRules()
 
 
-def json_number(value: Any, field: str) -> float:
+def go_float64(value: Any, field: str) -> float:
     """A number as the real manager's JSON decoding (Go's, into a float64) takes it: 0 when absent or null;
     anything but a JSON number (``"61.5"``, ``true``) is refused, as Go's decoder refuses it: ValueError, which
     its route answers with 400."""

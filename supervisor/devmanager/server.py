@@ -43,7 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..text.show import cut
 from ..text.stdio import say
-from .faults import Faults, answer_instead, drip, faults_from, response_bytes
+from .faults import FaultPlan, answer_instead, drip, faults_from, response_bytes
 from .rows import NO_ROW_RULES, UI_KILL_REASON, Instance, RowRules, edit_row, status_rows
 
 LOG_PUSH_LIMIT = 256 * 1024
@@ -133,7 +133,7 @@ class DevManagerState:
         self.calls: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []  # GET /status (they are not in ``calls``)
         self.logs: dict[str, dict[str, str]] = {}  # uuid → source → text
-        self.faults = Faults()
+        self.faults = FaultPlan()
         self.seen = LineSequence()
         self.forget_always = False  # POST /dev/forget {"always": true}: every register is forgotten at once
         self._runner_ids = itertools.count(1)
@@ -148,7 +148,7 @@ class DevManagerState:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
-    late_fault: Faults | None = None  # this request's fault that spoils a real answer (answer, drip)
+    late_fault: FaultPlan | None = None  # this request's fault that spoils a real answer (answer, drip)
 
     def handle_one_request(self) -> None:
         self.late_fault = None  # one connection carries several requests: a fault is one call's

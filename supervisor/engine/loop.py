@@ -180,7 +180,7 @@ class EventLoop:
         self._reader_faults: dict[int, int] = {}  # fd → how many times in a row its reader raised
         self.add_reader(self._wake_r, self._run_thread_calls)
         self._stopped = False
-        # The latest ``holding`` stretches, over (freeze.py tells them from a freeze): several starts in one turn
+        # The latest ``holding`` stretches, over (tick.py tells them from a freeze): several starts in one turn
         # (a phase of daemons without a readiness check) each hold the loop, one after the other.
         self.holds: deque[Hold] = deque(maxlen=HOLDS_KEPT)
 

@@ -293,7 +293,7 @@ class Proc:
     tag: str | None
 
 
-class Snapshot:
+class Descendants:
     """The supervisor's live descendants at one moment (monotonic ``taken_at``), indexed."""
 
     def __init__(self, procs: list[Proc], taken_at: float) -> None:
@@ -329,10 +329,10 @@ class ProcessTable:
         self.scans = 0
         self._clock = clock
         self._proc = proc
-        self._last: Snapshot | None = None
+        self._last: Descendants | None = None
         self._tags: dict[tuple[int, str], str | None] = {}  # (pid, start time) → its tag
 
-    def snapshot(self, newer_than: float = -math.inf) -> Snapshot:
+    def snapshot(self, newer_than: float = -math.inf) -> Descendants:
         """A reading taken after ``newer_than`` (monotonic) and at most SNAPSHOT_MAX_AGE_S old."""
         now = self._clock()
         last = self._last
@@ -340,7 +340,7 @@ class ProcessTable:
             last = self._last = self._read(now)
         return last
 
-    def _read(self, now: float) -> Snapshot:
+    def _read(self, now: float) -> Descendants:
         self.scans += 1
         stats = {}
         for name in os.listdir(self._proc):
@@ -367,7 +367,7 @@ class ProcessTable:
                     tags[key] = tag
             procs.append(Proc(pid, ppid, pgid, tag))
         self._tags = tags  # the processes gone since are forgotten
-        return Snapshot(procs, now)
+        return Descendants(procs, now)
 
     def _stat(self, pid: str) -> tuple[str, int, int, str] | None:
         """(state, ppid, pgid, start time) from /proc/<pid>/stat; None if it vanished."""

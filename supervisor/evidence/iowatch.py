@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..engine.offloop import worker_thread
-from ..engine.trees import Proc, ProcessTable, Snapshot
+from ..engine.trees import Descendants, Proc, ProcessTable
 from .watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, run_contained, said_error
 
 # How often the watched trees are read, unless a watch asks for more often (never more often than
@@ -295,7 +295,7 @@ class IoProbe:
 
     def _run(self) -> None:
         table = self._make_table()  # the thread's own: the loop's table is the stops'
-        snapshot: Snapshot | None = None  # the trees' members, as last read from the whole process table
+        snapshot: Descendants | None = None  # the trees' members, as last read from the whole process table
         scanned: dict[int, tuple[Root, ...]] = {}  # the roots it was read for
         while self._wait():
             with self._cond:

@@ -19,7 +19,7 @@ clock (tests/test_phase_timing.py moves a fake one).
 
 Before it decides it drains what the children printed (output waiting in a pipe is
 a sign of life) and looks at the clock: a freeze of the supervisor itself
-(supervisor/engine/freeze.py) restarts the window at the thaw. While NVML is unresponsive,
+(supervisor/engine/tick.py) restarts the window at the thaw. While NVML is unresponsive,
 GPU evidence is unknown: no activity is credited (a hung GPU is no sign of work,
 and waiting for it would block the decision), and the verdict says so. So it is while GPU sampling is blind,
 or a GPU seen before has not been in a reading for half of stall_s (NVML answering garbage for it: the GPU
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..engine.freeze import FreezeWatch
 from ..engine.loop import ErrorHandler, EventLoop
+from ..engine.tick import FreezeWatch
 from .gpu import GpuReading, GpuSample, activity_changed
 from .gpuwatch import Gpus
 from .iowatch import IoProbe, IoWatch, Root

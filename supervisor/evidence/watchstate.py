@@ -151,7 +151,7 @@ class WatchState:
 
     def check(self, now: float | None = None, thawed_at: float | None = None) -> list[str]:
         """The lines to say now (on the loop): blind once past the window, reading again, a failure. The window
-        counts from ``thawed_at`` at the earliest (the supervisor itself was frozen until then: freeze.py)."""
+        counts from ``thawed_at`` at the earliest (the supervisor itself was frozen until then: tick.py)."""
         now = self._clock() if now is None else now
         with self._lock:
             lines, self._unsaid = self._unsaid, []
@@ -236,7 +236,7 @@ class Watches:
         self._lock = threading.Lock()
         self._states: dict[str, WatchState] = {}
         self._shown: dict[str, WatchState] = {}  # said by their own reader (show): in status, not in the tick
-        self.thawed_at: Callable[[], float | None] = lambda: None  # the supervisor's last thaw (run.py: freeze.py's)
+        self.thawed_at: Callable[[], float | None] = lambda: None  # the supervisor's last thaw (run.py: tick.py's)
 
     def add(self, *states: WatchState) -> None:
         with self._lock:

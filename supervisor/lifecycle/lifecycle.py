@@ -112,7 +112,7 @@ class Lifecycle:
             self._log("lifecycle complete: every phase done")
             self.shutdown("lifecycle complete", EXIT_OK)
 
-    def production(self) -> list[Phase]:
+    def production_phases(self) -> list[Phase]:
         """The production service: the phase with ``report = "running"``, else the last service."""
         return [p for p in self.phases if p.spec.report == RUNNING] or \
             [p for p in self.phases if p.spec.kind == "service"][-1:]
@@ -209,7 +209,7 @@ class Lifecycle:
         try:
             stop_in_order(self._loop, self._log, self._started.newest_first(), SHUTDOWN_WHY, finish, budget)
             for phase in self.phases:
-                phase.abort()
+                phase.shut_down()
         finally:  # (whatever raised: a stop that ends later must still end the run)
             self._phases_told = True
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs). They hear of
@@ -303,7 +303,7 @@ class Lifecycle:
 
 def production_was_up(lifecycle: Lifecycle) -> bool:
     """Did the production service (``report = "running"``, else the last service) ever come up?"""
-    return any(p.up or p.was_up for p in lifecycle.production())
+    return any(p.up or p.was_up for p in lifecycle.production_phases())
 
 
 # ---------------------------------------------------------------- who hears the lifecycle

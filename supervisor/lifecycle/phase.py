@@ -44,7 +44,7 @@ from . import verdict as v
 from .attempt import Attempt, AttemptStart, Pacing, Watched
 from .children import ChildContext, Spawn, start_child
 from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
-from .runtime import ResumeNeeds, Runtime
+from .runtime import PhaseSurroundings, Runtime
 from .states import (
     _ALLOWED,
     ATTEMPT_RUNS,
@@ -249,7 +249,7 @@ class Phase:
         self._loop, self._log, self._clock = rt.loop, rt.log, rt.loop.clock
         self._evidence, self._verdicts, self._started = rt.evidence, rt.verdicts, rt.started
         self._state_dir = rt.state_dir
-        self._resume_needs = ResumeNeeds(rt.loop, rt.log, rt.rerun, rt.evidence)
+        self._resume_needs = PhaseSurroundings(rt.loop, rt.log, rt.rerun, rt.evidence)
         self.reasons = rt.reasons  # the plugin's verdict reasons, with their statuses (read-only)
         self._spawn: Spawn = spawn or partial(start_child, rt.spawning)
         self._on_change, self._hooks, self._lifecycle = on_change, hooks, lifecycle
@@ -303,7 +303,7 @@ class Phase:
         return self._attempt.progress.figures() if self._attempt.progress is not None else None
 
     @property
-    def rt(self) -> ResumeNeeds:  # what resume.py reads of the phase's surroundings
+    def resume_needs(self) -> PhaseSurroundings:  # what resume.py reads of the phase's surroundings
         return self._resume_needs
 
     @property
@@ -337,7 +337,7 @@ class Phase:
         """The outcome of the attempt being stopped, where it is a failure no retry or restart would follow
         (the phase fails once the stop is over); else None. Only what ended the attempt before any shutdown
         counts: a command the shutdown stopped is no failure of its own. Once a shutdown came, the first answer
-        holds (the lifecycle's as it decides its status, else the phase's as it is told: ``abort``): a stop's
+        holds (the lifecycle's as it decides its status, else the phase's as it is told: ``shut_down``): a stop's
         long grace must not turn a phase that had retries left into a failed one (the deadline passing
         meanwhile, a restart window shrinking), nor the reverse."""
         if self._judged_at_shutdown is not None:
@@ -519,7 +519,7 @@ class Phase:
     def too_slow(self, why: str) -> None:
         self.abort_attempt(v.TOO_SLOW, why)
 
-    def abort(self) -> None:
+    def shut_down(self) -> None:
         """The supervisor is shutting down: no new attempts; children are stopped by the lifecycle."""
         self.failed_for_good()  # judged now, at the shutdown, once (where the lifecycle did not ask already)
         self._on(StopAsked())

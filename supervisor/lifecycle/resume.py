@@ -76,7 +76,7 @@ class Rerun:
 NO_RERUN = Rerun()
 
 
-class ResumeRuntime(Protocol):
+class ResumeNeeds(Protocol):
     """What resume reads of the run: the loop (for the off-loop listing), the log, the GPUs' latest sample,
     the machine's memory and what the command line asked to run again."""
 
@@ -92,7 +92,7 @@ class ResumingPhase(Protocol):
     """What resume reads of a phase it is asked about."""
 
     spec: PhaseSpec
-    rt: ResumeRuntime
+    resume_needs: ResumeNeeds
     parsed: Any  # what its output parser read
 
     @property
@@ -164,11 +164,11 @@ class ResumeRecord(Deaf):
         path = spec.progress_path
 
         def overdue() -> None:
-            phase.rt.log(f"phase {phase.name}: its output files in {path} were not listed within "
-                         f"{SURVEY_BOUND_S:g}s (a hung mount?): running it again")
+            phase.resume_needs.log(f"phase {phase.name}: its output files in {path} were not listed within "
+                                   f"{SURVEY_BOUND_S:g}s (a hung mount?): running it again")
             then(None)
 
-        run_bounded(phase.rt.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S,
+        run_bounded(phase.resume_needs.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S,
                     lambda files: then(self.resumable(phase, output, files)), overdue,
                     on_error=phase.fault_handler("resume's look at its output files"))
 
@@ -185,7 +185,8 @@ class ResumeRecord(Deaf):
         try:
             return why, output.restore(prev[output.fact])
         except TypeError:
-            phase.rt.log(f"phase {phase.name}: the saved {output.what} result is unreadable: running it again")
+            phase.resume_needs.log(f"phase {phase.name}: the saved {output.what} result is unreadable: "
+                                   "running it again")
             return None
 
 
@@ -307,7 +308,7 @@ def _a_past_time(value: Any) -> bool:
 
 
 def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] | None) -> str | None:
-    spec, rt = phase.spec, phase.rt
+    spec, rt = phase.spec, phase.resume_needs
     if spec.resume == "no" or not prev.get("done_at") or spec.resume in rt.rerun.kinds:
         return None
     if spec.resume == "outputs":
@@ -338,7 +339,7 @@ def facts_of(phase: ResumingPhase, output: OutputHook | None, then: Callable[[Fa
     """What a later start needs to resume ``phase``, done now, to ``then``: when, on which machine, what
     its output parser read (where the parser keeps it as a fact: the bench's rate) and its output files,
     listed off the loop (without them, if they are not listed within SURVEY_BOUND_S)."""
-    facts: Facts = {"done_at": time.time(), "machine": machine_fingerprint(phase.rt)}
+    facts: Facts = {"done_at": time.time(), "machine": machine_fingerprint(phase.resume_needs)}
     if output is not None and output.fact is not None and phase.parsed is not None:
         facts[output.fact] = vars(phase.parsed)
     path = phase.spec.progress_path
@@ -352,11 +353,11 @@ def facts_of(phase: ResumingPhase, output: OutputHook | None, then: Callable[[Fa
         then(facts)
 
     def overdue() -> None:
-        phase.rt.log(f"phase {phase.name}: its output files in {path} were not listed within {SURVEY_BOUND_S:g}s "
-                     "(a hung mount?): the next start runs it again")
+        phase.resume_needs.log(f"phase {phase.name}: its output files in {path} were not listed within "
+                               f"{SURVEY_BOUND_S:g}s (a hung mount?): the next start runs it again")
         then(facts)
 
-    run_bounded(phase.rt.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S, listed, overdue,
+    run_bounded(phase.resume_needs.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S, listed, overdue,
                 on_error=phase.fault_handler("resume's list of its output files"))
 
 
@@ -391,7 +392,7 @@ def output_files(path: str) -> dict[str, int] | None:
     return files
 
 
-def machine_fingerprint(rt: ResumeRuntime) -> dict[str, Any]:
+def machine_fingerprint(rt: ResumeNeeds) -> dict[str, Any]:
     """What makes a benchmark result valid here: the same GPUs and the same memory limit (the GPUs as the
     GPU thread last sampled them: names and sizes do not change)."""
     gpus = rt.gpus.samples() if rt.gpus is not None else ()

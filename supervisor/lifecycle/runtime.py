@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.clock import Clock
-from ..engine.freeze import FreezeWatch
 from ..engine.logs import Console
 from ..engine.loop import EventLoop
 from ..engine.process import StartOrder
 from ..engine.reaping import Reaper
+from ..engine.tick import FreezeWatch
 from ..evidence.cgroups import mem_total
 from ..evidence.gpu import GpuSample
 from ..evidence.gpuwatch import Gpus
@@ -117,9 +117,9 @@ class Runtime:
 
 
 @dataclass(frozen=True)
-class ResumeNeeds:
-    """What resume.py reads as ``phase.rt`` (its ResumeRuntime: the log, the loop, what is run again, the
-    machine the phase runs on): nothing else reads it."""
+class PhaseSurroundings:
+    """A phase's surroundings as resume.py reads them (``phase.resume_needs``, its ResumeNeeds): the log, the
+    loop, what is run again, the machine the phase runs on. Nothing else reads it."""
 
     loop: EventLoop
     log: Log

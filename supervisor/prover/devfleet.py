@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..devmanager.rows import Instance, RowRules, json_number
+from ..devmanager.rows import Instance, RowRules, go_float64
 from ..devmanager.server import DevExtension
 from .configkeys import DEFAULT_MIN_RATE
 
@@ -26,13 +26,13 @@ BENCH_DONE_STATE = "bench_done"
 
 def registered(body: Mapping[str, Any]) -> dict[str, Any]:
     """A new row's fields from its ``/register`` body: the min_rate (50 when ``<= 0``), no rate yet."""
-    min_rate = json_number(body.get("min_rate"), "min_rate")
+    min_rate = go_float64(body.get("min_rate"), "min_rate")
     return {"min_rate": min_rate if min_rate > 0 else DEFAULT_MIN_RATE, "rate": None}
 
 
 def bench_done(inst: Instance, body: dict[str, Any]) -> dict[str, Any]:
     """``POST /bench-done``: passed from the row's min_rate; a failed bench kills the row."""
-    rate = json_number(body.get("rate"), "rate")
+    rate = go_float64(body.get("rate"), "rate")
     inst.extra["rate"] = rate
     inst.set_time("bench_done_at", time.time())  # every call, pass or fail, as the real one stamps it
     min_rate = inst.extra["min_rate"]

@@ -94,7 +94,7 @@ class ChildView(Protocol):
     def kill_at(self) -> float | None: ...
 
 
-class PhaseView(Protocol):
+class PhaseSource(Protocol):
     name: str
     spec: PhaseSpec
     since: float
@@ -121,13 +121,13 @@ class PhaseView(Protocol):
 
 
 class LifecycleView(Protocol):
-    phases: Sequence[PhaseView]
+    phases: Sequence[PhaseSource]
     shutting_down: bool
     exit_status: int | None
     shutdown_reason: str
     failure: Verdict | None
 
-    def current(self) -> PhaseView | None: ...
+    def current(self) -> PhaseSource | None: ...
 
     def held(self, name: str) -> str | None: ...
 
@@ -316,7 +316,7 @@ class FlushHolder(Protocol):
     flush: ExitFlushView | None
 
 
-class ManagerView(Protocol):
+class ReporterSource(Protocol):
     """The reporting (manager/reporting.py's Reporter): its status, what the manager was told."""
 
     def status(self) -> Mapping[str, Any]: ...
@@ -336,7 +336,7 @@ class Snapshotter:
     verdicts: Sequence[Verdict]
     resume: FactsView
     watches: WatchesView | None = None
-    manager: ManagerView | None = None  # None: no manager to report to
+    manager: ReporterSource | None = None  # None: no manager to report to
     log_dir: str | None = None
     flush: FlushHolder | None = None
     # What a plugin adds to each phase's object (add_status): filled through add_status only.
@@ -362,13 +362,13 @@ class Snapshotter:
         self._extras.setdefault(name, []).append(provider)
 
 
-def _lifecycle_state(lifecycle: LifecycleView, current: PhaseView | None, children_left: bool) -> str:
+def _lifecycle_state(lifecycle: LifecycleView, current: PhaseSource | None, children_left: bool) -> str:
     if lifecycle.shutting_down:
         return "stopping" if lifecycle.exit_status is None or children_left else "stopped"
     return "starting" if current is None else "running"
 
 
-def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
+def _phase(p: PhaseSource, hold: str | None, resume: FactsView) -> dict[str, Any]:
     return {"name": p.name, "kind": p.spec.kind, "state": str(p.state), "since": p.since, "why": p.why,
             "attempt": p.attempt, "up": p.up, "hold": hold, **vars(p.timeline),
             "progress": DownloadProgress.from_json(p.progress) if p.progress else None,
@@ -376,7 +376,7 @@ def _phase(p: PhaseView, hold: str | None, resume: FactsView) -> dict[str, Any]:
             "facts": p.facts or resume.previous(p.name)}
 
 
-def _kept(p: PhaseView) -> dict[str, Any]:
+def _kept(p: PhaseSource) -> dict[str, Any]:
     """What its output parser read and keeps, under the fact's name the plugin gave it (shown flat beside the
     core's keys, as a plugin's own keys are)."""
     return {p.kept_as: vars(p.parsed) if p.parsed else None} if p.kept_as else {}
@@ -419,7 +419,7 @@ def _failure(failure: Verdict | None, log_dir: str | None) -> Failure | None:
                    log_file=str(log_file) if log_file is not None and log_file.exists() else None)
 
 
-def _phase_memory(p: PhaseView, memory: MemoryEvidence | None) -> PhaseMemory | None:
+def _phase_memory(p: PhaseSource, memory: MemoryEvidence | None) -> PhaseMemory | None:
     """The phase's own cgroup (while it has one): usage and peak against its limit, which memory_max set."""
     memory_max = p.spec.memory_max
     mem_snap = memory.phase_snapshot(p.name) if memory is not None else None

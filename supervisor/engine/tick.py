@@ -1,4 +1,5 @@
-"""The supervisor's own clock: a tick that notices when the whole supervisor was not running.
+"""The tick: once every TICK_S the loop looks at its own clock (a freeze of the whole supervisor noticed) and
+lets the machine-wide watchers speak.
 
 A cgroup freeze (``docker pause``; Vast pauses interruptible instances), a SIGSTOP (Ctrl-Z) or a
 paused VM stops every thread of the supervisor while the monotonic clock goes on. Right after

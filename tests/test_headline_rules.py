@@ -15,10 +15,10 @@ from supervisor.status.headline import (
     headline,
     shown_value,
     since,
-    span,
 )
 from supervisor.status.model import Snapshot
 from supervisor.status.render import render
+from supervisor.text.show import span
 
 NOW = 100_000.0
 # Each story is the JSON status.json would hold, read back as ``status`` reads it.

@@ -14,13 +14,14 @@ import pytest
 
 from supervisor.evidence.progress import COMPLETE_QUIET_S, FUTURE_MTIME_S, NET_DEV, TreeMeasure, net_received, tree_done
 from supervisor.evidence.progresswatch import done_bytes
-from supervisor.evidence.transfer import TOO_SLOW_MARGIN, RateWindow, duration, figures, progress_text, too_slow
+from supervisor.evidence.transfer import TOO_SLOW_MARGIN, RateWindow, figures, progress_text, too_slow
 from supervisor.lifecycle.hooks import ProgressReading
 from supervisor.state import files as state_files
 from supervisor.state.firstseen import FirstSeen
 from supervisor.status.health import metrics_text
 from supervisor.status.model import Snapshot
 from supervisor.status.render import render
+from supervisor.text.show import span
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -53,7 +54,7 @@ def test_too_slow_at_its_boundary_and_naming_the_numbers() -> None:
     # Exactly what it needs with the margin: it can still make it.
     assert too_slow(progress, 3.1 * MIB, needs * (1 + TOO_SLOW_MARGIN), "x") is None
     detail = too_slow(progress, 3.1 * MIB, 81 * 60, "the manager's timeout")
-    assert detail == "48.2GiB left at 3.1MiB/s: 4 h 25 min, 81 min left before the manager's timeout"
+    assert detail == "48.2GiB left at 3.1MiB/s: 4h25m, 81m00s left before the manager's timeout"
     assert too_slow(progress, 0.0, 10, "x") is None  # a silent link is the stall watch's
     assert too_slow(figures(5, None, 1.0), 1.0, 0, "x") is None  # no total: nothing to judge
 
@@ -63,7 +64,7 @@ def test_figures_eta_and_a_total_that_was_too_low() -> None:
     grown = figures(70 * MIB, 60 * MIB, MIB)
     assert grown.total_bytes == 70 * MIB and grown.eta_s == 0.0
     assert set(figures(1, 2, 1.0).to_dict()) >= {"done_bytes", "total_bytes", "rate_bytes_s", "eta_s"}
-    assert duration(42) == "42 s" and duration(81 * 60) == "81 min" and duration(4 * 3600 + 25 * 60) == "4 h 25 min"
+    assert span(42) == "42s" and span(81 * 60) == "81m00s" and span(4 * 3600 + 25 * 60) == "4h25m"
 
 
 def test_a_file_with_its_control_file_beside_it_is_not_complete(tmp_path: Path) -> None:
@@ -204,7 +205,7 @@ def test_an_unreadable_first_seen_file_starts_afresh_and_says_so(tmp_path: Path)
 def test_status_draws_its_own_progress_line_and_metrics_carry_the_figures() -> None:
     progress = figures(15 * GIB, 50 * GIB, 12 * MIB, files_done=3).to_dict()
     line = progress_text(progress)
-    assert line is not None and line.startswith("[#########") and " 30% 15.0GiB/50.0GiB 12.0MiB/s ETA 49 min" in line
+    assert line is not None and line.startswith("[#########") and " 30% 15.0GiB/50.0GiB 12.0MiB/s ETA 49m46s" in line
     snap = {"lifecycle": {"state": "running", "current": "paramfetch"},
             "phases": [{"name": "paramfetch", "state": "running", "since": 0, "why": "", "attempt": 1,
                         "progress": progress}]}

@@ -1,14 +1,12 @@
 """supervisor.evidence.transfer's pure figures, at their edges: the rate window (one sample, no time between samples,
 bytes that went back, a window kept to its length), the ETA's cases, ``too_slow`` when nothing is left or the
-deadline already passed, ``duration`` for people at its unit boundaries and for what is not a time, and the
+deadline already passed, and the
 status line for every shape a ``progress`` object may have (including one from a newer or older supervisor).
 tests/test_transfer.py covers the main rate, the deadline boundary and the full line; not repeated here."""
 
 from __future__ import annotations
 
-import math
-
-from supervisor.evidence.transfer import BAR_WIDTH, Progress, RateWindow, duration, figures, progress_text, too_slow
+from supervisor.evidence.transfer import BAR_WIDTH, Progress, RateWindow, figures, progress_text, too_slow
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -99,7 +97,7 @@ def test_no_rate_to_judge_on_is_never_too_slow() -> None:
 
 def test_a_deadline_already_passed_says_no_time_left_not_a_negative_one() -> None:
     detail = too_slow(figures(0, 10 * MIB, MIB), MIB, -300.0, "the manager's timeout")
-    assert detail == "10.0MiB left at 1.0MiB/s: 10 s, 0 s left before the manager's timeout"
+    assert detail == "10.0MiB left at 1.0MiB/s: 10s, 0s left before the manager's timeout"
 
 
 def test_too_slow_just_inside_and_just_outside_the_margin() -> None:
@@ -113,15 +111,6 @@ def test_the_rate_judged_is_the_one_given_not_the_figures() -> None:
     """progresswatch judges on the better of the window's rate and the average: too_slow takes that rate."""
     progress = figures(0, 100 * MIB, 0.1 * MIB)  # the window says 1000 s
     assert too_slow(progress, 10 * MIB, 60.0, "x") is None  # but the average says 10 s
-
-
-def test_duration_at_its_unit_boundaries() -> None:
-    assert [duration(s) for s in (0, 0.4, 119.4, 119.6, 120, 7199, 7200, 7260, 90061)] == [
-        "0 s", "0 s", "119 s", "2 min", "2 min", "119 min", "2 h 0 min", "2 h 1 min", "25 h 1 min"]
-
-
-def test_duration_of_what_is_not_a_time() -> None:
-    assert duration(math.inf) == "?" and duration(math.nan) == "?" and duration(-math.inf) == "?"
 
 
 def test_no_line_for_what_is_not_a_progress_object() -> None:
@@ -141,13 +130,13 @@ def test_a_zero_or_odd_total_is_an_unknown_one() -> None:
 
 def test_the_bar_is_full_and_stops_at_100_percent() -> None:
     line = progress_text({"done_bytes": 120, "total_bytes": 100, "rate_bytes_s": 0, "eta_s": 0})
-    assert line == f"[{'#' * BAR_WIDTH}] 120% 120B/100B 0B/s ETA 0 s".replace("120%", "100%")
+    assert line == f"[{'#' * BAR_WIDTH}] 120% 120B/100B 0B/s ETA 0s".replace("120%", "100%")
 
 
 def test_an_empty_bar_and_the_files_complete() -> None:
     line = progress_text({"done_bytes": 0, "total_bytes": GIB, "rate_bytes_s": 2.0 * MIB, "eta_s": 512.0,
                           "files_done": 0})
-    assert line == f"[{'.' * BAR_WIDTH}] 0% 0B/1.0GiB 2.0MiB/s ETA 8 min, 0 file(s) complete"
+    assert line == f"[{'.' * BAR_WIDTH}] 0% 0B/1.0GiB 2.0MiB/s ETA 8m32s, 0 file(s) complete"
 
 
 def test_a_half_bar_has_half_its_width() -> None:

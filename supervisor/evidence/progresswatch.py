@@ -37,9 +37,10 @@ from ..config import PhaseSpec
 from ..engine.loop import ErrorHandler, EventLoop
 from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
 from ..text import Log
+from ..text.show import span
 from .iowatch import IoProbe, IoWatch, Root
 from .progress import NET_DEV, ProgressProbe, TreeMeasure
-from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, duration, figures, progress_text, too_slow
+from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, figures, progress_text, too_slow
 
 # How often the figures are made afresh (and the deadline looked at).
 PROGRESS_TICK_S = 1.0
@@ -189,12 +190,12 @@ class ProgressWatch:
         said = (f"the manager's timeout (progress_deadline_s={spec.progress_deadline_s:g} from {since})" if manager
                 else f"the deadline (progress_deadline_s={spec.progress_deadline_s:g} from {since})")
         if time_left <= 0:  # already past (a row registered long ago): no rate can help, so at once
-            return self._end(f"{said} passed {duration(-time_left)} ago, with {progress_text(progress.to_dict())}")
+            return self._end(f"{said} passed {span(-time_left)} ago, with {progress_text(progress.to_dict())}")
         if now - self._started < spec.progress_window_s:
             return False
         if not self._said_deadline:
             self._said_deadline = True
-            self._log(f"phase {spec.name}: {duration(max(0.0, time_left))} left before {said}")
+            self._log(f"phase {spec.name}: {span(max(0.0, time_left))} left before {said}")
         rates = [r for r in (self._window.rate(), self._window.average()) if r is not None]
         detail = too_slow(progress, max(rates) if rates else None, time_left, said)
         return False if detail is None else self._end(detail)

@@ -18,12 +18,11 @@ Never decided without a total, before the window, on a rate of 0 (a silent link 
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..text.show import fmt_bytes
+from ..text.show import fmt_bytes, span
 
 
 class ProgressReading(NamedTuple):
@@ -110,20 +109,8 @@ def too_slow(progress: Progress, rate: float | None, time_left_s: float, deadlin
     needs = left / rate
     if needs * (1 + TOO_SLOW_MARGIN) <= time_left_s:
         return None
-    return (f"{fmt_bytes(left)} left at {fmt_bytes(int(rate))}/s: {duration(needs)}, "
-            f"{duration(max(0.0, time_left_s))} left before {deadline_said}")
-
-
-def duration(seconds: float) -> str:
-    """``4 h 25 min``, ``81 min``, ``42 s``: for people (``?`` for what is not a time)."""
-    if not math.isfinite(seconds):
-        return "?"
-    s = round(seconds)
-    if s < 120:
-        return f"{s} s"
-    if s < 7200:
-        return f"{s // 60} min"
-    return f"{s // 3600} h {s % 3600 // 60} min"
+    return (f"{fmt_bytes(left)} left at {fmt_bytes(int(rate))}/s: {span(needs)}, "
+            f"{span(max(0.0, time_left_s))} left before {deadline_said}")
 
 
 def progress_text(progress: Any) -> str | None:
@@ -140,7 +127,7 @@ def progress_text(progress: Any) -> str | None:
     else:
         head = f"{fmt_bytes(done)} of an unknown total"
     speed = f" {fmt_bytes(int(rate))}/s" if isinstance(rate, int | float) else " rate ?"
-    until = f" ETA {duration(eta)}" if isinstance(eta, int | float) else ""
+    until = f" ETA {span(eta)}" if isinstance(eta, int | float) else ""
     files = progress.get("files_done")
     files_said = f", {files} file(s) complete" if isinstance(files, int) else ""
     return f"{head}{speed}{until}{files_said}"

@@ -40,10 +40,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config import PARAM_DONE
-from ..evidence.transfer import duration
 from ..lifecycle import verdict as v
 from ..lifecycle.states import PhaseState
 from ..manager.row import utc_text
+from ..text.show import span
 from .bench import BenchResult
 from .fleet import BENCH_DONE, fleet_settings, row_min_rate
 
@@ -79,7 +79,7 @@ def past_deadline(at: float, source: str, deadline_s: float, now: float) -> str 
     over = now - (at + deadline_s)
     if over < 0:
         return None
-    return (f"the manager's benchmark timeout passed {duration(over)} ago (bench_deadline_s={deadline_s:g} from "
+    return (f"the manager's benchmark timeout passed {span(over)} ago (bench_deadline_s={deadline_s:g} from "
             f"{source}, {utc_text(at)} UTC): it kills this instance at its next pass")
 
 

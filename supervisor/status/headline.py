@@ -15,23 +15,11 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from ..text.show import cut
+from ..text.show import cut, span
 from .model import NOT_ANSWERING, ManagerStatus, Snapshot
 
 # The failing child's last lines shown under the headline (status.json keeps more).
 FAILURE_LINES_SHOWN = 5
-
-
-def span(seconds: Any) -> str:
-    """A duration, short (``42s``, ``3m05s``, ``2h10m``), ``?`` for what is not one."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
-        return "?"
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def since(t: Any, now: float) -> str:

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..evidence.transfer import progress_text
-from ..text.show import cut, fmt_bytes, one_line
-from .headline import failure_lines, gone_lines, headline, shown_value, since, span
+from ..text.show import cut, fmt_bytes, one_line, span
+from .headline import failure_lines, gone_lines, headline, shown_value, since
 from .model import (
     NOT_ANSWERING,
     Delivered,

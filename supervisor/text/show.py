@@ -17,7 +17,9 @@ A value may be anything (a config's string with a newline in it, a manager's ans
 - ``shown_bytes``: bytes a peer sent (an HTTP answer's body) decoded leniently, escaped where they do not
   print, the first of them only;
 - ``cut``: the one way a text is cut to a length, with a mark where it was;
-- ``fmt_bytes``: a number of bytes for people (units.py parses what people write).
+- ``fmt_bytes``: a number of bytes for people (units.py parses what people write);
+- ``span``: a duration for people, short (``42s``, ``3m05s``, ``2h10m``): a status line's age, a log line's
+  time left or ETA.
 
 Specialisations live with their concept: a URL with its password masked (redact.shown_url).
 """
@@ -25,6 +27,8 @@ Specialisations live with their concept: a URL with its password masked (redact.
 from __future__ import annotations
 
 import datetime
+import math
+from typing import Any
 
 # A value quoted in an error is cut to this many characters: the line stays readable, the value recognisable.
 SHOWN_CHARS = 60
@@ -97,3 +101,16 @@ def fmt_bytes(n: int | None) -> str:
 def _has_space(text: str) -> bool:
     """Any white space in ``text`` (str.split's, which is str.isspace's)."""
     return text.split() != [text] if text else False
+
+
+def span(seconds: Any) -> str:
+    """A duration, short (``42s``, ``3m05s``, ``2h10m``), ``?`` for what is not one; a negative one is none
+    (``0s``: a clock that stepped back)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        return "?"
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

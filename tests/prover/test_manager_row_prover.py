@@ -121,7 +121,7 @@ def test_the_stretch_is_after_the_param_done_phase_up_to_the_bench_done_one() ->
 def test_past_deadline_names_the_clock_and_its_source() -> None:
     assert past_deadline(1000.0, "the manager's param_done_at", 2700.0, 3699.0) is None
     why = past_deadline(1_800_000_000.0, "the manager's param_done_at", 2700.0, 1_800_000_000.0 + 2760.0)
-    assert why is not None and why.startswith("the manager's benchmark timeout passed 60 s ago"), why
+    assert why is not None and why.startswith("the manager's benchmark timeout passed 60s ago"), why
     assert f"(bench_deadline_s=2700 from the manager's param_done_at, {utc_text(1_800_000_000.0)} UTC)" in why
 
 

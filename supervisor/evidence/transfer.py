@@ -115,7 +115,7 @@ def too_slow(progress: Progress, rate: float | None, time_left_s: float, deadlin
 
 def progress_text(progress: Any) -> str | None:
     """The status text's progress line for a phase's ``progress`` object (None: nothing to draw):
-    ``[#########.....] 31% 15.5GiB/50.0GiB 12.0MiB/s ETA 48 min``."""
+    ``[#########.....] 31% 15.5GiB/50.0GiB 12.0MiB/s ETA 48m10s``."""
     if not isinstance(progress, dict) or not isinstance(progress.get("done_bytes"), int):
         return None
     done, total = progress["done_bytes"], progress.get("total_bytes")

@@ -2,10 +2,12 @@
 
 What it adds, field by field (supervisor/plugin.py says what each means to the core):
 
-- ``sections``: ``[cuzk]`` (configkeys.py), the settings cuzk.toml is generated from;
+- ``sections``: ``[cuzk]`` (configkeys.py), the settings cuzk.toml is generated from, and ``[production]``
+  (production.py), the proofs watch's;
 - ``table_keys``/``table_rules``: the fleet protocol's keys in ``[manager]`` (``min_rate``, ``$MIN_RATE``,
-  ``bench_gate_s``, ``give_up_on_failure``, ``bench_done_reason``), and ``[supervisor] min_param_disk``;
-- ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``;
+  ``bench_gate_s``, ``bench_deadline_s``, ``give_up_on_failure`` or its old name ``report_bench_failure``,
+  ``bench_done_reason``), and ``[supervisor] min_param_disk``;
+- ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``, ``paramfetch``;
 - ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
 - ``plan_rules``: bench-done needs cuzk-bench's parser; a [production] without [cuzk] reads curio's metrics;
 - ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);

@@ -401,6 +401,8 @@ BAD_CONFIGS = [
     P('[production]\ncurio_metrics = ""\n' + MARK_PHASE, "production.curio_metrics: \"\" leaves the proofs watch "
       "nothing to read: there is no [cuzk] (whose /status it reads beside curio's metrics)",
       id="production-reads-nothing"),
+    P('[cuzk]\nstatus_listen = ""\n[production]\ncurio_metrics = ""\n' + MARK_PHASE, "production.curio_metrics: \"\" "
+      'leaves the proofs watch nothing to read: [cuzk] status_listen is "" too', id="production-reads-nothing-either"),
     P(bad_phase('resume = "machine"\nresume_max_age_s = 1e9'), "phases[1] (b).resume_max_age_s: must be at most",
       id="resume-age-huge"),
     P(bad_daemon("ready_timeout_s = 1e9"), "phases[1] (b).daemons[0] (d).ready_timeout_s: must be at most",

@@ -61,12 +61,17 @@ def bench_done_carries_a_rate(plan: Plan) -> None:
 
 
 def production_reads_something(plan: Plan) -> None:
-    """A [production] without [cuzk] reads curio's metrics alone: ``curio_metrics = ""`` would leave its proofs watch
-    nothing to read, never a reading."""
-    settings = plan.sections.get(production.SECTION)
-    if settings is not None and not settings.curio_metrics and SECTION not in plan.sections:
+    """The proofs watch reads cuzk's /status ([cuzk] status_listen) and curio's metrics ([production]
+    curio_metrics): with both "" (or no [cuzk] at all) it would have nothing to read, never a reading."""
+    cuzk, settings = plan.sections.get(SECTION), plan.sections.get(production.SECTION)
+    if settings is None or settings.curio_metrics:
+        return
+    if cuzk is None:
         raise ConfigError(f'{production.SECTION}.curio_metrics: "" leaves the proofs watch nothing to read: there is '
                           f"no [{SECTION}] (whose /status it reads beside curio's metrics)")
+    if not cuzk.status_listen.strip():
+        raise ConfigError(f'{production.SECTION}.curio_metrics: "" leaves the proofs watch nothing to read: '
+                          f'[{SECTION}] status_listen is "" too')
 
 
 def cuzk_toml_fits(plan: Plan, evidence: Evidence) -> list[Finding]:

@@ -16,11 +16,13 @@ The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
 - ``dev-manager [--port N]``: a stand-in of the fleet manager's API on 127.0.0.1.
 
 Exit statuses are named in exits.py: 0 done (``status``: a supervisor answers; ``status --watch``
-ended by Ctrl-C), 2 a bad config or command line (one line on stderr, nothing started), 3 ``status``
-found none running (exited, or gone: killed with what it started maybe still alive), 75
-another supervisor already runs from this state_dir, 130 a command other than ``run`` was
-interrupted (Ctrl-C); otherwise ``run`` passes on the status of the lifecycle (1, 69, 70, the
-failing child's exit code, or 128 + a signal).
+ended by Ctrl-C), 1 ``status``: the state_dir's status.json is not ours to read, 2 a bad config or
+command line (one line on stderr, nothing started), 3 ``status`` found none running (exited, or gone:
+killed with what it started maybe still alive), 75 another supervisor already runs from this
+state_dir, 79 ``run``: this state_dir's instance was given up before, 80 ``run``: the manager killed
+the instance, 130 a command other than ``run`` was interrupted (Ctrl-C); otherwise ``run`` passes on
+the status of the lifecycle (1, 70, 124, a plugin's own such as the prover's 69, the failing child's
+exit code, or 128 + a signal).
 
 This is the composition root's one import of the prover (run.py, startup.py and observers.py are handed
 it as a Plugin), each part of it named once: ``plugin()`` (``supervisor.prover.plugin.PLUGIN``: ``[cuzk]``,

@@ -263,7 +263,7 @@ class Child:
         if not pids:
             return f"pid {self.pid}"
         shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
-        return f"process group {self.pid} + {len(pids)} process(es) [{shown}]"
+        return f"process group {self.pid}: {len(pids)} process(es) [{shown}]"
 
     # ------------------------------------------------------------ output
 

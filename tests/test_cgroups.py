@@ -51,7 +51,7 @@ from supervisor.evidence.cgroups import (
     discover,
     mem_total,
 )
-from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence
+from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence, kills_since
 from supervisor.text.units import GIB as GiB
 from supervisor.text.units import MIB as MiB
 
@@ -189,7 +189,7 @@ def test_v1_oom_kills_count_each_cgroup_below_apart(tmp_path: Path) -> None:
     inner = write_files(cgroup / "inner", {"memory.oom_control": v1_oom_control(2)})
     deeper = write_files(inner / "deeper", {"memory.oom_control": v1_oom_control(3)})
     write_files(cgroup / "prover-42-bench", {"memory.oom_control": v1_oom_control(5)})
-    ours = MemoryCgroup(cgroup, "v1", apart=lambda name: name.startswith("prover-"))
+    ours = MemoryCgroup(cgroup, "v1", phases_apart=True)
     before = ours.oom_counts()
     assert before == OomKills({cgroup: 1, inner: 2, deeper: 3})
     assert ours.oom_kills() == 6 and MemoryCgroup(cgroup, "v1").oom_kills() == 11  # apart: left out, or not
@@ -201,7 +201,7 @@ def test_v1_oom_kills_count_each_cgroup_below_apart(tmp_path: Path) -> None:
     fresh = write_files(cgroup / "fresh", {"memory.oom_control": v1_oom_control(1)})  # made since, one kill
     after = ours.oom_counts()
     assert after == OomKills({cgroup: 1, inner: 3, fresh: 1})
-    assert after.total < before.total and after.since(before) == 2  # a difference of sums would say none
+    assert after.total < before.total and kills_since(after, before) == 2  # a difference of sums would say none
 
     (cgroup / "memory.oom_control").unlink()
     assert ours.oom_counts() is None  # its own counter unreadable: unknown, never the ones below alone

@@ -41,8 +41,9 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 # Told (the file, what is wrong with it) when a file holds a bad value: the owner says it, once.
 OnBad = Callable[[Path, str], None]
-# The name of a cgroup right below another whose OOM kills are counted apart from that one's (see MemoryCgroup).
-Apart = Callable[[str], bool]
+# Phase cgroups are named per supervisor, ``prover-<pid>-<phase>`` (two supervisors in one cgroup must not share
+# them). Each has its own verdicts: the supervisor's cgroup counts its OOM kills apart from theirs (MemoryCgroup).
+PHASE_CGROUP_PREFIX = "prover-"
 
 # v1 counts an OOM kill only in the victim's own cgroup (Linux's memcg_memory_event goes up to the ancestors on
 # the v2 hierarchy alone; measured on 6.18: a kill in a cgroup nested below ours, by its own limit or by ours,
@@ -119,12 +120,6 @@ class OomKills:
     def total(self) -> int:
         return sum(self.by_cgroup.values())
 
-    def since(self, before: OomKills) -> int:
-        """The kills counted since ``before``, each cgroup's rise apart: a cgroup made since counts from 0, and
-        one removed since (its counter gone with it) never hides a rise in another, as a difference of sums
-        would."""
-        return sum(max(0, count - before.by_cgroup.get(path, 0)) for path, count in self.by_cgroup.items())
-
 
 @dataclass(frozen=True)
 class MemorySnapshot:
@@ -145,15 +140,16 @@ class MemorySnapshot:
 
 class MemoryCgroup:
     """One memory cgroup directory; ``version`` is "v1" or "v2". ``on_bad`` hears each bad value read
-    (its children are given the same); without it a bad value is just unavailable. ``apart`` names the
-    cgroups right below whose OOM kills are not this one's (the phase cgroups below the supervisor's own in
-    v1: each has its own verdicts); v2 reads one hierarchical counter and never looks below."""
+    (its children are given the same); without it a bad value is just unavailable. ``phases_apart``: the
+    phase cgroups right below (``is_phase_cgroup``) are not this one's to count OOM kills of (the supervisor's
+    own cgroup in v1: each phase cgroup has its own verdicts); v2 reads one hierarchical counter and never
+    looks below."""
 
-    def __init__(self, path: Path, version: str, on_bad: OnBad | None = None, apart: Apart | None = None) -> None:
+    def __init__(self, path: Path, version: str, on_bad: OnBad | None = None, phases_apart: bool = False) -> None:
         self.path = path
         self.version = version
         self.on_bad = on_bad
-        self.apart = apart
+        self.phases_apart = phases_apart
 
     def __repr__(self) -> str:
         return f"MemoryCgroup({self.version}, {self.path})"
@@ -186,13 +182,14 @@ class MemoryCgroup:
         return OomKills(counts)
 
     def subtree(self) -> list[Path] | None:
-        """This cgroup and every cgroup below it (those ``apart`` names left out, with theirs), this one
+        """This cgroup and every cgroup below it (the phase cgroups right below left out, with theirs, where
+        ``phases_apart``), this one
         first; None past SUBTREE_MAX (said as a bad value: whatever made them, the counts are unknown)."""
         found, unread = [self.path], [self.path]
         while unread:
             path = unread.pop()
             for name in _subdirectories(path):
-                if path == self.path and self.apart is not None and self.apart(name):
+                if path == self.path and self.phases_apart and is_phase_cgroup(name):
                     continue
                 if len(found) >= SUBTREE_MAX:
                     self._bad("", BadValue(f"has over {SUBTREE_MAX} cgroups below it"))
@@ -521,3 +518,14 @@ def _v1_oom_eventfd(path: Path) -> int:
 
 def decode_eventfd(data: bytes) -> int:
     return struct.unpack("Q", data[:8])[0] if len(data) >= 8 else 0
+
+
+def is_phase_cgroup(name: str) -> bool:
+    """A phase cgroup's name (``prover-<pid>-<phase>``), whichever supervisor made it."""
+    return name.startswith(PHASE_CGROUP_PREFIX) and phase_cgroup_owner(name) != 0
+
+
+def phase_cgroup_owner(name: str) -> int:
+    """The supervisor pid in a phase cgroup's name (``prover-<pid>-<phase>``); 0 when there is none."""
+    pid = name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
+    return int(pid) if is_ascii_digits(pid) else 0

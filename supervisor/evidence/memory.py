@@ -34,16 +34,22 @@ from ..engine.offloop import NoThread, Overdue, answer_within
 from ..state.files import read_regular_file, write_atomically
 from ..text import Log
 from ..text.show import fmt_bytes
-from ..text.units import is_ascii_digits
-from .cgroups import MemoryCgroup, MemorySnapshot, OomKills, discover, enable_v2_delegation, mem_total
+from .cgroups import (
+    PHASE_CGROUP_PREFIX,
+    MemoryCgroup,
+    MemorySnapshot,
+    OomKills,
+    discover,
+    enable_v2_delegation,
+    mem_total,
+    phase_cgroup_owner,
+)
 
 OOM_POLL_S = 0.25
 # How long the start waits for the cgroup files to be found and read (a hung cgroupfs never answers).
 CGROUP_FIND_BOUND_S = 5.0
 # The ledger of phase cgroups (state_dir/cgroups) is read up to this: a line a cgroup, a few per phase.
 LEDGER_MAX_BYTES = 1 << 20
-# Phase cgroups are named per supervisor (two supervisors in one cgroup must not share them).
-PHASE_CGROUP_PREFIX = "prover-"
 
 
 
@@ -139,7 +145,7 @@ class MemoryEvidence:
             return Found(None, None, "unavailable", f"{found.why}: OOM kills are unknown, never guessed", [])
         # v1 counts the supervisor's cgroup with the cgroups below it (cgroups.py says why), but never the phase
         # cgroups there (ours, or another supervisor's beside us): each has its own verdicts.
-        shared = MemoryCgroup(found.cgroup.path, found.cgroup.version, self._say_bad, apart=_is_phase_cgroup)
+        shared = MemoryCgroup(found.cgroup.path, found.cgroup.version, self._say_bad, phases_apart=True)
         if mode != "auto":
             return Found(shared, None, "shared", found.why, [])
         try:
@@ -227,7 +233,7 @@ class MemoryEvidence:
         snap = placement.cgroup.snapshot()
         kills = None
         if snap.oom is not None and placement.oom_baseline is not None:
-            kills = snap.oom.since(placement.oom_baseline)
+            kills = kills_since(snap.oom, placement.oom_baseline)
         self._check_counter(placement.cgroup, snap)  # log it now if the watch has not yet
         return MemoryReport(kills, self._attempts_peak(placement.cgroup, snap), placement.scope, snap)
 
@@ -243,15 +249,15 @@ class MemoryEvidence:
         Only cgroups from the ledger count, never a look-alike name: beside us may live another
         supervisor (another state_dir, maybe another PID namespace, maybe our own pid) whose
         cgroups are not ours to empty."""
-        return [(_owner_pid(cgroup.path.name), cgroup) for cgroup in self._inherited if cgroup.path.is_dir()]
+        return [(phase_cgroup_owner(cgroup.path.name), cgroup) for cgroup in self._inherited if cgroup.path.is_dir()]
 
     def _remove_empty_stale(self, parent: MemoryCgroup, inherited_cgroups: list[MemoryCgroup]) -> None:
         """EMPTY phase cgroups named for a pid that is dead here: remove them, or they pile up under the
         parent (a SIGKILLed supervisor of another state_dir never comes back for its own). Only empty
         ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched."""
         inherited = {str(cg.path) for cg in inherited_cgroups}
-        for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):  # (_is_phase_cgroup's names)
-            pid = _owner_pid(entry.name)
+        for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):  # (is_phase_cgroup's names)
+            pid = phase_cgroup_owner(entry.name)
             if str(entry) in inherited or pid in (0, os.getpid()):
                 continue
             if not os.path.exists(f"/proc/{pid}"):
@@ -398,7 +404,7 @@ class MemoryEvidence:
         if snap.oom is None:
             return
         before = self._last_kills.get(key, snap.oom)
-        if snap.oom.since(before):
+        if kills_since(snap.oom, before):
             self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before.total} → {snap.oom.total}; "
                       f"{snap.describe()}")
         self._last_kills[key] = snap.oom
@@ -413,12 +419,8 @@ def _reset_v1_watermark(cgroup: MemoryCgroup) -> bool:
     return True
 
 
-def _is_phase_cgroup(name: str) -> bool:
-    """A phase cgroup's name (``prover-<pid>-<phase>``), whichever supervisor made it."""
-    return name.startswith(PHASE_CGROUP_PREFIX) and _owner_pid(name) != 0
-
-
-def _owner_pid(name: str) -> int:
-    """The supervisor pid in a phase cgroup's name (``prover-<pid>-<phase>``); 0 when there is none."""
-    pid = name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-    return int(pid) if is_ascii_digits(pid) else 0
+def kills_since(now: OomKills, before: OomKills) -> int:
+    """The OOM kills counted since ``before``, each cgroup's rise apart: a cgroup made since counts from 0,
+    and one removed since (its counter gone with it) never hides a rise in another, as a difference of sums
+    would. (Judged here, where each rise becomes a verdict's or a log line's, from what cgroups.py read.)"""
+    return sum(max(0, count - before.by_cgroup.get(path, 0)) for path, count in now.by_cgroup.items())

@@ -243,6 +243,29 @@ def test_a_walker_whose_walks_raise_is_said_blind_and_walks_on(tmp_path: Path, m
         release()
         probe.close()
 
+def test_a_path_released_by_its_last_watch_has_no_measure_for_the_next_one(tmp_path: Path) -> None:
+    # The next attempt's watch of the same path saw the last attempt's walk as the latest (taken when? before
+    # the retry's backoff): it starts from no measure, and its first is a walk of its own.
+    (tmp_path / "f").write_bytes(b"x" * 5)
+    probe = ProgressProbe()
+    try:
+        release = probe.watch(str(tmp_path), every_s=0.05)
+        first = wait_for(lambda: probe.latest(str(tmp_path)))
+        other = probe.watch(str(tmp_path), every_s=0.05)  # a second watch of the path: it keeps its measure
+        release()
+        assert probe.latest(str(tmp_path)) is not None
+        other()
+        assert probe.latest(str(tmp_path)) is None, "the last watch released, its measure stayed the latest"
+        again = probe.watch(str(tmp_path), every_s=0.05)
+        try:
+            mine = wait_for(lambda: probe.latest(str(tmp_path)))
+            assert mine.seq > first.seq and mine.at >= first.at
+        finally:
+            again()
+    finally:
+        probe.close()
+
+
 def test_a_walk_cut_short_publishes_nothing_and_the_last_measure_stands(tmp_path: Path, monkeypatch) -> None:
     # A failed walk was published as size None (then 0): a shrink, and the next whole walk read as growth, a
     # false sign of life that hid a real stall.

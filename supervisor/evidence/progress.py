@@ -135,8 +135,13 @@ class ProgressProbe:
         def release() -> None:
             with self._cond:
                 self._watches.pop(watch_id, None)
+                if not self._watched(path):  # its last watch: a later one (the next attempt's) starts from no
+                    self._measures.pop(path, None)  # measure, never from this one's last, as if just taken
 
         return release
+
+    def _watched(self, path: str) -> bool:
+        return any(p == path for p, _ in self._watches.values())
 
     def latest(self, path: str) -> TreeMeasure | None:
         with self._cond:
@@ -205,7 +210,7 @@ class ProgressProbe:
                                                               walked.newest)
             with self._cond:
                 self._walking = None
-                if measure is not None:
+                if measure is not None and self._watched(path):  # (released while it was walked: dropped)
                     self._measures[path] = measure
                 if ended - started >= self._slow_s:
                     found = f"{measure.files} files" if measure is not None else f"cut short: {missed}"

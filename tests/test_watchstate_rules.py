@@ -7,7 +7,15 @@ from __future__ import annotations
 import math
 import threading
 
-from supervisor.evidence.watchstate import REPEATS_KEYS_MAX, WHY_CHARS, Repeats, Watches, WatchState, run_contained
+from supervisor.evidence.watchstate import (
+    REPEATS_KEYS_MAX,
+    WHY_CHARS,
+    Repeats,
+    Watches,
+    WatchState,
+    Words,
+    run_contained,
+)
 from supervisor.status.model import Snapshot
 from supervisor.status.render import watch_lines
 
@@ -160,6 +168,52 @@ def test_a_watch_that_reads_now_and_then_is_blind_at_its_first_miss_said_again_o
     assert state.to_dict()["misses"] == 5 and state.to_dict()["window_s"] is None
     clock.now += 10_000
     assert state.check() == [], "never blind by time alone"
+
+
+def test_a_watch_on_demand_counts_its_window_from_its_first_miss_and_says_another_cause_in_its_own_words() -> None:
+    """The log shipper pushes only while lines wait: its last push may be an hour old when the next fails, and
+    that hour is no blindness. Its misses carry their cause: a new one is said once it was said blind."""
+    clock = Clock()
+    words = Words(none="no push delivered", again="delivering again after {seconds:.0f} s")
+    state = WatchState("log shipping", 60.0, clock=clock, words=words, on_demand=True)
+    state.idle("nothing pushed yet")
+    clock.now += 600
+    assert state.check() == [] and state.current == "idle"
+    state.read()
+    clock.now += 3600  # a quiet hour
+    state.miss("POST /api/log-push: HTTP 500: a", cause="POST /api/log-push: HTTP 500")
+    assert state.check() == [] and state.current == "reading", "the window runs from the miss, not the push before"
+    clock.now += 30
+    state.miss("POST /api/log-push: HTTP 500: b", cause="POST /api/log-push: HTTP 500")
+    assert state.check() == [], "a second miss does not move the window's start"
+    clock.now += 31
+    assert state.check() == ["log shipping: no push delivered for 61 s (its window is 60 s): "
+                             "POST /api/log-push: HTTP 500: b"]
+    state.miss("POST /api/log-push: HTTP 500: c", cause="POST /api/log-push: HTTP 500")
+    assert state.check() == [], "the same cause, said once"
+    state.miss("POST /api/log-push: connection refused", cause="POST /api/log-push: connection refused")
+    state.miss("POST /api/log-push: connection refused", cause="POST /api/log-push: connection refused")
+    assert state.check() == ["log shipping: still no push delivered, for another cause "
+                             "(POST /api/log-push: connection refused)"]
+    clock.now += 9
+    state.read()
+    assert state.check() == ["log shipping: delivering again after 70 s"]
+    clock.now += 3600
+    state.miss("POST /api/log-push: HTTP 500: d", cause="POST /api/log-push: HTTP 500")
+    assert state.check() == [], "a new wait, a new window"
+
+
+def test_a_miss_without_a_cause_is_said_as_before() -> None:
+    """The watches that give no cause (the GPU thread, the proofs): their blindness is said once, whatever the why."""
+    clock = Clock()
+    state = WatchState("proofs watch", 30.0, clock=clock)
+    state.read()
+    clock.now += 10
+    state.miss("cuzk /status: timed out")
+    clock.now += 21
+    assert len(state.check()) == 1
+    state.miss("cuzk /status: connection refused")
+    assert state.check() == [] and state.why == "cuzk /status: connection refused"
 
 
 def test_a_contained_thread_that_fails_is_said_reset_and_run_again_each_wait_doubled() -> None:

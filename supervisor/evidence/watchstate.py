@@ -23,6 +23,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..text.show import one_line
@@ -59,11 +60,30 @@ def said_error(exc: BaseException) -> str:
     return short(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
-class WatchState:
-    """One watch: what it read last and when, and what it says of itself (``check``, on the loop)."""
+@dataclass(frozen=True)
+class Words:
+    """How a watch says what it lacks and that it has it again: ``<name>: <none> for 40 s``, ``<name>: still
+    <none>, for another cause``, ``<name>: <again>`` (``{seconds}``: how long it had none). The default is a
+    watch that reads; the log shipper delivers pushes (manager/logship.py)."""
 
-    def __init__(self, name: str, window_s: float, *, clock: Clock = time.monotonic) -> None:
+    none: str = "no reading"
+    again: str = "reading again after {seconds:.0f} s without one"
+
+
+READS = Words()
+
+
+class WatchState:
+    """One watch: what it read last and when, and what it says of itself (``check``, on the loop).
+
+    ``on_demand``: the watch reads only when it has something to read (the log shipper pushes only while lines
+    wait): its window counts from its first miss after a reading, not from that reading, which may be an hour
+    old when the next one fails (a quiet hour is no blindness)."""
+
+    def __init__(self, name: str, window_s: float, *, clock: Clock = time.monotonic, words: Words = READS,
+                 on_demand: bool = False) -> None:
         self.name, self.window_s, self._clock = name, window_s, clock
+        self.words, self._on_demand = words, on_demand
         self._lock = threading.Lock()
         self._state = STARTING
         self._since = clock()  # monotonic: when the present state (or the wait for a reading) began
@@ -73,7 +93,9 @@ class WatchState:
         self.misses = 0
         self.failures = 0  # the watch's thread (or tick) ended unexpectedly, and was restarted
         self._said_blind = False
-        self._cause: str | None = None  # what a ``missed`` watch's blindness was last said for
+        self._cause: str | None = None  # what the watch's blindness was last said for (``missed``, ``miss``'s cause)
+        self._miss_cause: str | None = None  # the cause of its latest miss, given (``miss``): adopted once blind
+        self._missing = False  # a miss since the latest reading (``on_demand``: the window runs from the first)
         self._unsaid: list[str] = []  # lines the owner's thread asked to say (a failure), for the loop's tick
 
     def read(self, now: float | None = None) -> None:
@@ -82,18 +104,27 @@ class WatchState:
         with self._lock:
             self.readings += 1
             if self._said_blind:
-                self._say(f"{self.name}: reading again after {now - self._since:.0f} s without one")
-            self._said_blind, self._cause = False, None
+                self._say(f"{self.name}: {self.words.again.format(seconds=now - self._since)}")
+            self._said_blind, self._cause, self._miss_cause, self._missing = False, None, None, False
             self._state, self._since, self._last_read, self._why = READING, now, now, ""
 
-    def miss(self, why: str, now: float | None = None) -> None:
-        """One reading that failed (an error, a timeout, an answer out of bounds): no reading, the watch goes on."""
+    def miss(self, why: str, now: float | None = None, cause: str | None = None) -> None:
+        """One reading that failed (an error, a timeout, an answer out of bounds): no reading, the watch goes on.
+        With ``cause`` (what tells one cause from another), a watch said blind says so again, once, when the
+        cause of its misses changes; without, only its return is said."""
         now = self._clock() if now is None else now
         with self._lock:
             self.misses += 1
             self._why = short(why)
             if self._state in (IDLE, STOPPED):  # waiting for a reading from now on
                 self._state, self._since = STARTING, now
+            elif self._on_demand and not self._missing:  # the wait for a reading begins with this miss
+                self._since = now
+            self._missing = True
+            self._miss_cause = cause
+            if cause is not None and self._state == BLIND and self._said_blind and cause != self._cause:
+                self._cause = cause
+                self._say(f"{self.name}: still {self.words.none}, for another cause ({self._why})")
 
     def missed(self, why: str, then: str, cause: str | None = None, now: float | None = None) -> None:
         """One reading that failed, for a watch that reads only now and then: blind at once, said on the next
@@ -109,9 +140,9 @@ class WatchState:
             if self._state != BLIND:
                 if self._state in (IDLE, STOPPED):
                     self._since = now
-                self._say(f"{self.name}: no reading ({self._why}); {then}")
+                self._say(f"{self.name}: {self.words.none} ({self._why}); {then}")
             else:
-                self._say(f"{self.name}: still no reading, for another cause ({self._why})")
+                self._say(f"{self.name}: still {self.words.none}, for another cause ({self._why})")
             self._state, self._said_blind, self._cause = BLIND, True, cause
 
     def idle(self, why: str = "") -> None:
@@ -119,6 +150,7 @@ class WatchState:
         with self._lock:
             if self._state != IDLE:
                 self._state, self._since, self._why, self._said_blind = IDLE, self._clock(), short(why), False
+                self._missing = False
 
     def wake(self, now: float | None = None) -> None:
         """Wanted again after ``idle``: the window counts from now."""
@@ -157,8 +189,8 @@ class WatchState:
             lines, self._unsaid = self._unsaid, []
             since = self._since if thawed_at is None else max(self._since, thawed_at)
             if self._state in (READING, STARTING) and now - since > self.window_s:
-                self._state, self._said_blind = BLIND, True
-                lines.append(f"{self.name}: no reading for {now - since:.0f} s "
+                self._state, self._said_blind, self._cause = BLIND, True, self._miss_cause
+                lines.append(f"{self.name}: {self.words.none} for {now - since:.0f} s "
                              f"(its window is {self.window_s:g} s): {self._why or 'no answer yet'}")
             return lines
 

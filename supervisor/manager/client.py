@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +55,10 @@ READ_CHUNK_BYTES = 8 * 1024
 LOG_PUSH_LIMIT = 256 * 1024
 USER_AGENT = "prover-supervisor"
 SHOWN_CHARS = 200  # of an answer or a Location, in an error line
+# An object's address in an error's text (requests' ConnectionError names its connection object): it differs at
+# every attempt, and is no change of the cause.
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_HTTP_STATUS = re.compile(r".*?HTTP \d{3}")
 
 
 def text_body(text: str, limit: int | None = None) -> bytes:
@@ -67,6 +72,14 @@ def text_body(text: str, limit: int | None = None) -> bytes:
     if limit is None or len(data) <= limit:
         return data
     return data[:limit].decode("utf-8", errors="ignore").encode()  # (ignore: the character cut in two)
+
+
+def error_cause(error: str) -> str:
+    """What tells one failed call's cause from another (a watch says its blindness again only for another: the
+    row watch, the shippers): an answer's HTTP status, not the body that came with it (a request id, a time:
+    every call would be "another cause"); else the text, an object's address left out."""
+    status = _HTTP_STATUS.match(error)
+    return status.group(0) if status else _ADDRESS.sub("0x…", error)
 
 
 def call_deadline_s(spec: ManagerSpec) -> float:

@@ -28,7 +28,6 @@ means either. A note on a row (a time from the future) is said once per watch.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,25 +37,13 @@ from urllib.parse import quote
 from ..engine.loop import summary
 from ..evidence.watchstate import WatchState
 from ..text.show import cut
-from .client import ManagerClient, PermanentError, TransientError
+from .client import ManagerClient, PermanentError, TransientError, error_cause
 from .row import CLOCK_OFFSET_MIN_S, NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
 
 # After a look-up that got no usable answer, the next is not tried for this long (the calls go meanwhile).
 FAILED_AGAIN_S = 30.0
 # What the watch cannot see while it is blind, said with its first failed read.
 BLIND_MEANS = "the manager's own kill or forget of this instance is learnt only at a lifecycle call's answer meanwhile"
-# An object's address in an error's text (requests' ConnectionError names its connection object): it differs at
-# every attempt, and is no change of the cause.
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-_HTTP_STATUS = re.compile(r".*?HTTP \d{3}")
-
-
-def _cause(error: str) -> str:
-    """What tells one failed read's cause from another: an answer's HTTP status, not the body that came with it
-    (a request id, a time: every read would be "another cause"); else the text, an object's address left out."""
-    status = _HTTP_STATUS.match(error)
-    return status.group(0) if status else _ADDRESS.sub("0x…", error)
-
 
 @dataclass(frozen=True)
 class RowReading:
@@ -148,7 +135,7 @@ class RowWatch:
         if reading.error is None:
             self.state.read()
         else:
-            self.state.missed(reading.error, BLIND_MEANS, cause=_cause(reading.error))
+            self.state.missed(reading.error, BLIND_MEANS, cause=error_cause(reading.error))
 
     def _bug(self, exc: Exception) -> str:
         """A bug of ours reading an answer (find_row, a plugin's RowFields): said by ``on_bug``, and the reading is

@@ -145,7 +145,7 @@ def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given
         loop.run()
 def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callable[[float], list[str]]]:
     """What speaks at each tick: the progress walker, the GPU thread (and the GPU health of the phases that
-    use GPUs), the memory of every running phase against its memory_warn."""
+    use GPUs), the memory of every running phase against its memory_warn, the manager's log and event shipping."""
     evidence, lifecycle, reporter = sup.rt.evidence, sup.lifecycle, sup.reporter
     watchers = [evidence.progress.check]
     if evidence.gpus is not None:
@@ -162,6 +162,8 @@ def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callab
     # The threads the attempts' watches read from (a walker that can walk nothing, an I/O thread that can
     # read nothing) are watches too, said and shown as the others.
     evidence.watches.add(evidence.progress.state, *((evidence.io.state,) if evidence.io is not None else ()))
+    # So are the manager's shippers (a log route that fails while the calls go is seen by nothing else).
+    evidence.watches.add(*reporter.shipping_watches())
     # Last: what the watches above found of themselves this tick; a freeze of the supervisor is not their blindness.
     evidence.watches.thawed_at = lambda: evidence.freeze.thawed_at if evidence.freeze is not None else None
     watchers.append(evidence.watches.check)

@@ -18,6 +18,11 @@ the manager client's rules (client.py): a total deadline, a bounded answer, no r
 redirected push is not delivered: it is kept and sent again), Retry-After honoured. The supervisor's own
 first lines, logged before there is a shipper to hand them to, wait in ``EarlyLines``.
 
+A shipper is a watch (evidence/watchstate.py, ``state``: shown in status with the others, its lines said by the
+loop's tick): no push delivered for ``SHIP_BLIND_S`` while lines wait is said once, with why; again when the
+cause changes, and when pushes are delivered again. Lines dropped from a full backlog are said at the first,
+counted (``dropped``: lines and bytes, in status), and the count said once a push of that source is delivered.
+
 The two roads back off apart while the manager is away, and whichever tries first when it is back would
 win: so a source is held (``held``, the Reporter's: the outbox still has a durable push of it pending) and
 its later lines wait here, behind it, until the outbox delivered it. Holding, rather than routing those
@@ -35,8 +40,18 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..evidence.watchstate import WatchState, Words
 from ..text import Log
-from .client import LOG_PUSH_LIMIT, ManagerClient, PermanentError, TransientError, next_wait_s, text_body
+from ..text.show import fmt_bytes
+from .client import (
+    LOG_PUSH_LIMIT,
+    ManagerClient,
+    PermanentError,
+    TransientError,
+    error_cause,
+    next_wait_s,
+    text_body,
+)
 
 # Leave room under the manager's 256 KiB cut for the "dropped" note and headers' sake.
 PUSH_MAX_BYTES = LOG_PUSH_LIMIT - 4096
@@ -50,7 +65,21 @@ FLUSH_TIMEOUT_S = 5.0
 # more lines after them): a receiver that keeps the highest number seen per run and source can drop what
 # it already has. Today's manager ignores the header; the dev-manager drops the duplicates (docs/manager.md).
 SEQ_HEADER = "X-Log-Seq"
-
+# A shipper's own watch: no push delivered for this long, while lines wait, is said once ("log shipping: no push
+# delivered for 61 s (its window is 60 s): POST /api/log-push: HTTP 500: ..."). Lines wait every
+# log_push_interval_s (1 s); after a failure the backoff doubles from PUSH_RETRY_S to PUSH_RETRY_MAX_S, so by
+# 60 s a push was tried six times: a manager restarting (seconds), or one slow answer, is not said, and the
+# backlog (2 MiB a source) still holds the minute of a chatty child's lines. It counts from the first push not
+# delivered (a quiet hour before it is no blindness: WatchState's on_demand), never while nothing waits.
+# It is said also when the manager is down for every call, not only when its log route alone fails (a 500 of
+# /api/log-push that the calls never meet, where it is the only word): the outbox's sender says a failure only
+# for a call it has pending (in production none, for hours) and the row watch at its next read (row_check_s,
+# 300 s), so in production the shipper, pushing every second, is the first to know; and it alone says what the
+# outage costs the logs. One line an outage and one when it ends, never one a push: beside the sender's and the
+# row watch's lines it is the same outage seen from a third road, each line naming its own loss.
+SHIP_BLIND_S = 60.0
+# How a shipper's watch says it (evidence/watchstate.py): it delivers pushes, it does not read.
+SHIPPING_WORDS = Words(none="no push delivered", again="delivering again after {seconds:.0f} s")
 
 
 def _weight(line: str) -> int:
@@ -75,10 +104,12 @@ class _Queue:
             self.lines.append(line)
             self.size += _weight(line)
 
-    def drop_oldest(self) -> None:
-        self._pop()
+    def drop_oldest(self) -> int:
+        """The oldest line goes (the backlog is full): returns its weight."""
+        weight = _weight(self._pop())
         self.dropped += 1
         self.first += 1
+        return weight
 
     def take(self, room: int) -> list[str]:
         """Whole lines off the front while they fit in ``room`` bytes as pushed (each with its newline), the
@@ -112,7 +143,7 @@ class Shipper:
 
     def __init__(self, name: str, send: Callable[[str, str, str], None], ready: Callable[[], bool],
                  interval_s: float, backlog_bytes: int, log: Log, on_back: Callable[[], None] | None = None,
-                 held: Callable[[str], bool] | None = None) -> None:
+                 held: Callable[[str], bool] | None = None, window_s: float = SHIP_BLIND_S) -> None:
         self.name = name
         self._send = send  # (source, body, seq) → raises TransientError / PermanentError
         self._on_back = on_back  # on this thread, when a push is taken after one was refused: the manager is back
@@ -137,11 +168,32 @@ class Shipper:
         self._refused_logged: set[str] = set()
         self.pushed = 0  # pushes delivered
         self.backoff_resets = 0  # times a delivered manager call cut a retry backoff short
-        self.last_error: str | None = None
+        self._error: tuple[str, float] | None = None  # the latest push not delivered, and when (epoch): one value
+        # Its own health (module docstring): idle until a push is tried; blind past window_s without one delivered.
+        self.state = WatchState(name, window_s, words=SHIPPING_WORDS, on_demand=True)
+        self.state.idle("nothing pushed yet")
+        self._dropped: dict[str, list[int]] = {}  # per source, lines and bytes dropped from its full backlog
+        self._drops_unsaid: dict[str, list[int]] = {}  # per source, dropped since its count was last said
         self._thread = threading.Thread(target=self._run, name=f"ship:{name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def error(self) -> tuple[str, float] | None:
+        """Why the latest push was not delivered, and when (epoch); None once one is. One value: read from another
+        thread (status), the two never belong to different pushes."""
+        return self._error
+
+    @property
+    def last_error(self) -> str | None:
+        error = self._error
+        return error[0] if error is not None else None
+
+    @property
+    def last_error_at(self) -> float | None:
+        error = self._error
+        return error[1] if error is not None else None
 
     def add(self, source: str, lines: list[str]) -> None:
         """Queue lines (any thread); the oldest are dropped past the backlog."""
@@ -150,8 +202,7 @@ class Shipper:
         with self._lock:
             queue = self._queues.setdefault(source, _Queue())
             queue.extend(lines)
-            while queue.size > self._backlog and queue.lines:
-                queue.drop_oldest()
+            self._trim(source, queue)
             urgent = queue.size >= BATCH_BYTES
         if urgent:
             self._wake.set()
@@ -171,6 +222,41 @@ class Shipper:
         with self._lock:
             return {source: q.size for source, q in self._queues.items() if q.size}
 
+    def dropped(self) -> dict[str, dict[str, int]]:
+        """Per source, the lines (and their bytes as pushed) dropped from its full backlog since the start."""
+        with self._lock:
+            return {source: {"lines": lines, "bytes": size} for source, (lines, size) in self._dropped.items()}
+
+    def _trim(self, source: str, queue: _Queue) -> None:
+        """(under the lock) The oldest lines of ``source`` go past the backlog, counted; the first said at once
+        (a line for the tick: never logged from here, where the supervisor's own lines come in)."""
+        while queue.size > self._backlog and queue.lines:
+            weight = queue.drop_oldest()
+            total = self._dropped.setdefault(source, [0, 0])
+            total[0], total[1] = total[0] + 1, total[1] + weight
+            unsaid = self._drops_unsaid.get(source)
+            if unsaid is None:
+                unsaid = self._drops_unsaid[source] = [0, 0]
+                self.state.say(f"{self.name}: dropping the oldest lines of {source!r}: its backlog is full "
+                               f"({fmt_bytes(self._backlog)}, log_backlog_bytes); how many is said once a push "
+                               "of it is delivered")
+            unsaid[0], unsaid[1] = unsaid[0] + 1, unsaid[1] + weight
+
+    def _drops_said(self, source: str) -> None:
+        """A push of ``source`` was delivered: what was dropped before it (its note said so there) is counted in
+        one line, unless more was dropped meanwhile (the next push's note carries those: the count waits)."""
+        with self._lock:
+            queue = self._queues.get(source)
+            if queue is not None and queue.dropped:
+                return
+            unsaid = self._drops_unsaid.pop(source, None)
+        if unsaid is not None:
+            self.state.say(self._drop_count(source, unsaid))
+
+    def _drop_count(self, source: str, counted: list[int]) -> str:
+        return (f"{self.name}: {counted[0]} line(s) of {source!r} ({fmt_bytes(counted[1])}) were dropped from its "
+                f"full backlog (log_backlog_bytes {fmt_bytes(self._backlog)})")
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self._interval)
@@ -185,7 +271,7 @@ class Shipper:
         shipped = True
         for source in list(self._queues):
             while True:
-                body, count, _, first = self._take_numbered(source, flight=True)
+                body, count, dropped, first = self._take_numbered(source, flight=True)
                 if not body:
                     break
                 if self._held_back(source):
@@ -195,7 +281,7 @@ class Shipper:
                     self._send(source, body, f"{self.run_id}:{source}:{first}-{first + count - 1}")
                 except TransientError as exc:
                     self._land(source, failed=True)
-                    self.last_error = str(exc)
+                    self._missed(exc)
                     # A manager that asked for a pause (429/503 Retry-After) gets it.
                     self._retry_at = time.monotonic() + next_wait_s(self._retry_delay, exc.retry_after_s)
                     self._retry_delay = min(PUSH_RETRY_MAX_S, self._retry_delay * 2)
@@ -203,7 +289,7 @@ class Shipper:
                     return False
                 except PermanentError as exc:
                     self._land(source, failed=False)
-                    self.last_error = str(exc)
+                    self._missed(exc)
                     if source not in self._refused_logged:
                         self._refused_logged.add(source)
                         self._log(f"{self.name}: the manager refused a push for {source!r} ({exc}); dropping it")
@@ -213,11 +299,22 @@ class Shipper:
                     raise
                 self._land(source, failed=False)
                 self.pushed += 1
+                self._error = None
+                self.state.read()  # ("delivering again after N s", said by the tick, if it was said blind)
+                if dropped or source in self._drops_unsaid:
+                    self._drops_said(source)
                 if self._refused and self._on_back is not None:
                     self._on_back()
                 self._refused = False
                 self._retry_at, self._retry_delay = 0.0, PUSH_RETRY_S
         return shipped
+
+    def _missed(self, exc: Exception) -> None:
+        """A push not delivered: kept as the latest error, and a miss of the watch (its cause: the answer's HTTP
+        status, or the error's text; a new one is said again once the watch was said blind)."""
+        error = str(exc)
+        self._error = (error, time.time())
+        self.state.miss(error, cause=error_cause(error))
 
     def _held_back(self, source: str) -> bool:
         """True: ``source`` is held, and the batch just taken goes back to the front of its queue. Asked once
@@ -294,8 +391,7 @@ class Shipper:
                 queue.size += _weight(line)
             queue.first -= count
             queue.dropped += dropped
-            while queue.size > self._backlog and queue.lines:
-                queue.drop_oldest()
+            self._trim(source, queue)
 
     def stop(self, flush_timeout_s: float = FLUSH_TIMEOUT_S) -> None:
         """Stop the thread, which pushes what is left first (``_flush``), for ``flush_timeout_s`` at most.
@@ -312,6 +408,14 @@ class Shipper:
             self._thread.join(flush_timeout_s)
         else:
             self._flush()
+        self._say_drops_left()
+
+    def _say_drops_left(self) -> None:
+        """At the stop, drops whose count no delivered push brought are said here: no tick is left to say them."""
+        with self._lock:
+            left, self._drops_unsaid = self._drops_unsaid, {}
+        for source, counted in left.items():
+            self._log(f"{self._drop_count(source, counted)} (counted at the exit)")
 
     def _flush(self) -> None:
         """The last pushes, until the stop's deadline. A running backoff is not waited out (the exit cannot wait

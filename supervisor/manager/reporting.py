@@ -102,8 +102,14 @@ class Reporter:
             early.hand_to(None)
 
     def watch_states(self) -> tuple[WatchState, ...]:
-        """The watches of the manager's side (its row, read now and then), for status to show with the others."""
+        """The watches of the manager's side that say their own lines (its row, read now and then, on the sender's
+        thread), for status to show with the others."""
         return (self._sender.rows.state,) if self._sender is not None else ()
+
+    def shipping_watches(self) -> tuple[WatchState, ...]:
+        """The shippers' own watches (log shipping, event shipping: logship.py), said by the tick like the
+        evidence's watches and shown with them; none before start, nor for a shipper whose thread did not start."""
+        return tuple(shipper.state for shipper in (self._logs, self._events) if shipper is not None)
 
     def link(self) -> ReporterLink:
         """What a plugin may do with the manager (wiring.ManagerLink)."""
@@ -142,7 +148,7 @@ class Reporter:
             self._logs = None
         if self.spec.events_url:
             events_client = ManagerClient(replace(self.spec, url=self.spec.events_url), token, warn=self._log)
-            self._events = Shipper("events", events_sender(events_client), lambda: True,
+            self._events = Shipper("event shipping", events_sender(events_client), lambda: True,
                                    self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
             if not self._start_thread("events", self._events.start, "no events are sent"):
                 self._events = None
@@ -372,7 +378,8 @@ class Reporter:
             return {"enabled": False}
         if self._final_status is not None:  # stopped: its outbox is closed
             return self._final_status
-        sender = self._sender
+        sender, logs = self._sender, self._logs
+        push_error = logs.error if logs else None
         return {
             "enabled": True, "url": shown_url(self.spec.url or ""), "label": self.spec.label, "uuid": self.uuid,
             **{name: sender.fields.get(name) if sender else None for name in self.calls.answer_fields},
@@ -384,6 +391,12 @@ class Reporter:
             "ledger": ledger(self.outbox.history(LEDGER_CALLS, without=LOG), self._redactor.text)
             if self.outbox else [],
             "log_backlog": self._logs.backlog() if self._logs else {},
+            # The latest push the log shipper could not deliver (cleared by the next delivered; its watch, in
+            # ``watches``, says since when none was), masked: the manager's own words. And what its full backlogs
+            # dropped, per source.
+            "log_push_error": self._redactor.text(push_error[0]) if push_error else None,
+            "log_push_error_at": push_error[1] if push_error else None,
+            "log_dropped": logs.dropped() if logs else {},
             **self.view.status(self._redactor.text),
         }
 

@@ -522,6 +522,9 @@ class ManagerStatus(_Record):
     last_error_at: float | None = None
     ledger: tuple[LedgerEntry, ...] = ()
     log_backlog: Mapping[str, Any] = field(default_factory=dict)
+    log_push_error: str | None = None  # the latest log push not delivered (None once one is)
+    log_push_error_at: float | None = None
+    log_dropped: Mapping[str, Any] = field(default_factory=dict)  # per source: {"lines", "bytes"} dropped
     row: RowStatus | None = None
     killed: str | None = None  # the manager's kill of the instance, in one line
     clocks: Mapping[str, ClockStatus] = field(default_factory=dict)

@@ -162,9 +162,30 @@ def _manager(mgr: ManagerStatus, now: float, live: bool = True) -> list[str]:
            f"last delivered {_delivered(mgr.last_delivered, now)}"]
     if mgr.last_error:  # one line, with its age; the next delivery clears it
         out.append(f"  last error {since(mgr.last_error_at, now)}: {_one_line(mgr.last_error)}")
+    if mgr.log_push_error:  # the log shipper's, cleared by its next delivered push (its watch says since when)
+        out.append(f"  log push not delivered {since(mgr.log_push_error_at, now)}: {_one_line(mgr.log_push_error)}")
+    dropped = _dropped(mgr.log_dropped)
+    if dropped:
+        out.append(f"  log lines dropped (a full backlog): {dropped}")
     out.extend(_manager_view(mgr, now, live))
     out.extend(_ledger(mgr.ledger, now))
     return out
+
+
+# A count read from a status.json is shown up to this (a file of garbage may hold a number of 400 digits).
+_COUNT_MAX = 10**18
+
+
+def _dropped(dropped: Mapping[str, Any]) -> str:
+    """Per source, the lines its full backlog dropped: ``setup 120 (34.5KiB), web 3 (1.0KiB)``; a value not of
+    that shape (a status.json of another version) is left out."""
+    said = []
+    for source, counted in list(dropped.items())[:10]:
+        lines = counted.get("lines") if isinstance(counted, Mapping) else None
+        size = counted.get("bytes") if isinstance(counted, Mapping) else None
+        if all(isinstance(n, int) and 0 <= n <= _COUNT_MAX for n in (lines, size)):
+            said.append(f"{cut(str(source), 40)} {lines} ({fmt_bytes(size)})")
+    return ", ".join(said)
 
 
 def _manager_view(mgr: ManagerStatus, now: float, live: bool = True) -> list[str]:

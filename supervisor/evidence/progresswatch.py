@@ -21,9 +21,11 @@ largest of what each says:
 
 Each is a whole estimate on its own, never a sum of two, so nothing counts twice; and the figure never
 goes down within an attempt. The figures and the deadline rule are transfer.py's. The deadline counts from
-the manager's clock, the earlier of its row's ``registered_at`` and the instance's first registration, else
-from the first start (firstseen.py), ``progress_deadline_s`` on: a restart does not reset it, and one
-already past (a row registered long ago) ends the download at once, before the observation window. A
+the manager's clock: its row's ``registered_at`` once a row said it (a row registered anew, its old one
+forgotten, is later than our first registration, and the manager's 90 minutes run from it), else the
+instance's first registration, else the first start (firstseen.py's FirstSeen.clock), ``progress_deadline_s``
+on: a restart does not reset it, and one already past (a row registered long ago) ends the download at once,
+before the observation window. A
 progress line is logged every PROGRESS_LOG_S (it reaches the manager's ``setup`` log as every supervisor
 line does); the status shows the figures at every look.
 """

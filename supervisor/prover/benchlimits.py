@@ -7,10 +7,10 @@ the manager's benchmark clock (``BenchClock``) and the min_rate cut (``BenchCut`
 fresh budget from it. So every phase after the ``report = "param-done"`` phase, up to the
 ``report = "bench-done"`` one (the warm-up, the bench), is held to ``[manager] bench_deadline_s`` (default
 2700 s) from the row's ``param_done_at`` once a row said it, else the fetch's own end (firstseen.py's
-FirstSeen.clock: kept across restarts, shown in status with its source). A phase of that stretch running, or starting, past it is
-failed ``too_slow`` (never retried: the instance is given up): its proofs would end after the manager's
-kill, and a bench-done then would un-kill a row whose machine is being destroyed. Each phase's own
-``timeout_s`` still holds within it.
+FirstSeen.clock: kept across restarts, shown in status with its source). A phase of that stretch running, or
+starting, past it is failed ``too_slow`` (never retried: the instance is given up): its proofs would end after
+the manager's kill, and a bench-done then would un-kill a row whose machine is being destroyed. Each phase's
+own ``timeout_s`` still holds within it.
 
 Only while the manager's clock runs: its row in ``params_done`` (its other states have no such timeout: a
 container restarted days into production that benches again is not given up), or, with no row read, until

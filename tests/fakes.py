@@ -137,3 +137,15 @@ class FakeChildren:
     @property
     def last(self) -> FakeChild:
         return self.started[-1]
+
+
+class FailingProduction:
+    """The ``ProductionControl`` a plugin's watch is handed (wiring.py), as far as a watch uses it: each phase it
+    is told to fail, recorded (name, reason, detail)."""
+
+    def __init__(self) -> None:
+        self.failed: list[tuple[str, str, str]] = []
+
+    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
+        self.failed.append((name, reason, detail))
+        return True

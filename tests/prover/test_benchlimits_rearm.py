@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
+from fakes import FailingProduction
 
 from supervisor.engine.loop import EventLoop
 from supervisor.lifecycle.states import PhaseState
@@ -20,15 +21,6 @@ from supervisor.prover.fleet import BENCH_DONE
 from supervisor.wiring import PhaseView
 
 WAIT_S = 30.0  # generous: the machine is shared; each wait ends as soon as its condition holds
-
-
-class Production:
-    def __init__(self) -> None:
-        self.failed: list[tuple[str, str, str]] = []
-
-    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
-        self.failed.append((name, reason, detail))
-        return True
 
 
 def raising_once(value: Callable[[], object], at_call: int) -> Callable[..., object]:
@@ -43,7 +35,7 @@ def raising_once(value: Callable[[], object], at_call: int) -> Callable[..., obj
     return call
 
 
-def run_until_failed(loop: EventLoop, production: Production) -> None:
+def run_until_failed(loop: EventLoop, production: FailingProduction) -> None:
     deadline = time.monotonic() + WAIT_S
     loop.run_until(lambda: bool(production.failed) or time.monotonic() > deadline, 0.05)
 
@@ -59,7 +51,7 @@ def quick_looks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_benchmark_clock_fires_after_one_look_raised() -> None:
-    loop, production, said = EventLoop(), Production(), []
+    loop, production, said = EventLoop(), FailingProduction(), []
     loop.faults.log = said.append
     started = [time.time()]  # the deadline's start: now at first, then (from the 3rd look) 100 s ago
     looks = [0]
@@ -82,7 +74,7 @@ def test_the_benchmark_clock_fires_after_one_look_raised() -> None:
 
 
 def test_the_min_rate_cut_fires_after_one_look_raised() -> None:
-    loop, production, said = EventLoop(), Production(), []
+    loop, production, said = EventLoop(), FailingProduction(), []
     loop.faults.log = said.append
     began = time.monotonic() - 1200.0  # the bench began 20 min ago: 12 proofs at 50/h needed 14.4 min at most
     times = iter([began])  # the first good look takes the bench's start; every later one the time now
@@ -109,7 +101,7 @@ def test_a_look_that_raises_every_time_is_said_once_and_looked_at_again() -> Non
         raise ValueError("simulated bug")
 
     link = SimpleNamespace(clock=clock, delivered_answer=lambda kind: None)
-    bench_clock = benchlimits.BenchClock(2.0, {"bench"}, link, Production(), loop.call_later)  # type: ignore[arg-type]
+    bench_clock = benchlimits.BenchClock(2.0, {"bench"}, link, FailingProduction(), loop.call_later)  # type: ignore[arg-type]
     bench_clock.heard_row(SimpleNamespace(state=benchlimits.PARAMS_DONE))  # type: ignore[arg-type]
     with pytest.raises(ValueError):  # the first look is the transition's own (its listener contains it)
         bench_clock.transition(PhaseView("bench", "oneshot", PhaseState.RUNNING, "", 1, False, False, None, None))

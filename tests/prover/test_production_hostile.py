@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
 import pytest
+from fakes import FailingProduction
 
 from supervisor.config import ConfigError
 from supervisor.engine.loop import EventLoop
@@ -138,18 +139,9 @@ def test_a_dripping_peer_is_cut_at_the_total_deadline(peers: list[Peer], monkeyp
 # ---------------------------------------------------------------- the watch, in-process on a real loop
 
 
-class Production:
-    def __init__(self) -> None:
-        self.failed: list[tuple[str, str, str]] = []
-
-    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
-        self.failed.append((name, reason, detail))
-        return True
-
-
 def watch_of(url: str, loop: EventLoop, watches: Watches, log: list[str], *, blind_s: float | None = None,
-             ) -> tuple[ProductionWatch, Production]:
-    target = Production()
+             ) -> tuple[ProductionWatch, FailingProduction]:
+    target = FailingProduction()
     wiring = Wiring(plan=None, events=None, production=target, manager=None,  # type: ignore[arg-type]
                     export_env=lambda name, value: None, call_later=loop.call_later, log=log.append,
                     watch_state=watches.new)
@@ -218,7 +210,7 @@ def test_a_bug_in_deciding_is_said_once_and_the_watch_goes_on(peers: list[Peer])
             raise RuntimeError("a bug of ours")
         return {}
 
-    target = Production()
+    target = FailingProduction()
     wiring = Wiring(plan=None, events=None, production=target, manager=None,  # type: ignore[arg-type]
                     export_env=lambda name, value: None, call_later=loop.call_later, log=log.append,
                     machine=machine, watch_state=watches.new)

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
+from fakes import FailingProduction
 
 from supervisor.engine.loop import EventLoop
 from supervisor.evidence.watchstate import Watches
@@ -78,21 +79,12 @@ def servers() -> Iterator[list[Server]]:
         server.stop()
 
 
-class Production:
-    def __init__(self) -> None:
-        self.failed: list[tuple[str, str, str]] = []
-
-    def fail_phase(self, name: str, reason: str, detail: str) -> bool:
-        self.failed.append((name, reason, detail))
-        return True
-
-
 class Run:
     """The watch on a real loop, up as production, with every line its watches said."""
 
     def __init__(self, status_url: str, metrics_url: str) -> None:
         self.loop, self.watches, self.log, self.said = EventLoop(), Watches(), [], []
-        wiring = Wiring(plan=None, events=None, production=Production(), manager=None,  # type: ignore[arg-type]
+        wiring = Wiring(plan=None, events=None, production=FailingProduction(), manager=None,  # type: ignore[arg-type]
                         export_env=lambda name, value: None, call_later=self.loop.call_later, log=self.log.append,
                         watch_state=self.watches.new)
         settings = ProductionSettings(watch_s=0.2, proof_failures=2, proof_failure_window_s=30,

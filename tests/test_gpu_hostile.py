@@ -231,6 +231,20 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def launch_blind_soon(sup: Runner, tmp_path: Path, cfg: Path, control: NvmlControl
+                      ) -> tuple[subprocess.Popen[bytes], Path]:
+    """``run --config cfg`` through LAUNCHER on the stand-in NVML ``control`` drives: its output in the file
+    returned, the process handed to ``sup`` to clean up."""
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(LAUNCHER)
+    out_path = tmp_path / "launched.txt"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([PY, str(launcher), "run", "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT,
+                                cwd=REPO, start_new_session=True, env=clean_env(fake_nvml_env(control)))
+    sup.procs.append(proc)  # type: ignore[arg-type]
+    return proc, out_path
+
+
 def test_a_blind_gpu_watch_is_said_once_and_shown_by_status(sup: Runner, tmp_path: Path) -> None:
     control = NvmlControl(tmp_path / "nvml.json")
     flag = tmp_path / "up"
@@ -240,13 +254,7 @@ def test_a_blind_gpu_watch_is_said_once_and_shown_by_status(sup: Runner, tmp_pat
         gpu_health = true
         command = {pyc(f"import time, pathlib; pathlib.Path({str(flag)!r}).touch(); time.sleep(60)")}
         """, stop_grace_s=1)
-    launcher = tmp_path / "launch.py"
-    launcher.write_text(LAUNCHER)
-    out_path = tmp_path / "launched.txt"
-    with open(out_path, "wb") as out:
-        proc = subprocess.Popen([PY, str(launcher), "run", "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT,
-                                cwd=REPO, start_new_session=True, env=clean_env(fake_nvml_env(control)))
-    sup.procs.append(proc)  # type: ignore[arg-type]
+    proc, out_path = launch_blind_soon(sup, tmp_path, cfg, control)
     text = lambda: out_path.read_text(errors="replace")  # noqa: E731
     wait_for(flag.exists, timeout=30)
     control.set(garbage=["nvmlDeviceGetUtilizationRates"])
@@ -328,13 +336,7 @@ def test_a_stall_while_gpu_sampling_is_blind_says_so_in_its_verdict(sup: Runner,
         stall_s = 6
         command = {pyc(f"import time, pathlib; time.sleep(2); pathlib.Path({str(flag)!r}).touch(); time.sleep(120)")}
         """, stop_grace_s=1)
-    launcher = tmp_path / "launch.py"
-    launcher.write_text(LAUNCHER)
-    out_path = tmp_path / "launched.txt"
-    with open(out_path, "wb") as out:
-        proc = subprocess.Popen([PY, str(launcher), "run", "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT,
-                                cwd=REPO, start_new_session=True, env=clean_env(fake_nvml_env(control)))
-    sup.procs.append(proc)  # type: ignore[arg-type]
+    proc, out_path = launch_blind_soon(sup, tmp_path, cfg, control)
     wait_for(flag.exists, timeout=30)
     control.set(garbage=["nvmlDeviceGetMemoryInfo"])  # from now on no reading of the GPU, busy as it is
     assert proc.wait(120) == EXIT_TIMEOUT

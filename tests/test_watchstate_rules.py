@@ -181,6 +181,7 @@ def test_a_watch_on_demand_counts_its_window_from_its_first_miss_and_says_anothe
     assert state.check() == [] and state.current == "idle"
     state.read()
     clock.now += 3600  # a quiet hour
+    assert state.check() == [] and state.current == "reading", "a quiet hour, looked at: no blindness either"
     state.miss("POST /api/log-push: HTTP 500: a", cause="POST /api/log-push: HTTP 500")
     assert state.check() == [] and state.current == "reading", "the window runs from the miss, not the push before"
     clock.now += 30
@@ -199,6 +200,7 @@ def test_a_watch_on_demand_counts_its_window_from_its_first_miss_and_says_anothe
     state.read()
     assert state.check() == ["log shipping: delivering again after 70 s"]
     clock.now += 3600
+    assert state.check() == [], "delivering again, then quiet: no blindness"
     state.miss("POST /api/log-push: HTTP 500: d", cause="POST /api/log-push: HTTP 500")
     assert state.check() == [], "a new wait, a new window"
 

@@ -188,7 +188,8 @@ class WatchState:
         with self._lock:
             lines, self._unsaid = self._unsaid, []
             since = self._since if thawed_at is None else max(self._since, thawed_at)
-            if self._state in (READING, STARTING) and now - since > self.window_s:
+            waiting = not self._on_demand or self._missing  # on demand, no miss yet: nothing waited for, no blindness
+            if self._state in (READING, STARTING) and waiting and now - since > self.window_s:
                 self._state, self._said_blind, self._cause = BLIND, True, self._miss_cause
                 lines.append(f"{self.name}: {self.words.none} for {now - since:.0f} s "
                              f"(its window is {self.window_s:g} s): {self._why or 'no answer yet'}")

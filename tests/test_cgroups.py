@@ -673,6 +673,13 @@ ESCAPE_CODE = textwrap.dedent("""\
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
+            if sys.argv[2:] == ["deeper"]:  # into a cgroup of its own, made below its phase cgroup
+                rel = next(line.split(":", 2)[2] for line in open("/proc/self/cgroup")
+                           if "memory" in line.split(":", 2)[1].split(","))
+                inner = "/sys/fs/cgroup/memory" + rel.strip() + "/inner"
+                os.mkdir(inner)
+                with open(inner + "/cgroup.procs", "w") as procs:
+                    procs.write(str(os.getpid()))
             script = f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 300"
             os.execvp("env", ["env", "-i", "/bin/sh", "-c", script])
         os._exit(0)
@@ -688,7 +695,10 @@ def _kill_quietly(pid: int | None) -> None:
             os.kill(pid, 9)
 
 
-def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_start(sup: Runner) -> None:
+@pytest.mark.parametrize("where", ["in-its-phase-cgroup", "below-it"])
+def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_start(sup: Runner, where: str) -> None:
+    # below-it: the escapee made a cgroup below its phase cgroup and moved into it (the phase's, as the run's own
+    # sweep knows): the next start read the phase cgroup's own cgroup.procs alone, left it alive and said nothing.
     import signal
 
 
@@ -700,7 +710,7 @@ def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_star
 [[phases]]
 name = "work"
 kind = "service"
-command = {toml_list([sys.executable, str(escape), str(pidfile)])}
+command = {toml_list([sys.executable, str(escape), str(pidfile), *(["deeper"] if where == "below-it" else [])])}
 """, name="first.toml")
     second_cfg = sup.write(f"""
 [[phases]]
@@ -714,7 +724,8 @@ command = {toml_list(["true"])}
             wait_for(pidfile.exists, timeout=20)
             escapee = int(pidfile.read_text())
             stale = cg / f"prover-{first.pid}-work"
-            assert str(escapee) in (stale / "cgroup.procs").read_text().split()
+            home = stale / "inner" if where == "below-it" else stale
+            assert str(escapee) in (home / "cgroup.procs").read_text().split()
             environ = Path(f"/proc/{escapee}/environ").read_bytes()
             assert TAG_ENV.encode() not in environ and STATE_DIR_ENV.encode() not in environ
             os.kill(first.pid, signal.SIGKILL)

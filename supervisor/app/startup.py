@@ -270,8 +270,11 @@ def empty_leftover_cgroups(memory: MemoryEvidence, log: Log) -> None:
     """What a SIGKILLed predecessor's escapees left (they cleared their environment: no tag finds them,
     only the phase cgroups they were born in): kill them, then remove the emptied cgroups."""
     for owner, stale in memory.leftover_cgroups():
-        if kill_cgroup(stale.procs_file(), log, f"left in {stale.path} by supervisor pid {owner}, which died"):
-            stale.remove()
+        # Its processes and those of any cgroup a child made below it: all the phase's, as the run's own sweep
+        # takes them (memory.leftover_pids); the cgroups below go with it.
+        why = f"left in {stale.path} by supervisor pid {owner}, which died"
+        if kill_cgroup(stale.path, stale.pids_below, log, why) and not stale.remove():
+            log(f"{stale.path}: emptied but not removed (a cgroup below it in use?); left in place")
 
 
 def _orphan_logger(log: SupervisorLog) -> Callable[[int, ExitStatus], None]:

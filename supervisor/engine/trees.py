@@ -200,28 +200,28 @@ def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
     return killed
 
 
-def kill_cgroup(procs_file: Path, log: Log, why: str, wait_s: float = KILL_WAIT_S) -> bool:
-    """SIGKILL everything in a cgroup until its ``cgroup.procs`` is empty; True once it is.
+def kill_cgroup(cgroup: Path, pids_in: Callable[[], list[int] | None], log: Log, why: str,
+                wait_s: float = KILL_WAIT_S) -> bool:
+    """SIGKILL everything in a cgroup (``pids_in``: its processes, those of the cgroups below it included;
+    None where they cannot be read) until none is left; True once none is (or the cgroup is gone).
 
-    The file is read again after each round: a member may fork between the read and its kill,
-    and the child is born in the same cgroup. Blocks (for at most ``wait_s``): only for use
-    before the event loop runs.
+    They are read again after each round: a member may fork between the read and its kill, and the child
+    is born in the same cgroup. Blocks (for at most ``wait_s``): only for use before the event loop runs.
     """
     deadline = time.monotonic() + wait_s
     said = why
     signalled: set[int] = set()
     while True:
-        try:
-            pids = [int(p) for p in procs_file.read_text().split()]
-        except FileNotFoundError:
-            return True
-        except (OSError, ValueError) as exc:
-            log(f"cannot read {procs_file}: {exc}; its processes are left alone")
+        pids = pids_in()
+        if pids is None:
+            if not cgroup.exists():
+                return True
+            log(f"cannot read the processes of {cgroup}; they are left alone")
             return False
         if not pids:
             return True
         if time.monotonic() > deadline:
-            log(f"{procs_file.parent}: {len(pids)} process(es) survived SIGKILL for {wait_s:g}s "
+            log(f"{cgroup}: {len(pids)} process(es) survived SIGKILL for {wait_s:g}s "
                 f"(uninterruptible sleep?): {', '.join(map(str, pids[:10]))}; cgroup left in place")
             return False
         # A killed process stays listed until it has died: each one is signalled (and said) once.

@@ -73,6 +73,8 @@ PROVING_TASKS = ("PoRep", "PSProve", "WdPost", "WinPost", "UpdateProve")
 # The sources, as a Reading names them, and the names of their own watches (status's ``watches``).
 CUZK, CURIO = "cuzk", "curio"
 SOURCE_WATCHES = {CUZK: "cuzk status", CURIO: "curio metrics"}
+# A line of curio's own metrics (its namespace), a sample or its # TYPE / # HELP: the page is curio's.
+_CURIO_PAGE_RE = re.compile(r"^(# (TYPE|HELP) )?curio_", re.MULTILINE)
 _METRIC_RE = re.compile(r'^curio_harmonytask_tasks_(completed|failed)\{[^}]*task_name="([^"]+)"[^}]*\}\s+([0-9.e+]+)$')
 
 
@@ -214,11 +216,10 @@ def read_counters(status_url: str, metrics_url: str) -> Reading:
             errors.append(why)
             unread.append((CUZK, why))
     if metrics_url:
-        curio, why, answered = _read_curio(metrics_url)
+        curio, why = _read_curio(metrics_url)
         if curio is None:
             errors.append(why)
-            if not answered:  # (an answer without proving tasks is curio's before its first one: no blindness)
-                unread.append((CURIO, why))
+            unread.append((CURIO, why))
     if cuzk is not None:
         return replace(cuzk, beside=(curio,) if curio is not None else (), unread=tuple(unread))
     if curio is not None:
@@ -237,16 +238,20 @@ def _read_cuzk(url: str) -> tuple[Reading | None, str]:
     return Reading(time.monotonic(), counters[0], counters[1], counters[2], CUZK), ""
 
 
-def _read_curio(url: str) -> tuple[Reading | None, str, bool]:
-    """curio's proving task counters at ``url``, or None and why not; and whether its metrics answered at all
-    (curio counts a task name only from its first task: a page without them is no failure to reach it)."""
+def _read_curio(url: str) -> tuple[Reading | None, str]:
+    """curio's proving task counters at ``url``, or None and why not. Its page without them, curio's metrics
+    all the same (its namespace, ``curio_``), is curio before its first proving task (it counts a task name only
+    from its first): none completed, none failed, a reading as any other, read alone or beside cuzk's. A page
+    with no curio metric at all is not curio's (another program on the port, a wrong path): no reading."""
     try:
-        tasks = parse_curio(_get(url).decode(errors="replace"))
+        text = _get(url).decode(errors="replace")
+        tasks = parse_curio(text)
     except Exception as exc:
-        return None, f"curio /debug/metrics: {_said(exc)}", False
-    if tasks is None:
-        return None, "curio /debug/metrics has no proving task counters", True
-    return Reading(time.monotonic(), tasks[0], tasks[1], None, CURIO), "", True
+        return None, f"curio /debug/metrics: {_said(exc)}"
+    if tasks is None and not _CURIO_PAGE_RE.search(text):
+        return None, "curio /debug/metrics has no proving task counters"
+    completed, failed = tasks if tasks is not None else (0, 0)
+    return Reading(time.monotonic(), completed, failed, None, CURIO), ""
 
 
 def _said(exc: Exception) -> str:
@@ -451,7 +456,8 @@ class ProductionWatch:
         watch's blindness would be said three times."""
         self.state.miss(why)
         for state in self._own_sources():
-            state.idle("no source reads: the proofs watch says why")
+            if state.current != "blind":  # one said blind stays so: its reading again is said when it reads
+                state.idle("no source reads: the proofs watch says why")
 
     def _tell_sources(self, reading: Reading) -> None:
         """A reading of one source at least: each source's own watch reads, or misses with its own why."""

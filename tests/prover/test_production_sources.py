@@ -173,3 +173,39 @@ def test_curio_answering_before_its_first_proving_task_is_not_blind(servers: lis
     run.until("10 readings", lambda: run.watches.to_dict()["proofs watch"]["readings"] >= 10)
     assert run.said == [], run.said
     assert run.watches.to_dict()["curio metrics"]["state"] == "reading"
+
+
+def test_curio_read_alone_before_its_first_proving_task_is_read_as_with_cuzk(servers: list[Server]) -> None:
+    """One rule with cuzk or without: curio's page before its first proving task is none done, none failed. Read
+    alone ([production] without [cuzk]) it was no reading, and the proofs watch went blind on a healthy curio."""
+    servers.append(curio := Server({"/debug/metrics": (200, b'curio_harmonytask_active_tasks{task_name="x"} 0\n')}))
+    run = Run("", curio.url("/debug/metrics"))
+    run.until("10 readings", lambda: run.watches.to_dict()["proofs watch"]["readings"] >= 10)
+    assert run.said == [], run.said
+    assert run.watches.to_dict()["proofs watch"]["misses"] == 0
+
+
+def test_a_page_with_no_curio_metric_is_no_reading_of_curio(servers: list[Server]) -> None:
+    # (another program on the port: its page is not curio's before its first task, and is said as no reading)
+    servers.append(other := Server({"/debug/metrics": (200, b"up 1\n")}))
+    run = Run("", other.url("/debug/metrics"))
+    run.until("a miss", lambda: run.watches.to_dict()["proofs watch"]["misses"] >= 1)
+    assert run.watches.to_dict()["proofs watch"]["readings"] == 0
+
+
+def test_a_source_said_lost_says_its_return_though_both_were_lost_between(servers: list[Server]) -> None:
+    """curio lost alone is said; then cuzk is lost too (the proofs watch says it; the sources wait); then both
+    read again: curio's return is said too, or its outage was never closed in the log."""
+    servers.append(cuzk := Server({"/status": (200, STATUS)}))
+    servers.append(curio := Server({"/debug/metrics": (200, METRICS)}))
+    curio.stop()
+    run = Run(cuzk.url("/status"), curio.url("/debug/metrics"))
+    run.until("curio's metrics said blind", lambda: run.saying("curio metrics: no reading for "))
+    cuzk.routes["/status"] = (500, b"boom")
+    run.until("the proofs watch said blind", lambda: run.saying("proofs watch: no reading for "))
+    cuzk.routes["/status"] = (200, STATUS)
+    curio.start()
+    run.until("curio's return said", lambda: run.saying("curio metrics: reading again after "))
+    run.until("the proofs watch's return said", lambda: run.saying("proofs watch: reading again after "))
+    assert len(run.saying("curio metrics: no reading for ")) == 1, run.said
+    assert not run.saying("cuzk status: "), run.said  # (never said lost alone: nothing of it to close)

@@ -218,6 +218,8 @@ def test_v1_oom_kills_past_the_bound_of_cgroups_below_are_unknown(tmp_path: Path
     assert ours.oom_kills() is None and ours.snapshot().oom_kills is None
     assert set(said) == {(cgroup, f"has over {SUBTREE_MAX} cgroups below it")}  # (each reading: said once by
     # MemoryEvidence, its owner)
+    # Still a cgroup whose counter reads: discover's choice among cgroups must not turn on how crowded one is.
+    assert ours.readable()
 
 
 def test_discover_container_v2_path_missing_falls_back_to_the_mount_root(tmp_path: Path) -> None:

@@ -237,7 +237,8 @@ class MemoryCgroup:
         return max(0, usage - (inactive or 0))
 
     def readable(self) -> bool:
-        return self.oom_kills() is not None
+        """Whether its own OOM counter reads (never a walk below it: a crowded cgroup is still readable)."""
+        return self._keyed("memory.events" if self.version == "v2" else "memory.oom_control", "oom_kill") is not None
 
     def pids(self) -> list[int] | None:
         """The processes in this cgroup now; None where ``cgroup.procs`` cannot be read (or holds garbage)."""

@@ -68,12 +68,11 @@ def test_nothing_seen_stalls_after_stall_s() -> None:
 
 def test_each_look_keeps_which_signs_it_could_not_measure_for_the_status_view() -> None:
     w = watch(10.0, gpus=True)
-    w.saw_output(100.5)
-    assert w.stalled(101.0, gpu_unknown="GPU sampling blind: timed out") is None  # not stalled, still kept
+    w.note_unmeasured("GPU sampling blind: timed out", None)
     assert w.unmeasured == {"GPU activity": "GPU sampling blind: timed out"}
-    assert w.stalled(102.0, io_unknown="the I/O thread's latest reading is 6.0s old") is None
+    w.note_unmeasured(None, "the I/O thread's latest reading is 6.0s old")
     assert w.unmeasured == {"I/O": "the I/O thread's latest reading is 6.0s old"}  # the latest look's, only
-    assert w.stalled(103.0) is None
+    w.note_unmeasured(None, None)
     assert w.unmeasured == {}
 
 
@@ -528,6 +527,9 @@ def test_a_stall_while_nvml_answers_garbage_says_gpu_evidence_unavailable(contro
     unavailable = f"GPU sampling blind: {bad}" if blind_s < 4.0 else rf"no reading of GPU 0 for \d+\.\ds: {bad}"
     assert re.fullmatch(rf"no output for \d+\.\ds, no GPU activity for \d+\.\ds \(GPU evidence unavailable: "
                         rf"{unavailable}\)", silent), silent
+    # What the status view shows beside the sign's age, the look's own words:
+    assert set(monitor.watch.unmeasured) == {"GPU activity"}, monitor.watch.unmeasured
+    assert re.fullmatch(unavailable, monitor.watch.unmeasured["GPU activity"]), monitor.watch.unmeasured
 
 
 class _StaleIo:

@@ -145,12 +145,15 @@ class StallWatch:
         """How long each sign it counts has been silent at ``now`` (for the status view), by name."""
         return {what: max(0.0, now - seen) for what, seen in self._signs()}
 
+    def note_unmeasured(self, gpu_unknown: str | None, io_unknown: str | None) -> None:
+        """What the latest look could not measure, and why (the status view says it beside the sign's age)."""
+        self.unmeasured = {what: why for what, why in (("I/O", io_unknown), ("GPU activity", gpu_unknown))
+                           if why is not None}
+
     def stalled(self, now: float, gpu_unknown: str | None = None, io_unknown: str | None = None) -> str | None:
         """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
         there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"; ``io_unknown``:
         why the I/O thread reads nothing now (its silence is then no measure)."""
-        self.unmeasured = {what: why for what, why in (("I/O", io_unknown), ("GPU activity", gpu_unknown))
-                           if why is not None}
         signs = self._signs()
         if any(now - seen < self.stall_s for _, seen in signs):
             return None
@@ -251,7 +254,9 @@ class StallMonitor:
         gpu_unknown = self._saw_gpus(now)
         self._saw_io()
         self._saw_progress()
-        silent = watch.stalled(now, gpu_unknown, self._io_unknown(now))
+        io_unknown = self._io_unknown(now)
+        watch.note_unmeasured(gpu_unknown, io_unknown)
+        silent = watch.stalled(now, gpu_unknown, io_unknown)
         if silent is None:
             self._loop.call_later(self._interval, self._check, on_error=self._on_error)
         else:

@@ -69,12 +69,11 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     if budget is not None:  # a stop signal from outside: say what its budget cut short (said when it comes)
         steps.append(("saying what the stop budget cut short", lambda: log(budget.cut_short())))
     steps.append(("saying the exit status", log, f"exiting with status {status}"))
-    final = [status]  # (what the exit returns: the flush may learn of the manager's kill)
     if sup.reporter.enabled:  # (no manager: nothing to flush)
         why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
         steps.append(("the manager's exit flush", sup.reporter.stop, status, why,
                       flush_with_the_loop(core.loop, signals)))
-        steps.append(("reading the exit status after the flush", status_after_flush, plan, sup.lifecycle, final,
+        steps.append(("reading the exit status after the flush", status_after_flush, plan, sup.lifecycle, status,
                       log))
         # What the flush delivered: status.json was saved before it (a SIGKILL meanwhile finds the last state).
         steps.append(("saving status.json after the flush", outlets.state_file.save))
@@ -93,18 +92,17 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     host.console.close(budget.console_s(CONSOLE_CLOSE_S) if budget is not None else CONSOLE_CLOSE_S)
     os.close(lock_fd)
     no_last_walk_of_the_heap()
-    return final[0]
+    return sup.lifecycle.status_at_exit()  # (its one holder: the flush may have learnt of the manager's kill)
 
 
-def status_after_flush(plan: Plan, lifecycle: Lifecycle, final: list[int], log: SupervisorLog) -> None:
+def status_after_flush(plan: Plan, lifecycle: Lifecycle, said: int, log: SupervisorLog) -> None:
     """The flush may have learnt what the run's status could not know: a run that completed, whose manager had
     killed the instance meanwhile (its row, read before a last lifecycle call; Lifecycle.stop_from_outside). Not
     a success then: the new status is said, and the termination log written, as for any status but 0."""
     status = lifecycle.status_at_exit()
-    if status == final[0]:
+    if status == said:  # (``said``: the status "exiting with status N" said before the flush)
         return
     log(f"exiting with status {status} after all: {lifecycle.shutdown_reason} (learnt during the exit flush)")
-    final[0] = status
     write_termination_log(plan.supervisor.termination_log, lifecycle, status, log)
 
 

@@ -322,8 +322,9 @@ class ProofWindow:
 
     def failing_source(self, failures: int) -> str | None:
         """The source whose window holds ``failures`` or more failed and none completed (any source: curio's
-        tasks can fail while cuzk's counters look well); None: none is failing."""
-        for source, (_, readings) in self._series.items():
+        tasks can fail while cuzk's counters look well), cuzk's first where both are (the proving daemon's own
+        count; never whichever series happened to begin first); None: none is failing."""
+        for source, (_, readings) in sorted(self._series.items(), key=lambda kv: kv[0] != CUZK):
             completed, failed = _between(readings[0], readings[-1])
             if failed >= failures and completed == 0:
                 return source

@@ -61,6 +61,17 @@ def test_curios_tasks_failing_while_cuzk_looks_well_is_failing() -> None:
         assert window.in_window() == (cuzk_done * 5, 0) and window.failed_in_window("curio") == 25
 
 
+def test_both_sources_failing_name_cuzks_counters_whichever_series_began_first() -> None:
+    # curio read from its first minute (none done yet), cuzk only later: the verdict named the series that
+    # happened to begin first. Both failing, it names the proving daemon's own count.
+    window = ProofWindow(600.0)
+    window.add(Reading(0.0, 0, 0, source="curio"))
+    for i in range(1, 6):
+        window.add(Reading(60.0 * i, 0, 3 * i, source="curio"))
+        window.add(Reading(60.0 * i, 10, 10 + 3 * i, source="cuzk"))
+    assert window.failing_source(5) == "cuzk"
+
+
 def test_a_read_that_falls_back_to_curio_never_subtracts_cuzks_counters() -> None:
     # cuzk's /status times out every other minute and curio's metrics answer instead: their totals count other
     # things (cuzk 500 completed, curio 40). Each keeps its own series: a proof failing every minute, none

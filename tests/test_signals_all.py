@@ -123,11 +123,14 @@ def supervisor_pid(proc: subprocess.Popen[str], pid1: bool) -> int:
 
 
 def received(sup: Runner) -> list[str]:
-    """The signals the recorder got, in order, less the SIGCONT that follows its stop signal (a stop sends one,
-    for a stopped child's sake; one that exits in its SIGTERM handler may be gone before it is handled)."""
+    """The signals the recorder got, in order, less the SIGCONT that goes with its stop signal (a stop sends one
+    right after it, for a stopped child's sake; one that exits in its SIGTERM handler may be gone before it is
+    handled). It may be written before SIGTERM too: Python runs a handler for a signal that comes while another
+    handler runs inside it, at its next bytecode, so SIGCONT's line can land before SIGTERM's handler writes."""
     got = sup.tmp / "got"
     names = got.read_text().split() if got.exists() else []
-    return [name for i, name in enumerate(names) if not (name == "SIGCONT" and i > 0 and names[i - 1] == "SIGTERM")]
+    return [name for i, name in enumerate(names)
+            if not (name == "SIGCONT" and "SIGTERM" in names[max(0, i - 1):i] + names[i + 1:i + 2])]
 
 
 def start_service(sup: Runner, config: Path, pid1: bool = False) -> tuple[subprocess.Popen[str], int]:

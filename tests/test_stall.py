@@ -39,7 +39,7 @@ from supervisor.engine.loop import EventLoop
 from supervisor.evidence.gpu import GpuReading, GpuSample
 from supervisor.evidence.gpuwatch import Gpus
 from supervisor.evidence.iowatch import TreeIo
-from supervisor.evidence.progress import ProgressProbe, measure_tree, tree_size
+from supervisor.evidence.progress import ProgressProbe, TreeMeasure, measure_tree, tree_size
 from supervisor.evidence.stall import (
     IO_SIGN_MIN_BYTES,
     STALL_CHECK_MAX_S,
@@ -601,6 +601,92 @@ def test_a_progress_watch_that_raises_releases_its_walks_before_the_phase_hears(
         assert walks.watched == 0
     finally:
         loop.close()
+
+class _Download:
+    """A download as a progress watch sees it: the cache's walks and the trees' bytes written, set by the test."""
+
+    def __init__(self) -> None:
+        self.cache: TreeMeasure | None = None
+        self.written = 0
+        self.seq = 0
+        self.slow: list[str] = []
+
+    def walk(self, size: int, done: int) -> None:
+        self.seq += 1
+        self.cache = TreeMeasure("/cache", size, 1, float(self.seq), 0.0, self.seq, done, 1 if done else 0, None)
+
+    # the walker's side
+    def watch(self, path: str, every_s: float) -> Callable[[], None]:
+        return lambda: None
+
+    def watch_net(self, every_s: float) -> Callable[[], None]:
+        return lambda: None
+
+    def latest(self, path: str) -> TreeMeasure | None:
+        return self.cache if path == "/cache" else None
+
+    # the I/O thread's side
+    def io_watch(self, every_s: float, *, from_zero: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(follow=lambda roots: None, release=lambda: None,
+                               latest=lambda: TreeIo(self.seq, 0.0, self.written, self.written, 1, True))
+
+    # the attempt's side
+    def roots(self) -> list[object]:
+        return []
+
+    def reading(self) -> None:
+        return None
+
+    def current(self) -> bool:
+        return True
+
+    def too_slow(self, why: str) -> None:
+        self.slow.append(why)
+
+    def fault(self, what: str, exc: Exception) -> None:
+        raise exc
+
+
+MiB = 1 << 20
+
+
+def test_a_file_removed_and_fetched_again_is_not_counted_twice() -> None:
+    # curio deletes a file whose digest does not match and fetches it again: its bytes written the first time
+    # counted on, the phase read 100% done while it fetched it again, and too_slow never came before the deadline.
+    from supervisor.config import parse_plan
+    from supervisor.evidence.progresswatch import PROGRESS_TICK_S, ProgressWatch
+
+    spec = parse_plan('[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "32MiB"\n'
+                      'progress_path = "/cache"\n', "test.toml", {}).phases[0]
+    clock, lines = FakeClock(), []
+    loop = EventLoop(clock=clock)
+    download = _Download()
+    evidence = SimpleNamespace(progress=download, io=SimpleNamespace(watch=download.io_watch), first_seen=None)
+    try:
+        download.walk(32 * MiB, 0)  # preallocated, nothing complete
+        watch = ProgressWatch(spec, loop, lines.append, evidence, download)  # type: ignore[arg-type]
+
+        def tick(written: int, size: int, done: int) -> dict[str, object]:
+            download.written = written
+            download.walk(size, done)
+            clock.now += PROGRESS_TICK_S
+            loop.run_once(max_wait=0)
+            figures = watch.figures()
+            assert figures is not None
+            return figures
+
+        assert tick(8 * MiB, 32 * MiB, 0)["done_bytes"] == 8 * MiB
+        assert tick(32 * MiB, 32 * MiB + 4096, 0)["done_bytes"] == 32 * MiB  # (its control file beside it)
+        assert tick(32 * MiB, 32 * MiB, 32 * MiB)["done_bytes"] == 32 * MiB, "a completed file is no removal"
+        assert not any("shrank" in line for line in lines), lines
+        again = tick(32 * MiB, 0, 0)  # its digest did not match: removed
+        assert again["done_bytes"] == 0, again
+        assert [line for line in lines if "shrank" in line] == [
+            "phase fetch: /cache shrank (a file removed): progress counts again from what is there now"]
+        assert tick(40 * MiB, 32 * MiB, 0)["done_bytes"] == 8 * MiB  # fetched again: what is written now counts
+    finally:
+        loop.close()
+
 
 def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Path) -> None:
     walkers_before = [t.name for t in threading.enumerate()].count("progress")  # (another test's, closing)

@@ -117,6 +117,8 @@ class ProgressWatch:
             self._releases.append(self._io.release)
         self._cache_start: int | None = None
         self._net_start: int | None = None
+        self._written_start = 0  # the trees' bytes written before the baseline (taken again on a shrink)
+        self._cache_seen: tuple[int, int] | None = None  # the cache's (size, done) at the latest walk
         self._done = 0
         self._logged_at = self._started
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
@@ -151,18 +153,41 @@ class ProgressWatch:
                 if cache is None:
                     return False
             net = self._probe.latest(NET_DEV)
-        if self._cache_start is None:
-            self._cache_start = cache.done if cache is not None else 0
-            self._net_start = net.size if net is not None else None
+        written = self._written()
+        shrank = self._shrank(cache)
+        if self._cache_start is None or shrank:
+            self._take_baseline(cache, net, written)
         net_gain = None
         if net is not None and net.size is not None and self._net_start is not None:
             net_gain = max(0, net.size - self._net_start)
         reading = self._attempt.reading()
-        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, self._written()))
+        since = None if written is None else max(0, written - self._written_start)
+        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, since))
         self._window.add(now, self._done)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
         self.progress = figures(self._done, self._spec.progress_total, self._window.rate(), files)
         return True
+
+    def _shrank(self, cache: TreeMeasure | None) -> bool:
+        """Whether a file was removed since the walk before: the cache smaller, and no more of it complete (a
+        download whose digest did not match, deleted to be fetched again; a partial one removed). A download
+        that completes is no removal (its control file goes, but its bytes become complete). What was written
+        of a removed file is no progress any more: the bytes written, received and done count again from what
+        is there now, or a file fetched twice reads as done (100% while it is fetched again, and no early word
+        that the deadline cannot be made)."""
+        seen = (cache.size, cache.done) if cache is not None and cache.size is not None else None
+        before, self._cache_seen = self._cache_seen, seen
+        return seen is not None and before is not None and seen[0] < before[0] and seen[1] <= before[1]
+
+    def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None, written: int | None) -> None:
+        """What counts from now: the cache's complete bytes, the bytes received; the trees' bytes written count
+        from their start at the first (they began with the attempt), from now at a shrink."""
+        if self._cache_start is not None:
+            self._log(f"phase {self._spec.name}: {self._spec.progress_path} shrank (a file removed): progress "
+                      "counts again from what is there now")
+            self._written_start, self._done = written or 0, 0
+        self._cache_start = cache.done if cache is not None else 0
+        self._net_start = net.size if net is not None else None
 
     def _written(self) -> int | None:
         """What the attempt's trees have written since it began (None: not read yet, or unreadable); the

@@ -20,7 +20,8 @@ largest of what each says:
 - without one: what was there at the start + the bytes received since (every interface but loopback).
 
 Each is a whole estimate on its own, never a sum of two, so nothing counts twice; and the figure never
-goes down within an attempt. The figures and the deadline rule are transfer.py's. The deadline counts from
+goes down within an attempt but where a file was removed (``_shrank``: a bad checksum, fetched again), from
+when it counts again from what is there. The figures and the deadline rule are transfer.py's. The deadline counts from
 the manager's clock: its row's ``registered_at`` once a row said it (a row registered anew, its old one
 forgotten, is later than our first registration, and the manager's 90 minutes run from it), else the
 instance's first registration, else the first start (firstseen.py's FirstSeen.clock), ``progress_deadline_s``

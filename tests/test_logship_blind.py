@@ -102,8 +102,8 @@ def test_a_log_route_failing_is_said_once_again_for_another_cause_and_when_pushe
     assert re.fullmatch(r"log shipping: no push delivered for \d+ s \(its window is 1 s\): "
                         r"POST /api/log-push: HTTP 500: .*injected fault.*", line), line
     assert shipper.state.current == "blind"
-    assert shipper.last_error is not None and "HTTP 500" in shipper.last_error
-    assert shipper.last_error_at is not None and shipper.last_error_at <= time.time()
+    assert shipper.error is not None and "HTTP 500" in shipper.error[0]
+    assert shipper.error[1] <= time.time()
     # Retried, and failing the same way: not said again.
     misses = shipper.state.misses
     wait_for(lambda: shipper.state.misses > misses, timeout=WAIT_S)
@@ -119,7 +119,7 @@ def test_a_log_route_failing_is_said_once_again_for_another_cause_and_when_pushe
     shipper.manager_answers()
     back = tick.until(r"delivering again")
     assert re.fullmatch(r"log shipping: delivering again after \d+ s", back), back
-    assert shipper.last_error is None and shipper.last_error_at is None
+    assert shipper.error is None
     assert shipper.state.current == "reading"
     assert pushed(manager)["setup"] == "one\ntwo\n"
     assert tick.count("no push delivered") == 2 and tick.count("delivering again") == 1, tick.said

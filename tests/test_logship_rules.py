@@ -190,7 +190,7 @@ def test_a_5xx_keeps_the_batch_and_the_retry_carries_the_same_numbers(server: Re
     server.answers = [500]
     shipper.add("setup", ["kept", "through"])
     assert not shipper.ship_once()
-    assert shipper.last_error is not None and "HTTP 500" in shipper.last_error
+    assert shipper.error is not None and "HTTP 500" in shipper.error[0]
     shipper.add("setup", ["more"])
     assert shipper.ship_once()
     refused, taken = server.pushes

@@ -185,16 +185,6 @@ class Shipper:
         thread (status), the two never belong to different pushes."""
         return self._error
 
-    @property
-    def last_error(self) -> str | None:
-        error = self._error
-        return error[0] if error is not None else None
-
-    @property
-    def last_error_at(self) -> float | None:
-        error = self._error
-        return error[1] if error is not None else None
-
     def add(self, source: str, lines: list[str]) -> None:
         """Queue lines (any thread); the oldest are dropped past the backlog."""
         if not lines:

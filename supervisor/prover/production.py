@@ -369,25 +369,23 @@ class ProductionWatch:
         window_s = max(2 * settings.watch_s, BLIND_MIN_S) if blind_s is None else blind_s
         self.state = wiring.watch_state("proofs watch", window_s)
         self.state.idle("production is not up")
-        self.sources = self._source_watches(wiring, window_s)
+        # The sources read, by name; with both, each has a watch of its own (either can be lost while the other
+        # reads); with one, the proofs watch is that source's.
+        self._read = tuple(source for source, url in ((CUZK, self._status_url), (CURIO, settings.curio_metrics))
+                           if url)
+        self._own = self._source_watches(wiring, window_s)
         self._next_summary = 0.0
         self._memory: tuple[int, int] | None = None
         self.summary = ""
 
     def _source_watches(self, wiring: Wiring, window_s: float) -> dict[str, WatchState]:
-        """Each source read, by its name, and the watch that tells its health: with both read, one of its own
-        (either can be lost while the other reads); with one, the proofs watch itself."""
-        read = [source for source, url in ((CUZK, self._status_url), (CURIO, self._settings.curio_metrics)) if url]
-        if len(read) < 2:
-            return {source: self.state for source in read}
-        sources = {source: wiring.watch_state(SOURCE_WATCHES[source], window_s) for source in read}
-        for state in sources.values():
+        """The sources' own watches, by source: one each with both read, none with one."""
+        if len(self._read) < 2:
+            return {}
+        own = {source: wiring.watch_state(SOURCE_WATCHES[source], window_s) for source in self._read}
+        for state in own.values():
             state.idle("production is not up")
-        return sources
-
-    def _own_sources(self) -> list[WatchState]:
-        """The sources' own watches (none when the proofs watch is the one source's)."""
-        return [state for state in self.sources.values() if state is not self.state]
+        return own
 
     def transition(self, phase: PhaseView) -> None:
         if phase.report != "running":
@@ -398,12 +396,12 @@ class ProductionWatch:
             self._next_summary = 0.0
             with self._lock:
                 self._latest = None  # a read of the last time up is no reading of this one
-            for state in (self.state, *self._own_sources()):
+            for state in (self.state, *self._own.values()):
                 state.wake()
             self._schedule()
         elif not phase.up and self._phase is not None:
             self._phase = None
-            for state in (self.state, *self._own_sources()):
+            for state in (self.state, *self._own.values()):
                 state.idle("production is not up")
             if self._timer is not None:
                 self._timer.cancel()
@@ -456,16 +454,14 @@ class ProductionWatch:
         """No reading at all: the proofs watch's miss; the sources' own watches wait (idle), or the whole
         watch's blindness would be said three times."""
         self.state.miss(why)
-        for state in self._own_sources():
+        for state in self._own.values():
             if state.current != "blind":  # one said blind stays so: its reading again is said when it reads
                 state.idle("no source reads: the proofs watch says why")
 
     def _tell_sources(self, reading: Reading) -> None:
         """A reading of one source at least: each source's own watch reads, or misses with its own why."""
         unread = dict(reading.unread)
-        for source, state in self.sources.items():
-            if state is self.state:
-                continue
+        for source, state in self._own.items():
             if source in unread:
                 state.miss(unread[source], reading.at)
             else:
@@ -512,7 +508,8 @@ class ProductionWatch:
                                "failed_in_window": w_failed, "rate_per_hour": round(done / seconds * 3600, 2)
                                if seconds > 0 else None, "watch_s": self._settings.watch_s,
                                "watch": self.state.current,
-                               "sources": {source: state.current for source, state in self.sources.items()}},
+                               "sources": {source: self._own.get(source, self.state).current
+                                           for source in self._read}},
                 "metrics": {"proofs_completed": done, "proofs_failed": failed}}
 
 

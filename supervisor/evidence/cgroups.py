@@ -166,7 +166,7 @@ class MemoryCgroup:
         a child made below this one is this one's too); v1's ``memory.oom_control`` here and in each cgroup
         below, each counting only its own victims. None where this cgroup's counter cannot be read."""
         if self.version == "v2":
-            own = self._keyed("memory.events", "oom_kill")
+            own = self._keyed(self._events_file, "oom_kill")
             return None if own is None else OomKills({self.path: own})
         paths = self.subtree()
         if paths is None:
@@ -183,8 +183,8 @@ class MemoryCgroup:
 
     def subtree(self) -> list[Path] | None:
         """This cgroup and every cgroup below it (the phase cgroups right below left out, with theirs, where
-        ``phases_apart``), this one
-        first; None past SUBTREE_MAX (said as a bad value: whatever made them, the counts are unknown)."""
+        ``phases_apart``), this one first; None past SUBTREE_MAX (said as a bad value: whatever made them, the
+        counts are unknown)."""
         found, unread = [self.path], [self.path]
         while unread:
             path = unread.pop()
@@ -238,7 +238,12 @@ class MemoryCgroup:
 
     def readable(self) -> bool:
         """Whether its own OOM counter reads (never a walk below it: a crowded cgroup is still readable)."""
-        return self._keyed("memory.events" if self.version == "v2" else "memory.oom_control", "oom_kill") is not None
+        return self._keyed(self._events_file, "oom_kill") is not None
+
+    @property
+    def _events_file(self) -> str:
+        """The file its own OOM counter is in."""
+        return "memory.events" if self.version == "v2" else "memory.oom_control"
 
     def pids(self) -> list[int] | None:
         """The processes in this cgroup now; None where ``cgroup.procs`` cannot be read (or holds garbage)."""

@@ -170,15 +170,17 @@ class ProgressWatch:
         return True
 
     def _shrank(self, cache: TreeMeasure | None) -> bool:
-        """Whether a file was removed since the walk before: the cache smaller, and no more of it complete (a
-        download whose digest did not match, deleted to be fetched again; a partial one removed). A download
+        """Whether a file was removed since the walk before: less of the cache complete (a download whose digest
+        did not match, deleted to be fetched again, preallocated anew at once), or the cache smaller and no more
+        of it complete (a partial one removed). A download
         that completes is no removal (its control file goes, but its bytes become complete). What was written
         of a removed file is no progress any more: the bytes written, received and done count again from what
         is there now, or a file fetched twice reads as done (100% while it is fetched again, and no early word
         that the deadline cannot be made)."""
         seen = (cache.size, cache.done) if cache is not None and cache.size is not None else None
         before, self._cache_seen = self._cache_seen, seen
-        return seen is not None and before is not None and seen[0] < before[0] and seen[1] <= before[1]
+        return seen is not None and before is not None and (seen[1] < before[1]
+                                                            or (seen[0] < before[0] and seen[1] <= before[1]))
 
     def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None, written: int | None) -> None:
         """What counts from now: the cache's complete bytes, the bytes received; the trees' bytes written count

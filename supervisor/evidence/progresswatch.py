@@ -20,7 +20,7 @@ largest of what each says:
 - without one: what was there at the start + the bytes received since (every interface but loopback).
 
 Each is a whole estimate on its own, never a sum of two, so nothing counts twice; and the figure never
-goes down within an attempt but where a file was removed (``_shrank``: a bad checksum, fetched again), from
+goes down within an attempt but where a file was removed (``_removed``: a bad checksum, fetched again), from
 when it counts again from what is there. The figures and the deadline rule are transfer.py's. The deadline counts from
 the manager's clock: its row's ``registered_at`` once a row said it (a row registered anew, its old one
 forgotten, is later than our first registration, and the manager's 90 minutes run from it), else the
@@ -120,7 +120,12 @@ class ProgressWatch:
         self._net_start: int | None = None
         self._written_start = 0  # the trees' bytes written before the baseline (taken again on a shrink)
         self._cache_seen: tuple[int, int] | None = None  # the cache's (size, done) at the latest walk
+        self._restarts = 0  # the files the command said it deleted to fetch again, so far
         self._done = 0
+        # The rate is of what the link brings, thrown away or not (``_got``: done + ``_thrown``, the bytes of the
+        # removed files): counted from ``_done`` alone, a removal read as a link gone slow (its figure dropped,
+        # then grew from there) and the deadline rule ended a download that could still make it.
+        self._got = self._thrown = 0
         self._logged_at = self._started
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
         self._said_deadline = False
@@ -155,39 +160,50 @@ class ProgressWatch:
                     return False
             net = self._probe.latest(NET_DEV)
         written = self._written()
-        shrank = self._shrank(cache)
-        if self._cache_start is None or shrank:
-            self._take_baseline(cache, net, written)
+        reading = self._attempt.reading()
+        removed = self._removed(cache, reading)
+        if self._cache_start is None or removed is not None:
+            self._take_baseline(cache, net, written, removed)
         net_gain = None
         if net is not None and net.size is not None and self._net_start is not None:
             net_gain = max(0, net.size - self._net_start)
-        reading = self._attempt.reading()
         since = None if written is None else max(0, written - self._written_start)
         self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, since))
-        self._window.add(now, self._done)
+        if removed is not None:  # the link did not slow down: what it brought of the removed file stays in the rate
+            self._thrown = self._got - self._done
+        self._got = self._thrown + self._done
+        self._window.add(now, self._got)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
         self.progress = figures(self._done, self._spec.progress_total, self._window.rate(), files)
         return True
 
-    def _shrank(self, cache: TreeMeasure | None) -> bool:
-        """Whether a file was removed since the walk before: less of the cache complete (a download whose digest
-        did not match, deleted to be fetched again, preallocated anew at once), or the cache smaller and no more
-        of it complete (a partial one removed). A download
-        that completes is no removal (its control file goes, but its bytes become complete). What was written
-        of a removed file is no progress any more: the bytes written, received and done count again from what
-        is there now, or a file fetched twice reads as done (100% while it is fetched again, and no early word
-        that the deadline cannot be made)."""
+    def _removed(self, cache: TreeMeasure | None, reading: ProgressReading | None) -> str | None:
+        """How a file was removed since the measure before (None: none was). A removed file's bytes are no
+        progress any more: the bytes written, received and done count again from what is there now, or a file
+        fetched twice reads as done (100% while it is fetched again, and no early word that the deadline cannot
+        be made). Two ways to know, either enough:
+
+        - the walks: less of the cache complete (a download whose digest did not match, deleted to be fetched
+          again, preallocated anew at once), or the cache smaller and no more of it complete (a partial one
+          removed). A download that completes is no removal (its control file goes, its bytes become complete);
+        - the command's own word (its reading's ``restarts``): a file deleted after its check, to be fetched
+          again. The walks miss a file checked in less than progress.py's COMPLETE_QUIET_S, deleted and
+          preallocated anew between two of them (never seen complete, never smaller); the line is not missed."""
         seen = (cache.size, cache.done) if cache is not None and cache.size is not None else None
         before, self._cache_seen = self._cache_seen, seen
-        return seen is not None and before is not None and (seen[1] < before[1]
-                                                            or (seen[0] < before[0] and seen[1] <= before[1]))
+        restarts = reading.restarts if reading is not None else 0
+        restarted, self._restarts = restarts > self._restarts, max(restarts, self._restarts)
+        if seen is not None and before is not None and (seen[1] < before[1]
+                                                        or (seen[0] < before[0] and seen[1] <= before[1])):
+            return f"{self._spec.progress_path} shrank (a file removed)"
+        return "the command deletes a file to fetch it again" if restarted else None
 
-    def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None, written: int | None) -> None:
+    def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None, written: int | None,
+                       removed: str | None) -> None:
         """What counts from now: the cache's complete bytes, the bytes received; the trees' bytes written count
-        from their start at the first (they began with the attempt), from now at a shrink."""
+        from their start at the first (they began with the attempt), from now at a removal."""
         if self._cache_start is not None:
-            self._log(f"phase {self._spec.name}: {self._spec.progress_path} shrank (a file removed): progress "
-                      "counts again from what is there now")
+            self._log(f"phase {self._spec.name}: {removed}: progress counts again from what is there now")
             self._written_start, self._done = written or 0, 0
         self._cache_start = cache.done if cache is not None else 0
         self._net_start = net.size if net is not None else None

@@ -7,13 +7,18 @@ aria2c (production.md; measured with aria2 1.36.0, stdout a pipe) prints, a file
     12/01 14:43:51 [NOTICE] Download complete: /var/tmp/filecoin-proof-parameters/v28-....params
     12/01 14:43:51 [ERROR] CUID#7 - Download aborted. URI=...    (level words ANSI-coloured)
 
-and paramfetch ``Parameter file <path> is ok`` once a file is checked (or found complete). Into a pipe the
+and paramfetch ``Parameter file <path> is ok`` once a file is checked (or found complete), or, when a file it has
+just fetched fails its check, ``sanity checking fetched file failed, removing and retrying: checksum mismatch in
+param file <path>, <got> != <want>`` (curio's ``lib/fastparamfetch/paramfetch.go``; go-log's ERROR line): the
+file is deleted and fetched again, so it is no longer complete and the reading counts a restart (the progress
+watch then counts again from what is there: what was written of the bad copy is no progress). Into a pipe the
 readouts are block-buffered: they arrive in one burst when the file is done (or 4 KiB at a time), so what they
 say corrects the figure afterwards; what the download has got meanwhile is its processes' writes
 (progresswatch.py). The readout's
 first figure is the bytes of the file under way; a ``Download complete`` adds that file's size (its
 readout's second figure) to what is done and starts the next at 0; a file downloaded again in the same
-attempt (paramfetch fetches a file whose check failed once more) counts once, at its last size. The
+attempt (paramfetch fetches a file whose check failed once more) counts once, at its last size, and not at
+all from its mismatch until it is complete again. The
 command's exit status judges it (the result never fails it); the last ERROR line is kept for the log.
 """
 
@@ -29,6 +34,10 @@ _SIZE = r"(\d+(?:\.\d+)?)(B|KiB|MiB|GiB|TiB)"
 _READOUT_RE = re.compile(r"\[#[0-9a-f]+ " + _SIZE + "/" + _SIZE + r"\(\d+%\)")
 _COMPLETE_RE = re.compile(r"\bDownload complete: (\S.*?)\s*$")
 _OK_RE = re.compile(r"\bParameter file (\S+) is ok\b")
+_MISMATCH_RE = re.compile(r"\bchecksum mismatch in param file (\S+?),?(?:\s|$)")
+# The words of curio's line when the mismatching file was just fetched and is deleted to be fetched again (a
+# mismatch found before fetching keeps the file: aria2c --continue takes it up).
+_REMOVED = "removing and retrying"
 _ERROR_RE = re.compile(r"\[ERROR\]\s*(.*?)\s*$")
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 # A kept ERROR line is cut to this many characters.
@@ -46,6 +55,7 @@ class FetchResult:
     in_flight_total: int = 0
     files: set[str] = field(default_factory=set)  # complete or found ok
     readouts: int = 0
+    restarts: int = 0  # files deleted after a failed check, to be fetched again
     last_error: str | None = None
 
     @property
@@ -57,7 +67,7 @@ class FetchResult:
         """The core's reading (hooks.ReadsProgress); None until aria2c or paramfetch said anything of it."""
         if not self.readouts and not self.files:
             return None
-        return ProgressReading(self.in_flight, self.completed_bytes + self.in_flight, len(self.files))
+        return ProgressReading(self.in_flight, self.completed_bytes + self.in_flight, len(self.files), self.restarts)
 
     def problem(self) -> str | None:
         return None  # curio fetch-params exits non-zero when a file cannot be fetched: its status judges
@@ -92,6 +102,13 @@ class FetchParser:
         ok = _OK_RE.search(line)
         if ok:
             r.files.add(ok.group(1))
+            return
+        mismatch = _MISMATCH_RE.search(line)
+        if mismatch:
+            r.files.discard(mismatch.group(1))
+            r.completed.pop(mismatch.group(1), None)
+            if _REMOVED in line:
+                r.restarts += 1
             return
         error = _ERROR_RE.search(line)
         if error:

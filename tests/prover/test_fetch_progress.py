@@ -257,6 +257,26 @@ def test_a_throttled_download_that_can_make_it_is_never_given_up(profile: Any, g
     assert profile.calls("/param-done") == 1
 
 
+def test_a_file_fetched_again_after_a_bad_checksum_counts_again_and_can_still_make_it(profile: Any,
+                                                                                     gateway: Any) -> None:
+    # curio deletes a file whose digest does not match and fetches it again. A small file is checked within a
+    # walk's quiet time and preallocated anew between two walks, so only curio's line says it (measured with
+    # the real aria2c): its first copy's bytes counted on (100% while it was fetched again), and the rate fell
+    # with the figure (the deadline rule then ended a download that could still make it).
+    gateway._server.size = 3 * MIB
+    env = _slow_env(profile, gateway, STANDIN_PARAM_FILES="1", STANDIN_PARAM_BYTES="3MiB",
+                    PROVER_PARAM_TOTAL="3MiB", PROVER_FETCH_DEADLINE_S="60", PROVER_SLOW_WINDOW_S="2",
+                    STANDIN_PARAM_CORRUPT="1")
+    run = profile.run(env=env, timeout=90)
+    out = run.output
+    assert "removing and retrying: checksum mismatch in param file" in out, out[-3000:]
+    # (curio's line, or a walk between the delete and the new preallocation: either counts again)
+    assert "progress counts again from what is there now" in out, out[-3000:]
+    assert "too_slow" not in out and "reason=stalled" not in out, out[-3000:]
+    assert "phase paramfetch: stopping → done" in out, out[-3000:]
+    assert profile.calls("/param-done") == 1
+
+
 def test_slow_patches_of_the_link_do_not_use_up_the_fetchs_retries(profile: Any, gateway: Any) -> None:
     """The real aria2c gives a link under 16 KiB/s up after about 10 s (exit 5, "Too slow"), -m100
     notwithstanding: three slow patches of the gateway used the profile's two retries up and gave the instance

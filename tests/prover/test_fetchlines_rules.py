@@ -2,7 +2,8 @@
 
 tests/prover/test_fetch_progress.py reads one mixed transcript; these pin the rules one at a time: a
 ``Download complete`` adds the file's size and starts the next at 0, a file said complete and then found ok
-counts once, a file fetched again after a failed check counts once, a file paramfetch only found ok counts
+counts once, a file fetched again after a failed check counts once (and not at all from curio's line until
+complete again, a restart of the reading), a file paramfetch only found ok counts
 with no bytes, the readout's units, the last ERROR kept (cut to ERROR_CHARS), undecodable bytes, and the
 text the log gets.
 """
@@ -64,18 +65,45 @@ def test_a_file_complete_then_found_ok_counts_once() -> None:
     assert result.progress() == ProgressReading(0, MIB, 1)
 
 
+_MISMATCH = ("2026-12-01T14:44:00.100Z\tERROR\tparamfetch\tfastparamfetch/paramfetch.go:160\tsanity checking fetched "
+             "file failed, removing and retrying: checksum mismatch in param file /p/a.params, 0f1e != 9a8b\n")
+
+
 def test_a_file_fetched_again_after_its_check_failed_counts_once() -> None:
     # paramfetch deletes a file whose digest mismatches and fetches it once more (workloads.md): its bytes
     # are not done twice, or the attempt's progress passes the files' total while one is still missing.
     result = parsed("paramfetch",
         "[#0a 4.0MiB/4.0MiB(100%)]\n"
         "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
-        "ERROR\tparamfetch\tchecksum mismatch in param file /p/a.params\n"
+        + _MISMATCH +
         "[#0b 4.0MiB/4.0MiB(100%)]\n"
         "12/01 14:44:51 [NOTICE] Download complete: /p/a.params\n"
         "[#0c 1.0MiB/2.0MiB(50%)]\n")
     assert result.completed_bytes == 4 * MIB
-    assert result.progress() == ProgressReading(MIB, 5 * MIB, 1)
+    assert result.progress() == ProgressReading(MIB, 5 * MIB, 1, restarts=1)
+
+
+def test_a_file_deleted_after_its_check_failed_is_not_done_and_is_a_restart() -> None:
+    # From curio's line (lib/fastparamfetch/paramfetch.go) until aria2c completes it again, the file is not
+    # done: without it the reading said the bad copy's bytes done while the file was fetched again, and the
+    # restart tells the progress watch to count again from what is there (progresswatch.py).
+    result = parsed("paramfetch",
+        "[#0a 4.0MiB/4.0MiB(100%)]\n"
+        "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
+        + _MISMATCH +
+        "[#0b 1.0MiB/4.0MiB(25%)]\n")
+    assert result.files == set() and result.completed_bytes == 0
+    assert result.progress() == ProgressReading(MIB, MIB, 0, restarts=1)
+
+
+def test_a_mismatch_found_before_fetching_is_no_restart() -> None:
+    # curio checks a file already there first, and only warns (the file stays: aria2c --continue takes it up);
+    # nothing was deleted, so nothing counts again.
+    result = parsed("paramfetch",
+        "2026-12-01T14:40:00.000Z\tWARN\tparamfetch\tfastparamfetch/paramfetch.go:141\tchecksum mismatch in "
+        "param file /p/a.params, 0f1e != 9a8b\n"
+        "[#0a 1.0MiB/4.0MiB(25%)]\n")
+    assert result.progress() == ProgressReading(MIB, MIB, 0, restarts=0)
 
 
 def test_a_file_only_found_ok_counts_as_a_file_with_no_bytes_downloaded() -> None:

@@ -28,7 +28,8 @@ Output (go-log lines, logger ``paramfetch``)::
     Fetching <path> from <url>
     GET <url>
     (aria2c's lines, or nothing for the Go fallback)
-    checksum mismatch in param file <path>, <got> != <want>   (STANDIN_PARAM_CORRUPT only)
+    sanity checking fetched file failed, removing and retrying: checksum mismatch in param file <path>, <got> != <want>
+                                                              (STANDIN_PARAM_CORRUPT only; ERROR)
     Parameter file <path> is ok
     parameter and key-fetching complete
 
@@ -172,10 +173,11 @@ class Fetcher:
             if self._checksum_fails(attempt):
                 want = hashlib.blake2b(param.name.encode()).hexdigest()[:32]
                 got = hashlib.blake2b(f"corrupt/{attempt}/{param.name}".encode()).hexdigest()[:32]
-                _log("warn", f"checksum mismatch in param file {path}, {got} != {want}")
+                mismatch = f"checksum mismatch in param file {path}, {got} != {want}"
                 os.unlink(path)
-                if attempt == 1:
-                    raise Aborted(f"fetching param file {path} failed: checksum mismatch")
+                if attempt == 1:  # (curio says nothing now: the error is in what it exits with)
+                    raise Aborted(f"re-checking file {path} failed: {mismatch}")
+                _log("error", f"sanity checking fetched file failed, removing and retrying: {mismatch}")
                 continue
             _log("info", f"Parameter file {path} is ok")
             return

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import subprocess
 import sys
 import textwrap
@@ -40,6 +41,7 @@ from helpers import (
 )
 
 from supervisor.engine.loop import EventLoop
+from supervisor.engine.reaping import ExitStatus
 from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV
 from supervisor.evidence.cgroups import (
     SUBTREE_MAX,
@@ -52,6 +54,7 @@ from supervisor.evidence.cgroups import (
     mem_total,
 )
 from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence, kills_since
+from supervisor.lifecycle.verdict import OOM_KILLED, from_exit
 from supervisor.text.units import GIB as GiB
 from supervisor.text.units import MIB as MiB
 
@@ -101,6 +104,26 @@ def fake_v1(tmp: Path, rel: str = "/docker/abc", *, limit: int = V1_NO_LIMIT, oo
     proc = tmp / "proc-self-cgroup"
     proc.write_text(f"12:pids:/docker/abc\n4:memory:{rel}\n1:name=systemd:/docker/abc\n")
     return root, proc, cgroup
+
+
+def mountinfo_file(tmp: Path, cgroup2_at: Path | None, super_options: str = "rw,nsdelegate") -> Path:
+    """A /proc/self/mountinfo as a container's reads, with a cgroup2 mount at ``cgroup2_at`` (None: none),
+    ``super_options`` its options after the " - " (where ``memory_localevents`` is shown)."""
+    lines = ["1051 1050 0:94 / / rw,relatime master:1 - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w",
+             "1052 1051 0:97 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw",
+             "1055 1051 0:99 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro"]
+    if cgroup2_at is not None:  # (the kernel writes a space in a path as \040)
+        lines.append(f"1056 1055 0:29 / {str(cgroup2_at).replace(' ', chr(92) + '040')} ro,nosuid,nodev,noexec,"
+                     f"relatime shared:9 - cgroup2 cgroup2 {super_options}")
+    path = tmp / "mountinfo"
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return path
+
+
+def v2_events_both(directory: Path, hierarchical: int, local: int) -> Path:
+    """A v2 cgroup's ``memory.events`` (``hierarchical``: its kills and those below it, or only its own under
+    memory_localevents) and ``memory.events.local`` (``local``: always only its own)."""
+    return write_files(directory, {"memory.events": v2_events(hierarchical), "memory.events.local": v2_events(local)})
 
 
 # ================================================================ discovery
@@ -182,6 +205,30 @@ def test_v2_oom_kills_are_read_from_the_hierarchical_memory_events(tmp_path: Pat
     assert MemoryCgroup(below, "v2").oom_kills() == 1
 
 
+def test_v2_under_memory_localevents_oom_kills_count_each_cgroup_below_apart(tmp_path: Path) -> None:
+    """Mounted with memory_localevents, v2's ``memory.events`` counts only the cgroup's own kills, as v1's counter
+    does: ours is read with every cgroup below it, each from its ``memory.events.local``."""
+    root, proc, cgroup = fake_v2(tmp_path / "a mount", oom_kill=1)  # (a space in the mount point: \040 there)
+    v2_events_both(cgroup, 1, 1)  # (under the option both files hold the cgroup's own)
+    inner = v2_events_both(cgroup / "inner", 0, 0)
+    mountinfo = mountinfo_file(tmp_path, root, "rw,nsdelegate,memory_localevents,memory_recursiveprot")
+    found = discover(root, proc, mountinfo=mountinfo)
+    assert found.cgroup is not None and found.cgroup.local_events, found.why
+    assert found.why == f"cgroup v2 at {cgroup} (memory_localevents: OOM kills counted over each cgroup below)"
+    before = found.cgroup.oom_counts()
+    assert before == OomKills({cgroup: 1, inner: 0})
+
+    v2_events_both(inner, 1, 1)  # a kill in the cgroup below: ours stays at 1
+    assert kills_since(found.cgroup.oom_counts(), before) == 1  # (the hierarchical reading: 0)
+    assert found.cgroup.create_child("prover-1-bench").local_events  # a phase cgroup is read the same way
+
+    # The option cleared by a remount since (memory.events hierarchical again): ``.local`` is still each one's
+    # own, so the kill below is never counted twice.
+    v2_events_both(cgroup, 3, 1)
+    v2_events_both(inner, 2, 2)
+    assert kills_since(found.cgroup.oom_counts(), before) == 2
+
+
 def test_v1_oom_kills_count_each_cgroup_below_apart(tmp_path: Path) -> None:
     """v1 counts a kill in the victim's own cgroup only (measured: tests/test_oom.py): ours is read with every
     cgroup below it but those named apart (phase cgroups), and a rise is each cgroup's own."""
@@ -246,6 +293,36 @@ def test_discover_container_v1_path_missing_falls_back_to_the_mount_root(tmp_pat
     assert found.cgroup.path == root / "memory"
     assert found.cgroup.oom_kills() == 2
     assert found.cgroup.limit() == GiB
+
+
+@pytest.mark.parametrize("mountinfo_is", ["absent", "without-cgroup2", "cgroup2-elsewhere", "mounted-over", "a-fifo"])
+def test_v2_without_memory_localevents_known_reads_the_hierarchical_counter(tmp_path: Path, mountinfo_is: str) -> None:
+    """Where mountinfo does not show memory_localevents on the mount at the root (it cannot be read, or shows no
+    cgroup2 mount there), the one hierarchical ``memory.events`` is read, as without the option. That is the
+    safe direction: every v2 kernel has it, it is right at the kernel's default, and were the option on after
+    all it would only miss a kill below (a SIGKILL, as before the option was known), never count one twice or
+    one that was not in the cgroup; the walk reads ``memory.events.local``, which a kernel before 5.2 lacks."""
+    root, proc, cgroup = fake_v2(tmp_path, oom_kill=1)
+    v2_events_both(cgroup, 1, 0)  # the kill was in the cgroup below: counted in ours too
+    v2_events_both(cgroup / "inner", 1, 1)
+    mountinfo = {
+        "absent": lambda: tmp_path / "no-mountinfo",
+        "without-cgroup2": lambda: mountinfo_file(tmp_path, None),
+        "cgroup2-elsewhere": lambda: mountinfo_file(tmp_path, Path("/sys/fs/cgroup"), "rw,memory_localevents"),
+        "mounted-over": lambda: mountinfo_file(tmp_path, root, "rw,memory_localevents"),
+        "a-fifo": lambda: tmp_path / "fifo",
+    }[mountinfo_is]()
+    if mountinfo_is == "mounted-over":  # a tmpfs mounted over the cgroup2 mount at the root hides it
+        with mountinfo.open("a") as lines:
+            lines.write(f"1057 1056 0:31 / {root} rw,relatime - tmpfs tmpfs rw,mode=755\n")
+    if mountinfo_is == "a-fifo":
+        os.mkfifo(mountinfo)
+    said: list[tuple[Path, str]] = []
+    found = discover(root, proc, on_bad=lambda path, why: said.append((path, why)), mountinfo=mountinfo)
+    assert found.cgroup is not None and not found.cgroup.local_events, found.why
+    assert found.why == f"cgroup v2 at {cgroup}"
+    assert found.cgroup.oom_counts() == OomKills({cgroup: 1})  # read once, never summed with the one below
+    assert said == ([(mountinfo, "is not a regular file")] if mountinfo_is == "a-fifo" else [])
 
 
 def test_discover_nothing_there(tmp_path: Path) -> None:
@@ -602,6 +679,44 @@ def test_v2_a_later_attempts_peak_is_never_an_earlier_ones(tmp_path: Path) -> No
         assert report.peak is None, f"the first attempt's peak shown as the second's: {report}"
         snap = evidence.phase_snapshot("bench")
         assert snap is not None and snap.peak is None and snap.usage == 50 * MiB, snap  # (the rest still read)
+    finally:
+        evidence.close()
+        loop.close()
+
+
+@pytest.mark.parametrize("local_events", [True, False], ids=["memory_localevents", "hierarchical"])
+def test_v2_a_kill_in_a_cgroup_a_child_made_below_its_phase_cgroup_is_its_oom_kill(tmp_path: Path,
+                                                                                    local_events: bool) -> None:
+    """A child's SIGKILL by the OOM killer in a cgroup it made below its phase cgroup is ``oom_killed``: under
+    memory_localevents counted in the cgroup below (the phase's own ``memory.events`` stays at 0, and its watch
+    never fires: logged at the reap), without it in the phase's own, counted once."""
+    root, proc, cgroup = fake_v2(tmp_path)
+    v2_events_both(cgroup, 2, 2)
+    (cgroup / "cgroup.subtree_control").write_text("")
+    phase_cgroup = v2_events_both(cgroup / f"prover-{os.getpid()}-bench", 0, 0)  # (the fake's files, made first)
+    options = "rw,nsdelegate,memory_localevents" if local_events else "rw,nsdelegate,memory_recursiveprot"
+    loop = EventLoop()
+    lines: list[str] = []
+    evidence = MemoryEvidence(loop, lines.append, "auto", root, proc,
+                              mountinfo=mountinfo_file(tmp_path, root, options))
+    try:
+        assert evidence.mode == "per-phase", evidence.why
+        assert ("(memory_localevents: OOM kills counted over each cgroup below)" in evidence.describe()) is local_events
+        placement = evidence.place("bench", None)
+        assert placement.cgroup is not None and placement.cgroup.path == phase_cgroup
+        assert placement.oom_baseline == OomKills({phase_cgroup: 0})
+
+        inner = v2_events_both(phase_cgroup / "inner", 1, 1)  # the child's cgroup below, where the victim was
+        v2_events_both(phase_cgroup, 0 if local_events else 1, 0)  # (under the option the phase's stays at 0)
+        report = evidence.report(placement)
+        assert report.oom_kills == 1 and report.snapshot is not None, report
+        # Under the option each cgroup's own counter; without it the phase's one, never summed with the one below.
+        assert report.snapshot.oom == OomKills({phase_cgroup: 0, inner: 1} if local_events else {phase_cgroup: 1})
+        verdict = from_exit("bench", "bench", 4242, ExitStatus(None, signal.SIGKILL), stop_reason=None,
+                            daemon=False, attempt=1, started_at=0.0, last_lines=[], memory=report)
+        assert verdict.reason == OOM_KILLED, verdict.line()
+        assert [line for line in lines if "OOM KILL" in line] == [
+            f"OOM KILL in cgroup {phase_cgroup}: oom_kill 0 → 1; {report.snapshot.describe()}"]
     finally:
         evidence.close()
         loop.close()

@@ -6,6 +6,9 @@ read from the cgroup's ``oom_kill`` counter (v2 ``memory.events``, v1
 cumulative, so only a rise during the child's life counts. v2's counts a kill in
 the victim's cgroup and every one above it; v1's only in the victim's own, so a
 v1 cgroup's count is read from it and from every cgroup below it (``OomKills``).
+So is v2's where the hierarchy is mounted with ``memory_localevents`` (Linux 5.2
+on: each cgroup's ``memory.events`` then counts only its own), which ``discover``
+reads from ``/proc/self/mountinfo``.
 
 The supervisor's own memory cgroup is found from ``/proc/self/cgroup`` and the
 cgroup mount (the root is injectable, so tests point it at a directory laid out
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import stat
 import struct
 from collections.abc import Callable, Mapping
@@ -47,9 +51,10 @@ PHASE_CGROUP_PREFIX = "prover-"
 
 # v1 counts an OOM kill only in the victim's own cgroup (Linux's memcg_memory_event goes up to the ancestors on
 # the v2 hierarchy alone; measured on 6.18: a kill in a cgroup nested below ours, by its own limit or by ours,
-# leaves ours at 0), so a v1 count walks the cgroups below, as do a phase's sweep and removal (v1 or v2: a child
-# may make a cgroup below its phase's). At most this many: past it the count is unknown, never a part taken for
-# the whole (a child that makes hundreds of cgroups is not the kernel's doing).
+# leaves ours at 0), and so does v2 mounted with memory_localevents (memcg_memory_event stops at the victim's
+# cgroup there too), so such a count walks the cgroups below, as do a phase's sweep and removal (v1 or v2: a
+# child may make a cgroup below its phase's). At most this many: past it the count is unknown, never a part
+# taken for the whole (a child that makes hundreds of cgroups is not the kernel's doing).
 SUBTREE_MAX = 256
 
 
@@ -62,6 +67,9 @@ SUBTREE_MAX = 256
 
 # The most such a file may hold (memory.stat is about 2 KiB): more is no kernel's.
 READ_LIMIT = 64 * 1024
+# /proc/self/mountinfo is a line a mount: a container's holds a few dozen, a host's (a node of many containers)
+# thousands. More than this is refused: memory_localevents is then unknown (discover reads it as absent).
+MOUNTINFO_LIMIT = 4 << 20
 
 
 class BadValue(ValueError):
@@ -72,9 +80,21 @@ class BadValue(ValueError):
 def read_small(path: Path) -> str | None:
     """The text of a small kernel file (cgroupfs, /proc); None where it cannot be read (absent, refused).
 
-    Never waits on what stands in its place: opened non-blocking, and anything but a regular file (a FIFO,
-    a device) is refused. Read to at most READ_LIMIT. Bytes that are not UTF-8 raise BadValue: the kernel
+    Read by ``read_bounded`` to at most READ_LIMIT. Bytes that are not UTF-8 raise BadValue: the kernel
     writes only text there, so whatever wrote them is not the kernel, and nothing in it is believed."""
+    data = read_bounded(path, READ_LIMIT)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadValue(f"holds bytes that are not text (at byte {exc.start})") from None
+
+
+def read_bounded(path: Path, limit: int) -> bytes | None:
+    """The bytes of a kernel file, at most ``limit`` of them (more raises BadValue); None where it cannot be
+    read (absent, refused). Never waits on what stands in its place: opened non-blocking, and anything but a
+    regular file (a FIFO, a device) is refused."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
@@ -83,8 +103,8 @@ def read_small(path: Path) -> str | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise BadValue("is not a regular file")
         chunks, size = [], 0
-        while size <= READ_LIMIT:
-            chunk = os.read(fd, READ_LIMIT + 1 - size)
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -93,12 +113,9 @@ def read_small(path: Path) -> str | None:
         return None
     finally:
         os.close(fd)
-    if size > READ_LIMIT:
-        raise BadValue(f"holds over {READ_LIMIT} bytes")
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadValue(f"holds bytes that are not text (at byte {exc.start})") from None
+    if size > limit:
+        raise BadValue(f"holds over {limit} bytes")
+    return b"".join(chunks)
 
 
 def kernel_number(text: str) -> int:
@@ -112,7 +129,8 @@ def kernel_number(text: str) -> int:
 @dataclass(frozen=True)
 class OomKills:
     """A cgroup's OOM-kill counters at one reading, each cgroup's own, by path: v2 one (``memory.events``
-    counts the kills below it too), v1 the cgroup and every cgroup below it (each counts only its own)."""
+    counts the kills below it too), v1 (and v2 under ``memory_localevents``) the cgroup and every cgroup below
+    it (each counts only its own)."""
 
     by_cgroup: Mapping[Path, int]
 
@@ -143,16 +161,25 @@ class MemoryCgroup:
     (its children are given the same); without it a bad value is just unavailable. ``phases_apart``: the
     phase cgroups right below (``is_phase_cgroup``) are not this one's to count OOM kills of (the supervisor's
     own cgroup in v1: each phase cgroup has its own verdicts); v2 reads one hierarchical counter and never
-    looks below."""
+    looks below, unless ``local_events``: the v2 hierarchy is mounted with ``memory_localevents`` (``discover``
+    reads it; its children are given the same), and its counter is read as v1's is, with those below."""
 
-    def __init__(self, path: Path, version: str, on_bad: OnBad | None = None, phases_apart: bool = False) -> None:
+    def __init__(self, path: Path, version: str, on_bad: OnBad | None = None, phases_apart: bool = False,
+                 local_events: bool = False) -> None:
         self.path = path
         self.version = version
         self.on_bad = on_bad
         self.phases_apart = phases_apart
+        self.local_events = local_events
 
     def __repr__(self) -> str:
         return f"MemoryCgroup({self.version}, {self.path})"
+
+    @property
+    def counts_below(self) -> bool:
+        """Whether its own OOM counter counts the kills in the cgroups below it too: v2's ``memory.events``,
+        unless the hierarchy is mounted with ``memory_localevents``; never v1's."""
+        return self.version == "v2" and not self.local_events
 
     # ------------------------------------------------------------ reading
 
@@ -163,9 +190,10 @@ class MemoryCgroup:
 
     def oom_counts(self) -> OomKills | None:
         """The counters a rise is measured on: v2's ``memory.events`` (never ``.local``: a kill in a cgroup
-        a child made below this one is this one's too); v1's ``memory.oom_control`` here and in each cgroup
-        below, each counting only its own victims. None where this cgroup's counter cannot be read."""
-        if self.version == "v2":
+        a child made below this one is this one's too); where a counter counts only its own victims (v1's
+        ``memory.oom_control``, v2's under ``memory_localevents``), it here and in each cgroup below. None
+        where this cgroup's counter cannot be read."""
+        if self.counts_below:
             own = self._keyed(self._events_file, "oom_kill")
             return None if own is None else OomKills({self.path: own})
         paths = self.subtree()
@@ -173,7 +201,7 @@ class MemoryCgroup:
             return None
         counts: dict[Path, int] = {}
         for path in paths:
-            name = str((path / "memory.oom_control").relative_to(self.path))
+            name = str((path / self._events_file).relative_to(self.path))
             count = self._keyed(name, "oom_kill")
             if count is None and path == self.path:
                 return None
@@ -242,8 +270,17 @@ class MemoryCgroup:
 
     @property
     def _events_file(self) -> str:
-        """The file its own OOM counter is in."""
-        return "memory.events" if self.version == "v2" else "memory.oom_control"
+        """The file its own OOM counter is in.
+
+        Under ``memory_localevents`` v2's ``memory.events.local``, though ``memory.events`` holds the same
+        counts there: ``.local`` is local by its own definition, not by the mount's, and the mount's may change
+        under us (``mount -o remount`` sets or clears the option on a live hierarchy). Summed over the cgroups
+        below, ``.local`` never counts a kill twice, whichever way it changed; ``memory.events`` would count one
+        in each cgroup from the victim's up once the option is cleared. Both came with Linux 5.2, so where the
+        option is, so is the file."""
+        if self.version == "v1":
+            return "memory.oom_control"
+        return "memory.events.local" if self.local_events else "memory.events"
 
     def pids(self) -> list[int] | None:
         """The processes in this cgroup now; None where ``cgroup.procs`` cannot be read (or holds garbage)."""
@@ -285,7 +322,7 @@ class MemoryCgroup:
 
     def create_child(self, name: str, memory_max: int | None = None) -> MemoryCgroup:
         """Make a child cgroup (raises OSError where not allowed)."""
-        child = MemoryCgroup(self.path / name, self.version, self.on_bad)
+        child = MemoryCgroup(self.path / name, self.version, self.on_bad, local_events=self.local_events)
         child.path.mkdir(exist_ok=True)
         if memory_max is not None:
             target = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
@@ -338,6 +375,9 @@ class MemoryCgroup:
         """
         try:
             if self.version == "v2":
+                # Under memory_localevents this file changes only for a kill in this cgroup itself: one in a
+                # cgroup a child made below it fires nothing, and is counted (and logged) at the next reading,
+                # the reap's at the latest, as v1's eventfd misses one by a limit below (memory.py).
                 return _inotify_watch(self.path / "memory.events"), "inotify"
             return _v1_oom_eventfd(self.path), "eventfd"
         except OSError:
@@ -359,8 +399,9 @@ class Discovery:
 
 
 def discover(root: Path | str = DEFAULT_ROOT, proc_cgroup: Path | str = "/proc/self/cgroup",
-             on_bad: OnBad | None = None) -> Discovery:
-    """Find this process's memory cgroup under ``root`` (v2 unified, or v1 ``memory`` controller).
+             on_bad: OnBad | None = None, mountinfo: Path | str = "/proc/self/mountinfo") -> Discovery:
+    """Find this process's memory cgroup under ``root`` (v2 unified, or v1 ``memory`` controller); for v2,
+    whether ``mountinfo`` shows the mount at ``root`` with ``memory_localevents``.
     Blocks on the files (a hung cgroupfs hangs it): the caller runs it off the loop, with a bound."""
     root = Path(root)
     try:
@@ -378,19 +419,58 @@ def discover(root: Path | str = DEFAULT_ROOT, proc_cgroup: Path | str = "/proc/s
             v2_rel = rel
         elif "memory" in controllers.split(","):
             v1_rel = rel
-    candidates: list[tuple[Path, str]] = []
+    candidates: list[MemoryCgroup] = []
     if v1_rel is not None and (root / "memory").is_dir():
-        candidates += [(root / "memory" / v1_rel.lstrip("/"), "v1"), (root / "memory", "v1")]
+        candidates += [MemoryCgroup(root / "memory" / v1_rel.lstrip("/"), "v1", on_bad),
+                       MemoryCgroup(root / "memory", "v1", on_bad)]
     if v2_rel is not None and (root / "cgroup.controllers").exists():
-        candidates += [(root / v2_rel.lstrip("/"), "v2"), (root, "v2")]
-    for path, version in candidates:
-        cgroup = MemoryCgroup(path, version, on_bad)
+        local_events = _mounted_with_local_events(root, Path(mountinfo), on_bad)
+        candidates += [MemoryCgroup(root / v2_rel.lstrip("/"), "v2", on_bad, local_events=local_events),
+                       MemoryCgroup(root, "v2", on_bad, local_events=local_events)]
+    for cgroup in candidates:
         if cgroup.readable():
-            return Discovery(cgroup, f"cgroup {version} at {path}")
+            local = " (memory_localevents: OOM kills counted over each cgroup below)" if cgroup.local_events else ""
+            return Discovery(cgroup, f"cgroup {cgroup.version} at {cgroup.path}{local}")
     if not candidates:
         return Discovery(None, f"no memory cgroup under {root} (neither v2 nor a v1 memory controller)")
-    tried = ", ".join(str(p) for p, _ in candidates)
+    tried = ", ".join(str(cgroup.path) for cgroup in candidates)
     return Discovery(None, f"memory cgroup files not readable (tried {tried})")
+
+
+def _mounted_with_local_events(root: Path, mountinfo: Path, on_bad: OnBad | None) -> bool:
+    """Whether ``mountinfo`` shows a cgroup2 mount at ``root`` whose super options (after the `` - ``:
+    ``cgroup2 cgroup2 rw,nsdelegate,memory_localevents``) hold ``memory_localevents``. The option is the one v2
+    hierarchy's, shown on each of its mounts; the one at ``root`` is read, as that is what discover reads (a
+    test's directory is no mount: none there).
+
+    Where mountinfo cannot be read, or shows no cgroup2 mount at ``root``: False, the hierarchical reading. It
+    is the kernel's default and the reading every v2 kernel has (``memory.events.local`` came with 5.2); were
+    the option on after all, it misses only a kill in a cgroup a child made below the phase's (a SIGKILL then,
+    as before the option was known), and never counts a kill that was not in the cgroup."""
+    try:
+        text = read_bounded(mountinfo, MOUNTINFO_LIMIT)
+    except BadValue as exc:
+        if on_bad is not None:
+            on_bad(mountinfo, str(exc))
+        return False
+    where = os.fsencode(os.path.realpath(root))
+    super_options: list[bytes] = []
+    for line in (text or b"").splitlines():
+        # ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER-OPTIONS; a space in a
+        # path is written \040, so " - " is only ever the separator.
+        mount, separator, filesystem = line.partition(b" - ")
+        mount_fields, filesystem_fields = mount.split(b" "), filesystem.split(b" ")
+        if not separator or len(mount_fields) < 5 or _unescape_mount_path(mount_fields[4]) != where:
+            continue
+        # The last mount at root is the one seen there (one mounted over another hides it).
+        is_cgroup2 = len(filesystem_fields) >= 3 and filesystem_fields[0] == b"cgroup2"
+        super_options = filesystem_fields[2].split(b",") if is_cgroup2 else []
+    return b"memory_localevents" in super_options
+
+
+def _unescape_mount_path(field: bytes) -> bytes:
+    """A mountinfo path as the kernel escapes it (space, tab, newline and backslash as ``\\ooo``), unescaped."""
+    return re.sub(rb"\\([0-3][0-7]{2})", lambda octal: bytes([int(octal[1], 8)]), field)
 
 
 def enable_v2_delegation(cgroup: MemoryCgroup) -> MemoryCgroup:

@@ -13,7 +13,9 @@ v1: an eventfd on ``memory.oom_control``; a poll every ``OOM_POLL_S`` where
 neither can be registered), so an OOM kill of any descendant is logged the
 moment it happens, with the cgroup's usage and peak. (v1 notifies the cgroup under
 OOM and those below it, never those above: a kill by the limit of a cgroup a child
-made below ours is counted in its verdict, but logged only at that reading.)
+made below ours is counted in its verdict, but logged only at that reading. So is
+any kill in a cgroup below ours under v2's ``memory_localevents``: our
+``memory.events`` changes only for our own.)
 
 Every phase cgroup made is first written to a ledger in ``state_dir``, so the
 next start can be told which ones a SIGKILL left behind, and which processes are
@@ -100,7 +102,7 @@ class MemoryWarning:
 class MemoryEvidence:
     def __init__(self, loop: EventLoop, log: Log, mode: str = "auto", root: Path | str = "/sys/fs/cgroup",
                  proc_cgroup: Path | str = "/proc/self/cgroup", ledger: Path | str | None = None,
-                 bound_s: float = CGROUP_FIND_BOUND_S) -> None:
+                 bound_s: float = CGROUP_FIND_BOUND_S, mountinfo: Path | str = "/proc/self/mountinfo") -> None:
         self._loop = loop
         self._log = log
         # The phase cgroups this state_dir's supervisors made (see leftover_cgroups); None: not kept.
@@ -123,7 +125,7 @@ class MemoryEvidence:
             self.why = "cgroup evidence turned off (supervisor.cgroups = \"off\"): OOM kills are unknown"
             return
         try:  # the files are read off the loop, with a bound: a file that blocks must not hang the start
-            found = answer_within("cgroups", lambda: self._find(mode, root, proc_cgroup), bound_s)
+            found = answer_within("cgroups", lambda: self._find(mode, root, proc_cgroup, mountinfo), bound_s)
         except (Overdue, NoThread) as exc:
             self.why = f"the cgroup files under {root}: {exc}: OOM kills are unknown, never guessed"
             return
@@ -138,21 +140,23 @@ class MemoryEvidence:
         return (f"memory evidence: {self.mode} mode, {self.why}; "
                 f"memory available {fmt_bytes(limit)}")
 
-    def _find(self, mode: str, root: Path | str, proc_cgroup: Path | str) -> Found:
+    def _find(self, mode: str, root: Path | str, proc_cgroup: Path | str, mountinfo: Path | str) -> Found:
         """The supervisor's cgroup, and whether each phase can have its own (on a thread: the files may hang)."""
-        found = discover(root, proc_cgroup, self._say_bad)
+        found = discover(root, proc_cgroup, self._say_bad, mountinfo)
         if found.cgroup is None:
             return Found(None, None, "unavailable", f"{found.why}: OOM kills are unknown, never guessed", [])
-        # v1 counts the supervisor's cgroup with the cgroups below it (cgroups.py says why), but never the phase
-        # cgroups there (ours, or another supervisor's beside us): each has its own verdicts.
-        shared = MemoryCgroup(found.cgroup.path, found.cgroup.version, self._say_bad, phases_apart=True)
+        # v1 (and v2 under memory_localevents) counts the supervisor's cgroup with the cgroups below it (cgroups.py
+        # says why), but never the phase cgroups there (ours, or another supervisor's beside us): each has its own
+        # verdicts.
+        shared = MemoryCgroup(found.cgroup.path, found.cgroup.version, self._say_bad, phases_apart=True,
+                              local_events=found.cgroup.local_events)
         if mode != "auto":
             return Found(shared, None, "shared", found.why, [])
         try:
             if shared.version == "v2":
                 shared = enable_v2_delegation(shared)
                 # Phase cgroups must be siblings of our leaf, under the delegated parent.
-                parent = MemoryCgroup(shared.path.parent, "v2", self._say_bad)
+                parent = MemoryCgroup(shared.path.parent, "v2", self._say_bad, local_events=shared.local_events)
             else:
                 parent = shared
             probe = parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")

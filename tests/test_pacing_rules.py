@@ -139,9 +139,10 @@ def attempt_that_got(n: int, gained: int) -> Attempt:
 
 
 def test_with_retry_while_progressing_an_attempt_that_got_further_is_not_counted(loop: EventLoop) -> None:
-    """The real aria2c ends a link under 16 KiB/s after about 10 s (exit 5, "Too slow") instead of retrying it:
-    each slow patch of a 70-minute download cost a retry though each attempt got further (and the next resumes),
-    and three patches gave the instance up. An attempt that got further is not counted; timeout_s bounds them."""
+    """The real aria2c ends a link under 16 KiB/s after about 10 s (exit 5, "Too slow") instead of retrying it,
+    and curio then loses that file: each slow patch of a 70-minute download cost a retry though each attempt
+    completed files the next one keeps, and three patches gave the instance up. An attempt that got further is
+    not counted; timeout_s bounds them. (What got further means: progresswatch.py's gained, tests/test_stall.py.)"""
     pacing = Pacing(spec(retries=1, retry_while_progressing=True, progress_total="1GiB", timeout_s=5000), loop,
                     random.Random(SEED))
     step, why, _ = pacing.after(failed(attempt=1), attempt_that_got(1, 1 << 20))

@@ -765,6 +765,37 @@ def test_a_file_fetched_again_keeps_the_link_s_rate_and_is_not_ended_while_it_ca
         loop.close()
 
 
+def test_an_attempt_got_further_only_by_the_complete_files_the_next_one_keeps() -> None:
+    # retry_while_progressing forgives an attempt that got further. What it wrote into a file left incomplete
+    # is gone with it (curio deletes a file aria2c gave up, its Go fallback having failed the check): an attempt
+    # that had only written such bytes was forgiven, every time, for ever. A file it completed stays.
+    from supervisor.config import parse_plan
+    from supervisor.evidence.progresswatch import PROGRESS_TICK_S, ProgressWatch
+
+    spec = parse_plan('[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "32MiB"\n'
+                      'progress_path = "/cache"\n', "test.toml", {}).phases[0]
+    clock = FakeClock()
+    loop = EventLoop(clock=clock)
+    try:
+        for complete_at_end, kept in ((0, 0), (8 * MiB, 8 * MiB)):
+            download = _Download()
+            evidence = SimpleNamespace(progress=download, io=SimpleNamespace(watch=download.io_watch),
+                                       first_seen=None)
+            download.walk(16 * MiB, 4 * MiB)  # a file complete from before, one preallocated
+            watch = ProgressWatch(spec, loop, lambda line: None, evidence, download)  # type: ignore[arg-type]
+            for written, done in ((2 * MiB, 4 * MiB), (4 * MiB, 4 * MiB), (4 * MiB, 4 * MiB + complete_at_end)):
+                download.written = written
+                download.walk(16 * MiB, done)
+                clock.now += PROGRESS_TICK_S
+                loop.run_once(max_wait=0)
+            assert watch.gained() == kept, (complete_at_end, watch.figures())
+            download.current = lambda: False  # type: ignore[method-assign]
+            clock.now += PROGRESS_TICK_S
+            loop.run_once(max_wait=0)
+    finally:
+        loop.close()
+
+
 def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Path) -> None:
     walkers_before = [t.name for t in threading.enumerate()].count("progress")  # (another test's, closing)
     probe = ProgressProbe()

@@ -120,6 +120,7 @@ class ProgressWatch:
         self._net_start: int | None = None
         self._written_start = 0  # the trees' bytes written before the baseline (taken again on a shrink)
         self._cache_seen: tuple[int, int] | None = None  # the cache's (size, done) at the latest walk
+        self._cache_first: int | None = None  # the cache's complete bytes at the attempt's first walk
         self._restarts = 0  # the files the command said it deleted to fetch again, so far
         self._done = 0
         # The rate is of what the link brings, thrown away or not (``_got``: done + ``_thrown``, the bytes of the
@@ -135,7 +136,14 @@ class ProgressWatch:
         return self.progress.to_dict() if self.progress is not None else None
 
     def gained(self) -> int:
-        """The bytes this attempt got beyond what was complete when it began (0 before the first measure)."""
+        """The bytes this attempt got that the next one keeps (retry_while_progressing; 0 before the first
+        measure): with progress_path, the cache's complete bytes now beyond those when it began. What it wrote
+        into a file left incomplete is not counted: curio deletes such a file itself when aria2c fails (its Go
+        fallback appends past the preallocated end, the check fails, the file goes), so the next attempt starts
+        it from zero, and an attempt that had only written counted as one that got further, for ever. Without
+        progress_path, what it got by the other sources."""
+        if self._cache_first is not None and self._cache_seen is not None:
+            return max(0, self._cache_seen[1] - self._cache_first)
         return max(0, self._done - self._cache_start) if self._cache_start is not None else 0
 
     def _tick(self) -> None:
@@ -205,6 +213,8 @@ class ProgressWatch:
         if self._cache_start is not None:
             self._log(f"phase {self._spec.name}: {removed}: progress counts again from what is there now")
             self._written_start, self._done = written or 0, 0
+        elif cache is not None and cache.size is not None:
+            self._cache_first = cache.done
         self._cache_start = cache.done if cache is not None else 0
         self._net_start = net.size if net is not None else None
 

@@ -41,10 +41,10 @@ from .runtime import MachineEvidence
 from .states import CameUp, CommandStarted, Event, Next, StartFailed, after_attempt, backoff_delay, within_window
 from .verdict import Verdict
 
-# An attempt "got further" (retry_while_progressing) when its download's done bytes rose by this much at least: what
-# its processes wrote counts, and a failure's own lines (a 404, a DNS error, aria2c's ERROR block: a few hundred
-# bytes into a pipe) must not count as progress. Far below what aria2c writes of a file at once (its pieces, about
-# a MiB: a resumed attempt that got a MiB further wrote 960 KiB, measured here).
+# An attempt "got further" (retry_while_progressing) when what the next attempt keeps of its download rose by this
+# much at least (progresswatch.py's ``gained``: the complete files, with progress_path); without progress_path
+# what its processes wrote counts, and a failure's own lines (a 404, a DNS error, aria2c's ERROR block: a few
+# hundred bytes into a pipe) must not count as progress. Far below a parameter file.
 GOT_FURTHER_MIN_BYTES = 64 << 10
 
 
@@ -338,7 +338,7 @@ class Pacing:
 
     def _forgiven_with(self, outcome: Verdict, attempt: Attempt) -> int:
         """The attempts not counted against retries, ``attempt`` among them where it failed having got further
-        (its download's done bytes rose: the next one resumes from there)."""
+        (what the next one keeps of its download rose)."""
         got_further = (self._spec.retry_while_progressing and not outcome.success and attempt.progress is not None
                        and attempt.progress.gained() >= GOT_FURTHER_MIN_BYTES)
         return self.forgiven + int(got_further)

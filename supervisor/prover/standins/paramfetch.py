@@ -21,13 +21,20 @@ pipe as aria2c's (they arrive at the file's end, or 4 KiB at a time), ANSI-colou
 ``Download complete: PATH``, the results table); or as curio's Go fallback
 (``go``: nothing printed, the file grows). A partial file is resumed (from its control
 file, else its length); a complete one (its size, and no control file) is reported
-``Parameter file <path> is ok`` and skipped. The directory's ``fetch.lock`` is taken with
+``Parameter file <path> is ok`` and skipped. Every file is checked for real, before and after its download:
+its blake2b held to the content the gateway serves. Where aria2c fails (exit 5: a link under 16 KiB/s for
+10 s), curio's Go fallback asks for a Range from where the file ends and appends whatever comes, its status
+unread: the file aria2c preallocated gets a 416 and nothing, fails its check, is deleted and fetched again from
+zero (aria2c removes the control file left beside no file); a second failure ends the fetch, exit 1 (curio's
+``lib/fastparamfetch/paramfetch.go``, ``maybeFetchAsync`` and ``doFetch``). The directory's ``fetch.lock`` is taken with
 flock; if another fetch holds it, the lock is retried every 10 s (scaled).
 Output (go-log lines, logger ``paramfetch``)::
 
+    checksum mismatch in param file <path>, <got> != <want>   (a file there before, incomplete or bad; WARN)
     Fetching <path> from <url>
     GET <url>
     (aria2c's lines, or nothing for the Go fallback)
+    aria2c fetch failed: exit status <N>                      (then the Go fallback; WARN)
     sanity checking fetched file failed, removing and retrying: checksum mismatch in param file <path>, <got> != <want>
                                                               (STANDIN_PARAM_CORRUPT only; ERROR)
     Parameter file <path> is ok
@@ -59,7 +66,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -151,6 +160,7 @@ class Fetcher:
         self.trust = os.environ.get("TRUST_PARAMS", "").strip() == "1"
         self.corrupt = os.environ.get("STANDIN_PARAM_CORRUPT", "").strip().lower()
         self.corrupted = 0
+        self._want: str | None = None  # the content's digest (made at the first check)
         # Bytes a second (``1M``, ``1MiB``): aria2c's --max-download-limit, and the simulation's pace.
         self.rate = knobs.env_size("STANDIN_PARAM_RATE", 0) or None
 
@@ -162,19 +172,20 @@ class Fetcher:
 
     def fetch(self, param: Param) -> None:
         path = os.path.join(self.cache, param.name)
-        if self._complete(path) and self._hash(path):
-            _log("info", f"Parameter file {path} is ok")
-            return
+        if os.path.exists(path):
+            found = self._mismatch(path)
+            if found is None and self._complete(path):
+                _log("info", f"Parameter file {path} is ok")
+                return
+            if found is not None:  # (curio only warns: the file stays, and aria2c --continue takes it up)
+                _log("warn", found)
         url = self.gateway.rstrip("/") + "/" + param.cid
         _log("info", f"Fetching {path} from {url}")
         for attempt in range(2):
             self._download(path, url)
-            self._hash(path)
-            if self._checksum_fails(attempt):
-                want = hashlib.blake2b(param.name.encode()).hexdigest()[:32]
-                got = hashlib.blake2b(f"corrupt/{attempt}/{param.name}".encode()).hexdigest()[:32]
-                mismatch = f"checksum mismatch in param file {path}, {got} != {want}"
-                os.unlink(path)
+            mismatch = self._mismatch(path) or self._forced_mismatch(attempt, param, path)
+            if mismatch is not None:
+                os.unlink(path)  # (its control file stays: aria2c removes it as defunct, and starts from zero)
                 if attempt == 1:  # (curio says nothing now: the error is in what it exits with)
                     raise Aborted(f"re-checking file {path} failed: {mismatch}")
                 _log("error", f"sanity checking fetched file failed, removing and retrying: {mismatch}")
@@ -189,19 +200,41 @@ class Fetcher:
         except OSError:
             return False
 
-    def _hash(self, path: str) -> bool:
-        """curio's check, for real: the whole file read through blake2b, printing nothing (minutes for the 45 GiB
-        PoRep file: the phase's sign of life is its reads). TRUST_PARAMS=1 skips it, as curio does."""
+    def _mismatch(self, path: str) -> str | None:
+        """curio's check, for real: the whole file read through blake2b and held to the content the gateway serves
+        (paramserve's), printing nothing (minutes for the 45 GiB PoRep file: the phase's sign of life is its
+        reads); what curio says of a file that fails it (None: it passed). A preallocated file that aria2c left
+        incomplete fails it (zeros where nothing came), as does one the Go fallback appended to. TRUST_PARAMS=1
+        skips it, as curio does."""
         if self.trust:
-            return True
+            return None
         digest = hashlib.blake2b()
         try:
             with open(path, "rb") as fh:
                 while chunk := fh.read(1 << 20):
                     digest.update(chunk)
-        except OSError:
-            return False
-        return True
+        except OSError as exc:
+            return f"open {path}: {exc.strerror or exc}"
+        got, want = digest.hexdigest()[:32], self._digest()
+        return None if got == want else f"checksum mismatch in param file {path}, {got} != {want}"
+
+    def _digest(self) -> str:
+        """The first 16 bytes, in hex, of the blake2b-512 of the content served (curio's ``digest``), made once."""
+        if self._want is None:
+            digest, done = hashlib.blake2b(), 0
+            while done < self.size:
+                n = min(1 << 20, self.size - done)
+                digest.update(_chunk_bytes(done, n))
+                done += n
+            self._want = digest.hexdigest()[:32]
+        return self._want
+
+    def _forced_mismatch(self, attempt: int, param: Param, path: str) -> str | None:
+        """STANDIN_PARAM_CORRUPT's failed check, in curio's words."""
+        if not self._checksum_fails(attempt):
+            return None
+        got = hashlib.blake2b(f"corrupt/{attempt}/{param.name}".encode()).hexdigest()[:32]
+        return f"checksum mismatch in param file {path}, {got} != {self._digest()}"
 
     def _checksum_fails(self, attempt: int) -> bool:
         """STANDIN_PARAM_CORRUPT: fail the first download once (``1``) or twice (``always``)."""
@@ -213,26 +246,46 @@ class Fetcher:
         return True
 
     def _download(self, path: str, url: str) -> None:
+        """One of curio's ``doFetch``: aria2c (or its shape), and where it fails, the Go fallback on what it left."""
         _log("info", f"GET {url}")
         how = downloader()
-        if how == "aria2c":
-            self._aria2c(path, url)
-        elif how == "go":
+        if how == "go":
             self._grow(path)
+            return
+        status = self._aria2c(path, url) if how == "aria2c" else self._simulate_aria2c(path)
+        if status == 0:
+            failures.partway()
+            return
+        _log("warn", f"aria2c fetch failed: exit status {status}")
+        if how == "aria2c":
+            self._go_range(path, url)
         else:
-            self._simulate_aria2c(path)
+            self._grow(path)
 
-    def _aria2c(self, path: str, url: str) -> None:
-        """curio's way: the real aria2c with curio's flags, its output passed straight through."""
+    def _aria2c(self, path: str, url: str) -> int:
+        """curio's way: the real aria2c with curio's flags, its output passed straight through; its exit status."""
         argv = ["aria2c", "--lowest-speed-limit", "16K", "-m100", "--retry-wait", "10", "--continue", "-x16",
                 "-s16", "--dir", os.path.dirname(path), "-o", os.path.basename(path), url]
         if self.rate:
             argv.insert(1, f"--max-download-limit={self.rate}")
         sys.stdout.flush()
-        status = subprocess.run(argv, stdin=subprocess.DEVNULL, check=False).returncode
-        if status != 0:
-            raise Aborted(f"aria2c fetching {url} exited {status}")
-        failures.partway()
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, check=False).returncode
+
+    def _go_range(self, path: str, url: str) -> None:
+        """curio's Go fallback after aria2c failed (``doFetch``): a Range from where the file ends, the answer's
+        body appended whatever its status, printing nothing. aria2c preallocated the file to its full size, so
+        the Range asks past its end: a 416 and nothing appended, and the check that follows fails (zeros where
+        aria2c got nothing); the file is deleted and fetched again from zero."""
+        with open(path, "ab") as fh:
+            request = urllib.request.Request(url, headers={"Range": f"bytes={fh.tell()}-"})
+            try:
+                answer = urllib.request.urlopen(request, timeout=60)
+            except urllib.error.HTTPError as exc:  # (Go's client hands any status over; curio copies its body)
+                answer = exc
+            except (urllib.error.URLError, OSError) as exc:
+                raise Aborted(f"fetching file {path} failed: {exc}") from None
+            with answer:
+                shutil.copyfileobj(answer, fh)
 
     def _grow(self, path: str) -> None:
         """curio's Go fallback: a Range download from where the file ends, printing nothing; the file grows."""
@@ -247,12 +300,16 @@ class Fetcher:
                 done += n
                 failures.partway()
 
-    def _simulate_aria2c(self, path: str) -> None:
+    def _simulate_aria2c(self, path: str) -> int:
         """What aria2c prints and leaves, without it: the file preallocated to its full size at once, a
         ``.aria2`` control file beside it while it is incomplete (here: the offset reached, as text), one
         readout line a second (and one a chunk), block-buffered into a pipe as aria2c's are (they arrive
         with the next NOTICE line, when the file is done), the NOTICE lines, the results table."""
         control = path + aria2.CONTROL_SUFFIX
+        if os.path.exists(control) and not os.path.exists(path):  # (as aria2c: the download starts from zero)
+            os.unlink(control)
+            output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Removed the defunct control file {control} because the "
+                       f"download file {path} doesn't exist.")
         done = aria2.resumed_offset(path, control, self.size)
         gid = hashlib.sha256(path.encode()).hexdigest()[:6]
         output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Downloading 1 item(s)")
@@ -274,7 +331,7 @@ class Fetcher:
                     readouts.add(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
                 if self.rate is not None and self.rate < aria2.LOWEST_SPEED and now - started >= aria2.TOO_SLOW_S:
                     readouts.add(aria2.too_slow(self.rate))  # as aria2c: given up, exit 5, left to --continue
-                    raise Aborted(f"aria2c fetching {path} exited 5")
+                    return 5
                 failures.partway()
             os.fsync(fd)
         finally:
@@ -285,6 +342,7 @@ class Fetcher:
         output.out(f"\nDownload Results:\ngid   |stat|avg speed  |path/URI\n"
                    f"======+====+===========+{'=' * 55}\n{gid}|OK  |{'':>11}|{path}\n\nStatus Legend:\n"
                    "(OK):download completed.")
+        return 0
 
     def _chunks(self, done: int) -> Iterator[int]:
         """The sizes written from ``done``, each after its wait: STANDIN_PARAM_RATE bytes a second (a chunk a

@@ -155,9 +155,10 @@ def test_a_process_named_in_bytes_that_are_not_text_is_shown_not_fatal() -> None
 
 
 def test_a_fifo_in_place_of_a_cgroup_file_does_not_hang_the_start(tmp_path: Path) -> None:
+    # (The start reads the limit of each cgroup up the tree, alone: memory.limit_in_bytes is the file it opens.)
     root, proc, cgroup = fake_v1(tmp_path)
-    (cgroup / "memory.usage_in_bytes").unlink()
-    os.mkfifo(cgroup / "memory.usage_in_bytes")
+    (cgroup / "memory.limit_in_bytes").unlink()
+    os.mkfifo(cgroup / "memory.limit_in_bytes")
     lines: list[str] = []
     made: list[MemoryEvidence] = []
 
@@ -169,10 +170,10 @@ def test_a_fifo_in_place_of_a_cgroup_file_does_not_hang_the_start(tmp_path: Path
     builder.start()
     builder.join(10)
     if builder.is_alive():  # let the reader go (it waits for a writer), then fail
-        os.close(os.open(cgroup / "memory.usage_in_bytes", os.O_WRONLY | os.O_NONBLOCK))
-        pytest.fail("the start hung on a FIFO in place of memory.usage_in_bytes")
+        os.close(os.open(cgroup / "memory.limit_in_bytes", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("the start hung on a FIFO in place of memory.limit_in_bytes")
     assert made and made[0].mode == "shared"
-    assert said(lines, "memory.usage_in_bytes is not a regular file"), lines
+    assert said(lines, "memory.limit_in_bytes is not a regular file"), lines
 
 
 def test_a_cgroupfs_that_never_answers_costs_the_evidence_not_the_start(tmp_path: Path) -> None:

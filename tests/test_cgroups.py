@@ -893,3 +893,21 @@ command = {toml_list(["true"])}
                 with contextlib.suppress(OSError):
                     os.kill(sleeper.pid, signal.SIGKILL)
                 sleeper.wait(10)
+
+
+def test_an_ancestors_limit_is_read_alone_not_with_the_cgroups_below_it(tmp_path: Path) -> None:
+    # The machine's memory figure reads the limit of every cgroup up the tree; read through a snapshot, each
+    # ancestor's OOM counters walked the cgroups below it, and a host's root with over SUBTREE_MAX of them
+    # (a busy Docker host) was said at every start to be unreadable from here on.
+    from supervisor.evidence.cgroups import SUBTREE_MAX
+
+    root, _, cgroup = fake_v1(tmp_path, limit=2 * GiB)
+    for n in range(SUBTREE_MAX + 4):
+        write_files(root / "memory" / "docker" / f"other{n}", {"memory.oom_control": v1_oom_control(0)})
+    bad: list[tuple[str, str]] = []
+    ancestor = MemoryCgroup(root / "memory" / "docker", "v1", lambda name, why: bad.append((name, str(why))))
+    (root / "memory" / "docker" / "memory.limit_in_bytes").write_text(f"{V1_NO_LIMIT}\n")
+    assert ancestor.limit() is None and bad == []
+    assert MemoryCgroup(cgroup, "v1", lambda name, why: bad.append((name, str(why)))).limit() == 2 * GiB
+    assert bad == []
+

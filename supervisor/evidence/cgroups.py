@@ -234,22 +234,27 @@ class MemoryCgroup:
                 oom_group_kills=self._keyed("memory.events", "oom_group_kill"),
                 usage=self._int("memory.current"),
                 peak=self._int("memory.peak"),
-                limit=self._int("memory.max"),
+                limit=self.limit(),
                 oom=oom,
             )
-        limit = self._int("memory.limit_in_bytes")
         return MemorySnapshot(
             oom_kills=None if oom is None else oom.total,
             oom_group_kills=None,
             usage=self._int("memory.usage_in_bytes"),
             peak=self._int("memory.max_usage_in_bytes"),
-            limit=None if limit is None or limit >= V1_UNLIMITED else limit,
+            limit=self.limit(),
             failcnt=self._int("memory.failcnt"),
             oom=oom,
         )
 
     def limit(self) -> int | None:
-        return self.snapshot().limit
+        """The cgroup's memory limit (None: none, or unreadable), read alone: the machine's memory figure reads
+        every ancestor's, and a snapshot would walk the cgroups below each for its OOM counters (the host's
+        own root may hold hundreds: the walk gave up on it, and said so, at every start)."""
+        if self.version == "v2":
+            return self._int("memory.max")
+        limit = self._int("memory.limit_in_bytes")
+        return None if limit is None or limit >= V1_UNLIMITED else limit
 
     def working_set(self) -> int | None:
         """Usage less the inactive file cache (the kubelet's working set): what the kernel cannot just drop."""

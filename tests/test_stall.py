@@ -652,31 +652,43 @@ class _Download:
 MiB = 1 << 20
 
 
+class _Watching:
+    """A progress watch over a _Download on a fake clock: ``tick`` sets what the sources say, runs one tick of
+    the watch and returns its figures."""
+
+    def __init__(self, keys: str = "") -> None:
+        from supervisor.config import parse_plan
+        from supervisor.evidence.progresswatch import PROGRESS_TICK_S, ProgressWatch
+
+        spec = parse_plan('[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "32MiB"\n'
+                          f'progress_path = "/cache"\n{keys}', "test.toml", {}).phases[0]
+        self.step = PROGRESS_TICK_S
+        self.clock, self.lines, self.download = FakeClock(), [], _Download()
+        self.loop = EventLoop(clock=self.clock)
+        evidence = SimpleNamespace(progress=self.download, io=SimpleNamespace(watch=self.download.io_watch),
+                                   first_seen=None)
+        self.download.walk(32 * MiB, 0)  # preallocated, nothing complete
+        self.watch = ProgressWatch(spec, self.loop, self.lines.append, evidence, self.download)  # type: ignore[arg-type]
+
+    def tick(self, written: int, size: int, done: int, said: ProgressReading | None = None) -> dict[str, object]:
+        self.download.written, self.download.said = written, said
+        self.download.walk(size, done)
+        self.clock.now += self.step
+        self.loop.run_once(max_wait=0)
+        figures = self.watch.figures()
+        assert figures is not None
+        return figures
+
+    def close(self) -> None:
+        self.loop.close()
+
+
 def test_a_file_removed_and_fetched_again_is_not_counted_twice() -> None:
     # curio deletes a file whose digest does not match and fetches it again: its bytes written the first time
     # counted on, the phase read 100% done while it fetched it again, and too_slow never came before the deadline.
-    from supervisor.config import parse_plan
-    from supervisor.evidence.progresswatch import PROGRESS_TICK_S, ProgressWatch
-
-    spec = parse_plan('[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "32MiB"\n'
-                      'progress_path = "/cache"\n', "test.toml", {}).phases[0]
-    clock, lines = FakeClock(), []
-    loop = EventLoop(clock=clock)
-    download = _Download()
-    evidence = SimpleNamespace(progress=download, io=SimpleNamespace(watch=download.io_watch), first_seen=None)
+    watching = _Watching()
+    tick, lines = watching.tick, watching.lines
     try:
-        download.walk(32 * MiB, 0)  # preallocated, nothing complete
-        watch = ProgressWatch(spec, loop, lines.append, evidence, download)  # type: ignore[arg-type]
-
-        def tick(written: int, size: int, done: int) -> dict[str, object]:
-            download.written = written
-            download.walk(size, done)
-            clock.now += PROGRESS_TICK_S
-            loop.run_once(max_wait=0)
-            figures = watch.figures()
-            assert figures is not None
-            return figures
-
         assert tick(8 * MiB, 32 * MiB, 0)["done_bytes"] == 8 * MiB
         assert tick(32 * MiB, 32 * MiB + 4096, 0)["done_bytes"] == 32 * MiB  # (its control file beside it)
         assert tick(32 * MiB, 32 * MiB, 32 * MiB)["done_bytes"] == 32 * MiB, "a completed file is no removal"
@@ -692,35 +704,20 @@ def test_a_file_removed_and_fetched_again_is_not_counted_twice() -> None:
         assert tick(64 * MiB, 32 * MiB, 0)["done_bytes"] == 0
         assert sum("shrank" in line for line in lines) == 2, lines
     finally:
-        loop.close()
+        watching.close()
 
 
 def test_a_file_the_command_says_it_fetches_again_counts_again_though_no_walk_saw_it_go() -> None:
     # A file checked in less than COMPLETE_QUIET_S is never seen complete by a walk, and is deleted and
     # preallocated anew between two walks (never smaller either): the walks miss the removal (measured with the
     # real aria2c on a 32 MiB file), and its bytes written counted twice. curio's line says it.
-    from supervisor.config import parse_plan
-    from supervisor.evidence.progresswatch import PROGRESS_TICK_S, ProgressWatch
+    watching = _Watching()
+    lines = watching.lines
 
-    spec = parse_plan('[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "32MiB"\n'
-                      'progress_path = "/cache"\n', "test.toml", {}).phases[0]
-    clock, lines = FakeClock(), []
-    loop = EventLoop(clock=clock)
-    download = _Download()
-    evidence = SimpleNamespace(progress=download, io=SimpleNamespace(watch=download.io_watch), first_seen=None)
+    def tick(written: int, said: ProgressReading | None) -> object:
+        return watching.tick(written, 32 * MiB, 0, said)["done_bytes"]  # preallocated, never seen complete
+
     try:
-        download.walk(32 * MiB, 0)
-        watch = ProgressWatch(spec, loop, lines.append, evidence, download)  # type: ignore[arg-type]
-
-        def tick(written: int, said: ProgressReading | None) -> object:
-            download.written, download.said = written, said
-            download.walk(32 * MiB, 0)  # preallocated, never seen complete
-            clock.now += PROGRESS_TICK_S
-            loop.run_once(max_wait=0)
-            figures = watch.figures()
-            assert figures is not None
-            return figures["done_bytes"]
-
         assert tick(8 * MiB, None) == 8 * MiB
         assert tick(32 * MiB, ProgressReading(0, 32 * MiB, 1)) == 32 * MiB  # aria2c's burst: complete
         assert tick(33 * MiB, ProgressReading(0, 0, 0, restarts=1)) == 0  # deleted, fetched again
@@ -729,7 +726,7 @@ def test_a_file_the_command_says_it_fetches_again_counts_again_though_no_walk_sa
         assert tick(41 * MiB, ProgressReading(0, 0, 0, restarts=1)) == 8 * MiB  # only what is written now
         assert len(lines) == 1, "one restart, one word"
     finally:
-        loop.close()
+        watching.close()
 
 
 def test_a_file_fetched_again_keeps_the_link_s_rate_and_is_not_ended_while_it_can_make_it() -> None:
@@ -737,63 +734,32 @@ def test_a_file_fetched_again_keeps_the_link_s_rate_and_is_not_ended_while_it_ca
     # the average since the start, which decides in the window's first seconds) was of a link gone slow, and
     # the deadline rule ended a download that could still make it (measured: "31.0MiB left at 28.4KiB/s" at
     # 1 MiB/s). The rate is of what the link brings, the thrown-away copy's bytes included.
-    from supervisor.config import parse_plan
-    from supervisor.evidence.progresswatch import PROGRESS_TICK_S, ProgressWatch
-
-    spec = parse_plan('[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "32MiB"\n'
-                      'progress_path = "/cache"\nprogress_deadline_s = 100\nprogress_window_s = 5\n',
-                      "test.toml", {}).phases[0]
-    clock, lines = FakeClock(), []
-    loop = EventLoop(clock=clock)
-    download = _Download()
-    evidence = SimpleNamespace(progress=download, io=SimpleNamespace(watch=download.io_watch), first_seen=None)
+    watching = _Watching("progress_deadline_s = 100\nprogress_window_s = 5\n")
     try:
-        download.walk(32 * MiB, 0)
-        watch = ProgressWatch(spec, loop, lines.append, evidence, download)  # type: ignore[arg-type]
         for second in range(1, 41):  # 1 MiB/s; the first copy is complete at 32 s, bad, and fetched again
-            download.written = second * MiB
-            download.said = ProgressReading(0, 0, 0, restarts=1) if second >= 33 else None
-            download.walk(32 * MiB, 0)
-            clock.now += PROGRESS_TICK_S
-            loop.run_once(max_wait=0)
-        figures = watch.figures()
-        assert figures is not None and figures["done_bytes"] == 7 * MiB, figures
+            said = ProgressReading(0, 0, 0, restarts=1) if second >= 33 else None
+            figures = watching.tick(second * MiB, 32 * MiB, 0, said)
+        assert figures["done_bytes"] == 7 * MiB, figures
         assert figures["rate_bytes_s"] == MiB, figures
-        assert download.slow == [], download.slow  # 25 MiB left at 1 MiB/s: 25 s, with 60 s left
-        assert any("fetch it again" in line for line in lines), lines
+        assert watching.download.slow == [], watching.download.slow  # 25 MiB left at 1 MiB/s: 25 s, 60 s left
+        assert any("fetch it again" in line for line in watching.lines), watching.lines
     finally:
-        loop.close()
+        watching.close()
 
 
 def test_an_attempt_got_further_only_by_the_complete_files_the_next_one_keeps() -> None:
     # retry_while_progressing forgives an attempt that got further. What it wrote into a file left incomplete
     # is gone with it (curio deletes a file aria2c gave up, its Go fallback having failed the check): an attempt
     # that had only written such bytes was forgiven, every time, for ever. A file it completed stays.
-    from supervisor.config import parse_plan
-    from supervisor.evidence.progresswatch import PROGRESS_TICK_S, ProgressWatch
-
-    spec = parse_plan('[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "32MiB"\n'
-                      'progress_path = "/cache"\n', "test.toml", {}).phases[0]
-    clock = FakeClock()
-    loop = EventLoop(clock=clock)
-    try:
-        for complete_at_end, kept in ((0, 0), (8 * MiB, 8 * MiB)):
-            download = _Download()
-            evidence = SimpleNamespace(progress=download, io=SimpleNamespace(watch=download.io_watch),
-                                       first_seen=None)
-            download.walk(16 * MiB, 4 * MiB)  # a file complete from before, one preallocated
-            watch = ProgressWatch(spec, loop, lambda line: None, evidence, download)  # type: ignore[arg-type]
+    for complete_at_end, kept in ((0, 0), (8 * MiB, 8 * MiB)):
+        watching = _Watching()
+        try:
+            watching.download.walk(16 * MiB, 4 * MiB)  # a file complete from before, one preallocated
             for written, done in ((2 * MiB, 4 * MiB), (4 * MiB, 4 * MiB), (4 * MiB, 4 * MiB + complete_at_end)):
-                download.written = written
-                download.walk(16 * MiB, done)
-                clock.now += PROGRESS_TICK_S
-                loop.run_once(max_wait=0)
-            assert watch.gained() == kept, (complete_at_end, watch.figures())
-            download.current = lambda: False  # type: ignore[method-assign]
-            clock.now += PROGRESS_TICK_S
-            loop.run_once(max_wait=0)
-    finally:
-        loop.close()
+                watching.tick(written, 16 * MiB, done)
+            assert watching.watch.gained() == kept, (complete_at_end, watching.watch.figures())
+        finally:
+            watching.close()
 
 
 def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ Two hooks, both chosen once from the phase's spec (supervisor/prover/hooks.py ho
 - ``output``, a reader of the command's output: a fresh parser per attempt, whose result judges a
   command that exited 0 (some tools exit 0 whatever happened) and is shown as ``phase.parsed``. A result
   that also reads a download's progress from the output (``ReadsProgress``: aria2c's readout) feeds the
-  phase's progress (progresswatch.py).
+  phase's progress (progresswatch.py); one that reads the command's own word on a failed exit
+  (``ExplainsFailure``: cuzk-bench's ``Error:`` line) has it said in that exit's verdict.
 
 The core's own step before a phase's first attempt is one of these: ``memory_preflight`` (told only a
 HookContext, never the Phase) says what memory the children have, and refuses a phase whose min_memory
@@ -51,6 +52,11 @@ class ReadsProgress(Protocol):
     def progress(self) -> ProgressReading | None: ...  # None: it said nothing of its progress yet
 
 
+@runtime_checkable
+class ExplainsFailure(Protocol):
+    def failure_said(self) -> str | None: ...  # what the command said of its failed exit; None: nothing
+
+
 class OutputParser(Protocol):
     """Fed the command's output lines as they arrive; its ``result`` fills in as it reads."""
 
@@ -72,8 +78,12 @@ class OutputHook:
 
     def judge(self, verdict: Verdict, result: Parsed, log: Log) -> Verdict:
         """The verdict of a command that exited: one that succeeded fails all the same when its output says
-        it did (such tools exit 0 whatever happened)."""
+        it did (such tools exit 0 whatever happened); one that exited non-zero keeps its reason, with what its
+        output said of it (``ExplainsFailure``), which the status alone ("exited with code 1") does not tell."""
         if not verdict.success:
+            said = result.failure_said() if isinstance(result, ExplainsFailure) else None
+            if said and verdict.reason == v.EXIT_CODE:
+                return replace(verdict, detail=f"{verdict.detail}; {said}")
             return verdict
         problem = result.problem()
         if problem is None:

@@ -23,6 +23,18 @@ or TIMEOUT proof, ``failed: N`` with N > 0, or a missing summary fails the
 bench; a missing summary is never a rate of 0 reported as success. A summary line
 whose number cannot be read (``throughput: 1.2.3 proofs/min``) fails it too, named;
 the parser never raises on what a child prints.
+
+A proof that got no answer at all (the daemon gone, or its connection broken mid-proof) has no status:
+cuzk-bench returns that error from ``main``, which Rust prints on stderr, and exits 1 with no summary
+(standins/cuzk_bench.py)::
+
+    Error: Prove RPC failed
+
+    Caused by:
+        ...
+
+Its ``Error:`` line is kept (``BenchResult.error``), and said with the failure: the exit status alone reads
+"exited with code 1", and a missing summary alone does not say that the daemon gave no answer.
 """
 
 from __future__ import annotations
@@ -42,6 +54,26 @@ _NUMBER_RE = re.compile(r"(\d+(?:\.\d+)?)s?(?=\s|$)")
 BAD_STATUSES = ("FAILED", "CANCELLED", "TIMEOUT")
 # An unreadable summary line is quoted in the verdict up to this many characters.
 QUOTE_CHARS = 120
+# The error line Rust prints for an error returned from main (cuzk-bench's transport errors among them).
+_ERROR_RE = re.compile(r"^Error: (.+)$")
+# The contexts of cuzk-bench's errors when the daemon gave no answer (cuzk-bench main.rs: do_prove's, and
+# make_tcp_client's or make_uds_client's).
+NO_ANSWER_CONTEXTS = ("Prove RPC failed", "failed to connect to daemon")
+
+
+def said_error(error: str | None) -> str | None:
+    """What cuzk-bench's own ``Error:`` line says of its end, in a verdict's words; None without one."""
+    if error is None:
+        return None
+    if error.startswith(NO_ANSWER_CONTEXTS):
+        return (f"cuzk-bench got no answer from cuzk-daemon (Error: {error}): the daemon was gone or broke "
+                "the connection")
+    return f"cuzk-bench ended with Error: {error}"
+
+
+def _error_of(line: str) -> str | None:
+    found = _ERROR_RE.match(line.strip())
+    return found.group(1).strip()[:QUOTE_CHARS] if found else None
 
 
 @dataclass
@@ -55,6 +87,7 @@ class BenchResult:
     total_time_s: float | None = None
     proofs_per_min: float | None = None
     unreadable: list[str] = field(default_factory=list)  # summary lines whose number could not be read
+    error: str | None = None  # its own "Error: ..." line (stderr), the first: why it ended without a summary
 
     @property
     def rate_per_hour(self) -> float | None:
@@ -65,7 +98,8 @@ class BenchResult:
         bad = {s: n for s, n in self.proofs.items() if s in BAD_STATUSES and n}
         counts = self.describe()
         if not self.summary_seen:
-            return f"no '=== Batch Summary ===' in cuzk-bench's output ({counts})"
+            said = said_error(self.error)
+            return f"{said + ', ' if said else ''}no '=== Batch Summary ===' in cuzk-bench's output ({counts})"
         if bad:
             listed = ", ".join(f"{n} {s}" for s, n in sorted(bad.items()))
             return f"{listed} ({counts})"
@@ -78,6 +112,10 @@ class BenchResult:
         if not self.completed:
             return f"no proof completed ({counts})"
         return None
+
+    def failure_said(self) -> str | None:
+        """What its output says of a failed exit: its own ``Error:`` line (lifecycle/hooks.py ExplainsFailure)."""
+        return said_error(self.error)
 
     def describe(self) -> str:
         words = ", ".join(f"{s.lower()}={n}" for s, n in sorted(self.proofs.items())) or "no proof lines"
@@ -112,6 +150,10 @@ class BenchParser(_LineParser):
         if "=== Batch Summary ===" in line:
             r.summary_seen = self._in_summary = True
             self._in_header = False
+            return
+        if r.error is None and (error := _error_of(line)) is not None:
+            r.error = error
+            self._in_header = self._in_summary = False
             return
         proof = _PROOF_RE.match(line)  # (first: a proof line ends the header, blank line or not)
         if self._in_header and proof is None:
@@ -166,7 +208,8 @@ def _count(text: str) -> int | None:
 #     job_id:    ...
 #     timings:   total=... ms (...)   (COMPLETED only; else ``error:     <message>``)
 #
-# and it EXITS 0 WHATEVER THE STATUS: only a transport error (no answer at all) exits 1.
+# and it EXITS 0 WHATEVER THE STATUS: only a proof that got no answer at all exits 1, its ``Error: ...`` on
+# stderr (as ``batch``'s, above; the seeds' warm-up died so, its daemon gone mid-proof), which is kept and said.
 # So the warm-up passes only on a result block whose status is COMPLETED. A ``[k/N] STATUS``
 # proof line (what ``batch`` prints) is read too, so either output shape is judged the same.
 
@@ -180,16 +223,22 @@ class SingleResult:
     result_seen: bool = False  # the "=== Proof Result ===" block (or a [k/N] proof line) was printed
     statuses: list[str] = field(default_factory=list)  # every status read, in order
     error: str | None = None
+    exit_error: str | None = None  # its own "Error: ..." line (stderr): no result came
 
     def problem(self) -> str | None:
         """None when the one proof completed by the tool's own output; else why not."""
         if not self.statuses:
-            return f"no '{_RESULT_HEADER}' with a status in cuzk-bench's output"
+            said = said_error(self.exit_error)
+            return f"{said + ', ' if said else ''}no '{_RESULT_HEADER}' with a status in cuzk-bench's output"
         bad = [s for s in self.statuses if s != GOOD_STATUS]
         if bad:
             error = f" (error: {self.error})" if self.error else ""
             return f"the proof ended {bad[0]}{error}"
         return None
+
+    def failure_said(self) -> str | None:
+        """What its output says of a failed exit: its own ``Error:`` line (lifecycle/hooks.py ExplainsFailure)."""
+        return said_error(self.exit_error)
 
     def describe(self) -> str:
         return f"status={'/'.join(self.statuses) or 'none'}" + (f", error={self.error}" if self.error else "")
@@ -206,6 +255,10 @@ class SingleProofParser(_LineParser):
         r = self.result
         if _RESULT_HEADER in line:
             r.result_seen = self._in_result = True
+            return
+        if r.exit_error is None and (error := _error_of(line)) is not None:
+            r.exit_error = error
+            self._in_result = False
             return
         proof = _PROOF_RE.match(line)
         if proof:

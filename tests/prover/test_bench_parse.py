@@ -85,6 +85,23 @@ def test_stand_in_summary_with_nothing_completed_reads_as_a_failure_not_rate_0()
     assert r.problem() is not None
 
 
+def test_a_bench_that_got_no_answer_says_so_not_only_that_its_summary_is_missing() -> None:
+    """cuzk-bench whose daemon died mid-batch: the proofs before, then its error from main on stderr, no summary
+    (main.rs 595; standins/cuzk_bench.py). Its ``Error:`` line is the cause, kept and said first."""
+    text = ("=== Batch Benchmark ===\nproof type:  porep\ncount:       4\nconcurrency: 2\n\n"
+            "  [1/4] COMPLETED — 151.9s (prove=41234 ms, queue=10 ms)\n"
+            "Error: Prove RPC failed\n\nCaused by:\n    0: transport error\n    1: broken pipe\n")
+    r = parsed("cuzk-bench", text)
+    assert r.error == "Prove RPC failed" and r.proofs == {"COMPLETED": 1} and not r.summary_seen
+    assert r.problem() == ("cuzk-bench got no answer from cuzk-daemon (Error: Prove RPC failed): the daemon was "
+                           "gone or broke the connection, no '=== Batch Summary ===' in cuzk-bench's output "
+                           "(completed=1)"), r.problem()
+    other = parsed("cuzk-bench", "Error: failed to read /data/zk/c1.json\n\nCaused by:\n    No such file\n")
+    assert other.problem() is not None and other.problem().startswith(
+        "cuzk-bench ended with Error: failed to read /data/zk/c1.json, no '=== Batch Summary ==='"), other.problem()
+    assert parsed("cuzk-bench", lines_12() + "\n" + WORKLOADS_SUMMARY).error is None
+
+
 def test_fed_in_pieces_as_the_pipe_delivers_them() -> None:
     """The supervisor feeds the parser batches of raw byte lines, some with CR LF or colour codes."""
     parser = BenchParser()

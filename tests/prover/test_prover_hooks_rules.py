@@ -112,6 +112,30 @@ def test_a_bench_that_exits_0_without_its_summary_fails_as_bench_failed() -> Non
     assert judged.detail.startswith("bench failed: no '=== Batch Summary ===' in cuzk-bench's output")
 
 
+# What cuzk-bench prints on stderr when a proof got no answer (its daemon died mid-proof): Rust's ``Error: {:?}``.
+NO_ANSWER = [b"Error: Prove RPC failed", b"", b"Caused by:",
+             b'    0: status: Unknown, message: "transport error", details: [], metadata: MetadataMap { headers: {} }',
+             b"    1: transport error", b"    2: Connection reset by peer (os error 104)"]
+
+
+@pytest.mark.parametrize("kind", ["cuzk-bench", "cuzk-single"])
+def test_a_bench_that_exits_1_without_an_answer_says_its_daemon_gave_none(kind: str) -> None:
+    """Exit 1 is the bench's own reason (exit_code), but "exited with code 1" alone does not say why: its
+    ``Error:`` line does. (The parsers once ignored it: the verdict said only the status.)"""
+    hook = hooks.PARSERS[kind]
+    parser = hook.new_parser()
+    parser.feed([b"=== Batch Benchmark ===", b"count:       4", b"", *NO_ANSWER])
+    exited_1 = Verdict(phase="bench", child="cmd", pid=1, reason=v.EXIT_CODE, success=False, status=1,
+                       detail="exited with code 1")
+    judged = hook.judge(exited_1, parser.result, lambda line: None)
+    assert (judged.success, judged.reason, judged.status) == (False, v.EXIT_CODE, 1)
+    assert judged.detail == ("exited with code 1; cuzk-bench got no answer from cuzk-daemon (Error: Prove RPC "
+                             "failed): the daemon was gone or broke the connection"), judged.detail
+    killed = Verdict(phase="bench", child="cmd", pid=1, reason=v.SIGNAL, success=False, status=137,
+                     detail="killed by SIGKILL")
+    assert hook.judge(killed, parser.result, lambda line: None) == killed, "only its own exit is explained so"
+
+
 def test_a_fetch_that_exits_0_passes_whatever_its_lines_said() -> None:
     hook = hooks.PARSERS["paramfetch"]
     parser = hook.new_parser()

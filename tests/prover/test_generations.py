@@ -237,7 +237,8 @@ def test_the_seeds_partition_workers_10_on_125_gib_is_killed_at_its_first_proof(
     done = subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", f"http://127.0.0.1:{port}",
                            "single", "-t", "porep"], capture_output=True, text=True, timeout=30,
                           env=standin_env(), cwd=REPO)
-    assert done.returncode == 1 and "Error: Prove RPC failed: transport error" in done.stderr, done.stderr
+    # No answer (the connection broke mid-proof): do_prove's error, returned from main (cuzk-bench main.rs 1008).
+    assert done.returncode == 1 and done.stderr.startswith("Error: Prove RPC failed\n\nCaused by:\n"), done.stderr
     assert d.proc.wait(10) == -signal.SIGKILL
     assert "estimated peak RSS ~ 269.00 GiB" in d.output()
 

@@ -411,32 +411,44 @@ def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,
     assert (tmp_path / "params").exists() is False  # no cache dir: PCE not saved, and nothing created
 
 
-def test_bench_without_a_daemon_fails_every_proof_but_exits_0(tmp_path: Path) -> None:
+def test_bench_without_a_daemon_exits_1_with_no_summary(tmp_path: Path) -> None:
+    """No daemon: no proof gets an answer, so none has a status. The real tool's ``connect(..).await?``
+    (main.rs 556, 586) returns the error from main: Rust prints it and exits 1, no proof line, no summary. (The
+    stand-in once printed a FAILED line per proof, a summary and exit 0: a bench that reads as proofs failing.)"""
     addr = f"http://127.0.0.1:{free_port()}"
-    batch = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "-c", "2", "-j", "2",
-                        env=standin_env())
-    assert batch.returncode == 0
-    assert batch.stdout.count("FAILED —") == 2
-    assert "error: transport error:" in batch.stdout
-    assert "failed:        2" in batch.stdout and "throughput:    0.000 proofs/min" in batch.stdout
+    connect_error = [f"Error: failed to connect to daemon at {addr}", "", "Caused by:", "    0: transport error",
+                     "    1: tcp connect error", "    2: Connection refused (os error 111)"]
+    for jobs in ("1", "2"):
+        batch = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "-c", "2", "-j", jobs,
+                            env=standin_env())
+        assert batch.returncode == 1, (jobs, batch.stdout, batch.stderr)
+        assert batch.stdout.splitlines() == ["=== Batch Benchmark ===", "proof type:  porep", "count:       2",
+                                             f"concurrency: {jobs}", ""], batch.stdout
+        assert batch.stderr.splitlines() == connect_error, batch.stderr
     single = run_standin("cuzk_bench", "single", "-t", "porep", "-a", addr, env=standin_env())
     assert single.returncode == 1, "no answer at all: the real tool's error exit"
-    assert "Error: Prove RPC failed: transport error:" in single.stderr and "=== Proof Result ===" not in single.stdout
+    assert single.stderr.splitlines() == connect_error and single.stdout == "", single
     missing = run_standin("cuzk_bench", "-a", addr, "single", "--c1", str(tmp_path / "nope.json"),
                           env=standin_env())
     assert missing.returncode == 1 and "failed to read C1" in missing.stderr
 
 
 def test_daemon_crash_mid_bench(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    """The daemon dies after its first proof: the real batch prints that proof's line, then the error of the
+    next connect, and exits 1 with no summary (the stand-in once went on with a FAILED line per proof, a summary
+    and exit 0)."""
     (tmp_path / "params").mkdir()
     daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_FAIL_CUZK_DAEMON="crash",
                                              STANDIN_FAIL_AFTER="1")
     wait_status(status_port)
     bench = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "batch", "-t", "porep",
                         "-c", "3", "-j", "1", env=standin_env())
-    assert bench.returncode == 0
-    assert "completed:     1" in bench.stdout and "failed:        2" in bench.stdout
-    assert "error: transport error:" in bench.stdout
+    assert bench.returncode == 1, bench.stdout + bench.stderr
+    proofs = [m.group(3) for m in map(PROOF_LINE.match, bench.stdout.splitlines()) if m]
+    assert proofs == ["COMPLETED"] and "=== Batch Summary ===" not in bench.stdout, bench.stdout
+    # The next proof's connect, or its RPC, as the crash falls (the daemon dies just after its answer).
+    assert bench.stderr.startswith(("Error: failed to connect to daemon at http://127.0.0.1:",
+                                    "Error: Prove RPC failed\n")), bench.stderr
     assert daemon.wait() == 3
     assert "panicked" in daemon.output
     assert (tmp_path / "params" / "pce-porep-32g.bin").exists()

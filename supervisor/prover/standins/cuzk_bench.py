@@ -25,9 +25,8 @@ above 1, none until every proof was submitted (a proof is submitted as one in fl
 are done by then), then in submission order, each once it ended: a bench of 12 at ``-j 3`` is silent
 until 9 proofs are done, then prints those 9 at once.
 
-(status words COMPLETED, FAILED, CANCELLED, TIMEOUT); a proof that did not complete is
-followed by a line ``    error: <reason>``, e.g. ``error: transport error: [Errno 111]
-Connection refused`` when the daemon is gone. ``batch`` then prints::
+(status words COMPLETED, FAILED, CANCELLED, TIMEOUT: the line alone, no error line even for a proof the
+daemon answered FAILED, main.rs 561-569 and 597-605, read at curio e0294b0). ``batch`` then prints::
 
     === Batch Summary ===
     total time:    1834.2s
@@ -37,9 +36,9 @@ Connection refused`` when the daemon is gone. ``batch`` then prints::
     prove time:    avg=41.2s min=40.9s max=41.6s
     throughput:    0.393 proofs/min (152.8s/proof)
 
-and EXITS 0 EVEN WHEN PROOFS FAILED (``failed`` counts every proof not COMPLETED; wall and
-prove statistics cover completed proofs, 0.0 when none; with none completed the throughput
-reads ``0.000 proofs/min (n/a)``). ``single`` runs one proof (the warm-up) and prints, as the
+and EXITS 0 EVEN WHEN PROOFS FAILED (``failed`` counts every proof not COMPLETED; the wall, prove and
+throughput lines cover the completed proofs, and are not printed at all when none completed: main.rs
+610-641). ``single`` runs one proof (the warm-up) and prints, as the
 real tool (extern/cuzk cuzk-bench ``print_result``), a result block instead of a proof line::
 
     === Proof Result ===
@@ -50,13 +49,32 @@ real tool (extern/cuzk cuzk-bench ``print_result``), a result block instead of a
     proof:     192 bytes (hex: ...)
 
 with ``error:     <reason>`` in place of the last three lines when the status is FAILED,
-CANCELLED or TIMEOUT. Like the real tool it EXITS 0 WHATEVER THE STATUS; only a proof that got
-no answer at all (transport error: the daemon is gone) prints ``Error: Prove RPC failed: ...``
-on stderr and exits 1. Usage errors exit 2. SIGINT and SIGTERM keep their default actions (die by the signal).
+CANCELLED or TIMEOUT. Like the real tool it EXITS 0 WHATEVER THE STATUS.
+
+A proof that gets NO ANSWER (the daemon gone: nothing listens, or the connection broke mid-proof) has no
+status at all: the real tool's ``connect(..).await?`` and ``do_prove(..).await?`` (main.rs 507-508 for
+``single``, 556-557 for ``batch -j 1``, 586-587 under ``handle.await??`` at 595 above it) return the error
+from ``main``, which Rust prints on stderr as ``Error: {:?}`` (anyhow's chain), exiting 1::
+
+    Error: Prove RPC failed
+
+    Caused by:
+        0: status: Unknown, message: "transport error", details: [], metadata: MetadataMap { headers: {} }
+        1: transport error
+        2: Connection reset by peer (os error 104)
+
+(``failed to connect to daemon at <addr>``, main.rs 420, when the connect itself failed; ``failed to connect
+to daemon via unix socket``, 442, on a socket). That first line is the source's own context (``do_prove``'s
+``.context("Prove RPC failed")``, 1008); the causes under it are tonic's and hyper's words, which change with
+their versions and with how the connection broke: the stand-in gives one such shape, and nothing may rely on
+it. ``batch`` prints no line for that proof and NO SUMMARY: with ``-j 1`` the proofs before it have their
+lines; with ``-j`` above 1 the proofs before it in submission order do (every later one fails at its connect
+at once, the daemon being gone), and what is still in flight dies with the process. Usage errors exit 2.
+SIGINT and SIGTERM keep their default actions (die by the signal).
 
 Environment: ``STANDIN_BENCH_FAIL_PROOFS=N`` (proofs number 1..N, in submission order,
-report FAILED with ``error: proof failed: ...`` even if the daemon completed them; for
-``single``, any N >= 1 fails its one proof),
+report FAILED even if the daemon completed them; for ``single``, any N >= 1 fails its one proof,
+its block saying ``error:     proof failed: ...``),
 ``STANDIN_BENCH_TIMEOUT_S`` (per-proof deadline in seconds, default none; past it the proof
 is TIMEOUT), plus the common knobs; the partway point is right after the first proof line.
 """
@@ -73,13 +91,15 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from . import failures, knobs, output
 
 DEFAULT_ADDR = "http://127.0.0.1:9820"
 STATUS_WORDS = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
-TRANSPORT_ERROR = "transport error: "
+# do_prove's context (main.rs 1008), and tonic's Status of an RPC whose connection broke, as its Display reads.
+PROVE_FAILED = "Prove RPC failed"
+BROKEN_RPC_STATUS = 'status: Unknown, message: "transport error", details: [], metadata: MetadataMap { headers: {} }'
 
 
 class Result(NamedTuple):
@@ -88,6 +108,28 @@ class Result(NamedTuple):
     prove_ms: int
     queue_ms: int
     error: str
+
+
+class NoAnswer(NamedTuple):
+    """No answer from the daemon: the error the real tool returns from ``main`` (its anyhow context, its causes)."""
+
+    context: str
+    causes: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        """As Rust prints an error ``main`` returned: ``Error: {:?}``, anyhow's Debug form."""
+        if len(self.causes) == 1:
+            causes = [f"    {self.causes[0]}"]
+        else:
+            causes = [f"    {i}: {cause}" for i, cause in enumerate(self.causes)]
+        return [f"Error: {self.context}", "", "Caused by:", *causes]
+
+
+def _os_words(exc: BaseException) -> str:
+    """An OS error in Rust's words (``Connection refused (os error 111)``); else what Python says of it."""
+    if isinstance(exc, OSError) and exc.errno is not None and exc.strerror:
+        return f"{exc.strerror} (os error {exc.errno})"
+    return str(exc) or type(exc).__name__
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -113,8 +155,17 @@ def _connection(addr: tuple[str, Any], timeout: float | None) -> http.client.HTT
     return http.client.HTTPConnection(host, where[1], timeout=timeout)
 
 
-def prove_once(addr: tuple[str, Any], body: dict[str, Any], timeout: float | None, fail: bool) -> Result:
-    """One proof request; never raises."""
+def _connect_failed(addr: tuple[str, Any], text: str, exc: BaseException) -> NoAnswer:
+    """make_tcp_client's or make_uds_client's error (main.rs 415-448): the connect to the daemon failed."""
+    if addr[0] == "unix":
+        return NoAnswer("failed to connect to daemon via unix socket", ("transport error", _os_words(exc)))
+    return NoAnswer(f"failed to connect to daemon at {text}", ("transport error", "tcp connect error", _os_words(exc)))
+
+
+def prove_once(addr: tuple[str, Any], body: dict[str, Any], timeout: float | None, fail: bool,
+               addr_text: str = DEFAULT_ADDR) -> Result | NoAnswer:
+    """One proof: a fresh connection (as the real tool connects per proof), the request, its answer; never
+    raises. NoAnswer when the daemon gave none (``addr_text``: the address as given, which the error names)."""
     started = time.monotonic()
 
     def result(status: str, error: str = "", prove_ms: int = 0, queue_ms: int = 0) -> Result:
@@ -122,13 +173,23 @@ def prove_once(addr: tuple[str, Any], body: dict[str, Any], timeout: float | Non
 
     conn = _connection(addr, timeout)
     try:
+        try:
+            conn.connect()
+        except TimeoutError:
+            return result("TIMEOUT", f"deadline exceeded after {timeout:g}s")
+        except OSError as exc:
+            return _connect_failed(addr, addr_text, exc)
         conn.request("POST", "/prove", body=json.dumps(body), headers={"Content-Type": "application/json"})
         response = conn.getresponse()
         data = response.read()
     except TimeoutError:
         return result("TIMEOUT", f"deadline exceeded after {timeout:g}s")
     except (OSError, http.client.HTTPException) as exc:
-        return result("FAILED", f"{TRANSPORT_ERROR}{str(exc) or type(exc).__name__}")
+        if isinstance(exc, http.client.RemoteDisconnected):
+            cause = "connection closed before message completed"  # hyper's words for a connection gone mid-answer
+        else:
+            cause = _os_words(exc)
+        return NoAnswer(PROVE_FAILED, (BROKEN_RPC_STATUS, "transport error", cause))
     finally:
         conn.close()
     if response.status != 200:
@@ -153,81 +214,93 @@ def proof_line(k: int, n: int, res: Result) -> str:
 
 
 def _stats(values: list[float]) -> str:
-    if not values:
-        return "avg=0.0s min=0.0s max=0.0s"
     return f"avg={sum(values) / len(values):.1f}s min={min(values):.1f}s max={max(values):.1f}s"
 
 
 def summary(results: list[Result], total_s: float) -> list[str]:
+    """The summary block; its statistics only when a proof completed (the real tool's ``if !completed.is_empty()``)."""
     done = [r for r in results if r.status == "COMPLETED"]
-    if done:
-        per_min = len(done) / (total_s / 60) if total_s > 0 else 0.0
-        throughput = f"{per_min:.3f} proofs/min ({total_s / len(done):.1f}s/proof)"
-    else:
-        throughput = "0.000 proofs/min (n/a)"
-    return [
+    lines = [
         "",
         "=== Batch Summary ===",
         f"{'total time:':<15}{total_s:.1f}s",
         f"{'completed:':<15}{len(done)}",
         f"{'failed:':<15}{len(results) - len(done)}",
-        f"{'wall time:':<15}{_stats([r.wall_s for r in done])}",
-        f"{'prove time:':<15}{_stats([r.prove_ms / 1000 for r in done])}",
-        f"{'throughput:':<15}{throughput}",
     ]
+    if not done:
+        return lines
+    per_min = len(done) / (total_s / 60) if total_s > 0 else 0.0
+    return [*lines,
+            f"{'wall time:':<15}{_stats([r.wall_s for r in done])}",
+            f"{'prove time:':<15}{_stats([r.prove_ms / 1000 for r in done])}",
+            f"{'throughput:':<15}{per_min:.3f} proofs/min ({total_s / len(done):.1f}s/proof)"]
 
 
-def _report(k: int, n: int, res: Result) -> None:
-    output.out(proof_line(k, n, res))
-    if res.status != "COMPLETED":
-        output.out(f"    error: {res.error}")
-
-
-def run_batch(addr: tuple[str, Any], kind: str, c1: str | None, count: int, jobs: int) -> list[Result]:
-    """The proofs, ``jobs`` in flight, reported in the real tool's order (the module's docstring)."""
+def run_batch(addr: tuple[str, Any], addr_text: str, kind: str, c1: str | None, count: int,
+              jobs: int) -> tuple[list[Result], NoAnswer | None]:
+    """The proofs, ``jobs`` in flight, reported in the real tool's order (the module's docstring); the first
+    proof with no answer (in that order) ends the batch there, its NoAnswer returned with the results before it."""
     fail_n = max(0, knobs.env_int("STANDIN_BENCH_FAIL_PROOFS", 0))
     timeout = _timeout()
     results: list[Result] = []
     tag = f"{os.getpid()}-{int(time.time())}"
 
-    def prove(i: int) -> Result:
-        return prove_once(addr, {"type": kind, "c1": c1, "job": f"bench-{tag}-{i + 1}"}, timeout, i < fail_n)
+    def prove(i: int) -> Result | NoAnswer:
+        body = {"type": kind, "c1": c1, "job": f"bench-{tag}-{i + 1}"}
+        return prove_once(addr, body, timeout, i < fail_n, addr_text)
 
     def report(i: int, res: Result) -> None:
         results.append(res)
-        _report(i + 1, count, res)
+        output.out(proof_line(i + 1, count, res))
         failures.partway()
 
     if jobs <= 1:
         for i in range(count):
-            report(i, prove(i))
-        return results
+            res = prove(i)
+            if isinstance(res, NoAnswer):
+                return results, res
+            report(i, res)
+        return results, None
     slots = threading.Semaphore(jobs)  # the real tool's tokio Semaphore: a submission waits for a free one
 
-    def held(i: int) -> Result:
+    def held(i: int) -> Result | NoAnswer:
         try:
             return prove(i)
         finally:
-            slots.release()
+            slots.release()  # an error too frees its permit (the task's captured one is dropped)
 
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="proof") as pool:
-        futures: list[Future[Result]] = []
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="proof")
+    try:
+        futures: list[Future[Result | NoAnswer]] = []
         for i in range(count):
             slots.acquire()
             futures.append(pool.submit(held, i))
         for i, future in enumerate(futures):  # only now, in submission order
-            report(i, future.result())
-    return results
+            res = future.result()
+            if isinstance(res, NoAnswer):
+                return results, res  # (the caller exits at once: what is still in flight is not waited for)
+            report(i, res)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return results, None
 
 
-def run_single(addr: tuple[str, Any], kind: str, c1: str | None) -> int:
+def fail_without_answer(no_answer: NoAnswer) -> NoReturn:
+    """Print the error as Rust prints one ``main`` returned, and exit 1 at once: the real tool's runtime drops
+    the proofs still in flight, it does not wait for them."""
+    for line in no_answer.lines():
+        output.err(line)
+    output.flush_all()
+    os._exit(1)
+
+
+def run_single(addr: tuple[str, Any], addr_text: str, kind: str, c1: str | None) -> int:
     """One proof, its result block; exit 0 whatever its status, 1 only when no answer came."""
     job = f"warmup-{os.getpid()}-{int(time.time())}"
     fail = knobs.env_int("STANDIN_BENCH_FAIL_PROOFS", 0) > 0
-    res = prove_once(addr, {"type": kind, "c1": c1, "job": job}, _timeout(), fail)
-    if res.error.startswith(TRANSPORT_ERROR):
-        output.err(f"Error: Prove RPC failed: {res.error}")
-        return 1
+    res = prove_once(addr, {"type": kind, "c1": c1, "job": job}, _timeout(), fail, addr_text)
+    if isinstance(res, NoAnswer):
+        fail_without_answer(res)
     for line in result_block(job, res):
         output.out(line)
     failures.partway()
@@ -294,13 +367,15 @@ def main(argv: list[str] | None = None) -> int:
     failures.handle_signal(signal.SIGINT, signal.SIG_DFL)  # a Rust binary: Ctrl-C kills it outright
 
     if args.command == "single":
-        return run_single(addr, args.proof_type, args.c1)
+        return run_single(addr, args.addr, args.proof_type, args.c1)
 
     for line in ("=== Batch Benchmark ===", f"proof type:  {args.proof_type}", f"count:       {args.count}",
                  f"concurrency: {args.concurrency}", ""):
         output.out(line)
     started = time.monotonic()
-    results = run_batch(addr, args.proof_type, args.c1, args.count, args.concurrency)
+    results, no_answer = run_batch(addr, args.addr, args.proof_type, args.c1, args.count, args.concurrency)
+    if no_answer is not None:
+        fail_without_answer(no_answer)  # no summary: main.rs returns before it
     total = time.monotonic() - started
     for line in summary(results, total):
         output.out(line)

@@ -581,6 +581,45 @@ def test_hung_daemon_stops_answering(tmp_path: Path, spawn: Callable[..., Proc])
     assert bench.wait() in (0, 1)
 
 
+def test_daemon_sigint_serve_on_logs_stops_its_engine_and_serves_on_until_sigkill(
+        tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    """STANDIN_CUZK_SIGINT=serve-on, the real daemon (main.rs 260-277, engine.rs 3724-3727): SIGINT logs two lines
+    and stops the engine's workers, nothing more. The proof on a GPU worker then finishes, one submitted after
+    waits for ever, /status answers on, a second SIGINT does nothing; only SIGKILL (or SIGTERM) ends it."""
+    (tmp_path / "params").mkdir()
+    daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_CUZK_SIGINT="serve-on",
+                                             STANDIN_PROOF_S="1.5")
+    wait_status(status_port)
+    addr = f"http://127.0.0.1:{port}"
+    running = spawn("cuzk_bench", "-a", addr, "single", env=standin_env())
+    daemon.wait_for(r"TIMELINE,\d+,gpu_start,")
+    daemon.signal(signal.SIGINT)
+    daemon.wait_for(r"cuzk_daemon\b.* received SIGINT, shutting down$")
+    daemon.wait_for(r"cuzk_core::engine\b.* shutting down cuzk engine$")
+    assert running.wait(10) == 0 and "status:    COMPLETED" in running.output, running.output
+    late = spawn("cuzk_bench", "-a", addr, "single", env=standin_env())
+    daemon.wait_for(r"TIMELINE,\d+,received,warmup-")
+    daemon.signal(signal.SIGINT)
+    daemon.settle(1.0)
+    assert daemon.popen.poll() is None and late.popen.poll() is None, "it serves on; the late proof waits"
+    assert wait_status(status_port)["counters"]["queue_depth"] == 1
+    assert daemon.output.count("received SIGINT") == 1 and "cuzk-daemon stopped" not in daemon.output
+    daemon.popen.kill()
+    assert daemon.wait() == -signal.SIGKILL
+    assert late.wait(10) == 1 and late.output.startswith("Error: Prove RPC failed"), late.output
+
+
+def test_daemon_sigint_serve_on_before_ready_kills_it(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    """The real daemon installs its SIGINT handler after "cuzk-daemon ready": before, SIGINT's default action."""
+    daemon, _, _ = start_daemon(spawn, tmp_path, STANDIN_CUZK_SIGINT="serve-on", STANDIN_SRS_LOAD_S="5")
+    daemon.wait_for(r"loading SRS")
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait() == -signal.SIGINT
+    bad = run_standin("cuzk_daemon", "-c", str(tmp_path / "none.toml"),
+                      env=standin_env(STANDIN_CUZK_SIGINT="drain"))
+    assert bad.returncode == 2 and "STANDIN_CUZK_SIGINT" in bad.stderr
+
+
 def test_orphan_escapes_the_session(tmp_path: Path, spawn: Callable[..., Proc],
                                     stray_pids: list[int]) -> None:
     pidfile = tmp_path / "orphan.pid"

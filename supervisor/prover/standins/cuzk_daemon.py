@@ -25,8 +25,21 @@ failed_by_kind, queue_depth}``, ``buffers``. ``STANDIN_FAIL_PROOFS``: ``1`` make
 Generations (``STANDIN_CUZK_GENERATION``, ``unified`` or ``partition-workers``): see cuzk_generations.
 The HTTP servers and their routes: cuzk_http.
 
-Signals: SIGINT: graceful shutdown (in-flight proofs answer CANCELLED, servers closed, exit
-0; a second SIGINT exits 130 at once). SIGTERM: default action, dies at once, no cleanup.
+Signals: SIGTERM: default action, dies at once, no cleanup. SIGINT as ``STANDIN_CUZK_SIGINT`` says:
+
+* ``exit`` (the default; kinder than the real one): graceful shutdown (in-flight proofs answer CANCELLED,
+  servers closed, exit 0; a second SIGINT exits 130 at once).
+* ``serve-on`` (the real one): curio's extern/cuzk/cuzk-daemon/src/main.rs (read at e0294b0) installs its
+  only handler, ``tokio::signal::ctrl_c()`` in a spawned task, right after it logs ``cuzk-daemon ready``
+  (233-239 on a unix socket, 260-266 on TCP): before that SIGINT's default action kills it. The handler
+  logs ``received SIGINT, shutting down`` and calls ``engine.shutdown()`` (cuzk-core/src/engine.rs 3720-3727:
+  ``shutting down cuzk engine``, then the workers are told to stop picking up jobs; "currently running
+  proofs will be allowed to finish"), and that is all: ``Server::serve`` has no shutdown signal wired
+  (268-277), so the process keeps its listeners and serves on, never exiting, until SIGKILL or SIGTERM. The
+  stand-in logs the two lines (not the workers' own "received shutdown signal" lines), lets a proof that
+  holds a GPU worker finish, and leaves every proof still queued, or submitted since, waiting for ever, as the
+  real one's RPC does (its ``submit`` still queues them). ``/status`` answers on. A later SIGINT does nothing
+  (tokio's handler stays installed).
 
 Environment: ``STANDIN_PROOF_S`` (seconds per proof, default 1.0 scaled), ``STANDIN_PCE_S``
 (PCE extraction, default 0.5 scaled), ``STANDIN_SRS_LOAD_S`` (startup SRS load, default 0.3
@@ -63,8 +76,22 @@ PCE_BYTES = 26 * GIB
 PARTITION_BYTES = int(13.6 * GIB)
 
 
+# STANDIN_CUZK_SIGINT: what SIGINT does (the module's docstring).
+SIGINT_EXIT = "exit"
+SIGINT_SERVE_ON = "serve-on"
+SIGINT_MODES = (SIGINT_EXIT, SIGINT_SERVE_ON)
+
+
 class Interrupted(Exception):
     """SIGINT arrived (raised in the main thread by the handler)."""
+
+
+def sigint_mode() -> str:
+    """``STANDIN_CUZK_SIGINT``: ``exit`` (the default) or ``serve-on``; anything else is a UsageError."""
+    raw = os.environ.get("STANDIN_CUZK_SIGINT", "").strip().lower() or SIGINT_EXIT
+    if raw not in SIGINT_MODES:
+        raise knobs.UsageError(f"STANDIN_CUZK_SIGINT={raw!r}: expected {' or '.join(SIGINT_MODES)}")
+    return raw
 
 
 class Daemon:
@@ -79,7 +106,9 @@ class Daemon:
         self.log = Log(args.log_level or "info")
         self.lock = threading.Lock()
         self.pce_lock = threading.Lock()
-        self.stop = threading.Event()
+        self.stop = threading.Event()  # exit: the shutdown cancels what runs or waits
+        self.engine_stopped = threading.Event()  # serve-on: the engine's workers take no more proofs
+        self.sigint = sigint_mode()
         self.servers: list[Server] = []
         self.unix_paths: list[str] = []
         self.received = self.completed = self.failed = self.cancelled = 0
@@ -145,6 +174,9 @@ class Daemon:
         self.log("info", f"gpu workers: {self.cfg.gpu_workers} (devices={self.cfg.devices}, "
                          f"per_device={self.cfg.workers_per_device})")
         self.log("info", "cuzk-daemon ready")
+        if self.sigint == SIGINT_SERVE_ON:
+            # The real one's ctrl_c task, spawned here; it binds and serves whatever that task does.
+            failures.handle_signal(signal.SIGINT, lambda *_: self.stop_engine())
         knobs.sleep(knobs.env_seconds("STANDIN_BIND_DELAY_S", 0.3))
         for addr, role, text in ((self.cfg.listen, "main", self.cfg.listen_text),
                                  (self.cfg.status_listen, "status", self.cfg.status_text)):
@@ -227,7 +259,7 @@ class Daemon:
 
         with self.lock:
             self.queued += 1
-        while not self.gpu_sem.acquire(timeout=0.02):
+        while not self._take_gpu():
             if self.stop.is_set():
                 with self.lock:
                     self.queued -= 1
@@ -254,6 +286,19 @@ class Daemon:
             self.gpu_sem.release()
         prove_ms = int((time.monotonic() - start) * 1000)
         return {"job": job, "status": "COMPLETED", "prove_ms": prove_ms, "queue_ms": queue_ms}
+
+    def _take_gpu(self) -> bool:
+        """A GPU worker's slot for a queued proof, within a short wait; never once the engine was stopped
+        (serve-on): its workers left their loops, so the proof waits on, as the real one's RPC does."""
+        if self.engine_stopped.is_set():
+            self.stop.wait(0.02)
+            return False
+        if not self.gpu_sem.acquire(timeout=0.02):
+            return False
+        if self.engine_stopped.is_set():  # stopped while it waited: the worker did not take it
+            self.gpu_sem.release()
+            return False
+        return True
 
     def _synthesize(self) -> bool:
         """False when a shutdown cut it short. A partition-workers build synthesizes at most
@@ -321,6 +366,16 @@ class Daemon:
 
     # ------------------------------------------------------------ shutdown
 
+    def stop_engine(self) -> None:
+        """serve-on's SIGINT handler: the real daemon's SIGINT task (main.rs 236-238, engine.rs 3724-3727), two
+        lines, no more proofs taken; the servers and the process stay. Its handler stays installed: a later
+        SIGINT does nothing."""
+        signal.signal(signal.SIGINT, lambda *_: None)
+        output.unsilence()
+        self.log("info", "received SIGINT, shutting down")
+        self.log("info", "shutting down cuzk engine", target="cuzk_core::engine")
+        self.engine_stopped.set()
+
     def shutdown(self) -> int:
         signal.signal(signal.SIGINT, lambda *_: os._exit(130))
         output.unsilence()
@@ -364,10 +419,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         failures.setup("cuzk-daemon")
         generations.generation()
+        sigint = sigint_mode()
     except knobs.UsageError as exc:
         output.err(f"error: {exc}")
         return 2
-    failures.handle_signal(signal.SIGINT, _on_sigint)  # SIGTERM keeps its default action on purpose
+    # SIGTERM keeps its default action on purpose; so does SIGINT until ready, as the real one's (serve-on).
+    failures.handle_signal(signal.SIGINT, _on_sigint if sigint == SIGINT_EXIT else signal.SIG_DFL)
     daemon = Daemon(args)
     try:
         try:
@@ -379,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             # Short naps: a SIGINT the kernel hands to a server thread only sets Python's flag, and
             # the main thread runs the handler when it next wakes (a long sleep would hide it).
             time.sleep(MAIN_NAP_S)
-    except Interrupted:
+    except Interrupted:  # (exit only: serve-on's handler raises nothing, and this loop naps on)
         return daemon.shutdown()
 
 

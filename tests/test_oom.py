@@ -402,3 +402,6 @@ def test_an_oom_kill_in_a_stops_grace_is_the_oom_killers_not_the_stop() -> None:
     assert during.detail.endswith(", while the supervisor was stopping it (supervisor shutdown)"), during
     ours = _killed(stop_reason="supervisor shutdown", sigkilled=True)  # the grace ran out: our SIGKILL
     assert (ours.reason, ours.success) == (v.STOPPED, True), ours
+    # And it says whose SIGKILL it was (it once read "killed by SIGKILL (status 137) after the supervisor stopped
+    # it", the kernel's left open): the real cuzk-daemon never ends on SIGINT, so every phase's end reads so.
+    assert ours.detail.startswith("supervisor shutdown; killed by the supervisor's SIGKILL (status 137); "), ours

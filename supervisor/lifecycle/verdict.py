@@ -140,7 +140,12 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
         # We asked it to end: what it did on the way out is not its failure.
         reason = stop_reason if stop_reason in REASONS or stop_reason in added else STOPPED
         success = reason == STOPPED
-        detail = f"{stop_detail or stop_reason}; {status.describe()} after the supervisor stopped it"
+        if sigkilled and status.signal == signal.SIGKILL:
+            # Whose SIGKILL it was: a daemon that never ends on its stop signal (cuzk-daemon serves on after
+            # SIGINT) ends so at every phase's end, and "killed by SIGKILL" alone would leave the kernel's open.
+            detail = f"{stop_detail or stop_reason}; killed by the supervisor's SIGKILL (status {status.shell_status})"
+        else:
+            detail = f"{stop_detail or stop_reason}; {status.describe()} after the supervisor stopped it"
     elif oom_killed:
         reason, success = OOM_KILLED, False
         detail = (f"{'daemon ' if daemon else ''}killed by the OOM killer: SIGKILL while oom_kill rose by "

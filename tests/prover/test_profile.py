@@ -28,12 +28,17 @@ from helpers import (
     REPO,
     Result,
     Runner,
+    first_line,
     hup_as_default,
     last_failure,
+    one_verdict,
     pid_alive,
     pyc,
     read,
+    seconds_between,
     started,
+    verdict_fields,
+    verdict_lines,
     wait_for,
 )
 from profilekit import DROP_PREFIXES, profile_runner
@@ -271,6 +276,53 @@ def test_feb_2026_daemon_without_a_status_api_reaches_production(profile: Runner
     assert GIB + pw * worker <= budget + mib and budget < GIB + (pw + 1) * worker + mib, (pw, budget)
     assert f"synthesis: partition_workers={pw} " in out
     assert re.search(rf"phase warmup: wrote .*{pw} partition_workers", out), out[-4000:]
+
+
+# ---------------------------------------------------------------- cuzk-daemon's real SIGINT
+
+
+def short_grace_profile(profile: Runner, grace_s: float) -> Path:
+    """The built-in profile as a config of its own (--config: the prover plugin all the same), whose children's
+    stop grace is ``grace_s`` instead of 30 s."""
+    text = (REPO / "supervisor" / "prover" / "profile.toml").read_text()
+    assert text.count("\nstop_grace_s = 30\n") == 1, "the profile's [supervisor] grace moved: follow it here"
+    config = profile.tmp / "profile.toml"
+    config.write_text(text.replace("\nstop_grace_s = 30\n", f"\nstop_grace_s = {grace_s:g}\n"))
+    return config
+
+
+def test_a_daemon_that_serves_on_after_sigint_is_sigkilled_and_its_phase_is_still_done(profile: Runner) -> None:
+    """The real cuzk-daemon on SIGINT logs two lines, stops its engine and serves on until SIGKILL (cuzk-daemon
+    main.rs: no shutdown signal wired to Server::serve; the stand-in's STANDIN_CUZK_SIGINT=serve-on). So every
+    phase's end SIGKILLs its daemon after the stop grace: the phase is done all the same, the daemon's verdict
+    says it was stopped, by the supervisor's SIGKILL, and the next phase's daemon binds the same ports."""
+    env = profile.env(STANDIN_CUZK_SIGINT="serve-on")
+    run = profile.run(short_grace_profile(profile, 1), env=env, name="serve-on")
+    out = run.output
+    assert run.returncode == 0, out[-6000:]
+    assert [name for name, _ in done_phases(out)] == PHASES, done_phases(out)
+    assert verdict_lines(out, kind="FAILED") == [], out[-6000:]
+    assert profile.instance()["history"] == STATES
+    listen = f"proving service listening on http://127.0.0.1:{env['CUZK_PORT']}"
+    status = f"status service listening on 127.0.0.1:{env['CUZK_STATUS_PORT']}"
+    for phase, after in (("warmup", "bench"), ("bench", "curio"), ("curio", None)):
+        daemon = f"{phase}/cuzk-daemon"
+        stopping = first_line(out, f"stopping {daemon} (phase attempt over): SIGINT to process group")
+        assert re.search(rf"\[{daemon}\] .*cuzk_daemon.* received SIGINT, shutting down$", out, re.M), daemon
+        assert re.search(rf"\[{daemon}\] .*cuzk_core::engine.* shutting down cuzk engine$", out, re.M), daemon
+        killed = first_line(out, f"{daemon}: still running after 1s grace: SIGKILL to process group")
+        assert 0.9 <= seconds_between(stopping, killed) < 3, (stopping, killed)
+        fields = verdict_fields(one_verdict(out, phase, "cuzk-daemon", "ended"))
+        assert (fields["reason"], fields["signal"]) == ("stopped", "SIGKILL"), fields
+        assert fields["detail"] == "phase attempt over; killed by the supervisor's SIGKILL (status 137)", fields
+        assert "exit_code" not in fields
+        assert re.search(rf"phase {phase}: stopping → done \(", out), out[-4000:]
+        if after is not None:  # its ports, free again at once: the next daemon binds them and is ready
+            bound = out.index(f"[{after}/cuzk-daemon] ", out.index(killed))
+            assert out.index(listen, bound) < out.index(f"{after}/cuzk-daemon is ready ("), after
+            assert out.index(status, bound) < out.index(f"{after}/cuzk-daemon is ready ("), after
+    assert "failed to bind" not in out and "port_in_use" not in out
+    assert_all_gone([pid for _, pid in started(out)])
 
 
 # ---------------------------------------------------------------- the onstart lock

@@ -224,6 +224,41 @@ def test_bench_with_failed_proofs_fails_and_curio_never_starts(profile: Runner) 
     assert "bench_failed" in setup, setup[-2000:]
 
 
+# A cuzk-daemon whose process outlives its sockets once it has died: its crash reaches the bench (the connection
+# breaks) before its exit reaches the supervisor, as it may in production, where a dying daemon tears down its GPU
+# contexts and pinned memory. SIGINT (its stop) ends the wait at once; a daemon that ended otherwise ends so too.
+SLOW_TO_DIE_DAEMON = """#!/bin/sh
+trap : INT
+cuzk-daemon "$@"
+status=$?
+[ "$status" -ne 3 ] || sleep 20
+exit "$status"
+"""
+
+
+def test_a_bench_whose_daemon_died_mid_batch_says_it_got_no_answer(profile: Runner) -> None:
+    """cuzk-bench whose daemon dies mid-batch gets no answer: it prints its error and exits 1, no summary (its
+    main.rs; the stand-in once printed FAILED lines, a summary and exit 0, read as "2 FAILED"). When that exit is
+    what the supervisor sees first, the verdict says the bench got no answer from the daemon, not only its status."""
+    wrapper = profile.tmp / "slow-to-die-cuzk-daemon"
+    wrapper.write_text(SLOW_TO_DIE_DAEMON)
+    wrapper.chmod(0o755)
+    env = profile.env(CUZK_DAEMON_BIN=str(wrapper), STANDIN_FAIL_CUZK_DAEMON="crash", STANDIN_FAIL_AFTER="2")
+    run = profile.run(env=env, name="no-answer")
+    out = run.output
+    assert run.returncode == 1, out[-6000:]
+    assert "[warmup/warmup] status:    COMPLETED" in out, "the warm-up's daemon proves once: it does not crash"
+    fields = verdict_fields(last_failure(out, "bench"))
+    assert (fields["child"], fields["reason"], fields["exit_code"]) == ("bench", "exit_code", "1"), fields
+    assert fields["detail"].startswith("exited with code 1; cuzk-bench got no answer from cuzk-daemon (Error: "), fields
+    assert fields["detail"].endswith("): the daemon was gone or broke the connection"), fields
+    crash = out.index("[bench/cuzk-daemon] thread 'tokio-runtime-worker' panicked")
+    assert out.index("[bench/bench] Error: ", crash), out[-4000:]
+    assert "=== Batch Summary ===" not in out and "bench_failed" not in out, out[-4000:]
+    assert [name for name, _ in done_phases(out)] == ["paramfetch", "warmup"] and "started curio/" not in out
+    assert "bench_done" not in profile.instance()["history"]
+
+
 def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Runner) -> None:
     """``cuzk-bench single`` exits 0 whatever its proof's status: the printed status decides."""
     wrapper = profile.tmp / "failing-single"

@@ -46,7 +46,7 @@ from ..config import (
     written,
 )
 from ..text.show import shown
-from .cuzkconf import GENERATED_TABLES, MEMORY_MODELS, CuzkSettings
+from .cuzkconf import GENERATED_TABLES, MEMORY_MODELS, CuzkSettings, cuzk_address, status_address
 
 SECTION = "cuzk"
 MAX_BENCH_CONCURRENCY = 1_024
@@ -99,18 +99,16 @@ def _overrides(value: Any, where: str) -> dict[str, Any]:
 
 
 def listen_probe(listen: str, where: str) -> ReadyCheck:
-    """cuzk's listen, ``unix:///path``, ``http://host:port`` or ``host:port``, as a connect check; ConfigError at
-    ``where`` for anything else."""
-    text = listen.strip()
-    if text.startswith("unix://"):
-        path = text[len("unix://") :]
-        if not path.startswith("/"):
-            raise ConfigError(f"{where}: {shown(listen)} must name an absolute socket path (unix:///path)")
-        return ReadyCheck("unix", path)
-    host, port = host_port(text, f"{where}: {shown(listen)} must be unix:///path, http://host:port or host:port")
-    # A daemon listening on every address is reached on loopback.
-    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    return ReadyCheck("tcp", f"{host}:{port}", host, port)
+    """cuzk's listen (cuzkconf.py's forms: ``unix:///path``, ``IP:port``, ``http://IP:port``) as a connect check;
+    ConfigError at ``where`` for anything else."""
+    try:
+        address = cuzk_address(listen)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {shown(listen)} {exc}") from None
+    if address.unix_path:
+        return ReadyCheck("unix", address.unix_path)
+    host = address.connect_ip()
+    return ReadyCheck("tcp", address.for_curio(), host, address.port)
 
 
 def status_probe(status_listen: str, where: str) -> ReadyCheck | None:
@@ -118,14 +116,14 @@ def status_probe(status_listen: str, where: str) -> ReadyCheck | None:
     daemon serves no status API); ConfigError at ``where`` for anything else."""
     if status_listen == "":
         return None
-    status = status_listen.strip().removeprefix("http://").rstrip("/")
+    status = status_address(status_listen)
     host, port = host_port(status, f"{where}: {shown(status_listen)} must be host:port")
     return ReadyCheck("http", f"http://{status}/status", host, port)
 
 
 def _listen(value: Any, where: str) -> str:
-    """[cuzk] listen, read as the probe reads it whether or not a daemon has ready = "cuzk": cuzk.toml and
-    CUZK_ADDR take it as it is."""
+    """[cuzk] listen, read as the probe reads it whether or not a daemon has ready = "cuzk": cuzk.toml, CUZK_ADDR
+    and CURIO_CUZK_ADDRESS each take it in their reader's form (cuzkconf.py), so what one cannot read is refused."""
     text = check_arg(value, where)
     listen_probe(text, where)
     return text
@@ -179,8 +177,9 @@ def _check_own_ports(listen: str, status_listen: str) -> None:
     if status_listen == "" or listen.strip().startswith("unix://"):
         return
     # (the daemon's own binds, whatever the address: another machine's is no question here)
-    api = host_port(listen.strip(), f"{SECTION}.listen")
-    status = host_port(status_listen.strip().removeprefix("http://").rstrip("/"), f"{SECTION}.status_listen")
+    address = cuzk_address(listen)
+    api = (address.ip, address.port)
+    status = host_port(status_address(status_listen), f"{SECTION}.status_listen")
     if endpoints_meet(api, status):
         raise ConfigError(f"{SECTION}.status_listen: {shown(status_listen)} is listen's port too: the daemon "
                           "listens on each, so each needs its own")

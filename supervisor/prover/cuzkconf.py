@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ipaddress
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,7 @@ class DoesNotFit(Exception):
 class CuzkSettings:
     config_path: str
     memory_model: str = "unified"
-    listen: str = "http://127.0.0.1:9820"
+    listen: str = "127.0.0.1:9820"
     status_listen: str = "127.0.0.1:9821"
     param_cache: str = "/var/tmp/filecoin-proof-parameters"
     safety_margin: int = 5 * GIB
@@ -81,6 +82,76 @@ class CuzkSettings:
     per_partition: int = PER_PARTITION
     pw_baseline: int = PW_BASELINE
     pw_per_worker: int = PW_PER_WORKER
+
+
+# [cuzk] listen is read by three programs, each in a form of its own (curio, extern/cuzk and lib/cuzk):
+# - cuzk-daemon binds ``unix:///path`` or an IP address and port, parsed as a Rust SocketAddr: no scheme, no host
+#   name (``http://127.0.0.1:9820`` or ``localhost:9820`` ends it at start, exit 1, "invalid listen address");
+# - cuzk-bench's ``-a`` is a tonic endpoint URI, ``unix:///path`` or ``http://host:port`` (a bare host:port has
+#   no scheme, and its connect fails);
+# - curio's ``[Cuzk] Address`` is ``unix:///path`` or ``host:port`` (its client dials ``dns:///host:port``; an
+#   ``http://`` address resolves to nothing, and every proof fails).
+# So [cuzk] listen may be written as the daemon's form or as a URL (``http://IP:port``), and each reader is
+# given its own: cuzk.toml the daemon's, CUZK_ADDR cuzk-bench's, CURIO_CUZK_ADDRESS curio's.
+LISTEN_FORMS = "unix:///path, IP:port or http://IP:port (cuzk-daemon binds an IP address, not a host name)"
+# A daemon listening on every address is reached on loopback.
+_WILDCARDS = ("0.0.0.0", "::")
+
+
+@dataclass(frozen=True)
+class CuzkAddress:
+    """Where cuzk-daemon listens: a unix socket, or an IP address and port."""
+
+    unix_path: str = ""
+    ip: str = ""
+    port: int = 0
+
+    def _ip_port(self, ip: str) -> str:
+        return f"[{ip}]:{self.port}" if ":" in ip else f"{ip}:{self.port}"
+
+    def connect_ip(self) -> str:
+        """The address a client on this machine connects to."""
+        return "127.0.0.1" if self.ip in _WILDCARDS else self.ip
+
+    def for_daemon(self) -> str:
+        """cuzk.toml's ``[daemon] listen``."""
+        return f"unix://{self.unix_path}" if self.unix_path else self._ip_port(self.ip)
+
+    def for_bench(self) -> str:
+        """cuzk-bench's ``-a`` (CUZK_ADDR)."""
+        return f"unix://{self.unix_path}" if self.unix_path else f"http://{self._ip_port(self.connect_ip())}"
+
+    def for_curio(self) -> str:
+        """curio's ``[Cuzk] Address`` (CURIO_CUZK_ADDRESS)."""
+        return f"unix://{self.unix_path}" if self.unix_path else self._ip_port(self.connect_ip())
+
+
+def cuzk_address(listen: str) -> CuzkAddress:
+    """[cuzk] listen read (see above); ValueError, saying the forms, for anything the daemon could not bind."""
+    text = listen.strip()
+    if text.startswith("unix://"):
+        path = text[len("unix://"):]
+        if not path.startswith("/"):
+            raise ValueError("must name an absolute socket path (unix:///path)")
+        return CuzkAddress(unix_path=path)
+    rest = text.removeprefix("http://").removesuffix("/")
+    host, sep, port = rest.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        ip = ipaddress.ip_address(host[1:-1] if bracketed else host) if sep else None
+    except ValueError:
+        ip = None
+    port_ok = port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536
+    if ip is None or (ip.version == 6) != bracketed or not port_ok:
+        raise ValueError(f"must be {LISTEN_FORMS}")
+    return CuzkAddress(ip=str(ip), port=int(port))
+
+
+def status_address(status_listen: str) -> str:
+    """cuzk.toml's ``[daemon] status_listen``: the ``host:port`` its status server binds (a Tokio bind, which a
+    URL fails: the daemon then serves no /status, and says so only in its log), from [cuzk] status_listen,
+    which may be written as ``http://host:port``; "" (no status API) stays ""."""
+    return status_listen.strip().removeprefix("http://").rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -108,7 +179,8 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
     budget = available - settings.safety_margin
     overrides = settings.overrides or {}
     config: dict[str, Any] = {
-        "daemon": {"listen": settings.listen, "status_listen": settings.status_listen},
+        "daemon": {"listen": cuzk_address(settings.listen).for_daemon(),
+                   "status_listen": status_address(settings.status_listen)},
         "srs": {"param_cache": settings.param_cache},
         "logging": {"level": "info"},
     }

@@ -15,9 +15,9 @@ every program keeps running, which only the supervisor's watches can see:
   ``XidAtProduction`` writes a fatal Xid (FATAL_XID) into it: production fails with ``gpu_fault``, is
   never restarted, and the instance is given up.
 - ``proofs``: the curio phase's cuzk-daemon fails every proof (``STANDIN_FAIL_PROOFS=1``), curio sends it a
-  PoRep every task interval (``CUZK_ADDR``), and the production watch reads the daemon's counters every
-  DEMO_WATCH_S: production fails with ``proofs_failing``, is restarted under curio's restart policy, and
-  once that is exhausted the instance is given up.
+  PoRep every task interval (``CURIO_CUZK_ADDRESS``, its [Cuzk] Address), and the production watch reads the
+  daemon's counters every DEMO_WATCH_S: production fails with ``proofs_failing``, is restarted under curio's
+  restart policy, and once that is exhausted the instance is given up.
 
 In both the curio stand-in runs far longer than the fault takes (FAULT_RUN_SECONDS): the fault ends production,
 and the demo's last lines say which verdict did and what the manager did with the instance.
@@ -88,7 +88,7 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAUL
         fault = fault_config(fail, listen, status, curio, workdir / "params")
         run_seconds = max(run_seconds, FAULT_RUN_SECONDS)
     cuzk_toml = workdir / "cuzk.toml"
-    cuzk_toml.write_text(tomli_w.dumps({"daemon": {"listen": f"http://127.0.0.1:{listen}",
+    cuzk_toml.write_text(tomli_w.dumps({"daemon": {"listen": f"127.0.0.1:{listen}",
                                                    "status_listen": f"127.0.0.1:{status}"}}))
     env = {"STANDIN_SPEED": str(speed), "STANDIN_PARAM_FILES": "3", "STANDIN_PARAM_BYTES": "2097152",
            "FIL_PROOFS_PARAMETER_CACHE": str(workdir / "params"), "STANDIN_RUN_SECONDS": str(run_seconds),
@@ -267,13 +267,13 @@ def fault_config(fail: str, cuzk_listen: int, cuzk_status: int, curio_port: int,
     if fail == "gpu":
         # The download uses no GPU (as in the profile); the bench and production do.
         return FaultConfig(supervisor={"require_gpus": True}, manager=manager, paramfetch={"gpu_health": False})
-    tables = {"cuzk": {"listen": f"http://127.0.0.1:{cuzk_listen}", "status_listen": f"127.0.0.1:{cuzk_status}",
+    tables = {"cuzk": {"listen": f"127.0.0.1:{cuzk_listen}", "status_listen": f"127.0.0.1:{cuzk_status}",
                        "param_cache": str(param_cache)},
               "production": {"watch_s": DEMO_WATCH_S, "proof_failures": DEMO_PROOF_FAILURES,
                              "proof_failure_window_s": DEMO_PROOF_FAILURE_WINDOW_S,
                              "curio_metrics": f"http://127.0.0.1:{curio_port}/debug/metrics"}}
     return FaultConfig(manager=manager, tables=tables,
-                       curio_env={"STANDIN_FAIL_PROOFS": "1", "CUZK_ADDR": f"http://127.0.0.1:{cuzk_listen}"})
+                       curio_env={"STANDIN_FAIL_PROOFS": "1", "CURIO_CUZK_ADDRESS": f"127.0.0.1:{cuzk_listen}"})
 
 
 # ---------------------------------------------------------------- --fail gpu: the stand-in pynvml

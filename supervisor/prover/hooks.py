@@ -39,8 +39,10 @@ def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
         ctx.log(f"phase {ctx.phase}: wrote {settings.config_path}: {generated.summary()}")
         for line in filter(None, generated.text.splitlines()):
             ctx.log(f"  cuzk.toml | {line}")
-        return {"CUZK_CONFIG": settings.config_path, "CUZK_ADDR": settings.listen,
-                "CUZK_STATUS_LISTEN": settings.status_listen,
+        address = cuzkconf.cuzk_address(settings.listen)
+        return {"CUZK_CONFIG": settings.config_path, "CUZK_ADDR": address.for_bench(),
+                "CURIO_CUZK_ADDRESS": address.for_curio(),
+                "CUZK_STATUS_LISTEN": cuzkconf.status_address(settings.status_listen),
                 "CUZK_BENCH_CONCURRENCY": str(generated.bench_concurrency)}
 
     return write_cuzk_config

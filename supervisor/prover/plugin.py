@@ -124,7 +124,7 @@ def attach(wiring: Wiring) -> None:
     if cuzk is None and settings is None:
         return
     settings = settings or production.ProductionSettings()
-    status = cuzk.status_listen.strip().removeprefix("http://").rstrip("/") if cuzk is not None else ""
+    status = cuzkconf.status_address(cuzk.status_listen) if cuzk is not None else ""
     phase = next((p.name for p in wiring.plan.phases if p.report == RUNNING), None)
     production.attach_watch(wiring, f"http://{status}/status" if status else "", phase, settings, wiring.log)
 

@@ -147,7 +147,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     listen, status = free_port(), free_port()
     cfg = tmp / "cuzk.toml"
     (tmp / "params").mkdir()
-    cfg.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{listen}"\nstatus_listen = "127.0.0.1:{status}"\n'
+    cfg.write_text(f'[daemon]\nlisten = "127.0.0.1:{listen}"\nstatus_listen = "127.0.0.1:{status}"\n'
                    f'[srs]\nparam_cache = "{tmp / "params"}"\n[gpus]\ndevices = [0, 1]\n')
     def up() -> bool:
         with contextlib.suppress(OSError), \

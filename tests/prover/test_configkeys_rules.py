@@ -110,11 +110,20 @@ def test_the_daemons_addresses_cannot_be_overridden() -> None:
     assert plan("[cuzk.overrides.daemon]\nworkers = 2\n").sections["cuzk"].overrides == {"daemon": {"workers": 2}}
 
 
+LISTEN_FORMS = "must be unix:///path, IP:port or http://IP:port (cuzk-daemon binds an IP address, not a host name)"
+
+
 @pytest.mark.parametrize(("key", "value", "said"), [
-    ("listen", "garbage", "must be unix:///path, http://host:port or host:port"),
+    ("listen", "garbage", LISTEN_FORMS),
     ("listen", "unix://relative.sock", "must name an absolute socket path (unix:///path)"),
-    ("listen", "127.0.0.1:0", "must be unix:///path, http://host:port or host:port"),
-    ("listen", "a b:9820", "must be unix:///path, http://host:port or host:port"),  # (the ready probe's rule)
+    ("listen", "127.0.0.1:0", LISTEN_FORMS),
+    ("listen", "a b:9820", LISTEN_FORMS),  # (the ready probe's rule)
+    # cuzk-daemon binds a Rust SocketAddr: a host name, or a scheme it does not speak, ends it at start.
+    ("listen", "localhost:9820", LISTEN_FORMS),
+    ("listen", "http://localhost:9820", LISTEN_FORMS),
+    ("listen", "https://127.0.0.1:9820", LISTEN_FORMS),
+    ("listen", "tcp://127.0.0.1:9820", LISTEN_FORMS),
+    ("listen", "::1:9820", LISTEN_FORMS),
     ("status_listen", "127.0.0.1:9821/x", "must be host:port"),
     ("status_listen", "127.0.0.1:99999", "must be host:port"),
     ("status_listen", "nowhere", "must be host:port"),
@@ -129,7 +138,8 @@ def test_the_addresses_are_checked_whichever_phase_uses_cuzk(key: str, value: st
 
 
 def test_every_address_the_probe_reads_passes() -> None:
-    for listen in ("unix:///run/cuzk.sock", "http://127.0.0.1:9820", "0.0.0.0:9900", "http://[::1]:9820"):
+    for listen in ("unix:///run/cuzk.sock", "http://127.0.0.1:9820", "0.0.0.0:9900", "http://[::1]:9820",
+                   "127.0.0.1:9820", "[::]:9820"):
         assert plan(f'[cuzk]\nlisten = "{listen}"\n').sections["cuzk"].listen == listen
     for status in ("127.0.0.1:9821", "http://localhost:9821/", ""):
         assert plan(f'[cuzk]\nstatus_listen = "{status}"\n').sections["cuzk"].status_listen == status
@@ -138,7 +148,7 @@ def test_every_address_the_probe_reads_passes() -> None:
 def test_a_huge_address_is_shown_cut() -> None:
     huge = "x" * 100_000
     assert refusal(f'[cuzk]\nlisten = "{huge}"\n') == \
-        f"t.toml: cuzk.listen: {shown(huge)} must be unix:///path, http://host:port or host:port"
+        f"t.toml: cuzk.listen: {shown(huge)} {LISTEN_FORMS}"
     assert refusal(f'[cuzk]\nstatus_listen = "{huge}"\n') == \
         f"t.toml: cuzk.status_listen: {shown(huge)} must be host:port"
 

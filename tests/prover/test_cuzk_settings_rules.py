@@ -45,9 +45,10 @@ def unified(cfg: dict[str, Any], listen_flag: str | None = None) -> tuple[cs.Set
 
 
 def test_defaults_of_an_empty_config() -> None:
+    """The real daemon's (cuzk-core config.rs): a unix socket, and no status API."""
     found, log = unified({})
-    assert found.listen == ("tcp", ("127.0.0.1", 9820)) and found.listen_text == cs.DEFAULT_LISTEN
-    assert found.status_listen == ("tcp", ("127.0.0.1", 9821))
+    assert found.listen == ("unix", "/run/curio/cuzk.sock") and found.listen_text == cs.DEFAULT_LISTEN
+    assert found.status_listen is None
     assert found.param_cache == cs.DEFAULT_CACHE
     assert (found.devices, found.workers_per_device, found.gpu_workers) == ([0], 2, 2)
     assert found.pipeline_enabled is True and found.synthesis_concurrency == 1
@@ -58,8 +59,18 @@ def test_defaults_of_an_empty_config() -> None:
 def test_the_listen_flag_wins_over_the_config() -> None:
     found, _ = unified({"daemon": {"listen": "127.0.0.1:7000"}}, listen_flag="unix:///run/cuzk.sock")
     assert found.listen == ("unix", "/run/cuzk.sock") and found.listen_text == "unix:///run/cuzk.sock"
-    found, _ = unified({"daemon": {"listen": "http://[::1]:7000"}})
+    found, _ = unified({"daemon": {"listen": "[::1]:7000"}})
     assert found.listen == ("tcp", ("::1", 7000))
+
+
+@pytest.mark.parametrize("listen", ["http://127.0.0.1:9820", "localhost:9820", "127.0.0.1", "::1:9820",
+                                    "[127.0.0.1]:9820", "127.0.0.1:65536", "tcp://127.0.0.1:9820", "nowhere"])
+def test_a_listen_that_is_no_socket_address_fails_the_start_as_the_real_daemon(listen: str) -> None:
+    """cuzk-daemon main.rs parses a TCP listen as a Rust SocketAddr: an IP address (IPv6 in brackets) and a port,
+    no scheme, no host name. Read, it is None; the start raises the real one's error at the bind."""
+    found, _ = unified({"daemon": {"listen": listen}})
+    assert found.listen is None and found.listen_text == listen
+    assert str(cs.invalid_listen(listen)) == f"invalid listen address: {listen}: invalid socket address syntax"
 
 
 def test_an_empty_status_listen_disables_the_status_api() -> None:
@@ -68,9 +79,17 @@ def test_an_empty_status_listen_disables_the_status_api() -> None:
         assert found.status_listen is None
 
 
-def test_a_bad_status_listen_is_a_startup_error_naming_it() -> None:
-    with pytest.raises(cs.StartupError, match="invalid listen address 'localhost'"):
-        unified({"daemon": {"status_listen": "localhost"}})
+@pytest.mark.parametrize("status", ["localhost", "http://127.0.0.1:9821", "127.0.0.1:99999", "no such host:9821"])
+def test_a_status_listen_it_cannot_bind_leaves_it_without_a_status_api(status: str) -> None:
+    """The real one's status task binds with Tokio (a name resolved) and, failing, logs it and ends: the daemon
+    serves on without /status (its start does not fail)."""
+    found, _ = unified({"daemon": {"status_listen": status}})
+    assert found.status_listen == ("unbindable", status)
+
+
+def test_a_status_listen_by_name_or_address_binds() -> None:
+    assert unified({"daemon": {"status_listen": "localhost:9821"}})[0].status_listen == ("tcp", ("localhost", 9821))
+    assert unified({"daemon": {"status_listen": "[::1]:9821"}})[0].status_listen == ("tcp", ("::1", 9821))
 
 
 def test_param_cache_from_the_config_then_the_environment_then_the_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,7 +71,7 @@ def test_unified_budget_and_concurrency(available_gib: int, partitions: int, pro
     assert cfg["gpus"]["devices"] == list(indices)
     # One file for both generations: a partition-workers build reading it gets what the same budget holds.
     assert cfg["synthesis"] == {"partition_workers": math.floor((budget_gib - 69) / 20)}
-    assert cfg["daemon"] == {"listen": "http://127.0.0.1:9820", "status_listen": "127.0.0.1:9821"}
+    assert cfg["daemon"] == {"listen": "127.0.0.1:9820", "status_listen": "127.0.0.1:9821"}
     assert cfg["srs"] == {"param_cache": "/var/tmp/filecoin-proof-parameters"}
     # Peak at that concurrency fits the budget; one more partition would not.
     assert 70 * GIB + partitions * cuzkconf.PER_PARTITION <= gen.budget

@@ -125,7 +125,7 @@ def test_daemon_says_nothing_when_a_client_hangs_up(tmp_path: Path) -> None:
     """A proof whose client is gone before the answer (the bench crashed) is dropped without a traceback."""
     listen, status = free_port(), free_port()
     config = tmp_path / "cuzk.toml"
-    config.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{listen}"\nstatus_listen = "127.0.0.1:{status}"\n')
+    config.write_text(f'[daemon]\nlisten = "127.0.0.1:{listen}"\nstatus_listen = "127.0.0.1:{status}"\n')
     env = clean_env({"STANDIN_SPEED": "0.05", "STANDIN_PROOF_S": "0.3", "CUZK_DISABLE_PCE": "1"})
     daemon = subprocess.Popen([PY, "-m", "supervisor.prover.standins.cuzk_daemon", "-c", str(config)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,

@@ -109,7 +109,7 @@ def plan_with(cuzk: str, ready: str = "cuzk") -> object:
     ("", "http://127.0.0.1:9821/status or tcp://127.0.0.1:9820"),
     ('listen = "unix:///run/curio/cuzk.sock"', "http://127.0.0.1:9821/status or unix:///run/curio/cuzk.sock"),
     ('listen = "0.0.0.0:9900"\nstatus_listen = ""', "tcp://127.0.0.1:9900"),
-    ('listen = "http://[::1]:9820"\nstatus_listen = "127.0.0.1:7"', "http://127.0.0.1:7/status or tcp://::1:9820"),
+    ('listen = "http://[::1]:9820"\nstatus_listen = "127.0.0.1:7"', "http://127.0.0.1:7/status or tcp://[::1]:9820"),
 ])
 def test_cuzk_ready_is_status_or_the_listen_address(cuzk: str, described: str) -> None:
     plan = plan_with(cuzk)
@@ -142,7 +142,8 @@ def test_the_probe_shows_a_bad_address_cut() -> None:
     huge = "x" * 100_000
     with pytest.raises(ConfigError) as refused:
         cuzk_ready(settings(listen=huge))
-    assert str(refused.value) == f"cuzk.listen: {shown(huge)} must be unix:///path, http://host:port or host:port"
+    assert str(refused.value) == f"cuzk.listen: {shown(huge)} must be unix:///path, IP:port or http://IP:port " \
+                                 "(cuzk-daemon binds an IP address, not a host name)"
     with pytest.raises(ConfigError) as refused:
         cuzk_ready(settings(listen="unix://" + huge))
     assert str(refused.value) == f"cuzk.listen: {shown('unix://' + huge)} must name an absolute socket path " \
@@ -171,7 +172,7 @@ def test_feb_2026_daemon_is_ready_by_its_listen_port_alone(daemons: Callable[...
     s = settings(listen=f"http://127.0.0.1:{port}", status_listen=f"127.0.0.1:{status_port}")
     d = daemons(f"""\
         [daemon]
-        listen = "http://127.0.0.1:{port}"
+        listen = "127.0.0.1:{port}"
         status_listen = "127.0.0.1:{status_port}"
         [synthesis]
         partition_workers = 2
@@ -184,7 +185,7 @@ def test_feb_2026_daemon_is_ready_by_its_listen_port_alone(daemons: Callable[...
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=0.5)
     # The port accepts before the daemon logs that it listens (bind, serve, then the line): wait for the line.
-    listening = f"proving service listening on http://127.0.0.1:{port}"
+    listening = f"proving service listening on 127.0.0.1:{port}"
     wait_for(lambda: listening in d.output(), 10, 0.05)
     out = d.output()
     assert "status service listening" not in out
@@ -202,7 +203,7 @@ def test_feb_2026_daemon_on_a_unix_socket(daemons: Callable[..., Daemon], tmp_pa
 
 def test_unified_daemon_is_ready_too(daemons: Callable[..., Daemon]) -> None:
     port, status_port = free_port(), free_port()
-    d = daemons(f'[daemon]\nlisten = "http://127.0.0.1:{port}"\nstatus_listen = "127.0.0.1:{status_port}"\n')
+    d = daemons(f'[daemon]\nlisten = "127.0.0.1:{port}"\nstatus_listen = "127.0.0.1:{status_port}"\n')
     check = cuzk_ready(settings(listen=f"http://127.0.0.1:{port}", status_listen=f"127.0.0.1:{status_port}"))
     wait_ready(check, d)
     wait_for(lambda: probe(check.alternatives[0]) is None, 10, 0.05)  # and its /status answers
@@ -231,7 +232,7 @@ def test_the_seeds_partition_workers_10_on_125_gib_is_killed_at_its_first_proof(
         daemons: Callable[..., Daemon]) -> None:
     """What happened in the field: 69 + 20 × 10 = 269 GiB wanted on 125 GB, the daemon dies mid-proof."""
     port = free_port()
-    d = daemons(f'[daemon]\nlisten = "http://127.0.0.1:{port}"\n[synthesis]\npartition_workers = 10\n',
+    d = daemons(f'[daemon]\nlisten = "127.0.0.1:{port}"\n[synthesis]\npartition_workers = 10\n',
                 STANDIN_CUZK_GENERATION="feb-2026", STANDIN_DAEMON_MEMORY="125GiB")
     wait_ready(cuzk_ready(settings(listen=f"http://127.0.0.1:{port}", status_listen="")), d)
     done = subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", f"http://127.0.0.1:{port}",

@@ -210,7 +210,7 @@ def test_the_watch_reads_curio_alone_without_a_cuzk_table(sup: Runner) -> None:
         restart = "no"
         command = [{toml_str(PY)}, "-m", "supervisor.prover.standins.curio", "run", "--listen",
                    "127.0.0.1:{curio}", "--nosync"]
-        env = {{ CUZK_ADDR = "http://127.0.0.1:{dead}" }}
+        env = {{ CURIO_CUZK_ADDRESS = "127.0.0.1:{dead}" }}
         ready = "tcp://127.0.0.1:{curio}"
         report = "running"
         """)

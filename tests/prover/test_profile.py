@@ -109,7 +109,8 @@ def test_profile_runs_the_whole_lifecycle(first: FirstRun) -> None:
     cuzk_toml = prof.state_dir / "cuzk.toml"
     assert out.count(f"wrote {cuzk_toml}:") == 3  # warm-up, bench, curio
     written = tomllib.loads(cuzk_toml.read_text())
-    assert written["daemon"]["listen"] == f"http://127.0.0.1:{first.env['CUZK_PORT']}"
+    # (the daemon's own form: a Rust SocketAddr; "http://..." there ended the real daemon at its start)
+    assert written["daemon"]["listen"] == f"127.0.0.1:{first.env['CUZK_PORT']}"
     assert written["daemon"]["status_listen"] == f"127.0.0.1:{first.env['CUZK_STATUS_PORT']}"
     assert written["srs"]["param_cache"] == first.env["FIL_PROOFS_PARAMETER_CACHE"]
     assert written["pipeline"]["synthesis_concurrency"] >= 1
@@ -297,7 +298,7 @@ def test_feb_2026_daemon_without_a_status_api_reaches_production(profile: Runner
 
     status_port = env["CUZK_STATUS_PORT"]
     assert "status service listening" not in out, "a Feb-2026 daemon has no status API"
-    assert f"proving service listening on http://127.0.0.1:{env['CUZK_PORT']}" in out
+    assert f"proving service listening on 127.0.0.1:{env['CUZK_PORT']}" in out
     for daemon in ("warmup", "bench", "curio"):
         assert re.search(rf"{daemon}/cuzk-daemon is ready \(.*127\.0\.0\.1:{status_port}/status or "
                          rf"tcp://127\.0\.0\.1:{env['CUZK_PORT']}\)", out), f"{daemon}:\n{out[-4000:]}"
@@ -338,7 +339,7 @@ def test_a_daemon_that_serves_on_after_sigint_is_sigkilled_and_its_phase_is_stil
     assert [name for name, _ in done_phases(out)] == PHASES, done_phases(out)
     assert verdict_lines(out, kind="FAILED") == [], out[-6000:]
     assert profile.instance()["history"] == STATES
-    listen = f"proving service listening on http://127.0.0.1:{env['CUZK_PORT']}"
+    listen = f"proving service listening on 127.0.0.1:{env['CUZK_PORT']}"
     status = f"status service listening on 127.0.0.1:{env['CUZK_STATUS_PORT']}"
     for phase, after in (("warmup", "bench"), ("bench", "curio"), ("curio", None)):
         daemon = f"{phase}/cuzk-daemon"

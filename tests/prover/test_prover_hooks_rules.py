@@ -45,6 +45,7 @@ def test_cuzk_config_writes_the_file_logs_it_and_tells_the_children(tmp_path: Pa
     parsed = tomllib.loads(written)
     assert parsed["daemon"]["listen"] == "unix:///run/cuzk.sock"
     assert env["CUZK_CONFIG"] == str(target) and env["CUZK_ADDR"] == "unix:///run/cuzk.sock"
+    assert env["CURIO_CUZK_ADDRESS"] == "unix:///run/cuzk.sock"
     assert env["CUZK_STATUS_LISTEN"] == "" and int(env["CUZK_BENCH_CONCURRENCY"]) >= 1
     assert lines[0].startswith(f"phase cuzk: wrote {target}: budget ")
     body = [line.removeprefix("  cuzk.toml | ") for line in lines[1:]]
@@ -157,3 +158,28 @@ def test_the_single_proof_kind_is_its_own_parser_and_a_resumed_bench_gets_its_re
     assert bench.fact == "bench" and bench.restore is not None
     restored = bench.restore({"proofs": {"COMPLETED": 3}, "expected": 3, "summary_seen": True})
     assert restored == BenchResult(proofs={"COMPLETED": 3}, expected=3, summary_seen=True)
+
+
+@pytest.mark.parametrize(("listen", "status", "daemon", "bench", "curio"), [
+    # (the daemon's own form, as the profile writes it)
+    ("127.0.0.1:9820", "127.0.0.1:9821", "127.0.0.1:9820", "http://127.0.0.1:9820", "127.0.0.1:9820"),
+    # (a URL: the daemon would refuse it, "invalid listen address", and its status task cannot bind one)
+    ("http://127.0.0.1:9820/", "http://127.0.0.1:9821/", "127.0.0.1:9820", "http://127.0.0.1:9820",
+     "127.0.0.1:9820"),
+    # (every address: the clients on this machine reach it on loopback)
+    ("0.0.0.0:9820", "0.0.0.0:9821", "0.0.0.0:9820", "http://127.0.0.1:9820", "127.0.0.1:9820"),
+    ("[::1]:9820", "[::1]:9821", "[::1]:9820", "http://[::1]:9820", "[::1]:9820"),
+    ("http://[::]:9820", "", "[::]:9820", "http://127.0.0.1:9820", "127.0.0.1:9820"),
+])
+def test_each_reader_of_the_daemon_address_gets_its_own_form(tmp_path: Path, listen: str, status: str, daemon: str,
+                                                             bench: str, curio: str) -> None:
+    """cuzk-daemon binds a Rust SocketAddr (``http://`` ends it at start), cuzk-bench's ``-a`` is a URI that needs
+    its scheme, curio's [Cuzk] Address is host:port (curio dials ``dns:///`` + it): one [cuzk] listen, three forms."""
+    target = tmp_path / "cuzk.toml"
+    settings = CuzkSettings(config_path=str(target), listen=listen, status_listen=status)
+    env = hooks.cuzk_config(settings)(context(tmp_path, 512 * GIB, []))
+    assert not isinstance(env, Refusal)
+    written = tomllib.loads(target.read_text())["daemon"]
+    assert written == {"listen": daemon, "status_listen": status.removeprefix("http://").rstrip("/")}
+    assert (env["CUZK_ADDR"], env["CURIO_CUZK_ADDRESS"]) == (bench, curio)
+    assert env["CUZK_STATUS_LISTEN"] == written["status_listen"]

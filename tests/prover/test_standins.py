@@ -145,7 +145,7 @@ def start_daemon(spawn: Callable[..., Proc], tmp_path: Path, listen: str | None 
                  **env_extra: str) -> tuple[Proc, int, int]:
     port, status_port = free_port(), free_port()
     config = tmp_path / "cuzk.toml"
-    config.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{port}"\n'
+    config.write_text(f'[daemon]\nlisten = "127.0.0.1:{port}"\n'
                       f'status_listen = "127.0.0.1:{status_port}"\n')
     args = ["-c", str(config)] + (["-l", listen] if listen else [])
     env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"), **env_extra)
@@ -324,7 +324,10 @@ DAEMON_STARTS: dict[str, tuple[str, dict[str, str], list[str]]] = {
                         r"memory budget: .* \(auto \(physical .* - margin 5\.00 GiB\)\)",
                         r"ERROR.*insufficient memory budget for SRS: budget .* < required 1024\.00 TiB"]),
     "malformed-toml": ("[daemon\nlisten = 1", {}, [r"ERROR.*failed to load config \S+cuzk\.toml: "]),
-    "bad-listen": ('[daemon]\nlisten = "nowhere"\n', {}, [r"ERROR.*invalid listen address 'nowhere'"]),
+    "bad-listen": ('[daemon]\nlisten = "nowhere"\n', {}, [r"ERROR.*invalid listen address: nowhere: invalid socket"]),
+    # (the form the supervisor wrote into cuzk.toml until 12-04: the real daemon ends at start on it)
+    "url-listen": ('[daemon]\nlisten = "http://127.0.0.1:9"\n', {},
+                   [r"ERROR.*invalid listen address: http://127\.0\.0\.1:9: invalid socket address syntax"]),
     "bad-margin": ('[memory]\nsafety_margin = "lots"\n', {}, [r"ERROR.*invalid \[memory\] safety_margin 'lots'"]),
     "bad-budget": ('[memory]\ntotal_budget = "lots"\n', {}, [r"ERROR.*invalid \[memory\] total_budget 'lots'"]),
     "budget-too-small": ('[memory]\ntotal_budget = "10GiB"\n', {"STANDIN_DAEMON_MIN_BUDGET": "64GiB"},
@@ -428,9 +431,65 @@ def test_bench_without_a_daemon_exits_1_with_no_summary(tmp_path: Path) -> None:
     single = run_standin("cuzk_bench", "single", "-t", "porep", "-a", addr, env=standin_env())
     assert single.returncode == 1, "no answer at all: the real tool's error exit"
     assert single.stderr.splitlines() == connect_error and single.stdout == "", single
-    missing = run_standin("cuzk_bench", "-a", addr, "single", "--c1", str(tmp_path / "nope.json"),
+    missing = run_standin("cuzk_bench", "-a", addr, "batch", "--c1", str(tmp_path / "nope.json"),
                           env=standin_env())
-    assert missing.returncode == 1 and "failed to read C1" in missing.stderr
+    # (build_proof_params reads it before the header: std::fs::read's error under its context)
+    assert missing.returncode == 1 and missing.stdout == "", missing
+    assert missing.stderr.splitlines() == [f"Error: failed to read {tmp_path / 'nope.json'}", "", "Caused by:",
+                                           "    No such file or directory (os error 2)"], missing.stderr
+    folder = run_standin("cuzk_bench", "-a", addr, "single", "--c1", str(tmp_path), env=standin_env())
+    assert folder.returncode == 1 and folder.stderr.splitlines()[0] == f"Error: failed to read {tmp_path}", folder
+
+
+@pytest.mark.parametrize(("addr", "error"), [
+    # (a URI with no scheme: hyper's connector refuses it at the first connect)
+    ("127.0.0.1:9820", ["Error: failed to connect to daemon at 127.0.0.1:9820", "", "Caused by:",
+                        "    0: transport error", "    1: invalid URL, scheme is missing"]),
+    ("localhost:9820", ["Error: failed to connect to daemon at localhost:9820", "", "Caused by:",
+                        "    0: transport error", "    1: invalid URL, scheme is missing"]),
+    ("not an address", ["Error: invalid daemon address: not an address", "", "Caused by:", "    invalid format"]),
+])
+def test_bench_reads_its_address_as_the_real_tool(addr: str, error: list[str]) -> None:
+    """cuzk-bench's ``-a`` is a tonic endpoint (main.rs 415-455): ``http://host:port`` or ``unix:///path``. The
+    stand-in once took a bare ``host:port`` too, which the real one never connects to."""
+    batch = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "-c", "2", "-j", "2", env=standin_env())
+    assert batch.returncode == 1 and batch.stderr.splitlines() == error, batch
+    assert batch.stdout.splitlines() == ["=== Batch Benchmark ===", "proof type:  porep", "count:       2",
+                                         "concurrency: 2", ""], batch.stdout
+    single = run_standin("cuzk_bench", "single", "-t", "porep", "-a", addr, env=standin_env())
+    assert single.returncode == 1 and single.stderr.splitlines() == error and single.stdout == "", single
+
+
+def test_curio_reads_its_cuzk_address_as_its_client(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    """curio's [Cuzk] Address is host:port (its client dials ``dns:///host:port``) or unix:///path; an
+    ``http://`` address names no gRPC resolver and every proof fails (lib/cuzk/client.go connect)."""
+    from supervisor.prover.standins.curio import cuzk_target
+    assert cuzk_target("127.0.0.1:9820") == ("tcp", ("127.0.0.1", 9820))
+    assert cuzk_target("dns:///127.0.0.1:9820") == ("tcp", ("127.0.0.1", 9820))
+    assert cuzk_target("unix:///run/curio/cuzk.sock") == ("unix", "/run/curio/cuzk.sock")
+    for refused in ("http://127.0.0.1:9820", "https://127.0.0.1:9820", "tcp://127.0.0.1:9820", "dns:///nowhere"):
+        assert cuzk_target(refused) is None, refused
+    (tmp_path / "params").mkdir()
+    _, port, _ = start_daemon(spawn, tmp_path)
+    for address, completed in ((f"127.0.0.1:{port}", True), (f"http://127.0.0.1:{port}", False)):
+        curio_port = free_port()
+        curio = spawn("curio", "run", "--listen", f"127.0.0.1:{curio_port}", "--nosync",
+                      env=standin_env(CURIO_CUZK_ADDRESS=address, STANDIN_TASK_S="0.05"))
+        curio.wait_for(r"task completed")
+        metrics = ""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and 'tasks_completed{task_name="PoRep"}' not in metrics \
+                and 'tasks_failed{task_name="PoRep"}' not in metrics:
+            with urllib.request.urlopen(f"http://127.0.0.1:{curio_port}/debug/metrics", timeout=5) as answer:
+                metrics = answer.read().decode()
+            time.sleep(0.05)
+        counted = 'tasks_completed{task_name="PoRep"}' if completed else 'tasks_failed{task_name="PoRep"}'
+        other = 'tasks_failed{task_name="PoRep"}' if completed else 'tasks_completed{task_name="PoRep"}'
+        assert counted in metrics and other not in metrics, (address, metrics)
+        if not completed:
+            assert "produced zero addresses" in curio.wait_for(r"cuzk prove failed"), curio.output
+        curio.signal(signal.SIGTERM)
+        assert curio.wait() == 0
 
 
 def test_daemon_crash_mid_bench(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
@@ -673,7 +732,7 @@ def test_cuzk_daemon_takes_a_sigint_during_a_thread_start_as_a_graceful_stop(tmp
     KeyError traceback, or the start raised KeyError in its place and the daemon crashed instead of shutting
     down. The stand-ins start their threads with the stop signals held (failures.start_thread)."""
     config = tmp_path / "cuzk.toml"
-    config.write_text(f'[daemon]\nlisten = "http://127.0.0.1:{free_port()}"\n'
+    config.write_text(f'[daemon]\nlisten = "127.0.0.1:{free_port()}"\n'
                       f'status_listen = "127.0.0.1:{free_port()}"\n')
     env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"))
     proc = subprocess.run([PY, "-c", SIGINT_IN_THREAD_START, "-c", str(config)], cwd=REPO, env=env,

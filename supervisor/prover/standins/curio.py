@@ -20,9 +20,13 @@ meanwhile. ``STANDIN_RUN_SECONDS=N``: shut down the same way by itself after N s
 ``STANDIN_TASK_S`` sets the task-line interval. The API port answers ``GET /debug/metrics`` with
 Prometheus text in curio's names (``curio_harmonytask_tasks_completed{task_name="PoRep"}``,
 ``..._tasks_failed``, ``..._tasks_started``, ``..._active_tasks``; harmony/harmonytask/metrics.go); any
-other connection is closed. Every task interval it does one PoRep: with ``CUZK_ADDR`` set (the
-cuzk-config prepare exports it), a real ``POST /prove`` to the cuzk-daemon, counted completed or failed by
-its answer; without it, a simulated one that completes. Partway point for STANDIN_FAIL: right
+other connection is closed. Every task interval it does one PoRep: with ``CURIO_CUZK_ADDRESS`` set (what its ``[Cuzk]
+Address`` would hold; the cuzk-config prepare exports it), a real ``POST /prove`` to the cuzk-daemon, counted
+completed or failed by its answer; without it, a simulated one that completes. The address is read as curio's
+client reads it (lib/cuzk/client.go ``connect``): ``host:port`` (dialled as ``dns:///host:port``), or
+``unix:///path``, or a gRPC target (``dns:///host:port``); any other scheme (``http://...``) names no resolver,
+the target resolves to nothing, and every proof fails, said in an error line (``produced zero addresses``).
+Partway point for STANDIN_FAIL: right
 after the first task line. ``cli ... wait-api`` polls a TCP connect to the machine
 until it succeeds (exit 0) or the timeout passes (exit 1).
 """
@@ -30,7 +34,6 @@ until it succeeds (exit 0) or the timeout passes (exit 1).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import select
@@ -39,10 +42,9 @@ import socket
 import sys
 import threading
 import time
-import urllib.request
 from typing import Any
 
-from . import failures, knobs, output
+from . import cuzk_bench, failures, knobs, output
 
 VERSION = "1.24.4+mainnet+git_standin"
 LOGGER = "curio"
@@ -184,19 +186,36 @@ class Tasks:
 TASKS_STATE = Tasks()
 
 
-def prove_porep(cuzk: str, task_id: int) -> None:
+def cuzk_target(address: str) -> tuple[str, Any] | None:
+    """curio's [Cuzk] Address as its gRPC client dials it: where to connect, or None when the target resolves to
+    nothing (a scheme gRPC has no resolver for, or no host:port after it)."""
+    if address.startswith("unix://"):
+        return "unix", address[len("unix://"):]
+    if "://" not in address and not address.startswith("unix:"):
+        address = f"dns:///{address}"
+    scheme, _, rest = address.partition("://")
+    if scheme != "dns":
+        return None
+    try:
+        return knobs.parse_addr(rest.rpartition("/")[2])
+    except ValueError:
+        return None
+
+
+def prove_porep(address: str, task_id: int) -> None:
     """One PoRep through the cuzk-daemon (its answer decides), or simulated without one."""
     TASKS_STATE.begin("PoRep")
     ok = True
-    if cuzk:
-        url = cuzk.rstrip("/") if "://" in cuzk else f"http://{cuzk}"
-        body = json.dumps({"type": "porep", "job": f"curio-porep-{task_id}"}).encode()
-        try:
-            request = urllib.request.Request(f"{url}/prove", data=body, headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=knobs.scaled(30.0)) as answer:
-                ok = json.load(answer).get("status") == "COMPLETED"
-        except (OSError, ValueError):
+    if address:
+        target = cuzk_target(address)
+        if target is None:
             ok = False
+            _log("error", "cuzk prove failed", caller="cuzk/client.go:120", addr=address,
+                 error="rpc error: code = Unavailable desc = name resolver error: produced zero addresses")
+        else:
+            body = {"type": "porep", "job": f"curio-porep-{task_id}"}
+            answer = cuzk_bench.prove_once(target, body, knobs.scaled(30.0), False, address)
+            ok = not isinstance(answer, cuzk_bench.NoAnswer) and answer.status == "COMPLETED"
     TASKS_STATE.end("PoRep", ok)
 
 
@@ -245,8 +264,8 @@ def serve(listener: socket.socket, deadline: float) -> str:
             return "run time (STANDIN_RUN_SECONDS) elapsed"
         task_id += 1
         # (Its SIGTERM handler raises in the main thread: the start holds it.)
-        failures.start_thread(threading.Thread(target=prove_porep, args=(os.environ.get("CUZK_ADDR", ""), task_id),
-                                               daemon=True))
+        address = os.environ.get("CURIO_CUZK_ADDRESS", "").strip()
+        failures.start_thread(threading.Thread(target=prove_porep, args=(address, task_id), daemon=True))
         _log("info", "task completed", caller="harmonytask/task_type_handler.go:245",
              task=TASKS[task_id % len(TASKS)], id=task_id, took=f"{interval:.2f}s")
         failures.partway()

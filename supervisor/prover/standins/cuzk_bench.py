@@ -6,9 +6,13 @@ Usage::
         -c <count> -j <concurrency>
     python -m supervisor.prover.standins.cuzk_bench [-a ADDR] single -t porep [--c1 <c1.json>]
 
-``-a`` (default ``http://127.0.0.1:9820``; ``unix:///path`` and ``host:port`` work) may also
-follow the subcommand. ``--c1`` must name an existing file (else exit 1, as the real tool
-cannot read it). Each proof is a ``POST /prove`` to the daemon; ``-j`` are in flight at once.
+``-a`` (default ``http://127.0.0.1:9820``, or ``unix:///path``) may also follow the subcommand. It is
+read as the real tool reads it (a tonic endpoint, main.rs 415-455): a bare ``host:port`` is a URI with no
+scheme, which hyper's connector refuses at the first connect, so the tool exits 1 with ``Error: failed to
+connect to daemon at 127.0.0.1:9820`` (the header printed first, by ``batch``); what is no URI at all is
+``Error: invalid daemon address: <addr>``. ``--c1`` must name a file it can read, else, before anything
+else is printed, ``Error: failed to read <path>`` and its OS error, exit 1 (build_proof_params). Each proof
+is a ``POST /prove`` to the daemon; ``-j`` are in flight at once.
 ``batch`` first prints its header (the real tool's, just before it starts its clock)::
 
     === Batch Benchmark ===
@@ -85,6 +89,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -143,6 +148,25 @@ class _UnixConnection(http.client.HTTPConnection):
         sock.settimeout(self._deadline)
         sock.connect(self._path)
         self.sock = sock
+
+
+def endpoint(text: str) -> tuple[str, Any] | NoAnswer:
+    """``-a`` as the real tool reads it (see the module docstring): where to connect, or the error it returns at
+    its first connect."""
+    raw = text.strip()
+    if raw.startswith("unix://"):
+        return "unix", raw[len("unix://"):]
+    scheme, sep, rest = raw.partition("://")
+    if sep and scheme in ("http", "https"):
+        port = "443" if scheme == "https" else "80"
+        hostport = rest.split("/", 1)[0]
+        try:
+            return knobs.parse_addr(hostport if hostport.rpartition("]")[2].count(":") else f"{hostport}:{port}")
+        except ValueError:
+            pass
+    elif not sep and re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-_]+):[0-9]+", raw):
+        return NoAnswer(f"failed to connect to daemon at {text}", ("transport error", "invalid URL, scheme is missing"))
+    return NoAnswer(f"invalid daemon address: {text}", ("invalid format",))
 
 
 def _connection(addr: tuple[str, Any], timeout: float | None) -> http.client.HTTPConnection:
@@ -351,14 +375,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     output.init_streams()
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        addr = knobs.parse_addr(args.addr)
-    except ValueError as exc:
-        output.err(f"error: {exc}")
-        return 2
-    if args.c1 is not None and not os.path.isfile(args.c1):
-        output.err(f"error: failed to read C1 output {args.c1}: No such file or directory (os error 2)")
-        return 1
+    addr = endpoint(args.addr)
+    if args.c1 is not None:
+        try:
+            with open(args.c1, "rb"):
+                pass
+            if os.path.isdir(args.c1):
+                raise IsADirectoryError(21, "Is a directory")
+        except OSError as exc:
+            fail_without_answer(NoAnswer(f"failed to read {args.c1}", (_os_words(exc),)))
     try:
         failures.setup("cuzk-bench")
     except knobs.UsageError as exc:
@@ -367,11 +392,15 @@ def main(argv: list[str] | None = None) -> int:
     failures.handle_signal(signal.SIGINT, signal.SIG_DFL)  # a Rust binary: Ctrl-C kills it outright
 
     if args.command == "single":
+        if isinstance(addr, NoAnswer):
+            fail_without_answer(addr)
         return run_single(addr, args.addr, args.proof_type, args.c1)
 
     for line in ("=== Batch Benchmark ===", f"proof type:  {args.proof_type}", f"count:       {args.count}",
                  f"concurrency: {args.concurrency}", ""):
         output.out(line)
+    if isinstance(addr, NoAnswer):
+        fail_without_answer(addr)
     started = time.monotonic()
     results, no_answer = run_batch(addr, args.addr, args.proof_type, args.c1, args.count, args.concurrency)
     if no_answer is not None:

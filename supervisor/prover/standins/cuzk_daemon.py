@@ -178,9 +178,15 @@ class Daemon:
             # The real one's ctrl_c task, spawned here; it binds and serves whatever that task does.
             failures.handle_signal(signal.SIGINT, lambda *_: self.stop_engine())
         knobs.sleep(knobs.env_seconds("STANDIN_BIND_DELAY_S", 0.3))
+        if self.cfg.listen is None:
+            raise cuzk_settings.invalid_listen(self.cfg.listen_text)
         for addr, role, text in ((self.cfg.listen, "main", self.cfg.listen_text),
                                  (self.cfg.status_listen, "status", self.cfg.status_text)):
             if addr is None:
+                continue
+            if addr[0] == "unbindable":  # the real one's status task logs it and ends; the daemon serves on
+                self.log("error", f"failed to bind status HTTP server addr={text} error=failed to lookup address "
+                                  "information: Name or service not known")
                 continue
             try:
                 server = make_server(addr, role, self)

@@ -1,7 +1,12 @@
 """The stand-in cuzk-daemon's configuration, read as the real daemon reads its TOML, and its log lines.
 
-Keys used: ``[daemon] listen`` (default ``http://127.0.0.1:9820``; ``unix:///path`` and ``host:port``
-work too), ``status_listen`` (default ``127.0.0.1:9821``; ``""`` disables it), ``[srs] param_cache``
+Keys used: ``[daemon] listen`` (default ``unix:///run/curio/cuzk.sock``), read as the real daemon reads it
+(cuzk-daemon main.rs): ``unix://<path>``, else a Rust ``SocketAddr``, an IP address and port and nothing else:
+``http://127.0.0.1:9820`` or ``localhost:9820`` is a ``StartupError`` ("invalid listen address", exit 1), met
+where the real one meets it, after the SRS load, as the listeners are bound; ``status_listen`` (default ``""``:
+no status API), ``host:port`` with a name or an address, as Tokio binds it: one it cannot bind
+(``http://...``) is said in an error line and the daemon goes on without its status API, as the real one's
+status task does; ``[srs] param_cache``
 (default ``$FIL_PROOFS_PARAMETER_CACHE`` or ``/var/tmp/filecoin-proof-parameters``), ``[memory]
 total_budget`` / ``safety_margin``, ``[gpus] devices`` / ``gpu_workers_per_device`` (concurrent proofs =
 devices x workers, default 1 x 2), ``[synthesis] partition_workers`` (see cuzk_generations),
@@ -11,15 +16,17 @@ and the built-in defaults; a malformed one, or a value it cannot use, is a ``Sta
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 from . import cuzk_generations as generations
 from . import knobs, output
 
-DEFAULT_LISTEN = "http://127.0.0.1:9820"
-DEFAULT_STATUS = "127.0.0.1:9821"
+DEFAULT_LISTEN = "unix:///run/curio/cuzk.sock"
+DEFAULT_STATUS = ""
 DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
 LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
 COLORS = {"trace": "35", "debug": "34", "info": "32", "warn": "33", "error": "31"}
@@ -46,9 +53,9 @@ class Log:
 class Settings:
     """What the daemon was configured with."""
 
-    listen: tuple[str, Any]
+    listen: tuple[str, Any] | None  # None: no address the real daemon could parse (start fails at the bind)
     listen_text: str
-    status_listen: tuple[str, Any] | None  # None: no status API (disabled, or a build without one)
+    status_listen: tuple[str, Any] | None  # None: no status API (disabled, unbindable, or a build without one)
     status_text: str
     param_cache: str
     devices: list[Any]
@@ -91,11 +98,8 @@ def settings(cfg: dict[str, Any], listen_flag: str | None, generation: str, log:
     synthesis, pipeline = _section(cfg, "synthesis"), _section(cfg, "pipeline")
     listen_text = listen_flag or str(daemon.get("listen", DEFAULT_LISTEN))
     status_text = str(daemon.get("status_listen", DEFAULT_STATUS))
-    try:
-        listen = knobs.parse_addr(listen_text)
-        status_listen = knobs.parse_addr(status_text) if status_text.strip() else None
-    except ValueError as exc:
-        raise StartupError(str(exc)) from None
+    listen = daemon_listen(listen_text)
+    status_listen = status_bind(status_text)
     devices = gpus.get("devices", [0])
     per_device = gpus.get("gpu_workers_per_device", 2)
     found = Settings(
@@ -112,6 +116,43 @@ def settings(cfg: dict[str, Any], listen_flag: str | None, generation: str, log:
         found.budget = _budget(memory.get("total_budget", "auto"), memory.get("safety_margin", "5GiB"), log)
         found.partition_workers = generations.legacy_partition_workers(synthesis, log)
     return found
+
+
+def daemon_listen(text: str) -> tuple[str, Any] | None:
+    """``[daemon] listen`` as cuzk-daemon parses it: ``unix://<path>``, or ``IP:port`` / ``[IPv6]:port`` (a Rust
+    ``SocketAddr``); None for anything else, which the real one refuses when it binds (``StartupError`` there)."""
+    if text.startswith("unix://"):
+        return "unix", text[len("unix://"):]
+    host, sep, port = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        ip = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        return None
+    if not sep or (ip.version == 6) != bracketed or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        return None
+    return "tcp", (str(ip), int(port))
+
+
+def invalid_listen(text: str) -> StartupError:
+    """What the real daemon returns from main for a listen it cannot parse."""
+    return StartupError(f"invalid listen address: {text}: invalid socket address syntax")
+
+
+def status_bind(text: str) -> tuple[str, Any] | None:
+    """``[daemon] status_listen`` as the status task binds it (Tokio, a name resolved): None for "" (no status API);
+    ("unbindable", text) for what it cannot bind, which the start says and goes on without."""
+    if not text.strip():
+        return None
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        return "unbindable", text
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return "unbindable", text
+    return "tcp", (host, int(port))
 
 
 def _section(cfg: dict[str, Any], name: str) -> dict[str, Any]:

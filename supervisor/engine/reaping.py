@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -67,6 +68,11 @@ class ExitStatus:
         return f"exited with code {self.code}"
 
 
+# /proc/<pid>/stat's flags: PF_EXITING, set as the kernel begins to end a task (do_exit).
+_PF_EXITING = 0x4
+# How often a dying child is looked at while it is waited for (reap_dying).
+DYING_POLL_S = 0.002
+
 StatusHandler = Callable[[int, ExitStatus], None]
 # Told a registered child was stopped or continued: its label and the line that says so.
 StopHandler = Callable[[str], None]
@@ -107,6 +113,30 @@ class Reaper:
             handler, _ = self._owners.pop(pid, (self._on_orphan, None))
             handler(pid, exit_status)
 
+    def reap_dying(self, pid: int, wait_s: float) -> bool:
+        """Reap ``pid`` out of turn if it is dying (the kernel is ending it: a zombie, or PF_EXITING set),
+        waiting at most ``wait_s`` for its exit to complete; True when its handler was told here.
+
+        Why: the kernel closes a dying process's files (its sockets, its pipes) in the middle of its exit,
+        before it tells the parent (do_exit: exit_files, then exit_notify; freeing a big address space comes
+        before both). A client of a server that dies sees the connection break, fails and can be reaped first:
+        the effect before its cause. The caller asks this of the child it suspects, before it decides."""
+        if pid not in self._owners or not dying(pid):
+            return False
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return False
+            if got == pid and (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
+                handler, _ = self._owners.pop(pid)
+                handler(pid, ExitStatus.from_wait_status(status))
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(DYING_POLL_S)
+
     def _say_stop(self, pid: int, status: int) -> None:
         _, label = self._owners.get(pid, (None, None))
         if label is None or self._on_stop is None:
@@ -118,6 +148,20 @@ class Reaper:
         why = _TERMINAL_STOPS.get(name)
         self._on_stop(f"{label} (pid {pid}) was stopped by {name}{f' ({why})' if why else ''}: it does nothing "
                       "until it is continued (SIGCONT)")
+
+
+def dying(pid: int) -> bool:
+    """The kernel is ending ``pid`` (or has: a zombie not yet reaped), from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold spaces and ")"
+    try:
+        return fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING != 0
+    except (IndexError, ValueError):
+        return False
 
 
 # ---------------------------------------------------------------- init role

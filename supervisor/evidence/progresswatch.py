@@ -20,8 +20,9 @@ largest of what each says:
 - without one: what was there at the start + the bytes received since (every interface but loopback).
 
 Each is a whole estimate on its own, never a sum of two, so nothing counts twice; and the figure never
-goes down within an attempt but where a file was removed (``_removed``: a bad checksum, fetched again), from
-when it counts again from what is there. The figures and the deadline rule are transfer.py's. The deadline counts from
+goes down within an attempt but by the bytes of a file removed (``_thrown_away``: a bad checksum, the file
+fetched again), which no longer count: only those, the other files in flight keep theirs (curio fetches every
+file at once). The figures and the deadline rule are transfer.py's. The deadline counts from
 the manager's clock: its row's ``registered_at`` once a row said it (a row registered anew, its old one
 forgotten, is later than our first registration, and the manager's 90 minutes run from it), else the
 instance's first registration, else the first start (firstseen.py's FirstSeen.clock), ``progress_deadline_s``
@@ -40,7 +41,7 @@ from ..config import PhaseSpec
 from ..engine.loop import ErrorHandler, EventLoop
 from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
 from ..text import Log
-from ..text.show import span
+from ..text.show import fmt_bytes, span
 from .iowatch import IoProbe, IoWatch, Root
 from .progress import NET_DEV, ProgressProbe, TreeMeasure
 from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, figures, progress_text, too_slow
@@ -116,17 +117,20 @@ class ProgressWatch:
             self._io = io.watch(PROGRESS_TICK_S, from_zero=True)  # (the attempt's trees began with it)
             self._io.follow(attempt.roots())
             self._releases.append(self._io.release)
-        self._cache_start: int | None = None
+        self._cache_start: int | None = None  # the cache's complete bytes at the first measure (0: no cache yet)
         self._net_start: int | None = None
-        self._written_start = 0  # the trees' bytes written before the baseline (taken again on a shrink)
         self._cache_seen: tuple[int, int] | None = None  # the cache's (size, done) at the latest walk
-        self._cache_first: int | None = None  # the cache's complete bytes at the attempt's first walk
         self._restarts = 0  # the files the command said it deleted to fetch again, so far
+        # The bytes of removed files, as the walks saw them go and as the command said them: one removal is
+        # often seen both ways, in either order, so what is thrown away is the larger of the two sums, not both.
+        self._walks_thrown = self._said_thrown = 0
+        self._walk_removals = 0  # how many removals the walks saw
+        self._thrown = 0  # what no longer counts: max(_walks_thrown, _said_thrown)
         self._done = 0
-        # The rate is of what the link brings, thrown away or not (``_got``: done + ``_thrown``, the bytes of the
-        # removed files): counted from ``_done`` alone, a removal read as a link gone slow (its figure dropped,
-        # then grew from there) and the deadline rule ended a download that could still make it.
-        self._got = self._thrown = 0
+        # The rate is of what the link brings, thrown away or not (``_got``: done + ``_thrown``): counted from
+        # ``_done`` alone, a removal read as a link gone slow (its figure dropped, then grew from there) and the
+        # deadline rule ended a download that could still make it.
+        self._got = 0
         self._logged_at = self._started
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
         self._said_deadline = False
@@ -137,14 +141,17 @@ class ProgressWatch:
 
     def gained(self) -> int:
         """The bytes this attempt got that the next one keeps (retry_while_progressing; 0 before the first
-        measure): with progress_path, the cache's complete bytes now beyond those when it began. What it wrote
-        into a file left incomplete is not counted: curio deletes such a file itself when aria2c fails (its Go
-        fallback appends past the preallocated end, the check fails, the file goes), so the next attempt starts
-        it from zero, and an attempt that had only written counted as one that got further, for ever. Without
-        progress_path, what it got by the other sources."""
-        if self._cache_first is not None and self._cache_seen is not None:
-            return max(0, self._cache_seen[1] - self._cache_first)
-        return max(0, self._done - self._cache_start) if self._cache_start is not None else 0
+        measure): with progress_path, the cache's complete bytes now beyond those when it began (0 where there
+        was no cache yet: curio makes it once the fetch has begun). What it wrote into a file left incomplete is
+        not counted: curio deletes such a file itself when aria2c fails (its Go fallback appends past the
+        preallocated end, the check fails, the file goes), so the next attempt starts it from zero, and an
+        attempt that had only written counted as one that got further, for ever. Without progress_path, what
+        it got by the other sources."""
+        if self._cache_start is None:
+            return 0
+        if self._spec.progress_path is not None:
+            return max(0, (self._cache_seen[1] if self._cache_seen is not None else 0) - self._cache_start)
+        return max(0, self._done - self._cache_start)
 
     def _tick(self) -> None:
         if not self._attempt.current():
@@ -169,53 +176,70 @@ class ProgressWatch:
             net = self._probe.latest(NET_DEV)
         written = self._written()
         reading = self._attempt.reading()
-        removed = self._removed(cache, reading)
-        if self._cache_start is None or removed is not None:
-            self._take_baseline(cache, net, written, removed)
+        if self._cache_start is None:
+            self._take_baseline(cache, net)
+        cut = self._thrown_away(cache, reading)
+        if cut:  # the removed file's bytes alone no longer count; the other files' keep theirs
+            self._done = max(0, self._done - cut)
         net_gain = None
         if net is not None and net.size is not None and self._net_start is not None:
-            net_gain = max(0, net.size - self._net_start)
-        since = None if written is None else max(0, written - self._written_start)
+            net_gain = max(0, net.size - self._net_start - self._thrown)
+        since = None if written is None else max(0, written - self._thrown)
         self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, since))
-        if removed is not None:  # the link did not slow down: what it brought of the removed file stays in the rate
-            self._thrown = self._got - self._done
-        self._got = self._thrown + self._done
+        self._got = self._thrown + self._done  # (the link brought the thrown-away bytes too: they stay in the rate)
         self._window.add(now, self._got)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
         self.progress = figures(self._done, self._spec.progress_total, self._window.rate(), files)
         return True
 
-    def _removed(self, cache: TreeMeasure | None, reading: ProgressReading | None) -> str | None:
-        """How a file was removed since the measure before (None: none was). A removed file's bytes are no
-        progress any more: the bytes written, received and done count again from what is there now, or a file
-        fetched twice reads as done (100% while it is fetched again, and no early word that the deadline cannot
-        be made). Two ways to know, either enough:
+    def _thrown_away(self, cache: TreeMeasure | None, reading: ProgressReading | None) -> int:
+        """What comes off the figure for files removed since the measure before (0: none). What was got
+        of a file deleted to be fetched again is no progress, or a file fetched twice reads as done (100% while
+        it is fetched again, and no early word that the deadline cannot be made). Two ways to know:
 
         - the walks: less of the cache complete (a download whose digest did not match, deleted to be fetched
-          again, preallocated anew at once), or the cache smaller and no more of it complete (a partial one
-          removed). A download that completes is no removal (its control file goes, its bytes become complete);
-        - the command's own word (its reading's ``restarts``): a file deleted after its check, to be fetched
-          again. The walks miss a file checked in less than progress.py's COMPLETE_QUIET_S, deleted and
-          preallocated anew between two of them (never seen complete, never smaller); the line is not missed."""
+          again, preallocated anew at once: the complete bytes that went), or the cache smaller and no more of
+          it complete (a partial one removed: the bytes that went). A download that completes is no removal
+          (its control file goes, its bytes become complete);
+        - the command's own word (its reading's ``restarts`` and ``thrown_bytes``): a file deleted after its
+          check. The walks miss a file checked in less than progress.py's COMPLETE_QUIET_S, deleted and
+          preallocated anew between two of them (never seen complete, never smaller); the line is not missed.
+
+        One removal is mostly seen both ways, a tick or more apart in either order (curio says it before it
+        deletes; the walks run on their own thread): each way's bytes are summed on their own, and what is
+        thrown away is the larger sum, so that it counts once. The figure loses what is newly thrown away, or
+        what the walks saw go if that is more: a walk a tick behind the command's word still counted the file
+        complete, and the figure held it, until this walk."""
         seen = (cache.size, cache.done) if cache is not None and cache.size is not None else None
         before, self._cache_seen = self._cache_seen, seen
+        why, gone = "", 0
+        if seen is not None and before is not None:
+            if seen[1] < before[1]:
+                gone = before[1] - seen[1]
+                why = f"{self._spec.progress_path} has less complete (a file removed)"
+            elif seen[0] < before[0] and seen[1] == before[1]:
+                gone = before[0] - seen[0]
+                why = f"{self._spec.progress_path} shrank (a file removed)"
+        self._walks_thrown += gone
+        self._walk_removals += 1 if gone else 0
         restarts = reading.restarts if reading is not None else 0
-        restarted, self._restarts = restarts > self._restarts, max(restarts, self._restarts)
-        if seen is not None and before is not None and (seen[1] < before[1]
-                                                        or (seen[0] < before[0] and seen[1] <= before[1])):
-            return f"{self._spec.progress_path} shrank (a file removed)"
-        return "the command deletes a file to fetch it again" if restarted else None
+        said = reading.thrown_bytes if reading is not None else 0
+        if restarts > self._restarts:
+            why = why or "the command deletes a file to fetch it again"
+            if said <= self._said_thrown and self._walk_removals < restarts:  # its size said by no one
+                self._log(f"phase {self._spec.name}: {why}: its size is not known, so its bytes still count")
+        self._restarts, self._said_thrown = max(restarts, self._restarts), max(said, self._said_thrown)
+        thrown = max(self._walks_thrown, self._said_thrown) - self._thrown
+        if thrown > 0:
+            self._thrown += thrown
+            self._log(f"phase {self._spec.name}: {why or 'a file was removed'}: its {fmt_bytes(thrown)} no longer "
+                      "count")
+        return max(thrown, gone)
 
-    def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None, written: int | None,
-                       removed: str | None) -> None:
-        """What counts from now: the cache's complete bytes, the bytes received; the trees' bytes written count
-        from their start at the first (they began with the attempt), from now at a removal."""
-        if self._cache_start is not None:
-            self._log(f"phase {self._spec.name}: {removed}: progress counts again from what is there now")
-            self._written_start, self._done = written or 0, 0
-        elif cache is not None and cache.size is not None:
-            self._cache_first = cache.done
-        self._cache_start = cache.done if cache is not None else 0
+    def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None) -> None:
+        """What counts from the first measure: the cache's complete bytes (0 where there was no cache yet), the
+        bytes received; the trees' bytes written count from their start (they began with the attempt)."""
+        self._cache_start = cache.done if cache is not None and cache.size is not None else 0
         self._net_start = net.size if net is not None else None
 
     def _written(self) -> int | None:

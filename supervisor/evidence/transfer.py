@@ -31,9 +31,10 @@ class ProgressReading(NamedTuple):
     in_flight_bytes: int  # of the file under way (not complete yet)
     done_bytes: int  # of the files it completed in this attempt, and in_flight_bytes
     done_files: int  # files it completed, or found complete, in this attempt
-    # Files it said it threw away to fetch again (a digest that did not match): what was written of them no
-    # longer counts (progresswatch.py counts again from what is there).
+    # Files it said it threw away to fetch again (a digest that did not match), and their bytes as far as it
+    # said them (0 where it never gave a file's size): what was got of them is no progress (progresswatch.py).
     restarts: int = 0
+    thrown_bytes: int = 0
 
 # The rate is the bytes gained over about this long (shorter where the observation window is shorter).
 RATE_WINDOW_S = 60.0

@@ -10,8 +10,9 @@ aria2c (production.md; measured with aria2 1.36.0, stdout a pipe) prints, a file
 and paramfetch ``Parameter file <path> is ok`` once a file is checked (or found complete), or, when a file it has
 just fetched fails its check, ``sanity checking fetched file failed, removing and retrying: checksum mismatch in
 param file <path>, <got> != <want>`` (curio's ``lib/fastparamfetch/paramfetch.go``; go-log's ERROR line): the
-file is deleted and fetched again, so it is no longer complete and the reading counts a restart (the progress
-watch then counts again from what is there: what was written of the bad copy is no progress). Into a pipe the
+file is deleted and fetched again, so it is no longer complete and the reading counts a restart, with the bad
+copy's size as aria2c said it (``thrown_bytes``; 0 without aria2c's lines): the progress watch takes those
+bytes off, as no progress. Into a pipe the
 readouts are block-buffered: they arrive in one burst when the file is done (or 4 KiB at a time), so what they
 say corrects the figure afterwards; what the download has got meanwhile is its processes' writes
 (progresswatch.py). The readout's
@@ -56,6 +57,7 @@ class FetchResult:
     files: set[str] = field(default_factory=set)  # complete or found ok
     readouts: int = 0
     restarts: int = 0  # files deleted after a failed check, to be fetched again
+    thrown: int = 0  # their bytes, where aria2c said their size (its readout, then Download complete)
     last_error: str | None = None
 
     @property
@@ -64,10 +66,13 @@ class FetchResult:
         return sum(self.completed.values())
 
     def progress(self) -> ProgressReading | None:
-        """The core's reading (hooks.ReadsProgress); None until aria2c or paramfetch said anything of it."""
-        if not self.readouts and not self.files:
+        """The core's reading (hooks.ReadsProgress); None until aria2c or paramfetch said anything of it (a
+        restart is something: without aria2c, curio's Go fetch prints no readout, and its first word may be
+        that the file it fetched was bad)."""
+        if not self.readouts and not self.files and not self.restarts:
             return None
-        return ProgressReading(self.in_flight, self.completed_bytes + self.in_flight, len(self.files), self.restarts)
+        return ProgressReading(self.in_flight, self.completed_bytes + self.in_flight, len(self.files), self.restarts,
+                               self.thrown)
 
     def problem(self) -> str | None:
         return None  # curio fetch-params exits non-zero when a file cannot be fetched: its status judges
@@ -106,9 +111,10 @@ class FetchParser:
         mismatch = _MISMATCH_RE.search(line)
         if mismatch:
             r.files.discard(mismatch.group(1))
-            r.completed.pop(mismatch.group(1), None)
+            size = r.completed.pop(mismatch.group(1), 0)
             if _REMOVED in line:
                 r.restarts += 1
+                r.thrown += size
             return
         error = _ERROR_RE.search(line)
         if error:

@@ -80,20 +80,29 @@ def test_a_file_fetched_again_after_its_check_failed_counts_once() -> None:
         "12/01 14:44:51 [NOTICE] Download complete: /p/a.params\n"
         "[#0c 1.0MiB/2.0MiB(50%)]\n")
     assert result.completed_bytes == 4 * MIB
-    assert result.progress() == ProgressReading(MIB, 5 * MIB, 1, restarts=1)
+    assert result.progress() == ProgressReading(MIB, 5 * MIB, 1, restarts=1, thrown_bytes=4 * MIB)
 
 
 def test_a_file_deleted_after_its_check_failed_is_not_done_and_is_a_restart() -> None:
     # From curio's line (lib/fastparamfetch/paramfetch.go) until aria2c completes it again, the file is not
     # done: without it the reading said the bad copy's bytes done while the file was fetched again, and the
-    # restart tells the progress watch to count again from what is there (progresswatch.py).
+    # restart, with the bad copy's size aria2c said, tells the progress watch what no longer counts
+    # (progresswatch.py).
     result = parsed("paramfetch",
         "[#0a 4.0MiB/4.0MiB(100%)]\n"
         "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
         + _MISMATCH +
         "[#0b 1.0MiB/4.0MiB(25%)]\n")
     assert result.files == set() and result.completed_bytes == 0
-    assert result.progress() == ProgressReading(MIB, MIB, 0, restarts=1)
+    assert result.progress() == ProgressReading(MIB, MIB, 0, restarts=1, thrown_bytes=4 * MIB)
+
+
+def test_a_restart_before_any_readout_is_a_reading_of_its_own() -> None:
+    # Without aria2c, curio's Go fetch prints no readout: when the first file it fetched fails its check, that
+    # line is all there is, and the reading (None while nothing was said) hid the restart from the watch. Its
+    # size was never said: no bytes are thrown away by it (the walks may know them).
+    result = parsed("paramfetch", _MISMATCH)
+    assert result.progress() == ProgressReading(0, 0, 0, restarts=1, thrown_bytes=0)
 
 
 def test_a_mismatch_found_before_fetching_is_no_restart() -> None:

@@ -1,11 +1,22 @@
 """Reading ``curio fetch-params``'s output (``parse = "paramfetch"``): aria2c's lines passed through, and
 paramfetch's own, so the core's progress watch knows what the download has got (progresswatch.py).
 
-aria2c (production.md; measured with aria2 1.36.0, stdout a pipe) prints, a file at a time::
+aria2c (production.md; measured with aria2 1.36.0, stdout a pipe) prints, one aria2c for each file::
 
     [#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]        a readout line a second, block-buffered
     12/01 14:43:51 [NOTICE] Download complete: /var/tmp/filecoin-proof-parameters/v28-....params
+    Download Results:
+    gid   |stat|avg speed  |path/URI
+    ======+====+===========+=====================
+    896ec2|OK  |   0.9MiB/s|/var/tmp/filecoin-proof-parameters/v28-....params
     12/01 14:43:51 [ERROR] CUID#7 - Download aborted. URI=...    (level words ANSI-coloured)
+
+curio starts every file's aria2c at once (lib/fastparamfetch: a goroutine each), all on its one stdout: the
+readouts of several files come mixed, each named by its download's gid, and a file done in under a second
+has none. So what is under way is the sum of each gid's latest readout, and a complete file's size is its
+gid's, which the results table's row (gid and path) names: never the latest readout's, which may be another
+file's (a 45 GiB file's size given to a small one, then thrown away with it, would end a healthy download as
+too slow). A file with no readout counts complete with its size unknown.
 
 and paramfetch ``Parameter file <path> is ok`` once a file is checked (or found complete), or, when a file it has
 just fetched fails its check, ``sanity checking fetched file failed, removing and retrying: checksum mismatch in
@@ -16,8 +27,8 @@ bytes off, as no progress. Into a pipe the
 readouts are block-buffered: they arrive in one burst when the file is done (or 4 KiB at a time), so what they
 say corrects the figure afterwards; what the download has got meanwhile is its processes' writes
 (progresswatch.py). The readout's
-first figure is the bytes of the file under way; a ``Download complete`` adds that file's size (its
-readout's second figure) to what is done and starts the next at 0; a file downloaded again in the same
+first figure is the bytes of its file got so far; a results row adds that file's size (its readout's second
+figure) to what is done, and takes its gid out of what is under way; a file downloaded again in the same
 attempt (paramfetch fetches a file whose check failed once more) counts once, at its last size, and not at
 all from its mismatch until it is complete again. The
 command's exit status judges it (the result never fails it); the last ERROR line is kept for the log.
@@ -32,8 +43,10 @@ from ..lifecycle.hooks import ProgressReading
 from ..text.ansi import strip_ansi
 
 _SIZE = r"(\d+(?:\.\d+)?)(B|KiB|MiB|GiB|TiB)"
-_READOUT_RE = re.compile(r"\[#[0-9a-f]+ " + _SIZE + "/" + _SIZE + r"\(\d+%\)")
+_READOUT_RE = re.compile(r"\[#([0-9a-f]+) " + _SIZE + "/" + _SIZE + r"\(\d+%\)")
 _COMPLETE_RE = re.compile(r"\bDownload complete: (\S.*?)\s*$")
+# A row of the results table: the download's gid (a readout's, abbreviated alike), its status, its file.
+_RESULT_RE = re.compile(r"^([0-9a-f]{6})\|(OK|ERR|RM|INPR)\s*\|[^|]*\|(\S.*?)\s*$")
 _OK_RE = re.compile(r"\bParameter file (\S+) is ok\b")
 _MISMATCH_RE = re.compile(r"\bchecksum mismatch in param file (\S+?),?(?:\s|$)")
 # The words of curio's line when the mismatching file was just fetched and is deleted to be fetched again (a
@@ -52,13 +65,17 @@ def aria2_size(number: str, unit: str) -> int:
 @dataclass
 class FetchResult:
     completed: dict[str, int] = field(default_factory=dict)  # path → size, of the files aria2c said were complete
-    in_flight: int = 0  # of the file under way, by its latest readout
-    in_flight_total: int = 0
+    under_way: dict[str, tuple[int, int]] = field(default_factory=dict)  # gid → (got, size), by its latest readout
     files: set[str] = field(default_factory=set)  # complete or found ok
     readouts: int = 0
     restarts: int = 0  # files deleted after a failed check, to be fetched again
     thrown: int = 0  # their bytes, where aria2c said their size (its readout, then Download complete)
     last_error: str | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """The bytes got of the files under way, each by its latest readout."""
+        return sum(got for got, _ in self.under_way.values())
 
     @property
     def completed_bytes(self) -> int:
@@ -95,14 +112,19 @@ class FetchParser:
         readout = _READOUT_RE.search(line)
         if readout:
             r.readouts += 1
-            r.in_flight = aria2_size(readout.group(1), readout.group(2))
-            r.in_flight_total = aria2_size(readout.group(3), readout.group(4))
+            r.under_way[readout.group(1)[:6]] = (aria2_size(readout.group(2), readout.group(3)),
+                                                 aria2_size(readout.group(4), readout.group(5)))
             return
         complete = _COMPLETE_RE.search(line)
         if complete:
             r.files.add(complete.group(1))
-            r.completed[complete.group(1)] = max(r.in_flight_total, r.in_flight)
-            r.in_flight = r.in_flight_total = 0
+            r.completed.setdefault(complete.group(1), 0)  # (its size comes with its row of the results)
+            return
+        result = _RESULT_RE.search(line)
+        if result:
+            got, size = r.under_way.pop(result.group(1), (0, 0))
+            if result.group(2) == "OK":
+                r.completed[result.group(3)] = max(size, got, r.completed.get(result.group(3), 0))
             return
         ok = _OK_RE.search(line)
         if ok:

@@ -82,8 +82,9 @@ def test_the_supervisors_reader_reads_the_readout_back() -> None:
         result = parsed("paramfetch", aria2.readout("00ad52", done, total, MIB) + "\n")
         assert result.readouts == 1
         # aria2c prints one decimal below 10 of a unit and none above: the figures agree to that rounding.
-        assert abs(result.in_flight - done) <= max(1, done) * 0.06
-        assert abs(result.in_flight_total - total) <= max(1, total) * 0.06
+        got, size = result.under_way["00ad52"]
+        assert got == result.in_flight and abs(got - done) <= max(1, done) * 0.06
+        assert abs(size - total) <= max(1, total) * 0.06
 
 
 def test_the_notice_and_stamp_are_what_the_reader_takes_for_a_complete_file() -> None:

@@ -53,6 +53,8 @@ def test_aria2c_lines_give_the_bytes_of_the_file_under_way_and_of_those_complete
             "[#00ad52 16KiB/6.0MiB(0%) CN:1 DL:15KiB ETA:6m23s]\n"
             "[#00ad52 5.0MiB/6.0MiB(83%) CN:1 DL:854KiB ETA:1s]\n"
             "\n12/01 14:43:51 [\x1b[1;32mNOTICE\x1b[0m] Download complete: /p/a.params\n"
+            "\nDownload Results:\ngid   |stat|avg speed  |path/URI\n======+====+===========+==========\n"
+            "00ad52|OK  |   0.9MiB/s|/p/a.params\n\nStatus Legend:\n(OK):download completed.\n"
             "2026-12-01T14:44:52.853Z\tINFO\tparamfetch\tparamfetch.go:229\tParameter file /p/a.params is ok\n"
             "[#11aa22 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]\n"
             "12/01 14:44:00 [\x1b[1;31mERROR\x1b[0m] CUID#7 - Download aborted. URI=http://x\n")

@@ -1,7 +1,8 @@
 """Reading ``curio fetch-params``'s output (prover/fetchlines.py), in-process.
 
-tests/prover/test_fetch_progress.py reads one mixed transcript; these pin the rules one at a time: a
-``Download complete`` adds the file's size and starts the next at 0, a file said complete and then found ok
+tests/prover/test_fetch_progress.py reads one mixed transcript; these pin the rules one at a time: a file's
+row in aria2c's results table adds its size (its gid's readout) and takes it out of what is under way, files
+fetched at once each count by their own gid, a file said complete and then found ok
 counts once, a file fetched again after a failed check counts once (and not at all from curio's line until
 complete again, a restart of the reading), a file paramfetch only found ok counts
 with no bytes, the readout's units, the last ERROR kept (cut to ERROR_CHARS), undecodable bytes, and the
@@ -16,6 +17,12 @@ from supervisor.lifecycle.hooks import ProgressReading, ReadsProgress
 from supervisor.prover.fetchlines import ERROR_CHARS, FetchParser, FetchResult, aria2_size
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def results(gid: str, path: str, status: str = "OK") -> str:
+    """aria2c's results table, as it ends each download (its file named with its gid)."""
+    return (f"\nDownload Results:\ngid   |stat|avg speed  |path/URI\n======+====+===========+=======\n"
+            f"{gid}|{status:<4}|   0.9MiB/s|{path}\n\nStatus Legend:\n({status}):download completed.\n")
 
 
 def test_aria2_sizes_in_each_unit_with_decimals() -> None:
@@ -34,32 +41,61 @@ def test_nothing_read_is_no_reading_and_a_result_reads_progress() -> None:
 
 
 def test_the_latest_readout_is_the_file_under_way() -> None:
-    result = parsed("paramfetch", "[#0a 1.0MiB/4.0MiB(25%) CN:1 DL:1MiB ETA:3s]\n"
-                                  "[#0a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n")
+    result = parsed("paramfetch", "[#00000a 1.0MiB/4.0MiB(25%) CN:1 DL:1MiB ETA:3s]\n"
+                                  "[#00000a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n")
     assert result.readouts == 2
     assert result.progress() == ProgressReading(3 * MIB, 3 * MIB, 0)
-    assert (result.in_flight, result.in_flight_total) == (3 * MIB, 4 * MIB)
+    assert result.in_flight == 3 * MIB and result.under_way == {"00000a": (3 * MIB, 4 * MIB)}
 
 
 def test_a_complete_file_adds_its_whole_size_and_the_next_starts_at_zero() -> None:
     # The last readout before the notice is short of the file (aria2c prints a readout a second): the
     # file's size is the readout's second figure, not its first.
-    result = parsed("paramfetch", "[#0a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n"
-                                  "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n")
-    assert result.progress() == ProgressReading(0, 4 * MIB, 1)
-    result = parsed("paramfetch", "[#0a 3.0MiB/4.0MiB(75%)]\n"
+    result = parsed("paramfetch", "[#00000a 3.0MiB/4.0MiB(75%) CN:1 DL:1MiB ETA:1s]\n"
                                   "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
-                                  "[#0b 512KiB/2.0MiB(25%)]\n"
+                                  + results("00000a", "/p/a.params"))
+    assert result.progress() == ProgressReading(0, 4 * MIB, 1)
+    result = parsed("paramfetch", "[#00000a 3.0MiB/4.0MiB(75%)]\n"
+                                  "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
+                                  + results("00000a", "/p/a.params") +
+                                  "[#00000b 512KiB/2.0MiB(25%)]\n"
                                   "12/01 14:43:52 [NOTICE] Download complete: /p/b.params\n"
-                                  "[#0c 16KiB/8.0MiB(0%)]\n")
+                                  + results("00000b", "/p/b.params") +
+                                  "[#00000c 16KiB/8.0MiB(0%)]\n")
     assert result.progress() == ProgressReading(16 * KIB, 6 * MIB + 16 * KIB, 2)
     assert result.files == {"/p/a.params", "/p/b.params"}
 
 
+def test_files_fetched_at_once_each_count_by_their_own_gid() -> None:
+    # curio starts every file's aria2c at once, on its one stdout: readouts of several files come mixed, and a
+    # small file done within a second has none. Its size was the latest readout's (a big file's): thrown away
+    # with it after a bad check, that size came off the progress of a healthy download.
+    big, small = "/p/v28-porep.params", "/p/v28-porep.vk"
+    result = parsed("paramfetch",
+        "[#a30a28 1.0GiB/45GiB(2%)]\n"
+        "[#5e11aa 2.0MiB/8.0MiB(25%)]\n"
+        "[#a30a28 2.0GiB/45GiB(4%)]\n"
+        f"12/01 14:43:51 [NOTICE] Download complete: {small}\n"  # (no readout of its own: done in a second)
+        + results("0f0f0f", small))
+    assert result.in_flight == 2 * GIB + 2 * MIB  # each file under way by its latest readout
+    assert result.completed == {small: 0}, "a size no readout gave is not known"
+    assert result.progress() == ProgressReading(2 * GIB + 2 * MIB, 2 * GIB + 2 * MIB, 1)
+    after = parsed("paramfetch", "[#a30a28 2.0GiB/45GiB(4%)]\n"
+                   f"12/01 14:43:51 [NOTICE] Download complete: {small}\n" + results("0f0f0f", small)
+                   + _MISMATCH.replace("/p/a.params", small))
+    assert after.progress() == ProgressReading(2 * GIB, 2 * GIB, 0, restarts=1, thrown_bytes=0)
+    done = parsed("paramfetch", "[#5e11aa 2.0MiB/8.0MiB(25%)]\n[#a30a28 44GiB/45GiB(97%)]\n"
+                  f"12/01 14:50:00 [NOTICE] Download complete: {big}\n" + results("a30a28", big))
+    assert done.completed == {big: 45 * GIB} and done.under_way == {"5e11aa": (2 * MIB, 8 * MIB)}
+    failed = parsed("paramfetch", "[#5e11aa 2.0MiB/8.0MiB(25%)]\n" + results("5e11aa", "/p/x.vk", "ERR"))
+    assert failed.under_way == {} and failed.completed == {}, "a download that failed is neither"
+
+
 def test_a_file_complete_then_found_ok_counts_once() -> None:
     result = parsed("paramfetch",
-        "[#0a 1.0MiB/1.0MiB(100%)]\n"
+        "[#00000a 1.0MiB/1.0MiB(100%)]\n"
         "12/01 14:43:51 [NOTICE] Download complete: /p/a.params   \n"
+        + results("00000a", "/p/a.params") +
         "2026-12-01T14:44:52.853Z\tINFO\tparamfetch\tparamfetch.go:229\tParameter file /p/a.params is ok\n")
     assert result.files == {"/p/a.params"}  # the notice's trailing blanks are not part of the path
     assert result.progress() == ProgressReading(0, MIB, 1)
@@ -73,12 +109,13 @@ def test_a_file_fetched_again_after_its_check_failed_counts_once() -> None:
     # paramfetch deletes a file whose digest mismatches and fetches it once more (workloads.md): its bytes
     # are not done twice, or the attempt's progress passes the files' total while one is still missing.
     result = parsed("paramfetch",
-        "[#0a 4.0MiB/4.0MiB(100%)]\n"
+        "[#00000a 4.0MiB/4.0MiB(100%)]\n"
         "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
-        + _MISMATCH +
-        "[#0b 4.0MiB/4.0MiB(100%)]\n"
+        + results("00000a", "/p/a.params") + _MISMATCH +
+        "[#00000b 4.0MiB/4.0MiB(100%)]\n"
         "12/01 14:44:51 [NOTICE] Download complete: /p/a.params\n"
-        "[#0c 1.0MiB/2.0MiB(50%)]\n")
+        + results("00000b", "/p/a.params") +
+        "[#00000c 1.0MiB/2.0MiB(50%)]\n")
     assert result.completed_bytes == 4 * MIB
     assert result.progress() == ProgressReading(MIB, 5 * MIB, 1, restarts=1, thrown_bytes=4 * MIB)
 
@@ -89,10 +126,10 @@ def test_a_file_deleted_after_its_check_failed_is_not_done_and_is_a_restart() ->
     # restart, with the bad copy's size aria2c said, tells the progress watch what no longer counts
     # (progresswatch.py).
     result = parsed("paramfetch",
-        "[#0a 4.0MiB/4.0MiB(100%)]\n"
+        "[#00000a 4.0MiB/4.0MiB(100%)]\n"
         "12/01 14:43:51 [NOTICE] Download complete: /p/a.params\n"
-        + _MISMATCH +
-        "[#0b 1.0MiB/4.0MiB(25%)]\n")
+        + results("00000a", "/p/a.params") + _MISMATCH +
+        "[#00000b 1.0MiB/4.0MiB(25%)]\n")
     assert result.files == set() and result.completed_bytes == 0
     assert result.progress() == ProgressReading(MIB, MIB, 0, restarts=1, thrown_bytes=4 * MIB)
 
@@ -111,7 +148,7 @@ def test_a_mismatch_found_before_fetching_is_no_restart() -> None:
     result = parsed("paramfetch",
         "2026-12-01T14:40:00.000Z\tWARN\tparamfetch\tfastparamfetch/paramfetch.go:141\tchecksum mismatch in "
         "param file /p/a.params, 0f1e != 9a8b\n"
-        "[#0a 1.0MiB/4.0MiB(25%)]\n")
+        "[#00000a 1.0MiB/4.0MiB(25%)]\n")
     assert result.progress() == ProgressReading(MIB, MIB, 0, restarts=0)
 
 
@@ -136,21 +173,22 @@ def test_coloured_and_undecodable_lines_are_read() -> None:
     parser = FetchParser()
     parser.feed([b"12/01 14:43:51 [\x1b[1;32mNOTICE\x1b[0m] Download complete: /p/\xff.params",
                  b"12/01 14:44:00 [\x1b[1;31mERROR\x1b[0m] bad \xfe byte",
-                 b"[#0a \x1b[1m2.0MiB\x1b[0m/4.0MiB(50%)]"])
+                 b"[#00000a \x1b[1m2.0MiB\x1b[0m/4.0MiB(50%)]"])
     assert parser.result.files == {"/p/\ufffd.params"}
     assert parser.result.last_error == "bad \ufffd byte"
     assert parser.result.in_flight == 2 * MIB
 
 
 def test_a_readout_needs_its_gid_and_both_figures() -> None:
-    result = parsed("paramfetch", "[8.2MiB/57MiB(14%)]\n[#zz 1MiB/2MiB(50%)]\n[#0a 1MiB(50%)]\n"
-                                  "[#0a 1.0XiB/2.0MiB(50%)]\n")
+    result = parsed("paramfetch", "[8.2MiB/57MiB(14%)]\n[#zz 1MiB/2MiB(50%)]\n[#00000a 1MiB(50%)]\n"
+                                  "[#00000a 1.0XiB/2.0MiB(50%)]\n")
     assert result.readouts == 0 and result.progress() is None
 
 
 def test_describe_says_files_bytes_and_the_last_error() -> None:
     assert FetchResult().describe() == "0 file(s) complete, 0 bytes downloaded"
-    result = parsed("paramfetch", "[#0a 1.0KiB/1.0KiB(100%)]\n"
+    result = parsed("paramfetch", "[#00000a 1.0KiB/1.0KiB(100%)]\n"
                                   "[NOTICE] Download complete: /p/a\n"
+                                  + results("00000a", "/p/a") +
                                   "[ERROR] CUID#2 - Download aborted.\n")
     assert result.describe() == "1 file(s) complete, 1024 bytes downloaded, last error: CUID#2 - Download aborted."

@@ -31,7 +31,7 @@ flock; if another fetch holds it, the lock is retried every 10 s (scaled).
 Output (go-log lines, logger ``paramfetch``)::
 
     checksum mismatch in param file <path>, <got> != <want>   (a file there before, incomplete or bad; WARN)
-    Fetching <path> from <url>
+    Fetching <path> from <gateway>                            (each fetch of it: twice for one fetched again)
     GET <url>
     (aria2c's lines, or nothing for the Go fallback)
     aria2c fetch failed: exit status <N>                      (then the Go fallback; WARN)
@@ -180,7 +180,6 @@ class Fetcher:
             if found is not None:  # (curio only warns: the file stays, and aria2c --continue takes it up)
                 _log("warn", found)
         url = self.gateway.rstrip("/") + "/" + param.cid
-        _log("info", f"Fetching {path} from {url}")
         for attempt in range(2):
             self._download(path, url)
             mismatch = self._mismatch(path) or self._forced_mismatch(attempt, param, path)
@@ -246,7 +245,9 @@ class Fetcher:
         return True
 
     def _download(self, path: str, url: str) -> None:
-        """One of curio's ``doFetch``: aria2c (or its shape), and where it fails, the Go fallback on what it left."""
+        """One of curio's ``doFetch``: aria2c (or its shape), and where it fails, the Go fallback on what it left.
+        It says what it fetches from which gateway, then the URL, each time (twice for a file fetched again)."""
+        _log("info", f"Fetching {path} from {self.gateway}")
         _log("info", f"GET {url}")
         how = downloader()
         if how == "go":
@@ -316,9 +317,11 @@ class Fetcher:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         readouts = aria2.Readouts()
         try:
-            if os.fstat(fd).st_size != self.size:
-                os.ftruncate(fd, 0)
-                aria2.preallocate(fd, self.size)
+            length = os.fstat(fd).st_size
+            if length != self.size:
+                if length > self.size:  # (longer than the file: resumed_offset starts it over)
+                    os.ftruncate(fd, 0)
+                aria2.preallocate(fd, self.size)  # (a shorter one keeps what it has: --continue resumes at its end)
             aria2.write_control(control, done)
             started, said = time.monotonic(), 0.0
             for n in self._chunks(done):

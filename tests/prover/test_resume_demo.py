@@ -87,7 +87,9 @@ def test_sigkill_mid_fetch_mid_bench_in_production_then_resume(
         wait_for(lambda: params(sup) and phase_state(sup, "paramfetch") == "running", 20, 0.05)
         run1.sigkill()
         partial = params(sup)
-        assert sum(partial.values()) < 3 * 2097152, partial  # mid-fetch: not all bytes there
+        # mid-fetch: curio fetches every file at once and aria2c preallocates each, so a size says nothing; a
+        # control file beside one says it is not complete
+        assert any(name.endswith(".aria2") for name in partial), partial
         assert [kind for _, kind, state in outbox_rows(sup, logs=False) if state == "pending"] == ["register"]
         left1 = orphans(run1.pid)  # its fetch lives on: nothing above a SIGKILLed supervisor stops it
 

@@ -10,7 +10,8 @@ entries of parameters.json whose ``sector_size`` matches (plus every srs.json en
 the files; if the JSON files are missing or name nothing, generated names are used.
 
 Files are written into ``$FIL_PROOFS_PARAMETER_CACHE`` (default
-``/var/tmp/filecoin-proof-parameters``, created if missing) the way curio fetches them
+``/var/tmp/filecoin-proof-parameters``, created if missing) the way curio fetches them, every file at once
+(a thread each, as curio's goroutines: their lines come mixed on the one stdout)
 (``STANDIN_PARAM_DOWNLOADER``, see ``downloader``): by the real ``aria2c`` with curio's
 flags (``--lowest-speed-limit 16K -m100 --retry-wait 10 --continue -x16 -s16 --dir D -o F
 URL``, ``--max-download-limit`` from ``STANDIN_PARAM_RATE``) against ``$IPFS_GATEWAY`` (a
@@ -65,6 +66,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -148,7 +150,7 @@ def _chunk_bytes(offset: int, n: int) -> bytes:
 
 
 class Fetcher:
-    """Downloads (writes) the fake parameter files one by one."""
+    """Downloads (writes) the fake parameter files, all at once as curio does."""
 
     def __init__(self, cache: str, params: list[Param]) -> None:
         self.cache = cache
@@ -163,10 +165,40 @@ class Fetcher:
         self._want: str | None = None  # the content's digest (made at the first check)
         # Bytes a second (``1M``, ``1MiB``): aria2c's --max-download-limit, and the simulation's pace.
         self.rate = knobs.env_size("STANDIN_PARAM_RATE", 0) or None
+        self._lock = threading.Lock()  # (the fetches' shared counts, and the aria2c's running)
+        self._running: set[subprocess.Popen[bytes]] = set()
 
     def run(self) -> None:
-        for param in self.params:
-            self.fetch(param)
+        """Every file at once, as curio's maybeFetchAsync starts a goroutine for each (lib/fastparamfetch): their
+        lines and those of the aria2c each starts come mixed on the one stdout. Once all are over, a failure of
+        any ends the fetch (exit 1), as curio returns its errors after its wait. A stop signal's exit takes the
+        aria2c's with it."""
+        if not self.trust:
+            self._digest()  # (made once, before the fetches that check against it)
+        failed: list[Aborted] = []
+
+        def fetch_one(param: Param) -> None:
+            try:
+                self.fetch(param)
+            except Aborted as exc:
+                failed.append(exc)
+            except OSError as exc:
+                failed.append(Aborted(f"fetching file {os.path.join(self.cache, param.name)} failed: {exc}"))
+
+        fetches = [threading.Thread(target=fetch_one, args=(param,), name=f"fetch {param.name}", daemon=True)
+                   for param in self.params]
+        try:
+            for fetch in fetches:
+                failures.start_thread(fetch, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
+            for fetch in fetches:
+                while fetch.is_alive():
+                    fetch.join(0.05)  # (short: the main thread takes the stop signals)
+        finally:
+            with self._lock:
+                for proc in self._running:
+                    proc.kill()
+        if failed:
+            raise failed[0]
         failures.partway()
         _log("info", "parameter and key-fetching complete")
 
@@ -239,10 +271,11 @@ class Fetcher:
         """STANDIN_PARAM_CORRUPT: fail the first download once (``1``) or twice (``always``)."""
         if self.trust or self.corrupt not in ("1", "true", "yes", "always"):
             return False
-        if self.corrupted >= (2 if self.corrupt == "always" else 1):
-            return False
-        self.corrupted += 1
-        return True
+        with self._lock:
+            if self.corrupted >= (2 if self.corrupt == "always" else 1) or (attempt == 0 and self.corrupted):
+                return False
+            self.corrupted += 1
+            return True
 
     def _download(self, path: str, url: str) -> None:
         """One of curio's ``doFetch``: aria2c (or its shape), and where it fails, the Go fallback on what it left.
@@ -270,7 +303,14 @@ class Fetcher:
         if self.rate:
             argv.insert(1, f"--max-download-limit={self.rate}")
         sys.stdout.flush()
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, check=False).returncode
+        with self._lock:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+            self._running.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            with self._lock:
+                self._running.discard(proc)
 
     def _go_range(self, path: str, url: str) -> None:
         """curio's Go fallback after aria2c failed (``doFetch``): a Range from where the file ends, the answer's

@@ -54,6 +54,7 @@ from ..text.stdio import say
 from .devfleet import DEV_FLEET
 from .plugin import PLUGIN
 from .standins import fakenvml
+from .standins.install import C1_JSON
 
 # Which stand-in plays the failing program of each phase, for --fail.
 _FAIL_TARGET = {"paramfetch": "PARAMFETCH", "bench": "CUZK_BENCH", "curio": "CURIO"}
@@ -88,6 +89,8 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAUL
         fault = fault_config(fail, listen, status, curio, workdir / "params")
         run_seconds = max(run_seconds, FAULT_RUN_SECONDS)
     cuzk_toml = workdir / "cuzk.toml"
+    c1 = workdir / "c1.json"  # (cuzk-bench's PoRep input: --c1 is required; the stand-in daemon reads it not)
+    c1.write_text(C1_JSON)
     cuzk_toml.write_text(tomli_w.dumps({"daemon": {"listen": f"127.0.0.1:{listen}",
                                                    "status_listen": f"127.0.0.1:{status}"}}))
     env = {"STANDIN_SPEED": str(speed), "STANDIN_PARAM_FILES": "3", "STANDIN_PARAM_BYTES": "2097152",
@@ -115,7 +118,7 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAUL
     curio_cmd = [py, "-m", "supervisor.prover.standins.curio", "run", "--listen", f"127.0.0.1:{curio}",
                  "--layers", "gpu"]
     if fail == "daemon-crash" and fail_phase == "curio":
-        curio_cmd = _with_one_proof(curio_cmd, f"http://127.0.0.1:{listen}")
+        curio_cmd = _with_one_proof(curio_cmd, f"http://127.0.0.1:{listen}", c1)
     config: dict[str, Any] = {}
     if manager_url:
         config["manager"] = {"url": manager_url, "label": "C.demo", "min_rate": 50, **fault.manager}
@@ -129,7 +132,8 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAUL
             "memory_max": DEMO_MEMORY_MAX, "report": "param-done", **fault.paramfetch}),
         phase("bench", {
             "kind": "oneshot", "command": [py, "-m", "supervisor.prover.standins.cuzk_bench", "-a",
-                                           f"http://127.0.0.1:{listen}", "batch", "-t", "porep", "-c", "6", "-j", "3"],
+                                           f"http://127.0.0.1:{listen}", "batch", "-t", "porep", "--c1", str(c1),
+                                           "-c", "6", "-j", "3"],
             "timeout_s": 60, "memory_max": DEMO_MEMORY_MAX, "parse": "cuzk-bench", "report": "bench-done",
             "log_source": "benchout"}, daemon("benchdaemon")),
         phase("curio", {
@@ -140,10 +144,11 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAUL
     return tomli_w.dumps(config)
 
 
-def _with_one_proof(curio_cmd: list[str], daemon_url: str) -> list[str]:
+def _with_one_proof(curio_cmd: list[str], daemon_url: str, c1: Path) -> list[str]:
     """The stand-in curio sends its cuzk-daemon no work (the real one does, for its GPU tasks): for a daemon
     crash in production, one cuzk-bench proof sent beside curio stands in for that work."""
-    proof = [sys.executable, "-m", "supervisor.prover.standins.cuzk_bench", "-a", daemon_url, "single", "-t", "porep"]
+    proof = [sys.executable, "-m", "supervisor.prover.standins.cuzk_bench", "-a", daemon_url, "single", "-t", "porep",
+             "--c1", str(c1)]
     script = f"{shlex.join(proof)} >/dev/null 2>&1 & exec {shlex.join(curio_cmd)}"
     return ["sh", "-c", script]
 

@@ -172,7 +172,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def bench(addr: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", addr, *args],
+    """The stand-in cuzk-bench against ``addr``; a PoRep is given its (required) --c1."""
+    c1 = ["--c1", str(Path(__file__).parent / "c1.json")] if "porep" in args else []
+    return subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", addr, *args, *c1],
                           capture_output=True, text=True, timeout=30, env=standin_env(**env))
 
 

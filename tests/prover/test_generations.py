@@ -29,6 +29,9 @@ from supervisor.prover.plugin import PLUGIN
 from supervisor.prover.ready import cuzk_ready
 from supervisor.text.show import shown
 
+# cuzk-bench's PoRep input (--c1 is required; the stand-in daemon never reads it).
+C1 = str(Path(__file__).parent / "c1.json")
+
 
 class Daemon:
     """A stand-in cuzk-daemon with its output in a file."""
@@ -222,7 +225,7 @@ def test_the_generated_file_runs_a_feb_2026_daemon_within_its_memory(daemons: Ca
     d = daemons(gen.text, STANDIN_CUZK_GENERATION="feb-2026", STANDIN_DAEMON_MEMORY="125GiB")
     wait_ready(cuzk_ready(s), d)
     done = subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", f"http://127.0.0.1:{port}",
-                           "single", "-t", "porep"], capture_output=True, text=True, timeout=30,
+                           "single", "-t", "porep", "--c1", C1], capture_output=True, text=True, timeout=30,
                           env=standin_env(), cwd=REPO)
     assert done.returncode == 0 and "status:    COMPLETED" in done.stdout, done.stdout + done.stderr
     assert d.proc.poll() is None
@@ -236,7 +239,7 @@ def test_the_seeds_partition_workers_10_on_125_gib_is_killed_at_its_first_proof(
                 STANDIN_CUZK_GENERATION="feb-2026", STANDIN_DAEMON_MEMORY="125GiB")
     wait_ready(cuzk_ready(settings(listen=f"http://127.0.0.1:{port}", status_listen="")), d)
     done = subprocess.run([PY, "-m", "supervisor.prover.standins.cuzk_bench", "-a", f"http://127.0.0.1:{port}",
-                           "single", "-t", "porep"], capture_output=True, text=True, timeout=30,
+                           "single", "-t", "porep", "--c1", C1], capture_output=True, text=True, timeout=30,
                           env=standin_env(), cwd=REPO)
     # No answer (the connection broke mid-proof): do_prove's error, returned from main (cuzk-bench main.rs 1008).
     assert done.returncode == 1 and done.stderr.startswith("Error: Prove RPC failed\n\nCaused by:\n"), done.stderr

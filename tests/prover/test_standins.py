@@ -33,6 +33,10 @@ def command(module: str, *args: str) -> list[str]:
     return [PY, "-m", f"supervisor.prover.standins.{module}", *args]
 
 
+# cuzk-bench's PoRep input (--c1 is required; the stand-in daemon never reads it), as the CLI installs it.
+C1 = str(Path(__file__).parent / "c1.json")
+
+
 def run_standin(module: str, *args: str, env: dict[str, str],
                 timeout: float = 15) -> subprocess.CompletedProcess:
     return subprocess.run(command(module, *args), env=env, cwd=REPO, capture_output=True, text=True,
@@ -390,7 +394,7 @@ def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,
     wait_status(status_port)
     c1 = tmp_path / "c1.json"
     c1.write_text("{}")
-    bench = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "batch", "-t", "porep",
+    bench = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "batch", "-t", "porep", "--c1", C1,
                         "--c1", str(c1), "-c", "4", "-j", "2",
                         env=standin_env(STANDIN_BENCH_FAIL_PROOFS="2"))
     assert bench.returncode == 0, bench.stderr
@@ -425,23 +429,43 @@ def test_bench_without_a_daemon_exits_1_with_no_summary(tmp_path: Path) -> None:
     connect_error = [f"Error: failed to connect to daemon at {addr}", "", "Caused by:", "    0: transport error",
                      "    1: tcp connect error", "    2: Connection refused (os error 111)"]
     for jobs in ("1", "2"):
-        batch = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "-c", "2", "-j", jobs,
+        batch = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "--c1", C1, "-c", "2", "-j", jobs,
                             env=standin_env())
         assert batch.returncode == 1, (jobs, batch.stdout, batch.stderr)
         assert batch.stdout.splitlines() == ["=== Batch Benchmark ===", "proof type:  porep", "count:       2",
                                              f"concurrency: {jobs}", ""], batch.stdout
         assert batch.stderr.splitlines() == connect_error, batch.stderr
-    single = run_standin("cuzk_bench", "single", "-t", "porep", "-a", addr, env=standin_env())
+    single = run_standin("cuzk_bench", "single", "-t", "porep", "--c1", C1, "-a", addr, env=standin_env())
     assert single.returncode == 1, "no answer at all: the real tool's error exit"
     assert single.stderr.splitlines() == connect_error and single.stdout == "", single
-    missing = run_standin("cuzk_bench", "-a", addr, "batch", "--c1", str(tmp_path / "nope.json"),
+    missing = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "--c1", str(tmp_path / "nope.json"),
                           env=standin_env())
     # (build_proof_params reads it before the header: std::fs::read's error under its context)
     assert missing.returncode == 1 and missing.stdout == "", missing
     assert missing.stderr.splitlines() == [f"Error: failed to read {tmp_path / 'nope.json'}", "", "Caused by:",
                                            "    No such file or directory (os error 2)"], missing.stderr
-    folder = run_standin("cuzk_bench", "-a", addr, "single", "--c1", str(tmp_path), env=standin_env())
+    folder = run_standin("cuzk_bench", "-a", addr, "single", "-t", "porep", "--c1", str(tmp_path),
+                         env=standin_env())
     assert folder.returncode == 1 and folder.stderr.splitlines()[0] == f"Error: failed to read {tmp_path}", folder
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["-t", "porep"], ["Error: --c1 required for PoRep proof type"]),
+    (["-t", "seal-commit"], ["Error: --c1 required for PoRep proof type"]),  # (porep's other names)
+    (["-t", "wpost", "--c1", C1], ["Error: --vanilla required for PoSt/SnapDeals proof types"]),
+    (["-t", "porep2", "--c1", C1], ["Error: unknown proof type: porep2. Use: porep, snap, wpost, winning"]),
+])
+def test_bench_refuses_a_proof_it_has_no_input_for_before_it_prints_anything(args: list[str],
+                                                                             error: list[str]) -> None:
+    """cuzk-bench main.rs: proof_kind_from_str, then build_proof_params (--c1 for a PoRep, --vanilla for the
+    others), both before the header and before any connect: Error: on stderr, exit 1. The stand-in once proved
+    a PoRep from no --c1 at all."""
+    addr = f"http://127.0.0.1:{free_port()}"  # (never reached)
+    for command in ("batch", "single"):
+        done = run_standin("cuzk_bench", "-a", addr, command, *args, env=standin_env())
+        assert (done.returncode, done.stdout, done.stderr.splitlines()) == (1, "", error), done
+    untyped = run_standin("cuzk_bench", "-a", addr, "single", "--c1", C1, env=standin_env())
+    assert untyped.returncode == 2 and "-t" in untyped.stderr, "a usage error, as clap's for a required flag"
 
 
 @pytest.mark.parametrize(("addr", "error"), [
@@ -455,11 +479,12 @@ def test_bench_without_a_daemon_exits_1_with_no_summary(tmp_path: Path) -> None:
 def test_bench_reads_its_address_as_the_real_tool(addr: str, error: list[str]) -> None:
     """cuzk-bench's ``-a`` is a tonic endpoint (main.rs 415-455): ``http://host:port`` or ``unix:///path``. The
     stand-in once took a bare ``host:port`` too, which the real one never connects to."""
-    batch = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "-c", "2", "-j", "2", env=standin_env())
+    batch = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "--c1", C1, "-c", "2", "-j", "2",
+                        env=standin_env())
     assert batch.returncode == 1 and batch.stderr.splitlines() == error, batch
     assert batch.stdout.splitlines() == ["=== Batch Benchmark ===", "proof type:  porep", "count:       2",
                                          "concurrency: 2", ""], batch.stdout
-    single = run_standin("cuzk_bench", "single", "-t", "porep", "-a", addr, env=standin_env())
+    single = run_standin("cuzk_bench", "single", "-t", "porep", "--c1", C1, "-a", addr, env=standin_env())
     assert single.returncode == 1 and single.stderr.splitlines() == error and single.stdout == "", single
 
 
@@ -503,7 +528,7 @@ def test_daemon_crash_mid_bench(tmp_path: Path, spawn: Callable[..., Proc]) -> N
     daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_FAIL_CUZK_DAEMON="crash",
                                              STANDIN_FAIL_AFTER="1")
     wait_status(status_port)
-    bench = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "batch", "-t", "porep",
+    bench = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "batch", "-t", "porep", "--c1", C1,
                         "-c", "3", "-j", "1", env=standin_env())
     assert bench.returncode == 1, bench.stdout + bench.stderr
     proofs = [m.group(3) for m in map(PROOF_LINE.match, bench.stdout.splitlines()) if m]
@@ -520,7 +545,8 @@ def test_daemon_on_a_unix_socket(tmp_path: Path, spawn: Callable[..., Proc]) -> 
     sock = tmp_path / "cuzk.sock"
     daemon, _, status_port = start_daemon(spawn, tmp_path, listen=f"unix://{sock}")
     wait_status(status_port)
-    single = run_standin("cuzk_bench", "-a", f"unix://{sock}", "single", "-t", "porep", env=standin_env())
+    single = run_standin("cuzk_bench", "-a", f"unix://{sock}", "single", "-t", "porep", "--c1", C1,
+                         env=standin_env())
     assert single.returncode == 0, single.stdout + single.stderr
     assert "=== Proof Result ===\nstatus:    COMPLETED\n" in single.stdout
     daemon.signal(signal.SIGINT)
@@ -621,7 +647,8 @@ def test_hang_goes_silent_but_still_honours_sigterm(spawn: Callable[..., Proc]) 
 def test_hung_daemon_stops_answering(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
     daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_FAIL="hang", STANDIN_FAIL_AFTER="0")
     wait_status(status_port)
-    bench = spawn("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", env=standin_env())
+    bench = spawn("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", "-t", "porep", "--c1", C1,
+                  env=standin_env())
     daemon.wait_for(r"extracting PCE")
 
     def answers() -> bool:
@@ -653,13 +680,13 @@ def test_daemon_sigint_serve_on_logs_stops_its_engine_and_serves_on_until_sigkil
                                              STANDIN_PROOF_S="1.5")
     wait_status(status_port)
     addr = f"http://127.0.0.1:{port}"
-    running = spawn("cuzk_bench", "-a", addr, "single", env=standin_env())
+    running = spawn("cuzk_bench", "-a", addr, "single", "-t", "porep", "--c1", C1, env=standin_env())
     daemon.wait_for(r"TIMELINE,\d+,gpu_start,")
     daemon.signal(signal.SIGINT)
     daemon.wait_for(r"cuzk_daemon\b.* received SIGINT, shutting down$")
     daemon.wait_for(r"cuzk_core::engine\b.* shutting down cuzk engine$")
     assert running.wait(10) == 0 and "status:    COMPLETED" in running.output, running.output
-    late = spawn("cuzk_bench", "-a", addr, "single", env=standin_env())
+    late = spawn("cuzk_bench", "-a", addr, "single", "-t", "porep", "--c1", C1, env=standin_env())
     daemon.wait_for(r"TIMELINE,\d+,received,warmup-")
     daemon.signal(signal.SIGINT)
     daemon.settle(1.0)

@@ -2,16 +2,18 @@
 
 Usage::
 
-    python -m supervisor.prover.standins.cuzk_bench [-a http://127.0.0.1:9820] batch -t porep [--c1 <c1.json>] \\
+    python -m supervisor.prover.standins.cuzk_bench [-a http://127.0.0.1:9820] batch -t porep --c1 <c1.json> \\
         -c <count> -j <concurrency>
-    python -m supervisor.prover.standins.cuzk_bench [-a ADDR] single -t porep [--c1 <c1.json>]
+    python -m supervisor.prover.standins.cuzk_bench [-a ADDR] single -t porep --c1 <c1.json>
 
 ``-a`` (default ``http://127.0.0.1:9820``, or ``unix:///path``) may also follow the subcommand. It is
 read as the real tool reads it (a tonic endpoint, main.rs 415-455): a bare ``host:port`` is a URI with no
 scheme, which hyper's connector refuses at the first connect, so the tool exits 1 with ``Error: failed to
 connect to daemon at 127.0.0.1:9820`` (the header printed first, by ``batch``); what is no URI at all is
-``Error: invalid daemon address: <addr>``. ``--c1`` must name a file it can read, else, before anything
-else is printed, ``Error: failed to read <path>`` and its OS error, exit 1 (build_proof_params). Each proof
+``Error: invalid daemon address: <addr>``. ``-t`` is required (clap: a usage error, exit 2). Before anything
+is printed or connected, as the real one (proof_kind_from_str, build_proof_params), it exits 1 with ``Error:``
+and: an unknown proof type; a PoRep with no ``--c1`` ("--c1 required for PoRep proof type"), a PoSt or
+SnapDeals with no ``--vanilla``; a file it cannot read (``failed to read <path>`` and its OS error). Each proof
 is a ``POST /prove`` to the daemon; ``-j`` are in flight at once.
 ``batch`` first prints its header (the real tool's, just before it starts its clock)::
 
@@ -123,6 +125,8 @@ class NoAnswer(NamedTuple):
 
     def lines(self) -> list[str]:
         """As Rust prints an error ``main`` returned: ``Error: {:?}``, anyhow's Debug form."""
+        if not self.causes:
+            return [f"Error: {self.context}"]
         if len(self.causes) == 1:
             causes = [f"    {self.causes[0]}"]
         else:
@@ -354,6 +358,32 @@ def _timeout() -> float | None:
     return value if value > 0 else None
 
 
+# proof_kind_from_str (main.rs 404): the names each proof type goes by.
+PROOF_KINDS = {"porep": ("porep", "porep-c2", "seal-commit"), "snap": ("snap", "snap-deals", "update"),
+               "wpost": ("wpost", "window-post", "windowpost"), "winning": ("winning", "winning-post", "winningpost")}
+
+
+def proof_input(proof_type: str, c1: str | None, vanilla: str | None) -> NoAnswer | None:
+    """What the real tool returns from main before it prints or connects anything (proof_kind_from_str, then
+    build_proof_params): an unknown proof type; a PoRep without ``--c1``, a PoSt or SnapDeals without
+    ``--vanilla``; a file it cannot read. None: it goes on."""
+    kind = next((k for k, names in PROOF_KINDS.items() if proof_type.lower() in names), None)
+    if kind is None:
+        return NoAnswer(f"unknown proof type: {proof_type}. Use: porep, snap, wpost, winning", ())
+    path = c1 if kind == "porep" else vanilla
+    if path is None:
+        return NoAnswer("--c1 required for PoRep proof type" if kind == "porep" else
+                        "--vanilla required for PoSt/SnapDeals proof types", ())
+    try:
+        with open(path, "rb"):
+            pass
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory")
+    except OSError as exc:
+        return NoAnswer(f"failed to read {path}", (_os_words(exc),))
+    return None
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cuzk-bench", description="cuzk benchmark client (stand-in)")
     parser.add_argument("-a", "--addr", default=DEFAULT_ADDR, help="daemon address")
@@ -361,8 +391,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ("batch", "single"):
         p = sub.add_parser(name)
         p.add_argument("-a", "--addr", default=argparse.SUPPRESS, help="daemon address")
-        p.add_argument("-t", "--type", dest="proof_type", default="porep")
-        p.add_argument("--c1", default=None, help="C1 output (JSON) to prove from")
+        p.add_argument("-t", "--type", dest="proof_type", required=True, help="porep, snap, wpost, winning")
+        p.add_argument("--c1", default=None, help="C1 output (JSON) to prove from (PoRep)")
+        p.add_argument("--vanilla", default=None, help="vanilla proofs (JSON) to prove from (PoSt, SnapDeals)")
         if name == "batch":
             p.add_argument("-c", "--count", type=int, default=1)
             p.add_argument("-j", "--concurrency", type=int, default=1)
@@ -376,14 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     output.init_streams()
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     addr = endpoint(args.addr)
-    if args.c1 is not None:
-        try:
-            with open(args.c1, "rb"):
-                pass
-            if os.path.isdir(args.c1):
-                raise IsADirectoryError(21, "Is a directory")
-        except OSError as exc:
-            fail_without_answer(NoAnswer(f"failed to read {args.c1}", (_os_words(exc),)))
+    refused = proof_input(args.proof_type, args.c1, args.vanilla)
+    if refused is not None:
+        fail_without_answer(refused)
     try:
         failures.setup("cuzk-bench")
     except knobs.UsageError as exc:

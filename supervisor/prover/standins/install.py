@@ -19,6 +19,8 @@ from pathlib import Path
 from ...config import check_path
 from ...state.files import write_atomically
 
+# A stand-in C1 output (cuzk-bench requires --c1 for a PoRep; the stand-in daemon never reads it).
+C1_JSON = '{"SectorNum": 1, "Phase1Out": "stand-in", "SectorSize": 34359738368}\n'
 PROGRAMS = {"curio": "curio", "cuzk-daemon": "cuzk_daemon", "cuzk-bench": "cuzk_bench", "paramfetch": "paramfetch"}
 
 
@@ -34,7 +36,7 @@ def write_bin_dir(bin_dir: str) -> list[Path]:
                        f'exec "{sys.executable}" -m supervisor.prover.standins.{module} "$@"\n', 0o755)
         written.append(path)
     c1 = target / "c1.json"
-    _replace(c1, '{"SectorNum": 1, "Phase1Out": "stand-in", "SectorSize": 34359738368}\n', 0o644)
+    _replace(c1, C1_JSON, 0o644)
     written.append(c1)
     return written
 

@@ -612,6 +612,7 @@ class _Download:
         self.seq = 0
         self.slow: list[str] = []
         self.said: ProgressReading | None = None  # what the command's parser read
+        self.io_readable = True  # False: no process's I/O counters could be read (no written bytes known)
 
     def walk(self, size: int | None, done: int) -> None:
         self.seq += 1
@@ -630,7 +631,8 @@ class _Download:
     # the I/O thread's side
     def io_watch(self, every_s: float, *, from_zero: bool = False) -> SimpleNamespace:
         return SimpleNamespace(follow=lambda roots: None, release=lambda: None,
-                               latest=lambda: TreeIo(self.seq, 0.0, self.written, self.written, 1, True))
+                               latest=lambda: TreeIo(self.seq, 0.0, self.written, self.written, 1,
+                                                     self.io_readable))
 
     # the attempt's side
     def roots(self) -> list[object]:
@@ -776,20 +778,55 @@ def test_a_small_file_fetched_again_costs_its_own_bytes_not_those_of_the_files_i
 def test_one_removal_seen_by_the_walks_and_said_by_the_command_counts_once(walks_first: bool) -> None:
     # curio says it removes the file before it does; the walks run on their own thread: the same removal comes
     # both ways, a tick or more apart, in either order. Counted twice, a second reset lost the bytes written in
-    # between, and the log said it twice.
+    # between, and the log said it twice. Said first, a walk a moment old still counted the file complete: the
+    # figure held, and the rate read a spike, then a dip (review of 12-04: 256 KiB/s read 1484.8, then 0).
     watching = _Watching()
     try:
-        watching.tick(16 * MiB, 32 * MiB, 0)
-        watching.tick(24 * MiB, 32 * MiB, 16 * MiB)  # a 16 MiB file complete (the walks see it)
+        for second in range(1, 25):  # 1 MiB/s; a 16 MiB file complete at 16 s, seen so by the walks from 17 s
+            figures = watching.tick(second * MiB, 32 * MiB, 16 * MiB if second >= 17 else 0)
         said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=16 * MiB)
         if walks_first:
-            assert watching.tick(25 * MiB, 32 * MiB, 0)["done_bytes"] == 9 * MiB  # gone from the walks
-            assert watching.tick(26 * MiB, 32 * MiB, 0, said)["done_bytes"] == 10 * MiB  # then said
-        else:
-            assert watching.tick(25 * MiB, 32 * MiB, 16 * MiB, said)["done_bytes"] == 16 * MiB  # said, walk stale
-            assert watching.tick(26 * MiB, 32 * MiB, 0, said)["done_bytes"] == 10 * MiB  # then gone
-        assert watching.tick(27 * MiB, 32 * MiB, 0, said)["done_bytes"] == 11 * MiB
+            steps = [watching.tick(25 * MiB, 32 * MiB, 0), watching.tick(26 * MiB, 32 * MiB, 0, said)]
+        else:  # (said, the walk a moment old; then gone from the walks)
+            steps = [watching.tick(25 * MiB, 32 * MiB, 16 * MiB, said), watching.tick(26 * MiB, 32 * MiB, 0, said)]
+        steps.append(watching.tick(27 * MiB, 32 * MiB, 0, said))
+        assert [f["done_bytes"] for f in steps] == [9 * MiB, 10 * MiB, 11 * MiB], steps
+        assert [f["rate_bytes_s"] for f in [figures, *steps]] == [MiB] * 4, "the link's rate, no spike, no dip"
         assert sum("no longer count" in line for line in watching.lines) == 1, watching.lines
+    finally:
+        watching.close()
+
+
+def test_a_download_that_completes_is_no_removal() -> None:
+    # aria2c deletes <file>.aria2 as it completes; the walks count the file complete only once it has been quiet
+    # (COMPLETE_QUIET_S): one walk in between sees the cache a few KiB smaller and no more of it complete. Read
+    # as a partial file removed, every completion took its control file's bytes off and said so (review of 12-04).
+    watching = _Watching()
+    try:
+        watching.tick(8 * MiB, 32 * MiB + 4096, 0)
+        assert watching.tick(32 * MiB, 32 * MiB, 0)["done_bytes"] == 32 * MiB  # the control file gone
+        assert watching.tick(32 * MiB, 32 * MiB, 32 * MiB)["done_bytes"] == 32 * MiB  # then complete
+        assert watching.lines == [], watching.lines
+    finally:
+        watching.close()
+
+
+def test_a_file_said_thrown_away_that_no_walk_saw_complete_is_not_held_back_for_ever() -> None:
+    # A file checked, deleted and preallocated anew between two walks was never counted complete by them: what
+    # the command said of it is held off the walks' figure only until UNSEEN_WALKS walks have passed.
+    from supervisor.evidence.progresswatch import UNSEEN_WALKS
+
+    # (no I/O counters here: the walks' figure and the command's reading are all there is)
+    watching = _Watching()
+    try:
+        watching.download.io_readable = False
+        watching.tick(0, 32 * MiB, 16 * MiB, ProgressReading(0, 0, 0))  # 16 MiB complete
+        said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=4 * MiB)  # a 4 MiB file no walk saw complete
+        held = watching.tick(0, 32 * MiB, 16 * MiB, said)["done_bytes"]
+        assert held == 12 * MiB, held  # (the walk may be a moment old: it is held off it)
+        for _ in range(UNSEEN_WALKS):
+            figures = watching.tick(0, 32 * MiB, 16 * MiB, said)
+        assert figures["done_bytes"] == 16 * MiB, figures  # no walk saw it go: it never counted complete
     finally:
         watching.close()
 

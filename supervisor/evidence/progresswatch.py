@@ -48,6 +48,13 @@ from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, figu
 
 # How often the figures are made afresh (and the deadline looked at).
 PROGRESS_TICK_S = 1.0
+# A cache that shrinks by less than this with no less of it complete lost a control file: aria2c deletes
+# <file>.aria2 (a few KiB) as it completes, and the walks count the file complete only once it has been quiet
+# (progress.py's COMPLETE_QUIET_S). No file was removed.
+CONTROL_FILE_MAX = 1 << 20
+# Walks after the command said a file was thrown away, before a walk that never saw it go means no walk counted it
+# complete (it was checked, deleted and preallocated anew between two walks): from then it is not held back.
+UNSEEN_WALKS = 2
 # How often a progress line goes to the log (and so to the manager's setup tab): every few minutes,
 # not every second.
 PROGRESS_LOG_S = 180.0
@@ -57,12 +64,13 @@ MANAGER_CLOCKS = (SOURCES[MANAGER_REGISTERED], SOURCES[FIRST_REGISTERED])
 
 
 def done_bytes(cache: TreeMeasure | None, reading: ProgressReading | None, net_gain: int | None,
-               cache_start: int, written: int | None = None) -> int:
+               cache_start: int, written: int | None = None, unseen: int = 0) -> int:
     """What is done, the largest of what each source says (see the module's docstring): ``cache`` the latest
     walk of progress_path (None: none watched), ``net_gain`` the bytes received since the attempt began
     (None: unknown), ``cache_start`` the cache's complete bytes when it began, ``written`` the bytes the
-    attempt's trees have written since it began (None: unknown)."""
-    cache_done = cache.done if cache is not None and cache.size is not None else None
+    attempt's trees have written since it began (None: unknown), ``unseen`` the bytes the command said it threw
+    away that the walks have not seen go yet (a walk a moment old still counts them complete)."""
+    cache_done = max(0, cache.done - unseen) if cache is not None and cache.size is not None else None
     if reading is not None:
         said = (cache_done + reading.in_flight_bytes) if cache_done is not None else reading.done_bytes
     else:
@@ -125,6 +133,8 @@ class ProgressWatch:
         # often seen both ways, in either order, so what is thrown away is the larger of the two sums, not both.
         self._walks_thrown = self._said_thrown = 0
         self._walk_removals = 0  # how many removals the walks saw
+        self._unseen = 0  # bytes the command threw away that the walks have not seen go (yet)
+        self._unseen_seq: int | None = None  # the walk that was latest when they were said
         self._thrown = 0  # what no longer counts: max(_walks_thrown, _said_thrown)
         self._done = 0
         # The rate is of what the link brings, thrown away or not (``_got``: done + ``_thrown``): counted from
@@ -185,7 +195,7 @@ class ProgressWatch:
         if net is not None and net.size is not None and self._net_start is not None:
             net_gain = max(0, net.size - self._net_start - self._thrown)
         since = None if written is None else max(0, written - self._thrown)
-        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, since))
+        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, since, self._unseen))
         self._got = self._thrown + self._done  # (the link brought the thrown-away bytes too: they stay in the rate)
         self._window.add(now, self._got)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
@@ -207,9 +217,8 @@ class ProgressWatch:
 
         One removal is mostly seen both ways, a tick or more apart in either order (curio says it before it
         deletes; the walks run on their own thread): each way's bytes are summed on their own, and what is
-        thrown away is the larger sum, so that it counts once. The figure loses what is newly thrown away, or
-        what the walks saw go if that is more: a walk a tick behind the command's word still counted the file
-        complete, and the figure held it, until this walk."""
+        thrown away is the larger sum, so that it counts once (and the figure loses it once). A cache that
+        shrinks by a control file alone (CONTROL_FILE_MAX) is a download completing, no removal."""
         seen = (cache.size, cache.done) if cache is not None and cache.size is not None else None
         before, self._cache_seen = self._cache_seen, seen
         why, gone = "", 0
@@ -217,7 +226,7 @@ class ProgressWatch:
             if seen[1] < before[1]:
                 gone = before[1] - seen[1]
                 why = f"{self._spec.progress_path} has less complete (a file removed)"
-            elif seen[0] < before[0] and seen[1] == before[1]:
+            elif before[0] - seen[0] > CONTROL_FILE_MAX and seen[1] == before[1]:
                 gone = before[0] - seen[0]
                 why = f"{self._spec.progress_path} shrank (a file removed)"
         self._walks_thrown += gone
@@ -234,7 +243,22 @@ class ProgressWatch:
             self._thrown += thrown
             self._log(f"phase {self._spec.name}: {why or 'a file was removed'}: its {fmt_bytes(thrown)} no longer "
                       "count")
-        return max(thrown, gone)
+        self._hold_unseen(cache)
+        return thrown
+
+    def _hold_unseen(self, cache: TreeMeasure | None) -> None:
+        """What the command threw away that no walk saw go is kept off the walks' figure (``_unseen``), so that a
+        walk a moment old, which still counts the file complete, does not hold the figure up (nor the rate: it
+        read a spike, then a dip). Once UNSEEN_WALKS walks later none saw it go, no walk counted it complete:
+        it is no longer held back."""
+        self._unseen = max(0, self._said_thrown - self._walks_thrown)
+        if not self._unseen or cache is None:
+            self._unseen_seq = None
+            return
+        if self._unseen_seq is None:
+            self._unseen_seq = cache.seq
+        elif cache.seq >= self._unseen_seq + UNSEEN_WALKS:
+            self._walks_thrown, self._unseen, self._unseen_seq = self._said_thrown, 0, None
 
     def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None) -> None:
         """What counts from the first measure: the cache's complete bytes (0 where there was no cache yet), the

@@ -101,7 +101,7 @@ def test_reap_dying_waits_for_a_dying_child_and_leaves_a_live_one(tmp_path: Path
 def test_a_command_that_fails_as_its_daemon_dies_fails_of_the_daemon(sup: Runner, tmp_path: Path) -> None:
     """The bench of the demo's daemon-crash, without the race: the command fails (1) once its daemon is dying,
     and the daemon takes 0.4 s more to be reaped. Its death is the attempt's failure and the run's status (3);
-    it is no "stopped" daemon, and the command's own exit is recorded after it."""
+    it is no "stopped" daemon. The command's exit is recorded first, as it was reaped; the daemon's decides."""
     marker = tmp_path / "crashed"
     config = sup.write(f"""
         [[phases]]

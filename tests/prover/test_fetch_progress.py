@@ -6,6 +6,7 @@ cannot pass any more."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -176,6 +177,9 @@ def test_a_link_under_16_kib_s_is_given_up_by_aria2c_and_costs_curio_the_file(tm
     assert done.returncode == 1, out
     assert out.count("errorCode=5 Too slow Downloading speed: ") == 2, out
     assert out.count("aria2c fetch failed: exit status 5") == 2, out
+    # each aria2c ends with its results table, its download's row ERR (and its gid no longer under way)
+    assert len(re.findall(r"^[0-9a-f]{6}\|ERR \|", done.stdout, re.MULTILINE)) == 2, out
+    assert parsed("paramfetch", done.stdout).under_way == {}, out
     assert "sanity checking fetched file failed, removing and retrying: checksum mismatch in param file" in out
     assert "Removed the defunct control file " in out, out
     assert "ERROR: re-checking file " in out, out

@@ -91,6 +91,23 @@ def test_files_fetched_at_once_each_count_by_their_own_gid() -> None:
     assert failed.under_way == {} and failed.completed == {}, "a download that failed is neither"
 
 
+def test_a_download_aria2c_gave_up_leaves_what_is_under_way() -> None:
+    # aria2 1.36.0 on a link under --lowest-speed-limit (measured): its ERROR lines, the file "not complete", an
+    # ERR row. Its gid no longer counts as under way (it did for ever: its bytes were counted on top of the
+    # cache's, whose walks see the file as it was left); the file is not complete.
+    result = parsed("paramfetch",
+        "[#040785 80KiB/2.8MiB(2%) CN:1 DL:7.9KiB ETA:5m56s]\n"
+        "\n12/04 15:25:00 [\x1b[1;31mERROR\x1b[0m] CUID#7 - Download aborted. URI=http://127.0.0.1:18777/blob\n"
+        "Exception: [AbstractCommand.cc:351] errorCode=5 URI=http://127.0.0.1:18777/blob\n"
+        "  -> [DownloadCommand.cc:309] errorCode=5 Too slow Downloading speed: 10228 <= 16384(B/s), host:127.0.0.1\n"
+        "\n12/04 15:25:00 [\x1b[1;32mNOTICE\x1b[0m] Download GID#040785aacd168892 not complete: /p/f2\n"
+        "\nDownload Results:\ngid   |stat|avg speed  |path/URI\n======+====+===========+=======\n"
+        "040785|ERR |   9.5KiB/s|/p/f2\n\nStatus Legend:\n(ERR):error occurred.\n\n"
+        "aria2 will resume download if the transfer is restarted.\n")
+    assert result.under_way == {} and result.completed == {} and result.files == set()
+    assert result.last_error == "CUID#7 - Download aborted. URI=http://127.0.0.1:18777/blob"
+
+
 def test_a_file_complete_then_found_ok_counts_once() -> None:
     result = parsed("paramfetch",
         "[#00000a 1.0MiB/1.0MiB(100%)]\n"

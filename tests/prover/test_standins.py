@@ -435,7 +435,7 @@ def test_bench_without_a_daemon_exits_1_with_no_summary(tmp_path: Path) -> None:
         assert batch.stdout.splitlines() == ["=== Batch Benchmark ===", "proof type:  porep", "count:       2",
                                              f"concurrency: {jobs}", ""], batch.stdout
         assert batch.stderr.splitlines() == connect_error, batch.stderr
-    single = run_standin("cuzk_bench", "single", "-t", "porep", "--c1", C1, "-a", addr, env=standin_env())
+    single = run_standin("cuzk_bench", "-a", addr, "single", "-t", "porep", "--c1", C1, env=standin_env())
     assert single.returncode == 1, "no answer at all: the real tool's error exit"
     assert single.stderr.splitlines() == connect_error and single.stdout == "", single
     missing = run_standin("cuzk_bench", "-a", addr, "batch", "-t", "porep", "--c1", str(tmp_path / "nope.json"),
@@ -466,6 +466,8 @@ def test_bench_refuses_a_proof_it_has_no_input_for_before_it_prints_anything(arg
         assert (done.returncode, done.stdout, done.stderr.splitlines()) == (1, "", error), done
     untyped = run_standin("cuzk_bench", "-a", addr, "single", "--c1", C1, env=standin_env())
     assert untyped.returncode == 2 and "-t" in untyped.stderr, "a usage error, as clap's for a required flag"
+    late = run_standin("cuzk_bench", "single", "-t", "porep", "--c1", C1, "-a", addr, env=standin_env())
+    assert late.returncode == 2, "-a is the top-level flag's: after the subcommand, clap refuses it"
 
 
 @pytest.mark.parametrize(("addr", "error"), [
@@ -484,7 +486,7 @@ def test_bench_reads_its_address_as_the_real_tool(addr: str, error: list[str]) -
     assert batch.returncode == 1 and batch.stderr.splitlines() == error, batch
     assert batch.stdout.splitlines() == ["=== Batch Benchmark ===", "proof type:  porep", "count:       2",
                                          "concurrency: 2", ""], batch.stdout
-    single = run_standin("cuzk_bench", "single", "-t", "porep", "--c1", C1, "-a", addr, env=standin_env())
+    single = run_standin("cuzk_bench", "-a", addr, "single", "-t", "porep", "--c1", C1, env=standin_env())
     assert single.returncode == 1 and single.stderr.splitlines() == error and single.stdout == "", single
 
 

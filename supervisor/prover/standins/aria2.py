@@ -113,3 +113,16 @@ def too_slow(rate: float) -> str:
     """What aria2c prints as it gives a slow link up (before its results table; it then exits 5)."""
     return (f"\n{stamp()} [{ERROR}] CUID#7 - Download aborted.\nException: [AbstractCommand.cc:351] errorCode=5\n"
             f"  -> [DownloadCommand.cc:309] errorCode=5 Too slow Downloading speed: {int(rate)} <= {LOWEST_SPEED}(B/s)")
+
+
+def results(gid: str, path: str, ok: bool) -> str:
+    """What aria2c prints as it ends (measured with aria2 1.36.0): its results table, the download's row named
+    by its gid (a readout's); a download it gave up is said not complete first, and to be resumed."""
+    if ok:
+        return (f"\n{stamp()} [{NOTICE}] Download complete: {path}\n\nDownload Results:\ngid   |stat|avg speed  |"
+                f"path/URI\n======+====+===========+{'=' * 55}\n{gid}|OK  |{'':>11}|{path}\n\nStatus Legend:\n"
+                "(OK):download completed.")
+    return (f"\n{stamp()} [{NOTICE}] Download GID#{gid}{'0' * 10} not complete: {path}\n\nDownload Results:\n"
+            f"gid   |stat|avg speed  |path/URI\n======+====+===========+{'=' * 55}\n{gid}|ERR |{'':>11}|{path}\n\n"
+            "Status Legend:\n(ERR):error occurred.\n\naria2 will resume download if the transfer is restarted.\n"
+            "If there are any errors, then see the log file. See '-l' option in help/man page for details.")

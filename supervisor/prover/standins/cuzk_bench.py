@@ -6,7 +6,8 @@ Usage::
         -c <count> -j <concurrency>
     python -m supervisor.prover.standins.cuzk_bench [-a ADDR] single -t porep --c1 <c1.json>
 
-``-a`` (default ``http://127.0.0.1:9820``, or ``unix:///path``) may also follow the subcommand. It is
+``-a`` (default ``http://127.0.0.1:9820``, or ``unix:///path``) comes before the subcommand, as the real
+one's top-level flag (after it: a usage error, exit 2). It is
 read as the real tool reads it (a tonic endpoint, main.rs 415-455): a bare ``host:port`` is a URI with no
 scheme, which hyper's connector refuses at the first connect, so the tool exits 1 with ``Error: failed to
 connect to daemon at 127.0.0.1:9820`` (the header printed first, by ``batch``); what is no URI at all is
@@ -390,7 +391,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("batch", "single"):
         p = sub.add_parser(name)
-        p.add_argument("-a", "--addr", default=argparse.SUPPRESS, help="daemon address")
         p.add_argument("-t", "--type", dest="proof_type", required=True, help="porep, snap, wpost, winning")
         p.add_argument("--c1", default=None, help="C1 output (JSON) to prove from (PoRep)")
         p.add_argument("--vanilla", default=None, help="vanilla proofs (JSON) to prove from (PoSt, SnapDeals)")

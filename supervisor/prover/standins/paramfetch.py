@@ -167,6 +167,7 @@ class Fetcher:
         self.rate = knobs.env_size("STANDIN_PARAM_RATE", 0) or None
         self._lock = threading.Lock()  # (the fetches' shared counts, and the aria2c's running)
         self._running: set[subprocess.Popen[bytes]] = set()
+        self._closing = False  # (set as the fetch ends: no aria2c starts after)
 
     def run(self) -> None:
         """Every file at once, as curio's maybeFetchAsync starts a goroutine for each (lib/fastparamfetch): their
@@ -195,6 +196,7 @@ class Fetcher:
                     fetch.join(0.05)  # (short: the main thread takes the stop signals)
         finally:
             with self._lock:
+                self._closing = True
                 for proc in self._running:
                     proc.kill()
         if failed:
@@ -304,6 +306,8 @@ class Fetcher:
             argv.insert(1, f"--max-download-limit={self.rate}")
         sys.stdout.flush()
         with self._lock:
+            if self._closing:
+                raise Aborted(f"fetching file {path} failed: the fetch is ending")
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
             self._running.add(proc)
         try:
@@ -374,6 +378,8 @@ class Fetcher:
                     readouts.add(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
                 if self.rate is not None and self.rate < aria2.LOWEST_SPEED and now - started >= aria2.TOO_SLOW_S:
                     readouts.add(aria2.too_slow(self.rate))  # as aria2c: given up, exit 5, left to --continue
+                    readouts.flush()
+                    output.out(aria2.results(gid, path, ok=False))
                     return 5
                 failures.partway()
             os.fsync(fd)
@@ -381,10 +387,7 @@ class Fetcher:
             os.close(fd)
             readouts.flush()  # (aria2c's buffer goes out with its next NOTICE, or at its exit)
         os.unlink(control)
-        output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Download complete: {path}")
-        output.out(f"\nDownload Results:\ngid   |stat|avg speed  |path/URI\n"
-                   f"======+====+===========+{'=' * 55}\n{gid}|OK  |{'':>11}|{path}\n\nStatus Legend:\n"
-                   "(OK):download completed.")
+        output.out(aria2.results(gid, path, ok=True))
         return 0
 
     def _chunks(self, done: int) -> Iterator[int]:

@@ -92,7 +92,9 @@ class CuzkSettings:
 # - curio's ``[Cuzk] Address`` is ``unix:///path`` or ``host:port`` (its client dials ``dns:///host:port``; an
 #   ``http://`` address resolves to nothing, and every proof fails).
 # So [cuzk] listen may be written as the daemon's form or as a URL (``http://IP:port``), and each reader is
-# given its own: cuzk.toml the daemon's, CUZK_ADDR cuzk-bench's, CURIO_CUZK_ADDRESS curio's.
+# given its own: cuzk.toml the daemon's, CUZK_ADDR cuzk-bench's, CURIO_CUZK_ADDRESS curio's (the value for its
+# [Cuzk] Address layer: curio reads its config layers from its database, not its environment, so whatever sets the
+# layer takes it from there; the stand-in curio reads it in their place).
 LISTEN_FORMS = "unix:///path, IP:port or http://IP:port (cuzk-daemon binds an IP address, not a host name)"
 # A daemon listening on every address is reached on loopback.
 _WILDCARDS = ("0.0.0.0", "::")
@@ -137,8 +139,9 @@ def cuzk_address(listen: str) -> CuzkAddress:
     rest = text.removeprefix("http://").removesuffix("/")
     host, sep, port = rest.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]")
-    try:
-        ip = ipaddress.ip_address(host[1:-1] if bracketed else host) if sep else None
+    zone = host[1:-1].partition("%")[2] if bracketed else ""
+    try:  # (Rust's SocketAddrV6 takes a scope id as a number only: fe80::1%2, not %eth0)
+        ip = ipaddress.ip_address(host[1:-1] if bracketed else host) if sep and (zone.isdigit() or not zone) else None
     except ValueError:
         ip = None
     port_ok = port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536

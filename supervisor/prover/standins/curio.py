@@ -20,10 +20,11 @@ meanwhile. ``STANDIN_RUN_SECONDS=N``: shut down the same way by itself after N s
 ``STANDIN_TASK_S`` sets the task-line interval. The API port answers ``GET /debug/metrics`` with
 Prometheus text in curio's names (``curio_harmonytask_tasks_completed{task_name="PoRep"}``,
 ``..._tasks_failed``, ``..._tasks_started``, ``..._active_tasks``; harmony/harmonytask/metrics.go); any
-other connection is closed. Every task interval it does one PoRep: with ``CURIO_CUZK_ADDRESS`` set (what its ``[Cuzk]
-Address`` would hold; the cuzk-config prepare exports it), a real ``POST /prove`` to the cuzk-daemon, counted
-completed or failed by its answer; without it, a simulated one that completes. The address is read as curio's
-client reads it (lib/cuzk/client.go ``connect``): ``host:port`` (dialled as ``dns:///host:port``), or
+other connection is closed. Every task interval it does one PoRep: with ``CURIO_CUZK_ADDRESS`` set (in place of
+its ``[Cuzk] Address``, which the real curio reads from its config layers in its database, never from its
+environment; the cuzk-config prepare exports the value for that layer), a real ``POST /prove`` to the cuzk-daemon,
+counted completed or failed by its answer; without it, a simulated one that completes. The address is read as
+curio's client reads it (lib/cuzk/client.go ``connect``): ``host:port`` (dialled as ``dns:///host:port``), or
 ``unix:///path``, or a gRPC target (``dns:///host:port``); any other scheme (``http://...``) names no resolver,
 the target resolves to nothing, and every proof fails, said in an error line (``produced zero addresses``).
 Partway point for STANDIN_FAIL: right

@@ -501,12 +501,16 @@ class Phase:
         ``reap_dying``), so the client it failed (a benchmark: "no answer from the daemon") can be reaped first:
         the command's verdict is recorded as it was reaped, and the daemon's death, the cause, ends the attempt
         (the command's exit, decided after it, then changes nothing)."""
+        daemons = [child for child in self._attempt.children
+                   if child.spec is not self.spec.command and child.running and child.stop_reason is None]
+        if not daemons:
+            return
         until = self._clock.monotonic() + DYING_DAEMON_WAIT_S  # (one bound for them all)
         with self._loop.holding("the reap of a dying daemon"):
-            for daemon in list(self._attempt.children):
+            for daemon in daemons:
                 if self.state not in ATTEMPT_RUNS:
                     return  # one was reaped: its death ended the attempt, and the stop of the rest has begun
-                if daemon.spec is not self.spec.command and daemon.running and daemon.stop_reason is None:
+                if daemon.running and daemon.stop_reason is None:
                     self._reaper.reap_dying(daemon.pid, max(0.0, until - self._clock.monotonic()))
 
     def _deadline_passed(self) -> None:

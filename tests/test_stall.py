@@ -615,7 +615,7 @@ class _Download:
         self.io_readable = True  # False: no process's I/O counters could be read (no written bytes known)
 
     def walk(self, size: int | None, done: int) -> None:
-        self.seq += 1
+        self.seq += 2  # (the walker numbers the walks of all it watches: the received bytes' comes between)
         self.cache = TreeMeasure("/cache", size, 1, float(self.seq), 0.0, self.seq, done, 1 if done else 0, None)
 
     # the walker's side
@@ -807,6 +807,42 @@ def test_a_download_that_completes_is_no_removal() -> None:
         assert watching.tick(32 * MiB, 32 * MiB, 0)["done_bytes"] == 32 * MiB  # the control file gone
         assert watching.tick(32 * MiB, 32 * MiB, 32 * MiB)["done_bytes"] == 32 * MiB  # then complete
         assert watching.lines == [], watching.lines
+    finally:
+        watching.close()
+
+
+def test_a_walk_a_moment_old_does_not_release_what_was_said_thrown_away() -> None:
+    # The walker numbers the walks of every path it watches: the hold counted the cache's walks by their numbers
+    # and released after one (review of 12-04), and the walk that then saw the file go took it off again.
+    watching = _Watching()
+    try:
+        for second in range(1, 21):
+            watching.tick(second * MiB, 32 * MiB, 16 * MiB if second >= 17 else 0)
+        said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=16 * MiB)
+        steps = [watching.tick(21 * MiB, 32 * MiB, 16 * MiB, said),  # said; the walk a moment old
+                 watching.tick(22 * MiB, 32 * MiB, 16 * MiB, said),  # one more walk, begun before the delete
+                 watching.tick(23 * MiB, 32 * MiB, 0, said)]  # gone
+        assert [f["done_bytes"] for f in steps] == [5 * MiB, 6 * MiB, 7 * MiB], steps
+        assert sum("no longer count" in line for line in watching.lines) == 1, watching.lines
+    finally:
+        watching.close()
+
+
+def test_a_second_word_is_held_its_own_walks_not_the_first_one_s() -> None:
+    # A file said thrown away (and never seen complete), then another one a walk later: the second rode on the
+    # first one's count of walks, was released early, and taken off again when the walks saw it go.
+    watching = _Watching()
+    try:
+        for second in range(1, 21):
+            watching.tick(second * MiB, 32 * MiB, 8 * MiB if second >= 10 else 0)
+        first = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=2 * MiB)  # (a file no walk saw complete)
+        both = ProgressReading(0, 0, 0, restarts=2, thrown_bytes=10 * MiB)  # (then the 8 MiB one)
+        watching.tick(21 * MiB, 32 * MiB, 8 * MiB, first)
+        watching.tick(22 * MiB, 32 * MiB, 8 * MiB, both)
+        watching.tick(23 * MiB, 32 * MiB, 8 * MiB, both)  # (a walk a moment old)
+        done = watching.tick(24 * MiB, 32 * MiB, 0, both)["done_bytes"]  # the 8 MiB file gone
+        assert done == 14 * MiB, done  # 24 written, 10 thrown away: once each
+        assert sum("no longer count" in line for line in watching.lines) == 2, watching.lines
     finally:
         watching.close()
 

@@ -134,7 +134,9 @@ class ProgressWatch:
         self._walks_thrown = self._said_thrown = 0
         self._walk_removals = 0  # how many removals the walks saw
         self._unseen = 0  # bytes the command threw away that the walks have not seen go (yet)
-        self._unseen_seq: int | None = None  # the walk that was latest when they were said
+        self._unseen_said = 0  # what the command had said thrown away when the walks began to be counted
+        self._unseen_walks = 0  # the cache's walks since then (its own: the walker numbers all its paths' walks)
+        self._cache_seq: int | None = None  # the cache's latest walk seen, by its number
         self._thrown = 0  # what no longer counts: max(_walks_thrown, _said_thrown)
         self._done = 0
         # The rate is of what the link brings, thrown away or not (``_got``: done + ``_thrown``): counted from
@@ -249,16 +251,23 @@ class ProgressWatch:
     def _hold_unseen(self, cache: TreeMeasure | None) -> None:
         """What the command threw away that no walk saw go is kept off the walks' figure (``_unseen``), so that a
         walk a moment old, which still counts the file complete, does not hold the figure up (nor the rate: it
-        read a spike, then a dip). Once UNSEEN_WALKS walks later none saw it go, no walk counted it complete:
-        it is no longer held back."""
+        read a spike, then a dip). Once UNSEEN_WALKS walks of the cache after the latest word none saw it go, no
+        walk counted it complete: it is no longer held back. The walks are counted one by one, never by their
+        numbers (the walker numbers the walks of every path it watches, the received bytes' too), and from the
+        latest word (an earlier one still unseen waits with it: held a moment longer, never released early)."""
+        fresh = cache is not None and cache.seq != self._cache_seq
+        if cache is not None:
+            self._cache_seq = cache.seq
         self._unseen = max(0, self._said_thrown - self._walks_thrown)
-        if not self._unseen or cache is None:
-            self._unseen_seq = None
+        if not self._unseen:
+            self._unseen_said = self._unseen_walks = 0
             return
-        if self._unseen_seq is None:
-            self._unseen_seq = cache.seq
-        elif cache.seq >= self._unseen_seq + UNSEEN_WALKS:
-            self._walks_thrown, self._unseen, self._unseen_seq = self._said_thrown, 0, None
+        if self._said_thrown != self._unseen_said:  # a word (again): the walks after it count from the next one
+            self._unseen_said, self._unseen_walks = self._said_thrown, 0
+            return
+        self._unseen_walks += 1 if fresh else 0
+        if self._unseen_walks >= UNSEEN_WALKS:
+            self._walks_thrown, self._unseen = self._said_thrown, 0
 
     def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None) -> None:
         """What counts from the first measure: the cache's complete bytes (0 where there was no cache yet), the

@@ -140,8 +140,9 @@ def cuzk_address(listen: str) -> CuzkAddress:
     host, sep, port = rest.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]")
     zone = host[1:-1].partition("%")[2] if bracketed else ""
-    try:  # (Rust's SocketAddrV6 takes a scope id as a number only: fe80::1%2, not %eth0)
-        ip = ipaddress.ip_address(host[1:-1] if bracketed else host) if sep and (zone.isdigit() or not zone) else None
+    numeric_zone = not zone or (zone.isascii() and zone.isdigit())  # (Rust's SocketAddrV6: fe80::1%2, not %eth0)
+    try:
+        ip = ipaddress.ip_address(host[1:-1] if bracketed else host) if sep and numeric_zone else None
     except ValueError:
         ip = None
     port_ok = port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536

@@ -124,6 +124,9 @@ LISTEN_FORMS = "must be unix:///path, IP:port or http://IP:port (cuzk-daemon bin
     ("listen", "https://127.0.0.1:9820", LISTEN_FORMS),
     ("listen", "tcp://127.0.0.1:9820", LISTEN_FORMS),
     ("listen", "::1:9820", LISTEN_FORMS),
+    # (Rust's SocketAddrV6 takes a scope id in ASCII digits only: "²" is a digit to Python alone)
+    ("listen", "[fe80::1%eth0]:9820", LISTEN_FORMS),
+    ("listen", "[fe80::1%\u00b2]:9820", LISTEN_FORMS),
     ("status_listen", "127.0.0.1:9821/x", "must be host:port"),
     ("status_listen", "127.0.0.1:99999", "must be host:port"),
     ("status_listen", "nowhere", "must be host:port"),
@@ -139,7 +142,7 @@ def test_the_addresses_are_checked_whichever_phase_uses_cuzk(key: str, value: st
 
 def test_every_address_the_probe_reads_passes() -> None:
     for listen in ("unix:///run/cuzk.sock", "http://127.0.0.1:9820", "0.0.0.0:9900", "http://[::1]:9820",
-                   "127.0.0.1:9820", "[::]:9820"):
+                   "127.0.0.1:9820", "[::]:9820", "[fe80::1%2]:9820"):
         assert plan(f'[cuzk]\nlisten = "{listen}"\n').sections["cuzk"].listen == listen
     for status in ("127.0.0.1:9821", "http://localhost:9821/", ""):
         assert plan(f'[cuzk]\nstatus_listen = "{status}"\n').sections["cuzk"].status_listen == status

@@ -685,6 +685,12 @@ class _Watching:
     def close(self) -> None:
         self.loop.close()
 
+    def __enter__(self) -> _Watching:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
 
 def test_a_file_removed_and_fetched_again_is_not_counted_twice() -> None:
     # curio deletes a file whose digest does not match and fetches it again: its bytes written the first time
@@ -740,8 +746,7 @@ def test_a_file_fetched_again_keeps_the_link_s_rate_and_is_not_ended_while_it_ca
     # the average since the start, which decides in the window's first seconds) was of a link gone slow, and
     # the deadline rule ended a download that could still make it (measured: "31.0MiB left at 28.4KiB/s" at
     # 1 MiB/s). The rate is of what the link brings, the thrown-away copy's bytes included.
-    watching = _Watching("progress_deadline_s = 100\nprogress_window_s = 5\n")
-    try:
+    with _Watching("progress_deadline_s = 100\nprogress_window_s = 5\n") as watching:
         for second in range(1, 41):  # 1 MiB/s; the first copy is complete at 32 s, bad, and fetched again
             said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=32 * MiB) if second >= 33 else None
             figures = watching.tick(second * MiB, 32 * MiB, 0, said)
@@ -749,8 +754,6 @@ def test_a_file_fetched_again_keeps_the_link_s_rate_and_is_not_ended_while_it_ca
         assert figures["rate_bytes_s"] == MiB, figures
         assert watching.download.slow == [], watching.download.slow  # 25 MiB left at 1 MiB/s: 25 s, 60 s left
         assert any("fetch it again" in line for line in watching.lines), watching.lines
-    finally:
-        watching.close()
 
 
 def test_a_small_file_fetched_again_costs_its_own_bytes_not_those_of_the_files_in_flight() -> None:
@@ -758,8 +761,7 @@ def test_a_small_file_fetched_again_costs_its_own_bytes_not_those_of_the_files_i
     # "from what is there now": the bytes written into the big file still in flight were dropped with the bad
     # small one's, the figure fell to the complete files, and the deadline rule ended a download that could make
     # it (review of 12-04: at 20 s of 32 MiB at 1 MiB/s, "32.0MiB left at 972.8KiB/s ... 19s left").
-    watching = _Watching("progress_deadline_s = 40\nprogress_window_s = 5\n")
-    try:
+    with _Watching("progress_deadline_s = 40\nprogress_window_s = 5\n") as watching:
         for second in range(1, 20):  # a 1 MiB file (complete at 1 s) and a 31 MiB one, at 1 MiB/s in all
             figures = watching.tick(second * MiB, 32 * MiB, MiB if second >= 2 else 0)
         assert figures["done_bytes"] == 19 * MiB, figures
@@ -770,8 +772,6 @@ def test_a_small_file_fetched_again_costs_its_own_bytes_not_those_of_the_files_i
         assert figures["done_bytes"] == 24 * MiB and figures["rate_bytes_s"] == MiB, figures
         assert watching.download.slow == [], watching.download.slow  # 8 MiB left at 1 MiB/s, 15 s to go
         assert sum("no longer count" in line for line in watching.lines) == 1, watching.lines
-    finally:
-        watching.close()
 
 
 @pytest.mark.parametrize("walks_first", [True, False])
@@ -780,8 +780,7 @@ def test_one_removal_seen_by_the_walks_and_said_by_the_command_counts_once(walks
     # both ways, a tick or more apart, in either order. Counted twice, a second reset lost the bytes written in
     # between, and the log said it twice. Said first, a walk a moment old still counted the file complete: the
     # figure held, and the rate read a spike, then a dip (review of 12-04: 256 KiB/s read 1484.8, then 0).
-    watching = _Watching()
-    try:
+    with _Watching() as watching:
         for second in range(1, 25):  # 1 MiB/s; a 16 MiB file complete at 16 s, seen so by the walks from 17 s
             figures = watching.tick(second * MiB, 32 * MiB, 16 * MiB if second >= 17 else 0)
         said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=16 * MiB)
@@ -793,29 +792,23 @@ def test_one_removal_seen_by_the_walks_and_said_by_the_command_counts_once(walks
         assert [f["done_bytes"] for f in steps] == [9 * MiB, 10 * MiB, 11 * MiB], steps
         assert [f["rate_bytes_s"] for f in [figures, *steps]] == [MiB] * 4, "the link's rate, no spike, no dip"
         assert sum("no longer count" in line for line in watching.lines) == 1, watching.lines
-    finally:
-        watching.close()
 
 
 def test_a_download_that_completes_is_no_removal() -> None:
     # aria2c deletes <file>.aria2 as it completes; the walks count the file complete only once it has been quiet
     # (COMPLETE_QUIET_S): one walk in between sees the cache a few KiB smaller and no more of it complete. Read
     # as a partial file removed, every completion took its control file's bytes off and said so (review of 12-04).
-    watching = _Watching()
-    try:
+    with _Watching() as watching:
         watching.tick(8 * MiB, 32 * MiB + 4096, 0)
         assert watching.tick(32 * MiB, 32 * MiB, 0)["done_bytes"] == 32 * MiB  # the control file gone
         assert watching.tick(32 * MiB, 32 * MiB, 32 * MiB)["done_bytes"] == 32 * MiB  # then complete
         assert watching.lines == [], watching.lines
-    finally:
-        watching.close()
 
 
 def test_a_walk_a_moment_old_does_not_release_what_was_said_thrown_away() -> None:
     # The walker numbers the walks of every path it watches: the hold counted the cache's walks by their numbers
     # and released after one (review of 12-04), and the walk that then saw the file go took it off again.
-    watching = _Watching()
-    try:
+    with _Watching() as watching:
         for second in range(1, 21):
             watching.tick(second * MiB, 32 * MiB, 16 * MiB if second >= 17 else 0)
         said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=16 * MiB)
@@ -824,15 +817,12 @@ def test_a_walk_a_moment_old_does_not_release_what_was_said_thrown_away() -> Non
                  watching.tick(23 * MiB, 32 * MiB, 0, said)]  # gone
         assert [f["done_bytes"] for f in steps] == [5 * MiB, 6 * MiB, 7 * MiB], steps
         assert sum("no longer count" in line for line in watching.lines) == 1, watching.lines
-    finally:
-        watching.close()
 
 
 def test_a_second_word_is_held_its_own_walks_not_the_first_one_s() -> None:
     # A file said thrown away (and never seen complete), then another one a walk later: the second rode on the
     # first one's count of walks, was released early, and taken off again when the walks saw it go.
-    watching = _Watching()
-    try:
+    with _Watching() as watching:
         for second in range(1, 21):
             watching.tick(second * MiB, 32 * MiB, 8 * MiB if second >= 10 else 0)
         first = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=2 * MiB)  # (a file no walk saw complete)
@@ -843,8 +833,6 @@ def test_a_second_word_is_held_its_own_walks_not_the_first_one_s() -> None:
         done = watching.tick(24 * MiB, 32 * MiB, 0, both)["done_bytes"]  # the 8 MiB file gone
         assert done == 14 * MiB, done  # 24 written, 10 thrown away: once each
         assert sum("no longer count" in line for line in watching.lines) == 2, watching.lines
-    finally:
-        watching.close()
 
 
 def test_a_file_said_thrown_away_that_no_walk_saw_complete_is_not_held_back_for_ever() -> None:
@@ -853,8 +841,7 @@ def test_a_file_said_thrown_away_that_no_walk_saw_complete_is_not_held_back_for_
     from supervisor.evidence.progresswatch import UNSEEN_WALKS
 
     # (no I/O counters here: the walks' figure and the command's reading are all there is)
-    watching = _Watching()
-    try:
+    with _Watching() as watching:
         watching.download.io_readable = False
         watching.tick(0, 32 * MiB, 16 * MiB, ProgressReading(0, 0, 0))  # 16 MiB complete
         said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=4 * MiB)  # a 4 MiB file no walk saw complete
@@ -863,37 +850,29 @@ def test_a_file_said_thrown_away_that_no_walk_saw_complete_is_not_held_back_for_
         for _ in range(UNSEEN_WALKS):
             figures = watching.tick(0, 32 * MiB, 16 * MiB, said)
         assert figures["done_bytes"] == 16 * MiB, figures  # no walk saw it go: it never counted complete
-    finally:
-        watching.close()
 
 
 def test_a_restart_of_no_known_size_is_said_and_takes_nothing_away() -> None:
     # Without aria2c (curio's Go fetch prints no readout) the command's line names a file but not its size: what
     # is done is not cut (a guess could end a healthy download as too_slow); the log says why it is kept.
-    watching = _Watching()
-    try:
+    with _Watching() as watching:
         watching.tick(8 * MiB, 32 * MiB, 0)
         figures = watching.tick(9 * MiB, 32 * MiB, 0, ProgressReading(0, 0, 0, restarts=1))
         assert figures["done_bytes"] == 9 * MiB, figures
         assert watching.lines == ["phase fetch: the command deletes a file to fetch it again: its size is not "
                                   "known, so its bytes still count"]
-    finally:
-        watching.close()
 
 
 def test_an_attempt_that_began_before_the_cache_existed_got_further_only_by_complete_files() -> None:
     # curio makes FIL_PROOFS_PARAMETER_CACHE once it runs: the watch's first walk finds nothing, and gained()
     # fell back to the bytes written, into a file curio deletes when aria2c fails, forgiving the attempt.
-    watching = _Watching()
-    try:
+    with _Watching() as watching:
         watching.download.walk(None, 0)
         watching.tick(0, None, 0)
         watching.tick(6 * MiB, 32 * MiB, 0)
         assert watching.watch.gained() == 0
         watching.tick(8 * MiB, 32 * MiB, 8 * MiB)  # a file complete: that stays for the next attempt
         assert watching.watch.gained() == 8 * MiB
-    finally:
-        watching.close()
 
 
 def test_an_attempt_got_further_only_by_the_complete_files_the_next_one_keeps() -> None:
@@ -901,14 +880,11 @@ def test_an_attempt_got_further_only_by_the_complete_files_the_next_one_keeps() 
     # is gone with it (curio deletes a file aria2c gave up, its Go fallback having failed the check): an attempt
     # that had only written such bytes was forgiven, every time, for ever. A file it completed stays.
     for complete_at_end, kept in ((0, 0), (8 * MiB, 8 * MiB)):
-        watching = _Watching()
-        try:
+        with _Watching() as watching:
             watching.download.walk(16 * MiB, 4 * MiB)  # a file complete from before, one preallocated
             for written, done in ((2 * MiB, 4 * MiB), (4 * MiB, 4 * MiB), (4 * MiB, 4 * MiB + complete_at_end)):
                 watching.tick(written, 16 * MiB, done)
             assert watching.watch.gained() == kept, (complete_at_end, watching.watch.figures())
-        finally:
-            watching.close()
 
 
 def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .signals import signal_name
+from .trees import stat_fields
 
 PR_SET_CHILD_SUBREAPER = 36
 OOM_SCORE_ADJ_MIN = -1000
@@ -152,12 +153,9 @@ class Reaper:
 
 def dying(pid: int) -> bool:
     """The kernel is ending ``pid`` (or has: a zombie not yet reaped), from /proc/<pid>/stat."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
+    fields = stat_fields(pid)
+    if fields is None:
         return False
-    fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold spaces and ")"
     try:
         return fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING != 0
     except (IndexError, ValueError):

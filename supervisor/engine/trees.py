@@ -25,6 +25,7 @@ shares ``signal_quietly`` and the patience constants with the sweeps.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -322,6 +323,20 @@ class Descendants:
         return list(found.values())
 
 
+def stat_fields(pid: int | str, proc: str = "/proc") -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after its command name (state first: ppid, pgid, ..., flags at 6, start
+    time at 19); None if it vanished."""
+    try:  # (os.open: a third of open()'s cost, and the process table reads every process of the machine)
+        fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2:].split()  # after "pid (comm) ": the name may hold anything
+
+
 class ProcessTable:
     """Readings of the process table, shared (see the module's docstring); ``scans`` counts them."""
 
@@ -344,8 +359,11 @@ class ProcessTable:
         self.scans += 1
         stats = {}
         for name in os.listdir(self._proc):
-            if name.isdigit() and (stat := self._stat(name)) is not None:
-                stats[int(name)] = stat
+            # (state, ppid, pgid, start time) of each process still there
+            fields = stat_fields(name, self._proc) if name.isdigit() else None
+            if fields is not None:
+                with contextlib.suppress(IndexError, ValueError):
+                    stats[int(name)] = (fields[0].decode(), int(fields[1]), int(fields[2]), fields[19].decode())
         below: dict[int, list[int]] = {}
         for pid, (_, ppid, _, _) in stats.items():
             below.setdefault(ppid, []).append(pid)
@@ -368,22 +386,6 @@ class ProcessTable:
             procs.append(Proc(pid, ppid, pgid, tag))
         self._tags = tags  # the processes gone since are forgotten
         return Descendants(procs, now)
-
-    def _stat(self, pid: str) -> tuple[str, int, int, str] | None:
-        """(state, ppid, pgid, start time) from /proc/<pid>/stat; None if it vanished."""
-        try:  # (os.open: a third of open()'s cost, and the table reads every process of the machine)
-            fd = os.open(f"{self._proc}/{pid}/stat", os.O_RDONLY)
-            try:
-                data = os.read(fd, 4096)
-            finally:
-                os.close(fd)
-        except OSError:
-            return None
-        fields = data[data.rfind(b")") + 2:].split()  # after "pid (comm) ": the name may hold anything
-        try:
-            return fields[0].decode(), int(fields[1]), int(fields[2]), fields[19].decode()
-        except (IndexError, ValueError):
-            return None
 
     def _tag(self, pid: int) -> tuple[str | None, bool]:
         """Its tag, and whether that is its tag for life. An empty environment is not: a process in the middle

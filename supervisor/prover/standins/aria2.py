@@ -118,11 +118,12 @@ def too_slow(rate: float) -> str:
 def results(gid: str, path: str, ok: bool) -> str:
     """What aria2c prints as it ends (measured with aria2 1.36.0): its results table, the download's row named
     by its gid (a readout's); a download it gave up is said not complete first, and to be resumed."""
+    status, legend = ("OK", "download completed.") if ok else ("ERR", "error occurred.")
+    notice = f"Download complete: {path}" if ok else f"Download GID#{gid}{'0' * 10} not complete: {path}"
+    table = (f"\n{stamp()} [{NOTICE}] {notice}\n\nDownload Results:\ngid   |stat|avg speed  |path/URI\n"
+             f"======+====+===========+{'=' * 55}\n{gid}|{status:<4}|{'':>11}|{path}\n\nStatus Legend:\n"
+             f"({status}):{legend}")
     if ok:
-        return (f"\n{stamp()} [{NOTICE}] Download complete: {path}\n\nDownload Results:\ngid   |stat|avg speed  |"
-                f"path/URI\n======+====+===========+{'=' * 55}\n{gid}|OK  |{'':>11}|{path}\n\nStatus Legend:\n"
-                "(OK):download completed.")
-    return (f"\n{stamp()} [{NOTICE}] Download GID#{gid}{'0' * 10} not complete: {path}\n\nDownload Results:\n"
-            f"gid   |stat|avg speed  |path/URI\n======+====+===========+{'=' * 55}\n{gid}|ERR |{'':>11}|{path}\n\n"
-            "Status Legend:\n(ERR):error occurred.\n\naria2 will resume download if the transfer is restarted.\n"
+        return table
+    return (f"{table}\n\naria2 will resume download if the transfer is restarted.\n"
             "If there are any errors, then see the log file. See '-l' option in help/man page for details.")

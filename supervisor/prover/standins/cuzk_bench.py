@@ -376,10 +376,8 @@ def proof_input(proof_type: str, c1: str | None, vanilla: str | None) -> NoAnswe
         return NoAnswer("--c1 required for PoRep proof type" if kind == "porep" else
                         "--vanilla required for PoSt/SnapDeals proof types", ())
     try:
-        with open(path, "rb"):
+        with open(path, "rb"):  # (a directory: "Is a directory", as Rust's std::fs::read says it)
             pass
-        if os.path.isdir(path):
-            raise IsADirectoryError(21, "Is a directory")
     except OSError as exc:
         return NoAnswer(f"failed to read {path}", (_os_words(exc),))
     return None

@@ -174,10 +174,10 @@ def cuzk_section(table: Any, sup: SupervisorSpec) -> CuzkSettings:
 def _check_own_ports(listen: str, status_listen: str) -> None:
     """The daemon serves its API on listen and its status on status_listen: two sockets, two ports (one port for
     both fails its second bind, after the parameter fetch)."""
-    if status_listen == "" or listen.strip().startswith("unix://"):
+    address = cuzk_address(listen)
+    if status_listen == "" or address.unix_path:
         return
     # (the daemon's own binds, whatever the address: another machine's is no question here)
-    address = cuzk_address(listen)
     api = (address.ip, address.port)
     status = host_port(status_address(status_listen), f"{SECTION}.status_listen")
     if endpoints_meet(api, status):

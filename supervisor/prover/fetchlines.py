@@ -69,7 +69,7 @@ class FetchResult:
     files: set[str] = field(default_factory=set)  # complete or found ok
     readouts: int = 0
     restarts: int = 0  # files deleted after a failed check, to be fetched again
-    thrown: int = 0  # their bytes, where aria2c said their size (its readout, then Download complete)
+    thrown: int = 0  # their bytes, where aria2c said their size (their gid's readout, named by a results row)
     last_error: str | None = None
 
     @property

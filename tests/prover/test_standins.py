@@ -501,10 +501,12 @@ def test_curio_reads_its_cuzk_address_as_its_client(tmp_path: Path, spawn: Calla
         assert cuzk_target(refused) is None, refused
     (tmp_path / "params").mkdir()
     _, port, _ = start_daemon(spawn, tmp_path)
+    # (a proof every 0.3 s: the daemon, 2 proofs at once, keeps up under load; a proof queued past curio's
+    # timeout would count failed beside the completed ones)
     for address, completed in ((f"127.0.0.1:{port}", True), (f"http://127.0.0.1:{port}", False)):
         curio_port = free_port()
         curio = spawn("curio", "run", "--listen", f"127.0.0.1:{curio_port}", "--nosync",
-                      env=standin_env(CURIO_CUZK_ADDRESS=address, STANDIN_TASK_S="0.05"))
+                      env=standin_env(CURIO_CUZK_ADDRESS=address, STANDIN_TASK_S="0.3"))
         curio.wait_for(r"task completed")
         metrics = ""
         deadline = time.monotonic() + 10

@@ -85,8 +85,8 @@ def fake_v2(tmp: Path, rel: str = "/kubepods/pod1/box", *, memory_max: str = "ma
     root = write_files(tmp / "v2root", {"cgroup.controllers": "cpu io memory pids\n", "cgroup.procs": ""})
     cgroup = write_files(root / rel.lstrip("/"), {
         "memory.events": v2_events(oom_kill, oom_group_kill), "memory.max": f"{memory_max}\n",
-        "memory.current": f"{3 * MiB}\n", "memory.peak": f"{5 * MiB}\n", "cgroup.procs": "1\n",
-    })
+        "memory.current": f"{3 * MiB}\n", "memory.peak": f"{5 * MiB}\n", "cgroup.procs": f"{os.getpid()}\n",
+    })  # (the supervisor alone in its cgroup, as PID 1 of a container is)
     proc = tmp / "proc-self-cgroup"
     proc.write_text(f"0::{rel}\n")
     return root, proc, cgroup
@@ -648,6 +648,46 @@ def test_v2_delegation_moves_the_supervisor_into_a_leaf_and_enables_memory_below
         assert placement.cgroup.path.parent == cgroup  # a sibling of the leaf, under the delegated cgroup
         assert (placement.cgroup.path / "memory.max").read_text() == str(64 * MiB)
         # (Removing it is tested on the real v1 cgroupfs: a plain directory holding files cannot be rmdir'ed.)
+    finally:
+        evidence.close()
+        loop.close()
+
+
+def test_v2_with_other_processes_in_its_cgroup_it_moves_nothing_and_says_who(tmp_path: Path) -> None:
+    """Started from Vast's onstart, the supervisor shares the container's cgroup with sshd and the rest: v2 enables
+    no controller below a cgroup that holds processes, and those are not the supervisor's to move. It stays where
+    it is (no leaf made), shares one counter, and says who is in the way (seen on a real v2 host: EBUSY)."""
+    root, proc, cgroup = fake_v2(tmp_path)
+    (cgroup / "cgroup.subtree_control").write_text("")
+    (cgroup / "cgroup.procs").write_text(f"4242\n{os.getpid()}\n4243\n")
+    loop = EventLoop()
+    try:
+        evidence = MemoryEvidence(loop, lambda _line: None, "auto", root, proc)
+        assert evidence.mode == "shared", evidence.why
+        assert "2 other process(es) in this cgroup (pid 4242, 4243)" in evidence.why, evidence.why
+        assert evidence.shared is not None and evidence.shared.path == cgroup
+        assert not (cgroup / "supervisor").exists()
+        assert (cgroup / "cgroup.procs").read_text() == f"4242\n{os.getpid()}\n4243\n"
+        assert (cgroup / "cgroup.subtree_control").read_text() == ""
+    finally:
+        evidence.close()
+        loop.close()
+
+
+def test_v2_when_memory_cannot_be_enabled_below_it_goes_back_where_it_was(tmp_path: Path) -> None:
+    """Moved into its leaf, the supervisor finds +memory refused (a process came in since its look, or the
+    controller is not delegated): it moves itself back, and shares the counter of the cgroup it was put in."""
+    root, proc, cgroup = fake_v2(tmp_path)
+    (cgroup / "cgroup.procs").write_text("")
+    (cgroup / "cgroup.subtree_control").mkdir()  # (a write to it fails, as the kernel's EBUSY would)
+    loop = EventLoop()
+    try:
+        evidence = MemoryEvidence(loop, lambda _line: None, "auto", root, proc)
+        assert evidence.mode == "shared", evidence.why
+        assert "per-phase cgroups not possible here" in evidence.why
+        assert evidence.shared is not None and evidence.shared.path == cgroup
+        assert (cgroup / "supervisor" / "cgroup.procs").read_text() == str(os.getpid())  # it was in the leaf,
+        assert (cgroup / "cgroup.procs").read_text() == str(os.getpid())  # and is back
     finally:
         evidence.close()
         loop.close()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import re
 import stat
@@ -56,6 +57,8 @@ PHASE_CGROUP_PREFIX = "prover-"
 # child may make a cgroup below its phase's). At most this many: past it the count is unknown, never a part
 # taken for the whole (a child that makes hundreds of cgroups is not the kernel's doing).
 SUBTREE_MAX = 256
+# The processes named when others share the supervisor's v2 cgroup (a container may hold hundreds).
+MAX_PIDS_SAID = 5
 
 
 # ------------------------------------------------------------ a small file the kernel writes
@@ -479,14 +482,28 @@ def _unescape_mount_path(field: bytes) -> bytes:
 
 
 def enable_v2_delegation(cgroup: MemoryCgroup) -> MemoryCgroup:
-    """v2's "no internal processes" rule: move ourselves into a leaf, then enable +memory below.
+    """v2's "no internal processes" rule: a cgroup that holds processes has no controller enabled below it. So
+    the supervisor moves itself into a leaf of its own, then enables +memory below: possible where it is alone
+    in its cgroup (PID 1 of a container). Started from Vast's onstart it shares the container's cgroup with
+    sshd and the rest, which are not its to move: it moves nothing and says who is there.
 
-    Returns the leaf the supervisor now lives in. Raises OSError where the
-    subtree is not delegated to us.
+    Returns the leaf the supervisor now lives in. Raises OSError where the subtree is not delegated to us or
+    another process shares it; the supervisor is then where it was.
     """
+    others = [pid for pid in cgroup.pids() or [] if pid != os.getpid()]
+    if others:
+        pids = ", ".join(map(str, others[:MAX_PIDS_SAID])) + (", ..." if len(others) > MAX_PIDS_SAID else "")
+        raise OSError(errno.EBUSY, f"{len(others)} other process(es) in this cgroup (pid {pids}); cgroup v2 "
+                                   "enables no controller below a cgroup that holds processes")
     leaf = cgroup.create_child("supervisor")
     leaf.procs_file().write_text(str(os.getpid()))
-    (cgroup.path / "cgroup.subtree_control").write_text("+memory")
+    try:
+        (cgroup.path / "cgroup.subtree_control").write_text("+memory")
+    except OSError:  # (one came in since the look, or +memory is not ours to enable): back where it was
+        with contextlib.suppress(OSError):
+            cgroup.procs_file().write_text(str(os.getpid()))
+            leaf.remove()
+        raise
     return leaf
 
 

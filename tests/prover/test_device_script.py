@@ -1,5 +1,6 @@
-"""The device check (tests/prover/device/nvml_check.py) is ready before a device session spends its minutes on it: it
-runs every step here through the stand-in pynvml, and says "no GPU" through NVML's real error path."""
+"""The device check (tests/prover/device/: run.sh and its scripts) is ready before a device session spends its minutes
+on it: the NVML check runs every step here through the stand-in pynvml and says "no GPU" through NVML's real error
+path; the stall check runs both its cases through the stand-in; the cgroup v2 check says why it cannot run here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from helpers import PY, REPO
 
 SCRIPT = REPO / "tests" / "prover" / "device" / "nvml_check.py"
@@ -48,3 +50,29 @@ def test_without_nvml_it_says_no_gpu_and_still_runs_each_step() -> None:
     assert set(lines) == set(STEPS), run.stdout
     assert "no GPU" in lines["open"] and "no GPU" in lines["sample"], run.stdout
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+STALL_SCRIPT = REPO / "tests" / "prover" / "device" / "stall_check.py"
+CGROUP2_SCRIPT = REPO / "tests" / "prover" / "device" / "cgroup2_check.py"
+
+
+def test_the_stall_check_runs_both_cases_through_the_standin_nvml(tmp_path: Path) -> None:
+    """The busy child (no PyTorch here) plays the GPU through the stand-in's control file: the run whose only sign
+    of life is the GPU ends 0, the idle one 124 (stalled); `status` was asked halfway and showed the GPU."""
+    env = {**os.environ, "PYTHONPATH": str(FAKE_NVML), "STANDIN_NVML_CONTROL": str(tmp_path / "nvml.json")}
+    run = subprocess.run([PY, str(STALL_SCRIPT), "--busy-s", "8", "--stall-s", "3"], capture_output=True,
+                         text=True, timeout=120, env=env, cwd="/")
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said
+    assert "busy  exit 0 (expected 0)" in said and "idle  exit 124 (expected 124)" in said, said
+    assert "status> gpu 0: NVIDIA H200 util 97%" in said, said  # (asked 4 s in: the GPU sampled since)
+    assert "reason=stalled" in said and "done: busy pass, idle pass" in said, said
+
+
+def test_the_cgroup2_check_says_in_one_line_why_it_cannot_run_here() -> None:
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        pytest.skip("this machine mounts cgroup v2 at /sys/fs/cgroup: the check would run for real")
+    run = subprocess.run([PY, str(CGROUP2_SCRIPT)], capture_output=True, text=True, timeout=60, cwd="/")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stdout.count("\n") == 1 and run.stdout.startswith("cgroup2_check: "), run.stdout
+    assert "nothing to check on this machine" in run.stdout or "needs root" in run.stdout

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,8 +131,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "cuzk.toml"
             path.write_text(made.text)
-            gpus_line = next((line for line in made.text.splitlines() if line.startswith("devices")), "devices: ?")
-            return f"{len(made.text)} bytes; {gpus_line.strip()}; {made.summary()}"
+            devices = tomllib.loads(path.read_text()).get("gpus", {}).get("devices", "?")  # (tomli-w folds lists)
+            return f"{len(made.text)} bytes; devices = {devices}; {made.summary()}"
 
     step("open", open_nvml)
     step("inventory", inventory)

@@ -534,13 +534,15 @@ class ChildOutput:
     def _emit(self, lines: list[bytes]) -> None:
         if not lines:
             return
-        for reader in self._readers:
-            reader(lines)
         maxlen = self.ring.maxlen
         self.ring.extend(lines[-maxlen:] if maxlen is not None else lines)
         head = clock() + self._prefix
         # head + line + newline for every line in one C-level join; the three parts go to writev as they are.
         self._console.put(head, (b"\n" + head).join(lines), b"\n")
+        # The readers last: what one of them makes the supervisor do (a settle's end stops the daemons, a parser's
+        # finding ends an attempt) is logged after the lines that caused it, and a verdict quotes them.
+        for reader in self._readers:
+            reader(lines)
 
     def last_lines(self, n: int | None = None, *, begun: bool = False) -> list[str]:
         """The last ``n`` lines (all the ring holds if None). ``begun``: the lines begun and not ended on the

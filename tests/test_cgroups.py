@@ -653,6 +653,13 @@ def test_v2_delegation_moves_the_supervisor_into_a_leaf_and_enables_memory_below
         loop.close()
 
 
+def assert_shares_the_cgroup_it_was_put_in(evidence: MemoryEvidence, cgroup: Path) -> None:
+    """No per-phase cgroups: the supervisor's own cgroup is the one counter, and the start's line says why."""
+    assert evidence.mode == "shared", evidence.why
+    assert "per-phase cgroups not possible here" in evidence.why
+    assert evidence.shared is not None and evidence.shared.path == cgroup
+
+
 def test_v2_with_other_processes_in_its_cgroup_it_moves_nothing_and_says_who(tmp_path: Path) -> None:
     """Started from Vast's onstart, the supervisor shares the container's cgroup with sshd and the rest: v2 enables
     no controller below a cgroup that holds processes, and those are not the supervisor's to move. It stays where
@@ -663,9 +670,8 @@ def test_v2_with_other_processes_in_its_cgroup_it_moves_nothing_and_says_who(tmp
     loop = EventLoop()
     try:
         evidence = MemoryEvidence(loop, lambda _line: None, "auto", root, proc)
-        assert evidence.mode == "shared", evidence.why
+        assert_shares_the_cgroup_it_was_put_in(evidence, cgroup)
         assert "2 other process(es) in this cgroup (pid 4242, 4243)" in evidence.why, evidence.why
-        assert evidence.shared is not None and evidence.shared.path == cgroup
         assert not (cgroup / "supervisor").exists()
         assert (cgroup / "cgroup.procs").read_text() == f"4242\n{os.getpid()}\n4243\n"
         assert (cgroup / "cgroup.subtree_control").read_text() == ""
@@ -683,9 +689,7 @@ def test_v2_when_memory_cannot_be_enabled_below_it_goes_back_where_it_was(tmp_pa
     loop = EventLoop()
     try:
         evidence = MemoryEvidence(loop, lambda _line: None, "auto", root, proc)
-        assert evidence.mode == "shared", evidence.why
-        assert "per-phase cgroups not possible here" in evidence.why
-        assert evidence.shared is not None and evidence.shared.path == cgroup
+        assert_shares_the_cgroup_it_was_put_in(evidence, cgroup)
         assert (cgroup / "supervisor" / "cgroup.procs").read_text() == str(os.getpid())  # it was in the leaf,
         assert (cgroup / "cgroup.procs").read_text() == str(os.getpid())  # and is back
     finally:
@@ -810,9 +814,7 @@ def test_v2_without_delegation_falls_back_to_the_shared_counter(tmp_path: Path) 
     loop = EventLoop()
     try:
         evidence = MemoryEvidence(loop, lambda _line: None, "auto", root, proc)
-        assert evidence.mode == "shared", evidence.why
-        assert "per-phase cgroups not possible here" in evidence.why
-        assert evidence.shared is not None and evidence.shared.path == cgroup
+        assert_shares_the_cgroup_it_was_put_in(evidence, cgroup)
     finally:
         cgroup.chmod(0o755)
         evidence.close()

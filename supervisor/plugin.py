@@ -15,8 +15,8 @@ fields only:
   "did you mean" over both); their values are in ``Plan.extensions[table]``, under the keys' names.
 - ``table_rules``: what those keys cannot say alone (an old name, a default from the environment):
   (their values, the environment) → their final values, or ConfigError naming the key.
-- ``prepares``, ``parsers``, ``ready``, ``reports``: the kinds it adds to the phase keys ``prepare``,
-  ``parse``, ``ready`` and ``report``; the config refuses a name that neither the core nor the plugin
+- ``prepares``, ``parsers``, ``settles``, ``ready``, ``reports``: the kinds it adds to the phase keys ``prepare``,
+  ``parse``, ``settle``, ``ready`` and ``report``; the config refuses a name that neither the core nor the plugin
   registered, with the same one-line error as any bad choice. A ``ready`` kind is made when the config
   is read; a ``prepare`` kind is made once per plan (at load too, so ``check`` refuses one that cannot be).
 - ``plan_rules``: what its kinds need of the whole plan (a report whose payload one parser reads), checked
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # types only: none of these modules imports this one
     from .config.keys import Key
     from .config.model import PhaseSpec, Plan, ReadyCheck, ReportWhen, SupervisorSpec
     from .lifecycle.fitness import Evidence, Finding, SpaceNeed
-    from .lifecycle.hooks import OutputHook, PhaseHooks, Prepare
+    from .lifecycle.hooks import OutputHook, PhaseHooks, Prepare, SettleHook
     from .lifecycle.resume import Rerun
     from .wiring import Wiring
 
@@ -93,6 +93,7 @@ class Plugin:
     table_rules: Mapping[str, TableRule] = field(default_factory=_empty)  # table → its extension's rules
     prepares: Mapping[str, PrepareMaker] = field(default_factory=_empty)
     parsers: Mapping[str, OutputHook] = field(default_factory=_empty)
+    settles: Mapping[str, SettleHook] = field(default_factory=_empty)
     ready: Mapping[str, ReadyMaker] = field(default_factory=_empty)
     reports: Mapping[str, ReportWhen] = field(default_factory=_empty)  # kind → "done" (a oneshot) or "up"
     plan_rules: tuple[PlanRule, ...] = ()
@@ -133,7 +134,8 @@ def rerun_of(plugin: Plugin, given: Collection[str]) -> Rerun:
 
 def hooks_for(plugin: Plugin, plan: Plan) -> Callable[[PhaseSpec], PhaseHooks]:
     """The hooks each phase of ``plan`` asks for: its ``prepare`` kind made once for the plan, its ``parse``
-    kind's reader. The config refused a kind the plugin does not register, and a prepare it cannot make."""
+    kind's reader, its ``settle`` kind. The config refused a kind the plugin does not register, and a prepare it
+    cannot make."""
     from .lifecycle.hooks import PhaseHooks
 
     named = {p.prepare for p in plan.phases}
@@ -141,6 +143,7 @@ def hooks_for(plugin: Plugin, plan: Plan) -> Callable[[PhaseSpec], PhaseHooks]:
 
     def of(spec: PhaseSpec) -> PhaseHooks:
         return PhaseHooks(prepare=prepares[spec.prepare] if spec.prepare else None,
-                          output=plugin.parsers[spec.parse] if spec.parse else None)
+                          output=plugin.parsers[spec.parse] if spec.parse else None,
+                          settle=plugin.settles[spec.settle] if spec.settle else None)
 
     return of

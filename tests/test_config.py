@@ -432,6 +432,17 @@ BAD_CONFIGS = [
       "phases[1] (b).resume: a phase resumed as done starts no children", id="resume-with-a-lifecycle-daemon"),
     P(bad_phase("restart_burst = 3"), 'phases[1] (b).restart_burst: only for kind = "service"',
       id="restart-burst-on-a-oneshot"),
+    # -- settle: a oneshot's daemons kept after its command (the prover's settle kind, "cuzk-pce")
+    P(bad_phase('settle = "cuzk-pce"\n[[phases.daemons]]\nname = "d"\ncommand = ["true"]', kind="service"),
+      'phases[1] (b).settle: only for kind = "oneshot"', id="settle-on-a-service"),
+    P(bad_phase('settle = "cuzk-pce"'), "phases[1] (b).settle: needs a daemon", id="settle-without-a-daemon"),
+    P(bad_phase('settle = "cuzk-pce"\n[[phases.daemons]]\nname = "d"\ncommand = ["true"]\nlifetime = "lifecycle"'),
+      "phases[1] (b).settle: needs a daemon", id="settle-with-only-a-kept-daemon"),
+    P(bad_phase('settle = "cuzk-pce"\nsettle_timeout_s = 0\n[[phases.daemons]]\nname = "d"\ncommand = ["true"]'),
+      "phases[1] (b).settle_timeout_s:", id="settle-timeout-zero"),
+    P(bad_phase("settle_timeout_s = 60"), "phases[1] (b).settle_timeout_s: only with settle",
+      id="settle-timeout-without-settle"),
+    P(bad_phase('settle = "pce"'), "phases[1] (b).settle: ", id="settle-unknown-kind"),
     P(bad_phase("restart_window_s = 60"), 'phases[1] (b).restart_window_s: only for kind = "service"',
       id="restart-window-on-a-oneshot"),
     P(bad_phase('memory_max = "1GiB"\nmin_memory = "2GiB"'), "phases[1] (b).min_memory: 2.0GiB is above memory_max "
@@ -524,7 +535,8 @@ def test_bad_config_table_is_big_enough() -> None:
 
 
 # The entries about the prover's sections need its plugin: only the command line (the composition root) loads it.
-CORE_BAD_CONFIGS = [p for p in BAD_CONFIGS if not any(s in p.values[0] for s in ("[cuzk", "[manager]", "[production]"))]
+CORE_BAD_CONFIGS = [p for p in BAD_CONFIGS
+                    if not any(s in p.values[0] for s in ("[cuzk", "[manager]", "[production]", '"cuzk-pce"'))]
 
 
 @pytest.mark.parametrize(("body", "expected"), CORE_BAD_CONFIGS)

@@ -85,6 +85,13 @@ def test_a_retry_says_when_the_next_attempt_comes() -> None:
     assert headline(read(snap), True, NOW) == "retrying: fetch attempt 3 failed; next attempt in 2m05s"
 
 
+def test_a_settle_says_the_command_is_done_and_how_long_its_daemons_are_kept_at_most() -> None:
+    snap = running({"name": "warmup", "state": "settling", "attempt": 1,
+                    "timers": {"settle": {"limit_s": 300, "left_s": 250}}})
+    assert headline(read(snap), True, NOW) == \
+        "settling: warmup's command done; its daemons kept for what it started, 4m10s more at most"
+
+
 def test_a_daemon_not_yet_ready_says_whom_it_waits_for_and_how_long() -> None:
     snap = running({"name": "bench", "state": "starting", "attempt": 1,
                     "timers": {"ready": {"child": "cuzk", "waited_s": 42, "limit_s": 600}}})

@@ -26,10 +26,13 @@ from supervisor.engine.reaping import Reaper
 from supervisor.engine.tick import FREEZE_MIN_S, FreezeWatch
 from supervisor.evidence.stall import check_interval
 from supervisor.lifecycle import verdict as v
-from supervisor.lifecycle.hooks import NO_HOOKS, PhaseHooks
+from supervisor.lifecycle.hooks import NO_HOOKS, PhaseHooks, SettleHook
 from supervisor.lifecycle.phase import Phase
 from supervisor.lifecycle.runtime import ChildKit, MachineEvidence, Runtime
 from supervisor.lifecycle.states import PhaseState, backoff_delay
+from supervisor.plugin import Plugin
+from supervisor.status.model import DeadlineTimer
+from supervisor.status.snapshot import phase_timers
 
 SEED = 20260101
 
@@ -69,7 +72,7 @@ class Drive:
 def drive(tmp_path: Path) -> Iterator[Callable[..., Drive]]:
     loops: list[EventLoop] = []
 
-    def make(toml: str, *, freeze: bool = False, hooks: PhaseHooks = NO_HOOKS) -> Drive:
+    def make(toml: str, *, freeze: bool = False, hooks: PhaseHooks = NO_HOOKS, plugin: Plugin | None = None) -> Drive:
         clock = FakeClock()
         loop = EventLoop(clock=clock)
         loops.append(loop)
@@ -86,7 +89,7 @@ def drive(tmp_path: Path) -> Iterator[Callable[..., Drive]]:
             if not moves or moves[-1][1] is not phase.state or moves[-1][2] != phase.why:
                 moves.append((clock.monotonic(), phase.state, phase.why))
 
-        spec = parse_plan(toml, "test.toml", {}).phases[0]
+        spec = parse_plan(toml, "test.toml", {}, plugin).phases[0]
         phase = Phase(spec, rt, changed, hooks, spawn=children.spawn)
         return Drive(phase, clock, loop, children, rt, log, moves)
 
@@ -394,3 +397,139 @@ def test_without_the_freeze_watch_the_same_silence_is_a_stall(drive) -> None:
     d.jump(FREEZE_MIN_S + 1.0)
     assert d.children.last.stop_asked_at == 6.0
     assert d.phase.outcome is not None and d.phase.outcome.reason == v.STALLED
+
+
+# ---------------------------------------------------------------- the settle
+
+
+class Building:
+    """A daemon's cache built on a thread of its own after its first request (the test's settle watch): pending
+    from its "building" line to its "built" or "failed" line."""
+
+    def __init__(self) -> None:
+        self.building = False
+
+    def feed(self, lines: list[bytes]) -> None:
+        for line in lines:
+            if line.startswith(b"building"):
+                self.building = True
+            elif line.startswith((b"built", b"failed")):
+                self.building = False
+
+    def pending(self) -> str | None:
+        return "the cache is being built" if self.building else None
+
+
+CACHE = SettleHook("the daemon's cache", Building, "the next daemon builds it again")
+SETTLES = Plugin("test", settles={"cache": CACHE})
+SETTLING = """
+[[phases]]
+name = "p"
+command = ["fake"]
+timeout_s = 100.0
+retries = 1
+backoff_s = 1.0
+backoff_jitter = 0.0
+settle = "cache"
+settle_timeout_s = 20.0
+
+[[phases.daemons]]
+name = "d"
+command = ["fake"]
+"""
+
+
+def settling(drive, exits_at: float | None = 5.0, code: int = 0) -> tuple[Drive, object, object]:
+    """The phase started, its daemon building its cache from 1s, its command exiting ``code`` at ``exits_at``
+    (None: not yet): the drive, the daemon, the command."""
+    d = drive(SETTLING, hooks=PhaseHooks(settle=CACHE), plugin=SETTLES)
+    d.phase.start()
+    d.run_until(1.0)
+    daemon, command = d.children.started
+    if exits_at is not None:
+        daemon.say("building the cache")
+        d.run_until(exits_at)
+        command.exit(code)
+    return d, daemon, command
+
+
+def test_the_daemons_are_kept_after_the_command_until_the_settle_reads_their_work_over(drive) -> None:
+    d, daemon, _ = settling(drive)
+    assert d.phase.state is PhaseState.SETTLING and daemon.running and daemon.stop_asked_at is None
+    assert d.phase.why == ("waiting for the daemon's cache: the cache is being built "
+                           "(at most settle_timeout_s=20)")
+    assert d.phase.outcome is not None and d.phase.outcome.success  # the command's, unless a daemon dies
+    d.run_until(9.0)
+    timers = phase_timers(d.phase, None, d.clock.monotonic())
+    assert timers.settle == DeadlineTimer(limit_s=20.0, left_s=16.0), timers  # (what status shows)
+    d.run_until(12.0)
+    daemon.say("built the cache")
+    assert daemon.stop_asked_at == 12.0
+    assert phase_timers(d.phase, None, d.clock.monotonic()).settle is None
+    d.run_until(13.0)
+    assert d.phase.state is PhaseState.DONE and [s for _, s, _ in d.moves] == [
+        PhaseState.STARTING, PhaseState.RUNNING, PhaseState.SETTLING, PhaseState.STOPPING, PhaseState.DONE]
+    assert d.times_of(PhaseState.STOPPING) == [12.0]
+    assert [why for _, s, why in d.moves if s is PhaseState.STOPPING] == ["the daemon's cache: over"]
+
+
+def test_nothing_pending_at_the_commands_exit_stops_the_daemons_at_once(drive) -> None:
+    d, daemon, command = settling(drive, exits_at=None)
+    daemon.say("building the cache")
+    daemon.say("built the cache")  # (before the command's exit: read before it is decided)
+    d.run_until(5.0)
+    command.exit(0)
+    assert PhaseState.SETTLING not in [s for _, s, _ in d.moves]
+    assert daemon.stop_asked_at == 5.0
+    d.run_until(6.0)
+    assert d.phase.state is PhaseState.DONE
+
+
+def test_a_settle_that_does_not_end_is_cut_at_settle_timeout_s_and_the_success_stands(drive) -> None:
+    d, daemon, _ = settling(drive)
+    d.run_until(24.999)
+    assert d.phase.state is PhaseState.SETTLING and daemon.stop_asked_at is None
+    d.run_until(30.0)
+    assert daemon.stop_asked_at == 25.0
+    assert d.phase.state is PhaseState.DONE
+    assert [why for _, s, why in d.moves if s is PhaseState.STOPPING] == [
+        "settle_timeout_s=20 passed; the daemon's cache cut short: the next daemon builds it again"]
+
+
+def test_a_daemon_that_dies_while_settling_ends_the_attempt_with_its_verdict(drive) -> None:
+    # (The real case: the daemon OOM-killed as it builds what its first request started.)
+    d, daemon, _ = settling(drive)
+    d.run_until(8.0)
+    daemon.exit(None, 9)
+    outcome = d.phase.outcome
+    assert outcome is not None and outcome.reason == v.DAEMON_DIED and outcome.child == "d"
+    assert [(t, s) for t, s, _ in d.moves][-2:] == [(8.0, PhaseState.STOPPING), (8.0, PhaseState.BACKOFF)]
+    d.run_until(9.5)
+    assert d.phase.state is PhaseState.RUNNING and d.phase.attempt == 2  # its retry, after the backoff
+
+
+def test_a_deadline_that_passes_while_settling_stops_the_daemons_and_the_success_stands(drive) -> None:
+    d, daemon, _ = settling(drive, exits_at=95.0)
+    d.run_until(100.0)
+    assert daemon.stop_asked_at == 100.0
+    d.run_until(101.0)
+    assert d.phase.state is PhaseState.DONE and len(d.children.started) == 2
+    assert [why for _, s, why in d.moves if s is PhaseState.STOPPING] == [
+        "phase deadline timeout_s=100 passed; the daemon's cache cut short: the next daemon builds it again"]
+
+
+def test_a_command_that_failed_never_settles(drive) -> None:
+    d, daemon, _ = settling(drive, code=1)
+    assert daemon.stop_asked_at == 5.0 and PhaseState.SETTLING not in [s for _, s, _ in d.moves]
+
+
+def test_a_shutdown_while_settling_leaves_the_phase_done(drive) -> None:
+    # Its command had succeeded: done, as it would have been moments later (a next start resumes it).
+    d, daemon, _ = settling(drive)
+    lifecycle = SimpleNamespace(shutting_down=True)
+    d.phase._lifecycle = lifecycle
+    d.phase.shut_down()
+    daemon.exit(None, 15)  # (the lifecycle stops every child)
+    d.phase.settle_after_shutdown()
+    d.run_until(10.0)
+    assert d.phase.state is PhaseState.DONE, d.moves

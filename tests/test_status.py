@@ -548,11 +548,11 @@ def a_phase(name: str, state: PhaseState, *, facts: dict[str, Any] | None = None
             children: tuple[Any, ...] = ()) -> SimpleNamespace:
     """What the snapshot reads of a phase (snapshot.PhaseView)."""
     return SimpleNamespace(name=name, spec=SimpleNamespace(kind="oneshot", memory_max=None, timeout_s=None,
-                                                           stall_s=None),
+                                                           stall_s=None, settle_timeout_s=300.0),
                            state=state, since=1000.0, why="why", attempt=1, up=False, facts=facts or {},
                            timeline=Timeline(),
                            parsed=None, kept_as=None, live_children=lambda: list(children),
-                           pacing=SimpleNamespace(deadline_at=None, backoff_until=None, stall=None),
+                           pacing=SimpleNamespace(deadline_at=None, backoff_until=None, stall=None, settle_until=None),
                            current_attempt=SimpleNamespace(start=None), progress=None)
 
 

@@ -511,14 +511,15 @@ def test_an_empty_state_dir_is_refused_not_taken_as_none_given(tmp_path: Path) -
 
 def a_phase(state: PhaseState, *, deadline_at: float | None = None, backoff_until: float | None = None,
             last_sign: float | None = None, waiting: tuple[Any, float] | None = None,
-            unmeasured: dict[str, str] | None = None) -> SimpleNamespace:
+            unmeasured: dict[str, str] | None = None, settle_until: float | None = None) -> SimpleNamespace:
     stall = (SimpleNamespace(watch=SimpleNamespace(last_sign=lambda: last_sign,
                                                    ages=lambda now: {"output": now - last_sign, "I/O": 2.0},
                                                    unmeasured=unmeasured or {}))
              if last_sign is not None else None)
-    return SimpleNamespace(name="p", spec=SimpleNamespace(timeout_s=600.0, stall_s=60.0), since=1.0, up=False,
-                           state=state,
-                           pacing=SimpleNamespace(deadline_at=deadline_at, backoff_until=backoff_until, stall=stall),
+    return SimpleNamespace(name="p", spec=SimpleNamespace(timeout_s=600.0, stall_s=60.0, settle_timeout_s=300.0),
+                           since=1.0, up=False, state=state,
+                           pacing=SimpleNamespace(deadline_at=deadline_at, backoff_until=backoff_until, stall=stall,
+                                                  settle_until=settle_until),
                            current_attempt=SimpleNamespace(start=SimpleNamespace(waiting=waiting)))
 
 
@@ -548,6 +549,13 @@ def test_the_timers_are_what_the_phase_exposes_counted_from_now() -> None:
     backing_off = a_phase(PhaseState.BACKOFF, deadline_at=900.0, backoff_until=1002.5, last_sign=1.0)
     assert phase_timers(backing_off, None, now=1000.0).to_json() == {"deadline": {"limit_s": 600.0, "left_s": 0.0},
                                                            "backoff": {"left_s": 2.5}}
+    # A command done, its daemons kept (settle): how long they are kept at most.
+    settling = a_phase(PhaseState.SETTLING, deadline_at=1500.0, settle_until=1030.0)
+    timers = phase_timers(settling, None, now=1000.0)
+    assert timers.to_json() == {"deadline": {"limit_s": 600.0, "left_s": 500.0},
+                                "settle": {"limit_s": 300.0, "left_s": 30.0}}
+    assert timer_lines(PhaseStatus(name="p", timers=timers), 1000.0, True) == [
+        "timers: deadline 8m20s left of timeout_s=600; settle: daemons kept 30s more at most of settle_timeout_s=300"]
     # A done phase held by the bench gate: only the hold's time left.
     held = a_phase(PhaseState.DONE, deadline_at=1500.0)
     assert phase_timers(held, 1048.0, now=1000.0).to_json() == {"hold": {"left_s": 48.0}}

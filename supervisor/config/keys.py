@@ -81,6 +81,9 @@ class ConfigPlugin(Protocol):
     def parsers(self) -> Mapping[str, object]: ...
 
     @property
+    def settles(self) -> Mapping[str, object]: ...
+
+    @property
     def ready(self) -> Mapping[str, Callable[[Mapping[str, Any], str], ReadyCheck]]: ...
 
     @property

@@ -39,6 +39,7 @@ from .tables import (
     check_ports,
     check_progress_keys,
     check_reports,
+    check_settle,
     check_unique,
     homes,
     kinds_of,
@@ -332,6 +333,7 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
     check_memory_order(v, where)
     daemons = _daemons(v, where, sup, daemon_keys, places["daemon"])
     check_kept_daemons(v, daemons, where)
+    check_settle(v, daemons, where, given=table)
     return PhaseSpec(
         name=name,
         kind=v["kind"],
@@ -355,6 +357,8 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
         report=v["report"],
         parse=v["parse"],
         prepare=v["prepare"],
+        settle=v["settle"],
+        settle_timeout_s=v["settle_timeout_s"],
         resume=v["resume"],
         resume_max_age_s=v["resume_max_age_s"],
         progress_total=v["progress_total"],
@@ -458,7 +462,7 @@ class _NoPlugin:
     """The generic supervisor: no table, key or kind added (what supervisor/plugin.py ``NO_PLUGIN`` says too)."""
 
     name = "none"
-    sections = table_keys = table_rules = prepares = parsers = ready = reports = MappingProxyType({})
+    sections = table_keys = table_rules = prepares = parsers = settles = ready = reports = MappingProxyType({})
     plan_rules = ()
     profile = None
 

@@ -54,6 +54,8 @@ RUNNING = "running"  # the production phase's (Lifecycle.production)
 REPORTS: Mapping[str, ReportWhen] = MappingProxyType({PARAM_DONE: "done", RUNNING: "up"})
 RESUMES = ("no", "outputs", "machine")
 DEFAULT_RESUME_MAX_AGE_S = 86400.0
+# How long a oneshot's daemons are kept after its command succeeded, for what they finish (``settle``).
+DEFAULT_SETTLE_TIMEOUT_S = 300.0
 # How long a download is watched before its rate may say it cannot make progress_deadline_s.
 DEFAULT_PROGRESS_WINDOW_S = 120.0
 DEFAULT_MANAGER_CONNECT_TIMEOUT_S = 5.0
@@ -143,6 +145,10 @@ class PhaseSpec:
     report: str | None = None  # the manager call its success triggers
     parse: str | None = None  # read the command's output with this parser (a plugin's: "cuzk-bench")
     prepare: str | None = None  # before each attempt, this hook (a plugin's: "cuzk-config" writes cuzk.toml)
+    # After the command succeeded, its daemons are kept until this hook (a plugin's) reads in their output that
+    # what they do for it is over, for at most settle_timeout_s (lifecycle/phase.py, SETTLING).
+    settle: str | None = None
+    settle_timeout_s: float = DEFAULT_SETTLE_TIMEOUT_S
     resume: str = "no"  # skip on restart: "outputs" still there, or done on this "machine" recently
     resume_max_age_s: float = DEFAULT_RESUME_MAX_AGE_S
     # Progress (progresswatch.py): the bytes expected, the deadline from the instance's first registration

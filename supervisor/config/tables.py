@@ -45,6 +45,7 @@ from .model import (
     DEFAULT_RESUME_MAX_AGE_S,
     DEFAULT_RING_LINES,
     DEFAULT_ROW_CHECK_S,
+    DEFAULT_SETTLE_TIMEOUT_S,
     DEFAULT_STATE_DIR,
     DEFAULT_STOP_BUDGET_S,
     DEFAULT_STOP_GRACE_S,
@@ -207,6 +208,8 @@ PHASE_KEYS = {
     "report": Key(one_of(*REPORTS)),
     "parse": Key(one_of()),
     "prepare": Key(one_of()),
+    "settle": Key(one_of()),
+    "settle_timeout_s": Key(_positive_seconds, DEFAULT_SETTLE_TIMEOUT_S),
     "resume": Key(one_of(*RESUMES), "no"),
     "resume_max_age_s": Key(_positive_seconds, DEFAULT_RESUME_MAX_AGE_S),
 }
@@ -252,11 +255,12 @@ def homes(plugin: ConfigPlugin) -> dict[str, dict[str, Collection[str]]]:
 
 @dataclass(frozen=True)
 class Kinds:
-    """What ``report``, ``parse``, ``prepare`` and ``ready`` accept: the core's kinds, then the plugin's."""
+    """What ``report``, ``parse``, ``prepare``, ``settle`` and ``ready`` accept: the core's kinds, then the plugin's."""
 
     reports: Mapping[str, ReportWhen]  # the name → when it is made, listed in the order the lifecycle makes them
     parsers: tuple[str, ...]
     prepares: tuple[str, ...]
+    settles: tuple[str, ...]
     ready: Mapping[str, Callable[[str], ReadyCheck]]  # the name → its probe, made where the key is
 
 
@@ -265,14 +269,15 @@ def kinds_of(plugin: ConfigPlugin, sections: Mapping[str, Any]) -> Kinds:
     reports = {**REPORTS, **plugin.reports}
     order = {"done": 0, "up": 1}  # a oneshot is done before a service is up
     return Kinds(reports=MappingProxyType(dict(sorted(reports.items(), key=lambda item: order[item[1]]))),
-                 parsers=tuple(plugin.parsers), prepares=tuple(plugin.prepares),
+                 parsers=tuple(plugin.parsers), prepares=tuple(plugin.prepares), settles=tuple(plugin.settles),
                  ready=MappingProxyType({name: partial(make, sections) for name, make in plugin.ready.items()}))
 
 
 def with_kinds(keys: Mapping[str, Key], kinds: Kinds) -> dict[str, Key]:
     """``keys`` (a phase's or a daemon's) with the kind keys they have accepting ``kinds``, in the same order."""
     kind_keys = {"report": Key(one_of(*kinds.reports)), "parse": Key(one_of(*kinds.parsers)),
-                 "prepare": Key(one_of(*kinds.prepares)), "ready": Key(ready_checker(kinds.ready))}
+                 "prepare": Key(one_of(*kinds.prepares)), "settle": Key(one_of(*kinds.settles)),
+                 "ready": Key(ready_checker(kinds.ready))}
     return {name: kind_keys.get(name, key) for name, key in keys.items()}
 
 
@@ -294,6 +299,8 @@ def check_kind_keys(v: Mapping[str, Any], where: str, given: Collection[str] = (
     else:
         if v["retries"] is not None:
             raise ConfigError(f"{where}.retries: only for kind = \"oneshot\" (a service uses restart)")
+        if v["settle"] is not None:
+            raise ConfigError(f"{where}.settle: only for kind = \"oneshot\" (a service's daemons live as long as it)")
         if v["timeout_s"] is not None:
             raise ConfigError(f"{where}.timeout_s: only for kind = \"oneshot\" (a service runs until stopped)")
 
@@ -305,6 +312,16 @@ def check_kept_daemons(v: Mapping[str, Any], daemons: Collection[ChildSpec], whe
     if kept and v["resume"] not in (None, "no"):
         raise ConfigError(f"{where}.resume: a phase resumed as done starts no children, and its lifecycle daemon "
                           f"{kept[0]!r} would not run for the phases after it; set resume = \"no\"")
+
+
+def check_settle(v: Mapping[str, Any], daemons: Collection[ChildSpec], where: str, given: Collection[str] = ()) -> None:
+    """``settle`` keeps a oneshot's daemons after its command: it needs one that stops with the phase, and
+    ``settle_timeout_s`` bounds it alone."""
+    if v["settle"] is not None and not any(d.lifetime == "phase" for d in daemons):
+        raise ConfigError(f"{where}.settle: needs a daemon (it keeps the phase's daemons after its command until "
+                          "what they do for it is over); this phase has none that stops with it")
+    if "settle_timeout_s" in given and v["settle"] is None:
+        raise ConfigError(f"{where}.settle_timeout_s: only with settle (it bounds how long the daemons are kept)")
 
 
 def check_progress_keys(v: Mapping[str, Any], where: str) -> None:

@@ -36,7 +36,7 @@ from ..evidence.stall import StallMonitor
 from ..exits import EXIT_FAILURE
 from ..text import Log
 from . import verdict as v
-from .hooks import OutputParser, ProgressReading, ReadsProgress
+from .hooks import OutputParser, ProgressReading, ReadsProgress, SettleHook
 from .runtime import MachineEvidence
 from .states import CameUp, CommandStarted, Event, Next, StartFailed, after_attempt, backoff_delay, within_window
 from .verdict import Verdict
@@ -46,6 +46,27 @@ from .verdict import Verdict
 # what its processes wrote counts, and a failure's own lines (a 404, a DNS error, aria2c's ERROR block: a few
 # hundred bytes into a pipe) must not count as progress. Far below a parameter file.
 GOT_FURTHER_MIN_BYTES = 64 << 10
+
+
+class Settle:
+    """An attempt's settle (hooks.py): its hook's watch, fed its daemons' output, and what it is said in."""
+
+    def __init__(self, hook: SettleHook, timeout_s: float) -> None:
+        self.hook, self.watch, self._timeout_s = hook, hook.new_watch(), timeout_s
+
+    def pending(self) -> str | None:
+        """What the daemons still do for the command, as the watch reads it; None: nothing."""
+        said = self.watch.pending()
+        return None if said is None else \
+            f"waiting for {self.hook.what}: {said} (at most settle_timeout_s={self._timeout_s:g})"
+
+    def read(self, lines: list[bytes]) -> str | None:
+        """Feed the watch ``lines``: what is still pending after them."""
+        self.watch.feed(lines)
+        return self.pending()
+
+    def cut_short(self) -> str:
+        return f"{self.hook.what} cut short: {self.hook.cut_short}"
 
 
 @dataclass
@@ -59,6 +80,7 @@ class Attempt:
     stop_over: bool = False  # its children are all stopped: what ended it decides what comes next
     broken: Verdict | None = None  # a bug of the supervisor's own failed it (internal_error)
     parser: OutputParser | None = None  # the reader of its command's output (the output hook's)
+    settle: Settle | None = None  # the reader of its daemons' output (a phase with a settle hook)
     progress: ProgressWatch | None = None  # its progress figures (a phase with progress_total)
     start: AttemptStart | None = None  # its children being started in order (daemons, readiness, command)
 
@@ -292,6 +314,7 @@ class Pacing:
         self.forgiven = 0  # attempts that got further, not counted against retries (retry_while_progressing)
         self._deadline: Timer | None = None
         self._backoff: Timer | None = None
+        self._settle: Timer | None = None
         self.stall: StallMonitor | None = None  # the latest attempt's stall watch (read by the status view)
 
     def now(self) -> float:
@@ -306,6 +329,19 @@ class Pacing:
     def deadline_at(self) -> float | None:
         """When ``timeout_s`` is up (monotonic, the loop's clock), while the deadline is set: for the status view."""
         return _due(self._deadline)
+
+    def start_settle(self, over: Callback, on_error: ErrorHandler) -> None:
+        """``settle_timeout_s`` from now (the command succeeded; its daemons are kept): ``over`` when it is up."""
+        self._settle = self._loop.call_later(self._spec.settle_timeout_s, over, on_error=on_error)
+
+    def cancel_settle(self) -> None:
+        if self._settle is not None:
+            self._settle.cancel()
+
+    @property
+    def settle_until(self) -> float | None:
+        """When the settle's bound is up (monotonic), while the daemons are kept after the command: for the status."""
+        return _due(self._settle)
 
     @property
     def backoff_until(self) -> float | None:
@@ -374,7 +410,7 @@ class Pacing:
         self._backoff = self._loop.call_later(delay, over, on_error=on_error)
 
     def cancel(self) -> None:
-        for timer in (self._deadline, self._backoff):
+        for timer in (self._deadline, self._backoff, self._settle):
             if timer is not None:
                 timer.cancel()
 

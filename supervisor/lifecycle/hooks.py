@@ -1,6 +1,6 @@
 """What a phase may be given beyond running its children: the generic Phase only calls these.
 
-Two hooks, both chosen once from the phase's spec (supervisor/prover/hooks.py holds the prover's):
+Three hooks, each chosen once from the phase's spec (supervisor/prover/hooks.py holds the prover's):
 
 - ``prepare``, before each attempt: the extra environment the attempt's children get, or a
   Refusal that fails the phase (the machine cannot run it);
@@ -8,7 +8,11 @@ Two hooks, both chosen once from the phase's spec (supervisor/prover/hooks.py ho
   command that exited 0 (some tools exit 0 whatever happened) and is shown as ``phase.parsed``. A result
   that also reads a download's progress from the output (``ReadsProgress``: aria2c's readout) feeds the
   phase's progress (progresswatch.py); one that reads the command's own word on a failed exit
-  (``ExplainsFailure``: cuzk-bench's ``Error:`` line) has it said in that exit's verdict.
+  (``ExplainsFailure``: cuzk-bench's ``Error:`` line) has it said in that exit's verdict;
+- ``settle``, a reader of the daemons' output: after the command succeeded, the daemons are kept (the phase
+  SETTLING) while it says they still do something the command started (a cache the first request builds
+  on a thread of its own, say), for at most the phase's settle_timeout_s. Only a daemon's death fails the
+  attempt then; the settle's end, or its bound, stops the daemons as after any success.
 
 The core's own step before a phase's first attempt is one of these: ``memory_preflight`` (told only a
 HookContext, never the Phase) says what memory the children have, and refuses a phase whose min_memory
@@ -93,6 +97,21 @@ class OutputHook:
                        detail=f"{self.what} failed: {problem}")
 
 
+class SettleWatch(Protocol):
+    """Fed the attempt's daemons' output lines as they arrive (each line whole, as the parsers are)."""
+
+    def feed(self, lines: list[bytes]) -> None: ...
+
+    def pending(self) -> str | None: ...  # what the daemons still do for the command; None: nothing (stop them)
+
+
+@dataclass(frozen=True)
+class SettleHook:
+    what: str  # what is waited for, in the log and status: "cuzk-daemon's PCE save"
+    new_watch: Callable[[], SettleWatch]  # a fresh one per attempt
+    cut_short: str  # what it costs when the bound stops the daemons first, said in the log
+
+
 @dataclass(frozen=True)
 class HookContext:
     """What a hook is told of the phase it runs for, and all it may use: never the Phase itself."""
@@ -112,6 +131,7 @@ Prepare = Callable[[HookContext], "dict[str, str] | Refusal"]
 class PhaseHooks:
     prepare: Prepare | None = None  # before each attempt
     output: OutputHook | None = None
+    settle: SettleHook | None = None
 
 
 NO_HOOKS = PhaseHooks()

@@ -16,14 +16,10 @@ Two parts, as tini's loop is one readable loop of small steps:
   the step's effects before the move, moves (``transition``, which refuses a move not in the table and
   tells the lifecycle), and carries out those after, in the step's order (``_carry_out``).
 
-Every timer and thread callback checks ``_is_current`` first: a late callback must never act on a newer
-attempt. What a phase does beyond running children (writing a config, judging the output) comes from its
-hooks, told only a HookContext. It reads the time from the loop's clock, and starts children through
-``spawn``: tests drive it with fake ones of both.
-
-To add a kind of event (a new watcher's finding, say): name it in states.py, say what it does in
-``decide`` (a case, its move and effects), and make the callback that learns of it call ``_on`` with it;
-an effect new to the table is a name in ``states.Effect`` and a case in ``_carry_out``.
+Every timer and thread callback checks ``_is_current`` first (the settle's timer is cancelled instead): a late
+callback must never act on a newer attempt. What a phase does beyond running children (writing a config,
+judging the output) comes from its hooks, told only a HookContext. It reads the time from the loop's clock, and
+starts children through ``spawn``: tests drive it with fake ones of both. To add an event: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ from ..engine.trees import kill_pids
 from ..exits import EXIT_INTERNAL_ERROR
 from . import resume
 from . import verdict as v
-from .attempt import Attempt, AttemptStart, Pacing, Watched
+from .attempt import Attempt, AttemptStart, Pacing, Settle, Watched
 from .children import ChildContext, Spawn, start_child
 from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
 from .runtime import PhaseSurroundings, Runtime
@@ -74,6 +70,7 @@ from .states import (
     Prepared,
     Reached,
     Resume,
+    Settled,
     ShutdownSettled,
     StartFailed,
     Step,
@@ -112,12 +109,18 @@ def decide(phase: Phase, event: Event) -> Step:
             if state is not PhaseState.RUNNING:
                 return NOTHING  # the attempt ended while its readiness was being answered
             return Step(after=(Effect.MARK_UP, Effect.TELL_LIFECYCLE))
-        case ChildExited(verdict, asked, kept, ours):
+        case ChildExited(verdict, asked, kept, ours, command):
             if asked or over:
                 return NOTHING  # we asked for this; the stop in progress takes it from here
             if kept:
                 return Step(after=(Effect.TELL_LIFECYCLE,))  # a kept daemon died: the lifecycle decides
-            return _end_attempt(phase, verdict) if ours else NOTHING
+            if not ours:
+                return NOTHING
+            if command and verdict.success and state is PhaseState.RUNNING \
+                    and (waiting := phase.settle_pending()) is not None:  # its success stands unless a daemon dies
+                return Step(PhaseState.SETTLING, waiting, before=(Outcome(verdict, record=False),),
+                            after=(Effect.START_SETTLE,))
+            return _end_attempt(phase, verdict)  # (in SETTLING, a daemon's death: it ends the attempt)
         case StartFailed(verdict):
             return _end_attempt(phase, verdict)
         case Aborted(reason, detail, command_running):
@@ -130,7 +133,13 @@ def decide(phase: Phase, event: Event) -> Step:
             if state is PhaseState.BACKOFF:
                 return _fail(v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, detail, attempt=phase.attempt),
                              detail)
+            if state is PhaseState.SETTLING:  # the command succeeded in time: its success stands
+                return _end_attempt(phase, phase.outcome, f"{detail}; {phase.settle_cut_short()}")
             return _abort(phase, v.TIMEOUT, detail, command_running)  # in STOPPING its outcome decides
+        case Settled(why, cut):
+            if state is not PhaseState.SETTLING:
+                return NOTHING  # a daemon died or the deadline passed first: that ended the settle
+            return _end_attempt(phase, phase.outcome, f"{why}; {phase.settle_cut_short()}" if cut else why)
         case ChildrenStopped():
             return _after_the_stop(phase) if state is PhaseState.STOPPING else NOTHING
         case FactsGathered(facts, why):
@@ -146,6 +155,9 @@ def decide(phase: Phase, event: Event) -> Step:
         case StopAsked():
             return Step(after=(Effect.CANCEL_TIMERS, Effect.CANCEL_START))
         case ShutdownSettled():
+            if state is PhaseState.SETTLING:  # its command had succeeded: done, as it would have been moments later
+                return Step(PhaseState.STOPPING, SHUTDOWN_WHY, before=(Effect.CANCEL_SETTLE,), after=(
+                    Effect.SWEEP, GatherFacts(f"completed in {phase.attempt} attempt(s) (then {SHUTDOWN_WHY})")))
             if state in ATTEMPT_RUNS:
                 return Step(PhaseState.STOPPING, SHUTDOWN_WHY, then=ShutdownSettled())
             if state is PhaseState.STOPPING and (failed := phase.failed_for_good()) is not None:
@@ -161,6 +173,8 @@ def _end_attempt(phase: Phase, outcome: Verdict | None, why: str = "", first: tu
     if phase.state not in ATTEMPT_RUNS:
         return NOTHING
     before: tuple[Doing, ...] = (*first, Effect.CANCEL_START)
+    if phase.state is PhaseState.SETTLING:
+        before += (Effect.CANCEL_SETTLE,)
     if outcome is not None:
         before += (Outcome(outcome),)
         if outcome.success and phase.spec.kind == "oneshot":
@@ -432,6 +446,10 @@ class Phase:
                 self._begin_start()
             case Effect.CANCEL_START:
                 self._attempt.cancel_start()
+            case Effect.START_SETTLE:  # (cancelled as the attempt leaves SETTLING: CANCEL_SETTLE)
+                self.pacing.start_settle(self._settle_timed_out, self.fault_handler("the settle timer"))
+            case Effect.CANCEL_SETTLE:
+                self.pacing.cancel_settle()
             case Effect.KEEP_DAEMONS:
                 self.kept = [c for c in self._attempt.children if c.spec.lifetime == "lifecycle" and c.running]
             case Effect.STOP_CHILDREN:
@@ -488,12 +506,15 @@ class Phase:
             # (its daemon died, shutdown) never printed its result, and that is not its failure.
             verdict = output.judge(verdict, parser.result, self._log)
         verdict = self._verdicts.record(verdict)  # masked: what the attempt and the lifecycle keep
-        if child.spec is self.spec.command and child in self._attempt.children:
+        command = child.spec is self.spec.command
+        if command and child in self._attempt.children:
             self._attempt.command_verdict = verdict
             if not status.success and child.stop_reason is None:
                 self._reap_dying_daemons()
+            elif verdict.success and self._attempt.settle is not None:
+                self._attempt.drain()  # the settle watch reads what the daemons printed before it is asked
         self._on(ChildExited(verdict, asked=child.stop_reason is not None, kept=child in self.kept,
-                             ours=child in self._attempt.children))
+                             ours=child in self._attempt.children, command=command))
 
     def _reap_dying_daemons(self) -> None:
         """The command failed by itself: if a daemon of its attempt is dying, it is reaped now, before the
@@ -522,6 +543,24 @@ class Phase:
         detail = f"phase deadline timeout_s={self.spec.timeout_s:g} passed"
         self._log(f"phase {self.name}: {detail}")
         self._on(DeadlinePassed(detail, self._command_running()))
+
+    # The settle (a oneshot whose daemons finish what its command started: hooks.py ``settle``).
+
+    def settle_pending(self) -> str | None:
+        return self._attempt.settle.pending() if self._attempt.settle is not None else None
+
+    def settle_cut_short(self) -> str:
+        return self._attempt.settle.cut_short() if self._attempt.settle is not None else "no settle"
+
+    def _settle_read(self, attempt: int, lines: list[bytes]) -> None:
+        settle = self._attempt.settle  # (a kept daemon's lines of an earlier attempt are not this one's)
+        if attempt == self.attempt and settle is not None and settle.read(lines) is None \
+                and self.state is PhaseState.SETTLING:
+            self._on(Settled(f"{settle.hook.what}: over"))
+
+    def _settle_timed_out(self) -> None:
+        self._attempt.drain()  # (what was printed in time counts: its line may end the settle first)
+        self._on(Settled(f"settle_timeout_s={self.spec.settle_timeout_s:g} passed", cut=True))
 
     def abort_attempt(self, reason: str, detail: str) -> None:
         """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why.
@@ -601,6 +640,8 @@ class Phase:
         self._attempt.progress = self.pacing.watch_progress(self._evidence, watched, self._log)
 
     def _begin_start(self) -> None:
+        if self._hooks.settle is not None:
+            self._attempt.settle = Settle(self._hooks.settle, self.spec.settle_timeout_s)
         self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
                                            tell=self._on, guarded=self.guarded)
         self._attempt.start.begin()
@@ -611,6 +652,9 @@ class Phase:
             # What the parser reads decides the phase: a parser that raises fails it (internal_error).
             parser = output.new_parser()
             reader = self.guarded(output.parser_name, parser.feed)
+        elif spec is not self.spec.command and self._attempt.settle is not None:
+            reader = self.guarded(f"the settle watch ({self._attempt.settle.hook.what})",
+                                  partial(self._settle_read, self.attempt))
         ctx = ChildContext(self.name, self.spec.memory_max, dict(self._extra_env), self.fault_handler)
         try:
             child = self._spawn(spec, ctx, reader, self._child_exited)

@@ -32,6 +32,7 @@ class PhaseState(enum.StrEnum):
     PENDING = "pending"  # not started yet
     STARTING = "starting"  # daemons being started and waited for
     RUNNING = "running"  # the command runs
+    SETTLING = "settling"  # the command succeeded; its daemons finish what it started (the settle hook)
     STOPPING = "stopping"  # the attempt is over; its children are being stopped
     BACKOFF = "backoff"  # waiting before the next attempt
     DONE = "done"  # completed (oneshot exit 0, or a service that ended cleanly)
@@ -43,11 +44,11 @@ class PhaseState(enum.StrEnum):
 #
 #           +----------------------- next attempt ------------------------+
 #           v                                                             |
-#  PENDING -----> STARTING -----------------> RUNNING                  BACKOFF ---> FAILED   deadline, our bug,
-#   | | |  attempt   |    daemons ready,         |                       ^  |                 prepare refused
-#   | | |            |    command started        |                       |  +------> STOPPED  shutdown
-#   | | |            |                           |                       |
-#   | | |            +-------> STOPPING <--------+                       |
+#  PENDING -----> STARTING -----------------> RUNNING ---> SETTLING    BACKOFF ---> FAILED   deadline, our bug,
+#   | | |  attempt   |    daemons ready,         |  settle    |          ^  |                 prepare refused
+#   | | |            |    command started        |            |          |  +------> STOPPED  shutdown
+#   | | |            |                           |            |          |
+#   | | |            +-------> STOPPING <--------+------------+          |
 #   | | |   spawn failed, not    | | | |    the command or a daemon      |
 #   | | |   ready, a daemon      | | | |    ended, deadline, stall,      |
 #   | | |   died, deadline,      | | | |    shutdown, our bug            |
@@ -60,6 +61,10 @@ class PhaseState(enum.StrEnum):
 #   | +-------> FAILED   memory preflight, prepare refused, our bug
 #   +---------> STOPPED  the supervisor shut down before the lifecycle reached it
 #
+# SETTLING: the command succeeded and the phase's settle hook reads in its daemons' output that they still do
+# something the command started; they are kept until it reads that over, settle_timeout_s or the deadline
+# passes (the success stands), or a daemon dies (its verdict ends the attempt).
+#
 # DONE, FAILED and STOPPED are final. A phase has no flag beside its state: a service that is up stays
 # RUNNING to the outside while its attempt's record (supervisor/lifecycle/attempt.py) says when it came up; what
 # else the lifecycle decides by (how far it got, the phases it holds at, a shutdown) is the
@@ -67,7 +72,8 @@ class PhaseState(enum.StrEnum):
 _ALLOWED: dict[PhaseState, set[PhaseState]] = {
     PhaseState.PENDING: {PhaseState.STARTING, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
     PhaseState.STARTING: {PhaseState.RUNNING, PhaseState.STOPPING},
-    PhaseState.RUNNING: {PhaseState.STOPPING},
+    PhaseState.RUNNING: {PhaseState.SETTLING, PhaseState.STOPPING},
+    PhaseState.SETTLING: {PhaseState.STOPPING},
     PhaseState.STOPPING: {PhaseState.BACKOFF, PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED},
     PhaseState.BACKOFF: {PhaseState.STARTING, PhaseState.FAILED, PhaseState.STOPPED},
     PhaseState.DONE: set(),
@@ -75,7 +81,8 @@ _ALLOWED: dict[PhaseState, set[PhaseState]] = {
     PhaseState.STOPPED: set(),
 }
 FINAL_STATES = frozenset({PhaseState.DONE, PhaseState.FAILED, PhaseState.STOPPED})
-ATTEMPT_RUNS = (PhaseState.STARTING, PhaseState.RUNNING)  # an attempt whose children are not being stopped
+# An attempt whose children are not being stopped.
+ATTEMPT_RUNS = (PhaseState.STARTING, PhaseState.RUNNING, PhaseState.SETTLING)
 # Why a phase ends or an attempt's children stop when the supervisor shuts down (every phase, the same words).
 SHUTDOWN_WHY = "supervisor shutdown"
 
@@ -114,12 +121,13 @@ class CameUp:
 class ChildExited:
     """A child of the phase was reaped and judged; ``verdict`` is recorded. ``asked``: the supervisor had
     asked it to stop; ``kept``: a daemon kept for the rest of the lifecycle; ``ours``: one of the current
-    attempt's children."""
+    attempt's children; ``command``: the phase's command (else a daemon)."""
 
     verdict: Verdict
     asked: bool
     kept: bool
     ours: bool
+    command: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,14 @@ class DeadlinePassed:
 
     detail: str
     command_running: bool
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The settle is over: its hook read that the daemons are done (``cut`` False), or its bound passed (True)."""
+
+    why: str
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,7 +199,7 @@ class ShutdownSettled:
 
 
 Event = (Reached | Prepared | CommandStarted | CameUp | ChildExited | StartFailed | Aborted | DeadlinePassed
-         | ChildrenStopped | FactsGathered | BackoffOver | Broken | StopAsked | ShutdownSettled)
+         | Settled | ChildrenStopped | FactsGathered | BackoffOver | Broken | StopAsked | ShutdownSettled)
 
 
 # ---------------------------------------------------------------- effects: what the phase carries out
@@ -199,6 +215,8 @@ class Effect(enum.Enum):
     WATCH_ATTEMPT = "the attempt's stall and progress watches"
     BEGIN_START = "start the attempt's daemons, then its command"
     CANCEL_START = "start no more of the attempt's children; hear no more readiness answers"
+    START_SETTLE = "settle_timeout_s's timer: Settled(cut) when it is up"
+    CANCEL_SETTLE = "the settle's timer cancelled"
     KEEP_DAEMONS = "the daemons with lifetime = lifecycle live on into the later phases"
     STOP_CHILDREN = "stop the attempt's other children in reverse start order, then say ChildrenStopped"
     SWEEP = "forget the stopped children; kill what escaped into the phase's cgroup"

@@ -1,17 +1,28 @@
-"""The prover's phase hooks: the kinds it registers for a phase's ``prepare`` and ``parse`` keys.
+"""The prover's phase hooks: the kinds it registers for a phase's ``prepare``, ``parse`` and ``settle`` keys.
 
 ``prepare = "cuzk-config"`` writes cuzk.toml for this machine before each attempt (made once per plan,
 bound to its [cuzk]); ``parse = "cuzk-bench"`` and ``"cuzk-single"`` read cuzk-bench's output, which
 exits 0 even when proofs failed (supervisor/prover/bench.py); ``parse = "paramfetch"`` reads aria2c's readout
 for the download's progress (fetchlines.py). The core picks a phase's hooks from
 these by name (supervisor/plugin.py ``hooks_for``).
+
+``settle = "cuzk-pce"``, the warm-up's: the first proof after a cold start makes cuzk-daemon extract its
+pre-compiled circuit (PCE) on a thread of its own, started with that proof and never waited for (curio
+extern/cuzk, cuzk-core engine.rs: "background PCE extraction starting for PoRep 32G"; it first waits for budget
+for its ~14 GiB transient, often until the proof is done). It writes ``<param_cache>/pce-porep-32g.tmp``, renames
+it ``.bin`` (cuzk-pce disk.rs ``save_to_disk``), then says "background PCE extraction complete" (or "... failed").
+Its shutdown does not wait for that thread: a daemon stopped before the line loses the PCE, and the next one (the
+bench's) extracts it again during its first proof, ~14 GiB more at its peak, on a machine sized without it. So
+the warm-up keeps its daemon until the line comes, within its settle_timeout_s; one that never starts an
+extraction (the PCE loaded from disk, ``CUZK_DISABLE_PCE=1``, a build without PCE) is stopped at once.
 """
 
 from __future__ import annotations
 
 from ..config import Plan
 from ..lifecycle import verdict as v
-from ..lifecycle.hooks import HookContext, OutputHook, Prepare, Refusal
+from ..lifecycle.hooks import HookContext, OutputHook, Prepare, Refusal, SettleHook
+from ..text.ansi import strip_ansi
 from . import cuzkconf
 from .bench import BenchParser, BenchResult, SingleProofParser
 from .configkeys import cuzk_settings
@@ -62,3 +73,36 @@ PARSERS = {
 def make_cuzk_config(plan: Plan) -> Prepare:
     """The plugin's PrepareMaker for ``prepare = "cuzk-config"``: bound to the plan's [cuzk] (ConfigError if none)."""
     return cuzk_config(cuzk_settings(plan.sections, CUZK_CONFIG))
+
+
+# ---------------------------------------------------------------- the warm-up's settle: its PCE
+
+PCE_SETTLE = "cuzk-pce"
+STARTED = "background PCE extraction starting"
+ENDED = ("background PCE extraction complete", "background PCE extraction failed")
+
+
+class PceWatch:
+    """The extractions the daemon started and has not said the end of, read from its log lines."""
+
+    def __init__(self) -> None:
+        self.under_way: list[str] = []  # what each is for ("PoRep 32G"), in the order they started
+
+    def feed(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            line = strip_ansi(raw).decode("utf-8", errors="replace")
+            if STARTED in line:
+                circuit = line.split(STARTED, 1)[1].strip().removeprefix("for ").strip()
+                self.under_way.append(circuit or "its circuit")
+            elif self.under_way and any(end in line for end in ENDED):
+                self.under_way.pop(0)
+
+    def pending(self) -> str | None:
+        if not self.under_way:
+            return None
+        return f"its background PCE extraction for {', '.join(self.under_way)} and the PCE file's save"
+
+
+PCE_HOOK = SettleHook("cuzk-daemon's PCE", PceWatch,
+                      "the next daemon (the bench's) extracts the PCE again on its first proof, ~14 GiB more at its "
+                      "peak")

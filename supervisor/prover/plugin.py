@@ -8,6 +8,7 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
   ``bench_gate_s``, ``bench_deadline_s``, ``give_up_on_failure`` or its old name ``report_bench_failure``,
   ``bench_done_reason``), and ``[supervisor] min_param_disk``;
 - ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``, ``paramfetch``;
+  ``settles``: ``cuzk-pce``, the warm-up's daemon kept until its background PCE extraction ends (hooks.py);
 - ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
 - ``plan_rules``: bench-done needs cuzk-bench's parser; a [production] without [cuzk] reads curio's metrics;
 - ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);
@@ -41,7 +42,7 @@ from ..wiring import Wiring
 from . import benchlimits, cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_section, fleet_rules
 from .fleet import BENCH_DONE
-from .hooks import BENCH_PARSER, CUZK_CONFIG, PARSERS, make_cuzk_config
+from .hooks import BENCH_PARSER, CUZK_CONFIG, PARSERS, PCE_HOOK, PCE_SETTLE, make_cuzk_config
 from .ready import KIND as CUZK_READY
 from .ready import make_cuzk_ready
 from .reasons import REASONS
@@ -141,6 +142,7 @@ PLUGIN = Plugin(
     table_rules=MappingProxyType({"manager": fleet_rules}),
     prepares=MappingProxyType({CUZK_CONFIG: make_cuzk_config}),
     parsers=MappingProxyType(PARSERS),
+    settles=MappingProxyType({PCE_SETTLE: PCE_HOOK}),
     ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),
     reports=MappingProxyType({BENCH_DONE: "done"}),
     plan_rules=(bench_done_carries_a_rate, production_reads_something),

@@ -279,6 +279,7 @@ class Timers(_Record):
     backoff: LeftTimer | None = None
     stall: StallTimer | None = None
     ready: ReadyTimer | None = None
+    settle: DeadlineTimer | None = None  # the daemons kept after the command (settle_timeout_s)
     hold: LeftTimer | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -307,6 +307,9 @@ def timer_lines(ph: PhaseStatus, now: float, live: bool) -> list[str]:
         ready = timers.ready
         said.append(f"ready wait: {ready.child} {span(ready.waited_s)} of "
                     f"ready_timeout_s={_g(ready.limit_s)} ({span(ready.left_s)} left)")
+    if timers.settle is not None:
+        said.append(f"settle: daemons kept {span(timers.settle.left_s)} more at most of "
+                    f"settle_timeout_s={_g(timers.settle.limit_s)}")
     if timers.hold is not None:
         said.append(f"held {span(timers.hold.left_s)} more at most")
     return ["timers: " + "; ".join(said)] if said else []

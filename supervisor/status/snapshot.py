@@ -167,6 +167,9 @@ class PacingView(Protocol):
     def backoff_until(self) -> float | None: ...
 
     @property
+    def settle_until(self) -> float | None: ...
+
+    @property
     def stall(self) -> StallView | None: ...
 
 
@@ -191,6 +194,7 @@ class AttemptView(Protocol):
 class TimedSpec(Protocol):
     timeout_s: float | None
     stall_s: float | None
+    settle_timeout_s: float
 
 
 class TimedPhase(Protocol):
@@ -216,7 +220,8 @@ def _secs(value: float) -> float:
 def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> Timers:
     """The timers running for ``phase`` at monotonic ``now``: ``deadline`` (timeout_s), ``backoff`` (to the
     next attempt), ``stall`` (silence so far against stall_s), ``ready`` (the readiness wait under way against
-    its ready_timeout_s), ``hold`` (the lifecycle held at it, the bench gate's time left). Only those running."""
+    its ready_timeout_s), ``settle`` (the daemons kept after the command, against settle_timeout_s), ``hold`` (the
+    lifecycle held at it, the bench gate's time left). Only those running."""
     state, spec, pacing = phase.state, phase.spec, phase.pacing
     if state in FINAL_STATES and hold_ends is None:
         return Timers()
@@ -239,8 +244,11 @@ def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> Time
         limit = child.spec.ready_timeout_s
         ready = ReadyTimer(child=child.label, limit_s=limit, waited_s=_secs(now - since),
                            left_s=_secs(limit - (now - since)))
+    settle_until = pacing.settle_until
+    settle = DeadlineTimer(limit_s=spec.settle_timeout_s, left_s=_secs(settle_until - now)) \
+        if state is PhaseState.SETTLING and settle_until is not None else None
     hold = LeftTimer(left_s=_secs(hold_ends - now)) if hold_ends is not None else None
-    return Timers(deadline=deadline, backoff=backoff, stall=stalled, ready=ready, hold=hold)
+    return Timers(deadline=deadline, backoff=backoff, stall=stalled, ready=ready, settle=settle, hold=hold)
 
 
 class StoppedChild(Protocol):

@@ -77,7 +77,8 @@ def first(tmp_path_factory: pytest.TempPathFactory, bin_dir: Path) -> Iterator[F
     dev = dev_manager(port=0, quiet=True).start()
     prof = profile_runner(tmp_path_factory.mktemp("profile-first"), bin_dir, dev, f"C.9{os.getpid()}")
     try:
-        env = prof.env()
+        # The PCE's extraction outlasts the warm-up's proof, as the real one's does (its budget waits for the proof).
+        env = prof.env(STANDIN_PCE_S="1")
         run = prof.run(env=env, name="first")
         yield FirstRun(prof, run, env, prof.instance(), prof.calls("/register"))
     finally:
@@ -133,6 +134,16 @@ def test_profile_runs_the_whole_lifecycle(first: FirstRun) -> None:
     assert got.start() < out.index("started bench/cuzk-daemon"), "restart: the old daemon goes before the new one"
     assert out.index("[warmup/warmup] status:    COMPLETED") < out.index("started bench/cuzk-daemon")
     assert_all_gone([pid for _, pid in children])
+
+    # Its PCE, extracted on a thread of the daemon's own after the proof, was waited for (settle = "cuzk-pce"):
+    # the bench's daemon loads it, and extracts nothing.
+    assert "phase warmup: running → settling (waiting for cuzk-daemon's PCE: its background PCE extraction for " \
+           "PoRep 32G and the PCE file's save (at most settle_timeout_s=300))" in out, out[-6000:]
+    complete = re.search(r"\[warmup/cuzk-daemon\] .*background PCE extraction complete", out)
+    assert complete and complete.start() < out.index("stopping warmup/cuzk-daemon")
+    assert "phase warmup: settling → stopping (cuzk-daemon's PCE: over)" in out
+    assert re.search(r"\[bench/cuzk-daemon\] .*loaded PCE from", out)
+    assert not re.search(r"\[bench/cuzk-daemon\] .*background PCE extraction starting", out)
 
     # The manager's setup tab starts at the supervisor's first line: role, evidence, manager, in order.
     setup = prof.manager.state.snapshot()["logs"][inst["uuid"]]["setup"]
@@ -258,6 +269,19 @@ def test_a_bench_whose_daemon_died_mid_batch_says_it_got_no_answer(profile: Runn
     assert "=== Batch Summary ===" not in out and "bench_failed" not in out, out[-4000:]
     assert [name for name, _ in done_phases(out)] == ["paramfetch", "warmup"] and "started curio/" not in out
     assert "bench_done" not in profile.instance()["history"]
+
+
+def test_a_pce_extraction_past_its_settle_bound_is_cut_and_the_bench_extracts_it_again(profile: Runner) -> None:
+    """The warm-up's daemon is kept after the proof for at most settle_timeout_s ($PROVER_PCE_SETTLE_S): past it,
+    the daemon is stopped, the warm-up still done, and the log says what that costs."""
+    run = profile.run(env=profile.env(STANDIN_PCE_S="60", PROVER_PCE_SETTLE_S="1"), name="pce-cut")
+    out = run.output
+    assert run.returncode == 0, out[-6000:]
+    assert [name for name, _ in done_phases(out)] == PHASES, done_phases(out)
+    assert "phase warmup: settling → stopping (settle_timeout_s=1 passed; cuzk-daemon's PCE cut short: the next " \
+           "daemon (the bench's) extracts the PCE again on its first proof, ~14 GiB more at its peak)" in out
+    assert not re.search(r"\[warmup/cuzk-daemon\] .*background PCE extraction complete", out)
+    assert re.search(r"\[bench/cuzk-daemon\] .*background PCE extraction starting", out), out[-6000:]
 
 
 def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Runner) -> None:

@@ -183,3 +183,41 @@ def test_each_reader_of_the_daemon_address_gets_its_own_form(tmp_path: Path, lis
     assert written == {"listen": daemon, "status_listen": status.removeprefix("http://").rstrip("/")}
     assert (env["CUZK_ADDR"], env["CURIO_CUZK_ADDRESS"]) == (bench, curio)
     assert env["CUZK_STATUS_LISTEN"] == written["status_listen"]
+
+
+# ---------------------------------------------------------------- settle = "cuzk-pce": the warm-up's daemon kept
+
+def daemon_line(target: str, message: str) -> bytes:
+    """A line as cuzk-daemon's tracing prints it: coloured, a timestamp, the level, the target."""
+    return (f"\x1b[2m2026-12-04T18:00:00.000Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[2m{target}\x1b[0m\x1b[2m:\x1b[0m "
+            f"{message}").encode()
+
+
+def test_the_pce_watch_waits_from_the_extractions_start_to_its_end() -> None:
+    watch = hooks.PCE_HOOK.new_watch()
+    assert watch.pending() is None  # nothing started: a daemon that loaded its PCE is stopped at once
+    watch.feed([daemon_line("cuzk_core::engine", "received proof job=1"),
+                daemon_line("cuzk_core::engine", "background PCE extraction starting for PoRep 32G")])
+    assert watch.pending() == "its background PCE extraction for PoRep 32G and the PCE file's save"
+    # The extraction's own end and the save are not the thread's end: the PCE is cached after them.
+    watch.feed([daemon_line("cuzk_core::pipeline", "PCE extraction complete circuit_id=porep-32g extract_ms=47000"),
+                daemon_line("cuzk_pce::disk", "PCE saved to disk (raw format) path=/p/pce-porep-32g.bin")])
+    assert watch.pending() is not None
+    watch.feed([daemon_line("cuzk_core::engine", "background PCE extraction complete")])
+    assert watch.pending() is None
+
+
+@pytest.mark.parametrize("end", ["background PCE extraction complete for PoRep 32G",
+                                 "background PCE extraction failed error=out of budget",
+                                 "background PCE extraction failed for PoRep 32G (non-fatal) error=x"])
+def test_each_way_the_real_engine_ends_an_extraction_ends_the_wait(end: str) -> None:
+    watch = hooks.PCE_HOOK.new_watch()
+    watch.feed([b"background PCE extraction starting for PoRep 32G", b"background PCE extraction starting for "
+                b"WindowPoSt"])
+    assert watch.pending() == ("its background PCE extraction for PoRep 32G, WindowPoSt and the PCE file's save")
+    watch.feed([end.encode()])
+    assert watch.pending() == "its background PCE extraction for WindowPoSt and the PCE file's save"
+    watch.feed([b"background PCE extraction complete for WindowPoSt"])
+    assert watch.pending() is None
+    watch.feed([b"background PCE extraction complete"])  # (an end with none started: nothing to take off)
+    assert watch.pending() is None

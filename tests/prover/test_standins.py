@@ -417,7 +417,7 @@ def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,
     status = wait_status(status_port)
     assert status["counters"]["total_completed"] == 4
     daemon.wait_for(r"^TIMELINE,\d+,completed,bench-\S+,prove_ms=\d+$")
-    daemon.wait_for(r"extracting PCE")
+    daemon.wait_for(r"background PCE extraction starting for PoRep 32G")
     assert (tmp_path / "params").exists() is False  # no cache dir: PCE not saved, and nothing created
 
 
@@ -542,7 +542,43 @@ def test_daemon_crash_mid_bench(tmp_path: Path, spawn: Callable[..., Proc]) -> N
                                     "Error: Prove RPC failed\n")), bench.stderr
     assert daemon.wait() == 3
     assert "panicked" in daemon.output
-    assert (tmp_path / "params" / "pce-porep-32g.bin").exists()
+
+
+def test_the_pce_is_extracted_on_a_thread_of_its_own_and_lost_with_a_daemon_stopped_first(
+        tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    """As the real engine: the first proof starts the PCE's extraction and does not wait for it; the shutdown does
+    not either, so a daemon stopped first leaves no PCE (its next start extracts it again)."""
+    (tmp_path / "params").mkdir()
+    pce = tmp_path / "params" / "pce-porep-32g.bin"
+    daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_PCE_S="30")
+    wait_status(status_port)
+    proof = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", "-t", "porep", "--c1", C1,
+                        env=standin_env())
+    assert proof.returncode == 0 and "COMPLETED" in proof.stdout, proof.stdout + proof.stderr
+    daemon.wait_for(r"background PCE extraction starting for PoRep 32G")
+    assert not pce.exists() and "background PCE extraction complete" not in daemon.output
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait() == 0
+    assert not pce.exists() and "background PCE extraction complete" not in daemon.output
+
+
+def test_the_pce_is_saved_through_a_tmp_file_then_said_complete(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    (tmp_path / "params").mkdir()
+    daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_PCE_S="0.4")
+    wait_status(status_port)
+    proof = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", "-t", "porep", "--c1", C1,
+                        env=standin_env())
+    assert proof.returncode == 0, proof.stdout + proof.stderr
+    daemon.wait_for(r"background PCE extraction complete$")
+    assert [p.name for p in (tmp_path / "params").iterdir()] == ["pce-porep-32g.bin"]  # (the .tmp renamed)
+    said = daemon.output
+    order = ["background PCE extraction starting", "PCE extraction complete circuit_id=porep-32g",
+             "PCE saved to disk (raw format)", "PCE saved to disk circuit_id", "PCE cached",
+             "background PCE extraction complete"]
+    assert [said.index(line) for line in order] == sorted(said.index(line) for line in order), said
+    assert wait_status(status_port)["allocations"]["pce"], "the PCE is not in /status's allocations"
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait() == 0
 
 
 def test_daemon_on_a_unix_socket(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
@@ -653,7 +689,7 @@ def test_hung_daemon_stops_answering(tmp_path: Path, spawn: Callable[..., Proc])
     wait_status(status_port)
     bench = spawn("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", "-t", "porep", "--c1", C1,
                   env=standin_env())
-    daemon.wait_for(r"extracting PCE")
+    daemon.wait_for(r"background PCE extraction starting for PoRep 32G")
 
     def answers() -> bool:
         try:

@@ -13,8 +13,12 @@ ready means ``GET /status`` answers on status_listen or a connect to listen succ
 ``POST /prove`` on listen (JSON body ``{"type": "porep", "job": "...", "c1": "..."}``)
 queues for a GPU worker, simulates a proof and answers
 ``{"job", "status": "COMPLETED"|"CANCELLED", "prove_ms", "queue_ms"}``. The first proof
-after a cold start extracts the PCE first (writes ``<param_cache>/pce-porep-32g.bin`` if
-that directory exists; later starts load it; ``CUZK_DISABLE_PCE=1`` turns it off). Each
+after a cold start starts the PCE's extraction on a thread of its own, as the real engine does, and
+goes on: "background PCE extraction starting for PoRep 32G", then the file written to
+``<param_cache>/pce-porep-32g.tmp`` and renamed ``.bin`` ("PCE saved to disk"; a missing directory
+is "failed to save PCE to disk (non-fatal)"), then "background PCE extraction complete". Nothing
+waits for it, the shutdown neither: stopped before, the PCE is lost. Later starts load it;
+``CUZK_DISABLE_PCE=1`` turns it off. Each
 proof prints ``TIMELINE,<ms since start>,<event>,<job>,<detail>`` lines. ``GET /status`` on
 status_listen answers JSON in the real daemon's shape (curio ``extern/cuzk/cuzk-core/src/status.rs``):
 ``uptime_secs``, ``memory {total_bytes, used_bytes, available_bytes}``, ``synthesis``, ``pipelines [...]``,
@@ -42,10 +46,10 @@ Signals: SIGTERM: default action, dies at once, no cleanup. SIGINT as ``STANDIN_
   (tokio's handler stays installed).
 
 Environment: ``STANDIN_PROOF_S`` (seconds per proof, default 1.0 scaled), ``STANDIN_PCE_S``
-(PCE extraction, default 0.5 scaled), ``STANDIN_SRS_LOAD_S`` (startup SRS load, default 0.3
-scaled), ``STANDIN_BIND_DELAY_S``, ``STANDIN_REQUIRE_PARAMS=1`` (fail at start, exit 1, unless
-param_cache holds a ``*.params`` file), ``STANDIN_DAEMON_MIN_BUDGET`` (size; a smaller memory
-budget fails at start with "insufficient memory budget for SRS", exit 1),
+(PCE extraction, default 0.5 scaled; its save takes half as long again), ``STANDIN_SRS_LOAD_S``
+(startup SRS load, default 0.3 scaled), ``STANDIN_BIND_DELAY_S``, ``STANDIN_REQUIRE_PARAMS=1``
+(fail at start, exit 1, unless param_cache holds a ``*.params`` file), ``STANDIN_DAEMON_MIN_BUDGET``
+(size; a smaller memory budget fails at start with "insufficient memory budget for SRS", exit 1),
 ``STANDIN_CUZK_VERSION`` (``--version`` output), ``STANDIN_CUZK_LEGACY_PW``, plus the common
 knobs; the partway point is after ``STANDIN_FAIL_AFTER`` (default 1) proofs completed, 0
 meaning during the first proof's PCE extraction (the real field failure).
@@ -118,6 +122,7 @@ class Daemon:
         self.fail_proofs = os.environ.get("STANDIN_FAIL_PROOFS", "").strip()
         self.in_flight = self.queued = self.busy = 0
         self.pce_loaded = False
+        self.pce_extracting = False  # its background extraction started (once a run)
         self.fail_after = max(0, knobs.env_int("STANDIN_FAIL_AFTER", 1))
         self.proof_s = knobs.env_seconds("STANDIN_PROOF_S", 1.0)
         self.pce_s = knobs.env_seconds("STANDIN_PCE_S", 0.5)
@@ -315,28 +320,46 @@ class Daemon:
                                   lambda detail: self.timeline("synth_oom", "synthesis", detail))
 
     def _maybe_extract_pce(self, job: str) -> None:
+        """As the real engine (cuzk-core engine.rs): the first proof with no PCE cached starts its extraction on a
+        thread of its own and goes on without waiting for it. The daemon's shutdown does not wait for it either:
+        the process ends with it, a save cut short leaving its ``.tmp``."""
         if self.pce_disabled or self.pce_loaded:
             if self.fail_after == 0:
                 failures.partway()
             return
         with self.pce_lock:
-            if self.pce_loaded:
+            if self.pce_loaded or self.pce_extracting:
                 return
-            self.log("info", "extracting PCE for porep-32g "
-                             "(first proof after a cold start, ~14 GiB transient)")
-            self.timeline("pce_extract_start", job, "")
-            if self.fail_after == 0:
-                failures.partway()
-            self.stop.wait(self.pce_s)
-            if os.path.isdir(self.cfg.param_cache):
-                try:
-                    with open(os.path.join(self.cfg.param_cache, PCE_FILE), "wb") as fh:
-                        fh.write(b"PCE-standin\n" + bytes(4084))
-                except OSError as exc:
-                    self.log("warn", f"could not save PCE: {exc}")
-            self.pce_loaded = True
-            self.timeline("pce_extract_done", job, "")
-            self.log("info", f"PCE saved to {os.path.join(self.cfg.param_cache, PCE_FILE)}")
+            self.pce_extracting = True
+        # (Said here, not on the thread, where the real one says it: a failure right after must not lose it.)
+        self.log("info", "background PCE extraction starting for PoRep 32G", "cuzk_core::engine")
+        threading.Thread(target=self._extract_pce, name="pce", daemon=True).start()
+        if self.fail_after == 0:
+            failures.partway()  # (the field failure: the daemon dies as its first proof's extraction runs)
+
+    def _extract_pce(self) -> None:
+        """Extract (STANDIN_PCE_S), then write ``<param_cache>/pce-porep-32g.tmp`` and rename it ``.bin``
+        (cuzk-pce disk.rs ``save_to_disk``; half as long again), saying what the real one says."""
+        started = time.monotonic()
+        time.sleep(self.pce_s)  # (not cut by a SIGINT: the real thread goes on while the process lives)
+        self.log("info", f"PCE extraction complete circuit_id=porep-32g "
+                         f"extract_ms={int((time.monotonic() - started) * 1000)}", "cuzk_core::pipeline")
+        path = os.path.join(self.cfg.param_cache, PCE_FILE)
+        tmp = os.path.splitext(path)[0] + ".tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(b"PCE-standin\n" + bytes(4084))
+                time.sleep(self.pce_s / 2)  # (the real one writes ~26 GiB)
+            os.rename(tmp, path)
+        except OSError as exc:
+            self.log("warn", f"failed to save PCE to disk (non-fatal) circuit_id=porep-32g error={exc}",
+                     "cuzk_core::pipeline")
+        else:
+            self.log("info", f"PCE saved to disk (raw format) path={path} file_size_gib=0.0", "cuzk_pce::disk")
+            self.log("info", f"PCE saved to disk circuit_id=porep-32g path={path}", "cuzk_core::pipeline")
+        self.pce_loaded = True
+        self.log("info", "PCE cached circuit_id=porep-32g", "cuzk_core::pipeline")
+        self.log("info", "background PCE extraction complete", "cuzk_core::engine")
 
     def status(self) -> dict[str, Any]:
         """The real daemon's ``/status`` shape (cuzk-core/src/status.rs), with the stand-in's figures."""

@@ -71,6 +71,7 @@ class FakeChild:
     stop_takes: float = 0.0  # seconds from the stop's first signal to its end (its grace, a slow shutdown)
     outlives_kill: bool = False  # in uninterruptible sleep: the stop ends (the wait given up), no exit ever comes
     tag: str = "fake"  # (what a real child's processes carry in their environment: a watch's tree has none of it)
+    held: list[str] = field(default_factory=list)  # printed but not read yet (still in the pipe): drain_output reads it
 
     @property
     def label(self) -> str:
@@ -94,7 +95,10 @@ class FakeChild:
         self.status = status
 
     def drain_output(self) -> None:
-        pass
+        """What it printed that is still in the pipe (``held``) is read now, as a real child's drain reads it."""
+        held, self.held = self.held, []
+        for line in held:
+            self.say(line)
 
     def stop(self, loop: EventLoop, log: Callable[[str], None], reason: str, on_stopped: Callable[[], None]) -> None:
         if not self.running:

@@ -518,6 +518,32 @@ def test_a_deadline_that_passes_while_settling_stops_the_daemons_and_the_success
         "phase deadline timeout_s=100 passed; the daemon's cache cut short: the next daemon builds it again"]
 
 
+def test_a_settles_end_still_in_the_pipe_at_the_deadline_is_read_first_and_decides(drive) -> None:
+    # The deadline reads what the children printed before it decides: the daemon's last line ends the settle,
+    # and the deadline, now moot, is not said (nor blamed for the stop).
+    d, daemon, _ = settling(drive, exits_at=95.0)
+    daemon.held.append("built the cache")
+    d.run_until(101.0)
+    assert d.phase.state is PhaseState.DONE
+    assert [why for _, s, why in d.moves if s is PhaseState.STOPPING] == ["the daemon's cache: over"]
+    assert not any("deadline" in line for line in d.log), d.log
+
+
+def test_a_stall_while_settling_cuts_the_settle_and_the_success_stands(drive) -> None:
+    # A daemon working silently for its command is no failure of that command; a fault found meanwhile is.
+    d, _, _ = settling(drive)
+    d.phase.abort_attempt(v.STALLED, "stalled: no output for 60.0s")  # (what the stall watch's finding does)
+    d.run_until(6.0)
+    assert d.phase.state is PhaseState.DONE and d.phase.outcome is not None and d.phase.outcome.success
+    assert [why for _, s, why in d.moves if s is PhaseState.STOPPING] == [
+        "stalled: no output for 60.0s; the daemon's cache cut short: the next daemon builds it again"]
+    faulted, _, _ = settling(drive)
+    faulted.phase.abort_attempt(v.GPU_FAULT, "Xid 79 on GPU 0")
+    faulted.run_until(200.0)
+    assert faulted.phase.state is PhaseState.FAILED
+    assert faulted.phase.outcome is not None and faulted.phase.outcome.reason == v.GPU_FAULT
+
+
 def test_a_command_that_failed_never_settles(drive) -> None:
     d, daemon, _ = settling(drive, code=1)
     assert daemon.stop_asked_at == 5.0 and PhaseState.SETTLING not in [s for _, s, _ in d.moves]
@@ -530,6 +556,20 @@ def test_a_shutdown_while_settling_leaves_the_phase_done(drive) -> None:
     d.phase._lifecycle = lifecycle
     d.phase.shut_down()
     daemon.exit(None, 15)  # (the lifecycle stops every child)
+    d.phase.settle_after_shutdown()
+    d.run_until(10.0)
+    assert d.phase.state is PhaseState.DONE, d.moves
+
+
+def test_the_settles_end_said_in_a_shutdowns_grace_leaves_the_phase_done(drive) -> None:
+    # The real daemon serves on in its SIGINT grace, its extraction thread too: its end line can come then. The
+    # shutdown, not the line, settles the phase (done); the line starts no stop of its own.
+    d, daemon, _ = settling(drive)
+    d.phase._lifecycle = SimpleNamespace(shutting_down=True)
+    d.phase.shut_down()
+    daemon.say("built the cache")
+    assert d.phase.state is PhaseState.SETTLING and daemon.stop_asked_at is None
+    daemon.exit(None, 15)
     d.phase.settle_after_shutdown()
     d.run_until(10.0)
     assert d.phase.state is PhaseState.DONE, d.moves

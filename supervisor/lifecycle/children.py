@@ -42,13 +42,16 @@ Spawn = Callable[[ChildSpec, ChildContext, Reader | None, OnExit], Child]
 def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reader | None, on_exit: OnExit) -> Child:
     """Spawn ``spec`` in its phase's environment and cgroup, its output read by ``reader`` (if any) and
     shipped, ``on_exit`` called when it is reaped. Raises SpawnError (nothing left open)."""
-    readers: list[Reader] = [reader] if reader is not None else []
+    readers: list[Reader] = []
     if kit.ship_lines is not None:
         ship, faults = kit.ship_lines, kit.loop.faults
-        # Shipping is best effort: a shipper that raises costs lines to the manager, never the phase.
+        # Shipping is best effort: a shipper that raises costs lines to the manager, never the phase. It goes
+        # first: what the reader after it makes the supervisor say is shipped after the lines that caused it.
         readers.append(contained(
             lambda lines, source=spec.log_source, label=spec.label: ship(source, label, lines),
             lambda exc: faults.report(f"shipping the output of {spec.label}", exc, phase=ctx.phase)))
+    if reader is not None:
+        readers.append(reader)
     # Any other reader (a parser) that raises fails the phase (what it reads decides it), never the loop.
     output = ChildOutput(spec.label, kit.console, LogFile(log_path(kit.log_dir, spec), kit.log_file_max_bytes,
                                                           kit.log), kit.ring_lines, kit.redactor,

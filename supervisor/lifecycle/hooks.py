@@ -11,8 +11,9 @@ Three hooks, each chosen once from the phase's spec (supervisor/prover/hooks.py 
   (``ExplainsFailure``: cuzk-bench's ``Error:`` line) has it said in that exit's verdict;
 - ``settle``, a reader of the daemons' output: after the command succeeded, the daemons are kept (the phase
   SETTLING) while it says they still do something the command started (a cache the first request builds
-  on a thread of its own, say), for at most the phase's settle_timeout_s. Only a daemon's death fails the
-  attempt then; the settle's end, or its bound, stops the daemons as after any success.
+  on a thread of its own, say), for at most the phase's settle_timeout_s. A daemon's death or a fault a watch
+  finds fails the attempt then; the settle's end, its bound, the deadline, a stall or too_slow stops the daemons
+  as after any success.
 
 The core's own step before a phase's first attempt is one of these: ``memory_preflight`` (told only a
 HookContext, never the Phase) says what memory the children have, and refuses a phase whose min_memory

@@ -126,6 +126,8 @@ def decide(phase: Phase, event: Event) -> Step:
         case Aborted(reason, detail, command_running):
             if over:
                 return NOTHING  # a watch's finding in the stop's grace: the shutdown ends the attempt, not it
+            if state is PhaseState.SETTLING and reason in v.TIMED_OUT:  # (a silent daemon: the command succeeded)
+                return _end_attempt(phase, phase.outcome, f"{detail}; {phase.settle_cut_short()}")
             return _abort(phase, reason, detail, command_running)
         case DeadlinePassed(detail, command_running):
             if state in FINAL_STATES or over:
@@ -137,8 +139,8 @@ def decide(phase: Phase, event: Event) -> Step:
                 return _end_attempt(phase, phase.outcome, f"{detail}; {phase.settle_cut_short()}")
             return _abort(phase, v.TIMEOUT, detail, command_running)  # in STOPPING its outcome decides
         case Settled(why, cut):
-            if state is not PhaseState.SETTLING:
-                return NOTHING  # a daemon died or the deadline passed first: that ended the settle
+            if state is not PhaseState.SETTLING or over:
+                return NOTHING  # a daemon died or the deadline passed first; a shutdown settles it (done)
             return _end_attempt(phase, phase.outcome, f"{why}; {phase.settle_cut_short()}" if cut else why)
         case ChildrenStopped():
             return _after_the_stop(phase) if state is PhaseState.STOPPING else NOTHING
@@ -537,24 +539,23 @@ class Phase:
     def _deadline_passed(self) -> None:
         if self.state in FINAL_STATES or self.shutting_down():
             return
+        before = self.state
         self.look_before_deciding()
-        if self.state in FINAL_STATES or self.shutting_down():
-            return
+        if self.state in FINAL_STATES or self.shutting_down() or self.state is not before:
+            return  # (what it printed moved it: a settle's end, read just now, decided first)
         detail = f"phase deadline timeout_s={self.spec.timeout_s:g} passed"
         self._log(f"phase {self.name}: {detail}")
         self._on(DeadlinePassed(detail, self._command_running()))
 
-    # The settle (a oneshot whose daemons finish what its command started: hooks.py ``settle``).
-
-    def settle_pending(self) -> str | None:
+    def settle_pending(self) -> str | None:  # (the settle: hooks.py; the phase SETTLING: states.py)
         return self._attempt.settle.pending() if self._attempt.settle is not None else None
 
     def settle_cut_short(self) -> str:
         return self._attempt.settle.cut_short() if self._attempt.settle is not None else "no settle"
 
     def _settle_read(self, attempt: int, lines: list[bytes]) -> None:
-        settle = self._attempt.settle  # (a kept daemon's lines of an earlier attempt are not this one's)
-        if attempt == self.attempt and settle is not None and settle.read(lines) is None \
+        settle = self._attempt.settle  # (a kept daemon's lines after its attempt are read by none)
+        if self._is_current(attempt, *ATTEMPT_RUNS) and settle is not None and settle.read(lines) is None \
                 and self.state is PhaseState.SETTLING:
             self._on(Settled(f"{settle.hook.what}: over"))
 

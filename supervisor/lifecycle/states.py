@@ -62,8 +62,8 @@ class PhaseState(enum.StrEnum):
 #   +---------> STOPPED  the supervisor shut down before the lifecycle reached it
 #
 # SETTLING: the command succeeded and the phase's settle hook reads in its daemons' output that they still do
-# something the command started; they are kept until it reads that over, settle_timeout_s or the deadline
-# passes (the success stands), or a daemon dies (its verdict ends the attempt).
+# something the command started; they are kept until it reads that over, settle_timeout_s, the deadline, a stall or
+# too_slow comes (the success stands), or a daemon dies or a watch finds a fault (that verdict ends the attempt).
 #
 # DONE, FAILED and STOPPED are final. A phase has no flag beside its state: a service that is up stays
 # RUNNING to the outside while its attempt's record (supervisor/lifecycle/attempt.py) says when it came up; what

@@ -92,15 +92,22 @@ class PceWatch:
         for raw in lines:
             line = strip_ansi(raw).decode("utf-8", errors="replace")
             if STARTED in line:
-                circuit = line.split(STARTED, 1)[1].strip().removeprefix("for ").strip()
-                self.under_way.append(circuit or "its circuit")
-            elif self.under_way and any(end in line for end in ENDED):
-                self.under_way.pop(0)
+                self.under_way.append(_circuit(line, STARTED) or "its circuit")
+            elif self.under_way and (end := next((end for end in ENDED if end in line), None)):
+                # The one it names ("... complete for WindowPoSt"), else the oldest (PoRep's says no name).
+                named = _circuit(line, end).partition(" (")[0]
+                self.under_way.remove(named if named in self.under_way else self.under_way[0])
 
     def pending(self) -> str | None:
         if not self.under_way:
             return None
         return f"its background PCE extraction for {', '.join(self.under_way)} and the PCE file's save"
+
+
+def _circuit(line: str, said: str) -> str:
+    """What the line names after ``said``: "for PoRep 32G (non-fatal) error=…" → "PoRep 32G (non-fatal) error=…"."""
+    rest = line.split(said, 1)[1].strip()
+    return rest.removeprefix("for ").strip() if rest.startswith("for ") else ""
 
 
 PCE_HOOK = SettleHook("cuzk-daemon's PCE", PceWatch,

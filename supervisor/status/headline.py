@@ -78,8 +78,9 @@ def _on_its_way(snap: Snapshot, now: float) -> str:
     if state == "backoff":
         left = timers.backoff.left_s if timers.backoff is not None else None
         return f"retrying: {name} attempt {current.attempt} failed; next attempt in {span(left)}"
-    if state == "settling":
-        left = timers.settle.left_s if timers.settle is not None else None
+    if state == "settling":  # (the deadline, if sooner, ends it first)
+        left = min((t.left_s for t in (timers.settle, timers.deadline) if t is not None and t.left_s is not None),
+                   default=None)
         return (f"settling: {name}'s command done; its daemons kept for what it started, "
                 f"{span(left)} more at most")
     ready = timers.ready

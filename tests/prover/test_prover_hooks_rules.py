@@ -221,3 +221,11 @@ def test_each_way_the_real_engine_ends_an_extraction_ends_the_wait(end: str) -> 
     assert watch.pending() is None
     watch.feed([b"background PCE extraction complete"])  # (an end with none started: nothing to take off)
     assert watch.pending() is None
+
+
+def test_an_end_that_names_its_circuit_ends_that_one() -> None:
+    watch = hooks.PCE_HOOK.new_watch()
+    watch.feed([b"background PCE extraction starting for PoRep 32G",
+                b"background PCE extraction starting for WindowPoSt",
+                b"background PCE extraction complete for WindowPoSt"])
+    assert watch.pending() == "its background PCE extraction for PoRep 32G and the PCE file's save"

@@ -302,6 +302,14 @@ def test_daemon_logs_ready_before_it_answers_then_serves_status(tmp_path: Path,
     assert set(status["memory"]) == {"total_bytes", "used_bytes", "available_bytes"}
     assert status["counters"] == {"total_completed": 0, "total_failed": 0, "completed_by_kind": {},
                                   "failed_by_kind": {}, "queue_depth": 0}
+    # The rest as status.rs serializes it (SrsEntry, GpuWorkerSnapshot, BuffersSnapshot): an idle worker's
+    # busy_secs is null, never 0.
+    assert [set(entry) for entry in status["allocations"]["srs"]] == [
+        {"circuit_id", "bytes", "last_used_secs_ago", "evictable"}]
+    assert status["allocations"]["pce"] == []  # (none extracted or loaded yet)
+    assert status["gpu_workers"][0]["state"] == "idle" and status["gpu_workers"][0]["busy_secs"] is None
+    assert set(status["buffers"]) == {"synth_in_flight", "provers_in_flight", "aux_in_flight", "shells_in_flight",
+                                      "pending_handles"}
     assert is_listening(port)
 
 

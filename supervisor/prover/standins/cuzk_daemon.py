@@ -86,6 +86,11 @@ SIGINT_SERVE_ON = "serve-on"
 SIGINT_MODES = (SIGINT_EXIT, SIGINT_SERVE_ON)
 
 
+def allocation(size: int) -> dict[str, Any]:
+    """An entry of ``/status``'s ``allocations`` (status.rs ``SrsEntry``/``PceEntry``): the 32 GiB PoRep circuit's."""
+    return {"circuit_id": "porep-32g", "bytes": size, "last_used_secs_ago": 0.0, "evictable": False}
+
+
 class Interrupted(Exception):
     """SIGINT arrived (raised in the main thread by the handler)."""
 
@@ -377,7 +382,7 @@ class Daemon:
                     "state": "proving" if i < busy else "idle",
                     "current_job": active[i][0] if i < len(active) else None,
                     "current_partition": 0 if i < busy else None,
-                    "busy_secs": round(now - active[i][1][1], 3) if i < len(active) else 0.0}
+                    "busy_secs": round(now - active[i][1][1], 3) if i < len(active) else None}
                    for i in range(self.cfg.gpu_workers)]
         return {
             "uptime_secs": int(now - self.t0),
@@ -387,10 +392,10 @@ class Daemon:
                            "total_partitions": 10, "partitions_done": 0, "partitions": []}
                           for job, (kind, started) in jobs.items()],
             "gpu_workers": workers,
-            "allocations": {"srs": [{"circuit": "porep-32g", "bytes": SRS_BYTES}],
-                            "pce": [{"circuit": "porep-32g", "bytes": PCE_BYTES}] if self.pce_loaded else []},
+            "allocations": {"srs": [allocation(SRS_BYTES)], "pce": [allocation(PCE_BYTES)] if self.pce_loaded else []},
             "counters": counters,
-            "buffers": {},
+            "buffers": {"synth_in_flight": busy, "provers_in_flight": busy, "aux_in_flight": 0, "shells_in_flight": 0,
+                        "pending_handles": 0},
         }
 
     # ------------------------------------------------------------ shutdown

@@ -43,7 +43,8 @@ COPY docker/entrypoint.sh /usr/local/bin/entrypoint.sh
 RUN chmod 0755 /usr/local/bin/entrypoint.sh /opt/prover-supervisor/entrypoint.py
 
 # `docker stop` (how Vast recycles instances) sends this; the supervisor stops its children's trees
-# within their stop_grace_s and exits 143, well before docker's own SIGKILL.
+# within its stop_budget_s (8 s unless set; their stop_grace_s shrunk to fit) and exits 143, before
+# docker's own SIGKILL at 10 s.
 STOPSIGNAL SIGTERM
 
 # Exec form, no shell in between: the supervisor itself is PID 1 of `docker run`, receives the

@@ -45,7 +45,7 @@ def gpus() -> Iterator[Gpus]:
 
 def faults_of(gpus: Gpus, timeout: float = 10) -> list[GpuFault]:
     found: list[GpuFault] = []
-    wait_for(lambda: found.extend(gpus.take_faults()) or found, timeout=timeout)
+    wait_for(lambda: found.extend(gpus.take_all_faults()[0]) or found, timeout=timeout)
     return found
 
 

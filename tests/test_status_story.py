@@ -431,7 +431,8 @@ def test_the_managers_last_error_has_an_age_and_the_next_delivery_clears_it(sup:
         assert snap["manager"]["ledger"][0]["answer"]["uuid"] == snap["manager"]["uuid"]
         _, text = status(sup.state_dir)
         assert "last error" not in text, text
-        assert re.search(r"^    register\s+delivered \d+s ago, \d+ attempt\(s\), carried label=C\.story.* -> uuid: \S+",
+        assert re.search(r"^    register\s+delivered \d+s ago, \d+ attempt\(s\), "
+                         r"queued with label=C\.story.* -> uuid: \S+",
                          text, re.M), text
     finally:
         stop(run)
@@ -645,7 +646,8 @@ def test_the_ledger_and_phase_lines_in_the_text() -> None:
     text = render(Snapshot.from_json(snap), live=True, now=now)
     assert "      started 100s ago, took 40s" in text.splitlines(), text
     assert "      memory: usage 10.0MiB, peak 20.0MiB, limit 384.0MiB (memory_max 384.0MiB)" in text.splitlines(), text
-    assert "    bench-done   delivered 5s ago, 1 attempt(s), carried rate=12.5 -> passed: false" in text.splitlines()
+    assert ("    bench-done   delivered 5s ago, 1 attempt(s), queued with rate=12.5 -> passed: false"
+            in text.splitlines())
 
 
 if __name__ == "__main__":  # pragma: no cover

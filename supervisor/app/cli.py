@@ -7,7 +7,7 @@ The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
 - ``run [--config F] [--rebench] [--fresh]``: supervise the lifecycle (config from --config, else
   $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status; on a
   state_dir whose instance was given up it runs nothing and exits 79, unless ``--fresh`` (givenup.py);
-- ``check --config F``: validate a config, start nothing;
+- ``check [--config F]``: validate the config ``run`` would read (the same order), start nothing;
 - ``status [--json] [--watch [--interval S]] [--state-dir D | --config F]``: what the running
   supervisor does, else what it last saved and what became of it (status/command.py);
 - ``demo [--fail MODE] [--phase P] [--keep]``: the whole lifecycle with the stand-ins (``--fail gpu``,
@@ -15,14 +15,14 @@ The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
 - ``standins --bin-dir DIR``: write the stand-ins under the real programs' names;
 - ``dev-manager [--port N]``: a stand-in of the fleet manager's API on 127.0.0.1.
 
-Exit statuses are named in exits.py: 0 done (``status``: a supervisor answers; ``status --watch``
-ended by Ctrl-C), 1 ``status``: the state_dir's status.json is not ours to read, 2 a bad config or
-command line (one line on stderr, nothing started), 3 ``status`` found none running (exited, or gone:
-killed with what it started maybe still alive), 75 another supervisor already runs from this
-state_dir, 79 ``run``: this state_dir's instance was given up before, 80 ``run``: the manager killed
-the instance, 130 a command other than ``run`` was interrupted (Ctrl-C); otherwise ``run`` passes on
-the status of the lifecycle (1, 70, 124, a plugin's own such as the prover's 69, the failing child's
-exit code, or 128 + a signal).
+Exit statuses are named in exits.py: 0 done (``status``: a supervisor answers; ``status --watch`` ended by
+Ctrl-C), 1 ``status``: the state_dir's socket or status.json is not ours to ask (another user's), 2 a bad
+config or command line (one line on stderr, nothing started), 3 ``status``: no supervisor answers (exited;
+gone, killed with what it started maybe still alive; or alive but not answering), 75 another supervisor
+already runs from this state_dir, 79 ``run``: this state_dir's instance was given up before, 80 ``run``: the
+manager killed the instance, 130 a command other than ``run`` was interrupted (Ctrl-C); otherwise ``run``
+passes on the status of the lifecycle (1, 70, 124, a plugin's own such as the prover's 69, the failing
+child's exit code, or 128 + a signal).
 
 This is the composition root's one import of the prover (run.py, startup.py and observers.py are handed
 it as a Plugin), each part of it named once: ``plugin()`` (``supervisor.prover.plugin.PLUGIN``: ``[cuzk]``,

@@ -50,7 +50,7 @@ CGROUP_MODES = ("auto", "shared", "off")
 # each call at the moment it names.
 ReportWhen = Literal["done", "up"]
 PARAM_DONE = "param-done"  # the fetch phase's: its end starts the clock after it (state/firstseen.py)
-RUNNING = "running"  # the production phase's (Lifecycle.production)
+RUNNING = "running"  # the production phase's (Lifecycle.production_phases)
 REPORTS: Mapping[str, ReportWhen] = MappingProxyType({PARAM_DONE: "done", RUNNING: "up"})
 RESUMES = ("no", "outputs", "machine")
 DEFAULT_RESUME_MAX_AGE_S = 86400.0

@@ -1,4 +1,4 @@
-"""The one event loop: a selector over pipes and the signal fd, plus timers.
+"""The one event loop: a selector over pipes and the signal wake-up pipe, plus timers.
 
 Nothing here polls: the loop sleeps in ``select`` until a file descriptor is
 readable or the next timer is due. Its readers: the signal inbox, the

@@ -151,7 +151,7 @@ class Gpus:
             self._cond.notify_all()
 
     def watch_health(self) -> None:
-        """From now on the thread also waits for Xid events and tells a GPU that is lost (``take_faults``)."""
+        """From now on the thread also waits for Xid events and tells a GPU that is lost (``take_all_faults``)."""
         self.start()
         with self._cond:
             self._health = True
@@ -165,12 +165,9 @@ class Gpus:
         """The GPU watches' states (status; the tick says when one goes blind)."""
         return self.sampling, self.xid_events
 
-    def take_faults(self) -> list[GpuFault]:
-        """What the thread found wrong since the last call (the loop's GPU health decides what it means)."""
-        return self.take_all_faults()[0]
-
     def take_all_faults(self) -> tuple[list[GpuFault], dict[tuple[int | None, int | None], int]]:
-        """The faults found since the last call, and how many more of each (GPU, Xid) were only counted."""
+        """The faults found since the last call, and how many more of each (GPU, Xid) were only counted
+        (the loop's GPU health, lifecycle/gpuhealth.py, decides what they mean)."""
         return self._xid.take()
 
     def latest(self) -> GpuReading | None:

@@ -1,7 +1,7 @@
 """Memory warned before the kill: each phase whose children run is watched against its memory limit.
 
 An OOM kill comes without warning to the operator, though the usage was near the limit for minutes
-(the seeds' instance died on its first uncached proof). So at every tick (freeze.TICK_S: cgroupfs
+(the seeds' instance died on its first uncached proof). So at every tick (engine/tick.py's TICK_S: cgroupfs
 and /proc/meminfo reads do not block, so this runs on the loop) the memory of each phase with live
 children is read: its own cgroup (per-phase mode), else the supervisor's, else the machine's
 (MemTotal less MemAvailable). The figure is the working set (usage less inactive file cache, as the

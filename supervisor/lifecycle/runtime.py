@@ -78,7 +78,8 @@ class MachineEvidence:
     progress: ProgressProbe = field(default_factory=ProgressProbe)  # the walker thread, for every phase
     # The I/O thread: the attempts' trees' bytes (iowatch.py); None: no I/O evidence (fake children, no processes).
     io: IoProbe | None = field(default_factory=IoProbe)
-    freeze: FreezeWatch | None = None  # notices the supervisor itself was frozen (freeze.start_the_tick, from run.py)
+    # Notices the supervisor itself was frozen (engine/tick.py's start_the_tick, from run.py).
+    freeze: FreezeWatch | None = None
     first_seen: FirstSeen | None = None  # when the instance first started and registered: deadlines count from it
     watches: Watches = field(default_factory=Watches)  # every watch's state: reading, blind, stopped (watchstate.py)
 

@@ -304,7 +304,7 @@ def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_e
     """What follows the attempt ``outcome`` ended, and why. ``restart_times``: when the service was
     restarted before (monotonic), against its restart_burst; ``forgiven``: a oneshot's attempts, this one
     among them, that got further and are not counted against its retries (retry_while_progressing)."""
-    if outcome.reason in v.FOR_GOOD:  # a bug of ours, a GPU gone: another attempt cannot succeed
+    if outcome.reason in v.FOR_GOOD:  # a bug of ours, a GPU gone, too slow to make it: another attempt cannot succeed
         why = outcome.detail if outcome.reason == v.INTERNAL_ERROR else f"{outcome.reason}: {outcome.detail}"
         return Next.FAIL, why
     if spec.kind == "oneshot":

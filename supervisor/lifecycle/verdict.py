@@ -55,7 +55,6 @@ NO_REASONS_ADDED: AddedReasons = MappingProxyType({})
 # make it in time (another attempt runs on the same link and GPUs, against the same clock).
 FOR_GOOD = (INTERNAL_ERROR, GPU_FAULT, TOO_SLOW)
 LAST_LINES = 20
-# The supervisor's own clocks ended it: the status is timeout(1)'s, whatever the child did on SIGTERM.
 # What the supervisor decided was over for time: the run exits EXIT_TIMEOUT (124) as timeout(1) does,
 # whatever the child did on the stop signal. A download or bench too slow to make it is one of these.
 TIMED_OUT = (TIMEOUT, STALLED, TOO_SLOW)

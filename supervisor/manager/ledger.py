@@ -1,10 +1,12 @@
 """What the manager was told: the outbox's latest calls as a ledger the status view shows.
 
-One entry a call, oldest first: its kind, what it carried (the rate, the reason: the payload's small
-values, masked, each cut short), the manager's answer as kept (``passed: false``), its state (pending,
-delivered, failed), its attempts, when it was queued and finished, and its last error. Log pushes are
-left out (their text is the log itself, and they would crowd the calls out); the log shipper's backlog
-says how they fare. A pure function of the outbox's rows (outbox.Outbox.history).
+One entry a call, oldest first: its kind, what it was queued with (the payload's small values, masked,
+each cut short), the manager's answer as kept (``passed: false``), its state (pending, delivered,
+failed), its attempts, when it was queued and finished, and its last error. The payload is the
+supervisor's word for the call; its call kind sends what the manager reads of it (a bench-done's
+``reason`` only with ``bench_done_reason``, its ``failed`` never). Log pushes are left out (their text is
+the log itself, and they would crowd the calls out); the log shipper's backlog says how they fare. A
+pure function of the outbox's rows (outbox.Outbox.history).
 """
 
 from __future__ import annotations

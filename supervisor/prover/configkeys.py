@@ -8,9 +8,9 @@ is refused with a "did you mean", a bad value in one line naming the key, like a
   ``status_listen`` are read here as ``ready = "cuzk"`` probes them (``listen_probe``, ``status_probe``, which
   ready.py builds its check from), whichever phase uses the table: cuzk.toml, ``CUZK_ADDR`` and the
   production watch take them too, so an address no probe could reach is refused by ``check``;
-- ``[manager]`` gains ``min_rate`` (else ``$MIN_RATE``, else 50), ``bench_gate_s``, ``give_up_on_failure``
-  (or its old name ``report_bench_failure``) and ``bench_done_reason``: the file format is unchanged, and the
-  values are in ``Plan.extensions["manager"]`` under the keys' own names;
+- ``[manager]`` gains ``min_rate`` (else ``$MIN_RATE``, else 50), ``bench_gate_s``, ``bench_deadline_s``,
+  ``give_up_on_failure`` (or its old name ``report_bench_failure``) and ``bench_done_reason``: the file
+  format is unchanged, and the values are in ``Plan.extensions["manager"]`` under the keys' own names;
 - ``[supervisor]`` gains ``min_param_disk``: the free space the parameter cache needs (the prover's disk need,
   plugin.py), in ``Plan.extensions["supervisor"]``.
 """

@@ -1,11 +1,12 @@
 """The first lines of ``prover-supervisor status``: the story in one line, then, when something went wrong, why.
 
-An operator paging through a fleet at night reads the headline and knows: ``FAILED: bench/bench oom_killed
-2m05s ago; exit 137``, ``running: curio up 3h12m``, ``GONE: supervisor pid 4242 ...; 2 process(es) still
-alive``. Under a failure come its cause (reason, detail), the failing child's last lines (colour codes
-stripped), the supervisor's exit status and the log files that have the rest; under a supervisor that is
-gone, what it started that is still alive. Pure functions of the snapshot (and what ``status`` found out
-about the supervisor: ``supervisor``, ``survivors``), and of the time.
+An operator paging through a fleet at night reads the headline and knows: ``FAILED: bench oom_killed 2m05s
+ago; exit 137`` (a child named like its phase shows the phase alone), ``running: curio up 3h12m``,
+``GONE: supervisor pid 4242 ...; 2 process(es) still alive``. Under a failure come its cause (reason,
+detail), the failing child's last lines (colour codes stripped), the supervisor's exit status and the log
+files that have the rest; under a supervisor that is gone, what it started that is still alive. Pure
+functions of the snapshot (and what ``status`` found out about the supervisor: ``supervisor``,
+``survivors``), and of the time.
 """
 
 from __future__ import annotations

@@ -471,7 +471,7 @@ class Delivered(_Record):
 
 @dataclass(frozen=True)
 class LedgerEntry(_Record):
-    """One call the manager was told (ledger.ledger): its state, attempts, what it carried and its answer."""
+    """One call the manager was told (ledger.ledger): its state, attempts, what it was queued with, its answer."""
 
     id: int | None = None
     kind: str | None = None
@@ -479,7 +479,7 @@ class LedgerEntry(_Record):
     attempts: int | None = None
     created: float | None = None
     finished: float | None = None
-    carried: Mapping[str, Any] = field(default_factory=dict)  # the call's scalar values
+    carried: Mapping[str, Any] = field(default_factory=dict)  # the queued payload's scalar values
     answer: Mapping[str, Any] = field(default_factory=dict)  # the answer's scalar values
     last_error: str | None = None
 

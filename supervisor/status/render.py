@@ -249,7 +249,8 @@ def _children(snap: Snapshot, now: float, gone: bool) -> list[str]:
 
 
 def _ledger(entries: Sequence[LedgerEntry], now: float) -> list[str]:
-    """What the manager was told, latest last: kind, state, attempts, when, what it carried, its answer."""
+    """What the manager was told, latest last: kind, state, attempts, when, what it was queued
+    with (not all of it is sent: docs/operations.md), its answer."""
     if not entries:
         return []
     out = ["  calls (latest last):"]
@@ -258,7 +259,7 @@ def _ledger(entries: Sequence[LedgerEntry], now: float) -> list[str]:
         answer = ", ".join(f"{k}: {shown_value(v)}" for k, v in e.answer.items())
         when = e.finished or e.created
         line = (f"    {e.kind!s:<12} {e.state!s:<9} {since(when, now)}, "
-                f"{e.attempts} attempt(s)" + (f", carried {carried}" if carried else "")
+                f"{e.attempts} attempt(s)" + (f", queued with {carried}" if carried else "")
                 + (f" -> {answer}" if answer else ""))
         if e.last_error and e.state != "delivered":
             line += f"; error: {one_line(e.last_error, 160, mark='')}"

@@ -12,7 +12,7 @@ downstream gets it masked already and never masks again. The entry points:
   recorded (verdict.VerdictRecord), so the log, the status view and status.json, the durable FAILED push,
   a plugin's give-up reason and the termination log all read the masked record;
 - what the manager (or the HTTP library) says: the client masks the URL's credentials in the errors
-  it raises (manager.py), and the status view masks the last error it shows (Reporter.status).
+  it raises (manager/client.py), and the status view masks the last error it shows (Reporter.status).
 
 A child's bytes come in reads cut wherever the pipe was: a secret written in two writes arrives
 in two reads. So the stream holds back the end of a read that could still become a secret (at most

@@ -36,7 +36,7 @@ def faults_of(gpus: Gpus, count: int = 1, timeout: float = 10) -> list[GpuFault]
     found: list[GpuFault] = []
 
     def enough() -> bool:
-        found.extend(gpus.take_faults())
+        found.extend(gpus.take_all_faults()[0])
         return len(found) >= count
 
     wait_for(enough, timeout=timeout)
@@ -78,7 +78,7 @@ def test_a_lost_gpu_is_a_fault_told_once(control: NvmlControl, gpus: Gpus) -> No
     assert (fault.index, fault.xid, fault.fatal) == (0, None, True)
     assert fault.describe() == "GPU 0: lost (NVMLError_GpuIsLost: GPU is lost)"
     time.sleep(0.5)
-    assert gpus.take_faults() == []  # said once, though every later sample finds it lost
+    assert gpus.take_all_faults()[0] == []  # said once, though every later sample finds it lost
     release()
 
 

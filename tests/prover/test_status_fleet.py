@@ -44,8 +44,8 @@ def test_the_ledger_shows_the_bench_done_rate_and_its_passed_false(profile: Runn
     assert all(e["kind"] != "log" for e in ledger), "log pushes crowd the calls out"
     rc, text = status(profile.state_dir)
     assert rc == 3, text
-    assert re.search(r"^    bench-done\s+delivered \d+s ago, \d+ attempt\(s\), carried rate=[0-9.]+ -> passed: false$",
-                     text, re.M), text
+    assert re.search(r"^    bench-done\s+delivered \d+s ago, \d+ attempt\(s\), "
+                     r"queued with rate=[0-9.]+ -> passed: false$", text, re.M), text
     assert text.splitlines()[0] == f"stopped: {snap['lifecycle']['why']}; exit {EXIT_BENCH_REJECTED}", text
 
 

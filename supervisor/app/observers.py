@@ -91,8 +91,7 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
         # A reading that is no longer current is no utilisation now (a plugin's summary says it is unknown).
         current = gpus.samples if gpus is not None and not gpus.samples_stale else ()
         return {"memory_used": use.used if use else None, "memory_limit": use.limit if use else None,
-                "gpu_utilization": [s.utilization for s in current],
-                "gpu_sample_age_s": gpus.sampled_s_ago if gpus is not None else None}
+                "gpu_utilization": [s.utilization for s in current]}
 
     wiring = Wiring(plan=plan, events=sup.lifecycle.observers.plugin,
                     production=sup.lifecycle,

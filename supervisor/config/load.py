@@ -439,11 +439,6 @@ def _one_authorization(v: Mapping[str, Any]) -> None:
                               "Authorization header; give one of them")
 
 
-def default_label(environ: Mapping[str, str]) -> str:
-    """``$VAST_CONTAINERLABEL``, else ``C.$CONTAINER_ID``, else the hostname."""
-    return label_source(environ)[0]
-
-
 def label_source(environ: Mapping[str, str]) -> tuple[str, str]:
     """The default label and where it came from, as a config error names it: os.environ keeps bytes that are
     not UTF-8 as surrogate escapes, which would fail mid-run (the outbox, JSON) if not refused at load."""

@@ -57,7 +57,6 @@ class ExitFlush:
         self._progress_at = now
         self._failures = failures  # the sender's failed attempts so far: one since the progress makes a stall
         self._failures_then = failures()
-        self.cut_by: str | None = None  # the stop signal that cut the flush short
         self.ended_by: str | None = None  # the second one, that ended it
 
     def over(self) -> bool:
@@ -82,7 +81,6 @@ class ExitFlush:
     def cut(self, signame: str, budget_s: float | None = None) -> str:
         """The first stop signal during the flush: FLUSH_AFTER_TERM_S more at most (within a stop budget of
         ``budget_s``, stopbudget.py: what it leaves after its closing). Returns the line to say."""
-        self.cut_by = signame
         more = FLUSH_AFTER_TERM_S if budget_s is None else min(FLUSH_AFTER_TERM_S, budget_s - CLOSE_S)
         self.deadline = min(self.deadline, self._clock() + more)
         return (f"{signame} during the exit flush: giving the manager {round(self.seconds_left(), 1):g}s more, "

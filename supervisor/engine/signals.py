@@ -138,10 +138,8 @@ IGNORED = with_meaning(Meaning.IGNORE)
 FAULTS = with_meaning(Meaning.FAULT)
 # What the inbox catches: every signal but the ignored ones and the faults (those must kill).
 CAUGHT = STOPS | FORWARDED | NOTED | {signal.SIGCHLD}
-# The earlier names: what a worker thread blocks so that the loop's thread takes every caught signal
-# (offloop.worker_thread), and the signals that stop the lifecycle.
+# What a worker thread blocks so that the loop's thread takes every caught signal (offloop.worker_thread).
 HANDLED = CAUGHT
-SHUTDOWN = STOPS
 # faulthandler.enable() covers these; the other faults are registered one by one.
 FAULTHANDLER_FATAL = frozenset({S.SIGSEGV, S.SIGBUS, S.SIGFPE, S.SIGILL, S.SIGABRT})
 

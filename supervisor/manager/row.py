@@ -50,7 +50,6 @@ CLOCK_OFFSET_MIN_S = 5.0
 MANAGER_TIME_MIN = 1704067200.0  # 2024-01-01 00:00:00 UTC
 # The whole fleet in one answer: 7 days of killed rows included. Far more than 64 KiB, still bounded.
 STATUS_MAX_BYTES = 4 * 1024 * 1024
-STATUS_MAX_TEXT = "4 MiB"
 # A kill reason is the manager's one line ("param fetch timeout (90min)"); a longer one is cut.
 KILL_REASON_MAX_CHARS = 300
 # The longest ISO 8601 time read ("2026-12-01T12:31:00.123456+02:00" is 32): anything longer is not parsed.

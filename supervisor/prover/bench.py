@@ -220,7 +220,6 @@ GOOD_STATUS = "COMPLETED"
 
 @dataclass
 class SingleResult:
-    result_seen: bool = False  # the "=== Proof Result ===" block (or a [k/N] proof line) was printed
     statuses: list[str] = field(default_factory=list)  # every status read, in order
     error: str | None = None
     exit_error: str | None = None  # its own "Error: ..." line (stderr): no result came
@@ -254,7 +253,7 @@ class SingleProofParser(_LineParser):
     def feed_line(self, line: str) -> None:
         r = self.result
         if _RESULT_HEADER in line:
-            r.result_seen = self._in_result = True
+            self._in_result = True
             return
         if r.exit_error is None and (error := _error_of(line)) is not None:
             r.exit_error = error
@@ -262,7 +261,7 @@ class SingleProofParser(_LineParser):
             return
         proof = _PROOF_RE.match(line)
         if proof:
-            r.result_seen = self._in_result = True  # an "    error: ..." line may follow it
+            self._in_result = True  # an "    error: ..." line may follow it
             r.statuses.append(proof.group(3))
             return
         found = _RESULT_FIELD_RE.match(line) if self._in_result else None

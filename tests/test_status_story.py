@@ -507,6 +507,45 @@ def test_an_empty_state_dir_is_refused_not_taken_as_none_given(tmp_path: Path) -
         2, "", "prover-supervisor: --state-dir: must be a non-empty string, got ''\n"), done
 
 
+@pytest.mark.parametrize("command", ["run", "check", "status"])
+def test_an_empty_config_is_refused_not_taken_as_none_given(tmp_path: Path, command: str) -> None:
+    # `run --config "$UNSET"`: the built-in profile in its place would register, download and give up an
+    # instance; $SUPERVISOR_CONFIG in its place would read a file the user did not name.
+    env = {**clean_env(), "SUPERVISOR_CONFIG": str(tmp_path / "other.toml"),
+           "SUPERVISOR_STATE_DIR": str(tmp_path / "state"), "SUPERVISOR_LOG_DIR": str(tmp_path / "logs")}
+    done = subprocess.run([PY, "-m", "supervisor", command, "--config", ""], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "prover-supervisor: --config: an empty path (name a file, or leave --config out for "
+               "$SUPERVISOR_CONFIG or the built-in profile)\n"), done
+    assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize(("supervisor", "said"), [
+    ('[supervisor]\nstatedir = "/tmp/elsewhere"\n', "supervisor.statedir: unknown key (did you mean 'state_dir'?)"),
+    ("supervisor = 5\n", "supervisor: must be a table, got 5")])
+def test_status_config_with_a_bad_supervisor_table_is_refused_as_check_refuses_it(
+        tmp_path: Path, supervisor: str, said: str) -> None:
+    # Read as no state_dir, it showed the default state_dir's supervisor as this config's.
+    config = tmp_path / "c.toml"
+    config.write_text(supervisor + '[[phases]]\nname = "a"\ncommand = ["true"]\n')
+    answers = [subprocess.run([PY, "-m", "supervisor", command, "--config", str(config)], capture_output=True,
+                              text=True, cwd=REPO, env=clean_env(), timeout=30) for command in ("status", "check")]
+    for done in answers:
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", f"prover-supervisor: {config}: {said}\n"), done
+
+
+def test_status_config_reads_its_state_dir_without_the_runs_variables(tmp_path: Path) -> None:
+    # Only [supervisor]'s key names are checked: a value that needs the run's variables is not read.
+    config = tmp_path / "c.toml"
+    config.write_text(f'[supervisor]\nstate_dir = "{tmp_path}/st"\nlog_dir = "${{UNSET_LOGS}}"\n'
+                      '[[phases]]\nname = "a"\ncommand = ["${UNSET_PROGRAM}"]\n')
+    done = subprocess.run([PY, "-m", "supervisor", "status", "--config", str(config)], capture_output=True,
+                          text=True, cwd=REPO, env=clean_env(), timeout=30)
+    rc, text = done.returncode, done.stdout + done.stderr
+    assert rc == 3 and f"no answer on {tmp_path}/st/status.sock" in text, text
+
+
 # ---------------------------------------------------------------- in-process: the timers and the text's parts
 
 

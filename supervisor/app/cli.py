@@ -221,8 +221,15 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def config_path(args: argparse.Namespace) -> str | None:
-    """--config, else $SUPERVISOR_CONFIG, else None: the built-in prover profile."""
-    return getattr(args, "config", None) or os.environ.get("SUPERVISOR_CONFIG") or None
+    """--config, else $SUPERVISOR_CONFIG, else None: the built-in prover profile. An empty --config (an unset
+    ``--config "$CFG"``) is refused: it must not run the built-in profile, register and give an instance up."""
+    given = getattr(args, "config", None)
+    if given == "":
+        from ..config import ConfigError
+
+        raise ConfigError("--config: an empty path (name a file, or leave --config out for $SUPERVISOR_CONFIG or "
+                          "the built-in profile)")
+    return given or os.environ.get("SUPERVISOR_CONFIG") or None
 
 
 def check_config(args: argparse.Namespace) -> int:

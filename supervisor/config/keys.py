@@ -33,10 +33,7 @@ def take(table: Any, where: str, keys: Mapping[str, Key],
     """Check one TOML table against its keys: unknown keys are errors (typos must not pass). ``elsewhere``: the
     other tables' keys, by where they belong (``"a phase key: put it under [[phases]]"``), so that a key put in
     the wrong table is told where it goes rather than a near spelling of this table's."""
-    table = check_table(table, where)
-    for key in table:
-        if key not in keys:
-            raise ConfigError(f"{join_key(where, key)}: unknown key{unknown_hint(key, keys, elsewhere)}")
+    table = known_keys(table, where, keys, elsewhere)
     out: dict[str, Any] = {}
     for key, spec in keys.items():
         if key in table:
@@ -46,6 +43,17 @@ def take(table: Any, where: str, keys: Mapping[str, Key],
         else:
             out[key] = spec.default
     return out
+
+
+def known_keys(table: Any, where: str, keys: Collection[str],
+               elsewhere: Mapping[str, Collection[str]] = MappingProxyType({})) -> dict[str, Any]:
+    """``table``, a TOML table whose every key is one of ``keys``; else the one-line error for the first that is
+    not (its right table, or a near spelling). Its values are left to the caller."""
+    table = check_table(table, where)
+    for key in table:
+        if key not in keys:
+            raise ConfigError(f"{join_key(where, key)}: unknown key{unknown_hint(key, keys, elsewhere)}")
+    return table
 
 
 def unknown_hint(key: str, keys: Collection[str], elsewhere: Mapping[str, Collection[str]]) -> str:

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from ..text.redact import url_secrets
 from ..text.show import cut, shown
 from .endpoint import _url, check_derived_label, check_label
-from .keys import ConfigPlugin, Key, take, unknown_hint
+from .keys import ConfigPlugin, Key, known_keys, take, unknown_hint
 from .model import DEFAULT_STATE_DIR, ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
 from .tables import (
     CORE_TABLES,
@@ -70,12 +70,19 @@ def load_plan(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None =
 def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None = None,
                    environ: Mapping[str, str] | None = None) -> str:
     """A config's ``[supervisor] state_dir`` alone (``None``: the plugin's profile), checked as ``load_plan``
-    checks it: what ``status`` needs. Nothing else is read, so a shell without the run's secrets and
-    variables (a token, a ``${PROG}``) may still ask where the supervisor keeps its state."""
+    checks it: what ``status`` needs. No other value is read, so a shell without the run's secrets and
+    variables (a token, a ``${PROG}``) may still ask where the supervisor keeps its state; but a [supervisor]
+    that is no table or has a key ``run`` would refuse (a misspelt ``state_dir``) is refused here too, never
+    read as the default state_dir (another supervisor's state shown as this one's)."""
     environ = os.environ if environ is None else environ
     text, source = _config_text(path, plugin)
-    table = _toml(text, source).get("supervisor")
-    value = table.get("state_dir", DEFAULT_STATE_DIR) if isinstance(table, dict) else DEFAULT_STATE_DIR
+    mine = plugin if plugin is not None else _NOTHING
+    try:
+        table = known_keys(_toml(text, source).get("supervisor", {}), "supervisor",
+                           {*SUPERVISOR_KEYS, *mine.table_keys.get("supervisor", {})}, homes(mine)["supervisor"])
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    value = table.get("state_dir", DEFAULT_STATE_DIR)
     where, env_keys = "supervisor.state_dir", dict[str, str]()
     try:
         return check_state_dir(_expand(value, where, environ, env_keys), where)

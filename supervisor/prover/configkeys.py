@@ -50,6 +50,7 @@ from .cuzkconf import GENERATED_TABLES, MEMORY_MODELS, CuzkSettings, cuzk_addres
 
 SECTION = "cuzk"
 MAX_BENCH_CONCURRENCY = 1_024
+MAX_BENCH_COUNT = 10_000  # proofs in one bench: a day of 32 GiB PoReps on the fastest GPU is far fewer
 MAX_OVERRIDE_WORKERS = 1_024  # [cuzk.overrides] synthesis_concurrency, partition_workers
 # [cuzk.overrides] values that cuzkconf.generate() reads to size the daemon (the rest is merged as given).
 _OVERRIDE_WORKERS = (("pipeline", "synthesis_concurrency"), ("synthesis", "partition_workers"))
@@ -153,6 +154,8 @@ CUZK_KEYS = {
     "safety_margin": Key(check_size, _default("safety_margin")),
     "bench_concurrency": Key(whole_number(1, MAX_BENCH_CONCURRENCY),
                              _default("bench_concurrency")),
+    "bench_count": Key(whole_number(1, MAX_BENCH_COUNT), _default("bench_count")),
+    "bench_c1": Key(absolute_path("cuzk-bench reads it from its own cwd"), _default("bench_c1")),
     "baseline": Key(check_size, _default("baseline")),
     "per_partition": Key(check_size, _default("per_partition")),
     "pw_baseline": Key(check_size, _default("pw_baseline")),

@@ -76,6 +76,10 @@ class CuzkSettings:
     param_cache: str = "/var/tmp/filecoin-proof-parameters"
     safety_margin: int = 5 * GIB
     bench_concurrency: int = 5
+    # The bench's proofs (``-c``) and its C1 input (``--c1``): checked with the rest, not first read by
+    # cuzk-bench after the download (CUZK_BENCH_COUNT, CUZK_BENCH_C1).
+    bench_count: int = 12
+    bench_c1: str = "/data/zk/c1.json"
     overrides: dict[str, Any] | None = None
     # The workloads.md figures; settable so the stand-ins can run the profile on a small machine.
     baseline: int = UNIFIED_BASELINE

@@ -54,7 +54,8 @@ def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
         return {"CUZK_CONFIG": settings.config_path, "CUZK_ADDR": address.for_bench(),
                 "CURIO_CUZK_ADDRESS": address.for_curio(),
                 "CUZK_STATUS_LISTEN": cuzkconf.status_address(settings.status_listen),
-                "CUZK_BENCH_CONCURRENCY": str(generated.bench_concurrency)}
+                "CUZK_BENCH_CONCURRENCY": str(generated.bench_concurrency),
+                "CUZK_BENCH_COUNT": str(settings.bench_count), "CUZK_BENCH_C1": settings.bench_c1}
 
     return write_cuzk_config
 

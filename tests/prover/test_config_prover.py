@@ -75,8 +75,26 @@ def test_builtin_profile_takes_environment() -> None:
     assert plan.phases[0].command.command[-1] == "64GiB"
     assert plan.supervisor.log_dir == "/tmp/l"
     bench = plan.phases[2].command.command
-    assert bench[-1] == "3"  # the count, handed to the sh wrapper as $2
+    assert "-c \"$CUZK_BENCH_COUNT\"" in bench[2] and bench[3:] == ("cuzk-bench",), bench
+    assert plan.sections["cuzk"].bench_count == 3  # checked as [cuzk] bench_count, handed as $CUZK_BENCH_COUNT
     assert plan.sections["cuzk"].bench_concurrency == 2
+
+
+@pytest.mark.parametrize(("variable", "raw", "said"), [
+    ("BENCH_COUNT", "abc", "cuzk.bench_count: must be a whole number, got 'abc'"),
+    ("BENCH_COUNT", "-5", "cuzk.bench_count: must be >= 1, got -5"),
+    ("BENCH_COUNT", "0", "cuzk.bench_count: must be >= 1, got 0"),
+    ("BENCH_COUNT", "10001", "cuzk.bench_count: must be at most 10000, got 10001"),
+    ("BENCH_C1", "c1.json", "cuzk.bench_c1: 'c1.json' is not an absolute path"),
+    ("BENCH_C1", "", "cuzk.bench_c1: "),
+])
+def test_the_bench_count_and_input_are_checked_before_anything_runs(variable: str, raw: str, said: str) -> None:
+    """BENCH_COUNT=abc passed check and failed the bench (cuzk-bench's argparse, exit 2) after the download."""
+    with pytest.raises(ConfigError) as info:
+        load_plan(None, PLUGIN, environ={variable: raw})
+    message = str(info.value)
+    assert message.startswith(f"built-in prover profile: {said}") and "\n" not in message, message
+    assert message.endswith(f"(from ${variable})"), message
 
 
 @pytest.mark.parametrize("raw", ["0.000001", "0.001", "0.1"])

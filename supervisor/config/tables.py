@@ -82,13 +82,13 @@ from .values import (
     check_bool,
     check_file_to_write,
     check_memory_max,
-    check_path,
     check_seconds,
     check_size,
     check_state_dir,
     check_stop_budget,
     check_stop_signal,
     check_warn_fraction,
+    check_working_dir,
     endpoints_meet,
     local_endpoint,
     one_of,
@@ -163,7 +163,7 @@ _CHILD_KEYS = {
     # where the supervisor is started (the image's WORKDIR), and only the child's own start resolves it (the
     # supervisor never changes its directory). A path the supervisor reads itself, or another program does from
     # its own cwd (progress_path, [cuzk] config_path), is absolute.
-    "cwd": Key(check_path),
+    "cwd": Key(check_working_dir),
     "stop_signal": Key(check_stop_signal, int(signal.SIGTERM)),
     "stop_grace_s": Key(check_seconds),
     "ready": Key(ready_checker()),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from helpers import PY, REPO, clean_env
 
 from supervisor.config import ConfigError
 from supervisor.exits import EXIT_CONFIG_ERROR
-from supervisor.prover.standins.install import PROGRAMS, write_bin_dir
+from supervisor.prover.standins.install import MARK, PROGRAMS, write_bin_dir
 
 WRITTEN = (*PROGRAMS, "c1.json")
 
@@ -52,6 +53,22 @@ def test_a_link_in_bin_dir_is_replaced_not_written_through(tmp_path: Path) -> No
 def test_the_stand_ins_are_written_again_over_themselves(tmp_path: Path) -> None:
     bin_dir = tmp_path / "new" / "bin"
     write_bin_dir(str(bin_dir))
-    (bin_dir / "paramfetch").write_text("stale\n")
+    # One an older Python wrote: a stand-in of ours all the same (its mark on its second line).
+    (bin_dir / "paramfetch").write_text(f"#!/bin/sh\n# stand-in for paramfetch {MARK}\nexec /old/python -m x\n")
     write_bin_dir(str(bin_dir))
-    assert "supervisor.prover.standins.paramfetch" in (bin_dir / "paramfetch").read_text()
+    assert f'exec "{sys.executable}" -m supervisor.prover.standins.paramfetch' in (bin_dir / "paramfetch").read_text()
+
+
+@pytest.mark.parametrize("name", [*PROGRAMS, "c1.json"])
+def test_a_real_program_in_bin_dir_is_refused_and_nothing_is_written(tmp_path: Path, name: str) -> None:
+    """`standins --bin-dir /usr/local/bin` replaced the real curio (and a real c1.json) with the stand-ins'."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = bin_dir / name
+    real.write_text("#!/bin/sh\n# the real one\n")
+    done = subprocess.run([PY, "-m", "supervisor", "standins", "--bin-dir", str(bin_dir)], capture_output=True,
+                          text=True, cwd=tmp_path, env=clean_env({"PYTHONPATH": str(REPO)}), timeout=60)
+    assert (done.returncode, done.stdout) == (EXIT_CONFIG_ERROR, ""), done
+    assert done.stderr == (f"prover-supervisor: --bin-dir: {real} is there and is no stand-in of ours (a real "
+                           f"program?): nothing written; name a directory of the stand-ins' own, not {bin_dir}\n")
+    assert real.read_text() == "#!/bin/sh\n# the real one\n" and [p.name for p in bin_dir.iterdir()] == [name]

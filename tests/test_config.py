@@ -638,6 +638,23 @@ def test_unknown_subcommand_exit_2() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (["frobnicate"], "prover-supervisor: argument COMMAND: invalid choice: 'frobnicate'"),
+    (["status", "--watch", "--interval", "abc"], "prover-supervisor status: argument --interval: 'abc' is not a "
+                                                 "number of seconds from 0.1 to 86400"),
+    (["dev-manager", "--port", "abc"], "prover-supervisor dev-manager: argument --port: 'abc' is not a TCP port"),
+    (["demo", "--fail", "explode"], "prover-supervisor demo: argument --fail: invalid choice: 'explode'"),
+    (["standins"], "prover-supervisor standins: the following arguments are required: --bin-dir"),
+    (["check", "--frob"], "prover-supervisor: unrecognized arguments: --frob"),
+])
+def test_a_command_line_mistake_is_one_line_naming_it(args: list[str], said: str) -> None:
+    # argparse's own form was its usage block, then the error: two or three lines for one mistake.
+    result = cli(*args)
+    assert result.returncode == 2 and result.stdout == "", result
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(said), result.stderr
+    assert result.stderr.rstrip("\n").endswith("--help)"), result.stderr
+
+
 def test_check_reads_the_config_run_would_read() -> None:
     # Without --config, $SUPERVISOR_CONFIG, else the built-in profile with this environment's ${VAR}s: what
     # `run` will run can be checked before it runs.

@@ -46,7 +46,7 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from .. import __version__
 from ..engine.signals import hold_signals, release_signals
@@ -60,8 +60,16 @@ if TYPE_CHECKING:
 PROG = "prover-supervisor"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, its errors said as every other user mistake is: one line on stderr, exit 2 (argparse's own
+    form puts its usage first, and a fleet's log collector keeps only the last line)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_CONFIG_ERROR, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Lifecycle supervisor for a GPU proving container.")
+    parser = OneLineParser(prog=PROG, description="Lifecycle supervisor for a GPU proving container.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p_run = sub.add_parser("run", help="run the lifecycle (config: --config, $SUPERVISOR_CONFIG, or the built-in "

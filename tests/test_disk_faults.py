@@ -155,6 +155,15 @@ def test_a_state_dir_that_is_a_file_is_said_as_that(sup: Runner) -> None:
     refused_at_start(sup, f"supervisor.state_dir: cannot use {sup.state_dir}: not a directory")
 
 
+def test_a_log_dir_that_is_a_file_leaves_no_state_dir_made(sup: Runner) -> None:
+    """The state_dir was made (and its lock taken) before the log_dir was found to be a file."""
+    a_file = sup.tmp / "a-file"
+    a_file.write_text("")
+    assert not sup.state_dir.exists()
+    refused_at_start(sup, f"supervisor.log_dir: cannot use {a_file}: not a directory", log_dir=str(a_file))
+    assert not sup.state_dir.exists()
+
+
 # ================================================================ state_dir: the outbox
 
 

@@ -18,7 +18,6 @@ fails for want of a resource is ``SetupError``: one line, exit 2, nothing of the
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import tempfile
@@ -143,11 +142,12 @@ def take_the_lock(plan: Plan) -> int:
 
 
 def prepare_dirs(plan: Plan) -> None:
-    for key, path in (("supervisor.state_dir", plan.supervisor.state_dir),
-                      ("supervisor.log_dir", plan.supervisor.log_dir)):
+    dirs = (("supervisor.state_dir", plan.supervisor.state_dir), ("supervisor.log_dir", plan.supervisor.log_dir))
+    for key, path in dirs:  # both looked at before either is made: a log_dir that is a file leaves no state_dir
+        if os.path.lexists(path) and not os.path.isdir(path):  # (mkdir would say "File exists")
+            raise SetupError(f"{key}: cannot use {path}: not a directory")
+    for key, path in dirs:
         try:
-            if os.path.lexists(path) and not os.path.isdir(path):  # (mkdir would say "File exists")
-                raise NotADirectoryError(errno.ENOTDIR, "not a directory")
             Path(path).mkdir(parents=True, exist_ok=True)
             # A file made and gone, not os.access: root passes that everywhere, sysfs and read-only binds too.
             tempfile.TemporaryFile(dir=path).close()

@@ -1108,7 +1108,8 @@ URL_PASSWORD = "s3cret-pw"
     ("http://h:x", "not a valid URL"), ("http://[::1", "not a valid URL"),
     ("http://user@h", "a user without a password (user@host) sends no credentials"),
     (f"http://u:{URL_PASSWORD}@h?x", "has a query or fragment"),
-    (f"http://u:{URL_PASSWORD}@h:99999", "not a valid URL"),
+    (f"http://u:{URL_PASSWORD}@h:99999", "not a valid URL (Port out of range 0-65535)"),  # (said the password's)
+    (f"http://u:{URL_PASSWORD}@h:port", "not a valid URL (Port could not be cast to integer value as 'port')"),
     (f"http://u:{URL_PASSWORD}/x@h", "not a valid URL (percent-encode any '/', '@' or ':'"),
     (f"http://u:{URL_PASSWORD}@h/a@b", "has an '@' after the host"),
     (f"http://u:{URL_PASSWORD}@h\t", "holds '\\t'"),

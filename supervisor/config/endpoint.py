@@ -32,8 +32,10 @@ def _url(value: Any, where: str) -> str:
         parts = urlsplit(text)
         port = parts.port
     except ValueError as exc:
-        # urllib quotes what it could not read: with an '@' about, that may be a piece of a password.
-        reason = "percent-encode any '/', '@' or ':' in the user or password" if "@" in text else str(exc)
+        # urllib quotes what it could not read: with an '@' about, that may be a piece of a password. So the
+        # reason is read again from the URL with its user and password masked: the host's or port's own (a port
+        # of 99999), else the credentials' (a '/' or '@' in the password).
+        reason = _masked_url_fault(text) if "@" in text else str(exc)
         raise ConfigError(f"{where}: {quoted} is not a valid URL ({cut(reason, ASIDE_CHARS)})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}: {quoted} must be an http:// or https:// URL with a host")
@@ -47,6 +49,15 @@ def _url(value: Any, where: str) -> str:
         raise ConfigError(f"{where}: {quoted}: a user without a password (user@host) sends no credentials; write "
                           "user:password@host, or use manager.token_env")
     return text.rstrip("/")
+
+
+def _masked_url_fault(text: str) -> str:
+    """Why a URL with credentials cannot be read, said from its masked form alone."""
+    try:
+        _ = urlsplit(_url_for_error(text)).port  # (reading it is what checks it)
+    except ValueError as exc:
+        return str(exc)
+    return "percent-encode any '/', '@' or ':' in the user or password"
 
 
 def _url_for_error(text: str) -> str:

@@ -27,6 +27,7 @@ from helpers import (
 )
 
 from supervisor.evidence.cgroups import mem_total
+from supervisor.exits import EXIT_CONFIG_ERROR, EXIT_FAILURE
 from supervisor.text.units import MIB as MiB
 
 DETAIL_RE = re.compile(r"needs min_memory=(\S+) \((\d+) bytes\) but only (\S+) \((\d+) bytes\) is available")
@@ -71,7 +72,7 @@ def env_config(runner: Runner, min_memory: str, seen: Path) -> Path:
 
 def check_refused(out: str, returncode: int, need: int, started: Path) -> int:
     """The phase ``big`` was refused before any phase started; returns the available bytes named."""
-    assert returncode != 0, out
+    assert returncode == EXIT_FAILURE, out  # (a finding about the machine: no child status to pass on)
     record = one_verdict(out, "fitness")
     assert " reason=insufficient_memory " in record and "phase big needs min_memory=" in record, record
     match = DETAIL_RE.search(record)
@@ -115,14 +116,17 @@ def test_min_memory_below_what_is_available_runs_and_children_are_told(sup: Runn
     assert "reason=insufficient_memory" not in out
 
 
-def test_min_memory_above_the_phases_own_memory_max_is_refused(sup: Runner) -> None:
-    """A phase limited to 64 MiB by its own memory_max can never have the 128 MiB it says it needs."""
+def test_min_memory_above_the_phases_own_memory_max_is_refused_before_anything(sup: Runner) -> None:
+    """A phase limited to 64 MiB by its own memory_max can never have the 128 MiB it says it needs: refused as the
+    config is read (no machine could run it), so no preflight is needed, and nothing starts."""
     started = sup.tmp / "started"
     started.mkdir()
-    result = sup.run(refused_config(sup, "128MiB", started, extra='memory_max = "64MiB"'), timeout=30)
-    out = result.output
-    assert result.returncode != 0, f"a phase needing 128MiB ran under memory_max = 64MiB:\n{out}"
-    assert not (started / "big").exists() and not (started / "helper").exists()
+    config = refused_config(sup, "128MiB", started, extra='memory_max = "64MiB"')
+    result = sup.run(config, timeout=30)
+    assert result.returncode == EXIT_CONFIG_ERROR, f"a phase needing 128MiB ran under 64MiB:\n{result.output}"
+    assert result.output == (f"prover-supervisor: {config}: phases[1] (big).min_memory: 128.0MiB is above memory_max "
+                             "64.0MiB: the phase could never start\n"), result.output
+    assert not list(started.iterdir()) and not sup.state_dir.exists()
 
 
 def test_limit_from_a_real_v1_cgroup(sup: Runner) -> None:

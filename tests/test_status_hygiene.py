@@ -63,7 +63,7 @@ def test_an_apostrophe_in_a_failing_command_leaves_no_shell_quoting_in_the_verdi
         command = {toml_list([missing, "it's"])}
         """)
     result = sup.run(config, timeout=30)
-    assert result.returncode != 0, result.output
+    assert result.returncode == 127, result.output  # (command not found, as a shell says it)
     assert "'\"'\"'" not in result.output, result.output
     (line,) = verdict_lines(result.output, "missing", kind="FAILED")
     assert line.endswith(f'detail="{missing}: command not found"'), line

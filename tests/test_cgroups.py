@@ -254,6 +254,18 @@ def test_v1_oom_kills_count_each_cgroup_below_apart(tmp_path: Path) -> None:
     assert ours.oom_counts() is None  # its own counter unreadable: unknown, never the ones below alone
 
 
+def test_only_the_phase_cgroups_right_below_ours_are_left_apart(tmp_path: Path) -> None:
+    """The supervisor makes its phases' cgroups right below its own; one named alike deeper down is a workload's
+    own (or a phase's child's), and its kills are the shared cgroup's to count."""
+    _root, _proc, cgroup = fake_v1(tmp_path, oom_kill=0)
+    inner = write_files(cgroup / "inner", {"memory.oom_control": v1_oom_control(0)})
+    nested = write_files(inner / "prover-7-work", {"memory.oom_control": v1_oom_control(4)})
+    write_files(cgroup / "prover-7-work", {"memory.oom_control": v1_oom_control(5)})  # a phase's: apart
+    ours = MemoryCgroup(cgroup, "v1", phases_apart=True)
+    assert ours.subtree() == [cgroup, inner, nested]
+    assert ours.oom_kills() == 4
+
+
 def test_v1_oom_kills_past_the_bound_of_cgroups_below_are_unknown(tmp_path: Path) -> None:
     _root, _proc, cgroup = fake_v1(tmp_path)
     said: list[tuple[Path, str]] = []

@@ -1248,3 +1248,9 @@ def test_a_cwd_not_made_yet_is_taken_and_one_that_is_a_directory_too(tmp_path: P
     for cwd in (tmp_path / "made" / "later", tmp_path, "relative/not/yet"):
         plan = parse(f'[[phases]]\nname = "a"\ncommand = ["true"]\ncwd = "{cwd}"\n')
         assert plan.phases[0].command.cwd == str(cwd)
+
+
+def test_min_memory_equal_to_memory_max_is_taken() -> None:
+    # Only above it could the phase never start (the bad-config table); all it may have is all it needs.
+    phase = parse('[[phases]]\nname = "a"\ncommand = ["true"]\nmin_memory = "1GiB"\nmemory_max = "1GiB"\n').phases[0]
+    assert phase.min_memory == phase.memory_max == 1 << 30

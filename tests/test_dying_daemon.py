@@ -119,3 +119,34 @@ def test_a_command_that_fails_as_its_daemon_dies_fails_of_the_daemon(sup: Runner
     assert failed == [("bench", "exit_code", "1"), ("daemon", "daemon_died", "3")], result.output
     assert verdicts(result.output, "ended") == [], "neither is a child the supervisor stopped"
     assert "phase bench: stopping → failed (daemon_died" in result.output, result.output
+
+
+# ---------------------------------------------------------------- dying(): /proc/<pid>/stat read in-process
+
+
+def stat_with(state: bytes, flags: int) -> list[bytes]:
+    """The fields of /proc/<pid>/stat after the name, as trees.stat_fields returns them: state, then ppid,
+    pgrp, session, tty, tpgid, and the flags at index 6."""
+    return [state, b"1", b"4242", b"4242", b"0", b"-1", str(flags).encode(), b"0", b"0"]
+
+
+@pytest.mark.parametrize(("state", "flags", "ends"), [
+    (b"R", 0x4, True),  # PF_EXITING: still freeing a big address space, not a zombie yet
+    (b"D", 0x4 | 0x400000, True),  # the flag among others
+    (b"Z", 0, True), (b"X", 0, True),  # a zombie not reaped yet, or one being reaped
+    (b"R", 0, False), (b"S", 0x400000, False),  # alive: other flags are no sign of an end
+])
+def test_dying_reads_the_exiting_flag_as_well_as_the_zombie_state(
+        monkeypatch: pytest.MonkeyPatch, state: bytes, flags: int, ends: bool) -> None:
+    from supervisor.engine import reaping
+
+    monkeypatch.setattr(reaping, "stat_fields", lambda pid: stat_with(state, flags))
+    assert dying(4242) is ends
+
+
+def test_dying_is_false_for_a_process_gone_or_a_stat_it_cannot_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from supervisor.engine import reaping
+
+    for fields in (None, [b"R"], [b"R", b"1", b"1", b"1", b"0", b"-1", b"flags?"]):
+        monkeypatch.setattr(reaping, "stat_fields", lambda pid, fields=fields: fields)
+        assert dying(4242) is False, fields

@@ -92,6 +92,14 @@ def test_a_settle_says_the_command_is_done_and_how_long_its_daemons_are_kept_at_
         "settling: warmup's command done; its daemons kept for what it started, 4m10s more at most"
 
 
+def test_a_settle_ended_sooner_by_the_phases_deadline_says_the_deadline() -> None:
+    # The deadline (timeout_s) ends the settle if it comes first: "at most" is the sooner of the two.
+    snap = running({"name": "warmup", "state": "settling", "attempt": 1,
+                    "timers": {"settle": {"limit_s": 300, "left_s": 250}, "deadline": {"limit_s": 900, "left_s": 60}}})
+    assert headline(read(snap), True, NOW) == \
+        "settling: warmup's command done; its daemons kept for what it started, 60s more at most"
+
+
 def test_a_daemon_not_yet_ready_says_whom_it_waits_for_and_how_long() -> None:
     snap = running({"name": "bench", "state": "starting", "attempt": 1,
                     "timers": {"ready": {"child": "cuzk", "waited_s": 42, "limit_s": 600}}})

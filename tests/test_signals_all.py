@@ -16,12 +16,14 @@ import json
 import math
 import os
 import resource
+import shlex
 import signal
 import subprocess
 import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -58,6 +60,7 @@ from supervisor.engine.signals import (
     STOPS,
     Action,
     Meaning,
+    SignalRouter,
     Stage,
     signal_name,
     stop_action,
@@ -254,6 +257,29 @@ def test_sigwinch_is_forwarded_like_hup_and_usr(sup: Runner) -> None:
     assert result.returncode == 143, result.output
     assert "SIGWINCH forwarded to svc/svc" in result.output
     assert received(sup) == ["SIGWINCH", "SIGUSR1", "SIGTERM"]
+
+
+def test_a_forwarded_signal_reaches_the_whole_process_group(sup: Runner) -> None:
+    """A shell that does not exec its program: the program under it gets a forwarded signal too (it goes to the
+    child's process group, as tini's -g would send it), not to the shell alone."""
+    py_script(sup.tmp, "recorder", RECORDER)  # (the script alone: the shell runs it)
+    program = shlex.join([PY, str(sup.tmp / "recorder.py"), str(sup.tmp / "got"), str(sup.tmp / "svc.pid"),
+                          "exit-on-term"])
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {toml_list(["sh", "-c", f"trap : USR1 TERM; {program}; :"])}
+        stop_grace_s = 5
+        """)
+    proc, pid = start_service(sup, config)
+    os.kill(pid, signal.SIGUSR1)
+    wait_for(lambda: "SIGUSR1" in received(sup), timeout=10)
+    os.kill(pid, signal.SIGTERM)
+    result = finish(proc, time.monotonic(), 30)
+    assert result.returncode == 143, result.output
+    assert "SIGUSR1 forwarded to svc/svc" in result.output, result.output
+    assert received(sup) == ["SIGUSR1", "SIGTERM"]
 
 
 @pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
@@ -509,3 +535,15 @@ def test_a_reap_that_raised_leaves_the_next_sigchld_of_the_burst_to_reap_again()
     proc = subprocess.run([PY, "-c", INBOX_RAISING], cwd=REPO, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2"], proc.stdout + proc.stderr
+
+
+def test_the_first_stop_signal_before_the_start_decides_the_exit_status() -> None:
+    """`docker stop` (SIGTERM), then an impatient Ctrl-C while the startup steps run: the run exits as the first
+    asked (143), and each signal is said with the status it will have."""
+    said: list[str] = []
+    router = SignalRouter(SimpleNamespace(reap=lambda: None), said.append)
+    router.handle(signal.SIGTERM)
+    router.handle(signal.SIGINT)
+    assert router.stop_requested == ("received SIGTERM", 128 + signal.SIGTERM)
+    assert len(said) == 2 and all(line.endswith("the supervisor exits with status 143") for line in said), said
+    assert said[1].startswith("SIGINT ("), said

@@ -478,11 +478,6 @@ BAD_CONFIGS = [
       id="cuzk-config-path-relative"),
     P('[cuzk]\nparam_cache = "params"\n' + MARK_PHASE, "cuzk.param_cache: 'params' is not an absolute path",
       id="cuzk-param-cache-relative"),
-    # -- a cwd that is a file: the start failed only when its phase came, after the download (spawn_failed, 126)
-    P(bad_phase('cwd = "/etc/passwd"'), "phases[1] (b).cwd: '/etc/passwd' is a file, not a directory (the child "
-      "starts in it)", id="cwd-a-file"),
-    P(bad_daemon('cwd = "/etc/passwd/work"'), "phases[1] (b).daemons[0] (d).cwd: '/etc/passwd/work' is under "
-      "'/etc/passwd', which is a file, not a directory (the child starts in it)", id="daemon-cwd-under-a-file"),
     P(bad_phase('cwd = "/tmp/' + "n" * 256 + '"'), "phases[1] (b).cwd:", id="path-name-too-long"),
     P(bad_phase('cwd = "' + "/abc" * 1100 + '"'), "phases[1] (b).cwd: a path longer than", id="path-too-long"),
     P(bad_phase(command='["true", "' + "x" * 131072 + '"]'), "phases[1] (b).command[1]: longer than",
@@ -1241,13 +1236,6 @@ def test_check_shows_an_odd_config_name_on_one_line(tmp_path: Path) -> None:
     assert result.stdout.count("\n") == 1 and "ok: 1 phase(s)" in result.stdout, result.stdout
     path.unlink()
     assert_one_line_error(cli("check", "--config", str(path)), f"{PROG}: {str(path)!r}: no such file")
-
-
-def test_a_cwd_not_made_yet_is_taken_and_one_that_is_a_directory_too(tmp_path: Path) -> None:
-    # An earlier phase may make it: only a file where the directory would be is refused (the bad-config table).
-    for cwd in (tmp_path / "made" / "later", tmp_path, "relative/not/yet"):
-        plan = parse(f'[[phases]]\nname = "a"\ncommand = ["true"]\ncwd = "{cwd}"\n')
-        assert plan.phases[0].command.cwd == str(cwd)
 
 
 def test_min_memory_equal_to_memory_max_is_taken() -> None:

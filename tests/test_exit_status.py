@@ -439,27 +439,15 @@ def test_missing_cwd_is_126(sup: Runner, pid1: bool) -> None:
     assert "[p/p] should not run" not in result.output
 
 
-def test_a_cwd_that_became_a_file_is_said_as_that(sup: Runner) -> None:
-    # ENOTDIR: was "does not exist", and the reader went looking for a path that is there. (A cwd that is a file
-    # when the config is read is refused by check, tests/test_config.py; here an earlier phase made it one.)
+def test_a_cwd_that_is_a_file_is_said_as_that(sup: Runner) -> None:
+    # ENOTDIR: was "does not exist", and the reader went looking for a path that is there.
     a_file = sup.tmp / "a-file"
-    for n, (cwd, said) in enumerate(((a_file, f"working directory {str(a_file)!r} is not a directory"),
-                                     (a_file / "below", "does not exist"))):  # (a file on the way: as a shell says)
-        a_file.unlink(missing_ok=True)  # (there now, check would refuse it: the bad-config table's case)
-        config = sup.write(f"""
-            [[phases]]
-            name = "make"
-            command = {toml_list(["touch", str(a_file)])}
-
-            [[phases]]
-            name = "p"
-            command = ["true"]
-            cwd = {toml_str(str(cwd))}
-            """, stop_grace_s=1, name=f"config{n}.toml")
-        result = sup.run(config, timeout=30)
-        assert result.returncode == 126, result.output
-        verdict = one_verdict(result.output, "p")
-        assert " reason=spawn_failed " in verdict and said in verdict, verdict
+    a_file.write_text("")
+    result, verdict, _ = _spawn_failure(sup, ["true"], cwd=str(a_file))
+    assert result.returncode == 126, result.output
+    assert f"working directory {str(a_file)!r} is not a directory" in verdict, verdict
+    result, verdict, _ = _spawn_failure(sup, ["true"], cwd=str(a_file / "below"))
+    assert "does not exist" in verdict, verdict  # (a file on the way: nothing there, as a shell says)
 
 
 # ---------------------------------------------------------------- the ECHILD trap

@@ -82,13 +82,13 @@ from .values import (
     check_bool,
     check_file_to_write,
     check_memory_max,
+    check_path,
     check_seconds,
     check_size,
     check_state_dir,
     check_stop_budget,
     check_stop_signal,
     check_warn_fraction,
-    check_working_dir,
     endpoints_meet,
     local_endpoint,
     one_of,
@@ -162,8 +162,9 @@ _CHILD_KEYS = {
     # A child's cwd may be relative: like a relative program in its command, it is the operator's to give from
     # where the supervisor is started (the image's WORKDIR), and only the child's own start resolves it (the
     # supervisor never changes its directory). A path the supervisor reads itself, or another program does from
-    # its own cwd (progress_path, [cuzk] config_path), is absolute.
-    "cwd": Key(check_working_dir),
+    # its own cwd (progress_path, [cuzk] config_path), is absolute. Never looked at here (a file there, a directory
+    # missing): a cwd on a hung mount would freeze the load in the kernel; the start's bounded exec wait says it.
+    "cwd": Key(check_path),
     "stop_signal": Key(check_stop_signal, int(signal.SIGTERM)),
     "stop_grace_s": Key(check_seconds),
     "ready": Key(ready_checker()),

@@ -131,29 +131,12 @@ def check_file_to_write(path: str, where: str, what: str) -> str:
     cannot be looked at (no permission) is left to the write."""
     if os.path.isdir(path):
         raise ConfigError(f"{where}: {shown(path)} is a directory; give the path of {what}, a file")
-    parent = _nearest_existing(os.path.dirname(path))
+    parent = os.path.dirname(path)
+    while parent and parent != os.path.dirname(parent) and not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
     if parent and os.path.exists(parent) and not os.path.isdir(parent):
         raise ConfigError(f"{where}: {shown(path)} is under {shown(parent)}, which is a file, not a directory")
     return path
-
-
-def _nearest_existing(path: str) -> str:
-    """``path`` if it is there, else its nearest parent that is ("" for a relative path none of whose is)."""
-    while path and path != os.path.dirname(path) and not os.path.lexists(path):
-        path = os.path.dirname(path)
-    return path
-
-
-def check_working_dir(value: Any, where: str) -> str:
-    """A child's ``cwd``: a path that is not a file, nor under one (it may not exist yet: an earlier phase may make
-    it), found now rather than as a failed start after the download. Relative, it is resolved as the child's start
-    resolves it: from the supervisor's own directory."""
-    text = check_path(value, where)
-    existing = _nearest_existing(text)
-    if existing and os.path.exists(existing) and not os.path.isdir(existing):
-        under = "" if existing == text else f" is under {shown(existing)}, which"
-        raise ConfigError(f"{where}: {shown(text)}{under} is a file, not a directory (the child starts in it)")
-    return text
 
 
 def check_state_dir(value: Any, where: str) -> str:

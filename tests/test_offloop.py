@@ -46,7 +46,7 @@ from standin_nvml import NvmlControl, fake_nvml_env, gpu
 
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.offloop import run_bounded, worker_thread
-from supervisor.engine.signals import HANDLED
+from supervisor.engine.signals import CAUGHT
 from supervisor.exits import EXIT_FAILURE
 
 HANG_S = 120  # what the stand-in's calls block for: far longer than any test may take
@@ -196,7 +196,7 @@ def test_a_worker_thread_leaves_the_loops_signals_to_the_loop() -> None:
     blocked: list[set[int]] = []
     thread = worker_thread("probe", lambda: blocked.append(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
     thread.join(10)
-    assert thread.daemon and blocked and set(HANDLED) <= blocked[0], blocked
+    assert thread.daemon and blocked and set(CAUGHT) <= blocked[0], blocked
 
 
 # ================================================================ NVML hangs

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from .loop import ErrorHandler, EventLoop
-from .signals import HANDLED
+from .signals import CAUGHT
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ def worker_thread(name: str, target: Callable[[], None]) -> threading.Thread:
     a signal must wake the loop's thread, never one that sits in a hung call."""
 
     def run() -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+        signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
         target()
 
     thread = threading.Thread(target=run, name=name, daemon=True)  # a hung one must not hold up the exit

@@ -136,10 +136,9 @@ FORWARDED = with_meaning(Meaning.FORWARD)
 NOTED = with_meaning(Meaning.NOTE)
 IGNORED = with_meaning(Meaning.IGNORE)
 FAULTS = with_meaning(Meaning.FAULT)
-# What the inbox catches: every signal but the ignored ones and the faults (those must kill).
+# What the inbox catches: every signal but the ignored ones and the faults (those must kill). A worker thread
+# blocks them all, so that the loop's thread takes each (offloop.worker_thread).
 CAUGHT = STOPS | FORWARDED | NOTED | {signal.SIGCHLD}
-# What a worker thread blocks so that the loop's thread takes every caught signal (offloop.worker_thread).
-HANDLED = CAUGHT
 # faulthandler.enable() covers these; the other faults are registered one by one.
 FAULTHANDLER_FATAL = frozenset({S.SIGSEGV, S.SIGBUS, S.SIGFPE, S.SIGILL, S.SIGABRT})
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import Runner, pid_alive, py_script, read_pid, toml_str, wait_for
+from helpers import Runner, pid_alive, py_script, read_pid, toml_str, until, wait_for
 
 
 def descendants(pid: int) -> list[int]:
@@ -192,6 +192,35 @@ def test_second_sigterm_during_grace_kills_at_once(sup: Runner) -> None:
     assert took < 10, f"the second SIGTERM did not cut the 30 s grace short ({took:.1f}s)"
     assert not pid_alive(pid)
     assert "again while stopping" in out
+
+
+
+def test_a_second_sigterm_names_a_daemon_it_killed_before_its_wave_stopped_by_the_shutdown(sup: Runner) -> None:
+    # The service ignores SIGTERM, so its daemon's wave is not yet told to stop when the second SIGTERM kills
+    # everything: that SIGKILL is the shutdown's, not a daemon that died while its phase needed it (a failure
+    # the manager would have been told of).
+    config = sup.write("""
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = ["sh", "-c", "trap '' TERM; while :; do sleep 0.2; done"]
+          [[phases.daemons]]
+          name = "d"
+          command = ["sh", "-c", "exec sleep 3600"]
+    """, stop_grace_s=30)
+    proc = sup.start(config)
+    output = until(proc, "phase serve: service is up")
+    proc.send_signal(signal.SIGTERM)
+    output += until(proc, "stopping serve/serve (supervisor shutdown)")
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=30)
+    output += rest
+    assert proc.returncode == 143, output[-3000:]
+    assert "SIGKILL to everything now" in output, output[-3000:]
+    ended = [line for line in output.splitlines() if "] ended: phase=serve child=" in line]
+    assert len(ended) == 2, output[-3000:]
+    assert all(" reason=stopped " in line for line in ended), ended
+    assert "daemon_died" not in output and "while its phase needed it" not in output, output[-3000:]
 
 
 def test_sigint_exits_130(sup: Runner) -> None:

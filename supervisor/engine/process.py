@@ -110,12 +110,15 @@ class Child:
         if self.running:
             signal_quietly(os.killpg, self.pid, sig)
 
-    def kill_now(self, wait_until: float | None = None) -> None:
-        """SIGKILL the whole tree at once, no grace (a second shutdown request). ``wait_until``: a stop budget's
-        end, past which a tree that survives SIGKILL is not waited for (the earlier one holds)."""
+    def kill_now(self, reason: str, wait_until: float | None = None) -> None:
+        """SIGKILL the whole tree at once, no grace (a second shutdown request), for ``reason``: a child whose
+        stop had not begun (its wave still waited) is stopped by us all the same, and its verdict says so.
+        ``wait_until``: a stop budget's end, past which a tree that survives SIGKILL is not waited for (the
+        earlier one holds)."""
         if wait_until is not None:
             self._wait_until = wait_until if self._wait_until is None else min(self._wait_until, wait_until)
         if not self._gone():
+            self.stop_reason = self.stop_reason or reason
             self._killed_at = self._killed_at or self.clock.monotonic()
             self._signal_tree(signal.SIGKILL, self.tree())
 

@@ -239,7 +239,7 @@ class Lifecycle:
             if self._settle_timer is not None:
                 self._arm_settle_timer()  # (the wait under way ends by then)
         for child in self._started:
-            child.kill_now(wait_until)
+            child.kill_now(SHUTDOWN_WHY, wait_until)
 
     def _finished(self) -> None:
         self._stop_over = True

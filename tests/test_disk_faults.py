@@ -220,6 +220,30 @@ def test_outbox_filling_mid_run_keeps_calls_in_memory_then_writes_them(
     again.close()
 
 
+def test_outbox_full_a_second_time_does_not_write_the_first_times_changes_again(
+        tmp_path: Path, tmpfs: Callable[[Path, str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What was kept in memory through one full disk is written once: a later full disk keeps only its own changes
+    (written again, the first time's rows would put calls delivered since back to pending: sent twice)."""
+    disk = tmpfs(tmp_path / "state", "1m")
+    monkeypatch.setattr(outbox_mod, "RETRY_WRITE_S", 0.0)
+    notes: list[str] = []
+    box = outbox_on(disk, notes)
+    filler = fill(disk)
+    first = [box.add("log", {"text": "y" * 2000, "n": n}) for n in range(5)]
+    assert box.in_memory
+    filler.unlink()
+    assert box.pending() == 5 and not box.in_memory  # written to the file
+    assert [i for i, _ in drain(box)] == first  # delivered from the file
+    filler = fill(disk)
+    later = [box.add("log", {"text": "z" * 2000, "n": n}) for n in range(5)]
+    assert box.in_memory
+    filler.unlink()
+    assert box.pending() == 5 and not box.in_memory, "only the second time's calls are pending"
+    assert [i for i, _ in drain(box)] == later
+    box.close()
+    assert [r[2] for r in file_rows(disk / "outbox.sqlite3")] == ["delivered"] * 10
+
+
 def test_outbox_full_at_start_is_not_corruption(tmp_path: Path, tmpfs: Callable[[Path, str], Path],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A full disk at open gives SQLITE_IOERR_SHMSIZE ("disk I/O error"): the file stays where it is, its pending

@@ -109,6 +109,28 @@ def test_samples_come_on_a_cadence_only_while_wanted(control: NvmlControl, gpus:
     assert gpus.latest() == settled and len(control.calls()) == calls, "sampled while nobody wants samples"
 
 
+def test_the_most_frequent_want_sets_the_cadence(control: NvmlControl, gpus: Gpus) -> None:
+    # A stall watch of a short stall_s wants samples every 0.1 s while another wants them every 5 s: the samples
+    # come as often as the most demanding wants them (its silence would be judged on stale readings otherwise).
+    first = opened(gpus).latest()
+    assert first is not None
+    releases = [gpus.want(5.0), gpus.want(0.1)]
+    threading.Event().wait(0.8)
+    latest = gpus.latest()
+    for release in releases:
+        release()
+    assert latest is not None and latest.seq - first.seq >= 3, (first.seq, latest.seq)
+
+
+def test_the_status_views_lease_brings_samples_for_its_while(control: NvmlControl, gpus: Gpus) -> None:
+    # ``status`` wants fresh GPU figures for STATUS_WANT_S without a want of its own to release.
+    first = opened(gpus).latest()
+    assert first is not None
+    gpus.want_for(10.0)
+    newer = wait_for(lambda: (r := gpus.latest()) is not None and r.seq >= first.seq + 2 and r, 5.0)
+    assert newer.at > first.at
+
+
 def test_nvml_with_no_devices(control: NvmlControl, gpus: Gpus) -> None:
     control.set(gpus=[])
     assert opened(gpus).samples() == ()

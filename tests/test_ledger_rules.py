@@ -12,7 +12,7 @@ import pytest
 
 from supervisor.manager.ledger import LEDGER_VALUE_CHARS, ledger
 from supervisor.manager.outbox import Outbox
-from supervisor.text.redact import Redactor
+from supervisor.text.redact import MASK, Redactor
 
 SECRET = "tok-5ecret-value"
 
@@ -69,6 +69,18 @@ def test_long_values_and_errors_are_cut(outbox: Outbox) -> None:
     entry = ledger(outbox.history(20), masked().text)[0]
     assert entry["carried"]["reason"] == "r" * LEDGER_VALUE_CHARS
     assert entry["last_error"] == "e" * LEDGER_VALUE_CHARS
+
+
+def test_a_secret_across_the_cut_is_masked_before_it_is_cut(outbox: Outbox) -> None:
+    # Masked first, then cut: a secret the cut would split is no longer whole once cut, and its first part would
+    # show unmasked.
+    head = LEDGER_VALUE_CHARS - len(SECRET) // 2
+    call = outbox.add("register", {"token": "x" * head + SECRET})
+    outbox.failed(call, "e" * head + SECRET)
+    entry = ledger(outbox.history(20), masked().text)[0]
+    half = SECRET[:len(SECRET) // 2]
+    assert half not in entry["last_error"] and half not in entry["carried"]["token"], entry
+    assert entry["last_error"] == ("e" * head + MASK)[:LEDGER_VALUE_CHARS]
 
 
 def test_an_answer_that_is_not_an_object_is_no_answer(outbox: Outbox) -> None:

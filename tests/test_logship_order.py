@@ -9,9 +9,11 @@ faults; the supervisor's own log reaches the shipper the way the app's does (Ear
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import requests
@@ -21,6 +23,8 @@ from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import DevManager
 from supervisor.engine.exitflush import ExitFlush
 from supervisor.engine.loop import EventLoop
+from supervisor.lifecycle import verdict as v
+from supervisor.lifecycle.states import PhaseState
 from supervisor.manager.logship import EarlyLines
 from supervisor.manager.reporting import Reporter
 from supervisor.manager.sender import Sender
@@ -167,3 +171,53 @@ def test_without_the_outboxs_thread_a_source_is_not_held_behind_what_never_goes(
     again.run_until(lambda: "[supervisor] after the failure, 0" in setup_tab(manager, uuid), "the later line shipped")
     assert FAILED not in setup_tab(manager, uuid)  # (it waits in the outbox for a start that can send it)
     again.stop(1, "test over")
+
+
+def test_a_durable_push_an_earlier_start_left_pending_holds_the_next_starts_lines_behind_it(
+        manager: DevManager, tmp_path: Path) -> None:
+    # The failure's push is still in the outbox when the supervisor exits; the next start's sender sends it first,
+    # and the manager asks it to wait (Retry-After 3): the lines the new start logs meanwhile wait behind it, as
+    # they would behind a durable push of its own.
+    sup = registered(manager, tmp_path)
+    uuid = sup.reporter.uuid
+    faults(manager, {"path": "/api/log-push", "status": 503})
+    sup.reporter.push_text("setup", FAILED)
+    sup.run_until(lambda: refused_pushes(manager), "the failure's push refused")
+    sup.stop(1, "test failure")
+    faults(manager, {"path": "/api/log-push", "status": 503, "retry_after": 3, "count": 1})
+    refused = refused_pushes(manager)
+    again = Supervisor(manager, tmp_path)
+    again.run_until(lambda: refused_pushes(manager) > refused, "the pending failure's push refused once more")
+    again.reporter.ship_own_line("second start")
+    again.run_until(lambda: again.drained() and any("second start" in line for line in setup_tab(manager, uuid)),
+                    "the next start delivered everything")
+    tab = setup_tab(manager, uuid)
+    assert tab.index(FAILED) < tab.index("[supervisor] second start"), tab
+    again.stop(0, "test over")
+
+
+def test_a_service_restarted_and_up_again_reports_running_once_a_start(manager: DevManager, tmp_path: Path) -> None:
+    # ``running`` says the instance reached production: a restarted service coming up again (or any later move
+    # of it while up) is no new report, and the manager's row is not moved again.
+    sup = registered(manager, tmp_path)
+    spec = SimpleNamespace(kind="service", report="running")
+    for attempt in (1, 1, 2):  # up; a move with no change (a kept daemon died); up again after a restart
+        sup.reporter.phase_changed(SimpleNamespace(name="serve", spec=spec, state=PhaseState.RUNNING, why="",
+                                                   attempt=attempt, up=True, was_up=True, parsed=None))
+    outbox = sup.reporter.outbox
+    assert outbox is not None
+    assert [h["kind"] for h in outbox.history(without="log")].count("running") == 1
+    sup.stop(0, "test over")
+
+
+def test_a_stopped_childs_verdict_is_no_failure_pushed_to_the_manager(manager: DevManager, tmp_path: Path) -> None:
+    # A shutdown stops every child on purpose: their verdicts (``stopped``) are recorded, never pushed as FAILED.
+    sup = registered(manager, tmp_path)
+    sup.reporter.verdict(v.without_exit("serve", "serve", v.STOPPED, 0, "supervisor shutdown", attempt=1))
+    sup.reporter.verdict(v.without_exit("bench", "bench", v.OOM_KILLED, 137, "killed by the OOM killer", attempt=1))
+    outbox = sup.reporter.outbox
+    assert outbox is not None
+    pushed_texts = [json.loads(h["payload"])["text"] for h in outbox.history() if h["kind"] == "log"]
+    assert [t for t in pushed_texts if "FAILED" in t] == [next(t for t in pushed_texts if "oom_killed" in t)]
+    assert not any("reason=stopped" in t for t in pushed_texts), pushed_texts
+    sup.stop(0, "test over")

@@ -431,6 +431,41 @@ def test_manager_answers_resets_only_a_backoff_that_is_running(server: Recorder)
     assert shipper.backoff_resets == 1, "the delivered push ended the backoff already"
 
 
+def test_the_wait_after_a_refused_push_doubles_while_they_are_refused(
+        server: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.5)
+    shipper = shipper_to(server)
+    server.answers = [503, 503]
+    shipper.add("setup", ["one"])
+    assert not shipper.ship_once()  # the first refusal: 0.5 s
+    time.sleep(0.6)
+    assert not shipper.ship_once()  # the second: 1 s
+    time.sleep(0.6)
+    assert not shipper.ship_once() and len(server.pushes) == 2, "still backing off: no push yet"
+    time.sleep(0.5)
+    assert shipper.ship_once() and server.lines("setup") == ["one"]
+
+
+def test_a_delivered_push_ends_the_backoff_so_the_next_outage_starts_at_the_first_wait_again(
+        server: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The wait doubles while pushes are refused, and starts again from PUSH_RETRY_S once one is delivered: a
+    # manager that was away for a while, then refuses one push much later, is not left alone for the grown wait.
+    monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.5)
+    shipper = shipper_to(server)
+    server.answers = [503, 503]
+    shipper.add("setup", ["one"])
+    assert not shipper.ship_once()
+    time.sleep(0.6)
+    assert not shipper.ship_once()  # the second refusal: the next wait would be 1 s, then 2 s
+    time.sleep(1.1)
+    assert shipper.ship_once() and server.lines("setup") == ["one"]
+    server.answers = [503]
+    shipper.add("setup", ["two"])
+    assert not shipper.ship_once()
+    time.sleep(0.6)  # past PUSH_RETRY_S, well before the grown wait
+    assert shipper.ship_once() and server.lines("setup") == ["one", "two"]
+
+
 def test_a_push_taken_after_a_refused_one_tells_that_the_manager_is_back_once(server: Recorder,
                                                                              no_retry_wait: None) -> None:
     # The outbox's sender, waiting out its own backoff (up to 30 s), hears it: its call goes at once

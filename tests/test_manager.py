@@ -129,8 +129,13 @@ HOSTILE: dict[str, Callable[[_Canned], None]] = {
     "/later-date": lambda h: h._answer_with(503, {"Retry-After": "Thu, 01 Jan 2099 00:00:00 GMT"}),
     "/later-garbage": lambda h: h._answer_with(503, {"Retry-After": "soon, maybe"}),
     "/drip": _drip,
+    # No length said, the connection closed after the body: only the read itself bounds it (one byte over, at it).
+    "/just-over": lambda h: _raw(h, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", iter([ANSWER_AT_BOUND + b" "])),
+    "/just-at": lambda h: _raw(h, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", iter([ANSWER_AT_BOUND])),
 }
 GZIPPED = gzip.compress(b'{"uuid": "u-1"}')
+_PADDED = b'{"uuid": "u-1", "pad": "'
+ANSWER_AT_BOUND = _PADDED + b"p" * (manager.MAX_ANSWER_BYTES - len(_PADDED) - 2) + b'"}'
 
 
 class _CannedServer(ThreadingHTTPServer):
@@ -282,6 +287,13 @@ def test_client_never_reads_more_than_the_answer_bound(canned: _CannedServer) ->
     finally:
         tracemalloc.stop()
     assert peak < 4 * manager.MAX_ANSWER_BYTES, f"{peak} bytes were held for an answer that is refused"
+
+
+def test_the_answer_bound_is_exact_when_the_size_is_not_said(canned: _CannedServer) -> None:
+    client = _client(canned, read_timeout_s=5.0)
+    assert client.request("POST", "/just-at", json_body={}).body["uuid"] == "u-1"
+    with pytest.raises(TransientError, match="answer larger than 64 KiB"):
+        client.request("POST", "/just-over", json_body={})
 
 
 def test_client_refuses_an_encoding_it_did_not_ask_for(canned: _CannedServer) -> None:
@@ -480,6 +492,53 @@ def test_outbox_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
     assert box.pending() == 1
     box.close()
     assert Outbox(path).pending() == 1  # the clean one is a real database
+
+
+class _ReadFailsAtCheck:
+    """A connection to the outbox file whose integrity check fails as a passing read error does (a full disk, an
+    I/O error: not SQLITE_CORRUPT); everything else goes to the real connection."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.startswith("PRAGMA quick_check"):
+            exc = sqlite3.OperationalError("disk I/O error")
+            exc.sqlite_errorname = "SQLITE_IOERR"  # type: ignore[attr-defined]
+            raise exc
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def test_outbox_whose_check_fails_with_a_passing_error_is_not_moved_aside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A read that fails at start for a reason other than damage (a full disk) is no reason to move a sound file
+    # aside: its calls are read into memory and the file stays where it is.
+    path = tmp_path / "outbox.sqlite3"
+    box = Outbox(path)
+    kept = [box.add("param-done", {}), box.add("bench-done", {"rate": 90.0})]
+    box.put("uuid", "u-3")
+    box.close()
+    real_connect = sqlite3.connect
+
+    def connect(database: Any, *args: Any, **kwargs: Any) -> Any:
+        db = real_connect(database, *args, **kwargs)
+        return _ReadFailsAtCheck(db) if str(database) == str(path) else db
+
+    monkeypatch.setattr(outbox_mod, "RETRY_WRITE_S", 3600.0)
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    notes: list[str] = []
+    box = Outbox(path, notes.append)
+    monkeypatch.setattr(sqlite3, "connect", real_connect)
+    assert box.corrupt_note is None, box.corrupt_note
+    assert not list(tmp_path.glob("outbox.sqlite3.corrupt-*"))
+    assert box.in_memory and any("cannot read it" in n for n in notes), notes
+    assert box.get("uuid") == "u-3" and [c.id for c in _drain(box)] == kept
+    box.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT id, state FROM calls ORDER BY id").fetchall() == [(i, "delivered") for i in kept]
 
 
 def _damaged_outbox(path: Path, pages_of: str) -> tuple[list[int], int]:

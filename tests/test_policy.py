@@ -90,3 +90,12 @@ def test_the_memory_preflight_refuses_only_what_cannot_fit() -> None:
     assert refusal is not None and "needs min_memory=" in refusal and "(101 bytes)" in refusal
     assert [line.split(": ", 1)[1].split(":")[0] for line in said] == ["memory preflight skipped",
                                                                       "memory preflight ok"]
+
+
+def test_a_oneshot_whose_deadline_passed_while_it_was_stopped_is_not_retried() -> None:
+    # timeout_s ran out while the attempt's children were being stopped (its own verdict is not ``timeout``):
+    # no attempt may start after the phase's deadline, whatever retries are left.
+    spec = spec_of(ONESHOT_TWO_RETRIES + "timeout_s = 60\n")
+    step, why = after(spec, failed(), 1, expired=True)
+    assert (step, why) == (Next.FAIL, "exit_code; the phase deadline timeout_s=60 passed: no retry")
+    assert after(spec, failed(), 1)[0] is Next.AGAIN

@@ -22,7 +22,9 @@ import pytest
 from helpers import Runner, sh, spoil, toml_str
 
 from supervisor.lifecycle.resume import (
+    NO_RERUN,
     RECORD_MAX_READ_BYTES,
+    Rerun,
     ResumeRecord,
     load_record,
     output_files,
@@ -323,3 +325,19 @@ def test_an_upgrade_from_an_old_status_json_keeps_its_resume(sup: Runner) -> Non
     assert resumed_both(out), out
     assert counted(sup, "fetch") == 0 and counted(sup, "bench") == 1, out
     assert not [line for line in out.splitlines() if "resume: " in line], "the upgrade is read once"
+
+
+def test_a_phase_whose_resume_kind_the_command_line_asks_to_rerun_runs_again_though_its_evidence_holds() -> None:
+    # ``run`` with a plugin's switch (the prover's --rerun-bench): the phases of that resume kind run again even
+    # where they were done on this same machine moments ago; the others are resumed as ever.
+    def phase(rerun: Rerun) -> SimpleNamespace:
+        needs = SimpleNamespace(loop=None, log=[].append, gpus=None, rerun=rerun,
+                                available_memory=lambda cap=None: 64 << 30)
+        spec = SimpleNamespace(resume="machine", resume_max_age_s=3600.0, progress_path=None)
+        return SimpleNamespace(name="bench", spec=spec, resume_needs=needs, parsed=None)
+
+    record = ResumeRecord(None, {"bench": {"done_at": time.time() - 60, "machine": {"gpus": [], "memory": 64 << 30}}})
+    resumed = record.resumable(phase(NO_RERUN), None)  # type: ignore[arg-type]
+    assert resumed is not None and "on this same machine" in resumed[0], resumed
+    assert record.resumable(phase(Rerun(frozenset({"machine"}))), None) is None  # type: ignore[arg-type]
+    assert record.resumable(phase(Rerun(frozenset({"outputs"}))), None) is not None  # type: ignore[arg-type]

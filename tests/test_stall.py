@@ -794,6 +794,18 @@ def test_one_removal_seen_by_the_walks_and_said_by_the_command_counts_once(walks
         assert sum("no longer count" in line for line in watching.lines) == 1, watching.lines
 
 
+def test_a_slow_download_is_not_judged_before_its_observation_window() -> None:
+    # A download's first seconds say little of its rate (a connection warming up, a mirror picked): the deadline
+    # rule waits progress_window_s before it may end one, however slow it starts.
+    with _Watching("progress_deadline_s = 100\nprogress_window_s = 10\n") as watching:
+        for tick in range(1, 10):  # 64 KiB/s: 32 MiB would take over 8 minutes, 100 s are left
+            watching.tick(tick * 64 * 1024, 32 * MiB, 0)
+        assert watching.download.slow == [], "ended before its window"
+        for tick in range(10, 13):
+            watching.tick(tick * 64 * 1024, 32 * MiB, 0)
+        assert len(watching.download.slow) == 1, watching.download.slow
+
+
 def test_a_download_that_completes_is_no_removal() -> None:
     # aria2c deletes <file>.aria2 as it completes; the walks count the file complete only once it has been quiet
     # (COMPLETE_QUIET_S): one walk in between sees the cache a few KiB smaller and no more of it complete. Read

@@ -425,7 +425,7 @@ def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]
         when = kinds.get(phase.report) if phase.report is not None else None
         if when == "up" and phase.kind != "service":
             raise ConfigError(f"phases[{i}] ({phase.name}).report: \"{phase.report}\" is reported when a service "
-                              "is up; this phase is a oneshot")
+                              f"is up; this phase is a {phase.kind}")
         if when == "done" and phase.kind != "oneshot":
             raise ConfigError(f"phases[{i}] ({phase.name}).report: {phase.report!r} is reported when a oneshot "
                               "completes")

@@ -368,7 +368,7 @@ class Pacing:
         self.forgiven = forgiven
         if step is not Next.AGAIN:
             return step, why, 0.0
-        if self._spec.kind == "service":
+        if self._spec.kind != "oneshot":  # (what after_attempt restarts: every kind but a oneshot)
             self.restarted(now)
         return step, why, self.next_delay(attempt.ran_for(now))
 

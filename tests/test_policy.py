@@ -68,7 +68,7 @@ def test_an_internal_error_is_never_retried_nor_restarted() -> None:
 
 def test_a_service_follows_its_restart_policy() -> None:
     on_failure = spec_of(SERVICE.format(restart="on-failure"))
-    assert after(on_failure, succeeded()) == (Next.DONE, "service ended: exit_code (restart = 'on-failure')")
+    assert after(on_failure, succeeded()) == (Next.DONE, "service ended cleanly (restart = 'on-failure')")
     assert after(on_failure, failed()) == (Next.AGAIN, "exit_code; restart = 'on-failure'")
     never = spec_of(SERVICE.format(restart="no"))
     assert after(never, failed()) == (Next.FAIL, "service ended: exit_code (restart = 'no')")

@@ -311,7 +311,9 @@ def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_e
         return _retry_or_fail(spec, outcome, attempt, deadline_expired, forgiven)
     policy = spec.restart
     if policy == "no" or (policy == "on-failure" and outcome.success):
-        return Next.DONE if outcome.success else Next.FAIL, f"service ended: {outcome.reason} (restart = {policy!r})"
+        if outcome.success:  # (its reason, exit_code, would read as a failure)
+            return Next.DONE, f"service ended cleanly (restart = {policy!r})"
+        return Next.FAIL, f"service ended: {outcome.reason} (restart = {policy!r})"
     if burst_exceeded(restart_times, now, spec.restart_burst, spec.restart_window_s):
         return Next.FAIL, (f"{outcome.reason}; restarted {spec.restart_burst} times within "
                            f"{spec.restart_window_s:g}s (restart_burst): giving up")

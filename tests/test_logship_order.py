@@ -46,11 +46,11 @@ def manager() -> Iterator[DevManager]:
 class Supervisor:
     """A Reporter as the app makes one: its own log tapped into the shipper's ``setup`` (EarlyLines)."""
 
-    def __init__(self, manager: DevManager, state_dir: Path) -> None:
+    def __init__(self, manager: DevManager, state_dir: Path, read_timeout_s: float = 5.0) -> None:
         self.loop = EventLoop()
         self.said: list[str] = []
         early = EarlyLines()
-        spec = ManagerSpec(url=manager.url, label="C.5150", connect_timeout_s=2.0, read_timeout_s=5.0,
+        spec = ManagerSpec(url=manager.url, label="C.5150", connect_timeout_s=2.0, read_timeout_s=read_timeout_s,
                            log_push_interval_s=0.2)
         self.reporter = Reporter(spec, state_dir, self.loop, lambda line: self.log(line, early), lambda k, v: None,
                                  Redactor(), early)
@@ -95,11 +95,11 @@ def taken_pushes(manager: DevManager) -> int:
     return sum(1 for c in manager.state.snapshot()["calls"] if c["path"] == "/api/log-push" and c["status"] == 204)
 
 
-def registered(manager: DevManager, tmp_path: Path) -> Supervisor:
+def registered(manager: DevManager, tmp_path: Path, read_timeout_s: float = 5.0) -> Supervisor:
     """A supervisor the manager knows, whose first own line is in its setup tab, and whose shipper has heard
-    every answer: a push still in flight when the failure is pushed would be taken into the outbox too, and show
-    twice (docs/manager.md: twice rather than out of order), which is not what these tests are about."""
-    sup = Supervisor(manager, tmp_path)
+    every answer: a push still in flight when the failure is pushed would be taken into the outbox too, and be
+    sent twice (docs/manager.md: twice rather than out of order), which is not what these tests are about."""
+    sup = Supervisor(manager, tmp_path, read_timeout_s)
     sup.run_until(lambda: sup.reporter.uuid, "registered")
     sup.reporter.ship_own_line("before the failure")
     logs = sup.reporter._logs  # (its count of pushes taken: no other way to see that none is in flight)
@@ -221,3 +221,32 @@ def test_a_stopped_childs_verdict_is_no_failure_pushed_to_the_manager(manager: D
     assert [t for t in pushed_texts if "FAILED" in t] == [next(t for t in pushed_texts if "oom_killed" in t)]
     assert not any("reason=stopped" in t for t in pushed_texts), pushed_texts
     sup.stop(0, "test over")
+
+
+def test_queued_lines_moved_into_a_failures_push_keep_their_numbers_and_a_repeat_of_it_is_kept_once(
+        manager: DevManager, tmp_path: Path) -> None:
+    # The lines the shipper still had (its push refused) go into the outbox ahead of the failure. That push is
+    # answered after the read timeout, so the outbox sends it again, though the manager stores it: the lines
+    # carry their X-Log-Seq numbers there too, and a manager that reads them keeps each once (a slow manager
+    # stored one block of them 7 times in a 30-minute soak).
+    sup = registered(manager, tmp_path, read_timeout_s=0.5)
+    uuid = sup.reporter.uuid
+    faults(manager, {"path": "/api/log-push", "status": 503, "count": 1})
+    moved = [f"before the failure {k}" for k in range(5)]
+    for line in moved:
+        sup.reporter.ship_own_line(line)
+    sup.run_until(lambda: refused_pushes(manager), "the shipper's push refused")
+    faults(manager, {"path": "/api/log-push", "delay_s": 1.5, "count": 1})  # past the 0.5 s read timeout
+    sup.reporter.push_text("setup", FAILED)
+
+    def carried_twice() -> bool:  # (the late answer's call is noted once its delay is over)
+        calls = manager.state.snapshot()["calls"]
+        return sum(moved[0] in c.get("head", "") for c in calls if c["path"] == "/api/log-push") == 2
+
+    sup.run_until(lambda: sup.drained() and carried_twice(), "the moved lines' push stored, then sent again")
+    sup.stop(1, "test over")
+    tab = setup_tab(manager, uuid)
+    assert [line.split("] ", 1)[-1] for line in tab if "before the failure " in line] == moved, tab
+    failed_at = [i for i, line in enumerate(tab) if FAILED in line]
+    assert len(failed_at) == 1 and failed_at[0] > max(i for i, line in enumerate(tab) if moved[-1] in line), tab
+    assert manager.state.snapshot()["log_seq"]["duplicate_lines"] == len(moved)

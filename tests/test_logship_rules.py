@@ -22,12 +22,11 @@ from helpers import wait_for
 
 from supervisor.config import ManagerSpec
 from supervisor.manager import logship
-from supervisor.manager.client import LOG_PUSH_LIMIT, ManagerClient, TransientError, text_body
+from supervisor.manager.client import LOG_PUSH_LIMIT, SEQ_HEADER, ManagerClient, TransientError, text_body
 from supervisor.manager.logship import (
     BATCH_BYTES,
     EARLY_LINES_MAX,
     PUSH_MAX_BYTES,
-    SEQ_HEADER,
     EarlyLines,
     Shipper,
     event_line,
@@ -347,7 +346,8 @@ def test_not_ready_stop_leaves_the_lines_queued(server: Recorder) -> None:
 def test_take_all_hands_the_queue_over_and_later_numbers_follow_it(server: Recorder) -> None:
     shipper = shipper_to(server)
     shipper.add("setup", ["a", "b", "c"])
-    assert shipper.take_all("setup") == ["a\nb\nc\n"]
+    run = shipper.run_id
+    assert shipper.take_all("setup") == [("a\nb\nc\n", f"{run}:setup:1-3")], "with their numbers"
     assert shipper.take_all("setup") == [] and shipper.take_all("nobody") == []
     shipper.add("setup", ["d"])
     assert shipper.ship_once()
@@ -384,7 +384,8 @@ def test_take_all_during_a_push_takes_its_batch_first_and_a_failed_push_does_not
     try:
         assert push.sending.wait(10)
         shipper.add("setup", ["3"])
-        assert shipper.take_all("setup") == ["1\n2\n", "3\n"]
+        run = shipper.run_id
+        assert shipper.take_all("setup") == [("1\n2\n", f"{run}:setup:1-2"), ("3\n", f"{run}:setup:3-3")]
     finally:
         push.go.set()
         thread.join(10)
@@ -515,7 +516,8 @@ def test_lines_holding_what_utf8_cannot_are_pushed_with_it_replaced_and_the_ship
     shipper.add("setup", [named, "next"])
     assert shipper.ship_once()
     shipper.add("setup", [named])
-    assert shipper.take_all("setup") == [named + "\n"], "taken as it is: the outbox's push replaces it in turn"
+    assert [body for body, _ in shipper.take_all("setup")] == [named + "\n"], \
+        "taken as it is: the outbox's push replaces it in turn"
     assert text_body(named) == "phase fetch: starting → stopping (/nonexistent/??prog: command not found)".encode()
     assert push_bodies(named) == [named + "\n"]
     assert server.lines("setup") == ["phase fetch: starting → stopping (/nonexistent/??prog: command not found)",

@@ -685,7 +685,8 @@ def test_take_never_exceeds_the_push_limit() -> None:
     shipper, _ = _shipper(send)
     lines = [f"line {i:06d} " + ("é" * 60 if i % 2 else "x" * 150) for i in range(20000)]  # ~3.3 MB in bytes
     shipper.add("curio", lines)
-    body, count, dropped = shipper._take("curio")
+    body, count, dropped, seq = shipper._take_numbered("curio")
+    assert seq == f"{shipper.run_id}:curio:1-{count}"
     assert 0 < count < len(lines) and dropped == 0
     assert len(body.encode()) <= PUSH_MAX_BYTES < LOG_PUSH_LIMIT
     assert body.endswith("\n") and body.split("\n")[0] == lines[0]

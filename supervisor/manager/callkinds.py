@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import config
 from .answers import FieldCheck
-from .client import LOG_PUSH_LIMIT, Answer, ManagerClient, text_body
+from .client import LOG_PUSH_LIMIT, SEQ_HEADER, Answer, ManagerClient, text_body
 from .row import NO_ROW_FIELDS, RowFields
 
 Payload = Mapping[str, Any]
@@ -48,7 +48,7 @@ REGISTER = "register"
 # The payload key of a lifecycle call sent again under a new uuid (sender.py _register_forgotten): the uuid it
 # was first delivered under. Never sent: each kind builds its request from the keys it knows.
 SENT_AGAIN = "sent_again_after"
-LOG = "log"  # a durable log push: {"source", "text"}
+LOG = "log"  # a durable log push: {"source", "text"}, and "seq" where it carries the shipper's numbered lines
 RUNNING = config.RUNNING
 
 
@@ -64,10 +64,11 @@ def phase_call(kind: str) -> CallKind:
 def _log_push(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
     # Reporter.push_text queues push-sized bodies; the limit holds one an older version queued whole to what the
     # manager would keep of it.
+    seq = payload.get("seq")
     return client.request(
         "POST", "/api/log-push", data=text_body(payload.get("text", ""), LOG_PUSH_LIMIT),
         want_json=False, headers={"X-Instance-UUID": uuid or "", "X-Log-Source": payload.get("source", "setup"),
-                                  "Content-Type": "text/plain; charset=utf-8"})
+                                  "Content-Type": "text/plain; charset=utf-8", **({SEQ_HEADER: seq} if seq else {})})
 
 
 def core_kinds() -> dict[str, CallKind]:

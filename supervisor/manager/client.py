@@ -53,6 +53,12 @@ MAX_ANSWER_TEXT = "64 KiB"
 READ_CHUNK_BYTES = 8 * 1024
 # The manager reads at most 256 KiB of one log push and silently drops the rest.
 LOG_PUSH_LIMIT = 256 * 1024
+# Every log push says which lines it carries: ``<run>:<source>:<first>-<last>``, numbered per source from 1 in
+# each supervisor process (``run``): the shipper's pushes, and its lines moved into the outbox ahead of a durable
+# push. One sent again after a timeout carries the same numbers (and maybe more lines after them): a receiver that
+# keeps the highest number seen per run and source can drop what it already has. Today's manager ignores the
+# header; the dev-manager drops the duplicates (docs/manager.md).
+SEQ_HEADER = "X-Log-Seq"
 USER_AGENT = "prover-supervisor"
 SHOWN_CHARS = 200  # of an answer or a Location, in an error line
 # An object's address in an error's text (requests' ConnectionError names its connection object): it differs at

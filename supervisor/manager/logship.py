@@ -45,6 +45,7 @@ from ..text import Log
 from ..text.show import fmt_bytes
 from .client import (
     LOG_PUSH_LIMIT,
+    SEQ_HEADER,
     ManagerClient,
     PermanentError,
     TransientError,
@@ -60,11 +61,6 @@ BATCH_BYTES = 64 * 1024
 PUSH_RETRY_S = 1.0
 PUSH_RETRY_MAX_S = 30.0
 FLUSH_TIMEOUT_S = 5.0
-# Every push says which lines it carries: ``<run>:<source>:<first>-<last>``, numbered per source from 1 in
-# each supervisor process (``run``). A push sent again after a timeout carries the same numbers (and maybe
-# more lines after them): a receiver that keeps the highest number seen per run and source can drop what
-# it already has. Today's manager ignores the header; the dev-manager drops the duplicates (docs/manager.md).
-SEQ_HEADER = "X-Log-Seq"
 # A shipper's own watch: no push delivered for this long, while lines wait, is said once ("log shipping: no push
 # delivered for 61 s (its window is 60 s): POST /api/log-push: HTTP 500: ..."). Lines wait every
 # log_push_interval_s (1 s); after a failure the backoff doubles from PUSH_RETRY_S to PUSH_RETRY_MAX_S, so by
@@ -133,8 +129,8 @@ class _Queue:
 class _Flight:
     """The batch of one source being pushed now (the thread sends it outside the lock)."""
 
-    def __init__(self, body: str, count: int, dropped: int) -> None:
-        self.body, self.count, self.dropped = body, count, dropped
+    def __init__(self, body: str, count: int, dropped: int, seq: str) -> None:
+        self.body, self.count, self.dropped, self.seq = body, count, dropped, seq
         self.taken = False  # taken into the outbox meanwhile (take_all): a failed push does not put it back
 
 
@@ -261,14 +257,14 @@ class Shipper:
         shipped = True
         for source in list(self._queues):
             while True:
-                body, count, dropped, first = self._take_numbered(source, flight=True)
+                body, _, dropped, seq = self._take_numbered(source, flight=True)
                 if not body:
                     break
                 if self._held_back(source):
                     shipped = False
                     break
                 try:
-                    self._send(source, body, f"{self.run_id}:{source}:{first}-{first + count - 1}")
+                    self._send(source, body, seq)
                 except TransientError as exc:
                     self._land(source, failed=True)
                     self._missed(exc)
@@ -320,19 +316,14 @@ class Shipper:
             self._land(source, failed=True)
         return held
 
-    def _take(self, source: str) -> tuple[str, int, int]:
+    def _take_numbered(self, source: str, flight: bool = False) -> tuple[str, int, int, str]:
         """Up to PUSH_MAX_BYTES of whole lines (a "dropped" note first, if any were): the body, how many lines,
-        and how many were dropped before them."""
-        body, count, dropped, _ = self._take_numbered(source)
-        return body, count, dropped
-
-    def _take_numbered(self, source: str, flight: bool = False) -> tuple[str, int, int, int]:
-        """``_take``, and the number of the first line taken; ``flight``: the batch is pushed now (take_all
-        takes it too, ahead of the lines behind it)."""
+        how many were dropped before them, and the lines' numbers (SEQ_HEADER's value); ``flight``: the batch
+        is pushed now (take_all takes it too, ahead of the lines behind it)."""
         with self._lock:
             queue = self._queues.get(source)
             if queue is None or not queue.lines:
-                return "", 0, 0, 0
+                return "", 0, 0, ""
             first = queue.first
             parts: list[str] = []
             dropped, queue.dropped = queue.dropped, 0
@@ -341,9 +332,10 @@ class Shipper:
             lines = queue.take(PUSH_MAX_BYTES - sum(len(part) + 1 for part in parts))  # (the note is ASCII)
             count = len(lines)
             body = "\n".join(parts + lines) + "\n"
+            seq = f"{self.run_id}:{source}:{first}-{first + count - 1}"
             if flight:
-                self._in_flight[source] = _Flight(body, count, dropped)
-            return body, count, dropped, first
+                self._in_flight[source] = _Flight(body, count, dropped, seq)
+            return body, count, dropped, seq
 
     def _land(self, source: str, failed: bool) -> None:
         """The push of ``source``'s batch is over: a failed one goes back to the front of its queue, unless
@@ -353,22 +345,23 @@ class Shipper:
             if failed and flight is not None and not flight.taken:
                 self._put_back(source, flight.body, flight.count, flight.dropped)
 
-    def take_all(self, source: str) -> list[str]:
-        """Everything queued for ``source``, in push-sized bodies, taken off the queue (for a caller
-        that sends it another way and must keep the order). A batch being pushed at this moment comes
-        first: were its push to fail, it would otherwise go back behind what the caller sends (if the
-        push succeeds, its lines reach the manager twice: twice is better than out of order)."""
+    def take_all(self, source: str) -> list[tuple[str, str]]:
+        """Everything queued for ``source``, in push-sized bodies, each with its lines' numbers (SEQ_HEADER's
+        value), taken off the queue (for a caller that sends it another way and must keep the order). A batch
+        being pushed at this moment comes first: were its push to fail, it would otherwise go back behind what
+        the caller sends (if the push succeeds, its lines reach the manager twice, with the same numbers: twice
+        is better than out of order)."""
         with self._lock:
             bodies = []
             flight = self._in_flight.get(source)
             if flight is not None and not flight.taken:
                 flight.taken = True
-                bodies.append(flight.body)
+                bodies.append((flight.body, flight.seq))
             while True:
-                body, _, _ = self._take(source)
+                body, _, _, seq = self._take_numbered(source)
                 if not body:
                     return bodies
-                bodies.append(body)
+                bodies.append((body, seq))
 
     def _put_back(self, source: str, body: str, count: int, dropped: int) -> None:
         lines = body.rstrip("\n").split("\n")

@@ -291,13 +291,15 @@ class Reporter:
         line arrives after what was logged before it (the two travel by different threads)."""
         if self._logs is None or self.outbox is None:
             return
-        for chunk in self._logs.take_all(source):
-            self._add_durable(source, chunk)
+        for chunk, seq in self._logs.take_all(source):
+            self._add_durable(source, chunk, seq)
 
-    def _add_durable(self, source: str, body: str) -> None:
-        """One durable push into the outbox; the shipper holds ``source`` until it is delivered."""
+    def _add_durable(self, source: str, body: str, seq: str = "") -> None:
+        """One durable push into the outbox; the shipper holds ``source`` until it is delivered. ``seq``: the
+        numbers of the shipper's lines it carries (none for the supervisor's own words, never numbered)."""
         assert self.outbox is not None
-        self._last_durable[source] = self.outbox.add(LOG, {"source": source, "text": body})
+        payload = {"source": source, "text": body} | ({"seq": seq} if seq else {})
+        self._last_durable[source] = self.outbox.add(LOG, payload)
 
     def _hold_behind_pending(self) -> None:
         """The durable pushes an earlier start left pending come before this start's lines of their source."""

@@ -617,6 +617,17 @@ def test_exit_status_from_real_signal(signame: str) -> None:
     assert status.describe() == f"killed by {signame} (status {128 + signum})"
 
 
+
+def test_a_signal_forwarded_from_outside_is_named_only_when_it_is_the_one_that_killed() -> None:
+    status = ExitStatus.from_wait_status(_wait_status_of_signal(signal.SIGHUP))
+
+    def detail(forwarded: set[int]) -> str:
+        return from_exit("p", "p", 1, status, stop_reason=None, daemon=False, attempt=1, started_at=0.0,
+                         last_lines=[], forwarded=forwarded).detail
+
+    assert detail({signal.SIGHUP}) == "killed by SIGHUP (status 129), forwarded to it from outside by the supervisor"
+    assert detail({signal.SIGUSR1}) == detail(set()) == "killed by SIGHUP (status 129)", "another one forwarded"
+
 def test_exit_status_core_dumped_from_real_crash(tmp_path: Path) -> None:
     if resource.getrlimit(resource.RLIMIT_CORE)[1] == 0:
         pytest.skip("hard RLIMIT_CORE is 0: no process here can dump core")

@@ -282,6 +282,26 @@ def test_a_forwarded_signal_reaches_the_whole_process_group(sup: Runner) -> None
     assert received(sup) == ["SIGUSR1", "SIGTERM"]
 
 
+def test_a_service_killed_by_a_forwarded_signal_is_told_apart_from_a_stray_kill(sup: Runner) -> None:
+    """A service that does not handle SIGHUP dies of the one forwarded from outside: its verdict says the signal
+    came from outside through the supervisor (the operator's reload, not a person's kill of the child)."""
+    pidfile = sup.tmp / "svc.pid"
+    cmd = py_script(sup.tmp, "plain", "import sys, time\nwrite_pid(sys.argv[1])\ntime.sleep(60)\n", pidfile)
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {cmd}
+        restart = "no"
+        """)
+    proc = sup.start(config)
+    read_pid(pidfile)
+    os.kill(proc.pid, signal.SIGHUP)
+    result = finish(proc, time.monotonic(), 30)
+    assert result.returncode == 128 + signal.SIGHUP, result.output
+    [failed] = [line for line in result.output.splitlines() if "FAILED: phase=svc child=svc" in line]
+    assert "reason=signal signal=SIGHUP" in failed, failed
+    assert "killed by SIGHUP (status 129), forwarded to it from outside by the supervisor" in failed, failed
 @pytest.mark.parametrize("pid1", [False, pytest.param(True, marks=needs_unshare)], ids=["subreaper", "pid1"])
 def test_noted_and_ignored_signals_change_nothing(sup: Runner, pid1: bool) -> None:
     """SIGTSTP, SIGCONT, SIGURG: said, not obeyed. SIGTTIN, SIGTTOU, SIGPIPE, SIGXFSZ: ignored (their defaults

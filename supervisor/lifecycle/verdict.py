@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol, overload
@@ -121,12 +121,14 @@ class Verdict:
 def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reason: str | None,
               daemon: bool, attempt: int, started_at: float, last_lines: list[str],
               memory: MemoryReport | None = None, stop_detail: str = "", victims: tuple[str, ...] = (),
-              sigkilled: bool = False, added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
+              sigkilled: bool = False, forwarded: Collection[int] = (),
+              added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
     """Decide why a reaped child ended, from its wait status, what we did, and the OOM counter.
 
     ``victims``: the OOM kills in its cgroup during its life that are already known (its siblings'
     own ``oom_killed`` verdicts), named rather than guessed at: a SIGKILL they account for is not this
-    child's OOM kill. ``sigkilled``: the supervisor sent it SIGKILL (the grace of a stop ran out). ``added``:
+    child's OOM kill. ``sigkilled``: the supervisor sent it SIGKILL (the grace of a stop ran out).
+    ``forwarded``: the signals from outside the supervisor forwarded to it (a SIGHUP it did not handle). ``added``:
     the plugin's reasons (a stop for one of them keeps it, as for the core's).
     """
     success = status.success
@@ -156,6 +158,8 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
         detail = f"daemon {status.describe()} while its phase needed it"
     elif status.signal is not None:
         reason, detail = SIGNAL, status.describe()
+        if status.signal in forwarded:
+            detail += ", forwarded to it from outside by the supervisor"
     else:
         reason, detail = EXIT_CODE, status.describe()
     if oom and reason != OOM_KILLED and len(victims) >= oom:
@@ -219,7 +223,7 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
         phase, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
         daemon=daemon, attempt=attempt, started_at=child.started_at,
         last_lines=child.output.last_lines(begun=True), memory=report, stop_detail=child.stop_detail,
-        sigkilled=child.sigkilled,
+        sigkilled=child.sigkilled, forwarded=child.forwarded,
         victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
                       and x.reason == OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
         added=added,

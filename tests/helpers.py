@@ -658,6 +658,16 @@ def in_cgroup_argv(cgroup: Path, argv: list[str]) -> list[str]:
     return ["sh", "-c", script, "sh", *argv]
 
 
+def supervisor_pid(proc: subprocess.Popen[Any], pid1: bool) -> int:
+    """The supervisor's pid as seen from here: under ``unshare --fork`` it is unshare's only child (unshare
+    passes no signal on: a test signals this one)."""
+    if not pid1:
+        return proc.pid
+    children = wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
+    assert isinstance(children, list) and len(children) == 1
+    return children[0].pid
+
+
 def start_in_cgroup(runner: Runner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
     """Start ``python -m supervisor run`` inside ``cgroup`` (before it starts any child)."""
     proc = subprocess.Popen(

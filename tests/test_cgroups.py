@@ -24,17 +24,22 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    REPO,
     V1_MOUNT,
     Runner,
     alloc_script,
+    finish,
     first_line,
     in_cgroup_argv,
+    needs_unshare,
     own_v1_memory_cgroup,
     pid_alive,
     remove_cgroup,
     run_in_cgroup,
     start_in_cgroup,
+    supervisor_pid,
     toml_list,
+    until,
     v1_cgroup,
     v1_memory_cgroup_or_skip,
     wait_for,
@@ -44,6 +49,7 @@ from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import ExitStatus
 from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV
 from supervisor.evidence.cgroups import (
+    INIT_PID_NAMESPACE,
     SUBTREE_MAX,
     V1_UNLIMITED,
     MemoryCgroup,
@@ -51,7 +57,9 @@ from supervisor.evidence.cgroups import (
     OomKills,
     decode_eventfd,
     discover,
+    is_phase_cgroup,
     mem_total,
+    phase_cgroup_owner,
 )
 from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence, kills_since
 from supervisor.lifecycle.verdict import OOM_KILLED, from_exit
@@ -965,3 +973,63 @@ def test_an_ancestors_limit_is_read_alone_not_with_the_cgroups_below_it(tmp_path
     assert MemoryCgroup(cgroup, "v1", lambda name, why: bad.append((name, str(why)))).limit() == 2 * GiB
     assert bad == []
 
+
+
+@needs_unshare
+def test_two_supervisors_as_pid_1_in_one_cgroup_never_share_a_phase_cgroup(tmp_path: Path) -> None:
+    """Each is pid 1 of its own PID namespace, both in one memory cgroup (unshare on a host): phase cgroups named
+    by the pid alone were one, the second one's memory_max set on the first one's service, their OOM kills counted
+    together. (Its sweep could not kill the other's service: cgroup.procs lists only the pids of the reader's
+    namespace.)"""
+    first, second = Runner(tmp_path / "a"), Runner(tmp_path / "b")
+    for runner in (first, second):
+        runner.tmp.mkdir()
+    serving = second.write("""
+        [[phases]]
+        name = "work"
+        kind = "service"
+        command = ["sleep", "300"]
+        memory_max = "100MiB"
+        """)
+    done = first.write("""
+        [[phases]]
+        name = "work"
+        command = ["true"]
+        memory_max = "200MiB"
+        """)
+
+    def start_as_pid_1(runner: Runner, config: Path, cgroup: Path) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(in_cgroup_argv(cgroup, runner.argv(config, pid1=True)), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=REPO, start_new_session=True)
+        runner.procs.append(proc)
+        return proc
+
+    with v1_cgroup("two-pid1", 256 * MiB) as cg:
+        try:
+            server = start_as_pid_1(second, serving, cg)
+            output = until(server, "phase work: service is up")
+            [served] = [path for path in cg.iterdir() if path.is_dir()]  # (its phase cgroup, its limit set)
+            assert int((served / "memory.limit_in_bytes").read_text()) == 100 * MiB
+            result = finish(start_as_pid_1(first, done, cg), time.monotonic(), 60)
+            assert result.returncode == 0, result.output
+            assert int((served / "memory.limit_in_bytes").read_text()) == 100 * MiB, "the other's limit set on it"
+            time.sleep(0.5)  # (a kill by the first one's sweep is heard by the second within this)
+            assert server.poll() is None, output + (server.communicate()[0] or "")
+            os.kill(supervisor_pid(server, True), signal.SIGTERM)
+            rest, _ = server.communicate(timeout=30)
+            output += rest
+            assert server.returncode == 143, output
+            [ended] = [line for line in output.splitlines() if "] ended: phase=work child=work" in line]
+            assert " reason=stopped " in ended, output
+            assert "FAILED" not in output, output
+        finally:
+            first.cleanup()
+            second.cleanup()
+
+
+def test_a_phase_cgroups_name_says_its_owner_and_its_pid_namespace() -> None:
+    assert phase_cgroup_owner("prover-12-bench") == (12, INIT_PID_NAMESPACE)  # (the host's: no namespace said)
+    assert phase_cgroup_owner("prover-1.4026532001-fetch-params") == (1, 4026532001)
+    for name in ("prover-x-bench", "prover-1.-bench", "prover-1.ns-bench", "prover--bench", "other-1-bench"):
+        assert not is_phase_cgroup(name), name
+    assert is_phase_cgroup("prover-1.4026532001-work") and is_phase_cgroup("prover-7-work")

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import requests
 from helpers import (
@@ -34,6 +33,7 @@ from helpers import (
     pushed,
     read,
     sh,
+    supervisor_pid,
     toml_str,
     wait_for,
 )
@@ -146,14 +146,6 @@ def give_up_config(sup: Runner, mgr: DevManager | Outage, gate: Path | None = No
 def instance(mgr: DevManager) -> dict[str, Any]:
     [inst] = mgr.state.snapshot()["instances"].values()
     return inst
-
-
-def supervisor_pid(proc: subprocess.Popen[bytes], pid1: bool) -> int:
-    if not pid1:
-        return proc.pid
-    children = wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
-    assert isinstance(children, list) and len(children) == 1
-    return children[0].pid
 
 
 class Watched:

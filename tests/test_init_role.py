@@ -20,7 +20,18 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import PY, REPO, Runner, kill_tree, needs_unshare, pid_alive, read_pid, toml_list, wait_for
+from helpers import (
+    PY,
+    REPO,
+    Runner,
+    kill_tree,
+    needs_unshare,
+    pid_alive,
+    read_pid,
+    supervisor_pid,
+    toml_list,
+    wait_for,
+)
 
 from supervisor import __version__
 
@@ -74,15 +85,6 @@ def kill_all(procs: list[psutil.Process]) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-
-
-def supervisor_pid(proc: subprocess.Popen[str], pid1: bool) -> int:
-    """The supervisor's pid as seen from here: under ``unshare --fork`` it is unshare's only child."""
-    if not pid1:
-        return proc.pid
-    children = wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
-    assert isinstance(children, list) and len(children) == 1
-    return children[0].pid
 
 
 def unique_sleep() -> str:

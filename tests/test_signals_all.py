@@ -44,6 +44,7 @@ from helpers import (
     remove_cgroup,
     shell,
     start_in_cgroup,
+    supervisor_pid,
     toml_list,
     toml_str,
     v1_cgroup,
@@ -113,16 +114,6 @@ def nothing_of_the_test_left(sup: Runner) -> Iterator[None]:
         with contextlib.suppress(psutil.Error):
             if any(str(sup.tmp) in part for part in proc.info["cmdline"] or ()):
                 proc.kill()
-
-
-def supervisor_pid(proc: subprocess.Popen[str], pid1: bool) -> int:
-    """The supervisor's pid as seen from here: under ``unshare --fork`` it is unshare's only child
-    (unshare passes no signal on)."""
-    if not pid1:
-        return proc.pid
-    children = wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
-    assert isinstance(children, list) and len(children) == 1
-    return children[0].pid
 
 
 def received(sup: Runner) -> list[str]:

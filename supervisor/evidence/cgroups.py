@@ -49,6 +49,10 @@ OnBad = Callable[[Path, str], None]
 # Phase cgroups are named per supervisor, ``prover-<pid>-<phase>`` (two supervisors in one cgroup must not share
 # them). Each has its own verdicts: the supervisor's cgroup counts its OOM kills apart from theirs (MemoryCgroup).
 PHASE_CGROUP_PREFIX = "prover-"
+# The host's PID namespace (Linux's PROC_PID_INIT_INO). A supervisor in another one (pid 1 of `unshare --pid` on a
+# host) may share its pid with another such in the same cgroup, whose memory_max would be set on its phase's
+# cgroup and whose OOM kills counted as its own: its phase cgroups carry the namespace too, ``prover-<pid>.<ns>-``.
+INIT_PID_NAMESPACE = 0xEFFFFFFC
 
 # v1 counts an OOM kill only in the victim's own cgroup (Linux's memcg_memory_event goes up to the ancestors on
 # the v2 hierarchy alone; measured on 6.18: a kill in a cgroup nested below ours, by its own limit or by ours,
@@ -628,12 +632,31 @@ def decode_eventfd(data: bytes) -> int:
     return struct.unpack("Q", data[:8])[0] if len(data) >= 8 else 0
 
 
+def pid_namespace() -> int:
+    """The inode of this process's PID namespace (INIT_PID_NAMESPACE where it cannot be read: an old kernel)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return INIT_PID_NAMESPACE
+
+
+def phase_cgroup_name(phase: str) -> str:
+    """This supervisor's cgroup for ``phase``: ``prover-<pid>-<phase>``, ``prover-<pid>.<ns>-<phase>`` outside the
+    host's PID namespace."""
+    ns = pid_namespace()
+    owner = f"{os.getpid()}" if ns == INIT_PID_NAMESPACE else f"{os.getpid()}.{ns}"
+    return f"{PHASE_CGROUP_PREFIX}{owner}-{phase}"
+
+
 def is_phase_cgroup(name: str) -> bool:
-    """A phase cgroup's name (``prover-<pid>-<phase>``), whichever supervisor made it."""
-    return name.startswith(PHASE_CGROUP_PREFIX) and phase_cgroup_owner(name) != 0
+    """A phase cgroup's name (phase_cgroup_name's), whichever supervisor made it."""
+    return name.startswith(PHASE_CGROUP_PREFIX) and phase_cgroup_owner(name) != (0, 0)
 
 
-def phase_cgroup_owner(name: str) -> int:
-    """The supervisor pid in a phase cgroup's name (``prover-<pid>-<phase>``); 0 when there is none."""
-    pid = name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0]
-    return int(pid) if is_ascii_digits(pid) else 0
+def phase_cgroup_owner(name: str) -> tuple[int, int]:
+    """The supervisor pid and PID namespace in a phase cgroup's name (phase_cgroup_name's); (0, 0) when it is
+    not such a name."""
+    pid, dot, ns = name[len(PHASE_CGROUP_PREFIX):].split("-", 1)[0].partition(".")
+    if not is_ascii_digits(pid) or (dot and not is_ascii_digits(ns)):
+        return 0, 0
+    return int(pid), int(ns) if dot else INIT_PID_NAMESPACE

@@ -44,7 +44,9 @@ from .cgroups import (
     discover,
     enable_v2_delegation,
     mem_total,
+    phase_cgroup_name,
     phase_cgroup_owner,
+    pid_namespace,
 )
 
 OOM_POLL_S = 0.25
@@ -159,7 +161,7 @@ class MemoryEvidence:
                 parent = MemoryCgroup(shared.path.parent, "v2", self._say_bad, local_events=shared.local_events)
             else:
                 parent = shared
-            probe = parent.create_child(f"{PHASE_CGROUP_PREFIX}{os.getpid()}-probe")
+            probe = parent.create_child(phase_cgroup_name("probe"))
             probe.remove()
         except OSError as exc:
             why = f"{found.why}; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
@@ -181,7 +183,7 @@ class MemoryEvidence:
         if self.mode == "per-phase" and self._parent is not None:
             cgroup = self._phase_cgroups.get(phase)
             if cgroup is None:
-                name = f"{PHASE_CGROUP_PREFIX}{os.getpid()}-{phase}"
+                name = phase_cgroup_name(phase)
                 self._note_in_ledger(self._parent.path / name)  # before it exists: a SIGKILL may follow
                 try:
                     cgroup = self._parent.create_child(name, memory_max)
@@ -253,16 +255,18 @@ class MemoryEvidence:
         Only cgroups from the ledger count, never a look-alike name: beside us may live another
         supervisor (another state_dir, maybe another PID namespace, maybe our own pid) whose
         cgroups are not ours to empty."""
-        return [(phase_cgroup_owner(cgroup.path.name), cgroup) for cgroup in self._inherited if cgroup.path.is_dir()]
+        return [(phase_cgroup_owner(cgroup.path.name)[0], cgroup) for cgroup in self._inherited
+                if cgroup.path.is_dir()]
 
     def _remove_empty_stale(self, parent: MemoryCgroup, inherited_cgroups: list[MemoryCgroup]) -> None:
         """EMPTY phase cgroups named for a pid that is dead here: remove them, or they pile up under the
         parent (a SIGKILLed supervisor of another state_dir never comes back for its own). Only empty
-        ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched."""
-        inherited = {str(cg.path) for cg in inherited_cgroups}
+        ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched. Only
+        those of our PID namespace: a pid of another one says nothing here."""
+        inherited, here = {str(cg.path) for cg in inherited_cgroups}, pid_namespace()
         for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):  # (is_phase_cgroup's names)
-            pid = phase_cgroup_owner(entry.name)
-            if str(entry) in inherited or pid in (0, os.getpid()):
+            pid, ns = phase_cgroup_owner(entry.name)
+            if str(entry) in inherited or pid in (0, os.getpid()) or ns != here:
                 continue
             if not os.path.exists(f"/proc/{pid}"):
                 MemoryCgroup(entry, parent.version).remove()  # fails (and stays) if not empty

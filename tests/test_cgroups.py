@@ -59,6 +59,7 @@ from supervisor.evidence.cgroups import (
     discover,
     is_phase_cgroup,
     mem_total,
+    phase_cgroup_name,
     phase_cgroup_owner,
 )
 from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence, kills_since
@@ -585,11 +586,11 @@ def test_real_memory_evidence_per_phase_cgroup_is_made_and_removed() -> None:
         name = f"pytest-{os.getpid()}"
         placement = evidence.place(name, 48 * MiB)
         assert placement.scope == "phase" and placement.cgroup is not None
-        assert placement.cgroup.path == base / f"prover-{os.getpid()}-{name}"  # per supervisor: never shared
+        assert placement.cgroup.path == base / phase_cgroup_name(name)  # per supervisor: never shared
         assert placement.cgroup.limit() == 48 * MiB
         assert placement.oom_baseline == OomKills({placement.cgroup.path: 0})
         evidence.release_phase(name)
-        wait_for(lambda: not (base / f"prover-{os.getpid()}-{name}").exists(), timeout=5)
+        wait_for(lambda: not (base / phase_cgroup_name(name)).exists(), timeout=5)
     finally:
         evidence.close()
         loop.close()
@@ -624,7 +625,7 @@ def test_real_phase_cgroup_with_a_cgroup_a_child_made_below_it() -> None:
             sleeper.wait(10)
         evidence.close()
         loop.close()
-        remove_cgroup(base / f"prover-{os.getpid()}-{name}")
+        remove_cgroup(base / phase_cgroup_name(name))
 
 
 def test_a_cgroup_holding_a_process_below_it_is_not_taken_apart() -> None:
@@ -757,7 +758,7 @@ def test_v2_a_kill_in_a_cgroup_a_child_made_below_its_phase_cgroup_is_its_oom_ki
     root, proc, cgroup = fake_v2(tmp_path)
     v2_events_both(cgroup, 2, 2)
     (cgroup / "cgroup.subtree_control").write_text("")
-    phase_cgroup = v2_events_both(cgroup / f"prover-{os.getpid()}-bench", 0, 0)  # (the fake's files, made first)
+    phase_cgroup = v2_events_both(cgroup / phase_cgroup_name("bench"), 0, 0)  # (the fake's files, made first)
     options = "rw,nsdelegate,memory_localevents" if local_events else "rw,nsdelegate,memory_recursiveprot"
     loop = EventLoop()
     lines: list[str] = []
@@ -824,7 +825,7 @@ def test_real_v1_a_new_attempt_has_its_phase_cgroup_made_anew() -> None:
             sleeper.wait(10)
         evidence.close()
         loop.close()
-        remove_cgroup(base / f"prover-{os.getpid()}-{name}")
+        remove_cgroup(base / phase_cgroup_name(name))
 
 
 def test_v2_without_delegation_falls_back_to_the_shared_counter(tmp_path: Path) -> None:
@@ -902,7 +903,7 @@ command = {toml_list(["true"])}
             first = start_in_cgroup(sup, first_cfg, cg)
             wait_for(pidfile.exists, timeout=20)
             escapee = int(pidfile.read_text())
-            stale = cg / f"prover-{first.pid}-work"
+            stale = cg / phase_cgroup_name("work", first.pid)
             home = stale / "inner" if where == "below-it" else stale
             assert str(escapee) in (home / "cgroup.procs").read_text().split()
             environ = Path(f"/proc/{escapee}/environ").read_bytes()

@@ -173,6 +173,38 @@ def test_without_the_outboxs_thread_a_source_is_not_held_behind_what_never_goes(
     again.stop(1, "test over")
 
 
+def test_without_the_outboxs_thread_the_lines_before_a_failure_are_shipped_not_left_behind_later_numbers(
+        manager: DevManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Moved into the outbox with their numbers, they waited there for the next start while the shipper pushed
+    # higher numbers of the same run: a manager keeping the highest number seen (as docs/manager.md says it may)
+    # then dropped them whole. With no sender to hold the source, the shipper keeps them and ships them in order.
+    first = registered(manager, tmp_path)
+    uuid = first.reporter.uuid
+    first.stop(0, "first start over")
+
+    def cannot_start(self: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Sender, "start", cannot_start)
+        again = Supervisor(manager, tmp_path)
+        faults(manager, {"path": "/api/log-push", "status": 503, "count": 1})
+        refused = refused_pushes(manager)
+        for k in range(3):
+            again.reporter.ship_own_line(f"before the failure {k}")
+        again.run_until(lambda: refused_pushes(manager) > refused, "the shipper's push refused")
+        again.reporter.push_text("setup", FAILED)
+        again.reporter.ship_own_line("after the failure, 0")
+        again.run_until(lambda: "[supervisor] after the failure, 0" in setup_tab(manager, uuid), "the later line")
+        again.stop(1, "test over")
+    third = Supervisor(manager, tmp_path)
+    third.run_until(third.drained, "the outbox delivered")
+    third.stop(0, "over")
+    tab = setup_tab(manager, uuid)
+    assert FAILED in "\n".join(tab), tab
+    before = [line for line in tab if "before the failure " in line]
+    assert before == [f"[supervisor] before the failure {k}" for k in range(3)], tab
+    assert tab.index(before[-1]) < tab.index("[supervisor] after the failure, 0"), tab
 def test_a_durable_push_an_earlier_start_left_pending_holds_the_next_starts_lines_behind_it(
         manager: DevManager, tmp_path: Path) -> None:
     # The failure's push is still in the outbox when the supervisor exits; the next start's sender sends it first,

@@ -521,6 +521,36 @@ def test_an_empty_config_is_refused_not_taken_as_none_given(tmp_path: Path, comm
     assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists()
 
 
+@pytest.mark.parametrize("command", ["run", "check", "status"])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_supervisor_config_variable_is_refused_not_taken_as_unset(
+        tmp_path: Path, command: str, value: str) -> None:
+    # `SUPERVISOR_CONFIG=$UNSET run`: as with an empty --config, the built-in profile in its place would register,
+    # download and give up an instance the user never meant to start.
+    env = {**clean_env(), "SUPERVISOR_CONFIG": value,
+           "SUPERVISOR_STATE_DIR": str(tmp_path / "state"), "SUPERVISOR_LOG_DIR": str(tmp_path / "logs")}
+    done = subprocess.run([PY, "-m", "supervisor", command], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "prover-supervisor: $SUPERVISOR_CONFIG: set but empty (name a file, or unset it for the built-in "
+               "profile)\n"), done
+    assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "check", "status"])
+def test_a_config_named_by_the_variable_says_so_when_it_is_refused(tmp_path: Path, command: str) -> None:
+    missing, bad = tmp_path / "nope.toml", tmp_path / "bad.toml"
+    bad.write_text("x\n")
+    for config, said in ((missing, "no such file"), (bad, "not valid TOML")):
+        done = subprocess.run([PY, "-m", "supervisor", command], capture_output=True, text=True, cwd=REPO,
+                              env={**clean_env(), "SUPERVISOR_CONFIG": str(config)}, timeout=30)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.startswith(f"prover-supervisor: {config}: {said}"), done
+        assert done.stderr.endswith(" (named by $SUPERVISOR_CONFIG)\n") and done.stderr.count("\n") == 1, done
+        assert done.stderr.count(str(config)) == 1, done
+    given = subprocess.run([PY, "-m", "supervisor", command, "--config", str(missing)], capture_output=True,
+                           text=True, cwd=REPO, env=clean_env(), timeout=30)
+    assert given.stderr == f"prover-supervisor: {missing}: no such file\n", given
 @pytest.mark.parametrize(("supervisor", "said"), [
     ('[supervisor]\nstatedir = "/tmp/elsewhere"\n', "supervisor.statedir: unknown key (did you mean 'state_dir'?)"),
     ("supervisor = 5\n", "supervisor: must be a table, got 5")])

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from ..plugin import Plugin, RunSwitch
 
 PROG = "prover-supervisor"
+CONFIG_VARIABLE = "SUPERVISOR_CONFIG"  # the config file, where --config names none
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -219,7 +220,10 @@ def dispatch(args: argparse.Namespace) -> int:
             switches = [s for s in handed.run_switches if getattr(args, switch_dest(s), False)]
             return run(load_plan(config_path(args), handed), handed, switches=switches,
                        fresh=getattr(args, "fresh", False))
-    except (ConfigError, SetupError) as exc:
+    except ConfigError as exc:
+        say(f"{PROG}: {exc}{named_by_variable(args, str(exc))}", err=True)
+        return EXIT_CONFIG_ERROR
+    except SetupError as exc:
         say(f"{PROG}: {exc}", err=True)
         return EXIT_CONFIG_ERROR
     except AlreadyRunning as exc:
@@ -237,7 +241,23 @@ def config_path(args: argparse.Namespace) -> str | None:
 
         raise ConfigError("--config: an empty path (name a file, or leave --config out for $SUPERVISOR_CONFIG or "
                           "the built-in profile)")
-    return given or os.environ.get("SUPERVISOR_CONFIG") or None
+    if given:
+        return given
+    named = os.environ.get(CONFIG_VARIABLE)
+    if named is not None and not named.strip():  # (the same mistake, made in the environment: SUPERVISOR_CONFIG=$X)
+        from ..config import ConfigError
+
+        raise ConfigError(f"${CONFIG_VARIABLE}: set but empty (name a file, or unset it for the built-in profile)")
+    return named
+
+
+def named_by_variable(args: argparse.Namespace, refusal: str) -> str:
+    """" (named by $SUPERVISOR_CONFIG)" where ``refusal`` is of the config file that variable named: the user may
+    not know that it is set, or where."""
+    named = os.environ.get(CONFIG_VARIABLE)
+    if getattr(args, "config", None) or not named or not refusal.startswith(f"{named}:"):
+        return ""
+    return f" (named by ${CONFIG_VARIABLE})"
 
 
 def check_config(args: argparse.Namespace) -> int:

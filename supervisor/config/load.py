@@ -77,8 +77,9 @@ def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | N
     environ = os.environ if environ is None else environ
     text, source = _config_text(path, plugin)
     mine = plugin if plugin is not None else _NOTHING
+    document = _toml(text, source)  # (its refusal names the source already)
     try:
-        table = known_keys(_toml(text, source).get("supervisor", {}), "supervisor",
+        table = known_keys(document.get("supervisor", {}), "supervisor",
                            {*SUPERVISOR_KEYS, *mine.table_keys.get("supervisor", {})}, homes(mine)["supervisor"])
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None

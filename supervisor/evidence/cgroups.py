@@ -640,11 +640,11 @@ def pid_namespace() -> int:
         return INIT_PID_NAMESPACE
 
 
-def phase_cgroup_name(phase: str) -> str:
-    """This supervisor's cgroup for ``phase``: ``prover-<pid>-<phase>``, ``prover-<pid>.<ns>-<phase>`` outside the
-    host's PID namespace."""
-    ns = pid_namespace()
-    owner = f"{os.getpid()}" if ns == INIT_PID_NAMESPACE else f"{os.getpid()}.{ns}"
+def phase_cgroup_name(phase: str, pid: int | None = None) -> str:
+    """The cgroup for ``phase`` of this supervisor (of the supervisor ``pid``, in our PID namespace):
+    ``prover-<pid>-<phase>``, ``prover-<pid>.<ns>-<phase>`` outside the host's PID namespace."""
+    ns, pid = pid_namespace(), os.getpid() if pid is None else pid
+    owner = f"{pid}" if ns == INIT_PID_NAMESPACE else f"{pid}.{ns}"
     return f"{PHASE_CGROUP_PREFIX}{owner}-{phase}"
 
 

@@ -288,8 +288,10 @@ class Reporter:
 
     def _move_queued_lines(self, source: str) -> None:
         """Lines of ``source`` still waiting in the log shipper go into the outbox first, so the durable
-        line arrives after what was logged before it (the two travel by different threads)."""
-        if self._logs is None or self.outbox is None:
+        line arrives after what was logged before it (the two travel by different threads). Not without the
+        outbox's thread: nothing holds the source then, and numbered lines left pending for the next start would
+        come after the higher numbers the shipper pushes meanwhile (a manager that keeps the highest drops them)."""
+        if self._logs is None or self.outbox is None or not self._sender_runs:
             return
         for chunk, seq in self._logs.take_all(source):
             self._add_durable(source, chunk, seq)

@@ -65,7 +65,7 @@ class FakeChild:
     stop_reason: str | None = None
     stop_detail: str = ""
     sigkilled: bool = False  # (the supervisor sent it SIGKILL: a fake is only ever stopped by SIGTERM)
-    forwarded: set[int] = field(default_factory=set)  # (signals forwarded from outside: a fake gets none)
+    forwarded: dict[int, float] = field(default_factory=dict)  # (signals forwarded from outside: a fake gets none)
     placement: None = None
     output_open: bool = False
     stop_asked_at: float | None = None

@@ -881,7 +881,6 @@ def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_star
     # sweep knows): the next start read the phase cgroup's own cgroup.procs alone, left it alive and said nothing.
     import signal
 
-
     v1_memory_cgroup_or_skip()
     pidfile = sup.tmp / "escapee.pid"
     escape = sup.tmp / "escape.py"
@@ -930,7 +929,6 @@ def test_a_look_alike_cgroup_of_another_supervisor_is_left_alone(sup: Runner) ->
     keeps its processes, even when its pid is dead here or is the new supervisor's own."""
     import signal
 
-
     v1_memory_cgroup_or_skip()
     cfg = sup.write(f"""
 [[phases]]
@@ -973,7 +971,6 @@ def test_an_ancestors_limit_is_read_alone_not_with_the_cgroups_below_it(tmp_path
     assert ancestor.limit() is None and bad == []
     assert MemoryCgroup(cgroup, "v1", lambda name, why: bad.append((name, str(why)))).limit() == 2 * GiB
     assert bad == []
-
 
 
 @needs_unshare

@@ -617,16 +617,19 @@ def test_exit_status_from_real_signal(signame: str) -> None:
     assert status.describe() == f"killed by {signame} (status {128 + signum})"
 
 
-
-def test_a_signal_forwarded_from_outside_is_named_only_when_it_is_the_one_that_killed() -> None:
-    status = ExitStatus.from_wait_status(_wait_status_of_signal(signal.SIGHUP))
-
-    def detail(forwarded: set[int]) -> str:
+def test_a_signal_forwarded_from_outside_is_said_beside_the_end_it_may_have_caused() -> None:
+    def detail(status: ExitStatus, forwarded: dict[int, float]) -> str:
         return from_exit("p", "p", 1, status, stop_reason=None, daemon=False, attempt=1, started_at=0.0,
                          last_lines=[], forwarded=forwarded).detail
 
-    assert detail({signal.SIGHUP}) == "killed by SIGHUP (status 129), forwarded to it from outside by the supervisor"
-    assert detail({signal.SIGUSR1}) == detail(set()) == "killed by SIGHUP (status 129)", "another one forwarded"
+    hup = ExitStatus.from_wait_status(_wait_status_of_signal(signal.SIGHUP))
+    said = ", 0.2s after a SIGHUP from outside was forwarded to it"
+    assert detail(hup, {signal.SIGHUP: 0.2}) == "killed by SIGHUP (status 129)" + said
+    assert detail(hup, {signal.SIGUSR1: 0.2}) == detail(hup, {}) == "killed by SIGHUP (status 129)", "another one"
+    wrapped = ExitStatus.from_wait_status(_wait_statuses_of_every_exit()[129])  # (a shell's `trap 'exit 129' HUP`)
+    assert detail(wrapped, {signal.SIGHUP: 0.2}) == "exited with code 129" + said
+    assert detail(wrapped, {}) == "exited with code 129"
+
 
 def test_exit_status_core_dumped_from_real_crash(tmp_path: Path) -> None:
     if resource.getrlimit(resource.RLIMIT_CORE)[1] == 0:

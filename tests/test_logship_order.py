@@ -205,6 +205,8 @@ def test_without_the_outboxs_thread_the_lines_before_a_failure_are_shipped_not_l
     before = [line for line in tab if "before the failure " in line]
     assert before == [f"[supervisor] before the failure {k}" for k in range(3)], tab
     assert tab.index(before[-1]) < tab.index("[supervisor] after the failure, 0"), tab
+
+
 def test_a_durable_push_an_earlier_start_left_pending_holds_the_next_starts_lines_behind_it(
         manager: DevManager, tmp_path: Path) -> None:
     # The failure's push is still in the outbox when the supervisor exits; the next start's sender sends it first,
@@ -261,14 +263,15 @@ def test_queued_lines_moved_into_a_failures_push_keep_their_numbers_and_a_repeat
     # answered after the read timeout, so the outbox sends it again, though the manager stores it: the lines
     # carry their X-Log-Seq numbers there too, and a manager that reads them keeps each once (a slow manager
     # stored one block of them 7 times in a 30-minute soak).
-    sup = registered(manager, tmp_path, read_timeout_s=0.5)
+    sup = registered(manager, tmp_path, read_timeout_s=2.0)
     uuid = sup.reporter.uuid
-    faults(manager, {"path": "/api/log-push", "status": 503, "count": 1})
+    # (Retry-After: the shipper must not push them again itself before the failure takes them)
+    faults(manager, {"path": "/api/log-push", "status": 503, "retry_after": 30, "count": 1})
     moved = [f"before the failure {k}" for k in range(5)]
     for line in moved:
         sup.reporter.ship_own_line(line)
     sup.run_until(lambda: refused_pushes(manager), "the shipper's push refused")
-    faults(manager, {"path": "/api/log-push", "delay_s": 1.5, "count": 1})  # past the 0.5 s read timeout
+    faults(manager, {"path": "/api/log-push", "delay_s": 3.0, "count": 1})  # past the 2 s read timeout
     sup.reporter.push_text("setup", FAILED)
 
     def carried_twice() -> bool:  # (the late answer's call is noted once its delay is over)
@@ -276,9 +279,10 @@ def test_queued_lines_moved_into_a_failures_push_keep_their_numbers_and_a_repeat
         return sum(moved[0] in c.get("head", "") for c in calls if c["path"] == "/api/log-push") == 2
 
     sup.run_until(lambda: sup.drained() and carried_twice(), "the moved lines' push stored, then sent again")
+    dropped = manager.state.snapshot()["log_seq"]["duplicate_lines"]
     sup.stop(1, "test over")
     tab = setup_tab(manager, uuid)
     assert [line.split("] ", 1)[-1] for line in tab if "before the failure " in line] == moved, tab
     failed_at = [i for i, line in enumerate(tab) if FAILED in line]
     assert len(failed_at) == 1 and failed_at[0] > max(i for i, line in enumerate(tab) if moved[-1] in line), tab
-    assert manager.state.snapshot()["log_seq"]["duplicate_lines"] == len(moved)
+    assert dropped >= len(moved), "kept once for their numbers"  # (more: a push of its own that timed out too)

@@ -354,7 +354,6 @@ def test_take_all_hands_the_queue_over_and_later_numbers_follow_it(server: Recor
     assert seq(server.taken()[0])[2:] == (4, 4), "the lines taken another way keep their numbers"
 
 
-
 class _HeldPush:
     """A push that waits, once it has its batch, until the test lets it end: delivered, or failed for now."""
 
@@ -396,6 +395,7 @@ def test_take_all_during_a_push_takes_its_batch_first_and_a_failed_push_does_not
     shipper.manager_answers()  # (the outbox delivered the verdict: a failed push's backoff is cut short)
     assert shipper.ship_once()
     assert push.sent == [(f"{shipper.run_id}:setup:4-4", "4\n")], "the numbers run on after what was taken"
+
 
 def test_a_held_source_keeps_its_lines_and_numbers_while_the_others_ship(server: Recorder) -> None:
     held = {"setup"}  # (the Reporter's: a durable push of setup is still in the outbox)

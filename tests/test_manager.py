@@ -453,6 +453,7 @@ def test_outbox_keeps_a_bounded_tail_of_finished_calls_and_every_kinds_last_answ
     assert [p["text"] for p in box.delivered_payloads("log", 3)] == ["summary 7", "summary 8", "summary 9"]
     box.close()
 
+
 def test_outbox_survives_reopen(tmp_path: Path) -> None:
     path = tmp_path / "o.sqlite3"
     box = Outbox(path)
@@ -879,7 +880,6 @@ def test_devmanager_errors(devmgr: DevManager) -> None:
     assert requests.post(devmgr.url + "/api/log-push", data=b"x\n", timeout=5).status_code == 400
 
 
-
 def test_devmanager_refuses_numbers_that_are_not_json_numbers_as_gos_decoder_does(devmgr: DevManager) -> None:
     # The real handlers decode into a float64: "61.5" or true is a 400, not a rate of 0 (a kinder stand-in would
     # let a client that sends strings pass its tests and be refused by the real manager).
@@ -901,6 +901,7 @@ def test_devmanager_stamps_bench_done_at_at_every_call_pass_or_fail(devmgr: DevM
     assert _post(devmgr, "/bench-done", {"uuid": uuid, "rate": 61.5}).json()["passed"] is True
     row = devmgr.state.snapshot()["instances"][uuid]
     assert row["bench_done_at"] > first and row["rate"] == 61.5 and row["state"] == "bench_done"
+
 
 def test_devmanager_runner_id(devmgr: DevManager) -> None:
     reg = _post(devmgr, "/register", {"label": "C.5"}).json()
@@ -1163,6 +1164,8 @@ def test_devmanager_keeps_the_new_part_of_an_overlapping_push(devmgr: DevManager
     push("r2:curio:1-1", "a\n")  # another supervisor process numbers from 1 again
     push("garbage", "no numbers\n")  # kept as it is
     assert devmgr.state.snapshot()["logs"][uuid]["curio"] == "a\nb\nc\na\nno numbers\n"
+
+
 def test_devmanager_fault_limited_to_one_route() -> None:
     """``"path"`` in /dev/faults: only that route's calls get the fault, and only they count it down."""
     devmgr = dev_manager(quiet=True).start()

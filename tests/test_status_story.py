@@ -551,6 +551,8 @@ def test_a_config_named_by_the_variable_says_so_when_it_is_refused(tmp_path: Pat
     given = subprocess.run([PY, "-m", "supervisor", command, "--config", str(missing)], capture_output=True,
                            text=True, cwd=REPO, env=clean_env(), timeout=30)
     assert given.stderr == f"prover-supervisor: {missing}: no such file\n", given
+
+
 @pytest.mark.parametrize(("supervisor", "said"), [
     ('[supervisor]\nstatedir = "/tmp/elsewhere"\n', "supervisor.statedir: unknown key (did you mean 'state_dir'?)"),
     ("supervisor = 5\n", "supervisor: must be a table, got 5")])

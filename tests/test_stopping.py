@@ -203,13 +203,13 @@ def test_a_second_sigterm_names_a_daemon_it_killed_before_its_wave_stopped_by_th
         [[phases]]
         name = "serve"
         kind = "service"
-        command = ["sh", "-c", "trap '' TERM; while :; do sleep 0.2; done"]
+        command = ["sh", "-c", "trap '' TERM; echo trapped; while :; do sleep 0.2; done"]
           [[phases.daemons]]
           name = "d"
           command = ["sh", "-c", "exec sleep 3600"]
     """, stop_grace_s=30)
     proc = sup.start(config)
-    output = until(proc, "phase serve: service is up")
+    output = until(proc, "trapped")  # (its SIGTERM ignored: the daemon's wave waits for it)
     proc.send_signal(signal.SIGTERM)
     output += until(proc, "stopping serve/serve (supervisor shutdown)")
     proc.send_signal(signal.SIGTERM)
@@ -217,6 +217,7 @@ def test_a_second_sigterm_names_a_daemon_it_killed_before_its_wave_stopped_by_th
     output += rest
     assert proc.returncode == 143, output[-3000:]
     assert "SIGKILL to everything now" in output, output[-3000:]
+    assert "stopping serve/d " not in output.split("SIGKILL to everything now")[0], "its wave had begun"
     ended = [line for line in output.splitlines() if "] ended: phase=serve child=" in line]
     assert len(ended) == 2, output[-3000:]
     assert all(" reason=stopped " in line for line in ended), ended

@@ -69,7 +69,7 @@ class Child:
     _loop: EventLoop | None = None
     _on_eof: Callable[[Child], None] = lambda child: None
     _stop_waiters: list[Callable[[], None]] = field(default_factory=list)
-    forwarded: set[int] = field(default_factory=set)  # the signals from outside forwarded to it (its verdict says)
+    forwarded: dict[int, float] = field(default_factory=dict)  # signal from outside → when last forwarded to it
     _stopping: bool = False
     _kill_timer: Timer | None = None
     _killed_at: float | None = None
@@ -109,7 +109,7 @@ class Child:
     def send_group_signal(self, sig: int) -> None:
         """Forward a signal to the child's process group (while the group is surely its own)."""
         if self.running:
-            self.forwarded.add(sig)
+            self.forwarded[sig] = self.clock.time()
             signal_quietly(os.killpg, self.pid, sig)
 
     def kill_now(self, reason: str, wait_until: float | None = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol, overload
@@ -21,6 +21,7 @@ from ..engine.logs import Unshipped
 from ..engine.loop import Faults
 from ..engine.process import Child
 from ..engine.reaping import ExitStatus
+from ..engine.signals import signal_name
 from ..evidence.memory import MemoryEvidence, MemoryReport
 from ..exits import EXIT_FAILURE, EXIT_TIMEOUT
 from ..text import Log
@@ -118,17 +119,21 @@ class Verdict:
         return record
 
 
+_NONE_FORWARDED: Mapping[int, float] = MappingProxyType({})  # (from_exit's default: none forwarded)
+
+
 def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reason: str | None,
               daemon: bool, attempt: int, started_at: float, last_lines: list[str],
               memory: MemoryReport | None = None, stop_detail: str = "", victims: tuple[str, ...] = (),
-              sigkilled: bool = False, forwarded: Collection[int] = (),
+              sigkilled: bool = False, forwarded: Mapping[int, float] = _NONE_FORWARDED,
               added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
     """Decide why a reaped child ended, from its wait status, what we did, and the OOM counter.
 
     ``victims``: the OOM kills in its cgroup during its life that are already known (its siblings'
     own ``oom_killed`` verdicts), named rather than guessed at: a SIGKILL they account for is not this
     child's OOM kill. ``sigkilled``: the supervisor sent it SIGKILL (the grace of a stop ran out).
-    ``forwarded``: the signals from outside the supervisor forwarded to it (a SIGHUP it did not handle). ``added``:
+    ``forwarded``: the signals from outside the supervisor forwarded to it, each with how long before its end
+    (a SIGHUP it did not handle, or a wrapper's exit 128+n on one). ``added``:
     the plugin's reasons (a stop for one of them keeps it, as for the core's).
     """
     success = status.success
@@ -157,11 +162,11 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
         reason, success = DAEMON_DIED, False
         detail = f"daemon {status.describe()} while its phase needed it"
     elif status.signal is not None:
-        reason, detail = SIGNAL, status.describe()
-        if status.signal in forwarded:
-            detail += ", forwarded to it from outside by the supervisor"
+        reason, detail = SIGNAL, status.describe() + _forwarded_before(status.signal, forwarded)
     else:
         reason, detail = EXIT_CODE, status.describe()
+        if status.code is not None and status.code > 128:  # (a shell's, a wrapper's answer to signal code-128)
+            detail += _forwarded_before(status.code - 128, forwarded)
     if oom and reason != OOM_KILLED and len(victims) >= oom:
         detail += f"; {oom} OOM kill(s) in its {scope} cgroup during its life, of {', '.join(victims)}"
     elif oom and reason != OOM_KILLED:
@@ -197,6 +202,14 @@ def never_reaped(child: Child, *, phase: str, attempt: int, added: AddedReasons 
                         last_lines=child.output.last_lines(), added=added)
 
 
+def _forwarded_before(signum: int, forwarded: Mapping[int, float]) -> str:
+    """", 0.2s after a SIGHUP from outside was forwarded to it": the fact, not a cause (a person may have sent the
+    same signal to the child since)."""
+    if signum not in forwarded:
+        return ""
+    return f", {max(0.0, forwarded[signum]):.1f}s after a {signal_name(signum)} from outside was forwarded to it"
+
+
 def failure_status(reason: str, status: int, added: AddedReasons = NO_REASONS_ADDED) -> int:
     """What a failure of ``reason`` exits with: a deadline, a stall or too_slow gives EXIT_TIMEOUT (as
     timeout(1)), a watcher's finding EXIT_FAILURE, a plugin's reason the status it registered (``added``),
@@ -223,7 +236,7 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
         phase, child.spec.name, child.pid, status, stop_reason=child.stop_reason,
         daemon=daemon, attempt=attempt, started_at=child.started_at,
         last_lines=child.output.last_lines(begun=True), memory=report, stop_detail=child.stop_detail,
-        sigkilled=child.sigkilled, forwarded=child.forwarded,
+        sigkilled=child.sigkilled, forwarded={sig: (child.ended_at or at) - at for sig, at in child.forwarded.items()},
         victims=tuple(f"{x.child} (pid {x.pid})" for x in earlier if x.phase == phase
                       and x.reason == OOM_KILLED and x.pid != child.pid and x.ended_at >= child.started_at),
         added=added,

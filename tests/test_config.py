@@ -1031,8 +1031,16 @@ def test_service_and_daemon_options_parse() -> None:
 
 
 def test_numbers_and_booleans_in_env_become_strings() -> None:
-    plan = parse(MINIMAL + "env = { N = 5, F = 1.5, T = true, O = false }\n")
-    assert dict(plan.phases[0].command.env) == {"N": "5", "F": "1.5", "T": "1", "O": "0"}
+    plan = parse(MINIMAL + "env = { N = 5, F = 1.5, T = true, O = false, E = 6e8, W = 0.1e1 }\n")
+    assert dict(plan.phases[0].command.env) == {"N": "5", "F": "1.5", "T": "1", "O": "0", "E": "600000000",
+                                                "W": "1"}
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_an_env_value_that_is_no_finite_number_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^test\.toml: phases\[0\] \(p\)\.env\.A: must be a string or a "
+                                          r"finite number, got -?(nan|inf)$"):
+        parse(MINIMAL + f"env = {{ A = {value} }}\n")
 
 
 def test_error_names_source() -> None:

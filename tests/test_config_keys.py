@@ -90,7 +90,8 @@ def test_join_key(where: str, key: str, joined: str) -> None:
 
 @pytest.mark.parametrize(("value", "said"), [
     (True, "k: must be a whole number, got True"),  # a bool is no number, though Python says it is an int
-    (2.0, "k: must be a whole number, got 2.0"),
+    (2.0, "k: must be a whole number written as one (no point, no exponent), got 2.0"),
+    (1e3, "k: must be a whole number written as one (no point, no exponent), got 1000.0"),
     ("3", "k: must be a whole number, got '3' (text: write it without quotes)"),
     ("x", "k: must be a whole number, got 'x'"),
     (-1, "k: must be >= 0, got -1"),

@@ -491,7 +491,7 @@ def test_status_interval_without_watch_is_one_line_and_2(tmp_path: Path) -> None
                                                                 "config to read it from: not both")):
         rc, text = status(tmp_path, *args)
         assert rc == 2 and text.count("\n") == 1 and said in text and "Traceback" not in text, text
-    for interval in ("0", "1e10", "inf", "nan"):
+    for interval in ("0", "1e10", "inf", "nan", "\uff11", "\u0661"):  # (full-width and Arabic-Indic 1: not ASCII)
         rc, text = status(tmp_path, "--watch", "--interval", interval)
         assert rc == 2 and "--interval" in text and "Traceback" not in text, text
         assert f"{interval!r} is not a number of seconds from 0.1 to 86400" in text, text

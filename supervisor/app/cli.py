@@ -156,7 +156,7 @@ def interval_seconds(text: str) -> float:
     from ..status.command import WATCH_INTERVAL_MAX_S, WATCH_INTERVAL_MIN_S
 
     try:
-        value = float(text)
+        value = float(text) if text.isascii() else float("nan")  # (float() takes any script's digits; we do not)
     except ValueError:
         value = float("nan")
     if not WATCH_INTERVAL_MIN_S <= value <= WATCH_INTERVAL_MAX_S:

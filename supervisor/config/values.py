@@ -11,6 +11,7 @@ are what a plugin declares its own keys with, so its refusals read like the core
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import signal
@@ -194,8 +195,10 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
             raise ConfigError(f"{join_key(where, key)}: the supervisor sets this variable itself, for every child")
         if isinstance(item, bool):
             out[key] = "1" if item else "0"
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(f"{join_key(where, key)}: must be a string or a finite number, got {shown(item)}")
         elif isinstance(item, str | int | float):
-            out[key] = str(item)
+            out[key] = written(item) if isinstance(item, float) else str(item)  # (6e8: "600000000", as written)
         else:
             raise ConfigError(f"{join_key(where, key)}: must be a string or number, got {shown(item)}")
         if _byte_length(f"{key}={out[key]}", join_key(where, key)) > MAX_ARG_BYTES:
@@ -271,6 +274,9 @@ def whole_number(minimum: int, maximum: int) -> Checker:
     def check(value: Any, where: str) -> int:
         if isinstance(value, EnvText):
             value = _int_text(value)
+        if isinstance(value, float):  # (1e3 and 2.0 are whole, but TOML reads them as floats)
+            raise ConfigError(f"{where}: must be a whole number written as one (no point, no exponent), "
+                              f"got {shown(value)}")
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: must be a whole number, got {shown(value)}"
                               f"{_unquote_hint(value, _number_text)}")

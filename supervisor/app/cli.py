@@ -271,7 +271,7 @@ def check_config(args: argparse.Namespace) -> int:
 
 def write_standins(args: argparse.Namespace) -> int:
     from ..prover.standins.install import write_bin_dir
-    from ..text.show import shown
+    from ..text.show import escaped, shown
     from .startup import SetupError
 
     try:
@@ -280,7 +280,7 @@ def write_standins(args: argparse.Namespace) -> int:
         raise SetupError(f"--bin-dir {shown(args.bin_dir, bare=True)}: cannot write there: "
                          f"{exc.strerror or exc}") from None
     for path in written:
-        say(str(path))
+        say(escaped(str(path)))  # (one path a line, as written, but an ESC in a name never reaches the terminal)
     return EXIT_OK
 
 

@@ -72,3 +72,13 @@ def test_a_real_program_in_bin_dir_is_refused_and_nothing_is_written(tmp_path: P
     assert done.stderr == (f"prover-supervisor: --bin-dir: {real} is there and is no stand-in of ours (a real "
                            f"program?): nothing written; name a directory of the stand-ins' own, not {bin_dir}\n")
     assert real.read_text() == "#!/bin/sh\n# the real one\n" and [p.name for p in bin_dir.iterdir()] == [name]
+
+
+def test_the_paths_written_are_printed_one_a_line_with_a_control_character_escaped(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "odd \x1b[31m bin"
+    done = subprocess.run([PY, "-m", "supervisor", "standins", "--bin-dir", str(bin_dir)], capture_output=True,
+                          text=True, cwd=tmp_path, env=clean_env({"PYTHONPATH": str(REPO)}), timeout=60)
+    assert done.returncode == 0 and "\x1b" not in done.stdout, done
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(list(bin_dir.iterdir())) and all(
+        line.startswith(f"{tmp_path}/odd \\x1b[31m bin/") for line in lines), lines

@@ -109,6 +109,16 @@ def registered(manager: DevManager, tmp_path: Path, read_timeout_s: float = 5.0)
     return sup
 
 
+def failed_while_the_manager_refuses_pushes(manager: DevManager, tmp_path: Path) -> tuple[Supervisor, str | None]:
+    """A registered supervisor whose failure's push the manager refused (it refuses every log push from now on),
+    and its uuid."""
+    sup = registered(manager, tmp_path)
+    faults(manager, {"path": "/api/log-push", "status": 503})
+    sup.reporter.push_text("setup", FAILED)
+    sup.run_until(lambda: refused_pushes(manager), "the failure's push refused")
+    return sup, sup.reporter.uuid
+
+
 def test_lines_logged_after_a_failure_wait_behind_its_durable_push_the_manager_asked_to_wait(
         manager: DevManager, tmp_path: Path) -> None:
     # The failure's push is refused with Retry-After 3 (the outbox waits that long); the shipper, never refused,
@@ -130,11 +140,7 @@ def test_lines_still_held_at_the_exit_go_behind_it_into_the_outbox_and_the_next_
     # The manager refuses every log push until the supervisor has exited: the failure, the lines after it and
     # the exit's own lines (said after its "exiting" push) stay in the outbox, in that order; the next start
     # delivers them before its own lines.
-    sup = registered(manager, tmp_path)
-    uuid = sup.reporter.uuid
-    faults(manager, {"path": "/api/log-push", "status": 503})
-    sup.reporter.push_text("setup", FAILED)
-    sup.run_until(lambda: refused_pushes(manager), "the failure's push refused")
+    sup, uuid = failed_while_the_manager_refuses_pushes(manager, tmp_path)
     for k in range(3):
         sup.reporter.ship_own_line(f"after the failure, {k}")
     sup.stop(1, "test failure")
@@ -152,10 +158,10 @@ def test_lines_still_held_at_the_exit_go_behind_it_into_the_outbox_and_the_next_
     again.stop(0, "test over")
 
 
-def test_without_the_outboxs_thread_a_source_is_not_held_behind_what_never_goes(
-        manager: DevManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A start whose outbox sender could not start its thread (pids.max): its durable pushes stay pending for the
-    # whole run, and the source they hold would hold every later line with them. Its uuid is the earlier start's.
+def started_again_without_the_outboxs_thread(manager: DevManager, tmp_path: Path,
+                                             patched: pytest.MonkeyPatch) -> tuple[str | None, Supervisor]:
+    """A registered start, over; then the next start of its state_dir, whose outbox sender could not start its
+    thread (pids.max): the earlier start's uuid, and the new start."""
     first = registered(manager, tmp_path)
     uuid = first.reporter.uuid
     first.stop(0, "first start over")
@@ -163,8 +169,15 @@ def test_without_the_outboxs_thread_a_source_is_not_held_behind_what_never_goes(
     def cannot_start(self: object) -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(Sender, "start", cannot_start)
-    again = Supervisor(manager, tmp_path)
+    patched.setattr(Sender, "start", cannot_start)
+    return uuid, Supervisor(manager, tmp_path)
+
+
+def test_without_the_outboxs_thread_a_source_is_not_held_behind_what_never_goes(
+        manager: DevManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A start whose outbox sender could not start its thread (pids.max): its durable pushes stay pending for the
+    # whole run, and the source they hold would hold every later line with them. Its uuid is the earlier start's.
+    uuid, again = started_again_without_the_outboxs_thread(manager, tmp_path, monkeypatch)
     assert any("cannot start the thread of the outbox's sender" in line for line in again.said), again.said
     again.reporter.push_text("setup", FAILED)
     again.reporter.ship_own_line("after the failure, 0")
@@ -178,16 +191,8 @@ def test_without_the_outboxs_thread_the_lines_before_a_failure_are_shipped_not_l
     # Moved into the outbox with their numbers, they waited there for the next start while the shipper pushed
     # higher numbers of the same run: a manager keeping the highest number seen (as docs/manager.md says it may)
     # then dropped them whole. With no sender to hold the source, the shipper keeps them and ships them in order.
-    first = registered(manager, tmp_path)
-    uuid = first.reporter.uuid
-    first.stop(0, "first start over")
-
-    def cannot_start(self: object) -> None:
-        raise RuntimeError("can't start new thread")
-
     with monkeypatch.context() as patched:
-        patched.setattr(Sender, "start", cannot_start)
-        again = Supervisor(manager, tmp_path)
+        uuid, again = started_again_without_the_outboxs_thread(manager, tmp_path, patched)
         faults(manager, {"path": "/api/log-push", "status": 503, "count": 1})
         refused = refused_pushes(manager)
         for k in range(3):
@@ -212,11 +217,7 @@ def test_a_durable_push_an_earlier_start_left_pending_holds_the_next_starts_line
     # The failure's push is still in the outbox when the supervisor exits; the next start's sender sends it first,
     # and the manager asks it to wait (Retry-After 3): the lines the new start logs meanwhile wait behind it, as
     # they would behind a durable push of its own.
-    sup = registered(manager, tmp_path)
-    uuid = sup.reporter.uuid
-    faults(manager, {"path": "/api/log-push", "status": 503})
-    sup.reporter.push_text("setup", FAILED)
-    sup.run_until(lambda: refused_pushes(manager), "the failure's push refused")
+    sup, uuid = failed_while_the_manager_refuses_pushes(manager, tmp_path)
     sup.stop(1, "test failure")
     faults(manager, {"path": "/api/log-push", "status": 503, "retry_after": 3, "count": 1})
     refused = refused_pushes(manager)

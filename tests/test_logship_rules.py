@@ -432,38 +432,42 @@ def test_manager_answers_resets_only_a_backoff_that_is_running(server: Recorder)
     assert shipper.backoff_resets == 1, "the delivered push ended the backoff already"
 
 
-def test_the_wait_after_a_refused_push_doubles_while_they_are_refused(
-        server: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.5)
+def waits_after_refusals(shipper: Shipper, refusals: int) -> list[float]:
+    """``refusals`` ship_once calls the manager refuses: the wait each set before the next push, read off the
+    shipper's own clock (its retry time less the moment of the call: never slept through, so no load can
+    stretch it), each then cut short as if it had passed. Rounded to the millisecond the calls take."""
+    waits = []
+    for _ in range(refusals):
+        before = time.monotonic()
+        assert not shipper.ship_once()
+        after = time.monotonic()
+        assert after - before < 0.5, "a refusal took too long to read a wait off it"
+        waits.append(shipper._retry_at - before)
+        shipper._retry_at = 0.0
+    return [round(wait * 2) / 2 for wait in waits]  # (the call's own time, under 0.25 s, rounded off)
+
+
+def test_the_wait_after_a_refused_push_doubles_while_they_are_refused(server: Recorder) -> None:
     shipper = shipper_to(server)
-    server.answers = [503, 503]
+    server.answers = [503, 503, 503]
     shipper.add("setup", ["one"])
-    assert not shipper.ship_once()  # the first refusal: 0.5 s
-    time.sleep(0.6)
-    assert not shipper.ship_once()  # the second: 1 s
-    time.sleep(0.6)
-    assert not shipper.ship_once() and len(server.pushes) == 2, "still backing off: no push yet"
-    time.sleep(0.5)
-    assert shipper.ship_once() and server.lines("setup") == ["one"]
+    first = logship.PUSH_RETRY_S
+    assert waits_after_refusals(shipper, 3) == [first, 2 * first, 4 * first]
+    assert shipper.ship_once() and server.lines("setup") == ["one"] and len(server.pushes) == 4
 
 
 def test_a_delivered_push_ends_the_backoff_so_the_next_outage_starts_at_the_first_wait_again(
-        server: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+        server: Recorder) -> None:
     # The wait doubles while pushes are refused, and starts again from PUSH_RETRY_S once one is delivered: a
     # manager that was away for a while, then refuses one push much later, is not left alone for the grown wait.
-    monkeypatch.setattr(logship, "PUSH_RETRY_S", 0.5)
     shipper = shipper_to(server)
     server.answers = [503, 503]
     shipper.add("setup", ["one"])
-    assert not shipper.ship_once()
-    time.sleep(0.6)
-    assert not shipper.ship_once()  # the second refusal: the next wait would be 1 s, then 2 s
-    time.sleep(1.1)
+    assert waits_after_refusals(shipper, 2) == [logship.PUSH_RETRY_S, 2 * logship.PUSH_RETRY_S]
     assert shipper.ship_once() and server.lines("setup") == ["one"]
     server.answers = [503]
     shipper.add("setup", ["two"])
-    assert not shipper.ship_once()
-    time.sleep(0.6)  # past PUSH_RETRY_S, well before the grown wait
+    assert waits_after_refusals(shipper, 1) == [logship.PUSH_RETRY_S], "the grown wait went with the push delivered"
     assert shipper.ship_once() and server.lines("setup") == ["one", "two"]
 
 

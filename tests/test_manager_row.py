@@ -132,6 +132,25 @@ def test_a_kill_from_the_ui_before_running_sends_no_running(sup: Runner, manager
     assert snap["lifecycle"]["exit_status"] == EXIT_KILLED
 
 
+def test_a_row_a_call_moved_on_after_its_kill_still_ends_the_instance(sup: Runner, manager: DevManager) -> None:
+    """manager-api.md: a call after the kill (bench-done, which has no state check) moves a killed row back, and
+    /running would then succeed, while killed_at and kill_reason stay and the machine is being destroyed. The
+    row's kill fields say it was killed, whatever its state: no /running, exit 80."""
+    go, then = sup.tmp / "go", sup.tmp / "then"
+    proc = Console(sup, config(sup, manager, go, then))
+    go.touch()
+    wait_for(lambda: ("/param-done", 200) in lifecycle_calls(manager), WAIT_S)
+    [row] = instances(manager)
+    post(manager, "/dev/row", {"uuid": row["uuid"], "state": "params_done", "killed_at": time.time() - 30,
+                               "kill_reason": "benchmark timeout (45min)"})
+    then.touch()
+    assert proc.finish(WAIT_S) == EXIT_KILLED, proc.tail()
+    assert lifecycle_calls(manager) == [("/register", 200), ("/param-done", 200)], lifecycle_calls(manager)
+    out = proc.text()
+    assert "manager: running not sent: the manager killed this instance at " in out, proc.tail()
+    assert ": benchmark timeout (45min) (its row moved to params_done after the kill)" in out, proc.tail()
+    assert instances(manager)[0]["state"] == "params_done"
+
 def test_a_404_on_running_from_a_killed_row_is_not_taken_for_a_forgotten_uuid(sup: Runner,
                                                                               manager: DevManager) -> None:
     go, then = sup.tmp / "go", sup.tmp / "then"

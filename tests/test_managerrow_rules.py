@@ -56,6 +56,22 @@ def test_a_killed_row_says_the_managers_reason_and_time_in_one_line() -> None:
     assert Row("u-1", "killed").kill_line() == "the manager killed this instance: no kill_reason given"
 
 
+
+@pytest.mark.parametrize("state", ["params_done", "running"])
+def test_a_row_moved_on_after_its_kill_is_still_killed(state: str) -> None:
+    """manager-api.md: a call after the kill moves the row on (bench-done has no state check, and /running then
+    succeeds), its killed_at and kill_reason kept while the machine is destroyed: the row is killed whatever its
+    state, and its line says where the row was moved."""
+    row, _ = find_row([{**ROW, "state": state, "killed_at": "2026-12-01 11:59:00",
+                        "kill_reason": "benchmark timeout (45min)"}], "u-1", NOW)
+    assert row is not None and row.killed
+    assert row.kill_line() == ("the manager killed this instance at 2026-12-01 11:59:00 UTC: benchmark timeout "
+                               f"(45min) (its row moved to {state} after the kill)")
+    # Either field is the kill's: a killed_at refused (from the future) leaves the reason, and the reverse.
+    assert find_row([{**ROW, "state": state, "kill_reason": "manually killed via UI"}], "u-1", NOW)[0].killed
+    assert find_row([{**ROW, "state": state, "killed_at": "2026-12-01 11:59:00"}], "u-1", NOW)[0].killed
+    assert not find_row([{**ROW, "state": state, "killed_at": "", "kill_reason": ""}], "u-1", NOW)[0].killed
+
 @pytest.mark.parametrize("when", [utc_text(NOW + CLOCK_SKEW_S + 60), "2099-01-01 00:00:00", "1970-01-01 00:00:01"])
 def test_an_impossible_time_is_dropped_with_a_note_and_the_row_kept(when: str) -> None:
     row, notes = find_row([{**ROW, "registered_at": when}], "u-1", NOW)

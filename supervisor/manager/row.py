@@ -96,12 +96,18 @@ class Row:
 
     @property
     def killed(self) -> bool:
-        return self.state == KILLED
+        """Killed by the state, or by the kill's own fields in any state: a call after the kill moves the row on
+        (bench-done has no state check: a passing rate turns a killed row back to bench_done, and ``/running``
+        then succeeds) while its killed_at and kill_reason stay, and the machine is being destroyed. Only a kill
+        sets them, and nothing clears them (manager-api.md)."""
+        return self.state == KILLED or self.killed_at is not None or self.kill_reason is not None
 
     def kill_line(self) -> str:
-        """The one line a kill is said in: the manager's reason and when, in its own clock's words."""
+        """The one line a kill is said in: the manager's reason and when, in its own clock's words (and the state
+        the row was moved to after it, where a call did)."""
         when = f" at {utc_text(self.killed_at)} UTC" if self.killed_at is not None else ""
-        return f"the manager killed this instance{when}: {self.kill_reason or 'no kill_reason given'}"
+        moved = f" (its row moved to {self.state} after the kill)" if self.state != KILLED else ""
+        return f"the manager killed this instance{when}: {self.kill_reason or 'no kill_reason given'}{moved}"
 
     def to_dict(self) -> dict[str, Any]:
         """The row as status shows it: the plugin's fields beside the core's."""

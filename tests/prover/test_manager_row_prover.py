@@ -292,6 +292,61 @@ def test_a_bench_done_retried_through_an_outage_does_not_un_kill_a_row_killed_me
         mgr.stop()
 
 
+def test_a_kill_that_lands_while_bench_done_is_in_flight_sends_no_running(tmp_path: Path) -> None:
+    # The row was read just before bench-done (not killed); the manager killed it while bench-done's answer was on
+    # its way (its UI, or the 45-minute monitor pass, up to a minute late); bench-done then moved the row back to
+    # bench_done, killed_at and kill_reason kept. The row is killed by those fields whatever its state: the next
+    # read before /running learns the kill, and /running (which would succeed) never goes out.
+    mgr = dev_manager(port=0, quiet=True).start()
+    spec = ManagerSpec(url=mgr.url, label="C.inflight", connect_timeout_s=2.0, read_timeout_s=5.0)
+    loop, outbox, lines = EventLoop(), Outbox(tmp_path / "outbox.sqlite3"), []
+    answered: list[bool] = []
+    calls = CallKinds()
+    calls.row = FLEET_ROW
+    calls.add("bench-done", bench_done_call(SimpleNamespace(bench_done_reason=False),  # type: ignore[arg-type]
+                                            answered=lambda passed, rate: answered.append(passed),
+                                            refused=lambda: None))
+    sender = Sender(spec, outbox, ManagerClient(spec), loop, lines.append, calls, on_identity=lambda u, f: None)
+
+    def run_until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 20
+        loop.run_until(lambda: done() or time.monotonic() > deadline, 0.02)
+        assert done(), lines
+
+    def reads() -> int:
+        return len(mgr.state.snapshot()["reads"])
+
+    try:
+        sender.restore_identity()
+        sender.start()
+        run_until(lambda: sender.uuid is not None)
+        requests.post(f"{mgr.url}/param-done", json={"uuid": sender.uuid}, timeout=5).raise_for_status()
+        requests.post(f"{mgr.url}/dev/faults", json={"path": "/bench-done", "count": 1, "delay_s": 2.0}, timeout=5)
+        before = reads()
+        outbox.add("bench-done", {"rate": 61.5})
+        sender.wake()
+        run_until(lambda: reads() > before)  # the row read before the call: not killed
+        time.sleep(0.5)  # bench-done on its way, its answer 2 s off
+        requests.post(f"{mgr.url}/api/kill", json={"uuid": sender.uuid, "vast_id": 4711}, timeout=5)
+        run_until(lambda: answered == [True])
+        (row,) = mgr.state.snapshot()["instances"].values()
+        assert row["state"] == "bench_done" and row["kill_reason"] == "manually killed via UI", row  # un-killed
+        outbox.add("running", {})
+        sender.wake()
+        run_until(lambda: not outbox.pending())
+        assert [(c["kind"], c["state"]) for c in outbox.history()][-1] == ("running", "failed")
+        assert "/running" not in [c["path"] for c in mgr.state.snapshot()["calls"]]
+        assert sender.killed is not None and sender.killed.kill_reason == "manually killed via UI"
+        run_until(lambda: any(line.startswith("manager: running not sent: the manager killed this instance at ")
+                              and line.endswith(": manually killed via UI (its row moved to bench_done after the "
+                                                "kill)") for line in lines))
+    finally:
+        sender.ask_to_stop()
+        sender.join(10)
+        outbox.close()
+        loop.close()
+        mgr.stop()
+
 def test_a_rows_min_rate_of_0_or_less_is_the_managers_50() -> None:
     # manager-api.md: "min_rate <= 0 means 50": a row holding 0 is judged by 50, so the cut and the gate judge so.
     assert row_min_rate(Row("u", "registered", extra={"min_rate": 0.0})) == 50.0

@@ -12,6 +12,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,13 @@ def _drip(handler: _Canned) -> None:
     _raw(handler, b"", (data[i:i + 1] for i in range(len(data)) if not time.sleep(0.2)))
 
 
+def _skewed(handler: _Canned, skew_s: float, asks_s: float) -> None:
+    theirs = time.time() + skew_s
+    _raw(handler, b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nDate: "
+         + formatdate(theirs, usegmt=True).encode() + b"\r\nRetry-After: "
+         + formatdate(theirs + asks_s, usegmt=True).encode() + b"\r\n\r\n", iter(()))
+
+
 # Made once: the server's own allocations must not count in what the client is measured to hold.
 MIB_OF_X = b"x" * (1 << 20)
 CHUNK_OF_Y = b"2000\r\n" + b"y" * 0x2000 + b"\r\n"
@@ -128,6 +136,12 @@ HOSTILE: dict[str, Callable[[_Canned], None]] = {
     "/later": lambda h: h._answer_with(429, {"Retry-After": "1"}),
     "/later-date": lambda h: h._answer_with(503, {"Retry-After": "Thu, 01 Jan 2099 00:00:00 GMT"}),
     "/later-garbage": lambda h: h._answer_with(503, {"Retry-After": "soon, maybe"}),
+    "/too-slow": lambda h: h._answer_with(408, {}),
+    "/too-early": lambda h: h._answer_with(425, {}),
+    # A manager whose clock runs 10 minutes ahead of ours asks for 5 s, one 10 minutes behind for 120 s: each in
+    # a date of its own clock, beside the Date that says it.
+    "/later-ahead": lambda h: _skewed(h, 600.0, 5.0),
+    "/later-behind": lambda h: _skewed(h, -600.0, 120.0),
     "/drip": _drip,
     # No length said, the connection closed after the body: only the read itself bounds it (one byte over, at it).
     "/just-over": lambda h: _raw(h, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", iter([ANSWER_AT_BOUND + b" "])),
@@ -206,8 +220,9 @@ def test_client_4xx_is_permanent_with_the_body(canned: _CannedServer, path: str,
     assert f"HTTP {status}" in str(info.value)
 
 
-@pytest.mark.parametrize(("path", "status"), [("/boom", 500), ("/busy", 429), ("/unavailable", 503)])
-def test_client_5xx_and_429_are_transient(canned: _CannedServer, path: str, status: int) -> None:
+@pytest.mark.parametrize(("path", "status"), [("/boom", 500), ("/busy", 429), ("/unavailable", 503),
+                                            ("/too-slow", 408), ("/too-early", 425)])
+def test_client_5xx_and_the_4xx_of_not_yet_are_transient(canned: _CannedServer, path: str, status: int) -> None:
     with pytest.raises(TransientError, match=f"HTTP {status}"):
         _client(canned).request("POST", path, json_body={})
 
@@ -323,6 +338,14 @@ def test_client_reads_retry_after(canned: _CannedServer, path: str, asked: float
     with pytest.raises(TransientError) as info:
         _client(canned).request("POST", path, json_body={})
     assert info.value.retry_after_s == asked
+
+
+@pytest.mark.parametrize(("path", "asked"), [("/later-ahead", 5.0), ("/later-behind", 120.0)])
+def test_a_retry_after_date_is_read_on_the_managers_clock(canned: _CannedServer, path: str, asked: float) -> None:
+    """Its date is the manager's clock's, as its answer's Date is: ours would wait 300 s for 5, or 0 for 120."""
+    with pytest.raises(TransientError) as info:
+        _client(canned).request("POST", path, json_body={})
+    assert info.value.retry_after_s is not None and abs(info.value.retry_after_s - asked) <= 2.0, info.value
 
 
 def test_with_retries_waits_at_least_what_retry_after_asks(canned: _CannedServer,

@@ -271,6 +271,28 @@ def test_retry_after_is_waited_out(sup: Runner, manager: DevManager, status: int
     assert f"retry 1 in {RETRY_AFTER_S}." in proc.text()
 
 
+
+@pytest.mark.parametrize("status", [408, 425])
+def test_a_call_answered_not_yet_is_sent_again(sup: Runner, manager: DevManager, status: int) -> None:
+    """408 (the request came too slowly: a proxy in front of the manager) and 425 (too early) say the call was not
+    taken: sent again, not failed for good. A param-done lost so would leave the row in registered, and the
+    manager's 90-minute fetch clock would kill a healthy instance."""
+    faults(manager, status=status, count=1, path="/param-done")
+    label = f"C.notyet{status}"
+    config = sup.write(manager_table(manager.url, label) + f"""
+[[phases]]
+name = "fetch"
+command = {sh("echo fetched")}
+report = "param-done"
+""" + SERVICE)
+    proc = Console(sup, config)
+    wait_for(lambda: "running" in history(manager, label), 40)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.finish(30) == 128 + signal.SIGTERM
+    assert [c["status"] for c in calls(manager, "/param-done")] == [status, 200]
+    assert history(manager, label) == ["registered", "params_done", "running"], history(manager, label)
+    assert f"HTTP {status}" in proc.text() and "refused for good" not in proc.text(), proc.tail()
+
 # ---------------------------------------------------------------- a password in the URL
 
 PASSWORD = "Pa55w0rd-never-shown"

@@ -13,10 +13,11 @@ One call, ``request``, is one attempt:
   delivered. A 3xx is an error naming the status and the Location, retried like a manager that is
   down, so nothing is counted as delivered or lost; the client says it once in one clear line.
 
-Connection errors, timeouts, 3xx, 5xx, 429 and an answer the call cannot parse (garbage) are
-transient (``TransientError``): ``with_retries`` repeats them with exponential backoff and jitter
-(tenacity), waiting at least what a 429 or 503 asks in ``Retry-After`` (up to RETRY_AFTER_MAX_S).
-Any other 4xx is permanent (``PermanentError``): retrying the same call cannot help. What an answer
+Connection errors, timeouts, 3xx, 5xx, the 4xx that say the call was not taken yet (408, 425, 429:
+RETRY_LATER) and an answer the call cannot parse (garbage) are transient (``TransientError``):
+``with_retries`` repeats them with exponential backoff and jitter (tenacity), waiting at least what a 429
+or 503 asks in ``Retry-After`` (up to RETRY_AFTER_MAX_S; a date in it is read on the manager's clock, its
+answer's ``Date``). Any other 4xx is permanent (``PermanentError``): retrying the same call cannot help. What an answer
 must hold is checked by answers.py before anything keeps it.
 """
 
@@ -47,6 +48,10 @@ RETRY_MAX_S = 30.0
 RETRY_JITTER_S = 1.0
 # A Retry-After is honoured up to this long: a manager asking for an hour is waited on for 5 minutes.
 RETRY_AFTER_MAX_S = 300.0
+# The 4xx that refuse the call only for now (RFC 9110/6585/8470): the request came too slowly (408), too early
+# (425), too often (429). The manager did not act on it, and the same call may go again; one 408 from a proxy
+# in front of it must not lose a param-done for good.
+RETRY_LATER = (408, 425, 429)
 # Every real answer is a few dozen bytes; a bigger one is not the manager's (a proxy's page, an attack).
 MAX_ANSWER_BYTES = 64 * 1024
 MAX_ANSWER_TEXT = "64 KiB"
@@ -104,7 +109,7 @@ class TransientError(Exception):
 
 
 class PermanentError(Exception):
-    """A 4xx other than 429: retrying the same call cannot help."""
+    """A 4xx other than RETRY_LATER's: retrying the same call cannot help."""
 
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"HTTP {status}: {cut(body, 300)}")
@@ -188,8 +193,10 @@ class ManagerClient:
         if 200 <= status < 300 and (not want_json or status == 204):
             return Answer(status, None, offset)  # the body is not read: this connection is closed after the call
         data = self._body(method, path, response, max_bytes)
-        if not 200 <= status < 500 or status == 429:
-            asked = retry_after_s(response.headers.get("Retry-After"), time.time()) if status in (429, 503) else None
+        if not 200 <= status < 500 or status in RETRY_LATER:
+            # (a Retry-After date is the manager's clock's: counted from its Date, where it said one)
+            theirs = time.time() + (offset or 0.0)
+            asked = retry_after_s(response.headers.get("Retry-After"), theirs) if status in (429, 503) else None
             raise TransientError(f"{method} {path}: HTTP {status}: {shown_bytes(data, SHOWN_CHARS)}", asked)
         if status >= 400:
             raise PermanentError(status, shown_bytes(data, MAX_ANSWER_BYTES))

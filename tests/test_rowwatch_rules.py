@@ -169,6 +169,18 @@ def test_a_time_from_the_future_is_said_once_whenever_it_is_read_again(manager: 
     assert rows.read(uuid)[1] == []
 
 
+def test_a_time_written_while_a_slow_read_was_on_its_way_is_judged_at_its_answer(manager: DevManager) -> None:
+    """A look-up may take a whole call deadline, and connect_timeout_s + read_timeout_s have no upper bound: a
+    kill the manager wrote while the answer was on its way is no time from the future (one judged at the ask,
+    300 s before, was refused, and its killed_at lost)."""
+    uuid = register(manager)
+    requests.post(manager.url + "/api/kill", json={"uuid": uuid}, timeout=5)
+    asked = [time.time() - 300]  # the ask; every later look at the clock is the answer's time
+    spec = ManagerSpec(url=manager.url, connect_timeout_s=2, read_timeout_s=2)
+    rows = RowWatch(ManagerClient(spec), 300.0, now=lambda: asked.pop() if asked else time.time(), mono=time.monotonic)
+    reading, notes = rows.read(uuid)
+    assert notes == [] and reading.row is not None and reading.row.killed_at is not None, notes
+
 def test_a_step_of_the_wall_clock_does_not_hold_up_the_reads(manager: DevManager) -> None:
     # The reads were paced on the wall clock: stepped back an hour (NTP, a VM resumed), no periodic read came for
     # an hour, and a failed one was held as the latest for as long.

@@ -113,6 +113,9 @@ class RowWatch:
         notes: list[RowNote] = []
         try:
             answer = self._client.request("GET", "/status", max_bytes=STATUS_MAX_BYTES)
+            # The row is as of its answer, which may come a whole call deadline after the ask (connect_timeout_s +
+            # read_timeout_s have no upper bound): a time written meanwhile is no time from the future.
+            now = self._now()
             offset = answer.clock_offset_s or 0.0
             row, notes = find_row(answer.body, uuid, now, self._fields, offset)
             if abs(offset) >= CLOCK_OFFSET_MIN_S:  # (said again only when it moves by a minute)

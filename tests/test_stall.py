@@ -613,6 +613,7 @@ class _Download:
         self.slow: list[str] = []
         self.said: ProgressReading | None = None  # what the command's parser read
         self.io_readable = True  # False: no process's I/O counters could be read (no written bytes known)
+        self.io_seq: int | None = None  # the I/O thread's reading number, if not the walks' (a frozen one: blind)
 
     def walk(self, size: int | None, done: int) -> None:
         self.seq += 2  # (the walker numbers the walks of all it watches: the received bytes' comes between)
@@ -631,8 +632,8 @@ class _Download:
     # the I/O thread's side
     def io_watch(self, every_s: float, *, from_zero: bool = False) -> SimpleNamespace:
         return SimpleNamespace(follow=lambda roots: None, release=lambda: None,
-                               latest=lambda: TreeIo(self.seq, 0.0, self.written, self.written, 1,
-                                                     self.io_readable))
+                               latest=lambda: TreeIo(self.seq if self.io_seq is None else self.io_seq, 0.0,
+                                                     self.written, self.written, 1, self.io_readable))
 
     # the attempt's side
     def roots(self) -> list[object]:
@@ -805,6 +806,37 @@ def test_a_slow_download_is_not_judged_before_its_observation_window() -> None:
             watching.tick(tick * 64 * 1024, 32 * MiB, 0)
         assert len(watching.download.slow) == 1, watching.download.slow
 
+
+def test_bytes_a_resumed_file_had_before_are_no_rate() -> None:
+    # aria2c --continue: its first readout of a resumed file comes a minute late (block-buffered into the pipe)
+    # and counts the part got before. The figure rightly grows by it; read as a rate, that jump hid a link far too
+    # slow to make the deadline for the rest of the attempt (measured with the real aria2c: 85% at 460 KiB/s with
+    # about 95 s left, never given up). The rate is what the link moved: the trees' bytes written.
+    with _Watching("progress_deadline_s = 100\nprogress_window_s = 20\n") as watching:
+        for second in range(1, 22):  # 64 KiB/s; the readout at 10 s: 16 MiB resumed + what this attempt got
+            said = ProgressReading(16 * MiB + second * 64 * 1024, 0, 0) if second >= 10 else None
+            figures = watching.tick(second * 64 * 1024, 32 * MiB, 0, said)
+            if watching.download.slow:
+                break
+        assert figures["done_bytes"] == 16 * MiB + second * 64 * 1024, figures  # the resumed part is done
+        assert figures["rate_bytes_s"] == 64 * 1024, figures
+        assert second == 20 and len(watching.download.slow) == 1, (second, watching.download.slow)
+        assert watching.download.slow[0].startswith("14.8MiB left at 64.0KiB/s: "), watching.download.slow
+
+
+def test_without_a_fresh_measure_of_movement_the_figure_is_the_rate() -> None:
+    # The I/O thread blind (its reading stale), or another user's process in the trees (its counters refused): what
+    # they say moved nothing, and read as a rate of 0 it would end a healthy download. The figure's growth rates.
+    with _Watching("progress_deadline_s = 1000\nprogress_window_s = 10\n") as watching:
+        watching.download.io_readable = False
+        for second in range(1, 31):  # 1 MiB/s, as the walks see the cache's complete files grow
+            figures = watching.tick(0, 32 * MiB, second * MiB)
+        assert figures["rate_bytes_s"] == MiB and watching.download.slow == [], (figures, watching.download.slow)
+    with _Watching("progress_deadline_s = 1000\nprogress_window_s = 10\n") as watching:
+        for second in range(1, 31):  # the same, the I/O thread's last reading (of 2 MiB) stale from 3 s on
+            watching.download.io_seq = 1000 + min(second, 3)
+            figures = watching.tick(min(second, 2) * MiB, 32 * MiB, second * MiB)
+        assert figures["rate_bytes_s"] == MiB and watching.download.slow == [], (figures, watching.download.slow)
 
 def test_a_download_that_completes_is_no_removal() -> None:
     # aria2c deletes <file>.aria2 as it completes; the walks count the file complete only once it has been quiet

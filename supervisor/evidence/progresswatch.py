@@ -22,13 +22,19 @@ largest of what each says:
 Each is a whole estimate on its own, never a sum of two, so nothing counts twice; and the figure never
 goes down within an attempt but by the bytes of a file removed (``_thrown_away``: a bad checksum, the file
 fetched again), which no longer count: only those, the other files in flight keep theirs (curio fetches every
-file at once). The figures and the deadline rule are transfer.py's. The deadline counts from
-the manager's clock: its row's ``registered_at`` once a row said it (a row registered anew, its old one
-forgotten, is later than our first registration, and the manager's 90 minutes run from it), else the
-instance's first registration, else the first start (firstseen.py's FirstSeen.clock), ``progress_deadline_s``
-on: a restart does not reset it, and one already past (a row registered long ago) ends the download at once,
-before the observation window. A
-progress line is logged every PROGRESS_LOG_S (it reaches the manager's ``setup`` log as every supervisor
+file at once). The rate is of what the link moved in this attempt: the trees' bytes written or the bytes
+received since it began, the larger, while either is read afresh; a figure that grows by bytes found rather
+than moved is no rate (a file resumed with ``--continue``: aria2c's first readout of it, a minute late, counts
+the part got before, and read as a rate it hid a link too slow to make the deadline). Without a fresh
+measure of movement, the figure's own growth is the rate. The figures and the deadline rule are
+transfer.py's.
+
+The deadline counts from the manager's clock: its row's ``registered_at`` once a row said it (a row
+registered anew, its old one forgotten, is later than our first registration, and the manager's 90 minutes
+run from it), else the instance's first registration, else the first start (firstseen.py's
+FirstSeen.clock), ``progress_deadline_s`` on: a restart does not reset it, and one already past (a row
+registered long ago) ends the download at once, before the observation window. A progress line is logged
+every PROGRESS_LOG_S (it reaches the manager's ``setup`` log as every supervisor
 line does); the status shows the figures at every look.
 """
 
@@ -42,7 +48,7 @@ from ..engine.loop import ErrorHandler, EventLoop
 from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
 from ..text import Log
 from ..text.show import fmt_bytes, span
-from .iowatch import IoProbe, IoWatch, Root
+from .iowatch import IoProbe, IoWatch, Root, TreeIo
 from .progress import NET_DEV, ProgressProbe, TreeMeasure
 from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, figures, progress_text, too_slow
 
@@ -55,6 +61,12 @@ CONTROL_FILE_MAX = 1 << 20
 # Walks after the command said a file was thrown away, before a walk that never saw it go means no walk counted it
 # complete (it was checked, deleted and preallocated anew between two walks): from then it is not held back.
 UNSEEN_WALKS = 2
+# The measures of movement (the trees' bytes written, the bytes received) are fresh while a new reading came
+# within this long; a stale one (its thread blind) moves nothing, and read as a rate it would end a download.
+MOVED_FRESH_S = 5.0
+# The rate is read from the movement once its samples span at least this much of the window: a rate over a few
+# seconds is noise (aria2c writes its disk cache in bursts of up to 16 MiB).
+MOVED_SPAN_MIN = 0.5
 # How often a progress line goes to the log (and so to the manager's setup tab): every few minutes,
 # not every second.
 PROGRESS_LOG_S = 180.0
@@ -115,6 +127,9 @@ class ProgressWatch:
         self._on_error: ErrorHandler = self._failed
         self._started = loop.clock.monotonic()
         self._window = RateWindow(min(RATE_WINDOW_S, spec.progress_window_s))
+        self._moved_window = RateWindow(self._window.window_s)  # what the link moved (the module's docstring)
+        self._moved_fresh = False  # the latest tick had a fresh measure of movement
+        self._fresh_seen: dict[str, tuple[int, float]] = {}  # a measure → (its latest reading's seq, when new)
         self._releases: list[Callable[[], None]] = []
         if probe is not None:
             if spec.progress_path is not None:
@@ -186,7 +201,8 @@ class ProgressWatch:
                 if cache is None:
                     return False
             net = self._probe.latest(NET_DEV)
-        written = self._written()
+        io_reading = self._io_reading()
+        written = io_reading.written if io_reading is not None else None
         reading = self._attempt.reading()
         if self._cache_start is None:
             self._take_baseline(cache, net)
@@ -200,9 +216,40 @@ class ProgressWatch:
         self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, since, self._unseen))
         self._got = self._thrown + self._done  # (the link brought the thrown-away bytes too: they stay in the rate)
         self._window.add(now, self._got)
+        moved = self._moved(now, io_reading, net)
+        self._moved_fresh = moved is not None
+        if moved is not None:
+            self._moved_window.add(now, moved)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
-        self.progress = figures(self._done, self._spec.progress_total, self._window.rate(), files)
+        self.progress = figures(self._done, self._spec.progress_total, self._rate_window().rate(), files)
         return True
+
+    def _moved(self, now: float, io: TreeIo | None, net: TreeMeasure | None) -> int | None:
+        """What the link moved in this attempt, by the measures that count only this attempt's bytes, the thrown
+        away included: the trees' bytes written (every process's counters read), the bytes received; the larger
+        of those read afresh (None: neither)."""
+        known = []
+        if io is not None and not io.unreadable and self._fresh("io", io.seq, now):
+            known.append(io.written)
+        if net is not None and net.size is not None and self._net_start is not None and self._fresh("net", net.seq,
+                                                                                                      now):
+            known.append(max(0, net.size - self._net_start))
+        return max(known) if known else None
+
+    def _fresh(self, measure: str, seq: int, now: float) -> bool:
+        """Whether ``measure``'s reading numbered ``seq`` came within MOVED_FRESH_S (a new number is a new one)."""
+        seen = self._fresh_seen.get(measure)
+        if seen is None or seen[0] != seq:
+            self._fresh_seen[measure] = seen = (seq, now)
+        return now - seen[1] <= MOVED_FRESH_S
+
+    def _rate_window(self) -> RateWindow:
+        """The window the rate is read from: the link's movement, while it is measured afresh over at least
+        MOVED_SPAN_MIN of a window; else the figure's growth (the bytes found count in it too)."""
+        moved = self._moved_window
+        if self._moved_fresh and moved.covered() >= MOVED_SPAN_MIN * moved.window_s:
+            return moved
+        return self._window
 
     def _thrown_away(self, cache: TreeMeasure | None, reading: ProgressReading | None) -> int:
         """What comes off the figure for files removed since the measure before (0: none). What was got
@@ -275,14 +322,15 @@ class ProgressWatch:
         self._cache_start = cache.done if cache is not None and cache.size is not None else 0
         self._net_start = net.size if net is not None else None
 
-    def _written(self) -> int | None:
-        """What the attempt's trees have written since it began (None: not read yet, or unreadable); the
-        trees are handed to the I/O thread afresh each time (its children start one after another)."""
+    def _io_reading(self) -> TreeIo | None:
+        """The I/O thread's latest reading of the attempt's trees, with what they have written since it began
+        (None: not read yet, or unreadable); the trees are handed to the I/O thread afresh each time (its children
+        start one after another)."""
         if self._io is None:
             return None
         self._io.follow(self._attempt.roots())
         latest = self._io.latest()
-        return latest.written if latest is not None and latest.readable else None
+        return latest if latest is not None and latest.readable else None
 
     def _say(self, now: float) -> None:
         if now - self._logged_at >= PROGRESS_LOG_S and self.progress is not None:
@@ -309,7 +357,8 @@ class ProgressWatch:
         if not self._said_deadline:
             self._said_deadline = True
             self._log(f"phase {spec.name}: {span(max(0.0, time_left))} left before {said}")
-        rates = [r for r in (self._window.rate(), self._window.average()) if r is not None]
+        window = self._rate_window()
+        rates = [r for r in (window.rate(), window.average()) if r is not None]
         detail = too_slow(progress, max(rates) if rates else None, time_left, said)
         return False if detail is None else self._end(detail)
 

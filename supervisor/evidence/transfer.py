@@ -83,6 +83,10 @@ class RateWindow:
         """Bytes a second since the first sample."""
         return _rate(self._first, self._samples[-1]) if self._first is not None and self._samples else None
 
+    def covered(self) -> float:
+        """Seconds from the first sample to the latest (0: none yet)."""
+        return self._samples[-1][0] - self._first[0] if self._first is not None and self._samples else 0.0
+
 
 def _rate(a: tuple[float, int], b: tuple[float, int]) -> float | None:
     if b[0] - a[0] <= 0:

@@ -12,7 +12,8 @@ from here), 8 in observers.py, 10 in teardown.py; 9 here.
    point a fatal fault's last words at supervisor.log;
 3. ``build_core``: the event loop, the reaper, the memory evidence;
 4. ``route_signals``: every signal into the loop, with its meaning (signals.py); from here a stop
-   signal during a startup step is remembered, and the steps after it are skipped;
+   signal during a startup step is remembered: steps 5 and 6 are skipped, 7 and 8 still build, and
+   ``serve`` shuts down at once, starting nothing;
 5. ``kill_survivors_of_dead_supervisors``: end what a SIGKILLed predecessor of this state_dir left
    running (found by its tag), before anything of ours starts;
 6. ``empty_leftover_cgroups``: end what such a predecessor left in its phase cgroups (found

@@ -100,14 +100,14 @@ class Console:
 
     A lost console costs console lines, never the run: stdout closed at start (``run >&-``), no
     thread to write it, or a write that fails (EPIPE: the reader is gone; ENOSPC: ``/dev/full``)
-    make it ``lost``, said once through ``notify`` (run.py: supervisor.log, which keeps the
+    make it ``lost``, said once through ``notify`` (startup.py's become_init: supervisor.log, which keeps the
     supervisor's own lines). A reader that is gone or an fd that is closed never comes back; any
     other failure is tried again after RETRY_WRITE_S, and said when it works again.
     """
 
     def __init__(self, fd: int | None = None, enabled: bool = True, roll_at: int = 0) -> None:
         self.lost: str | None = None  # why console lines are lost, while they are
-        self.notify: Log = to_stderr  # hears of a loss after the start (run.py: the log)
+        self.notify: Log = to_stderr  # hears of a loss after the start (become_init: the log)
         if fd is None:
             # None: fd 1 was not open when Python started (cli.main points it at /dev/null since).
             fd = sys.stdout.fileno() if sys.stdout is not None else None

@@ -183,7 +183,8 @@ def protect_from_oom_killer() -> tuple[str, int]:
     """Make the kernel's OOM killer pick a child, never the supervisor.
 
     Returns what was done, and the oom_score_adj children should set for themselves:
-    0 when the supervisor went to -1000; else CHILD_OOM_SCORE_ADJ_UNPROTECTED.
+    0 when the supervisor went to -1000; else CHILD_OOM_SCORE_ADJ_UNPROTECTED, or the supervisor's own score
+    where that is higher (never below it: the killer must still pick a child before the supervisor).
     """
     try:
         with open("/proc/self/oom_score_adj", "w") as f:

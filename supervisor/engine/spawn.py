@@ -168,7 +168,7 @@ def _become(places: Sequence[str], argv: list[str], env: Mapping[str, str], cwd:
         os.setpgid(0, 0)
         _reset_signals()  # ... and unblocks them: from here a signal acts on the child as on any process
         # None of these is 0, 1 or 2, which dup2 overwrites: those are always open in the supervisor, at
-        # worst on /dev/null (text/stdio.py's keep_std_fds_open, the first thing cli.main does).
+        # worst on /dev/null (text/stdio.py's keep_std_fds_open, cli.main's second act, after holding the signals).
         for target, fd in enumerate(stdio):
             os.dup2(fd, target)
         _close_inherited(report, max_fd)

@@ -16,10 +16,10 @@ Two parts, as tini's loop is one readable loop of small steps:
   the step's effects before the move, moves (``transition``, which refuses a move not in the table and
   tells the lifecycle), and carries out those after, in the step's order (``_carry_out``).
 
-Every timer and thread callback checks ``_is_current`` first (the settle's timer is cancelled instead): a late
-callback must never act on a newer attempt. What a phase does beyond running children (writing a config,
-judging the output) comes from its hooks, told only a HookContext. It reads the time from the loop's clock, and
-starts children through ``spawn``: tests drive it with fake ones of both. To add an event: docs/architecture.md.
+A late callback must never act on a newer attempt: the settle's read and the watches check ``_is_current``;
+the backoff's and the deadline's timers are Pacing's, and each checks the state it needs. Beyond running
+children (writing a config, judging the output) a phase has its hooks, told only a HookContext. It reads the
+loop's clock and starts children through ``spawn``: tests fake both. To add an event: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """status.json: the last snapshot on disk, for ``prover-supervisor status`` when no supervisor runs.
 
-``StateFile`` keeps ``state_dir/status.json`` up to date, replaced atomically on every transition
-and verdict (coalesced past a burst); ``load_persisted`` reads it back, and ``snapshot_problem``
+``StateFile`` keeps ``state_dir/status.json`` up to date, replaced atomically once per batch of the
+lifecycle's news (the Observers call ``changed`` at the end of the loop's turn; coalesced past a burst);
+``load_persisted`` reads it back, and ``snapshot_problem``
 checks that what was read (the file, or an answer on the status socket) has the snapshot's shape
 before anything uses it. It is the status view's file only: what a later start resumes from is
 resume.py's own record.
@@ -10,7 +11,8 @@ And the pointer (``point_here``, ``unpoint``, ``pointed``): the well-known file 
 ``prover-supervisor status`` to the running supervisor, whatever its state_dir.
 
 ``run --config F`` may give the supervisor a state_dir of its own, and a bare ``status`` knows only the
-built-in profile's. So once its status socket listens the supervisor writes ``current`` in a runtime
+built-in profile's. So once its observers are wired the supervisor writes ``current`` (its socket listening
+or not: without one, ``status`` shows the state_dir's status.json) in a runtime
 directory every process of the machine (or container) agrees on: ``$PROVER_SUPERVISOR_RUNTIME_DIR``, else
 ``/run/prover-supervisor`` as root, else ``$XDG_RUNTIME_DIR/prover-supervisor``; with none of them there is
 no pointer. It names the supervisor's pid, state_dir and socket, and is removed at the exit, only while it
@@ -74,7 +76,8 @@ class StateFile:
                                 "answers)", log, write=persist)
 
     def changed(self, what: object = None) -> None:
-        """A listener of transitions and verdicts: write now, or soon."""
+        """The lifecycle's news, once per batch (``what``: a phase that reached a final state, or None): write now,
+        or soon."""
         now = self._loop.clock.monotonic()  # the loop's clock: its timer is what writes a coalesced change
         window_open_at = self._recent[0] + PERSIST_WINDOW_S if len(self._recent) == PERSIST_BURST else now
         if _is_final(what) or window_open_at <= now:
@@ -91,7 +94,7 @@ class StateFile:
 
 
 def _is_final(what: object) -> bool:
-    """A phase that reached done, failed or stopped (duck-typed: verdicts call StateFile.changed too)."""
+    """A phase that reached done, failed or stopped (duck-typed: the Observers pass a phase, or None)."""
     return getattr(what, "state", None) in FINAL_STATES
 
 

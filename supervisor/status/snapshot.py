@@ -7,8 +7,9 @@ memory against its memory_max), the running children with their usage (psutil), 
 grace, the GPU thread's latest sample, the memory evidence, the manager reporting (with its ledger of
 calls), the latest verdicts, the log files, and each phase's facts for resume. What it reads is named
 by the protocols below and handed in as arguments, once, in a ``Snapshotter`` (the composition root fills
-it): it imports nothing of the lifecycle but its words (states.py), nothing of the runtime or the
-reporting, so that they can change without it (and no import circle runs through the status view).
+it): it imports nothing of the lifecycle but its words (states.py) and, for its types alone, the
+verdict's; nothing of the runtime or the reporting, so that they can change without it (and no import
+circle runs through the status view).
 
 Children's lines need no masking here: their bytes were masked where they entered the supervisor
 (redact.SecretStream), and a verdict's last lines are taken from those.
@@ -282,7 +283,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
     children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds). ``extras``: per phase,
     what a plugin adds to its JSON object (wiring.Wiring.add_status)."""
     current = lifecycle.current()
-    now = time.monotonic()  # the loop's clock: every timer is counted from it
+    now = time.monotonic()  # the loop's clock in a run (SYSTEM_CLOCK), which every timer counts on
     children = tuple(_child(phase.name, child, usage, now)
                      for phase in lifecycle.phases for child in phase.live_children())
     return Snapshot(

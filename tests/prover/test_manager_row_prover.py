@@ -241,6 +241,51 @@ def test_without_a_row_the_clock_stops_once_a_bench_done_passed() -> None:
     assert [(n, r) for n, r, _ in rig.production.failed] == [("bench", "too_slow")]
 
 
+class _FleetSender:
+    """A real Sender speaking the fleet protocol's bench-done (its loop, outbox and client) to a dev-manager of its
+    own: ``answered`` the gate's word on each bench-done answered, ``lines`` what the sender said."""
+
+    def __init__(self, tmp_path: Path, label: str, read_timeout_s: float) -> None:
+        self.mgr = dev_manager(port=0, quiet=True).start()
+        spec = ManagerSpec(url=self.mgr.url, label=label, connect_timeout_s=2.0, read_timeout_s=read_timeout_s)
+        self.loop, self.outbox, self.lines = EventLoop(), Outbox(tmp_path / "outbox.sqlite3"), []
+        self.answered: list[bool] = []
+        calls = CallKinds()
+        calls.row = FLEET_ROW
+        calls.add("bench-done", bench_done_call(SimpleNamespace(bench_done_reason=False),  # type: ignore[arg-type]
+                                                answered=lambda passed, rate: self.answered.append(passed),
+                                                refused=lambda: None))
+        self.sender = Sender(spec, self.outbox, ManagerClient(spec), self.loop, self.lines.append, calls,
+                             on_identity=lambda u, f: None)
+
+    def run_until(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 20
+        self.loop.run_until(lambda: done() or time.monotonic() > deadline, 0.02)
+        assert done(), self.lines
+
+    def registered(self) -> str:
+        """Started and registered; its uuid."""
+        self.sender.restore_identity()
+        self.sender.start()
+        self.run_until(lambda: self.sender.uuid is not None)
+        assert self.sender.uuid is not None
+        return self.sender.uuid
+
+    def post(self, path: str, body: dict[str, Any]) -> None:
+        requests.post(f"{self.mgr.url}{path}", json=body, timeout=5).raise_for_status()
+
+    def queue(self, kind: str, payload: dict[str, Any]) -> None:
+        self.outbox.add(kind, payload)
+        self.sender.wake()
+
+    def close(self) -> None:
+        self.sender.ask_to_stop()
+        self.sender.join(10)
+        self.outbox.close()
+        self.loop.close()
+        self.mgr.stop()
+
+
 def test_a_bench_done_retried_through_an_outage_does_not_un_kill_a_row_killed_meanwhile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The row was read once, before the first attempt; the retries went on for minutes through the outage. The
@@ -250,46 +295,24 @@ def test_a_bench_done_retried_through_an_outage_does_not_un_kill_a_row_killed_me
     monkeypatch.setattr(client_mod, "RETRY_INITIAL_S", 0.05)
     monkeypatch.setattr(client_mod, "RETRY_MAX_S", 0.2)
     monkeypatch.setattr(client_mod, "RETRY_JITTER_S", 0.01)
-    mgr = dev_manager(port=0, quiet=True).start()
-    spec = ManagerSpec(url=mgr.url, label="C.unkill", connect_timeout_s=2.0, read_timeout_s=2.0)
-    loop, outbox, lines = EventLoop(), Outbox(tmp_path / "outbox.sqlite3"), []
-    answered: list[bool] = []
-    calls = CallKinds()
-    calls.row = FLEET_ROW
-    calls.add("bench-done", bench_done_call(SimpleNamespace(bench_done_reason=False),  # type: ignore[arg-type]
-                                            answered=lambda passed, rate: answered.append(passed),
-                                            refused=lambda: None))
-    sender = Sender(spec, outbox, ManagerClient(spec), loop, lines.append, calls, on_identity=lambda u, f: None)
-
-    def run_until(done: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 20
-        loop.run_until(lambda: done() or time.monotonic() > deadline, 0.02)
-        assert done(), lines
-
+    fleet = _FleetSender(tmp_path, "C.unkill", read_timeout_s=2.0)
+    lines, outbox = fleet.lines, fleet.outbox
     try:
-        sender.restore_identity()
-        sender.start()
-        run_until(lambda: sender.uuid is not None)
-        requests.post(f"{mgr.url}/param-done", json={"uuid": sender.uuid}, timeout=5).raise_for_status()
-        requests.post(f"{mgr.url}/dev/faults", json={"status": 503, "path": "/bench-done"}, timeout=5)
-        outbox.add("bench-done", {"rate": 61.5})
-        sender.wake()
-        run_until(lambda: any("bench-done not delivered" in line for line in lines))
-        requests.post(f"{mgr.url}/dev/row", json={"uuid": sender.uuid, "state": "killed",
-                                                  "kill_reason": "benchmark timeout (45min)"}, timeout=5)
-        requests.post(f"{mgr.url}/dev/faults", json={}, timeout=5)  # the outage ends
-        run_until(lambda: not outbox.pending())
-        (row,) = mgr.state.snapshot()["instances"].values()
+        uuid = fleet.registered()
+        fleet.post("/param-done", {"uuid": uuid})
+        fleet.post("/dev/faults", {"status": 503, "path": "/bench-done"})
+        fleet.queue("bench-done", {"rate": 61.5})
+        fleet.run_until(lambda: any("bench-done not delivered" in line for line in lines))
+        fleet.post("/dev/row", {"uuid": uuid, "state": "killed", "kill_reason": "benchmark timeout (45min)"})
+        fleet.post("/dev/faults", {})  # the outage ends
+        fleet.run_until(lambda: not outbox.pending())
+        (row,) = fleet.mgr.state.snapshot()["instances"].values()
         assert row["state"] == "killed" and row["kill_reason"] == "benchmark timeout (45min)", row
         assert [(c["kind"], c["state"]) for c in outbox.history()][-1] == ("bench-done", "failed")
-        run_until(lambda: any("bench-done not sent: the manager killed this instance" in line for line in lines))
-        assert answered == []
+        fleet.run_until(lambda: any("bench-done not sent: the manager killed this instance" in line for line in lines))
+        assert fleet.answered == []
     finally:
-        sender.ask_to_stop()
-        sender.join(10)
-        outbox.close()
-        loop.close()
-        mgr.stop()
+        fleet.close()
 
 
 def test_a_kill_that_lands_while_bench_done_is_in_flight_sends_no_running(tmp_path: Path) -> None:
@@ -297,55 +320,35 @@ def test_a_kill_that_lands_while_bench_done_is_in_flight_sends_no_running(tmp_pa
     # its way (its UI, or the 45-minute monitor pass, up to a minute late); bench-done then moved the row back to
     # bench_done, killed_at and kill_reason kept. The row is killed by those fields whatever its state: the next
     # read before /running learns the kill, and /running (which would succeed) never goes out.
-    mgr = dev_manager(port=0, quiet=True).start()
-    spec = ManagerSpec(url=mgr.url, label="C.inflight", connect_timeout_s=2.0, read_timeout_s=5.0)
-    loop, outbox, lines = EventLoop(), Outbox(tmp_path / "outbox.sqlite3"), []
-    answered: list[bool] = []
-    calls = CallKinds()
-    calls.row = FLEET_ROW
-    calls.add("bench-done", bench_done_call(SimpleNamespace(bench_done_reason=False),  # type: ignore[arg-type]
-                                            answered=lambda passed, rate: answered.append(passed),
-                                            refused=lambda: None))
-    sender = Sender(spec, outbox, ManagerClient(spec), loop, lines.append, calls, on_identity=lambda u, f: None)
-
-    def run_until(done: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 20
-        loop.run_until(lambda: done() or time.monotonic() > deadline, 0.02)
-        assert done(), lines
+    fleet = _FleetSender(tmp_path, "C.inflight", read_timeout_s=5.0)
+    mgr, outbox = fleet.mgr, fleet.outbox
 
     def reads() -> int:
         return len(mgr.state.snapshot()["reads"])
 
     try:
-        sender.restore_identity()
-        sender.start()
-        run_until(lambda: sender.uuid is not None)
-        requests.post(f"{mgr.url}/param-done", json={"uuid": sender.uuid}, timeout=5).raise_for_status()
-        requests.post(f"{mgr.url}/dev/faults", json={"path": "/bench-done", "count": 1, "delay_s": 2.0}, timeout=5)
+        uuid = fleet.registered()
+        fleet.post("/param-done", {"uuid": uuid})
+        fleet.post("/dev/faults", {"path": "/bench-done", "count": 1, "delay_s": 2.0})
         before = reads()
-        outbox.add("bench-done", {"rate": 61.5})
-        sender.wake()
-        run_until(lambda: reads() > before)  # the row read before the call: not killed
+        fleet.queue("bench-done", {"rate": 61.5})
+        fleet.run_until(lambda: reads() > before)  # the row read before the call: not killed
         time.sleep(0.5)  # bench-done on its way, its answer 2 s off
-        requests.post(f"{mgr.url}/api/kill", json={"uuid": sender.uuid, "vast_id": 4711}, timeout=5)
-        run_until(lambda: answered == [True])
+        fleet.post("/api/kill", {"uuid": uuid, "vast_id": 4711})
+        fleet.run_until(lambda: fleet.answered == [True])
         (row,) = mgr.state.snapshot()["instances"].values()
         assert row["state"] == "bench_done" and row["kill_reason"] == "manually killed via UI", row  # un-killed
-        outbox.add("running", {})
-        sender.wake()
-        run_until(lambda: not outbox.pending())
+        fleet.queue("running", {})
+        fleet.run_until(lambda: not outbox.pending())
         assert [(c["kind"], c["state"]) for c in outbox.history()][-1] == ("running", "failed")
         assert "/running" not in [c["path"] for c in mgr.state.snapshot()["calls"]]
-        assert sender.killed is not None and sender.killed.kill_reason == "manually killed via UI"
-        run_until(lambda: any(line.startswith("manager: running not sent: the manager killed this instance at ")
-                              and line.endswith(": manually killed via UI (its row moved to bench_done after the "
-                                                "kill)") for line in lines))
+        assert fleet.sender.killed is not None and fleet.sender.killed.kill_reason == "manually killed via UI"
+        fleet.run_until(lambda: any(line.startswith("manager: running not sent: the manager killed this instance at ")
+                                    and line.endswith(": manually killed via UI (its row moved to bench_done after "
+                                                      "the kill)") for line in fleet.lines))
     finally:
-        sender.ask_to_stop()
-        sender.join(10)
-        outbox.close()
-        loop.close()
-        mgr.stop()
+        fleet.close()
+
 
 def test_a_rows_min_rate_of_0_or_less_is_the_managers_50() -> None:
     # manager-api.md: "min_rate <= 0 means 50": a row holding 0 is judged by 50, so the cut and the gate judge so.

@@ -451,6 +451,19 @@ def test_outbox_has_counts_pending_and_delivered_not_failed(tmp_path: Path) -> N
     box.close()
 
 
+def test_outbox_adds_unless_a_call_of_the_kinds_is_pending(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.sqlite3")
+    running = box.add("running", {})
+    assert box.add_unless_pending("param-done", {"again": 1}, ["param-done", "running"]) is None
+    assert box.pending() == 1
+    box.delivered(running)
+    again = box.add_unless_pending("param-done", {"again": 1}, ["param-done", "running"])
+    nxt = box.next_pending()
+    assert again is not None and nxt is not None and (nxt.id, nxt.kind, nxt.payload) == (again, "param-done",
+                                                                                         {"again": 1})
+    assert box.add_unless_pending("log", {}, []) is not None  # no kinds: nothing holds it back
+    box.close()
+
 def test_outbox_keeps_a_bounded_tail_of_finished_calls_and_every_kinds_last_answer(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Production pushes a summary every few minutes through the outbox: kept forever, the file would grow for

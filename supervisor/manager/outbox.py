@@ -275,22 +275,36 @@ class Outbox:
 
     def add(self, kind: str, payload: dict[str, Any] | None = None) -> int:
         with self._lock:
-            self._try_the_file_again()
-            params = (kind, json.dumps(payload or {}), time.time())
-            if self._memory is None:
-                try:
-                    cur = self._db.execute("INSERT INTO calls (kind, payload, created) VALUES (?, ?, ?)", params)
-                    return int(cur.lastrowid or 0)
-                except sqlite3.Error as exc:
-                    self._spill(describe(exc))
-            assert self._memory is not None
-            # In memory the id is decided here, and written with the call: the file must give it the same one.
-            call_id = int(self._memory.execute("INSERT INTO calls (kind, payload, created) VALUES (?, ?, ?)",
-                                               params).lastrowid or 0)
-            row = self._memory.execute(f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE id = ?",
-                                       (call_id,)).fetchone()
-            self._unwritten.append((INSERT_ROW, tuple(row)))
-            return call_id
+            return self._add_locked(kind, payload)
+
+    def add_unless_pending(self, kind: str, payload: dict[str, Any], kinds: Collection[str]) -> int | None:
+        """``kind`` added, unless a call of ``kinds`` is pending: one step, so that another thread's call comes
+        before both or after both. None: one was pending, nothing added."""
+        with self._lock:
+            marks = ", ".join("?" * len(kinds))
+            if kinds and self._read_locked(f"SELECT 1 FROM calls WHERE state = 'pending' AND kind IN ({marks}) "
+                                           "LIMIT 1", tuple(kinds)):
+                return None
+            return self._add_locked(kind, payload)
+
+    def _add_locked(self, kind: str, payload: dict[str, Any] | None) -> int:
+        """(under the lock)"""
+        self._try_the_file_again()
+        params = (kind, json.dumps(payload or {}), time.time())
+        if self._memory is None:
+            try:
+                cur = self._db.execute("INSERT INTO calls (kind, payload, created) VALUES (?, ?, ?)", params)
+                return int(cur.lastrowid or 0)
+            except sqlite3.Error as exc:
+                self._spill(describe(exc))
+        assert self._memory is not None
+        # In memory the id is decided here, and written with the call: the file must give it the same one.
+        call_id = int(self._memory.execute("INSERT INTO calls (kind, payload, created) VALUES (?, ?, ?)",
+                                           params).lastrowid or 0)
+        row = self._memory.execute(f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE id = ?",
+                                   (call_id,)).fetchone()
+        self._unwritten.append((INSERT_ROW, tuple(row)))
+        return call_id
 
     def next_pending(self) -> Call | None:
         return self._first_pending("", ())

@@ -484,12 +484,16 @@ class Sender:
         again and the last lifecycle call delivered sent again under the new uuid, so that the new row (in
         ``registered``) stands where the old one did; ``running`` and ``bench-done`` are taken in any state."""
         self._registered_by_watch.add(last.kind if last is not None else None)
-        again = f", once, and {last.kind} sent again under the new uuid" if last is not None else ", once"
         forgotten = self.uuid
+        # After the register, which goes first; marked, so that its answer does not decide again (_delivered). Not
+        # where a later lifecycle call was queued meanwhile (the look-up took two calls): sent after it, the old
+        # stage's call would move the new row back (bench-done is taken in any state, running too); the later
+        # call alone stands, as after a 404 on it.
+        sent_again = last is not None and self.outbox.add_unless_pending(
+            last.kind, {**last.payload, SENT_AGAIN: forgotten}, self._lifecycle_kinds()) is not None
+        again = f", once, and {last.kind} sent again under the new uuid" if last is not None and sent_again else (
+            ", once")
         self._drop_uuid("forgotten: its GET /status does not list it, its /runner-id answers 404", again)
-        if last is not None:
-            # After the register, which goes first; marked, so that its answer does not decide again (_delivered).
-            self.outbox.add(last.kind, {**last.payload, SENT_AGAIN: forgotten})
 
     # ------------------------------------------------------------ one call
 

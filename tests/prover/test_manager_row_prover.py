@@ -245,9 +245,10 @@ class _FleetSender:
     """A real Sender speaking the fleet protocol's bench-done (its loop, outbox and client) to a dev-manager of its
     own: ``answered`` the gate's word on each bench-done answered, ``lines`` what the sender said."""
 
-    def __init__(self, tmp_path: Path, label: str, read_timeout_s: float) -> None:
+    def __init__(self, tmp_path: Path, label: str, read_timeout_s: float, row_check_s: float = 300.0) -> None:
         self.mgr = dev_manager(port=0, quiet=True).start()
-        spec = ManagerSpec(url=self.mgr.url, label=label, connect_timeout_s=2.0, read_timeout_s=read_timeout_s)
+        spec = ManagerSpec(url=self.mgr.url, label=label, connect_timeout_s=2.0, read_timeout_s=read_timeout_s,
+                           row_check_s=row_check_s)
         self.loop, self.outbox, self.lines = EventLoop(), Outbox(tmp_path / "outbox.sqlite3"), []
         self.answered: list[bool] = []
         calls = CallKinds()
@@ -346,6 +347,37 @@ def test_a_kill_that_lands_while_bench_done_is_in_flight_sends_no_running(tmp_pa
         fleet.run_until(lambda: any(line.startswith("manager: running not sent: the manager killed this instance at ")
                                     and line.endswith(": manually killed via UI (its row moved to bench_done after "
                                                       "the kill)") for line in fleet.lines))
+    finally:
+        fleet.close()
+
+
+def test_a_call_queued_while_a_forgotten_uuid_is_looked_up_stands_alone_under_the_new_one(tmp_path: Path) -> None:
+    # The periodic read finds the row gone (the manager's database reset) and asks /runner-id; meanwhile production
+    # comes up and queues running. The label is registered again; the last call delivered (bench-done) was sent
+    # again after running, and moved the new row from running back to bench_done (taken in any state). The later
+    # call stands alone under the new uuid, as after a 404 on it.
+    fleet = _FleetSender(tmp_path, "C.forgotten", read_timeout_s=5.0, row_check_s=5.0)
+    mgr = fleet.mgr
+
+    def reads() -> int:
+        return len(mgr.state.snapshot()["reads"])
+
+    try:
+        uuid = fleet.registered()
+        fleet.post("/param-done", {"uuid": uuid})
+        fleet.queue("bench-done", {"rate": 61.5})
+        fleet.run_until(lambda: fleet.answered == [True])
+        fleet.post("/dev/forget", {"uuid": uuid})
+        fleet.post("/dev/faults", {"path": "/runner-id", "count": 1, "delay_s": 2.0})
+        before = reads()
+        fleet.run_until(lambda: reads() > before)  # the periodic read: not listed; /runner-id asked, 2 s to answer
+        fleet.queue("running", {})
+        fleet.run_until(lambda: not fleet.outbox.pending() and fleet.sender.uuid not in (None, uuid))
+        row = mgr.state.snapshot()["instances"][fleet.sender.uuid]
+        assert row["history"] == ["registered", "running"], row["history"]
+        fleet.run_until(lambda: any("registering again" in line for line in fleet.lines))
+        said = next(line for line in fleet.lines if "registering again" in line)
+        assert "bench-done sent again" not in said, said
     finally:
         fleet.close()
 

@@ -64,6 +64,7 @@ from supervisor.evidence.cgroups import (
 )
 from supervisor.evidence.memory import OOM_POLL_S, MemoryEvidence, kills_since
 from supervisor.lifecycle.verdict import OOM_KILLED, from_exit
+from supervisor.text.show import fmt_bytes
 from supervisor.text.units import GIB as GiB
 from supervisor.text.units import MIB as MiB
 
@@ -441,6 +442,9 @@ def test_memory_evidence_shared_mode_logs_an_oom_kill_live(tmp_path: Path) -> No
         oom = next(line for line in lines if "OOM KILL" in line)
         assert oom.startswith(f"OOM KILL in cgroup {cgroup}: oom_kill 0 → 1; ")
         assert "usage=3.0MiB" in oom and "peak=5.0MiB" in oom and "limit=none" in oom
+        # No limit of its own: the one that killed is above it (here the machine's), and the line names it.
+        above = evidence.available_memory()
+        assert above is not None and oom.endswith(f"; the limit above it: {fmt_bytes(above)}"), oom
 
         report = evidence.report(placement)
         assert report.oom_kills == 1 and report.scope == "shared" and report.peak == 5 * MiB
@@ -780,8 +784,10 @@ def test_v2_a_kill_in_a_cgroup_a_child_made_below_its_phase_cgroup_is_its_oom_ki
         verdict = from_exit("bench", "bench", 4242, ExitStatus(None, signal.SIGKILL), stop_reason=None,
                             daemon=False, attempt=1, started_at=0.0, last_lines=[], memory=report)
         assert verdict.reason == OOM_KILLED, verdict.line()
+        above = fmt_bytes(evidence.available_memory())  # (no limit of its own: the one above it is named)
         assert [line for line in lines if "OOM KILL" in line] == [
-            f"OOM KILL in cgroup {phase_cgroup}: oom_kill 0 → 1; {report.snapshot.describe()}"]
+            f"OOM KILL in cgroup {phase_cgroup}: oom_kill 0 → 1; {report.snapshot.describe()}; the limit above it: "
+            f"{above}"]
     finally:
         evidence.close()
         loop.close()

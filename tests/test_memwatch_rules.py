@@ -98,6 +98,7 @@ def test_the_limit_is_the_tightest_of_the_phase_and_the_container(tmp_path: Path
     assert looser.use_of("bench") == MemoryUse(180 * MIB, 1024 * MIB, "its cgroup", None)
 
 
+
 def test_a_v2_cgroup_says_its_own_pressure(tmp_path: Path, no_machine_psi: Path) -> None:
     no_machine_psi.write_text(PSI.replace("2.50", "9.99"))
     cgroup = v2(tmp_path, "fetch", 10, "100", pressure=PSI)
@@ -121,13 +122,16 @@ def test_no_pressure_anywhere_is_none_not_an_empty_text(tmp_path: Path, no_machi
 
 
 def test_an_unlimited_cgroup_is_held_to_the_limit_above_it(tmp_path: Path, no_machine_psi: Path) -> None:
-    """v2 "max", v1's huge number: the cgroup has no limit of its own; the tightest above (or MemTotal) counts."""
+    """v2 "max", v1's huge number: the cgroup has no limit of its own; the tightest above (or MemTotal) counts, and
+    is named as the one above (the profile's bench has no memory_max: the container's limit kills it, and the line
+    named "its cgroup" for a limit that cgroup does not have)."""
     unlimited_v2 = v2(tmp_path, "a", 300 * MIB, "max")
     unlimited_v1 = v1(tmp_path, "b", 300 * MIB, 0x7FFFFFFFFFFFF000)
     evidence = Evidence({"a": (unlimited_v2, "its cgroup"), "b": (unlimited_v1, "its cgroup")}, available=400 * MIB)
     watch = MemoryWatch(lambda: [], evidence)  # type: ignore[arg-type]
-    assert watch.use_of("a") == MemoryUse(300 * MIB, 400 * MIB, "its cgroup", None)
-    assert watch.use_of("b") == MemoryUse(300 * MIB, 400 * MIB, "its cgroup", None)
+    above = "the limit above its cgroup (400.0MiB; it has none of its own)"
+    assert watch.use_of("a") == MemoryUse(300 * MIB, 400 * MIB, above, None)
+    assert watch.use_of("b") == MemoryUse(300 * MIB, 400 * MIB, above, None)
 
 
 def test_a_cgroup_without_a_limit_anywhere_or_its_usage_is_not_judged(tmp_path: Path, no_machine_psi: Path) -> None:

@@ -413,8 +413,13 @@ class MemoryEvidence:
             return
         before = self._last_kills.get(key, snap.oom)
         if kills_since(snap.oom, before):
+            # Its own limit is not always the one that killed: one above it (the container's, or the machine's)
+            # may be tighter, or the only one (a phase without memory_max).
+            above = self.available_memory()
+            tighter = (f"; the limit above it: {fmt_bytes(above)}"
+                       if above is not None and (snap.limit is None or above < snap.limit) else "")
             self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before.total} → {snap.oom.total}; "
-                      f"{snap.describe()}")
+                      f"{snap.describe()}{tighter}")
         self._last_kills[key] = snap.oom
 
 

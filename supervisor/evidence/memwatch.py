@@ -143,6 +143,8 @@ def memory_use(memory: MemoryEvidence, phase: str, meminfo: Path | str = "/proc/
         limit = min(own, above) if own and above else own or above
         if own and above and above < own:
             where = f"the limit above {where} ({fmt_bytes(above)} < its own {fmt_bytes(own)})"
+        elif above and not own:  # (a phase without memory_max: the container's limit, or the machine's, kills)
+            where = f"the limit above {where} ({fmt_bytes(above)}; it has none of its own)"
         if used is None or not limit:
             return None
         pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None

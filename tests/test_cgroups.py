@@ -189,7 +189,7 @@ def test_snapshot_v1_huge_limit_is_unlimited(tmp_path: Path) -> None:
     root, proc, cgroup = fake_v1(tmp_path, oom_kill=3)
     snap = discover(root, proc).cgroup.snapshot()  # type: ignore[union-attr]
     assert snap == MemorySnapshot(oom_kills=3, oom_group_kills=None, usage=7 * MiB, peak=9 * MiB, limit=None,
-                                  failcnt=4, oom=OomKills({cgroup: 3}))
+                                  failcnt=4, oom=OomKills({cgroup: 3}), under_oom=False)
     assert V1_NO_LIMIT >= V1_UNLIMITED  # what a real unlimited v1 cgroup shows
 
 

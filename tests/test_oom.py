@@ -406,3 +406,62 @@ def test_an_oom_kill_in_a_stops_grace_is_the_oom_killers_not_the_stop() -> None:
     # And it says whose SIGKILL it was (it once read "killed by SIGKILL (status 137) after the supervisor stopped
     # it", the kernel's left open): the real cuzk-daemon never ends on SIGINT, so every phase's end reads so.
     assert ours.detail.startswith("supervisor shutdown; killed by the supervisor's SIGKILL (status 137); "), ours
+
+
+# ``docker run --oom-kill-disable`` sets oom_kill_disable on the container's cgroup, and v1 hands it to every cgroup
+# made below: a phase at its own memory_max froze (under_oom 1) instead of being killed, and said nothing.
+
+def test_a_phase_at_its_memory_max_is_killed_though_the_container_disables_the_oom_killer(sup: Runner) -> None:
+    alloc = alloc_script(sup.tmp)
+    with v1_cgroup("nokill", 300 * MiB) as cg:
+        (cg / "memory.oom_control").write_text("1")
+        cfg = config(sup, f"""
+[[phases]]
+name = "hog"
+memory_max = "64MiB"
+timeout_s = 20
+command = {toml_list([PY, str(alloc)])}
+""")
+        result = run_in_cgroup(sup, cfg, cg, timeout=60)
+        out = result.output
+        assert result.returncode == 137, out
+        record = one_verdict(out, "hog")
+        assert " reason=oom_killed " in record and " oom_kills=1 " in record, record
+    assert not cg.exists()
+
+
+def test_a_phase_frozen_at_the_containers_limit_with_the_oom_killer_disabled_is_said(tmp_path: Path) -> None:
+    # The limit above the phase (the container's) is reached: its own oom_kill_disable governs, and the kernel
+    # freezes every process of it. No kill can come; the memory evidence says the freeze, once. (The supervisor
+    # runs outside the frozen cgroup here: inside it, it would wait for memory too, as in such a container.)
+    from supervisor.engine.loop import EventLoop
+    from supervisor.evidence.memory import MemoryEvidence
+
+    alloc = alloc_script(tmp_path)
+    lines: list[str] = []
+    with v1_cgroup("frozen", 64 * MiB) as cg:
+        (cg / "memory.oom_control").write_text("1")
+        proc_cgroup = tmp_path / "proc-self-cgroup"  # names cg as this process's own memory cgroup
+        proc_cgroup.write_text(f"4:memory:/{cg.relative_to(V1_MOUNT)}\n0::/\n")
+        loop = EventLoop()
+        evidence = MemoryEvidence(loop, lines.append, mode="auto", root=str(V1_MOUNT.parent), proc_cgroup=proc_cgroup)
+        child = None
+        try:
+            placement = evidence.place("hog", None)
+            assert placement.cgroup is not None and placement.cgroup.path.parent == cg, evidence.describe()
+            child = subprocess.Popen(in_cgroup_argv(placement.cgroup.path, [PY, str(alloc)]))
+            deadline = time.monotonic() + 30
+            while not any("with the OOM killer disabled" in line for line in lines) and time.monotonic() < deadline:
+                loop.run_once(max_wait=0.1)
+            for _ in range(5):  # a few looks more: each cgroup is said once while it lasts
+                loop.run_once(max_wait=0.1)
+            frozen = sorted(line.split()[3] for line in lines if "with the OOM killer disabled" in line)
+            assert frozen == [str(cg), str(placement.cgroup.path)] and child.poll() is None, (lines, child.poll())
+            assert all("none is killed" in line for line in lines if line.startswith("OOM in cgroup ")), lines
+        finally:
+            if child is not None:
+                child.kill()
+                child.wait(30)
+            evidence.close()
+            loop.close()
+    assert not cg.exists()

@@ -155,6 +155,7 @@ class MemorySnapshot:
     limit: int | None  # None: no limit
     failcnt: int | None = None
     oom: OomKills | None = None  # the counters the total was read from (a rise is measured on these)
+    under_oom: bool | None = None  # v1: frozen at its limit, the OOM killer disabled (None: not v1, or unread)
 
     def describe(self) -> str:
         parts = [f"usage={fmt_bytes(self.usage)}", f"peak={fmt_bytes(self.peak)}",
@@ -252,6 +253,7 @@ class MemoryCgroup:
             limit=self.limit(),
             failcnt=self._int("memory.failcnt"),
             oom=oom,
+            under_oom=None if (frozen := self._keyed("memory.oom_control", "under_oom")) is None else frozen > 0,
         )
 
     def limit(self) -> int | None:
@@ -336,6 +338,11 @@ class MemoryCgroup:
         """Make a child cgroup (raises OSError where not allowed)."""
         child = MemoryCgroup(self.path / name, self.version, self.on_bad, local_events=self.local_events)
         child.path.mkdir(exist_ok=True)
+        if self.version == "v1":
+            # v1 hands a new cgroup its parent's oom_kill_disable (``docker run --oom-kill-disable``): a phase
+            # at its memory_max would then freeze, not be killed, and a service wait for ever. Our limit kills.
+            with contextlib.suppress(OSError):
+                (child.path / "memory.oom_control").write_text("0")
         if memory_max is not None:
             target = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
             try:

@@ -118,6 +118,7 @@ class MemoryEvidence:
         self._earlier_peak: set[Path] = set()
         self._watches: dict[str, tuple[MemoryCgroup, int | None]] = {}  # path → (cgroup, fd or None: polled)
         self._last_kills: dict[str, OomKills] = {}  # path → its counters at the last look
+        self._said_frozen: set[str] = set()  # paths said frozen under OOM (v1: under_oom), until it ends
         self._poll_timer: Timer | None = None
         self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
         self._said_no_limit: set[str] = set()
@@ -421,6 +422,13 @@ class MemoryEvidence:
             self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before.total} → {snap.oom.total}; "
                       f"{snap.describe()}{tighter}")
         self._last_kills[key] = snap.oom
+        if snap.under_oom and key not in self._said_frozen:  # (v1: an OOM eventfd fires for it too)
+            self._said_frozen.add(key)
+            self._log(f"OOM in cgroup {cgroup.path} with the OOM killer disabled (oom_kill_disable 1, here or above; "
+                      f"under_oom 1): its processes are frozen until memory is freed, none is killed; "
+                      f"{snap.describe()}")
+        elif snap.under_oom is False:
+            self._said_frozen.discard(key)
 
 
 def _reset_v1_watermark(cgroup: MemoryCgroup) -> bool:

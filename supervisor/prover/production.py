@@ -126,6 +126,9 @@ class Reading:
     source: str = "none"
     error: str = ""
     beside: tuple[Reading, ...] = ()  # curio's, read with cuzk's: its tasks may fail where cuzk never sees them
+    # curio's, each proving task's own (name, completed, failed): failing is judged task by task (WinPost completes
+    # every epoch, won or not, and summed with it a PoRep that always fails read as proofs completing).
+    tasks: tuple[tuple[str, int, int], ...] = ()
     # (source, why) of each source asked that gave nothing (an error, no answer, not its shape): with a reading of
     # the other one, that source alone is blind, and its watch says so (it used to be dropped without a word).
     unread: tuple[tuple[str, str], ...] = ()
@@ -152,9 +155,15 @@ def parse_cuzk(body: Any) -> tuple[int, int, tuple[int, int] | None] | None:
 
 
 def parse_curio(text: str) -> tuple[int, int] | None:
-    """Proving tasks completed and failed, summed over their names; None: no such metric. A value that is no
-    finite number is skipped (never an exception, as parse_cuzk)."""
-    found, totals = False, {"completed": 0, "failed": 0}
+    """Proving tasks completed and failed, summed over their names; None: no such metric."""
+    tasks = parse_curio_tasks(text)
+    return None if tasks is None else (sum(t[1] for t in tasks), sum(t[2] for t in tasks))
+
+
+def parse_curio_tasks(text: str) -> tuple[tuple[str, int, int], ...] | None:
+    """Each proving task's (name, completed, failed), by name; None: no such metric. A value that is no finite
+    number is skipped (never an exception, as parse_cuzk)."""
+    found: dict[str, list[int]] = {}
     for line in text.splitlines():
         match = _METRIC_RE.match(line.strip())
         if match and match.group(2) in PROVING_TASKS:
@@ -164,9 +173,8 @@ def parse_curio(text: str) -> tuple[int, int] | None:
                 continue
             if not math.isfinite(value) or not 0 <= value <= MAX_COUNT:
                 continue
-            found = True
-            totals[match.group(1)] += int(value)
-    return (totals["completed"], totals["failed"]) if found else None
+            found.setdefault(match.group(2), [0, 0])[match.group(1) == "failed"] += int(value)
+    return tuple((name, done, failed) for name, (done, failed) in sorted(found.items())) if found else None
 
 
 def _get(url: str) -> bytes:
@@ -245,13 +253,14 @@ def _read_curio(url: str) -> tuple[Reading | None, str]:
     with no curio metric at all is not curio's (another program on the port, a wrong path): no reading."""
     try:
         text = _get(url).decode(errors="replace")
-        tasks = parse_curio(text)
+        tasks = parse_curio_tasks(text)
     except Exception as exc:
         return None, f"curio /debug/metrics: {_said(exc)}"
     if tasks is None and not _CURIO_PAGE_RE.search(text):
         return None, "curio /debug/metrics has no proving task counters"
-    completed, failed = tasks if tasks is not None else (0, 0)
-    return Reading(time.monotonic(), completed, failed, None, CURIO), ""
+    tasks = tasks or ()
+    return Reading(time.monotonic(), sum(t[1] for t in tasks), sum(t[2] for t in tasks), None, CURIO,
+                   tasks=tasks), ""
 
 
 def _said(exc: Exception) -> str:
@@ -318,16 +327,29 @@ class ProofWindow:
         return (*_between(first, last), last.at - first.at)
 
     def failing(self, failures: int) -> bool:
-        return self.failing_source(failures) is not None
+        return self.failing_detail(failures) is not None
 
     def failing_source(self, failures: int) -> str | None:
-        """The source whose window holds ``failures`` or more failed and none completed (any source: curio's
-        tasks can fail while cuzk's counters look well), cuzk's first where both are (the proving daemon's own
-        count; never whichever series happened to begin first); None: none is failing."""
+        failing = self.failing_detail(failures)
+        return failing[0] if failing is not None else None
+
+    def failing_detail(self, failures: int) -> tuple[str, int, str | None] | None:
+        """(source, failed, task) of the source whose window holds ``failures`` or more failed and none completed
+        (any source: curio's tasks can fail while cuzk's counters look well), cuzk's first where both are (the
+        proving daemon's own count; never whichever series happened to begin first); curio's judged task by task
+        (``task`` names the one); None: none is failing."""
         for source, (_, readings) in sorted(self._series.items(), key=lambda kv: kv[0] != CUZK):
-            completed, failed = _between(readings[0], readings[-1])
+            first, last = readings[0], readings[-1]
+            if last.tasks:
+                before = {name: (done, failed) for name, done, failed in first.tasks}
+                for name, done, failed in last.tasks:
+                    was = before.get(name, (0, 0))
+                    if failed - was[1] >= failures and done == was[0]:
+                        return source, failed - was[1], name
+                continue
+            completed, failed = _between(first, last)
             if failed >= failures and completed == 0:
-                return source
+                return source, failed, None
         return None
 
 
@@ -481,10 +503,11 @@ class ProductionWatch:
         if reading.at >= self._next_summary and reading.completed is not None:
             self._next_summary = reading.at + SUMMARY_S
             self._say_summary()
-        source = self._window.failing_source(self._settings.proof_failures)
-        if source is not None:
-            failed = self._window.failed_in_window(source)
-            detail = (f"{failed} proof(s) failed and none completed within {self._settings.proof_failure_window_s:g}s "
+        failing = self._window.failing_detail(self._settings.proof_failures)
+        if failing is not None:
+            source, failed, task = failing
+            which = f"{task} proof(s)" if task is not None else "proof(s)"
+            detail = (f"{failed} {which} failed and none completed within {self._settings.proof_failure_window_s:g}s "
                       f"(proof_failures={self._settings.proof_failures}; {source} counters)")
             self._window = ProofWindow(self._settings.proof_failure_window_s)
             self._wiring.production.fail_phase(phase, PROOFS_FAILING, detail)

@@ -20,7 +20,15 @@ from supervisor.engine.reaping import ExitStatus
 from supervisor.exits import EXIT_FAILURE
 from supervisor.lifecycle.verdict import STOPPED, failure_status, from_exit
 from supervisor.prover.plugin import PLUGIN
-from supervisor.prover.production import ProofWindow, Reading, parse_curio, parse_cuzk, read_counters, summary_line
+from supervisor.prover.production import (
+    ProofWindow,
+    Reading,
+    parse_curio,
+    parse_curio_tasks,
+    parse_cuzk,
+    read_counters,
+    summary_line,
+)
 from supervisor.prover.reasons import BENCH_FAILED, PROOFS_FAILING
 
 GIB = 1 << 30
@@ -60,6 +68,32 @@ def test_curios_tasks_failing_while_cuzk_looks_well_is_failing() -> None:
         assert window.failing_source(5) == "curio" and window.failing(5), cuzk_done
         assert window.in_window() == (cuzk_done * 5, 0) and window.failed_in_window("curio") == 25
 
+
+def curio_page(porep_done: int, porep_failed: int, winpost_done: int) -> str:
+    return ("# TYPE curio_harmonytask_tasks_completed counter\n"
+            f'curio_harmonytask_tasks_completed{{task_name="PoRep"}} {porep_done}\n'
+            f'curio_harmonytask_tasks_completed{{task_name="WinPost"}} {winpost_done}\n'
+            "# TYPE curio_harmonytask_tasks_failed counter\n"
+            f'curio_harmonytask_tasks_failed{{task_name="PoRep"}} {porep_failed}\n')
+
+
+def test_a_proving_task_that_always_fails_is_not_hidden_by_another_that_completes() -> None:
+    # curio's WinPost completes every 30 s epoch, won or not (winning_task.go: persistNoWin is done). Summed with
+    # it, a PoRep that failed every time read as proofs completing: a partition-workers build (curio's metrics its
+    # only source) proved nothing for days. Each task is judged on its own.
+    window = ProofWindow(3600.0)
+    for minute in range(11):  # a PoRep failure a minute, two WinPost completions, no PoRep ever completed
+        tasks = parse_curio_tasks(curio_page(0, minute, 2 * minute))
+        assert tasks is not None
+        window.add(Reading(minute * 60.0, 2 * minute, minute, source="curio", tasks=tasks))
+    assert window.in_window() == (20, 10), "the totals are still the sums"
+    assert window.failing_detail(5) == ("curio", 10, "PoRep") and window.failing_source(5) == "curio"
+    healthy = ProofWindow(3600.0)
+    for minute in range(11):  # the same failures, but PoRep completes too now and then: not failing
+        tasks = parse_curio_tasks(curio_page(minute // 3, minute, 2 * minute))
+        assert tasks is not None
+        healthy.add(Reading(minute * 60.0, 2 * minute + minute // 3, minute, source="curio", tasks=tasks))
+    assert healthy.failing_detail(5) is None
 
 def test_both_sources_failing_name_cuzks_counters_whichever_series_began_first() -> None:
     # curio read from its first minute (none done yet), cuzk only later: the verdict named the series that

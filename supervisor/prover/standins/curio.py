@@ -27,6 +27,8 @@ counted completed or failed by its answer; without it, a simulated one that comp
 curio's client reads it (lib/cuzk/client.go ``connect``): ``host:port`` (dialled as ``dns:///host:port``), or
 ``unix:///path``, or a gRPC target (``dns:///host:port``); any other scheme (``http://...``) names no resolver,
 the target resolves to nothing, and every proof fails, said in an error line (``produced zero addresses``).
+Every task interval stands for an epoch too: a WinPost not won, which completes with no proof at all (curio's
+tasks/winning/winning_task.go ``persistNoWin``), counted completed whatever cuzk does, as the real one counts it.
 Partway point for STANDIN_FAIL: right
 after the first task line. ``cli ... wait-api`` polls a TCP connect to the machine
 until it succeeds (exit 0) or the timeout passes (exit 1).
@@ -267,6 +269,8 @@ def serve(listener: socket.socket, deadline: float) -> str:
         # (Its SIGTERM handler raises in the main thread: the start holds it.)
         address = os.environ.get("CURIO_CUZK_ADDRESS", "").strip()
         failures.start_thread(threading.Thread(target=prove_porep, args=(address, task_id), daemon=True))
+        TASKS_STATE.begin("WinPost")  # the epoch's WinPost, not won: done, no proof asked of anyone
+        TASKS_STATE.end("WinPost", True)
         _log("info", "task completed", caller="harmonytask/task_type_handler.go:245",
              task=TASKS[task_id % len(TASKS)], id=task_id, took=f"{interval:.2f}s")
         failures.partway()

@@ -65,6 +65,8 @@ READ_DEADLINE_S = 5.0
 MAX_ANSWER_BYTES = 1 << 20
 # A counter (or a size in bytes) an answer may hold at most: more is no count (and no float to divide).
 MAX_COUNT = 10**18
+# The proof kinds cuzk's counters may name (porep, snap, wdpost, winpost, ...): more is no answer of cuzk's.
+MAX_KINDS = 64
 # The shortest watch_s: more often is a flood of requests to cuzk, not a closer watch.
 WATCH_MIN_S = 0.2
 # No reading for max(2 × watch_s, this) is said (once).
@@ -126,8 +128,9 @@ class Reading:
     source: str = "none"
     error: str = ""
     beside: tuple[Reading, ...] = ()  # curio's, read with cuzk's: its tasks may fail where cuzk never sees them
-    # curio's, each proving task's own (name, completed, failed): failing is judged task by task (WinPost completes
-    # every epoch, won or not, and summed with it a PoRep that always fails read as proofs completing).
+    # Each proving task's own (name, completed, failed): curio's tasks, cuzk's proof kinds. Failing is judged task by
+    # task (curio's WinPost completes every epoch, won or not, and summed with it a PoRep that always fails read as
+    # proofs completing; cuzk's counts every kind it proves in its totals).
     tasks: tuple[tuple[str, int, int], ...] = ()
     # (source, why) of each source asked that gave nothing (an error, no answer, not its shape): with a reading of
     # the other one, that source alone is blind, and its watch says so (it used to be dropped without a word).
@@ -152,6 +155,20 @@ def parse_cuzk(body: Any) -> tuple[int, int, tuple[int, int] | None] | None:
     memory = (mem["used_bytes"], mem["total_bytes"]) if isinstance(mem, dict) \
         and _count(mem.get("used_bytes")) and _count(mem.get("total_bytes")) else None
     return counters["total_completed"], failed, memory
+
+
+def cuzk_kinds(body: Any) -> tuple[tuple[str, int, int], ...]:
+    """Each proof kind's (kind, completed, failed) from cuzk's ``completed_by_kind`` and ``failed_by_kind``, by
+    kind; () where it has none (an older build), or where either is not a table of counts (never a guess)."""
+    counters = body.get("counters") if isinstance(body, dict) else None
+    done = counters.get("completed_by_kind") if isinstance(counters, dict) else None
+    failed = counters.get("failed_by_kind") if isinstance(counters, dict) else None
+    if not isinstance(done, dict) or not isinstance(failed, dict) or len(done) + len(failed) > MAX_KINDS:
+        return ()
+    tables = (done, failed)
+    if not all(isinstance(kind, str) and _count(n) for table in tables for kind, n in table.items()):
+        return ()
+    return tuple((kind, done.get(kind, 0), failed.get(kind, 0)) for kind in sorted({*done, *failed}))
 
 
 def parse_curio(text: str) -> tuple[int, int] | None:
@@ -238,12 +255,13 @@ def read_counters(status_url: str, metrics_url: str) -> Reading:
 def _read_cuzk(url: str) -> tuple[Reading | None, str]:
     """cuzk's counters at ``url``, or None and why not (any answer contained)."""
     try:
-        counters = parse_cuzk(json.loads(_get(url)))
+        body = json.loads(_get(url))
+        counters, kinds = parse_cuzk(body), cuzk_kinds(body)
     except Exception as exc:  # any answer: a malformed status line, broken chunks, JSON nested too deep
         return None, f"cuzk /status: {_said(exc)}"
     if counters is None:
         return None, "cuzk /status has no counters"
-    return Reading(time.monotonic(), counters[0], counters[1], counters[2], CUZK), ""
+    return Reading(time.monotonic(), counters[0], counters[1], counters[2], CUZK, tasks=kinds), ""
 
 
 def _read_curio(url: str) -> tuple[Reading | None, str]:
@@ -346,8 +364,7 @@ class ProofWindow:
                     was = before.get(name, (0, 0))
                     if failed - was[1] >= failures and done == was[0]:
                         return source, failed - was[1], name
-                continue
-            completed, failed = _between(first, last)
+            completed, failed = _between(first, last)  # (and the totals, as ever: a superset of the tasks')
             if failed >= failures and completed == 0:
                 return source, failed, None
         return None

@@ -23,6 +23,7 @@ from supervisor.prover.plugin import PLUGIN
 from supervisor.prover.production import (
     ProofWindow,
     Reading,
+    cuzk_kinds,
     parse_curio,
     parse_curio_tasks,
     parse_cuzk,
@@ -94,6 +95,25 @@ def test_a_proving_task_that_always_fails_is_not_hidden_by_another_that_complete
         assert tasks is not None
         healthy.add(Reading(minute * 60.0, 2 * minute + minute // 3, minute, source="curio", tasks=tasks))
     assert healthy.failing_detail(5) is None
+
+def test_cuzks_proof_kinds_are_judged_one_by_one() -> None:
+    # cuzk's totals count every kind it proves: a PoRep that always fails beside PoSt proofs that complete read as
+    # proofs completing. Its completed_by_kind and failed_by_kind say each kind's own.
+    def body(minute: int) -> dict[str, object]:
+        return {"counters": {"total_completed": 3 * minute, "total_failed": minute,
+                             "completed_by_kind": {"winpost": 3 * minute}, "failed_by_kind": {"porep": minute}}}
+
+    window = ProofWindow(3600.0)
+    for minute in range(7):
+        counters = parse_cuzk(body(minute))
+        assert counters is not None
+        window.add(Reading(minute * 60.0, counters[0], counters[1], source="cuzk", tasks=cuzk_kinds(body(minute))))
+    assert cuzk_kinds(body(2)) == (("porep", 0, 2), ("winpost", 6, 0))
+    assert window.failing_detail(5) == ("cuzk", 6, "porep")
+    # Tables that are not tables of counts say nothing by kind (never a guess): the totals alone judge.
+    for odd in ({"porep": -1}, {"porep": "2"}, {1: 2}, [("porep", 2)], {f"k{i}": 1 for i in range(65)}):
+        assert cuzk_kinds({"counters": {"completed_by_kind": {}, "failed_by_kind": odd}}) == (), odd
+    assert cuzk_kinds({"counters": {"total_completed": 1}}) == ()
 
 def test_both_sources_failing_name_cuzks_counters_whichever_series_began_first() -> None:
     # curio read from its first minute (none done yet), cuzk only later: the verdict named the series that
@@ -224,8 +244,17 @@ def test_cuzk_is_read_first_and_curio_beside_it() -> None:
         got = read_counters(f"{url}/status", f"{url}/debug/metrics")
         assert (got.source, got.completed, got.failed, got.memory, got.error) == ("cuzk", 7, 1, (40, 100), "")
         assert [(b.source, b.completed, b.failed) for b in got.beside] == [("curio", 3, 0)]
+        assert got.tasks == () and got.beside[0].tasks == (("PoRep", 3, 0),)  # (STATUS names no kinds)
         got = read_counters("", f"{url}/debug/metrics")  # status_listen "": no cuzk status API
         assert (got.source, got.completed, got.failed, got.memory) == ("curio", 3, 0, None)
+
+
+def test_cuzks_kinds_come_with_its_reading() -> None:
+    kinds = json.dumps({"counters": {"total_completed": 4, "total_failed": 2, "completed_by_kind": {"winpost": 4},
+                                     "failed_by_kind": {"porep": 2}}}).encode()
+    with answering({"/status": (200, kinds)}) as url:
+        got = read_counters(f"{url}/status", "")
+    assert (got.source, got.completed, got.failed, got.tasks) == ("cuzk", 4, 2, (("porep", 0, 2), ("winpost", 4, 0)))
 
 
 def test_a_cuzk_answer_without_counters_falls_back_to_curio() -> None:

@@ -193,6 +193,24 @@ def test_a_gpu_that_starts_answering_not_found_is_lost(control: NvmlControl, gpu
     release()
 
 
+
+@pytest.mark.parametrize(("suffix", "said"), [("ResetRequired", "GPU requires restart"),
+                                              ("GpuNotFound", "NVML Error with code 28"),
+                                              ("DriverNotLoaded", "Driver Not Loaded")])
+def test_a_gpu_that_needs_a_reset_or_is_gone_from_the_driver_is_lost(control: NvmlControl, gpus: Gpus,
+                                                                       suffix: str, said: str) -> None:
+    # NVML's other words for a GPU no container can use again: a reset it cannot make, a GPU the driver no
+    # longer finds, the driver unloaded. Read as a bad sample only, production went on counting on it.
+    control.set(gpus=[nvml_gpu(), nvml_gpu()])
+    gpus.watch_health()
+    release = gpus.want(0.1)
+    wait_for(lambda: len(gpus.samples()) == 2, timeout=10)
+    control.set(errors={"1": suffix})
+    [fault] = faults_of(gpus)
+    assert (fault.index, fault.xid, fault.fatal) == (1, None, True)
+    assert fault.describe() == f"GPU 1: lost (NVMLError_{suffix}: {said})"
+    release()
+
 def test_a_huge_gpu_name_is_cut(control: NvmlControl, gpus: Gpus) -> None:
     control.set(gpus=[nvml_gpu(name="H" * (5 << 20))])
     gpus.start()

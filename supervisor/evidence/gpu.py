@@ -288,7 +288,13 @@ class GpuFault:
         return f"{who}: {what}"
 
 
+# NVML's words that a GPU (or NVML itself) is gone, for this container: GPU is lost; "Unknown Error" after a host
+# reload; NotFound or GpuNotFound from a GPU that answered before (gone from the driver's view); ResetRequired
+# (it needs a reset no container can make); DriverNotLoaded (the driver unloaded under us).
+LOST_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_NotFound", "NVMLError_GpuNotFound",
+               "NVMLError_ResetRequired", "NVMLError_DriverNotLoaded")
+
+
 def is_lost_error(exc: Exception) -> bool:
-    """NVML's word that a GPU (or NVML itself) is gone: GPU is lost, "Unknown Error" after a host reload, or
-    NotFound from a GPU that answered before (gone from the driver's view)."""
-    return type(exc).__name__ in ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_NotFound")
+    """NVML's word that a GPU (or NVML itself) is gone (LOST_ERRORS)."""
+    return type(exc).__name__ in LOST_ERRORS

@@ -18,7 +18,9 @@ come from the JSON control file ``$STANDIN_NVML_CONTROL``, read on every call. E
 ``log`` (a path): each call appends ``<function> <thread name>``: which thread made which NVML call.
 ``garbage`` (function names): those calls answer the wrong type: utilisation ``gpu = "n/a"``, memory info
     None, count ``"n/a"``, name None, event data of garbage. ``device_count``: what ``nvmlDeviceGetCount`` says.
-``not_found`` (GPU indexes): their calls raise ``NVMLError_NotFound``. ``xid_storm`` (``{"gpu", "xid"}``): every
+``not_found`` (GPU indexes): their calls raise ``NVMLError_NotFound``. ``errors`` (``{"<gpu index>": suffix}``):
+    every call about that GPU raises ``NVMLError_<suffix>`` (``"ResetRequired"``, ``"GpuNotFound"``, any of the
+    real module's). ``xid_storm`` (``{"gpu", "xid"}``): every
     wait returns that Xid at once. ``wait_at_once`` (``"none"``, ``"timeout"``): it returns at once, no event.
 
 Without the variable or the file, the machine has the default GPU; a file that is not a JSON object makes
@@ -46,13 +48,17 @@ DEFAULT_GPU = {"name": "NVIDIA H200", "memory_total": 143771 * MIB, "memory_used
 # ---------------------------------------------------------------- the real module's constants
 
 NVML_SUCCESS = 0
-# The codes 1 to 21, in the real module's order.
+# The codes 1 to 21, in the real module's order ...
 (NVML_ERROR_UNINITIALIZED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION,
  NVML_ERROR_ALREADY_INITIALIZED, NVML_ERROR_NOT_FOUND, NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INSUFFICIENT_POWER,
  NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_TIMEOUT, NVML_ERROR_IRQ_ISSUE, NVML_ERROR_LIBRARY_NOT_FOUND,
  NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_CORRUPTED_INFOROM, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED,
  NVML_ERROR_OPERATING_SYSTEM, NVML_ERROR_LIB_RM_VERSION_MISMATCH, NVML_ERROR_IN_USE, NVML_ERROR_MEMORY,
  NVML_ERROR_NO_DATA) = range(1, 22)
+# ... and 22 to 30 (nvidia-ml-py 12+), which its string table leaves out ("NVML Error with code 28").
+(NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_FREQ_NOT_SUPPORTED,
+ NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_DEPRECATED, NVML_ERROR_NOT_READY, NVML_ERROR_GPU_NOT_FOUND,
+ NVML_ERROR_INVALID_STATE, NVML_ERROR_RESET_TYPE_NOT_SUPPORTED) = range(22, 31)
 NVML_ERROR_UNKNOWN = 999
 
 NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96
@@ -225,7 +231,16 @@ def _enter(call: str, index: int | None = None, *, needs_init: bool = True) -> d
     for key, code in (("lost", NVML_ERROR_GPU_IS_LOST), ("not_found", NVML_ERROR_NOT_FOUND)):
         if index is not None and index in (control.get(key) or []):
             raise NVMLError(code)
+    errors = control.get("errors")
+    if index is not None and isinstance(errors, dict) and str(index) in errors:
+        _raise_named(errors[str(index)])
     return control
+
+
+def _raise_named(suffix: object) -> None:
+    """``NVMLError_<suffix>`` (``NVMLError_Unknown`` where the real module has no such class)."""
+    cls = getattr(sys.modules[__name__], f"NVMLError_{suffix}", None)
+    raise cls() if isinstance(cls, type) and issubclass(cls, NVMLError) else NVMLError(NVML_ERROR_UNKNOWN)
 
 
 def _count(control: dict[str, Any]) -> int:
@@ -260,8 +275,7 @@ def nvmlInit() -> None:
     control = _enter("nvmlInit", needs_init=False)
     error = control.get("init_error")
     if error:
-        cls = getattr(sys.modules[__name__], f"NVMLError_{error}", None)
-        raise cls() if isinstance(cls, type) and issubclass(cls, NVMLError) else NVMLError(NVML_ERROR_UNKNOWN)
+        _raise_named(error)
     with _lock:
         _init_count += 1
 

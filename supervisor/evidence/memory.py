@@ -416,9 +416,8 @@ class MemoryEvidence:
         if kills_since(snap.oom, before):
             # Its own limit is not always the one that killed: one above it (the container's, or the machine's)
             # may be tighter, or the only one (a phase without memory_max).
-            above = self.available_memory()
-            tighter = (f"; the limit above it: {fmt_bytes(above)}"
-                       if above is not None and (snap.limit is None or above < snap.limit) else "")
+            above = limit_above(snap.limit, self.available_memory())
+            tighter = f"; the limit above it: {fmt_bytes(above)}" if above is not None else ""
             self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before.total} → {snap.oom.total}; "
                       f"{snap.describe()}{tighter}")
         self._last_kills[key] = snap.oom
@@ -429,6 +428,12 @@ class MemoryEvidence:
                       f"{snap.describe()}")
         elif snap.under_oom is False:
             self._said_frozen.discard(key)
+
+
+def limit_above(own: int | None, above: int | None) -> int | None:
+    """``above`` (the tightest limit over a cgroup: the container's, or the machine's) where it is the one that
+    kills, tighter than the cgroup's ``own`` or the only one; None where ``own`` binds (or neither is known)."""
+    return above if above and (not own or above < own) else None
 
 
 def _reset_v1_watermark(cgroup: MemoryCgroup) -> bool:

@@ -31,7 +31,7 @@ from typing import Protocol
 from ..engine.logs import Unshipped
 from ..text.show import fmt_bytes
 from .cgroups import mem_total, mem_used, read_pressure
-from .memory import MemoryEvidence, MemoryWarning
+from .memory import MemoryEvidence, MemoryWarning, limit_above
 from .watchstate import WatchState, said_error
 
 MEMORY_HIGH = "memory_high"
@@ -140,11 +140,11 @@ def memory_use(memory: MemoryEvidence, phase: str, meminfo: Path | str = "/proc/
         used = cgroup.working_set()
         # The kill comes at the tightest limit: the phase's own may be looser than the container's above it.
         own, above = cgroup.limit(), memory.available_memory()
-        limit = min(own, above) if own and above else own or above
-        if own and above and above < own:
-            where = f"the limit above {where} ({fmt_bytes(above)} < its own {fmt_bytes(own)})"
-        elif above and not own:  # (a phase without memory_max: the container's limit, or the machine's, kills)
-            where = f"the limit above {where} ({fmt_bytes(above)}; it has none of its own)"
+        binding = limit_above(own, above)  # (a phase without memory_max: the container's, or the machine's)
+        limit = binding or own
+        if binding is not None:
+            its = f" < its own {fmt_bytes(own)}" if own else "; it has none of its own"
+            where = f"the limit above {where} ({fmt_bytes(binding)}{its})"
         if used is None or not limit:
             return None
         pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None

@@ -174,7 +174,12 @@ def cuzk_kinds(body: Any) -> tuple[tuple[str, int, int], ...]:
 def parse_curio(text: str) -> tuple[int, int] | None:
     """Proving tasks completed and failed, summed over their names; None: no such metric."""
     tasks = parse_curio_tasks(text)
-    return None if tasks is None else (sum(t[1] for t in tasks), sum(t[2] for t in tasks))
+    return None if tasks is None else summed(tasks)
+
+
+def summed(tasks: tuple[tuple[str, int, int], ...]) -> tuple[int, int]:
+    """(completed, failed) of every task together."""
+    return sum(t[1] for t in tasks), sum(t[2] for t in tasks)
 
 
 def parse_curio_tasks(text: str) -> tuple[tuple[str, int, int], ...] | None:
@@ -277,8 +282,7 @@ def _read_curio(url: str) -> tuple[Reading | None, str]:
     if tasks is None and not _CURIO_PAGE_RE.search(text):
         return None, "curio /debug/metrics has no proving task counters"
     tasks = tasks or ()
-    return Reading(time.monotonic(), sum(t[1] for t in tasks), sum(t[2] for t in tasks), None, CURIO,
-                   tasks=tasks), ""
+    return Reading(time.monotonic(), *summed(tasks), None, CURIO, tasks=tasks), ""
 
 
 def _said(exc: Exception) -> str:
@@ -330,11 +334,6 @@ class ProofWindow:
         """(completed, failed) between the oldest reading in the window and the latest."""
         current = self._current()
         return _between(current[1][0], current[1][-1]) if current is not None else (0, 0)
-
-    def failed_in_window(self, source: str) -> int:
-        """How many failed within the window, as ``source`` counts them."""
-        readings = self._series[source][1]
-        return _between(readings[0], readings[-1])[1]
 
     def since_up(self) -> tuple[int, int, float]:
         """(completed, failed, seconds) since the first reading."""

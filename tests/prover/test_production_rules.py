@@ -67,7 +67,7 @@ def test_curios_tasks_failing_while_cuzk_looks_well_is_failing() -> None:
             window.add(Reading(60.0 * i, 0, 5 * i, source="curio"))
             window.add(Reading(60.0 * i, cuzk_done * i, 0, source="cuzk"))  # (last: the figures shown are its)
         assert window.failing_source(5) == "curio" and window.failing(5), cuzk_done
-        assert window.in_window() == (cuzk_done * 5, 0) and window.failed_in_window("curio") == 25
+        assert window.in_window() == (cuzk_done * 5, 0) and window.failing_detail(5) == ("curio", 25, None)
 
 
 def curio_page(porep_done: int, porep_failed: int, winpost_done: int) -> str:

@@ -135,9 +135,15 @@ class ManagerLink(Protocol):
         """The manager kills the instance ``seconds`` after clock ``name`` started: status shows the time left."""
 
     def retire(self, reason: str) -> None:
-        """This instance is given up for good (the manager destroys it, or was asked to): remembered in
-        state_dir before the next call is queued, so a later start does not run it again (givenup.py),
-        and a uuid the manager forgets is not registered again."""
+        """This instance is given up for good (the manager destroys it: its answer said so): remembered in
+        state_dir, so a later start does not run it again (givenup.py), and a uuid the manager forgets is not
+        registered again."""
+
+    def give_up(self, reason: str, kind: str, payload: Payload, *, said: str = "",
+                exit_waits_for: str | None = None) -> None:
+        """Ask the manager to destroy this instance with the call ``kind`` (``queue``'s arguments): retired as by
+        ``retire``, the marker holding the call, then queued. A later start that finds the call neither pending nor
+        sent (stopped between the two) queues it again; what else a lifecycle left pending is not sent then."""
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,36 @@ def test_a_second_registration_keeps_the_first(tmp_path: Path) -> None:
     assert saved(tmp_path) == {FIRST_START: 10.0, FIRST_REGISTERED: 20.0}
 
 
+def test_the_label_is_kept_with_the_clocks(tmp_path: Path) -> None:
+    FirstSeen(tmp_path, print, now=lambda: 50.0, label="C.777").registered()
+    assert saved(tmp_path)["label"] == "C.777"
+    assert FirstSeen(tmp_path, print, now=lambda: 90.0, label="C.777").anchor() == (50.0, "the first registration")
+
+
+def test_another_labels_clocks_are_not_this_instances(tmp_path: Path) -> None:
+    """The volume of C.777 attached to C.888 (a new row): C.777's registration would start C.888's fetch deadline
+    hours early, and a healthy fetch be given up."""
+    old = FirstSeen(tmp_path, print, now=lambda: 50.0, label="C.777")
+    old.registered()
+    old.param_done()
+    said: list[str] = []
+    new = FirstSeen(tmp_path, said.append, now=lambda: 9000.0, label="C.888")
+    assert new.anchor() == (9000.0, "the first start")
+    assert new.clock(AFTER_FETCH_CLOCK) is None
+    assert saved(tmp_path) == {FIRST_START: 9000.0, "label": "C.888"}
+    assert said == [f"first-seen: {state_files.path(tmp_path, state_files.FIRST_SEEN)} holds the clocks of "
+                    "instance 'C.777', not 'C.888': this instance's count from now on"]
+
+
+def test_clocks_that_name_no_label_or_a_start_without_one_are_kept(tmp_path: Path) -> None:
+    write(tmp_path, json.dumps({FIRST_START: 40.0}))  # (an earlier version's file)
+    assert FirstSeen(tmp_path, print, now=lambda: 90.0, label="C.888").anchor() == (40.0, "the first start")
+    assert saved(tmp_path) == {FIRST_START: 40.0}  # (nothing new known: not written)
+    FirstSeen(tmp_path, print, now=lambda: 95.0, label="C.888").registered()
+    assert saved(tmp_path)["label"] == "C.888"
+    assert FirstSeen(tmp_path, print, now=lambda: 99.0).anchor() == (95.0, "the first registration")
+
+
 def test_a_registration_known_without_a_first_start_keeps_it_and_adds_the_start(tmp_path: Path) -> None:
     write(tmp_path, json.dumps({FIRST_REGISTERED: 300.0}))
     seen = FirstSeen(tmp_path, print, now=lambda: 400.0)

@@ -31,7 +31,7 @@ def test_a_remembered_give_up_is_recalled_with_its_time_and_reason(tmp_path: Pat
     assert givenup.recall(tmp_path) == kept == GivenUp(kept.at, "bench-done rate=0: below min_rate")
     marker = state_files.path(tmp_path, state_files.GIVEN_UP)
     assert stat.S_IMODE(marker.stat().st_mode) == 0o600
-    assert json.loads(marker.read_text()) == {"at": kept.at, "reason": kept.reason}
+    assert json.loads(marker.read_text()) == {"at": kept.at, "reason": kept.reason, "call": None}
 
 
 def test_the_reason_is_one_line_and_bounded(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_a_later_give_up_replaces_the_first(tmp_path: Path) -> None:
 def test_a_marker_written_by_hand_with_a_long_reason_is_cut_on_recall(tmp_path: Path) -> None:
     givenup.marker(tmp_path).write_text(json.dumps({"at": 5, "reason": "y" * 2000}))
     recalled = givenup.recall(tmp_path)
-    assert recalled == GivenUp(5.0, "y" * REASON_MAX_CHARS)
+    assert recalled == GivenUp(5.0, "y" * REASON_MAX_CHARS, names_its_call=False)  # (no "call": an older one's)
 
 
 @pytest.mark.parametrize(("content", "error"), [
@@ -161,3 +161,48 @@ def test_start_over_forgets_the_old_instances_clocks(tmp_path: Path) -> None:
     assert said is not None and "manually killed via UI" in said
     assert not seen.exists()  # the new row's deadlines run from its own registered_at
     assert givenup.start_over(tmp_path) is None
+
+
+# ---------------------------------------------------------------- whose give-up, and the call that tells the manager
+
+
+def test_the_label_and_the_call_are_remembered_with_the_give_up(tmp_path: Path) -> None:
+    call = ("bench-done", {"rate": 0.0, "failed": True, "reason": "phase fetch failed"})
+    kept = givenup.remember(tmp_path, "fetch failed", "C.777", call)
+    assert givenup.recall(tmp_path) == kept == GivenUp(kept.at, "fetch failed", "C.777", call)
+    assert json.loads(givenup.marker(tmp_path).read_text()) == {
+        "at": kept.at, "reason": "fetch failed", "label": "C.777",
+        "call": {"kind": "bench-done", "payload": {"rate": 0.0, "failed": True, "reason": "phase fetch failed"}}}
+
+
+@pytest.mark.parametrize("call", [
+    "bench-done", ["bench-done", {}], {"kind": 5, "payload": {}}, {"kind": "bench-done", "payload": [0]},
+    {"kind": "bench-done"}, None])
+def test_a_call_of_the_wrong_shape_is_left_out_and_the_marker_still_holds(tmp_path: Path, call: object) -> None:
+    givenup.marker(tmp_path).write_text(json.dumps({"at": 5, "reason": "r", "label": "C.1", "call": call}))
+    assert givenup.recall(tmp_path) == GivenUp(5.0, "r", "C.1", None)
+
+
+@pytest.mark.parametrize(("label", "written", "ours"), [
+    ("C.777", "C.777", True),
+    ("C.888", "C.777", False),
+    ("C.888", None, True),  # a marker of an earlier version names no label: taken as ours
+    ("C.888", "", True),
+    ("", "C.777", True),  # a start without a manager names no instance: refused, as it always was
+])
+def test_a_marker_is_this_labels_unless_both_name_another(tmp_path: Path, label: str, written: str | None,
+                                                          ours: bool) -> None:
+    record = {"at": 5, "reason": "r"} | ({"label": written} if written is not None else {})
+    givenup.marker(tmp_path).write_text(json.dumps(record))
+    recalled = givenup.recall(tmp_path)
+    assert recalled is not None and recalled.of(label) is ours
+
+
+def test_another_labels_marker_is_set_aside_and_said(tmp_path: Path) -> None:
+    kept = givenup.remember(tmp_path, "fetch failed", "C.777")
+    said = givenup.set_aside(tmp_path, kept, "C.888")
+    assert said == ("this state_dir's instance 'C.777' was given up, not 'C.888' (a new instance): its record is "
+                    "set aside as given-up.json.another-label")
+    assert givenup.recall(tmp_path) is None
+    aside = tmp_path / (state_files.GIVEN_UP + givenup.OTHER_LABEL_SUFFIX)
+    assert json.loads(aside.read_text())["label"] == "C.777"

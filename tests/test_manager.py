@@ -438,16 +438,50 @@ def test_outbox_order_and_states(tmp_path: Path) -> None:
     box.close()
 
 
-def test_outbox_has_counts_pending_and_delivered_not_failed(tmp_path: Path) -> None:
+def test_outbox_finds_a_call_by_kind_and_exact_payload_in_any_state(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "o.sqlite3")
-    assert not box.has("register")
-    reg = box.add("register", {})
-    assert box.has("register")
-    box.delivered(reg)
-    assert box.has("register")
-    pd = box.add("param-done", {})
-    box.failed(pd, "gone")
-    assert not box.has("param-done")  # a failed call may be queued again
+    assert box.find("bench-done", {"rate": 0.0}) is None
+    first = box.add("bench-done", {"rate": 0.0, "failed": True})
+    assert box.find("bench-done", {"rate": 0.0, "failed": True}) == (first, "pending")
+    assert box.find("bench-done", {"rate": 0.0}) is None  # the payload whole, not a part of it
+    assert box.find("running", {"rate": 0.0, "failed": True}) is None
+    box.failed(first, "refused")
+    assert box.find("bench-done", {"rate": 0.0, "failed": True}) == (first, "failed")
+    again = box.add("bench-done", {"rate": 0.0, "failed": True})
+    box.delivered(again, {"passed": False})
+    assert box.find("bench-done", {"rate": 0.0, "failed": True}) == (again, "delivered")  # the latest
+    box.close()
+
+
+def test_outbox_begun_anew_answers_for_this_instances_calls_only(tmp_path: Path) -> None:
+    """A state_dir of another label: what was delivered for it is not this instance's, after a restart too;
+    the ledger keeps it all."""
+    box = Outbox(tmp_path / "o.sqlite3")
+    old = box.add("bench-done", {"rate": 120.0})
+    box.delivered(old, {"passed": True})
+    box.delivered(box.add("log", {"source": "setup", "text": "old"}))
+    box.begin_anew()
+    assert box.delivered_answer("bench-done") is None
+    assert box.last_delivered_of(["bench-done"]) is None and box.delivered_payloads("log", 5) == []
+    assert box.find("bench-done", {"rate": 120.0}) is None
+    new = box.add("bench-done", {"rate": 90.0})
+    box.delivered(new, {"passed": True, "rate": 90})
+    box.close()
+    again = Outbox(tmp_path / "o.sqlite3")
+    assert again.delivered_answer("bench-done") == {"passed": True, "rate": 90}
+    assert again.find("bench-done", {"rate": 90.0}) == (new, "delivered")
+    assert [h["kind"] for h in again.history()] == ["bench-done", "log", "bench-done"]
+    again.close()
+
+
+def test_outbox_fails_the_pending_calls_it_is_told_to(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.sqlite3")
+    ids = [box.add(kind, {}) for kind in ("register", "param-done", "log", "running")]
+    assert box.fail_pending("set aside", lambda call: call.kind != "register" and call.id != ids[2]) == [
+        "param-done", "running"]
+    assert [h["state"] for h in box.history()] == ["pending", "failed", "pending", "failed"]
+    assert box.history()[1]["last_error"] == "set aside"
+    assert box.fail_pending("none", lambda call: False) == []
     box.close()
 
 

@@ -105,8 +105,8 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
         return
     evidence = sup.rt.evidence
     gpus_said = say_gpu_evidence(evidence.gpus, host.log)  # before the manager's lines: the setup tab's order
-    given_up = given_up_before(host, fresh)
-    start_reporting(sup, core.loop, host.log)
+    given_up = given_up_before(host, fresh, plan.manager.instance)
+    start_reporting(sup, core.loop, host.log, given_up)
     if given_up is not None:
         refuse_given_up(sup, core.loop, host.log, given_up)
         return
@@ -124,8 +124,9 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
         core.loop.run()
 
 
-def given_up_before(host: Host, fresh: bool) -> givenup.GivenUp | None:
-    """Was this state_dir's instance given up by an earlier start? ``--fresh`` forgets it (and says so)."""
+def given_up_before(host: Host, fresh: bool, label: str) -> givenup.GivenUp | None:
+    """Was this state_dir's instance (``label``) given up by an earlier start? ``--fresh`` forgets it (and says
+    so); another label's give-up is set aside (and said): that instance is not this one."""
     if fresh:
         try:
             said = givenup.start_over(host.state_dir)
@@ -133,13 +134,22 @@ def given_up_before(host: Host, fresh: bool) -> givenup.GivenUp | None:
             host.log(f"--fresh: cannot start over in {host.state_dir}: {exc.strerror or exc}")
         else:
             host.log(said or "--fresh: nothing was given up in this state_dir; starting as usual")
-    return givenup.recall(host.state_dir)
+    given_up = givenup.recall(host.state_dir)
+    if given_up is None or given_up.of(label):
+        return given_up
+    try:
+        host.log(givenup.set_aside(host.state_dir, given_up, label))
+    except OSError as exc:  # (left in place, it would refuse the next start too: this one refuses)
+        host.log(f"cannot set aside {givenup.marker(host.state_dir)}, instance {given_up.label!r}'s give-up "
+                 f"({exc.strerror or exc}): taken as this one's")
+        return given_up
+    return None
 
 
 def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given_up: givenup.GivenUp) -> None:
-    """Start no phase: what is still pending in the outbox (the give-up itself, maybe) goes out in the exit
-    flush, and the lifecycle ends at once with EXIT_GIVEN_UP."""
-    sup.reporter.retired_before()
+    """Start no phase: what is still pending in the outbox (the give-up itself, maybe: the Reporter queued it
+    again if a SIGKILL had kept it out) goes out in the exit flush, and the lifecycle ends at once with
+    EXIT_GIVEN_UP."""
     log(given_up.refusal())
     sup.lifecycle.shutdown("this instance was given up by an earlier start", EXIT_GIVEN_UP)
     if not sup.lifecycle.over:
@@ -171,10 +181,12 @@ def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callab
     return watchers
 
 
-def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog) -> None:
-    """A reporter that cannot start (no fd for its outbox or a module it imports) costs the reporting, not the run."""
+def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog,
+                    given_up: givenup.GivenUp | None = None) -> None:
+    """A reporter that cannot start (no fd for its outbox or a module it imports) costs the reporting, not the run.
+    ``given_up``: an earlier start gave this instance up (the reporter only delivers what is left)."""
     try:
-        sup.reporter.start()
+        sup.reporter.start(given_up)
     except Exception as exc:
         if not isinstance(exc, OSError):
             loop.faults.report("starting the manager reporting", exc)  # a bug: its traceback in supervisor.log

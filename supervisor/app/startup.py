@@ -304,7 +304,7 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
         child_oom_score_adj=host.child_oom_score_adj, memory=core.memory, redactor=host.redactor,
     )
     # Before the register: the manager's clock starts after. Its clocks under the names the plugin gave them.
-    first_seen = FirstSeen(host.state_dir, host.log, names=plugin.clocks)
+    first_seen = FirstSeen(host.state_dir, host.log, names=plugin.clocks, label=plan.manager.instance)
     rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus, first_seen=first_seen),
                     state_dir=host.state_dir, rerun=rerun_of(plugin, switches), reasons=plugin.reasons)
     reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,

@@ -177,6 +177,12 @@ class ManagerSpec:
     log_backlog_bytes: int = DEFAULT_LOG_BACKLOG_BYTES
     row_check_s: float = DEFAULT_ROW_CHECK_S
 
+    @property
+    def instance(self) -> str:
+        """Whose the state_dir's records are (given-up.json, first-seen.json): the label told to the manager; ""
+        without one (the hostname a label falls back to changes with each new container: no instance's name)."""
+        return self.label if self.url else ""
+
 
 @dataclass(frozen=True)
 class SupervisorSpec:

@@ -6,7 +6,9 @@ returns, the call survives a SIGKILL of the supervisor and a container restart
 least once, in order; the manager's calls are idempotent per uuid and state.
 The same database keeps small facts the next start needs (the uuid). The outbox knows
 nothing of what a call means: a call is a kind, a JSON payload and, once delivered,
-the answer the kind's handler kept (sender.py).
+the answer the kind's handler kept (sender.py). A state_dir another instance used before
+(``begin_anew``) keeps its calls for the ledger, but what was delivered for it is not
+this instance's: the questions about delivered calls see this instance's only.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ CORRUPTION = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 # Where calls go once the outbox cannot be read at all (not even to copy it): far above any id the file
 # can hold, so when both meet again the file's older calls still come first.
 UNREADABLE_FIRST_ID = 1 << 40
+OWN_FROM = "own_from"  # the fact: the first call id of the instance this outbox serves now (begin_anew)
 HISTORY = ("id", "kind", "state", "attempts", "created", "finished", "last_error", "payload", "response")
 CALL_COLUMNS = ("id", "kind", "payload", "created", "state", "attempts", "finished", "last_error", "response")
 # A whole call row with its id (salvaged rows, and calls made in memory, keep theirs in the file); a row
@@ -107,6 +110,7 @@ class Outbox:
         self._file_usable = True  # False: a damaged file that could not be moved aside
         self._closed = False
         self._open()
+        self._own_from = int(self.get(OWN_FROM) or 0)  # calls below this id were another instance's (begin_anew)
 
     # ------------------------------------------------------------ opening, checking, salvaging
 
@@ -332,16 +336,30 @@ class Outbox:
     def failed(self, call_id: int, error: str) -> None:
         self._finish(call_id, "failed", error, None)
 
-    def fail_pending(self, error: str, but: str) -> list[str]:
-        """Every pending call but those of kind ``but`` failed with ``error``, in one write: their kinds, oldest
-        first."""
-        rows = self._read("SELECT id, kind FROM calls WHERE state = 'pending' AND kind != ? ORDER BY id", (but,))
-        if rows:
+    def fail_pending(self, error: str, which: Callable[[Call], bool]) -> list[str]:
+        """Every pending call ``which`` chooses failed with ``error``, in one write: their kinds, oldest first."""
+        chosen = [call for call in self._pending_where("", ()) if which(call)]
+        if chosen:
             with self._lock:
                 self._try_the_file_again()
-                self._write("UPDATE calls SET state = 'failed', finished = ?, last_error = ? "
-                            "WHERE state = 'pending' AND kind != ? AND id <= ?", (time.time(), error, but, rows[-1][0]))
-        return [kind for _, kind in rows]
+                self._write(f"UPDATE calls SET state = 'failed', finished = ?, last_error = ? "
+                            f"WHERE state = 'pending' AND id IN ({', '.join('?' * len(chosen))})",
+                            (time.time(), error, *(call.id for call in chosen)))
+        return [call.kind for call in chosen]
+
+    def begin_anew(self) -> None:
+        """The calls so far were another instance's (the state_dir of another label): from now on, the questions
+        about delivered calls (delivered_answer, last_delivered_of, delivered_payloads, find) see only the calls
+        added after this."""
+        row = self._read_one("SELECT max(id) FROM calls")
+        self._own_from = int(row[0] or 0) + 1 if row is not None else 0
+        self.put(OWN_FROM, str(self._own_from))
+
+    def find(self, kind: str, payload: dict[str, Any]) -> tuple[int, str] | None:
+        """The latest call of this instance with this kind and exactly this payload: its id and state."""
+        row = self._read_one("SELECT id, state FROM calls WHERE kind = ? AND payload = ? AND id >= ? "
+                             "ORDER BY id DESC LIMIT 1", (kind, json.dumps(payload), self._own_from))
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def _finish(self, call_id: int, state: str, error: str | None, response: Any) -> None:
         with self._lock:
@@ -374,10 +392,6 @@ class Outbox:
     def pending(self) -> int:
         return int(self._read_one("SELECT count(*) FROM calls WHERE state = 'pending'")[0])
 
-    def has(self, kind: str) -> bool:
-        """A call of this kind is pending or was delivered (a failed one may be queued again)."""
-        return self._read_one("SELECT 1 FROM calls WHERE kind = ? AND state != 'failed' LIMIT 1", (kind,)) is not None
-
     def pending_of(self, kind: str) -> int:
         return int(self._read_one("SELECT count(*) FROM calls WHERE kind = ? AND state = 'pending'", (kind,))[0])
 
@@ -397,28 +411,34 @@ class Outbox:
 
     def pending_calls(self, kind: str) -> list[Call]:
         """Every pending call of one kind, oldest first."""
+        return self._pending_where(" AND kind = ?", (kind,))
+
+    def _pending_where(self, where: str, params: tuple[Any, ...]) -> list[Call]:
         rows = self._read("SELECT id, kind, payload, created, attempts FROM calls "
-                          "WHERE state = 'pending' AND kind = ? ORDER BY id", (kind,))
+                          f"WHERE state = 'pending'{where} ORDER BY id", params)
         return [Call(row[0], row[1], json.loads(row[2]), row[3], row[4]) for row in rows]
 
     def delivered_answer(self, kind: str) -> Any:
-        """The manager's answer to the last delivered call of this kind; None if none was delivered."""
-        row = self._read_one("SELECT response FROM calls WHERE kind = ? AND state = 'delivered' "
-                             "ORDER BY id DESC LIMIT 1", (kind,))
+        """The manager's answer to this instance's last delivered call of this kind; None if none was delivered."""
+        row = self._read_one("SELECT response FROM calls WHERE kind = ? AND state = 'delivered' AND id >= ? "
+                             "ORDER BY id DESC LIMIT 1", (kind, self._own_from))
         return None if row is None else json.loads(row[0] or "null") or {}
 
     def last_delivered_of(self, kinds: Collection[str]) -> Call | None:
-        """The latest delivered call of any of ``kinds`` (each kind's last one is kept, whatever its age)."""
+        """This instance's latest delivered call of any of ``kinds`` (each kind's last one is kept, whatever its
+        age)."""
         if not kinds:
             return None
         row = self._read_one("SELECT id, kind, payload, created, attempts FROM calls WHERE state = 'delivered' "
-                             f"AND kind IN ({', '.join('?' * len(kinds))}) ORDER BY id DESC LIMIT 1", tuple(kinds))
+                             f"AND kind IN ({', '.join('?' * len(kinds))}) AND id >= ? ORDER BY id DESC LIMIT 1",
+                             (*kinds, self._own_from))
         return None if row is None else Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
 
     def delivered_payloads(self, kind: str, limit: int) -> list[dict[str, Any]]:
-        """The payloads of the latest ``limit`` delivered calls of ``kind``, oldest first."""
-        sql = "SELECT payload FROM calls WHERE kind = ? AND state = 'delivered' ORDER BY id DESC LIMIT ?"
-        return [json.loads(row[0]) for row in reversed(self._read(sql, (kind, limit)))]
+        """The payloads of this instance's latest ``limit`` delivered calls of ``kind``, oldest first."""
+        sql = ("SELECT payload FROM calls WHERE kind = ? AND state = 'delivered' AND id >= ? "
+               "ORDER BY id DESC LIMIT ?")
+        return [json.loads(row[0]) for row in reversed(self._read(sql, (kind, self._own_from, limit)))]
 
     def history(self, limit: int = 50, without: str = "") -> list[dict[str, Any]]:
         """The latest ``limit`` calls (but those of kind ``without``), oldest first, payload and answer as stored."""

@@ -117,7 +117,9 @@ class Reporter:
 
     # ------------------------------------------------------------ start and stop
 
-    def start(self) -> None:
+    def start(self, given_up: givenup.GivenUp | None = None) -> None:
+        """Open the outbox, know who we are, start the threads. ``given_up``: an earlier start gave this instance up
+        (givenup.py): only what it left is delivered, the give-up's own call among it (Sender.retired_before)."""
         if not self.enabled:
             self._log("manager reporting off: no [manager] url and no MANAGER_URL")
             return
@@ -133,6 +135,11 @@ class Reporter:
                               on_identity=self._export_identity, on_delivered=self._manager_answers,
                               view=self.view)
         self._sender.restore_identity()
+        if given_up is not None:
+            give_up = self._sender.retired_before(given_up.call, f"this instance was given up ({given_up.reason})",
+                                                  given_up.names_its_call)
+            if give_up is not None:
+                self._exit_waits.append((give_up, "the give-up"))
         fields = "".join(f", {k} {_shown(v)}" for k, v in self._sender.identity().items() if k != "label")
         self._log(f"manager: {shown_url(self.spec.url)} as label {self.spec.label!r}{fields}; "
                   f"outbox {self.outbox.path} ({self.outbox.pending()} call(s) pending)")
@@ -340,20 +347,24 @@ class Reporter:
         if self._sender is not None:
             self._sender.wake()
 
-    def retire(self, reason: str) -> None:
-        """Given up for good (wiring.ManagerLink.retire): the marker first, durably, then the sender knows."""
+    def retire(self, reason: str, call: tuple[str, Payload] | None = None) -> None:
+        """Given up for good (wiring.ManagerLink.retire, give_up): the marker first, durably, with the call that
+        tells the manager (queued next, by give_up), then the sender knows."""
         try:
-            givenup.remember(self._state_dir, reason)
+            givenup.remember(self._state_dir, reason, self.spec.label, call)
         except OSError as exc:
             self._log(f"manager: cannot remember the give-up in {givenup.marker(self._state_dir)} "
                       f"({exc.strerror or exc}): a restart on this state_dir would run the lifecycle again")
         if self._sender is not None:
             self._sender.retire()
 
-    def retired_before(self) -> None:
-        """An earlier start gave this instance up: this one only delivers what is pending, never registers."""
-        if self._sender is not None:
-            self._sender.retire()
+    def give_up(self, reason: str, kind: str, payload: Payload, *, said: str = "",
+                exit_waits_for: str | None = None) -> None:
+        """Retired, then the call that gives the instance up is queued (wiring.ManagerLink.give_up)."""
+        if not self.reporting():
+            return
+        self.retire(reason, (kind, dict(payload)))
+        self.queue(kind, payload, said=said, exit_waits_for=exit_waits_for)
 
     def _manager_answers(self) -> None:
         """A call was delivered (the sender's thread): the log shipper's backoff is over too."""
@@ -442,6 +453,10 @@ class ReporterLink:
 
     def retire(self, reason: str) -> None:
         self._reporter.retire(reason)
+
+    def give_up(self, reason: str, kind: str, payload: Payload, *, said: str = "",
+                exit_waits_for: str | None = None) -> None:
+        self._reporter.give_up(reason, kind, payload, said=said, exit_waits_for=exit_waits_for)
 
     def on_row(self, listener: Callable[[Row], None]) -> None:
         self._reporter.view.on_row(listener)

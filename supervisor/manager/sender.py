@@ -162,7 +162,8 @@ class Sender:
             # param-done or running would move our new row past our own fetch, its log pushes land in our tabs).
             # Every call of this start comes later; a register is kept: it is sent as who this start is.
             left = self.outbox.fail_pending(f"set aside: queued as {stored_label!r}, the label this state_dir had "
-                                            f"before {self.spec.label!r}", but=REGISTER)
+                                            f"before {self.spec.label!r}", lambda call: call.kind != REGISTER)
+            self.outbox.begin_anew()  # (what it delivered, its bench-done's answer among it, is not ours either)
             aside = (f"; the {len(left)} call(s) it left pending ({', '.join(_counted(left))}) are set aside, "
                      "not sent under this instance's uuid" if left else "")
             self._log(f"manager: state_dir was registered as {stored_label!r}, not {self.spec.label!r}; "
@@ -375,6 +376,29 @@ class Sender:
     def retire(self) -> None:
         """This instance was given up (any thread): a uuid the manager forgot is not registered again."""
         self._retired = True
+
+    def retired_before(self, give_up: tuple[str, dict[str, Any]] | None, why: str, named: bool = True) -> int | None:
+        """An earlier start gave this instance up (givenup.py), before the thread starts: it is retired, and no
+        lifecycle call that start left pending goes out but the give-up's own (``give_up``: its kind and payload).
+        A bench-done that passed, queued before the manager killed the row, would move it back, were the look-up
+        before it to fail. The give-up's call is queued again if the outbox never held it (a SIGKILL between the
+        marker and the queue). Returns its id while it is pending (the exit flush waits for it). ``named`` False:
+        the marker does not say which call gave it up (an older version's): the pending calls all go, as then."""
+        self.retire()
+        if not named:
+            return None
+        kept = self.outbox.find(*give_up) if give_up is not None else None
+        if give_up is not None and kept is None:
+            kept = (self.outbox.add(*give_up), "pending")
+            self._log(f"manager: the give-up's {give_up[0]} was never queued (the supervisor was stopped between "
+                      "remembering it and queueing it): queued now")
+        keep_id = kept[0] if kept is not None else None
+        row_kinds = set(self._lifecycle_kinds())
+        left = self.outbox.fail_pending(f"not sent: {why}", lambda call: call.kind in row_kinds and call.id != keep_id)
+        if left:
+            self._log(f"manager: {len(left)} call(s) left pending before the give-up ({', '.join(_counted(left))}) "
+                      "are not sent: they could move the row back")
+        return keep_id if kept is not None and kept[1] == "pending" else None
 
     def _forgotten(self, call: Call, exc: PermanentError) -> bool:
         """A 404 ``instance not found`` (``or already killed``, on /running): True when handled here. Only a

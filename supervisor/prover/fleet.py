@@ -197,7 +197,9 @@ class Fleet:
             # A rate of 0 would have the manager destroy an instance whose bench passed: not sent.
             self._log(f"manager: phase {phase.name} is done but its output gave no rate; bench-done not sent")
             return
-        self._queue({"rate": rate})
+        if not self._queued:
+            self._queued = True
+            self._link.queue(BENCH_DONE, {"rate": rate}, said=f" (rate {rate:g}/h)")
         self._gate.hold(phase.name)
 
     def _already_reported(self, phase_name: str) -> bool:
@@ -213,12 +215,6 @@ class Fleet:
             self._gate.hold(phase_name)
             return True
         return False
-
-    def _queue(self, payload: dict[str, Any], exit_waits_for: str | None = None) -> None:
-        if self._queued and exit_waits_for is None:
-            return
-        self._queued = True
-        self._link.queue(BENCH_DONE, payload, said=f" (rate {payload['rate']:g}/h)", exit_waits_for=exit_waits_for)
 
     def killed(self, row: Row) -> None:
         """The manager killed the instance (its row): no bench-done of ours goes out any more."""
@@ -249,10 +245,12 @@ class Fleet:
         # on any bench-done below min_rate, whatever the state, so a second one gives it up too.
         passed_before = self._queued or isinstance(answer, dict)
         reason = view.failure.line()[:REASON_MAX_CHARS]  # (masked: the verdict was, where it was recorded)
-        # Remembered before the call is queued: a restart must not run (and un-kill) this instance again.
-        self._link.retire(f"{view.why}: {view.failure.reason}; bench-done with rate 0 asked the manager to "
-                          "destroy it")
-        self._queue({"rate": 0.0, "failed": True, "reason": reason}, exit_waits_for="the give-up")
+        # Remembered with its call before the call is queued: a restart must not run (and un-kill) this instance
+        # again, and queues the call if a SIGKILL came between the two.
+        payload = {"rate": 0.0, "failed": True, "reason": reason}
+        self._queued = True
+        self._link.give_up(f"{view.why}: {view.failure.reason}; bench-done with rate 0 asked the manager to "
+                           "destroy it", BENCH_DONE, payload, said=" (rate 0/h)", exit_waits_for="the give-up")
         if view.production_was_up:
             after = "; production was up, and failed for good"
         else:

@@ -13,7 +13,9 @@ manager) the fetch clock counts from the first start, which comes before it: the
 own time is written once, the first time it is known; a manager's time is kept as its row last said it (a
 row registered anew, its old uuid forgotten, runs its clocks anew).
 
-A file that cannot be read is started afresh (said). A time in it that cannot be the instance's (later than
+The file names the label it was kept for: a state_dir another instance used (another label: a new row to the
+manager) holds none of this one's clocks; they start afresh (said). A file that cannot be read is started
+afresh (said). A time in it that cannot be the instance's (later than
 now beyond CLOCK_SKEW_S, or more than MAX_AGE_S before now: ``first_start = 1.0``) is refused in one line,
 as resume.json's future times are: the clock it was counts from now on.
 """
@@ -51,6 +53,7 @@ FIRST_PARAM_DONE = "first_param_done"  # the param-done phase ended (its call qu
 MANAGER_REGISTERED = "manager_registered_at"  # the row's registered_at
 MANAGER_PARAM_DONE = "manager_param_done_at"  # the row's param_done_at
 KEYS = (FIRST_START, FIRST_REGISTERED, FIRST_PARAM_DONE, MANAGER_REGISTERED, MANAGER_PARAM_DONE)
+LABEL = "label"  # whose clocks they are (the manager's label; none without one)
 # What each clock is, as a verdict or status says it.
 SOURCES = {FIRST_START: "the first start", FIRST_REGISTERED: "the first registration",
            FIRST_PARAM_DONE: "the fetch's end (param-done)", MANAGER_REGISTERED: "the manager's registered_at",
@@ -70,14 +73,15 @@ CLOCKS = {FETCH_CLOCK: (MANAGER_REGISTERED, FIRST_REGISTERED),
 
 class FirstSeen:
     """The times (epoch seconds), loaded at start; the first start written at once if it was not known.
-    ``names``: a clock (CLOCKS) → the name it is asked and shown by instead (a plugin's: Plugin.clocks)."""
+    ``names``: a clock (CLOCKS) → the name it is asked and shown by instead (a plugin's: Plugin.clocks). ``label``:
+    the instance's (its manager label), kept with the times."""
 
     def __init__(self, state_dir: Path, log: Log, now: Callable[[], float] = time.time,
-                 names: Mapping[str, str] | None = None) -> None:
+                 names: Mapping[str, str] | None = None, label: str = "") -> None:
         self._names = {clock: (names or {}).get(clock, clock) for clock in CLOCKS}  # clock → its name
         self._clocks = {name: clock for clock, name in self._names.items()}  # its name → the clock
         self._path = state_files.path(state_dir, state_files.FIRST_SEEN)
-        self._log, self._now = log, now
+        self._log, self._now, self._label = log, now, label
         self._row_state: str | None = None  # the manager's row's state, as last read (not kept)
         self._this_start: float | None = None  # this start's time, where it was needed
         self._times = self._load()
@@ -167,7 +171,13 @@ class FirstSeen:
         return {}
 
     def _kept(self, raw: dict[str, Any]) -> dict[str, float]:
-        """The times of the file that can be this instance's; any other key or value is left out, one by one."""
+        """The times of the file that can be this instance's; any other key or value is left out, one by one.
+        None of another label's (a file that names none, or a start without one, is taken as this one's)."""
+        owner = raw.get(LABEL)
+        if isinstance(owner, str) and owner and self._label and owner != self._label:
+            self._log(f"first-seen: {self._path} holds the clocks of instance {owner!r}, not {self._label!r}: "
+                      "this instance's count from now on")
+            return {}
         kept = {}
         for key in KEYS:
             with contextlib.suppress(KeyError, ValueError):  # (NaN, 1e300, a 400-digit number: no time of ours)
@@ -189,6 +199,6 @@ class FirstSeen:
 
     def _save(self) -> None:
         try:
-            save_json(self._path, self._times)
+            save_json(self._path, {**self._times, **({LABEL: self._label} if self._label else {})})
         except OSError as exc:  # a full or read-only state_dir costs the memory across restarts, not the run
             self._log(f"first-seen: cannot write {self._path} ({exc.strerror or exc}): a restart counts afresh")

@@ -1,17 +1,22 @@
 """This state_dir's instance was given up: remembered across restarts, so a given-up run is not run again.
 
 A plugin that gives the instance up to the manager (the prover's fleet protocol: bench-done with rate 0,
-or the manager's own ``passed: false``) says so through ``ManagerLink.retire``; the Reporter writes this
-marker (``given-up.json``, atomically and fsynced) before the call that gives it up is queued. The real
+or the manager's own ``passed: false``) says so through ``ManagerLink.give_up`` or ``retire``; the Reporter
+writes this marker (``given-up.json``, atomically and fsynced) before the call that gives it up is queued, and
+the marker holds that call: a start that finds it neither pending nor sent (a SIGKILL between the two writes)
+queues it again, so the manager is told all the same. The real
 manager's ``bench-done`` has no state check: a restart that ran the lifecycle again on the same uuid would
 move the killed row back to ``bench_done`` and ``running`` while the machine is being destroyed.
 
 So a later start on this state_dir says so in one line and exits EXIT_GIVEN_UP without starting any phase,
-after delivering what is still pending in the outbox (the give-up itself may be among it). ``run --fresh``
+after delivering what is still pending in the outbox (the give-up itself may be among it; a lifecycle call
+queued before the give-up is not sent: it could move the row back). ``run --fresh``
 starts over: the marker goes, and the given-up instance's outbox (its uuid, its pending calls) is set aside
 (renamed), so the label is registered afresh and nothing of the old instance is sent under the new uuid,
 and its clocks (first-seen.json) go: the new row's deadlines are its own.
 A kill the manager decided (manager/view.py) is remembered the same way, its kill line the reason.
+The marker names the label it was written for: a state_dir reused by another instance (another label: a new
+row to the manager) is not that instance's give-up; its marker is set aside (OTHER_LABEL_SUFFIX) and said.
 Core and generic: it knows nothing of benchmarks; the plugin's words are the reason.
 """
 
@@ -30,12 +35,23 @@ from .files import StateFileError, load_json, save_json
 MARKER_MAX_BYTES = 16 * 1024
 REASON_MAX_CHARS = 500
 SET_ASIDE_SUFFIX = ".given-up"  # the old outbox, renamed by --fresh
+OTHER_LABEL_SUFFIX = ".another-label"  # another instance's marker, renamed by a start under a new label
 
 
 @dataclass(frozen=True)
 class GivenUp:
     at: float  # time.time() when it was given up
     reason: str
+    label: str | None = None  # the instance given up (the manager's label); None: a marker of an older version
+    call: tuple[str, dict[str, Any]] | None = None  # the call that tells the manager (kind, payload); None: none
+    # The marker says which call gave the instance up (``call``, None for a kill): False for one an older version
+    # wrote, whose give-up may wait among the pending calls unnamed (none of them can be told from it then).
+    names_its_call: bool = True
+
+    def of(self, label: str | None) -> bool:
+        """The marker is this label's (one that names none, or a start that has none, is taken as ours: running a
+        given-up instance again is the harm, an instance refused wrongly is one line to --fresh)."""
+        return self.label is None or not label or self.label == label
 
     def refusal(self) -> str:
         """The one line a later start says before it exits."""
@@ -48,10 +64,15 @@ def marker(state_dir: str | Path) -> Path:
     return state_files.path(state_dir, state_files.GIVEN_UP)
 
 
-def remember(state_dir: str | Path, reason: str) -> GivenUp:
-    """Write the marker (durably: before the give-up's call goes out). Raises OSError."""
-    record = GivenUp(time.time(), one_line(reason, REASON_MAX_CHARS, mark=""))
-    save_json(marker(state_dir), {"at": record.at, "reason": record.reason})
+def remember(state_dir: str | Path, reason: str, label: str | None = None,
+             call: tuple[str, dict[str, Any]] | None = None) -> GivenUp:
+    """Write the marker (durably: before the give-up's call is queued). Raises OSError."""
+    record = GivenUp(time.time(), one_line(reason, REASON_MAX_CHARS, mark=""), label or None, call)
+    data: dict[str, Any] = {"at": record.at, "reason": record.reason}
+    if record.label is not None:
+        data["label"] = record.label
+    data["call"] = {"kind": call[0], "payload": call[1]} if call is not None else None
+    save_json(marker(state_dir), data)
     return record
 
 
@@ -72,8 +93,23 @@ def recall(state_dir: str | Path) -> GivenUp | None:
 
 def _given_up(data: dict[str, Any]) -> GivenUp:
     """The marker's record; raises KeyError, TypeError or ValueError where it has no time (or one no clock can
-    show: "nan", 1e300) or no reason."""
-    return GivenUp(state_files.wall_time(data["at"]), str(data["reason"])[:REASON_MAX_CHARS])
+    show: "nan", 1e300) or no reason. A label or call of the wrong shape is left out (the marker still holds)."""
+    label = data.get("label")
+    call = data.get("call")
+    kept_call = None
+    if isinstance(call, dict) and isinstance(call.get("kind"), str) and isinstance(call.get("payload"), dict):
+        kept_call = (call["kind"], call["payload"])
+    return GivenUp(state_files.wall_time(data["at"]), str(data["reason"])[:REASON_MAX_CHARS],
+                   label if isinstance(label, str) and label else None, kept_call, "call" in data)
+
+
+def set_aside(state_dir: str | Path, given_up: GivenUp, label: str) -> str:
+    """Another instance's marker (``given_up.of(label)`` is False): renamed aside, so that this label runs; returns
+    the line that says so. Raises OSError."""
+    path = marker(state_dir)
+    path.replace(path.with_name(path.name + OTHER_LABEL_SUFFIX))
+    return (f"this state_dir's instance {given_up.label!r} was given up, not {label!r} (a new instance): its record "
+            f"is set aside as {path.name}{OTHER_LABEL_SUFFIX}")
 
 
 def start_over(state_dir: str | Path) -> str | None:

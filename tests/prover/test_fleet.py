@@ -126,6 +126,12 @@ class Link:
     def retire(self, reason: str) -> None:
         self.retired.append(reason)
 
+    def give_up(self, reason: str, kind: str, payload: Mapping[str, Any], *, said: str = "",
+                exit_waits_for: str | None = None) -> None:
+        """The marker with its call first (what a restart queues again), then the call, as the Reporter does."""
+        self.retire(reason)
+        self.queue(kind, payload, said=said, exit_waits_for=exit_waits_for)
+
     def on_row(self, listener: Callable[[Any], None]) -> None:
         self.row_listeners.append(listener)
 

@@ -8,29 +8,38 @@ still pending, says so in one line and exits 79 without starting a phase; ``run 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import requests
-from helpers import Console, Runner, sh, started, toml_str
+from helpers import Console, Runner, outbox_rows, sh, started, toml_str
 from profilekit import ZERO_RATE_BENCH
 
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_GIVEN_UP
+from supervisor.manager.outbox import Outbox
 from supervisor.prover.reasons import EXIT_BENCH_REJECTED
 from supervisor.state import files as state_files
+from supervisor.state import givenup
 
 WAIT_S = 90  # upper bounds against hanging, never measures
 
 
-def config(sup: Runner, mgr: DevManager, fail: bool = True) -> Path:
+# cuzk-bench's summary of a batch whose one proof completed at 0.5 proofs/min: 30 proofs/h.
+BENCH_30_PER_H = ("=== Batch Summary ===\ntotal time:    120.0s\ncompleted:     1\nfailed:        0\n"
+                  "throughput:    0.5 proofs/min\n")
+
+
+def config(sup: Runner, mgr: DevManager, label: str = "C.777") -> Path:
     """A fetch that fails with 4 (before production: the instance is given up), then a service."""
     return sup.write(f"""
         [manager]
         url = {toml_str(mgr.url)}
-        label = "C.777"
+        label = {toml_str(label)}
         min_rate = 1
         log_push_interval_s = 0.2
 
@@ -137,3 +146,149 @@ def test_passed_false_is_remembered_too(sup: Runner, manager: DevManager) -> Non
     again = Console(sup, cfg, name="again")
     assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
     assert "passed: false" in next(line for line in again.text().splitlines() if "was given up at" in line)
+
+
+# ---------------------------------------------------------------- what a restart finds in the state_dir
+
+
+def registered(mgr: DevManager, label: str) -> str:
+    """A row the manager has for ``label`` (as an earlier start left it): its uuid."""
+    answer = requests.post(mgr.url + "/register", json={"label": label, "min_rate": 1}, timeout=5)
+    answer.raise_for_status()
+    return str(answer.json()["uuid"])
+
+
+def left_by_an_earlier_start(sup: Runner, label: str, uuid: str, *calls: tuple[str, dict[str, Any]]) -> None:
+    """The outbox an earlier start left: its identity and the calls still pending."""
+    sup.state_dir.mkdir(parents=True, exist_ok=True)
+    box = Outbox(sup.state_dir / state_files.OUTBOX)
+    box.put("label", label)
+    box.put("uuid", uuid)
+    for kind, payload in calls:
+        box.add(kind, payload)
+    box.close()
+
+
+def test_a_lifecycle_call_left_pending_before_a_kill_is_not_sent_when_the_row_cannot_be_read(
+        sup: Runner, manager: DevManager) -> None:
+    """A bench that passed, its bench-done (and running) still pending while the manager was away; the manager
+    killed the row and the supervisor learnt it (remembered), then was restarted. The restart's look-up before
+    bench-done fails (the manager's GET /status answers 503): the bench-done went out all the same, and the
+    manager, which has no state check on it, moved the killed row back to bench_done."""
+    uuid = registered(manager, "C.777")
+    requests.post(manager.url + "/dev/row", json={"uuid": uuid, "state": "killed", "kill_reason": "manual"},
+                  timeout=5).raise_for_status()
+    left_by_an_earlier_start(sup, "C.777", uuid, ("bench-done", {"rate": 120.0}), ("running", {}))
+    givenup.remember(sup.state_dir, "the manager killed this instance (manual)", "C.777")  # (a kill: no call)
+    faults(manager, status=503, count=-1, path="/status")
+    before = paths(manager)
+
+    again = Console(sup, config(sup, manager), name="again", env={"FETCH_STATUS": "0"})
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    out = again.text()
+    assert started(out) == [], out
+    assert paths(manager) == before, "a call left pending before the kill went out"
+    assert [i["state"] for i in instances(manager)] == ["killed"]
+    assert ("manager: 2 call(s) left pending before the give-up (bench-done, running) are not sent: they could "
+            "move the row back") in out, out
+    kinds = {kind: state for _, kind, state in outbox_rows(sup, logs=False)}
+    assert kinds == {"bench-done": "failed", "running": "failed"}, kinds
+
+
+def test_an_older_markers_pending_calls_all_go_as_they_did(sup: Runner, manager: DevManager) -> None:
+    """A marker an older version wrote names no call: its give-up, still pending, cannot be told from the other
+    calls, and goes out (the look-up before each call stays the guard), as before."""
+    uuid = registered(manager, "C.777")
+    left_by_an_earlier_start(sup, "C.777", uuid, ("bench-done", {"rate": 0.0, "failed": True, "reason": "r"}))
+    givenup.marker(sup.state_dir).write_text(json.dumps({"at": time.time(), "reason": "phase fetch failed"}))
+
+    again = Console(sup, config(sup, manager), name="again", env={"FETCH_STATUS": "0"})
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    assert "are not sent" not in again.text()
+    [inst] = instances(manager)
+    assert inst["state"] == "killed" and inst["rate"] == 0, inst
+
+
+def test_a_give_up_remembered_but_never_queued_is_queued_by_the_next_start(sup: Runner,
+                                                                            manager: DevManager) -> None:
+    """The marker is written, with its call, before the call is queued: a SIGKILL between the two left a start
+    with nothing pending, and the manager was never told (its row waited for its own timeout, billed). The next
+    start queues it, delivers it, and a start after that does not send it again."""
+    uuid = registered(manager, "C.777")
+    left_by_an_earlier_start(sup, "C.777", uuid, ("bench-done", {"rate": 120.0}))
+    give_up = {"rate": 0.0, "failed": True, "reason": "phase service failed for good"}
+    givenup.remember(sup.state_dir, "production failed for good", "C.777", ("bench-done", give_up))
+
+    again = Console(sup, config(sup, manager), name="again", env={"FETCH_STATUS": "0"})
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    out = again.text()
+    assert ("manager: the give-up's bench-done was never queued (the supervisor was stopped between remembering "
+            "it and queueing it): queued now") in out, out
+    assert "manager: 1 call(s) left pending before the give-up (bench-done) are not sent" in out, out
+    [inst] = instances(manager)
+    assert inst["state"] == "killed" and inst["rate"] == 0, inst  # the give-up, not the passing rate before it
+    assert paths(manager).count("/bench-done") == 1, paths(manager)
+
+    third = Console(sup, config(sup, manager), name="third")
+    assert third.finish(WAIT_S) == EXIT_GIVEN_UP, third.tail()
+    assert "never queued" not in third.text()
+    assert paths(manager).count("/bench-done") == 1, paths(manager)
+
+
+def bench_config(sup: Runner, mgr: DevManager, label: str) -> Path:
+    """fetch → bench (30/h) → a short service reporting running."""
+    return sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = {toml_str(label)}
+        min_rate = 1
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("echo fetched")}
+        report = "param-done"
+
+        [[phases]]
+        name = "bench"
+        command = {sh(f"printf '{BENCH_30_PER_H}'")}
+        parse = "cuzk-bench"
+        report = "bench-done"
+
+        [[phases]]
+        name = "service"
+        kind = "service"
+        command = {sh("echo serving; exec sleep 0.3")}
+        report = "running"
+        """)
+
+
+def test_a_state_dir_of_another_label_benches_the_new_row(sup: Runner, manager: DevManager) -> None:
+    """The volume of C.111, whose bench passed, attached to C.222: the bench's answer was C.111's row's. Read as
+    this instance's, the new row was never benched: it went from params_done to running without a rate."""
+    first = Console(sup, bench_config(sup, manager, "C.111"), name="first")
+    assert first.finish(WAIT_S) == 0, first.tail()
+
+    second = Console(sup, bench_config(sup, manager, "C.222"), name="second")
+    assert second.finish(WAIT_S) == 0, second.tail()
+    out = second.text()
+    assert "bench-done was delivered and passed before this restart" not in out, out
+    rows = {i["label"]: i for i in instances(manager)}
+    assert rows["C.222"]["state"] == "running" and rows["C.222"]["rate"] == 30, rows["C.222"]
+    assert "bench_done" in rows["C.222"]["history"], rows["C.222"]
+
+
+def test_another_labels_give_up_does_not_strand_this_instance(sup: Runner, manager: DevManager) -> None:
+    """C.777 was given up; its volume attached to C.888 (a new instance, a new row to the manager): C.888 was
+    registered and then refused to run, exit 79, and waited for the manager's timeout. Its marker is set aside."""
+    first = Console(sup, config(sup, manager, "C.777"), name="first")
+    assert first.finish(WAIT_S) == 4, first.tail()
+
+    second = Console(sup, config(sup, manager, "C.888"), name="second", env={"FETCH_STATUS": "0"})
+    assert second.finish(WAIT_S) == 0, second.tail()
+    out = second.text()
+    assert ("this state_dir's instance 'C.777' was given up, not 'C.888' (a new instance): its record is set aside "
+            f"as {state_files.GIVEN_UP}{givenup.OTHER_LABEL_SUFFIX}") in out, out
+    assert not (sup.state_dir / state_files.GIVEN_UP).exists()
+    rows = {i["label"]: i["state"] for i in instances(manager)}
+    assert rows == {"C.777": "killed", "C.888": "running"}, rows

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -203,9 +204,15 @@ def test_the_manager_away_and_back_during_the_give_up_flush(sup: Runner, manager
     assert shown.returncode == 0 and snap["live"], shown.stdout + shown.stderr
     assert snap["lifecycle"]["state"] == "stopped" and snap["exiting"]["status"] == 4, snap["exiting"]
     assert snap["exiting"]["giving_up"] is True
+    text = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                          capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env()).stdout
+    assert re.search(r"; exit 4; the exit waits up to \d+s more for the give-up to be delivered "
+                     r"\(\d+ call\(s\) pending\)$", text.splitlines()[0]), text  # (the text said nothing of it)
     outage.up()
     assert run.finish() == 4, run.text()
     assert instance(mgr)["history"] == ["registered", "killed"], run.text()
+    saved = json.loads((sup.state_dir / "status.json").read_text())
+    assert "exiting" not in saved, saved["exiting"]  # the wait is over: the last state written says no more of it
     assert NO_EBADF not in run.text() and "Traceback" not in run.text(), run.text()
     assert not [row for row in outbox_rows(sup) if row[2] == "pending"], outbox_rows(sup)
 

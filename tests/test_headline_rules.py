@@ -136,7 +136,24 @@ def test_a_failure_still_under_way_has_no_exit_yet() -> None:
 def test_a_stop_without_a_failure_says_stopped_and_why() -> None:
     snap = {"lifecycle": {"state": "stopped", "why": "SIGTERM", "exit_status": 143}}
     assert headline(read(snap), False, NOW) == "stopped: SIGTERM; exit 143"
-    assert headline(read({"lifecycle": {"state": "stopping"}}), True, NOW) == "stopped: the supervisor stopped"
+    assert headline(read({"lifecycle": {"state": "stopping"}}), True, NOW) == "stopping: the supervisor stops"
+    stopping = {"lifecycle": {"state": "stopping", "why": "received SIGTERM", "exit_status": 143}}
+    assert headline(read(stopping), True, NOW) == "stopping: received SIGTERM; exit 143 follows"
+    complete = {"lifecycle": {"state": "stopping", "why": "lifecycle complete", "exit_status": 0}}
+    assert headline(read(complete), True, NOW) == "stopping: lifecycle complete; exit 0 follows"
+
+
+def test_an_exit_waiting_for_the_manager_says_so_while_it_waits() -> None:
+    """The lifecycle is over; the supervisor still runs, delivering the outbox for up to its window."""
+    snap = {"lifecycle": {"state": "stopped", "why": "lifecycle complete", "exit_status": 0},
+            "exiting": {"status": 0, "flush_left_s": 5.7, "giving_up": False}, "manager": {"outbox_pending": 3}}
+    assert headline(read(snap), True, NOW) == ("done: lifecycle complete; exit 0; the exit waits up to 5s more for "
+                                               "the manager (3 call(s) pending)")
+    giving_up = {**snap, "exiting": {"status": 4, "flush_left_s": 118.2, "giving_up": True},
+                 "lifecycle": {"state": "stopped", "why": "phase fetch failed", "exit_status": 4}}
+    assert headline(read(giving_up), True, NOW) == ("stopped: phase fetch failed; exit 4; the exit waits up to 118s "
+                                                    "more for the give-up to be delivered (3 call(s) pending)")
+    assert headline(read(snap), False, NOW) == "done: lifecycle complete; exit 0"  # saved: that wait is over
 
 
 def test_failure_lines_show_only_the_last_few_each_cut_short() -> None:

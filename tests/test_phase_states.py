@@ -16,9 +16,9 @@ from supervisor.engine.logs import Console
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import Reaper
 from supervisor.lifecycle.attempt import Attempt
-from supervisor.lifecycle.phase import Phase
+from supervisor.lifecycle.phase import Phase, decide
 from supervisor.lifecycle.runtime import ChildKit, Runtime
-from supervisor.lifecycle.states import _ALLOWED, FINAL_STATES, CameUp, PhaseState
+from supervisor.lifecycle.states import _ALLOWED, FINAL_STATES, SHUTDOWN_WHY, CameUp, Effect, PhaseState, StopAsked
 
 SERVICE = """
 [[phases]]
@@ -115,3 +115,26 @@ def test_a_callback_acts_only_for_the_current_attempt_in_the_states_it_names(pha
     assert phase._is_current(2, PhaseState.STARTING, PhaseState.RUNNING)
     assert not phase._is_current(1, PhaseState.STARTING, PhaseState.RUNNING)  # a late answer for attempt 1
     assert not phase._is_current(2, PhaseState.STARTING)  # the attempt has moved on
+
+
+class _ShuttingDown:
+    shutting_down = True
+
+
+@pytest.mark.parametrize("state", [PhaseState.STARTING, PhaseState.RUNNING])
+def test_a_shutdown_shows_a_running_attempt_stopping_at_once(phase: Phase, state: PhaseState) -> None:
+    """Told of the shutdown, an attempt that runs is stopping from then on, not once its last child is gone: a
+    daemon taking its grace kept it "running" (and up) long after its command was reaped."""
+    phase.state = state
+    phase._lifecycle = _ShuttingDown()  # type: ignore[assignment]
+    step = decide(phase, StopAsked())
+    assert (step.state, step.why) == (PhaseState.STOPPING, SHUTDOWN_WHY)
+    assert step.after == (Effect.CANCEL_TIMERS, Effect.CANCEL_START)
+
+
+@pytest.mark.parametrize("state", [s for s in PhaseState if s not in (PhaseState.STARTING, PhaseState.RUNNING)])
+def test_a_shutdown_moves_no_other_state_when_it_is_told(phase: Phase, state: PhaseState) -> None:
+    """A settling phase's command succeeded (ShutdownSettled keeps that); the others are stopping or over."""
+    phase.state = state
+    phase._lifecycle = _ShuttingDown()  # type: ignore[assignment]
+    assert decide(phase, StopAsked()).state is None

@@ -335,6 +335,69 @@ def test_status_after_a_sigkill_reads_the_persisted_state(sup: Runner) -> None:
     assert re.search(r"^  work\s+running\s+since", text, re.M), text
 
 
+def test_status_after_a_sigkill_shows_what_a_child_printed_after_the_last_state_written(sup: Runner) -> None:
+    """status.json is written per transition batch: a child that printed every second after its start, its
+    supervisor then SIGKILLed, read "last output never" with no lines. Its log file says what it printed."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "serve"
+        command = {sh("exec sleep 60")}
+        [[phases.daemons]]
+        name = "ticker"
+        command = {sh("i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done")}
+        """)
+    run = Console(sup, config)
+    run.wait_text("[serve/ticker] tick 8")
+    children = [c["pid"] for c in status_json(sup.state_dir)[1]["children"]]
+    os.kill(run.pid, signal.SIGKILL)
+    run.proc.wait(10)
+    killed_at = time.time()
+    for pid in children:
+        kill_tree(pid)
+    saved = json.loads((sup.state_dir / "status.json").read_text())
+    [written] = [c for c in saved["children"] if c["label"] == "serve/ticker"]
+    assert not any(line.startswith("tick 8") for line in written["last_lines"]), written  # (written before it)
+    rc, snap, out = status_json(sup.state_dir)
+    assert rc == 3, out
+    [ticker] = [c for c in snap["children"] if c["label"] == "serve/ticker"]
+    last = int(ticker["last_lines"][-1].split()[1])
+    assert last >= 8 and ticker["last_lines"][-2:] == [f"tick {last - 1}", f"tick {last}"], ticker
+    assert ticker["last_output_at"] is not None and ticker["last_output_at"] <= killed_at + 1, ticker
+    rc, text, _ = status(sup.state_dir)
+    assert f"      | tick {last}" in text and not re.search(r"serve/ticker .* last output never", text), text
+
+
+def test_a_phase_being_stopped_shows_stopping_while_a_daemon_takes_its_grace(sup: Runner) -> None:
+    """SIGTERM: the service's command ends at once, its daemon ignores the signal and takes its grace. The phase
+    read "running" and up (and its headline "stopped:") for that whole grace, its command long reaped."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = {sh("echo serving; exec sleep 60")}
+        [[phases.daemons]]
+        name = "helper"
+        command = {sh("trap 'echo helper ignoring TERM' TERM; echo helping; while :; do sleep 0.1; done")}
+        stop_grace_s = 30
+        """)
+    run = Console(sup, config)
+    run.wait_text("[serve/helper] helping")
+    run.wait_text("[serve/serve] serving")
+    os.kill(run.pid, signal.SIGTERM)
+    run.wait_text("helper ignoring TERM")
+    try:
+        rc, snap, out = status_json(sup.state_dir)
+        assert rc == 0, out
+        [serve] = snap["phases"]
+        assert (serve["state"], serve["why"], serve["up"]) == ("stopping", "supervisor shutdown", False), serve
+        assert [c["label"] for c in snap["children"]] == ["serve/helper"], snap["children"]
+        rc, text, _ = status(sup.state_dir)
+        assert text.splitlines()[0] == "stopping: received SIGTERM; exit 143 follows", text
+    finally:
+        os.kill(run.pid, signal.SIGTERM)  # (a second stop signal: SIGKILL to everything now)
+    assert run.finish(30) == 143, run.tail()
+
+
 def test_after_an_early_failure_the_current_phase_is_the_one_that_failed(sup: Runner) -> None:
     """Phases never reached are "stopped" by the shutdown, but the lifecycle was not at them."""
     config = sup.write(f"""

@@ -32,10 +32,11 @@ from helpers import PY, REPO, Console, Runner, clean_env, free_port, sh, toml_li
 
 from supervisor.app.cli import dev_manager
 from supervisor.lifecycle.states import PhaseState, Timeline
+from supervisor.status.command import with_later_output
 from supervisor.status.headline import failure_lines, headline
 from supervisor.status.model import PhaseStatus, Snapshot
 from supervisor.status.render import render, timer_lines
-from supervisor.status.snapshot import phase_timers, stop_timer
+from supervisor.status.snapshot import CHILD_LINES, phase_timers, stop_timer
 
 MIB = 1024 * 1024
 
@@ -680,7 +681,7 @@ def test_the_headline_for_each_story() -> None:
         "  cause: oom_killed signal=SIGKILL: killed by the kernel OOM killer", "  last lines of bench/bench:",
         "    | a", "    | b", "  logs: /l/bench.log, /l/supervisor.log"]
     stopping = {**failed, "lifecycle": {**failed["lifecycle"], "state": "stopping"}}
-    assert headline(Snapshot.from_json(stopping), True, now).endswith("; stopping, exit 137 follows")
+    assert headline(Snapshot.from_json(stopping), True, now).endswith("; exit 137 follows")
     up = {"lifecycle": {"state": "running", "current": "curio"},
           "phases": [{"name": "curio", "state": "running", "up": True, "up_at": now - 11_520, "timers": {}}]}
     assert headline(Snapshot.from_json(up), True, now) == "running: curio up 3h12m"
@@ -723,3 +724,39 @@ def test_the_ledger_and_phase_lines_in_the_text() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ---------------------------------------------------------------- a saved snapshot's children, from their log files
+
+
+def _saved_child(tmp_path: Path, last_output_at: float | None) -> Snapshot:
+    return Snapshot.from_json({"pid": 9, "logs": {"dir": str(tmp_path)}, "lifecycle": {"state": "running"},
+                               "children": [{"label": "serve/ticker", "pid": 10, "phase": "serve",
+                                             "state": "running", "last_output_at": last_output_at,
+                                             "last_lines": ["old"]}]})
+
+
+def test_a_saved_childs_later_output_comes_from_its_log_file(tmp_path: Path) -> None:
+    log = tmp_path / "serve.ticker.log"
+    log.write_text("one\n\x1b[31mtwo\x1b[0m\n\nthree\n")
+    os.utime(log, (5000.0, 5000.0))
+    [child] = with_later_output(_saved_child(tmp_path, 4000.0)).children
+    assert (child.last_output_at, child.last_lines) == (5000.0, ("one", "two", "three"))
+    [never] = with_later_output(_saved_child(tmp_path, None)).children
+    assert never.last_output_at == 5000.0
+    [kept] = with_later_output(_saved_child(tmp_path, 6000.0)).children  # the snapshot knows a later line
+    assert (kept.last_output_at, kept.last_lines) == (6000.0, ("old",))
+
+
+def test_a_saved_childs_log_file_is_read_bounded_and_never_blocks(tmp_path: Path) -> None:
+    log = tmp_path / "serve.ticker.log"
+    log.write_text("".join(f"line {i} {'x' * 100}\n" for i in range(5000)))  # far past LOG_TAIL_BYTES
+    [child] = with_later_output(_saved_child(tmp_path, 1.0)).children
+    assert len(child.last_lines) == CHILD_LINES and child.last_lines[-1].startswith("line 4999 ")
+    log.unlink()
+    os.mkfifo(log)  # (an open for reading would wait for a writer)
+    [fifo] = with_later_output(_saved_child(tmp_path, 1.0)).children
+    assert (fifo.last_output_at, fifo.last_lines) == (1.0, ("old",))
+    log.unlink()
+    [missing] = with_later_output(_saved_child(tmp_path, 1.0)).children
+    assert missing.last_lines == ("old",)

@@ -133,7 +133,10 @@ def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:
         budget = signals.router.budget
         if budget is not None:  # docker stop's SIGKILL comes at the budget's end: the flush ends before it
             flush.deadline = min(flush.deadline, budget.flush_deadline())
-        loop.run_until(until, FLUSH_POLL_S)
+        try:
+            loop.run_until(until, FLUSH_POLL_S)
+        finally:  # (the status saved after it says the exit no longer waits)
+            signals.router.flush = None
 
     return wait
 

@@ -154,8 +154,10 @@ def decide(phase: Phase, event: Event) -> Step:
             return Step(after=(Effect.PREPARE_AGAIN,))
         case Broken(verdict):
             return _broken(phase, verdict)
-        case StopAsked():
-            return Step(after=(Effect.CANCEL_TIMERS, Effect.CANCEL_START))
+        case StopAsked():  # an attempt under way is stopping from the shutdown's first signal, not its last child's
+            moved = state in (PhaseState.STARTING, PhaseState.RUNNING)  # (SETTLING: ShutdownSettled keeps its success)
+            return Step(PhaseState.STOPPING if moved else None, SHUTDOWN_WHY if moved else "",
+                        after=(Effect.CANCEL_TIMERS, Effect.CANCEL_START))
         case ShutdownSettled():
             if state is PhaseState.SETTLING:  # its command had succeeded: done, as it would have been moments later
                 return Step(PhaseState.STOPPING, SHUTDOWN_WHY, before=(Effect.CANCEL_SETTLE,), after=(
@@ -252,15 +254,13 @@ def _broken(phase: Phase, verdict: Verdict) -> Step:
 
 
 class ItsLifecycle(Protocol):
-    """What a phase reads of its lifecycle (lifecycle.py): whether the supervisor shuts down (no new attempt,
-    no decision: the shutdown settles it), the lifecycle's word, never a flag of the phase's own."""
+    """What a phase reads of its lifecycle (lifecycle.py): whether it shuts down (then the shutdown settles it)."""
 
     shutting_down: bool
 
 
 class Phase:
-    """One phase of the lifecycle: the only writer of its own state. ``lifecycle``: the one it belongs to
-    (None: a phase on its own, which never shuts down)."""
+    """One phase of the lifecycle, the only writer of its own state; ``lifecycle``: its own (None: never shuts down)."""
 
     def __init__(self, spec: PhaseSpec, rt: Runtime, on_change: Callable[[Phase], None],
                  hooks: PhaseHooks = NO_HOOKS, *, lifecycle: ItsLifecycle | None = None,

@@ -7,6 +7,9 @@ the OOM killer): the supervisor is **gone**, and what it started may still run. 
 tag each child carries (trees.left_alive_by), never by the pid alone, so a reused pid is not named.
 A writer that is alive but does not answer is said as such. The answer's ``supervisor`` key is one of
 ``running``, ``exited``, ``gone``, ``not answering``; ``survivors`` lists what a gone one left alive.
+status.json is written once per transition batch, not per output line: a child's output since then is read
+from its log file (masked as it was written; its time and last lines), so a supervisor SIGKILLed minutes
+into a quiet phase does not show a child that printed every second as one that never printed.
 
 ``--watch`` redraws the text every ``--interval`` seconds (clearing the screen with ANSI only on a
 terminal; into a pipe each frame follows the last, after a blank line) until Ctrl-C, which ends it with
@@ -16,9 +19,12 @@ restart of the container shows the next one coming up.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..engine.trees import is_live_supervisor, left_alive_by
@@ -26,8 +32,9 @@ from ..exits import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK
 from ..state import files as state_files
 from ..text.stdio import STDOUT, lost, say
 from .file import load_persisted
-from .model import EXITED, GONE, NOT_ANSWERING, RUNNING, Fate, Snapshot, Survivor
+from .model import EXITED, GONE, NOT_ANSWERING, RUNNING, ChildStatus, Fate, Snapshot, Survivor
 from .render import render
+from .snapshot import CHILD_LINES, shown_line
 from .socket import NotYoursToAsk, not_yours, query
 
 # ``--watch``'s default redraw interval, and the shortest one taken (each frame asks the supervisor).
@@ -37,6 +44,8 @@ WATCH_INTERVAL_MIN_S = 0.1
 WATCH_INTERVAL_MAX_S = 86400.0
 # Clear the screen and go home (a terminal only).
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+# How much of the end of a child's log file is read for its last lines (a saved snapshot's child).
+LOG_TAIL_BYTES = 16 * 1024
 
 def found(state_dir: Path) -> tuple[Snapshot | None, bool, str | None]:
     """(the snapshot, whether it is live, why there is none): the socket's answer, else status.json with
@@ -51,7 +60,46 @@ def found(state_dir: Path) -> tuple[Snapshot | None, bool, str | None]:
     if saved is None:
         return None, False, why
     snap = Snapshot.from_json(saved)
-    return snap.found(writer_fate(snap, str(state_dir))), False, None
+    return with_later_output(snap.found(writer_fate(snap, str(state_dir)))), False, None
+
+
+def with_later_output(snap: Snapshot) -> Snapshot:
+    """A saved snapshot's children with what each printed after it was written, read from its log file."""
+    log_dir = snap.logs.dir if snap.logs is not None else None
+    if not log_dir or not snap.children:
+        return snap
+    return replace(snap, children=tuple(_later_output(child, Path(log_dir)) for child in snap.children))
+
+
+def _later_output(child: ChildStatus, log_dir: Path) -> ChildStatus:
+    phase, _, name = (child.label or "").partition("/")  # (a label is phase/child)
+    if not phase or not name:
+        return child
+    tail = _log_tail(log_dir / state_files.child_log_name(phase, name))
+    if tail is None or (child.last_output_at is not None and tail[0] <= child.last_output_at):
+        return child
+    at, lines = tail
+    return replace(child, last_output_at=at, last_lines=tuple(shown_line(line) for line in lines) or child.last_lines)
+
+
+def _log_tail(path: Path) -> tuple[float, list[str]] | None:
+    """(its last write, its last lines) of a regular file; None for anything else (missing, a FIFO, unreadable):
+    never blocks, reads LOG_TAIL_BYTES at most."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            os.lseek(fd, max(0, info.st_size - LOG_TAIL_BYTES), os.SEEK_SET)
+            data = os.read(fd, LOG_TAIL_BYTES)
+        finally:
+            os.close(fd)
+        lines = data.decode("utf-8", errors="replace").splitlines()
+        if info.st_size > LOG_TAIL_BYTES and lines:
+            lines = lines[1:]  # (the first may be a part of a line)
+        return info.st_mtime, [line for line in lines if line.strip()][-CHILD_LINES:]
+    return None
 
 
 def writer_fate(snap: Snapshot, state_dir: str) -> Fate:

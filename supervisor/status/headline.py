@@ -47,12 +47,15 @@ def headline(snap: Snapshot, live: bool, now: float) -> str:
         return (f"NOT ANSWERING: supervisor pid {snap.pid} is alive but its status socket does not answer; "
                 f"last state written {since(snap.written_at, now)}")
     ending = _ending(life.state, status)
+    if snap.exiting is not None and live:  # (a saved one: the exit it was waiting for is over)
+        ending = f"{ending}; {exit_waits(snap)}"
     if failure is not None:
         who = failure.phase if failure.child == failure.phase else f"{failure.phase}/{failure.child}"
         return f"FAILED: {who} {failure.reason} {since(failure.at, now)}{ending}"
     if life.state in ("stopping", "stopped"):
-        word = "done" if status == 0 else "stopped"
-        return f"{word}: {life.why or 'the supervisor stopped'}{ending}"
+        if life.state == "stopping":  # (not "done" or "stopped" yet: a child may still take its grace)
+            return f"stopping: {life.why or 'the supervisor stops'}{ending}"
+        return f"{'done' if status == 0 else 'stopped'}: {life.why or 'the supervisor stopped'}{ending}"
     return _on_its_way(snap, now)
 
 
@@ -60,8 +63,17 @@ def _ending(state: str | None, status: int | None) -> str:
     if state == "stopped" and status is not None:
         return f"; exit {status}"
     if state == "stopping" and status is not None:
-        return f"; stopping, exit {status} follows"
+        return f"; exit {status} follows"
     return ""
+
+
+def exit_waits(snap: Snapshot) -> str:
+    """The exit waiting for the manager (the lifecycle is over, the supervisor still runs): for what, how long."""
+    exiting, pending = snap.exiting, snap.manager.outbox_pending
+    assert exiting is not None
+    what = "the give-up to be delivered" if exiting.giving_up else "the manager"
+    calls = f" ({pending} call(s) pending)" if pending else ""
+    return f"the exit waits up to {span(exiting.flush_left_s)} more for {what}{calls}"
 
 
 def _on_its_way(snap: Snapshot, now: float) -> str:

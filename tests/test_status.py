@@ -312,6 +312,17 @@ def test_status_with_no_state_at_all(tmp_path: Path) -> None:
         assert rc == 3 and "no prover-supervisor is running" in text and "Traceback" not in text
 
 
+def sigkill_the_supervisor(run: Console, state_dir: Path) -> float:
+    """SIGKILL the supervisor (what it started goes on: ended here, by the pids it last showed); returns when."""
+    children = [c["pid"] for c in status_json(state_dir)[1]["children"]]
+    os.kill(run.pid, signal.SIGKILL)
+    run.proc.wait(10)
+    killed_at = time.time()
+    for pid in children:
+        kill_tree(pid)
+    return killed_at
+
+
 def test_status_after_a_sigkill_reads_the_persisted_state(sup: Runner) -> None:
     """A SIGKILLed supervisor leaves its socket behind: status must not hang on it, and says it is not running."""
     config = sup.write(f"""
@@ -321,11 +332,7 @@ def test_status_after_a_sigkill_reads_the_persisted_state(sup: Runner) -> None:
         """)
     run = Console(sup, config)
     run.wait_text("[work/work] working")
-    children = [c["pid"] for c in status_json(sup.state_dir)[1]["children"]]
-    os.kill(run.pid, signal.SIGKILL)
-    run.proc.wait(10)
-    for pid in children:
-        kill_tree(pid)
+    sigkill_the_supervisor(run, sup.state_dir)
     assert (sup.state_dir / "status.sock").exists()  # stale: nobody answers
     rc, text, took = status(sup.state_dir)
     assert rc == 3, text
@@ -348,12 +355,7 @@ def test_status_after_a_sigkill_shows_what_a_child_printed_after_the_last_state_
         """)
     run = Console(sup, config)
     run.wait_text("[serve/ticker] tick 8")
-    children = [c["pid"] for c in status_json(sup.state_dir)[1]["children"]]
-    os.kill(run.pid, signal.SIGKILL)
-    run.proc.wait(10)
-    killed_at = time.time()
-    for pid in children:
-        kill_tree(pid)
+    killed_at = sigkill_the_supervisor(run, sup.state_dir)
     saved = json.loads((sup.state_dir / "status.json").read_text())
     [written] = [c for c in saved["children"] if c["label"] == "serve/ticker"]
     assert not any(line.startswith("tick 8") for line in written["last_lines"]), written  # (written before it)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from helpers import REPO, Runner, free_ports
+from helpers import REPO, Runner, free_ports, sh, toml_str
 
 from supervisor.devmanager.server import DevManager
 from supervisor.prover.plugin import PLUGIN
@@ -24,6 +24,40 @@ STANDIN_FAST = "0.05"
 # that passes its parser (parse = "cuzk-bench") with rate 0/h, below any min_rate.
 ZERO_RATE_BENCH = ("=== Batch Summary ===\ntotal time:    1.0s\ncompleted:     1\nfailed:        0\n"
                    "throughput:    0 proofs/min\n")
+# cuzk-bench's summary of a batch whose one proof completed at 0.5 proofs/min: 30 proofs/h.
+BENCH_30_PER_H = ("=== Batch Summary ===\ntotal time:    120.0s\ncompleted:     1\nfailed:        0\n"
+                  "throughput:    0.5 proofs/min\n")
+
+
+def fleet_config(sup: Runner, url: str, label: str, bench: str, *, min_rate: float = 1, service_s: float = 0.3,
+                 bench_after_s: float = 0) -> Path:
+    """The fleet protocol's whole lifecycle against a manager at ``url``: a fetch (param-done), a bench printing
+    ``bench`` (cuzk-bench's summary; bench-done) after ``bench_after_s``, a service of ``service_s`` (running)."""
+    wait = f"sleep {bench_after_s:g}; " if bench_after_s else ""
+    return sup.write(f"""
+        [manager]
+        url = {toml_str(url)}
+        label = {toml_str(label)}
+        min_rate = {min_rate:g}
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("echo fetched")}
+        report = "param-done"
+
+        [[phases]]
+        name = "bench"
+        command = {sh(f"{wait}printf '{bench}'")}
+        parse = "cuzk-bench"
+        report = "bench-done"
+
+        [[phases]]
+        name = "service"
+        kind = "service"
+        command = {sh(f"echo serving; exec sleep {service_s:g}")}
+        report = "running"
+        """)
 
 
 def standin_env(**extra: str) -> dict[str, str]:

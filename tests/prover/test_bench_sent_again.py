@@ -18,14 +18,12 @@ from typing import Any
 
 import requests
 from helpers import Console, Runner, sh, toml_str, wait_for
+from profilekit import BENCH_30_PER_H
 
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_KILLED
 
 WAIT_S = 90  # upper bounds against hanging, never measures
-# cuzk-bench's summary of a batch whose one proof completed at 0.5 proofs/min: 30 proofs/h.
-BENCH_30_PER_H = ("=== Batch Summary ===\ntotal time:    120.0s\ncompleted:     1\nfailed:        0\n"
-                  "throughput:    0.5 proofs/min\n")
 _labels = count(1)
 
 

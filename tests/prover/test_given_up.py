@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 from helpers import Console, Runner, outbox_rows, sh, started, toml_str
-from profilekit import ZERO_RATE_BENCH
+from profilekit import BENCH_30_PER_H, ZERO_RATE_BENCH, fleet_config
 
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_GIVEN_UP
@@ -27,11 +27,6 @@ from supervisor.state import files as state_files
 from supervisor.state import givenup
 
 WAIT_S = 90  # upper bounds against hanging, never measures
-
-
-# cuzk-bench's summary of a batch whose one proof completed at 0.5 proofs/min: 30 proofs/h.
-BENCH_30_PER_H = ("=== Batch Summary ===\ntotal time:    120.0s\ncompleted:     1\nfailed:        0\n"
-                  "throughput:    0.5 proofs/min\n")
 
 
 def config(sup: Runner, mgr: DevManager, label: str = "C.777") -> Path:
@@ -235,41 +230,13 @@ def test_a_give_up_remembered_but_never_queued_is_queued_by_the_next_start(sup: 
     assert paths(manager).count("/bench-done") == 1, paths(manager)
 
 
-def bench_config(sup: Runner, mgr: DevManager, label: str) -> Path:
-    """fetch → bench (30/h) → a short service reporting running."""
-    return sup.write(f"""
-        [manager]
-        url = {toml_str(mgr.url)}
-        label = {toml_str(label)}
-        min_rate = 1
-        log_push_interval_s = 0.2
-
-        [[phases]]
-        name = "fetch"
-        command = {sh("echo fetched")}
-        report = "param-done"
-
-        [[phases]]
-        name = "bench"
-        command = {sh(f"printf '{BENCH_30_PER_H}'")}
-        parse = "cuzk-bench"
-        report = "bench-done"
-
-        [[phases]]
-        name = "service"
-        kind = "service"
-        command = {sh("echo serving; exec sleep 0.3")}
-        report = "running"
-        """)
-
-
 def test_a_state_dir_of_another_label_benches_the_new_row(sup: Runner, manager: DevManager) -> None:
     """The volume of C.111, whose bench passed, attached to C.222: the bench's answer was C.111's row's. Read as
     this instance's, the new row was never benched: it went from params_done to running without a rate."""
-    first = Console(sup, bench_config(sup, manager, "C.111"), name="first")
+    first = Console(sup, fleet_config(sup, manager.url, "C.111", BENCH_30_PER_H), name="first")
     assert first.finish(WAIT_S) == 0, first.tail()
 
-    second = Console(sup, bench_config(sup, manager, "C.222"), name="second")
+    second = Console(sup, fleet_config(sup, manager.url, "C.222", BENCH_30_PER_H), name="second")
     assert second.finish(WAIT_S) == 0, second.tail()
     out = second.text()
     assert "bench-done was delivered and passed before this restart" not in out, out

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import requests
-from helpers import Runner, sh, toml_str
-from profilekit import ZERO_RATE_BENCH
+from helpers import Runner
+from profilekit import ZERO_RATE_BENCH, fleet_config
 from test_benchcut_rules import Production, Rig
 
 from supervisor.app.cli import dev_manager
@@ -183,30 +183,7 @@ def test_a_running_phase_is_failed_when_the_clock_runs_out_and_only_its_attempt(
 def test_a_row_whose_min_rate_differs_judges_the_bench(sup: Runner, manager: DevManager) -> None:
     # The label was first registered with min_rate 100: the manager keeps it, whatever this start sends.
     first = requests.post(manager.url + "/register", json={"label": "C.5150", "min_rate": 100}, timeout=5).json()
-    config = sup.write(f"""
-        [manager]
-        url = {toml_str(manager.url)}
-        label = "C.5150"
-        min_rate = 1
-        log_push_interval_s = 0.2
-
-        [[phases]]
-        name = "fetch"
-        command = {sh("echo fetched")}
-        report = "param-done"
-
-        [[phases]]
-        name = "bench"
-        command = {sh(f"sleep 0.5; printf '{ZERO_RATE_BENCH}'")}
-        parse = "cuzk-bench"
-        report = "bench-done"
-
-        [[phases]]
-        name = "service"
-        kind = "service"
-        command = {sh("exec sleep 1")}
-        report = "running"
-        """)
+    config = fleet_config(sup, manager.url, "C.5150", ZERO_RATE_BENCH, service_s=1, bench_after_s=0.5)
     started = time.monotonic()
     result = sup.run(config, timeout=WAIT_S)
     assert time.monotonic() - started < WAIT_S

@@ -198,11 +198,28 @@ def test_a_marker_is_this_labels_unless_both_name_another(tmp_path: Path, label:
     assert recalled is not None and recalled.of(label) is ours
 
 
-def test_another_labels_marker_is_set_aside_and_said(tmp_path: Path) -> None:
+def test_another_labels_marker_is_set_aside_under_its_label_and_still_refuses_it(tmp_path: Path) -> None:
     kept = givenup.remember(tmp_path, "fetch failed", "C.777")
     said = givenup.set_aside(tmp_path, kept, "C.888")
     assert said == ("this state_dir's instance 'C.777' was given up, not 'C.888' (a new instance): its record is "
-                    "set aside as given-up.json.another-label")
-    assert givenup.recall(tmp_path) is None
-    aside = tmp_path / (state_files.GIVEN_UP + givenup.OTHER_LABEL_SUFFIX)
-    assert json.loads(aside.read_text())["label"] == "C.777"
+                    "set aside as given-up.json.C.777")
+    assert givenup.recall(tmp_path) is None and givenup.recall(tmp_path, "C.888") is None
+    assert givenup.recall(tmp_path, "C.777") == kept  # (C.777 back on this state_dir: still given up)
+    later = givenup.remember(tmp_path, "bench too slow", "C.888")  # C.888 given up too, then set aside in turn
+    givenup.set_aside(tmp_path, later, "C.777")
+    assert givenup.recall(tmp_path, "C.777") == kept and givenup.recall(tmp_path, "C.888") == later  # none lost
+    assert givenup.start_over(tmp_path, "C.777") is not None  # --fresh forgets C.777's, wherever it is
+    assert givenup.recall(tmp_path, "C.777") is None and givenup.recall(tmp_path, "C.888") == later
+
+
+@pytest.mark.parametrize(("label", "name"), [
+    ("C.1/../x", "given-up.json.C.1%2F..%2Fx"),  # (no path through a label)
+    ("h" * 200, "given-up.json.sha256-" + "0" * 64),  # (a label too long for a file name: its hash)
+])
+def test_a_set_aside_marker_is_named_by_its_label_safely(tmp_path: Path, label: str, name: str) -> None:
+    path = givenup.aside(tmp_path, label)
+    assert path.parent == tmp_path
+    if "sha256" in name:
+        assert re.fullmatch(r"given-up\.json\.sha256-[0-9a-f]{64}", path.name), path.name
+    else:
+        assert path.name == name

@@ -277,6 +277,22 @@ def test_logfile_rolls_over_at_max_bytes(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["c.log", "c.log.1"]
 
 
+def test_logfile_knows_where_its_own_bytes_begin(tmp_path: Path) -> None:
+    """What an earlier run appended comes before; status reads the file's tail from here (status/command.py)."""
+    path = tmp_path / "c.log"
+    f = LogFile(path, max_bytes=100)
+    assert f.ours_from() == 0  # (no file yet)
+    path.write_bytes(b"earlier run\n")
+    assert f.ours_from() == 12  # before its first write: all of the file is an earlier run's
+    f.write(b"x" * 40)
+    path.write_bytes(path.read_bytes() + b"y")  # (another writer: where ours began stays)
+    assert f.ours_from() == 12
+    f.write(b"z" * 80)  # rolls over: the new file is all its own
+    assert f.ours_from() == 0
+    f.close()
+    assert LogFile(tmp_path / "no-such-dir" / "x.log", 0).ours_from() == 0
+
+
 def test_a_roll_finishes_the_line_under_way_first(tmp_path: Path) -> None:
     # A block-buffered child writes 4 KiB blocks that end anywhere in a line: the roll came at a block's edge,
     # and the new file began with the rest of a line the old one ended with.

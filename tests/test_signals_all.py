@@ -274,6 +274,21 @@ def test_a_forwarded_signal_reaches_the_whole_process_group(sup: Runner) -> None
     assert received(sup) == ["SIGUSR1", "SIGTERM"]
 
 
+def test_a_signal_is_still_forwarded_to_a_command_in_its_stop_grace(sup: Runner) -> None:
+    """A stop signal came; the service handles SIGTERM and goes on in its grace (flushing, say). A SIGUSR1 from
+    outside then was forwarded "to nobody (no phase command running)" while its command ran: its phase was
+    already stopping."""
+    proc, pid = start_service(sup, service_config(sup, on_term="stay", stop_grace_s=30))
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: "SIGTERM" in received(sup), timeout=10)
+    os.kill(pid, signal.SIGUSR1)
+    wait_for(lambda: "SIGUSR1" in received(sup), timeout=10)
+    os.kill(pid, signal.SIGTERM)  # (a second stop signal: SIGKILL to everything now)
+    result = finish(proc, time.monotonic(), 30)
+    assert result.returncode == 143, result.output
+    assert "SIGUSR1 forwarded to svc/svc" in result.output, result.output
+
+
 def test_a_service_killed_by_a_forwarded_signal_is_told_apart_from_a_stray_kill(sup: Runner) -> None:
     """A service that does not handle SIGHUP dies of the one forwarded from outside: its verdict says the signal
     came from outside through the supervisor (the operator's reload, not a person's kill of the child)."""

@@ -625,7 +625,8 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     """The snapshot reads only its arguments: a phase not reached shows the last run's facts (the resume record),
     a child's lines and a verdict's are cut (masked already where they entered), the shape is the one read back."""
     long_line = "y" * (SNAPSHOT_LINE_CHARS + 100)
-    output = SimpleNamespace(last_output_at=time.monotonic() - 5, last_lines=lambda n=None: ["token is ***", long_line])
+    output = SimpleNamespace(last_output_at=time.monotonic() - 5, last_lines=lambda n=None: ["token is ***", long_line],
+                             file=SimpleNamespace(ours_from=lambda: 1234))
     child = SimpleNamespace(label="work/work", pid=os.getpid(), started_at=time.time() - 9, stop_reason=None,
                             output=output, grace_s=10.0, kill_at=None)
     done_now = {"done_at": time.time(), "machine": {}}

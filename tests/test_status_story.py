@@ -729,11 +729,13 @@ if __name__ == "__main__":  # pragma: no cover
 # ---------------------------------------------------------------- a saved snapshot's children, from their log files
 
 
-def _saved_child(tmp_path: Path, last_output_at: float | None) -> Snapshot:
+def _saved_child(tmp_path: Path, last_output_at: float | None, log_from: int | None = 0,
+                 started_at: float = 1.0) -> Snapshot:
     return Snapshot.from_json({"pid": 9, "logs": {"dir": str(tmp_path)}, "lifecycle": {"state": "running"},
                                "children": [{"label": "serve/ticker", "pid": 10, "phase": "serve",
                                              "state": "running", "last_output_at": last_output_at,
-                                             "last_lines": ["old"]}]})
+                                             "started_at": started_at, "last_lines": ["old"],
+                                             "log_from": log_from}]})
 
 
 def test_a_saved_childs_later_output_comes_from_its_log_file(tmp_path: Path) -> None:
@@ -760,3 +762,25 @@ def test_a_saved_childs_log_file_is_read_bounded_and_never_blocks(tmp_path: Path
     log.unlink()
     [missing] = with_later_output(_saved_child(tmp_path, 1.0)).children
     assert missing.last_lines == ("old",)
+
+
+def test_a_saved_childs_log_file_gives_only_its_own_output(tmp_path: Path) -> None:
+    """The log file is appended to across runs: an earlier run's last line was shown as this child's output, at a
+    time before it started."""
+    log = tmp_path / "serve.ticker.log"
+    log.write_text("EARLIER RUN LINE\n")
+    ours = log.stat().st_size
+    os.utime(log, (5000.0, 5000.0))
+    [silent] = with_later_output(_saved_child(tmp_path, None, log_from=ours, started_at=6000.0)).children
+    assert (silent.last_output_at, silent.last_lines) == (None, ("old",))  # nothing of its own since it started
+    with log.open("a") as f:
+        f.write("its own\n")
+    os.utime(log, (7000.0, 7000.0))
+    [printed] = with_later_output(_saved_child(tmp_path, None, log_from=ours, started_at=6000.0)).children
+    assert (printed.last_output_at, printed.last_lines) == (7000.0, ("its own",))
+    log.write_text("rolled over: all of it ours\n")  # (shorter than where its output began: rolled over since)
+    os.utime(log, (8000.0, 8000.0))
+    [rolled] = with_later_output(_saved_child(tmp_path, None, log_from=ours + 100, started_at=6000.0)).children
+    assert rolled.last_lines == ("rolled over: all of it ours",)
+    [unsaid] = with_later_output(_saved_child(tmp_path, None, log_from=None, started_at=6000.0)).children
+    assert unsaid.last_lines == ("old",)  # (a snapshot of an earlier version: where its output begins is unknown)

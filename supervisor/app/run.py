@@ -129,12 +129,12 @@ def given_up_before(host: Host, fresh: bool, label: str) -> givenup.GivenUp | No
     so); another label's give-up is set aside (and said): that instance is not this one."""
     if fresh:
         try:
-            said = givenup.start_over(host.state_dir)
+            said = givenup.start_over(host.state_dir, label)
         except OSError as exc:
             host.log(f"--fresh: cannot start over in {host.state_dir}: {exc.strerror or exc}")
         else:
             host.log(said or "--fresh: nothing was given up in this state_dir; starting as usual")
-    given_up = givenup.recall(host.state_dir)
+    given_up = givenup.recall(host.state_dir, label)
     if given_up is None or given_up.of(label):
         return given_up
     try:
@@ -143,7 +143,7 @@ def given_up_before(host: Host, fresh: bool, label: str) -> givenup.GivenUp | No
         host.log(f"cannot set aside {givenup.marker(host.state_dir)}, instance {given_up.label!r}'s give-up "
                  f"({exc.strerror or exc}): taken as this one's")
         return given_up
-    return None
+    return givenup.recall(host.state_dir, label)  # (this label's own, set aside by another's start before)
 
 
 def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given_up: givenup.GivenUp) -> None:

@@ -384,6 +384,7 @@ class LogFile:
         self._retry_at = 0.0
         self._lost = 0  # bytes dropped since the file stopped taking writes
         self._kept_on: list[int] = []  # fds of others moved onto the new file at each roll (keep_on_this_file)
+        self._ours_from: int | None = None  # where this writer's bytes begin in the file (set once it is opened)
 
     def write(self, data: bytes) -> None:
         note = self.write_unsaid(data)
@@ -411,6 +412,8 @@ class LogFile:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fd = open_to_append(self.path)
                 self._size = os.fstat(self._fd).st_size
+                if self._ours_from is None:
+                    self._ours_from = self._size
             parts: list[bytes | None] = [data]  # None: roll over there
             if self._max and self._size + len(data) > self._max and self._size:
                 # Rolled at a line's end: a line under way (a child's block-buffered output ends anywhere) is
@@ -439,10 +442,24 @@ class LogFile:
         is lost."""
         self._kept_on.append(fd)
 
+    def ours_from(self) -> int | None:
+        """Where this writer's bytes begin in ``path`` (what comes before is an earlier run's): before its first
+        write, the file's size now; None where the file cannot be looked at. For ``status`` reading the file's
+        tail after the supervisor is gone (status/command.py)."""
+        if self._ours_from is not None:
+            return self._ours_from
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+        except OSError:
+            return None
+
     def _roll(self) -> None:
         self._close_fd()
         self._fd = roll_over(self.path)
         self._size = 0
+        self._ours_from = 0  # (the new file is all ours)
         for fd in self._kept_on:
             with contextlib.suppress(OSError):  # (it stays on the old file: no worse than before the roll)
                 os.dup2(self._fd, fd, inheritable=False)

@@ -174,11 +174,12 @@ class Lifecycle:
             self._advance()
 
     def forward(self, signum: int) -> list[Child]:
-        """Send a signal to the command of every phase that runs one; returns who got it."""
+        """Send a signal to the command of every phase that runs one (a stopping phase's too: its command may be in
+        its grace); returns who got it."""
         sent = []
         for phase in self.phases:
             child = phase.command_child
-            if phase.state is PhaseState.RUNNING and child is not None and child.running:
+            if child is not None and child.running:
                 child.send_group_signal(signum)
                 sent.append(child)
         return sent

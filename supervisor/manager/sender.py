@@ -133,6 +133,9 @@ class Sender:
         # now means registering cannot help, and it is refused for good.
         self._registered_again = False
         self._retired = False  # given up for good: a forgotten uuid is not registered again
+        # Given up, with no uuid here and no give-up to deliver: nothing is worth a new row (retired_before).
+        self._never_register = False
+        self._ours_before = False  # the outbox held this label's identity when this start found it (restore_identity)
         self.last_error_at: float | None = None  # epoch: when last_error happened
         self.failed_attempts = 0  # attempts that failed and were retried (the exit flush: a manager down, not slow)
         self._stop = threading.Event()
@@ -157,6 +160,8 @@ class Sender:
     def restore_identity(self) -> None:
         """The uuid an earlier start registered under this label, if any; else a register is queued."""
         stored_label = self.outbox.get("label")
+        self._ours_before = stored_label == self.spec.label and bool(self.outbox.get("uuid")
+                                                                     or self.outbox.pending_of(REGISTER))
         if stored_label is not None and stored_label != self.spec.label:
             # The state volume belonged to another instance: its uuid is not ours, nor is what it left pending (its
             # param-done or running would move our new row past our own fetch, its log pushes land in our tabs).
@@ -357,6 +362,9 @@ class Sender:
         wherever the register stands in the queue (an outbox of an earlier start, a lost uuid).
         """
         call = self.outbox.next_pending()
+        while call is not None and not self.uuid and self._never_register:
+            self.outbox.failed(call.id, "not sent: given up, with no uuid here (not registered again)")
+            call = self.outbox.next_pending()
         if call is None or call.kind == REGISTER or self.uuid:
             return call
         register = self.outbox.next_pending_of(REGISTER)
@@ -381,24 +389,35 @@ class Sender:
         """An earlier start gave this instance up (givenup.py), before the thread starts: it is retired, and no
         lifecycle call that start left pending goes out but the give-up's own (``give_up``: its kind and payload).
         A bench-done that passed, queued before the manager killed the row, would move it back, were the look-up
-        before it to fail. The give-up's call is queued again if the outbox never held it (a SIGKILL between the
-        marker and the queue). Returns its id while it is pending (the exit flush waits for it). ``named`` False:
-        the marker does not say which call gave it up (an older version's): the pending calls all go, as then."""
+        before it to fail. The give-up's call is queued again if the outbox, this instance's, never held it (a SIGKILL
+        between the marker and the queue). With no uuid here and no give-up to deliver, the label is never registered
+        (a new row, only to be left). Returns the give-up's id while it is pending (the exit flush waits for it).
+        ``named`` False: the marker does not say which call gave it up (an older version's): the pending calls all
+        go, as then."""
         self.retire()
         if not named:
             return None
         kept = self.outbox.find(*give_up) if give_up is not None else None
         if give_up is not None and kept is None:
-            kept = (self.outbox.add(*give_up), "pending")
-            self._log(f"manager: the give-up's {give_up[0]} was never queued (the supervisor was stopped between "
-                      "remembering it and queueing it): queued now")
-        keep_id = kept[0] if kept is not None else None
+            if self._ours_before:
+                kept = (self.outbox.add(*give_up), "pending")
+                self._log(f"manager: the give-up's {give_up[0]} was never queued (the supervisor was stopped between "
+                          "remembering it and queueing it): queued now")
+            else:  # (a new outbox, or another label's: no uuid of this instance to send it under)
+                self._log(f"manager: the give-up's {give_up[0]} is not in this outbox, which does not know this "
+                          "instance: not sent (the manager's own timeout ends its row)")
+        keep_id = kept[0] if kept is not None and kept[1] == "pending" else None
         row_kinds = set(self._lifecycle_kinds())
         left = self.outbox.fail_pending(f"not sent: {why}", lambda call: call.kind in row_kinds and call.id != keep_id)
         if left:
             self._log(f"manager: {len(left)} call(s) left pending before the give-up ({', '.join(_counted(left))}) "
                       "are not sent: they could move the row back")
-        return keep_id if kept is not None and kept[1] == "pending" else None
+        if not self.uuid and keep_id is None:
+            # Registering would give the label a new row (a killed one's label is registered anew) only to leave it.
+            self._never_register = True
+            self.outbox.fail_pending(f"not sent: {why}; no uuid here, and nothing to deliver worth a new row",
+                                     lambda call: call.kind == REGISTER)
+        return keep_id
 
     def _forgotten(self, call: Call, exc: PermanentError) -> bool:
         """A 404 ``instance not found`` (``or already killed``, on /running): True when handled here. Only a

@@ -16,14 +16,17 @@ starts over: the marker goes, and the given-up instance's outbox (its uuid, its 
 and its clocks (first-seen.json) go: the new row's deadlines are its own.
 A kill the manager decided (manager/view.py) is remembered the same way, its kill line the reason.
 The marker names the label it was written for: a state_dir reused by another instance (another label: a new
-row to the manager) is not that instance's give-up; its marker is set aside (OTHER_LABEL_SUFFIX) and said.
+row to the manager) is not that instance's give-up; its marker is set aside under its own label's name
+(``aside``) and said, and still refuses that label should it come back to this state_dir.
 Core and generic: it knows nothing of benchmarks; the plugin's words are the reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,9 @@ from .files import StateFileError, load_json, save_json
 MARKER_MAX_BYTES = 16 * 1024
 REASON_MAX_CHARS = 500
 SET_ASIDE_SUFFIX = ".given-up"  # the old outbox, renamed by --fresh
-OTHER_LABEL_SUFFIX = ".another-label"  # another instance's marker, renamed by a start under a new label
+# Another instance's marker, renamed by a start under a new label: given-up.json.<its label, %-quoted>, or a hash
+# of a label too long for a file name.
+ASIDE_NAME_MAX_CHARS = 120
 
 
 @dataclass(frozen=True)
@@ -76,10 +81,25 @@ def remember(state_dir: str | Path, reason: str, label: str | None = None,
     return record
 
 
-def recall(state_dir: str | Path) -> GivenUp | None:
-    """The marker, if this state_dir's instance was given up. One that cannot be read (spoilt, not a file)
-    still means given up: starting the lifecycle again is the harm this guards against."""
-    path = marker(state_dir)
+def aside(state_dir: str | Path, label: str) -> Path:
+    """Where a start under another label sets ``label``'s marker aside."""
+    name = urllib.parse.quote(label, safe="")
+    if len(name) > ASIDE_NAME_MAX_CHARS:
+        name = "sha256-" + hashlib.sha256(label.encode()).hexdigest()
+    return marker(state_dir).with_name(f"{state_files.GIVEN_UP}.{name}")
+
+
+def recall(state_dir: str | Path, label: str = "") -> GivenUp | None:
+    """The marker, if this state_dir's instance was given up; else, with ``label``, that label's marker set aside by
+    another label's start (it was given up here, went, and came back). One that cannot be read (spoilt, not a
+    file) still means given up: starting the lifecycle again is the harm this guards against."""
+    found = _recall(marker(state_dir))
+    if found is None and label:
+        found = _recall(aside(state_dir, label))
+    return found
+
+
+def _recall(path: Path) -> GivenUp | None:
     if not path.exists() and not path.is_symlink():
         return None
     try:
@@ -104,29 +124,32 @@ def _given_up(data: dict[str, Any]) -> GivenUp:
 
 
 def set_aside(state_dir: str | Path, given_up: GivenUp, label: str) -> str:
-    """Another instance's marker (``given_up.of(label)`` is False): renamed aside, so that this label runs; returns
-    the line that says so. Raises OSError."""
-    path = marker(state_dir)
-    path.replace(path.with_name(path.name + OTHER_LABEL_SUFFIX))
+    """Another instance's marker (``given_up.of(label)`` is False, so it names its label): renamed aside under that
+    label's name, so that this label runs; returns the line that says so. Raises OSError."""
+    assert given_up.label is not None
+    path = aside(state_dir, given_up.label)
+    marker(state_dir).replace(path)
     return (f"this state_dir's instance {given_up.label!r} was given up, not {label!r} (a new instance): its record "
-            f"is set aside as {path.name}{OTHER_LABEL_SUFFIX}")
+            f"is set aside as {path.name}")
 
 
-def start_over(state_dir: str | Path) -> str | None:
-    """``--fresh``: forget the give-up and set the old instance's outbox aside; returns what was done (None:
-    nothing was given up here). Raises OSError."""
-    given_up = recall(state_dir)
+def start_over(state_dir: str | Path, label: str = "") -> str | None:
+    """``--fresh``: forget the give-up (this state_dir's, and ``label``'s set aside) and set the old instance's outbox
+    aside; returns what was done (None: nothing was given up here). Raises OSError."""
+    given_up = recall(state_dir, label)
     if given_up is None:
         return None
     outbox = state_files.path(state_dir, state_files.OUTBOX)
-    aside = ""
+    outbox_aside = ""
     if outbox.exists():
         for suffix in ("", "-wal", "-shm"):  # SQLite's journal goes with it (a SIGKILL may have left one)
             part = outbox.with_name(outbox.name + suffix)
             if part.exists():
                 part.replace(outbox.with_name(outbox.name + SET_ASIDE_SUFFIX + suffix))
-        aside = f"; its outbox set aside as {outbox.name}{SET_ASIDE_SUFFIX}"
-    marker(state_dir).unlink()
+        outbox_aside = f"; its outbox set aside as {outbox.name}{SET_ASIDE_SUFFIX}"
+    marker(state_dir).unlink(missing_ok=True)
+    if label:
+        aside(state_dir, label).unlink(missing_ok=True)
     # A new registration is a new row: its deadlines run from its own registered_at, not the old instance's.
     state_files.path(state_dir, state_files.FIRST_SEEN).unlink(missing_ok=True)
-    return f"starting over (--fresh): the give-up ({given_up.reason}) is forgotten{aside}; registering afresh"
+    return f"starting over (--fresh): the give-up ({given_up.reason}) is forgotten{outbox_aside}; registering afresh"

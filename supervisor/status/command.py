@@ -73,32 +73,37 @@ def with_later_output(snap: Snapshot) -> Snapshot:
 
 def _later_output(child: ChildStatus, log_dir: Path) -> ChildStatus:
     phase, _, name = (child.label or "").partition("/")  # (a label is phase/child)
-    if not phase or not name:
+    if not phase or not name or child.log_from is None:  # (a snapshot that does not say where its output begins)
         return child
-    tail = _log_tail(log_dir / state_files.child_log_name(phase, name))
-    if tail is None or (child.last_output_at is not None and tail[0] <= child.last_output_at):
+    tail = _log_tail(log_dir / state_files.child_log_name(phase, name), child.log_from)
+    if tail is None:
         return child
     at, lines = tail
+    if (child.last_output_at is not None and at <= child.last_output_at) or at <= (child.started_at or 0):
+        return child  # nothing since the snapshot, or nothing of this child's (the file is an earlier run's)
     return replace(child, last_output_at=at, last_lines=tuple(shown_line(line) for line in lines) or child.last_lines)
 
 
-def _log_tail(path: Path) -> tuple[float, list[str]] | None:
-    """(its last write, its last lines) of a regular file; None for anything else (missing, a FIFO, unreadable):
-    never blocks, reads LOG_TAIL_BYTES at most."""
+def _log_tail(path: Path, ours_from: int) -> tuple[float, list[str]] | None:
+    """(its last write, the last lines from ``ours_from`` on) of a regular file; None for anything else (missing,
+    a FIFO, unreadable): never blocks, reads LOG_TAIL_BYTES at most. A file shorter than ``ours_from`` was
+    rolled over since: all of it is the child's."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 return None
-            os.lseek(fd, max(0, info.st_size - LOG_TAIL_BYTES), os.SEEK_SET)
+            begins = ours_from if info.st_size >= ours_from else 0
+            start = max(begins, info.st_size - LOG_TAIL_BYTES)
+            os.lseek(fd, start, os.SEEK_SET)
             data = os.read(fd, LOG_TAIL_BYTES)
         finally:
             os.close(fd)
-        lines = data.decode("utf-8", errors="replace").splitlines()
-        if info.st_size > LOG_TAIL_BYTES and lines:
-            lines = lines[1:]  # (the first may be a part of a line)
-        return info.st_mtime, [line for line in lines if line.strip()][-CHILD_LINES:]
+        lines = data.decode("utf-8", errors="replace").split("\n")
+        if start > begins and len(lines) > 1:
+            lines = lines[1:]  # (the first is a part of a line)
+        return info.st_mtime, [line.rstrip("\r") for line in lines if line.strip()][-CHILD_LINES:]
     return None
 
 

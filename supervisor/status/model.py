@@ -376,6 +376,7 @@ class ChildStatus(_Record):
     usage: Usage | None = None
     stop: StopTimer | None = None
     last_lines: tuple[str, ...] = ()
+    log_from: int | None = None  # where its output begins in its log file (an earlier run's comes before)
 
 
 # ---------------------------------------------------------------- the machine: GPUs, watches, memory

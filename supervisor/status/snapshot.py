@@ -77,8 +77,13 @@ FAILURE_LINES = 10
 GPU_READING_CURRENT_S = 10.0
 
 
+class LogFileView(Protocol):
+    def ours_from(self) -> int | None: ...  # where the child's bytes begin in its log file (engine/logs.py)
+
+
 class OutputView(Protocol):
     last_output_at: float  # monotonic time of its last byte, 0 if none yet
+    file: LogFileView
 
     def last_lines(self, n: int | None = None) -> list[str]: ...
 
@@ -408,7 +413,8 @@ def _child(phase: str, child: ChildView, usage: bool, now: float) -> ChildStatus
         label=child.label, pid=child.pid, phase=phase, state="stopping" if child.stop_reason else "running",
         started_at=child.started_at, last_output_at=(time.time() - (now - last)) if last else None,
         usage=tree_usage(child.pid) if usage else None, stop=stop_timer(child, child.grace_s, now),
-        last_lines=tuple(shown_line(line) for line in child.output.last_lines(CHILD_LINES)))
+        last_lines=tuple(shown_line(line) for line in child.output.last_lines(CHILD_LINES)),
+        log_from=child.output.file.ours_from())
 
 
 def shown_line(line: str) -> str:

@@ -255,7 +255,34 @@ def test_another_labels_give_up_does_not_strand_this_instance(sup: Runner, manag
     assert second.finish(WAIT_S) == 0, second.tail()
     out = second.text()
     assert ("this state_dir's instance 'C.777' was given up, not 'C.888' (a new instance): its record is set aside "
-            f"as {state_files.GIVEN_UP}{givenup.OTHER_LABEL_SUFFIX}") in out, out
+            f"as {state_files.GIVEN_UP}.C.777") in out, out
     assert not (sup.state_dir / state_files.GIVEN_UP).exists()
     rows = {i["label"]: i["state"] for i in instances(manager)}
     assert rows == {"C.777": "killed", "C.888": "running"}, rows
+    calls = len(paths(manager))
+
+    back = Console(sup, config(sup, manager, "C.777"), name="back", env={"FETCH_STATUS": "0"})
+    assert back.finish(WAIT_S) == EXIT_GIVEN_UP, back.tail()  # C.777 back: still given up, not run again
+    out = back.text()
+    assert started(out) == [] and "this instance was given up at " in out, out
+    assert paths(manager)[calls:] == [], "a given-up label was registered (a new row) or called again"
+
+
+def test_a_given_up_instance_whose_outbox_was_lost_registers_no_new_row(sup: Runner, manager: DevManager) -> None:
+    """The give-up was delivered (the row killed), then the outbox lost (a damaged file set aside, a volume
+    restored without it). The restart queued the give-up "never queued" and registered the label for it: a new
+    row, killed at once, and a line claiming a SIGKILL that never happened."""
+    first = Console(sup, config(sup, manager), name="first")
+    assert first.finish(WAIT_S) == 4, first.tail()
+    for name in ("outbox.sqlite3", "outbox.sqlite3-wal", "outbox.sqlite3-shm"):
+        (sup.state_dir / name).unlink(missing_ok=True)
+    calls = len(paths(manager))
+
+    again = Console(sup, config(sup, manager), name="again", env={"FETCH_STATUS": "0"})
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    out = again.text()
+    assert "never queued" not in out, out
+    assert ("manager: the give-up's bench-done is not in this outbox, which does not know this instance: not sent "
+            "(the manager's own timeout ends its row)") in out, out
+    assert paths(manager)[calls:] == [], paths(manager)[calls:]
+    assert [i["state"] for i in instances(manager)] == ["killed"]

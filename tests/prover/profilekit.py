@@ -30,16 +30,24 @@ BENCH_30_PER_H = ("=== Batch Summary ===\ntotal time:    120.0s\ncompleted:     
 
 
 def fleet_config(sup: Runner, url: str, label: str, bench: str, *, min_rate: float = 1, service_s: float = 0.3,
-                 bench_after_s: float = 0) -> Path:
+                 bench_after_s: float = 0, row_check_s: float | None = None, between: str = "") -> Path:
     """The fleet protocol's whole lifecycle against a manager at ``url``: a fetch (param-done), a bench printing
-    ``bench`` (cuzk-bench's summary; bench-done) after ``bench_after_s``, a service of ``service_s`` (running)."""
+    ``bench`` (cuzk-bench's summary; bench-done) after ``bench_after_s``, a oneshot running the shell command
+    ``between`` if given, a service of ``service_s`` (running)."""
     wait = f"sleep {bench_after_s:g}; " if bench_after_s else ""
+    row_check = f"row_check_s = {row_check_s:g}" if row_check_s is not None else ""
+    middle = f"""
+        [[phases]]
+        name = "between"
+        command = {sh(between)}
+        """ if between else ""
     return sup.write(f"""
         [manager]
         url = {toml_str(url)}
         label = {toml_str(label)}
         min_rate = {min_rate:g}
         log_push_interval_s = 0.2
+        {row_check}
 
         [[phases]]
         name = "fetch"
@@ -51,7 +59,7 @@ def fleet_config(sup: Runner, url: str, label: str, bench: str, *, min_rate: flo
         command = {sh(f"{wait}printf '{bench}'")}
         parse = "cuzk-bench"
         report = "bench-done"
-
+        {middle}
         [[phases]]
         name = "service"
         kind = "service"

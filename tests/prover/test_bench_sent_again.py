@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from helpers import Console, Runner, sh, toml_str, wait_for
-from profilekit import BENCH_30_PER_H
+from helpers import Console, Runner, wait_for
+from profilekit import BENCH_30_PER_H, fleet_config
 
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_KILLED
@@ -30,35 +30,8 @@ _labels = count(1)
 def config(sup: Runner, manager: DevManager, label: str, min_rate: float, go: Path) -> Path:
     """fetch → bench (30/h) → a phase waiting for ``go`` (bench-done is the last lifecycle call delivered
     meanwhile) → a short service reporting running."""
-    return sup.write(f"""
-        [manager]
-        url = {toml_str(manager.url)}
-        label = {toml_str(label)}
-        min_rate = {min_rate}
-        log_push_interval_s = 0.2
-        row_check_s = 5
-
-        [[phases]]
-        name = "fetch"
-        command = {sh("echo fetched")}
-        report = "param-done"
-
-        [[phases]]
-        name = "bench"
-        command = {sh(f"printf '{BENCH_30_PER_H}'")}
-        parse = "cuzk-bench"
-        report = "bench-done"
-
-        [[phases]]
-        name = "between"
-        command = {sh(f"while [ ! -e {go} ]; do sleep 0.05; done; echo on")}
-
-        [[phases]]
-        name = "service"
-        kind = "service"
-        command = {sh("echo serving; exec sleep 0.5")}
-        report = "running"
-        """)
+    return fleet_config(sup, manager.url, label, BENCH_30_PER_H, min_rate=min_rate, service_s=0.5, row_check_s=5,
+                        between=f"while [ ! -e {go} ]; do sleep 0.05; done; echo on")
 
 
 def bench_done_answers(manager: DevManager) -> list[int]:

@@ -134,17 +134,43 @@ def _refuse_irregular(info: os.stat_result, path: str | Path) -> None:
 def read_regular_file(path: Path, limit: int) -> bytes:
     """A regular file's bytes, at most ``limit`` of them: a FIFO must not hang us, nor /dev/zero fill memory.
     Raises OSError (FileNotFoundError where there is none) or ValueError (not a regular file, too big)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd, info = _open_regular_to_read(path)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
         if info.st_size > limit:
             raise ValueError(f"{info.st_size} bytes, more than the {limit} it can be")
         with os.fdopen(os.dup(fd), "rb") as f:
             return f.read(limit + 1)[:limit]
     finally:
         os.close(fd)
+
+
+def read_regular_tail(path: Path, limit: int, not_before: int) -> tuple[os.stat_result, bool, bytes]:
+    """The end of a regular file (a log another writer appends to): at most ``limit`` bytes, none before offset
+    ``not_before`` unless the file is now shorter than that (rolled over, replaced: all of it is new). Returns
+    its stat, whether the limit cut into what was asked for (the first line may be a part), the bytes. Never
+    follows a symbolic link. Raises OSError or ValueError (not a regular file)."""
+    fd, info = _open_regular_to_read(path, os.O_NOFOLLOW)
+    try:
+        begins = not_before if info.st_size >= not_before else 0
+        start = max(begins, info.st_size - limit)
+        os.lseek(fd, start, os.SEEK_SET)
+        return info, start > begins, os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def _open_regular_to_read(path: Path, flags: int = 0) -> tuple[int, os.stat_result]:
+    """An fd to read ``path`` (a FIFO's open does not block), and its stat; ValueError for anything but a regular
+    file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
 
 
 class StateFileError(ValueError):

@@ -19,10 +19,8 @@ restart of the container shows the next one coming up.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import stat
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -88,23 +86,14 @@ def _log_tail(path: Path, ours_from: int) -> tuple[float, list[str]] | None:
     """(its last write, the last lines from ``ours_from`` on) of a regular file; None for anything else (missing,
     a FIFO, unreadable): never blocks, reads LOG_TAIL_BYTES at most. A file shorter than ``ours_from`` was
     rolled over since: all of it is the child's."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return None
-            begins = ours_from if info.st_size >= ours_from else 0
-            start = max(begins, info.st_size - LOG_TAIL_BYTES)
-            os.lseek(fd, start, os.SEEK_SET)
-            data = os.read(fd, LOG_TAIL_BYTES)
-        finally:
-            os.close(fd)
-        lines = data.decode("utf-8", errors="replace").split("\n")
-        if start > begins and len(lines) > 1:
-            lines = lines[1:]  # (the first is a part of a line)
-        return info.st_mtime, [line.rstrip("\r") for line in lines if line.strip()][-CHILD_LINES:]
-    return None
+    try:
+        info, cut, data = state_files.read_regular_tail(path, LOG_TAIL_BYTES, ours_from)
+    except (OSError, ValueError):
+        return None
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if cut and len(lines) > 1:
+        lines = lines[1:]  # (the first is a part of a line)
+    return info.st_mtime, [line.rstrip("\r") for line in lines if line.strip()][-CHILD_LINES:]
 
 
 def writer_fate(snap: Snapshot, state_dir: str) -> Fate:

@@ -134,7 +134,7 @@ class Reporter:
         self._sender = Sender(self.spec, self.outbox, client, self._loop, self._log, self.calls,
                               on_identity=self._export_identity, on_delivered=self._manager_answers,
                               view=self.view)
-        self._sender.restore_identity()
+        self._sender.restore_identity(given_up is not None)
         if given_up is not None:
             give_up = self._sender.retired_before(given_up.call, f"this instance was given up ({given_up.reason})",
                                                   given_up.names_its_call)

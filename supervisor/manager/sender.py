@@ -157,8 +157,9 @@ class Sender:
 
     # ------------------------------------------------------------ who we are to the manager
 
-    def restore_identity(self) -> None:
-        """The uuid an earlier start registered under this label, if any; else a register is queued."""
+    def restore_identity(self, given_up: bool = False) -> None:
+        """The uuid an earlier start registered under this label, if any; else a register is queued. ``given_up``:
+        an earlier start gave this label up (retired_before decides next whether it is registered at all)."""
         stored_label = self.outbox.get("label")
         self._ours_before = stored_label == self.spec.label and bool(self.outbox.get("uuid")
                                                                      or self.outbox.pending_of(REGISTER))
@@ -171,8 +172,8 @@ class Sender:
             self.outbox.begin_anew()  # (what it delivered, its bench-done's answer among it, is not ours either)
             aside = (f"; the {len(left)} call(s) it left pending ({', '.join(_counted(left))}) are set aside, "
                      "not sent under this instance's uuid" if left else "")
-            self._log(f"manager: state_dir was registered as {stored_label!r}, not {self.spec.label!r}; "
-                      f"registering afresh{aside}")
+            then = "its uuid is not this instance's" if given_up else "registering afresh"
+            self._log(f"manager: state_dir was registered as {stored_label!r}, not {self.spec.label!r}; {then}{aside}")
             self.outbox.put("uuid", "")
             self.outbox.put(ROW_STAGE, "")  # (nor is where its row stood: not even an older outbox's history)
         self.outbox.put("label", self.spec.label)

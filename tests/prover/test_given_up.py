@@ -266,6 +266,8 @@ def test_another_labels_give_up_does_not_strand_this_instance(sup: Runner, manag
     out = back.text()
     assert started(out) == [] and "this instance was given up at " in out, out
     assert paths(manager)[calls:] == [], "a given-up label was registered (a new row) or called again"
+    assert "registering afresh" not in out, out  # (it said so, and then rightly registered nothing)
+    assert "manager: state_dir was registered as 'C.888', not 'C.777'; its uuid is not this instance's" in out, out
 
 
 def test_a_given_up_instance_whose_outbox_was_lost_registers_no_new_row(sup: Runner, manager: DevManager) -> None:

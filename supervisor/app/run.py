@@ -111,7 +111,7 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
         refuse_given_up(sup, core.loop, host.log, given_up)
         return
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
-    evidence.freeze = start_the_tick(core.loop, host.log, watchers_of(plan, sup, host.log))
+    evidence.freeze = start_the_tick(core.loop, host.log, watchers_of(sup))
 
     def fitness_known(fit: bool) -> None:
         if fit:
@@ -154,11 +154,11 @@ def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given
     sup.lifecycle.shutdown("this instance was given up by an earlier start", EXIT_GIVEN_UP)
     if not sup.lifecycle.over:
         loop.run()
-def watchers_of(plan: Plan, sup: Supervision, log: SupervisorLog) -> list[Callable[[float], list[str]]]:
+def watchers_of(sup: Supervision) -> list[Callable[[float], list[str]]]:
     """What speaks at each tick: the progress walker, the GPU thread (and the GPU health of the phases that
     use GPUs), the memory of every running phase against its memory_warn, the manager's log and event shipping."""
     evidence, lifecycle, reporter = sup.rt.evidence, sup.lifecycle, sup.reporter
-    watchers = [evidence.progress.check]
+    watchers: list[Callable[[float], list[str]]] = [evidence.progress.check]
     if evidence.gpus is not None:
         watchers.append(evidence.gpus.check)
         evidence.watches.add(*evidence.gpus.states())

@@ -465,7 +465,8 @@ class _NoPlugin:
     """The generic supervisor: no table, key or kind added (what supervisor/plugin.py ``NO_PLUGIN`` says too)."""
 
     name = "none"
-    sections = table_keys = table_rules = prepares = parsers = settles = ready = reports = MappingProxyType({})
+    nothing: MappingProxyType[str, Any] = MappingProxyType({})
+    sections = table_keys = table_rules = prepares = parsers = settles = ready = reports = nothing
     plan_rules = ()
     profile = None
 

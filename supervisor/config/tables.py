@@ -245,8 +245,9 @@ def homes(plugin: ConfigPlugin) -> dict[str, dict[str, Collection[str]]]:
     other tables' keys (the plugin's added ones with them) by where they belong."""
     keys = {"supervisor": SUPERVISOR_KEYS, "manager": MANAGER_KEYS, "phase": PHASE_KEYS, "daemon": DAEMON_KEYS}
     every = {table: {*own, *plugin.table_keys.get(table, {})} for table, own in keys.items()}
-    out = {table: {_HOMES[other]: theirs - every[table] for other, theirs in every.items() if other != table}
-           for table in every}
+    out: dict[str, dict[str, Collection[str]]] = {
+        table: {_HOMES[other]: theirs - every[table] for other, theirs in every.items() if other != table}
+        for table in every}
     out[""] = {_HOMES[table]: theirs for table, theirs in every.items()}
     return out
 

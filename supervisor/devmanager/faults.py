@@ -21,7 +21,8 @@ import json
 import socket
 import threading
 from dataclasses import asdict, dataclass, fields
-from typing import Any, BinaryIO
+from io import BufferedIOBase
+from typing import Any
 
 HUGE_CHUNK_BYTES = 64 * 1024
 MAX_HUGE_BODY_BYTES = 1 << 34  # 16 GiB: whatever a test asks, the count stays an int HTTP can carry
@@ -89,7 +90,7 @@ def response_bytes(status: int, reason: str, headers: list[tuple[str, str]], dat
     return head.encode("latin-1") + data
 
 
-def drip(out: BinaryIO, data: bytes, bytes_per_s: float, stopping: threading.Event) -> bool:
+def drip(out: BufferedIOBase, data: bytes, bytes_per_s: float, stopping: threading.Event) -> bool:
     """Write ``data`` a byte at a time, ``bytes_per_s`` a second; False if the client left (or the server
     stops) before the end."""
     pause = 1.0 / bytes_per_s
@@ -104,7 +105,7 @@ def drip(out: BinaryIO, data: bytes, bytes_per_s: float, stopping: threading.Eve
     return True
 
 
-def write_huge(out: BinaryIO, size: int, stopping: threading.Event) -> int:
+def write_huge(out: BufferedIOBase, size: int, stopping: threading.Event) -> int:
     """``size`` bytes of a JSON-looking body, 64 KiB at a time; how many were written before the client left."""
     prefix, suffix = b'{"uuid": "', b'"}'
     block = b"a" * HUGE_CHUNK_BYTES

@@ -632,7 +632,7 @@ class SupervisorLog:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z ").encode()
             note = self._file.write_unsaid(stamp + line.split(b" ", 1)[1])
         self._console.put(line, own=True)
-        if note:
+        if note and self._file is not None:
             self._file.notify(note)
 
     def stop_shipping(self) -> None:

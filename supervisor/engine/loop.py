@@ -40,7 +40,7 @@ from typing import ParamSpec
 from ..text import Log
 from .clock import SYSTEM_CLOCK, Clock
 
-Callback = Callable[[], None]
+Callback = Callable[[], object]  # (what it returns is not looked at)
 # What the owner of a callback does with an exception the callback raised.
 ErrorHandler = Callable[[Exception], None]
 P = ParamSpec("P")

@@ -30,6 +30,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..config import ChildSpec
@@ -279,7 +280,7 @@ class Child:
         for stream, fd in self.pipes.items():
             os.set_blocking(fd, False)
             self._streams[fd] = stream
-            loop.add_reader(fd, lambda fd=fd: self._read(fd), on_error)
+            loop.add_reader(fd, partial(self._read, fd), on_error)
 
     def _read(self, fd: int) -> bool:
         """Read what one pipe has; False when nothing more is there right now."""

@@ -59,7 +59,7 @@ class _Labelled(Protocol):
 class Reaps(Protocol):
     """The reaper (supervisor/engine/reaping.py, which names signals with this module)."""
 
-    def reap(self) -> None: ...
+    def reap(self) -> int: ...
 
 
 class Stoppable(Protocol):
@@ -72,7 +72,7 @@ class Stoppable(Protocol):
 
     def shutdown(self, why: str, status: int, budget: StopBudget | None = None) -> None: ...
 
-    def kill_everything_now(self) -> None: ...
+    def kill_everything_now(self, wait_until: float | None = None) -> None: ...
 
 
 class Meaning(enum.Enum):

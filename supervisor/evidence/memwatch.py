@@ -23,7 +23,7 @@ watch's state (watchstate.py: said once when blind for MEMORY_BLIND_S), and the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -76,12 +76,13 @@ def memory_high_line(phase: str, use: MemoryUse, warn: float) -> str:
 class WatchedPhase(Protocol):
     """What the watch reads of a phase (supervisor.lifecycle.phase.Phase)."""
 
-    spec: object  # its PhaseSpec: memory_warn
+    @property
+    def spec(self) -> object: ...  # its PhaseSpec: memory_warn
 
     @property
     def name(self) -> str: ...
 
-    def live_children(self) -> list[object]: ...
+    def live_children(self) -> Sequence[object]: ...
 
 
 class MemoryWatch:

@@ -94,11 +94,16 @@ def done_bytes(cache: TreeMeasure | None, reading: ProgressReading | None, net_g
 
 class ProgressEvidence(Protocol):
     """What a progress watch reads, measured elsewhere and never waited for (lifecycle/runtime.py's
-    MachineEvidence), and the instance's clocks its deadline counts from."""
+    MachineEvidence), and the instance's clocks its deadline counts from. Read-only: any may be absent (None)."""
 
-    progress: ProgressProbe | None  # the walker of progress_path and of the received bytes
-    io: IoProbe | None  # the I/O thread's totals
-    first_seen: FirstSeen | None
+    @property
+    def progress(self) -> ProgressProbe | None: ...  # the walker of progress_path and of the received bytes
+
+    @property
+    def io(self) -> IoProbe | None: ...  # the I/O thread's totals
+
+    @property
+    def first_seen(self) -> FirstSeen | None: ...
 
 
 class DownloadingAttempt(Protocol):
@@ -204,8 +209,7 @@ class ProgressWatch:
         io_reading = self._io_reading()
         written = io_reading.written if io_reading is not None else None
         reading = self._attempt.reading()
-        if self._cache_start is None:
-            self._take_baseline(cache, net)
+        cache_start = self._cache_start if self._cache_start is not None else self._take_baseline(cache, net)
         cut = self._thrown_away(cache, reading)
         if cut:  # the removed file's bytes alone no longer count; the other files' keep theirs
             self._done = max(0, self._done - cut)
@@ -213,7 +217,7 @@ class ProgressWatch:
         if net is not None and net.size is not None and self._net_start is not None:
             net_gain = max(0, net.size - self._net_start - self._thrown)
         since = None if written is None else max(0, written - self._thrown)
-        self._done = max(self._done, done_bytes(cache, reading, net_gain, self._cache_start, since, self._unseen))
+        self._done = max(self._done, done_bytes(cache, reading, net_gain, cache_start, since, self._unseen))
         self._got = self._thrown + self._done  # (the link brought the thrown-away bytes too: they stay in the rate)
         self._window.add(now, self._got)
         moved = self._moved(now, io_reading, net)
@@ -316,11 +320,12 @@ class ProgressWatch:
         if self._unseen_walks >= UNSEEN_WALKS:
             self._walks_thrown, self._unseen = self._said_thrown, 0
 
-    def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None) -> None:
-        """What counts from the first measure: the cache's complete bytes (0 where there was no cache yet), the
-        bytes received; the trees' bytes written count from their start (they began with the attempt)."""
+    def _take_baseline(self, cache: TreeMeasure | None, net: TreeMeasure | None) -> int:
+        """What counts from the first measure: the cache's complete bytes (0 where there was no cache yet: returned),
+        the bytes received; the trees' bytes written count from their start (they began with the attempt)."""
         self._cache_start = cache.done if cache is not None and cache.size is not None else 0
         self._net_start = net.size if net is not None else None
+        return self._cache_start
 
     def _io_reading(self) -> TreeIo | None:
         """The I/O thread's latest reading of the attempt's trees, with what they have written since it began

@@ -173,12 +173,20 @@ class StallWatch:
 
 
 class StallEvidence(Protocol):
-    """What a stall watch reads, measured elsewhere and never waited for (lifecycle/runtime.py's MachineEvidence)."""
+    """What a stall watch reads, measured elsewhere and never waited for (lifecycle/runtime.py's MachineEvidence).
+    Read-only: any of them may be absent (None) where the machine's has one."""
 
-    gpus: Gpus | None  # the GPU thread's readings
-    progress: ProgressProbe | None  # the walker of progress_path
-    io: IoProbe | None  # the I/O thread's totals
-    freeze: FreezeWatch | None  # the tick: a freeze of the supervisor itself
+    @property
+    def gpus(self) -> Gpus | None: ...  # the GPU thread's readings
+
+    @property
+    def progress(self) -> ProgressProbe | None: ...  # the walker of progress_path
+
+    @property
+    def io(self) -> IoProbe | None: ...  # the I/O thread's totals
+
+    @property
+    def freeze(self) -> FreezeWatch | None: ...  # the tick: a freeze of the supervisor itself
 
 
 class StallingAttempt(Protocol):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from ..config import ChildSpec, PhaseSpec
@@ -213,7 +214,7 @@ class AttemptStart:
             if spec.ready is not None:
                 self._log(f"waiting for {spec.label} to be ready: {spec.ready.describe()} "
                           f"(at most {spec.ready_timeout_s:g}s)")
-                self._wait_until_ready(child, lambda child=child, index=index: self._daemon_ready(child, index))
+                self._wait_until_ready(child, partial(self._daemon_ready, child, index))
                 return
             index += 1
 

@@ -48,7 +48,7 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
         # Shipping is best effort: a shipper that raises costs lines to the manager, never the phase. It goes
         # first: what the reader after it makes the supervisor say is shipped after the lines that caused it.
         readers.append(contained(
-            lambda lines, source=spec.log_source, label=spec.label: ship(source, label, lines),
+            partial(ship, spec.log_source, spec.label),
             lambda exc: faults.report(f"shipping the output of {spec.label}", exc, phase=ctx.phase)))
     if reader is not None:
         readers.append(reader)

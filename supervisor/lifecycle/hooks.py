@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, overload, runtime_checkable
 
 from ..evidence.transfer import ProgressReading as ProgressReading
 from ..text import Log
@@ -151,6 +151,10 @@ def memory_preflight(ctx: HookContext, min_memory: int | None) -> dict[str, str]
     return {} if available is None else {"SUPERVISOR_MEMORY_AVAILABLE_BYTES": str(available)}
 
 
+@overload
+def capped(available: int, cap: int | None) -> int: ...
+@overload
+def capped(available: int | None, cap: int | None) -> int | None: ...
 def capped(available: int | None, cap: int | None) -> int | None:
     """What a phase can have: ``available`` (cgroup limit or MemTotal), at most its memory_max ``cap``."""
     if cap is None:

@@ -201,13 +201,12 @@ def _abort(phase: Phase, reason: str, detail: str, command_running: bool) -> Ste
 
 def _after_the_stop(phase: Phase) -> Step:
     """The attempt's children are stopped: what ended it decides what comes next (after_attempt)."""
-    if phase.outcome is not None:
-        outcome, swept = phase.outcome, (Effect.SWEEP,)
-    elif (reaped := phase.command_verdict()) is not None:  # the supervisor ended it: its exit says how
-        outcome, swept = reaped, (Effect.SWEEP, Outcome(reaped, record=False))  # (recorded as it was reaped)
-    else:  # it survived SIGKILL past the wait (uninterruptible sleep): the stop's own why says how it ended
-        outcome = phase.never_reaped()
-        swept = (Effect.SWEEP, Outcome(outcome))
+    outcome, record = phase.outcome, False
+    if outcome is None:  # the supervisor ended it: its exit says how (recorded as it was reaped)
+        outcome = phase.command_verdict()
+    if outcome is None:  # it survived SIGKILL past the wait (uninterruptible sleep): the stop's own why says how
+        outcome, record = phase.never_reaped(), True
+    swept = (Effect.SWEEP, Outcome(outcome, record))
     if phase.shutting_down():
         if (failed := phase.failed_for_good()) is not None:
             return Step(PhaseState.FAILED, _fail_in_the_shutdown(failed).why, before=swept)

@@ -78,12 +78,19 @@ NO_RERUN = Rerun()
 
 class ResumeNeeds(Protocol):
     """What resume reads of the run: the loop (for the off-loop listing), the log, the GPUs' latest sample,
-    the machine's memory and what the command line asked to run again."""
+    the machine's memory and what the command line asked to run again (read-only)."""
 
-    loop: EventLoop
-    log: Log
-    gpus: Gpus | None
-    rerun: Rerun
+    @property
+    def loop(self) -> EventLoop: ...
+
+    @property
+    def log(self) -> Log: ...
+
+    @property
+    def gpus(self) -> Gpus | None: ...
+
+    @property
+    def rerun(self) -> Rerun: ...
 
     def available_memory(self, cap: int | None = None) -> int | None: ...
 
@@ -92,8 +99,10 @@ class ResumingPhase(Protocol):
     """What resume reads of a phase it is asked about."""
 
     spec: PhaseSpec
-    resume_needs: ResumeNeeds
     parsed: Any  # what its output parser read
+
+    @property
+    def resume_needs(self) -> ResumeNeeds: ...
 
     @property
     def name(self) -> str: ...

@@ -141,7 +141,7 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
     scope = memory.scope if memory is not None else "none"
     # SIGKILL while the cgroup's oom_kill counter rose by more than the kills already known, and not ours: the
     # kernel's OOM killer, not a person (during a stop's grace too: what it did on the way out was cut by it).
-    oom_killed = status.signal == signal.SIGKILL and bool(oom) and oom > len(victims) and not sigkilled
+    oom_killed = status.signal == signal.SIGKILL and oom is not None and oom > len(victims) and not sigkilled
     if stop_reason is not None and not oom_killed:
         # We asked it to end: what it did on the way out is not its failure.
         reason = stop_reason if stop_reason in REASONS or stop_reason in added else STOPPED
@@ -196,7 +196,8 @@ def never_reaped(child: Child, *, phase: str, attempt: int, added: AddedReasons 
     """``child`` was stopped and outlived its SIGKILL past the wait (uninterruptible sleep: a GPU fault, a hung
     mount), so no exit says how it ended: the stop's own why does (a GPU fault stays a GPU fault). No pid:
     the verdict is the supervisor's finding, recorded as the attempt's outcome (an exit never recorded it)."""
-    reason = child.stop_reason if child.stop_reason in REASONS or child.stop_reason in added else STOPPED
+    stop = child.stop_reason or ""
+    reason = stop if stop in REASONS or stop in added else STOPPED
     detail = f"{child.stop_detail or reason}; pid {child.pid} outlived SIGKILL and was never reaped"
     return without_exit(phase, child.spec.name, reason, 1, detail, attempt=attempt, started_at=child.started_at,
                         last_lines=child.output.last_lines(), added=added)

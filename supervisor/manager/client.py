@@ -244,6 +244,9 @@ class ManagerClient:
             exc = state.outcome.exception() if state.outcome else None
             return next_wait_s(retry_wait_s(state.attempt_number), getattr(exc, "retry_after_s", None))
 
+        def pause(seconds: float) -> None:
+            stop.wait(seconds)
+
         def before_sleep(state: Any) -> None:
             exc = state.outcome.exception() if state.outcome else None
             on_retry(str(exc), state.next_action.sleep if state.next_action else 0.0)
@@ -252,7 +255,7 @@ class ManagerClient:
             retry=tenacity.retry_if_exception_type(TransientError),
             wait=wait,
             stop=tenacity.stop_when_event_set(stop),
-            sleep=sleep or stop.wait,
+            sleep=sleep or pause,
             before_sleep=before_sleep,
             reraise=True,
         )

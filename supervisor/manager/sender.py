@@ -40,6 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import ManagerSpec
@@ -342,7 +343,7 @@ class Sender:
             if self._forgotten(call, exc):
                 return True  # the call stays pending: it goes again once registered anew
             self.outbox.failed(call.id, str(exc))
-            self._loop.call_soon_threadsafe(lambda exc=exc, call=call: self._refused(call, exc))
+            self._loop.call_soon_threadsafe(partial(self._refused, call, exc))
             return True
         except TransientError:
             return False  # stopping: the call stays pending in the outbox
@@ -465,7 +466,7 @@ class Sender:
         assert self.uuid is not None
         reading, notes = self.rows.read(self.uuid)
         for note in notes:
-            self._loop.call_soon_threadsafe(lambda note=note: self._log(f"manager: {note}"))
+            self._loop.call_soon_threadsafe(partial(self._log, f"manager: {note}"))
         self._loop.call_soon_threadsafe(lambda: self._view.heard_row(reading))
         if reading.row is not None and reading.row.killed and self.killed is None:
             # Given up already (here, or by an earlier start): the kill is its consequence, not news to tell.

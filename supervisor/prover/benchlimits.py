@@ -209,7 +209,7 @@ class BenchCut:
 
     def _look(self, watching: tuple[str, int], parsed: BenchResult) -> bool:
         """Stop the bench if it can no longer reach min_rate; whether it did (its looks end)."""
-        if self._first_at is None and (parsed.started or sum(parsed.proofs.values())):
+        if self._first_at is None and (parsed.started or sum(parsed.proofs.values()) > 0):
             self._first_at = self._now()
         if self._first_at is None or not parsed.expected:
             return False

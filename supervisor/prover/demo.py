@@ -272,11 +272,12 @@ def fault_config(fail: str, cuzk_listen: int, cuzk_status: int, curio_port: int,
     if fail == "gpu":
         # The download uses no GPU (as in the profile); the bench and production do.
         return FaultConfig(supervisor={"require_gpus": True}, manager=manager, paramfetch={"gpu_health": False})
-    tables = {"cuzk": {"listen": f"127.0.0.1:{cuzk_listen}", "status_listen": f"127.0.0.1:{cuzk_status}",
-                       "param_cache": str(param_cache)},
-              "production": {"watch_s": DEMO_WATCH_S, "proof_failures": DEMO_PROOF_FAILURES,
-                             "proof_failure_window_s": DEMO_PROOF_FAILURE_WINDOW_S,
-                             "curio_metrics": f"http://127.0.0.1:{curio_port}/debug/metrics"}}
+    tables: dict[str, dict[str, Any]] = {
+        "cuzk": {"listen": f"127.0.0.1:{cuzk_listen}", "status_listen": f"127.0.0.1:{cuzk_status}",
+                 "param_cache": str(param_cache)},
+        "production": {"watch_s": DEMO_WATCH_S, "proof_failures": DEMO_PROOF_FAILURES,
+                       "proof_failure_window_s": DEMO_PROOF_FAILURE_WINDOW_S,
+                       "curio_metrics": f"http://127.0.0.1:{curio_port}/debug/metrics"}}
     return FaultConfig(manager=manager, tables=tables,
                        curio_env={"STANDIN_FAIL_PROOFS": "1", "CURIO_CUZK_ADDRESS": f"127.0.0.1:{cuzk_listen}"})
 

@@ -40,9 +40,14 @@ CLOCK_SKEW_S = 120.0
 class RowTimes(Protocol):
     """What this file hears of the manager's row (manager/row.py's Row): its state and its two times."""
 
-    state: str
-    registered_at: float | None
-    param_done_at: float | None
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def registered_at(self) -> float | None: ...
+
+    @property
+    def param_done_at(self) -> float | None: ...
 
 
 # The file holds a few numbers; anything bigger is not ours.

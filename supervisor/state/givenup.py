@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import time
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,13 +71,14 @@ def marker(state_dir: str | Path) -> Path:
 
 
 def remember(state_dir: str | Path, reason: str, label: str | None = None,
-             call: tuple[str, dict[str, Any]] | None = None) -> GivenUp:
+             call: tuple[str, Mapping[str, Any]] | None = None) -> GivenUp:
     """Write the marker (durably: before the give-up's call is queued). Raises OSError."""
-    record = GivenUp(time.time(), one_line(reason, REASON_MAX_CHARS, mark=""), label or None, call)
+    kept = (call[0], dict(call[1])) if call is not None else None
+    record = GivenUp(time.time(), one_line(reason, REASON_MAX_CHARS, mark=""), label or None, kept)
     data: dict[str, Any] = {"at": record.at, "reason": record.reason}
     if record.label is not None:
         data["label"] = record.label
-    data["call"] = {"kind": call[0], "payload": call[1]} if call is not None else None
+    data["call"] = {"kind": kept[0], "payload": kept[1]} if kept is not None else None
     save_json(marker(state_dir), data)
     return record
 

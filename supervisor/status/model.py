@@ -190,17 +190,20 @@ def _others(kind: type[_Record], data: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in data.items() if key not in known}
 
 
-@cache
-def _hints(kind: type[_Record]) -> dict[str, Any]:
+def _hints_of(kind: type) -> dict[str, Any]:
     """Each field's declared type (the annotations evaluated once per part: the readers and the gate use them)."""
     return get_type_hints(kind)
 
 
-@cache
-def _readers(kind: type[_Record]) -> dict[str, Reader]:
+def _readers_of(kind: type) -> dict[str, Reader]:
     """Each field of ``kind`` and how it is read (worked out once per part)."""
     hints = _hints(kind)
-    return {f.name: _reader(hints[f.name]) for f in fields(kind)}  # type: ignore[arg-type]
+    return {f.name: _reader(hints[f.name]) for f in fields(kind)}
+
+
+# Once per part. (Typed by hand: mypy takes a dataclass's class, whose instances are unhashable, for unhashable.)
+_hints: Callable[[type], dict[str, Any]] = cache(_hints_of)
+_readers: Callable[[type], dict[str, Reader]] = cache(_readers_of)
 
 
 # ---------------------------------------------------------------- the lifecycle

@@ -77,47 +77,83 @@ FAILURE_LINES = 10
 GPU_READING_CURRENT_S = 10.0
 
 
+# What the snapshot reads of the live objects, as read-only views (properties: a frozen dataclass, a plain attribute
+# and a narrower type all fit them; mypy holds the live objects to them).
 class LogFileView(Protocol):
     def ours_from(self) -> int | None: ...  # where the child's bytes begin in its log file (engine/logs.py)
 
 
 class OutputView(Protocol):
-    last_output_at: float  # monotonic time of its last byte, 0 if none yet
-    file: LogFileView
+    @property
+    def last_output_at(self) -> float: ...  # monotonic time of its last byte, 0 if none yet
+
+    @property
+    def file(self) -> LogFileView: ...
 
     def last_lines(self, n: int | None = None) -> list[str]: ...
 
 
 class ChildView(Protocol):
-    label: str
-    pid: int
-    started_at: float
-    stop_reason: str | None
-    output: OutputView
-    grace_s: float  # the grace its stop under way gives it: stop_grace_s, or less under a stop budget
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+    @property
+    def stop_reason(self) -> str | None: ...
+
+    @property
+    def output(self) -> OutputView: ...
+
+    @property
+    def grace_s(self) -> float: ...  # the grace its stop under way gives it: stop_grace_s, or less under a stop budget
 
     @property
     def kill_at(self) -> float | None: ...
 
 
 class PhaseSource(Protocol):
-    name: str
-    spec: PhaseSpec
-    since: float
-    why: str
-    attempt: int
-    up: bool
-    facts: dict[str, Any]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> PhaseSpec: ...
+
+    @property
+    def since(self) -> float: ...
+
+    @property
+    def why(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def up(self) -> bool: ...
+
+    @property
+    def facts(self) -> dict[str, Any]: ...
 
     @property
     def state(self) -> object: ...  # a PhaseState (a str enum): shown as its value
 
-    parsed: Any  # what its output parser read
-    kept_as: str | None  # the fact name parsed is kept under (its key in the phase's object); None: not kept
-    timeline: Timeline  # when it left pending, first came up, came up this time, ended (wall times)
+    @property
+    def parsed(self) -> Any: ...  # what its output parser read
+
+    @property
+    def kept_as(self) -> str | None: ...  # the fact name parsed is kept under (its key in the phase object); None: none
+
+    @property
+    def timeline(self) -> Timeline: ...  # when it left pending, first came up, came up this time, ended (wall times)
 
     @property
     def progress(self) -> dict[str, Any] | None: ...  # done_bytes, total_bytes, rate_bytes_s, eta_s (transfer.py)
+
+    @property
     def pacing(self) -> PacingView: ...
 
     @property
@@ -127,11 +163,20 @@ class PhaseSource(Protocol):
 
 
 class LifecycleView(Protocol):
-    phases: Sequence[PhaseSource]
-    shutting_down: bool
-    exit_status: int | None
-    shutdown_reason: str
-    failure: Verdict | None
+    @property
+    def phases(self) -> Sequence[PhaseSource]: ...
+
+    @property
+    def shutting_down(self) -> bool: ...
+
+    @property
+    def exit_status(self) -> int | None: ...
+
+    @property
+    def shutdown_reason(self) -> str: ...
+
+    @property
+    def failure(self) -> Verdict | None: ...
 
     def current(self) -> PhaseSource | None: ...
 
@@ -159,6 +204,9 @@ class StallWatchView(Protocol):
 
     def ages(self, now: float) -> dict[str, float]: ...
 
+    @property
+    def unmeasured(self) -> Mapping[str, str]: ...  # a sign not read this look, and why
+
 
 class StallView(Protocol):
     @property
@@ -180,12 +228,16 @@ class PacingView(Protocol):
 
 
 class ReadySpec(Protocol):
-    ready_timeout_s: float
+    @property
+    def ready_timeout_s(self) -> float: ...
 
 
 class WaitedChild(Protocol):
-    label: str
-    spec: ReadySpec
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def spec(self) -> ReadySpec: ...
 
 
 class StartView(Protocol):
@@ -194,20 +246,33 @@ class StartView(Protocol):
 
 
 class AttemptView(Protocol):
-    start: StartView | None
+    @property
+    def start(self) -> StartView | None: ...
 
 
-class TimedSpec(Protocol):
-    timeout_s: float | None
-    stall_s: float | None
-    settle_timeout_s: float
+class TimedSpec(Protocol):  # (read-only: a PhaseSpec is frozen)
+    @property
+    def timeout_s(self) -> float | None: ...
+
+    @property
+    def stall_s(self) -> float | None: ...
+
+    @property
+    def settle_timeout_s(self) -> float: ...
 
 
 class TimedPhase(Protocol):
-    name: str
-    spec: TimedSpec
-    since: float
-    up: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def since(self) -> float: ...
+
+    @property
+    def up(self) -> bool: ...
+
+    @property
+    def spec(self) -> TimedSpec: ...
 
     @property
     def state(self) -> object: ...
@@ -319,7 +384,8 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
 class ExitFlushView(Protocol):
     """The exit waiting for the manager (engine/exitflush.py's ExitFlush)."""
 
-    giving_up: bool
+    @property
+    def giving_up(self) -> bool: ...
 
     def seconds_left(self) -> float: ...
 
@@ -327,7 +393,8 @@ class ExitFlushView(Protocol):
 class FlushHolder(Protocol):
     """Where the exit flush is, once the lifecycle is over (engine/signals.py's SignalRouter: None before)."""
 
-    flush: ExitFlushView | None
+    @property
+    def flush(self) -> ExitFlushView | None: ...
 
 
 class ReporterSource(Protocol):

@@ -81,6 +81,7 @@ nvmlEventTypeAll = (nvmlEventTypeNone | nvmlEventTypeSingleBitEccError | nvmlEve
 class NVMLError(Exception):
     """``NVMLError(code)`` returns the per-code subclass (``NVMLError_Timeout`` for NVML_ERROR_TIMEOUT)."""
 
+    value: int
     _valClassMapping: ClassVar[dict[int, type]] = {}
     _errcode_to_string: ClassVar[dict[int, str]] = {
         NVML_ERROR_UNINITIALIZED: "Uninitialized", NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
@@ -240,7 +241,9 @@ def _enter(call: str, index: int | None = None, *, needs_init: bool = True) -> d
 def _raise_named(suffix: object) -> None:
     """``NVMLError_<suffix>`` (``NVMLError_Unknown`` where the real module has no such class)."""
     cls = getattr(sys.modules[__name__], f"NVMLError_{suffix}", None)
-    raise cls() if isinstance(cls, type) and issubclass(cls, NVMLError) else NVMLError(NVML_ERROR_UNKNOWN)
+    if isinstance(cls, type) and issubclass(cls, NVMLError):
+        raise cls()  # type: ignore[call-arg]  # (a per-code class takes no argument: its code is its own)
+    raise NVMLError(NVML_ERROR_UNKNOWN)
 
 
 def _count(control: dict[str, Any]) -> int:
@@ -371,7 +374,7 @@ def nvmlDeviceRegisterEvents(handle: Any, eventTypes: int, eventSet: Any) -> Non
         _event_sets[int(eventSet.contents.id)][int(handle.contents.index)] = int(eventTypes)
 
 
-def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
+def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t | nvmlFriendlyObject:
     """The next Xid of a registered GPU; NVMLError_Timeout when none comes within ``timeoutms``."""
     global _xid_delivered
     started = time.monotonic()
@@ -406,7 +409,7 @@ def _xid_event(event: dict[str, Any]) -> c_nvmlEventData_t:
                              gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
 
 
-def nvmlEventSetWait(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
+def nvmlEventSetWait(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t | nvmlFriendlyObject:
     return nvmlEventSetWait_v2(eventSet, timeoutms)
 
 

@@ -10,7 +10,7 @@ importing a higher one (pyproject.toml's import-linter contracts; ``lint-imports
     wiring.py    what its ``attach`` is handed (events, production control, the manager link)
     status/      what the supervisor shows of itself: the snapshot, status.json, the socket, the views
     manager/     the outbox, the sender, the manager's HTTP API and its view of us, log shipping
-    lifecycle/   phases and their states, attempts, children's verdicts, policy, resume, fitness
+    lifecycle/   phases and their states, attempts, children's verdicts, the rules after an attempt, resume, fitness
     evidence/    memory cgroups, the GPU thread, I/O and file growth, the watches
     engine/      the loop, signals, the reaper, processes and their trees, console and log files
     config/      the TOML file checked into a frozen plan

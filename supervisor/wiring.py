@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .evidence.watchstate import WatchState
 
 # What a plugin hears and queues, defined where they belong and named here, at the plugin boundary.
-from .lifecycle.states import PhaseLike as PhaseLike
 from .lifecycle.states import PhaseView as PhaseView
 from .lifecycle.states import ShutdownView as ShutdownView
 from .manager.callkinds import CallKind as CallKind

@@ -97,7 +97,8 @@ def test_a_forgotten_uuid_is_registered_again_and_the_call_goes_under_the_new_on
 def test_a_uuid_forgotten_right_before_running_is_told_from_a_kill_by_its_runner_id(
         sup: Runner, manager: DevManager) -> None:
     # /running answers an unknown uuid as it answers a killed row: 404 "instance not found or already killed"
-    # (manager-api.md). Only /runner-id's 404 says the row is gone: registered again, running sent under it.
+    # (shared/domain/manager-api.md). Only /runner-id's 404 says the row is gone: registered again, running sent
+    # under it.
     answer = requests.post(manager.url + "/running", json={"uuid": "never-registered"}, timeout=5)
     assert (answer.status_code, answer.json()) == (404, {"error": "instance not found or already killed"})
     go, then = sup.tmp / "go", sup.tmp / "then"

@@ -133,9 +133,9 @@ def test_a_kill_from_the_ui_before_running_sends_no_running(sup: Runner, manager
 
 
 def test_a_row_a_call_moved_on_after_its_kill_still_ends_the_instance(sup: Runner, manager: DevManager) -> None:
-    """manager-api.md: a call after the kill (bench-done, which has no state check) moves a killed row back, and
-    /running would then succeed, while killed_at and kill_reason stay and the machine is being destroyed. The
-    row's kill fields say it was killed, whatever its state: no /running, exit 80."""
+    """shared/domain/manager-api.md: a call after the kill (bench-done, which has no state check) moves a killed row
+    back, and /running would then succeed, while killed_at and kill_reason stay and the machine is being destroyed.
+    The row's kill fields say it was killed, whatever its state: no /running, exit 80."""
     go, then = sup.tmp / "go", sup.tmp / "then"
     proc = Console(sup, config(sup, manager, go, then))
     go.touch()

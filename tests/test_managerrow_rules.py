@@ -59,9 +59,9 @@ def test_a_killed_row_says_the_managers_reason_and_time_in_one_line() -> None:
 
 @pytest.mark.parametrize("state", ["params_done", "running"])
 def test_a_row_moved_on_after_its_kill_is_still_killed(state: str) -> None:
-    """manager-api.md: a call after the kill moves the row on (bench-done has no state check, and /running then
-    succeeds), its killed_at and kill_reason kept while the machine is destroyed: the row is killed whatever its
-    state, and its line says where the row was moved."""
+    """shared/domain/manager-api.md: a call after the kill moves the row on (bench-done has no state check, and
+    /running then succeeds), its killed_at and kill_reason kept while the machine is destroyed: the row is killed
+    whatever its state, and its line says where the row was moved."""
     row, _ = find_row([{**ROW, "state": state, "killed_at": "2026-12-01 11:59:00",
                         "kill_reason": "benchmark timeout (45min)"}], "u-1", NOW)
     assert row is not None and row.killed

@@ -14,7 +14,7 @@ from supervisor.evidence.watchstate import (
     Watches,
     WatchState,
     Words,
-    run_contained,
+    run_restarting,
 )
 from supervisor.status.model import Snapshot
 from supervisor.status.render import watch_lines
@@ -227,7 +227,7 @@ def test_a_contained_thread_that_fails_is_said_reset_and_run_again_each_wait_dou
         if len(runs) <= 3:
             raise KeyError(f"bug {len(runs)}")
 
-    run_contained(run, state, "the I/O thread", cond, lambda: False, resets.append, restart_s=0.01, restart_max_s=0.02)
+    run_restarting(run, state, "the I/O thread", cond, lambda: False, resets.append, restart_s=0.01, restart_max_s=0.02)
     assert len(runs) == 4 and [str(exc) for exc in resets] == ["'bug 1'", "'bug 2'", "'bug 3'"]
     assert state.check() == [f"I/O watch: stopped unexpectedly (the I/O thread failed: KeyError: 'bug {n}'); started "
                              f"again in {wait} s" for n, wait in ((1, "0.01"), (2, "0.02"), (3, "0.02"))]
@@ -241,5 +241,5 @@ def test_a_contained_thread_closed_while_it_fails_is_not_run_again() -> None:
         closed[0] = True  # closed while the run was failing: its failure is its owner's close, not a bug to say
         raise OSError("the pipe it read was closed")
 
-    run_contained(run, state, "the progress walker", cond, lambda: closed[0], lambda exc: None)
+    run_restarting(run, state, "the progress walker", cond, lambda: closed[0], lambda exc: None)
     assert state.check() == [] and state.failures == 0

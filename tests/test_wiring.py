@@ -50,7 +50,7 @@ class Lifecycle:
 
     def shutting_down(self, why: str, status: int) -> None:
         """What the Lifecycle does at its shutdown: its observers hear the view of it."""
-        self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)))
+        self.observers.shutdown_began(ShutdownView(why, status, self.failure, production_was_up(self)))
 
 
 def events_of(lifecycle: Lifecycle) -> PluginEvents:
@@ -75,7 +75,7 @@ def test_the_shutdown_view_has_the_failure_masked_and_whether_production_was_up(
     heard: list[ShutdownView] = []
     events_of(lifecycle).on_shutdown(heard.append)
     said: list[str] = []
-    record = VerdictRecord(said.append, Faults(said.append), Redactor([SECRET]).text)
+    record = VerdictRecord(said.append, Redactor([SECRET]).text)
     # The lifecycle's failure is a recorded verdict: masked where it was recorded, once.
     lifecycle.failure = record.record(Verdict(phase="bench", child="bench", pid=1, reason="exit_code",
                                               success=False, status=3, detail=f"token {SECRET}"))
@@ -94,7 +94,7 @@ def test_a_verdict_is_masked_where_it_is_recorded_and_every_reader_gets_the_mask
     heard: list[Verdict] = []
     observers = Observers()
     observers.plugin.on_verdict(heard.append)
-    record = VerdictRecord(said.append, Faults(said.append), Redactor([SECRET]).text, observers)
+    record = VerdictRecord(said.append, Redactor([SECRET]).text, observers)
     made = Verdict(phase="work", child="work", pid=None, reason="spawn_failed", success=False, status=127,
                    detail=f"/opt/{SECRET}/curio: not found", last_lines=["already masked ***"])
     kept = record.record(made)
@@ -102,7 +102,7 @@ def test_a_verdict_is_masked_where_it_is_recorded_and_every_reader_gets_the_mask
     assert heard == [kept] and list(record) == [kept]
     assert said and not any(SECRET in line for line in said), said
     assert made.detail.count(SECRET) == 1  # the verdict as made is untouched (frozen): only the record is kept
-    plain = VerdictRecord(said.append, Faults(said.append))  # no secrets known: kept as made
+    plain = VerdictRecord(said.append)  # no secrets known: kept as made
     assert plain.record(made) is made
 
 
@@ -110,7 +110,7 @@ def test_verdict_listeners_hear_the_verdict_object() -> None:
     verdicts: list[Any] = []
     lifecycle = Lifecycle()
     events_of(lifecycle).on_verdict(verdicts.append)
-    record = VerdictRecord(lambda line: None, Faults(), observers=lifecycle.observers)
+    record = VerdictRecord(lambda line: None, observers=lifecycle.observers)
     made = Verdict(phase="bench", child="bench", pid=1, reason="exit_code", success=True, status=0, detail="")
     assert verdicts == [record.record(made)]
 

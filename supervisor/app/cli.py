@@ -135,8 +135,9 @@ def switch_dest(switch: str) -> str:
 
 
 def dev_manager(port: int = 0, quiet: bool = False) -> DevManager:
-    """The dev-manager as ``prover-supervisor dev-manager`` serves it: the core's routes and the plugin's
-    (``dev_extension``). Not started."""
+    """A dev-manager with the core's routes and the plugin's (``dev_extension``), not started: what the tests and
+    bench/ run. The ``dev-manager`` command serves the same (devmanager/server.py ``serve``, handed
+    ``dev_extension()``), as the demo does (prover/demo.py)."""
     from ..devmanager.server import DevManager
 
     return DevManager(port, quiet=quiet, extension=dev_extension())

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import Plan
 from ..engine.logs import SupervisorLog
-from ..engine.loop import EventLoop, summary
+from ..engine.loop import EventLoop
 from ..engine.signals import SignalRouter
 from ..evidence.gpuwatch import Gpus
 from ..evidence.memwatch import memory_use
@@ -31,6 +31,7 @@ from ..status.file import StateFile
 from ..status.model import Snapshot
 from ..status.snapshot import Snapshotter
 from ..status.socket import StatusServer
+from ..text.show import summary
 from ..wiring import Wiring
 from .startup import Core, Host, Outlets, Supervision
 from .teardown import FirstWrites

@@ -38,7 +38,7 @@ from collections.abc import Callable, Collection
 
 from ..config import Plan
 from ..engine.logs import SupervisorLog
-from ..engine.loop import EventLoop, summary
+from ..engine.loop import EventLoop
 from ..engine.offloop import NoThread
 from ..engine.signals import SignalRouter
 from ..engine.tick import start_the_tick
@@ -52,6 +52,7 @@ from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.runtime import Runtime
 from ..plugin import Plugin
 from ..state import givenup
+from ..text.show import summary
 from .observers import wire_observers
 from .startup import (
     Core,
@@ -197,7 +198,8 @@ def start_reporting(sup: Supervision, loop: EventLoop, log: SupervisorLog,
 
 
 def say_gpu_evidence(gpus: Gpus | None, log: SupervisorLog) -> bool:
-    """What the GPU thread found, if it has opened NVML yet (never waited for); True if it was said."""
+    """What the GPU thread found, if it has opened NVML yet (never waited for). True: no GPU line is owed before
+    the first phase (it was said, or there is no GPU thread to say one); False: fitness says it once NVML answers."""
     if gpus is None:
         return True
     if gpus.opened.is_set():

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from ..config import PARAM_DONE, Plan
 from ..engine.logs import Console, LogFile, SupervisorLog, open_to_append
-from ..engine.loop import EventLoop, summary
+from ..engine.loop import EventLoop
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from ..engine.signals import SignalInbox, SignalRouter, last_words_to, signal_name
 from ..engine.trees import STATE_DIR_ENV, kill_cgroup
@@ -47,6 +47,7 @@ from ..status.file import StateFile
 from ..status.socket import StatusServer
 from ..text import Log
 from ..text.redact import Redactor, url_secrets
+from ..text.show import summary
 
 T = TypeVar("T")
 # Orphans reaped in one pass beyond this many are summarised, not listed one by one.

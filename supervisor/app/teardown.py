@@ -30,12 +30,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..engine.exitflush import FLUSH_POLL_S, ExitFlush
-from ..engine.loop import EventLoop, summary
+from ..engine.loop import EventLoop
 from ..engine.trees import SWEEP_MAX_S, sweep_descendants
 from ..exits import EXIT_OK
 from ..lifecycle.states import Deaf, ShutdownView
 from ..state.files import open_regular
 from ..status.file import unpoint
+from ..text.show import summary
 
 if TYPE_CHECKING:
     from ..config import Plan
@@ -149,7 +150,7 @@ class FirstWrites(Deaf):
     def __init__(self, plan: Plan, host: Host, sup: Supervision, state_file: StateFile) -> None:
         self._plan, self._host, self._sup, self._state_file = plan, host, sup, state_file
 
-    def shutting_down(self, view: ShutdownView) -> None:
+    def shutdown_began(self, view: ShutdownView) -> None:
         self._state_file.save()
         if view.status != EXIT_OK:
             write_termination_log(self._plan.supervisor.termination_log, self._sup.lifecycle, view.status,

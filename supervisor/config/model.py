@@ -165,7 +165,7 @@ class PhaseSpec:
 
 @dataclass(frozen=True)
 class ManagerSpec:
-    """The fleet manager (manager-api.md). ``url`` None: reporting is off."""
+    """The fleet manager (shared/domain/manager-api.md). ``url`` None: reporting is off."""
 
     url: str | None = None
     label: str = ""

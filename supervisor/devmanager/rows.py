@@ -1,6 +1,6 @@
 """The dev-manager's instance rows (devmanager/server.py): what its ``GET /status`` lists, and how tests change them.
 
-As the real manager keeps them (manager-api.md): a row per registration, with its state and the times of
+As the real manager keeps them (shared/domain/manager-api.md): a row per registration, with its state and the times of
 its moves (``registered_at``, ``param_done_at``, ``killed_at``), listed by ``GET /status`` newest runner
 first, each time as SQLite's ``CURRENT_TIMESTAMP`` writes it (``YYYY-MM-DD HH:MM:SS``, UTC, whole seconds)
 and the optional fields left out when null. Kept here as epoch seconds (``GET /dev/state`` shows them so).

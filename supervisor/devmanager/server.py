@@ -3,14 +3,14 @@
 A tool, not part of the supervision: a stand-in of the external fleet manager (tests, the demo, local runs)
 that imports nothing of the supervisor but its text helpers (``stdio``, ``show``) and its faults (faults.py).
 
-Same routes, states and answers as manager-api.md: ``/register`` (idempotent per label while not killed),
+Same routes, states and answers as shared/domain/manager-api.md: ``/register`` (idempotent per label while not killed),
 ``/param-done``, ``/running`` (404 ``instance not found or already killed`` for a killed row and an unknown uuid
 alike, as the real one),
 ``/runner-id`` (200 for a killed row too), ``GET /status`` (every row, its times as the real one writes them)
 and the UI's ``POST /api/kill`` (devmanager/rows.py), ``/api/log-push`` (at most 256 KiB of a body is kept, the rest
 silently dropped); 400 / 404 / 405 where the real one gives them. It prints every call it receives. The
 routes and row fields of the protocol spoken over it (the prover's fleet protocol: ``/bench-done``, the
-min_rate) are a plugin's ``DevExtension``, handed in by the composition root (cli.py ``dev_manager``): each
+min_rate) are a plugin's ``DevExtension``, handed in by the composition root (cli.py ``dev_extension``): each
 route answers a row of the instance its body's uuid names (404 without one), under the rows' lock.
 
 For tests and local runs it has extra routes under ``/dev/``: ``GET /dev/state`` (instances, the calls
@@ -375,8 +375,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _running(self, body: dict[str, Any]) -> None:
         with self.server.state.lock:
             inst = self.server.state.instances.get(str(body.get("uuid", "")))
-        if inst is None or inst.state == "killed":  # the real one's words, either way (manager-api.md): only
-            self._send(404, {"error": f"{NOT_FOUND} or already killed"})  # /runner-id tells the two apart
+        # The real one's words, either way (shared/domain/manager-api.md): only /runner-id tells the two apart.
+        if inst is None or inst.state == "killed":
+            self._send(404, {"error": f"{NOT_FOUND} or already killed"})
             return
         self._move(inst, "running")
         self._send(200, {"ok": True})

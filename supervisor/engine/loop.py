@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import ParamSpec
 
 from ..text import Log
+from ..text.show import summary
 from .clock import SYSTEM_CLOCK, Clock
 
 Callback = Callable[[], object]  # (what it returns is not looked at)
@@ -119,12 +120,6 @@ class Faults:
 
     def count(self, where: str) -> int:
         return sum(n for (place, _), n in self._seen.items() if place == where)
-
-
-def summary(exc: BaseException) -> str:
-    """The exception on one line: its type and the first line of its message."""
-    text = str(exc).strip().split("\n", 1)[0]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def contained(callback: Callable[P, object], on_error: ErrorHandler) -> Callable[P, None]:

@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..config import ReadyCheck, local_endpoint
-from .loop import EventLoop, summary
+from ..text.show import summary
+from .loop import EventLoop
 from .offloop import NoThread, run_bounded
 from .trees import ProcessTable
 

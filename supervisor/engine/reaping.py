@@ -1,4 +1,5 @@
-"""The one reaper: every wait of the process goes through here.
+"""The one reaper: every wait for a child that ran goes through here (spawn.py waits only for a child whose
+exec failed or hung, before anyone else knows its pid).
 
 CPython's ``subprocess.Popen`` records ``returncode = 0`` when ``waitpid`` fails
 with ECHILD, so a reaper beside ``Popen.wait()`` would turn a crashed phase into

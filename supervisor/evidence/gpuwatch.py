@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.offloop import worker_thread
+from ..text.show import summary
 from .gpu import (
     GpuFault,
     GpuInventory,
@@ -53,7 +54,7 @@ from .watchstate import (
     THREAD_RESTART_S,
     Repeats,
     WatchState,
-    run_contained,
+    run_restarting,
 )
 
 # How often every GPU is sampled while something wants samples; a want may ask for more often
@@ -119,7 +120,7 @@ class Gpus:
             if self._thread is not None or self._closed:
                 return
             try:
-                self._thread = worker_thread("gpu", self._run_contained)
+                self._thread = worker_thread("gpu", self._run_restarting)
             except RuntimeError as exc:  # no thread to be had (pids.max): no GPU evidence, never a traceback
                 self._closed = True
                 self.why = f"no GPU evidence: the GPU thread could not start ({exc})"
@@ -266,15 +267,15 @@ class Gpus:
 
     # ------------------------------------------------------------ the thread
 
-    def _run_contained(self) -> None:
-        """The thread, contained (watchstate.run_contained): a bug of ours is said and the thread starts again
+    def _run_restarting(self) -> None:
+        """The thread, contained (watchstate.run_restarting): a bug of ours is said and the thread starts again
         after THREAD_RESTART_S (this module's, read now: a test shortens it), doubling to THREAD_RESTART_MAX_S."""
-        run_contained(self._run, self.sampling, "the GPU thread", self._cond, lambda: self._closed,
+        run_restarting(self._run, self.sampling, "the GPU thread", self._cond, lambda: self._closed,
                       self._forget_nvml, restart_s=THREAD_RESTART_S, restart_max_s=THREAD_RESTART_MAX_S)
 
     def _forget_nvml(self, exc: Exception) -> None:
         """(under the lock) After a failure: no GPU evidence until the thread has opened NVML again."""
-        self.why = f"no GPU evidence for now: the GPU thread failed ({type(exc).__name__}: {exc})"
+        self.why = f"no GPU evidence for now: the GPU thread failed ({summary(exc)})"
         self.available = False
         self.opened.set()
 

@@ -19,7 +19,7 @@ the loop never reads /proc for it and never waits. The accounting (``IoLedger``)
 appears counts all its bytes (a new process starts at zero), one that goes counts what it had, and one
 reaped by its parent inside the tree is not counted twice (the kernel adds a reaped child's counters to
 its parent's). Should the thread still fail (a bug of ours), it says so and starts again
-(watchstate.run_contained), each watch's totals going on from a new baseline.
+(watchstate.run_restarting), each watch's totals going on from a new baseline.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..engine.offloop import worker_thread
 from ..engine.trees import Descendants, Proc, ProcessTable
-from .watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, run_contained, said_error
+from .watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, run_restarting, said_error
 
 # How often the watched trees are read, unless a watch asks for more often (never more often than
 # IO_SAMPLE_MIN_S: a tree of 200 processes costs well under 1% of a core at once a second, bench/iosample.py).
@@ -252,7 +252,7 @@ class IoProbe:
             watch_id = next(self._ids)
             self._watches[watch_id] = _Watched(max(IO_SAMPLE_MIN_S, every_s), ledger=IoLedger(from_zero))
             if self._thread is None and not self._closed:
-                self._thread = worker_thread("io", self._run_contained)
+                self._thread = worker_thread("io", self._run_restarting)
             self._cond.notify_all()
         return IoWatch(self, watch_id)
 
@@ -279,11 +279,11 @@ class IoProbe:
 
     # ------------------------------------------------------------ the thread
 
-    def _run_contained(self) -> None:
-        """The thread, contained (watchstate.run_contained): a bug of ours outside a round's own try (in the
+    def _run_restarting(self) -> None:
+        """The thread, contained (watchstate.run_restarting): a bug of ours outside a round's own try (in the
         accounting, in publishing) is said and counted, and the thread starts again after THREAD_RESTART_S (this
         module's name, read now), doubling; without it the thread died for good, every later attempt unwatched."""
-        run_contained(self._run, self.state, "the I/O thread", self._cond, lambda: self._closed,
+        run_restarting(self._run, self.state, "the I/O thread", self._cond, lambda: self._closed,
                       self._forget_readings, restart_s=THREAD_RESTART_S, restart_max_s=THREAD_RESTART_MAX_S)
 
     def _forget_readings(self, exc: Exception) -> None:

@@ -9,7 +9,7 @@ publishes the bytes under it, its file count, when the walk ended and how long i
 (``latest``); the stall check reads the latest measure and never waits. A walk that takes
 longer than SLOW_WALK_S is said once a path (``check``, from the loop's tick): while it is still
 going, and again with its file count and seconds once it ends. Should the thread still fail (a bug of ours),
-it says so and starts again (watchstate.run_contained), its walks of before the failure forgotten.
+it says so and starts again (watchstate.run_restarting), its walks of before the failure forgotten.
 
 A walk also publishes the newest write under the path (the latest mtime of its files): a preallocated
 file does not grow, but each write into it moves its mtime, and the stall watch counts that as a sign of
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..engine.offloop import worker_thread
-from .watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, run_contained, said_error
+from .watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, run_restarting, said_error
 
 # How often a watched path is measured, unless its watch asks for more often (never more often
 # than PROGRESS_WALK_MIN_S); a walk that took longer than that waits as long as it took before the next.
@@ -129,7 +129,7 @@ class ProgressProbe:
         with self._cond:
             self._watches[watch_id] = (path, every_s)
             if self._thread is None and not self._closed:
-                self._thread = worker_thread("progress", self._run_contained)
+                self._thread = worker_thread("progress", self._run_restarting)
             self._cond.notify_all()  # a new path: measured at once (the watch's baseline)
 
         def release() -> None:
@@ -172,12 +172,12 @@ class ProgressProbe:
 
     # ------------------------------------------------------------ the thread
 
-    def _run_contained(self) -> None:
-        """The thread, contained (watchstate.run_contained): a bug of ours outside a walk's own try (in making
+    def _run_restarting(self) -> None:
+        """The thread, contained (watchstate.run_restarting): a bug of ours outside a walk's own try (in making
         or publishing its measure) is said and counted, and the thread starts again after THREAD_RESTART_S (this
         module's name, read now), doubling; without it the walker died for good, and ``latest`` went on showing
         the walks of before (an earlier attempt's) as the latest."""
-        run_contained(self._run, self.state, "the progress walker", self._cond, lambda: self._closed,
+        run_restarting(self._run, self.state, "the progress walker", self._cond, lambda: self._closed,
                       self._forget_walks, restart_s=THREAD_RESTART_S, restart_max_s=THREAD_RESTART_MAX_S)
 
     def _forget_walks(self, exc: Exception) -> None:

@@ -9,7 +9,7 @@ reading for 120 s: cuzk /status: timed out"), and once more when it reads again.
 and then (the manager's row, every few minutes) has no window to wait out: one failed reading makes it blind
 (``missed``), said at once, and again only when the cause of its misses changes. A watch that has nothing
 to read for now (production not up, nobody wanting GPU samples) is ``idle``, never blind. A watch whose
-thread ended unexpectedly says so (``failed``) and is restarted by its owner: ``run_contained`` is that
+thread ended unexpectedly says so (``failed``) and is restarted by its owner: ``run_restarting`` is that
 containment, one for every watch's thread (the GPU thread, the I/O thread, the progress walker). ``status``
 shows each one.
 
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..text.show import one_line
+from ..text.show import one_line, summary
 
 READING = "reading"
 BLIND = "blind"
@@ -56,8 +56,7 @@ def short(why: object) -> str:
 
 def said_error(exc: BaseException) -> str:
     """An exception as a watch says it: its class and text, short."""
-    text = str(exc)
-    return short(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    return short(summary(exc))
 
 
 @dataclass(frozen=True)
@@ -225,9 +224,9 @@ class WatchState:
                     "readings": self.readings, "misses": self.misses, "failures": self.failures}
 
 
-def run_contained(run: Callable[[], None], state: WatchState, what: str, cond: threading.Condition,
-                  closed: Callable[[], bool], reset: Callable[[Exception], None], *,
-                  restart_s: float = THREAD_RESTART_S, restart_max_s: float = THREAD_RESTART_MAX_S) -> None:
+def run_restarting(run: Callable[[], None], state: WatchState, what: str, cond: threading.Condition,
+                   closed: Callable[[], bool], reset: Callable[[Exception], None], *,
+                   restart_s: float = THREAD_RESTART_S, restart_max_s: float = THREAD_RESTART_MAX_S) -> None:
     """A watch's thread body (``run``), contained: it runs until it returns. Should it raise (a bug of ours)
     while its owner is not closed (``closed()``, read under the owner's ``cond``), ``reset`` (under ``cond``)
     drops what the failed run left (a measure of before the failure must never read as the latest), the failure

@@ -9,7 +9,8 @@ start order, then the run ends with the status of what ended it.
 
 What is the lifecycle's business, not a phase's, it keeps itself, by phase name: how far it has
 come (the phases it started), which DONE phases it may not go past yet (``hold``/``release``, what
-the bench gate drives), and whether the run is shutting down (every phase is told by asking).
+the bench gate drives), and whether the run is shutting down (``shutting_down``: each phase asks it,
+and ``shutdown`` tells each one, ``shut_down``; the observers hear it once, ``shutdown_began``).
 
 It holds the run's one exit status (``exit_status``, decided at its shutdown): the exit, the exit flush
 and the status view read it here. Who reacts to a phase's move, a verdict or the shutdown is named in
@@ -216,7 +217,7 @@ class Lifecycle:
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs). They hear of
         # the shutdown before the phases settle, whether the stop ends later (children to stop) or ended at once.
         try:
-            self.observers.shutting_down(ShutdownView(why, status, self.failure, production_was_up(self)), budget)
+            self.observers.shutdown_began(ShutdownView(why, status, self.failure, production_was_up(self)), budget)
         finally:  # (a stop over at once must still end the run, whatever raised)
             if self._stop_over:
                 finish()
@@ -294,8 +295,9 @@ class Lifecycle:
         self._on_finished()
 
     def status_at_exit(self) -> int:
-        """What the supervisor exits with (the exit asks once): the status the shutdown decided, once it is
-        over; EXIT_FAILURE where it never got that far (a bug broke the loop), which is then the run's status."""
+        """What the supervisor exits with: the status the shutdown decided, once it is over. Not over (a bug broke
+        the loop before the end): it ends here, with EXIT_FAILURE, which every later ask (teardown asks it more
+        than once) then answers too."""
         if not self.over:
             self.exit_status, self.over = EXIT_FAILURE, True
         assert self.exit_status is not None
@@ -319,7 +321,7 @@ class Hears(Protocol):
 
     def verdict(self, verdict: Verdict) -> None: ...
 
-    def shutting_down(self, view: ShutdownView) -> None: ...
+    def shutdown_began(self, view: ShutdownView) -> None: ...
 
 
 class StatusFile(Protocol):
@@ -334,8 +336,8 @@ class PluginEvents(Deaf):
     never the Phase. The failure in a ShutdownView is the recorded verdict, masked where it was recorded
     (VerdictRecord): a give-up may quote it to the manager as it is."""
 
-    def __init__(self, faults: Faults | None = None) -> None:
-        self.faults = faults or Faults()
+    def __init__(self) -> None:
+        self.faults = Faults()  # (the Observers' own, once they hold this: a listener's bug is said as theirs)
         self._transition: list[Callable[[PhaseView], None]] = []
         self._shutdown: list[Callable[[ShutdownView], None]] = []
         self._verdict: list[Callable[[Verdict], None]] = []
@@ -359,7 +361,7 @@ class PluginEvents(Deaf):
     def verdict(self, verdict: Verdict) -> None:
         tell_each(self.faults, "verdict listener", self._verdict, verdict, phase=verdict.phase)
 
-    def shutting_down(self, view: ShutdownView) -> None:
+    def shutdown_began(self, view: ShutdownView) -> None:
         tell_each(self.faults, "shutdown listener", self._shutdown, view)
 
 
@@ -411,12 +413,12 @@ class Observers:
         tell_each(self.faults, "verdict listener", hearing, verdict, phase=verdict.phase)
         self._status_changed(verdict)
 
-    def shutting_down(self, view: ShutdownView, budget: StopBudget | None = None) -> None:
+    def shutdown_began(self, view: ShutdownView, budget: StopBudget | None = None) -> None:
         """After the first stop signal is out: these may write to disk (the outbox fsyncs). The first writes only
         under a stop signal's ``budget``."""
         plugin = self.plugin if self.plugin._shutdown else NOBODY
         first_writes = self.first_writes if budget is not None else NOBODY
-        hearing = [o.shutting_down for o in (self.reporter, plugin, first_writes) if o is not NOBODY]
+        hearing = [o.shutdown_began for o in (self.reporter, plugin, first_writes) if o is not NOBODY]
         if hearing:  # (no manager, no plugin listening, no budget: nobody)
             tell_each(self.faults, "shutdown listener", hearing, view)
 

@@ -29,12 +29,13 @@ from functools import partial
 from typing import Any, Protocol
 
 from ..config import ChildSpec, PhaseSpec
-from ..engine.loop import ErrorHandler, contained, summary
+from ..engine.loop import ErrorHandler, contained
 from ..engine.process import Child, stop_in_order
 from ..engine.reaping import ExitStatus
 from ..engine.spawn import SpawnError
 from ..engine.trees import kill_pids
 from ..exits import EXIT_INTERNAL_ERROR
+from ..text.show import summary
 from . import resume
 from . import verdict as v
 from .attempt import Attempt, AttemptStart, Pacing, Settle, Watched
@@ -563,7 +564,7 @@ class Phase:
         self._on(Settled(f"settle_timeout_s={self.spec.settle_timeout_s:g} passed", cut=True))
 
     def abort_attempt(self, reason: str, detail: str) -> None:
-        """The supervisor ends the attempt (deadline, stall, too slow, a watcher's finding): the verdict says why.
+        """The supervisor ends the attempt (a stall, too slow, a watcher's finding): the verdict says why.
         Asked by a hearer of this phase's move (a plugin's listener that fails the phase as it starts to run),
         it waits until the move is told to every hearer and its step is carried out: run to completion, or
         the hearers after the asker would hear the abort's moves before the one they are being told of."""

@@ -2,8 +2,9 @@
 
 - ``ChildKit``: what starting a child needs (the loop, the reaper, the console and log files, the
   environment, the cgroups, the shipper): children.start_child, and the reporter's ``export_env``;
-- ``MachineEvidence``: what the phases' decisions read of the machine (memory, GPUs, progress_path,
-  the freeze watch): the stall watch, the hook context, the memory preflight;
+- ``MachineEvidence``: what the phases' decisions read of the machine (memory, GPUs, the progress walker and
+  the I/O thread, the freeze watch, the instance's clocks, the watches' states): the stall and progress
+  watches, the hook context, the memory preflight;
 - ``verdicts``: every verdict recorded (verdict.py's ``VerdictRecord``: masked, once, and heard);
 - ``started``: every child in start order (engine/process.py's ``StartOrder``: a shutdown stops them in
   reverse, wave by wave).
@@ -113,8 +114,8 @@ class Runtime:
         """The parts around ``spawning`` (its loop and log), the verdict record new, heard by no one yet (the
         Lifecycle names its Observers there)."""
         return cls(spawning.loop, spawning.log, spawning, evidence or MachineEvidence(memory=spawning.memory),
-                   VerdictRecord(spawning.log, spawning.loop.faults,
-                                 spawning.redactor.text if spawning.redactor else None), **rest)  # no secrets: no mask
+                   VerdictRecord(spawning.log, spawning.redactor.text if spawning.redactor else None),  # none: no mask
+                   **rest)
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,7 @@ class Effect(enum.Enum):
     KEEP_DAEMONS = "the daemons with lifetime = lifecycle live on into the later phases"
     STOP_CHILDREN = "stop the attempt's other children in reverse start order, then say ChildrenStopped"
     SWEEP = "forget the stopped children; kill what escaped into the phase's cgroup"
-    CANCEL_TIMERS = "the deadline and the backoff timers cancelled"
+    CANCEL_TIMERS = "the deadline, backoff and settle timers cancelled"
     RELEASE_MEMORY = "the phase's cgroup removed (unless daemons live on in it)"
     MARK_UP = "the attempt's service is up (the first time: the phase's too)"
     TELL_LIFECYCLE = "the lifecycle hears of the phase with no move (up, a kept daemon died)"
@@ -453,7 +453,7 @@ class Deaf:
     def verdict(self, verdict: Verdict) -> None:
         pass
 
-    def shutting_down(self, view: ShutdownView) -> None:
+    def shutdown_began(self, view: ShutdownView) -> None:
         pass
 
 

@@ -18,7 +18,6 @@ from types import MappingProxyType
 from typing import Any, Protocol, overload
 
 from ..engine.logs import Unshipped
-from ..engine.loop import Faults
 from ..engine.process import Child
 from ..engine.reaping import ExitStatus
 from ..engine.signals import signal_name
@@ -267,9 +266,9 @@ class VerdictRecord(Sequence[Verdict]):
     log, the status view and status.json, the reporting, a plugin's give-up reason and the termination
     log all read the masked record, never the verdict as it was made."""
 
-    def __init__(self, log: Log, faults: Faults, mask: Callable[[str], str] | None = None,
+    def __init__(self, log: Log, mask: Callable[[str], str] | None = None,
                  observers: HearsVerdicts | None = None) -> None:
-        self.log, self.faults, self._mask = log, faults, mask
+        self.log, self._mask = log, mask
         self.verdicts: list[Verdict] = []
         self.observers = observers  # who hears each verdict: the Lifecycle's Observers (None: nobody yet)
 

@@ -1,4 +1,4 @@
-"""The fleet manager's HTTP API (manager-api.md), as a client that trusts nothing it is answered.
+"""The fleet manager's HTTP API (shared/domain/manager-api.md), as a client that trusts nothing it is answered.
 
 One call, ``request``, is one attempt:
 

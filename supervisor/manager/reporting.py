@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import REPORTS, ManagerSpec
 from ..engine.exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
-from ..engine.loop import EventLoop, contained, summary
+from ..engine.loop import EventLoop, contained
 from ..exits import EXIT_OK
 from ..lifecycle.states import PhaseLike, PhaseState, PhaseView, ShutdownView
 from ..lifecycle.verdict import STOPPED, Verdict
@@ -34,6 +34,7 @@ from ..state import givenup
 from ..text import Log
 from ..text.ansi import plain, strip_ansi
 from ..text.redact import Redactor, shown_url
+from ..text.show import summary
 from .answers import FieldCheck
 from .callkinds import CallKind, Payload
 from .client import ManagerClient
@@ -253,7 +254,7 @@ class Reporter:
             self._reported.add(kind)
             self.queue(kind, {})
 
-    def shutting_down(self, view: ShutdownView) -> None:
+    def shutdown_began(self, view: ShutdownView) -> None:
         """The lifecycle shuts down for a failure: the reason goes out first (a plugin's shutdown listeners,
         the give-up among them, come after this one)."""
         if view.status != EXIT_OK:

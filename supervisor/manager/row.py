@@ -1,6 +1,6 @@
 """The manager's own view of this instance: its row in ``GET /status``, read and checked like any answer.
 
-The manager decides things the lifecycle calls never hear of (manager-api.md): it kills a row from its
+The manager decides things the lifecycle calls never hear of (shared/domain/manager-api.md): it kills a row from its
 UI, after 90 min in ``registered`` ("param fetch timeout (90min)") or 45 min in ``params_done``
 ("benchmark timeout (45min)"), for a bad host or an instance gone from Vast. Its ``GET /status`` lists the
 whole fleet, newest runner first, each row with ``uuid, label, runner_id, state, registered_at,
@@ -99,7 +99,7 @@ class Row:
         """Killed by the state, or by the kill's own fields in any state: a call after the kill moves the row on
         (bench-done has no state check: a passing rate turns a killed row back to bench_done, and ``/running``
         then succeeds) while its killed_at and kill_reason stay, and the machine is being destroyed. Only a kill
-        sets them, and nothing clears them (manager-api.md)."""
+        sets them, and nothing clears them (shared/domain/manager-api.md)."""
         return self.state == KILLED or self.killed_at is not None or self.kill_reason is not None
 
     def kill_line(self) -> str:

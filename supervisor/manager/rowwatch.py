@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from ..engine.loop import summary
 from ..evidence.watchstate import WatchState
-from ..text.show import cut
+from ..text.show import cut, summary
 from .client import ManagerClient, PermanentError, TransientError, error_cause
 from .row import CLOCK_OFFSET_MIN_S, NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
 

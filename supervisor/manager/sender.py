@@ -44,9 +44,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import ManagerSpec
-from ..engine.loop import EventLoop, summary
+from ..engine.loop import EventLoop
 from ..text import Log
-from ..text.show import cut, shown
+from ..text.show import cut, shown, summary
 from .answers import AnswerError, check_uuid, register_answer
 from .callkinds import LOG, REGISTER, SENT_AGAIN, CallKind, CallKinds, Payload
 from .client import Answer, ManagerClient, PermanentError, TransientError
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # (sqlite3 with it: the outbox is opened only once a manager 
 RETRY_LOG_EVERY = 10
 # With nothing to deliver, the thread looks at the outbox again after this long even if not woken.
 IDLE_WAIT_S = 1.0
-# What the manager answers (with 404) on any call naming a uuid it does not know (manager-api.md).
+# What the manager answers (with 404) on any call naming a uuid it does not know (shared/domain/manager-api.md).
 UNKNOWN_INSTANCE = "instance not found"
 # A 404 whose meaning /runner-id could not tell (the manager down again): the call waits this long, then goes again.
 CONFIRM_RETRY_S = 5.0
@@ -434,7 +434,7 @@ class Sender:
             self.outbox.attempted(call.id, f"{exc}; /runner-id could not tell a forgotten uuid from a killed one")
             self._stop.wait(CONFIRM_RETRY_S)
             return True
-        if not gone:  # the manager has the row, and refused a lifecycle call on it: killed (manager-api.md)
+        if not gone:  # the manager has the row and refused a lifecycle call: killed (shared/domain/manager-api.md)
             if self._read_row().row is None and self.killed is None:  # GET /status could not say why
                 self._killed_by(Row(self.uuid, KILLED, kill_reason=f"not read: {call.kind} answered HTTP 404 "
                                     f"{shown(exc.body, 80)} while its /runner-id still has the row"))

@@ -3,7 +3,7 @@ retried: the instance is given up rather than billed for a bench the manager wil
 the manager's benchmark clock (``BenchClock``) and the min_rate cut (``BenchCut``).
 
 **The clock.** The manager kills a row still in ``params_done`` 45 minutes after its ``param_done_at``
-("benchmark timeout (45min)", manager-api.md), whatever the supervisor does: a restart mid-bench gets no
+("benchmark timeout (45min)", shared/domain/manager-api.md), whatever the supervisor does: a restart mid-bench gets no
 fresh budget from it. So every phase after the ``report = "param-done"`` phase, up to the
 ``report = "bench-done"`` one (the warm-up, the bench), is held to ``[manager] bench_deadline_s`` (default
 2700 s) from the row's ``param_done_at`` once a row said it, else the fetch's own end (firstseen.py's

@@ -230,7 +230,7 @@ def fleet_rules(v: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]
     _resolve_give_up_alias(v)
     if v["min_rate"] is None:
         v["min_rate"] = _min_rate_from(environ)
-    if v["min_rate"] == 0:  # the manager's rule (manager-api.md: "min_rate <= 0 means 50"): judged as it judges
+    if v["min_rate"] == 0:  # the manager's "min_rate <= 0 means 50" (shared/domain/manager-api.md): judged as it judges
         v["min_rate"] = DEFAULT_MIN_RATE
     return v
 

@@ -3,7 +3,7 @@
 Memory is what kills provers: the seeds' instance ran ``partition_workers = 10``
 on 125 GB (≈ 269 GiB wanted) and was OOM-killed. So every memory-sized value is
 derived from the memory actually available (the cgroup limit, else MemTotal)
-minus a safety margin, with the figures of workloads.md:
+minus a safety margin, with the figures of shared/domain/workloads.md:
 
 - unified memory manager (daemons from 13 Mar 2026): ``[memory] total_budget``;
   about 70 GiB baseline (SRS + PCE) + about 13.6 GiB per partition in flight,
@@ -53,7 +53,7 @@ from ..text.units import parse_size
 GIB = 1 << 30
 MIB = 1 << 20
 MEMORY_MODELS = ("unified", "partition-workers")
-# workloads.md figures.
+# shared/domain/workloads.md figures.
 UNIFIED_BASELINE = 70 * GIB
 PER_PARTITION = int(13.6 * GIB)
 # A PoRep 32G proof's partitions (its ~136 GiB synthesis: cuzk-core config.rs's synthesis_concurrency).
@@ -81,7 +81,7 @@ class CuzkSettings:
     bench_count: int = 12
     bench_c1: str = "/data/zk/c1.json"
     overrides: dict[str, Any] | None = None
-    # The workloads.md figures; settable so the stand-ins can run the profile on a small machine.
+    # The shared/domain/workloads.md figures; settable so the stand-ins can run the profile on a small machine.
     baseline: int = UNIFIED_BASELINE
     per_partition: int = PER_PARTITION
     pw_baseline: int = PW_BASELINE

@@ -1,5 +1,6 @@
 """The fleet protocol in the dev-manager (supervisor/devmanager/): ``/bench-done`` and what it keeps in a row,
-as the real manager has them (manager-api.md), handed to it by the composition root (cli.py ``dev_manager``).
+as the real manager has them (shared/domain/manager-api.md), handed to it by the composition root (cli.py
+``dev_extension``).
 
 - ``/register`` keeps the label's first ``min_rate`` (``<= 0`` or absent means 50, the fleet's default);
 - ``/bench-done``: stamps ``bench_done_at`` and ``bench_rate`` at every call, as the real one does; ``rate``

@@ -1,7 +1,7 @@
 """Reading ``curio fetch-params``'s output (``parse = "paramfetch"``): aria2c's lines passed through, and
 paramfetch's own, so the core's progress watch knows what the download has got (progresswatch.py).
 
-aria2c (production.md; measured with aria2 1.36.0, stdout a pipe) prints, one aria2c for each file::
+aria2c (shared/domain/production.md; measured with aria2 1.36.0, stdout a pipe) prints, one aria2c for each file::
 
     [#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]        a readout line a second, block-buffered
     12/01 14:43:51 [NOTICE] Download complete: /var/tmp/filecoin-proof-parameters/v28-....params

@@ -53,8 +53,8 @@ RUNNER_ID_MAX = 2**63 - 1
 RUNNER_ID_MAX_DIGITS = len(str(RUNNER_ID_MAX))
 # A min_rate (or a rate) the manager could hold: proofs per hour.
 MIN_RATE_MAX = 1e6
-# What the fleet protocol adds to the manager's row (manager-api.md): the benchmark's state and its time, the
-# rate the bench reported, the min_rate the label first registered with (read into Row.extra by these names).
+# What the fleet protocol adds to the manager's row (shared/domain/manager-api.md): the benchmark's state and its
+# time, the rate the bench reported, the min_rate the label first registered with (read into Row.extra by these names).
 MIN_RATE = "min_rate"
 FLEET_ROW = RowFields(states=("bench_done",), times=("bench_done_at",),
                       numbers={MIN_RATE: MIN_RATE_MAX, "bench_rate": MIN_RATE_MAX})
@@ -62,7 +62,7 @@ FLEET_ROW = RowFields(states=("bench_done",), times=("bench_done_at",),
 
 def row_min_rate(row: Row) -> float | None:
     """The min_rate the manager's row holds (None: the row does not say); one of 0 or less is its 50, as it
-    reads it (manager-api.md: "min_rate <= 0 means 50")."""
+    reads it (shared/domain/manager-api.md: "min_rate <= 0 means 50")."""
     rate = row.extra.get(MIN_RATE)
     return DEFAULT_MIN_RATE if rate is not None and rate <= 0 else rate
 

@@ -3,7 +3,7 @@
 A cuzk-daemon is ready when its HTTP ``/status`` answers on status_listen, or when its listen address
 accepts a connection, whichever comes first. Daemons from 13 Mar 2026 have both; the partition-workers
 builds before them (Feb to 13 Mar 2026) have no status API at all, only the gRPC listen port. Either is
-proof of readiness (workloads.md), so the check needs no guess of the image's generation, and a wrong
+proof of readiness (shared/domain/workloads.md), so the check needs no guess of the image's generation, and a wrong
 CUZK_MEMORY_MODEL cannot leave it waiting forever. The probes themselves are the core's (readiness.py),
 and so are the ports they name (``ReadyCheck.ports()``: listen and status_listen): the core checks them free
 before the daemon starts and counts an answer only from the daemon's own listener (ports.py). The addresses

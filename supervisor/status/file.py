@@ -40,8 +40,9 @@ from ..state.files import Rewrites, StateFileError, load_json, save_json
 from ..text import Log
 from .model import Snapshot, shape_problem
 
-# status.json is rewritten at once on every change, up to PERSIST_BURST times in PERSIST_WINDOW_S; past
-# that (a service restarting in a tight loop) the changes are coalesced into one write per window.
+# status.json is rewritten at once on every batch of changes (the Observers' one call at the end of the loop's
+# turn), up to PERSIST_BURST times in PERSIST_WINDOW_S; past that (a service restarting in a tight loop) the
+# batches are coalesced into one write per window.
 PERSIST_BURST = 20
 PERSIST_WINDOW_S = 1.0
 # A status.json bigger than this is not one we wrote (what is persisted is capped far below it).
@@ -56,7 +57,7 @@ def persist(path: Path, snapshot: Snapshot) -> None:
 class StateFile:
     """Keeps status.json up to date without letting it cost the lifecycle anything.
 
-    Every change is written at once, and a phase reaching a final state always is (what a
+    Every batch of changes is written at once, and a phase reaching a final state always is (what a
     SIGKILL right after it leaves for ``status`` must say how the phase ended); but past
     ``PERSIST_BURST`` writes in ``PERSIST_WINDOW_S`` the other changes wait for the window to
     pass and go out as one write (a service restarting in a loop would otherwise fsync it

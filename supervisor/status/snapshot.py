@@ -29,6 +29,7 @@ import psutil
 from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, PhaseState, Timeline
 from ..state.files import SUPERVISOR_LOG, child_log_name
 from ..text.ansi import plain
+from ..text.show import summary
 from .model import (
     ChildStatus,
     DeadlineTimer,
@@ -470,7 +471,7 @@ def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, 
         try:
             added.update(provider())
         except Exception as exc:
-            added["status_error"] = f"{type(exc).__name__}: {exc}"
+            added["status_error"] = summary(exc)
     return added
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from ..engine.loop import EventLoop, Timer
 from ..state import files as state_files
 from ..text import Log
+from ..text.show import summary
 from .file import snapshot_problem
 from .model import Snapshot
 
@@ -134,7 +135,7 @@ class StatusServer:
             data = json.dumps(self._build().to_json(), default=str).encode() + b"\n"
         except Exception as exc:  # (whatever the build raised: the connection closed, the socket kept answering)
             conn.close()
-            self._log(f"status: could not answer a status request: {type(exc).__name__}: {exc}")
+            self._log(f"status: could not answer a status request: {summary(exc)}")
             return
         # What the socket buffer takes now, without waiting: most answers go whole.
         conn.setblocking(False)

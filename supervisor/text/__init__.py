@@ -1,5 +1,5 @@
-"""Text as the supervisor shows it: sizes and digits (units.py), terminal escapes (ansi.py), secrets masked
-(redact.py), and stdout/stderr that may be closed or full (stdio.py).
+"""Text as the supervisor shows it: a value in a line (show.py, the one way), sizes and digits (units.py),
+terminal escapes (ansi.py), secrets masked (redact.py), and stdout/stderr that may be closed or full (stdio.py).
 """
 
 from collections.abc import Callable

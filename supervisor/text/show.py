@@ -14,6 +14,7 @@ A value may be anything (a config's string with a newline in it, a manager's ans
 - ``escaped``: every character of a text that does not print written as its escape (``logged``'s, and a
   child's line in ``status``: ansi.plain);
 - ``one_line``: a why of any size (an exception's text, an answer) as words on one line, cut;
+- ``summary``: an exception, as a line says it: its type and the first line of its message;
 - ``shown_bytes``: bytes a peer sent (an HTTP answer's body) decoded leniently, escaped where they do not
   print, the first of them only;
 - ``cut``: the one way a text is cut to a length, with a mark where it was;
@@ -77,6 +78,12 @@ def one_line(text: object, limit: int, mark: str = CUT_MARK) -> str:
     """``text`` (any object, as ``str()`` writes it) as words on one line (every run of white space, a newline
     among them, made one space), at most ``limit`` characters."""
     return cut(" ".join(str(text).split()), limit, mark)
+
+
+def summary(exc: BaseException) -> str:
+    """The exception on one line: its type and the first line of its message."""
+    text = str(exc).strip().split("\n", 1)[0]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def shown_bytes(data: bytes, limit: int = SHOWN_CHARS) -> str:

@@ -1,7 +1,7 @@
-"""cuzk-bench output as it really comes: the workloads.md shape and the stand-in's own output.
+"""cuzk-bench output as it really comes: the shared/domain/workloads.md shape and the stand-in's own output.
 
 tests/test_manager.py covers the parser's rules on a hand-written sample; here the input is what the
-programs print: the summary exactly as workloads.md shows it (with its ``…`` placeholders and em
+programs print: the summary exactly as shared/domain/workloads.md shows it (with its ``…`` placeholders and em
 dashes), the stand-in's ``summary()`` lines, and the stand-in cuzk-bench run against a real stand-in
 cuzk-daemon, which EXITS 0 EVEN WHEN PROOFS FAILED.
 """
@@ -27,7 +27,7 @@ from supervisor.exits import EXIT_FAILURE
 from supervisor.prover.bench import BenchParser, SingleProofParser
 from supervisor.prover.standins.cuzk_bench import Result, proof_line, result_block, summary
 
-# workloads.md, §2, verbatim (the "…" are in the document).
+# shared/domain/workloads.md, §2, verbatim (the "…" are in the document).
 WORKLOADS_SUMMARY = """\
 === Batch Summary ===
 total time:    1834.2s

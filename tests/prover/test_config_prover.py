@@ -216,8 +216,8 @@ def test_min_rate_from_environment_accepted() -> None:
 
 @pytest.mark.parametrize(("environ", "manager"), [({"MIN_RATE": "0"}, ""), ({}, "[manager]\nmin_rate = 0\n")])
 def test_a_min_rate_of_0_is_the_managers_50(environ: dict[str, str], manager: str) -> None:
-    # manager-api.md: "min_rate <= 0 means 50". Taken as 0, the bench gate and the min_rate cut passed every bench
-    # until the row was read, while the manager judged it by 50.
+    # shared/domain/manager-api.md: "min_rate <= 0 means 50". Taken as 0, the bench gate and the min_rate cut passed
+    # every bench until the row was read, while the manager judged it by 50.
     plan = parse(MINIMAL + manager, environ, PLUGIN)
     assert plan.extensions["manager"]["min_rate"] == 50.0
 

@@ -37,7 +37,7 @@ def fleet(body: str, environ: dict[str, str] | None = None) -> dict[str, object]
 
 def test_the_files_min_rate_wins_over_the_environment() -> None:
     assert fleet("[manager]\nmin_rate = 3\n", {"MIN_RATE": "9"})["min_rate"] == 3.0
-    # 0 is the file's, and the manager reads it as 50 (manager-api.md: "min_rate <= 0 means 50"): so do we.
+    # 0 is the file's, and the manager reads it as 50 (shared/domain/manager-api.md): so do we.
     assert fleet("[manager]\nmin_rate = 0\n", {"MIN_RATE": "9"})["min_rate"] == DEFAULT_MIN_RATE
     # $MIN_RATE is not read at all when the file says: an unreadable one is no error then.
     assert fleet("[manager]\nmin_rate = 3\n", {"MIN_RATE": "abc"})["min_rate"] == 3.0

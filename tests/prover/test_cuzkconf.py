@@ -1,6 +1,6 @@
 """cuzk.toml generation (supervisor.prover.cuzkconf): every memory-sized value derived from the memory available.
 
-Figures from workloads.md: the unified memory manager needs about 70 GiB baseline + 13.6 GiB per
+Figures from shared/domain/workloads.md: the unified memory manager needs about 70 GiB baseline + 13.6 GiB per
 partition in flight; partition-workers builds peak at about 69 + 20 × pw GiB. The budget is what is
 available minus the safety margin. The seeds' instance ran ``partition_workers = 10`` on 125 GB
 (≈ 269 GiB wanted) and was OOM-killed: such a value is refused, with both numbers.
@@ -57,7 +57,7 @@ def test_the_generated_tables_are_those_an_override_may_not_replace(model: str) 
 @pytest.mark.parametrize("indices", [(0,), (0, 1)])
 def test_unified_budget_and_concurrency(available_gib: int, partitions: int, proofs: int,
                                         indices: tuple[int, ...]) -> None:
-    assert partitions == unified_expected(available_gib)  # the table above is the workloads.md formula
+    assert partitions == unified_expected(available_gib)  # the table above is the shared/domain/workloads.md formula
     assert proofs == proofs_expected(available_gib)
     gen = generate(settings(), available_gib * GIB, gpus(*indices))
     budget_gib = available_gib - 5

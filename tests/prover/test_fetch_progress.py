@@ -140,8 +140,8 @@ def one_file_fetch(tmp_path: Path, gateway: Any, how: str, mib: int, rate: str) 
 @pytest.mark.parametrize("how", ["simulated", "aria2c"])
 def test_the_readout_reaches_a_pipe_in_one_burst_when_the_file_is_done(tmp_path: Path, gateway: Any,
                                                                        how: str) -> None:
-    # The real aria2c's readout into a pipe is block-buffered (production.md); the stand-in's must be too, or the
-    # supervisor is tested against a kinder program than the one it meets.
+    # The real aria2c's readout into a pipe is block-buffered (shared/domain/production.md); the stand-in's must be
+    # too, or the supervisor is tested against a kinder program than the one it meets.
     env = one_file_fetch(tmp_path, gateway, how, 3, "1MiB")
     proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -123,7 +123,7 @@ _MISMATCH = ("2026-12-01T14:44:00.100Z\tERROR\tparamfetch\tfastparamfetch/paramf
 
 
 def test_a_file_fetched_again_after_its_check_failed_counts_once() -> None:
-    # paramfetch deletes a file whose digest mismatches and fetches it once more (workloads.md): its bytes
+    # paramfetch deletes a file whose digest mismatches and fetches it once more (shared/domain/workloads.md): its bytes
     # are not done twice, or the attempt's progress passes the files' total while one is still missing.
     result = parsed("paramfetch",
         "[#00000a 4.0MiB/4.0MiB(100%)]\n"

@@ -360,7 +360,8 @@ def test_a_call_queued_while_a_forgotten_uuid_is_looked_up_stands_alone_under_th
 
 
 def test_a_rows_min_rate_of_0_or_less_is_the_managers_50() -> None:
-    # manager-api.md: "min_rate <= 0 means 50": a row holding 0 is judged by 50, so the cut and the gate judge so.
+    # shared/domain/manager-api.md: "min_rate <= 0 means 50": a row holding 0 is judged by 50, so the cut and the gate
+    # judge so.
     assert row_min_rate(Row("u", "registered", extra={"min_rate": 0.0})) == 50.0
     assert row_min_rate(Row("u", "registered", extra={"min_rate": 12.5})) == 12.5
     assert row_min_rate(Row("u", "registered")) is None

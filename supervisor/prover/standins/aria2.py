@@ -1,5 +1,5 @@
 """What aria2c prints and leaves beside a file, for the paramfetch stand-in where the real one is not installed
-(measured with aria2 1.36.0, stdout a pipe; production.md): the readout line, the coloured NOTICE, the
+(measured with aria2 1.36.0, stdout a pipe; shared/domain/production.md): the readout line, the coloured NOTICE, the
 ``<file>.aria2`` control file kept while the file is incomplete (here: the offset reached, as text; the real
 one is binary), the preallocation, and how its output reaches a pipe: the NOTICE lines at once, the readouts
 block-buffered (``Readouts``), so a supervisor reading the pipe sees nothing of them until the buffer fills

@@ -45,6 +45,7 @@ from supervisor.config import (
     parse_plan,
     parse_signal,
 )
+from supervisor.text.show import shown
 from supervisor.text.units import MAX_SIZE
 
 PROG = "prover-supervisor"
@@ -471,6 +472,12 @@ BAD_CONFIGS = [
       "the termination log, a file", id="termination-log-a-directory"),
     P('[cuzk]\nconfig_path = "/tmp"\n' + MARK_PHASE, "cuzk.config_path: '/tmp' is a directory; give the path of "
       "cuzk.toml, a file", id="cuzk-config-path-a-directory"),
+    # A device, a FIFO or a socket there was replaced by cuzk.toml (a rename over it: /dev/null itself, as root), or
+    # hung the termination log's write.
+    P(sup_section('termination_log = "/dev/null"'), "supervisor.termination_log: '/dev/null' is not a regular file "
+      "(a device, a FIFO or a socket)", id="termination-log-a-device"),
+    P('[cuzk]\nconfig_path = "/dev/null"\n' + MARK_PHASE, "cuzk.config_path: '/dev/null' is not a regular file",
+      id="cuzk-config-path-a-device"),
     P('[cuzk]\nconfig_path = "/etc/passwd/cuzk/cuzk.toml"\n' + MARK_PHASE, "cuzk.config_path: "
       "'/etc/passwd/cuzk/cuzk.toml' is under '/etc/passwd', which is a file, not a directory",
       id="cuzk-config-path-under-a-file"),
@@ -564,6 +571,46 @@ def test_bad_config_cli_check_and_run_exit_2_and_start_nothing(body: str, expect
     assert not (tmp_path / "marker").exists(), "a phase command ran although the config is bad"
     assert not (tmp_path / "state").exists(), "state_dir was created although the config is bad"
     assert not (tmp_path / "logs").exists(), "log_dir was created although the config is bad"
+
+
+@pytest.mark.parametrize(("table", "target", "own"), [
+    ("supervisor", "state/status.json", "status.json"),
+    ("supervisor", "logs/supervisor.log", "supervisor.log"),
+    ("cuzk", "state/supervisor.lock", "supervisor.lock"),  # (replaced, it let a second supervisor run beside)
+    ("cuzk", "state/outbox.sqlite3-wal", "outbox.sqlite3"),  # (replaced, the pending calls were lost)
+    ("cuzk", "state/.resume.json.123.tmp", "resume.json"),
+    ("cuzk", "state/given-up.json.C.1", "given-up.json"),
+    ("cuzk", "linked/first-seen.json", "first-seen.json"),  # state_dir by another name
+])
+def test_a_file_the_supervisor_writes_is_never_one_of_its_own(table: str, target: str, own: str,
+                                                              tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "state")
+    path = tmp_path / target
+    key = "termination_log" if table == "supervisor" else "config_path"
+    body = (sup_section(f"{key} = {toml_str(str(path))}") if table == "supervisor"
+            else f"[cuzk]\n{key} = {toml_str(str(path))}\n" + MARK_PHASE)
+    config = render(body, tmp_path)
+    for result in cli_both(config).values():
+        assert_one_line_error(result, f"{PROG}: {config}: {table}.{key}: {shown(str(path))} is the supervisor's own "
+                                      f"{own}; give ")
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("table", ["supervisor", "cuzk"])
+def test_a_file_the_supervisor_writes_is_never_the_config_itself(table: str, tmp_path: Path) -> None:
+    """A failure's termination log written over the config left it holding one verdict line, and the next start
+    refused it as not TOML."""
+    config = tmp_path / "bad.toml"
+    key = "termination_log" if table == "supervisor" else "config_path"
+    body = (sup_section(f"{key} = {toml_str(str(config))}") if table == "supervisor"
+            else f"[cuzk]\n{key} = {toml_str(str(config))}\n" + MARK_PHASE)
+    assert render(body, tmp_path) == config
+    text = config.read_text()
+    for result in cli_both(config).values():
+        assert_one_line_error(result, f"{PROG}: {config}: {table}.{key}: {shown(str(config))} is the config file "
+                                      "itself; give ")
+    assert config.read_text() == text and not (tmp_path / "marker").exists()
 
 
 def test_unset_var_message_names_variable_and_suggests_default() -> None:

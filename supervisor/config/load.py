@@ -45,7 +45,7 @@ from .tables import (
     kinds_of,
     with_kinds,
 )
-from .values import ASIDE_CHARS, EnvText, check_state_dir, join_key, named
+from .values import ASIDE_CHARS, EnvText, check_not_owned, check_state_dir, join_key, named
 
 # The file itself: a config is a few KiB; more is a mistake (or /dev/zero) and is never read whole.
 MAX_CONFIG_BYTES = 1 << 20
@@ -64,7 +64,7 @@ def load_plan(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None =
     ``plugin`` None (or supervisor/plugin.py ``NO_PLUGIN``): the generic supervisor, nothing added."""
     environ = os.environ if environ is None else environ
     text, source = _config_text(path, plugin)
-    return parse_plan(text, source, environ, plugin)
+    return parse_plan(text, source, environ, plugin, os.fspath(path) if path is not None else None)
 
 
 def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None = None,
@@ -174,12 +174,14 @@ def _shown_path(path: str | os.PathLike[str]) -> str:
 # ---------------------------------------------------------------- TOML and ${VAR}
 
 
-def parse_plan(text: str, source: str, environ: Mapping[str, str], plugin: ConfigPlugin | None = None) -> Plan:
+def parse_plan(text: str, source: str, environ: Mapping[str, str], plugin: ConfigPlugin | None = None,
+               config_file: str | None = None) -> Plan:
+    """``text``, read from ``config_file`` (None: a built-in profile), as a Plan; errors name ``source``."""
     raw = _toml(text, source)
     env_keys: dict[str, str] = {}  # the place of a key read whole from ${VAR} → VAR (Plan.env_keys)
     try:
         raw = _expand(raw, "", environ, env_keys)
-        plan = _plan(raw, source, environ, plugin if plugin is not None else _NOTHING)
+        plan = _plan(raw, source, environ, plugin if plugin is not None else _NOTHING, config_file)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}{_from_variable(str(exc), env_keys)}") from None
     except RecursionError:  # a safety net: _expand bounds the nesting before this can happen
@@ -273,7 +275,8 @@ def _not_a_reference(value: str, at: int, where: str) -> NoReturn:
 # ---------------------------------------------------------------- assembling the plan
 
 
-def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: ConfigPlugin) -> Plan:
+def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: ConfigPlugin,
+          config_file: str | None) -> Plan:
     """The tables in a fixed order: [supervisor], [manager], the plugin's own, then the phases, whose
     kind keys may name what the plugin's tables configure (``ready = "cuzk"``)."""
     sections = {name: parse for name, parse in plugin.sections.items() if name not in CORE_TABLES}
@@ -285,6 +288,8 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
             raise ConfigError(f"{join_key('', key)}: unknown top-level key{home or f' (expected {tables})'}")
     values, extensions = _table(raw.get("supervisor", {}), "supervisor", SUPERVISOR_KEYS, plugin, environ, places)
     sup = SupervisorSpec(**values)
+    check_not_owned(sup.termination_log, "supervisor.termination_log", "the termination log", sup.state_dir,
+                    sup.log_dir, config_file)
     manager = _manager(raw.get("manager", {}), environ, plugin, extensions, places)
     settings = MappingProxyType({name: parse(raw[name], sup) for name, parse in sections.items() if name in raw})
     kinds = kinds_of(plugin, settings)
@@ -299,7 +304,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     check_log_names(phases)
     check_ports(phases, sup.http_port)
     check_reports(phases, kinds.reports)
-    plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions))
+    plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions), config_file=config_file)
     check_prepares(plan, plugin)
     for rule in plugin.plan_rules:
         rule(plan)

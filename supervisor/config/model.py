@@ -217,3 +217,5 @@ class Plan:
     # A key whose whole value is one ${VAR} (or ${VAR:-default}): its place → the variable ("supervisor.require_gpus"
     # → "PROVER_REQUIRE_GPUS"), so that a refusal can say which knob to turn rather than which key to edit.
     env_keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The file the plan was read from (None: a built-in profile, a text): what the supervisor writes never replaces it.
+    config_file: str | None = None

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..state.files import STATUS_SOCKET
+from ..state.files import STATUS_SOCKET, own_file
 from ..text.show import cut, shown
 from ..text.units import MIB, is_ascii_digits, parse_size
 from .model import ConfigError, ReadyCheck
@@ -127,17 +127,39 @@ def absolute_path(why: str) -> Checker:
 
 
 def check_file_to_write(path: str, where: str, what: str) -> str:
-    """``path``, where ``what`` is written as a file: not an existing directory, and not under a file (its nearest
-    existing parent is a directory), found now rather than when the write fails, maybe hours into the run. What
-    cannot be looked at (no permission) is left to the write."""
+    """``path``, where ``what`` is written as a file: not an existing directory or other file that is not a regular
+    one (a FIFO, a device, a socket: written over, /dev/null would be replaced, a FIFO would hang the write), and
+    not under a file (its nearest existing parent is a directory), found now rather than when the write fails,
+    maybe hours into the run. What cannot be looked at (no permission) is left to the write."""
     if os.path.isdir(path):
         raise ConfigError(f"{where}: {shown(path)} is a directory; give the path of {what}, a file")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ConfigError(f"{where}: {shown(path)} is not a regular file (a device, a FIFO or a socket), which "
+                          f"writing {what} would replace or hang on; give {what} a path of its own")
     parent = os.path.dirname(path)
     while parent and parent != os.path.dirname(parent) and not os.path.lexists(parent):
         parent = os.path.dirname(parent)
     if parent and os.path.exists(parent) and not os.path.isdir(parent):
         raise ConfigError(f"{where}: {shown(path)} is under {shown(parent)}, which is a file, not a directory")
     return path
+
+
+def check_not_owned(path: str, where: str, what: str, state_dir: str, log_dir: str, config_file: str | None) -> None:
+    """``path``, where the supervisor writes ``what``, is none of the files it keeps (state_dir's, its
+    supervisor.log: state_files.own_file) nor the config file it runs from: written over, the lock would let a
+    second supervisor in, the outbox would lose its calls, the config would hold a verdict line."""
+    own = own_file(state_dir, log_dir, path)
+    if own is not None:
+        raise ConfigError(f"{where}: {shown(path)} is the supervisor's own {own}; give {what} a path of its own")
+    if config_file is not None and os.path.exists(path) and _same_file(path, config_file):
+        raise ConfigError(f"{where}: {shown(path)} is the config file itself; give {what} a path of its own")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def check_state_dir(value: Any, where: str) -> str:

@@ -26,12 +26,14 @@ from ..config import (
     ConfigError,
     EnvText,
     Key,
+    Plan,
     ReadyCheck,
     SupervisorSpec,
     absolute_path,
     check_arg,
     check_bool,
     check_file_to_write,
+    check_not_owned,
     check_number,
     check_seconds,
     check_size,
@@ -222,6 +224,16 @@ FLEET_KEYS = {
 
 # [supervisor]: fitness: free bytes the parameter cache needs (less what it already holds; plugin.py param_disk).
 PARAM_DISK_KEYS = {"min_param_disk": Key(check_size)}
+
+
+def cuzk_config_is_its_own(plan: Plan) -> None:
+    """cuzk.toml is written over whatever is at config_path: never one of the supervisor's own files (its lock,
+    its outbox) nor the config file the plan was read from."""
+    settings = plan.sections.get(SECTION)
+    if settings is not None:
+        sup = plan.supervisor
+        check_not_owned(settings.config_path, f"{SECTION}.config_path", "cuzk.toml", sup.state_dir, sup.log_dir,
+                        plan.config_file)
 
 
 def fleet_rules(v: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
   ``settles``: ``cuzk-pce``, the warm-up's daemon kept until its background PCE extraction ends (hooks.py);
 - ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
 - ``plan_rules``: bench-done needs cuzk-bench's parser; a [production] without [cuzk] reads curio's metrics;
+  cuzk.toml is never written over the supervisor's own files or the config;
 - ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);
 - ``fitness``: what cuzk.toml generation needs, on the memory the phase may have (below);
 - ``disk_needs``: ``min_param_disk`` under the parameter cache ([cuzk] param_cache, else
@@ -40,7 +41,7 @@ from ..plugin import Plugin
 from ..state.firstseen import AFTER_FETCH_CLOCK
 from ..wiring import Wiring
 from . import benchlimits, cuzkconf, fleet, production
-from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_section, fleet_rules
+from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_config_is_its_own, cuzk_section, fleet_rules
 from .fleet import BENCH_DONE
 from .hooks import BENCH_PARSER, CUZK_CONFIG, PARSERS, PCE_HOOK, PCE_SETTLE, make_cuzk_config
 from .ready import KIND as CUZK_READY
@@ -145,7 +146,7 @@ PLUGIN = Plugin(
     settles=MappingProxyType({PCE_SETTLE: PCE_HOOK}),
     ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),
     reports=MappingProxyType({BENCH_DONE: "done"}),
-    plan_rules=(bench_done_carries_a_rate, production_reads_something),
+    plan_rules=(bench_done_carries_a_rate, production_reads_something, cuzk_config_is_its_own),
     reasons=REASONS,
     fitness=(cuzk_toml_fits,),
     disk_needs=(param_disk,),

@@ -38,9 +38,26 @@ GIVEN_UP = "given-up.json"  # this instance was given up: a later start does not
 FIRST_SEEN = "first-seen.json"  # the instance's clocks: first start, registration, the manager's times (firstseen.py)
 
 
+# Every name above: state_dir's own files. What grows beside one is its own too (the outbox's -wal and -shm, a
+# write's .<name>.<pid>.tmp, a set-aside given-up.json.<label>).
+OWN_FILES = (LOCK, STATUS_FILE, STATUS_SOCKET, OUTBOX, CGROUP_LEDGER, RESUME, GIVEN_UP, FIRST_SEEN)
+
+
 def path(state_dir: str | Path, name: str) -> Path:
     """``name`` (one of the constants above) under ``state_dir``."""
     return Path(state_dir) / name
+
+
+def own_file(state_dir: str | Path, log_dir: str | Path, target: str | Path) -> str | None:
+    """Which of the supervisor's own files ``target`` is (or grows from), in state_dir or log_dir (its
+    supervisor.log); None: none of them. Symbolic links in the directories are followed."""
+    name, folder = os.path.basename(target), os.path.realpath(os.path.dirname(os.path.abspath(target)))
+    if folder == os.path.realpath(log_dir) and name == SUPERVISOR_LOG:
+        return SUPERVISOR_LOG
+    if folder != os.path.realpath(state_dir):
+        return None
+    bare = name[1:] if name.startswith(".") else name  # (a write's temporary copy)
+    return next((own for own in OWN_FILES if bare == own or bare.startswith((f"{own}.", f"{own}-"))), None)
 
 
 # ---------------------------------------------------------------- log_dir

@@ -986,8 +986,9 @@ def test_variable_expansion_everywhere() -> None:
     assert sup.log_dir == "/tmp/logs"
     assert sup.env["GLOBAL"] == "/srv"
     child = plan.phases[0].command
-    # a set variable wins over its default, even when it is set to the empty string
-    assert child.command == ("fetch", "64GiB", "32GiB", "cost=$5", "${SIZE}", "", "")
+    # a set variable wins over its default, but an empty one is as unset (as a shell's and docker compose's
+    # ${VAR:-default}): a template's empty field must not turn a program's name into ""
+    assert child.command == ("fetch", "64GiB", "32GiB", "cost=$5", "${SIZE}", "x", "")
     assert child.cwd == "/srv/work"
     assert child.env["AUTH"] == "Bearer s3cr3t"
     assert child.env["LITERAL"] == "$HOME"

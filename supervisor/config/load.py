@@ -249,10 +249,14 @@ def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
         name, default = match.group(1), match.group(2)
         if name is None or (default is not None and "${" in default):  # (no reference within a default either)
             _not_a_reference(value, match.start(), where)
-        if name in environ:
+        # As a shell's (and docker compose's) ${VAR:-default}: the default stands for a variable unset or empty
+        # (a template's empty field, -e CUZK_BENCH_BIN=, ran `exec ""` and gave the instance up).
+        if environ.get(name):
             return environ[name]
         if default is not None:
             return default
+        if name in environ:
+            return ""
         raise ConfigError(f"{where}: ${{{name}}} is not set in the environment (give a default: ${{{name}:-…}})")
 
     # No ${VAR} ends after the last "}", so only "$$" is left to undo there. Cutting the text at it keeps this

@@ -374,6 +374,8 @@ BAD_CONFIGS = [
     P(bad_phase("backoff_factor = 1e300", kind="service"), "phases[1] (b).backoff_factor: must be at most",
       id="backoff-factor-huge"),
     P("[manager]\nmin_rate = -1\n" + MARK_PHASE, "manager.min_rate:", id="min-rate-negative"),
+    P("[manager]\nmin_rate = 1e300\n" + MARK_PHASE, "manager.min_rate: must be at most 1e+06 proofs/hour",
+      id="min-rate-no-bench-passes"),
     # -- seconds: every *_s key is bounded
     P(bad_phase("timeout_s = 2200000"), "phases[1] (b).timeout_s: must be at most 864000 seconds",
       id="timeout-25-days"),
@@ -389,6 +391,16 @@ BAD_CONFIGS = [
       "manager.log_push_interval_s: must be at least 0.1 seconds", id="log-push-interval-tiny"),
     P("[production]\nwatch_s = 0.001\n" + MARK_PHASE, "production.watch_s: must be at least 0.2 seconds",
       id="watch-s-tiny"),
+    # -- a deadline and a window have the timeouts' floor: timeout_s = 1e-9 killed its command at once
+    P(bad_phase("timeout_s = 1e-9"), "phases[1] (b).timeout_s: must be at least 0.1 seconds", id="timeout-tiny"),
+    P(bad_phase('progress_path = "/p"\nprogress_total = "1GiB"\nprogress_deadline_s = 1e-320'),
+      "phases[1] (b).progress_deadline_s: must be at least 0.1 seconds", id="progress-deadline-tiny"),
+    P(bad_phase('progress_path = "/p"\nprogress_total = "1GiB"\nprogress_window_s = 0.01'),
+      "phases[1] (b).progress_window_s: must be at least 0.1 seconds", id="progress-window-tiny"),
+    P("[manager]\nbench_deadline_s = 0.001\n" + MARK_PHASE, "manager.bench_deadline_s: must be 0 (no such clock) or "
+      "at least 0.1 seconds", id="bench-deadline-tiny"),
+    P("[production]\nproof_failure_window_s = 1e-9\n" + MARK_PHASE, "production.proof_failure_window_s: must be at "
+      "least 0.1 seconds", id="proof-window-tiny"),
     # -- curio's metrics URL is read as a ready probe's http(s) URL: "nope" passed check, and every reading failed
     P('[production]\ncurio_metrics = "nope"\n' + MARK_PHASE, "production.curio_metrics: 'nope' must be an http:// or "
       "https:// URL with a host", id="curio-metrics-not-a-url"),

@@ -103,10 +103,12 @@ from .values import (
 # closer watch. ``check`` refuses less with one line naming the key.
 LOG_PUSH_INTERVAL_MIN_S = 0.1
 STALL_MIN_S = 1.0
-# The shortest wait a timeout may set (an exec, a readiness wait, a manager call's connect or read): each takes
-# milliseconds on a healthy machine, more under load, and a shorter timeout fails every one of them.
+# The shortest wait a timeout may set (an exec, a readiness wait, a manager call's connect or read, a phase's
+# deadline): each takes milliseconds on a healthy machine, more under load, and a shorter timeout fails every
+# one of them (timeout_s = 1e-9 killed its command at once). A window a figure is judged over has the same floor.
 TIMEOUT_MIN_S = 0.1
-_TIMEOUT_FLOOR = (TIMEOUT_MIN_S, "a shorter wait fails on a healthy machine")
+TIMEOUT_FLOOR = (TIMEOUT_MIN_S, "a shorter wait fails on a healthy machine")
+WINDOW_FLOOR = (TIMEOUT_MIN_S, "a shorter window holds nothing to judge by")
 
 
 def bounded_seconds(at_least: tuple[float, str] | None = None,
@@ -168,8 +170,8 @@ _CHILD_KEYS = {
     "stop_signal": Key(check_stop_signal, int(signal.SIGTERM)),
     "stop_grace_s": Key(check_seconds),
     "ready": Key(ready_checker()),
-    "ready_timeout_s": Key(bounded_seconds(_TIMEOUT_FLOOR), DEFAULT_READY_TIMEOUT_S),
-    "exec_wait_s": Key(bounded_seconds(_TIMEOUT_FLOOR, (MAX_EXEC_WAIT_S, "the supervisor's loop is held for the "
+    "ready_timeout_s": Key(bounded_seconds(TIMEOUT_FLOOR), DEFAULT_READY_TIMEOUT_S),
+    "exec_wait_s": Key(bounded_seconds(TIMEOUT_FLOOR, (MAX_EXEC_WAIT_S, "the supervisor's loop is held for the "
                                                                          "whole wait")), DEFAULT_EXEC_WAIT_S),
     "log_source": Key(_name),
 }
@@ -185,7 +187,7 @@ PHASE_KEYS = {
     "kind": Key(one_of(*PHASE_KINDS), "oneshot"),
     **_CHILD_KEYS,
     "daemons": Key(lambda v, w: v, ()),
-    "timeout_s": Key(_optional(_positive_seconds)),
+    "timeout_s": Key(_optional(bounded_seconds(TIMEOUT_FLOOR))),
     "retries": Key(whole_number(0, MAX_RETRIES)),
     "retry_while_progressing": Key(check_bool, False),
     "restart": Key(one_of(*RESTART_POLICIES)),
@@ -199,8 +201,8 @@ PHASE_KEYS = {
     "stall_s": Key(_optional(bounded_seconds((STALL_MIN_S, "a shorter silence is no stall")))),
     "progress_path": Key(absolute_path("the child writes it from its cwd, the supervisor watches it from its own")),
     "progress_total": Key(check_size),
-    "progress_deadline_s": Key(_optional(_positive_seconds)),
-    "progress_window_s": Key(_positive_seconds, DEFAULT_PROGRESS_WINDOW_S),
+    "progress_deadline_s": Key(_optional(bounded_seconds(TIMEOUT_FLOOR))),
+    "progress_window_s": Key(bounded_seconds(WINDOW_FLOOR), DEFAULT_PROGRESS_WINDOW_S),
     "min_memory": Key(check_size),
     "memory_max": Key(check_memory_max),
     "memory_warn": Key(_optional(check_warn_fraction)),  # None: [supervisor] memory_warn
@@ -224,8 +226,8 @@ MANAGER_KEYS = {
     "label": Key(_string),
     "token_env": Key(_env_name),
     "events_url": Key(_optional(_url)),
-    "connect_timeout_s": Key(bounded_seconds(_TIMEOUT_FLOOR), DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
-    "read_timeout_s": Key(bounded_seconds(_TIMEOUT_FLOOR), DEFAULT_MANAGER_READ_TIMEOUT_S),
+    "connect_timeout_s": Key(bounded_seconds(TIMEOUT_FLOOR), DEFAULT_MANAGER_CONNECT_TIMEOUT_S),
+    "read_timeout_s": Key(bounded_seconds(TIMEOUT_FLOOR), DEFAULT_MANAGER_READ_TIMEOUT_S),
     "log_push_interval_s": Key(bounded_seconds((LOG_PUSH_INTERVAL_MIN_S, "more often is a flood of pushes")),
                                DEFAULT_LOG_PUSH_INTERVAL_S),
     "log_backlog_bytes": Key(whole_number(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),

@@ -47,6 +47,7 @@ from ..config import (
     whole_number,
     written,
 )
+from ..config.tables import TIMEOUT_FLOOR, TIMEOUT_MIN_S
 from ..text.show import shown
 from .cuzkconf import GENERATED_TABLES, MEMORY_MODELS, CuzkSettings, cuzk_address, status_address
 
@@ -66,6 +67,8 @@ _OWN_KEYS = {("daemon", "listen"): ("listen", "the ready probe and CUZK_ADDR"),
              ("srs", "param_cache"): ("param_cache", "the fitness checks of min_param_disk")}
 
 DEFAULT_MIN_RATE = 50.0
+# A min_rate (or a rate) the manager could hold: proofs per hour.
+MIN_RATE_MAX = 1e6
 # How long production waits for the manager's verdict on the benchmark before it starts anyway.
 DEFAULT_BENCH_GATE_S = 300.0
 # The manager kills a row still in params_done 45 min after its param_done_at ("benchmark timeout (45min)"):
@@ -207,13 +210,25 @@ def check_rate(value: Any, where: str) -> float:
     number = check_number(value, where)
     if number < 0:
         raise ConfigError(f"{where}: must be >= 0 proofs/hour, got {written(value)}")
+    if number > MIN_RATE_MAX:  # (no bench passes it: the instance would be given up after its whole fetch)
+        raise ConfigError(f"{where}: must be at most {MIN_RATE_MAX:g} proofs/hour (what the manager holds), got "
+                          f"{written(value)}")
+    return number
+
+
+def check_clock(value: Any, where: str) -> float:
+    """A deadline that 0 turns off (bench_deadline_s): else at least TIMEOUT_MIN_S, as every wait."""
+    number = check_seconds(value, where)
+    if 0 < number < TIMEOUT_MIN_S:
+        raise ConfigError(f"{where}: must be 0 (no such clock) or at least {TIMEOUT_MIN_S:g} seconds "
+                          f"({TIMEOUT_FLOOR[1]}), got {written(value)}")
     return number
 
 
 FLEET_KEYS = {
     "min_rate": Key(check_rate),  # None: $MIN_RATE, else DEFAULT_MIN_RATE
     "bench_gate_s": Key(check_seconds, DEFAULT_BENCH_GATE_S),
-    "bench_deadline_s": Key(check_seconds, DEFAULT_BENCH_DEADLINE_S),
+    "bench_deadline_s": Key(check_clock, DEFAULT_BENCH_DEADLINE_S),
     # A failure before production sends bench-done with rate 0: the manager destroys the instance now.
     "give_up_on_failure": Key(check_bool),
     "report_bench_failure": Key(check_bool),  # the old name of give_up_on_failure, still accepted

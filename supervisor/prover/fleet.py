@@ -36,7 +36,7 @@ from ..manager.answers import AnswerError, answered
 from ..manager.client import Answer, ManagerClient, TransientError
 from ..text import Log
 from ..wiring import CallKind, Payload, RowFields
-from .configkeys import DEFAULT_MIN_RATE
+from .configkeys import DEFAULT_MIN_RATE, MIN_RATE_MAX
 from .gate import BenchGate
 
 if TYPE_CHECKING:
@@ -51,8 +51,6 @@ REASON_MAX_CHARS = 1000
 # The manager keeps runner ids in an SQLite integer column.
 RUNNER_ID_MAX = 2**63 - 1
 RUNNER_ID_MAX_DIGITS = len(str(RUNNER_ID_MAX))
-# A min_rate (or a rate) the manager could hold: proofs per hour.
-MIN_RATE_MAX = 1e6
 # What the fleet protocol adds to the manager's row (shared/domain/manager-api.md): the benchmark's state and its
 # time, the rate the bench reported, the min_rate the label first registered with (read into Row.extra by these names).
 MIN_RATE = "min_rate"

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..config import Key, SupervisorSpec, check_arg, http_url, take, whole_number
-from ..config.tables import bounded_seconds
+from ..config.tables import WINDOW_FLOOR, bounded_seconds
 from ..engine.logs import Unshipped
 from ..engine.offloop import worker_thread
 from ..evidence.watchstate import WatchState, said_error, short
@@ -90,7 +90,6 @@ class ProductionSettings:
 
 # Seconds above 0, held like every other ``*_s`` key (the core's checker: at most MAX_SECONDS, the value in an error
 # cut as every value is shown); text from ${VAR} (the profile's $PROVER_WATCH_S) counts as the number it says.
-_seconds = bounded_seconds()
 _interval = bounded_seconds((WATCH_MIN_S, "how often cuzk is asked"))
 
 
@@ -107,7 +106,7 @@ def _metrics_url(value: Any, where: str) -> str:
 PRODUCTION_KEYS = {
     "watch_s": Key(_interval, ProductionSettings.watch_s),
     "proof_failures": Key(whole_number(1, 100_000), ProductionSettings.proof_failures),
-    "proof_failure_window_s": Key(_seconds, ProductionSettings.proof_failure_window_s),
+    "proof_failure_window_s": Key(bounded_seconds(WINDOW_FLOOR), ProductionSettings.proof_failure_window_s),
     "curio_metrics": Key(_metrics_url, ProductionSettings.curio_metrics),
 }
 

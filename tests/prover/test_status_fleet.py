@@ -32,13 +32,13 @@ def snapshot(state_dir: Path) -> dict[str, Any]:
 
 
 def test_the_ledger_shows_the_bench_done_rate_and_its_passed_false(profile: Runner) -> None:
-    run = profile.run(env=profile.env(MIN_RATE="1000000000"), timeout=90)
+    run = profile.run(env=profile.env(MIN_RATE="1000000"), timeout=90)  # (the most a config may ask)
     assert run.returncode == EXIT_BENCH_REJECTED, run.output[-3000:]
     snap = snapshot(profile.state_dir)
     ledger = snap["manager"]["ledger"]
     (bench,) = [e for e in ledger if e["kind"] == "bench-done"]
     assert bench["state"] == "delivered" and bench["answer"] == {"passed": False}, bench
-    assert 0 < bench["carried"]["rate"] < 1_000_000_000 and bench["attempts"] >= 1, bench
+    assert 0 < bench["carried"]["rate"] < 1_000_000 and bench["attempts"] >= 1, bench
     assert bench["created"] <= bench["finished"], bench
     assert [e["kind"] for e in ledger][:2] == ["register", "param-done"], ledger
     assert all(e["kind"] != "log" for e in ledger), "log pushes crowd the calls out"

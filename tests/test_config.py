@@ -306,6 +306,10 @@ BAD_CONFIGS = [
     # -- ready URLs (on a daemon)
     P(bad_daemon('ready = "ftp://x"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-ftp"),
     P(bad_daemon('ready = "tcp://nohost"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-no-port"),
+    P(bad_daemon('ready = "tcp://h..:80"'), "phases[1] (b).daemons[0] (d).ready: 'tcp://h..:80' must look like "
+      "tcp://host:port", id="ready-tcp-no-host-name"),
+    P(bad_daemon('ready = "http://h..:80/"'), "phases[1] (b).daemons[0] (d).ready: 'http://h..:80/': 'h..' is no "
+      "host name", id="ready-http-no-host-name"),
     P(bad_daemon('ready = "tcp://h:99999"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-port-too-big"),
     P(bad_daemon('ready = "tcp://h:0"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-port-zero"),
     P(bad_daemon('ready = "tcp://:80"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-no-host"),
@@ -1169,6 +1173,9 @@ URL_PASSWORD = "s3cret-pw"
     ("http://h\\@evil", "holds '\\\\'"),
     ("http://h:99999", "Port out of range"), ("http://h:0", "port 0 cannot be connected to"),
     ("http://h:x", "not a valid URL"), ("http://[::1", "not a valid URL"),
+    # A host no connect could reach passed check, and every call failed (LocationParseError) while the phases ran.
+    ("http://h..:1", "'h..' is no host name"), ("http://" + "a" * 64 + ".example", "is no host name"),
+    ("http://" + "a." * 130 + "b:80", "is no host name"), (f"http://u:{URL_PASSWORD}@.h", "'.h' is no host name"),
     ("http://user@h", "a user without a password (user@host) sends no credentials"),
     (f"http://u:{URL_PASSWORD}@h?x", "has a query or fragment"),
     (f"http://u:{URL_PASSWORD}@h:99999", "not a valid URL (Port out of range 0-65535)"),  # (said the password's)
@@ -1196,6 +1203,7 @@ def test_a_nul_in_a_manager_url_is_refused() -> None:
 @pytest.mark.parametrize(("url", "kept"), [
     ("http://127.0.0.1:1235", "http://127.0.0.1:1235"), ("https://mgr.example/api/v1/", "https://mgr.example/api/v1"),
     ("http://[::1]:1235", "http://[::1]:1235"), (f"http://fleet:{URL_PASSWORD}@h:1", f"http://fleet:{URL_PASSWORD}@h:1"),
+    ("http://" + "a" * 63 + ".example.", "http://" + "a" * 63 + ".example."),
     ("http://fleet:p%40ss%2Fword@h", "http://fleet:p%40ss%2Fword@h"), ("HTTP://H:80", "HTTP://H:80"),
 ])
 def test_a_good_manager_url_is_kept(url: str, kept: str) -> None:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from ..text.redact import MASK, shown_url
 from ..text.show import cut, shown
 from .model import ConfigError
-from .values import ASIDE_CHARS, _string, refuse_url_characters
+from .values import ASIDE_CHARS, _string, check_host, refuse_url_characters
 
 
 def _url(value: Any, where: str) -> str:
@@ -39,6 +39,7 @@ def _url(value: Any, where: str) -> str:
         raise ConfigError(f"{where}: {quoted} is not a valid URL ({cut(reason, ASIDE_CHARS)})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}: {quoted} must be an http:// or https:// URL with a host")
+    check_host(parts.hostname, where, quoted)
     if port == 0:
         raise ConfigError(f"{where}: {quoted}: port 0 cannot be connected to")
     if "@" in parts.path:

@@ -54,8 +54,10 @@ _MAX_DIGITS = 30
 _WHOLE_FLOAT_SHOWN = 1e16
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-# A host a probe connects to by name (an address is read by ipaddress): what DNS and /etc/hosts names are made of.
-_HOST_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,253}")
+# A host connected to by name (an address is read by ipaddress): what DNS and /etc/hosts names are made of, each
+# label 1 to 63 characters, 253 in all (a final dot aside). "h..", or a label of 64, is refused by every connect.
+_HOST_LABEL_RE = re.compile(r"[A-Za-z0-9_-]{1,63}")
+_HOST_NAME_MAX = 253
 _PORT_DIGITS = 5  # 65535: more digits ("00000080") is no port anyone wrote
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The variables the supervisor puts in every child's environment itself: the tag and the state_dir by which its
@@ -538,12 +540,28 @@ def host_port(text: str, refusal: str) -> tuple[str, int]:
     if not host or not port or len(parts.netloc.rpartition(":")[2]) > _PORT_DIGITS or "@" in parts.netloc \
             or parts.path not in ("", "/") or "?" in text or "#" in text:
         raise ConfigError(refusal)
-    if not _HOST_NAME_RE.fullmatch(host):
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            raise ConfigError(refusal) from None
+    if not is_host(host):
+        raise ConfigError(refusal)
     return host, port
+
+
+def check_host(host: str, where: str, quoted: str) -> None:
+    """A URL's host (``quoted``: the URL as the error shows it) that no connect could ever reach is refused now."""
+    if not is_host(host):
+        raise ConfigError(f"{where}: {quoted}: {shown(host)} is no host name (labels of 1 to 63 letters, digits or "
+                          "'-', 253 characters in all) nor an IP address: every connect would fail")
+
+
+def is_host(host: str) -> bool:
+    """A name DNS or /etc/hosts could hold (labels of 1 to 63 characters, 253 in all), or an IP address."""
+    name = host.removesuffix(".")
+    if len(name) <= _HOST_NAME_MAX and all(_HOST_LABEL_RE.fullmatch(label) for label in name.split(".")):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def local_endpoint(host: str, port: int) -> tuple[str, int] | None:
@@ -583,6 +601,7 @@ def http_url(text: str, where: str) -> tuple[str, int]:
         raise ConfigError(f"{where}: {shown(text)} is not a valid URL ({cut(str(exc), ASIDE_CHARS)})") from None
     if not parts.hostname:
         raise ConfigError(f"{where}: {shown(text)} has no host")
+    check_host(parts.hostname, where, shown(text))
     if port == 0:
         raise ConfigError(f"{where}: {shown(text)}: port 0 cannot be connected to")
     return parts.hostname, (443 if parts.scheme == "https" else 80) if port is None else port

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import MAX_SOCKET_PATH_BYTES
 from ..evidence.gpu import GpuSample
 from ..state.files import read_regular_file
 from ..text.show import fmt_bytes
@@ -139,6 +140,9 @@ def cuzk_address(listen: str) -> CuzkAddress:
         path = text[len("unix://"):]
         if not path.startswith("/"):
             raise ValueError("must name an absolute socket path (unix:///path)")
+        if len(path.encode("utf-8", "surrogateescape")) > MAX_SOCKET_PATH_BYTES:
+            raise ValueError(f"names a socket path of more than {MAX_SOCKET_PATH_BYTES} bytes, which no unix socket "
+                             "can have (the daemon could never bind it)")
         return CuzkAddress(unix_path=path)
     rest = text.removeprefix("http://").removesuffix("/")
     host, sep, port = rest.rpartition(":")

@@ -148,6 +148,16 @@ def test_every_address_the_probe_reads_passes() -> None:
         assert plan(f'[cuzk]\nstatus_listen = "{status}"\n').sections["cuzk"].status_listen == status
 
 
+def test_a_unix_socket_path_longer_than_any_socket_can_have_is_refused() -> None:
+    """The kernel binds no unix socket path over 107 bytes: the daemon could never listen, and its ready probe
+    waited out its timeout (state_dir's socket has the same check)."""
+    path = "/tmp/" + "a" * 100 + ".sock"
+    assert refusal(f'[cuzk]\nlisten = "unix://{path}"\n') == f"t.toml: cuzk.listen: {shown('unix://' + path)} names " \
+        "a socket path of more than 107 bytes, which no unix socket can have (the daemon could never bind it)"
+    fits = "/tmp/" + "a" * 97 + ".sock"  # (107 bytes)
+    assert plan(f'[cuzk]\nlisten = "unix://{fits}"\n').sections["cuzk"].listen == f"unix://{fits}"
+
+
 def test_a_huge_address_is_shown_cut() -> None:
     huge = "x" * 100_000
     assert refusal(f'[cuzk]\nlisten = "{huge}"\n') == \

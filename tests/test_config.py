@@ -478,6 +478,11 @@ BAD_CONFIGS = [
     # not know; a file written where a directory is (found when the write failed, after the parameter fetch)
     P('#raw\n[supervisor]\nlog_dir = "rel/logs"\n' + MARK_PHASE, "supervisor.log_dir: 'rel/logs' is not an "
       "absolute path", id="log-dir-relative"),
+    # A directory the supervisor makes that cannot be one: found by check, not by a run that made state_dir first.
+    P('#raw\n[supervisor]\nlog_dir = "/etc/passwd/logs"\n' + MARK_PHASE, "supervisor.log_dir: '/etc/passwd/logs' is "
+      "under '/etc/passwd', which is a file, not a directory", id="log-dir-under-a-file"),
+    P('#raw\n[supervisor]\nstate_dir = "/etc/passwd"\n' + MARK_PHASE, "supervisor.state_dir: '/etc/passwd' is a "
+      "file, not a directory", id="state-dir-a-file"),
     P(sup_section('cgroup_root = "relative/cg"'), "supervisor.cgroup_root: 'relative/cg' is not an absolute path",
       id="cgroup-root-relative"),
     P(bad_phase('stall_s = 5\nprogress_path = "rel"'), "phases[1] (b).progress_path: 'rel' is not an absolute path",
@@ -638,6 +643,16 @@ def test_unset_var_message_names_variable_and_suggests_default() -> None:
     assert message.startswith("test.toml: phases[0] (p).command[2]: ")
     assert "${SECTOR_SIZE}" in message
     assert "${SECTOR_SIZE:-" in message, f"should suggest giving a default: {message}"
+
+
+def test_a_huge_variable_name_is_shown_cut() -> None:
+    """An unset ${VAR} of 100 KB made an error line of 200 KB, a token_env of 100 KB one of 100 KB."""
+    name = "A" * 100_000
+    unset = parse_error(f'[[phases]]\nname = "p"\ncommand = ["x"]\ncwd = "${{{name}}}"\n')
+    token = parse_error(f'[manager]\nurl = "http://h:1"\nlabel = "C.1"\ntoken_env = "{name}"\n'
+                        '[[phases]]\nname = "p"\ncommand = ["x"]\n')
+    assert unset.startswith("test.toml: phases[0] (p).cwd: ${AAA") and "is not set" in unset and len(unset) < 300
+    assert token.startswith("test.toml: manager.token_env: $AAA") and len(token) < 200, token
 
 
 def test_unset_var_in_supervisor_dirs_names_the_key() -> None:
@@ -1226,6 +1241,7 @@ def test_a_url_password_and_a_token_cannot_both_authorize() -> None:
     ({"CONTAINER_ID": "\udcff"}, "", "CONTAINER_ID (environment): 'C.\\udcff' is not valid UTF-8"),
     ({"CONTAINER_ID": "1\x002"}, "", "CONTAINER_ID (environment): 'C.1\\x002' holds a control character"),
     ({}, 'label = "C.\\u0007"\n', "manager.label: 'C.\\x07' holds a control character"),
+    ({}, 'label = "   "\n', "manager.label: '   ' is only spaces: it names no instance"),
     ({"L": "C.\udcff"}, 'label = "${L}"\n', "manager.label: 'C.\\udcff' is not valid UTF-8"),
 ])
 def test_a_label_no_manager_call_can_carry_is_refused(environ: dict[str, str], table: str, named: str) -> None:

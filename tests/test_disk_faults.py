@@ -37,6 +37,7 @@ from supervisor.engine import logs
 from supervisor.engine.logs import LogFile
 from supervisor.manager import outbox as outbox_mod
 from supervisor.manager.outbox import Outbox
+from supervisor.text.show import shown
 
 EXIT_CHILD = 4
 
@@ -150,9 +151,10 @@ def test_a_log_dir_root_cannot_write_in_is_refused_at_start(sup: Runner) -> None
 
 
 def test_a_state_dir_that_is_a_file_is_said_as_that(sup: Runner) -> None:
-    """mkdir's "File exists" of a state_dir that is a file sent the reader looking for a directory."""
+    """mkdir's "File exists" of a state_dir that is a file sent the reader looking for a directory. It is found by
+    the config's check now, before anything is made."""
     sup.state_dir.write_text("")
-    refused_at_start(sup, f"supervisor.state_dir: cannot use {sup.state_dir}: not a directory")
+    refused_at_start(sup, f"supervisor.state_dir: {shown(str(sup.state_dir))} is a file, not a directory")
 
 
 def test_a_log_dir_that_is_a_file_leaves_no_state_dir_made(sup: Runner) -> None:
@@ -160,7 +162,7 @@ def test_a_log_dir_that_is_a_file_leaves_no_state_dir_made(sup: Runner) -> None:
     a_file = sup.tmp / "a-file"
     a_file.write_text("")
     assert not sup.state_dir.exists()
-    refused_at_start(sup, f"supervisor.log_dir: cannot use {a_file}: not a directory", log_dir=str(a_file))
+    refused_at_start(sup, f"supervisor.log_dir: {shown(str(a_file))} is a file, not a directory", log_dir=str(a_file))
     assert not sup.state_dir.exists()
 
 

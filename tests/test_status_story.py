@@ -37,6 +37,7 @@ from supervisor.status.headline import failure_lines, headline
 from supervisor.status.model import PhaseStatus, Snapshot
 from supervisor.status.render import render, timer_lines
 from supervisor.status.snapshot import CHILD_LINES, phase_timers, stop_timer
+from supervisor.text.show import shown
 
 MIB = 1024 * 1024
 
@@ -230,7 +231,7 @@ def test_a_state_dir_that_is_a_file_is_refused_in_one_line(tmp_path: Path) -> No
     result = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(a_file)], capture_output=True,
                             text=True, timeout=30, env=clean_env(), cwd=REPO)
     assert (result.returncode, result.stdout) == (2, ""), result
-    assert result.stderr == f"prover-supervisor: --state-dir: {a_file} is not a directory\n"
+    assert result.stderr == f"prover-supervisor: --state-dir: {shown(str(a_file))} is a file, not a directory\n"
 
 
 def test_after_kill_9_the_supervisor_is_gone_and_what_it_left_is_named(sup: Runner) -> None:
@@ -552,6 +553,12 @@ def test_a_config_named_by_the_variable_says_so_when_it_is_refused(tmp_path: Pat
     given = subprocess.run([PY, "-m", "supervisor", command, "--config", str(missing)], capture_output=True,
                            text=True, cwd=REPO, env=clean_env(), timeout=30)
     assert given.stderr == f"prover-supervisor: {missing}: no such file\n", given
+    # A name the error shows escaped (an escape sequence in it) is still said to come from the variable.
+    odd = tmp_path / "a\x1b]0;x\x07.toml"
+    done = subprocess.run([PY, "-m", "supervisor", command], capture_output=True, text=True, cwd=REPO,
+                          env={**clean_env(), "SUPERVISOR_CONFIG": str(odd)}, timeout=30)
+    assert done.returncode == 2 and "\x1b" not in done.stderr, done
+    assert done.stderr.endswith(": no such file (named by $SUPERVISOR_CONFIG)\n"), done
 
 
 @pytest.mark.parametrize(("supervisor", "said"), [

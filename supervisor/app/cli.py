@@ -255,8 +255,10 @@ def config_path(args: argparse.Namespace) -> str | None:
 def named_by_variable(args: argparse.Namespace, refusal: str) -> str:
     """" (named by $SUPERVISOR_CONFIG)" where ``refusal`` is of the config file that variable named: the user may
     not know that it is set, or where."""
+    from ..config import shown_path
+
     named = os.environ.get(CONFIG_VARIABLE)
-    if getattr(args, "config", None) or not named or not refusal.startswith(f"{named}:"):
+    if getattr(args, "config", None) or not named or not refusal.startswith(f"{shown_path(named)}:"):
         return ""
     return f" (named by ${CONFIG_VARIABLE})"
 

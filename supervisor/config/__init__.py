@@ -33,6 +33,7 @@ from .load import (
     load_state_dir,
     parse_plan,
     read_config,
+    shown_path,
 )
 from .model import (
     CGROUP_MODES,
@@ -197,6 +198,7 @@ __all__ = [
     "parse_plan",
     "parse_signal",
     "read_config",
+    "shown_path",
     "spelled",
     "take",
     "whole_number",

@@ -85,6 +85,8 @@ def check_label(value: Any, where: str) -> str:
         raise ConfigError(f"{where}: {shown(text)} is not valid UTF-8") from None
     if not text.isprintable():
         raise ConfigError(f"{where}: {shown(text)} holds a control character")
+    if not text.strip():  # ("" is refused as any empty string is)
+        raise ConfigError(f"{where}: {shown(text)} is only spaces: it names no instance")
     if len(text) > MAX_LABEL_CHARS:
         raise ConfigError(f"{where}: {len(text)} characters, more than the {MAX_LABEL_CHARS} a label may have")
     if MATCHABLE_LABEL.fullmatch(text) is not None and int(text[2:]) > LABEL_ID_MAX:

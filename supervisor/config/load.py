@@ -97,7 +97,7 @@ def _config_text(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | Non
         if plugin is None or plugin.profile is None:
             raise ConfigError("no config given (--config or $SUPERVISOR_CONFIG) and no built-in profile")
         return plugin.profile(), f"built-in {plugin.name} profile"
-    source = _shown_path(path)
+    source = shown_path(path)
     return read_config(path, source), source
 
 
@@ -164,7 +164,7 @@ def _os_reason(exc: Exception) -> str:
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
-def _shown_path(path: str | os.PathLike[str]) -> str:
+def shown_path(path: str | os.PathLike[str]) -> str:
     """The config's name as errors show it: as given, or quoted when it holds a newline or odd bytes."""
     text = os.fspath(path)
     text = text if isinstance(text, str) else os.fsdecode(text)
@@ -257,7 +257,8 @@ def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
             return default
         if name in environ:
             return ""
-        raise ConfigError(f"{where}: ${{{name}}} is not set in the environment (give a default: ${{{name}:-…}})")
+        named = shown(name, bare=True)  # (a name of 100 KB made a line of 200 KB)
+        raise ConfigError(f"{where}: ${{{named}}} is not set in the environment (give a default: ${{{named}:-…}})")
 
     # No ${VAR} ends after the last "}", so only "$$" is left to undo there. Cutting the text at it keeps this
     # linear: an unterminated "${X:-" would otherwise be scanned to the end again from every "$" before it.
@@ -432,7 +433,8 @@ def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin, exten
         v["url"] = _url(environ["MANAGER_URL"], "MANAGER_URL (environment)")
     if v["url"] and v["token_env"] and not environ.get(v["token_env"]):
         # Calls without the token would be sent without a word, and refused by a manager that wants it.
-        raise ConfigError(f"manager.token_env: ${v['token_env']} is not set (or empty): no token to send")
+        raise ConfigError(f"manager.token_env: ${shown(v['token_env'], bare=True)} is not set (or empty): no token "
+                          "to send")
     if v["token_env"] and not _header_safe(environ.get(v["token_env"], "")):
         # Never shown: it is a secret. An HTTP client would refuse it on the first call, in the middle of the run.
         raise ConfigError(f"manager.token_env: ${v['token_env']} holds characters an HTTP header cannot carry "

@@ -80,6 +80,7 @@ from .values import (
     _string,
     absolute_path,
     check_bool,
+    check_dir_to_make,
     check_file_to_write,
     check_memory_max,
     check_path,
@@ -130,6 +131,13 @@ def bounded_seconds(at_least: tuple[float, str] | None = None,
 
 # ---------------------------------------------------------------- the tables
 
+_log_dir_path = absolute_path("status names the log files by it, for a reader in any directory")
+
+
+def _log_dir(value: Any, where: str) -> str:
+    return check_dir_to_make(_log_dir_path(value, where), where)
+
+
 _termination_log_path = absolute_path("Kubernetes reads it at its terminationMessagePath, an absolute path")
 
 
@@ -140,8 +148,7 @@ def _termination_log(value: Any, where: str) -> str:
 
 SUPERVISOR_KEYS = {
     "state_dir": Key(check_state_dir, DEFAULT_STATE_DIR),
-    "log_dir": Key(absolute_path("status names the log files by it, for a reader in any directory"),
-                   DEFAULT_LOG_DIR),
+    "log_dir": Key(_log_dir, DEFAULT_LOG_DIR),
     "stop_grace_s": Key(check_seconds, DEFAULT_STOP_GRACE_S),
     "stop_budget_s": Key(check_stop_budget, DEFAULT_STOP_BUDGET_S),
     "ring_lines": Key(whole_number(1, MAX_RING_LINES), DEFAULT_RING_LINES),

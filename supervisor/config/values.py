@@ -138,12 +138,26 @@ def check_file_to_write(path: str, where: str, what: str) -> str:
     if os.path.exists(path) and not os.path.isfile(path):
         raise ConfigError(f"{where}: {shown(path)} is not a regular file (a device, a FIFO or a socket), which "
                           f"writing {what} would replace or hang on; give {what} a path of its own")
+    _refuse_under_a_file(path, where)
+    return path
+
+
+def check_dir_to_make(path: str, where: str) -> str:
+    """``path``, a directory the supervisor makes at start (state_dir, log_dir): not an existing file, nor under
+    one, found by ``check`` rather than by a start that had made the other directory already."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{where}: {shown(path)} is a file, not a directory")
+    _refuse_under_a_file(path, where)
+    return path
+
+
+def _refuse_under_a_file(path: str, where: str) -> None:
+    """Its nearest existing parent is a directory (what cannot be looked at is left to the write)."""
     parent = os.path.dirname(path)
     while parent and parent != os.path.dirname(parent) and not os.path.lexists(parent):
         parent = os.path.dirname(parent)
     if parent and os.path.exists(parent) and not os.path.isdir(parent):
         raise ConfigError(f"{where}: {shown(path)} is under {shown(parent)}, which is a file, not a directory")
-    return path
 
 
 def check_not_owned(path: str, where: str, what: str, state_dir: str, log_dir: str, config_file: str | None) -> None:
@@ -175,7 +189,7 @@ def check_state_dir(value: Any, where: str) -> str:
     if _byte_length(socket_path, where) > MAX_SOCKET_PATH_BYTES:
         raise ConfigError(f"{where}: too long for the status socket: {shown(socket_path)} is more than "
                           f"{MAX_SOCKET_PATH_BYTES} bytes (a unix socket's limit)")
-    return text
+    return check_dir_to_make(text, where)
 
 
 def _byte_length(text: str, where: str) -> int:

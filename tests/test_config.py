@@ -522,6 +522,10 @@ BAD_CONFIGS = [
       "cuzk.overrides.memory.total_budget:", id="override-budget-not-a-size"),
     P('[cuzk]\noverrides = { memory = { total_budget = 5 } }\n' + MARK_PHASE,
       "cuzk.overrides.memory.total_budget:", id="override-budget-number"),
+    # An integer TOML cannot hold (Python's reader takes it): cuzk-daemon refused its whole config at its start.
+    P('[cuzk]\noverrides = { gpus = { devices = [0, 99999999999999999999] } }\n' + MARK_PHASE,
+      "cuzk.overrides.gpus.devices[1]: 99999999999999999999 does not fit a TOML integer (64 bits)",
+      id="override-integer-beyond-64-bits"),
     P('[cuzk]\noverrides = { synthesis = { partition_workers = "x" } }\n' + MARK_PHASE,
       "cuzk.overrides.synthesis.partition_workers:", id="override-workers-string"),
     P('[cuzk]\noverrides = { pipeline = { synthesis_concurrency = 0 } }\n' + MARK_PHASE,

@@ -55,6 +55,7 @@ SECTION = "cuzk"
 MAX_BENCH_CONCURRENCY = 1_024
 MAX_BENCH_COUNT = 10_000  # proofs in one bench: a day of 32 GiB PoReps on the fastest GPU is far fewer
 MAX_OVERRIDE_WORKERS = 1_024  # [cuzk.overrides] synthesis_concurrency, partition_workers
+TOML_INT_MIN, TOML_INT_MAX = -(2**63), 2**63 - 1
 # [cuzk.overrides] values that cuzkconf.generate() reads to size the daemon (the rest is merged as given).
 _OVERRIDE_WORKERS = (("pipeline", "synthesis_concurrency"), ("synthesis", "partition_workers"))
 # What generate() writes from [cuzk]'s own keys, which others read there: [daemon]'s addresses (the ready probe,
@@ -101,7 +102,21 @@ def _overrides(value: Any, where: str) -> dict[str, Any]:
         workers = table.get(name, {}).get(key)
         if workers is not None:
             whole_number(1, MAX_OVERRIDE_WORKERS)(workers, join_key(where, f"{name}.{key}"))
+    _toml_integers(table, where)
     return table
+
+
+def _toml_integers(value: Any, where: str) -> None:
+    """Every integer in what is merged into cuzk.toml fits TOML's 64 bits: Python's reader takes any, the
+    daemon's refuses the whole file at its start, after the parameter fetch."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _toml_integers(item, join_key(where, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _toml_integers(item, f"{where}[{i}]")
+    elif isinstance(value, int) and not isinstance(value, bool) and not TOML_INT_MIN <= value <= TOML_INT_MAX:
+        raise ConfigError(f"{where}: {shown(value)} does not fit a TOML integer (64 bits), which cuzk-daemon reads")
 
 
 def listen_probe(listen: str, where: str) -> ReadyCheck:

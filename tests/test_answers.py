@@ -40,7 +40,7 @@ def test_an_unusable_uuid_is_refused_in_one_line(uuid: Any, said: str) -> None:
 
 
 @pytest.mark.parametrize(("body", "said"), [
-    (True, "unusable answer: not a JSON object: True"), ([], "unusable answer: not a JSON object"),
+    (True, "unusable answer: not a JSON object: true"), ([], "unusable answer: not a JSON object"),
     ("uuid", "unusable answer: not a JSON object"), ({}, "unusable answer: no uuid"),
     ({"runner_id": 7}, "unusable answer: no uuid"),
 ])

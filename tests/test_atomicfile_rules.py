@@ -198,8 +198,8 @@ def test_a_fifo_at_a_state_file_is_unreadable_not_a_hang(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("content", "problem"), [
-    ("[1, 2]", "a JSON list, not an object"),
-    ("null", "a JSON NoneType, not an object"),
+    ("[1, 2]", "a JSON array, not an object"),
+    ("null", "a JSON null, not an object"),
     ('{"n": -1}', "n: -1 is not a positive whole number"),
     ('{"m": 1}', "'n'"),  # the parse's own KeyError
 ])

@@ -89,7 +89,7 @@ def test_join_key(where: str, key: str, joined: str) -> None:
 
 
 @pytest.mark.parametrize(("value", "said"), [
-    (True, "k: must be a whole number, got True"),  # a bool is no number, though Python says it is an int
+    (True, "k: must be a whole number, got true"),  # a bool is no number, though Python says it is an int
     (2.0, "k: must be a whole number written as one (no point, no exponent), got 2.0"),
     (1e3, "k: must be a whole number written as one (no point, no exponent), got 1000.0"),
     ("3", "k: must be a whole number, got '3' (text: write it without quotes)"),
@@ -144,7 +144,7 @@ def test_check_size_refuses_in_one_line_naming_the_key(value: Any, said: str) ->
     (float("nan"), "k: must be a finite number, got nan"),
     (float("inf"), "k: must be a finite number, got inf"),
     ("5", "k: must be a number, got '5' (text: write it without quotes)"),
-    (True, "k: must be a number, got True"),
+    (True, "k: must be a number, got true"),
     (-1, "k: must be >= 0 seconds, got -1"),
 ])
 def test_check_seconds_refuses(value: Any, said: str) -> None:
@@ -191,6 +191,6 @@ def test_parse_signal_refuses_an_unknown_name_and_signal_zero() -> None:
     assert refused(parse_signal, 0) == "signal: 0 is not a signal number"
 
 
-@pytest.mark.parametrize(("value", "quoted"), [(1, "1"), ("x", "'x'"), ([1], "[1]"), (None, "None"), (True, "True")])
+@pytest.mark.parametrize(("value", "quoted"), [(1, "1"), ("x", "'x'"), ([1], "[1]"), (None, "None"), (True, "true")])
 def test_describe_shows_a_value_as_the_error_quotes_it(value: Any, quoted: str) -> None:
     assert shown(value) == quoted

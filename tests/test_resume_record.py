@@ -45,7 +45,7 @@ def good_facts(**more: Any) -> dict[str, Any]:
 
 
 BAD_RECORDS: dict[str, tuple[Any, str]] = {
-    "a-list": ([1, 2], "a JSON list, not an object"),
+    "a-list": ([1, 2], "a JSON array, not an object"),
     "no-version": ({"phases": {}}, "version: None where 1 belongs"),
     "version-2": ({"version": 2, "phases": {}}, "version: 2 where 1 belongs"),
     "version-true": ({"version": True, "phases": {}}, "version: True where 1 belongs"),

@@ -21,7 +21,7 @@ def test_cut_keeps_what_fits_and_marks_where_it_cut() -> None:
 
 
 @pytest.mark.parametrize(("value", "quoted"), [
-    ("x", "'x'"), (1, "1"), (None, "None"), ([1], "[1]"), (True, "True"), (1.5, "1.5"),
+    ("x", "'x'"), (1, "1"), (None, "None"), ([1], "[1]"), (True, "true"), (1.5, "1.5"),
     ("a\nb", "'a\\nb'"), ("\x1b[31m", "'\\x1b[31m'"), ("\udcff", "'\\udcff'"), ("\u202e", "'\\u202e'"),
 ])
 def test_shown_quotes_with_every_character_that_does_not_print_escaped(value: Any, quoted: str) -> None:

@@ -140,8 +140,8 @@ def test_unreadable_and_wrong_shaped_files_say_why(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("data", "problem"), [
-    ([], "a JSON list, not an object"),
-    (None, "a JSON NoneType, not an object"),
+    ([], "a JSON array, not an object"),
+    (None, "a JSON null, not an object"),
     ({"phases": [{"state": "running"}]}, "phases[0].name: missing"),
     ({"phases": [{"name": "p", "state": "s", "attempt": 1.5}]}, "phases[0].attempt: float where int or null belongs"),
     ({"phases": [{"name": "p", "state": "s", "attempt": True}]}, "phases[0].attempt: True where int or null belongs"),

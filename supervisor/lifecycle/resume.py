@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..engine.offloop import run_bounded
 from ..evidence.progress import file_incomplete, is_incomplete
 from ..state import files as state_files
-from ..state.files import Rewrites, StateFileError, load_json
+from ..state.files import Rewrites, StateFileError, load_json, not_an_object
 from ..text import Log
 from .states import Deaf, PhaseState
 
@@ -238,7 +238,7 @@ def _phases(data: dict[str, Any]) -> dict[str, Facts]:
 def record_problem(data: Any) -> str | None:
     """Where ``data`` is not a resume record (the first place), or None."""
     if not isinstance(data, dict):
-        return f"a JSON {type(data).__name__}, not an object"
+        return not_an_object(data)
     unknown = sorted(set(data) - {"version", "phases"})
     if unknown:
         return f"unknown key {unknown[0]!r}"

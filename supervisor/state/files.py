@@ -8,7 +8,7 @@ whose log files would be one). ``log_dir``'s names are here too: the supervisor'
 **Writing and reading.** Every state file (status.json: status/file.py, resume.json: lifecycle/resume.py,
 given-up.json: givenup.py, first-seen.json: firstseen.py) is replaced atomically, so a reader or the next start
 never sees half a file, and is read back knowing it may be anything at all: a FIFO someone put there, /dev/zero
-behind a link, a file far bigger than we ever write, JSON nested past the parser's depth, a JSON list, a record
+behind a link, a file far bigger than we ever write, JSON nested past the parser's depth, a JSON array, a record
 of another shape. ``load_json`` reads one (bounded, a regular file, a JSON object, then the file's own ``parse``
 of it) and says in one line why what is there cannot be used; ``save_json`` writes one; ``Rewrites`` writes one
 again and again, a failure (a full disk) said once and its recovery once. What a bad file means (start clean,
@@ -190,6 +190,14 @@ def _open_regular_to_read(path: Path, flags: int = 0) -> tuple[int, os.stat_resu
     return fd, info
 
 
+def not_an_object(data: Any) -> str:
+    """What a JSON document that should be an object is, in JSON's words ("a JSON array, not an object")."""
+    kinds = ((type(None), "null"), (bool, "boolean"), (int, "number"), (float, "number"), (str, "string"),
+             (list, "array"))
+    kind = next((name for python, name in kinds if isinstance(data, python)), type(data).__name__)
+    return f"a JSON {kind}, not an object"
+
+
 class StateFileError(ValueError):
     """A state file that is there but of no use, and why in one line (``str()``, the path first): it cannot be
     read as JSON (``readable`` false: not a regular file, too big, not JSON), or it is JSON but not what the
@@ -213,7 +221,7 @@ def load_json(path: Path, limit: int, holds: str, parse: Callable[[dict[str, Any
     except (OSError, ValueError, RecursionError) as exc:  # (RecursionError: JSON nested past the parser's depth)
         raise StateFileError(path, exc, holds, readable=False) from None
     if not isinstance(data, dict):
-        raise StateFileError(path, TypeError(f"a JSON {type(data).__name__}, not an object"), holds, readable=True)
+        raise StateFileError(path, TypeError(not_an_object(data)), holds, readable=True)
     try:
         return parse(data)
     except (ValueError, TypeError, KeyError, OverflowError) as exc:

@@ -36,7 +36,7 @@ from ..engine.loop import EventLoop, Timer
 from ..engine.trees import is_live_supervisor
 from ..lifecycle.states import FINAL_STATES
 from ..state import files as state_files
-from ..state.files import Rewrites, StateFileError, load_json, save_json
+from ..state.files import Rewrites, StateFileError, load_json, not_an_object, save_json
 from ..text import Log
 from .model import Snapshot, shape_problem
 
@@ -126,7 +126,7 @@ def snapshot_problem(data: Any) -> str | None:
     """Where ``data`` (status.json, or an answer on the socket) is not a snapshot's JSON (the first place), or
     None: the declared types of model.Snapshot say (model.shape_problem)."""
     if not isinstance(data, dict):
-        return f"a JSON {type(data).__name__}, not an object"
+        return not_an_object(data)
     return shape_problem(Snapshot, data)
 
 

@@ -8,7 +8,8 @@ A value may be anything (a config's string with a newline in it, a manager's ans
   "...". ``bare`` leaves a plain word (printable, no white space) unquoted, for a name: a key, a path.
   ``ascii_only``, for what a peer sent (the manager's answers): every character outside ASCII escaped too, so
   nothing it sends can pass for something else in our line; a config's value is shown as its author wrote it
-  (a TOML date or time as ISO 8601, not as Python's constructor call);
+  (a TOML date or time as ISO 8601, not as Python's constructor call; a boolean ``true``, as TOML and JSON
+  write it, not Python's ``True``);
 - ``logged``: a value in a log line of the supervisor's own (an argv, a verdict's text): bare when it is one
   word, else in plain double quotes, control characters escaped: readable where shlex's ``'"'"'`` is not;
 - ``escaped``: every character of a text that does not print written as its escape (``logged``'s, and a
@@ -51,6 +52,8 @@ def shown(value: object, limit: int = SHOWN_CHARS, *, bare: bool = False, ascii_
         return cut(value, limit)
     if isinstance(value, (datetime.date, datetime.time)):  # (datetime is a date)
         return cut(value.isoformat(), limit)
+    if isinstance(value, bool):  # as TOML and JSON, where every value shown comes from, spell it
+        return "true" if value else "false"
     try:
         text = ascii(value) if ascii_only else repr(value)
     except ValueError:  # an int of more digits than Python prints

@@ -9,6 +9,7 @@ SIGKILLed the children, whose verdicts read ``reason=signal`` as if someone else
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import socket
@@ -104,6 +105,25 @@ def test_a_raising_thread_call_is_contained_and_the_loop_goes_on(loop: EventLoop
     loop.run_once(max_wait=1)
     assert ran == ["after"]
     assert "a call from a thread" in said.lines[0] and said.tracebacks() == 1
+
+
+def test_a_thread_call_made_of_a_partial_is_named_by_its_function_not_its_arguments(loop: EventLoop) -> None:
+    """The outbox's thread hands the loop partial(self._refused, call, exc): a bug there was said with the whole
+    call, payload and all, and each call made the report a new one (a traceback every time, never counted)."""
+    said = Said()
+    loop.faults.log = said
+
+    def refused(call: dict[str, str], why: str) -> None:
+        raise RuntimeError("a bug in refused")
+
+    for n in range(3):
+        loop.call_soon_threadsafe(functools.partial(refused, {"kind": "bench-done", "reason": "x" * 1000}, f"#{n}"))
+    loop.run_once(max_wait=1)
+    firsts = [line for line in said.lines if line.startswith("internal error")]
+    assert firsts and all("xxxx" not in line and "bench-done" not in line for line in firsts), firsts
+    assert "(test_a_thread_call_made_of_a_partial_is_named_by_its_function_not_its_arguments.<locals>.refused)" \
+        in firsts[0], firsts
+    assert said.tracebacks() == 1, said.lines
 
 
 def test_a_broken_error_handler_is_said_together_with_what_it_was_handling(loop: EventLoop) -> None:

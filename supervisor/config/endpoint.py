@@ -39,7 +39,6 @@ def _url(value: Any, where: str) -> str:
         raise ConfigError(f"{where}: {quoted} is not a valid URL ({cut(reason, ASIDE_CHARS)})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}: {quoted} must be an http:// or https:// URL with a host")
-    check_host(parts.hostname, where, quoted)
     if port == 0:
         raise ConfigError(f"{where}: {quoted}: port 0 cannot be connected to")
     if "@" in parts.path:
@@ -49,6 +48,9 @@ def _url(value: Any, where: str) -> str:
     if userinfo is not None and ":" not in userinfo:
         raise ConfigError(f"{where}: {quoted}: a user without a password (user@host) sends no credentials; write "
                           "user:password@host, or use manager.token_env")
+    # Last: only once no '@' is left after the host is the host what urllib read (before, a password holding a
+    # '/' left a piece of itself there, and the refusal showed it as the host).
+    check_host(parts.hostname, where, quoted)
     return text.rstrip("/")
 
 

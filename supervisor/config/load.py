@@ -204,7 +204,7 @@ def _from_variable(refusal: str, env_keys: Mapping[str, str]) -> str:
     """" (from $VAR)" where ``refusal`` is of a key read whole from ${VAR}: the knob to turn is the variable
     (the built-in profile's keys are in a file the operator never wrote)."""
     places = [place for place in env_keys if place and refusal.startswith(f"{place}:")]
-    return f" (from ${env_keys[max(places, key=len)]})" if places else ""
+    return f" (from ${shown(env_keys[max(places, key=len)], bare=True)})" if places else ""
 
 
 def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[str, str], depth: int = 0) -> Any:
@@ -437,8 +437,8 @@ def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin, exten
                           "to send")
     if v["token_env"] and not _header_safe(environ.get(v["token_env"], "")):
         # Never shown: it is a secret. An HTTP client would refuse it on the first call, in the middle of the run.
-        raise ConfigError(f"manager.token_env: ${v['token_env']} holds characters an HTTP header cannot carry "
-                          "(a newline, a control character or non-ASCII)")
+        raise ConfigError(f"manager.token_env: ${shown(v['token_env'], bare=True)} holds characters an HTTP header "
+                          "cannot carry (a newline, a control character or non-ASCII)")
     _one_authorization(v)
     explicit = v["label"] is not None
     label, where = (v["label"], "manager.label") if explicit else label_source(environ)

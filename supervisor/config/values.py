@@ -136,8 +136,8 @@ def check_file_to_write(path: str, where: str, what: str) -> str:
     if os.path.isdir(path):
         raise ConfigError(f"{where}: {shown(path)} is a directory; give the path of {what}, a file")
     if os.path.exists(path) and not os.path.isfile(path):
-        raise ConfigError(f"{where}: {shown(path)} is not a regular file (a device, a FIFO or a socket), which "
-                          f"writing {what} would replace or hang on; give {what} a path of its own")
+        raise ConfigError(f"{where}: {shown(path)} is not a regular file (a device, a FIFO or a socket); give "
+                          f"{what} a path of its own")
     _refuse_under_a_file(path, where)
     return path
 
@@ -562,8 +562,8 @@ def host_port(text: str, refusal: str) -> tuple[str, int]:
 def check_host(host: str, where: str, quoted: str) -> None:
     """A URL's host (``quoted``: the URL as the error shows it) that no connect could ever reach is refused now."""
     if not is_host(host):
-        raise ConfigError(f"{where}: {quoted}: {shown(host)} is no host name (labels of 1 to 63 letters, digits or "
-                          "'-', 253 characters in all) nor an IP address: every connect would fail")
+        raise ConfigError(f"{where}: {quoted}: {shown(host)} is no host name (labels of 1 to 63 letters, digits, "
+                          "'-' or '_', 253 characters in all) nor an IP address: every connect would fail")
 
 
 def is_host(host: str) -> bool:

@@ -24,6 +24,7 @@ every child (the shutdown sweep would SIGKILL them all).
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import math
@@ -155,6 +156,10 @@ def is_contained(callback: Callable[..., object]) -> bool:
 
 
 def name_of(callback: Callable[..., object]) -> str:
+    """A callback's name for a line: a partial is named by its function, never by its arguments (a whole outbox
+    call, payload and all, which would also make each report of one bug a new one)."""
+    while isinstance(callback, functools.partial):
+        callback = callback.func
     return getattr(callback, "__qualname__", None) or repr(callback)
 
 

@@ -46,9 +46,9 @@ def good_facts(**more: Any) -> dict[str, Any]:
 
 BAD_RECORDS: dict[str, tuple[Any, str]] = {
     "a-list": ([1, 2], "a JSON array, not an object"),
-    "no-version": ({"phases": {}}, "version: None where 1 belongs"),
+    "no-version": ({"phases": {}}, "version: null where 1 belongs"),
     "version-2": ({"version": 2, "phases": {}}, "version: 2 where 1 belongs"),
-    "version-true": ({"version": True, "phases": {}}, "version: True where 1 belongs"),
+    "version-true": ({"version": True, "phases": {}}, "version: true where 1 belongs"),
     "unknown-key": ({"version": 1, "phases": {}, "extra": 1}, "unknown key 'extra'"),
     "phases-a-list": ({"version": 1, "phases": []}, "phases: not a table"),
     "facts-a-number": ({"version": 1, "phases": {"bench": 5}}, "phases.bench: not a table"),

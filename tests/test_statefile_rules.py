@@ -135,24 +135,26 @@ def test_unreadable_and_wrong_shaped_files_say_why(tmp_path: Path) -> None:
     assert data is None and why is not None and why.startswith(f"{path} is unreadable (JSONDecodeError: ")
     assert why.endswith("; ignoring it")
     path.write_text('{"phases": [{"name": "p", "state": 3}]}')
-    assert load_persisted(tmp_path) == (None, f"{path} does not hold a status snapshot (phases[0].state: int "
-                                              "where str belongs); ignoring it")
+    assert load_persisted(tmp_path) == (None, f"{path} does not hold a status snapshot (phases[0].state: whole "
+                                              "number where string belongs); ignoring it")
 
 
 @pytest.mark.parametrize(("data", "problem"), [
     ([], "a JSON array, not an object"),
     (None, "a JSON null, not an object"),
     ({"phases": [{"state": "running"}]}, "phases[0].name: missing"),
-    ({"phases": [{"name": "p", "state": "s", "attempt": 1.5}]}, "phases[0].attempt: float where int or null belongs"),
-    ({"phases": [{"name": "p", "state": "s", "attempt": True}]}, "phases[0].attempt: True where int or null belongs"),
+    ({"phases": [{"name": "p", "state": "s", "attempt": 1.5}]},
+     "phases[0].attempt: number where whole number or null belongs"),
+    ({"phases": [{"name": "p", "state": "s", "attempt": True}]},
+     "phases[0].attempt: true where whole number or null belongs"),
     ({"written_at": float("inf")}, "written_at: inf is not a finite number"),
     ({"written_at": 10 ** 400}, "written_at: a number too big to be ours"),  # (math.isfinite raised on it)
     ({"pid": -(10 ** 30)}, "pid: a number too big to be ours"),
-    ({"manager": {"enabled": 1}}, "manager.enabled: int where bool or null belongs"),
+    ({"manager": {"enabled": 1}}, "manager.enabled: whole number where boolean or null belongs"),
     ({"children": [{"label": "p/c", "pid": 1, "state": "running", "usage": {"rss": 1.5}, "last_lines": []}]},
-     "children[0].usage.rss: float where int or null belongs"),
+     "children[0].usage.rss: number where whole number or null belongs"),
     ({"children": [{"label": "p/c", "pid": 1, "state": "running", "last_lines": ["ok", 2]}]},
-     "children[0].last_lines[1]: int where str belongs"),
+     "children[0].last_lines[1]: whole number where string belongs"),
     ({"gpus": {"samples": {}}}, "gpus.samples: not a list"),
     ({"memory": "per-phase"}, "memory: not an object"),
 ])

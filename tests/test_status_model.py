@@ -113,7 +113,7 @@ def test_what_the_supervisor_writes_passes_the_gate_its_types_make() -> None:
     assert snapshot_problem({}) is None  # every section may be missing
     broken = written()
     broken["watches"]["GPU sampling"]["readings"] = "many"
-    assert snapshot_problem(broken) == "watches.GPU sampling.readings: str where int or null belongs"
+    assert snapshot_problem(broken) == "watches.GPU sampling.readings: string where whole number or null belongs"
     broken = written()
     broken["manager"]["ledger"][0] = None
     assert snapshot_problem(broken) == "manager.ledger[0]: not an object"

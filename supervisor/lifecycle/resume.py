@@ -27,6 +27,7 @@ machine fingerprint reads the GPU thread's latest sample, never NVML itself.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import stat
@@ -243,7 +244,7 @@ def record_problem(data: Any) -> str | None:
     if unknown:
         return f"unknown key {unknown[0]!r}"
     if data.get("version") != RECORD_VERSION or isinstance(data.get("version"), bool):
-        return f"version: {data.get('version')!r} where {RECORD_VERSION} belongs"
+        return f"version: {json.dumps(data.get('version'))} where {RECORD_VERSION} belongs"
     phases = data.get("phases")
     if not isinstance(phases, dict):
         return "phases: not a table of phase name → facts"

@@ -190,12 +190,16 @@ def _open_regular_to_read(path: Path, flags: int = 0) -> tuple[int, os.stat_resu
     return fd, info
 
 
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words: null, boolean, whole number, number, string, array or object."""
+    kinds = ((type(None), "null"), (bool, "boolean"), (int, "whole number"), (float, "number"), (str, "string"),
+             (list, "array"), (dict, "object"))
+    return next((name for python, name in kinds if isinstance(value, python)), type(value).__name__)
+
+
 def not_an_object(data: Any) -> str:
     """What a JSON document that should be an object is, in JSON's words ("a JSON array, not an object")."""
-    kinds = ((type(None), "null"), (bool, "boolean"), (int, "number"), (float, "number"), (str, "string"),
-             (list, "array"))
-    kind = next((name for python, name in kinds if isinstance(data, python)), type(data).__name__)
-    return f"a JSON {kind}, not an object"
+    return f"a JSON {json_kind(data)}, not an object"
 
 
 class StateFileError(ValueError):

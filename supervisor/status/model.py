@@ -25,6 +25,9 @@ from functools import cache
 from types import MappingProxyType, UnionType
 from typing import Any, Self, Union, get_args, get_origin, get_type_hints
 
+from ..state.files import json_kind
+from ..text.show import shown
+
 # What ``status`` found of the supervisor that wrote a snapshot (Fate.supervisor).
 RUNNING, EXITED, GONE, NOT_ANSWERING = "running", "exited", "gone", "not answering"
 
@@ -102,6 +105,7 @@ def _reader(hint: Any) -> Reader:
 REQUIRED = MappingProxyType({"required": True})
 # What a JSON value of a scalar field may be (a float field takes an int: JSON does not tell them apart).
 _KINDS: dict[Any, tuple[type, ...]] = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}
+_WANTED = {str: "string", int: "whole number", float: "number", bool: "boolean"}  # (in JSON's words)
 
 
 def shape_problem(kind: type[_Record], data: Mapping[str, Any], where: str = "") -> str | None:
@@ -146,11 +150,9 @@ def _field_problem(hint: Any, value: Any, name: str, required: bool) -> str | No
         problems = (_field_problem(args[1], item, f"{name}.{key}", False) for key, item in value.items())
         return next((p for p in problems if p is not None), None)
     kinds = _KINDS[hint]
-    wanted = " or ".join(k.__name__ for k in kinds) + ("" if required else " or null")
-    if isinstance(value, bool) and bool not in kinds:
-        return f"{name}: {value!r} where {wanted} belongs"
-    if not isinstance(value, kinds):
-        return f"{name}: {type(value).__name__} where {wanted} belongs"
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        found = shown(value) if isinstance(value, bool) else json_kind(value)  # (true or false: the value says it)
+        return f"{name}: {found} where {_WANTED[hint]}{'' if required else ' or null'} belongs"
     if isinstance(value, float) and not math.isfinite(value):
         return f"{name}: {value!r} is not a finite number"
     if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > NUMBER_MAX:

@@ -143,7 +143,7 @@ def from_exit(phase: str, child: str, pid: int, status: ExitStatus, *, stop_reas
     oom_killed = status.signal == signal.SIGKILL and oom is not None and oom > len(victims) and not sigkilled
     if stop_reason is not None and not oom_killed:
         # We asked it to end: what it did on the way out is not its failure.
-        reason = stop_reason if stop_reason in REASONS or stop_reason in added else STOPPED
+        reason = stopped_for(stop_reason, added)
         success = reason == STOPPED
         if sigkilled and status.signal == signal.SIGKILL:
             # Whose SIGKILL it was: a daemon that never ends on its stop signal (cuzk-daemon serves on after
@@ -191,12 +191,17 @@ def without_exit(phase: str, child: str, reason: str, status: int, detail: str, 
     )
 
 
+def stopped_for(stop_reason: str | None, added: AddedReasons) -> str:
+    """The reason of a child the supervisor stopped: the stop's own where it is a reason (a GPU fault, a stall, the
+    plugin's), else ``stopped`` (a shutdown, its phase's end)."""
+    return stop_reason if stop_reason is not None and (stop_reason in REASONS or stop_reason in added) else STOPPED
+
+
 def never_reaped(child: Child, *, phase: str, attempt: int, added: AddedReasons = NO_REASONS_ADDED) -> Verdict:
     """``child`` was stopped and outlived its SIGKILL past the wait (uninterruptible sleep: a GPU fault, a hung
     mount), so no exit says how it ended: the stop's own why does (a GPU fault stays a GPU fault). No pid:
     the verdict is the supervisor's finding, recorded as the attempt's outcome (an exit never recorded it)."""
-    stop = child.stop_reason or ""
-    reason = stop if stop in REASONS or stop in added else STOPPED
+    reason = stopped_for(child.stop_reason, added)
     detail = f"{child.stop_detail or reason}; pid {child.pid} outlived SIGKILL and was never reaped"
     return without_exit(phase, child.spec.name, reason, 1, detail, attempt=attempt, started_at=child.started_at,
                         last_lines=child.output.last_lines(), added=added)

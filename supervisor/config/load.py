@@ -472,12 +472,14 @@ def _header_safe(token: str) -> bool:
     return token.isascii() and token.isprintable()
 
 
+_NONE_ADDED: MappingProxyType[str, Any] = MappingProxyType({})
+
+
 class _NoPlugin:
     """The generic supervisor: no table, key or kind added (what supervisor/plugin.py ``NO_PLUGIN`` says too)."""
 
     name = "none"
-    nothing: MappingProxyType[str, Any] = MappingProxyType({})
-    sections = table_keys = table_rules = prepares = parsers = settles = ready = reports = nothing
+    sections = table_keys = table_rules = prepares = parsers = settles = ready = reports = _NONE_ADDED
     plan_rules = ()
     profile = None
 

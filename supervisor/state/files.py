@@ -48,6 +48,17 @@ def path(state_dir: str | Path, name: str) -> Path:
     return Path(state_dir) / name
 
 
+# ---------------------------------------------------------------- log_dir
+
+SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own lines
+
+
+def child_log_name(phase: str, child: str) -> str:
+    """The file in log_dir a child's output goes to: ``<phase>.log`` for the phase's command, else
+    ``<phase>.<child>.log`` (a daemon)."""
+    return f"{phase}.log" if child == phase else f"{phase}.{child}.log"
+
+
 def own_file(state_dir: str | Path, log_dir: str | Path, target: str | Path) -> str | None:
     """Which of the supervisor's own files ``target`` is (or grows from), in state_dir or log_dir (its
     supervisor.log); None: none of them. Symbolic links in the directories are followed."""
@@ -58,17 +69,6 @@ def own_file(state_dir: str | Path, log_dir: str | Path, target: str | Path) -> 
         return None
     bare = name[1:] if name.startswith(".") else name  # (a write's temporary copy)
     return next((own for own in OWN_FILES if bare == own or bare.startswith((f"{own}.", f"{own}-"))), None)
-
-
-# ---------------------------------------------------------------- log_dir
-
-SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own lines
-
-
-def child_log_name(phase: str, child: str) -> str:
-    """The file in log_dir a child's output goes to: ``<phase>.log`` for the phase's command, else
-    ``<phase>.<child>.log`` (a daemon)."""
-    return f"{phase}.log" if child == phase else f"{phase}.{child}.log"
 
 
 # ---------------------------------------------------------------- written whole, read bounded

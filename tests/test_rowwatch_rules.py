@@ -1,8 +1,9 @@
-"""rowwatch.py against the in-process dev-manager on 127.0.0.1: one bounded look-up at a time, a failed one
-not tried again for FAILED_AGAIN_S, the periodic read only once the manager knows the instance, and
-/runner-id's word on forgotten (404) against killed (200). Then through the sender (a real one, its outbox and
-loop): a row that cannot be read, for whatever reason, is no usable answer, never the failure of the call it
-came before nor of the registration; a bug of ours met reading it is said, with its traceback."""
+"""rowwatch.py against the in-process dev-manager on 127.0.0.1: one bounded look-up at a time, one that failed
+slowly not tried again for FAILED_AGAIN_S (one that failed at once is), the periodic read only once the manager
+knows the instance, and /runner-id's word on forgotten (404) against killed (200). Then through the sender (a
+real one, its outbox and loop): a row that cannot be read, for whatever reason, is no usable answer, never the
+failure of the call it came before nor of the registration; a bug of ours met reading it is said, with its
+traceback."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import requests
@@ -25,7 +26,7 @@ from supervisor.manager.callkinds import CallKinds
 from supervisor.manager.client import ManagerClient
 from supervisor.manager.outbox import Outbox
 from supervisor.manager.row import RowFields
-from supervisor.manager.rowwatch import FAILED_AGAIN_S, RowWatch
+from supervisor.manager.rowwatch import FAILED_AGAIN_S, SLOW_FAILURE_S, RowWatch
 from supervisor.manager.sender import Sender
 
 WAIT_S = 30.0  # an upper bound against hanging, never a measure
@@ -64,19 +65,60 @@ def test_a_uuid_not_listed_is_unknown_and_runner_id_tells_forgotten_from_killed(
     assert reading.row is None and reading.listed and reading.shown().startswith("unknown to the manager")
 
 
-def test_a_failed_look_up_is_not_tried_again_for_a_while(manager: DevManager) -> None:
+def test_a_look_up_that_failed_at_once_is_tried_again_at_the_next_call(manager: DevManager) -> None:
+    # One 500 left the reads before the lifecycle calls undone for 30 s: a passing bench-done then un-killed a
+    # row the UI had killed meanwhile (the reviewer's run). A failure that cost nothing spares nothing.
     uuid = register(manager)
     clock = [time.time()]
     rows = watch(manager, clock)
     requests.post(manager.url + "/dev/faults", json={"status": 500, "count": 1, "path": "/status"}, timeout=5)
     first, _ = rows.read(uuid)
     assert first.row is None and not first.listed and first.error is not None and "HTTP 500" in first.error
-    clock[0] += FAILED_AGAIN_S - 1
-    assert rows.read(uuid)[0] is first  # the manager was not asked: the call it came before goes at once
-    assert len(manager.state.snapshot()["reads"]) == 1
-    clock[0] += 2
+    requests.post(manager.url + "/api/kill", json={"uuid": uuid}, timeout=5)
     again, _ = rows.read(uuid)
-    assert again.row is not None and len(manager.state.snapshot()["reads"]) == 2
+    assert len(manager.state.snapshot()["reads"]) == 2
+    assert again.row is not None and again.killed
+
+
+class _BlackHole(BaseHTTPRequestHandler):
+    """Every GET /status answered 504 only after a gateway's whole wait: ``clock`` (the watch's) moves on by
+    that much while it is served."""
+
+    clock: ClassVar[list[float]] = [0.0]
+    served = 0
+
+    def do_GET(self) -> None:
+        _BlackHole.served += 1
+        _BlackHole.clock[0] += 20 * SLOW_FAILURE_S
+        body = b'{"error": "gateway timeout"}'
+        self.send_response(504)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_look_up_that_failed_slowly_is_not_tried_again_for_a_while() -> None:
+    # A black-holed GET /status costs each lifecycle call a whole deadline more: spared for FAILED_AGAIN_S.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BlackHole)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        clock = _BlackHole.clock = [time.time()]
+        spec = ManagerSpec(url=f"http://127.0.0.1:{server.server_address[1]}", connect_timeout_s=2, read_timeout_s=2)
+        rows = RowWatch(ManagerClient(spec), 300.0, now=lambda: clock[0], mono=lambda: clock[0])
+        first, _ = rows.read("u")
+        assert first.error is not None and "HTTP 504" in first.error and _BlackHole.served == 1
+        clock[0] += FAILED_AGAIN_S - 1
+        assert rows.read("u")[0] is first  # the manager was not asked: the call it came before goes at once
+        assert _BlackHole.served == 1
+        clock[0] += 2
+        again, _ = rows.read("u")
+        assert again is not first and _BlackHole.served == 2
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_watch_that_cannot_read_says_so_at_once_again_for_another_cause_and_when_it_reads_again(
@@ -332,8 +374,29 @@ def test_a_bug_of_ours_reading_the_row_is_said_and_fails_no_call(sending: Any, m
 def test_a_blind_row_watch_is_said_in_the_supervisors_log(sending: Any, manager: DevManager) -> None:
     requests.post(manager.url + "/dev/faults", json={"status": 404, "path": "/status"}, timeout=5)
     s = sending(RowFields())
-    delivered_param_done(s)  # (read at the registration; param-done within FAILED_AGAIN_S: not read again)
+    delivered_param_done(s)  # (read at the registration and before param-done: the same cause, said once)
     said = [line for line in s.lines if "row watch" in line]
     assert said == ['manager: row watch: no reading (GET /status: HTTP 404: {"error": "injected fault"}); the '
                     "manager's own kill or forget of this instance is learnt only at a lifecycle call's answer "
                     "meanwhile"], s.lines
+
+
+def test_a_kill_right_after_one_failed_read_still_holds_back_the_next_lifecycle_call(
+        sending: Any, manager: DevManager) -> None:
+    """The reviewer's run, through the sender: the read at the registration met one 500, the UI killed the row a
+    second later, and the next lifecycle call went out unread (a passing bench-done would have un-killed it)."""
+    requests.post(manager.url + "/dev/faults", json={"status": 500, "count": 1, "path": "/status"}, timeout=5)
+    s = sending(RowFields())
+    s.sender.restore_identity()
+    s.sender.start()
+    s.run_until(lambda: s.sender.uuid is not None and s.sender.rows.latest is not None)
+    latest = s.sender.rows.latest
+    assert latest is not None and latest.error is not None and "HTTP 500" in latest.error
+    requests.post(manager.url + "/api/kill", json={"uuid": s.sender.uuid}, timeout=5)
+    param_done = s.outbox.add("param-done", {})
+    s.sender.wake()
+    s.run_until(lambda: not s.outbox.is_pending(param_done))
+    states = {row["kind"]: row["state"] for row in s.outbox.history()}
+    assert states == {"register": "delivered", "param-done": "failed"}, s.outbox.history()
+    s.run_until(lambda: any(line.startswith("manager: param-done not sent: the manager killed this instance")
+                            for line in s.lines))

@@ -39,7 +39,11 @@ from ..text.show import cut, summary
 from .client import ManagerClient, PermanentError, TransientError, error_cause
 from .row import CLOCK_OFFSET_MIN_S, NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
 
-# After a look-up that got no usable answer, the next is not tried for this long (the calls go meanwhile).
+# A look-up that got no usable answer after this long (a manager or a route that black-holes, a deadline run out)
+# would hold each call up as long again: the next is not tried for FAILED_AGAIN_S (the calls go meanwhile). One
+# that failed sooner (an error answer, a refused connection) cost nothing, and the next is tried as usual: one 500
+# must not leave the lifecycle calls unchecked for half a minute, in which a passing bench-done un-kills a row.
+SLOW_FAILURE_S = 1.0
 FAILED_AGAIN_S = 30.0
 # What the watch cannot see while it is blind, said with its first failed read.
 BLIND_MEANS = "the manager's own kill or forget of this instance is learnt only at a lifecycle call's answer meanwhile"
@@ -82,7 +86,7 @@ class RowWatch:
         self._on_bug = on_bug  # who says a bug of ours met reading the row (None: it is raised, never swallowed)
         self._fields = fields  # what a plugin's protocol adds to the row
         self._next_at: float | None = None  # (mono) None: no periodic read until the manager knows us
-        self._failed_at: float | None = None  # (mono) when the latest reading got no answer
+        self._spare_until: float | None = None  # (mono) no look-up before this: the latest failed slowly
         self._said: set[tuple[Any, ...]] = set()  # what a note was said about (RowNote.about)
         self.latest: RowReading | None = None
         # Its own health: reads only now and then, so blind at its first failed read (no window to wait out).
@@ -101,13 +105,13 @@ class RowWatch:
 
     def read(self, uuid: str) -> tuple[RowReading, list[str]]:
         """One look-up (bounded, one attempt), and the lines to say of it: the notes on it not said before, and
-        what the watch says of itself (blind, reading again). Within FAILED_AGAIN_S of one that got no answer (a
-        manager down or black-holed), the call it came before is not held up again."""
+        what the watch says of itself (blind, reading again). Within FAILED_AGAIN_S of one that got no answer
+        after SLOW_FAILURE_S or more (a manager black-holed), the call it came before is not held up again."""
         now, mono = self._now(), self._mono()
         if self._next_at is not None:
             self._next_at = mono + self._interval_s
         latest = self.latest
-        if latest is not None and self._failed_at is not None and mono - self._failed_at < FAILED_AGAIN_S:
+        if latest is not None and self._spare_until is not None and mono < self._spare_until:
             return latest, []
         notes: list[RowNote] = []
         try:
@@ -126,7 +130,9 @@ class RowWatch:
             reading = RowReading(now, None, listed=False, error=cut(_on_status(str(exc)), 300))
         except Exception as exc:
             reading = RowReading(now, None, listed=False, error=self._bug(exc))
-        self.latest, self._failed_at = reading, mono if reading.error is not None else None
+        answered_at = self._mono()
+        slow_failure = reading.error is not None and answered_at - mono >= SLOW_FAILURE_S
+        self.latest, self._spare_until = reading, answered_at + FAILED_AGAIN_S if slow_failure else None
         self._tell(reading)
         new = [note for note in notes if note.about not in self._said]
         self._said.update(note.about for note in new)

@@ -24,6 +24,7 @@ from helpers import (
     Console,
     Runner,
     fill,
+    free_port,
     py_script,
     sh,
     toml_list,
@@ -392,6 +393,34 @@ def test_state_dir_full_at_start_runs_and_delivers_the_earlier_calls(sup: Runner
         assert left == 1
     finally:
         mgr.stop()
+
+
+def test_calls_kept_in_memory_at_the_exit_are_said_lost_not_kept(sup: Runner,
+                                                                   tmpfs: Callable[[Path, str], Path]) -> None:
+    """The state_dir stays full to the end, the manager away: the exit said the calls "stay in the outbox for the
+    next start", then that they were lost, and they were (a reviewer's run): it says where they are, then what
+    became of them."""
+    state = tmpfs(sup.state_dir, "1m")
+    fill(state)
+    config = sup.write(f"""
+        [manager]
+        url = "http://127.0.0.1:{free_port()}"
+        label = "C.diskfull"
+
+        [[phases]]
+        name = "work"
+        command = {sh("echo done")}
+        """)
+    console = Console(sup, config)
+    assert console.finish() == 0, console.tail()
+    text = console.text()
+    assert "Traceback" not in text and "stay in the outbox for the next start" not in text, console.tail()
+    kept = re.search(r"manager: (\d+) call\(s\) not delivered yet, kept in memory \((.+) cannot be written\): "
+                     r"they reach the next start only if the file takes them at the close", text)
+    assert kept is not None and int(kept.group(1)) >= 1 and kept.group(2) == str(state / "outbox.sqlite3"), text
+    lost = re.search(r"outbox: \d+ change\(s\) kept in memory could not be written to .* before exit; the calls "
+                     r"among them are lost", text)
+    assert lost is not None and lost.start() > kept.start(), console.tail()
 
 
 # ================================================================ cuzk.toml in a full state_dir

@@ -202,7 +202,10 @@ class Reporter:
         sender.retry_now()
         wait(flush, flush.over)
         left = outbox.pending()
-        if left:
+        if left and outbox.in_memory:  # (the close tries the file once more, and says whether they are lost)
+            self._log(f"manager: {left} call(s) not delivered yet, kept in memory ({outbox.path} cannot be written): "
+                      "they reach the next start only if the file takes them at the close")
+        elif left:
             self._log(f"manager: {left} call(s) not delivered yet; they stay in the outbox for the next start")
         sender.ask_to_stop()
         shippers = self._stop_shippers(flush.seconds_left())

@@ -10,7 +10,9 @@ after ``running``) is registered again, once, and the last lifecycle call delive
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -294,6 +296,11 @@ def test_a_uuid_forgotten_after_param_done_is_registered_again_and_param_done_se
     assert lifecycle_calls(manager) == [("/register", 200), ("/param-done", 200), ("/register", 200),
                                         ("/param-done", 200), ("/running", 200)], lifecycle_calls(manager)
     assert instances(manager)[0]["history"] == ["registered", "params_done", "running"]
+    # The outbox (and status's ledger, which lists it) keeps them in the order they went: the new register was
+    # queued after the call sent again under it, and the ledger read out of order.
+    with contextlib.closing(sqlite3.connect(state_files.path(sup.state_dir, state_files.OUTBOX))) as db:
+        queued = [kind for (kind,) in db.execute("SELECT kind FROM calls WHERE kind != 'log' ORDER BY id")]
+    assert queued == ["register", "param-done", "register", "param-done", "running"], queued
 
 
 def test_a_row_watch_that_cannot_read_is_a_watch_status_shows_blind(sup: Runner, manager: DevManager) -> None:

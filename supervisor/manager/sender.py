@@ -530,6 +530,8 @@ class Sender:
         ``registered``) stands where the old one did; ``running`` and ``bench-done`` are taken in any state."""
         self._registered_by_watch.add(last.kind if last is not None else None)
         forgotten = self.uuid
+        if not self.outbox.pending_of(REGISTER):  # (queued first: the outbox, and status's ledger, in sending order)
+            self._queue_register()
         # After the register, which goes first; marked, so that its answer does not decide again (_delivered). Not
         # where a later lifecycle call was queued meanwhile (the look-up took two calls): sent after it, the old
         # stage's call would move the new row back (bench-done is taken in any state, running too); the later

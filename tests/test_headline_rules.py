@@ -10,8 +10,8 @@ import math
 
 from supervisor.status.headline import (
     FAILURE_LINES_SHOWN,
+    alive_lines,
     failure_lines,
-    gone_lines,
     headline,
     shown_value,
     since,
@@ -187,18 +187,27 @@ def test_the_supervisors_log_alone_is_named() -> None:
     assert failure_lines(read(snap))[-1] == "  logs: /var/log/s.log"
 
 
-def test_gone_lines_name_each_survivor_with_its_label_where_known() -> None:
+def test_alive_lines_name_each_survivor_with_its_label_where_known() -> None:
     snap = {"supervisor": "gone", "children": [{"pid": 10, "label": "bench/cuzk"}, "junk"],
             "survivors": [{"pid": 10, "name": "cuzk-daemon"}, {"pid": 11, "name": "sleep"}, "junk"]}
-    assert gone_lines(read(snap)) == ["  still alive, started by it (the next start of this state_dir ends them):",
+    assert alive_lines(read(snap)) == ["  still alive, started by it (the next start of this state_dir ends them):",
                                 "    pid 10 cuzk-daemon (bench/cuzk)", "    pid 11 sleep",
                                 "  what follows is the last state it wrote (last known)"]
 
 
-def test_gone_lines_with_nothing_alive_and_for_a_live_supervisor() -> None:
-    assert gone_lines(read({"supervisor": "gone", "survivors": []})) == [
+def test_alive_lines_under_an_exit_that_left_what_outlived_sigkill() -> None:
+    # It exited in order, saying that pid 10 outlived its SIGKILL: no "did not stop", no "last known".
+    snap = {"supervisor": "exited", "children": [{"pid": 10, "label": "svc/svc"}],
+            "survivors": [{"pid": 10, "name": "sleep"}]}
+    assert alive_lines(read(snap)) == ["  still alive: outlived SIGKILL (uninterruptible sleep?), left by its exit "
+                                       "(the next start of this state_dir ends them):", "    pid 10 sleep (svc/svc)"]
+    assert alive_lines(read({"supervisor": "exited", "survivors": []})) == []
+
+
+def test_alive_lines_with_nothing_alive_and_for_a_live_supervisor() -> None:
+    assert alive_lines(read({"supervisor": "gone", "survivors": []})) == [
         "  nothing it started is still alive; what follows is the last state it wrote (last known)"]
-    assert gone_lines(read({"supervisor": "running", "survivors": [{"pid": 1}]})) == []
+    assert alive_lines(read({"supervisor": "running", "survivors": [{"pid": 1}]})) == []
 
 
 def test_a_snapshot_of_the_wrong_shapes_still_gives_a_line() -> None:
@@ -209,4 +218,4 @@ def test_a_snapshot_of_the_wrong_shapes_still_gives_a_line() -> None:
     for snap in odd:
         line = headline(read(snap), True, NOW)
         assert line and "\n" not in line, snap
-        assert all(isinstance(x, str) for x in failure_lines(read(snap)) + gone_lines(read(snap))), snap
+        assert all(isinstance(x, str) for x in failure_lines(read(snap)) + alive_lines(read(snap))), snap

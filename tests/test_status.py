@@ -632,7 +632,7 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     done_now = {"done_at": time.time(), "machine": {}}
     phases = [a_phase("fetch", PhaseState.DONE, facts=done_now), a_phase("work", PhaseState.RUNNING, children=(child,)),
               a_phase("bench", PhaseState.PENDING)]
-    life = SimpleNamespace(phases=phases, shutting_down=False, exit_status=None, shutdown_reason="",
+    life = SimpleNamespace(phases=phases, shutting_down=False, exit_status=None, over=False, shutdown_reason="",
                            current=lambda: phases[1], failure=None,
                            held=lambda name: "held by a test" if name == "fetch" else None, hold_ends=lambda name: None)
     earlier = {"done_at": 1000.0, "machine": {"gpus": [], "memory": 1}}
@@ -663,8 +663,8 @@ def test_a_watch_that_is_never_blind_leaves_the_snapshot_valid() -> None:
     watches = Watches()
     watches.new("forever", math.inf)
     watches.new("minute", 60.0)
-    life = SimpleNamespace(phases=[], shutting_down=False, exit_status=None, shutdown_reason="", current=lambda: None,
-                           failure=None, held=lambda name: None, hold_ends=lambda name: None)
+    life = SimpleNamespace(phases=[], shutting_down=False, exit_status=None, over=False, shutdown_reason="",
+                           current=lambda: None, failure=None, held=lambda name: None, hold_ends=lambda name: None)
     snap = snapshot(role="subreaper", started_at=time.time() - 10, config="c.toml", lifecycle=life, gpus=None,
                     memory=None, verdicts=[], manager={"enabled": False}, resume=ResumeRecord(None, {}),
                     watches=watches).to_json()
@@ -679,7 +679,7 @@ def test_the_failures_log_file_is_named_only_where_a_child_wrote_one(tmp_path: P
     (tmp_path / "work.log").write_text("it ran\n")
     for phase, named in (("work", str(tmp_path / "work.log")), ("fitness", None)):
         failure = without_exit(phase, phase, "insufficient_memory", 1, "refused", attempt=0)
-        life = SimpleNamespace(phases=phases, shutting_down=True, exit_status=1, shutdown_reason="failed",
+        life = SimpleNamespace(phases=phases, shutting_down=True, exit_status=1, over=True, shutdown_reason="failed",
                                current=lambda: None, failure=failure, held=lambda name: None,
                                hold_ends=lambda name: None)
         snap = snapshot(role="subreaper", started_at=time.time() - 10, config="c.toml", lifecycle=life, gpus=None,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from supervisor.status.file import snapshot_problem
-from supervisor.status.headline import failure_lines, gone_lines, headline
+from supervisor.status.headline import alive_lines, failure_lines, headline
 from supervisor.status.health import metrics_text
 from supervisor.status.model import GONE, Fate, PhaseStatus, Snapshot, Survivor, Timers
 from supervisor.status.render import render
@@ -244,7 +244,7 @@ def test_a_broken_file_is_shown_whatever_is_wrong_where(live: bool) -> None:
             snap = Snapshot.from_json(spoilt)
             text = render(snap, live, NOW)
             assert text.splitlines()[0] == headline(snap, live, NOW), (path, value)
-            assert all(isinstance(line, str) for line in failure_lines(snap) + gone_lines(snap)), (path, value)
+            assert all(isinstance(line, str) for line in failure_lines(snap) + alive_lines(snap)), (path, value)
             assert metrics_text(snap).startswith("# HELP prover_supervisor_up"), (path, value)
             if path[0] != "pid" and path[0] != "supervisor":
                 assert "4242" in text.splitlines()[0] or not snap.gone, (path, value)

@@ -12,13 +12,14 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import Runner, pid_alive, remove_cgroup, toml_list, toml_str, until, wait_for
+from helpers import PY, REPO, Runner, clean_env, pid_alive, remove_cgroup, toml_list, toml_str, until, wait_for
 
 from supervisor.engine import signals
 from supervisor.engine.signals import SignalRouter
@@ -234,14 +235,31 @@ def test_a_tree_stuck_past_sigkill_costs_the_exit_no_more_than_the_budget(sup: R
     pidfile = sup.tmp / "stuck.pid"
     proc = sup.start(stuck_service(sup, pidfile))
     output = until(proc, "phase stuck: service is up")
-    with frozen(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))):
+    stuck = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    with frozen(stuck):
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
+        # The exit went on in order, leaving what outlived its SIGKILL: status said the supervisor was GONE and
+        # "did not stop", as after a kill -9 (a reviewer's run).
+        shown = json.loads(status_of(sup, "--json"))
+        text = status_of(sup)
     output += rest
     assert proc.returncode == 143, output[-3000:]
     assert "the stop budget is spent: not waited for" in output, output[-3000:]
     assert re.search(rf"1 process\(es\) survived SIGKILL for {SWEEP_MIN_S:g}s", output), output[-3000:]
     assert "exiting with status 143" in output
+    assert shown["supervisor"] == "exited" and shown["lifecycle"]["state"] == "stopped", shown
+    assert [s["pid"] for s in shown["survivors"]] == [stuck], shown
+    assert text.startswith("stopped: received SIGTERM"), text
+    assert text.splitlines()[1:3] == [
+        "  still alive: outlived SIGKILL (uninterruptible sleep?), left by its exit (the next start of this state_dir "
+        "ends them):", f"    pid {stuck} sleep (stuck/stuck)"], text
+    assert "GONE" not in text and "did not stop" not in text, text
+
+
+def status_of(sup: Runner, *flags: str) -> str:
+    return subprocess.run([PY, "-m", "supervisor", "status", *flags, "--state-dir", str(sup.state_dir)],
+                          capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env()).stdout
 
 
 def test_a_stop_signal_during_the_supervisors_own_stop_gets_a_budget_too(sup: Runner) -> None:

@@ -78,7 +78,7 @@ class Lifecycle:
         self.shutdown_reason = ""
         self.shutting_down = False
         self.exit_status: int | None = None  # the run's one exit status, decided at the shutdown
-        self.over = False  # the shutdown is done: every child stopped, every phase settled
+        self.over = False  # the shutdown is done: every child stopped (or given up on past SIGKILL), phases settled
         self.failure: Verdict | None = None
         self._phases_told = True  # (False while the shutdown tells each phase, after the stop's first signals)
         self._stop_over = False  # the shutdown's stop is over: every child is gone

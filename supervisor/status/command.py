@@ -103,11 +103,13 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
         return Fate(EXITED if state == "stopped" else GONE)
     if is_live_supervisor(pid):
         return Fate(NOT_ANSWERING)
-    survivors = left_alive_by(pid, state_dir)
-    # "stopped" is written once every child was stopped: what its supervisor did not finish is left running.
-    if state == "stopped" and not survivors:
-        return Fate(EXITED)
-    return Fate(GONE, gone_since=snap.written_at, survivors=tuple(Survivor.from_json(s) for s in survivors))
+    survivors = tuple(Survivor.from_json(s) for s in left_alive_by(pid, state_dir))
+    # "stopped" is written once every child was stopped, or once the stop is over with those that outlived their
+    # SIGKILL still listed (said, and left, by an exit that went on): anything else still alive is what a supervisor
+    # killed before it finished left running.
+    if state == "stopped" and {s.pid for s in survivors} <= {c.pid for c in snap.children}:
+        return Fate(EXITED, survivors=survivors)
+    return Fate(GONE, gone_since=snap.written_at, survivors=survivors)
 
 
 def show(state_dir: Path, as_json: bool, hint: str = "") -> int:

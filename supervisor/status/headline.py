@@ -4,9 +4,9 @@ An operator paging through a fleet at night reads the headline and knows: ``FAIL
 ago; exit 137`` (a child named like its phase shows the phase alone), ``running: curio up 3h12m``,
 ``GONE: supervisor pid 4242 ...; 2 process(es) still alive``. Under a failure come its cause (reason,
 detail), the failing child's last lines (colour codes stripped), the supervisor's exit status and the log
-files that have the rest; under a supervisor that is gone, what it started that is still alive. Pure
-functions of the snapshot (and what ``status`` found out about the supervisor: ``supervisor``,
-``survivors``), and of the time.
+files that have the rest; under a supervisor that is gone, what it started that is still alive (under one
+that exited, what outlived its SIGKILL). Pure functions of the snapshot (and what ``status`` found out about
+the supervisor: ``supervisor``, ``survivors``), and of the time.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..text.show import cut, span
-from .model import NOT_ANSWERING, ManagerStatus, Snapshot
+from .model import EXITED, NOT_ANSWERING, ManagerStatus, Snapshot
 
 # The failing child's last lines shown under the headline (status.json keeps more).
 FAILURE_LINES_SHOWN = 5
@@ -125,17 +125,21 @@ def failure_lines(snap: Snapshot) -> list[str]:
     return out
 
 
-def gone_lines(snap: Snapshot) -> list[str]:
-    """Under a gone supervisor's headline: what it started that is still alive (by its tag: ours for sure)."""
-    if not snap.gone or snap.fate is None:
+def alive_lines(snap: Snapshot) -> list[str]:
+    """Under the headline, what the supervisor started that is still alive (by its tag: ours for sure): what a
+    gone one left, or what outlived its SIGKILL under one that exited (said in its log, and left)."""
+    fate = snap.fate
+    if fate is None or not (snap.gone or (fate.supervisor == EXITED and fate.survivors)):
         return []
     labels = {c.pid: c.label for c in snap.children}
-    survivors = snap.fate.survivors
-    if not survivors:
+    if not fate.survivors:
         return ["  nothing it started is still alive; what follows is the last state it wrote (last known)"]
-    out = ["  still alive, started by it (the next start of this state_dir ends them):"]
-    for s in survivors:
+    out = ["  still alive, started by it (the next start of this state_dir ends them):" if snap.gone else
+           "  still alive: outlived SIGKILL (uninterruptible sleep?), left by its exit (the next start of this "
+           "state_dir ends them):"]
+    for s in fate.survivors:
         label = labels.get(s.pid)
         out.append(f"    pid {s.pid} {s.name}" + (f" ({label})" if label else ""))
-    out.append("  what follows is the last state it wrote (last known)")
+    if snap.gone:
+        out.append("  what follows is the last state it wrote (last known)")
     return out

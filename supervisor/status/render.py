@@ -19,7 +19,7 @@ from typing import Any
 
 from ..evidence.transfer import progress_text
 from ..text.show import cut, fmt_bytes, one_line, span
-from .headline import failure_lines, gone_lines, headline, shown_value, since
+from .headline import alive_lines, failure_lines, headline, shown_value, since
 from .model import (
     NOT_ANSWERING,
     Delivered,
@@ -82,7 +82,7 @@ def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
     # Not live: what it last wrote is only what was last known (a gone supervisor's lifecycle runs no more; a
     # hung one's may, unseen).
     hung = snap.fate is not None and snap.fate.supervisor == NOT_ANSWERING
-    out = [headline(snap, live, now), *failure_lines(snap), *gone_lines(snap)]
+    out = [headline(snap, live, now), *failure_lines(snap), *alive_lines(snap)]
     if live:
         out.append(f"prover-supervisor pid {snap.pid} as {snap.role}, up {_up(snap.started_at, now)} "
                    f"(config: {snap.config})")

@@ -174,6 +174,9 @@ class LifecycleView(Protocol):
     def exit_status(self) -> int | None: ...
 
     @property
+    def over(self) -> bool: ...
+
+    @property
     def shutdown_reason(self) -> str: ...
 
     @property
@@ -445,8 +448,12 @@ class Snapshotter:
 
 
 def _lifecycle_state(lifecycle: LifecycleView, current: PhaseSource | None, children_left: bool) -> str:
+    """``stopped`` once every child is stopped, or once the stop is over with some still listed: those outlived
+    their SIGKILL, were said, and are left by an exit that goes on (status then tells them from what a supervisor
+    killed in the middle of its stop left running: command.writer_fate)."""
     if lifecycle.shutting_down:
-        return "stopping" if lifecycle.exit_status is None or children_left else "stopped"
+        stopped = lifecycle.exit_status is not None and (lifecycle.over or not children_left)
+        return "stopped" if stopped else "stopping"
     return "starting" if current is None else "running"
 
 

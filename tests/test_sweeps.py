@@ -183,17 +183,26 @@ def test_a_listed_process_that_is_gone_is_skipped_and_the_rest_killed() -> None:
         alive.wait(10)
 
 
-def test_what_survives_the_bound_is_said_by_pid_and_name() -> None:
-    """A zombie cannot be killed: it stands in for a process stuck in uninterruptible sleep."""
+def test_what_survives_the_bound_is_said_by_pid_and_name_and_never_as_killed() -> None:
+    """A zombie cannot be killed: it stands in for a process stuck in uninterruptible sleep. It was said to have
+    survived SIGKILL, then, in the next line, to have been killed (a reviewer's run)."""
     zombie = subprocess.Popen(["sleep", "0"])
+    alive = subprocess.Popen(["sleep", "60"])
     wait_for(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE, 10)
     lines: list[str] = []
+
+    def found() -> dict[int, str]:
+        return {pid: "sleep" for pid in (zombie.pid, alive.pid) if pid == zombie.pid or alive.poll() is None}
+
     try:
-        kill_until_none_left(lambda: {zombie.pid: "sleep"}, lines.append, "test process(es)", 0.2)
+        kill_until_none_left(found, lines.append, "test process(es)", 0.2)
     finally:
         zombie.wait(10)
-    assert lines[0] == f"1 process(es) survived SIGKILL for 0.2s (uninterruptible sleep?): {zombie.pid} (sleep)"
-    assert lines[1] == f"killed 1 test process(es): {zombie.pid} (sleep)"
+        with contextlib.suppress(OSError):
+            alive.kill()
+        alive.wait(10)
+    assert lines == [f"1 process(es) survived SIGKILL for 0.2s (uninterruptible sleep?): {zombie.pid} (sleep)",
+                     f"killed 1 test process(es): {alive.pid} (sleep)"], lines
 
 
 def test_the_exit_sweep_in_process_kills_our_descendants_and_says_nothing_when_none_is_left() -> None:

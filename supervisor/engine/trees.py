@@ -147,7 +147,7 @@ def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]
 def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str, max_s: float) -> dict[int, str]:
     """SIGKILL what ``find`` lists (pid → name), round after round, until two rounds in a row find
     nothing or ``max_s`` has passed; say what was killed (``what``) and, by pid and name, what
-    survived. Returns pid → name of every process signalled.
+    survived (never both of one). Returns pid → name of every process signalled.
 
     One round is never enough: a process killed while it forks leaves a child the listing did not
     have, and psutil misses a process whose parent vanished as it read the table (that child is
@@ -159,6 +159,7 @@ def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str
     and end only, when the loop is not serving children."""
     deadline = time.monotonic() + max_s
     signalled: dict[int, str] = {}
+    survived: dict[int, str] = {}
     empty_rounds = 0
     while True:
         found = find()
@@ -166,6 +167,7 @@ def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str
         if empty_rounds >= 2:
             break
         if found and time.monotonic() > deadline:
+            survived = found
             log(f"{len(found)} process(es) survived SIGKILL for {max_s:g}s (uninterruptible sleep?): "
                 f"{_shown(found)}")
             break
@@ -174,8 +176,9 @@ def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str
             signalled.setdefault(pid, name)
         if found:  # what was killed gets a moment to die (and its orphans to come back) before the next look
             time.sleep(SWEEP_ROUND_S)
-    if signalled:
-        log(f"killed {len(signalled)} {what}: {_shown(signalled)}")
+    killed = {pid: name for pid, name in signalled.items() if pid not in survived}  # (those said as survivors)
+    if killed:
+        log(f"killed {len(killed)} {what}: {_shown(killed)}")
     return signalled
 
 

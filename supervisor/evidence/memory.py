@@ -333,7 +333,10 @@ class MemoryEvidence:
         self._unwatch(cgroup)
         if self.shared is not None:
             cgroup.move_all_to(self.shared)
-        cgroup.remove()
+        if not cgroup.remove():  # (a process that outlived SIGKILL, and could not be moved out)
+            left = cgroup.pids_below()
+            self._log(f"phase {phase}: cannot remove {cgroup.path}" + (f" ({len(left)} process(es) still in it: "
+                      f"{', '.join(map(str, left[:10]))})" if left else "") + "; left in place for the next start")
 
     def close(self) -> None:
         for phase in list(self._phase_cgroups):

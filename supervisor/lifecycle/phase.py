@@ -78,7 +78,6 @@ from .states import (
     StopAsked,
     Timeline,
 )
-from .verdict import Verdict
 
 # How long a daemon found dying as its phase's command fails is waited for, so that its death decides the
 # attempt (``_reap_dying_daemons``): the kernel frees its memory before it is reaped, seconds for a daemon of
@@ -173,7 +172,7 @@ def decide(phase: Phase, event: Event) -> Step:
     raise TypeError(f"not a phase event: {event!r}")  # pragma: no cover - the match covers Event
 
 
-def _end_attempt(phase: Phase, outcome: Verdict | None, why: str = "", first: tuple[Doing, ...] = ()) -> Step:
+def _end_attempt(phase: Phase, outcome: v.Verdict | None, why: str = "", first: tuple[Doing, ...] = ()) -> Step:
     """The attempt is over: stop its children (reverse start order); ``ChildrenStopped`` then decides."""
     if phase.state not in ATTEMPT_RUNS:
         return NOTHING
@@ -225,20 +224,20 @@ def _after_the_stop(phase: Phase) -> Step:
     return Step(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s", before=swept, after=(BackOff(delay),))
 
 
-def _fail_in_the_shutdown(outcome: Verdict) -> Step:
+def _fail_in_the_shutdown(outcome: v.Verdict) -> Step:
     """The attempt had failed for good (no retry or restart would follow) when a shutdown came during its stop:
     the phase fails, as it would have moments later, and its failure is the run's (lifecycle.shutdown)."""
     return Step(PhaseState.FAILED, f"{outcome.reason}: {outcome.detail} (then {SHUTDOWN_WHY})",
                 before=(Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
 
 
-def _fail(verdict: Verdict, why: str) -> Step:
+def _fail(verdict: v.Verdict, why: str) -> Step:
     """The supervisor's own finding (memory preflight, prepare, the deadline in a backoff) fails the phase for
     good: recorded as its outcome, since no child's exit says it."""
     return Step(PhaseState.FAILED, why, before=(Outcome(verdict), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
 
 
-def _broken(phase: Phase, verdict: Verdict) -> Step:
+def _broken(phase: Phase, verdict: v.Verdict) -> Step:
     """A bug of ours fails the phase for good (retrying would only hide it). Its children are stopped on
     purpose, so their verdicts read ``stopped``: it is not their failure."""
     state = phase.state
@@ -282,7 +281,7 @@ class Phase:
         self.why = "not started"
         self.timeline = Timeline()  # when it started, came up and ended (status shows it)
         self.kept: list[Child] = []  # daemons with lifetime = "lifecycle", handed on at success
-        self._judged_at_shutdown: tuple[Verdict | None] | None = None  # failed_for_good at the shutdown, kept
+        self._judged_at_shutdown: tuple[v.Verdict | None] | None = None  # failed_for_good at the shutdown, kept
         self.parsed: Any = None  # what the output hook's parser read (None: no parser, or not run yet)
         # The fact name ``parsed`` is kept under (the bench's result, resumed after a restart and shown by
         # ``status`` under that name); None: a parser whose result is only a verdict (the warm-up's) keeps none.
@@ -307,7 +306,7 @@ class Phase:
         return list(self._attempt.children)
 
     @property
-    def outcome(self) -> Verdict | None:  # what ended the current attempt (or refused the next one)
+    def outcome(self) -> v.Verdict | None:  # what ended the current attempt (or refused the next one)
         return self._attempt.outcome
 
     @property
@@ -350,12 +349,12 @@ class Phase:
     def stop_over(self) -> bool:
         return self._attempt.stop_over
 
-    def command_verdict(self) -> Verdict | None:
+    def command_verdict(self) -> v.Verdict | None:
         """Its command's verdict, kept by the attempt: the run's record keeps only the latest few of a phase, and
         a phase of many daemons stopped together pushed it out (read as "never reaped")."""
         return self._attempt.command_verdict
 
-    def failed_for_good(self) -> Verdict | None:
+    def failed_for_good(self) -> v.Verdict | None:
         """The outcome of the attempt being stopped, where it is a failure no retry or restart would follow
         (the phase fails once the stop is over); else None. Only what ended the attempt before any shutdown
         counts: a command the shutdown stopped is no failure of its own. Once a shutdown came, the first answer
@@ -379,13 +378,13 @@ class Phase:
         outcome = self.outcome
         return self.spec.kind == "oneshot" and outcome is not None and outcome.success and outcome.reason != v.STOPPED
 
-    def never_reaped(self) -> Verdict:
+    def never_reaped(self) -> v.Verdict:
         """The verdict of an attempt whose command was stopped and never reaped (it outlived its SIGKILL)."""
         command = self.command_child
         assert command is not None  # (an attempt that ends after its command started)
         return v.never_reaped(command, phase=self.name, attempt=self.attempt, added=self.reasons)
 
-    def next_after(self, outcome: Verdict) -> tuple[Next, str, float]:
+    def next_after(self, outcome: v.Verdict) -> tuple[Next, str, float]:
         return self.pacing.after(outcome, self._attempt)
 
     # ------------------------------------------------------------ the one road: event → decision → move, effects
@@ -677,8 +676,9 @@ class Phase:
         attempt.stop_over = True
         self._started.forget([c for c in attempt.children if c not in self.kept])
         memory = self._evidence.memory
-        if memory is not None and not self.kept:
-            kill_pids(memory.leftover_pids(self.name), self._log,
+        if memory is not None and not self.kept:  # (not a tree whose stop gave up past SIGKILL: said as that)
+            outlived = {proc.pid for child in attempt.children if child.running for proc in child.tree()}
+            kill_pids([pid for pid in memory.leftover_pids(self.name) if pid not in outlived], self._log,
                       f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)")
 
     # ------------------------------------------------------------ the supervisor's own bugs

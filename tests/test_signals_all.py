@@ -231,7 +231,7 @@ def test_a_second_stop_signal_of_another_kind_kills_at_once(sup: Runner) -> None
     os.kill(pid, signal.SIGQUIT)
     result = finish(proc, time.monotonic(), 30)  # far less than the 60 s grace
     assert result.returncode == 128 + signal.SIGTERM, result.output  # the first one's status
-    assert "SIGQUIT again while stopping: SIGKILL to everything now" in result.output
+    assert "SIGQUIT (after SIGTERM) while stopping: SIGKILL to everything now" in result.output
     assert received(sup) == ["SIGTERM"]
     assert not pid_alive(child)
 

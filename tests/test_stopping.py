@@ -191,7 +191,7 @@ def test_second_sigterm_during_grace_kills_at_once(sup: Runner) -> None:
     assert proc.returncode == 143, out
     assert took < 10, f"the second SIGTERM did not cut the 30 s grace short ({took:.1f}s)"
     assert not pid_alive(pid)
-    assert "again while stopping" in out
+    assert "SIGTERM again while stopping: SIGKILL to everything now" in out
 
 
 

@@ -209,6 +209,7 @@ class SignalRouter:
         self.flush: ExitFlush | None = None  # set while the exit flush runs
         self.stop_requested: tuple[str, int] | None = None  # (why, exit status) of a stop before the start
         self._stops: dict[Stage, int] = {}  # stop signals received, by stage
+        self._first_stop: str | None = None  # the name of the first one
 
     def stage(self) -> Stage:
         if self.flush is not None:
@@ -234,7 +235,7 @@ class SignalRouter:
 
     def _stop(self, signum: int, name: str, why: str, came: float | None = None) -> None:
         stage = self.stage()
-        before = sum(self._stops.values())
+        first, self._first_stop = self._first_stop, self._first_stop or name
         action = stop_action(stage, again=self._stops.get(stage, 0) > 0)
         self._stops[stage] = self._stops.get(stage, 0) + 1
         if action is Action.REMEMBER:
@@ -250,7 +251,9 @@ class SignalRouter:
             self.lifecycle.shutdown(f"received {name}", 128 + signum, self.budget)
         elif action is Action.KILL_NOW:
             assert self.lifecycle is not None
-            self._log(f"{name} {'again ' if before else ''}while stopping: SIGKILL to everything now")
+            # (Two sent together come in the kernel's order, not the sender's: "after", never "again", for another.)
+            after = "" if first is None else " again" if first == name else f" (after {first})"
+            self._log(f"{name}{after} while stopping: SIGKILL to everything now")
             if self.budget is None and self.stop_budget_s is not None:
                 # A stop the supervisor began itself (a failure) had none; docker stop kills at its timeout
                 # all the same: the rest of the exit (a stuck tree's wait, the sweep, the flush) fits in one.

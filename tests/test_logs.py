@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import os
 import re
+import select
 import subprocess
 import textwrap
 import threading
@@ -16,10 +17,12 @@ import psutil
 import pytest
 from helpers import PY, REPO, Runner, toml_list, wait_for
 
+from supervisor.engine import logs
 from supervisor.engine.logs import MAX_LINE_BYTES, ChildOutput, Console, LineSplitter, LogFile
 
 MB = 1024 * 1024
 CLOCK = r"\d\d:\d\d:\d\d\.\d\d\d"
+WAIT_S = 30.0  # an upper bound against hanging, never a measure
 
 
 def script(tmp: Path, name: str, code: str, *args: str) -> str:
@@ -187,6 +190,8 @@ def test_console_never_blocks_and_reports_drops(blocking: bool) -> None:
     r, w = os.pipe()
     os.set_blocking(w, blocking)
     console = Console(fd=w)
+    said: list[str] = []
+    console.notify = said.append  # (supervisor.log in a run)
     total = 20_000
     line_tail = b" " + b"." * 1000 + b"\n"  # ~1 KB lines: 20 MB in all, far beyond the backlog
     slowest = 0.0
@@ -228,6 +233,39 @@ def test_console_never_blocks_and_reports_drops(blocking: bool) -> None:
     assert numbers == sorted(numbers) and numbers[0] == 0
     # the supervisor's own lines get extra room, so they pass where children's lines were dropped
     assert "own line after the flood\n" in text
+    # Said where it can be read, too: a reader that never reads never sees the console's own note (a reviewer's
+    # run: `run | sleep`, and nothing anywhere said that lines were dropped).
+    assert said == ["console: stdout takes lines slower than they come (a reader that does not read, a paused "
+                    "terminal?): console lines are dropped until it drains; the log files have them",
+                    f"console: stdout drains again; {dropped} line(s) were dropped there"], said
+
+
+@pytest.mark.parametrize("say_every_s", [logs.CONSOLE_SLOW_SAY_S, 0.0], ids=["within-a-minute", "past-it"])
+def test_a_console_that_falls_behind_again_is_said_again_only_past_a_minute(
+        monkeypatch: pytest.MonkeyPatch, say_every_s: float) -> None:
+    # A slow terminal fills and drains its backlog in turn: one pair of lines a minute, never one a drain.
+    monkeypatch.setattr(logs, "CONSOLE_SLOW_SAY_S", say_every_s)
+    r, w = os.pipe()
+    console = Console(fd=w)
+    said: list[str] = []
+    console.notify = said.append
+    line, out = b"." * (64 * 1024 - 1) + b"\n", bytearray()
+    try:
+        for stretch in (b"first", b"second"):
+            for _ in range(2 * logs.CONSOLE_BACKLOG_BYTES // len(line)):  # nobody reads: far past the backlog
+                console.put(line)
+            console.put(b"end of the " + stretch + b" stretch\n", own=True)  # (own: room kept for it)
+            while not out.endswith(b"end of the " + stretch + b" stretch\n"):  # then everything is read
+                assert select.select([r], [], [], WAIT_S)[0], "the console wrote nothing more"
+                out.extend(os.read(r, 1 << 20))
+            time.sleep(0.2)  # (the writer says it drained after its write returned)
+    finally:
+        console.close(timeout=0.5)
+        os.close(w)
+        os.close(r)
+    slow = [n for n in said if n.startswith("console: stdout takes lines slower")]
+    drained = [n for n in said if n.startswith("console: stdout drains again")]
+    assert (len(slow), len(drained)) == ((1, 1) if say_every_s else (2, 2)), said
 
 
 def test_console_passes_everything_when_the_reader_keeps_up() -> None:

@@ -38,6 +38,10 @@ MAX_LINE_BYTES = 64 * 1024
 RETRY_WRITE_S = 5.0
 CONSOLE_BACKLOG_BYTES = 4 * 1024 * 1024
 IOV_MAX = 1024
+# A console that cannot keep up (a reader that does not read, a paused terminal) is said in supervisor.log at the
+# first line it drops, then at most this often: a slow terminal that fills and drains its backlog in turn is one
+# line a minute, never one a drain.
+CONSOLE_SLOW_SAY_S = 60.0
 # The supervisor's own lines may exceed the backlog by this much before they too are dropped.
 CONSOLE_OWN_LINES_EXTRA_BYTES = 1024 * 1024
 
@@ -102,7 +106,10 @@ class Console:
     thread to write it, or a write that fails (EPIPE: the reader is gone; ENOSPC: ``/dev/full``)
     make it ``lost``, said once through ``notify`` (startup.py's become_init: supervisor.log, which keeps the
     supervisor's own lines). A reader that is gone or an fd that is closed never comes back; any
-    other failure is tried again after RETRY_WRITE_S, and said when it works again.
+    other failure is tried again after RETRY_WRITE_S, and said when it works again. A console that takes
+    lines slower than they come drops them past CONSOLE_BACKLOG_BYTES: counted on the console itself once it
+    drains, and said through ``notify`` too (at most every CONSOLE_SLOW_SAY_S), since a reader that never
+    reads never sees its own note.
     """
 
     def __init__(self, fd: int | None = None, enabled: bool = True, roll_at: int = 0) -> None:
@@ -124,6 +131,8 @@ class Console:
         self._for_good = False  # lost with no way back: put() drops at once
         self._retry_at = 0.0
         self._lost_lines = 0  # dropped since it was lost
+        self._slow_said_at: float | None = None  # (monotonic) when dropping was last said through notify
+        self._slow_lines = 0  # dropped since it was said: told when it drains
         self._thread = threading.Thread(target=self._write_forever, name="console", daemon=True)
         if self._enabled:
             try:
@@ -144,12 +153,23 @@ class Console:
             return
         limit = CONSOLE_BACKLOG_BYTES + (CONSOLE_OWN_LINES_EXTRA_BYTES if own else 0)
         with self._cond:
-            if self._queued + size > limit:
-                self._dropped += sum(part.count(b"\n") for part in parts) or 1
+            if self._queued + size <= limit:
+                self._queue.extend(parts)
+                self._queued += size
+                self._cond.notify()
                 return
-            self._queue.extend(parts)
-            self._queued += size
-            self._cond.notify()
+            lines = sum(part.count(b"\n") for part in parts) or 1
+            self._dropped += lines
+            now = time.monotonic()
+            first = self._slow_lines == 0 and (self._slow_said_at is None
+                                               or now - self._slow_said_at >= CONSOLE_SLOW_SAY_S)
+            if first or self._slow_lines:
+                self._slow_lines += lines
+            if first:
+                self._slow_said_at = now
+        if first:  # (outside the lock: notify may write to this console too, and drop there)
+            self._say("console: stdout takes lines slower than they come (a reader that does not read, a paused "
+                      "terminal?): console lines are dropped until it drains; the log files have them")
 
     def _write_forever(self) -> None:
         while True:
@@ -173,6 +193,8 @@ class Console:
                 self._lose(failure, sum(c.count(b"\n") for c in chunks))
             elif self.lost is not None:
                 self._back()
+            elif dropped:
+                self._drained()
 
     def _write_rolling(self, chunks: list[bytes]) -> OSError | None:
         """Write the chunks, rolling the file over at the end of the line that fills it, inside a chunk too (a
@@ -255,6 +277,13 @@ class Console:
         self.lost = f"cannot write stdout ({exc.strerror or exc})"
         again = "for good" if self._for_good else f"until a write works again (tried every {RETRY_WRITE_S:g}s)"
         self._say(f"console: {self.lost}; console lines are lost {again}; supervisor.log has the supervisor's own")
+
+    def _drained(self) -> None:
+        """A batch with dropped lines was written: the console keeps up again, said if its dropping was."""
+        with self._cond:
+            said, self._slow_lines = self._slow_lines, 0
+        if said:
+            self._say(f"console: stdout drains again; {said} line(s) were dropped there")
 
     def _back(self) -> None:
         lost, self._lost_lines, self.lost = self._lost_lines, 0, None

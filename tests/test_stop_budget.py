@@ -98,6 +98,31 @@ def test_a_stop_the_supervisor_decides_has_no_budget(sup: Runner) -> None:
     assert re.search(r"stopping fails/d \(.*\): SIGTERM to .*, grace 2s$", result.output, re.M), result.output
 
 
+def test_a_command_already_reaped_takes_no_share_of_the_budget_and_is_not_named_as_cut(sup: Runner) -> None:
+    # The phase's command had exited; its daemon was stopping (the attempt over) when docker stop came. The line
+    # named the command's grace as cut ("job/job 10s → 3.0s"), and its empty wave halved the daemon's share.
+    config = sup.write(f"""
+        [[phases]]
+        name = "job"
+        command = {toml_list(["sh", "-c", "sleep 0.5; exit 3"])}
+
+        [[phases.daemons]]
+        name = "d"
+        command = {toml_list(["sh", "-c", "trap '' TERM; while :; do sleep 0.2; done"])}
+        """, stop_grace_s=10)
+    config.write_text(config.read_text().replace("[supervisor]\n", "[supervisor]\nstop_budget_s = 8\n", 1))
+    proc = sup.start(config)
+    output = until(proc, "stopping job/d (phase attempt over)")
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    output += rest
+    assert proc.returncode == 3, output[-3000:]  # the failure's, which came first
+    [line] = [x for x in output.splitlines() if "stop budget 8s" in x]
+    assert "job/job" not in line, line
+    got = re.search(r"cut short: the grace of job/d 10s → (\d+\.\d)s", line)
+    assert got is not None and float(got.group(1)) > (8 - EXIT_SHARE_S) / 2, line  # the one wave's whole share
+
+
 # ---------------------------------------------------------------- in-process: the budget's arithmetic
 
 
@@ -303,3 +328,6 @@ def test_a_stop_signal_during_the_supervisors_own_stop_gets_a_budget_too(sup: Ru
     assert "the stop budget is spent: not waited for" in output, output[-3000:]
     assert f"survived SIGKILL for {KILL_WAIT_S:g}s" not in output, output[-3000:]
     assert re.search(rf"1 process\(es\) survived SIGKILL for {SWEEP_MIN_S:g}s", output), output[-3000:]
+    # Its SIGKILL ended the stuck service's 60 s grace: the budget's line said "no grace was cut".
+    assert re.search(r"stop budget 4s \(SIGTERM from outside.*\): SIGTERM while stopping ended every grace at once "
+                     r"\(SIGKILL to everything\)", output), output[-3000:]

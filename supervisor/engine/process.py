@@ -120,7 +120,7 @@ class Child:
         earlier one holds)."""
         if wait_until is not None:
             self._wait_until = wait_until if self._wait_until is None else min(self._wait_until, wait_until)
-        if not self._gone():
+        if not self.gone():
             self.stop_reason = self.stop_reason or reason
             self._killed_at = self._killed_at or self.clock.monotonic()
             self._signal_tree(signal.SIGKILL, self.tree())
@@ -155,7 +155,7 @@ class Child:
             # Then the CPU to the signalled: the scheduler lets a running task finish its slice before a task
             # it woke (up to ~1.5 ms on 2 cores), and ours goes on reading /proc; the child's own stop comes first.
             os.sched_yield()
-        if self._gone():
+        if self.gone():
             self._stop_done()  # reaped, nothing of its tree alive: stopped already, no need to look again
             return
         members = self.tree()
@@ -181,7 +181,7 @@ class Child:
         return f"{grace:g}s" if grace >= own else f"{grace:.1f}s (of {own:g}s: the stop budget)"
 
     def _kill(self, loop: EventLoop, log: Log) -> None:
-        if self._gone():
+        if self.gone():
             return
         members = self.tree()
         log(f"{self.label}: still running after {self._grace_text()} grace: SIGKILL to "
@@ -190,7 +190,7 @@ class Child:
         self._signal_tree(signal.SIGKILL, members)
 
     def _check_stopped(self, loop: EventLoop, log: Log) -> None:
-        if not self._gone():
+        if not self.gone():
             now = self.clock.monotonic()
             if self._killed_at is not None and now - self._killed_at > KILL_WAIT_S:
                 log(f"{self.label}: {self._describe_tree(self.tree())} survived SIGKILL for {KILL_WAIT_S:g}s "
@@ -206,7 +206,7 @@ class Child:
                 return
         self._stop_done()
 
-    def _gone(self) -> bool:
+    def gone(self) -> bool:
         """Nothing of its tree is left. Asked every poll of a stop, so the cheap answers first: a
         leader not yet reaped, or a live member of its group (one syscall), mean it is not gone;
         only then the shared reading of the process table, for what left the group."""
@@ -382,6 +382,10 @@ def _daemon_of(child: Child) -> str | None:
     return child.spec.phase if child.spec.name != child.spec.phase else None
 
 
+def _stops_anything(wave: list[Child]) -> bool:
+    return any(child.running or not child.gone() for child in wave)
+
+
 class _Waves:
     """Stops the waves one after the other, each once the one before it is gone."""
 
@@ -396,11 +400,13 @@ class _Waves:
         # A loop, not a call per wave: children already gone end their stop at once, and a chain of
         # those must not recurse once per child.
         while self._waves:
-            waves_left = len(self._waves)
+            # Under a budget, a wave with nothing left to stop (its children reaped, their trees gone: a phase whose
+            # command had ended, its daemons still stopping) takes no share of it, and no grace of its is "cut".
+            waves_left = len(self._waves) if self._budget is None else sum(map(_stops_anything, self._waves))
             wave = self._waves.pop(0)
             self._pending, self._starting = len(wave), True
             for child in wave:
-                if self._budget is None:
+                if self._budget is None or child.gone():
                     child.stop(self._loop, self._log, self._reason, self._one_stopped)
                     continue
                 grace = self._budget.grace(child.label, child.spec.stop_grace_s, waves_left)

@@ -258,6 +258,8 @@ class SignalRouter:
                 # A stop the supervisor began itself (a failure) had none; docker stop kills at its timeout
                 # all the same: the rest of the exit (a stuck tree's wait, the sweep, the flush) fits in one.
                 self.budget = StopBudget(self.stop_budget_s, name, since=came)
+            if self.budget is not None:
+                self.budget.killed_now_by = name
             self.lifecycle.kill_everything_now(self.budget.wait_until if self.budget is not None else None)
         elif action is Action.CUT_FLUSH:
             assert self.flush is not None

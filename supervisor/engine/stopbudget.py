@@ -53,6 +53,7 @@ class StopBudget:
         self.children_deadline = self.deadline - min(EXIT_SHARE_S, budget_s / 4)
         self.wait_until = self.deadline - 2 * CLOSE_S  # a tree that survives SIGKILL: waited for until then
         self._cut: dict[str, tuple[float, float]] = {}  # child → (its own grace, the grace it got)
+        self.killed_now_by: str | None = None  # a second stop signal that ended every grace at once
 
     def grace(self, label: str, own_s: float, waves_left: int) -> float:
         """The grace of a child whose stop begins now, in a wave with ``waves_left - 1`` more after it."""
@@ -82,6 +83,9 @@ class StopBudget:
         head = (f"stop budget {self.budget_s:g}s ({self.signame} from outside: docker stop kills at its timeout, "
                 f"10 s unless told; [supervisor] stop_budget_s)")
         flush = max(0.0, self.flush_deadline() - self._clock())
+        if self.killed_now_by is not None:  # (whatever each grace had been given: it ended there)
+            return (f"{head}: {self.killed_now_by} while stopping ended every grace at once (SIGKILL to everything); "
+                    f"the exit flush gets {flush:.1f}s at most")
         if not self._cut:
             return f"{head}: no grace was cut; the exit flush gets {flush:.1f}s at most"
         named = [f"{label} {own:g}s → {got:.1f}s" for label, (own, got) in list(self._cut.items())[:NAMED_MAX]]

@@ -675,10 +675,10 @@ class Phase:
         attempt = self._attempt
         attempt.stop_over = True
         self._started.forget([c for c in attempt.children if c not in self.kept])
-        memory = self._evidence.memory
-        if memory is not None and not self.kept:  # (not a tree whose stop gave up past SIGKILL: said as that)
+        leftover = memory.leftover_pids(self.name) if (memory := self._evidence.memory) and not self.kept else []
+        if leftover:  # (less a tree whose stop gave up past SIGKILL: said as that, never as escaped and killed)
             outlived = {proc.pid for child in attempt.children if child.running for proc in child.tree()}
-            kill_pids([pid for pid in memory.leftover_pids(self.name) if pid not in outlived], self._log,
+            kill_pids([pid for pid in leftover if pid not in outlived], self._log,
                       f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)")
 
     # ------------------------------------------------------------ the supervisor's own bugs

@@ -64,6 +64,7 @@ class FakeChild:
     status: ExitStatus | None = None
     stop_reason: str | None = None
     stop_detail: str = ""
+    job_stopped: str | None = None  # (job control: a fake is never stopped by SIGSTOP)
     sigkilled: bool = False  # (the supervisor sent it SIGKILL: a fake is only ever stopped by SIGTERM)
     forwarded: dict[int, float] = field(default_factory=dict)  # (signals forwarded from outside: a fake gets none)
     placement: None = None

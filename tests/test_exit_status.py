@@ -688,7 +688,8 @@ def test_the_reaper_says_a_registered_childs_stop_and_continue_and_reaps_its_exi
     reaper = Reaper(on_orphan=lambda pid, status: None, on_stop=said.append)
     child = subprocess.Popen(["sleep", "30"])
     try:
-        reaper.watch(child.pid, lambda pid, status: exits.append(status), "p/sleeper")
+        jobs: list[str | None] = []  # (the Child keeps them: status shows it stopped, a stall's verdict says why)
+        reaper.watch(child.pid, lambda pid, status: exits.append(status), "p/sleeper", jobs.append)
 
         def reaped_until(done: Callable[[], bool]) -> None:
             deadline = time.monotonic() + 10
@@ -702,7 +703,7 @@ def test_the_reaper_says_a_registered_childs_stop_and_continue_and_reaps_its_exi
         reaped_until(lambda: len(said) == 2)
         assert said == [f"p/sleeper (pid {child.pid}) was stopped by SIGSTOP: it does nothing until it is continued "
                         "(SIGCONT)", f"p/sleeper (pid {child.pid}) was continued"]
-        assert exits == []
+        assert exits == [] and jobs == ["SIGSTOP", None]
         os.kill(child.pid, signal.SIGKILL)
         reaped_until(lambda: bool(exits))
         assert exits == [ExitStatus(None, signal.SIGKILL)] and len(said) == 2

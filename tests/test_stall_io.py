@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -22,8 +24,10 @@ from typing import Any
 import pytest
 from helpers import (
     PY,
+    REPO,
     Console,
     Runner,
+    clean_env,
     first_line,
     one_verdict,
     py_script,
@@ -216,6 +220,31 @@ def test_a_spinning_process_is_stalled(sup: Runner) -> None:
     record = one_verdict(out, "p")
     assert " reason=stalled " in record, record
     assert "no output for" in record and "no I/O for" in record, record
+
+
+def test_a_child_stopped_by_sigstop_is_shown_stopped_and_its_stall_says_why(sup: Runner) -> None:
+    # Its stop was said in the log, but status listed it "running" and the verdict (the termination log, the
+    # manager) gave no cause for the silence (a reviewer's run).
+    pidfile = sup.tmp / "w.pid"
+    writer = py_script(sup.tmp, "writer", f"""
+        import time
+        write_pid({str(pidfile)!r})
+        while True:
+            print("working", flush=True)
+            time.sleep(0.1)
+        """)
+    console = Console(sup, sup.write(phase(writer, 3)))
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 30))
+    console.wait_text("[p/p] working")
+    os.kill(pid, signal.SIGSTOP)
+    console.wait_text(f"p/p (pid {pid}) was stopped by SIGSTOP")
+    shown = json.loads(subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                                      capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env()).stdout)
+    assert [c["state"] for c in shown["children"]] == ["stopped by SIGSTOP"], shown["children"]
+    assert console.finish() == EXIT_TIMEOUT, console.tail()
+    record = one_verdict(console.text(), "p")
+    assert " reason=stalled " in record and "; p/p stopped by SIGSTOP (job control: nothing runs until SIGCONT)" in \
+        record, record
 
 
 def test_each_silent_sign_is_named_with_its_age(sup: Runner) -> None:

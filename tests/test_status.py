@@ -231,13 +231,15 @@ def test_status_through_every_kind_of_phase_then_after_exit(sup: Runner) -> None
         assert rc == 0, text
         assert took < 4.0, f"status took {took:.2f}s while a child hangs"
         line = child_line(text, "svc/svc")
-        assert re.search(CHILD_RE.format(pid=svc["pid"], state="running"), line), line
+        # (job control, seen by the reaper: it was shown "running")
+        assert re.search(CHILD_RE.format(pid=svc["pid"], state="stopped by SIGSTOP"), line), line
         up = int(re.search(r" up (\d+)s,", line).group(1))  # type: ignore[union-attr]
         silent = int(re.search(r"last output (\d+)s ago", line).group(1))  # type: ignore[union-attr]
         assert up >= 2 and silent >= 2, line
         assert "      | serving 3" in text, text
         rc, snap, _ = status_json(state)
         hung = child(snap, "svc/svc")
+        assert hung["state"] == "stopped by SIGSTOP", hung
         assert hung["last_output_at"] is not None and time.time() - hung["last_output_at"] >= 2, hung
     finally:
         os.kill(svc["pid"], signal.SIGCONT)
@@ -628,7 +630,7 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     output = SimpleNamespace(last_output_at=time.monotonic() - 5, last_lines=lambda n=None: ["token is ***", long_line],
                              file=SimpleNamespace(ours_from=lambda: 1234))
     child = SimpleNamespace(label="work/work", pid=os.getpid(), started_at=time.time() - 9, stop_reason=None,
-                            output=output, grace_s=10.0, kill_at=None)
+                            job_stopped=None, output=output, grace_s=10.0, kill_at=None)
     done_now = {"done_at": time.time(), "machine": {}}
     phases = [a_phase("fetch", PhaseState.DONE, facts=done_now), a_phase("work", PhaseState.RUNNING, children=(child,)),
               a_phase("bench", PhaseState.PENDING)]

@@ -75,6 +75,7 @@ class Child:
     _kill_timer: Timer | None = None
     _killed_at: float | None = None
     grace_s: float = 0.0  # the grace its stop under way gives it (set as it begins; shorter under a budget)
+    job_stopped: str | None = None  # the signal that stopped it (SIGSTOP, SIGTSTP: job control), until continued
     _wait_until: float | None = None  # a stop budget's end: past it a tree that survives SIGKILL is not waited for
 
     @property
@@ -98,6 +99,10 @@ class Child:
         if not self._stopping or timer is None or timer.cancelled or self._killed_at is not None:
             return None
         return timer.when
+
+    def job_control(self, stopped_by: str | None) -> None:
+        """The reaper saw it stopped (by that signal) or continued (None)."""
+        self.job_stopped = stopped_by
 
     def exited(self, status: ExitStatus) -> None:
         """Called by the reaper's owner when ``waitpid`` returned this child's status."""

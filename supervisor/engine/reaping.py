@@ -78,6 +78,8 @@ DYING_POLL_S = 0.002
 StatusHandler = Callable[[int, ExitStatus], None]
 # Told a registered child was stopped or continued: its label and the line that says so.
 StopHandler = Callable[[str], None]
+# Told of a child's job-control state: the signal that stopped it (SIGSTOP, SIGTSTP, ...), or None once continued.
+JobHandler = Callable[[str | None], None]
 # The stops that come of a terminal (the child is in a background process group of it), said as such.
 _TERMINAL_STOPS = {"SIGTTIN": "it read from the terminal from the background",
                    "SIGTTOU": "it wrote to the terminal from the background"}
@@ -85,15 +87,18 @@ _TERMINAL_STOPS = {"SIGTTIN": "it read from the terminal from the background",
 
 class Reaper:
     """Owns ``waitpid``: PIDs are registered with a handler that receives their status (and a label, by which
-    their stops and continues are said to ``on_stop``)."""
+    their stops and continues are said to ``on_stop``, and a ``job`` handler their owner keeps them by)."""
 
     def __init__(self, on_orphan: StatusHandler, on_stop: StopHandler | None = None) -> None:
         self._owners: dict[int, tuple[StatusHandler, str | None]] = {}  # pid → its handler and label
+        self._jobs: dict[int, JobHandler] = {}  # pid → who keeps its job-control state
         self._on_orphan = on_orphan
         self._on_stop = on_stop
 
-    def watch(self, pid: int, handler: StatusHandler, label: str | None = None) -> None:
+    def watch(self, pid: int, handler: StatusHandler, label: str | None = None, job: JobHandler | None = None) -> None:
         self._owners[pid] = (handler, label)
+        if job is not None:
+            self._jobs[pid] = job
 
     def reap(self) -> int:
         """Collect every exited child until none is left waiting; return how many."""
@@ -113,6 +118,7 @@ class Reaper:
             reaped += 1
             exit_status = ExitStatus.from_wait_status(status)
             handler, _ = self._owners.pop(pid, (self._on_orphan, None))
+            self._jobs.pop(pid, None)
             handler(pid, exit_status)
 
     def reap_dying(self, pid: int, wait_s: float) -> bool:
@@ -133,6 +139,7 @@ class Reaper:
                 return False
             if got == pid and (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
                 handler, _ = self._owners.pop(pid)
+                self._jobs.pop(pid, None)
                 handler(pid, ExitStatus.from_wait_status(status))
                 return True
             if time.monotonic() >= deadline:
@@ -141,12 +148,15 @@ class Reaper:
 
     def _say_stop(self, pid: int, status: int) -> None:
         _, label = self._owners.get(pid, (None, None))
+        name = None if os.WIFCONTINUED(status) else signal_name(os.WSTOPSIG(status))
+        job = self._jobs.get(pid)
+        if job is not None:
+            job(name)
         if label is None or self._on_stop is None:
             return  # (an orphan's stop, or nobody to tell)
-        if os.WIFCONTINUED(status):
+        if name is None:
             self._on_stop(f"{label} (pid {pid}) was continued")
             return
-        name = signal_name(os.WSTOPSIG(status))
         why = _TERMINAL_STOPS.get(name)
         self._on_stop(f"{label} (pid {pid}) was stopped by {name}{f' ({why})' if why else ''}: it does nothing "
                       "until it is continued (SIGCONT)")

@@ -160,7 +160,9 @@ class Watched:
         return self._phase.still_running(self._attempt.number)
 
     def stalled(self, silent: str) -> None:
-        self._phase.stalled(silent)
+        # What the reaper saw of job control explains a silence the signs alone cannot: said in the verdict too.
+        held = [f"{c.label} stopped by {c.job_stopped}" for c in self._attempt.children if c.running and c.job_stopped]
+        self._phase.stalled(silent + (f"; {', '.join(held)} (job control: nothing runs until SIGCONT)" if held else ""))
 
     def too_slow(self, why: str) -> None:
         self._phase.too_slow(why)

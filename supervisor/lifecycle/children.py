@@ -67,7 +67,8 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
         output.file.close()
         raise
     child.placement = placement
-    kit.reaper.watch(child.pid, ctx.guarded(f"the exit of {spec.label}", partial(on_exit, child)), spec.label)
+    kit.reaper.watch(child.pid, ctx.guarded(f"the exit of {spec.label}", partial(on_exit, child)), spec.label,
+                     child.job_control)
     child.attach_output(kit.loop, on_eof=lambda c: c.output.file.close() if not c.running else None,
                         on_error=ctx.fault_handler(f"the output of {spec.label}"))
     kit.log(f"started {spec.label}: pid {child.pid}: {shown_command(spec.command)}")

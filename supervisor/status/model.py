@@ -375,7 +375,7 @@ class ChildStatus(_Record):
     label: str | None = field(default=None, metadata=REQUIRED)  # phase/child
     pid: int | None = field(default=None, metadata=REQUIRED)
     phase: str | None = None
-    state: str | None = field(default=None, metadata=REQUIRED)  # running, stopping
+    state: str | None = field(default=None, metadata=REQUIRED)  # running, stopping, stopped by SIGSTOP (job control)
     started_at: float | None = None
     last_output_at: float | None = None
     usage: Usage | None = None

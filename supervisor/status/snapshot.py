@@ -108,6 +108,9 @@ class ChildView(Protocol):
     def stop_reason(self) -> str | None: ...
 
     @property
+    def job_stopped(self) -> str | None: ...
+
+    @property
     def output(self) -> OutputView: ...
 
     @property
@@ -485,7 +488,8 @@ def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, 
 def _child(phase: str, child: ChildView, usage: bool, now: float) -> ChildStatus:
     last = child.output.last_output_at
     return ChildStatus(
-        label=child.label, pid=child.pid, phase=phase, state="stopping" if child.stop_reason else "running",
+        label=child.label, pid=child.pid, phase=phase, state="stopping" if child.stop_reason else
+        f"stopped by {child.job_stopped}" if child.job_stopped else "running",
         started_at=child.started_at, last_output_at=(time.time() - (now - last)) if last else None,
         usage=tree_usage(child.pid) if usage else None, stop=stop_timer(child, child.grace_s, now),
         last_lines=tuple(shown_line(line) for line in child.output.last_lines(CHILD_LINES)),

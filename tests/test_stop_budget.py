@@ -144,6 +144,10 @@ def test_the_budget_shares_what_is_left_between_the_waves_and_names_what_it_cut(
     assert line.endswith("the exit flush gets 0.0s at most"), line
     assert StopBudget(8, "SIGINT", clock=lambda: 0.0).cut_short().endswith(
         "no grace was cut; the exit flush gets 7.5s at most")
+    # A second stop signal then ends what was left: said after the cuts, which stay (they were lost).
+    budget.killed_now_by = "SIGINT"
+    assert "and 5 more; SIGINT while stopping ended what grace was left (SIGKILL to everything); the exit flush" \
+        in budget.cut_short(), budget.cut_short()
 
 
 def test_a_grace_that_fits_the_budget_but_for_the_microseconds_since_the_signal_is_not_cut() -> None:
@@ -232,7 +236,8 @@ def frozen(pid: int) -> Iterator[None]:
         remove_cgroup(cg)
 
 
-def stuck_service(sup: Runner, pidfile: Path, *, then_fail: bool = False, cgroups: str = "off") -> Path:
+def stuck_service(sup: Runner, pidfile: Path, *, then_fail: bool = False, cgroups: str = "off",
+                  worker: bool = False) -> Path:
     """A service whose process will be frozen; with ``then_fail``, a later phase that fails, so that the
     supervisor begins the stop itself (and the stuck service is in it)."""
     failing = f"""
@@ -241,6 +246,8 @@ def stuck_service(sup: Runner, pidfile: Path, *, then_fail: bool = False, cgroup
         command = {toml_list(["sh", "-c", "sleep 0.5; exit 3"])}
         """ if then_fail else ""
     pid_then_sleep = f"echo $$$$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 300"  # ($$: a $)
+    if worker:  # the process to freeze is a worker under the command, which a SIGTERM ends (reaped, then)
+        pid_then_sleep = f"sleep 300 & echo $$! > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && wait"
     config = sup.write(f"""
         [[phases]]
         name = "stuck"
@@ -275,6 +282,23 @@ def test_a_tree_stuck_past_sigkill_in_its_phase_cgroup_is_said_as_that_never_as_
     assert found is not None, output[-3000:]
     left = list(Path(found.group(1)).glob(f"prover-{proc.pid}-*"))
     assert all(f"phase stuck: cannot remove {path}" in output for path in left), (left, output[-3000:])
+
+
+def test_a_worker_stuck_past_sigkill_under_a_command_that_ended_is_left_by_an_exit_status_tells_as_one(
+        sup: Runner) -> None:
+    # Only the unreaped leaders were listed: a stuck worker under a command that had ended made status say GONE
+    # and "did not stop" after an orderly exit 143 (a reviewer's run).
+    pidfile = sup.tmp / "stuck.pid"
+    proc = sup.start(stuck_service(sup, pidfile, worker=True))
+    until(proc, "phase stuck: service is up")
+    stuck = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    with frozen(stuck):
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+        shown = json.loads(status_of(sup, "--json"))
+    assert proc.returncode == 143, rest[-3000:]
+    assert shown["supervisor"] == "exited" and shown["lifecycle"]["state"] == "stopped", shown
+    assert [s["pid"] for s in shown["survivors"]] == [stuck], shown
 
 
 def test_a_tree_stuck_past_sigkill_costs_the_exit_no_more_than_the_budget(sup: Runner) -> None:
@@ -329,5 +353,5 @@ def test_a_stop_signal_during_the_supervisors_own_stop_gets_a_budget_too(sup: Ru
     assert f"survived SIGKILL for {KILL_WAIT_S:g}s" not in output, output[-3000:]
     assert re.search(rf"1 process\(es\) survived SIGKILL for {SWEEP_MIN_S:g}s", output), output[-3000:]
     # Its SIGKILL ended the stuck service's 60 s grace: the budget's line said "no grace was cut".
-    assert re.search(r"stop budget 4s \(SIGTERM from outside.*\): SIGTERM while stopping ended every grace at once "
+    assert re.search(r"stop budget 4s \(SIGTERM from outside.*\): SIGTERM while stopping ended what grace was left "
                      r"\(SIGKILL to everything\)", output), output[-3000:]

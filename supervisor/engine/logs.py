@@ -194,7 +194,7 @@ class Console:
             elif self.lost is not None:
                 self._back()
             elif dropped:
-                self._drained()
+                self._drained()  # (if nothing was dropped meanwhile)
 
     def _write_rolling(self, chunks: list[bytes]) -> OSError | None:
         """Write the chunks, rolling the file over at the end of the line that fills it, inside a chunk too (a
@@ -279,8 +279,11 @@ class Console:
         self._say(f"console: {self.lost}; console lines are lost {again}; supervisor.log has the supervisor's own")
 
     def _drained(self) -> None:
-        """A batch with dropped lines was written: the console keeps up again, said if its dropping was."""
+        """A batch with dropped lines was written: unless more were dropped while it was (the backlog filled
+        again), the console keeps up again, said if its dropping was, with every line dropped since."""
         with self._cond:
+            if self._dropped:
+                return
             said, self._slow_lines = self._slow_lines, 0
         if said:
             self._say(f"console: stdout drains again; {said} line(s) were dropped there")

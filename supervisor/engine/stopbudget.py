@@ -83,12 +83,11 @@ class StopBudget:
         head = (f"stop budget {self.budget_s:g}s ({self.signame} from outside: docker stop kills at its timeout, "
                 f"10 s unless told; [supervisor] stop_budget_s)")
         flush = max(0.0, self.flush_deadline() - self._clock())
-        if self.killed_now_by is not None:  # (whatever each grace had been given: it ended there)
-            return (f"{head}: {self.killed_now_by} while stopping ended every grace at once (SIGKILL to everything); "
-                    f"the exit flush gets {flush:.1f}s at most")
-        if not self._cut:
-            return f"{head}: no grace was cut; the exit flush gets {flush:.1f}s at most"
-        named = [f"{label} {own:g}s → {got:.1f}s" for label, (own, got) in list(self._cut.items())[:NAMED_MAX]]
-        more = len(self._cut) - len(named)
-        children = ", ".join(named) + (f" and {more} more" if more else "")
-        return f"{head}: cut short: the grace of {children}; the exit flush gets {flush:.1f}s at most"
+        said = []
+        if self._cut:
+            named = [f"{label} {own:g}s → {got:.1f}s" for label, (own, got) in list(self._cut.items())[:NAMED_MAX]]
+            more = len(self._cut) - len(named)
+            said.append("cut short: the grace of " + ", ".join(named) + (f" and {more} more" if more else ""))
+        if self.killed_now_by is not None:  # (whatever grace was left then ended there)
+            said.append(f"{self.killed_now_by} while stopping ended what grace was left (SIGKILL to everything)")
+        return f"{head}: {'; '.join(said) or 'no grace was cut'}; the exit flush gets {flush:.1f}s at most"

@@ -677,7 +677,7 @@ class Phase:
         self._started.forget([c for c in attempt.children if c not in self.kept])
         leftover = memory.leftover_pids(self.name) if (memory := self._evidence.memory) and not self.kept else []
         if leftover:  # (less a tree whose stop gave up past SIGKILL: said as that, never as escaped and killed)
-            outlived = {proc.pid for child in attempt.children if child.running for proc in child.tree()}
+            outlived = {proc.pid for child in attempt.children for proc in child.tree()}  # (a reaped leader's too)
             kill_pids([pid for pid in leftover if pid not in outlived], self._log,
                       f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)")
 

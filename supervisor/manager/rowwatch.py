@@ -131,7 +131,9 @@ class RowWatch:
         except Exception as exc:
             reading = RowReading(now, None, listed=False, error=self._bug(exc))
         answered_at = self._mono()
-        slow_failure = reading.error is not None and answered_at - mono >= SLOW_FAILURE_S
+        # (a deadline under SLOW_FAILURE_S: a look-up that ran out half of it was slow, as one of a second is)
+        slow_failure = reading.error is not None and answered_at - mono >= min(SLOW_FAILURE_S,
+                                                                                self._client.deadline_s / 2)
         self.latest, self._spare_until = reading, answered_at + FAILED_AGAIN_S if slow_failure else None
         self._tell(reading)
         new = [note for note in notes if note.about not in self._said]

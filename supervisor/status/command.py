@@ -104,10 +104,10 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
     if is_live_supervisor(pid):
         return Fate(NOT_ANSWERING)
     survivors = tuple(Survivor.from_json(s) for s in left_alive_by(pid, state_dir))
-    # "stopped" is written once every child was stopped, or once the stop is over with those that outlived their
-    # SIGKILL still listed (said, and left, by an exit that went on): anything else still alive is what a supervisor
-    # killed before it finished left running.
-    if state == "stopped" and {s.pid for s in survivors} <= {c.pid for c in snap.children}:
+    # "stopped" is written by the exit itself, after it SIGKILLed what was left: what is still alive outlived that
+    # (said, and left, by an exit that went on). In any other state it is what a supervisor killed before it got
+    # there left running.
+    if state == "stopped":
         return Fate(EXITED, survivors=survivors)
     return Fate(GONE, gone_since=snap.written_at, survivors=survivors)
 

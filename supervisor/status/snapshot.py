@@ -366,7 +366,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
     return Snapshot(
         version=SNAPSHOT_VERSION, pid=os.getpid(), role=role, started_at=started_at, written_at=time.time(),
         config=config,
-        lifecycle=LifecycleStatus(state=_lifecycle_state(lifecycle, current, bool(children)),
+        lifecycle=LifecycleStatus(state=_lifecycle_state(lifecycle, current),
                                   why=lifecycle.shutdown_reason, exit_status=lifecycle.exit_status,
                                   current=current.name if current else None,
                                   failure=_failure(lifecycle.failure, log_dir)),
@@ -450,13 +450,14 @@ class Snapshotter:
         self._extras.setdefault(name, []).append(provider)
 
 
-def _lifecycle_state(lifecycle: LifecycleView, current: PhaseSource | None, children_left: bool) -> str:
-    """``stopped`` once every child is stopped, or once the stop is over with some still listed: those outlived
-    their SIGKILL, were said, and are left by an exit that goes on (status then tells them from what a supervisor
-    killed in the middle of its stop left running: command.writer_fate)."""
+def _lifecycle_state(lifecycle: LifecycleView, current: PhaseSource | None) -> str:
+    """``stopped`` once the run is over (its stop done, every phase settled: the exit's own writes, after its sweep
+    SIGKILLed what was left), so that what is still alive then outlived that SIGKILL, said in the log, and is told
+    from what a supervisor killed before it got there left running (command.writer_fate)."""
+    if lifecycle.over:
+        return "stopped"
     if lifecycle.shutting_down:
-        stopped = lifecycle.exit_status is not None and (lifecycle.over or not children_left)
-        return "stopped" if stopped else "stopping"
+        return "stopping"
     return "starting" if current is None else "running"
 
 

@@ -90,15 +90,13 @@ class Reaper:
     their stops and continues are said to ``on_stop``, and a ``job`` handler their owner keeps them by)."""
 
     def __init__(self, on_orphan: StatusHandler, on_stop: StopHandler | None = None) -> None:
-        self._owners: dict[int, tuple[StatusHandler, str | None]] = {}  # pid → its handler and label
-        self._jobs: dict[int, JobHandler] = {}  # pid → who keeps its job-control state
+        # pid → its handler, its label, and who keeps its job-control state
+        self._owners: dict[int, tuple[StatusHandler, str | None, JobHandler | None]] = {}
         self._on_orphan = on_orphan
         self._on_stop = on_stop
 
     def watch(self, pid: int, handler: StatusHandler, label: str | None = None, job: JobHandler | None = None) -> None:
-        self._owners[pid] = (handler, label)
-        if job is not None:
-            self._jobs[pid] = job
+        self._owners[pid] = (handler, label, job)
 
     def reap(self) -> int:
         """Collect every exited child until none is left waiting; return how many."""
@@ -117,8 +115,7 @@ class Reaper:
                 continue
             reaped += 1
             exit_status = ExitStatus.from_wait_status(status)
-            handler, _ = self._owners.pop(pid, (self._on_orphan, None))
-            self._jobs.pop(pid, None)
+            handler = self._owners.pop(pid, (self._on_orphan,))[0]
             handler(pid, exit_status)
 
     def reap_dying(self, pid: int, wait_s: float) -> bool:
@@ -138,8 +135,7 @@ class Reaper:
             except ChildProcessError:
                 return False
             if got == pid and (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
-                handler, _ = self._owners.pop(pid)
-                self._jobs.pop(pid, None)
+                handler = self._owners.pop(pid)[0]
                 handler(pid, ExitStatus.from_wait_status(status))
                 return True
             if time.monotonic() >= deadline:
@@ -147,9 +143,8 @@ class Reaper:
             time.sleep(DYING_POLL_S)
 
     def _say_stop(self, pid: int, status: int) -> None:
-        _, label = self._owners.get(pid, (None, None))
+        _, label, job = self._owners.get(pid, (None, None, None))
         name = None if os.WIFCONTINUED(status) else signal_name(os.WSTOPSIG(status))
-        job = self._jobs.get(pid)
         if job is not None:
             job(name)
         if label is None or self._on_stop is None:

@@ -8,12 +8,25 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from fakes import FakeClock
 
-from supervisor.evidence.progress import COMPLETE_QUIET_S, FUTURE_MTIME_S, NET_DEV, TreeMeasure, net_received, tree_done
-from supervisor.evidence.progresswatch import done_bytes
+from supervisor.config import parse_plan
+from supervisor.engine.loop import EventLoop
+from supervisor.evidence.progress import (
+    COMPLETE_QUIET_S,
+    FUTURE_MTIME_S,
+    NET_DEV,
+    ProgressProbe,
+    TreeMeasure,
+    net_received,
+    tree_done,
+)
+from supervisor.evidence.progresswatch import PROGRESS_TICK_S, SETTLED_LOOK_S, ProgressWatch, done_bytes
 from supervisor.evidence.transfer import TOO_SLOW_MARGIN, RateWindow, figures, progress_text, too_slow
 from supervisor.lifecycle.hooks import ProgressReading
 from supervisor.state import files as state_files
@@ -214,3 +227,85 @@ def test_status_draws_its_own_progress_line_and_metrics_carry_the_figures() -> N
     assert f'prover_supervisor_phase_progress_done_bytes{{phase="paramfetch"}} {15 * GIB}' in text
     assert f'prover_supervisor_phase_progress_total_bytes{{phase="paramfetch"}} {50 * GIB}' in text
     assert 'prover_supervisor_phase_progress_eta_s{phase="paramfetch"}' in text
+
+
+class _Fetch:
+    """The attempt a progress watch follows, as much as it reads (a download with no process of its own here)."""
+
+    def __init__(self) -> None:
+        self.running = True
+
+    def roots(self) -> list[tuple[int, str]]:
+        return []
+
+    def reading(self) -> ProgressReading | None:
+        return None
+
+    def current(self) -> bool:
+        return self.running
+
+    def too_slow(self, why: str) -> None:
+        raise AssertionError(f"a download that completes is not too slow: {why}")
+
+    def fault(self, what: str, exc: Exception) -> None:
+        raise AssertionError(f"{what}: {exc!r}")
+
+
+def _watched_fetch(tmp_path: Path) -> tuple[FakeClock, EventLoop, ProgressProbe, ProgressWatch, _Fetch, list[str]]:
+    """Three 1 MiB files under tmp_path/cache: two done a minute ago, one written just now (no control file: its
+    downloader put its last byte in a moment ago); a progress watch of it on a fake clock, the real walker."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in ("a.params", "b.params", "c.vk"):
+        (cache / name).write_bytes(b"\1" * MIB)
+    for name in ("a.params", "b.params"):
+        os.utime(cache / name, (time.time() - 60, time.time() - 60))
+    spec = parse_plan(f'[[phases]]\nname = "fetch"\ncommand = ["fake"]\nprogress_total = "3MiB"\n'
+                      f'progress_path = "{cache}"\n', "test.toml", {}).phases[0]
+    clock, probe, fetch, lines = FakeClock(), ProgressProbe(), _Fetch(), []
+    loop = EventLoop(clock=clock)
+    watch = ProgressWatch(spec, loop, lines.append, SimpleNamespace(progress=probe, io=None, first_seen=None), fetch)
+    return clock, loop, probe, watch, fetch, lines
+
+
+def _run_until(clock: FakeClock, loop: EventLoop, step: float, done: Callable[[], bool]) -> None:
+    """Steps of the fake clock, the loop run at each, until ``done`` (the walker runs on real time: 10 s at most)."""
+    give_up = time.monotonic() + 10
+    while not done():
+        assert time.monotonic() < give_up, "the walker never measured"
+        clock.now += step
+        loop.run_once(max_wait=0)
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("success", [True, False], ids=["ended-well", "failed"])
+def test_a_download_that_ended_well_keeps_its_whole_figure_not_its_last_ticks(tmp_path: Path, success: bool) -> None:
+    # The figures were those of the attempt's last tick, whose walk had not counted a file completed within
+    # COMPLETE_QUIET_S of the end: the status showed the done phase at 67% (91-97% with the real aria2c), with a
+    # rate and an ETA, for good. An attempt that ended well takes one settled walk (nothing writes any more).
+    clock, loop, probe, watch, fetch, lines = _watched_fetch(tmp_path)
+    try:
+        _run_until(clock, loop, PROGRESS_TICK_S, lambda: watch.progress is not None)
+        last_tick = watch.figures()
+        assert last_tick is not None and last_tick["done_bytes"] == 2 * MIB and last_tick["files_done"] == 2, last_tick
+        fetch.running = False
+        watch.finish(success)
+        if success:
+            _run_until(clock, loop, SETTLED_LOOK_S, lambda: watch.figures() != last_tick)
+            assert watch.figures() == {"done_bytes": 3 * MIB, "total_bytes": 3 * MIB, "rate_bytes_s": None,
+                                       "eta_s": 0.0, "files_done": 3}, watch.figures()
+        else:  # a failed one keeps what its last tick saw: its files may still be written by what is being stopped
+            for _ in range(20):
+                clock.now += SETTLED_LOOK_S
+                loop.run_once(max_wait=0)
+            time.sleep(0.1)
+            assert watch.figures() == last_tick
+        clock.now += PROGRESS_TICK_S  # (the tick already due finds the watch finished)
+        loop.run_once(max_wait=0)
+        assert loop.next_due() is None, "nothing more is looked at"
+        with probe._cond:
+            assert not probe._watches and not probe._settles and not probe._settled, "everything released"
+        assert lines == []
+    finally:
+        probe.close()
+        loop.close()

@@ -26,6 +26,11 @@ the two would count the whole file done before a byte came (and a download's fig
 The container's received bytes (``/proc/net/dev``, every
 interface but loopback) are measured on the same thread (``watch_net``): a procfs read is quick, but
 nothing is read on the loop.
+
+Once a download's attempt has ended well, nothing writes its files any more, and the quiet waited for says
+nothing: one more walk (``settle``) counts each file without a control file complete however lately it was
+written, so that the figure a finished download keeps is its whole, not the last periodic walk's (a file
+completed within COMPLETE_QUIET_S of it, or after it, left out).
 """
 
 from __future__ import annotations
@@ -95,6 +100,20 @@ class Walk(NamedTuple):
     newest: float | None
 
 
+class Settling:
+    """A settled walk asked of the walker (``ProgressProbe.settle``): ``measure`` says whether it is walked yet and
+    what it found (None: the walk failed); ``release`` once it is no longer waited for."""
+
+    def __init__(self, probe: ProgressProbe, walk_id: int) -> None:
+        self._probe, self._id = probe, walk_id
+
+    def measure(self) -> tuple[bool, TreeMeasure | None]:
+        return self._probe._settled_measure(self._id)
+
+    def release(self) -> None:
+        self._probe._release_settle(self._id)
+
+
 class ProgressProbe:
     """The walker thread, started by the first ``watch``."""
 
@@ -106,6 +125,8 @@ class ProgressProbe:
         self._watches: dict[int, tuple[str, float]] = {}  # watch id → (path, how often)
         self._ids = itertools.count(1)
         self._measures: dict[str, TreeMeasure] = {}
+        self._settles: dict[int, str] = {}  # settled walks asked (``settle``), not walked yet: id → path
+        self._settled: dict[int, TreeMeasure | None] = {}  # their measures (None: the walk failed), until released
         self._seq = itertools.count(1)
         self._walking: tuple[str, float] | None = None  # the path being walked, since (monotonic)
         self._ended_slow: list[tuple[str, float, str]] = []  # slow walks ended: path, seconds, what they found
@@ -142,6 +163,26 @@ class ProgressProbe:
 
     def _watched(self, path: str) -> bool:
         return any(p == path for p, _ in self._watches.values())
+
+    def settle(self, path: str) -> Settling:
+        """One walk of ``path`` as soon as the thread can, with no quiet waited for (COMPLETE_QUIET_S): for a path
+        nothing writes any more (its download's attempt is over). Its measure is the handle's, once walked."""
+        walk_id = next(self._ids)
+        with self._cond:
+            self._settles[walk_id] = os.fspath(path)
+            if self._thread is None and not self._closed:
+                self._thread = worker_thread("progress", self._run_restarting)
+            self._cond.notify_all()
+        return Settling(self, walk_id)
+
+    def _settled_measure(self, walk_id: int) -> tuple[bool, TreeMeasure | None]:
+        with self._cond:
+            return walk_id in self._settled, self._settled.get(walk_id)
+
+    def _release_settle(self, walk_id: int) -> None:
+        with self._cond:
+            self._settles.pop(walk_id, None)
+            self._settled.pop(walk_id, None)
 
     def latest(self, path: str) -> TreeMeasure | None:
         with self._cond:
@@ -189,9 +230,13 @@ class ProgressProbe:
     def _run(self) -> None:
         due: dict[str, float] = {}  # path → when it is to be measured next
         while True:
-            path = self._next_path(due)
-            if path is None:
+            picked = self._next_path(due)
+            if picked is None:
                 return
+            path, settle_id = picked
+            if settle_id is not None:
+                self._walk_settled(path, settle_id)
+                continue
             started = time.monotonic()
             with self._cond:
                 self._walking = (path, started)
@@ -219,19 +264,39 @@ class ProgressProbe:
             # At most half the time busy: a tree that takes a second to walk is walked every two.
             due[path] = ended + max(PROGRESS_WALK_MIN_S, every, ended - started)
 
-    def _next_path(self, due: dict[str, float]) -> str | None:
-        """Sleep until a watched path is due (a new one at once); None once closed."""
+    def _walk_settled(self, path: str, settle_id: int) -> None:
+        """A settled walk (``settle``): no quiet waited for; its measure kept for its handle (None: it failed)."""
+        started = time.monotonic()
+        measure = None
+        try:
+            walked = tree_done(path, quiet_s=0.0)
+        except Exception as exc:  # (as a periodic walk's: a miss, said by the walker's health)
+            self.state.miss(said_error(exc))
+        else:
+            ended = time.monotonic()
+            measure = TreeMeasure(path, walked.size, walked.files, ended, ended - started, next(self._seq),
+                                  walked.done, walked.done_files, walked.newest)
+        with self._cond:
+            if self._settles.pop(settle_id, None) is not None:  # (released meanwhile: nobody waits for it)
+                self._settled[settle_id] = measure
+
+    def _next_path(self, due: dict[str, float]) -> tuple[str, int | None] | None:
+        """Sleep until a settled walk is asked (first: it is waited for) or a watched path is due (a new one at
+        once): the path, and the settled walk's id (None: a periodic walk); None once closed."""
         with self._cond:
             while True:
                 if self._closed:
                     return None
+                if self._settles:
+                    settle_id = min(self._settles)
+                    return self._settles[settle_id], settle_id
                 watched = {p for p, _ in self._watches.values()}
                 for gone in set(due) - watched:
                     del due[gone]
                 now = time.monotonic()
                 ready = [p for p in watched if due.get(p, now) <= now]
                 if ready:
-                    return min(ready, key=lambda p: due.get(p, now))
+                    return min(ready, key=lambda p: due.get(p, now)), None
                 if not watched:
                     self.state.idle("no path watched")
                 self._cond.wait(min(due.values()) - now if due else None)
@@ -264,13 +329,13 @@ def measure_tree(path: str | Path) -> tuple[int | None, int]:
     return total, files
 
 
-def tree_done(path: str | Path, now: float | None = None) -> Walk:
+def tree_done(path: str | Path, now: float | None = None, quiet_s: float = COMPLETE_QUIET_S) -> Walk:
     """``measure_tree``'s bytes and files under ``path``, the bytes and count of its complete files, and its
     newest write: a file with a control file beside it (CONTROL_SUFFIXES) is not complete whatever its size,
-    nor is the control file, nor a file written within COMPLETE_QUIET_S of ``now`` (wall time; default: the
-    time now); the others count by what is allocated to them (at most their size: a growing download's
-    blocks), empty ones (locks) not at all. The newest write is the latest mtime of a file, one more than
-    FUTURE_MTIME_S ahead of ``now`` left out. Blocks: off the loop only."""
+    nor is the control file, nor a file written within ``quiet_s`` of ``now`` (wall time; default: the
+    time now; 0 where nothing writes any more); the others count by what is allocated to them (at most their
+    size: a growing download's blocks), empty ones (locks) not at all. The newest write is the latest mtime of a
+    file, one more than FUTURE_MTIME_S ahead of ``now`` left out. Blocks: off the loop only."""
     given = now
     now = time.time() if given is None else given
     try:
@@ -281,7 +346,8 @@ def tree_done(path: str | Path, now: float | None = None) -> Walk:
     if not os.path.isdir(path):
         # One file, judged as in a directory: with its control file beside it, it is not complete (aria2c
         # allocates the whole file at its start).
-        done = 0 if file_incomplete(path) or _written_lately(st, now) else min(st.st_size, st.st_blocks * 512)
+        done = 0 if file_incomplete(path) or _written_lately(st, now, quiet_s) else min(st.st_size,
+                                                                                         st.st_blocks * 512)
         return Walk(st.st_size, 1, done, int(done > 0), _newer(None, st, now))
     total = files = done = done_files = 0
     newest: float | None = None
@@ -308,7 +374,7 @@ def tree_done(path: str | Path, now: float | None = None) -> Walk:
             total += st.st_size
             files += 1
             newest = _newer(newest, st, now)
-            if is_incomplete(entry.name, names) or _written_lately(st, now):
+            if is_incomplete(entry.name, names) or _written_lately(st, now, quiet_s):
                 continue
             allocated = min(st.st_size, st.st_blocks * 512)
             if allocated > 0:
@@ -335,10 +401,10 @@ def _newer(newest: float | None, st: os.stat_result, now: float) -> float | None
     return st.st_mtime if newest is None else max(newest, st.st_mtime)
 
 
-def _written_lately(st: os.stat_result, now: float) -> bool:
-    """Written within COMPLETE_QUIET_S of ``now``: a file aria2c may not have put its control file beside yet.
+def _written_lately(st: os.stat_result, now: float, quiet_s: float) -> bool:
+    """Written within ``quiet_s`` of ``now``: a file aria2c may not have put its control file beside yet.
     An mtime further in the future (a cache copied with another clock's times) says nothing of now."""
-    return abs(now - st.st_mtime) < COMPLETE_QUIET_S
+    return abs(now - st.st_mtime) < quiet_s
 
 
 def is_incomplete(name: str, names_beside: set[str] | frozenset[str]) -> bool:

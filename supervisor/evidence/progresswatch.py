@@ -36,10 +36,16 @@ FirstSeen.clock), ``progress_deadline_s`` on: a restart does not reset it, and o
 registered long ago) ends the download at once, before the observation window. A progress line is logged
 every PROGRESS_LOG_S (it reaches the manager's ``setup`` log as every supervisor
 line does); the status shows the figures at every look.
+
+An attempt that ends well (``finish``) gets its last figures from one settled walk of ``progress_path`` (progress.py's
+``settle``): with no writer left, a file without a control file is complete at once. Without it, a finished
+download kept the figures of its last tick, a second or more old, which had not yet counted the files completed
+within COMPLETE_QUIET_S of the end: the status showed a done phase at 91%, with a rate and an ETA.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Protocol
 
@@ -49,7 +55,7 @@ from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, Fir
 from ..text import Log
 from ..text.show import fmt_bytes, span
 from .iowatch import IoProbe, IoWatch, Root, TreeIo
-from .progress import NET_DEV, ProgressProbe, TreeMeasure
+from .progress import NET_DEV, ProgressProbe, Settling, TreeMeasure
 from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, figures, progress_text, too_slow
 
 # How often the figures are made afresh (and the deadline looked at).
@@ -67,6 +73,10 @@ MOVED_FRESH_S = 5.0
 # The rate is read from the movement once its samples span at least this much of the window: a rate over a few
 # seconds is noise (aria2c writes its disk cache in bursts of up to 16 MiB).
 MOVED_SPAN_MIN = 0.5
+# How often an attempt that ended well looks whether its settled walk is done, and for how long at most (a big
+# tree's walk takes seconds, a hung mount's never ends: the figures then stay those of the last tick).
+SETTLED_LOOK_S = 0.1
+SETTLED_WAIT_S = 60.0
 # How often a progress line goes to the log (and so to the manager's setup tab): every few minutes,
 # not every second.
 PROGRESS_LOG_S = 180.0
@@ -166,6 +176,8 @@ class ProgressWatch:
         self._logged_at = self._started
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
         self._said_deadline = False
+        self._settling: Settling | None = None  # the settled walk waited for after the attempt ended well
+        self._finished = False
         loop.call_later(PROGRESS_TICK_S, self._tick, on_error=self._on_error)
 
     def figures(self) -> dict[str, object] | None:
@@ -185,7 +197,46 @@ class ProgressWatch:
             return max(0, (self._cache_seen[1] if self._cache_seen is not None else 0) - self._cache_start)
         return max(0, self._done - self._cache_start)
 
+    def finish(self, success: bool) -> None:
+        """The attempt is over (its phase says so as it decides the outcome): the walks and reads are released;
+        one that ended well waits for a settled walk of progress_path for its last figures (the module's
+        docstring)."""
+        if self._finished:
+            return
+        self._finished = True
+        self._stop()
+        path = self._spec.progress_path
+        if success and self._probe is not None and path is not None and self.progress is not None:
+            self._settling = self._probe.settle(path)
+            deadline = self._loop.clock.monotonic() + SETTLED_WAIT_S
+            self._loop.call_later(SETTLED_LOOK_S, lambda: self._look_settled(deadline), on_error=self._settle_failed)
+
+    def _look_settled(self, deadline: float) -> None:
+        settling = self._settling
+        if settling is None:
+            return
+        walked, measure = settling.measure()
+        if not walked and self._loop.clock.monotonic() < deadline:
+            self._loop.call_later(SETTLED_LOOK_S, lambda: self._look_settled(deadline), on_error=self._settle_failed)
+            return
+        settling.release()
+        self._settling = None
+        if measure is not None and measure.size is not None and self.progress is not None:
+            self._settle_figures(measure)
+
+    def _settle_figures(self, cache: TreeMeasure) -> None:
+        """The last figures: what the settled walk found complete (never less than the figure was), the attempt's
+        average rate, and no time left to wait (0 where the total is reached; none where it was set too high)."""
+        self._done = max(self._done, cache.done - self._unseen)
+        moved = self._moved_window.average()  # (what the link moved: the module's docstring; else the figure's growth)
+        rate = moved if moved is not None else self._window.average()
+        progress = figures(self._done, self._spec.progress_total, rate, cache.done_files)
+        total = progress.total_bytes
+        self.progress = dataclasses.replace(progress, eta_s=0.0 if total is not None and self._done >= total else None)
+
     def _tick(self) -> None:
+        if self._finished:
+            return
         if not self._attempt.current():
             self._stop()
             return
@@ -378,6 +429,15 @@ class ProgressWatch:
         """A bug of the watch's own: its walks and I/O reads are released, then the phase is told."""
         self._stop()
         self._attempt.fault("the progress watch", exc)
+
+    def _settle_failed(self, exc: Exception) -> None:
+        """A bug in the last look, after the attempt ended well: said, and the figures stay the last tick's (the
+        phase is over, and it succeeded: a figure is no reason to fail it)."""
+        if self._settling is not None:
+            self._settling.release()
+            self._settling = None
+        self._log(f"phase {self._spec.name}: the progress watch's last look failed ({exc!r}): its figures are those "
+                  "of its last tick")
 
     def _stop(self) -> None:
         for release in self._releases:

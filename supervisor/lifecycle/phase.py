@@ -471,10 +471,10 @@ class Phase:
                 self._tell()
             case Resume(parsed):
                 self.parsed, self.facts = parsed, self._record.previous(self.name)
-            case Outcome(verdict, record):
-                # A verdict no child's exit recorded (no pid: the supervisor's own finding) is recorded now:
-                # the masked one is what the attempt and the lifecycle keep.
+            case Outcome(verdict, record):  # a finding of our own (no pid, no exit recorded it): recorded, masked
                 self._attempt.outcome = self._verdicts.record(verdict) if record and verdict.pid is None else verdict
+                if self._attempt.progress is not None:  # its last figures: a settled walk's, if it ended well
+                    self._attempt.progress.finish(self._attempt.outcome.success)
             case MarkStopped(reason, detail):
                 self._attempt.mark_stopped_for(reason, detail)
             case MarkBroken(verdict):

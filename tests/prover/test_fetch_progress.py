@@ -293,6 +293,13 @@ def test_a_throttled_download_that_can_make_it_is_never_given_up(profile: Any, g
     assert "phase paramfetch: running → stopping" in run.output or "phase paramfetch: stopping → done" in \
         run.output, run.output[-3000:]
     assert profile.calls("/param-done") == 1
+    # Its figures are the whole download's, not those of its last tick before the end (91-97%, with a rate and
+    # an ETA, for good): the last walk of an attempt that ended well waits for no quiet (nothing writes any more).
+    status = json.loads(state_files.path(profile.state_dir, state_files.STATUS_FILE).read_text())
+    fetched = next(p for p in status["phases"] if p["name"] == "paramfetch")
+    assert fetched["state"] == PhaseState.DONE.value, fetched
+    progress = fetched["progress"]
+    assert (progress["done_bytes"], progress["files_done"], progress["eta_s"]) == (9 * MIB, 3, 0.0), progress
 
 
 def test_a_file_fetched_again_after_a_bad_checksum_counts_again_and_can_still_make_it(profile: Any,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import compileall
 import contextlib
 import os
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +38,16 @@ os.environ.setdefault(RUNTIME_DIR_ENV, tempfile.mkdtemp(prefix="prover-superviso
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ[RUNTIME_DIR_ENV] = tempfile.mkdtemp(prefix=f"{os.environ['PYTEST_XDIST_WORKER']}-",
                                                    dir=os.environ[RUNTIME_DIR_ENV])
+
+
+# A suite started in the background of a script (`pytest &` where the shell has no job control, as `nohup … &`
+# in a script) inherits SIGINT and SIGQUIT ignored, and hands them on so to every process it starts: Python then
+# makes no KeyboardInterrupt of a Ctrl-C, and the tests that send one to `status` or `dev-manager` would wait on
+# a signal that is dropped. They are given back their defaults here, as a terminal's foreground job has them.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -309,3 +309,37 @@ def test_a_download_that_ended_well_keeps_its_whole_figure_not_its_last_ticks(tm
     finally:
         probe.close()
         loop.close()
+
+
+def test_a_download_that_ended_otherwise_keeps_its_figure_but_no_eta(tmp_path: Path) -> None:
+    # The attempt's last tick had a rate and an ETA; it failed (or was stopped): the failed phase, or the one in
+    # its backoff, said in status and /metrics how long a download that no longer runs would take.
+    clock, loop, probe, watch, fetch, lines = _watched_fetch(tmp_path)
+    try:
+        _run_until(clock, loop, PROGRESS_TICK_S, lambda: watch.progress is not None)
+        for n in range(40):  # a quarter MiB more complete at each tick, until the figures have an ETA
+            last_tick = watch.figures()
+            assert last_tick is not None
+            if last_tick["eta_s"] is not None:
+                break
+            grown = tmp_path / "cache" / f"more-{n}.params"
+            grown.write_bytes(b"\1" * (MIB // 4))
+            os.utime(grown, (time.time() - 60, time.time() - 60))  # (complete at once: no quiet time to wait)
+            _run_until(clock, loop, PROGRESS_TICK_S, lambda before=last_tick: watch.figures() != before)
+        assert last_tick["eta_s"] and last_tick["eta_s"] > 0 and last_tick["rate_bytes_s"], last_tick
+        fetch.running = False
+        watch.finish(False)
+        ended = watch.figures()
+        assert ended is not None and ended["eta_s"] is None, ended
+        assert (ended["done_bytes"], ended["files_done"]) == (last_tick["done_bytes"], last_tick["files_done"])
+        assert ended["rate_bytes_s"] is not None and ended["rate_bytes_s"] > 0, ended  # the attempt's average
+        for _ in range(20):
+            clock.now += SETTLED_LOOK_S
+            loop.run_once(max_wait=0)
+        assert watch.figures() == ended, "no settled walk for an attempt that did not end well"
+        with probe._cond:
+            assert not probe._watches and not probe._settles, "everything released"
+        assert lines == []
+    finally:
+        probe.close()
+        loop.close()

@@ -40,7 +40,9 @@ line does); the status shows the figures at every look.
 An attempt that ends well (``finish``) gets its last figures from one settled walk of ``progress_path`` (progress.py's
 ``settle``): with no writer left, a file without a control file is complete at once. Without it, a finished
 download kept the figures of its last tick, a second or more old, which had not yet counted the files completed
-within COMPLETE_QUIET_S of the end: the status showed a done phase at 91%, with a rate and an ETA.
+within COMPLETE_QUIET_S of the end: the status showed a done phase at 91%, with a rate and an ETA. An attempt
+that ended otherwise keeps what its last tick found, with no ETA: a failed phase, or one waiting out its backoff,
+said in status and /metrics how long a download that had stopped would take.
 """
 
 from __future__ import annotations
@@ -198,15 +200,18 @@ class ProgressWatch:
         return max(0, self._done - self._cache_start)
 
     def finish(self, success: bool) -> None:
-        """The attempt is over (its phase says so as it decides the outcome): the walks and reads are released;
-        one that ended well waits for a settled walk of progress_path for its last figures (the module's
-        docstring)."""
+        """The attempt is over (its phase says so as it decides the outcome): the walks and reads are released,
+        and its figures are those of a download that ended (``_final``); one that ended well waits for a settled
+        walk of progress_path for its last figures (the module's docstring)."""
         if self._finished:
             return
         self._finished = True
         self._stop()
+        if self.progress is None:
+            return
+        self._final(self.progress.files_done)
         path = self._spec.progress_path
-        if success and self._probe is not None and path is not None and self.progress is not None:
+        if success and self._probe is not None and path is not None:
             self._settling = self._probe.settle(path)
             deadline = self._loop.clock.monotonic() + SETTLED_WAIT_S
             self._loop.call_later(SETTLED_LOOK_S, lambda: self._look_settled(deadline), on_error=self._settle_failed)
@@ -225,12 +230,15 @@ class ProgressWatch:
             self._settle_figures(measure)
 
     def _settle_figures(self, cache: TreeMeasure) -> None:
-        """The last figures: what the settled walk found complete (never less than the figure was), the attempt's
-        average rate, and no time left to wait (0 where the total is reached; none where it was set too high)."""
+        """The last figures: what the settled walk found complete (never less than the figure was)."""
         self._done = max(self._done, cache.done - self._unseen)
-        moved = self._moved_window.average()  # (what the link moved: the module's docstring; else the figure's growth)
-        rate = moved if moved is not None else self._window.average()
-        progress = figures(self._done, self._spec.progress_total, rate, cache.done_files)
+        self._final(cache.done_files)
+
+    def _final(self, files_done: int | None) -> None:
+        """The figures of a download that ended: the attempt's average rate (over the window the ticks read theirs
+        from), and no time left to wait: 0 where the total is reached, none where it is not (nothing downloads any
+        more: an ETA would stand in status and /metrics for good)."""
+        progress = figures(self._done, self._spec.progress_total, self._rate_window().average(), files_done)
         total = progress.total_bytes
         self.progress = dataclasses.replace(progress, eta_s=0.0 if total is not None and self._done >= total else None)
 

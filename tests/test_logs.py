@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import re
@@ -266,7 +267,60 @@ def test_a_console_that_falls_behind_again_is_said_again_only_past_a_minute(
     slow = [n for n in said if n.startswith("console: stdout takes lines slower")]
     drained = [n for n in said if n.startswith("console: stdout drains again")]
     assert (len(slow), len(drained)) == ((1, 1) if say_every_s else (2, 2)), said
+    # Every dropped line is counted in supervisor.log all the same: the stretch not said (within the minute) at
+    # the close (it was counted on the console alone before).
+    notes = re.findall(rb"\[supervisor\] console too slow: (\d+) lines dropped here", bytes(out))
+    counted = re.findall(r"^console: (?:stdout drains again; )?(\d+) line\(s\) were dropped there", "\n".join(said),
+                         re.M)
+    assert len(notes) == 2 and sum(map(int, counted)) == sum(map(int, notes)), (said, notes)
+    at_close = [n for n in said if n.endswith("were dropped there since the last count")]
+    assert len(at_close) == (1 if say_every_s else 0), said
 
+
+def test_a_line_dropped_while_the_console_is_lost_is_counted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The console's write hangs, then fails (EIO: it may work again), while lines come faster than it takes them:
+    # the lines dropped from the backlog meanwhile are among those said lost when it works again, and must not
+    # be counted a second time as dropped (at the close, which counts every drop not yet said).
+    monkeypatch.setattr(logs, "RETRY_WRITE_S", 0.2)
+    r, w = os.pipe()
+    console = Console(fd=w)
+    said: list[str] = []
+    console.notify = said.append
+    hung, real_write = threading.Event(), console._write_rolling
+    calls: list[list[bytes]] = []
+
+    def write(chunks: list[bytes]) -> OSError | None:
+        calls.append(chunks)
+        if len(calls) == 1:  # the first batch: hangs until the backlog has overflowed, then fails
+            assert hung.wait(WAIT_S)
+            return OSError(errno.EIO, "Input/output error")
+        return real_write(chunks)
+
+    console._write_rolling = write  # type: ignore[method-assign]
+    line, sent = b"x" * 1023 + b"\n", 2 * logs.CONSOLE_BACKLOG_BYTES // 1024
+    out = bytearray()
+    try:
+        console.put(line)
+        assert wait_for(lambda: calls, timeout=WAIT_S)  # the writer took its first batch, and hangs in its write
+        for _ in range(sent - 1):
+            console.put(line)
+        hung.set()
+        time.sleep(2 * logs.RETRY_WRITE_S)
+        console.put(b"back\n", own=True)  # (a write after RETRY_WRITE_S works: the console is back)
+        while not out.endswith(b"back\n"):
+            assert select.select([r], [], [], WAIT_S)[0], f"the console wrote nothing more; said {said}"
+            out.extend(os.read(r, 1 << 20))
+    finally:
+        console.close(timeout=WAIT_S)
+        os.close(w)
+        os.close(r)
+    assert out.count(line) == 0
+    text = "\n".join(said)
+    lost = [int(n) for n in re.findall(r"^console: writing stdout works again; (\d+) line", text, re.M)]
+    dropped = [int(n) for n in re.findall(r"^console: (?:stdout drains again; )?(\d+) line\(s\) were dropped", text,
+                                          re.M)]
+    assert calls[0] == [line]
+    assert lost == [sent] and not dropped, said
 
 def test_a_console_said_to_drain_while_it_still_drops_never_undercounts(monkeypatch: pytest.MonkeyPatch) -> None:
     # A slow reader during a flood: "drains again" came after any batch that carried drops, while the backlog
@@ -298,7 +352,8 @@ def test_a_console_said_to_drain_while_it_still_drops_never_undercounts(monkeypa
     os.close(r)
     assert done.is_set()
     notes = re.findall(rb"\[supervisor\] console too slow: (\d+) lines dropped here", bytes(out))
-    counted = [int(n) for n in re.findall(r"^console: stdout drains again; (\d+) line\(s\)", "\n".join(said), re.M)]
+    counted = [int(n) for n in re.findall(r"^console: (?:stdout drains again; )?(\d+) line\(s\) were dropped there",
+                                          "\n".join(said), re.M)]  # (at a drain, or at the close: once each)
     assert notes and sum(counted) == sum(map(int, notes)), (said, notes)
 
 

@@ -109,7 +109,8 @@ class Console:
     other failure is tried again after RETRY_WRITE_S, and said when it works again. A console that takes
     lines slower than they come drops them past CONSOLE_BACKLOG_BYTES: counted on the console itself once it
     drains, and said through ``notify`` too (at most every CONSOLE_SLOW_SAY_S), since a reader that never
-    reads never sees its own note.
+    reads never sees its own note. Every dropped line is counted there: a stretch within a minute of the last
+    word is counted with the next that is said, or at the close.
     """
 
     def __init__(self, fd: int | None = None, enabled: bool = True, roll_at: int = 0) -> None:
@@ -132,7 +133,8 @@ class Console:
         self._retry_at = 0.0
         self._lost_lines = 0  # dropped since it was lost
         self._slow_said_at: float | None = None  # (monotonic) when dropping was last said through notify
-        self._slow_lines = 0  # dropped since it was said: told when it drains
+        self._slow_open = False  # dropping was said, its drain not yet
+        self._slow_lines = 0  # dropped and not yet counted through notify: told when it drains, or at the close
         self._thread = threading.Thread(target=self._write_forever, name="console", daemon=True)
         if self._enabled:
             try:
@@ -161,12 +163,11 @@ class Console:
             lines = sum(part.count(b"\n") for part in parts) or 1
             self._dropped += lines
             now = time.monotonic()
-            first = self._slow_lines == 0 and (self._slow_said_at is None
-                                               or now - self._slow_said_at >= CONSOLE_SLOW_SAY_S)
-            if first or self._slow_lines:
-                self._slow_lines += lines
+            self._slow_lines += lines
+            first = not self._slow_open and (self._slow_said_at is None
+                                             or now - self._slow_said_at >= CONSOLE_SLOW_SAY_S)
             if first:
-                self._slow_said_at = now
+                self._slow_open, self._slow_said_at = True, now
         if first:  # (outside the lock: notify may write to this console too, and drop there)
             self._say("console: stdout takes lines slower than they come (a reader that does not read, a paused "
                       "terminal?): console lines are dropped until it drains; the log files have them")
@@ -184,6 +185,8 @@ class Console:
                 dropped, self._dropped = self._dropped, 0
             if self.lost is not None and (self._for_good or time.monotonic() < self._retry_at):
                 self._lost_lines += sum(c.count(b"\n") for c in chunks) + dropped
+                with self._cond:  # (counted as lost, not as dropped too)
+                    self._slow_lines -= dropped
                 continue
             if dropped:
                 note = b"%s [supervisor] console too slow: %d lines dropped here (log files have them)\n"
@@ -280,13 +283,13 @@ class Console:
 
     def _drained(self) -> None:
         """A batch with dropped lines was written: unless more were dropped while it was (the backlog filled
-        again), the console keeps up again, said if its dropping was, with every line dropped since."""
+        again), the console keeps up again, said if its dropping was, with every line dropped since the last
+        count said (a stretch not said, within a minute of the last word, is counted with this one)."""
         with self._cond:
-            if self._dropped:
+            if self._dropped or not self._slow_open:
                 return
-            said, self._slow_lines = self._slow_lines, 0
-        if said:
-            self._say(f"console: stdout drains again; {said} line(s) were dropped there")
+            said, self._slow_lines, self._slow_open = self._slow_lines, 0, False
+        self._say(f"console: stdout drains again; {said} line(s) were dropped there")
 
     def _back(self) -> None:
         lost, self._lost_lines, self.lost = self._lost_lines, 0, None
@@ -304,6 +307,10 @@ class Console:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout)
+        with self._cond:
+            uncounted, self._slow_lines = self._slow_lines, 0
+        if uncounted:  # (dropped in a stretch not said, or one that never drained)
+            self._say(f"console: {uncounted} line(s) were dropped there since the last count")
 
 
 # ---------------------------------------------------------------- the log files

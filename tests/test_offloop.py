@@ -437,10 +437,10 @@ def test_a_hung_progress_path_does_not_stop_the_loop(sup: Runner) -> None:
 WALK_RECORDER = """
     import threading, supervisor.evidence.progress as progress
     _real = progress.tree_done
-    def tree_done(path):
+    def tree_done(path, *args, **kwargs):
         with open({log!r}, "a") as f:
             f.write(threading.current_thread().name + "\\n")
-        return _real(path)
+        return _real(path, *args, **kwargs)
     progress.tree_done = tree_done
 """
 

@@ -223,7 +223,7 @@ def test_processes_whose_counters_are_refused_are_in_the_verdict() -> None:
 def test_a_walker_whose_walks_raise_is_said_blind_and_walks_on(tmp_path: Path, monkeypatch) -> None:
     import supervisor.evidence.progress as progress
 
-    def broken(path: str) -> None:
+    def broken(path: str, *args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug in the walk")
 
     monkeypatch.setattr(progress, "tree_done", broken)
@@ -242,6 +242,7 @@ def test_a_walker_whose_walks_raise_is_said_blind_and_walks_on(tmp_path: Path, m
     finally:
         release()
         probe.close()
+
 
 def test_a_path_released_by_its_last_watch_has_no_measure_for_the_next_one(tmp_path: Path) -> None:
     # The next attempt's watch of the same path saw the last attempt's walk as the latest (taken when? before
@@ -952,18 +953,27 @@ def test_the_probe_walks_on_its_own_thread_and_publishes_each_walk(tmp_path: Pat
         probe.close()
 
 
-def test_a_walk_of_a_hung_mount_is_said_once_while_it_hangs_and_when_it_ends(tmp_path: Path) -> None:
+@pytest.mark.parametrize("settled", [False, True], ids=["periodic", "settled"])
+def test_a_walk_of_a_hung_mount_is_said_once_while_it_hangs_and_when_it_ends(tmp_path: Path, settled: bool) -> None:
+    # The settled walk (a download that ended well: its last figures) is watched as the periodic ones are: it
+    # hung without a word before, and the walker with it.
     probe = ProgressProbe(slow_s=0.3)
     try:
         with hung_mount(tmp_path / "hung") as hung:
-            probe.watch(str(hung))
+            settling = probe.settle(str(hung)) if settled else None
+            if settling is None:
+                probe.watch(str(hung))
             going = wait_for(lambda: probe.check(), timeout=10)
             assert len(going) == 1 and going[0].startswith(f"progress: walking {hung} has not finished after "), going
             assert "(a big tree, or a hung mount?)" in going[0]
             assert probe.latest(str(hung)) is None, "a walk that never ended published a size"
+            assert settling is None or settling.measure() == (False, None), "a settled walk not done yet"
             assert probe.check() == [], "said once"
         ended = wait_for(lambda: probe.check(), timeout=10)  # the mount gone, the walk ends (ENOTCONN)
         assert len(ended) == 1 and ended[0].startswith(f"progress: walking {hung} took "), ended
+        if settling is not None:
+            assert settling.measure() == (True, None), "walked, and cut short: no measure"
+            settling.release()
     finally:
         probe.close()
 

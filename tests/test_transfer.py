@@ -234,12 +234,13 @@ class _Fetch:
 
     def __init__(self) -> None:
         self.running = True
+        self.said: ProgressReading | None = None  # what its command's output said of the download
 
     def roots(self) -> list[tuple[int, str]]:
         return []
 
     def reading(self) -> ProgressReading | None:
-        return None
+        return self.said
 
     def current(self) -> bool:
         return self.running
@@ -302,6 +303,8 @@ def test_a_download_that_ended_well_keeps_its_whole_figure_not_its_last_ticks(tm
             assert watch.figures() == last_tick
         clock.now += PROGRESS_TICK_S  # (the tick already due finds the watch finished)
         loop.run_once(max_wait=0)
+        assert watch.figures() == (last_tick if not success else {**last_tick, "done_bytes": 3 * MIB, "files_done": 3,
+                                                                  "eta_s": 0.0})
         assert loop.next_due() is None, "nothing more is looked at"
         with probe._cond:
             assert not probe._watches and not probe._settles and not probe._settled, "everything released"
@@ -310,6 +313,26 @@ def test_a_download_that_ended_well_keeps_its_whole_figure_not_its_last_ticks(tm
         probe.close()
         loop.close()
 
+
+def test_a_file_fetched_again_before_a_good_end_counts_once_in_the_last_figure(tmp_path: Path) -> None:
+    # curio said it threw a file away to fetch it again, and no walk saw it go (fetched again within the quiet
+    # time): the ticks keep its bytes off the walks' figure. The settled walk comes after every removal: a file it
+    # finds complete is the copy fetched again, and counts (the figure read 2 MiB of 3 for a phase that was done).
+    clock, loop, probe, watch, fetch, lines = _watched_fetch(tmp_path)
+    try:
+        _run_until(clock, loop, PROGRESS_TICK_S, lambda: watch.progress is not None)
+        fetch.said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=MIB)
+        _run_until(clock, loop, PROGRESS_TICK_S, lambda: any("no longer count" in line for line in lines))
+        before = watch.figures()
+        assert before is not None and before["done_bytes"] < 3 * MIB, before
+        fetch.running = False
+        watch.finish(True)
+        _run_until(clock, loop, SETTLED_LOOK_S, lambda: watch.figures() != before)
+        assert watch.figures() == {"done_bytes": 3 * MIB, "total_bytes": 3 * MIB, "rate_bytes_s": 0.0,
+                                   "eta_s": 0.0, "files_done": 3}, watch.figures()
+    finally:
+        probe.close()
+        loop.close()
 
 def test_a_download_that_ended_otherwise_keeps_its_figure_but_no_eta(tmp_path: Path) -> None:
     # The attempt's last tick had a rate and an ETA; it failed (or was stopped): the failed phase, or the one in
@@ -327,8 +350,9 @@ def test_a_download_that_ended_otherwise_keeps_its_figure_but_no_eta(tmp_path: P
             os.utime(grown, (time.time() - 60, time.time() - 60))  # (complete at once: no quiet time to wait)
             _run_until(clock, loop, PROGRESS_TICK_S, lambda before=last_tick: watch.figures() != before)
         assert last_tick["eta_s"] and last_tick["eta_s"] > 0 and last_tick["rate_bytes_s"], last_tick
-        fetch.running = False
-        watch.finish(False)
+        fetch.running = False  # a shutdown's stop: the attempt is no longer current, its outcome not decided yet
+        assert watch.figures() == {**last_tick, "eta_s": None}
+        watch.finish(False)  # it failed
         ended = watch.figures()
         assert ended is not None and ended["eta_s"] is None, ended
         assert (ended["done_bytes"], ended["files_done"]) == (last_tick["done_bytes"], last_tick["files_done"])

@@ -234,51 +234,46 @@ class ProgressProbe:
             if picked is None:
                 return
             path, settle_id = picked
-            if settle_id is not None:
-                self._walk_settled(path, settle_id)
-                continue
-            started = time.monotonic()
+            # A settled walk (``settle``) waits for no quiet: nothing writes the tree any more.
+            measure, took = self._walk(path, COMPLETE_QUIET_S if settle_id is None else 0.0)
             with self._cond:
-                self._walking = (path, started)
-            self.state.wake()
-            walked: Walk | None = None
-            try:
-                walked = Walk(net_received(), 0, 0, 0, None) if path == NET_DEV else tree_done(path)
-            except Exception as exc:  # a bug, or a walk cut short (EIO, EMFILE): the path reads as unchanged, no
-                missed = said_error(exc)  # measure (a short walk's size read as a shrink, then growth)
-                self.state.miss(missed)
-            else:
-                self.state.read()
-            ended = time.monotonic()
-            measure = None if walked is None else TreeMeasure(path, walked.size, walked.files, ended, ended - started,
-                                                              next(self._seq), walked.done, walked.done_files,
-                                                              walked.newest)
-            with self._cond:
-                self._walking = None
+                if settle_id is not None:  # kept for its handle (None: it failed), unless released meanwhile
+                    if self._settles.pop(settle_id, None) is not None:
+                        self._settled[settle_id] = measure
+                    continue
                 if measure is not None and self._watched(path):  # (released while it was walked: dropped)
                     self._measures[path] = measure
-                if ended - started >= self._slow_s:
-                    found = f"{measure.files} files" if measure is not None else f"cut short: {missed}"
-                    self._ended_slow.append((path, ended - started, found))
                 every = min((e for p, e in self._watches.values() if p == path), default=PROGRESS_WALK_S)
             # At most half the time busy: a tree that takes a second to walk is walked every two.
-            due[path] = ended + max(PROGRESS_WALK_MIN_S, every, ended - started)
-
-    def _walk_settled(self, path: str, settle_id: int) -> None:
-        """A settled walk (``settle``): no quiet waited for; its measure kept for its handle (None: it failed)."""
-        started = time.monotonic()
-        measure = None
-        try:
-            walked = tree_done(path, quiet_s=0.0)
-        except Exception as exc:  # (as a periodic walk's: a miss, said by the walker's health)
-            self.state.miss(said_error(exc))
-        else:
             ended = time.monotonic()
-            measure = TreeMeasure(path, walked.size, walked.files, ended, ended - started, next(self._seq),
-                                  walked.done, walked.done_files, walked.newest)
+            due[path] = ended + max(PROGRESS_WALK_MIN_S, every, took)
+
+    def _walk(self, path: str, quiet_s: float) -> tuple[TreeMeasure | None, float]:
+        """One walk of ``path``, watched while it goes (``check`` says one going past SLOW_WALK_S: a big tree,
+        a hung mount) and said if it ended slow: its measure (None: it failed, a miss said by the walker's
+        health), and the seconds it took."""
+        started = time.monotonic()
         with self._cond:
-            if self._settles.pop(settle_id, None) is not None:  # (released meanwhile: nobody waits for it)
-                self._settled[settle_id] = measure
+            self._walking = (path, started)
+        self.state.wake()
+        walked: Walk | None = None
+        try:
+            walked = Walk(net_received(), 0, 0, 0, None) if path == NET_DEV else tree_done(path, quiet_s=quiet_s)
+        except Exception as exc:  # a bug, or a walk cut short (EIO, EMFILE): the path reads as unchanged, no
+            missed = said_error(exc)  # measure (a short walk's size read as a shrink, then growth)
+            self.state.miss(missed)
+        else:
+            self.state.read()
+        ended = time.monotonic()
+        measure = None if walked is None else TreeMeasure(path, walked.size, walked.files, ended, ended - started,
+                                                          next(self._seq), walked.done, walked.done_files,
+                                                          walked.newest)
+        with self._cond:
+            self._walking = None
+            if ended - started >= self._slow_s:
+                found = f"{measure.files} files" if measure is not None else f"cut short: {missed}"
+                self._ended_slow.append((path, ended - started, found))
+        return measure, ended - started
 
     def _next_path(self, due: dict[str, float]) -> tuple[str, int | None] | None:
         """Sleep until a settled walk is asked (first: it is waited for) or a watched path is due (a new one at

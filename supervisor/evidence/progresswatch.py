@@ -41,8 +41,9 @@ An attempt that ends well (``finish``) gets its last figures from one settled wa
 ``settle``): with no writer left, a file without a control file is complete at once. Without it, a finished
 download kept the figures of its last tick, a second or more old, which had not yet counted the files completed
 within COMPLETE_QUIET_S of the end: the status showed a done phase at 91%, with a rate and an ETA. An attempt
-that ended otherwise keeps what its last tick found, with no ETA: a failed phase, or one waiting out its backoff,
-said in status and /metrics how long a download that had stopped would take.
+that ended otherwise keeps what its last tick found, with no ETA (nor one stopped by a shutdown, its outcome not
+decided yet): a failed phase, one waiting out its backoff, or one stopped said in status and /metrics how long a
+download that had stopped would take.
 """
 
 from __future__ import annotations
@@ -183,7 +184,14 @@ class ProgressWatch:
         loop.call_later(PROGRESS_TICK_S, self._tick, on_error=self._on_error)
 
     def figures(self) -> dict[str, object] | None:
-        return self.progress.to_dict() if self.progress is not None else None
+        """The figures status shows. An attempt stopped with no outcome decided yet (a shutdown's stop: ``finish``
+        comes only if it turns out to have completed) shows no ETA either: nothing downloads any more."""
+        progress = self.progress
+        if progress is None:
+            return None
+        if progress.eta_s and not self._finished and not self._attempt.current():
+            progress = dataclasses.replace(progress, eta_s=None)
+        return progress.to_dict()
 
     def gained(self) -> int:
         """The bytes this attempt got that the next one keeps (retry_while_progressing; 0 before the first
@@ -206,15 +214,19 @@ class ProgressWatch:
         if self._finished:
             return
         self._finished = True
-        self._stop()
-        if self.progress is None:
-            return
-        self._final(self.progress.files_done)
-        path = self._spec.progress_path
-        if success and self._probe is not None and path is not None:
-            self._settling = self._probe.settle(path)
-            deadline = self._loop.clock.monotonic() + SETTLED_WAIT_S
-            self._loop.call_later(SETTLED_LOOK_S, lambda: self._look_settled(deadline), on_error=self._settle_failed)
+        try:  # (called as the phase decides its outcome: a bug here costs the figures, never the phase's move)
+            self._stop()
+            if self.progress is None:
+                return
+            self._final(self.progress.files_done)
+            path = self._spec.progress_path
+            if success and self._probe is not None and path is not None:
+                self._settling = self._probe.settle(path)
+                deadline = self._loop.clock.monotonic() + SETTLED_WAIT_S
+                self._loop.call_later(SETTLED_LOOK_S, lambda: self._look_settled(deadline),
+                                      on_error=self._settle_failed)
+        except Exception as exc:
+            self._settle_failed(exc)
 
     def _look_settled(self, deadline: float) -> None:
         settling = self._settling
@@ -230,8 +242,10 @@ class ProgressWatch:
             self._settle_figures(measure)
 
     def _settle_figures(self, cache: TreeMeasure) -> None:
-        """The last figures: what the settled walk found complete (never less than the figure was)."""
-        self._done = max(self._done, cache.done - self._unseen)
+        """The last figures: what the settled walk found complete (never less than the figure was). Nothing the
+        command said it threw away is kept off (``_unseen``): the walk came after every removal, and a file it
+        finds complete is the one fetched again."""
+        self._done = max(self._done, cache.done)
         self._final(cache.done_files)
 
     def _final(self, files_done: int | None) -> None:
@@ -439,8 +453,8 @@ class ProgressWatch:
         self._attempt.fault("the progress watch", exc)
 
     def _settle_failed(self, exc: Exception) -> None:
-        """A bug in the last look, after the attempt ended well: said, and the figures stay the last tick's (the
-        phase is over, and it succeeded: a figure is no reason to fail it)."""
+        """A bug in finishing, or in the last look after the attempt ended well: said, and the figures stay as they
+        were (the attempt is over, and its outcome decided: a figure is no reason to change it)."""
         if self._settling is not None:
             self._settling.release()
             self._settling = None

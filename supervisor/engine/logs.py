@@ -185,8 +185,9 @@ class Console:
                 dropped, self._dropped = self._dropped, 0
             if self.lost is not None and (self._for_good or time.monotonic() < self._retry_at):
                 self._lost_lines += sum(c.count(b"\n") for c in chunks) + dropped
-                with self._cond:  # (counted as lost, not as dropped too)
+                with self._cond:  # (counted as lost, not as dropped too; the stretch of drops ends in the loss)
                     self._slow_lines -= dropped
+                    self._slow_open = self._slow_open and self._dropped > 0
                 continue
             if dropped:
                 note = b"%s [supervisor] console too slow: %d lines dropped here (log files have them)\n"
@@ -196,6 +197,8 @@ class Console:
                 self._lose(failure, sum(c.count(b"\n") for c in chunks))
             elif self.lost is not None:
                 self._back()
+                if dropped:
+                    self._drained()
             elif dropped:
                 self._drained()  # (if nothing was dropped meanwhile)
 

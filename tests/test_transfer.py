@@ -4,11 +4,12 @@ instance's first-seen times across restarts, the status line and the metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -252,9 +253,12 @@ class _Fetch:
         raise AssertionError(f"{what}: {exc!r}")
 
 
-def _watched_fetch(tmp_path: Path) -> tuple[FakeClock, EventLoop, ProgressProbe, ProgressWatch, _Fetch, list[str]]:
+@contextlib.contextmanager
+def _watched_fetch(tmp_path: Path) -> Iterator[tuple[FakeClock, EventLoop, ProgressProbe, ProgressWatch, _Fetch,
+                                                     list[str]]]:
     """Three 1 MiB files under tmp_path/cache: two done a minute ago, one written just now (no control file: its
-    downloader put its last byte in a moment ago); a progress watch of it on a fake clock, the real walker."""
+    downloader put its last byte in a moment ago); a progress watch of it on a fake clock, the real walker (closed
+    at the end, with the loop)."""
     cache = tmp_path / "cache"
     cache.mkdir()
     for name in ("a.params", "b.params", "c.vk"):
@@ -266,7 +270,11 @@ def _watched_fetch(tmp_path: Path) -> tuple[FakeClock, EventLoop, ProgressProbe,
     clock, probe, fetch, lines = FakeClock(), ProgressProbe(), _Fetch(), []
     loop = EventLoop(clock=clock)
     watch = ProgressWatch(spec, loop, lines.append, SimpleNamespace(progress=probe, io=None, first_seen=None), fetch)
-    return clock, loop, probe, watch, fetch, lines
+    try:
+        yield clock, loop, probe, watch, fetch, lines
+    finally:
+        probe.close()
+        loop.close()
 
 
 def _run_until(clock: FakeClock, loop: EventLoop, step: float, done: Callable[[], bool]) -> None:
@@ -284,8 +292,7 @@ def test_a_download_that_ended_well_keeps_its_whole_figure_not_its_last_ticks(tm
     # The figures were those of the attempt's last tick, whose walk had not counted a file completed within
     # COMPLETE_QUIET_S of the end: the status showed the done phase at 67% (91-97% with the real aria2c), with a
     # rate and an ETA, for good. An attempt that ended well takes one settled walk (nothing writes any more).
-    clock, loop, probe, watch, fetch, lines = _watched_fetch(tmp_path)
-    try:
+    with _watched_fetch(tmp_path) as (clock, loop, probe, watch, fetch, lines):
         _run_until(clock, loop, PROGRESS_TICK_S, lambda: watch.progress is not None)
         last_tick = watch.figures()
         assert last_tick is not None and last_tick["done_bytes"] == 2 * MIB and last_tick["files_done"] == 2, last_tick
@@ -309,17 +316,13 @@ def test_a_download_that_ended_well_keeps_its_whole_figure_not_its_last_ticks(tm
         with probe._cond:
             assert not probe._watches and not probe._settles and not probe._settled, "everything released"
         assert lines == []
-    finally:
-        probe.close()
-        loop.close()
 
 
 def test_a_file_fetched_again_before_a_good_end_counts_once_in_the_last_figure(tmp_path: Path) -> None:
     # curio said it threw a file away to fetch it again, and no walk saw it go (fetched again within the quiet
     # time): the ticks keep its bytes off the walks' figure. The settled walk comes after every removal: a file it
     # finds complete is the copy fetched again, and counts (the figure read 2 MiB of 3 for a phase that was done).
-    clock, loop, probe, watch, fetch, lines = _watched_fetch(tmp_path)
-    try:
+    with _watched_fetch(tmp_path) as (clock, loop, _probe, watch, fetch, lines):
         _run_until(clock, loop, PROGRESS_TICK_S, lambda: watch.progress is not None)
         fetch.said = ProgressReading(0, 0, 0, restarts=1, thrown_bytes=MIB)
         _run_until(clock, loop, PROGRESS_TICK_S, lambda: any("no longer count" in line for line in lines))
@@ -330,15 +333,11 @@ def test_a_file_fetched_again_before_a_good_end_counts_once_in_the_last_figure(t
         _run_until(clock, loop, SETTLED_LOOK_S, lambda: watch.figures() != before)
         assert watch.figures() == {"done_bytes": 3 * MIB, "total_bytes": 3 * MIB, "rate_bytes_s": 0.0,
                                    "eta_s": 0.0, "files_done": 3}, watch.figures()
-    finally:
-        probe.close()
-        loop.close()
 
 def test_a_download_that_ended_otherwise_keeps_its_figure_but_no_eta(tmp_path: Path) -> None:
     # The attempt's last tick had a rate and an ETA; it failed (or was stopped): the failed phase, or the one in
     # its backoff, said in status and /metrics how long a download that no longer runs would take.
-    clock, loop, probe, watch, fetch, lines = _watched_fetch(tmp_path)
-    try:
+    with _watched_fetch(tmp_path) as (clock, loop, probe, watch, fetch, lines):
         _run_until(clock, loop, PROGRESS_TICK_S, lambda: watch.progress is not None)
         for n in range(40):  # a quarter MiB more complete at each tick, until the figures have an ETA
             last_tick = watch.figures()
@@ -364,6 +363,3 @@ def test_a_download_that_ended_otherwise_keeps_its_figure_but_no_eta(tmp_path: P
         with probe._cond:
             assert not probe._watches and not probe._settles, "everything released"
         assert lines == []
-    finally:
-        probe.close()
-        loop.close()

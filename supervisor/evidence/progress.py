@@ -149,9 +149,7 @@ class ProgressProbe:
         watch_id = next(self._ids)
         with self._cond:
             self._watches[watch_id] = (path, every_s)
-            if self._thread is None and not self._closed:
-                self._thread = worker_thread("progress", self._run_restarting)
-            self._cond.notify_all()  # a new path: measured at once (the watch's baseline)
+            self._wake_walker()  # a new path: measured at once (the watch's baseline)
 
         def release() -> None:
             with self._cond:
@@ -170,10 +168,14 @@ class ProgressProbe:
         walk_id = next(self._ids)
         with self._cond:
             self._settles[walk_id] = os.fspath(path)
-            if self._thread is None and not self._closed:
-                self._thread = worker_thread("progress", self._run_restarting)
-            self._cond.notify_all()
+            self._wake_walker()
         return Settling(self, walk_id)
+
+    def _wake_walker(self) -> None:
+        """(under the lock) Something new to walk: the thread started by the first, woken for each."""
+        if self._thread is None and not self._closed:
+            self._thread = worker_thread("progress", self._run_restarting)
+        self._cond.notify_all()
 
     def _settled_measure(self, walk_id: int) -> tuple[bool, TreeMeasure | None]:
         with self._cond:

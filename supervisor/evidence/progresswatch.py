@@ -458,8 +458,8 @@ class ProgressWatch:
         if self._settling is not None:
             self._settling.release()
             self._settling = None
-        self._log(f"phase {self._spec.name}: the progress watch's last look failed ({exc!r}): its figures are those "
-                  "of its last tick")
+        self._log(f"phase {self._spec.name}: the progress watch's last look failed ({exc!r}): its figures stay as "
+                  "they were")
 
     def _stop(self) -> None:
         for release in self._releases:

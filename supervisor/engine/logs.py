@@ -195,11 +195,10 @@ class Console:
             failure = self._write_rolling(chunks)
             if failure is not None:
                 self._lose(failure, sum(c.count(b"\n") for c in chunks))
-            elif self.lost is not None:
+                continue
+            if self.lost is not None:
                 self._back()
-                if dropped:
-                    self._drained()
-            elif dropped:
+            if dropped:
                 self._drained()  # (if nothing was dropped meanwhile)
 
     def _write_rolling(self, chunks: list[bytes]) -> OSError | None:

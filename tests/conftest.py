@@ -14,20 +14,21 @@ from pathlib import Path
 # The tests start thousands of Pythons from this checkout (every supervisor and stand-in runs with the repository
 # as its working directory, so its `supervisor` is this one's source tree, not the installed copy). Where
 # PYTHONDONTWRITEBYTECODE is set (these machines set it), none of them may write its bytecode, and each compiled
-# every module it imports from source again: about 0.2 s of CPU a supervisor. Compiled here once, as each pytest
-# process starts (a file already compiled is skipped), they all read it. The variable only forbids writing:
-# compileall writes all the same.
-for _tree in ("supervisor", "tests"):
-    compileall.compile_dir(Path(__file__).resolve().parent.parent / _tree, quiet=1)
+# every module it imports from source again: about 0.2 s of CPU a supervisor. Compiled here once, by the pytest
+# process that starts the run (under pytest-xdist the controller, before it starts its workers; a file already
+# compiled is skipped), they all read it. The variable only forbids writing: compileall writes all the same.
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    for _tree in ("supervisor", "tests"):
+        compileall.compile_dir(Path(__file__).resolve().parent.parent / _tree, quiet=1)
 
-import psutil  # noqa: E402
-import pytest  # noqa: E402
-from helpers import Runner, left_behind, mount_tmpfs, unmount, worker_memory_cgroup  # noqa: E402
-from standin_nvml import NvmlControl, fake_pynvml  # noqa: E402
+import psutil
+import pytest
+from helpers import Runner, left_behind, mount_tmpfs, unmount, worker_memory_cgroup
+from standin_nvml import NvmlControl, fake_pynvml
 
-from supervisor.app.cli import dev_manager  # noqa: E402
-from supervisor.devmanager.server import DevManager  # noqa: E402
-from supervisor.status.file import RUNTIME_DIR_ENV  # noqa: E402
+from supervisor.app.cli import dev_manager
+from supervisor.devmanager.server import DevManager
+from supervisor.status.file import RUNTIME_DIR_ENV
 
 # Every supervisor a test starts points at itself (status/file.py); a bare `status` follows the pointer. The
 # tests' pointers go to a directory of this session's own, never /run/prover-supervisor of the machine, so a

@@ -488,9 +488,9 @@ def test_the_run_ends_with_its_status_even_if_settling_the_shutdown_raises(sup: 
         """)
     inject = """
 import supervisor.lifecycle.phase as phase
-def settle_after_shutdown(self):
+def end_after_shutdown(self):
     raise RuntimeError("injected fault in settling")
-phase.Phase.settle_after_shutdown = settle_after_shutdown
+phase.Phase.end_after_shutdown = end_after_shutdown
 """
     result = run_with_fault(sup, config, inject, timeout=40)
     assert result.returncode == 3, result.output

@@ -134,7 +134,7 @@ def test_a_shutdown_shows_a_running_attempt_stopping_at_once(phase: Phase, state
 
 @pytest.mark.parametrize("state", [s for s in PhaseState if s not in (PhaseState.STARTING, PhaseState.RUNNING)])
 def test_a_shutdown_moves_no_other_state_when_it_is_told(phase: Phase, state: PhaseState) -> None:
-    """A settling phase's command succeeded (ShutdownSettled keeps that); the others are stopping or over."""
+    """A settling phase's command succeeded (AllStopped keeps that); the others are stopping or over."""
     phase.state = state
     phase._lifecycle = _ShuttingDown()  # type: ignore[assignment]
     assert decide(phase, StopAsked()).state is None

@@ -556,7 +556,7 @@ def test_a_shutdown_while_settling_leaves_the_phase_done(drive) -> None:
     d.phase._lifecycle = lifecycle
     d.phase.shut_down()
     daemon.exit(None, 15)  # (the lifecycle stops every child)
-    d.phase.settle_after_shutdown()
+    d.phase.end_after_shutdown()
     d.run_until(10.0)
     assert d.phase.state is PhaseState.DONE, d.moves
 
@@ -570,6 +570,6 @@ def test_the_settles_end_said_in_a_shutdowns_grace_leaves_the_phase_done(drive) 
     daemon.say("built the cache")
     assert d.phase.state is PhaseState.SETTLING and daemon.stop_asked_at is None
     daemon.exit(None, 15)
-    d.phase.settle_after_shutdown()
+    d.phase.end_after_shutdown()
     d.run_until(10.0)
     assert d.phase.state is PhaseState.DONE, d.moves

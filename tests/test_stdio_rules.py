@@ -216,7 +216,7 @@ def test_settle_contains_a_python_stream_that_cannot_flush(pipe: Pipe,
     monkeypatch.setattr("sys.stdout", stream)
     stream.write("buffered, never delivered\n")
     pipe.close_reader()
-    stdio.settle()
+    stdio.flush_last()
     assert stdio.lost(w) == os.strerror(32)
     assert is_devnull(w)
     stream.close()  # would raise BrokenPipeError had the buffer been kept for the broken pipe
@@ -238,7 +238,7 @@ def test_settle_with_no_python_streams_at_all(fresh: dict[int, str], monkeypatch
     """pythonw, or a program that set sys.stdout to None: nothing to flush, nothing lost."""
     monkeypatch.setattr("sys.stdout", None)
     monkeypatch.setattr("sys.stderr", None)
-    stdio.settle()
+    stdio.flush_last()
     assert fresh == {}
 
 

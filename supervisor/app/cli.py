@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, NoReturn
 from .. import __version__
 from ..engine.signals import hold_signals, release_signals
 from ..exits import EXIT_ALREADY_RUNNING, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, EXIT_OK
-from ..text.stdio import STDERR, keep_std_fds_open, say, settle
+from ..text.stdio import STDERR, flush_last, keep_std_fds_open, say
 
 if TYPE_CHECKING:
     from ..devmanager.server import DevExtension, DevManager
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None, started_with: set[int] | None = None) ->
         say(f"{PROG} {command}: interrupted", err=True)
         return EXIT_INTERRUPTED
     finally:
-        settle()
+        flush_last()
 
 
 def dispatch(args: argparse.Namespace) -> int:

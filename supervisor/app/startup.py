@@ -50,7 +50,7 @@ from ..text.redact import Redactor, url_secrets
 from ..text.show import summary
 
 T = TypeVar("T")
-# Orphans reaped in one pass beyond this many are summarised, not listed one by one.
+# Orphans reaped beyond this many in the whole run are summarised (one line a thousand), not listed one by one.
 ORPHANS_LISTED = 5
 
 

@@ -9,13 +9,15 @@ The package owns the file format of the generic supervisor: ``[supervisor]``, ``
 address, label and client), ``[[phases]]``. It knows no domain: what a plugin adds (a table of its own such
 as ``[cuzk]``, keys in a core table, the kinds ``prepare``/``parse``/``ready``/``report`` may name) is declared
 by the plugin with ``Key`` and the checkers below, and arrives as ``load_plan(path, plugin)``. It imports only
-foundation modules (``units``, ``redact``, ``state_files``), never the layers above it.
+the foundation (``text``: units, redact, show; ``state/files.py``: the state files' names), never the layers
+above it.
 
 By concern:
 
 - ``model``: the plan's frozen dataclasses, ConfigError, and the named defaults;
 - ``values``: the value checkers and the bounds every number and string is held to;
 - ``keys``: ``Key``, checking a table against its keys, and what the config reads of a plugin;
+- ``endpoint``: the manager's URL and the instance's label, checked and shown with their secrets masked;
 - ``tables``: what each core table may hold, the kinds a phase may name, the named rules between keys;
 - ``load``: reading the file safely, TOML, ``${VAR}`` expansion, assembling the plan.
 

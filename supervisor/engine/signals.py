@@ -6,7 +6,7 @@ meaning for the whole run, from the first line of ``cli.main`` to the exit:
 - STOP: every child stopped in reverse start order, exit 128 + n; a second stop signal of any
   kind while stopping SIGKILLs everything at once. During the exit flush the first one cuts the
   flush short and a second ends it (the exit status stays the lifecycle's).
-- FORWARD: to the running phase's command (reload, rotate, user-defined).
+- FORWARD: to the command of every phase that runs one (reload, rotate, user-defined).
 - REAP: SIGCHLD wakes the one ``waitpid(-1)`` reaper.
 - NOTE: said in one line, not obeyed (job control: the supervisor never stops itself).
 - IGNORE: SIG_IGN, so the kernel drops it before it is ever delivered (nothing to say).

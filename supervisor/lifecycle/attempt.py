@@ -125,7 +125,8 @@ class Attempt:
 class ItsPhase(Protocol):
     """What an attempt's watches tell its phase (lifecycle/phase.py's Phase)."""
 
-    def still_running(self, attempt: int) -> bool: ...  # attempt ``attempt`` is the phase's, starting or running
+    # attempt ``attempt`` is the phase's, starting, running or settling
+    def still_running(self, attempt: int) -> bool: ...
 
     def look_before_deciding(self) -> None: ...  # its children's output read, the clock looked at
 

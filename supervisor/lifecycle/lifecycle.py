@@ -78,12 +78,12 @@ class Lifecycle:
         self.shutdown_reason = ""
         self.shutting_down = False
         self.exit_status: int | None = None  # the run's one exit status, decided at the shutdown
-        self.over = False  # the shutdown is done: every child stopped (or given up on past SIGKILL), phases settled
+        self.over = False  # the shutdown is done: every child stopped (or given up on past SIGKILL), every phase ended
         self.failure: Verdict | None = None
         self._phases_told = True  # (False while the shutdown tells each phase, after the stop's first signals)
         self._stop_over = False  # the shutdown's stop is over: every child is gone
         self._budget: StopBudget | None = None  # the shutdown's, where a stop signal from outside set one
-        self._settle_timer: Timer | None = None  # the end of the wait for a completed phase's facts
+        self._facts_timer: Timer | None = None  # the end of the wait for a completed phase's facts
         self._kill_until: float | None = None  # a kill-now's stop budget end (monotonic): the wait ends by then
 
     def start(self) -> None:
@@ -157,7 +157,7 @@ class Lifecycle:
         self.observers.phase_changed(phase)
         if self.shutting_down:
             if self._stop_over and self._phases_told:
-                self._end_once_settled()  # (a phase's facts came in after the stop was over)
+                self._end_once_final()  # (a phase's facts came in after the stop was over)
             return
         if phase.state is PhaseState.FAILED:
             self.failure = phase.outcome
@@ -238,8 +238,8 @@ class Lifecycle:
         the wait for a completed phase's facts too)."""
         if wait_until is not None:
             self._kill_until = wait_until if self._kill_until is None else min(self._kill_until, wait_until)
-            if self._settle_timer is not None:
-                self._arm_settle_timer()  # (the wait under way ends by then)
+            if self._facts_timer is not None:
+                self._arm_facts_timer()  # (the wait under way ends by then)
         for child in self._started:
             child.kill_now(SHUTDOWN_WHY, wait_until)
 
@@ -248,36 +248,36 @@ class Lifecycle:
         if not self._phases_told:
             return  # the stop was over at once: the shutdown settles the phases once it has told them
         for phase in self.phases:
-            phase.settle_after_shutdown()
-        self._end_once_settled()
+            phase.end_after_shutdown()
+        self._end_once_final()
 
-    def _end_once_settled(self) -> None:
-        """The run ends once every phase is settled: a phase whose command completed before the shutdown waits
-        for its facts (its outputs listed off the loop, at most resume.SURVEY_BOUND_S), then is done, kept for
-        the next start to resume."""
+    def _end_once_final(self) -> None:
+        """The run ends once every phase reached its end (done, failed, stopped): a phase whose command completed
+        before the shutdown waits for its facts (its outputs listed off the loop, at most resume.SURVEY_BOUND_S),
+        then is done, kept for the next start to resume."""
         if self.over:
             return
         if all(phase.state in FINAL_STATES for phase in self.phases):
             assert self.exit_status is not None
             self._end(self.exit_status)
         else:  # (the listing answers within its bound; the timer is for a fault of ours)
-            self._arm_settle_timer()
+            self._arm_facts_timer()
 
-    def _arm_settle_timer(self) -> None:
+    def _arm_facts_timer(self) -> None:
         """The end of the wait for a completed phase's facts: FACTS_WAIT_S, or less where a stop budget or a
         kill-now's (docker's SIGKILL at its end) leaves less; a timer already due sooner stays."""
         now = self._loop.clock.monotonic()
         wait_s = FACTS_WAIT_S if self._budget is None else self._budget.sweep_s(FACTS_WAIT_S)
         if self._kill_until is not None:
             wait_s = min(wait_s, max(0.0, self._kill_until - now))
-        timer = self._settle_timer
+        timer = self._facts_timer
         if timer is not None:
             if timer.when <= now + wait_s:
                 return
             timer.cancel()
-        self._settle_timer = self._loop.call_later(wait_s, self._end_unsettled)
+        self._facts_timer = self._loop.call_later(wait_s, self._end_without_facts)
 
-    def _end_unsettled(self) -> None:
+    def _end_without_facts(self) -> None:
         if not self.over:
             waiting = ", ".join(p.name for p in self.phases if p.state not in FINAL_STATES)
             self._log(f"shutdown: the facts of {waiting} did not come; the run ends without them")

@@ -49,6 +49,7 @@ from .states import (
     NOTHING,
     SHUTDOWN_WHY,
     Aborted,
+    AllStopped,
     BackOff,
     BackoffOver,
     Broken,
@@ -72,7 +73,6 @@ from .states import (
     Reached,
     Resume,
     Settled,
-    ShutdownSettled,
     StartFailed,
     Step,
     StopAsked,
@@ -87,10 +87,10 @@ DYING_DAEMON_WAIT_S = 2.0
 
 def decide(phase: Phase, event: Event) -> Step:
     """The one place a phase's moves are decided: what ``event`` does to ``phase`` now (the Step to carry out)."""
-    state, over = phase.state, phase.shutting_down()
+    state, shutdown = phase.state, phase.shutting_down()
     match event:
         case Reached(resumed):
-            if state is not PhaseState.PENDING or over:
+            if state is not PhaseState.PENDING or shutdown:
                 return NOTHING  # the supervisor shut down while resume looked
             if resumed is not None:
                 why, parsed = resumed
@@ -110,7 +110,7 @@ def decide(phase: Phase, event: Event) -> Step:
                 return NOTHING  # the attempt ended while its readiness was being answered
             return Step(after=(Effect.MARK_UP, Effect.TELL_LIFECYCLE))
         case ChildExited(verdict, asked, kept, ours, command):
-            if asked or over:
+            if asked or shutdown:
                 return NOTHING  # we asked for this; the stop in progress takes it from here
             if kept:
                 return Step(after=(Effect.TELL_LIFECYCLE,))  # a kept daemon died: the lifecycle decides
@@ -124,13 +124,13 @@ def decide(phase: Phase, event: Event) -> Step:
         case StartFailed(verdict):
             return _end_attempt(phase, verdict)
         case Aborted(reason, detail, command_running):
-            if over:
+            if shutdown:
                 return NOTHING  # a watch's finding in the stop's grace: the shutdown ends the attempt, not it
             if state is PhaseState.SETTLING and reason in v.TIMED_OUT:  # (a silent daemon: the command succeeded)
                 return _end_attempt(phase, phase.outcome, f"{detail}; {phase.settle_cut_short()}")
             return _abort(phase, reason, detail, command_running)
         case DeadlinePassed(detail, command_running):
-            if state in FINAL_STATES or over:
+            if state in FINAL_STATES or shutdown:
                 return NOTHING
             if state is PhaseState.BACKOFF:
                 return _fail(v.without_exit(phase.name, phase.name, v.TIMEOUT, 1, detail, attempt=phase.attempt),
@@ -139,31 +139,31 @@ def decide(phase: Phase, event: Event) -> Step:
                 return _end_attempt(phase, phase.outcome, f"{detail}; {phase.settle_cut_short()}")
             return _abort(phase, v.TIMEOUT, detail, command_running)  # in STOPPING its outcome decides
         case Settled(why, cut):
-            if state is not PhaseState.SETTLING or over:
-                return NOTHING  # a daemon died or the deadline passed first; a shutdown settles it (done)
+            if state is not PhaseState.SETTLING or shutdown:
+                return NOTHING  # a daemon died or the deadline passed first; the shutdown ends it (done)
             return _end_attempt(phase, phase.outcome, f"{why}; {phase.settle_cut_short()}" if cut else why)
         case ChildrenStopped():
             return _after_the_stop(phase) if state is PhaseState.STOPPING else NOTHING
         case FactsGathered(facts, why):
             if state is not PhaseState.STOPPING:
-                return NOTHING  # the shutdown settled it first (its outputs were still being listed)
+                return NOTHING  # the shutdown ended it first (its outputs were still being listed)
             return Step(PhaseState.DONE, why, before=(KeepFacts(facts), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
         case BackoffOver():
-            if state is not PhaseState.BACKOFF or over or phase.pacing.deadline_expired():
+            if state is not PhaseState.BACKOFF or shutdown or phase.pacing.deadline_expired():
                 return NOTHING  # (past the deadline, after a freeze: its own timer, due too, fails the phase)
             return Step(after=(Effect.PREPARE_AGAIN,))
         case Broken(verdict):
             return _broken(phase, verdict)
         case StopAsked():  # an attempt under way is stopping from the shutdown's first signal, not its last child's
-            moved = state in (PhaseState.STARTING, PhaseState.RUNNING)  # (SETTLING: ShutdownSettled keeps its success)
+            moved = state in (PhaseState.STARTING, PhaseState.RUNNING)  # (SETTLING: AllStopped keeps its success)
             return Step(PhaseState.STOPPING if moved else None, SHUTDOWN_WHY if moved else "",
                         after=(Effect.CANCEL_TIMERS, Effect.CANCEL_START))
-        case ShutdownSettled():
+        case AllStopped():
             if state is PhaseState.SETTLING:  # its command had succeeded: done, as it would have been moments later
                 return Step(PhaseState.STOPPING, SHUTDOWN_WHY, before=(Effect.CANCEL_SETTLE,), after=(
                     Effect.SWEEP, GatherFacts(f"completed in {phase.attempt} attempt(s) (then {SHUTDOWN_WHY})")))
             if state in ATTEMPT_RUNS:
-                return Step(PhaseState.STOPPING, SHUTDOWN_WHY, then=ShutdownSettled())
+                return Step(PhaseState.STOPPING, SHUTDOWN_WHY, then=AllStopped())
             if state is PhaseState.STOPPING and (failed := phase.failed_for_good()) is not None:
                 return _fail_in_the_shutdown(failed)
             if state is PhaseState.STOPPING and phase.completed() and phase.stop_over():
@@ -253,7 +253,7 @@ def _broken(phase: Phase, verdict: v.Verdict) -> Step:
 
 
 class ItsLifecycle(Protocol):
-    """What a phase reads of its lifecycle (lifecycle.py): whether it shuts down (then the shutdown settles it)."""
+    """What a phase reads of its lifecycle (lifecycle.py): whether it shuts down (then the shutdown ends it)."""
 
     shutting_down: bool
 
@@ -589,9 +589,9 @@ class Phase:
         self.failed_for_good()  # judged now, at the shutdown, once (where the lifecycle did not ask already)
         self._on(StopAsked())
 
-    def settle_after_shutdown(self) -> None:
+    def end_after_shutdown(self) -> None:
         """Every child of the run is stopped: the phase ends where it was."""
-        self._on(ShutdownSettled())
+        self._on(AllStopped())
 
     def _command_running(self) -> bool:
         command = self.command_child

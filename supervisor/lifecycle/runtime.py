@@ -1,4 +1,4 @@
-"""What the phases share, in parts, each handed only to whoever needs it:
+"""What the phases share, in parts, so that each part has a name and a type of its own:
 
 - ``ChildKit``: what starting a child needs (the loop, the reaper, the console and log files, the
   environment, the cgroups, the shipper): children.start_child, and the reporter's ``export_env``;
@@ -9,7 +9,8 @@
 - ``started``: every child in start order (engine/process.py's ``StartOrder``: a shutdown stops them in
   reverse, wave by wave).
 
-``Runtime`` is the parts as the composition root made them; the Lifecycle hands each phase its own.
+``Runtime`` is the parts as the composition root made them; the Lifecycle hands it to each phase, which keeps
+the parts it uses (phase.py's ``Phase.__init__``) and passes on only those (its watches get ``MachineEvidence``).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class MachineEvidence:
 
 @dataclass
 class Runtime:
-    """The shared parts, as the composition root made them once: the Lifecycle gives each phase its parts."""
+    """The shared parts, as the composition root made them once: the Lifecycle hands it to each phase."""
 
     loop: EventLoop
     log: Log

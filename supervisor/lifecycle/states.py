@@ -194,12 +194,12 @@ class StopAsked:
 
 
 @dataclass(frozen=True)
-class ShutdownSettled:
+class AllStopped:
     """Every child of the run is stopped: the phase ends where it was (STOPPED, if it was not over)."""
 
 
 Event = (Reached | Prepared | CommandStarted | CameUp | ChildExited | StartFailed | Aborted | DeadlinePassed
-         | Settled | ChildrenStopped | FactsGathered | BackoffOver | Broken | StopAsked | ShutdownSettled)
+         | Settled | ChildrenStopped | FactsGathered | BackoffOver | Broken | StopAsked | AllStopped)
 
 
 # ---------------------------------------------------------------- effects: what the phase carries out
@@ -278,7 +278,7 @@ Doing = Effect | Resume | Outcome | MarkStopped | MarkBroken | BackOff | GatherF
 @dataclass(frozen=True)
 class Step:
     """What one event does: ``before`` carried out, then the move to ``state`` (None: no move) for ``why``,
-    then ``after``; ``then``: the event that follows at once (a shutdown settles in two moves)."""
+    then ``after``; ``then``: the event that follows at once (a shutdown ends a running attempt in two moves)."""
 
     state: PhaseState | None = None
     why: str = ""

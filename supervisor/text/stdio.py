@@ -9,7 +9,7 @@ supervisor.log are written by ``logs.Console`` and ``logs.LogFile``, which conta
 
 ``keep_std_fds_open`` runs first in ``cli.main``: a standard fd that was closed (``run >&-``)
 is pointed at /dev/null, so no file or socket opened later can take its number (the console
-would write into it), and ``settle`` runs last: Python's own buffered streams are flushed here,
+would write into it), and ``flush_last`` runs last: Python's own buffered streams are flushed here,
 where a failure is contained, not at interpreter exit ("Exception ignored ... BrokenPipeError").
 """
 
@@ -106,7 +106,7 @@ def _flush_quietly(stream: TextIO | None, fd: int) -> None:
             stream.flush()
 
 
-def settle() -> None:
+def flush_last() -> None:
     """At a command's end: Python's own stdout and stderr flushed here, their failure contained."""
     _flush_quietly(sys.stdout, STDOUT)
     _flush_quietly(sys.stderr, STDERR)

@@ -232,8 +232,8 @@ def test_a_cgroup_of_our_own_hears_its_bad_values(tmp_path: Path) -> None:
     lines: list[str] = []
     parent = MemoryCgroup(lay_out(tmp_path / "p", v1_files()), "v1", lambda path, why: lines.append(str(path)))
     child = parent.create_child("c")
-    (child.path / "memory.failcnt").write_bytes(NOT_TEXT)
-    assert child.snapshot().failcnt is None and lines == [str(child.path / "memory.failcnt")]
+    (child.path / "memory.usage_in_bytes").write_bytes(NOT_TEXT)
+    assert child.snapshot().usage is None and lines == [str(child.path / "memory.usage_in_bytes")]
 
 
 # ================================================================ the ledger of phase cgroups in state_dir

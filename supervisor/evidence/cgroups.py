@@ -149,11 +149,9 @@ class OomKills:
 @dataclass(frozen=True)
 class MemorySnapshot:
     oom_kills: int | None  # the total of ``oom``
-    oom_group_kills: int | None
     usage: int | None
     peak: int | None
     limit: int | None  # None: no limit
-    failcnt: int | None = None
     oom: OomKills | None = None  # the counters the total was read from (a rise is measured on these)
     under_oom: bool | None = None  # v1: frozen at its limit, the OOM killer disabled (None: not v1, or unread)
 
@@ -239,7 +237,6 @@ class MemoryCgroup:
         if self.version == "v2":
             return MemorySnapshot(
                 oom_kills=None if oom is None else oom.total,
-                oom_group_kills=self._keyed("memory.events", "oom_group_kill"),
                 usage=self._int("memory.current"),
                 peak=self._int("memory.peak"),
                 limit=self.limit(),
@@ -247,11 +244,9 @@ class MemoryCgroup:
             )
         return MemorySnapshot(
             oom_kills=None if oom is None else oom.total,
-            oom_group_kills=None,
             usage=self._int("memory.usage_in_bytes"),
             peak=self._int("memory.max_usage_in_bytes"),
             limit=self.limit(),
-            failcnt=self._int("memory.failcnt"),
             oom=oom,
             under_oom=None if (frozen := self._keyed("memory.oom_control", "under_oom")) is None else frozen > 0,
         )

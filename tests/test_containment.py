@@ -346,7 +346,7 @@ def test_a_timer_callback_that_raises_fails_its_phase(sup: Runner) -> None:
 import supervisor.evidence.stall as stall
 def stalled(self, now, gpu_unknown=None, io_unknown=None):  # asked by the stall check's timer only, on its first tick
     raise RuntimeError("injected fault in the stall check")
-stall.StallWatch.stalled = stalled
+stall.StallSigns.stalled = stalled
 """
     result = run_with_fault(sup, config, inject)
     check_phase_failed_internally(result, sup, "p", "stall check", ["p"], marker)
@@ -376,7 +376,7 @@ def test_a_contained_faults_traceback_reaches_the_manager_and_the_verdict_once(s
 import supervisor.evidence.stall as stall
 def stalled(self, now, gpu_unknown=None, io_unknown=None):
     raise RuntimeError("injected fault in the stall check")
-stall.StallWatch.stalled = stalled
+stall.StallSigns.stalled = stalled
 """
         result = run_with_fault(sup, config, inject)
         assert result.returncode == EXIT_INTERNAL_ERROR, result.output

@@ -1,6 +1,6 @@
 """A freeze of the supervisor is not a stall: SIGSTOP and the cgroup v1 freezer, for real; deadlines keep counting.
 
-The pure parts (``FreezeWatch``, ``StallWatch.thawed``) are checked in-process with made-up clocks. Then
+The pure parts (``FreezeWatch``, ``StallSigns.thawed``) are checked in-process with made-up clocks. Then
 the real supervisor is frozen while its child works: with SIGSTOP (the child goes on printing into its
 pipe) and with the v1 freezer (supervisor and child frozen together, as ``docker pause`` does), each for
 longer than ``stall_s``; right after the thaw the child must not be killed as stalled, and the freeze is
@@ -33,7 +33,7 @@ from helpers import (
 )
 
 from supervisor.engine.tick import FREEZE_MIN_S, FreezeWatch
-from supervisor.evidence.stall import StallWatch
+from supervisor.evidence.stall import StallSigns
 
 STALL_S = 2.0
 FROZEN_FOR_S = 3 * STALL_S  # well past stall_s, and past FREEZE_MIN_S
@@ -55,7 +55,7 @@ def test_a_jump_of_the_clock_is_a_freeze_said_once() -> None:
 
 
 def test_a_thaw_restarts_every_stall_window_and_never_moves_one_back() -> None:
-    watch = StallWatch(2.0, started=100.0, gpus_visible=True, watches_path=True)
+    watch = StallSigns(2.0, started=100.0, gpus_visible=True, watches_path=True)
     watch.saw_progress(10, None, 100.0)
     assert watch.stalled(140.0) is not None, "40 s of silence (a freeze, unknown to the watch) reads as a stall"
     watch.thawed(140.0)

@@ -1,4 +1,4 @@
-"""Stall detection: the pure ``StallWatch``, then real children that go silent, chatter, or grow a file.
+"""Stall detection: the pure ``StallSigns``, then real children that go silent, chatter, or grow a file.
 
 A phase is stalled when every sign of progress (output, GPU activity where GPUs
 are visible, growth of ``progress_path``) has been silent for ``stall_s``. Time
@@ -45,18 +45,18 @@ from supervisor.evidence.stall import (
     STALL_CHECK_MAX_S,
     STALL_CHECK_MIN_S,
     StallMonitor,
-    StallWatch,
+    StallSigns,
     check_interval,
 )
 from supervisor.evidence.transfer import ProgressReading
 from supervisor.evidence.watchstate import WatchState
 from supervisor.exits import EXIT_TIMEOUT
 
-# ================================================================ StallWatch, pure
+# ================================================================ StallSigns, pure
 
 
-def watch(stall_s: float = 1.0, *, gpus: bool = False, path: bool = False) -> StallWatch:
-    return StallWatch(stall_s, started=100.0, gpus_visible=gpus, watches_path=path)
+def watch(stall_s: float = 1.0, *, gpus: bool = False, path: bool = False) -> StallSigns:
+    return StallSigns(stall_s, started=100.0, gpus_visible=gpus, watches_path=path)
 
 
 def test_nothing_seen_stalls_after_stall_s() -> None:
@@ -121,10 +121,10 @@ def test_progress_growth_counts_shrink_then_growth_counts() -> None:
 
 
 def test_bytes_moved_are_a_sign_of_life_once_the_counters_can_be_read() -> None:
-    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w = StallSigns(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
     w.saw_io(5000, True, 100.2)  # the baseline: what the trees had moved before
     assert w.stalled(101.0) is not None, "the baseline counted as I/O"
-    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w = StallSigns(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
     w.saw_io(0, True, 100.1)
     w.saw_io(IO_SIGN_MIN_BYTES, True, 100.8)
     assert w.stalled(101.5) is None
@@ -136,7 +136,7 @@ def test_bytes_moved_are_a_sign_of_life_once_the_counters_can_be_read() -> None:
 def test_a_runtimes_trickle_of_bytes_is_no_sign_of_life() -> None:
     # Go rereads its cgroup CPU limit once a second (tens of bytes of rchar): a curio blocked for good in recv
     # moves that much and no more, and must still be stalled.
-    w = StallWatch(10.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w = StallSigns(10.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
     w.saw_io(0, True, 100.0)
     for second in range(1, 31):
         w.saw_io(40 * second, True, 100.0 + second)
@@ -151,7 +151,7 @@ def test_a_runtimes_trickle_of_bytes_is_no_sign_of_life() -> None:
 
 
 def test_unreadable_counters_are_no_evidence_and_say_so() -> None:
-    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w = StallSigns(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
     w.saw_io(0, False, 100.5)
     w.saw_io(10**9, False, 100.9)  # (an unreadable reading's numbers mean nothing)
     assert w.stalled(101.0) == "no output for 1.0s (I/O counters unreadable) (no GPU visible)"
@@ -159,7 +159,7 @@ def test_unreadable_counters_are_no_evidence_and_say_so() -> None:
 
 
 def test_a_thaw_restarts_the_io_silence_too() -> None:
-    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w = StallSigns(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
     w.saw_io(0, True, 100.0)
     w.thawed(105.0)
     assert w.stalled(105.9) is None
@@ -202,7 +202,7 @@ def test_a_thaw_and_unknown_gpu_evidence_are_in_the_verdict() -> None:
 
 
 def test_a_blind_io_thread_is_in_the_verdict_not_taken_for_silence() -> None:
-    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w = StallSigns(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
     w.saw_io(0, True, 100.0)
     silent = w.stalled(101.0, io_unknown="OSError: [Errno 24] Too many open files")
     assert silent == ("no output for 1.0s, no I/O for 1.0s (I/O evidence unavailable: OSError: [Errno 24] Too "
@@ -212,7 +212,7 @@ def test_a_blind_io_thread_is_in_the_verdict_not_taken_for_silence() -> None:
 def test_processes_whose_counters_are_refused_are_in_the_verdict() -> None:
     # A worker run as another user (gosu) while the supervisor lacks CAP_SYS_PTRACE: its bytes are in no total,
     # and "no I/O for 35s" was said of a download that had written 35 MiB.
-    w = StallWatch(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
+    w = StallSigns(1.0, started=100.0, gpus_visible=False, watches_path=False, watches_io=True)
     w.saw_io(0, True, 100.0, unreadable=1)
     assert w.stalled(101.0) == ("no output for 1.0s, no I/O for 1.0s (the I/O counters of 1 of its processes "
                                 "unreadable: another user's, and no CAP_SYS_PTRACE) (no GPU visible)")
@@ -513,7 +513,7 @@ def test_a_stall_while_nvml_answers_garbage_says_gpu_evidence_unavailable(contro
         monitor = StallMonitor(loop, 4.0, None, SimpleNamespace(gpus=gpus, progress=None, freeze=None, io=None),
                                attempt)
         # The GPU seen at work, a second into the watch (not only a sample taken as it began):
-        run_loop_until(loop, lambda: monitor.watch.last_gpu > monitor.watch.started + 1.0)
+        run_loop_until(loop, lambda: monitor.signs.last_gpu > monitor.signs.started + 1.0)
         control.set(garbage=["nvmlDeviceGetMemoryInfo"])
 
         def ticked_until_stalled() -> bool:
@@ -530,8 +530,8 @@ def test_a_stall_while_nvml_answers_garbage_says_gpu_evidence_unavailable(contro
     assert re.fullmatch(rf"no output for \d+\.\ds, no GPU activity for \d+\.\ds \(GPU evidence unavailable: "
                         rf"{unavailable}\)", silent), silent
     # What the status view shows beside the sign's age, the look's own words:
-    assert set(monitor.watch.unmeasured) == {"GPU activity"}, monitor.watch.unmeasured
-    assert re.fullmatch(unavailable, monitor.watch.unmeasured["GPU activity"]), monitor.watch.unmeasured
+    assert set(monitor.signs.unmeasured) == {"GPU activity"}, monitor.signs.unmeasured
+    assert re.fullmatch(unavailable, monitor.signs.unmeasured["GPU activity"]), monitor.signs.unmeasured
 
 
 class _StaleIo:

@@ -592,7 +592,7 @@ def test_status_config_reads_its_state_dir_without_the_runs_variables(tmp_path: 
 def a_phase(state: PhaseState, *, deadline_at: float | None = None, backoff_until: float | None = None,
             last_sign: float | None = None, waiting: tuple[Any, float] | None = None,
             unmeasured: dict[str, str] | None = None, settle_until: float | None = None) -> SimpleNamespace:
-    stall = (SimpleNamespace(watch=SimpleNamespace(last_sign=lambda: last_sign,
+    stall = (SimpleNamespace(signs=SimpleNamespace(last_sign=lambda: last_sign,
                                                    ages=lambda now: {"output": now - last_sign, "I/O": 2.0},
                                                    unmeasured=unmeasured or {}))
              if last_sign is not None else None)

@@ -58,7 +58,10 @@ def check_interval(stall_s: float) -> float:
 
 
 @dataclass
-class StallWatch:
+class StallSigns:
+    """What one attempt's StallMonitor has seen of each sign of life, and when, and the pure rules that read
+    it: the monitor feeds it readings and asks it whether the attempt is stalled (tests/test_stall.py, in-process)."""
+
     stall_s: float
     started: float  # monotonic time the watch began (the attempt's start)
     gpus_visible: bool
@@ -239,15 +242,15 @@ class StallMonitor:
             self._io.follow(attempt.roots())
             self._releases.append(self._io.release)
         self._thaw_seen = freeze.thawed_at if freeze is not None else None
-        self._watch = StallWatch(stall_s, now, gpus_visible=gpus is not None and gpus.available,
+        self._signs = StallSigns(stall_s, now, gpus_visible=gpus is not None and gpus.available,
                                  watches_path=self._progress_path is not None, watches_io=io is not None)
         self._interval = check_interval(stall_s)
         self._loop.call_later(self._interval, self._check, on_error=self._on_error)
 
     @property
-    def watch(self) -> StallWatch:
+    def signs(self) -> StallSigns:
         """What it has seen so far (read-only, for the status view's stall countdown)."""
-        return self._watch
+        return self._signs
 
     def _check(self) -> None:
         if self._attempt.current():
@@ -255,7 +258,7 @@ class StallMonitor:
         if not self._attempt.current():  # (the drain fed the output parser, which may have ended the attempt)
             self._stop_wanting()
             return
-        now, watch = self._loop.clock.monotonic(), self._watch
+        now, watch = self._loop.clock.monotonic(), self._signs
         self._saw_thaw(now)
         for at in self._attempt.last_outputs():
             watch.saw_output(at)
@@ -278,7 +281,7 @@ class StallMonitor:
         if self._freeze.thawed_at != self._thaw_seen:
             self._thaw_seen = self._freeze.thawed_at
             if self._thaw_seen is not None:
-                self._watch.thawed(self._thaw_seen)
+                self._signs.thawed(self._thaw_seen)
 
     def _io_unknown(self, now: float) -> str | None:
         """Why the I/O silence is no measure now, if it is not: the I/O thread blind (its own window), or its
@@ -289,8 +292,8 @@ class StallMonitor:
         blind = self._io_probe.state.blind_why()
         if blind is not None:
             return blind
-        last = self._io_at if self._io_at is not None else self._watch.started
-        if now - last > self._watch.stall_s / 2:
+        last = self._io_at if self._io_at is not None else self._signs.started
+        if now - last > self._signs.stall_s / 2:
             return f"the I/O thread's latest reading is {now - last:.1f}s old"
         return None
 
@@ -304,8 +307,8 @@ class StallMonitor:
             return None
         gone = None
         if gpus.available:
-            self._watch.gpus_visible = True
-        elif self._watch.gpus_visible:
+            self._signs.gpus_visible = True
+        elif self._signs.gpus_visible:
             gone = gpus.why or "the GPUs seen before are not now"
         self._take_gpu_reading(gpus.latest())
         hung = gpus.unresponsive(now)
@@ -319,7 +322,7 @@ class StallMonitor:
         with that, not with nothing (a change of its memory use would go unseen)."""
         if reading is None or reading.seq == self._gpu_seq:
             return
-        self._watch.saw_gpu(activity_changed(tuple(self._gpu_last.values()), reading.samples), reading.at)
+        self._signs.saw_gpu(activity_changed(tuple(self._gpu_last.values()), reading.samples), reading.at)
         self._remember_gpus(reading)
 
     def _remember_gpus(self, reading: GpuReading) -> None:
@@ -333,12 +336,12 @@ class StallMonitor:
         """Why the GPUs' silence is no measure now, if it is not: GPU sampling blind (past its own window), or a
         GPU seen before not in a reading for half of stall_s (NVML answering garbage for it, under a stall_s
         shorter than the sampling's window): the silence the verdict would claim was not measured."""
-        if not self._watch.gpus_visible:
+        if not self._signs.gpus_visible:
             return None
         blind = gpus.sampling.blind_why()
         if blind is not None:
             return f"GPU sampling blind: {blind}"
-        unread = sorted(i for i, at in self._gpu_read_at.items() if now - at > self._watch.stall_s / 2)
+        unread = sorted(i for i, at in self._gpu_read_at.items() if now - at > self._signs.stall_s / 2)
         if not unread:
             return None
         since = min(self._gpu_read_at[i] for i in unread)
@@ -356,7 +359,7 @@ class StallMonitor:
             self._io_at = reading.at  # (read by _io_unknown, after this, in the same look)
         if reading is not None and reading.seq != self._io_seq:
             self._io_seq = reading.seq
-            self._watch.saw_io(reading.moved, reading.readable, reading.at, reading.unreadable)
+            self._signs.saw_io(reading.moved, reading.readable, reading.at, reading.unreadable)
 
     def _saw_progress(self) -> None:
         if self._probe is None or self._progress_path is None:
@@ -364,7 +367,7 @@ class StallMonitor:
         measure = self._probe.latest(self._progress_path)
         if measure is not None and measure.seq != self._progress_seq:
             self._progress_seq = measure.seq
-            self._watch.saw_progress(measure.size, measure.newest, measure.at)
+            self._signs.saw_progress(measure.size, measure.newest, measure.at)
 
     def _failed(self, exc: Exception) -> None:
         """A bug of the check's own: what it asked for (GPU samples, walks, the I/O thread) is released, then

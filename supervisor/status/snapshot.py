@@ -206,7 +206,7 @@ class FactsView(Protocol):
 
 # ---------------------------------------------------------------- the clocks of a phase and a child
 
-class StallWatchView(Protocol):
+class StallSignsView(Protocol):
     def last_sign(self) -> float: ...
 
     def ages(self, now: float) -> dict[str, float]: ...
@@ -217,7 +217,7 @@ class StallWatchView(Protocol):
 
 class StallView(Protocol):
     @property
-    def watch(self) -> StallWatchView: ...
+    def signs(self) -> StallSignsView: ...
 
 
 class PacingView(Protocol):
@@ -310,10 +310,10 @@ def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> Time
         if state is PhaseState.BACKOFF and backoff_until is not None else None
     stalled = None
     if state in ATTEMPT_RUNS and stall is not None and spec.stall_s is not None:
-        silent = now - stall.watch.last_sign()
+        silent = now - stall.signs.last_sign()
         stalled = StallTimer(limit_s=spec.stall_s, silent_s=_secs(silent), left_s=_secs(spec.stall_s - silent),
-                             signs={what: _secs(age) for what, age in stall.watch.ages(now).items()},
-                             unmeasured=dict(stall.watch.unmeasured))
+                             signs={what: _secs(age) for what, age in stall.signs.ages(now).items()},
+                             unmeasured=dict(stall.signs.unmeasured))
     start = phase.current_attempt.start
     waiting = start.waiting if start is not None and state in ATTEMPT_RUNS else None
     ready = None

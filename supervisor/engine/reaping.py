@@ -98,22 +98,20 @@ class Reaper:
     def watch(self, pid: int, handler: StatusHandler, label: str | None = None, job: JobHandler | None = None) -> None:
         self._owners[pid] = (handler, label, job)
 
-    def reap(self) -> int:
-        """Collect every exited child until none is left waiting; return how many."""
-        reaped = 0
+    def reap(self) -> None:
+        """Collect every exited child until none is left waiting."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED | os.WCONTINUED)
             except ChildProcessError:
-                return reaped
+                return
             except InterruptedError:  # pragma: no cover - PEP 475 retries for us
                 continue
             if pid == 0:
-                return reaped
+                return
             if os.WIFSTOPPED(status) or os.WIFCONTINUED(status):
                 self._say_stop(pid, status)
                 continue
-            reaped += 1
             exit_status = ExitStatus.from_wait_status(status)
             handler = self._owners.pop(pid, (self._on_orphan,))[0]
             handler(pid, exit_status)

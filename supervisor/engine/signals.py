@@ -59,7 +59,7 @@ class _Labelled(Protocol):
 class Reaps(Protocol):
     """The reaper (supervisor/engine/reaping.py, which names signals with this module)."""
 
-    def reap(self) -> int: ...
+    def reap(self) -> None: ...
 
 
 class Stoppable(Protocol):

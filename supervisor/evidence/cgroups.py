@@ -27,7 +27,6 @@ import errno
 import os
 import re
 import stat
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -628,10 +627,6 @@ def _v1_oom_eventfd(path: Path) -> int:
     finally:
         os.close(control)
     return efd
-
-
-def decode_eventfd(data: bytes) -> int:
-    return struct.unpack("Q", data[:8])[0] if len(data) >= 8 else 0
 
 
 def pid_namespace() -> int:

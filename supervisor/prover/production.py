@@ -345,10 +345,6 @@ class ProofWindow:
     def failing(self, failures: int) -> bool:
         return self.failing_detail(failures) is not None
 
-    def failing_source(self, failures: int) -> str | None:
-        failing = self.failing_detail(failures)
-        return failing[0] if failing is not None else None
-
     def failing_detail(self, failures: int) -> tuple[str, int, str | None] | None:
         """(source, failed, task) of the source whose window holds ``failures`` or more failed and none completed
         (any source: curio's tasks can fail while cuzk's counters look well), cuzk's first where both are (the

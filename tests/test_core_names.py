@@ -17,8 +17,9 @@ from pathlib import Path
 
 SUPERVISOR = Path(__file__).resolve().parent.parent / "supervisor"
 NOT_CORE = (SUPERVISOR / "prover", SUPERVISOR / "app" / "cli.py")
-# The prover's world: its programs (cuzk, curio, paramfetch, cuzk-bench), its proofs and their parameters, its
-# fleet protocol's benchmark and rate.
+# The prover's world: its programs (cuzk, curio, paramfetch, cuzk-bench), its proofs and their parameter cache, its
+# fleet protocol's benchmark and rate. The manager's API is the core's (docs/architecture.md): its /param-done and
+# /running are core report kinds, not prover words.
 PROVER_WORDS = re.compile(r"bench|cuzk|curio|proof|paramfetch|min_rate|param_cache|fil_proofs", re.IGNORECASE)
 
 

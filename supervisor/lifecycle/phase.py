@@ -9,8 +9,8 @@ Two parts, as tini's loop is one readable loop of small steps:
 
 - ``decide`` (first below) is the only place a phase's moves are decided: it takes what happened (an
   ``Event``: states.py names them all) and the phase as it is, and returns a ``Step``: the state it moves
-  to, why, and the effects to carry out around the move. It reads, and does nothing but this: asking the
-  pacing what follows an attempt counts a service's restart and draws the backoff's jitter.
+  to, why, and the effects to carry out around the move. It only reads, but for two acts of bookkeeping: the
+  pacing counts a restart and draws the backoff's jitter; a shutdown's first judgement (``failed_for_good``) holds.
 - The ``Phase`` is the loop's side: each callback that reaches it (a child reaped, a timer, a readiness
   answer, a watcher's finding) gathers what happened into an event; ``_on`` asks ``decide``, carries out
   the step's effects before the move, moves (``transition``, which refuses a move not in the table and

@@ -158,8 +158,8 @@ def test_the_view_tells_the_clocks_then_the_plugin_of_a_row_and_the_plugin_befor
     view.on_row(lambda row: heard.append(f"plugin {row.state}"))
     view.on_killed(lambda row: heard.append("plugin killed"))
     view.stop_lifecycle = lambda row: heard.append("lifecycle stopped")
-    view.heard_row(RowReading(1.0, Row("u", "registered"), listed=True))
-    view.heard_row(RowReading(2.0, None, listed=False))  # no row: nobody hears anything
+    view.heard_row(RowReading(1.0, Row("u", "registered"), unlisted=False))
+    view.heard_row(RowReading(2.0, None, unlisted=True))  # no row: nobody hears anything
     assert heard == ["clocks registered", "plugin registered"]
     heard.clear()
     view.heard_kill(Row("u", "registered", kill_reason="rented out"))

@@ -62,7 +62,7 @@ def test_a_uuid_not_listed_is_unknown_and_runner_id_tells_forgotten_from_killed(
     requests.post(manager.url + "/dev/forget", json={"uuid": uuid}, timeout=5)
     assert rows.gone(uuid) is True
     reading, _ = rows.read(uuid)
-    assert reading.row is None and reading.listed and reading.shown().startswith("unknown to the manager")
+    assert reading.row is None and reading.unlisted and reading.shown().startswith("unknown to the manager")
 
 
 def test_a_look_up_that_failed_at_once_is_tried_again_at_the_next_call(manager: DevManager) -> None:
@@ -73,7 +73,7 @@ def test_a_look_up_that_failed_at_once_is_tried_again_at_the_next_call(manager: 
     rows = watch(manager, clock)
     requests.post(manager.url + "/dev/faults", json={"status": 500, "count": 1, "path": "/status"}, timeout=5)
     first, _ = rows.read(uuid)
-    assert first.row is None and not first.listed and first.error is not None and "HTTP 500" in first.error
+    assert first.row is None and not first.unlisted and first.error is not None and "HTTP 500" in first.error
     requests.post(manager.url + "/api/kill", json={"uuid": uuid}, timeout=5)
     again, _ = rows.read(uuid)
     assert len(manager.state.snapshot()["reads"]) == 2

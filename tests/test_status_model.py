@@ -83,7 +83,7 @@ def written() -> dict[str, Any]:
                     "log_backlog": {"setup": 3},
                     "log_push_error": "POST /api/log-push: HTTP 500: {}", "log_push_error_at": NOW - 2,
                     "log_dropped": {"setup": {"lines": 7, "bytes": 420}},
-                    "row": {"at": NOW - 15, "row": {"uuid": "u-1", "state": "killed"}, "listed": True, "error": None,
+                    "row": {"at": NOW - 15, "row": {"uuid": "u-1", "state": "killed"}, "unlisted": False, "error": None,
                             "shown": "state killed"},
                     "killed": "the manager killed this instance: too slow",
                     "clocks": {"fetch": {"at": NOW - 2000, "source": "the first start"},

@@ -54,7 +54,7 @@ class RowReading:
 
     at: float
     row: Row | None
-    listed: bool  # the manager answered a fleet that does not list this uuid
+    unlisted: bool  # the manager answered a fleet that does not list this uuid
     error: str | None = None  # no usable answer (the manager down, no such route, garbage)
 
     @property
@@ -65,12 +65,12 @@ class RowReading:
         """How status says what the manager has of this instance."""
         if self.row is not None:
             return f"state {self.row.state}" + (f" ({self.row.kill_line()})" if self.row.killed else "")
-        if self.listed:
+        if self.unlisted:
             return "unknown to the manager (its GET /status does not list this uuid)"
         return f"not read ({self.error})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "row": self.row.to_dict() if self.row else None, "listed": self.listed,
+        return {"at": self.at, "row": self.row.to_dict() if self.row else None, "unlisted": self.unlisted,
                 "error": self.error, "shown": self.shown()}
 
 
@@ -125,11 +125,11 @@ class RowWatch:
                 way = "behind" if offset < 0 else "ahead of"
                 notes.append(RowNote(f"the manager's clock is {abs(offset):.0f}s {way} ours (its answer's Date): "
                                      "its row's times are read on ours", about=("clock", round(offset / 60))))
-            reading = RowReading(now, row, listed=row is None)
+            reading = RowReading(now, row, unlisted=row is None)
         except (TransientError, PermanentError, RowError) as exc:
-            reading = RowReading(now, None, listed=False, error=cut(_on_status(str(exc)), 300))
+            reading = RowReading(now, None, unlisted=False, error=cut(_on_status(str(exc)), 300))
         except Exception as exc:
-            reading = RowReading(now, None, listed=False, error=self._bug(exc))
+            reading = RowReading(now, None, unlisted=False, error=self._bug(exc))
         answered_at = self._mono()
         # (a deadline under SLOW_FAILURE_S: a look-up that ran out half of it was slow, as one of a second is)
         slow_failure = reading.error is not None and answered_at - mono >= min(SLOW_FAILURE_S,

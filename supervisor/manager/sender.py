@@ -504,7 +504,7 @@ class Sender:
         if not self.uuid or not self.rows.due():
             return
         reading = self._read_row()
-        if not reading.listed or self._retired or self._registered_again:
+        if not reading.unlisted or self._retired or self._registered_again:
             return  # (registered again already, and nothing delivered since: the same forget, not a new one)
         stage = self._row_stage()
         last = self.outbox.last_delivered_of([stage]) if stage is not None else None

@@ -496,7 +496,7 @@ class RowStatus(_Record):
 
     at: float | None = None
     row: Mapping[str, Any] | None = None  # the row's fields (row.Row)
-    listed: bool | None = None
+    unlisted: bool | None = None  # the manager's list answered without this uuid
     error: str | None = None
     shown: str | None = None  # what status says of it
 

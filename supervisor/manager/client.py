@@ -261,10 +261,6 @@ class ManagerClient:
         )
         return retrying(attempt)
 
-    def close(self) -> None:
-        """Nothing to close: every call's connection is closed when the call ends."""
-
-
 # ---------------------------------------------------------------- pure helpers
 
 

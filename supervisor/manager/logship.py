@@ -60,7 +60,6 @@ BATCH_BYTES = 64 * 1024
 # After a failed push, wait this long (doubling to the cap) before the next try.
 PUSH_RETRY_S = 1.0
 PUSH_RETRY_MAX_S = 30.0
-FLUSH_TIMEOUT_S = 5.0
 # A shipper's own watch: no push delivered for this long, while lines wait, is said once ("log shipping: no push
 # delivered for 61 s (its window is 60 s): POST /api/log-push: HTTP 500: ..."). Lines wait every
 # log_push_interval_s (1 s); after a failure the backoff doubles from PUSH_RETRY_S to PUSH_RETRY_MAX_S, so by
@@ -376,7 +375,7 @@ class Shipper:
             queue.dropped += dropped
             self._trim(source, queue)
 
-    def stop(self, flush_timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+    def stop(self, flush_timeout_s: float) -> None:
         """Stop the thread, which pushes what is left first (``_flush``), for ``flush_timeout_s`` at most.
 
         While the thread lives only the thread pushes: a slow manager at the exit can hold it inside a push past

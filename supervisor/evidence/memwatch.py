@@ -47,7 +47,7 @@ MEMORY_BLIND_S = 30.0
 class MemoryUse:
     used: int  # bytes: the working set
     limit: int  # bytes
-    where: str  # "its cgroup", "the supervisor's cgroup", "the machine"
+    where: str  # "its cgroup", "the supervisor's cgroup", "the machine", or "the limit above <one of those> (...)"
     pressure: str | None = None  # PSI, where readable
 
     @property

@@ -5,13 +5,13 @@ phases) is part of the supervisor, held to its rule: it never dies, hangs, flood
 So each one reports here what became of each attempt to read (``read``: a good reading; ``miss``: no
 reading, with why: an error, a timeout, an answer that is no answer), and the tick (``Watches.check``)
 says, once, the moment a watch has had no reading for longer than its own window ("proofs watch: no
-reading for 120 s: cuzk /status: timed out"), and once more when it reads again. A watch that reads only now
-and then (the manager's row, every few minutes) has no window to wait out: one failed reading makes it blind
-(``missed``), said at once, and again only when the cause of its misses changes. A watch that has nothing
-to read for now (production not up, nobody wanting GPU samples) is ``idle``, never blind. A watch whose
-thread ended unexpectedly says so (``failed``) and is restarted by its owner: ``run_restarting`` is that
-containment, one for every watch's thread (the GPU thread, the I/O thread, the progress walker). ``status``
-shows each one.
+reading for 121 s (its window is 120 s): cuzk /status: timed out"), and once more when it reads again. A
+watch that reads only now and then (the manager's row, every few minutes) has no window to wait out: one
+failed reading makes it blind (``missed``), said at once, and again only when the cause of its misses
+changes. A watch that has nothing to read for now (production not up, nobody wanting GPU samples) is
+``idle``, never blind. A watch whose thread ended unexpectedly says so (``failed``) and is restarted by its
+owner: ``run_restarting`` is that containment, one for every watch's thread (the GPU thread, the I/O
+thread, the progress walker). ``status`` shows each one.
 
 ``Repeats`` keeps a line that comes thousands of times a second (an Xid storm) to one line and a count
 a period. Both are made for any thread: the watches' threads report, the loop's tick speaks.

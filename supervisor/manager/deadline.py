@@ -22,7 +22,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-# client.py imports this module on a client's first call, never at start: requests is heavy.
+# client.py imports this module when a client is made (a run with a manager), never at the package's import:
+# requests is heavy, and a run without a manager, check and status never load it.
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection

@@ -7,7 +7,7 @@ is lost from then on, quietly: the command goes on to its own exit status. Every
 check, status, demo, standins, dev-manager) writes through it; the supervisor's console and
 supervisor.log are written by ``logs.Console`` and ``logs.LogFile``, which contain their own.
 
-``keep_std_fds_open`` runs first in ``cli.main``: a standard fd that was closed (``run >&-``)
+``keep_std_fds_open`` runs in ``cli.main`` once the signals are held: a standard fd that was closed (``run >&-``)
 is pointed at /dev/null, so no file or socket opened later can take its number (the console
 would write into it), and ``flush_last`` runs last: Python's own buffered streams are flushed here,
 where a failure is contained, not at interpreter exit ("Exception ignored ... BrokenPipeError").
@@ -23,7 +23,9 @@ import sys
 from typing import TextIO
 
 STDOUT, STDERR = 1, 2
-# A stream that takes nothing for this long (a terminal paused with Ctrl-S, a full pipe) is lost.
+# A non-blocking stream (its fd shared with a program that set O_NONBLOCK) that takes nothing for this long is lost.
+# A blocking one is waited for, as any command's output is (a terminal paused with Ctrl-S holds ``status`` there);
+# the supervisor's own console never waits so: logs.Console writes it from a thread of its own.
 SAY_STALL_S = 10.0
 
 _lost: dict[int, str] = {}  # fd → why its lines are lost

@@ -392,7 +392,7 @@ def prof_startup(tool: bench.Ours, runs: int) -> dict:
               "supervisor.lifecycle.hooks:memory_preflight", "supervisor.lifecycle.phase:Phase.transition",
               "supervisor.manager.reporting:Reporter.start", "supervisor.engine.logs:SupervisorLog.__call__",
               "supervisor.status.snapshot:snapshot", "supervisor.manager.reporting:Reporter.phase_changed",
-              "supervisor.evidence.memory:MemoryEvidence.reset_peak",
+              "supervisor.evidence.memory:MemoryEvidence.new_attempt",
               "supervisor.lifecycle.phase:Pacing.watch_for_stall",
               "supervisor.evidence.memory:MemoryEvidence.__init__", "supervisor.manager.reporting:Reporter.__init__",
               "supervisor.lifecycle.resume:load_record", "supervisor.status.socket:StatusServer.__init__",

@@ -739,7 +739,7 @@ def test_v2_a_later_attempts_peak_is_never_an_earlier_ones(tmp_path: Path) -> No
         assert evidence.report(first).peak == 60 * MiB
         assert evidence.phase_snapshot("bench").peak == 60 * MiB  # type: ignore[union-attr]
 
-        evidence.reset_peak("bench")  # the second attempt
+        evidence.new_attempt("bench")  # the second attempt
         second = evidence.place("bench", 64 * MiB)
         assert second.cgroup is not None and second.cgroup.path == phase_cgroup  # (not made anew: see above)
         report = evidence.report(second)
@@ -809,7 +809,7 @@ def test_real_v1_a_new_attempt_has_its_phase_cgroup_made_anew() -> None:
         subprocess.run(in_cgroup_argv(phase_cgroup, [sys.executable, "-c", ALLOC_96_MIB]), timeout=60)
         assert evidence.report(first).peak >= 96 * MiB  # type: ignore[operator]
 
-        evidence.reset_peak(name)
+        evidence.new_attempt(name)
         assert not phase_cgroup.exists(), "the phase cgroup was kept for the next attempt"
         second = evidence.place(name, 128 * MiB)
         assert second.cgroup is not None and second.cgroup.path == phase_cgroup
@@ -819,7 +819,7 @@ def test_real_v1_a_new_attempt_has_its_phase_cgroup_made_anew() -> None:
         subprocess.run(in_cgroup_argv(phase_cgroup, [sys.executable, "-c", ALLOC_96_MIB]), timeout=60)
         sleeper = subprocess.Popen(in_cgroup_argv(phase_cgroup, ["sleep", "300"]))
         wait_for(lambda: str(sleeper.pid) in (phase_cgroup / "cgroup.procs").read_text().split(), timeout=10)
-        evidence.reset_peak(name)  # a process left: it stays, its watermark reset
+        evidence.new_attempt(name)  # a process left: it stays, its watermark reset
         third = evidence.place(name, 128 * MiB)
         assert third.cgroup is not None and third.cgroup.path == phase_cgroup
         assert evidence.report(third).peak < 32 * MiB  # type: ignore[operator]

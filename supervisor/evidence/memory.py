@@ -3,7 +3,7 @@
 Modes (said once at start):
 - ``per-phase``: each phase runs in a child cgroup of the supervisor's own, so
   its OOM counter and its peak are its alone (made anew for each attempt:
-  ``reset_peak`` says why);
+  ``new_attempt`` says why);
 - ``shared``: every child shares the supervisor's cgroup counter (a rise during a
   child's life may then come from a sibling: said in the verdict);
 - ``unavailable``: no readable memory cgroup; OOM is "unknown", never guessed.
@@ -212,8 +212,9 @@ class MemoryEvidence:
             return cgroup, "its cgroup"
         return (self.shared, "the supervisor's cgroup") if self.shared is not None else (None, "")
 
-    def reset_peak(self, phase: str) -> None:
-        """A new attempt starts: its peak must be its own, never an earlier attempt's.
+    def new_attempt(self, phase: str) -> None:
+        """A new attempt of ``phase`` starts: its peak and its OOM counters must be its own, never an earlier
+        attempt's.
 
         The phase's cgroup is removed, and its next child makes it anew (``place``), rather than its peak
         reset: v1 resets its watermark (``memory.max_usage_in_bytes`` ← 0), but v2's ``memory.peak`` takes a
@@ -245,7 +246,7 @@ class MemoryEvidence:
         return MemoryReport(kills, self._attempts_peak(placement.cgroup, snap), placement.scope, snap)
 
     def _attempts_peak(self, cgroup: MemoryCgroup, snap: MemorySnapshot) -> int | None:
-        """The peak ``snap`` read, unless it is an earlier attempt's (reset_peak): then none."""
+        """The peak ``snap`` read, unless it is an earlier attempt's (new_attempt): then none."""
         return None if cgroup.path in self._earlier_peak else snap.peak
 
     def leftover_cgroups(self) -> list[tuple[int, MemoryCgroup]]:
@@ -317,7 +318,7 @@ class MemoryEvidence:
 
     def phase_snapshot(self, phase: str) -> MemorySnapshot | None:
         """The readings of the phase's own cgroup (usage, peak, its limit: memory_max), while it has one: the
-        attempt's (reset_peak makes it anew for each)."""
+        attempt's (new_attempt makes it anew for each)."""
         cgroup = self._phase_cgroups.get(phase)
         if cgroup is None:
             return None

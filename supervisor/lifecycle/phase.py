@@ -440,7 +440,7 @@ class Phase:
             case Effect.NEW_ATTEMPT:
                 self._attempt = Attempt(self._attempt.number + 1, self._clock.monotonic())
                 if self._evidence.memory is not None:
-                    self._evidence.memory.reset_peak(self.name)
+                    self._evidence.memory.new_attempt(self.name)
             case Effect.WATCH_ATTEMPT:
                 self._watch_attempt()
             case Effect.BEGIN_START:

@@ -407,7 +407,7 @@ class Fetcher:
 def downloader() -> str:
     """How files are fetched (STANDIN_PARAM_DOWNLOADER): ``aria2c`` (the real one), ``simulated`` (its lines,
     without it), ``go`` (curio's silent fallback); ``auto`` (default): the real aria2c where it is installed
-    and IPFS_GATEWAY names a server on this machine to fetch from (a test's, the demo's: paramserve), else
+    and IPFS_GATEWAY names a server on this machine to fetch from (a test's ParamServer), else
     simulated (a stand-in never reaches out to the real gateway)."""
     chosen = os.environ.get("STANDIN_PARAM_DOWNLOADER", "").strip().lower() or "auto"
     if chosen in ("aria2c", "simulated", "go"):

@@ -2,7 +2,7 @@
 
 Promises: ``STANDIN_CUZK_GENERATION`` names the build (unified by default; ``feb-2026`` is partition-workers;
 anything else is a usage error naming the value); a unified build warns about ``partition_workers`` and ignores
-it unless ``STANDIN_CUZK_LEGACY_PW`` makes it obey; a partition-workers build lets at most pw proofs synthesize
+it; a partition-workers build lets at most pw proofs synthesize
 at once, each at a peak of baseline + per-worker x pw, and is OOM-killed at its first synthesis when the
 machine's memory (``STANDIN_DAEMON_MEMORY``) is below that peak. The kill itself is exercised in a real child.
 """
@@ -24,7 +24,7 @@ GIB = gen.GIB
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("STANDIN_CUZK_GENERATION", "STANDIN_CUZK_LEGACY_PW", "STANDIN_PW_BASELINE",
+    for name in ("STANDIN_CUZK_GENERATION", "STANDIN_PW_BASELINE",
                  "STANDIN_PW_PER_WORKER", "STANDIN_DAEMON_MEMORY"):
         monkeypatch.delenv(name, raising=False)
 
@@ -49,26 +49,15 @@ def test_an_unknown_generation_is_a_usage_error_naming_it(monkeypatch: pytest.Mo
 
 def test_unified_build_warns_about_partition_workers_and_ignores_it() -> None:
     logged: list[tuple[str, str]] = []
-    assert gen.legacy_partition_workers({"partition_workers": 4}, lambda lvl, msg: logged.append((lvl, msg))) is None
+    gen.ignore_partition_workers({"partition_workers": 4}, lambda lvl, msg: logged.append((lvl, msg)))
     assert len(logged) == 1 and logged[0][0] == "warn"
     assert "partition_workers is deprecated and ignored" in logged[0][1]
 
 
 def test_unified_build_says_nothing_when_the_key_is_absent() -> None:
     logged: list[tuple[str, str]] = []
-    assert gen.legacy_partition_workers({"other": 1}, lambda lvl, msg: logged.append((lvl, msg))) is None
+    gen.ignore_partition_workers({"other": 1}, lambda lvl, msg: logged.append((lvl, msg)))
     assert logged == []
-
-
-def test_legacy_build_obeys_partition_workers_and_logs_its_peak(monkeypatch: pytest.MonkeyPatch) -> None:
-    for flag in ("1", "true", "yes"):
-        monkeypatch.setenv("STANDIN_CUZK_LEGACY_PW", flag)
-        logged: list[tuple[str, str]] = []
-        keep = logged.append
-        assert gen.legacy_partition_workers({"partition_workers": 3}, lambda lvl, m, keep=keep: keep((lvl, m))) == 3
-        assert logged == [("info", "synthesis: partition_workers=3 (estimated peak RSS ~ 129 GiB)")]
-    monkeypatch.setenv("STANDIN_CUZK_LEGACY_PW", "0")
-    assert gen.legacy_partition_workers({"partition_workers": 3}, lambda lvl, m: None) is None
 
 
 def test_partition_workers_defaults_and_refuses_a_bad_count() -> None:

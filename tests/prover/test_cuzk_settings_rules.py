@@ -33,7 +33,7 @@ class Said:
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("FIL_PROOFS_PARAMETER_CACHE", "STANDIN_DAEMON_MIN_BUDGET", "STANDIN_CUZK_LEGACY_PW",
+    for name in ("FIL_PROOFS_PARAMETER_CACHE", "STANDIN_DAEMON_MIN_BUDGET",
                  "STANDIN_PW_BASELINE", "STANDIN_PW_PER_WORKER"):
         monkeypatch.delenv(name, raising=False)
 
@@ -51,8 +51,8 @@ def test_defaults_of_an_empty_config() -> None:
     assert found.status_listen is None
     assert found.param_cache == cs.DEFAULT_CACHE
     assert (found.devices, found.workers_per_device, found.gpu_workers) == ([0], 2, 2)
-    assert found.pipeline_enabled is True and found.synthesis_concurrency == 1
-    assert found.budget == 100 * GIB and found.partition_workers is None and found.pw is None
+    assert found.synthesis_concurrency == 1
+    assert found.budget == 100 * GIB and found.pw is None
     assert log.lines == [("info", "memory budget: 100.00 GiB (configured)")]
 
 
@@ -111,12 +111,12 @@ def test_gpu_workers_are_devices_times_workers_with_fallbacks_for_unusable_value
 
 def test_a_section_that_is_not_a_table_counts_as_absent() -> None:
     found, _ = unified({"daemon": "listen=1", "gpus": [1, 2], "pipeline": 3})
-    assert found.listen_text == cs.DEFAULT_LISTEN and found.gpu_workers == 2 and found.pipeline_enabled
+    assert found.listen_text == cs.DEFAULT_LISTEN and found.gpu_workers == 2 and found.synthesis_concurrency == 1
 
 
 def test_pipeline_keys_are_taken_as_given() -> None:
     found, _ = unified({"pipeline": {"enabled": False, "synthesis_concurrency": 4}})
-    assert found.pipeline_enabled is False and found.synthesis_concurrency == 4
+    assert found.synthesis_concurrency == 4
 
 
 def test_auto_budget_is_physical_memory_less_the_margin() -> None:
@@ -142,7 +142,7 @@ def test_a_budget_below_the_required_minimum_refuses_to_start(monkeypatch: pytes
 
 def test_a_unified_build_warns_about_partition_workers() -> None:
     found, log = unified({"synthesis": {"partition_workers": 3}})
-    assert found.partition_workers is None and found.pw is None
+    assert found.pw is None
     assert [lvl for lvl, _ in log.lines] == ["info", "warn"]
 
 
@@ -154,7 +154,7 @@ def test_a_partition_workers_build_has_no_status_api_and_ignores_total_budget() 
     found = cs.settings(cfg, None, generations.PW_GENERATION, log)  # type: ignore[arg-type]
     assert found.status_listen is None and found.status_text == "127.0.0.1:9999"
     assert found.budget == 0  # the unparseable total_budget is never read
-    assert found.pw is not None and found.partition_workers == found.pw.count == 2
+    assert found.pw is not None and found.pw.count == 2
     assert log.lines == [("info", "memory: working_memory_budget = 30GiB"),
                          ("info", "synthesis: partition_workers=2 (estimated peak RSS ~ 109.00 GiB)")]
 

@@ -10,8 +10,7 @@ each at a peak of ``STANDIN_PW_BASELINE`` + ``STANDIN_PW_PER_WORKER`` × pw (def
 SIGKILLed at its first synthesis, as the seeds' instance was OOM-killed. ``[memory] pinned_budget``
 and ``working_memory_budget`` are logged, nothing more.
 
-A unified build warns about ``partition_workers`` and ignores it, unless ``STANDIN_CUZK_LEGACY_PW=1``
-makes it a pre-unified-memory build that obeys it.
+A unified build warns about ``partition_workers`` and ignores it.
 """
 
 from __future__ import annotations
@@ -43,18 +42,11 @@ def generation() -> str:
     return GENERATION_ALIASES[raw]
 
 
-def legacy_partition_workers(synthesis: dict[str, Any], log: Callable[[str, str], None]) -> int | None:
-    """A unified build's ``partition_workers``: obeyed only as a pre-unified-memory build
-    (``STANDIN_CUZK_LEGACY_PW``), otherwise warned about and ignored (None)."""
-    pw = synthesis.get("partition_workers")
-    if pw is None:
-        return None
-    if os.environ.get("STANDIN_CUZK_LEGACY_PW", "").strip() in ("1", "true", "yes"):
-        workers = int(pw)
-        log("info", f"synthesis: partition_workers={pw} (estimated peak RSS ~ {69 + 20 * workers} GiB)")
-        return workers
-    log("warn", "[synthesis] partition_workers is deprecated and ignored; memory is governed by [memory] total_budget")
-    return None
+def ignore_partition_workers(synthesis: dict[str, Any], log: Callable[[str, str], None]) -> None:
+    """A unified build's ``partition_workers``: warned about and ignored, as the real one does."""
+    if synthesis.get("partition_workers") is not None:
+        log("warn", "[synthesis] partition_workers is deprecated and ignored; "
+                    "memory is governed by [memory] total_budget")
 
 
 class PartitionWorkers:

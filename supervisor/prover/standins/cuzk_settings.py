@@ -10,7 +10,8 @@ status task does; ``[srs] param_cache``
 (default ``$FIL_PROOFS_PARAMETER_CACHE`` or ``/var/tmp/filecoin-proof-parameters``), ``[memory]
 total_budget`` / ``safety_margin``, ``[gpus] devices`` / ``gpu_workers_per_device`` (concurrent proofs =
 devices x workers, default 1 x 2), ``[synthesis] partition_workers`` (see cuzk_generations),
-``[pipeline] enabled`` / ``synthesis_concurrency``, ``[logging] level``. A missing file is a warning
+``[pipeline] synthesis_concurrency`` (``enabled`` is not read), ``[logging]
+level``. A missing file is a warning
 and the built-in defaults; a malformed one, or a value it cannot use, is a ``StartupError`` (exit 1).
 """
 
@@ -60,10 +61,8 @@ class Settings:
     param_cache: str
     devices: list[Any]
     workers_per_device: int
-    pipeline_enabled: bool
     synthesis_concurrency: Any
     budget: int  # bytes; 0 for a build without a unified budget
-    partition_workers: int | None = None
     pw: generations.PartitionWorkers | None = None  # a partition-workers build's synthesis
 
     @property
@@ -108,13 +107,12 @@ def settings(cfg: dict[str, Any], listen_flag: str | None, generation: str, log:
             "FIL_PROOFS_PARAMETER_CACHE", "").strip() or DEFAULT_CACHE),
         devices=devices if isinstance(devices, list) and devices else [0],
         workers_per_device=per_device if isinstance(per_device, int) and per_device > 0 else 2,
-        pipeline_enabled=bool(pipeline.get("enabled", True)),
         synthesis_concurrency=pipeline.get("synthesis_concurrency", 1), budget=0)
     if generation == generations.PW_GENERATION:
         _partition_workers_build(found, synthesis, memory, log)
     else:
         found.budget = _budget(memory.get("total_budget", "auto"), memory.get("safety_margin", "5GiB"), log)
-        found.partition_workers = generations.legacy_partition_workers(synthesis, log)
+        generations.ignore_partition_workers(synthesis, log)
     return found
 
 
@@ -169,7 +167,6 @@ def _partition_workers_build(found: Settings, synthesis: dict[str, Any], memory:
         found.pw = generations.PartitionWorkers(synthesis)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
-    found.partition_workers = found.pw.count
     for key in generations.LOGGED_MEMORY_KEYS:
         if key in memory:
             log("info", f"memory: {key} = {memory[key]}")

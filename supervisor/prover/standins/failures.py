@@ -128,11 +128,6 @@ def _count_failure_run() -> bool:
     return True
 
 
-def mode() -> str | None:
-    """The active failure mode (after setup), or None."""
-    return _mode
-
-
 def partway_pending() -> bool:
     """True while a partway failure is configured and has not fired yet."""
     return _mode is not None and _mode != "orphan" and not _fired

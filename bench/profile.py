@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Where ours spends its time on the paths the benchmarks found slow.
 
-    python bench/profile.py [sigterm|side|side16|exit|lastexit|startup|logs|rss|feed ...]
-    PROFILE_AGAINST=REV python bench/profile.py side   # ours now and at git REV, side by side   # default: all of them
+    python bench/profile.py [sigterm|side|side16|exit|lastexit|startup|logs|rss|feed|feedpatch|equiv ...]
+                                                       # default: all of them but side16
+    PROFILE_AGAINST=REV python bench/profile.py side   # ours now and at git REV, side by side
     PROFILE_AGAINST=REV python bench/profile.py side16 # the same for figures 1a and 6
 
 Not part of `bench/run.py`. Runs prover-supervisor as the benchmarks do, but

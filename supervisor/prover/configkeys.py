@@ -244,7 +244,8 @@ FLEET_KEYS = {
     "min_rate": Key(check_rate),  # None: $MIN_RATE, else DEFAULT_MIN_RATE
     "bench_gate_s": Key(check_seconds, DEFAULT_BENCH_GATE_S),
     "bench_deadline_s": Key(check_clock, DEFAULT_BENCH_DEADLINE_S),
-    # A failure before production sends bench-done with rate 0: the manager destroys the instance now.
+    # A failure for good (before production or in it) sends bench-done with rate 0: the manager destroys the
+    # instance now.
     "give_up_on_failure": Key(check_bool),
     "report_bench_failure": Key(check_bool),  # the old name of give_up_on_failure, still accepted
     # Send the failure's reason in that bench-done (only for a manager that reads it).

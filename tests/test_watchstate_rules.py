@@ -107,7 +107,7 @@ def test_a_watch_that_says_its_own_lines_is_shown_but_not_said_by_the_tick() -> 
     watches, clock = Watches(), Clock()
     row = WatchState("row watch", math.inf, clock=clock)
     watches.show(row)
-    row.missed("GET /status: HTTP 404", "the manager's kill is learnt later")
+    row.blinded("GET /status: HTTP 404", "the manager's kill is learnt later")
     assert watches.check() == []
     assert watches.to_dict()["row watch"]["state"] == "blind"
     assert row.check() == ["row watch: no reading (GET /status: HTTP 404); the manager's kill is learnt later"]
@@ -150,15 +150,15 @@ def test_a_watch_that_reads_now_and_then_is_blind_at_its_first_miss_said_again_o
     state = WatchState("row watch", math.inf, clock=clock)
     state.read()
     clock.now += 300
-    state.missed("GET /status: HTTP 404: not here", "a kill is not seen meanwhile")
+    state.blinded("GET /status: HTTP 404: not here", "a kill is not seen meanwhile")
     assert state.check() == ["row watch: no reading (GET /status: HTTP 404: not here); a kill is not seen meanwhile"]
     assert state.current == "blind" and state.blind_why() == "GET /status: HTTP 404: not here"
     clock.now += 300
-    state.missed("GET /status: HTTP 404: not here", "a kill is not seen meanwhile")
+    state.blinded("GET /status: HTTP 404: not here", "a kill is not seen meanwhile")
     assert state.check() == [], "the same cause is said once"
-    state.missed("GET /status: answer larger than 4 MiB", "a kill is not seen meanwhile")
-    state.missed("GET /status: answer larger than 4 MiB (object at 0x2)", "-", cause="GET /status: answer larger")
-    state.missed("GET /status: answer larger than 4 MiB (object at 0x3)", "-", cause="GET /status: answer larger")
+    state.blinded("GET /status: answer larger than 4 MiB", "a kill is not seen meanwhile")
+    state.blinded("GET /status: answer larger than 4 MiB (object at 0x2)", "-", cause="GET /status: answer larger")
+    state.blinded("GET /status: answer larger than 4 MiB (object at 0x3)", "-", cause="GET /status: answer larger")
     assert state.check() == ["row watch: still no reading, for another cause (GET /status: answer larger than 4 MiB)",
                              "row watch: still no reading, for another cause (GET /status: answer larger than 4 MiB "
                              "(object at 0x2))"]

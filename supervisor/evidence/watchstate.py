@@ -7,7 +7,7 @@ reading, with why: an error, a timeout, an answer that is no answer), and the ti
 says, once, the moment a watch has had no reading for longer than its own window ("proofs watch: no
 reading for 121 s (its window is 120 s): cuzk /status: timed out"), and once more when it reads again. A
 watch that reads only now and then (the manager's row, every few minutes) has no window to wait out: one
-failed reading makes it blind (``missed``), said at once, and again only when the cause of its misses
+failed reading makes it blind (``blinded``), said at once, and again only when the cause of its misses
 changes. A watch that has nothing to read for now (production not up, nobody wanting GPU samples) is
 ``idle``, never blind. A watch whose thread ended unexpectedly says so (``failed``) and is restarted by its
 owner: ``run_restarting`` is that containment, one for every watch's thread (the GPU thread, the I/O
@@ -92,7 +92,7 @@ class WatchState:
         self.misses = 0
         self.failures = 0  # the watch's thread (or tick) ended unexpectedly, and was restarted
         self._said_blind = False
-        self._cause: str | None = None  # what the watch's blindness was last said for (``missed``, ``miss``'s cause)
+        self._cause: str | None = None  # what the watch's blindness was last said for (``blinded``, ``miss``'s cause)
         self._miss_cause: str | None = None  # the cause of its latest miss, given (``miss``): adopted once blind
         self._missing = False  # a miss since the latest reading (``on_demand``: the window runs from the first)
         self._unsaid: list[str] = []  # lines the owner's thread asked to say (a failure), for the loop's tick
@@ -125,7 +125,7 @@ class WatchState:
                 self._cause = cause
                 self._say(f"{self.name}: still {self.words.none}, for another cause ({self._why})")
 
-    def missed(self, why: str, then: str, cause: str | None = None, now: float | None = None) -> None:
+    def blinded(self, why: str, then: str, cause: str | None = None, now: float | None = None) -> None:
         """One reading that failed, for a watch that reads only now and then: blind at once, said on the next
         check with ``then`` (what it cannot see meanwhile), and again only when ``cause`` (``why`` unless given:
         what tells one cause from another) changes; ``read`` says when it reads again."""

@@ -145,7 +145,7 @@ class RowWatch:
         if reading.error is None:
             self.state.read()
         else:
-            self.state.missed(reading.error, BLIND_MEANS, cause=error_cause(reading.error))
+            self.state.blinded(reading.error, BLIND_MEANS, cause=error_cause(reading.error))
 
     def _bug(self, exc: Exception) -> str:
         """A bug of ours reading an answer (find_row, a plugin's RowFields): said by ``on_bug``, and the reading is

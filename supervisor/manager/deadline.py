@@ -22,8 +22,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-# client.py imports this module when a client is made (a run with a manager), never at the package's import:
-# requests is heavy, and a run without a manager, check and status never load it.
+# Imported where a call is made, never at the package's import (requests is heavy; check and status never load
+# it): by client.py when a client is made (a run with a manager), by prover/production.py on the proofs watch's
+# reading thread.
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection

@@ -22,12 +22,12 @@ Counters that go down (the daemon restarted with the attempt) start the count ag
 The watch survives what it reads (watchstate.py's rule): any answer is contained (a malformed status line,
 a 70 KB header, broken chunks, 200k nested ``[``: a reading of none, with why), every call has a total
 deadline (READ_DEADLINE_S: a peer that drips a byte a second cannot hold the reader), a read that has not
-come back is never doubled, and no reading for ``max(2 × watch_s, BLIND_MIN_S)`` is said once
-("proofs watch: no reading for 120 s: …"), and again when it reads. ``watch_s`` is at least WATCH_MIN_S.
-With both sources read, each one is a watch of its own too (``cuzk status``, ``curio metrics``): one that gives
-no counters while the other reads is said the same way ("curio metrics: no reading for 120 s: … refused"),
-shown in status (``watches``; the production phase's ``production.sources``), and said again when it reads.
-While neither reads they are idle: the proofs watch says it all, once.
+come back is never doubled, and no reading for ``max(2 × watch_s, BLIND_MIN_S)`` is said once ("proofs
+watch: no reading for 121 s (its window is 120 s): …"), and again when it reads. ``watch_s`` is at least
+WATCH_MIN_S. With both sources read, each one is a watch of its own too (``cuzk status``, ``curio metrics``): one
+that gives no counters while the other reads is said the same way ("curio metrics: no reading for 121 s (its
+window is 120 s): … refused"), shown in status (``watches``; the production phase's ``production.sources``),
+and said again when it reads. While neither reads they are idle: the proofs watch says it all, once.
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ def test_a_hold_set_as_the_phase_is_done_keeps_the_next_one_pending_until_releas
 
 def test_a_shutdown_during_a_backoff_is_over_at_once_and_starts_no_new_attempt(run) -> None:
     # The stop's signals go out before the phases are told (lifecycle.shutdown); with nothing to stop the
-    # stop is over at once, and still the phase hears the shutdown (its backoff cancelled) before it settles.
+    # stop is over at once, and still the phase hears the shutdown (its backoff cancelled) before it ends.
     r = run(RESTARTING_SERVICE)
     r.lifecycle.start()
     r.run_until(1.0)
@@ -290,7 +290,7 @@ def shut_down_while_the_bench_is_listed(run: Any, tmp_path: Path, output: bytes 
 def test_a_completed_phase_whose_outputs_are_still_listed_at_the_stops_end_is_done(
         run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The bench's command passed and its outputs were being listed (off the loop: a big cache, a slow mount) when
-    # the shutdown's stop ended: the phase was settled "stopped", the listing's answer dropped, its facts lost,
+    # the shutdown's stop ended: the phase was ended "stopped", the listing's answer dropped, its facts lost,
     # and the next start ran it again. The run now ends once the listing answers, the phase done.
     listing = threading.Event()
     real = resume.output_files

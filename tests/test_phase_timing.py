@@ -306,7 +306,7 @@ def test_a_command_that_outlives_its_sigkill_ends_the_attempt_with_the_stops_own
 
 
 def test_a_watchs_finding_during_a_shutdown_is_not_the_attempts_failure(drive) -> None:
-    # After SIGTERM the phase stays running until the shutdown settles it; a stall found in that grace must
+    # After SIGTERM the phase stays running until the shutdown ends it; a stall found in that grace must
     # not fail it (nor be reported as a failure): the shutdown ends the attempt.
     d = drive(service(restart="always", stall_s=30.0))
     lifecycle = SimpleNamespace(shutting_down=False)

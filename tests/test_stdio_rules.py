@@ -207,7 +207,7 @@ def test_a_lost_stream_is_lost_once_with_its_first_reason(pipe: Pipe, fresh: dic
     assert stdio.lost(w) == reason and list(fresh) == [w]
 
 
-def test_settle_contains_a_python_stream_that_cannot_flush(pipe: Pipe,
+def test_flush_last_contains_a_python_stream_that_cannot_flush(pipe: Pipe,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The "Exception ignored ... BrokenPipeError" at interpreter exit: flushed here, contained, and the
     buffer emptied into /dev/null so the stream's own close does not raise again."""
@@ -234,7 +234,7 @@ def test_a_closed_python_stream_is_lost_and_say_writes_nothing(pipe: Pipe,
     assert pipe.drain() == b""
 
 
-def test_settle_with_no_python_streams_at_all(fresh: dict[int, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flush_last_with_no_python_streams_at_all(fresh: dict[int, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """pythonw, or a program that set sys.stdout to None: nothing to flush, nothing lost."""
     monkeypatch.setattr("sys.stdout", None)
     monkeypatch.setattr("sys.stderr", None)

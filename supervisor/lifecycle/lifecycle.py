@@ -205,7 +205,7 @@ class Lifecycle:
         # The first wave's stop signal goes out first (Child.stop signals at once and scans the tree after; one
         # that is gone costs nothing): telling each phase (no new attempt, no start, its timers cancelled) is
         # bookkeeping of this same turn of the loop, where no child's exit is heard yet. A stop over at once
-        # (nothing ran) settles the phases only once each was told (_finished).
+        # (nothing ran) ends the phases (end_after_shutdown) only once each was told (_finished).
         finish = contained(self._finished, self._finish_anyway)
         self._phases_told = False
         try:
@@ -215,7 +215,7 @@ class Lifecycle:
         finally:  # (whatever raised: a stop that ends later must still end the run)
             self._phases_told = True
         # After the first stop signal is out: the observers may write to disk (the outbox fsyncs). They hear of
-        # the shutdown before the phases settle, whether the stop ends later (children to stop) or ended at once.
+        # the shutdown before the phases end, whether the stop ends later (children to stop) or ended at once.
         try:
             self.observers.shutdown_began(ShutdownView(why, status, self.failure, production_was_up(self)), budget)
         finally:  # (a stop over at once must still end the run, whatever raised)
@@ -246,7 +246,7 @@ class Lifecycle:
     def _finished(self) -> None:
         self._stop_over = True
         if not self._phases_told:
-            return  # the stop was over at once: the shutdown settles the phases once it has told them
+            return  # the stop was over at once: the shutdown ends the phases once it has told them
         for phase in self.phases:
             phase.end_after_shutdown()
         self._end_once_final()

@@ -285,6 +285,7 @@ def foreign_io_readable() -> bool:
     try:
         until = time.monotonic() + 10
         while "Uid:\t65534" not in Path(f"/proc/{other.pid}/status").read_text():  # (setpriv has switched)
+            assert other.poll() is None, f"setpriv could not become uid 65534 (exit {other.returncode})"
             assert time.monotonic() < until, "setpriv never became uid 65534"
             time.sleep(0.01)
         read = f"open('/proc/{other.pid}/io').read()"
@@ -297,6 +298,7 @@ def foreign_io_readable() -> bool:
 
 
 @pytest.mark.skipif(SETPRIV is None, reason="no setpriv (util-linux) to drop CAP_SYS_PTRACE and change user")
+@pytest.mark.skipif(os.geteuid() != 0, reason="not root: cannot run a worker as another user (setpriv --reuid)")
 def test_a_worker_whose_io_counters_are_not_ours_to_read_is_said_not_taken_for_silence(sup: Runner) -> None:
     """Docker's default set has no CAP_SYS_PTRACE, and a worker run as another user (gosu, setpriv) refuses its
     /proc/<pid>/io to root: the supervisor saw "no I/O for 35s" of a download that had written 35 MiB, and said
@@ -324,6 +326,7 @@ def test_a_worker_whose_io_counters_are_not_ours_to_read_is_said_not_taken_for_s
 
 
 @pytest.mark.skipif(SETPRIV is None, reason="no setpriv (util-linux) to drop CAP_SYS_PTRACE and change user")
+@pytest.mark.skipif(os.geteuid() != 0, reason="not root: cannot run a worker as another user (setpriv --reuid)")
 def test_the_real_aria2c_as_another_user_is_kept_alive_by_its_writes_under_progress_path(sup: Runner) -> None:
     """The real aria2c run as another user, by a supervisor without CAP_SYS_PTRACE: its I/O counters cannot be
     read, its readout sits in its pipe's buffer, and its file is preallocated (full size at once): a healthy

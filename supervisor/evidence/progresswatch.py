@@ -222,11 +222,13 @@ class ProgressWatch:
             path = self._spec.progress_path
             if success and self._probe is not None and path is not None:
                 self._settling = self._probe.settle(path)
-                deadline = self._loop.clock.monotonic() + SETTLED_WAIT_S
-                self._loop.call_later(SETTLED_LOOK_S, lambda: self._look_settled(deadline),
-                                      on_error=self._settle_failed)
+                self._look_later(self._loop.clock.monotonic() + SETTLED_WAIT_S)
         except Exception as exc:
             self._settle_failed(exc)
+
+    def _look_later(self, deadline: float) -> None:
+        """The next look at the settled walk, SETTLED_LOOK_S from now (it stops waiting at ``deadline``)."""
+        self._loop.call_later(SETTLED_LOOK_S, lambda: self._look_settled(deadline), on_error=self._settle_failed)
 
     def _look_settled(self, deadline: float) -> None:
         settling = self._settling
@@ -234,7 +236,7 @@ class ProgressWatch:
             return
         walked, measure = settling.measure()
         if not walked and self._loop.clock.monotonic() < deadline:
-            self._loop.call_later(SETTLED_LOOK_S, lambda: self._look_settled(deadline), on_error=self._settle_failed)
+            self._look_later(deadline)
             return
         settling.release()
         self._settling = None

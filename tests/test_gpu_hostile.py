@@ -310,6 +310,8 @@ def test_a_gpu_thread_that_fails_says_so_and_starts_again(control: NvmlControl, 
     monkeypatch.setattr(gpuwatch, "sample_all", fails_once)
     gpus.watch_health()
     release = gpus.want(0.1)
+    # (the stand-in NVML opened: a failure here says why, where the wait below would only time out)
+    assert gpus.opened.wait(10) and gpus.available, (gpus.why, gpus.sampling.check())
     lines: list[str] = []
     wait_for(lambda: lines.extend(gpus.sampling.check()) or lines, timeout=10)
     assert lines == ["GPU sampling: stopped unexpectedly (the GPU thread failed: RuntimeError: a bug of ours); "

@@ -234,6 +234,62 @@ def test_a_stop_signal_during_a_failed_attempts_stop_keeps_the_failure(run) -> N
     assert r.finished == [1] and lifecycle.shutdown_reason == "received SIGTERM"
 
 
+ONESHOT_WITH_A_DEADLINE = """
+[[phases]]
+name = "fetch"
+command = ["fake"]
+timeout_s = 1
+stop_grace_s = 30
+"""
+
+
+def test_a_stop_signal_while_a_timed_out_command_is_stopped_keeps_the_timeout(run) -> None:
+    # timeout_s passed: the command is being stopped (it ignores SIGTERM for its 30 s grace) when docker stop
+    # comes. No exit says how the attempt ended yet, but the supervisor ended it for a reason that fails the
+    # phase: the timeout came first and stays the run's (124), as an exit_code failure does (above). It ended 143,
+    # the phase stopped, the give-up never sent.
+    r = run(ONESHOT_WITH_A_DEADLINE)
+    lifecycle = r.lifecycle
+    lifecycle.start()
+    [command] = r.children.started
+    command.stop_takes = 30.0
+    r.run_until(2.5)
+    fetch = r.phase("fetch")
+    assert fetch.state is PhaseState.STOPPING and fetch.outcome is None  # its exit is awaited
+    lifecycle.shutdown("received SIGTERM", 143)
+    assert lifecycle.failure is not None and lifecycle.failure.reason == "timeout", lifecycle.failure
+    r.run_until(100.0)
+    assert fetch.state is PhaseState.FAILED, fetch.why
+    assert fetch.why.startswith("timeout: ") and fetch.why.endswith("(then supervisor shutdown)"), fetch.why
+    assert fetch.outcome is not None and fetch.outcome.reason == "timeout" and fetch.outcome.pid == command.pid
+    assert lifecycle.failure is fetch.outcome, "once its exit is in, the run's failure is the exit's verdict"
+    assert r.finished == [124] and lifecycle.shutdown_reason == "received SIGTERM"
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_a_stop_signal_while_a_stalled_command_is_stopped_fails_the_phase_only_where_no_retry_is_left(
+        run, retries: int) -> None:
+    # The stall watch ended the attempt: with no retry left that is the phase's failure (124, as above); with one
+    # left it is not, and the stop signal ends the run as usual (143).
+    r = run(ONESHOT_WITH_A_DEADLINE.replace("timeout_s = 1\n", f"stall_s = 600\nretries = {retries}\n"))
+    lifecycle = r.lifecycle
+    lifecycle.start()
+    [command] = r.children.started
+    command.stop_takes = 30.0
+    fetch = r.phase("fetch")
+    fetch.stalled("no output for 10s")
+    assert fetch.state is PhaseState.STOPPING and fetch.outcome is None
+    r.run_until(5.0)
+    lifecycle.shutdown("received SIGTERM", 143)
+    r.run_until(100.0)
+    if retries:
+        assert fetch.state is PhaseState.STOPPED and lifecycle.failure is None and r.finished == [143], fetch.why
+    else:
+        assert fetch.state is PhaseState.FAILED and fetch.why.startswith("stalled: "), fetch.why
+        assert lifecycle.failure is not None and lifecycle.failure.reason == "stalled"
+        assert r.finished == [124]
+
+
 def test_a_stop_signal_during_a_stop_that_a_retry_would_follow_is_the_runs_end(run) -> None:
     # With a retry left the attempt's failure is not the phase's: the stop signal ends the run as usual (143).
     r = run(ONESHOT_WITH_A_DAEMON.replace('command = ["fake"]\n\n', 'command = ["fake"]\nretries = 2\n\n', 1))

@@ -6,8 +6,10 @@ after the grace) or 1 (it trapped it and exited 1): a fleet could not tell "too 
 
 from __future__ import annotations
 
+import signal
+
 import pytest
-from helpers import Runner, one_verdict, py_script
+from helpers import Runner, one_verdict, py_script, read, toml_str, wait_for
 
 from supervisor.exits import EXIT_FAILURE, EXIT_TIMEOUT
 from supervisor.lifecycle.verdict import (
@@ -64,3 +66,36 @@ def test_a_deadline_or_a_stall_exits_124(sup: Runner, clock: str, on_term: str) 
     reason = "timeout" if clock == "timeout_s" else "stalled"
     assert f" reason={reason} " in one_verdict(result.output, "p", "p", kind="FAILED"), result.output
     assert result.returncode == EXIT_TIMEOUT, result.output
+
+
+@pytest.mark.parametrize("clock", ["timeout_s", "stall_s"])
+def test_a_stop_signal_during_the_grace_of_a_timed_out_child_keeps_124(sup: Runner, clock: str) -> None:
+    # docker stop comes while the timed-out child, which ignores SIGTERM, runs out its grace: the timeout came
+    # first and is the run's (124, the phase failed, the termination log says why), not the signal's 143.
+    child = py_script(sup.tmp, "deaf", f"""
+        import signal, time
+        {ON_TERM["ignores"]}
+        print("started", flush=True)
+        time.sleep(60)
+    """)
+    termination = sup.tmp / "termination.log"
+    termination.write_text("")  # (written only where it exists, as Kubernetes makes it)
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {child}
+        {clock} = 1
+        stop_grace_s = 30
+        """)
+    config.write_text(config.read_text().replace(
+        "[supervisor]\n", f"[supervisor]\ntermination_log = {toml_str(str(termination))}\n", 1))
+    proc = sup.start(config)
+    log = sup.log_dir / "supervisor.log"
+    wait_for(lambda: log.exists() and "phase p: running → stopping" in read(log), timeout=20)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=40)
+    reason = "timeout" if clock == "timeout_s" else "stalled"
+    assert proc.returncode == EXIT_TIMEOUT, out
+    assert f"phase p: stopping → failed ({reason}: " in out and "(then supervisor shutdown)" in out, out
+    # The verdict of the child's exit, which came after the signal: how it ended (SIGKILL after its grace).
+    assert f"reason={reason} signal=SIGKILL" in read(termination), read(termination)

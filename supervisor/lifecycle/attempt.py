@@ -84,6 +84,7 @@ class Attempt:
     settle: Settle | None = None  # the reader of its daemons' output (a phase with a settle hook)
     progress: ProgressWatch | None = None  # its progress figures (a phase with progress_total)
     start: AttemptStart | None = None  # its children being started in order (daemons, readiness, command)
+    ended_for: tuple[str, str] | None = None  # the reason and detail the supervisor ended it for (MarkStopped)
 
     def command(self, spec: ChildSpec) -> Child | None:
         """Its child started for ``spec`` (the phase's command), if started yet."""
@@ -99,9 +100,21 @@ class Attempt:
 
     def mark_stopped_for(self, reason: str, detail: str) -> None:
         """The verdicts of its children about to be stopped say why (unless one already does)."""
+        self.ended_for = self.ended_for or (reason, detail)
         for child in self.children:
             if child.stop_reason is None:
                 child.stop_reason, child.stop_detail = reason, detail
+
+    def outcome_to_come(self, phase: str, added: v.AddedReasons) -> Verdict | None:
+        """Its outcome; where none is in yet, the one it will have: the supervisor ended it for a reason (a
+        timeout, a stall) while its command ran, whose exit, still to come, says how it ended, that reason named
+        (verdict.py's stopped_for). None: nothing ended it yet but, perhaps, a shutdown."""
+        if self.outcome is not None or self.ended_for is None:
+            return self.outcome
+        reason, detail = self.ended_for
+        if v.stopped_for(reason, added) == v.STOPPED:
+            return None
+        return v.without_exit(phase, phase, reason, 1, detail, attempt=self.number, added=added)
 
     def progress_reading(self) -> ProgressReading | None:
         """What its command's output parser read of the download (a result that ReadsProgress), if any."""

@@ -156,6 +156,9 @@ class Lifecycle:
         decides what follows for the run: shut down, go on to the next phase, or nothing yet."""
         self.observers.phase_changed(phase)
         if self.shutting_down:
+            if phase.state is PhaseState.FAILED and self.failure is not None and self.failure.pid is None \
+                    and self.failure.phase == phase.name and phase.outcome is not None:
+                self.failure = phase.outcome  # judged by its reason at the shutdown (a timeout): now its exit's
             if self._stop_over and self._phases_told:
                 self._end_once_final()  # (a phase's facts came in after the stop was over)
             return
@@ -193,12 +196,13 @@ class Lifecycle:
         self.shutting_down = True
         self._budget = budget
         failed = None if self.failure is not None else next(
-            (p for p in self.phases if p.failed_for_good() is not None), None)
+            (judged for p in self.phases if (judged := p.failed_for_good()) is not None), None)
         if failed is not None:
-            # An attempt had failed for good and was being stopped when the stop came (a daemon's grace): the
-            # failure came first, and stays the run's (its status, the termination log, the give-up).
-            self.failure = failed.outcome
-            status = failed.outcome.status if failed.outcome and failed.outcome.status else EXIT_FAILURE
+            # An attempt had failed for good and was being stopped when the stop came (a daemon's grace, a timed
+            # out command's): the failure came first, and stays the run's (its status, the termination log, the
+            # give-up).
+            self.failure = failed
+            status = failed.status or EXIT_FAILURE
         self.exit_status = status
         self.shutdown_reason = why
         self._log(f"shutting down: {why}")

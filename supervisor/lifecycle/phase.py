@@ -357,14 +357,14 @@ class Phase:
     def failed_for_good(self) -> v.Verdict | None:
         """The outcome of the attempt being stopped, where it is a failure no retry or restart would follow
         (the phase fails once the stop is over); else None. Only what ended the attempt before any shutdown
-        counts: a command the shutdown stopped is no failure of its own. Once a shutdown came, the first answer
+        counts (a timeout or a stall before its command's exit is in: ``outcome_to_come``): a command the
+        shutdown stopped is no failure of its own. Once a shutdown came, the first answer
         holds (the lifecycle's as it decides its status, else the phase's as it is told: ``shut_down``): a stop's
         long grace must not turn a phase that had retries left into a failed one (the deadline passing
         meanwhile, a restart window shrinking), nor the reverse."""
         if self._judged_at_shutdown is not None:
             return self._judged_at_shutdown[0] if self.state is PhaseState.STOPPING else None
-        outcome = self.outcome
-        judged = None
+        outcome, judged = self.outcome or self._attempt.outcome_to_come(self.name, self.reasons), None
         if self.state is PhaseState.STOPPING and outcome is not None and not outcome.success \
                 and self.pacing.fails_for_good(outcome, self._attempt):
             judged = outcome

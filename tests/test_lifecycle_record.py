@@ -469,3 +469,29 @@ def test_after_a_freeze_past_the_backoff_and_the_deadline_no_attempt_starts(run)
     o = r.phase("o")
     assert o.state is PhaseState.FAILED and o.outcome is not None and o.outcome.reason == "timeout", o.why
     assert len(r.children.started) == 1, "an attempt was started past the deadline"
+
+
+def test_a_daemon_kept_for_the_lifecycle_is_one_live_child_of_its_done_phase(run) -> None:
+    # It stays among its attempt's children and is also the phase's kept: status listed it twice.
+    r = run("""
+[[phases]]
+name = "bench"
+command = ["fake"]
+
+[[phases.daemons]]
+name = "keep"
+command = ["fake"]
+lifetime = "lifecycle"
+
+[[phases]]
+name = "production"
+command = ["fake"]
+""")
+    r.lifecycle.start()
+    keep, bench = r.children.started
+    bench.exit(0)
+    r.run_until(1.0)
+    phase = r.phase("bench")
+    assert phase.state is PhaseState.DONE and phase.kept == [keep]
+    assert phase.live_children() == [keep]
+    assert r.phase("production").state is PhaseState.RUNNING

@@ -335,8 +335,8 @@ class Phase:
     def current_attempt(self) -> Attempt:  # read-only, for the status view: its start (the ready wait), its start time
         return self._attempt
 
-    def live_children(self) -> list[Child]:
-        return [c for c in self._attempt.children + self.kept if c.running]
+    def live_children(self) -> list[Child]:  # (its kept daemons are among them: kept from its last attempt's)
+        return [c for c in self._attempt.children if c.running]
 
     # ------------------------------------------------------------ what the decision reads (decide, above)
 

@@ -5,7 +5,8 @@ Never the Lifecycle, a Phase or the Reporter themselves. A plugin
 - hears each phase transition as a read-only ``PhaseView``, the shutdown as a ``ShutdownView``, and every
   verdict as the ``Verdict`` object (``Events``);
 - drives production by phase name through ``ProductionControl``: hold a DONE phase (the lifecycle does
-  not go past it), release it, end a phase's running attempt with a reason, shut the run down with a status;
+  not go past it), release it, end a phase's running attempt with a reason, end the run with a status for a
+  decision of the manager's;
 - when a manager is configured (``Wiring.manager``; None when not), reaches it through ``ManagerLink``:
   queue a call (and say that the exit must wait for it), read what an earlier call's answer was and what
   is still pending, add a call kind to the outbox (``CallKind``), fields to the ``/register`` body and to
@@ -74,8 +75,10 @@ class ProductionControl(Protocol):
     def release(self, phase_name: str) -> None:
         """The hold is over: the lifecycle moves on."""
 
-    def shutdown(self, why: str, status: int) -> None:
-        """Stop everything in reverse start order, then exit with ``status``."""
+    def stop_from_outside(self, why: str, status: int) -> None:
+        """A decision made outside the run (the manager's) ends it: everything stopped in reverse start order,
+        then the exit with ``status``. Learnt once the run had completed (the exit flush still telling the
+        manager), it is the run's status after all; a failure's status, or a stop signal's, came first and stays."""
 
     def fail_phase(self, name: str, reason: str, detail: str) -> bool:
         """End the running attempt of phase ``name`` with ``reason`` (a verdict reason: the core's, or one the plugin

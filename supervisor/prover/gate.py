@@ -68,7 +68,7 @@ class BenchGate:
         why = f"the manager rejected the benchmark (rate {rate:g}/h < min_rate {min_rate:g}) and is destroying " \
               f"this instance: {then}"
         self._log(why)
-        self._production.shutdown(why, EXIT_BENCH_REJECTED)
+        self._production.stop_from_outside(why, EXIT_BENCH_REJECTED)
 
     def heard_min_rate(self, min_rate: float | None) -> None:
         """The manager keeps the min_rate of the label's first registration: its row's (as the manager reads it,

@@ -56,8 +56,8 @@ class Production:
     def release(self, phase_name: str) -> None:
         self.asked.append(("release", phase_name))
 
-    def shutdown(self, why: str, status: int) -> None:
-        self.asked.append(("shutdown", why, status))
+    def stop_from_outside(self, why: str, status: int) -> None:
+        self.asked.append(("stop", why, status))
 
 
 class Timers:
@@ -172,7 +172,7 @@ def test_passed_false_shuts_the_run_down_with_69() -> None:
     gate.answered(False, 12.0)
     why = ("the manager rejected the benchmark (rate 12/h < min_rate 50) and is destroying this instance: "
            "not starting production")
-    assert production.asked[-1] == ("shutdown", why, EXIT_BENCH_REJECTED) and EXIT_BENCH_REJECTED == 69
+    assert production.asked[-1] == ("stop", why, EXIT_BENCH_REJECTED) and EXIT_BENCH_REJECTED == 69
     assert ("release", "bench") not in production.asked
     assert why in lines
 
@@ -185,7 +185,7 @@ def test_the_gates_expiry_starts_production_and_a_late_rejection_still_stops_it(
     assert "manager: no answer to bench-done after 300s; starting production anyway (a later passed: false " \
            "still stops it)" in lines
     gate.answered(False, 1.0)
-    assert production.asked[-1][0] == "shutdown" and production.asked[-1][2] == EXIT_BENCH_REJECTED
+    assert production.asked[-1][0] == "stop" and production.asked[-1][2] == EXIT_BENCH_REJECTED
     # Production runs: the line says it is stopped, never that it is "not starting".
     assert production.asked[-1][1] == ("the manager rejected the benchmark (rate 1/h < min_rate 50) and is destroying "
                                        "this instance: stopping the run (production was let through before the "

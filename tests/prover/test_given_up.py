@@ -143,6 +143,34 @@ def test_passed_false_is_remembered_too(sup: Runner, manager: DevManager) -> Non
     assert "passed: false" in next(line for line in again.text().splitlines() if "was given up at" in line)
 
 
+def test_passed_false_answered_during_the_exit_flush_is_the_runs_status(sup: Runner, manager: DevManager) -> None:
+    """The bench is the last phase and the manager slow: the gate's second runs out, the run completes, and
+    bench-done is answered ``passed: false`` during the exit flush. The manager is destroying the instance: the
+    run exits 69 after all (the rejection was dropped, as a shutdown asked of a run already ending, and it
+    exited 0 with the instance given up)."""
+    assert requests.post(manager.url + "/dev/faults", json={"delay_s": 3, "path": "/bench-done", "count": 1},
+                         timeout=5).status_code == 200
+    cfg = sup.write(f"""
+        [manager]
+        url = {toml_str(manager.url)}
+        label = "C.779"
+        min_rate = 1000000
+        bench_gate_s = 1
+
+        [[phases]]
+        name = "bench"
+        command = {sh(f"printf '{ZERO_RATE_BENCH}'")}
+        parse = "cuzk-bench"
+        report = "bench-done"
+        """)
+    console = Console(sup, cfg)
+    assert console.finish(WAIT_S) == EXIT_BENCH_REJECTED, console.tail()
+    out = console.text()
+    assert "exiting with status 0" in out and "the manager rejected the benchmark" in out, out
+    assert f"exiting with status {EXIT_BENCH_REJECTED} after all: the manager rejected the benchmark" in out, out
+    assert (sup.state_dir / state_files.GIVEN_UP).exists(), out
+
+
 # ---------------------------------------------------------------- what a restart finds in the state_dir
 
 

@@ -10,6 +10,7 @@ faults; the supervisor's own log reaches the shipper the way the app's does (Ear
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from supervisor.lifecycle.states import PhaseState
 from supervisor.manager.logship import EarlyLines
 from supervisor.manager.reporting import Reporter
 from supervisor.manager.sender import Sender
+from supervisor.state import files as state_files
 from supervisor.text.redact import Redactor
 
 WAIT_S = 30.0  # an upper bound against hanging, never a measure
@@ -287,3 +289,21 @@ def test_queued_lines_moved_into_a_failures_push_keep_their_numbers_and_a_repeat
     failed_at = [i for i, line in enumerate(tab) if FAILED in line]
     assert len(failed_at) == 1 and failed_at[0] > max(i for i, line in enumerate(tab) if moved[-1] in line), tab
     assert dropped >= len(moved), "kept once for their numbers"  # (more: a push of its own that timed out too)
+
+
+def test_lines_of_a_source_not_held_left_at_the_exit_are_said_lost(manager: DevManager, tmp_path: Path) -> None:
+    # The manager refuses every log push: the failure's push holds setup (its lines go into the outbox at the
+    # exit), but a child's source that nothing held keeps its lines in the shipper, which ends with the exit.
+    # They were thrown away without a word, and the count of calls left out the held lines moved in after it.
+    sup, _ = failed_while_the_manager_refuses_pushes(manager, tmp_path)
+    sup.reporter.ship_lines("cuzk", "bench/cuzk-daemon", [b"proving 1", b"proving 2", b"proving 3"])
+    sup.reporter.ship_own_line("after the failure, 0")
+    sup.stop(1, "test failure")
+    lost = [line for line in sup.said if "not delivered at the exit" in line]
+    assert len(lost) == 1 and lost[0].startswith("log shipping: 3 line(s) of 'cuzk' ("), sup.said
+    [counted] = [line for line in sup.said if "not delivered yet" in line]
+    said = int(counted.split("manager: ")[1].split(" ")[0])
+    with sqlite3.connect(f"file:{state_files.path(tmp_path, state_files.OUTBOX)}?mode=ro", uri=True) as db:
+        pending = db.execute("SELECT COUNT(*) FROM calls WHERE state = 'pending'").fetchone()[0]
+    # Every call pending but the push that carries the count's own line and the loss's (moved in after them).
+    assert said == pending - 1 and said >= 3, (counted, pending)

@@ -207,6 +207,16 @@ class Shipper:
         with self._lock:
             return {source: q.size for source, q in self._queues.items() if q.size}
 
+    def say_lines_left(self) -> None:
+        """At the exit, once the held lines went into the outbox (Reporter.stop): what is still queued here is
+        lost, the best-effort road's loss, said per source (lines and bytes as they would have been pushed)."""
+        with self._lock:
+            left = {source: (len(q.lines), q.size) for source, q in self._queues.items() if q.lines}
+        for source, (lines, size) in left.items():
+            self._log(f"{self.name}: {lines} line(s) of {source!r} ({fmt_bytes(size)}) not delivered at the exit: "
+                      "lost (only a failure's verdict and the lines held behind a durable push are kept for the "
+                      "next start)")
+
     def dropped(self) -> dict[str, dict[str, int]]:
         """Per source, the lines (and their bytes as pushed) dropped from its full backlog since the start."""
         with self._lock:

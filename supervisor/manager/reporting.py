@@ -201,17 +201,22 @@ class Reporter:
         # back meanwhile would hear nothing.
         sender.retry_now()
         wait(flush, flush.over)
+        sender.ask_to_stop()
+        shippers = self._stop_shippers(flush.seconds_left())
+        floor = time.monotonic() + FINISH_MIN_S
+        wait(flush, lambda: flush.ended_by is not None or not (shippers() or sender.alive())
+             or time.monotonic() >= max(flush.deadline, floor))
+        self._keep_held_lines()
+        if self._logs is not None:
+            self._logs.say_lines_left()
+        # Counted once the held lines are in (calls the next start delivers too); the lines said here follow them
+        # where their source is held.
         left = outbox.pending()
         if left and outbox.in_memory:  # (the close tries the file once more, and says whether they are lost)
             self._log(f"manager: {left} call(s) not delivered yet, kept in memory ({outbox.path} cannot be written): "
                       "they reach the next start only if the file takes them at the close")
         elif left:
             self._log(f"manager: {left} call(s) not delivered yet; they stay in the outbox for the next start")
-        sender.ask_to_stop()
-        shippers = self._stop_shippers(flush.seconds_left())
-        floor = time.monotonic() + FINISH_MIN_S
-        wait(flush, lambda: flush.ended_by is not None or not (shippers() or sender.alive())
-             or time.monotonic() >= max(flush.deadline, floor))
         self._keep_held_lines()
         self._final_status = self.status()  # what the exit's last status.json shows: the outbox is closed next
         outbox.close()

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import textwrap
@@ -388,6 +389,31 @@ def test_a_start_on_a_hung_mount_fails_within_its_bound_instead_of_freezing_the_
     assert "a hung filesystem under the command or its working directory?" in line, line
     assert "should not run" not in out
     assert "the supervisor was frozen" not in out, "its own bounded wait is no freeze"
+    assert "Traceback" not in out, out
+
+
+def test_a_stop_signal_while_a_hung_exec_holds_the_loop_is_said_when_that_start_ends_the_run(sup: Runner) -> None:
+    """docker stop while the one start waits for its exec: the loop reads the signal only after the wait, and the
+    start's failure, found at the same moment, had ended the run (its status decided, 126). The signal was closed
+    away unread: no line said it ever came."""
+    with hung_mount(sup.tmp / "mnt") as hung:
+        config = sup.write(f"""
+            [[phases]]
+            name = "p"
+            command = {sh("echo should not run")}
+            cwd = {toml_str(str(hung))}
+            exec_wait_s = 4
+            """)
+        run = Launched(sup, config, {})
+        run.wait_text("phase p: pending → starting")
+        time.sleep(1.5)
+        run.proc.send_signal(signal.SIGTERM)
+        returncode = run.finish(60)
+    out = run.text()
+    assert returncode == 126 and "reason=spawn_failed" in last_failure(out, "p"), out[-4000:]
+    said = [line for line in out.splitlines() if "SIGTERM" in line]
+    assert len(said) == 1 and re.search(r"SIGTERM came \d+\.\ds ago, but the exit status was decided before the "
+                                        r"loop read it: not acted on", said[0]), out[-4000:]
     assert "Traceback" not in out, out
 
 

@@ -84,7 +84,7 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
         steps.append(("removing the pointer to this supervisor", unpoint, outlets.pointer))
     if outlets.health is not None:
         steps.append(("closing health", outlets.health.close))
-    steps += [("closing signal handling", signals.inbox.close), ("closing the loop", core.loop.close)]
+    steps += [("closing signal handling", signals.inbox.close, log), ("closing the loop", core.loop.close)]
     for what, action, *args in steps:  # each contains its own failure: said, and the exit goes on
         try:
             action(*args)

@@ -351,15 +351,27 @@ class SignalInbox:
             except Exception as exc:
                 self._loop.contain(exc, None, f"handling {signal_name(signum)}")
 
-    def close(self) -> None:
+    def close(self, log: Log | None = None) -> None:
         """The exit status is decided: from here to the process's end a signal means nothing. The handlers
         stay (doing nothing) and the signals are blocked again, so that no thread still alive can meet a
-        default action (SIGTERM's would turn the decided status into 143)."""
+        default action (SIGTERM's would turn the decided status into 143). A signal still in the pipe came in
+        the loop's last turn, or while a call held it (a start waiting for its exec) that ended the run: never
+        acted on, and said to ``log`` with when it came, rather than closed away unread."""
         self._loop.remove_reader(self._read_fd)
         signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
         signal.set_wakeup_fd(self._old_wakeup)
+        try:
+            late = os.read(self._read_fd, WAKEUP_PIPE_BYTES)
+        except BlockingIOError:
+            late = b""
         os.close(self._read_fd)
         os.close(self._write_fd)
+        for signum in sorted(set(late) - {signal.SIGCHLD}):  # (each once; no call made for none)
+            if log is not None:
+                came = arrived_at(signum)
+                when = f" {time.monotonic() - came:.1f}s ago" if came is not None else ""
+                log(f"{signal_name(signum)} came{when}, but the exit status was decided before the loop read it: "
+                    "not acted on")
 
 
 # When each signal not yet acted on first came (monotonic): the loop may act on it late, after a call that held

@@ -716,6 +716,25 @@ def test_the_text_of_a_saved_snapshot() -> None:
     ]
 
 
+def test_a_child_a_gone_supervisor_left_shows_an_uptime_only_while_it_is_alive() -> None:
+    # The supervisor was SIGKILLed; of its two children one still runs, one ended since, at a time nobody saw:
+    # it showed "gone up 6s", an uptime that grew at every call.
+    now = 10_000.0
+    snap = {"pid": 42, "written_at": now - 60, "supervisor": "gone", "gone_since": now - 60,
+            "survivors": [{"pid": 101, "name": "sleep", "tag": "t"}],
+            "lifecycle": {"state": "running", "why": "", "current": "svc"},
+            "phases": [{"name": "svc", "state": "running", "since": now - 70, "attempt": 1, "why": "up"}],
+            "children": [{"label": "svc/web", "pid": 101, "state": "running", "started_at": now - 70},
+                         {"label": "svc/svc", "pid": 102, "state": "running", "started_at": now - 70}],
+            "gpus": {"why": "no GPU"}, "memory": {"mode": "shared", "why": "w"}, "manager": {"enabled": False},
+            "verdicts": []}
+    lines = render(Snapshot.from_json(snap), live=False, now=now).splitlines()
+    [web] = [line for line in lines if line.startswith("  svc/web ")]
+    [svc] = [line for line in lines if line.startswith("  svc/svc ")]
+    assert re.search(r"pid 101\s+alive\s+up 70s,", web), web
+    assert re.search(r"pid 102\s+gone\s+started 70s ago,", svc) and " up " not in svc, svc
+
+
 def test_status_json_after_the_exit_has_what_the_exit_flush_delivered(sup: Runner) -> None:
     # status.json is saved before the exit's manager flush (a SIGKILL during the flush must find the last state on
     # disk), and once more after it: before, a report the flush delivered stayed "pending" in it for good.

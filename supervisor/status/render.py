@@ -240,7 +240,9 @@ def _children(snap: Snapshot, now: float, gone: bool) -> list[str]:
         state = ("alive" if ch.pid in alive else "gone") if gone else ch.state
         grace = f", SIGKILL in {span(ch.stop.kill_in_s)} (grace {span(ch.stop.grace_s)})" \
             if ch.stop is not None and not gone else ""
-        out.append(f"  {ch.label!s:<24} pid {ch.pid!s:<7} {state!s:<8} up {_up(ch.started_at, now)}, "
+        # (one gone with its supervisor ended at some time unknown: its age, not an uptime that grows for ever)
+        up = f"started {since(ch.started_at, now)}" if state == "gone" else f"up {_up(ch.started_at, now)}"
+        out.append(f"  {ch.label!s:<24} pid {ch.pid!s:<7} {state!s:<8} {up}, "
                    f"{processes} proc(s), cpu {cpu_s}s, rss {rss}, "
                    f"last output {since(ch.last_output_at, now)}{grace}")
         for line in ch.last_lines[-3:]:

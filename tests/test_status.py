@@ -760,6 +760,56 @@ def test_status_json_after_the_exit_has_what_the_exit_flush_delivered(sup: Runne
         mgr.stop()
 
 
+def test_a_supervisor_killed_in_its_exit_flush_is_gone_not_exited(sup: Runner) -> None:
+    # It failed (exit 9) and waits for the give-up to be delivered to a manager that never answers; SIGKILL (a
+    # docker stop's) comes during that wait. status.json was saved before the wait with the lifecycle stopped,
+    # and status called it exited, with an exit status 9 the process never returned (it died of the SIGKILL).
+    config = sup.write(f"""
+        [manager]
+        url = "http://127.0.0.1:1"
+        label = "C.12345"
+
+        [[phases]]
+        name = "job"
+        command = {sh("echo work; exit 9")}
+        """)
+    run = Console(sup, config)
+    run.wait_text("exiting with status 9")
+    saved = sup.state_dir / "status.json"
+    wait_for(lambda: saved.exists() and "exiting" in json.loads(saved.read_text()), timeout=20)
+    os.kill(run.pid, signal.SIGKILL)
+    run.proc.wait(10)
+    rc, snap, _ = status_json(sup.state_dir)
+    assert rc == 3 and snap["supervisor"] == "gone", snap
+    rc, text, _ = status(sup.state_dir)
+    first = text.splitlines()[0]
+    assert first.startswith(f"GONE: supervisor pid {run.pid} was killed during its exit flush "), text
+    assert "its exit status 9 never came; " in first and "call(s) for the manager were pending" in first, text
+
+
+def test_the_fate_of_a_supervisor_that_wrote_stopped_is_read_with_its_exit_flush(tmp_path: Path) -> None:
+    # Alive and not answering after it saved "stopped" without the flush's wait: its last steps (the socket is
+    # closed first), not a hang. With the wait in it, alive: the flush runs the loop, so no answer is a hang;
+    # dead: killed in it.
+    from supervisor.status.command import writer_fate
+    from supervisor.status.model import EXITED, GONE, NOT_ANSWERING
+
+    stopped = {"pid": 0, "written_at": time.time(), "lifecycle": {"state": "stopped", "exit_status": 3}}
+    waiting = {**stopped, "exiting": {"status": 3, "flush_left_s": 50.0, "giving_up": True}}
+    alive = subprocess.Popen([PY, "-c", "import time; time.sleep(60)", "supervisor"])
+    dead = subprocess.Popen([PY, "-c", "pass", "supervisor"])
+    dead.wait(10)
+    try:
+        fates = {(name, which): writer_fate(Snapshot.from_json({**data, "pid": pid}), str(tmp_path)).supervisor
+                 for name, data in (("stopped", stopped), ("waiting", waiting))
+                 for which, pid in (("alive", alive.pid), ("dead", dead.pid))}
+    finally:
+        alive.kill()
+        alive.wait(10)
+    assert fates == {("stopped", "alive"): EXITED, ("stopped", "dead"): EXITED,
+                     ("waiting", "alive"): NOT_ANSWERING, ("waiting", "dead"): GONE}, fates
+
+
 def test_a_snapshot_that_cannot_be_built_closes_the_client_and_the_socket_answers_on(tmp_path: Path) -> None:
     """Whatever building the answer raised, the client's connection is closed (it waited for good on one leaked
     when the fault was not a TypeError or ValueError) and the next request is answered."""

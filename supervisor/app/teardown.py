@@ -1,14 +1,15 @@
 """The supervisor's exit, one step a line, in this order (run.py's step 10):
 
 1. nothing of ours is left alive: SIGKILL to every descendant, reap, remove the phase cgroups;
-2. the last state on disk: status.json, the termination log on failure (both written already when a
-   stop signal from outside came: stopbudget.py);
+2. the last state on disk: status.json (with a manager, as its exit flush begins, step 4), the termination
+   log on failure (both written already when a stop signal from outside came: stopbudget.py);
 3. what a stop budget cut short, one line; "exiting with status N";
-4. the manager's exit flush (exitflush.py), with the loop still running: signals keep their
+4. the manager's exit flush (exitflush.py), with the loop still running: status.json saved as it begins, with
+   the wait in it (a supervisor SIGKILLed in it is told from one whose exit ended); signals keep their
    meaning, the reaper runs, the status socket answers, the sender's retries and answers are
    handed back into the loop; a kill the manager's row said meanwhile, of a run that had completed,
    is its status after all (said, and the termination log written); then status.json again, with
-   what the flush delivered;
+   what the flush delivered, and without the wait;
 5. close what was opened: the status socket, the pointer to it (status/file.py), health, the signal
    inbox, the loop, the console; the lock goes last; then the interpreter's exit is spared its last
    walks of the heap.
@@ -62,8 +63,9 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     budget = signals.router.budget
     sweep_s = budget.sweep_s(SWEEP_MAX_S) if budget is not None else SWEEP_MAX_S
     steps: list[Step] = [("killing what is left", sweep_descendants, log, sweep_s), ("reaping", core.reaper.reap),
-                         ("removing the phase cgroups", core.memory.close),
-                         ("saving status.json", outlets.state_file.save)]
+                         ("removing the phase cgroups", core.memory.close)]
+    if not sup.reporter.enabled:  # (with a manager, saved as the exit flush begins: its wait in it)
+        steps.append(("saving status.json", outlets.state_file.save))
     if status != EXIT_OK:
         steps.append(("writing the termination log", write_termination_log, plan.supervisor.termination_log,
                       sup.lifecycle, status, log))
@@ -73,7 +75,7 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     if sup.reporter.enabled:  # (no manager: nothing to flush)
         why = sup.lifecycle.shutdown_reason or "the supervisor stopped"
         steps.append(("the manager's exit flush", sup.reporter.stop, status, why,
-                      flush_with_the_loop(core.loop, signals)))
+                      flush_with_the_loop(core.loop, signals, outlets.state_file.save, log)))
         steps.append(("reading the exit status after the flush", status_after_flush, plan, sup.lifecycle, status,
                       log))
         # What the flush delivered: status.json was saved before it (a SIGKILL meanwhile finds the last state).
@@ -125,12 +127,22 @@ def no_last_walk_of_the_heap() -> None:
 Step = tuple[Any, ...]
 
 
-def flush_with_the_loop(loop: EventLoop, signals: Signals) -> FlushWait:
+def flush_with_the_loop(loop: EventLoop, signals: Signals, save: Callable[[], None], log: SupervisorLog) -> FlushWait:
     """The exit flush waits by running the loop: a stop signal meanwhile cuts the flush short (the router
-    knows the flush), the reaper runs, the status socket answers, the sender's answers are taken in."""
+    knows the flush), the reaper runs, the status socket answers, the sender's answers are taken in. status.json
+    is saved as it begins, with the wait in it (``exiting``): a SIGKILL meanwhile finds the last state, and
+    ``status`` tells a supervisor killed in its flush from one whose exit ended."""
+    saved = False
 
     def wait(flush: ExitFlush, until: Callable[[], bool]) -> None:
+        nonlocal saved
         signals.router.flush = flush
+        if not saved:
+            saved = True
+            try:
+                save()
+            except Exception as exc:  # (as each step of the exit: said, and the exit goes on)
+                log(f"exit: saving status.json failed ({summary(exc)}); the rest of the exit goes on")
         budget = signals.router.budget
         if budget is not None:  # docker stop's SIGKILL comes at the budget's end: the flush ends before it
             flush.deadline = min(flush.deadline, budget.flush_deadline())

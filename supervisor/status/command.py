@@ -97,17 +97,22 @@ def _log_tail(path: Path, ours_from: int) -> tuple[float, list[str]] | None:
 
 
 def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
-    """What became of the supervisor that wrote ``snap`` and answers no more: exited, gone, or not answering."""
+    """What became of the supervisor that wrote ``snap`` and answers no more: exited, gone, or not answering.
+
+    "stopped" is written by the exit itself: with ``exiting`` as its wait for the manager begins (the loop runs
+    then, and the socket answers), without it once its exit is decided and done but for closing (the socket is
+    closed first: a supervisor still alive then is in its last steps, not hung). One that is gone with the wait's
+    state on disk was killed during it: its exit status never came."""
     pid, state = snap.pid, snap.lifecycle.state
+    exited = state == "stopped" and snap.exiting is None
     if pid is None or pid <= 0:
-        return Fate(EXITED if state == "stopped" else GONE)
+        return Fate(EXITED if exited else GONE)
     if is_live_supervisor(pid):
-        return Fate(NOT_ANSWERING)
+        return Fate(EXITED if exited else NOT_ANSWERING)
     survivors = tuple(Survivor.from_json(s) for s in left_alive_by(pid, state_dir))
-    # "stopped" is written by the exit itself, after it SIGKILLed what was left: what is still alive outlived that
-    # (said, and left, by an exit that went on). In any other state it is what a supervisor killed before it got
-    # there left running.
-    if state == "stopped":
+    # An exit SIGKILLed what was left before it wrote "stopped": what is still alive outlived that (said, and left,
+    # by an exit that went on). Otherwise it is what a supervisor killed before it got there left running.
+    if exited:
         return Fate(EXITED, survivors=survivors)
     return Fate(GONE, gone_since=snap.written_at, survivors=survivors)
 

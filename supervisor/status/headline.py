@@ -41,6 +41,12 @@ def headline(snap: Snapshot, live: bool, now: float) -> str:
     failure, status = life.failure, life.exit_status
     if snap.gone:
         alive = len(fate.survivors) if fate is not None else 0
+        if snap.exiting is not None:  # (saved as its exit began to wait for the manager: it never ended that wait)
+            pending = snap.manager.outbox_pending
+            calls = f"; {pending} call(s) for the manager were pending" if pending else ""
+            return (f"GONE: supervisor pid {snap.pid} was killed during its exit flush (last state written "
+                    f"{since(snap.written_at, now)}): its exit status {snap.exiting.status} never came{calls}; "
+                    f"{alive} process(es) it started still alive")
         return (f"GONE: supervisor pid {snap.pid} is not running and did not stop (last state written "
                 f"{since(snap.written_at, now)}); {alive} process(es) it started still alive")
     if fate is not None and fate.supervisor == NOT_ANSWERING:

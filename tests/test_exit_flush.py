@@ -322,6 +322,23 @@ def test_a_stalled_flush_gives_up_after_the_stall_but_a_give_up_waits_its_whole_
     assert give_up.over()
 
 
+def test_once_the_call_waited_for_is_delivered_the_rest_waits_as_in_any_exit() -> None:
+    # The give-up went (ahead of a log push whose route fails, manager/sender.py); the push kept failing, and
+    # the exit waited out the give-up's whole window for it.
+    clock, failures, waited = Clock(), [0], [True]
+    flush = ExitFlush(lambda: 2, lambda: True, 4, giving_up=True, clock=clock, failures=lambda: failures[0],
+                      waited_for=lambda: waited[0])
+    failures[0] += 1
+    clock.now += EXIT_STALL_S + 0.1
+    assert not flush.over() and flush.giving_up, "the give-up is still waited for"
+    waited[0] = False  # delivered
+    assert not flush.over() and not flush.giving_up
+    assert flush.deadline == clock.now + EXIT_FLUSH_S
+    failures[0] += 1  # the push behind fails again
+    clock.now += EXIT_STALL_S + 0.1
+    assert flush.over(), "the stall rule holds again"
+
+
 def test_a_slow_manager_that_fails_nothing_is_waited_for_until_the_deadline() -> None:
     # Each call answered in 2.5 s: no call went out for longer than the stall, but none failed either. The flush
     # gave up on it after EXIT_STALL_S, and the failure's reason lines stayed in the outbox.

@@ -14,7 +14,8 @@ stall rule below ends the flush after EXIT_STALL_S instead of its whole window. 
   for (its calls take seconds each; none failed);
 - for a call the exit must wait for (``giving_up``), GIVE_UP_FLUSH_S with no stall rule: an instance
   given up that the manager never hears of is paid for until its timeout, and no ``docker stop``
-  deadline runs;
+  deadline runs; once it is delivered, what is left waits as above (EXIT_FLUSH_S more at most): a log
+  push whose route fails, that it went ahead of (manager/sender.py), held the exit the whole window;
 - after a stop signal during the flush, FLUSH_AFTER_TERM_S more at most (``docker stop``'s
   SIGKILL follows 10 s after its SIGTERM); a second stop signal ends it now.
 
@@ -44,9 +45,10 @@ class ExitFlush:
 
     def __init__(self, pending: Callable[[], int], sender_alive: Callable[[], bool], status: int,
                  giving_up: bool, clock: Callable[[], float] = time.monotonic,
-                 failures: Callable[[], int] = lambda: 0) -> None:
+                 failures: Callable[[], int] = lambda: 0, waited_for: Callable[[], bool] = lambda: True) -> None:
         self.status = status
         self.giving_up = giving_up
+        self._waited_for = waited_for  # the call the exit waits for is still pending (while giving_up)
         self._pending = pending
         self._sender_alive = sender_alive
         self._clock = clock
@@ -67,6 +69,10 @@ class ExitFlush:
         if not left:
             return True
         now = self._clock()
+        if self.giving_up and not self._waited_for():  # delivered: the rest waits as in any exit
+            self.giving_up = False
+            self.deadline = min(self.deadline, now + EXIT_FLUSH_S)
+            self._progress_at, self._failures_then = now, self._failures()
         if left < self._left:
             self._left, self._progress_at, self._failures_then = left, now, self._failures()
         stalled = now - self._progress_at > EXIT_STALL_S and self._failures() > self._failures_then

@@ -101,11 +101,13 @@ def call_deadline_s(spec: ManagerSpec) -> float:
 class TransientError(Exception):
     """Worth retrying: the manager is down, slow, overloaded, redirecting, or answered garbage.
 
-    ``retry_after_s``: how long the manager asked to be left alone (429/503 Retry-After), if it did."""
+    ``retry_after_s``: how long the manager asked to be left alone (429/503 Retry-After), if it did; ``status``:
+    the HTTP status it answered with (None: no answer, or one not judged by its status)."""
 
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, message: str, retry_after_s: float | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.status = status
 
 
 class PermanentError(Exception):
@@ -197,7 +199,7 @@ class ManagerClient:
             # (a Retry-After date is the manager's clock's: counted from its Date, where it said one)
             theirs = time.time() + (offset or 0.0)
             asked = retry_after_s(response.headers.get("Retry-After"), theirs) if status in (429, 503) else None
-            raise TransientError(f"{method} {path}: HTTP {status}: {shown_bytes(data, SHOWN_CHARS)}", asked)
+            raise TransientError(f"{method} {path}: HTTP {status}: {shown_bytes(data, SHOWN_CHARS)}", asked, status)
         if status >= 400:
             raise PermanentError(status, shown_bytes(data, MAX_ANSWER_BYTES))
         try:

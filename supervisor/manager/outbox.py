@@ -317,6 +317,10 @@ class Outbox:
         """The oldest pending call of one kind, wherever it stands in the queue."""
         return self._first_pending(" AND kind = ?", (kind,))
 
+    def next_pending_except(self, kind: str) -> Call | None:
+        """The oldest pending call of any other kind, wherever it stands in the queue."""
+        return self._first_pending(" AND kind != ?", (kind,))
+
     def _first_pending(self, where: str, params: tuple[Any, ...]) -> Call | None:
         # Through _read like every query: a file that cannot be read falls back to memory, never
         # raises into the sender thread.

@@ -194,7 +194,8 @@ class Reporter:
         self.event("supervisor", state="exiting", status=status, why=why)
         waited_for = [what for call_id, what in self._exit_waits if outbox.is_pending(call_id)]
         flush = ExitFlush(outbox.pending, sender.alive, status, bool(waited_for),
-                          failures=lambda: sender.failed_attempts)
+                          failures=lambda: sender.failed_attempts,
+                          waited_for=lambda: any(outbox.is_pending(call_id) for call_id, _ in self._exit_waits))
         if waited_for and sender.alive():
             self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for {waited_for[0]} to be delivered")
         # A call being retried goes now: its wait (up to 30 s of backoff) would outlast the flush, and a manager

@@ -69,6 +69,12 @@ CONFIRM_RETRY_S = 5.0
 # calls behind it go (in order, nothing could ever pass it).
 BUG_WAIT_S = 5.0
 BUG_TRIES = 3
+# A durable log push that the manager itself answered with one of these this many times in a row has a route that
+# fails while the manager is up (a 500 of /api/log-push, its log store broken): the lifecycle calls behind it go
+# first (a give-up must not wait for good behind the reason lines it follows), and it is tried again after them.
+# A manager down (no answer, 502/503/504 from a proxy, 429) keeps the order: every call would wait alike.
+ROUTE_FAILED = (500, 501, 505)
+LOG_ROUTE_TRIES = 3
 
 
 class HearsTheRow(Protocol):
@@ -96,6 +102,10 @@ class Unheard:
 
 class _NotSent(Exception):
     """A row-checking call found the row killed before a retry: it is not sent (raised out of the retries)."""
+
+
+class _Overtaken(Exception):
+    """A log push whose route fails lets the calls behind it go first (raised out of its retries; it stays pending)."""
 
 
 # The facts key of the last lifecycle call (param-done, running, a plugin's bench-done) delivered, with the uuid
@@ -146,6 +156,7 @@ class Sender:
         self._hurry = threading.Event()
         self._thread: threading.Thread | None = None
         self._in_hand: Call | None = None  # the call being delivered (the thread's own: a bug fails it in time)
+        self._overtaken: int | None = None  # a log push whose route fails: the calls behind it go first
         # The manager's own view (rowwatch.py): read on this thread, heard on the loop's.
         self.rows = RowWatch(client, spec.row_check_s, fields=calls.row, on_bug=self._row_bug)
         self.killed: Row | None = None  # the row said killed: no lifecycle call goes out any more
@@ -310,6 +321,7 @@ class Sender:
         if checks_row and self._killed_before(call):
             return True
         retries = 0
+        broken = 0  # a log push's answers in a row that say its route fails (ROUTE_FAILED)
         self._hurry.clear()  # (a hurry meant for a call already delivered does not cut this one's first wait)
 
         def on_retry(error: str, delay: float, call: Call = call) -> None:
@@ -324,20 +336,35 @@ class Sender:
                 self._loop.call_soon_threadsafe(lambda: self._log(line))
 
         def attempt(call: Call = call) -> Answer:
+            nonlocal broken
             # tenacity tries once more after a sleep the stop cut short: not once the stop is asked, or a delivery
             # could land in an outbox already closed (the call stays pending for the next start).
             if self._stop.is_set():
                 raise TransientError("stopping")
+            if call.kind == LOG and (broken >= LOG_ROUTE_TRIES or self._overtaken == call.id) \
+                    and self.outbox.next_pending_except(LOG) is not None:
+                raise _Overtaken
             # Each retry of a call that checks the row reads it again first: a retry may come minutes later,
             # and a bench-done sent after the manager killed the row meanwhile would un-kill it.
             if checks_row and retries and self._killed_before(call):
                 raise _NotSent
-            return self._attempt(call)
+            try:
+                return self._attempt(call)
+            except TransientError as exc:
+                broken = broken + 1 if exc.status in ROUTE_FAILED else 0
+                raise
 
         try:
             answer = self._client.with_retries(attempt, self._stop, on_retry, self._retry_wait)
         except _NotSent:
             return True  # the row was killed while the call was retried: failed, and said (_killed_before)
+        except _Overtaken:
+            if self._overtaken != call.id:
+                self._overtaken = call.id
+                line = (f"manager: log push {call.id} answered {broken} times in a row that its route fails "
+                        f"({cut(self.last_error or '', 200)}): the calls behind it go first, then it again")
+                self._loop.call_soon_threadsafe(lambda: self._log(line))
+            return True  # it stays pending, at the head of the queue: _next_call passes it while others wait
         except PermanentError as exc:
             self.last_error, self.last_error_at = str(exc), time.time()
             if self._forgotten(call, exc):
@@ -358,7 +385,8 @@ class Sender:
         return True
 
     def _next_call(self) -> Call | None:
-        """The next call to deliver: in order, except that registration goes first while no uuid is known.
+        """The next call to deliver: in order, except that registration goes first while no uuid is known, and
+        that the calls behind a log push whose route fails go before it (ROUTE_FAILED).
 
         Every other call needs the uuid, so none is sent (nor given up) before a register succeeded,
         wherever the register stands in the queue (an outbox of an earlier start, a lost uuid).
@@ -367,6 +395,8 @@ class Sender:
         while call is not None and not self.uuid and self._never_register:
             self.outbox.failed(call.id, "not sent: given up, with no uuid here (not registered again)")
             call = self.outbox.next_pending()
+        if call is not None and self.uuid and call.id == self._overtaken:
+            call = self.outbox.next_pending_except(LOG) or call  # (its route fails: the calls behind it go first)
         if call is None or call.kind == REGISTER or self.uuid:
             return call
         register = self.outbox.next_pending_of(REGISTER)

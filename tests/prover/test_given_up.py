@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -112,6 +113,23 @@ def test_a_give_up_still_pending_goes_out_before_the_refusal(sup: Runner, manage
     assert inst["state"] == "killed" and inst["rate"] == 0, inst  # the give-up went out, under the same uuid
     assert paths(manager)[-1] == "/bench-done"
     assert "registered: uuid" not in out
+
+
+def test_a_give_up_does_not_wait_for_good_behind_a_log_route_that_fails(sup: Runner, manager: DevManager) -> None:
+    """The manager answers every /api/log-push with 500 (its log store broken) and every other route well. The
+    give-up queued behind the reason lines' durable push waited behind it for the whole exit flush and was never
+    delivered: the failed instance was left to the manager's 90 minutes. The give-up goes first now; the reason
+    lines stay pending, tried after it."""
+    faults(manager, path="/api/log-push", status=500, count=-1)
+    first = Console(sup, config(sup, manager, label="C.780"))
+    assert first.finish(WAIT_S) == 4, first.tail()
+    out = first.text()
+    assert re.search(r"manager: log push \d+ answered 3 times in a row that its route fails \(POST /api/log-push: "
+                     r"HTTP 500: .*\): the calls behind it go first, then it again", out), out
+    [inst] = instances(manager)
+    assert inst["state"] == "killed", inst
+    pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending"]
+    assert pending and set(pending) == {"log"}, pending
 
 
 def test_passed_false_is_remembered_too(sup: Runner, manager: DevManager) -> None:

@@ -41,6 +41,7 @@ class Evidence:
 class Phase:
     def __init__(self, name: str, warn: float = 0.9, live: bool = True) -> None:
         self.name, self.spec, self.live = name, SimpleNamespace(memory_warn=warn), live
+        self.attempt = 1
 
     def live_children(self) -> list[object]:
         return [object()] if self.live else []
@@ -211,6 +212,19 @@ def test_a_phase_whose_children_ended_and_came_back_keeps_its_crossing(tmp_path:
     phase.live = False
     assert watch.check() == []
     phase.live = True
+    assert watch.check() == []
+
+
+def test_a_new_attempt_at_the_same_height_is_a_new_crossing(tmp_path: Path, no_machine_psi: Path) -> None:
+    """A retry or restart makes its cgroup anew and climbs from zero: when no tick saw it low (it got back to the
+    same height at once), it went unsaid, and its OOM kill's verdict could cite no warning of its own."""
+    cgroup = v2(tmp_path, "svc", 95, "100")
+    phase = Phase("svc")
+    watch = MemoryWatch(lambda: [phase], Evidence({"svc": (cgroup, "its cgroup")}))  # type: ignore[arg-type]
+    assert len(watch.check()) == 1
+    assert watch.check() == []
+    phase.attempt = 2
+    assert len(watch.check()) == 1, "the next attempt's crossing is said"
     assert watch.check() == []
 
 

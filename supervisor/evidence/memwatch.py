@@ -82,6 +82,9 @@ class WatchedPhase(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def attempt(self) -> int: ...  # its attempt's number: a new one is counted from zero (its cgroup made anew)
+
     def live_children(self) -> Sequence[object]: ...
 
 
@@ -91,7 +94,7 @@ class MemoryWatch:
     def __init__(self, phases: Callable[[], Iterable[WatchedPhase]], memory: MemoryEvidence,
                  push: Callable[[str], None] | None = None, meminfo: Path | str = "/proc/meminfo") -> None:
         self._phases, self._memory, self._push, self._meminfo = phases, memory, push, meminfo
-        self._armed: dict[str, bool] = {}
+        self._armed: dict[str, tuple[int, bool]] = {}  # phase → (its attempt, armed)
         self.state = WatchState("memory watch", MEMORY_BLIND_S)
 
     def check(self, now: float | None = None) -> list[str]:
@@ -110,7 +113,11 @@ class MemoryWatch:
             if use is None:
                 missed.append(f"phase {phase.name}: its memory is unreadable")
                 continue
-            say, self._armed[phase.name] = crossed(self._armed.get(phase.name, True), use.fraction, warn)
+            # A new attempt is a new climb from zero (its cgroup made anew): armed again, whether or not a tick
+            # saw it low (a restart at once to the same height went unsaid, and its OOM kill had no warning cited).
+            attempt, armed = self._armed.get(phase.name, (phase.attempt, True))
+            say, armed = crossed(armed or attempt != phase.attempt, use.fraction, warn)
+            self._armed[phase.name] = (phase.attempt, armed)
             if say:
                 line = memory_high_line(phase.name, use, warn)
                 self._memory.warned[phase.name] = MemoryWarning(time.time(), use.fraction, use.limit, line)

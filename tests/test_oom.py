@@ -11,6 +11,7 @@ is never at risk; every test cgroup is removed afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -22,9 +23,11 @@ from pathlib import Path
 import pytest
 from helpers import (
     PY,
+    REPO,
     V1_MOUNT,
     Runner,
     alloc_script,
+    clean_env,
     finish,
     first_line,
     in_cgroup_argv,
@@ -45,6 +48,8 @@ from supervisor.evidence.cgroups import MemoryCgroup
 from supervisor.evidence.memory import MemoryReport
 from supervisor.lifecycle import verdict as v
 from supervisor.state.files import CGROUP_LEDGER
+from supervisor.status.health import metrics_text
+from supervisor.status.model import Snapshot
 from supervisor.text.units import MIB as MiB
 from supervisor.text.units import parse_size
 
@@ -94,6 +99,30 @@ command = {toml_list([PY, str(alloc)])}
     # the live line comes before the verdict
     assert out.index("OOM KILL in cgroup") < out.index("reason=oom_killed")
     assert not list(base.glob("prover-*-hog")), "the phase's cgroup was not removed"
+
+
+def test_status_and_metrics_count_the_oom_kills_of_the_phase_cgroups(sup: Runner) -> None:
+    # Per-phase mode: each attempt's kill is counted in its own cgroup, made anew, and the supervisor's cgroup
+    # (which status read) never counts it: status and /metrics said oom_kills=0 after two OOM kills.
+    v1_memory_cgroup_or_skip()
+    alloc = alloc_script(sup.tmp)
+    cfg = config(sup, f"""
+[[phases]]
+name = "hog"
+memory_max = "64MiB"
+retries = 1
+backoff_s = 0.1
+command = {toml_list([PY, str(alloc)])}
+""")
+    result = sup.run(cfg, timeout=60)
+    assert result.returncode == 137 and result.output.count("reason=oom_killed") == 2, result.output
+    answer = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                            capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env())
+    memory = json.loads(answer.stdout)["memory"]
+    assert memory["mode"] == "per-phase" and memory["oom_kills"] == 2, memory
+    assert " oom_kills=2" in memory["snapshot"], memory
+    metrics = metrics_text(Snapshot.from_json(json.loads(answer.stdout)))
+    assert "\nprover_supervisor_memory_oom_kills 2" in metrics, metrics
 
 
 @pytest.mark.parametrize("sh_status", [0, 1])

@@ -118,6 +118,9 @@ class MemoryEvidence:
         self._earlier_peak: set[Path] = set()
         self._watches: dict[str, tuple[MemoryCgroup, int | None]] = {}  # path → (cgroup, fd or None: polled)
         self._last_kills: dict[str, OomKills] = {}  # path → its counters at the last look
+        # The OOM kills seen in this run, in every cgroup watched (the phases', made anew each attempt, and the
+        # supervisor's): what status and /metrics count; no one cgroup's counter holds them all.
+        self.oom_kills_seen = 0
         self._said_frozen: set[str] = set()  # paths said frozen under OOM (v1: under_oom), until it ends
         self._poll_timer: Timer | None = None
         self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
@@ -417,7 +420,8 @@ class MemoryEvidence:
         if snap.oom is None:
             return
         before = self._last_kills.get(key, snap.oom)
-        if kills_since(snap.oom, before):
+        if rose := kills_since(snap.oom, before):
+            self.oom_kills_seen += rose
             # Its own limit is not always the one that killed: one above it (the container's, or the machine's)
             # may be tighter, or the only one (a phase without memory_max).
             above = limit_above(snap.limit, self.available_memory())

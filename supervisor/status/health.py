@@ -237,7 +237,7 @@ def metrics_text(snap: Snapshot, gpus: GpuStatus | None = None) -> str:
     metric("prover_supervisor_verdicts", "gauge", "Ended children by reason (last 50 kept).",
            [({"reason": r}, n) for r, n in sorted(reasons.items(), key=lambda item: str(item[0]))])
     mem = snap.memory
-    for key, value, help_text in (("oom_kills", mem.oom_kills, "OOM kills counted by the supervisor's memory cgroup."),
+    for key, value, help_text in (("oom_kills", mem.oom_kills, "OOM kills seen in this run, in every cgroup watched."),
                                   ("usage", mem.usage, "Memory use of the supervisor's cgroup, bytes."),
                                   ("limit", mem.limit, "Memory limit of the supervisor's cgroup, bytes.")):
         if value is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -557,6 +557,8 @@ def _memory(memory: MemoryEvidence | None) -> MemoryStatus:
     if memory is None:
         return MemoryStatus(mode="unavailable", why="")
     mem_snap = memory.shared.snapshot() if memory.shared is not None else None
+    if mem_snap is not None:  # (the kills of the run, every cgroup's: the supervisor's own counter has not the phases')
+        mem_snap = replace(mem_snap, oom_kills=memory.oom_kills_seen)
     return MemoryStatus(mode=memory.mode, why=memory.why, snapshot=mem_snap.describe() if mem_snap else None,
                         usage=mem_snap.usage if mem_snap else None, limit=mem_snap.limit if mem_snap else None,
                         peak=mem_snap.peak if mem_snap else None,

@@ -511,6 +511,22 @@ def test_memory_evidence_available_memory_is_the_tightest_limit_up_the_tree(tmp_
         loop.close()
 
 
+def test_memory_evidence_off_still_holds_the_preflight_to_the_containers_limit(tmp_path: Path) -> None:
+    # cgroups = "off": no OOM evidence, but the limit is the container's all the same. It fell back to MemTotal:
+    # a 300 MiB container passed a phase's min_memory of 1 GiB, and its children were told the machine's memory.
+    root, proc, cgroup = fake_v2(tmp_path, rel="/outer/inner", memory_max=str(512 * MiB))
+    write_files(cgroup.parent, {"memory.max": f"{300 * MiB}\n", "cgroup.procs": ""})
+    loop = EventLoop()
+    off = MemoryEvidence(loop, lambda line: None, mode="off", root=root, proc_cgroup=proc)
+    try:
+        assert off.mode == "unavailable" and off.shared is None and "turned off" in off.why
+        assert off.available_memory() == 300 * MiB
+        assert off.place("p", None).cgroup is None, "nothing is placed or watched"
+    finally:
+        off.close()
+        loop.close()
+
+
 def test_memory_evidence_off_and_unavailable(tmp_path: Path) -> None:
     loop = EventLoop()
     try:

@@ -25,6 +25,7 @@ module's: this one only says what is left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, replace
@@ -127,8 +128,15 @@ class MemoryEvidence:
         self._said_no_limit: set[str] = set()
         self.warned: dict[str, MemoryWarning] = {}  # phase → its last memory_high (memwatch.py writes it)
         self._bad_said: set[str] = set()  # the cgroup files whose bad value was said (once each)
+        self._limited_by: MemoryCgroup | None = None  # with the evidence off: where the limits are read (only)
         if mode == "off":
             self.why = "cgroup evidence turned off (supervisor.cgroups = \"off\"): OOM kills are unknown"
+            # The container's limit is still what the preflight and the children's budget must hold to (else
+            # MemTotal: a 300 MiB container passed a min_memory of 1 GiB): read, never watched.
+            with contextlib.suppress(Overdue, NoThread):
+                ours = answer_within("cgroups", lambda: discover(root, proc_cgroup, None, mountinfo), bound_s)
+                if ours.cgroup is not None:
+                    self._limited_by = MemoryCgroup(ours.cgroup.path, ours.cgroup.version)
             return
         try:  # the files are read off the loop, with a bound: a file that blocks must not hang the start
             found = answer_within("cgroups", lambda: self._find(mode, root, proc_cgroup, mountinfo), bound_s)
@@ -356,8 +364,8 @@ class MemoryEvidence:
         """What the cgroup allows (the tightest limit up the v1 hierarchy), or MemTotal."""
         total = mem_total()
         limits = [total] if total is not None else []
-        if self.shared is not None:
-            limits += [lim for lim in self._limits_up_the_tree(self.shared) if lim is not None]
+        if (cgroup := self.shared or self._limited_by) is not None:
+            limits += [lim for lim in self._limits_up_the_tree(cgroup) if lim is not None]
         return min(limits) if limits else None
 
     @staticmethod

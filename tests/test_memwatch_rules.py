@@ -29,6 +29,7 @@ class Evidence:
 
     cgroups: dict[str, tuple[MemoryCgroup, str]] = field(default_factory=dict)
     available: int | None = None
+    used_above: int | None = None  # what is used under ``available`` (None: unread)
     warned: dict[str, MemoryWarning] = field(default_factory=dict)
 
     def cgroup_of(self, phase: str) -> tuple[MemoryCgroup | None, str]:
@@ -36,6 +37,9 @@ class Evidence:
 
     def available_memory(self) -> int | None:
         return self.available
+
+    def tightest_limit(self, meminfo: object = None) -> tuple[int | None, int | None]:
+        return self.available, self.used_above
 
 
 class Phase:
@@ -98,6 +102,24 @@ def test_the_limit_is_the_tightest_of_the_phase_and_the_container(tmp_path: Path
     looser = MemoryWatch(lambda: [], Evidence({"bench": (cgroup, "its cgroup")}, available=4096 * MIB))  # type: ignore[arg-type]
     assert looser.use_of("bench") == MemoryUse(180 * MIB, 1024 * MIB, "its cgroup", None)
 
+
+
+def test_a_limit_above_is_judged_by_all_that_is_under_it(tmp_path: Path, no_machine_psi: Path) -> None:
+    """A phase without memory_max in a 300 MiB container that another process fills with 140 MiB: the kill came
+    at 100% of the container with no memory_high, the phase's own 135 MiB read 45%."""
+    cgroup = v1(tmp_path, "bench", usage=135 * MIB, limit=0x7FFFFFFFFFFFF000)
+    full = Evidence({"bench": (cgroup, "its cgroup")}, available=300 * MIB, used_above=290 * MIB)
+    use = MemoryWatch(lambda: [], full).use_of("bench")  # type: ignore[arg-type]
+    where = "the limit above its cgroup (300.0MiB; it has none of its own), all that is under it counted"
+    assert use == MemoryUse(290 * MIB, 300 * MIB, where, None)
+    phase = Phase("bench")
+    said = MemoryWatch(lambda: [phase], full).check()  # type: ignore[arg-type]
+    assert len(said) == 1 and "uses 97% of its memory limit (290.0MiB of 300.0MiB" in said[0], said
+    # Its own limit binds: its own usage is the measure (what is above is not that limit's).
+    own = v1(tmp_path, "fetch", usage=50 * MIB, limit=100 * MIB)
+    looser = Evidence({"fetch": (own, "its cgroup")}, available=300 * MIB, used_above=290 * MIB)
+    assert MemoryWatch(lambda: [], looser).use_of("fetch") == MemoryUse(  # type: ignore[arg-type]
+        50 * MIB, 100 * MIB, "its cgroup", None)
 
 
 def test_a_v2_cgroup_says_its_own_pressure(tmp_path: Path, no_machine_psi: Path) -> None:

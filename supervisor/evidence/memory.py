@@ -45,6 +45,7 @@ from .cgroups import (
     discover,
     enable_v2_delegation,
     mem_total,
+    mem_used,
     phase_cgroup_name,
     phase_cgroup_owner,
     pid_namespace,
@@ -362,18 +363,32 @@ class MemoryEvidence:
 
     def available_memory(self) -> int | None:
         """What the cgroup allows (the tightest limit up the v1 hierarchy), or MemTotal."""
-        total = mem_total()
-        limits = [total] if total is not None else []
+        return self._tightest()[0]
+
+    def tightest_limit(self, meminfo: Path | str = "/proc/meminfo") -> tuple[int | None, int | None]:
+        """``available_memory``, and what is used under that limit now (its cgroup's working set, or the machine's
+        MemTotal less MemAvailable): every process under a limit counts towards its kill, the supervisor's, the
+        other phases' and the rest of the container's too."""
+        limit, where = self._tightest(meminfo)
+        return limit, (where.working_set() if where is not None else mem_used(meminfo))
+
+    def _tightest(self, meminfo: Path | str = "/proc/meminfo") -> tuple[int | None, MemoryCgroup | None]:
+        """The tightest limit over the supervisor's cgroup, up the hierarchy, or MemTotal; and the cgroup that sets
+        it (None: the machine)."""
+        best: tuple[int | None, MemoryCgroup | None] = (mem_total(meminfo), None)
         if (cgroup := self.shared or self._limited_by) is not None:
-            limits += [lim for lim in self._limits_up_the_tree(cgroup) if lim is not None]
-        return min(limits) if limits else None
+            for limit, where in self._limits_up_the_tree(cgroup):
+                if limit is not None and (best[0] is None or limit < best[0]):
+                    best = (limit, where)
+        return best
 
     @staticmethod
-    def _limits_up_the_tree(cgroup: MemoryCgroup) -> list[int | None]:
+    def _limits_up_the_tree(cgroup: MemoryCgroup) -> list[tuple[int | None, MemoryCgroup]]:
         limits = []
         path = cgroup.path
         for _ in range(32):
-            limits.append(MemoryCgroup(path, cgroup.version, cgroup.on_bad).limit())
+            level = MemoryCgroup(path, cgroup.version, cgroup.on_bad)
+            limits.append((level.limit(), level))
             if path.parent == path or not (path.parent / "cgroup.procs").exists():
                 break
             path = path.parent

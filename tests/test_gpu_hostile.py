@@ -174,6 +174,33 @@ def test_a_device_count_no_machine_has_is_refused_and_said(control: NvmlControl,
     assert calls_of(control, "nvmlDeviceGetHandleByIndex") == 0
 
 
+def test_a_watch_nobody_wants_samples_of_is_idle_never_blind(control: NvmlControl, gpus: Gpus) -> None:
+    # A plain run (no stall_s, no gpu_health, no http_port): the thread samples once at the start, then waits for a
+    # request with nothing to do. It never said so, and a window after the start it read "no reading for 30 s"
+    # and BLIND, on every machine with a GPU.
+    gpus.start()
+    assert gpus.opened.wait(10) and gpus.available
+    time.sleep(1.0)  # (twice the fixture's window)
+    assert gpus.sampling.check() == [] and gpus.sampling.to_dict()["state"] == "idle", gpus.sampling.to_dict()
+    release = gpus.want(0.1)  # wanted again: reading
+    wait_for(lambda: gpus.sampling.to_dict()["state"] == "reading", timeout=10)
+    release()
+    time.sleep(1.0)
+    assert gpus.sampling.check() == [] and gpus.sampling.to_dict()["state"] == "idle", gpus.sampling.to_dict()
+
+
+def test_a_machine_whose_nvml_sees_no_gpu_has_no_sampling_to_go_blind(control: NvmlControl, gpus: Gpus) -> None:
+    # NVML opens but counts 0 devices: "no GPU" was said, and a phase with stall_s wanting samples then read BLIND
+    # a window later, for samples that can never come.
+    control.set(device_count=0)
+    release = gpus.want(0.1)
+    assert gpus.opened.wait(10) and gpus.available is False
+    time.sleep(1.0)
+    assert gpus.sampling.check() == [], gpus.sampling.to_dict()
+    assert gpus.sampling.to_dict()["state"] == "stopped", gpus.sampling.to_dict()
+    release()
+
+
 def test_a_count_of_the_wrong_type_is_no_gpu(control: NvmlControl, gpus: Gpus) -> None:
     control.set(garbage=["nvmlDeviceGetCount"])
     gpus.start()

@@ -301,6 +301,8 @@ class Gpus:
                 return
             if cadence is None:
                 self.sampling.idle("no one wants GPU samples now")
+            elif not nvml.reachable:  # (NVML sees no GPU, or none answers: no sample can come, none is missed)
+                self.sampling.stop(self.why or "no GPU reachable")
             else:
                 self.sampling.wake()
             for request in requests:
@@ -349,6 +351,8 @@ class Gpus:
                     return requests, due, cadence
                 if events_open or (self._health and not self._xid.tried):
                     return [], False, cadence
+                if cadence is None:  # (a wait for nothing to read: idle, never blind, however long it lasts)
+                    self.sampling.idle("no one wants GPU samples now")
                 self._cond.wait(None if cadence is None else next_sample - now)
 
     def _cadence(self, now: float) -> float | None:

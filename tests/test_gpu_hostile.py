@@ -350,6 +350,33 @@ def test_a_gpu_thread_that_fails_says_so_and_starts_again(control: NvmlControl, 
     release()
 
 
+def test_the_time_the_supervisor_was_frozen_is_no_time_nvml_took(control: NvmlControl) -> None:
+    """docker pause (SIGSTOP) stops the GPU thread inside its call with the rest: after the thaw, the call's age
+    counted the pause, and a 65 s pause failed the phase gpu_unresponsive (8 s: a false "returned after 8.1s"
+    and a slow call counted). A call counts from the thaw at the earliest; one that spanned it is no slow call."""
+    gpus = Gpus(call_timeout_s=0.5)
+    thawed: list[float | None] = [None]
+    gpus.thawed_at = lambda: thawed[0]
+    try:
+        control.set(hang_s=30, hang_calls=["nvmlDeviceGetUtilizationRates"])
+        release = gpus.want(0.1)
+        hung = wait_for(lambda: gpus.unresponsive(), timeout=10)
+        assert hung is not None
+        now = time.monotonic()
+        thawed[0] = now - 0.2  # the supervisor was frozen until a moment ago: the call is 0.2 s old, not more
+        assert gpus.unresponsive(now) is None
+        later = gpus.unresponsive(now + 0.4)
+        assert later is not None and later.since == thawed[0] and later.describe(now + 0.4).endswith("for 0.6s")
+        assert [line for line in gpus.check(now) if "gpu_unresponsive" in line] == []
+        control.set(hang_s=0)  # it returns: it began before the thaw, so its time is not NVML's
+        wait_for(lambda: gpus.unresponsive() is None and control.calls(), timeout=40)
+        time.sleep(0.3)
+        assert [line for line in gpus.check() if "returned after" in line] == [] and gpus.slow_calls == 0
+        release()
+    finally:
+        gpus.close()
+
+
 def test_a_driver_slow_on_every_call_is_one_line_a_call_then_a_count(control: NvmlControl) -> None:
     gpus = Gpus(call_timeout_s=0.2)
     try:

@@ -176,8 +176,11 @@ def watchers_of(sup: Supervision) -> list[Callable[[float], list[str]]]:
     evidence.watches.add(evidence.progress.state, *((evidence.io.state,) if evidence.io is not None else ()))
     # So are the manager's shippers (a log route that fails while the calls go is seen by nothing else).
     evidence.watches.add(*reporter.shipping_watches())
-    # Last: what the watches above found of themselves this tick; a freeze of the supervisor is not their blindness.
+    # Last: what the watches above found of themselves this tick; a freeze of the supervisor is not their blindness,
+    # nor NVML's hang.
     evidence.watches.thawed_at = lambda: evidence.freeze.thawed_at if evidence.freeze is not None else None
+    if evidence.gpus is not None:
+        evidence.gpus.thawed_at = evidence.watches.thawed_at
     watchers.append(evidence.watches.check)
     return watchers
 

@@ -28,7 +28,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine.offloop import worker_thread
@@ -103,7 +103,10 @@ class Gpus:
         self._requests: list[_Request] = []
         self._calls = itertools.count(1)
         self._in_call: tuple[int, HungCall] | None = None
-        self._slow: list[tuple[int, str, float]] = []  # (call number, call, seconds) past the timeout
+        self._slow: list[tuple[int, str, float, float]] = []  # (call number, call, seconds, began) past the timeout
+        # The supervisor's last thaw (monotonic; run.py: tick.py's FreezeWatch): a call it stopped with the
+        # supervisor (SIGSTOP, docker pause) counts from there, never the pause taken for NVML's hang.
+        self.thawed_at: Callable[[], float | None] = lambda: None
         self._said: int | None = None  # the hung call the loop has said (loop side only)
         self.slow_calls = 0  # NVML calls that took longer than the timeout, in this run (loop side)
         self._repeats = Repeats()  # (loop side) the same slow call said once, then counted
@@ -181,13 +184,23 @@ class Gpus:
         return reading.samples if reading is not None else ()
 
     def unresponsive(self, now: float | None = None) -> HungCall | None:
-        """The NVML call that has been running for longer than NVML_CALL_TIMEOUT_S, if one is."""
+        """The NVML call that has been running for longer than NVML_CALL_TIMEOUT_S, if one is (counted from the
+        supervisor's last thaw at the earliest)."""
         with self._cond:
             current = self._in_call
         if current is None:
             return None
         now = time.monotonic() if now is None else now
-        return current[1] if now - current[1].since >= self._call_timeout_s else None
+        hung = self._since_thaw(current[1])
+        return hung if now - hung.since >= self._call_timeout_s else None
+
+    def _since_thaw(self, call: HungCall) -> HungCall:
+        """``call`` as counted from the supervisor's last thaw, where that came after it began: the time the
+        supervisor was stopped is no time NVML took (a docker pause read as a hung driver failed the phase)."""
+        thawed = self.thawed_at()
+        if thawed is None or thawed <= call.since:
+            return call
+        return replace(call, since=thawed, since_wall=call.since_wall + (thawed - call.since))
 
     def describe(self, now: float | None = None) -> str:
         """What the GPU evidence is, for the log: NVML's own answer, or that it has not given one."""
@@ -204,8 +217,15 @@ class Gpus:
         with self._cond:
             slow, self._slow = self._slow, []
             current = self._in_call
+        thawed = self.thawed_at()
+        if current is not None:
+            current = (current[0], self._since_thaw(current[1]))
         lines = []
-        for number, call, took in slow:  # a driver slow on every call: each call's line once, then a count
+        for number, call, took, began in slow:  # a driver slow on every call: each call's line once, then a count
+            if thawed is not None and began < thawed:  # (it spanned a freeze of the supervisor: its time is not NVML's)
+                if number == self._said:
+                    self._said = None
+                continue
             lines += self._repeats.note(f"returned {call}", f"gpu_unresponsive: {call} returned after {took:.1f}s",
                                         f"gpu_unresponsive: {call} returned late")
             if number == self._said:
@@ -389,4 +409,4 @@ class Gpus:
             with self._cond:
                 self._in_call = None
                 if took >= self._call_timeout_s:
-                    self._slow.append((number, label, took))
+                    self._slow.append((number, label, took, started))

@@ -350,6 +350,29 @@ def test_a_gpu_thread_that_fails_says_so_and_starts_again(control: NvmlControl, 
     release()
 
 
+def test_figures_from_before_the_gpu_thread_failed_are_not_shown_as_now(control: NvmlControl, gpus: Gpus,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until the thread starts again, "no GPU evidence for now" stood beside the last utilisation read before the
+    failure, not stale: status, /metrics and the plugin's machine() showed it as now."""
+    real, calls = gpuwatch.sample_all, []
+
+    def fails_third(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a bug of ours")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpuwatch, "THREAD_RESTART_S", 30.0)  # (it stays down for the test)
+    monkeypatch.setattr(gpuwatch, "sample_all", fails_third)
+    control.set(gpus=[nvml_gpu(util=87)])
+    release = gpus.want(0.1)
+    wait_for(lambda: gpus.samples(), timeout=10)
+    wait_for(lambda: not gpus.available, timeout=10)
+    assert gpus.why.startswith("no GPU evidence for now: the GPU thread failed"), gpus.why
+    assert gpus.latest() is None and gpus.samples() == ()
+    release()
+
+
 def test_the_time_the_supervisor_was_frozen_is_no_time_nvml_took(control: NvmlControl) -> None:
     """docker pause (SIGSTOP) stops the GPU thread inside its call with the rest: after the thaw, the call's age
     counted the pause, and a 65 s pause failed the phase gpu_unresponsive (8 s: a false "returned after 8.1s"

@@ -97,6 +97,7 @@ class Gpus:
         self.why = "not probed yet"
         self.opened = threading.Event()  # NVML opened, or found absent: ``why`` says which
         self._reading: GpuReading | None = None
+        self._failed_at: float | None = None  # (monotonic) the thread's last failure: no reading before it is now's
         self._wants: dict[int, float] = {}  # want id → the cadence it asked for
         self._want_ids = itertools.count(1)
         self._lease_until = 0.0
@@ -175,8 +176,10 @@ class Gpus:
         return self._xid.take()
 
     def latest(self) -> GpuReading | None:
+        """The latest reading, none from before the thread last failed (its figures are no longer now's)."""
         with self._cond:
-            return self._reading
+            reading, failed = self._reading, self._failed_at
+        return None if reading is not None and failed is not None and reading.at <= failed else reading
 
     def samples(self) -> tuple[GpuSample, ...]:
         """The latest published sample of every GPU (empty: none yet, or no GPU)."""
@@ -297,6 +300,7 @@ class Gpus:
         """(under the lock) After a failure: no GPU evidence until the thread has opened NVML again."""
         self.why = f"no GPU evidence for now: the GPU thread failed ({summary(exc)})"
         self.available = False
+        self._failed_at = time.monotonic()
         self.opened.set()
 
     def _run(self) -> None:

@@ -103,7 +103,7 @@ MEANINGS: dict[int, tuple[Meaning, str]] = {
     S.SIGWINCH: (Meaning.FORWARD, "the terminal was resized (as tini does)"),
     S.SIGCHLD: (Meaning.REAP, "a child changed state"),
     S.SIGTSTP: (Meaning.NOTE, "Ctrl-Z: the supervisor does not stop itself; SIGSTOP pauses it"),
-    S.SIGCONT: (Meaning.NOTE, "it goes on (it had been stopped by SIGSTOP)"),
+    S.SIGCONT: (Meaning.NOTE, "it goes on (if something had stopped it; `timeout` sends one with its signal)"),
     S.SIGURG: (Meaning.NOTE, "the supervisor reads no out-of-band socket data"),
     # Python's own choice: a write to a closed pipe or socket fails with EPIPE where it is written.
     S.SIGPIPE: (Meaning.IGNORE, "a write to a closed pipe fails with EPIPE instead"),

@@ -98,3 +98,39 @@ command = {toml_list([PY, str(climb), "1.5"])}
     assert result.returncode == 137, result.output
     assert "memory_high" not in result.output
     assert "warned at" not in one_verdict(result.output, "hog")
+
+
+def test_only_a_warning_given_before_the_kill_is_cited_by_its_verdict(tmp_path: Path) -> None:
+    """A tick between the kill and the reap reads the cgroup at 100% still: its memory_high came after the kill
+    was seen, and the verdict cited it as "warned at", memory that had been there to be seen before the kill."""
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from supervisor.engine.reaping import ExitStatus
+    from supervisor.evidence.memory import MemoryReport, MemoryWarning
+    from supervisor.lifecycle.verdict import exit_verdict
+
+    cgroup = SimpleNamespace(path=tmp_path / "prover-1-hog")
+    started = time.time() - 10
+
+    def judged(warned_at: float, killed_at: float | None) -> str:
+        child = SimpleNamespace(
+            exited=lambda status: None, drain_output=lambda: None, output_open=True, spec=SimpleNamespace(name="hog"),
+            pid=42, stop_reason=None, stop_detail="", started_at=started, sigkilled=False, forwarded={},
+            ended_at=None, placement=SimpleNamespace(cgroup=cgroup),
+            output=SimpleNamespace(last_lines=lambda begun=False: []))
+        memory = SimpleNamespace(
+            report=lambda placement: MemoryReport(1, 64 << 20, "phase", None),
+            warned={"hog": MemoryWarning(warned_at, 0.99, 64 << 20, "memory_high: ...")},
+            kill_seen_at={} if killed_at is None else {cgroup.path: killed_at})
+        verdict = exit_verdict(child, ExitStatus(None, signal.SIGKILL), phase="hog", attempt=1,  # type: ignore[arg-type]
+                               daemon=False, memory=memory, earlier=())  # type: ignore[arg-type]
+        assert verdict.reason == "oom_killed", verdict
+        return verdict.detail
+
+    kill = time.time() - 2
+    assert "warned at" in judged(kill - 1, kill), "given before the kill"
+    assert "warned at" not in judged(kill + 0.001, kill), "given after the kill was seen"
+    assert "warned at" in judged(kill - 1, None), "no kill seen live: the reap's own look"
+    assert "warned at" not in judged(started - 1, None), "an earlier attempt's"

@@ -123,6 +123,7 @@ class MemoryEvidence:
         # The OOM kills seen in this run, in every cgroup watched (the phases', made anew each attempt, and the
         # supervisor's): what status and /metrics count; no one cgroup's counter holds them all.
         self.oom_kills_seen = 0
+        self.kill_seen_at: dict[Path, float] = {}  # cgroup → when (wall time) its counter was last seen rising
         self._said_frozen: set[str] = set()  # paths said frozen under OOM (v1: under_oom), until it ends
         self._poll_timer: Timer | None = None
         self._parent: MemoryCgroup | None = None  # where phase cgroups are made (per-phase mode)
@@ -445,6 +446,7 @@ class MemoryEvidence:
         before = self._last_kills.get(key, snap.oom)
         if rose := kills_since(snap.oom, before):
             self.oom_kills_seen += rose
+            self.kill_seen_at[cgroup.path] = time.time()
             # Its own limit is not always the one that killed: one above it (the container's, or the machine's)
             # may be tighter, or the only one (a phase without memory_max).
             above = limit_above(snap.limit, self.available_memory())

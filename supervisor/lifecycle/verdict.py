@@ -10,6 +10,7 @@ per phase), said, and heard by the lifecycle's observers.
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -247,7 +248,11 @@ def exit_verdict(child: Child, status: ExitStatus, *, phase: str, attempt: int, 
         added=added,
     )
     warned = memory.warned.get(phase) if memory is not None else None
-    if verdict.reason == OOM_KILLED and warned is not None and warned.at >= child.started_at:
+    # Only a warning the memory gave before the kill: a tick between the kill and the reap reads the cgroup at
+    # 100% still, and its memory_high came after the kill was seen.
+    where = child.placement.cgroup if child.placement is not None else None
+    killed_at = memory.kill_seen_at.get(where.path, math.inf) if memory is not None and where is not None else math.inf
+    if verdict.reason == OOM_KILLED and warned is not None and child.started_at <= warned.at < killed_at:
         verdict = replace(verdict, detail=f"{verdict.detail}; {warned.note()}")
     return verdict
 

@@ -136,6 +136,22 @@ def test_start_over_without_an_outbox_says_nothing_was_set_aside(tmp_path: Path)
     assert list(tmp_path.iterdir()) == []
 
 
+def test_start_over_sets_another_labels_give_up_aside_and_forgets_only_its_own(tmp_path: Path) -> None:
+    # The marker is C.888's: --fresh of C.777 deleted it, and C.888, back on the state_dir, ran again.
+    givenup.remember(tmp_path, "bench too slow", "C.888")
+    said = givenup.start_over(tmp_path, "C.777")
+    assert said is not None and "'C.888' was given up, not 'C.777'" in said and "set aside" in said, said
+    assert "'C.777' was not given up here; starting as usual" in said, said
+    kept = givenup.recall(tmp_path, "C.888")
+    assert kept is not None and kept.reason == "bench too slow", "that label, back, is still refused"
+    # C.777's own, set aside by another's start before: that one --fresh forgets.
+    givenup.remember(tmp_path, "rate 0", "C.777")
+    givenup.set_aside(tmp_path, givenup.recall(tmp_path, "C.999"), "C.999")  # type: ignore[arg-type]
+    said = givenup.start_over(tmp_path, "C.777")
+    assert said is not None and "the give-up (rate 0) is forgotten" in said, said
+    assert givenup.recall(tmp_path, "C.777") is None and givenup.recall(tmp_path, "C.888") is not None
+
+
 def test_a_second_fresh_start_replaces_the_older_set_aside_outbox(tmp_path: Path) -> None:
     outbox = state_files.path(tmp_path, state_files.OUTBOX)
     for generation in (b"first", b"second"):

@@ -85,10 +85,12 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, switches: 
     if signals.carry_on(core.loop):
         setting_up(host, "empty a dead supervisor's cgroups", lambda: empty_leftover_cgroups(core.memory, host.log))
     signals.carry_on(core.loop)
+    if fresh:  # (before the lifecycle is built: the instance's clocks it loads must be the new row's, not the old's)
+        start_over(host, plan.manager.instance)
     sup = setting_up(host, "build the lifecycle", lambda: build_lifecycle(plan, plugin, host, core, switches))
     outlets = wire_observers(plan, plugin, host, core, sup, signals.router)
     try:
-        serve(plan, plugin, host, core, sup, signals.router, on_start, fresh)
+        serve(plan, plugin, host, core, sup, signals.router, on_start)
     finally:
         status = tear_down(plan, host, core, sup, outlets, signals, lock_fd)  # (see teardown.py)
     return status
@@ -98,7 +100,7 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, switches: 
 
 
 def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, router: SignalRouter,
-          on_start: Callable[[Lifecycle], None] | None, fresh: bool = False) -> None:
+          on_start: Callable[[Lifecycle], None] | None) -> None:
     """Start the lifecycle on a fit machine (asked off the loop), then loop until it is over."""
     router.lifecycle = sup.lifecycle  # a stop signal now stops it (the loop takes them in from here)
     if router.stop_requested is not None:  # asked to stop during the startup steps: start nothing
@@ -106,7 +108,7 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
         return
     evidence = sup.rt.evidence
     gpus_said = say_gpu_evidence(evidence.gpus, host.log)  # before the manager's lines: the setup tab's order
-    given_up = given_up_before(host, fresh, plan.manager.instance)
+    given_up = given_up_before(host, plan.manager.instance)
     start_reporting(sup, core.loop, host.log, given_up)
     if given_up is not None:
         refuse_given_up(sup, core.loop, host.log, given_up)
@@ -125,16 +127,19 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
         core.loop.run()
 
 
-def given_up_before(host: Host, fresh: bool, label: str) -> givenup.GivenUp | None:
-    """Was this state_dir's instance (``label``) given up by an earlier start? ``--fresh`` forgets it (and says
-    so); another label's give-up is set aside (and said): that instance is not this one."""
-    if fresh:
-        try:
-            said = givenup.start_over(host.state_dir, label)
-        except OSError as exc:
-            host.log(f"--fresh: cannot start over in {host.state_dir}: {exc.strerror or exc}")
-        else:
-            host.log(said or "--fresh: nothing was given up in this state_dir; starting as usual")
+def start_over(host: Host, label: str) -> None:
+    """``--fresh``: an instance an earlier start gave up is forgotten, its clocks with it (and said)."""
+    try:
+        said = givenup.start_over(host.state_dir, label)
+    except OSError as exc:
+        host.log(f"--fresh: cannot start over in {host.state_dir}: {exc.strerror or exc}")
+    else:
+        host.log(said or "--fresh: nothing was given up in this state_dir; starting as usual")
+
+
+def given_up_before(host: Host, label: str) -> givenup.GivenUp | None:
+    """Was this state_dir's instance (``label``) given up by an earlier start? Another label's give-up is set aside
+    (and said): that instance is not this one."""
     given_up = givenup.recall(host.state_dir, label)
     if given_up is None or given_up.of(label):
         return given_up

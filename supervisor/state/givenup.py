@@ -137,10 +137,18 @@ def set_aside(state_dir: str | Path, given_up: GivenUp, label: str) -> str:
 
 def start_over(state_dir: str | Path, label: str = "") -> str | None:
     """``--fresh``: forget the give-up (this state_dir's, and ``label``'s set aside) and set the old instance's outbox
-    aside; returns what was done (None: nothing was given up here). Raises OSError."""
+    aside; returns what was done (None: nothing was given up here). Raises OSError. Another label's give-up is not
+    this start's to forget: it is set aside, as any start of ``label`` does (that label, back, is still refused)."""
     given_up = recall(state_dir, label)
+    if given_up is not None and not given_up.of(label):
+        said = set_aside(state_dir, given_up, label)
+        ours = start_over(state_dir, label)  # (``label``'s own, set aside by another's start before, if any)
+        return f"{said}; {ours or f'--fresh: {label!r} was not given up here; starting as usual'}"
     if given_up is None:
         return None
+    # The clocks first: a SIGKILL before the marker goes must not leave the old instance's times with no marker.
+    # A new registration is a new row: its deadlines run from its own registered_at, not the old instance's.
+    state_files.path(state_dir, state_files.FIRST_SEEN).unlink(missing_ok=True)
     outbox = state_files.path(state_dir, state_files.OUTBOX)
     outbox_aside = ""
     if outbox.exists():
@@ -152,6 +160,4 @@ def start_over(state_dir: str | Path, label: str = "") -> str | None:
     marker(state_dir).unlink(missing_ok=True)
     if label:
         aside(state_dir, label).unlink(missing_ok=True)
-    # A new registration is a new row: its deadlines run from its own registered_at, not the old instance's.
-    state_files.path(state_dir, state_files.FIRST_SEEN).unlink(missing_ok=True)
     return f"starting over (--fresh): the give-up ({given_up.reason}) is forgotten{outbox_aside}; registering afresh"

@@ -132,6 +132,21 @@ def test_a_give_up_does_not_wait_for_good_behind_a_log_route_that_fails(sup: Run
     assert pending and set(pending) == {"log"}, pending
 
 
+def test_fresh_runs_the_new_row_on_its_own_clocks(sup: Runner, manager: DevManager) -> None:
+    """--fresh removed first-seen.json only after the lifecycle had loaded it: the old instance's times, two hours
+    old, lived on in memory, were saved again, and a fetch deadline counted from them gave the new row up."""
+    sup.state_dir.mkdir(parents=True, exist_ok=True)
+    givenup.remember(sup.state_dir, "rate 0", "C.782")
+    old = time.time() - 7200
+    state_files.path(sup.state_dir, state_files.FIRST_SEEN).write_text(
+        json.dumps({"first_start": old, "first_registered": old, "manager_registered_at": old}))
+    fresh = Console(sup, config(sup, manager, label="C.782"), env={"FETCH_STATUS": "0"}, args=("--fresh",))
+    assert fresh.finish(WAIT_S) == 0, fresh.tail()
+    assert "starting over (--fresh): the give-up (rate 0) is forgotten" in fresh.text()
+    kept = json.loads(state_files.path(sup.state_dir, state_files.FIRST_SEEN).read_text())
+    assert kept["first_start"] > old + 7000 and kept.get("first_registered", old) > old + 7000, kept
+
+
 def test_passed_false_is_remembered_too(sup: Runner, manager: DevManager) -> None:
     """The manager itself killed the instance (a bench below min_rate): a restart must not un-kill it."""
     cfg = sup.write(f"""

@@ -167,6 +167,21 @@ def test_a_phase_that_starts_to_run_again_loses_what_it_left_when_last_done(tmp_
     record.phase_changed(done("fetch", {}, PhaseState.STARTING))  # (a second attempt: nothing left to drop)
     assert read_record(path) == {}
 
+def test_phases_asked_to_run_again_lose_what_they_left_at_the_start(tmp_path: Path) -> None:
+    # --rebench, killed during the warm-up (before the bench reached STARTING): the old pass stayed in resume.json,
+    # and the next plain start resumed the bench as done.
+    path = tmp_path / "resume.json"
+    kept = {"fetch": good_facts(outputs={"a.params": 2}), "bench": good_facts(bench={"rate": 1.5})}
+    path.write_text(json.dumps({"version": 1, "phases": kept}))
+    record = load_record(tmp_path, ["fetch", "bench"], lambda line: None)
+    record.run_again(["bench"])
+    assert read_record(path) == {"fetch": kept["fetch"]}
+    assert record.previous("bench") == kept["bench"]  # (offered still: resumable runs it again all the same)
+    mtime = path.stat().st_mtime_ns
+    record.run_again([])  # nothing asked: nothing written
+    assert path.stat().st_mtime_ns == mtime
+
+
 def test_a_write_that_fails_is_said_once_and_said_again_once_it_works(tmp_path: Path) -> None:
     lines: list[str] = []
     state_dir = tmp_path / "gone"

@@ -158,6 +158,15 @@ class ResumeRecord(Deaf):
         self._latest[phase.name] = dict(phase.facts)
         self.save()
 
+    def run_again(self, names: Iterable[str]) -> None:
+        """The phases the command line asks to run again (a plugin's switch of ``run``: ``--rebench``) lose what
+        they left, on disk at once: a start killed before it got to them (in the warm-up) left the old pass for
+        the next plain start to resume. (What they left is still offered as ``previous``: ``resumable`` runs them
+        again all the same.)"""
+        dropped = [name for name in names if self._latest.pop(name, None) is not None]
+        if dropped:
+            self.save()
+
     def save(self) -> None:
         if self._writes is None:  # no path: a lifecycle that keeps no state
             return

@@ -356,3 +356,31 @@ def test_a_phase_whose_resume_kind_the_command_line_asks_to_rerun_runs_again_tho
     assert resumed is not None and "on this same machine" in resumed[0], resumed
     assert record.resumable(phase(Rerun(frozenset({"machine"}))), None) is None  # type: ignore[arg-type]
     assert record.resumable(phase(Rerun(frozenset({"outputs"}))), None) is not None  # type: ignore[arg-type]
+
+
+def test_a_phase_done_by_another_command_or_environment_runs_again() -> None:
+    """The fetch of 32 GiB parameters left its files; the config changed to 64 GiB and the phase resumed on them
+    (curio then lacked its parameters). What a phase runs is a fact it keeps; one kept before it was is taken as
+    the same (a record of an earlier version resumes as it did)."""
+    from supervisor.config import parse_plan
+    from supervisor.lifecycle.resume import what_it_runs
+
+    def phase(size: str, env: str = "") -> tuple[SimpleNamespace, list[str]]:
+        plan = parse_plan(f'[[phases]]\nname = "bench"\ncommand = ["fetch-params", "{size}"]\nresume = "machine"\n'
+                          f'{env}', "t.toml", {})
+        said: list[str] = []
+        needs = SimpleNamespace(loop=None, log=said.append, gpus=None, rerun=NO_RERUN,
+                                available_memory=lambda cap=None: 64 << 30)
+        return SimpleNamespace(name="bench", spec=plan.phases[0], resume_needs=needs, parsed=None), said
+
+    before, _ = phase("32GiB")
+    done = {"done_at": time.time() - 60, "machine": {"gpus": [], "memory": 64 << 30},
+            "ran": {"digest": what_it_runs(before.spec)}}
+    record = ResumeRecord(None, {"bench": done})
+    assert record.resumable(before, None) is not None  # type: ignore[arg-type]
+    for changed, said in (phase("64GiB"), phase("32GiB", 'env = { SECTOR = "64" }\n')):
+        assert record.resumable(changed, None) is None  # type: ignore[arg-type]
+        assert said == ["phase bench: done before with another command or environment (its config changed): "
+                        "running it again"], said
+    older = ResumeRecord(None, {"bench": {k: v for k, v in done.items() if k != "ran"}})
+    assert older.resumable(phase("64GiB")[0], None) is not None  # type: ignore[arg-type]

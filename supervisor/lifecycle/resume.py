@@ -27,6 +27,7 @@ machine fingerprint reads the GPU thread's latest sample, never NVML itself.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -333,6 +334,8 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
     if spec.resume == "outputs":
         before = prev.get("outputs")
         now = outputs_now
+        if not _ran_the_same(phase, prev):
+            return None
         if before and now is not None and all(now.get(name) == size for name, size in before.items()):
             return f"its {len(before)} output file(s) in {spec.progress_path} are all still there"
         return None
@@ -343,12 +346,33 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
     if prev.get("machine") != machine_fingerprint(rt):
         rt.log(f"phase {phase.name}: done before on a different machine (GPUs or memory): running it again")
         return None
+    if not _ran_the_same(phase, prev):
+        return None
     switch = rt.rerun.switches.get(spec.resume)
     # When, on the clock, and how long before this start: the phase keeps this why for as long as it is done, and
     # a "done 18s ago" read days later in status would say what is no longer true.
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(prev["done_at"])))
     return (f"done {age:.0f}s before this start ({when}) on this same machine"
             + (f" (use {switch} to run it anyway)" if switch else ""))
+
+
+def _ran_the_same(phase: ResumingPhase, prev: Facts) -> bool:
+    """The phase was done by what it would run now (its ``ran`` fact; one kept before there was one: taken as the
+    same). Another command or environment is another phase: a fetch of 32 GiB parameters left its files there,
+    and a config changed to 64 GiB resumed on them, curio then lacking its own."""
+    ran = prev.get("ran")
+    if not isinstance(ran, dict) or ran.get("digest") == what_it_runs(phase.spec):
+        return True
+    phase.resume_needs.log(f"phase {phase.name}: done before with another command or environment (its config "
+                           "changed): running it again")
+    return False
+
+
+def what_it_runs(spec: PhaseSpec) -> str:
+    """A digest of what the phase runs as configured: its command's and its daemons' programs, environments and
+    working directories (the knobs of the supervisor's own, its timeouts and watches, are left out)."""
+    children = [(c.name, list(c.command), sorted(c.env.items()), c.cwd) for c in (spec.command, *spec.daemons)]
+    return hashlib.sha256(json.dumps(children).encode()).hexdigest()[:32]
 
 
 # ---------------------------------------------------------------- the facts of a phase done now
@@ -358,7 +382,8 @@ def facts_of(phase: ResumingPhase, output: OutputHook | None, then: Callable[[Fa
     """What a later start needs to resume ``phase``, done now, to ``then``: when, on which machine, what
     its output parser read (where the parser keeps it as a fact: the bench's rate) and its output files,
     listed off the loop (without them, if they are not listed within SURVEY_BOUND_S)."""
-    facts: Facts = {"done_at": time.time(), "machine": machine_fingerprint(phase.resume_needs)}
+    facts: Facts = {"done_at": time.time(), "machine": machine_fingerprint(phase.resume_needs),
+                    "ran": {"digest": what_it_runs(phase.spec)}}
     if output is not None and output.fact is not None and phase.parsed is not None:
         facts[output.fact] = vars(phase.parsed)
     path = phase.spec.progress_path

@@ -397,13 +397,14 @@ def check_log_names(phases: tuple[PhaseSpec, ...]) -> None:
 def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:
     """No two children that run at once wait for one local port, nor one for the supervisor's own http_port:
     only one process can listen there, so the second would fail port_in_use once the phases before it ran
-    (a download of an hour, in the prover's lifecycle). At once: a phase's command and its daemons, with the
-    lifecycle daemons handed on by the phases before it (a daemon of the same name is the one handed on)."""
-    kept: dict[str, tuple[str, ChildSpec]] = {}  # a lifecycle daemon's name → (its place, its spec)
+    (a download of an hour, in the prover's lifecycle). At once: a phase's command and its daemons, with every
+    lifecycle daemon of the phases before it (each its own process, whatever its name: a later daemon of the same
+    name is started beside it, never handed it)."""
+    kept: list[tuple[str, ChildSpec]] = []  # the lifecycle daemons so far: (its place, its spec)
     for i, phase in enumerate(phases):
         where = f"phases[{i}] ({phase.name})"
         own = [(where, phase.command), *((f"{where}.daemons[{j}] ({d.name})", d) for j, d in enumerate(phase.daemons))]
-        at_once = [*(kept[name] for name in kept if name not in {d.name for d in phase.daemons}), *own]
+        at_once = [*kept, *own]
         taken: dict[tuple[str, int], tuple[str, str]] = {}  # (host, port) → (its child's place, how it is said)
         if http_port:
             taken[("127.0.0.1", http_port)] = ("", "supervisor.http_port (the supervisor's own health port)")
@@ -415,8 +416,7 @@ def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:
                     raise ConfigError(f"{place}.ready: port {port} is also {clash}: two children that run at "
                                       "once cannot both listen there")
                 taken.setdefault((host, port), (place, f"the ready port of {place}"))
-        kept.update({d.name: (f"{where}.daemons[{j}] ({d.name})", d) for j, d in enumerate(phase.daemons)
-                     if d.lifetime == "lifecycle"})
+        kept += [(place, d) for place, d in own[1:] if d.lifetime == "lifecycle"]
 
 
 def _local_ports(child: ChildSpec) -> list[tuple[str, int]]:

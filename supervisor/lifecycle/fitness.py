@@ -38,7 +38,7 @@ from typing import Protocol
 from ..config import PhaseSpec, Plan
 from ..engine.loop import ErrorHandler, EventLoop
 from ..engine.offloop import run_bounded
-from ..evidence.gpu import GpuInventory, HungCall
+from ..evidence.gpu import MAX_GPUS, GpuInventory, HungCall
 from ..evidence.progress import tree_size
 from ..text.show import fmt_bytes, shown
 from ..text.units import is_ascii_digits
@@ -324,12 +324,16 @@ def free_space(path: str) -> tuple[int | None, int | None]:
 
 
 def expected_gpu_count(environ: Mapping[str, str]) -> int | None:
+    """$GPU_COUNT, where it is a count a machine can have (0 to MAX_GPUS; 5000 digits raised out of int(), the
+    fitness check unchecked, and the demo made a stand-in GPU for each of 100 million)."""
     raw = environ.get(GPU_COUNT_ENV, "").strip()
-    return int(raw) if is_ascii_digits(raw) else None  # "²" is a digit to isdigit(), not to int()
+    # ("²" is a digit to isdigit(), not to int())
+    return int(raw) if is_ascii_digits(raw) and len(raw) <= 4 and int(raw) <= MAX_GPUS else None
 
 
 def unread_gpu_count(environ: Mapping[str, str]) -> str | None:
-    """$GPU_COUNT where it is set but is no count ("two", "-1"): the count cannot be compared, which is said."""
+    """$GPU_COUNT where it is set but is no count ("two", "-1", more than any machine has): the count cannot be
+    compared, which is said."""
     raw = environ.get(GPU_COUNT_ENV)
     return raw if raw is not None and raw.strip() and expected_gpu_count(environ) is None else None
 

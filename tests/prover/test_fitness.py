@@ -425,7 +425,12 @@ def test_fitness_keys_are_checked_like_every_other() -> None:
         assert str(refused.value).startswith(message) and "\n" not in str(refused.value), refused.value
 
 
-@pytest.mark.parametrize(("raw", "expected"), [("4", 4), (" 2 ", 2), ("²", None), ("١", None), ("", None), ("x", None)])
+@pytest.mark.parametrize(("raw", "expected"), [("4", 4), (" 2 ", 2), ("0", 0), ("64", 64), ("²", None), ("١", None),
+                                              ("", None), ("x", None), ("65", None), ("100000000", None),
+                                              ("9" * 5000, None)])
 def test_gpu_count_from_the_environment_takes_ascii_digits_only(raw: str, expected: int | None) -> None:
-    """"²" is a digit to str.isdigit() but not to int(): it used to raise out of the fitness check."""
+    """"²" is a digit to str.isdigit() but not to int(): it used to raise out of the fitness check. So did 5000
+    digits (int()'s limit), and the demo made a stand-in GPU for each of 100 million: a count no machine has is
+    no count, said as such (unread_gpu_count)."""
     assert fitness.expected_gpu_count({"GPU_COUNT": raw}) == expected
+    assert (fitness.unread_gpu_count({"GPU_COUNT": raw}) is None) == (expected is not None or not raw.strip())

@@ -138,6 +138,8 @@ def status_probe(status_listen: str, where: str) -> ReadyCheck | None:
     if status_listen == "":
         return None
     status = status_address(status_listen)
+    if "://" in status:  # (tcp://, https://: cuzk's bind takes none, and the probe would ask http://tcp://…)
+        raise ConfigError(f"{where}: {shown(status_listen)} must be host:port or http://host:port")
     host, port = host_port(status, f"{where}: {shown(status_listen)} must be host:port")
     return ReadyCheck("http", f"http://{status}/status", host, port)
 

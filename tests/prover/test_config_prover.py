@@ -370,3 +370,13 @@ def test_min_rate_and_a_number_from_a_variable_read_one_grammar(text: str) -> No
                      lambda plan: plan.supervisor.stop_grace_s)
     rate = _as_read(MINIMAL, {"MIN_RATE": text}, lambda plan: plan.extensions["manager"]["min_rate"])
     assert grace == rate, (grace, rate)
+
+
+@pytest.mark.parametrize("status_listen", ["tcp://127.0.0.1:9821", "https://127.0.0.1:9821", "ftp://h:1"])
+def test_cuzks_status_listen_takes_no_other_scheme(status_listen: str) -> None:
+    # Let through, it went into cuzk.toml as a bind cuzk cannot make, and the probe asked http://tcp://…/status.
+    body = f'[cuzk]\nstatus_listen = "{status_listen}"\n[[phases]]\nname = "a"\ncommand = ["true"]\n'
+    assert parse_error(body, plugin=PLUGIN) == (f"test.toml: cuzk.status_listen: {shown(status_listen)} must be "
+                                                "host:port or http://host:port")
+    fine = body.replace(status_listen, "http://127.0.0.1:9821")
+    assert parse(fine, plugin=PLUGIN).sections["cuzk"].status_listen == "http://127.0.0.1:9821"

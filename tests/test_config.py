@@ -995,6 +995,18 @@ def test_ready_kinds(url: str, expected: ReadyCheck) -> None:
     assert plan.phases[0].daemons[0].ready == expected
 
 
+@pytest.mark.parametrize("url", ["http://user:s3cretpw@127.0.0.1:18794/", "https://user@example.com/health"])
+def test_a_ready_url_with_a_user_or_password_is_refused_without_showing_it(url: str) -> None:
+    # Accepted, the probe never sent them (HTTP 401 until the ready timeout) and the verdict line, in
+    # supervisor.log, carried the password.
+    with pytest.raises(ConfigError) as refused:
+        parse(f'[[phases]]\nname = "p"\nkind = "service"\ncommand = ["true"]\nready = "{url}"\n')
+    said = str(refused.value)
+    assert said == ("test.toml: phases[0] (p).ready: the URL carries a user or password (user:password@), which "
+                    "no probe sends and the log would show: leave it out"), said
+    assert url not in said and "s3cretpw" not in said
+
+
 def test_variable_expansion_everywhere() -> None:
     environ = {"ROOT": "/srv", "SIZE": "64GiB", "TOKEN": "s3cr3t", "EMPTY": ""}
     plan = parse("""\

@@ -613,6 +613,9 @@ def http_url(text: str, where: str) -> tuple[str, int]:
         port = parts.port
     except ValueError as exc:
         raise ConfigError(f"{where}: {shown(text)} is not a valid URL ({cut(str(exc), ASIDE_CHARS)})") from None
+    if parts.username is not None or parts.password is not None:  # (the URL is not shown: it holds the password)
+        raise ConfigError(f"{where}: the URL carries a user or password (user:password@), which no probe sends and "
+                          "the log would show: leave it out")
     if not parts.hostname:
         raise ConfigError(f"{where}: {shown(text)} has no host")
     check_host(parts.hostname, where, shown(text))

@@ -1007,6 +1007,14 @@ def test_a_ready_url_with_a_user_or_password_is_refused_without_showing_it(url: 
     assert url not in said and "s3cretpw" not in said
 
 
+def test_events_url_without_a_manager_is_refused() -> None:
+    # Accepted, no event was ever shipped: the reporting, the event shipper with it, is off without a manager url.
+    body = '[manager]\nevents_url = "http://127.0.0.1:18793/events"\n[[phases]]\nname = "p"\ncommand = ["true"]\n'
+    assert parse_error(body) == ("test.toml: manager.events_url: needs manager.url (or $MANAGER_URL): without a "
+                                 "manager no event is shipped")
+    assert parse(body, {"MANAGER_URL": "http://127.0.0.1:1", "VAST_CONTAINERLABEL": "C.1"}).manager.events_url
+
+
 def test_variable_expansion_everywhere() -> None:
     environ = {"ROOT": "/srv", "SIZE": "64GiB", "TOKEN": "s3cr3t", "EMPTY": ""}
     plan = parse("""\

@@ -440,6 +440,9 @@ def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin, exten
         raise ConfigError(f"manager.token_env: ${shown(v['token_env'], bare=True)} holds characters an HTTP header "
                           "cannot carry (a newline, a control character or non-ASCII)")
     _one_authorization(v)
+    if v["events_url"] and not v["url"]:  # (the reporting, and the events with it, is off without a manager)
+        raise ConfigError("manager.events_url: needs manager.url (or $MANAGER_URL): without a manager no event is "
+                          "shipped")
     explicit = v["label"] is not None
     label, where = (v["label"], "manager.label") if explicit else label_source(environ)
     # Only a manager is told the label (in JSON, kept in the outbox): without one, a strange label harms nothing.

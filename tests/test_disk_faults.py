@@ -38,7 +38,7 @@ from supervisor.engine import logs
 from supervisor.engine.logs import LogFile
 from supervisor.manager import outbox as outbox_mod
 from supervisor.manager.outbox import Outbox
-from supervisor.text.show import shown
+from supervisor.text.show import PATH_CHARS, shown
 
 EXIT_CHILD = 4
 
@@ -142,6 +142,13 @@ def refused_at_start(sup: Runner, said: str, log_dir: str | None = None) -> None
     result = sup.run(config, timeout=30)
     assert result.returncode == 2, result.output[-3000:]
     assert result.output.strip().splitlines()[-1].endswith(said), result.output[-3000:]
+
+
+def test_a_log_dir_that_cannot_be_used_is_said_in_one_line_whatever_its_name(sup: Runner) -> None:
+    # A newline in the path printed the error over two lines (the path unquoted, as no other error shows one).
+    where = "/sys/kernel/a\nlog"
+    refused_at_start(sup, f"supervisor.log_dir: cannot use {shown(where, PATH_CHARS)}: Operation not permitted",
+                     log_dir=where)
 
 
 def test_a_log_dir_root_cannot_write_in_is_refused_at_start(sup: Runner) -> None:

@@ -47,7 +47,7 @@ from ..status.file import StateFile
 from ..status.socket import StatusServer
 from ..text import Log
 from ..text.redact import Redactor, url_secrets
-from ..text.show import summary
+from ..text.show import PATH_CHARS, shown, summary
 
 T = TypeVar("T")
 # Orphans reaped beyond this many in the whole run are summarised (one line a thousand), not listed one by one.
@@ -146,14 +146,14 @@ def prepare_dirs(plan: Plan) -> None:
     dirs = (("supervisor.state_dir", plan.supervisor.state_dir), ("supervisor.log_dir", plan.supervisor.log_dir))
     for key, path in dirs:  # both looked at before either is made: a log_dir that is a file leaves no state_dir
         if os.path.lexists(path) and not os.path.isdir(path):  # (mkdir would say "File exists")
-            raise SetupError(f"{key}: cannot use {path}: not a directory")
+            raise SetupError(f"{key}: cannot use {shown(path, PATH_CHARS, bare=True)}: not a directory")
     for key, path in dirs:
         try:
             Path(path).mkdir(parents=True, exist_ok=True)
             # A file made and gone, not os.access: root passes that everywhere, sysfs and read-only binds too.
             tempfile.TemporaryFile(dir=path).close()
         except OSError as exc:
-            raise SetupError(f"{key}: cannot use {path}: {exc.strerror or exc}") from None
+            raise SetupError(f"{key}: cannot use {shown(path, PATH_CHARS, bare=True)}: {exc.strerror or exc}") from None
 
 
 def take_lock(state_dir: str) -> int:
@@ -162,14 +162,15 @@ def take_lock(state_dir: str) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:  # (EMFILE under a tiny ulimit -n, a state_dir gone read-only)
-        raise SetupError(f"supervisor.state_dir: cannot open {path}: {exc.strerror or exc}") from None
+        raise SetupError(f"supervisor.state_dir: cannot open {shown(path, PATH_CHARS, bare=True)}: "
+                         f"{exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise AlreadyRunning(f"another prover-supervisor (pid {holder}) already runs the lifecycle from "
-                             f"{state_dir}; not starting a second one") from None
+        raise AlreadyRunning(f"another prover-supervisor (pid {shown(holder, bare=True)}) already runs the lifecycle "
+                             f"from {shown(state_dir, PATH_CHARS, bare=True)}; not starting a second one") from None
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -34,6 +34,8 @@ from typing import Any
 
 # A value quoted in an error is cut to this many characters: the line stays readable, the value recognisable.
 SHOWN_CHARS = 60
+# A path is shown whole (PATH_MAX): cut, it would name no file.
+PATH_CHARS = 4096
 CUT_MARK = "..."
 # What an int too long for Python to print (more than sys.get_int_max_str_digits() digits) is shown as.
 TOO_MANY_DIGITS = "a number with too many digits"

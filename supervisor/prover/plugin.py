@@ -94,12 +94,14 @@ def cuzk_toml_fits(plan: Plan, evidence: Evidence) -> list[Finding]:
 
 def param_cache(plan: Plan, environ: Mapping[str, str]) -> str | None:
     """Where the parameters go: where cuzk reads them from ([cuzk] param_cache), else
-    $FIL_PROOFS_PARAMETER_CACHE (the config's [supervisor] env, then the environment), else the fetch's
+    $FIL_PROOFS_PARAMETER_CACHE (the config's [supervisor] env, then the environment, then the first phase's env
+    that sets it: the docs' example sets it there, and min_param_disk went unchecked), else the fetch's
     progress_path (the ``report = "param-done"`` phase's); None: nowhere said."""
     settings = plan.sections.get(SECTION)
     if settings is not None:
         return settings.param_cache
-    named = plan.supervisor.env.get(PARAM_CACHE_ENV) or environ.get(PARAM_CACHE_ENV)
+    named = plan.supervisor.env.get(PARAM_CACHE_ENV) or environ.get(PARAM_CACHE_ENV) or next(
+        (p.command.env[PARAM_CACHE_ENV] for p in plan.phases if p.command.env.get(PARAM_CACHE_ENV)), None)
     if named:
         return named
     fetch = next((p for p in plan.phases if p.report == PARAM_DONE and p.progress_path), None)

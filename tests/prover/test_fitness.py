@@ -282,6 +282,11 @@ def test_where_the_parameters_go_cuzk_then_the_environment_then_the_fetch() -> N
     needs = parse_plan('[supervisor]\nmin_param_disk = "1MiB"\n' + fetch, "t.toml", {}, PLUGIN)
     assert param_disk(needs, env) == [fitness.SpaceNeed("parameter cache", "/from/env", MiB)]
     assert param_disk(without, env) == []
+    # Named only in a phase's env (the docs' example): min_param_disk was checked under nothing, without a word.
+    in_a_phase = parse_plan('[supervisor]\nmin_param_disk = "1MiB"\n[[phases]]\nname = "f"\ncommand = ["true"]\n'
+                            f'env = {{ {PARAM_CACHE_ENV} = "/phase" }}\n', "t.toml", {}, PLUGIN)
+    assert param_cache(in_a_phase, {}) == "/phase"
+    assert param_disk(in_a_phase, {}) == [fitness.SpaceNeed("parameter cache", "/phase", MiB)]
 
 
 # ---------------------------------------------------------------- the whole thing, for real

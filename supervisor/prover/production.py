@@ -77,7 +77,12 @@ CUZK, CURIO = "cuzk", "curio"
 SOURCE_WATCHES = {CUZK: "cuzk status", CURIO: "curio metrics"}
 # A line of curio's own metrics (its namespace), a sample or its # TYPE / # HELP: the page is curio's.
 _CURIO_PAGE_RE = re.compile(r"^(# (TYPE|HELP) )?curio_", re.MULTILINE)
-_METRIC_RE = re.compile(r'^curio_harmonytask_tasks_(completed|failed)\{[^}]*task_name="([^"]+)"[^}]*\}\s+([0-9.e+]+)$')
+# The labels first, then the task name among them: one pattern for both backtracked quadratically on a line of many
+# task_name="…" and no closing brace (a 216 KiB page held the GIL, so the loop, for seconds a read).
+_METRIC_RE = re.compile(r'^curio_harmonytask_tasks_(completed|failed)\{([^}]*)\}\s+([0-9.e+]+)$')
+_TASK_NAME_RE = re.compile(r'(?:^|,)\s*task_name="([^"]+)"')
+# A sample line is a few hundred characters: a longer one is no metric of curio's (and is not matched at all).
+METRIC_LINE_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -186,15 +191,16 @@ def parse_curio_tasks(text: str) -> tuple[tuple[str, int, int], ...] | None:
     number is skipped (never an exception, as parse_cuzk)."""
     found: dict[str, list[int]] = {}
     for line in text.splitlines():
-        match = _METRIC_RE.match(line.strip())
-        if match and match.group(2) in PROVING_TASKS:
+        match = _METRIC_RE.match(line.strip()) if len(line) <= METRIC_LINE_MAX else None
+        task = _TASK_NAME_RE.search(match.group(2)) if match else None
+        if match and task and task.group(1) in PROVING_TASKS:
             try:
                 value = float(match.group(3))
             except ValueError:
                 continue
             if not math.isfinite(value) or not 0 <= value <= MAX_COUNT:
                 continue
-            found.setdefault(match.group(2), [0, 0])[match.group(1) == "failed"] += int(value)
+            found.setdefault(task.group(1), [0, 0])[match.group(1) == "failed"] += int(value)
     return tuple((name, done, failed) for name, (done, failed) in sorted(found.items())) if found else None
 
 

@@ -61,6 +61,9 @@ def test_the_real_shapes_are_read() -> None:
             'curio_harmonytask_tasks_failed{task_name="WdPost"} 1\n')
     assert parse_curio(text) == (4, 1)
     assert parse_curio("something_else 1\n") is None
+    # Other labels around task_name, in any order; one named otherwise is not a task's.
+    assert parse_curio('curio_harmonytask_tasks_completed{a="1",task_name="PoRep",b="x"} 3\n'
+                       'curio_harmonytask_tasks_completed{xtask_name="PoRep"} 5\n') == (3, 0)
     window = ProofWindow(300.0)
     window.add(reading(0, 0, 0))
     window.add(reading(360, 10, 1))
@@ -224,3 +227,17 @@ def test_the_watch_reads_curio_alone_without_a_cuzk_table(sup: Runner) -> None:
     # and summed with it the PoRep that always failed read as proofs completing.
     assert re.search(r"detail=\"\d+ PoRep proof\(s\) failed and none completed", failing[0]), failing[0]
     assert result.returncode == 1, result.output
+
+
+def test_a_metrics_line_that_would_backtrack_is_read_in_passing() -> None:
+    """Many task_name="…" and no closing brace: one pattern for the labels and the name backtracked quadratically
+    (a 522 KiB line took 17 s, holding the GIL: the loop stood still). Bounded: a minute of it fails here."""
+    import threading
+
+    hostile = "curio_harmonytask_tasks_failed{" + 'task_name="PoRep",' * 60_000
+    page = hostile + "\ncurio_harmonytask_tasks_completed{task_name=\"PoRep\"} 2\n"
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.append(parse_curio(page)), daemon=True)
+    reader.start()
+    reader.join(20)  # (an upper bound against hanging, never a measure)
+    assert got == [(2, 0)], "the page was not read within 20 s"

@@ -191,3 +191,30 @@ def test_a_url_without_credentials_has_no_secrets(url: str | None) -> None:
 def test_a_url_password_is_masked_wherever_it_turns_up() -> None:
     red = Redactor(url_secrets("http://bot:s3cr3t-pw@manager/"))
     assert red.text("curl -u bot:s3cr3t-pw; echo s3cr3t-pw") == f"curl -u {MASK}; echo {MASK}"
+
+
+@pytest.mark.parametrize("secrets", [["3f9ab8c0ffee3"], ["Bearer-abc", "c0ffee"], ["abab", "babab9"],
+                                     ["xyzx", "x" * 12]])
+def test_no_chunking_of_the_output_lets_a_secret_through(secrets: list[str]) -> None:
+    """A read that ended right after a secret that ends with a secret's first byte (its own: "3f…e3") was cut
+    inside it: its head passed on unmasked, the rest held, and neither was a whole secret to mask."""
+    import random
+
+    rng = random.Random(20261207)
+    redactor = Redactor(secrets)
+    alphabet = [*secrets, "key=", " ", "x", "3", "b", "\x1b[31m", "\x1b[0m", "\n", "\r"]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))).encode()
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 4)))) if len(text) > 1 else []
+        stream, out = redactor.stream(), b""
+        for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True):
+            out += stream.feed(text[a:b])
+        out += stream.close()
+        shown = strip_codes(out)
+        assert not any(secret.encode() in shown for secret in secrets), (text, cuts, out)
+
+
+def strip_codes(data: bytes) -> bytes:
+    from supervisor.text.ansi import strip_ansi
+
+    return strip_ansi(data)

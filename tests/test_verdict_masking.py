@@ -43,3 +43,21 @@ def test_a_secret_in_a_verdicts_detail_is_masked_wherever_the_verdict_is_read(su
     verdicts = json.loads(status.stdout)["verdicts"]
     assert any("/nonexistent/***/curio" in v["detail"] for v in verdicts), verdicts
     assert "/nonexistent/***/curio" in readers["termination log"], readers["termination log"]
+
+
+def test_a_secret_with_a_quote_or_a_backslash_is_masked_in_the_started_line(sup: Runner) -> None:
+    # The argument was escaped for the line first ("pa\"ss\\word9"), and the log's mask, looking for the secret
+    # itself, found it no more: the started line carried it, into supervisor.log and the manager's setup tab.
+    secret = 'pa"ss\\word9'
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = ["sh", "-c", "echo hi", "x", {toml_str(secret)}]
+        env = {{ API_TOKEN = {toml_str(secret)} }}
+        """, stop_grace_s=1)
+    result = sup.run(config, timeout=30)
+    assert result.returncode == 0, result.output
+    [started] = [line for line in result.output.splitlines() if "started p/p: pid " in line]
+    assert started.endswith(' x ***'), started
+    log = (sup.log_dir / "supervisor.log").read_text()
+    assert "word9" not in log and "word9" not in result.output, started

@@ -71,7 +71,8 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
                      child.job_control)
     child.attach_output(kit.loop, on_eof=lambda c: c.output.file.close() if not c.running else None,
                         on_error=ctx.fault_handler(f"the output of {spec.label}"))
-    kit.log(f"started {spec.label}: pid {child.pid}: {shown_command(spec.command)}")
+    mask = kit.redactor.text if kit.redactor is not None else None
+    kit.log(f"started {spec.label}: pid {child.pid}: {shown_command(spec.command, mask)}")
     return child
 
 
@@ -79,7 +80,8 @@ def log_path(log_dir: Path, spec: ChildSpec) -> Path:
     return log_dir / child_log_name(spec.phase, spec.name)
 
 
-def shown_command(argv: tuple[str, ...]) -> str:
+def shown_command(argv: tuple[str, ...], mask: Callable[[str], str] | None = None) -> str:
     """The argv as one line, each argument as verdict lines show a value (text/show.py ``logged``): a newline
-    inside an argument must not split a log line."""
-    return " ".join(logged(arg) for arg in argv)
+    inside an argument must not split a log line. Each is masked first (``mask``): the log masks the line as
+    written, where a secret with a quote or a backslash is escaped, no longer itself, and was shown."""
+    return " ".join(logged(mask(arg) if mask is not None else arg) for arg in argv)

@@ -303,8 +303,9 @@ class ProofWindow:
     things: a read that falls back from one to the other must never subtract them); what failed and
     completed within the window, as the source read last counts it."""
 
-    def __init__(self, window_s: float) -> None:
+    def __init__(self, window_s: float, stale_s: float = BLIND_MIN_S) -> None:
         self.window_s = window_s
+        self._stale_s = stale_s  # cuzk's series is the one shown while its last reading is no older than this
         self._series: dict[str, tuple[Reading, deque[Reading]]] = {}  # source → (its first reading, the window)
         self._source: str | None = None  # the source read last
 
@@ -321,7 +322,13 @@ class ProofWindow:
         self._series[reading.source], self._source = (first, readings), reading.source
 
     def _current(self) -> tuple[Reading, deque[Reading]] | None:
-        return self._series.get(self._source) if self._source is not None else None
+        """The series shown: cuzk's while it reads, else the source read last. One missed read of cuzk's switched
+        every figure to curio's count, WinPost's every epoch in it (2 → 22 → 2 proofs, the rate four times)."""
+        latest = self._series.get(self._source) if self._source is not None else None
+        cuzk = self._series.get(CUZK)
+        if cuzk is not None and latest is not None and latest[1][-1].at - cuzk[1][-1].at <= self._stale_s:
+            return cuzk
+        return latest
 
     @property
     def first(self) -> Reading | None:
@@ -400,12 +407,13 @@ class ProductionWatch:
                  blind_s: float | None = None) -> None:
         self._settings, self._status_url, self._wiring = settings, status_url, wiring
         self._phase: str | None = None
-        self._window = ProofWindow(settings.proof_failure_window_s)
         self._lock = threading.Lock()
         self._latest: Reading | None = None  # written by the reading thread
         self._reading: float | None = None  # (monotonic) when the read in flight began; None: none is
         self._timer: Any = None
         window_s = max(2 * settings.watch_s, BLIND_MIN_S) if blind_s is None else blind_s
+        self._blind_s = window_s
+        self._window = self._new_window()
         self.state = wiring.watch_state("proofs watch", window_s)
         self.state.idle("production is not up")
         # The sources read, by name; with both, each has a watch of its own (either can be lost while the other
@@ -416,6 +424,10 @@ class ProductionWatch:
         self._next_summary = 0.0
         self._memory: tuple[int, int] | None = None
         self.summary = ""
+
+    def _new_window(self) -> ProofWindow:
+        """A window of its own (production up again, or failed): cuzk's figures shown while it is not blind."""
+        return ProofWindow(self._settings.proof_failure_window_s, self._blind_s)
 
     def _source_watches(self, wiring: Wiring, window_s: float) -> dict[str, WatchState]:
         """The sources' own watches, by source: one each with both read, none with one."""
@@ -431,7 +443,7 @@ class ProductionWatch:
             return
         if phase.up and self._phase is None:
             self._phase = phase.name
-            self._window = ProofWindow(self._settings.proof_failure_window_s)
+            self._window = self._new_window()
             self._next_summary = 0.0
             with self._lock:
                 self._latest = None  # a read of the last time up is no reading of this one
@@ -526,7 +538,7 @@ class ProductionWatch:
             which = f"{task} proof(s)" if task is not None else "proof(s)"
             detail = (f"{failed} {which} failed and none completed within {self._settings.proof_failure_window_s:g}s "
                       f"(proof_failures={self._settings.proof_failures}; {source} counters)")
-            self._window = ProofWindow(self._settings.proof_failure_window_s)
+            self._window = self._new_window()
             self._wiring.production.fail_phase(phase, PROOFS_FAILING, detail)
 
     def _say_summary(self) -> None:

@@ -70,6 +70,20 @@ def test_curios_tasks_failing_while_cuzk_looks_well_is_failing() -> None:
         assert window.in_window() == (cuzk_done * 5, 0) and window.failing_detail(5) == ("curio", 25, None)
 
 
+def test_one_missed_read_of_cuzk_does_not_switch_the_figures_to_curios() -> None:
+    # cuzk 10 → 12, curio 10 → 12 PoRep and 500 → 520 WinPost; cuzk's /status answers 500 once: every figure
+    # became curio's (2 → 22 → 2 proofs, and the rate with it), WinPost's every-epoch completions among them.
+    window = ProofWindow(3600.0, stale_s=30.0)
+    for at, cuzk_done, curio_done in ((0.0, 10, 510), (10.0, 12, 532)):
+        window.add(Reading(at, curio_done, 0, source="curio"))
+        window.add(Reading(at, cuzk_done, 0, source="cuzk"))
+    assert window.in_window() == (2, 0)
+    window.add(Reading(20.0, 532, 0, source="curio"))  # cuzk missed this read
+    assert window.in_window() == (2, 0) and window.since_up()[:2] == (2, 0), "cuzk's figures stay shown"
+    window.add(Reading(50.0, 540, 0, source="curio"))  # cuzk blind past stale_s: curio's are all there is
+    assert window.in_window() == (30, 0)
+
+
 def curio_page(porep_done: int, porep_failed: int, winpost_done: int) -> str:
     return ("# TYPE curio_harmonytask_tasks_completed counter\n"
             f'curio_harmonytask_tasks_completed{{task_name="PoRep"}} {porep_done}\n'

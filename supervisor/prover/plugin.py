@@ -128,7 +128,10 @@ def attach(wiring: Wiring) -> None:
     if cuzk is None and settings is None:
         return
     settings = settings or production.ProductionSettings()
-    status = cuzkconf.status_address(cuzk.status_listen) if cuzk is not None else ""
+    # A partition-workers daemon (Feb to 13 Mar 2026) serves no status API: read, its source was blind for the
+    # whole of production on a healthy instance.
+    status = cuzkconf.status_address(cuzk.status_listen) if cuzk is not None \
+        and cuzk.memory_model != "partition-workers" else ""
     phase = next((p.name for p in wiring.plan.phases if p.report == RUNNING), None)
     production.attach_watch(wiring, f"http://{status}/status" if status else "", phase, settings, wiring.log)
 

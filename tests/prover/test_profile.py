@@ -322,6 +322,8 @@ def test_feb_2026_daemon_without_a_status_api_reaches_production(profile: Runner
 
     status_port = env["CUZK_STATUS_PORT"]
     assert "status service listening" not in out, "a Feb-2026 daemon has no status API"
+    # ... so production reads curio's metrics alone (read, cuzk's /status was a source blind for good).
+    assert re.search(r"production watch: every \S+ on phase curio \(no cuzk status; curio http://", out), out[-4000:]
     assert f"proving service listening on 127.0.0.1:{env['CUZK_PORT']}" in out
     for daemon in ("warmup", "bench", "curio"):
         assert re.search(rf"{daemon}/cuzk-daemon is ready \(.*127\.0\.0\.1:{status_port}/status or "

@@ -414,6 +414,7 @@ class ProductionWatch:
         window_s = max(2 * settings.watch_s, BLIND_MIN_S) if blind_s is None else blind_s
         self._blind_s = window_s
         self._window = self._new_window()
+        self._failed = False  # this up's proofs failing was told (the phase fails once; the window stays shown)
         self.state = wiring.watch_state("proofs watch", window_s)
         self.state.idle("production is not up")
         # The sources read, by name; with both, each has a watch of its own (either can be lost while the other
@@ -443,7 +444,7 @@ class ProductionWatch:
             return
         if phase.up and self._phase is None:
             self._phase = phase.name
-            self._window = self._new_window()
+            self._window, self._failed = self._new_window(), False
             self._next_summary = 0.0
             with self._lock:
                 self._latest = None  # a read of the last time up is no reading of this one
@@ -533,12 +534,12 @@ class ProductionWatch:
             self._next_summary = reading.at + SUMMARY_S
             self._say_summary()
         failing = self._window.failing_detail(self._settings.proof_failures)
-        if failing is not None:
+        if failing is not None and not self._failed:  # (once an up: its window stays, for status to show why)
+            self._failed = True
             source, failed, task = failing
             which = f"{task} proof(s)" if task is not None else "proof(s)"
             detail = (f"{failed} {which} failed and none completed within {self._settings.proof_failure_window_s:g}s "
                       f"(proof_failures={self._settings.proof_failures}; {source} counters)")
-            self._window = self._new_window()
             self._wiring.production.fail_phase(phase, PROOFS_FAILING, detail)
 
     def _say_summary(self) -> None:

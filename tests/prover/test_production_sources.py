@@ -84,7 +84,8 @@ class Run:
 
     def __init__(self, status_url: str, metrics_url: str) -> None:
         self.loop, self.watches, self.log, self.said = EventLoop(), Watches(), [], []
-        wiring = Wiring(plan=None, events=None, production=FailingProduction(), manager=None,  # type: ignore[arg-type]
+        self.production = FailingProduction()
+        wiring = Wiring(plan=None, events=None, production=self.production, manager=None,  # type: ignore[arg-type]
                         export_env=lambda name, value: None, call_later=self.loop.call_later, log=self.log.append,
                         watch_state=self.watches.new)
         settings = ProductionSettings(watch_s=0.2, proof_failures=2, proof_failure_window_s=30,
@@ -209,3 +210,20 @@ def test_a_source_said_lost_says_its_return_though_both_were_lost_between(server
     run.until("the proofs watch's return said", lambda: run.saying("proofs watch: reading again after "))
     assert len(run.saying("curio metrics: no reading for ")) == 1, run.said
     assert not run.saying("cuzk status: "), run.said  # (never said lost alone: nothing of it to close)
+
+
+def test_production_failed_for_its_proofs_still_shows_them_failed(servers: list[Server]) -> None:
+    """The window was replaced by an empty one as the phase was failed: status then read 0 proofs failed, 0 in
+    the window, beside a verdict and a summary of proofs failing. It stays, and the phase is failed once."""
+    failing = json.dumps({"counters": {"total_completed": 0, "total_failed": 5}}).encode()
+    servers.append(cuzk := Server({"/status": (200, json.dumps({"counters": {"total_completed": 0,
+                                                                              "total_failed": 0}}).encode())}))
+    run = Run(cuzk.url("/status"), "")
+    production = run.production
+    run.until("a first reading", lambda: run.watch.status()["production"]["watch"] == "reading")
+    cuzk.routes["/status"] = (200, failing)
+    run.until("production failed", lambda: production.failed)
+    run.until("two reads more", lambda: len(run.watch._window.readings) >= 4)
+    shown = run.watch.status()
+    assert shown["proofs_failed"] == 5 and shown["production"]["failed_in_window"] == 5, shown
+    assert [reason for _, reason, _ in production.failed] == ["proofs_failing"], production.failed

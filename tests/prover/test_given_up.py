@@ -147,21 +147,26 @@ def test_fresh_runs_the_new_row_on_its_own_clocks(sup: Runner, manager: DevManag
     assert kept["first_start"] > old + 7000 and kept.get("first_registered", old) > old + 7000, kept
 
 
-def test_passed_false_is_remembered_too(sup: Runner, manager: DevManager) -> None:
-    """The manager itself killed the instance (a bench below min_rate): a restart must not un-kill it."""
-    cfg = sup.write(f"""
+def rejected_bench(sup: Runner, mgr: DevManager, label: str, gate_s: float, then: str = "") -> Path:
+    """A bench of rate 0 under a min_rate no bench makes (the manager answers passed: false), then ``then``."""
+    return sup.write(f"""
         [manager]
-        url = {toml_str(manager.url)}
-        label = "C.778"
+        url = {toml_str(mgr.url)}
+        label = {toml_str(label)}
         min_rate = 1000000
-        bench_gate_s = 5
+        bench_gate_s = {gate_s:g}
 
         [[phases]]
         name = "bench"
         command = {sh(f"printf '{ZERO_RATE_BENCH}'")}
         parse = "cuzk-bench"
         report = "bench-done"
+        """ + then)
 
+
+def test_passed_false_is_remembered_too(sup: Runner, manager: DevManager) -> None:
+    """The manager itself killed the instance (a bench below min_rate): a restart must not un-kill it."""
+    cfg = rejected_bench(sup, manager, "C.778", gate_s=5, then=f"""
         [[phases]]
         name = "service"
         kind = "service"
@@ -183,19 +188,7 @@ def test_passed_false_answered_during_the_exit_flush_is_the_runs_status(sup: Run
     exited 0 with the instance given up)."""
     assert requests.post(manager.url + "/dev/faults", json={"delay_s": 3, "path": "/bench-done", "count": 1},
                          timeout=5).status_code == 200
-    cfg = sup.write(f"""
-        [manager]
-        url = {toml_str(manager.url)}
-        label = "C.779"
-        min_rate = 1000000
-        bench_gate_s = 1
-
-        [[phases]]
-        name = "bench"
-        command = {sh(f"printf '{ZERO_RATE_BENCH}'")}
-        parse = "cuzk-bench"
-        report = "bench-done"
-        """)
+    cfg = rejected_bench(sup, manager, "C.779", gate_s=1)
     console = Console(sup, cfg)
     assert console.finish(WAIT_S) == EXIT_BENCH_REJECTED, console.tail()
     out = console.text()

@@ -227,6 +227,9 @@ def _get(url: str) -> bytes:
         body = answer.read(MAX_ANSWER_BYTES + 1)
         if len(body) > MAX_ANSWER_BYTES:
             raise ValueError(f"an answer of more than {MAX_ANSWER_BYTES} bytes")
+        if answer.length:  # (bytes its Content-Length said that never came: a page cut short is no reading, or a
+            # task missing from it read as its counter reset, and its history counted again when it came back)
+            raise ValueError(f"an answer cut short: {len(body)} of {len(body) + answer.length} bytes")
         return body
     except Exception:
         if watchdog.fired:

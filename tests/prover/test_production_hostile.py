@@ -122,6 +122,20 @@ def test_any_answer_is_a_reading_of_none_with_why(peers: list[Peer], name: str) 
     assert got.error.startswith("cuzk /status: ") and len(got.error) < 400, got.error
 
 
+def test_a_page_cut_short_of_its_content_length_is_no_reading(peers: list[Peer]) -> None:
+    # curio's metrics page, its connection closed 600 bytes in: what came still parsed (WinPost's lines, PoRep's
+    # gone), read as PoRep's counters reset, and PoRep's whole history counted again once it came back.
+    page = b"".join(b'curio_harmonytask_tasks_completed{task_name="%s"} %d\n' % (name, 40 + i)
+                    for i, name in enumerate([b"WinPost"] * 12 + [b"PoRep"] * 12))
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(page)
+    peers.append(peer := Peer(sends(head + page[:600])))
+    got = read_counters("", peer.url)
+    assert (got.completed, got.source) == (None, "none"), got
+    assert "an answer cut short: 600 of " in got.error, got.error
+    peers.append(whole := Peer(sends(head + page)))
+    assert read_counters("", whole.url).completed == sum(40 + i for i in range(24))
+
+
 def test_a_dripping_peer_is_cut_at_the_total_deadline(peers: list[Peer], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(production, "READ_DEADLINE_S", 1.0)
     peers.append(peer := Peer(drips(0.2)))

@@ -341,3 +341,14 @@ def test_proofs_failing_is_a_watchers_finding_whatever_curio_did_on_the_stop() -
     unknown = from_exit("curio", "curio", 4242, killed, stop_reason=PROOFS_FAILING, daemon=False, attempt=1,
                         started_at=0.0, last_lines=[])
     assert unknown.reason == STOPPED, "without the prover's reasons it is no reason the core knows"
+
+
+def test_a_long_window_of_frequent_readings_keeps_a_bounded_few() -> None:
+    """A day's window read every second kept every reading (93 MiB); its figures read its ends alone."""
+    window = ProofWindow(86400.0)
+    for second in range(0, 2 * 86400, 2):
+        window.add(Reading(float(second), second // 60, second // 3600, source="cuzk"))
+    assert len(window.readings) <= 2 * 720 + 2, len(window.readings)
+    done, failed = window.in_window()
+    assert abs(done - 86400 // 60) <= 2 and abs(failed - 24) <= 1, (done, failed)
+    assert window.since_up()[:2] == ((2 * 86400 - 2) // 60, (2 * 86400 - 2) // 3600)

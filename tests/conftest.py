@@ -3,9 +3,11 @@ verdict parsing, cgroups...) are in helpers.py."""
 
 from __future__ import annotations
 
+import atexit
 import compileall
 import contextlib
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Callable, Iterator
@@ -35,7 +37,10 @@ from supervisor.status.file import RUNTIME_DIR_ENV
 # test's supervisor is not found by another session's bare `status`, nor the machine's by a test's. Under
 # pytest-xdist the workers inherit the controller's directory, and each takes a folder of its own in it: a
 # bare `status` of one worker's test must not follow the pointer of a supervisor another worker runs.
-os.environ.setdefault(RUNTIME_DIR_ENV, tempfile.mkdtemp(prefix="prover-supervisor-tests-"))
+if RUNTIME_DIR_ENV not in os.environ:  # (made by the process that starts the suite, removed as it ends: each run
+    # left one behind in /tmp, hundreds in a day of runs)
+    os.environ[RUNTIME_DIR_ENV] = tempfile.mkdtemp(prefix="prover-supervisor-tests-")
+    atexit.register(shutil.rmtree, os.environ[RUNTIME_DIR_ENV], ignore_errors=True)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ[RUNTIME_DIR_ENV] = tempfile.mkdtemp(prefix=f"{os.environ['PYTEST_XDIST_WORKER']}-",
                                                    dir=os.environ[RUNTIME_DIR_ENV])

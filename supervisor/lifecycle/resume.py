@@ -331,11 +331,11 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
     spec, rt = phase.spec, phase.resume_needs
     if spec.resume == "no" or not prev.get("done_at") or spec.resume in rt.rerun.kinds:
         return None
+    if not _ran_the_same(phase, prev):
+        return None
     if spec.resume == "outputs":
         before = prev.get("outputs")
         now = outputs_now
-        if not _ran_the_same(phase, prev):
-            return None
         if before and now is not None and all(now.get(name) == size for name, size in before.items()):
             return f"its {len(before)} output file(s) in {spec.progress_path} are all still there"
         return None
@@ -345,8 +345,6 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
         return None
     if prev.get("machine") != machine_fingerprint(rt):
         rt.log(f"phase {phase.name}: done before on a different machine (GPUs or memory): running it again")
-        return None
-    if not _ran_the_same(phase, prev):
         return None
     switch = rt.rerun.switches.get(spec.resume)
     # When, on the clock, and how long before this start: the phase keeps this why for as long as it is done, and

@@ -38,8 +38,11 @@ class Evidence:
     def available_memory(self) -> int | None:
         return self.available
 
-    def tightest_limit(self, meminfo: object = None) -> tuple[int | None, int | None]:
-        return self.available, self.used_above
+    def tightest_limit(self, meminfo: object = None) -> tuple[int | None, None]:
+        return self.available, None
+
+    def used_under(self, where: object, meminfo: object = None) -> int | None:
+        return self.used_above
 
 
 class Phase:

@@ -364,16 +364,16 @@ class MemoryEvidence:
 
     def available_memory(self) -> int | None:
         """What the cgroup allows (the tightest limit up the v1 hierarchy), or MemTotal."""
-        return self._tightest()[0]
+        return self.tightest_limit()[0]
 
-    def tightest_limit(self, meminfo: Path | str = "/proc/meminfo") -> tuple[int | None, int | None]:
-        """``available_memory``, and what is used under that limit now (its cgroup's working set, or the machine's
-        MemTotal less MemAvailable): every process under a limit counts towards its kill, the supervisor's, the
-        other phases' and the rest of the container's too."""
-        limit, where = self._tightest(meminfo)
-        return limit, (where.working_set() if where is not None else mem_used(meminfo))
+    @staticmethod
+    def used_under(where: MemoryCgroup | None, meminfo: Path | str = "/proc/meminfo") -> int | None:
+        """What is used under a limit ``tightest_limit`` found, now: its cgroup's working set, or the machine's
+        MemTotal less MemAvailable (``where`` None). Every process under it counts towards its kill, the
+        supervisor's, the other phases' and the rest of the container's too."""
+        return where.working_set() if where is not None else mem_used(meminfo)
 
-    def _tightest(self, meminfo: Path | str = "/proc/meminfo") -> tuple[int | None, MemoryCgroup | None]:
+    def tightest_limit(self, meminfo: Path | str = "/proc/meminfo") -> tuple[int | None, MemoryCgroup | None]:
         """The tightest limit over the supervisor's cgroup, up the hierarchy, or MemTotal; and the cgroup that sets
         it (None: the machine)."""
         best: tuple[int | None, MemoryCgroup | None] = (mem_total(meminfo), None)

@@ -147,12 +147,13 @@ def memory_use(memory: MemoryEvidence, phase: str, meminfo: Path | str = "/proc/
     if cgroup is not None:
         used = cgroup.working_set()
         # The kill comes at the tightest limit: the phase's own may be looser than the container's above it.
-        own, (above, used_above) = cgroup.limit(), memory.tightest_limit(meminfo)
+        own, (above, holder) = cgroup.limit(), memory.tightest_limit(meminfo)
         binding = limit_above(own, above)  # (a phase without memory_max: the container's, or the machine's)
         limit = binding or own
         if binding is not None:
             its = f" < its own {fmt_bytes(own)}" if own else "; it has none of its own"
             where = f"the limit above {where} ({fmt_bytes(binding)}{its})"
+            used_above = memory.used_under(holder, meminfo)  # (read only where that limit is the one that binds)
             if used is not None and used_above is not None and used_above > used:
                 # What else lives under that limit fills it too (the supervisor, a kept daemon, another phase,
                 # the container's other processes): the phase's own share read 45% of a container at 100%.

@@ -88,10 +88,10 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
         steps.append(("closing health", outlets.health.close))
     steps += [("closing signal handling", signals.inbox.close, log), ("closing the loop", core.loop.close)]
     for what, action, *args in steps:  # each contains its own failure: said, and the exit goes on
-        try:
+        try:  # (inline, not a call of this module's: each step would bounce back here, wakes.py counts them)
             action(*args)
         except Exception as exc:
-            log(f"exit: {what} failed ({summary(exc)}); the rest of the exit goes on")
+            log(step_failed(what, exc))
     host.console.close(budget.console_s(CONSOLE_CLOSE_S) if budget is not None else CONSOLE_CLOSE_S)
     os.close(lock_fd)
     no_last_walk_of_the_heap()
@@ -127,6 +127,11 @@ def no_last_walk_of_the_heap() -> None:
 Step = tuple[Any, ...]
 
 
+def step_failed(what: str, exc: Exception) -> str:
+    """The line of a step of the exit that failed: said, and the exit goes on."""
+    return f"exit: {what} failed ({summary(exc)}); the rest of the exit goes on"
+
+
 def flush_with_the_loop(loop: EventLoop, signals: Signals, save: Callable[[], None], log: SupervisorLog) -> FlushWait:
     """The exit flush waits by running the loop: a stop signal meanwhile cuts the flush short (the router
     knows the flush), the reaper runs, the status socket answers, the sender's answers are taken in. status.json
@@ -141,8 +146,8 @@ def flush_with_the_loop(loop: EventLoop, signals: Signals, save: Callable[[], No
             saved = True
             try:
                 save()
-            except Exception as exc:  # (as each step of the exit: said, and the exit goes on)
-                log(f"exit: saving status.json failed ({summary(exc)}); the rest of the exit goes on")
+            except Exception as exc:  # (contained as each step of the exit is)
+                log(step_failed("saving status.json", exc))
         budget = signals.router.budget
         if budget is not None:  # docker stop's SIGKILL comes at the budget's end: the flush ends before it
             flush.deadline = min(flush.deadline, budget.flush_deadline())

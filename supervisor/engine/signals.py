@@ -366,12 +366,13 @@ class SignalInbox:
             late = b""
         os.close(self._read_fd)
         os.close(self._write_fd)
+        if log is None:
+            return
         for signum in sorted(set(late) - {signal.SIGCHLD}):  # (each once; no call made for none)
-            if log is not None:
-                came = arrived_at(signum)
-                when = f" {time.monotonic() - came:.1f}s ago" if came is not None else ""
-                log(f"{signal_name(signum)} came{when}, but the exit status was decided before the loop read it: "
-                    "not acted on")
+            came = arrived_at(signum)
+            when = f" {time.monotonic() - came:.1f}s ago" if came is not None else ""
+            log(f"{signal_name(signum)} came{when}, but the exit status was decided before the loop read it: "
+                "not acted on")
 
 
 # When each signal not yet acted on first came (monotonic): the loop may act on it late, after a call that held

@@ -263,6 +263,7 @@ class ManagerClient:
         )
         return retrying(attempt)
 
+
 # ---------------------------------------------------------------- pure helpers
 
 

@@ -4,7 +4,8 @@ In-process: the record's checks (like config: one line saying where it is wrong)
 that fails said once. End to end, real supervisors on one state_dir: the record written when a phase is done and
 read at the next start (status.json deleted between the runs, or holding garbage: resume does not read it); a
 damaged resume.json (wrong shape, NaN, a FIFO, huge) means a clean start with one line; an upgrade from an older
-supervisor whose status.json held the facts keeps its resume (the parameters are not fetched again).
+supervisor whose status.json held the facts keeps its resume (the parameters are not fetched again), and a
+resume.json removed runs the phases again (the status.json beside it is not taken for an older supervisor's).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from supervisor.lifecycle.resume import (
     record_problem,
 )
 from supervisor.lifecycle.states import PhaseState
+from supervisor.state.files import STATUS_VERSION
 
 NAN = float("nan")
 PARAM_BYTES = 2  # what the stand-in fetch writes: "x\n"
@@ -220,6 +222,28 @@ def test_load_record_upgrades_from_an_old_status_json_once(tmp_path: Path) -> No
     assert again == []
 
 
+@pytest.mark.parametrize("layout", ["numbered", "kept-what-it-ran"])
+def test_load_record_reads_no_facts_from_a_status_json_written_beside_a_resume_json(tmp_path: Path,
+                                                                                   layout: str) -> None:
+    """A status.json a supervisor that keeps resume.json wrote shows the facts as the status view: with
+    resume.json gone (removed to have the phases run again) they are not read back as an upgrade's. Such a
+    supervisor numbers status.json's layout past the old one's, or (written before that number) kept in the
+    facts what each phase ran, which no supervisor before resume.json kept."""
+    fetch = good_facts(outputs={"a.params": 2})
+    version = 1
+    if layout == "numbered":
+        version = STATUS_VERSION
+    else:
+        fetch["ran"] = {"digest": "0" * 32}
+    (tmp_path / "status.json").write_text(json.dumps({"version": version, "phases": [
+        {"name": "fetch", "state": "done", "since": 1.0, "why": "", "attempt": 1, "facts": fetch}]}))
+    lines: list[str] = []
+    record = load_record(tmp_path, ["fetch"], lines.append)
+    assert record.previous("fetch") == {}
+    assert len(lines) == 1 and "no resume.json" in lines[0] and "run again" in lines[0], lines
+    assert not (tmp_path / "resume.json").exists(), "nothing to write: no phase was done yet"
+
+
 # ---------------------------------------------------------------- end to end
 
 
@@ -313,6 +337,28 @@ def test_a_damaged_resume_json_means_a_clean_start_with_one_line(sup: Runner, ki
     assert len(said) == 1 and "resume.json" in said[0] and "resume: " in said[0], out
     assert "resumed" not in out, out
     assert counted(sup, "fetch") == 2 and counted(sup, "bench") == 2, "both ran again: nothing resumed"
+    assert sorted(read_record(sup.state_dir / "resume.json")) == ["bench", "fetch"], "written afresh"
+
+
+@pytest.mark.parametrize("record", ["this-one", "kept-before-what-it-ran"])
+def test_a_removed_resume_json_runs_the_done_phases_again(sup: Runner, record: str) -> None:
+    """An operator removes resume.json to have the phases done run again. status.json still shows their facts (the
+    status view's), which are not read back as an older supervisor's: both phases run again. Also where the
+    record resumed from was kept before a phase's facts said what it ran (its facts shown without it)."""
+    config = two_phase_config(sup)
+    run_ok(sup, config)
+    if record == "kept-before-what-it-ran":
+        path = sup.state_dir / "resume.json"
+        kept = read_record(path)
+        path.write_text(json.dumps({"version": 1, "phases": {
+            name: {k: v for k, v in facts.items() if k != "ran"} for name, facts in kept.items()}}))
+        assert resumed_both(run_ok(sup, config))
+    (sup.state_dir / "resume.json").unlink()
+    out = run_ok(sup, config)
+    assert "resumed" not in out and "read from" not in out, out
+    assert counted(sup, "fetch") == 2 and counted(sup, "bench") == 2, f"both run again:\n{out}"
+    said = [line for line in out.splitlines() if "resume: " in line]
+    assert len(said) == 1 and "no resume.json" in said[0], out
     assert sorted(read_record(sup.state_dir / "resume.json")) == ["bench", "fetch"], "written afresh"
 
 

@@ -17,7 +17,11 @@ What is read back is checked like config (``record_problem``): ``done_at`` a fin
 has come, ``outputs`` a file name → size table, every other fact a table. Anything else, a file
 that is not a regular one, or one too big, means "start clean", said in one line, never a crash.
 An upgrade keeps its resume: where there is no resume.json yet, the facts an older supervisor
-kept in status.json are read from there, once (said), and written to resume.json.
+kept in status.json are read from there, once (said), and written to resume.json. Only an older
+supervisor's: a status.json written beside a resume.json (its layout numbered past the old one's,
+state_files.STATUS_VERSION, or, written before that number, its facts saying what each phase ran,
+which no supervisor before resume.json kept) shows the facts as the status view, and a resume.json
+missing beside it was removed to have the phases run again: they do (said).
 
 The output files are listed off the loop (``output_files`` walks a tree that may be big, on a
 mount that may hang), at most SURVEY_BOUND_S: a list that does not come means "run it again" at
@@ -59,6 +63,9 @@ RECORD_VERSION = 1
 CLOCK_SLACK_S = 300.0
 # A resume.json (or an old status.json read for its facts) bigger than this is not one we wrote.
 RECORD_MAX_READ_BYTES = 16 * 1024 * 1024
+# status.json's layout where its facts may be the ones an older supervisor kept for resume (before resume.json);
+# the layout written beside a resume.json is numbered past it (state_files.STATUS_VERSION).
+OLD_STATUS_VERSION = 1
 # Files under progress_path that are not outputs: locks and downloads in progress.
 NOT_OUTPUTS = (".lock", ".tmp", ".part")
 # The longest resume waits for the list of a phase's output files (walked off the loop).
@@ -287,10 +294,11 @@ def facts_problem(facts: Any) -> str | None:
 
 def _facts_in_old_status(path: Path, log: Log) -> dict[str, Facts]:
     """The facts an older supervisor kept in its status.json (each phase's ``facts``); a damaged one means
-    a clean start (one line), none at all says nothing."""
+    a clean start (one line), none at all says nothing. A status.json written beside a resume.json gives none:
+    the resume.json missing was removed (one line where the phases it shows done run again)."""
     try:
-        return load_json(path, RECORD_MAX_READ_BYTES, "an older supervisor's status snapshot",
-                         _old_status_facts)
+        facts, older = load_json(path, RECORD_MAX_READ_BYTES, "an older supervisor's status snapshot",
+                                 _old_status_facts)
     except FileNotFoundError:
         return {}
     except StateFileError as exc:
@@ -299,11 +307,18 @@ def _facts_in_old_status(path: Path, log: Log) -> dict[str, Facts]:
         else:
             log(f"resume: {exc}; ignoring it; starting clean")
         return {}
+    if facts and not older:
+        log(f"resume: no {state_files.RESUME} beside {path}, which a supervisor that keeps one wrote (it was "
+            f"removed, or never written): the {len(facts)} phase(s) it shows done run again (its facts are the "
+            "status view's)")
+        return {}
+    return facts
 
 
-def _old_status_facts(snap: dict[str, Any]) -> dict[str, Facts]:
-    """Phase name → facts from an older status.json (phases that kept none left out); raises ValueError saying
-    where it has another shape."""
+def _old_status_facts(snap: dict[str, Any]) -> tuple[dict[str, Facts], bool]:
+    """Phase name → facts from a status.json (phases that kept none left out), and whether an older supervisor
+    wrote it: its layout the old one, and no phase's facts saying what it ran (kept since resume.json was);
+    raises ValueError saying where it has another shape."""
     phases = snap.get("phases")
     if not isinstance(phases, list):
         raise ValueError("no list of phases")
@@ -317,7 +332,10 @@ def _old_status_facts(snap: dict[str, Any]) -> dict[str, Facts]:
             raise ValueError(f"phases.{phase['name']}.facts: {problem}")
         if kept:
             facts[phase["name"]] = kept
-    return facts
+    version = snap.get("version")
+    older = version == OLD_STATUS_VERSION and not isinstance(version, bool) \
+        and not any("ran" in kept for kept in facts.values())
+    return facts, older
 
 
 def _a_past_time(value: Any) -> bool:

@@ -37,6 +37,11 @@ RESUME = "resume.json"  # what each done phase left for the next start (resume.p
 GIVEN_UP = "given-up.json"  # this instance was given up: a later start does not run it again (givenup.py)
 FIRST_SEEN = "first-seen.json"  # the instance's clocks: first start, registration, the manager's times (firstseen.py)
 
+# status.json's layout, its "version". 1: written by the supervisors that kept each phase's facts there alone (for
+# resume to read back), and by the first ones that kept them in resume.json (their facts say what each phase ran).
+# 2 on: written beside a resume.json, its facts a view of that one: a resume.json missing was removed (resume.py).
+STATUS_VERSION = 2
+
 
 # Every name above: state_dir's own files. What grows beside one is its own too (the outbox's -wal and -shm, a
 # write's .<name>.<pid>.tmp, a set-aside given-up.json.<label>).

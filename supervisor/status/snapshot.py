@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psutil
 
 from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, PhaseState, Timeline
-from ..state.files import SUPERVISOR_LOG, child_log_name
+from ..state.files import STATUS_VERSION, SUPERVISOR_LOG, child_log_name
 from ..text.ansi import plain
 from ..text.show import summary
 from .model import (
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from ..evidence.memory import MemoryEvidence
     from ..lifecycle.verdict import Verdict
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = STATUS_VERSION  # 2: written beside resume.json (what that says: state/files.py)
 # What a snapshot carries at most (and status.json with it): the latest verdicts (the lifecycle keeps
 # a few per phase), and each output line cut to this many characters (a line may be 64 KiB).
 SNAPSHOT_VERDICTS = 50

@@ -2,7 +2,8 @@
 
 Asked as a separate process, in text and JSON: after a failure (the cause first: reason, the child's last lines
 without colour codes, the exit status, the log files), after ``kill -9`` of the supervisor (gone, what it left
-alive named by its tag, exit 3; a pid reused by another process not named), during its timers (the deadline, the
+alive named by its tag, exit 3; a pid reused by another process not named; a child's progress redrawn with \r
+read from its log file in the lines the live status showed), during its timers (the deadline, the
 stall countdown and the ready wait moving between two reads; the grace before SIGKILL), with a phase's cgroup
 limit from memory_max, the manager's last error cleared by the next delivery, and ``--watch`` redrawing into a
 pipe until Ctrl-C. In-process: the timers as pure functions of what the phase exposes, and the text's parts.
@@ -283,6 +284,45 @@ def test_after_kill_9_the_supervisor_is_gone_and_what_it_left_is_named(sup: Runn
         kill_quietly(child)
         stranger.kill()
         stranger.wait(10)
+
+
+def test_a_gone_supervisors_child_shows_its_redrawn_progress_as_the_live_status_did(sup: Runner) -> None:
+    """A child that redraws its progress with \\r (aria2c, paramfetch) after the last status.json: its last lines,
+    read from its log file once the supervisor is gone, are the lines the live status showed (a \\r ends a line
+    there too), not the redraws run together into one."""
+    gate = sup.tmp / "gate"
+    fetch = sh(f"echo starting; while [ ! -e {gate} ]; do sleep 0.05; done; "
+               "printf '\\r 10%%\\r 50%%\\r100%%\\r\\nfetched\\n'; "
+               "printf 'verify 1/3\\rverify 2/3\\rverify 3/3\\n'; exec sleep 60")
+    config = sup.write(f"""
+        [[phases]]
+        name = "fetch"
+        kind = "service"
+        command = {fetch}
+        """)
+    run = Console(sup, config)
+    child = None
+    try:
+        wait_for(lambda: (sup.state_dir / "status.json").exists()
+                 and phase_of(json.loads((sup.state_dir / "status.json").read_text()), "fetch")["up"], 30)
+        gate.touch()  # (its progress comes after the status.json that shows it up)
+        run.wait_text("[fetch/fetch] verify 3/3")
+        expected = ["starting", " 10%", " 50%", "100%", "fetched", "verify 1/3", "verify 2/3", "verify 3/3"]
+        rc, live = status_json(sup.state_dir)
+        assert rc == 0 and live["supervisor"] == "running", live
+        [shown_live] = live["children"]
+        child = shown_live["pid"]
+        assert shown_live["last_lines"] == expected, shown_live
+        run.sigkill()
+        rc, gone = status_json(sup.state_dir)
+        assert rc == 3 and gone["supervisor"] == "gone", gone
+        [shown_gone] = gone["children"]
+        assert shown_gone["last_lines"] == expected, shown_gone
+        rc, text = status(sup.state_dir)
+        assert "      | verify 3/3\n" in text and "\\r" not in text, text
+    finally:
+        if child is not None:
+            kill_quietly(child)
 
 
 # ---------------------------------------------------------------- timers that run
@@ -755,6 +795,19 @@ def test_a_saved_childs_later_output_comes_from_its_log_file(tmp_path: Path) -> 
     assert never.last_output_at == 5000.0
     [kept] = with_later_output(_saved_child(tmp_path, 6000.0)).children  # the snapshot knows a later line
     assert (kept.last_output_at, kept.last_lines) == (6000.0, ("old",))
+
+
+def test_a_saved_childs_log_file_is_split_at_a_lone_carriage_return_as_its_live_output_is(tmp_path: Path) -> None:
+    log = tmp_path / "serve.ticker.log"
+    log.write_bytes(b"one\r\n\r 10%\r 55%\r\r100%\r\ndone\n\rverify 1/2\rverify 2/2")
+    os.utime(log, (5000.0, 5000.0))
+    [child] = with_later_output(_saved_child(tmp_path, 4000.0)).children
+    assert child.last_lines == ("one", " 10%", " 55%", "100%", "done", "verify 1/2", "verify 2/2")
+    # Read from its tail: the first line may be a part of one, be it ended by \n or by \r.
+    log.write_bytes(b"".join(b"\r[#%05d 1.2GiB/2.0GiB CN:4 DL:50MiB]" % i for i in range(2000)) + b"\n")
+    os.utime(log, (5000.0, 5000.0))
+    [tail] = with_later_output(_saved_child(tmp_path, 4000.0)).children
+    assert tail.last_lines == tuple(f"[#{i:05d} 1.2GiB/2.0GiB CN:4 DL:50MiB]" for i in range(1990, 2000)), tail
 
 
 def test_a_saved_childs_log_file_is_read_bounded_and_never_blocks(tmp_path: Path) -> None:

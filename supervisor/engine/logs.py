@@ -392,6 +392,11 @@ class LineSplitter:
         rest, self._partial, self._shown = self._partial, b"", False
         return [rest] if rest else []
 
+    @classmethod
+    def lines_of(cls, data: bytes) -> list[bytes]:
+        """Every line of ``data`` read back whole (a log file's tail), split as it came: the last one too."""
+        return (splitter := cls()).feed(data) + splitter.flush()
+
     def pending(self) -> bytes:
         """The line begun and not ended yet (b"" if none), left where it is."""
         return self._partial

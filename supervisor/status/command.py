@@ -25,6 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..engine.logs import LineSplitter
 from ..engine.trees import is_live_supervisor, left_alive_by
 from ..exits import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK
 from ..state import files as state_files
@@ -90,10 +91,12 @@ def _log_tail(path: Path, ours_from: int) -> tuple[float, list[str]] | None:
         info, cut, data = state_files.read_regular_tail(path, LOG_TAIL_BYTES, ours_from)
     except (OSError, ValueError):
         return None
-    lines = data.decode("utf-8", errors="replace").split("\n")
+    # Its lines end where the live status's end (at a lone \r too: a progress readout redrawn in place).
+    lines = LineSplitter.lines_of(data)
     if cut and len(lines) > 1:
         lines = lines[1:]  # (the first is a part of a line)
-    return info.st_mtime, [line.rstrip("\r") for line in lines if line.strip()][-CHILD_LINES:]
+    text = [line.decode("utf-8", errors="replace") for line in lines]
+    return info.st_mtime, [line for line in text if line.strip()][-CHILD_LINES:]
 
 
 def writer_fate(snap: Snapshot, state_dir: str) -> Fate:

@@ -96,7 +96,7 @@ def install_fast_feed() -> None:
             return careful(self, stream, data)
         self.bytes_seen += len(data)
         self.last_output_at = time.monotonic()
-        self.file.write(data)
+        self.file.write(data, stream)
         splitter._partial = whole[cut:]
         body = whole[: cut - 1]
         head = logs.clock() + self._prefix

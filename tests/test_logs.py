@@ -508,7 +508,8 @@ def test_logfile_counts_existing_size(tmp_path: Path) -> None:
     f = LogFile(path, max_bytes=100)
     f.write(b"n" * 20)  # 90 already there + 20 > 100
     f.close()
-    assert path.with_name("c.log.1").read_bytes() == b"o" * 90
+    # (the line an earlier writer left open is ended where it is, in the old file: the new one begins with ours)
+    assert path.with_name("c.log.1").read_bytes() == b"o" * 90 + b"\n"
     assert path.read_bytes() == b"n" * 20
 
 
@@ -535,6 +536,39 @@ def test_child_output_streams_split_separately(tmp_path: Path) -> None:
     out.feed("stdout", b"out-b\n")
     assert out.last_lines() == ["err line", "out-aout-b"]
     out.file.close()
+
+
+def test_a_line_one_stream_left_open_is_ended_in_the_file_before_another_streams_bytes(tmp_path: Path) -> None:
+    # stdout and stderr share the file: a block-buffered stdout's partial line and the stderr line after it were one
+    # line there ("partialerr line"), where the console and the ring split each stream on its own.
+    out = ChildOutput("p/c", Console(enabled=False), LogFile(tmp_path / "p.log", 0), ring_lines=10)
+    out.feed("stdout", b"partial")
+    out.feed("stderr", b"err line\n")
+    out.feed("stdout", b" rest\nnext")
+    out.feed("stdout", b" line\n")
+    out.feed("stderr", b"err begun")
+    out.feed("stderr", b" and ended\n")
+    out.close_stream("stdout")
+    out.close_stream("stderr")
+    out.file.close()
+    assert (tmp_path / "p.log").read_bytes() == b"partial\nerr line\n rest\nnext line\nerr begun and ended\n"
+    assert out.last_lines() == ["err line", "partial rest", "next line", "err begun and ended"]
+
+
+def test_a_log_file_begins_its_own_bytes_on_a_line_of_their_own(tmp_path: Path) -> None:
+    # Each attempt writes the phase's file through a LogFile of its own: an attempt that died in the middle of a
+    # line had the next attempt's first line glued to it.
+    path = tmp_path / "p.log"
+    first = LogFile(path, 0)
+    first.write(b"line\ncrashed mid")
+    first.close()
+    second = LogFile(path, 0)
+    second.write(b"next attempt\n")
+    second.close()
+    third = LogFile(path, 0)
+    third.write(b"after a whole line\n")
+    third.close()
+    assert path.read_bytes() == b"line\ncrashed mid\nnext attempt\nafter a whole line\n"
 
 
 def test_child_output_decodes_and_strips_cr(tmp_path: Path) -> None:
@@ -623,6 +657,42 @@ def test_e2e_daemon_log_file_name(sup: Runner) -> None:
     assert sorted(daemon_log.splitlines()) == [b"daemon err", b"daemon out"]
     assert re.search(rf"^{CLOCK} \[ph/helper\] daemon out$", res.output, flags=re.M)
     assert re.search(rf"^{CLOCK} \[ph/ph\] command out$", res.output, flags=re.M)
+
+
+def test_e2e_the_log_file_glues_no_line_of_one_stream_or_attempt_to_another(sup: Runner) -> None:
+    """A child's stdout line left open (block-buffered output ends anywhere), a stderr line after it, and a last line
+    that a crash left unended, in two attempts: each waits until the supervisor wrote its bytes, so the order in the
+    file is known. The file ends each open line before another stream's or attempt's bytes; the console and the
+    ring split each stream on its own (the stdout line whole, after the stderr one)."""
+    log = sup.log_dir / "p.log"
+    cmd = script(sup.tmp, "mixed", f"""
+        import os, sys, time
+        def written() -> int:
+            return os.path.getsize({str(log)!r}) if os.path.exists({str(log)!r}) else 0
+        def say(stream, text: str) -> None:
+            before = written()
+            stream.write(text)
+            stream.flush()
+            deadline = time.monotonic() + {WAIT_S}
+            while written() < before + len(text) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        say(sys.stdout, "partial")
+        say(sys.stderr, "err\\n")
+        say(sys.stdout, " rest\\n")
+        sys.stdout.write("crashed mid")
+        sys.exit(3)
+    """)
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        retries = 1
+        command = {cmd}
+    """)
+    res = sup.run(config, timeout=60)
+    assert res.returncode == 3, res.output
+    assert log.read_bytes() == b"partial\nerr\n rest\ncrashed mid\n" b"partial\nerr\n rest\ncrashed mid"
+    shown = re.findall(rf"^{CLOCK} \[p/p\] (.*)$", res.output, flags=re.M)
+    assert shown == ["err", "partial rest", "crashed mid"] * 2, res.output
 
 
 def test_e2e_fast_writer_not_throttled_by_slow_console(sup: Runner) -> None:

@@ -8,9 +8,10 @@ get a little more room than the children's. A console that is lost (closed, EPIP
 once and costs console lines only: the log files keep everything.
 
 Children write into pipes that the loop drains as fast as they fill, so a child is never blocked by a slow
-consumer beyond the pipe buffer; the per-child file receives the exact bytes (secrets masked); the ring
-keeps the last lines for failure reports. A lone ``\r`` ends a line as ``\n`` does (progress readouts), and
-a 10 MB line without either is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded. The
+consumer beyond the pipe buffer; the per-child file receives the exact bytes (secrets masked), but for a
+line that one stream or an earlier attempt left open, ended there before another's bytes; the ring keeps
+the last lines for failure reports. A lone ``\r`` ends a line as ``\n`` does (progress readouts), and a
+10 MB line without either is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded. The
 supervisor's own lines go to the console and ``supervisor.log`` (``SupervisorLog``).
 """
 
@@ -417,12 +418,14 @@ class LogFile:
     descriptor (no userspace buffer): nothing is left over to fail again at close.
     """
 
+    EARLIER = "\0earlier"  # whose line the file ends inside when a writer before this one left it open
+
     def __init__(self, path: Path, max_bytes: int, notify: Log | None = None) -> None:
         self.path = path
         self._max = max_bytes
         self._fd: int | None = None
         self._size = 0
-        self._mid_line = False  # the file ends inside a line (a child's block-buffered output ends anywhere)
+        self._open_line: str | None = None  # whose line the file ends inside (a stream's, EARLIER's), None: none
         # Whoever hears of a failure (the supervisor's log); stderr until told otherwise.
         self.notify: Log = notify or to_stderr
         self._lock = threading.Lock()  # the outbox thread logs through the supervisor's file too
@@ -432,12 +435,13 @@ class LogFile:
         self._kept_on: list[int] = []  # fds of others moved onto the new file at each roll (keep_on_this_file)
         self._ours_from: int | None = None  # where this writer's bytes begin in the file (set once it is opened)
 
-    def write(self, data: bytes) -> None:
-        note = self.write_unsaid(data)
+    def write(self, data: bytes, stream: str = "") -> None:
+        """``stream``: whose bytes (a child's stdout, its stderr): a line one left open is ended before another's."""
+        note = self.write_unsaid(data, stream)
         if note:
             self.notify(note)
 
-    def write_unsaid(self, data: bytes) -> str | None:
+    def write_unsaid(self, data: bytes, stream: str = "") -> str | None:
         """``write``, leaving what there is to say of the file (it failed, it works again) to the caller."""
         if not data:
             return None
@@ -446,12 +450,12 @@ class LogFile:
                 self._lost += len(data)
                 return None
             try:
-                self._append(data)
+                self._append(data, stream)
             except OSError as exc:
                 return self._failed(exc)
             return self._recovered()
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: bytes, stream: str) -> None:
         done = 0  # bytes of ``data`` written
         try:
             if self._fd is None:
@@ -460,11 +464,17 @@ class LogFile:
                 self._size = os.fstat(self._fd).st_size
                 if self._ours_from is None:
                     self._ours_from = self._size
+                    if self._size:  # an attempt before this one may have died inside a line: ours begins on a new one
+                        with contextlib.suppress(OSError), open(f"/proc/self/fd/{self._fd}", "rb", 0) as before:
+                            last = os.pread(before.fileno(), 1, self._size - 1)
+                            self._open_line = None if last == b"\n" else self.EARLIER
+            if self._open_line is not None and self._open_line != stream:
+                data = b"\n" + data  # as on the console, no line holds two streams' bytes (nor two attempts')
             parts: list[bytes | None] = [data]  # None: roll over there
             if self._max and self._size + len(data) > self._max and self._size:
                 # Rolled at a line's end: a line under way (a child's block-buffered output ends anywhere) is
                 # finished in the old file first, where this write ends it.
-                end = data.find(b"\n") + 1 if self._mid_line else 0
+                end = data.find(b"\n") + 1 if self._open_line is not None else 0
                 parts = [data[:end], None, data[end:]]
             for part in parts:
                 if part is None:
@@ -476,8 +486,7 @@ class LogFile:
                     self._size += written
                     done += written
                     view = view[written:]
-            if data:
-                self._mid_line = not data.endswith(b"\n")
+            self._open_line = None if data.endswith(b"\n") else stream
         except OSError:
             self._lost += len(data) - done  # what did not make it (a write cut short by a full disk: its rest)
             raise
@@ -572,7 +581,7 @@ class ChildOutput:
         secrets, splitter = self._pipe(stream)
         if secrets is not None:
             data = secrets.feed(data)
-        self._take(splitter, data)
+        self._take(stream, splitter, data)
 
     def close_stream(self, stream: str) -> None:
         pipe = self._pipes.pop(stream, None)
@@ -580,7 +589,7 @@ class ChildOutput:
             return
         secrets, splitter = pipe
         if secrets is not None:
-            self._take(splitter, secrets.close())
+            self._take(stream, splitter, secrets.close())
         self._emit(splitter.flush())
 
     def _pipe(self, stream: str) -> tuple[SecretStream | None, LineSplitter]:
@@ -589,9 +598,9 @@ class ChildOutput:
             pipe = self._pipes[stream] = (self._redactor.stream() if self._redactor else None, LineSplitter())
         return pipe
 
-    def _take(self, splitter: LineSplitter, data: bytes) -> None:
+    def _take(self, stream: str, splitter: LineSplitter, data: bytes) -> None:
         if data:
-            self.file.write(data)
+            self.file.write(data, stream)
             self._emit(splitter.feed(data))
 
     def _emit(self, lines: list[bytes]) -> None:

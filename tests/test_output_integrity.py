@@ -34,6 +34,7 @@ SPLIT_SECRET = "ZqXvJkWmQpYrTnBs"
 CODED_SECRET = "HgFdSaPoIuYtReWq"
 CUT_SECRET = "LkJhGfDsMnBvCxZa"
 SECRETS = (SPLIT_SECRET, CODED_SECRET, CUT_SECRET)
+CLOCK = r"\d\d:\d\d:\d\d\.\d\d\d"
 WINDOW = 6  # any 6 characters of a secret in a row count as a leak: a secret cut in two leaves a half
 
 
@@ -221,6 +222,38 @@ def test_a_last_line_without_a_newline_is_in_the_verdict_while_a_grandchild_hold
     assert lines[failed + 2].endswith("  | fatal: cannot open device"), lines[failed:failed + 4]
 
 
+@pytest.mark.parametrize("grandchild", [
+    pytest.param("sleep 100", id="no-secret-follows"),
+    # Deaf to the stop's SIGTERM, it writes the secret's rest after the verdict.
+    pytest.param(f"trap '' TERM; sleep 0.5; echo '{SPLIT_SECRET[8:]} end'", id="the-secret-is-finished-later"),
+])
+def test_the_held_start_of_a_secret_is_in_the_verdict_masked_while_a_grandchild_holds_the_pipe(
+        sup: Runner, grandchild: str) -> None:
+    """The child's last words end with what could begin a secret, held back until the pipe's end; a grandchild
+    holds the pipe, so the verdict is made before it: its last line lacked them ("fatal: cannot open "). It shows
+    them masked (the grandchild may still write the secret's rest), and the console and the log file show what
+    they were once the pipe ends: in full where no secret followed, masked with the rest where one did."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "a"
+        command = ["sh", "-c", "({grandchild}) & echo line1; printf 'fatal: cannot open {SPLIT_SECRET[:8]}'; exit 1"]
+        env = {{ DB_TOKEN = "{SPLIT_SECRET}" }}
+        stop_grace_s = 1
+        """)
+    result = sup.run(config, timeout=40)
+    assert result.returncode == 1, result.output
+    lines = result.output.splitlines()
+    failed = next(i for i, line in enumerate(lines) if "FAILED: phase=a " in line)
+    assert lines[failed + 1].endswith("  | line1"), lines[failed:failed + 4]
+    assert re.search(r"  \| fatal: cannot open \*\*\*( end)?$", lines[failed + 2]), lines[failed:failed + 4]
+    finished = "trap" in grandchild
+    shown = f"fatal: cannot open {'*** end' if finished else SPLIT_SECRET[:8]}"
+    assert re.search(rf"^{CLOCK} \[a/a\] {re.escape(shown)}$", result.output, flags=re.M), result.output
+    assert (sup.log_dir / "a.log").read_text() == f"line1\n{shown}" + ("\n" if finished else "")
+    said = [line for line in lines if "[a/a] " in line or "  | " in line]  # (its argv, logged, holds the rest)
+    assert not finished or not leaks("\n".join(said)), said  # (a secret's half, unfollowed, is no secret)
+
+
 def test_a_line_begun_is_quoted_where_asked_and_left_in_place(tmp_path: Path) -> None:
     out = ChildOutput("p/c", OutputConsole(enabled=False), LogFile(tmp_path / "c.log", 1 << 20), 10)
     out.feed("stdout", b"one\ntwo")
@@ -230,6 +263,21 @@ def test_a_line_begun_is_quoted_where_asked_and_left_in_place(tmp_path: Path) ->
     assert out.last_lines(2, begun=True) == ["two", "err begun"]
     out.feed("stdout", b" ended\n")
     assert out.last_lines(begun=True) == ["one", "two ended", "err begun"], "left in place: the line goes on"
+
+
+def test_a_line_begun_quotes_what_the_secret_stream_holds_back_masked(tmp_path: Path) -> None:
+    """What could still become a secret is held back from every reader; a line begun quoted before the pipe's end
+    (a verdict's, while a grandchild holds the pipe) shows it as the mask, not as nothing: what follows may be the
+    secret's rest. An unfinished escape code held alone is invisible, and shows as nothing."""
+    out = ChildOutput("p/c", OutputConsole(enabled=False), LogFile(tmp_path / "c.log", 0), 10, Redactor(["hunter22"]))
+    out.feed("stdout", b"one\nfatal: cannot open hun")
+    out.feed("stderr", b"colour \x1b[3")
+    assert out.last_lines(begun=True) == ["one", "fatal: cannot open ***", "colour "]
+    out.feed("stdout", b"ter22 two\n")
+    assert out.last_lines(begun=True) == ["one", "fatal: cannot open *** two", "colour "]
+    out.feed("stdout", b"hunt")
+    out.close_stream("stdout")  # never a secret: said whole at the pipe's end
+    assert out.last_lines(begun=True) == ["one", "fatal: cannot open *** two", "hunt", "colour "]
 
 
 def test_nothing_is_held_without_a_possible_secret_start() -> None:

@@ -619,10 +619,12 @@ class ChildOutput:
     def last_lines(self, n: int | None = None, *, begun: bool = False) -> list[str]:
         """The last ``n`` lines (all the ring holds if None). ``begun``: the lines begun and not ended on the
         pipes still open come last, left where they are: a child's last words without a newline (an error
-        printed with ``printf``) while a grandchild holds the pipe, so no end of file says them yet."""
+        printed with ``printf``) while a grandchild holds the pipe, so no end of file says them yet; their end that
+        could still begin a secret, held back from every reader, as the mask (SecretStream.held_shown)."""
         lines = list(self.ring)
         if begun:
-            lines += [tail for _, splitter in self._pipes.values() if (tail := splitter.pending())]
+            lines += [tail for secrets, splitter in self._pipes.values()
+                      if (tail := splitter.pending() + (secrets.held_shown() if secrets is not None else b""))]
         lines = lines[-n:] if n else lines
         return [line.decode("utf-8", errors="replace") for line in lines]
 

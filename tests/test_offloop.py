@@ -42,7 +42,7 @@ from helpers import (
     toml_str,
     wait_for,
 )
-from hungmount import hung_mount
+from hungmount import held_mount, hung_mount
 from standin_nvml import NvmlControl, fake_nvml_env, gpu
 
 from supervisor.engine.loop import EventLoop
@@ -387,6 +387,7 @@ def test_a_start_on_a_hung_mount_fails_within_its_bound_instead_of_freezing_the_
     line = last_failure(out, "p")
     assert "reason=spawn_failed" in line and "exec did not return within 4s" in line, line
     assert "a hung filesystem under the command or its working directory?" in line, line
+    assert re.search(r"; pid \d+ killed\"", line), line  # (this wait lets SIGKILL in: the child is gone, reaped)
     assert "should not run" not in out
     assert "the supervisor was frozen" not in out, "its own bounded wait is no freeze"
     assert "Traceback" not in out, out
@@ -414,6 +415,43 @@ def test_a_stop_signal_while_a_hung_exec_holds_the_loop_is_said_when_that_start_
     said = [line for line in out.splitlines() if "SIGTERM" in line]
     assert len(said) == 1 and re.search(r"SIGTERM came \d+\.\ds ago, but the exit status was decided before the "
                                         r"loop read it: not acted on", said[0]), out[-4000:]
+    assert "Traceback" not in out, out
+
+
+def test_a_start_killed_before_its_exec_and_stuck_in_the_kernel_is_said_as_that_not_as_an_escapee(
+        sup: Runner) -> None:
+    """The working directory is on a mount whose server took the chdir's request and never answers: past the
+    bound the child is SIGKILLed, but a FUSE request in the server's hands is waited for even then, and the child
+    stays (state D, SIGKILL pending) in the phase's cgroup. It was said as "killed" by the start's failure, as an
+    escapee of the process tree by the phase's sweep (and killed again), and as an orphan when it went at last."""
+    with held_mount(sup.tmp / "mnt") as held:
+        config = sup.write(f"""
+            [[phases]]
+            name = "p"
+            command = {sh("echo should not run")}
+            cwd = {toml_str(str(held.path))}
+            exec_wait_s = 1
+            retries = 1
+            backoff_s = 30
+            """)
+        run = Launched(sup, config, {})
+        run.wait_text("still stuck in the kernel")
+        shown = status_text(sup, {})
+        held.release()  # the request ends (ENOTCONN) and the child, SIGKILLed long since, with it
+        run.wait_text("is gone at last")
+        run.proc.send_signal(signal.SIGTERM)  # (rather than the backoff's 30 s)
+        returncode = run.finish(60)
+    out = run.text()
+    assert returncode == 128 + signal.SIGTERM, out[-4000:]
+    line = last_failure(out, "p")
+    found = re.search(r"; pid (\d+): SIGKILL sent, not gone yet \(stuck in the kernel\)", line)
+    assert found and "exec did not return within 1s" in line and "reason=spawn_failed" in line, line
+    pid = found[1]
+    assert f"pid {pid}: SIGKILL sent, not gone yet" in shown and f"pid {pid} killed" not in shown, shown
+    assert re.search(rf"1 process\(es\) killed before its exec, still stuck in the kernel \(a hung mount\?\): "
+                     rf"{pid} \(", out), out[-4000:]
+    assert f"p/p: pid {pid}, killed before its exec, is gone at last (killed by SIGKILL" in out, out[-4000:]
+    assert "escaped" not in out and "orphan" not in out and "should not run" not in out, out[-4000:]
     assert "Traceback" not in out, out
 
 

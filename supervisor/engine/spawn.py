@@ -52,7 +52,7 @@ from .trees import TAG_ENV
 # and that time is given back to the wait.
 WAIT_SLICE_S = 0.5
 PAUSED_MIN_S = 1.0
-# How long a killed child that never exec'd is waited for here; past it the reaper reaps it as an orphan
+# How long a killed child that never exec'd is waited for here; past it the reaper reaps it when it goes
 # (a process blocked in a filesystem that does not let SIGKILL in stays until the filesystem answers).
 KILLED_REAP_WAIT_S = 0.2
 # The most of a child's failure report read: the stage, the errno and the error's text.
@@ -65,12 +65,14 @@ _tag_seq = itertools.count(1)
 
 
 class SpawnError(Exception):
-    """The command could not be started; ``status`` is what a shell would report."""
+    """The command could not be started; ``status`` is what a shell would report. ``stuck``: the pid of a child
+    SIGKILLed before its exec that did not go (the reaper's to reap, when it goes at last)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, stuck: int | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.stuck = stuck
 
 
 def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
@@ -120,9 +122,10 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
         os.close(report_r)
     if report is None:
         _close([out_r, err_r])
-        _kill_unexeced(pid)
+        gone = _kill_unexeced(pid)
+        fate = " killed" if gone else ": SIGKILL sent, not gone yet (stuck in the kernel)"
         raise SpawnError(126, f"{argv[0]}: exec did not return within {exec_wait_s:g}s (a hung filesystem under "
-                              f"the command or its working directory?); pid {pid} killed")
+                              f"the command or its working directory?); pid {pid}{fate}", None if gone else pid)
     if report:
         _close([out_r, err_r])
         _reap(pid)
@@ -344,19 +347,21 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _kill_unexeced(pid: int) -> None:
-    """SIGKILL a child stuck before its exec, and reap it if it goes within KILLED_REAP_WAIT_S (a wait in a
-    hung FUSE or NFS mount lets SIGKILL in); one that stays is the reaper's, as an orphan, when it goes."""
+def _kill_unexeced(pid: int) -> bool:
+    """SIGKILL a child stuck before its exec, and reap it if it goes within KILLED_REAP_WAIT_S (most waits in a
+    hung FUSE or NFS mount let SIGKILL in); True when it went. One that stays (a FUSE request its server read,
+    and never answers, is waited for past SIGKILL) is the reaper's when it goes."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + KILLED_REAP_WAIT_S
     while time.monotonic() < deadline:
         try:
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
+                return True
         except ChildProcessError:
-            return
+            return True
         time.sleep(0.01)
+    return False
 
 
 def _pipe(opened: list[int]) -> tuple[int, int]:

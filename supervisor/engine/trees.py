@@ -187,11 +187,35 @@ def _shown(procs: dict[int, str]) -> str:
     return ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
 
 
+# Children that spawn.py SIGKILLed before their exec and could not reap: stuck in the kernel (a FUSE request in
+# its server's hands is waited for past SIGKILL), in their phase's cgroup, where a sweep finds them. Each is
+# forgotten as it is reaped, before its pid can be another process's.
+_stuck_before_exec: set[int] = set()
+
+
+def stuck_before_exec(pid: int) -> None:
+    """``pid``, a child SIGKILLed before its exec, outlived the kill: a sweep says it as that, never as an escapee."""
+    _stuck_before_exec.add(pid)
+
+
+def reaped_after_stuck(pid: int) -> None:
+    """``pid``, a child SIGKILLed before its exec and stuck since, is reaped at last."""
+    _stuck_before_exec.discard(pid)
+
+
 def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
-    """SIGKILL each of ``pids`` (found some way the process tree could not be: a cgroup); say which and why."""
+    """SIGKILL each of ``pids`` (found some way the process tree could not be: a cgroup); say which and why.
+    Returns them, less those gone meanwhile. A child killed before its exec and stuck since is no escapee, and
+    another SIGKILL would change nothing: it is said as that, and returned too (it was dealt with)."""
+    stuck = {pid: _name_of(pid) for pid in pids if pid in _stuck_before_exec}
+    if stuck:
+        log(f"{len(stuck)} process(es) killed before its exec, still stuck in the kernel (a hung mount?): "
+            f"{_shown(stuck)}")
     killed: list[int] = []
     named: list[str] = []
     for pid in pids:
+        if pid in stuck:
+            continue
         name = _name_of(pid)  # before the kill: a dead process has no name to read
         try:
             os.kill(pid, signal.SIGKILL)
@@ -201,7 +225,7 @@ def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
         named.append(name)
     if killed:
         log(f"killed {len(killed)} process(es) {why}: {_shown(dict(zip(killed, named, strict=True)))}")
-    return killed
+    return [*stuck, *killed]
 
 
 def kill_cgroup(cgroup: Path, pids_in: Callable[[], list[int] | None], log: Log, why: str,

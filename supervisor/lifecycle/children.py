@@ -15,7 +15,9 @@ from ..engine.loop import ErrorHandler, contained
 from ..engine.process import Child
 from ..engine.reaping import ExitStatus
 from ..engine.spawn import SpawnError, child_setup, spawn
+from ..engine.trees import reaped_after_stuck, stuck_before_exec
 from ..state.files import child_log_name
+from ..text import Log
 from ..text.show import logged
 from .runtime import ChildKit
 
@@ -63,8 +65,11 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
     try:
         with kit.loop.holding(f"the start of {spec.label} (waiting for its exec)") as hold:
             child = spawn(spec, env, output, child_setup(kit.child_oom_score_adj, procs), kit.clock, hold.paused)
-    except SpawnError:
+    except SpawnError as exc:
         output.file.close()
+        if exc.stuck is not None:  # (killed before its exec, it did not go: its sweep and its end say it as that)
+            stuck_before_exec(exc.stuck)
+            kit.reaper.watch(exc.stuck, partial(_gone_at_last, kit.log, spec.label), spec.label)
         raise
     child.placement = placement
     kit.reaper.watch(child.pid, ctx.guarded(f"the exit of {spec.label}", partial(on_exit, child)), spec.label,
@@ -74,6 +79,12 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
     mask = kit.redactor.text if kit.redactor is not None else None
     kit.log(f"started {spec.label}: pid {child.pid}: {shown_command(spec.command, mask)}")
     return child
+
+
+def _gone_at_last(log: Log, label: str, pid: int, status: ExitStatus) -> None:
+    """A child SIGKILLed before its exec, stuck in the kernel since, is reaped: no orphan, and no escapee now."""
+    reaped_after_stuck(pid)
+    log(f"{label}: pid {pid}, killed before its exec, is gone at last ({status.describe()})")
 
 
 def log_path(log_dir: Path, spec: ChildSpec) -> Path:

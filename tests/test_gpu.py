@@ -95,6 +95,28 @@ def test_a_gpu_whose_utilisation_nvml_does_not_measure_is_sampled_by_its_memory(
                                       GpuSample(1, "NVIDIA H200", None, 300 * MiB, 141 * 1024 * MiB))
 
 
+def test_a_gpu_that_answers_badly_once_is_asked_again_before_the_round_is_published(control: NvmlControl,
+                                                                                   gpus: Gpus) -> None:
+    # The first round is all cuzk.toml, resume's fingerprint and status have where nothing samples again: a one-off
+    # error of one GPU in it left that GPU out of them for the whole run.
+    control.set(gpus=[nvml_gpu(), nvml_gpu()], flaky=[{"gpu": 1, "call": "nvmlDeviceGetMemoryInfo",
+                                                         "error": "Timeout"}])
+    reading = opened(gpus).latest()
+    assert reading is not None and [s.index for s in reading.samples] == [0, 1], reading
+    assert reading.left_out == () and gpus.sampling.misses == 0
+    assert [call for call, _ in control.calls()].count("nvmlDeviceGetMemoryInfo") == 3  # GPU 1 asked twice
+
+
+def test_a_gpu_that_fails_again_is_left_out_of_the_reading_with_why(control: NvmlControl, gpus: Gpus) -> None:
+    control.set(gpus=[nvml_gpu(), nvml_gpu(), nvml_gpu()], lost=[2],
+                flaky=[{"gpu": 1, "call": "nvmlDeviceGetMemoryInfo", "error": "Timeout", "times": 2}])
+    reading = opened(gpus).latest()
+    assert reading is not None and [s.index for s in reading.samples] == [0], reading
+    assert reading.left_out == ((1, "unreadable: NVMLError_Timeout: Timeout"),
+                                (2, "no handle: NVMLError_GpuIsLost: GPU is lost")), reading.left_out
+    assert gpus.sampling.misses == 1  # (a GPU with no handle is no miss: it is never sampled)
+
+
 def test_samples_come_on_a_cadence_only_while_wanted(control: NvmlControl, gpus: Gpus) -> None:
     first = opened(gpus).latest()
     assert first is not None and first.seq == 1

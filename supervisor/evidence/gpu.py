@@ -35,6 +35,10 @@ MAX_GPU_MEMORY = 1 << 44
 MAX_GPU_PROCESSES = 1024
 # A bad answer of one GPU: (index, why); the GPU thread counts it as no reading of that GPU.
 BadReading = Callable[[int, str], None]
+# A GPU whose answer was no reading is asked again this much later, in the same round: one bad answer must not
+# leave it out of the reading that cuzk.toml, resume's fingerprint and status read (the first round is all they
+# have where nothing samples again). Only one that fails again is left out.
+GPU_RETRY_S = 0.2
 
 
 class BadAnswer(ValueError):
@@ -98,6 +102,7 @@ class GpuReading:
     seq: int
     at: float
     samples: tuple[GpuSample, ...]
+    left_out: tuple[tuple[int, str], ...] = ()  # (index, why) of each GPU NVML counts that is not in ``samples``
 
 
 @dataclass
@@ -148,28 +153,38 @@ def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
 
 
 def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] | None = None,
-               bad: BadReading | None = None) -> tuple[GpuSample, ...]:
+               bad: BadReading | None = None, pause: Callable[[float], None] = time.sleep) -> tuple[GpuSample, ...]:
     """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample (and told to ``lost``),
-    as is one whose answer is no reading (told to ``bad``): whatever NVML answers, never an exception. A GPU
-    whose utilisation NVML does not measure (NotSupported: MIG mode on) is sampled by its memory alone: left
-    out, it would be left out of cuzk.toml's devices and the machine's fingerprint too."""
-    samples = []
-    for index, handle in enumerate(nvml.handles):
-        if handle is None:
-            continue
-        try:
-            mem = call("nvmlDeviceGetMemoryInfo", index, nvml.module.nvmlDeviceGetMemoryInfo, handle)
-            total = bounded(getattr(mem, "total", None), MAX_GPU_MEMORY, "memory.total")
-            used = bounded(getattr(mem, "used", None), total, "memory.used")
-            percent = _utilization(nvml, index, handle, call)
-        except Exception as exc:  # lost, reset in progress, an answer that is none: the next sample tries again
-            if lost is not None and is_lost_error(exc):
-                lost(index, exc)
-            if bad is not None:  # a lost GPU too: no reading of it
-                bad(index, describe_nvml_error(exc))
-            continue
-        samples.append(GpuSample(index, nvml.names[index], percent, used, total))
-    return tuple(samples)
+    as is one whose answer is no reading twice, GPU_RETRY_S apart (told to ``bad``): whatever NVML answers, never
+    an exception. A GPU whose utilisation NVML does not measure (NotSupported: MIG mode on) is sampled by its
+    memory alone: left out, it would be left out of cuzk.toml's devices and the machine's fingerprint too."""
+    samples: dict[int, GpuSample] = {}
+    asking = [index for index, handle in enumerate(nvml.handles) if handle is not None]
+    for last_try in (False, True):
+        failed: list[int] = []
+        for index in asking:
+            try:
+                samples[index] = _sample(nvml, index, nvml.handles[index], call)
+            except Exception as exc:  # lost, reset in progress, an answer that is none
+                if is_lost_error(exc) and lost is not None:
+                    lost(index, exc)
+                if is_lost_error(exc) or last_try:  # (a lost GPU is asked no more: it does not come back)
+                    if bad is not None:  # a lost GPU too: no reading of it
+                        bad(index, describe_nvml_error(exc))
+                else:
+                    failed.append(index)
+        if not failed:
+            break
+        pause(GPU_RETRY_S)
+        asking = failed
+    return tuple(samples[index] for index in sorted(samples))
+
+
+def _sample(nvml: Nvml, index: int, handle: Any, call: Caller) -> GpuSample:
+    mem = call("nvmlDeviceGetMemoryInfo", index, nvml.module.nvmlDeviceGetMemoryInfo, handle)
+    total = bounded(getattr(mem, "total", None), MAX_GPU_MEMORY, "memory.total")
+    used = bounded(getattr(mem, "used", None), total, "memory.used")
+    return GpuSample(index, nvml.names[index], _utilization(nvml, index, handle, call), used, total)
 
 
 def _utilization(nvml: Nvml, index: int, handle: Any, call: Caller) -> int | None:

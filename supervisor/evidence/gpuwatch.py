@@ -17,8 +17,10 @@ No second thread is ever started to get around a hung one: they would pile up on
 Where NVML is absent the thread says "no GPU" (``why``) and ends.
 
 Whatever NVML answers is contained: a GPU whose answer is no reading (gpu.py checks each value) is
-left out of that sample and counted as a miss on ``sampling`` (watchstate.py: blind past GPU_BLIND_S is
-said once, and again when it reads); the Xid side is gpuevents.py's. Should the thread still fail (a bug
+asked again GPU_RETRY_S later in the same round (a one-off error must not leave it out of the reading cuzk.toml
+and resume read); one that fails again is left out of that sample (the reading says why: ``left_out``) and
+counted as a miss on ``sampling`` (watchstate.py: blind past GPU_BLIND_S is said once, and again when it
+reads); the Xid side is gpuevents.py's. Should the thread still fail (a bug
 of ours), it says so and starts again after THREAD_RESTART_S (doubling to THREAD_RESTART_MAX_S).
 """
 
@@ -341,12 +343,16 @@ class Gpus:
                 self._xid.wait(nvml, min(EVENT_WAIT_S, due_in), self._call)
 
     def _sample(self, nvml: Nvml) -> None:
-        """Every GPU sampled and published; one whose answer is no reading makes this pass a miss."""
-        bad: list[str] = []
-        samples = sample_all(nvml, self._call, self._xid.lost, lambda index, why: bad.append(f"GPU {index}: {why}"))
-        self._publish(samples)
+        """Every GPU sampled and published, with why each GPU NVML counts and the sample lacks is left out; one
+        whose answer is no reading (asked again first: sample_all) makes this pass a miss."""
+        bad: list[tuple[int, str]] = []
+        samples = sample_all(nvml, self._call, self._xid.lost, lambda index, why: bad.append((index, why)),
+                             self._pause)
+        no_handle = [(index, f"no handle: {nvml.handle_errors.get(index, 'unknown error')}")
+                     for index, handle in enumerate(nvml.handles) if handle is None]
+        self._publish(samples, tuple(sorted([*no_handle, *((index, f"unreadable: {why}") for index, why in bad)])))
         if bad:
-            self.sampling.miss("; ".join(bad))
+            self.sampling.miss("; ".join(f"GPU {index}: {why}" for index, why in bad))
         else:
             self.sampling.read()
 
@@ -394,10 +400,10 @@ class Gpus:
         except Exception as exc:  # a bug here must not end the only thread that reads the GPUs
             return GpuInventory(True, f"{self.why}; the inventory failed: {describe_nvml_error(exc)}")
 
-    def _publish(self, samples: tuple[GpuSample, ...]) -> None:
+    def _publish(self, samples: tuple[GpuSample, ...], left_out: tuple[tuple[int, str], ...]) -> None:
         with self._cond:
             seq = self._reading.seq + 1 if self._reading is not None else 1
-            self._reading = GpuReading(seq, time.monotonic(), samples)
+            self._reading = GpuReading(seq, time.monotonic(), samples, left_out)
 
     def _call(self, name: str, gpu: int | None, fn: Callable[..., Any], *args: Any) -> Any:
         """One NVML call, watched: while it runs the loop can see which call it is and since when."""

@@ -122,6 +122,7 @@ class HookContext:
     gpus: tuple[GpuSample, ...]  # the GPU thread's latest sample (empty: none yet, or no GPU); never a call to NVML
     state_dir: Path
     log: Log
+    gpus_left_out: tuple[tuple[int, str], ...] = ()  # (index, why) of each GPU NVML counts that ``gpus`` lacks
 
 
 # Before the phase runs: what its children get in their environment, or why it cannot run.

@@ -608,9 +608,8 @@ class Phase:
     # ------------------------------------------------------------ effects that take more than a line
 
     def hook_context(self) -> HookContext:
-        """What a hook may know of this phase: its name, its memory, the GPUs' latest sample, state_dir, the log."""
-        return HookContext(self.name, self._evidence.available_memory(self.spec.memory_max),
-                           self._evidence.gpu_samples(), self._state_dir, self._log)
+        """What a hook may know of this phase: its name, its memory, the GPUs' latest reading, state_dir, the log."""
+        return self._evidence.hook_context(self.name, self.spec.memory_max, self._state_dir, self._log)
 
     def _prepare(self, first: bool) -> None:
         """The steps before an attempt that may refuse it (the memory preflight before the first, the prepare

@@ -28,7 +28,6 @@ from ..engine.process import StartOrder
 from ..engine.reaping import Reaper
 from ..engine.tick import FreezeWatch
 from ..evidence.cgroups import mem_total
-from ..evidence.gpu import GpuSample
 from ..evidence.gpuwatch import Gpus
 from ..evidence.iowatch import IoProbe
 from ..evidence.memory import MemoryEvidence
@@ -38,7 +37,7 @@ from ..state.firstseen import FirstSeen
 from ..text import Log
 from ..text.redact import Redactor
 from . import verdict as v
-from .hooks import capped
+from .hooks import HookContext, capped
 from .resume import NO_RERUN, Rerun
 from .verdict import VerdictRecord
 
@@ -90,9 +89,12 @@ class MachineEvidence:
         (a phase's memory_max)."""
         return capped(self.memory.available_memory() if self.memory is not None else mem_total(), cap)
 
-    def gpu_samples(self) -> tuple[GpuSample, ...]:
-        """The GPU thread's latest sample (empty: none yet, or no GPU)."""
-        return tuple(self.gpus.samples()) if self.gpus is not None else ()
+    def hook_context(self, phase: str, cap: int | None, state_dir: Path, log: Log) -> HookContext:
+        """What a hook may know of ``phase`` (memory_max ``cap``): its memory, the GPUs of one reading (those it
+        has, and why each it lacks is left out), state_dir, the log."""
+        reading = self.gpus.latest() if self.gpus is not None else None
+        return HookContext(phase, self.available_memory(cap), reading.samples if reading is not None else (),
+                           state_dir, log, reading.left_out if reading is not None else ())
 
 
 @dataclass

@@ -48,6 +48,11 @@ def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
         except OSError as exc:
             return Refusal(v.SPAWN_FAILED, f"cannot write {settings.config_path}: {exc.strerror or exc}")
         ctx.log(f"phase {ctx.phase}: wrote {settings.config_path}: {generated.summary()}")
+        if ctx.gpus_left_out:  # (asked again before it was left out: a GPU gone, or one that failed twice in a row)
+            left_out = ", ".join(f"GPU {index} ({why})" for index, why in ctx.gpus_left_out)
+            # Without a GPU read no [gpus] table is written, and cuzk-daemon's own default decides.
+            then = "cuzk runs without them" if ctx.gpus else "it names no GPU, cuzk-daemon picks its own"
+            ctx.log(f"phase {ctx.phase}: cuzk.toml leaves out {left_out}: {then}")
         for line in filter(None, generated.text.splitlines()):
             ctx.log(f"  cuzk.toml | {line}")
         address = cuzkconf.cuzk_address(settings.listen)

@@ -189,3 +189,17 @@ def test_the_hostile_modes_answer_as_the_docstring_says(fake: types.ModuleType, 
     assert time.monotonic() - started < 1
     control.set(wait_at_once=None, garbage=["nvmlEventSetWait_v2"])
     assert fake.nvmlEventSetWait_v2(events, 10_000).eventType == "n/a"
+
+
+def test_a_flaky_call_fails_its_times_then_answers(fake: types.ModuleType, control: NvmlControl) -> None:
+    """``flaky``: a GPU that answers one call badly a few times (tests/test_gpu.py's one-off error in a sample)."""
+    control.set(gpus=[gpu(), gpu()], flaky=[{"gpu": 1, "call": "nvmlDeviceGetMemoryInfo", "error": "Timeout",
+                                             "times": 2}])
+    fake.nvmlInit()
+    first, second = fake.nvmlDeviceGetHandleByIndex(0), fake.nvmlDeviceGetHandleByIndex(1)
+    assert fake.nvmlDeviceGetMemoryInfo(first).total > 0, "another GPU answers"
+    assert fake.nvmlDeviceGetUtilizationRates(second).gpu == 0, "another call of the GPU answers"
+    for _ in range(2):
+        with pytest.raises(fake.NVMLError_Timeout):
+            fake.nvmlDeviceGetMemoryInfo(second)
+    assert fake.nvmlDeviceGetMemoryInfo(second).total > 0, "past its times the call answers"

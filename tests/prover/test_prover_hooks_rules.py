@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from supervisor.config import ConfigError
+from supervisor.evidence.gpu import GpuSample
 from supervisor.lifecycle import verdict as v
 from supervisor.lifecycle.hooks import HookContext, Refusal
 from supervisor.lifecycle.verdict import Verdict
@@ -51,6 +53,21 @@ def test_cuzk_config_writes_the_file_logs_it_and_tells_the_children(tmp_path: Pa
     body = [line.removeprefix("  cuzk.toml | ") for line in lines[1:]]
     assert all(line.startswith("  cuzk.toml | ") for line in lines[1:])
     assert body == [line for line in written.splitlines() if line]  # every line but the blank ones
+
+
+@pytest.mark.parametrize(("read", "said"), [((0,), "cuzk runs without them"),
+                                            ((), "it names no GPU, cuzk-daemon picks its own")])
+def test_cuzk_config_says_each_gpu_it_leaves_out_and_why(tmp_path: Path, read: tuple[int, ...], said: str) -> None:
+    # A GPU NVML counts that the reading lacks (gone, or unreadable twice in a row) was left out of [gpus] devices
+    # for the whole run without a word.
+    target = tmp_path / "cuzk.toml"
+    lines: list[str] = []
+    ctx = replace(context(tmp_path, 512 * GIB, lines), gpus=tuple(GpuSample(i, "NVIDIA H200", 0, 0, GIB) for i in read),
+                  gpus_left_out=((1, "unreadable: NVMLError_Timeout: Timeout"), (2, "no handle: NVMLError_GpuIsLost")))
+    assert not isinstance(hooks.cuzk_config(CuzkSettings(config_path=str(target)))(ctx), Refusal)
+    assert tomllib.loads(target.read_text()).get("gpus", {}).get("devices") == ([0] if read else None)
+    assert ("phase cuzk: cuzk.toml leaves out GPU 1 (unreadable: NVMLError_Timeout: Timeout), GPU 2 (no handle: "
+            f"NVMLError_GpuIsLost): {said}") in lines, lines
 
 
 def test_cuzk_config_on_a_machine_too_small_is_an_insufficient_memory_refusal(tmp_path: Path) -> None:

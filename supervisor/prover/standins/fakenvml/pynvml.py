@@ -20,7 +20,9 @@ come from the JSON control file ``$STANDIN_NVML_CONTROL``, read on every call. E
     None, count ``"n/a"``, name None, event data of garbage. ``device_count``: what ``nvmlDeviceGetCount`` says.
 ``not_found`` (GPU indexes): their calls raise ``NVMLError_NotFound``. ``errors`` (``{"<gpu index>": suffix}``):
     every call about that GPU raises ``NVMLError_<suffix>`` (``"ResetRequired"``, ``"GpuNotFound"``, any of the
-    real module's). ``xid_storm`` (``{"gpu", "xid"}``): every
+    real module's). ``flaky`` (list of ``{"gpu", "call", "error", "times"}``): the first ``times`` (default 1)
+    calls of ``call`` about that GPU in this process raise ``NVMLError_<error>``, the later ones answer (a GPU
+    that answers badly once). ``xid_storm`` (``{"gpu", "xid"}``): every
     wait returns that Xid at once. ``wait_at_once`` (``"none"``, ``"timeout"``): it returns at once, no event.
 
 Without the variable or the file, the machine has the default GPU; a file that is not a JSON object makes
@@ -190,6 +192,7 @@ class nvmlFriendlyObject:
 _lock = threading.Lock()
 _init_count = 0
 _xid_delivered = 0  # how many of the control file's xid events this process has handed out
+_flaky_raised: dict[int, int] = {}  # the control's ``flaky`` entry (its place) → how often it has raised here
 _event_sets: dict[int, dict[int, int]] = {}  # event set id → GPU index → registered event mask
 _handles: dict[int, Any] = {}  # GPU index → its handle: one per GPU, as the real library hands out
 
@@ -235,6 +238,13 @@ def _enter(call: str, index: int | None = None, *, needs_init: bool = True) -> d
     errors = control.get("errors")
     if index is not None and isinstance(errors, dict) and str(index) in errors:
         _raise_named(errors[str(index)])
+    for place, flaky in enumerate(control.get("flaky") or []):
+        if index is not None and flaky.get("gpu", 0) == index and flaky.get("call") == call:
+            with _lock:
+                raised = _flaky_raised.get(place, 0)
+                if raised < int(flaky.get("times", 1)):
+                    _flaky_raised[place] = raised + 1
+                    _raise_named(flaky.get("error", "Unknown"))
     return control
 
 

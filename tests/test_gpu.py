@@ -192,6 +192,36 @@ def test_a_hung_call_is_named_once_and_again_when_it_returns(control: NvmlContro
         gpus.close()
 
 
+def test_a_second_hang_of_the_same_call_is_said_with_its_count(control: NvmlControl) -> None:
+    """The same call hangs twice within the minute: the second was only counted, and the log read one hang."""
+    gpus = Gpus(call_timeout_s=0.3)
+    try:
+        gpus.start()
+        assert gpus.opened.wait(10)
+        gpus.want(0.1)
+        lines: list[str] = []
+
+        def said(times: int) -> bool:
+            lines.extend(gpus.check())
+            return len([line for line in lines if "has not returned" in line]) >= times
+
+        for times in (1, 2):
+            control.set(hang_s=120, hang_calls=["nvmlDeviceGetUtilizationRates"])
+            wait_for(lambda: gpus.unresponsive())
+            wait_for(lambda: said(times), timeout=5)  # noqa: B023  (waited for within the turn)
+            control.set(hang_s=0)
+            wait_for(lambda: gpus.unresponsive() is None)
+        hung = [line for line in lines if "has not returned" in line]
+        assert len(hung) == 2, lines
+        assert hung[0].startswith("gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) has not returned for "), hung
+        assert hung[1].startswith("gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) hung again (2nd time in "
+                                  ) and " s): it has not returned for " in hung[1], hung
+        assert gpus.slow_calls == 2
+    finally:
+        control.set(hang_s=0)
+        gpus.close()
+
+
 def test_the_inventory_is_refused_at_once_while_nvml_hangs(control: NvmlControl) -> None:
     gpus = Gpus(call_timeout_s=0.3)
     try:

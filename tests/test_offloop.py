@@ -261,6 +261,38 @@ def test_status_answers_and_names_the_hung_call_while_nvml_hangs(sup: Runner, nv
     only_the_gpu_thread_called_nvml(nvml)
 
 
+def test_the_same_call_hung_again_within_the_minute_is_said_again_with_its_count(sup: Runner,
+                                                                                nvml: NvmlControl) -> None:
+    """A second hang of the same call within the minute was only counted, said (as "1 more") a minute later at the
+    earliest: an operator reading the log saw one hang where the GPU hung twice."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "work"
+        stall_s = 60
+        command = {py_script(sup.tmp, "ticker", FOREVER_TICKER)}
+        """)
+    run = Launched(sup, config, fake_nvml_env(nvml), inject="""
+        import supervisor.evidence.gpuwatch
+        supervisor.evidence.gpuwatch.NVML_CALL_TIMEOUT_S = 1.0  # (5 s in production)
+        """)
+    run.wait_text("started work/work: pid")
+    hung = "gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) has not returned for "
+    nvml.set(hang_s=HANG_S, hang_calls=["nvmlDeviceGetUtilizationRates"])
+    run.wait_text(hung, timeout=30)
+    nvml.set(hang_s=0)
+    run.wait_text("gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) returned after ", timeout=30)
+    nvml.set(hang_s=HANG_S)  # the same call hangs again, seconds later
+    run.wait_text("gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) hung again (2nd time in ", timeout=30)
+    nvml.set(hang_s=0)
+    os.kill(run.proc.pid, signal.SIGTERM)
+    assert run.finish(30) == 128 + signal.SIGTERM, run.text()[-4000:]
+    out = run.text()
+    again = first_line(out, "hung again (2nd time in ")
+    assert re.search(r" hung again \(2nd time in \d+ s\): it has not returned for \d+\.\ds$", again), again
+    assert out.count(hung) == 1 and out.count("hung again (") == 1, out[-4000:]
+    only_the_gpu_thread_called_nvml(nvml)
+
+
 def test_a_busy_gpu_keeps_a_silent_phase_alive(sup: Runner, nvml: NvmlControl) -> None:
     """GPU evidence from the GPU thread's samples: a working GPU is a sign of life where output is silent."""
     nvml.set(gpus=[gpu(util=87)])

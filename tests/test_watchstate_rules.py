@@ -14,6 +14,7 @@ from supervisor.evidence.watchstate import (
     Watches,
     WatchState,
     Words,
+    ordinal,
     run_restarting,
 )
 from supervisor.status.model import Snapshot
@@ -124,6 +125,34 @@ def test_a_repeated_line_is_said_once_then_counted_once_a_period() -> None:
     clock.now += 60
     assert repeats.due() == [], "a quiet period says nothing, and forgets the line"
     assert repeats.note("0 13", "again", "Xid 13 on GPU 0") == ["again"]
+
+
+def test_a_repeat_said_each_time_is_said_with_its_count_and_time_until_its_periods_lines_are_spent() -> None:
+    # A second hang of one NVML call within the period was only counted: the log read one hang where there were two.
+    clock = Clock()
+    repeats = Repeats(60.0, clock=clock)
+
+    def hang() -> list[str]:
+        return repeats.note("hung f", "f has not returned for 5.0s", "f hung again", said=3,
+                            again=lambda times: f"f hung again ({times}): it has not returned for 5.0s")
+
+    assert hang() == ["f has not returned for 5.0s"]
+    clock.now += 40
+    assert hang() == ["f hung again (2nd time in 40 s): it has not returned for 5.0s"]
+    clock.now += 10
+    assert hang() == ["f hung again (3rd time in 50 s): it has not returned for 5.0s"]
+    clock.now += 5
+    assert hang() == [], "three lines a period at most: the rest is counted"
+    clock.now += 5
+    assert repeats.due() == ["f hung again: 1 more in the last 60 s"]
+    clock.now += 50
+    assert hang() == ["f hung again (5th time in 110 s): it has not returned for 5.0s"], "a new period's lines"
+    clock.now += 60
+    assert repeats.due() == [], "a period with a repeat said keeps the count going, says nothing more"
+    clock.now += 60
+    assert repeats.due() == [] and hang() == ["f has not returned for 5.0s"], "a quiet period forgets the line"
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th", "112th"]
 
 
 def test_repeated_lines_past_the_keys_bound_are_only_counted() -> None:

@@ -11,7 +11,8 @@ published reading (``latest``, ``samples``): never a call, never a wait.
 Every NVML call is timed. One that has not returned after NVML_CALL_TIMEOUT_S makes NVML
 unresponsive (``unresponsive``): the loop's tick says so once, naming the call and how long
 (``check``: ``gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) has not returned for
-5.0s``), and again when it returns; ``status --json`` shows it; the stall watch takes GPU evidence
+5.0s``), and again when it returns; the same call hung again is said again, with its count (``hung again
+(2nd time in 40 s)``, HUNG_SAID a minute, then counted); ``status --json`` shows it; the stall watch takes GPU evidence
 as unknown meanwhile (no activity credited); the fitness check refuses with ``gpu_unresponsive``.
 No second thread is ever started to get around a hung one: they would pile up on a hung driver.
 Where NVML is absent the thread says "no GPU" (``why``) and ends.
@@ -66,6 +67,10 @@ GPU_SAMPLE_MIN_S = 0.1
 # An NVML call that has not returned after this long makes NVML "unresponsive" (a healthy call takes
 # milliseconds; under Xid 119 one takes about 45 s).
 NVML_CALL_TIMEOUT_S = 5.0
+# The hangs of one NVML call said, each with its count ("hung again (2nd time in 40 s)"), in a REPEATS_PERIOD_S;
+# past them counted, the count said as the period ends. A hang is never only counted where it may be the one that
+# fails a phase, yet a driver that hangs on every call (one hang a NVML_CALL_TIMEOUT_S) is a few lines a minute.
+HUNG_SAID = 3
 # A status request keeps the samples coming this long, so that the next one (a watch) sees fresh ones.
 STATUS_WANT_S = 60.0
 # How often an off-loop caller waiting for the thread looks whether the call it waits behind has hung.
@@ -88,8 +93,9 @@ class _Request:
 class Gpus:
     """NVML through the one GPU thread, started by ``start`` (or the first ``want``)."""
 
-    def __init__(self, *, call_timeout_s: float = NVML_CALL_TIMEOUT_S, blind_s: float | None = None) -> None:
-        self._call_timeout_s = call_timeout_s
+    def __init__(self, *, call_timeout_s: float | None = None, blind_s: float | None = None) -> None:
+        # (this module's bounds, read now: a test of the whole supervisor shortens them)
+        self._call_timeout_s = NVML_CALL_TIMEOUT_S if call_timeout_s is None else call_timeout_s
         blind_s = GPU_BLIND_S if blind_s is None else blind_s
         self._cond = threading.Condition()  # guards every field below the thread and the loop share
         self._thread: threading.Thread | None = None
@@ -112,7 +118,7 @@ class Gpus:
         self.thawed_at: Callable[[], float | None] = lambda: None
         self._said: int | None = None  # the hung call the loop has said (loop side only)
         self.slow_calls = 0  # NVML calls that took longer than the timeout, in this run (loop side)
-        self._repeats = Repeats()  # (loop side) the same slow call said once, then counted
+        self._repeats = Repeats()  # (loop side) the same slow call said once, then counted; a hang HUNG_SAID times
         self._health = False  # GPU health is watched: Xid events waited for, lost GPUs told (watch_health)
         self.sampling = WatchState("GPU sampling", blind_s)
         self._xid = XidWatch(blind_s, self._pause)
@@ -244,8 +250,12 @@ class Gpus:
             if current[0] != self._said:
                 self._said = current[0]
                 self.slow_calls += 1
-                lines += self._repeats.note(f"hung {current[1].call}", f"gpu_unresponsive: {current[1].describe(now)}",
-                                            f"gpu_unresponsive: {current[1].call} hung again")
+                hung, took = current[1], now - current[1].since
+                lines += self._repeats.note(
+                    f"hung {hung.call}", f"gpu_unresponsive: {hung.describe(now)}",
+                    f"gpu_unresponsive: {hung.call} hung again", said=HUNG_SAID,
+                    again=lambda times: f"gpu_unresponsive: {hung.call} hung again ({times}): it has not returned "
+                                        f"for {took:.1f}s")
         return [*lines, *self._repeats.due()]
 
     def close(self) -> None:

@@ -302,16 +302,20 @@ class Watches:
 
 class Repeats:
     """A line that repeats (same ``key``): said at its first coming, then counted; every ``period_s`` the count
-    of the ones not said ("Xid 13 on GPU 0: 41,233 more in the last 60 s"). Any thread may ``note``."""
+    of the ones not said ("Xid 13 on GPU 0: 41,233 more in the last 60 s"). A line that must not pass as one
+    (an NVML call that hung again) is said at each coming, up to ``said`` lines a period, each with how many times
+    it came and since when ("... hung again (2nd time in 40 s)"). Any thread may ``note``."""
 
     def __init__(self, period_s: float = REPEATS_PERIOD_S, *, clock: Clock = time.monotonic) -> None:
         self._period_s, self._clock = period_s, clock
         self._lock = threading.Lock()
-        self._counted: dict[str, list[Any]] = {}  # key → [what, count not said, period start]
+        self._counted: dict[str, _Repeated] = {}
         self.dropped = 0  # repeats of keys past REPEATS_KEYS_MAX: counted here only
 
-    def note(self, key: str, line: str, what: str | None = None, count: int = 1) -> list[str]:
-        """``line`` ``count`` times: the lines to say now (the line itself at its first coming in a period)."""
+    def note(self, key: str, line: str, what: str | None = None, count: int = 1, *, said: int = 1,
+             again: Callable[[str], str] | None = None) -> list[str]:
+        """``line`` ``count`` times: the lines to say now (the line itself at its first coming; with ``again``, a
+        repeat's own line, given "2nd time in 40 s", while the period has said fewer than ``said`` lines)."""
         now = self._clock()
         with self._lock:
             entry = self._counted.get(key)
@@ -319,23 +323,51 @@ class Repeats:
                 if len(self._counted) >= REPEATS_KEYS_MAX:
                     self.dropped += count
                     return []
-                self._counted[key] = [what or key, count - 1, now]
+                self._counted[key] = _Repeated(what or key, count - 1, now, now, count, repeated=count > 1)
                 return [line]
-            entry[1] += count
-        return self.due(now)
+            entry.comings += count
+            entry.repeated = True
+            if again is not None and count == 1 and entry.said < said:
+                entry.said += 1
+                lines = [again(f"{ordinal(entry.comings)} time in {now - entry.first:.0f} s")]
+            else:
+                entry.unsaid += count
+                lines = []
+        return [*lines, *self.due(now)]
 
     def due(self, now: float | None = None) -> list[str]:
-        """The counts whose period is over; a key quiet for a whole period is forgotten (said again next time)."""
+        """The counts whose period is over; a key with no repeat for a whole period is forgotten (said again next
+        time)."""
         now = self._clock() if now is None else now
         lines = []
         with self._lock:
             for key, entry in list(self._counted.items()):
-                what, count, start = entry
-                if now - start < self._period_s:
+                if now - entry.start < self._period_s:
                     continue
-                if count:
-                    lines.append(f"{what}: {count:,} more in the last {now - start:.0f} s")
-                    entry[1], entry[2] = 0, now
+                if entry.unsaid:
+                    lines.append(f"{entry.what}: {entry.unsaid:,} more in the last {now - entry.start:.0f} s")
+                if entry.repeated:
+                    entry.unsaid, entry.start, entry.said, entry.repeated = 0, now, 0, False
                 else:
                     del self._counted[key]
         return lines
+
+
+@dataclass
+class _Repeated:
+    """One repeated line: what its count says, the repeats not said in this period, when the period began, when
+    the line first came and how often since; the lines said in this period, and whether it came again in it."""
+
+    what: str
+    unsaid: int
+    start: float
+    first: float
+    comings: int
+    said: int = 1
+    repeated: bool = False
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st..."""
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -168,9 +168,10 @@ def watchers_of(sup: Supervision) -> list[Callable[[float], list[str]]]:
     if evidence.gpus is not None:
         watchers.append(evidence.gpus.check)
         evidence.watches.add(*evidence.gpus.states())
-    health = gpu_health_for(lifecycle.phases, lifecycle, evidence.gpus)
+    health = gpu_health_for(lifecycle.phases, lifecycle, evidence.gpus, sup.rt.log)
     if health is not None:
         watchers.append(health.check)
+        evidence.gpu_health = health  # (the phases that use GPUs ask it before each attempt)
     if evidence.memory is not None:
         push = (lambda text: reporter.push_text("setup", text)) if reporter.enabled else None
         memory = MemoryWatch(lambda: lifecycle.phases, evidence.memory, push)

@@ -12,7 +12,9 @@ lost; this module, a tick watcher on the loop, decides what that means for the p
   decides), a lost GPU, NVML gone: the running attempt of each such phase fails with ``gpu_fault``
   naming the GPU, the Xid and the driver's recovery action; it is never retried (policy: the machine
   needs replacing), so the lifecycle fails and the fleet protocol gives the instance up. A fault
-  found while no such phase runs (the download) is kept: the next one to start fails with it.
+  found while no such phase runs (the download) is kept: the next attempt of such a phase is refused before
+  its child starts (``refusal``, asked by the phase as it prepares), with the verdict the tick would have
+  given it a second later, its child on a GPU that is gone.
 - a non-fatal Xid (13, 31, 43, 45, 68, 109: the application's fault) is logged with its number.
 - NVML unresponsive (a call that has not returned) for longer than GPU_UNRESPONSIVE_FAIL_S fails the
   running attempt with ``gpu_unresponsive`` (its retries or restart policy then decide); the
@@ -33,7 +35,9 @@ from typing import Any, Protocol
 from ..evidence.gpu import GpuFault
 from ..evidence.gpuwatch import GPU_SAMPLE_S, Gpus
 from ..evidence.watchstate import REPEATS_PERIOD_S, Repeats
+from ..text import Log
 from . import verdict as v
+from .hooks import Refusal
 from .states import ATTEMPT_RUNS
 
 # NVML hung this long (one call that has not returned) fails the attempts of the phases that use GPUs.
@@ -52,9 +56,11 @@ class HealthTarget(Protocol):
 class GpuHealth:
     """The tick's watcher (``check``): faults the GPU thread found, decided for the phases using GPUs."""
 
-    def __init__(self, target: HealthTarget, gpus: Gpus, *,
+    def __init__(self, target: HealthTarget, gpus: Gpus, *, log: Log | None = None,
                  unresponsive_fail_s: float = GPU_UNRESPONSIVE_FAIL_S, repeat_s: float = REPEATS_PERIOD_S) -> None:
         self._target, self._gpus, self._fail_s = target, gpus, unresponsive_fail_s
+        self._log = log  # where the faults a refusal took are said at once (None: at the next check)
+        self._held: list[str] = []
         self._repeats = Repeats(repeat_s)
         self.fatal: GpuFault | None = None  # the first fatal fault: the GPU does not come back
         self._release: Callable[[], None] | None = None
@@ -62,7 +68,7 @@ class GpuHealth:
         gpus.watch_health()
 
     def check(self, now: float) -> list[str]:
-        lines = self._take_faults()
+        lines, self._held = [*self._held, *self._take_faults()], []
         if not self._events_said and self._gpus.opened.is_set() and self._gpus.events_why != "Xid events not watched":
             self._events_said = True
             lines.append(f"GPU health: {self._gpus.events_why}")
@@ -70,13 +76,26 @@ class GpuHealth:
         hung = self._gpus.unresponsive(now)
         for phase in running:
             if self.fatal is not None:
-                self._target.fail_phase(phase.name, v.GPU_FAULT,
-                                        f"{self.fatal.describe()}; this machine needs replacing")
+                self._target.fail_phase(phase.name, v.GPU_FAULT, fatal_detail(self.fatal))
             elif hung is not None and now - hung.since >= self._fail_s:
                 self._target.fail_phase(phase.name, v.GPU_UNRESPONSIVE,
                                         f"{hung.describe(now)} (more than {self._fail_s:g}s)")
         self._keep_sampling(bool(running))
         return lines
+
+    def refusal(self, uses_gpus: bool) -> Refusal | None:
+        """Before an attempt of a phase that uses GPUs: refused where a fatal fault is known (what the GPU thread
+        found since the last tick taken first), as the tick would fail it, its child already started, a second
+        later. None: it may start."""
+        if not uses_gpus:
+            return None
+        lines = self._take_faults()
+        if self._log is None:
+            self._held.extend(lines)
+        else:
+            for line in lines:
+                self._log(line)
+        return Refusal(v.GPU_FAULT, fatal_detail(self.fatal)) if self.fatal is not None else None
 
     def _take_faults(self) -> list[str]:
         faults, dropped = self._gpus.take_all_faults()
@@ -106,8 +125,14 @@ class GpuHealth:
             self._release = None
 
 
-def gpu_health_for(phases: Iterable[Any], target: HealthTarget, gpus: Gpus | None) -> GpuHealth | None:
+def fatal_detail(fault: GpuFault) -> str:
+    """What a phase that uses GPUs fails with after ``fault``: its attempt ended, or refused before it started."""
+    return f"{fault.describe()}; this machine needs replacing"
+
+
+def gpu_health_for(phases: Iterable[Any], target: HealthTarget, gpus: Gpus | None,
+                   log: Log | None = None) -> GpuHealth | None:
     """GPU health where a phase has ``gpu_health`` on and there is a GPU thread; None otherwise."""
     if gpus is None or not any(p.spec.gpu_health for p in phases):
         return None
-    return GpuHealth(target, gpus)
+    return GpuHealth(target, gpus, log=log)

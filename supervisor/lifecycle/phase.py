@@ -612,11 +612,11 @@ class Phase:
         return self._evidence.hook_context(self.name, self.spec.memory_max, self._state_dir, self._log)
 
     def _prepare(self, first: bool) -> None:
-        """The steps before an attempt that may refuse it (the memory preflight before the first, the prepare
-        hook before each): what they return is the children's added environment, the preflight's kept from the
-        first attempt, the hook's this attempt's alone (a key it no longer gives is no longer set)."""
-        refusal = None
-        if first:
+        """The steps before an attempt that may refuse it (a GPU known gone and the prepare hook before each, the
+        memory preflight before the first): what they return is the children's added environment, the preflight's
+        kept from the first attempt, the hook's this attempt's alone (a key it no longer gives is no longer set)."""
+        refusal = self._evidence.gpu_refusal(self.spec.gpu_health)  # (a GPU known gone: no child started on it)
+        if first and refusal is None:
             prepared = memory_preflight(self.hook_context(), self.spec.min_memory)
             if isinstance(prepared, Refusal):
                 refusal = prepared

@@ -37,7 +37,8 @@ from ..state.firstseen import FirstSeen
 from ..text import Log
 from ..text.redact import Redactor
 from . import verdict as v
-from .hooks import HookContext, capped
+from .gpuhealth import GpuHealth
+from .hooks import HookContext, Refusal, capped
 from .resume import NO_RERUN, Rerun
 from .verdict import VerdictRecord
 
@@ -83,11 +84,18 @@ class MachineEvidence:
     freeze: FreezeWatch | None = None
     first_seen: FirstSeen | None = None  # when the instance first started and registered: deadlines count from it
     watches: Watches = field(default_factory=Watches)  # every watch's state: reading, blind, stopped (watchstate.py)
+    # The GPU health of the phases that use GPUs (gpuhealth.py, a tick's watcher): a GPU known gone refuses their
+    # attempts before a child starts on it. None: no phase uses GPUs, or no GPU thread.
+    gpu_health: GpuHealth | None = None
 
     def available_memory(self, cap: int | None = None) -> int | None:
         """The machine's memory for children: the tightest cgroup limit, else MemTotal; at most ``cap``
         (a phase's memory_max)."""
         return capped(self.memory.available_memory() if self.memory is not None else mem_total(), cap)
+
+    def gpu_refusal(self, uses_gpus: bool) -> Refusal | None:
+        """Why the next attempt of a phase (that uses GPUs, ``uses_gpus``) may not start: a fatal GPU fault known."""
+        return self.gpu_health.refusal(uses_gpus) if self.gpu_health is not None else None
 
     def hook_context(self, phase: str, cap: int | None, state_dir: Path, log: Log) -> HookContext:
         """What a hook may know of ``phase`` (memory_max ``cap``): its memory, the GPUs of one reading (those it

@@ -14,14 +14,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import Console, Runner, free_port, one_verdict, pyc, sh, toml_str, wait_for
+from helpers import Console, Runner, free_port, last_failure, one_verdict, pyc, sh, toml_str, wait_for
 from standin_nvml import NvmlControl, fake_nvml_env
 
 from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
 from supervisor.evidence.gpu import GpuFault
 from supervisor.evidence.gpuwatch import Gpus
+from supervisor.exits import EXIT_FAILURE
 from supervisor.lifecycle.gpuhealth import GpuHealth
+from supervisor.lifecycle.hooks import Refusal
 from supervisor.lifecycle.states import PhaseState
 
 
@@ -112,6 +114,31 @@ def test_a_fatal_fault_fails_the_running_gpu_phases_and_waits_for_the_next_one(c
     health.check(time.monotonic())
     assert target.failed == [("curio", "gpu_fault", "GPU 0: Xid 48 (double-bit ECC error); recovery action: GPU "
                                                     "reset; this machine needs replacing")]
+
+
+def test_a_fatal_fault_refuses_the_next_attempt_of_a_gpu_phase_before_it_starts(control: NvmlControl,
+                                                                                  gpus: Gpus) -> None:
+    # The refusal asks the GPU thread's faults itself: one found since the last tick is said first, then refuses.
+    said: list[str] = []
+    health = GpuHealth(Target(("curio", True, PhaseState.PENDING)), gpus, log=said.append)
+    wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
+    assert health.refusal(True) is None, "no fault: it may start"
+    control.set(xid=[{"gpu": 0, "xid": 13}, {"gpu": 0, "xid": 79}])
+    wait_for(lambda: health.refusal(False) is None and health.refusal(True) is not None, timeout=10)
+    assert health.refusal(False) is None, "a phase that uses no GPU is never refused"
+    assert health.refusal(True) == Refusal("gpu_fault", "GPU 0: Xid 79 (fallen off the bus); this machine needs "
+                                                        "replacing")
+    assert "gpu_fault: GPU 0: Xid 79 (fallen off the bus)" in said, said
+    assert [line for line in health.check(time.monotonic()) if "Xid" in line and "watched" not in line] == [], \
+        "said once, by the refusal"
+
+
+def test_faults_a_refusal_took_without_a_log_are_said_at_the_next_check(control: NvmlControl, gpus: Gpus) -> None:
+    health = GpuHealth(Target(("curio", True, PhaseState.PENDING)), gpus)
+    control.set(xid=[{"gpu": 0, "xid": 79}])
+    wait_for(lambda: health.refusal(True) is not None, timeout=10)
+    assert [line for line in health.check(time.monotonic()) if "watched" not in line] == [
+        "gpu_fault: GPU 0: Xid 79 (fallen off the bus)"]
 
 
 def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(control: NvmlControl) -> None:
@@ -231,3 +258,60 @@ def test_a_gpu_lost_during_a_oneshot_fails_it_with_gpu_fault(sup: Runner, tmp_pa
     record = one_verdict(out, "warmup")
     assert " reason=gpu_fault " in record and "GPU 0: lost (NVMLError_GpuIsLost: GPU is lost)" in record, record
     assert "attempt 2" not in out  # never retried: no attempt on this machine can succeed
+
+
+def test_a_fatal_xid_known_before_a_gpu_phase_starts_fails_it_at_once_without_its_child(sup: Runner,
+                                                                                        tmp_path: Path) -> None:
+    """Xid 79 comes during the download (no GPU use: the fault is kept). The warm-up then started its child on the
+    GPU that is gone, and failed a tick later: now it fails before it starts, with the same verdict."""
+    control = NvmlControl(tmp_path / "nvml.json", recovery_action=2)
+    go, ran = tmp_path / "go", tmp_path / "warmup-ran"
+    fetch = f"import time, pathlib\nwhile not pathlib.Path({str(go)!r}).exists(): time.sleep(0.05)"
+    cfg = sup.write(f"""
+        [[phases]]
+        name = "fetch"
+        gpu_health = false
+        command = {pyc(fetch)}
+
+        [[phases]]
+        name = "warmup"
+        gpu_health = true
+        retries = 3
+        command = {pyc(f"import pathlib, time; pathlib.Path({str(ran)!r}).touch(); time.sleep(60)")}
+        """, stop_grace_s=1)
+    console = Console(sup, cfg, env=fake_nvml_env(control))
+    console.wait_text("phase fetch: starting → running")
+    control.set(xid=[{"gpu": 0, "xid": 79}])
+    console.wait_text("gpu_fault: GPU 0: Xid 79 (fallen off the bus); recovery action: node reboot")
+    go.touch()
+    status = console.finish(timeout=40)
+    out = console.text()
+    assert status == EXIT_FAILURE, out
+    assert not ran.exists() and "started warmup/warmup" not in out, "the warm-up's child ran on a GPU that is gone"
+    record = one_verdict(out, "warmup")
+    assert " reason=gpu_fault " in record, record
+    assert "GPU 0: Xid 79 (fallen off the bus); recovery action: node reboot; this machine needs replacing" in record
+    assert "phase warmup: pending → failed" in out, out
+    assert "attempt 2" not in out and "phase fetch: " in out
+
+
+def test_a_fatal_xid_in_a_gpu_phases_backoff_refuses_its_next_attempt(sup: Runner, tmp_path: Path) -> None:
+    control = NvmlControl(tmp_path / "nvml.json")
+    cfg = sup.write(f"""
+        [[phases]]
+        name = "warmup"
+        gpu_health = true
+        retries = 3
+        backoff_s = 4
+        command = {sh("echo proving; exit 1")}
+        """, stop_grace_s=1)
+    console = Console(sup, cfg, env=fake_nvml_env(control))
+    console.wait_text("phase warmup: stopping → backoff")
+    control.set(xid=[{"gpu": 0, "xid": 48}])
+    status = console.finish(timeout=40)
+    out = console.text()
+    assert status == EXIT_FAILURE, out
+    assert out.count("started warmup/warmup") == 1, "a second attempt started on a GPU that is gone"
+    assert out.index("gpu_fault: GPU 0: Xid 48 (double-bit ECC error)") < out.index("phase warmup: backoff → failed")
+    assert last_failure(out, "warmup").endswith(
+        ' reason=gpu_fault attempt=1 detail="GPU 0: Xid 48 (double-bit ECC error); this machine needs replacing"'), out

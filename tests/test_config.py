@@ -449,6 +449,10 @@ BAD_CONFIGS = [
       "phases[1] (b).resume: a phase resumed as done starts no children", id="resume-with-a-lifecycle-daemon"),
     P(bad_phase("restart_burst = 3"), 'phases[1] (b).restart_burst: only for kind = "service"',
       id="restart-burst-on-a-oneshot"),
+    # A service's daemons are stopped with each of its attempts (its end, a restart): one kept for the lifecycle was
+    # accepted, and stopped when the service ended cleanly while the phases after it still used it.
+    P(bad_daemon('lifetime = "lifecycle"'), 'phases[1] (b).daemons[0] (d).lifetime: "lifecycle" is for a oneshot '
+      "phase's daemons; a service's daemons live as long as it does", id="lifecycle-daemon-on-a-service"),
     # -- settle: a oneshot's daemons kept after its command (the prover's settle kind, "cuzk-pce")
     P(bad_phase('settle = "cuzk-pce"\n[[phases.daemons]]\nname = "d"\ncommand = ["true"]', kind="service"),
       'phases[1] (b).settle: only for kind = "oneshot"', id="settle-on-a-service"),
@@ -1107,6 +1111,17 @@ def test_service_and_daemon_options_parse() -> None:
     plan = parse("""\
         [[phases]]
         name = "svc"
+        command = ["true"]
+
+          [[phases.daemons]]
+          name = "svc.helper-1"
+          command = ["true"]
+          lifetime = "lifecycle"
+          ready_timeout_s = 0.25
+          stop_signal = 9
+
+        [[phases]]
+        name = "web"
         kind = "service"
         command = ["true"]
         restart = "always"
@@ -1116,18 +1131,12 @@ def test_service_and_daemon_options_parse() -> None:
         backoff_jitter = 1
         restart_burst = 1
         restart_window_s = 0.5
-
-          [[phases.daemons]]
-          name = "svc.helper-1"
-          command = ["true"]
-          lifetime = "lifecycle"
-          ready_timeout_s = 0.25
-          stop_signal = 9
         """)
-    (svc,) = plan.phases
-    assert (svc.restart, svc.backoff_s, svc.backoff_max_s, svc.backoff_factor, svc.backoff_jitter) == (
+    # (the kept daemon is a oneshot's: a service's daemons stop with each of its attempts)
+    svc, web = plan.phases
+    assert (web.restart, web.backoff_s, web.backoff_max_s, web.backoff_factor, web.backoff_jitter) == (
         "always", 0, 0, 1, 1)
-    assert (svc.restart_burst, svc.restart_window_s) == (1, 0.5)
+    assert (web.restart_burst, web.restart_window_s) == (1, 0.5)
     (d,) = svc.daemons
     assert (d.name, d.lifetime, d.ready_timeout_s, d.stop_signal, d.label) == (
         "svc.helper-1", "lifecycle", 0.25, signal.SIGKILL, "svc/svc.helper-1")

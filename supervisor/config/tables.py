@@ -318,7 +318,14 @@ def check_kind_keys(v: Mapping[str, Any], where: str, given: Collection[str] = (
 
 def check_kept_daemons(v: Mapping[str, Any], daemons: Collection[ChildSpec], where: str) -> None:
     """A daemon with lifetime = "lifecycle" is handed on by a oneshot that succeeds: a phase resumed as done starts
-    no children, and the later phases would run without it."""
+    no children, and the later phases would run without it. A service hands none on: each of its attempts stops
+    its daemons as it ends (its clean end, a restart), so one meant to outlive it was stopped while the phases
+    after it still used it."""
+    if v["kind"] == "service":
+        for i, daemon in enumerate(daemons):
+            if daemon.lifetime == "lifecycle":
+                raise ConfigError(f"{where}.daemons[{i}] ({daemon.name}).lifetime: \"lifecycle\" is for a oneshot "
+                                  "phase's daemons; a service's daemons live as long as it does")
     kept = [d.name for d in daemons if d.lifetime == "lifecycle"]
     if kept and v["resume"] not in (None, "no"):
         raise ConfigError(f"{where}.resume: a phase resumed as done starts no children, and its lifecycle daemon "

@@ -447,6 +447,11 @@ BAD_CONFIGS = [
     # -- what the kernel cannot take
     P(bad_phase('resume = "machine"\n[[phases.daemons]]\nname = "d"\ncommand = ["true"]\nlifetime = "lifecycle"'),
       "phases[1] (b).resume: a phase resumed as done starts no children", id="resume-with-a-lifecycle-daemon"),
+    # A service runs on beside the phases after it: a later daemon on its ready port would fail port_in_use.
+    P(bad_phase('ready = "tcp://127.0.0.1:18707"', kind="service") + '[[phases]]\nname = "job"\ncommand = ["true"]\n'
+      '[[phases.daemons]]\nname = "d"\ncommand = ["true"]\nready = "http://127.0.0.1:18707/"\n',
+      "phases[2] (job).daemons[0] (d).ready: port 18707 is also the ready port of phases[1] (b): two children that "
+      "run at once cannot both listen there", id="port-of-a-service-and-a-later-daemon"),
     P(bad_phase("restart_burst = 3"), 'phases[1] (b).restart_burst: only for kind = "service"',
       id="restart-burst-on-a-oneshot"),
     # A service's daemons are stopped with each of its attempts (its end, a restart): one kept for the lifecycle was

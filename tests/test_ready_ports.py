@@ -346,6 +346,11 @@ kind = "service"
 command = ["sleep", "60"]
 ready = "{web}"
 """
+JOB = """
+[[phases]]
+name = "job"
+command = ["true"]
+"""
 DAEMON = """
   [[phases.daemons]]
   name = "{name}"
@@ -375,8 +380,19 @@ DAEMON = """
      + DAEMON.format(name="d", ready="tcp://127.0.0.1:9400", lifetime="phase"),
      "t.toml: phases[1] (web).daemons[0] (d).ready: port 9400 is also the ready port of phases[0] (first).daemons[0] "
      "(d):"),
+    # A service runs on beside every phase after it (the lifecycle goes past it once it is up): check let a later
+    # daemon on its port through, and the run failed port_in_use once the service was up.
+    (SERVICE.format(web="tcp://127.0.0.1:9500") + JOB
+     + DAEMON.format(name="d", ready="http://127.0.0.1:9500/", lifetime="phase"),
+     "t.toml: phases[2] (job).daemons[0] (d).ready: port 9500 is also the ready port of phases[1] (web):"),
+    # ... its daemons with it (each of its attempts starts them again), past the phase right after it too.
+    (SERVICE.format(web="tcp://127.0.0.1:9600") + DAEMON.format(name="helper", ready="tcp://127.0.0.1:9601",
+                                                                 lifetime="phase")
+     + JOB + '\n[[phases]]\nname = "api"\nkind = "service"\ncommand = ["sleep", "60"]\nready = "tcp://0.0.0.0:9601"\n',
+     "t.toml: phases[3] (api).ready: port 9601 is also the ready port of phases[1] (web).daemons[0] (helper):"),
 ], ids=["http-port", "daemon-and-service", "loopback-and-every-address", "lifecycle-daemon-handed-on",
-        "same-name-is-another-daemon"])
+        "same-name-is-another-daemon", "service-beside-the-phases-after-it",
+        "service-daemon-beside-the-phases-after-it"])
 def test_two_listeners_of_one_port_at_once_are_refused_by_check(text: str, said: str) -> None:
     refusal = plan_refusal(text)
     assert refusal.startswith(said), refusal

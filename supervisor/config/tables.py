@@ -406,8 +406,10 @@ def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:
     only one process can listen there, so the second would fail port_in_use once the phases before it ran
     (a download of an hour, in the prover's lifecycle). At once: a phase's command and its daemons, with every
     lifecycle daemon of the phases before it (each its own process, whatever its name: a later daemon of the same
-    name is started beside it, never handed it)."""
-    kept: list[tuple[str, ChildSpec]] = []  # the lifecycle daemons so far: (its place, its spec)
+    name is started beside it, never handed it) and every child of a service before it: the lifecycle goes past a
+    service once it is up, so each later phase runs beside it while it is up, its daemons with it (each of its
+    attempts starts them again)."""
+    kept: list[tuple[str, ChildSpec]] = []  # what runs on beside the later phases: (its place, its spec)
     for i, phase in enumerate(phases):
         where = f"phases[{i}] ({phase.name})"
         own = [(where, phase.command), *((f"{where}.daemons[{j}] ({d.name})", d) for j, d in enumerate(phase.daemons))]
@@ -423,7 +425,7 @@ def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:
                     raise ConfigError(f"{place}.ready: port {port} is also {clash}: two children that run at "
                                       "once cannot both listen there")
                 taken.setdefault((host, port), (place, f"the ready port of {place}"))
-        kept += [(place, d) for place, d in own[1:] if d.lifetime == "lifecycle"]
+        kept += own if phase.kind == "service" else [(place, d) for place, d in own[1:] if d.lifetime == "lifecycle"]
 
 
 def _local_ports(child: ChildSpec) -> list[tuple[str, int]]:

@@ -128,6 +128,24 @@ def test_a_file_just_allocated_is_not_complete_before_its_control_file_comes(tmp
     assert tree_done(where, written)[2:4] == (1 << 20, 1)
 
 
+@pytest.mark.parametrize("lone", [False, True], ids=["in-a-directory", "named-alone"])
+def test_a_file_its_allocating_downloader_holds_open_is_not_complete_however_quiet(tmp_path: Path, lone: bool) -> None:
+    """aria2c where fallocate is refused writes its file whole with zeros, then flushes them (seconds on a slow
+    disk, nothing written meanwhile), and makes its control file only after: a walk in that flush found a quiet
+    file with no control file and counted it complete, 100% in status, then 'a file removed' once the control file
+    came. A file the downloader holds open (``held``: its st_dev and st_ino) is being written, not complete."""
+    filled = tmp_path / "f.params"
+    filled.write_bytes(bytes(1 << 20))
+    (tmp_path / "done.params").write_bytes(b"d" * 4096)
+    st = filled.stat()
+    held = frozenset({(st.st_dev, st.st_ino)})
+    where = filled if lone else tmp_path
+    later = time.time() + 60  # quiet for a minute
+    assert tree_done(where, later, held=held)[2:4] == ((0, 0) if lone else (4096, 1))
+    assert tree_done(where, later, held=frozenset())[2:4] == ((1 << 20, 1) if lone else ((1 << 20) + 4096, 2))
+    assert tree_done(where, later, held=frozenset({(st.st_dev, st.st_ino + 1)}))[2] > 0, "another file held"
+
+
 def test_a_walk_says_the_newest_write_under_the_path_and_leaves_out_one_from_the_future(tmp_path: Path) -> None:
     """A preallocated file does not grow while aria2c writes it; its mtime moves. A file whose mtime lies ahead of
     the walk (a cache copied with another clock's times) is no write of now, and would hide every later one."""

@@ -22,7 +22,11 @@ CONTROL_SUFFIXES) lies beside it, whatever its size, and nothing has written it 
 a file that grows as it arrives (curio's Go fallback) counts by its allocated blocks once its writes
 pause. The quiet is for aria2c's own order: it allocates a new file whole and only then writes the
 control file beside it (measured: 0.6 ms later on ext4, longer on a loaded machine), and a walk between
-the two would count the whole file done before a byte came (and a download's figure never goes down).
+the two would count the whole file done before a byte came (and a download's figure never goes down). Nor is
+a file that an allocating downloader holds open (a watch's ``held``, from the I/O thread: iowatch.py), however
+quiet: where fallocate is refused aria2c writes the file whole with zeros and flushes them (seconds of no write on
+a slow disk) before its control file comes, and a walk then counted the zeros complete, and the control file's
+coming read as the file removed.
 The container's received bytes (``/proc/net/dev``, every
 interface but loopback) are measured on the same thread (``watch_net``): a procfs read is quick, but
 nothing is read on the loop.
@@ -63,6 +67,8 @@ CONTROL_SUFFIXES = (".aria2",)
 # A file written this recently (by its mtime, either way of now) is not complete yet, control file or not:
 # aria2c writes a new file's control file only once the file is allocated.
 COMPLETE_QUIET_S = 2.0
+# A file as the kernel names it: its st_dev and st_ino (a path may be written many ways; this is one file).
+FileId = tuple[int, int]
 # A file's mtime further ahead of the walk's own time than this was not written now (a cache copied with
 # another clock's times): it is left out of the newest write, which it would hide behind it for good.
 FUTURE_MTIME_S = 1.0
@@ -123,6 +129,7 @@ class ProgressProbe:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._watches: dict[int, tuple[str, float]] = {}  # watch id → (path, how often)
+        self._held: dict[int, Callable[[], frozenset[FileId]]] = {}  # watch id → the files held open (``watch``)
         self._ids = itertools.count(1)
         self._measures: dict[str, TreeMeasure] = {}
         self._settles: dict[int, str] = {}  # settled walks asked (``settle``), not walked yet: id → path
@@ -137,23 +144,29 @@ class ProgressProbe:
 
     # ------------------------------------------------------------ the loop's side: never a wait
 
-    def watch(self, path: str, every_s: float = PROGRESS_WALK_S) -> Callable[[], None]:
-        """Measure ``path`` at least every ``every_s`` until the returned function is called."""
-        return self._watch(os.fspath(path), every_s)
+    def watch(self, path: str, every_s: float = PROGRESS_WALK_S,
+              held: Callable[[], frozenset[FileId]] | None = None) -> Callable[[], None]:
+        """Measure ``path`` at least every ``every_s`` until the returned function is called; ``held`` (called on
+        the walker's thread) names the files an allocating downloader holds open, none of them complete."""
+        return self._watch(os.fspath(path), every_s, held)
 
     def watch_net(self, every_s: float = PROGRESS_WALK_S) -> Callable[[], None]:
         """Measure the bytes received (NET_DEV; ``latest(NET_DEV)``) until the returned function is called."""
         return self._watch(NET_DEV, every_s)
 
-    def _watch(self, path: str, every_s: float) -> Callable[[], None]:
+    def _watch(self, path: str, every_s: float, held: Callable[[], frozenset[FileId]] | None = None
+               ) -> Callable[[], None]:
         watch_id = next(self._ids)
         with self._cond:
             self._watches[watch_id] = (path, every_s)
+            if held is not None:
+                self._held[watch_id] = held
             self._wake_walker()  # a new path: measured at once (the watch's baseline)
 
         def release() -> None:
             with self._cond:
                 self._watches.pop(watch_id, None)
+                self._held.pop(watch_id, None)
                 if not self._watched(path):  # its last watch: a later one (the next attempt's) starts from no
                     self._measures.pop(path, None)  # measure, never from this one's last, as if just taken
 
@@ -236,8 +249,8 @@ class ProgressProbe:
             if picked is None:
                 return
             path, settle_id = picked
-            # A settled walk (``settle``) waits for no quiet: nothing writes the tree any more.
-            measure, took = self._walk(path, COMPLETE_QUIET_S if settle_id is None else 0.0)
+            # A settled walk (``settle``) waits for no quiet, nor for a file held: nothing writes the tree any more.
+            measure, took = self._walk(path, COMPLETE_QUIET_S if settle_id is None else 0.0, settle_id is None)
             with self._cond:
                 if settle_id is not None:  # kept for its handle (None: it failed), unless released meanwhile
                     if self._settles.pop(settle_id, None) is not None:
@@ -250,17 +263,20 @@ class ProgressProbe:
             ended = time.monotonic()
             due[path] = ended + max(PROGRESS_WALK_MIN_S, every, took)
 
-    def _walk(self, path: str, quiet_s: float) -> tuple[TreeMeasure | None, float]:
+    def _walk(self, path: str, quiet_s: float, holding: bool = True) -> tuple[TreeMeasure | None, float]:
         """One walk of ``path``, watched while it goes (``check`` says one going past SLOW_WALK_S: a big tree,
         a hung mount) and said if it ended slow: its measure (None: it failed, a miss said by the walker's
-        health), and the seconds it took."""
+        health), and the seconds it took. ``holding``: the files its watches say are held are not complete."""
         started = time.monotonic()
         with self._cond:
             self._walking = (path, started)
+            asked = [held for wid, held in self._held.items() if holding and self._watches.get(wid, ("",))[0] == path]
         self.state.wake()
         walked: Walk | None = None
         try:
-            walked = Walk(net_received(), 0, 0, 0, None) if path == NET_DEV else tree_done(path, quiet_s=quiet_s)
+            held = frozenset().union(*(ask() for ask in asked))  # (asked outside the lock: the I/O thread's own)
+            walked = Walk(net_received(), 0, 0, 0, None) if path == NET_DEV else tree_done(path, quiet_s=quiet_s,
+                                                                                           held=held)
         except Exception as exc:  # a bug, or a walk cut short (EIO, EMFILE): the path reads as unchanged, no
             missed = said_error(exc)  # measure (a short walk's size read as a shrink, then growth)
             self.state.miss(missed)
@@ -326,13 +342,15 @@ def measure_tree(path: str | Path) -> tuple[int | None, int]:
     return total, files
 
 
-def tree_done(path: str | Path, now: float | None = None, quiet_s: float = COMPLETE_QUIET_S) -> Walk:
+def tree_done(path: str | Path, now: float | None = None, quiet_s: float = COMPLETE_QUIET_S,
+              held: frozenset[FileId] = frozenset()) -> Walk:
     """``measure_tree``'s bytes and files under ``path``, the bytes and count of its complete files, and its
     newest write: a file with a control file beside it (CONTROL_SUFFIXES) is not complete whatever its size,
     nor is the control file, nor a file written within ``quiet_s`` of ``now`` (wall time; default: the
-    time now; 0 where nothing writes any more); the others count by what is allocated to them (at most their
-    size: a growing download's blocks), empty ones (locks) not at all. The newest write is the latest mtime of a
-    file, one more than FUTURE_MTIME_S ahead of ``now`` left out. Blocks: off the loop only."""
+    time now; 0 where nothing writes any more), nor one in ``held`` (an allocating downloader holds it open); the
+    others count by what is allocated to them (at most their size: a growing download's blocks), empty ones
+    (locks) not at all. The newest write is the latest mtime of a file, one more than FUTURE_MTIME_S ahead of
+    ``now`` left out. Blocks: off the loop only."""
     given = now
     now = time.time() if given is None else given
     try:
@@ -343,8 +361,8 @@ def tree_done(path: str | Path, now: float | None = None, quiet_s: float = COMPL
     if not os.path.isdir(path):
         # One file, judged as in a directory: with its control file beside it, it is not complete (aria2c
         # allocates the whole file at its start).
-        done = 0 if file_incomplete(path) or _written_lately(st, now, quiet_s) else min(st.st_size,
-                                                                                         st.st_blocks * 512)
+        done = 0 if file_incomplete(path) or _written_lately(st, now, quiet_s) or (st.st_dev, st.st_ino) in held \
+            else min(st.st_size, st.st_blocks * 512)
         return Walk(st.st_size, 1, done, int(done > 0), _newer(None, st, now))
     total = files = done = done_files = 0
     newest: float | None = None
@@ -371,7 +389,7 @@ def tree_done(path: str | Path, now: float | None = None, quiet_s: float = COMPL
             total += st.st_size
             files += 1
             newest = _newer(newest, st, now)
-            if is_incomplete(entry.name, names) or _written_lately(st, now, quiet_s):
+            if is_incomplete(entry.name, names) or _written_lately(st, now, quiet_s) or (st.st_dev, st.st_ino) in held:
                 continue
             allocated = min(st.st_size, st.st_blocks * 512)
             if allocated > 0:

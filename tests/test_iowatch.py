@@ -1,6 +1,6 @@
 """The I/O thread's accounting (iowatch.py): the pure ledger of a tree's bytes, then the real thread reading
 real processes' /proc/<pid>/io (a shell that writes through children it reaps, a tree that goes quiet, a
-process that only reads)."""
+process that only reads, a downloader that allocates its file by writing zeros before its control file)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from supervisor.evidence.iowatch import IoLedger, IoProbe, ProcIo, parse_io, rea
 MIB = 1 << 20
 
 
-def proc(pid: int, ppid: int, rchar: int = 0, wchar: int = 0, read_bytes: int = 0, write_bytes: int = 0) -> ProcIo:
-    return ProcIo(pid, ppid, (rchar, wchar, read_bytes, write_bytes))
+def proc(pid: int, ppid: int, rchar: int = 0, wchar: int = 0, read_bytes: int = 0, write_bytes: int = 0,
+         backed: bool | None = None, filling: bool = False) -> ProcIo:
+    return ProcIo(pid, ppid, (rchar, wchar, read_bytes, write_bytes), backed, filling)
 
 
 # ================================================================ the ledger, pure
@@ -92,6 +93,38 @@ def test_a_counter_that_goes_back_is_a_new_process_under_a_reused_pid() -> None:
     ledger.add([proc(10, 1, rchar=9000)])
     ledger.add([proc(10, 1, rchar=300)])  # not a loss of 8700 bytes: another process, 300 bytes of its own
     assert ledger.moved == 300
+
+
+def test_what_an_allocating_downloader_writes_before_its_control_file_is_allocation_not_data() -> None:
+    """aria2c on a filesystem without fallocate writes its file whole with zeros, and makes its control file only
+    then (measured: 2 GiB of zeros in 10 s, then 1 s of fsync, then the control file, then the first byte got).
+    Its bytes written before it holds a file with its control file beside it are allocation; each reading's bytes
+    are judged by what it had held by the reading before (a new process: nothing yet), so the fill's last stretch,
+    written in the reading where its control file came, is allocation too; once it held it, what it writes is the
+    download's to its end. Another process's bytes are data."""
+    ledger = IoLedger(from_zero=True)
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=300 * MIB, backed=False, filling=True)])  # filling
+    assert (ledger.written, ledger.allocated, ledger.allocating) == (100 + 300 * MIB, 300 * MIB, 1)
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=512 * MIB, backed=False, filling=True)])  # flushing
+    assert (ledger.allocated, ledger.allocating) == (512 * MIB, 1)
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=512 * MIB + 66, backed=True)])  # its control file
+    assert (ledger.written, ledger.allocated, ledger.allocating) == (100 + 512 * MIB + 66, 512 * MIB + 66, 0)
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=513 * MIB, backed=True)])  # its first MiB got
+    assert (ledger.written, ledger.allocated) == (100 + 513 * MIB, 512 * MIB + 66)
+    ledger.add([proc(10, 1, wchar=200), proc(11, 10, wchar=514 * MIB, backed=None)])  # its files unread now
+    assert (ledger.written, ledger.allocated) == (200 + 514 * MIB, 512 * MIB + 66)
+    # Its file complete: the control file removed, its results printed; still the download's, no allocation.
+    ledger.add([proc(10, 1, wchar=200), proc(11, 10, wchar=514 * MIB + 500, backed=False, filling=True)])
+    assert (ledger.allocated, ledger.allocating) == (512 * MIB + 66, 0)
+    # One first seen already holding its control file (a download resumed, or a fill done before it was found):
+    # what it wrote before it was seen is not known to be data.
+    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=MIB, backed=True)])
+    assert ledger.allocated == 513 * MIB + 66
+    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=2 * MIB, backed=True)])
+    assert ledger.allocated == 513 * MIB + 66
+    # Its pid taken by another (its counters went back): that one starts afresh, allocating until its control file.
+    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=MIB, backed=False, filling=True)])
+    assert (ledger.allocated, ledger.allocating) == (514 * MIB + 66, 1)
 
 
 def test_nothing_readable_is_no_evidence() -> None:
@@ -177,6 +210,56 @@ while time.monotonic() < end:
         for p in (quiet, reader):
             p.kill()
             p.wait(5)
+
+
+def test_a_downloader_that_fills_its_file_with_zeros_before_its_control_file_is_seen_allocating(
+        tmp_path: Path) -> None:
+    """A process named as an allocating downloader (here a small one, its name set as aria2c's, doing what aria2c
+    does where fallocate is refused): the file written whole with zeros, a slow flush, the control file, then the
+    data. The I/O thread says its zeros are allocation, the data not, and which file it holds open meanwhile."""
+    io_readable()
+    target = tmp_path / "f.params"
+    downloader = subprocess.Popen([sys.executable, "-c", f"""
+import ctypes, os, time
+ctypes.CDLL(None).prctl(15, b"aria2c", 0, 0, 0)  # PR_SET_NAME: /proc/<pid>/comm says aria2c
+fd = os.open({str(target)!r}, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+for _ in range(16):
+    os.write(fd, bytes(1 << 20))
+time.sleep(1.5)  # the flush of the zeros: no write, no control file yet
+with open({str(target) + ".aria2"!r}, "wb") as ctl:
+    ctl.write(b"ctl")
+time.sleep(1.5)
+for i in range(4):
+    os.pwrite(fd, b"d" * (1 << 20), i << 20)
+    time.sleep(0.3)
+time.sleep(30)
+"""], env={**os.environ, TAG_ENV: "iotest.4"}, start_new_session=True, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # (its one file: the download)
+    probe = IoProbe()
+    watch = probe.watch(0.2, from_zero=True, allocators=frozenset({"aria2c"}))
+    others = probe.watch(0.2, from_zero=True)  # no allocator named: every byte is written
+    try:
+        watch.follow([(downloader.pid, "iotest.4")])
+        others.follow([(downloader.pid, "iotest.4")])
+        wait_for(lambda: (r := watch.latest()) is not None and r.written >= 16 * MIB, 20, 0.05)
+        flushing = watch.latest()
+        assert flushing is not None and flushing.allocating == 1 and flushing.allocated >= 16 * MIB, flushing
+        wait_for(lambda: (r := watch.latest()) is not None and r.written >= 20 * MIB, 20, 0.05)
+        time.sleep(0.5)
+        latest, plain = watch.latest(), others.latest()
+        assert latest is not None and plain is not None
+        assert 16 * MIB <= latest.allocated < 16 * MIB + 4096, latest  # the zeros (and the control file's bytes)
+        assert latest.written - latest.allocated == 4 * MIB and latest.allocating == 0, latest  # the data
+        assert plain.allocated == 0 and plain.written == latest.written, plain
+        st = target.stat()
+        assert latest.held == frozenset({(st.st_dev, st.st_ino)}), latest
+        assert plain.held == frozenset(), plain
+    finally:
+        watch.release()
+        others.release()
+        probe.close()
+        downloader.kill()
+        downloader.wait(5)
 
 
 # ================================================================ the thread's own health

@@ -12,6 +12,15 @@ Only bytes count, never being alive: a process blocked in ``recv`` on a dead con
 a process that spins burns CPU but moves nothing either (docs/verdicts.md says why CPU time is no sign).
 Bytes arriving on a socket read with ``recv`` are not in ``rchar``; aria2c's show as its writes to the file.
 
+Not every byte written is a byte got. A downloader that allocates its file by writing it whole before it makes
+the file's control file (a watch's ``allocators``, by process name, as the plugin registered them: aria2c where
+the filesystem refuses fallocate, whose zeros go at disk speed before a byte is received) writes allocation until
+it holds a file with its control file beside it (progress.py's CONTROL_SUFFIXES), and the download's bytes from
+then on (one file a process, as curio runs aria2c): the first are its watch's ``allocated``, life for the stall
+watch, no progress for the download's figure. Published beside them: how many such processes are allocating now
+(``allocating``: holding a file with no control file, none with one yet), during which a link is not in use
+(progresswatch.py), and the files they hold open (``held``), none of which the walk counts complete (progress.py).
+
 One thread ("io") reads, for every watch (``watch``), the trees of the roots the loop hands it
 (``IoWatch.follow``: each child's pid and tag, as a stop finds its tree: trees.py) every IO_SAMPLE_S
 (or as often as a watch asks, never more than IO_SAMPLE_MIN_S), and publishes the totals (``latest``);
@@ -26,13 +35,16 @@ from __future__ import annotations
 
 import itertools
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..engine.offloop import worker_thread
 from ..engine.trees import Descendants, Proc, ProcessTable
+from .progress import CONTROL_SUFFIXES, FileId
 from .watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, run_restarting, said_error
 
 # How often the watched trees are read, unless a watch asks for more often (never more often than
@@ -41,7 +53,9 @@ IO_SAMPLE_S = 1.0
 IO_SAMPLE_MIN_S = 0.2
 # Who is in the trees is read from the whole process table this often (and at once when a watch's roots change);
 # in between only the members' counters are read. A process born since counts all its bytes once it is found
-# (it began at zero), and one born and reaped by its parent in between shows in that parent's counters.
+# (it began at zero), and one born and reaped by its parent in between shows in that parent's counters. A watch
+# that names allocating downloaders has them found at each of its readings: one found late had its file unknown to
+# the walks meanwhile, free to be counted complete while its zeros were flushed (progress.py).
 TREE_REFRESH_S = 5.0
 # The thread that has read nothing for this long, while an attempt is followed, is said to be blind (its
 # watch state, watchstate.py), and a stall it would have seen says so.
@@ -60,11 +74,15 @@ Root = tuple[int, str]  # a child's pid and its tag (TAG_ENV): its tree, as a st
 
 @dataclass(frozen=True)
 class ProcIo:
-    """One process's counters at one reading (COUNTERS' order), with its parent then."""
+    """One process's counters at one reading (COUNTERS' order), with its parent then; for an allocating downloader
+    only, ``backed``: whether it held a file with its control file beside it (None: no such downloader, or its open
+    files unread), and ``filling``: whether it held one with none beside it."""
 
     pid: int
     ppid: int
     counters: Counters
+    backed: bool | None = None
+    filling: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,7 +92,9 @@ class TreeIo:
     reading's number (a new one is new evidence); ``readable`` False while no process's counters could be
     read (no evidence: a kernel without I/O accounting, or not ours to read); ``unreadable``
     the processes of the trees whose counters were refused (another user's, without CAP_SYS_PTRACE): their
-    bytes are in no total."""
+    bytes are in no total. ``allocated``: of ``written``, what the watch's allocating downloaders wrote before they
+    held a file with its control file beside it; ``allocating``: how many of them are allocating now; ``held``: the
+    files they hold open now."""
 
     seq: int
     at: float
@@ -83,6 +103,9 @@ class TreeIo:
     procs: int
     readable: bool
     unreadable: int = 0
+    allocated: int = 0
+    allocating: int = 0
+    held: frozenset[FileId] = frozenset()
 
 
 class IoLedger:
@@ -99,20 +122,27 @@ class IoLedger:
         self._owed: dict[int, list[int]] = {}
         self.moved = 0
         self.written = 0
+        self.allocated = 0  # of ``written``: an allocating downloader's, before its control file (ProcIo.backed)
+        self.allocating = 0  # the allocating downloaders allocating now
+        self._backed: set[int] = set()  # the allocating downloaders that held a file with its control file
         self.readable = False
 
     def add(self, procs: Iterable[ProcIo]) -> None:
         now = {p.pid: p for p in procs}
         self.readable = self.readable or bool(now)
         last, self._last = self._last, now
-        if last is None:
-            return  # the baseline: what the trees had done before the watch began is not this watch's
+        self._backed &= set(now)  # (a process gone: its pid may come back as another's)
+        if last is None:  # the baseline: what the trees had done before the watch began is not this watch's
+            self._count_allocating(now)
+            return
         self._owe(last, now)
         for pid, proc in now.items():
             before = last.get(pid)
             if before is not None and any(n < b for n, b in zip(proc.counters, before.counters, strict=True)):
                 before = None  # a counter went back: a new process under a reused pid
                 self._owed.pop(pid, None)
+            if before is None:
+                self._backed.discard(pid)
             base = before.counters if before is not None else (0, 0, 0, 0)
             deltas = [max(0, n - b) for n, b in zip(proc.counters, base, strict=True)]
             owed = self._owed.get(pid)
@@ -124,6 +154,18 @@ class IoLedger:
                     del self._owed[pid]
             self.moved += sum(deltas)
             self.written += deltas[_WCHAR]
+            # Judged by what it had held by the reading before (a process new to the ledger: nothing known): the
+            # reading in which its control file came also holds the last of its zeros, and what it wrote before it
+            # was first seen is not known to be data. At most one reading's data is taken for allocation that way,
+            # never a zero for data. Once it held its control file, what it writes is the download's, to its end
+            # (its control file removed as its file completes, its results printed).
+            if proc.backed is not None and pid not in self._backed:
+                self.allocated += deltas[_WCHAR]
+        self._count_allocating(now)
+
+    def _count_allocating(self, now: dict[int, ProcIo]) -> None:
+        self._backed |= {pid for pid, proc in now.items() if proc.backed}
+        self.allocating = sum(proc.filling and pid not in self._backed for pid, proc in now.items())
 
     def rebase(self) -> None:
         """Take the next reading as a new baseline, the totals kept: after a round that failed midway (the last
@@ -158,6 +200,53 @@ def parse_io(data: bytes) -> Counters | None:
 _KEYS = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
 
 
+def read_name(pid: int, proc: str = "/proc") -> str | None:
+    """A process's name (``comm``: its program's, cut to 15 characters); None if it vanished."""
+    try:
+        with open(f"{proc}/{pid}/comm", "rb") as fh:
+            return fh.read().rstrip(b"\n").decode(errors="replace")
+    except OSError:
+        return None
+
+
+class OpenFiles(NamedTuple):
+    """The regular files a process holds open (``held``: st_dev, st_ino), and whether one of them has its control
+    file beside it (``backed``), or has none (``filling``)."""
+
+    backed: bool
+    filling: bool
+    held: frozenset[FileId]
+
+
+def read_files(pid: int, proc: str = "/proc") -> OpenFiles | None:
+    """The files a process holds open; None where its descriptors cannot be listed (vanished, or not ours)."""
+    fds = f"{proc}/{pid}/fd"
+    try:
+        listed = os.listdir(fds)
+    except OSError:
+        return None
+    held: set[FileId] = set()
+    backed = filling = False
+    for fd in listed:
+        try:
+            target = os.readlink(f"{fds}/{fd}")
+            if not target.startswith("/"):  # a pipe, a socket, an anonymous inode
+                continue
+            st = os.stat(f"{fds}/{fd}")
+        except OSError:  # closed since it was listed
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        held.add((st.st_dev, st.st_ino))
+        if target.endswith(" (deleted)"):  # no name left to put a control file beside: nothing to allocate
+            continue
+        if any(os.path.exists(target + suffix) for suffix in CONTROL_SUFFIXES):
+            backed = True
+        else:
+            filling = True
+    return OpenFiles(backed, filling, frozenset(held))
+
+
 def read_io(pid: int, proc: str = "/proc") -> Counters | None:
     """One process's counters; None if it vanished (or they are not the kernel's text). Raises PermissionError
     where they are not ours to read: another user's process while the supervisor lacks CAP_SYS_PTRACE (Docker's
@@ -186,12 +275,17 @@ class _Reader:
     def __init__(self, proc: str) -> None:
         self._proc = proc
         self._read: dict[int, Counters | None] = {}
+        self._names: dict[int, str | None] = {}
+        self._files: dict[int, OpenFiles | None] = {}  # an allocating downloader's open files
         self.refused: set[int] = set()  # the processes whose counters were not ours to read
 
-    def trees(self, tree: Callable[[int, str], list[Proc]], roots: tuple[Root, ...]) -> tuple[list[ProcIo], int]:
-        """The trees' processes with their counters, and how many of them refused theirs."""
+    def trees(self, tree: Callable[[int, str], list[Proc]], roots: tuple[Root, ...],
+              allocators: frozenset[str] = frozenset()) -> tuple[list[ProcIo], int, frozenset[FileId]]:
+        """The trees' processes with their counters, how many of them refused theirs, and the files those named in
+        ``allocators`` hold open (their names and open files read only for a watch that names some)."""
         members = {proc.pid: proc.ppid for pid, tag in roots for proc in tree(pid, tag)}
         procs = []
+        held: set[FileId] = set()
         for pid, ppid in members.items():
             if pid not in self._read:
                 try:
@@ -200,9 +294,24 @@ class _Reader:
                     self._read[pid] = None
                     self.refused.add(pid)
             counters = self._read[pid]
-            if counters is not None:
-                procs.append(ProcIo(pid, ppid, counters))
-        return procs, sum(pid in self.refused for pid in members)
+            if counters is None:
+                continue
+            files = self._open_files(pid) if allocators and self._name(pid) in allocators else None
+            if files is not None:
+                held |= files.held
+            procs.append(ProcIo(pid, ppid, counters, None if files is None else files.backed,
+                                files is not None and files.filling))
+        return procs, sum(pid in self.refused for pid in members), frozenset(held)
+
+    def _name(self, pid: int) -> str | None:
+        if pid not in self._names:
+            self._names[pid] = read_name(pid, self._proc)
+        return self._names[pid]
+
+    def _open_files(self, pid: int) -> OpenFiles | None:
+        if pid not in self._files:
+            self._files[pid] = read_files(pid, self._proc)
+        return self._files[pid]
 
 
 class IoWatch:
@@ -228,6 +337,7 @@ class _Watched:
     roots: tuple[Root, ...] = ()
     ledger: IoLedger = field(default_factory=IoLedger)
     latest: TreeIo | None = None
+    allocators: frozenset[str] = frozenset()  # the names of the allocating downloaders it asks of (TreeIo)
 
 
 class IoProbe:
@@ -245,12 +355,15 @@ class IoProbe:
         self.state.idle("no attempt followed")  # (until one is: no thread, nothing to read)
         self._refusals_said: set[int] = set()  # the pids whose refused counters were said (once each)
 
-    def watch(self, every_s: float = IO_SAMPLE_S, *, from_zero: bool = False) -> IoWatch:
+    def watch(self, every_s: float = IO_SAMPLE_S, *, from_zero: bool = False,
+              allocators: frozenset[str] = frozenset()) -> IoWatch:
         """A watch read at least every ``every_s``; ``from_zero``: its trees' bytes count from their start
-        (IoLedger)."""
+        (IoLedger); ``allocators``: the process names of the allocating downloaders whose allocation it tells apart
+        (the module's docstring)."""
         with self._cond:
             watch_id = next(self._ids)
-            self._watches[watch_id] = _Watched(max(IO_SAMPLE_MIN_S, every_s), ledger=IoLedger(from_zero))
+            self._watches[watch_id] = _Watched(max(IO_SAMPLE_MIN_S, every_s), ledger=IoLedger(from_zero),
+                                               allocators=allocators)
             if self._thread is None and not self._closed:
                 self._thread = worker_thread("io", self._run_restarting)
             self._cond.notify_all()
@@ -300,15 +413,17 @@ class IoProbe:
         while self._wait():
             with self._cond:
                 asked = {wid: w.roots for wid, w in self._watches.items() if w.roots}
+                names = {wid: self._watches[wid].allocators for wid in asked}
+                refresh_s = min([self._watches[wid].every_s for wid in asked if names[wid]], default=TREE_REFRESH_S)
             if not asked:
                 self.state.idle("no attempt followed")
                 continue
             self.state.wake()
             try:
-                if snapshot is None or time.monotonic() - snapshot.taken_at >= TREE_REFRESH_S or asked != scanned:
+                if snapshot is None or time.monotonic() - snapshot.taken_at >= refresh_s or asked != scanned:
                     snapshot, scanned = table.snapshot(newer_than=time.monotonic()), asked
                 read = _Reader(self._proc)
-                readings = {wid: read.trees(snapshot.tree, roots) for wid, roots in asked.items()}
+                readings = {wid: read.trees(snapshot.tree, roots, names[wid]) for wid, roots in asked.items()}
             except Exception as exc:  # a bug must not end the only reader: this round reads as no reading
                 self.state.miss(said_error(exc))
                 continue
@@ -316,14 +431,14 @@ class IoProbe:
             self._say_refused(read.refused)
             now = time.monotonic()
             with self._cond:
-                for wid, (procs, unreadable) in readings.items():
+                for wid, (procs, unreadable, held) in readings.items():
                     watched = self._watches.get(wid)
                     if watched is None:
                         continue
                     watched.ledger.add(procs)
                     ledger = watched.ledger
                     watched.latest = TreeIo(next(self._seq), now, ledger.moved, ledger.written, len(procs),
-                                            ledger.readable, unreadable)
+                                            ledger.readable, unreadable, ledger.allocated, ledger.allocating, held)
 
     def _say_refused(self, refused: set[int]) -> None:
         """Processes whose counters are not ours to read are said, each once: their reads and writes are no sign

@@ -31,6 +31,9 @@ fields only:
   phases it runs again even where their evidence holds); ``cli.py`` adds them, the core hears ``Rerun``.
 - ``clocks``: its names for the core's clocks of the instance (firstseen.py: the one after the fetch),
   the names ManagerLink.clock and status use.
+- ``allocators``: the process names of the downloaders that allocate a file by writing it whole before they make
+  its control file (where the filesystem refuses fallocate): what such a process writes before it holds a file
+  with its control file beside it is no progress, and a file it holds open is not complete (evidence/iowatch.py).
 - ``attach``: called once the lifecycle and the reporting exist, with what it may drive (wiring.py).
 - ``profile``: the built-in config text ``run`` uses when none is given.
 
@@ -102,6 +105,7 @@ class Plugin:
     disk_needs: tuple[DiskNeeds, ...] = ()
     run_switches: Mapping[str, RunSwitch] = field(default_factory=_empty)  # "--<name>" → what it asks
     clocks: Mapping[str, str] = field(default_factory=_empty)  # a core clock (firstseen.py) → the plugin's name
+    allocators: frozenset[str] = frozenset()  # process names (their ``comm``)
     attach: Callable[[Wiring], None] | None = None
     profile: Callable[[], str] | None = None
 

@@ -575,7 +575,8 @@ class _CountedWalks:
 
         return release
 
-    def watch(self, path: str, every_s: float) -> Callable[[], None]:
+    def watch(self, path: str, every_s: float, held: Callable[[], frozenset[tuple[int, int]]] | None = None
+              ) -> Callable[[], None]:
         return self._watch()
 
     def watch_net(self, every_s: float) -> Callable[[], None]:
@@ -615,13 +616,20 @@ class _Download:
         self.said: ProgressReading | None = None  # what the command's parser read
         self.io_readable = True  # False: no process's I/O counters could be read (no written bytes known)
         self.io_seq: int | None = None  # the I/O thread's reading number, if not the walks' (a frozen one: blind)
+        self.allocated = 0  # of ``written``: what an allocating downloader wrote before its control file (zeros)
+        self.allocating = 0  # how many are allocating now
+        self.held: frozenset[tuple[int, int]] = frozenset()  # the files it holds open
+        self.allocators: frozenset[str] | None = None  # the downloaders the progress watch asked the I/O thread of
+        self.held_seen: Callable[[], frozenset[tuple[int, int]]] | None = None  # what the walks were told is held
 
     def walk(self, size: int | None, done: int) -> None:
         self.seq += 2  # (the walker numbers the walks of all it watches: the received bytes' comes between)
         self.cache = TreeMeasure("/cache", size, 1, float(self.seq), 0.0, self.seq, done, 1 if done else 0, None)
 
     # the walker's side
-    def watch(self, path: str, every_s: float) -> Callable[[], None]:
+    def watch(self, path: str, every_s: float, held: Callable[[], frozenset[tuple[int, int]]] | None = None
+              ) -> Callable[[], None]:
+        self.held_seen = held
         return lambda: None
 
     def watch_net(self, every_s: float) -> Callable[[], None]:
@@ -631,10 +639,14 @@ class _Download:
         return self.cache if path == "/cache" else None
 
     # the I/O thread's side
-    def io_watch(self, every_s: float, *, from_zero: bool = False) -> SimpleNamespace:
+    def io_watch(self, every_s: float, *, from_zero: bool = False, allocators: frozenset[str] = frozenset()
+                 ) -> SimpleNamespace:
+        self.allocators = allocators
         return SimpleNamespace(follow=lambda roots: None, release=lambda: None,
                                latest=lambda: TreeIo(self.seq if self.io_seq is None else self.io_seq, 0.0,
-                                                     self.written, self.written, 1, self.io_readable))
+                                                     self.written, self.written, 1, self.io_readable,
+                                                     allocated=self.allocated, allocating=self.allocating,
+                                                     held=self.held))
 
     # the attempt's side
     def roots(self) -> list[object]:
@@ -670,7 +682,7 @@ class _Watching:
         self.clock, self.lines, self.download = FakeClock(), [], _Download()
         self.loop = EventLoop(clock=self.clock)
         evidence = SimpleNamespace(progress=self.download, io=SimpleNamespace(watch=self.download.io_watch),
-                                   first_seen=None)
+                                   first_seen=None, allocators=frozenset({"aria2c"}))
         self.download.walk(32 * MiB, 0)  # preallocated, nothing complete
         self.watch = ProgressWatch(spec, self.loop, self.lines.append, evidence, self.download)  # type: ignore[arg-type]
 
@@ -806,6 +818,76 @@ def test_a_slow_download_is_not_judged_before_its_observation_window() -> None:
         for tick in range(10, 13):
             watching.tick(tick * 64 * 1024, 32 * MiB, 0)
         assert len(watching.download.slow) == 1, watching.download.slow
+
+
+def test_a_zero_fill_is_no_progress_and_a_link_too_slow_behind_it_is_given_up_at_its_window() -> None:
+    # aria2c where fallocate is refused (ZFS before 2.2, NFSv3, FUSE) writes the whole file with zeros first, at
+    # disk speed: read as bytes got, they made the figure 100% at once and the rate the disk's, so a link far too
+    # slow for the deadline was not given up (measured with the real aria2c: 256 MiB at 512 KiB/s, 120 s allowed,
+    # 100% at 5 s and no too_slow). What the I/O thread says was allocation is taken off what was written.
+    with _Watching("progress_deadline_s = 100\nprogress_window_s = 10\n") as watching:
+        assert watching.download.allocators == frozenset({"aria2c"}), "the I/O thread is asked of the allocators"
+        watching.download.held = frozenset({(1, 2)})
+        assert watching.download.held_seen is not None
+        watching.download.allocating = 1
+        for second in range(1, 3):  # the fill: 16 MiB a second, nothing got
+            watching.download.allocated = second * 16 * MiB
+            figures = watching.tick(second * 16 * MiB, 32 * MiB, 0)
+            assert figures["done_bytes"] == 0, figures
+        watching.download.allocating = 0
+        assert watching.download.held_seen() == frozenset({(1, 2)}), "the walks are told which file is held"
+        for second in range(3, 30):  # then 64 KiB/s: 32 MiB would take over 8 minutes, 100 s are left
+            figures = watching.tick(32 * MiB + (second - 2) * 64 * 1024, 32 * MiB, 0)
+            if watching.download.slow:
+                break
+        assert figures["done_bytes"] == (second - 2) * 64 * 1024, figures
+        assert figures["rate_bytes_s"] == 64 * 1024, figures  # the link's, its 2 s of filling left out
+        # At its window of the link's time: the 10 s after the 2 s of filling.
+        assert second == 12 and len(watching.download.slow) == 1, (second, watching.download.slow)
+        assert watching.download.slow[0].startswith("31.4MiB left at 64.0KiB/s: "), watching.download.slow
+
+
+def test_a_link_fast_enough_behind_a_zero_fill_is_left_alone() -> None:
+    # The same fill before a link that makes it: never given up because of the zeros taken off.
+    with _Watching("progress_deadline_s = 100\nprogress_window_s = 10\n") as watching:
+        watching.download.allocated = 32 * MiB
+        for second in range(1, 34):  # the fill in the first second, then 1 MiB/s: 32 s of 100
+            figures = watching.tick(32 * MiB + (second - 1) * MiB, 32 * MiB, 0)
+        assert watching.download.slow == [], watching.download.slow
+        assert figures["done_bytes"] == 32 * MiB and figures["rate_bytes_s"] == MiB, figures
+
+
+def test_a_long_zero_fill_is_no_time_of_the_link_s_and_no_link_behind_it_is_judged_on_it() -> None:
+    # A fill longer than the observation window (45 GiB of zeros on a slow disk: minutes, then their flush) got
+    # nothing, and the link was not in use meanwhile: counted as the link's time, the window's rate just after it was
+    # a few seconds' bytes over a minute, and a link that makes the deadline was given up at its first bytes. The
+    # time an allocating downloader allocates while nothing is got is not the link's; the window counts without it.
+    with _Watching("progress_deadline_s = 1000\nprogress_window_s = 20\n") as watching:
+        watching.download.allocating = 1
+        for second in range(1, 201):  # the fill and its flush: 200 s, no byte got
+            watching.download.allocated = min(second, 100) * MiB // 4
+            watching.tick(watching.download.allocated, 32 * MiB, 0)
+        watching.download.allocating = 0
+        fill = watching.download.allocated
+        for second in range(1, 400):  # then 96 KiB/s: 32 MiB in 341 s, with 800 s left
+            figures = watching.tick(fill + second * 96 * 1024, 32 * MiB, 0)
+            assert watching.download.slow == [], (second, watching.download.slow)
+            if figures["done_bytes"] >= 32 * MiB:
+                break
+        assert figures["rate_bytes_s"] == 96 * 1024, figures
+    # And a link too slow behind the same fill is given up once the window has seen it, not at the deadline.
+    with _Watching("progress_deadline_s = 1000\nprogress_window_s = 20\n") as watching:
+        watching.download.allocating = 1
+        for second in range(1, 201):
+            watching.download.allocated = min(second, 100) * MiB // 4
+            watching.tick(watching.download.allocated, 32 * MiB, 0)
+        watching.download.allocating = 0
+        for second in range(1, 100):  # 32 KiB/s: 32 MiB in 1024 s, with 800 s left
+            watching.tick(fill + second * 32 * 1024, 32 * MiB, 0)
+            if watching.download.slow:
+                break
+        assert second == 20 and len(watching.download.slow) == 1, (second, watching.download.slow)
+        assert " left at 32.0KiB/s: " in watching.download.slow[0], watching.download.slow
 
 
 def test_bytes_a_resumed_file_had_before_are_no_rate() -> None:

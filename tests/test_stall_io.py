@@ -1,6 +1,7 @@
 """A stall is silence of every sign of life, the kernel's I/O counters among them (issue 21): real programs
 that print nothing for long (the real aria2c into a pipe, a hasher, a silent reader) are never stalled while
 they move bytes, and those that move none (blocked in recv after 1 MiB, spinning) still are, within stall_s.
+What aria2c writes to allocate its file where fallocate is refused (zeros) is life, but no progress.
 
 Each runs the real supervisor against real children and, for the download, Debian's real aria2c (as curio
 runs it) from a local HTTP server on 127.0.0.1, throttled with --max-download-limit.
@@ -37,6 +38,7 @@ from helpers import (
     toml_str,
     wait_for,
 )
+from nofalloc import nofalloc_shim
 
 from supervisor.evidence.iowatch import read_io
 from supervisor.exits import EXIT_TIMEOUT
@@ -169,6 +171,65 @@ def test_the_real_aria2c_into_a_pipe_is_not_stalled_and_its_progress_is_live(sup
     assert seen, f"no done_bytes while the file was under way (its readout is buffered): {out[-2000:]}"
     assert 0 < seen[0]["done_bytes"] < 6 * MIB, seen
     assert "I/O" in (seen[0]["stall"] or {}).get("signs", {}), seen  # the status shows each sign's age
+
+
+@pytest.mark.parametrize("link", ["too-slow", "fast-enough"])
+def test_the_real_aria2c_zero_filling_without_fallocate_shows_no_zeros_as_progress(sup: Runner, link: str) -> None:
+    """Where the filesystem refuses fallocate, aria2c writes its file whole with zeros first and makes its control
+    file only once they are flushed. Measured before: 100% at once in status (the zeros' bytes written), the file
+    counted complete while they were flushed, then 'has less complete (a file removed)' as the control file came,
+    and a link far too slow for the deadline not given up (the rate the disk's). Now the zeros are no progress:
+    the slow link is given up too_slow at its window as on a filesystem with fallocate, and one fast enough is
+    never stopped, though its zeros' flush outlasts the window (that time is not the link's)."""
+    if ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    shim = nofalloc_shim(sup.tmp)
+    served, cache = sup.tmp / "served", sup.tmp / "cache"
+    served.mkdir()
+    cache.mkdir()
+    size = 64 * MIB
+    with open(served / "f.params", "wb") as fh:
+        fh.truncate(size)
+    # 64 MiB at 512 KiB/s is 128 s, with 60 allowed. At 4 MiB/s it is 16 s or so, after a flush of 12 s (longer than
+    # the window: the link's first seconds after it, read over the flush too, were a link far too slow) and before
+    # the last flush of 12 s, with 90 allowed.
+    slow = link == "too-slow"
+    rate, flush_s, deadline_s = ("512K", 4, 60) if slow else ("4M", 12, 90)
+    with serving(files_handler(served)) as url:
+        argv = ["env", f"LD_PRELOAD={shim}", f"NOFALLOC_FSYNC_S={flush_s}", ARIA2C, f"--max-download-limit={rate}",
+                "--lowest-speed-limit", "16K", "-m100", "--retry-wait", "10", "--continue", "-x16", "-s16", "--dir",
+                str(cache), "-o", "f.params", f"{url}/f.params"]
+        config = sup.write(phase(toml_list(argv), 60, f"progress_path = {toml_str(str(cache))}\n"
+                                                       f"progress_total = \"64MiB\"\n"
+                                                       f"progress_deadline_s = {deadline_s}\nprogress_window_s = 8"))
+        run = Console(sup, config)
+        seen: list[dict[str, Any]] = []
+
+        def look() -> bool:
+            ph = next((p for p in status_json(sup).get("phases", []) if p.get("name") == "p"), {})
+            if ph.get("state") == "running" and ph.get("progress"):
+                seen.append(ph["progress"])
+            return run.proc.poll() is not None
+
+        wait_for(look, 120, 0.3)
+        code = run.finish(30)
+    out = run.text()
+    assert "Allocating disk space" in out, f"aria2c did not zero-fill (the shim did not hold): {out[-3000:]}"
+    assert "no longer count" not in out and "a file removed" not in out, out
+    assert seen, out
+    assert all(s["files_done"] == 0 for s in seen), seen  # never whole while it was under way
+    if slow:
+        assert code == EXIT_TIMEOUT, out
+        record = one_verdict(out, "p")
+        assert " reason=too_slow " in record, record
+        assert max(s["done_bytes"] for s in seen) < size // 4, seen  # the link's bytes, never the zeros
+        starting, ended = first_line(out, "phase p: pending → starting"), first_line(out, "cannot make it in time")
+        print(f"too_slow {seconds_between(starting, ended):.1f}s after the start (progress_window_s=8): {seen[-1]}")
+        assert seconds_between(starting, ended) < 8 + 30, out  # generous: at its window, not at the deadline
+    else:
+        assert code == 0, out
+        assert " reason=exit_code exit_code=0 " in one_verdict(out, "p"), out
+        assert "too_slow" not in out, out
 
 
 def status_json(sup: Runner) -> dict[str, Any]:

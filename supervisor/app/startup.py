@@ -307,7 +307,8 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
     )
     # Before the register: the manager's clock starts after. Its clocks under the names the plugin gave them.
     first_seen = FirstSeen(host.state_dir, host.log, names=plugin.clocks, label=plan.manager.instance)
-    rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus, first_seen=first_seen),
+    rt = Runtime.of(spawning, MachineEvidence(memory=core.memory, gpus=gpus, first_seen=first_seen,
+                                              allocators=plugin.allocators),
                     state_dir=host.state_dir, rerun=rerun_of(plugin, switches), reasons=plugin.reasons)
     reporter = Reporter(plan.manager, host.state_dir, core.loop, host.log, spawning.export_env, host.redactor,
                         host.early_lines)

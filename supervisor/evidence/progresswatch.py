@@ -11,7 +11,9 @@ largest of what each says:
 - the cache's complete files when the attempt began + what the trees have written since: live on any
   link, loopback included, whatever the program prints (aria2c's readout is block-buffered into a pipe and
   arrives in one burst when a file is done; its preallocated file is full size at once). A file resumed
-  with ``--continue`` counts only what this attempt writes of it until it is complete;
+  with ``--continue`` counts only what this attempt writes of it until it is complete. What an allocating
+  downloader wrote to allocate its file is not counted (iowatch.py's ``allocated``: aria2c's zeros where the
+  filesystem refuses fallocate, the whole file at disk speed before a byte is got), nor in the rate;
 - the cache's complete files now (a file is complete once no ``.aria2`` lies beside it and nothing wrote
   it for a moment: a resumed file counts whole from then on; a growing file counts by its allocated
   blocks whenever its writes pause; progress.py's COMPLETE_QUIET_S);
@@ -26,8 +28,9 @@ file at once). The rate is of what the link moved in this attempt: the trees' by
 received since it began, the larger, while either is read afresh; a figure that grows by bytes found rather
 than moved is no rate (a file resumed with ``--continue``: aria2c's first readout of it, a minute late, counts
 the part got before, and read as a rate it hid a link too slow to make the deadline). Without a fresh
-measure of movement, the figure's own growth is the rate. The figures and the deadline rule are
-transfer.py's.
+measure of movement, the figure's own growth is the rate. The rate and the observation window count the link's
+time: not the seconds in which an allocating downloader allocates its file and nothing is got (``_link_time``).
+The figures and the deadline rule are transfer.py's.
 
 The deadline counts from the manager's clock: its row's ``registered_at`` once a row said it (a row
 registered anew, its old one forgotten, is later than our first registration, and the manager's 90 minutes
@@ -58,7 +61,7 @@ from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, Fir
 from ..text import Log
 from ..text.show import fmt_bytes, span
 from .iowatch import IoProbe, IoWatch, Root, TreeIo
-from .progress import NET_DEV, ProgressProbe, Settling, TreeMeasure
+from .progress import NET_DEV, FileId, ProgressProbe, Settling, TreeMeasure
 from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, figures, progress_text, too_slow
 
 # How often the figures are made afresh (and the deadline looked at).
@@ -118,6 +121,9 @@ class ProgressEvidence(Protocol):
     @property
     def first_seen(self) -> FirstSeen | None: ...
 
+    @property
+    def allocators(self) -> frozenset[str]: ...  # the allocating downloaders' process names (iowatch.py)
+
 
 class DownloadingAttempt(Protocol):
     """The attempt a progress watch follows, and its phase's ear for what it finds (lifecycle/attempt.py's
@@ -149,15 +155,15 @@ class ProgressWatch:
         self._moved_fresh = False  # the latest tick had a fresh measure of movement
         self._fresh_seen: dict[str, tuple[int, float]] = {}  # a measure → (its latest reading's seq, when new)
         self._releases: list[Callable[[], None]] = []
-        if probe is not None:
-            if spec.progress_path is not None:
-                self._releases.append(probe.watch(spec.progress_path, PROGRESS_TICK_S))
-            self._releases.append(probe.watch_net(PROGRESS_TICK_S))
         self._io: IoWatch | None = None
-        if io is not None:
-            self._io = io.watch(PROGRESS_TICK_S, from_zero=True)  # (the attempt's trees began with it)
+        if io is not None:  # (the attempt's trees began with it)
+            self._io = io.watch(PROGRESS_TICK_S, from_zero=True, allocators=evidence.allocators)
             self._io.follow(attempt.roots())
             self._releases.append(self._io.release)
+        if probe is not None:
+            if spec.progress_path is not None:
+                self._releases.append(probe.watch(spec.progress_path, PROGRESS_TICK_S, held=self._held))
+            self._releases.append(probe.watch_net(PROGRESS_TICK_S))
         self._cache_start: int | None = None  # the cache's complete bytes at the first measure (0: no cache yet)
         self._net_start: int | None = None
         self._cache_seen: tuple[int, int] | None = None  # the cache's (size, done) at the latest walk
@@ -177,6 +183,8 @@ class ProgressWatch:
         # deadline rule ended a download that could still make it.
         self._got = 0
         self._logged_at = self._started
+        self._paused = 0.0  # the seconds that were not the link's (``_link_time``)
+        self._last_tick: tuple[float, int, int | None] = (self._started, 0, 0)  # the last tick's time, got, moved
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
         self._said_deadline = False
         self._settling: Settling | None = None  # the settled walk waited for after the attempt ended well
@@ -282,7 +290,7 @@ class ProgressWatch:
                     return False
             net = self._probe.latest(NET_DEV)
         io_reading = self._io_reading()
-        written = io_reading.written if io_reading is not None else None
+        written = io_reading.written - io_reading.allocated if io_reading is not None else None
         reading = self._attempt.reading()
         cache_start = self._cache_start if self._cache_start is not None else self._take_baseline(cache, net)
         cut = self._thrown_away(cache, reading)
@@ -294,14 +302,26 @@ class ProgressWatch:
         since = None if written is None else max(0, written - self._thrown)
         self._done = max(self._done, done_bytes(cache, reading, net_gain, cache_start, since, self._unseen))
         self._got = self._thrown + self._done  # (the link brought the thrown-away bytes too: they stay in the rate)
-        self._window.add(now, self._got)
         moved = self._moved(now, io_reading, net)
+        at = self._link_time(now, io_reading, moved)
+        self._window.add(at, self._got)
         self._moved_fresh = moved is not None
         if moved is not None:
-            self._moved_window.add(now, moved)
+            self._moved_window.add(at, moved)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
         self.progress = figures(self._done, self._spec.progress_total, self._rate_window().rate(), files)
         return True
+
+    def _link_time(self, now: float, io: TreeIo | None, moved: int | None) -> float:
+        """``now`` on the link's clock, which leaves out the ticks in which an allocating downloader allocated and
+        nothing was got (``_paused``): the link was not in use. Counted, a fill of minutes (45 GiB of zeros on a slow
+        disk, then their flush) read as minutes of a link that brought nothing, and the window just after it as a
+        link far slower than it is: a download that could make its deadline was given up at its first bytes."""
+        last, self._last_tick = self._last_tick, (now, self._got, moved)
+        if io is not None and io.allocating and self._got <= last[1] and (
+                moved is None or last[2] is None or moved <= last[2]):
+            self._paused += now - last[0]
+        return now - self._paused
 
     def _moved(self, now: float, io: TreeIo | None, net: TreeMeasure | None) -> int | None:
         """What the link moved in this attempt, by the measures that count only this attempt's bytes, the thrown
@@ -309,7 +329,7 @@ class ProgressWatch:
         of those read afresh (None: neither)."""
         known = []
         if io is not None and not io.unreadable and self._fresh("io", io.seq, now):
-            known.append(io.written)
+            known.append(io.written - io.allocated)
         if net is not None and net.size is not None and self._net_start is not None and self._fresh("net", net.seq,
                                                                                                       now):
             known.append(max(0, net.size - self._net_start))
@@ -402,6 +422,11 @@ class ProgressWatch:
         self._net_start = net.size if net is not None else None
         return self._cache_start
 
+    def _held(self) -> frozenset[FileId]:
+        """(the walker's thread) The files the attempt's allocating downloaders hold open, as last read."""
+        latest = self._io.latest() if self._io is not None else None
+        return latest.held if latest is not None else frozenset()
+
     def _io_reading(self) -> TreeIo | None:
         """The I/O thread's latest reading of the attempt's trees, with what they have written since it began
         (None: not read yet, or unreadable); the trees are handed to the I/O thread afresh each time (its children
@@ -432,7 +457,7 @@ class ProgressWatch:
                 else f"the deadline (progress_deadline_s={spec.progress_deadline_s:g} from {since})")
         if time_left <= 0:  # already past (a row registered long ago): no rate can help, so at once
             return self._end(f"{said} passed {span(-time_left)} ago, with {progress_text(progress.to_dict())}")
-        if now - self._started < spec.progress_window_s:
+        if now - self._started - self._paused < spec.progress_window_s:  # (the window is of the link's time)
             return False
         if not self._said_deadline:
             self._said_deadline = True

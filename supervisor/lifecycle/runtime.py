@@ -83,6 +83,9 @@ class MachineEvidence:
     # Notices the supervisor itself was frozen (engine/tick.py's start_the_tick, from run.py).
     freeze: FreezeWatch | None = None
     first_seen: FirstSeen | None = None  # when the instance first started and registered: deadlines count from it
+    # The process names of the downloaders that allocate a file by writing it before its control file (a plugin's
+    # ``allocators``): the progress watch tells their allocation from what they got (iowatch.py).
+    allocators: frozenset[str] = frozenset()
     watches: Watches = field(default_factory=Watches)  # every watch's state: reading, blind, stopped (watchstate.py)
     # The GPU health of the phases that use GPUs (gpuhealth.py, a tick's watcher): a GPU known gone refuses their
     # attempts before a child starts on it. None: no phase uses GPUs, or no GPU thread.

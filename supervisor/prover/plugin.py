@@ -18,6 +18,7 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
   ``$FIL_PROOFS_PARAMETER_CACHE``, else the param-done phase's progress_path);
 - ``run_switches``: ``--rebench``, which runs the ``resume = "machine"`` phases (the bench) again (switches.py);
 - ``clocks``: the core's clock after the fetch is the benchmark's, ``bench`` (benchlimits.py);
+- ``allocators``: ``aria2c``, whose zeros where fallocate is refused are no progress (fetchlines.py);
 - ``profile``: profile.toml, run when no config is given.
 
 - ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
@@ -42,6 +43,7 @@ from ..state.firstseen import AFTER_FETCH_CLOCK
 from ..wiring import Wiring
 from . import benchlimits, cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_config_is_its_own, cuzk_section, fleet_rules
+from .fetchlines import ALLOCATORS
 from .fleet import BENCH_DONE
 from .hooks import BENCH_PARSER, CUZK_CONFIG, PARSERS, PCE_HOOK, PCE_SETTLE, make_cuzk_config
 from .ready import KIND as CUZK_READY
@@ -157,6 +159,7 @@ PLUGIN = Plugin(
     disk_needs=(param_disk,),
     run_switches=RUN_SWITCHES,
     clocks=MappingProxyType({AFTER_FETCH_CLOCK: benchlimits.BENCH_CLOCK}),
+    allocators=ALLOCATORS,
     attach=attach,
     profile=profile,
 )

@@ -10,8 +10,11 @@ is ready as before; file and unix-socket readiness are untouched.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +35,7 @@ from helpers import (
     py_script,
     sh,
     stranger_on,
+    toml_list,
     toml_str,
     verdict_fields,
     verdict_lines,
@@ -205,6 +209,83 @@ def test_a_stranger_that_binds_after_the_check_never_makes_the_daemon_ready(sup:
     assert said in not_ready["detail"], not_ready
     assert "is ready" not in out
     assert not (sup.tmp / "command.ran").exists()
+
+
+SETPRIV = shutil.which("setpriv")
+NOBODY = ["--reuid=65534", "--regid=65534", "--clear-groups"]
+# A listener that makes itself non-dumpable first (PR_SET_DUMPABLE 0, as a setuid program or a hardened daemon
+# is): its /proc/<pid>/fd then belongs to root, unreadable to a supervisor that is not root, or is root without
+# CAP_SYS_PTRACE (Docker's default set) where the daemon runs as another user.
+HIDDEN_LISTENER = "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n" + textwrap.dedent(LISTENER)
+
+
+def hidden_fd_tables() -> bool:
+    """Whether the fd table of a non-dumpable process is refused to another process of its user (uid 65534):
+    the test below is about the kernels that refuse it."""
+    assert SETPRIV is not None
+    code = "import ctypes, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\nprint('hidden', flush=True)\ntime.sleep(30)"
+    hidden = subprocess.Popen([SETPRIV, *NOBODY, PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hidden.stdout is not None and hidden.stdout.readline() == "hidden\n", "setpriv could not start it"
+        look = (f"import os\ntry:\n    os.listdir('/proc/{hidden.pid}/fd')\n"
+                "except PermissionError:\n    print('refused')")
+        probe = subprocess.run([SETPRIV, *NOBODY, PY, "-c", look], capture_output=True, text=True, timeout=30)
+        assert probe.returncode == 0, probe.stderr
+        return probe.stdout.strip() == "refused"
+    finally:
+        hidden.kill()
+        hidden.wait()
+
+
+@pytest.mark.skipif(SETPRIV is None, reason="no setpriv (util-linux) to run the supervisor as another user")
+@pytest.mark.skipif(os.geteuid() != 0, reason="not root: cannot run the supervisor as another user (setpriv --reuid)")
+def test_a_daemon_whose_fd_table_cannot_be_read_is_ready_by_its_answer(sup: Runner) -> None:
+    """A supervisor that cannot read the daemon's fd table (Docker without CAP_SYS_PTRACE and a daemon run as
+    another user by gosu or setpriv, or a non-dumpable daemon) cannot see who holds the port: the daemon's own
+    answer was refused as "a process not visible here" and the phase failed timeout (124). Only a visible
+    stranger is refused; an unseen holder of a port that was free before the start counts, said once."""
+    if not hidden_fd_tables():
+        pytest.skip("this kernel lets a process read the fd table of a non-dumpable one of its user")
+    # The daemon's interpreter must be one uid 65534 may run (this one may live under root's 0700 home).
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no python3 in /usr/local/bin, /usr/bin or /bin for uid 65534 to run")
+    port = free_port()
+    with tempfile.TemporaryDirectory(dir="/tmp") as reachable:  # (pytest's tmp is root's alone: 0700)
+        where = Path(reachable)
+        where.chmod(0o777)  # (the supervisor, as uid 65534, writes its state and logs there)
+        (where / "listener.py").write_text(HIDDEN_LISTENER)
+        config = where / "config.toml"
+        config.write_text(textwrap.dedent(f"""\
+            [supervisor]
+            state_dir = {toml_str(str(where / "state"))}
+            log_dir = {toml_str(str(where / "logs"))}
+            stop_grace_s = 2
+            cgroups = "off"
+            [[phases]]
+            name = "web"
+            command = {sh(f"touch {where / 'command.ran'}")}
+            [[phases.daemons]]
+            name = "server"
+            command = {toml_list([python, str(where / "listener.py"), str(port)])}
+            ready = "tcp://127.0.0.1:{port}"
+            ready_timeout_s = 20
+            stop_grace_s = 1
+        """))
+        proc = subprocess.Popen([SETPRIV, *NOBODY, PY, "-m", "supervisor", "run", "--config", str(config)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                cwd=REPO, start_new_session=True, env=clean_env())
+        sup.procs.append(proc)
+        res = finish(proc, time.monotonic(), timeout=60)
+        ran = (where / "command.ran").exists()
+    out = res.output
+    assert res.returncode == 0, out
+    assert "web/server is ready" in out and ran, out
+    assert "outside the process tree" not in out, out
+    said = [line for line in out.splitlines() if "web/server: " in line and f"port {port} answers" in line]
+    assert len(said) == 1, out
+    assert ("its holder cannot be seen here (the fd table of 1 process of this daemon's tree cannot be read: "
+            "another user's or a non-dumpable process): taken as this daemon's") in said[0], said
 
 
 @pytest.mark.parametrize("wrapper", ["exec", "fork", "setsid"])

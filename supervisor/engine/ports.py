@@ -14,10 +14,13 @@ another process already holds would answer its probe at once while the daemon it
   kernel's ephemeral range: one taken from inside it is free only until any process's next outgoing
   connection happens to get it as its source port, and a daemon started a second later fails to bind it.
 - ``Ownership``: after a probe answered, is the listener this daemon's (its process tree, as the supervisor
-  would stop it: trees.py)? Another process's listener never makes it ready, and is said once.
+  would stop it: trees.py)? Another process's listener, seen to hold the socket, never makes it ready, and is
+  said once.
 
 Where the tables cannot be read (no /proc, another network namespace's socket) nothing is known: the free
-check still stands on its bind, and an answer whose listener cannot be found is trusted as before.
+check still stands on its bind, and an answer whose listener cannot be found is trusted as before. So is one
+whose holder no fd table we may read shows (the daemon another user's, or non-dumpable, to a supervisor
+without CAP_SYS_PTRACE), said once.
 """
 
 from __future__ import annotations
@@ -195,15 +198,24 @@ def _addresses(host: str) -> list[_Address]:
 
 def holders(inodes: set[int], pids: Iterable[int] | None = None, proc: str = "/proc") -> list[Holder]:
     """The processes (of ``pids``, else every one) holding one of ``inodes`` open, by pid."""
+    return _scan(inodes, pids, proc)[0]
+
+
+def _scan(inodes: set[int], pids: Iterable[int] | None = None, proc: str = "/proc") -> tuple[list[Holder], int]:
+    """``holders``, and how many of the processes looked at keep their fd table from us (another user's, or a
+    non-dumpable one, to a supervisor without CAP_SYS_PTRACE): any of them may hold the socket unseen."""
     links = {f"socket:[{inode}]" for inode in inodes}
     if pids is None:
         pids = [int(name) for name in os.listdir(proc) if name.isdigit()]
-    found = []
+    found, hidden = [], 0
     for pid in sorted(set(pids)):
         try:
             fds = os.listdir(f"{proc}/{pid}/fd")
+        except PermissionError:
+            hidden += 1
+            continue
         except OSError:
-            continue  # gone, or not ours to read
+            continue  # gone
         for fd in fds:
             try:
                 if os.readlink(f"{proc}/{pid}/fd/{fd}") in links:
@@ -211,7 +223,7 @@ def holders(inodes: set[int], pids: Iterable[int] | None = None, proc: str = "/p
                     break
             except OSError:
                 continue
-    return found
+    return found, hidden
 
 
 def _name(pid: int, proc: str) -> str:
@@ -264,24 +276,48 @@ def find_holder(loop: EventLoop, host: str, port: int, answer: Callable[[Holder 
 class Ownership:
     """Whose listener answered a probe of daemon ``leader`` (its tree: group, tag, descendants): None when its
     own, else why it does not count. Called from the readiness thread; ``say`` (thread-safe) hears each
-    stranger once."""
+    stranger once, and once a port whose holder cannot be seen.
+
+    Only a process seen to hold the socket, outside the tree, is refused. Where no process here is seen to hold
+    it, the fd tables we may not read (the daemon run as another user, or non-dumpable, by a supervisor without
+    CAP_SYS_PTRACE) hide its holder, most likely the daemon itself: the port was free when checked before the
+    start, so the answer counts. Refusing it failed every such daemon ``timeout``, its own socket taken for a
+    stranger's."""
 
     def __init__(self, leader: int, tag: str, say: Callable[[str], None]) -> None:
         self._leader, self._tag, self._say = leader, tag, say
-        self._said: set[tuple[int, int]] = set()  # (port, holder pid) already said
+        self._said: set[tuple[int, int]] = set()  # (port, holder pid) already said; pid 0: its holder unseen
 
     def __call__(self, host: str, port: int) -> str | None:
         inodes = listening_inodes(host, port)
         if not inodes:
             return None  # no table, or no listener in it (another namespace's): nothing to tell, as before
         tree = {p.pid for p in ProcessTable().snapshot().tree(self._leader, self._tag)} | {self._leader}
-        if holders(inodes, tree):
+        mine, hidden_mine = _scan(inodes, tree)
+        if mine:
             return None
-        strangers = holders(inodes)
-        who = strangers[0].describe() if strangers else "a process not visible here"
-        why = f"port {port} answers, but {who} holds it, outside the process tree of this daemon"
-        key = (port, strangers[0].pid if strangers else 0)
-        if key not in self._said:
-            self._said.add(key)
-            self._say(why)
+        strangers, hidden = _scan(inodes)
+        if not strangers:
+            unseen = _hidden(hidden_mine, hidden)
+            self._once(port, 0, f"port {port} answers and its holder cannot be seen here ({unseen}): "
+                                "taken as this daemon's, as the port was free before its start")
+            return None
+        why = f"port {port} answers, but {strangers[0].describe()} holds it, outside the process tree of this daemon"
+        self._once(port, strangers[0].pid, why)
         return why
+
+    def _once(self, port: int, pid: int, said: str) -> None:
+        if (port, pid) not in self._said:
+            self._said.add((port, pid))
+            self._say(said)
+
+
+def _hidden(of_tree: int, everywhere: int) -> str:
+    """Why no holder was seen: the fd tables that could not be read, the daemon's own first."""
+    if of_tree:
+        return (f"the fd table of {of_tree} process{'es' if of_tree > 1 else ''} of this daemon's tree cannot be "
+                "read: another user's or a non-dumpable process")
+    if everywhere:
+        return (f"the fd tables of {everywhere} process{'es' if everywhere > 1 else ''} cannot be read: another "
+                "user's or non-dumpable processes")
+    return "no process here holds it open: one of another PID namespace?"

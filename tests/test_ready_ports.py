@@ -288,6 +288,92 @@ def test_a_daemon_whose_fd_table_cannot_be_read_is_ready_by_its_answer(sup: Runn
             "another user's or a non-dumpable process): taken as this daemon's") in said[0], said
 
 
+# socket() made to fail in the supervisor as a machine makes it fail: EMFILE once a trigger file exists (out of
+# file descriptors, from then on), EAFNOSUPPORT for IPv6 where asked (a kernel booted with ipv6.disable=1).
+SOCKET_SHIM = """
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int socket(int domain, int type, int protocol) {
+    static int (*real)(int, int, int);
+    const char *trigger = getenv("SHIM_TRIGGER");
+    if (!real) real = (int (*)(int, int, int))dlsym(RTLD_NEXT, "socket");
+    if (getenv("SHIM_NO_INET6") && domain == AF_INET6) { errno = EAFNOSUPPORT; return -1; }
+    if (trigger && domain != AF_UNIX && access(trigger, F_OK) == 0) { errno = EMFILE; return -1; }
+    return real(domain, type, protocol);
+}
+"""
+
+
+@pytest.fixture
+def socket_shim(tmp_path: Path) -> Path:
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build the LD_PRELOAD shim that fails socket()")
+    (tmp_path / "shim.c").write_text(SOCKET_SHIM)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "shim.so"), str(tmp_path / "shim.c"), "-ldl"],
+                   check=True, timeout=60)
+    return tmp_path / "shim.so"
+
+
+def test_a_port_check_out_of_fds_fails_that_daemon_spawn_failed(sup: Runner, socket_shim: Path) -> None:
+    """The free check's socket() failing EMFILE escaped as an exception: the phase failed internal_error (70)
+    with a traceback, blamed on the readiness wait of the daemon before. Now the daemon whose port could not
+    be checked is not started, and fails as a start out of descriptors does: spawn_failed, 126, one line."""
+    port, gate, nofds = free_port(), sup.tmp / "gate", sup.tmp / "nofds"
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {sh("echo cmd ran")}
+        [[phases.daemons]]
+        name = "a"
+        command = ["sleep", "60"]
+        ready = {toml_str(str(gate))}
+        stop_grace_s = 1
+        [[phases.daemons]]
+        name = "b"
+        command = {toml_list([PY, "-m", "http.server", "--bind", "127.0.0.1", str(port)])}
+        ready = "tcp://127.0.0.1:{port}"
+        stop_grace_s = 1
+    """)
+    console = Console(sup, config, env={"LD_PRELOAD": str(socket_shim), "SHIM_TRIGGER": str(nofds)})
+    console.wait_text("waiting for p/a to be ready")
+    nofds.touch()
+    gate.touch()
+    assert console.finish(timeout=40) == 126, console.text()
+    out = console.text()
+    b = verdict_fields(verdict_lines(out, "p", "b", "FAILED")[0])
+    assert b["reason"] == "spawn_failed", out
+    assert b["detail"] == f"p/b not started: cannot check port 127.0.0.1:{port}: out of file descriptors", b
+    assert "started p/b" not in out and "internal error" not in out and "Traceback" not in out, out
+
+
+def test_a_port_of_an_address_family_the_kernel_lacks_is_not_checked(sup: Runner, socket_shim: Path) -> None:
+    """No IPv6 in the kernel: the check's socket() fails EAFNOSUPPORT, which failed the phase internal_error
+    (70). Nothing here can hold such a port: the daemon is started, and its readiness says what it can."""
+    port = free_port()
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {sh("echo cmd ran")}
+        [[phases.daemons]]
+        name = "b"
+        command = ["sleep", "60"]
+        ready = "tcp://[::1]:{port}"
+        ready_timeout_s = 2
+        stop_grace_s = 1
+    """)
+    res = sup.run(config, timeout=40, env={"LD_PRELOAD": str(socket_shim), "SHIM_NO_INET6": "1"})
+    assert res.returncode == EXIT_TIMEOUT, res.output
+    assert "started p/b" in res.output, res.output
+    b = verdict_fields(verdict_lines(res.output, "p", "b", "FAILED")[0])
+    assert b["reason"] == "timeout" and "Address family not supported" in b["detail"], b
+    assert "internal error" not in res.output and "Traceback" not in res.output, res.output
+
+
 @pytest.mark.parametrize("wrapper", ["exec", "fork", "setsid"])
 def test_the_daemons_own_child_listening_makes_it_ready(sup: Runner, wrapper: str) -> None:
     """A wrapper shell that execs or forks the listener (or starts it in a session of its own): still its tree."""

@@ -5,7 +5,9 @@ A daemon whose readiness is a local TCP port (``tcp://``, ``http(s)://`` on 127.
 another process already holds would answer its probe at once while the daemon itself fails to bind.
 
 - ``taken``: one ``bind`` with SO_REUSEADDR per port on the probed address (TIME_WAIT leftovers do not
-  count, a listener does). It is in-kernel and never blocks, so it runs on the loop.
+  count, a listener does). It is in-kernel and never blocks, so it runs on the loop. An address family the
+  kernel lacks (IPv6 disabled) is no port to refuse; a socket that cannot be had (out of file descriptors)
+  is a check that cannot be made (``Unchecked``), and its daemon is not started.
 - ``holder``: the listening socket's inode from /proc/net/tcp{,6}, then the process whose /proc/<pid>/fd
   holds ``socket:[inode]``, named by /proc/<pid>/comm. It reads every process's fd table: never on the
   loop (a machine with many processes and fds makes it slow), always in a worker thread, and its answer is
@@ -77,8 +79,13 @@ def local_ports(check: ReadyCheck | None) -> list[tuple[str, int]]:
     return found
 
 
+class Unchecked(Exception):
+    """A port that could not be checked: no socket to bind with (out of file descriptors). Its text says so."""
+
+
 def taken(check: ReadyCheck | None) -> tuple[str, int] | None:
-    """The first local port of ``check`` that something already listens on, else None (all free)."""
+    """The first local port of ``check`` that something already listens on, else None (all free). Raises
+    ``Unchecked`` where a port cannot be checked."""
     for host, port in local_ports(check):
         if not _bindable(host, port):
             return host, port
@@ -88,9 +95,16 @@ def taken(check: ReadyCheck | None) -> tuple[str, int] | None:
 def _bindable(host: str, port: int) -> bool:
     bind_host = "127.0.0.1" if host == "localhost" else host  # no name lookup on the loop
     family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        if exc.errno in (errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT):
+            return True  # (no IPv6 in this kernel: nothing here can hold the port, and it is not ours to refuse)
+        why = "out of file descriptors" if exc.errno in (errno.EMFILE, errno.ENFILE) else summary(exc)
+        raise Unchecked(f"cannot check port {host}:{port}: {why}") from None
+    with sock:
         try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((bind_host, port))
         except OSError as exc:
             return exc.errno != errno.EADDRINUSE  # anything else (no IPv6 here): not ours to refuse

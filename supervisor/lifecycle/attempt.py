@@ -47,6 +47,9 @@ from .verdict import Verdict
 # what its processes wrote counts, and a failure's own lines (a 404, a DNS error, aria2c's ERROR block: a few
 # hundred bytes into a pipe) must not count as progress. Far below a parameter file.
 GOT_FURTHER_MIN_BYTES = 64 << 10
+# A child that could not be started for want of what starting it takes (its port check's socket): the status a
+# shell reports for a command found but not run, as engine/spawn.py's SpawnError has it.
+CANNOT_START = 126
 
 
 class Settle:
@@ -260,7 +263,12 @@ class AttemptStart:
         in a thread; its answer ends the attempt). The bind test runs here (in-kernel, it cannot block)."""
         if self._over:
             return False
-        taken = ports.taken(spec.ready)
+        try:
+            taken = ports.taken(spec.ready)
+        except ports.Unchecked as exc:  # (its daemon cannot be started either: failed as its start would be)
+            self._tell(StartFailed(v.without_exit(self._spec.name, spec.name, v.SPAWN_FAILED, CANNOT_START,
+                                                  f"{spec.label} not started: {exc}", attempt=self._attempt)))
+            return False
         if taken is None:
             return True
         host, port = taken

@@ -110,6 +110,43 @@ def test_a_port_held_before_the_start_fails_the_attempt_naming_its_holder(sup: R
     assert holder.poll() is None  # the stranger is not the supervisor's to stop
 
 
+def bound_sockets_listed() -> bool:
+    """Whether this kernel's /proc/net/tcp lists a socket bound without listening (Linux: state 07, CLOSE;
+    gVisor lists none)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        inode = os.fstat(sock.fileno()).st_ino
+        with open("/proc/net/tcp") as f:
+            return any(line.split()[9] == str(inode) for line in f.read().splitlines()[1:])
+
+
+def test_a_port_bound_without_listening_is_said_as_that(sup: Runner) -> None:
+    """A socket bound to the port but not listening holds it as a listener does: it was blamed on "another
+    user's or network namespace's process", though its holder was a process of ours in sight. It is named, said
+    bound without listening, where the kernel lists it; where it does not, that is what is said."""
+    port = free_port()
+    holder = subprocess.Popen([PY, "-c", "import socket, sys, time\ns = socket.socket()\n"
+                               "s.bind(('127.0.0.1', int(sys.argv[1])))\nprint('bound', flush=True)\n"
+                               "time.sleep(600)", str(port)], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"bound\n"
+        res = sup.run(daemon_config(sup, port, sh("exec sleep 30")), timeout=30)
+    finally:
+        kill_tree(holder.pid)
+        holder.wait(10)
+    assert res.returncode == EXIT_FAILURE, res.output
+    v = failure(res.output)
+    assert (v["child"], v["reason"]) == ("server", "port_in_use"), res.output
+    assert "another user's or network namespace's process" not in v["detail"], v
+    if bound_sockets_listed():
+        said = (f"port 127.0.0.1:{port} is already taken by pid {holder.pid} ({name_of(holder.pid)}), "
+                "its socket bound there without listening")
+    else:
+        said = (f"port 127.0.0.1:{port} is already taken (its holder is unknown: nothing listens there; a socket "
+                "bound to it without listening, which /proc/net/tcp does not list here, or one closed since)")
+    assert said in v["detail"], v
+
+
 # The supervisor, with the holder scan failing as it fails on a machine out of file descriptors (listing /proc
 # raises EMFILE); nothing else is changed.
 OUT_OF_FDS_LAUNCHER = """\
@@ -448,6 +485,30 @@ def test_taken_and_holder_find_a_listener_of_this_process() -> None:
             child.kill()
             child.wait()
     assert ports.taken(check) is None
+
+
+def test_holder_names_a_socket_bound_without_listening(tmp_path: Path) -> None:
+    """Where /proc/net/tcp lists a bound socket (Linux, state 07) and no listener on the port, its holder is
+    named as that; a listener on the port comes first; a port the tables show nothing on has no holder."""
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    row = "   {n}: 0100007F:{port:04X} 00000000:0000 {st} 00000000:00000000 00:00000000 00000000  0  0 {inode} 1 0\n"
+    (proc / "net" / "tcp").write_text(head + row.format(n=0, port=18714, st="07", inode=5001)
+                                      + row.format(n=1, port=18715, st="07", inode=5002)
+                                      + row.format(n=2, port=18715, st="0A", inode=5003)
+                                      + row.format(n=3, port=18716, st="06", inode=0))  # TIME_WAIT: nobody's
+    for pid, inode, name in ((41, 5001, "binder"), (42, 5002, "binder2"), (43, 5003, "listener")):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "fd" / "3").symlink_to(f"socket:[{inode}]")
+        (proc / str(pid) / "comm").write_text(name + "\n")
+    assert ports.holder("127.0.0.1", 18714, str(proc)) == ports.Holder(41, "binder", listening=False)
+    assert ports.holder("127.0.0.1", 18715, str(proc)) == ports.Holder(43, "listener")
+    assert ports.holder("127.0.0.1", 18716, str(proc)) is None
+    assert ports.taken_detail("127.0.0.1", 18714, ports.Holder(41, "binder", listening=False)) == \
+        "port 127.0.0.1:18714 is already taken by pid 41 (binder), its socket bound there without listening"
+    assert ports.listed("127.0.0.1", 18714, str(proc)) and ports.listed("127.0.0.1", 18715, str(proc))
+    assert not ports.listed("127.0.0.1", 18716, str(proc))
 
 
 # ------------------------------------------------------------ choosing ports for daemons to listen on

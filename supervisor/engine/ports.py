@@ -8,8 +8,9 @@ another process already holds would answer its probe at once while the daemon it
   count, a listener does). It is in-kernel and never blocks, so it runs on the loop. An address family the
   kernel lacks (IPv6 disabled) is no port to refuse; a socket that cannot be had (out of file descriptors)
   is a check that cannot be made (``Unchecked``), and its daemon is not started.
-- ``holder``: the listening socket's inode from /proc/net/tcp{,6}, then the process whose /proc/<pid>/fd
-  holds ``socket:[inode]``, named by /proc/<pid>/comm. It reads every process's fd table: never on the
+- ``holder``: the listening socket's inode from /proc/net/tcp{,6} (else that of a socket bound there without
+  listening, which holds the port as well), then the process whose /proc/<pid>/fd holds ``socket:[inode]``,
+  named by /proc/<pid>/comm. It reads every process's fd table: never on the
   loop (a machine with many processes and fds makes it slow), always in a worker thread, and its answer is
   bounded: a look that fails or takes too long answers "unknown" (``find_holder``), never nothing.
 - ``free_ports``: ports for daemons to be told to listen on (the demo's, the tests'), chosen below the
@@ -33,7 +34,7 @@ import os
 import random
 import socket
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config import ReadyCheck, local_endpoint
 from ..text.show import summary
@@ -57,6 +58,7 @@ _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 class Holder:
     pid: int
     name: str
+    listening: bool = True  # False: its socket is bound to the port without listening (or a connection's end)
 
     def describe(self) -> str:
         return f"pid {self.pid} ({self.name})"
@@ -159,6 +161,22 @@ def _ephemeral_start(path: str) -> int:
 def listening_inodes(host: str, port: int, proc: str = "/proc") -> set[int] | None:
     """The inodes of the sockets listening on ``port`` at an address that covers ``host``; None when no
     table could be read. A listener found only at another address of the port counts (a probe reached it)."""
+    return _inodes(host, port, proc, listening=True)
+
+
+def bound_inodes(host: str, port: int, proc: str = "/proc") -> set[int] | None:
+    """As ``listening_inodes``, the sockets on ``port`` in any other state: bound without listening (Linux lists
+    them in state CLOSE; gVisor lists none) or a connection's own end. Such a socket holds the port as a
+    listener does: the free check's bind fails on it all the same."""
+    return _inodes(host, port, proc, listening=False)
+
+
+def listed(host: str, port: int, proc: str = "/proc") -> bool:
+    """Whether the tables show any socket on ``port`` (True where they cannot be read: nothing is known)."""
+    return listening_inodes(host, port, proc) != set() or bound_inodes(host, port, proc) != set()
+
+
+def _inodes(host: str, port: int, proc: str, *, listening: bool) -> set[int] | None:
     wanted = _addresses(host)
     exact: set[int] = set()
     on_port: set[int] = set()
@@ -171,10 +189,11 @@ def listening_inodes(host: str, port: int, proc: str = "/proc") -> set[int] | No
             continue
         read_any = True
         for line in lines:
-            entry = _listener(line)
-            if entry is None or entry[1] != port:
+            entry = _row(line)
+            # (inode 0: a connection in TIME_WAIT, no process's, and no hold on the check's SO_REUSEADDR bind)
+            if entry is None or entry[1] != port or (entry[3] == _LISTEN) != listening or not entry[2]:
                 continue
-            address, _, inode = entry
+            address, _, inode, _ = entry
             on_port.add(inode)
             if address.is_unspecified or any(w.is_unspecified or w == address for w in wanted):
                 exact.add(inode)
@@ -183,10 +202,10 @@ def listening_inodes(host: str, port: int, proc: str = "/proc") -> set[int] | No
     return exact or on_port
 
 
-def _listener(line: str) -> tuple[_Address, int, int] | None:
-    """(address, port, inode) of a LISTEN row of /proc/net/tcp{,6}, else None."""
+def _row(line: str) -> tuple[_Address, int, int, str] | None:
+    """(local address, port, inode, state) of a row of /proc/net/tcp{,6}, else None."""
     fields = line.split()
-    if len(fields) < 10 or fields[3] != _LISTEN:
+    if len(fields) < 10:
         return None
     hex_address, _, hex_port = fields[1].partition(":")
     try:
@@ -196,7 +215,7 @@ def _listener(line: str) -> tuple[_Address, int, int] | None:
         address: _Address = ipaddress.ip_address(packed)
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped
-        return address, int(hex_port, 16), int(fields[9])
+        return address, int(hex_port, 16), int(fields[9]), fields[3]
     except ValueError:
         return None
 
@@ -248,11 +267,20 @@ def _name(pid: int, proc: str) -> str:
         return "?"
 
 
-def holder(host: str, port: int) -> Holder | None:
-    """Who listens on ``host:port``: the lowest pid holding the socket, else None (not found or not visible)."""
-    inodes = listening_inodes(host, port)
-    found = holders(inodes) if inodes else []
-    return found[0] if found else None
+def holder(host: str, port: int, proc: str = "/proc") -> Holder | None:
+    """Who holds ``host:port``: the lowest pid holding its listening socket, else one bound there without
+    listening; None: not found or not visible."""
+    inodes = listening_inodes(host, port, proc)
+    listening = bool(inodes)
+    if not listening:
+        inodes = bound_inodes(host, port, proc)
+    found = holders(inodes, proc=proc) if inodes else []
+    return replace(found[0], listening=listening) if found else None
+
+
+# Why a taken port may show no socket in the tables at all.
+UNLISTED = ("nothing listens there; a socket bound to it without listening, which /proc/net/tcp does not list "
+            "here, or one closed since")
 
 
 def taken_detail(host: str, port: int, found: Holder | None, unknown: str = "") -> str:
@@ -262,7 +290,8 @@ def taken_detail(host: str, port: int, found: Holder | None, unknown: str = "") 
     if found is None:
         return (f"port {host}:{port} is already taken (its holder is not visible here: "
                 "another user's or network namespace's process)")
-    return f"port {host}:{port} is already taken by {found.describe()}"
+    bound = "" if found.listening else ", its socket bound there without listening"
+    return f"port {host}:{port} is already taken by {found.describe()}{bound}"
 
 
 def find_holder(loop: EventLoop, host: str, port: int, answer: Callable[[Holder | None, str], None]) -> None:
@@ -273,7 +302,8 @@ def find_holder(loop: EventLoop, host: str, port: int, answer: Callable[[Holder 
 
     def look() -> tuple[Holder | None, str]:
         try:
-            return holder(host, port), ""
+            found = holder(host, port)
+            return (None, UNLISTED) if found is None and not listed(host, port) else (found, "")
         except Exception as exc:  # any failure of the scan: the port is still taken, only its holder unknown
             return None, f"the look for it failed: {summary(exc)}"
 

@@ -30,6 +30,7 @@ from helpers import (
     clean_env,
     failure,
     finish,
+    first_line,
     free_port,
     kill_tree,
     py_script,
@@ -144,6 +145,43 @@ def test_a_port_bound_without_listening_is_said_as_that(sup: Runner) -> None:
     else:
         said = (f"port 127.0.0.1:{port} is already taken (its holder is unknown: nothing listens there; a socket "
                 "bound to it without listening, which /proc/net/tcp does not list here, or one closed since)")
+    assert said in v["detail"], v
+
+
+@pytest.mark.parametrize("wrapper", ["exec", "fork"])
+def test_a_port_held_by_a_child_of_the_supervisor_names_that_child(sup: Runner, wrapper: str) -> None:
+    """A service phase's command listens on the port a later phase's daemon waits for (a clash of the config's
+    own, which check cannot see where the service declares no ready port): the holder was named as a stranger's
+    pid. It is named by its label, the supervisor's own child, whether its leader or a process of its tree."""
+    port = free_port()
+    py_script(sup.tmp, "listener", LISTENER.replace("s.listen()\n", "s.listen()\n    open(sys.argv[2], 'w')\n"))
+    listener = f"{PY} {sup.tmp / 'listener.py'} {port} {sup.tmp / 'svc.up'}"
+    config = sup.write(f"""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = {sh({"exec": f"exec {listener}", "fork": f"{listener} & wait"}[wrapper])}
+        ready = {toml_str(str(sup.tmp / "svc.up"))}
+        stop_grace_s = 1
+
+        [[phases]]
+        name = "web"
+        command = {sh("true")}
+        [[phases.daemons]]
+        name = "server"
+        command = ["sleep", "30"]
+        ready = "tcp://127.0.0.1:{port}"
+        stop_grace_s = 1
+    """)
+    res = sup.run(config, timeout=40)
+    assert res.returncode == EXIT_FAILURE, res.output
+    v = verdict_fields(verdict_lines(res.output, "web", "server", "FAILED")[0])
+    assert v["reason"] == "port_in_use", res.output
+    svc = int(first_line(res.output, "started svc/svc: pid ").split("pid ", 1)[1].split(":", 1)[0])
+    if wrapper == "exec":
+        said = f"port 127.0.0.1:{port} is already taken by svc/svc, this supervisor's own child (pid {svc} ("
+    else:
+        said = f") of svc/svc's process tree, this supervisor's own child (pid {svc})"
     assert said in v["detail"], v
 
 

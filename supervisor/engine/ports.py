@@ -33,7 +33,7 @@ import ipaddress
 import os
 import random
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..config import ReadyCheck, local_endpoint
@@ -59,9 +59,20 @@ class Holder:
     pid: int
     name: str
     listening: bool = True  # False: its socket is bound to the port without listening (or a connection's end)
+    child: str = ""  # the label of the supervisor's own child whose process tree it is in, if any
+    child_pid: int = 0  # that child's pid
 
     def describe(self) -> str:
+        if self.child and self.child_pid == self.pid:
+            return f"{self.child}, this supervisor's own child (pid {self.pid} ({self.name}))"
+        if self.child:
+            return (f"pid {self.pid} ({self.name}) of {self.child}'s process tree, this supervisor's own child "
+                    f"(pid {self.child_pid})")
         return f"pid {self.pid} ({self.name})"
+
+
+# One of the supervisor's own children, as the look for a port's holder is handed it: (label, pid, tag).
+OwnChild = tuple[str, int, str]
 
 
 def is_local(host: str) -> bool:
@@ -294,16 +305,21 @@ def taken_detail(host: str, port: int, found: Holder | None, unknown: str = "") 
     return f"port {host}:{port} is already taken by {found.describe()}{bound}"
 
 
-def find_holder(loop: EventLoop, host: str, port: int, answer: Callable[[Holder | None, str], None]) -> None:
+def find_holder(loop: EventLoop, host: str, port: int, answer: Callable[[Holder | None, str], None],
+                own: Sequence[OwnChild] = ()) -> None:
     """``answer(holder, unknown)`` on the loop, exactly once: the holder looked for in a worker thread (the scan
-    may be slow), ``unknown`` "" where the look ran. Where it gave no answer (it raised: a machine out of fds
-    cannot list /proc; no thread to be had; no answer within HOLDER_LOOK_BOUND_S) ``answer(None, why)``: the
-    attempt waits on this answer to fail, so an answer that never came would leave it starting for good."""
+    may be slow), ``unknown`` "" where the look ran; a holder in the tree of one of ``own`` (the supervisor's
+    children) is named by that child's label: a clash of the config's own, not a stranger's. Where it gave no
+    answer (it raised: a machine out of fds cannot list /proc; no thread to be had; no answer within
+    HOLDER_LOOK_BOUND_S) ``answer(None, why)``: the attempt waits on this answer to fail, so an answer that
+    never came would leave it starting for good."""
 
     def look() -> tuple[Holder | None, str]:
         try:
             found = holder(host, port)
-            return (None, UNLISTED) if found is None and not listed(host, port) else (found, "")
+            if found is None:
+                return None, "" if listed(host, port) else UNLISTED
+            return _owned_by(found, own), ""
         except Exception as exc:  # any failure of the scan: the port is still taken, only its holder unknown
             return None, f"the look for it failed: {summary(exc)}"
 
@@ -315,6 +331,15 @@ def find_holder(loop: EventLoop, host: str, port: int, answer: Callable[[Holder 
     run_bounded(loop, f"port-holder:{port}", look, HOLDER_LOOK_BOUND_S, lambda found: answer(*found),
                 lambda: answer(None, f"the look for it did not answer within {HOLDER_LOOK_BOUND_S:g}s"),
                 on_error=refused)
+
+
+def _owned_by(found: Holder, own: Sequence[OwnChild]) -> Holder:
+    """``found``, with the child of ``own`` whose process tree holds it, if one does."""
+    table = ProcessTable().snapshot() if own else None
+    for label, pid, tag in own:
+        if found.pid == pid or (table is not None and any(p.pid == found.pid for p in table.tree(pid, tag))):
+            return replace(found, child=label, child_pid=pid)
+    return found
 
 
 class Ownership:

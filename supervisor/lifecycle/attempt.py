@@ -22,7 +22,7 @@ each attempt's stall and progress watches. The phase owns one; the status view o
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
@@ -193,12 +193,15 @@ Guard = Callable[[str, Callable[..., object]], Callable[..., None]]  # (what, ca
 
 class AttemptStart:
     """``start`` starts one child (None: it could not, and said so: the attempt is over); ``tell`` is the phase's
-    decision, told what the start learns; ``guarded`` makes a callback from a thread unable to raise."""
+    decision, told what the start learns; ``guarded`` makes a callback from a thread unable to raise; ``own``:
+    the supervisor's children (runtime.py's ``started``), by whose labels a port's holder is named."""
 
     def __init__(self, spec: PhaseSpec, attempt: int, loop: EventLoop, log: Log, *,
-                 start: Callable[[ChildSpec], Child | None], tell: Callable[[Event], None], guarded: Guard) -> None:
+                 start: Callable[[ChildSpec], Child | None], tell: Callable[[Event], None], guarded: Guard,
+                 own: Iterable[Child] = ()) -> None:
         self._spec, self._attempt, self._loop, self._log = spec, attempt, loop, log
         self._start, self._tell, self._guarded = start, tell, guarded
+        self._own = own  # every child of the supervisor's not known to be over (a port's holder may be one)
         self._ready: ReadinessWait | None = None  # the wait under way, if any
         self._waiting: tuple[Child, float] | None = None  # the child waited for, and since when (monotonic)
         self._over = False
@@ -274,7 +277,7 @@ class AttemptStart:
         host, port = taken
         what = f"the port check of {spec.phase}/{spec.name}"
         answer = self._guarded(what, lambda holder, unknown: self._port_taken(spec, host, port, holder, unknown))
-        ports.find_holder(self._loop, host, port, answer)
+        ports.find_holder(self._loop, host, port, answer, [(c.label, c.pid, c.tag) for c in self._own if c.running])
         return False
 
     def _port_taken(self, spec: ChildSpec, host: str, port: int, holder: ports.Holder | None, unknown: str) -> None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from fakes import FakeClock
@@ -350,6 +351,9 @@ class _QuietAttempt:
         self.stalls: list[str] = []
 
     def roots(self) -> list[tuple[int, str]]:
+        return []
+
+    def kept(self) -> list[Any]:  # (no phase before it kept a daemon)
         return []
 
     def last_outputs(self) -> list[float]:

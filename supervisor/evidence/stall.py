@@ -5,11 +5,18 @@ kernel's I/O counters, summed over the attempt's trees by the I/O thread: iowatc
 them, not a runtime's housekeeping); a GPU whose
 utilisation is non-zero or whose memory use changed (where GPUs are visible); the watched
 ``progress_path`` written: growing, or a file under it written (a parameter download into a preallocated
-file, its mtime moving). Output alone is not enough: real programs buffer
+file, its mtime moving); and the bytes moved by the daemons the phases before it kept (``lifetime =
+"lifecycle"``), less what they printed. Output alone is not enough: real programs buffer
 their output into a pipe (aria2c), preallocate (the file is full size at once) and work for minutes
 without a line (curio hashing its parameters, cuzk loading its SRS). Being alive is no sign, nor is
 CPU time: a process blocked in ``recv`` on a dead connection, or spinning, is stalled
 (docs/verdicts.md).
+
+A kept daemon is often what a later phase waits on (a client of it, silent while the daemon works), so the
+bytes it moves count, and a client waiting on it is not stalled. Its output does not: a daemon's heartbeat,
+a line or a chatty log's bytes, is no work, and it would keep every later phase alive, one that hangs too (the
+missed stall, which is worse than the false one). So its bytes moved less the bytes read from its pipes are its
+sign, named apart (``I/O of kept a/worker``), with its own IO_SIGN_MIN_BYTES.
 
 The decision is a small pure object fed with observations, so it is tested without waiting;
 StallMonitor feeds it from a running attempt every little while, with what was measured off the loop:
@@ -34,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..engine.loop import ErrorHandler, EventLoop
+from ..engine.process import Child
 from ..engine.tick import FreezeWatch
 from .gpu import GpuReading, GpuSample, activity_changed
 from .gpuwatch import Gpus
@@ -57,6 +65,12 @@ def check_interval(stall_s: float) -> float:
     return max(STALL_CHECK_MIN_S, min(STALL_CHECK_MAX_S, stall_s / 10))
 
 
+def kept_sign(labels: list[str]) -> str:
+    """The name of the kept daemons' I/O among the signs, naming them (a verdict lists signs with commas)."""
+    named = " and ".join(labels) if len(labels) <= 2 else f"{labels[0]} and {len(labels) - 1} more"
+    return f"I/O of kept {named}"
+
+
 @dataclass
 class StallSigns:
     """What one attempt's StallMonitor has seen of each sign of life, and when, and the pure rules that read
@@ -72,17 +86,22 @@ class StallSigns:
     last_gpu: float = field(init=False)
     last_progress: float = field(init=False)
     last_io: float = field(init=False)
+    last_kept_io: float = field(init=False)
     progress_size: int | None = None
     progress_newest: float | None = None  # the newest write under progress_path at the latest walk (wall time)
     io_moved: int | None = None  # the trees' bytes moved at the latest reading (None: none yet)
     io_credited: int = 0  # ... at the reading last counted as a sign (or the baseline)
     io_unreadable: int = 0  # the processes whose counters were refused at the latest reading (iowatch.TreeIo)
+    kept: str | None = None  # the kept daemons' sign (kept_sign), where the phases before kept any
+    kept_visible: bool = False  # ... and their counters could be read
+    kept_work: int | None = None  # their bytes moved less printed at the latest reading (None: none yet)
+    kept_credited: int = 0  # ... at the reading last counted as a sign (or the baseline)
     # Each sign whose silence is no measure at the latest look, and why (GPU sampling blind, the I/O thread's
     # reading old): the status view says so beside its age, as the verdict would.
     unmeasured: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.last_output = self.last_gpu = self.last_progress = self.last_io = self.started
+        self.last_output = self.last_gpu = self.last_progress = self.last_io = self.last_kept_io = self.started
 
     def saw_output(self, at: float) -> None:
         self.last_output = max(self.last_output, at)
@@ -97,6 +116,7 @@ class StallSigns:
         self.last_gpu = max(self.last_gpu, at)
         self.last_progress = max(self.last_progress, at)
         self.last_io = max(self.last_io, at)
+        self.last_kept_io = max(self.last_kept_io, at)
 
     def saw_io(self, moved: int, readable: bool, at: float, unreadable: int = 0) -> None:
         """The trees' bytes read and written since the watch began, as the I/O thread read them at ``at``:
@@ -114,6 +134,23 @@ class StallSigns:
         if self.io_moved - self.io_credited >= IO_SIGN_MIN_BYTES:
             self.last_io = max(self.last_io, at)
             self.io_credited = self.io_moved
+
+    def saw_kept_io(self, moved: int, printed: int, readable: bool, at: float) -> None:
+        """The kept daemons' trees' bytes moved, as the I/O thread read them at ``at``, and what they printed (the
+        bytes read from their pipes, taken after the reading: none they wrote by then is missing). Their work is
+        the one less the other: IO_SIGN_MIN_BYTES more of it than at the last reading counted is a sign of life
+        (the first reading is the baseline; a dip, output read after the reading, is none)."""
+        if not readable:
+            return
+        self.kept_visible = True
+        work = moved - printed
+        if self.kept_work is None:
+            self.kept_work = self.kept_credited = work
+            return
+        self.kept_work = max(self.kept_work, work)
+        if self.kept_work - self.kept_credited >= IO_SIGN_MIN_BYTES:
+            self.last_kept_io = max(self.last_kept_io, at)
+            self.kept_credited = self.kept_work
 
     def saw_progress(self, size: int | None, newest: float | None, at: float) -> None:
         """The watched path's size (None: absent) and newest write (an mtime; None: no file) as the walk that
@@ -138,6 +175,8 @@ class StallSigns:
         signs = [("output", self.last_output)]
         if self.io_visible:
             signs.append(("I/O", self.last_io))
+        if self.kept is not None and self.kept_visible:
+            signs.append((self.kept, self.last_kept_io))
         if self.gpus_visible:
             signs.append(("GPU activity", self.last_gpu))
         if self.watches_path:
@@ -150,8 +189,10 @@ class StallSigns:
 
     def note_unmeasured(self, gpu_unknown: str | None, io_unknown: str | None) -> None:
         """What the latest look could not measure, and why (the status view says it beside the sign's age)."""
-        self.unmeasured = {what: why for what, why in (("I/O", io_unknown), ("GPU activity", gpu_unknown))
-                           if why is not None}
+        unknown = [("I/O", io_unknown), ("GPU activity", gpu_unknown)]
+        if self.kept is not None:
+            unknown.append((self.kept, io_unknown))  # (read by the same I/O thread)
+        self.unmeasured = {what: why for what, why in unknown if why is not None}
 
     def stalled(self, now: float, gpu_unknown: str | None = None, io_unknown: str | None = None) -> str | None:
         """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
@@ -198,6 +239,8 @@ class StallingAttempt(Protocol):
 
     def roots(self) -> list[Root]: ...  # its process trees, whose I/O is a sign of life
 
+    def kept(self) -> list[Child]: ...  # the daemons the phases before it kept, alive: their work is a sign too
+
     def last_outputs(self) -> list[float]: ...  # when each child last printed (monotonic)
 
     def drain(self) -> None: ...  # read what the children printed, and look at the clock, before deciding
@@ -241,9 +284,18 @@ class StallMonitor:
             self._io = io.watch(check_interval(stall_s) * 2)
             self._io.follow(attempt.roots())
             self._releases.append(self._io.release)
+        # The kept daemons, as the attempt begins (they are fixed by then: a kept daemon that dies ends the run).
+        self._kept = attempt.kept() if io is not None else []
+        self._kept_io: IoWatch | None = None
+        self._kept_seq: int | None = None
+        if io is not None and self._kept:
+            self._kept_io = io.watch(check_interval(stall_s) * 2)  # (a watch of its own: its sign is its own)
+            self._kept_io.follow([(c.pid, c.tag) for c in self._kept])
+            self._releases.append(self._kept_io.release)
         self._thaw_seen = freeze.thawed_at if freeze is not None else None
         self._signs = StallSigns(stall_s, now, gpus_visible=gpus is not None and gpus.available,
-                                 watches_path=self._progress_path is not None, watches_io=io is not None)
+                                 watches_path=self._progress_path is not None, watches_io=io is not None,
+                                 kept=kept_sign([c.label for c in self._kept]) if self._kept else None)
         self._interval = check_interval(stall_s)
         self._loop.call_later(self._interval, self._check, on_error=self._on_error)
 
@@ -264,6 +316,7 @@ class StallMonitor:
             watch.saw_output(at)
         gpu_unknown = self._saw_gpus(now)
         self._saw_io()
+        self._saw_kept_io()
         self._saw_progress()
         io_unknown = self._io_unknown(now)
         watch.note_unmeasured(gpu_unknown, io_unknown)
@@ -360,6 +413,19 @@ class StallMonitor:
         if reading is not None and reading.seq != self._io_seq:
             self._io_seq = reading.seq
             self._signs.saw_io(reading.moved, reading.readable, reading.at, reading.unreadable)
+
+    def _saw_kept_io(self) -> None:
+        """Feed the I/O thread's newest totals of the kept daemons' trees, less what they printed: all they wrote
+        into their pipes by the reading, as their output waiting there is read first."""
+        if self._kept_io is None:
+            return
+        reading = self._kept_io.latest()
+        if reading is not None and reading.seq != self._kept_seq:
+            self._kept_seq = reading.seq
+            for child in self._kept:
+                child.drain_output()
+            printed = sum(c.output.bytes_seen for c in self._kept)
+            self._signs.saw_kept_io(reading.moved, printed, reading.readable, reading.at)
 
     def _saw_progress(self) -> None:
         if self._probe is None or self._progress_path is None:

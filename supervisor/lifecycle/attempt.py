@@ -138,8 +138,19 @@ class Attempt:
         return [c.output.last_output_at for c in self.children if c.output.last_output_at]
 
 
+class ItsLifecycle(Protocol):
+    """What a phase reads of its lifecycle (lifecycle.py): whether it shuts down (then the shutdown ends it), and
+    the daemons the phases before it kept (``lifetime = "lifecycle"``), alive, which its attempts' watches read."""
+
+    shutting_down: bool
+
+    def kept_before(self, phase: str) -> list[Child]: ...
+
+
 class ItsPhase(Protocol):
     """What an attempt's watches tell its phase (lifecycle/phase.py's Phase)."""
+
+    name: str
 
     # attempt ``attempt`` is the phase's, starting, running or settling
     def still_running(self, attempt: int) -> bool: ...
@@ -156,13 +167,18 @@ class ItsPhase(Protocol):
 class Watched:
     """One attempt as its watches see it (evidence/stall.py's StallingAttempt, evidence/progresswatch.py's
     DownloadingAttempt): its process trees, its output and its parser's reading, whether it is still its
-    phase's, and where what they find goes. One object in place of a bag of callables."""
+    phase's, and where what they find goes. One object in place of a bag of callables. ``lifecycle``: its phase's,
+    which names the daemons kept for it (None: none)."""
 
-    def __init__(self, attempt: Attempt, phase: ItsPhase) -> None:
-        self._attempt, self._phase = attempt, phase
+    def __init__(self, attempt: Attempt, phase: ItsPhase, lifecycle: ItsLifecycle | None = None) -> None:
+        self._attempt, self._phase, self._lifecycle = attempt, phase, lifecycle
 
     def roots(self) -> list[tuple[int, str]]:
         return self._attempt.roots()
+
+    def kept(self) -> list[Child]:
+        """The daemons the phases before its phase kept, alive: what it may wait on (stall.py counts their work)."""
+        return self._lifecycle.kept_before(self._phase.name) if self._lifecycle is not None else []
 
     def last_outputs(self) -> list[float]:
         return self._attempt.last_outputs()

@@ -20,6 +20,7 @@ decision follows (``_phase_changed``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -112,6 +113,12 @@ class Lifecycle:
         if all(p.state is PhaseState.DONE for p in self.phases):
             self._log("lifecycle complete: every phase done")
             self.shutdown("lifecycle complete", EXIT_OK)
+
+    def kept_before(self, phase: str) -> list[Child]:
+        """The daemons the phases before ``phase`` kept (``lifetime = "lifecycle"``), alive: a later phase may be
+        what they work for, so its stall watch counts their bytes moved (evidence/stall.py)."""
+        before = itertools.takewhile(lambda p: p.name != phase, self.phases)
+        return [child for p in before for child in p.kept if child.running]
 
     def production_phases(self) -> list[Phase]:
         """The production service: the phase with ``report = "running"``, else the last service."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from ..config import ChildSpec, PhaseSpec
 from ..engine.loop import ErrorHandler, contained
@@ -38,7 +38,7 @@ from ..exits import EXIT_INTERNAL_ERROR
 from ..text.show import summary
 from . import resume
 from . import verdict as v
-from .attempt import Attempt, AttemptStart, Pacing, Settle, Watched
+from .attempt import Attempt, AttemptStart, ItsLifecycle, Pacing, Settle, Watched
 from .children import ChildContext, Spawn, start_child
 from .hooks import NO_HOOKS, HookContext, PhaseHooks, Refusal, memory_preflight
 from .runtime import PhaseSurroundings, Runtime
@@ -250,12 +250,6 @@ def _broken(phase: Phase, verdict: v.Verdict) -> Step:
         return Step(before=(*marked, Outcome(verdict)))  # the stop in progress ends, and sees the outcome
     return Step(PhaseState.FAILED, verdict.detail,
                 before=(*marked, Outcome(verdict), Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
-
-
-class ItsLifecycle(Protocol):
-    """What a phase reads of its lifecycle (lifecycle.py): whether it shuts down (then the shutdown ends it)."""
-
-    shutting_down: bool
 
 
 class Phase:
@@ -634,7 +628,7 @@ class Phase:
 
     def _watch_attempt(self) -> None:
         """The attempt's stall watch and progress figures, each acting only while the attempt is current."""
-        watched = Watched(self._attempt, self)
+        watched = Watched(self._attempt, self, self._lifecycle)
         self.pacing.watch_for_stall(self._evidence, watched)
         self._attempt.progress = self.pacing.watch_progress(self._evidence, watched, self._log)
 

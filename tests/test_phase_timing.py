@@ -10,7 +10,9 @@ Pebble's servstate tests do with their fake time).
 
 from __future__ import annotations
 
+import os
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,6 +327,8 @@ def test_a_service_failed_as_its_command_starts_is_never_up(drive, tmp_path: Pat
     # listener) fails the service there and then: the attempt is over before the command's start is
     # done, so the service was never up (the lifecycle must not go past it, nor production count as run).
     (tmp_path / "ready").touch()
+    # Stamped as a file its daemon wrote after its start (a file from before the start does not count).
+    os.utime(tmp_path / "ready", (time.time() + 60, time.time() + 60))
     d = drive(service(restart="no") + f'[[phases.daemons]]\nname = "d"\ncommand = ["fake"]\n'
                                        f'ready = "{tmp_path / "ready"}"\n')
     told: list[tuple[PhaseState, bool]] = []

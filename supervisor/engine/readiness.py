@@ -1,6 +1,7 @@
-"""Is a daemon ready? Ask it for real: a TCP or unix-socket connect, an HTTP 2xx, a file that exists,
-or the first of several of these to pass (a plugin's kind is made of these: the prover's ``ready = "cuzk"``
-is its ``/status``, else its listen port, supervisor/prover/ready.py).
+"""Is a daemon ready? Ask it for real: a TCP or unix-socket connect, an HTTP 2xx, a file made or changed since
+the daemon started (``since``: one an earlier attempt or run left is not its answer), or the first of several
+of these to pass (a plugin's kind is made of these: the prover's ``ready = "cuzk"`` is its ``/status``, else its
+listen port, supervisor/prover/ready.py).
 
 A log line is never proof (cuzk-daemon prints "ready" before it binds its
 socket), and neither is an answer from another process: on a local address a TCP or HTTP
@@ -25,18 +26,25 @@ from .ports import is_local
 
 READY_POLL_S = 0.2
 PROBE_TIMEOUT_S = 2.0
+# A file's times are stamped from the kernel's coarse clock, up to a tick (10 ms at HZ=100) behind time.time()
+# (7 ms measured on a test machine): a file the daemon wrote just after its start may read as a few ms
+# before it. Small enough that a file the last attempt's daemon wrote, stopped and a backoff ago, never counts.
+FILE_STAMP_SLACK_S = 0.05
 
 # Whose listener answered on (host, port): None when the daemon's own, else why the answer does not count.
 Owner = Callable[[str, int], "str | None"]
 
 
-def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S, owner: Owner | None = None) -> str | None:
-    """None when ready, else a short reason why not. ``owner``: asked once a local TCP or HTTP probe answered."""
+def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S, owner: Owner | None = None,
+          since: float | None = None) -> str | None:
+    """None when ready, else a short reason why not. ``owner``: asked once a local TCP or HTTP probe answered.
+    ``since``: when the daemon started (time.time(), taken before its fork): a file counts only if made or
+    changed since (None: any file that exists)."""
     if check.kind == "any":
-        return _probe_any(check, timeout, owner)
+        return _probe_any(check, timeout, owner, since)
     try:
         if check.kind == "file":
-            return None if os.path.exists(check.target) else f"{check.target} does not exist yet"
+            return _fresh(check.target, since)
         if check.kind == "tcp":
             with socket.create_connection((check.host, check.port), timeout=timeout):
                 pass
@@ -59,11 +67,23 @@ def _owned(check: ReadyCheck, owner: Owner | None) -> str | None:
     return owner(check.host, check.port) if owner is not None and is_local(check.host) else None
 
 
-def _probe_any(check: ReadyCheck, timeout: float, owner: Owner | None) -> str | None:
+def _fresh(path: str, since: float | None) -> str | None:
+    """Is the file there, made or changed (its mtime, or its ctime: a rename into place) since ``since``?"""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist yet"
+    changed = max(stat.st_mtime, stat.st_ctime)
+    if since is None or changed >= since - FILE_STAMP_SLACK_S:
+        return None
+    return f"{path} exists but is older than this start (changed {since - changed:.1f}s before it)"
+
+
+def _probe_any(check: ReadyCheck, timeout: float, owner: Owner | None, since: float | None) -> str | None:
     """Ready as soon as one alternative is; else every reason, joined."""
     reasons = []
     for alternative in check.alternatives:
-        why_not = probe(alternative, timeout / max(1, len(check.alternatives)), owner)
+        why_not = probe(alternative, timeout / max(1, len(check.alternatives)), owner, since)
         if why_not is None:
             return None
         reasons.append(why_not)
@@ -102,12 +122,13 @@ class ReadinessWait:
     must still fail at ``timeout_s``, saying what the probe was doing. Where no thread can be started
     for it (pids.max, RLIMIT_NPROC), readiness cannot be waited for without blocking the loop:
     ``on_timeout`` gets that reason at once (from the loop, after this returns), so the phase fails
-    saying why instead of waiting for nothing. ``owner``: see ``probe``."""
+    saying why instead of waiting for nothing. ``owner``, ``since``: see ``probe``."""
 
     def __init__(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
-                 on_ready: Callable[[], None], on_timeout: Callable[[str], None], owner: Owner | None = None) -> None:
+                 on_ready: Callable[[], None], on_timeout: Callable[[str], None], owner: Owner | None = None,
+                 since: float | None = None) -> None:
         self._cancelled = threading.Event()
-        self._owner = owner
+        self._owner, self._since = owner, since
         self._check = check
         self._why_not = f"{check.describe()}: not probed yet"  # the latest probe's answer (set by the thread)
         self._probing_since: float | None = None  # when the probe under way began (monotonic; the thread's)
@@ -124,7 +145,7 @@ class ReadinessWait:
     def _wait(self) -> None:
         while not self._cancelled.is_set():
             self._probing_since = time.monotonic()
-            why_not = probe(self._check, PROBE_TIMEOUT_S, self._owner)
+            why_not = probe(self._check, PROBE_TIMEOUT_S, self._owner, self._since)
             self._probing_since = None
             if why_not is None:
                 self._bound.answer(None)

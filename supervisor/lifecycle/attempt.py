@@ -9,7 +9,8 @@ bug that did). A new attempt starts with a new record, so nothing of the last on
 Its start (``AttemptStart``): its daemons one by one, each waited for until ready where it has a ready
 check, then its command; a service's command with a ready check is waited for too, until the service is
 up. A child whose readiness is a local TCP port starts only once that port is free (else the attempt fails
-``port_in_use``, naming the holder), and only its own listener makes it ready (ports.py). What it learns
+``port_in_use``, naming the holder), and only its own listener makes it ready (ports.py); likewise a ready file
+counts only if made or changed since the child's start, not one an earlier attempt left. What it learns
 goes back to its phase as the events the phase decides on (states.py: ``CommandStarted``, ``CameUp``,
 ``StartFailed``), told to the one function that decides; once ``cancel``led (the attempt is over, or the
 supervisor shuts down) nothing more is: a readiness answer that comes late is dropped here.
@@ -22,6 +23,7 @@ each attempt's stall and progress watches. The phase owns one; the status view o
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -246,13 +248,14 @@ class AttemptStart:
             spec = self._spec.daemons[index]
             if not self._free(spec):
                 return
+            since = _before_start()
             child = self._start(spec)
             if child is None:
                 return
             if spec.ready is not None:
                 self._log(f"waiting for {spec.label} to be ready: {spec.ready.describe()} "
                           f"(at most {spec.ready_timeout_s:g}s)")
-                self._wait_until_ready(child, partial(self._daemon_ready, child, index))
+                self._wait_until_ready(child, since, partial(self._daemon_ready, child, index))
                 return
             index += 1
 
@@ -266,6 +269,7 @@ class AttemptStart:
             self._start_command()
 
     def _start_command(self) -> None:
+        since = _before_start()
         child = self._start(self._spec.command)
         if child is None:
             return
@@ -275,7 +279,7 @@ class AttemptStart:
         if self._spec.command.ready is None:
             self._tell(CameUp())
             return
-        self._wait_until_ready(child, lambda: None if self._over else self._tell(CameUp()))
+        self._wait_until_ready(child, since, lambda: None if self._over else self._tell(CameUp()))
 
     def _free(self, spec: ChildSpec) -> bool:
         """Are the ports ``spec`` is to listen on free? If not, the attempt fails naming the holder (looked for
@@ -304,7 +308,7 @@ class AttemptStart:
         self._tell(StartFailed(v.without_exit(self._spec.name, spec.name, v.PORT_IN_USE, EXIT_FAILURE, detail,
                                               attempt=self._attempt)))
 
-    def _wait_until_ready(self, child: Child, on_ready: Callable[[], None]) -> None:
+    def _wait_until_ready(self, child: Child, since: float, on_ready: Callable[[], None]) -> None:
         assert child.spec.ready is not None
         what = f"the readiness wait of {child.label}"
         owner = None
@@ -323,7 +327,7 @@ class AttemptStart:
         self._ready = ReadinessWait(self._loop, child.spec.ready, child.spec.ready_timeout_s,
                                     on_ready=self._guarded(what, answered(on_ready)),
                                     on_timeout=self._guarded(what, answered(lambda why: self._not_ready(child, why))),
-                                    owner=owner)
+                                    owner=owner, since=since)
 
     def _not_ready(self, child: Child, why: str) -> None:
         if self._over:
@@ -334,6 +338,13 @@ class AttemptStart:
             self._spec.name, child.spec.name, v.TIMEOUT, 1, detail, attempt=self._attempt,
             started_at=child.started_at, last_lines=child.output.last_lines(),
         )))
+
+
+def _before_start() -> float:
+    """The time a ready file must be newer than (readiness.py ``since``): the wall clock, not the loop's (it is
+    held to the kernel's file stamps), read before the fork, since child.started_at is read after the exec and
+    a daemon may write its file in between."""
+    return time.time()
 
 
 # ---------------------------------------------------------------- the pacing of a phase's attempts

@@ -255,6 +255,7 @@ def test_no_thread_for_a_readiness_wait_fails_the_phase_with_the_reason(sup: Run
     assert "Traceback" not in out, out
     verdict = verdict_lines(out, "second", "db", kind="FAILED")[0]  # (its stop after it is a verdict of its own)
     assert " reason=timeout " in verdict and "no thread could be started to probe" in verdict, verdict
+    assert "second/db could not be waited for: " in verdict and "not ready after" not in verdict, verdict  # (at once)
     assert result.returncode == 124, out  # a ready timeout is a timeout: timeout(1)'s status
 
 

@@ -3,19 +3,23 @@ lifecycle/attempt.py).
 
 A ``file`` check counts only a file made or changed since its daemon started: one left by an earlier attempt,
 or by a supervisor that ran before on the same volume, is said ("exists but is older than this start") and
-waited past, as a port held before the start is refused (tests/test_ready_ports.py).
+waited past, as a port held before the start is refused (tests/test_ready_ports.py). A daemon that is not
+ready in time fails its attempt once: its stop, which follows, says that failure as its cause.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
-from helpers import Runner, sh, toml_str, verdict_fields, verdict_lines
+import pytest
+from helpers import Runner, one_verdict, sh, toml_str, verdict_fields, verdict_lines
 
 from supervisor.config import ReadyCheck
 from supervisor.engine import readiness
+from supervisor.engine.loop import EventLoop
 from supervisor.exits import EXIT_TIMEOUT
 
 # ---------------------------------------------------------------- a file left from before
@@ -99,3 +103,49 @@ def test_a_file_stamped_by_the_coarse_clock_just_before_the_start_counts(tmp_pat
     assert why is not None and why.startswith(f"{path} exists but is older than this start (changed 5.0s before it")
     assert readiness.probe(ReadyCheck("file", str(tmp_path / "absent")), since=stamp) == \
         f"{tmp_path / 'absent'} does not exist yet"
+
+
+# ---------------------------------------------------------------- a daemon never ready: one failure, said once
+
+
+def test_a_daemon_never_ready_fails_once_and_its_stop_says_why(sup: Runner) -> None:
+    """The wait's verdict is the one failure; the daemon's end, the supervisor's stop for it, says it as its cause
+    (a second FAILED line said "timeout" alone, and status listed it last for the daemon)."""
+    never = sup.tmp / "never"
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = ["true"]
+        [[phases.daemons]]
+        name = "d"
+        command = ["sleep", "100"]
+        ready = {toml_str(str(never))}
+        ready_timeout_s = 1
+        stop_grace_s = 1
+    """)
+    res = sup.run(config, timeout=60)
+    assert res.returncode == EXIT_TIMEOUT, res.output
+    failed = verdict_lines(res.output, kind="FAILED")
+    assert len(failed) == 1, res.output
+    v = verdict_fields(failed[0])
+    assert (v["phase"], v["child"], v["reason"]) == ("p", "d", "timeout") and "pid" not in v, failed
+    why = f"p/d not ready after 1s: {never} does not exist yet"
+    assert v["detail"] == why, v
+    end = verdict_fields(one_verdict(res.output, "p", "d", "ended"))
+    assert end["reason"] == "stopped" and end["signal"] == "SIGTERM", end
+    assert end["detail"] == f"{why}; killed by SIGTERM (status 143) after the supervisor stopped it", end
+
+
+def test_a_wait_with_no_thread_to_probe_in_fails_at_once_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no thread can be started (pids.max), the wait fails at once: it says so, not that it waited its
+    whole bound (a real run is tests/test_limits.py's)."""
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    loop, heard = EventLoop(), []
+    check = ReadyCheck("file", "/nowhere/ready")
+    readiness.ReadinessWait(loop, check, 900, on_ready=lambda: heard.append("ready"), on_timeout=heard.append)
+    loop.run_until(lambda: bool(heard), 0.05)
+    assert heard == ["could not be waited for: no thread could be started to probe file:///nowhere/ready "
+                     "(can't start new thread)"]

@@ -119,10 +119,11 @@ class ReadinessWait:
 
     The bound is the loop's timer, not the thread's clock: a probe may block for good (an HTTP answer
     that arrives a byte at a time, a ``file`` check on a hung mount, a slow DNS lookup), and the phase
-    must still fail at ``timeout_s``, saying what the probe was doing. Where no thread can be started
-    for it (pids.max, RLIMIT_NPROC), readiness cannot be waited for without blocking the loop:
-    ``on_timeout`` gets that reason at once (from the loop, after this returns), so the phase fails
-    saying why instead of waiting for nothing. ``owner``, ``since``: see ``probe``."""
+    must still fail at ``timeout_s``, saying what the probe was doing: ``on_timeout`` gets "not ready after
+    {timeout_s}s: " and why. Where no thread can be started for it (pids.max, RLIMIT_NPROC), readiness cannot
+    be waited for without blocking the loop: ``on_timeout`` gets "could not be waited for: " and that reason at
+    once (from the loop, after this returns), so the phase fails saying why instead of waiting for nothing,
+    and without claiming it waited. ``owner``, ``since``: see ``probe``."""
 
     def __init__(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
                  on_ready: Callable[[], None], on_timeout: Callable[[str], None], owner: Owner | None = None,
@@ -133,13 +134,14 @@ class ReadinessWait:
         self._why_not = f"{check.describe()}: not probed yet"  # the latest probe's answer (set by the thread)
         self._probing_since: float | None = None  # when the probe under way began (monotonic; the thread's)
         self._answered = False  # a probe has answered (not ready) at least once
+        self._timeout_s = timeout_s
         self._bound = Bounded[None](loop, timeout_s, lambda _: on_ready(), lambda: self._overdue(on_timeout))
         self._thread = threading.Thread(target=self._wait, name=f"ready:{check.describe()}", daemon=True)
         try:
             self._thread.start()
         except RuntimeError as exc:  # "can't start new thread"
             self._bound.cancel()
-            why = f"no thread could be started to probe {check.describe()} ({exc})"
+            why = f"could not be waited for: no thread could be started to probe {check.describe()} ({exc})"
             self._bound = Bounded[None](loop, 0, lambda _: None, lambda: on_timeout(why))
 
     def _wait(self) -> None:
@@ -155,7 +157,7 @@ class ReadinessWait:
 
     def _overdue(self, on_timeout: Callable[[str], None]) -> None:
         self._cancelled.set()  # (the thread probes no more once the one under way returns, if ever)
-        on_timeout(self._why())
+        on_timeout(f"not ready after {self._timeout_s:g}s: {self._why()}")
 
     def _why(self) -> str:
         """Why it is not ready at the bound: the probe under way, which has not returned (past PROBE_TIMEOUT_S,

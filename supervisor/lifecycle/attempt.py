@@ -330,10 +330,13 @@ class AttemptStart:
                                     owner=owner, since=since)
 
     def _not_ready(self, child: Child, why: str) -> None:
+        """``why``: "not ready after Ns: …", or "could not be waited for: …" (ReadinessWait). The attempt's failure
+        is this verdict: the child's stop that follows is its consequence (``stopped``, saying it), not a second
+        failure (as a broken phase's children read)."""
         if self._over:
             return
-        detail = f"{child.label} not ready after {child.spec.ready_timeout_s:g}s: {why}"
-        child.stop_reason = v.TIMEOUT
+        detail = f"{child.label} {why}"
+        child.stop_reason, child.stop_detail = v.STOPPED, detail
         self._tell(StartFailed(v.without_exit(
             self._spec.name, child.spec.name, v.TIMEOUT, 1, detail, attempt=self._attempt,
             started_at=child.started_at, last_lines=child.output.last_lines(),

@@ -4,18 +4,20 @@ lifecycle/attempt.py).
 A ``file`` check counts only a file made or changed since its daemon started: one left by an earlier attempt,
 or by a supervisor that ran before on the same volume, is said ("exists but is older than this start") and
 waited past, as a port held before the start is refused (tests/test_ready_ports.py). A daemon that is not
-ready in time fails its attempt once: its stop, which follows, says that failure as its cause.
+ready in time fails its attempt once: its stop, which follows, says that failure as its cause. An endpoint that
+answers slowly but within ready_timeout_s counts: each probe after one that timed out is given longer.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from helpers import Runner, one_verdict, sh, toml_str, verdict_fields, verdict_lines
+from helpers import Runner, free_port, one_verdict, py_script, sh, toml_str, verdict_fields, verdict_lines
 
 from supervisor.config import ReadyCheck
 from supervisor.engine import readiness
@@ -149,3 +151,86 @@ def test_a_wait_with_no_thread_to_probe_in_fails_at_once_saying_so(monkeypatch: 
     loop.run_until(lambda: bool(heard), 0.05)
     assert heard == ["could not be waited for: no thread could be started to probe file:///nowhere/ready "
                      "(can't start new thread)"]
+
+
+# ---------------------------------------------------------------- an endpoint slow to answer
+
+
+SLOW_STATUS = """
+    import sys, time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(float(sys.argv[2]))
+            try:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"up")
+            except OSError:  # (the prober gave up on this one)
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Slow).serve_forever()
+"""
+
+
+def test_a_healthy_endpoint_slower_than_a_probes_first_timeout_is_ready(sup: Runner) -> None:
+    """A /status that takes 3 s to answer (busy as the daemon warms up) answered within ready_timeout_s: ready.
+    Each probe after one that timed out is given twice as long (2 s, then 4 s), up to the time left."""
+    port = free_port()
+    ran = sup.tmp / "command.ran"
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {sh(f"touch {ran}")}
+        [[phases.daemons]]
+        name = "d"
+        command = {py_script(sup.tmp, "slow", SLOW_STATUS, port, 3)}
+        ready = "http://127.0.0.1:{port}/status"
+        ready_timeout_s = 12
+        stop_grace_s = 1
+    """)
+    res = sup.run(config, timeout=60)
+    assert res.returncode == 0, res.output
+    assert "p/d is ready" in res.output and ran.exists(), res.output
+
+
+def test_probe_timeouts_grow_after_each_probe_that_timed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 s, then twice the last after each probe that timed out, never past the time left in the wait; back to
+    2 s after an answer that was not a timeout."""
+    given: list[float] = []
+
+    def ask(check: ReadyCheck, timeout: float, owner: object = None, since: object = None) -> readiness.Answer:
+        given.append(timeout)
+        return readiness.Answer("refused" if len(given) == 6 else "timed out", timed_out=len(given) != 6)
+
+    monkeypatch.setattr(readiness, "ask", ask)
+    monkeypatch.setattr(readiness, "READY_POLL_S", 0.01)
+    loop, heard = EventLoop(), []
+    wait = readiness.ReadinessWait(loop, ReadyCheck("tcp", "127.0.0.1:9", "127.0.0.1", 9), 20,
+                                   on_ready=lambda: heard.append("ready"), on_timeout=heard.append)
+    try:
+        loop.run_until(lambda: len(given) >= 8, 0.05)
+    finally:
+        wait.cancel()
+    assert given[:4] == [2, 4, 8, 16], given
+    assert 19 < given[4] < 20, given  # 32, but only the time left
+    assert given[6:8] == [2, 4], given  # (the 6th was refused)
+
+
+def test_a_wait_that_runs_out_between_probes_that_time_out_says_the_latest_answer() -> None:
+    """A listener that takes the request and never answers: at the bound the probe under way is within its own
+    timeout, so the latest answer is said ("timed out after 2s"), not a probe that "has not returned"."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(16)  # (never accepted: the kernel takes the connection and the request, nobody answers)
+        port = mute.getsockname()[1]
+        check = ReadyCheck("http", f"http://127.0.0.1:{port}/status", "127.0.0.1", port)
+        loop, heard = EventLoop(), []
+        readiness.ReadinessWait(loop, check, 3, on_ready=lambda: heard.append("ready"), on_timeout=heard.append)
+        loop.run_until(lambda: bool(heard), 0.05)
+    assert len(heard) == 1 and heard[0].startswith(f"not ready after 3s: {check.target}: timed out after "), heard
+    assert "has not returned" not in heard[0], heard

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from ..config import ReadyCheck
@@ -25,6 +26,9 @@ from .offloop import Bounded
 from .ports import is_local
 
 READY_POLL_S = 0.2
+# A probe's first timeout. A probe that timed out is followed by one given twice as long, up to the time left in
+# the wait: an endpoint that answers, but slowly (a /status busy while the daemon warms up), is waited for, and a
+# request lost on the way is asked again soon (the wait's bound is the loop's timer, whatever a probe does).
 PROBE_TIMEOUT_S = 2.0
 # A file's times are stamped from the kernel's coarse clock, up to a tick (10 ms at HZ=100) behind time.time()
 # (7 ms measured on a test machine): a file the daemon wrote just after its start may read as a few ms
@@ -35,31 +39,47 @@ FILE_STAMP_SLACK_S = 0.05
 Owner = Callable[[str, int], "str | None"]
 
 
+class Answer(NamedTuple):
+    why_not: str | None  # None: ready
+    timed_out: bool = False  # given up at its timeout (the next probe is given longer)
+
+
 def probe(check: ReadyCheck, timeout: float = PROBE_TIMEOUT_S, owner: Owner | None = None,
           since: float | None = None) -> str | None:
     """None when ready, else a short reason why not. ``owner``: asked once a local TCP or HTTP probe answered.
     ``since``: when the daemon started (time.time(), taken before its fork): a file counts only if made or
     changed since (None: any file that exists)."""
+    return ask(check, timeout, owner, since).why_not
+
+
+def ask(check: ReadyCheck, timeout: float, owner: Owner | None = None, since: float | None = None) -> Answer:
+    """``probe``'s answer, and whether it timed out."""
     if check.kind == "any":
-        return _probe_any(check, timeout, owner, since)
+        return _ask_any(check, timeout, owner, since)
     try:
-        if check.kind == "file":
-            return _fresh(check.target, since)
-        if check.kind == "tcp":
-            with socket.create_connection((check.host, check.port), timeout=timeout):
-                pass
-            return _owned(check, owner)
-        if check.kind == "unix":
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(timeout)
-                sock.connect(check.target)
-                return None
-        why_not = _probe_http(check.target, timeout)
-        return why_not if why_not is not None else _owned(check, owner)
+        return Answer(_probe_once(check, timeout, owner, since))
+    except TimeoutError:  # (an OSError: caught first)
+        return Answer(f"{check.describe()}: timed out after {timeout:.3g}s", timed_out=True)
     except OSError as exc:
-        return f"{check.describe()}: {exc.strerror or exc}"
+        return Answer(f"{check.describe()}: {exc.strerror or exc}")
     except Exception as exc:  # http.client.HTTPException and its kin: a garbled answer is "not ready"
-        return f"{check.describe()}: bad HTTP answer: {type(exc).__name__}"
+        return Answer(f"{check.describe()}: bad HTTP answer: {type(exc).__name__}")
+
+
+def _probe_once(check: ReadyCheck, timeout: float, owner: Owner | None, since: float | None) -> str | None:
+    if check.kind == "file":
+        return _fresh(check.target, since)
+    if check.kind == "tcp":
+        with socket.create_connection((check.host, check.port), timeout=timeout):
+            pass
+        return _owned(check, owner)
+    if check.kind == "unix":
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(check.target)
+            return None
+    why_not = _probe_http(check.target, timeout)
+    return why_not if why_not is not None else _owned(check, owner)
 
 
 def _owned(check: ReadyCheck, owner: Owner | None) -> str | None:
@@ -79,15 +99,16 @@ def _fresh(path: str, since: float | None) -> str | None:
     return f"{path} exists but is older than this start (changed {since - changed:.1f}s before it)"
 
 
-def _probe_any(check: ReadyCheck, timeout: float, owner: Owner | None, since: float | None) -> str | None:
-    """Ready as soon as one alternative is; else every reason, joined."""
-    reasons = []
+def _ask_any(check: ReadyCheck, timeout: float, owner: Owner | None, since: float | None) -> Answer:
+    """Ready as soon as one alternative is (each given its share of ``timeout``); else every reason, joined."""
+    reasons, timed_out = [], False
     for alternative in check.alternatives:
-        why_not = probe(alternative, timeout / max(1, len(check.alternatives)), owner, since)
-        if why_not is None:
-            return None
-        reasons.append(why_not)
-    return "; ".join(reasons) or "no alternatives to probe"
+        answer = ask(alternative, timeout / max(1, len(check.alternatives)), owner, since)
+        if answer.why_not is None:
+            return answer
+        reasons.append(answer.why_not)
+        timed_out = timed_out or answer.timed_out
+    return Answer("; ".join(reasons) or "no alternatives to probe", timed_out)
 
 
 def _probe_http(url: str, timeout: float) -> str | None:
@@ -115,7 +136,8 @@ def _probe_http(url: str, timeout: float) -> str | None:
 
 class ReadinessWait:
     """Probes ``check`` every READY_POLL_S until it passes or ``timeout_s`` runs out, whichever comes first
-    acted on once, on the loop (offloop.Bounded).
+    acted on once, on the loop (offloop.Bounded). Each probe is given PROBE_TIMEOUT_S, or twice the last one's
+    after a probe that timed out, never more than the time left.
 
     The bound is the loop's timer, not the thread's clock: a probe may block for good (an HTTP answer
     that arrives a byte at a time, a ``file`` check on a hung mount, a slow DNS lookup), and the phase
@@ -134,6 +156,7 @@ class ReadinessWait:
         self._why_not = f"{check.describe()}: not probed yet"  # the latest probe's answer (set by the thread)
         self._probing_since: float | None = None  # when the probe under way began (monotonic; the thread's)
         self._answered = False  # a probe has answered (not ready) at least once
+        self._probe_timeout = PROBE_TIMEOUT_S  # the timeout the probe under way was given (set by the thread)
         self._timeout_s = timeout_s
         self._bound = Bounded[None](loop, timeout_s, lambda _: on_ready(), lambda: self._overdue(on_timeout))
         self._thread = threading.Thread(target=self._wait, name=f"ready:{check.describe()}", daemon=True)
@@ -145,14 +168,20 @@ class ReadinessWait:
             self._bound = Bounded[None](loop, 0, lambda _: None, lambda: on_timeout(why))
 
     def _wait(self) -> None:
+        ends = time.monotonic() + self._timeout_s  # (the thread's clock: the bound itself is the loop's timer)
+        grown = PROBE_TIMEOUT_S
         while not self._cancelled.is_set():
-            self._probing_since = time.monotonic()
-            why_not = probe(self._check, PROBE_TIMEOUT_S, self._owner, self._since)
+            now = time.monotonic()
+            # Never past the wait's end: a probe given longer would only hold its thread after the wait is over.
+            self._probe_timeout = max(min(grown, ends - now), 0.1)
+            self._probing_since = now
+            answer = ask(self._check, self._probe_timeout, self._owner, self._since)
             self._probing_since = None
-            if why_not is None:
+            if answer.why_not is None:
                 self._bound.answer(None)
                 return
-            self._why_not, self._answered = why_not, True
+            self._why_not, self._answered = answer.why_not, True
+            grown = grown * 2 if answer.timed_out else PROBE_TIMEOUT_S
             self._cancelled.wait(READY_POLL_S)
 
     def _overdue(self, on_timeout: Callable[[str], None]) -> None:
@@ -160,13 +189,19 @@ class ReadinessWait:
         on_timeout(f"not ready after {self._timeout_s:g}s: {self._why()}")
 
     def _why(self) -> str:
-        """Why it is not ready at the bound: the probe under way, which has not returned (past PROBE_TIMEOUT_S,
-        one that never will, maybe), with the answer before it; else the latest probe's answer."""
-        since = self._probing_since
+        """Why it is not ready at the bound: the latest probe's answer ("timed out after 4s"), unless the probe
+        under way ran past its own timeout (one that never returns, maybe: an answer a byte at a time, a hung
+        mount) or none answered yet; then that probe, with the answer before it. A probe within its timeout is
+        only the next try: the answer before it says why."""
+        since, given = self._probing_since, self._probe_timeout
         if since is None:
             return self._why_not
         took = time.monotonic() - since
-        hint = " (an answer that never ends, a hung mount?)" if took > PROBE_TIMEOUT_S else ""
+        # (by more than a poll: the bound's timer may fire a moment after a probe given the time left is due)
+        hung = took > given + READY_POLL_S
+        if self._answered and not hung:
+            return self._why_not
+        hint = " (an answer that never ends, a hung mount?)" if hung else ""
         before = f"; before it: {self._why_not}" if self._answered else ""
         return f"{self._check.describe()}: a probe has not returned after {took:.1f}s{hint}{before}"
 

@@ -234,3 +234,25 @@ def test_a_wait_that_runs_out_between_probes_that_time_out_says_the_latest_answe
         loop.run_until(lambda: bool(heard), 0.05)
     assert len(heard) == 1 and heard[0].startswith(f"not ready after 3s: {check.target}: timed out after "), heard
     assert "has not returned" not in heard[0], heard
+
+
+def test_a_probe_under_way_for_a_while_is_said_beside_the_answer_before_it() -> None:
+    """A daemon slow to listen, then never answering: the first probes are refused, and the probe under way at
+    the bound has run most of its time. It is named ("has not returned"), with the refusal before it: the
+    refusal alone would send the reader after a daemon that did listen."""
+    with socket.socket() as probe_port:
+        probe_port.bind(("127.0.0.1", 0))
+        port = probe_port.getsockname()[1]
+    check = ReadyCheck("http", f"http://127.0.0.1:{port}/status", "127.0.0.1", port)
+    loop, heard = EventLoop(), []
+    readiness.ReadinessWait(loop, check, 1.5, on_ready=lambda: heard.append("ready"), on_timeout=heard.append)
+    with socket.socket() as mute:
+        mute.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listens_at = time.monotonic() + 0.3  # (refused until then)
+        loop.run_until(lambda: time.monotonic() > listens_at, 0.05)
+        mute.bind(("127.0.0.1", port))
+        mute.listen(16)  # (never accepted: the request is taken and never answered)
+        loop.run_until(lambda: bool(heard), 0.05)
+    assert len(heard) == 1 and heard[0].startswith(f"not ready after 1.5s: {check.target}: a probe has not returned "
+                                                   "after "), heard
+    assert "; before it: " in heard[0] and "refused" in heard[0], heard

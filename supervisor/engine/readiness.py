@@ -190,16 +190,16 @@ class ReadinessWait:
 
     def _why(self) -> str:
         """Why it is not ready at the bound: the latest probe's answer ("timed out after 4s"), unless the probe
-        under way ran past its own timeout (one that never returns, maybe: an answer a byte at a time, a hung
-        mount) or none answered yet; then that probe, with the answer before it. A probe within its timeout is
-        only the next try: the answer before it says why."""
+        under way has run for a while (half a first probe's timeout: it may never return, an answer a byte at a
+        time, a hung mount) or none answered yet; then that probe, with the answer before it. A probe just begun
+        is only the next try: the answer before it says why."""
         since, given = self._probing_since, self._probe_timeout
         if since is None:
             return self._why_not
         took = time.monotonic() - since
         # (by more than a poll: the bound's timer may fire a moment after a probe given the time left is due)
         hung = took > given + READY_POLL_S
-        if self._answered and not hung:
+        if self._answered and took < PROBE_TIMEOUT_S / 2:
             return self._why_not
         hint = " (an answer that never ends, a hung mount?)" if hung else ""
         before = f"; before it: {self._why_not}" if self._answered else ""

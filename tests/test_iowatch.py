@@ -1,6 +1,7 @@
 """The I/O thread's accounting (iowatch.py): the pure ledger of a tree's bytes, then the real thread reading
-real processes' /proc/<pid>/io (a shell that writes through children it reaps, a tree that goes quiet, a
-process that only reads, a downloader that allocates its file by writing zeros before its control file)."""
+real processes' /proc/<pid>/io (a shell that writes through children it reaps, a parent writing after a helper it
+leaves a zombie or has auto-reaped, a tree that goes quiet, a process that only reads, a downloader that allocates
+its file by writing zeros before its control file)."""
 
 from __future__ import annotations
 
@@ -63,19 +64,63 @@ def test_a_child_reaped_by_its_parent_in_the_tree_is_not_counted_twice() -> None
     assert ledger.written == MIB + 4096
 
 
-def test_a_child_left_a_zombie_is_counted_once_whenever_its_parent_reaps_it() -> None:
-    # The process table leaves zombies out: the child is gone from the tree long before its parent reaps it
-    # and the kernel adds its counters to the parent's. Its 14 MiB were counted twice (27 MiB for 14 written).
+def test_a_child_gone_before_its_parent_takes_it_in_is_counted_once_within_the_readings_it_is_looked_for() -> None:
+    # A child gone from the readings before its parent's counters hold it (zombies were left out of the table, the
+    # child gone long before its reap) had its 14 MiB counted twice (27 MiB for 14 written). It is looked for in
+    # its parent's counters in the reading it went in and the next two (DEBT_READINGS).
     ledger = IoLedger()
     ledger.add([proc(10, 1, wchar=100)])
     ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=14 * MIB)])
-    ledger.add([proc(10, 1, wchar=100)])  # 11 a zombie: out of the table, not reaped yet
+    ledger.add([proc(10, 1, wchar=100)])  # 11 gone from the readings, its counters not in 10's yet
     ledger.add([proc(10, 1, wchar=100)])
     assert ledger.written == 14 * MIB
     ledger.add([proc(10, 1, wchar=100 + 14 * MIB)])  # reaped: its counters in 10's now
     assert ledger.written == 14 * MIB
     ledger.add([proc(10, 1, wchar=100 + 14 * MIB + 4096)])  # 10's own bytes count again
     assert ledger.written == 14 * MIB + 4096
+
+
+def test_a_child_auto_reaped_never_takes_its_parents_own_bytes() -> None:
+    """A parent that ignores SIGCHLD has its children reaped by the kernel, their counters added to nobody's: what
+    such a child wrote was taken out of its parent's later growth, a parent's steady 256 KiB a reading swallowed
+    for 32 readings by an 8 MiB helper (stalled). A child whose counters the parent's growth never holds whole in
+    the readings after it went was not reaped by it: its growth is its own."""
+    ledger = IoLedger()
+    ledger.add([proc(10, 1, wchar=100)])
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=8 * MIB)])
+    for i in range(1, 6):  # 11 auto-reaped: gone, and 10's counters never take it in
+        ledger.add([proc(10, 1, wchar=100 + i * 256 * 1024)])
+        assert ledger.written == 8 * MIB + i * 256 * 1024
+    ledger.add([proc(10, 1, wchar=100 + 5 * 256 * 1024 + 8 * MIB)])  # 10's own burst, long after: all its own
+    assert ledger.written == 16 * MIB + 5 * 256 * 1024
+
+
+def test_a_child_reaped_as_its_parent_is_read_is_counted_once_at_the_next_reading() -> None:
+    # The parent read before the reap, the child gone before its own read in the same round: the parent's counters
+    # take the child's in at the next reading, with the bytes the child wrote since it was last read.
+    ledger = IoLedger()
+    ledger.add([proc(10, 1, wchar=100)])
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, rchar=MIB, wchar=2 * MIB)])
+    ledger.add([proc(10, 1, wchar=100 + 4096)])  # 11 gone, 10 read before its reap: its own 4096 count
+    assert (ledger.moved, ledger.written) == (3 * MIB + 4096, 2 * MIB + 4096)
+    ledger.add([proc(10, 1, rchar=MIB + 512, wchar=100 + 4096 + 2 * MIB + 1000)])  # 11 wrote 1000 more, read 512
+    assert (ledger.moved, ledger.written) == (3 * MIB + 4096 + 1512, 2 * MIB + 5096)
+
+
+def test_a_process_whose_counters_are_refused_has_not_gone() -> None:
+    """A helper that becomes another user's (its counters refused to a supervisor without CAP_SYS_PTRACE) is still
+    there: it was taken for gone, its bytes a debt its parent never paid, the parent's own work swallowed."""
+    ledger = IoLedger()
+    ledger.add([proc(10, 1, wchar=100)])
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=8 * MIB)])
+    for i in range(1, 6):
+        ledger.add([proc(10, 1, wchar=100 + i * 256 * 1024)], refused=[11])
+        assert ledger.written == 8 * MIB + i * 256 * 1024
+    ledger.add([proc(10, 1, wchar=100 + 5 * 256 * 1024), proc(11, 10, wchar=9 * MIB)])  # readable again: its MiB
+    assert ledger.written == 9 * MIB + 5 * 256 * 1024
+    ledger.add([proc(10, 1, wchar=100 + 5 * 256 * 1024)], refused=[11])  # refused again, then reaped by 10:
+    ledger.add([proc(10, 1, wchar=100 + 5 * 256 * 1024 + 9 * MIB + 4096)])  # its 9 MiB in 10's, counted once
+    assert ledger.written == 9 * MIB + 5 * 256 * 1024 + 4096
 
 
 def test_what_a_parent_owes_goes_with_it_or_with_its_pid() -> None:
@@ -177,6 +222,55 @@ def test_a_shell_writing_through_children_it_reaps_counts_each_byte_once(tmp_pat
         probe.close()
         if child.poll() is None:
             child.kill()
+
+
+@pytest.mark.parametrize("helper", ["zombie", "auto-reaped", "reaped"])
+def test_a_parents_own_bytes_after_a_helper_it_does_not_reap_are_counted(
+        tmp_path: Path, helper: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper writes 1 MiB and ends; its parent then writes 512 KiB. A helper left a zombie (never waited for)
+    left the process table as one and was a debt of its parent's; one auto-reaped (SIGCHLD ignored) was one for
+    good: either way the parent's 512 KiB were taken for the helper's bytes coming back, and counted as nothing.
+    Reaped at once, its MiB is in the parent's counters, and counted once."""
+    io_readable()
+    monkeypatch.setattr("supervisor.evidence.iowatch.TREE_REFRESH_S", 0.2)  # (the zombie found as soon as it is one)
+    done = tmp_path / "done"
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import os, signal, time
+if {helper!r} == "auto-reaped":
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.6)
+    with open({str(tmp_path / "helper.bin")!r}, "wb") as out:
+        out.write(bytes(1 << 20))
+    time.sleep(0.6)
+    os._exit(0)
+if {helper!r} == "reaped":
+    os.waitpid(pid, 0)
+time.sleep(2)  # (the zombie read a few times)
+with open({str(tmp_path / "parent.bin")!r}, "wb") as out:
+    for _ in range(8):
+        out.write(bytes(1 << 16))
+        out.flush()
+        time.sleep(0.1)
+os.close(os.open({str(done)!r}, os.O_CREAT | os.O_WRONLY))
+time.sleep(30)
+"""], env={**os.environ, TAG_ENV: "iotest.5"}, start_new_session=True)
+    probe = IoProbe()
+    watch = probe.watch(0.2, from_zero=True)
+    try:
+        watch.follow([(parent.pid, "iotest.5")])
+        wait_for(done.exists, 20, 0.05)
+        time.sleep(0.6)
+        latest = watch.latest()
+        assert latest is not None and latest.readable
+        assert latest.procs == (2 if helper == "zombie" else 1), latest  # a zombie is read until its reap
+        assert 1.5 * MIB <= latest.written < 1.5 * MIB + 64 * 1024, latest
+    finally:
+        watch.release()
+        probe.close()
+        parent.kill()
+        parent.wait(5)
 
 
 def test_a_quiet_tree_moves_nothing_and_a_reader_moves_bytes(tmp_path: Path) -> None:

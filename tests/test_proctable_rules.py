@@ -1,9 +1,10 @@
 """supervisor.engine.trees in-process: Descendants.tree on tables of the test's own (a leader already gone whose group
 lives on, a tagged escapee's own descendants, a pid loop that must not hang), and ProcessTable readings of a
-/proc laid out in a temp dir (grandchildren found, a zombie left out but its children kept, a malformed stat
-left out, a tag read once per process life and again for a reused pid, a tag that is not UTF-8), plus one
-reading of the real /proc with a real child. tests/test_many_daemons.py covers sharing and renewal of
-readings and a process vanishing mid-read; not repeated here."""
+/proc laid out in a temp dir (grandchildren found, a zombie left out but its children kept, or kept with its tag
+where the table keeps zombies, a malformed stat left out, a tag read once per process life and again for a
+reused pid, a tag that is not UTF-8), plus one reading of the real /proc with a real child.
+tests/test_many_daemons.py covers sharing and renewal of readings and a process vanishing mid-read; not repeated
+here."""
 
 from __future__ import annotations
 
@@ -103,6 +104,24 @@ def test_a_zombie_is_left_out_but_its_children_are_kept(tmp_path: Path) -> None:
     proc.add(101, 100)
     table, _ = proc.table()
     assert sorted(table.snapshot().procs) == [101]
+
+
+def test_a_table_that_keeps_zombies_has_each_with_the_tag_it_had_alive(tmp_path: Path) -> None:
+    """The I/O thread's table: a zombie's counters are read until its reap (iowatch.py). Its environment went with
+    its memory (it reads empty): the tag is the one read while it lived, none for one first seen dead."""
+    proc = FakeProc(tmp_path / "proc")
+    proc.add(100, ME, env=tagged("t.1"))
+    now = [0.0]
+    table = ProcessTable(clock=lambda: now[0], proc=str(proc.root), zombies=True)
+    assert table.snapshot().procs[100].tag == "t.1"
+    proc.add(100, ME, state="Z", env=b"")
+    proc.add(101, 100)  # (forked before 100 died, not reparented yet)
+    proc.add(102, ME, state="Z", env=b"")
+    now[0] += SNAPSHOT_MAX_AGE_S * 2
+    snap = table.snapshot()
+    assert snap.procs == {100: Proc(100, ME, 100, "t.1"), 101: Proc(101, 100, 101, None),
+                          102: Proc(102, ME, 102, None)}
+    assert pids(snap.tree(100, "t.1")) == {100, 101}
 
 
 def test_a_name_with_parentheses_and_spaces_is_read_past(tmp_path: Path) -> None:

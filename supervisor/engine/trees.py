@@ -313,7 +313,8 @@ _TAG_PREFIX = TAG_ENV.encode() + b"="
 
 @dataclass(frozen=True)
 class Proc:
-    """One live process: its pid, parent, process group and tag (None: none, or unreadable)."""
+    """One live process (or a zombie, in a table that keeps them): its pid, parent, process group and tag (None:
+    none, or unreadable)."""
 
     pid: int
     ppid: int
@@ -365,12 +366,16 @@ def stat_fields(pid: int | str, proc: str = "/proc") -> list[bytes] | None:
 
 
 class ProcessTable:
-    """Readings of the process table, shared (see the module's docstring); ``scans`` counts them."""
+    """Readings of the process table, shared (see the module's docstring); ``scans`` counts them. ``zombies``: a
+    zombie is in the readings too (the I/O thread's: its counters are read until the reap, iowatch.py), its tag as
+    it was read while it lived; else it is left out (it is the reaper's, and signals cannot reach it)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, proc: str = "/proc") -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, proc: str = "/proc", *,
+                 zombies: bool = False) -> None:
         self.scans = 0
         self._clock = clock
         self._proc = proc
+        self._zombies = zombies
         self._last: Descendants | None = None
         self._tags: dict[tuple[int, str], str | None] = {}  # (pid, start time) → its tag
 
@@ -401,9 +406,12 @@ class ProcessTable:
             pid = todo.pop()
             state, ppid, pgid, started = stats[pid]
             todo.extend(below.get(pid, ()))
-            if state == "Z":
-                continue  # a zombie is the reaper's, and signals cannot reach it
             key = (pid, started)
+            if state == "Z":
+                if self._zombies:  # (its environment went with its memory: no tag to read now)
+                    tag = tags[key] = self._tags.get(key)
+                    procs.append(Proc(pid, ppid, pgid, tag))
+                continue
             if key in self._tags:
                 tag = tags[key] = self._tags[key]
             else:

@@ -27,8 +27,11 @@ One thread ("io") reads, for every watch (``watch``), the trees of the roots the
 the loop never reads /proc for it and never waits. The accounting (``IoLedger``) is pure: a process that
 appears counts all its bytes (a new process starts at zero), one that goes counts what it had, and one
 reaped by its parent inside the tree is not counted twice (the kernel adds a reaped child's counters to
-its parent's). Should the thread still fail (a bug of ours), it says so and starts again
-(watchstate.run_restarting), each watch's totals going on from a new baseline.
+its parent's, at the reap only: a zombie is read until then). A child's bytes are taken out of its parent's
+growth only where that growth holds them, in the reading it went in or the next two, never out of the
+parent's own work: a child auto-reaped (its parent ignores SIGCHLD) gives its parent nothing, and one whose
+counters are refused (another user's now) has not gone. Should the thread still fail (a bug of ours), it says
+so and starts again (watchstate.run_restarting), each watch's totals going on from a new baseline.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ TREE_REFRESH_S = 5.0
 # The thread that has read nothing for this long, while an attempt is followed, is said to be blind (its
 # watch state, watchstate.py), and a stall it would have seen says so.
 IO_BLIND_S = 30.0
+# A child gone from the trees is looked for in its parent's counters (the kernel adds them at the reap) over this many
+# readings, the one it went in first: a parent read before the reap in the same round has them at the next. One never
+# found there was not reaped by it (auto-reaped: its parent ignores SIGCHLD, nothing added) and is forgotten.
+DEBT_READINGS = 3
 # At most this many pids whose refused counters were said are remembered (a churn of short-lived workers of
 # another user must not grow the set without end; past it, a refusal may be said again).
 REFUSALS_SAID_MAX = 4096
@@ -70,6 +77,15 @@ _WCHAR = COUNTERS.index("wchar")
 
 Counters = tuple[int, int, int, int]
 Root = tuple[int, str]  # a child's pid and its tag (TAG_ENV): its tree, as a stop finds it
+
+
+@dataclass
+class _Debt:
+    """A child gone from the trees: its last counters (counted already), looked for in its parent's growth for
+    ``readings`` more readings."""
+
+    counters: Counters
+    readings: int = DEBT_READINGS
 
 
 @dataclass(frozen=True)
@@ -116,10 +132,9 @@ class IoLedger:
 
     def __init__(self, from_zero: bool = False) -> None:
         self._last: dict[int, ProcIo] | None = {} if from_zero else None  # None: the next reading is the baseline
-        # Per parent, the bytes of its children gone from the trees and not yet seen in its own counters: a
-        # child leaves the table as a zombie, and the kernel adds its counters to its parent's only at the reap,
-        # which may come much later (never counted twice, whenever it comes).
-        self._owed: dict[int, list[int]] = {}
+        # Per parent, its children gone from the trees whose counters were not yet seen in its own (the kernel adds
+        # them at the reap: a parent read before it in the same round has them at the next reading).
+        self._owed: dict[int, list[_Debt]] = {}
         self.moved = 0
         self.written = 0
         self.allocated = 0  # of ``written``: an allocating downloader's, before its control file (ProcIo.backed)
@@ -127,15 +142,19 @@ class IoLedger:
         self._backed: set[int] = set()  # the allocating downloaders that held a file with its control file
         self.readable = False
 
-    def add(self, procs: Iterable[ProcIo]) -> None:
+    def add(self, procs: Iterable[ProcIo], refused: Iterable[int] = ()) -> None:
+        """One reading: ``procs`` the processes of the trees read, ``refused`` those there whose counters were not
+        ours to read (still there: not gone, their last counters kept for when they can be read again)."""
         now = {p.pid: p for p in procs}
         self.readable = self.readable or bool(now)
-        last, self._last = self._last, now
-        self._backed &= set(now)  # (a process gone: its pid may come back as another's)
+        last = self._last
+        kept = {pid: last[pid] for pid in refused if last is not None and pid in last and pid not in now}
+        self._last = {**kept, **now}
+        self._backed &= set(self._last)  # (a process gone: its pid may come back as another's)
         if last is None:  # the baseline: what the trees had done before the watch began is not this watch's
             self._count_allocating(now)
             return
-        self._owe(last, now)
+        self._owe(last, self._last)
         for pid, proc in now.items():
             before = last.get(pid)
             if before is not None and any(n < b for n, b in zip(proc.counters, before.counters, strict=True)):
@@ -145,13 +164,7 @@ class IoLedger:
                 self._backed.discard(pid)
             base = before.counters if before is not None else (0, 0, 0, 0)
             deltas = [max(0, n - b) for n, b in zip(proc.counters, base, strict=True)]
-            owed = self._owed.get(pid)
-            if owed is not None:  # a reaped child's bytes, counted already, come first out of the parent's growth
-                for i, delta in enumerate(deltas):
-                    paid = min(delta, owed[i])
-                    deltas[i], owed[i] = delta - paid, owed[i] - paid
-                if not any(owed):
-                    del self._owed[pid]
+            self._pay(pid, deltas)
             self.moved += sum(deltas)
             self.written += deltas[_WCHAR]
             # Judged by what it had held by the reading before (a process new to the ledger: nothing known): the
@@ -161,6 +174,7 @@ class IoLedger:
             # (its control file removed as its file completes, its results printed).
             if proc.backed is not None and pid not in self._backed:
                 self.allocated += deltas[_WCHAR]
+        self._age()
         self._count_allocating(now)
 
     def _count_allocating(self, now: dict[int, ProcIo]) -> None:
@@ -174,15 +188,33 @@ class IoLedger:
         self._last, self._owed = None, {}
 
     def _owe(self, last: dict[int, ProcIo], now: dict[int, ProcIo]) -> None:
-        """For each parent still here, the last counters of its children gone since (reaped by it now or later:
-        the kernel adds them to its own then); what a parent gone owes is forgotten."""
+        """For each parent still here, the last counters of its children gone since (reaped by it, or auto-reaped:
+        ``_pay`` tells); what a parent gone owes is forgotten."""
         for pid, gone in last.items():
             if pid not in now and gone.ppid in now and gone.ppid in last:
-                owed = self._owed.setdefault(gone.ppid, [0, 0, 0, 0])
-                for i, value in enumerate(gone.counters):
-                    owed[i] += value
+                self._owed.setdefault(gone.ppid, []).append(_Debt(gone.counters))
         for parent in [p for p in self._owed if p not in now]:
             del self._owed[parent]
+
+    def _pay(self, pid: int, deltas: list[int]) -> None:
+        """Take out of a parent's growth (``deltas``, in place) each child gone whose counters it holds whole: a
+        reap adds every counter of the child's, at least what was last read of it. A child not held is not taken
+        in part (it was not reaped by this parent yet, or never will be): the growth is the parent's own work."""
+        debts = self._owed.get(pid, [])
+        for debt in list(debts):
+            if all(delta >= owed for delta, owed in zip(deltas, debt.counters, strict=True)):
+                deltas[:] = [delta - owed for delta, owed in zip(deltas, debt.counters, strict=True)]
+                debts.remove(debt)
+
+    def _age(self) -> None:
+        """After a reading: a child looked for in DEBT_READINGS readings and never found in its parent's counters
+        was not reaped by it (auto-reaped: nothing added) and is forgotten."""
+        for parent, debts in list(self._owed.items()):
+            for debt in debts:
+                debt.readings -= 1
+            debts[:] = [debt for debt in debts if debt.readings > 0]
+            if not debts:
+                del self._owed[parent]
 
 
 def parse_io(data: bytes) -> Counters | None:
@@ -280,8 +312,8 @@ class _Reader:
         self.refused: set[int] = set()  # the processes whose counters were not ours to read
 
     def trees(self, tree: Callable[[int, str], list[Proc]], roots: tuple[Root, ...],
-              allocators: frozenset[str] = frozenset()) -> tuple[list[ProcIo], int, frozenset[FileId]]:
-        """The trees' processes with their counters, how many of them refused theirs, and the files those named in
+              allocators: frozenset[str] = frozenset()) -> tuple[list[ProcIo], frozenset[int], frozenset[FileId]]:
+        """The trees' processes with their counters, those of them that refused theirs, and the files those named in
         ``allocators`` hold open (their names and open files read only for a watch that names some)."""
         members = {proc.pid: proc.ppid for pid, tag in roots for proc in tree(pid, tag)}
         procs = []
@@ -301,7 +333,7 @@ class _Reader:
                 held |= files.held
             procs.append(ProcIo(pid, ppid, counters, None if files is None else files.backed,
                                 files is not None and files.filling))
-        return procs, sum(pid in self.refused for pid in members), frozenset(held)
+        return procs, frozenset(pid for pid in members if pid in self.refused), frozenset(held)
 
     def _name(self, pid: int) -> str | None:
         if pid not in self._names:
@@ -343,7 +375,8 @@ class _Watched:
 class IoProbe:
     """The I/O thread, started by the first ``watch``."""
 
-    def __init__(self, table: Callable[[], ProcessTable] = ProcessTable, proc: str = "/proc") -> None:
+    def __init__(self, table: Callable[[], ProcessTable] = lambda: ProcessTable(zombies=True),
+                 proc: str = "/proc") -> None:
         self._make_table, self._proc = table, proc
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -407,7 +440,9 @@ class IoProbe:
             watched.ledger.rebase()
 
     def _run(self) -> None:
-        table = self._make_table()  # the thread's own: the loop's table is the stops'
+        # The thread's own (the loop's table is the stops'), zombies kept: a child's counters stay readable until
+        # its reap, when its parent's take them in; left out before, the child read as gone long before that.
+        table = self._make_table()
         snapshot: Descendants | None = None  # the trees' members, as last read from the whole process table
         scanned: dict[int, tuple[Root, ...]] = {}  # the roots it was read for
         while self._wait():
@@ -431,14 +466,15 @@ class IoProbe:
             self._say_refused(read.refused)
             now = time.monotonic()
             with self._cond:
-                for wid, (procs, unreadable, held) in readings.items():
+                for wid, (procs, refused, held) in readings.items():
                     watched = self._watches.get(wid)
                     if watched is None:
                         continue
-                    watched.ledger.add(procs)
+                    watched.ledger.add(procs, refused)
                     ledger = watched.ledger
                     watched.latest = TreeIo(next(self._seq), now, ledger.moved, ledger.written, len(procs),
-                                            ledger.readable, unreadable, ledger.allocated, ledger.allocating, held)
+                                            ledger.readable, len(refused), ledger.allocated, ledger.allocating,
+                                            held)
 
     def _say_refused(self, refused: set[int]) -> None:
         """Processes whose counters are not ours to read are said, each once: their reads and writes are no sign

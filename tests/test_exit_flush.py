@@ -41,8 +41,16 @@ from helpers import (
 
 from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
-from supervisor.engine.exitflush import EXIT_FLUSH_S, EXIT_STALL_S, FLUSH_AFTER_TERM_S, GIVE_UP_FLUSH_S, ExitFlush
+from supervisor.engine.exitflush import (
+    EXIT_FLUSH_S,
+    EXIT_STALL_S,
+    FINISH_MIN_S,
+    FLUSH_AFTER_TERM_S,
+    GIVE_UP_FLUSH_S,
+    ExitFlush,
+)
 from supervisor.engine.loop import EventLoop
+from supervisor.engine.stopbudget import CLOSE_S
 
 NO_EBADF = "Bad file descriptor"
 
@@ -394,6 +402,52 @@ def test_a_cut_never_lengthens_the_flush() -> None:
     flush = ExitFlush(lambda: 1, lambda: True, 0, giving_up=False, clock=clock)
     clock.now += EXIT_FLUSH_S - 1
     assert "giving the manager 1s more" in flush.cut("SIGTERM")
+
+
+def test_the_finish_gets_its_minimum_past_the_deadline_but_not_past_a_stop_budget() -> None:
+    # The sender's end and the shippers' last push got FINISH_MIN_S after a flush that ran to its deadline, under
+    # a stop budget too: past CLOSE_S before its end, into docker stop's SIGKILL (an exit 8.2 s after SIGTERM).
+    clock = Clock()
+    free = ExitFlush(lambda: 1, lambda: True, 0, giving_up=False, clock=clock)
+    budgeted = ExitFlush(lambda: 1, lambda: True, 143, giving_up=False, clock=clock)
+    budgeted.within_budget(clock.now + 2.0)
+    assert budgeted.deadline == clock.now + 2.0 - CLOSE_S
+    clock.now = budgeted.deadline  # the wait ran to the budget's flush deadline
+    assert budgeted.budget_left_s() == CLOSE_S
+    for flush in (free, budgeted):
+        flush.finish()
+    assert not free.finished() and free.finish_s(FINISH_MIN_S) == FINISH_MIN_S  # no budget: as before
+    assert budgeted.finished() and budgeted.finish_s(FINISH_MIN_S) == 0.0
+    clock.now = free.deadline
+    free.finish()
+    assert not free.finished()
+    clock.now += FINISH_MIN_S
+    assert free.finished() and free.budget_left_s() is None
+
+
+def test_under_a_long_budget_the_finish_keeps_its_minimum_inside_it() -> None:
+    clock = Clock()
+    flush = ExitFlush(lambda: 1, lambda: True, 143, giving_up=False, clock=clock)
+    flush.within_budget(clock.now + 60.0)
+    assert flush.deadline == clock.now + EXIT_FLUSH_S  # its own deadline is the earlier
+    clock.now = flush.deadline
+    flush.finish()
+    assert not flush.finished() and flush.budget_left_s() is None
+    clock.now += FINISH_MIN_S
+    assert flush.finished()
+
+
+def test_a_stop_signal_during_the_finish_caps_it_at_its_budget() -> None:
+    # No budget (the supervisor's own stop), then docker stop's SIGTERM as the finish begins: its budget ends it.
+    clock = Clock()
+    flush = ExitFlush(lambda: 1, lambda: True, 3, giving_up=False, clock=clock)
+    clock.now = flush.deadline
+    flush.finish()
+    flush.cut("SIGTERM", budget_s=0.7)
+    assert flush.budget_end == clock.now + 0.7
+    assert flush.finish_s(1.0) == pytest.approx(0.7 - CLOSE_S)
+    clock.now += 0.7 - CLOSE_S
+    assert flush.finished()
 
 
 def test_a_closed_loop_drops_a_threads_late_answer() -> None:

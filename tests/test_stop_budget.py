@@ -19,7 +19,21 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import PY, REPO, Runner, clean_env, pid_alive, remove_cgroup, toml_list, toml_str, until, wait_for
+from helpers import (
+    PY,
+    REPO,
+    Runner,
+    clean_env,
+    first_line,
+    free_port,
+    pid_alive,
+    remove_cgroup,
+    stranger_on,
+    toml_list,
+    toml_str,
+    until,
+    wait_for,
+)
 
 from supervisor.engine import signals
 from supervisor.engine.signals import SignalRouter
@@ -121,6 +135,43 @@ def test_a_command_already_reaped_takes_no_share_of_the_budget_and_is_not_named_
     assert "job/job" not in line, line
     got = re.search(r"cut short: the grace of job/d 10s → (\d+\.\d)s", line)
     assert got is not None and float(got.group(1)) > (8 - EXIT_SHARE_S) / 2, line  # the one wave's whole share
+
+
+def test_a_manager_that_never_answers_costs_the_exit_no_more_than_the_budget(sup: Runner) -> None:
+    # A manager that takes the calls and never answers holds the sender's call in flight to the end. The flush
+    # ended at its deadline (CLOSE_S before the budget's end), then the sender's end and the shippers' last push
+    # got FINISH_MIN_S more past it: the exit ended 8.2 s after docker stop's SIGTERM under an 8 s budget
+    # (a reviewer's run), and a budget set a little under docker stop's timeout was SIGKILLed in its exit.
+    silent = stranger_on(free_port())  # (listens: the kernel takes the connection; nobody reads or answers)
+    try:
+        config = sup.write(f"""
+            [manager]
+            url = "http://127.0.0.1:{silent.args[-1]}"
+            label = "C.123"
+            read_timeout_s = 120
+
+            [[phases]]
+            name = "serve"
+            kind = "service"
+            command = {toml_list(STUBBORN)}
+            """, stop_grace_s=30)
+        config.write_text(config.read_text().replace("[supervisor]\n", "[supervisor]\nstop_budget_s = 4\n", 1))
+        proc = sup.start(config)
+        output = until(proc, "[serve/serve] up")
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        silent.kill()
+        silent.wait()
+    output += rest
+    assert proc.returncode == 143, output[-3000:]
+    # The sender's call was still in flight: the flush's end was the budget's, and said where it fell.
+    line = first_line(output, "manager: the exit flush stopped at the stop budget's deadline")
+    found = re.search(r"deadline, (\d+\.\d\d)s (before|past) its end", line)
+    assert found is not None and found.group(2) == "before" and float(found.group(1)) > 0, line
+    assert "call(s) not delivered yet; they stay in the outbox for the next start" in output, output[-3000:]
+    lines = output.splitlines()
+    assert lines.index(line) > next(i for i, x in enumerate(lines) if "exiting with status 143" in x), output[-3000:]
 
 
 # ---------------------------------------------------------------- in-process: the budget's arithmetic

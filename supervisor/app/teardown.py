@@ -150,7 +150,7 @@ def flush_with_the_loop(loop: EventLoop, signals: Signals, save: Callable[[], No
                 log(step_failed("saving status.json", exc))
         budget = signals.router.budget
         if budget is not None:  # docker stop's SIGKILL comes at the budget's end: the flush ends before it
-            flush.deadline = min(flush.deadline, budget.flush_deadline())
+            flush.within_budget(budget.deadline)
         try:
             loop.run_until(until, FLUSH_POLL_S)
         finally:  # (the status saved after it says the exit no longer waits)

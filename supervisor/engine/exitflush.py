@@ -19,6 +19,10 @@ stall rule below ends the flush after EXIT_STALL_S instead of its whole window. 
 - after a stop signal during the flush, FLUSH_AFTER_TERM_S more at most (``docker stop``'s
   SIGKILL follows 10 s after its SIGTERM); a second stop signal ends it now.
 
+Then the finish: the sender's end and the log shippers' last push, FINISH_MIN_S at least, past the
+deadline if need be; under a stop budget (stopbudget.py: a stop signal's, from the lifecycle or during
+the flush) never past CLOSE_S before its end, the minimum included: docker stop's SIGKILL comes there.
+
 Either way the exit status is the one the lifecycle decided, never 128 + the signal that cut the
 flush short: the lifecycle was already over when it came.
 """
@@ -60,6 +64,10 @@ class ExitFlush:
         self._failures = failures  # the sender's failed attempts so far: one since the progress makes a stall
         self._failures_then = failures()
         self.ended_by: str | None = None  # the second one, that ended it
+        # When docker stop's SIGKILL is due (monotonic), under a stop budget (stopbudget.py): nothing of the flush,
+        # the finish's minimum included, goes on past CLOSE_S before it.
+        self.budget_end: float | None = None
+        self._finish_floor = 0.0  # the finish's minimum end (FINISH_MIN_S after the wait), once it began
 
     def over(self) -> bool:
         """The outbox is empty, or nobody delivers it any more, or the wait is up."""
@@ -84,13 +92,47 @@ class ExitFlush:
     def seconds_left(self) -> float:
         return max(0.0, self.deadline - self._clock())
 
+    def within_budget(self, end: float) -> None:
+        """A stop budget ends at ``end`` (monotonic: docker stop's SIGKILL): the flush ends CLOSE_S before it."""
+        self.budget_end = end if self.budget_end is None else min(self.budget_end, end)
+        self.deadline = min(self.deadline, self.budget_end - CLOSE_S)
+
     def cut(self, signame: str, budget_s: float | None = None) -> str:
         """The first stop signal during the flush: FLUSH_AFTER_TERM_S more at most (within a stop budget of
         ``budget_s``, stopbudget.py: what it leaves after its closing). Returns the line to say."""
-        more = FLUSH_AFTER_TERM_S if budget_s is None else min(FLUSH_AFTER_TERM_S, budget_s - CLOSE_S)
-        self.deadline = min(self.deadline, self._clock() + more)
+        now = self._clock()
+        if budget_s is not None:
+            self.within_budget(now + budget_s)
+        self.deadline = min(self.deadline, now + FLUSH_AFTER_TERM_S)
         return (f"{signame} during the exit flush: giving the manager {round(self.seconds_left(), 1):g}s more, "
                 f"then exiting with status {self.status}")
+
+    def finish(self) -> None:
+        """The wait is over: the sender's end and the log shippers' last push begin now (Reporter.stop)."""
+        self._finish_floor = self._clock() + FINISH_MIN_S
+
+    def finish_s(self, own_s: float) -> float:
+        """How long a step of the finish whose own bound is ``own_s`` may block: under a stop budget, no later
+        than the flush's end in it (a step run inline, with no thread to be had, blocks the exit)."""
+        if self.budget_end is None:
+            return own_s
+        return max(0.0, min(own_s, self.budget_end - CLOSE_S - self._clock()))
+
+    def finished(self) -> bool:
+        """The finish is over: at the deadline, or FINISH_MIN_S after its start if that is later (a manager that
+        answered the last call within the deadline still gets the shippers' last push), but under a stop budget
+        never past CLOSE_S before its end: the minimum is counted inside the budget, not after it."""
+        until = max(self.deadline, self._finish_floor)
+        if self.budget_end is not None:
+            until = min(until, self.budget_end - CLOSE_S)
+        return self.ended_by is not None or self._clock() >= until
+
+    def budget_left_s(self) -> float | None:
+        """Under a stop budget whose flush deadline has come: how long before the budget's end it is now (docker
+        stop's SIGKILL; negative past it). None otherwise."""
+        if self.budget_end is None or self._clock() < self.budget_end - CLOSE_S:
+            return None
+        return self.budget_end - self._clock()
 
     def end(self, signame: str) -> str:
         """A second stop signal during the flush: no more waiting. Returns the line to say."""

@@ -12,8 +12,9 @@ later, held by a start waiting for its exec):
 - the children's stop gets the budget less ``EXIT_SHARE_S``, shared out between its waves: each child's
   grace is its own, or its wave's share of what is left if that is shorter (a wave done early leaves
   more for the next); past the budget less ``CLOSE_S * 2`` a tree that survives SIGKILL is not waited for;
-- the exit flush gets what is left until ``CLOSE_S`` before the end (``flush_deadline``), the console's
-  last lines what is left then, less half of it (``console_s``);
+- the exit flush gets what is left until ``CLOSE_S`` before the end (``flush_deadline``; exitflush.py's
+  ``within_budget``), its finish included (the sender's end, the shippers' last push: their minimum counts
+  inside the budget), the console's last lines what is left then, less half of it (``console_s``);
 - one line, before "exiting with status N", says what was cut short.
 
 A stop the supervisor decides itself (a failure, the lifecycle done) has no budget: graces and the flush

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -203,10 +202,14 @@ class Reporter:
         sender.retry_now()
         wait(flush, flush.over)
         sender.ask_to_stop()
-        shippers = self._stop_shippers(flush.seconds_left())
-        floor = time.monotonic() + FINISH_MIN_S
-        wait(flush, lambda: flush.ended_by is not None or not (shippers() or sender.alive())
-             or time.monotonic() >= max(flush.deadline, floor))
+        flush.finish()
+        shippers = self._stop_shippers(flush)
+        wait(flush, lambda: flush.finished() or not (shippers() or sender.alive()))
+        left_s = flush.budget_left_s()
+        if left_s is not None and flush.ended_by is None and (shippers() or sender.alive()):
+            self._log(f"manager: the exit flush stopped at the stop budget's deadline, {abs(left_s):.2f}s "
+                      f"{'before' if left_s >= 0 else 'past'} its end (docker stop's SIGKILL): the call or push in "
+                      "flight is left to its thread")
         self._keep_held_lines()
         if self._logs is not None:
             self._logs.say_lines_left()
@@ -232,15 +235,16 @@ class Reporter:
             if self._holds(source):
                 self._move_queued_lines(source)
 
-    def _stop_shippers(self, within_s: float) -> Callable[[], bool]:
+    def _stop_shippers(self, flush: ExitFlush) -> Callable[[], bool]:
         """Each shipper's last push (each stop blocks), on a thread of its own so that the loop keeps
         running; inline where no thread can be had. Returns "still at it"."""
         logs, events = self._logs, self._events
+        within_s = max(FINISH_MIN_S, flush.seconds_left())
         stoppers: list[Callable[[], None]] = []
         if logs is not None:
-            stoppers.append(lambda: logs.stop(max(FINISH_MIN_S, within_s)))
+            stoppers.append(lambda: logs.stop(flush.finish_s(within_s)))
         if events is not None:
-            stoppers.append(lambda: events.stop(1.0))
+            stoppers.append(lambda: events.stop(flush.finish_s(1.0)))
         if not stoppers:
             return lambda: False
         thread = threading.Thread(target=lambda: [stop() for stop in stoppers], name="exit:shippers", daemon=True)

@@ -45,7 +45,7 @@ from ..config import ChildSpec
 from .clock import SYSTEM_CLOCK, Clock
 from .logs import ChildOutput
 from .process import Child
-from .trees import TAG_ENV
+from .trees import TAG_ENV, tag_for
 
 # How the loop waits for the exec: in slices, each one checked for having come back late. A slice that
 # returns more than PAUSED_MIN_S late means the supervisor itself was stopped (SIGSTOP, a cgroup freeze),
@@ -83,7 +83,7 @@ def spawn(spec: ChildSpec, env: Mapping[str, str], output: ChildOutput,
     ``setup`` runs in the child between fork and exec (child_setup: its cgroup, its OOM score); ``paused`` hears
     the seconds the supervisor was stopped while it waited for the exec (EventLoop.holding's Hold.paused)."""
     exec_wait_s = spec.exec_wait_s
-    tag = f"{os.getpid()}.{next(_tag_seq)}"
+    tag = tag_for(next(_tag_seq))
     argv = list(spec.command)
     child_env = {**env, TAG_ENV: tag}
     places = _places(argv[0], child_env)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import math
 import os
 import signal
@@ -40,7 +41,10 @@ import psutil
 from ..text import Log
 from ..text.units import is_ascii_digits
 
-# In every child's environment: "<supervisor pid>.<sequence>", inherited by whatever it starts.
+# In every child's environment: "<supervisor pid>.<its PID namespace>.<sequence>" (tag_for), inherited by whatever it
+# starts. The pid means something only in that namespace: a container's supervisor is pid 1 of its own, and its
+# children seen from the host carry "1.": the namespace says whose pid 1. A supervisor before it wrote
+# "<pid>.<sequence>", which is read as a pid of the namespace its process runs in.
 TAG_ENV = "PROVER_SUPERVISOR_TAG"
 # In every child's environment: the state_dir of the supervisor that started it.
 STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
@@ -84,7 +88,8 @@ def kill_survivors_of_dead_supervisors(state_dir: str, log: Log, max_s: float = 
     """Children of a supervisor that was SIGKILLed live on (re-parented above it) and hold its
     ports and GPUs: a new supervisor of the same state_dir ends them before it starts anything.
     A process counts when it was started for this state_dir and its tag names a supervisor pid
-    that is gone (or is no longer a prover-supervisor). What they fork while they are killed
+    of our PID namespace that is gone (or is no longer a prover-supervisor): one of another
+    namespace is never counted (``tag_owner_here``). What they fork while they are killed
     carries the same tag: the rounds go on until none is left."""
     return len(kill_until_none_left(lambda: _survivors_of_dead_supervisors(state_dir), log,
                                     "process(es) left by a supervisor that died without stopping them", max_s))
@@ -110,9 +115,8 @@ def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
             tag = env.get(TAG_ENV)
             if not tag or env.get(STATE_DIR_ENV) != state_dir:
                 continue
-            owner_text = tag.split(".", 1)[0]
-            owner = int(owner_text) if is_ascii_digits(owner_text) else 0
-            if owner == me or _is_live_supervisor(owner) or proc.status() == psutil.STATUS_ZOMBIE:
+            owner = tag_owner_here(tag, proc.pid)
+            if owner is None or owner == me or _is_live_supervisor(owner) or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             found[proc.pid] = proc.name()
         except (psutil.Error, OSError):
@@ -123,7 +127,8 @@ def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
 def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]]:
     """What a supervisor that is gone left running (for ``status``: named, never killed): every live process
     whose tag names ``supervisor_pid`` and that was started for ``state_dir``. The tag, not the pid alone,
-    says a process is ours: a pid that the system gave to another process since is not named."""
+    says a process is ours: a pid that the system gave to another process since is not named, nor a process
+    whose tag names that pid in another PID namespace (a live container's pid 1 is no pid here)."""
     want = os.path.realpath(state_dir)
     found: list[dict[str, object]] = []
     try:
@@ -133,8 +138,8 @@ def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]
     for proc in processes:
         try:
             env = proc.environ()
-            tag = env.get(TAG_ENV, "")
-            if tag.split(".", 1)[0] != str(supervisor_pid) or proc.status() == psutil.STATUS_ZOMBIE:
+            tag = env.get(TAG_ENV)
+            if not tag or tag_owner_here(tag, proc.pid) != supervisor_pid or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             if os.path.realpath(env.get(STATE_DIR_ENV, "")) != want:
                 continue
@@ -142,6 +147,42 @@ def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]
         except (psutil.Error, OSError):
             continue  # gone meanwhile, or not ours to read
     return found
+
+
+def tag_for(seq: int) -> str:
+    """The tag of this supervisor's ``seq``-th child (TAG_ENV)."""
+    return f"{os.getpid()}.{own_pid_namespace()}.{seq}"
+
+
+def tag_owner_here(tag: str, pid: int) -> int | None:
+    """The supervisor pid that ``tag`` (of the process ``pid``) names, as a pid of our PID namespace (0: a tag that
+    names none); None where it is a pid of another namespace. Such a process is never judged from here: it is
+    alive, so its namespace's init is too (the kernel kills every process of a namespace whose init dies), and
+    whether its supervisor lives can only be told inside it. A tag without its namespace (a supervisor before
+    they had one) is of the namespace its process runs in, where that can be read."""
+    owner, _, rest = tag.partition(".")
+    ns, dot, _ = rest.partition(".")
+    if dot and is_ascii_digits(ns):
+        if int(ns) != own_pid_namespace():
+            return None
+    elif pid_namespace_of(pid) not in (None, own_pid_namespace()):
+        return None
+    return int(owner) if is_ascii_digits(owner) else 0
+
+
+@functools.cache
+def own_pid_namespace() -> int:
+    """The inode of this process's PID namespace (it never changes); 0 where it cannot be read (an old kernel:
+    then every tag of this machine says 0)."""
+    return pid_namespace_of("self") or 0
+
+
+def pid_namespace_of(pid: int | str) -> int | None:
+    """The inode of the PID namespace of the process ``pid``; None where it cannot be read (gone, not ours)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str, max_s: float) -> dict[int, str]:

@@ -1,0 +1,150 @@
+"""Supervisors in two PID namespaces of one machine: a container's, PID 1 of its own, and the host's, on the
+same state_dir path (the default /var/lib/prover-supervisor of both), each on a volume of its own.
+
+A pid only means something in the namespace that gave it: the host must neither take the container's children
+(their tag names pid 1, the container's) for a dead supervisor's survivors, nor say them left alive by one.
+
+Real supervisors, real PID namespaces (``unshare``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import textwrap
+from pathlib import Path
+
+import psutil
+from helpers import PY, REPO, Runner, kill_tree, needs_unshare, read, sh, toml_str, wait_for
+
+from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV, kill_survivors_of_dead_supervisors, left_alive_by
+
+
+def start_in_namespace(sup: Runner, name: str, argv: list[str],
+                       state_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """``argv`` as PID 1 of a PID namespace of its own, with a volume of its own mounted on ``state_dir`` (a
+    container's); its console in ``<tmp>/<name>.txt``."""
+    own = sup.tmp / f"{name}-volume"
+    own.mkdir()
+    console = sup.tmp / f"{name}.txt"
+    inner = f"mount --bind {shlex.quote(str(own))} {shlex.quote(str(state_dir))} && exec \"$@\""
+    with open(console, "wb") as out:
+        proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", inner, "sh", *argv],
+                                stdout=out, stderr=subprocess.STDOUT, env=sup.env(), cwd=REPO,
+                                start_new_session=True)
+    sup.procs.append(proc)  # (its cleanup kills unshare and the namespace with it)
+    return proc, console
+
+
+def tagged_for(state_dir: Path, name: str) -> list[psutil.Process]:
+    """Live processes called ``name`` that carry a supervisor's tag for ``state_dir``, as seen from here."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if proc.name() == name and TAG_ENV in env and env.get(STATE_DIR_ENV) == str(state_dir):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the namespace's PID 1 (unshare passes no signal on), and wait for it."""
+    inside = wait_for(lambda: psutil.Process(proc.pid).children(), 10)
+    assert isinstance(inside, list) and len(inside) == 1
+    inside[0].send_signal(signal.SIGTERM)
+    proc.wait(60)
+
+
+@needs_unshare
+def test_a_live_supervisors_children_in_another_pid_namespace_are_no_survivors_of_a_dead_one(sup: Runner) -> None:
+    sup.state_dir.mkdir()
+    container_config = sup.tmp / "container.toml"
+    container_config.write_text(textwrap.dedent(f"""\
+        [supervisor]
+        state_dir = {toml_str(str(sup.state_dir))}
+        log_dir = {toml_str(str(sup.tmp / "container-logs"))}
+        stop_grace_s = 2
+
+        [[phases]]
+        name = "prove"
+        kind = "service"
+        command = {sh("echo up; exec sleep 1000")}
+        """))
+    container, console = start_in_namespace(sup, "container", [PY, "-m", "supervisor", "run", "--config",
+                                                               str(container_config)], sup.state_dir)
+    found = wait_for(lambda: tagged_for(sup.state_dir, "sleep"), 30)
+    assert isinstance(found, list) and len(found) == 1, read(console)
+    working = found[0]
+    assert working.environ()[TAG_ENV].startswith("1."), working.environ()[TAG_ENV]  # pid 1, of its namespace
+
+    # Status from the host, on the state of a supervisor that was pid 1 (here: another process): none of it.
+    assert left_alive_by(1, str(sup.state_dir)) == []
+
+    said: list[str] = []
+    assert kill_survivors_of_dead_supervisors(str(sup.state_dir), said.append, max_s=1) == 0, said
+    host = sup.write("""
+        [[phases]]
+        name = "one"
+        command = ["true"]
+        """)
+    result = sup.run(host, timeout=60)
+    assert result.returncode == 0, result.output
+    assert "left by a supervisor that died" not in result.output, result.output
+    assert working.is_running() and working.status() != psutil.STATUS_ZOMBIE
+    assert "SIGKILL" not in read(console) and "FAILED" not in read(console), read(console)
+    stop(container)
+    assert container.returncode == 143, read(console)
+
+
+@needs_unshare
+def test_the_sweep_judges_a_tag_by_the_namespace_its_pid_is_of(tmp_path: Path) -> None:
+    """Tags of a supervisor that is gone (a pid no process has) for one state_dir, in and out of our namespace."""
+    state_dir = str(tmp_path / "state")
+    ours = os.stat("/proc/self/ns/pid").st_ino
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+
+    def sleeper(tag: str, namespace: bool) -> subprocess.Popen[bytes]:
+        argv = ["unshare", "--pid", "--fork", "sleep", "1000"] if namespace else ["sleep", "1000"]
+        return subprocess.Popen(argv, env={"PATH": os.environ["PATH"], TAG_ENV: tag, STATE_DIR_ENV: state_dir},
+                                start_new_session=True)
+
+    cases = {
+        # A supervisor before tags named their namespace, pid 1 of a container: its pid says nothing here.
+        "old tag, another namespace": (sleeper("1.7", namespace=True), False),
+        "old tag, ours": (sleeper(f"{gone}.7", namespace=False), True),
+        "tag of ours": (sleeper(f"{gone}.{ours}.1", namespace=False), True),
+        # A child of a gone supervisor of ours that made a PID namespace of its own: its tag still says whose.
+        "tag of ours, its process in a namespace it made": (sleeper(f"{gone}.{ours}.2", namespace=True), True),
+        "tag of another namespace": (sleeper(f"1.{ours + 1}.3", namespace=False), False),
+    }
+    sleeping: dict[str, psutil.Process] = {}
+    try:
+        for what, (proc, _) in cases.items():
+            sleeping[what] = the_sleep(proc)
+        said: list[str] = []
+        kill_survivors_of_dead_supervisors(state_dir, said.append, max_s=2)
+        for what, (_proc, swept) in cases.items():
+            alive = sleeping[what].is_running() and sleeping[what].status() != psutil.STATUS_ZOMBIE
+            assert alive != swept, f"{what}: {'left alive' if alive else 'killed'}; {said}"
+    finally:
+        for proc, _ in cases.values():
+            kill_tree(proc.pid)
+            proc.wait(10)
+        for left in sleeping.values():  # (a namespace's init outlives its unshare, killed by the sweep)
+            with contextlib.suppress(psutil.Error):
+                left.kill()
+
+
+def the_sleep(proc: subprocess.Popen[bytes]) -> psutil.Process:
+    """The ``sleep`` that ``proc`` is, or that it forked (unshare's)."""
+    def find() -> list[psutil.Process]:
+        top = psutil.Process(proc.pid)
+        return [p for p in [top, *top.children()] if p.name() == "sleep"]
+    found = wait_for(find, 10)
+    assert isinstance(found, list) and len(found) == 1, found
+    return found[0]

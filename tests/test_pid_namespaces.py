@@ -2,7 +2,9 @@
 same state_dir path (the default /var/lib/prover-supervisor of both), each on a volume of its own.
 
 A pid only means something in the namespace that gave it: the host must neither take the container's children
-(their tag names pid 1, the container's) for a dead supervisor's survivors, nor say them left alive by one.
+(their tag names pid 1, the container's) for a dead supervisor's survivors, nor say them left alive by one. And
+a bare ``status`` on the host, led by the pointer in a /run the container shares, finds the container's
+supervisor by its socket, its pid 1 being no pid here.
 
 Real supervisors, real PID namespaces (``unshare``).
 """
@@ -10,17 +12,20 @@ Real supervisors, real PID namespaces (``unshare``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
 import subprocess
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import psutil
-from helpers import PY, REPO, Runner, kill_tree, needs_unshare, read, sh, toml_str, wait_for
+from helpers import PY, REPO, Runner, clean_env, kill_tree, needs_unshare, read, sh, toml_str, wait_for
 
 from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV, kill_survivors_of_dead_supervisors, left_alive_by
+from supervisor.status.file import RUNTIME_DIR_ENV, unpoint
 
 
 def start_in_namespace(sup: Runner, name: str, argv: list[str],
@@ -52,7 +57,7 @@ def tagged_for(state_dir: Path, name: str) -> list[psutil.Process]:
     return found
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM the namespace's PID 1 (unshare passes no signal on), and wait for it."""
     inside = wait_for(lambda: psutil.Process(proc.pid).children(), 10)
     assert isinstance(inside, list) and len(inside) == 1
@@ -148,3 +153,61 @@ def the_sleep(proc: subprocess.Popen[bytes]) -> psutil.Process:
     found = wait_for(find, 10)
     assert isinstance(found, list) and len(found) == 1, found
     return found[0]
+
+
+@needs_unshare
+def test_a_bare_status_finds_the_supervisor_that_is_pid_1_of_another_namespace(sup: Runner, tmp_path: Path) -> None:
+    """The container's supervisor points at itself in a runtime directory the host shares: its pid is 1 there,
+    and the host's pid 1 is no supervisor; its socket answers all the same."""
+    runtime = {RUNTIME_DIR_ENV: str(tmp_path / "run")}
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        kind = "service"
+        command = {sh("exec sleep 1000")}
+        """)
+    proc = sup.start(config, pid1=True, env=dict(runtime))
+    pointer = tmp_path / "run" / "current"
+    asked = ("--json", "--state-dir", str(sup.state_dir))
+    wait_for(lambda: pointer.exists() and status_cli(*asked, env=runtime)[0] == 0, 30)
+    assert json.loads(pointer.read_text())["pid"] == 1
+    rc, out = status_cli("--json", env=runtime)  # bare: the pointer is all it has
+    assert rc == 0, out
+    snap = json.loads(out)
+    assert snap["live"] is True and snap["pid"] == 1 and [p["name"] for p in snap["phases"]] == ["p"], out
+    rc, text = status_cli(env=runtime)
+    assert rc == 0 and "not running" not in text, text
+    stop(proc)
+    assert proc.returncode == 143
+    rc, text = status_cli(env=runtime)
+    assert rc == 3 and "no prover-supervisor is running" in text, text
+
+
+def status_cli(*args: str, env: dict[str, str]) -> tuple[int, str]:
+    done = subprocess.run([PY, "-m", "supervisor", "status", *args], capture_output=True, text=True,
+                          env=clean_env(env), cwd=REPO, timeout=60)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_a_pointer_of_another_namespace_that_does_not_answer_is_named_as_that(tmp_path: Path) -> None:
+    """Its pid says nothing here (this machine's pid 1 may be anything): only its socket could have said it runs."""
+    runtime = {RUNTIME_DIR_ENV: str(tmp_path / "run")}
+    (tmp_path / "run").mkdir()
+    state_dir = tmp_path / "state"
+    other = os.stat("/proc/self/ns/pid").st_ino + 1
+    (tmp_path / "run" / "current").write_text(json.dumps(
+        {"pid": os.getpid(), "pid_ns": other, "state_dir": str(state_dir), "socket": str(state_dir / "status.sock")}))
+    rc, text = status_cli(env=runtime)
+    assert rc == 3, text
+    assert (f"the last supervisor started here (pid {os.getpid()} of another PID namespace, not answering) had "
+            f"state_dir {state_dir}") in text, text
+
+
+def test_the_exit_removes_only_its_own_pointer_not_that_of_the_same_pid_in_another_namespace(tmp_path: Path) -> None:
+    """Two containers share /run: both supervisors are pid 1, and the first to exit must not unpoint the other."""
+    pointer = tmp_path / "current"
+    ours = os.stat("/proc/self/ns/pid").st_ino
+    for ns, kept in ((ours + 1, True), (ours, False)):
+        pointer.write_text(json.dumps({"pid": os.getpid(), "pid_ns": ns, "state_dir": "/s", "socket": "/s/x.sock"}))
+        unpoint(pointer)
+        assert pointer.exists() == kept, ns

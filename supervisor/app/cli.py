@@ -332,7 +332,10 @@ def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str]:
         return found.state_dir, ""
     profile_dir = profile_state_dir()
     if found is not None and found.state_dir != profile_dir:
-        return profile_dir, (f"; the last supervisor started here (pid {found.pid}, not running) had state_dir "
+        # (a pid of another PID namespace, a container's, may belong to a live supervisor that does not answer)
+        who = f"pid {found.pid} of another PID namespace, not answering" if found.elsewhere else \
+            f"pid {found.pid}, not running"
+        return profile_dir, (f"; the last supervisor started here ({who}) had state_dir "
                              f"{found.state_dir}: `status --state-dir {found.state_dir}`")
     return profile_dir, ("; one started with a state_dir of its own is found with `status --config FILE` or "
                          "`status --state-dir DIR`")

@@ -15,9 +15,11 @@ built-in profile's. So once its observers are wired the supervisor writes ``curr
 or not: without one, ``status`` shows the state_dir's status.json) in a runtime
 directory every process of the machine (or container) agrees on: ``$PROVER_SUPERVISOR_RUNTIME_DIR``, else
 ``/run/prover-supervisor`` as root, else ``$XDG_RUNTIME_DIR/prover-supervisor``; with none of them there is
-no pointer. It names the supervisor's pid, state_dir and socket, and is removed at the exit, only while it
-still names this supervisor (a later one may have taken it over). A pointer whose pid is no live
-supervisor (a SIGKILL left it) is not followed, only named, for its saved state. With several supervisors
+no pointer. It names the supervisor's pid, its PID namespace, state_dir and socket, and is removed at the exit,
+only while it still names this supervisor (a later one may have taken it over). A pointer whose pid is no live
+supervisor and whose socket takes no connection (a SIGKILL left it) is not followed, only named, for its saved
+state. A pid of another PID namespace (a container's supervisor is pid 1 of its own, and /run may be the host's)
+says nothing here: such a supervisor is live only by its socket. With several supervisors
 on one machine it names the last one started; the others are found with ``--state-dir``.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.loop import EventLoop, Timer
-from ..engine.trees import is_live_supervisor
+from ..engine.trees import is_live_supervisor, own_pid_namespace
 from ..lifecycle.states import FINAL_STATES
 from ..state import files as state_files
 from ..state.files import Rewrites, StateFileError, load_json, not_an_object, save_json
@@ -137,6 +140,8 @@ ROOT_RUNTIME_DIR = Path("/run/prover-supervisor")
 POINTER = "current"
 # A pointer is a short JSON object; anything bigger is not ours.
 POINTER_MAX_BYTES = 16 * 1024
+# How long a bare status waits for the pointer's socket to take its connection.
+POINTER_CONNECT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,7 @@ class Pointer:
     pid: int
     state_dir: Path
     live: bool
+    elsewhere: bool = False  # its pid is of another PID namespace than ours
 
 
 def pointer_path() -> Path | None:
@@ -159,7 +165,7 @@ def pointer_path() -> Path | None:
     return Path(xdg) / "prover-supervisor" / POINTER if xdg else None
 
 
-def point_here(state_dir: Path, socket: Path) -> Path | None:
+def point_here(state_dir: Path, socket_path: Path) -> Path | None:
     """Write the pointer to this supervisor; its path, or None where there is none (raises OSError)."""
     path = pointer_path()
     if path is None:
@@ -167,15 +173,17 @@ def point_here(state_dir: Path, socket: Path) -> Path | None:
     if not path.is_absolute():  # (a bare status run from another directory would look for it elsewhere)
         raise OSError(errno.EINVAL, f"${RUNTIME_DIR_ENV} is not an absolute path")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    record = {"pid": os.getpid(), "state_dir": str(state_dir), "socket": str(socket)}
+    record = {"pid": os.getpid(), "pid_ns": own_pid_namespace(), "state_dir": str(state_dir),
+              "socket": str(socket_path)}
     save_json(path, record)
     return path
 
 
 def unpoint(path: Path) -> None:
     """Remove the pointer at the exit, if it still names this supervisor (raises OSError)."""
+    ours = own_pid_namespace()  # (a pid 1 of another namespace, a container's, is not this one)
     found = _read(path)
-    if found is not None and found.get("pid") == os.getpid():
+    if found is not None and found.get("pid") == os.getpid() and found.get("pid_ns", ours) == ours:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
 
@@ -190,7 +198,31 @@ def pointed() -> Pointer | None:
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(state_dir, str) \
             or not state_dir.startswith("/") or "\0" in state_dir:
         return None
-    return Pointer(pid, Path(state_dir), is_live_supervisor(pid))
+    elsewhere = _elsewhere(found)
+    live = (not elsewhere and is_live_supervisor(pid)) or _takes_connections(found.get("socket"))
+    return Pointer(pid, Path(state_dir), live, elsewhere)
+
+
+def _elsewhere(found: dict[str, Any]) -> bool:
+    """The pointer's pid is of another PID namespace than ours (one without its namespace is taken for ours)."""
+    ns = found.get("pid_ns")
+    return isinstance(ns, int) and not isinstance(ns, bool) and ns != own_pid_namespace()
+
+
+def _takes_connections(path: object) -> bool:
+    """Something listens on the status socket ``path``: a supervisor runs there, whatever its PID namespace (one
+    SIGKILLed left its socket file, which refuses). A listener whose backlog is full is one too."""
+    if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(POINTER_CONNECT_S)
+            sock.connect(path)
+    except (BlockingIOError, TimeoutError):
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -925,6 +925,54 @@ def test_without_a_fresh_measure_of_movement_the_figure_is_the_rate() -> None:
             figures = watching.tick(min(second, 2) * MiB, 32 * MiB, second * MiB)
         assert figures["rate_bytes_s"] == MiB and watching.download.slow == [], (figures, watching.download.slow)
 
+
+SETUP_WRITES = 7  # what a spawned child has written before it runs: the supervisor's own setup (wchar 7)
+
+
+def test_a_download_with_no_data_yet_is_not_judged_on_its_silence() -> None:
+    # A gateway slow to send its first byte, aria2c retrying its connection, a retry attempt: no data for longer than
+    # the window. Judged on every byte the tree wrote (the spawn's setup writes, a line of output), the rate was a
+    # few bytes a second and the attempt was given up, never retried (measured with the real supervisor: "80.0MiB
+    # left at 0B/s" at its window, "48.0MiB left at 85B/s" with the real aria2c's one NOTICE line). The window and
+    # the rate begin where the data does.
+    with _Watching("progress_deadline_s = 60\nprogress_window_s = 10\n") as watching:
+        for _ in range(14):  # the setup's writes and one line of output, then nothing
+            watching.tick(SETUP_WRITES + 22, 32 * MiB, 0)
+        assert watching.download.slow == [], watching.download.slow
+        for second in range(1, 33):  # then 1 MiB/s: 32 MiB in 32 s, done at 46 s of 60
+            figures = watching.tick(SETUP_WRITES + 22 + second * MiB, 32 * MiB, 0)
+            assert watching.download.slow == [], (second, watching.download.slow)
+        assert figures["done_bytes"] == 32 * MiB + SETUP_WRITES + 22 and figures["rate_bytes_s"] == MiB, figures
+
+
+@pytest.mark.parametrize("silent_s", [0, 14])
+def test_a_link_too_slow_is_given_up_its_window_after_it_began_to_move(silent_s: int) -> None:
+    # The silence before the data is no rate, but the data's own rate still is: 8 KiB/s against a deadline it cannot
+    # make is given up one window after it began to move, whether it moved from the start or after a silence.
+    with _Watching("progress_deadline_s = 100\nprogress_window_s = 10\n") as watching:
+        for _ in range(silent_s):
+            watching.tick(SETUP_WRITES, 32 * MiB, 0)
+        for second in range(1, 40):  # 8 KiB/s: 32 MiB in over an hour
+            watching.tick(SETUP_WRITES + second * 8 * 1024, 32 * MiB, 0)
+            if watching.download.slow:
+                break
+        assert second == 10 and len(watching.download.slow) == 1, (second, watching.download.slow)
+        assert watching.download.slow[0].startswith("31.9MiB left at 8.0KiB/s: "), watching.download.slow
+
+
+def test_a_download_that_never_moves_is_ended_by_its_deadline_not_by_its_chatter() -> None:
+    # Output alone (a line a second: aria2c's retries, curio's go-log) is no rate: judged as one, a link that moved
+    # nothing read as a slow one. Without stall_s nothing else ends it: the deadline does, when it passes.
+    with _Watching("progress_deadline_s = 20\nprogress_window_s = 5\n") as watching:
+        for second in range(1, 40):
+            watching.tick(SETUP_WRITES + second * 120, 32 * MiB, 0)
+            if watching.download.slow:
+                break
+        assert second == 20 and len(watching.download.slow) == 1, (second, watching.download.slow)
+        assert watching.download.slow[0].startswith("the deadline (progress_deadline_s=20 from this attempt's "
+                                                    "start) passed 0s ago"), watching.download.slow
+
+
 def test_a_download_that_completes_is_no_removal() -> None:
     # aria2c deletes <file>.aria2 as it completes; the walks count the file complete only once it has been quiet
     # (COMPLETE_QUIET_S): one walk in between sees the cache a few KiB smaller and no more of it complete. Read

@@ -232,6 +232,96 @@ def test_the_real_aria2c_zero_filling_without_fallocate_shows_no_zeros_as_progre
         assert "too_slow" not in out, out
 
 
+# ================================================================ no data yet is no rate
+
+LATE_S = 6  # before the first byte: a gateway slow to answer, aria2c retrying its connection
+LATE_RATE = 4 * MIB  # then, a second
+LATE_SIZE = 16 * MIB
+
+
+class _Late(http.server.BaseHTTPRequestHandler):
+    """Answers after LATE_S, then sends LATE_SIZE at LATE_RATE."""
+
+    def do_GET(self) -> None:
+        time.sleep(LATE_S)
+        self.send_response(200)
+        self.send_header("Content-Length", str(LATE_SIZE))
+        self.end_headers()
+        chunk = LATE_RATE // 8
+        for _ in range(LATE_SIZE // chunk):
+            self.wfile.write(b"\x01" * chunk)
+            time.sleep(1 / 8)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+LATE_WRITER = """
+    import os, sys, time
+    late, rate, size = float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if sys.argv[5:]:
+        print(sys.argv[5], flush=True)
+    time.sleep(late)
+    began, got = time.monotonic(), 0
+    with open(os.path.join(sys.argv[1], "params.bin"), "wb") as fh:
+        while got < size:
+            fh.write(b"\\1" * (rate // 8))
+            fh.flush()
+            got += rate // 8
+            time.sleep(max(0.0, began + got / rate - time.monotonic()))
+    """
+
+
+def late_phase(sup: Runner, command: str, size: int, deadline_s: int) -> Path:
+    cache = sup.tmp / "cache"
+    return sup.write(phase(command, 30, f"progress_path = {toml_str(str(cache))}\nprogress_total = {size}\n"
+                                        f"progress_deadline_s = {deadline_s}\nprogress_window_s = 3"))
+
+
+@pytest.mark.parametrize("downloader", ["silent", "one-line", "aria2c"])
+def test_a_download_whose_data_comes_late_is_judged_on_its_data_not_its_silence(sup: Runner, downloader: str) -> None:
+    """A download that moved no data for longer than its window was judged on every byte its tree wrote (the spawn's
+    own setup writes, a line of output): a few bytes a second, too_slow, never retried, the instance given up
+    (measured: "80.0MiB left at 0B/s", "80.0MiB left at 18B/s"; with the real aria2c "48.0MiB left at 85B/s", its
+    NOTICE line). Silence is the stall watch's: the window and the rate begin with the data."""
+    cache = sup.tmp / "cache"
+    cache.mkdir()
+    if downloader == "aria2c":
+        if ARIA2C is None:
+            pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+        with serving(_Late) as url:
+            argv = [ARIA2C, "-x1", "--dir", str(cache), "-o", "params.bin", f"{url}/params.bin"]
+            result = sup.run(late_phase(sup, toml_list(argv), LATE_SIZE, 60), timeout=60)
+    else:
+        line = ["fetching params.bin"] if downloader == "one-line" else []
+        writer = py_script(sup.tmp, "late", LATE_WRITER, cache, LATE_S, LATE_RATE, LATE_SIZE, *line)
+        result = sup.run(late_phase(sup, writer, LATE_SIZE, 60), timeout=60)
+    out = result.output
+    assert result.returncode == 0, out[-4000:]
+    assert "too_slow" not in out and "cannot make it in time" not in out, out[-4000:]
+    assert " reason=exit_code exit_code=0 " in one_verdict(out, "p"), out[-4000:]
+    assert (cache / "params.bin").stat().st_size == LATE_SIZE
+
+
+def test_a_link_too_slow_after_a_silence_is_given_up_on_its_own_rate_at_its_window(sup: Runner) -> None:
+    """The silence before the data is no rate, but the data's rate still is: 8 KiB/s against a deadline it cannot
+    make is given up one window after it began, at its own rate (not at the silence's, and not at the deadline)."""
+    cache = sup.tmp / "cache"
+    cache.mkdir()
+    writer = py_script(sup.tmp, "late", LATE_WRITER, cache, LATE_S, 8 << 10, LATE_SIZE)
+    result = sup.run(late_phase(sup, writer, LATE_SIZE, 300), timeout=60)
+    out = result.output
+    assert result.returncode == EXIT_TIMEOUT, out[-4000:]
+    record = one_verdict(out, "p")
+    assert " reason=too_slow " in record, record
+    detail = first_line(out, "cannot make it in time")
+    rate = detail.split(" left at ")[1].split("/s")[0]
+    assert rate.endswith("KiB") and 6 <= float(rate[:-3]) <= 12, detail  # 8 KiB/s, as the tree wrote it
+    took = seconds_between(first_line(out, "phase p: pending → starting"), detail)
+    print(f"too_slow {took:.1f}s after the start (silent {LATE_S}s, progress_window_s=3): {detail}")
+    assert LATE_S + 3 <= took < LATE_S + 3 + 15, out[-4000:]  # at its window after the data began (generous)
+
+
 def status_json(sup: Runner) -> dict[str, Any]:
     shown = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
                            capture_output=True, text=True, timeout=20)

@@ -6,7 +6,16 @@ tests/test_transfer.py covers the main rate, the deadline boundary and the full 
 
 from __future__ import annotations
 
-from supervisor.evidence.transfer import BAR_WIDTH, Progress, RateWindow, figures, progress_text, too_slow
+from supervisor.evidence.transfer import (
+    BAR_WIDTH,
+    MOVING_MIN_B_S,
+    Progress,
+    RateWindow,
+    figures,
+    judged_rate,
+    progress_text,
+    too_slow,
+)
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -58,6 +67,45 @@ def test_the_average_counts_from_the_first_sample_ever() -> None:
     for t in range(101, 200):
         window.add(float(t), 1000 + (t - 100) * 10)
     assert window.average() == 10.0
+
+
+def test_a_window_restarted_where_movement_began_counts_its_average_from_there() -> None:
+    window = RateWindow(60.0)
+    for t in range(20):  # 20 s of silence, then 1 MiB/s
+        window.add(float(t), 7)
+    for t in range(20, 31):
+        window.add(float(t), 7 + (t - 19) * MIB)
+    assert window.average() is not None and window.average() < MIB / 2, "diluted by the silence"
+    assert window.rate() == window.average()
+    window.since(19.0)
+    assert window.average() == MIB and window.rate() == MIB and window.covered() == 11.0
+    window.since(100.0)  # (all of it before: nothing left, the next sample begins afresh)
+    assert window.rate() is None and window.average() is None
+    window.add(101.0, 0)
+    window.add(102.0, MIB)
+    assert window.average() == MIB
+
+
+def test_a_window_that_moved_under_the_floor_is_no_rate_to_judge_on() -> None:
+    """Output lines, the spawn's setup writes: a window that moved less than MOVING_MIN_B_S a second has no rate
+    (silence is the stall watch's); one that moved more is judged on the better of its rate and the average."""
+    window = RateWindow(10.0)
+    for t in range(11):
+        window.add(float(t), 7 + t * 100)  # a line a second
+    assert window.rate() == 100.0 and judged_rate(window) is None
+    quiet = RateWindow(10.0)
+    quiet.add(0.0, 0)
+    quiet.add(10.0, 0)
+    assert judged_rate(quiet) is None
+    assert judged_rate(RateWindow(10.0)) is None
+    slow = RateWindow(10.0)
+    for t in range(11):
+        slow.add(float(t), int(t * MOVING_MIN_B_S * 8))  # 8 KiB/s: slow, but a rate
+    assert judged_rate(slow) == MOVING_MIN_B_S * 8
+    slowed = RateWindow(10.0)
+    for t in range(31):  # 1 MiB/s for 20 s, then 8 KiB/s: the average is the better
+        slowed.add(float(t), t * MIB if t <= 20 else 20 * MIB + (t - 20) * 8 * 1024)
+    assert judged_rate(slowed) == slowed.average() and slowed.average() > slowed.rate()
 
 
 def test_without_a_total_there_is_no_eta() -> None:

@@ -29,7 +29,12 @@ received since it began, the larger, while either is read afresh; a figure that 
 than moved is no rate (a file resumed with ``--continue``: aria2c's first readout of it, a minute late, counts
 the part got before, and read as a rate it hid a link too slow to make the deadline). Without a fresh
 measure of movement, the figure's own growth is the rate. The rate and the observation window count the link's
-time: not the seconds in which an allocating downloader allocates its file and nothing is got (``_link_time``).
+time: not the seconds in which an allocating downloader allocates its file and nothing is got (``_link_time``),
+and from when the download began to move (``_began``): the silence before its first bytes (a gateway slow to
+answer, aria2c retrying its connection, a retry attempt) is no rate, nor are the bytes its processes write
+meanwhile (a line of output, the spawn's own setup writes), and a window that moved less than MOVING_MIN_B_S a
+second is none either (transfer.py's ``judged_rate``). Silence is the stall watch's: a download that never
+moves is ended by it, else by the deadline once it passes.
 The figures and the deadline rule are transfer.py's.
 
 The deadline counts from the manager's clock: its row's ``registered_at`` once a row said it (a row
@@ -62,7 +67,17 @@ from ..text import Log
 from ..text.show import fmt_bytes, span
 from .iowatch import IoProbe, IoWatch, Root, TreeIo
 from .progress import NET_DEV, FileId, ProgressProbe, Settling, TreeMeasure
-from .transfer import RATE_WINDOW_S, Progress, ProgressReading, RateWindow, figures, progress_text, too_slow
+from .transfer import (
+    MOVING_MIN_B_S,
+    RATE_WINDOW_S,
+    Progress,
+    ProgressReading,
+    RateWindow,
+    figures,
+    judged_rate,
+    progress_text,
+    too_slow,
+)
 
 # How often the figures are made afresh (and the deadline looked at).
 PROGRESS_TICK_S = 1.0
@@ -185,6 +200,12 @@ class ProgressWatch:
         self._logged_at = self._started
         self._paused = 0.0  # the seconds that were not the link's (``_link_time``)
         self._last_tick: tuple[float, int, int | None] = (self._started, 0, 0)  # the last tick's time, got, moved
+        # Where the download began to move, on the link's clock (None: not yet): the observation window and the
+        # rates count from it (``_began``). The movement's measure at the last tick, and at the last tick that
+        # moved nothing, as (the link's time, which measure: "moved" or "got", its bytes); both the attempt's
+        # start at first (what it moved counts from zero there).
+        self._moving_since: float | None = None
+        self._last_move = self._still = (self._started, "moved", 0)
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
         self._said_deadline = False
         self._settling: Settling | None = None  # the settled walk waited for after the attempt ended well
@@ -308,6 +329,7 @@ class ProgressWatch:
         self._moved_fresh = moved is not None
         if moved is not None:
             self._moved_window.add(at, moved)
+        self._began(at, moved)
         files = cache.done_files if cache is not None else (reading.done_files if reading is not None else None)
         self.progress = figures(self._done, self._spec.progress_total, self._rate_window().rate(), files)
         return True
@@ -322,6 +344,23 @@ class ProgressWatch:
                 moved is None or last[2] is None or moved <= last[2]):
             self._paused += now - last[0]
         return now - self._paused
+
+    def _began(self, at: float, moved: int | None) -> None:
+        """Whether the download began to move at the link's time ``at``: its movement (what the link moved, else the
+        figure's growth) grew by a window's worth of MOVING_MIN_B_S since the last tick that moved less than that a
+        second. Then the rate windows count from that tick (``_moving_since``), the last with nothing moving: before
+        it, the silence of a first byte that comes late (a slow gateway, aria2c retrying its connection, a retry
+        attempt) or a line of output was no rate, and read as one, it ended a download that had not begun yet."""
+        kind, value = ("moved", moved) if moved is not None else ("got", self._got)
+        last, self._last_move = self._last_move, (at, kind, value)
+        if self._moving_since is not None:
+            return
+        if kind != last[1] or value - last[2] <= MOVING_MIN_B_S * (at - last[0]):  # (another measure: from here)
+            self._still = (at, kind, value)
+        elif value - self._still[2] >= MOVING_MIN_B_S * self._window.window_s:
+            self._moving_since = self._still[0]
+            self._window.since(self._moving_since)
+            self._moved_window.since(self._moving_since)
 
     def _moved(self, now: float, io: TreeIo | None, net: TreeMeasure | None) -> int | None:
         """What the link moved in this attempt, by the measures that count only this attempt's bytes, the thrown
@@ -457,14 +496,13 @@ class ProgressWatch:
                 else f"the deadline (progress_deadline_s={spec.progress_deadline_s:g} from {since})")
         if time_left <= 0:  # already past (a row registered long ago): no rate can help, so at once
             return self._end(f"{said} passed {span(-time_left)} ago, with {progress_text(progress.to_dict())}")
-        if now - self._started - self._paused < spec.progress_window_s:  # (the window is of the link's time)
+        # The window is of the link's time since the download began to move: silence is the stall watch's.
+        if self._moving_since is None or now - self._paused - self._moving_since < spec.progress_window_s:
             return False
         if not self._said_deadline:
             self._said_deadline = True
             self._log(f"phase {spec.name}: {span(max(0.0, time_left))} left before {said}")
-        window = self._rate_window()
-        rates = [r for r in (window.rate(), window.average()) if r is not None]
-        detail = too_slow(progress, max(rates) if rates else None, time_left, said)
+        detail = too_slow(progress, judged_rate(self._rate_window()), time_left, said)
         return False if detail is None else self._end(detail)
 
     def _end(self, detail: str) -> bool:

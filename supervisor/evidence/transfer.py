@@ -10,10 +10,12 @@ text's line, the supervisor's own (a bar, percent, bytes, rate, ETA), never a ch
 
 The deadline rule (``too_slow``): once the window has passed, a download whose remaining bytes at the rate,
 plus TOO_SLOW_MARGIN of that, need longer than the time left before the deadline cannot make it. The rate
-it is judged on is the better of the windowed one and the attempt's average, so that a short stall of the
-link, or a pause with no bytes at all (curio checks each file's blake2b before the next: minutes on a
-45 GiB file) does not read as a slow link; a link that slowed for good shows in the window soon enough.
-Never decided without a total, before the window, on a rate of 0 (a silent link is the stall watch's).
+it is judged on (``judged_rate``) is the better of the windowed one and the average since the download began to
+move, so that a short stall of the link, or a pause with no bytes at all (curio checks each file's blake2b before
+the next: minutes on a 45 GiB file) does not read as a slow link; a link that slowed for good shows in the window
+soon enough. Never decided without a total, before the window, on a window that moved less than MOVING_MIN_B_S a
+second: that is no rate but silence (a line of output, the spawn's own setup writes), the stall watch's; judged as
+a rate, an attempt whose first byte came late was given up at a few bytes a second.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class ProgressReading(NamedTuple):
 
 # The rate is the bytes gained over about this long (shorter where the observation window is shorter).
 RATE_WINDOW_S = 60.0
+# A download that moves less than this a second moves nothing: what its processes write of their output (a line a
+# second: aria2c's retries and its NOTICE, curio's go-log), and the spawn's own setup writes (a child's wchar is 7
+# before it runs), are below it; a link that could make any deadline is far above it (45 GiB at 1 KiB/s: 18 months).
+MOVING_MIN_B_S = 1024.0
 # What a download must have in hand beyond its ETA: a rate that wobbles, the checksum after each file.
 TOO_SLOW_MARGIN = 0.10
 # The status line's bar, in characters.
@@ -87,6 +93,12 @@ class RateWindow:
         """Seconds from the first sample to the latest (0: none yet)."""
         return self._samples[-1][0] - self._first[0] if self._first is not None and self._samples else 0.0
 
+    def since(self, at: float) -> None:
+        """Forget the samples before ``at``: the rate and the average count from the first one kept."""
+        while self._samples and self._samples[0][0] < at:
+            self._samples.popleft()
+        self._first = self._samples[0] if self._samples else None
+
 
 def _rate(a: tuple[float, int], b: tuple[float, int]) -> float | None:
     if b[0] - a[0] <= 0:
@@ -104,6 +116,16 @@ def figures(done: int, total: int | None, rate: float | None, files_done: int | 
     elif total is not None and done >= total:
         eta = 0.0
     return Progress(done, total, rate, eta, files_done)
+
+
+def judged_rate(window: RateWindow) -> float | None:
+    """The rate the deadline rule judges on: the better of the window's and the average (the module's docstring);
+    None while the window moved less than MOVING_MIN_B_S a second (no rate: silence is the stall watch's)."""
+    rate = window.rate()
+    if rate is None or rate < MOVING_MIN_B_S:
+        return None
+    average = window.average()
+    return rate if average is None else max(rate, average)
 
 
 def too_slow(progress: Progress, rate: float | None, time_left_s: float, deadline_said: str) -> str | None:

@@ -195,3 +195,55 @@ def test_a_deadline_that_passed_during_a_freeze_fires_right_after_the_thaw(sup: 
     assert len(after_thaw) < 5, f"the deadline came {len(after_thaw)} child lines after the thaw:\n" + "\n".join(
         lines[frozen - 2:deadline + 2])
 
+
+
+# ================================================================ a download's rate across a freeze
+
+DOWNLOAD = """
+    import os, sys, time
+    write_pid(sys.argv[2])
+    rate, size, began, got = 4 << 20, int(sys.argv[3]), time.monotonic(), 0
+    with open(os.path.join(sys.argv[1], "params.bin"), "wb") as fh:
+        while got < size:
+            fh.write(b"\\1" * (rate // 8))
+            fh.flush()
+            got += rate // 8
+            time.sleep(max(0.0, began + got / rate - time.monotonic()))
+    """
+
+
+@pytest.mark.parametrize("children", ["frozen-too", "running"])
+def test_a_download_is_judged_after_a_freeze_on_its_rate_not_on_the_frozen_time(sup: Runner, children: str) -> None:
+    """At the thaw the progress watch read the figures of before the freeze (its I/O thread and walker were stopped
+    too) over a time that spanned it: a download at 2 MiB/s that could make its deadline was given up 3 ms after the
+    thaw ("66.0MiB left at 788.5KiB/s: 85s, 50s left"), the supervisor frozen with its child (docker pause) or alone
+    (the child downloading all along). It now waits for readings taken after the thaw, and the frozen time is not the
+    link's; the deadline keeps counting."""
+    size = 96 << 20  # 24 s at 4 MiB/s with 45 allowed; read over the freeze, 84 MiB left at about 1.3 MiB/s
+    cache, pid_file = sup.tmp / "cache", sup.tmp / "download.pid"
+    cache.mkdir()
+    config = sup.write(f"""
+        [[phases]]
+        name = "fetch"
+        command = {py_script(sup.tmp, "download", DOWNLOAD, cache, pid_file, size)}
+        progress_path = "{cache}"
+        progress_total = {size}
+        progress_deadline_s = 45
+        progress_window_s = 2
+        """)
+    console = Console(sup, config)
+    wait_for(lambda: (cache / "params.bin").exists() and (cache / "params.bin").stat().st_size >= 12 << 20, 30)
+    frozen = [console.pid] + ([int(read(pid_file))] if children == "frozen-too" else [])
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(FROZEN_FOR_S)
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    code = console.finish(60)
+    out = console.text()
+    assert "cannot make it in time" not in out and "reason=too_slow" not in out, out[-4000:]
+    assert code == 0, out[-4000:]
+    assert " reason=exit_code exit_code=0 " in one_verdict(out, "fetch"), out[-4000:]
+    print(frozen_line(out))

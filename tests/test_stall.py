@@ -37,6 +37,7 @@ from standin_nvml import NvmlControl
 from standin_nvml import gpu as nvml_gpu
 
 from supervisor.engine.loop import EventLoop
+from supervisor.engine.tick import FreezeWatch
 from supervisor.evidence.gpu import GpuReading, GpuSample
 from supervisor.evidence.gpuwatch import Gpus
 from supervisor.evidence.iowatch import TreeIo
@@ -598,8 +599,8 @@ def test_a_progress_watch_that_raises_releases_its_walks_before_the_phase_hears(
     try:
         walks, attempt = _CountedWalks(), _BrokenAttempt()
         attempt.current = lambda: (_ for _ in ()).throw(RuntimeError("a bug in the progress watch"))  # type: ignore[method-assign]
-        ProgressWatch(spec, loop, lambda line: None, SimpleNamespace(progress=walks, io=None, first_seen=None),
-                      attempt)
+        ProgressWatch(spec, loop, lambda line: None,
+                      SimpleNamespace(progress=walks, io=None, first_seen=None, freeze=None), attempt)
         assert walks.watched == 2  # progress_path, and the bytes received
         clock.now += PROGRESS_TICK_S
         loop.run_once(max_wait=0)
@@ -625,10 +626,12 @@ class _Download:
         self.held: frozenset[tuple[int, int]] = frozenset()  # the files it holds open
         self.allocators: frozenset[str] | None = None  # the downloaders the progress watch asked the I/O thread of
         self.held_seen: Callable[[], frozenset[tuple[int, int]]] | None = None  # what the walks were told is held
+        self.read_at: float | None = None  # when its readings were taken (monotonic), where a test says
 
     def walk(self, size: int | None, done: int) -> None:
         self.seq += 2  # (the walker numbers the walks of all it watches: the received bytes' comes between)
-        self.cache = TreeMeasure("/cache", size, 1, float(self.seq), 0.0, self.seq, done, 1 if done else 0, None)
+        at = float(self.seq) if self.read_at is None else self.read_at
+        self.cache = TreeMeasure("/cache", size, 1, at, 0.0, self.seq, done, 1 if done else 0, None)
 
     # the walker's side
     def watch(self, path: str, every_s: float, held: Callable[[], frozenset[tuple[int, int]]] | None = None
@@ -647,7 +650,8 @@ class _Download:
                  ) -> SimpleNamespace:
         self.allocators = allocators
         return SimpleNamespace(follow=lambda roots: None, release=lambda: None,
-                               latest=lambda: TreeIo(self.seq if self.io_seq is None else self.io_seq, 0.0,
+                               latest=lambda: TreeIo(self.seq if self.io_seq is None else self.io_seq,
+                                                     0.0 if self.read_at is None else self.read_at,
                                                      self.written, self.written, 1, self.io_readable,
                                                      allocated=self.allocated, allocating=self.allocating,
                                                      held=self.held))
@@ -685,8 +689,9 @@ class _Watching:
         self.step = PROGRESS_TICK_S
         self.clock, self.lines, self.download = FakeClock(), [], _Download()
         self.loop = EventLoop(clock=self.clock)
+        self.freeze = FreezeWatch(self.lines.append, clock=self.clock)  # (the tick's: looked at by the watch itself)
         evidence = SimpleNamespace(progress=self.download, io=SimpleNamespace(watch=self.download.io_watch),
-                                   first_seen=None, allocators=frozenset({"aria2c"}))
+                                   first_seen=None, allocators=frozenset({"aria2c"}), freeze=self.freeze)
         self.download.walk(32 * MiB, 0)  # preallocated, nothing complete
         self.watch = ProgressWatch(spec, self.loop, self.lines.append, evidence, self.download)  # type: ignore[arg-type]
 
@@ -971,6 +976,78 @@ def test_a_download_that_never_moves_is_ended_by_its_deadline_not_by_its_chatter
         assert second == 20 and len(watching.download.slow) == 1, (second, watching.download.slow)
         assert watching.download.slow[0].startswith("the deadline (progress_deadline_s=20 from this attempt's "
                                                     "start) passed 0s ago"), watching.download.slow
+
+
+def _frozen(watching: _Watching, seconds: float, written: int) -> None:
+    """The supervisor frozen for ``seconds`` (its threads with it: the readings stay those of before), then one tick
+    at the thaw; ``written``: what the next readings say the trees wrote (the children frozen too, or not)."""
+    watching.clock.now += seconds
+    watching.loop.run_once(max_wait=0)
+    watching.download.written = written
+
+
+@pytest.mark.parametrize("children", ["frozen-too", "running"])
+def test_a_freeze_of_the_supervisor_is_no_time_of_the_link_s_and_is_judged_on_readings_after_it(children: str
+                                                                                               ) -> None:
+    # docker pause (the supervisor and its children stopped), or the supervisor alone: at the thaw the figures were
+    # those of before it (its I/O thread and walker were stopped too) and the rate was read over the frozen time: a
+    # download that made it at 2 MiB/s was given up (measured: "66.0MiB left at 788.5KiB/s: 85s, 50s left" 3 ms after
+    # the thaw). The watch waits for readings taken after the thaw, and the frozen time is not the link's.
+    with _Watching("progress_deadline_s = 60\nprogress_window_s = 5\n") as watching:
+        for second in range(1, 9):  # 1 MiB/s
+            watching.download.read_at = watching.clock.now + watching.step
+            watching.tick(second * MiB, 32 * MiB, 0)
+        running = children == "running"
+        _frozen(watching, 12.0, (8 + 13 if running else 8) * MiB)
+        assert any(line.startswith("the supervisor was frozen") for line in watching.lines), watching.lines
+        assert watching.download.slow == [], watching.download.slow
+        got = 8 + 13 if running else 8
+        for second in range(1, 30 - got):  # on at 1 MiB/s: 32 MiB at 43 s or so, of 60
+            watching.download.read_at = watching.clock.now + watching.step
+            figures = watching.tick((got + second) * MiB, 32 * MiB, 0)
+            assert watching.download.slow == [], (second, watching.download.slow)
+        assert figures["done_bytes"] == 29 * MiB, figures
+        if not running:
+            assert figures["rate_bytes_s"] == MiB, figures  # the link's: the frozen time left out
+
+
+def test_a_link_too_slow_is_given_up_at_its_window_of_the_link_s_time_across_a_freeze() -> None:
+    # The frozen time is left out of the observation window and of the rate, not only of a fast link's: 32 KiB/s
+    # frozen with its children 5 s into its window is given up 10 s of the link's time after it began, at 32 KiB/s
+    # (read over the freeze, it was judged at the first tick after the thaw, on a quarter of its rate).
+    with _Watching("progress_deadline_s = 1000\nprogress_window_s = 10\n") as watching:
+        for second in range(1, 6):
+            watching.download.read_at = watching.clock.now + watching.step
+            watching.tick(second * 32 * 1024, 32 * MiB, 0)
+        _frozen(watching, 20.0, 5 * 32 * 1024)
+        for second in range(6, 30):
+            watching.download.read_at = watching.clock.now + watching.step
+            watching.tick(second * 32 * 1024, 32 * MiB, 0)
+            if watching.download.slow:
+                break
+        assert second == 10 and len(watching.download.slow) == 1, (second, watching.download.slow)
+        assert " left at 32.0KiB/s: " in watching.download.slow[0], watching.download.slow
+
+
+def test_readings_that_do_not_come_after_a_thaw_are_not_waited_for_past_their_freshness() -> None:
+    # An I/O thread or walker that reads nothing after the thaw (blind) does not keep the watch from its deadline:
+    # it waits for readings after the thaw MOVED_FRESH_S at most, then judges on what it has, and a deadline that
+    # passed in the freeze ends the download.
+    from supervisor.evidence.progresswatch import MOVED_FRESH_S
+
+    with _Watching("progress_deadline_s = 40\nprogress_window_s = 10\n") as watching:
+        for second in range(1, 6):
+            watching.download.read_at = watching.clock.now + watching.step
+            watching.tick(second * MiB, 32 * MiB, 0)
+        assert watching.download.slow == [], "judged before its window"
+        _frozen(watching, 40.0, 5 * MiB)
+        waited = 0.0
+        while not watching.download.slow and waited < 2 * MOVED_FRESH_S:
+            watching.clock.now += watching.step
+            watching.loop.run_once(max_wait=0)
+            waited += watching.step
+        assert waited <= MOVED_FRESH_S + watching.step, (waited, watching.download.slow)
+        assert " passed " in watching.download.slow[0], watching.download.slow
 
 
 def test_a_download_that_completes_is_no_removal() -> None:

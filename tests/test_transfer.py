@@ -287,7 +287,8 @@ def _watched_fetch(tmp_path: Path) -> Iterator[tuple[FakeClock, EventLoop, Progr
                       f'progress_path = "{cache}"\n', "test.toml", {}).phases[0]
     clock, probe, fetch, lines = FakeClock(), ProgressProbe(), _Fetch(), []
     loop = EventLoop(clock=clock)
-    watch = ProgressWatch(spec, loop, lines.append, SimpleNamespace(progress=probe, io=None, first_seen=None), fetch)
+    evidence = SimpleNamespace(progress=probe, io=None, first_seen=None, freeze=None)
+    watch = ProgressWatch(spec, loop, lines.append, evidence, fetch)
     try:
         yield clock, loop, probe, watch, fetch, lines
     finally:

@@ -8,7 +8,8 @@ children's: a child frozen with it printed nothing, and one that was not has its
 in the pipe. So ``FreezeWatch.notice`` compares the clock with when the supervisor last looked
 (the tick, every TICK_S, and every stall check); a jump of more than FREEZE_MIN_S is a freeze. It
 is said, with how long, and ``thawed_at`` moves: every stall window restarts there
-(supervisor/evidence/stall.py). Deadlines (``timeout_s``) keep counting: the manager's do. A jump that
+(supervisor/evidence/stall.py), and a download's rate windows leave the frozen time out
+(supervisor/evidence/progresswatch.py). Deadlines (``timeout_s``) keep counting: the manager's do. A jump that
 the loop's own bounded wait explains (``EventLoop.holding``: a spawn whose exec hangs) is said as that:
 the supervisor did not look either, so the windows restart all the same.
 

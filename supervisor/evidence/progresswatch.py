@@ -34,7 +34,8 @@ and from when the download began to move (``_began``): the silence before its fi
 answer, aria2c retrying its connection, a retry attempt) is no rate, nor are the bytes its processes write
 meanwhile (a line of output, the spawn's own setup writes), and a window that moved less than MOVING_MIN_B_S a
 second is none either (transfer.py's ``judged_rate``). Silence is the stall watch's: a download that never
-moves is ended by it, else by the deadline once it passes.
+moves is ended by it, else by the deadline once it passes. Nor is the time the supervisor was frozen the link's
+(``_waking``: tick.py's FreezeWatch); after a thaw nothing is judged until the readings are from after it.
 The figures and the deadline rule are transfer.py's.
 
 The deadline counts from the manager's clock: its row's ``registered_at`` once a row said it (a row
@@ -62,6 +63,7 @@ from typing import Protocol
 
 from ..config import PhaseSpec
 from ..engine.loop import ErrorHandler, EventLoop
+from ..engine.tick import FreezeWatch
 from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
 from ..text import Log
 from ..text.show import fmt_bytes, span
@@ -139,6 +141,9 @@ class ProgressEvidence(Protocol):
     @property
     def allocators(self) -> frozenset[str]: ...  # the allocating downloaders' process names (iowatch.py)
 
+    @property
+    def freeze(self) -> FreezeWatch | None: ...  # the tick: a freeze of the supervisor itself (engine/tick.py)
+
 
 class DownloadingAttempt(Protocol):
     """The attempt a progress watch follows, and its phase's ear for what it finds (lifecycle/attempt.py's
@@ -162,7 +167,9 @@ class ProgressWatch:
                  attempt: DownloadingAttempt) -> None:
         probe, io = evidence.progress, evidence.io
         self._spec, self._loop, self._log, self._probe, self._first_seen = spec, loop, log, probe, evidence.first_seen
-        self._attempt = attempt
+        self._attempt, self._freeze = attempt, evidence.freeze
+        self._thaw_seen = self._freeze.thawed_at if self._freeze is not None else None
+        self._waking_until: float | None = None  # after a thaw: until when readings taken since it are waited for
         self._on_error: ErrorHandler = self._failed
         self._started = loop.clock.monotonic()
         self._window = RateWindow(min(RATE_WINDOW_S, spec.progress_window_s))
@@ -294,11 +301,46 @@ class ProgressWatch:
             self._stop()
             return
         now = self._loop.clock.monotonic()
-        if self._measure(now):
+        if not self._waking(now) and self._measure(now):
             self._say(now)
             if self._judge(now):
                 return
         self._loop.call_later(PROGRESS_TICK_S, self._tick, on_error=self._on_error)
+
+    def _waking(self, now: float) -> bool:
+        """True while the watch waits, after a freeze of the supervisor (tick.py's FreezeWatch, looked at first: its
+        own tick may come after this one), for the I/O thread and the walker to read again: they were stopped with
+        it, and their readings of before it, read over a time that spans it, were a link gone slow (a download at
+        2 MiB/s was given up 3 ms after the thaw, at 788 KiB/s). The frozen time is not the link's: the rate
+        windows, the observation window and where the download began move on by it; the deadline does not. A
+        reading that does not come (a blind thread) is waited for MOVED_FRESH_S at most: it would be stale by then."""
+        freeze = self._freeze
+        if freeze is None:
+            return False
+        freeze.notice(now)
+        if freeze.thawed_at is not None and freeze.thawed_at != self._thaw_seen:
+            self._thaw_seen = freeze.thawed_at
+            self._paused += freeze.frozen_s
+            last = self._last_tick  # (moved on with the link's clock: the freeze is no allocation either)
+            self._last_tick = (last[0] + freeze.frozen_s, last[1], last[2])
+            self._waking_until = freeze.thawed_at + MOVED_FRESH_S
+        if self._waking_until is None:
+            return False
+        if now < self._waking_until and not self._read_since(freeze.thawed_at):
+            return True
+        self._waking_until = None
+        return False
+
+    def _read_since(self, at: float | None) -> bool:
+        """Whether every reading the watch has had (the I/O thread's, the walks of progress_path and of the received
+        bytes) is one taken at ``at`` or later."""
+        if at is None:
+            return True
+        latest: list[TreeIo | TreeMeasure | None] = [self._io.latest() if self._io is not None else None]
+        if self._probe is not None:
+            paths = [NET_DEV] if self._spec.progress_path is None else [self._spec.progress_path, NET_DEV]
+            latest += [self._probe.latest(path) for path in paths]
+        return all(reading is None or reading.at >= at for reading in latest)
 
     def _measure(self, now: float) -> bool:
         """The figures from the latest evidence; False while a source watched has no first measure yet

@@ -74,17 +74,7 @@ def test_a_file_older_than_the_start_is_said_when_the_wait_runs_out(sup: Runner)
     ready = sup.tmp / "d.ready"
     ready.write_text("from before\n")
     os.utime(ready, (time.time() - 30, time.time() - 30))
-    config = sup.write(f"""
-        [[phases]]
-        name = "p"
-        command = ["true"]
-        [[phases.daemons]]
-        name = "d"
-        command = ["sleep", "100"]
-        ready = {toml_str(str(ready))}
-        ready_timeout_s = 1
-        stop_grace_s = 1
-    """)
+    config = _waiting_for(sup, ready)
     res = sup.run(config, timeout=60)
     assert res.returncode == EXIT_TIMEOUT, res.output
     v = verdict_fields(verdict_lines(res.output, "p", "d", "FAILED")[0])  # the wait's
@@ -114,17 +104,7 @@ def test_a_daemon_never_ready_fails_once_and_its_stop_says_why(sup: Runner) -> N
     """The wait's verdict is the one failure; the daemon's end, the supervisor's stop for it, says it as its cause
     (a second FAILED line said "timeout" alone, and status listed it last for the daemon)."""
     never = sup.tmp / "never"
-    config = sup.write(f"""
-        [[phases]]
-        name = "p"
-        command = ["true"]
-        [[phases.daemons]]
-        name = "d"
-        command = ["sleep", "100"]
-        ready = {toml_str(str(never))}
-        ready_timeout_s = 1
-        stop_grace_s = 1
-    """)
+    config = _waiting_for(sup, never)
     res = sup.run(config, timeout=60)
     assert res.returncode == EXIT_TIMEOUT, res.output
     failed = verdict_lines(res.output, kind="FAILED")
@@ -256,3 +236,18 @@ def test_a_probe_under_way_for_a_while_is_said_beside_the_answer_before_it() -> 
     assert len(heard) == 1 and heard[0].startswith(f"not ready after 1.5s: {check.target}: a probe has not returned "
                                                    "after "), heard
     assert "; before it: " in heard[0] and "refused" in heard[0], heard
+
+
+def _waiting_for(sup: Runner, ready: Path) -> Path:
+    """A phase whose daemon (it never writes ``ready``) waits a second for ``ready``, then stops within one."""
+    return sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = ["true"]
+        [[phases.daemons]]
+        name = "d"
+        command = ["sleep", "100"]
+        ready = {toml_str(str(ready))}
+        ready_timeout_s = 1
+        stop_grace_s = 1
+    """)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import json
 import os
 import re
 import shlex
@@ -774,3 +775,13 @@ def spoil(path: Path, kind: str, contents: dict[str, bytes]) -> None:
             f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of zeros that take no disk
     else:
         path.write_bytes(contents[kind])
+
+
+def status_now(sup: Runner) -> dict[str, Any]:
+    """``status --json`` of ``sup``'s supervisor as it runs; {} while there is none to show yet (polled)."""
+    shown = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                           capture_output=True, text=True, timeout=20)
+    try:
+        return json.loads(shown.stdout)
+    except ValueError:
+        return {}

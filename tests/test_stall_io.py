@@ -34,6 +34,7 @@ from helpers import (
     one_verdict,
     py_script,
     seconds_between,
+    status_now,
     toml_list,
     toml_str,
     wait_for,
@@ -153,7 +154,7 @@ def test_the_real_aria2c_into_a_pipe_is_not_stalled_and_its_progress_is_live(sup
         seen: list[dict[str, Any]] = []
 
         def mid_file_progress() -> bool:
-            snap = status_json(sup)
+            snap = status_now(sup)
             ph = next((p for p in snap.get("phases", []) if p.get("name") == "p"), {})
             progress = ph.get("progress") or {}
             incomplete = (cache / "f.params.aria2").exists()
@@ -206,7 +207,7 @@ def test_the_real_aria2c_zero_filling_without_fallocate_shows_no_zeros_as_progre
         seen: list[dict[str, Any]] = []
 
         def look() -> bool:
-            ph = next((p for p in status_json(sup).get("phases", []) if p.get("name") == "p"), {})
+            ph = next((p for p in status_now(sup).get("phases", []) if p.get("name") == "p"), {})
             if ph.get("state") == "running" and ph.get("progress"):
                 seen.append(ph["progress"])
             return run.proc.poll() is not None
@@ -320,15 +321,6 @@ def test_a_link_too_slow_after_a_silence_is_given_up_on_its_own_rate_at_its_wind
     took = seconds_between(first_line(out, "phase p: pending → starting"), detail)
     print(f"too_slow {took:.1f}s after the start (silent {LATE_S}s, progress_window_s=3): {detail}")
     assert LATE_S + 3 <= took < LATE_S + 3 + 15, out[-4000:]  # at its window after the data began (generous)
-
-
-def status_json(sup: Runner) -> dict[str, Any]:
-    shown = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
-                           capture_output=True, text=True, timeout=20)
-    try:
-        return json.loads(shown.stdout)
-    except ValueError:
-        return {}
 
 
 # ================================================================ no bytes moved is still a stall

@@ -11,13 +11,11 @@ First the pure rules (``StallSigns``), then the real supervisor with real daemon
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PY, Console, Runner, one_verdict, py_script, verdict_fields, wait_for
+from helpers import Console, Runner, one_verdict, py_script, status_now, verdict_fields, wait_for
 
 from supervisor.evidence.iowatch import read_io
 from supervisor.evidence.stall import IO_SIGN_MIN_BYTES, StallSigns, kept_sign
@@ -100,15 +98,6 @@ def lifecycle_config(sup: Runner, daemon: str, command: str, stall_s: float) -> 
     return config
 
 
-def status_json(sup: Runner) -> dict[str, Any]:
-    shown = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
-                           capture_output=True, text=True, timeout=20)
-    try:
-        return json.loads(shown.stdout)
-    except ValueError:
-        return {}
-
-
 def test_a_later_phase_waiting_in_silence_on_a_kept_daemon_that_works_is_not_stalled(sup: Runner) -> None:
     """The reviewer's case: phase a keeps a worker that serves jobs (1 MiB written and a line each); phase b writes a
     request and waits for the answer quietly, for more than twice its stall_s. It was failed ``stalled`` after
@@ -139,7 +128,7 @@ def test_a_later_phase_waiting_in_silence_on_a_kept_daemon_that_works_is_not_sta
     signs: list[dict[str, Any]] = []
 
     def kept_sign_shown() -> bool:
-        phases = status_json(sup).get("phases", [])
+        phases = status_now(sup).get("phases", [])
         b = next((p for p in phases if p.get("name") == "b"), {})
         stall = (b.get("timers") or {}).get("stall") or {}
         if "I/O of kept a/worker" in (stall.get("signs") or {}):

@@ -11,13 +11,14 @@ First the pure rules (``StallSigns``), then the real supervisor with real daemon
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Console, Runner, one_verdict, py_script, status_now, verdict_fields, wait_for
+from helpers import PY, Console, Runner, one_verdict, py_script, status_now, toml_list, verdict_fields, wait_for
 
-from supervisor.evidence.iowatch import read_io
+from supervisor.evidence.iowatch import IoLedger, ProcIo, read_io
 from supervisor.evidence.stall import IO_SIGN_MIN_BYTES, StallSigns, kept_sign
 from supervisor.exits import EXIT_OK, EXIT_TIMEOUT
 
@@ -33,31 +34,35 @@ def kept_watch(stall_s: float = 10.0) -> StallSigns:
     return w
 
 
-def test_a_kept_daemons_bytes_moved_less_its_output_are_a_sign_of_life() -> None:
+def test_a_kept_daemons_storage_bytes_are_a_sign_of_life() -> None:
     w = kept_watch()
-    w.saw_kept_io(moved=5 * MIB, printed=100, readable=True, at=101.0)  # the baseline: its work before the watch
+    w.saw_kept_io(stored=5 * MIB, readable=True, at=101.0)  # the baseline: its work before the watch
     assert w.ages(101.0) == {"output": 1.0, "I/O": 1.0, "I/O of kept a/worker": 1.0}
-    w.saw_kept_io(moved=6 * MIB, printed=200, readable=True, at=108.0)  # 1 MiB written: work
+    w.saw_kept_io(stored=6 * MIB, readable=True, at=108.0)  # 1 MiB written: work
     assert w.stalled(115.0) is None
     assert w.ages(115.0)["I/O of kept a/worker"] == 7.0
     assert w.stalled(118.0) == ("no output for 18.0s, no I/O for 18.0s, no I/O of kept a/worker for 10.0s "
                                 "(no GPU visible)")
 
 
-def test_a_kept_daemons_output_is_no_sign_of_life_in_lines_or_in_bytes() -> None:
-    # A chatty log: every byte it moved went into its pipe (its stdout), and the supervisor read them all.
+def test_a_kept_daemons_output_is_none_of_its_storage_bytes() -> None:
+    """A chatty log into its pipe, and on through another process of its tree (``| tee``): rchar and wchar grow
+    by each byte two or three times, read_bytes and write_bytes not at all."""
+    ledger = IoLedger(from_zero=True)
+    for n in range(1, 11):
+        printed = n * 4 * IO_SIGN_MIN_BYTES
+        ledger.add([ProcIo(10, 1, (0, printed, 0, 0)), ProcIo(11, 10, (printed, printed, 0, 0))])  # the daemon | cat
+    assert ledger.moved == 3 * 40 * IO_SIGN_MIN_BYTES and ledger.stored == 0
     w = kept_watch()
-    w.saw_kept_io(moved=1000, printed=1000, readable=True, at=101.0)
-    for at in range(102, 111):
-        printed = 1000 + (at - 101) * IO_SIGN_MIN_BYTES
-        w.saw_kept_io(moved=printed, printed=printed, readable=True, at=float(at))
+    for at in range(101, 111):
+        w.saw_kept_io(stored=ledger.stored, readable=True, at=float(at))
     assert w.stalled(110.0) == ("no output for 10.0s, no I/O for 10.0s, no I/O of kept a/worker for 10.0s "
                                 "(no GPU visible)")
 
 
 def test_a_kept_daemons_unreadable_counters_are_no_sign_and_no_silence() -> None:
     w = kept_watch()
-    w.saw_kept_io(moved=0, printed=0, readable=False, at=101.0)
+    w.saw_kept_io(stored=0, readable=False, at=101.0)
     assert "I/O of kept a/worker" not in w.ages(101.0)
 
 
@@ -146,19 +151,22 @@ def test_a_later_phase_waiting_in_silence_on_a_kept_daemon_that_works_is_not_sta
     assert signs, f"status never showed the kept daemon's I/O among phase b's signs: {out[-3000:]}"
 
 
-@pytest.mark.parametrize(("line", "every_s"), [
-    pytest.param("daemon: alive", 1.0, id="a line a second"),
+@pytest.mark.parametrize(("line", "every_s", "through"), [
+    pytest.param("daemon: alive", 1.0, "", id="a line a second"),
     # A chatty log: 80 KiB a second into its pipe, more than IO_SIGN_MIN_BYTES between two readings of the I/O.
-    pytest.param("x" * 4095, 0.05, id="80 KiB of lines a second"),
+    pytest.param("x" * 4095, 0.05, "", id="80 KiB of lines a second"),
+    # ... carried on by another process of its tree: each byte read and written again on its way.
+    pytest.param("x" * 4095, 0.05, " | cat", id="80 KiB of lines a second, through cat"),
 ])
 def test_a_kept_daemons_heartbeat_does_not_keep_a_hung_later_phase_alive(sup: Runner, line: str,
-                                                                          every_s: float) -> None:
-    daemon = py_script(sup.tmp, "beat", f"""
+                                                                          every_s: float, through: str) -> None:
+    py_script(sup.tmp, "beat", f"""
         import time
         while True:
             print({line!r}, flush=True)
             time.sleep({every_s})
         """)
+    daemon = toml_list(["sh", "-c", shlex.join([PY, str(sup.tmp / "beat.py")]) + through])
     hung = py_script(sup.tmp, "hung", "import time\ntime.sleep(600)\n")
     result = sup.run(lifecycle_config(sup, daemon, hung, stall_s=2), timeout=40, name="console")
     out = result.output

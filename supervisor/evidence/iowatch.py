@@ -74,6 +74,7 @@ REFUSALS_SAID_MAX = 4096
 # The counters read, in /proc/<pid>/io's words.
 COUNTERS = ("rchar", "wchar", "read_bytes", "write_bytes")
 _WCHAR = COUNTERS.index("wchar")
+_STORAGE = (COUNTERS.index("read_bytes"), COUNTERS.index("write_bytes"))  # what pipes and sockets never touch
 
 Counters = tuple[int, int, int, int]
 Root = tuple[int, str]  # a child's pid and its tag (TAG_ENV): its tree, as a stop finds it
@@ -110,7 +111,8 @@ class TreeIo:
     the processes of the trees whose counters were refused (another user's, without CAP_SYS_PTRACE): their
     bytes are in no total. ``allocated``: of ``written``, what the watch's allocating downloaders wrote before they
     held a file with its control file beside it; ``allocating``: how many of them are allocating now; ``held``: the
-    files they hold open now."""
+    files they hold open now. ``stored``: of ``moved``, the bytes read from or written to storage (read_bytes,
+    write_bytes), which output into a pipe or a socket's traffic never is, whoever carries it on."""
 
     seq: int
     at: float
@@ -122,6 +124,7 @@ class TreeIo:
     allocated: int = 0
     allocating: int = 0
     held: frozenset[FileId] = frozenset()
+    stored: int = 0
 
 
 class IoLedger:
@@ -137,6 +140,7 @@ class IoLedger:
         self._owed: dict[int, list[_Debt]] = {}
         self.moved = 0
         self.written = 0
+        self.stored = 0  # of ``moved``: read_bytes and write_bytes (TreeIo.stored)
         self.allocated = 0  # of ``written``: an allocating downloader's, before its control file (ProcIo.backed)
         self.allocating = 0  # the allocating downloaders allocating now
         self._backed: set[int] = set()  # the allocating downloaders that held a file with its control file
@@ -167,6 +171,7 @@ class IoLedger:
             self._pay(pid, deltas)
             self.moved += sum(deltas)
             self.written += deltas[_WCHAR]
+            self.stored += sum(deltas[i] for i in _STORAGE)
             # Judged by what it had held by the reading before (a process new to the ledger: nothing known): the
             # reading in which its control file came also holds the last of its zeros, and what it wrote before it
             # was first seen is not known to be data. At most one reading's data is taken for allocation that way,
@@ -474,7 +479,7 @@ class IoProbe:
                     ledger = watched.ledger
                     watched.latest = TreeIo(next(self._seq), now, ledger.moved, ledger.written, len(procs),
                                             ledger.readable, len(refused), ledger.allocated, ledger.allocating,
-                                            held)
+                                            held, ledger.stored)
 
     def _say_refused(self, refused: set[int]) -> None:
         """Processes whose counters are not ours to read are said, each once: their reads and writes are no sign

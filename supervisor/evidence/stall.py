@@ -5,8 +5,8 @@ kernel's I/O counters, summed over the attempt's trees by the I/O thread: iowatc
 them, not a runtime's housekeeping); a GPU whose
 utilisation is non-zero or whose memory use changed (where GPUs are visible); the watched
 ``progress_path`` written: growing, or a file under it written (a parameter download into a preallocated
-file, its mtime moving); and the bytes moved by the daemons the phases before it kept (``lifetime =
-"lifecycle"``), less what they printed. Output alone is not enough: real programs buffer
+file, its mtime moving); and the storage bytes of the daemons the phases before it kept (``lifetime =
+"lifecycle"``). Output alone is not enough: real programs buffer
 their output into a pipe (aria2c), preallocate (the file is full size at once) and work for minutes
 without a line (curio hashing its parameters, cuzk loading its SRS). Being alive is no sign, nor is
 CPU time: a process blocked in ``recv`` on a dead connection, or spinning, is stalled
@@ -15,8 +15,9 @@ CPU time: a process blocked in ``recv`` on a dead connection, or spinning, is st
 A kept daemon is often what a later phase waits on (a client of it, silent while the daemon works), so the
 bytes it moves count, and a client waiting on it is not stalled. Its output does not: a daemon's heartbeat,
 a line or a chatty log's bytes, is no work, and it would keep every later phase alive, one that hangs too (the
-missed stall, which is worse than the false one). So its bytes moved less the bytes read from its pipes are its
-sign, named apart (``I/O of kept a/worker``), with its own IO_SIGN_MIN_BYTES.
+missed stall, which is worse than the false one). So its bytes read from and written to storage (read_bytes,
+write_bytes: output into a pipe is none of them, whichever process of its tree carries it on) are its sign,
+named apart (``I/O of kept a/worker``), with its own IO_SIGN_MIN_BYTES.
 
 The decision is a small pure object fed with observations, so it is tested without waiting;
 StallMonitor feeds it from a running attempt every little while, with what was measured off the loop:
@@ -94,7 +95,7 @@ class StallSigns:
     io_unreadable: int = 0  # the processes whose counters were refused at the latest reading (iowatch.TreeIo)
     kept: str | None = None  # the kept daemons' sign (kept_sign), where the phases before kept any
     kept_visible: bool = False  # ... and their counters could be read
-    kept_work: int | None = None  # their bytes moved less printed at the latest reading (None: none yet)
+    kept_work: int | None = None  # their storage bytes at the latest reading (None: none yet)
     kept_credited: int = 0  # ... at the reading last counted as a sign (or the baseline)
     # Each sign whose silence is no measure at the latest look, and why (GPU sampling blind, the I/O thread's
     # reading old): the status view says so beside its age, as the verdict would.
@@ -135,19 +136,18 @@ class StallSigns:
             self.last_io = max(self.last_io, at)
             self.io_credited = self.io_moved
 
-    def saw_kept_io(self, moved: int, printed: int, readable: bool, at: float) -> None:
-        """The kept daemons' trees' bytes moved, as the I/O thread read them at ``at``, and what they printed (the
-        bytes read from their pipes, taken after the reading: none they wrote by then is missing). Their work is
-        the one less the other: IO_SIGN_MIN_BYTES more of it than at the last reading counted is a sign of life
-        (the first reading is the baseline; a dip, output read after the reading, is none)."""
+    def saw_kept_io(self, stored: int, readable: bool, at: float) -> None:
+        """The kept daemons' trees' bytes read from or written to storage, as the I/O thread read them at ``at``
+        (iowatch.TreeIo.stored: their output is none of it, whatever carries it into the pipe, ``| tee`` too):
+        IO_SIGN_MIN_BYTES more than at the last reading counted is a sign of life (the first reading is the
+        baseline)."""
         if not readable:
             return
         self.kept_visible = True
-        work = moved - printed
         if self.kept_work is None:
-            self.kept_work = self.kept_credited = work
+            self.kept_work = self.kept_credited = stored
             return
-        self.kept_work = max(self.kept_work, work)
+        self.kept_work = max(self.kept_work, stored)
         if self.kept_work - self.kept_credited >= IO_SIGN_MIN_BYTES:
             self.last_kept_io = max(self.last_kept_io, at)
             self.kept_credited = self.kept_work
@@ -415,17 +415,13 @@ class StallMonitor:
             self._signs.saw_io(reading.moved, reading.readable, reading.at, reading.unreadable)
 
     def _saw_kept_io(self) -> None:
-        """Feed the I/O thread's newest totals of the kept daemons' trees, less what they printed: all they wrote
-        into their pipes by the reading, as their output waiting there is read first."""
+        """Feed the I/O thread's newest storage totals of the kept daemons' trees."""
         if self._kept_io is None:
             return
         reading = self._kept_io.latest()
         if reading is not None and reading.seq != self._kept_seq:
             self._kept_seq = reading.seq
-            for child in self._kept:
-                child.drain_output()
-            printed = sum(c.output.bytes_seen for c in self._kept)
-            self._signs.saw_kept_io(reading.moved, printed, reading.readable, reading.at)
+            self._signs.saw_kept_io(reading.stored, reading.readable, reading.at)
 
     def _saw_progress(self) -> None:
         if self._probe is None or self._progress_path is None:

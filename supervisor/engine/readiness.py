@@ -154,9 +154,11 @@ class ReadinessWait:
         self._owner, self._since = owner, since
         self._check = check
         self._why_not = f"{check.describe()}: not probed yet"  # the latest probe's answer (set by the thread)
-        self._probing_since: float | None = None  # when the probe under way began (monotonic; the thread's)
+        # The probe under way: when it began (monotonic) and the timeout it was given; None between probes. Set by
+        # the thread, read by the loop at the bound: one tuple, so that the loop never pairs one probe's start with
+        # the next one's timeout.
+        self._under_way: tuple[float, float] | None = None
         self._answered = False  # a probe has answered (not ready) at least once
-        self._probe_timeout = PROBE_TIMEOUT_S  # the timeout the probe under way was given (set by the thread)
         self._timeout_s = timeout_s
         self._bound = Bounded[None](loop, timeout_s, lambda _: on_ready(), lambda: self._overdue(on_timeout))
         self._thread = threading.Thread(target=self._wait, name=f"ready:{check.describe()}", daemon=True)
@@ -173,10 +175,10 @@ class ReadinessWait:
         while not self._cancelled.is_set():
             now = time.monotonic()
             # Never past the wait's end: a probe given longer would only hold its thread after the wait is over.
-            self._probe_timeout = max(min(grown, ends - now), 0.1)
-            self._probing_since = now
-            answer = ask(self._check, self._probe_timeout, self._owner, self._since)
-            self._probing_since = None
+            given = max(min(grown, ends - now), 0.1)
+            self._under_way = (now, given)
+            answer = ask(self._check, given, self._owner, self._since)
+            self._under_way = None
             if answer.why_not is None:
                 self._bound.answer(None)
                 return
@@ -193,9 +195,10 @@ class ReadinessWait:
         under way has run for a while (half a first probe's timeout: it may never return, an answer a byte at a
         time, a hung mount) or none answered yet; then that probe, with the answer before it. A probe just begun
         is only the next try: the answer before it says why."""
-        since, given = self._probing_since, self._probe_timeout
-        if since is None:
+        under_way = self._under_way
+        if under_way is None:
             return self._why_not
+        since, given = under_way
         took = time.monotonic() - since
         # (by more than a poll: the bound's timer may fire a moment after a probe given the time left is due)
         hung = took > given + READY_POLL_S

@@ -142,6 +142,7 @@ def test_a_jump_the_loops_own_hold_explains_is_said_as_that_not_as_a_freeze(loop
                     "stall windows restart now, deadlines keep counting"]
     assert freeze.freezes == 0, "the supervisor was not frozen"
     assert freeze.thawed_at == 7.0 and freeze.frozen_s == 5.0, "it did not look meanwhile: the windows restart"
+    assert freeze.stopped_s == 0.0, "the supervisor was never stopped: its threads and children went on"
 
 
 def test_a_jump_longer_than_the_hold_is_still_a_freeze(loop: EventLoop, clock: FakeClock) -> None:
@@ -154,6 +155,7 @@ def test_a_jump_longer_than_the_hold_is_still_a_freeze(loop: EventLoop, clock: F
     clock.now += 25.0
     loop.run_once(max_wait=0)
     assert freeze.freezes == 1 and said[0].startswith("the supervisor was frozen (SIGSTOP")
+    assert freeze.frozen_s == 30.0 and freeze.stopped_s == 25.0, "of the jump, the hold's 5 s went on"
 
 
 def test_a_hold_before_the_last_look_explains_no_later_jump(loop: EventLoop, clock: FakeClock) -> None:
@@ -180,6 +182,7 @@ def test_a_pause_the_hold_noticed_is_a_freeze_within_it(loop: EventLoop, clock: 
         clock.now += 0.2
     loop.run_once(max_wait=0)
     assert freeze.freezes == 1 and said[0].startswith("the supervisor was frozen (SIGSTOP"), said
+    assert abs(freeze.stopped_s - 60.0) < 1e-6, freeze.stopped_s
 
 
 def test_several_holds_in_one_turn_explain_the_jump_together(loop: EventLoop, clock: FakeClock) -> None:

@@ -1029,6 +1029,31 @@ def test_a_link_too_slow_is_given_up_at_its_window_of_the_link_s_time_across_a_f
         assert " left at 32.0KiB/s: " in watching.download.slow[0], watching.download.slow
 
 
+def test_a_hold_of_the_loop_is_the_link_s_time_not_a_freeze() -> None:
+    # A start's exec wait holds the loop (EventLoop.holding) while the I/O thread, the walker and the download go on:
+    # those seconds are the link's. Taken for a freeze, they were left out of its time while the bytes got in them
+    # counted: 32 KiB/s read as 160 KiB/s after a 20 s hold, and a link too slow was given up late.
+    from supervisor.engine.loop import Hold
+
+    with _Watching("progress_deadline_s = 1000\nprogress_window_s = 10\n") as watching:
+        holds: list[Hold] = []
+        watching.freeze._holds = lambda: holds
+        for second in range(1, 6):
+            watching.download.read_at = watching.clock.now + watching.step
+            watching.tick(second * 32 * 1024, 32 * MiB, 0)
+        holds.append(Hold(watching.clock.now, "the start of x/y (waiting for its exec)", watching.clock.now + 20.0))
+        _frozen(watching, 20.0, 25 * 32 * 1024)  # (the link went on at 32 KiB/s meanwhile)
+        assert any(line.startswith("the supervisor's loop was held for 20.0s") for line in watching.lines), \
+            watching.lines
+        for second in range(26, 40):
+            watching.download.read_at = watching.clock.now + watching.step
+            watching.tick(second * 32 * 1024, 32 * MiB, 0)
+            if watching.download.slow:
+                break
+        assert second < 30 and len(watching.download.slow) == 1, (second, watching.download.slow)
+        assert " left at 32.0KiB/s: " in watching.download.slow[0], watching.download.slow
+
+
 def test_readings_that_do_not_come_after_a_thaw_are_not_waited_for_past_their_freshness() -> None:
     # An I/O thread or walker that reads nothing after the thaw (blind) does not keep the watch from its deadline:
     # it waits for readings after the thaw MOVED_FRESH_S at most, then judges on what it has, and a deadline that

@@ -44,6 +44,9 @@ class FreezeWatch:
         self.last_seen = clock.monotonic() if now is None else now
         self.thawed_at: float | None = None
         self.frozen_s = 0.0  # how long the last freeze was
+        # ... of it, what no hold of the loop's own explains: the supervisor itself stopped, its threads and maybe its
+        # children with it (during a hold they went on: a download's link time too, tick.py's readers know).
+        self.stopped_s = 0.0
         self.freezes = 0
 
     def notice(self, now: float | None = None) -> float | None:
@@ -55,6 +58,7 @@ class FreezeWatch:
             return None
         self.thawed_at, self.frozen_s = now, gap
         held, why = self._held_within(now - gap, now)
+        self.stopped_s = max(0.0, gap - held)
         if why and gap - held <= self._min_s:
             self._log(f"the supervisor's loop was held for {gap:.1f}s by {why}; "
                       "stall windows restart now, deadlines keep counting")

@@ -312,7 +312,8 @@ class ProgressWatch:
         own tick may come after this one), for the I/O thread and the walker to read again: they were stopped with
         it, and their readings of before it, read over a time that spans it, were a link gone slow (a download at
         2 MiB/s was given up 3 ms after the thaw, at 788 KiB/s). The frozen time is not the link's: the rate
-        windows, the observation window and where the download began move on by it; the deadline does not. A
+        windows, the observation window and where the download began move on by it; the deadline does not. A hold
+        of the loop's own (a start's exec wait) is the link's time: the threads and the children went on in it. A
         reading that does not come (a blind thread) is waited for MOVED_FRESH_S at most: it would be stale by then."""
         freeze = self._freeze
         if freeze is None:
@@ -320,9 +321,9 @@ class ProgressWatch:
         freeze.notice(now)
         if freeze.thawed_at is not None and freeze.thawed_at != self._thaw_seen:
             self._thaw_seen = freeze.thawed_at
-            self._paused += freeze.frozen_s
+            self._paused += freeze.stopped_s
             last = self._last_tick  # (moved on with the link's clock: the freeze is no allocation either)
-            self._last_tick = (last[0] + freeze.frozen_s, last[1], last[2])
+            self._last_tick = (last[0] + freeze.stopped_s, last[1], last[2])
             self._waking_until = freeze.thawed_at + MOVED_FRESH_S
         if self._waking_until is None:
             return False

@@ -487,6 +487,44 @@ def test_a_start_killed_before_its_exec_and_stuck_in_the_kernel_is_said_as_that_
     assert "Traceback" not in out, out
 
 
+_STUCK = r"; pid (\d+): SIGKILL sent, not gone yet \(stuck in the kernel\)"
+
+
+def test_a_start_stuck_before_its_exec_is_said_stuck_by_the_first_sweep_that_finds_it_only(sup: Runner) -> None:
+    """Two attempts' starts, each killed before its exec and stuck on the same held mount: each attempt's sweep
+    finds every stuck child in the phase's cgroup, the first one's too. Each is said stuck once, by the first sweep
+    that finds it: the second sweep said the first child again (it was stuck as before: no news)."""
+    with held_mount(sup.tmp / "mnt") as held:
+        config = sup.write(f"""
+            [[phases]]
+            name = "p"
+            command = {sh("echo should not run")}
+            cwd = {toml_str(str(held.path))}
+            exec_wait_s = 1
+            retries = 2
+            backoff_s = 0.3
+            backoff_factor = 100
+            """)  # (the third attempt waits 30 s: the SIGTERM comes first)
+        run = Launched(sup, config, {})
+        wait_for(lambda: len(set(re.findall(_STUCK, run.text()))) >= 2 or run.proc.poll() is not None, 30)
+        time.sleep(0.5)  # (the second attempt's sweep follows its failure's line)
+        held.release()
+        wait_for(lambda: run.text().count("is gone at last") >= 2 or run.proc.poll() is not None, 30)
+        run.proc.send_signal(signal.SIGTERM)
+        returncode = run.finish(60)
+    out = run.text()
+    assert returncode == 128 + signal.SIGTERM, out[-4000:]
+    pids = re.findall(_STUCK, out)
+    assert len(set(pids)) == 2, out[-4000:]
+    said = [line for line in out.splitlines() if "killed before its exec, still stuck in the kernel" in line]
+    assert len(said) == 2, said
+    for line, pid in zip(said, sorted(set(pids), key=pids.index), strict=True):
+        assert re.search(rf"1 process\(es\) killed before its exec, still stuck in the kernel \(a hung mount\?\): "
+                         rf"{pid} \(", line), said
+    assert "escaped" not in out and "orphan" not in out and "should not run" not in out, out[-4000:]
+    assert "Traceback" not in out, out
+
+
 def test_a_hung_exec_is_retried_by_the_phases_policy(sup: Runner) -> None:
     """A failed start is a failed attempt like any other: the phase's retries apply, and each is bounded."""
     with hung_mount(sup.tmp / "mnt") as hung:

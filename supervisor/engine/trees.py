@@ -228,34 +228,45 @@ def _shown(procs: dict[int, str]) -> str:
     return ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
 
 
-# Children that spawn.py SIGKILLed before their exec and could not reap: stuck in the kernel (a FUSE request in
-# its server's hands is waited for past SIGKILL), in their phase's cgroup, where a sweep finds them. Each is
-# forgotten as it is reaped, before its pid can be another process's.
-_stuck_before_exec: set[int] = set()
+class StuckBeforeExec:
+    """Children that spawn.py SIGKILLed before their exec and could not reap: stuck in the kernel (a FUSE request in
+    its server's hands is waited for past SIGKILL), in their phase's cgroup, where every later sweep finds them. One
+    run's (its ChildKit's, never the process's: a test's supervisor starts with none). Each is forgotten as it is
+    reaped, before its pid can be another process's; the first sweep that finds one says it, a later one has no news
+    (it is stuck as before, and its reap says when it goes)."""
+
+    def __init__(self) -> None:
+        self._said: dict[int, bool] = {}  # pid → a sweep said it
+
+    def add(self, pid: int) -> None:
+        """``pid``, a child SIGKILLed before its exec, outlived the kill: a sweep says it as that, never as an
+        escapee."""
+        self._said[pid] = False
+
+    def reaped(self, pid: int) -> None:
+        """``pid``, a child SIGKILLed before its exec and stuck since, is reaped at last."""
+        self._said.pop(pid, None)
+
+    def among(self, pids: list[int], log: Log) -> list[int]:
+        """Those of ``pids`` stuck; those no sweep said yet are said."""
+        stuck = [pid for pid in pids if pid in self._said]
+        unsaid = {pid: _name_of(pid) for pid in stuck if not self._said[pid]}
+        if unsaid:
+            log(f"{len(unsaid)} process(es) killed before its exec, still stuck in the kernel (a hung mount?): "
+                f"{_shown(unsaid)}")
+            self._said.update(dict.fromkeys(unsaid, True))
+        return stuck
 
 
-def stuck_before_exec(pid: int) -> None:
-    """``pid``, a child SIGKILLed before its exec, outlived the kill: a sweep says it as that, never as an escapee."""
-    _stuck_before_exec.add(pid)
-
-
-def reaped_after_stuck(pid: int) -> None:
-    """``pid``, a child SIGKILLed before its exec and stuck since, is reaped at last."""
-    _stuck_before_exec.discard(pid)
-
-
-def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
+def kill_pids(pids: list[int], log: Log, why: str, stuck: StuckBeforeExec | None = None) -> list[int]:
     """SIGKILL each of ``pids`` (found some way the process tree could not be: a cgroup); say which and why.
-    Returns them, less those gone meanwhile. A child killed before its exec and stuck since is no escapee, and
-    another SIGKILL would change nothing: it is said as that, and returned too (it was dealt with)."""
-    stuck = {pid: _name_of(pid) for pid in pids if pid in _stuck_before_exec}
-    if stuck:
-        log(f"{len(stuck)} process(es) killed before its exec, still stuck in the kernel (a hung mount?): "
-            f"{_shown(stuck)}")
+    Returns them, less those gone meanwhile. A child killed before its exec and stuck since (of ``stuck``) is no
+    escapee, and another SIGKILL would change nothing: it is said as that, and returned too (it was dealt with)."""
+    held = stuck.among(pids, log) if stuck is not None else []
     killed: list[int] = []
     named: list[str] = []
     for pid in pids:
-        if pid in stuck:
+        if pid in held:
             continue
         name = _name_of(pid)  # before the kill: a dead process has no name to read
         try:
@@ -266,7 +277,7 @@ def kill_pids(pids: list[int], log: Log, why: str) -> list[int]:
         named.append(name)
     if killed:
         log(f"killed {len(killed)} process(es) {why}: {_shown(dict(zip(killed, named, strict=True)))}")
-    return [*stuck, *killed]
+    return [*held, *killed]
 
 
 def kill_cgroup(cgroup: Path, pids_in: Callable[[], list[int] | None], log: Log, why: str,

@@ -15,9 +15,7 @@ from ..engine.loop import ErrorHandler, contained
 from ..engine.process import Child
 from ..engine.reaping import ExitStatus
 from ..engine.spawn import SpawnError, child_setup, spawn
-from ..engine.trees import reaped_after_stuck, stuck_before_exec
 from ..state.files import child_log_name
-from ..text import Log
 from ..text.show import logged
 from .runtime import ChildKit
 
@@ -68,8 +66,8 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
     except SpawnError as exc:
         output.file.close()
         if exc.stuck is not None:  # (killed before its exec, it did not go: its sweep and its end say it as that)
-            stuck_before_exec(exc.stuck)
-            kit.reaper.watch(exc.stuck, partial(_gone_at_last, kit.log, spec.label), spec.label)
+            kit.stuck.add(exc.stuck)
+            kit.reaper.watch(exc.stuck, partial(_gone_at_last, kit, spec.label), spec.label)
         raise
     child.placement = placement
     kit.reaper.watch(child.pid, ctx.guarded(f"the exit of {spec.label}", partial(on_exit, child)), spec.label,
@@ -81,10 +79,10 @@ def start_child(kit: ChildKit, spec: ChildSpec, ctx: ChildContext, reader: Reade
     return child
 
 
-def _gone_at_last(log: Log, label: str, pid: int, status: ExitStatus) -> None:
+def _gone_at_last(kit: ChildKit, label: str, pid: int, status: ExitStatus) -> None:
     """A child SIGKILLed before its exec, stuck in the kernel since, is reaped: no orphan, and no escapee now."""
-    reaped_after_stuck(pid)
-    log(f"{label}: pid {pid}, killed before its exec, is gone at last ({status.describe()})")
+    kit.stuck.reaped(pid)
+    kit.log(f"{label}: pid {pid}, killed before its exec, is gone at last ({status.describe()})")
 
 
 def log_path(log_dir: Path, spec: ChildSpec) -> Path:

@@ -261,7 +261,7 @@ class Phase:
         self.spec = spec
         self.name = spec.name  # (read on every path: an attribute, not a call)
         self._loop, self._log, self._clock = rt.loop, rt.log, rt.loop.clock
-        self._reaper = rt.spawning.reaper
+        self._reaper, self._stuck = rt.spawning.reaper, rt.spawning.stuck
         self._evidence, self._verdicts, self._started = rt.evidence, rt.verdicts, rt.started
         self._state_dir = rt.state_dir
         self._resume_needs = PhaseSurroundings(rt.loop, rt.log, rt.rerun, rt.evidence)
@@ -672,7 +672,8 @@ class Phase:
         if leftover:  # (less a tree whose stop gave up past SIGKILL: said as that, never as escaped and killed)
             outlived = {proc.pid for child in attempt.children for proc in child.tree()}  # (a reaped leader's too)
             kill_pids([pid for pid in leftover if pid not in outlived], self._log,
-                      f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)")
+                      f"still in phase {self.name}'s cgroup after its children stopped (escaped the process tree)",
+                      self._stuck)
 
     # ------------------------------------------------------------ the supervisor's own bugs
 

@@ -27,6 +27,7 @@ from ..engine.loop import EventLoop
 from ..engine.process import StartOrder
 from ..engine.reaping import Reaper
 from ..engine.tick import FreezeWatch
+from ..engine.trees import StuckBeforeExec
 from ..evidence.cgroups import mem_total
 from ..evidence.gpuwatch import Gpus
 from ..evidence.iowatch import IoProbe
@@ -60,6 +61,8 @@ class ChildKit:
     memory: MemoryEvidence | None = None  # the phase cgroups a child is placed in
     redactor: Redactor | None = None
     ship_lines: Callable[[str, str, list[bytes]], None] | None = None  # (source, label, lines) to the manager
+    # Children killed before their exec that did not go: the phases' sweeps say them as that, not as escapees.
+    stuck: StuckBeforeExec = field(default_factory=StuckBeforeExec)
 
     @property
     def clock(self) -> Clock:

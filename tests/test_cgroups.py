@@ -48,7 +48,7 @@ from helpers import (
 
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.reaping import ExitStatus
-from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV
+from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV, own_pid_namespace, tag_for
 from supervisor.evidence.cgroups import (
     INIT_PID_NAMESPACE,
     SUBTREE_MAX,
@@ -1043,6 +1043,28 @@ def test_two_supervisors_as_pid_1_in_one_cgroup_never_share_a_phase_cgroup(tmp_p
         finally:
             first.cleanup()
             second.cleanup()
+
+
+def test_a_pid_namespace_that_cannot_be_read_is_one_unknown_namespace_for_tags_and_cgroup_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where /proc/self/ns/pid cannot be read, the tags and the phase cgroups' names say one namespace, and never
+    the host's: the cgroups said the host's (INIT_PID_NAMESPACE), the tags an unknown one (0)."""
+    real_stat = os.stat
+
+    def stat(path: str | os.PathLike[str], *args: object, **kwargs: object) -> os.stat_result:
+        if str(path).endswith("/ns/pid"):
+            raise PermissionError(13, "not readable", str(path))
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    own_pid_namespace.cache_clear()
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(os, "stat", stat)
+            tagged = int(tag_for(3).split(".")[1])
+            named = phase_cgroup_owner(phase_cgroup_name("bench", 12))
+    finally:
+        own_pid_namespace.cache_clear()  # (the next reader reads the real one)
+    assert named == (12, tagged) and tagged != INIT_PID_NAMESPACE, (named, tagged)
 
 
 def test_a_phase_cgroups_name_says_its_owner_and_its_pid_namespace() -> None:

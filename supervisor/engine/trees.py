@@ -44,7 +44,8 @@ from ..text.units import is_ascii_digits
 # In every child's environment: "<supervisor pid>.<its PID namespace>.<sequence>" (tag_for), inherited by whatever it
 # starts. The pid means something only in that namespace: a container's supervisor is pid 1 of its own, and its
 # children seen from the host carry "1.": the namespace says whose pid 1. A supervisor before it wrote
-# "<pid>.<sequence>", which is read as a pid of the namespace its process runs in.
+# "<pid>.<sequence>", which is read as a pid of the namespace its process runs in; that needs its process's namespace
+# read (it may not be ours to read), so a tag always says its own, the host's too (unlike a phase cgroup's name).
 TAG_ENV = "PROVER_SUPERVISOR_TAG"
 # In every child's environment: the state_dir of the supervisor that started it.
 STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
@@ -172,8 +173,10 @@ def tag_owner_here(tag: str, pid: int) -> int | None:
 
 @functools.cache
 def own_pid_namespace() -> int:
-    """The inode of this process's PID namespace (it never changes); 0 where it cannot be read (an old kernel:
-    then every tag of this machine says 0)."""
+    """The inode of this process's PID namespace (it never changes), for the tags and the phase cgroups' names
+    alike; 0 where it cannot be read (an old kernel, a /proc not mounted): a namespace unknown, never taken for
+    another's, the host's above all (a container's supervisor that said the host's would have its pid 1 judged as
+    the host's, its children as a dead supervisor's)."""
     return pid_namespace_of("self") or 0
 
 

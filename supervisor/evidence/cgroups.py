@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..engine.trees import own_pid_namespace
 from ..text.show import fmt_bytes, shown
 from ..text.units import is_ascii_digits
 
@@ -629,18 +630,12 @@ def _v1_oom_eventfd(path: Path) -> int:
     return efd
 
 
-def pid_namespace() -> int:
-    """The inode of this process's PID namespace (INIT_PID_NAMESPACE where it cannot be read: an old kernel)."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return INIT_PID_NAMESPACE
-
-
 def phase_cgroup_name(phase: str, pid: int | None = None) -> str:
     """The cgroup for ``phase`` of this supervisor (of the supervisor ``pid``, in our PID namespace):
-    ``prover-<pid>-<phase>``, ``prover-<pid>.<ns>-<phase>`` outside the host's PID namespace."""
-    ns, pid = pid_namespace(), os.getpid() if pid is None else pid
+    ``prover-<pid>-<phase>``, ``prover-<pid>.<ns>-<phase>`` outside the host's PID namespace (``.0``: one that
+    cannot be read, never taken for the host's). The host's names carry no namespace: they are those supervisors
+    made before names had one, on disk and in ledgers, and are read back as they always were."""
+    ns, pid = own_pid_namespace(), os.getpid() if pid is None else pid
     owner = f"{pid}" if ns == INIT_PID_NAMESPACE else f"{pid}.{ns}"
     return f"{PHASE_CGROUP_PREFIX}{owner}-{phase}"
 

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from ..engine.loop import EventLoop, Timer
 from ..engine.offloop import NoThread, Overdue, answer_within
+from ..engine.trees import own_pid_namespace
 from ..state.files import read_regular_file, write_atomically
 from ..text import Log
 from ..text.show import fmt_bytes
@@ -48,7 +49,6 @@ from .cgroups import (
     mem_used,
     phase_cgroup_name,
     phase_cgroup_owner,
-    pid_namespace,
 )
 
 OOM_POLL_S = 0.25
@@ -278,7 +278,7 @@ class MemoryEvidence:
         parent (a SIGKILLed supervisor of another state_dir never comes back for its own). Only empty
         ones: rmdir refuses a cgroup that holds a process, so another supervisor's work is never touched. Only
         those of our PID namespace: a pid of another one says nothing here."""
-        inherited, here = {str(cg.path) for cg in inherited_cgroups}, pid_namespace()
+        inherited, here = {str(cg.path) for cg in inherited_cgroups}, own_pid_namespace()
         for entry in parent.path.glob(f"{PHASE_CGROUP_PREFIX}*-*"):  # (is_phase_cgroup's names)
             pid, ns = phase_cgroup_owner(entry.name)
             if str(entry) in inherited or pid in (0, os.getpid()) or ns != here:

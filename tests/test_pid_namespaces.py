@@ -22,7 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from helpers import PY, REPO, Runner, clean_env, kill_tree, needs_unshare, read, sh, toml_str, wait_for
+from helpers import (
+    PY,
+    REPO,
+    Runner,
+    clean_env,
+    kill_tree,
+    needs_unshare,
+    read,
+    sh,
+    supervisor_pid,
+    toml_str,
+    wait_for,
+)
 
 from supervisor.engine.trees import STATE_DIR_ENV, TAG_ENV, kill_survivors_of_dead_supervisors, left_alive_by
 from supervisor.status.file import RUNTIME_DIR_ENV, unpoint
@@ -181,6 +193,38 @@ def test_a_bare_status_finds_the_supervisor_that_is_pid_1_of_another_namespace(s
     assert proc.returncode == 143
     rc, text = status_cli(env=runtime)
     assert rc == 3 and "no prover-supervisor is running" in text, text
+
+
+@needs_unshare
+def test_a_container_supervisor_that_does_not_answer_is_not_gone_by_the_hosts_process_table(sup: Runner) -> None:
+    """Its status.json says pid 1, which is no pid here: the host's pid 1 is no supervisor, and none of what it
+    started carries a tag of this namespace. Frozen (SIGSTOP), it answers nothing, and is alive all the same: it is
+    of another PID namespace, not answering, never gone."""
+    config = sup.write(f"""
+        [[phases]]
+        name = "p"
+        kind = "service"
+        command = {sh("exec sleep 1000")}
+        """)
+    proc, console = sup.start_to_file(config, pid1=True)
+    asked = ("--json", "--state-dir", str(sup.state_dir))
+    wait_for(lambda: status_cli(*asked, env={})[0] == 0, 30)
+    saved = sup.state_dir / "status.json"
+    wait_for(lambda: saved.exists() and json.loads(saved.read_text()).get("pid_ns") is not None, 30)
+    inside = supervisor_pid(proc, pid1=True)
+    assert json.loads(saved.read_text())["pid_ns"] == os.stat(f"/proc/{inside}/ns/pid").st_ino
+    os.kill(inside, signal.SIGSTOP)
+    try:
+        rc, out = status_cli(*asked, env={})
+        _, text = status_cli("--state-dir", str(sup.state_dir), env={})
+    finally:
+        os.kill(inside, signal.SIGCONT)
+    assert rc == 3, out
+    snap = json.loads(out)
+    assert snap["supervisor"] == "not answering" and snap["live"] is False and snap["pid"] == 1, out
+    assert "GONE" not in text and "pid 1 of another PID namespace, not answering" in text, text
+    stop(proc)
+    assert proc.returncode == 143, read(console)
 
 
 def status_cli(*args: str, env: dict[str, str]) -> tuple[int, str]:

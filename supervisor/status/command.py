@@ -5,8 +5,10 @@ says how it ended: a lifecycle that reached ``stopped`` was ended by its supervi
 in any other state by a pid that is no longer a live prover-supervisor was ended from outside (``kill -9``,
 the OOM killer): the supervisor is **gone**, and what it started may still run. Those are found by the
 tag each child carries (trees.left_alive_by), never by the pid alone, so a reused pid is not named.
-A writer that is alive but does not answer is said as such. The answer's ``supervisor`` key is one of
-``running``, ``exited``, ``gone``, ``not answering``; ``survivors`` lists what a gone one left alive.
+A writer that is alive but does not answer is said as such, and so is one of another PID namespace (a container's
+pid 1, seen from the host): its pid and its children's tags say nothing here, only its socket could have. The
+answer's ``supervisor`` key is one of ``running``, ``exited``, ``gone``, ``not answering``; ``survivors`` lists
+what a gone one left alive.
 status.json is written once per transition batch, not per output line: a child's output since then is read
 from its log file (masked as it was written; its time and last lines), so a supervisor SIGKILLed minutes
 into a quiet phase does not show a child that printed every second as one that never printed.
@@ -26,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..engine.logs import LineSplitter
-from ..engine.trees import is_live_supervisor, left_alive_by
+from ..engine.trees import is_live_supervisor, left_alive_by, own_pid_namespace
 from ..exits import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK
 from ..state import files as state_files
 from ..text.stdio import STDOUT, lost, say
@@ -110,6 +112,10 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
     exited = state == "stopped" and snap.exiting is None
     if pid is None or pid <= 0:
         return Fate(EXITED if exited else GONE)
+    if snap.pid_ns is not None and snap.pid_ns != own_pid_namespace():
+        # (a container's pid 1 is no pid here, nor are its children's tags of this namespace: this process table
+        # says nothing of it, and its socket did not answer)
+        return Fate(EXITED if exited else NOT_ANSWERING, elsewhere=True)
     if is_live_supervisor(pid):
         return Fate(EXITED if exited else NOT_ANSWERING)
     survivors = tuple(Survivor.from_json(s) for s in left_alive_by(pid, state_dir))

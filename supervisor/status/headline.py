@@ -50,7 +50,9 @@ def headline(snap: Snapshot, live: bool, now: float) -> str:
         return (f"GONE: supervisor pid {snap.pid} is not running and did not stop (last state written "
                 f"{since(snap.written_at, now)}); {alive} process(es) it started still alive")
     if fate is not None and fate.supervisor == NOT_ANSWERING:
-        return (f"NOT ANSWERING: supervisor pid {snap.pid} is alive but its status socket does not answer; "
+        lives = "of another PID namespace, not answering (whether it lives cannot be told from here):" \
+            if fate.elsewhere else "is alive but"
+        return (f"NOT ANSWERING: supervisor pid {snap.pid} {lives} its status socket does not answer; "
                 f"last state written {since(snap.written_at, now)}")
     ending = _ending(life.state, status)
     if snap.exiting is not None and live:  # (a saved one: the exit it was waiting for is over)

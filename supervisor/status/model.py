@@ -597,11 +597,15 @@ class Fate(_Record):
     supervisor: str | None = None
     gone_since: float | None = None  # written for a gone one only
     survivors: tuple[Survivor, ...] = ()
+    # Its pid is of another PID namespace than the reader's: whether it lives cannot be told here (written if so).
+    elsewhere: bool = False
 
     def to_json(self) -> dict[str, Any]:
         written = super().to_json()
         if self.supervisor != GONE:
             del written["gone_since"]
+        if not self.elsewhere:
+            del written["elsewhere"]
         return written
 
 
@@ -614,6 +618,9 @@ class Snapshot(_Record):
 
     version: int | None = None
     pid: int | None = None  # the supervisor's
+    # The PID namespace ``pid`` is of (a container's supervisor is pid 1 of its own); None: a supervisor before it was
+    # written, whose pid is taken for one of the reader's namespace.
+    pid_ns: int | None = None
     role: str | None = None
     started_at: float | None = None
     written_at: float | None = None

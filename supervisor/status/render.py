@@ -87,7 +87,8 @@ def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
         out.append(f"prover-supervisor pid {snap.pid} as {snap.role}, up {_up(snap.started_at, now)} "
                    f"(config: {snap.config})")
     elif hung:
-        out.append(f"prover-supervisor pid {snap.pid} is alive but not answering; last state written "
+        alive = "of another PID namespace," if snap.fate is not None and snap.fate.elsewhere else "is alive but"
+        out.append(f"prover-supervisor pid {snap.pid} {alive} not answering; last state written "
                    f"{since(snap.written_at, now)}")
     else:
         out.append(f"no prover-supervisor is running; last state written {since(snap.written_at, now)} "

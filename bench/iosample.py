@@ -1,13 +1,15 @@
 """What the I/O thread costs (issue 21): reading /proc/<pid>/io for a tree of 200 processes once a second.
 
-    python bench/iosample.py [--procs 200] [--seconds 30]
+    python bench/iosample.py [--procs 200] [--seconds 30] [--allocators aria2c]
 
 Starts a tree of real processes (one shell that starts ``--procs`` - 1 ``sleep`` children, all carrying one
 tag, as a phase's child does), has ``IoProbe`` read it every IO_SAMPLE_S for ``--seconds``, and measures the
 CPU the whole benchmark process used meanwhile (its main thread only sleeps: the rest is the I/O thread) as a
 percentage of one core, and the time a full reading of the tree takes (the whole ProcessTable scan, done every
 TREE_REFRESH_S, + every
-``/proc/<pid>/io``). Prints one JSON line; docs/benchmarks.md keeps the figures.
+``/proc/<pid>/io``). ``--allocators``: the watch names allocating downloaders, as a download phase's does (the
+prover registers aria2c): the whole table is read at every reading then, not every TREE_REFRESH_S, and each
+member's name (and an allocator's open files). Prints one JSON line; docs/benchmarks.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--procs", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--allocators", action="append", default=[])
     args = parser.parse_args()
     script = f"for i in $(seq {args.procs - 1}); do sleep 600 & done; wait"
     tree = subprocess.Popen(["sh", "-c", script], env={**os.environ, TAG_ENV: TAG}, start_new_session=True)
@@ -50,7 +53,7 @@ def main() -> int:
                 raise SystemExit("the tree did not come up")
             time.sleep(0.1)
         probe = IoProbe()
-        watch = probe.watch(IO_SAMPLE_S)
+        watch = probe.watch(IO_SAMPLE_S, allocators=frozenset(args.allocators))
         watch.follow([(tree.pid, TAG)])
         time.sleep(1.5)  # the first reading (the tags of 200 new processes are read once)
         before_cpu, before = cpu_s(), time.monotonic()
@@ -72,6 +75,7 @@ def main() -> int:
         timings.sort()
         print(json.dumps({
             "procs": last.procs if last is not None else None,
+            "allocators": sorted(args.allocators),
             "seconds": round(wall, 1),
             "rounds": rounds,
             "cpu_percent_of_one_core": round(100 * used / wall, 3),

@@ -785,3 +785,25 @@ def status_now(sup: Runner) -> dict[str, Any]:
         return json.loads(shown.stdout)
     except ValueError:
         return {}
+
+
+# A download's stand-in, as the stall and freeze tests need it: writes ``size`` bytes into <dir>/params.bin at
+# ``rate`` bytes a second, in eighths of a second, paced against its own start; ``late`` seconds of silence first
+# (a slow first byte), after ``line`` on stdout if one is given. Its argv: dir, rate, size, late[, line]; its pid in
+# the file $PACED_PID names, if set.
+PACED_WRITER = """
+    import os, sys, time
+    if os.environ.get("PACED_PID"):
+        write_pid(os.environ["PACED_PID"])
+    rate, size, late = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    if sys.argv[5:]:
+        print(sys.argv[5], flush=True)
+    time.sleep(late)
+    began, got = time.monotonic(), 0
+    with open(os.path.join(sys.argv[1], "params.bin"), "wb") as fh:
+        while got < size:
+            fh.write(b"\\1" * (rate // 8))
+            fh.flush()
+            got += rate // 8
+            time.sleep(max(0.0, began + got / rate - time.monotonic()))
+    """

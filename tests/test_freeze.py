@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    PACED_WRITER,
     REPO,
     Console,
     Runner,
@@ -29,6 +30,7 @@ from helpers import (
     py_script,
     read,
     remove_cgroup,
+    toml_str,
     wait_for,
 )
 
@@ -196,20 +198,7 @@ def test_a_deadline_that_passed_during_a_freeze_fires_right_after_the_thaw(sup: 
         lines[frozen - 2:deadline + 2])
 
 
-
 # ================================================================ a download's rate across a freeze
-
-DOWNLOAD = """
-    import os, sys, time
-    write_pid(sys.argv[2])
-    rate, size, began, got = 4 << 20, int(sys.argv[3]), time.monotonic(), 0
-    with open(os.path.join(sys.argv[1], "params.bin"), "wb") as fh:
-        while got < size:
-            fh.write(b"\\1" * (rate // 8))
-            fh.flush()
-            got += rate // 8
-            time.sleep(max(0.0, began + got / rate - time.monotonic()))
-    """
 
 
 @pytest.mark.parametrize("children", ["frozen-too", "running"])
@@ -225,7 +214,8 @@ def test_a_download_is_judged_after_a_freeze_on_its_rate_not_on_the_frozen_time(
     config = sup.write(f"""
         [[phases]]
         name = "fetch"
-        command = {py_script(sup.tmp, "download", DOWNLOAD, cache, pid_file, size)}
+        command = {py_script(sup.tmp, "download", PACED_WRITER, cache, 4 << 20, size, 0)}
+        env = {{ PACED_PID = {toml_str(str(pid_file))} }}
         progress_path = "{cache}"
         progress_total = {size}
         progress_deadline_s = 45

@@ -457,15 +457,7 @@ def test_a_start_killed_before_its_exec_and_stuck_in_the_kernel_is_said_as_that_
     stays (state D, SIGKILL pending) in the phase's cgroup. It was said as "killed" by the start's failure, as an
     escapee of the process tree by the phase's sweep (and killed again), and as an orphan when it went at last."""
     with held_mount(sup.tmp / "mnt") as held:
-        config = sup.write(f"""
-            [[phases]]
-            name = "p"
-            command = {sh("echo should not run")}
-            cwd = {toml_str(str(held.path))}
-            exec_wait_s = 1
-            retries = 1
-            backoff_s = 30
-            """)
+        config = _stuck_on(sup, held.path, "retries = 1\nbackoff_s = 30")
         run = Launched(sup, config, {})
         run.wait_text("still stuck in the kernel")
         shown = status_text(sup, {})
@@ -490,21 +482,24 @@ def test_a_start_killed_before_its_exec_and_stuck_in_the_kernel_is_said_as_that_
 _STUCK = r"; pid (\d+): SIGKILL sent, not gone yet \(stuck in the kernel\)"
 
 
+def _stuck_on(sup: Runner, held: Path, retrying: str) -> Path:
+    """A phase whose working directory is on ``held`` (a held mount: its chdir never returns), with ``retrying``."""
+    return sup.write(f"""
+        [[phases]]
+        name = "p"
+        command = {sh("echo should not run")}
+        cwd = {toml_str(str(held))}
+        exec_wait_s = 1
+        """ + retrying)
+
+
 def test_a_start_stuck_before_its_exec_is_said_stuck_by_the_first_sweep_that_finds_it_only(sup: Runner) -> None:
     """Two attempts' starts, each killed before its exec and stuck on the same held mount: each attempt's sweep
     finds every stuck child in the phase's cgroup, the first one's too. Each is said stuck once, by the first sweep
     that finds it: the second sweep said the first child again (it was stuck as before: no news)."""
     with held_mount(sup.tmp / "mnt") as held:
-        config = sup.write(f"""
-            [[phases]]
-            name = "p"
-            command = {sh("echo should not run")}
-            cwd = {toml_str(str(held.path))}
-            exec_wait_s = 1
-            retries = 2
-            backoff_s = 0.3
-            backoff_factor = 100
-            """)  # (the third attempt waits 30 s: the SIGTERM comes first)
+        # (the third attempt waits 30 s: the SIGTERM comes first)
+        config = _stuck_on(sup, held.path, "retries = 2\nbackoff_s = 0.3\nbackoff_factor = 100")
         run = Launched(sup, config, {})
         wait_for(lambda: len(set(re.findall(_STUCK, run.text()))) >= 2 or run.proc.poll() is not None, 30)
         time.sleep(0.5)  # (the second attempt's sweep follows its failure's line)

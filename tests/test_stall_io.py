@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from helpers import (
+    PACED_WRITER,
     PY,
     REPO,
     Console,
@@ -257,22 +258,6 @@ class _Late(http.server.BaseHTTPRequestHandler):
         pass
 
 
-LATE_WRITER = """
-    import os, sys, time
-    late, rate, size = float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    if sys.argv[5:]:
-        print(sys.argv[5], flush=True)
-    time.sleep(late)
-    began, got = time.monotonic(), 0
-    with open(os.path.join(sys.argv[1], "params.bin"), "wb") as fh:
-        while got < size:
-            fh.write(b"\\1" * (rate // 8))
-            fh.flush()
-            got += rate // 8
-            time.sleep(max(0.0, began + got / rate - time.monotonic()))
-    """
-
-
 def late_phase(sup: Runner, command: str, size: int, deadline_s: int) -> Path:
     cache = sup.tmp / "cache"
     return sup.write(phase(command, 30, f"progress_path = {toml_str(str(cache))}\nprogress_total = {size}\n"
@@ -295,7 +280,7 @@ def test_a_download_whose_data_comes_late_is_judged_on_its_data_not_its_silence(
             result = sup.run(late_phase(sup, toml_list(argv), LATE_SIZE, 60), timeout=60)
     else:
         line = ["fetching params.bin"] if downloader == "one-line" else []
-        writer = py_script(sup.tmp, "late", LATE_WRITER, cache, LATE_S, LATE_RATE, LATE_SIZE, *line)
+        writer = py_script(sup.tmp, "late", PACED_WRITER, cache, LATE_RATE, LATE_SIZE, LATE_S, *line)
         result = sup.run(late_phase(sup, writer, LATE_SIZE, 60), timeout=60)
     out = result.output
     assert result.returncode == 0, out[-4000:]
@@ -309,7 +294,7 @@ def test_a_link_too_slow_after_a_silence_is_given_up_on_its_own_rate_at_its_wind
     make is given up one window after it began, at its own rate (not at the silence's, and not at the deadline)."""
     cache = sup.tmp / "cache"
     cache.mkdir()
-    writer = py_script(sup.tmp, "late", LATE_WRITER, cache, LATE_S, 8 << 10, LATE_SIZE)
+    writer = py_script(sup.tmp, "late", PACED_WRITER, cache, 8 << 10, LATE_SIZE, LATE_S)
     result = sup.run(late_phase(sup, writer, LATE_SIZE, 300), timeout=60)
     out = result.output
     assert result.returncode == EXIT_TIMEOUT, out[-4000:]

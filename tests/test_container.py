@@ -118,9 +118,10 @@ def run(*args: str, timeout: float = 180) -> tuple[int, str, float]:
         args = ("run", "--network", "none", *args[1:])
     started = time.monotonic()
     # podman's conmon writes an ``oom`` marker into its working directory when a container is
-    # OOM-killed: run it from a scratch directory, never from the repository.
-    proc = subprocess.run(["podman", *args], env=images.podman_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=tempfile.gettempdir())
+    # OOM-killed: run it from a scratch directory of its own, removed after it (/tmp itself kept the marker).
+    with tempfile.TemporaryDirectory(prefix="podman-cwd-", ignore_cleanup_errors=True) as scratch:
+        proc = subprocess.run(["podman", *args], env=images.podman_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=scratch)
     return proc.returncode, proc.stdout, time.monotonic() - started
 
 

@@ -180,6 +180,12 @@ def own_pid_namespace() -> int:
     return pid_namespace_of("self") or 0
 
 
+def of_another_pid_namespace(ns: object) -> bool:
+    """Whether ``ns``, a PID namespace a supervisor recorded (its pointer's, its status.json's), is another than
+    ours: its pids say nothing of this process table. One not recorded (an older supervisor's) is taken for ours."""
+    return isinstance(ns, int) and not isinstance(ns, bool) and ns != own_pid_namespace()
+
+
 def pid_namespace_of(pid: int | str) -> int | None:
     """The inode of the PID namespace of the process ``pid``; None where it cannot be read (gone, not ours)."""
     try:

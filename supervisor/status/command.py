@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..engine.logs import LineSplitter
-from ..engine.trees import is_live_supervisor, left_alive_by, own_pid_namespace
+from ..engine.trees import is_live_supervisor, left_alive_by, of_another_pid_namespace
 from ..exits import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK
 from ..state import files as state_files
 from ..text.stdio import STDOUT, lost, say
@@ -112,7 +112,7 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
     exited = state == "stopped" and snap.exiting is None
     if pid is None or pid <= 0:
         return Fate(EXITED if exited else GONE)
-    if snap.pid_ns is not None and snap.pid_ns != own_pid_namespace():
+    if of_another_pid_namespace(snap.pid_ns):
         # (a container's pid 1 is no pid here, nor are its children's tags of this namespace: this process table
         # says nothing of it, and its socket did not answer)
         return Fate(EXITED if exited else NOT_ANSWERING, elsewhere=True)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.loop import EventLoop, Timer
-from ..engine.trees import is_live_supervisor, own_pid_namespace
+from ..engine.trees import is_live_supervisor, of_another_pid_namespace, own_pid_namespace
 from ..lifecycle.states import FINAL_STATES
 from ..state import files as state_files
 from ..state.files import Rewrites, StateFileError, load_json, not_an_object, save_json
@@ -198,15 +198,9 @@ def pointed() -> Pointer | None:
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(state_dir, str) \
             or not state_dir.startswith("/") or "\0" in state_dir:
         return None
-    elsewhere = _elsewhere(found)
+    elsewhere = of_another_pid_namespace(found.get("pid_ns"))
     live = (not elsewhere and is_live_supervisor(pid)) or _takes_connections(found.get("socket"))
     return Pointer(pid, Path(state_dir), live, elsewhere)
-
-
-def _elsewhere(found: dict[str, Any]) -> bool:
-    """The pointer's pid is of another PID namespace than ours (one without its namespace is taken for ours)."""
-    ns = found.get("pid_ns")
-    return isinstance(ns, int) and not isinstance(ns, bool) and ns != own_pid_namespace()
 
 
 def _takes_connections(path: object) -> bool:

@@ -129,6 +129,7 @@ def test_a_name_with_parentheses_and_spaces_is_read_past(tmp_path: Path) -> None
     proc.add(100, ME, pgid=77, comm="x) S 1 1 (evil")
     table, _ = proc.table()
     assert table.snapshot().procs[100] == Proc(100, ME, 77, None)
+    assert table.snapshot().procs[100].name == "x) S 1 1 (evil", "the name is all between the first ( and last )"
 
 
 def test_a_malformed_stat_is_left_out(tmp_path: Path) -> None:

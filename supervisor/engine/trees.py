@@ -33,7 +33,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -375,12 +375,13 @@ _TAG_PREFIX = TAG_ENV.encode() + b"="
 @dataclass(frozen=True)
 class Proc:
     """One live process (or a zombie, in a table that keeps them): its pid, parent, process group and tag (None:
-    none, or unreadable)."""
+    none, or unreadable); ``name``, its ``comm`` as the same reading found it (not part of its identity)."""
 
     pid: int
     ppid: int
     pgid: int
     tag: str | None
+    name: str = field(default="", compare=False)
 
 
 class Descendants:
@@ -415,6 +416,12 @@ class Descendants:
 def stat_fields(pid: int | str, proc: str = "/proc") -> list[bytes] | None:
     """The fields of /proc/<pid>/stat after its command name (state first: ppid, pgid, ..., flags at 6, start
     time at 19); None if it vanished."""
+    read = read_stat(pid, proc)
+    return None if read is None else read[1]
+
+
+def read_stat(pid: int | str, proc: str = "/proc") -> tuple[str, list[bytes]] | None:
+    """/proc/<pid>/stat: its command name (``comm``) and the fields after it (stat_fields); None if it vanished."""
     try:  # (os.open: a third of open()'s cost, and the process table reads every process of the machine)
         fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY)
         try:
@@ -423,7 +430,8 @@ def stat_fields(pid: int | str, proc: str = "/proc") -> list[bytes] | None:
             os.close(fd)
     except OSError:
         return None
-    return data[data.rfind(b")") + 2:].split()  # after "pid (comm) ": the name may hold anything
+    end = data.rfind(b")")  # "pid (comm) state ...": the name may hold anything, ")" and spaces included
+    return data[data.find(b"(") + 1:end].decode(errors="replace"), data[end + 2:].split()
 
 
 class ProcessTable:
@@ -452,26 +460,27 @@ class ProcessTable:
         self.scans += 1
         stats = {}
         for name in os.listdir(self._proc):
-            # (state, ppid, pgid, start time) of each process still there
-            fields = stat_fields(name, self._proc) if name.isdigit() else None
-            if fields is not None:
+            # (state, ppid, pgid, start time, name) of each process still there
+            read = read_stat(name, self._proc) if name.isdigit() else None
+            if read is not None:
+                comm, fields = read
                 with contextlib.suppress(IndexError, ValueError):
-                    stats[int(name)] = (fields[0].decode(), int(fields[1]), int(fields[2]), fields[19].decode())
+                    stats[int(name)] = (fields[0].decode(), int(fields[1]), int(fields[2]), fields[19].decode(), comm)
         below: dict[int, list[int]] = {}
-        for pid, (_, ppid, _, _) in stats.items():
+        for pid, (_, ppid, _, _, _) in stats.items():
             below.setdefault(ppid, []).append(pid)
         procs: list[Proc] = []
         tags: dict[tuple[int, str], str | None] = {}
         todo = list(below.get(os.getpid(), ()))
         while todo:
             pid = todo.pop()
-            state, ppid, pgid, started = stats[pid]
+            state, ppid, pgid, started, comm = stats[pid]
             todo.extend(below.get(pid, ()))
             key = (pid, started)
             if state == "Z":
                 if self._zombies:  # (its environment went with its memory: no tag to read now)
                     tag = tags[key] = self._tags.get(key)
-                    procs.append(Proc(pid, ppid, pgid, tag))
+                    procs.append(Proc(pid, ppid, pgid, tag, comm))
                 continue
             if key in self._tags:
                 tag = tags[key] = self._tags[key]
@@ -479,7 +488,7 @@ class ProcessTable:
                 tag, settled = self._tag(pid)
                 if settled:
                     tags[key] = tag
-            procs.append(Proc(pid, ppid, pgid, tag))
+            procs.append(Proc(pid, ppid, pgid, tag, comm))
         self._tags = tags  # the processes gone since are forgotten
         return Descendants(procs, now)
 

@@ -237,15 +237,6 @@ def parse_io(data: bytes) -> Counters | None:
 _KEYS = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
 
 
-def read_name(pid: int, proc: str = "/proc") -> str | None:
-    """A process's name (``comm``: its program's, cut to 15 characters); None if it vanished."""
-    try:
-        with open(f"{proc}/{pid}/comm", "rb") as fh:
-            return fh.read().rstrip(b"\n").decode(errors="replace")
-    except OSError:
-        return None
-
-
 class OpenFiles(NamedTuple):
     """The regular files a process holds open (``held``: st_dev, st_ino), and whether one of them has its control
     file beside it (``backed``), or has none (``filling``)."""
@@ -312,18 +303,18 @@ class _Reader:
     def __init__(self, proc: str) -> None:
         self._proc = proc
         self._read: dict[int, Counters | None] = {}
-        self._names: dict[int, str | None] = {}
         self._files: dict[int, OpenFiles | None] = {}  # an allocating downloader's open files
         self.refused: set[int] = set()  # the processes whose counters were not ours to read
 
     def trees(self, tree: Callable[[int, str], list[Proc]], roots: tuple[Root, ...],
               allocators: frozenset[str] = frozenset()) -> tuple[list[ProcIo], frozenset[int], frozenset[FileId]]:
         """The trees' processes with their counters, those of them that refused theirs, and the files those named in
-        ``allocators`` hold open (their names and open files read only for a watch that names some)."""
-        members = {proc.pid: proc.ppid for pid, tag in roots for proc in tree(pid, tag)}
+        ``allocators`` hold open (their open files read only for a watch that names some; a name, ``comm``, is the
+        process table's, from the same reading)."""
+        members = {proc.pid: proc for pid, tag in roots for proc in tree(pid, tag)}
         procs = []
         held: set[FileId] = set()
-        for pid, ppid in members.items():
+        for pid, member in members.items():
             if pid not in self._read:
                 try:
                     self._read[pid] = read_io(pid, self._proc)
@@ -333,17 +324,12 @@ class _Reader:
             counters = self._read[pid]
             if counters is None:
                 continue
-            files = self._open_files(pid) if allocators and self._name(pid) in allocators else None
+            files = self._open_files(pid) if member.name in allocators else None
             if files is not None:
                 held |= files.held
-            procs.append(ProcIo(pid, ppid, counters, None if files is None else files.backed,
+            procs.append(ProcIo(pid, member.ppid, counters, None if files is None else files.backed,
                                 files is not None and files.filling))
         return procs, frozenset(pid for pid in members if pid in self.refused), frozenset(held)
-
-    def _name(self, pid: int) -> str | None:
-        if pid not in self._names:
-            self._names[pid] = read_name(pid, self._proc)
-        return self._names[pid]
 
     def _open_files(self, pid: int) -> OpenFiles | None:
         if pid not in self._files:

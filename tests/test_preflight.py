@@ -53,12 +53,14 @@ def refused_config(runner: Runner, min_memory: str, started: Path, *, extra: str
 
 
 def env_config(runner: Runner, min_memory: str, seen: Path) -> Path:
-    """Phase ``fits`` needs ``min_memory``; its command and daemon write down what they were told."""
+    """Phase ``fits`` needs ``min_memory``; its command and daemon write down what they were told (the command
+    waits for the daemon's: the phase's end stops the daemon, which may not have run its first line yet)."""
     return runner.write(f"""
         [[phases]]
         name = "fits"
         min_memory = "{min_memory}"
-        command = {shell(f'echo "$SUPERVISOR_MEMORY_AVAILABLE_BYTES" > {seen / "command"}')}
+        command = {shell(f'while [ ! -s {seen / "daemon"} ]; do sleep 0.02; done; '
+                         f'echo "$SUPERVISOR_MEMORY_AVAILABLE_BYTES" > {seen / "command"}')}
 
         [[phases.daemons]]
         name = "helper"

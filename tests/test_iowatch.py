@@ -1,7 +1,8 @@
 """The I/O thread's accounting (iowatch.py): the pure ledger of a tree's bytes, then the real thread reading
 real processes' /proc/<pid>/io (a shell that writes through children it reaps, a parent writing after a helper it
 leaves a zombie or has auto-reaped, a tree that goes quiet, a process that only reads, a downloader that allocates
-its file by writing zeros before its control file)."""
+its file by writing zeros before its control file, and the whole process table read only every TREE_REFRESH_S for
+a watch that names such downloaders)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_for
 
-from supervisor.engine.trees import TAG_ENV
+from supervisor.engine.trees import TAG_ENV, ProcessTable
 from supervisor.evidence.iowatch import IoLedger, IoProbe, ProcIo, parse_io, read_io
 
 MIB = 1 << 20
@@ -354,6 +355,30 @@ time.sleep(30)
         probe.close()
         downloader.kill()
         downloader.wait(5)
+
+
+def test_a_watch_that_names_allocators_reads_the_whole_table_only_every_tree_refresh() -> None:
+    """Between two whole readings (TREE_REFRESH_S) its table is brought up to date at each reading: newcomers and
+    the few processes whose name may have changed are read, not every process of the machine (1% of a core and
+    more: docs/benchmarks.md)."""
+    tables: list[ProcessTable] = []
+
+    def table() -> ProcessTable:
+        tables.append(ProcessTable(zombies=True))
+        return tables[-1]
+
+    child = spawn("exec sleep 30", "iotest.6")
+    probe = IoProbe(table=table)
+    watch = probe.watch(0.2, allocators=frozenset({"aria2c"}))
+    try:
+        watch.follow([(child.pid, "iotest.6")])
+        wait_for(lambda: (r := watch.latest()) is not None and r.seq >= 5, 10, 0.05)  # five readings, a second
+        assert len(tables) == 1 and tables[0].scans == 1, tables[0].scans
+    finally:
+        watch.release()
+        probe.close()
+        child.kill()
+        child.wait(5)
 
 
 # ================================================================ the thread's own health

@@ -2,7 +2,9 @@
 lives on, a tagged escapee's own descendants, a pid loop that must not hang), and ProcessTable readings of a
 /proc laid out in a temp dir (grandchildren found, a zombie left out but its children kept, or kept with its tag
 where the table keeps zombies, a malformed stat left out, a tag read once per process life and again for a
-reused pid, a tag that is not UTF-8), plus one reading of the real /proc with a real child.
+reused pid, a tag that is not UTF-8), the I/O thread's readings brought up to date between whole ones (a newcomer,
+a fork that execs, a young process renamed, a member re-parented, one gone, and what waits for the whole reading),
+plus one reading of the real /proc with a real child.
 tests/test_many_daemons.py covers sharing and renewal of readings and a process vanishing mid-read; not repeated
 here."""
 
@@ -206,3 +208,121 @@ def test_a_reading_of_the_real_proc_finds_a_real_child_and_its_tag(tmp_path: Pat
         child.kill()
         child.wait(10)
     assert child.pid not in ProcessTable().snapshot().procs, "reaped: gone from a fresh reading"
+
+
+# ---------------------------------------------------------------- readings brought up to date (ProcessTable.reading)
+
+EVERY = 5.0  # the whole table's period in these tests (the I/O thread's TREE_REFRESH_S)
+BOOTED = 1000.0  # the fake boot clock at the fake monotonic clock's 0: a process started at FakeProc's 1 s is old
+
+
+def follower(proc: FakeProc) -> tuple[ProcessTable, list[float]]:
+    """The I/O thread's kind of table (zombies kept), on a fake clock and a boot clock that follows it."""
+    now = [0.0]
+    return ProcessTable(clock=lambda: now[0], proc=str(proc.root), zombies=True,
+                        boottime=lambda: BOOTED + now[0]), now
+
+
+def read_at(table: ProcessTable, now: list[float], t: float) -> dict[int, Proc]:
+    now[0] = t
+    return table.reading(EVERY, newcomers=True).procs
+
+
+def test_a_process_born_between_whole_readings_is_found_at_the_next_update_with_its_name_and_tag(
+        tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path / "proc")
+    proc.add(100, ME, comm="curio")
+    table, now = follower(proc)
+    assert sorted(read_at(table, now, 0.0)) == [100] and table.scans == 1
+    proc.add(101, 100, comm="aria2c", env=tagged("t.1"))
+    proc.add(102, 101, comm="sleep", env=b"")  # (caught inside its execve: no environment yet)
+    proc.add(300, 1, comm="aria2c")  # a stranger's
+    procs = read_at(table, now, 1.0)
+    assert sorted(procs) == [100, 101, 102] and table.scans == 1 and table.updates == 1
+    assert procs[101] == Proc(101, 100, 101, "t.1") and procs[101].name == "aria2c"
+    assert procs[102].tag is None
+    (proc.root / "102" / "environ").write_bytes(tagged("t.1"))
+    assert read_at(table, now, 2.0)[102].tag == "t.1", "a tag not settled is read again at the next update"
+
+
+def test_a_fork_that_still_has_its_parents_name_is_seen_renamed_once_it_execs(tmp_path: Path) -> None:
+    """Go's fork and exec (curio starting aria2c) leave a moment in which the child carries its parent's name."""
+    proc = FakeProc(tmp_path / "proc")
+    proc.add(100, ME, comm="curio")
+    table, now = follower(proc)
+    read_at(table, now, 0.0)
+    proc.add(101, 100, comm="curio")
+    assert read_at(table, now, 1.0)[101].name == "curio"
+    proc.add(101, 100, comm="aria2c")  # its exec
+    assert read_at(table, now, 2.0)[101].name == "aria2c" and table.scans == 1
+
+
+def test_a_young_process_is_seen_renamed_at_the_next_update(tmp_path: Path) -> None:
+    """sh -c "exec aria2c ...", or a process that names itself: soon after its first reading, with a name of its
+    own already. Youth is by its start time (clock ticks since boot)."""
+    proc = FakeProc(tmp_path / "proc")
+    proc.add(100, ME, comm="python")
+    table, now = follower(proc)
+    read_at(table, now, 0.0)
+    started = int((BOOTED + 0.5) * os.sysconf("SC_CLK_TCK"))
+    proc.add(101, 100, comm="sh", started=started)
+    assert read_at(table, now, 1.0)[101].name == "sh"
+    proc.add(101, 100, comm="aria2c", started=started)
+    assert read_at(table, now, 2.0)[101].name == "aria2c" and table.scans == 1
+
+
+def test_a_rename_no_rule_covers_waits_for_the_whole_reading_every_period(tmp_path: Path) -> None:
+    """An old process, named otherwise than its parent, that execs (or a stranger whose pid a member's child took
+    between two readings): nothing says it changed but the whole reading, which comes every EVERY seconds."""
+    proc = FakeProc(tmp_path / "proc")
+    proc.add(100, ME, comm="python")
+    proc.add(101, 100, comm="sh")
+    proc.add(200, 1, comm="cron")
+    table, now = follower(proc)
+    read_at(table, now, 0.0)
+    proc.add(101, 100, comm="aria2c")
+    proc.add(200, 101, comm="aria2c", started=555)  # (pid 200 reused below a member)
+    for t in (1.0, 2.0, 3.0, 4.0):
+        procs = read_at(table, now, t)
+        assert procs[101].name == "sh" and 200 not in procs
+    procs = read_at(table, now, 5.0)
+    assert procs[101].name == "aria2c" and procs[200].name == "aria2c"
+    assert table.scans == 2 and table.updates == 4
+    for t in (6.0, 7.0, 8.0, 9.0, 10.0):
+        read_at(table, now, t)
+    assert table.scans == 3 and table.updates == 8
+
+
+def test_a_reparented_member_gets_its_new_parent_and_a_process_gone_is_dropped(tmp_path: Path) -> None:
+    """Its parent gone, the kernel gives it another: us (a subreaper: still ours), or init (no longer ours)."""
+    proc = FakeProc(tmp_path / "proc")  # (old, each named otherwise than its parent: no other rule reads them)
+    proc.add(100, ME, comm="sh")
+    proc.add(101, 100, comm="python")
+    proc.add(102, 101)
+    proc.add(103, 101)
+    proc.add(104, 100, state="Z", comm="true")
+    table, now = follower(proc)
+    assert sorted(read_at(table, now, 0.0)) == [100, 101, 102, 103, 104]
+    proc.remove(101)
+    proc.add(102, ME)
+    proc.add(103, 1)
+    procs = read_at(table, now, 1.0)
+    assert sorted(procs) == [100, 102, 104], "a zombie stays while it is listed"
+    assert procs[102].ppid == ME and table.scans == 1
+    proc.remove(104)  # reaped
+    assert sorted(read_at(table, now, 2.0)) == [100, 102]
+
+
+def test_between_whole_readings_a_follower_without_newcomers_keeps_the_last_and_snapshots_share_only_whole_ones(
+        tmp_path: Path) -> None:
+    """A watch that names no allocating downloader waits for the whole reading; a stop (snapshot) never takes an
+    update for a whole reading."""
+    proc = FakeProc(tmp_path / "proc")
+    proc.add(100, ME)
+    table, now = follower(proc)
+    first = table.reading(EVERY, newcomers=False)
+    proc.add(101, 100)
+    now[0] = 1.0
+    assert table.reading(EVERY, newcomers=False) is first and table.updates == 0
+    assert sorted(table.reading(EVERY, newcomers=True).procs) == [100, 101] and table.scans == 1
+    assert sorted(table.snapshot().procs) == [100, 101] and table.scans == 2

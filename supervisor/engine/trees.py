@@ -9,7 +9,9 @@ reading serves for ``SNAPSHOT_MAX_AGE_S`` (every stop polled in one loop turn), 
 newer one (a child whose leader was reaped must see a reading from after the reap: an older one could miss what
 the leader forked last). A process's tag is read once in its life (its environment does not change), once it has
 one: a process caught inside execve reads with no environment yet, and is read again. Reading is never given up
-on a race: a process that vanishes while it is read is left out.
+on a race: a process that vanishes while it is read is left out. The I/O thread follows the trees every second and
+reads the whole table only every few (``ProcessTable.reading``); in between, a watch that must know a new process
+at once has the last reading brought up to date from the listing of /proc and a few processes' stats.
 
 **Sweeping** (what escaped its child's tree or outlived its supervisor). A child's tree is stopped by its Child
 (process.py); what the sweeps end is what that tree cannot reach. A supervisor that was SIGKILLed leaves its
@@ -25,7 +27,6 @@ shares ``signal_quietly`` and the patience constants with the sweeps.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import math
@@ -368,6 +369,10 @@ def signal_quietly(fn: Callable[[int, int], None], pid: int, sig: int) -> None:
 
 # A reading this recent is shared (half a stop poll: the stops polled in one loop turn share one).
 SNAPSHOT_MAX_AGE_S = STOP_POLL_S / 2
+# A process this young has its stat read at each update (ProcessTable.reading): what starts often execs again, or
+# names itself, in its first moments (sh -c "exec ...", env, nice, a wrapper script), under load too; past that
+# the next whole reading finds a new name. Each young member costs one stat read an update.
+YOUNG_S = 5.0
 
 _TAG_PREFIX = TAG_ENV.encode() + b"="
 
@@ -434,47 +439,136 @@ def read_stat(pid: int | str, proc: str = "/proc") -> tuple[str, list[bytes]] | 
     return data[data.find(b"(") + 1:end].decode(errors="replace"), data[end + 2:].split()
 
 
+# One process's row as a reading found it: state, ppid, pgid, start time (clock ticks since boot), name (comm).
+_Row = tuple[str, int, int, int, str]
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")  # the unit of a start time
+
+
+def _boottime() -> float:
+    """Seconds since boot, on the clock /proc's start times count on (in our time namespace, as they are)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
 class ProcessTable:
-    """Readings of the process table, shared (see the module's docstring); ``scans`` counts them. ``zombies``: a
-    zombie is in the readings too (the I/O thread's: its counters are read until the reap, iowatch.py), its tag as
-    it was read while it lived; else it is left out (it is the reaper's, and signals cannot reach it)."""
+    """Readings of the process table, shared (see the module's docstring); ``scans`` counts the whole ones,
+    ``updates`` the incremental ones (``reading``). ``zombies``: a zombie is in the readings too (the I/O thread's:
+    its counters are read until the reap, iowatch.py), its tag as it was read while it lived; else it is left out
+    (it is the reaper's, and signals cannot reach it)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, proc: str = "/proc", *,
-                 zombies: bool = False) -> None:
+                 zombies: bool = False, boottime: Callable[[], float] = _boottime) -> None:
         self.scans = 0
+        self.updates = 0
         self._clock = clock
+        self._boottime = boottime
         self._proc = proc
         self._zombies = zombies
-        self._last: Descendants | None = None
-        self._tags: dict[tuple[int, str], str | None] = {}  # (pid, start time) → its tag
+        self._last: Descendants | None = None  # the last whole reading (the one ``snapshot`` shares)
+        self._current: Descendants | None = None  # the last reading, whole or incremental
+        self._tags: dict[tuple[int, int], str | None] = {}  # (pid, start time) → its tag
+        # What an incremental reading starts from: every pid the last reading listed, the rows of the
+        # descendants it found (zombies too: their children hang below them), and our own name.
+        self._listed: set[int] = set()
+        self._rows: dict[int, _Row] = {}
+        self._own_name: str | None = None
 
     def snapshot(self, newer_than: float = -math.inf) -> Descendants:
-        """A reading taken after ``newer_than`` (monotonic) and at most SNAPSHOT_MAX_AGE_S old."""
+        """A whole reading taken after ``newer_than`` (monotonic) and at most SNAPSHOT_MAX_AGE_S old."""
         now = self._clock()
         last = self._last
         if last is None or last.taken_at < newer_than or now - last.taken_at > SNAPSHOT_MAX_AGE_S:
-            last = self._last = self._read(now)
+            last = self._read(now)
         return last
 
+    def reading(self, full_every_s: float, *, newcomers: bool) -> Descendants:
+        """A reading for one who follows the trees over time (the I/O thread): the whole table once the last whole
+        reading is ``full_every_s`` old; in between, with ``newcomers``, the last reading brought up to date
+        (``_update``), else the last reading as it was.
+
+        What an update sees at once: a process born since the last reading (with its name and tag), a member
+        re-parented (its parent gone), a member's new name while it is younger than YOUNG_S or carries its
+        parent's name, and a process gone. What it leaves to the next whole reading, ``full_every_s`` at most:
+        a pid reused between two readings, a setpgid, an exec (or a rename) in a process that is neither young nor
+        named as its parent. Meant for a table that keeps zombies: a member that died since is kept as it was while
+        it is listed (a table that leaves zombies out would have it in as a live one until the next whole reading)."""
+        now = self._clock()
+        if self._last is None or self._current is None or now - self._last.taken_at >= full_every_s:
+            return self._read(now)
+        if newcomers:
+            self._current = self._update(now)
+        return self._current
+
+    def _listing(self) -> list[str]:
+        return [name for name in os.listdir(self._proc) if name.isdigit()]
+
+    def _stat(self, pid: int | str) -> _Row | None:
+        """Its row; None where it vanished, or its stat is not one we can read."""
+        read = read_stat(pid, self._proc)
+        if read is None:
+            return None
+        comm, fields = read
+        try:
+            return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]), comm
+        except (IndexError, ValueError):
+            return None
+
     def _read(self, now: float) -> Descendants:
+        """The whole table: every process of the machine's stat, to find the supervisor's descendants."""
         self.scans += 1
+        listed = self._listing()
         stats = {}
-        for name in os.listdir(self._proc):
-            # (state, ppid, pgid, start time, name) of each process still there
-            read = read_stat(name, self._proc) if name.isdigit() else None
-            if read is not None:
-                comm, fields = read
-                with contextlib.suppress(IndexError, ValueError):
-                    stats[int(name)] = (fields[0].decode(), int(fields[1]), int(fields[2]), fields[19].decode(), comm)
+        for name in listed:
+            row = self._stat(name)
+            if row is not None:
+                stats[int(name)] = row
+        own = stats.get(os.getpid())
+        self._own_name = None if own is None else own[4]
+        self._listed = set(map(int, listed))
+        self._last = self._current = self._descendants(stats, now)
+        return self._last
+
+    def _update(self, now: float) -> Descendants:
+        """The last reading brought up to date at the cost of a listing of /proc and the stats of a few processes,
+        not all of them (the whole table every second was most of the I/O thread's cost: docs/benchmarks.md).
+        A process's stat is read again only where the last reading can be wrong about it in a way that matters
+        within a second: the rules below; every other change waits for the next whole reading."""
+        self.updates += 1
+        me = os.getpid()
+        listed = set(map(int, self._listing()))
+        rows = {pid: row for pid, row in self._rows.items() if pid in listed}  # one gone from the listing is gone
+        names = {pid: row[4] for pid, row in rows.items()}
+        if self._own_name is not None:
+            names[me] = self._own_name
+        young_since = (self._boottime() - YOUNG_S) * _TICKS_PER_S  # a start time after it is young
+        stale = listed - self._listed  # born since: its parent, group, name and start time are all unknown
+        for pid, (_, ppid, _, started, comm) in rows.items():
+            # Its parent is gone: the kernel gave it another (a subreaper of ours keeps it a descendant, init
+            # does not). A fork not exec'd yet still carries its parent's name (Go's and sh's fork and exec leave
+            # that window): its own comes with the exec. A young process may exec again (sh -c "exec ..."), or
+            # name itself (prctl), soon after it started (YOUNG_S).
+            if (ppid != me and ppid not in rows) or comm == names.get(ppid) or started >= young_since:
+                stale.add(pid)
+        for pid in stale:
+            row = self._stat(pid)
+            if row is None:
+                rows.pop(pid, None)  # vanished since the listing
+            else:
+                rows[pid] = row  # (a stranger born since is left out by the walk from us)
+        self._listed = listed
+        return self._descendants(rows, now)
+
+    def _descendants(self, stats: dict[int, _Row], now: float) -> Descendants:
+        """The supervisor's descendants among ``stats`` (pid → row), their tags read where not known yet."""
         below: dict[int, list[int]] = {}
         for pid, (_, ppid, _, _, _) in stats.items():
             below.setdefault(ppid, []).append(pid)
         procs: list[Proc] = []
-        tags: dict[tuple[int, str], str | None] = {}
+        rows: dict[int, _Row] = {}
+        tags: dict[tuple[int, int], str | None] = {}
         todo = list(below.get(os.getpid(), ()))
         while todo:
             pid = todo.pop()
-            state, ppid, pgid, started, comm = stats[pid]
+            state, ppid, pgid, started, comm = rows[pid] = stats[pid]
             todo.extend(below.get(pid, ()))
             key = (pid, started)
             if state == "Z":
@@ -490,6 +584,7 @@ class ProcessTable:
                     tags[key] = tag
             procs.append(Proc(pid, ppid, pgid, tag, comm))
         self._tags = tags  # the processes gone since are forgotten
+        self._rows = rows
         return Descendants(procs, now)
 
     def _tag(self, pid: int) -> tuple[str | None, bool]:

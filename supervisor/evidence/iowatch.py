@@ -58,7 +58,10 @@ IO_SAMPLE_MIN_S = 0.2
 # in between only the members' counters are read. A process born since counts all its bytes once it is found
 # (it began at zero), and one born and reaped by its parent in between shows in that parent's counters. A watch
 # that names allocating downloaders has them found at each of its readings: one found late had its file unknown to
-# the walks meanwhile, free to be counted complete while its zeros were flushed (progress.py).
+# the walks meanwhile, free to be counted complete while its zeros were flushed (progress.py). For it the table is
+# brought up to date in between (ProcessTable.reading: the newcomers' stats and a few more, not the whole table's,
+# which cost it more than 1% of a core): a new aria2c is known by its name at the next reading, and an exec into
+# one is too while its process is young or still carries its parent's name (curio's fork, not exec'd yet).
 TREE_REFRESH_S = 5.0
 # The thread that has read nothing for this long, while an attempt is followed, is said to be blind (its
 # watch state, watchstate.py), and a stall it would have seen says so.
@@ -434,20 +437,21 @@ class IoProbe:
         # The thread's own (the loop's table is the stops'), zombies kept: a child's counters stay readable until
         # its reap, when its parent's take them in; left out before, the child read as gone long before that.
         table = self._make_table()
-        snapshot: Descendants | None = None  # the trees' members, as last read from the whole process table
+        snapshot: Descendants | None = None  # the trees' members, as last read from the process table
         scanned: dict[int, tuple[Root, ...]] = {}  # the roots it was read for
         while self._wait():
             with self._cond:
                 asked = {wid: w.roots for wid, w in self._watches.items() if w.roots}
                 names = {wid: self._watches[wid].allocators for wid in asked}
-                refresh_s = min([self._watches[wid].every_s for wid in asked if names[wid]], default=TREE_REFRESH_S)
             if not asked:
                 self.state.idle("no attempt followed")
                 continue
             self.state.wake()
             try:
-                if snapshot is None or time.monotonic() - snapshot.taken_at >= refresh_s or asked != scanned:
+                if snapshot is None or asked != scanned:
                     snapshot, scanned = table.snapshot(newer_than=time.monotonic()), asked
+                else:  # (the whole table every TREE_REFRESH_S; newcomers at each reading for an allocators' watch)
+                    snapshot = table.reading(TREE_REFRESH_S, newcomers=any(names.values()))
                 read = _Reader(self._proc)
                 readings = {wid: read.trees(snapshot.tree, roots, names[wid]) for wid, roots in asked.items()}
             except Exception as exc:  # a bug must not end the only reader: this round reads as no reading

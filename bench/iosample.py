@@ -6,16 +6,19 @@ Starts a tree of real processes (one shell that starts ``--procs`` - 1 ``sleep``
 tag, as a phase's child does), has ``IoProbe`` read it every IO_SAMPLE_S for ``--seconds``, and measures the
 CPU the whole benchmark process used meanwhile (its main thread only sleeps: the rest is the I/O thread) as a
 percentage of one core, and the time a full reading of the tree takes (the whole ProcessTable scan, done every
-TREE_REFRESH_S, + every
-``/proc/<pid>/io``). ``--allocators``: the watch names allocating downloaders, as a download phase's does (the
-prover registers aria2c): the whole table is read at every reading then, not every TREE_REFRESH_S, and each
-member's name (and an allocator's open files). Prints one JSON line; docs/benchmarks.md keeps the figures.
+TREE_REFRESH_S, + every ``/proc/<pid>/io``). ``--allocators``: the watch names allocating downloaders, as a
+download phase's does (the prover registers aria2c): between two whole scans the table is brought up to date at
+every reading then (ProcessTable.reading: the listing of /proc and the stats of the processes new since), and an
+allocator's open files are read; ``update_ms`` times one such reading (the update + every ``/proc/<pid>/io``).
+``machine_procs``: the processes of the whole machine, which a whole scan reads. Prints one JSON line;
+docs/benchmarks.md keeps the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import signal
@@ -73,6 +76,16 @@ def main() -> int:
             _Reader("/proc").trees(snapshot.tree, ((tree.pid, TAG),))
             timings.append((time.perf_counter() - started) * 1000)
         timings.sort()
+        # One reading between two whole scans, as an allocators' watch takes it: the table brought up to date.
+        follower = ProcessTable(zombies=True)
+        follower.snapshot()
+        updates = []
+        for _ in range(20):
+            started = time.perf_counter()
+            snapshot = follower.reading(math.inf, newcomers=True)  # (never a whole scan: the updates alone)
+            _Reader("/proc").trees(snapshot.tree, ((tree.pid, TAG),), frozenset(args.allocators))
+            updates.append((time.perf_counter() - started) * 1000)
+        updates.sort()
         print(json.dumps({
             "procs": last.procs if last is not None else None,
             "allocators": sorted(args.allocators),
@@ -81,6 +94,10 @@ def main() -> int:
             "cpu_percent_of_one_core": round(100 * used / wall, 3),
             "full_scan_ms_p50": round(timings[len(timings) // 2], 2),
             "full_scan_ms_max": round(timings[-1], 2),
+            "update_ms_p50": round(updates[len(updates) // 2], 2),
+            "update_ms_max": round(updates[-1], 2),
+            # (a whole scan reads every process of the machine: its cost grows with them, an update's hardly)
+            "machine_procs": sum(name.isdigit() for name in os.listdir("/proc")),
         }))
     finally:
         os.killpg(tree.pid, signal.SIGKILL)

@@ -610,6 +610,7 @@ def test_bad_config_cli_check_and_run_exit_2_and_start_nothing(body: str, expect
 @pytest.mark.parametrize(("table", "target", "own"), [
     ("supervisor", "state/status.json", "status.json"),
     ("supervisor", "logs/supervisor.log", "supervisor.log"),
+    ("cuzk", "logs/supervisor.log.1", "supervisor.log"),  # (rolled over: the log's older half)
     ("cuzk", "state/supervisor.lock", "supervisor.lock"),  # (replaced, it let a second supervisor run beside)
     ("cuzk", "state/outbox.sqlite3-wal", "outbox.sqlite3"),  # (replaced, the pending calls were lost)
     ("cuzk", "state/.resume.json.123.tmp", "resume.json"),
@@ -628,6 +629,26 @@ def test_a_file_the_supervisor_writes_is_never_one_of_its_own(table: str, target
     for result in cli_both(config).values():
         assert_one_line_error(result, f"{PROG}: {config}: {table}.{key}: {shown(str(path))} is the supervisor's own "
                                       f"{own}; give ")
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize(("table", "target", "label"), [
+    ("supervisor", "logs/mark.log", "mark/mark"),  # (a failure's verdict line replaced the output that told why)
+    ("cuzk", "logs/mark.log", "mark/mark"),  # (cuzk.toml replaced an earlier phase's output)
+    ("supervisor", "logs/mark.log.1", "mark/mark"),  # (rolled over)
+    ("cuzk", "logs/mark.side.log", "mark/side"),  # (a daemon's)
+])
+def test_a_file_the_supervisor_writes_is_never_a_childs_log(table: str, target: str, label: str,
+                                                           tmp_path: Path) -> None:
+    path = tmp_path / target
+    key = "termination_log" if table == "supervisor" else "config_path"
+    daemon = '[[phases.daemons]]\nname = "side"\ncommand = ["sleep", "1"]\n'
+    body = (sup_section(f"{key} = {toml_str(str(path))}") if table == "supervisor"
+            else f"[cuzk]\n{key} = {toml_str(str(path))}\n" + MARK_PHASE) + daemon
+    config = render(body, tmp_path)
+    for result in cli_both(config).values():
+        assert_one_line_error(result, f"{PROG}: {config}: {table}.{key}: {shown(str(path))} is the log file of "
+                                      f"{label}; give ")
     assert not (tmp_path / "marker").exists()
 
 

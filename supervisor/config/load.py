@@ -293,8 +293,6 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
             raise ConfigError(f"{join_key('', key)}: unknown top-level key{home or f' (expected {tables})'}")
     values, extensions = _table(raw.get("supervisor", {}), "supervisor", SUPERVISOR_KEYS, plugin, environ, places)
     sup = SupervisorSpec(**values)
-    check_not_owned(sup.termination_log, "supervisor.termination_log", "the termination log", sup.state_dir,
-                    sup.log_dir, config_file)
     manager = _manager(raw.get("manager", {}), environ, plugin, extensions, places)
     settings = MappingProxyType({name: parse(raw[name], sup) for name, parse in sections.items() if name in raw})
     kinds = kinds_of(plugin, settings)
@@ -310,6 +308,8 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     check_ports(phases, sup.http_port)
     check_reports(phases, kinds.reports)
     plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions), config_file=config_file)
+    # (once the phases are known: the termination log must not be one of their log files either)
+    check_not_owned(sup.termination_log, "supervisor.termination_log", "the termination log", plan)
     check_prepares(plan, plugin)
     for rule in plugin.plan_rules:
         rule(plan)

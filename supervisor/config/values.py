@@ -20,10 +20,10 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..state.files import STATUS_SOCKET, own_file
+from ..state.files import STATUS_SOCKET, child_log_name, own_file
 from ..text.show import cut, shown
 from ..text.units import MIB, is_ascii_digits, parse_size
-from .model import ConfigError, ReadyCheck
+from .model import ConfigError, Plan, ReadyCheck
 
 # Timers: select() takes at most 2**31 - 1 ms (24.86 days), and a backoff with full jitter doubles its delay;
 # 10 days keeps every timer inside that, and no real timeout, grace, window or age is longer.
@@ -160,14 +160,20 @@ def _refuse_under_a_file(path: str, where: str) -> None:
         raise ConfigError(f"{where}: {shown(path)} is under {shown(parent)}, which is a file, not a directory")
 
 
-def check_not_owned(path: str, where: str, what: str, state_dir: str, log_dir: str, config_file: str | None) -> None:
-    """``path``, where the supervisor writes ``what``, is none of the files it keeps (state_dir's, its
-    supervisor.log: state_files.own_file) nor the config file it runs from: written over, the lock would let a
-    second supervisor in, the outbox would lose its calls, the config would hold a verdict line."""
-    own = own_file(state_dir, log_dir, path)
+def check_not_owned(path: str, where: str, what: str, plan: Plan) -> None:
+    """``path``, where the supervisor (or a program it runs) writes ``what``, is none of the files it keeps
+    (state_dir's, its supervisor.log, each child's log: state_files.own_file) nor the config file it runs from:
+    written over, the lock would let a second supervisor in, the outbox would lose its calls, a child's log the
+    output that tells why it failed, the config would hold a verdict line."""
+    sup = plan.supervisor
+    logs = {child_log_name(phase.name, child.name): child.label
+            for phase in plan.phases for child in (phase.command, *phase.daemons)}
+    own = own_file(sup.state_dir, sup.log_dir, path, logs)
+    if own is not None and own in logs:
+        raise ConfigError(f"{where}: {shown(path)} is the log file of {logs[own]}; give {what} a path of its own")
     if own is not None:
         raise ConfigError(f"{where}: {shown(path)} is the supervisor's own {own}; give {what} a path of its own")
-    if config_file is not None and os.path.exists(path) and _same_file(path, config_file):
+    if plan.config_file is not None and os.path.exists(path) and _same_file(path, plan.config_file):
         raise ConfigError(f"{where}: {shown(path)} is the config file itself; give {what} a path of its own")
 
 

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..state.files import open_regular
+from ..state.files import ROLLED, open_regular
 from ..text import Log
 from ..text.redact import Redactor, SecretStream
 from .loop import ErrorHandler, contained, is_contained, name_of
@@ -84,7 +84,7 @@ def _same_file(fd: int, info: os.stat_result) -> bool:
 def roll_over(path: str | Path) -> int:
     """``path`` becomes ``<name>.1`` (the older ``.1`` is gone) and a new, empty file takes its name: its fd
     (append, close-on-exec, 0644). How every file the supervisor writes without end rolls over."""
-    os.replace(path, f"{path}.1")
+    os.replace(path, f"{path}{ROLLED}")
     return open_to_append(path)
 
 

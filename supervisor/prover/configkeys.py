@@ -261,12 +261,10 @@ PARAM_DISK_KEYS = {"min_param_disk": Key(check_size)}
 
 def cuzk_config_is_its_own(plan: Plan) -> None:
     """cuzk.toml is written over whatever is at config_path: never one of the supervisor's own files (its lock,
-    its outbox) nor the config file the plan was read from."""
+    its outbox, a child's log) nor the config file the plan was read from."""
     settings = plan.sections.get(SECTION)
     if settings is not None:
-        sup = plan.supervisor
-        check_not_owned(settings.config_path, f"{SECTION}.config_path", "cuzk.toml", sup.state_dir, sup.log_dir,
-                        plan.config_file)
+        check_not_owned(settings.config_path, f"{SECTION}.config_path", "cuzk.toml", plan)
 
 
 def fleet_rules(v: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

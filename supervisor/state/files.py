@@ -22,7 +22,7 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,6 +56,7 @@ def path(state_dir: str | Path, name: str) -> Path:
 # ---------------------------------------------------------------- log_dir
 
 SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own lines
+ROLLED = ".1"  # a log file past log_file_max_bytes is renamed to <name>.1 (engine/logs.py roll_over)
 
 
 def child_log_name(phase: str, child: str) -> str:
@@ -64,12 +65,16 @@ def child_log_name(phase: str, child: str) -> str:
     return f"{phase}.log" if child == phase else f"{phase}.{child}.log"
 
 
-def own_file(state_dir: str | Path, log_dir: str | Path, target: str | Path) -> str | None:
-    """Which of the supervisor's own files ``target`` is (or grows from), in state_dir or log_dir (its
-    supervisor.log); None: none of them. Symbolic links in the directories are followed."""
+def own_file(state_dir: str | Path, log_dir: str | Path, target: str | Path,
+             child_logs: Collection[str] = ()) -> str | None:
+    """Which of the supervisor's own files ``target`` is (or grows from), in state_dir, or in log_dir: its
+    supervisor.log or a child's log named in ``child_logs`` (``child_log_name``), either rolled over to
+    ``<name>.1`` too; None: none of them. Symbolic links in the directories are followed."""
     name, folder = os.path.basename(target), os.path.realpath(os.path.dirname(os.path.abspath(target)))
-    if folder == os.path.realpath(log_dir) and name == SUPERVISOR_LOG:
-        return SUPERVISOR_LOG
+    if folder == os.path.realpath(log_dir):
+        logged = next((own for own in (SUPERVISOR_LOG, *child_logs) if name in (own, f"{own}{ROLLED}")), None)
+        if logged is not None:
+            return logged
     if folder != os.path.realpath(state_dir):
         return None
     bare = name[1:] if name.startswith(".") else name  # (a write's temporary copy)

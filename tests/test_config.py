@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import textwrap
 from pathlib import Path
@@ -650,6 +651,34 @@ def test_a_file_the_supervisor_writes_is_never_a_childs_log(table: str, target: 
         assert_one_line_error(result, f"{PROG}: {config}: {table}.{key}: {shown(str(path))} is the log file of "
                                       f"{label}; give ")
     assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize(("target", "said"), [
+    ("state/supervisor.lock", "is the supervisor's own supervisor.lock; give cuzk's socket"),  # (a second ran beside)
+    ("logs/mark.log", "is the log file of mark/mark; give cuzk's socket"),
+    ("state/cuzk.toml", "is config_path too: cuzk-daemon removes"),  # (config_path's default)
+    ("bad.toml", "is a file, not a socket: cuzk-daemon removes"),  # (the config: gone after the run)
+    ("state", "is a directory, not a socket"),
+])
+def test_cuzks_socket_path_is_never_a_file_of_the_supervisor(target: str, said: str, tmp_path: Path) -> None:
+    """cuzk-daemon removes what is at a unix:// listen path before it binds and as it stops: the supervisor's lock
+    (a second supervisor then started beside the first), the config file, a child's log."""
+    (tmp_path / "state").mkdir()
+    path = tmp_path / target
+    config = render(f'[cuzk]\nlisten = {toml_str(f"unix://{path}")}\nstatus_listen = ""\n' + MARK_PHASE, tmp_path)
+    text = config.read_text()
+    for result in cli_both(config).values():
+        assert_one_line_error(result, f"{PROG}: {config}: cuzk.listen: {shown(str(path))} {said}")
+    assert config.read_text() == text and not (tmp_path / "marker").exists()
+
+
+def test_cuzks_socket_path_may_hold_a_stale_socket(tmp_path: Path) -> None:
+    """What an earlier daemon left (killed before it could remove it) is the daemon's to replace."""
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(tmp_path / "cuzk.sock"))
+    stale.close()
+    config = render(f'[cuzk]\nlisten = {toml_str(f"unix://{tmp_path}/cuzk.sock")}\n' + MARK_PHASE, tmp_path)
+    assert cli("check", "--config", str(config)).returncode == 0
 
 
 @pytest.mark.parametrize("table", ["supervisor", "cuzk"])

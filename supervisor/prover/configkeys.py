@@ -18,6 +18,8 @@ is refused with a "did you mean", a bad value in one line naming the key, like a
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -146,9 +148,20 @@ def status_probe(status_listen: str, where: str) -> ReadyCheck | None:
 
 def _listen(value: Any, where: str) -> str:
     """[cuzk] listen, read as the probe reads it whether or not a daemon has ready = "cuzk": cuzk.toml, CUZK_ADDR
-    and CURIO_CUZK_ADDRESS each take it in their reader's form (cuzkconf.py), so what one cannot read is refused."""
+    and CURIO_CUZK_ADDRESS each take it in their reader's form (cuzkconf.py), so what one cannot read is refused.
+    A socket path may hold nothing but a socket (a stale one of an earlier daemon): cuzk-daemon removes what is
+    there before it binds, a file too (cuzk_paths_are_their_own says which files it may never be)."""
     text = check_arg(value, where)
     listen_probe(text, where)
+    socket_path = cuzk_address(text).unix_path
+    try:
+        mode = os.lstat(socket_path).st_mode if socket_path else None
+    except OSError:  # (nothing there, or not to be looked at: left to the daemon's bind)
+        mode = None
+    if mode is not None and not stat.S_ISSOCK(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode) else "a file"
+        raise ConfigError(f"{where}: {shown(socket_path)} is {kind}, not a socket: cuzk-daemon removes what is at "
+                          "its socket path before it binds; give it a path of its own")
     return text
 
 
@@ -259,12 +272,21 @@ FLEET_KEYS = {
 PARAM_DISK_KEYS = {"min_param_disk": Key(check_size)}
 
 
-def cuzk_config_is_its_own(plan: Plan) -> None:
-    """cuzk.toml is written over whatever is at config_path: never one of the supervisor's own files (its lock,
-    its outbox, a child's log) nor the config file the plan was read from."""
+def cuzk_paths_are_their_own(plan: Plan) -> None:
+    """cuzk.toml is written over whatever is at config_path, and cuzk-daemon removes what is at a unix listen
+    path before it binds and as it stops: neither is one of the supervisor's own files (its lock, its outbox, a
+    child's log) nor the config file the plan was read from, nor the other (the daemon would remove its
+    cuzk.toml)."""
     settings = plan.sections.get(SECTION)
-    if settings is not None:
-        check_not_owned(settings.config_path, f"{SECTION}.config_path", "cuzk.toml", plan)
+    if settings is None:
+        return
+    check_not_owned(settings.config_path, f"{SECTION}.config_path", "cuzk.toml", plan)
+    socket_path = cuzk_address(settings.listen).unix_path
+    if socket_path:
+        check_not_owned(socket_path, f"{SECTION}.listen", "cuzk's socket", plan)
+        if os.path.realpath(socket_path) == os.path.realpath(settings.config_path):
+            raise ConfigError(f"{SECTION}.listen: {shown(socket_path)} is config_path too: cuzk-daemon removes what "
+                              "is at its socket path; give cuzk's socket a path of its own")
 
 
 def fleet_rules(v: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

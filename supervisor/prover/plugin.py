@@ -42,7 +42,7 @@ from ..plugin import Plugin
 from ..state.firstseen import AFTER_FETCH_CLOCK
 from ..wiring import Wiring
 from . import benchlimits, cuzkconf, fleet, production
-from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_config_is_its_own, cuzk_section, fleet_rules
+from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_paths_are_their_own, cuzk_section, fleet_rules
 from .fetchlines import ALLOCATORS
 from .fleet import BENCH_DONE
 from .hooks import BENCH_PARSER, CUZK_CONFIG, PARSERS, PCE_HOOK, PCE_SETTLE, make_cuzk_config
@@ -153,7 +153,7 @@ PLUGIN = Plugin(
     settles=MappingProxyType({PCE_SETTLE: PCE_HOOK}),
     ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),
     reports=MappingProxyType({BENCH_DONE: "done"}),
-    plan_rules=(bench_done_carries_a_rate, production_reads_something, cuzk_config_is_its_own),
+    plan_rules=(bench_done_carries_a_rate, production_reads_something, cuzk_paths_are_their_own),
     reasons=REASONS,
     fitness=(cuzk_toml_fits,),
     disk_needs=(param_disk,),

@@ -653,6 +653,32 @@ def test_a_file_the_supervisor_writes_is_never_a_childs_log(table: str, target: 
     assert not (tmp_path / "marker").exists()
 
 
+# Each was taken by check: the start failed after making both (blaming state_dir), or a file was never written.
+@pytest.mark.parametrize(("state", "logs", "said"), [
+    ("state", "state/supervisor.lock", "log_dir: {logs} is the supervisor's own supervisor.lock"),
+    ("state", "state/status.json", "log_dir: {logs} is the supervisor's own status.json"),
+    ("state", "state/resume.json", "log_dir: {logs} is the supervisor's own resume.json"),
+    ("logs/supervisor.log", "logs", "state_dir: {state} is the supervisor's own supervisor.log"),
+    ("logs/mark.log", "logs", "state_dir: {state} is the log file of mark/mark"),
+])
+def test_state_dir_and_log_dir_are_never_each_others_files(state: str, logs: str, said: str,
+                                                          tmp_path: Path) -> None:
+    paths = {"state": shown(str(tmp_path / state)), "logs": shown(str(tmp_path / logs))}
+    config = render(f"#raw\n[supervisor]\nstate_dir = {toml_str(str(tmp_path / state))}\n"
+                    f"log_dir = {toml_str(str(tmp_path / logs))}\n" + MARK_PHASE, tmp_path)
+    for result in cli_both(config).values():
+        assert_one_line_error(result, f"{PROG}: {config}: supervisor.{said.format(**paths)}; give ")
+    assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists()
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("logs", ["state", "state/logs"])
+def test_log_dir_may_be_state_dir_or_inside_it(logs: str, tmp_path: Path) -> None:
+    config = render(f"#raw\n[supervisor]\nstate_dir = {toml_str(str(tmp_path / 'state'))}\n"
+                    f"log_dir = {toml_str(str(tmp_path / logs))}\n" + MARK_PHASE, tmp_path)
+    assert cli("check", "--config", str(config)).returncode == 0
+
+
 @pytest.mark.parametrize(("target", "said"), [
     ("state/supervisor.lock", "is the supervisor's own supervisor.lock; give cuzk's socket"),  # (a second ran beside)
     ("logs/mark.log", "is the log file of mark/mark; give cuzk's socket"),

@@ -308,8 +308,11 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     check_ports(phases, sup.http_port)
     check_reports(phases, kinds.reports)
     plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions), config_file=config_file)
-    # (once the phases are known: the termination log must not be one of their log files either)
-    check_not_owned(sup.termination_log, "supervisor.termination_log", "the termination log", plan)
+    # Once the phases are known (none of these may be one of their log files either). state_dir and log_dir may be
+    # one directory, or one inside the other; but one named as the other's file (log_dir = "<state_dir>/status.json")
+    # would take that file's place, or fail the start only after both were made.
+    for key, what in (("state_dir", "state_dir"), ("log_dir", "log_dir"), ("termination_log", "the termination log")):
+        check_not_owned(getattr(sup, key), f"supervisor.{key}", what, plan)
     check_prepares(plan, plugin)
     for rule in plugin.plan_rules:
         rule(plan)

@@ -672,6 +672,24 @@ def test_state_dir_and_log_dir_are_never_each_others_files(state: str, logs: str
     assert not (tmp_path / "marker").exists()
 
 
+@pytest.mark.parametrize(("key", "under"), [("state_dir", ""), ("log_dir", ""), ("state_dir", "/sub")])
+def test_a_dir_that_is_a_link_to_nothing_is_refused_by_check_as_by_run(key: str, under: str, tmp_path: Path) -> None:
+    """check took a state_dir or log_dir that is a symbolic link to nothing (it followed the link), and run then
+    refused it ("cannot use …: not a directory"): mkdir cannot make a link's target. Both refuse it in the same
+    line; a path under such a link too."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    dirs = {"state_dir": tmp_path / "state", "log_dir": tmp_path / "logs", key: Path(f"{link}{under}")}
+    config = render("#raw\n[supervisor]\n" + "".join(f"{k} = {toml_str(str(v))}\n" for k, v in dirs.items())
+                    + MARK_PHASE, tmp_path)
+    gone = f"a symbolic link to {shown(str(tmp_path / 'gone'))}, which does not exist"
+    said = f"is under {shown(str(link))}, which is {gone}" if under else f"is {gone}"
+    for result in cli_both(config).values():
+        assert_one_line_error(result, f"{PROG}: {config}: supervisor.{key}: {shown(str(dirs[key]))} {said}")
+    assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists()
+    assert not (tmp_path / "gone").exists() and not (tmp_path / "marker").exists()
+
+
 @pytest.mark.parametrize("logs", ["state", "state/logs"])
 def test_log_dir_may_be_state_dir_or_inside_it(logs: str, tmp_path: Path) -> None:
     config = render(f"#raw\n[supervisor]\nstate_dir = {toml_str(str(tmp_path / 'state'))}\n"

@@ -34,6 +34,8 @@ from helpers import (
 )
 
 from supervisor.app.cli import dev_manager
+from supervisor.app.startup import SetupError, prepare_dirs
+from supervisor.config import load_plan
 from supervisor.engine import logs
 from supervisor.engine.logs import LogFile
 from supervisor.manager import outbox as outbox_mod
@@ -172,6 +174,18 @@ def test_a_log_dir_that_is_a_file_leaves_no_state_dir_made(sup: Runner) -> None:
     assert not sup.state_dir.exists()
     refused_at_start(sup, f"supervisor.log_dir: {shown(str(a_file))} is a file, not a directory", log_dir=str(a_file))
     assert not sup.state_dir.exists()
+
+
+def test_the_start_looks_at_its_dirs_as_check_did(sup: Runner) -> None:
+    """What became of state_dir between the load and the start (a link to nothing: mkdir cannot make its target)
+    is said in check's words, before either directory is made."""
+    plan = load_plan(sup.write('[[phases]]\nname = "p"\ncommand = ["true"]\n'), None, environ={})
+    sup.state_dir.symlink_to(sup.tmp / "gone")
+    with pytest.raises(SetupError) as refused:
+        prepare_dirs(plan)
+    assert str(refused.value) == (f"supervisor.state_dir: {shown(str(sup.state_dir))} is a symbolic link to "
+                                  f"{shown(str(sup.tmp / 'gone'))}, which does not exist")
+    assert not sup.log_dir.exists() and not (sup.tmp / "gone").exists()
 
 
 # ================================================================ state_dir: the outbox

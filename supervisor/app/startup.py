@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..config import PARAM_DONE, Plan
+from ..config import PARAM_DONE, ConfigError, Plan, check_dir_to_make
 from ..engine.logs import Console, LogFile, SupervisorLog, open_to_append
 from ..engine.loop import EventLoop
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
@@ -145,8 +145,10 @@ def take_the_lock(plan: Plan) -> int:
 def prepare_dirs(plan: Plan) -> None:
     dirs = (("supervisor.state_dir", plan.supervisor.state_dir), ("supervisor.log_dir", plan.supervisor.log_dir))
     for key, path in dirs:  # both looked at before either is made: a log_dir that is a file leaves no state_dir
-        if os.path.lexists(path) and not os.path.isdir(path):  # (mkdir would say "File exists")
-            raise SetupError(f"{key}: cannot use {shown(path, PATH_CHARS, bare=True)}: not a directory")
+        try:  # (as check looked at them: what changed since is said as check says it; mkdir would say "File exists")
+            check_dir_to_make(path, key)
+        except ConfigError as exc:
+            raise SetupError(str(exc)) from None
     for key, path in dirs:
         try:
             Path(path).mkdir(parents=True, exist_ok=True)

@@ -143,10 +143,11 @@ def check_file_to_write(path: str, where: str, what: str) -> str:
 
 
 def check_dir_to_make(path: str, where: str) -> str:
-    """``path``, a directory the supervisor makes at start (state_dir, log_dir): not an existing file, nor under
-    one, found by ``check`` rather than by a start that had made the other directory already."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"{where}: {shown(path)} is a file, not a directory")
+    """``path``, a directory the supervisor makes at start (state_dir, log_dir): not an existing file, nor a
+    symbolic link to nothing (mkdir cannot make its target), nor under either, found by ``check`` rather than by a
+    start that had made the other directory already. The start looks again with this, just before it makes them."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{where}: {shown(path)} is {_no_directory(path)}")
     _refuse_under_a_file(path, where)
     return path
 
@@ -156,8 +157,18 @@ def _refuse_under_a_file(path: str, where: str) -> None:
     parent = os.path.dirname(path)
     while parent and parent != os.path.dirname(parent) and not os.path.lexists(parent):
         parent = os.path.dirname(parent)
-    if parent and os.path.exists(parent) and not os.path.isdir(parent):
-        raise ConfigError(f"{where}: {shown(path)} is under {shown(parent)}, which is a file, not a directory")
+    if parent and os.path.lexists(parent) and not os.path.isdir(parent):
+        raise ConfigError(f"{where}: {shown(path)} is under {shown(parent)}, which is {_no_directory(parent)}")
+
+
+def _no_directory(path: str) -> str:
+    """What ``path``, there but no directory, is instead, for a refusal."""
+    if os.path.islink(path) and not os.path.exists(path):
+        try:
+            return f"a symbolic link to {shown(os.readlink(path))}, which does not exist"
+        except OSError:
+            return "a symbolic link to nothing"
+    return "a file, not a directory"
 
 
 def check_not_owned(path: str, where: str, what: str, plan: Plan) -> None:

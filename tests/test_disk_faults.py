@@ -151,6 +151,7 @@ def test_a_log_dir_that_cannot_be_used_is_said_in_one_line_whatever_its_name(sup
     where = "/sys/kernel/a\nlog"
     refused_at_start(sup, f"supervisor.log_dir: cannot use {shown(where, PATH_CHARS)}: Operation not permitted",
                      log_dir=where)
+    assert not sup.state_dir.exists(), "state_dir was made for a log_dir that cannot be"
 
 
 def test_a_log_dir_root_cannot_write_in_is_refused_at_start(sup: Runner) -> None:
@@ -158,6 +159,7 @@ def test_a_log_dir_root_cannot_write_in_is_refused_at_start(sup: Runner) -> None
     if not os.path.isdir("/sys/kernel") or os.access("/sys/kernel", os.W_OK) is False:
         pytest.skip("no /sys/kernel that root is told it may write to")
     refused_at_start(sup, "supervisor.log_dir: cannot use /sys/kernel: Permission denied", log_dir="/sys/kernel")
+    assert not sup.state_dir.exists(), "state_dir was made for a log_dir that cannot be"
 
 
 def test_a_state_dir_that_is_a_file_is_said_as_that(sup: Runner) -> None:

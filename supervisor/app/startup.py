@@ -18,6 +18,7 @@ fails for want of a resource is ``SetupError``: one line, exit 2, nothing of the
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import tempfile
@@ -149,12 +150,18 @@ def prepare_dirs(plan: Plan) -> None:
             check_dir_to_make(path, key)
         except ConfigError as exc:
             raise SetupError(str(exc)) from None
+    made: list[Path] = []  # the directories this start made (parents too), outermost first
     for key, path in dirs:
         try:
+            made += reversed([folder for folder in (Path(path), *Path(path).parents) if not os.path.lexists(folder)])
             Path(path).mkdir(parents=True, exist_ok=True)
             # A file made and gone, not os.access: root passes that everywhere, sysfs and read-only binds too.
             tempfile.TemporaryFile(dir=path).close()
         except OSError as exc:
+            # A log_dir that cannot be used leaves no state_dir made for it (an empty one is removed, never more).
+            for folder in reversed(made):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise SetupError(f"{key}: cannot use {shown(path, PATH_CHARS, bare=True)}: {exc.strerror or exc}") from None
 
 

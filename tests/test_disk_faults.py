@@ -133,7 +133,7 @@ def test_fifos_in_log_dir_are_refused_not_waited_on(sup: Runner) -> None:
 
 def refused_at_start(sup: Runner, said: str, log_dir: str | None = None) -> None:
     """A one-phase run (log_dir moved to ``log_dir`` if given) exits 2 before anything starts, its last line
-    ending with ``said``."""
+    ``said`` after the config file's name (a config error's, or a start's that names a key of it)."""
     config = sup.write(f"""
         [[phases]]
         name = "p"
@@ -143,7 +143,7 @@ def refused_at_start(sup: Runner, said: str, log_dir: str | None = None) -> None
         config.write_text(config.read_text().replace(toml_str(str(sup.log_dir)), toml_str(log_dir)))
     result = sup.run(config, timeout=30)
     assert result.returncode == 2, result.output[-3000:]
-    assert result.output.strip().splitlines()[-1].endswith(said), result.output[-3000:]
+    assert result.output.strip().splitlines()[-1] == f"prover-supervisor: {config}: {said}", result.output[-3000:]
 
 
 def test_a_log_dir_that_cannot_be_used_is_said_in_one_line_whatever_its_name(sup: Runner) -> None:

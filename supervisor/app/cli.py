@@ -225,7 +225,7 @@ def dispatch(args: argparse.Namespace) -> int:
         say(f"{PROG}: {exc}{named_by_variable(args, str(exc))}", err=True)
         return EXIT_CONFIG_ERROR
     except SetupError as exc:
-        say(f"{PROG}: {exc}", err=True)
+        say(f"{PROG}: {exc}{named_by_variable(args, str(exc))}", err=True)
         return EXIT_CONFIG_ERROR
     except AlreadyRunning as exc:
         say(f"{PROG}: {exc}", err=True)

@@ -139,8 +139,11 @@ def setting_up(host: Host, what: str, step: Callable[[], T]) -> T:
 
 
 def take_the_lock(plan: Plan) -> int:
-    prepare_dirs(plan)
-    return take_lock(plan.supervisor.state_dir)
+    try:
+        prepare_dirs(plan)
+        return take_lock(plan.supervisor.state_dir)
+    except SetupError as exc:  # (it names a key: the file is named with it, as a config error names it)
+        raise SetupError(f"{plan.source}: {exc}") from None
 
 
 def prepare_dirs(plan: Plan) -> None:

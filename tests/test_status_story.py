@@ -603,7 +603,8 @@ def test_a_config_named_by_the_variable_says_so_when_it_is_refused(tmp_path: Pat
 
 @pytest.mark.parametrize(("supervisor", "said"), [
     ('[supervisor]\nstatedir = "/tmp/elsewhere"\n', "supervisor.statedir: unknown key (did you mean 'state_dir'?)"),
-    ("supervisor = 5\n", "supervisor: must be a table, got 5")])
+    ("supervisor = 5\n", "supervisor: must be a table, got 5"),
+    ('[supervisr]\nstate_dir = "/tmp/elsewhere"\n', "supervisr: unknown top-level key (did you mean 'supervisor'?)")])
 def test_status_config_with_a_bad_supervisor_table_is_refused_as_check_refuses_it(
         tmp_path: Path, supervisor: str, said: str) -> None:
     # Read as no state_dir, it showed the default state_dir's supervisor as this config's.

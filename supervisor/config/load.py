@@ -71,14 +71,16 @@ def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | N
                    environ: Mapping[str, str] | None = None) -> str:
     """A config's ``[supervisor] state_dir`` alone (``None``: the plugin's profile), checked as ``load_plan``
     checks it: what ``status`` needs. No other value is read, so a shell without the run's secrets and
-    variables (a token, a ``${PROG}``) may still ask where the supervisor keeps its state; but a [supervisor]
-    that is no table or has a key ``run`` would refuse (a misspelt ``state_dir``) is refused here too, never
-    read as the default state_dir (another supervisor's state shown as this one's)."""
+    variables (a token, a ``${PROG}``) may still ask where the supervisor keeps its state; but the names ``run``
+    would refuse around it are refused here too: a top-level key no one registered (a misspelt ``[supervisor]``),
+    a [supervisor] that is no table or has an unknown key (a misspelt ``state_dir``). Neither is read as the
+    default state_dir (another supervisor's state shown as this one's)."""
     environ = os.environ if environ is None else environ
     text, source = _config_text(path, plugin)
     mine = plugin if plugin is not None else _NOTHING
     document = _toml(text, source)  # (its refusal names the source already)
     try:
+        _check_top_level(document, mine)
         table = known_keys(document.get("supervisor", {}), "supervisor",
                            {*SUPERVISOR_KEYS, *mine.table_keys.get("supervisor", {})}, homes(mine)["supervisor"])
     except ConfigError as exc:
@@ -284,13 +286,8 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
           config_file: str | None) -> Plan:
     """The tables in a fixed order: [supervisor], [manager], the plugin's own, then the phases, whose
     kind keys may name what the plugin's tables configure (``ready = "cuzk"``)."""
-    sections = {name: parse for name, parse in plugin.sections.items() if name not in CORE_TABLES}
+    sections = _check_top_level(raw, plugin)
     places = homes(plugin)
-    for key in raw:
-        if key not in CORE_TABLES and key not in sections:
-            home = unknown_hint(key, (*CORE_TABLES, *sections), places[""])  # (a table's place, else a near one)
-            tables = ", ".join(["[supervisor]", "[manager]", *(f"[{name}]" for name in sections), "[[phases]]"])
-            raise ConfigError(f"{join_key('', key)}: unknown top-level key{home or f' (expected {tables})'}")
     values, extensions = _table(raw.get("supervisor", {}), "supervisor", SUPERVISOR_KEYS, plugin, environ, places)
     sup = SupervisorSpec(**values)
     manager = _manager(raw.get("manager", {}), environ, plugin, extensions, places)
@@ -317,6 +314,20 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     for rule in plugin.plan_rules:
         rule(plan)
     return plan
+
+
+def _check_top_level(raw: Mapping[str, Any], plugin: ConfigPlugin) -> dict[str, Any]:
+    """Refuse a top-level key that is no core table and none of the plugin's; return the plugin's own tables
+    (name → its parser). ``load_state_dir`` runs it too: a misspelt ``[supervisr]`` must not read as no
+    [supervisor] at all, the default state_dir (another supervisor's state shown as this one's)."""
+    sections = {name: parse for name, parse in plugin.sections.items() if name not in CORE_TABLES}
+    places = homes(plugin)
+    for key in raw:
+        if key not in CORE_TABLES and key not in sections:
+            home = unknown_hint(key, (*CORE_TABLES, *sections), places[""])  # (a table's place, else a near one)
+            tables = ", ".join(["[supervisor]", "[manager]", *(f"[{name}]" for name in sections), "[[phases]]"])
+            raise ConfigError(f"{join_key('', key)}: unknown top-level key{home or f' (expected {tables})'}")
+    return sections
 
 
 def _table(table: Any, name: str, keys: Mapping[str, Key], plugin: ConfigPlugin, environ: Mapping[str, str],

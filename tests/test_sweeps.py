@@ -21,7 +21,14 @@ import psutil
 import pytest
 from helpers import PY, Runner, read_pid, toml_list, wait_for
 
-from supervisor.engine.trees import kill_until_none_left, sweep_descendants
+from supervisor.engine.trees import (
+    STATE_DIR_ENV,
+    TAG_ENV,
+    kill_survivors_of_dead_supervisors,
+    kill_until_none_left,
+    left_alive_by,
+    sweep_descendants,
+)
 
 RUNS = 5
 # A pid no process can have: signalling it is ESRCH, a tag naming it names a supervisor that is gone.
@@ -160,6 +167,30 @@ def test_the_start_sweep_kills_a_dead_supervisors_survivor_and_what_it_forks(
 
 
 # ---------------------------------------------------------------- in-process
+
+
+@pytest.mark.parametrize(("left_as", "asked_as"), [("sub/../real", "real"), ("real", "link")])
+def test_the_start_sweep_and_status_read_one_state_dir_spelt_two_ways_as_one(
+        tmp_path: Path, left_as: str, asked_as: str) -> None:
+    """status named a survivor "the next start of this state_dir ends them", and that start, its state_dir spelt
+    another way (``/s/sub/../real``, a symlink to it), left it alive: the sweep compared the text, status the
+    folder."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    env = {"PATH": os.environ.get("PATH", ""), TAG_ENV: f"{NO_PID}.1", STATE_DIR_ENV: str(tmp_path / left_as)}
+    survivor = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        wait_for(lambda: psutil.Process(survivor.pid).environ().get(TAG_ENV) is not None, 10, 0.01)
+        asked = str(tmp_path / asked_as)
+        assert [s["pid"] for s in left_alive_by(NO_PID, asked)] == [survivor.pid]
+        lines: list[str] = []
+        assert kill_survivors_of_dead_supervisors(asked, lines.append) == 1, lines
+        assert survivor.wait(10) == -signal.SIGKILL
+    finally:
+        with contextlib.suppress(OSError):
+            survivor.kill()
+        survivor.wait(10)
 
 
 def test_a_listed_process_that_is_gone_is_skipped_and_the_rest_killed() -> None:

@@ -108,6 +108,7 @@ def every_process() -> list[psutil.Process]:
 
 def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
     me = os.getpid()
+    want = os.path.realpath(state_dir)
     found: dict[int, str] = {}
     for proc in every_process():
         if proc.pid == me:
@@ -115,7 +116,7 @@ def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
         try:
             env = proc.environ()
             tag = env.get(TAG_ENV)
-            if not tag or env.get(STATE_DIR_ENV) != state_dir:
+            if not tag or not _of_state_dir(env, want):
                 continue
             owner = tag_owner_here(tag, proc.pid)
             if owner is None or owner == me or _is_live_supervisor(owner) or proc.status() == psutil.STATUS_ZOMBIE:
@@ -143,12 +144,21 @@ def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]
             tag = env.get(TAG_ENV)
             if not tag or tag_owner_here(tag, proc.pid) != supervisor_pid or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if os.path.realpath(env.get(STATE_DIR_ENV, "")) != want:
+            if not _of_state_dir(env, want):
                 continue
             found.append({"pid": proc.pid, "name": proc.name(), "tag": tag})
         except (psutil.Error, OSError):
             continue  # gone meanwhile, or not ours to read
     return found
+
+
+def _of_state_dir(env: dict[str, str], want: str) -> bool:
+    """Whether a process's environment says it was started for the state_dir ``want`` (resolved). Both sides are
+    resolved: one folder spelt two ways (``/s/sub/../real``, a symlink to it) is one state_dir, as its lock in it
+    makes it one supervisor's; the sweep at start and ``status`` must agree on it (status promised that the next
+    start ends what the sweep then missed)."""
+    given = env.get(STATE_DIR_ENV, "")
+    return given != "" and os.path.realpath(given) == want  # ("" would resolve to our working directory)
 
 
 def tag_for(seq: int) -> str:

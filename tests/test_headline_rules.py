@@ -187,6 +187,15 @@ def test_the_supervisors_log_alone_is_named() -> None:
     assert failure_lines(read(snap))[-1] == "  logs: /var/log/s.log"
 
 
+def test_log_paths_with_an_escape_or_a_newline_are_quoted_on_one_line() -> None:
+    """A log_dir's ESC reached the terminal (the screen cleared, the text red), its newline split the line."""
+    odd = "/tmp/esc\x1b[2J\x1b[31mlogs"
+    snap = {"lifecycle": {"failure": {"phase": "p", "child": "p", "reason": "exited", "log_file": f"{odd}/p.log"}},
+            "logs": {"supervisor": "/var/log/a\nb/s.log"}}
+    assert failure_lines(read(snap))[-1] == \
+        "  logs: '/tmp/esc\\x1b[2J\\x1b[31mlogs/p.log', '/var/log/a\\nb/s.log'"
+
+
 def test_alive_lines_name_each_survivor_with_its_label_where_known() -> None:
     snap = {"supervisor": "gone", "children": [{"pid": 10, "label": "bench/cuzk"}, "junk"],
             "survivors": [{"pid": 10, "name": "cuzk-daemon"}, {"pid": 11, "name": "sleep"}, "junk"]}

@@ -38,7 +38,7 @@ from supervisor.status.headline import failure_lines, headline
 from supervisor.status.model import PhaseStatus, Snapshot
 from supervisor.status.render import render, timer_lines
 from supervisor.status.snapshot import CHILD_LINES, phase_timers, stop_timer
-from supervisor.text.show import shown
+from supervisor.text.show import PATH_CHARS, shown
 
 MIB = 1024 * 1024
 
@@ -233,6 +233,19 @@ def test_a_state_dir_that_is_a_file_is_refused_in_one_line(tmp_path: Path) -> No
                             text=True, timeout=30, env=clean_env(), cwd=REPO)
     assert (result.returncode, result.stdout) == (2, ""), result
     assert result.stderr == f"prover-supervisor: --state-dir: {shown(str(a_file))} is a file, not a directory\n"
+
+
+def test_a_state_dir_with_an_escape_or_a_newline_is_quoted_where_nothing_is_found(tmp_path: Path) -> None:
+    """The socket's and status.json's paths were printed raw: an ESC reached the terminal, a newline split the line."""
+    odd = f"{tmp_path}/x\x1b[2Jy\nz"
+    for args in ([], ["--json"]):
+        result = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", odd, *args], capture_output=True,
+                                text=True, timeout=30, env=clean_env(), cwd=REPO)
+        said = result.stdout if not args else json.loads(result.stdout)["why"]
+        assert result.returncode == 3, result
+        socket_path, status_path = (shown(f"{odd}/{name}", PATH_CHARS) for name in ("status.sock", "status.json"))
+        assert said.rstrip("\n") == (f"no prover-supervisor is running (no answer on {socket_path}), "
+                                     f"and no saved state: no {status_path}"), result
 
 
 def test_after_kill_9_the_supervisor_is_gone_and_what_it_left_is_named(sup: Runner) -> None:

@@ -291,6 +291,7 @@ def show_status(args: argparse.Namespace) -> int:
     """Ask the running supervisor; if none answers, show what it last wrote and what became of it (exit 3)."""
     from ..config import ConfigError, check_state_dir, load_state_dir
     from ..status.command import WATCH_INTERVAL_S, show, watch
+    from ..text.show import PATH_CHARS, shown
 
     if args.interval is not None and not args.watch:
         raise ConfigError("--interval goes with --watch")
@@ -307,7 +308,7 @@ def show_status(args: argparse.Namespace) -> int:
         state_dir, hint = bare_status_dir(lambda: Path(load_state_dir(None, plugin())))
     if _is_no_directory(state_dir):  # (a file: nothing could ever be found in it)
         where = "--state-dir" if args.state_dir is not None else "supervisor.state_dir"
-        raise ConfigError(f"{where}: {state_dir} is not a directory")
+        raise ConfigError(f"{where}: {shown(str(state_dir), PATH_CHARS, bare=True)} is not a directory")
     if args.watch:
         return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint)
     return show(state_dir, args.json, hint)
@@ -326,6 +327,7 @@ def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str]:
     profile's; and what to add when nothing is found there (a supervisor may run with a state_dir of its own).
     The profile is read only where no supervisor runs, and of it only its state_dir."""
     from ..status.file import pointed
+    from ..text.show import PATH_CHARS, shown
 
     found = pointed()
     if found is not None and found.live:
@@ -335,8 +337,9 @@ def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str]:
         # (a pid of another PID namespace, a container's, may belong to a live supervisor that does not answer)
         who = f"pid {found.pid} of another PID namespace, not answering" if found.elsewhere else \
             f"pid {found.pid}, not running"
-        return profile_dir, (f"; the last supervisor started here ({who}) had state_dir "
-                             f"{found.state_dir}: `status --state-dir {found.state_dir}`")
+        named = shown(str(found.state_dir), PATH_CHARS, bare=True)  # (quoted where it has a space or an ESC)
+        return profile_dir, (f"; the last supervisor started here ({who}) had state_dir {named}: "
+                             f"`status --state-dir {named}`")
     return profile_dir, ("; one started with a state_dir of its own is found with `status --config FILE` or "
                          "`status --state-dir DIR`")
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..text import Log
+from ..text.show import PATH_CHARS, shown
 
 LOCK = "supervisor.lock"  # held for the supervisor's whole life: a second one exits 75
 STATUS_FILE = "status.json"  # the last snapshot, for `status` when none runs
@@ -219,8 +220,9 @@ class StateFileError(ValueError):
 
     def __init__(self, path: Path, cause: Exception, holds: str, *, readable: bool) -> None:
         self.path, self.cause, self.readable = path, cause, readable
-        super().__init__(f"{path} does not hold {holds} ({cause})" if readable
-                         else f"{path} is unreadable ({type(cause).__name__}: {cause})")
+        named = shown(str(path), PATH_CHARS, bare=True)  # (status prints it: an ESC in a state_dir stays text)
+        super().__init__(f"{named} does not hold {holds} ({cause})" if readable
+                         else f"{named} is unreadable ({type(cause).__name__}: {cause})")
 
 
 def load_json(path: Path, limit: int, holds: str, parse: Callable[[dict[str, Any]], T]) -> T:

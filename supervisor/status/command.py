@@ -31,6 +31,7 @@ from ..engine.logs import LineSplitter
 from ..engine.trees import is_live_supervisor, left_alive_by, of_another_pid_namespace
 from ..exits import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK
 from ..state import files as state_files
+from ..text.show import PATH_CHARS, shown
 from ..text.stdio import STDOUT, lost, say
 from .file import load_persisted
 from .model import EXITED, GONE, NOT_ANSWERING, RUNNING, ChildStatus, Fate, Snapshot, Survivor
@@ -137,7 +138,8 @@ def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
         return EXIT_FAILURE
     if snap is None:
         socket_path = state_files.path(state_dir, state_files.STATUS_SOCKET)
-        said = f"no prover-supervisor is running (no answer on {socket_path}), and no saved state: {why}{hint}"
+        said = (f"no prover-supervisor is running (no answer on {shown(str(socket_path), PATH_CHARS, bare=True)}), "
+                f"and no saved state: {why}{hint}")
         # --json is for machines: JSON whatever the answer, never a sentence they must parse.
         say(json.dumps({"running": False, "live": False, "supervisor": None, "survivors": [],
                         "state_dir": str(state_dir), "why": said}, indent=2) if as_json else said)

@@ -41,6 +41,7 @@ from ..lifecycle.states import FINAL_STATES
 from ..state import files as state_files
 from ..state.files import Rewrites, StateFileError, load_json, not_an_object, save_json
 from ..text import Log
+from ..text.show import PATH_CHARS, shown
 from .model import Snapshot, shape_problem
 
 # status.json is rewritten at once on every batch of changes (the Observers' one call at the end of the loop's
@@ -110,7 +111,7 @@ def load_persisted(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     try:
         return load_json(path, STATE_MAX_READ_BYTES, "a status snapshot", _snapshot), None
     except FileNotFoundError:
-        return None, f"no {path}"
+        return None, f"no {shown(str(path), PATH_CHARS, bare=True)}"
     except StateFileError as exc:
         if isinstance(exc.cause, PermissionError):
             raise exc.cause from None

@@ -16,7 +16,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from ..text.show import cut, span
+from ..text.show import PATH_CHARS, cut, shown, span
 from .model import EXITED, NOT_ANSWERING, ManagerStatus, Snapshot
 
 # The failing child's last lines shown under the headline (status.json keeps more).
@@ -129,7 +129,7 @@ def failure_lines(snap: Snapshot) -> list[str]:
         out.extend(f"    | {cut(line, 200)}" for line in lines)
     logs = [x for x in (failure.log_file, snap.logs.supervisor if snap.logs is not None else None) if x]
     if logs:
-        out.append(f"  logs: {', '.join(logs)}")
+        out.append(f"  logs: {', '.join(shown(log, PATH_CHARS, bare=True) for log in logs)}")  # (a log_dir with ESC)
     return out
 
 

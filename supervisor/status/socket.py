@@ -30,7 +30,7 @@ from typing import Any
 from ..engine.loop import EventLoop, Timer
 from ..state import files as state_files
 from ..text import Log
-from ..text.show import summary
+from ..text.show import PATH_CHARS, shown, summary
 from .file import snapshot_problem
 from .model import Snapshot
 
@@ -200,7 +200,8 @@ class StatusServer:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            self._log(f"status: cannot remove {self.path} ({exc.strerror or exc}); it stays, answering nothing")
+            self._log(f"status: cannot remove {shown(str(self.path), PATH_CHARS, bare=True)} "
+                      f"({exc.strerror or exc}); it stays, answering nothing")
 
 
 class NotYoursToAsk(Exception):
@@ -243,8 +244,8 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
 
 def not_yours(path: Path, verb: str = "ask") -> str:
     """Why status cannot tell: ``path`` (the socket, or status.json) refused us."""
-    return (f"cannot {verb}: {path} is not yours to {verb} (permission denied); a prover-supervisor may be "
-            "running: run status as root, or as the user it runs as")
+    return (f"cannot {verb}: {shown(str(path), PATH_CHARS, bare=True)} is not yours to {verb} (permission denied); "
+            "a prover-supervisor may be running: run status as root, or as the user it runs as")
 
 
 def query(state_dir: Path, timeout: float = 5.0) -> dict[str, Any] | None:

@@ -51,5 +51,6 @@ STOPSIGNAL SIGTERM
 # stop signal and reaps every orphan of the container. -I: isolated mode, so PYTHONPATH/PYTHONHOME
 # or a user site of the base image cannot change which modules the supervisor runs.
 ENTRYPOINT ["/opt/prover-supervisor/bin/python", "-I", "/opt/prover-supervisor/entrypoint.py"]
-# `docker run IMAGE` runs the lifecycle; `docker run IMAGE demo` (or check --config F, --version) works too.
+# `docker run IMAGE` runs the lifecycle; `docker run IMAGE demo` (or check --config F, --version) works too,
+# and options alone are run's: `docker run IMAGE --config F` is `run --config F` (entrypoint.py).
 CMD ["run"]

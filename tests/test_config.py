@@ -826,6 +826,13 @@ def test_unknown_subcommand_exit_2() -> None:
     (["demo", "--fail", "explode"], "prover-supervisor demo: argument --fail: invalid choice: 'explode'"),
     (["standins"], "prover-supervisor standins: the following arguments are required: --bin-dir"),
     (["check", "--frob"], "prover-supervisor: unrecognized arguments: --frob"),
+    # A command's option before it: its value was taken for the command (invalid choice: 'base.toml').
+    (["--config", "base.toml", "check"], "prover-supervisor: --config goes after the command: "
+                                         "`prover-supervisor check --config …`"),
+    (["--config=base.toml"], "prover-supervisor: --config goes after a command (run, status, check): "
+                             "e.g. `prover-supervisor run --config …`"),
+    (["--state-dir", "/x", "status", "--json"], "prover-supervisor: --state-dir goes after the command: "
+                                                "`prover-supervisor status --state-dir …`"),
 ])
 def test_a_command_line_mistake_is_one_line_naming_it(args: list[str], said: str) -> None:
     # argparse's own form was its usage block, then the error: two or three lines for one mistake.

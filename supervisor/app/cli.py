@@ -2,7 +2,9 @@
 
 A bare ``prover-supervisor`` (no command) prints its help on stderr and exits 2, as a command line
 missing its command: ``docker exec … prover-supervisor`` must not start a second lifecycle by accident.
-The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself.
+The container's entrypoint (entrypoint.py, the image's CMD) says ``run`` itself, and takes options alone as
+run's (``docker run IMAGE --config F``: ``main``'s ``default``). A command's option before any command
+(``--config F check``) is refused saying it goes after the command (argparse took ``F`` for the command).
 
 - ``run [--config F] [--rebench] [--fresh]``: supervise the lifecycle (config from --config, else
   $SUPERVISOR_CONFIG, else the built-in prover profile); exits with the lifecycle's status; on a
@@ -44,6 +46,7 @@ import argparse
 import faulthandler
 import os
 import stat
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -63,13 +66,16 @@ CONFIG_VARIABLE = "SUPERVISOR_CONFIG"  # the config file, where --config names n
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, its errors said as every other user mistake is: one line on stderr, exit 2 (argparse's own
-    form puts its usage first, and a fleet's log collector keeps only the last line)."""
+    form puts its usage first, and a fleet's log collector keeps only the last line). ``commands``: the
+    top-level parser's commands, by name (build_parser)."""
+
+    commands: Mapping[str, argparse.ArgumentParser] = {}
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_CONFIG_ERROR, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog=PROG, description="Lifecycle supervisor for a GPU proving container.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -104,7 +110,34 @@ def build_parser() -> argparse.ArgumentParser:
     p_std.add_argument("--bin-dir", required=True, metavar="DIR", help="where to write curio, cuzk-daemon, ...")
     p_dev = sub.add_parser("dev-manager", help="serve a stand-in of the fleet manager's API on 127.0.0.1")
     p_dev.add_argument("--port", type=tcp_port, default=1235, help="port to listen on (default 1235, the manager's)")
+    parser.commands = sub.choices
     return parser
+
+
+def option_before_command(parser: OneLineParser, argv: list[str]) -> str | None:
+    """Why ``argv`` is refused where it begins with an option of a command (``--config F check``), or None.
+    argparse took the option's value for the command (``invalid choice: 'base.toml'``), naming no mistake."""
+    if not argv or not argv[0].startswith("-"):
+        return None
+    option = argv[0].split("=", 1)[0]
+    takers = [name for name, command in parser.commands.items() if option in command._option_string_actions]
+    if option in parser._option_string_actions or not takers:
+        return None  # (the parser's own, --version, or no command's: argparse says what it is)
+    command = next((arg for arg in argv[1:] if arg in parser.commands), None)
+    if command is not None:
+        return f"{option} goes after the command: `{PROG} {command} {option} …`"
+    return f"{option} goes after a command ({', '.join(takers)}): e.g. `{PROG} {takers[0]} {option} …`"
+
+
+def with_default_command(parser: OneLineParser, argv: list[str], default: str) -> list[str]:
+    """``argv`` with ``default`` put first where it names no command: none at all, or options alone
+    (``docker run IMAGE --config F`` gives the entrypoint ``--config F``, the image's CMD ``run`` replaced).
+    An option of the parser's own (``--version``, ``--help``) is left to it."""
+    first = argv[0].split("=", 1)[0] if argv else ""
+    if argv and (not first.startswith("-") or first in parser._option_string_actions
+                 or any(arg in parser.commands for arg in argv)):
+        return argv
+    return [default, *argv]
 
 
 def plugin() -> Plugin:
@@ -166,15 +199,22 @@ def interval_seconds(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None, started_with: set[int] | None = None) -> int:
+def main(argv: list[str] | None = None, started_with: set[int] | None = None, default: str | None = None) -> int:
     """The command line. ``started_with``: the signal mask the process started with, where the entry point
-    blocked every signal before its imports (entrypoint.py, __main__.py)."""
+    blocked every signal before its imports (entrypoint.py, __main__.py). ``default``: the command a command
+    line without one means (the container's entrypoint: ``run``); without it, none is a mistake."""
     mask = hold_signals(started_with)  # first of all: see the module docstring
     keep_std_fds_open()
     faulthandler.enable(file=STDERR, all_threads=True)  # a fatal fault's last words, until run.py has the log
     command = "run"
     try:
         parser = build_parser()
+        argv = sys.argv[1:] if argv is None else argv
+        if default is not None:
+            argv = with_default_command(parser, argv, default)
+        misplaced = option_before_command(parser, argv)
+        if misplaced is not None:
+            parser.error(misplaced)
         args = parser.parse_args(argv)
         if args.command is None:
             release_signals(mask)

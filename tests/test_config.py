@@ -340,6 +340,8 @@ BAD_CONFIGS = [
     P(bad_daemon('ready = "tcp://h:²"'), "phases[1] (b).daemons[0] (d).ready:", id="ready-tcp-superscript-port"),
     P(bad_daemon('ready = "tcp://h:00000000000000000080"'), "phases[1] (b).daemons[0] (d).ready:",
       id="ready-tcp-long-port"),
+    P(bad_daemon('ready = "http://h:00000080/status"'), "phases[1] (b).daemons[0] (d).ready: "
+      "'http://h:00000080/status': the port has more than 5 digits (a port is 1-65535)", id="ready-http-long-port"),
     P(sup_section('http_port = "${UNSET_VAR:-²}"'), "supervisor.http_port: must be a whole number",
       id="http-port-superscript"),
     P('[cuzk]\nbench_concurrency = "${UNSET_VAR:-١٢}"\n' + MARK_PHASE, "cuzk.bench_concurrency:",
@@ -1326,6 +1328,9 @@ URL_PASSWORD = "s3cret-pw"
     ("http://h\x7f", "holds '\\x7f'"), ("http://hé", "holds '\\xe9'"),
     ("http://h\\@evil", "holds '\\\\'"),
     ("http://h:99999", "Port out of range"), ("http://h:0", "port 0 cannot be connected to"),
+    # urllib reads "00000080" as 80; a tcp:// probe refused it: one rule for every port
+    ("http://h:00000080", "'http://h:00000080': the port has more than 5 digits (a port is 1-65535)"),
+    (f"http://u:{URL_PASSWORD}@h:000080", "the port has more than 5 digits"),
     ("http://h:x", "not a valid URL"), ("http://[::1", "not a valid URL"),
     # A host no connect could reach passed check, and every call failed (LocationParseError) while the phases ran.
     ("http://h..:1", "'h..' is no host name"), ("http://" + "a" * 64 + ".example", "is no host name"),
@@ -1361,6 +1366,7 @@ def test_a_nul_in_a_manager_url_is_refused() -> None:
     ("http://[::1]:1235", "http://[::1]:1235"), (f"http://fleet:{URL_PASSWORD}@h:1", f"http://fleet:{URL_PASSWORD}@h:1"),
     ("http://" + "a" * 63 + ".example.", "http://" + "a" * 63 + ".example."),
     ("http://fleet:p%40ss%2Fword@h", "http://fleet:p%40ss%2Fword@h"), ("HTTP://H:80", "HTTP://H:80"),
+    ("http://h:00080", "http://h:00080"),  # (5 digits: as a tcp:// probe takes it)
 ])
 def test_a_good_manager_url_is_kept(url: str, kept: str) -> None:
     assert parse(f"[manager]\nurl = {toml_str(url)}\n" + MINIMAL, {"VAST_CONTAINERLABEL": "C.1"}).manager.url == kept

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from ..text.redact import MASK, shown_url
 from ..text.show import cut, shown
 from .model import ConfigError
-from .values import ASIDE_CHARS, _string, check_host, refuse_url_characters
+from .values import ASIDE_CHARS, _string, check_host, check_url_port, refuse_url_characters
 
 
 def _url(value: Any, where: str) -> str:
@@ -30,7 +30,7 @@ def _url(value: Any, where: str) -> str:
                           "to the URL, so it can only be scheme://host[:port][/path]")
     try:
         parts = urlsplit(text)
-        port = parts.port
+        _ = parts.port  # (reading it is what checks it: a port out of range, or no number)
     except ValueError as exc:
         # urllib quotes what it could not read: with an '@' about, that may be a piece of a password. So the
         # reason is read again from the URL with its user and password masked: the host's or port's own (a port
@@ -39,8 +39,7 @@ def _url(value: Any, where: str) -> str:
         raise ConfigError(f"{where}: {quoted} is not a valid URL ({cut(reason, ASIDE_CHARS)})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}: {quoted} must be an http:// or https:// URL with a host")
-    if port == 0:
-        raise ConfigError(f"{where}: {quoted}: port 0 cannot be connected to")
+    check_url_port(parts, where, quoted)
     if "@" in parts.path:
         raise ConfigError(f"{where}: {quoted} has an '@' after the host: a password holding '/' or '@' must "
                           "percent-encode them (%2F, %40)")

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from ..state.files import STATUS_SOCKET, child_log_name, own_file
 from ..text.show import cut, shown
@@ -568,12 +568,27 @@ def host_port(text: str, refusal: str) -> tuple[str, int]:
         host, port = parts.hostname, parts.port
     except ValueError:  # a port out of range or no number ("²" too), a bad [IPv6]
         raise ConfigError(refusal) from None
-    if not host or not port or len(parts.netloc.rpartition(":")[2]) > _PORT_DIGITS or "@" in parts.netloc \
+    if not host or not port or _port_too_long(parts) or "@" in parts.netloc \
             or parts.path not in ("", "/") or "?" in text or "#" in text:
         raise ConfigError(refusal)
     if not is_host(host):
         raise ConfigError(refusal)
     return host, port
+
+
+def check_url_port(parts: SplitResult, where: str, quoted: str) -> None:
+    """An http(s) URL's port, where it names one (``parts``: urllib's reading, its port already read, so in range):
+    not 0, and in at most 5 digits, as ``host_port`` takes one: the manager's URL and a ready URL had taken
+    "00000080" (urllib reads it as 80), which a ``tcp://`` probe refused."""
+    if parts.port == 0:
+        raise ConfigError(f"{where}: {quoted}: port 0 cannot be connected to")
+    if _port_too_long(parts):
+        raise ConfigError(f"{where}: {quoted}: the port has more than {_PORT_DIGITS} digits (a port is 1-65535)")
+
+
+def _port_too_long(parts: SplitResult) -> bool:
+    """Whether the port ``parts`` names is written in more than _PORT_DIGITS digits (its text ends the netloc)."""
+    return parts.port is not None and len(parts.netloc.rpartition(":")[2]) > _PORT_DIGITS
 
 
 def check_host(host: str, where: str, quoted: str) -> None:
@@ -636,8 +651,7 @@ def http_url(text: str, where: str) -> tuple[str, int]:
     if not parts.hostname:
         raise ConfigError(f"{where}: {shown(text)} has no host")
     check_host(parts.hostname, where, shown(text))
-    if port == 0:
-        raise ConfigError(f"{where}: {shown(text)}: port 0 cannot be connected to")
+    check_url_port(parts, where, shown(text))
     return parts.hostname, (443 if parts.scheme == "https" else 80) if port is None else port
 
 

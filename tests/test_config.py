@@ -553,6 +553,21 @@ BAD_CONFIGS = [
       id="override-gpus-not-a-table"),
     P('[cuzk]\noverrides = { logging = [] }\n' + MARK_PHASE, "cuzk.overrides.logging: must be a table",
       id="override-logging-not-a-table"),
+    # -- what the supervisor computes for a child, set in an env: last in its environment, it won without a word (a
+    # bench count of 0 past bench_count's bound; an address other than the one the ready probe waited for)
+    P("[cuzk]\n" + bad_phase('prepare = "cuzk-config"\nenv = { CUZK_BENCH_COUNT = "0" }'),
+      'phases[1] (b).env.CUZK_BENCH_COUNT: prepare = "cuzk-config" sets this from [cuzk] bench_count; set that '
+      "instead", id="env-sets-what-cuzk-config-sets"),
+    P("[cuzk]\n" + bad_phase('prepare = "cuzk-config"\n[[phases.daemons]]\nname = "d"\ncommand = @MARK@\n'
+                              'env = { CUZK_ADDR = "http://10.9.9.9:1" }'),
+      'phases[1] (b).daemons[0] (d).env.CUZK_ADDR: prepare = "cuzk-config" sets this from [cuzk] listen; set that '
+      "instead", id="daemon-env-sets-what-cuzk-config-sets"),
+    P('[manager]\nurl = "http://127.0.0.1:9"\nlabel = "C.1"\n' + bad_phase('env = { INSTANCE_UUID = "fake" }'),
+      "phases[1] (b).env.INSTANCE_UUID: the supervisor sets this from the manager's /register answer (uuid); leave "
+      "it out", id="env-sets-the-managers-uuid"),
+    P('[manager]\nurl = "http://127.0.0.1:9"\nlabel = "C.1"\n' + sup_section('env = { RUNNER_ID = "3" }'),
+      "supervisor.env.RUNNER_ID: the supervisor sets this from the manager's /register answer (runner_id); leave "
+      "it out", id="env-sets-the-managers-runner-id"),
     P('[cuzk]\noverrides = { srs = { param_cache = "/elsewhere" } }\n' + MARK_PHASE, "cuzk.overrides.srs.param_cache: "
       "set [cuzk] param_cache instead (the fitness checks of min_param_disk read that one, not cuzk.toml's)",
       id="override-srs-param-cache"),

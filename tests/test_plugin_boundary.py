@@ -113,6 +113,8 @@ WIDGET = Plugin(
     prepares=MappingProxyType({"widget-env": widget_env}),
     ready=MappingProxyType({"widget": widget_ready}),
     reports=MappingProxyType({"widget-done": "done"}),
+    prepare_env=MappingProxyType({"widget-env": {"WIDGET_COLOUR": "[widget] colour"}}),
+    register_env=MappingProxyType({"WIDGET_SERIAL": "serial"}),
     fitness=(red_needs_more_memory,),
     reasons=MappingProxyType({"widget_jammed": 3}),
     disk_needs=(widget_disk,),
@@ -213,6 +215,44 @@ def test_a_plugin_adds_a_prepare_kind_made_for_the_plan(tmp_path: Path) -> None:
         'test.toml: phases[0] (p).prepare: "widget-env" needs a [widget] table')
     assert refused(MINIMAL + 'prepare = "widget-gone"\n', WIDGET) == (
         "test.toml: phases[0] (p).prepare: must be one of 'widget-env', got 'widget-gone'")
+
+
+def test_an_env_may_not_set_what_a_plugins_prepare_sets_in_its_phase() -> None:
+    """The config's env comes last in a child's environment: a WIDGET_COLOUR there won over the prepare's, so the
+    child ran on a value no key of [widget] said. Refused where it would reach a phase of that prepare, naming the
+    key to set instead; a phase without it may set the name for its own use."""
+    phase = '[widget]\ncolour = "red"\n' + MINIMAL + 'prepare = "widget-env"\n'
+    assert refused(phase + 'env = { WIDGET_COLOUR = "blue" }\n', WIDGET) == (
+        'test.toml: phases[0] (p).env.WIDGET_COLOUR: prepare = "widget-env" sets this from [widget] colour; set that '
+        "instead")
+    daemon = '[[phases.daemons]]\nname = "d"\ncommand = ["true"]\nenv = { WIDGET_COLOUR = "blue" }\n'
+    assert refused(phase + daemon, WIDGET) == (
+        'test.toml: phases[0] (p).daemons[0] (d).env.WIDGET_COLOUR: prepare = "widget-env" sets this from [widget] '
+        "colour; set that instead")
+    other = MINIMAL.replace('"p"', '"q"')
+    assert refused('[supervisor]\nenv = { WIDGET_COLOUR = "blue" }\n' + other + phase, WIDGET) == (
+        'test.toml: supervisor.env.WIDGET_COLOUR: in phase p, prepare = "widget-env" sets this from [widget] colour; '
+        "set that instead")
+    plan = parse(phase + other + 'env = { WIDGET_COLOUR = "blue" }\n', WIDGET)
+    assert plan.phases[1].command.env["WIDGET_COLOUR"] == "blue"
+
+
+def test_an_env_may_not_set_what_the_managers_answer_sets_where_there_is_a_manager() -> None:
+    """INSTANCE_UUID (the core's) and a plugin's register_env are set in every child once the manager answered
+    /register: an env's would hide the manager's. Without a manager nothing sets them, and an env may."""
+    manager = '[manager]\nurl = "http://127.0.0.1:9"\nlabel = "C.1"\n'
+    assert refused(manager + MINIMAL + 'env = { INSTANCE_UUID = "fake" }\n', WIDGET) == (
+        "test.toml: phases[0] (p).env.INSTANCE_UUID: the supervisor sets this from the manager's /register answer "
+        "(uuid); leave it out")
+    assert refused('[supervisor]\nenv = { WIDGET_SERIAL = "7" }\n' + manager + MINIMAL, WIDGET) == (
+        "test.toml: supervisor.env.WIDGET_SERIAL: the supervisor sets this from the manager's /register "
+        "answer (serial); leave it out")
+    # The manager named by $MANAGER_URL alone is a manager too: check and run read the same environment.
+    assert refused(MINIMAL + 'env = { INSTANCE_UUID = "fake" }\n', WIDGET, {"MANAGER_URL": "http://127.0.0.1:9",
+                                                                           "VAST_CONTAINERLABEL": "C.1"}).startswith(
+        "test.toml: phases[0] (p).env.INSTANCE_UUID: the supervisor sets this")
+    plan = parse(MINIMAL + 'env = { INSTANCE_UUID = "mine", WIDGET_SERIAL = "7" }\n', WIDGET)
+    assert plan.phases[0].command.env["INSTANCE_UUID"] == "mine"
 
 
 def test_a_plugin_adds_a_ready_kind_made_from_its_section() -> None:

@@ -98,6 +98,12 @@ class ConfigPlugin(Protocol):
     def reports(self) -> Mapping[str, ReportWhen]: ...
 
     @property
+    def prepare_env(self) -> Mapping[str, Mapping[str, str]]: ...
+
+    @property
+    def register_env(self) -> Mapping[str, str]: ...
+
+    @property
     def plan_rules(self) -> tuple[Callable[[Any], None], ...]: ...  # each given the Plan
 
     @property

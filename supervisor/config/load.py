@@ -39,6 +39,7 @@ from .tables import (
     check_ports,
     check_progress_keys,
     check_reports,
+    check_set_env,
     check_settle,
     check_unique,
     homes,
@@ -311,6 +312,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     for key, what in (("state_dir", "state_dir"), ("log_dir", "log_dir"), ("termination_log", "the termination log")):
         check_not_owned(getattr(sup, key), f"supervisor.{key}", what, plan)
     check_prepares(plan, plugin)
+    check_set_env(plan, plugin)
     for rule in plugin.plan_rules:
         rule(plan)
     return plan
@@ -497,6 +499,7 @@ class _NoPlugin:
 
     name = "none"
     sections = table_keys = table_rules = prepares = parsers = settles = ready = reports = _NONE_ADDED
+    prepare_env = register_env = _NONE_ADDED
     plan_rules = ()
     profile = None
 

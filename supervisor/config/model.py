@@ -52,6 +52,10 @@ ReportWhen = Literal["done", "up"]
 PARAM_DONE = "param-done"  # the fetch phase's: its end starts the clock after it (state/firstseen.py)
 RUNNING = "running"  # the production phase's (Lifecycle.production_phases)
 REPORTS: Mapping[str, ReportWhen] = MappingProxyType({PARAM_DONE: "done", RUNNING: "up"})
+# What the reporting sets in every child's environment once the manager answered /register: the variable → the
+# answer's field it holds. A config's env may not set one where there is a manager (tables.py ``check_set_env``).
+INSTANCE_UUID_ENV = "INSTANCE_UUID"
+REGISTER_ENV: Mapping[str, str] = MappingProxyType({INSTANCE_UUID_ENV: "uuid"})
 RESUMES = ("no", "outputs", "machine")
 DEFAULT_RESUME_MAX_AGE_S = 86400.0
 # How long a oneshot's daemons are kept after its command succeeded, for what they finish (``settle``).

@@ -53,12 +53,14 @@ from .model import (
     MAX_EXEC_WAIT_S,
     MIN_ROW_CHECK_S,
     PHASE_KINDS,
+    REGISTER_ENV,
     REPORTS,
     RESTART_POLICIES,
     RESUMES,
     ChildSpec,
     ConfigError,
     PhaseSpec,
+    Plan,
     ReadyCheck,
     ReportWhen,
 )
@@ -91,6 +93,7 @@ from .values import (
     check_stop_signal,
     check_warn_fraction,
     endpoints_meet,
+    join_key,
     local_endpoint,
     one_of,
     ready_checker,
@@ -448,3 +451,39 @@ def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]
         if when == "done" and phase.kind != "oneshot":
             raise ConfigError(f"phases[{i}] ({phase.name}).report: {phase.report!r} is reported when a oneshot "
                               "completes")
+
+
+def check_set_env(plan: Plan, plugin: ConfigPlugin) -> None:
+    """A variable the supervisor sets for a child from other keys (a plugin's ``prepare``, from its table) or from
+    the manager's answer (with a manager) is not an ``env``'s to set: the config's env comes last in the child's
+    environment, so it won without a word, and the child ran on a value the supervisor neither checked nor
+    probed (a count of 0 past its key's bound, an address other than the one the ready probe waited for). The
+    core's own (values.py ``_OWN_ENV``) are refused wherever they are written."""
+    answered = {**REGISTER_ENV, **plugin.register_env} if plan.manager.url else {}
+    given = {name: f"the supervisor sets this from the manager's /register answer ({field}); leave it out"
+             for name, field in answered.items()}
+
+    def set_in(phase: PhaseSpec) -> dict[str, str]:  # variable → who sets it, and what to set instead
+        made = plugin.prepare_env.get(phase.prepare, {}) if phase.prepare is not None else {}
+        return {**given, **{name: f'prepare = "{phase.prepare}" sets this from {key}; set that instead'
+                            for name, key in made.items()}}
+
+    owned = [set_in(phase) for phase in plan.phases]
+    for name in plan.supervisor.env:  # (it reaches every child: a phase of a prepare too)
+        said = given.get(name) or next((f"in phase {phase.name}, {mine[name]}"
+                                        for phase, mine in zip(plan.phases, owned, strict=True) if name in mine), None)
+        if said is not None:
+            raise ConfigError(f"{join_key('supervisor.env', name)}: {said}")
+    for i, (phase, mine) in enumerate(zip(plan.phases, owned, strict=True)):
+        where = f"phases[{i}] ({phase.name})"
+        # [supervisor] env is merged into each phase's, and a phase's into each of its daemons': each place is named
+        # for the variables it adds.
+        _refuse_set(phase.command.env, plan.supervisor.env, mine, f"{where}.env")
+        for j, daemon in enumerate(phase.daemons):
+            _refuse_set(daemon.env, phase.command.env, mine, f"{where}.daemons[{j}] ({daemon.name}).env")
+
+
+def _refuse_set(env: Mapping[str, str], inherited: Mapping[str, str], owned: Mapping[str, str], where: str) -> None:
+    name = next((name for name in env if name in owned and name not in inherited), None)
+    if name is not None:
+        raise ConfigError(f"{join_key(where, name)}: {owned[name]}")

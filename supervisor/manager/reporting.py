@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import REPORTS, ManagerSpec
+from ..config import INSTANCE_UUID_ENV, REPORTS, ManagerSpec
 from ..engine.exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
 from ..engine.loop import EventLoop, contained
 from ..exits import EXIT_OK
@@ -390,7 +390,7 @@ class Reporter:
         """Children started from now on know who they are to the manager; then, in this order, the instance's
         clocks hear that the manager knows it (registered now, or kept from before), and the plugin hears the
         register answer's fields it asked for (hear_register_field)."""
-        self._export_env("INSTANCE_UUID", uuid)
+        self._export_env(INSTANCE_UUID_ENV, uuid)
         if self.view.first_seen is not None:
             self.view.first_seen.registered()
         for listener in self._register_fields_heard:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 BENCH_DONE = "bench-done"
 RUNNER_ID = "runner_id"
+RUNNER_ID_ENV = "RUNNER_ID"  # what every child started after the answer finds it in (Plugin.register_env)
 # The give-up's optional ``reason`` field (bench_done_reason): one line, cut to this many characters.
 REASON_MAX_CHARS = 1000
 # The manager keeps runner ids in an SQLite integer column.
@@ -268,7 +269,7 @@ def attach(wiring: Wiring) -> None:
     link.add_register_fields(lambda: {MIN_RATE: settings.min_rate})
     link.add_row_fields(FLEET_ROW)
     link.hear_register_field(RUNNER_ID, check_runner_id,
-                             lambda runner_id: wiring.export_env("RUNNER_ID", runner_id) if runner_id else None)
+                             lambda runner_id: wiring.export_env(RUNNER_ID_ENV, runner_id) if runner_id else None)
     link.on_killed(fleet.killed)
     link.on_row(lambda row: gate.heard_min_rate(row_min_rate(row)))  # the manager judges by its row's min_rate
     wiring.events.on_transition(fleet.transition)

@@ -30,6 +30,14 @@ from .fetchlines import FetchParser
 from .reasons import BENCH_FAILED
 
 CUZK_CONFIG = "cuzk-config"
+# What ``prepare = "cuzk-config"`` sets in its phase's children's environment, each from the [cuzk] key it is
+# computed from: the plugin registers them (Plugin.prepare_env), and the config refuses a phase's env that would
+# set one in its place (CUZK_BENCH_COUNT = "0" went past bench_count's bound; a CUZK_ADDR other than [cuzk]
+# listen sent the bench elsewhere than the daemon the ready probe waited for).
+CUZK_CONFIG_ENV = {"CUZK_CONFIG": "[cuzk] config_path", "CUZK_ADDR": "[cuzk] listen",
+                   "CURIO_CUZK_ADDRESS": "[cuzk] listen", "CUZK_STATUS_LISTEN": "[cuzk] status_listen",
+                   "CUZK_BENCH_CONCURRENCY": "[cuzk] bench_concurrency", "CUZK_BENCH_COUNT": "[cuzk] bench_count",
+                   "CUZK_BENCH_C1": "[cuzk] bench_c1"}
 # The parser of cuzk-bench's batch output: what reads the bench's rate (bench-done carries it).
 BENCH_PARSER = "cuzk-bench"
 

@@ -10,6 +10,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``, ``paramfetch``;
   ``settles``: ``cuzk-pce``, the warm-up's daemon kept until its background PCE extraction ends (hooks.py);
 - ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
+- ``prepare_env``: what ``cuzk-config`` hands its phase's children (``CUZK_ADDR``...), each from its [cuzk] key;
+  ``register_env``: ``RUNNER_ID``, from the manager's /register answer; an ``env`` may set neither there;
 - ``plan_rules``: bench-done needs cuzk-bench's parser; a [production] without [cuzk] reads curio's metrics;
   cuzk.toml is never written over the supervisor's own files or the config;
 - ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);
@@ -44,8 +46,8 @@ from ..wiring import Wiring
 from . import benchlimits, cuzkconf, fleet, production
 from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_paths_are_their_own, cuzk_section, fleet_rules
 from .fetchlines import ALLOCATORS
-from .fleet import BENCH_DONE
-from .hooks import BENCH_PARSER, CUZK_CONFIG, PARSERS, PCE_HOOK, PCE_SETTLE, make_cuzk_config
+from .fleet import BENCH_DONE, RUNNER_ID, RUNNER_ID_ENV
+from .hooks import BENCH_PARSER, CUZK_CONFIG, CUZK_CONFIG_ENV, PARSERS, PCE_HOOK, PCE_SETTLE, make_cuzk_config
 from .ready import KIND as CUZK_READY
 from .ready import make_cuzk_ready
 from .reasons import REASONS
@@ -153,6 +155,8 @@ PLUGIN = Plugin(
     settles=MappingProxyType({PCE_SETTLE: PCE_HOOK}),
     ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),
     reports=MappingProxyType({BENCH_DONE: "done"}),
+    prepare_env=MappingProxyType({CUZK_CONFIG: MappingProxyType(CUZK_CONFIG_ENV)}),
+    register_env=MappingProxyType({RUNNER_ID_ENV: RUNNER_ID}),
     plan_rules=(bench_done_carries_a_rate, production_reads_something, cuzk_paths_are_their_own),
     reasons=REASONS,
     fitness=(cuzk_toml_fits,),

@@ -25,6 +25,7 @@ from supervisor.prover import hooks
 from supervisor.prover.bench import BenchParser, BenchResult, SingleProofParser
 from supervisor.prover.cuzkconf import CuzkSettings
 from supervisor.prover.fetchlines import FetchParser
+from supervisor.prover.plugin import PLUGIN
 from supervisor.prover.reasons import BENCH_FAILED
 
 GIB = 1 << 30
@@ -49,6 +50,8 @@ def test_cuzk_config_writes_the_file_logs_it_and_tells_the_children(tmp_path: Pa
     assert env["CUZK_CONFIG"] == str(target) and env["CUZK_ADDR"] == "unix:///run/cuzk.sock"
     assert env["CURIO_CUZK_ADDRESS"] == "unix:///run/cuzk.sock"
     assert env["CUZK_STATUS_LISTEN"] == "" and int(env["CUZK_BENCH_CONCURRENCY"]) >= 1
+    # Every variable it sets is registered (Plugin.prepare_env), so that a phase's env may not set it in its place.
+    assert env.keys() == hooks.CUZK_CONFIG_ENV.keys() == PLUGIN.prepare_env[hooks.CUZK_CONFIG].keys()
     assert lines[0].startswith(f"phase cuzk: wrote {target}: budget ")
     body = [line.removeprefix("  cuzk.toml | ") for line in lines[1:]]
     assert all(line.startswith("  cuzk.toml | ") for line in lines[1:])

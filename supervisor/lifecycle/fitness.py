@@ -46,6 +46,7 @@ from . import verdict as v
 from .hooks import capped, too_little_memory
 
 GPU_COUNT_ENV = "GPU_COUNT"  # set by Vast.ai inside an instance
+FITNESS = "fitness"  # the phase and child an unfit machine's verdict names (no phase of the plan had started)
 # An idle GPU shows some memory used with no process on it (driver context, ECC and row-remap
 # reserves: a few hundred MiB on an H100/H200). More than this is somebody else's work.
 GPU_IDLE_USED_MAX = 1 << 30
@@ -216,7 +217,7 @@ def gpu_findings(gpus: GpuInventory | None, expected: int | None,
 
 def refusal(findings: list[Finding]) -> v.Verdict:
     """The verdict of an unfit machine: the first finding's reason, every finding's detail."""
-    return v.without_exit("fitness", "fitness", findings[0].reason, 1,
+    return v.without_exit(FITNESS, FITNESS, findings[0].reason, 1,
                           "unfit before any phase started: " + "; ".join(f.detail for f in findings), attempt=0)
 
 

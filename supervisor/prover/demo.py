@@ -10,7 +10,7 @@ every program keeps running, which only the supervisor's watches can see:
 
 - ``gpu``: the supervisor process itself must import the stand-in ``pynvml`` (fakenvml/), so the demo
   re-executes itself with that directory first on ``PYTHONPATH`` before anything starts (``reexec``). Its
-  control file gives the machine idle GPUs ($GPU_COUNT of them, else DEMO_GPUS), so ``require_gpus``
+  control file gives the machine idle GPUs ($GPU_COUNT of them, else DEMO_GPUS; 0 is refused), so ``require_gpus``
   (fitness) and ``gpu_health`` (production) are on; once the manager has seen the instance ``running``,
   ``XidAtProduction`` writes a fatal Xid (FATAL_XID) into it: production fails with ``gpu_fault``, is
   never restarted, and the instance is given up.
@@ -45,7 +45,7 @@ from ..devmanager.server import DevManager
 from ..engine.ports import free_ports
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
 from ..exits import EXIT_FAILURE
-from ..lifecycle.fitness import expected_gpu_count
+from ..lifecycle.fitness import FITNESS, GPU_COUNT_ENV, expected_gpu_count
 from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.verdict import Verdict
 from ..plugin import Plugin
@@ -185,6 +185,8 @@ def run_demo(supervise: Supervise, fail: str | None = None, fail_phase: str | No
     that shows it from another shell."""
     try:
         phase = demo_phase(fail, fail_phase)
+        if fail == "gpu":
+            demo_gpu_count(os.environ)  # (refused before anything starts, the re-execution too)
     except DemoUsageError as exc:
         say(f"prover-supervisor demo: {exc}", err=True)
         return EXIT_USAGE
@@ -311,8 +313,14 @@ def write_control(path: Path, **control: Any) -> None:
 
 
 def demo_gpu_count(environ: Mapping[str, str]) -> int:
-    """As many stand-in GPUs as the machine says it has ($GPU_COUNT: fitness compares the two), else DEMO_GPUS."""
-    return expected_gpu_count(environ) or DEMO_GPUS
+    """As many stand-in GPUs as the machine says it has ($GPU_COUNT: fitness compares the two), else DEMO_GPUS.
+    GPU_COUNT=0 is refused (DemoUsageError): the fault is an Xid on GPU 0, and with none there is no GPU to fail
+    (with two, fitness found NVML's two against GPU_COUNT=0 and the fault never played)."""
+    count = expected_gpu_count(environ)
+    if count == 0:
+        raise DemoUsageError(f"--fail gpu: {GPU_COUNT_ENV}=0 says this machine has no GPU, and the fault is an Xid on "
+                             f"GPU 0 (unset {GPU_COUNT_ENV}, or set it to 1 or more)")
+    return DEMO_GPUS if count is None else count
 
 
 def healthy_gpus(workdir: Path) -> Path:
@@ -361,9 +369,15 @@ class XidAtProduction:
 
 
 def outcome_lines(failure: Verdict | None, manager: DevManager) -> list[str]:
-    """What failed production, and what the manager did with the instance."""
-    lines = [f"demo: production failed for good: phase {failure.phase} reason={failure.reason}: {failure.detail}"
-             if failure is not None else "demo: production did not fail"]
+    """What failed production (or what failed before it could start), and what the manager did with the instance."""
+    if failure is None:
+        said = "demo: production did not fail"
+    elif failure.phase == FAULT_PHASE:
+        said = f"demo: production failed for good: phase {failure.phase} reason={failure.reason}: {failure.detail}"
+    else:
+        what = "the machine's fitness check" if failure.phase == FITNESS else f"phase {failure.phase}"
+        said = f"demo: production never started: {what} failed first: reason={failure.reason}: {failure.detail}"
+    lines = [said]
     for inst in manager.state.snapshot()["instances"].values():
         if inst["state"] == "killed":
             lines.append(f"demo: the instance was given up: the manager killed {inst['label']} "

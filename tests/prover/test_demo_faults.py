@@ -13,10 +13,14 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
 from helpers import PY, REPO, Result, clean_env, finish, first_line, verdict_lines
 
+from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_CONFIG_ERROR, EXIT_FAILURE
-from supervisor.prover.demo import DEMO_GPUS, demo_gpu_count
+from supervisor.lifecycle import verdict as v
+from supervisor.lifecycle.fitness import Finding, refusal
+from supervisor.prover.demo import DEMO_GPUS, DemoUsageError, demo_gpu_count, outcome_lines
 
 # Generous: each takes some seconds (the GPU fault ~6 s, the proofs ~10 s on an idle machine).
 DEMO_TIMEOUT_S = 120
@@ -109,9 +113,43 @@ def test_a_reexecuted_demo_that_still_finds_no_standin_pynvml_stops_there() -> N
     assert proc.stdout == "", proc.stdout
 
 
+def test_gpu_count_0_with_fail_gpu_is_refused_before_anything_runs() -> None:
+    """The fault is an Xid on GPU 0: with GPU_COUNT=0 the demo made its two stand-in GPUs all the same (0 read as
+    unset), fitness found them against GPU_COUNT=0, and the Xid was never shown."""
+    env = {**demo_env(), "GPU_COUNT": "0"}  # (demo_env drops the runner's own)
+    proc = subprocess.run([PY, "-m", "supervisor", "demo", "--fail", "gpu"], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=60)
+    assert proc.returncode == EXIT_CONFIG_ERROR, proc
+    assert proc.stderr.strip().splitlines() == [
+        "prover-supervisor demo: --fail gpu: GPU_COUNT=0 says this machine has no GPU, and the fault is an Xid on "
+        "GPU 0 (unset GPU_COUNT, or set it to 1 or more)"], proc.stderr
+    assert proc.stdout == "", proc.stdout  # nothing ran, not even the re-execution
+
+
+def test_the_closing_line_names_what_failed_before_production() -> None:
+    """A failure before production (an unfit machine, a phase before curio) is no production failure: the line
+    said "production failed for good: phase fitness"."""
+    manager = DevManager(quiet=True).start()  # (which has seen no instance)
+    try:
+        unfit = refusal([Finding(v.GPU_UNAVAILABLE, "NVML sees 2 GPU(s) but GPU_COUNT=1")])
+        assert outcome_lines(unfit, manager)[0] == (
+            "demo: production never started: the machine's fitness check failed first: reason=gpu_unavailable: unfit "
+            "before any phase started: NVML sees 2 GPU(s) but GPU_COUNT=1")
+        bench = v.without_exit("bench", "bench", v.EXIT_CODE, 1, "exit 1", attempt=1)
+        assert outcome_lines(bench, manager)[0] == (
+            "demo: production never started: phase bench failed first: reason=exit_code: exit 1")
+        curio = v.without_exit("curio", "curio", v.GPU_FAULT, 1, "GPU 0: Xid 79", attempt=1)
+        assert outcome_lines(curio, manager)[0] == (
+            "demo: production failed for good: phase curio reason=gpu_fault: GPU 0: Xid 79")
+    finally:
+        manager.stop()
+
+
 def test_the_standin_has_as_many_gpus_as_the_machine_says() -> None:
     """Vast.ai sets $GPU_COUNT inside an instance and fitness compares NVML's count with it: the demo's GPUs
     follow it, so that `--fail gpu` is not found unfit on a real machine."""
     assert demo_gpu_count({"GPU_COUNT": "3"}) == 3
     assert demo_gpu_count({}) == DEMO_GPUS == 2
     assert demo_gpu_count({"GPU_COUNT": "two"}) == DEMO_GPUS
+    with pytest.raises(DemoUsageError, match="GPU_COUNT=0"):
+        demo_gpu_count({"GPU_COUNT": "0"})

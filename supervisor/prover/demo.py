@@ -40,7 +40,7 @@ from typing import Any, NoReturn, Protocol
 
 import tomli_w
 
-from ..config import Plan, parse_plan
+from ..config import MAX_SHOWN_PATH, MAX_SOCKET_PATH_BYTES, ConfigError, Plan, check_state_dir, parse_plan
 from ..devmanager.server import DevManager
 from ..engine.ports import free_ports
 from ..exits import EXIT_CONFIG_ERROR as EXIT_USAGE
@@ -50,6 +50,7 @@ from ..lifecycle.lifecycle import Lifecycle
 from ..lifecycle.verdict import Verdict
 from ..plugin import Plugin
 from ..state.files import write_atomically
+from ..text.show import shown
 from ..text.stdio import say
 from .devfleet import DEV_FLEET
 from .plugin import PLUGIN
@@ -67,6 +68,9 @@ DAEMON_PHASES = ("bench", "curio")
 # the verdict honestly says "signal"). The stand-ins need a few tens of MiB.
 DEMO_MEMORY_MAX = "384MiB"
 DEMO_OOM_LIMIT = "1GiB"
+# The demo's directory: under the temporary directory, else (one too long for the status socket's path) here.
+WORKDIR_PREFIX = "prover-supervisor-demo-"
+SHORT_TMP = "/tmp"
 # The service prints a task line every second at full speed: this long without a byte is a hang
 # (`--fail hang` / `ignore-term` in curio would otherwise run forever).
 DEMO_SERVICE_STALL_S = 3
@@ -144,6 +148,23 @@ def demo_config(workdir: Path, fail: str | None = None, fail_phase: str = DEFAUL
     return tomli_w.dumps(config)
 
 
+def demo_workdir() -> Path:
+    """The demo's directory, under the temporary directory ($TMPDIR, else tempfile's choice). Its state_dir holds
+    the status socket, whose path a unix socket limits to 107 bytes: under a $TMPDIR too long for that (the demo
+    refused with an error about supervisor.state_dir, a key the user never wrote), it goes under /tmp instead,
+    and says so."""
+    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    try:
+        check_state_dir(str(workdir / "state"), "the demo's state_dir")
+    except ConfigError:
+        workdir.rmdir()
+        base, workdir = workdir.parent, Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=SHORT_TMP))
+        say(f"demo: the temporary directory {shown(str(base), MAX_SHOWN_PATH)} ($TMPDIR) is too long for the status "
+            f"socket of a state dir under it (a socket's path is at most {MAX_SOCKET_PATH_BYTES} bytes): the demo's "
+            f"directory is under {SHORT_TMP} instead")
+    return workdir
+
+
 def _with_one_proof(curio_cmd: list[str], daemon_url: str, c1: Path) -> list[str]:
     """The stand-in curio sends its cuzk-daemon no work (the real one does, for its GPU tasks): for a daemon
     crash in production, one cuzk-bench proof sent beside curio stands in for that work."""
@@ -196,7 +217,11 @@ def run_demo(supervise: Supervise, fail: str | None = None, fail_phase: str | No
                 f"{FAKENVML_DIR}, though it is first on PYTHONPATH", err=True)
             return EXIT_FAILURE
         reexec(["--fail", "gpu", *(["--keep"] if keep else [])])
-    workdir = Path(tempfile.mkdtemp(prefix="prover-supervisor-demo-"))
+    try:
+        workdir = demo_workdir()
+    except OSError as exc:
+        say(f"prover-supervisor demo: cannot make its directory: {exc.strerror or exc}", err=True)
+        return EXIT_FAILURE
     manager = DevManager(quiet=False, extension=DEV_FLEET).start()
     xid: XidAtProduction | None = None
     try:

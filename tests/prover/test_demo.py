@@ -39,9 +39,9 @@ DEMO_TIMEOUT_S = 120
 PHASES = ("paramfetch", "bench", "curio")
 
 
-def demo(*args: str, timeout: float = DEMO_TIMEOUT_S) -> Result:
+def demo(*args: str, timeout: float = DEMO_TIMEOUT_S, env: dict[str, str] | None = None) -> Result:
     proc = subprocess.Popen([PY, "-m", "supervisor", "demo", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace", env=clean_env(), cwd=REPO,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", env=env or clean_env(), cwd=REPO,
                             start_new_session=True)
     return finish(proc, time.monotonic(), timeout)
 
@@ -86,6 +86,24 @@ def test_phase_without_fail_is_refused() -> None:
     assert proc.returncode == EXIT_CONFIG_ERROR, proc
     assert proc.stderr == "prover-supervisor demo: --phase goes with --fail\n", proc.stderr
     assert proc.stdout == ""  # nothing ran
+
+
+def test_a_tmpdir_too_long_for_the_status_socket_moves_the_demo_under_tmp(tmp_path: Path) -> None:
+    """Under a $TMPDIR of 84 bytes the state_dir's status socket is past a unix socket's 107: the demo refused with
+    "demo config: supervisor.state_dir: too long", a key the user never wrote. It goes under /tmp, and says why."""
+    long_tmp = tmp_path / ("t" * max(1, 84 - len(str(tmp_path)) - 1))
+    long_tmp.mkdir()
+    result = demo(env=clean_env({"TMPDIR": str(long_tmp)}))
+    out = result.output
+    assert result.returncode == 0, out
+    assert out.startswith(f"demo: the temporary directory '{long_tmp}' ($TMPDIR) is too long for the status socket "
+                          "of a state dir under it (a socket's path is at most 107 bytes): the demo's directory is "
+                          "under /tmp instead\n"), out
+    state = first_line(out, "demo: state in ").split()[3].rstrip(":")
+    assert state.startswith("/tmp/prover-supervisor-demo-") and state.endswith("/state"), out
+    assert not Path(state).parent.exists(), out  # removed with its state, as under $TMPDIR
+    assert list(long_tmp.iterdir()) == [], out  # nothing left where it first tried
+    assert_quiet(out)
 
 
 @pytest.mark.parametrize("phase", PHASES)

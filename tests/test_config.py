@@ -472,6 +472,24 @@ BAD_CONFIGS = [
     P(bad_phase("settle_timeout_s = 60"), "phases[1] (b).settle_timeout_s: only with settle",
       id="settle-timeout-without-settle"),
     P(bad_phase('settle = "pce"'), "phases[1] (b).settle: ", id="settle-unknown-kind"),
+    # -- a key that tunes what another turns on, written without it: accepted, and it did nothing (one rule, as
+    # settle_timeout_s's above)
+    P(bad_phase("ready_timeout_s = 5"), 'phases[1] (b).ready_timeout_s: only for kind = "service" or a daemon, with '
+      "ready (a oneshot is done when it exits 0)", id="ready-timeout-on-a-oneshot"),
+    P(bad_phase("ready_timeout_s = 5", kind="service"), "phases[1] (b).ready_timeout_s: only with ready (it bounds "
+      "the wait for it)", id="ready-timeout-without-ready"),
+    P(bad_daemon("ready_timeout_s = 5"), "phases[1] (b).daemons[0] (d).ready_timeout_s: only with ready",
+      id="daemon-ready-timeout-without-ready"),
+    P(bad_phase('restart = "no"\nrestart_burst = 3', kind="service"), 'phases[1] (b).restart_burst: not with '
+      'restart = "no" (it counts restarts)', id="restart-burst-without-restarts"),
+    P(bad_phase('restart = "no"\nrestart_window_s = 60', kind="service"), "phases[1] (b).restart_window_s: not with "
+      'restart = "no"', id="restart-window-without-restarts"),
+    P(bad_phase('progress_path = "/p"\nprogress_total = "1GiB"\nprogress_window_s = 30'),
+      "phases[1] (b).progress_window_s: only with progress_deadline_s", id="progress-window-without-a-deadline"),
+    P(bad_phase("resume_max_age_s = 60"), 'phases[1] (b).resume_max_age_s: only with resume = "machine"',
+      id="resume-max-age-without-resume"),
+    P(bad_phase('resume = "outputs"\nprogress_path = "/p"\nresume_max_age_s = 60'),
+      'phases[1] (b).resume_max_age_s: only with resume = "machine"', id="resume-max-age-with-outputs"),
     P(bad_phase("restart_window_s = 60"), 'phases[1] (b).restart_window_s: only for kind = "service"',
       id="restart-window-on-a-oneshot"),
     P(bad_phase('memory_max = "1GiB"\nmin_memory = "2GiB"'), "phases[1] (b).min_memory: 2.0GiB is above memory_max "
@@ -1240,6 +1258,7 @@ def test_service_and_daemon_options_parse() -> None:
           name = "svc.helper-1"
           command = ["true"]
           lifetime = "lifecycle"
+          ready = "/run/svc-helper.ready"
           ready_timeout_s = 0.25
           stop_signal = 9
 

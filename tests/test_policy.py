@@ -16,13 +16,14 @@ name = "p"
 command = ["true"]
 retries = 2
 """
-SERVICE = """
+SERVICE_NO_BURST = """
 [[phases]]
 name = "p"
 kind = "service"
 command = ["true"]
 restart = "{restart}"
-restart_burst = 2
+"""
+SERVICE = SERVICE_NO_BURST + """restart_burst = 2
 restart_window_s = 60
 """
 
@@ -70,7 +71,7 @@ def test_a_service_follows_its_restart_policy() -> None:
     on_failure = spec_of(SERVICE.format(restart="on-failure"))
     assert after(on_failure, succeeded()) == (Next.DONE, "service ended cleanly (restart = 'on-failure')")
     assert after(on_failure, failed()) == (Next.AGAIN, "exit_code; restart = 'on-failure'")
-    never = spec_of(SERVICE.format(restart="no"))
+    never = spec_of(SERVICE_NO_BURST.format(restart="no"))  # (a burst means nothing without restarts: refused)
     assert after(never, failed()) == (Next.FAIL, "service ended: exit_code (restart = 'no')")
 
 

@@ -36,6 +36,7 @@ from .tables import (
     check_kind_keys,
     check_log_names,
     check_memory_order,
+    check_needed_keys,
     check_ports,
     check_progress_keys,
     check_reports,
@@ -362,12 +363,13 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
     v = take(table, where, phase_keys, places["phase"])
     name = v["name"]
     check_kind_keys(v, where, given=table)
+    check_needed_keys(v, where, given=table)
     check_progress_keys(v, where)
     check_backoff_order(v, where)
     check_memory_order(v, where)
     daemons = _daemons(v, where, sup, daemon_keys, places["daemon"])
     check_kept_daemons(v, daemons, where)
-    check_settle(v, daemons, where, given=table)
+    check_settle(v, daemons, where)
     return PhaseSpec(
         name=name,
         kind=v["kind"],
@@ -413,6 +415,7 @@ def _daemons(v: Mapping[str, Any], where: str, sup: SupervisorSpec, daemon_keys:
         dwhere = named(f"{where}.daemons[{i}]", d)
         dv = take(d, dwhere, daemon_keys, elsewhere)
         check_daemon_name(dv, name, dwhere)
+        check_needed_keys(dv, dwhere, given=d)
         # A daemon sees the phase's environment too; its own keys win.
         dv["env"] = MappingProxyType({**v["env"], **dv["env"]})
         daemons.append(_child(dv, name, dv["name"], sup, dv["lifetime"]))

@@ -310,6 +310,9 @@ def check_kind_keys(v: Mapping[str, Any], where: str, given: Collection[str] = (
         if v["ready"] is not None:
             raise ConfigError(f"{where}.ready: only for kind = \"service\" or a daemon (a oneshot is done when it "
                               "exits 0; a daemon's ready goes under its [[phases.daemons]])")
+        if "ready_timeout_s" in given:  # (its daemons' go under each [[phases.daemons]], with their ready)
+            raise ConfigError(f"{where}.ready_timeout_s: only for kind = \"service\" or a daemon, with ready (a "
+                              "oneshot is done when it exits 0)")
     else:
         if v["retries"] is not None:
             raise ConfigError(f"{where}.retries: only for kind = \"oneshot\" (a service uses restart)")
@@ -317,6 +320,30 @@ def check_kind_keys(v: Mapping[str, Any], where: str, given: Collection[str] = (
             raise ConfigError(f"{where}.settle: only for kind = \"oneshot\" (a service's daemons live as long as it)")
         if v["timeout_s"] is not None:
             raise ConfigError(f"{where}.timeout_s: only for kind = \"oneshot\" (a service runs until stopped)")
+
+
+# A key that bounds or tunes what another key turns on, and means nothing without it: (the key, whether what it needs
+# is there, what it needs). Written without it, it was accepted and did nothing, and its writer believed it did.
+_NEEDS: tuple[tuple[str, Callable[[Mapping[str, Any]], bool], str], ...] = (
+    ("ready_timeout_s", lambda v: v["ready"] is not None, "only with ready (it bounds the wait for it)"),
+    ("restart_burst", lambda v: v["restart"] != "no", 'not with restart = "no" (it counts restarts)'),
+    ("restart_window_s", lambda v: v["restart"] != "no", 'not with restart = "no" (it is restart_burst\'s window)'),
+    ("progress_window_s", lambda v: v["progress_deadline_s"] is not None, "only with progress_deadline_s (how long "
+     "the rate is watched before it may say the deadline cannot be made)"),
+    ("settle_timeout_s", lambda v: v["settle"] is not None, "only with settle (it bounds how long the daemons are "
+     "kept)"),
+    ("resume_max_age_s", lambda v: v["resume"] == "machine", 'only with resume = "machine" (how long ago the phase '
+     "may have been done to be skipped)"),
+)
+
+
+def check_needed_keys(v: Mapping[str, Any], where: str, given: Collection[str]) -> None:
+    """Each key of ``given`` (the keys a phase's or a daemon's table wrote) whose meaning needs another: refused
+    without it (_NEEDS), in the order the keys are in the file."""
+    for key in given:
+        need = next((row for row in _NEEDS if row[0] == key), None)
+        if need is not None and not need[1](v):
+            raise ConfigError(f"{where}.{key}: {need[2]}")
 
 
 def check_kept_daemons(v: Mapping[str, Any], daemons: Collection[ChildSpec], where: str) -> None:
@@ -335,14 +362,11 @@ def check_kept_daemons(v: Mapping[str, Any], daemons: Collection[ChildSpec], whe
                           f"{kept[0]!r} would not run for the phases after it; set resume = \"no\"")
 
 
-def check_settle(v: Mapping[str, Any], daemons: Collection[ChildSpec], where: str, given: Collection[str] = ()) -> None:
-    """``settle`` keeps a oneshot's daemons after its command: it needs one that stops with the phase, and
-    ``settle_timeout_s`` bounds it alone."""
+def check_settle(v: Mapping[str, Any], daemons: Collection[ChildSpec], where: str) -> None:
+    """``settle`` keeps a oneshot's daemons after its command: it needs one that stops with the phase."""
     if v["settle"] is not None and not any(d.lifetime == "phase" for d in daemons):
         raise ConfigError(f"{where}.settle: needs a daemon (it keeps the phase's daemons after its command until "
                           "what they do for it is over); this phase has none that stops with it")
-    if "settle_timeout_s" in given and v["settle"] is None:
-        raise ConfigError(f"{where}.settle_timeout_s: only with settle (it bounds how long the daemons are kept)")
 
 
 def check_progress_keys(v: Mapping[str, Any], where: str) -> None:

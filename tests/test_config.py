@@ -371,8 +371,14 @@ BAD_CONFIGS = [
       id="http-port-above-65535"),
     P(sup_section("http_port = -1"), "supervisor.http_port: -1 is not a TCP port (0 to 65535; 0 turns it off)",
       id="http-port-negative"),
-    P(sup_section("log_file_max_bytes = 99999999999999999999"), "supervisor.log_file_max_bytes: must be at most",
-      id="log-file-max-bytes-huge"),
+    P(sup_section("log_file_max_bytes = 99999999999999999999"), "supervisor.log_file_max_bytes: 99999999999999999999 "
+      "bytes is more than the 1PiB a size may be", id="log-file-max-bytes-huge"),
+    P(sup_section('log_file_max_bytes = "2TiB"'), "supervisor.log_file_max_bytes: must be at most 1024.0GiB "
+      "(1099511627776 bytes), got '2TiB'", id="log-file-max-bytes-past-its-most"),
+    P(sup_section('log_file_max_bytes = "64 parsecs"'), "supervisor.log_file_max_bytes: '64 parsecs' is not a size",
+      id="log-file-max-bytes-no-size"),
+    P('[manager]\nlog_backlog_bytes = "0MiB"\n' + MARK_PHASE, "manager.log_backlog_bytes: must be at least 1 bytes",
+      id="log-backlog-zero"),
     P(bad_phase("retries = 9223372036854775807"), "phases[1] (b).retries: must be at most", id="retries-huge"),
     P(bad_phase("restart_burst = 1000000000", kind="service"), "phases[1] (b).restart_burst: must be at most",
       id="restart-burst-huge"),
@@ -1319,6 +1325,18 @@ def test_bounds_accept_their_maximum() -> None:
     assert plan.supervisor.ring_lines == MAX_RING_LINES
     assert plan.phases[0].timeout_s == MAX_SECONDS and plan.phases[0].retries == MAX_RETRIES
     assert plan.phases[0].min_memory == MAX_SIZE
+
+
+def test_the_log_sizes_take_units_as_every_size_key_does() -> None:
+    """log_file_max_bytes and log_backlog_bytes took whole numbers only: "64MiB", as every other size key takes it,
+    was refused as "must be a whole number". 0 is still log_file_max_bytes's "never rolled"."""
+    plan = parse('[supervisor]\nlog_file_max_bytes = "64MiB"\n[manager]\nlog_backlog_bytes = "1.5M"\n' + MINIMAL)
+    # ("M" is MiB, as in every size)
+    assert (plan.supervisor.log_file_max_bytes, plan.manager.log_backlog_bytes) == (64 << 20, 1536 << 10)
+    plan = parse('[supervisor]\nlog_file_max_bytes = "${LOG_MAX}"\n' + MINIMAL, {"LOG_MAX": "1GiB"})
+    assert plan.supervisor.log_file_max_bytes == 1 << 30
+    assert parse("[supervisor]\nlog_file_max_bytes = 0\n" + MINIMAL).supervisor.log_file_max_bytes == 0
+    assert parse("[supervisor]\nlog_file_max_bytes = 20000\n" + MINIMAL).supervisor.log_file_max_bytes == 20000
 
 
 @pytest.mark.parametrize("digits", ["²", "١٢", "𝟗", "1²", " ", "0x50", "+80"])

@@ -81,6 +81,7 @@ from .values import (
     _positive_seconds,
     _string,
     absolute_path,
+    bounded_size,
     check_bool,
     check_dir_to_make,
     check_file_to_write,
@@ -156,7 +157,7 @@ SUPERVISOR_KEYS = {
     "stop_budget_s": Key(check_stop_budget, DEFAULT_STOP_BUDGET_S),
     "ring_lines": Key(whole_number(1, MAX_RING_LINES), DEFAULT_RING_LINES),
     "console": Key(check_bool, True),
-    "log_file_max_bytes": Key(whole_number(0, MAX_LOG_FILE_MAX_BYTES), DEFAULT_LOG_FILE_MAX_BYTES),
+    "log_file_max_bytes": Key(bounded_size(0, MAX_LOG_FILE_MAX_BYTES), DEFAULT_LOG_FILE_MAX_BYTES),  # 0: never rolled
     "env": Key(_env, MappingProxyType({})),
     "cgroups": Key(one_of(*CGROUP_MODES), "auto"),
     "cgroup_root": Key(absolute_path("the cgroup filesystem's mount point, as /sys/fs/cgroup is"), DEFAULT_CGROUP_ROOT),
@@ -240,7 +241,7 @@ MANAGER_KEYS = {
     "read_timeout_s": Key(bounded_seconds(TIMEOUT_FLOOR), DEFAULT_MANAGER_READ_TIMEOUT_S),
     "log_push_interval_s": Key(bounded_seconds((LOG_PUSH_INTERVAL_MIN_S, "more often is a flood of pushes")),
                                DEFAULT_LOG_PUSH_INTERVAL_S),
-    "log_backlog_bytes": Key(whole_number(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
+    "log_backlog_bytes": Key(bounded_size(1, MAX_LOG_BACKLOG_BYTES), DEFAULT_LOG_BACKLOG_BYTES),
     "row_check_s": Key(_row_check_s, DEFAULT_ROW_CHECK_S),
 }
 # What a plugin's section or extra keys may not be named: the core's own tables.

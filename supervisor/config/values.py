@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from ..state.files import STATUS_SOCKET, child_log_name, own_file
-from ..text.show import cut, shown
+from ..text.show import cut, fmt_bytes, shown
 from ..text.units import MIB, is_ascii_digits, parse_size
 from .model import ConfigError, Plan, ReadyCheck
 
@@ -373,15 +373,33 @@ def _fraction(value: Any, where: str) -> float:
 
 def check_size(value: Any, where: str) -> int:
     """Bytes: a whole number, or a string with a unit ("128GiB", "512MiB", "64M")."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ConfigError(f"{where}: must be a size like \"128GiB\" or a number of bytes, got {shown(value)}")
-    try:
-        size = parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+    size = _size(value, where)
     if size <= 0:
         raise ConfigError(f"{where}: must be more than 0 bytes, got {shown(value)}")
     return size
+
+
+def bounded_size(minimum: int, maximum: int) -> Checker:
+    """A size as ``check_size`` reads it, from ``minimum`` (0: 0 too, where it means off) to ``maximum`` bytes."""
+
+    def check(value: Any, where: str) -> int:
+        size = _size(value, where)
+        if size < minimum:
+            raise ConfigError(f"{where}: must be at least {minimum} bytes, got {shown(value)}")
+        if size > maximum:
+            raise ConfigError(f"{where}: must be at most {fmt_bytes(maximum)} ({maximum} bytes), got {shown(value)}")
+        return size
+
+    return check
+
+
+def _size(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigError(f"{where}: must be a size like \"128GiB\" or a number of bytes, got {shown(value)}")
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def check_memory_max(value: Any, where: str) -> int:

@@ -198,8 +198,10 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
     }
     if gpus:
         config["gpus"] = {"devices": [g.index for g in gpus], "gpu_workers_per_device": GPU_WORKERS_PER_DEVICE}
+    sized = budget  # what the summary says: the budget the daemon is told and sized for
     if settings.memory_model == "unified":
-        partitions = _unified(config, budget, available, settings, overrides)
+        # (an override's memory.total_budget where one is given, in whole MiB: the log said the automatic one)
+        sized, partitions = _unified(config, budget, available, settings, overrides)
         # For a partition-workers build after all: as many workers as the same budget holds, at least one.
         _write_partition_workers(config, max(1, _workers_within(budget, settings)))
     else:
@@ -210,11 +212,12 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
 
     merged = _merge(config, overrides)
     bench_j = max(1, min(settings.bench_concurrency, partitions))
-    return Generated(merged, tomli_w.dumps(merged), budget, partitions, bench_j, settings.memory_model)
+    return Generated(merged, tomli_w.dumps(merged), sized, partitions, bench_j, settings.memory_model)
 
 
 def _unified(config: dict[str, Any], budget: int, available: int, settings: CuzkSettings,
-             overrides: dict[str, Any]) -> int:
+             overrides: dict[str, Any]) -> tuple[int, int]:
+    """The budget the daemon is told and sized for, and the partitions in flight it holds."""
     base, per = settings.baseline, settings.per_partition
     need = base + per
     if budget < need:
@@ -242,7 +245,7 @@ def _unified(config: dict[str, Any], budget: int, available: int, settings: Cuzk
                              f"{fmt_bytes(peak)} ({user_conc} whole proof(s) of {PARTITIONS_PER_PROOF} partitions "
                              f"at once) but the budget is {fmt_bytes(budget)}")
     _write_unified(config, budget, settings)
-    return int(partitions)
+    return budget, int(partitions)
 
 
 def _write_unified(config: dict[str, Any], budget: int, settings: CuzkSettings) -> None:

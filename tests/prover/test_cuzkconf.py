@@ -233,6 +233,9 @@ def test_user_total_budget_that_fits_sizes_the_concurrency() -> None:
     gen = generate(s, 128 * GIB, gpus(0))
     assert gen.config["memory"]["total_budget"] == "100GiB"
     assert gen.partitions == math.floor((100 - 70) / 13.6) == 2
+    # What the log line says ("wrote cuzk.toml: budget ...") is the budget written, not the automatic 123 GiB.
+    assert gen.budget == 100 * GIB and gen.summary().startswith("budget 100.0GiB, 2 partitions in flight"), \
+        gen.summary()
     assert gen.config["pipeline"]["synthesis_concurrency"] == 1  # one whole proof at a time
 
 

@@ -31,7 +31,6 @@ machine fingerprint reads the GPU thread's latest sample, never NVML itself.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -387,6 +386,8 @@ def _ran_the_same(phase: ResumingPhase, prev: Facts) -> bool:
 def what_it_runs(spec: PhaseSpec) -> str:
     """A digest of what the phase runs as configured: its command's and its daemons' programs, environments and
     working directories (the knobs of the supervisor's own, its timeouts and watches, are left out)."""
+    import hashlib  # (here, not at the top: it maps OpenSSL's libcrypto, 3 MiB of RSS, for phases that resume only)
+
     children = [(c.name, list(c.command), sorted(c.env.items()), c.cwd) for c in (spec.command, *spec.daemons)]
     return hashlib.sha256(json.dumps(children).encode()).hexdigest()[:32]
 

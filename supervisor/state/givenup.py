@@ -24,7 +24,6 @@ Core and generic: it knows nothing of benchmarks; the plugin's words are the rea
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -87,6 +86,8 @@ def aside(state_dir: str | Path, label: str) -> Path:
     """Where a start under another label sets ``label``'s marker aside."""
     name = urllib.parse.quote(label, safe="")
     if len(name) > ASIDE_NAME_MAX_CHARS:
+        import hashlib  # (here, not at the top: it maps OpenSSL's libcrypto, 3 MiB of an idle supervisor's RSS)
+
         name = "sha256-" + hashlib.sha256(label.encode()).hexdigest()
     return marker(state_dir).with_name(f"{state_files.GIVEN_UP}.{name}")
 

@@ -202,8 +202,9 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
     if settings.memory_model == "unified":
         # (an override's memory.total_budget where one is given, in whole MiB: the log said the automatic one)
         sized, partitions = _unified(config, budget, available, settings, overrides)
-        # For a partition-workers build after all: as many workers as the same budget holds, at least one.
-        _write_partition_workers(config, max(1, _workers_within(budget, settings)))
+        # For a partition-workers build after all: as many workers as the same budget holds (the one the daemon
+        # is told: an override's), at least one.
+        _write_partition_workers(config, max(1, _workers_within(sized, settings)))
     else:
         partitions = _partition_workers(config, budget, available, settings, overrides)
         # For a unified daemon after all: the same budget, and the partitions it holds by its figures.

@@ -239,6 +239,17 @@ def test_user_total_budget_that_fits_sizes_the_concurrency() -> None:
     assert gen.config["pipeline"]["synthesis_concurrency"] == 1  # one whole proof at a time
 
 
+def test_user_total_budget_sizes_the_partition_workers_written_beside_it() -> None:
+    """One file suits both generations, each sized on the same budget: a partition-workers build ignores
+    total_budget, so its worker count must hold within the budget the user set, not the automatic one (on 256 GiB:
+    251 GiB, 9 workers of 69 + 20 × pw GiB; within 110 GiB, 2)."""
+    s = settings(overrides={"memory": {"total_budget": "110GiB"}})
+    gen = generate(s, 256 * GIB, gpus(0))
+    assert gen.config["memory"]["total_budget"] == "110GiB"
+    assert gen.config["synthesis"]["partition_workers"] == math.floor((110 - 69) / 20) == 2
+    assert generate(settings(), 256 * GIB, gpus(0)).config["synthesis"]["partition_workers"] == 9
+
+
 def test_user_total_budget_above_what_is_available_is_refused() -> None:
     s = settings(overrides={"memory": {"total_budget": "200GiB"}})
     with pytest.raises(DoesNotFit) as info:

@@ -278,6 +278,23 @@ def test_a_plugin_adds_a_report_kind_listed_and_held_to_its_phase_kind() -> None
     assert refused(two, WIDGET) == "test.toml: phases: report = 'widget-done' is set on more than one phase"
 
 
+def test_the_phases_make_their_reports_in_the_order_the_kinds_are_listed() -> None:
+    """The manager takes its reports in the lifecycle's order (manager-api.md: a /param-done past `registered` is
+    ignored, a /bench-done after /running moves the instance back): phases that would make them out of the listed
+    order are refused, naming both; gaps are fine (a phase need not report)."""
+    service = '[[phases]]\nname = "s"\nkind = "service"\ncommand = ["true"]\nreport = "running"\n'
+    late = MINIMAL.replace('"p"', '"late"') + 'report = "widget-done"\n'
+    assert refused(service + late, WIDGET) == (
+        "test.toml: phases[1] (late).report: 'widget-done' would be made after phases[0] (s)'s 'running'; the "
+        "manager takes them in the order 'param-done', 'widget-done', 'running': move the phase before 's'")
+    fetch = MINIMAL.replace('"p"', '"fetch"') + 'report = "param-done"\n'
+    widget = MINIMAL.replace('"p"', '"w"') + 'report = "widget-done"\n'
+    assert refused(widget + MINIMAL + fetch, WIDGET).startswith(
+        "test.toml: phases[2] (fetch).report: 'param-done' would be made after phases[0] (w)'s 'widget-done';")
+    plan = parse(fetch + MINIMAL + widget + service, WIDGET)
+    assert [p.report for p in plan.phases] == ["param-done", None, "widget-done", "running"]
+
+
 def test_a_plugins_reason_is_kept_through_a_stop_and_exits_with_its_status() -> None:
     killed = ExitStatus.from_wait_status(15)  # the child died of the SIGTERM it was stopped with
     stopped = v.from_exit("p", "p", 42, killed, stop_reason="widget_jammed", daemon=False, attempt=1, started_at=0.0,

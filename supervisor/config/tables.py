@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import partial
+from itertools import pairwise
 from types import MappingProxyType
 from typing import Any
 
@@ -463,11 +464,20 @@ def _local_ports(child: ChildSpec) -> list[tuple[str, int]]:
 
 
 def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]) -> None:
-    """Each manager call is made by one phase, of the kind whose success it means."""
+    """Each manager call is made by one phase, of the kind whose success it means, and in the order the kinds are
+    listed: the phases run in their order, and the manager takes its reports in the lifecycle's (one made out of
+    it is ignored, or moves the instance back: a step it already passed reported after the one it is in)."""
     reports = [p.report for p in phases if p.report is not None]
     for report in set(reports):
         if reports.count(report) > 1:
             raise ConfigError(f"phases: report = {report!r} is set on more than one phase")
+    order = list(kinds)
+    made = [(i, p.name, order.index(p.report)) for i, p in enumerate(phases) if p.report in order]
+    for (before_at, before, earlier), (i, name, rank) in pairwise(made):
+        if rank < earlier:
+            raise ConfigError(f"phases[{i}] ({name}).report: {order[rank]!r} would be made after phases"
+                              f"[{before_at}] ({before})'s {order[earlier]!r}; the manager takes them in the "
+                              f"order {', '.join(repr(k) for k in order)}: move the phase before {before!r}")
     for i, phase in enumerate(phases):
         when = kinds.get(phase.report) if phase.report is not None else None
         if when == "up" and phase.kind != "service":

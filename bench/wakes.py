@@ -11,10 +11,16 @@ to another, and the A→B→A bounces (a call into B, then straight back into A)
 Counts repeat from run to run (they are the code's path, not the machine's speed), so they may be compared
 across commits; docs/architecture.md keeps the figures. One count moves with the machine: the calls into
 engine/trees.py, which reads every process of /proc once per look (so ``calls`` moves by a few dozen).
+
+The supervisor measured runs in a memory cgroup of its own, made below this process's (``isolated`` in the
+output): its exit reads the cgroups below its own, and another supervisor's phase cgroups there (a test of the
+suite running beside it, in the same cgroup) would add a module and a bounce to the count. Where none can be
+made (no root, no writable memory controller) it runs where it is, and ``isolated`` is false.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -68,7 +74,43 @@ HOOK = textwrap.dedent("""
 """)
 
 
+def own_memory_cgroup() -> Path | None:
+    """A new, empty memory cgroup below this process's (cgroup v1's memory controller, else the v2 hierarchy);
+    None where it cannot be made."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            parent = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+        elif controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            parent = Path("/sys/fs/cgroup") / path.lstrip("/")
+        else:
+            continue
+        try:
+            (mine := parent / f"wakes-{os.getpid()}").mkdir()
+        except OSError:
+            return None
+        return mine
+    return None
+
+
+def join(cgroup: Path | None) -> None:
+    """In the child, before the exec: into the cgroup of the measure's own (a failure leaves it where it is)."""
+    if cgroup is not None:
+        with contextlib.suppress(OSError):
+            (cgroup / "cgroup.procs").write_text("0")
+
+
 def main() -> int:
+    cgroup = own_memory_cgroup()
+    try:
+        return measure(cgroup)
+    finally:
+        if cgroup is not None:
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+
+
+def measure(cgroup: Path | None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         site, out = Path(tmp) / "site", Path(tmp) / "wakes.json"
         site.mkdir()
@@ -86,7 +128,9 @@ def main() -> int:
         env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}", "WAKES_OUT": str(out)}
         env.pop("MANAGER_URL", None)
         run = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config)], env=env,
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=60, preexec_fn=lambda: join(cgroup))
+        isolated = cgroup is not None and "memory evidence: per-phase mode" in run.stdout + run.stderr and \
+            str(cgroup) in run.stdout + run.stderr
         if not out.exists():
             print(run.stdout[-2000:], run.stderr[-2000:], file=sys.stderr)
             return 1
@@ -94,7 +138,7 @@ def main() -> int:
         modules = found.pop("modules")
         found.pop("on")
         shown = len(modules) if "--modules" in sys.argv[1:] else 10
-        print(json.dumps({"exit_status": run.returncode, **found, "modules_woken": len(modules),
+        print(json.dumps({"exit_status": run.returncode, "isolated": isolated, **found, "modules_woken": len(modules),
                           "busiest": sorted(modules.items(), key=lambda kv: -kv[1])[:shown]}))
     return 0
 

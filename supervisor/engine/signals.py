@@ -77,7 +77,7 @@ class Stoppable(Protocol):
 
 class Meaning(enum.Enum):
     STOP = "stop in order"
-    FORWARD = "forwarded to the running phase's command"
+    FORWARD = "forwarded to every running phase's command"
     REAP = "reap the children"
     NOTE = "not obeyed"
     IGNORE = "ignored"

@@ -170,6 +170,27 @@ def test_setsid_grandchild_is_stopped_too(sup: Runner) -> None:
     assert not pid_alive(cmd)
     # the stop found it, not the last-resort sweep at exit
     assert "leftover" not in out, out
+    # Each line names whom its signal went to: the group at once, and the one outside it by its pid.
+    assert f"SIGTERM to process group {cmd} and 1 process(es) of its tree outside the group [{gc}], grace" in out, out
+    assert f"SIGKILL to 1 process(es) of its tree outside the group [{gc}]" in out, out
+
+
+def test_the_stop_line_names_the_group_its_signal_went_to_not_one_pid(sup: Runner) -> None:
+    """The stop signal goes to the whole process group in one killpg; the line said "pid N" when the group's
+    members were all gone by the time the tree was read after it, as if one process had been sent it."""
+    config = sup.write("""
+        [[phases]]
+        name = "grp"
+        kind = "service"
+        command = ["sh", "-c", "sleep 300 & sleep 301 & wait"]
+    """)
+    proc = sup.start(config)
+    started = until(proc, "phase grp: starting → running")
+    pid = int(started.split("started grp/grp: pid ", 1)[1].split(":", 1)[0])
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, out
+    assert f"stopping grp/grp (supervisor shutdown): SIGTERM to process group {pid}, grace" in out, out
 
 
 def test_second_sigterm_during_grace_kills_at_once(sup: Runner) -> None:

@@ -151,8 +151,8 @@ class Child:
             self._stop_broke(loop, exc)
 
     def _begin_stop(self, loop: EventLoop, log: Log, reason: str) -> None:
-        sig = self.spec.stop_signal
-        if self.running:
+        sig, group = self.spec.stop_signal, self.running
+        if group:
             # The group first, at once: the tree's reading below may read /proc. Then SIGCONT, as systemd sends it:
             # a stopped process (SIGSTOP, SIGTTIN from a tty it read) keeps the stop signal pending until it is
             # continued, and would wait out its whole grace for SIGKILL, its own clean stop never run.
@@ -164,9 +164,9 @@ class Child:
             self._stop_done()  # reaped, nothing of its tree alive: stopped already, no need to look again
             return
         members = self.tree()
-        log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._describe_tree(members)}, "
+        log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._signalled(members, group)}, "
             f"grace {self._grace_text()}")
-        self._signal_tree(sig, members, group_done=self.running, wake=True)
+        self._signal_tree(sig, members, group_done=group, wake=True)
         self._kill_timer = loop.call_later(self.grace_s, lambda: self._kill(loop, log),
                                            on_error=lambda exc: self._stop_broke(loop, exc))
         self._check_stopped(loop, log)
@@ -189,8 +189,9 @@ class Child:
         if self.gone():
             return
         members = self.tree()
+        group = self.running or any(p.pgid == self.pid for p in members)  # (as _signal_tree decides)
         log(f"{self.label}: still running after {self._grace_text()} grace: SIGKILL to "
-            f"{self._describe_tree(members)}")
+            f"{self._signalled(members, group)}")
         self._killed_at = self.clock.monotonic()
         self._signal_tree(signal.SIGKILL, members)
 
@@ -269,12 +270,19 @@ class Child:
         newer_than = self.reaped_mono if self.reaped_mono is not None else -math.inf
         return self.table.snapshot(newer_than).tree(self.pid, self.tag)
 
+    def _signalled(self, members: list[Proc], group: bool) -> str:
+        """Whom a signal went to: its process group (one killpg: whoever is in it then), and one by one each member
+        of its tree that left the group (``members``: read after the group's signal)."""
+        outside = [p for p in members if p.pgid != self.pid]
+        if not outside:
+            return f"process group {self.pid}" if group else f"pid {self.pid}"
+        apart = f"{len(outside)} process(es) of its tree outside the group [{_pids(outside)}]"
+        return f"process group {self.pid} and {apart}" if group else apart
+
     def _describe_tree(self, members: list[Proc]) -> str:
-        pids = sorted(p.pid for p in members)
-        if not pids:
-            return f"pid {self.pid}"
-        shown = ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
-        return f"process group {self.pid}: {len(pids)} process(es) [{shown}]"
+        """What of its tree is alive (a survivor of SIGKILL): each process, in its group or not."""
+        return f"the tree of pid {self.pid}: {len(members)} process(es) [{_pids(members)}]" if members else \
+            f"pid {self.pid}"
 
     # ------------------------------------------------------------ output
 
@@ -320,6 +328,12 @@ class Child:
     @property
     def output_open(self) -> bool:
         return bool(self._streams)
+
+
+def _pids(procs: list[Proc]) -> str:
+    """Their pids in a line, the first 8."""
+    pids = sorted(p.pid for p in procs)
+    return ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
 
 
 def _group_alive(pgid: int) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import requests
-from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, wait_for
+from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, until, wait_for
 
 from supervisor.app.cli import dev_manager
 from supervisor.engine.loop import EventLoop
@@ -37,7 +37,7 @@ from supervisor.status.file import snapshot_problem
 from supervisor.status.model import Snapshot
 from supervisor.status.render import render
 from supervisor.status.snapshot import SNAPSHOT_LINE_CHARS, snapshot
-from supervisor.status.socket import StatusServer, ask, query
+from supervisor.status.socket import BACKLOG, StatusServer, ask, query
 
 SECRET = "abcd-secret-9999"
 NUMBER = (int, float)
@@ -583,6 +583,38 @@ def test_clients_that_never_read_do_not_stall_the_loop(sup: Runner) -> None:
         assert run.finish() == 128 + signal.SIGTERM
     finally:
         kill_tree(run.pid)
+def test_many_status_calls_at_once_each_wait_their_turn(sup: Runner) -> None:
+    """A unix socket's connect() fails at once, whatever its timeout, once the listener's queue is full: a dozen
+    `status` calls during one busy turn of the loop were told "not answering" (exit 3) by a healthy supervisor.
+    Here the loop is frozen (SIGSTOP) while more callers come than the queue holds; thawed, it answers them all."""
+    config = sup.write("""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = ["sleep", "300"]
+        """)
+    proc = sup.start(config)
+    until(proc, "phase svc: starting → running")
+    callers = 2 * BACKLOG
+    answers: list[Any] = []
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        threads = [threading.Thread(target=lambda: answers.append(ask(sup.state_dir, timeout=30)))
+                   for _ in range(callers)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)  # (every caller connected, queued, or trying again)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    for thread in threads:
+        thread.join(60)
+    assert len(answers) == callers
+    assert all(isinstance(a, dict) and a.get("pid") == proc.pid for a in answers), \
+        f"{sum(a is None for a in answers)} of {callers} callers got no answer"
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM
+
+
 def test_status_json_is_json_even_when_none_runs(tmp_path: Path, sup: Runner) -> None:
     """``status --json`` is for machines: with no supervisor and no saved state it still prints JSON, exit 3."""
     for state_dir in (tmp_path / "empty", tmp_path / "missing"):

@@ -41,6 +41,12 @@ SLOW_CLIENTS_MAX = 4
 DROPS_SAID_EVERY = 100
 # The whole answer is read in pieces of this size.
 READ_CHUNK = 65536
+# Connections queued for the loop to accept. A unix socket's connect() fails at once (EAGAIN), whatever its
+# timeout, once the queue is full: a dozen `status` calls (monitors, --watch) within one busy turn of the loop
+# must wait their turn, not be told that nobody answers.
+BACKLOG = 128
+# A client that found the queue full tries again this often, until its own timeout.
+QUEUE_FULL_RETRY_S = 0.05
 # How long a listener whose accept failed rests before it tries again: out of file descriptors the connection
 # stays queued (the socket stays readable), and a retry at once would fail at once, round after round.
 ACCEPT_BACKOFF_S = 1.0
@@ -95,7 +101,7 @@ class StatusServer:
             self._sock.bind(str(self.path))
         finally:
             os.umask(old_umask)
-        self._sock.listen(8)
+        self._sock.listen(BACKLOG)
         self._sock.setblocking(False)
         self._log = log
         self._slow: list[socket.socket] = []  # clients being finished by a writer thread, oldest first
@@ -209,6 +215,19 @@ class NotYoursToAsk(Exception):
     run; ``str()`` says so in one line."""
 
 
+def connect_in_turn(sock: socket.socket, path: str, deadline: float) -> None:
+    """Connect, waiting for room in a full queue (a busy loop, many callers at once) until ``deadline``."""
+    while True:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        try:
+            sock.connect(path)
+            return
+        except BlockingIOError:  # (EAGAIN: the listener's queue is full; its loop accepts them in turn)
+            if time.monotonic() + QUEUE_FULL_RETRY_S >= deadline:
+                raise
+            time.sleep(QUEUE_FULL_RETRY_S)
+
+
 def ask(state_dir: Path, timeout: float = 5.0) -> Any:
     """The running supervisor's answer, parsed (any JSON: the caller checks its shape); None when none answers.
     Raises NotYoursToAsk where the socket (or state_dir) refuses us: that is no answer that none runs."""
@@ -222,10 +241,11 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
         return None
     if not path.exists():
         return None
+    deadline = time.monotonic() + timeout
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(str(path))
+            connect_in_turn(sock, str(path), deadline)
+            sock.settimeout(max(0.0, deadline - time.monotonic()))
             chunks = []
             while True:
                 chunk = sock.recv(READ_CHUNK)

@@ -95,6 +95,30 @@ def daemon_config(sup: Runner, port: int, daemon: str, *, extra: str = "", ready
 # ---------------------------------------------------------------- the supervisor, for real
 
 
+def test_a_holder_whose_name_holds_an_escape_is_named_escaped_in_the_log_and_in_status(sup: Runner) -> None:
+    """Any bytes may name a process (prctl PR_SET_NAME): a holder named with ESC sequences (a clear screen, a colour)
+    reached the terminal raw through the verdict's detail in the log and in status's "cause:" line."""
+    port = free_port()
+    holder = subprocess.Popen([PY, "-c", "import ctypes, socket, sys, time\n"
+                               "ctypes.CDLL(None).prctl(15, b'\\x1b[2J\\x1b[31mEVIL', 0, 0, 0)\n"
+                               "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen()\n"
+                               "print('listening', flush=True); time.sleep(600)\n", str(port)],
+                              stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"listening\n"
+        res = sup.run(daemon_config(sup, port, sh("exec sleep 30")), timeout=30)
+        assert res.returncode == EXIT_FAILURE, res.output
+        assert f"is already taken by pid {holder.pid} (\\x1b[2J\\x1b[31mEVIL)" in res.output, res.output
+        assert "\x1b" not in res.output, res.output
+        shown = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                               capture_output=True, text=True, cwd=REPO, env=clean_env(), timeout=30)
+        assert "cause: port_in_use" in shown.stdout and "\\x1b[31mEVIL" in shown.stdout, shown.stdout
+        assert "\x1b" not in shown.stdout, shown.stdout
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
 def test_a_port_held_before_the_start_fails_the_attempt_naming_its_holder(sup: Runner, stranger: Stranger) -> None:
     port = free_port()
     holder = stranger(port)

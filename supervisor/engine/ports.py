@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..config import ReadyCheck, local_endpoint
-from ..text.show import summary
+from ..text.show import escaped, summary
 from .loop import EventLoop
 from .offloop import NoThread, run_bounded
 from .trees import ProcessTable
@@ -63,12 +63,13 @@ class Holder:
     child_pid: int = 0  # that child's pid
 
     def describe(self) -> str:
+        name = escaped(self.name)  # (any bytes may name a process: an ESC would reach the terminal)
         if self.child and self.child_pid == self.pid:
-            return f"{self.child}, this supervisor's own child (pid {self.pid} ({self.name}))"
+            return f"{self.child}, this supervisor's own child (pid {self.pid} ({name}))"
         if self.child:
-            return (f"pid {self.pid} ({self.name}) of {self.child}'s process tree, this supervisor's own child "
+            return (f"pid {self.pid} ({name}) of {self.child}'s process tree, this supervisor's own child "
                     f"(pid {self.child_pid})")
-        return f"pid {self.pid} ({self.name})"
+        return f"pid {self.pid} ({name})"
 
 
 # One of the supervisor's own children, as the look for a port's holder is handed it: (label, pid, tag).

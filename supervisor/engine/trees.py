@@ -40,6 +40,7 @@ from pathlib import Path
 import psutil
 
 from ..text import Log
+from ..text.show import escaped
 from ..text.units import is_ascii_digits
 
 # In every child's environment: "<supervisor pid>.<its PID namespace>.<sequence>" (tag_for), inherited by whatever it
@@ -244,7 +245,7 @@ def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str
 
 
 def _shown(procs: dict[int, str]) -> str:
-    named = [f"{pid} ({name})" for pid, name in procs.items()]
+    named = [f"{pid} ({escaped(name)})" for pid, name in procs.items()]  # (any bytes may name a process: an ESC too)
     return ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
 
 

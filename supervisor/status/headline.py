@@ -16,7 +16,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from ..text.show import PATH_CHARS, cut, shown, span
+from ..text.show import PATH_CHARS, cut, escaped, shown, span
 from .model import EXITED, NOT_ANSWERING, ManagerStatus, Snapshot
 
 # The failing child's last lines shown under the headline (status.json keeps more).
@@ -122,7 +122,7 @@ def failure_lines(snap: Snapshot) -> list[str]:
         return []
     how = "".join(f" {name}={value}" for name, value in (("exit_code", failure.exit_code), ("signal", failure.signal))
                   if value is not None)
-    out = [f"  cause: {failure.reason}{how}" + (f": {failure.detail}" if failure.detail else "")]
+    out = [f"  cause: {failure.reason}{how}" + (f": {escaped(failure.detail)}" if failure.detail else "")]
     lines = list(failure.last_lines[-FAILURE_LINES_SHOWN:])
     if lines:
         out.append(f"  last lines of {failure.phase}/{failure.child}:")

@@ -117,7 +117,7 @@ def test_oneshot_retries_with_backoff_then_succeeds(sup: Runner) -> None:
     # the backoff is waited out: 0.1 s, then 0.2 s (a lower bound by design)
     assert starts[1] - starts[0] >= 0.1
     assert starts[2] - starts[1] >= 0.2
-    assert "next attempt in 0.10s" in res.output and "next attempt in 0.20s" in res.output
+    assert "backoff 0.10s" in res.output and "backoff 0.20s" in res.output
     assert "completed in 3 attempt(s)" in res.output
     assert [v["attempt"] for v in verdicts(res.output)] == ["1", "2"]
 
@@ -556,7 +556,7 @@ def test_service_on_failure_restarts_with_growing_delays_then_gives_up(sup: Runn
     for gap, delay in zip(gaps, [0.1, 0.2, 0.4], strict=True):
         assert gap >= delay, gaps
     for delay in ("0.10", "0.20", "0.40"):
-        assert f"next attempt in {delay}s" in res.output
+        assert f"backoff {delay}s" in res.output
     assert "restart_burst" in res.output
     v = failure(res.output)
     assert v["phase"] == "svc" and v["exit_code"] == "1"

@@ -132,7 +132,7 @@ def test_each_backoff_is_backoff_delay_of_the_failures_so_far_with_the_seeded_ji
         delay = backoff_delay(n, 1.0, 2.0, 30.0, 0.5, rands[n - 1])
         assert d.phase.state is PhaseState.BACKOFF
         assert d.moves[-1] == (starts[-1] + 0.5, PhaseState.BACKOFF,
-                               f"exit_code; retry {n} of 3; next attempt in {delay:.2f}s")
+                               f"exit_code; retry {n} of 3; backoff {delay:.2f}s")
         starts.append(starts[-1] + 0.5 + delay)
         d.run_until(starts[-1])
         assert d.phase.state is PhaseState.RUNNING and d.phase.attempt == n + 1  # no daemons: started at once
@@ -172,7 +172,7 @@ def test_an_attempt_that_ran_backoff_reset_s_starts_the_backoff_again(drive) -> 
         d.run_until(d.clock.now + ran)
         d.children.last.exit(1)
         assert not d.phase.up and d.phase.was_up
-        delays.append(float(d.moves[-1][2].rsplit("next attempt in ", 1)[1].rstrip("s")))
+        delays.append(float(d.moves[-1][2].rsplit("backoff ", 1)[1].rstrip("s")))
         d.run_until(d.clock.now + delays[-1])
     assert delays == [1.0, 2.0, 4.0, 1.0, 2.0]
 

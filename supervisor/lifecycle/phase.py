@@ -221,7 +221,7 @@ def _after_the_stop(phase: Phase) -> Step:
         return Step(before=swept, after=(GatherFacts(why),))
     if step is Next.FAIL:
         return Step(PhaseState.FAILED, why, before=(*swept, Effect.CANCEL_TIMERS, Effect.RELEASE_MEMORY))
-    return Step(PhaseState.BACKOFF, f"{why}; next attempt in {delay:.2f}s", before=swept, after=(BackOff(delay),))
+    return Step(PhaseState.BACKOFF, f"{why}; backoff {delay:.2f}s", before=swept, after=(BackOff(delay),))
 
 
 def _fail_in_the_shutdown(outcome: v.Verdict) -> Step:

@@ -189,7 +189,7 @@ class Child:
         if self.gone():
             return
         members = self.tree()
-        group = self.running or any(p.pgid == self.pid for p in members)  # (as _signal_tree decides)
+        group = self._group_is_ours(members)
         log(f"{self.label}: still running after {self._grace_text()} grace: SIGKILL to "
             f"{self._signalled(members, group)}")
         self._killed_at = self.clock.monotonic()
@@ -247,16 +247,20 @@ class Child:
         self._stop_done()
 
     def _signal_tree(self, sig: int, members: list[Proc], group_done: bool = False, wake: bool = False) -> None:
-        # The group first, in one atomic call, while it surely still is ours: the
-        # leader is alive or a zombie (its pid, hence the pgid, is not reused), or
-        # members of the group are still alive. ``wake``: SIGCONT after ``sig`` (a stop signal).
-        if not group_done and (self.running or any(p.pgid == self.pid for p in members)):
+        # The group first, in one atomic call, while it surely still is ours (_group_is_ours).
+        # ``wake``: SIGCONT after ``sig`` (a stop signal).
+        if not group_done and self._group_is_ours(members):
             self._signal_group(sig, wake)
         for proc in members:
             if proc.pgid != self.pid:
                 signal_quietly(os.kill, proc.pid, sig)
                 if wake:
                     signal_quietly(os.kill, proc.pid, signal.SIGCONT)
+
+    def _group_is_ours(self, members: list[Proc]) -> bool:
+        """Its process group may be signalled as a whole: the leader is alive or a zombie (its pid, hence the
+        pgid, is not reused), or members of the group are still alive."""
+        return self.running or any(p.pgid == self.pid for p in members)
 
     def _signal_group(self, sig: int, wake: bool = False) -> None:
         """``sig`` to the child's process group; ``wake``: SIGCONT after it (a stop signal)."""

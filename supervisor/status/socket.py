@@ -215,10 +215,16 @@ class NotYoursToAsk(Exception):
     run; ``str()`` says so in one line."""
 
 
+def _left(deadline: float) -> float:
+    """The time left to ``deadline`` as a socket timeout: never 0, which would make the socket non-blocking (a read
+    at the deadline would fail at once instead of timing out)."""
+    return max(0.001, deadline - time.monotonic())
+
+
 def connect_in_turn(sock: socket.socket, path: str, deadline: float) -> None:
     """Connect, waiting for room in a full queue (a busy loop, many callers at once) until ``deadline``."""
     while True:
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.settimeout(_left(deadline))
         try:
             sock.connect(path)
             return
@@ -245,7 +251,7 @@ def ask(state_dir: Path, timeout: float = 5.0) -> Any:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             connect_in_turn(sock, str(path), deadline)
-            sock.settimeout(max(0.0, deadline - time.monotonic()))
+            sock.settimeout(_left(deadline))
             chunks = []
             while True:
                 chunk = sock.recv(READ_CHUNK)

@@ -583,6 +583,8 @@ def test_clients_that_never_read_do_not_stall_the_loop(sup: Runner) -> None:
         assert run.finish() == 128 + signal.SIGTERM
     finally:
         kill_tree(run.pid)
+
+
 def test_many_status_calls_at_once_each_wait_their_turn(sup: Runner) -> None:
     """A unix socket's connect() fails at once, whatever its timeout, once the listener's queue is full: a dozen
     `status` calls during one busy turn of the loop were told "not answering" (exit 3) by a healthy supervisor.

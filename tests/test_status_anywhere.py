@@ -15,7 +15,7 @@ from pathlib import Path
 
 from helpers import PY, REPO, Runner, clean_env, needs_unshare, sh, wait_for
 
-from supervisor.engine.trees import is_live_supervisor
+from supervisor.engine.trees import is_live_supervisor, start_ticks
 from supervisor.status.file import RUNTIME_DIR_ENV, pointed, pointer_path
 
 
@@ -70,6 +70,57 @@ def test_a_recorded_pid_that_runs_a_command_supervising_nothing_is_no_live_super
     finally:
         watcher.kill()
         watcher.wait(10)
+
+
+def test_a_recorded_pid_given_since_to_a_process_that_names_the_supervisor_is_no_live_supervisor(
+        sup: Runner, tmp_path: Path) -> None:
+    """A supervisor SIGKILLed while running, its pid given since to a ``tail -f .../supervisor.log``: a command
+    line that says "supervisor". Its start time is not the one the supervisor recorded (in status.json and the
+    pointer), so it is gone, not "alive but not answering"; the pointer to it is not followed. The same process
+    with the recorded start time its own is taken for the supervisor (the time decides, not the command line);
+    a record without one (an older supervisor's) is judged by the command line, as before."""
+    result = sup.run(quick(sup))
+    assert result.returncode == 0, result.output
+    saved = sup.state_dir / "status.json"
+    snap = json.loads(saved.read_text())
+    own = snap["pid_start"]
+    assert isinstance(own, int) and own > 0, snap
+    log = tmp_path / "supervisor.log"
+    log.write_text("")
+    tail = subprocess.Popen(["tail", "-f", str(log)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: start_ticks(tail.pid) is not None, 10)
+        theirs = start_ticks(tail.pid)
+        assert theirs != own
+        running = {**snap, "pid": tail.pid, "lifecycle": {**snap["lifecycle"], "state": "running"}}
+        fates = {}
+        for name, record in (("another start", {**running, "pid_start": own}),
+                             ("its own start", {**running, "pid_start": theirs}),
+                             ("none recorded", {k: v for k, v in running.items() if k != "pid_start"})):
+            saved.write_text(json.dumps(record))
+            rc, out = status_cli("--json", "--state-dir", str(sup.state_dir))
+            assert rc == 3, out
+            fates[name] = json.loads(out)["supervisor"]
+        assert fates == {"another start": "gone", "its own start": "not answering",
+                         "none recorded": "not answering"}, fates
+
+        pointer = tmp_path / "run" / "current"
+        pointer.parent.mkdir()
+        os.environ[RUNTIME_DIR_ENV], kept = str(pointer.parent), os.environ[RUNTIME_DIR_ENV]
+        try:
+            lives = {}
+            for start in (own, theirs):
+                pointer.write_text(json.dumps({"pid": tail.pid, "pid_start": start, "state_dir": str(sup.state_dir),
+                                               "socket": str(tmp_path / "none.sock")}))
+                found = pointed()
+                assert found is not None and found.pid == tail.pid, found
+                lives[start == own] = found.live
+        finally:
+            os.environ[RUNTIME_DIR_ENV] = kept
+        assert lives == {True: False, False: True}, lives
+    finally:
+        tail.kill()
+        tail.wait(10)
 
 
 # ---------------------------------------------------------------- a bare status finds it

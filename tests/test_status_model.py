@@ -28,7 +28,8 @@ NOW = 1_800_000_000.0
 def written() -> dict[str, Any]:
     """A snapshot as a supervisor writes it, with every section there is (status --json adds the writer's fate)."""
     return {
-        "version": 1, "pid": 4242, "pid_ns": 4026531836, "role": "subreaper", "started_at": NOW - 3600,
+        "version": 1, "pid": 4242, "pid_ns": 4026531836, "pid_start": 1234567, "role": "subreaper",
+        "started_at": NOW - 3600,
         "written_at": NOW - 5,
         "config": "/etc/prover/config.toml",
         "lifecycle": {"state": "stopping", "why": "bench failed", "exit_status": 1, "current": "bench",

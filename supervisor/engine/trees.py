@@ -342,9 +342,24 @@ def _name_of(pid: int) -> str:
 SHORT_COMMANDS = frozenset({"status", "check", "standins", "dev-manager"})
 
 
-def is_live_supervisor(pid: int) -> bool:
-    """``pid`` is a live prover-supervisor (not a zombie, not one of the processes it started)."""
+def is_live_supervisor(pid: int, started: object = None) -> bool:
+    """``pid`` is a live prover-supervisor (not a zombie, not one of the processes it started). ``started``: the
+    pid's start time that its supervisor recorded (``start_ticks``), where it did: a process of that pid started
+    at another time is another one, that the system gave the pid to since (its command line may well say
+    "supervisor": a ``tail`` of its log). None (a record from before it was written): the command line decides."""
+    if isinstance(started, int) and not isinstance(started, bool) and start_ticks(pid) != started:
+        return False
     return _is_live_supervisor(pid)
+
+
+def start_ticks(pid: int | str) -> int | None:
+    """When the process ``pid`` started, in clock ticks after boot (/proc's own figure, which no later process of
+    the same pid shares); None where it is gone or cannot be read."""
+    read = read_stat(pid)
+    try:
+        return int(read[1][19]) if read is not None else None
+    except (IndexError, ValueError):
+        return None
 
 
 def _is_live_supervisor(pid: int) -> bool:

@@ -117,7 +117,7 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
         # (a container's pid 1 is no pid here, nor are its children's tags of this namespace: this process table
         # says nothing of it, and its socket did not answer)
         return Fate(EXITED if exited else NOT_ANSWERING, elsewhere=True)
-    if is_live_supervisor(pid):
+    if is_live_supervisor(pid, snap.pid_start):
         return Fate(EXITED if exited else NOT_ANSWERING)
     survivors = tuple(Survivor.from_json(s) for s in left_alive_by(pid, state_dir))
     # An exit SIGKILLed what was left before it wrote "stopped": what is still alive outlived that (said, and left,

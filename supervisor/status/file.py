@@ -15,12 +15,13 @@ built-in profile's. So once its observers are wired the supervisor writes ``curr
 or not: without one, ``status`` shows the state_dir's status.json) in a runtime
 directory every process of the machine (or container) agrees on: ``$PROVER_SUPERVISOR_RUNTIME_DIR``, else
 ``/run/prover-supervisor`` as root, else ``$XDG_RUNTIME_DIR/prover-supervisor``; with none of them there is
-no pointer. It names the supervisor's pid, its PID namespace, state_dir and socket, and is removed at the exit,
-only while it still names this supervisor (a later one may have taken it over). A pointer whose pid is no live
-supervisor and whose socket takes no connection (a SIGKILL left it) is not followed, only named, for its saved
-state. A pid of another PID namespace (a container's supervisor is pid 1 of its own, and /run may be the host's)
-says nothing here: such a supervisor is live only by its socket. With several supervisors
-on one machine it names the last one started; the others are found with ``--state-dir``.
+no pointer. It names the supervisor's pid, its PID namespace and start time, state_dir and socket, and is
+removed at the exit, only while it still names this supervisor (a later one may have taken it over). A pointer
+whose pid is no live supervisor (or one started at another time: the pid was given to another process since) and
+whose socket takes no connection (a SIGKILL left it) is not followed, only named, for its saved state. A pid of
+another PID namespace (a container's supervisor is pid 1 of its own, and /run may be the host's) says nothing
+here: such a supervisor is live only by its socket. With several supervisors on one machine it names the last one
+started; the others are found with ``--state-dir``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.loop import EventLoop, Timer
-from ..engine.trees import is_live_supervisor, of_another_pid_namespace, own_pid_namespace
+from ..engine.trees import is_live_supervisor, of_another_pid_namespace, own_pid_namespace, start_ticks
 from ..lifecycle.states import FINAL_STATES
 from ..state import files as state_files
 from ..state.files import Rewrites, StateFileError, load_json, not_an_object, save_json
@@ -174,8 +175,8 @@ def point_here(state_dir: Path, socket_path: Path) -> Path | None:
     if not path.is_absolute():  # (a bare status run from another directory would look for it elsewhere)
         raise OSError(errno.EINVAL, f"${RUNTIME_DIR_ENV} is not an absolute path")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    record = {"pid": os.getpid(), "pid_ns": own_pid_namespace(), "state_dir": str(state_dir),
-              "socket": str(socket_path)}
+    record = {"pid": os.getpid(), "pid_ns": own_pid_namespace(), "pid_start": start_ticks("self"),
+              "state_dir": str(state_dir), "socket": str(socket_path)}
     save_json(path, record)
     return path
 
@@ -200,7 +201,8 @@ def pointed() -> Pointer | None:
             or not state_dir.startswith("/") or "\0" in state_dir:
         return None
     elsewhere = of_another_pid_namespace(found.get("pid_ns"))
-    live = (not elsewhere and is_live_supervisor(pid)) or _takes_connections(found.get("socket"))
+    live = (not elsewhere and is_live_supervisor(pid, found.get("pid_start"))) \
+        or _takes_connections(found.get("socket"))
     return Pointer(pid, Path(state_dir), live, elsewhere)
 
 

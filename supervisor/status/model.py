@@ -621,6 +621,9 @@ class Snapshot(_Record):
     # The PID namespace ``pid`` is of (a container's supervisor is pid 1 of its own); None: a supervisor before it was
     # written, whose pid is taken for one of the reader's namespace.
     pid_ns: int | None = None
+    # When ``pid`` started (trees.start_ticks): a live process of that pid started at another time is not the writer.
+    # None: a supervisor before it was written, whose pid is judged by its command line alone.
+    pid_start: int | None = None
     role: str | None = None
     started_at: float | None = None
     written_at: float | None = None

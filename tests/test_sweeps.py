@@ -27,7 +27,10 @@ from supervisor.engine.trees import (
     kill_survivors_of_dead_supervisors,
     kill_until_none_left,
     left_alive_by,
+    own_pid_namespace,
+    start_ticks,
     sweep_descendants,
+    tag_start,
 )
 
 RUNS = 5
@@ -191,6 +194,44 @@ def test_the_start_sweep_and_status_read_one_state_dir_spelt_two_ways_as_one(
         with contextlib.suppress(OSError):
             survivor.kill()
         survivor.wait(10)
+
+
+def test_a_tag_whose_supervisor_pid_was_given_since_to_a_process_naming_it_is_a_dead_supervisors(
+        tmp_path: Path) -> None:
+    """The supervisor a tag names was SIGKILLed, and its pid given since to a ``tail -f …/supervisor.log``: a
+    command line that says "supervisor". The tag's start time is not that process's, so what the tag marks is a
+    dead supervisor's survivor: the start's sweep kills it, and status names it among what the supervisor that
+    started at that time left. A tag whose start time is the live process's names a live supervisor: left alone;
+    and status does not count it as the dead one's."""
+    log = tmp_path / "supervisor.log"
+    log.write_text("")
+    tail = subprocess.Popen(["tail", "-f", str(log)], stdout=subprocess.DEVNULL)
+    survivors: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        wait_for(lambda: start_ticks(tail.pid) is not None, 10, 0.01)
+        theirs = start_ticks(tail.pid)
+        assert theirs is not None
+        dead = theirs - 1  # (a supervisor of that pid, started before it)
+        for name, start in (("dead", dead), ("live", theirs)):
+            tag = f"{tail.pid}.{own_pid_namespace()}.1.{start}"
+            assert tag_start(tag) == start
+            env = {"PATH": os.environ.get("PATH", ""), TAG_ENV: tag, STATE_DIR_ENV: str(tmp_path)}
+            survivors[name] = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+        wait_for(lambda: all(psutil.Process(p.pid).environ().get(TAG_ENV) for p in survivors.values()), 10, 0.01)
+
+        assert [s["pid"] for s in left_alive_by(tail.pid, str(tmp_path), dead)] == [survivors["dead"].pid]
+        assert [s["pid"] for s in left_alive_by(tail.pid, str(tmp_path), theirs)] == [survivors["live"].pid]
+        assert {s["pid"] for s in left_alive_by(tail.pid, str(tmp_path))} == {
+            p.pid for p in survivors.values()}  # (no start time recorded: the pid alone, as before)
+        lines: list[str] = []
+        assert kill_survivors_of_dead_supervisors(str(tmp_path), lines.append) == 1, lines
+        assert survivors["dead"].wait(10) == -signal.SIGKILL
+        assert survivors["live"].poll() is None and tail.poll() is None
+    finally:
+        for proc in [*survivors.values(), tail]:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait(10)
 
 
 def test_a_listed_process_that_is_gone_is_skipped_and_the_rest_killed() -> None:

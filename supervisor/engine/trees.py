@@ -43,11 +43,14 @@ from ..text import Log
 from ..text.show import escaped
 from ..text.units import is_ascii_digits
 
-# In every child's environment: "<supervisor pid>.<its PID namespace>.<sequence>" (tag_for), inherited by whatever it
-# starts. The pid means something only in that namespace: a container's supervisor is pid 1 of its own, and its
-# children seen from the host carry "1.": the namespace says whose pid 1. A supervisor before it wrote
-# "<pid>.<sequence>", which is read as a pid of the namespace its process runs in; that needs its process's namespace
-# read (it may not be ours to read), so a tag always says its own, the host's too (unlike a phase cgroup's name).
+# In every child's environment: "<supervisor pid>.<its PID namespace>.<sequence>.<its start time>" (tag_for),
+# inherited by whatever it starts. The pid means something only in that namespace: a container's supervisor is pid 1
+# of its own, and its children seen from the host carry "1.": the namespace says whose pid 1. A supervisor before it
+# wrote "<pid>.<sequence>", which is read as a pid of the namespace its process runs in; that needs its process's
+# namespace read (it may not be ours to read), so a tag always says its own, the host's too (unlike a phase
+# cgroup's name).
+# The start time (start_ticks; left out where it cannot be read) tells the supervisor from a later process given its
+# pid: a tag without one (a supervisor's before it was written) is judged by the pid's command line alone.
 TAG_ENV = "PROVER_SUPERVISOR_TAG"
 # In every child's environment: the state_dir of the supervisor that started it.
 STATE_DIR_ENV = "PROVER_SUPERVISOR_STATE_DIR"
@@ -120,7 +123,8 @@ def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
             if not tag or not _of_state_dir(env, want):
                 continue
             owner = tag_owner_here(tag, proc.pid)
-            if owner is None or owner == me or _is_live_supervisor(owner) or proc.status() == psutil.STATUS_ZOMBIE:
+            if owner is None or owner == me or is_live_supervisor(owner, tag_start(tag)) \
+                    or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             found[proc.pid] = proc.name()
         except (psutil.Error, OSError):
@@ -128,11 +132,12 @@ def _survivors_of_dead_supervisors(state_dir: str) -> dict[int, str]:
     return found
 
 
-def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]]:
+def left_alive_by(supervisor_pid: int, state_dir: str, started: int | None = None) -> list[dict[str, object]]:
     """What a supervisor that is gone left running (for ``status``: named, never killed): every live process
     whose tag names ``supervisor_pid`` and that was started for ``state_dir``. The tag, not the pid alone,
     says a process is ours: a pid that the system gave to another process since is not named, nor a process
-    whose tag names that pid in another PID namespace (a live container's pid 1 is no pid here)."""
+    whose tag names that pid in another PID namespace (a live container's pid 1 is no pid here), nor one whose
+    tag names a supervisor of that pid started at another time than ``started`` (where both are known)."""
     want = os.path.realpath(state_dir)
     found: list[dict[str, object]] = []
     try:
@@ -144,6 +149,8 @@ def left_alive_by(supervisor_pid: int, state_dir: str) -> list[dict[str, object]
             env = proc.environ()
             tag = env.get(TAG_ENV)
             if not tag or tag_owner_here(tag, proc.pid) != supervisor_pid or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if started is not None and tag_start(tag) not in (None, started):
                 continue
             if not _of_state_dir(env, want):
                 continue
@@ -164,7 +171,14 @@ def _of_state_dir(env: dict[str, str], want: str) -> bool:
 
 def tag_for(seq: int) -> str:
     """The tag of this supervisor's ``seq``-th child (TAG_ENV)."""
-    return f"{os.getpid()}.{own_pid_namespace()}.{seq}"
+    started = own_start_ticks()
+    return f"{os.getpid()}.{own_pid_namespace()}.{seq}" + ("" if started is None else f".{started}")
+
+
+def tag_start(tag: str) -> int | None:
+    """The start time of the supervisor that ``tag`` names (tag_for's fourth part); None where it has none."""
+    parts = tag.split(".")
+    return int(parts[3]) if len(parts) == 4 and is_ascii_digits(parts[3]) else None
 
 
 def tag_owner_here(tag: str, pid: int) -> int | None:
@@ -181,6 +195,12 @@ def tag_owner_here(tag: str, pid: int) -> int | None:
     elif pid_namespace_of(pid) not in (None, own_pid_namespace()):
         return None
     return int(owner) if is_ascii_digits(owner) else 0
+
+
+@functools.cache
+def own_start_ticks() -> int | None:
+    """When this process started (start_ticks; it never changes), for its tags."""
+    return start_ticks("self")
 
 
 @functools.cache
@@ -343,13 +363,24 @@ SHORT_COMMANDS = frozenset({"status", "check", "standins", "dev-manager"})
 
 
 def is_live_supervisor(pid: int, started: object = None) -> bool:
-    """``pid`` is a live prover-supervisor (not a zombie, not one of the processes it started). ``started``: the
-    pid's start time that its supervisor recorded (``start_ticks``), where it did: a process of that pid started
-    at another time is another one, that the system gave the pid to since (its command line may well say
-    "supervisor": a ``tail`` of its log). None (a record from before it was written): the command line decides."""
+    """``pid`` is a live prover-supervisor: alive, and supervising. Never this process (a ``status`` in a fresh
+    container is PID 1, the very pid the last supervisor recorded there), nor a zombie, nor one of the processes
+    a supervisor started, nor a prover-supervisor running a command that supervises nothing. ``started``: the
+    pid's start time as its supervisor recorded it (start_ticks: in status.json, the pointer, a tag), where it
+    did: a process of that pid started at another time is another, that the system gave the pid to since (its
+    command line may well say "supervisor": a ``tail`` of its log). Without one (a record from before it was
+    written) the command line decides."""
+    if pid == os.getpid():
+        return False
     if isinstance(started, int) and not isinstance(started, bool) and start_ticks(pid) != started:
         return False
-    return _is_live_supervisor(pid)
+    try:
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
+        return proc.status() != psutil.STATUS_ZOMBIE and TAG_ENV not in proc.environ() and \
+            any("supervisor" in part for part in argv) and not _runs_short_command(argv)
+    except (psutil.Error, OSError):
+        return False
 
 
 def start_ticks(pid: int | str) -> int | None:
@@ -360,20 +391,6 @@ def start_ticks(pid: int | str) -> int | None:
         return int(read[1][19]) if read is not None else None
     except (IndexError, ValueError):
         return None
-
-
-def _is_live_supervisor(pid: int) -> bool:
-    """Alive, and supervising: never this process (a ``status`` in a fresh container is PID 1, the very pid
-    the last supervisor recorded there), nor a prover-supervisor running a command that supervises nothing."""
-    if pid == os.getpid():
-        return False
-    try:
-        proc = psutil.Process(pid)
-        argv = proc.cmdline()
-        return proc.status() != psutil.STATUS_ZOMBIE and TAG_ENV not in proc.environ() and \
-            any("supervisor" in part for part in argv) and not _runs_short_command(argv)
-    except (psutil.Error, OSError):
-        return False
 
 
 def _runs_short_command(argv: list[str]) -> bool:

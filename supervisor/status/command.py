@@ -119,7 +119,7 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
         return Fate(EXITED if exited else NOT_ANSWERING, elsewhere=True)
     if is_live_supervisor(pid, snap.pid_start):
         return Fate(EXITED if exited else NOT_ANSWERING)
-    survivors = tuple(Survivor.from_json(s) for s in left_alive_by(pid, state_dir))
+    survivors = tuple(Survivor.from_json(s) for s in left_alive_by(pid, state_dir, snap.pid_start))
     # An exit SIGKILLed what was left before it wrote "stopped": what is still alive outlived that (said, and left,
     # by an exit that went on). Otherwise it is what a supervisor killed before it got there left running.
     if exited:

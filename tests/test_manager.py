@@ -78,6 +78,10 @@ class _Canned(BaseHTTPRequestHandler):
             self._answer(200, b'{"ok": true}')
         elif path == "/garbage":
             self._answer(200, b"<html>this is not json</html>", "text/html")
+        elif path == "/done":
+            self._answer(200, b'{"ok": true}')
+        elif path == "/not-done":
+            self._answer(200, b'{"ok": false}')
         elif path in HOSTILE:
             HOSTILE[path](self)
         else:
@@ -207,8 +211,22 @@ def test_client_204_has_no_body(canned: _CannedServer) -> None:
     assert as_sent(_client(canned).request("POST", "/empty", data=b"text\n")) == (204, None)
 
 
-def test_client_want_json_false_ignores_the_body(canned: _CannedServer) -> None:
-    assert as_sent(_client(canned).request("POST", "/garbage", want_json=False)) == (200, None)
+def test_client_expecting_any_answer_ignores_the_body(canned: _CannedServer) -> None:
+    assert as_sent(_client(canned).request("POST", "/garbage", expect="any")) == (200, None)
+
+
+def test_client_expecting_the_managers_done_takes_ok_true_or_204_and_nothing_else(canned: _CannedServer) -> None:
+    """/param-done, /running and /api/log-push: a proxy's 200 page (or any 2xx but the manager's "done") answered a
+    call the manager never handled; it was counted delivered, and the row stayed where it was."""
+    client = _client(canned)
+    assert as_sent(client.request("POST", "/done", expect="ok")) == (200, {"ok": True})
+    assert as_sent(client.request("POST", "/empty", expect="ok")) == (204, None)
+    for path, said in (("/garbage", "with a body that is not JSON: <html>this is not json</html>"),
+                       ("/not-done", 'without "ok": true: {"ok": false}'),
+                       ("/ok", 'without "ok": true: {"uuid": "u-1", "runner_id": 7}')):
+        with pytest.raises(TransientError) as info:
+            client.request("POST", path, expect="ok")
+        assert str(info.value) == f"POST {path}: HTTP 200 {said}", info.value
 
 
 @pytest.mark.parametrize(("path", "status", "body"), [("/missing", 404, "unknown uuid"), ("/bad", 400, "label")])

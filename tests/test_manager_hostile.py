@@ -92,7 +92,7 @@ def test_a_stuck_call_does_not_hold_up_another_threads_call(manager: DevManager)
 
     def push() -> None:
         try:
-            client.request("POST", "/api/log-push", data=b"line\n", want_json=False,
+            client.request("POST", "/api/log-push", data=b"line\n", expect="ok",
                            headers={"X-Instance-UUID": "u-1", "X-Log-Source": "setup"})
             stuck_outcome.append(None)
         except TransientError as exc:

@@ -178,6 +178,32 @@ def test_faults_are_retried_until_delivered(sup: Runner, managers: Callable[...,
     assert proc.finish(20) == 128 + signal.SIGTERM
 
 
+@pytest.mark.parametrize("path", ["/param-done", "/running", "/api/log-push"])
+def test_a_200_that_is_not_the_managers_done_is_retried_until_the_manager_handles_the_call(
+        sup: Runner, managers: Callable[..., DevManager], path: str) -> None:
+    """A proxy's 200 page (the dev manager's garbage fault: the call is never handled) was counted delivered for
+    /param-done, /running and a log push: the row stayed registered (the fetch timeout ran on) or params_done
+    (the bench timeout killed a producing instance), and the pushed lines were lost. Each is now sent again."""
+    import requests
+
+    mgr = managers()
+    fault = {"garbage": True, "count": 1, "path": path}
+    assert requests.post(mgr.url + "/dev/faults", json=fault, timeout=5).status_code == 200
+    proc = Console(sup, fast_config(sup, mgr.url))
+    assert proc.finish(40) == 0, proc.tail()
+    answered = [c["status"] for c in api_calls(mgr, path)]
+    assert len(answered) >= 2 and answered[0] == 200, answered  # the page, then the manager's own answer
+    assert only_instance(mgr)["history"] == STATES
+    assert not [r for r in outbox_rows(sup) if r[2] != "delivered"], outbox_rows(sup)
+    logs = pushed(mgr)
+    assert logs.get("setup", "").count("[supervisor] prover-supervisor pid ") == 1, logs  # (in the first push)
+    assert logs.get("benchout", "").count("throughput:") == 1 and logs.get("curio", "").count("serving") == 1, logs
+    if path != "/api/log-push":
+        kind = path.strip("/")
+        retry = [line for line in proc.text().splitlines() if f"manager: {kind} not delivered" in line]
+        assert retry and "not JSON" in retry[0], proc.text()
+
+
 def test_register_refused_once_is_retried_and_param_done_still_arrives(
         sup: Runner, managers: Callable[..., DevManager]) -> None:
     """A single 400 on /register: registration is retried with backoff, and nothing after it is dropped."""

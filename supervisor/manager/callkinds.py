@@ -56,7 +56,7 @@ def phase_call(kind: str) -> CallKind:
     """``POST /<kind>`` with the uuid: the core's phase reports (``param-done``, ``running``)."""
 
     def attempt(client: ManagerClient, payload: Payload, uuid: str | None) -> Answer:
-        return client.request("POST", f"/{kind}", json_body={"uuid": uuid}, want_json=False)
+        return client.request("POST", f"/{kind}", json_body={"uuid": uuid}, expect="ok")
 
     return CallKind(attempt, checks_row=True)
 
@@ -67,7 +67,7 @@ def _log_push(client: ManagerClient, payload: Payload, uuid: str | None) -> Answ
     seq = payload.get("seq")
     return client.request(
         "POST", "/api/log-push", data=text_body(payload.get("text", ""), LOG_PUSH_LIMIT),
-        want_json=False, headers={"X-Instance-UUID": uuid or "", "X-Log-Source": payload.get("source", "setup"),
+        expect="ok", headers={"X-Instance-UUID": uuid or "", "X-Log-Source": payload.get("source", "setup"),
                                   "Content-Type": "text/plain; charset=utf-8", **({SEQ_HEADER: seq} if seq else {})})
 
 

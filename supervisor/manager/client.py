@@ -14,7 +14,9 @@ One call, ``request``, is one attempt:
   down, so nothing is counted as delivered or lost; the client says it once in one clear line.
 
 Connection errors, timeouts, 3xx, 5xx, the 4xx that say the call was not taken yet (408, 425, 429:
-RETRY_LATER) and an answer the call cannot parse (garbage) are transient (``TransientError``):
+RETRY_LATER) and an answer the call cannot parse (garbage) are transient (``TransientError``), and so is a
+2xx that is not the manager's "done" where a call expects one (``expect="ok"``: a 204, or ``{"ok": true}``;
+a proxy's 200 page is not the manager's, and the call it answered was never handled):
 ``with_retries`` repeats them with exponential backoff and jitter (tenacity), waiting at least what a 429
 or 503 asks in ``Retry-After`` (up to RETRY_AFTER_MAX_S; a date in it is read on the manager's clock, its
 answer's ``Date``). Any other 4xx is permanent (``PermanentError``): retrying the same call cannot help. What an answer
@@ -31,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any
+from typing import Any, Literal
 
 from ..config import ManagerSpec
 from ..lifecycle.states import backoff_delay
@@ -122,10 +124,16 @@ class PermanentError(Exception):
 @dataclass(frozen=True)
 class Answer:
     status: int
-    body: Any  # parsed JSON, or None (204, or no JSON wanted)
+    body: Any  # parsed JSON, or None (204, or any answer taken: Expect "any")
     # The manager's clock less ours, from the answer's Date header (whole seconds: within a second or so); None
     # where it sent none. Its row's times are its clock's (row.py reads them on ours).
     clock_offset_s: float | None = None
+
+
+# What a call takes for a 2xx: "json", a JSON body, parsed; "ok", the manager's "done" (a 204, or a JSON object with
+# "ok": true, as /param-done, /running and /api/log-push answer: anything else, a proxy's page above all, answered
+# a call the manager never handled); "any", whatever it is, unread (a user's events_url, whose answers are its own).
+Expect = Literal["json", "ok", "any"]
 
 
 class ManagerClient:
@@ -155,9 +163,10 @@ class ManagerClient:
 
     def request(self, method: str, path: str, *, json_body: dict[str, Any] | None = None,
                 data: bytes | None = None, headers: dict[str, str] | None = None,
-                want_json: bool = True, max_bytes: int = MAX_ANSWER_BYTES) -> Answer:
-        """One attempt. Raises TransientError or PermanentError. ``max_bytes``: the most of an answer read (a
-        read of the whole fleet, ``GET /status``, may hold more than MAX_ANSWER_BYTES; still a bound)."""
+                expect: Expect = "json", max_bytes: int = MAX_ANSWER_BYTES) -> Answer:
+        """One attempt. Raises TransientError or PermanentError. ``expect``: what a 2xx must be (Expect).
+        ``max_bytes``: the most of an answer read (a read of the whole fleet, ``GET /status``, may hold more than
+        MAX_ANSWER_BYTES; still a bound)."""
         from .deadline import deadline_session
 
         with deadline_session(self.deadline_s, self._headers) as (session, watchdog):
@@ -169,7 +178,7 @@ class ManagerClient:
                 response = session.request(method, self.base + path, json=json_body, data=data, headers=headers,
                                            timeout=self.timeout, allow_redirects=False, stream=True)
                 with response:
-                    return self._answer(method, path, response, want_json, max_bytes)
+                    return self._answer(method, path, response, expect, max_bytes)
             except Exception as exc:
                 if watchdog.fired:  # whatever the cut socket made the read raise
                     raise TransientError(f"{method} {path}: no complete answer within {self.deadline_s:g}s "
@@ -187,12 +196,12 @@ class ManagerClient:
         if first and self._warn is not None:
             self._warn(line)
 
-    def _answer(self, method: str, path: str, response: Any, want_json: bool, max_bytes: int) -> Answer:
+    def _answer(self, method: str, path: str, response: Any, expect: Expect, max_bytes: int) -> Answer:
         status = response.status_code
         if 300 <= status < 400:
             raise TransientError(self._redirected(method, path, status, response.headers.get("Location")))
         offset = _clock_offset(response.headers.get("Date"))
-        if 200 <= status < 300 and (not want_json or status == 204):
+        if 200 <= status < 300 and (expect == "any" or status == 204):
             return Answer(status, None, offset)  # the body is not read: this connection is closed after the call
         data = self._body(method, path, response, max_bytes)
         if not 200 <= status < 500 or status in RETRY_LATER:
@@ -203,10 +212,13 @@ class ManagerClient:
         if status >= 400:
             raise PermanentError(status, shown_bytes(data, MAX_ANSWER_BYTES))
         try:
-            return Answer(status, json.loads(data, parse_constant=_no_constant), offset)
+            body = json.loads(data, parse_constant=_no_constant)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, NaN, a number of 5000 digits, [[[[...
             raise TransientError(f"{method} {path}: HTTP {status} with a body that is not JSON: "
                                  f"{shown_bytes(data, 100)}") from None
+        if expect == "ok" and not (isinstance(body, dict) and body.get("ok") is True):
+            raise TransientError(f'{method} {path}: HTTP {status} without "ok": true: {shown_bytes(data, 100)}')
+        return Answer(status, body, offset)
 
     def _body(self, method: str, path: str, response: Any, max_bytes: int = MAX_ANSWER_BYTES) -> bytes:
         """At most ``max_bytes`` of the answer's body, as sent; more is a TransientError, not read."""

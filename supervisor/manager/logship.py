@@ -438,7 +438,7 @@ def log_push_sender(client: ManagerClient, uuid: Callable[[], str | None]) -> Ca
             # The sender dropped a uuid the manager forgot between the shipper's look (ready) and this push: an
             # empty X-Instance-UUID is refused for good (400), so the batch waits for the next registration.
             raise TransientError("no instance uuid: waiting for the manager to register this instance again")
-        client.request("POST", "/api/log-push", data=text_body(body), want_json=False,
+        client.request("POST", "/api/log-push", data=text_body(body), expect="ok",
                        headers={"X-Instance-UUID": instance, "X-Log-Source": source, SEQ_HEADER: seq,
                                 "Content-Type": "text/plain; charset=utf-8"})
 
@@ -449,7 +449,7 @@ def events_sender(client: ManagerClient) -> Callable[[str, str, str], None]:
     """Events go to ``events_url`` as newline-delimited JSON, one object a line."""
 
     def send(source: str, body: str, seq: str) -> None:
-        client.request("POST", "", data=text_body(body), want_json=False,
+        client.request("POST", "", data=text_body(body), expect="any",
                        headers={"Content-Type": "application/x-ndjson", SEQ_HEADER: seq})
 
     return send

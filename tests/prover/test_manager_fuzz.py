@@ -28,7 +28,14 @@ import pytest
 from supervisor.config import ManagerSpec
 from supervisor.engine.loop import EventLoop
 from supervisor.manager.answers import UUID_RE, AnswerError, register_answer
-from supervisor.manager.client import MAX_ANSWER_BYTES, RETRY_AFTER_MAX_S, ManagerClient, PermanentError, TransientError
+from supervisor.manager.client import (
+    MAX_ANSWER_BYTES,
+    RETRY_AFTER_MAX_S,
+    Expect,
+    ManagerClient,
+    PermanentError,
+    TransientError,
+)
 from supervisor.manager.outbox import Call, Outbox
 from supervisor.manager.sender import CallKinds, Sender
 from supervisor.prover.fleet import RUNNER_ID, FleetSettings, bench_answer, bench_done_call, check_runner_id
@@ -300,14 +307,16 @@ def test_the_client_alone_takes_every_hostile_answer_as_one_of_its_errors(hostil
     client = ManagerClient(_spec(hostile.port))
     for case in range(CASES // 2):
         hostile.reply = hostile_reply(rng)
-        want_json = case % 2 == 0
+        expect: Expect = ("json", "ok", "any")[case % 3]
         try:
-            answer = client.request("POST", "/register", json_body={"label": "C.fuzz"}, want_json=want_json)
+            answer = client.request("POST", "/register", json_body={"label": "C.fuzz"}, expect=expect)
         except (TransientError, PermanentError) as exc:
             _assert_one_line(exc)
             continue
         assert 200 <= answer.status < 300, f"case {case}: {answer}"
-        assert want_json or answer.body is None
+        if expect == "ok":
+            assert answer.status == 204 or answer.body.get("ok") is True, f"case {case}: {answer}"
+        assert expect != "any" or answer.body is None
 
 
 # ---------------------------------------------------------------- the answer checks, in-process

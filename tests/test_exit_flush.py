@@ -51,6 +51,7 @@ from supervisor.engine.exitflush import (
 )
 from supervisor.engine.loop import EventLoop
 from supervisor.engine.stopbudget import CLOSE_S
+from supervisor.manager.sender import FLUSH_RETRY_MAX_S
 
 NO_EBADF = "Bad file descriptor"
 
@@ -222,6 +223,29 @@ def test_the_manager_away_and_back_during_the_give_up_flush(sup: Runner, manager
     saved = json.loads((sup.state_dir / "status.json").read_text())
     assert "exiting" not in saved, saved["exiting"]  # the wait is over: the last state written says no more of it
     assert NO_EBADF not in run.text() and "Traceback" not in run.text(), run.text()
+    assert not [row for row in outbox_rows(sup) if row[2] == "pending"], outbox_rows(sup)
+
+
+def test_a_manager_back_late_in_the_give_up_flush_still_hears_the_give_up(sup: Runner,
+                                                                         managers: list[DevManager]) -> None:
+    """The manager answers 503 from the give-up's first try, and again at 60 % of the flush's 60 s. The retries
+    backed off to 30 s: tried at about 0, 1, 3, 7, 15 and 31 s, the next would have been at 61 s, and a manager back
+    in the flush's last ~half heard nothing (the row stayed registered until its timeout). Once the flush has
+    begun a retry waits at most FLUSH_RETRY_MAX_S."""
+    mgr = start_manager(managers)
+    gate = sup.tmp / "fail-now"
+    run = Watched(sup, give_up_config(sup, mgr, gate))
+    wait_for(lambda: mgr.state.snapshot()["instances"], timeout=30)
+    assert requests.post(mgr.url + "/dev/faults", json={"status": 503}, timeout=5).status_code == 200
+    gate.touch()
+    run.wait_text("manager: waiting up to 60s for the give-up to be delivered")
+    time.sleep(GIVE_UP_FLUSH_S * 0.6)
+    assert requests.post(mgr.url + "/dev/faults", json={}, timeout=5).status_code == 200
+    back = time.time()
+    assert run.finish() == 4, run.text()
+    assert instance(mgr)["history"] == ["registered", "killed"], run.text()
+    [heard] = [c["time"] for c in mgr.state.snapshot()["calls"] if c["path"] == "/bench-done" and c["status"] == 200]
+    assert heard - back < FLUSH_RETRY_MAX_S + 5, "the give-up waited out a long backoff"  # (+ the calls before it)
     assert not [row for row in outbox_rows(sup) if row[2] == "pending"], outbox_rows(sup)
 
 

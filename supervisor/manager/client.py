@@ -248,15 +248,19 @@ class ManagerClient:
         return f"{method} {path}: {line}"
 
     def with_retries(self, attempt: Callable[[], Answer], stop: threading.Event,
-                     on_retry: Callable[[str, float], None], sleep: Callable[[float], None] | None = None) -> Answer:
+                     on_retry: Callable[[str, float], None], sleep: Callable[[float], None] | None = None,
+                     longest: Callable[[], float | None] = lambda: None) -> Answer:
         """Repeat ``attempt`` while it fails transiently, until it succeeds or ``stop`` is set. ``sleep`` waits
         between the attempts (``stop.wait`` unless given: one that returns early must return once ``stop`` is
-        set too)."""
+        set too). ``longest``: the most a wait may be when it begins (None: what the backoff or a Retry-After
+        says; the sender's exit flush makes it short)."""
         import tenacity
 
         def wait(state: Any) -> float:  # a tenacity.RetryCallState
             exc = state.outcome.exception() if state.outcome else None
-            return next_wait_s(retry_wait_s(state.attempt_number), getattr(exc, "retry_after_s", None))
+            wanted = next_wait_s(retry_wait_s(state.attempt_number), getattr(exc, "retry_after_s", None))
+            most = longest()
+            return wanted if most is None else min(wanted, most)
 
         def pause(seconds: float) -> None:
             stop.wait(seconds)

@@ -197,9 +197,9 @@ class Reporter:
                           waited_for=lambda: any(outbox.is_pending(call_id) for call_id, _ in self._exit_waits))
         if waited_for and sender.alive():
             self._log(f"manager: waiting up to {GIVE_UP_FLUSH_S:g}s for {waited_for[0]} to be delivered")
-        # A call being retried goes now: its wait (up to 30 s of backoff) would outlast the flush, and a manager
-        # back meanwhile would hear nothing.
-        sender.retry_now()
+        # A call being retried goes now, and is retried often from now on: its wait (up to 30 s of backoff) would
+        # outlast the flush, and a manager back meanwhile would hear nothing.
+        sender.flushing()
         wait(flush, flush.over)
         sender.ask_to_stop()
         flush.finish()

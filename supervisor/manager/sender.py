@@ -75,6 +75,11 @@ BUG_TRIES = 3
 # A manager down (no answer, 502/503/504 from a proxy, 429) keeps the order: every call would wait alike.
 ROUTE_FAILED = (500, 501, 505)
 LOG_ROUTE_TRIES = 3
+# Once the exit flush has begun, a call is tried again at least this often, whatever its backoff (up to
+# RETRY_MAX_S) or a Retry-After would wait: the flush waits at most GIVE_UP_FLUSH_S (60 s) for a give-up, and
+# with the backoff's 30 s a manager back in its last half was never tried again. A give-up the manager does not
+# hear is an instance paid for until its timeout; a few calls 5 s apart for a minute are no storm.
+FLUSH_RETRY_MAX_S = 5.0
 
 
 class HearsTheRow(Protocol):
@@ -154,6 +159,7 @@ class Sender:
         # Cuts a retry's wait (its backoff, up to RETRY_MAX_S, or a Retry-After) short: the stop, the exit flush's
         # start, the manager answering the log pushes again (retry_now).
         self._hurry = threading.Event()
+        self._flushing = False  # the exit flush has begun (flushing): retries wait at most FLUSH_RETRY_MAX_S
         self._thread: threading.Thread | None = None
         self._in_hand: Call | None = None  # the call being delivered (the thread's own: a bug fails it in time)
         self._overtaken: int | None = None  # a log push whose route fails: the calls behind it go first
@@ -234,10 +240,20 @@ class Sender:
         self._wake.set()
 
     def retry_now(self) -> None:
-        """The call being retried goes now, not once its wait runs out (any thread): the exit flush has begun (it
-        waits 10 s, the wait may be 30 s), or the manager answered again. Once: a failure waits as it would."""
+        """The call being retried goes now, not once its wait runs out (any thread): the manager answered again.
+        Once: a failure waits as it would."""
         self._hurry.set()
         self._wake.set()
+
+    def flushing(self) -> None:
+        """The exit flush has begun (any thread): the call being retried goes now, and every retry from now on
+        waits at most FLUSH_RETRY_MAX_S, so a manager back at any moment of the flush is heard in time."""
+        self._flushing = True
+        self.retry_now()
+
+    def _longest_wait(self) -> float | None:
+        """The most a retry may wait now (None: what the backoff or a Retry-After says)."""
+        return FLUSH_RETRY_MAX_S if self._flushing else None
 
     def _retry_wait(self, seconds: float) -> None:
         """The wait between two tries of a call, cut short by a hurry (retry_now, the stop). The periodic read of
@@ -355,7 +371,7 @@ class Sender:
                 raise
 
         try:
-            answer = self._client.with_retries(attempt, self._stop, on_retry, self._retry_wait)
+            answer = self._client.with_retries(attempt, self._stop, on_retry, self._retry_wait, self._longest_wait)
         except _NotSent:
             return True  # the row was killed while the call was retried: failed, and said (_killed_before)
         except _Overtaken:

@@ -65,6 +65,19 @@ def test_a_uuid_not_listed_is_unknown_and_runner_id_tells_forgotten_from_killed(
     assert reading.row is None and reading.unlisted and reading.shown().startswith("unknown to the manager")
 
 
+def test_a_404_of_another_text_says_nothing_of_the_row(manager: DevManager) -> None:
+    """A /runner-id route that is not there (a proxy's ``404 page not found``, a manager without the route) was
+    read as the row gone: a killed label, its /running refused with the same 404 as a forgotten uuid's, was
+    registered again. Only the manager's ``instance not found`` says the row is gone."""
+    uuid = register(manager)
+    rows = watch(manager, [time.time()])
+    requests.post(manager.url + "/api/kill", json={"uuid": uuid}, timeout=5)
+    fault = {"status": 404, "count": 1, "path": "/runner-id"}
+    assert requests.post(manager.url + "/dev/faults", json=fault, timeout=5).status_code == 200
+    assert rows.gone(uuid) is None  # (the fault's 404: {"error": "injected fault"})
+    assert rows.gone(uuid) is False  # the manager's own answer: the killed row is kept
+
+
 def test_a_look_up_that_failed_at_once_is_tried_again_at_the_next_call(manager: DevManager) -> None:
     # One 500 left the reads before the lifecycle calls undone for 30 s: a passing bench-done then un-killed a
     # row the UI had killed meanwhile (the reviewer's run). A failure that cost nothing spares nothing.

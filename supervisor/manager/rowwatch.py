@@ -39,6 +39,9 @@ from ..text.show import cut, summary
 from .client import ManagerClient, PermanentError, TransientError, error_cause
 from .row import CLOCK_OFFSET_MIN_S, NO_ROW_FIELDS, STATUS_MAX_BYTES, Row, RowError, RowFields, RowNote, find_row
 
+# What the manager answers (with 404) on any call naming a uuid it does not know (shared/domain/manager-api.md).
+UNKNOWN_INSTANCE = "instance not found"
+
 # A look-up that got no usable answer after this long (a manager or a route that black-holes, a deadline run out)
 # would hold each call up as long again: the next is not tried for FAILED_AGAIN_S (the calls go meanwhile). One
 # that failed sooner (an error answer, a refused connection) cost nothing, and the next is tried as usual: one 500
@@ -156,15 +159,22 @@ class RowWatch:
         return cut(f"GET /status: not read, a bug of ours: {summary(exc)}", 300)
 
     def gone(self, uuid: str) -> bool | None:
-        """Does the manager no longer have this uuid? ``GET /runner-id``: 404 yes, 200 no (a killed row is kept),
-        None when it cannot be told (down, another answer)."""
+        """Does the manager no longer have this uuid? ``GET /runner-id``: 404 ``instance not found`` yes, 200 no (a
+        killed row is kept), None when it cannot be told (down, another answer: a 404 of another text is a route
+        that is not there, a proxy's ``404 page not found`` or a manager without /runner-id, which says nothing of
+        the row; taken for "gone", it had a killed label registered again)."""
         try:
             self._client.request("GET", f"/runner-id?uuid={quote(uuid, safe='')}")
         except PermanentError as exc:
-            return True if exc.status == 404 else None
+            return True if unknown_instance(exc) else None
         except TransientError:
             return None
         return False
+
+
+def unknown_instance(exc: PermanentError) -> bool:
+    """The manager's answer to a call naming a uuid it has no row for (not a killed one: that is kept)."""
+    return exc.status == 404 and UNKNOWN_INSTANCE in exc.body.lower()
 
 
 def _on_status(error: str) -> str:

@@ -51,7 +51,7 @@ from .answers import AnswerError, check_uuid, register_answer
 from .callkinds import LOG, REGISTER, SENT_AGAIN, CallKind, CallKinds, Payload
 from .client import Answer, ManagerClient, PermanentError, TransientError
 from .row import KILLED, Row
-from .rowwatch import RowReading, RowWatch
+from .rowwatch import UNKNOWN_INSTANCE, RowReading, RowWatch, unknown_instance
 
 if TYPE_CHECKING:  # (sqlite3 with it: the outbox is opened only once a manager is configured, reporting.py)
     from .outbox import Call, Outbox
@@ -60,8 +60,6 @@ if TYPE_CHECKING:  # (sqlite3 with it: the outbox is opened only once a manager 
 RETRY_LOG_EVERY = 10
 # With nothing to deliver, the thread looks at the outbox again after this long even if not woken.
 IDLE_WAIT_S = 1.0
-# What the manager answers (with 404) on any call naming a uuid it does not know (shared/domain/manager-api.md).
-UNKNOWN_INSTANCE = "instance not found"
 # A 404 whose meaning /runner-id could not tell (the manager down again): the call waits this long, then goes again.
 CONFIRM_RETRY_S = 5.0
 # A bug of ours while delivering a call (a plugin's body that raises, the outbox's own error): the thread lives
@@ -676,8 +674,3 @@ class Sender:
 def _counted(kinds: list[str]) -> list[str]:
     """Each kind once, in the order first met, with how many there were: ``["param-done", "3 log"]``."""
     return [kind if n == 1 else f"{n} {kind}" for kind, n in Counter(kinds).items()]
-
-
-def unknown_instance(exc: PermanentError) -> bool:
-    """The manager's answer to a call naming a uuid it has no row for (not a killed one: that is kept)."""
-    return exc.status == 404 and UNKNOWN_INSTANCE in exc.body.lower()

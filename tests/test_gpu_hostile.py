@@ -57,7 +57,8 @@ class Target:
     """The Lifecycle as GPU health sees it: one running phase that uses GPUs, fail_phase recorded."""
 
     def __init__(self) -> None:
-        self.phases = [SimpleNamespace(name="curio", spec=SimpleNamespace(gpu_health=True), state=PhaseState.RUNNING)]
+        self.phases = [SimpleNamespace(name="curio", spec=SimpleNamespace(gpu_health=True), state=PhaseState.RUNNING,
+                                       attempt_started=0.0)]
         self.failed: list[tuple[str, str, str]] = []
 
     def fail_phase(self, name: str, reason: str, detail: str) -> bool:
@@ -83,6 +84,20 @@ def test_an_answer_of_the_wrong_type_is_no_reading_and_the_thread_goes_on(contro
     [fault] = faults_of(gpus)
     assert (fault.index, fault.xid, fault.fatal) == (0, 79, True), "after a bad answer a real Xid 79 went unseen"
     release()
+
+
+def test_a_fatal_xid_is_in_hand_though_its_recovery_action_is_never_answered(control: NvmlControl,
+                                                                             gpus: Gpus) -> None:
+    """The recovery action was read before the fault was handed over: with that read hung (NVML after a driver
+    crash), Xid 79 was never said, and the phase failed a minute later as gpu_unresponsive, retried."""
+    gpus.watch_health()
+    wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
+    control.set(xid=[{"gpu": 0, "xid": 79}], hang_s=30, hang_calls=["nvmlDeviceGetFieldValues"])
+    try:
+        [fault] = faults_of(gpus)
+        assert (fault.index, fault.xid, fault.fatal, fault.recovery) == (0, 79, True, None), fault
+    finally:
+        control.set(hang_s=0)
 
 
 def test_garbage_event_data_is_no_reading_and_xids_are_still_watched(control: NvmlControl, gpus: Gpus) -> None:

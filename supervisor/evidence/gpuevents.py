@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..text.show import shown
@@ -92,7 +93,10 @@ class XidWatch:
             return
         self.state.read()
         if fault is not None:
+            # In hand before its recovery action is asked: NVML may never answer that (it hangs after a driver
+            # crash), and the fault must reach the loop whatever it does.
             self.found(fault)
+            self._add_recovery(nvml, fault, call)
         floor = EVENT_FLOOR_S if fault is None else EVENT_STORM_FLOOR_S
         self._pause(floor - (time.monotonic() - started))
 
@@ -101,6 +105,18 @@ class XidWatch:
         if index not in self._lost:
             self._lost.add(index)
             self.found(GpuFault(index, None, describe_nvml_error(exc)))
+
+    def _add_recovery(self, nvml: Nvml, fault: GpuFault, call: Caller) -> None:
+        """The driver's recovery action, added to ``fault`` while the loop has not taken it: it takes the faults
+        at its tick, a second apart, and the read takes milliseconds; one taken before is said without it."""
+        handle = nvml.handles[fault.index] if fault.index is not None else None
+        action = recovery_action(nvml, fault.index, handle, call)
+        if action is None:
+            return
+        with self._lock:
+            for i, kept in enumerate(self._faults):
+                if kept is fault:
+                    self._faults[i] = replace(fault, recovery=action)
 
     def found(self, fault: GpuFault) -> None:
         with self._lock:
@@ -142,8 +158,8 @@ def open_events(nvml: Nvml, call: Caller) -> tuple[Any, str]:
 
 
 def wait_event(nvml: Nvml, events: Any, timeout_ms: int, call: Caller) -> GpuFault | None:
-    """The next Xid within ``timeout_ms`` (None: none came), with the driver's recovery action where it has it.
-    A lost GPU or NVML raises (is_lost_error); the caller decides."""
+    """The next Xid within ``timeout_ms`` (None: none came), without its recovery action (asked apart:
+    recovery_action). A lost GPU or NVML raises (is_lost_error); the caller decides."""
     module = nvml.module
     try:
         data = call("nvmlEventSetWait_v2", None, module.nvmlEventSetWait_v2, events, timeout_ms)
@@ -157,9 +173,7 @@ def wait_event(nvml: Nvml, events: Any, timeout_ms: int, call: Caller) -> GpuFau
     if not event_type & XID_CRITICAL:
         return None
     xid = bounded(getattr(data, "eventData", None), MAX_XID, "the Xid")
-    index = _index_of(nvml, getattr(data, "device", None))
-    handle = nvml.handles[index] if index is not None else None
-    return GpuFault(index, xid, "", recovery_action(nvml, index, handle, call))
+    return GpuFault(_index_of(nvml, getattr(data, "device", None)), xid, "")
 
 
 def recovery_action(nvml: Nvml, index: int | None, handle: Any, call: Caller) -> int | None:

@@ -16,9 +16,10 @@ lost; this module, a tick watcher on the loop, decides what that means for the p
   its child starts (``refusal``, asked by the phase as it prepares), with the verdict the tick would have
   given it a second later, its child on a GPU that is gone.
 - a non-fatal Xid (13, 31, 43, 45, 68, 109: the application's fault) is logged with its number.
-- NVML unresponsive (a call that has not returned) for longer than GPU_UNRESPONSIVE_FAIL_S fails the
-  running attempt with ``gpu_unresponsive`` (its retries or restart policy then decide); the
-  ``gpu_unresponsive`` warning after gpuwatch.NVML_CALL_TIMEOUT_S stays a warning.
+- NVML unresponsive (a call that has not returned) for longer than GPU_UNRESPONSIVE_FAIL_S of the running
+  attempt fails it with ``gpu_unresponsive`` (its retries or restart policy then decide: each attempt gets the
+  whole bound, counted from its start, or every retry of a hang older than the bound failed at its first tick);
+  the ``gpu_unresponsive`` warning after gpuwatch.NVML_CALL_TIMEOUT_S stays a warning.
 
 While such a phase runs it keeps the GPU thread sampling (a lost GPU shows in its samples).
 
@@ -77,9 +78,9 @@ class GpuHealth:
         for phase in running:
             if self.fatal is not None:
                 self._target.fail_phase(phase.name, v.GPU_FAULT, fatal_detail(self.fatal))
-            elif hung is not None and now - hung.since >= self._fail_s:
+            elif hung is not None and now - max(hung.since, phase.attempt_started) >= self._fail_s:
                 self._target.fail_phase(phase.name, v.GPU_UNRESPONSIVE,
-                                        f"{hung.describe(now)} (more than {self._fail_s:g}s)")
+                                        f"{hung.describe(now)} (more than {self._fail_s:g}s of this attempt)")
         self._keep_sampling(bool(running))
         return lines
 

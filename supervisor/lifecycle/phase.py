@@ -296,6 +296,10 @@ class Phase:
         return self._attempt.number
 
     @property
+    def attempt_started(self) -> float:  # when this attempt began, on the loop's monotonic clock
+        return self._attempt.started
+
+    @property
     def children(self) -> list[Child]:  # this attempt's, in start order
         return list(self._attempt.children)
 

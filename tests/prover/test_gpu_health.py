@@ -91,7 +91,8 @@ class Target:
     """The Lifecycle as GPU health sees it: phases, and fail_phase recorded."""
 
     def __init__(self, *phases: tuple[str, bool, PhaseState]) -> None:
-        self.phases = [SimpleNamespace(name=n, spec=SimpleNamespace(gpu_health=h), state=s) for n, h, s in phases]
+        self.phases = [SimpleNamespace(name=n, spec=SimpleNamespace(gpu_health=h), state=s, attempt_started=0.0)
+                       for n, h, s in phases]
         self.failed: list[tuple[str, str, str]] = []
 
     def fail_phase(self, name: str, reason: str, detail: str) -> bool:
@@ -151,7 +152,32 @@ def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(contro
         wait_for(lambda: health.check(time.monotonic()) is not None and target.failed, timeout=10)
         [(name, reason, detail)] = target.failed[:1]
         assert (name, reason) == ("curio", "gpu_unresponsive")
-        assert "has not returned for" in detail and "(more than 0.5s)" in detail, detail
+        assert "has not returned for" in detail and "(more than 0.5s of this attempt)" in detail, detail
+    finally:
+        control.set(hang_s=0)
+        gpus.close()
+
+
+def test_each_attempt_gets_the_whole_bound_of_a_hang_that_began_before_it(control: NvmlControl) -> None:
+    """The bound was counted from the hung call's start: once NVML had hung for 60 s, every retry or restart was
+    failed at its first tick, its child started and killed within a second, and the policy decided nothing."""
+    gpus = Gpus(call_timeout_s=0.2)
+    try:
+        target = Target(("curio", True, PhaseState.RUNNING))
+        health = GpuHealth(target, gpus, unresponsive_fail_s=0.5)
+        wait_for(lambda: gpus.opened.is_set(), timeout=10)
+        control.set(hang_s=30, hang_calls=["nvmlEventSetWait_v2", "nvmlDeviceGetUtilizationRates"])
+        wait_for(lambda: health.check(time.monotonic()) is not None and target.failed, timeout=10)
+        hung = gpus.unresponsive(time.monotonic())
+        assert hung is not None
+        retry = time.monotonic()
+        target.phases[0].attempt_started, target.failed = retry, []  # the next attempt begins, the hang goes on
+        health.check(retry + 0.4)
+        assert target.failed == [], "an attempt begun under an old hang failed before its own bound"
+        health.check(retry + 0.5)
+        [(name, reason, _)] = target.failed
+        assert (name, reason) == ("curio", "gpu_unresponsive")
+        assert gpus.unresponsive(time.monotonic()) is not None and hung.since < retry
     finally:
         control.set(hang_s=0)
         gpus.close()

@@ -100,6 +100,42 @@ def test_a_fatal_xid_is_in_hand_though_its_recovery_action_is_never_answered(con
         control.set(hang_s=0)
 
 
+def test_a_handle_not_given_at_the_first_ask_is_asked_again(control: NvmlControl) -> None:
+    """One Timeout of nvmlDeviceGetHandleByIndex as NVML opened left GPU 1 out for the whole run, and the fitness
+    check refused the machine (gpu_unavailable): the same one-off error of a sample is asked again."""
+    control.set(gpus=[nvml_gpu(), nvml_gpu()],
+                flaky=[{"gpu": 1, "call": "nvmlDeviceGetHandleByIndex", "error": "Timeout", "times": 1}])
+    gpus = Gpus()
+    try:
+        gpus.start()
+        wait_for(gpus.opened.is_set, timeout=10)
+        reading = gpus.latest()
+        assert reading is not None and [s.index for s in reading.samples] == [0, 1] and reading.left_out == (), reading
+        assert calls_of(control, "nvmlDeviceGetHandleByIndex") == 3  # GPU 0 once, GPU 1 twice
+    finally:
+        gpus.close()
+
+
+def test_a_gpu_lost_as_nvml_opens_is_a_fault_and_left_out_with_why(control: NvmlControl) -> None:
+    """A GPU whose handle NVML refused with GpuIsLost was no fault and in no line: status said "2 GPU(s) via NVML"
+    and listed GPU 0 alone, and a gpu_health phase ran on. It is a lost GPU, asked no more, said where it is
+    left out."""
+    control.set(gpus=[nvml_gpu(), nvml_gpu()], lost=[1])
+    gpus = Gpus()
+    try:
+        gpus.watch_health()
+        wait_for(gpus.opened.is_set, timeout=10)
+        [fault] = faults_of(gpus)
+        assert (fault.index, fault.xid, fault.fatal) == (1, None, True) and "GpuIsLost" in fault.detail, fault
+        reading = gpus.latest()
+        assert reading is not None and [s.index for s in reading.samples] == [0], reading
+        [(index, why)] = reading.left_out
+        assert index == 1 and why.startswith("no handle: NVMLError_GpuIsLost"), why
+        assert calls_of(control, "nvmlDeviceGetHandleByIndex") == 2  # a lost GPU is not asked again
+    finally:
+        gpus.close()
+
+
 def test_garbage_event_data_is_no_reading_and_xids_are_still_watched(control: NvmlControl, gpus: Gpus) -> None:
     gpus.watch_health()
     wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)

@@ -688,8 +688,8 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     assert 4 < time.time() - shown["last_output_at"] < 60
     assert snap["verdicts"][0]["last_lines"] == [long_line[:SNAPSHOT_LINE_CHARS]]
     assert snap["verdicts"][0]["line"] == verdict.line()
-    assert snap["gpus"] == {"available": False, "why": "not probed", "samples": [], "unresponsive": None,
-                            "slow_calls": 0, "sampled_s_ago": None, "samples_stale": False}
+    assert snap["gpus"] == {"available": False, "why": "not probed", "samples": [], "left_out": [],
+                            "unresponsive": None, "slow_calls": 0, "sampled_s_ago": None, "samples_stale": False}
     assert snap["memory"]["mode"] == "unavailable" and snap["manager"] == {"enabled": False}
 
 

@@ -65,6 +65,7 @@ def written() -> dict[str, Any]:
                       "log_from": 4096}],
         "gpus": {"available": True, "why": "", "samples": [{"index": 0, "name": "H200", "utilization": 97,
                                                             "memory_used": 1 << 33, "memory_total": 1 << 37}],
+                 "left_out": [{"index": 1, "why": "no handle: NVMLError_GpuIsLost: GPU is lost"}],
                  "unresponsive": {"call": "nvmlDeviceGetUtilizationRates (GPU 0)", "since": NOW - 40, "for_s": 40.0},
                  "slow_calls": 2, "sampled_s_ago": 41.5, "samples_stale": True},
         "watches": {"GPU sampling": {"state": "blind", "since": NOW - 100, "last_reading_s_ago": 100.0,
@@ -145,6 +146,12 @@ def test_gpu_figures_that_are_not_current_are_shown_with_their_age() -> None:
     data = written()
     data["gpus"]["samples_stale"] = False
     assert "gpu 0: H200 util 97% mem 8.0GiB/128.0GiB\n" in render(Snapshot.from_json(data), live=True, now=NOW)
+
+
+def test_a_gpu_the_samples_lack_is_shown_with_why() -> None:
+    # A GPU lost as NVML opened was in no line: status said "2 GPU(s) via NVML" and listed GPU 0 alone.
+    shown = render(Snapshot.from_json(written()), live=True, now=NOW)
+    assert "\ngpu 1: left out (no handle: NVMLError_GpuIsLost: GPU is lost)\n" in shown, shown
 
 
 def test_a_deadline_of_the_manager_counts_down_only_while_the_supervisor_lives() -> None:

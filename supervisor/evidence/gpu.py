@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..text.show import one_line, shown
@@ -37,7 +37,8 @@ MAX_GPU_PROCESSES = 1024
 BadReading = Callable[[int, str], None]
 # A GPU whose answer was no reading is asked again this much later, in the same round: one bad answer must not
 # leave it out of the reading that cuzk.toml, resume's fingerprint and status read (the first round is all they
-# have where nothing samples again). Only one that fails again is left out.
+# have where nothing samples again). Only one that fails again is left out. So is a GPU's handle at the opening:
+# one that NVML did not give at the first ask left the GPU out for the whole run, and the fitness check refused it.
 GPU_RETRY_S = 0.2
 
 
@@ -107,20 +108,23 @@ class GpuReading:
 
 @dataclass
 class Nvml:
-    """NVML, opened: the module, one handle per GPU index (None where NVML gave none) and each GPU's name."""
+    """NVML, opened: the module, one handle per GPU index (None where NVML gave none) and each GPU's name;
+    ``lost``: the GPUs whose handle NVML refused with its word that they are gone (lost_at_opening)."""
 
     module: Any
     handles: list[Any]
     names: list[str]
     handle_errors: dict[int, str]
+    lost: dict[int, Exception] = field(default_factory=dict)
 
     @property
     def reachable(self) -> bool:
         return any(h is not None for h in self.handles)
 
 
-def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
-    """NVML initialised, every GPU's handle and name; (None, why) where there is no NVML."""
+def open_nvml(call: Caller, pause: Callable[[float], None] = time.sleep) -> tuple[Nvml | None, str]:
+    """NVML initialised, every GPU's handle and name; (None, why) where there is no NVML. A handle NVML does not
+    give is asked again GPU_RETRY_S later (``pause``), unless NVML said the GPU is gone (``Nvml.lost``)."""
     try:
         import pynvml
     except ImportError as exc:
@@ -138,10 +142,18 @@ def open_nvml(call: Caller) -> tuple[Nvml | None, str]:
     nvml = Nvml(pynvml, [], [], {})
     for index in range(count):
         handle, name = None, ""
-        try:
-            handle = call("nvmlDeviceGetHandleByIndex", index, pynvml.nvmlDeviceGetHandleByIndex, index)
-        except Exception as exc:  # a GPU that cannot be reached is noted, not fatal to the others
-            nvml.handle_errors[index] = describe_nvml_error(exc)
+        for last_try in (False, True):
+            try:
+                handle = call("nvmlDeviceGetHandleByIndex", index, pynvml.nvmlDeviceGetHandleByIndex, index)
+                nvml.handle_errors.pop(index, None)
+                break
+            except Exception as exc:  # a GPU that cannot be reached is noted, not fatal to the others
+                nvml.handle_errors[index] = describe_nvml_error(exc)
+                if lost_at_opening(exc):
+                    nvml.lost[index] = exc
+                    break
+                if not last_try:
+                    pause(GPU_RETRY_S)
         if handle is not None:
             try:
                 name = _text(call("nvmlDeviceGetName", index, pynvml.nvmlDeviceGetName, handle))
@@ -313,3 +325,9 @@ LOST_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_NotFound",
 def is_lost_error(exc: Exception) -> bool:
     """NVML's word that a GPU (or NVML itself) is gone (LOST_ERRORS)."""
     return type(exc).__name__ in LOST_ERRORS
+
+
+def lost_at_opening(exc: Exception) -> bool:
+    """NVML's word, as it gives a GPU's handle, that the GPU is gone: not its NotFound, which from a GPU that never
+    answered may only mean an index NVML counts and cannot reach (such a GPU is left out, no fault)."""
+    return is_lost_error(exc) and type(exc).__name__ not in ("NVMLError_NotFound", "NVMLError_GpuNotFound")

@@ -316,7 +316,9 @@ class Gpus:
         self.opened.set()
 
     def _run(self) -> None:
-        nvml, why = open_nvml(self._call)
+        nvml, why = open_nvml(self._call, self._pause)
+        for index, exc in (nvml.lost if nvml is not None else {}).items():
+            self._xid.lost(index, exc)  # (gone before it was ever sampled: a fault all the same)
         with self._cond:
             self._nvml, self.why = nvml, why
             self.available = nvml is not None and nvml.reachable

@@ -408,10 +408,19 @@ class HungCallStatus(_Record):
 
 
 @dataclass(frozen=True)
+class GpuLeftOut(_Record):
+    """A GPU NVML counts that the samples lack, and why (gpu.GpuReading.left_out): no handle, lost, unreadable."""
+
+    index: int | None = field(default=None, metadata=REQUIRED)
+    why: str | None = field(default=None, metadata=REQUIRED)
+
+
+@dataclass(frozen=True)
 class GpuStatus(_Record):
     available: bool | None = None
     why: str | None = None
     samples: tuple[GpuSampleStatus, ...] = ()  # none in status.json (a sample costs time)
+    left_out: tuple[GpuLeftOut, ...] = ()  # the GPUs the samples lack, with why (as the samples: live only)
     unresponsive: HungCallStatus | None = None
     slow_calls: int | None = None
     sampled_s_ago: float | None = None  # the samples' age when the snapshot was taken; null: none shown

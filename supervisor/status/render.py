@@ -119,6 +119,7 @@ def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
                        f"mem {fmt_bytes(g.memory_used)}/{fmt_bytes(g.memory_total)}{stale}")
     else:
         out.append(f"gpus: {gpus.why if gpus.why is not None else 'no GPU'}")
+    out.extend(f"gpu {g.index}: left out ({g.why})" for g in gpus.left_out)
     out.extend(watch_lines(snap.watches, now, live and not gone))
     mem = snap.memory
     out.append(f"memory: {mem.mode}; {mem.snapshot or (mem.why if mem.why is not None else '')}")

@@ -37,6 +37,7 @@ from .model import (
     DownloadProgress,
     Exiting,
     Failure,
+    GpuLeftOut,
     GpuSampleStatus,
     GpuStatus,
     HungCallStatus,
@@ -543,6 +544,7 @@ def gpu_status(gpus: Gpus, *, samples: bool = True) -> GpuStatus:
     age = now - reading.at if reading is not None else None
     return GpuStatus(available=gpus.available, why=gpus.why,
                      samples=tuple(GpuSampleStatus(**vars(s)) for s in reading.samples) if reading else (),
+                     left_out=tuple(GpuLeftOut(index, why) for index, why in reading.left_out) if reading else (),
                      unresponsive=HungCallStatus.from_json(hung.to_dict(now)) if hung is not None else None,
                      slow_calls=gpus.slow_calls, sampled_s_ago=round(age, 1) if age is not None else None,
                      samples_stale=age is not None and not reading_current(age, hung is not None))

@@ -21,7 +21,10 @@ lost; this module, a tick watcher on the loop, decides what that means for the p
   whole bound, counted from its start, or every retry of a hang older than the bound failed at its first tick);
   the ``gpu_unresponsive`` warning after gpuwatch.NVML_CALL_TIMEOUT_S stays a warning.
 
-While such a phase runs it keeps the GPU thread sampling (a lost GPU shows in its samples).
+While such a phase is yet to end (pending, backing off, running) it keeps the GPU thread sampling: a GPU lost
+with no Xid (NVML's ``Unknown Error`` after a host reload) shows only in its samples, and with none taken while
+the phase waited (a backoff, a phase before it that samples nothing) its next attempt started on the GPU that
+is gone, refused by nothing.
 
 Never a flood: each (GPU, Xid) is said at its first coming, then counted, and the count said once a
 period ("Xid 13 on GPU 0: 41,233 more in the last 60 s", watchstate.Repeats); the first fatal fault is
@@ -39,7 +42,7 @@ from ..evidence.watchstate import REPEATS_PERIOD_S, Repeats
 from ..text import Log
 from . import verdict as v
 from .hooks import Refusal
-from .states import ATTEMPT_RUNS
+from .states import ATTEMPT_RUNS, FINAL_STATES
 
 # NVML hung this long (one call that has not returned) fails the attempts of the phases that use GPUs.
 GPU_UNRESPONSIVE_FAIL_S = 60.0
@@ -73,7 +76,8 @@ class GpuHealth:
         if not self._events_said and self._gpus.opened.is_set() and self._gpus.events_why != "Xid events not watched":
             self._events_said = True
             lines.append(f"GPU health: {self._gpus.events_why}")
-        running = [p for p in self._target.phases if p.spec.gpu_health and p.state in ATTEMPT_RUNS]
+        using = [p for p in self._target.phases if p.spec.gpu_health and p.state not in FINAL_STATES]
+        running = [p for p in using if p.state in ATTEMPT_RUNS]
         hung = self._gpus.unresponsive(now)
         for phase in running:
             if self.fatal is not None:
@@ -81,7 +85,7 @@ class GpuHealth:
             elif hung is not None and now - max(hung.since, phase.attempt_started) >= self._fail_s:
                 self._target.fail_phase(phase.name, v.GPU_UNRESPONSIVE,
                                         f"{hung.describe(now)} (more than {self._fail_s:g}s of this attempt)")
-        self._keep_sampling(bool(running))
+        self._keep_sampling(bool(using))
         return lines
 
     def refusal(self, uses_gpus: bool) -> Refusal | None:

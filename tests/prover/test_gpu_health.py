@@ -142,6 +142,20 @@ def test_faults_a_refusal_took_without_a_log_are_said_at_the_next_check(control:
         "gpu_fault: GPU 0: Xid 79 (fallen off the bus)"]
 
 
+@pytest.mark.parametrize("waiting", [PhaseState.PENDING, PhaseState.BACKOFF])
+def test_a_gpu_lost_with_no_xid_while_a_gpu_phase_waits_refuses_its_next_attempt(control: NvmlControl, gpus: Gpus,
+                                                                                  waiting: PhaseState) -> None:
+    """Nothing sampled while the GPU phase waited (its backoff, or a phase before it that samples nothing), so a
+    GPU lost with no Xid (NVML's Unknown Error after a host reload) was not found: the next attempt started its
+    child on it. Samples go on while a phase that uses GPUs is yet to end, and the lost GPU refuses the attempt."""
+    health = GpuHealth(Target(("fetch", False, PhaseState.RUNNING), ("curio", True, waiting)), gpus)
+    wait_for(lambda: health.check(time.monotonic()) is not None and gpus.samples(), timeout=10)
+    control.set(errors={"0": "Unknown"})
+    wait_for(lambda: health.check(time.monotonic()) is not None and health.fatal is not None, timeout=10)
+    refusal = health.refusal(True)
+    assert refusal is not None and refusal.reason == "gpu_fault" and "GPU 0: lost (" in refusal.detail, refusal
+
+
 def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(control: NvmlControl) -> None:
     gpus = Gpus(call_timeout_s=0.2)
     try:

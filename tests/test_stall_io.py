@@ -175,6 +175,28 @@ def test_the_real_aria2c_into_a_pipe_is_not_stalled_and_its_progress_is_live(sup
     assert "I/O" in (seen[0]["stall"] or {}).get("signs", {}), seen  # the status shows each sign's age
 
 
+def test_the_real_aria2c_as_the_runs_last_phase_leaves_its_whole_figure_in_status_json(sup: Runner) -> None:
+    """A download that ended well takes its last figures from a settled walk, off the loop: as the run's last phase
+    it ended with the run, and status.json kept the last tick's (90% and 0 file(s) complete of a fetch that was
+    whole). The exit now waits for that walk (a bound of seconds)."""
+    if ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    served, cache = sup.tmp / "served", sup.tmp / "cache"
+    served.mkdir()
+    cache.mkdir()
+    (served / "f.params").write_bytes(b"\x07" * (3 * MIB))
+    with serving(files_handler(served)) as url:
+        argv = [ARIA2C, "--max-download-limit=1M", "--continue", "-x16", "-s16", "--dir", str(cache),
+                "-o", "f.params", f"{url}/f.params"]
+        config = sup.write(phase(toml_list(argv), 10, f"progress_path = {toml_str(str(cache))}\n"
+                                                       f"progress_total = \"3MiB\""))
+        result = sup.run(config, timeout=60)
+    assert result.returncode == 0, result.output
+    saved = json.loads((sup.state_dir / "status.json").read_text())
+    [progress] = [p["progress"] for p in saved["phases"] if p["name"] == "p"]
+    assert (progress["done_bytes"], progress["files_done"], progress["eta_s"]) == (3 * MIB, 1, 0.0), progress
+
+
 @pytest.mark.parametrize("link", ["too-slow", "fast-enough"])
 def test_the_real_aria2c_zero_filling_without_fallocate_shows_no_zeros_as_progress(sup: Runner, link: str) -> None:
     """Where the filesystem refuses fallocate, aria2c writes its file whole with zeros first and makes its control

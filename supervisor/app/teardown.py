@@ -1,8 +1,9 @@
 """The supervisor's exit, one step a line, in this order (run.py's step 10):
 
 1. nothing of ours is left alive: SIGKILL to every descendant, reap, remove the phase cgroups;
-2. the last state on disk: status.json (with a manager, as its exit flush begins, step 4), the termination
-   log on failure (both written already when a stop signal from outside came: stopbudget.py);
+2. the last state on disk: a download that ended well given its last figures first (the loop runs for its
+   settled walk, LAST_FIGURES_WAIT_S at most); status.json (with a manager, as its exit flush begins, step 4),
+   the termination log on failure (both written already when a stop signal from outside came: stopbudget.py);
 3. what a stop budget cut short, one line; "exiting with status N";
 4. the manager's exit flush (exitflush.py), with the loop still running: status.json saved as it begins, with
    the wait in it (a supervisor SIGKILLed in it is told from one whose exit ended); signals keep their
@@ -42,6 +43,7 @@ from ..text.show import summary
 if TYPE_CHECKING:
     from ..config import Plan
     from ..engine.logs import SupervisorLog
+    from ..evidence.progress import ProgressProbe
     from ..lifecycle.lifecycle import Lifecycle
     from ..manager.reporting import FlushWait
     from ..status.file import StateFile
@@ -52,6 +54,12 @@ if TYPE_CHECKING:
 CONSOLE_CLOSE_S = 5.0
 # The Kubernetes termination log is cut to this (kubelet shows at most 4 KiB of it).
 TERMINATION_LOG_MAX_BYTES = 4096
+# A download that ended well takes its last figures from one settled walk of its progress_path, on the walker's
+# thread, taken in by the loop (progresswatch.py): a download that was the run's last phase ended with the run,
+# and status.json kept its last tick's figures (90% and no file complete, of a fetch that was). The loop runs for
+# them this long at most: a hung mount's walk never ends, and the figures then stay the last tick's.
+LAST_FIGURES_WAIT_S = 2.0
+LAST_FIGURES_POLL_S = 0.05
 
 
 def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Outlets, signals: Signals,
@@ -64,6 +72,9 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     sweep_s = budget.sweep_s(SWEEP_MAX_S) if budget is not None else SWEEP_MAX_S
     steps: list[Step] = [("killing what is left", sweep_descendants, log, sweep_s), ("reaping", core.reaper.reap),
                          ("removing the phase cgroups", core.memory.close)]
+    if any(phase.progress_path is not None for phase in plan.phases):
+        steps.append(("waiting for a download's last figures", wait_for_last_figures, core.loop,
+                      sup.rt.evidence.progress))
     if not sup.reporter.enabled:  # (with a manager, saved as the exit flush begins: its wait in it)
         steps.append(("saving status.json", outlets.state_file.save))
     if status != EXIT_OK:
@@ -96,6 +107,12 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     os.close(lock_fd)
     no_last_walk_of_the_heap()
     return sup.lifecycle.status_at_exit()  # (its one holder: the flush may have learnt of the manager's kill)
+
+
+def wait_for_last_figures(loop: EventLoop, walker: ProgressProbe) -> None:
+    """Run the loop until every download that ended well has its last figures, LAST_FIGURES_WAIT_S at most."""
+    until = loop.clock.monotonic() + LAST_FIGURES_WAIT_S
+    loop.run_until(lambda: not walker.settling() or loop.clock.monotonic() >= until, LAST_FIGURES_POLL_S)
 
 
 def status_after_flush(plan: Plan, lifecycle: Lifecycle, said: int, log: SupervisorLog) -> None:

@@ -190,6 +190,11 @@ class ProgressProbe:
             self._thread = worker_thread("progress", self._run_restarting)
         self._cond.notify_all()
 
+    def settling(self) -> bool:
+        """A settled walk is asked and not released yet: its watch has not taken its last figures."""
+        with self._cond:
+            return bool(self._settles) or bool(self._settled)
+
     def _settled_measure(self, walk_id: int) -> tuple[bool, TreeMeasure | None]:
         with self._cond:
             return walk_id in self._settled, self._settled.get(walk_id)

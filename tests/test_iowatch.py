@@ -16,14 +16,20 @@ import pytest
 from helpers import wait_for
 
 from supervisor.engine.trees import TAG_ENV, ProcessTable
-from supervisor.evidence.iowatch import IoLedger, IoProbe, ProcIo, parse_io, read_io
+from supervisor.evidence.iowatch import IoLedger, IoProbe, ProcIo, parse_io, read_files, read_io
+from supervisor.evidence.progress import FileId
 
 MIB = 1 << 20
 
 
 def proc(pid: int, ppid: int, rchar: int = 0, wchar: int = 0, read_bytes: int = 0, write_bytes: int = 0,
-         backed: bool | None = None, filling: bool = False) -> ProcIo:
-    return ProcIo(pid, ppid, (rchar, wchar, read_bytes, write_bytes), backed, filling)
+         backed: set[FileId] | None = None, filling: set[FileId] = frozenset()) -> ProcIo:  # type: ignore[assignment]
+    return ProcIo(pid, ppid, (rchar, wchar, read_bytes, write_bytes),
+                  None if backed is None else frozenset(backed), frozenset(filling))
+
+
+# An allocating downloader's files (st_dev, st_ino).
+F1, F2, F3, F4 = (1, 1), (1, 2), (1, 3), (1, 4)
 
 
 # ================================================================ the ledger, pure
@@ -149,28 +155,69 @@ def test_what_an_allocating_downloader_writes_before_its_control_file_is_allocat
     written in the reading where its control file came, is allocation too; once it held it, what it writes is the
     download's to its end. Another process's bytes are data."""
     ledger = IoLedger(from_zero=True)
-    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=300 * MIB, backed=False, filling=True)])  # filling
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=300 * MIB, backed=set(), filling={F1})])  # filling
     assert (ledger.written, ledger.allocated, ledger.allocating) == (100 + 300 * MIB, 300 * MIB, 1)
-    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=512 * MIB, backed=False, filling=True)])  # flushing
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=512 * MIB, backed=set(), filling={F1})])  # flushing
     assert (ledger.allocated, ledger.allocating) == (512 * MIB, 1)
-    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=512 * MIB + 66, backed=True)])  # its control file
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=512 * MIB + 66, backed={F1})])  # its control file
     assert (ledger.written, ledger.allocated, ledger.allocating) == (100 + 512 * MIB + 66, 512 * MIB + 66, 0)
-    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=513 * MIB, backed=True)])  # its first MiB got
+    ledger.add([proc(10, 1, wchar=100), proc(11, 10, wchar=513 * MIB, backed={F1})])  # its first MiB got
     assert (ledger.written, ledger.allocated) == (100 + 513 * MIB, 512 * MIB + 66)
     ledger.add([proc(10, 1, wchar=200), proc(11, 10, wchar=514 * MIB, backed=None)])  # its files unread now
     assert (ledger.written, ledger.allocated) == (200 + 514 * MIB, 512 * MIB + 66)
     # Its file complete: the control file removed, its results printed; still the download's, no allocation.
-    ledger.add([proc(10, 1, wchar=200), proc(11, 10, wchar=514 * MIB + 500, backed=False, filling=True)])
+    ledger.add([proc(10, 1, wchar=200), proc(11, 10, wchar=514 * MIB + 500, backed=set(), filling={F1})])
     assert (ledger.allocated, ledger.allocating) == (512 * MIB + 66, 0)
     # One first seen already holding its control file (a download resumed, or a fill done before it was found):
     # what it wrote before it was seen is not known to be data.
-    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=MIB, backed=True)])
+    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=MIB, backed={F3})])
     assert ledger.allocated == 513 * MIB + 66
-    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=2 * MIB, backed=True)])
+    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=2 * MIB, backed={F3})])
     assert ledger.allocated == 513 * MIB + 66
     # Its pid taken by another (its counters went back): that one starts afresh, allocating until its control file.
-    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=MIB, backed=False, filling=True)])
+    ledger.add([proc(10, 1, wchar=200), proc(12, 10, wchar=MIB, backed=set(), filling={F4})])
     assert (ledger.allocated, ledger.allocating) == (514 * MIB + 66, 1)
+
+
+def test_a_downloader_fetching_files_in_turn_allocates_each_and_its_zeros_are_never_data() -> None:
+    """One aria2c fetching a list (``-i``) where fallocate is refused zero-fills each file in its turn. Once it had
+    held its first file with its control file, every later write was taken for data: the second file's zeros
+    counted as got (a 200 MiB file at 100% in seconds, the too-slow link caught only at its deadline)."""
+    ledger = IoLedger(from_zero=True)
+    ledger.add([proc(11, 1, wchar=8 * MIB, backed=set(), filling={F1})])  # the first file's zeros
+    ledger.add([proc(11, 1, wchar=8 * MIB + 66, backed={F1})])  # its control file
+    ledger.add([proc(11, 1, wchar=16 * MIB, backed={F1})])  # its data
+    assert (ledger.allocated, ledger.allocating) == (8 * MIB + 66, 0)
+    ledger.add([proc(11, 1, wchar=16 * MIB + 100, backed=set(), filling={F1})])  # done: its control file removed
+    assert (ledger.allocated, ledger.allocating) == (8 * MIB + 66, 0)
+    ledger.add([proc(11, 1, wchar=216 * MIB, backed=set(), filling={F2})])  # the next file's zeros
+    assert (ledger.allocated, ledger.allocating) == (208 * MIB - 34, 1)  # (and the first's last 100 bytes)
+    ledger.add([proc(11, 1, wchar=216 * MIB + 66, backed={F2})])  # its control file
+    ledger.add([proc(11, 1, wchar=217 * MIB, backed={F2})])  # its first MiB got
+    assert (ledger.written, ledger.allocated, ledger.allocating) == (217 * MIB, 208 * MIB + 32, 0)
+    # A small file's zeros and control file both between two readings (measured with the real aria2c: 48 MiB
+    # zero-filled in under half a second): a file new to the reading is judged as one never seen with its own.
+    ledger.add([proc(11, 1, wchar=265 * MIB, backed={F3})])
+    assert (ledger.allocated, ledger.allocating) == (256 * MIB + 32, 0)
+    ledger.add([proc(11, 1, wchar=266 * MIB, backed={F3})])
+    assert (ledger.written, ledger.allocated) == (266 * MIB, 256 * MIB + 32)
+
+
+def test_the_files_an_allocator_may_allocate_are_those_it_writes_in_place(tmp_path: Path) -> None:
+    """A log open for appending, a list open for reading, a control file: none is a file being allocated (a log
+    held for the whole run would have had every byte taken for allocation)."""
+    for name in ("g.params", "g.params.aria2", "list.txt"):
+        (tmp_path / name).write_bytes(b"")
+    with open(tmp_path / "f.params", "wb") as written, open(tmp_path / "g.params", "r+b") as in_place, \
+            open(tmp_path / "run.log", "ab") as log, open(tmp_path / "list.txt", "rb") as listed, \
+            open(tmp_path / "g.params.aria2", "r+b") as control:
+        files = read_files(os.getpid())
+        ids = {name: (os.fstat(fh.fileno()).st_dev, os.fstat(fh.fileno()).st_ino)
+               for name, fh in (("written", written), ("in place", in_place), ("log", log), ("list", listed),
+                                ("control", control))}
+    assert files is not None
+    assert (files.filling, files.backed) == ({ids["written"]}, {ids["in place"]}), (files, ids)
+    assert set(ids.values()) <= files.held
 
 
 def test_nothing_readable_is_no_evidence() -> None:

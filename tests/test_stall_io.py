@@ -256,6 +256,59 @@ def test_the_real_aria2c_zero_filling_without_fallocate_shows_no_zeros_as_progre
         assert "too_slow" not in out, out
 
 
+@pytest.mark.parametrize("link", ["too-slow", "fast-enough"])
+def test_the_real_aria2c_fetching_a_list_without_fallocate_shows_no_file_s_zeros_as_progress(sup: Runner,
+                                                                                            link: str) -> None:
+    """One aria2c fetching a list (``-i``, a file at a time) where fallocate is refused zero-fills each file in its
+    turn. Once its first file had held its control file, every later write was taken for the download's: the second
+    file's zeros counted as got (status at 100% within seconds), and the too-slow link was given up only at its
+    deadline. Each file's zeros are allocation now, and a link fast enough is left to finish."""
+    if ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    shim = nofalloc_shim(sup.tmp)
+    served, cache = sup.tmp / "served", sup.tmp / "cache"
+    served.mkdir()
+    cache.mkdir()
+    sizes = {"small.params": 2 * MIB, "big.params": 48 * MIB}
+    for name, size in sizes.items():
+        with open(served / name, "wb") as fh:
+            fh.truncate(size)
+    with serving(files_handler(served)) as url:
+        listed = sup.tmp / "list.txt"
+        listed.write_text("".join(f"{url}/{name}\n" for name in sizes))
+        # 50 MiB at 512 KiB/s is 100 s, with 60 allowed: too slow, seen at its window (8 s) once the link is read.
+        # At 4 MiB/s it is 13 s or so.
+        slow = link == "too-slow"
+        argv = ["env", f"LD_PRELOAD={shim}", ARIA2C, "-i", str(listed), "-j1",
+                f"--max-download-limit={'512K' if slow else '4M'}",
+                "--lowest-speed-limit", "16K", "-m100", "--retry-wait", "10", "--continue", "--dir", str(cache)]
+        config = sup.write(phase(toml_list(argv), 60, f"progress_path = {toml_str(str(cache))}\n"
+                                                       f"progress_total = \"50MiB\"\n"
+                                                       f"progress_deadline_s = 60\nprogress_window_s = 8"))
+        run = Console(sup, config)
+        seen: list[dict[str, Any]] = []
+
+        def look() -> bool:
+            ph = next((p for p in status_now(sup).get("phases", []) if p.get("name") == "p"), {})
+            if ph.get("state") == "running" and ph.get("progress"):
+                seen.append(ph["progress"])
+            return run.proc.poll() is not None
+
+        wait_for(look, 120, 0.3)
+        code = run.finish(30)
+    out = run.text()
+    assert seen and max(s["done_bytes"] for s in seen) <= 50 * MIB, seen
+    if not slow:
+        assert code == 0 and "too_slow" not in out, out
+        return
+    assert code == EXIT_TIMEOUT, out
+    assert " reason=too_slow " in one_verdict(out, "p"), out
+    assert seen and max(s["done_bytes"] for s in seen) < 25 * MIB, seen  # the link's bytes, never the big's zeros
+    starting, ended = first_line(out, "phase p: pending → starting"), first_line(out, "cannot make it in time")
+    print(f"too_slow {seconds_between(starting, ended):.1f}s after the start: {seen[-1]}")
+    assert seconds_between(starting, ended) < 45, out  # generous: at its window once the link is read, not at 60 s
+
+
 # ================================================================ no data yet is no rate
 
 LATE_S = 6  # before the first byte: a gateway slow to answer, aria2c retrying its connection

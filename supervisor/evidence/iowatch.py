@@ -14,11 +14,12 @@ Bytes arriving on a socket read with ``recv`` are not in ``rchar``; aria2c's sho
 
 Not every byte written is a byte got. A downloader that allocates its file by writing it whole before it makes
 the file's control file (a watch's ``allocators``, by process name, as the plugin registered them: aria2c where
-the filesystem refuses fallocate, whose zeros go at disk speed before a byte is received) writes allocation until
-it holds a file with its control file beside it (progress.py's CONTROL_SUFFIXES), and the download's bytes from
-then on (one file a process, as curio runs aria2c): the first are its watch's ``allocated``, life for the stall
-watch, no progress for the download's figure. Published beside them: how many such processes are allocating now
-(``allocating``: holding a file with no control file, none with one yet), during which a link is not in use
+the filesystem refuses fallocate, whose zeros go at disk speed before a byte is received) writes allocation while
+it holds a file it writes that has never had its control file beside it (progress.py's CONTROL_SUFFIXES), and the
+download's bytes once it does, file after file (one aria2c fetching a list allocates each file in its turn): the
+first are its watch's ``allocated``, life for the stall watch, no progress for the download's figure. Only a file
+open for writing, not for appending (a log), and not a control file itself, is one it may allocate. Published beside
+them: how many such processes are allocating now (``allocating``), during which a link is not in use
 (progresswatch.py), and the files they hold open (``held``), none of which the walk counts complete (progress.py).
 
 One thread ("io") reads, for every watch (``watch``), the trees of the roots the loop hands it
@@ -95,14 +96,14 @@ class _Debt:
 @dataclass(frozen=True)
 class ProcIo:
     """One process's counters at one reading (COUNTERS' order), with its parent then; for an allocating downloader
-    only, ``backed``: whether it held a file with its control file beside it (None: no such downloader, or its open
-    files unread), and ``filling``: whether it held one with none beside it."""
+    only, of the files it writes: ``backed``, those with their control file beside them (None: no such downloader,
+    or its open files unread), and ``filling``, those with none."""
 
     pid: int
     ppid: int
     counters: Counters
-    backed: bool | None = None
-    filling: bool = False
+    backed: frozenset[FileId] | None = None
+    filling: frozenset[FileId] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,9 @@ class IoLedger:
         self.stored = 0  # of ``moved``: read_bytes and write_bytes (TreeIo.stored)
         self.allocated = 0  # of ``written``: an allocating downloader's, before its control file (ProcIo.backed)
         self.allocating = 0  # the allocating downloaders allocating now
-        self._backed: set[int] = set()  # the allocating downloaders that held a file with its control file
+        self._backed: dict[int, set[FileId]] = {}  # per allocating downloader, the files seen with their control file
+        self._zeroing: set[int] = set()  # those that held, at the reading before, a file never seen with one
+        self._writing: dict[int, frozenset[FileId]] = {}  # per allocating downloader, the files it wrote then
         self.readable = False
 
     def add(self, procs: Iterable[ProcIo], refused: Iterable[int] = ()) -> None:
@@ -157,7 +160,10 @@ class IoLedger:
         last = self._last
         kept = {pid: last[pid] for pid in refused if last is not None and pid in last and pid not in now}
         self._last = {**kept, **now}
-        self._backed &= set(self._last)  # (a process gone: its pid may come back as another's)
+        for pid in [pid for pid in self._backed if pid not in self._last]:
+            del self._backed[pid]  # (a process gone: its pid may come back as another's)
+        for pid in [pid for pid in self._writing if pid not in self._last]:
+            del self._writing[pid]
         if last is None:  # the baseline: what the trees had done before the watch began is not this watch's
             self._count_allocating(now)
             return
@@ -168,26 +174,39 @@ class IoLedger:
                 before = None  # a counter went back: a new process under a reused pid
                 self._owed.pop(pid, None)
             if before is None:
-                self._backed.discard(pid)
+                self._backed.pop(pid, None)
+                self._writing.pop(pid, None)
             base = before.counters if before is not None else (0, 0, 0, 0)
             deltas = [max(0, n - b) for n, b in zip(proc.counters, base, strict=True)]
             self._pay(pid, deltas)
             self.moved += sum(deltas)
             self.written += deltas[_WCHAR]
             self.stored += sum(deltas[i] for i in _STORAGE)
-            # Judged by what it had held by the reading before (a process new to the ledger: nothing known): the
-            # reading in which its control file came also holds the last of its zeros, and what it wrote before it
-            # was first seen is not known to be data. At most one reading's data is taken for allocation that way,
-            # never a zero for data. Once it held its control file, what it writes is the download's, to its end
-            # (its control file removed as its file completes, its results printed).
-            if proc.backed is not None and pid not in self._backed:
+            # Judged by what it held at the reading before and at this one (a process new to the ledger: nothing
+            # known): the reading in which a file's control file came also holds the last of its zeros, and so does
+            # the one in which a file it writes is new (its next file, zero-filled and given its control file
+            # between two readings, as a small one is), and what it wrote before it was first seen is not known to
+            # be data. At most a reading's data is taken for allocation that way, never a zero for data. A file that
+            # held its control file is written with the download's bytes to its end (its control file removed as it
+            # completes, its results printed).
+            if proc.backed is not None and (before is None or pid in self._zeroing or self._fills_new(pid, proc)
+                                            or not proc.backed | proc.filling <= self._writing.get(pid, frozenset())):
                 self.allocated += deltas[_WCHAR]
         self._age()
         self._count_allocating(now)
 
     def _count_allocating(self, now: dict[int, ProcIo]) -> None:
-        self._backed |= {pid for pid, proc in now.items() if proc.backed}
-        self.allocating = sum(proc.filling and pid not in self._backed for pid, proc in now.items())
+        for pid, proc in now.items():
+            if proc.backed:
+                self._backed.setdefault(pid, set()).update(proc.backed)
+            if proc.backed is not None:  # (its files unread this time: the last known are kept)
+                self._writing[pid] = proc.backed | proc.filling
+        self._zeroing = {pid for pid, proc in now.items() if self._fills_new(pid, proc)}
+        self.allocating = len(self._zeroing)
+
+    def _fills_new(self, pid: int, proc: ProcIo) -> bool:
+        """An allocating downloader holds a file it writes that was never seen with its control file."""
+        return proc.backed is not None and bool(proc.filling - self._backed.get(pid, set()))
 
     def rebase(self) -> None:
         """Take the next reading as a new baseline, the totals kept: after a round that failed midway (the last
@@ -241,11 +260,12 @@ _KEYS = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
 
 
 class OpenFiles(NamedTuple):
-    """The regular files a process holds open (``held``: st_dev, st_ino), and whether one of them has its control
-    file beside it (``backed``), or has none (``filling``)."""
+    """The regular files a process holds open (``held``: st_dev, st_ino), and of those it writes (not a control
+    file, not one open for appending), those with their control file beside them (``backed``) and those with none
+    (``filling``)."""
 
-    backed: bool
-    filling: bool
+    backed: frozenset[FileId]
+    filling: frozenset[FileId]
     held: frozenset[FileId]
 
 
@@ -257,7 +277,8 @@ def read_files(pid: int, proc: str = "/proc") -> OpenFiles | None:
     except OSError:
         return None
     held: set[FileId] = set()
-    backed = filling = False
+    backed: set[FileId] = set()
+    filling: set[FileId] = set()
     for fd in listed:
         try:
             target = os.readlink(f"{fds}/{fd}")
@@ -268,14 +289,34 @@ def read_files(pid: int, proc: str = "/proc") -> OpenFiles | None:
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
-        held.add((st.st_dev, st.st_ino))
+        file_id = (st.st_dev, st.st_ino)
+        held.add(file_id)
         if target.endswith(" (deleted)"):  # no name left to put a control file beside: nothing to allocate
             continue
+        if target.endswith(CONTROL_SUFFIXES) or not _writes_in_place(f"{proc}/{pid}/fdinfo/{fd}"):
+            continue  # (a control file is none of the download's; a log, or a list read, is allocated by no one)
         if any(os.path.exists(target + suffix) for suffix in CONTROL_SUFFIXES):
-            backed = True
+            backed.add(file_id)
         else:
-            filling = True
-    return OpenFiles(backed, filling, frozenset(held))
+            filling.add(file_id)
+    return OpenFiles(frozenset(backed), frozenset(filling), frozenset(held))
+
+
+def _writes_in_place(fdinfo: str) -> bool:
+    """The descriptor is open for writing, and not for appending (its ``flags:``, in octal)."""
+    try:
+        with open(fdinfo, "rb") as fh:
+            text = fh.read(4096)
+    except OSError:  # closed since it was listed
+        return False
+    for line in text.splitlines():
+        if line.startswith(b"flags:"):
+            try:
+                flags = int(line[6:].strip(), 8)
+            except ValueError:
+                return False
+            return flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR) and not flags & os.O_APPEND
+    return False
 
 
 def read_io(pid: int, proc: str = "/proc") -> Counters | None:
@@ -331,7 +372,7 @@ class _Reader:
             if files is not None:
                 held |= files.held
             procs.append(ProcIo(pid, member.ppid, counters, None if files is None else files.backed,
-                                files is not None and files.filling))
+                                files.filling if files is not None else frozenset()))
         return procs, frozenset(pid for pid in members if pid in self.refused), frozenset(held)
 
     def _open_files(self, pid: int) -> OpenFiles | None:

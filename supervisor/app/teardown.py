@@ -72,9 +72,11 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     sweep_s = budget.sweep_s(SWEEP_MAX_S) if budget is not None else SWEEP_MAX_S
     steps: list[Step] = [("killing what is left", sweep_descendants, log, sweep_s), ("reaping", core.reaper.reap),
                          ("removing the phase cgroups", core.memory.close)]
-    if any(phase.progress_path is not None for phase in plan.phases):
-        steps.append(("waiting for a download's last figures", wait_for_last_figures, core.loop,
-                      sup.rt.evidence.progress))
+    for phase in plan.phases:  # (a loop, not a generator: no call of this module's, wakes.py counts them)
+        if phase.progress_path is not None:
+            steps.append(("waiting for a download's last figures", wait_for_last_figures, core.loop,
+                          sup.rt.evidence.progress))
+            break
     if not sup.reporter.enabled:  # (with a manager, saved as the exit flush begins: its wait in it)
         steps.append(("saving status.json", outlets.state_file.save))
     if status != EXIT_OK:

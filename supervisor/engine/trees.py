@@ -199,7 +199,7 @@ def tag_owner_here(tag: str, pid: int) -> int | None:
 
 @functools.cache
 def own_start_ticks() -> int | None:
-    """When this process started (start_ticks; it never changes), for its tags."""
+    """When this process started (start_ticks; it never changes), for its tags, status.json and the pointer."""
     return start_ticks("self")
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.loop import EventLoop, Timer
-from ..engine.trees import is_live_supervisor, of_another_pid_namespace, own_pid_namespace, start_ticks
+from ..engine.trees import is_live_supervisor, of_another_pid_namespace, own_pid_namespace, own_start_ticks
 from ..lifecycle.states import FINAL_STATES
 from ..state import files as state_files
 from ..state.files import Rewrites, StateFileError, load_json, not_an_object, save_json
@@ -175,7 +175,7 @@ def point_here(state_dir: Path, socket_path: Path) -> Path | None:
     if not path.is_absolute():  # (a bare status run from another directory would look for it elsewhere)
         raise OSError(errno.EINVAL, f"${RUNTIME_DIR_ENV} is not an absolute path")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    record = {"pid": os.getpid(), "pid_ns": own_pid_namespace(), "pid_start": start_ticks("self"),
+    record = {"pid": os.getpid(), "pid_ns": own_pid_namespace(), "pid_start": own_start_ticks(),
               "state_dir": str(state_dir), "socket": str(socket_path)}
     save_json(path, record)
     return path

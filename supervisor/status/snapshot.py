@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
-from ..engine.trees import own_pid_namespace, start_ticks
+from ..engine.trees import own_pid_namespace, own_start_ticks
 from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, PhaseState, Timeline
 from ..state.files import STATUS_VERSION, SUPERVISOR_LOG, child_log_name
 from ..text.ansi import plain
@@ -366,7 +366,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
     children = tuple(_child(phase.name, child, usage, now)
                      for phase in lifecycle.phases for child in phase.live_children())
     return Snapshot(
-        version=SNAPSHOT_VERSION, pid=os.getpid(), pid_ns=own_pid_namespace(), pid_start=start_ticks("self"),
+        version=SNAPSHOT_VERSION, pid=os.getpid(), pid_ns=own_pid_namespace(), pid_start=own_start_ticks(),
         role=role, started_at=started_at, written_at=time.time(), config=config,
         lifecycle=LifecycleStatus(state=_lifecycle_state(lifecycle, current),
                                   why=lifecycle.shutdown_reason, exit_status=lifecycle.exit_status,

@@ -137,12 +137,18 @@ def test_a_silent_hasher_is_not_stalled(sup: Runner) -> None:
     assert " reason=exit_code exit_code=0 " in one_verdict(out, "p")
 
 
-def test_the_real_aria2c_into_a_pipe_is_not_stalled_and_its_progress_is_live(sup: Runner) -> None:
+def aria2c_dirs(sup: Runner) -> tuple[Path, Path]:
+    """The folder served and aria2c's cache, made; the test skipped where aria2c is not installed."""
     if ARIA2C is None:
         pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
     served, cache = sup.tmp / "served", sup.tmp / "cache"
     served.mkdir()
     cache.mkdir()
+    return served, cache
+
+
+def test_the_real_aria2c_into_a_pipe_is_not_stalled_and_its_progress_is_live(sup: Runner) -> None:
+    served, cache = aria2c_dirs(sup)
     (served / "f.params").write_bytes(b"\x07" * (6 * MIB))
     with serving(files_handler(served)) as url:
         # As curio runs it (lib/fastparamfetch/paramfetch.go), throttled: 6 MiB at 512 KiB/s is 12 s of work,
@@ -179,11 +185,7 @@ def test_the_real_aria2c_as_the_runs_last_phase_leaves_its_whole_figure_in_statu
     """A download that ended well takes its last figures from a settled walk, off the loop: as the run's last phase
     it ended with the run, and status.json kept the last tick's (90% and 0 file(s) complete of a fetch that was
     whole). The exit now waits for that walk (a bound of seconds)."""
-    if ARIA2C is None:
-        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
-    served, cache = sup.tmp / "served", sup.tmp / "cache"
-    served.mkdir()
-    cache.mkdir()
+    served, cache = aria2c_dirs(sup)
     (served / "f.params").write_bytes(b"\x07" * (3 * MIB))
     with serving(files_handler(served)) as url:
         argv = [ARIA2C, "--max-download-limit=1M", "--continue", "-x16", "-s16", "--dir", str(cache),
@@ -197,6 +199,34 @@ def test_the_real_aria2c_as_the_runs_last_phase_leaves_its_whole_figure_in_statu
     assert (progress["done_bytes"], progress["files_done"], progress["eta_s"]) == (3 * MIB, 1, 0.0), progress
 
 
+def sparse_files(served: Path, sizes: dict[str, int]) -> None:
+    """Files to serve, each of its size (sparse: zeros, on no disk)."""
+    for name, size in sizes.items():
+        with open(served / name, "wb") as fh:
+            fh.truncate(size)
+
+
+def download_phase(sup: Runner, argv: list[str], cache: Path, total: str, deadline_s: int) -> Path:
+    """A download phase of ``argv`` into ``cache``: stall_s 60, its deadline, and a window of 8 s."""
+    return sup.write(phase(toml_list(argv), 60, f"progress_path = {toml_str(str(cache))}\n"
+                                               f"progress_total = \"{total}\"\n"
+                                               f"progress_deadline_s = {deadline_s}\nprogress_window_s = 8"))
+
+
+def progress_while_running(sup: Runner, run: Console) -> tuple[int, list[dict[str, Any]]]:
+    """The exit status of ``run``'s supervisor, and each progress figure of phase p status showed while it ran."""
+    seen: list[dict[str, Any]] = []
+
+    def look() -> bool:
+        ph = next((p for p in status_now(sup).get("phases", []) if p.get("name") == "p"), {})
+        if ph.get("state") == "running" and ph.get("progress"):
+            seen.append(ph["progress"])
+        return run.proc.poll() is not None
+
+    wait_for(look, 120, 0.3)
+    return run.finish(30), seen
+
+
 @pytest.mark.parametrize("link", ["too-slow", "fast-enough"])
 def test_the_real_aria2c_zero_filling_without_fallocate_shows_no_zeros_as_progress(sup: Runner, link: str) -> None:
     """Where the filesystem refuses fallocate, aria2c writes its file whole with zeros first and makes its control
@@ -205,15 +235,10 @@ def test_the_real_aria2c_zero_filling_without_fallocate_shows_no_zeros_as_progre
     and a link far too slow for the deadline not given up (the rate the disk's). Now the zeros are no progress:
     the slow link is given up too_slow at its window as on a filesystem with fallocate, and one fast enough is
     never stopped, though its zeros' flush outlasts the window (that time is not the link's)."""
-    if ARIA2C is None:
-        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    served, cache = aria2c_dirs(sup)
     shim = nofalloc_shim(sup.tmp)
-    served, cache = sup.tmp / "served", sup.tmp / "cache"
-    served.mkdir()
-    cache.mkdir()
     size = 64 * MIB
-    with open(served / "f.params", "wb") as fh:
-        fh.truncate(size)
+    sparse_files(served, {"f.params": size})
     # 64 MiB at 512 KiB/s is 128 s, with 60 allowed. At 4 MiB/s it is 16 s or so, after a flush of 12 s (longer than
     # the window: the link's first seconds after it, read over the flush too, were a link far too slow) and before
     # the last flush of 12 s, with 90 allowed.
@@ -223,20 +248,9 @@ def test_the_real_aria2c_zero_filling_without_fallocate_shows_no_zeros_as_progre
         argv = ["env", f"LD_PRELOAD={shim}", f"NOFALLOC_FSYNC_S={flush_s}", ARIA2C, f"--max-download-limit={rate}",
                 "--lowest-speed-limit", "16K", "-m100", "--retry-wait", "10", "--continue", "-x16", "-s16", "--dir",
                 str(cache), "-o", "f.params", f"{url}/f.params"]
-        config = sup.write(phase(toml_list(argv), 60, f"progress_path = {toml_str(str(cache))}\n"
-                                                       f"progress_total = \"64MiB\"\n"
-                                                       f"progress_deadline_s = {deadline_s}\nprogress_window_s = 8"))
+        config = download_phase(sup, argv, cache, "64MiB", deadline_s)
         run = Console(sup, config)
-        seen: list[dict[str, Any]] = []
-
-        def look() -> bool:
-            ph = next((p for p in status_now(sup).get("phases", []) if p.get("name") == "p"), {})
-            if ph.get("state") == "running" and ph.get("progress"):
-                seen.append(ph["progress"])
-            return run.proc.poll() is not None
-
-        wait_for(look, 120, 0.3)
-        code = run.finish(30)
+        code, seen = progress_while_running(sup, run)
     out = run.text()
     assert "Allocating disk space" in out, f"aria2c did not zero-fill (the shim did not hold): {out[-3000:]}"
     assert "no longer count" not in out and "a file removed" not in out, out
@@ -263,16 +277,10 @@ def test_the_real_aria2c_fetching_a_list_without_fallocate_shows_no_file_s_zeros
     turn. Once its first file had held its control file, every later write was taken for the download's: the second
     file's zeros counted as got (status at 100% within seconds), and the too-slow link was given up only at its
     deadline. Each file's zeros are allocation now, and a link fast enough is left to finish."""
-    if ARIA2C is None:
-        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    served, cache = aria2c_dirs(sup)
     shim = nofalloc_shim(sup.tmp)
-    served, cache = sup.tmp / "served", sup.tmp / "cache"
-    served.mkdir()
-    cache.mkdir()
     sizes = {"small.params": 2 * MIB, "big.params": 48 * MIB}
-    for name, size in sizes.items():
-        with open(served / name, "wb") as fh:
-            fh.truncate(size)
+    sparse_files(served, sizes)
     with serving(files_handler(served)) as url:
         listed = sup.tmp / "list.txt"
         listed.write_text("".join(f"{url}/{name}\n" for name in sizes))
@@ -282,20 +290,9 @@ def test_the_real_aria2c_fetching_a_list_without_fallocate_shows_no_file_s_zeros
         argv = ["env", f"LD_PRELOAD={shim}", ARIA2C, "-i", str(listed), "-j1",
                 f"--max-download-limit={'512K' if slow else '4M'}",
                 "--lowest-speed-limit", "16K", "-m100", "--retry-wait", "10", "--continue", "--dir", str(cache)]
-        config = sup.write(phase(toml_list(argv), 60, f"progress_path = {toml_str(str(cache))}\n"
-                                                       f"progress_total = \"50MiB\"\n"
-                                                       f"progress_deadline_s = 60\nprogress_window_s = 8"))
+        config = download_phase(sup, argv, cache, "50MiB", 60)
         run = Console(sup, config)
-        seen: list[dict[str, Any]] = []
-
-        def look() -> bool:
-            ph = next((p for p in status_now(sup).get("phases", []) if p.get("name") == "p"), {})
-            if ph.get("state") == "running" and ph.get("progress"):
-                seen.append(ph["progress"])
-            return run.proc.poll() is not None
-
-        wait_for(look, 120, 0.3)
-        code = run.finish(30)
+        code, seen = progress_while_running(sup, run)
     out = run.text()
     assert seen and max(s["done_bytes"] for s in seen) <= 50 * MIB, seen
     if not slow:

@@ -5,6 +5,7 @@ given up at the dev-manager, production included; Xid 13 is logged and nothing f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -156,7 +157,9 @@ def test_a_gpu_lost_with_no_xid_while_a_gpu_phase_waits_refuses_its_next_attempt
     assert refusal is not None and refusal.reason == "gpu_fault" and "GPU 0: lost (" in refusal.detail, refusal
 
 
-def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(control: NvmlControl) -> None:
+@contextlib.contextmanager
+def failed_by_a_hang(control: NvmlControl) -> Iterator[tuple[Gpus, Target, GpuHealth]]:
+    """GPU health of one running phase, its bound 0.5 s, NVML hung until it failed the phase's attempt."""
     gpus = Gpus(call_timeout_s=0.2)
     try:
         target = Target(("curio", True, PhaseState.RUNNING))
@@ -164,24 +167,23 @@ def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(contro
         wait_for(lambda: gpus.opened.is_set(), timeout=10)
         control.set(hang_s=30, hang_calls=["nvmlEventSetWait_v2", "nvmlDeviceGetUtilizationRates"])
         wait_for(lambda: health.check(time.monotonic()) is not None and target.failed, timeout=10)
-        [(name, reason, detail)] = target.failed[:1]
-        assert (name, reason) == ("curio", "gpu_unresponsive")
-        assert "has not returned for" in detail and "(more than 0.5s of this attempt)" in detail, detail
+        yield gpus, target, health
     finally:
         control.set(hang_s=0)
         gpus.close()
 
 
+def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(control: NvmlControl) -> None:
+    with failed_by_a_hang(control) as (_gpus, target, _health):
+        [(name, reason, detail)] = target.failed[:1]
+        assert (name, reason) == ("curio", "gpu_unresponsive")
+        assert "has not returned for" in detail and "(more than 0.5s of this attempt)" in detail, detail
+
+
 def test_each_attempt_gets_the_whole_bound_of_a_hang_that_began_before_it(control: NvmlControl) -> None:
     """The bound was counted from the hung call's start: once NVML had hung for 60 s, every retry or restart was
     failed at its first tick, its child started and killed within a second, and the policy decided nothing."""
-    gpus = Gpus(call_timeout_s=0.2)
-    try:
-        target = Target(("curio", True, PhaseState.RUNNING))
-        health = GpuHealth(target, gpus, unresponsive_fail_s=0.5)
-        wait_for(lambda: gpus.opened.is_set(), timeout=10)
-        control.set(hang_s=30, hang_calls=["nvmlEventSetWait_v2", "nvmlDeviceGetUtilizationRates"])
-        wait_for(lambda: health.check(time.monotonic()) is not None and target.failed, timeout=10)
+    with failed_by_a_hang(control) as (gpus, target, health):
         hung = gpus.unresponsive(time.monotonic())
         assert hung is not None
         retry = time.monotonic()
@@ -192,9 +194,6 @@ def test_each_attempt_gets_the_whole_bound_of_a_hang_that_began_before_it(contro
         [(name, reason, _)] = target.failed
         assert (name, reason) == ("curio", "gpu_unresponsive")
         assert gpus.unresponsive(time.monotonic()) is not None and hung.since < retry
-    finally:
-        control.set(hang_s=0)
-        gpus.close()
 
 
 # ---------------------------------------------------------------- a real supervisor, the dev-manager

@@ -216,8 +216,9 @@ def test_the_files_an_allocator_may_allocate_are_those_it_writes_in_place(tmp_pa
                for name, fh in (("written", written), ("in place", in_place), ("log", log), ("list", listed),
                                 ("control", control))}
     assert files is not None
-    assert (files.filling, files.backed) == ({ids["written"]}, {ids["in place"]}), (files, ids)
-    assert set(ids.values()) <= files.held
+    mine = set(ids.values())  # (the test process holds files of its own: its output redirected to one, by a CI)
+    assert (files.filling & mine, files.backed & mine) == ({ids["written"]}, {ids["in place"]}), (files, ids)
+    assert mine <= files.held
 
 
 def test_nothing_readable_is_no_evidence() -> None:

@@ -204,17 +204,19 @@ def test_a_downloader_fetching_files_in_turn_allocates_each_and_its_zeros_are_ne
 
 
 def test_the_files_an_allocator_may_allocate_are_those_it_writes_in_place(tmp_path: Path) -> None:
-    """A log open for appending, a list open for reading, a control file: none is a file being allocated (a log
-    held for the whole run would have had every byte taken for allocation)."""
+    """A log open for appending, a list open for reading, a control file (or its save, ``.aria2__temp``, written at
+    every --auto-save-interval): none is a file being allocated (a log held for the whole run would have had every
+    byte taken for allocation, a save caught by a reading that reading's data)."""
     for name in ("g.params", "g.params.aria2", "list.txt"):
         (tmp_path / name).write_bytes(b"")
     with open(tmp_path / "f.params", "wb") as written, open(tmp_path / "g.params", "r+b") as in_place, \
             open(tmp_path / "run.log", "ab") as log, open(tmp_path / "list.txt", "rb") as listed, \
-            open(tmp_path / "g.params.aria2", "r+b") as control:
+            open(tmp_path / "g.params.aria2", "r+b") as control, \
+            open(tmp_path / "g.params.aria2__temp", "wb") as saving:  # (aria2c's save of its control file)
         files = read_files(os.getpid())
         ids = {name: (os.fstat(fh.fileno()).st_dev, os.fstat(fh.fileno()).st_ino)
                for name, fh in (("written", written), ("in place", in_place), ("log", log), ("list", listed),
-                                ("control", control))}
+                                ("control", control), ("saving", saving))}
     assert files is not None
     mine = set(ids.values())  # (the test process holds files of its own: its output redirected to one, by a CI)
     assert (files.filling & mine, files.backed & mine) == ({ids["written"]}, {ids["in place"]}), (files, ids)

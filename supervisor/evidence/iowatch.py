@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 from ..engine.offloop import worker_thread
 from ..engine.trees import Descendants, Proc, ProcessTable
-from .progress import CONTROL_SUFFIXES, FileId
+from .progress import CONTROL_FILES, CONTROL_SUFFIXES, FileId
 from .watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, run_restarting, said_error
 
 # How often the watched trees are read, unless a watch asks for more often (never more often than
@@ -293,7 +293,7 @@ def read_files(pid: int, proc: str = "/proc") -> OpenFiles | None:
         held.add(file_id)
         if target.endswith(" (deleted)"):  # no name left to put a control file beside: nothing to allocate
             continue
-        if target.endswith(CONTROL_SUFFIXES) or not _writes_in_place(f"{proc}/{pid}/fdinfo/{fd}"):
+        if target.endswith(CONTROL_FILES) or not _writes_in_place(f"{proc}/{pid}/fdinfo/{fd}"):
             continue  # (a control file is none of the download's; a log, or a list read, is allocated by no one)
         if any(os.path.exists(target + suffix) for suffix in CONTROL_SUFFIXES):
             backed.add(file_id)

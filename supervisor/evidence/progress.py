@@ -64,6 +64,9 @@ WALK_BLIND_S = 300.0
 # A download's control file beside a file says the file is not complete yet (aria2c keeps ``<file>.aria2``
 # while it downloads and resumes from it, and removes it when the file is done).
 CONTROL_SUFFIXES = (".aria2",)
+# aria2c saves a control file by writing "<file>.aria2__temp", then renaming it over "<file>.aria2" (strace of
+# aria2 1.36.0: at a file's start and every --auto-save-interval): a control file too, while it is there.
+CONTROL_FILES = (*CONTROL_SUFFIXES, *(suffix + "__temp" for suffix in CONTROL_SUFFIXES))
 # A file written this recently (by its mtime, either way of now) is not complete yet, control file or not:
 # aria2c writes a new file's control file only once the file is allocated.
 COMPLETE_QUIET_S = 2.0
@@ -429,7 +432,7 @@ def _written_lately(st: os.stat_result, now: float, quiet_s: float) -> bool:
 
 def is_incomplete(name: str, names_beside: set[str] | frozenset[str]) -> bool:
     """A control file, or a file with its control file beside it (``names_beside``: its directory's names)."""
-    return name.endswith(CONTROL_SUFFIXES) or any(name + suffix in names_beside for suffix in CONTROL_SUFFIXES)
+    return name.endswith(CONTROL_FILES) or any(name + suffix in names_beside for suffix in CONTROL_SUFFIXES)
 
 
 def file_incomplete(path: str | Path) -> bool:

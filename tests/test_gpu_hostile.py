@@ -136,6 +136,23 @@ def test_a_gpu_lost_as_nvml_opens_is_a_fault_and_left_out_with_why(control: Nvml
         gpus.close()
 
 
+@pytest.mark.parametrize("error", ["NotFound", "DriverNotLoaded"])
+def test_a_handle_refused_with_no_word_of_loss_is_left_out_with_no_fault(control: NvmlControl, error: str) -> None:
+    """A GPU that never answered is not lost by NotFound (an index NVML counts and cannot reach), nor by Driver Not
+    Loaded, a fault only once the driver had answered (docs/verdicts.md): left out, with why, and no fault."""
+    control.set(gpus=[nvml_gpu(), nvml_gpu()], errors={"1": error})
+    gpus = Gpus()
+    try:
+        gpus.watch_health()
+        wait_for(gpus.opened.is_set, timeout=10)
+        reading = gpus.latest()
+        assert reading is not None and [index for index, _ in reading.left_out] == [1], reading
+        time.sleep(0.5)  # (a fault would be in hand by now: the opening tells one at once)
+        assert gpus.take_all_faults()[0] == []
+    finally:
+        gpus.close()
+
+
 def test_garbage_event_data_is_no_reading_and_xids_are_still_watched(control: NvmlControl, gpus: Gpus) -> None:
     gpus.watch_health()
     wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)

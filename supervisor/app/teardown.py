@@ -74,8 +74,9 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
                          ("removing the phase cgroups", core.memory.close)]
     for phase in plan.phases:  # (a loop, not a generator: no call of this module's, wakes.py counts them)
         if phase.progress_path is not None:
+            figures_s = budget.sweep_s(LAST_FIGURES_WAIT_S) if budget is not None else LAST_FIGURES_WAIT_S
             steps.append(("waiting for a download's last figures", wait_for_last_figures, core.loop,
-                          sup.rt.evidence.progress))
+                          sup.rt.evidence.progress, figures_s))
             break
     if not sup.reporter.enabled:  # (with a manager, saved as the exit flush begins: its wait in it)
         steps.append(("saving status.json", outlets.state_file.save))
@@ -111,9 +112,10 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     return sup.lifecycle.status_at_exit()  # (its one holder: the flush may have learnt of the manager's kill)
 
 
-def wait_for_last_figures(loop: EventLoop, walker: ProgressProbe) -> None:
-    """Run the loop until every download that ended well has its last figures, LAST_FIGURES_WAIT_S at most."""
-    until = loop.clock.monotonic() + LAST_FIGURES_WAIT_S
+def wait_for_last_figures(loop: EventLoop, walker: ProgressProbe, wait_s: float) -> None:
+    """Run the loop until every download that ended well has its last figures, ``wait_s`` at most
+    (LAST_FIGURES_WAIT_S, less under a stop budget: what it has left)."""
+    until = loop.clock.monotonic() + wait_s
     loop.run_until(lambda: not walker.settling() or loop.clock.monotonic() >= until, LAST_FIGURES_POLL_S)
 
 

@@ -329,5 +329,7 @@ def is_lost_error(exc: Exception) -> bool:
 
 def lost_at_opening(exc: Exception) -> bool:
     """NVML's word, as it gives a GPU's handle, that the GPU is gone: not its NotFound, which from a GPU that never
-    answered may only mean an index NVML counts and cannot reach (such a GPU is left out, no fault)."""
-    return is_lost_error(exc) and type(exc).__name__ not in ("NVMLError_NotFound", "NVMLError_GpuNotFound")
+    answered may only mean an index NVML counts and cannot reach, nor Driver Not Loaded, a fault only once the
+    driver had answered (docs/verdicts.md): such a GPU is left out, with why, and no fault."""
+    return is_lost_error(exc) and type(exc).__name__ not in (
+        "NVMLError_NotFound", "NVMLError_GpuNotFound", "NVMLError_DriverNotLoaded")

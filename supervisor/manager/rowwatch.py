@@ -20,7 +20,8 @@ lifecycle call, so a watch that cannot read it says so, as every watch does (evi
 first failed read at once, again when the cause changes (a 404, then an answer over the size cap), and a
 line when it reads again; ``state`` keeps it (RowWatch.read hands the lines over with the notes).
 
-``gone`` asks ``GET /runner-id``, the one route that tells a forgotten uuid (404) from a killed one (200:
+``gone`` asks ``GET /runner-id``, the one route that tells a forgotten uuid (404 ``instance not found``; a
+404 of another text, a route that is not there, says nothing) from a killed one (200:
 the manager still has the row): the same 404 ``instance not found or already killed`` of ``/running``
 means either. A note on a row (a time from the future) is said once per watch.
 """

@@ -16,7 +16,7 @@ nobody handles (an outbox written by another version) is refused for good, in on
 A register answered with an unusable uuid is retried like a manager that is down, and
 a uuid kept by an earlier start is held to the same rule.
 
-A uuid the manager no longer knows (404 ``instance not found``, and its ``/runner-id`` answers 404: its
+A uuid the manager no longer knows (404 ``instance not found``, and its ``/runner-id`` answers the same: its
 database was reset, or the 7-day cleanup removed the row) is dropped: the label is registered again (the
 manager gives a new uuid, which later children get), and the call is sent again with it, then the rest of
 the queue; the owner hears it (``registered_again``: what was pushed under the old uuid goes again). Not
@@ -28,10 +28,11 @@ The manager's own view (rowwatch.py): the row is read once the manager knows the
 lifecycle call (``CallKind.checks_row``) and each of its retries, and every ``row_check_s`` while idle or
 while a call of any kind waits between its tries. A killed row ends it
 (``on_killed``, once): no lifecycle call goes out any more, and no re-registration. A row the periodic read
-finds gone (not listed, and its ``/runner-id`` answers 404), at any stage, is registered again the same way,
-once a stage, and the last lifecycle call delivered goes again under the new uuid. Its answer does not decide
-again what its first answer decided (a plugin's ``delivered`` is not told twice); only an answer that means the
-manager killed the new row (``CallKind.again``) counts, and ends the instance as a killed row does.
+finds gone (not listed, and its ``/runner-id`` answers 404 ``instance not found``), at any stage, is registered
+again the same way, once a stage, and the last lifecycle call delivered goes again under the new uuid. Its
+answer does not decide again what its first answer decided (a plugin's ``delivered`` is not told twice); only an
+answer that means the manager killed the new row (``CallKind.again``) counts, and ends the instance as a killed
+row does.
 """
 
 from __future__ import annotations
@@ -467,8 +468,8 @@ class Sender:
 
     def _forgotten(self, call: Call, exc: PermanentError) -> bool:
         """A 404 ``instance not found`` (``or already killed``, on /running): True when handled here. Only a
-        uuid the manager no longer has (its /runner-id answers 404) is dropped, so that the label is
-        registered again before the call goes again (see the module docstring); a killed row (its /runner-id
+        uuid the manager no longer has (its /runner-id answers 404 ``instance not found``) is dropped, so that the
+        label is registered again before the call goes again (see the module docstring); a killed row (its /runner-id
         answers 200) ends the instance; one that cannot be told waits and goes again. False: a refusal."""
         if call.kind in (REGISTER, LOG) or self._registered_again or self._retired or not unknown_instance(exc) \
                 or not self.uuid:

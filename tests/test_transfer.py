@@ -78,6 +78,11 @@ def test_figures_eta_and_a_total_that_was_too_low() -> None:
     grown = figures(70 * MIB, 60 * MIB, MIB)
     assert grown.total_bytes == 70 * MIB and grown.eta_s == 0.0
     assert set(figures(1, 2, 1.0).to_dict()) >= {"done_bytes", "total_bytes", "rate_bytes_s", "eta_s"}
+    # Before a download's first byte its processes write a few bytes (the shell's, a line of output): no time left
+    # is worked out of them (status read "8B/52.0MiB 2B/s ETA 5690h53m"); the rate itself is still shown.
+    silent = figures(8, 52 * MIB, 2.0)
+    assert (silent.rate_bytes_s, silent.eta_s) == (2.0, None)
+    assert figures(8, 52 * MIB, 1024.0).eta_s == (52 * MIB - 8) / 1024.0
     assert span(42) == "42s" and span(81 * 60) == "81m00s" and span(4 * 3600 + 25 * 60) == "4h25m"
 
 

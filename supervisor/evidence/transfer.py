@@ -107,11 +107,13 @@ def _rate(a: tuple[float, int], b: tuple[float, int]) -> float | None:
 
 
 def figures(done: int, total: int | None, rate: float | None, files_done: int | None = None) -> Progress:
-    """The figures from what is done, the expected total (None: unknown) and the rate."""
+    """The figures from what is done, the expected total (None: unknown) and the rate. A rate below MOVING_MIN_B_S
+    moves nothing (the deadline rule's word too) and gives no time left: the few bytes a download's processes
+    write before its first byte (the shell's, a line of output) read "2B/s, ETA 5690h" in status and /metrics."""
     if total is not None:
         total = max(total, done)  # an estimate that was too low: what is done is the least the total is
     eta = None
-    if total is not None and rate is not None and rate > 0:
+    if total is not None and rate is not None and rate >= MOVING_MIN_B_S:
         eta = (total - done) / rate
     elif total is not None and done >= total:
         eta = 0.0

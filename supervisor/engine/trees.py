@@ -362,7 +362,7 @@ def _name_of(pid: int) -> str:
 SHORT_COMMANDS = frozenset({"status", "check", "standins", "dev-manager"})
 
 
-def is_live_supervisor(pid: int, started: object = None) -> bool:
+def is_live_supervisor(pid: int, started: int | None = None) -> bool:
     """``pid`` is a live prover-supervisor: alive, and supervising. Never this process (a ``status`` in a fresh
     container is PID 1, the very pid the last supervisor recorded there), nor a zombie, nor one of the processes
     a supervisor started, nor a prover-supervisor running a command that supervises nothing. ``started``: the
@@ -372,7 +372,7 @@ def is_live_supervisor(pid: int, started: object = None) -> bool:
     written) the command line decides."""
     if pid == os.getpid():
         return False
-    if isinstance(started, int) and not isinstance(started, bool) and start_ticks(pid) != started:
+    if started is not None and start_ticks(pid) != started:
         return False
     try:
         proc = psutil.Process(pid)
@@ -386,11 +386,8 @@ def is_live_supervisor(pid: int, started: object = None) -> bool:
 def start_ticks(pid: int | str) -> int | None:
     """When the process ``pid`` started, in clock ticks after boot (/proc's own figure, which no later process of
     the same pid shares); None where it is gone or cannot be read."""
-    read = read_stat(pid)
-    try:
-        return int(read[1][19]) if read is not None else None
-    except (IndexError, ValueError):
-        return None
+    row = _stat_row(pid)
+    return row[3] if row is not None else None
 
 
 def _runs_short_command(argv: list[str]) -> bool:
@@ -484,6 +481,18 @@ def read_stat(pid: int | str, proc: str = "/proc") -> tuple[str, list[bytes]] | 
 
 # One process's row as a reading found it: state, ppid, pgid, start time (clock ticks since boot), name (comm).
 _Row = tuple[str, int, int, int, str]
+
+
+def _stat_row(pid: int | str, proc: str = "/proc") -> _Row | None:
+    """Its row, from its stat; None where it vanished, or its stat is not one we can read."""
+    read = read_stat(pid, proc)
+    if read is None:
+        return None
+    comm, fields = read
+    try:
+        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]), comm
+    except (IndexError, ValueError):
+        return None
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")  # the unit of a start time
 
 
@@ -544,24 +553,13 @@ class ProcessTable:
     def _listing(self) -> list[str]:
         return [name for name in os.listdir(self._proc) if name.isdigit()]
 
-    def _stat(self, pid: int | str) -> _Row | None:
-        """Its row; None where it vanished, or its stat is not one we can read."""
-        read = read_stat(pid, self._proc)
-        if read is None:
-            return None
-        comm, fields = read
-        try:
-            return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]), comm
-        except (IndexError, ValueError):
-            return None
-
     def _read(self, now: float) -> Descendants:
         """The whole table: every process of the machine's stat, to find the supervisor's descendants."""
         self.scans += 1
         listed = self._listing()
         stats = {}
         for name in listed:
-            row = self._stat(name)
+            row = _stat_row(name, self._proc)
             if row is not None:
                 stats[int(name)] = row
         own = stats.get(os.getpid())
@@ -592,7 +590,7 @@ class ProcessTable:
             if (ppid != me and ppid not in rows) or comm == names.get(ppid) or started >= young_since:
                 stale.add(pid)
         for pid in stale:
-            row = self._stat(pid)
+            row = _stat_row(pid, self._proc)
             if row is None:
                 rows.pop(pid, None)  # vanished since the listing
             else:

@@ -201,8 +201,10 @@ def pointed() -> Pointer | None:
             or not state_dir.startswith("/") or "\0" in state_dir:
         return None
     elsewhere = of_another_pid_namespace(found.get("pid_ns"))
-    live = (not elsewhere and is_live_supervisor(pid, found.get("pid_start"))) \
-        or _takes_connections(found.get("socket"))
+    started = found.get("pid_start")  # (None where it wrote none, an older supervisor: its command line decides)
+    if not isinstance(started, int) or isinstance(started, bool):
+        started = None
+    live = (not elsewhere and is_live_supervisor(pid, started)) or _takes_connections(found.get("socket"))
     return Pointer(pid, Path(state_dir), live, elsewhere)
 
 

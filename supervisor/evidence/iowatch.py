@@ -160,10 +160,8 @@ class IoLedger:
         last = self._last
         kept = {pid: last[pid] for pid in refused if last is not None and pid in last and pid not in now}
         self._last = {**kept, **now}
-        for pid in [pid for pid in self._backed if pid not in self._last]:
-            del self._backed[pid]  # (a process gone: its pid may come back as another's)
-        for pid in [pid for pid in self._writing if pid not in self._last]:
-            del self._writing[pid]
+        for pid in [pid for pid in (*self._backed, *self._writing) if pid not in self._last]:
+            self._forget_files(pid)  # (a process gone: its pid may come back as another's)
         if last is None:  # the baseline: what the trees had done before the watch began is not this watch's
             self._count_allocating(now)
             return
@@ -174,8 +172,7 @@ class IoLedger:
                 before = None  # a counter went back: a new process under a reused pid
                 self._owed.pop(pid, None)
             if before is None:
-                self._backed.pop(pid, None)
-                self._writing.pop(pid, None)
+                self._forget_files(pid)
             base = before.counters if before is not None else (0, 0, 0, 0)
             deltas = [max(0, n - b) for n, b in zip(proc.counters, base, strict=True)]
             self._pay(pid, deltas)
@@ -203,6 +200,11 @@ class IoLedger:
                 self._writing[pid] = proc.backed | proc.filling
         self._zeroing = {pid for pid, proc in now.items() if self._fills_new(pid, proc)}
         self.allocating = len(self._zeroing)
+
+    def _forget_files(self, pid: int) -> None:
+        """What was known of ``pid``'s files: gone with it, or never its (a new process under a reused pid)."""
+        self._backed.pop(pid, None)
+        self._writing.pop(pid, None)
 
     def _fills_new(self, pid: int, proc: ProcIo) -> bool:
         """An allocating downloader holds a file it writes that was never seen with its control file."""

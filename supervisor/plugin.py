@@ -20,9 +20,10 @@ fields only:
   registered, with the same one-line error as any bad choice. A ``ready`` kind is made when the config
   is read; a ``prepare`` kind is made once per plan (at load too, so ``check`` refuses one that cannot be).
 - ``prepare_env``: what each of its ``prepare`` kinds sets in its phase's children's environment, each variable with
-  the key it is computed from; ``register_env``: what it sets in every child's once the manager answered
-  ``/register``, each variable with the answer's field. The config refuses an ``env`` that would set one of them
-  in those children (config/tables.py ``check_set_env``): last in the child's environment, it would win silently.
+  the key it is computed from ("[table] key", the place to set it instead), or what else fixes it;
+  ``register_env``: what it sets in every child's once the manager answered ``/register``, each variable with the
+  answer's field. The config refuses an ``env`` that would set one of them in those children (config/tables.py
+  ``check_set_env``): last in the child's environment, it would win silently.
 - ``plan_rules``: what its kinds need of the whole plan (a report whose payload one parser reads), checked
   once the plan is read: ConfigError naming the phase's key, so ``check`` refuses it.
 - ``reasons``: the verdict reasons it adds (its output parser's failure, its watch's finding), each with the
@@ -103,7 +104,7 @@ class Plugin:
     settles: Mapping[str, SettleHook] = field(default_factory=_empty)
     ready: Mapping[str, ReadyMaker] = field(default_factory=_empty)
     reports: Mapping[str, ReportWhen] = field(default_factory=_empty)  # kind → "done" (a oneshot) or "up"
-    prepare_env: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)  # kind → variable → its key
+    prepare_env: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)  # kind → variable → its source
     register_env: Mapping[str, str] = field(default_factory=_empty)  # variable → the /register answer's field
     plan_rules: tuple[PlanRule, ...] = ()
     reasons: Mapping[str, int] = field(default_factory=_empty)  # reason → the status a failure for it exits with

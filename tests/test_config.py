@@ -586,6 +586,10 @@ BAD_CONFIGS = [
                               'env = { CUZK_ADDR = "http://10.9.9.9:1" }'),
       'phases[1] (b).daemons[0] (d).env.CUZK_ADDR: prepare = "cuzk-config" sets this from [cuzk] listen; set that '
       "instead", id="daemon-env-sets-what-cuzk-config-sets"),
+    # (FASTEST_FIRST would number the GPUs otherwise than cuzk.toml's [gpus] devices do; no key sets it)
+    P("[cuzk]\n" + bad_phase('prepare = "cuzk-config"\nenv = { CUDA_DEVICE_ORDER = "FASTEST_FIRST" }'),
+      'phases[1] (b).env.CUDA_DEVICE_ORDER: prepare = "cuzk-config" sets this from cuzk.toml\'s GPU numbering '
+      "(PCI_BUS_ID, NVML's order); leave it out", id="env-sets-the-cuda-device-order"),
     P('[manager]\nurl = "http://127.0.0.1:9"\nlabel = "C.1"\n' + bad_phase('env = { INSTANCE_UUID = "fake" }'),
       "phases[1] (b).env.INSTANCE_UUID: the supervisor sets this from the manager's /register answer (uuid); leave "
       "it out", id="env-sets-the-managers-uuid"),

@@ -500,8 +500,10 @@ def check_set_env(plan: Plan, plugin: ConfigPlugin) -> None:
 
     def set_in(phase: PhaseSpec) -> dict[str, str]:  # variable → who sets it, and what to set instead
         made = plugin.prepare_env.get(phase.prepare, {}) if phase.prepare is not None else {}
-        return {**given, **{name: f'prepare = "{phase.prepare}" sets this from {key}; set that instead'
-                            for name, key in made.items()}}
+        # (a value computed from a key: that key is the place to set it; one that no key sets: none is)
+        return {**given, **{name: f'prepare = "{phase.prepare}" sets this from {source}; '
+                                  f'{"set that instead" if source.startswith("[") else "leave it out"}'
+                            for name, source in made.items()}}
 
     owned = [set_in(phase) for phase in plan.phases]
     for name in plan.supervisor.env:  # (it reaches every child: a phase of a prepare too)

@@ -30,14 +30,21 @@ from .fetchlines import FetchParser
 from .reasons import BENCH_FAILED
 
 CUZK_CONFIG = "cuzk-config"
+# cuzk.toml's [gpus] devices are NVML's indices (the GPU samples'), which number the GPUs in PCI bus order as
+# nvidia-smi does (and cuzk-daemon itself, asking ``nvidia-smi --query-gpu=index`` where no devices are named).
+# Each GPU worker then sets CUDA_VISIBLE_DEVICES to its index (cuzk-core engine.rs), which CUDA reads in its own
+# order, fastest first unless CUDA_DEVICE_ORDER says otherwise: on a machine of mixed GPUs, or with one left out,
+# a worker would run on another GPU than the one named (a lost one, perhaps). PCI_BUS_ID makes CUDA count as NVML.
+CUDA_DEVICE_ORDER = "PCI_BUS_ID"
 # What ``prepare = "cuzk-config"`` sets in its phase's children's environment, each from the [cuzk] key it is
-# computed from: the plugin registers them (Plugin.prepare_env), and the config refuses a phase's env that would
-# set one in its place (CUZK_BENCH_COUNT = "0" went past bench_count's bound; a CUZK_ADDR other than [cuzk]
-# listen sent the bench elsewhere than the daemon the ready probe waited for).
+# computed from (or what fixes its value): the plugin registers them (Plugin.prepare_env), and the config refuses a
+# phase's env that would set one in its place (CUZK_BENCH_COUNT = "0" went past bench_count's bound; a CUZK_ADDR
+# other than [cuzk] listen sent the bench elsewhere than the daemon the ready probe waited for).
 CUZK_CONFIG_ENV = {"CUZK_CONFIG": "[cuzk] config_path", "CUZK_ADDR": "[cuzk] listen",
                    "CURIO_CUZK_ADDRESS": "[cuzk] listen", "CUZK_STATUS_LISTEN": "[cuzk] status_listen",
                    "CUZK_BENCH_CONCURRENCY": "[cuzk] bench_concurrency", "CUZK_BENCH_COUNT": "[cuzk] bench_count",
-                   "CUZK_BENCH_C1": "[cuzk] bench_c1"}
+                   "CUZK_BENCH_C1": "[cuzk] bench_c1",
+                   "CUDA_DEVICE_ORDER": f"cuzk.toml's GPU numbering ({CUDA_DEVICE_ORDER}, NVML's order)"}
 # The parser of cuzk-bench's batch output: what reads the bench's rate (bench-done carries it).
 BENCH_PARSER = "cuzk-bench"
 
@@ -68,7 +75,8 @@ def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
                 "CURIO_CUZK_ADDRESS": address.for_curio(),
                 "CUZK_STATUS_LISTEN": cuzkconf.status_address(settings.status_listen),
                 "CUZK_BENCH_CONCURRENCY": str(generated.bench_concurrency),
-                "CUZK_BENCH_COUNT": str(settings.bench_count), "CUZK_BENCH_C1": settings.bench_c1}
+                "CUZK_BENCH_COUNT": str(settings.bench_count), "CUZK_BENCH_C1": settings.bench_c1,
+                "CUDA_DEVICE_ORDER": CUDA_DEVICE_ORDER}
 
     return write_cuzk_config
 

@@ -10,7 +10,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``, ``paramfetch``;
   ``settles``: ``cuzk-pce``, the warm-up's daemon kept until its background PCE extraction ends (hooks.py);
 - ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
-- ``prepare_env``: what ``cuzk-config`` hands its phase's children (``CUZK_ADDR``...), each from its [cuzk] key;
+- ``prepare_env``: what ``cuzk-config`` hands its phase's children (``CUZK_ADDR``...), each from its [cuzk] key
+  (``CUDA_DEVICE_ORDER`` from none: the GPU numbering cuzk.toml is written in);
   ``register_env``: ``RUNNER_ID``, from the manager's /register answer; an ``env`` may set neither there;
 - ``plan_rules``: bench-done needs cuzk-bench's parser; a [production] without [cuzk] reads curio's metrics;
   cuzk.toml is never written over the supervisor's own files or the config;

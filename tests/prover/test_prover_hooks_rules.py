@@ -50,6 +50,8 @@ def test_cuzk_config_writes_the_file_logs_it_and_tells_the_children(tmp_path: Pa
     assert env["CUZK_CONFIG"] == str(target) and env["CUZK_ADDR"] == "unix:///run/cuzk.sock"
     assert env["CURIO_CUZK_ADDRESS"] == "unix:///run/cuzk.sock"
     assert env["CUZK_STATUS_LISTEN"] == "" and int(env["CUZK_BENCH_CONCURRENCY"]) >= 1
+    # cuzk.toml names GPUs by NVML's index (PCI bus order); CUDA, told one as CUDA_VISIBLE_DEVICES, must count alike.
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     # Every variable it sets is registered (Plugin.prepare_env), so that a phase's env may not set it in its place.
     assert env.keys() == hooks.CUZK_CONFIG_ENV.keys() == PLUGIN.prepare_env[hooks.CUZK_CONFIG].keys()
     assert lines[0].startswith(f"phase cuzk: wrote {target}: budget ")

@@ -965,6 +965,21 @@ def test_a_link_too_slow_is_given_up_its_window_after_it_began_to_move(silent_s:
         assert watching.download.slow[0].startswith("31.9MiB left at 8.0KiB/s: "), watching.download.slow
 
 
+def test_a_link_that_begins_between_two_ticks_is_judged_on_its_own_rate_not_on_part_of_a_silent_tick() -> None:
+    # The data began a quarter of a tick before the first tick that saw it. Counted from the still tick before, the
+    # rate read that tick's silence as the link's (7.4 KiB/s for 8; on a loaded machine, 5.3 of a 3 s window): it is
+    # counted from the first tick that saw the data move, and the window still from the still one.
+    with _Watching("progress_deadline_s = 100\nprogress_window_s = 10\n") as watching:
+        for _ in range(3):
+            watching.tick(SETUP_WRITES, 32 * MiB, 0)
+        for second in range(1, 40):  # 8 KiB/s from 0.75 s into the first of these ticks
+            watching.tick(SETUP_WRITES + 2 * 1024 + (second - 1) * 8 * 1024, 32 * MiB, 0)
+            if watching.download.slow:
+                break
+        assert second == 10 and len(watching.download.slow) == 1, (second, watching.download.slow)
+        assert watching.download.slow[0].startswith("31.9MiB left at 8.0KiB/s: "), watching.download.slow
+
+
 def test_a_download_that_never_moves_is_ended_by_its_deadline_not_by_its_chatter() -> None:
     # Output alone (a line a second: aria2c's retries, curio's go-log) is no rate: judged as one, a link that moved
     # nothing read as a slow one. Without stall_s nothing else ends it: the deadline does, when it passes.

@@ -212,7 +212,7 @@ class ProgressWatch:
         # moved nothing, as (the link's time, which measure: "moved" or "got", its bytes); both the attempt's
         # start at first (what it moved counts from zero there).
         self._moving_since: float | None = None
-        self._last_move = self._still = (self._started, "moved", 0)
+        self._last_move = self._still = self._first_moved = (self._started, "moved", 0)
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
         self._said_deadline = False
         self._settling: Settling | None = None  # the settled walk waited for after the attempt ended well
@@ -391,19 +391,25 @@ class ProgressWatch:
     def _began(self, at: float, moved: int | None) -> None:
         """Whether the download began to move at the link's time ``at``: its movement (what the link moved, else the
         figure's growth) grew by a window's worth of MOVING_MIN_B_S since the last tick that moved less than that a
-        second. Then the rate windows count from that tick (``_moving_since``), the last with nothing moving: before
-        it, the silence of a first byte that comes late (a slow gateway, aria2c retrying its connection, a retry
-        attempt) or a line of output was no rate, and read as one, it ended a download that had not begun yet."""
+        second. Then the observation window counts from that tick (``_moving_since``), the last with nothing moving,
+        and the rate from the first tick that saw it move: before them, the silence of a first byte that comes late
+        (a slow gateway, aria2c retrying its connection, a retry attempt) or a line of output was no rate, and read
+        as one, it ended a download that had not begun yet. (The data began somewhere between the two ticks: a rate
+        counted from the still one read up to a tick's silence as the link's, a third of a 3 s window on a loaded
+        machine, 8 KiB/s read as 5.3.)"""
         kind, value = ("moved", moved) if moved is not None else ("got", self._got)
         last, self._last_move = self._last_move, (at, kind, value)
         if self._moving_since is not None:
             return
         if kind != last[1] or value - last[2] <= MOVING_MIN_B_S * (at - last[0]):  # (another measure: from here)
-            self._still = (at, kind, value)
-        elif value - self._still[2] >= MOVING_MIN_B_S * self._window.window_s:
+            self._still = self._first_moved = (at, kind, value)
+            return
+        if self._first_moved[0] == self._still[0]:
+            self._first_moved = (at, kind, value)
+        if value - self._still[2] >= MOVING_MIN_B_S * self._window.window_s:
             self._moving_since = self._still[0]
-            self._window.since(self._moving_since)
-            self._moved_window.since(self._moving_since)
+            self._window.since(self._first_moved[0])
+            self._moved_window.since(self._first_moved[0])
 
     def _moved(self, now: float, io: TreeIo | None, net: TreeMeasure | None) -> int | None:
         """What the link moved in this attempt, by the measures that count only this attempt's bytes, the thrown

@@ -285,6 +285,9 @@ XID_NAMES = {
 # nvmlDeviceGetFieldValues(h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION]) on recent drivers.
 FI_RECOVERY_ACTION = 230
 RECOVERY_ACTIONS = {0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain P2P", 4: "drain and reset"}
+# The field is the GPU's state, not the Xid's: one that needs a reset or a reboot (which no container can make) is
+# of no more use to this one, whichever Xid came first, an application's fault included.
+RECOVERY_NEEDS_RESET = frozenset({1, 2, 4})
 XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
 
 
@@ -299,7 +302,7 @@ class GpuFault:
 
     @property
     def fatal(self) -> bool:
-        return self.xid is None or self.xid not in APPLICATION_XIDS
+        return self.xid is None or self.xid not in APPLICATION_XIDS or self.recovery in RECOVERY_NEEDS_RESET
 
     def describe(self) -> str:
         """``GPU 0: Xid 79 (fallen off the bus); recovery action: node reboot``."""
@@ -308,7 +311,7 @@ class GpuFault:
             what = f"lost ({self.detail})"
         else:
             what = f"Xid {self.xid} ({XID_NAMES.get(self.xid, 'see NVIDIA Xid catalog')})"
-            if not self.fatal:
+            if self.xid in APPLICATION_XIDS:
                 what += ": an application fault, not the GPU's"
         if self.recovery is not None:
             what += f"; recovery action: {RECOVERY_ACTIONS.get(self.recovery, f'code {self.recovery}')}"

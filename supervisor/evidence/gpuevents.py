@@ -108,15 +108,20 @@ class XidWatch:
 
     def _add_recovery(self, nvml: Nvml, fault: GpuFault, call: Caller) -> None:
         """The driver's recovery action, added to ``fault`` while the loop has not taken it: it takes the faults
-        at its tick, a second apart, and the read takes milliseconds; one taken before is said without it."""
+        at its tick, a second apart, and the read takes milliseconds; one taken before is said without it, unless
+        the action makes it fatal (an application's Xid on a GPU that now needs a reset): then it is handed again."""
         handle = nvml.handles[fault.index] if fault.index is not None else None
         action = recovery_action(nvml, fault.index, handle, call)
         if action is None:
             return
+        known = replace(fault, recovery=action)
         with self._lock:
             for i, kept in enumerate(self._faults):
                 if kept is fault:
-                    self._faults[i] = replace(fault, recovery=action)
+                    self._faults[i] = known
+                    return
+        if known.fatal and not fault.fatal:
+            self.found(known)
 
     def found(self, fault: GpuFault) -> None:
         with self._lock:

@@ -9,13 +9,15 @@ lost; this module, a tick watcher on the loop, decides what that means for the p
 ``gpu_health`` is on (default: ``[supervisor] require_gpus``):
 
 - a fatal Xid (every Xid but the application faults gpu.APPLICATION_XIDS, as NVIDIA's device plugin
-  decides), a lost GPU, NVML gone: the running attempt of each such phase fails with ``gpu_fault``
+  decides, and those too where the driver's recovery action says the GPU needs a reset or a reboot), a lost
+  GPU, NVML gone: the running attempt of each such phase fails with ``gpu_fault``
   naming the GPU, the Xid and the driver's recovery action; it is never retried (policy: the machine
   needs replacing), so the lifecycle fails and the fleet protocol gives the instance up. A fault
   found while no such phase runs (the download) is kept: the next attempt of such a phase is refused before
   its child starts (``refusal``, asked by the phase as it prepares), with the verdict the tick would have
   given it a second later, its child on a GPU that is gone.
-- a non-fatal Xid (13, 31, 43, 45, 68, 109: the application's fault) is logged with its number.
+- a non-fatal Xid (13, 31, 43, 45, 68, 109: the application's fault, on a GPU that needs no reset) is logged
+  with its number.
 - NVML unresponsive (a call that has not returned) for longer than GPU_UNRESPONSIVE_FAIL_S of the running
   attempt fails it with ``gpu_unresponsive`` (its retries or restart policy then decide: each attempt gets the
   whole bound, counted from its start, or every retry of a hang older than the bound failed at its first tick);
@@ -120,7 +122,8 @@ class GpuHealth:
             line = f"{v.GPU_FAULT}: {fault.describe()}"
         else:
             line = f"GPU health: {fault.describe()} (Xid {fault.xid} logged; nothing fails)"
-        return self._repeats.note(f"{fault.index} {fault.xid}", line, f"{what} on {who}", count)
+        # (an application's Xid said as logged, then handed again with a recovery action that made it fatal: said)
+        return self._repeats.note(f"{fault.index} {fault.xid} {fault.fatal}", line, f"{what} on {who}", count)
 
     def _keep_sampling(self, wanted: bool) -> None:
         if wanted and self._release is None:

@@ -105,17 +105,56 @@ def test_a_fatal_fault_fails_the_running_gpu_phases_and_waits_for_the_next_one(c
                                                                                 gpus: Gpus) -> None:
     target = Target(("fetch", False, PhaseState.RUNNING), ("curio", True, PhaseState.PENDING))
     health = GpuHealth(target, gpus)
-    control.set(xid=[{"gpu": 0, "xid": 13}, {"gpu": 0, "xid": 48}], recovery_action=1)
+    control.set(gpus=[{}, {}], xid=[{"gpu": 1, "xid": 13}, {"gpu": 0, "xid": 48}], recovery_action={"0": 1, "1": 0})
     lines: list[str] = []
     wait_for(lambda: lines.extend(health.check(time.monotonic())) or health.fatal is not None, timeout=10)
-    assert "GPU health: GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's; recovery " \
-           "action: GPU reset (Xid 13 logged; nothing fails)" in lines, lines
+    assert "GPU health: GPU 1: Xid 13 (graphics engine exception): an application fault, not the GPU's; recovery " \
+           "action: none (Xid 13 logged; nothing fails)" in lines, lines
     assert "gpu_fault: GPU 0: Xid 48 (double-bit ECC error); recovery action: GPU reset" in lines, lines
     assert target.failed == []  # the download uses no GPU: the fault is kept
     target.phases[1].state = PhaseState.STARTING
     health.check(time.monotonic())
     assert target.failed == [("curio", "gpu_fault", "GPU 0: Xid 48 (double-bit ECC error); recovery action: GPU "
                                                     "reset; this machine needs replacing")]
+
+
+@pytest.mark.parametrize("action", [1, 2, 4])
+def test_an_application_xid_on_a_gpu_that_needs_a_reset_is_fatal(control: NvmlControl, gpus: Gpus,
+                                                                   action: int) -> None:
+    """The recovery action is the GPU's state, not the Xid's: Xid 13 on a GPU the driver says needs a reset (or a
+    reboot) was logged with "nothing fails", and curio ran on with every proof on that GPU failing."""
+    target = Target(("curio", True, PhaseState.RUNNING))
+    health = GpuHealth(target, gpus)
+    control.set(xid=[{"gpu": 0, "xid": 13}], recovery_action=action)
+    lines: list[str] = []
+    wait_for(lambda: lines.extend(health.check(time.monotonic())) or target.failed, timeout=10)
+    [(name, reason, detail)] = target.failed
+    assert (name, reason) == ("curio", "gpu_fault"), target.failed
+    assert detail.startswith("GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's; "
+                             "recovery action: "), detail
+    assert f"gpu_fault: {detail.removesuffix('; this machine needs replacing')}" in lines, lines
+
+
+def test_an_application_xid_taken_before_its_recovery_action_is_handed_again_once_that_makes_it_fatal(
+        control: NvmlControl, gpus: Gpus) -> None:
+    """The Xid is handed over before its recovery action is read (a read that may hang): a tick that took it in
+    between logged Xid 13 as nothing to fail, and the GPU reset that came after was lost with it."""
+    target = Target(("curio", True, PhaseState.RUNNING))
+    health = GpuHealth(target, gpus)
+    wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
+    control.set(xid=[{"gpu": 0, "xid": 13}], recovery_action=1, hang_s=1.5, hang_calls=["nvmlDeviceGetFieldValues"])
+    lines: list[str] = []
+    wait_for(lambda: lines.extend(health.check(time.monotonic())) or any("Xid 13" in line for line in lines),
+             timeout=10)
+    assert lines[-1] == ("GPU health: GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's "
+                         "(Xid 13 logged; nothing fails)"), lines
+    assert target.failed == []
+    wait_for(lambda: lines.extend(health.check(time.monotonic())) or target.failed, timeout=10)
+    assert target.failed == [("curio", "gpu_fault", "GPU 0: Xid 13 (graphics engine exception): an application "
+                                                    "fault, not the GPU's; recovery action: GPU reset; this machine "
+                                                    "needs replacing")], target.failed
+    assert lines[-1] == ("gpu_fault: GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's; "
+                         "recovery action: GPU reset"), lines
 
 
 def test_a_fatal_fault_refuses_the_next_attempt_of_a_gpu_phase_before_it_starts(control: NvmlControl,

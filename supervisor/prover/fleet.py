@@ -90,9 +90,12 @@ def fleet_settings(plan: Plan) -> FleetSettings:
 
 
 def check_runner_id(value: Any) -> str | None:
-    """A whole number in 0..RUNNER_ID_MAX, or ASCII digits of one; None or absent: no runner id."""
+    """A whole number in 0..RUNNER_ID_MAX, or ASCII digits of one; None or absent: no runner id. A JSON number
+    written with a point (``7.0``, a manager whose number is a float) is the whole number it is."""
     if value is None or value == "":
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise AnswerError(f"runner_id is not a whole number: {answered(value)}")
     if isinstance(value, str):

@@ -367,7 +367,9 @@ def test_attach_adds_the_fleet_protocol_to_the_reporting_and_nothing_without_a_m
 
 
 @pytest.mark.parametrize(("runner_id", "kept"), [(7, "7"), (0, "0"), ("12", "12"), (None, None), ("", None),
-                                                 (RUNNER_ID_MAX, str(RUNNER_ID_MAX))])
+                                                 (RUNNER_ID_MAX, str(RUNNER_ID_MAX)),
+                                                 # (a manager's float: refused as "not a whole number", every retry)
+                                                 (7.0, "7"), (-0.0, "0")])
 def test_a_runner_id_is_a_whole_number_or_none(runner_id: Any, kept: str | None) -> None:
     assert check_runner_id(runner_id) == kept
     assert register_answer({"uuid": "u-1", "runner_id": runner_id}, {RUNNER_ID: check_runner_id}).fields == \
@@ -378,7 +380,8 @@ def test_an_absent_runner_id_is_none() -> None:
     assert register_answer({"uuid": "u-1"}, {RUNNER_ID: check_runner_id}) == Identity("u-1", {RUNNER_ID: None})
 
 
-@pytest.mark.parametrize("runner_id", [True, False, 1.5, float("nan"), -1, RUNNER_ID_MAX + 1, "NaN", "1e3", "-1",
+@pytest.mark.parametrize("runner_id", [True, False, 1.5, float("nan"), float("inf"), -1.0, float(RUNNER_ID_MAX + 1),
+                                       -1, RUNNER_ID_MAX + 1, "NaN", "1e3", "7.0", "-1",
                                        "١٢", " 7", "7\n", "9" * 30, [7], {"id": 7}])
 def test_an_unusable_runner_id_is_refused(runner_id: Any) -> None:
     with pytest.raises(AnswerError) as info:

@@ -583,6 +583,60 @@ def test_outbox_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
     assert Outbox(path).pending() == 1  # the clean one is a real database
 
 
+@pytest.mark.parametrize(("sql", "said"), [
+    ("CREATE TABLE calls (x INTEGER);", "calls has no column id, kind, payload, created, state, attempts"),
+    ("CREATE TABLE facts (k TEXT, v TEXT);", "facts has no column key, value"),
+])
+def test_an_outbox_of_foreign_tables_is_moved_aside(tmp_path: Path, sql: str, said: str) -> None:
+    # Its integrity check passed, and every query failed on the missing column, at every start: manager reporting
+    # off ("it could not start"), or each call failed by the sender's bug rule.
+    path = tmp_path / "outbox.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(sql)
+    box = Outbox(path)
+    assert box.corrupt_note is not None and said in box.corrupt_note and "moved to" in box.corrupt_note, \
+        box.corrupt_note
+    assert len(list(tmp_path.glob("outbox.sqlite3.corrupt-*"))) == 1
+    call_id = box.add("register", {"label": "C.1"})
+    assert [c.id for c in _drain(box)] == [call_id]
+    box.close()
+
+
+def test_a_pending_call_that_is_unreadable_is_failed_in_one_line_and_the_next_one_comes(tmp_path: Path) -> None:
+    # A payload that was no JSON (a row another program wrote) raised in the sender thread at every start: one
+    # internal error, and no call was delivered after it, for ever.
+    path = tmp_path / "outbox.sqlite3"
+    box = Outbox(path)
+    bad, kept = box.add("param-done", {}), box.add("running", {"ok": 1})
+    box.close()
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE calls SET payload = '{not json' WHERE id = ?", (bad,))
+    notes: list[str] = []
+    box = Outbox(path, notes.append)
+    assert box.pending() == 2
+    call = box.next_pending()
+    assert call is not None and (call.id, call.kind, call.payload) == (kept, "running", {"ok": 1})
+    assert notes == [f"outbox: call {bad} ('param-done') is unreadable (its payload is no JSON object, or a field "
+                     "is of the wrong type); failed, not sent"], notes
+    assert box.pending() == 1 and box.pending_calls("param-done") == []
+    box.close()
+
+
+def test_an_own_from_fact_that_is_no_call_id_takes_the_calls_so_far_for_another_instances(tmp_path: Path) -> None:
+    # int() of it raised as the outbox opened: manager reporting off for the whole run, at every start.
+    path = tmp_path / "outbox.sqlite3"
+    box = Outbox(path)
+    box.delivered(box.add("register", {"label": "C.1"}), {"uuid": "u-old"})
+    box.put(outbox_mod.OWN_FROM, "x")
+    box.close()
+    notes: list[str] = []
+    box = Outbox(path, notes.append)
+    assert notes == ["outbox: its own_from fact 'x' is no call id; the calls so far are taken for another "
+                     "instance's"], notes
+    assert box.delivered_answer("register") is None  # (the instance registers again: the manager's is idempotent)
+    box.close()
+
+
 class _ReadFailsAtCheck:
     """A connection to the outbox file whose integrity check fails as a passing read error does (a full disk, an
     I/O error: not SQLITE_CORRUPT); everything else goes to the real connection."""

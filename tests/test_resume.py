@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -154,11 +155,29 @@ def test_a_corrupt_status_json_means_a_clean_start(sup: Runner, kind: str) -> No
     assert isinstance(state, dict) and state["lifecycle"]["state"] == "stopped"
 
 
-def test_a_corrupt_outbox_is_moved_aside_and_the_run_goes_on(sup: Runner) -> None:
+def _foreign_outbox(path: Path, sql: str) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(sql)
+
+
+# Each a file the outbox could not use: manager reporting was turned off at start ("it could not start"), or
+# every call was failed by the sender's bug rule, and the phases ran without the manager knowing.
+OUTBOXES = {
+    "not-a-database": lambda path: path.write_bytes(b"this is not a database\x00\xff" * 100),
+    "calls-of-another-program": lambda path: _foreign_outbox(path, "CREATE TABLE calls (x INTEGER);"),
+    "calls-without-response": lambda path: _foreign_outbox(
+        path, "CREATE TABLE calls (id INTEGER PRIMARY KEY, kind TEXT, payload TEXT, created REAL, state TEXT, "
+              "attempts INTEGER, finished REAL, last_error TEXT);"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OUTBOXES))
+def test_a_corrupt_outbox_is_moved_aside_and_the_run_goes_on(sup: Runner, kind: str) -> None:
     mgr = dev_manager(quiet=True).start()
     try:
         sup.state_dir.mkdir()
-        (sup.state_dir / "outbox.sqlite3").write_bytes(b"this is not a database\x00\xff" * 100)
+        OUTBOXES[kind](sup.state_dir / "outbox.sqlite3")
+        before = (sup.state_dir / "outbox.sqlite3").read_bytes()
         config = sup.write(f"""
             [manager]
             url = {toml_str(mgr.url)}
@@ -175,7 +194,7 @@ def test_a_corrupt_outbox_is_moved_aside_and_the_run_goes_on(sup: Runner) -> Non
         said = [line for line in result.output.splitlines() if "was unreadable" in line]
         assert len(said) == 1 and "moved to" in said[0] and "starting clean" in said[0], result.output
         aside = list(sup.state_dir.glob("outbox.sqlite3.corrupt-*"))
-        assert len(aside) == 1 and aside[0].read_bytes().startswith(b"this is not a database")
+        assert len(aside) == 1 and aside[0].read_bytes() == before
         assert history(mgr) == ["registered", "params_done"]
     finally:
         mgr.stop()

@@ -79,8 +79,13 @@ INSERT_ROW = f"INSERT OR REPLACE INTO calls ({', '.join(CALL_COLUMNS)}) VALUES (
 Note = Log  # where the outbox says what it found (the supervisor's log)
 
 
+class ForeignTables(sqlite3.DatabaseError):
+    """A database whose tables are not the outbox's (another program's file, an older layout): damage too, for
+    every query on it would fail, and for ever (its calls table without a state column failed each call)."""
+
+
 def is_corruption(exc: sqlite3.Error) -> bool:
-    return str(getattr(exc, "sqlite_errorname", "")).startswith(CORRUPTION)
+    return isinstance(exc, ForeignTables) or str(getattr(exc, "sqlite_errorname", "")).startswith(CORRUPTION)
 
 
 def describe(exc: sqlite3.Error) -> str:
@@ -110,7 +115,14 @@ class Outbox:
         self._file_usable = True  # False: a damaged file that could not be moved aside
         self._closed = False
         self._open()
-        self._own_from = int(self.get(OWN_FROM) or 0)  # calls below this id were another instance's (begin_anew)
+        self._own_from = 0  # calls below this id were another instance's (begin_anew)
+        own_from = self.get(OWN_FROM)
+        if own_from is not None and own_from.isascii() and own_from.isdigit():
+            self._own_from = int(own_from)
+        elif own_from is not None:  # (written by something else): nothing delivered so far is known to be ours
+            self._note(f"outbox: its {OWN_FROM} fact {own_from[:40]!r} is no call id; the calls so far are taken "
+                       "for another instance's")
+            self.begin_anew()
 
     # ------------------------------------------------------------ opening, checking, salvaging
 
@@ -139,6 +151,7 @@ class Outbox:
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
         try:
+            _check_tables(db)  # (first: a file that is not the outbox's is moved aside as it was, not made WAL)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(SCHEMA)
@@ -324,9 +337,23 @@ class Outbox:
     def _first_pending(self, where: str, params: tuple[Any, ...]) -> Call | None:
         # Through _read like every query: a file that cannot be read falls back to memory, never
         # raises into the sender thread.
-        row = self._read_one("SELECT id, kind, payload, created, attempts FROM calls "
-                             f"WHERE state = 'pending'{where} ORDER BY id LIMIT 1", params)
-        return None if row is None else Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
+        while True:
+            row = self._read_one("SELECT id, kind, payload, created, attempts FROM calls "
+                                 f"WHERE state = 'pending'{where} ORDER BY id LIMIT 1", params)
+            if row is None:
+                return None
+            call = self._usable(row)
+            if call is not None:
+                return call
+
+    def _usable(self, row: tuple[Any, ...]) -> Call | None:
+        """The pending row's call; one that is none is failed, said in one line, and never asked again."""
+        call = call_of(tuple(row))
+        if call is None:
+            self._note(f"outbox: call {row[0]!r} ({str(row[1])[:40]!r}) is unreadable (its payload is no JSON "
+                       "object, or a field is of the wrong type); failed, not sent")
+            self._finish(row[0], "failed", "unreadable: not a call this outbox wrote", None)
+        return call
 
     def attempted(self, call_id: int, error: str) -> None:
         with self._lock:
@@ -420,13 +447,13 @@ class Outbox:
     def _pending_where(self, where: str, params: tuple[Any, ...]) -> list[Call]:
         rows = self._read("SELECT id, kind, payload, created, attempts FROM calls "
                           f"WHERE state = 'pending'{where} ORDER BY id", params)
-        return [Call(row[0], row[1], json.loads(row[2]), row[3], row[4]) for row in rows]
+        return [call for call in map(self._usable, rows) if call is not None]
 
     def delivered_answer(self, kind: str) -> Any:
         """The manager's answer to this instance's last delivered call of this kind; None if none was delivered."""
         row = self._read_one("SELECT response FROM calls WHERE kind = ? AND state = 'delivered' AND id >= ? "
                              "ORDER BY id DESC LIMIT 1", (kind, self._own_from))
-        return None if row is None else json.loads(row[0] or "null") or {}
+        return None if row is None else _loads(row[0] or "null") or {}
 
     def last_delivered_of(self, kinds: Collection[str]) -> Call | None:
         """This instance's latest delivered call of any of ``kinds`` (each kind's last one is kept, whatever its
@@ -436,13 +463,14 @@ class Outbox:
         row = self._read_one("SELECT id, kind, payload, created, attempts FROM calls WHERE state = 'delivered' "
                              f"AND kind IN ({', '.join('?' * len(kinds))}) AND id >= ? ORDER BY id DESC LIMIT 1",
                              (*kinds, self._own_from))
-        return None if row is None else Call(row[0], row[1], json.loads(row[2]), row[3], row[4])
+        return None if row is None else call_of(tuple(row))
 
     def delivered_payloads(self, kind: str, limit: int) -> list[dict[str, Any]]:
         """The payloads of this instance's latest ``limit`` delivered calls of ``kind``, oldest first."""
         sql = ("SELECT payload FROM calls WHERE kind = ? AND state = 'delivered' AND id >= ? "
                "ORDER BY id DESC LIMIT ?")
-        return [json.loads(row[0]) for row in reversed(self._read(sql, (kind, self._own_from, limit)))]
+        payloads = [_loads(row[0]) for row in reversed(self._read(sql, (kind, self._own_from, limit)))]
+        return [payload for payload in payloads if isinstance(payload, dict)]
 
     def history(self, limit: int = 50, without: str = "") -> list[dict[str, Any]]:
         """The latest ``limit`` calls (but those of kind ``without``), oldest first, payload and answer as stored."""
@@ -500,6 +528,41 @@ def read_what_is_readable(db: sqlite3.Connection) -> tuple[list[tuple[Any, ...]]
             for row in db.execute(f"SELECT key, value FROM facts NOT INDEXED ORDER BY rowid {order}"):
                 facts[row[0]] = tuple(row)
     return [calls[k] for k in sorted(calls)], list(facts.values())
+
+
+# The columns each of the outbox's tables must have (a table not there yet is made by SCHEMA).
+TABLE_COLUMNS = {"calls": CALL_COLUMNS, "facts": ("key", "value")}
+
+
+def _check_tables(db: sqlite3.Connection) -> None:
+    """ForeignTables where a table of the outbox's name lacks one of its columns."""
+    for table, columns in TABLE_COLUMNS.items():
+        found = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        missing = [column for column in columns if column not in found]
+        if found and missing:
+            raise ForeignTables(f"not the outbox's tables: {table} has no column {', '.join(missing)}")
+
+
+def call_of(row: tuple[Any, ...]) -> Call | None:
+    """A call from its row (id, kind, payload, created, attempts); None where the row is none (a payload that is
+    not a JSON object, a kind that is no text: a file another program wrote into)."""
+    call_id, kind, payload, created, attempts = row
+    try:
+        value = json.loads(payload) if isinstance(payload, str) else None
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not isinstance(kind, str) or not isinstance(call_id, int) \
+            or isinstance(created, bool) or not isinstance(created, int | float) or not isinstance(attempts, int):
+        return None
+    return Call(call_id, kind, value, float(created), attempts)
+
+
+def _loads(text: Any) -> Any:
+    """A stored JSON value; None where it is none."""
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def _close_quietly(db: sqlite3.Connection) -> None:

@@ -378,6 +378,27 @@ def test_without_proc_the_start_says_so_in_one_line(sup: Runner) -> None:
     assert not marker.exists()
 
 
+@needs_unshare
+def test_as_pid_1_on_another_namespaces_proc_the_start_says_so_in_one_line(sup: Runner) -> None:
+    # unshare --pid --fork without --mount-proc: the supervisor (pid 1) read the host's /proc, signalled host pids
+    # it could not reach, named them survivors of SIGKILL, "killed 51 leftover process(es)" of the host's at its
+    # exit, and left its own children running. Nothing can be supervised there: one line, exit 2, nothing started.
+    marker = sup.tmp / "ran"
+    config = sup.write(f"""
+        [[phases]]
+        name = "a"
+        command = ["touch", "{marker}"]
+        """)
+    result = subprocess.run(["unshare", "--pid", "--fork", *sup.argv(config)], capture_output=True, text=True,
+                            timeout=60, cwd=REPO, env=sup.env())
+    assert result.returncode == 2, result.stdout + result.stderr
+    line = result.stderr.splitlines()[-1]
+    assert re.fullmatch(r"prover-supervisor: /proc is another PID namespace's \(its /proc/self is pid \d+; this "
+                        r"process is pid 1\): every process tree would be read there; mount this PID namespace's "
+                        r"/proc \(unshare --mount-proc; docker run mounts one\)", line), result.stderr
+    assert not marker.exists() and not sup.state_dir.exists()
+
+
 # ---------------------------------------------------------------- signals before main, and the other commands
 
 MASK_AT_IMPORT = """\

@@ -33,7 +33,7 @@ from ..engine.logs import Console, LogFile, SupervisorLog, open_to_append
 from ..engine.loop import EventLoop
 from ..engine.reaping import ExitStatus, Reaper, claim_init_role, protect_from_oom_killer
 from ..engine.signals import SignalInbox, SignalRouter, last_words_to, signal_name
-from ..engine.trees import STATE_DIR_ENV, kill_cgroup
+from ..engine.trees import STATE_DIR_ENV, foreign_proc, kill_cgroup
 from ..evidence.gpuwatch import Gpus
 from ..evidence.memory import MemoryEvidence
 from ..lifecycle import resume
@@ -139,6 +139,10 @@ def setting_up(host: Host, what: str, step: Callable[[], T]) -> T:
 
 
 def take_the_lock(plan: Plan) -> int:
+    foreign = foreign_proc()  # (before anything is made: nothing of the run may start on a process table not ours)
+    if foreign is not None:
+        raise SetupError(f"{foreign}: every process tree would be read there; mount this PID namespace's /proc "
+                         "(unshare --mount-proc; docker run mounts one)")
     try:
         prepare_dirs(plan)
         return take_lock(plan.supervisor.state_dir)

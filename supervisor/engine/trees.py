@@ -212,6 +212,20 @@ def own_pid_namespace() -> int:
     return pid_namespace_of("self") or 0
 
 
+def foreign_proc() -> str | None:
+    """Why the /proc here is not this process's PID namespace's (None: it is, or it cannot be told: none mounted is
+    the start-up sweep's to say). Every tree, stop and sweep reads it: a supervisor made PID 1 by ``unshare --pid
+    --fork`` without ``--mount-proc`` read the host's, signalled pids it could not reach, named them survivors,
+    and left its own children running."""
+    try:
+        seen = os.readlink("/proc/self")
+    except OSError:
+        return None
+    if is_ascii_digits(seen) and int(seen) != os.getpid():
+        return f"/proc is another PID namespace's (its /proc/self is pid {seen}; this process is pid {os.getpid()})"
+    return None
+
+
 def of_another_pid_namespace(ns: object) -> bool:
     """Whether ``ns``, a PID namespace a supervisor recorded (its pointer's, its status.json's), is another than
     ours: its pids say nothing of this process table. One not recorded (an older supervisor's) is taken for ours."""

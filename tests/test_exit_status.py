@@ -415,6 +415,22 @@ def test_directory_as_command_is_126(sup: Runner) -> None:
     assert result.returncode == 126, result.output
     assert not marker
     assert " reason=spawn_failed " in verdict
+    assert f"{sup.tmp}: is a directory" in verdict, verdict  # (not "permission denied (not executable)")
+
+
+def test_a_program_on_a_noexec_mount_says_so(sup: Runner, tmpfs: Callable[[Path, str], Path]) -> None:
+    # "permission denied (not executable)" sent the operator to chmod a file already rwx, on a volume mounted noexec.
+    where = tmpfs(sup.tmp / "vol", "1m")
+    remount = subprocess.run(["mount", "-o", "remount,noexec", str(where)], capture_output=True, text=True)
+    if remount.returncode != 0:
+        pytest.skip(f"cannot remount a tmpfs noexec: {remount.stderr.strip()}")
+    script = where / "fetch-params"
+    script.write_text("#!/bin/sh\necho should not run\n")
+    script.chmod(0o755)
+    result, verdict, marker = _spawn_failure(sup, [str(script)])
+    assert result.returncode == 126, result.output
+    assert not marker
+    assert f"{script}: permission denied (on a filesystem mounted noexec)" in verdict, verdict
 
 
 def test_exec_format_error_is_126(sup: Runner) -> None:

@@ -36,6 +36,7 @@ import itertools
 import os
 import select
 import signal
+import stat
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -317,6 +318,24 @@ def _missing_interpreter(places: Sequence[str]) -> str | None:
     return None
 
 
+def _why_denied(places: Sequence[str], cwd: str | None) -> str:
+    """Why an exec was refused (EACCES) where the program was found: "not executable" sent the reader to chmod a
+    file already rwx on a volume mounted noexec, or a directory."""
+    for place in places:
+        path = os.path.join(cwd or "", place)  # (a relative path is the child's, from its working directory)
+        try:
+            mode = os.stat(path).st_mode
+            noexec = bool(os.statvfs(path).f_flag & os.ST_NOEXEC)
+        except OSError:
+            continue
+        if stat.S_ISDIR(mode):
+            return "is a directory"
+        if mode & 0o111 and noexec:
+            return "permission denied (on a filesystem mounted noexec)"
+        break
+    return "permission denied (not executable)"
+
+
 def _failure(program: str, places: Sequence[str], cwd: str | None, report: bytes) -> SpawnError:
     """The SpawnError a child's report stands for: what a shell would print and exit with."""
     stage, _, rest = report.decode(errors="replace").partition(" ")
@@ -336,7 +355,7 @@ def _failure(program: str, places: Sequence[str], cwd: str | None, report: bytes
                 return SpawnError(126, f"{program}: {interpreter}")
             return SpawnError(127, f"{program}: command not found")
         if code in (errno.EACCES, errno.EPERM):
-            return SpawnError(126, f"{program}: permission denied (not executable)")
+            return SpawnError(126, f"{program}: {_why_denied(places, cwd)}")
         return SpawnError(126, f"{program}: cannot execute: {text}")
     return SpawnError(126, f"{program}: could not set the child up (cgroup?): {text}")
 

@@ -1208,6 +1208,19 @@ def test_variable_expansion_everywhere() -> None:
     assert daemon.env["PORT"] == "9821"
 
 
+def test_a_default_reads_as_a_plain_string_does() -> None:
+    # "$$" in a default reached the child as "$$" (a plain string's gives "$"), and "$${" in one was refused
+    # as no reference: a default is text like any, with only a reference within it refused.
+    command = '["echo", "${A:-p$$w}", "${A:-a$${b}", "${A:-$$$}", "p$$w", "${A:-$${B}"]'
+    plan = parse(MINIMAL.replace('["true"]', command), {})
+    assert plan.phases[0].command.command == ("echo", "p$w", "a${b", "$$", "p$w", "${B")
+    assert parse(MINIMAL.replace('["true"]', '["echo", "${A:-p$$w}"]'), {"A": "set"}).phases[0].command.command == (
+        "echo", "set")
+    assert parse_error(MINIMAL.replace('["true"]', '["echo", "${A:-$$${B}}"]')) == (
+        "test.toml: phases[0] (p).command[1]: '${A:-$$${B}}' is not a ${NAME} or ${NAME:-default} reference (write "
+        "$$ for a literal $, $${ for a shell's own ${)")
+
+
 def test_expanded_values_are_not_expanded_again() -> None:
     plan = parse(MINIMAL.replace('["true"]', '["echo", "${A}"]'), {"A": "${B}"})
     assert plan.phases[0].command.command == ("echo", "${B}")

@@ -15,7 +15,7 @@ import re
 import socket
 import stat
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -251,8 +251,10 @@ def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
         if match.group(0) == "$$":
             return "$"
         name, default = match.group(1), match.group(2)
-        if name is None or (default is not None and "${" in default):  # (no reference within a default either)
+        if name is None:
             _not_a_reference(value, match.start(), where)
+        if default is not None:  # read as any text is: "$$" is "$"; a "${" (a reference within it) is refused
+            default = _plain(default, lambda at: _not_a_reference(value, match.start(), where))
         # As a shell's (and docker compose's) ${VAR:-default}: the default stands for a variable unset or empty
         # (a template's empty field, -e CUZK_BENCH_BIN=, ran `exec ""` and gave the instance up).
         if environ.get(name):
@@ -267,9 +269,14 @@ def _substitute(value: str, where: str, environ: Mapping[str, str]) -> str:
     # No ${VAR} ends after the last "}", so only "$$" is left to undo there. Cutting the text at it keeps this
     # linear: an unterminated "${X:-" would otherwise be scanned to the end again from every "$" before it.
     end = value.rfind("}") + 1
-    tail = re.sub(r"\$\$|\$\{", lambda m: "$" if m.group(0) == "$$" else _not_a_reference(value, end + m.start(),
-                                                                                         where), value[end:])
+    tail = _plain(value[end:], lambda at: _not_a_reference(value, end + at, where))
     return _VAR_RE.sub(one, value[:end]) + tail
+
+
+def _plain(text: str, refuse: Callable[[int], NoReturn]) -> str:
+    """``text``, holding no "}" (so no reference), with each "$$" made "$"; ``refuse`` is called with the place
+    of a "${" in it (the only other thing a "$" may begin)."""
+    return re.sub(r"\$\$|\$\{", lambda m: "$" if m.group(0) == "$$" else refuse(m.start()), text)
 
 
 def _not_a_reference(value: str, at: int, where: str) -> NoReturn:

@@ -500,6 +500,13 @@ BAD_CONFIGS = [
       id="restart-window-on-a-oneshot"),
     P(bad_phase('memory_max = "1GiB"\nmin_memory = "2GiB"'), "phases[1] (b).min_memory: 2.0GiB is above memory_max "
       "1.0GiB: the phase could never start", id="min-memory-above-memory-max"),
+    # The phase's own cgroup is made only with cgroups = "auto": with "off" or "shared" its limit was never set,
+    # said at run time while the phase allocated past it (with "auto" that stays the host's to decide)
+    P('[supervisor]\ncgroups = "off"\n' + bad_phase('memory_max = "1GiB"'), 'phases[1] (b).memory_max: not with '
+      'supervisor.cgroups = "off" (it is the limit of the phase\'s own cgroup, which only cgroups = "auto" makes)',
+      id="memory-max-with-cgroups-off"),
+    P('[supervisor]\ncgroups = "shared"\n' + bad_phase('memory_max = "1GiB"'), 'phases[1] (b).memory_max: not '
+      'with supervisor.cgroups = "shared"', id="memory-max-with-cgroups-shared"),
     P(MARK_PHASE + '\n[[phases]]\nname = "supervisor"\ncommand = ["true"]\n', "phases[1] (supervisor): "
       "supervisor/supervisor's output would go to supervisor.log, the file of the supervisor's own lines",
       id="phase-named-like-the-supervisors-log"),
@@ -1550,3 +1557,13 @@ def test_min_memory_equal_to_memory_max_is_taken() -> None:
     # Only above it could the phase never start (the bad-config table); all it may have is all it needs.
     phase = parse('[[phases]]\nname = "a"\ncommand = ["true"]\nmin_memory = "1GiB"\nmemory_max = "1GiB"\n').phases[0]
     assert phase.min_memory == phase.memory_max == 1 << 30
+
+
+def test_memory_max_is_taken_where_a_phase_cgroup_may_be_made() -> None:
+    # cgroups = "auto" (the default) makes the phase's own cgroup where the host allows: whether it does is known
+    # only at run time, which says so when it cannot (the bad-config table has "off" and "shared").
+    phase = '[[phases]]\nname = "a"\ncommand = ["true"]\nmemory_max = "1GiB"\n'
+    for body in (phase, '[supervisor]\ncgroups = "auto"\n' + phase):
+        assert parse(body).phases[0].memory_max == 1 << 30
+    assert parse('[supervisor]\ncgroups = "off"\n[[phases]]\nname = "a"\ncommand = ["true"]\n').supervisor.cgroups == \
+        "off"

@@ -35,6 +35,7 @@ from .tables import (
     check_kept_daemons,
     check_kind_keys,
     check_log_names,
+    check_memory_max_applies,
     check_memory_order,
     check_needed_keys,
     check_ports,
@@ -374,6 +375,7 @@ def _phase(table: Any, where: str, sup: SupervisorSpec, phase_keys: Mapping[str,
     check_progress_keys(v, where)
     check_backoff_order(v, where)
     check_memory_order(v, where)
+    check_memory_max_applies(v, where, sup.cgroups)
     daemons = _daemons(v, where, sup, daemon_keys, places["daemon"])
     check_kept_daemons(v, daemons, where)
     check_settle(v, daemons, where)

@@ -399,6 +399,15 @@ def check_memory_order(v: Mapping[str, Any], where: str) -> None:
                           f"{fmt_bytes(v['memory_max'])}: the phase could never start")
 
 
+def check_memory_max_applies(v: Mapping[str, Any], where: str, cgroups: str) -> None:
+    """memory_max is the limit of the phase's own cgroup, which only cgroups = "auto" makes: with "off" or "shared"
+    it was never set (said at run time, while the phase allocated past it). With "auto" the host decides, at run
+    time (which says so where it cannot be made)."""
+    if v["memory_max"] is not None and cgroups != "auto":
+        raise ConfigError(f'{where}.memory_max: not with supervisor.cgroups = "{cgroups}" (it is the limit of the '
+                          'phase\'s own cgroup, which only cgroups = "auto" makes)')
+
+
 def check_daemon_name(daemon: Mapping[str, Any], phase: str, where: str) -> None:
     """A daemon's label is phase/name: named like its phase, it could not be told from the phase's command."""
     if daemon["name"] == phase:

@@ -97,6 +97,24 @@ def test_a_key_read_whole_from_a_variable_is_noted_with_it() -> None:
     assert dict(plan.env_keys) == {"supervisor.require_gpus": "GPUS", "phases[0] (fetch).progress_total": "TOTAL"}
 
 
+def test_a_phase_named_from_a_variable_keeps_the_hint_of_its_keys() -> None:
+    # The places were noted by the name as written ("${N:-a}", no valid name: "phases[0]"), the refusal named
+    # them by the name it gives ("phases[0] (a)"): the "(from $VAR)" the docs promise was lost.
+    body = ('[[phases]]\nname = "${N:-a}"\ncommand = ["true"]\nretries = "${R:--1}"\n'
+            '[[phases.daemons]]\nname = "${D:-d}"\ncommand = ["true"]\n')
+    assert refused(body) == "t.toml: phases[0] (a).retries: must be >= 0, got -1 (from $R)"
+    assert refused(body, {"N": "b"}) == "t.toml: phases[0] (b).retries: must be >= 0, got -1 (from $R)"
+    daemon = body.replace('retries = "${R:--1}"', 'kind = "service"') + 'ready = "/r"\nready_timeout_s = "${T:-0}"\n'
+    assert refused(daemon) == "t.toml: phases[0] (a).daemons[0] (d).ready_timeout_s: must be > 0 seconds, got 0 " \
+        "(from $T)"
+    plan = parse_plan(body.replace("-1", "2"), "t.toml", {"N": "b"})
+    assert dict(plan.env_keys) == {"phases[0] (b).name": "N", "phases[0] (b).retries": "R",
+                                   "phases[0] (b).daemons[0] (d).name": "D"}
+    # A name that cannot be expanded is refused at its plain place, as before.
+    assert refused('[[phases]]\nname = "${N}"\ncommand = ["true"]\n') == (
+        "t.toml: phases[0].name: ${N} is not set in the environment (give a default: ${N:-…})")
+
+
 def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     """Windows editors save UTF-8 with a BOM: TOML's parser called it "Invalid statement (at line 1, column 1)"
     of a line that read `[supervisor]`."""

@@ -237,8 +237,22 @@ def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[s
         return {_key(k, where): _expand(v, join_key(where, k), environ, env_keys, depth + 1)
                 for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, named(f"{where}[{i}]", v), environ, env_keys, depth + 1) for i, v in enumerate(value)]
+        return [_expand(v, _named_expanded(f"{where}[{i}]", v, environ), environ, env_keys, depth + 1)
+                for i, v in enumerate(value)]
     return value
+
+
+def _named_expanded(where: str, table: Any, environ: Mapping[str, str]) -> str:
+    """An array's table as errors will name it: by its name as expanded (``name = "${N:-a}"`` is ``(a)``), as
+    the plan's rules name it, so that a place noted in ``env_keys`` is the one its refusal begins with. A name
+    that does not expand is its own error, at the plain place, when the table is expanded."""
+    name = table.get("name") if isinstance(table, dict) else None
+    if not isinstance(name, str):
+        return where
+    try:
+        return named(where, {"name": _substitute(name, where, environ)})
+    except ConfigError:
+        return where
 
 
 def _key(key: str, where: str) -> str:

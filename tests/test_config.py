@@ -204,6 +204,9 @@ BAD_CONFIGS = [
     P(bad_phase('restart = "always"', kind="oneshot"), "phases[1] (b).restart:", id="restart-on-explicit-oneshot"),
     P(bad_phase("retries = 1", kind="service"), "phases[1] (b).retries:", id="retries-on-service"),
     P(bad_phase("timeout_s = 10", kind="service"), "phases[1] (b).timeout_s:", id="timeout-on-service"),
+    # (a service that once ended cleanly was resumed as done at every later start, and never started again)
+    P(bad_phase('resume = "machine"', kind="service"), 'phases[1] (b).resume: only for kind = "oneshot" (a service '
+      "is there to stay up: one resumed as done would never start again)", id="resume-on-service"),
     P(bad_phase('ready = "tcp://127.0.0.1:80"'), "phases[1] (b).ready:", id="ready-on-oneshot"),
     P(bad_phase("retries = -1"), "phases[1] (b).retries:", id="negative-retries"),
     P(bad_phase("retries = true"), "phases[1] (b).retries:", id="bool-retries"),

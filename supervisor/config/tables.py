@@ -322,6 +322,9 @@ def check_kind_keys(v: Mapping[str, Any], where: str, given: Collection[str] = (
             raise ConfigError(f"{where}.settle: only for kind = \"oneshot\" (a service's daemons live as long as it)")
         if v["timeout_s"] is not None:
             raise ConfigError(f"{where}.timeout_s: only for kind = \"oneshot\" (a service runs until stopped)")
+        if v["resume"] not in (None, "no"):  # (one that once ended cleanly was skipped at every later start)
+            raise ConfigError(f"{where}.resume: only for kind = \"oneshot\" (a service is there to stay up: one "
+                              "resumed as done would never start again)")
 
 
 # A key that bounds or tunes what another key turns on, and means nothing without it: (the key, whether what it needs

@@ -659,6 +659,23 @@ def test_e2e_daemon_log_file_name(sup: Runner) -> None:
     assert re.search(rf"^{CLOCK} \[ph/ph\] command out$", res.output, flags=re.M)
 
 
+def test_e2e_console_false_keeps_the_supervisors_own_lines(sup: Runner) -> None:
+    """``console = false`` leaves the children's lines out of stdout, not the supervisor's own: its verdict and exit
+    status are all `docker logs` has (a bug hunter's run: nothing at all on stdout, the verdict in supervisor.log
+    alone)."""
+    config = sup.write(sup.header(extra="console = false") + textwrap.dedent("""
+        [[phases]]
+        name = "p"
+        command = ["sh", "-c", "echo boom; exit 3"]
+    """), header=False)
+    res = sup.run(config, timeout=30)
+    assert res.returncode == 3, res.output
+    assert "[p/p]" not in res.output, res.output
+    assert re.search(rf"^{CLOCK} \[supervisor\] FAILED: ", res.output, flags=re.M), res.output
+    assert re.search(rf"^{CLOCK} \[supervisor\] exiting with status 3$", res.output, flags=re.M), res.output
+    assert (sup.log_dir / "p.log").read_bytes() == b"boom\n"
+
+
 def test_e2e_the_log_file_glues_no_line_of_one_stream_or_attempt_to_another(sup: Runner) -> None:
     """A child's stdout line left open (block-buffered output ends anywhere), a stderr line after it, and a last line
     that a crash left unended, in two attempts: each waits until the supervisor wrote its bytes, so the order in the

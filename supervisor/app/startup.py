@@ -201,7 +201,7 @@ def take_lock(state_dir: str) -> int:
 def become_init(plan: Plan, console_fd: int | None, started_at: float) -> Host:
     role = claim_init_role()
     oom, child_oom_score_adj = protect_from_oom_killer()
-    console = Console(console_fd, enabled=plan.supervisor.console, roll_at=plan.supervisor.log_file_max_bytes)
+    console = Console(console_fd, children=plan.supervisor.console, roll_at=plan.supervisor.log_file_max_bytes)
     log_dir = Path(plan.supervisor.log_dir)
     log_file = LogFile(log_dir / state_files.SUPERVISOR_LOG, plan.supervisor.log_file_max_bytes)
     early_lines = EarlyLines()  # from the first line on: the manager gets them once the uuid is known

@@ -1,18 +1,17 @@
 """Output: the console, and child bytes → line splitter → console, per-child file, ring of last lines.
 
 The console is the supervisor's stdout, written by a thread of its own (``Console``) so that the loop never
-blocks on it. Every line for the terminal (the children's, prefixed with their label, and the supervisor's
-own) is queued there and written with writev from a bounded backlog: a terminal that cannot keep up costs
-lines (the next write says how many), never a blocked loop or a blocked child. The supervisor's own lines
-get a little more room than the children's. A console that is lost (closed, EPIPE, a full disk) is said
-once and costs console lines only: the log files keep everything.
+blocks on it. Every line for the terminal (the children's, prefixed with their label, unless ``console =
+false``; the supervisor's own, in ``supervisor.log`` too) is queued there and written with writev from a
+bounded backlog: a terminal that cannot keep up costs lines (the next write says how many), never a blocked
+loop or a blocked child; the supervisor's own lines get a little more room. A console that is lost (closed,
+EPIPE, a full disk) is said once and costs console lines only: the log files keep everything.
 
 Children write into pipes that the loop drains as fast as they fill, so a child is never blocked by a slow
 consumer beyond the pipe buffer; the per-child file receives the exact bytes (secrets masked), but for a
 line that one stream or an earlier attempt left open, ended there before another's bytes; the ring keeps
 the last lines for failure reports. A lone ``\r`` ends a line as ``\n`` does (progress readouts), and a
-10 MB line without either is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded. The
-supervisor's own lines go to the console and ``supervisor.log`` (``SupervisorLog``).
+10 MB line without either is cut into pieces of ``MAX_LINE_BYTES``, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -114,7 +113,7 @@ class Console:
     word is counted with the next that is said, or at the close.
     """
 
-    def __init__(self, fd: int | None = None, enabled: bool = True, roll_at: int = 0) -> None:
+    def __init__(self, fd: int | None = None, enabled: bool = True, roll_at: int = 0, children: bool = True) -> None:
         self.lost: str | None = None  # why console lines are lost, while they are
         self.notify: Log = to_stderr  # hears of a loss after the start (become_init: the log)
         if fd is None:
@@ -124,6 +123,7 @@ class Console:
                 self.lost = "stdout is closed"
         self._fd = fd if fd is not None else -1
         self._enabled = enabled and self.lost is None
+        self._children = children  # the children's lines too (``console = false``: the supervisor's own only)
         self._roll_at = roll_at if roll_at > 0 and self._enabled and _regular_file(self._fd) else 0
         self._queue: deque[bytes] = deque()
         self._queued = 0
@@ -149,7 +149,7 @@ class Console:
     def put(self, *parts: bytes, own: bool = False) -> None:
         """Queue the parts of one write (kept apart: the writer hands them to writev, never joined here);
         ``own`` marks the supervisor's own lines, kept a little longer."""
-        if not self._enabled or self._for_good:
+        if not self._enabled or self._for_good or not (own or self._children):
             return
         size = sum(map(len, parts))
         if not size:

@@ -373,6 +373,44 @@ def test_a_console_said_to_drain_while_it_still_drops_never_undercounts(monkeypa
     assert notes and sum(counted) == sum(map(int, notes)), (said, notes)
 
 
+def test_lines_stdout_never_took_before_the_close_gave_up_are_counted() -> None:
+    # stdout stops draining (``run | sleep 25``): the close waits its timeout, then leaves the writer stuck in its
+    # write to the exit. The lines queued, and those of the stuck batch not yet written, never reach stdout, and
+    # nothing said so (a bug hunter's run: ~106k of ~476k lines went uncounted).
+    r, w = os.pipe()
+    console = Console(fd=w)
+    said: list[str] = []
+    console.notify = said.append
+    hung, real_write = threading.Event(), console._write_rolling
+    calls: list[list[bytes]] = []
+
+    def write(chunks: list[bytes]) -> OSError | None:
+        calls.append(chunks)
+        if len(calls) > 1:
+            return real_write(chunks)
+        first = real_write([chunks[0][:9]])  # "line 1\nli": a line and a half reach stdout, then it takes no more
+        assert first is None and hung.wait(WAIT_S)
+        return real_write([chunks[0][9:], *chunks[1:]])
+
+    console._write_rolling = write  # type: ignore[method-assign]
+    try:
+        console.put(b"line 1\nline 2\n", b"line 3\n")
+        assert wait_for(lambda: calls, timeout=WAIT_S)  # the writer took that batch, and is stuck in its write
+        for i in range(100):
+            console.put(b"queued %d\n" % i)
+        started = time.monotonic()
+        console.close(timeout=0.5)
+        assert time.monotonic() - started < 0.5 + WAIT_S / 2
+    finally:
+        hung.set()
+        console._thread.join(WAIT_S)
+        os.close(w)
+        out = os.read(r, 1 << 20)
+        os.close(r)
+    assert said == ["console: 102 line(s) never reached stdout: it did not drain within 0.5s"], said
+    assert out.count(b"\n") == 103  # (the writer let go: everything, the stuck batch first)
+
+
 def test_console_passes_everything_when_the_reader_keeps_up() -> None:
     r, w = os.pipe()
     out = bytearray()

@@ -102,16 +102,14 @@ def to_stderr(message: str) -> None:
 class Console:
     """Writes to the supervisor's stdout from a thread, never blocking the loop.
 
-    A lost console costs console lines, never the run: stdout closed at start (``run >&-``), no
-    thread to write it, or a write that fails (EPIPE: the reader is gone; ENOSPC: ``/dev/full``)
-    make it ``lost``, said once through ``notify`` (startup.py's become_init: supervisor.log, which keeps the
-    supervisor's own lines). A reader that is gone or an fd that is closed never comes back; any
-    other failure is tried again after RETRY_WRITE_S, and said when it works again. A console that takes
-    lines slower than they come drops them past CONSOLE_BACKLOG_BYTES: counted on the console itself once it
-    drains, and said through ``notify`` too (at most every CONSOLE_SLOW_SAY_S), since a reader that never
-    reads never sees its own note. Every dropped line is counted there: a stretch within a minute of the last
-    word is counted with the next that is said, or at the close.
-    """
+    A lost console costs console lines, never the run: stdout closed at start (``run >&-``), no thread to write it, or
+    a write that fails (EPIPE: the reader is gone; ENOSPC: ``/dev/full``) make it ``lost``, said once through
+    ``notify`` (startup.py's become_init: supervisor.log, which keeps the supervisor's own lines). A reader that is
+    gone or an fd that is closed never comes back; any other failure is tried again after RETRY_WRITE_S, and said when
+    it works again. A console that takes lines slower than they come drops them past CONSOLE_BACKLOG_BYTES: counted on
+    the console itself once it drains, and through ``notify`` too (at most every CONSOLE_SLOW_SAY_S), since a reader
+    that never reads never sees its own note. Every dropped line is counted there: a stretch within a minute of the
+    last word with the next that is said, or at the close, as are the lines stdout never took."""
 
     def __init__(self, fd: int | None = None, enabled: bool = True, roll_at: int = 0, children: bool = True) -> None:
         self.lost: str | None = None  # why console lines are lost, while they are
@@ -136,6 +134,8 @@ class Console:
         self._slow_said_at: float | None = None  # (monotonic) when dropping was last said through notify
         self._slow_open = False  # dropping was said, its drain not yet
         self._slow_lines = 0  # dropped and not yet counted through notify: told when it drains, or at the close
+        self._batch: list[bytes] = []  # what the writer writes now, and how many of its bytes a write returned: the
+        self._batch_done = 0  # rest is counted at a close that stdout leaves it stuck (the stuck write's bytes too)
         self._thread = threading.Thread(target=self._write_forever, name="console", daemon=True)
         if self._enabled:
             try:
@@ -180,9 +180,9 @@ class Console:
                     self._cond.wait()
                 if not self._queue:
                     return
-                chunks = list(self._queue)
+                chunks = self._batch = list(self._queue)
                 self._queue.clear()
-                self._queued = 0
+                self._queued = self._batch_done = 0
                 dropped, self._dropped = self._dropped, 0
             if self.lost is not None and (self._for_good or time.monotonic() < self._retry_at):
                 self._lost_lines += sum(c.count(b"\n") for c in chunks) + dropped
@@ -258,6 +258,7 @@ class Console:
         while pending:
             try:
                 written = os.writev(self._fd, pending[:IOV_MAX])
+                self._batch_done += written
             except BlockingIOError:
                 time.sleep(0.01)
                 continue
@@ -303,7 +304,7 @@ class Console:
             self.notify(message)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Flush what is queued (up to ``timeout``) and stop the writer."""
+        """Flush what is queued (up to ``timeout``) and stop the writer; what it could not write is counted."""
         if not self._enabled:
             return
         with self._cond:
@@ -312,8 +313,13 @@ class Console:
         self._thread.join(timeout)
         with self._cond:
             uncounted, self._slow_lines = self._slow_lines, 0
+            # A writer still stuck (stdout not read: ``run | sleep``) is left to the exit: its lines never reach stdout.
+            unwritten = 0 if not self._thread.is_alive() else (
+                sum(c.count(b"\n") for c in self._queue) + b"".join(self._batch)[self._batch_done:].count(b"\n"))
         if uncounted:  # (dropped in a stretch not said, or one that never drained)
             self._say(f"console: {uncounted} line(s) were dropped there since the last count")
+        if unwritten:
+            self._say(f"console: {unwritten} line(s) never reached stdout: it did not drain within {timeout:.1f}s")
 
 
 # ---------------------------------------------------------------- the log files
@@ -322,12 +328,11 @@ class LineSplitter:
     """Bytes in, complete lines out; a line longer than ``max_line`` comes out in pieces.
 
     ``\n`` ends a line, and so does a lone ``\r``: a progress readout that redraws itself in place
-    (``\r 40%``, ``\r 41%``, ...) gives a line per redraw, not one line when 64 KiB have piled up.
-    Between two ``\n``, each non-empty stretch that a ``\r`` ends is a line; the stretch the ``\n``
-    ends is one too unless it is empty after such lines. So ``\r\n`` is one line end, a run of
-    ``\r`` makes no empty lines, and a line of nothing but ``\r`` is one empty line (as a terminal
-    shows it). Lines never hold a ``\r``. Where the reads were cut never changes the lines.
-    """
+    (``\r 40%``, ``\r 41%``, ...) gives a line per redraw, not one line when 64 KiB have piled up. Between two ``\n``,
+    each non-empty stretch that a ``\r`` ends is a line; the stretch the ``\n`` ends is one too unless it is empty
+    after such lines. So ``\r\n`` is one line end, a run of ``\r`` makes no empty lines, and a line of nothing but
+    ``\r`` is one empty line (as a terminal shows it). Lines never hold a ``\r``. Where the reads were cut never
+    changes the lines."""
 
     def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
         self._partial = b""
@@ -359,9 +364,8 @@ class LineSplitter:
 
     @staticmethod
     def _split_cr(data: bytes) -> list[bytes] | None:
-        """The pieces of ``data`` split at its line ends when each of them is CR LF or LF (a CR LF
-        text split in C, no pass per line: bytes.replace of CR LF costs twice as much); None when it
-        holds a lone \r, a redraw."""
+        """The pieces of ``data`` split at its line ends when each of them is CR LF or LF (a CR LF text split in C, no
+        pass per line: bytes.replace of CR LF costs twice as much); None when it holds a lone \r, a redraw."""
         pieces = data.split(b"\r\n")
         rest = b"".join(pieces)
         if b"\r" not in rest:
@@ -411,12 +415,10 @@ class LineSplitter:
 class LogFile:
     """An append-only file that rolls over to ``<name>.1`` once it exceeds ``max_bytes``.
 
-    A full or failing disk costs log lines, never supervision: every write, roll and
-    close contains its ``OSError``, says once that the file cannot be written, drops
-    what comes while it cannot (counting the bytes), tries again every
-    ``RETRY_WRITE_S``, and says when it works again. Writes go straight to the file
-    descriptor (no userspace buffer): nothing is left over to fail again at close.
-    """
+    A full or failing disk costs log lines, never supervision: every write, roll and close contains its ``OSError``,
+    says once that the file cannot be written, drops what comes while it cannot (counting the bytes), tries again every
+    ``RETRY_WRITE_S``, and says when it works again. Writes go straight to the file descriptor (no userspace buffer):
+    nothing is left over to fail again at close."""
 
     EARLIER = "\0earlier"  # whose line the file ends inside when a writer before this one left it open
 
@@ -492,9 +494,8 @@ class LogFile:
             raise
 
     def keep_on_this_file(self, fd: int) -> None:
-        """``fd`` (another writer's, opened on ``path``: a fatal fault's last words) is moved onto the new file at
-        each roll: the old one becomes ``.1`` and, at the next roll, is deleted, and what is written to it then
-        is lost."""
+        """``fd`` (another writer's, opened on ``path``: a fatal fault's last words) is moved onto the new file at each
+        roll: the old one becomes ``.1`` and, at the next roll, is deleted, and what is written to it then is lost."""
         self._kept_on.append(fd)
 
     def ours_from(self) -> int | None:
@@ -551,10 +552,9 @@ Reader = Callable[[list[bytes]], None]  # a reader of a child's output lines, be
 class ChildOutput:
     """Everything one child prints, fanned out to the console, its file and its ring.
 
-    Each pipe's bytes are masked first, as they enter (redact.SecretStream, which may hold back the
-    end of a read until it knows it is no secret), then split into lines: every reader downstream,
-    the file included, gets bytes already masked, and a line cut at 64 KiB cannot cut a secret.
-    """
+    Each pipe's bytes are masked first, as they enter (redact.SecretStream, which may hold back the end of a read until
+    it knows it is no secret), then split into lines: every reader downstream, the file included, gets bytes already
+    masked, and a line cut at 64 KiB cannot cut a secret."""
 
     def __init__(self, label: str, console: Console, file: LogFile, ring_lines: int,
                  redactor: Redactor | None = None, readers: Sequence[Reader] = (),

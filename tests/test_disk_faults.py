@@ -66,8 +66,34 @@ def test_logfile_on_a_full_disk_says_once_drops_and_says_when_it_works_again(
     assert lost > 0
     log.close()
     content = (disk / "c.log").read_bytes()
-    assert content.startswith(b"before\n") and content.endswith(b"after\n")
-    assert len(content) + lost == len(b"before\n") + 50 * 1001 + len(b"after\n")
+    assert content.startswith(b"before\n") and content.endswith(b"x\nafter\n")
+    # (+1: the disk cut a line, ended before "after", which begins a line of its own)
+    assert len(content) + lost == len(b"before\n") + 50 * 1001 + len(b"after\n") + 1
+
+
+def test_a_line_a_full_disk_cut_is_ended_before_the_next_one(
+        tmp_path: Path, tmpfs: Callable[[Path, str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The disk fills in the middle of a line: its rest is lost, and the first line written once the disk has room
+    # again began on that cut line (a bug hunter's p.log: "xxxx...xxxline 54 of p", the next line glued on).
+    disk = tmpfs(tmp_path / "logs", "64k")
+    monkeypatch.setattr(logs, "RETRY_WRITE_S", 0.0)
+    notes: list[str] = []
+    log = LogFile(disk / "c.log", 0, notes.append)
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * 30_000)
+    line, sent = b"x" * 999 + b"\n", 0
+    while not notes:  # (1000 does not divide what is left: the disk fills inside a line)
+        log.write(line)
+        sent += 1
+    assert not (disk / "c.log").read_bytes().endswith(b"\n")  # a line cut, and the file ends inside it
+    filler.unlink()
+    log.write(b"after\n")
+    log.close()
+    assert len(notes) == 2 and "works again" in notes[1], notes
+    lost = int(re.search(r"(\d+) byte\(s\) of output were lost", notes[1]).group(1))  # type: ignore[union-attr]
+    lines = (disk / "c.log").read_bytes().split(b"\n")
+    assert lines[-2:] == [b"after", b""] and set(lines[-3]) == {ord("x")} and len(lines[-3]) < 999, lines[-3:]
+    assert (disk / "c.log").stat().st_size + lost == sent * 1000 + len(b"after\n") + 1  # (+ the cut line's end)
 
 
 def test_logfile_close_and_roll_on_a_full_disk_never_raise(tmp_path: Path,

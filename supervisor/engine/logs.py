@@ -420,14 +420,14 @@ class LogFile:
     ``RETRY_WRITE_S``, and says when it works again. Writes go straight to the file descriptor (no userspace buffer):
     nothing is left over to fail again at close."""
 
-    EARLIER = "\0earlier"  # whose line the file ends inside when a writer before this one left it open
+    CUT = "\0cut"  # whose line the file ends in when none of ours goes on with it: an earlier writer's, a cut one
 
     def __init__(self, path: Path, max_bytes: int, notify: Log | None = None) -> None:
         self.path = path
         self._max = max_bytes
         self._fd: int | None = None
         self._size = 0
-        self._open_line: str | None = None  # whose line the file ends inside (a stream's, EARLIER's), None: none
+        self._open_line: str | None = None  # whose line the file ends inside (a stream's, CUT's), None: none
         # Whoever hears of a failure (the supervisor's log); stderr until told otherwise.
         self.notify: Log = notify or to_stderr
         self._lock = threading.Lock()  # the outbox thread logs through the supervisor's file too
@@ -439,8 +439,7 @@ class LogFile:
 
     def write(self, data: bytes, stream: str = "") -> None:
         """``stream``: whose bytes (a child's stdout, its stderr): a line one left open is ended before another's."""
-        note = self.write_unsaid(data, stream)
-        if note:
+        if note := self.write_unsaid(data, stream):
             self.notify(note)
 
     def write_unsaid(self, data: bytes, stream: str = "") -> str | None:
@@ -458,7 +457,7 @@ class LogFile:
             return self._recovered()
 
     def _append(self, data: bytes, stream: str) -> None:
-        done = 0  # bytes of ``data`` written
+        done, given = 0, len(data)  # bytes of ``data`` written, and the caller's (a line's end put first is ours)
         try:
             if self._fd is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -469,13 +468,12 @@ class LogFile:
                     if self._size:  # an attempt before this one may have died inside a line: ours begins on a new one
                         with contextlib.suppress(OSError), open(f"/proc/self/fd/{self._fd}", "rb", 0) as before:
                             last = os.pread(before.fileno(), 1, self._size - 1)
-                            self._open_line = None if last == b"\n" else self.EARLIER
+                            self._open_line = None if last == b"\n" else self.CUT
             if self._open_line is not None and self._open_line != stream:
                 data = b"\n" + data  # as on the console, no line holds two streams' bytes (nor two attempts')
             parts: list[bytes | None] = [data]  # None: roll over there
             if self._max and self._size + len(data) > self._max and self._size:
-                # Rolled at a line's end: a line under way (a child's block-buffered output ends anywhere) is
-                # finished in the old file first, where this write ends it.
+                # Rolled at a line's end: a line under way (block-buffered output ends anywhere) ends in the old file.
                 end = data.find(b"\n") + 1 if self._open_line is not None else 0
                 parts = [data[:end], None, data[end:]]
             for part in parts:
@@ -489,8 +487,10 @@ class LogFile:
                     done += written
                     view = view[written:]
             self._open_line = None if data.endswith(b"\n") else stream
-        except OSError:
-            self._lost += len(data) - done  # what did not make it (a write cut short by a full disk: its rest)
+        except OSError:  # a write cut short (a full disk): its rest is lost, and so the rest of the line it ends in
+            self._lost += min(given, len(data) - done)
+            cut = data[done - 1:done] != b"\n" if done else self._open_line is not None
+            self._open_line = self.CUT if cut else None  # (ended before the next bytes, the same stream's too)
             raise
 
     def keep_on_this_file(self, fd: int) -> None:

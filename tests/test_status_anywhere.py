@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import textwrap
 from pathlib import Path
 
 from helpers import PY, REPO, Runner, clean_env, needs_unshare, sh, wait_for
@@ -159,8 +160,8 @@ def test_a_bare_status_finds_the_running_supervisor_whatever_its_state_dir(sup: 
     assert "`status --config FILE` or `status --state-dir DIR`" in text, text
 
 
-def test_a_pointer_left_by_a_dead_supervisor_is_named_not_followed(sup: Runner, tmp_path: Path) -> None:
-    runtime = {RUNTIME_DIR_ENV: str(tmp_path / "run")}
+def killed_with_a_pointer(sup: Runner, runtime: dict[str, str]) -> subprocess.Popen[str]:
+    """A supervisor of its own state_dir, SIGKILLed while its service runs: its pointer and the service stay."""
     config = sup.write(f"""
         [[phases]]
         name = "serve"
@@ -168,11 +169,10 @@ def test_a_pointer_left_by_a_dead_supervisor_is_named_not_followed(sup: Runner, 
         command = {sh("exec sleep 1000")}
         """)
     proc = sup.start(config, env=runtime)
-    pointer = tmp_path / "run" / "current"
-    wait_for(pointer.exists, 30)
+    pointer = Path(runtime[RUNTIME_DIR_ENV]) / "current"
+    wait_for(lambda: pointer.exists() and status_cli("--json", "--state-dir", str(sup.state_dir))[0] == 0, 30)
     proc.kill()  # SIGKILL: nothing runs after it, the pointer stays
     proc.wait(10)
-    sup.cleanup()
     os.environ[RUNTIME_DIR_ENV], saved = runtime[RUNTIME_DIR_ENV], os.environ[RUNTIME_DIR_ENV]
     try:
         assert pointer_path() == pointer
@@ -180,10 +180,79 @@ def test_a_pointer_left_by_a_dead_supervisor_is_named_not_followed(sup: Runner, 
         assert found is not None and found.pid == proc.pid and not found.live and found.state_dir == sup.state_dir
     finally:
         os.environ[RUNTIME_DIR_ENV] = saved
+    return proc
+
+
+def in_the_profile_dir(sup: Runner, profile: Path, body: str) -> Path:
+    """A config whose state_dir is the built-in profile's (``$SUPERVISOR_STATE_DIR``)."""
+    return sup.write(f"""
+        [supervisor]
+        state_dir = "{profile}"
+        log_dir = "{sup.tmp / "profile-logs"}"
+        stop_grace_s = 2
+        """ + textwrap.dedent(body), header=False, name="profile.toml")
+
+
+def test_a_pointer_left_by_a_dead_supervisor_is_followed_to_what_it_left(sup: Runner, tmp_path: Path) -> None:
+    """The last supervisor started here was SIGKILLed: a bare status tells its story (gone, and the service it left
+    running), not the older, finished one of the built-in profile's state_dir, which it names."""
+    profile = tmp_path / "profile-state"
+    runtime = {RUNTIME_DIR_ENV: str(tmp_path / "run"), "SUPERVISOR_STATE_DIR": str(profile)}
+    earlier = sup.run(in_the_profile_dir(sup, profile, f"""
+        [[phases]]
+        name = "hello"
+        command = {sh("echo hello")}
+        """), env=runtime)
+    assert earlier.returncode == 0 and (profile / "status.json").exists(), earlier.output
+    proc = killed_with_a_pointer(sup, runtime)
+    try:
+        rc, text = status_cli(env=runtime)
+        assert rc == 3, text
+        assert text.startswith(f"GONE: supervisor pid {proc.pid} is not running"), text
+        assert "1 process(es) it started still alive" in text and "(serve/serve)" in text, text
+        assert (f"also: this is state_dir {sup.state_dir}, of the last supervisor started here (pid {proc.pid}, not "
+                f"running); another supervisor's saved state is in the built-in profile's state_dir {profile}: "
+                f"`status --state-dir {profile}`") in text, text
+        rc, out = status_cli("--json", env=runtime)
+        snap = json.loads(out)
+        assert rc == 3 and snap["supervisor"] == "gone" and snap["pid"] == proc.pid, out
+        assert [s["name"] for s in snap["survivors"]] == ["sleep"], out
+        assert snap["see_also"]["state_dir"] == str(profile), out
+    finally:
+        sup.cleanup()
+
+
+def test_a_pointer_left_by_a_dead_supervisor_is_named_beside_one_that_runs(sup: Runner, tmp_path: Path) -> None:
+    """A supervisor started before it still runs in the built-in profile's state_dir: that one is shown, and the
+    dead one named, with where to look."""
+    profile = tmp_path / "profile-state"
+    runtime = {RUNTIME_DIR_ENV: str(tmp_path / "run"), "SUPERVISOR_STATE_DIR": str(profile)}
+    proc = killed_with_a_pointer(sup, runtime)
+    sup.cleanup()
+    # (a pointer of its own: started before the dead one, whose pointer took the place of its)
+    running = sup.start(in_the_profile_dir(sup, profile, f"""
+        [[phases]]
+        name = "web"
+        kind = "service"
+        command = {sh("exec sleep 1000")}
+        """), env={**runtime, RUNTIME_DIR_ENV: str(tmp_path / "before")})
+    try:
+        wait_for(lambda: status_cli("--json", "--state-dir", str(profile))[0] == 0, 30)
+        rc, text = status_cli(env=runtime)
+        assert rc == 0 and text.startswith("running: web up"), text
+        said = (f"the last supervisor started here (pid {proc.pid}, not running) had state_dir {sup.state_dir}: "
+                f"`status --state-dir {sup.state_dir}`")
+        assert f"\nalso: {said}\n" in text, text
+        rc, out = status_cli("--json", env=runtime)
+        assert rc == 0 and json.loads(out)["see_also"] == {"state_dir": str(sup.state_dir), "pid": proc.pid,
+                                                           "why": said}, out
+    finally:
+        running.send_signal(signal.SIGTERM)
+        running.communicate(timeout=60)
+    # Nothing saved in the profile's state_dir, nothing running there: the dead one is followed, nothing else named.
+    (profile / "status.json").unlink()
     rc, text = status_cli(env=runtime)
-    assert rc == 3, text
-    assert f"(pid {proc.pid}, not running) had state_dir {sup.state_dir}" in text, text
-    assert f"`status --state-dir {sup.state_dir}`" in text, text
+    assert rc == 3 and text.startswith(f"GONE: supervisor pid {proc.pid}") and "\nalso:" not in text, text
 
 
 def test_a_relative_runtime_dir_writes_no_pointer_and_says_so(sup: Runner) -> None:

@@ -59,6 +59,7 @@ from ..text.stdio import STDERR, flush_last, keep_std_fds_open, say
 if TYPE_CHECKING:
     from ..devmanager.server import DevExtension, DevManager
     from ..plugin import Plugin, RunSwitch
+    from ..status.command import SeeAlso
 
 PROG = "prover-supervisor"
 CONFIG_VARIABLE = "SUPERVISOR_CONFIG"  # the config file, where --config names none
@@ -339,19 +340,19 @@ def show_status(args: argparse.Namespace) -> int:
         raise ConfigError("--watch redraws the text; --json is one answer for machines: not both")
     if args.state_dir is not None and args.config is not None:
         raise ConfigError("--state-dir names the state to show, --config a config to read it from: not both")
-    hint = ""
+    hint, see_also = "", None
     if args.state_dir is not None:  # (an empty one, "$UNSET", is refused: never another supervisor shown)
         state_dir = Path(check_state_dir(args.state_dir, "--state-dir"))
     elif config_path(args) is not None:
         state_dir = Path(load_state_dir(config_path(args), plugin()))
     else:  # bare: the running supervisor, whatever its state_dir (status/file.py), else the profile's
-        state_dir, hint = bare_status_dir(lambda: Path(load_state_dir(None, plugin())))
+        state_dir, hint, see_also = bare_status_dir(lambda: Path(load_state_dir(None, plugin())))
     if _is_no_directory(state_dir):  # (a file: nothing could ever be found in it)
         where = "--state-dir" if args.state_dir is not None else "supervisor.state_dir"
         raise ConfigError(f"{where}: {shown(str(state_dir), PATH_CHARS, bare=True)} is not a directory")
     if args.watch:
-        return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint)
-    return show(state_dir, args.json, hint)
+        return watch(state_dir, args.interval or WATCH_INTERVAL_S, hint, see_also)
+    return show(state_dir, args.json, hint, see_also)
 
 
 def _is_no_directory(path: Path) -> bool:
@@ -362,26 +363,39 @@ def _is_no_directory(path: Path) -> bool:
         return False
 
 
-def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str]:
-    """Where a bare ``status`` looks: the state_dir of the live supervisor the pointer names, else the built-in
-    profile's; and what to add when nothing is found there (a supervisor may run with a state_dir of its own).
-    The profile is read only where no supervisor runs, and of it only its state_dir."""
-    from ..status.file import pointed
+def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str, SeeAlso | None]:
+    """Where a bare ``status`` looks, what to add when nothing is found there, and the other state_dir to name
+    beside whatever is shown.
+
+    The live supervisor the pointer names, else the built-in profile's state_dir (read only then, and of it only its
+    state_dir). A pointer left by a supervisor that is not running (a SIGKILL) names the last one started here: its
+    state is the story (it is gone, and what it started may still run), unless a supervisor answers in the
+    profile's state_dir (one started before it, still running). Either way the other state_dir is named."""
+    from ..state import files as state_files
+    from ..status.command import SeeAlso
+    from ..status.file import pointed, takes_connections
     from ..text.show import PATH_CHARS, shown
 
     found = pointed()
     if found is not None and found.live:
-        return found.state_dir, ""
+        return found.state_dir, "", None
     profile_dir = profile_state_dir()
-    if found is not None and found.state_dir != profile_dir:
-        # (a pid of another PID namespace, a container's, may belong to a live supervisor that does not answer)
-        who = f"pid {found.pid} of another PID namespace, not answering" if found.elsewhere else \
-            f"pid {found.pid}, not running"
-        named = shown(str(found.state_dir), PATH_CHARS, bare=True)  # (quoted where it has a space or an ESC)
-        return profile_dir, (f"; the last supervisor started here ({who}) had state_dir {named}: "
-                             f"`status --state-dir {named}`")
-    return profile_dir, ("; one started with a state_dir of its own is found with `status --config FILE` or "
-                         "`status --state-dir DIR`")
+    if found is None or found.state_dir == profile_dir:
+        return profile_dir, ("; one started with a state_dir of its own is found with `status --config FILE` or "
+                             "`status --state-dir DIR`"), None
+    # (a pid of another PID namespace, a container's, may belong to a live supervisor that does not answer)
+    who = f"pid {found.pid} of another PID namespace, not answering" if found.elsewhere else \
+        f"pid {found.pid}, not running"
+    last = f"the last supervisor started here ({who}) had state_dir"
+    saved_there = os.path.lexists(state_files.path(found.state_dir, state_files.STATUS_FILE))
+    if saved_there and not takes_connections(str(state_files.path(profile_dir, state_files.STATUS_SOCKET))):
+        here = f"{shown(str(found.state_dir), PATH_CHARS, bare=True)}, of the last supervisor started here ({who})"
+        profile_saved = os.path.lexists(state_files.path(profile_dir, state_files.STATUS_FILE))
+        return (found.state_dir, f"; it is the state_dir {here}",
+                SeeAlso(profile_dir, f"this is state_dir {here}; another supervisor's saved state is in the "
+                        "built-in profile's state_dir") if profile_saved else None)
+    named = SeeAlso(found.state_dir, last, found.pid)
+    return profile_dir, f"; {named.said()}", named
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..engine.logs import LineSplitter
 from ..engine.trees import is_live_supervisor, left_alive_by, of_another_pid_namespace
@@ -48,6 +49,23 @@ WATCH_INTERVAL_MAX_S = 86400.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 # How much of the end of a child's log file is read for its last lines (a saved snapshot's child).
 LOG_TAIL_BYTES = 16 * 1024
+
+@dataclass(frozen=True)
+class SeeAlso:
+    """Another state_dir than the one a bare ``status`` shows, where a supervisor of this machine left its state
+    (app/cli.py bare_status_dir): said under the story (``also: …``), in ``--json`` as ``see_also``."""
+
+    state_dir: Path
+    who: str  # whose it is: "the last supervisor started here (pid 4242, not running) had state_dir"
+    pid: int | None = None  # that supervisor's, where known
+
+    def said(self) -> str:
+        named = shown(str(self.state_dir), PATH_CHARS, bare=True)  # (quoted where it has a space or an ESC)
+        return f"{self.who} {named}: `status --state-dir {named}`"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state_dir": str(self.state_dir), "pid": self.pid, "why": self.said()}
+
 
 def found(state_dir: Path) -> tuple[Snapshot | None, bool, str | None]:
     """(the snapshot, whether it is live, why there is none): the socket's answer, else status.json with
@@ -127,14 +145,16 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
     return Fate(GONE, gone_since=snap.written_at, survivors=survivors)
 
 
-def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
+def show(state_dir: Path, as_json: bool, hint: str = "", see_also: SeeAlso | None = None) -> int:
     """One answer: the text (or JSON) and the exit status (0 a supervisor answers, 3 none does, 1 we may not
-    ask). ``hint`` is added where nothing is found (where else to look)."""
+    ask). ``hint`` is added where nothing is found (where else to look); ``see_also`` to every answer."""
+    also = {"see_also": see_also.to_json()} if see_also is not None else {}
     try:
         snap, live, why = found(state_dir)
     except NotYoursToAsk as exc:  # no answer that none runs: say we could not ask, and why
         say(json.dumps({"running": None, "live": False, "supervisor": None, "survivors": [],
-                        "state_dir": str(state_dir), "why": str(exc)}, indent=2) if as_json else str(exc))
+                        "state_dir": str(state_dir), "why": str(exc), **also}, indent=2) if as_json else
+            str(exc) + _also_line(see_also))
         return EXIT_FAILURE
     if snap is None:
         socket_path = state_files.path(state_dir, state_files.STATUS_SOCKET)
@@ -142,26 +162,30 @@ def show(state_dir: Path, as_json: bool, hint: str = "") -> int:
                 f"and no saved state: {why}{hint}")
         # --json is for machines: JSON whatever the answer, never a sentence they must parse.
         say(json.dumps({"running": False, "live": False, "supervisor": None, "survivors": [],
-                        "state_dir": str(state_dir), "why": said}, indent=2) if as_json else said)
+                        "state_dir": str(state_dir), "why": said, **also}, indent=2) if as_json else said)
         return EXIT_NOT_RUNNING
     if as_json:
-        say(json.dumps({"running": live, "live": live, **snap.to_json()}, indent=2, default=str))
+        say(json.dumps({"running": live, "live": live, **snap.to_json(), **also}, indent=2, default=str))
     else:
-        say(render(snap, live))
+        say(render(snap, live, also=see_also.said() if see_also is not None else ""))
     return EXIT_OK if live else EXIT_NOT_RUNNING
 
 
-def watch(state_dir: Path, interval: float, hint: str = "") -> int:
+def _also_line(see_also: SeeAlso | None) -> str:
+    return f"\nalso: {see_also.said()}" if see_also is not None else ""
+
+
+def watch(state_dir: Path, interval: float, hint: str = "", see_also: SeeAlso | None = None) -> int:
     """Redraw the text every ``interval`` seconds until Ctrl-C (exit 0)."""
     terminal = os.isatty(STDOUT)  # the fd, not sys.stdout: that is None when stdout came closed (>&-)
     try:
         while True:
             try:
                 snap, live, why = found(state_dir)
-                text = render(snap, live) if snap is not None else \
-                    f"no prover-supervisor is running, no saved state: {why}{hint}"
+                text = render(snap, live, also=see_also.said() if see_also is not None else "") \
+                    if snap is not None else f"no prover-supervisor is running, no saved state: {why}{hint}"
             except NotYoursToAsk as exc:
-                text = str(exc)
+                text = str(exc) + _also_line(see_also)
             footer = f"(status --watch, {time.strftime('%H:%M:%S')}, every {interval:g}s; Ctrl-C ends)"
             say(f"{CLEAR_SCREEN if terminal else ''}{text}\n{footer}" + ("" if terminal else "\n"))
             if lost(STDOUT):  # the reader went away (a closed pipe): nobody is watching

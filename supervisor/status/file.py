@@ -18,7 +18,8 @@ directory every process of the machine (or container) agrees on: ``$PROVER_SUPER
 no pointer. It names the supervisor's pid, its PID namespace and start time, state_dir and socket, and is
 removed at the exit, only while it still names this supervisor (a later one may have taken it over). A pointer
 whose pid is no live supervisor (or one started at another time: the pid was given to another process since) and
-whose socket takes no connection (a SIGKILL left it) is not followed, only named, for its saved state. A pid of
+whose socket takes no connection (a SIGKILL left it) is not live: a bare status shows its saved state, or names it
+beside a supervisor that answers in the built-in profile's state_dir (app/cli.py bare_status_dir). A pid of
 another PID namespace (a container's supervisor is pid 1 of its own, and /run may be the host's) says nothing
 here: such a supervisor is live only by its socket. With several supervisors on one machine it names the last one
 started; the others are found with ``--state-dir``.
@@ -204,11 +205,11 @@ def pointed() -> Pointer | None:
     started = found.get("pid_start")  # (None where it wrote none, an older supervisor: its command line decides)
     if not isinstance(started, int) or isinstance(started, bool):
         started = None
-    live = (not elsewhere and is_live_supervisor(pid, started)) or _takes_connections(found.get("socket"))
+    live = (not elsewhere and is_live_supervisor(pid, started)) or takes_connections(found.get("socket"))
     return Pointer(pid, Path(state_dir), live, elsewhere)
 
 
-def _takes_connections(path: object) -> bool:
+def takes_connections(path: object) -> bool:
     """Something listens on the status socket ``path``: a supervisor runs there, whatever its PID namespace (one
     SIGKILLed left its socket file, which refuses). A listener whose backlog is full is one too."""
     if not isinstance(path, str) or not path.startswith("/") or "\0" in path:

@@ -75,14 +75,15 @@ def clock_text(fmt: str, at: float | None, *, utc: bool = False) -> str:
         return UNKNOWN
 
 
-def render(snap: Snapshot, live: bool, now: float | None = None) -> str:
-    """The status text; ``now`` (epoch seconds, default the time) is what the ages are counted from."""
+def render(snap: Snapshot, live: bool, now: float | None = None, also: str = "") -> str:
+    """The status text; ``now`` (epoch seconds, default the time) is what the ages are counted from. ``also``: a
+    line said under the story (a bare status's other state_dir: command.SeeAlso)."""
     now = time.time() if now is None else now
     gone = snap.gone
     # Not live: what it last wrote is only what was last known (a gone supervisor's lifecycle runs no more; a
     # hung one's may, unseen).
     hung = snap.fate is not None and snap.fate.supervisor == NOT_ANSWERING
-    out = [headline(snap, live, now), *failure_lines(snap), *alive_lines(snap)]
+    out = [headline(snap, live, now), *failure_lines(snap), *alive_lines(snap), *([f"also: {also}"] if also else [])]
     if live:
         out.append(f"prover-supervisor pid {snap.pid} as {snap.role}, up {_up(snap.started_at, now)} "
                    f"(config: {snap.config})")

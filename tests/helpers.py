@@ -710,6 +710,12 @@ def started(output: str) -> list[tuple[str, int]]:
 # ================================================================ shared by core and prover tests
 
 
+def stale_socket(path: Path) -> None:
+    """The status socket file a SIGKILLed supervisor leaves (its exit removes it): bound once, listened on by none."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))
+
+
 def fill(directory: Path, name: str = "filler") -> Path:
     """Write zeros into ``directory/name`` until the filesystem is full; the file is returned."""
     path = directory / name

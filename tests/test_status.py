@@ -19,13 +19,29 @@ import subprocess
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import requests
-from helpers import PY, REPO, Console, Runner, clean_env, kill_tree, sh, spoil, toml_list, toml_str, until, wait_for
+from helpers import (
+    PY,
+    REPO,
+    Console,
+    Runner,
+    clean_env,
+    fill,
+    kill_tree,
+    sh,
+    spoil,
+    stale_socket,
+    toml_list,
+    toml_str,
+    until,
+    wait_for,
+)
 
 from supervisor.app.cli import dev_manager
 from supervisor.engine.loop import EventLoop
@@ -828,6 +844,8 @@ def test_the_fate_of_a_supervisor_that_wrote_stopped_is_read_with_its_exit_flush
     from supervisor.status.command import writer_fate
     from supervisor.status.model import EXITED, GONE, NOT_ANSWERING
 
+    # A SIGKILL leaves the socket file behind (the exit removes it): a supervisor killed anywhere leaves one.
+    stale_socket(tmp_path / "status.sock")
     stopped = {"pid": 0, "written_at": time.time(), "lifecycle": {"state": "stopped", "exit_status": 3}}
     waiting = {**stopped, "exiting": {"status": 3, "flush_left_s": 50.0, "giving_up": True}}
     alive = subprocess.Popen([PY, "-c", "import time; time.sleep(60)", "supervisor"])
@@ -842,6 +860,41 @@ def test_the_fate_of_a_supervisor_that_wrote_stopped_is_read_with_its_exit_flush
         alive.wait(10)
     assert fates == {("stopped", "alive"): EXITED, ("stopped", "dead"): EXITED,
                      ("waiting", "alive"): NOT_ANSWERING, ("waiting", "dead"): GONE}, fates
+    # Its socket file gone, the dead one exited: its last save (after the flush) failed, its exit went on.
+    (tmp_path / "status.sock").unlink()
+    fate = writer_fate(Snapshot.from_json({**waiting, "pid": dead.pid}), str(tmp_path))
+    assert (fate.supervisor, fate.unsaved) == (EXITED, True), fate
+
+
+def test_a_supervisor_whose_exit_could_not_save_its_state_exited_not_gone(
+        sup: Runner, tmpfs: Callable[[Path, str], Path]) -> None:
+    """A full state_dir: the exit's save of status.json fails (said in the log), and the file keeps "running". The
+    exit removed its socket file (a SIGKILL leaves it), so status says it exited without saving, not that it is
+    gone and did not stop."""
+    tmpfs(sup.state_dir, "1m")
+    config = sup.write(f"""
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = {sh("exec sleep 1000")}
+        """)
+    run = Console(sup, config)
+    run.wait_text("phase serve: starting → running")
+    wait_for(lambda: status_json(sup.state_dir)[0] == 0, 30)
+    fill(sup.state_dir)
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.proc.wait(60) == 143, run.tail()
+    assert "exiting with status 143" in run.text(), run.tail()
+    assert json.loads((sup.state_dir / "status.json").read_text())["lifecycle"]["state"] != "stopped"
+    rc, text, _ = status(sup.state_dir)
+    assert rc == 3, text
+    assert text.startswith(f"exited: supervisor pid {run.pid} exited, but could not save its last state (last "
+                           "state written "), text
+    assert f"its log says how it ended: {sup.log_dir / 'supervisor.log'}" in text.splitlines()[0], text
+    assert "GONE" not in text and "did not stop" not in text, text
+    assert "lifecycle (last known, before the supervisor's exit): running" in text, text
+    rc, snap, out = status_json(sup.state_dir)
+    assert rc == 3 and snap["supervisor"] == "exited" and snap["unsaved"] is True and snap["survivors"] == [], out
 
 
 def test_a_snapshot_that_cannot_be_built_closes_the_client_and_the_socket_answers_on(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from helpers import PY, REPO, Runner, clean_env, needs_unshare, sh, wait_for
+from helpers import PY, REPO, Runner, clean_env, needs_unshare, sh, stale_socket, wait_for
 
 from supervisor.engine.trees import is_live_supervisor, start_ticks
 from supervisor.status.file import RUNTIME_DIR_ENV, pointed, pointer_path
@@ -86,6 +86,7 @@ def test_a_recorded_pid_given_since_to_a_process_that_names_the_supervisor_is_no
     snap = json.loads(saved.read_text())
     own = snap["pid_start"]
     assert isinstance(own, int) and own > 0, snap
+    stale_socket(sup.state_dir / "status.sock")  # (what the SIGKILL of a running supervisor leaves)
     log = tmp_path / "supervisor.log"
     log.write_text("")
     tail = subprocess.Popen(["tail", "-f", str(log)], stdout=subprocess.DEVNULL)

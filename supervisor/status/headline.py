@@ -2,7 +2,8 @@
 
 An operator paging through a fleet at night reads the headline and knows: ``FAILED: bench oom_killed 2m05s
 ago; exit 137`` (a child named like its phase shows the phase alone), ``running: curio up 3h12m``,
-``GONE: supervisor pid 4242 ...; 2 process(es) still alive``. Under a failure come its cause (reason,
+``GONE: supervisor pid 4242 ...; 2 process(es) still alive``, ``exited: supervisor pid 4242 exited, but could not
+save its last state ...`` (a full disk failed its exit's save). Under a failure come its cause (reason,
 detail), the failing child's last lines (colour codes stripped), the supervisor's exit status and the log
 files that have the rest; under a supervisor that is gone, what it started that is still alive (under one
 that exited, what outlived its SIGKILL). Pure functions of the snapshot (and what ``status`` found out about
@@ -49,6 +50,10 @@ def headline(snap: Snapshot, live: bool, now: float) -> str:
                     f"{alive} process(es) it started still alive")
         return (f"GONE: supervisor pid {snap.pid} is not running and did not stop (last state written "
                 f"{since(snap.written_at, now)}); {alive} process(es) it started still alive")
+    if fate is not None and fate.unsaved:
+        log = f"; its log says how it ended: {_log_named(snap)}" if _log_named(snap) else ""
+        return (f"exited: supervisor pid {snap.pid} exited, but could not save its last state (last state written "
+                f"{since(snap.written_at, now)}){log}")
     if fate is not None and fate.supervisor == NOT_ANSWERING:
         lives = "of another PID namespace, not answering (whether it lives cannot be told from here):" \
             if fate.elsewhere else "is alive but"
@@ -133,10 +138,18 @@ def failure_lines(snap: Snapshot) -> list[str]:
     return out
 
 
+def _log_named(snap: Snapshot) -> str:
+    """The supervisor's log file as a line shows it (quoted where it has a space or an ESC), or "" for none."""
+    log = snap.logs.supervisor if snap.logs is not None else None
+    return shown(log, PATH_CHARS, bare=True) if log else ""
+
+
 def alive_lines(snap: Snapshot) -> list[str]:
     """Under the headline, what the supervisor started that is still alive (by its tag: ours for sure): what a
     gone one left, or what outlived its SIGKILL under one that exited (said in its log, and left)."""
     fate = snap.fate
+    if fate is not None and fate.unsaved:  # (it left nothing alive: else it would be gone)
+        return ["  what follows is the last state it wrote before its exit (last known)"]
     if fate is None or not (snap.gone or (fate.supervisor == EXITED and fate.survivors)):
         return []
     labels = {c.pid: c.label for c in snap.children}

@@ -608,13 +608,16 @@ class Fate(_Record):
     survivors: tuple[Survivor, ...] = ()
     # Its pid is of another PID namespace than the reader's: whether it lives cannot be told here (written if so).
     elsewhere: bool = False
+    # It exited, but its exit could not save its last state (a full disk): the snapshot is of before (written if so).
+    unsaved: bool = False
 
     def to_json(self) -> dict[str, Any]:
         written = super().to_json()
         if self.supervisor != GONE:
             del written["gone_since"]
-        if not self.elsewhere:
-            del written["elsewhere"]
+        for flag in ("elsewhere", "unsaved"):
+            if not written[flag]:
+                del written[flag]
         return written
 
 

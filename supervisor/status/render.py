@@ -83,6 +83,7 @@ def render(snap: Snapshot, live: bool, now: float | None = None, also: str = "")
     # Not live: what it last wrote is only what was last known (a gone supervisor's lifecycle runs no more; a
     # hung one's may, unseen).
     hung = snap.fate is not None and snap.fate.supervisor == NOT_ANSWERING
+    unsaved = snap.fate is not None and snap.fate.unsaved  # (its exit's last state never reached the file)
     out = [headline(snap, live, now), *failure_lines(snap), *alive_lines(snap), *([f"also: {also}"] if also else [])]
     if live:
         out.append(f"prover-supervisor pid {snap.pid} as {snap.role}, up {_up(snap.started_at, now)} "
@@ -96,18 +97,19 @@ def render(snap: Snapshot, live: bool, now: float | None = None, also: str = "")
                    f"by pid {snap.pid}")
     life = snap.lifecycle
     said = f"{life.state}" + (f" ({life.why})" if life.why else "")
-    known = " (last known, the supervisor is gone)" if gone else " (last known)" if hung else ""
+    known = " (last known, the supervisor is gone)" if gone else \
+        " (last known, before the supervisor's exit)" if unsaved else " (last known)" if hung else ""
     out.append(f"lifecycle{known}: {said}")
     if life.current:
         out.append(f"current phase: {life.current}")
-    out.append("phases (last known):" if gone or hung else "phases:")
+    out.append("phases (last known):" if gone or hung or unsaved else "phases:")
     for ph in snap.phases:
         hold = f"; held: {ph.hold}" if ph.hold else ""
         out.append(f"  {ph.name!s:<12} {ph.state!s:<9} since {since(ph.since, now)}, "
                    f"attempt {ph.attempt}: {ph.why if ph.why is not None else ''}{hold}")
         for lines_of in PHASE_LINES:
             out.extend(f"      {line}" for line in lines_of(ph, now, live and not gone))
-    out.extend(_children(snap, now, gone))
+    out.extend(_children(snap, now, gone or unsaved))
     gpus = snap.gpus
     if gpus.unresponsive is not None:
         out.append(f"gpus: NVML unresponsive: {gpus.unresponsive.call} has not returned for "
@@ -232,6 +234,7 @@ def _one_line(text: Any) -> str:
 
 
 def _children(snap: Snapshot, now: float, gone: bool) -> list[str]:
+    """Each child; ``gone``: its supervisor runs no more (gone, or exited without saving), so each is last known."""
     if not snap.children:
         return ["children: none running"]
     alive = {s.pid for s in snap.fate.survivors} if snap.fate is not None else set()

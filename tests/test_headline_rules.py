@@ -85,6 +85,29 @@ def test_a_retry_says_when_the_next_attempt_comes() -> None:
     assert headline(read(snap), True, NOW) == "retrying: fetch attempt 3 failed; next attempt in 2m05s"
 
 
+def test_an_earlier_service_that_is_not_up_is_said_after_the_current_phase() -> None:
+    """A crash loop behind a phase that runs: ``running: web up 6s`` hid that db was in its backoff."""
+    web = {"name": "web", "kind": "service", "state": "running", "up": True, "up_since": NOW - 6}
+    db = {"name": "db", "kind": "service", "state": "backoff", "attempt": 1, "up": False,
+          "timers": {"backoff": {"left_s": 6}}}
+    snap = {"lifecycle": {"state": "running", "current": "web"}, "phases": [db, web]}
+    assert headline(read(snap), True, NOW) == "running: web up 6s; db restarting (attempt 2 in 6s)"
+    # Its next attempt under way, or its last one ending; a oneshot done, a service up, one after it: not news.
+    fetch = {"name": "fetch", "kind": "oneshot", "state": "done"}
+    for state, said in (("starting", "db restarting (attempt 2, starting, not up yet)"),
+                        ("stopping", "db stopping (attempt 2 ended)"), ("running", None)):
+        again = {**db, "state": state, "attempt": 2, "up": state == "running", "timers": {}}
+        later = {"name": "later", "kind": "service", "state": "pending"}
+        snap = {"lifecycle": {"state": "running", "current": "web"}, "phases": [fetch, again, web, later]}
+        assert headline(read(snap), True, NOW) == "running: web up 6s" + (f"; {said}" if said else ""), state
+    # Many: the first few named, the rest counted, on one line.
+    many = [{**db, "name": f"db{i}"} for i in range(5)]
+    snap = {"lifecycle": {"state": "running", "current": "web"}, "phases": [*many, web]}
+    assert headline(read(snap), True, NOW) == (
+        "running: web up 6s; db0 restarting (attempt 2 in 6s); db1 restarting (attempt 2 in 6s); "
+        "db2 restarting (attempt 2 in 6s); 2 more service(s) not up")
+
+
 def test_a_settle_says_the_command_is_done_and_how_long_its_daemons_are_kept_at_most() -> None:
     snap = running({"name": "warmup", "state": "settling", "attempt": 1,
                     "timers": {"settle": {"limit_s": 300, "left_s": 250}}})

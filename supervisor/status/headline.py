@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..text.show import PATH_CHARS, cut, escaped, shown, span
-from .model import EXITED, NOT_ANSWERING, ManagerStatus, Snapshot
+from .model import EXITED, NOT_ANSWERING, ManagerStatus, PhaseStatus, Snapshot
 
 # The failing child's last lines shown under the headline (status.json keeps more).
 FAILURE_LINES_SHOWN = 5
@@ -90,10 +90,44 @@ def exit_waits(snap: Snapshot) -> str:
 
 
 def _on_its_way(snap: Snapshot, now: float) -> str:
-    """A lifecycle under way: the phase it is at, how long, and what it waits for."""
+    """A lifecycle under way: the phase it is at, how long, and what it waits for; then each earlier service that
+    is not up (restarting: a crash loop behind a phase that runs is news too)."""
     current = snap.current_phase()
     if current is None:
         return "starting: no phase started yet"
+    behind = _earlier_not_up(snap, current)
+    said = [_not_up(p) for p in behind[:NOT_UP_NAMED]]
+    if len(behind) > NOT_UP_NAMED:  # (one line: a fleet's log keeps the headline)
+        said.append(f"{len(behind) - NOT_UP_NAMED} more service(s) not up")
+    return "; ".join([_current(current, now), *said])
+
+
+# An earlier service is named in the headline in these states (done, failed, stopped: over, not restarting).
+NOT_UP_STATES = ("starting", "running", "stopping", "backoff")
+# The most earlier services the headline names one by one; the rest are counted.
+NOT_UP_NAMED = 3
+
+
+def _earlier_not_up(snap: Snapshot, current: PhaseStatus) -> list[PhaseStatus]:
+    """The services before ``current`` that are not up now (a restart under way): the lifecycle went past each
+    once it was up."""
+    index = snap.phases.index(current)
+    return [p for p in snap.phases[:index] if p.kind == "service" and p.state in NOT_UP_STATES and not p.up]
+
+
+def _not_up(ph: PhaseStatus) -> str:
+    """An earlier service not up, in a few words: ``db restarting (attempt 2 in 6s)``."""
+    if ph.state == "backoff":
+        left = ph.timers.backoff.left_s if ph.timers.backoff is not None else None
+        after = ph.attempt + 1 if ph.attempt is not None else "?"
+        return f"{ph.name} restarting (attempt {after} in {span(left)})"
+    if ph.state == "stopping":
+        return f"{ph.name} stopping (attempt {ph.attempt} ended)"
+    return f"{ph.name} restarting (attempt {ph.attempt}, {ph.state}, not up yet)"
+
+
+def _current(current: PhaseStatus, now: float) -> str:
+    """The phase the lifecycle is at: up for how long, or what it waits for."""
     name, state, timers = current.name, current.state, current.timers
     if current.hold:
         left = timers.hold.left_s if timers.hold is not None else None

@@ -122,8 +122,12 @@ def test_nothing_persisted_yet(tmp_path: Path) -> None:
     assert load_persisted(tmp_path) == (None, f"no {tmp_path / state_files.STATUS_FILE}")
 
 
+# What every supervisor has written since the first: a JSON object without it is no snapshot (model.REQUIRED).
+MINIMAL = {"pid": 42, "written_at": 2.0, "lifecycle": {}, "phases": []}
+
+
 def test_a_persisted_snapshot_is_read_back(tmp_path: Path) -> None:
-    snap = {"started_at": 1.0, "lifecycle": {"state": "running", "why": None, "current": "p"}, "phases": []}
+    snap = {**MINIMAL, "started_at": 1.0, "lifecycle": {"state": "running", "why": None, "current": "p"}}
     state_files.path(tmp_path, state_files.STATUS_FILE).write_text(json.dumps(snap))
     assert load_persisted(tmp_path) == (snap, None)
 
@@ -134,9 +138,16 @@ def test_unreadable_and_wrong_shaped_files_say_why(tmp_path: Path) -> None:
     data, why = load_persisted(tmp_path)
     assert data is None and why is not None and why.startswith(f"{path} is unreadable (JSONDecodeError: ")
     assert why.endswith("; ignoring it")
-    path.write_text('{"phases": [{"name": "p", "state": 3}]}')
+    path.write_text(json.dumps({**MINIMAL, "phases": [{"name": "p", "state": 3}]}))
     assert load_persisted(tmp_path) == (None, f"{path} does not hold a status snapshot (phases[0].state: whole "
                                               "number where string belongs); ignoring it")
+    # An empty object, or another program's: no saved state, never a supervisor "pid None" that is gone.
+    for other, missing in (({}, "pid"), ({"foo": 1}, "pid"), ({"pid": 7, "phases": []}, "written_at"),
+                           ({**MINIMAL, "lifecycle": None}, "lifecycle")):
+        path.write_text(json.dumps(other))
+        data, why = load_persisted(tmp_path)
+        assert data is None and why is not None and why.startswith(f"{path} does not hold a status snapshot "
+                                                                   f"({missing}: "), (other, why)
 
 
 @pytest.mark.parametrize(("data", "problem"), [
@@ -159,15 +170,23 @@ def test_unreadable_and_wrong_shaped_files_say_why(tmp_path: Path) -> None:
     ({"memory": "per-phase"}, "memory: not an object"),
 ])
 def test_the_first_place_a_snapshot_differs_is_named(data: Any, problem: str) -> None:
-    assert snapshot_problem(data) == problem
+    assert snapshot_problem({**MINIMAL, **data} if isinstance(data, dict) else data) == problem
 
 
 def test_sections_missing_or_null_where_null_belongs_are_no_problem() -> None:
-    assert snapshot_problem({}) is None
+    assert snapshot_problem(MINIMAL) is None
     child = {"label": "p/c", "pid": 1, "state": "running", "usage": None, "last_lines": [],
              "started_at": None, "last_output_at": 3}
-    assert snapshot_problem({"children": [child], "manager": {"url": None}, "gpus": {"unresponsive": None}}) is None
-    assert snapshot_problem({"unknown_key": object(), "verdicts": [{"line": "x", "extra": 1}]}) is None
+    assert snapshot_problem({**MINIMAL, "children": [child], "manager": {"url": None},
+                             "gpus": {"unresponsive": None}}) is None
+    assert snapshot_problem({**MINIMAL, "unknown_key": object(), "verdicts": [{"line": "x", "extra": 1}]}) is None
+
+
+def test_what_every_supervisor_writes_must_be_there() -> None:
+    assert snapshot_problem({}) == "pid: missing"
+    for key in MINIMAL:
+        assert snapshot_problem({k: v for k, v in MINIMAL.items() if k != key}) == f"{key}: missing", key
+    assert snapshot_problem({**MINIMAL, "pid": None}) == "pid: null where whole number belongs"
 
 
 HUGE = "1" + "0" * 400  # a JSON number, whole, too big for a float

@@ -449,6 +449,10 @@ BAD_STATE: dict[str, Any] = {
                                               "usage": {"rss": "lots"}, "last_lines": []}]}).encode(),
     "deep-nesting": b"[" * 100_000 + b"]" * 100_000,
     "a-list": b"[1, 2, 3]",
+    # An object without what every supervisor writes (pid, written_at, lifecycle, phases): it read as a supervisor
+    # "pid None" that is gone and "did not stop".
+    "an-empty-object": b"{}",
+    "another-programs-object": b'{"name": "not ours", "version": 3}',
 }
 
 
@@ -466,6 +470,7 @@ def test_status_of_a_wrong_shaped_state_file_is_one_line(tmp_path: Path, kind: s
     assert "Traceback" not in text, text
     lines = text.strip().splitlines()
     assert len(lines) == 1 and "status.json" in lines[0] and "ignoring it" in lines[0], text
+    assert "and no saved state: " in lines[0] and "GONE" not in text, text
     # --json is JSON even then (issue 10): the same one-line reason, as its "why".
     rc, text, _ = status(state_dir, "--json")
     assert rc == 3, text

@@ -626,10 +626,11 @@ class Fate(_Record):
 
 @dataclass(frozen=True)
 class Snapshot(_Record):
-    """Everything the status view shows (snapshot.snapshot builds it in the loop)."""
+    """Everything the status view shows (snapshot.snapshot builds it in the loop). What every supervisor has written
+    since the first is REQUIRED: a JSON object without it (``{}``, another program's) is no snapshot."""
 
     version: int | None = None
-    pid: int | None = None  # the supervisor's
+    pid: int | None = field(default=None, metadata=REQUIRED)  # the supervisor's
     # The PID namespace ``pid`` is of (a container's supervisor is pid 1 of its own); None: a supervisor before it was
     # written, whose pid is taken for one of the reader's namespace.
     pid_ns: int | None = None
@@ -638,10 +639,10 @@ class Snapshot(_Record):
     pid_start: int | None = None
     role: str | None = None
     started_at: float | None = None
-    written_at: float | None = None
+    written_at: float | None = field(default=None, metadata=REQUIRED)
     config: str | None = None
-    lifecycle: LifecycleStatus = field(default_factory=LifecycleStatus)
-    phases: tuple[PhaseStatus, ...] = ()
+    lifecycle: LifecycleStatus = field(default_factory=LifecycleStatus, metadata=REQUIRED)
+    phases: tuple[PhaseStatus, ...] = field(default=(), metadata=REQUIRED)
     children: tuple[ChildStatus, ...] = ()
     gpus: GpuStatus = field(default_factory=GpuStatus)
     watches: Mapping[str, WatchStatus] = field(default_factory=dict)

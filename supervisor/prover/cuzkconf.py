@@ -212,6 +212,7 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
     import tomli_w  # only needed where cuzk.toml is generated
 
     merged = _merge(config, overrides)
+    _budget_in_cuzks_words(merged, config, overrides)
     bench_j = max(1, min(settings.bench_concurrency, partitions))
     return Generated(merged, tomli_w.dumps(merged), sized, partitions, bench_j, settings.memory_model)
 
@@ -296,6 +297,18 @@ def size_text(n: int) -> str:
     if n % MIB == 0:
         return f"{n // MIB}MiB"
     return str(n)
+
+
+def _budget_in_cuzks_words(merged: dict[str, Any], config: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """An override's ``memory.total_budget`` as cuzk-daemon reads it. Its parse_size (cuzk-core config.rs) takes a
+    whole number of GiB, MiB, GB or MB, or of bytes, and reads anything else ("200G", "300gib", "250.5GiB",
+    "0.4TiB") as 50 GiB, too little for the SRS: every proof waited for budget after the whole download. Its
+    "auto" is MemTotal less the margin, blind to the container's limit. So the override is written as the bytes
+    the supervisor read it as (and checked, and sized the rest on), and "auto" as the budget worked out here."""
+    user = overrides.get("memory", {}).get("total_budget")
+    if isinstance(user, str):
+        merged["memory"]["total_budget"] = (config["memory"]["total_budget"] if user == "auto"
+                                            else size_text(parse_size(user) // MIB * MIB))
 
 
 def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

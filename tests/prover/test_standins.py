@@ -343,8 +343,15 @@ DAEMON_STARTS: dict[str, tuple[str, dict[str, str], list[str]]] = {
     # (the form the supervisor wrote into cuzk.toml until 12-04: the real daemon ends at start on it)
     "url-listen": ('[daemon]\nlisten = "http://127.0.0.1:9"\n', {},
                    [r"ERROR.*invalid listen address: http://127\.0\.0\.1:9: invalid socket address syntax"]),
-    "bad-margin": ('[memory]\nsafety_margin = "lots"\n', {}, [r"ERROR.*invalid \[memory\] safety_margin 'lots'"]),
-    "bad-budget": ('[memory]\ntotal_budget = "lots"\n', {}, [r"ERROR.*invalid \[memory\] total_budget 'lots'"]),
+    # A size it cannot read is no error to the real daemon (cuzk-core config.rs parse_size): 50 GiB, after the whole
+    # download too little for the SRS ("200G", "250.5GiB": the stand-in ended at its start on them, kinder).
+    "unread-budget": ('[memory]\ntotal_budget = "200G"\n', {"STANDIN_DAEMON_MIN_BUDGET": "64GiB"},
+                      [r"INFO.*memory budget: 50\.00 GiB \(configured\)",
+                       r"ERROR.*insufficient memory budget for SRS: budget 50\.00 GiB < required 64\.00 GiB"]),
+    "unread-margin": ('[memory]\nsafety_margin = "lots"\n', {"STANDIN_DAEMON_MIN_BUDGET": "1PiB"},
+                      [r"INFO.*memory budget: .* \(auto \(physical .* - margin 50\.00 GiB\)\)",
+                       r"ERROR.*insufficient memory budget for SRS"]),
+    "budget-not-text": ('[memory]\ntotal_budget = 5\n', {}, [r"ERROR.*invalid type: \[memory\] total_budget 5"]),
     "budget-too-small": ('[memory]\ntotal_budget = "10GiB"\n', {"STANDIN_DAEMON_MIN_BUDGET": "64GiB"},
                          [r"INFO.*memory budget: 10\.00 GiB \(configured\)",
                           r"ERROR.*insufficient memory budget for SRS: budget 10\.00 GiB < required 64\.00 GiB"]),

@@ -12,7 +12,8 @@ total_budget`` / ``safety_margin``, ``[gpus] devices`` / ``gpu_workers_per_devic
 devices x workers, default 1 x 2), ``[synthesis] partition_workers`` (see cuzk_generations),
 ``[pipeline] synthesis_concurrency`` (``enabled`` is not read), ``[logging]
 level``. A missing file is a warning
-and the built-in defaults; a malformed one, or a value it cannot use, is a ``StartupError`` (exit 1).
+and the built-in defaults; a malformed one, or a value it cannot use, is a ``StartupError`` (exit 1); but a size
+it cannot read is no error, as in the real one: 50 GiB (``cuzk_size``).
 """
 
 from __future__ import annotations
@@ -174,20 +175,29 @@ def _partition_workers_build(found: Settings, synthesis: dict[str, Any], memory:
                 f"(estimated peak RSS ~ {knobs.human_bytes(found.pw.peak())})")
 
 
+def cuzk_size(text: str) -> int:
+    """A size as the real daemon reads one (cuzk-core config.rs ``parse_size``): a whole number of GiB, MiB, GB or
+    MB, the unit as written, else a number of bytes; what it cannot read is 50 GiB (0 with MiB or MB), never an
+    error: "200G", "300gib" or "250.5GiB" is a budget of 50 GiB."""
+    text = text.strip()
+    for unit, scale, fallback in (("GiB", 1 << 30, 50), ("MiB", 1 << 20, 0), ("GB", 10**9, 50), ("MB", 10**6, 0)):
+        if text.endswith(unit):
+            number = text[:-len(unit)].strip()
+            return (int(number) if number.isascii() and number.isdigit() else fallback) * scale
+    return int(text) if text.isascii() and text.isdigit() else 50 << 30
+
+
 def _budget(total: Any, margin: Any, log: Log) -> int:
-    try:
-        margin_b = knobs.parse_size(str(margin), require_unit=False)
-    except ValueError:
-        raise StartupError(f"invalid [memory] safety_margin {margin!r}") from None
-    if str(total).strip().lower() == "auto":
+    if not isinstance(total, str) or not isinstance(margin, str):  # (serde: both are strings)
+        raise StartupError(f"invalid type: [memory] total_budget {total!r} / safety_margin {margin!r}, expected a "
+                           "string")
+    margin_b = cuzk_size(margin)
+    if total == "auto":
         phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         budget = max(0, phys - margin_b)
         how = f"auto (physical {knobs.human_bytes(phys)} - margin {knobs.human_bytes(margin_b)})"
     else:
-        try:
-            budget = knobs.parse_size(str(total), require_unit=False)
-        except ValueError:
-            raise StartupError(f"invalid [memory] total_budget {total!r}") from None
+        budget = cuzk_size(total)
         how = "configured"
     log("info", f"memory budget: {knobs.human_bytes(budget)} ({how})")
     minimum = knobs.env_size("STANDIN_DAEMON_MIN_BUDGET", 0)

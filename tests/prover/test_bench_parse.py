@@ -52,7 +52,9 @@ def test_workloads_md_sample_passes_with_its_rate() -> None:
     assert (r.completed, r.failed) == (12, 0)
     assert r.total_time_s == pytest.approx(1834.2)
     assert r.proofs_per_min == pytest.approx(0.393)
-    assert r.rate_per_hour == pytest.approx(23.58)  # proofs/h = proofs/min × 60
+    # proofs/h = proofs/min × 60, from the counts the line is made of: 12 in 1834.2 s (the line's 0.393 × 60 reads
+    # 23.58, 3 decimals of proofs a minute: ±0.03 an hour)
+    assert r.rate_per_hour == pytest.approx(12 / 1834.2 * 3600, abs=0.001)
 
 
 @pytest.mark.parametrize("word", ["FAILED", "CANCELLED", "TIMEOUT"])
@@ -113,7 +115,19 @@ def test_fed_in_pieces_as_the_pipe_delivers_them() -> None:
     r = parser.result
     assert r.problem() is None, r.problem()
     assert r.proofs == {"COMPLETED": 12}
-    assert r.rate_per_hour == pytest.approx(23.58)
+    assert r.rate_per_hour == pytest.approx(12 / 1834.2 * 3600, abs=0.001)
+
+
+@pytest.mark.parametrize(("completed", "total", "line", "rate"), [
+    (12, "863.9s", "0.833", 12 / 863.9 * 3600),  # 50.006/h: the line's 0.833 × 60 is 49.98, under a min_rate of 50
+    (3, "0.1s", "1900.311", 1900.311 * 60),  # (a stand-in's tenth of a second: the line says it more exactly)
+    (1, "1.0s", "0", 0.0),  # counts that do not give the line's figure leave the line's
+])
+def test_the_rate_is_the_more_exact_of_the_throughput_line_and_the_counts_it_is_made_of(
+        completed: int, total: str, line: str, rate: float) -> None:
+    r = parsed("cuzk-bench", f"=== Batch Summary ===\ntotal time:    {total}\ncompleted:     {completed}\n"
+                             f"failed:        0\nthroughput:    {line} proofs/min\n")
+    assert r.rate_per_hour == pytest.approx(rate, abs=0.001), r.rate_per_hour
 
 
 def test_read_through_the_line_splitter_with_cr_lf_and_a_redrawn_progress_readout(tmp_path: Path) -> None:
@@ -132,7 +146,7 @@ def test_read_through_the_line_splitter_with_cr_lf_and_a_redrawn_progress_readou
     r = parser.result
     assert r.problem() is None, r.problem()
     assert r.proofs == {"COMPLETED": 12} and r.completed == 12 and r.failed == 0
-    assert r.rate_per_hour == pytest.approx(23.58)
+    assert r.rate_per_hour == pytest.approx(12 / 1834.2 * 3600, abs=0.001)
     assert "waiting 2s" in output.last_lines() and not any("\r" in line for line in output.last_lines())
     assert (tmp_path / "bench.log").read_bytes() == data
 

@@ -46,6 +46,9 @@ EVENT_RETRY_S = 1.0
 EVENT_STORM_FLOOR_S = 0.002
 # Faults kept for the loop to take; past it, only counted (by GPU and Xid).
 FAULTS_MAX = 1000
+# A fault whose recovery action is being read waits for it this long at most before the loop takes it without:
+# the read takes milliseconds, and a tick that took the fault in between said it without its action.
+RECOVERY_WAIT_S = 1.0
 # The largest Xid code believed (NVIDIA's catalog is in the low hundreds).
 MAX_XID = 0xFFFF
 
@@ -62,6 +65,7 @@ class XidWatch:
         self._pause = pause
         self._lock = threading.Lock()
         self._faults: list[GpuFault] = []
+        self._asking: tuple[GpuFault, float] | None = None  # the fault whose recovery action is being read, since
         self._dropped: Counter[tuple[int | None, int | None]] = Counter()
         self._lost: set[int | None] = set()  # (the thread's) GPUs told lost already (None: NVML itself)
 
@@ -96,7 +100,13 @@ class XidWatch:
             # In hand before its recovery action is asked: NVML may never answer that (it hangs after a driver
             # crash), and the fault must reach the loop whatever it does.
             self.found(fault)
-            self._add_recovery(nvml, fault, call)
+            with self._lock:
+                self._asking = (fault, time.monotonic())
+            try:
+                self._add_recovery(nvml, fault, call)
+            finally:
+                with self._lock:
+                    self._asking = None
         floor = EVENT_FLOOR_S if fault is None else EVENT_STORM_FLOOR_S
         self._pause(floor - (time.monotonic() - started))
 
@@ -107,9 +117,9 @@ class XidWatch:
             self.found(GpuFault(index, None, describe_nvml_error(exc)))
 
     def _add_recovery(self, nvml: Nvml, fault: GpuFault, call: Caller) -> None:
-        """The driver's recovery action, added to ``fault`` while the loop has not taken it: it takes the faults
-        at its tick, a second apart, and the read takes milliseconds; one taken before is said without it, unless
-        the action makes it fatal (an application's Xid on a GPU that now needs a reset): then it is handed again."""
+        """The driver's recovery action, added to ``fault`` while the loop has not taken it (it waits for the read,
+        RECOVERY_WAIT_S at most: ``take``); one taken before (a read that hung) is said without it, unless the
+        action makes it fatal (an application's Xid on a GPU that now needs a reset): then it is handed again."""
         handle = nvml.handles[fault.index] if fault.index is not None else None
         action = recovery_action(nvml, fault.index, handle, call)
         if action is None:
@@ -131,9 +141,14 @@ class XidWatch:
                 self._dropped[(fault.index, fault.xid)] += 1
 
     def take(self) -> tuple[list[GpuFault], dict[tuple[int | None, int | None], int]]:
-        """(the loop's side) The faults found since the last call, and how many more of each were only counted."""
+        """(the loop's side) The faults found since the last call, and how many more of each were only counted; but
+        the one whose recovery action is being read, and those after it, for RECOVERY_WAIT_S at most."""
         with self._lock:
             faults, self._faults = self._faults, []
+            asking = self._asking
+            if asking is not None and time.monotonic() - asking[1] < RECOVERY_WAIT_S:
+                cut = next((i for i, fault in enumerate(faults) if fault is asking[0]), len(faults))
+                faults, self._faults = faults[:cut], faults[cut:]
             dropped, self._dropped = dict(self._dropped), Counter()
         return faults, dropped
 

@@ -20,6 +20,7 @@ from standin_nvml import NvmlControl, fake_nvml_env
 
 from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
+from supervisor.evidence import gpuevents
 from supervisor.evidence.gpu import GpuFault
 from supervisor.evidence.gpuwatch import Gpus
 from supervisor.exits import EXIT_FAILURE
@@ -85,6 +86,17 @@ def test_a_lost_gpu_is_a_fault_told_once(control: NvmlControl, gpus: Gpus) -> No
     release()
 
 
+def test_a_fault_waits_for_its_recovery_action_before_the_loop_takes_it(control: NvmlControl, gpus: Gpus) -> None:
+    # Handed over before its recovery action was read, a fault taken by a tick in between was said without it
+    # (a flake of the check above under load): the loop now waits for the read, RECOVERY_WAIT_S at most.
+    gpus.watch_health()
+    wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
+    control.set(xid=[{"gpu": 0, "xid": 48}], recovery_action=1, hang_s=gpuevents.RECOVERY_WAIT_S / 2,
+                hang_calls=["nvmlDeviceGetFieldValues"])
+    [fault] = faults_of(gpus)
+    assert (fault.xid, fault.recovery) == (48, 1), fault
+
+
 # ---------------------------------------------------------------- the decisions, in-process
 
 
@@ -137,12 +149,14 @@ def test_an_application_xid_on_a_gpu_that_needs_a_reset_is_fatal(control: NvmlCo
 
 def test_an_application_xid_taken_before_its_recovery_action_is_handed_again_once_that_makes_it_fatal(
         control: NvmlControl, gpus: Gpus) -> None:
-    """The Xid is handed over before its recovery action is read (a read that may hang): a tick that took it in
-    between logged Xid 13 as nothing to fail, and the GPU reset that came after was lost with it."""
+    """The Xid is handed over before its recovery action is read, a read that may hang (the loop waits for it
+    RECOVERY_WAIT_S at most): a tick that took it meanwhile logged Xid 13 as nothing to fail, and the GPU reset
+    that came after was lost with it."""
     target = Target(("curio", True, PhaseState.RUNNING))
     health = GpuHealth(target, gpus)
     wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
-    control.set(xid=[{"gpu": 0, "xid": 13}], recovery_action=1, hang_s=1.5, hang_calls=["nvmlDeviceGetFieldValues"])
+    control.set(xid=[{"gpu": 0, "xid": 13}], recovery_action=1, hang_s=gpuevents.RECOVERY_WAIT_S + 2,
+                hang_calls=["nvmlDeviceGetFieldValues"])
     lines: list[str] = []
     wait_for(lambda: lines.extend(health.check(time.monotonic())) or any("Xid 13" in line for line in lines),
              timeout=10)

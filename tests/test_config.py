@@ -426,12 +426,13 @@ BAD_CONFIGS = [
       "'http:///debug/metrics' has no host", id="curio-metrics-no-host"),
     P('[production]\ncurio_metrics = "http://127.0.0.1:0/m"\n' + MARK_PHASE, "production.curio_metrics: "
       "'http://127.0.0.1:0/m': port 0 cannot be connected to", id="curio-metrics-port-0"),
-    # -- without [cuzk] curio's metrics are the proofs watch's one source: "" left it nothing to read
-    P('[production]\ncurio_metrics = ""\n' + MARK_PHASE, "production.curio_metrics: \"\" leaves the proofs watch "
-      "nothing to read: there is no [cuzk] (whose /status it reads beside curio's metrics)",
-      id="production-reads-nothing"),
+    # -- curio's metrics are the proofs watch's one count of failed proofs: "" left it nothing to read, or cuzk's
+    # /status alone, which counts no GPU failure (tests/prover/test_config_prover.py)
+    P('[production]\ncurio_metrics = ""\n' + MARK_PHASE, "production.curio_metrics: \"\" is refused: curio's "
+      "metrics are the proofs watch's one count of failed proofs", id="production-reads-nothing"),
     P('[cuzk]\nstatus_listen = ""\n[production]\ncurio_metrics = ""\n' + MARK_PHASE, "production.curio_metrics: \"\" "
-      'leaves the proofs watch nothing to read: [cuzk] status_listen is "" too', id="production-reads-nothing-either"),
+      "is refused: curio's metrics are the proofs watch's one count of failed proofs",
+      id="production-reads-nothing-either"),
     P(bad_phase('resume = "machine"\nresume_max_age_s = 1e9'), "phases[1] (b).resume_max_age_s: must be at most",
       id="resume-age-huge"),
     P(bad_daemon("ready_timeout_s = 1e9"), "phases[1] (b).daemons[0] (d).ready_timeout_s: must be at most",

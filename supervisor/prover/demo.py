@@ -14,10 +14,11 @@ every program keeps running, which only the supervisor's watches can see:
   (fitness) and ``gpu_health`` (production) are on; once the manager has seen the instance ``running``,
   ``XidAtProduction`` writes a fatal Xid (FATAL_XID) into it: production fails with ``gpu_fault``, is
   never restarted, and the instance is given up.
-- ``proofs``: the curio phase's cuzk-daemon fails every proof (``STANDIN_FAIL_PROOFS=1``), curio sends it a
-  PoRep every task interval (``CURIO_CUZK_ADDRESS``, its [Cuzk] Address), and the production watch reads the
-  daemon's counters every DEMO_WATCH_S: production fails with ``proofs_failing``, is restarted under curio's
-  restart policy, and once that is exhausted the instance is given up.
+- ``proofs``: the curio phase's cuzk-daemon fails every proof on its GPU (``STANDIN_FAIL_PROOFS=1``), curio sends
+  it a PoRep every task interval (``CURIO_CUZK_ADDRESS``, its [Cuzk] Address), and the production watch reads the
+  counters every DEMO_WATCH_S: cuzk's /status counts no such failure (as the real one's), curio's PoRep task counts
+  each; production fails with ``proofs_failing`` on curio's counters, is restarted under curio's restart policy,
+  and once that is exhausted the instance is given up.
 
 In both the curio stand-in runs far longer than the fault takes (FAULT_RUN_SECONDS): the fault ends production,
 and the demo's last lines say which verdict did and what the manager did with the instance.

@@ -13,8 +13,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``prepare_env``: what ``cuzk-config`` hands its phase's children (``CUZK_ADDR``...), each from its [cuzk] key
   (``CUDA_DEVICE_ORDER`` from none: the GPU numbering cuzk.toml is written in);
   ``register_env``: ``RUNNER_ID``, from the manager's /register answer; an ``env`` may set neither there;
-- ``plan_rules``: bench-done needs cuzk-bench's parser; a [production] without [cuzk] reads curio's metrics;
-  cuzk.toml is never written over the supervisor's own files or the config;
+- ``plan_rules``: bench-done needs cuzk-bench's parser; cuzk.toml is never written over the supervisor's own
+  files or the config (``[production] curio_metrics = ""`` is refused by its key: production.py);
 - ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);
 - ``fitness``: what cuzk.toml generation needs, on the memory the phase may have (below);
 - ``disk_needs``: ``min_param_disk`` under the parameter cache ([cuzk] param_cache, else
@@ -28,7 +28,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
   register body, ``runner_id``; the bench cut (benchlimits.py): a bench that can no longer pass min_rate
   is stopped too_slow (and so given up); and the production watch (production.py): proofs counted while
   curio runs, the summary line, ``proofs_failing``; its settings in ``[production]``; on with a ``[cuzk]`` or a
-  ``[production]`` (without ``[cuzk]`` it reads curio's metrics alone).
+  ``[production]``; it always reads curio's metrics (the one count of every failed proof), and cuzk's /status
+  beside them where there is one.
 """
 
 from __future__ import annotations
@@ -65,20 +66,6 @@ def bench_done_carries_a_rate(plan: Plan) -> None:
             has = f"parse = {phase.parse!r}" if phase.parse is not None else "no parse"
             raise ConfigError(f'phases[{i}] ({phase.name}).parse: report = "{BENCH_DONE}" carries the bench\'s '
                               f'rate, read by parse = "{BENCH_PARSER}" (this phase has {has})')
-
-
-def production_reads_something(plan: Plan) -> None:
-    """The proofs watch reads cuzk's /status ([cuzk] status_listen) and curio's metrics ([production]
-    curio_metrics): with both "" (or no [cuzk] at all) it would have nothing to read, never a reading."""
-    cuzk, settings = plan.sections.get(SECTION), plan.sections.get(production.SECTION)
-    if settings is None or settings.curio_metrics:
-        return
-    if cuzk is None:
-        raise ConfigError(f'{production.SECTION}.curio_metrics: "" leaves the proofs watch nothing to read: there is '
-                          f"no [{SECTION}] (whose /status it reads beside curio's metrics)")
-    if not cuzk.status_listen.strip():
-        raise ConfigError(f'{production.SECTION}.curio_metrics: "" leaves the proofs watch nothing to read: '
-                          f'[{SECTION}] status_listen is "" too')
 
 
 def cuzk_toml_fits(plan: Plan, evidence: Evidence) -> list[Finding]:
@@ -158,7 +145,7 @@ PLUGIN = Plugin(
     reports=MappingProxyType({BENCH_DONE: "done"}),
     prepare_env=MappingProxyType({CUZK_CONFIG: MappingProxyType(CUZK_CONFIG_ENV)}),
     register_env=MappingProxyType({RUNNER_ID_ENV: RUNNER_ID}),
-    plan_rules=(bench_done_carries_a_rate, production_reads_something, cuzk_paths_are_their_own),
+    plan_rules=(bench_done_carries_a_rate, cuzk_paths_are_their_own),
     reasons=REASONS,
     fitness=(cuzk_toml_fits,),
     disk_needs=(param_disk,),

@@ -5,17 +5,21 @@ Without this an instance whose every proof fails reads ``running`` forever. Whil
 phase (``report = "running"``) is up, every ``watch_s`` a worker thread reads (HTTP, short timeouts,
 never on the loop) cuzk's ``GET /status`` on ``[cuzk] status_listen`` (``counters.total_completed``,
 ``total_failed``) and curio's ``/debug/metrics`` (``curio_harmonytask_tasks_completed|failed`` of the
-proving tasks) where its port answers. The loop takes the reading at the next ``watch_s`` (so a slow
-answer never holds it) and decides:
+proving tasks) where its port answers. The two count different things: cuzk's ``/status`` counts a PoRep or
+SnapDeals proof assembled, and as failed only a PoRep whose self-check failed (a GPU, synthesis or C1 failure
+is in no counter of it); curio's count every proving task that failed, and a WinPost every epoch, won or not.
+So failures are curio's count while it reads, completions cuzk's (COUNTED_BY); a config that reads no curio
+metrics is refused (_metrics_url). The loop takes the reading at the next ``watch_s`` (so a slow answer never
+holds it) and decides:
 
 - ``proofs_failing``: ``proof_failures`` failures or more, and none completed, within the last
-  ``proof_failure_window_s``: the production attempt fails with that reason (Wiring's fail_phase); its
-  restart policy applies like any service failure, and when it is exhausted the lifecycle fails and
-  the fleet protocol gives the instance up;
+  ``proof_failure_window_s``, as the failed figures' source counts them: the production attempt fails with
+  that reason (Wiring's fail_phase); its restart policy applies like any service failure, and when it is
+  exhausted the lifecycle fails and the fleet protocol gives the instance up;
 - the summary line (soon after production is up, then every SUMMARY_S): proofs completed / failed in
-  the window and since up, the rate per hour, memory used of the limit, GPU utilisation; pushed
-  durably to the manager's ``setup`` log, and the same figures in status (the production phase's
-  ``proofs_completed``, ``proofs_failed``, ``production``; ``/metrics``).
+  the window and since up, whose count each is, the rate per hour, memory used of the limit, GPU utilisation;
+  pushed durably to the manager's ``setup`` log, and the same figures in status (the production phase's
+  ``proofs_completed``, ``proofs_failed``, ``production`` with ``counted_by``; ``/metrics``).
 
 Counters that go down (the daemon restarted with the attempt) start the count again.
 
@@ -42,7 +46,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..config import Key, SupervisorSpec, check_arg, http_url, take, whole_number
+from ..config import ConfigError, Key, SupervisorSpec, check_arg, http_url, take, whole_number
 from ..config.tables import WINDOW_FLOOR, bounded_seconds
 from ..engine.logs import Unshipped
 from ..engine.offloop import worker_thread
@@ -77,6 +81,13 @@ PROVING_TASKS = ("PoRep", "PSProve", "WdPost", "WinPost", "UpdateProve")
 # The sources, as a Reading names them, and the names of their own watches (status's ``watches``).
 CUZK, CURIO = "cuzk", "curio"
 SOURCE_WATCHES = {CUZK: "cuzk status", CURIO: "curio metrics"}
+# Whose count each figure is, while that source reads (else the source read last's): (completed, failed).
+# Completed: cuzk's, proofs its /status saw assembled (curio's count has a WinPost every epoch, won or not). Failed:
+# curio's, every proving task that failed; cuzk's /status counts only a PoRep whose self-check failed (cuzk-core
+# engine.rs calls its job_completed there alone), never a GPU, synthesis or C1 failure.
+COUNTED_BY = (CUZK, CURIO)
+# Each source's count, as the summary line names it.
+SOURCE_COUNTS = {CUZK: "cuzk /status", CURIO: "curio's proving tasks"}
 # A line of curio's own metrics (its namespace), a sample or its # TYPE / # HELP: the page is curio's.
 _CURIO_PAGE_RE = re.compile(r"^(# (TYPE|HELP) )?curio_", re.MULTILINE)
 # The labels first, then the task name among them: one pattern for both backtracked quadratically on a line of many
@@ -92,7 +103,7 @@ class ProductionSettings:
     watch_s: float = 60.0
     proof_failures: int = 5
     proof_failure_window_s: float = 3600.0
-    curio_metrics: str = "http://127.0.0.1:12300/debug/metrics"  # "": curio's metrics not read
+    curio_metrics: str = "http://127.0.0.1:12300/debug/metrics"  # (never "" from a config: _metrics_url)
 
 
 # Seconds above 0, held like every other ``*_s`` key (the core's checker: at most MAX_SECONDS, the value in an error
@@ -102,9 +113,12 @@ _interval = bounded_seconds((WATCH_MIN_S, "how often cuzk is asked"))
 
 def _metrics_url(value: Any, where: str) -> str:
     """curio's metrics URL, read as a ready probe's http(s) URL is ("nope" and "ftp://x/y" passed check and made
-    every reading fail); "": curio's metrics are not read."""
+    every reading fail). "" (not read) is refused: cuzk's /status alone counts a failed proof only where a PoRep
+    fails its self-check, so a watch of it alone read every proof failing on a GPU error as healthy, for ever."""
     if value == "":
-        return ""
+        raise ConfigError(f'{where}: "" is refused: curio\'s metrics are the proofs watch\'s one count of failed '
+                          "proofs (cuzk's /status counts only a PoRep whose self-check failed, never a GPU or "
+                          "synthesis failure); give curio's /debug/metrics URL")
     text = check_arg(value, where)
     http_url(text, where)
     return text
@@ -244,9 +258,10 @@ def _get(url: str) -> bytes:
 
 def read_counters(status_url: str, metrics_url: str) -> Reading:
     """cuzk's counters, else curio's; whatever either answers (or does not), a Reading: none, with why. Both
-    are read: curio's tasks may fail before they reach cuzk (its [Cuzk] Address, MaxPending) or after
-    (ProveTimeout), while cuzk's counters look like an idle GPU or a working one; curio's reading rides
-    ``beside`` cuzk's. A source that gives nothing is in ``unread`` (with its why) whatever the other gave."""
+    are read: curio's tasks may fail before they reach cuzk (its [Cuzk] Address, MaxPending), in cuzk where its
+    /status counts no failure (a GPU or synthesis failure), or after (ProveTimeout), while cuzk's counters look
+    like an idle GPU or a working one; curio's reading rides ``beside`` cuzk's. A source that gives nothing is
+    in ``unread`` (with its why) whatever the other gave."""
     errors: list[str] = []
     unread: list[tuple[str, str]] = []
     cuzk = curio = None
@@ -306,7 +321,7 @@ def _said(exc: Exception) -> str:
 class ProofWindow:
     """The readings since production came up, one series a source (cuzk's counters and curio's count other
     things: a read that falls back from one to the other must never subtract them); what failed and
-    completed within the window, as the source read last counts it."""
+    completed within the window, each figure from the source that counts it best (COUNTED_BY)."""
 
     def __init__(self, window_s: float, stale_s: float = BLIND_MIN_S) -> None:
         self.window_s = window_s
@@ -330,59 +345,69 @@ class ProofWindow:
             readings.popleft()
         self._series[reading.source], self._source = (first, readings), reading.source
 
-    def _current(self) -> tuple[Reading, deque[Reading]] | None:
-        """The series shown: cuzk's while it reads, else the source read last. One missed read of cuzk's switched
-        every figure to curio's count, WinPost's every epoch in it (2 → 22 → 2 proofs, the rate four times)."""
+    def _series_of(self, source: str) -> tuple[str, Reading, deque[Reading]] | None:
+        """``source``'s series while it reads (its last reading no older than stale_s behind the latest of any),
+        else the source read last's; with its name. One missed read switched a figure to the other source's."""
         latest = self._series.get(self._source) if self._source is not None else None
-        cuzk = self._series.get(CUZK)
-        if cuzk is not None and latest is not None and latest[1][-1].at - cuzk[1][-1].at <= self._stale_s:
-            return cuzk
-        return latest
+        own = self._series.get(source)
+        if own is not None and latest is not None and latest[1][-1].at - own[1][-1].at <= self._stale_s:
+            return source, *own
+        return (self._source, *latest) if self._source is not None and latest is not None else None
+
+    def counted_by(self) -> tuple[str | None, str | None]:
+        """The sources the completed and the failed figures come from now (None: nothing read yet)."""
+        done, failed = (self._series_of(COUNTED_BY[i]) for i in (0, 1))
+        return (done[0] if done else None), (failed[0] if failed else None)
 
     @property
     def first(self) -> Reading | None:
-        """The first reading of the source read last (since it came up, or its daemon restarted)."""
-        current = self._current()
-        return current[0] if current is not None else None
+        """The first reading of the completed figures' source (since it came up, or its daemon restarted)."""
+        series = self._series_of(COUNTED_BY[0])
+        return series[1] if series is not None else None
 
     @property
     def readings(self) -> deque[Reading]:
-        """The readings in the window, of the source read last (read-only)."""
-        current = self._current()
-        return current[1] if current is not None else deque()
+        """The readings in the window of the completed figures' source (read-only)."""
+        series = self._series_of(COUNTED_BY[0])
+        return series[2] if series is not None else deque()
 
     def in_window(self) -> tuple[int, int]:
-        """(completed, failed) between the oldest reading in the window and the latest."""
-        current = self._current()
-        return _between(current[1][0], current[1][-1]) if current is not None else (0, 0)
+        """(completed, failed) between the oldest reading in the window and the latest, each of its source."""
+        done, failed = (self._series_of(COUNTED_BY[i]) for i in (0, 1))
+        return (_between(done[2][0], done[2][-1])[0] if done else 0,
+                _between(failed[2][0], failed[2][-1])[1] if failed else 0)
 
     def since_up(self) -> tuple[int, int, float]:
-        """(completed, failed, seconds) since the first reading."""
-        current = self._current()
-        if current is None:
+        """(completed, failed, seconds) since the first reading, each of its source; the seconds the completed's
+        (the rate's)."""
+        done, failed = (self._series_of(COUNTED_BY[i]) for i in (0, 1))
+        if done is None or failed is None:
             return 0, 0, 0.0
-        first, last = current[0], current[1][-1]
-        return (*_between(first, last), last.at - first.at)
+        return (_between(done[1], done[2][-1])[0], _between(failed[1], failed[2][-1])[1],
+                done[2][-1].at - done[1].at)
 
     def failing(self, failures: int) -> bool:
         return self.failing_detail(failures) is not None
 
     def failing_detail(self, failures: int) -> tuple[str, int, str | None] | None:
-        """(source, failed, task) of the source whose window holds ``failures`` or more failed and none completed
-        (any source: curio's tasks can fail while cuzk's counters look well), cuzk's first where both are (the
-        proving daemon's own count; never whichever series happened to begin first); curio's judged task by task
-        (``task`` names the one); None: none is failing."""
-        for source, (_, readings) in sorted(self._series.items(), key=lambda kv: kv[0] != CUZK):
-            first, last = readings[0], readings[-1]
-            if last.tasks:
-                before = {name: (done, failed) for name, done, failed in first.tasks}
-                for name, done, failed in last.tasks:
-                    was = before.get(name, (0, 0))
-                    if failed - was[1] >= failures and done == was[0]:
-                        return source, failed - was[1], name
-            completed, failed = _between(first, last)  # (and the totals, as ever: a superset of the tasks')
-            if failed >= failures and completed == 0:
-                return source, failed, None
+        """(source, failed, task) when the failed figures' source (curio's while it reads: COUNTED_BY) holds
+        ``failures`` or more failed and none completed in the window, judged task by task (``task`` names the
+        one) and in total; None: not failing. cuzk's /status alone never judges while curio's reads: its failed
+        counter misses every failure but a PoRep's self-check, its completions a batched or slotted proof."""
+        series = self._series_of(COUNTED_BY[1])
+        if series is None:
+            return None
+        source, _, readings = series
+        first, last = readings[0], readings[-1]
+        if last.tasks:
+            before = {name: (done, failed) for name, done, failed in first.tasks}
+            for name, done, failed in last.tasks:
+                was = before.get(name, (0, 0))
+                if failed - was[1] >= failures and done == was[0]:
+                    return source, failed - was[1], name
+        completed, failed = _between(first, last)  # (and the totals, as ever: a superset of the tasks')
+        if failed >= failures and completed == 0:
+            return source, failed, None
         return None
 
 
@@ -403,7 +428,18 @@ def summary_line(window: ProofWindow, machine: dict[str, Any], memory: tuple[int
     gpu = "GPU " + ", ".join(f"{g}%" if g is not None else "not measured" for g in gpus) if gpus else \
         "GPU utilisation unknown"
     return (f"production: proofs {w_done} completed / {w_failed} failed in the last "
-            f"{window.window_s / 60:g} min, {done} / {failed} since up; {rate:.1f}/h; {mem}; {gpu}")
+            f"{window.window_s / 60:g} min, {done} / {failed} since up{_counted_by(window)}; {rate:.1f}/h; {mem}; "
+            f"{gpu}")
+
+
+def _counted_by(window: ProofWindow) -> str:
+    """Whose count the figures are, said: the two sources count different things (COUNTED_BY)."""
+    done, failed = window.counted_by()
+    if done is None or failed is None:
+        return ""
+    if done == failed:
+        return f" ({SOURCE_COUNTS[done]})"
+    return f" (completed: {SOURCE_COUNTS[done]}; failed: {SOURCE_COUNTS[failed]})"
 
 
 # ---------------------------------------------------------------- the watch (the loop)
@@ -436,7 +472,8 @@ class ProductionWatch:
         self.summary = ""
 
     def _new_window(self) -> ProofWindow:
-        """A window of its own (production up again, or failed): cuzk's figures shown while it is not blind."""
+        """A window of its own (production up again, or failed): each figure its source's while that is not blind
+        (COUNTED_BY)."""
         return ProofWindow(self._settings.proof_failure_window_s, self._blind_s)
 
     def _source_watches(self, wiring: Wiring, window_s: float) -> dict[str, WatchState]:
@@ -536,7 +573,7 @@ class ProductionWatch:
             self._tell_sources(reading)
         for beside in reading.beside:
             self._window.add(beside)
-        self._window.add(reading)  # (last: the figures shown are the first source's)
+        self._window.add(reading)  # (last: the source read last is the reading's own, the one a blind one falls to)
         self._memory = reading.memory or self._memory
         self.summary = summary_line(self._window, dict(self._wiring.machine(phase)), self._memory)
         if reading.at >= self._next_summary and reading.completed is not None:
@@ -565,10 +602,12 @@ class ProductionWatch:
         """The production phase's keys in status: proofs_completed/failed since up, and the rest."""
         done, failed, seconds = self._window.since_up()
         w_done, w_failed = self._window.in_window()
+        done_by, failed_by = self._window.counted_by()
         return {"proofs_completed": done, "proofs_failed": failed, "summary": self.summary or None,
                 "production": {"window_s": self._window.window_s, "completed_in_window": w_done,
                                "failed_in_window": w_failed, "rate_per_hour": round(done / seconds * 3600, 2)
-                               if seconds > 0 else None, "watch_s": self._settings.watch_s,
+                               if seconds > 0 else None, "counted_by": {"completed": done_by, "failed": failed_by},
+                               "watch_s": self._settings.watch_s,
                                "watch": self.state.current,
                                "sources": {source: self._own.get(source, self.state).current
                                            for source in self._read}},

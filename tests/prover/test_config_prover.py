@@ -182,13 +182,22 @@ def test_a_ready_file_url_is_in_the_reference() -> None:
     assert all("file:///path" in row for row in reference_row("ready")), reference_row("ready")
 
 
-@pytest.mark.parametrize("url", ["", "http://127.0.0.1:12300/debug/metrics", "https://curio.internal/debug/metrics"])
-def test_curio_metrics_is_an_http_url_or_empty(url: str) -> None:
-    """"" is off (curio's metrics not read: with a [cuzk], whose /status is then the one source); a URL is taken as
-    written (the refusals are in test_config.py)."""
-    cuzk = "" if url else "[cuzk]\n"
-    plan = parse(MINIMAL + f'{cuzk}[production]\ncurio_metrics = "{url}"\n', plugin=PLUGIN)
+@pytest.mark.parametrize("url", ["http://127.0.0.1:12300/debug/metrics", "https://curio.internal/debug/metrics"])
+def test_curio_metrics_is_an_http_url(url: str) -> None:
+    """A URL is taken as written (the refusals are in test_config.py)."""
+    plan = parse(MINIMAL + f'[cuzk]\n[production]\ncurio_metrics = "{url}"\n', plugin=PLUGIN)
     assert plan.sections["production"].curio_metrics == url
+
+
+@pytest.mark.parametrize("cuzk", ["[cuzk]\n", '[cuzk]\nstatus_listen = ""\n', ""])
+def test_no_curio_metrics_is_refused_even_beside_cuzks_status(cuzk: str) -> None:
+    """cuzk's /status counts a failed proof only where a PoRep fails its self-check (cuzk-core engine.rs): a watch
+    of it alone, taken with a [cuzk] whose status_listen was set, read every proof failing on a GPU error as
+    healthy, for ever. check and run refuse it alike, in one line naming the key."""
+    refusal = ('test.toml: production.curio_metrics: "" is refused: curio\'s metrics are the proofs watch\'s one '
+               "count of failed proofs (cuzk's /status counts only a PoRep whose self-check failed, never a GPU or "
+               "synthesis failure); give curio's /debug/metrics URL")
+    assert parse_error(MINIMAL + f'{cuzk}[production]\ncurio_metrics = ""\n', plugin=PLUGIN) == refusal
 
 
 def test_a_huge_watch_interval_is_shown_cut() -> None:

@@ -80,12 +80,14 @@ def test_fail_proofs_fails_production_with_proofs_failing_after_its_restarts_and
     result = demo("--fail", "proofs")
     out = result.output
     assert result.returncode == EXIT_FAILURE, out
-    assert "proof verification failed (STANDIN_FAIL_PROOFS)" in out, out  # curio's proofs reach the daemon
+    # curio's proofs reach the daemon, and fail on its GPU: a failure the real daemon's /status never counts.
+    assert "partition 0 GPU prove failed: CUDA error: unspecified launch failure (STANDIN_FAIL_PROOFS)" in out, out
     failed = failures_of(out, "curio", "curio")
     # One attempt and its restart_burst of 2 restarts, each failed by the production watch.
     assert [" reason=proofs_failing " in line for line in failed] == [True, True, True], failed
     assert [line.split(" attempt=", 1)[1].split(" ", 1)[0] for line in failed] == ["1", "2", "3"], failed
-    assert "proof(s) failed and none completed within 30s (proof_failures=2; cuzk counters)" in failed[-1]
+    # Found by the source that sees it: curio's PoRep task, failed (cuzk's /status stays at 0 / 0, as the real one).
+    assert "PoRep proof(s) failed and none completed within 30s (proof_failures=2; curio counters)" in failed[-1]
     assert "phase curio: stopping → failed (proofs_failing; restarted 2 times within" in out, out
     assert "phase bench: bench passed" in out, out  # the bench's proofs did not fail
     summary = first_line(out, "demo: production failed for good:")

@@ -68,7 +68,7 @@ def test_the_real_shapes_are_read() -> None:
     window.add(reading(0, 0, 0))
     window.add(reading(360, 10, 1))
     assert summary_line(window, {"memory_used": 3 << 30, "memory_limit": 4 << 30, "gpu_utilization": [97]}, None) == \
-        ("production: proofs 10 completed / 1 failed in the last 5 min, 10 / 1 since up; 100.0/h; "
+        ("production: proofs 10 completed / 1 failed in the last 5 min, 10 / 1 since up (cuzk /status); 100.0/h; "
          "memory 3.0GiB of 4.0GiB; GPU 97%")
 
 
@@ -188,7 +188,13 @@ def test_proofs_that_keep_failing_fail_production_and_the_instance_is_given_up(
     assert status != 0, out
     failing = [line for line in out.splitlines() if "reason=proofs_failing" in line and "FAILED:" in line]
     assert failing, out
-    assert "proof(s) failed and none completed within 30s (proof_failures=2; cuzk counters)" in failing[0]
+    # On a GPU error, as the real daemon's /status counts it: in no counter of cuzk's. curio's PoRep failures are
+    # what is judged, and shown: the summary said "0 failed", status proofs_failed 0, while every proof failed.
+    assert "PoRep proof(s) failed and none completed within 30s (proof_failures=2; curio counters)" in failing[0]
+    phase = curio_phase(sup)
+    assert phase["proofs_failed"] >= 2 and phase["production"]["failed_in_window"] >= 2, phase
+    assert phase["production"]["counted_by"] == {"completed": "cuzk", "failed": "curio"}, phase
+    assert "failed: curio's proving tasks)" in phase["summary"], phase
     assert "attempt 2" in out  # the restart policy applied before production failed for good
     assert "phase curio: stopping → failed (proofs_failing; restarted 1 times within 300s (restart_burst)" in out
     assert "giving the instance up (phase curio failed)" in out, out

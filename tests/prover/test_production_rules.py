@@ -21,6 +21,7 @@ from supervisor.exits import EXIT_FAILURE
 from supervisor.lifecycle.verdict import STOPPED, failure_status, from_exit
 from supervisor.prover.plugin import PLUGIN
 from supervisor.prover.production import (
+    BLIND_MIN_S,
     ProofWindow,
     Reading,
     cuzk_kinds,
@@ -67,7 +68,42 @@ def test_curios_tasks_failing_while_cuzk_looks_well_is_failing() -> None:
             window.add(Reading(60.0 * i, 0, 5 * i, source="curio"))
             window.add(Reading(60.0 * i, cuzk_done * i, 0, source="cuzk"))  # (last: the figures shown are its)
         assert (window.failing_detail(5) or ("",))[0] == "curio" and window.failing(5), cuzk_done
-        assert window.in_window() == (cuzk_done * 5, 0) and window.failing_detail(5) == ("curio", 25, None)
+        # The failed figure is curio's: cuzk's 0 read as no proof failing beside 25 that did.
+        assert window.in_window() == (cuzk_done * 5, 25) and window.failing_detail(5) == ("curio", 25, None)
+        assert window.counted_by() == ("cuzk", "curio")
+
+
+def test_every_proof_failing_on_a_gpu_error_shows_and_fails_as_the_real_daemon_counts_it() -> None:
+    # The real cuzk's /status counts a failure only where a PoRep fails its self-check (cuzk-core engine.rs: its
+    # StatusTracker.job_completed is called there alone): a partition's GPU prove failure leaves it 0 / 0 while
+    # curio's PoRep fails 0 → 6. The summary said "0 completed / 0 failed"; status proofs_failed 0.
+    window = ProofWindow(3600.0)
+    for minute in range(7):
+        tasks = parse_curio_tasks(curio_page(0, minute, 2 * minute))
+        assert tasks is not None
+        window.add(Reading(minute * 60.0, 2 * minute, minute, source="curio", tasks=tasks))
+        window.add(Reading(minute * 60.0, 0, 0, source="cuzk", tasks=cuzk_kinds({"counters": {
+            "total_completed": 0, "total_failed": 0, "completed_by_kind": {}, "failed_by_kind": {}}})))
+    assert window.in_window() == (0, 6) and window.since_up() == (0, 6, 360.0)
+    assert window.failing_detail(5) == ("curio", 6, "PoRep")
+    line = summary_line(window, {}, None)
+    assert line.startswith("production: proofs 0 completed / 6 failed in the last 60 min, 0 / 6 since up (completed: "
+                           "cuzk /status; failed: curio's proving tasks); 0.0/h; "), line
+
+
+def test_cuzks_failures_alone_never_judge_while_curios_metrics_read() -> None:
+    # cuzk's /status: PoRep self-check failures, and none of the proofs it answered another way (batched, slotted)
+    # counted completed; curio's PoRep completes all the same. Judged on cuzk's alone it read as failing.
+    window = ProofWindow(3600.0)
+    for minute in range(7):
+        tasks = parse_curio_tasks(curio_page(3 * minute, minute, 2 * minute))
+        assert tasks is not None
+        window.add(Reading(minute * 60.0, 5 * minute, minute, source="curio", tasks=tasks))
+        window.add(Reading(minute * 60.0, 0, minute, source="cuzk"))
+    assert window.failing_detail(5) is None and window.in_window() == (0, 6)
+    # curio's metrics blind past stale_s: cuzk's count is all there is, and judges (its failures are real ones).
+    window.add(Reading(420.0 + BLIND_MIN_S + 1, 0, 7, source="cuzk"))
+    assert window.counted_by() == ("cuzk", "cuzk") and window.failing_detail(5) == ("cuzk", 7, None)
 
 
 def test_one_missed_read_of_cuzk_does_not_switch_the_figures_to_curios() -> None:
@@ -129,15 +165,16 @@ def test_cuzks_proof_kinds_are_judged_one_by_one() -> None:
         assert cuzk_kinds({"counters": {"completed_by_kind": {}, "failed_by_kind": odd}}) == (), odd
     assert cuzk_kinds({"counters": {"total_completed": 1}}) == ()
 
-def test_both_sources_failing_name_cuzks_counters_whichever_series_began_first() -> None:
-    # curio read from its first minute (none done yet), cuzk only later: the verdict named the series that
-    # happened to begin first. Both failing, it names the proving daemon's own count.
-    window = ProofWindow(600.0)
-    window.add(Reading(0.0, 0, 0, source="curio"))
-    for i in range(1, 6):
-        window.add(Reading(60.0 * i, 0, 3 * i, source="curio"))
-        window.add(Reading(60.0 * i, 10, 10 + 3 * i, source="cuzk"))
-    assert (window.failing_detail(5) or ("",))[0] == "cuzk"
+def test_both_sources_failing_name_curios_counters_whichever_series_began_first() -> None:
+    # curio read from its first minute (none done yet), cuzk only later, or the other way round: the verdict named
+    # the series that happened to begin first. Both failing, it names curio's, the count of every failed proof.
+    for curio_first in (True, False):
+        window = ProofWindow(600.0)
+        window.add(Reading(0.0, 0, 0, source="curio" if curio_first else "cuzk"))
+        for i in range(1, 6):
+            window.add(Reading(60.0 * i, 0, 3 * i, source="curio"))
+            window.add(Reading(60.0 * i, 0, 10 + 3 * i, source="cuzk"))
+        assert (window.failing_detail(5) or ("",))[0] == "curio", curio_first
 
 
 def test_a_read_that_falls_back_to_curio_never_subtracts_cuzks_counters() -> None:
@@ -308,8 +345,8 @@ def window_of(*points: tuple[float, int, int], window_s: float = 600.0) -> Proof
 
 def test_the_summary_takes_cuzks_memory_when_the_core_has_none() -> None:
     line = summary_line(window_of((0, 0, 0), (1800, 5, 0)), {}, (10 * GIB, 40 * GIB))
-    assert line == ("production: proofs 5 completed / 0 failed in the last 10 min, 5 / 0 since up; 10.0/h; "
-                    "memory 10.0GiB of 40.0GiB; GPU utilisation unknown")
+    assert line == ("production: proofs 5 completed / 0 failed in the last 10 min, 5 / 0 since up (cuzk /status); "
+                    "10.0/h; memory 10.0GiB of 40.0GiB; GPU utilisation unknown")
 
 
 def test_the_cores_memory_wins_and_each_gpu_is_listed() -> None:

@@ -432,6 +432,45 @@ def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,
     assert (tmp_path / "params").exists() is False  # no cache dir: PCE not saved, and nothing created
 
 
+@pytest.mark.parametrize("fail_as", ["", "gpu", "self-check"])
+def test_daemon_status_counts_only_what_the_real_one_counts(fail_as: str, tmp_path: Path,
+                                                             spawn: Callable[..., Proc]) -> None:
+    """The real /status (cuzk-core engine.rs, at curio e0294b0) counts a proof only where a partitioned one is
+    assembled (its StatusTracker.job_completed, 625 and 634): a PoRep or SnapDeals done, or a PoRep that failed its
+    self-check. A partition's GPU failure (the default way the stand-in fails proofs) and every PoSt proof are in
+    no counter of it: the stand-in counted every proof, so the watch's verdict was tested on a kinder daemon."""
+    fail = tmp_path / "fail-proofs"
+    daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_FAIL_PROOFS=str(fail),
+                                             STANDIN_FAIL_PROOFS_AS=fail_as)
+    wait_status(status_port)
+    vanilla = tmp_path / "vanilla.json"
+    vanilla.write_text("{}")
+
+    def single(kind: str) -> str:
+        given = ["--c1", C1] if kind == "porep" else ["--vanilla", str(vanilla)]
+        done = run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", "-t", kind, *given,
+                           env=standin_env())
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    for kind in ("porep", "snap", "wpost", "winning"):
+        assert "status:    COMPLETED" in single(kind), kind
+    fail.touch()
+    failed = {kind: single(kind) for kind in ("porep", "snap", "wpost")}
+    gpu = "error:     partition 0 GPU prove failed: CUDA error: unspecified launch failure (STANDIN_FAIL_PROOFS)"
+    assert gpu in failed["snap"] and gpu in failed["wpost"], failed  # (no self-check of a kind but PoRep)
+    self_check = fail_as == "self-check"
+    assert ("PoRep proof self-check failed: assembled proof did not verify" if self_check else gpu) in failed["porep"]
+    # Named as the real one names its kinds (cuzk-core types.rs: ProofKind's Display).
+    assert wait_status(status_port)["counters"] == {
+        "total_completed": 2, "total_failed": int(self_check), "completed_by_kind": {"porep-c2": 1, "snap-update": 1},
+        "failed_by_kind": {"porep-c2": 1} if self_check else {}, "queue_depth": 0}
+    daemon.signal(signal.SIGINT)
+    assert daemon.wait() == 0
+    bad = run_standin("cuzk_daemon", "-c", str(tmp_path / "none.toml"), env=standin_env(STANDIN_FAIL_PROOFS_AS="bad"))
+    assert bad.returncode == 2 and "STANDIN_FAIL_PROOFS_AS='bad': expected gpu or self-check" in bad.stderr
+
+
 def test_bench_without_a_daemon_exits_1_with_no_summary(tmp_path: Path) -> None:
     """No daemon: no proof gets an answer, so none has a status. The real tool's ``connect(..).await?``
     (main.rs 556, 586) returns the error from main: Rust prints it and exits 1, no proof line, no summary. (The

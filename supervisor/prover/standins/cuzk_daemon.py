@@ -23,8 +23,15 @@ proof prints ``TIMELINE,<ms since start>,<event>,<job>,<detail>`` lines. ``GET /
 status_listen answers JSON in the real daemon's shape (curio ``extern/cuzk/cuzk-core/src/status.rs``):
 ``uptime_secs``, ``memory {total_bytes, used_bytes, available_bytes}``, ``synthesis``, ``pipelines [...]``,
 ``gpu_workers [...]``, ``allocations``, ``counters {total_completed, total_failed, completed_by_kind,
-failed_by_kind, queue_depth}``, ``buffers``. ``STANDIN_FAIL_PROOFS``: ``1`` makes every proof fail
-(answered ``FAILED``, counted in ``total_failed``); a path makes proofs fail while that file exists.
+failed_by_kind, queue_depth}``, ``buffers``. Its counters count what the real one's count, and no more
+(STATUS_KINDS, below): a PoRep or SnapDeals proof completed; a PoRep whose self-check failed. A proof that
+fails any other way, and every PoSt proof, is in no counter of ``/status``.
+
+``STANDIN_FAIL_PROOFS``: ``1`` makes every proof fail (answered ``FAILED``); a path makes proofs fail while that
+file exists. ``STANDIN_FAIL_PROOFS_AS`` says how: ``gpu`` (the default: the partition's GPU prove fails, the
+common way a bad GPU fails proofs; counted nowhere in ``/status``) or ``self-check`` (the assembled PoRep does
+not verify; counted in ``total_failed`` and ``failed_by_kind``; a kind the real one does not self-check fails
+as ``gpu``).
 
 Generations (``STANDIN_CUZK_GENERATION``, ``unified`` or ``partition-workers``): see cuzk_generations.
 The HTTP servers and their routes: cuzk_http.
@@ -79,6 +86,19 @@ SRS_BYTES = 44 * GIB
 PCE_BYTES = 26 * GIB
 PARTITION_BYTES = int(13.6 * GIB)
 
+# What the real /status counts (curio extern/cuzk cuzk-core/src/engine.rs, read at e0294b0): its StatusTracker's
+# job_completed is called only where a partitioned proof is assembled (625, 634): a PoRep or SnapDeals proof done,
+# or a PoRep whose assembled proof fails its self-check. A partition's GPU prove failure or panic (655-700), a C1
+# parse or synthesis failure, the slotted and batched paths and every PoSt proof (the monolithic path) reach only
+# the gRPC counters (record_failure, record_completion), which the stand-in does not serve. The kinds /status
+# counts, by the stand-in's name, as it names them (cuzk-core/src/types.rs, ProofKind's Display):
+STATUS_KINDS = {"porep": "porep-c2", "snap": "snap-update"}
+# The one kind the real engine self-checks (its assembled PoRep, verified before it is answered).
+SELF_CHECKED = "porep"
+# STANDIN_FAIL_PROOFS_AS: how a proof fails (the module's docstring).
+FAIL_GPU, FAIL_SELF_CHECK = "gpu", "self-check"
+FAIL_MODES = (FAIL_GPU, FAIL_SELF_CHECK)
+
 
 # STANDIN_CUZK_SIGINT: what SIGINT does (the module's docstring).
 SIGINT_EXIT = "exit"
@@ -93,6 +113,23 @@ def allocation(size: int) -> dict[str, Any]:
 
 class Interrupted(Exception):
     """SIGINT arrived (raised in the main thread by the handler)."""
+
+
+def fail_mode() -> str:
+    """``STANDIN_FAIL_PROOFS_AS``: ``gpu`` (the default) or ``self-check``; anything else is a UsageError."""
+    raw = os.environ.get("STANDIN_FAIL_PROOFS_AS", "").strip().lower() or FAIL_GPU
+    if raw not in FAIL_MODES:
+        raise knobs.UsageError(f"STANDIN_FAIL_PROOFS_AS={raw!r}: expected {' or '.join(FAIL_MODES)}")
+    return raw
+
+
+def failure(kind: str, mode: str) -> tuple[str, bool]:
+    """A failed proof's error, as the real engine answers it, and whether its /status counts it: only a PoRep
+    whose self-check failed (engine.rs 634); a partition's GPU failure never (655-700)."""
+    if mode == FAIL_SELF_CHECK and kind == SELF_CHECKED:
+        return ("PoRep proof self-check failed: assembled proof did not verify (sector=0, miner=0) "
+                "(STANDIN_FAIL_PROOFS)"), True
+    return "partition 0 GPU prove failed: CUDA error: unspecified launch failure (STANDIN_FAIL_PROOFS)", False
 
 
 def sigint_mode() -> str:
@@ -120,11 +157,13 @@ class Daemon:
         self.sigint = sigint_mode()
         self.servers: list[Server] = []
         self.unix_paths: list[str] = []
-        self.received = self.completed = self.failed = 0
+        self.received = self.proofs_done = 0
+        self.completed = self.failed = 0  # /status's counters: only what the real one counts (STATUS_KINDS)
         self.completed_by_kind: dict[str, int] = {}
         self.failed_by_kind: dict[str, int] = {}
         self.jobs: dict[str, tuple[str, float]] = {}  # in flight: job → (kind, started, monotonic)
         self.fail_proofs = os.environ.get("STANDIN_FAIL_PROOFS", "").strip()
+        self.fail_as = fail_mode()
         self.in_flight = self.queued = self.busy = 0
         self.pce_loaded = False
         self.pce_extracting = False  # its background extraction started (once a run)
@@ -228,21 +267,27 @@ class Daemon:
             self.jobs[job] = (kind, time.monotonic())
         try:
             result = self._run_proof(job, kind)
+            counted = kind in STATUS_KINDS  # (a proof of this kind done is in /status's counters)
             if result["status"] == "COMPLETED" and self._failing():
-                result = {**result, "status": "FAILED", "error": "proof verification failed (STANDIN_FAIL_PROOFS)"}
+                error, counted = failure(kind, self.fail_as)
+                result = {**result, "status": "FAILED", "error": error}
         finally:
             with self.lock:
                 self.in_flight -= 1
                 self.jobs.pop(job, None)
         status = result["status"]
         with self.lock:
-            if status == "COMPLETED":
+            done = status == "COMPLETED"
+            if done:
+                self.proofs_done += 1
+            label = STATUS_KINDS.get(kind, kind)
+            if counted and done:
                 self.completed += 1
-                self.completed_by_kind[kind] = self.completed_by_kind.get(kind, 0) + 1
-            elif status != "CANCELLED":  # (a cancelled proof is neither: the real /status counts it nowhere)
+                self.completed_by_kind[label] = self.completed_by_kind.get(label, 0) + 1
+            elif counted and status == "FAILED":  # (a cancelled proof is in no counter, as in the real /status)
                 self.failed += 1
-                self.failed_by_kind[kind] = self.failed_by_kind.get(kind, 0) + 1
-            completed = self.completed
+                self.failed_by_kind[label] = self.failed_by_kind.get(label, 0) + 1
+            completed = self.proofs_done
         answer(result)
         if status == "COMPLETED":
             self.timeline("completed", job, f"prove_ms={result['prove_ms']}")
@@ -386,9 +431,10 @@ class Daemon:
             "uptime_secs": int(now - self.t0),
             "memory": {"total_bytes": budget, "used_bytes": used, "available_bytes": max(0, budget - used)},
             "synthesis": {"max_concurrent": self.cfg.synthesis_concurrency, "active": busy},
-            "pipelines": [{"job_id": job, "proof_kind": kind, "started_secs_ago": round(now - started, 3),
+            # (Only the partitioned proofs, as the real one registers them: status.rs register_job.)
+            "pipelines": [{"job_id": job, "proof_kind": STATUS_KINDS[kind], "started_secs_ago": round(now - started, 3),
                            "total_partitions": 10, "partitions_done": 0, "partitions": []}
-                          for job, (kind, started) in jobs.items()],
+                          for job, (kind, started) in jobs.items() if kind in STATUS_KINDS],
             "gpu_workers": workers,
             "allocations": {"srs": [allocation(SRS_BYTES)], "pce": [allocation(PCE_BYTES)] if self.pce_loaded else []},
             "counters": counters,
@@ -452,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         failures.setup("cuzk-daemon")
         generations.generation()
         sigint = sigint_mode()
+        fail_mode()
     except knobs.UsageError as exc:
         output.err(f"error: {exc}")
         return 2

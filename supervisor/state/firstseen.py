@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from ..text import Log
 from . import files as state_files
-from .files import StateFileError, load_json, save_json, wall_time
+from .files import StateFileError, load_json, wall_time
 
 # Two machines' wall clocks (ours, the manager's, an earlier container's) may disagree by this much before a
 # time they wrote "from the future" is refused as impossible (here, and in the manager's row: manager/row.py).
@@ -87,6 +87,8 @@ class FirstSeen:
         self._clocks = {name: clock for clock, name in self._names.items()}  # its name → the clock
         self._path = state_files.path(state_dir, state_files.FIRST_SEEN)
         self._log, self._now, self._label = log, now, label
+        # (a full or read-only state_dir costs the memory across restarts, not the run: said once, and its end)
+        self._writes = state_files.Rewrites(self._path, "first-seen", "a restart counts afresh", log)
         self._row_state: str | None = None  # the manager's row's state, as last read (not kept)
         self._this_start: float | None = None  # this start's time, where it was needed
         self._times = self._load()
@@ -203,7 +205,4 @@ class FirstSeen:
         return False
 
     def _save(self) -> None:
-        try:
-            save_json(self._path, {**self._times, **({LABEL: self._label} if self._label else {})})
-        except OSError as exc:  # a full or read-only state_dir costs the memory across restarts, not the run
-            self._log(f"first-seen: cannot write {self._path} ({exc.strerror or exc}): a restart counts afresh")
+        self._writes.save(lambda: {**self._times, **({LABEL: self._label} if self._label else {})})

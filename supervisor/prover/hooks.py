@@ -116,9 +116,11 @@ class PceWatch:
             if STARTED in line:
                 self.under_way.append(_circuit(line, STARTED) or "its circuit")
             elif self.under_way and (end := next((end for end in ENDED if end in line), None)):
-                # The one it names ("... complete for WindowPoSt"), else the oldest (PoRep's says no name).
-                named = _circuit(line, end).partition(" (")[0]
-                self.under_way.remove(named if named in self.under_way else self.under_way[0])
+                # The one it names ("... complete for SnapDeals"; a failure's fields follow the name: "... failed
+                # for SnapDeals error=..."), else the oldest (PoRep's says no name).
+                rest = _circuit(line, end)
+                named = next((name for name in self.under_way if rest == name or rest.startswith(f"{name} ")), None)
+                self.under_way.remove(named if named is not None else self.under_way[0])
 
     def pending(self) -> str | None:
         if not self.under_way:

@@ -251,3 +251,16 @@ def test_an_end_that_names_its_circuit_ends_that_one() -> None:
                 b"background PCE extraction starting for WindowPoSt",
                 b"background PCE extraction complete for WindowPoSt"])
     assert watch.pending() == "its background PCE extraction for PoRep 32G and the PCE file's save"
+
+
+
+def test_a_failure_that_names_its_circuit_before_its_fields_ends_that_one() -> None:
+    # cuzk-core engine.rs: warn!(error = %e, "background PCE extraction failed for SnapDeals"), which tracing prints
+    # with its fields after the message: the name read "SnapDeals error=...", matched none, and PoRep's ended.
+    watch = hooks.PCE_HOOK.new_watch()
+    watch.feed([b"\x1b[2m2026-12-07T10:00:00Z\x1b[0m \x1b[32m INFO\x1b[0m cuzk_core::engine: background PCE extraction "
+                b"starting for PoRep 32G",
+                b"background PCE extraction starting for SnapDeals",
+                b"\x1b[33m WARN\x1b[0m cuzk_core::engine: background PCE extraction failed for SnapDeals "
+                b"\x1b[3merror\x1b[0m\x1b[2m=\x1b[0mout of memory"])
+    assert watch.pending() == "its background PCE extraction for PoRep 32G and the PCE file's save"

@@ -18,6 +18,7 @@ import pytest
 
 from supervisor.prover import cuzkconf
 from supervisor.prover.cuzkconf import GIB, CuzkSettings, DoesNotFit, generate
+from supervisor.prover.standins.cuzk_settings import cuzk_size  # (cuzk-daemon's own reading of a size)
 from supervisor.text.units import parse_size
 
 H100 = 80 * GIB
@@ -239,17 +240,6 @@ def test_user_total_budget_that_fits_sizes_the_concurrency() -> None:
     assert gen.config["pipeline"]["synthesis_concurrency"] == 1  # one whole proof at a time
 
 
-def cuzk_reads_size(text: str) -> int:
-    """cuzk-daemon's own reading of a size (cuzk-core config.rs ``parse_size``): a whole number of GiB, MiB, GB or
-    MB (the unit as written), else of bytes; anything else is 50 GiB (GiB, GB, bytes) or 0 (MiB, MB)."""
-    text = text.strip()
-    for unit, scale, fallback in (("GiB", 1 << 30, 50), ("MiB", 1 << 20, 0), ("GB", 10**9, 50), ("MB", 10**6, 0)):
-        if text.endswith(unit):
-            number = text[:-len(unit)].strip()
-            return (int(number) if number.isascii() and number.isdigit() else fallback) * scale
-    return int(text) if text.isascii() and text.isdigit() else 50 * GIB
-
-
 @pytest.mark.parametrize(("given", "meant"), [("200G", 200 * GIB), ("300gib", 300 * GIB),
                                                ("250.5GiB", int(250.5 * GIB)), ("0.4TiB", int(0.4 * (1 << 40))),
                                                ("215000MB", 215 * 10**9 // 2**20 * 2**20)])
@@ -259,7 +249,7 @@ def test_a_user_total_budget_is_written_as_cuzk_reads_it(given: str, meant: int)
     # whole download, while the supervisor had sized the rest (and said so) on 200 GiB.
     gen = generate(settings(overrides={"memory": {"total_budget": given}}), 512 * GIB, gpus(0))
     written = tomllib.loads(gen.text)["memory"]["total_budget"]
-    assert cuzk_reads_size(written) == meant // 2**20 * 2**20 == gen.budget, (written, gen.summary())
+    assert cuzk_size(written) == meant // 2**20 * 2**20 == gen.budget, (written, gen.summary())
 
 
 def test_a_user_total_budget_of_auto_is_written_as_the_budget_worked_out_here() -> None:
@@ -267,7 +257,7 @@ def test_a_user_total_budget_of_auto_is_written_as_the_budget_worked_out_here() 
     # container's daemon would size itself for ~1 TiB and be OOM-killed.
     gen = generate(settings(overrides={"memory": {"total_budget": "auto"}}), 128 * GIB, gpus(0))
     written = tomllib.loads(gen.text)["memory"]["total_budget"]
-    assert written == "123GiB" and cuzk_reads_size(written) == gen.budget == 123 * GIB, (written, gen.summary())
+    assert written == "123GiB" and cuzk_size(written) == gen.budget == 123 * GIB, (written, gen.summary())
 
 
 def test_user_total_budget_sizes_the_partition_workers_written_beside_it() -> None:

@@ -585,7 +585,16 @@ def test_outbox_corrupt_file_is_moved_aside(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("sql", "said"), [
     ("CREATE TABLE calls (x INTEGER);", "calls has no column id, kind, payload, created, state, attempts"),
-    ("CREATE TABLE facts (k TEXT, v TEXT);", "facts has no column key, value"),
+    ("CREATE TABLE facts (k TEXT, v TEXT);", "not the outbox's tables: facts, and no calls"),
+    ("CREATE TABLE calls (id INTEGER PRIMARY KEY, kind TEXT, payload TEXT, created REAL, state TEXT, attempts INTEGER, "
+     "finished REAL, last_error TEXT, response TEXT); CREATE TABLE facts (k TEXT, v TEXT);",
+     "facts has no column key, value"),
+    # (another program's database: the outbox's tables were added to it, and it was made WAL and written)
+    ("CREATE TABLE users (name TEXT);", "not the outbox's tables: users, and no calls"),
+    # (every column, no key: a row of NULL id could never be marked failed, and the sender read it for ever)
+    ("CREATE TABLE calls (id, kind, payload, created, state, attempts, finished, last_error, response);"
+     "INSERT INTO calls VALUES (NULL, 'x', '{}', 1.0, 'pending', 0, NULL, NULL, NULL);",
+     "calls is not keyed by an INTEGER PRIMARY KEY id"),
 ])
 def test_an_outbox_of_foreign_tables_is_moved_aside(tmp_path: Path, sql: str, said: str) -> None:
     # Its integrity check passed, and every query failed on the missing column, at every start: manager reporting

@@ -337,14 +337,16 @@ class Outbox:
     def _first_pending(self, where: str, params: tuple[Any, ...]) -> Call | None:
         # Through _read like every query: a file that cannot be read falls back to memory, never
         # raises into the sender thread.
+        failed = None
         while True:
             row = self._read_one("SELECT id, kind, payload, created, attempts FROM calls "
                                  f"WHERE state = 'pending'{where} ORDER BY id LIMIT 1", params)
-            if row is None:
+            if row is None or row[0] == failed:  # (one that could not be marked failed is not read for ever)
                 return None
             call = self._usable(row)
             if call is not None:
                 return call
+            failed = row[0]
 
     def _usable(self, row: tuple[Any, ...]) -> Call | None:
         """The pending row's call; one that is none is failed, said in one line, and never asked again."""
@@ -535,12 +537,20 @@ TABLE_COLUMNS = {"calls": CALL_COLUMNS, "facts": ("key", "value")}
 
 
 def _check_tables(db: sqlite3.Connection) -> None:
-    """ForeignTables where a table of the outbox's name lacks one of its columns."""
+    """ForeignTables where the file holds tables but no calls (another program's database: the outbox's would
+    have been written into it), or a table of the outbox's name lacks one of its columns, or its calls are not
+    keyed by a whole-number id (a row of NULL id could never be marked failed: the sender read it for ever)."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables - {"sqlite_sequence"} and "calls" not in tables:
+        raise ForeignTables(f"not the outbox's tables: {', '.join(sorted(tables))[:80]}, and no calls")
     for table, columns in TABLE_COLUMNS.items():
-        found = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        found = {row[1]: row for row in db.execute(f"PRAGMA table_info({table})")}
         missing = [column for column in columns if column not in found]
         if found and missing:
             raise ForeignTables(f"not the outbox's tables: {table} has no column {', '.join(missing)}")
+    key = db.execute("PRAGMA table_info(calls)").fetchall()
+    if key and not any(row[1] == "id" and str(row[2]).upper() == "INTEGER" and row[5] == 1 for row in key):
+        raise ForeignTables("not the outbox's tables: calls is not keyed by an INTEGER PRIMARY KEY id")
 
 
 def call_of(row: tuple[Any, ...]) -> Call | None:

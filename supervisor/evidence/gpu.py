@@ -311,8 +311,10 @@ class GpuFault:
             what = f"lost ({self.detail})"
         else:
             what = f"Xid {self.xid} ({XID_NAMES.get(self.xid, 'see NVIDIA Xid catalog')})"
-            if self.xid in APPLICATION_XIDS:
+            if not self.fatal:
                 what += ": an application fault, not the GPU's"
+            elif self.xid in APPLICATION_XIDS:  # (its recovery action, said after, made it the GPU's)
+                what += ": an application fault, on a GPU that needs recovering"
         if self.recovery is not None:
             what += f"; recovery action: {RECOVERY_ACTIONS.get(self.recovery, f'code {self.recovery}')}"
         return f"{who}: {what}"

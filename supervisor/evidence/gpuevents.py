@@ -99,9 +99,7 @@ class XidWatch:
         if fault is not None:
             # In hand before its recovery action is asked: NVML may never answer that (it hangs after a driver
             # crash), and the fault must reach the loop whatever it does.
-            self.found(fault)
-            with self._lock:
-                self._asking = (fault, time.monotonic())
+            self.found(fault, asking=True)
             try:
                 self._add_recovery(nvml, fault, call)
             finally:
@@ -133,20 +131,25 @@ class XidWatch:
         if known.fatal and not fault.fatal:
             self.found(known)
 
-    def found(self, fault: GpuFault) -> None:
+    def found(self, fault: GpuFault, asking: bool = False) -> None:
+        """``asking``: its recovery action is read next (in the same hold of the lock: a take in between said the
+        fault without it)."""
         with self._lock:
             if len(self._faults) < FAULTS_MAX:
                 self._faults.append(fault)
+                if asking:
+                    self._asking = (fault, time.monotonic())
             else:
                 self._dropped[(fault.index, fault.xid)] += 1
 
-    def take(self) -> tuple[list[GpuFault], dict[tuple[int | None, int | None], int]]:
+    def take(self, wait_for_recovery: bool = True) -> tuple[list[GpuFault], dict[tuple[int | None, int | None], int]]:
         """(the loop's side) The faults found since the last call, and how many more of each were only counted; but
-        the one whose recovery action is being read, and those after it, for RECOVERY_WAIT_S at most."""
+        the one whose recovery action is being read, and those after it, for RECOVERY_WAIT_S at most (unless
+        ``wait_for_recovery`` is False: a start that a fatal one refuses is not held back for a line's detail)."""
         with self._lock:
             faults, self._faults = self._faults, []
             asking = self._asking
-            if asking is not None and time.monotonic() - asking[1] < RECOVERY_WAIT_S:
+            if wait_for_recovery and asking is not None and time.monotonic() - asking[1] < RECOVERY_WAIT_S:
                 cut = next((i for i, fault in enumerate(faults) if fault is asking[0]), len(faults))
                 faults, self._faults = faults[:cut], faults[cut:]
             dropped, self._dropped = dict(self._dropped), Counter()

@@ -178,10 +178,12 @@ class Gpus:
         """The GPU watches' states (status; the tick says when one goes blind)."""
         return self.sampling, self.xid_events
 
-    def take_all_faults(self) -> tuple[list[GpuFault], dict[tuple[int | None, int | None], int]]:
+    def take_all_faults(self, wait_for_recovery: bool = True) -> tuple[list[GpuFault],
+                                                                         dict[tuple[int | None, int | None], int]]:
         """The faults found since the last call, and how many more of each (GPU, Xid) were only counted
-        (the loop's GPU health, lifecycle/gpuhealth.py, decides what they mean)."""
-        return self._xid.take()
+        (the loop's GPU health, lifecycle/gpuhealth.py, decides what they mean); ``wait_for_recovery`` False: the
+        one whose recovery action is being read too, without it (a start about to be refused must not wait)."""
+        return self._xid.take(wait_for_recovery)
 
     def latest(self) -> GpuReading | None:
         """The latest reading, none from before the thread last failed (its figures are no longer now's)."""

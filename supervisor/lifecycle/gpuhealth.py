@@ -96,7 +96,7 @@ class GpuHealth:
         later. None: it may start."""
         if not uses_gpus:
             return None
-        lines = self._take_faults()
+        lines = self._take_faults(wait_for_recovery=False)  # (a fault in hand refuses now, its action or not)
         if self._log is None:
             self._held.extend(lines)
         else:
@@ -104,8 +104,8 @@ class GpuHealth:
                 self._log(line)
         return Refusal(v.GPU_FAULT, fatal_detail(self.fatal)) if self.fatal is not None else None
 
-    def _take_faults(self) -> list[str]:
-        faults, dropped = self._gpus.take_all_faults()
+    def _take_faults(self, wait_for_recovery: bool = True) -> list[str]:
+        faults, dropped = self._gpus.take_all_faults(wait_for_recovery)
         lines = []
         for fault in faults:
             lines.extend(self._say(fault, 1))

@@ -97,6 +97,22 @@ def test_a_fault_waits_for_its_recovery_action_before_the_loop_takes_it(control:
     assert (fault.xid, fault.recovery) == (48, 1), fault
 
 
+def test_a_start_is_refused_at_once_by_a_fault_whose_recovery_action_is_still_being_read(control: NvmlControl,
+                                                                                          gpus: Gpus) -> None:
+    # The loop waits for a fault's recovery action (RECOVERY_WAIT_S at most) to say it in the line; the refusal of a
+    # phase about to start must not: held back with the rest, an Xid 79 in that second let the child start on the
+    # GPU that is gone.
+    health = GpuHealth(Target(("curio", True, PhaseState.PENDING)), gpus)
+    wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
+    control.set(xid=[{"gpu": 0, "xid": 79}], hang_s=gpuevents.RECOVERY_WAIT_S + 5,
+                hang_calls=["nvmlDeviceGetFieldValues"])
+    wait_for(lambda: gpus._xid._asking is not None, timeout=10)  # (in hand, its action being read)
+    refusal = health.refusal(True)
+    assert gpus._xid._asking is not None  # (still being read: the refusal did not wait for it)
+    assert refusal is not None and refusal.reason == "gpu_fault", refusal
+    assert refusal.detail.startswith("GPU 0: Xid 79 (fallen off the bus)"), refusal
+
+
 # ---------------------------------------------------------------- the decisions, in-process
 
 
@@ -142,8 +158,8 @@ def test_an_application_xid_on_a_gpu_that_needs_a_reset_is_fatal(control: NvmlCo
     wait_for(lambda: lines.extend(health.check(time.monotonic())) or target.failed, timeout=10)
     [(name, reason, detail)] = target.failed
     assert (name, reason) == ("curio", "gpu_fault"), target.failed
-    assert detail.startswith("GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's; "
-                             "recovery action: "), detail
+    assert detail.startswith("GPU 0: Xid 13 (graphics engine exception): an application fault, on a GPU that needs "
+                             "recovering; recovery action: "), detail
     assert f"gpu_fault: {detail.removesuffix('; this machine needs replacing')}" in lines, lines
 
 
@@ -165,10 +181,10 @@ def test_an_application_xid_taken_before_its_recovery_action_is_handed_again_onc
     assert target.failed == []
     wait_for(lambda: lines.extend(health.check(time.monotonic())) or target.failed, timeout=10)
     assert target.failed == [("curio", "gpu_fault", "GPU 0: Xid 13 (graphics engine exception): an application "
-                                                    "fault, not the GPU's; recovery action: GPU reset; this machine "
-                                                    "needs replacing")], target.failed
-    assert lines[-1] == ("gpu_fault: GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's; "
-                         "recovery action: GPU reset"), lines
+                                                    "fault, on a GPU that needs recovering; recovery action: GPU "
+                                                    "reset; this machine needs replacing")], target.failed
+    assert lines[-1] == ("gpu_fault: GPU 0: Xid 13 (graphics engine exception): an application fault, on a GPU that "
+                         "needs recovering; recovery action: GPU reset"), lines
 
 
 def test_a_fatal_fault_refuses_the_next_attempt_of_a_gpu_phase_before_it_starts(control: NvmlControl,

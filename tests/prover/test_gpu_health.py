@@ -132,8 +132,10 @@ class Target:
 def test_a_fatal_fault_fails_the_running_gpu_phases_and_waits_for_the_next_one(control: NvmlControl,
                                                                                 gpus: Gpus) -> None:
     target = Target(("fetch", False, PhaseState.RUNNING), ("curio", True, PhaseState.PENDING))
+    control.set(gpus=[{}, {}], recovery_action={"0": 1, "1": 0})  # (two GPUs as NVML opens: both watched)
     health = GpuHealth(target, gpus)
-    control.set(gpus=[{}, {}], xid=[{"gpu": 1, "xid": 13}, {"gpu": 0, "xid": 48}], recovery_action={"0": 1, "1": 0})
+    wait_for(lambda: gpus.events_why == "Xid events watched on GPU 0, 1", timeout=10)
+    control.set(xid=[{"gpu": 1, "xid": 13}, {"gpu": 0, "xid": 48}])
     lines: list[str] = []
     wait_for(lambda: lines.extend(health.check(time.monotonic())) or health.fatal is not None, timeout=10)
     assert "GPU health: GPU 1: Xid 13 (graphics engine exception): an application fault, not the GPU's; recovery " \

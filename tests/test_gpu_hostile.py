@@ -230,6 +230,22 @@ def test_a_fatal_storm_is_one_gpu_fault_line(control: NvmlControl, gpus: Gpus) -
     assert target.failed and {reason for _, reason, _ in target.failed} == {"gpu_fault"}
 
 
+def test_an_application_storm_on_a_gpu_that_needs_a_reset_is_one_gpu_fault_line(control: NvmlControl,
+                                                                                  gpus: Gpus) -> None:
+    # Past FAULTS_MAX the storm's faults are only counted, without their recovery action: they read "Xid 13 logged;
+    # nothing fails" right after the gpu_fault the first ones made.
+    target = Target()
+    health = GpuHealth(target, gpus, repeat_s=60.0)
+    control.set(xid_storm={"gpu": 0, "xid": 13}, recovery_action=1)
+    lines: list[str] = []
+    wait_for(lambda: gpus._xid._dropped, timeout=20)  # (past FAULTS_MAX untaken: the rest only counted)
+    lines.extend(health.check(time.monotonic()))
+    xid_lines = [line for line in lines if "Xid 13" in line]
+    assert xid_lines and all(line.startswith("gpu_fault: GPU 0: Xid 13 ") for line in xid_lines), xid_lines[:3]
+    assert len(xid_lines) == 1, xid_lines[:3]
+    assert target.failed and {reason for _, reason, _ in target.failed} == {"gpu_fault"}
+
+
 # ---------------------------------------------------------------- numbers from outside, bounded
 
 

@@ -110,7 +110,11 @@ class GpuHealth:
         for fault in faults:
             lines.extend(self._say(fault, 1))
         for (index, xid), count in dropped.items():
-            lines.extend(self._say(GpuFault(index, xid, "more of the same"), count))
+            # (only counted, without their recovery action: that of the fatal one of this GPU and Xid, if there is
+            # one, or an application's storm on a GPU that needs a reset read "nothing fails" after its gpu_fault)
+            fatal = self.fatal
+            recovery = fatal.recovery if fatal is not None and (fatal.index, fatal.xid) == (index, xid) else None
+            lines.extend(self._say(GpuFault(index, xid, "more of the same", recovery), count))
         return [*lines, *self._repeats.due()]
 
     def _say(self, fault: GpuFault, count: int) -> list[str]:

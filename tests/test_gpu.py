@@ -169,6 +169,7 @@ def test_nvml_init_unknown_error_is_no_gpu(control: NvmlControl, gpus: Gpus) -> 
 
 def test_a_hung_call_is_named_once_and_again_when_it_returns(control: NvmlControl) -> None:
     """Every call hangs: the loop side says which call, once, and how long it took once it returned."""
+    before = {t for t in threading.enumerate() if t.name == "gpu"}  # (other tests' threads, ending after their call)
     gpus = Gpus(call_timeout_s=0.3)
     try:
         gpus.start()
@@ -186,7 +187,8 @@ def test_a_hung_call_is_named_once_and_again_when_it_returns(control: NvmlContro
         assert len(back) == 1 and back[0].startswith(
             "gpu_unresponsive: nvmlDeviceGetUtilizationRates (GPU 0) returned after "), back
         assert gpus.unresponsive() is None and gpus.slow_calls == 1
-        assert [t for t in threading.enumerate() if t.name == "gpu"] == [gpus._thread], "one GPU thread, never two"
+        assert [t for t in threading.enumerate() if t.name == "gpu" and t not in before] == [gpus._thread], \
+            "one GPU thread, never two"
     finally:
         control.set(hang_s=0)
         gpus.close()

@@ -238,8 +238,14 @@ def test_an_application_storm_on_a_gpu_that_needs_a_reset_is_one_gpu_fault_line(
     health = GpuHealth(target, gpus, repeat_s=60.0)
     control.set(xid_storm={"gpu": 0, "xid": 13}, recovery_action=1)
     lines: list[str] = []
-    wait_for(lambda: gpus._xid._dropped, timeout=20)  # (past FAULTS_MAX untaken: the rest only counted)
-    lines.extend(health.check(time.monotonic()))
+    try:
+        wait_for(lambda: gpus._xid._dropped, timeout=20)  # (past FAULTS_MAX untaken: the rest only counted)
+        lines.extend(health.check(time.monotonic()))
+    finally:
+        control.set(xid_storm=None)
+        gpus.close()
+        if gpus._thread is not None:  # (still in its storm after the test, it was the next test's second one)
+            gpus._thread.join(10)
     xid_lines = [line for line in lines if "Xid 13" in line]
     assert xid_lines and all(line.startswith("gpu_fault: GPU 0: Xid 13 ") for line in xid_lines), xid_lines[:3]
     assert len(xid_lines) == 1, xid_lines[:3]

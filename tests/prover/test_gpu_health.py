@@ -50,6 +50,14 @@ def faults_of(gpus: Gpus, count: int = 1, timeout: float = 10) -> list[GpuFault]
 # ---------------------------------------------------------------- the GPU thread, in-process
 
 
+def _ended(gpus: Gpus) -> None:
+    """The GPU thread ended: a thread still in a hung call after its test is the next test's second one."""
+    gpus.close()
+    if gpus._thread is not None:
+        gpus._thread.join(10)
+
+
+
 def test_a_fatal_xid_is_found_with_its_gpu_and_recovery_action(control: NvmlControl, gpus: Gpus) -> None:
     control.set(gpus=[{}, {}], recovery_action={"1": 2})
     gpus.watch_health()
@@ -93,8 +101,12 @@ def test_a_fault_waits_for_its_recovery_action_before_the_loop_takes_it(control:
     wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
     control.set(xid=[{"gpu": 0, "xid": 48}], recovery_action=1, hang_s=gpuevents.RECOVERY_WAIT_S / 2,
                 hang_calls=["nvmlDeviceGetFieldValues"])
-    [fault] = faults_of(gpus)
-    assert (fault.xid, fault.recovery) == (48, 1), fault
+    try:
+        [fault] = faults_of(gpus)
+        assert (fault.xid, fault.recovery) == (48, 1), fault
+    finally:
+        control.set(hang_s=0)  # (a GPU thread hung past the test would be the next test's second one)
+        _ended(gpus)
 
 
 def test_a_start_is_refused_at_once_by_a_fault_whose_recovery_action_is_still_being_read(control: NvmlControl,
@@ -106,9 +118,13 @@ def test_a_start_is_refused_at_once_by_a_fault_whose_recovery_action_is_still_be
     wait_for(lambda: gpus.events_why.startswith("Xid events watched"), timeout=10)
     control.set(xid=[{"gpu": 0, "xid": 79}], hang_s=gpuevents.RECOVERY_WAIT_S + 5,
                 hang_calls=["nvmlDeviceGetFieldValues"])
-    wait_for(lambda: gpus._xid._asking is not None, timeout=10)  # (in hand, its action being read)
-    refusal = health.refusal(True)
-    assert gpus._xid._asking is not None  # (still being read: the refusal did not wait for it)
+    try:
+        wait_for(lambda: gpus._xid._asking is not None, timeout=10)  # (in hand, its action being read)
+        refusal = health.refusal(True)
+        assert gpus._xid._asking is not None  # (still being read: the refusal did not wait for it)
+    finally:
+        control.set(hang_s=0)
+        _ended(gpus)
     assert refusal is not None and refusal.reason == "gpu_fault", refusal
     assert refusal.detail.startswith("GPU 0: Xid 79 (fallen off the bus)"), refusal
 
@@ -176,8 +192,11 @@ def test_an_application_xid_taken_before_its_recovery_action_is_handed_again_onc
     control.set(xid=[{"gpu": 0, "xid": 13}], recovery_action=1, hang_s=gpuevents.RECOVERY_WAIT_S + 2,
                 hang_calls=["nvmlDeviceGetFieldValues"])
     lines: list[str] = []
-    wait_for(lambda: lines.extend(health.check(time.monotonic())) or any("Xid 13" in line for line in lines),
-             timeout=10)
+    try:
+        wait_for(lambda: lines.extend(health.check(time.monotonic())) or any("Xid 13" in line for line in lines),
+                 timeout=10)
+    finally:
+        control.set(hang_s=0)  # (the action comes now: the rest of the test is what follows from it)
     assert lines[-1] == ("GPU health: GPU 0: Xid 13 (graphics engine exception): an application fault, not the GPU's "
                          "(Xid 13 logged; nothing fails)"), lines
     assert target.failed == []
@@ -241,7 +260,7 @@ def failed_by_a_hang(control: NvmlControl) -> Iterator[tuple[Gpus, Target, GpuHe
         yield gpus, target, health
     finally:
         control.set(hang_s=0)
-        gpus.close()
+        _ended(gpus)
 
 
 def test_nvml_hung_past_its_bound_fails_the_attempt_with_gpu_unresponsive(control: NvmlControl) -> None:

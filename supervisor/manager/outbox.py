@@ -557,10 +557,7 @@ def call_of(row: tuple[Any, ...]) -> Call | None:
     """A call from its row (id, kind, payload, created, attempts); None where the row is none (a payload that is
     not a JSON object, a kind that is no text: a file another program wrote into)."""
     call_id, kind, payload, created, attempts = row
-    try:
-        value = json.loads(payload) if isinstance(payload, str) else None
-    except ValueError:
-        value = None
+    value = _loads(payload)
     if not isinstance(value, dict) or not isinstance(kind, str) or not isinstance(call_id, int) \
             or isinstance(created, bool) or not isinstance(created, int | float) or not isinstance(attempts, int):
         return None

@@ -212,7 +212,8 @@ class ProgressWatch:
         # moved nothing, as (the link's time, which measure: "moved" or "got", its bytes); both the attempt's
         # start at first (what it moved counts from zero there).
         self._moving_since: float | None = None
-        self._last_move = self._still = self._first_moved = (self._started, "moved", 0)
+        self._last_move = self._still = (self._started, "moved", 0)
+        self._first_moved_at: float | None = None  # the first tick after the still one that saw it move
         self.progress: Progress | None = None  # the latest figures (None: no evidence yet)
         self._said_deadline = False
         self._settling: Settling | None = None  # the settled walk waited for after the attempt ended well
@@ -402,14 +403,14 @@ class ProgressWatch:
         if self._moving_since is not None:
             return
         if kind != last[1] or value - last[2] <= MOVING_MIN_B_S * (at - last[0]):  # (another measure: from here)
-            self._still = self._first_moved = (at, kind, value)
+            self._still, self._first_moved_at = (at, kind, value), None
             return
-        if self._first_moved[0] == self._still[0]:
-            self._first_moved = (at, kind, value)
+        if self._first_moved_at is None:
+            self._first_moved_at = at
         if value - self._still[2] >= MOVING_MIN_B_S * self._window.window_s:
             self._moving_since = self._still[0]
-            self._window.since(self._first_moved[0])
-            self._moved_window.since(self._first_moved[0])
+            self._window.since(self._first_moved_at)
+            self._moved_window.since(self._first_moved_at)
 
     def _moved(self, now: float, io: TreeIo | None, net: TreeMeasure | None) -> int | None:
         """What the link moved in this attempt, by the measures that count only this attempt's bytes, the thrown

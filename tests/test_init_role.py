@@ -358,16 +358,21 @@ def test_a_child_inherits_none_of_the_supervisors_descriptors(sup: Runner) -> No
     assert "[p/p] fds [0, 1, 2, 3]" in done.stdout, done.stdout
 
 
-@needs_unshare
-def test_without_proc_the_start_says_so_in_one_line(sup: Runner) -> None:
-    # No /proc mounted (or an empty one): psutil's process list failed with an IndexError of its own, a traceback
-    # from the start-up sweep. The environment cannot host a run: one line, exit 2, nothing started.
+def _touching_phase(sup: Runner) -> tuple[Path, Path]:
+    """A one-phase config whose child touches a marker: (the marker, the config); the marker says it started."""
     marker = sup.tmp / "ran"
-    config = sup.write(f"""
+    return marker, sup.write(f"""
         [[phases]]
         name = "a"
         command = ["touch", "{marker}"]
         """)
+
+
+@needs_unshare
+def test_without_proc_the_start_says_so_in_one_line(sup: Runner) -> None:
+    # No /proc mounted (or an empty one): psutil's process list failed with an IndexError of its own, a traceback
+    # from the start-up sweep. The environment cannot host a run: one line, exit 2, nothing started.
+    marker, config = _touching_phase(sup)
     inner = f"umount -l /proc && exec {PY} -m supervisor run --config {config}"
     result = subprocess.run(["unshare", "--mount", "--pid", "--fork", "sh", "-c", inner], capture_output=True,
                             text=True, timeout=60, cwd=REPO, env=sup.env())
@@ -383,12 +388,7 @@ def test_as_pid_1_on_another_namespaces_proc_the_start_says_so_in_one_line(sup: 
     # unshare --pid --fork without --mount-proc: the supervisor (pid 1) read the host's /proc, signalled host pids
     # it could not reach, named them survivors of SIGKILL, "killed 51 leftover process(es)" of the host's at its
     # exit, and left its own children running. Nothing can be supervised there: one line, exit 2, nothing started.
-    marker = sup.tmp / "ran"
-    config = sup.write(f"""
-        [[phases]]
-        name = "a"
-        command = ["touch", "{marker}"]
-        """)
+    marker, config = _touching_phase(sup)
     result = subprocess.run(["unshare", "--pid", "--fork", *sup.argv(config)], capture_output=True, text=True,
                             timeout=60, cwd=REPO, env=sup.env())
     assert result.returncode == 2, result.stdout + result.stderr

@@ -537,6 +537,32 @@ def test_the_inbox_takes_a_burst_of_sigchld_as_one_reap_and_every_other_signal_a
     assert proc.stdout.split() == ["SIGCHLD", "SIGUSR1", "SIGUSR1"], proc.stdout + proc.stderr
 
 
+INBOX_FLOOD = textwrap.dedent("""
+    import signal
+    from supervisor.engine.loop import EventLoop
+    from supervisor.engine.signals import SignalInbox
+
+    loop = EventLoop()
+    heard = []
+    inbox = SignalInbox(loop, heard.append)
+    for _ in range(100_000):  # a storm's SIGCHLDs while the loop is held: more bytes than a default pipe holds
+        signal.raise_signal(signal.SIGCHLD)
+    signal.raise_signal(signal.SIGTERM)
+    loop.run_once(max_wait=0)
+    inbox.close()
+    print(" ".join(signal.Signals(signum).name for signum in heard))
+""")
+
+
+def test_a_stop_signal_after_a_storm_of_sigchld_is_not_dropped_from_the_wake_up_pipe() -> None:
+    """100,000 SIGCHLD bytes (an orphan storm while a start holds the loop) filled Linux's default 64 KiB pipe, and
+    the C handler dropped the byte of the SIGTERM that came after them: `docker stop` went unheard until its
+    SIGKILL. The pipe is made large enough, and a drain reads it to the end."""
+    proc = subprocess.run([PY, "-c", INBOX_FLOOD], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["SIGCHLD", "SIGTERM"], proc.stdout[-300:] + proc.stderr
+
+
 INBOX_RAISING = textwrap.dedent("""
     import signal
     from supervisor.engine.loop import EventLoop

@@ -24,8 +24,9 @@ real-time signal (systemd gives SIGRTMIN+3/+4/+5 halt, poweroff and reboot, and 
 for systemd stop with ``STOPSIGNAL SIGRTMIN+3``).
 
 How they arrive: ``signal.set_wakeup_fd`` makes the C-level handler write the signal number to a
-pipe that the selector watches (a pipe: its 64 KiB hold every signal that comes while a start holds
-the loop for seconds, where a socket pair's few hundred bytes would drop some); the Python-level
+pipe that the selector watches (a pipe, made as large as the kernel lets: 1 MiB holds every signal that comes
+while a start holds the loop for seconds, even an orphan storm's SIGCHLDs, where a socket pair's few hundred
+bytes, or a pipe's default 64 KiB, would drop the stop signal that came after them); the Python-level
 handlers only note when each came. A signal can therefore never interrupt the supervisor half-way
 through an update of its own state, and SIGCHLD wakes the reaper at once. Before the inbox exists
 (argparse, imports, the config) ``hold_signals`` keeps them blocked, so one sent then waits for the
@@ -34,8 +35,10 @@ loop instead of raising KeyboardInterrupt.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import faulthandler
+import fcntl
 import os
 import signal
 import time
@@ -310,8 +313,12 @@ def last_words_to(fd: int) -> None:
 # ---------------------------------------------------------------- the inbox
 
 
-# What the wake-up pipe holds (Linux's default pipe size), and so the most one drain reads.
-WAKEUP_PIPE_BYTES = 65536
+# What the wake-up pipe is asked to hold: a full pipe drops the byte of the next signal, whatever it is (a
+# SIGTERM after a storm's SIGCHLDs), so it is made as large as an unprivileged process may (pipe-max-size's
+# default); where the kernel refuses, it keeps Linux's default 64 KiB. One read takes at most WAKEUP_READ_BYTES:
+# a drain reads again while a read comes back full (a bigger read buffer would be allocated at every signal).
+WAKEUP_PIPE_BYTES = 1 << 20
+WAKEUP_READ_BYTES = 65536
 
 
 class SignalInbox:
@@ -320,6 +327,8 @@ class SignalInbox:
     def __init__(self, loop: EventLoop, on_signal: Callable[[int], None]) -> None:
         self._on_signal = on_signal
         self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with contextlib.suppress(OSError):  # (EPERM past pipe-max-size or a user's pipe quota: 64 KiB it is)
+            fcntl.fcntl(self._write_fd, fcntl.F_SETPIPE_SZ, WAKEUP_PIPE_BYTES)
         # Started under nohup (Vast's onstart), SIGHUP is ignored on purpose: keep it so.
         self.ignored = {sig for sig in (signal.SIGHUP,) if signal.getsignal(sig) == signal.SIG_IGN}
         for sig in CAUGHT - self.ignored:
@@ -333,9 +342,8 @@ class SignalInbox:
         loop.add_reader(self._read_fd, self._drain)
 
     def _drain(self) -> None:
-        try:
-            data = os.read(self._read_fd, WAKEUP_PIPE_BYTES)
-        except BlockingIOError:
+        data = _read_all(self._read_fd)
+        if not data:
             return
         reaped = False
         for signum in data:
@@ -357,13 +365,10 @@ class SignalInbox:
         default action (SIGTERM's would turn the decided status into 143). A signal still in the pipe came in
         the loop's last turn, or while a call held it (a start waiting for its exec) that ended the run: never
         acted on, and said to ``log`` with when it came, rather than closed away unread."""
-        self._loop.remove_reader(self._read_fd)
         signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
         signal.set_wakeup_fd(self._old_wakeup)
-        try:
-            late = os.read(self._read_fd, WAKEUP_PIPE_BYTES)
-        except BlockingIOError:
-            late = b""
+        late = _read_all(self._read_fd)  # (blocked first: no byte comes after this read)
+        self._loop.remove_reader(self._read_fd)
         os.close(self._read_fd)
         os.close(self._write_fd)
         if log is None:
@@ -378,6 +383,19 @@ class SignalInbox:
 # When each signal not yet acted on first came (monotonic): the loop may act on it late, after a call that held
 # it (a start waiting for its exec), and a stop's budget counts from the signal, as docker stop's timeout does.
 _arrived: dict[int, float] = {}
+
+
+def _read_all(fd: int) -> bytes:
+    """Every signal byte waiting in the wake-up pipe, in order (b"" for none)."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, WAKEUP_READ_BYTES)
+        except BlockingIOError:
+            return data
+        data += chunk
+        if len(chunk) < WAKEUP_READ_BYTES:
+            return data
 
 
 def _wake_only(signum: int, frame: object) -> None:

@@ -900,6 +900,35 @@ def test_a_supervisor_whose_exit_could_not_save_its_state_exited_not_gone(
     assert "lifecycle (last known, before the supervisor's exit): running" in text, text
     rc, snap, out = status_json(sup.state_dir)
     assert rc == 3 and snap["supervisor"] == "exited" and snap["unsaved"] is True and snap["survivors"] == [], out
+    assert snap["listening"] is True, out  # (its socket was made: the file's absence is its exit's doing)
+
+
+def test_a_supervisor_whose_socket_was_never_made_is_gone_when_killed_with_nothing_alive(sup: Runner) -> None:
+    """A supervisor whose status socket could not be made (said in its log: here a directory in its place, which the
+    operator then removed; elsewhere no fd left) has no socket file for a SIGKILL to leave behind. Killed between two
+    attempts (nothing alive), it read "exited, but could not save its last state", as if its exit had removed the
+    file; it is gone, and its last save says its socket was not listening."""
+    (sup.state_dir / "status.sock").mkdir(parents=True)
+    config = sup.write(f"""
+        [[phases]]
+        name = "try"
+        command = {sh("exit 1")}
+        retries = 3
+        backoff_s = 60
+        backoff_max_s = 60
+        """)
+    run = Console(sup, config)
+    run.wait_text("status: cannot listen on ")
+    run.wait_text("phase try: stopping → backoff")
+    wait_for(lambda: json.loads((sup.state_dir / "status.json").read_text())["phases"][0]["state"] == "backoff", 30)
+    (sup.state_dir / "status.sock").rmdir()
+    os.kill(run.pid, signal.SIGKILL)
+    run.proc.wait(10)
+    assert json.loads((sup.state_dir / "status.json").read_text())["listening"] is False
+    rc, text, _ = status(sup.state_dir)
+    assert rc == 3, text
+    assert text.startswith(f"GONE: supervisor pid {run.pid} is not running and did not stop"), text
+    assert "could not save its last state" not in text, text
 
 
 def test_a_snapshot_that_cannot_be_built_closes_the_client_and_the_socket_answers_on(tmp_path: Path) -> None:

@@ -98,6 +98,7 @@ def written() -> dict[str, Any]:
                       "memory_peak": None, "memory_scope": "phase", "last_lines": ["a", "b"],
                       "line": "phase=bench child=cuzk reason=exited"}],
         "exiting": {"status": 1, "flush_left_s": 12.5, "giving_up": True},
+        "listening": True,
         "supervisor": "gone", "gone_since": NOW - 5, "survivors": [{"pid": 77, "name": "cuzk", "tag": "4242.3"}],
     }
 

@@ -66,6 +66,7 @@ def wire_observers(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supe
     observers.first_writes = FirstWrites(plan, host, sup, state_file)
     observers.status = state_file
     status_server = start_status_socket(core.loop, host.state_dir, take_snapshot, host.log)
+    take_snapshot.listening = status_server is not None
     health = start_health(plan, core.loop, lifecycle, take_snapshot, host.log, rt.evidence.gpus)
     return Outlets(state_file, status_server, health, point_here(host.state_dir, host.log))
 

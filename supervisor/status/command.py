@@ -10,7 +10,7 @@ pid 1, seen from the host): its pid and its children's tags say nothing here, on
 answer's ``supervisor`` key is one of ``running``, ``exited``, ``gone``, ``not answering``; ``survivors`` lists
 what a gone one left alive. One dead that left its state unfinished, nothing alive and no socket file exited
 (``unsaved``): its exit removes the socket file after its last save (a full disk fails that save), a SIGKILL
-leaves it.
+leaves it; where its last save says its socket was not listening (``listening``), that absence says nothing.
 status.json is written once per transition batch, not per output line: a child's output since then is read
 from its log file (masked as it was written; its time and last lines), so a supervisor SIGKILLed minutes
 into a quiet phase does not show a child that printed every second as one that never printed.
@@ -129,7 +129,8 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
     then, and the socket answers), without it once its exit is decided and done but for closing (the socket is
     closed first: a supervisor still alive then is in its last steps, not hung). One that is gone with the wait's
     state on disk was killed during it: its exit status never came. One whose state on disk is not final, that is
-    dead, left nothing alive and whose socket file is gone exited without saving its last state (``unsaved``)."""
+    dead, left nothing alive and whose socket file is gone (it was listening) exited without saving its last state
+    (``unsaved``)."""
     pid, state = snap.pid, snap.lifecycle.state
     exited = state == "stopped" and snap.exiting is None
     if pid is None or pid <= 0:
@@ -145,10 +146,11 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
     # by an exit that went on). Otherwise it is what a supervisor killed before it got there left running.
     if exited:
         return Fate(EXITED, survivors=survivors)
-    if not survivors and not os.path.lexists(state_files.path(state_dir, state_files.STATUS_SOCKET)):
+    if not survivors and snap.listening is not False \
+            and not os.path.lexists(state_files.path(state_dir, state_files.STATUS_SOCKET)):
         # Its socket file is gone: the exit removes it after its last save, a SIGKILL leaves it. That save failed (a
-        # full disk, said in its log): it exited. (A start that could not make its socket, said in its log, is the
-        # one misread; what it left alive would have made it gone.)
+        # full disk, said in its log): it exited. (What it left alive would have made it gone. One whose socket was
+        # not listening, never made or not yet, had no file to leave: its absence says nothing.)
         return Fate(EXITED, unsaved=True)
     return Fate(GONE, gone_since=snap.written_at, survivors=survivors)
 

@@ -651,6 +651,9 @@ class Snapshot(_Record):
     manager: ManagerStatus = field(default_factory=ManagerStatus)
     verdicts: tuple[VerdictStatus, ...] = ()
     exiting: Exiting | None = None  # written only while the exit waits for the manager
+    # Its status socket was listening when this was written: only then does the socket file's absence say its exit
+    # removed it (command.writer_fate). None: a supervisor before it was written.
+    listening: bool | None = None
     fate: Fate | None = None  # what ``status`` found of the writer (command.py); its keys are written flat
 
     @classmethod

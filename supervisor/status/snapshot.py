@@ -352,11 +352,12 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
              memory: MemoryEvidence | None, verdicts: Sequence[Verdict], manager: Mapping[str, Any],
              resume: FactsView, usage: bool = True, log_dir: str | None = None,
              extras: Mapping[str, Sequence[Callable[[], Mapping[str, Any]]]] | None = None,
-             watches: WatchesView | None = None, exiting: Exiting | None = None) -> Snapshot:
+             watches: WatchesView | None = None, exiting: Exiting | None = None,
+             listening: bool | None = None) -> Snapshot:
     """Everything the status view shows (call it in the loop). ``manager``: the reporting's status;
     ``log_dir``: where the log files are; ``extras``: what
     a plugin adds to a phase's object (Wiring.add_status); ``watches``: each watch's own state; ``exiting``:
-    the exit waiting for the manager, once the lifecycle is over.
+    the exit waiting for the manager, once the lifecycle is over; ``listening``: the status socket is made.
 
     ``usage=False`` (the persisted file) leaves out what costs time to measure: the
     children's CPU and RSS, and a GPU sample (NVML's first load takes milliseconds). ``extras``: per phase,
@@ -387,6 +388,7 @@ def snapshot(*, role: str, started_at: float, config: str, lifecycle: LifecycleV
             **x.to_dict(), "last_lines": [s[:SNAPSHOT_LINE_CHARS] for s in x.last_lines]})
             for x in verdicts[-SNAPSHOT_VERDICTS:]),
         exiting=exiting,
+        listening=listening,
     )
 
 
@@ -429,6 +431,7 @@ class Snapshotter:
     manager: ReporterSource | None = None  # None: no manager to report to
     log_dir: str | None = None
     flush: FlushHolder | None = None
+    listening: bool = False  # the status socket is made (app/observers.py sets it once it is)
     # What a plugin adds to each phase's object (add_status): filled through add_status only.
     _extras: dict[str, list[Callable[[], Mapping[str, Any]]]] = field(default_factory=dict, init=False, repr=False)
 
@@ -441,7 +444,7 @@ class Snapshotter:
                         gpus=self.gpus, memory=self.memory, verdicts=self.verdicts,
                         manager=self.manager.status() if self.manager is not None else {"enabled": False},
                         resume=self.resume, usage=usage, extras=self._extras, log_dir=self.log_dir,
-                        watches=self.watches, exiting=exiting)
+                        watches=self.watches, exiting=exiting, listening=self.listening)
 
     def persisted(self) -> Snapshot:
         """What status.json holds: no usage (see ``snapshot``)."""

@@ -2,11 +2,12 @@
 real processes' /proc/<pid>/io (a shell that writes through children it reaps, a parent writing after a helper it
 leaves a zombie or has auto-reaped, a tree that goes quiet, a process that only reads, a downloader that allocates
 its file by writing zeros before its control file, and the whole process table read only every TREE_REFRESH_S for
-a watch that names such downloaders)."""
+a watch that names such downloaders, and a process that left the trees, found by its phase's cgroup)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 from helpers import wait_for
 
 from supervisor.engine.trees import TAG_ENV, ProcessTable
+from supervisor.evidence.cgroups import MemoryCgroup
 from supervisor.evidence.iowatch import IoLedger, IoProbe, ProcIo, parse_io, read_files, read_io
 from supervisor.evidence.progress import FileId
 
@@ -355,6 +357,55 @@ while time.monotonic() < end:
         for p in (quiet, reader):
             p.kill()
             p.wait(5)
+
+
+def test_a_process_its_cgroup_alone_knows_counts_for_every_watch_given_the_cgroup(tmp_path: Path) -> None:
+    """A daemon that left the trees with its environment cleared (setsid, env -i: no group, no parent, no tag) is
+    found by the phase's cgroup (its cgroup.procs, as the phase's sweep reads it): its bytes are the stall watch's
+    and the download figure's (from_zero), and no watch that was not given the cgroup counts them."""
+    io_readable()
+    pidfile = tmp_path / "writer.pid"
+    writer = tmp_path / "writer.py"
+    writer.write_text(f"""
+import os, time
+with open({str(pidfile) + ".tmp"!r}, "w") as f:
+    f.write(str(os.getpid()))
+os.replace({str(pidfile) + ".tmp"!r}, {str(pidfile)!r})
+with open({str(tmp_path / "out.bin")!r}, "wb") as out:
+    for _ in range(100):
+        out.seek(0)
+        out.write(bytes(1 << 18))
+        out.flush()
+        time.sleep(0.1)
+""")
+    # (its parent gone at once: re-parented outside our descendants, as a daemon is without a subreaper)
+    subprocess.run(["sh", "-c", f"setsid env -i {sys.executable} {writer} >/dev/null 2>&1 &"], check=True)
+    wait_for(pidfile.exists, 10, 0.05)
+    escapee = int(pidfile.read_text())
+    cgroup = tmp_path / "prover-1-work"  # laid out as a v1 phase cgroup: only cgroup.procs is read
+    cgroup.mkdir()
+    root = spawn("exec sleep 30", "iotest.7")
+    (cgroup / "cgroup.procs").write_text(f"{root.pid}\n{escapee}\n")
+    probe = IoProbe()
+    stall, download, trees_only = probe.watch(0.2), probe.watch(0.2, from_zero=True), probe.watch(0.2)
+    try:
+        stall.follow([(root.pid, "iotest.7")], MemoryCgroup(cgroup, "v1"))
+        download.follow([(root.pid, "iotest.7")], MemoryCgroup(cgroup, "v1"))
+        trees_only.follow([(root.pid, "iotest.7")])
+        wait_for(lambda: all((r := w.latest()) is not None and r.written >= 2 * MIB for w in (stall, download)),
+                 15, 0.05)
+        for watch in (stall, download):
+            latest = watch.latest()
+            assert latest is not None and latest.procs == 2, latest  # the sleeper, and the writer its cgroup knows
+        alone = trees_only.latest()
+        assert alone is not None and alone.procs == 1 and alone.written == 0, alone
+    finally:
+        for watch in (stall, download, trees_only):
+            watch.release()
+        probe.close()
+        root.kill()
+        root.wait(5)
+        os.kill(escapee, signal.SIGKILL)
 
 
 def test_a_downloader_that_fills_its_file_with_zeros_before_its_control_file_is_seen_allocating(

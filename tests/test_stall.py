@@ -354,6 +354,9 @@ class _QuietAttempt:
     def roots(self) -> list[tuple[int, str]]:
         return []
 
+    def cgroup(self) -> None:  # (no cgroup of its own)
+        return None
+
     def kept(self) -> list[Any]:  # (no phase before it kept a daemon)
         return []
 
@@ -547,7 +550,8 @@ class _StaleIo:
         self.reading = TreeIo(1, clock.now, 0, 0, 1, True)
 
     def watch(self, every_s: float) -> SimpleNamespace:
-        return SimpleNamespace(follow=lambda roots: None, latest=lambda: self.reading, release=lambda: None)
+        return SimpleNamespace(follow=lambda roots, cgroup=None: None, latest=lambda: self.reading,
+                               release=lambda: None)
 
 
 def test_an_io_reading_older_than_half_of_stall_s_is_no_measure_of_silence() -> None:
@@ -649,7 +653,7 @@ class _Download:
     def io_watch(self, every_s: float, *, from_zero: bool = False, allocators: frozenset[str] = frozenset()
                  ) -> SimpleNamespace:
         self.allocators = allocators
-        return SimpleNamespace(follow=lambda roots: None, release=lambda: None,
+        return SimpleNamespace(follow=lambda roots, cgroup=None: None, release=lambda: None,
                                latest=lambda: TreeIo(self.seq if self.io_seq is None else self.io_seq,
                                                      0.0 if self.read_at is None else self.read_at,
                                                      self.written, self.written, 1, self.io_readable,
@@ -659,6 +663,9 @@ class _Download:
     # the attempt's side
     def roots(self) -> list[object]:
         return []
+
+    def cgroup(self) -> None:  # (no cgroup of its own)
+        return None
 
     def reading(self) -> ProgressReading | None:
         return self.said

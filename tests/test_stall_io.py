@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -35,9 +36,11 @@ from helpers import (
     one_verdict,
     py_script,
     seconds_between,
+    sh,
     status_now,
     toml_list,
     toml_str,
+    v1_memory_cgroup_or_skip,
     wait_for,
 )
 from nofalloc import nofalloc_shim
@@ -132,6 +135,30 @@ def test_a_silent_hasher_is_not_stalled(sup: Runner) -> None:
         """)
     result = sup.run(sup.write(phase(hasher, 1.5)), timeout=40)
     out = result.output
+    assert result.returncode == 0, out
+    assert "reason=stalled" not in out, out
+    assert " reason=exit_code exit_code=0 " in one_verdict(out, "p")
+
+
+def test_a_daemon_that_left_with_its_environment_cleared_is_still_the_phases_io(sup: Runner) -> None:
+    # setsid -f env -i: out of the process group, out of the parent chain, and without the supervisor's tag, so
+    # none of the trees knew it; only the phase's cgroup does. Its steady writes were no sign of life: the phase,
+    # silent itself while it waited on it, was stalled at stall_s and the writer killed as an escapee.
+    v1_memory_cgroup_or_skip()
+    writer = sup.tmp / "writer.py"
+    writer.write_text(textwrap.dedent(f"""\
+        import time
+        with open({str(sup.tmp / "out.bin")!r}, "wb") as fh:
+            for _ in range(24):
+                fh.seek(0)
+                fh.write(b"x" * (1 << 20))
+                fh.flush()
+                time.sleep(0.25)
+        """))
+    command = sh(f"echo go; setsid -f env -i {PY} {writer}; sleep 5; echo finished")
+    result = sup.run(sup.write(phase(command, 2)), timeout=40)
+    out = result.output
+    assert "per-phase mode" in out, out  # (else no cgroup of its own knows the writer)
     assert result.returncode == 0, out
     assert "reason=stalled" not in out, out
     assert " reason=exit_code exit_code=0 " in one_verdict(out, "p")

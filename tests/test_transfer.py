@@ -263,6 +263,9 @@ class _Fetch:
     def roots(self) -> list[tuple[int, str]]:
         return []
 
+    def cgroup(self) -> None:  # (no cgroup of its own)
+        return None
+
     def reading(self) -> ProgressReading | None:
         return self.said
 

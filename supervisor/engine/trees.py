@@ -507,6 +507,15 @@ def _stat_row(pid: int | str, proc: str = "/proc") -> _Row | None:
         return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]), comm
     except (IndexError, ValueError):
         return None
+
+
+def proc_alone(pid: int, proc: str = "/proc") -> Proc | None:
+    """One process read by itself, outside any reading of the table (one found by the cgroup it is in, not by its
+    parentage: iowatch.py), its tag unread; None where it vanished."""
+    row = _stat_row(pid, proc)
+    return None if row is None else Proc(pid, row[1], row[2], None, row[4])
+
+
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")  # the unit of a start time
 
 

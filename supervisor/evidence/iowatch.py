@@ -6,7 +6,11 @@ line, cuzk loads its SRS into pinned memory in silence. What shows their work is
 of each process, ``/proc/<pid>/io``: ``rchar``/``wchar`` (every byte passed to read and write calls) and
 ``read_bytes``/``write_bytes`` (what reached storage: a page fault of a mapped file too). Their growth,
 summed over every process of an attempt's trees, is a sign of life (stall.py) and, for writes, what a
-download has received (progresswatch.py).
+download has received (progresswatch.py). An attempt's processes are its children's trees (each child's process
+group, descendants and tag, as a stop finds them: trees.py) and, where its phase has a cgroup of its own (per-phase
+mode), every process in that cgroup or below it (``MemoryCgroup.pids_below``, as the phase's sweep reads it): a
+daemon that left the trees with its environment cleared (``setsid`` with ``env -i``, ``sudo``, ``su -``) carries
+no tag, and only its cgroup still knows it is the attempt's. Each process counts once (the ledger keys on pid).
 
 Only bytes count, never being alive: a process blocked in ``recv`` on a dead connection moves nothing, and
 a process that spins burns CPU but moves nothing either (docs/verdicts.md says why CPU time is no sign).
@@ -23,7 +27,8 @@ them: how many such processes are allocating now (``allocating``), during which 
 (progresswatch.py), and the files they hold open (``held``), none of which the walk counts complete (progress.py).
 
 One thread ("io") reads, for every watch (``watch``), the trees of the roots the loop hands it
-(``IoWatch.follow``: each child's pid and tag, as a stop finds its tree: trees.py) every IO_SAMPLE_S
+(``IoWatch.follow``: each child's pid and tag, as a stop finds its tree: trees.py), and the processes of the phase
+cgroup it hands with them (its ``cgroup.procs`` read on this thread, never on the loop), every IO_SAMPLE_S
 (or as often as a watch asks, never more than IO_SAMPLE_MIN_S), and publishes the totals (``latest``);
 the loop never reads /proc for it and never waits. The accounting (``IoLedger``) is pure: a process that
 appears counts all its bytes (a new process starts at zero), one that goes counts what it had, and one
@@ -44,10 +49,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
 from ..engine.offloop import worker_thread
-from ..engine.trees import Descendants, Proc, ProcessTable
+from ..engine.trees import Descendants, ProcessTable, proc_alone
+from .cgroups import MemoryCgroup, OnBad
 from .progress import CONTROL_FILES, CONTROL_SUFFIXES, FileId
 from .watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, run_restarting, said_error
 
@@ -344,20 +351,25 @@ def read_io(pid: int, proc: str = "/proc") -> Counters | None:
 
 class _Reader:
     """One round's reads: a process in the trees of two watches (a phase's stall and progress watches) is
-    read once."""
+    read once, and so is a phase cgroup's list of processes. ``on_bad`` hears a cgroup file that holds a bad value."""
 
-    def __init__(self, proc: str) -> None:
-        self._proc = proc
+    def __init__(self, proc: str, on_bad: OnBad | None = None) -> None:
+        self._proc, self._on_bad = proc, on_bad
+        self._in_cgroup: dict[Path, list[int]] = {}  # a phase cgroup's processes, and those of the cgroups below it
         self._read: dict[int, Counters | None] = {}
         self._files: dict[int, OpenFiles | None] = {}  # an allocating downloader's open files
         self.refused: set[int] = set()  # the processes whose counters were not ours to read
 
-    def trees(self, tree: Callable[[int, str], list[Proc]], roots: tuple[Root, ...],
+    def trees(self, table: Descendants, roots: tuple[Root, ...], cgroup: MemoryCgroup | None = None,
               allocators: frozenset[str] = frozenset()) -> tuple[list[ProcIo], frozenset[int], frozenset[FileId]]:
-        """The trees' processes with their counters, those of them that refused theirs, and the files those named in
-        ``allocators`` hold open (their open files read only for a watch that names some; a name, ``comm``, is the
-        process table's, from the same reading)."""
-        members = {proc.pid: proc for pid, tag in roots for proc in tree(pid, tag)}
+        """The processes of the trees and of ``cgroup`` (the phase's own, or None) with their counters, those of them
+        that refused theirs, and the files those named in ``allocators`` hold open (their open files read only for a
+        watch that names some; a name, ``comm``, is the process table's, from the same reading, or the process's own
+        stat for one the table does not hold: born since it was read, or re-parented outside our descendants)."""
+        members = {proc.pid: proc for pid, tag in roots for proc in table.tree(pid, tag)}
+        for pid in self._cgroup_pids(cgroup) if cgroup is not None else ():
+            if pid not in members and (found := table.procs.get(pid) or proc_alone(pid, self._proc)) is not None:
+                members[pid] = found
         procs = []
         held: set[FileId] = set()
         for pid, member in members.items():
@@ -377,6 +389,14 @@ class _Reader:
                                 files.filling if files is not None else frozenset()))
         return procs, frozenset(pid for pid in members if pid in self.refused), frozenset(held)
 
+    def _cgroup_pids(self, cgroup: MemoryCgroup) -> list[int]:
+        """The processes in ``cgroup`` and below it (a child may make a cgroup below its phase's and move there),
+        read once a round; none where it cannot be read (removed between two attempts, or garbage: said once)."""
+        if cgroup.path not in self._in_cgroup:
+            ours = MemoryCgroup(cgroup.path, cgroup.version, self._on_bad)  # (this thread's ear, not the loop's)
+            self._in_cgroup[cgroup.path] = ours.pids_below() or []
+        return self._in_cgroup[cgroup.path]
+
     def _open_files(self, pid: int) -> OpenFiles | None:
         if pid not in self._files:
             self._files[pid] = read_files(pid, self._proc)
@@ -389,9 +409,10 @@ class IoWatch:
     def __init__(self, probe: IoProbe, watch_id: int) -> None:
         self._probe, self._id = probe, watch_id
 
-    def follow(self, roots: Iterable[Root]) -> None:
-        """The trees to read from now on (the attempt's children so far: called again as more start)."""
-        self._probe._follow(self._id, tuple(roots))
+    def follow(self, roots: Iterable[Root], cgroup: MemoryCgroup | None = None) -> None:
+        """The trees to read from now on (the attempt's children so far: called again as more start), and the
+        cgroup whose processes are the attempt's too (its phase's own; None where the phase has none)."""
+        self._probe._follow(self._id, tuple(roots), cgroup)
 
     def latest(self) -> TreeIo | None:
         return self._probe._latest(self._id)
@@ -404,6 +425,7 @@ class IoWatch:
 class _Watched:
     every_s: float
     roots: tuple[Root, ...] = ()
+    cgroup: MemoryCgroup | None = None  # the phase's own cgroup: its processes are the attempt's (IoWatch.follow)
     ledger: IoLedger = field(default_factory=IoLedger)
     latest: TreeIo | None = None
     allocators: frozenset[str] = frozenset()  # the names of the allocating downloaders it asks of (TreeIo)
@@ -424,6 +446,7 @@ class IoProbe:
         self.state = WatchState("I/O watch", IO_BLIND_S)  # its own health: a round that raised is a miss
         self.state.idle("no attempt followed")  # (until one is: no thread, nothing to read)
         self._refusals_said: set[int] = set()  # the pids whose refused counters were said (once each)
+        self._bad_said: set[Path] = set()  # the cgroup files whose bad value was said (once each; the thread's own)
 
     def watch(self, every_s: float = IO_SAMPLE_S, *, from_zero: bool = False,
               allocators: frozenset[str] = frozenset()) -> IoWatch:
@@ -444,11 +467,11 @@ class IoProbe:
             self._closed = True
             self._cond.notify_all()
 
-    def _follow(self, watch_id: int, roots: tuple[Root, ...]) -> None:
+    def _follow(self, watch_id: int, roots: tuple[Root, ...], cgroup: MemoryCgroup | None) -> None:
         with self._cond:
             watched = self._watches.get(watch_id)
-            if watched is not None and watched.roots != roots:
-                watched.roots = roots
+            if watched is not None and (watched.roots, watched.cgroup) != (roots, cgroup):
+                watched.roots, watched.cgroup = roots, cgroup
                 self._cond.notify_all()  # new trees: read at once (their baseline)
 
     def _latest(self, watch_id: int) -> TreeIo | None:
@@ -481,10 +504,10 @@ class IoProbe:
         # its reap, when its parent's take them in; left out before, the child read as gone long before that.
         table = self._make_table()
         snapshot: Descendants | None = None  # the trees' members, as last read from the process table
-        scanned: dict[int, tuple[Root, ...]] = {}  # the roots it was read for
+        scanned: dict[int, tuple[tuple[Root, ...], MemoryCgroup | None]] = {}  # the roots (and cgroups) it was read for
         while self._wait():
             with self._cond:
-                asked = {wid: w.roots for wid, w in self._watches.items() if w.roots}
+                asked = {wid: (w.roots, w.cgroup) for wid, w in self._watches.items() if w.roots or w.cgroup}
                 names = {wid: self._watches[wid].allocators for wid in asked}
             if not asked:
                 self.state.idle("no attempt followed")
@@ -495,8 +518,9 @@ class IoProbe:
                     snapshot, scanned = table.snapshot(newer_than=time.monotonic()), asked
                 else:  # (the whole table every TREE_REFRESH_S; newcomers at each reading for an allocators' watch)
                     snapshot = table.reading(TREE_REFRESH_S, newcomers=any(names.values()))
-                read = _Reader(self._proc)
-                readings = {wid: read.trees(snapshot.tree, roots, names[wid]) for wid, roots in asked.items()}
+                read = _Reader(self._proc, self._say_bad)
+                readings = {wid: read.trees(snapshot, roots, cgroup, names[wid])
+                            for wid, (roots, cgroup) in asked.items()}
             except Exception as exc:  # a bug must not end the only reader: this round reads as no reading
                 self.state.miss(said_error(exc))
                 continue
@@ -527,12 +551,19 @@ class IoProbe:
         self.state.say(f"I/O watch: the I/O counters of pid {shown} cannot be read (another user's process, and "
                        "the supervisor lacks CAP_SYS_PTRACE): its reads and writes are no sign of life")
 
+    def _say_bad(self, path: Path, why: str) -> None:
+        """(the thread) A phase cgroup's file holds a bad value: the processes only it knows are not read, said once."""
+        if path not in self._bad_said:
+            self._bad_said.add(path)
+            self.state.say(f"I/O watch: {path} {why}: the processes of the phase's cgroup outside its trees are not "
+                           "read")
+
     def _wait(self) -> bool:
         """Sleep one period (the shortest a watch asked for; at once when the roots changed); False once closed."""
         with self._cond:
             if self._closed:
                 return False
-            if not any(w.roots for w in self._watches.values()):
+            if not any(w.roots or w.cgroup for w in self._watches.values()):
                 self._cond.wait()  # nothing to read until a watch follows a tree
             else:
                 self._cond.wait(min(w.every_s for w in self._watches.values()))

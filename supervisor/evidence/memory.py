@@ -225,6 +225,12 @@ class MemoryEvidence:
             return cgroup, "its cgroup"
         return (self.shared, "the supervisor's cgroup") if self.shared is not None else (None, "")
 
+    def own_cgroup(self, phase: str) -> MemoryCgroup | None:
+        """``phase``'s own cgroup, where it has one (per-phase mode): every process in it is the phase's, one that
+        left its children's trees with its environment cleared too (the I/O thread reads it); None where there is
+        none (its children share the supervisor's, with everything else)."""
+        return self._phase_cgroups.get(phase)
+
     def new_attempt(self, phase: str) -> None:
         """A new attempt of ``phase`` starts: its peak and its OOM counters must be its own, never an earlier
         attempt's.

@@ -2,10 +2,10 @@
 and the end of a download that can no longer make its deadline (reason ``too_slow``).
 
 For a phase with ``progress_total``. Every PROGRESS_TICK_S it reads, without waiting, what was measured
-elsewhere: the bytes the attempt's process trees have written since it began (the I/O thread:
-iowatch.py), the progress walker's latest walk of ``progress_path`` (the bytes of its complete files:
-progress.py) and of the container's received bytes, and what the command's output parser read (a result
-that ``ReadsProgress``: aria2c's readout, from the prover's parser). What is done (``done_bytes``) is the
+elsewhere: the bytes the attempt's process trees (and its phase's own cgroup's processes) have written since it
+began (the I/O thread: iowatch.py), the progress walker's latest walk of ``progress_path`` (the bytes of its
+complete files: progress.py) and of the container's received bytes, and what the command's output parser read (a
+result that ``ReadsProgress``: aria2c's readout, from the prover's parser). What is done (``done_bytes``) is the
 largest of what each says:
 
 - the cache's complete files when the attempt began + what the trees have written since: live on any
@@ -67,6 +67,7 @@ from ..engine.tick import FreezeWatch
 from ..state.firstseen import FIRST_REGISTERED, MANAGER_REGISTERED, SOURCES, FirstSeen
 from ..text import Log
 from ..text.show import fmt_bytes, span
+from .cgroups import MemoryCgroup
 from .iowatch import IoProbe, IoWatch, Root, TreeIo
 from .progress import NET_DEV, FileId, ProgressProbe, Settling, TreeMeasure
 from .transfer import (
@@ -151,6 +152,8 @@ class DownloadingAttempt(Protocol):
 
     def roots(self) -> list[Root]: ...  # its process trees, whose written bytes count
 
+    def cgroup(self) -> MemoryCgroup | None: ...  # its phase's own cgroup, whose processes' count too (None: none)
+
     def reading(self) -> ProgressReading | None: ...  # what its command's output parser read of the download
 
     def current(self) -> bool: ...  # still its phase's running attempt (else the watch stops)
@@ -180,7 +183,7 @@ class ProgressWatch:
         self._io: IoWatch | None = None
         if io is not None:  # (the attempt's trees began with it)
             self._io = io.watch(PROGRESS_TICK_S, from_zero=True, allocators=evidence.allocators)
-            self._io.follow(attempt.roots())
+            self._io.follow(attempt.roots(), attempt.cgroup())
             self._releases.append(self._io.release)
         if probe is not None:
             if spec.progress_path is not None:
@@ -522,7 +525,7 @@ class ProgressWatch:
         start one after another)."""
         if self._io is None:
             return None
-        self._io.follow(self._attempt.roots())
+        self._io.follow(self._attempt.roots(), self._attempt.cgroup())
         latest = self._io.latest()
         return latest if latest is not None and latest.readable else None
 

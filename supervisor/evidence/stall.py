@@ -1,8 +1,8 @@
 """Stall detection: a phase is stalled when every sign of life has been silent for ``stall_s``.
 
 The signs: a byte of output from any of its processes; bytes read or written by any of them (the
-kernel's I/O counters, summed over the attempt's trees by the I/O thread: iowatch.py; IO_SIGN_MIN_BYTES of
-them, not a runtime's housekeeping); a GPU whose
+kernel's I/O counters, summed over the attempt's trees and its phase's own cgroup by the I/O thread:
+iowatch.py; IO_SIGN_MIN_BYTES of them, not a runtime's housekeeping); a GPU whose
 utilisation is non-zero or whose memory use changed (where GPUs are visible); the watched
 ``progress_path`` written: growing, or a file under it written (a parameter download into a preallocated
 file, its mtime moving); and the storage bytes of the daemons the phases before it kept (``lifetime =
@@ -44,6 +44,7 @@ from typing import Protocol
 from ..engine.loop import ErrorHandler, EventLoop
 from ..engine.process import Child
 from ..engine.tick import FreezeWatch
+from .cgroups import MemoryCgroup
 from .gpu import GpuReading, GpuSample, activity_changed
 from .gpuwatch import Gpus
 from .iowatch import IoProbe, IoWatch, Root
@@ -239,6 +240,8 @@ class StallingAttempt(Protocol):
 
     def roots(self) -> list[Root]: ...  # its process trees, whose I/O is a sign of life
 
+    def cgroup(self) -> MemoryCgroup | None: ...  # its phase's own cgroup, whose processes' I/O is too (None: none)
+
     def kept(self) -> list[Child]: ...  # the daemons the phases before it kept, alive: their work is a sign too
 
     def last_outputs(self) -> list[float]: ...  # when each child last printed (monotonic)
@@ -282,7 +285,7 @@ class StallMonitor:
         self._io_at: float | None = None  # when the I/O thread's latest reading was taken (monotonic)
         if io is not None:
             self._io = io.watch(check_interval(stall_s) * 2)
-            self._io.follow(attempt.roots())
+            self._io.follow(attempt.roots(), attempt.cgroup())
             self._releases.append(self._io.release)
         # The kept daemons, as the attempt begins (they are fixed by then: a kept daemon that dies ends the run).
         self._kept = attempt.kept() if io is not None else []
@@ -406,7 +409,7 @@ class StallMonitor:
         """Feed the I/O thread's newest totals, and hand it the attempt's trees as they are now."""
         if self._io is None:
             return
-        self._io.follow(self._attempt.roots())
+        self._io.follow(self._attempt.roots(), self._attempt.cgroup())
         reading = self._io.latest()
         if reading is not None:
             self._io_at = reading.at  # (read by _io_unknown, after this, in the same look)

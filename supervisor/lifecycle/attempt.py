@@ -34,6 +34,8 @@ from ..engine import ports
 from ..engine.loop import Callback, ErrorHandler, EventLoop, Timer
 from ..engine.process import Child
 from ..engine.readiness import ReadinessWait
+from ..evidence.cgroups import MemoryCgroup
+from ..evidence.memory import MemoryEvidence
 from ..evidence.progresswatch import ProgressWatch
 from ..evidence.stall import StallMonitor
 from ..exits import EXIT_FAILURE
@@ -168,15 +170,20 @@ class ItsPhase(Protocol):
 
 class Watched:
     """One attempt as its watches see it (evidence/stall.py's StallingAttempt, evidence/progresswatch.py's
-    DownloadingAttempt): its process trees, its output and its parser's reading, whether it is still its
-    phase's, and where what they find goes. One object in place of a bag of callables. ``lifecycle``: its phase's,
-    which names the daemons kept for it (None: none)."""
+    DownloadingAttempt): its process trees and its phase's cgroup, its output and its parser's reading, whether it
+    is still its phase's, and where what they find goes. One object in place of a bag of callables. ``lifecycle``:
+    its phase's, which names the daemons kept for it (None: none); ``memory``: where its phase's cgroup is known."""
 
-    def __init__(self, attempt: Attempt, phase: ItsPhase, lifecycle: ItsLifecycle | None = None) -> None:
-        self._attempt, self._phase, self._lifecycle = attempt, phase, lifecycle
+    def __init__(self, attempt: Attempt, phase: ItsPhase, lifecycle: ItsLifecycle | None = None,
+                 memory: MemoryEvidence | None = None) -> None:
+        self._attempt, self._phase, self._lifecycle, self._memory = attempt, phase, lifecycle, memory
 
     def roots(self) -> list[tuple[int, str]]:
         return self._attempt.roots()
+
+    def cgroup(self) -> MemoryCgroup | None:
+        """Its phase's own cgroup (per-phase mode; None: none): its processes are the attempt's, wherever they went."""
+        return self._memory.own_cgroup(self._phase.name) if self._memory is not None else None
 
     def kept(self) -> list[Child]:
         """The daemons the phases before its phase kept, alive: what it may wait on (stall.py counts their work)."""

@@ -632,7 +632,7 @@ class Phase:
 
     def _watch_attempt(self) -> None:
         """The attempt's stall watch and progress figures, each acting only while the attempt is current."""
-        watched = Watched(self._attempt, self, self._lifecycle)
+        watched = Watched(self._attempt, self, self._lifecycle, self._evidence.memory)
         self.pacing.watch_for_stall(self._evidence, watched)
         self._attempt.progress = self.pacing.watch_progress(self._evidence, watched, self._log)
 

@@ -256,6 +256,68 @@ def test_a_pointer_left_by_a_dead_supervisor_is_named_beside_one_that_runs(sup: 
     assert rc == 3 and text.startswith(f"GONE: supervisor pid {proc.pid}") and "\nalso:" not in text, text
 
 
+def serving(runner: Runner, runtime: dict[str, str]) -> subprocess.Popen[str]:
+    """A supervisor of the runner's own state_dir whose service runs, once its socket answers."""
+    proc = runner.start(runner.write(f"""
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = {sh("exec sleep 1000")}
+        """), env=runtime)
+    wait_for(lambda: status_cli("--json", "--state-dir", str(runner.state_dir))[0] == 0, 30)
+    return proc
+
+
+def bare_pid(runtime: dict[str, str]) -> tuple[int | None, dict[str, object]]:
+    """The pid a bare ``status --json`` shows, and what it names beside it."""
+    rc, out = status_cli("--json", env=runtime)
+    snap = json.loads(out)
+    return snap.get("pid"), {"rc": rc, "live": snap["live"], "see_also": snap.get("see_also")}
+
+
+def test_a_bare_status_finds_the_running_supervisor_whichever_started_or_ended_last(sup: Runner,
+                                                                                   tmp_path: Path) -> None:
+    """A trial run (or a demo) of another state_dir beside the running supervisor took the one pointer and removed
+    it at its exit: a bare status said no supervisor was running. It now puts back the one it replaced; two
+    running at once, the newest is shown and the other named; the newest SIGKILLed, the other is shown and the
+    dead one named."""
+    runtime = {RUNTIME_DIR_ENV: str(tmp_path / "run")}
+    trial, newer = Runner(tmp_path / "trial"), Runner(tmp_path / "newer")
+    for runner in (trial, newer):
+        runner.tmp.mkdir()
+    first = serving(sup, runtime)
+    try:
+        done = trial.run(quick(trial), env=runtime)
+        assert done.returncode == 0, done.output
+        assert bare_pid(runtime) == (first.pid, {"rc": 0, "live": True, "see_also": None})
+        rc, text = status_cli(env=runtime)
+        assert rc == 0 and "no prover-supervisor is running" not in text and "\nalso:" not in text, text
+
+        second = serving(newer, runtime)
+        said = (f"another supervisor runs here (pid {first.pid}) with state_dir {sup.state_dir}: "
+                f"`status --state-dir {sup.state_dir}`")
+        assert bare_pid(runtime) == (second.pid, {"rc": 0, "live": True, "see_also": {
+            "state_dir": str(sup.state_dir), "pid": first.pid, "why": said}})
+        rc, text = status_cli(env=runtime)
+        assert rc == 0 and f"\nalso: {said}\n" in text, text
+
+        second.kill()  # SIGKILL: its pointer stays, and its service runs on
+        second.wait(10)
+        said = (f"the last supervisor started here (pid {second.pid}, not running) had state_dir "
+                f"{newer.state_dir}: `status --state-dir {newer.state_dir}`")
+        assert bare_pid(runtime) == (first.pid, {"rc": 0, "live": True, "see_also": {
+            "state_dir": str(newer.state_dir), "pid": second.pid, "why": said}})
+    finally:
+        newer.cleanup()
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=60)
+    assert first.returncode == 143
+    # Its exit leaves the pointer of the dead one it did not write: that one's story is told, as before.
+    assert json.loads((tmp_path / "run" / "current").read_text())["pid"] == second.pid
+    rc, text = status_cli(env=runtime)
+    assert rc == 3 and text.startswith(f"GONE: supervisor pid {second.pid}"), text
+
+
 def test_a_relative_runtime_dir_writes_no_pointer_and_says_so(sup: Runner) -> None:
     """A relative $PROVER_SUPERVISOR_RUNTIME_DIR put the pointer under the run's working directory, where a bare
     status started anywhere else never looks: it is refused, said in one line, and the run goes on."""

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from ..devmanager.server import DevExtension, DevManager
     from ..plugin import Plugin, RunSwitch
     from ..status.command import SeeAlso
+    from ..status.file import Pointer
 
 PROG = "prover-supervisor"
 CONFIG_VARIABLE = "SUPERVISOR_CONFIG"  # the config file, where --config names none
@@ -367,25 +368,31 @@ def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str, S
     """Where a bare ``status`` looks, what to add when nothing is found there, and the other state_dir to name
     beside whatever is shown.
 
-    The live supervisor the pointer names, else the built-in profile's state_dir (read only then, and of it only its
-    state_dir). A pointer left by a supervisor that is not running (a SIGKILL) names the last one started here: its
-    state is the story (it is gone, and what it started may still run), unless a supervisor answers in the
-    profile's state_dir (one started before it, still running). Either way the other state_dir is named."""
+    The newest live supervisor the pointer keeps (the one it names, else one under it), else the built-in
+    profile's state_dir (read only then, and of it only its state_dir). A pointer left by a supervisor that is not
+    running (a SIGKILL) names the last one started here: its state is the story (it is gone, and what it started may
+    still run), unless a supervisor still runs under it or answers in the profile's state_dir (one started before
+    it). Either way the other state_dir is named: the dead one's, else the next supervisor running."""
     from ..state import files as state_files
     from ..status.command import SeeAlso
-    from ..status.file import pointed, takes_connections
+    from ..status.file import pointers, takes_connections
     from ..text.show import PATH_CHARS, shown
 
-    found = pointed()
-    if found is not None and found.live:
-        return found.state_dir, "", None
+    kept = pointers()
+    live = next((one for one in kept if one.live), None)
+    if live is not None:
+        if not kept[0].live:  # (the newest is gone: what it started may still run)
+            return live.state_dir, "", SeeAlso(kept[0].state_dir, f"the last supervisor started here "
+                                               f"({_pointed_pid(kept[0])}) had state_dir", kept[0].pid)
+        other = next((one for one in kept[1:] if one.live), None)
+        return live.state_dir, "", None if other is None else \
+            SeeAlso(other.state_dir, f"another supervisor runs here ({_pointed_pid(other)}) with state_dir", other.pid)
+    found = kept[0] if kept else None
     profile_dir = profile_state_dir()
     if found is None or found.state_dir == profile_dir:
         return profile_dir, ("; one started with a state_dir of its own is found with `status --config FILE` or "
                              "`status --state-dir DIR`"), None
-    # (a pid of another PID namespace, a container's, may belong to a live supervisor that does not answer)
-    who = f"pid {found.pid} of another PID namespace, not answering" if found.elsewhere else \
-        f"pid {found.pid}, not running"
+    who = _pointed_pid(found)
     last = f"the last supervisor started here ({who}) had state_dir"
     saved_there = os.path.lexists(state_files.path(found.state_dir, state_files.STATUS_FILE))
     if saved_there and not takes_connections(str(state_files.path(profile_dir, state_files.STATUS_SOCKET))):
@@ -396,6 +403,14 @@ def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str, S
                         "built-in profile's state_dir") if profile_saved else None)
     named = SeeAlso(found.state_dir, last, found.pid)
     return profile_dir, f"; {named.said()}", named
+
+
+def _pointed_pid(found: Pointer) -> str:
+    """A supervisor the pointer keeps, by its pid: "pid 4242", with ", not running" where it is not."""
+    # (a pid of another PID namespace, a container's, may belong to a live supervisor that does not answer)
+    if found.elsewhere:
+        return f"pid {found.pid} of another PID namespace" + ("" if found.live else ", not answering")
+    return f"pid {found.pid}" + ("" if found.live else ", not running")
 
 
 if __name__ == "__main__":

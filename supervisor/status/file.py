@@ -15,14 +15,20 @@ built-in profile's. So once its observers are wired the supervisor writes ``curr
 or not: without one, ``status`` shows the state_dir's status.json) in a runtime
 directory every process of the machine (or container) agrees on: ``$PROVER_SUPERVISOR_RUNTIME_DIR``, else
 ``/run/prover-supervisor`` as root, else ``$XDG_RUNTIME_DIR/prover-supervisor``; with none of them there is
-no pointer. It names the supervisor's pid, its PID namespace and start time, state_dir and socket, and is
-removed at the exit, only while it still names this supervisor (a later one may have taken it over). A pointer
-whose pid is no live supervisor (or one started at another time: the pid was given to another process since) and
-whose socket takes no connection (a SIGKILL left it) is not live: a bare status shows its saved state, or names it
-beside a supervisor that answers in the built-in profile's state_dir (app/cli.py bare_status_dir). A pid of
-another PID namespace (a container's supervisor is pid 1 of its own, and /run may be the host's) says nothing
-here: such a supervisor is live only by its socket. With several supervisors on one machine it names the last one
-started; the others are found with ``--state-dir``.
+no pointer. It names the supervisor's pid, its PID namespace and start time, state_dir and socket, and under it
+(``under``) the supervisors it replaced that still ran then, newest first: a trial ``run --config other.toml`` or
+a ``demo`` beside the real one takes the pointer, and at its exit puts back the newest of those still running
+(else removes it), only while it still names this supervisor (a later one may have taken it over, and keeps
+the ones under it). A pointer whose pid is no live supervisor (or one started at another time: the pid was given
+to another process since) and whose socket takes no connection (a SIGKILL left it) is not live: a bare status
+shows the newest live one under it, or one that answers in the built-in profile's state_dir, naming the dead one
+beside it; with none, its saved state (app/cli.py bare_status_dir). A pid of another PID namespace (a
+container's supervisor is pid 1 of its own, and /run may be the host's) says nothing here: such a supervisor
+is live only by its socket. With several supervisors running on one machine it names the last one started, and
+keeps the others under it: a bare status shows the newest and names the next; the others are found with
+``--state-dir``. Each start and exit reads the pointer, then writes it: two in the same instant may lose one
+of them from it (no lock: a supervisor frozen while holding one would hold every other's start), and
+``--state-dir`` finds it still.
 """
 
 from __future__ import annotations
@@ -143,6 +149,9 @@ ROOT_RUNTIME_DIR = Path("/run/prover-supervisor")
 POINTER = "current"
 # A pointer is a short JSON object; anything bigger is not ours.
 POINTER_MAX_BYTES = 16 * 1024
+# The supervisors kept under the pointer at most (each still ran when the pointer was written; more than this
+# many side by side on one machine is no supervisor's case).
+POINTER_UNDER_MAX = 16
 # How long a bare status waits for the pointer's socket to take its connection.
 POINTER_CONNECT_S = 2.0
 
@@ -169,7 +178,8 @@ def pointer_path() -> Path | None:
 
 
 def point_here(state_dir: Path, socket_path: Path) -> Path | None:
-    """Write the pointer to this supervisor; its path, or None where there is none (raises OSError)."""
+    """Write the pointer to this supervisor, over the ones it finds still running; its path, or None where there
+    is none (raises OSError)."""
     path = pointer_path()
     if path is None:
         return None
@@ -177,26 +187,45 @@ def point_here(state_dir: Path, socket_path: Path) -> Path | None:
         raise OSError(errno.EINVAL, f"${RUNTIME_DIR_ENV} is not an absolute path")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     record = {"pid": os.getpid(), "pid_ns": own_pid_namespace(), "pid_start": own_start_ticks(),
-              "state_dir": str(state_dir), "socket": str(socket_path)}
+              "state_dir": str(state_dir), "socket": str(socket_path),
+              "under": _still_running(_records(_read(path)), str(state_dir))}
     save_json(path, record)
     return path
 
 
 def unpoint(path: Path) -> None:
-    """Remove the pointer at the exit, if it still names this supervisor (raises OSError)."""
+    """At the exit, if the pointer still names this supervisor: put back the newest one it replaced that still
+    runs, else remove it (raises OSError)."""
     ours = own_pid_namespace()  # (a pid 1 of another namespace, a container's, is not this one)
     found = _read(path)
-    if found is not None and found.get("pid") == os.getpid() and found.get("pid_ns", ours) == ours:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    if found is None or found.get("pid") != os.getpid() or found.get("pid_ns", ours) != ours:
+        return
+    if found.get("under"):  # (none, the usual exit: nothing more is asked of any other module)
+        earlier = _still_running(_records(found)[1:], found.get("state_dir"))
+        if earlier:
+            save_json(path, {**earlier[0], "under": earlier[1:]})
+            return
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 def pointed() -> Pointer | None:
     """The supervisor the pointer names, live or not; None where there is no pointer (or it is not one)."""
     path = pointer_path()
     found = _read(path) if path is not None else None
-    if found is None:
-        return None
+    return _pointer(found) if found is not None else None
+
+
+def pointers() -> list[Pointer]:
+    """The supervisor the pointer names, then those under it (each live or not), newest first; empty where there
+    is no pointer."""
+    path = pointer_path()
+    found = [_pointer(record) for record in _records(_read(path) if path is not None else None)]
+    return [one for one in found if one is not None]
+
+
+def _pointer(found: dict[str, Any]) -> Pointer | None:
+    """One record of the pointer, judged live or not; None where it is not one."""
     pid, state_dir = found.get("pid"), found.get("state_dir")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(state_dir, str) \
             or not state_dir.startswith("/") or "\0" in state_dir:
@@ -207,6 +236,29 @@ def pointed() -> Pointer | None:
         started = None
     live = (not elsewhere and is_live_supervisor(pid, started)) or takes_connections(found.get("socket"))
     return Pointer(pid, Path(state_dir), live, elsewhere)
+
+
+def _records(found: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A pointer's records, newest first: the one it names, then those under it (none where there is none)."""
+    if found is None:
+        return []
+    under = found.get("under")
+    earlier = [one for one in under if isinstance(one, dict)] if isinstance(under, list) else []
+    return [found, *earlier]
+
+
+def _still_running(records: list[dict[str, Any]], state_dir: object) -> list[dict[str, Any]]:
+    """Those of ``records`` whose supervisor still runs, as they were written (without what was under them), at
+    most POINTER_UNDER_MAX; never one of ``state_dir``, the writer's own (its lock allows no other there, and its
+    socket may be the writer's own, listening)."""
+    kept: list[dict[str, Any]] = []
+    for record in records:
+        if len(kept) == POINTER_UNDER_MAX:
+            break
+        judged = _pointer(record) if record.get("state_dir") != state_dir else None
+        if judged is not None and judged.live:
+            kept.append({key: value for key, value in record.items() if key != "under"})
+    return kept
 
 
 def takes_connections(path: object) -> bool:

@@ -83,6 +83,10 @@ class FakeChild:
     def running(self) -> bool:
         return self.status is None
 
+    @property
+    def stopping(self) -> bool:  # (its stop under way after its exit: a fake leaves nothing behind it)
+        return False
+
     def say(self, line: str) -> None:
         self.output.last_output_at = self.clock.monotonic()
         self.output.lines.append(line)

@@ -685,7 +685,7 @@ def test_the_snapshot_is_built_from_what_it_is_handed() -> None:
     output = SimpleNamespace(last_output_at=time.monotonic() - 5, last_lines=lambda n=None: ["token is ***", long_line],
                              file=SimpleNamespace(ours_from=lambda: 1234))
     child = SimpleNamespace(label="work/work", pid=os.getpid(), started_at=time.time() - 9, stop_reason=None,
-                            job_stopped=None, output=output, grace_s=10.0, kill_at=None)
+                            job_stopped=None, output=output, grace_s=10.0, kill_at=None, running=True)
     done_now = {"done_at": time.time(), "machine": {}}
     phases = [a_phase("fetch", PhaseState.DONE, facts=done_now), a_phase("work", PhaseState.RUNNING, children=(child,)),
               a_phase("bench", PhaseState.PENDING)]

@@ -62,7 +62,7 @@ def written() -> dict[str, Any]:
                       "started_at": NOW - 50, "last_output_at": None,
                       "usage": {"processes": 2, "cpu_s": 1.25, "rss": 1 << 24},
                       "stop": {"grace_s": 10.0, "kill_in_s": 7.0}, "last_lines": ["serving", "\x1b[31mred\x1b[0m"],
-                      "log_from": 4096}],
+                      "log_from": 4096, "left": [78]}],
         "gpus": {"available": True, "why": "", "samples": [{"index": 0, "name": "H200", "utilization": 97,
                                                             "memory_used": 1 << 33, "memory_total": 1 << 37}],
                  "left_out": [{"index": 1, "why": "no handle: NVMLError_GpuIsLost: GPU is lost"}],

@@ -412,6 +412,45 @@ def test_the_grace_before_sigkill_counts_down_while_a_child_ignores_sigterm(sup:
         stop(run)  # a second request: no more grace
 
 
+def test_a_oneshot_that_exited_leaving_its_group_running_is_shown_stopping_with_what_it_left(sup: Runner) -> None:
+    """It exited 0, leaving a process that ignores SIGTERM in its group: the next phase waits the whole grace. status
+    showed "children: none running" with no countdown, and the log named the dead leader ("SIGTERM to pid N"),
+    then said it was "still running after 12s grace" though it had ended. Now the child stays in status with the pids
+    it left and the countdown, and the lines name its process group and those pids."""
+    leaves = """sh -c "trap '' TERM; exec sleep 500" & echo $! > left.pid; echo fetched"""
+    config = sup.write(f"""
+        [[phases]]
+        name = "fetch"
+        command = {sh(leaves)}
+        cwd = {toml_str(str(sup.tmp))}
+        [[phases]]
+        name = "serve"
+        kind = "service"
+        command = {sh("exec sleep 1000")}
+        """, stop_grace_s=12)
+    run = Console(sup, config)
+    try:
+        run.wait_text("stopping fetch/fetch")
+        left = int((sup.tmp / "left.pid").read_text())
+        leader = int(re.search(r"started fetch/fetch: pid (\d+)", run.text()).group(1))
+        assert (f"stopping fetch/fetch (phase attempt over): SIGTERM to its process group {leader} (pid {leader} "
+                f"exited; pid {left} still running), grace 12s") in run.text(), run.tail()
+        rc, snap = status_json(sup.state_dir)
+        (child,) = snap["children"]
+        assert rc == 0 and child["label"] == "fetch/fetch" and child["state"] == "stopping", child
+        assert child["pid"] == leader and child["left"] == [left] and child["usage"]["processes"] == 1, child
+        assert child["stop"]["grace_s"] == 12 and 0 < child["stop"]["kill_in_s"] <= 12, child
+        rc, text = status(sup.state_dir)
+        assert re.search(r"^  fetch/fetch .*SIGKILL in \d+s \(grace 12s\)$", text, re.M), text
+        assert f"\n      pid {leader} exited; stopping what it left: pid {left}\n" in text, text
+        run.wait_text("phase serve: starting → running")
+        assert (f"fetch/fetch: exited, and what it left still runs after 12s grace: SIGKILL to its process group "
+                f"{leader} (pid {leader} exited; pid {left} still running)") in run.text(), run.tail()
+        assert [c["label"] for c in status_json(sup.state_dir)[1]["children"]] == ["serve/serve"]
+    finally:
+        stop(run)
+
+
 def test_the_grace_shown_is_the_one_the_stop_budget_left(sup: Runner) -> None:
     # A stop signal from outside comes with a budget (stop_budget_s): the grace is cut to fit it. status showed
     # stop_grace_s ("grace 60s") while SIGKILL was due seconds later.

@@ -93,6 +93,12 @@ class Child:
         return self._killed_at is not None or (self.stop_reason is not None and self.spec.stop_signal == signal.SIGKILL)
 
     @property
+    def stopping(self) -> bool:
+        """Its stop is under way: after its leader's exit too, while what it left in its tree still runs (a
+        oneshot that exited 0 leaving a process in its group holds its phase's end until the grace's SIGKILL)."""
+        return self._stopping
+
+    @property
     def kill_at(self) -> float | None:
         """While it is being stopped and its grace runs: when SIGKILL follows (monotonic, the loop's clock)."""
         timer = self._kill_timer
@@ -164,8 +170,9 @@ class Child:
             self._stop_done()  # reaped, nothing of its tree alive: stopped already, no need to look again
             return
         members = self.tree()
-        log(f"stopping {self.label} ({reason}): {signal_name(sig)} to {self._signalled(members, group)}, "
-            f"grace {self._grace_text()}")
+        # (its leader reaped, the group is signalled below while members of it live)
+        log(f"stopping {self.label} ({reason}): {signal_name(sig)} to "
+            f"{self._signalled(members, group or self._group_is_ours(members))}, grace {self._grace_text()}")
         self._signal_tree(sig, members, group_done=group, wake=True)
         self._kill_timer = loop.call_later(self.grace_s, lambda: self._kill(loop, log),
                                            on_error=lambda exc: self._stop_broke(loop, exc))
@@ -190,8 +197,9 @@ class Child:
             return
         members = self.tree()
         group = self._group_is_ours(members)
-        log(f"{self.label}: still running after {self._grace_text()} grace: SIGKILL to "
-            f"{self._signalled(members, group)}")
+        # (its leader reaped: not it, what it left, which its stop waited for)
+        still = "still running" if self.running else "exited, and what it left still runs"
+        log(f"{self.label}: {still} after {self._grace_text()} grace: SIGKILL to {self._signalled(members, group)}")
         self._killed_at = self.clock.monotonic()
         self._signal_tree(signal.SIGKILL, members)
 
@@ -275,13 +283,18 @@ class Child:
         return self.table.snapshot(newer_than).tree(self.pid, self.tag)
 
     def _signalled(self, members: list[Proc], group: bool) -> str:
-        """Whom a signal went to: its process group (one killpg: whoever is in it then), and one by one each member
-        of its tree that left the group (``members``: read after the group's signal)."""
+        """Whom a signal went to: its process group (one killpg: whoever is in it then; once its leader was reaped,
+        the pids still in it), and one by one each member of its tree that left the group (``members``: read after
+        the group's signal)."""
         outside = [p for p in members if p.pgid != self.pid]
+        whom = f"process group {self.pid}"
+        if group and not self.running:  # (a pid of its own no more: the group is named by what is left in it)
+            left = [p for p in members if p.pgid == self.pid]
+            whom = f"its process group {self.pid} (pid {self.pid} exited; {_named_pids(left)} still running)"
         if not outside:
-            return f"process group {self.pid}" if group else f"pid {self.pid}"
+            return whom if group else f"pid {self.pid}"
         apart = f"{len(outside)} process(es) of its tree outside the group [{_pids(outside)}]"
-        return f"process group {self.pid} and {apart}" if group else apart
+        return f"{whom} and {apart}" if group else apart
 
     def _describe_tree(self, members: list[Proc]) -> str:
         """What of its tree is alive (a survivor of SIGKILL): each process, in its group or not."""
@@ -338,6 +351,11 @@ def _pids(procs: list[Proc]) -> str:
     """Their pids in a line, the first 8."""
     pids = sorted(p.pid for p in procs)
     return ", ".join(str(p) for p in pids[:8]) + (", ..." if len(pids) > 8 else "")
+
+
+def _named_pids(procs: list[Proc]) -> str:
+    """"pid 4242", or "pids 4242, 4243" (the first 8)."""
+    return f"pid{'s' if len(procs) > 1 else ''} {_pids(procs)}"
 
 
 def _group_alive(pgid: int) -> bool:

@@ -334,7 +334,7 @@ class Phase:
         return self._attempt
 
     def live_children(self) -> list[Child]:  # (its kept daemons are among them: kept from its last attempt's)
-        return [c for c in self._attempt.children if c.running]
+        return [c for c in self._attempt.children if c.running or c.stopping]  # (stopping: what it left runs)
 
     # ------------------------------------------------------------ what the decision reads (decide, above)
 

@@ -70,8 +70,8 @@ _SCALARS: dict[Any, Reader] = {str: _text, int: _whole, float: json_number, bool
 def _reader(hint: Any) -> Reader:
     """How a field of the declared type ``hint`` is read from JSON: whatever is not of the type reads as unknown
     (None; an empty tuple or mapping; a part read from an empty object). A part (a _Record) reads its own fields
-    the same way; a list keeps its objects (or its lines, as text); ``X | None`` is None for null, an empty object
-    and any other type; a plain bool is True only for true."""
+    the same way; a list keeps its objects (or its lines, as text, or its whole numbers); ``X | None`` is None for
+    null, an empty object and any other type; a plain bool is True only for true."""
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, UnionType):
         (inner,) = [arg for arg in args if arg is not type(None)]
@@ -86,6 +86,9 @@ def _reader(hint: Any) -> Reader:
         item = args[0]
         if item is str:
             return lambda value: tuple(str(line) for line in value) if isinstance(value, list) else ()
+        if item is int:
+            return lambda value: tuple(n for n in map(_whole, value) if n is not None) \
+                if isinstance(value, list) else ()
         return lambda value: tuple(item.from_json(x) for x in value if isinstance(x, dict)) \
             if isinstance(value, list) else ()
     if origin is Mapping:
@@ -382,6 +385,7 @@ class ChildStatus(_Record):
     stop: StopTimer | None = None
     last_lines: tuple[str, ...] = ()
     log_from: int | None = None  # where its output begins in its log file (an earlier run's comes before)
+    left: tuple[int, ...] = ()  # its pid exited, its stop under way: the pids of its tree still running
 
 
 # ---------------------------------------------------------------- the machine: GPUs, watches, memory

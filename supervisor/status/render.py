@@ -243,7 +243,7 @@ def _children(snap: Snapshot, now: float, gone: bool) -> list[str]:
         usage = ch.usage
         rss = fmt_bytes(usage.rss) if usage is not None and usage.rss is not None else UNKNOWN
         processes, cpu_s = (usage.processes, usage.cpu_s) if usage is not None else (UNKNOWN, UNKNOWN)
-        state = ("alive" if ch.pid in alive else "gone") if gone else ch.state
+        state = ("alive" if alive.intersection((ch.pid, *ch.left)) else "gone") if gone else ch.state
         grace = f", SIGKILL in {span(ch.stop.kill_in_s)} (grace {span(ch.stop.grace_s)})" \
             if ch.stop is not None and not gone else ""
         # (one gone with its supervisor ended at some time unknown: its age, not an uptime that grows for ever)
@@ -251,6 +251,9 @@ def _children(snap: Snapshot, now: float, gone: bool) -> list[str]:
         out.append(f"  {ch.label!s:<24} pid {ch.pid!s:<7} {state!s:<8} {up}, "
                    f"{processes} proc(s), cpu {cpu_s}s, rss {rss}, "
                    f"last output {since(ch.last_output_at, now)}{grace}")
+        if ch.left:  # (its pid exited: its stop waits for what it left in its tree)
+            out.append(f"      pid {ch.pid} exited; stopping what it left: pid{'s' if len(ch.left) > 1 else ''} "
+                       f"{', '.join(str(pid) for pid in ch.left[:8])}{', ...' if len(ch.left) > 8 else ''}")
         for line in ch.last_lines[-3:]:
             out.append(f"      | {cut(line, 160)}")
     return out

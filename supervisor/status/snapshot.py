@@ -17,6 +17,7 @@ Children's lines need no masking here: their bytes were masked where they entere
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
-from ..engine.trees import own_pid_namespace, own_start_ticks
+from ..engine.trees import Proc, own_pid_namespace, own_start_ticks
 from ..lifecycle.states import ATTEMPT_RUNS, FINAL_STATES, PhaseState, Timeline
 from ..state.files import STATUS_VERSION, SUPERVISOR_LOG, child_log_name
 from ..text.ansi import plain
@@ -102,6 +103,11 @@ class ChildView(Protocol):
 
     @property
     def pid(self) -> int: ...
+
+    @property
+    def running(self) -> bool: ...  # its leader is not reaped yet
+
+    def tree(self) -> list[Proc]: ...
 
     @property
     def started_at(self) -> float: ...
@@ -493,13 +499,17 @@ def _extras(phase: str, extras: Mapping[str, Sequence[Callable[[], Mapping[str, 
 
 def _child(phase: str, child: ChildView, usage: bool, now: float) -> ChildStatus:
     last = child.output.last_output_at
+    # Its leader reaped, its stop waiting for what it left (a oneshot's exit that left its group running): its pid
+    # is no process of it any more (another's, maybe, since), the pids left are.
+    left = () if child.running else tuple(sorted(proc.pid for proc in child.tree()))
     return ChildStatus(
         label=child.label, pid=child.pid, phase=phase, state="stopping" if child.stop_reason else
         f"stopped by {child.job_stopped}" if child.job_stopped else "running",
         started_at=child.started_at, last_output_at=(time.time() - (now - last)) if last else None,
-        usage=tree_usage(child.pid) if usage else None, stop=stop_timer(child, child.grace_s, now),
+        usage=(tree_usage(child.pid) if child.running else pids_usage(left)) if usage else None,
+        stop=stop_timer(child, child.grace_s, now),
         last_lines=tuple(shown_line(line) for line in child.output.last_lines(CHILD_LINES)),
-        log_from=child.output.file.ours_from())
+        log_from=child.output.file.ours_from(), left=left)
 
 
 def shown_line(line: str) -> str:
@@ -581,6 +591,19 @@ def tree_usage(pid: int) -> Usage:
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
         return Usage(processes=0, cpu_s=None, rss=None)
+    return _usage(procs)
+
+
+def pids_usage(pids: Sequence[int]) -> Usage:
+    """CPU seconds and RSS of these processes (a child's tree as read already), those still there."""
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    return _usage(procs)
+
+
+def _usage(procs: list[psutil.Process]) -> Usage:
     cpu = rss = 0.0
     count = 0
     for proc in procs:

@@ -379,6 +379,29 @@ def test_a_fatal_fault_leaves_last_words_and_names_the_survivors(sup: Runner, si
             os.kill(child, signal.SIGKILL)
 
 
+@needs_unshare
+@pytest.mark.parametrize("signum", [signal.SIGSEGV, signal.SIGABRT], ids=signal_name)
+def test_a_fault_signal_sent_to_pid1_from_outside_stops_it_in_order(sup: Runner, signum: int) -> None:
+    """As PID 1 the kernel drops a default-action signal sent from outside: kill -SEGV wrote the last words, left
+    the fault handler spent and the supervisor running, and a second one was dropped without a word. The spent
+    handler is now noticed: said, armed again, and the signal taken as a stop (its default action ends the
+    process); a second one, its last words written again, kills at once."""
+    proc, pid = start_service(sup, service_config(sup, on_term="stay", stop_grace_s=60), pid1=True)
+    os.kill(pid, signum)
+    wait_for(lambda: "SIGTERM" in received(sup), timeout=10)  # stopped in order: the service got its stop signal
+    os.kill(pid, signum)  # (it stays in its grace: the second one must find the handler armed again)
+    result = finish(proc, time.monotonic(), 30)  # far less than the 60 s grace
+    name = signal_name(signum)
+    assert result.returncode == 128 + signum, result.output
+    assert (f"{name} came from outside (a fault would have ended the supervisor): its last words are in "
+            "supervisor.log, and as PID 1 the kernel dropped it") in result.output, result.output
+    assert f"shutting down: received {name}" in result.output, result.output
+    assert f"{name} again while stopping: SIGKILL to everything now" in result.output, result.output
+    assert received(sup) == ["SIGTERM"]
+    last_words = read(sup.log_dir / "supervisor.log")
+    assert last_words.count("Fatal Python error: ") == 2 and "Current thread" in last_words, last_words
+
+
 # ---------------------------------------------------------------- before the loop runs
 
 

@@ -13,6 +13,16 @@ meaning for the whole run, from the first line of ``cli.main`` to the exit:
 - FAULT: a fatal fault: faulthandler writes the last words (every thread's traceback) to
   supervisor.log, then the default action ends the process (a core where allowed). The children
   live on, named in status.json (written at every change) and by the next start, which ends them.
+  As PID 1 of a namespace the kernel drops a signal sent from outside whose action is the default
+  (init is protected from it; a real fault is forced, and still ends the process): after ``kill -SEGV 1``
+  the handler has written the last words and raised the signal again at its default action (the handler
+  spent), and the kernel drops that: the supervisor runs on. Nothing wakes the loop for it
+  (faulthandler's handler is C's, with no wake-up byte; a Python-level handler would loop on a real
+  fault, whose instruction faults again), so as PID 1 the inbox looks every FAULT_LOOK_S for a spent
+  handler of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT: that one came from outside. The handler is
+  armed again and the signal taken as a stop (the rule below: its default action would have ended the
+  process), said in one line first. SIGSYS and SIGTRAP, whose handlers re-arm
+  themselves (faulthandler.register), leave only their tracebacks then: nothing says they came.
 
 The rule, where no program gives a signal its own meaning: a signal whose default action would
 end the process is a request to end it, honoured in order rather than by dying with the children
@@ -41,6 +51,7 @@ import faulthandler
 import fcntl
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -50,7 +61,7 @@ from .stopbudget import StopBudget  # (a few lines, no import of its own: import
 
 if TYPE_CHECKING:  # (the CLI imports this module first thing: it must stay cheap to import)
     from .exitflush import ExitFlush
-    from .loop import EventLoop
+    from .loop import EventLoop, Timer
 
 
 
@@ -233,6 +244,11 @@ class SignalRouter:
             sent = self.lifecycle.forward(signum) if self.lifecycle is not None else []
             names = ", ".join(c.label for c in sent) or "nobody (no phase command running)"
             self._log(f"{name} forwarded to {names}")
+        elif meaning is Meaning.FAULT:  # (only as PID 1, one sent from outside: SignalInbox's look found it)
+            self._log(f"{name} came from outside (a fault would have ended the supervisor): its last words are in "
+                      "supervisor.log, and as PID 1 the kernel dropped it; taken as a stop signal, as its default "
+                      "action would end the supervisor")
+            self._held(lambda: self._stop(signum, name, why, came))
         else:  # NOTE, and whatever else a table change lets through: said, never obeyed
             self._log(f"{name}: not obeyed: {why}")
 
@@ -305,13 +321,43 @@ def _end_command(signum: int, frame: object) -> None:
 def last_words_to(fd: int) -> None:
     """A fatal fault writes every thread's traceback to ``fd``, then the default action ends us."""
     faulthandler.enable(file=fd, all_threads=True)
+    _last_words[:] = [fd]
     for sig in FAULTS - FAULTHANDLER_FATAL:
         # chain: after the traceback the default action (death, a core) still follows.
         faulthandler.register(sig, file=fd, all_threads=True, chain=True)
 
 
+# Where faulthandler writes (last_words_to's fd; none yet: stderr, as cli.main armed it), to arm it again.
+_last_words: list[int] = []
+
+
+def _arm_last_words_again() -> None:
+    """faulthandler's fatal handlers put back, after one of them fired and was survived (as PID 1). Enabling
+    alone does nothing: faulthandler still counts itself enabled."""
+    faulthandler.disable()
+    faulthandler.enable(file=_last_words[0] if _last_words else sys.stderr, all_threads=True)
+
+
+def _caught_signals() -> frozenset[int] | None:
+    """The signals this process has a handler for (/proc/self/status SigCgt: bit n-1 for signal n); None where
+    it cannot be read."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"SigCgt:"):
+                    mask = int(line.split()[1], 16)
+                    return frozenset(sig for sig in range(1, mask.bit_length() + 1) if mask >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 # ---------------------------------------------------------------- the inbox
 
+
+# As PID 1, how often the inbox looks for a fault handler spent by a signal sent from outside (the module
+# docstring, FAULT): a read of /proc/self/status.
+FAULT_LOOK_S = 1.0
 
 # What the wake-up pipe is asked to hold: a full pipe drops the byte of the next signal, whatever it is (a
 # SIGTERM after a storm's SIGCHLDs), so it is made as large as an unprivileged process may (pipe-max-size's
@@ -340,6 +386,24 @@ class SignalInbox:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, CAUGHT)
         self._loop = loop
         loop.add_reader(self._read_fd, self._drain)
+        self._fault_look: Timer | None = None
+        self._armed = FAULTHANDLER_FATAL & (_caught_signals() or frozenset()) if os.getpid() == 1 else frozenset()
+        if self._armed:
+            self._fault_look = loop.call_later(FAULT_LOOK_S, self._look_for_sent_faults)
+
+    def _look_for_sent_faults(self) -> None:
+        """As PID 1: a fault handler that fired and was survived (the default action is back) was a fault signal
+        sent from outside (module docstring, FAULT): armed again, it is handed on as the signal it was."""
+        caught = _caught_signals()
+        spent = sorted(self._armed - caught) if caught is not None else []
+        if spent:
+            _arm_last_words_again()
+        for signum in spent:
+            try:
+                self._on_signal(signum)
+            except Exception as exc:
+                self._loop.contain(exc, None, f"handling {signal_name(signum)}")
+        self._fault_look = self._loop.call_later(FAULT_LOOK_S, self._look_for_sent_faults)
 
     def _drain(self) -> None:
         data = _read_all(self._read_fd)
@@ -366,6 +430,8 @@ class SignalInbox:
         the loop's last turn, or while a call held it (a start waiting for its exec) that ended the run: never
         acted on, and said to ``log`` with when it came, rather than closed away unread."""
         signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
+        if self._fault_look is not None:
+            self._fault_look.cancel()
         signal.set_wakeup_fd(self._old_wakeup)
         late = _read_all(self._read_fd)  # (blocked first: no byte comes after this read)
         self._loop.remove_reader(self._read_fd)

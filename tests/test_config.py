@@ -601,6 +601,13 @@ BAD_CONFIGS = [
     P("[cuzk]\n" + bad_phase('prepare = "cuzk-config"\nenv = { CUDA_DEVICE_ORDER = "FASTEST_FIRST" }'),
       'phases[1] (b).env.CUDA_DEVICE_ORDER: prepare = "cuzk-config" sets this from cuzk.toml\'s GPU numbering '
       "(PCI_BUS_ID, NVML's order); leave it out", id="env-sets-the-cuda-device-order"),
+    # (RUST_LOG=warn there hid cuzk-daemon's PCE lines from the warm-up: its level is [cuzk.overrides]', or inherited)
+    P("[cuzk]\n" + bad_phase('prepare = "cuzk-config"\nenv = { RUST_LOG = "warn" }'),
+      'phases[1] (b).env.RUST_LOG: prepare = "cuzk-config" sets this from [cuzk.overrides] logging.level '
+      "(cuzk-daemon's log filter, its PCE lines kept); set that instead", id="env-sets-the-cuzk-log-filter"),
+    P("[cuzk]\noverrides = { logging = { level = 3 } }\n" + MARK_PHASE,
+      'cuzk.overrides.logging.level: must be a level like "warn" or a filter like "warn,cuzk_core=debug", got 3',
+      id="override-log-level-not-text"),
     P('[manager]\nurl = "http://127.0.0.1:9"\nlabel = "C.1"\n' + bad_phase('env = { INSTANCE_UUID = "fake" }'),
       "phases[1] (b).env.INSTANCE_UUID: the supervisor sets this from the manager's /register answer (uuid); leave "
       "it out", id="env-sets-the-managers-uuid"),

@@ -100,6 +100,10 @@ def _overrides(value: Any, where: str) -> dict[str, Any]:
         if not isinstance(budget, str):
             raise ConfigError(f"{budget_where}: must be \"auto\" or a size like \"100GiB\", got {shown(budget)}")
         check_size(budget, budget_where)
+    level = table.get("logging", {}).get("level")
+    if level is not None and not isinstance(level, str):  # (cuzk-daemon reads a filter string: it refuses its config)
+        raise ConfigError(f"{join_key(where, 'logging.level')}: must be a level like \"warn\" or a filter like "
+                          f"\"warn,cuzk_core=debug\", got {shown(level)}")
     for name, key in _OVERRIDE_WORKERS:
         workers = table.get(name, {}).get(key)
         if workers is not None:

@@ -33,6 +33,9 @@ The bench's ``-j`` concurrency is scaled the same way. User values win, unless
 they cannot fit: then they are refused with both numbers. Every figure is
 settable ([cuzk] ``baseline``, ``per_partition``, ``pw_baseline``,
 ``pw_per_worker``) so the stand-ins can run the profile on a small machine.
+
+Its ``[logging] level`` (an override's, else info) keeps the engine's PCE lines, which the warm-up waits on
+(the daemon's log filter, at the end of this module).
 """
 
 from __future__ import annotations
@@ -174,6 +177,10 @@ class Generated:
     partitions: int  # partitions in flight (unified) or partition workers (pw builds)
     bench_concurrency: int
     memory_model: str = "unified"
+    # RUST_LOG for the phase where the inherited one hides the engine's PCE lines (its log filter, below), and what
+    # the log says of that or of cuzk.toml's level changed for them.
+    rust_log: str | None = None
+    log_said: str | None = None
 
     def summary(self) -> str:
         what = "partitions in flight" if self.memory_model == "unified" else "partition_workers"
@@ -186,8 +193,9 @@ class Generated:
 GENERATED_TABLES = ("daemon", "srs", "logging", "gpus", "memory", "pipeline", "synthesis")
 
 
-def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> Generated:
-    """The cuzk.toml for this machine; raises DoesNotFit when the daemon cannot run in ``available``."""
+def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample], rust_log: str | None = None) -> Generated:
+    """The cuzk.toml for this machine; raises DoesNotFit when the daemon cannot run in ``available``. ``rust_log``:
+    the RUST_LOG the daemon inherits, which wins over cuzk.toml's level (its log filter, below)."""
     budget = available - settings.safety_margin
     overrides = settings.overrides or {}
     config: dict[str, Any] = {
@@ -213,8 +221,11 @@ def generate(settings: CuzkSettings, available: int, gpus: list[GpuSample]) -> G
 
     merged = _merge(config, overrides)
     _budget_in_cuzks_words(merged, config, overrides)
+    kept = keep_engine_lines(rust_log, merged["logging"]["level"])  # (a string: configkeys.py)
+    merged["logging"]["level"] = kept.level
     bench_j = max(1, min(settings.bench_concurrency, partitions))
-    return Generated(merged, tomli_w.dumps(merged), sized, partitions, bench_j, settings.memory_model)
+    return Generated(merged, tomli_w.dumps(merged), sized, partitions, bench_j, settings.memory_model,
+                     kept.rust_log, kept.said)
 
 
 def _unified(config: dict[str, Any], budget: int, available: int, settings: CuzkSettings,
@@ -349,3 +360,97 @@ def _holds(path: Path, text: str) -> bool:
         return read_regular_file(path, len(data) + 1) == data
     except (OSError, ValueError):
         return False
+
+
+# ---------------------------------------------------------------- the daemon's log filter
+
+# cuzk-daemon's log filter, read as the daemon reads it, and what keeps its engine's PCE lines in it.
+#
+# The warm-up's settle (hooks.py ``PceWatch``) knows of the daemon's background PCE extraction only from its engine's
+# lines, "background PCE extraction starting" and "... complete", logged at info under the tracing target
+# ``cuzk_core::engine`` (curio extern/cuzk, cuzk-core engine.rs). A quieter filter (``warn``) hid them: the settle
+# saw no extraction, stopped the daemon at once, and the PCE was lost without a word.
+#
+# Which filter the daemon uses (cuzk-daemon main.rs, tracing-subscriber 0.3): ``RUST_LOG`` when it is set and every
+# directive in it parses (``EnvFilter::try_from_default_env``: empty, it lets nothing through); else its config's
+# ``[logging] level`` (``--log-level`` in its place), where a bad directive is skipped and none left means ``error``
+# (``EnvFilter::new``). A directive is ``level``, ``target`` (every level) or ``target=level``; a line's target takes
+# the directive of the longest target it starts with, else the one with none. So ``<theirs>,cuzk_core::engine=info``
+# shows the engine's info lines and leaves the user's filter as it was everywhere else; it is added only where their
+# filter hides those lines, never lowering a more verbose one (``debug``).
+
+ENGINE_TARGET = "cuzk_core::engine"
+KEEP = f"{ENGINE_TARGET}=info"
+RUST_LOG = "RUST_LOG"
+# tracing's LevelFilter, as a directive may also give it, by number: off 0 ... trace 5.
+_LEVELS = {"off": 0, "error": 1, "warn": 2, "info": 3, "debug": 4, "trace": 5}
+_INFO, _TRACE = _LEVELS["info"], _LEVELS["trace"]
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The daemon's filter with its engine's lines kept: the RUST_LOG to give its phase (None: leave the inherited
+    one be), cuzk.toml's ``[logging] level``, and what the log says of a change (None: none made)."""
+
+    rust_log: str | None
+    level: str
+    said: str | None = None
+
+
+def keep_engine_lines(rust_log: str | None, level: str) -> Kept:
+    """The filter the daemon will use (``rust_log``, the inherited RUST_LOG, when it parses whole; else cuzk.toml's
+    ``level``), with ``cuzk_core::engine=info`` added where it hides the engine's lines."""
+    if rust_log is not None and (directives := _directives(rust_log, strict=True)) is not None:
+        if _shows_engine_info(directives):
+            return Kept(None, level)
+        kept = f"{rust_log},{KEEP}" if rust_log.strip() else KEEP
+        return Kept(kept, level, f"{RUST_LOG}={rust_log} hides cuzk-daemon's PCE lines (info, {ENGINE_TARGET}), "
+                                 f"which the warm-up waits on: the phase gets {RUST_LOG}={kept}")
+    directives = _directives(level, strict=False) or {}
+    if _shows_engine_info(directives):
+        return Kept(None, level)
+    # (nothing valid in it: the daemon's level was error, and stays so beside the engine's lines)
+    valid = any(_directive(raw.strip()) is not None for raw in filter(None, level.split(",")))
+    kept = f"{level},{KEEP}" if valid else f"error,{KEEP}"
+    return Kept(None, kept, f"cuzk's [logging] level {level!r} hides cuzk-daemon's PCE lines (info, {ENGINE_TARGET}), "
+                            f"which the warm-up waits on: cuzk.toml has {kept!r}")
+
+
+def _directives(text: str, strict: bool) -> dict[str | None, int] | None:
+    """target (None: every target) → level, the later of one target kept; None when ``strict`` and one is bad."""
+    found: dict[str | None, int] = {}
+    for raw in filter(None, text.split(",")):
+        directive = _directive(raw.strip())
+        if directive is None:
+            if strict:
+                return None
+        elif directive[1] is not None:  # (one with a span or fields filters lines in spans: the engine's are not)
+            found[directive[0]] = directive[1]
+    return found
+
+
+def _directive(text: str) -> tuple[str | None, int | None] | None:
+    """One directive as tracing-subscriber parses it (filter/env/directive.rs): (target or None, level); level None
+    for one with a span or fields; None for a bad one."""
+    if not text or not (text[0].isalnum() or text[0] in "-:_["):
+        return None
+    if "[" in text:
+        return None, None  # (a span or fields: no level of its own for a plain line)
+    target, eq, level = text.partition("=")
+    if eq:
+        number = _TRACE if level == "" else _level(level)
+        return None if number is None else (target, number)
+    number = _level(text)
+    return (None, number) if number is not None else (text, _TRACE)
+
+
+def _level(text: str) -> int | None:
+    if text.isascii() and text.isdigit():
+        return int(text) if int(text) <= _TRACE else None
+    return _LEVELS.get(text.lower())
+
+
+def _shows_engine_info(directives: dict[str | None, int]) -> bool:
+    named = [target for target in directives if target is not None and ENGINE_TARGET.startswith(target)]
+    chosen = max(named, key=len) if named else None
+    return chosen in directives and directives[chosen] >= _INFO

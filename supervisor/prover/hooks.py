@@ -14,10 +14,14 @@ it ``.bin`` (cuzk-pce disk.rs ``save_to_disk``), then says "background PCE extra
 Its shutdown does not wait for that thread: a daemon stopped before the line loses the PCE, and the next one (the
 bench's) extracts it again during its first proof, ~14 GiB more at its peak, on a machine sized without it. So
 the warm-up keeps its daemon until the line comes, within its settle_timeout_s; one that never starts an
-extraction (the PCE loaded from disk, ``CUZK_DISABLE_PCE=1``, a build without PCE) is stopped at once.
+extraction (the PCE loaded from disk, ``CUZK_DISABLE_PCE=1``, a build without PCE) is stopped at once. Those lines
+are info lines of ``cuzk_core::engine``: ``cuzk-config`` keeps them in whatever filter the daemon logs under
+(cuzkconf.py, its log filter), or a quieter level would read as no extraction at all.
 """
 
 from __future__ import annotations
+
+import os
 
 from ..config import Plan
 from ..lifecycle import verdict as v
@@ -44,7 +48,10 @@ CUZK_CONFIG_ENV = {"CUZK_CONFIG": "[cuzk] config_path", "CUZK_ADDR": "[cuzk] lis
                    "CURIO_CUZK_ADDRESS": "[cuzk] listen", "CUZK_STATUS_LISTEN": "[cuzk] status_listen",
                    "CUZK_BENCH_CONCURRENCY": "[cuzk] bench_concurrency", "CUZK_BENCH_COUNT": "[cuzk] bench_count",
                    "CUZK_BENCH_C1": "[cuzk] bench_c1",
-                   "CUDA_DEVICE_ORDER": f"cuzk.toml's GPU numbering ({CUDA_DEVICE_ORDER}, NVML's order)"}
+                   "CUDA_DEVICE_ORDER": f"cuzk.toml's GPU numbering ({CUDA_DEVICE_ORDER}, NVML's order)",
+                   # Only where the inherited one hides the engine's PCE lines (cuzkconf.py, its log filter): set
+                   # there, it would hide them again, since the config's env comes last.
+                   "RUST_LOG": "[cuzk.overrides] logging.level (cuzk-daemon's log filter, its PCE lines kept)"}
 # The parser of cuzk-bench's batch output: what reads the bench's rate (bench-done carries it).
 BENCH_PARSER = "cuzk-bench"
 
@@ -56,7 +63,9 @@ def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
     def write_cuzk_config(ctx: HookContext) -> dict[str, str] | Refusal:
         # The same memory figure the preflight holds the phase to; the GPU thread's latest sample, never NVML itself.
         try:
-            generated = cuzkconf.generate(settings, ctx.memory_available or 0, list(ctx.gpus))
+            # (the RUST_LOG its children inherit: the config's env may not set one, CUZK_CONFIG_ENV)
+            generated = cuzkconf.generate(settings, ctx.memory_available or 0, list(ctx.gpus),
+                                          os.environ.get(cuzkconf.RUST_LOG))
             cuzkconf.write(generated, settings.config_path, ctx.state_dir / "cuzk.generated.toml")
         except (cuzkconf.DoesNotFit, ValueError) as exc:
             return Refusal(v.INSUFFICIENT_MEMORY, str(exc))
@@ -68,10 +77,13 @@ def cuzk_config(settings: cuzkconf.CuzkSettings) -> Prepare:
             # Without a GPU read no [gpus] table is written, and cuzk-daemon's own default decides.
             then = "cuzk runs without them" if ctx.gpus else "it names no GPU, cuzk-daemon picks its own"
             ctx.log(f"phase {ctx.phase}: cuzk.toml leaves out {left_out}: {then}")
+        if generated.log_said:
+            ctx.log(f"phase {ctx.phase}: {generated.log_said}")
         for line in filter(None, generated.text.splitlines()):
             ctx.log(f"  cuzk.toml | {line}")
         address = cuzkconf.cuzk_address(settings.listen)
-        return {"CUZK_CONFIG": settings.config_path, "CUZK_ADDR": address.for_bench(),
+        kept_log = {cuzkconf.RUST_LOG: generated.rust_log} if generated.rust_log is not None else {}
+        return {**kept_log, "CUZK_CONFIG": settings.config_path, "CUZK_ADDR": address.for_bench(),
                 "CURIO_CUZK_ADDRESS": address.for_curio(),
                 "CUZK_STATUS_LISTEN": cuzkconf.status_address(settings.status_listen),
                 "CUZK_BENCH_CONCURRENCY": str(generated.bench_concurrency),

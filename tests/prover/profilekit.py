@@ -71,7 +71,7 @@ def fleet_config(sup: Runner, url: str, label: str, bench: str, *, min_rate: flo
 def standin_env(**extra: str) -> dict[str, str]:
     """An environment for a stand-in run by hand: none of the runner's own knobs, the repo importable, fast."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("STANDIN_", "GOLOG_", "CURIO_", "CUZK_")) and k != "TRUST_PARAMS"}
+           if not k.startswith(("STANDIN_", "GOLOG_", "CURIO_", "CUZK_", "RUST_LOG")) and k != "TRUST_PARAMS"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["STANDIN_SPEED"] = STANDIN_FAST
     env.update(extra)
@@ -80,7 +80,7 @@ def standin_env(**extra: str) -> dict[str, str]:
 
 # The test runner's own environment must not steer the profile under test.
 DROP_PREFIXES = ("MANAGER_", "MIN_RATE", "VAST_", "CONTAINER_", "SUPERVISOR_", "STANDIN_", "CUZK_", "CURIO_",
-                 "BENCH_", "PROVER_", "FIL_PROOFS_", "SECTOR_SIZE", "MGR_", "API_TOKEN")
+                 "BENCH_", "PROVER_", "FIL_PROOFS_", "SECTOR_SIZE", "MGR_", "API_TOKEN", "RUST_LOG")
 
 
 def profile_env(runner: Runner, bin_dir: Path) -> dict[str, str]:

@@ -172,12 +172,35 @@ def test_read_toml_no_path_missing_file_good_and_malformed(tmp_path: Path) -> No
         cs.read_toml(str(bad))
 
 
-def test_log_level_from_the_flag_then_the_config_then_info() -> None:
-    assert cs.log_for("error", {"logging": {"level": "trace"}}).min == cs.LEVELS["error"]
-    assert cs.log_for(None, {"logging": {"level": "WARN"}}).min == cs.LEVELS["warn"]
-    assert cs.log_for(None, {"logging": {"level": 3}}).min == cs.LEVELS["info"]  # not a string: ignored
-    assert cs.log_for(None, {}).min == cs.LEVELS["info"]
-    assert cs.log_for("chatty", {}).min == cs.LEVELS["info"]  # an unknown level: info
+def test_log_filter_from_rust_log_then_the_flag_then_the_config_then_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As cuzk-daemon main.rs: ``EnvFilter::try_from_default_env()`` (RUST_LOG, when set and every directive parses),
+    else ``EnvFilter::new`` of ``--log-level``, else of ``[logging] level`` (a bad directive skipped; none left:
+    error)."""
+    monkeypatch.delenv("RUST_LOG", raising=False)
+    assert cs.log_for("error", {"logging": {"level": "trace"}}).directives == {None: cs.LEVELS["error"]}
+    assert cs.log_for(None, {"logging": {"level": "WARN"}}).directives == {None: cs.LEVELS["warn"]}
+    assert cs.log_for(None, {"logging": {"level": 3}}).directives == {None: cs.LEVELS["info"]}  # not a string: ignored
+    assert cs.log_for(None, {}).directives == {None: cs.LEVELS["info"]}
+    # (a word that is no level is a target: that target's every line, and nothing else)
+    assert cs.log_for("chatty", {}).directives == {"chatty": cs.LEVELS["trace"]}
+    assert cs.log_for("chatty=loud", {}).directives == {None: cs.LEVELS["error"]}  # (nothing valid: error)
+    monkeypatch.setenv("RUST_LOG", "warn,cuzk_core::engine=info")
+    log = cs.log_for("debug", {"logging": {"level": "trace"}})  # RUST_LOG wins over both
+    assert log.enabled("info", "cuzk_core::engine") and not log.enabled("debug", "cuzk_core::engine")
+    assert not log.enabled("info", "cuzk_daemon") and log.enabled("warn", "cuzk_core::pipeline")
+    monkeypatch.setenv("RUST_LOG", "warn,cuzk_core=loud")  # (one bad directive: RUST_LOG is not used at all)
+    assert cs.log_for(None, {"logging": {"level": "debug"}}).directives == {None: cs.LEVELS["debug"]}
+    monkeypatch.setenv("RUST_LOG", "")  # (set, empty: nothing at all)
+    assert not cs.log_for(None, {}).enabled("error", "cuzk_daemon")
+
+
+def test_log_filter_takes_the_longest_target_a_line_starts_with() -> None:
+    log = cs.Log("info,cuzk_core=warn,cuzk_core::engine=debug,cuzk_core::engine=info,cuzk_pce[span]=trace")
+    assert log.enabled("info", "cuzk_daemon") and not log.enabled("debug", "cuzk_daemon")
+    assert not log.enabled("info", "cuzk_core::pipeline") and log.enabled("warn", "cuzk_core::pipeline")
+    assert log.enabled("info", "cuzk_core::engine") and not log.enabled("debug", "cuzk_core::engine")  # (the later)
+    assert not log.enabled("debug", "cuzk_pce::disk")  # (a span's directive: no plain line's)
+    assert not cs.Log("cuzk_core=info").enabled("error", "cuzk_daemon")  # (no directive for it: no line)
 
 
 def test_log_prints_at_or_above_its_level_in_tracing_style(capsys: pytest.CaptureFixture[str]) -> None:

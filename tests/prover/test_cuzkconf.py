@@ -409,3 +409,54 @@ def test_user_partition_workers_is_kept_in_a_unified_config() -> None:
     gen = generate(settings(overrides={"synthesis": {"partition_workers": 3}}), 256 * GIB, [])
     assert gen.config["synthesis"] == {"partition_workers": 3}
     assert gen.partitions == unified_expected(256)
+
+
+# ---------------------------------------------------------------- the daemon's log filter: its PCE lines kept
+
+ENGINE = "cuzk_core::engine"
+
+
+@pytest.mark.parametrize(("rust_log", "level", "given", "written"), [
+    (None, None, None, "info"),  # cuzk's own level: nothing changed
+    (None, "warn", None, f"warn,{ENGINE}=info"),
+    (None, "debug", None, "debug"),  # a more verbose one is never lowered
+    (None, "warn,cuzk_core=info", None, "warn,cuzk_core=info"),  # (it shows them already)
+    (None, f"info,{ENGINE}=warn", None, f"info,{ENGINE}=warn,{ENGINE}=info"),
+    (None, "warn,cuzk_core=debug", None, "warn,cuzk_core=debug"),
+    (None, "cuzk_daemon", None, f"cuzk_daemon,{ENGINE}=info"),  # (a target alone: every level of that one only)
+    (None, "bogus=loud", None, f"error,{ENGINE}=info"),  # (nothing it can read: the daemon's level was error)
+    ("warn", None, f"warn,{ENGINE}=info", "info"),
+    ("warn", "error", f"warn,{ENGINE}=info", "error"),  # (RUST_LOG wins over cuzk.toml: left as it was)
+    ("", None, f"{ENGINE}=info", "info"),  # (set but empty: the daemon logs nothing, but its engine's lines now)
+    ("2", None, f"2,{ENGINE}=info", "info"),  # (a level by its number: 2 is warn)
+    ("debug", "warn", None, "warn"),  # (RUST_LOG shows them: cuzk.toml's level is never read)
+    ("warn=loud", "warn", None, f"warn,{ENGINE}=info"),  # (a RUST_LOG that does not parse is not used: cuzk.toml's)
+])
+def test_the_daemons_log_filter_keeps_its_engines_pce_lines(monkeypatch: pytest.MonkeyPatch, rust_log: str | None,
+                                                             level: str | None, given: str | None,
+                                                             written: str) -> None:
+    """The warm-up's settle reads the engine's info lines (target cuzk_core::engine): a filter that hid them had it
+    stop the daemon at once, the PCE lost. Where the filter the daemon uses (RUST_LOG when it parses, else cuzk.toml's
+    [logging] level) hides them, ``,cuzk_core::engine=info`` is added to it; everywhere else it holds as the user
+    set it. The daemon's reading is the stand-in's (cuzk-daemon main.rs and tracing's EnvFilter)."""
+    from supervisor.prover.standins import cuzk_settings as daemon
+
+    overrides = {"logging": {"level": level}} if level is not None else None
+    gen = generate(settings(overrides=overrides), 256 * GIB, gpus(0), rust_log)
+    assert (gen.rust_log, tomllib.loads(gen.text)["logging"]["level"]) == (given, written)
+    assert (gen.log_said is None) == (given is None and written == (level or "info"))
+
+    def daemon_log(rust: str | None, toml_level: str) -> Any:
+        if rust is None:
+            monkeypatch.delenv("RUST_LOG", raising=False)
+        else:
+            monkeypatch.setenv("RUST_LOG", rust)
+        return daemon.log_for(None, {"logging": {"level": toml_level}})
+
+    kept = daemon_log(given if given is not None else rust_log, written)
+    theirs = daemon_log(rust_log, level or "info")
+    # The engine's info lines shown (and no more of its debug than before); every other line as the user had it.
+    assert kept.enabled("info", ENGINE) and kept.enabled("debug", ENGINE) == theirs.enabled("debug", ENGINE)
+    for target in ("cuzk_daemon", "cuzk_core::pipeline"):
+        for lvl in ("error", "warn", "info", "debug", "trace"):
+            assert kept.enabled(lvl, target) == theirs.enabled(lvl, target), (target, lvl)

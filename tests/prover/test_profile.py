@@ -284,6 +284,39 @@ def test_a_pce_extraction_past_its_settle_bound_is_cut_and_the_bench_extracts_it
     assert re.search(r"\[bench/cuzk-daemon\] .*background PCE extraction starting", out), out[-6000:]
 
 
+def quiet_cuzk_profile(profile: Runner) -> Path:
+    """The built-in profile as a config of its own whose cuzk.toml asks the daemons for warnings only."""
+    text = (REPO / "supervisor" / "prover" / "profile.toml").read_text()
+    anchor = '\npw_per_worker = "${CUZK_PW_PER_WORKER:-20GiB}"\n'
+    assert text.count(anchor) == 1, "the profile's [cuzk] table moved: follow it here"
+    config = profile.tmp / "profile.toml"
+    config.write_text(text.replace(anchor, f'{anchor}overrides = {{ logging = {{ level = "warn" }} }}\n'))
+    return config
+
+
+@pytest.mark.parametrize("quiet", ["RUST_LOG", "logging.level"])
+def test_a_quieter_cuzk_log_still_shows_the_warmup_its_pce_extraction(profile: Runner, quiet: str) -> None:
+    """The warm-up knows of its daemon's PCE extraction only from the engine's info lines (target
+    cuzk_core::engine). RUST_LOG=warn in the container, or a warn level in cuzk.toml, hid them: the warm-up stopped
+    its daemon at once, the PCE lost without a word, and the bench's daemon extracted it again (~14 GiB more at a
+    -j sized without it). Its level is kept elsewhere: the engine's lines alone are added to it."""
+    env = profile.env(STANDIN_PCE_S="1", **({"RUST_LOG": "warn"} if quiet == "RUST_LOG" else {}))
+    run = profile.run(*([quiet_cuzk_profile(profile)] if quiet == "logging.level" else []), env=env, name="quiet")
+    out = run.output
+    assert run.returncode == 0, out[-6000:]
+    assert [name for name, _ in done_phases(out)] == PHASES, done_phases(out)
+    kept = ("RUST_LOG=warn hides cuzk-daemon's PCE lines (info, cuzk_core::engine), which the warm-up waits on: the "
+            "phase gets RUST_LOG=warn,cuzk_core::engine=info" if quiet == "RUST_LOG" else
+            "cuzk's [logging] level 'warn' hides cuzk-daemon's PCE lines (info, cuzk_core::engine), which the warm-up "
+            "waits on: cuzk.toml has 'warn,cuzk_core::engine=info'")
+    assert f"phase warmup: {kept}" in out, out[-6000:]
+    assert "phase warmup: running → settling (waiting for cuzk-daemon's PCE" in out, out[-6000:]
+    assert "phase warmup: settling → stopping (cuzk-daemon's PCE: over)" in out
+    assert re.search(r"\[bench/cuzk-daemon\] .*loaded PCE from", out) is None, "its info lines stay hidden"
+    assert not re.search(r"\[bench/cuzk-daemon\] .*background PCE extraction starting", out), out[-6000:]
+    assert (profile.tmp / "params" / "pce-porep-32g.bin").exists()
+
+
 def test_warmup_proof_that_printed_failed_is_a_failed_warmup(profile: Runner) -> None:
     """``cuzk-bench single`` exits 0 whatever its proof's status: the printed status decides."""
     wrapper = profile.tmp / "failing-single"

@@ -37,7 +37,9 @@ def context(tmp_path: Path, memory: int | None, lines: list[str]) -> HookContext
     return HookContext(phase="cuzk", memory_available=memory, gpus=(), state_dir=state, log=lines.append)
 
 
-def test_cuzk_config_writes_the_file_logs_it_and_tells_the_children(tmp_path: Path) -> None:
+def test_cuzk_config_writes_the_file_logs_it_and_tells_the_children(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUST_LOG", raising=False)
     target = tmp_path / "etc" / "cuzk.toml"
     settings = CuzkSettings(config_path=str(target), listen="unix:///run/cuzk.sock", status_listen="")
     lines: list[str] = []
@@ -52,12 +54,32 @@ def test_cuzk_config_writes_the_file_logs_it_and_tells_the_children(tmp_path: Pa
     assert env["CUZK_STATUS_LISTEN"] == "" and int(env["CUZK_BENCH_CONCURRENCY"]) >= 1
     # cuzk.toml names GPUs by NVML's index (PCI bus order); CUDA, told one as CUDA_VISIBLE_DEVICES, must count alike.
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    # Every variable it sets is registered (Plugin.prepare_env), so that a phase's env may not set it in its place.
-    assert env.keys() == hooks.CUZK_CONFIG_ENV.keys() == PLUGIN.prepare_env[hooks.CUZK_CONFIG].keys()
+    # Every variable it sets is registered (Plugin.prepare_env), so that a phase's env may not set it in its place;
+    # RUST_LOG only where the inherited one hides the daemon's PCE lines (the next test).
+    assert env.keys() == hooks.CUZK_CONFIG_ENV.keys() - {"RUST_LOG"}
+    assert hooks.CUZK_CONFIG_ENV.keys() == PLUGIN.prepare_env[hooks.CUZK_CONFIG].keys()
     assert lines[0].startswith(f"phase cuzk: wrote {target}: budget ")
     body = [line.removeprefix("  cuzk.toml | ") for line in lines[1:]]
     assert all(line.startswith("  cuzk.toml | ") for line in lines[1:])
     assert body == [line for line in written.splitlines() if line]  # every line but the blank ones
+
+
+def test_cuzk_config_adds_the_pce_lines_to_a_rust_log_that_hides_them(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """RUST_LOG wins over cuzk.toml's level in cuzk-daemon: an inherited RUST_LOG=warn hid the engine's PCE lines the
+    warm-up waits on. Its phase gets it back with those lines; one that shows them already is left as it is."""
+    prepare = hooks.cuzk_config(CuzkSettings(config_path=str(tmp_path / "cuzk.toml")))
+    monkeypatch.setenv("RUST_LOG", "warn,cuzk_bench=debug")
+    lines: list[str] = []
+    env = prepare(context(tmp_path, 512 * GIB, lines))
+    assert not isinstance(env, Refusal)
+    assert env["RUST_LOG"] == "warn,cuzk_bench=debug,cuzk_core::engine=info"
+    assert ("phase cuzk: RUST_LOG=warn,cuzk_bench=debug hides cuzk-daemon's PCE lines (info, cuzk_core::engine), "
+            "which the warm-up waits on: the phase gets RUST_LOG=warn,cuzk_bench=debug,cuzk_core::engine=info") in lines
+    monkeypatch.setenv("RUST_LOG", "info")
+    env = prepare(context(tmp_path, 512 * GIB, lines := []))
+    assert not isinstance(env, Refusal) and "RUST_LOG" not in env
+    assert not any("hides" in line for line in lines), lines
 
 
 @pytest.mark.parametrize(("read", "said"), [((0,), "cuzk runs without them"),

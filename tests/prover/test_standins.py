@@ -387,7 +387,7 @@ def test_daemon_reads_its_config_as_the_real_one(tmp_path: Path, case: str) -> N
 
 
 def test_daemon_log_level_from_its_config(tmp_path: Path) -> None:
-    """``[logging] level = "warn"`` silences the info lines; ``--log-level`` wins over it."""
+    """``[logging] level = "warn"`` silences the info lines; ``--log-level`` wins over it, and RUST_LOG over both."""
     config = tmp_path / "cuzk.toml"
     config.write_text('[logging]\nlevel = "warn"\n[memory]\ntotal_budget = "400GiB"\n')
     (tmp_path / "params").mkdir()
@@ -397,6 +397,9 @@ def test_daemon_log_level_from_its_config(tmp_path: Path) -> None:
     assert "starting (pid" not in quiet.stdout and "memory budget" not in quiet.stdout, quiet.stdout
     loud = run_standin("cuzk_daemon", "-c", str(config), "--log-level", "debug", env=env)
     assert loud.returncode == 1 and "starting (pid" in loud.stdout and "memory budget: 400.00 GiB" in loud.stdout
+    hushed = run_standin("cuzk_daemon", "-c", str(config), "--log-level", "debug", env={**env, "RUST_LOG": "error"})
+    assert hushed.returncode == 1 and "failed to load SRS" in hushed.stdout, hushed.stdout
+    assert "starting (pid" not in hushed.stdout and "memory budget" not in hushed.stdout, hushed.stdout
 
 
 def test_bench_reports_each_proof_and_exits_0_despite_failures(tmp_path: Path,

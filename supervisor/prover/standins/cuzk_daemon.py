@@ -78,7 +78,7 @@ from . import cuzk_generations as generations
 from . import cuzk_settings, failures, knobs, output
 from .cuzk_generations import GIB
 from .cuzk_http import Server, make_server
-from .cuzk_settings import LEVELS, Log, Settings, StartupError
+from .cuzk_settings import Log, Settings, StartupError
 
 PCE_FILE = "pce-porep-32g.bin"
 MAIN_NAP_S = 0.1
@@ -149,7 +149,7 @@ class Daemon:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.t0 = time.monotonic()
-        self.log = Log(args.log_level or "info")
+        self.log: Log = cuzk_settings.log_for(args.log_level, {})
         self.lock = threading.Lock()
         self.pce_lock = threading.Lock()
         self.stop = threading.Event()  # exit: the shutdown cancels what runs or waits
@@ -483,7 +483,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cuzk-daemon", description="cuzk proving daemon (stand-in)")
     parser.add_argument("-c", "--config", default="cuzk.toml", help="path to the TOML config")
     parser.add_argument("-l", "--listen", default=None, help="listen address (overrides [daemon] listen)")
-    parser.add_argument("--log-level", default=None, type=str.lower, choices=sorted(LEVELS))
+    # (any filter, as the real one takes: a level, or directives such as "warn,cuzk_core::engine=info")
+    parser.add_argument("--log-level", default=None, help="log filter (RUST_LOG wins over it)")
     parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
     return parser.parse_args(argv)
 

@@ -11,7 +11,9 @@ status task does; ``[srs] param_cache``
 total_budget`` / ``safety_margin``, ``[gpus] devices`` / ``gpu_workers_per_device`` (concurrent proofs =
 devices x workers, default 1 x 2), ``[synthesis] partition_workers`` (see cuzk_generations),
 ``[pipeline] synthesis_concurrency`` (``enabled`` is not read), ``[logging]
-level``. A missing file is a warning
+level``. The log's filter is chosen as the real daemon chooses it (main.rs): ``RUST_LOG`` when it is set and every
+directive in it parses, else ``--log-level``, else ``[logging] level``, else ``info``; each read as
+tracing-subscriber's EnvFilter reads one (``Log``). A missing file is a warning
 and the built-in defaults; a malformed one, or a value it cannot use, is a ``StartupError`` (exit 1); but a size
 it cannot read is no error, as in the real one: 50 GiB (``cuzk_size``).
 """
@@ -30,8 +32,10 @@ from . import knobs, output
 DEFAULT_LISTEN = "unix:///run/curio/cuzk.sock"
 DEFAULT_STATUS = ""
 DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
-LEVELS = {"trace": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
+# tracing's levels as its LevelFilter numbers them (a filter directive may give the number): off 0 ... trace 5.
+LEVELS = {"off": 0, "error": 1, "warn": 2, "info": 3, "debug": 4, "trace": 5}
 COLORS = {"trace": "35", "debug": "34", "info": "32", "warn": "33", "error": "31"}
+TRACE = LEVELS["trace"]
 
 
 class StartupError(Exception):
@@ -39,13 +43,43 @@ class StartupError(Exception):
 
 
 class Log:
-    """tracing-subscriber style coloured lines."""
+    """tracing-subscriber style coloured lines, filtered as its EnvFilter filters them: comma-separated directives,
+    each ``level``, ``target`` (every level) or ``target=level``; a line's target takes the directive of the longest
+    target it starts with (a later one of the same target replaces it), else the one with none; no directive, no
+    line. ``strict`` (``RUST_LOG``): one bad directive refuses the whole filter (``None`` from ``parse``); else (the
+    config's level) a bad one is skipped, said on stderr, and none left is ``error``. Spans and fields
+    (``target[span]``) are past what the stand-in needs: such a directive applies to no line."""
 
-    def __init__(self, level: str) -> None:
-        self.min = LEVELS.get(level.lower(), LEVELS["info"])
+    def __init__(self, text: str, strict: bool = False) -> None:
+        directives = self.parse(text, strict)
+        self.directives: dict[str | None, int] = directives if directives is not None else {None: LEVELS["error"]}
+
+    @staticmethod
+    def parse(text: str, strict: bool) -> dict[str | None, int] | None:
+        """target (None: every target) → level; None when ``strict`` and a directive is bad."""
+        found: dict[str | None, int] = {}
+        dynamic = False
+        for raw in filter(None, text.split(",")):
+            directive = _directive(raw.strip())
+            if directive is None:
+                if strict:
+                    return None
+                output.err(f"ignoring `{raw}`: invalid filter directive")
+            elif directive[1] is None:
+                dynamic = True
+            else:
+                found[directive[0]] = directive[1]  # (the later one of a target, as EnvFilter keeps)
+        if not found and not dynamic and not strict:
+            found[None] = LEVELS["error"]  # (EnvFilter::new's default when nothing valid was given)
+        return found
+
+    def enabled(self, level: str, target: str) -> bool:
+        named = [name for name in self.directives if name is not None and target.startswith(name)]
+        chosen = max(named, key=len) if named else None
+        return chosen in self.directives and LEVELS[level] <= self.directives[chosen]
 
     def __call__(self, level: str, msg: str, target: str = "cuzk_daemon") -> None:
-        if LEVELS[level] < self.min:
+        if not self.enabled(level, target):
             return
         output.out(f"\x1b[2m{output.now_iso()}\x1b[0m \x1b[{COLORS[level]}m{level.upper():>5}\x1b[0m "
                    f"\x1b[2m{target}\x1b[0m\x1b[2m:\x1b[0m {msg}")
@@ -85,11 +119,38 @@ def read_toml(path: str | None) -> tuple[dict[str, Any], str]:
 
 
 def log_for(level: str | None, cfg: dict[str, Any]) -> Log:
-    """``--log-level``, else ``[logging] level``, else info."""
+    """``RUST_LOG`` when set and whole (cuzk-daemon main.rs: ``EnvFilter::try_from_default_env()``), else
+    ``--log-level``, else ``[logging] level``, else info (``EnvFilter::new``, lenient)."""
+    rust_log = os.environ.get("RUST_LOG")
+    if rust_log is not None and Log.parse(rust_log, strict=True) is not None:
+        return Log(rust_log, strict=True)
     logging = _section(cfg, "logging")
     if not level and isinstance(logging.get("level"), str):
         return Log(logging["level"])
     return Log(level or "info")
+
+
+def _directive(text: str) -> tuple[str | None, int | None] | None:
+    """One directive as tracing-subscriber parses it (filter/env/directive.rs): (target or None, level); level None
+    for one with a span or fields; None for a bad one (an empty one, a first character other than a letter, a digit,
+    ``-``, ``:`` or ``_``, a level it does not know after ``=``)."""
+    if not text or not (text[0].isalnum() or text[0] in "-:_["):
+        return None
+    if "[" in text:
+        return None, None  # (a span or fields: no level of its own for a plain line)
+    target, eq, level = text.partition("=")
+    if eq:
+        number = TRACE if level == "" else _level(level)
+        return None if number is None else (target, number)
+    number = _level(text)
+    return (None, number) if number is not None else (text, TRACE)
+
+
+def _level(text: str) -> int | None:
+    """A LevelFilter as tracing reads one: a name in any case, or its number 0 (off) to 5 (trace)."""
+    if text.isascii() and text.isdigit():
+        return int(text) if int(text) <= TRACE else None
+    return LEVELS.get(text.lower())
 
 
 def settings(cfg: dict[str, Any], listen_flag: str | None, generation: str, log: Log) -> Settings:

@@ -139,6 +139,17 @@ def test_crash_demos_show_no_traceback(mode: str, phase: str) -> None:
     assert_quiet(result.output)
 
 
+def test_a_segv_on_the_fetchs_file_thread_fails_the_fetch() -> None:
+    """paramfetch reaches its failure point on a file thread: the segv demo printed a ValueError traceback there
+    and then succeeded, exit 0."""
+    result = demo("--fail", "segv", "--phase", "paramfetch")
+    out = result.output
+    assert result.returncode == 128 + signal.SIGSEGV, out
+    assert reasons(out, "paramfetch", "paramfetch") == {"signal"}, out
+    assert "phase paramfetch: stopping → failed (signal" in out, out
+    assert_quiet(out)
+
+
 def test_daemon_says_nothing_when_a_client_hangs_up(tmp_path: Path) -> None:
     """A proof whose client is gone before the answer (the bench crashed) is dropped without a traceback."""
     listen, status = free_port(), free_port()

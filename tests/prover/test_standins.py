@@ -713,6 +713,20 @@ def test_failure_modes_end_the_program(fail: str, expected: int) -> None:
         assert "allocating memory in 16 MiB chunks" in result.stdout
 
 
+def test_segv_on_a_thread_kills_the_program(tmp_path: Path, spawn: Callable[..., Proc]) -> None:
+    """The daemon's failure point is on a request thread (paramfetch's on a file thread), where Python refuses
+    ``signal.signal``: the stand-in printed a ValueError traceback and went on serving, never dying. It dies of
+    SIGSEGV from any thread, faulthandler (PYTHONFAULTHANDLER) or not, with no Python dump."""
+    (tmp_path / "params").mkdir()
+    daemon, port, status_port = start_daemon(spawn, tmp_path, STANDIN_FAIL_CUZK_DAEMON="segv", STANDIN_FAIL_AFTER="1",
+                                             PYTHONFAULTHANDLER="1")
+    wait_status(status_port)
+    run_standin("cuzk_bench", "-a", f"http://127.0.0.1:{port}", "single", "-t", "porep", "--c1", C1,
+                env=standin_env())
+    assert daemon.wait() == -signal.SIGSEGV, daemon.output
+    assert "Traceback" not in daemon.output and "Fatal Python error" not in daemon.output, daemon.output
+
+
 def test_ignore_term_survives_sigterm_and_sigint(spawn: Callable[..., Proc]) -> None:
     proc = spawn("curio", "run", "--listen", f"127.0.0.1:{free_port()}", "--nosync",
                  env=standin_env(STANDIN_FAIL="ignore-term"))

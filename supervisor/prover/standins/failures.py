@@ -14,7 +14,7 @@
       makes the program SIGKILL itself, as the kernel OOM killer would (status -9).
     * ``ignore-term``: SIGTERM and SIGINT are ignored from the start; at the partway
       point the program goes silent forever, so only SIGKILL ends it.
-    * ``segv``: at the partway point the program kills itself with SIGSEGV.
+    * ``segv``: at the partway point the program kills itself with SIGSEGV (from whichever thread reached it).
     * ``orphan``: at start, fork a child that calls ``os.setsid()`` and sleeps (a
       setsid escapee, outside the program's process group), then carry on normally.
       Its pid is printed (``spawned helper process pid=N``) and written to
@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import re
 import signal
@@ -158,10 +159,22 @@ def fail_now(how: str) -> None:
         hog_memory()
     elif how == "segv":
         flush_all()
-        signal.signal(signal.SIGSEGV, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGSEGV)
+        _die_of(signal.SIGSEGV)
         time.sleep(5)
         os._exit(139)
+
+
+def _die_of(signum: int) -> None:
+    """Send ourselves ``signum`` with its default action (death), from whichever thread the failure point is on:
+    paramfetch's file threads and the daemon's request threads reach it off the main thread, where
+    ``signal.signal`` raises ValueError (the stand-in printed a traceback and went on as if nothing happened).
+    Python installs no handler for a fatal signal; faulthandler may (PYTHONFAULTHANDLER), and any thread may take
+    its off: its dump of Python frames is no real program's. A handler of our own is reset where allowed."""
+    if faulthandler.is_enabled():
+        faulthandler.disable()
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signum) != signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def crash_line() -> str:

@@ -2,7 +2,8 @@
 
 It owns the domain: ``[cuzk]`` and the fleet protocol's keys in ``[manager]`` (``configkeys``), cuzk.toml
 generation (``cuzkconf``), ``ready = "cuzk"`` (``ready``), reading cuzk-bench's output (``bench``), the
-``cuzk-config`` hook and the parsers (``hooks``; aria2c's lines as progress: ``fetchlines``), the fleet
+``cuzk-config`` hook and the parsers (``hooks``; aria2c's lines as progress: ``fetchlines``), cuzk-daemon's
+log filter (``cuzkconf``), ``curio fetch-params``'s size read as curio reads it (``configkeys``), the fleet
 protocol (``fleet``: bench-done, the runner-id, the give-up) with its bench gate (``gate``) and the bench cut
 (``benchlimits``: too_slow), the production watch (``production``: proofs counted, proofs_failing), its verdict
 reasons and exit status (``reasons``), ``run --rebench`` (``switches``), the fleet protocol in the dev-manager

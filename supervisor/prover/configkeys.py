@@ -12,13 +12,16 @@ is refused with a "did you mean", a bad value in one line naming the key, like a
   ``give_up_on_failure`` (or its old name ``report_bench_failure``) and ``bench_done_reason``: the file
   format is unchanged, and the values are in ``Plan.extensions["manager"]`` under the keys' own names;
 - ``[supervisor]`` gains ``min_param_disk``: the free space the parameter cache needs (the prover's disk need,
-  plugin.py), in ``Plan.extensions["supervisor"]``.
+  plugin.py), in ``Plan.extensions["supervisor"]``;
+- a phase's ``curio fetch-params <size>`` is given a size curio has parameters for (at the end of this module).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -321,3 +324,69 @@ def _min_rate_from(environ: Mapping[str, str]) -> float:
     if not raw:
         return DEFAULT_MIN_RATE
     return check_rate(EnvText(raw), "MIN_RATE (environment)")
+
+
+# ---------------------------------------------------------------- curio fetch-params' size
+
+# ``curio fetch-params <size>``'s size, read as curio reads it, checked before anything runs.
+#
+# curio (cmd/curio/main.go ``fetchParamCmd``) reads the size with go-units ``RAMInBytes`` (v0.5.0 ``parseSize``):
+# a number, an optional space, an optional suffix ``b``, or ``k``/``m``/``g``/``t``/``p`` then an optional ``b`` or
+# ``ib``, any case, every unit binary (``32GB`` is 32 GiB). A bare number is bytes: ``SECTOR_SIZE=32`` fetched the
+# sets of 32 bytes, which are none, so every ``.vk`` and the SRS file and no ``.params`` (lib/fastparamfetch
+# ``GetParams`` skips a ``.params`` of another size only), and exited 0: param-done was reported for the wrong set,
+# and the warm-up failed after it. So the size must name a set curio has (lotus build/proof-params/parameters.json:
+# 2KiB, 8MiB, 512MiB, 32GiB, 64GiB), with its unit (or as its whole number of bytes); where the plan has a
+# ``[cuzk]``, 32GiB: its bench, C1, PCE and memory figures are PoRep 32G's.
+
+FETCH_PARAMS = "fetch-params"
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+# The sector sizes curio has parameters for, as written in its help ("specify as \"32GiB\"").
+PARAMETER_SETS = {2 * KIB: "2KiB", 8 * MIB: "8MiB", 512 * MIB: "512MiB", 32 * GIB: "32GiB", 64 * GIB: "64GiB"}
+CUZK_SET = 32 * GIB
+_UNITS = {"k": KIB, "m": MIB, "g": GIB, "t": 1 << 40, "p": 1 << 50}
+# What Go's strconv.ParseFloat takes here, less hexadecimal floats and Inf/NaN (no sector size is written so).
+_GO_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def curio_size(text: str) -> tuple[int, bool]:
+    """Bytes, and whether a unit was given, as go-units ``RAMInBytes`` reads ``text``; ValueError otherwise."""
+    sep = max(text.rfind(ch) for ch in "0123456789. ")
+    if sep < 0:
+        raise ValueError("no number in it")
+    number, suffix = (text[:sep], text[sep + 1:]) if text[sep] == " " else (text[:sep + 1], text[sep + 1:])
+    if not _GO_FLOAT.fullmatch(number) or not math.isfinite(size := float(number)) or size < 0:
+        raise ValueError(f"{shown(number)} is no number of bytes")
+    unit = suffix.lower()
+    if unit in ("", "b"):
+        return int(size), unit == "b"
+    if unit[0] not in _UNITS or unit[1:] not in ("", "b", "ib"):
+        raise ValueError(f"{shown(suffix)} is no unit (KiB, MiB, GiB, TiB, PiB)")
+    return int(size * _UNITS[unit[0]]), True
+
+
+def fetch_size_is_a_parameter_set(plan: Plan) -> None:
+    """A ``<curio> fetch-params <size>`` phase fetches a set curio has: the one [cuzk] proves, where there is one."""
+    for i, phase in enumerate(plan.phases):
+        command = phase.command.command
+        if len(command) != 3 or command[1] != FETCH_PARAMS:
+            continue
+        # (the place the loader names a ${VAR} by: "(from $SECTOR_SIZE)" follows in the built-in profile)
+        where, text = f"phases[{i}] ({phase.name}).command[2]", command[2]
+        try:
+            size, has_unit = curio_size(text)
+        except ValueError as exc:
+            raise ConfigError(f'{where}: {shown(text)} is not a size curio reads ({exc}): write one like "32GiB"') \
+                from None
+        wanted = {CUZK_SET: PARAMETER_SETS[CUZK_SET]} if SECTION in plan.sections else PARAMETER_SETS
+        if size in wanted:
+            continue
+        sets = ", ".join(wanted.values())
+        if not has_unit:
+            named = f'did you mean "{text}GiB"?' if size * GIB in wanted else f"write one of {sets}"
+            raise ConfigError(f"{where}: {shown(text)} has no unit, and curio reads a bare number as bytes (it would "
+                              f"fetch no .params file and say done): {named}")
+        if len(wanted) > 1:
+            raise ConfigError(f"{where}: {shown(text)} is no set curio has parameters for: {sets}")
+        raise ConfigError(f"{where}: {shown(text)} is not the set this plan proves with: {sets} ([cuzk]'s bench, C1 "
+                          "and memory figures are PoRep 32G's)")

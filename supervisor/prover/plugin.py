@@ -14,7 +14,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
   (``CUDA_DEVICE_ORDER`` from none: the GPU numbering cuzk.toml is written in);
   ``register_env``: ``RUNNER_ID``, from the manager's /register answer; an ``env`` may set neither there;
 - ``plan_rules``: bench-done needs cuzk-bench's parser; cuzk.toml is never written over the supervisor's own
-  files or the config (``[production] curio_metrics = ""`` is refused by its key: production.py);
+  files or the config (``[production] curio_metrics = ""`` is refused by its key: production.py); ``curio
+  fetch-params`` is given a size with its unit, of a set curio has (32GiB with a [cuzk]: configkeys.py);
 - ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);
 - ``fitness``: what cuzk.toml generation needs, on the memory the phase may have (below);
 - ``disk_needs``: ``min_param_disk`` under the parameter cache ([cuzk] param_cache, else
@@ -46,7 +47,15 @@ from ..plugin import Plugin
 from ..state.firstseen import AFTER_FETCH_CLOCK
 from ..wiring import Wiring
 from . import benchlimits, cuzkconf, fleet, production
-from .configkeys import FLEET_KEYS, PARAM_DISK_KEYS, SECTION, cuzk_paths_are_their_own, cuzk_section, fleet_rules
+from .configkeys import (
+    FLEET_KEYS,
+    PARAM_DISK_KEYS,
+    SECTION,
+    cuzk_paths_are_their_own,
+    cuzk_section,
+    fetch_size_is_a_parameter_set,
+    fleet_rules,
+)
 from .fetchlines import ALLOCATORS
 from .fleet import BENCH_DONE, RUNNER_ID, RUNNER_ID_ENV
 from .hooks import BENCH_PARSER, CUZK_CONFIG, CUZK_CONFIG_ENV, PARSERS, PCE_HOOK, PCE_SETTLE, make_cuzk_config
@@ -145,7 +154,7 @@ PLUGIN = Plugin(
     reports=MappingProxyType({BENCH_DONE: "done"}),
     prepare_env=MappingProxyType({CUZK_CONFIG: MappingProxyType(CUZK_CONFIG_ENV)}),
     register_env=MappingProxyType({RUNNER_ID_ENV: RUNNER_ID}),
-    plan_rules=(bench_done_carries_a_rate, cuzk_paths_are_their_own),
+    plan_rules=(bench_done_carries_a_rate, cuzk_paths_are_their_own, fetch_size_is_a_parameter_set),
     reasons=REASONS,
     fitness=(cuzk_toml_fits,),
     disk_needs=(param_disk,),

@@ -5,11 +5,13 @@ built-in profile): the loader's rules over the prover's tables. The loader's own
 from __future__ import annotations
 
 import signal
+import subprocess
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import PY, REPO, clean_env
 
 from supervisor.config import (
     DEFAULT_STATE_DIR,
@@ -70,9 +72,9 @@ def test_builtin_profile_loads() -> None:
 
 
 def test_builtin_profile_takes_environment() -> None:
-    plan = load_plan(None, PLUGIN, environ={"SECTOR_SIZE": "64GiB", "SUPERVISOR_LOG_DIR": "/tmp/l",
+    plan = load_plan(None, PLUGIN, environ={"SECTOR_SIZE": "32G", "SUPERVISOR_LOG_DIR": "/tmp/l",
                                             "BENCH_COUNT": "3", "BENCH_CONCURRENCY": "2"})
-    assert plan.phases[0].command.command[-1] == "64GiB"
+    assert plan.phases[0].command.command[-1] == "32G"  # (32 GiB to curio, its go-units spelling)
     assert plan.supervisor.log_dir == "/tmp/l"
     bench = plan.phases[2].command.command
     assert "-c \"$CUZK_BENCH_COUNT\"" in bench[2] and bench[3:] == ("cuzk-bench",), bench
@@ -187,6 +189,49 @@ def test_curio_metrics_is_an_http_url(url: str) -> None:
     """A URL is taken as written (the refusals are in test_config.py)."""
     plan = parse(MINIMAL + f'[cuzk]\n[production]\ncurio_metrics = "{url}"\n', plugin=PLUGIN)
     assert plan.sections["production"].curio_metrics == url
+
+
+@pytest.mark.parametrize(("raw", "said"), [
+    # (curio reads a bare number as bytes: every .vk, no .params, exit 0; param-done said for the wrong set)
+    ("32", "'32' has no unit, and curio reads a bare number as bytes (it would fetch no .params file and say done): "
+           'did you mean "32GiB"?'),
+    ("64GiB", "'64GiB' is not the set this plan proves with: 32GiB ([cuzk]'s bench, C1 and memory figures are "
+              "PoRep 32G's)"),
+    ("32XB", "'32XB' is not a size curio reads ('XB' is no unit (KiB, MiB, GiB, TiB, PiB)): write one like "
+             '"32GiB"'),
+    (" 32GiB", "' 32GiB' is not a size curio reads (' 32' is no number of bytes): write one like \"32GiB\""),
+])
+def test_the_fetchs_sector_size_is_checked_before_anything_runs(raw: str, said: str) -> None:
+    """SECTOR_SIZE=32 passed check: curio's go-units reads it as 32 bytes, fetches no .params and exits 0, and the
+    warm-up failed after the download. The profile proves PoRep 32G: its set, with its unit."""
+    with pytest.raises(ConfigError) as info:
+        load_plan(None, PLUGIN, environ={"SECTOR_SIZE": raw})
+    assert str(info.value) == f"built-in prover profile: phases[0] (paramfetch).command[2]: {said} (from $SECTOR_SIZE)"
+    for spelt in ("32GiB", "32G", "32gb", "32 GiB", str(32 << 30)):  # (all 32 GiB to curio)
+        assert load_plan(None, PLUGIN, environ={"SECTOR_SIZE": spelt}).phases[0].command.command[2] == spelt
+
+
+def test_without_cuzk_the_fetch_may_be_any_set_curio_has() -> None:
+    fetch = '[[phases]]\nname = "f"\ncommand = ["curio", "fetch-params", "{}"]\n'
+    for size in ("2KiB", "8MiB", "512MiB", "32GiB", "64GiB"):
+        assert parse(fetch.format(size), plugin=PLUGIN).phases[0].command.command[2] == size
+    assert parse_error(fetch.format("16GiB"), plugin=PLUGIN) == \
+        "test.toml: phases[0] (f).command[2]: '16GiB' is no set curio has parameters for: 2KiB, 8MiB, 512MiB, " \
+        "32GiB, 64GiB"
+    assert parse_error(fetch.format("64"), plugin=PLUGIN).endswith('curio reads a bare number as bytes (it would '
+                                                                 'fetch no .params file and say done): did you mean '
+                                                                 '"64GiB"?')
+
+
+def test_check_and_run_refuse_a_bare_sector_size_alike(tmp_path: Path) -> None:
+    env = {**clean_env(), "SECTOR_SIZE": "32", "SUPERVISOR_STATE_DIR": str(tmp_path / "state"),
+           "SUPERVISOR_LOG_DIR": str(tmp_path / "logs"), "PROVER_SUPERVISOR_RUNTIME_DIR": str(tmp_path / "run")}
+    said = [subprocess.run([PY, "-m", "supervisor", command], capture_output=True, text=True, timeout=30, cwd=REPO,
+                           env=env) for command in ("check", "run")]
+    assert [done.returncode for done in said] == [2, 2], said
+    assert said[0].stderr == said[1].stderr and said[0].stderr.count("\n") == 1, said
+    assert "phases[0] (paramfetch).command[2]: '32' has no unit" in said[0].stderr
+    assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists()
 
 
 @pytest.mark.parametrize("cuzk", ["[cuzk]\n", '[cuzk]\nstatus_listen = ""\n', ""])

@@ -216,13 +216,40 @@ def test_paramfetch_skips_complete_files_and_resumes_partial_ones(tmp_path: Path
     assert partial.stat().st_size == 32 * 1024
 
 
-def test_paramfetch_rejects_a_bare_number(tmp_path: Path) -> None:
+def test_paramfetch_reads_a_bare_number_as_bytes_as_curio_does(tmp_path: Path) -> None:
+    """curio reads the size with go-units RAMInBytes: a bare 32 is 32 bytes, no error; no set is that size, so
+    it fetches the .vk files alone and says it is done (the stand-in refused it, exit 1, "as curio does")."""
     cache = tmp_path / "params"
-    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache))
+    env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_FILES="6", STANDIN_PARAM_BYTES="4096")
     result = run_standin("paramfetch", "fetch-params", "32", env=env)
-    assert result.returncode == 1
-    assert "error parsing sector size" in result.stderr and '"32GiB"' in result.stderr
-    assert not cache.exists()
+    assert result.returncode == 0, result.stderr
+    assert "parameter and key-fetching complete" in result.stdout
+    fetched = sorted(p.suffix for p in cache.iterdir() if p.suffix in (".params", ".vk"))
+    assert fetched == [".vk"] * 3, fetched
+    bad = run_standin("paramfetch", "fetch-params", "32XB", env=env)
+    assert bad.returncode == 1
+    assert bad.stderr == 'ERROR: error parsing sector size (specify as "32GiB", for instance): invalid suffix: \'xb\'\n'
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    ("32GiB", 32 << 30), ("32G", 32 << 30), ("32gb", 32 << 30), ("32 GiB", 32 << 30), ("2KiB", 2048), ("32", 32),
+    ("32b", 32), ("1.5MiB", 3 << 19), ("8m", 8 << 20), ("34359738368", 32 << 30),
+    ("32XB", None), ("32GiBs", None), ("32gi", None), (" 32GiB", None), ("32GiB ", None), ("-32GiB", None),
+    ("GiB", None), ("", None), ("32EiB", None),
+])
+def test_sizes_are_read_as_go_units_reads_them_and_as_the_supervisor_does(text: str, size: int | None) -> None:
+    """The stand-in's reading (curio's: go-units v0.5.0 RAMInBytes) and the supervisor's check of the fetch's
+    size (configkeys.py) agree on what curio would fetch."""
+    from supervisor.prover.configkeys import curio_size
+    from supervisor.prover.standins.knobs import parse_size
+
+    if size is None:
+        with pytest.raises(ValueError):
+            parse_size(text)
+        with pytest.raises(ValueError):
+            curio_size(text)
+    else:
+        assert parse_size(text) == curio_size(text)[0] == size
 
 
 def test_paramfetch_standalone_form_uses_the_json_names(tmp_path: Path) -> None:
@@ -282,8 +309,8 @@ def test_curio_fetch_params_delegates(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert "parameter and key-fetching complete" in ok.stdout
     assert len([p for p in cache.iterdir() if p.suffix in (".params", ".vk")]) == 3
-    bad = run_standin("curio", "fetch-params", "32", env=env)
-    assert bad.returncode == 1 and "32GiB" in bad.stderr
+    bytes_32 = run_standin("curio", "fetch-params", "32", env=env)  # (32 bytes: curio says no more of it either)
+    assert bytes_32.returncode == 0 and "parameter and key-fetching complete" in bytes_32.stdout, bytes_32.stderr
 
 
 # ------------------------------------------------------------------ cuzk-daemon and cuzk-bench

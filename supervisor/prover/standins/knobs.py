@@ -68,7 +68,7 @@ def env_size(name: str, default: int) -> int:
     if not raw:
         return default
     try:
-        return parse_size(raw, require_unit=False)
+        return parse_size(raw)
     except ValueError:
         err(f"warning: ignoring {name}={raw!r} (want a size such as 1048576 or 1MiB)")
         return default
@@ -87,24 +87,30 @@ def sleep_forever() -> None:
         time.sleep(3600)
 
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtpe]?)(i?)(b?)\s*$", re.IGNORECASE)
-_UNIT_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
+# go-units v0.5.0 parseSize: what Go's strconv.ParseFloat takes (less hex floats, Inf and NaN), and the unit letters.
+_GO_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_UNIT_POWER = {"k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
-def parse_size(text: str, require_unit: bool = True) -> int:
-    """Bytes-with-units as go-units ``RAMInBytes`` reads them (all binary: 1KB = 1KiB = 1024).
-
-    With ``require_unit`` a bare number is refused, as ``curio fetch-params 32`` is.
-    """
-    match = _SIZE_RE.match(text)
-    if not match:
-        raise ValueError(f"invalid size: {text!r}")
-    number, prefix, binary, byte = match.groups()
-    if require_unit and not (prefix or byte):
-        raise ValueError(f"invalid size: {text!r}: missing unit")
-    if binary and not prefix:
-        raise ValueError(f"invalid size: {text!r}")
-    return int(float(number) * 1024 ** _UNIT_POWER[prefix.lower()])
+def parse_size(text: str) -> int:
+    """Bytes-with-units as go-units ``RAMInBytes`` (v0.5.0) reads them, which curio's ``fetch-params`` uses: a number,
+    an optional space, then ``b``, or k/m/g/t/p with an optional ``b`` or ``ib``, in any case, all binary
+    (1KB = 1KiB = 1024). A bare number is bytes (``curio fetch-params 32`` is 32 bytes, no error)."""
+    sep = max(text.rfind(ch) for ch in "0123456789. ")
+    if sep < 0:
+        raise ValueError(f"invalid size: '{text}'")
+    number, suffix = (text[:sep], text[sep + 1:]) if text[sep] == " " else (text[:sep + 1], text[sep + 1:])
+    if not _GO_FLOAT.fullmatch(number):
+        raise ValueError(f'strconv.ParseFloat: parsing "{number}": invalid syntax')
+    size = float(number)
+    if size < 0:
+        raise ValueError(f"invalid size: '{text}'")
+    unit = suffix.lower()
+    if unit in ("", "b"):
+        return int(size)
+    if len(unit) > 3 or unit[0] not in _UNIT_POWER or unit[1:] not in ("", "b", "ib"):
+        raise ValueError(f"invalid suffix: '{unit}'")
+    return int(size * 1024 ** _UNIT_POWER[unit[0]])
 
 
 def human_bytes(n: float) -> str:

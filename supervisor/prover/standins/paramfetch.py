@@ -2,11 +2,13 @@
 
 Usage::
 
-    python -m supervisor.prover.standins.paramfetch fetch-params <size>     # size with units: 32GiB, 2KiB, 8MiB
+    python -m supervisor.prover.standins.paramfetch fetch-params <size>     # 32GiB, 2KiB, 8MiB (32: 32 bytes)
     python -m supervisor.prover.standins.paramfetch <sectorSizeBytes> <parameters.json> <srs.json>
 
-A bare number as ``<size>`` is refused (exit 1), as curio does. In the standalone form the
-entries of parameters.json whose ``sector_size`` matches (plus every srs.json entry) name
+``<size>`` is read as curio reads it, go-units ``RAMInBytes`` (knobs.parse_size): a bare number is bytes, no
+error; a size no parameter set has (``32`` bytes, say) fetches its ``.vk`` files alone and exits 0, as curio does
+(it skips only the ``.params`` files of other sizes, and every ``.vk`` is of some other size then). In the
+standalone form the entries of parameters.json whose ``sector_size`` matches (plus every srs.json entry) name
 the files; if the JSON files are missing or name nothing, generated names are used.
 
 Files are written into ``$FIL_PROOFS_PARAMETER_CACHE`` (default
@@ -80,6 +82,8 @@ DEFAULT_CACHE = "/var/tmp/filecoin-proof-parameters"
 DEFAULT_GATEWAY = "https://proofs.filecoin.io/ipfs/"
 LOGGER = "paramfetch"
 SIZE_HELP = 'specify as "32GiB", for instance'
+# The sector sizes parameters.json has sets for (lotus build/proof-params): 2KiB, 8MiB, 512MiB, 32GiB, 64GiB.
+SECTOR_SIZES = (2 << 10, 8 << 20, 512 << 20, 32 << 30, 64 << 30)
 # With STANDIN_PARAM_RATE, a chunk is written every this many seconds.
 RATE_TICK_S = 0.25
 
@@ -108,9 +112,12 @@ def _log(level: str, msg: str) -> None:
 
 
 def generated_params(sector_size: int, count: int) -> list[Param]:
-    """Deterministic fake parameter names for a sector size (same names on every run)."""
+    """Deterministic fake parameter names for a sector size (same names on every run); for a size no parameter set
+    has, the ``.vk`` names alone (curio fetches every ``.vk`` whatever the size, and ``.params`` of that size)."""
     params = []
     for i in range(count):
+        if sector_size not in SECTOR_SIZES and _NAME_PATTERNS[i % len(_NAME_PATTERNS)].endswith(".params"):
+            continue
         digest = hashlib.sha256(f"{sector_size}/{i}".encode()).hexdigest()
         pattern = _NAME_PATTERNS[i % len(_NAME_PATTERNS)]
         name = pattern.format(h=digest)
@@ -424,7 +431,7 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 
 def _usage(prog: str) -> str:
-    return (f"usage: {prog} fetch-params <size>   (size with units, {SIZE_HELP})\n"
+    return (f"usage: {prog} fetch-params <size>   ({SIZE_HELP})\n"
             f"       {prog} <sectorSizeBytes> <parameters.json> <srs.json>")
 
 
@@ -440,7 +447,7 @@ def main(argv: list[str] | None = None, prog: str = "paramfetch") -> int:
             output.err(f"ERROR: must pass sector size to fetch params ({SIZE_HELP})")
             return 1
         try:
-            sector_size = knobs.parse_size(args[1], require_unit=True)
+            sector_size = knobs.parse_size(args[1])
         except ValueError as exc:
             output.err(f"ERROR: error parsing sector size ({SIZE_HELP}): {exc}")
             return 1

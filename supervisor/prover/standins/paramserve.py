@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="")
     args = parser.parse_args(argv)
     try:
-        size = knobs.parse_size(args.size, require_unit=False) if args.size else \
+        size = knobs.parse_size(args.size) if args.size else \
             knobs.env_size("STANDIN_PARAM_BYTES", 1024 * 1024)
     except ValueError as exc:
         output.err(f"paramserve: --size: {exc}")

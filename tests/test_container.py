@@ -182,7 +182,7 @@ def test_builtin_profile_with_no_config(image: str, say: Say) -> None:
         "export PATH=/tmp/bin:$PATH MANAGER_URL=http://127.0.0.1:1235 VAST_CONTAINERLABEL=C.4242 "
         "BENCH_C1=/tmp/bin/c1.json PROVER_MIN_MEMORY=1GiB CUZK_BASELINE=1GiB CUZK_PER_PARTITION=512MiB "
         "PROVER_MIN_PARAM_DISK=64MiB PROVER_REQUIRE_GPUS=false "
-        "STANDIN_SPEED=0.1 STANDIN_RUN_SECONDS=2 BENCH_COUNT=4 && "
+        "STANDIN_SPEED=0.1 STANDIN_RUN_SECONDS=2 BENCH_COUNT=4 PROVER_CURIO_RESTART=on-failure && "
         "sleep 0.5 && "
         f"{py} -I /opt/prover-supervisor/entrypoint.py run; status=$?; "
         f"{py} -c \"import json,urllib.request; s=json.load(urllib.request.urlopen('http://127.0.0.1:1235/dev/state'));"

@@ -21,7 +21,10 @@ and the log pushes. The prover adds, through the Wiring it is attached with (wir
   killed it already), not with ``give_up_on_failure = false``. With ``bench_done_reason`` the
   failure's verdict line goes along in a ``reason`` field, for a manager that reads it. A give-up, and
   the manager's ``passed: false``, retire the instance (ManagerLink.retire: remembered in state_dir, so
-  a restart does not run it again: the manager's bench-done has no state check and would un-kill it).
+  a restart does not run it again: the manager's bench-done has no state check and would un-kill it);
+- production that ends cleanly and is not restarted (``restart = "on-failure"`` or ``"no"``: the profile's curio
+  has ``"always"``) is said to the manager's setup log at once: nothing proves any more, and its row, which no
+  call but the give-up changes, still says running.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..config import RUNNING
 from ..lifecycle.states import PhaseState
 from ..manager.answers import AnswerError, answered
 from ..manager.client import Answer, ManagerClient, TransientError
@@ -189,8 +193,17 @@ class Fleet:
         self._killed: str | None = None  # the manager's row said killed: its kill line
 
     def transition(self, phase: PhaseView) -> None:
-        """The bench phase is done: report its rate and hold production for the answer."""
-        if phase.report != BENCH_DONE or phase.state is not PhaseState.DONE or not self._link.reporting():
+        """The bench phase is done: report its rate and hold production for the answer. Production that ended
+        cleanly, not to be restarted, is said to the manager."""
+        if phase.state is not PhaseState.DONE or not self._link.reporting():
+            return
+        if phase.report == RUNNING and phase.was_up:
+            # (restart = "on-failure" or "no": nothing proves from now on, and the manager's row, which only a
+            # give-up changes, still says running; its setup log is where it hears it)
+            self._log(f"manager: production is over: phase {phase.name}: {phase.why}; this instance proves no "
+                      "more, and the manager's row still says running")
+            return
+        if phase.report != BENCH_DONE:
             return
         if self._already_reported(phase.name):
             return

@@ -104,6 +104,9 @@ def profile_env(runner: Runner, bin_dir: Path) -> dict[str, str]:
         "BENCH_C1": str(bin_dir / "c1.json"),
         "STANDIN_SPEED": "0.1",
         "STANDIN_RUN_SECONDS": "2",
+        # The stand-in curio ends by itself after STANDIN_RUN_SECONDS, so that a run completes: not restarted. The
+        # profile's own policy (always, as in production) has a test of its own (test_profile.py).
+        "PROVER_CURIO_RESTART": "on-failure",
         "BENCH_COUNT": "4",
         **dict(zip(("CUZK_PORT", "CUZK_STATUS_PORT", "CURIO_PORT"), map(str, free_ports(3)), strict=True)),
     })

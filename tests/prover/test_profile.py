@@ -420,6 +420,38 @@ def test_a_daemon_that_serves_on_after_sigint_is_sigkilled_and_its_phase_is_stil
     assert_all_gone([pid for _, pid in started(out)])
 
 
+# ---------------------------------------------------------------- curio's clean exit
+
+
+def test_a_curio_that_exits_cleanly_is_restarted(profile: Runner) -> None:
+    """With restart = "on-failure" a clean curio exit (curio cli stop, a SIGTERM not the supervisor's) ended the
+    lifecycle as completed, exit 0, the manager's row left running while nothing proved. The profile restarts
+    curio whatever its exit, as curio's own systemd unit does; the manager hears each restart in its setup log."""
+    env = profile.env(STANDIN_RUN_SECONDS="1", PROVER_CURIO_RESTART=None)  # (the profile's own policy)
+    proc, console = profile.start_to_file(env=env, name="always")
+    wait_for(lambda: read(console).count("phase curio: service is up") >= 2 or proc.poll() is not None, 40, 0.1)
+    out = read(console)
+    assert proc.poll() is None, out[-6000:]
+    assert "phase curio: stopping → backoff (exit_code; restart = 'always'; backoff " in out, out[-6000:]
+    assert "lifecycle complete" not in out and "production is over" not in out
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 128 + signal.SIGTERM, read(console)[-6000:]  # (stopped, as docker stop stops it)
+    assert profile.instance()["history"] == STATES  # (still proving when stopped: nothing given up)
+    assert profile.manager is not None
+    setup = profile.manager.state.snapshot()["logs"][profile.instance()["uuid"]]["setup"]
+    assert "phase curio: stopping → backoff (exit_code; restart = 'always'" in setup
+
+
+def test_production_that_ends_cleanly_unrestarted_is_said_to_the_manager(first: FirstRun) -> None:
+    """restart = "on-failure" (the tests' runs, where the stand-in curio ends after STANDIN_RUN_SECONDS): its clean
+    end completes the lifecycle, and the manager, whose row says running, hears that nothing proves any more."""
+    said = ("manager: production is over: phase curio: service ended cleanly (restart = 'on-failure'); this instance "
+            "proves no more, and the manager's row still says running")
+    assert said in first.run.output
+    assert first.run.output.index(said) < first.run.output.index("lifecycle complete")
+    assert first.instance["history"] == STATES
+
+
 # ---------------------------------------------------------------- the onstart lock
 
 

@@ -1466,6 +1466,27 @@ def test_a_url_password_and_a_token_cannot_both_authorize() -> None:
                        "Authorization header; give one of them")
 
 
+@pytest.mark.parametrize(("events_url", "refused"), [
+    (f"http://u:{URL_PASSWORD}@h:1235/ingest", True),  # the manager's own origin: the token goes there too
+    (f"HTTP://u:{URL_PASSWORD}@H:1235", True),
+    (f"http://u:{URL_PASSWORD}@h/ingest", False),  # port 80: another origin, which is never sent the token
+    (f"https://u:{URL_PASSWORD}@h:1235", False),
+    (f"http://u:{URL_PASSWORD}@loki.example:1235", False),
+    ("http://h:1235/ingest", False),
+])
+def test_a_token_and_an_events_url_password_are_refused_only_where_both_are_sent(events_url: str,
+                                                                                  refused: bool) -> None:
+    body = f'[manager]\nurl = "http://h:1235"\ntoken_env = "MGR_TOKEN"\nevents_url = {toml_str(events_url)}\n'
+    environ = {"MGR_TOKEN": "tok-123", "VAST_CONTAINERLABEL": "C.1"}
+    if not refused:
+        assert parse(body + MINIMAL, environ).manager.events_url == events_url
+        return
+    assert parse_error(body + MINIMAL, environ) == (
+        "test.toml: manager.token_env: the events_url carries a user:password too, and is on the manager's own "
+        "scheme, host and port, where the token is sent as well: both would set the Authorization header; give "
+        "one of them")
+
+
 @pytest.mark.parametrize(("environ", "table", "named"), [
     ({"VAST_CONTAINERLABEL": "C.\udcff\udcfe"}, "",
      "VAST_CONTAINERLABEL (environment): 'C.\\udcff\\udcfe' is not valid UTF-8"),

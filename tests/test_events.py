@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from helpers import Runner, sh, toml_str
 
 from supervisor.app.cli import dev_manager
+from supervisor.devmanager.server import DevManager
 
 SECRET = "evt-secret-0042"
 
@@ -26,6 +28,7 @@ class _Recorder(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with self.server.lock:
             self.server.bodies.append((self.headers.get("Content-Type", ""), body))
+            self.server.auth.add(self.headers.get("Authorization"))
         self.send_response(204)
         self.end_headers()
 
@@ -37,6 +40,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Recorder)
         self.lock = threading.Lock()
         self.bodies: list[tuple[str, bytes]] = []
+        self.auth: set[str | None] = set()  # each POST's Authorization header (None: it had none)
 
 
 @pytest.fixture
@@ -90,3 +94,33 @@ env = {{ API_TOKEN = "{SECRET}" }}
     assert failed["success"] is False and failed["status"] == 4 and failed["last_lines"] == ["***"]
     # Once registered, events carry the manager's uuid.
     assert any(e["uuid"] for e in events)
+
+
+MGR_TOKEN = "mgr-tok-55aa77"
+
+
+@pytest.mark.parametrize("credentials", ["", "sink:sink-pw-123@"])
+def test_the_manager_token_never_goes_to_an_events_url_elsewhere(sup: Runner, events_server: _Server,
+                                                                 managers: Callable[..., DevManager],
+                                                                 credentials: str) -> None:
+    """Another port of the same host is another origin (a Loki, a webhook beside the manager): it is sent only the
+    credentials its own URL holds, as an HTTP client drops Authorization on a redirect to another host."""
+    manager = managers()
+    config = sup.write(f"""
+[manager]
+url = {toml_str(manager.url)}
+label = "C.events"
+token_env = "MGR_TOKEN"
+events_url = "http://{credentials}127.0.0.1:{events_server.server_address[1]}/events"
+log_push_interval_s = 0.1
+
+[[phases]]
+name = "only"
+command = {sh("echo one")}
+""")
+    result = sup.run(config, env={"MGR_TOKEN": MGR_TOKEN}, timeout=60)
+    assert result.returncode == 0, result.output
+    assert events_server.bodies
+    basic = "Basic " + base64.b64encode(credentials.removesuffix("@").encode()).decode()
+    assert events_server.auth == ({basic} if credentials else {None})
+    assert MGR_TOKEN not in result.output

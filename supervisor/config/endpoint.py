@@ -53,6 +53,22 @@ def _url(value: Any, where: str) -> str:
     return text.rstrip("/")
 
 
+# The port a URL without one is reached on, by its scheme (the two _url takes).
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_origin(url: str | None, other: str | None) -> bool:
+    """Whether two URLs (each one _url took, or None) are one origin: scheme, host and port alike (a port left out
+    is its scheme's). The manager's token goes to its own origin only, as an HTTP client drops Authorization on a
+    redirect to another host: an events_url elsewhere (Loki, a webhook) is another party."""
+    return bool(url and other) and _origin(url or "") == _origin(other or "")
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urlsplit(url)  # (the scheme and the host come lowercased)
+    return parts.scheme, parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme)
+
+
 def _masked_url_fault(text: str) -> str:
     """Why a URL with credentials cannot be read, said from its masked form alone."""
     try:

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from ..text.redact import url_secrets
 from ..text.show import cut, shown
-from .endpoint import _url, check_derived_label, check_label
+from .endpoint import _url, check_derived_label, check_label, same_origin
 from .keys import ConfigPlugin, Key, known_keys, take, unknown_hint
 from .model import DEFAULT_STATE_DIR, ChildSpec, ConfigError, ManagerSpec, PhaseSpec, Plan, SupervisorSpec
 from .tables import (
@@ -496,11 +496,18 @@ def _manager(table: Any, environ: Mapping[str, str], plugin: ConfigPlugin, exten
 
 
 def _one_authorization(v: Mapping[str, Any]) -> None:
-    """A token and a URL's user:password would both set the Authorization header (the URL's would win, silently)."""
-    for key in ("url", "events_url"):
-        if v["token_env"] and v[key] and url_secrets(v[key]):
-            raise ConfigError(f"manager.token_env: the {key} carries a user:password too, and both would set the "
-                              "Authorization header; give one of them")
+    """A token and a URL's user:password would both set the Authorization header (the URL's would win, silently).
+    The token goes to the manager's own origin only (same_origin): an events_url elsewhere carries its own
+    credentials alone, and may have both there."""
+    if not v["token_env"]:
+        return
+    if v["url"] and url_secrets(v["url"]):
+        raise ConfigError("manager.token_env: the url carries a user:password too, and both would set the "
+                          "Authorization header; give one of them")
+    if v["events_url"] and url_secrets(v["events_url"]) and same_origin(v["url"], v["events_url"]):
+        raise ConfigError("manager.token_env: the events_url carries a user:password too, and is on the manager's "
+                          "own scheme, host and port, where the token is sent as well: both would set the "
+                          "Authorization header; give one of them")
 
 
 def label_source(environ: Mapping[str, str]) -> tuple[str, str]:

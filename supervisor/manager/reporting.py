@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import INSTANCE_UUID_ENV, REPORTS, ManagerSpec
+from ..config.endpoint import same_origin
 from ..engine.exitflush import FINISH_MIN_S, GIVE_UP_FLUSH_S, ExitFlush
 from ..engine.loop import EventLoop, contained
 from ..exits import EXIT_OK
@@ -154,7 +155,10 @@ class Reporter:
         if not self._start_thread("log shipping", self._logs.start, "the children's output is not shipped"):
             self._logs = None
         if self.spec.events_url:
-            events_client = ManagerClient(replace(self.spec, url=self.spec.events_url), token, warn=self._log)
+            # The token is the manager's: an events sink on another origin (Loki, a webhook) gets only the
+            # credentials of its own URL, as an HTTP client drops Authorization on a redirect to another host.
+            events_token = token if same_origin(self.spec.url, self.spec.events_url) else None
+            events_client = ManagerClient(replace(self.spec, url=self.spec.events_url), events_token, warn=self._log)
             self._events = Shipper("event shipping", events_sender(events_client), lambda: True,
                                    self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
             if not self._start_thread("events", self._events.start, "no events are sent"):

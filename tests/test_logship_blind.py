@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import requests
-from helpers import PY, REPO, Runner, api_calls, clean_env, pushed, read, sh, toml_str, wait_for
+from helpers import PY, REPO, Runner, api_calls, clean_env, free_port, pushed, read, sh, toml_str, wait_for
 
 from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import DevManager
@@ -208,3 +208,84 @@ def test_a_run_whose_log_route_fails_says_it_in_its_log_and_status_while_its_cal
     out = read(log)
     assert out.count("log shipping: no push delivered for") == 1, out
     assert out.count("log shipping: delivering again after") == 1, out
+
+
+def test_lines_waiting_for_the_uuid_are_said_after_the_window_and_a_quick_registration_is_not(
+        manager: DevManager) -> None:
+    """An outage that begins before the registration (the manager down at the start): no push can go without the
+    uuid, and the watch was left idle (``log shipping idle`` beside a full backlog dropping lines) for the whole
+    outage. The wait is a miss like a push not delivered: said once the window is past, in the same words, and a
+    registration answered within the window (the normal start) is not said at all."""
+    uuid: list[str] = []
+    client = ManagerClient(ManagerSpec(url=manager.url, label="C.9", read_timeout_s=5.0))
+
+    def made(window_s: float) -> Shipper:
+        return Shipper("log shipping", log_push_sender(client, lambda: uuid[0] if uuid else None), lambda: bool(uuid),
+                       0.05, 1 << 20, lambda line: None, window_s=window_s,
+                       waits_on=lambda: "no instance uuid yet: the manager has not answered /register "
+                                        "(POST /register: ConnectionError: refused)")
+
+    quiet = made(window_s=1.0)
+    assert not quiet.ship_once() and quiet.state.current == "idle", "nothing waits: nothing to say"
+    shipper = made(window_s=1.0)
+    tick = Tick(shipper)
+    shipper.add("setup", ["one", "two"])
+    shipper.start()
+    try:
+        line = tick.until(r"no push delivered")
+        assert line.startswith("log shipping: no push delivered for ") and line.endswith(
+            "(its window is 1 s): no instance uuid yet: the manager has not answered /register "
+            "(POST /register: ConnectionError: refused)"), line
+        assert shipper.state.current == "blind" and shipper.state.misses == 1, "one miss a cause, not one a second"
+        uuid.append(registered(manager))
+        assert tick.until(r"delivering again").startswith("log shipping: delivering again after ")
+        assert pushed(manager)["setup"] == "one\ntwo\n"
+    finally:
+        shipper.stop(1.0)
+    # The normal start: registered well within the window, never said.
+    uuid.clear()
+    normal = made(window_s=3600.0)
+    normal_tick = Tick(normal)
+    normal.add("setup", ["three"])
+    assert not normal.ship_once() and normal.state.current == "starting"
+    uuid.append(registered(manager))
+    assert normal.ship_once() and normal.state.current == "reading"
+    assert normal_tick.once() == [], normal_tick.said
+
+
+def test_a_run_whose_manager_is_down_from_the_start_shows_its_log_shipping_waiting_for_the_uuid(
+        sup: Runner) -> None:
+    """The hunter's run: nothing listens at the manager's URL from the start, and a chatty service fills a small
+    backlog. Its log shipping was shown ``idle`` the whole outage, beside the lines it dropped: now it waits for a
+    push, with why (the blind line itself comes once its 60 s window is past: the Shipper's test above)."""
+    config = sup.write(f"""
+        [manager]
+        url = "http://127.0.0.1:{free_port()}"
+        label = "C.18"
+        log_backlog_bytes = 2000
+
+        [[phases]]
+        name = "work"
+        kind = "service"
+        command = {sh("while true; do echo line; sleep 0.1; done")}
+        """)
+    proc = sup.start(config)
+    try:
+        def shown() -> dict[str, Any] | None:
+            answer = subprocess.run([PY, "-m", "supervisor", "status", "--json", "--state-dir", str(sup.state_dir)],
+                                    capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env())
+            snap = json.loads(answer.stdout) if answer.stdout.startswith("{") else {}
+            return snap if snap.get("manager", {}).get("log_dropped") else None
+
+        snap = wait_for(shown, timeout=WAIT_S, interval=0.5)
+        assert isinstance(snap, dict)
+        watch = snap["watches"]["log shipping"]
+        assert watch["state"] == "starting" and watch["misses"] == 1, watch
+        assert watch["why"].startswith("no instance uuid yet: the manager has not answered /register "
+                                       "(POST /register: ConnectionError: "), watch
+        text = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                              capture_output=True, text=True, timeout=30, cwd=REPO, env=clean_env()).stdout
+        assert re.search(r"watches: .*log shipping starting", text), text
+    finally:
+        proc.terminate()
+        proc.wait(WAIT_S)

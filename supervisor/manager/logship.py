@@ -19,8 +19,9 @@ redirected push is not delivered: it is kept and sent again), Retry-After honour
 first lines, logged before there is a shipper to hand them to, wait in ``EarlyLines``.
 
 A shipper is a watch (evidence/watchstate.py, ``state``: shown in status with the others, its lines said by the
-loop's tick): no push delivered for ``SHIP_BLIND_S`` while lines wait is said once, with why; again when the
-cause changes, and when pushes are delivered again. Lines dropped from a full backlog are said at the first,
+loop's tick): no push delivered for ``SHIP_BLIND_S`` while lines wait is said once, with why (lines waiting for
+the uuid, before the manager answered /register, count too); again when the cause changes, and when pushes are
+delivered again. Lines dropped from a full backlog are said at the first,
 counted (``dropped``: lines and bytes, in status), and the count said once a push of that source is delivered.
 
 The two roads back off apart while the manager is away, and whichever tries first when it is back would
@@ -138,7 +139,8 @@ class Shipper:
 
     def __init__(self, name: str, send: Callable[[str, str, str], None], ready: Callable[[], bool],
                  interval_s: float, backlog_bytes: int, log: Log, on_back: Callable[[], None] | None = None,
-                 held: Callable[[str], bool] | None = None, window_s: float = SHIP_BLIND_S) -> None:
+                 held: Callable[[str], bool] | None = None, window_s: float = SHIP_BLIND_S,
+                 waits_on: Callable[[], str] | None = None) -> None:
         self.name = name
         self._send = send  # (source, body, seq) → raises TransientError / PermanentError
         self._on_back = on_back  # on this thread, when a push is taken after one was refused: the manager is back
@@ -147,6 +149,8 @@ class Shipper:
 
         self.run_id = secrets.token_hex(4)
         self._ready = ready  # e.g. "the uuid is known": until then, only queue
+        self._waits_on = waits_on  # why the pushes wait while not ready (its watch's miss: _not_ready)
+        self._waiting_cause: str | None = None  # the cause of not being ready its watch was last told
         self._held = held  # (source) → its lines wait: something of it sent another way must arrive first
         self._interval = interval_s
         self._backlog = backlog_bytes
@@ -261,7 +265,10 @@ class Shipper:
 
     def ship_once(self) -> bool:
         """Push what is queued; False if some is kept for later: a push failed, or a source is held."""
-        if not self._ready() or time.monotonic() < self._retry_at:
+        if not self._ready():
+            self._not_ready()
+            return False
+        if time.monotonic() < self._retry_at:
             return False
         shipped = True
         for source in list(self._queues):
@@ -294,7 +301,7 @@ class Shipper:
                     raise
                 self._land(source, failed=False)
                 self.pushed += 1
-                self._error = None
+                self._error, self._waiting_cause = None, None
                 self.state.read()  # ("delivering again after N s", said by the tick, if it was said blind)
                 if dropped or source in self._drops_unsaid:
                     self._drops_said(source)
@@ -308,8 +315,22 @@ class Shipper:
         """A push not delivered: kept as the latest error, and a miss of the watch (its cause: the answer's HTTP
         status, or the error's text; a new one is said again once the watch was said blind)."""
         error = str(exc)
-        self._error = (error, time.time())
+        self._error, self._waiting_cause = (error, time.time()), None
         self.state.miss(error, cause=error_cause(error))
+
+    def _not_ready(self) -> None:
+        """No push can go yet (no uuid: the manager has not answered /register). While lines wait this is a miss of
+        the watch, as a push not delivered is: an outage that begins before the registration (the manager down at
+        the start) is said once the window is past, in the same words, and a full backlog beside an idle watch no
+        longer hides it; a registration answered within the window (the normal start) is never said. Told once a
+        cause (the misses count pushes tried, and none was), again when it changes."""
+        if not self.backlog():
+            return  # (nothing waits: no blindness, as for a quiet hour)
+        why = self._waits_on() if self._waits_on is not None else "not ready to push yet"
+        cause = error_cause(why)
+        if cause != self._waiting_cause:
+            self._waiting_cause = cause
+            self.state.miss(why, cause=cause)
 
     def _held_back(self, source: str) -> bool:
         """True: ``source`` is held, and the batch just taken goes back to the front of its queue. Asked once

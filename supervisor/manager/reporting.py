@@ -147,7 +147,7 @@ class Reporter:
         self._hold_behind_pending()
         self._logs = Shipper("log shipping", log_push_sender(client, lambda: self.uuid), lambda: bool(self.uuid),
                              self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log,
-                             on_back=self._sender.retry_now, held=self._holds)
+                             on_back=self._sender.retry_now, held=self._holds, waits_on=self._why_no_uuid)
         if self._early is not None:
             # A shipper that raises costs the manager lines, never the supervisor's own log.
             self._early.hand_to(contained(self.ship_own_line, lambda exc: self._loop.faults.report(
@@ -181,6 +181,12 @@ class Reporter:
     def uuid(self) -> str | None:
         """What the manager calls this instance; None until a register was answered (here or earlier)."""
         return self._sender.uuid if self._sender is not None else None
+
+    def _why_no_uuid(self) -> str:
+        """Why the log pushes wait (the shipper's ``waits_on``, on its thread): no uuid yet, and the sender's latest
+        error, which while no uuid is known is the register's (it goes first)."""
+        error = self._sender.last_error if self._sender is not None else None
+        return "no instance uuid yet: the manager has not answered /register" + (f" ({error})" if error else "")
 
     def reporting(self) -> bool:
         return self.enabled and self.outbox is not None

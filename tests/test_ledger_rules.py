@@ -35,7 +35,7 @@ def test_each_call_in_order_with_its_state_and_attempts(outbox: Outbox) -> None:
     outbox.delivered(first, {"uuid": "u-1"})
     outbox.attempted(second, "HTTP 503")
     outbox.attempted(second, "HTTP 502")
-    outbox.failed(third, "HTTP 400: bad rate")
+    outbox.failed(third, "HTTP 400: bad rate", sent=True)
     entries = ledger(outbox.history(20), masked().text)
     assert [(e["id"], e["kind"], e["state"]) for e in entries] == [
         (first, "register", "delivered"), (second, "running", "pending"), (third, "bench-done", "failed")]
@@ -44,6 +44,21 @@ def test_each_call_in_order_with_its_state_and_attempts(outbox: Outbox) -> None:
     assert entries[1]["attempts"] == 2 and entries[1]["last_error"] == "HTTP 502"
     assert entries[2]["last_error"] == "HTTP 400: bad rate"
     assert all(isinstance(e["created"], float) for e in entries)
+
+
+def test_a_call_failed_without_being_sent_counts_no_attempt(outbox: Outbox) -> None:
+    """A call not sent (the row killed, given up, set aside) was shown as "1 attempt(s)": read as received."""
+    refused = outbox.add("param-done", {})
+    outbox.attempted(refused, "HTTP 503")
+    outbox.failed(refused, "HTTP 400: bad", sent=True)
+    killed = outbox.add("running", {})
+    outbox.failed(killed, "not sent: the manager killed this instance", sent=False)
+    retried = outbox.add("bench-done", {"rate": 1.0})
+    outbox.attempted(retried, "HTTP 503")
+    outbox.failed(retried, "not sent: the manager killed this instance", sent=False)
+    outbox.delivered(delivered := outbox.add("register", {}), {"uuid": "u-1"})
+    entries = ledger(outbox.history(20), masked().text)
+    assert [(e["id"], e["attempts"]) for e in entries] == [(refused, 2), (killed, 0), (retried, 1), (delivered, 1)]
 
 
 def test_only_the_scalars_of_what_was_carried_are_kept(outbox: Outbox) -> None:
@@ -65,7 +80,7 @@ def test_secrets_are_masked_in_what_was_carried_the_answer_and_the_error(outbox:
 
 def test_long_values_and_errors_are_cut(outbox: Outbox) -> None:
     call = outbox.add("bench-done", {"reason": "r" * 5000})
-    outbox.failed(call, "e" * 5000)
+    outbox.failed(call, "e" * 5000, sent=True)
     entry = ledger(outbox.history(20), masked().text)[0]
     assert entry["carried"]["reason"] == "r" * LEDGER_VALUE_CHARS
     assert entry["last_error"] == "e" * LEDGER_VALUE_CHARS
@@ -76,7 +91,7 @@ def test_a_secret_across_the_cut_is_masked_before_it_is_cut(outbox: Outbox) -> N
     # show unmasked.
     head = LEDGER_VALUE_CHARS - len(SECRET) // 2
     call = outbox.add("register", {"token": "x" * head + SECRET})
-    outbox.failed(call, "e" * head + SECRET)
+    outbox.failed(call, "e" * head + SECRET, sent=True)
     entry = ledger(outbox.history(20), masked().text)[0]
     half = SECRET[:len(SECRET) // 2]
     assert half not in entry["last_error"] and half not in entry["carried"]["token"], entry

@@ -445,7 +445,7 @@ def test_outbox_order_and_states(tmp_path: Path) -> None:
     box.delivered(first.id, {"uuid": "u"})
     second = box.next_pending()
     assert second is not None and second.kind == "param-done"
-    box.failed(second.id, "HTTP 404: unknown uuid")
+    box.failed(second.id, "HTTP 404: unknown uuid", sent=True)
     third = box.next_pending()
     assert third is not None and (third.kind, third.payload) == ("bench-done", {"n": 2})
     assert box.pending() == 2
@@ -463,7 +463,7 @@ def test_outbox_finds_a_call_by_kind_and_exact_payload_in_any_state(tmp_path: Pa
     assert box.find("bench-done", {"rate": 0.0, "failed": True}) == (first, "pending")
     assert box.find("bench-done", {"rate": 0.0}) is None  # the payload whole, not a part of it
     assert box.find("running", {"rate": 0.0, "failed": True}) is None
-    box.failed(first, "refused")
+    box.failed(first, "refused", sent=True)
     assert box.find("bench-done", {"rate": 0.0, "failed": True}) == (first, "failed")
     again = box.add("bench-done", {"rate": 0.0, "failed": True})
     box.delivered(again, {"passed": False})
@@ -527,7 +527,7 @@ def test_outbox_keeps_a_bounded_tail_of_finished_calls_and_every_kinds_last_answ
     register = box.add("register", {})
     box.delivered(register, {"uuid": "u"})
     refused = box.add("param-done", {})
-    box.failed(refused, "HTTP 400")
+    box.failed(refused, "HTTP 400", sent=True)
     waiting = box.add("bench-done", {"rate": 1.0})  # never delivered: pending, kept whatever its age
     logs = []
     for i in range(10):

@@ -138,3 +138,7 @@ def test_a_kill_learnt_in_the_exit_flush_of_a_completed_run_is_its_exit_status(s
     assert log.startswith("exit status 80: the manager killed this instance at ") and log.endswith(UI_KILL), log
     snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())
     assert snap["lifecycle"]["exit_status"] == EXIT_KILLED, snap["lifecycle"]
+    # Never sent, so no attempt: the ledger said "1 attempt(s)", and an operator read it as received.
+    [param_done] = [e for e in snap["manager"]["ledger"] if e["kind"] == "param-done"]
+    assert (param_done["state"], param_done["attempts"]) == ("failed", 0), param_done
+    assert param_done["last_error"].startswith("not sent: the manager killed this instance at "), param_done

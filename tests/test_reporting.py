@@ -236,7 +236,7 @@ def test_register_goes_first_even_when_queued_behind_other_calls(
     box = Outbox(sup.state_dir / "outbox.sqlite3")
     box.put("label", "C.test")
     earlier = box.add("register", {"label": "C.test", "min_rate": 50})
-    box.failed(earlier, "HTTP 400: refused by an older supervisor")
+    box.failed(earlier, "HTTP 400: refused by an older supervisor", sent=True)
     box.add("param-done", {})
     box.close()
     proc = Console(sup, fast_config(sup, mgr.url))

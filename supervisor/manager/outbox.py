@@ -354,7 +354,7 @@ class Outbox:
         if call is None:
             self._note(f"outbox: call {row[0]!r} ({str(row[1])[:40]!r}) is unreadable (its payload is no JSON "
                        "object, or a field is of the wrong type); failed, not sent")
-            self._finish(row[0], "failed", "unreadable: not a call this outbox wrote", None)
+            self._finish(row[0], "failed", "unreadable: not a call this outbox wrote", None, sent=False)
         return call
 
     def attempted(self, call_id: int, error: str) -> None:
@@ -364,10 +364,13 @@ class Outbox:
                         (error[:500], call_id))
 
     def delivered(self, call_id: int, response: Any = None) -> None:
-        self._finish(call_id, "delivered", None, response)
+        self._finish(call_id, "delivered", None, response, sent=True)
 
-    def failed(self, call_id: int, error: str) -> None:
-        self._finish(call_id, "failed", error, None)
+    def failed(self, call_id: int, error: str, *, sent: bool) -> None:
+        """Failed for good. ``sent``: its last request went out (a refusal the manager answered); False for one
+        not sent (a killed row, given up, set aside, no handler, a bug of ours on the way), which adds no attempt:
+        status shows the attempts, and an operator reads one as a request the manager received."""
+        self._finish(call_id, "failed", error, None, sent=sent)
 
     def fail_pending(self, error: str, which: Callable[[Call], bool]) -> list[str]:
         """Every pending call ``which`` chooses failed with ``error``, in one write: their kinds, oldest first."""
@@ -394,11 +397,12 @@ class Outbox:
                              "ORDER BY id DESC LIMIT 1", (kind, json.dumps(payload), self._own_from))
         return None if row is None else (int(row[0]), str(row[1]))
 
-    def _finish(self, call_id: int, state: str, error: str | None, response: Any) -> None:
+    def _finish(self, call_id: int, state: str, error: str | None, response: Any, *, sent: bool) -> None:
         with self._lock:
             self._try_the_file_again()
-            self._write("UPDATE calls SET state = ?, finished = ?, attempts = attempts + 1, last_error = ?, "
-                        "response = ? WHERE id = ?", (state, time.time(), error, json.dumps(response), call_id))
+            self._write("UPDATE calls SET state = ?, finished = ?, attempts = attempts + ?, last_error = ?, "
+                        "response = ? WHERE id = ?", (state, time.time(), int(sent), error, json.dumps(response),
+                                                      call_id))
             self._finished += 1
             if self._finished % PRUNE_EVERY == 0:
                 self._write(PRUNE, (KEEP_FINISHED,))

@@ -313,7 +313,9 @@ class Sender:
         if call is None or times < BUG_TRIES or call.kind == REGISTER:
             return  # (a register is never given up: every other call needs the uuid; it goes again)
         try:
-            self.outbox.failed(call.id, f"a bug of ours: {summary(exc)}")
+            # (no attempt counted: the bug may have come before the request went, a plugin's body that raised;
+            # the tries that failed before it were counted as they failed)
+            self.outbox.failed(call.id, f"a bug of ours: {summary(exc)}", sent=False)
         except Exception:
             return  # the outbox itself is what fails: the call stays, and is tried again
         self._loop.call_soon_threadsafe(lambda: self._log(
@@ -384,7 +386,7 @@ class Sender:
             self.last_error, self.last_error_at = str(exc), time.time()
             if self._forgotten(call, exc):
                 return True  # the call stays pending: it goes again once registered anew
-            self.outbox.failed(call.id, str(exc))
+            self.outbox.failed(call.id, str(exc), sent=True)
             self._loop.call_soon_threadsafe(partial(self._refused, call, exc))
             return True
         except TransientError:
@@ -408,7 +410,7 @@ class Sender:
         """
         call = self.outbox.next_pending()
         while call is not None and not self.uuid and self._never_register:
-            self.outbox.failed(call.id, "not sent: given up, with no uuid here (not registered again)")
+            self.outbox.failed(call.id, "not sent: given up, with no uuid here (not registered again)", sent=False)
             call = self.outbox.next_pending()
         if call is not None and self.uuid and call.id == self._overtaken:
             call = self.outbox.next_pending_except(LOG) or call  # (its route fails: the calls behind it go first)
@@ -424,7 +426,7 @@ class Sender:
         """A kind nothing here handles (written by another version, or a plugin not loaded now): sending it
         again cannot help, and it must not hold up the calls behind it."""
         error = f"no handler for the call kind {call.kind!r}"
-        self.outbox.failed(call.id, error)
+        self.outbox.failed(call.id, error, sent=False)
         self._loop.call_soon_threadsafe(lambda: self._log(
             f"manager: outbox call {call.id} refused for good: {error} (written by another version?)"))
 
@@ -485,7 +487,7 @@ class Sender:
                                     f"{shown(exc.body, 80)} while its /runner-id still has the row"))
             if self.killed is None:
                 return False
-            self.outbox.failed(call.id, f"{exc}: {self.killed.kill_line()}")
+            self.outbox.failed(call.id, f"{exc}: {self.killed.kill_line()}", sent=True)
             return True
         self.outbox.attempted(call.id, str(exc))
         self._drop_uuid(f"404 {UNKNOWN_INSTANCE}: its database was reset or the instance cleaned up",
@@ -536,7 +538,7 @@ class Sender:
         if self.killed is None:
             return False
         line = self.killed.kill_line()
-        self.outbox.failed(call.id, f"not sent: {line}")
+        self.outbox.failed(call.id, f"not sent: {line}", sent=False)
         self._loop.call_soon_threadsafe(lambda: self._log(f"manager: {call.kind} not sent: {line}"))
         return True
 

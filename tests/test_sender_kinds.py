@@ -377,3 +377,28 @@ def test_a_verdict_masked_keeps_all_but_its_words() -> None:
     shown = verdict.masked(Redactor([secret]).text)
     assert secret not in shown.line() and f"--token={MASK}" in shown.detail
     assert shown.last_lines == verdict.last_lines and shown.status == 1
+
+
+def test_a_call_queued_behind_a_log_push_whose_route_fails_goes_at_once_not_after_its_backoff(
+        delivery: Callable[[CallKinds], Delivery], server: _Server) -> None:
+    """The manager answers /api/log-push 500 (its log store broken), every other route well. Past LOG_ROUTE_TRIES
+    such answers the calls behind the push go first, but one queued while the push waited out its backoff (4 s
+    after its 4th try, up to 30 s) waited for the push's next try: a report held up to 30 s. The wake cuts that
+    wait now; another log push queued meanwhile does not (it would only be refused again sooner)."""
+    server.answers["/api/log-push"] = (500, {"error": "broken"})
+    d = delivery(CallKinds())
+    d.registered_before()
+    push = d.outbox.add("log", {"source": "setup", "text": "the reason\n"})
+    d.sender.start()
+    d.run_until(lambda: server.paths().count("/api/log-push") == sender_mod.LOG_ROUTE_TRIES + 1)
+    d.outbox.add("log", {"source": "setup", "text": "a later line\n"})
+    d.sender.wake()
+    waited = time.monotonic() + 0.5
+    d.loop.run_until(lambda: time.monotonic() > waited, 0.02)
+    assert server.paths().count("/api/log-push") == sender_mod.LOG_ROUTE_TRIES + 1, "a log push cut the backoff"
+    queued = time.monotonic()
+    d.outbox.add("param-done", {})
+    d.sender.wake()  # (as Reporter.queue does)
+    d.run_until(lambda: "/param-done" in server.paths())
+    assert time.monotonic() - queued < 2.0, "held behind the log push's backoff (4 s and more)"
+    assert d.outbox.is_pending(push), "the push stays pending, tried again after the calls behind it"

@@ -159,6 +159,7 @@ class Sender:
         # start, the manager answering the log pushes again (retry_now).
         self._hurry = threading.Event()
         self._flushing = False  # the exit flush has begun (flushing): retries wait at most FLUSH_RETRY_MAX_S
+        self._overtakable = False  # a log push whose route fails waits between its tries: a call queued cuts it (wake)
         self._thread: threading.Thread | None = None
         self._in_hand: Call | None = None  # the call being delivered (the thread's own: a bug fails it in time)
         self._overtaken: int | None = None  # a log push whose route fails: the calls behind it go first
@@ -235,8 +236,12 @@ class Sender:
         self._thread.start()
 
     def wake(self) -> None:
-        """Something was added to the outbox: deliver it now rather than at the next idle look."""
+        """Something was added to the outbox: deliver it now rather than at the next idle look. A call other than a
+        log push, queued while a log push whose route fails waits out its backoff (up to RETRY_MAX_S), goes now: the
+        calls behind such a push go first (ROUTE_FAILED), and a report must not wait for its next try."""
         self._wake.set()
+        if self._overtakable and self.outbox.next_pending_except(LOG) is not None:
+            self._hurry.set()
 
     def retry_now(self) -> None:
         """The call being retried goes now, not once its wait runs out (any thread): the manager answered again.
@@ -254,19 +259,24 @@ class Sender:
         """The most a retry may wait now (None: what the backoff or a Retry-After says)."""
         return FLUSH_RETRY_MAX_S if self._flushing else None
 
-    def _retry_wait(self, seconds: float) -> None:
-        """The wait between two tries of a call, cut short by a hurry (retry_now, the stop). The periodic read of
+    def _retry_wait(self, seconds: float, overtakable: bool = False) -> None:
+        """The wait between two tries of a call, cut short by a hurry (retry_now, the stop; ``overtakable``, a log
+        push whose route fails: a call queued behind it, wake). The periodic read of
         the row goes on meanwhile: a call of any kind may be retried for as long as the manager refuses it (a
         durable log push its log route answers 503, a Retry-After of 300 s, again and again), and the manager's
         own kill must not wait for it. A kill read here stops the lifecycle (_killed_by); a lifecycle call in
         retry is then not sent (its next try reads ``killed``)."""
         end = time.monotonic() + seconds
+        self._overtakable = overtakable
         while (left := end - time.monotonic()) > 0:
+            if overtakable and self.outbox.next_pending_except(LOG) is not None:
+                break  # (queued before the wait began: its wake found no wait to cut)
             due_in = self.rows.due_in() if self.uuid and self.killed is None else None
             if self._hurry.wait(left if due_in is None else min(left, due_in)):
                 break
             if self.uuid and self.killed is None and self.rows.due():
                 self._read_row()
+        self._overtakable = False
         self._hurry.clear()
 
     def alive(self) -> bool:
@@ -352,14 +362,16 @@ class Sender:
                 line = f"manager: {call.kind} not delivered ({error}); retry {retries} in {delay:.1f}s"
                 self._loop.call_soon_threadsafe(lambda: self._log(line))
 
+        def overtakable() -> bool:  # a log push whose route fails: the calls behind it go first (ROUTE_FAILED)
+            return call.kind == LOG and (broken >= LOG_ROUTE_TRIES or self._overtaken == call.id)
+
         def attempt(call: Call = call) -> Answer:
             nonlocal broken
             # tenacity tries once more after a sleep the stop cut short: not once the stop is asked, or a delivery
             # could land in an outbox already closed (the call stays pending for the next start).
             if self._stop.is_set():
                 raise TransientError("stopping")
-            if call.kind == LOG and (broken >= LOG_ROUTE_TRIES or self._overtaken == call.id) \
-                    and self.outbox.next_pending_except(LOG) is not None:
+            if overtakable() and self.outbox.next_pending_except(LOG) is not None:
                 raise _Overtaken
             # Each retry of a call that checks the row reads it again first: a retry may come minutes later,
             # and a bench-done sent after the manager killed the row meanwhile would un-kill it.
@@ -372,7 +384,9 @@ class Sender:
                 raise
 
         try:
-            answer = self._client.with_retries(attempt, self._stop, on_retry, self._retry_wait, self._longest_wait)
+            answer = self._client.with_retries(attempt, self._stop, on_retry,
+                                               lambda seconds: self._retry_wait(seconds, overtakable()),
+                                               self._longest_wait)
         except _NotSent:
             return True  # the row was killed while the call was retried: failed, and said (_killed_before)
         except _Overtaken:

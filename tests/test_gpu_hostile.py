@@ -100,15 +100,19 @@ def test_a_fatal_xid_is_in_hand_though_its_recovery_action_is_never_answered(con
         control.set(hang_s=0)
 
 
-def test_a_handle_not_given_at_the_first_ask_is_asked_again(control: NvmlControl) -> None:
+@pytest.mark.parametrize("error", ["Timeout", "Unknown"])
+def test_a_handle_not_given_at_the_first_ask_is_asked_again(control: NvmlControl, error: str) -> None:
     """One Timeout of nvmlDeviceGetHandleByIndex as NVML opened left GPU 1 out for the whole run, and the fitness
-    check refused the machine (gpu_unavailable): the same one-off error of a sample is asked again."""
+    check refused the machine (gpu_unavailable): the same one-off error of a sample is asked again. One Unknown
+    Error (NVML's word for a GPU gone after a host reload, and for whatever it cannot name) lost the GPU: a fatal
+    fault, where it answered 0.2 s later."""
     control.set(gpus=[nvml_gpu(), nvml_gpu()],
-                flaky=[{"gpu": 1, "call": "nvmlDeviceGetHandleByIndex", "error": "Timeout", "times": 1}])
+                flaky=[{"gpu": 1, "call": "nvmlDeviceGetHandleByIndex", "error": error, "times": 1}])
     gpus = Gpus()
     try:
-        gpus.start()
+        gpus.watch_health()
         wait_for(gpus.opened.is_set, timeout=10)
+        assert gpus.take_all_faults()[0] == []
         reading = gpus.latest()
         assert reading is not None and [s.index for s in reading.samples] == [0, 1] and reading.left_out == (), reading
         assert calls_of(control, "nvmlDeviceGetHandleByIndex") == 3  # GPU 0 once, GPU 1 twice
@@ -309,6 +313,26 @@ def test_a_gpu_that_starts_answering_not_found_is_lost(control: NvmlControl, gpu
     assert fault.describe() == "GPU 1: lost (NVMLError_NotFound: Not Found)"
     release()
 
+
+
+def test_one_unknown_error_of_a_gpu_is_asked_again_and_only_a_second_one_loses_it(control: NvmlControl,
+                                                                                  gpus: Gpus) -> None:
+    # "Unknown Error" is NVML's word for a GPU gone after a host reload, and for whatever it cannot name: one of
+    # them gave the instance up (a fatal fault) where the same call answered 0.2 s later. Said twice, it is lost.
+    control.set(gpus=[nvml_gpu(), nvml_gpu()])
+    gpus.watch_health()
+    release = gpus.want(0.1)
+    wait_for(lambda: len(gpus.samples()) == 2, timeout=10)
+    control.set(gpus=[nvml_gpu(), nvml_gpu()],
+                flaky=[{"gpu": 1, "call": "nvmlDeviceGetMemoryInfo", "error": "Unknown", "times": 1}])
+    wait_for(lambda: calls_of(control, "nvmlDeviceGetMemoryInfo") >= 12, timeout=10)  # (rounds after it)
+    assert gpus.take_all_faults()[0] == []
+    assert [s.index for s in gpus.samples()] == [0, 1]
+    control.set(gpus=[nvml_gpu(), nvml_gpu()], errors={"1": "Unknown"})
+    [fault] = faults_of(gpus)
+    assert (fault.index, fault.xid, fault.fatal) == (1, None, True)
+    assert fault.describe() == "GPU 1: lost (NVMLError_Unknown: Unknown Error)"
+    release()
 
 
 @pytest.mark.parametrize(("suffix", "said"), [("ResetRequired", "GPU requires restart"),

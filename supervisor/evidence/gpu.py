@@ -149,7 +149,7 @@ def open_nvml(call: Caller, pause: Callable[[float], None] = time.sleep) -> tupl
                 break
             except Exception as exc:  # a GPU that cannot be reached is noted, not fatal to the others
                 nvml.handle_errors[index] = describe_nvml_error(exc)
-                if lost_at_opening(exc):
+                if lost_at_opening(exc) and (last_try or type(exc).__name__ not in LOST_IF_AGAIN):
                     nvml.lost[index] = exc
                     break
                 if not last_try:
@@ -166,10 +166,11 @@ def open_nvml(call: Caller, pause: Callable[[float], None] = time.sleep) -> tupl
 
 def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] | None = None,
                bad: BadReading | None = None, pause: Callable[[float], None] = time.sleep) -> tuple[GpuSample, ...]:
-    """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample (and told to ``lost``),
-    as is one whose answer is no reading twice, GPU_RETRY_S apart (told to ``bad``): whatever NVML answers, never
-    an exception. A GPU whose utilisation NVML does not measure (NotSupported: MIG mode on) is sampled by its
-    memory alone: left out, it would be left out of cuzk.toml's devices and the machine's fingerprint too."""
+    """One sample per reachable GPU; a GPU fallen off the bus is left out of this sample (and told to ``lost``;
+    for NVML's Unknown Error, only when it answers so twice: LOST_IF_AGAIN), as is one whose answer is no reading
+    twice, GPU_RETRY_S apart (told to ``bad``): whatever NVML answers, never an exception. A GPU whose utilisation
+    NVML does not measure (NotSupported: MIG mode on) is sampled by its memory alone: left out, it would be left
+    out of cuzk.toml's devices and the machine's fingerprint too."""
     samples: dict[int, GpuSample] = {}
     asking = [index for index, handle in enumerate(nvml.handles) if handle is not None]
     for last_try in (False, True):
@@ -178,9 +179,10 @@ def sample_all(nvml: Nvml, call: Caller, lost: Callable[[int, Exception], None] 
             try:
                 samples[index] = _sample(nvml, index, nvml.handles[index], call)
             except Exception as exc:  # lost, reset in progress, an answer that is none
-                if is_lost_error(exc) and lost is not None:
+                gone = is_lost_error(exc) and (last_try or type(exc).__name__ not in LOST_IF_AGAIN)
+                if gone and lost is not None:
                     lost(index, exc)
-                if is_lost_error(exc) or last_try:  # (a lost GPU is asked no more: it does not come back)
+                if gone or last_try:  # (a lost GPU is asked no more: it does not come back)
                     if bad is not None:  # a lost GPU too: no reading of it
                         bad(index, describe_nvml_error(exc))
                 else:
@@ -325,6 +327,11 @@ class GpuFault:
 # (it needs a reset no container can make); DriverNotLoaded (the driver unloaded under us).
 LOST_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_NotFound", "NVMLError_GpuNotFound",
                "NVMLError_ResetRequired", "NVMLError_DriverNotLoaded")
+
+
+# Of those, the one NVML also gives for whatever it cannot name: a GPU is called lost for it only when the same GPU
+# answers it again, GPU_RETRY_S later (a host reload's stays; a one-off must not give up the instance).
+LOST_IF_AGAIN = ("NVMLError_Unknown",)
 
 
 def is_lost_error(exc: Exception) -> bool:

@@ -638,6 +638,34 @@ def test_many_status_calls_at_once_each_wait_their_turn(sup: Runner) -> None:
     assert proc.wait(30) == 128 + signal.SIGTERM
 
 
+def test_a_hung_writer_run_under_another_name_is_not_answering_not_gone(sup: Runner) -> None:
+    """An image that runs the entry point under a name of its own (`python /app/init.py`, no "supervisor" in its
+    command line): frozen, it was read as gone (and what it runs as left behind), since only a command line saying
+    "supervisor" counted as one. The pid's start time, which status.json keeps, says it is the very writer."""
+    init = sup.tmp / "init.py"
+    init.write_text((REPO / "entrypoint.py").read_text())
+    config = sup.write("""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = ["sleep", "300"]
+        """)
+    proc = subprocess.Popen([PY, str(init)], env=sup.env(SUPERVISOR_CONFIG=str(config)), cwd=sup.tmp,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    sup.procs.append(proc)
+    assert not any("supervisor" in part for part in [PY, str(init)]), "the test's own paths say it"
+    try:
+        wait_for(lambda: status_json(sup.state_dir)[0] == 0, 30)
+        os.kill(proc.pid, signal.SIGSTOP)
+        rc, text, _ = status(sup.state_dir)
+        assert rc == 3, text
+        assert text.startswith(f"NOT ANSWERING: supervisor pid {proc.pid} "), text
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM
+
+
 def test_status_json_is_json_even_when_none_runs(tmp_path: Path, sup: Runner) -> None:
     """``status --json`` is for machines: with no supervisor and no saved state it still prints JSON, exit 3."""
     for state_dir in (tmp_path / "empty", tmp_path / "missing"):

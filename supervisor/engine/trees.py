@@ -382,14 +382,17 @@ def is_live_supervisor(pid: int, started: int | None = None) -> bool:
     a supervisor started, nor a prover-supervisor running a command that supervises nothing. ``started``: the
     pid's start time as its supervisor recorded it (start_ticks: in status.json, the pointer, a tag), where it
     did: a process of that pid started at another time is another, that the system gave the pid to since (its
-    command line may well say "supervisor": a ``tail`` of its log). Without one (a record from before it was
-    written) the command line decides."""
+    command line may well say "supervisor": a ``tail`` of its log), and one started in the same clock tick is the
+    very one (an image may run it under any name: ``python /app/init.py``). Without one (a record from before it
+    was written) the command line decides."""
     if pid == os.getpid():
         return False
     if started is not None and start_ticks(pid) != started:
         return False
     try:
         proc = psutil.Process(pid)
+        if started is not None:
+            return proc.status() != psutil.STATUS_ZOMBIE
         argv = proc.cmdline()
         return proc.status() != psutil.STATUS_ZOMBIE and TAG_ENV not in proc.environ() and \
             any("supervisor" in part for part in argv) and not _runs_short_command(argv)

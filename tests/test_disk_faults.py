@@ -96,6 +96,37 @@ def test_a_line_a_full_disk_cut_is_ended_before_the_next_one(
     assert (disk / "c.log").stat().st_size + lost == sent * 1000 + len(b"after\n") + 1  # (+ the cut line's end)
 
 
+def test_a_console_on_a_full_disk_ends_the_line_it_cut_and_counts_only_the_lines_lost(
+        tmp_path: Path, tmpfs: Callable[[Path, str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    # stdout into a file (Vast's ``nohup ... > /var/log/entrypoint.log``) on a disk that fills inside a line: the cut
+    # line was glued to the first line written once the disk had room again, and every line of the batch that failed
+    # was said lost, the hundreds written before the cut too (a bug hunter's "601 line(s) were lost" for ~270).
+    disk = tmpfs(tmp_path / "con", "64k")
+    monkeypatch.setattr(logs, "RETRY_WRITE_S", 0.0)  # try again at every batch: the test need not wait
+    (disk / "filler").write_bytes(b"\0" * 30_000)
+    fd = os.open(disk / "out", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    console = logs.Console(fd)
+    notes: list[str] = []
+    console.notify = notes.append
+    try:
+        console.put(b"".join(b"line %05d %s\n" % (i, b"x" * 38) for i in range(1000)))  # 50 KB: more than it holds
+        assert wait_for(lambda: notes), "the console never said its write failed"
+        lost = console._lost_lines
+        console.put(b"still full\n")  # (the disk has no room yet: even the cut line's end cannot be written)
+        assert wait_for(lambda: console._lost_lines > lost), "the console never tried again"
+        (disk / "filler").unlink()
+        console.put(b"after\n")
+    finally:
+        console.close()
+        os.close(fd)
+    assert len(notes) == 2 and "cannot write stdout (No space left on device)" in notes[0], notes
+    lines = (disk / "out").read_bytes().split(b"\n")
+    assert lines[-2:] == [b"after", b""], lines[-3:]
+    whole, cut = lines[:-3], lines[-3]
+    assert all(len(line) == 49 for line in whole) and cut.startswith(b"line ") and len(cut) < 49, lines[-4:]
+    assert notes[1] == f"console: writing stdout works again; {1000 - len(whole) + 1} line(s) were lost there"
+
+
 def test_logfile_close_and_roll_on_a_full_disk_never_raise(tmp_path: Path,
                                                           tmpfs: Callable[[Path, str], Path]) -> None:
     disk = tmpfs(tmp_path / "logs", "64k")

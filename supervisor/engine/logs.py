@@ -64,20 +64,16 @@ def clock() -> bytes:
 _second: tuple[int, bytes] = (-1, b"")  # the last second clock() formatted, and its HH:MM:SS
 
 
-def _regular_file(fd: int) -> bool:
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode)
-    except OSError:
-        return False
+def ends_cut(data: bytes, done: int, before: bool) -> bool:
+    """Does a file end inside a line once a write of ``data`` failed after ``done`` bytes (``before``: before it)?"""
+    return data[done - 1:done] != b"\n" if done else before
 
 
-def _same_file(fd: int, info: os.stat_result) -> bool:
-    """Is ``fd`` open on the file ``info`` describes (stderr sent where stdout goes: ``> log 2>&1``)?"""
-    try:
-        other = os.fstat(fd)
-    except OSError:
-        return False
-    return (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino)
+def _fstat(fd: int) -> os.stat_result | None:
+    """What ``fd`` is open on; None where it is not open (stdout or stderr closed)."""
+    with contextlib.suppress(OSError):
+        return os.fstat(fd)
+    return None
 
 
 def roll_over(path: str | Path) -> int:
@@ -122,7 +118,8 @@ class Console:
         self._fd = fd if fd is not None else -1
         self._enabled = enabled and self.lost is None
         self._children = children  # the children's lines too (``console = false``: the supervisor's own only)
-        self._roll_at = roll_at if roll_at > 0 and self._enabled and _regular_file(self._fd) else 0
+        info = _fstat(self._fd) if roll_at > 0 and self._enabled else None
+        self._roll_at = roll_at if info is not None and stat.S_ISREG(info.st_mode) else 0
         self._queue: deque[bytes] = deque()
         self._queued = 0
         self._dropped = 0
@@ -135,7 +132,8 @@ class Console:
         self._slow_open = False  # dropping was said, its drain not yet
         self._slow_lines = 0  # dropped and not yet counted through notify: told when it drains, or at the close
         self._batch: list[bytes] = []  # what the writer writes now, and how many of its bytes a write returned: the
-        self._batch_done = 0  # rest is counted at a close that stdout leaves it stuck (the stuck write's bytes too)
+        self._batch_done = 0  # rest is counted lost when the write fails, or at a close that stdout leaves it stuck
+        self._cut = False  # a failed write ended inside a line: a \n ends it first at the next write, as in LogFile
         self._thread = threading.Thread(target=self._write_forever, name="console", daemon=True)
         if self._enabled:
             try:
@@ -193,9 +191,11 @@ class Console:
             if dropped:
                 note = b"%s [supervisor] console too slow: %d lines dropped here (log files have them)\n"
                 chunks.insert(0, note % (clock(), dropped))
+            if self._cut:
+                chunks.insert(0, b"\n")
             failure = self._write_rolling(chunks)
             if failure is not None:
-                self._lose(failure, sum(c.count(b"\n") for c in chunks))
+                self._lose(failure)
                 continue
             if self.lost is not None:
                 self._back()
@@ -208,10 +208,7 @@ class Console:
         carry the file far past ``roll_at``."""
         if not self._roll_at:
             return self._write_all(chunks)
-        try:
-            size = os.fstat(self._fd).st_size
-        except OSError:
-            size = 0  # (the write below says what is wrong with the fd)
+        size = info.st_size if (info := _fstat(self._fd)) is not None else 0  # (else the write below says why)
         pending, ready = list(chunks), []
         while pending and self._roll_at:
             chunk = pending.pop(0)
@@ -244,7 +241,7 @@ class Console:
             new = roll_over(path)
             try:
                 for fd in (self._fd, 2):
-                    if fd == self._fd or _same_file(fd, info):
+                    if fd == self._fd or ((other := _fstat(fd)) is not None and os.path.samestat(other, info)):
                         os.dup2(new, fd)
             finally:
                 os.close(new)
@@ -274,8 +271,13 @@ class Console:
                     written = 0
         return None
 
-    def _lose(self, exc: OSError, lines: int) -> None:
-        self._lost_lines += lines
+    def _unwritten(self) -> int:
+        """The batch's lines not written whole (a cut one too; the \n that ends an earlier cut one is no line)."""
+        return b"".join(self._batch)[max(self._batch_done, self._cut):].count(b"\n")
+
+    def _lose(self, exc: OSError) -> None:
+        self._lost_lines += self._unwritten()
+        self._cut = ends_cut(b"".join(self._batch), self._batch_done, self._cut)
         self._retry_at = time.monotonic() + RETRY_WRITE_S
         if self.lost is not None:
             return  # said when it started
@@ -296,7 +298,7 @@ class Console:
         self._say(f"console: stdout drains again; {said} line(s) were dropped there")
 
     def _back(self) -> None:
-        lost, self._lost_lines, self.lost = self._lost_lines, 0, None
+        lost, self._lost_lines, self.lost, self._cut = self._lost_lines, 0, None, False
         self._say(f"console: writing stdout works again; {lost} line(s) were lost there")
 
     def _say(self, message: str) -> None:
@@ -315,7 +317,7 @@ class Console:
             uncounted, self._slow_lines = self._slow_lines, 0
             # A writer still stuck (stdout not read: ``run | sleep``) is left to the exit: its lines never reach stdout.
             unwritten = 0 if not self._thread.is_alive() else (
-                sum(c.count(b"\n") for c in self._queue) + b"".join(self._batch)[self._batch_done:].count(b"\n"))
+                sum(c.count(b"\n") for c in self._queue) + self._unwritten())
         if uncounted:  # (dropped in a stretch not said, or one that never drained)
             self._say(f"console: {uncounted} line(s) were dropped there since the last count")
         if unwritten:
@@ -489,7 +491,7 @@ class LogFile:
             self._open_line = None if data.endswith(b"\n") else stream
         except OSError:  # a write cut short (a full disk): its rest is lost, and so the rest of the line it ends in
             self._lost += min(given, len(data) - done)
-            cut = data[done - 1:done] != b"\n" if done else self._open_line is not None
+            cut = ends_cut(data, done, self._open_line is not None)
             self._open_line = self.CUT if cut else None  # (ended before the next bytes, the same stream's too)
             raise
 
@@ -584,8 +586,7 @@ class ChildOutput:
         self._take(stream, splitter, data)
 
     def close_stream(self, stream: str) -> None:
-        pipe = self._pipes.pop(stream, None)
-        if pipe is None:
+        if (pipe := self._pipes.pop(stream, None)) is None:
             return
         secrets, splitter = pipe
         if secrets is not None:
@@ -593,8 +594,7 @@ class ChildOutput:
         self._emit(splitter.flush())
 
     def _pipe(self, stream: str) -> tuple[SecretStream | None, LineSplitter]:
-        pipe = self._pipes.get(stream)
-        if pipe is None:
+        if (pipe := self._pipes.get(stream)) is None:
             pipe = self._pipes[stream] = (self._redactor.stream() if self._redactor else None, LineSplitter())
         return pipe
 

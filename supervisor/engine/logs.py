@@ -316,8 +316,7 @@ class Console:
         with self._cond:
             uncounted, self._slow_lines = self._slow_lines, 0
             # A writer still stuck (stdout not read: ``run | sleep``) is left to the exit: its lines never reach stdout.
-            unwritten = 0 if not self._thread.is_alive() else (
-                sum(c.count(b"\n") for c in self._queue) + self._unwritten())
+            unwritten = sum(c.count(b"\n") for c in self._queue) + self._unwritten() if self._thread.is_alive() else 0
         if uncounted:  # (dropped in a stretch not said, or one that never drained)
             self._say(f"console: {uncounted} line(s) were dropped there since the last count")
         if unwritten:
@@ -409,9 +408,7 @@ class LineSplitter:
         return self._partial
 
     def _pieces(self, line: bytes) -> list[bytes]:
-        if len(line) <= self._max:
-            return [line]
-        return [line[i : i + self._max] for i in range(0, len(line), self._max)]
+        return [line[i : i + self._max] for i in range(0, len(line), self._max)] or [line]  # (an empty line: itself)
 
 
 class LogFile:
@@ -419,8 +416,8 @@ class LogFile:
 
     A full or failing disk costs log lines, never supervision: every write, roll and close contains its ``OSError``,
     says once that the file cannot be written, drops what comes while it cannot (counting the bytes), tries again every
-    ``RETRY_WRITE_S``, and says when it works again. Writes go straight to the file descriptor (no userspace buffer):
-    nothing is left over to fail again at close."""
+    ``RETRY_WRITE_S``, and says when it works again (if only for one write), or at its close that it still fails, with
+    the bytes lost. Writes go straight to the fd (no userspace buffer): nothing is left over to fail again at close."""
 
     CUT = "\0cut"  # whose line the file ends in when none of ours goes on with it: an earlier writer's, a cut one
 
@@ -430,8 +427,7 @@ class LogFile:
         self._fd: int | None = None
         self._size = 0
         self._open_line: str | None = None  # whose line the file ends inside (a stream's, CUT's), None: none
-        # Whoever hears of a failure (the supervisor's log); stderr until told otherwise.
-        self.notify: Log = notify or to_stderr
+        self.notify: Log = notify or to_stderr  # hears of a failure (the supervisor's log); stderr until told
         self._lock = threading.Lock()  # the outbox thread logs through the supervisor's file too
         self._failing_since: float | None = None  # monotonic time of the first failed write
         self._retry_at = 0.0
@@ -441,22 +437,24 @@ class LogFile:
 
     def write(self, data: bytes, stream: str = "") -> None:
         """``stream``: whose bytes (a child's stdout, its stderr): a line one left open is ended before another's."""
-        if note := self.write_unsaid(data, stream):
+        for note in self.write_unsaid(data, stream):
             self.notify(note)
 
-    def write_unsaid(self, data: bytes, stream: str = "") -> str | None:
+    def write_unsaid(self, data: bytes, stream: str = "") -> list[str]:
         """``write``, leaving what there is to say of the file (it failed, it works again) to the caller."""
         if not data:
-            return None
+            return []
         with self._lock:
             if self._failing_since is not None and time.monotonic() < self._retry_at:
                 self._lost += len(data)
-                return None
+                return []
+            lost = self._lost
             try:
                 self._append(data, stream)
             except OSError as exc:
-                return self._failed(exc)
-            return self._recovered()
+                # Some of it written (room came back, this write filled it again): it worked again, and fails anew.
+                return (self._recovered(lost) if self._lost - lost < len(data) else []) + self._failed(exc)
+            return self._recovered(lost)
 
     def _append(self, data: bytes, stream: str) -> None:
         done, given = 0, len(data)  # bytes of ``data`` written, and the caller's (a line's end put first is ours)
@@ -516,26 +514,25 @@ class LogFile:
     def _roll(self) -> None:
         self._close_fd()
         self._fd = roll_over(self.path)
-        self._size = 0
-        self._ours_from = 0  # (the new file is all ours)
+        self._size = self._ours_from = 0  # (the new file is empty, and all ours)
         for fd in self._kept_on:
             with contextlib.suppress(OSError):  # (it stays on the old file: no worse than before the roll)
                 os.dup2(self._fd, fd, inheritable=False)
 
-    def _failed(self, exc: OSError) -> str | None:
+    def _failed(self, exc: OSError) -> list[str]:
         self._retry_at = time.monotonic() + RETRY_WRITE_S
         if self._failing_since is not None:
-            return None  # said when it started
+            return []  # said when it started
         self._failing_since = time.monotonic()
-        return (f"cannot write {self.path}: {exc.strerror or exc}; its lines are dropped until it can be "
-                f"written again (tried every {RETRY_WRITE_S:g}s); supervision goes on")
+        return [f"cannot write {self.path}: {exc.strerror or exc}; its lines are dropped until it can be "
+                f"written again (tried every {RETRY_WRITE_S:g}s); supervision goes on"]
 
-    def _recovered(self) -> str | None:
+    def _recovered(self, lost: int, how: str = "works again") -> list[str]:  # (or is closed still failing)
         if self._failing_since is None:
-            return None
-        lost, self._lost = self._lost, 0
+            return []
+        self._lost -= lost
         for_s, self._failing_since = time.monotonic() - self._failing_since, None
-        return f"writing {self.path} works again; {lost} byte(s) of output were lost there over {for_s:.1f}s"
+        return [f"writing {self.path} {how}; {lost} byte(s) of output were lost there over {for_s:.1f}s"]
 
     def _close_fd(self) -> None:
         fd, self._fd = self._fd, None
@@ -546,6 +543,9 @@ class LogFile:
     def close(self) -> None:
         with self._lock:
             self._close_fd()
+            notes = self._recovered(self._lost, "ends still failing")
+        for note in notes:
+            self.notify(note)
 
 
 Reader = Callable[[list[bytes]], None]  # a reader of a child's output lines, besides the console, file and ring
@@ -684,13 +684,13 @@ class SupervisorLog:
         # The file is written before the console's put: the put wakes the console's thread, which would take
         # the GIL at the file's write and hold us up (the signal path's lines come before its signal). What
         # there is to say of the file still follows the line on the console.
-        note = None
+        notes: list[str] = []
         if self._file is not None:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z ").encode()
-            note = self._file.write_unsaid(stamp + line.split(b" ", 1)[1])
+            notes = self._file.write_unsaid(stamp + line.split(b" ", 1)[1])
         self._console.put(line, own=True)
-        if note and self._file is not None:
-            self._file.notify(note)
+        for note in notes:
+            self._to_console(note)  # (the file's notify)
 
     def stop_shipping(self) -> None:
         """No manager to ship to: the lines go to the console and the file only."""

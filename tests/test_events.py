@@ -14,6 +14,7 @@ from helpers import Runner, sh, toml_str
 
 from supervisor.app.cli import dev_manager
 from supervisor.devmanager.server import DevManager
+from supervisor.manager import logship
 
 SECRET = "evt-secret-0042"
 
@@ -124,3 +125,41 @@ command = {sh("echo one")}
     basic = "Basic " + base64.b64encode(credentials.removesuffix("@").encode()).decode()
     assert events_server.auth == ({basic} if credentials else {None})
     assert MGR_TOKEN not in result.output
+
+
+# A child whose last lines are long: 20 of 20,000 bytes and its reason after them (the verdict keeps the last 20,
+# each up to 64 KiB); then the events' backlog as log_backlog_bytes left it, and smaller than the verdict.
+BIG_LINES = ("import sys\nfor i in range(20): print('row%02d ' % i + 'q' * 20000)\n"
+             "print('fatal: disk quota exceeded'); sys.exit(1)")
+
+
+@pytest.mark.parametrize("backlog", ["2MiB", "128KiB", "4KiB"])
+def test_a_big_verdict_arrives_as_one_whole_json_event(sup: Runner, events_server: _Server,
+                                                        managers: Callable[..., DevManager], backlog: str) -> None:
+    """The events shipper cut the verdict mid-object at the push limit (a 258 KB line, no JSON), and with a backlog
+    smaller than it dropped it with the events before it and sent a text note: every line is one whole object
+    now, and the verdict's long lines are cut to fit it, its reason whole."""
+    manager = managers()
+    config = sup.write(f"""
+[manager]
+url = {toml_str(manager.url)}
+label = "C.events"
+events_url = "http://127.0.0.1:{events_server.server_address[1]}/events"
+log_backlog_bytes = {toml_str(backlog)}
+
+[[phases]]
+name = "big"
+command = ["python3", "-c", {toml_str(BIG_LINES)}]
+""")
+    result = sup.run(config, timeout=60)
+    assert result.returncode == 1, result.output
+    lines = b"".join(body for _, body in events_server.bodies).decode().splitlines()
+    assert all(len(line) < logship.EVENT_MAX_BYTES for line in lines)
+    events = [json.loads(line) for line in lines]
+    assert [e["type"] for e in events].count("verdict") == 1 and "dropped" not in [e["type"] for e in events]
+    verdict = next(e for e in events if e["type"] == "verdict")
+    assert verdict["label"] == "C.events" and verdict["reason"] == "exit_code" and verdict["phase"] == "big"
+    assert len(verdict["last_lines"]) == 20 and verdict["last_lines_cut"] == 19
+    assert verdict["last_lines"][-1] == "fatal: disk quota exceeded"
+    assert all(line.startswith("row") and line.endswith("q...") for line in verdict["last_lines"][:-1])
+    assert events[-1]["type"] == "supervisor" and events[-1]["state"] == "exiting"

@@ -259,6 +259,72 @@ def test_an_event_line_is_one_sorted_json_object_with_its_type_and_time() -> Non
     assert before - 0.01 <= data["time"] <= time.time() + 0.01
 
 
+def test_an_event_over_its_bound_has_its_last_lines_cut_to_fit_short_ones_whole() -> None:
+    """A verdict's last lines (20 of up to 64 KiB, and JSON writes a control character or one outside ASCII in up
+    to 12 bytes) made one event line of up to megabytes: the events shipper cut it mid-object at the push limit."""
+    long_lines = ["x" * 60000, "\x01" * 30000, "é" * 30000, "😀" * 20000, "ascii " * 9000]
+    line = event_line("verdict", label="C.1", last_lines=[*long_lines, "fatal: disk quota exceeded"])
+    data = json.loads(line)
+    assert len(line) <= logship.EVENT_MAX_BYTES and line.isascii()
+    assert data["last_lines_cut"] == 5 and data["last_lines"][-1] == "fatal: disk quota exceeded"
+    for was, cut in zip(long_lines, data["last_lines"][:-1], strict=True):
+        assert cut.endswith("...") and was.startswith(cut[:-3]) and len(cut) > 1000, cut[:20]
+    small = event_line("verdict", last_lines=["a", "b"])
+    assert json.loads(small)["last_lines"] == ["a", "b"] and "last_lines_cut" not in json.loads(small)
+
+
+def events_to(server: Recorder, said: list[str], uuid: str | None = UUID) -> logship.EventShipper:
+    return logship.EventShipper(events_sender(client(server, server.url + "/events")),
+                                lambda: {"label": "C.1", "uuid": uuid}, 3600.0, 1024, said.append)
+
+
+def test_events_dropped_from_a_full_backlog_are_said_by_a_json_event_and_in_the_log(server: Recorder) -> None:
+    """The events shipper sent the text shipper's note ("[prover-supervisor: 4 older line(s) dropped while the manager
+    was unreachable]": no JSON, and not why) and said nothing of the drop before the exit: now a ``dropped`` event
+    with the counts and the cause leads the push, and the log says it at the stop at the latest."""
+    said: list[str] = []
+    events = events_to(server, said)
+    assert events._backlog == logship.EVENTS_BACKLOG_MIN, "a backlog smaller than a few big events is raised"
+    big = ["q" * 50000] * 20
+    for attempt in range(1, 7):  # six verdicts of ~64 KiB, never pushed: the oldest two go
+        events.event("verdict", attempt=attempt, last_lines=big)
+    assert events.ship_once()
+    lines = [json.loads(line) for push in server.taken() for line in push["body"].splitlines()]
+    note = lines[0]
+    assert {k: note[k] for k in ("type", "label", "uuid", "lines")} == {
+        "type": "dropped", "label": "C.1", "uuid": UUID, "lines": 2}
+    assert 2 * 60000 < note["bytes"] <= 2 * logship.EVENT_MAX_BYTES and note["why"] == "its backlog was full (256.0KiB)"
+    assert [e["attempt"] for e in lines[1:]] == [3, 4, 5, 6]
+    events.stop(5.0)
+    assert said[0] == ("event shipping: dropping the oldest lines of 'events': its backlog is full (256.0KiB, "
+                       "log_backlog_bytes); how many is said once a push of it is delivered")
+    assert said[1].startswith("event shipping: 2 line(s) of 'events' (")
+
+
+def test_an_event_too_big_to_fit_is_sent_as_a_dropped_event_never_cut(server: Recorder) -> None:
+    said: list[str] = []
+    events = events_to(server, said, uuid=None)
+    events.event("transition", why="w" * logship.EVENT_MAX_BYTES)  # (no last lines to cut)
+    events.event("transition", why="small")
+    assert events.ship_once()
+    lines = [json.loads(line) for push in server.taken() for line in push["body"].splitlines()]
+    assert [e["type"] for e in lines] == ["dropped", "transition"]
+    assert lines[0]["lines"] == 1 and lines[0]["why"].startswith("a transition event of 64.1KiB, over the 64.0KiB")
+    events.stop(5.0)
+    assert said == [f"event shipping: dropped {lines[0]['why']}"]
+
+
+def test_events_left_undelivered_at_the_exit_are_said_lost(server: Recorder) -> None:
+    said: list[str] = []
+    events = events_to(server, said)
+    server.answers = [503] * 10  # the sink is away until the end
+    events.event("supervisor", state="exiting")
+    events.stop(1.0)
+    events.say_lines_left()
+    assert said[-1].startswith("event shipping: 1 event(s) (") and said[-1].endswith(
+        "not delivered at the exit: lost (events are best effort: none is kept for the next start)")
+
+
 def test_a_full_batch_wakes_the_thread_long_before_its_interval(server: Recorder) -> None:
     shipper = shipper_to(server, interval_s=3600.0)
     shipper.start()

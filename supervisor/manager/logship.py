@@ -16,13 +16,16 @@ arrive right behind its calls; the other way round, a push taken after one was r
 sender (``on_back``), whose call then goes at once rather than after its own backoff. Pushes go through
 the manager client's rules (client.py): a total deadline, a bounded answer, no redirect followed (a
 redirected push is not delivered: it is kept and sent again), Retry-After honoured. The supervisor's own
-first lines, logged before there is a shipper to hand them to, wait in ``EarlyLines``.
+first lines, logged before there is a shipper to hand them to, wait in ``EarlyLines``. The events for an
+``events_url`` go the same way but as NDJSON (``EventShipper``): whole objects only, never cut, a drop said
+by an event of its own rather than the text note.
 
 A shipper is a watch (evidence/watchstate.py, ``state``: shown in status with the others, its lines said by the
 loop's tick): no push delivered for ``SHIP_BLIND_S`` while lines wait is said once, with why (lines waiting for
 the uuid, before the manager answered /register, count too); again when the cause changes, and when pushes are
 delivered again. Lines dropped from a full backlog are said at the first,
-counted (``dropped``: lines and bytes, in status), and the count said once a push of that source is delivered.
+counted (``dropped``: lines and bytes, in status), and the count said once a push of that source is delivered;
+what the tick has not said by the stop (the exit's own drops: a failure's verdict comes at the end) is said there.
 
 The two roads back off apart while the manager is away, and whichever tries first when it is back would
 win: so a source is held (``held``, the Reporter's: the outbox still has a durable push of it pending) and
@@ -43,7 +46,7 @@ from typing import Any
 
 from ..evidence.watchstate import WatchState, Words
 from ..text import Log
-from ..text.show import fmt_bytes
+from ..text.show import CUT_MARK, cut, fmt_bytes
 from .client import (
     LOG_PUSH_LIMIT,
     SEQ_HEADER,
@@ -58,6 +61,12 @@ from .client import (
 # Leave room under the manager's 256 KiB cut for the "dropped" note and headers' sake.
 PUSH_MAX_BYTES = LOG_PUSH_LIMIT - 4096
 BATCH_BYTES = 64 * 1024
+# One event line at most (event_line cuts a verdict's last lines to fit): well under a push, so that the events
+# shipper never has to cut one (a cut line is no JSON).
+EVENT_MAX_BYTES = 64 * 1024
+# The events' backlog holds a few of the biggest events, even where log_backlog_bytes is smaller.
+EVENTS_BACKLOG_MIN = 4 * EVENT_MAX_BYTES
+EVENTS = "events"  # the events' one source (its numbers in SEQ_HEADER)
 # After a failed push, wait this long (doubling to the cap) before the next try.
 PUSH_RETRY_S = 1.0
 PUSH_RETRY_MAX_S = 30.0
@@ -93,6 +102,7 @@ class _Queue:
         self.lines: deque[str] = deque()
         self.size = 0
         self.dropped = 0
+        self.dropped_bytes = 0  # (the weight of the ``dropped`` lines)
         self.first = 1
 
     def extend(self, lines: list[str]) -> None:
@@ -104,6 +114,7 @@ class _Queue:
         """The oldest line goes (the backlog is full): returns its weight."""
         weight = _weight(self._pop())
         self.dropped += 1
+        self.dropped_bytes += weight
         self.first += 1
         return weight
 
@@ -129,8 +140,8 @@ class _Queue:
 class _Flight:
     """The batch of one source being pushed now (the thread sends it outside the lock)."""
 
-    def __init__(self, body: str, count: int, dropped: int, seq: str) -> None:
-        self.body, self.count, self.dropped, self.seq = body, count, dropped, seq
+    def __init__(self, body: str, count: int, dropped: tuple[int, int], seq: str) -> None:
+        self.body, self.count, self.dropped, self.seq = body, count, dropped, seq  # dropped: (lines, bytes)
         self.taken = False  # taken into the outbox meanwhile (take_all): a failed push does not put it back
 
 
@@ -356,16 +367,22 @@ class Shipper:
                 return "", 0, 0, ""
             first = queue.first
             parts: list[str] = []
-            dropped, queue.dropped = queue.dropped, 0
-            if dropped:
-                parts.append(f"[prover-supervisor: {dropped} older line(s) dropped while the manager was unreachable]")
+            dropped = queue.dropped, queue.dropped_bytes
+            queue.dropped = queue.dropped_bytes = 0
+            if dropped[0]:
+                parts.append(self._drop_note(*dropped))
             lines = queue.take(PUSH_MAX_BYTES - sum(len(part) + 1 for part in parts))  # (the note is ASCII)
             count = len(lines)
             body = "\n".join(parts + lines) + "\n"
             seq = f"{self.run_id}:{source}:{first}-{first + count - 1}"
             if flight:
                 self._in_flight[source] = _Flight(body, count, dropped, seq)
-            return body, count, dropped, seq
+            return body, count, dropped[0], seq
+
+    def _drop_note(self, lines: int, size: int) -> str:
+        """The line a push carries first when ``lines`` older lines (``size`` bytes) were dropped before it: one
+        ASCII line (its weight is taken from the push's room as its length)."""
+        return f"[prover-supervisor: {lines} older line(s) dropped while the manager was unreachable]"
 
     def _land(self, source: str, failed: bool) -> None:
         """The push of ``source``'s batch is over: a failed one goes back to the front of its queue, unless
@@ -393,9 +410,9 @@ class Shipper:
                     return bodies
                 bodies.append((body, seq))
 
-    def _put_back(self, source: str, body: str, count: int, dropped: int) -> None:
+    def _put_back(self, source: str, body: str, count: int, dropped: tuple[int, int]) -> None:
         lines = body.rstrip("\n").split("\n")
-        if dropped:
+        if dropped[0]:
             lines = lines[1:]
         with self._lock:
             queue = self._queues.setdefault(source, _Queue())
@@ -403,7 +420,8 @@ class Shipper:
                 queue.lines.appendleft(line)
                 queue.size += _weight(line)
             queue.first -= count
-            queue.dropped += dropped
+            queue.dropped += dropped[0]
+            queue.dropped_bytes += dropped[1]
             self._trim(source, queue)
 
     def stop(self, flush_timeout_s: float) -> None:
@@ -424,7 +442,11 @@ class Shipper:
         self._say_drops_left()
 
     def _say_drops_left(self) -> None:
-        """At the stop, drops whose count no delivered push brought are said here: no tick is left to say them."""
+        """At the stop, what the watch still had for the tick (a backlog that began dropping, the count a delivered
+        push brought), and the drops whose count no delivered push brought, are said here: no tick is left to say
+        them (the verdict, the exit's events: their drops come at the end)."""
+        for line in self.state.check():
+            self._log(line)
         with self._lock:
             left, self._drops_unsaid = self._drops_unsaid, {}
         for source, counted in left.items():
@@ -477,7 +499,88 @@ def events_sender(client: ManagerClient) -> Callable[[str, str, str], None]:
 
 
 def event_line(kind: str, **fields: Any) -> str:
-    return json.dumps({"type": kind, "time": round(time.time(), 3), **fields}, default=str, sort_keys=True)
+    """One event as one JSON line (ASCII: its length is its weight). One over EVENT_MAX_BYTES has its
+    ``last_lines`` (a verdict's: up to 20 lines of up to 64 KiB each, and escaping can make a line six times
+    longer) cut to fit, each as ``cut`` marks it, short lines whole; ``last_lines_cut`` says how many were."""
+    event = {"type": kind, "time": round(time.time(), 3), **fields}
+    line = _json(event)
+    lines = fields.get("last_lines")
+    if len(line) <= EVENT_MAX_BYTES or not lines:
+        return line
+    room = EVENT_MAX_BYTES - len(_json(event | {"last_lines": [], "last_lines_cut": len(lines)}))
+    fitted = _fit(list(lines), room)
+    cut_lines = sum(was != now for was, now in zip(lines, fitted, strict=True))
+    return _json(event | {"last_lines": fitted, "last_lines_cut": cut_lines})
+
+
+def _json(event: dict[str, Any]) -> str:
+    return json.dumps(event, default=str, sort_keys=True)
+
+
+def _fit(lines: list[str], room: int) -> list[str]:
+    """``lines`` in at most ``room`` bytes as a JSON list writes them: each line over a fair share cut to it, the
+    share of the lines that need less given to the others (the reason is often a short last line)."""
+    sizes = sorted(len(_json_str(line)) + 2 for line in lines)  # (each with its ", ")
+    left, share = room, 0
+    for kept, size in enumerate(sizes):
+        share = max(0, left) // (len(sizes) - kept)
+        if size > share:
+            break
+        left -= size
+    else:
+        return lines
+    return [line if len(_json_str(line)) + 2 <= share else _cut_to(line, share - 2) for line in lines]
+
+
+def _json_str(text: str) -> str:
+    return json.dumps(text)
+
+
+def _cut_to(line: str, limit: int) -> str:
+    """``line`` cut (show.cut, its mark at the end) to the longest that writes as at most ``limit`` bytes of JSON
+    (a character writes as 1 to 12: found by halving, not guessed)."""
+    low, high = len(CUT_MARK) - 1, min(len(line), limit)  # (low: the longest known to fit; below the mark, none)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if len(_json_str(cut(line, mid))) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return cut(line, low) if low >= len(CUT_MARK) else ""
+
+
+class EventShipper(Shipper):
+    """The events to ``events_url``: newline-delimited JSON, so every line it sends is one whole object. It shares
+    the text shipper's batching and backlog, not its text: an event over EVENT_MAX_BYTES (event_line keeps a
+    verdict under it) is never cut mid-object but sent as a ``dropped`` event in its place, and lines dropped from
+    a full backlog are said by a ``dropped`` event ahead of the next push. Its backlog holds at least
+    EVENTS_BACKLOG_MIN, whatever log_backlog_bytes says, so that a big verdict is not dropped for its size."""
+
+    def __init__(self, send: Callable[[str, str, str], None], stamp: Callable[[], dict[str, Any]],
+                 interval_s: float, backlog_bytes: int, log: Log) -> None:
+        super().__init__("event shipping", send, lambda: True, interval_s, max(backlog_bytes, EVENTS_BACKLOG_MIN), log)
+        self._stamp = stamp  # the fields every event carries: the label, the uuid (None before /register)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        line = event_line(kind, **self._stamp(), **fields)
+        if len(line) > EVENT_MAX_BYTES:
+            why = f"a {kind} event of {fmt_bytes(len(line))}, over the {fmt_bytes(EVENT_MAX_BYTES)} an event may weigh"
+            self.state.say(f"{self.name}: dropped {why}")
+            line = event_line("dropped", **self._stamp(), lines=1, bytes=len(line) + 1, why=why)
+        self.add(EVENTS, [line])
+
+    def say_lines_left(self) -> None:
+        """At the exit: the events not delivered (the sink away, or slow) are lost, said as such (none is kept)."""
+        with self._lock:
+            queue = self._queues.get(EVENTS)
+            left = (len(queue.lines), queue.size) if queue is not None and queue.lines else None
+        if left is not None:
+            self._log(f"{self.name}: {left[0]} event(s) ({fmt_bytes(left[1])}) not delivered at the exit: lost "
+                      "(events are best effort: none is kept for the next start)")
+
+    def _drop_note(self, lines: int, size: int) -> str:
+        return event_line("dropped", **self._stamp(), lines=lines, bytes=size,
+                          why=f"its backlog was full ({fmt_bytes(self._backlog)})")
 
 
 # The supervisor's own lines held before the log shipper exists (a handful in practice).

@@ -39,7 +39,7 @@ from .answers import FieldCheck
 from .callkinds import CallKind, Payload
 from .client import ManagerClient
 from .ledger import LEDGER_CALLS, ledger
-from .logship import EarlyLines, Shipper, event_line, events_sender, log_push_sender, push_bodies
+from .logship import EarlyLines, EventShipper, Shipper, events_sender, log_push_sender, push_bodies
 from .row import Row, RowFields
 from .sender import LOG, CallKinds, Sender
 from .view import ManagerView
@@ -86,7 +86,7 @@ class Reporter:
         self.outbox: Outbox | None = None
         self._sender: Sender | None = None  # delivers the outbox (made with it, in start)
         self._logs: Shipper | None = None
-        self._events: Shipper | None = None
+        self._events: EventShipper | None = None
         self._reported: set[str] = set()  # the core's report kinds queued by this start
         # Per log source, the id of the last durable push of it (outbox): while it is pending, the log shipper
         # holds that source's later lines behind it (logship.py says why holding). Written on the loop's thread,
@@ -159,8 +159,8 @@ class Reporter:
             # credentials of its own URL, as an HTTP client drops Authorization on a redirect to another host.
             events_token = token if same_origin(self.spec.url, self.spec.events_url) else None
             events_client = ManagerClient(replace(self.spec, url=self.spec.events_url), events_token, warn=self._log)
-            self._events = Shipper("event shipping", events_sender(events_client), lambda: True,
-                                   self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
+            self._events = EventShipper(events_sender(events_client), self._event_stamp,
+                                        self.spec.log_push_interval_s, self.spec.log_backlog_bytes, self._log)
             if not self._start_thread("events", self._events.start, "no events are sent"):
                 self._events = None
         # Without its thread no durable push goes: a source held behind one would be held for the whole run.
@@ -221,8 +221,9 @@ class Reporter:
                       f"{'before' if left_s >= 0 else 'past'} its end (docker stop's SIGKILL): the call or push in "
                       "flight is left to its thread")
         self._keep_held_lines()
-        if self._logs is not None:
-            self._logs.say_lines_left()
+        for shipper in (self._logs, self._events):
+            if shipper is not None:
+                shipper.say_lines_left()
         # Counted once the held lines are in (calls the next start delivers too); the lines said here follow them
         # where their source is held.
         left = outbox.pending()
@@ -365,7 +366,11 @@ class Reporter:
 
     def event(self, kind: str, **fields: Any) -> None:
         if self._events is not None:
-            self._events.add("events", [event_line(kind, label=self.spec.label, uuid=self.uuid, **fields)])
+            self._events.event(kind, **fields)
+
+    def _event_stamp(self) -> dict[str, Any]:
+        """What every event carries besides its own fields (the events shipper's notes of drops too)."""
+        return {"label": self.spec.label, "uuid": self.uuid}
 
     def _wake_sender(self) -> None:
         if self._sender is not None:

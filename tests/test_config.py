@@ -671,6 +671,35 @@ def test_bad_config_cli_check_and_run_exit_2_and_start_nothing(body: str, expect
     assert not (tmp_path / "logs").exists(), "log_dir was created although the config is bad"
 
 
+DB_SECRET = "hunter2hunter2"
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ('[[phases]]\nname = "a"\ncommand = "psql --password=${DB_PASSWORD}"\n',
+     "phases[0] (a).command: must be a list of strings (argv), not one string: 'psql --password=***'"),
+    ('[supervisor.env]\nCURIO_DB_PASSWORD = { value = "${DBP}" }\n[[phases]]\nname = "a"\ncommand = ["true"]\n',
+     "supervisor.env.CURIO_DB_PASSWORD: must be a string or number, got a table (not shown: the name looks secret)"),
+    # DBP's name looks like nothing: its value is a secret as the config's CURIO_DB_PASSWORD, as the run masks it.
+    ('[[phases]]\nname = "a"\ncommand = "psql --password=${DBP}"\n\n'
+     '[[phases.daemons]]\nname = "d"\ncommand = ["true"]\nenv = { CURIO_DB_PASSWORD = "${DBP}" }\n',
+     "phases[0] (a).command: must be a list of strings (argv), not one string: 'psql --password=***'"),
+    ('[supervisor]\nstate_dir = "relative/${DB_PASSWORD}"\n[[phases]]\nname = "a"\ncommand = ["true"]\n',
+     "supervisor.state_dir: 'relative/***' is not an absolute path"),
+])
+def test_a_config_error_never_shows_a_secret(body: str, said: str, tmp_path: Path) -> None:
+    """A value is quoted in its refusal before the run knows its secrets: a secret from the environment, or the
+    value of an env key with a secret-looking name, was printed on stderr. check, run and status mask it alike."""
+    path = tmp_path / "c.toml"
+    path.write_text(body)
+    env = clean_env(DB_PASSWORD=DB_SECRET, DBP=DB_SECRET)
+    results = [*cli_both(path, env).values()]
+    if "state_dir" in said:
+        results.append(cli("status", "--config", str(path), env=env))
+    for result in results:
+        assert_one_line_error(result, f"{PROG}: {path}: {said}")
+        assert DB_SECRET not in result.stderr + result.stdout
+
+
 @pytest.mark.parametrize(("table", "target", "own"), [
     ("supervisor", "state/status.json", "status.json"),
     ("supervisor", "logs/supervisor.log", "supervisor.log"),

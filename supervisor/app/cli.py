@@ -263,11 +263,8 @@ def dispatch(args: argparse.Namespace) -> int:
             switches = [s for s in handed.run_switches if getattr(args, switch_dest(s), False)]
             return run(load_plan(config_path(args), handed), handed, switches=switches,
                        fresh=getattr(args, "fresh", False))
-    except ConfigError as exc:
-        say(f"{PROG}: {exc}{named_by_variable(args, str(exc))}", err=True)
-        return EXIT_CONFIG_ERROR
-    except SetupError as exc:
-        say(f"{PROG}: {exc}{named_by_variable(args, str(exc))}", err=True)
+    except (ConfigError, SetupError) as exc:
+        say(f"{PROG}: {refusal(args, str(exc))}", err=True)
         return EXIT_CONFIG_ERROR
     except AlreadyRunning as exc:
         say(f"{PROG}: {exc}", err=True)
@@ -292,6 +289,21 @@ def config_path(args: argparse.Namespace) -> str | None:
 
         raise ConfigError(f"${CONFIG_VARIABLE}: set but empty (name a file, or unset it for the built-in profile)")
     return named
+
+
+def refusal(args: argparse.Namespace, text: str) -> str:
+    """A config or setup error of ``check``, ``run`` or ``status`` as printed: its secrets masked, as the run masks
+    its lines (redact.py), over the environment and the config's own secrets (config_secrets); a value is quoted
+    in its refusal (a ``command`` of one string, an env value of the wrong type) before the run masks anything."""
+    from ..config import ConfigError, config_secrets
+    from ..text.redact import Redactor
+
+    text += named_by_variable(args, text)
+    try:
+        secrets = config_secrets(config_path(args), plugin())
+    except ConfigError:  # (an empty --config: no config, nothing of its own to mask)
+        secrets = []
+    return Redactor.from_environments([os.environ]).plus(secrets).text(text)
 
 
 def named_by_variable(args: argparse.Namespace, refusal: str) -> str:

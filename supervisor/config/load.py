@@ -15,11 +15,11 @@ import re
 import socket
 import stat
 import tomllib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from ..text.redact import url_secrets
+from ..text.redact import looks_secret, url_secrets
 from ..text.show import cut, shown
 from .endpoint import _url, check_derived_label, check_label, same_origin
 from .keys import ConfigPlugin, Key, known_keys, take, unknown_hint
@@ -94,6 +94,57 @@ def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | N
         return check_state_dir(_expand(value, where, environ, env_keys), where)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}{_from_variable(str(exc), env_keys)}") from None
+
+
+def config_secrets(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None = None,
+                   environ: Mapping[str, str] | None = None) -> list[str]:
+    """What a refusal of this config (``None``: the plugin's profile) must not show, beside the environment's
+    values with secret-looking names: its env values with such names, expanded as the run expands them, the
+    token that ``token_env`` names, the manager URLs' passwords; as the run masks them (startup.secrets_of), for
+    the CLI to mask every config error with before it prints it: a value may be refused long before the run
+    knows its secrets. Best effort: a file that cannot be read, or is no TOML, has none of its own."""
+    environ = os.environ if environ is None else environ
+    try:
+        document = tomllib.loads(_config_text(path, plugin)[0])
+    except (ConfigError, ValueError, RecursionError):  # (its refusal names no value of it)
+        return []
+    manager = document.get("manager")
+    manager = manager if isinstance(manager, dict) else {}
+    found = list(_secret_values(document, environ, 0))
+    token_env = manager.get("token_env")
+    if isinstance(token_env, str) and environ.get(token_env):
+        found.append(environ[token_env])
+    for url in (manager.get("url"), manager.get("events_url"), environ.get("MANAGER_URL")):
+        if isinstance(url, str):
+            found += url_secrets(_expanded(url, environ))
+    return found
+
+
+def _secret_values(value: Any, environ: Mapping[str, str], depth: int, secret: bool = False) -> Iterator[str]:
+    """Every value under an ``env`` table's secret-looking name in ``value``, whatever its type (a table where a
+    string belongs is refused quoting it), strings expanded; tables and arrays looked into to MAX_NESTING."""
+    if depth > MAX_NESTING:
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "env" and isinstance(item, dict) and not secret:
+                for name, inner in item.items():
+                    yield from _secret_values(inner, environ, depth + 2, looks_secret(name))
+            else:
+                yield from _secret_values(item, environ, depth + 1, secret)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _secret_values(item, environ, depth + 1, secret)
+    elif secret:
+        yield _expanded(value, environ) if isinstance(value, str) else str(value)
+
+
+def _expanded(text: str, environ: Mapping[str, str]) -> str:
+    """``text`` expanded as the run would, else as written (a refused reference: the refusal says which)."""
+    try:
+        return _substitute(text, "", environ)
+    except ConfigError:
+        return text
 
 
 def _config_text(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from ..state.files import STATUS_SOCKET, child_log_name, own_file
+from ..text.redact import looks_secret
 from ..text.show import cut, fmt_bytes, shown
 from ..text.units import MIB, is_ascii_digits, parse_size
 from .model import ConfigError, Plan, ReadyCheck
@@ -251,15 +252,21 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
         if isinstance(item, bool):
             out[key] = "1" if item else "0"
         elif isinstance(item, float) and not math.isfinite(item):
-            raise ConfigError(f"{join_key(where, key)}: must be a string or a finite number, got {shown(item)}")
+            raise ConfigError(f"{join_key(where, key)}: must be a string or a finite number, got {_quoted(key, item)}")
         elif isinstance(item, str | int | float):
             out[key] = written(item) if isinstance(item, float) else str(item)  # (6e8: "600000000", as written)
         else:
-            raise ConfigError(f"{join_key(where, key)}: must be a string or number, got {shown(item)}")
+            raise ConfigError(f"{join_key(where, key)}: must be a string or number, got {_quoted(key, item)}")
         if _byte_length(f"{key}={out[key]}", join_key(where, key)) > MAX_ARG_BYTES:
             raise ConfigError(f"{join_key(where, key)}: longer than the {MAX_ARG_BYTES} bytes exec takes in one "
                               "environment variable")
     return MappingProxyType(out)
+
+
+def _quoted(key: str, item: Any) -> str:
+    """A refused env value as its error quotes it; under a secret-looking name (redact), its kind alone."""
+    kind = {dict: "a table", list: "an array", float: "a number"}.get(type(item), "a date or time")
+    return f"{kind} (not shown: the name looks secret)" if looks_secret(key) else shown(item)
 
 
 def _env_name(value: Any, where: str) -> str:

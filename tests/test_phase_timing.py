@@ -177,6 +177,25 @@ def test_an_attempt_that_ran_backoff_reset_s_starts_the_backoff_again(drive) -> 
     assert delays == [1.0, 2.0, 4.0, 1.0, 2.0]
 
 
+@pytest.mark.parametrize("kind", [dict(kind="service", restart="always", restart_burst=100),
+                                  dict(kind="oneshot", retries=10)], ids=["service", "oneshot"])
+def test_the_stop_grace_of_a_failed_attempt_is_no_time_it_ran_for_backoff_reset_s(drive, kind) -> None:
+    # Its command fails at once; its daemon ignores SIGTERM and is killed after its 2.5s grace. The attempt ran
+    # no time at all: measured after the stop, it "ran" 2.5s >= backoff_reset_s, and the backoff never grew.
+    keys = dict(backoff_s=0.5, backoff_factor=2.0, backoff_max_s=60.0, backoff_jitter=0.0, backoff_reset_s=2.0)
+    d = drive(_phase(kind.pop("kind"), {**kind, **keys}) + '[[phases.daemons]]\nname = "d"\ncommand = ["fake"]\n')
+    d.phase.start()
+    delays = []
+    for _ in range(4):
+        d.children.started[-2].stop_takes = 2.5  # this attempt's daemon
+        d.children.last.exit(1)
+        d.run_until(d.clock.now + 2.5)
+        assert d.phase.state is PhaseState.BACKOFF, d.moves[-1]
+        delays.append(float(d.moves[-1][2].rsplit("backoff ", 1)[1].rstrip("s")))
+        d.run_until(d.clock.now + delays[-1])
+    assert delays == [0.5, 1.0, 2.0, 4.0]
+
+
 # ---------------------------------------------------------------- the restart burst
 
 

@@ -92,16 +92,21 @@ class Attempt:
     progress: ProgressWatch | None = None  # its progress figures (a phase with progress_total)
     start: AttemptStart | None = None  # its children being started in order (daemons, readiness, command)
     ended_for: tuple[str, str] | None = None  # the reason and detail the supervisor ended it for (MarkStopped)
+    ended: float | None = None  # monotonic: when it was over (its outcome decided), before its children's stop
 
     def command(self, spec: ChildSpec) -> Child | None:
         """Its child started for ``spec`` (the phase's command), if started yet."""
         return next((c for c in self.children if c.spec is spec), None)
 
     def ran_for(self, now: float) -> float:
-        return now - self.started
+        """How long it ran: to its end, where it is over. Its children's stop is no part of it: a daemon killed
+        after a long stop_grace_s must not make an attempt that failed at once look like one that ran well."""
+        return (self.ended if self.ended is not None else now) - self.started
 
-    def cancel_start(self) -> None:
-        """No more of its children is started, and no readiness answer is heard any more."""
+    def end(self, now: float) -> None:
+        """It is over at ``now`` (the first end holds): no more of its children is started, and no readiness
+        answer is heard any more."""
+        self.ended = self.ended if self.ended is not None else now
         if self.start is not None:
             self.start.cancel()
 
@@ -366,10 +371,11 @@ class Pacing:
 
     The rules (pure functions in states.py): the n-th failure in a row waits ``backoff_delay(n)`` with
     ``backoff_jitter`` drawn from the runtime's random source; an attempt that ran ``backoff_reset_s`` or
-    longer starts the count again; ``restart_burst`` restarts of a service within ``restart_window_s`` fail
-    it; ``timeout_s`` counts from the first attempt across every later one; ``stall_s`` of silence of every
-    sign of progress stalls an attempt (stall.py); a download that cannot make ``progress_deadline_s`` ends
-    its attempt too_slow (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
+    longer (to its end, not its children's stop: ``Attempt.ran_for``) starts the count again (0: never);
+    ``restart_burst`` restarts of a service within ``restart_window_s`` fail it; ``timeout_s`` counts from
+    the first attempt across every later one; ``stall_s`` of silence of every sign of progress stalls an
+    attempt (stall.py); a download that cannot make ``progress_deadline_s`` ends its attempt too_slow
+    (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
     tests/test_phase_timing.py)."""
 
     def __init__(self, spec: PhaseSpec, loop: EventLoop, rng: random.Random) -> None:

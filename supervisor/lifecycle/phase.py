@@ -444,7 +444,7 @@ class Phase:
             case Effect.BEGIN_START:
                 self._begin_start()
             case Effect.CANCEL_START:
-                self._attempt.cancel_start()
+                self._attempt.end(self._clock.monotonic())
             case Effect.START_SETTLE:  # (cancelled as the attempt leaves SETTLING: CANCEL_SETTLE)
                 self.pacing.start_settle(self._settle_timed_out, self.fault_handler("the settle timer"))
             case Effect.CANCEL_SETTLE:

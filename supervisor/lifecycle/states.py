@@ -214,7 +214,7 @@ class Effect(enum.Enum):
     NEW_ATTEMPT = "a new attempt's record, the phase's memory peak reset"
     WATCH_ATTEMPT = "the attempt's stall and progress watches"
     BEGIN_START = "start the attempt's daemons, then its command"
-    CANCEL_START = "start no more of the attempt's children; hear no more readiness answers"
+    CANCEL_START = "the attempt is over: start no more of its children; hear no more readiness answers"
     START_SETTLE = "settle_timeout_s's timer: Settled(cut) when it is up"
     CANCEL_SETTLE = "the settle's timer cancelled"
     KEEP_DAEMONS = "the daemons with lifetime = lifecycle live on into the later phases"

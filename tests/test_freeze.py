@@ -26,16 +26,19 @@ from helpers import (
     clean_env,
     clock_of,
     first_line,
+    free_port,
     one_verdict,
     py_script,
     read,
     remove_cgroup,
     toml_str,
+    verdict_fields,
     wait_for,
 )
 
 from supervisor.engine.tick import FREEZE_MIN_S, FreezeWatch
 from supervisor.evidence.stall import StallSigns
+from supervisor.exits import EXIT_TIMEOUT
 
 STALL_S = 2.0
 FROZEN_FOR_S = 3 * STALL_S  # well past stall_s, and past FREEZE_MIN_S
@@ -196,6 +199,60 @@ def test_a_deadline_that_passed_during_a_freeze_fires_right_after_the_thaw(sup: 
                   if "] tick " in line and clock_of(line) - thawed_at > 1.0]
     assert len(after_thaw) < 5, f"the deadline came {len(after_thaw)} child lines after the thaw:\n" + "\n".join(
         lines[frozen - 2:deadline + 2])
+
+
+# ================================================================ a readiness wait across a freeze
+
+LISTENS_LATE = """
+    import socket, sys, time
+    time.sleep(float(sys.argv[2]))
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+    s.listen()
+    time.sleep(100)
+    """
+
+
+@pytest.mark.parametrize("listens", [True, False], ids=["listens-in-the-freeze", "never-listens"])
+def test_a_readiness_wait_asks_again_after_a_freeze_before_it_fails(sup: Runner, listens: bool) -> None:
+    """The daemon listens 2 s in; the supervisor is stopped at 1 s, its probing thread with it, and thawed past
+    ready_timeout_s. The wait failed at the thaw on the refusal from before the freeze ("not ready after 4s:
+    Connection refused") although the daemon had listened for seconds. It now probes once more first: ready;
+    and a daemon that never listens still fails, on that fresh answer, saying so."""
+    port = free_port()
+    config = sup.write(f"""
+        [[phases]]
+        name = "one"
+        command = ["sh", "-c", "sleep 1"]
+        [[phases.daemons]]
+        name = "d"
+        command = {py_script(sup.tmp, "late", LISTENS_LATE, port, 2 if listens else 1000)}
+        ready = "tcp://127.0.0.1:{port}"
+        ready_timeout_s = 4
+        stop_grace_s = 1
+        """)
+    console = Console(sup, config)
+    console.wait_text("waiting for one/d to be ready")
+    time.sleep(1)
+    os.kill(console.pid, signal.SIGSTOP)
+    try:
+        time.sleep(FROZEN_FOR_S)
+    finally:
+        os.kill(console.pid, signal.SIGCONT)
+    code = console.finish(60)
+    out = console.text()
+    print(frozen_line(out))
+    if listens:
+        assert code == 0, out[-4000:]
+        assert "one/d is ready" in out, out[-4000:]
+        assert " reason=exit_code exit_code=0 " in one_verdict(out, "one", "one"), out[-4000:]
+        return
+    assert code == EXIT_TIMEOUT, out[-4000:]
+    record = verdict_fields(one_verdict(out, "one", "d", "FAILED"))
+    assert record["reason"] == "timeout", record
+    assert record["detail"] == (f"one/d not ready after 4s: tcp://127.0.0.1:{port}: Connection refused "
+                                "(asked again after the supervisor was frozen)"), record
 
 
 # ================================================================ a download's rate across a freeze

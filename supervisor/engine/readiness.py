@@ -7,7 +7,9 @@ A log line is never proof (cuzk-daemon prints "ready" before it binds its
 socket), and neither is an answer from another process: on a local address a TCP or HTTP
 answer counts only when the listening socket belongs to the daemon's own tree (``owner``:
 ports.Ownership). Probes block, so each wait runs in a thread that posts its answer back
-to the loop; the loop stays free to read output and reap.
+to the loop; the loop stays free to read output and reap. A wait whose bound is found passed right after a
+freeze of the supervisor (tick.py: its probing thread was stopped with it) asks once more before it fails: the
+answer it has is from before the freeze.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from urllib.parse import urlsplit
 
 from ..config import ReadyCheck
 from .loop import EventLoop
-from .offloop import Bounded
+from .offloop import Bounded, run_bounded
 from .ports import is_local
+from .tick import FreezeWatch
 
 READY_POLL_S = 0.2
 # A probe's first timeout. A probe that timed out is followed by one given twice as long, up to the time left in
@@ -145,12 +148,18 @@ class ReadinessWait:
     {timeout_s}s: " and why. Where no thread can be started for it (pids.max, RLIMIT_NPROC), readiness cannot
     be waited for without blocking the loop: ``on_timeout`` gets "could not be waited for: " and that reason at
     once (from the loop, after this returns), so the phase fails saying why instead of waiting for nothing,
-    and without claiming it waited. ``owner``, ``since``: see ``probe``."""
+    and without claiming it waited. ``owner``, ``since``: see ``probe``.
+
+    ``freeze``: the supervisor's freeze watch (tick.py; None: none). Where the bound is found passed and the
+    supervisor thawed since the latest answer's probe began, that answer (and the thread's silence since: it was
+    stopped too) says nothing of the daemon now: one more probe, off the loop and bounded by a probe's own
+    timeout, decides, as the phase deadline reads the pipes after a thaw before it fails anything."""
 
     def __init__(self, loop: EventLoop, check: ReadyCheck, timeout_s: float,
                  on_ready: Callable[[], None], on_timeout: Callable[[str], None], owner: Owner | None = None,
-                 since: float | None = None) -> None:
+                 since: float | None = None, freeze: FreezeWatch | None = None) -> None:
         self._cancelled = threading.Event()
+        self._loop, self._freeze = loop, freeze
         self._owner, self._since = owner, since
         self._check = check
         self._why_not = f"{check.describe()}: not probed yet"  # the latest probe's answer (set by the thread)
@@ -159,8 +168,13 @@ class ReadinessWait:
         # the next one's timeout.
         self._under_way: tuple[float, float] | None = None
         self._answered = False  # a probe has answered (not ready) at least once
+        # When the probe of the latest answer began, on the loop's clock (the freeze watch's): the wait's start
+        # until one answered.
+        self._asked_at = loop.clock.monotonic()
         self._timeout_s = timeout_s
-        self._bound = Bounded[None](loop, timeout_s, lambda _: on_ready(), lambda: self._overdue(on_timeout))
+        self._again: Bounded[Answer] | None = None  # the one probe after a freeze, under way
+        self._bound = Bounded[None](loop, timeout_s, lambda _: on_ready(),
+                                    lambda: self._overdue(on_ready, on_timeout))
         self._thread = threading.Thread(target=self._wait, name=f"ready:{check.describe()}", daemon=True)
         try:
             self._thread.start()
@@ -170,25 +184,58 @@ class ReadinessWait:
             self._bound = Bounded[None](loop, 0, lambda _: None, lambda: on_timeout(why))
 
     def _wait(self) -> None:
+        bound = self._bound  # (its own: never the probe after a freeze's)
         ends = time.monotonic() + self._timeout_s  # (the thread's clock: the bound itself is the loop's timer)
         grown = PROBE_TIMEOUT_S
         while not self._cancelled.is_set():
-            now = time.monotonic()
+            now, asked_at = time.monotonic(), self._loop.clock.monotonic()
             # Never past the wait's end: a probe given longer would only hold its thread after the wait is over.
             given = max(min(grown, ends - now), 0.1)
             self._under_way = (now, given)
             answer = ask(self._check, given, self._owner, self._since)
             self._under_way = None
             if answer.why_not is None:
-                self._bound.answer(None)
+                bound.answer(None)
                 return
-            self._why_not, self._answered = answer.why_not, True
+            self._why_not, self._answered, self._asked_at = answer.why_not, True, asked_at
             grown = grown * 2 if answer.timed_out else PROBE_TIMEOUT_S
             self._cancelled.wait(READY_POLL_S)
 
-    def _overdue(self, on_timeout: Callable[[str], None]) -> None:
+    def _overdue(self, on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
         self._cancelled.set()  # (the thread probes no more once the one under way returns, if ever)
+        if self._thawed_since_asked():
+            self._ask_again(on_ready, on_timeout)
+            return
         on_timeout(f"not ready after {self._timeout_s:g}s: {self._why()}")
+
+    def _thawed_since_asked(self) -> bool:
+        """Was the supervisor frozen after the latest answer's probe began (or, with none, the wait began)?"""
+        if self._freeze is None:
+            return False
+        self._freeze.notice()  # (a freeze the tick has not looked at yet: said before what it caused)
+        thawed = self._freeze.thawed_at
+        return thawed is not None and thawed > self._asked_at
+
+    def _ask_again(self, on_ready: Callable[[], None], on_timeout: Callable[[str], None]) -> None:
+        """One fresh probe, its answer the wait's: ready, or not ready saying why (not a second wait)."""
+        check, given = self._check, PROBE_TIMEOUT_S
+        failed = f"not ready after {self._timeout_s:g}s: "
+        after = " (asked again after the supervisor was frozen)"
+
+        def answered(answer: Answer) -> None:
+            if answer.why_not is None:
+                on_ready()
+            else:
+                on_timeout(f"{failed}{answer.why_not}{after}")
+
+        def unasked(exc: Exception) -> None:  # (no thread to be had: the answer from before the freeze stands)
+            on_timeout(f"{failed}{self._why()}; not asked again after the supervisor was frozen: {exc}")
+
+        self._again = run_bounded(
+            self._loop, f"ready:{check.describe()}", lambda: ask(check, given, self._owner, self._since),
+            given + READY_POLL_S, answered,
+            lambda: on_timeout(f"{failed}{check.describe()}: a probe has not returned after {given:g}s{after}"),
+            on_error=unasked)
 
     def _why(self) -> str:
         """Why it is not ready at the bound: the latest probe's answer ("timed out after 4s"), unless the probe
@@ -211,3 +258,5 @@ class ReadinessWait:
     def cancel(self) -> None:
         self._cancelled.set()
         self._bound.cancel()
+        if self._again is not None:
+            self._again.cancel()

@@ -34,6 +34,7 @@ from ..engine import ports
 from ..engine.loop import Callback, ErrorHandler, EventLoop, Timer
 from ..engine.process import Child
 from ..engine.readiness import ReadinessWait
+from ..engine.tick import FreezeWatch
 from ..evidence.cgroups import MemoryCgroup
 from ..evidence.memory import MemoryEvidence
 from ..evidence.progresswatch import ProgressWatch
@@ -224,12 +225,13 @@ Guard = Callable[[str, Callable[..., object]], Callable[..., None]]  # (what, ca
 class AttemptStart:
     """``start`` starts one child (None: it could not, and said so: the attempt is over); ``tell`` is the phase's
     decision, told what the start learns; ``guarded`` makes a callback from a thread unable to raise; ``own``:
-    the supervisor's children (runtime.py's ``started``), by whose labels a port's holder is named."""
+    the supervisor's children (runtime.py's ``started``), by whose labels a port's holder is named; ``freeze``:
+    the supervisor's freeze watch, which a readiness wait asks before it fails (readiness.py)."""
 
     def __init__(self, spec: PhaseSpec, attempt: int, loop: EventLoop, log: Log, *,
                  start: Callable[[ChildSpec], Child | None], tell: Callable[[Event], None], guarded: Guard,
-                 own: Iterable[Child] = ()) -> None:
-        self._spec, self._attempt, self._loop, self._log = spec, attempt, loop, log
+                 own: Iterable[Child] = (), freeze: FreezeWatch | None = None) -> None:
+        self._spec, self._attempt, self._loop, self._log, self._freeze = spec, attempt, loop, log, freeze
         self._start, self._tell, self._guarded = start, tell, guarded
         self._own = own  # every child of the supervisor's not known to be over (a port's holder may be one)
         self._ready: ReadinessWait | None = None  # the wait under way, if any
@@ -339,7 +341,7 @@ class AttemptStart:
         self._ready = ReadinessWait(self._loop, child.spec.ready, child.spec.ready_timeout_s,
                                     on_ready=self._guarded(what, answered(on_ready)),
                                     on_timeout=self._guarded(what, answered(lambda why: self._not_ready(child, why))),
-                                    owner=owner, since=since)
+                                    owner=owner, since=since, freeze=self._freeze)
 
     def _not_ready(self, child: Child, why: str) -> None:
         """``why``: "not ready after Ns: …", or "could not be waited for: …" (ReadinessWait). The attempt's failure

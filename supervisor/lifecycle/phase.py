@@ -640,7 +640,8 @@ class Phase:
         if self._hooks.settle is not None:
             self._attempt.settle = Settle(self._hooks.settle, self.spec.settle_timeout_s)
         self._attempt.start = AttemptStart(self.spec, self.attempt, self._loop, self._log, start=self._start_child,
-                                           tell=self._on, guarded=self.guarded, own=self._started)
+                                           tell=self._on, guarded=self.guarded, own=self._started,
+                                           freeze=self._evidence.freeze)
         self._attempt.start.begin()
 
     def _start_child(self, spec: ChildSpec) -> Child | None:

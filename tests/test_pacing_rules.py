@@ -179,6 +179,26 @@ def test_a_services_restart_is_counted_in_its_window(loop: EventLoop) -> None:
     assert pacing.restart_times == [10.0, 20.0], "a restart that is not made is not counted"
 
 
+def test_the_attempts_in_a_row_that_never_came_up_are_counted_and_one_up_starts_the_count_over(loop: EventLoop) -> None:
+    s = spec("service", restart="always", restart_burst=2, restart_window_s=60.0, backoff_jitter=0.0)
+    pacing = Pacing(s, loop, random.Random(SEED))
+    ends = iter(range(100, 10_000, 100))  # each attempt 100 s: never two restarts within the 60 s window
+
+    def end(up: bool) -> tuple[Next, str, float]:
+        now = next(ends)
+        advance(loop, float(now))
+        return pacing.after(failed(), Attempt(1, now - 100.0, up_at=now - 50.0 if up else None))
+
+    assert [end(up=False)[0], end(up=False)[0]] == [Next.AGAIN, Next.AGAIN] and pacing.never_up == 2
+    assert not pacing.fails_for_good(failed(), Attempt(3, 0.0, up_at=1.0)), "one that came up would be restarted"
+    assert pacing.fails_for_good(failed(), Attempt(3, 0.0)) and pacing.never_up == 2, "asked: nothing counted"
+    assert end(up=True)[0] is Next.AGAIN and pacing.never_up == 0
+    assert [end(up=False)[0], end(up=False)[0]] == [Next.AGAIN, Next.AGAIN]
+    step, why, delay = end(up=False)
+    assert (step, why, delay) == (
+        Next.FAIL, "exit_code; restarted 2 times in a row without coming up (restart_burst): giving up", 0.0)
+
+
 def test_a_failure_for_good_fails_at_once_whatever_the_retries(loop: EventLoop) -> None:
     pacing = Pacing(spec(retries=10), loop, random.Random(SEED))
     step, why, delay = pacing.after(failed(v.GPU_FAULT), Attempt(1, 0.0))

@@ -230,6 +230,20 @@ def test_restarts_spread_out_wider_than_the_window_never_fail_the_service(drive)
     assert d.times_of(PhaseState.STARTING) == [26.0 * n for n in range(11)]
 
 
+def test_a_service_that_never_comes_up_fails_after_restart_burst_restarts_however_long_each_wait(
+        drive, tmp_path: Path) -> None:
+    # The profile's curio: a ready wait of 900 s, 5 restarts within 300 s. Its attempts are 900 s apart, so the
+    # window never holds more than one restart: a curio that never came up was restarted every 15 min for good.
+    d = drive(service(restart="always", ready=str(tmp_path / "never"), ready_timeout_s=900.0, restart_burst=5,
+                      restart_window_s=300.0, backoff_s=1.0, backoff_factor=1.0, backoff_jitter=0.0))
+    d.phase.start()
+    d.run_until(100_000.0)
+    assert d.phase.state is PhaseState.FAILED and not d.phase.was_up
+    assert d.times_of(PhaseState.STARTING) == [901.0 * n for n in range(6)]  # the first attempt and 5 restarts
+    assert d.moves[-1] == (901.0 * 5 + 900.0, PhaseState.FAILED,
+                           "timeout; restarted 5 times in a row without coming up (restart_burst): giving up")
+
+
 # ---------------------------------------------------------------- the deadline
 
 

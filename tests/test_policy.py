@@ -41,8 +41,9 @@ def succeeded() -> Verdict:
 
 
 def after(spec: PhaseSpec, outcome: Verdict, attempt: int = 1, *, expired: bool = False,
-          restarts: tuple[float, ...] = ()) -> tuple[Next, str]:
-    return after_attempt(spec, outcome, attempt, deadline_expired=expired, restart_times=list(restarts), now=100.0)
+          restarts: tuple[float, ...] = (), never_up: int = 0) -> tuple[Next, str]:
+    return after_attempt(spec, outcome, attempt, deadline_expired=expired, restart_times=list(restarts), now=100.0,
+                         never_up=never_up)
 
 
 def test_a_oneshot_that_succeeded_is_done() -> None:
@@ -80,6 +81,17 @@ def test_a_service_restarted_restart_burst_times_within_the_window_gives_up() ->
     assert after(spec, failed(), restarts=(10.0, 90.0))[0] is Next.AGAIN  # 10.0 is outside the 60 s window
     step, why = after(spec, failed(), restarts=(50.0, 90.0))
     assert step is Next.FAIL and "restarted 2 times within 60s (restart_burst): giving up" in why
+
+
+def test_a_service_restarted_restart_burst_times_in_a_row_without_coming_up_gives_up_whatever_the_window() -> None:
+    # Its restarts far apart (each attempt a long ready wait): the window never trips, and it was restarted for good.
+    spec = spec_of(SERVICE.format(restart="always"))
+    assert after(spec, failed(), restarts=(90.0,), never_up=2)[0] is Next.AGAIN  # the first attempt, 2 restarts
+    assert after(spec, failed(), restarts=(90.0,), never_up=3) == (
+        Next.FAIL, "exit_code; restarted 2 times in a row without coming up (restart_burst): giving up")
+    assert after(spec, succeeded(), restarts=(90.0,), never_up=3)[0] is Next.FAIL  # (a clean end under "always")
+    assert after(spec, failed(), restarts=(50.0, 90.0), never_up=3) == (  # both: the window says it, as before
+        Next.FAIL, "exit_code; restarted 2 times within 60s (restart_burst): giving up")
 
 
 def test_the_memory_preflight_refuses_only_what_cannot_fit() -> None:

@@ -374,9 +374,10 @@ class Pacing:
     The rules (pure functions in states.py): the n-th failure in a row waits ``backoff_delay(n)`` with
     ``backoff_jitter`` drawn from the runtime's random source; an attempt that ran ``backoff_reset_s`` or
     longer (to its end, not its children's stop: ``Attempt.ran_for``) starts the count again (0: never);
-    ``restart_burst`` restarts of a service within ``restart_window_s`` fail it; ``timeout_s`` counts from
-    the first attempt across every later one; ``stall_s`` of silence of every sign of progress stalls an
-    attempt (stall.py); a download that cannot make ``progress_deadline_s`` ends its attempt too_slow
+    ``restart_burst`` restarts of a service within ``restart_window_s`` fail it, and so do ``restart_burst``
+    restarts in a row without it coming up once, however far apart; ``timeout_s`` counts from the first
+    attempt across every later one; ``stall_s`` of silence of every sign of progress stalls an attempt
+    (stall.py); a download that cannot make ``progress_deadline_s`` ends its attempt too_slow
     (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
     tests/test_phase_timing.py)."""
 
@@ -385,6 +386,7 @@ class Pacing:
         self.consecutive_failures = 0
         self.restart_times: list[float] = []  # when the service was restarted (monotonic), for restart_burst
         self.forgiven = 0  # attempts that got further, not counted against retries (retry_while_progressing)
+        self.never_up = 0  # a service's latest attempts in a row that never came up, against restart_burst
         self._deadline: Timer | None = None
         self._backoff: Timer | None = None
         self._settle: Timer | None = None
@@ -428,17 +430,17 @@ class Pacing:
         """Would ``outcome`` fail the phase, no retry or restart after it? (``after``'s answer, nothing counted.)"""
         step, _ = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
                                 restart_times=self.restart_times, now=self.now(),
-                                forgiven=self._forgiven_with(outcome, attempt))
+                                forgiven=self._forgiven_with(outcome, attempt), never_up=self._never_up_with(attempt))
         return step is Next.FAIL
 
     def after(self, outcome: Verdict, attempt: Attempt) -> tuple[Next, str, float]:
         """What follows ``attempt``, which ``outcome`` ended, and why: done, failed for good, or another
         attempt after the backoff returned (0 for the others). A service's restart is counted now."""
         now = self.now()
-        forgiven = self._forgiven_with(outcome, attempt)
+        forgiven, never_up = self._forgiven_with(outcome, attempt), self._never_up_with(attempt)
         step, why = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
-                                  restart_times=self.restart_times, now=now, forgiven=forgiven)
-        self.forgiven = forgiven
+                                  restart_times=self.restart_times, now=now, forgiven=forgiven, never_up=never_up)
+        self.forgiven, self.never_up = forgiven, never_up
         if step is not Next.AGAIN:
             return step, why, 0.0
         if self._spec.kind != "oneshot":  # (what after_attempt restarts: every kind but a oneshot)
@@ -451,6 +453,10 @@ class Pacing:
         got_further = (self._spec.retry_while_progressing and not outcome.success and attempt.progress is not None
                        and attempt.progress.gained() >= GOT_FURTHER_MIN_BYTES)
         return self.forgiven + int(got_further)
+
+    def _never_up_with(self, attempt: Attempt) -> int:
+        """The latest attempts in a row that never came up, ``attempt`` among them (one that came up: none)."""
+        return 0 if attempt.up_at is not None else self.never_up + 1
 
     def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:
         """For a phase with stall_s: ``attempt`` is told once it stalls, while it is current."""

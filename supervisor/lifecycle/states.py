@@ -300,10 +300,11 @@ class Next(enum.Enum):
 
 
 def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_expired: bool,
-                  restart_times: list[float], now: float, forgiven: int = 0) -> tuple[Next, str]:
+                  restart_times: list[float], now: float, forgiven: int = 0, never_up: int = 0) -> tuple[Next, str]:
     """What follows the attempt ``outcome`` ended, and why. ``restart_times``: when the service was
     restarted before (monotonic), against its restart_burst; ``forgiven``: a oneshot's attempts, this one
-    among them, that got further and are not counted against its retries (retry_while_progressing)."""
+    among them, that got further and are not counted against its retries (retry_while_progressing);
+    ``never_up``: a service's attempts in a row, this one among them, that never came up."""
     if outcome.reason in v.FOR_GOOD:  # a bug of ours, a GPU gone, too slow to make it: another attempt cannot succeed
         why = outcome.detail if outcome.reason == v.INTERNAL_ERROR else f"{outcome.reason}: {outcome.detail}"
         return Next.FAIL, why
@@ -317,6 +318,12 @@ def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_e
     if burst_exceeded(restart_times, now, spec.restart_burst, spec.restart_window_s):
         return Next.FAIL, (f"{outcome.reason}; restarted {spec.restart_burst} times within "
                            f"{spec.restart_window_s:g}s (restart_burst): giving up")
+    # The window never trips for attempts each longer than window / burst (a ready wait of 900 s against 5 in
+    # 300 s): a service that never comes up would be restarted for good. One that was up between its crashes is
+    # judged by the window alone.
+    if never_up > spec.restart_burst:
+        return Next.FAIL, (f"{outcome.reason}; restarted {spec.restart_burst} times in a row without coming up "
+                           "(restart_burst): giving up")
     return Next.AGAIN, f"{outcome.reason}; restart = {policy!r}"
 
 

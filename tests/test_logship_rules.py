@@ -158,8 +158,8 @@ def test_dropped_lines_keep_their_numbers(server: Recorder) -> None:
     shipper.add("curio", [f"{i:03d}" + "x" * 16 for i in range(10)])  # 20 bytes a line: the first 5 dropped
     assert shipper.ship_once()
     (push,) = server.taken()
-    assert push["body"].split("\n")[0] == "[prover-supervisor: 5 older line(s) dropped while the manager was " \
-                                          "unreachable]"
+    assert push["body"].split("\n")[0] == "[prover-supervisor: 5 older line(s) dropped from a full backlog " \
+                                          "(log_backlog_bytes)]"
     assert seq(push)[2:] == (6, 10)
 
 

@@ -421,7 +421,8 @@ command = {sh("exec sleep 120")}
     wait_for(lambda: last in pushed(mgr).get("curio", ""), 45, 0.1)
     text = pushed(mgr)["curio"]
     first, *rest = text.rstrip("\n").split("\n")
-    m = re.fullmatch(r"\[prover-supervisor: (\d+) older line\(s\) dropped while the manager was unreachable\]", first)
+    m = re.fullmatch(r"\[prover-supervisor: (\d+) older line\(s\) dropped from a full backlog "
+                     r"\(log_backlog_bytes\)\]", first)
     assert m, f"the first push does not say what was dropped: {first[:200]!r}"
     dropped = int(m.group(1))
     assert 0 < dropped < lines

@@ -382,7 +382,8 @@ class Shipper:
     def _drop_note(self, lines: int, size: int) -> str:
         """The line a push carries first when ``lines`` older lines (``size`` bytes) were dropped before it: one
         ASCII line (its weight is taken from the push's room as its length)."""
-        return f"[prover-supervisor: {lines} older line(s) dropped while the manager was unreachable]"
+        # (whatever filled it: the manager away, or lines coming faster than pushes go, the manager up all along)
+        return f"[prover-supervisor: {lines} older line(s) dropped from a full backlog (log_backlog_bytes)]"
 
     def _land(self, source: str, failed: bool) -> None:
         """The push of ``source``'s batch is over: a failed one goes back to the front of its queue, unless

@@ -71,20 +71,28 @@ def test_logfile_on_a_full_disk_says_once_drops_and_says_when_it_works_again(
     assert len(content) + lost == len(b"before\n") + 50 * 1001 + len(b"after\n") + 1
 
 
-def test_a_line_a_full_disk_cut_is_ended_before_the_next_one(
-        tmp_path: Path, tmpfs: Callable[[Path, str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    # The disk fills in the middle of a line: its rest is lost, and the first line written once the disk has room
-    # again began on that cut line (a bug hunter's p.log: "xxxx...xxxline 54 of p", the next line glued on).
-    disk = tmpfs(tmp_path / "logs", "64k")
+def log_until_the_disk_is_full(disk: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[LogFile, list[str], Path, int]:
+    """A LogFile on ``disk`` (a 64 KiB tmpfs, 30,000 bytes of it taken by a filler) written 1000-byte lines until it
+    says it cannot write: 1000 does not divide what is left, so the disk fills inside a line. Returns the file, its
+    notes, the filler (unlink it to make room) and the lines sent."""
     monkeypatch.setattr(logs, "RETRY_WRITE_S", 0.0)
     notes: list[str] = []
     log = LogFile(disk / "c.log", 0, notes.append)
     filler = disk / "filler"
     filler.write_bytes(b"\0" * 30_000)
     line, sent = b"x" * 999 + b"\n", 0
-    while not notes:  # (1000 does not divide what is left: the disk fills inside a line)
+    while not notes:
         log.write(line)
         sent += 1
+    return log, notes, filler, sent
+
+
+def test_a_line_a_full_disk_cut_is_ended_before_the_next_one(
+        tmp_path: Path, tmpfs: Callable[[Path, str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The disk fills in the middle of a line: its rest is lost, and the first line written once the disk has room
+    # again began on that cut line (a bug hunter's p.log: "xxxx...xxxline 54 of p", the next line glued on).
+    disk = tmpfs(tmp_path / "logs", "64k")
+    log, notes, filler, sent = log_until_the_disk_is_full(disk, monkeypatch)
     assert not (disk / "c.log").read_bytes().endswith(b"\n")  # a line cut, and the file ends inside it
     filler.unlink()
     log.write(b"after\n")
@@ -102,15 +110,8 @@ def test_a_log_file_that_works_again_for_one_write_says_so_and_counts_every_byte
     # was never said to work again nor to fail again, and its bytes lost, then and since, were never counted (a bug
     # hunter's a.log: lines 0-393, then 1501-2288, and not a word after the first failure, not even at the exit).
     disk = tmpfs(tmp_path / "logs", "64k")
-    monkeypatch.setattr(logs, "RETRY_WRITE_S", 0.0)
-    notes: list[str] = []
-    log = LogFile(disk / "c.log", 0, notes.append)
-    filler = disk / "filler"
-    filler.write_bytes(b"\0" * 30_000)
-    line, sent = b"x" * 999 + b"\n", 0
-    while not notes:
-        log.write(line)
-        sent += 1
+    log, notes, filler, sent = log_until_the_disk_is_full(disk, monkeypatch)
+    line = b"x" * 999 + b"\n"
     log.write(line * 3)  # (the disk still full: dropped, counted)
     filler.unlink()
     log.write(line * 50)  # 50 KB into the 32 KiB set free: written in part, then the disk is full again

@@ -491,6 +491,16 @@ def mount_tmpfs(where: Path, size: str) -> str | None:
     return None if done.returncode == 0 else f"mount -t tmpfs failed: {done.stderr.strip()}"
 
 
+def bind_mount(source: Path, where: Path) -> str | None:
+    """Bind-mount ``source`` on ``where`` (unmount it afterwards); None, or why it cannot be done here."""
+    if os.geteuid() != 0:
+        return "not root: cannot bind-mount"
+    if shutil.which("mount") is None:
+        return "mount(8) is not installed"
+    done = subprocess.run(["mount", "--bind", str(source), str(where)], capture_output=True, text=True)
+    return None if done.returncode == 0 else f"mount --bind failed: {done.stderr.strip()}"
+
+
 def unmount(where: Path) -> None:
     """Unmount ``where``, lazily if something still holds it."""
     if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:

@@ -1073,3 +1073,22 @@ def test_a_phase_cgroups_name_says_its_owner_and_its_pid_namespace() -> None:
     for name in ("prover-x-bench", "prover-1.-bench", "prover-1.ns-bench", "prover--bench", "other-1-bench"):
         assert not is_phase_cgroup(name), name
     assert is_phase_cgroup("prover-1.4026532001-work") and is_phase_cgroup("prover-7-work")
+
+
+def test_v1_a_limit_above_the_mount_is_read_from_memory_stat(tmp_path: Path) -> None:
+    """v1's memory.stat sums up the limits of every cgroup above, those the mount hides from a container too (a
+    limited slice its runtime put it under): the least of them counts, where it is less than those seen."""
+    root, proc, cgroup = fake_v1(tmp_path, limit=2 * GiB)
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lambda line: None, mode="shared", root=root, proc_cgroup=proc)
+    try:
+        assert evidence.available_memory() == 2 * GiB  # (no memory.stat: the limits seen)
+        (cgroup / "memory.stat").write_text(f"cache 0\nhierarchical_memory_limit {300 * MiB}\n")
+        assert evidence.available_memory() == 300 * MiB
+        where = evidence.tightest_limit()[1]  # (what is under it is read at the top cgroup seen)
+        assert where is not None and where.path == cgroup
+        (cgroup / "memory.stat").write_text(f"hierarchical_memory_limit {V1_NO_LIMIT}\n")
+        assert evidence.available_memory() == 2 * GiB
+    finally:
+        evidence.close()
+        loop.close()

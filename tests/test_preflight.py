@@ -15,13 +15,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from helpers import (
     Runner,
+    bind_mount,
     first_line,
     one_verdict,
     run_in_cgroup,
     shell,
     toml_list,
+    toml_str,
+    unmount,
     v1_cgroup,
     verdict_lines,
 )
@@ -149,4 +153,30 @@ def test_limit_from_a_real_v1_cgroup(sup: Runner) -> None:
         assert "phase fits: memory preflight ok: 256.0MiB available, min_memory 128.0MiB" in ok.output
         for name in ("command", "daemon", "plain"):
             assert (seen / name).read_text().strip() == str(256 * MiB), name
+    assert not cg.exists()
+
+
+def test_a_limit_above_the_cgroup_mount_is_held_to(sup: Runner) -> None:
+    """A container sees its own cgroup as the mount's root, and its runtime's limit may be on a cgroup above it
+    (Docker's --cgroup-parent on a limited slice): the supervisor saw no limit at all, a 256 MiB container passed
+    a min_memory of 512 MiB and its children were told the machine's memory. v1's memory.stat says it."""
+    with v1_cgroup("hidden", 256 * MiB) as cg:
+        inner = cg / "inner"
+        inner.mkdir()  # (no limit of its own: the container's cgroup, below the limited one)
+        mount = sup.tmp / "cgroupfs" / "memory"
+        mount.mkdir(parents=True)
+        try:
+            why = bind_mount(inner, mount)  # (as the container sees it: its cgroup at the mount's root)
+            if why is not None:
+                pytest.skip(why)
+            started = sup.tmp / "started"
+            started.mkdir()
+            config = refused_config(sup, "512MiB", started)
+            config.write_text(config.read_text().replace(
+                "[supervisor]\n", f"[supervisor]\ncgroup_root = {toml_str(str(mount.parent))}\n", 1))
+            refused = run_in_cgroup(sup, config, inner, timeout=30)
+            assert f"cgroup v1 at {mount}" in first_line(refused.output, "memory evidence:"), refused.output
+            assert check_refused(refused.output, refused.returncode, 512 * MiB, started) == 256 * MiB
+        finally:
+            unmount(mount)
     assert not cg.exists()

@@ -260,6 +260,19 @@ class MemoryCgroup:
         limit = self._int("memory.limit_in_bytes")
         return None if limit is None or limit >= V1_UNLIMITED else limit
 
+    def limit_with_ancestors(self) -> int | None:
+        """v1: the least limit of this cgroup and of every one above it, as the kernel works it out
+        (``memory.stat``'s ``hierarchical_memory_limit``), those above the mount too, which cannot be read one
+        by one from here; None: none, unreadable, or v2 (which has no such figure)."""
+        if self.version != "v1":
+            return None
+        try:
+            limit = _read_keyed(self.path / "memory.stat", "hierarchical_memory_limit")
+        except BadValue as exc:
+            self._bad("memory.stat", exc)
+            return None
+        return None if limit is None or limit >= V1_UNLIMITED else limit
+
     def working_set(self) -> int | None:
         """Usage less the inactive file cache (the kubelet's working set): what the kernel cannot just drop."""
         usage = self._int("memory.current" if self.version == "v2" else "memory.usage_in_bytes")

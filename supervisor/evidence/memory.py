@@ -380,8 +380,8 @@ class MemoryEvidence:
         return where.working_set() if where is not None else mem_used(meminfo)
 
     def tightest_limit(self, meminfo: Path | str = "/proc/meminfo") -> tuple[int | None, MemoryCgroup | None]:
-        """The tightest limit over the supervisor's cgroup, up the hierarchy, or MemTotal; and the cgroup that sets
-        it (None: the machine)."""
+        """The tightest limit over the supervisor's cgroup, up the hierarchy (on v1 above the mount too), or
+        MemTotal; and the cgroup that sets it, or the top one seen for one above the mount (None: the machine)."""
         best: tuple[int | None, MemoryCgroup | None] = (mem_total(meminfo), None)
         if (cgroup := self.shared or self._limited_by) is not None:
             for limit, where in self._limits_up_the_tree(cgroup):
@@ -399,6 +399,14 @@ class MemoryEvidence:
             if path.parent == path or not (path.parent / "cgroup.procs").exists():
                 break
             path = path.parent
+        # The top cgroup seen is where the mount begins, not where the limits end: a container sees its own
+        # cgroup as the root, and the limit may be on one above it (Docker's --cgroup-parent on a limited slice,
+        # a runtime nested in another). v1 works out the least of them all; what is under that limit is read at
+        # the top cgroup seen, the most of it there is to read. v2 has no such figure (docs/configuration.md).
+        top = limits[-1][1]
+        hidden = top.limit_with_ancestors()
+        if hidden is not None and all(limit is None or hidden < limit for limit, _ in limits):
+            limits.append((hidden, top))
         return limits
 
     # ------------------------------------------------------------ watching

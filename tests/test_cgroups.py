@@ -443,7 +443,7 @@ def test_memory_evidence_shared_mode_logs_an_oom_kill_live(tmp_path: Path) -> No
         assert "usage=3.0MiB" in oom and "peak=5.0MiB" in oom and "limit=none" in oom
         # No limit of its own: the one that killed is above it (here the machine's), and the line names it.
         above = evidence.available_memory()
-        assert above is not None and oom.endswith(f"; the limit above it: {fmt_bytes(above)}"), oom
+        assert above is not None and oom.endswith(f"; the limit reached: the machine's {fmt_bytes(above)}"), oom
 
         report = evidence.report(placement)
         assert report.oom_kills == 1 and report.scope == "shared" and report.peak == 5 * MiB
@@ -800,8 +800,8 @@ def test_v2_a_kill_in_a_cgroup_a_child_made_below_its_phase_cgroup_is_its_oom_ki
         assert verdict.reason == OOM_KILLED, verdict.line()
         above = fmt_bytes(evidence.available_memory())  # (no limit of its own: the one above it is named)
         assert [line for line in lines if "OOM KILL" in line] == [
-            f"OOM KILL in cgroup {phase_cgroup}: oom_kill 0 → 1; {report.snapshot.describe()}; the limit above it: "
-            f"{above}"]
+            f"OOM KILL in cgroup {phase_cgroup}: oom_kill 0 → 1; {report.snapshot.describe()}; the limit reached: "
+            f"the machine's {above}"]
     finally:
         evidence.close()
         loop.close()
@@ -1089,6 +1089,50 @@ def test_v1_a_limit_above_the_mount_is_read_from_memory_stat(tmp_path: Path) -> 
         assert where is not None and where.path == cgroup
         (cgroup / "memory.stat").write_text(f"hierarchical_memory_limit {V1_NO_LIMIT}\n")
         assert evidence.available_memory() == 2 * GiB
+    finally:
+        evidence.close()
+        loop.close()
+
+
+def test_an_oom_line_names_the_limit_whose_count_rose_not_the_smallest(tmp_path: Path) -> None:
+    """The kill comes at the first limit full, not at the smallest: a cgroup at 80% of its own 300 MiB is killed by
+    a 512 MiB one above that others fill. Which one was reached is the one whose count rose since the last look
+    (v2 memory.events.local ``oom``, v1 memory.failcnt); v1's limit above the mount has none: named where no other
+    rose."""
+    root, proc, cgroup = fake_v2(tmp_path, rel="/outer/inner", memory_max=str(300 * MiB), oom_kill=0)
+    write_files(cgroup.parent, {"memory.max": f"{512 * MiB}\n", "cgroup.procs": ""})
+    v2_events_both(cgroup.parent, 0, 0)
+    v2_events_both(cgroup, 0, 0)
+    lines: list[str] = []
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lines.append, mode="shared", root=root, proc_cgroup=proc)
+    try:
+        placement = evidence.place("p", None)
+        for n, (outer, inner) in enumerate([(1, 0), (1, 1), (1, 1)], start=1):  # (each: its ooms since the start)
+            (cgroup.parent / "memory.events.local").write_text(v2_events(outer))  # (v2_events: oom is 1 more)
+            (cgroup / "memory.events.local").write_text(v2_events(inner))
+            (cgroup / "memory.events").write_text(v2_events(n))
+            evidence.report(placement)
+        said = [line.partition("oom_kills=")[2] for line in lines if "OOM KILL" in line]
+        assert said == [f"1; the limit reached: 512.0MiB of {cgroup.parent}", "2; the limit reached: its own 300.0MiB",
+                        "3; no limit seen over it was reached (one above the cgroup mount, unseen from here?)"], lines
+    finally:
+        evidence.close()
+
+    root, proc, cgroup = fake_v1(tmp_path / "v1", limit=2 * GiB, oom_kill=0)
+    (cgroup / "memory.stat").write_text(f"hierarchical_memory_limit {300 * MiB}\n")
+    lines.clear()
+    evidence = MemoryEvidence(loop, lines.append, mode="shared", root=root, proc_cgroup=proc)
+    try:
+        placement = evidence.place("p", None)
+        (cgroup / "memory.oom_control").write_text(v1_oom_control(1))
+        evidence.report(placement)
+        (cgroup / "memory.failcnt").write_text("5\n")
+        (cgroup / "memory.oom_control").write_text(v1_oom_control(2))
+        evidence.report(placement)
+        said = [line.partition("oom_kills=")[2] for line in lines if "OOM KILL" in line]
+        assert said == ["1; the limit reached: 300.0MiB, set above the cgroup mount",
+                        "2; the limit reached: its own 2.0GiB"], lines
     finally:
         evidence.close()
         loop.close()

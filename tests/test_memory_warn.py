@@ -8,10 +8,11 @@ import re
 import textwrap
 from pathlib import Path
 
-from helpers import PY, Runner, one_verdict, toml_list, v1_memory_cgroup_or_skip
+from helpers import PY, Runner, first_line, one_verdict, run_in_cgroup, toml_list, v1_cgroup, v1_memory_cgroup_or_skip
 
 from supervisor.evidence.cgroups import parse_pressure
 from supervisor.evidence.memwatch import MEMORY_REARM_MARGIN, crossed
+from supervisor.text.units import MIB as MiB
 
 # Grows to 93% of its cgroup's limit (read from its own cgroup), says so, waits ``pause`` seconds (long
 # enough for a tick or two to see it), then grows until the kernel kills it; gives up at 1 GiB.
@@ -39,6 +40,12 @@ def climb_script(tmp: Path) -> Path:
     path = tmp / "climb.py"
     path.write_text(CLIMB_CODE)
     return path
+
+
+# Grows (1 MiB at a time) until the cgroup above its own (the container's, which another phase fills too) is at
+# 93% of its limit, says so, waits ``pause`` seconds, then grows until the kernel kills it; gives up at 1 GiB.
+CLIMB_ABOVE_CODE = CLIMB_CODE.replace('cg = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")',
+                                      'cg = (Path("/sys/fs/cgroup/memory") / rel.lstrip("/")).parent')
 
 
 def test_crossing_is_said_once_and_rearmed_below_the_margin() -> None:
@@ -134,3 +141,36 @@ def test_only_a_warning_given_before_the_kill_is_cited_by_its_verdict(tmp_path: 
     assert "warned at" not in judged(kill + 0.001, kill), "given after the kill was seen"
     assert "warned at" in judged(kill - 1, None), "no kill seen live: the reap's own look"
     assert "warned at" not in judged(started - 1, None), "an earlier attempt's"
+
+
+def test_a_container_filled_by_two_phases_is_warned_and_its_limit_named_at_the_kill(sup: Runner) -> None:
+    """Each phase under its own memory_max (160 MiB), the container's 256 MiB filled by the two: the kill comes at
+    the container's limit. Judged by the smaller limit, each phase's own, there was no memory_high in the whole
+    climb, and the OOM line named only the phase's own limit, which was never reached."""
+    climb = sup.tmp / "climb-above.py"
+    climb.write_text(CLIMB_ABOVE_CODE)
+    with v1_cgroup("filled", 256 * MiB) as cg:
+        cfg = sup.write(f"""
+[[phases]]
+name = "svc"
+kind = "service"
+memory_max = "160MiB"
+command = {toml_list([PY, "-c", "import time; b = b'x' * (100 << 20); time.sleep(60)"])}
+
+[[phases]]
+name = "job"
+memory_max = "160MiB"
+command = {toml_list([PY, str(climb), "2.5"])}
+""", stop_grace_s=1)
+        out = run_in_cgroup(sup, cfg, cg, timeout=60).output
+    assert "at 9" in out, out  # the climber reached its plateau (the container at 93%)
+    warning = first_line(out, "memory_high: phase job")
+    assert re.search(r"uses 9\d% of its memory limit \([\d.]+MiB of 256\.0MiB, the limit above its cgroup "
+                     r"\(256\.0MiB; its own 160\.0MiB is less full\), all that is under it counted;", warning), warning
+    record = one_verdict(out, "job")
+    assert " reason=oom_killed " in record, out
+    assert re.search(r"warned at [\d:]+: memory_high 9\d% of 256\.0MiB", record), record
+    oom = first_line(out, "OOM KILL in cgroup")
+    assert "-job: " in oom and "limit=160.0MiB" in oom, oom
+    assert oom.endswith(f"; the limit reached: 256.0MiB of {cg}"), oom
+    assert out.index("memory_high: phase job") < out.index("OOM KILL")

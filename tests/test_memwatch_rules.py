@@ -16,7 +16,7 @@ import pytest
 from supervisor.engine.logs import Unshipped
 from supervisor.evidence import memwatch
 from supervisor.evidence.cgroups import MemoryCgroup
-from supervisor.evidence.memory import MemoryWarning
+from supervisor.evidence.memory import Limit, MemoryWarning
 from supervisor.evidence.memwatch import MemoryUse, MemoryWatch, memory_high_line
 
 MIB = 1 << 20
@@ -25,7 +25,8 @@ PSI = "some avg10=2.50 avg60=1.00 avg300=0.10 total=99\nfull avg10=0.75 avg60=0.
 
 @dataclass
 class Evidence:
-    """What MemoryWatch reads of memory.MemoryEvidence: the cgroup a phase counts in, the machine's limit."""
+    """What MemoryWatch reads of memory.MemoryEvidence: the cgroup a phase counts in, the limits over it (its own,
+    then ``available``: one above it, the container's or the machine's) and what is under the one above."""
 
     cgroups: dict[str, tuple[MemoryCgroup, str]] = field(default_factory=dict)
     available: int | None = None
@@ -35,11 +36,9 @@ class Evidence:
     def cgroup_of(self, phase: str) -> tuple[MemoryCgroup | None, str]:
         return self.cgroups.get(phase, (None, ""))
 
-    def available_memory(self) -> int | None:
-        return self.available
-
-    def tightest_limit(self, meminfo: object = None) -> tuple[int | None, None]:
-        return self.available, None
+    def limits_over(self, cgroup: MemoryCgroup | None = None, meminfo: object = None) -> list[Limit]:
+        own = cgroup.limit() if cgroup is not None else None
+        return ([Limit(own, cgroup)] if own else []) + ([Limit(self.available, None)] if self.available else [])
 
     def used_under(self, where: object, meminfo: object = None) -> int | None:
         return self.used_above
@@ -118,11 +117,23 @@ def test_a_limit_above_is_judged_by_all_that_is_under_it(tmp_path: Path, no_mach
     phase = Phase("bench")
     said = MemoryWatch(lambda: [phase], full).check()  # type: ignore[arg-type]
     assert len(said) == 1 and "uses 97% of its memory limit (290.0MiB of 300.0MiB" in said[0], said
-    # Its own limit binds: its own usage is the measure (what is above is not that limit's).
-    own = v1(tmp_path, "fetch", usage=50 * MIB, limit=100 * MIB)
-    looser = Evidence({"fetch": (own, "its cgroup")}, available=300 * MIB, used_above=290 * MIB)
-    assert MemoryWatch(lambda: [], looser).use_of("fetch") == MemoryUse(  # type: ignore[arg-type]
-        50 * MIB, 100 * MIB, "its cgroup", None)
+    # Its own limit is the fuller: its own usage is the measure (what is above is not that limit's).
+    own = v1(tmp_path, "fetch", usage=95 * MIB, limit=100 * MIB)
+    roomier = Evidence({"fetch": (own, "its cgroup")}, available=300 * MIB, used_above=200 * MIB)
+    assert MemoryWatch(lambda: [], roomier).use_of("fetch") == MemoryUse(  # type: ignore[arg-type]
+        95 * MIB, 100 * MIB, "its cgroup", None)
+
+
+def test_the_limit_nearest_to_being_reached_is_judged_not_the_smallest(tmp_path: Path, no_machine_psi: Path) -> None:
+    """A phase at 80% of its own 300 MiB in a 512 MiB container that another phase fills: the container's limit
+    is the one reached first. Judged by the smaller limit, the climb to the kill had no memory_high at all."""
+    cgroup = v1(tmp_path, "job", usage=240 * MIB, limit=300 * MIB)
+    full = Evidence({"job": (cgroup, "its cgroup")}, available=512 * MIB, used_above=480 * MIB)
+    use = MemoryWatch(lambda: [], full).use_of("job")  # type: ignore[arg-type]
+    where = "the limit above its cgroup (512.0MiB; its own 300.0MiB is less full), all that is under it counted"
+    assert use == MemoryUse(480 * MIB, 512 * MIB, where, None)
+    said = MemoryWatch(lambda: [Phase("job")], full).check()  # type: ignore[arg-type]
+    assert len(said) == 1 and "uses 94% of its memory limit (480.0MiB of 512.0MiB" in said[0], said
 
 
 def test_a_v2_cgroup_says_its_own_pressure(tmp_path: Path, no_machine_psi: Path) -> None:

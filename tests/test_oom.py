@@ -97,6 +97,7 @@ command = {toml_list([PY, str(alloc)])}
     assert re.fullmatch(re.escape(str(base)) + r"/prover-\d+-hog", live.group(1)), live.group(1)
     assert (int(live.group(2)), int(live.group(3))) == (0, 1)
     assert "limit=64.0MiB" in first_line(out, "OOM KILL in cgroup")
+    assert first_line(out, "OOM KILL in cgroup").endswith("; the limit reached: its own 64.0MiB")  # (its failcnt rose)
     # the live line comes before the verdict
     assert out.index("OOM KILL in cgroup") < out.index("reason=oom_killed")
     assert not list(base.glob("prover-*-hog")), "the phase's cgroup was not removed"

@@ -273,6 +273,14 @@ class MemoryCgroup:
             return None
         return None if limit is None or limit >= V1_UNLIMITED else limit
 
+    def limit_hits(self) -> int | None:
+        """How many times this cgroup's own limit was reached: v1 ``memory.failcnt`` (a charge it refused, whether
+        reclaim then made room or not), v2 ``memory.events.local`` ``oom`` (nothing left to reclaim: the OOM
+        killer called at this limit). Which limit an OOM kill came at is the one whose count rose."""
+        if self.version == "v1":
+            return self._int("memory.failcnt")
+        return self._keyed("memory.events.local", "oom")
+
     def working_set(self) -> int | None:
         """Usage less the inactive file cache (the kubelet's working set): what the kernel cannot just drop."""
         usage = self._int("memory.current" if self.version == "v2" else "memory.usage_in_bytes")

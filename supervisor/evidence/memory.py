@@ -69,6 +69,26 @@ class Found(NamedTuple):
     inherited: list[MemoryCgroup]
 
 
+class Limit(NamedTuple):
+    """A memory limit that can kill in a cgroup: its size, and what holds it, a cgroup up the tree (all that is
+    under it counts towards it) or the machine (None: MemTotal). ``above_mount``: v1's least limit of the cgroups
+    above the mount (memory.stat), whose holder cannot be seen from here: read at the top one seen."""
+
+    size: int
+    holder: MemoryCgroup | None
+    above_mount: bool = False
+
+    def named(self, own: MemoryCgroup | None = None) -> str:
+        """How an OOM line names it (``own``: the cgroup the kill was counted in)."""
+        if self.holder is None:
+            return f"the machine's {fmt_bytes(self.size)}"
+        if self.above_mount:
+            return f"{fmt_bytes(self.size)}, set above the cgroup mount"
+        if own is not None and self.holder.path == own.path:
+            return f"its own {fmt_bytes(self.size)}"
+        return f"{fmt_bytes(self.size)} of {self.holder.path}"
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a child runs, and the OOM counter reading when it started."""
@@ -120,6 +140,8 @@ class MemoryEvidence:
         self._earlier_peak: set[Path] = set()
         self._watches: dict[str, tuple[MemoryCgroup, int | None]] = {}  # path → (cgroup, fd or None: polled)
         self._last_kills: dict[str, OomKills] = {}  # path → its counters at the last look
+        # path → the times each limit over it was reached (Limit's holder → count), at its watch or its last kill
+        self._last_hits: dict[str, dict[Path, int | None]] = {}
         # The OOM kills seen in this run, in every cgroup watched (the phases', made anew each attempt, and the
         # supervisor's): what status and /metrics count; no one cgroup's counter holds them all.
         self.oom_kills_seen = 0
@@ -382,20 +404,27 @@ class MemoryEvidence:
     def tightest_limit(self, meminfo: Path | str = "/proc/meminfo") -> tuple[int | None, MemoryCgroup | None]:
         """The tightest limit over the supervisor's cgroup, up the hierarchy (on v1 above the mount too), or
         MemTotal; and the cgroup that sets it, or the top one seen for one above the mount (None: the machine)."""
-        best: tuple[int | None, MemoryCgroup | None] = (mem_total(meminfo), None)
-        if (cgroup := self.shared or self._limited_by) is not None:
-            for limit, where in self._limits_up_the_tree(cgroup):
-                if limit is not None and (best[0] is None or limit < best[0]):
-                    best = (limit, where)
-        return best
+        least = min(self.limits_over(None, meminfo), key=lambda limit: limit.size, default=None)
+        return (least.size, least.holder) if least is not None else (None, None)
+
+    def limits_over(self, cgroup: MemoryCgroup | None = None, meminfo: Path | str = "/proc/meminfo") -> list[Limit]:
+        """Every limit that can kill in ``cgroup`` (None: the supervisor's), from its own up the tree (on v1 above the
+        mount too), else the machine's MemTotal: a cgroup limit at or above it is never reached before the machine is
+        full, and with one below it the machine is not what kills."""
+        start = cgroup or self.shared or self._limited_by
+        total = mem_total(meminfo)
+        limits = [limit for limit in (self._limits_up_the_tree(start) if start is not None else [])
+                  if total is None or limit.size < total]
+        return limits or ([Limit(total, None)] if total else [])
 
     @staticmethod
-    def _limits_up_the_tree(cgroup: MemoryCgroup) -> list[tuple[int | None, MemoryCgroup]]:
-        limits = []
+    def _limits_up_the_tree(cgroup: MemoryCgroup) -> list[Limit]:
+        limits, top = [], cgroup
         path = cgroup.path
         for _ in range(32):
-            level = MemoryCgroup(path, cgroup.version, cgroup.on_bad)
-            limits.append((level.limit(), level))
+            top = MemoryCgroup(path, cgroup.version, cgroup.on_bad)
+            if (limit := top.limit()) is not None:
+                limits.append(Limit(limit, top))
             if path.parent == path or not (path.parent / "cgroup.procs").exists():
                 break
             path = path.parent
@@ -403,11 +432,41 @@ class MemoryEvidence:
         # cgroup as the root, and the limit may be on one above it (Docker's --cgroup-parent on a limited slice,
         # a runtime nested in another). v1 works out the least of them all; what is under that limit is read at
         # the top cgroup seen, the most of it there is to read. v2 has no such figure (docs/configuration.md).
-        top = limits[-1][1]
         hidden = top.limit_with_ancestors()
-        if hidden is not None and all(limit is None or hidden < limit for limit, _ in limits):
-            limits.append((hidden, top))
+        if hidden is not None and all(hidden < limit.size for limit in limits):
+            limits.append(Limit(hidden, top, above_mount=True))
         return limits
+
+    def _hits_over(self, cgroup: MemoryCgroup) -> dict[Path, int | None]:
+        """How many times each cgroup limit over ``cgroup`` was reached so far (MemoryCgroup.limit_hits)."""
+        return {limit.holder.path: limit.holder.limit_hits() for limit in self.limits_over(cgroup)
+                if limit.holder is not None and not limit.above_mount}
+
+    def _limit_reached(self, cgroup: MemoryCgroup, snap: MemorySnapshot, before: OomKills) -> str:
+        """Which limit an OOM kill counted in ``cgroup`` came at, for its line: the nearest the victim whose count
+        of times reached rose since the last look (from the victim's own cgroup, where one below was counted apart),
+        never the smallest by size (a phase at 80% of its own 300 MiB is killed by a 512 MiB container that others
+        fill); else the one limit left that has no count to read (set above the cgroup mount, or the machine's)."""
+        key = str(cgroup.path)
+        rose = [path for path, count in (snap.oom.by_cgroup if snap.oom else {}).items()
+                if count > before.by_cgroup.get(path, 0)]
+        victims = MemoryCgroup(rose[0], cgroup.version, cgroup.on_bad) if rose else cgroup
+        limits = self.limits_over(victims)
+        earlier, now = self._last_hits.get(key, {}), self._hits_over(victims)
+        self._last_hits[key] = now if victims is cgroup else self._hits_over(cgroup)  # (the next kill's baseline)
+        for limit in limits:
+            if limit.holder is None or limit.above_mount:
+                continue
+            count, was = now.get(limit.holder.path), earlier.get(limit.holder.path, 0)  # (one made since: from 0)
+            if count is not None and was is not None and count > was:
+                return f"; the limit reached: {limit.named(cgroup)}"
+        unread = [limit for limit in limits if limit.holder is None or limit.above_mount
+                  or now.get(limit.holder.path) is None or earlier.get(limit.holder.path, 0) is None]
+        if len(unread) == 1:
+            return f"; the limit reached: {unread[0].named(cgroup)}"
+        if unread:
+            return f"; the limit reached: one of {', '.join(limit.named(cgroup) for limit in unread)}"
+        return "; no limit seen over it was reached (one above the cgroup mount, unseen from here?)"
 
     # ------------------------------------------------------------ watching
 
@@ -418,6 +477,7 @@ class MemoryEvidence:
         counts = cgroup.oom_counts()
         if counts is not None:
             self._last_kills[key] = counts
+        self._last_hits[key] = self._hits_over(cgroup)
         opened = cgroup.open_watch()
         if opened is None:
             self._watches[key] = (cgroup, None)
@@ -429,6 +489,7 @@ class MemoryEvidence:
 
     def _unwatch(self, cgroup: MemoryCgroup) -> None:
         entry = self._watches.pop(str(cgroup.path), None)
+        self._last_hits.pop(str(cgroup.path), None)
         if entry is not None and entry[1] is not None:
             self._loop.remove_reader(entry[1])
             os.close(entry[1])
@@ -462,11 +523,9 @@ class MemoryEvidence:
             self.oom_kills_seen += rose
             self.kill_seen_at[cgroup.path] = time.time()
             # Its own limit is not always the one that killed: one above it (the container's, or the machine's)
-            # may be tighter, or the only one (a phase without memory_max).
-            above = limit_above(snap.limit, self.available_memory())
-            tighter = f"; the limit above it: {fmt_bytes(above)}" if above is not None else ""
+            # may be reached first, or be the only one (a phase without memory_max).
             self._log(f"OOM KILL in cgroup {cgroup.path}: oom_kill {before.total} → {snap.oom.total}; "
-                      f"{snap.describe()}{tighter}")
+                      f"{snap.describe()}{self._limit_reached(cgroup, snap, before)}")
         self._last_kills[key] = snap.oom
         if snap.under_oom and key not in self._said_frozen:  # (v1: an OOM eventfd fires for it too)
             self._said_frozen.add(key)
@@ -475,12 +534,6 @@ class MemoryEvidence:
                       f"{snap.describe()}")
         elif snap.under_oom is False:
             self._said_frozen.discard(key)
-
-
-def limit_above(own: int | None, above: int | None) -> int | None:
-    """``above`` (the tightest limit over a cgroup: the container's, or the machine's) where it is the one that
-    kills, tighter than the cgroup's ``own`` or the only one; None where ``own`` binds (or neither is known)."""
-    return above if above and (not own or above < own) else None
 
 
 def _reset_v1_watermark(cgroup: MemoryCgroup) -> bool:

@@ -5,8 +5,9 @@ An OOM kill comes without warning to the operator, though the usage was near the
 and /proc/meminfo reads do not block, so this runs on the loop) the memory of each phase with live
 children is read: its own cgroup (per-phase mode), else the supervisor's, else the machine's
 (MemTotal less MemAvailable). The figure is the working set (usage less inactive file cache, as the
-kubelet counts it: a cache the kernel can drop is no threat), the limit the tightest of the cgroup's own
-and those above it (a phase's memory_max looser than the container's is no limit it reaches), else MemTotal.
+kubelet counts it: a cache the kernel can drop is no threat), the limit the fullest of the cgroup's own
+and those above it, each judged by all that is under it (``fullest_limit``: the kill comes at the first one
+full, not at the smallest), else MemTotal.
 PSI is added where it is readable (v2 ``memory.pressure``, else ``/proc/pressure/memory``; EOPNOTSUPP: none).
 
 Crossing the phase's ``memory_warn`` (a fraction of the limit, default 0.9; 0: never) is said once
@@ -30,8 +31,8 @@ from typing import Protocol
 
 from ..engine.logs import Unshipped
 from ..text.show import fmt_bytes
-from .cgroups import mem_total, mem_used, read_pressure
-from .memory import MemoryEvidence, MemoryWarning, limit_above
+from .cgroups import MemoryCgroup, mem_total, mem_used, read_pressure
+from .memory import Limit, MemoryEvidence, MemoryWarning
 from .watchstate import WatchState, said_error
 
 MEMORY_HIGH = "memory_high"
@@ -146,26 +147,52 @@ def memory_use(memory: MemoryEvidence, phase: str, meminfo: Path | str = "/proc/
     cgroup, where = memory.cgroup_of(phase)
     if cgroup is not None:
         used = cgroup.working_set()
-        # The kill comes at the tightest limit: the phase's own may be looser than the container's above it.
-        own, (above, holder) = cgroup.limit(), memory.tightest_limit(meminfo)
-        binding = limit_above(own, above)  # (a phase without memory_max: the container's, or the machine's)
-        limit = binding or own
-        if binding is not None:
-            its = f" < its own {fmt_bytes(own)}" if own else "; it has none of its own"
-            where = f"the limit above {where} ({fmt_bytes(binding)}{its})"
-            used_above = memory.used_under(holder, meminfo)  # (read only where that limit is the one that binds)
-            if used is not None and used_above is not None and used_above > used:
+        fullest = fullest_limit(memory, cgroup, used, meminfo) if used is not None else None
+        if used is None or fullest is None:
+            return None
+        used_there, limit = fullest
+        if limit.holder is None or limit.holder.path != cgroup.path:  # (the container's, or the machine's)
+            own = cgroup.limit()
+            its = "; it has none of its own" if not own else \
+                f" < its own {fmt_bytes(own)}" if limit.size < own else f"; its own {fmt_bytes(own)} is less full"
+            mount = ", set above the cgroup mount" if limit.above_mount else ""
+            where = f"the limit above {where} ({fmt_bytes(limit.size)}{mount}{its})"
+            if used_there > used:
                 # What else lives under that limit fills it too (the supervisor, a kept daemon, another phase,
                 # the container's other processes): the phase's own share read 45% of a container at 100%.
-                used, where = used_above, f"{where}, all that is under it counted"
-        if used is None or not limit:
-            return None
+                where = f"{where}, all that is under it counted"
         pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None
         if pressure is None:  # v1 has none of its own: the machine's, said as such
             machine = read_pressure(MACHINE_PRESSURE)
             pressure = f"(machine) {machine}" if machine else None
-        return MemoryUse(used, limit, where, pressure)
+        return MemoryUse(used_there, limit.size, where, pressure)
     used, total = mem_used(meminfo), mem_total(meminfo)
     if used is None or not total:
         return None
     return MemoryUse(used, total, "the machine", read_pressure(MACHINE_PRESSURE))
+
+
+class Limits(Protocol):
+    """What ``fullest_limit`` reads of memory.MemoryEvidence."""
+
+    def limits_over(self, cgroup: MemoryCgroup | None = None, meminfo: Path | str = ...) -> list[Limit]: ...
+
+    def used_under(self, where: MemoryCgroup | None, meminfo: Path | str = ...) -> int | None: ...
+
+
+def fullest_limit(memory: Limits, cgroup: MemoryCgroup, used: int,
+                  meminfo: Path | str = "/proc/meminfo") -> tuple[int, Limit] | None:
+    """The limit over ``cgroup`` nearest to being reached, with what is under it now: its own judged by ``used``
+    (its working set), each above it by all that is under it (the supervisor, a kept daemon, other phases, the
+    container's other processes; never less than ``used``). The kill comes at the first one full, not at the
+    smallest: a phase at 80% of its own 300 MiB was killed by a 512 MiB container that another phase filled,
+    with no word of it. None: no limit at all."""
+    fullest: tuple[int, Limit] | None = None
+    for limit in memory.limits_over(cgroup, meminfo):
+        if limit.holder is not None and limit.holder.path == cgroup.path:
+            under = used
+        else:  # (read only where it is above: a reading that fails is still at least the cgroup's own)
+            under = max(used, memory.used_under(limit.holder, meminfo) or 0)
+        if fullest is None or under * fullest[1].size > fullest[0] * limit.size:
+            fullest = (under, limit)
+    return fullest

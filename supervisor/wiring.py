@@ -162,8 +162,9 @@ class Wiring:
     # /metrics serves as prover_supervisor_<name>{phase=...}). Called on the loop, at every snapshot.
     add_status: Callable[[str, Callable[[], Mapping[str, Any]]], None] = lambda name, provider: None
     # The machine as the core measures it for a phase, never a blocking call: ``memory_used``/``memory_limit``
-    # (bytes; its cgroup's working set, else the machine's), ``gpu_utilization`` (percent per GPU; empty once the
-    # GPUs' last reading is not current: NVML hung, samples stopped).
+    # (bytes: what is under the fullest limit over its cgroup, or over the supervisor's, else the machine's),
+    # ``gpu_utilization`` (percent per GPU; empty once the GPUs' last reading is not current: NVML hung, samples
+    # stopped).
     machine: Callable[[str], Mapping[str, Any]] = lambda name: {}
     # A watch of the plugin's own, held to the core's rule (watchstate.py): watch_state(name, window_s) is its
     # state, which it tells of each reading (read/miss); the tick says when it goes blind, status shows it.

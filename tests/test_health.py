@@ -19,7 +19,20 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from helpers import PY, REPO, Console, Result, Runner, clean_env, free_port, sh, toml_str, wait_for
+from helpers import (
+    PY,
+    REPO,
+    Console,
+    Result,
+    Runner,
+    clean_env,
+    free_port,
+    in_cgroup_argv,
+    sh,
+    toml_str,
+    v1_cgroup,
+    wait_for,
+)
 from standin_nvml import NvmlControl, fake_nvml_env, gpu
 
 from supervisor.status.health import CONNECTION_LIFE_S, CONNECTIONS_MAX, IDLE_S, HealthServer, HealthState, metrics_text
@@ -362,6 +375,37 @@ sys.exit(run(load_plan(sys.argv[1], plugin), plugin))
 def status_of(sup: Runner, *args: str) -> str:
     return subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir), *args],
                           capture_output=True, text=True, cwd=REPO, timeout=30).stdout
+
+
+def test_a_plugins_machine_figures_are_the_containers_with_the_cgroup_evidence_off(sup: Runner) -> None:
+    """cgroups = "off" reads no OOM counter, but the container's limit still kills: a plugin's machine figures (the
+    production summary's "memory X of Y") showed the machine's MemTotal for a 256 MiB container."""
+    with v1_cgroup("machine", 256 << 20) as cg:
+        config = sup.write(f"""
+            [[phases]]
+            name = "svc"
+            kind = "service"
+            command = {sh("echo serving; exec sleep 120")}
+            """, stop_grace_s=1)
+        config.write_text(config.read_text().replace("[supervisor]\n", '[supervisor]\ncgroups = "off"\n', 1))
+        launcher = sup.tmp / "launch.py"
+        launcher.write_text(MACHINE_LAUNCHER)
+        with open(sup.tmp / "console.txt", "wb") as out:
+            proc = subprocess.Popen(in_cgroup_argv(cg, [PY, str(launcher), str(config)]), stdout=out,
+                                    stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True, env=clean_env())
+        sup.procs.append(proc)  # type: ignore[arg-type]
+
+        def machine() -> dict[str, object] | None:
+            with contextlib.suppress(ValueError, KeyError, IndexError):
+                figures = json.loads(status_of(sup, "--json"))["phases"][0]["machine"]
+                return figures if figures.get("memory_limit") is not None else None
+            return None
+
+        figures = wait_for(machine, 30, 0.2)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert isinstance(figures, dict) and figures["memory_limit"] == 256 << 20, figures
+    assert 0 < figures["memory_used"] < 256 << 20, figures  # type: ignore[operator]
 
 
 def test_gpu_figures_frozen_by_a_hung_nvml_are_never_served_as_current(sup: Runner) -> None:

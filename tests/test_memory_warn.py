@@ -174,3 +174,22 @@ command = {toml_list([PY, str(climb), "2.5"])}
     assert "-job: " in oom and "limit=160.0MiB" in oom, oom
     assert oom.endswith(f"; the limit reached: 256.0MiB of {cg}"), oom
     assert out.index("memory_high: phase job") < out.index("OOM KILL")
+
+
+def test_with_the_cgroup_evidence_off_the_containers_limit_is_warned_of(sup: Runner) -> None:
+    """cgroups = "off" reads no OOM counter, but the container's limit (the preflight's) still kills: a phase at
+    91% of it had no memory_high, judged against the machine's MemTotal."""
+    climb = climb_script(sup.tmp)
+    with v1_cgroup("off", 256 * MiB) as cg:
+        cfg = sup.write(f"""
+[[phases]]
+name = "hog"
+command = {toml_list([PY, str(climb), "2.5"])}
+""", stop_grace_s=1)
+        cfg.write_text(cfg.read_text().replace("[supervisor]\n", '[supervisor]\ncgroups = "off"\n', 1))
+        out = run_in_cgroup(sup, cfg, cg, timeout=60).output
+    assert "cgroup evidence turned off" in first_line(out, "memory evidence:"), out
+    assert "at 9" in out, out  # the climber reached its plateau
+    warning = first_line(out, "memory_high: phase hog")
+    assert re.search(r"uses 9\d% of its memory limit \([\d.]+MiB of 256\.0MiB, the limit over the supervisor's "
+                     r"cgroup, all that is under it counted;", warning), warning

@@ -15,7 +15,7 @@ import pytest
 
 from supervisor.engine.logs import Unshipped
 from supervisor.evidence import memwatch
-from supervisor.evidence.cgroups import MemoryCgroup
+from supervisor.evidence.cgroups import MemoryCgroup, mem_total, mem_used
 from supervisor.evidence.memory import Limit, MemoryWarning
 from supervisor.evidence.memwatch import MemoryUse, MemoryWatch, memory_high_line
 
@@ -36,12 +36,18 @@ class Evidence:
     def cgroup_of(self, phase: str) -> tuple[MemoryCgroup | None, str]:
         return self.cgroups.get(phase, (None, ""))
 
-    def limits_over(self, cgroup: MemoryCgroup | None = None, meminfo: object = None) -> list[Limit]:
+    def limits_over(self, cgroup: MemoryCgroup | None = None, meminfo: Path | str = "/proc/meminfo") -> list[Limit]:
         own = cgroup.limit() if cgroup is not None else None
-        return ([Limit(own, cgroup)] if own else []) + ([Limit(self.available, None)] if self.available else [])
+        limits = ([Limit(own, cgroup)] if own else []) + ([Limit(self.available, CONTAINER)] if self.available else [])
+        total = mem_total(meminfo)  # (the machine's, as memory.py's: where no cgroup limit is below it)
+        return limits or ([Limit(total, None)] if total else [])
 
-    def used_under(self, where: object, meminfo: object = None) -> int | None:
-        return self.used_above
+    def used_under(self, where: MemoryCgroup | None, meminfo: Path | str = "/proc/meminfo") -> int | None:
+        return mem_used(meminfo) if where is None else self.used_above
+
+
+# The cgroup above a phase's that holds ``Evidence.available`` (never read: ``used_above`` is what is under it).
+CONTAINER = MemoryCgroup(Path("/container"), "v1")
 
 
 class Phase:
@@ -175,7 +181,8 @@ def test_a_cgroup_without_a_limit_anywhere_or_its_usage_is_not_judged(tmp_path: 
     unlimited = v2(tmp_path, "a", 300 * MIB, "max")
     unreadable = MemoryCgroup(tmp_path / "gone", "v2")
     watch = MemoryWatch(lambda: [], Evidence({"a": (unlimited, "its cgroup"),  # type: ignore[arg-type]
-                                              "b": (unreadable, "its cgroup")}, available=None))
+                                              "b": (unreadable, "its cgroup")}, available=None),
+                        meminfo=tmp_path / "no-meminfo")  # (not even the machine's)
     assert watch.use_of("a") is None and watch.use_of("b") is None
 
 
@@ -185,6 +192,18 @@ def test_without_a_cgroup_the_machine_is_measured(tmp_path: Path, no_machine_psi
     use = MemoryWatch(lambda: [], Evidence(), meminfo=info).use_of("any")  # type: ignore[arg-type]
     assert use == MemoryUse(750 * 1024, 1000 * 1024, "the machine", "some avg10=2.50% full avg10=0.75%")
     assert use.fraction == 0.75
+
+
+def test_without_a_cgroup_of_its_own_the_limit_over_the_supervisors_is_measured(tmp_path: Path,
+                                                                                 no_machine_psi: Path) -> None:
+    """cgroups = "off": no cgroup is the phase's, but the container's limit still kills; judged against MemTotal,
+    a phase at 91% of it went unwarned."""
+    no_machine_psi.write_text(PSI)
+    info = meminfo(tmp_path, total_kib=24 << 20, available_kib=20 << 20)
+    container = Evidence(available=512 * MIB, used_above=465 * MIB)
+    use = MemoryWatch(lambda: [], container, meminfo=info).use_of("any")  # type: ignore[arg-type]
+    where = "the limit over the supervisor's cgroup, all that is under it counted"
+    assert use == MemoryUse(465 * MIB, 512 * MIB, where, "(machine) some avg10=2.50% full avg10=0.75%")
 
 
 def test_a_meminfo_without_memavailable_is_not_judged(tmp_path: Path, no_machine_psi: Path) -> None:

@@ -3,11 +3,11 @@
 An OOM kill comes without warning to the operator, though the usage was near the limit for minutes
 (the seeds' instance died on its first uncached proof). So at every tick (engine/tick.py's TICK_S: cgroupfs
 and /proc/meminfo reads do not block, so this runs on the loop) the memory of each phase with live
-children is read: its own cgroup (per-phase mode), else the supervisor's, else the machine's
-(MemTotal less MemAvailable). The figure is the working set (usage less inactive file cache, as the
-kubelet counts it: a cache the kernel can drop is no threat), the limit the fullest of the cgroup's own
-and those above it, each judged by all that is under it (``fullest_limit``: the kill comes at the first one
-full, not at the smallest), else MemTotal.
+children is read: its own cgroup (per-phase mode), else the supervisor's, else (cgroups = "off") what is
+under the limits over the supervisor's cgroup, else the machine's (MemTotal less MemAvailable). The figure
+is the working set (usage less inactive file cache, as the kubelet counts it: a cache the kernel can drop is
+no threat), the limit the fullest of the cgroup's own and those above it, each judged by all that is under
+it (``fullest_limit``: the kill comes at the first one full, not at the smallest), else MemTotal.
 PSI is added where it is readable (v2 ``memory.pressure``, else ``/proc/pressure/memory``; EOPNOTSUPP: none).
 
 Crossing the phase's ``memory_warn`` (a fraction of the limit, default 0.9; 0: never) is said once
@@ -31,7 +31,7 @@ from typing import Protocol
 
 from ..engine.logs import Unshipped
 from ..text.show import fmt_bytes
-from .cgroups import MemoryCgroup, mem_total, mem_used, read_pressure
+from .cgroups import MemoryCgroup, read_pressure
 from .memory import Limit, MemoryEvidence, MemoryWarning
 from .watchstate import WatchState, said_error
 
@@ -142,34 +142,38 @@ class MemoryWatch:
 
 
 def memory_use(memory: MemoryEvidence, phase: str, meminfo: Path | str = "/proc/meminfo") -> MemoryUse | None:
-    """The phase's memory now: its cgroup's (or the supervisor's) working set and limit, else the machine's
-    (the watch's reading, and what a plugin's ``machine`` view shows)."""
+    """The phase's memory now: its cgroup's (or the supervisor's) working set against the fullest limit over it,
+    else what is under the limits over the supervisor's cgroup (cgroups = "off": read, never watched), else the
+    machine's (the watch's reading, and what a plugin's ``machine`` view shows)."""
     cgroup, where = memory.cgroup_of(phase)
-    if cgroup is not None:
-        used = cgroup.working_set()
-        fullest = fullest_limit(memory, cgroup, used, meminfo) if used is not None else None
-        if used is None or fullest is None:
-            return None
-        used_there, limit = fullest
-        if limit.holder is None or limit.holder.path != cgroup.path:  # (the container's, or the machine's)
-            own = cgroup.limit()
-            its = "; it has none of its own" if not own else \
-                f" < its own {fmt_bytes(own)}" if limit.size < own else f"; its own {fmt_bytes(own)} is less full"
-            mount = ", set above the cgroup mount" if limit.above_mount else ""
-            where = f"the limit above {where} ({fmt_bytes(limit.size)}{mount}{its})"
-            if used_there > used:
-                # What else lives under that limit fills it too (the supervisor, a kept daemon, another phase,
-                # the container's other processes): the phase's own share read 45% of a container at 100%.
-                where = f"{where}, all that is under it counted"
-        pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None
-        if pressure is None:  # v1 has none of its own: the machine's, said as such
-            machine = read_pressure(MACHINE_PRESSURE)
-            pressure = f"(machine) {machine}" if machine else None
-        return MemoryUse(used_there, limit.size, where, pressure)
-    used, total = mem_used(meminfo), mem_total(meminfo)
-    if used is None or not total:
+    used = cgroup.working_set() if cgroup is not None else None
+    fullest = fullest_limit(memory, cgroup, used, meminfo) if used is not None or cgroup is None else None
+    if fullest is None:
         return None
-    return MemoryUse(used, total, "the machine", read_pressure(MACHINE_PRESSURE))
+    used_there, limit = fullest
+    mount = ", set above the cgroup mount" if limit.above_mount else ""
+    if cgroup is None:
+        machine = read_pressure(MACHINE_PRESSURE)
+        if limit.holder is None:
+            return MemoryUse(used_there, limit.size, "the machine", machine)
+        # With the evidence off the container's limit still kills: a phase at 91% of it went unwarned, judged
+        # against MemTotal. What is under it counts, the supervisor and every phase. (The machine's PSI: said so.)
+        return MemoryUse(used_there, limit.size, f"the limit over the supervisor's cgroup{mount}, all that is under "
+                         "it counted", f"(machine) {machine}" if machine else None)
+    if used is not None and (limit.holder is None or limit.holder.path != cgroup.path):  # (the container's, machine's)
+        own = cgroup.limit()
+        its = "; it has none of its own" if not own else \
+            f" < its own {fmt_bytes(own)}" if limit.size < own else f"; its own {fmt_bytes(own)} is less full"
+        where = f"the limit above {where} ({fmt_bytes(limit.size)}{mount}{its})"
+        if used_there > used:
+            # What else lives under that limit fills it too (the supervisor, a kept daemon, another phase,
+            # the container's other processes): the phase's own share read 45% of a container at 100%.
+            where = f"{where}, all that is under it counted"
+    pressure = read_pressure(cgroup.path / "memory.pressure") if cgroup.version == "v2" else None
+    if pressure is None:  # v1 has none of its own: the machine's, said as such
+        machine = read_pressure(MACHINE_PRESSURE)
+        pressure = f"(machine) {machine}" if machine else None
+    return MemoryUse(used_there, limit.size, where, pressure)
 
 
 class Limits(Protocol):
@@ -180,19 +184,20 @@ class Limits(Protocol):
     def used_under(self, where: MemoryCgroup | None, meminfo: Path | str = ...) -> int | None: ...
 
 
-def fullest_limit(memory: Limits, cgroup: MemoryCgroup, used: int,
+def fullest_limit(memory: Limits, cgroup: MemoryCgroup | None, used: int | None,
                   meminfo: Path | str = "/proc/meminfo") -> tuple[int, Limit] | None:
-    """The limit over ``cgroup`` nearest to being reached, with what is under it now: its own judged by ``used``
-    (its working set), each above it by all that is under it (the supervisor, a kept daemon, other phases, the
-    container's other processes; never less than ``used``). The kill comes at the first one full, not at the
-    smallest: a phase at 80% of its own 300 MiB was killed by a 512 MiB container that another phase filled,
-    with no word of it. None: no limit at all."""
+    """The limit over ``cgroup`` (None: over the supervisor's) nearest to being reached, with what is under it now:
+    its own judged by ``used`` (its working set), each above it by all that is under it (the supervisor, a kept
+    daemon, other phases, the container's other processes; never less than ``used``). The kill comes at the first
+    one full, not at the smallest: a phase at 80% of its own 300 MiB was killed by a 512 MiB container that another
+    phase filled, with no word of it. None: no limit, or nothing under one could be read."""
     fullest: tuple[int, Limit] | None = None
     for limit in memory.limits_over(cgroup, meminfo):
-        if limit.holder is not None and limit.holder.path == cgroup.path:
+        if cgroup is not None and limit.holder is not None and limit.holder.path == cgroup.path:
             under = used
         else:  # (read only where it is above: a reading that fails is still at least the cgroup's own)
-            under = max(used, memory.used_under(limit.holder, meminfo) or 0)
-        if fullest is None or under * fullest[1].size > fullest[0] * limit.size:
+            readings = [n for n in (used, memory.used_under(limit.holder, meminfo)) if n is not None]
+            under = max(readings, default=None)
+        if under is not None and (fullest is None or under * fullest[1].size > fullest[0] * limit.size):
             fullest = (under, limit)
     return fullest

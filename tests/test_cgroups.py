@@ -692,6 +692,36 @@ def test_v2_delegation_moves_the_supervisor_into_a_leaf_and_enables_memory_below
         loop.close()
 
 
+def test_v2_status_shows_the_containers_memory_not_the_supervisors_leaf(tmp_path: Path) -> None:
+    """Once delegated, the supervisor's leaf holds the supervisor alone, its phases' cgroups are the leaf's
+    siblings: status and /metrics read the leaf and showed 30 MiB, no limit, of a 1 GiB container holding 900 MiB.
+    They show the cgroup that holds it all (the leaf's parent), with the least limit over it (one above it too)."""
+    from supervisor.status import snapshot
+    from supervisor.status.health import metrics_text
+    from supervisor.status.model import Snapshot
+
+    root, proc, cgroup = fake_v2(tmp_path, rel="/pod/box", memory_max=str(GiB), oom_kill=0)
+    write_files(cgroup, {"memory.current": f"{900 * MiB}\n", "memory.peak": f"{950 * MiB}\n",
+                         "cgroup.subtree_control": ""})
+    write_files(cgroup.parent, {"memory.max": f"{768 * MiB}\n", "cgroup.procs": ""})
+    write_files(cgroup / "supervisor", {"memory.current": f"{30 * MiB}\n", "memory.peak": f"{31 * MiB}\n",
+                                        "memory.max": "max\n", "memory.events": v2_events(0)})  # (the leaf's files)
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lambda _line: None, "auto", root, proc)
+    try:
+        assert evidence.mode == "per-phase" and evidence.shared is not None, evidence.why
+        assert evidence.shared.path == cgroup / "supervisor"
+        memory = snapshot._memory(evidence)
+        assert (memory.usage, memory.peak, memory.limit) == (900 * MiB, 950 * MiB, 768 * MiB), memory
+        assert memory.snapshot == "usage=900.0MiB peak=950.0MiB limit=768.0MiB oom_kills=0", memory
+        text = metrics_text(Snapshot.from_json({"phases": [], "verdicts": [], "memory": memory.to_json()}))
+        assert f"prover_supervisor_memory_usage {900 * MiB}\n" in text and \
+            f"prover_supervisor_memory_limit {768 * MiB}\n" in text, text
+    finally:
+        evidence.close()
+        loop.close()
+
+
 def assert_shares_the_cgroup_it_was_put_in(evidence: MemoryEvidence, cgroup: Path) -> None:
     """No per-phase cgroups: the supervisor's own cgroup is the one counter, and the start's line says why."""
     assert evidence.mode == "shared", evidence.why

@@ -153,6 +153,7 @@ class MemoryEvidence:
         self.warned: dict[str, MemoryWarning] = {}  # phase → its last memory_high (memwatch.py writes it)
         self._bad_said: set[str] = set()  # the cgroup files whose bad value was said (once each)
         self._limited_by: MemoryCgroup | None = None  # with the evidence off: where the limits are read (only)
+        self.container: MemoryCgroup | None = None  # (container_snapshot)
         if mode == "off":
             self.why = "cgroup evidence turned off (supervisor.cgroups = \"off\"): OOM kills are unknown"
             # The container's limit is still what the preflight and the children's budget must hold to (else
@@ -168,6 +169,9 @@ class MemoryEvidence:
             self.why = f"the cgroup files under {root}: {exc}: OOM kills are unknown, never guessed"
             return
         self.shared, self._parent, self.mode, self.why, self._inherited = found
+        # Where the container's memory is counted whole: the supervisor's cgroup, the phase cgroups below it (v1);
+        # on v2 once delegated the leaf's parent (the leaf holds the supervisor alone, the phases are its siblings).
+        self.container = self._parent or self.shared
         if self.shared is not None:
             self._watch(self.shared)
 
@@ -388,6 +392,19 @@ class MemoryEvidence:
         if self._poll_timer is not None:
             self._poll_timer.cancel()
 
+    def container_snapshot(self) -> MemorySnapshot | None:
+        """What status and /metrics show of memory: the cgroup that holds all of it seen from here (``container``),
+        the least limit over it (those above it, and above the mount, too), the OOM kills seen in this run (no one
+        cgroup's counter holds them all); None without a cgroup."""
+        if self.container is None:
+            return None
+        # (Loops, not comprehensions, here and in the walk: status.json is written on the exit path, where a call
+        # of this module's between two of cgroups.py's is one more bounce, as bench/wakes.py counts them.)
+        least = None
+        for limit in self._limits_up_the_tree(self.container):
+            least = limit.size if least is None else min(least, limit.size)
+        return replace(self.container.snapshot(), limit=least, oom_kills=self.oom_kills_seen)
+
     # ------------------------------------------------------------ preflight
 
     def available_memory(self) -> int | None:
@@ -419,12 +436,13 @@ class MemoryEvidence:
 
     @staticmethod
     def _limits_up_the_tree(cgroup: MemoryCgroup) -> list[Limit]:
-        limits, top = [], cgroup
+        limits, top, least = [], cgroup, None
         path = cgroup.path
         for _ in range(32):
             top = MemoryCgroup(path, cgroup.version, cgroup.on_bad)
             if (limit := top.limit()) is not None:
                 limits.append(Limit(limit, top))
+                least = limit if least is None else min(least, limit)
             if path.parent == path or not (path.parent / "cgroup.procs").exists():
                 break
             path = path.parent
@@ -433,7 +451,7 @@ class MemoryEvidence:
         # a runtime nested in another). v1 works out the least of them all; what is under that limit is read at
         # the top cgroup seen, the most of it there is to read. v2 has no such figure (docs/configuration.md).
         hidden = top.limit_with_ancestors()
-        if hidden is not None and all(hidden < limit.size for limit in limits):
+        if hidden is not None and (least is None or hidden < least):
             limits.append(Limit(hidden, top, above_mount=True))
         return limits
 

@@ -238,8 +238,8 @@ def metrics_text(snap: Snapshot, gpus: GpuStatus | None = None) -> str:
            [({"reason": r}, n) for r, n in sorted(reasons.items(), key=lambda item: str(item[0]))])
     mem = snap.memory
     for key, value, help_text in (("oom_kills", mem.oom_kills, "OOM kills seen in this run, in every cgroup watched."),
-                                  ("usage", mem.usage, "Memory use of the supervisor's cgroup, bytes."),
-                                  ("limit", mem.limit, "Memory limit of the supervisor's cgroup, bytes.")):
+                                  ("usage", mem.usage, "Memory use of the container's cgroup, bytes."),
+                                  ("limit", mem.limit, "Least memory limit over the container's cgroup, bytes.")):
         if value is not None:
             metric(f"prover_supervisor_memory_{key}", "gauge", help_text, [({}, float(value))])
     if snap.manager.enabled:

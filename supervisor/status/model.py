@@ -458,7 +458,8 @@ class MemoryHigh(_Record):
 
 @dataclass(frozen=True)
 class MemoryStatus(_Record):
-    """The memory evidence: its mode, and the supervisor's cgroup (``snapshot``: it in one line)."""
+    """The memory evidence: its mode, and the cgroup that holds the container's memory (``snapshot``: it in one
+    line; MemoryEvidence.container_snapshot)."""
 
     mode: str | None = None
     why: str | None = None

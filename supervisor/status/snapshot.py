@@ -21,7 +21,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -572,9 +572,7 @@ def reading_current(age_s: float, hung: bool) -> bool:
 def _memory(memory: MemoryEvidence | None) -> MemoryStatus:
     if memory is None:
         return MemoryStatus(mode="unavailable", why="")
-    mem_snap = memory.shared.snapshot() if memory.shared is not None else None
-    if mem_snap is not None:  # (the kills of the run, every cgroup's: the supervisor's own counter has not the phases')
-        mem_snap = replace(mem_snap, oom_kills=memory.oom_kills_seen)
+    mem_snap = memory.container_snapshot()
     return MemoryStatus(mode=memory.mode, why=memory.why, snapshot=mem_snap.describe() if mem_snap else None,
                         usage=mem_snap.usage if mem_snap else None, limit=mem_snap.limit if mem_snap else None,
                         peak=mem_snap.peak if mem_snap else None,

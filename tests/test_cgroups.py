@@ -878,6 +878,28 @@ def test_real_v1_a_new_attempt_has_its_phase_cgroup_made_anew() -> None:
         remove_cgroup(base / phase_cgroup_name(name))
 
 
+@pytest.mark.parametrize("mode", ["auto", "shared", "off"])
+def test_a_dead_predecessors_ledger_is_taken_over_whatever_this_starts_mode(tmp_path: Path, mode: str) -> None:
+    """The ledger was read only where this start made per-phase cgroups: with cgroups = "shared" or "off", or
+    where they turned out impossible (auto, here: another process in its v2 cgroup), the phase cgroups a SIGKILLed
+    predecessor made were never emptied. Only those the ledger names, right below this cgroup, are taken."""
+    root, proc, cgroup = fake_v2(tmp_path)
+    (cgroup / "cgroup.procs").write_text(f"4242\n{os.getpid()}\n")
+    stale = write_files(cgroup / "prover-77-work", {"cgroup.procs": "4343\n"})
+    elsewhere = write_files(tmp_path / "prover-78-work", {"cgroup.procs": "4444\n"})
+    ledger = tmp_path / "ledger"
+    ledger.write_text(f"{stale}\n{elsewhere}\n{cgroup / 'prover-79-gone'}\n")
+    loop = EventLoop()
+    evidence = MemoryEvidence(loop, lambda _line: None, mode, root, proc, ledger=ledger)
+    try:
+        assert evidence.mode == ("unavailable" if mode == "off" else "shared"), evidence.why
+        assert [(owner, cg.path) for owner, cg in evidence.leftover_cgroups()] == [(77, stale)]
+        assert ledger.read_text() == f"{stale}\n"
+    finally:
+        evidence.close()
+        loop.close()
+
+
 def test_v2_without_delegation_falls_back_to_the_shared_counter(tmp_path: Path) -> None:
     root, proc, cgroup = fake_v2(tmp_path)
     cgroup.chmod(0o555)  # not delegated: no child cgroup can be made (root ignores modes: use a file instead)
@@ -925,10 +947,14 @@ def _kill_quietly(pid: int | None) -> None:
             os.kill(pid, 9)
 
 
-@pytest.mark.parametrize("where", ["in-its-phase-cgroup", "below-it"])
-def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_start(sup: Runner, where: str) -> None:
+@pytest.mark.parametrize(("where", "next_mode"), [("in-its-phase-cgroup", "auto"), ("below-it", "auto"),
+                                                  ("in-its-phase-cgroup", "shared"), ("in-its-phase-cgroup", "off")])
+def test_escapee_of_a_sigkilled_supervisor_dies_with_its_cgroup_at_the_next_start(sup: Runner, where: str,
+                                                                                   next_mode: str) -> None:
     # below-it: the escapee made a cgroup below its phase cgroup and moved into it (the phase's, as the run's own
     # sweep knows): the next start read the phase cgroup's own cgroup.procs alone, left it alive and said nothing.
+    # shared, off: a next start that makes no phase cgroup of its own read the ledger not at all, and the
+    # escapee lived on for good, though the ledger still named the cgroup that held it.
     import signal
 
     v1_memory_cgroup_or_skip()
@@ -941,11 +967,11 @@ name = "work"
 kind = "service"
 command = {toml_list([sys.executable, str(escape), str(pidfile), *(["deeper"] if where == "below-it" else [])])}
 """, name="first.toml")
-    second_cfg = sup.write(f"""
+    second_cfg = sup.write(sup.header(extra=f'cgroups = "{next_mode}"') + f"""
 [[phases]]
 name = "next"
 command = {toml_list(["true"])}
-""", name="second.toml")
+""", name="second.toml", header=False)
     escapee = None
     with v1_cgroup("escapee", 256 * MiB) as cg:
         try:

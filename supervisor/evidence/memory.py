@@ -18,7 +18,7 @@ any kill in a cgroup below ours under v2's ``memory_localevents``: our
 ``memory.events`` changes only for our own.)
 
 Every phase cgroup made is first written to a ledger in ``state_dir``, so the
-next start can be told which ones a SIGKILL left behind, and which processes are
+next start (whatever its mode) can be told which ones a SIGKILL left behind, and which processes are
 still in a phase's cgroup after its children stopped. Ending them is the process
 module's: this one only says what is left.
 """
@@ -159,9 +159,8 @@ class MemoryEvidence:
             # The container's limit is still what the preflight and the children's budget must hold to (else
             # MemTotal: a 300 MiB container passed a min_memory of 1 GiB): read, never watched.
             with contextlib.suppress(Overdue, NoThread):
-                ours = answer_within("cgroups", lambda: discover(root, proc_cgroup, None, mountinfo), bound_s)
-                if ours.cgroup is not None:
-                    self._limited_by = MemoryCgroup(ours.cgroup.path, ours.cgroup.version)
+                self._limited_by, self._inherited = answer_within(
+                    "cgroups", lambda: self._find_off(root, proc_cgroup, mountinfo), bound_s)
             return
         try:  # the files are read off the loop, with a bound: a file that blocks must not hang the start
             found = answer_within("cgroups", lambda: self._find(mode, root, proc_cgroup, mountinfo), bound_s)
@@ -182,6 +181,16 @@ class MemoryEvidence:
         return (f"memory evidence: {self.mode} mode, {self.why}; "
                 f"memory available {fmt_bytes(limit)}")
 
+    def _find_off(self, root: Path | str, proc_cgroup: Path | str,
+                  mountinfo: Path | str) -> tuple[MemoryCgroup | None, list[MemoryCgroup]]:
+        """With the evidence off: the supervisor's cgroup, to read its limits only, and the phase cgroups a dead
+        predecessor of another mode made beside it, still its to empty (no tag finds what escaped into them)."""
+        found = discover(root, proc_cgroup, None, mountinfo).cgroup
+        if found is None:
+            return None, []
+        ours = MemoryCgroup(found.path, found.version)
+        return ours, self._take_over_ledger(ours)
+
     def _find(self, mode: str, root: Path | str, proc_cgroup: Path | str, mountinfo: Path | str) -> Found:
         """The supervisor's cgroup, and whether each phase can have its own (on a thread: the files may hang)."""
         found = discover(root, proc_cgroup, self._say_bad, mountinfo)
@@ -192,8 +201,11 @@ class MemoryEvidence:
         # verdicts.
         shared = MemoryCgroup(found.cgroup.path, found.cgroup.version, self._say_bad, phases_apart=True,
                               local_events=found.cgroup.local_events)
+        # A dead predecessor's phase cgroups are emptied whatever this start's mode (no tag finds what escaped
+        # into them): they are right below the cgroup we start in, where a per-phase start makes its own.
+        home = shared
         if mode != "auto":
-            return Found(shared, None, "shared", found.why, [])
+            return Found(shared, None, "shared", found.why, self._take_over_ledger(home))
         try:
             if shared.version == "v2":
                 shared = enable_v2_delegation(shared)
@@ -205,7 +217,7 @@ class MemoryEvidence:
             probe.remove()
         except OSError as exc:
             why = f"{found.why}; per-phase cgroups not possible here ({exc.strerror or exc}), sharing one counter"
-            return Found(shared, None, "shared", why, [])
+            return Found(shared, None, "shared", why, self._take_over_ledger(home))
         inherited = self._take_over_ledger(parent)
         self._remove_empty_stale(parent, inherited)
         return Found(shared, parent, "per-phase", found.why, inherited)

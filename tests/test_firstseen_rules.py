@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 from supervisor.manager.row import Row
+from supervisor.manager.rowwatch import RowReading
+from supervisor.manager.view import ManagerView
 from supervisor.state import files as state_files
 from supervisor.state.firstseen import (
     AFTER_FETCH_CLOCK,
@@ -271,3 +273,21 @@ def test_a_fetch_run_again_once_the_managers_fetch_clock_stopped_counts_from_thi
     assert later.anchor() == (1000.0 + 3 * 86400, "this start")  # not given up at once on a clock long stopped
     later.heard_row(Row("u", "running"))
     assert later.anchor() == (1000.0 + 3 * 86400, "this start")
+
+
+def test_a_row_the_manager_no_longer_lists_runs_no_clock_until_one_is_read(tmp_path: Path) -> None:
+    """A restart finds its row forgotten (the manager's database reset) past the old row's deadline: the old row's
+    registered_at and param_done_at anchor nothing while the label is registered anew. Judged on them, the fetch
+    failed too_slow at once, before the new row was read."""
+    first = FirstSeen(tmp_path, print, now=lambda: 1000.0, names=NAMES)
+    first.registered()
+    first.heard_row(Row("u", "registered", registered_at=1000.0))
+    later = FirstSeen(tmp_path, print, now=lambda: 1000.0 + 91 * 60, names=NAMES)
+    assert later.anchor() == (1000.0, "the manager's registered_at")  # (no row read yet: the kept one)
+    view = ManagerView(print, lambda source, text: None, lambda reason: None, lambda: None)
+    view.first_seen = later
+    view.heard_row(RowReading(1000.0 + 91 * 60, None, unlisted=True))  # this start's first read: not listed
+    assert later.anchor() == (1000.0 + 91 * 60, "this start")
+    assert later.clock(BENCH_CLOCK) is None and later.status() == {}
+    later.heard_row(Row("u2", "registered", registered_at=1000.0 + 91 * 60 - 2))  # the label registered anew
+    assert later.anchor() == (1000.0 + 91 * 60 - 2, "the manager's registered_at")

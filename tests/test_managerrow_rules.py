@@ -154,13 +154,17 @@ def test_the_view_tells_the_clocks_then_the_plugin_of_a_row_and_the_plugin_befor
     heard: list[str] = []
     view = ManagerView(lambda line: heard.append(f"log {line[:24]}"), lambda source, text: heard.append("push"),
                        lambda why: heard.append("retire"), lambda: None)
-    view.first_seen = SimpleNamespace(heard_row=lambda row: heard.append(f"clocks {row.state}"))
+    view.first_seen = SimpleNamespace(heard_row=lambda row: heard.append(f"clocks {row.state}"),
+                                      heard_unlisted=lambda: heard.append("clocks unlisted"))
     view.on_row(lambda row: heard.append(f"plugin {row.state}"))
     view.on_killed(lambda row: heard.append("plugin killed"))
     view.stop_lifecycle = lambda row: heard.append("lifecycle stopped")
     view.heard_row(RowReading(1.0, Row("u", "registered"), unlisted=False))
-    view.heard_row(RowReading(2.0, None, unlisted=True))  # no row: nobody hears anything
-    assert heard == ["clocks registered", "plugin registered"]
+    view.heard_row(RowReading(2.0, None, unlisted=True))  # no row: the clocks stop (forgotten), the plugin hears none
+    assert heard == ["clocks registered", "plugin registered", "clocks unlisted"]
+    heard.clear()
+    view.heard_row(RowReading(3.0, None, unlisted=False, error="HTTP 500"))  # not read: nobody hears anything
+    assert heard == []
     heard.clear()
     view.heard_kill(Row("u", "registered", kill_reason="rented out"))
     assert heard == ["log manager: the manager kil", "retire", "push", "plugin killed", "lifecycle stopped"]

@@ -9,7 +9,8 @@ registration again for a forgotten uuid, what was pushed under the old one goes 
 once (repush.py).
 
 Who hears the row, in this order: the instance's clocks (``first_seen``: the manager's own times, once its row
-says them), then the plugin's listeners (``on_row``, in the order it added them). Who hears a kill: the plugin's
+says them; and that the manager's fleet no longer lists the row, whose clocks then stop), then the plugin's
+listeners (``on_row``, in the order it added them). Who hears a kill: the plugin's
 listeners first (``on_killed``: its give-up must not answer a killed row, so it hears the kill before the
 lifecycle's stop could tell it of a shutdown), then ``stop_lifecycle``.
 """
@@ -55,6 +56,8 @@ class ManagerView:
     def heard_row(self, reading: RowReading) -> None:
         self.row = reading
         if reading.row is None:
+            if reading.unlisted and self.first_seen is not None:  # (forgotten: no clock of the manager's runs)
+                self.first_seen.heard_unlisted()
             return
         if self.first_seen is not None:
             self.first_seen.heard_row(reading.row)

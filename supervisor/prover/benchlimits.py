@@ -13,8 +13,11 @@ the manager's kill, and a bench-done then would un-kill a row whose machine is b
 own ``timeout_s`` still holds within it.
 
 Only while the manager's clock runs: its row in ``params_done`` (its other states have no such timeout: a
-container restarted days into production that benches again is not given up), or, with no row read, until
-a bench-done was delivered and passed (the row has moved on then).
+container restarted days into production that benches again is not given up), or, with no row read this start,
+once a param-done reached the manager (this start or an earlier one) and until a bench-done was delivered and
+passed (the row has moved on then). A param-done still in the outbox has started no clock: a start killed
+after its fetch, while the manager was away, left only the fetch's end, and judged on it the restart gave a
+healthy instance up at the warm-up's start, before its first row read said ``registered``.
 
 **The cut.** A benchmark that can no longer reach min_rate is stopped (reason ``too_slow``) and the
 instance given up, rather than run its proofs to the end of its deadline before bench-done says no.
@@ -101,6 +104,8 @@ class BenchClock:
         """Does the manager's benchmark clock run for this instance now?"""
         if self._state is not None:
             return self._state == PARAMS_DONE
+        if self._link.delivered_answer(PARAM_DONE) is None:
+            return False  # (undelivered: the row is still registered, whatever the fetch's end says)
         answer = self._link.delivered_answer(BENCH_DONE)
         return not (isinstance(answer, dict) and answer.get("passed") is True)
 

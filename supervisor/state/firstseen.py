@@ -13,6 +13,12 @@ manager) the fetch clock counts from the first start, which comes before it: the
 own time is written once, the first time it is known; a manager's time is kept as its row last said it (a
 row registered anew, its old uuid forgotten, runs its clocks anew).
 
+A clock counts only while the manager's does (whoever judges on it checks the row's stage too: the prover's
+benchmark clock judges on the fetch's end only once the param-done reached the manager). A row the manager no
+longer lists (forgotten: its database reset) runs none: until a row is read again, its kept times anchor nothing
+(the fetch counts from this start, the clock after it from none). Judged on them, a restart that found its row
+forgotten failed the fetch at once on the old row's registered_at, while the label was being registered anew.
+
 The file names the label it was kept for: a state_dir another instance used (another label: a new row to the
 manager) holds none of this one's clocks; they start afresh (said). A file that cannot be read is started
 afresh (said). A time in it that cannot be the instance's (later than
@@ -64,6 +70,7 @@ SOURCES = {FIRST_START: "the first start", FIRST_REGISTERED: "the first registra
            FIRST_PARAM_DONE: "the fetch's end (param-done)", MANAGER_REGISTERED: "the manager's registered_at",
            MANAGER_PARAM_DONE: "the manager's param_done_at"}
 THIS_START = "this start"  # the fetch clock of a fetch run again once the manager's no longer runs
+UNLISTED = ""  # the row's state while the manager's fleet does not list it (no state of the manager's)
 # A kept time older than this is no instance's start (a zeroed field, another machine's file): refused.
 MAX_AGE_S = 365 * 86400.0
 
@@ -100,9 +107,10 @@ class FirstSeen:
     def anchor(self) -> tuple[float, str]:
         """Where the fetch deadline counts from, and what that is (for the verdict): the manager's registered_at
         once a row said it (whether earlier than ours, a row joined late, or later, a row registered anew), else
-        the first registration, else the first start. Once the row is past ``registered``
+        the first registration, else the first start. Once the row is past ``registered`` or no longer listed
         (or, with no row read, once a fetch ended here before) the manager's fetch clock no longer runs: a fetch
-        run again (days into production, its cache lost) counts from this start."""
+        run again (days into production, its cache lost) counts from this start, and so does one whose row the
+        manager forgot, until the row registered anew is read."""
         if not self._fetch_clock_runs():
             if self._this_start is None:
                 self._this_start = self._now()
@@ -121,7 +129,10 @@ class FirstSeen:
 
     def clock(self, name: str) -> tuple[float, str] | None:
         """The clock ``name`` (FETCH_CLOCK, AFTER_FETCH_CLOCK, or the name a plugin gave it): the manager's time
-        of it once a row said it, else the supervisor's own; and what it is. None: none known."""
+        of it once a row said it, else the supervisor's own; and what it is. None: none known, or no row to run
+        it (the manager no longer lists this instance's)."""
+        if self._row_state == UNLISTED:
+            return None
         for key in CLOCKS[self._clocks.get(name, name)]:  # (the manager's first)
             if key in self._times:
                 return self._times[key], SOURCES[key]
@@ -134,6 +145,10 @@ class FirstSeen:
     def param_done(self) -> None:
         """The param-done phase ended: the clock after the fetch starts (the manager's, at its param_done_at)."""
         self._first(FIRST_PARAM_DONE)
+
+    def heard_unlisted(self) -> None:
+        """The manager's fleet does not list this instance's row: none of its clocks runs until one is read."""
+        self._row_state = UNLISTED
 
     def heard_row(self, row: RowTimes) -> None:
         """The manager's row: its registered_at and param_done_at, kept as it says them."""

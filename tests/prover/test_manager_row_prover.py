@@ -142,6 +142,7 @@ class ClockRig:
         self.now = 10_000.0
         self.timers: list[Callable[[], None]] = []
         self.link, self.production = Link(), Production()
+        self.link.answers["param-done"] = {"ok": True}  # the fetch's end reached the manager: its clock runs
         self.clock = BenchClock(2700.0, {"warmup", "bench"}, self.link, self.production,  # type: ignore[arg-type]
                                 lambda delay, cb: self.timers.append(cb), now=lambda: self.now)  # type: ignore
 
@@ -202,6 +203,26 @@ def test_the_clock_runs_only_while_the_row_is_in_params_done() -> None:
     rig.clock.heard_row(Row("u", "running"))  # restarted, benching again: the manager has no timeout for it
     rig.clock.transition(rig.view("warmup"))
     assert rig.production.failed == [] and len(rig.timers) == 1
+    rig.clock.heard_row(Row("u", "params_done"))
+    rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
+    assert [(n, r) for n, r, _ in rig.production.failed] == [("warmup", "too_slow")]
+
+
+def test_a_param_done_still_undelivered_has_started_no_clock() -> None:
+    """A start killed after its fetch while /param-done failed, restarted past bench_deadline_s: before this
+    start's first row read, the fetch's end is no anchor, since the manager's clock starts only with the param-done
+    (its row is still registered). It used to fail the warm-up too_slow at once and give a healthy instance up."""
+    rig = ClockRig()
+    del rig.link.answers["param-done"]  # queued by the earlier start, still in the outbox
+    rig.link.clocks[BENCH_CLOCK] = (rig.now - 2800.0, "the fetch's end (param-done)")
+    rig.clock.transition(rig.view("warmup"))
+    rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
+    assert rig.production.failed == [] and len(rig.timers) == 1
+    rig.clock.heard_row(Row("u", "registered"))  # this start's first row read: the manager's clock has not started
+    rig.link.answers["param-done"] = {"ok": True}  # delivered: the row moves on, but is read as registered yet
+    rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
+    assert rig.production.failed == []
+    rig.link.clocks[BENCH_CLOCK] = (rig.now - 2800.0, "the manager's param_done_at")  # a row that says so
     rig.clock.heard_row(Row("u", "params_done"))
     rig.run_timers(rig.now + BENCH_CLOCK_CHECK_S)
     assert [(n, r) for n, r, _ in rig.production.failed] == [("warmup", "too_slow")]

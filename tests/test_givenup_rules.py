@@ -5,6 +5,7 @@ set aside under the same suffix; nothing done where nothing was given up)."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
@@ -97,6 +98,13 @@ def test_the_refusal_names_when_why_and_the_way_out() -> None:
     line = GivenUp(at, "bench rate below min_rate").refusal()
     assert line == ("this instance was given up at 2026-03-04 05:06:07 (bench rate below min_rate); not running it "
                     "again: start with --fresh or a new state_dir")
+
+
+def test_a_refused_starts_reason_keeps_when_and_why_it_was_given_up() -> None:
+    at = float(calendar.timegm((2026, 3, 4, 5, 6, 7)))
+    why = GivenUp(at, "phase warmup failed: exit_code").why_refused(at + 7500)
+    assert why == ("this instance was given up by an earlier start, 2h05m before this one (2026-03-04 05:06:07 UTC): "
+                   "phase warmup failed: exit_code")
 
 
 def test_start_over_where_nothing_was_given_up_does_nothing(tmp_path: Path) -> None:

@@ -22,9 +22,10 @@ from here), 8 in observers.py, 10 in teardown.py; 9 here.
    plugin's phase hooks, and what the last run learnt, for resume);
 8. ``wire_observers``: who observes the lifecycle (resume.json, the instance's clocks, the reporter, the
    plugin, a shutdown's first writes, status.json), the status socket, health and metrics;
-9. ``serve``: start the reporter and the clock's tick, check fitness off the loop (the core's checks and
-   the plugin's; an unfit machine starts nothing; the loop serves signals and status meanwhile), start the
-   lifecycle, loop until it is over;
+9. ``serve``: start the reporter (an instance given up by an earlier start is refused here, changing no
+   state), drop what a switch of ``run`` runs again from resume.json, start the clock's tick, check fitness off
+   the loop (the core's checks and the plugin's; an unfit machine starts nothing; the loop serves signals and
+   status meanwhile), start the lifecycle, loop until it is over;
 10. ``tear_down`` (whatever happened): kill and reap what is left, save the state, the
     termination log, "exiting with status N", the manager's exit flush with the loop still
     running (signals handled, the sender's answers taken), then close what was opened; each step
@@ -113,6 +114,9 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
     if given_up is not None:
         refuse_given_up(sup, core.loop, host.log, given_up)
         return
+    # Only a start that runs the lifecycle forgets what a switch of ``run`` runs again (--rebench: the bench's pass
+    # in resume.json): a refused one changes no state.
+    sup.record.run_again([p.name for p in plan.phases if p.resume in sup.rt.rerun.kinds])
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
     evidence.freeze = start_the_tick(core.loop, host.log, watchers_of(sup))
 
@@ -157,7 +161,7 @@ def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given
     again if a SIGKILL had kept it out) goes out in the exit flush, and the lifecycle ends at once with
     EXIT_GIVEN_UP."""
     log(given_up.refusal())
-    sup.lifecycle.shutdown("this instance was given up by an earlier start", EXIT_GIVEN_UP)
+    sup.lifecycle.shutdown(given_up.why_refused(time.time()), EXIT_GIVEN_UP)
     if not sup.lifecycle.over:
         loop.run()
 def watchers_of(sup: Supervision) -> list[Callable[[float], list[str]]]:

@@ -339,7 +339,6 @@ def build_lifecycle(plan: Plan, plugin: Plugin, host: Host, core: Core,
     else:  # no manager: the lines held for it are dropped, so none need pass through the holder
         host.log.stop_shipping()
     record = resume.load_record(host.state_dir, [p.name for p in plan.phases], host.log)
-    record.run_again([p.name for p in plan.phases if p.resume in rt.rerun.kinds])
     # Its end stops the loop: the exit (teardown.py) reads the status it decided.
     lifecycle = Lifecycle(plan, rt, core.loop.stop, hooks_for(plugin, plan), record=record)
     return Supervision(rt, reporter, lifecycle, record)

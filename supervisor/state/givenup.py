@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..text.show import one_line
+from ..text.show import one_line, span
 from . import files as state_files
 from .files import StateFileError, load_json, save_json
 
@@ -63,6 +63,14 @@ class GivenUp:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.at))
         return (f"this instance was given up at {when} ({self.reason}); not running it again: "
                 "start with --fresh or a new state_dir")
+
+    def why_refused(self, now: float) -> str:
+        """Why a later start (at ``now``) runs nothing, as its shutdown reason: the exit's line, the termination log
+        and status say it. The marker's time and reason in it: a refused start that said only "given up by an
+        earlier start" overwrote the story of why (status.json, the termination log), restart after restart."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.at))
+        return (f"this instance was given up by an earlier start, {span(now - self.at)} before this one ({when} "
+                f"UTC): {self.reason}")
 
 
 def marker(state_dir: str | Path) -> Path:

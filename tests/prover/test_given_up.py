@@ -12,12 +12,13 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import requests
-from helpers import Console, Runner, outbox_rows, sh, started, toml_str
+from helpers import PY, Console, Runner, outbox_rows, sh, started, toml_str
 from profilekit import BENCH_30_PER_H, ZERO_RATE_BENCH, fleet_config
 
 from supervisor.devmanager.server import DevManager
@@ -92,6 +93,51 @@ def test_a_given_up_instance_is_not_run_again_and_fresh_starts_over(sup: Runner,
     assert not (sup.state_dir / state_files.GIVEN_UP).exists()
     states = sorted(i["state"] for i in instances(manager))
     assert states == ["killed", "running"], states  # a new row; the killed one stays killed
+
+
+def test_a_refused_start_keeps_why_it_was_given_up_and_changes_no_state(sup: Runner, manager: DevManager) -> None:
+    """A start refused with 79 said only "given up by an earlier start": status and the termination log lost why,
+    restart after restart. And ``run --rebench`` refused still dropped the bench's pass from resume.json first."""
+    term = sup.tmp / "termination-log"
+    term.touch()
+    cfg = sup.write(sup.header(extra=f"termination_log = {toml_str(str(term))}") + f"""
+        [manager]
+        url = {toml_str(manager.url)}
+        label = "C.783"
+        min_rate = 1
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("echo fetched")}
+        report = "param-done"
+
+        [[phases]]
+        name = "bench"
+        command = {sh(f"printf '{BENCH_30_PER_H}'")}
+        parse = "cuzk-bench"
+        report = "bench-done"
+        resume = "machine"
+
+        [[phases]]
+        name = "setup"
+        command = {sh("echo setting up; exit 3")}
+        """, header=False)
+    first = Console(sup, cfg, name="first")
+    assert first.finish(WAIT_S) == 3, first.tail()
+    resumed = state_files.path(sup.state_dir, state_files.RESUME).read_bytes()
+    assert b'"bench"' in resumed
+
+    again = Console(sup, cfg, name="again", args=("--rebench",))
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    assert state_files.path(sup.state_dir, state_files.RESUME).read_bytes() == resumed  # the pass is still there
+    why = re.compile(r"this instance was given up by an earlier start, \d+s before this one \(\d{4}-\d\d-\d\d "
+                     r"\d\d:\d\d:\d\d UTC\): phase setup failed: exit_code; bench-done with rate 0 asked the "
+                     r"manager to destroy it")
+    assert re.fullmatch(r"exit status 79: " + why.pattern, term.read_text()), term.read_text()
+    shown = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                           capture_output=True, text=True, timeout=30).stdout
+    assert re.match(r"stopped: " + why.pattern + r"; exit 79\n", shown), shown
 
 
 def test_a_give_up_still_pending_goes_out_before_the_refusal(sup: Runner, manager: DevManager) -> None:

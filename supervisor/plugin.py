@@ -19,6 +19,9 @@ fields only:
   ``parse``, ``settle``, ``ready`` and ``report``; the config refuses a name that neither the core nor the plugin
   registered, with the same one-line error as any bad choice. A ``ready`` kind is made when the config
   is read; a ``prepare`` kind is made once per plan (at load too, so ``check`` refuses one that cannot be).
+- ``prepare_inputs``: what each of its ``prepare`` kinds makes its children's environment and files from (its
+  settings table, as JSON data): part of what a phase with that prepare runs (resume.py's ``ran``), so that a
+  changed setting runs a resumed phase again as a changed command does.
 - ``prepare_env``: what each of its ``prepare`` kinds sets in its phase's children's environment, each variable with
   the key it is computed from ("[table] key", the place to set it instead), or what else fixes it;
   ``register_env``: what it sets in every child's once the manager answered ``/register``, each variable with the
@@ -68,6 +71,8 @@ if TYPE_CHECKING:  # types only: none of these modules imports this one
 SectionParser = Callable[[Any, "SupervisorSpec"], Any]
 # ``prepare = "<kind>"``: made once per plan (bound to its sections), run before each attempt.
 PrepareMaker = Callable[["Plan"], "Prepare"]
+# What a ``prepare`` kind is made from, for resume: the plan → JSON data (its settings).
+PrepareInputs = Callable[["Plan"], Any]
 # ``ready = "<kind>"``: (the plan's sections, where the key is) → the real probe, or ConfigError.
 ReadyMaker = Callable[[Mapping[str, Any], str], "ReadyCheck"]
 # Before the first phase: every reason the machine cannot run the plan (empty: fit).
@@ -100,6 +105,7 @@ class Plugin:
     table_keys: Mapping[str, Mapping[str, Key]] = field(default_factory=_empty)  # table → key → config Key
     table_rules: Mapping[str, TableRule] = field(default_factory=_empty)  # table → its extension's rules
     prepares: Mapping[str, PrepareMaker] = field(default_factory=_empty)
+    prepare_inputs: Mapping[str, PrepareInputs] = field(default_factory=_empty)  # kind → what it is made from
     parsers: Mapping[str, OutputHook] = field(default_factory=_empty)
     settles: Mapping[str, SettleHook] = field(default_factory=_empty)
     ready: Mapping[str, ReadyMaker] = field(default_factory=_empty)
@@ -144,17 +150,19 @@ def rerun_of(plugin: Plugin, given: Collection[str]) -> Rerun:
 
 
 def hooks_for(plugin: Plugin, plan: Plan) -> Callable[[PhaseSpec], PhaseHooks]:
-    """The hooks each phase of ``plan`` asks for: its ``prepare`` kind made once for the plan, its ``parse``
-    kind's reader, its ``settle`` kind. The config refused a kind the plugin does not register, and a prepare it
-    cannot make."""
+    """The hooks each phase of ``plan`` asks for: its ``prepare`` kind made once for the plan (with what it is made
+    from), its ``parse`` kind's reader, its ``settle`` kind. The config refused a kind the plugin does not register,
+    and a prepare it cannot make."""
     from .lifecycle.hooks import PhaseHooks
 
     named = {p.prepare for p in plan.phases}
     prepares = {kind: make(plan) for kind, make in plugin.prepares.items() if kind in named}
+    inputs = {kind: read(plan) for kind, read in plugin.prepare_inputs.items() if kind in named}
 
     def of(spec: PhaseSpec) -> PhaseHooks:
         return PhaseHooks(prepare=prepares[spec.prepare] if spec.prepare else None,
                           output=plugin.parsers[spec.parse] if spec.parse else None,
-                          settle=plugin.settles[spec.settle] if spec.settle else None)
+                          settle=plugin.settles[spec.settle] if spec.settle else None,
+                          prepared_from=inputs.get(spec.prepare) if spec.prepare else None)
 
     return of

@@ -10,6 +10,7 @@ resume.json removed runs the phases again (the status.json beside it is not take
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -430,3 +431,31 @@ def test_a_phase_done_by_another_command_or_environment_runs_again() -> None:
                         "running it again"], said
     older = ResumeRecord(None, {"bench": {k: v for k, v in done.items() if k != "ran"}})
     assert older.resumable(phase("64GiB")[0], None) is not None  # type: ignore[arg-type]
+
+
+def test_a_phase_whose_prepare_was_made_from_other_settings_runs_again() -> None:
+    """What a phase's prepare makes its children's environment and files from (a plugin's settings table) is part of
+    what it runs: the bench's command names only $CUZK_BENCH_COUNT, and a bench passed on 12 proofs was resumed on a
+    config of 3 (its rate then reported for a run it never made). A record kept before it said this (no
+    ``prepared``) is taken as the same, as one kept before ``ran`` was."""
+    from supervisor.config import parse_plan
+    from supervisor.lifecycle.hooks import PhaseHooks
+    from supervisor.lifecycle.resume import facts_of
+
+    plan = parse_plan('[[phases]]\nname = "bench"\ncommand = ["bench"]\nresume = "machine"\n', "t.toml", {})
+    said: list[str] = []
+    needs = SimpleNamespace(loop=None, log=said.append, gpus=None, rerun=NO_RERUN,
+                            available_memory=lambda cap=None: 64 << 30)
+    spec = dataclasses.replace(plan.phases[0], prepare="tune")  # (a plugin's kind; the config read none here)
+    bench = SimpleNamespace(name="bench", spec=spec, resume_needs=needs, parsed=None)
+    kept: list[dict[str, Any]] = []
+    facts_of(bench, PhaseHooks(prepared_from={"count": 12, "c1": "/data/c1.json"}), kept.append)  # type: ignore[arg-type]
+    [done] = kept
+    record = ResumeRecord(None, {"bench": done})
+    assert record.resumable(bench, None, prepared_from={"c1": "/data/c1.json", "count": 12}) is not None  # type: ignore[arg-type]
+    assert said == []
+    assert record.resumable(bench, None, prepared_from={"count": 3, "c1": "/data/c1.json"}) is None  # type: ignore[arg-type]
+    assert said == ["phase bench: done before with other settings for its prepare (tune) (its config changed): "
+                    "running it again"], said
+    older = ResumeRecord(None, {"bench": {**done, "ran": {"digest": done["ran"]["digest"]}}})
+    assert older.resumable(bench, None, prepared_from={"count": 3}) is not None  # type: ignore[arg-type]

@@ -134,6 +134,9 @@ class PhaseHooks:
     prepare: Prepare | None = None  # before each attempt
     output: OutputHook | None = None
     settle: SettleHook | None = None
+    # What ``prepare`` makes the children's environment and files from (a plugin's settings, JSON data): part of
+    # what the phase runs, for resume (resume.py ``ran``); None: nothing beyond its spec.
+    prepared_from: Any = None
 
 
 NO_HOOKS = PhaseHooks()

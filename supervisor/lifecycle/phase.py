@@ -480,7 +480,7 @@ class Phase:
             case BackOff(delay):
                 self.pacing.back_off(delay, lambda: self._on(BackoffOver()), self.fault_handler("the backoff timer"))
             case GatherFacts(why):
-                resume.facts_of(self, self._hooks.output, lambda facts: self._on(FactsGathered(facts, why)))
+                resume.facts_of(self, self._hooks, lambda facts: self._on(FactsGathered(facts, why)))
             case KeepFacts(facts):
                 self.facts = facts
 
@@ -488,7 +488,7 @@ class Phase:
 
     def start(self) -> None:
         """The lifecycle reached this phase (it calls this once): resumed, or its first attempt."""
-        self._record.check(self, self._hooks.output, lambda resumed: self._on(Reached(resumed)))
+        self._record.check(self, self._hooks, lambda resumed: self._on(Reached(resumed)))
 
     def _is_current(self, attempt: int, *states: PhaseState) -> bool:
         """A callback made for ``attempt`` may still act: that attempt is the phase's, in one of ``states``."""

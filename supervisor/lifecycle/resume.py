@@ -1,8 +1,9 @@
 """Resume: a phase done in an earlier run need not run again while its evidence still holds.
 
-When a phase is done its facts are gathered (``facts_of``: when, on which machine, its output
-files, what its output parser read) and kept in resume's own record, ``state_dir/resume.json``
-(``ResumeRecord``, a listener of the phases: written atomically each time one is done). The
+When a phase is done its facts are gathered (``facts_of``: when, on which machine, what it ran (its
+command, and what its prepare is made from: a plugin's settings), its output files, what its output parser
+read) and kept in resume's own record, ``state_dir/resume.json`` (``ResumeRecord``, a listener of the phases:
+written atomically each time one is done). The
 next start reads it back (``load_record``) and each phase asks the record (``check``) whether
 the facts of the last run still hold:
 
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from ..config import PhaseSpec
     from ..engine.loop import ErrorHandler, EventLoop
     from ..evidence.gpuwatch import Gpus
-    from .hooks import OutputHook
+    from .hooks import OutputHook, PhaseHooks
 
 Facts = dict[str, Any]
 
@@ -179,13 +180,13 @@ class ResumeRecord(Deaf):
             return
         self._writes.save(lambda: {"version": RECORD_VERSION, "phases": self._latest})
 
-    def check(self, phase: ResumingPhase, output: OutputHook | None,
+    def check(self, phase: ResumingPhase, hooks: PhaseHooks,
               then: Callable[[tuple[str, Any] | None], None]) -> None:
         """Whether ``phase`` need not run again: ``then`` gets what ``resumable`` says, at once, or, where its
         output files must be listed first, once they are (off the loop), or None once SURVEY_BOUND_S passed."""
-        prev, spec = self.previous(phase.name), phase.spec
+        prev, spec, output, prepared_from = self.previous(phase.name), phase.spec, hooks.output, hooks.prepared_from
         if spec.resume != "outputs" or not prev.get("done_at") or not prev.get("outputs") or not spec.progress_path:
-            then(self.resumable(phase, output))
+            then(self.resumable(phase, output, prepared_from=prepared_from))
             return
         path = spec.progress_path
 
@@ -195,16 +196,16 @@ class ResumeRecord(Deaf):
             then(None)
 
         run_bounded(phase.resume_needs.loop, "resume", lambda: output_files(path), SURVEY_BOUND_S,
-                    lambda files: then(self.resumable(phase, output, files)), overdue,
+                    lambda files: then(self.resumable(phase, output, files, prepared_from)), overdue,
                     on_error=phase.fault_handler("resume's look at its output files"))
 
-    def resumable(self, phase: ResumingPhase, output: OutputHook | None,
-                  outputs_now: dict[str, int] | None = None) -> tuple[str, Any] | None:
+    def resumable(self, phase: ResumingPhase, output: OutputHook | None, outputs_now: dict[str, int] | None = None,
+                  prepared_from: Any = None) -> tuple[str, Any] | None:
         """Why ``phase`` need not run again (done before, evidence still valid) and what its output parser
         read then (None where it keeps nothing), or None: it runs. ``outputs_now``: its output files as
-        listed now (``resume = "outputs"``)."""
+        listed now (``resume = "outputs"``); ``prepared_from``: what its prepare is made from (PhaseHooks)."""
         prev = self.previous(phase.name)
-        why = _still_valid(phase, prev, outputs_now)
+        why = _still_valid(phase, prev, outputs_now, prepared_from)
         if why is None or output is None or output.fact is None or output.restore is None \
                 or not prev.get(output.fact):
             return None if why is None else (why, None)
@@ -344,11 +345,12 @@ def _a_past_time(value: Any) -> bool:
     return 0 <= value <= time.time() + CLOCK_SLACK_S
 
 
-def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] | None) -> str | None:
+def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] | None,
+                 prepared_from: Any) -> str | None:
     spec, rt = phase.spec, phase.resume_needs
     if spec.resume == "no" or not prev.get("done_at") or spec.resume in rt.rerun.kinds:
         return None
-    if not _ran_the_same(phase, prev):
+    if not _ran_the_same(phase, prev, prepared_from):
         return None
     if spec.resume == "outputs":
         before = prev.get("outputs")
@@ -371,36 +373,60 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
             + (f" (use {switch} to run it anyway)" if switch else ""))
 
 
-def _ran_the_same(phase: ResumingPhase, prev: Facts) -> bool:
-    """The phase was done by what it would run now (its ``ran`` fact; one kept before there was one: taken as the
-    same). Another command or environment is another phase: a fetch of 32 GiB parameters left its files there,
-    and a config changed to 64 GiB resumed on them, curio then lacking its own."""
+def _ran_the_same(phase: ResumingPhase, prev: Facts, prepared_from: Any) -> bool:
+    """The phase was done by what it would run now (its ``ran`` fact; one kept before there was one, or before it
+    said what its prepare was made from: taken as the same). Another command or environment is another phase: a
+    fetch of 32 GiB parameters left its files there, and a config changed to 64 GiB resumed on them, curio then
+    lacking its own. So are other settings its prepare makes the children's environment and files from (a plugin's
+    table: the bench's count and input): the digest of the command alone resumed a bench run with others."""
     ran = prev.get("ran")
-    if not isinstance(ran, dict) or ran.get("digest") == what_it_runs(phase.spec):
+    if not isinstance(ran, dict):
         return True
-    phase.resume_needs.log(f"phase {phase.name}: done before with another command or environment (its config "
-                           "changed): running it again")
-    return False
+    if ran.get("digest") != what_it_runs(phase.spec):
+        phase.resume_needs.log(f"phase {phase.name}: done before with another command or environment (its config "
+                               "changed): running it again")
+        return False
+    if PREPARED in ran and ran[PREPARED] != prepared_digest(prepared_from):
+        phase.resume_needs.log(f"phase {phase.name}: done before with other settings for its prepare "
+                               f"({phase.spec.prepare or 'none now'}) (its config changed): running it again")
+        return False
+    return True
+
+
+# The ``ran`` fact's digest of what the phase's prepare was made from (None: no prepare, or one made from nothing).
+PREPARED = "prepared"
 
 
 def what_it_runs(spec: PhaseSpec) -> str:
     """A digest of what the phase runs as configured: its command's and its daemons' programs, environments and
     working directories (the knobs of the supervisor's own, its timeouts and watches, are left out)."""
+    return _digest([(c.name, list(c.command), sorted(c.env.items()), c.cwd) for c in (spec.command, *spec.daemons)])
+
+
+def prepared_digest(prepared_from: Any) -> str | None:
+    """A digest of what the phase's prepare makes its children's environment and files from (PhaseHooks
+    ``prepared_from``: a plugin's settings); None where there is nothing."""
+    return None if prepared_from is None else _digest(prepared_from)
+
+
+def _digest(data: Any) -> str:
     import hashlib  # (here, not at the top: it maps OpenSSL's libcrypto, 3 MiB of RSS, for phases that resume only)
 
-    children = [(c.name, list(c.command), sorted(c.env.items()), c.cwd) for c in (spec.command, *spec.daemons)]
-    return hashlib.sha256(json.dumps(children).encode()).hexdigest()[:32]
+    # (sorted keys: a table's order is no setting; str for what JSON has no type of, a TOML date in a table)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 # ---------------------------------------------------------------- the facts of a phase done now
 
 
-def facts_of(phase: ResumingPhase, output: OutputHook | None, then: Callable[[Facts], None]) -> None:
-    """What a later start needs to resume ``phase``, done now, to ``then``: when, on which machine, what
-    its output parser read (where the parser keeps it as a fact: the bench's rate) and its output files,
-    listed off the loop (without them, if they are not listed within SURVEY_BOUND_S)."""
+def facts_of(phase: ResumingPhase, hooks: PhaseHooks, then: Callable[[Facts], None]) -> None:
+    """What a later start needs to resume ``phase``, done now, to ``then``: when, on which machine, what it ran
+    (its command, and what its prepare was made from), what its output parser read (where the parser keeps it as
+    a fact: the bench's rate) and its output files, listed off the loop (without them, if they are not listed
+    within SURVEY_BOUND_S)."""
+    output = hooks.output
     facts: Facts = {"done_at": time.time(), "machine": machine_fingerprint(phase.resume_needs),
-                    "ran": {"digest": what_it_runs(phase.spec)}}
+                    "ran": {"digest": what_it_runs(phase.spec), PREPARED: prepared_digest(hooks.prepared_from)}}
     if output is not None and output.fact is not None and phase.parsed is not None:
         facts[output.fact] = vars(phase.parsed)
     path = phase.spec.progress_path

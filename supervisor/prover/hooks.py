@@ -21,7 +21,9 @@ are info lines of ``cuzk_core::engine``: ``cuzk-config`` keeps them in whatever 
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Any
 
 from ..config import Plan
 from ..lifecycle import verdict as v
@@ -107,6 +109,21 @@ PARSERS = {
 def make_cuzk_config(plan: Plan) -> Prepare:
     """The plugin's PrepareMaker for ``prepare = "cuzk-config"``: bound to the plan's [cuzk] (ConfigError if none)."""
     return cuzk_config(cuzk_settings(plan.sections, CUZK_CONFIG))
+
+
+# The [cuzk] keys that say where things are reached or written, not what runs: a daemon on another port, or
+# cuzk.toml written to another path, proves as it did.
+WHERE_NOT_WHAT = ("config_path", "listen", "status_listen")
+
+
+def cuzk_config_inputs(plan: Plan) -> dict[str, Any]:
+    """What ``prepare = "cuzk-config"`` is made from (Plugin.prepare_inputs): [cuzk], which cuzk.toml, the bench's
+    count, C1 input and -j come from, less WHERE_NOT_WHAT. Part of what the warm-up and the bench run, for resume:
+    their commands only name $CUZK_BENCH_COUNT and cuzk.toml's path, and a bench resumed on another count or memory
+    model reported a rate the config now in force never measured. (The parameter cache stays in: the warm-up's
+    daemon writes the PCE there, for the bench's to load.)"""
+    settings = dataclasses.asdict(cuzk_settings(plan.sections, CUZK_CONFIG))
+    return {key: value for key, value in settings.items() if key not in WHERE_NOT_WHAT}
 
 
 # ---------------------------------------------------------------- the warm-up's settle: its PCE

@@ -7,7 +7,8 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``table_keys``/``table_rules``: the fleet protocol's keys in ``[manager]`` (``min_rate``, ``$MIN_RATE``,
   ``bench_gate_s``, ``bench_deadline_s``, ``give_up_on_failure`` or its old name ``report_bench_failure``,
   ``bench_done_reason``), and ``[supervisor] min_param_disk``;
-- ``prepares``: ``cuzk-config`` (hooks.py); ``parsers``: ``cuzk-bench``, ``cuzk-single``, ``paramfetch``;
+- ``prepares``: ``cuzk-config`` (hooks.py), made from the whole [cuzk] (``prepare_inputs``: what resume digests);
+  ``parsers``: ``cuzk-bench``, ``cuzk-single``, ``paramfetch``;
   ``settles``: ``cuzk-pce``, the warm-up's daemon kept until its background PCE extraction ends (hooks.py);
 - ``ready``: ``cuzk`` (ready.py); ``reports``: ``bench-done``, made when its oneshot is done;
 - ``prepare_env``: what ``cuzk-config`` hands its phase's children (``CUZK_ADDR``...), each from its [cuzk] key
@@ -58,7 +59,16 @@ from .configkeys import (
 )
 from .fetchlines import ALLOCATORS
 from .fleet import BENCH_DONE, RUNNER_ID, RUNNER_ID_ENV
-from .hooks import BENCH_PARSER, CUZK_CONFIG, CUZK_CONFIG_ENV, PARSERS, PCE_HOOK, PCE_SETTLE, make_cuzk_config
+from .hooks import (
+    BENCH_PARSER,
+    CUZK_CONFIG,
+    CUZK_CONFIG_ENV,
+    PARSERS,
+    PCE_HOOK,
+    PCE_SETTLE,
+    cuzk_config_inputs,
+    make_cuzk_config,
+)
 from .ready import KIND as CUZK_READY
 from .ready import make_cuzk_ready
 from .reasons import REASONS
@@ -148,6 +158,7 @@ PLUGIN = Plugin(
     table_keys=MappingProxyType({"manager": FLEET_KEYS, "supervisor": PARAM_DISK_KEYS}),
     table_rules=MappingProxyType({"manager": fleet_rules}),
     prepares=MappingProxyType({CUZK_CONFIG: make_cuzk_config}),
+    prepare_inputs=MappingProxyType({CUZK_CONFIG: cuzk_config_inputs}),
     parsers=MappingProxyType(PARSERS),
     settles=MappingProxyType({PCE_SETTLE: PCE_HOOK}),
     ready=MappingProxyType({CUZK_READY: make_cuzk_ready}),

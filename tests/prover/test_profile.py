@@ -190,6 +190,17 @@ def test_second_start_resumes_and_rebench_runs_the_bench_again(first: FirstRun) 
     assert prof.instance()["uuid"] == uuid
     assert prof.instance()["history"][-1] == "running"
 
+    # [cuzk] changed (another bench count): what cuzk-config is made from is part of what the warm-up and the bench
+    # run, as their command is; the bench of 4 proofs is not resumed for a config of 3.
+    fourth = prof.run(env=prof.env(BENCH_COUNT="3"), name="fourth")
+    out = fourth.output
+    assert fourth.returncode == 0, out[-6000:]
+    done = dict(done_phases(out))
+    assert done["paramfetch"].startswith("resumed:")
+    assert done["warmup"].startswith("completed") and done["bench"].startswith("completed"), done
+    assert "phase bench: done before with other settings for its prepare (cuzk-config) (its config changed): " \
+           "running it again" in out, out[-6000:]
+
 
 # ---------------------------------------------------------------- failures
 

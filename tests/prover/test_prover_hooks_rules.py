@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import ConfigError
+from supervisor.config import ConfigError, load_plan
 from supervisor.evidence.gpu import GpuSample
 from supervisor.lifecycle import verdict as v
 from supervisor.lifecycle.hooks import HookContext, Refusal
+from supervisor.lifecycle.resume import prepared_digest, what_it_runs
 from supervisor.lifecycle.verdict import Verdict
+from supervisor.plugin import hooks_for
 from supervisor.prover import hooks
 from supervisor.prover.bench import BenchParser, BenchResult, SingleProofParser
 from supervisor.prover.cuzkconf import CuzkSettings
@@ -145,6 +147,29 @@ def test_make_cuzk_config_needs_the_plans_cuzk_table() -> None:
 
 def exited_0(phase: str) -> Verdict:
     return Verdict(phase=phase, child="cmd", pid=1, reason=v.EXIT_CODE, success=True, status=0, detail="exit 0")
+
+
+@pytest.mark.parametrize("knob", [{"BENCH_COUNT": "3"}, {"BENCH_C1": "/data/zk/other.json"},
+                                  {"BENCH_CONCURRENCY": "1"}, {"CUZK_MEMORY_MODEL": "partition-workers"},
+                                  {"CUZK_SAFETY_MARGIN": "20GiB"}], ids=lambda knob: next(iter(knob)))
+def test_what_the_profiles_bench_runs_changes_with_its_cuzk_settings(knob: dict[str, str]) -> None:
+    """The bench's command names only $CUZK_BENCH_COUNT, $CUZK_BENCH_C1 and cuzk.toml's path: the digest of it
+    alone was the same whatever [cuzk] said, and a bench passed on 12 proofs was resumed on a config of 3 (its rate
+    reported for a run never made). What cuzk-config is made from is part of what the warm-up and the bench run."""
+    environ = {"SUPERVISOR_STATE_DIR": "/var/lib/prover-supervisor"}
+
+    def ran(env: dict[str, str]) -> dict[str, tuple[str, str | None]]:
+        plan = load_plan(None, PLUGIN, env)
+        of = hooks_for(PLUGIN, plan)
+        return {p.name: (what_it_runs(p), prepared_digest(of(p).prepared_from)) for p in plan.phases}
+
+    plain, changed = ran(environ), ran({**environ, **knob})
+    assert plain["bench"][1] is not None and plain["bench"][1] != changed["bench"][1], (plain, changed)
+    assert plain["warmup"][1] != changed["warmup"][1]
+    assert plain["paramfetch"] == changed["paramfetch"]  # (no prepare: what it runs is its command alone)
+    assert ran(environ) == plain  # (the same settings, the same digest)
+    # Where the daemon listens is no setting of what it proves: a start on other ports resumes.
+    assert ran({**environ, "CUZK_PORT": "9920", "CUZK_STATUS_PORT": "9921"}) == plain
 
 
 def test_a_bench_that_exits_0_without_its_summary_fails_as_bench_failed() -> None:

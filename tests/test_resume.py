@@ -219,3 +219,6 @@ def test_outputs_resume_a_phase_whose_progress_path_is_one_file(sup: Runner) -> 
     params.write_text("0123")  # not the file it left
     out = run_to_end(sup, config, "three")
     assert runs.read_text() == "run\nrun\n", out
+    # Why it runs again, in one line (a re-fetch is tens of GiB): it ran again with nothing said.
+    assert (f"phase fetch: 1 of another size (params.bin 10B, now 4B) of its 1 output file(s) in {params}: "
+            "running it again") in out, out

@@ -459,3 +459,14 @@ def test_a_phase_whose_prepare_was_made_from_other_settings_runs_again() -> None
                     "running it again"], said
     older = ResumeRecord(None, {"bench": {**done, "ran": {"digest": done["ran"]["digest"]}}})
     assert older.resumable(bench, None, prepared_from={"count": 3}) is not None  # type: ignore[arg-type]
+
+
+def test_what_became_of_the_output_files_is_said_in_a_few_words() -> None:
+    from supervisor.lifecycle.resume import outputs_changed
+
+    before = {"a": 10, "b": 20, "c": 30, "d": 40, "e": 50, "bad\nname": 1, "f": 60}
+    now = {"a": 10, "b": 21, "c": 30}
+    assert outputs_changed(before, now, "/p") == ("4 missing (d, e, 'bad\\nname', 1 more) and 1 of another size "
+                                                  "(b 20B, now 21B) of its 7 output file(s) in /p")
+    assert outputs_changed({"a": 1}, None, "/p") == ("its output files in /p cannot be listed now (gone, or not a file "
+                                                     "or directory)")

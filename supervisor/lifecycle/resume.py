@@ -48,6 +48,7 @@ from ..evidence.progress import file_incomplete, is_incomplete
 from ..state import files as state_files
 from ..state.files import Rewrites, StateFileError, load_json, not_an_object
 from ..text import Log
+from ..text.show import fmt_bytes, shown
 from .states import Deaf, PhaseState
 
 if TYPE_CHECKING:
@@ -357,6 +358,8 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
         now = outputs_now
         if before and now is not None and all(now.get(name) == size for name, size in before.items()):
             return f"its {len(before)} output file(s) in {spec.progress_path} are all still there"
+        if before:  # (a fetch run again is tens of GiB: said why, as a machine's change is)
+            rt.log(f"phase {phase.name}: {outputs_changed(before, now, spec.progress_path)}: running it again")
         return None
     age = time.time() - float(prev["done_at"])
     if age > spec.resume_max_age_s:
@@ -371,6 +374,27 @@ def _still_valid(phase: ResumingPhase, prev: Facts, outputs_now: dict[str, int] 
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(prev["done_at"])))
     return (f"done {age:.0f}s before this start ({when}) on this same machine"
             + (f" (use {switch} to run it anyway)" if switch else ""))
+
+
+# The most output files a line names one by one; the rest are counted.
+OUTPUTS_NAMED = 3
+
+
+def outputs_changed(before: dict[str, int], now: dict[str, int] | None, path: str | None) -> str:
+    """What became of the output files a phase left (``before``, name → size) as listed now (None: not listable)."""
+    if now is None:
+        return f"its output files in {path} cannot be listed now (gone, or not a file or directory)"
+    missing = [name for name in before if name not in now]
+    resized = [f"{shown(name, 80, bare=True)} {fmt_bytes(size)}, now {fmt_bytes(now[name])}"
+               for name, size in before.items() if name in now and now[name] != size]
+    said = [f"{len(missing)} missing ({_named([shown(name, 80, bare=True) for name in missing])})"] if missing else []
+    said += [f"{len(resized)} of another size ({_named(resized)})"] if resized else []
+    return f"{' and '.join(said)} of its {len(before)} output file(s) in {path}"
+
+
+def _named(items: list[str]) -> str:
+    more = len(items) - OUTPUTS_NAMED
+    return ", ".join(items[:OUTPUTS_NAMED]) + (f", {more} more" if more > 0 else "")
 
 
 def _ran_the_same(phase: ResumingPhase, prev: Facts, prepared_from: Any) -> bool:

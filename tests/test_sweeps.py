@@ -280,7 +280,8 @@ def test_what_survives_the_bound_is_said_by_pid_and_name_and_never_as_killed() -
 def test_the_exit_sweep_in_process_kills_our_descendants_and_says_nothing_when_none_is_left() -> None:
     child = subprocess.Popen([PY, "-c", "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"])
     try:
-        wait_for(lambda: len(psutil.Process(child.pid).children()) == 1, 10)
+        # (its child exec'd sleep: before that it is a python of the same name as its parent)
+        wait_for(lambda: [p.name() for p in psutil.Process(child.pid).children()] == ["sleep"], 10)
         grandchild = psutil.Process(child.pid).children()[0].pid
         lines: list[str] = []
         assert sweep_descendants(lines.append) == 2

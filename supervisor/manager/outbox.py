@@ -547,13 +547,14 @@ def _check_tables(db: sqlite3.Connection) -> None:
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if tables - {"sqlite_sequence"} and "calls" not in tables:
         raise ForeignTables(f"not the outbox's tables: {', '.join(sorted(tables))[:80]}, and no calls")
+    columns_of: dict[str, dict[str, tuple[Any, ...]]] = {}  # table → its columns' PRAGMA rows, by name
     for table, columns in TABLE_COLUMNS.items():
-        found = {row[1]: row for row in db.execute(f"PRAGMA table_info({table})")}
+        found = columns_of[table] = {row[1]: row for row in db.execute(f"PRAGMA table_info({table})")}
         missing = [column for column in columns if column not in found]
         if found and missing:
             raise ForeignTables(f"not the outbox's tables: {table} has no column {', '.join(missing)}")
-    key = db.execute("PRAGMA table_info(calls)").fetchall()
-    if key and not any(row[1] == "id" and str(row[2]).upper() == "INTEGER" and row[5] == 1 for row in key):
+    key = columns_of["calls"].get("id")  # (its type, then whether it is the primary key: PRAGMA's 3rd and 6th)
+    if columns_of["calls"] and not (key is not None and str(key[2]).upper() == "INTEGER" and key[5] == 1):
         raise ForeignTables("not the outbox's tables: calls is not keyed by an INTEGER PRIMARY KEY id")
 
 

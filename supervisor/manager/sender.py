@@ -268,9 +268,9 @@ class Sender:
         retry is then not sent (its next try reads ``killed``)."""
         end = time.monotonic() + seconds
         self._overtakable = overtakable
+        if overtakable and self.outbox.next_pending_except(LOG) is not None:
+            end = 0.0  # (queued before the wait began, its wake found no wait to cut; one queued since cuts it so)
         while (left := end - time.monotonic()) > 0:
-            if overtakable and self.outbox.next_pending_except(LOG) is not None:
-                break  # (queued before the wait began: its wake found no wait to cut)
             due_in = self.rows.due_in() if self.uuid and self.killed is None else None
             if self._hurry.wait(left if due_in is None else min(left, due_in)):
                 break

@@ -391,21 +391,21 @@ def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str, S
     from ..text.show import PATH_CHARS, shown
 
     kept = pointers()
+    found = kept[0] if kept else None  # the newest, live or not
+    who = _pointed_pid(found) if found is not None else ""
+    last = None if found is None else SeeAlso(found.state_dir, f"the last supervisor started here ({who}) had "
+                                              "state_dir", found.pid)
     live = next((one for one in kept if one.live), None)
     if live is not None:
-        if not kept[0].live:  # (the newest is gone: what it started may still run)
-            return live.state_dir, "", SeeAlso(kept[0].state_dir, f"the last supervisor started here "
-                                               f"({_pointed_pid(kept[0])}) had state_dir", kept[0].pid)
+        if live is not found:  # (the newest is gone: what it started may still run)
+            return live.state_dir, "", last
         other = next((one for one in kept[1:] if one.live), None)
         return live.state_dir, "", None if other is None else \
             SeeAlso(other.state_dir, f"another supervisor runs here ({_pointed_pid(other)}) with state_dir", other.pid)
-    found = kept[0] if kept else None
     profile_dir = profile_state_dir()
-    if found is None or found.state_dir == profile_dir:
+    if found is None or last is None or found.state_dir == profile_dir:
         return profile_dir, ("; one started with a state_dir of its own is found with `status --config FILE` or "
                              "`status --state-dir DIR`"), None
-    who = _pointed_pid(found)
-    last = f"the last supervisor started here ({who}) had state_dir"
     saved_there = os.path.lexists(state_files.path(found.state_dir, state_files.STATUS_FILE))
     if saved_there and not takes_connections(str(state_files.path(profile_dir, state_files.STATUS_SOCKET))):
         here = f"{shown(str(found.state_dir), PATH_CHARS, bare=True)}, of the last supervisor started here ({who})"
@@ -413,8 +413,7 @@ def bare_status_dir(profile_state_dir: Callable[[], Path]) -> tuple[Path, str, S
         return (found.state_dir, f"; it is the state_dir {here}",
                 SeeAlso(profile_dir, f"this is state_dir {here}; another supervisor's saved state is in the "
                         "built-in profile's state_dir") if profile_saved else None)
-    named = SeeAlso(found.state_dir, last, found.pid)
-    return profile_dir, f"; {named.said()}", named
+    return profile_dir, f"; {last.said()}", last
 
 
 def _pointed_pid(found: Pointer) -> str:

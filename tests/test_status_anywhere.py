@@ -17,7 +17,7 @@ from pathlib import Path
 from helpers import PY, REPO, Runner, clean_env, needs_unshare, sh, stale_socket, wait_for
 
 from supervisor.engine.trees import is_live_supervisor, start_ticks
-from supervisor.status.file import RUNTIME_DIR_ENV, pointed, pointer_path
+from supervisor.status.file import RUNTIME_DIR_ENV, pointer_path, pointers
 
 
 def status_cli(*args: str, pid1: bool = False, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -114,7 +114,7 @@ def test_a_recorded_pid_given_since_to_a_process_that_names_the_supervisor_is_no
             for start in (own, theirs):
                 pointer.write_text(json.dumps({"pid": tail.pid, "pid_start": start, "state_dir": str(sup.state_dir),
                                                "socket": str(tmp_path / "none.sock")}))
-                found = pointed()
+                found = next(iter(pointers()), None)
                 assert found is not None and found.pid == tail.pid, found
                 lives[start == own] = found.live
         finally:
@@ -177,7 +177,7 @@ def killed_with_a_pointer(sup: Runner, runtime: dict[str, str]) -> subprocess.Po
     os.environ[RUNTIME_DIR_ENV], saved = runtime[RUNTIME_DIR_ENV], os.environ[RUNTIME_DIR_ENV]
     try:
         assert pointer_path() == pointer
-        found = pointed()
+        found = next(iter(pointers()), None)
         assert found is not None and found.pid == proc.pid and not found.live and found.state_dir == sup.state_dir
     finally:
         os.environ[RUNTIME_DIR_ENV] = saved

@@ -7,7 +7,7 @@ checks that what was read (the file, or an answer on the status socket) has the 
 before anything uses it. It is the status view's file only: what a later start resumes from is
 resume.py's own record.
 
-And the pointer (``point_here``, ``unpoint``, ``pointed``): the well-known file that leads a bare
+And the pointer (``point_here``, ``unpoint``, ``pointers``): the well-known file that leads a bare
 ``prover-supervisor status`` to the running supervisor, whatever its state_dir.
 
 ``run --config F`` may give the supervisor a state_dir of its own, and a bare ``status`` knows only the
@@ -207,13 +207,6 @@ def unpoint(path: Path) -> None:
             return
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-
-
-def pointed() -> Pointer | None:
-    """The supervisor the pointer names, live or not; None where there is no pointer (or it is not one)."""
-    path = pointer_path()
-    found = _read(path) if path is not None else None
-    return _pointer(found) if found is not None else None
 
 
 def pointers() -> list[Pointer]:

@@ -610,3 +610,21 @@ def test_a_copy_of_a_file_another_connection_holds_locked_gives_up_and_goes_on(t
         assert read == [0]  # the file could not be read: its call goes out once it can be (said in the log)
     finally:
         holder.close()
+
+
+def test_the_supervisors_own_log_closed_still_failing_counts_what_it_lost(
+        sup: Runner, tmpfs: Callable[[Path, str], Path]) -> None:
+    """log_dir full from the start: supervisor.log takes none of the supervisor's lines. At the exit it is closed
+    like a child's file, and the console hears what it lost there, not only that it could not be written."""
+    fill(tmpfs(sup.log_dir, "64k"))
+    config = sup.write(f"""
+        [[phases]]
+        name = "short"
+        command = {sh(f"exit {EXIT_CHILD}")}
+        """)
+    result = sup.run(config, timeout=60)
+    assert result.returncode == EXIT_CHILD, result.output[-3000:]
+    assert "Traceback" not in result.output, result.output[-3000:]
+    assert re.search(r"cannot write \S+/supervisor\.log", result.output), result.output[-3000:]
+    assert re.search(r"writing \S+/supervisor\.log ends still failing; [1-9]\d* byte\(s\) of output were "
+                     r"lost there", result.output), result.output[-3000:]

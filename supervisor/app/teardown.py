@@ -12,8 +12,8 @@
    is its status after all (said, and the termination log written); then status.json again, with
    what the flush delivered, and without the wait;
 5. close what was opened: the status socket, the pointer to it (status/file.py), health, the signal
-   inbox, the loop, the console; the lock goes last; then the interpreter's exit is spared its last
-   walks of the heap.
+   inbox, the loop, supervisor.log (one still failing says what it lost), the console; the lock goes
+   last; then the interpreter's exit is spared its last walks of the heap.
 
 Under a stop signal's budget the exit's first writes come earlier, at the shutdown itself (``FirstWrites``,
 one of the lifecycle's observers): status.json and the termination log, before any child's grace runs.
@@ -106,6 +106,8 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
             action(*args)
         except Exception as exc:
             log(step_failed(what, exc))
+    if host.log.file is not None:  # a file failing still: the console hears the bytes it lost, as for a child's
+        host.log.file.close()
     host.console.close(budget.console_s(CONSOLE_CLOSE_S) if budget is not None else CONSOLE_CLOSE_S)
     os.close(lock_fd)
     no_last_walk_of_the_heap()

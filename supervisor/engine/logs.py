@@ -646,7 +646,7 @@ class SupervisorLog:
     def __init__(self, console: Console, file: LogFile | None, ship: Log | None = None) -> None:
         """``ship``: the log shipper, given every line but the Unshipped ones."""
         self._console = console
-        self._file = file
+        self.file = file  # (closed by the teardown, last but the console: what it lost is said there)
         if file is not None:
             file.notify = self._to_console  # not through itself: it is the file that cannot be written
         self.redactor: Redactor | None = None
@@ -685,9 +685,9 @@ class SupervisorLog:
         # the GIL at the file's write and hold us up (the signal path's lines come before its signal). What
         # there is to say of the file still follows the line on the console.
         notes: list[str] = []
-        if self._file is not None:
+        if self.file is not None:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z ").encode()
-            notes = self._file.write_unsaid(stamp + line.split(b" ", 1)[1])
+            notes = self.file.write_unsaid(stamp + line.split(b" ", 1)[1])
         self._console.put(line, own=True)
         for note in notes:
             self._to_console(note)  # (the file's notify)

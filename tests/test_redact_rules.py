@@ -128,6 +128,34 @@ def test_the_stream_releases_what_it_held_when_the_pipe_closes() -> None:
     assert stream.close() == b""
 
 
+PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----\n"
+
+
+def test_a_secret_of_several_lines_printed_a_line_a_read_is_masked_line_by_line() -> None:
+    """A line end ends what the stream holds back (no secret spans one): a key of several lines, printed a line a
+    write, came in reads that never held it whole. Each of its lines is a secret of its own too."""
+    chunks = [line.encode() + b"\n" for line in PEM.splitlines()]
+    out = fed(Redactor([PEM]), chunks)
+    assert not any(line.encode() in out for line in PEM.splitlines()), out
+    assert out == (f"{MASK}\n" * 4).encode()
+
+
+def test_a_secret_of_several_lines_read_whole_is_one_mask() -> None:
+    assert Redactor([PEM]).text(f"key: {PEM}end") == f"key: {MASK}end"
+
+
+def test_a_secret_with_a_trailing_line_end_is_masked_without_it() -> None:
+    """A value read from a file keeps its line end ("tok\\n"); printed without it, it was shown."""
+    red = Redactor([TOKEN + "\n"])
+    assert red.text(f"token={TOKEN};") == f"token={MASK};"
+    assert fed(red, [f"token={TOKEN}".encode(), b";\n"]) == f"token={MASK};\n".encode()
+
+
+def test_a_short_line_of_a_secret_is_not_a_secret_of_its_own() -> None:
+    red = Redactor(["ab\ncdefgh"])
+    assert red.text("ab cdefgh") == f"ab {MASK}"
+
+
 def test_a_stream_with_no_secrets_holds_nothing_back() -> None:
     stream = Redactor().stream()
     assert stream.feed(b"tok-0") == b"tok-0"

@@ -42,6 +42,7 @@ MIN_SECRET_LEN = 4
 # How far back from the end of a read a secret's beginning is looked for, in raw bytes: the text of
 # the longest secret with escape codes between its characters. A held part never grows past it.
 HOLD_SCAN_BYTES = 4096
+LINE_ENDS_RE = re.compile(r"[\r\n]+")
 
 _CODES = b"(?:" + ANSI_PATTERN + b")*"
 
@@ -54,7 +55,10 @@ class Redactor:
     """The secrets of one run, and masking them in text and in bytes."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        unique = {s for s in secrets if s and len(s) >= MIN_SECRET_LEN}
+        # Each line of a secret of several lines (a key, a value read with its line end) is one of its own: the
+        # stream lets a line end through at once, and a key printed a line a write never comes whole.
+        unique = {part for secret in secrets for part in (secret, *LINE_ENDS_RE.split(secret or ""))
+                  if len(part) >= MIN_SECRET_LEN}
         self._text = sorted(unique, key=len, reverse=True)  # longest first: no partial leftovers
         self._bytes = [s.encode() for s in self._text]
         self._longest = len(self._bytes[0]) if self._bytes else 0

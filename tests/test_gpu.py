@@ -17,6 +17,7 @@ from helpers import Runner, first_line, one_verdict, real_nvml_error, toml_list,
 from standin_nvml import NvmlControl
 from standin_nvml import gpu as nvml_gpu
 
+from supervisor.evidence import gpuwatch
 from supervisor.evidence.gpu import GpuSample, activity_changed, describe_nvml_error
 from supervisor.evidence.gpuwatch import Gpus
 from supervisor.text.units import MIB as MiB
@@ -234,6 +235,32 @@ def test_the_inventory_is_refused_at_once_while_nvml_hangs(control: NvmlControl)
     finally:
         control.set(hang_s=0)
         gpus.close()
+
+
+def test_a_watch_closed_while_nvml_opens_calls_nothing_once_the_open_returns(
+        control: NvmlControl, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watch closed while nvmlInit hung went on to sample once the call returned: one more NVML call (which may
+    hang in turn) for a watch no one reads; in the suite, a call counted by the next test's stand-in."""
+    sampled = threading.Event()
+    real = gpuwatch.sample_all
+
+    def noted(*args: object, **kwargs: object) -> object:
+        sampled.set()
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpuwatch, "sample_all", noted)
+    gpus = Gpus(call_timeout_s=0.3)
+    try:
+        control.set(hang_s=120)
+        assert gpus.inventory(bound_s=30).unresponsive is not None  # (its thread is in nvmlInit)
+        gpus.close()
+    finally:
+        control.set(hang_s=0)
+        gpus.close()
+    assert gpus._thread is not None
+    gpus._thread.join(30)
+    assert not gpus._thread.is_alive()
+    assert not sampled.is_set(), "a closed watch sampled the GPUs"
 
 
 def gpu(index: int, util: int = 0, used: int = 0) -> GpuSample:

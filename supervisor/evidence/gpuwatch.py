@@ -319,6 +319,9 @@ class Gpus:
 
     def _run(self) -> None:
         nvml, why = open_nvml(self._call, self._pause)
+        if self._closed:  # closed while the opening hung: no sample, no fault (each NVML call may hang again)
+            self.opened.set()
+            return
         for index, exc in (nvml.lost if nvml is not None else {}).items():
             self._xid.lost(index, exc)  # (gone before it was ever sampled: a fault all the same)
         with self._cond:

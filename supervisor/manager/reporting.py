@@ -134,7 +134,7 @@ class Reporter:
         client = ManagerClient(self.spec, token, warn=self._log)
         self._sender = Sender(self.spec, self.outbox, client, self._loop, self._log, self.calls,
                               on_identity=self._export_identity, on_delivered=self._manager_answers,
-                              view=self.view)
+                              view=self.view, on_give_up_refused=self._give_up_refused)
         self._sender.restore_identity(given_up is not None)
         if given_up is not None:
             give_up = self._sender.retired_before(given_up.call, f"this instance was given up ({given_up.reason})",
@@ -385,7 +385,17 @@ class Reporter:
             self._log(f"manager: cannot remember the give-up in {givenup.marker(self._state_dir)} "
                       f"({exc.strerror or exc}): a restart on this state_dir would run the lifecycle again")
         if self._sender is not None:
-            self._sender.retire()
+            self._sender.retire(call)
+
+    def _give_up_refused(self, kind: str, why: str) -> None:
+        """The give-up's call was refused for good: the manager was not told, and nothing will destroy the machine.
+        Said plainly, and in the marker, which said until now that the call asked the manager to."""
+        line = f"the manager refused the give-up's {kind} for good ({why}): this instance was NOT destroyed"
+        self._log(f"manager: {line}; nothing here asks again: destroy it by hand")
+        try:
+            givenup.amend(self._state_dir, line)
+        except OSError as exc:
+            self._log(f"manager: cannot say so in {givenup.marker(self._state_dir)} ({exc.strerror or exc})")
 
     def give_up(self, reason: str, kind: str, payload: Payload, *, said: str = "",
                 exit_waits_for: str | None = None) -> None:

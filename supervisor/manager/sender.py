@@ -21,7 +21,10 @@ database was reset, or the 7-day cleanup removed the row) is dropped: the label 
 manager gives a new uuid, which later children get), and the call is sent again with it, then the rest of
 the queue; the owner hears it (``registered_again``: what was pushed under the old uuid goes again). Not
 a loop: the same answer right after a fresh register is refused for good, and an instance given up
-(``retire``) or killed is never registered again (the manager would hand a destroyed machine a new row).
+(``retire``) or killed is never registered again (the manager would hand a destroyed machine a new row), but for
+the give-up's own call: answered 404 ``instance not found``, it destroyed nothing (there was no row to kill), so
+the label is registered again, once, and the give-up goes under the new uuid. One refused for good all the same
+is said (``on_give_up_refused``): nothing destroys the machine then.
 A killed row answers ``/running`` with the same 404 (``or already killed``), but ``/runner-id`` with 200.
 
 The manager's own view (rowwatch.py): the row is read once the manager knows the instance, before each
@@ -42,7 +45,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..config import ManagerSpec
 from ..engine.loop import EventLoop
@@ -53,6 +56,7 @@ from .callkinds import LOG, REGISTER, SENT_AGAIN, CallKind, CallKinds, Payload
 from .client import Answer, ManagerClient, PermanentError, TransientError
 from .row import KILLED, Row
 from .rowwatch import UNKNOWN_INSTANCE, RowReading, RowWatch, unknown_instance
+from .view import HearsTheRow, Unheard
 
 if TYPE_CHECKING:  # (sqlite3 with it: the outbox is opened only once a manager is configured, reporting.py)
     from .outbox import Call, Outbox
@@ -81,29 +85,6 @@ LOG_ROUTE_TRIES = 3
 FLUSH_RETRY_MAX_S = 5.0
 
 
-class HearsTheRow(Protocol):
-    """What the sender tells, on the loop's thread, of the manager's own view (view.py's ManagerView)."""
-
-    def heard_row(self, reading: RowReading) -> None: ...  # each look-up of our row
-
-    def heard_kill(self, row: Row) -> None: ...  # the row said killed: once
-
-    def registered_again(self, old: str, new: str) -> None: ...  # ``old`` forgotten, registered as ``new``
-
-
-class Unheard:
-    """Nobody hears the row (a sender in a test of its calls)."""
-
-    def heard_row(self, reading: RowReading) -> None:
-        pass
-
-    def heard_kill(self, row: Row) -> None:
-        pass
-
-    def registered_again(self, old: str, new: str) -> None:
-        pass
-
-
 class _NotSent(Exception):
     """A row-checking call found the row killed before a retry: it is not sent (raised out of the retries)."""
 
@@ -129,7 +110,8 @@ class Sender:
 
     def __init__(self, spec: ManagerSpec, outbox: Outbox, client: ManagerClient, loop: EventLoop, log: Log,
                  calls: CallKinds, *, on_identity: Callable[[str, Mapping[str, str | None]], None],
-                 on_delivered: Callable[[], None] | None = None, view: HearsTheRow | None = None) -> None:
+                 on_delivered: Callable[[], None] | None = None, view: HearsTheRow | None = None,
+                 on_give_up_refused: Callable[[str, str], None] | None = None) -> None:
         self.spec = spec
         self.outbox = outbox
         self._client = client
@@ -147,7 +129,9 @@ class Sender:
         # Registered again for a forgotten uuid, and no call delivered under the new one yet: the same 404
         # now means registering cannot help, and it is refused for good.
         self._registered_again = False
-        self._retired = False  # given up for good: a forgotten uuid is not registered again
+        self._retired = False  # given up for good: a forgotten uuid is not registered again (but for the give-up)
+        self._give_up: tuple[str, dict[str, Any]] | None = None  # the call that gives it up (kind, payload): retire
+        self._on_give_up_refused = on_give_up_refused  # (kind, why), on the loop's thread
         # Given up, with no uuid here and no give-up to deliver: nothing is worth a new row (retired_before).
         self._never_register = False
         self._ours_before = False  # the outbox held this label's identity when this start found it (restore_identity)
@@ -444,9 +428,15 @@ class Sender:
         self._loop.call_soon_threadsafe(lambda: self._log(
             f"manager: outbox call {call.id} refused for good: {error} (written by another version?)"))
 
-    def retire(self) -> None:
-        """This instance was given up (any thread): a uuid the manager forgot is not registered again."""
+    def retire(self, give_up: tuple[str, Mapping[str, Any]] | None = None) -> None:
+        """This instance was given up (any thread; before ``give_up``, its call's kind and payload, is queued): a uuid
+        the manager forgot is not registered again, but for that call (_forgotten)."""
+        if give_up is not None:
+            self._give_up = (give_up[0], dict(give_up[1]))
         self._retired = True
+
+    def _gives_up(self, call: Call) -> bool:
+        return self._give_up is not None and (call.kind, call.payload) == self._give_up
 
     def retired_before(self, give_up: tuple[str, dict[str, Any]] | None, why: str, named: bool = True) -> int | None:
         """An earlier start gave this instance up (givenup.py), before the thread starts: it is retired, and no
@@ -457,7 +447,7 @@ class Sender:
         (a new row, only to be left). Returns the give-up's id while it is pending (the exit flush waits for it).
         ``named`` False: the marker does not say which call gave it up (an older version's): the pending calls all
         go, as then."""
-        self.retire()
+        self.retire(give_up if named else None)
         if not named:
             return None
         kept = self.outbox.find(*give_up) if give_up is not None else None
@@ -487,8 +477,8 @@ class Sender:
         uuid the manager no longer has (its /runner-id answers 404 ``instance not found``) is dropped, so that the
         label is registered again before the call goes again (see the module docstring); a killed row (its /runner-id
         answers 200) ends the instance; one that cannot be told waits and goes again. False: a refusal."""
-        if call.kind in (REGISTER, LOG) or self._registered_again or self._retired or not unknown_instance(exc) \
-                or not self.uuid:
+        if call.kind in (REGISTER, LOG) or self._registered_again or (self._retired and not self._gives_up(call)) \
+                or not unknown_instance(exc) or not self.uuid:
             return False
         gone = self.rows.gone(self.uuid)
         if gone is None:
@@ -504,8 +494,9 @@ class Sender:
             self.outbox.failed(call.id, f"{exc}: {self.killed.kill_line()}", sent=True)
             return True
         self.outbox.attempted(call.id, str(exc))
+        given_up = "; given up: only so that the give-up goes under the new uuid" if self._retired else ""
         self._drop_uuid(f"404 {UNKNOWN_INSTANCE}: its database was reset or the instance cleaned up",
-                        " (its /runner-id answers 404: the row is gone, not killed)")
+                        f" (its /runner-id answers 404: the row is gone, not killed){given_up}")
         return True
 
     def _drop_uuid(self, why: str, after: str = "") -> None:
@@ -677,6 +668,8 @@ class Sender:
         kind = self._kinds.get(call.kind)
         if kind is not None and kind.refused is not None:
             kind.refused(call.payload)  # e.g. no answer will ever come to wait for
+        if self._gives_up(call) and self._on_give_up_refused is not None:
+            self._on_give_up_refused(call.kind, f"HTTP {exc.status}: {shown(exc.body, 120)}")
 
     def _registered(self) -> None:
         assert self.uuid is not None

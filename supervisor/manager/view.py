@@ -18,7 +18,7 @@ lifecycle's stop could tell it of a shutdown), then ``stop_lifecycle``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..text import Log
 from .callkinds import LOG
@@ -30,6 +30,28 @@ if TYPE_CHECKING:
     from ..state.firstseen import FirstSeen
     from .outbox import Outbox
 
+
+class HearsTheRow(Protocol):
+    """What the sender tells, on the loop's thread, of the manager's own view (ManagerView, below)."""
+
+    def heard_row(self, reading: RowReading) -> None: ...  # each look-up of our row
+
+    def heard_kill(self, row: Row) -> None: ...  # the row said killed: once
+
+    def registered_again(self, old: str, new: str) -> None: ...  # ``old`` forgotten, registered as ``new``
+
+
+class Unheard:
+    """Nobody hears the row (a sender in a test of its calls)."""
+
+    def heard_row(self, reading: RowReading) -> None:
+        pass
+
+    def heard_kill(self, row: Row) -> None:
+        pass
+
+    def registered_again(self, old: str, new: str) -> None:
+        pass
 
 
 class ManagerView:

@@ -78,16 +78,26 @@ def marker(state_dir: str | Path) -> Path:
 
 
 def remember(state_dir: str | Path, reason: str, label: str | None = None,
-             call: tuple[str, Mapping[str, Any]] | None = None) -> GivenUp:
+             call: tuple[str, Mapping[str, Any]] | None = None, at: float | None = None) -> GivenUp:
     """Write the marker (durably: before the give-up's call is queued). Raises OSError."""
     kept = (call[0], dict(call[1])) if call is not None else None
-    record = GivenUp(time.time(), one_line(reason, REASON_MAX_CHARS, mark=""), label or None, kept)
+    record = GivenUp(time.time() if at is None else at, one_line(reason, REASON_MAX_CHARS, mark=""), label or None,
+                     kept)
     data: dict[str, Any] = {"at": record.at, "reason": record.reason}
     if record.label is not None:
         data["label"] = record.label
     data["call"] = {"kind": kept[0], "payload": kept[1]} if kept is not None else None
     save_json(marker(state_dir), data)
     return record
+
+
+def amend(state_dir: str | Path, note: str) -> None:
+    """Add ``note`` to the marker's reason, whole (the reason is cut to make room), keeping its time, label and call:
+    the give-up's call was refused for good, and the reason says it asked the manager. Raises OSError."""
+    given_up = _recall(marker(state_dir))
+    if given_up is not None:
+        reason = one_line(given_up.reason, max(REASON_MAX_CHARS - len(note) - 2, 0), mark="")
+        remember(state_dir, f"{reason}; {note}", given_up.label, given_up.call, at=given_up.at)
 
 
 def aside(state_dir: str | Path, label: str) -> Path:

@@ -388,3 +388,84 @@ def test_a_given_up_instance_whose_outbox_was_lost_registers_no_new_row(sup: Run
             "(the manager's own timeout ends its row)") in out, out
     assert paths(manager)[calls:] == [], paths(manager)[calls:]
     assert [i["state"] for i in instances(manager)] == ["killed"]
+
+
+# ---------------------------------------------------------------- a give-up that meets a forgotten row
+
+
+def waits_then_fails(sup: Runner, mgr: DevManager, label: str = "C.790") -> Path:
+    """A fetch that fails with 4 once the test lets it (touches ``go``): the instance is given up then."""
+    go = sup.tmp / "go"
+    return sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = {toml_str(label)}
+        min_rate = 1
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "fetch"
+        command = {sh(f"while [ ! -e {go} ]; do sleep 0.05; done; exit 4")}
+        report = "param-done"
+        """)
+
+
+def test_a_give_up_that_meets_a_forgotten_row_registers_again_to_go(sup: Runner, manager: DevManager) -> None:
+    """The manager's database was reset while the fetch ran; the fetch failed and the give-up was answered 404
+    instance not found. It was refused for good, as a given-up instance is never registered again: nothing was
+    destroyed (the real manager kills no unregistered instance whose Vast label is null, and its timeouts need a
+    row), while the marker said the manager was asked. The give-up's own 404 registers the label again, once, and
+    it goes under the new uuid (the real bench-done destroys the machine by its C.<id> label)."""
+    cfg = waits_then_fails(sup, manager)
+    first = Console(sup, cfg, name="first")
+    first.wait_text("manager: registered: uuid")
+    assert requests.post(manager.url + "/dev/forget", json={}, timeout=5).status_code == 200
+    (sup.tmp / "go").touch()
+    assert first.finish(WAIT_S) == 4, first.tail()
+    out = first.text()
+    calls = [path for path in paths(manager) if not path.startswith("/runner-id")]  # (the 404 told from a kill)
+    assert calls == ["/register", "/bench-done", "/register", "/bench-done"], calls
+    assert "refused for good" not in out, out
+    assert re.search(r"manager: the manager no longer knows uuid \S+ \(404 instance not found: .*\); registering "
+                     r"again \(its /runner-id answers 404: the row is gone, not killed\); given up: only so that "
+                     r"the give-up goes under the new uuid", out), out
+    [inst] = instances(manager)
+    assert inst["label"] == "C.790" and inst["state"] == "killed" and inst["rate"] == 0, inst
+    assert "asked the manager to destroy it" in givenup.recall(sup.state_dir).reason  # (and it did)
+
+
+def test_a_give_up_the_manager_refuses_for_good_says_the_instance_was_not_destroyed(
+        sup: Runner, manager: DevManager) -> None:
+    """The manager forgets every row at once: the give-up, registered again once, is answered 404 again and
+    refused for good. Nothing destroys the machine: that is said plainly, and the marker does not leave it at
+    "asked the manager to destroy it" (a restart, refused, says it too)."""
+    cfg = waits_then_fails(sup, manager)
+    first = Console(sup, cfg, name="first")
+    first.wait_text("manager: registered: uuid")
+    assert requests.post(manager.url + "/dev/forget", json={"always": True}, timeout=5).status_code == 200
+    (sup.tmp / "go").touch()
+    assert first.finish(WAIT_S) == 4, first.tail()
+    out = first.text()
+    line = re.search(r"manager: the manager refused the give-up's bench-done for good \(HTTP 404: .*instance not "
+                     r"found.*\): this instance was NOT destroyed; nothing here asks again: destroy it by hand", out)
+    assert line, out
+    reason = givenup.recall(sup.state_dir).reason
+    assert re.search(r"asked the manager to destroy it; the manager refused the give-up's bench-done for good "
+                     r"\(HTTP 404: .*\): this instance was NOT destroyed$", reason), reason
+
+    again = Console(sup, cfg, name="again")
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    assert "this instance was NOT destroyed); not running it again" in again.text(), again.text()
+
+
+def test_a_give_up_left_pending_under_a_forgotten_uuid_goes_under_a_new_one(sup: Runner, manager: DevManager) -> None:
+    """The same after a restart: the give-up an earlier start left pending meets a uuid the manager forgot."""
+    give_up = {"rate": 0.0, "failed": True, "reason": "phase fetch failed"}
+    left_by_an_earlier_start(sup, "C.791", "0f0e0d0c-0b0a-4908-8706-050403020100", ("bench-done", give_up))
+    givenup.remember(sup.state_dir, "phase fetch failed", "C.791", ("bench-done", give_up))
+
+    again = Console(sup, waits_then_fails(sup, manager, label="C.791"), name="again")
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    [inst] = instances(manager)
+    assert inst["label"] == "C.791" and inst["state"] == "killed" and inst["rate"] == 0, inst
+    assert "refused for good" not in again.text(), again.text()

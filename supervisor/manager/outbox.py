@@ -363,8 +363,9 @@ class Outbox:
             self._write("UPDATE calls SET attempts = attempts + 1, last_error = ? WHERE id = ?",
                         (error[:500], call_id))
 
-    def delivered(self, call_id: int, response: Any = None) -> None:
-        self._finish(call_id, "delivered", None, response, sent=True)
+    def delivered(self, call_id: int, response: Any = None, *, sent: bool = True) -> None:
+        """``sent`` False: delivered by a try already counted (a give-up whose answer was lost: sender.py)."""
+        self._finish(call_id, "delivered", None, response, sent=sent)
 
     def failed(self, call_id: int, error: str, *, sent: bool) -> None:
         """Failed for good. ``sent``: its last request went out (a refusal the manager answered); False for one

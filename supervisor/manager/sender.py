@@ -86,7 +86,7 @@ FLUSH_RETRY_MAX_S = 5.0
 
 
 class _NotSent(Exception):
-    """A row-checking call found the row killed before a retry: it is not sent (raised out of the retries)."""
+    """A row-checking call found the row killed before a retry: it is not sent again (raised out of the retries)."""
 
 
 class _Overtaken(Exception):
@@ -329,7 +329,7 @@ class Sender:
             self._unknown(call)
             return True
         checks_row = self._kinds[call.kind].checks_row
-        if checks_row and self._killed_before(call):
+        if checks_row and self._killed_before(call, call.attempts > 0):
             return True
         retries = 0
         broken = 0  # a log push's answers in a row that say its route fails (ROUTE_FAILED)
@@ -359,7 +359,7 @@ class Sender:
                 raise _Overtaken
             # Each retry of a call that checks the row reads it again first: a retry may come minutes later,
             # and a bench-done sent after the manager killed the row meanwhile would un-kill it.
-            if checks_row and retries and self._killed_before(call):
+            if checks_row and retries and self._killed_before(call, tried=True):
                 raise _NotSent
             try:
                 return self._attempt(call)
@@ -372,7 +372,7 @@ class Sender:
                                                lambda seconds: self._retry_wait(seconds, overtakable()),
                                                self._longest_wait)
         except _NotSent:
-            return True  # the row was killed while the call was retried: failed, and said (_killed_before)
+            return True  # the row was killed while the call was retried: done with, and said (_killed_before)
         except _Overtaken:
             if self._overtaken != call.id:
                 self._overtaken = call.id
@@ -535,16 +535,23 @@ class Sender:
         if tell:
             self._loop.call_soon_threadsafe(lambda: self._view.heard_kill(row))
 
-    def _killed_before(self, call: Call) -> bool:  # (before its first attempt, and before each retry)
+    def _killed_before(self, call: Call, tried: bool) -> bool:  # (before its first attempt, and before each retry)
         """Before a lifecycle call: the row is read, and a killed one gets no call (its bench-done would
-        un-kill it; the manager's word on it is final). True: the call was not sent."""
+        un-kill it; the manager's word on it is final). True: the call is done with, not sent (again). The give-up
+        ``tried`` before (a try counted, by this start or an earlier one) is delivered: the kill is the manager's
+        answer to it, the answer itself lost (cut off by our timeout, or by a SIGKILL before it was recorded)."""
         if self.uuid and self.killed is None:
             self._read_row()
         if self.killed is None:
             return False
         line = self.killed.kill_line()
-        self.outbox.failed(call.id, f"not sent: {line}", sent=False)
-        self._loop.call_soon_threadsafe(lambda: self._log(f"manager: {call.kind} not sent: {line}"))
+        if tried and self._gives_up(call):
+            self.outbox.delivered(call.id, {"row": KILLED}, sent=False)  # (the try that got there was counted)
+            said = f"manager: {call.kind} delivered: the row is killed ({line}); its answer did not come back"
+        else:
+            self.outbox.failed(call.id, f"not sent: {line}", sent=False)
+            said = f"manager: {call.kind} not sent: {line}"
+        self._loop.call_soon_threadsafe(lambda: self._log(said))
         return True
 
     def _watch_row(self) -> None:

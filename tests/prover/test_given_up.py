@@ -469,3 +469,58 @@ def test_a_give_up_left_pending_under_a_forgotten_uuid_goes_under_a_new_one(sup:
     [inst] = instances(manager)
     assert inst["label"] == "C.791" and inst["state"] == "killed" and inst["rate"] == 0, inst
     assert "refused for good" not in again.text(), again.text()
+
+
+# ---------------------------------------------------------------- a give-up delivered, its answer lost
+
+
+def test_a_give_up_whose_answer_was_lost_is_delivered_when_the_row_says_killed(sup: Runner,
+                                                                                manager: DevManager) -> None:
+    """The manager took the give-up and killed the row, but its answer never came (it dripped past the read
+    timeout). The look-up before the retry found the row killed, and the give-up was called "not sent", failed in
+    the ledger: the kill was the manager's answer to that very call. It is delivered, and said so."""
+    cfg = sup.write(f"""
+        [manager]
+        url = {toml_str(manager.url)}
+        label = "C.792"
+        min_rate = 50
+        log_push_interval_s = 0.2
+        connect_timeout_s = 1
+        read_timeout_s = 1
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("echo fetching; exit 4")}
+        report = "param-done"
+        """)
+    faults(manager, path="/bench-done", drip_bytes_per_s=5, count=1)
+    first = Console(sup, cfg, name="first")
+    assert first.finish(WAIT_S) == 4, first.tail()
+    out = first.text()
+    assert "not sent" not in out, out
+    assert re.search(r"manager: bench-done delivered: the row is killed \(the manager killed this instance at "
+                     r"\S+ \S+ UTC: bench_rate 0.0 below min_rate 50.0\); its answer did not come back", out), out
+    assert {kind: state for _, kind, state in outbox_rows(sup, logs=False)}["bench-done"] == "delivered"
+    assert paths(manager).count("/bench-done") == 1, paths(manager)
+
+
+def test_a_give_up_tried_before_a_sigkill_is_delivered_when_the_row_says_killed(sup: Runner,
+                                                                               manager: DevManager) -> None:
+    """The same after a restart: the earlier start sent the give-up (one try counted) and was SIGKILLed before it
+    recorded the answer; the row says killed."""
+    uuid = registered(manager, "C.793")
+    give_up = {"rate": 0.0, "failed": True, "reason": "phase fetch failed"}
+    left_by_an_earlier_start(sup, "C.793", uuid, ("bench-done", give_up))
+    box = Outbox(sup.state_dir / state_files.OUTBOX)
+    [call] = box.pending_calls("bench-done")
+    box.attempted(call.id, "POST /bench-done: no complete answer within 2s")
+    box.close()
+    givenup.remember(sup.state_dir, "phase fetch failed", "C.793", ("bench-done", give_up))
+    requests.post(manager.url + "/bench-done", json={"uuid": uuid, "rate": 0.0}, timeout=5).raise_for_status()
+    before = paths(manager)
+
+    again = Console(sup, config(sup, manager, label="C.793"), name="again")
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    assert "manager: bench-done delivered: the row is killed" in again.text(), again.text()
+    assert {kind: state for _, kind, state in outbox_rows(sup, logs=False)}["bench-done"] == "delivered"
+    assert paths(manager)[len(before):].count("/bench-done") == 0, paths(manager)

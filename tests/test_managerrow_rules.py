@@ -54,6 +54,11 @@ def test_a_killed_row_says_the_managers_reason_and_time_in_one_line() -> None:
     assert row is not None and row.killed
     assert row.kill_line() == "the manager killed this instance at 2026-12-01 11:59:00 UTC: param fetch timeout (90min)"
     assert Row("u-1", "killed").kill_line() == "the manager killed this instance: no kill_reason given"
+    # A manager two hours behind ours wrote 09:59: the line says when on our clock, as the deadlines count it.
+    behind, _ = find_row([{**ROW, "state": "killed", "killed_at": "2026-12-01 09:59:00",
+                           "kill_reason": "manually killed via UI"}], "u-1", NOW, offset_s=-7200)
+    assert behind is not None
+    assert behind.kill_line() == "the manager killed this instance at 2026-12-01 11:59:00 UTC: manually killed via UI"
 
 
 

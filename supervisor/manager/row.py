@@ -103,8 +103,9 @@ class Row:
         return self.state == KILLED or self.killed_at is not None or self.kill_reason is not None
 
     def kill_line(self) -> str:
-        """The one line a kill is said in: the manager's reason and when, in its own clock's words (and the state
-        the row was moved to after it, where a call did)."""
+        """The one line a kill is said in: the manager's reason and when, on our clock, as every time of the row is
+        read (its killed_at moved by the manager's clock offset where that is CLOCK_OFFSET_MIN_S or more: the log
+        says that offset once), and the state the row was moved to after it, where a call did."""
         when = f" at {utc_text(self.killed_at)} UTC" if self.killed_at is not None else ""
         moved = f" (its row moved to {self.state} after the kill)" if self.state != KILLED else ""
         return f"the manager killed this instance{when}: {self.kill_reason or 'no kill_reason given'}{moved}"

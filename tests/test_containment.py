@@ -344,7 +344,7 @@ def test_a_timer_callback_that_raises_fails_its_phase(sup: Runner) -> None:
         """)
     inject = """
 import supervisor.evidence.stall as stall
-def stalled(self, now, gpu_unknown=None, io_unknown=None):  # asked by the stall check's timer only, on its first tick
+def stalled(self, now, *unknown):  # asked by the stall check's timer only, on its first tick
     raise RuntimeError("injected fault in the stall check")
 stall.StallSigns.stalled = stalled
 """
@@ -374,7 +374,7 @@ def test_a_contained_faults_traceback_reaches_the_manager_and_the_verdict_once(s
             """)
         inject = """
 import supervisor.evidence.stall as stall
-def stalled(self, now, gpu_unknown=None, io_unknown=None):
+def stalled(self, now, *unknown):
     raise RuntimeError("injected fault in the stall check")
 stall.StallSigns.stalled = stalled
 """

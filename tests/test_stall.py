@@ -75,6 +75,9 @@ def test_each_look_keeps_which_signs_it_could_not_measure_for_the_status_view() 
     assert w.unmeasured == {"GPU activity": "GPU sampling blind: timed out"}
     w.note_unmeasured(None, "the I/O thread's latest reading is 6.0s old")
     assert w.unmeasured == {"I/O": "the I/O thread's latest reading is 6.0s old"}  # the latest look's, only
+    unwalked = "no walk of /params for 6.0s: its walks fail: OSError: [Errno 5] EIO"
+    w.note_unmeasured(None, None, unwalked)
+    assert w.unmeasured == {"progress_path writes": unwalked}
     w.note_unmeasured(None, None)
     assert w.unmeasured == {}
 
@@ -211,6 +214,14 @@ def test_a_blind_io_thread_is_in_the_verdict_not_taken_for_silence() -> None:
                       "many open files) (no GPU visible)"), silent
 
 
+def test_a_progress_path_not_walked_lately_is_in_the_verdict_not_taken_for_silence() -> None:
+    w = watch(path=True)
+    w.saw_progress(0, None, 100.0)
+    silent = w.stalled(101.0, progress_unknown="no walk of /params for 1.0s: its walks fail: OSError: [Errno 5] EIO")
+    assert silent == ("no output for 1.0s, no progress_path writes for 1.0s (no GPU visible) (progress_path evidence "
+                      "unavailable: no walk of /params for 1.0s: its walks fail: OSError: [Errno 5] EIO)"), silent
+
+
 def test_processes_whose_counters_are_refused_are_in_the_verdict() -> None:
     # A worker run as another user (gosu) while the supervisor lacks CAP_SYS_PTRACE: its bytes are in no total,
     # and "no I/O for 35s" was said of a download that had written 35 MiB.
@@ -293,6 +304,42 @@ def test_a_walk_cut_short_publishes_nothing_and_the_last_measure_stands(tmp_path
         monkeypatch.setattr(progress.os, "scandir", real_scandir)
         wait_for(lambda: probe.latest(str(tmp_path)).seq != first.seq, timeout=10)
         assert probe.latest(str(tmp_path)).size == 5
+    finally:
+        release()
+        probe.close()
+
+
+def test_a_walk_that_fails_is_said_at_once_and_why_is_kept_until_a_walk_ends_whole(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    # A walk that raised was said by nothing until the walker was blind (WALK_BLIND_S, 300 s), and a stall watch
+    # under a short stall_s took the path for silent meanwhile.
+    import errno
+
+    import supervisor.evidence.progress as progress
+
+    (tmp_path / "f").write_bytes(b"x" * 5)
+    probe = ProgressProbe()
+    release = probe.watch(str(tmp_path), every_s=0.05)
+    try:
+        first = wait_for(lambda: probe.latest(str(tmp_path)))
+        assert probe.unwalked(str(tmp_path)) == "" and probe.check() == []
+        real_scandir = os.scandir
+
+        def eio(path: str) -> object:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(progress.os, "scandir", eio)
+        said = wait_for(lambda: probe.check(), timeout=10)
+        assert said == [f"progress: walking {tmp_path} failed (OSError: [Errno 5] Input/output error): no write there "
+                        "is seen until a walk ends whole"], said
+        assert probe.unwalked(str(tmp_path)) == "its walks fail: OSError: [Errno 5] Input/output error"
+        assert probe.state.current != "blind"  # (not for WALK_BLIND_S)
+        misses = probe.state.misses
+        wait_for(lambda: probe.state.misses >= misses + 2, timeout=10)
+        assert probe.check() == [], "said once"
+        monkeypatch.setattr(progress.os, "scandir", real_scandir)
+        wait_for(lambda: probe.latest(str(tmp_path)).seq != first.seq, timeout=10)
+        assert probe.unwalked(str(tmp_path)) == ""
     finally:
         release()
         probe.close()
@@ -566,6 +613,46 @@ def test_an_io_reading_older_than_half_of_stall_s_is_no_measure_of_silence() -> 
         run_checks(loop, clock, 5.3)
         assert_one_stall(attempt, r"no output for 5\.\ds, no I/O for 5\.\ds \(I/O evidence unavailable: the I/O "
                                   r"thread's latest reading is 5\.\ds old\) \(no GPU visible\)")
+    finally:
+        loop.close()
+
+
+class _FailingWalks:
+    """The progress walker as a stall watch sees it: one walk of the path, then walks that fail (a flaky mount)."""
+
+    def __init__(self, clock: FakeClock, path: str) -> None:
+        self.state = WatchState("progress walker", 300.0, clock=lambda: clock.now)
+        self.measure = TreeMeasure(path, 1 << 20, 1, clock.now, 0.01, 1, newest=5000.0)
+
+    def watch(self, path: str, every_s: float) -> Callable[[], None]:
+        return lambda: None
+
+    def latest(self, path: str) -> TreeMeasure:
+        return self.measure
+
+    def unwalked(self, path: str, now: float) -> str:
+        return "its walks fail: OSError: [Errno 116] Stale file handle"
+
+
+def test_a_progress_path_whose_walks_fail_is_no_measure_of_silence() -> None:
+    # Under stall_s 5, the walker whose walks of an NFS cache raise ESTALE is blind only after 300 s: a child
+    # writing into its preallocated file there was stalled for "no progress_path writes for 5.0s", as if measured.
+    clock = FakeClock()
+    loop = EventLoop(clock=clock)
+    try:
+        attempt = _QuietAttempt()
+        evidence = SimpleNamespace(gpus=None, progress=_FailingWalks(clock, "/params"), freeze=None, io=None)
+        monitor = StallMonitor(loop, 5.0, "/params", evidence, attempt)
+        run_checks(loop, clock, 2.4)
+        assert monitor.signs.unmeasured == {}, "a walk 2.4s old is fresh under stall_s 5"
+        run_checks(loop, clock, 0.6)
+        assert set(monitor.signs.unmeasured) == {"progress_path writes"}, monitor.signs.unmeasured
+        assert re.fullmatch(r"no walk of /params for 2\.\ds: its walks fail: OSError: \[Errno 116\] Stale file handle",
+                            monitor.signs.unmeasured["progress_path writes"]), monitor.signs.unmeasured
+        run_checks(loop, clock, 2.3)
+        assert_one_stall(attempt, r"no output for 5\.\ds, no progress_path writes for 5\.\ds \(no GPU visible\) "
+                                  r"\(progress_path evidence unavailable: no walk of /params for 5\.\ds: its walks "
+                                  r"fail: OSError: \[Errno 116\] Stale file handle\)")
     finally:
         loop.close()
 
@@ -1346,6 +1433,33 @@ def test_progress_path_that_stops_growing_is_stalled(sup: Runner) -> None:
     # The last write comes at least 0.8 s after the child started: growth was seen, so the stall comes later.
     assert named_after >= 0.8 + STALL_S - 0.05, out
     assert named_after < 0.8 + STALL_S + 3, out
+
+
+def test_a_progress_path_the_walker_cannot_walk_is_said_and_not_taken_for_silence(sup: Runner) -> None:
+    # A tree nested deeper than PATH_MAX: every walk raises ENAMETOOLONG, as a flaky NFS cache's raise EIO or ESTALE.
+    # The walker said nothing for 300 s, and the verdict claimed 1 s of measured silence of progress_path.
+    params = sup.tmp / "params"
+    params.mkdir()
+    fd = os.open(params, os.O_RDONLY)
+    try:
+        for _ in range(40):
+            os.mkdir("d" * 200, dir_fd=fd)
+            deeper = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+    finally:
+        os.close(fd)
+    cfg = sup.write(stall_phase(toml_list(["sleep", "30"]), extra=f"progress_path = {toml_str(str(params))}"),
+                    stop_grace_s=GRACE_S)
+    result = sup.run(cfg, timeout=30)
+    out = result.output
+    assert result.returncode == EXIT_TIMEOUT, out
+    assert f"progress: walking {params} failed (OSError: [Errno 36] File name too long: " in out, out
+    record = one_verdict(out, "p")
+    assert re.search(rf"no progress_path writes for \d+\.\ds \(no GPU visible\) \(progress_path evidence "
+                     rf"unavailable: no walk of {re.escape(str(params))} for \d+\.\ds: its walks fail: OSError: "
+                     rf"\[Errno 36\] File name too long: ", record), record
+    assert out.index("progress: walking") < out.index("phase p: stalled"), "the failed walks said after the verdict"
 
 
 def test_a_stalled_oneshot_is_retried(sup: Runner) -> None:

@@ -8,8 +8,11 @@ PROGRESS_WALK_S (or as often as the watch asked, never more than half the time b
 publishes the bytes under it, its file count, when the walk ended and how long it took
 (``latest``); the stall check reads the latest measure and never waits. A walk that takes
 longer than SLOW_WALK_S is said once a path (``check``, from the loop's tick): while it is still
-going, and again with its file count and seconds once it ends. Should the thread still fail (a bug of ours),
-it says so and starts again (watchstate.run_restarting), its walks of before the failure forgotten.
+going, and again with its file count and seconds once it ends. A walk that fails (EIO, ESTALE, EMFILE of a
+flaky mount) is said at once, once a path, with why: the walker is blind only after WALK_BLIND_S, and a
+stall watch meanwhile has no measure of the path's writes (``unwalked`` says why). Should the thread still
+fail (a bug of ours), it says so and starts again (watchstate.run_restarting), its walks of before the
+failure forgotten.
 
 A walk also publishes the newest write under the path (the latest mtime of its files): a preallocated
 file does not grow, but each write into it moves its mtime, and the stall watch counts that as a sign of
@@ -139,6 +142,8 @@ class ProgressProbe:
         self._settled: dict[int, TreeMeasure | None] = {}  # their measures (None: the walk failed), until released
         self._seq = itertools.count(1)
         self._walking: tuple[str, float] | None = None  # the path being walked, since (monotonic)
+        self._missed: dict[str, str] = {}  # watched paths whose latest walk failed → why (``unwalked``)
+        self._said_missed: set[str] = set()  # paths said to have had a failed walk (loop side only)
         self._ended_slow: list[tuple[str, float, str]] = []  # slow walks ended: path, seconds, what they found
         self._said_going: set[str] = set()  # paths said to be walked for too long (loop side only)
         self._said_ended: set[str] = set()  # paths said to have had a slow walk (loop side only)
@@ -172,6 +177,7 @@ class ProgressProbe:
                 self._held.pop(watch_id, None)
                 if not self._watched(path):  # its last watch: a later one (the next attempt's) starts from no
                     self._measures.pop(path, None)  # measure, never from this one's last, as if just taken
+                    self._missed.pop(path, None)
 
         return release
 
@@ -211,18 +217,40 @@ class ProgressProbe:
         with self._cond:
             return self._measures.get(os.fspath(path))
 
+    def unwalked(self, path: str, now: float | None = None) -> str:
+        """Why ``path`` has no newer walk, as far as the walker knows: its latest walk failed (why), or a walk of
+        it is still going (for how long); '' if neither (its walks are only slow, or not begun)."""
+        now = time.monotonic() if now is None else now
+        path = os.fspath(path)
+        with self._cond:
+            missed, walking = self._missed.get(path), self._walking
+        if missed is not None:
+            return f"its walks fail: {missed}"
+        if walking is not None and walking[0] == path:
+            return f"a walk of it going for {now - walking[1]:.1f}s"
+        return ""
+
     def check(self, now: float | None = None) -> list[str]:
         """What the loop says about the walks now (the tick calls it), each at most once a path: a walk
-        still going after SLOW_WALK_S, and a slow walk that ended (with its file count and seconds)."""
+        still going after SLOW_WALK_S, a slow walk that ended (with its file count and seconds), and a walk
+        that failed (with why: a slow one that ended so says it already)."""
         now = time.monotonic() if now is None else now
         with self._cond:
             walking, ended, self._ended_slow = self._walking, self._ended_slow, []
+            missed = dict(self._missed)
         lines = []
         for path, took, found in ended:
             if path not in self._said_ended:
                 self._said_ended.add(path)
+                if path in missed:  # (its failure is in this line: "cut short: ...")
+                    self._said_missed.add(path)
                 lines.append(f"progress: walking {path} took {took:.1f}s ({found}); its growth is seen that much "
                              "later")
+        for path, why in missed.items():  # at once, not after WALK_BLIND_S: a stall watch sees no write there meanwhile
+            if path not in self._said_missed:
+                self._said_missed.add(path)
+                lines.append(f"progress: walking {path} failed ({why}): no write there is seen until a walk ends "
+                             "whole")
         if walking is not None and now - walking[1] >= self._slow_s and walking[0] not in self._said_going:
             self._said_going.add(walking[0])
             lines.append(f"progress: walking {walking[0]} has not finished after {now - walking[1]:.1f}s "
@@ -248,6 +276,7 @@ class ProgressProbe:
         """(under the lock) After a failure: no walk of before it is the latest (each path is walked afresh
         when the thread starts again), and the walk it died in is not still going."""
         self._measures.clear()
+        self._missed.clear()
         self._walking = None
 
     def _run(self) -> None:
@@ -296,6 +325,10 @@ class ProgressProbe:
                                                           walked.newest)
         with self._cond:
             self._walking = None
+            if measure is None and self._watched(path):  # (``unwalked``; said once by ``check``)
+                self._missed[path] = missed
+            elif measure is not None:
+                self._missed.pop(path, None)
             if ended - started >= self._slow_s:
                 found = f"{measure.files} files" if measure is not None else f"cut short: {missed}"
                 self._ended_slow.append((path, ended - started, found))

@@ -32,7 +32,10 @@ GPU evidence is unknown: no activity is credited (a hung GPU is no sign of work,
 and waiting for it would block the decision), and the verdict says so. So it is while GPU sampling is blind,
 or a GPU seen before has not been in a reading for half of stall_s (NVML answering garbage for it: the GPU
 thread publishes its readings without it): a GPU left out of a reading is neither active nor at rest, and its
-last sample stays what its next one is compared with.
+last sample stays what its next one is compared with. The I/O thread's totals and the walks of progress_path
+are the same: while the thread or the walker is blind, or its latest reading (walk) is older than half of
+stall_s (walks that fail on a flaky mount, one hung on it), that sign is not measured: nothing is credited, and
+the verdict and the status view say so.
 """
 
 from __future__ import annotations
@@ -188,17 +191,20 @@ class StallSigns:
         """How long each sign it counts has been silent at ``now`` (for the status view), by name."""
         return {what: max(0.0, now - seen) for what, seen in self._signs()}
 
-    def note_unmeasured(self, gpu_unknown: str | None, io_unknown: str | None) -> None:
+    def note_unmeasured(self, gpu_unknown: str | None, io_unknown: str | None,
+                        progress_unknown: str | None = None) -> None:
         """What the latest look could not measure, and why (the status view says it beside the sign's age)."""
-        unknown = [("I/O", io_unknown), ("GPU activity", gpu_unknown)]
+        unknown = [("I/O", io_unknown), ("GPU activity", gpu_unknown), ("progress_path writes", progress_unknown)]
         if self.kept is not None:
             unknown.append((self.kept, io_unknown))  # (read by the same I/O thread)
         self.unmeasured = {what: why for what, why in unknown if why is not None}
 
-    def stalled(self, now: float, gpu_unknown: str | None = None, io_unknown: str | None = None) -> str | None:
+    def stalled(self, now: float, gpu_unknown: str | None = None, io_unknown: str | None = None,
+                progress_unknown: str | None = None) -> str | None:
         """None while any sign is fresh; else what was silent, for the verdict. ``gpu_unknown``: why
         there is no GPU evidence now (NVML unresponsive), said in place of "no GPU visible"; ``io_unknown``:
-        why the I/O thread reads nothing now (its silence is then no measure)."""
+        why the I/O thread reads nothing now (its silence is then no measure); ``progress_unknown``: why no walk
+        of progress_path is recent (the same)."""
         signs = self._signs()
         if any(now - seen < self.stall_s for _, seen in signs):
             return None
@@ -214,6 +220,8 @@ class StallSigns:
             silent += f" (GPU evidence unavailable: {gpu_unknown})"
         elif not self.gpus_visible:
             silent += " (no GPU visible)"
+        if progress_unknown is not None:
+            silent += f" (progress_path evidence unavailable: {progress_unknown})"
         return silent
 
 
@@ -322,8 +330,9 @@ class StallMonitor:
         self._saw_kept_io()
         self._saw_progress()
         io_unknown = self._io_unknown(now)
-        watch.note_unmeasured(gpu_unknown, io_unknown)
-        silent = watch.stalled(now, gpu_unknown, io_unknown)
+        progress_unknown = self._progress_unknown(now)
+        watch.note_unmeasured(gpu_unknown, io_unknown, progress_unknown)
+        silent = watch.stalled(now, gpu_unknown, io_unknown, progress_unknown)
         if silent is None:
             self._loop.call_later(self._interval, self._check, on_error=self._on_error)
         else:
@@ -352,6 +361,23 @@ class StallMonitor:
         if now - last > self._signs.stall_s / 2:
             return f"the I/O thread's latest reading is {now - last:.1f}s old"
         return None
+
+    def _progress_unknown(self, now: float) -> str | None:
+        """Why the silence of progress_path is no measure now, if it is not: the walker blind (its own window), or
+        no walk of the path ended in half of stall_s (its walks fail: a flaky mount's EIO; or one hangs on a
+        mount), as for the I/O thread: a write there would not have been seen."""
+        probe, path = self._probe, self._progress_path
+        if probe is None or path is None:
+            return None
+        blind = probe.state.blind_why()
+        if blind is not None:
+            return f"{probe.state.name} blind: {blind}"
+        measure = probe.latest(path)
+        last = measure.at if measure is not None else self._signs.started
+        if now - last <= self._signs.stall_s / 2:
+            return None
+        why = probe.unwalked(path, now)
+        return f"no walk of {path} for {now - last:.1f}s" + (f": {why}" if why else "")
 
     def _saw_gpus(self, now: float) -> str | None:
         """Feed the GPU thread's newest reading; why GPU evidence is unknown (NVML hung; the GPUs seen before

@@ -991,3 +991,70 @@ def test_a_snapshot_that_cannot_be_built_closes_the_client_and_the_socket_answer
     finally:
         server.close()
         loop.close()
+
+
+def test_a_status_socket_removed_while_it_runs_is_made_again_and_said(sup: Runner) -> None:
+    """An operator's `rm` (or a cleaner of state_dir) took the socket file: the supervisor listened on a file nobody
+    could reach, said nothing, and `status` called it hung for the rest of its run. Its tick makes the file again;
+    a status asked in the moment between waits for that, and gets the live answer."""
+    config = sup.write("""
+        [[phases]]
+        name = "svc"
+        kind = "service"
+        command = ["sleep", "300"]
+        """)
+    run = Console(sup, config)
+    try:
+        run.wait_text("phase svc: starting → running")
+        sock = sup.state_dir / "status.sock"
+        wait_for(lambda: status_json(sup.state_dir)[0] == 0, 30)
+        sock.unlink()
+        rc, text, _ = status(sup.state_dir)  # (asked at once: its tick has not made it yet, most likely)
+        assert rc == 0 and text.startswith("running: svc up "), text
+        run.wait_text(f"status: {sock} was removed; listening on it again")
+        assert stat.S_ISSOCK(os.lstat(sock).st_mode) and stat.S_IMODE(os.lstat(sock).st_mode) == 0o600
+        rc, snap, out = status_json(sup.state_dir)
+        assert rc == 0 and snap["pid"] == run.pid, out
+        os.kill(run.pid, signal.SIGTERM)
+        assert run.finish() == 128 + signal.SIGTERM
+        assert not sock.exists(), "the exit left the socket file it made again"
+    finally:
+        kill_tree(run.pid)
+
+
+def test_a_status_socket_replaced_or_blocked_is_made_again_once_it_can(tmp_path: Path) -> None:
+    """A file in the socket's place is removed, and the socket bound again; a directory there, which cannot be,
+    is said once (whatever the ticks), and the socket is made once it is gone, said too."""
+    loop = EventLoop()
+    said: list[str] = []
+    server = StatusServer(loop, tmp_path, lambda: Snapshot(pid=7), said.append)
+
+    def answer() -> Any:
+        answers: list[Any] = []
+        asker = threading.Thread(target=lambda: answers.append(ask(tmp_path)))
+        asker.start()
+        deadline = time.monotonic() + 10
+        while asker.is_alive() and time.monotonic() < deadline:
+            loop.run_once(max_wait=0.05)
+        asker.join(10)
+        return answers[0]["pid"] if answers and answers[0] is not None else None
+
+    try:
+        assert server.check(0.0) == [] and answer() == 7
+        server.path.unlink()
+        server.path.write_text("not a socket")
+        assert server.check(1.0) == [f"status: {server.path} was replaced by another file; listening on it again"]
+        assert stat.S_ISSOCK(os.lstat(server.path).st_mode) and answer() == 7
+        server.path.unlink()
+        server.path.mkdir()
+        assert server.check(2.0) == [f"status: {server.path} was replaced by another file, and cannot listen on it "
+                                     "again (Is a directory); `prover-supervisor status` shows status.json only "
+                                     "meanwhile (tried again every second)"]
+        assert server.check(3.0) == [], "said once"
+        server.path.rmdir()
+        assert server.check(4.0) == [f"status: {server.path} was removed; listening on it again"]
+        assert answer() == 7 and server.check(5.0) == []
+    finally:
+        server.close()
+        loop.close()
+    assert not server.path.exists()

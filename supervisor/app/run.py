@@ -58,6 +58,7 @@ from .observers import wire_observers
 from .startup import (
     Core,
     Host,
+    Outlets,
     Supervision,
     become_init,
     build_core,
@@ -91,7 +92,7 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, switches: 
     sup = setting_up(host, "build the lifecycle", lambda: build_lifecycle(plan, plugin, host, core, switches))
     outlets = wire_observers(plan, plugin, host, core, sup, signals.router)
     try:
-        serve(plan, plugin, host, core, sup, signals.router, on_start)
+        serve(plan, plugin, host, core, sup, signals.router, on_start, outlets)
     finally:
         status = tear_down(plan, host, core, sup, outlets, signals, lock_fd)  # (see teardown.py)
     return status
@@ -101,7 +102,7 @@ def run(plan: Plan, plugin: Plugin, *, console_fd: int | None = None, switches: 
 
 
 def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, router: SignalRouter,
-          on_start: Callable[[Lifecycle], None] | None) -> None:
+          on_start: Callable[[Lifecycle], None] | None, outlets: Outlets) -> None:
     """Start the lifecycle on a fit machine (asked off the loop), then loop until it is over."""
     router.lifecycle = sup.lifecycle  # a stop signal now stops it (the loop takes them in from here)
     if router.stop_requested is not None:  # asked to stop during the startup steps: start nothing
@@ -118,7 +119,7 @@ def serve(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Supervision, 
     # in resume.json): a refused one changes no state.
     sup.record.run_again([p.name for p in plan.phases if p.resume in sup.rt.rerun.kinds])
     # The tick: a freeze of the supervisor is noticed, the off-loop watchers say what they saw.
-    evidence.freeze = start_the_tick(core.loop, host.log, watchers_of(sup))
+    evidence.freeze = start_the_tick(core.loop, host.log, watchers_of(sup, outlets))
 
     def fitness_known(fit: bool) -> None:
         if fit:
@@ -164,11 +165,14 @@ def refuse_given_up(sup: Supervision, loop: EventLoop, log: SupervisorLog, given
     sup.lifecycle.shutdown(given_up.why_refused(time.time()), EXIT_GIVEN_UP)
     if not sup.lifecycle.over:
         loop.run()
-def watchers_of(sup: Supervision) -> list[Callable[[float], list[str]]]:
+def watchers_of(sup: Supervision, outlets: Outlets) -> list[Callable[[float], list[str]]]:
     """What speaks at each tick: the progress walker, the GPU thread (and the GPU health of the phases that
-    use GPUs), the memory of every running phase against its memory_warn, the manager's log and event shipping."""
+    use GPUs), the memory of every running phase against its memory_warn, the manager's log and event shipping,
+    and the status socket (its file removed: made again)."""
     evidence, lifecycle, reporter = sup.rt.evidence, sup.lifecycle, sup.reporter
     watchers: list[Callable[[float], list[str]]] = [evidence.progress.check]
+    if outlets.status_server is not None:
+        watchers.append(outlets.status_server.check)
     if evidence.gpus is not None:
         watchers.append(evidence.gpus.check)
         evidence.watches.add(*evidence.gpus.states())

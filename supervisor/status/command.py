@@ -5,7 +5,8 @@ says how it ended: a lifecycle that reached ``stopped`` was ended by its supervi
 in any other state by a pid that is no longer a live prover-supervisor was ended from outside (``kill -9``,
 the OOM killer): the supervisor is **gone**, and what it started may still run. Those are found by the
 tag each child carries (trees.left_alive_by), never by the pid alone, so a reused pid is not named.
-A writer that is alive but does not answer is said as such, and so is one of another PID namespace (a container's
+A writer that is alive but does not answer is said as such (one whose socket file is gone is waited for a moment
+first: its tick makes the file again), and so is one of another PID namespace (a container's
 pid 1, seen from the host): its pid and its children's tags say nothing here, only its socket could have. The
 answer's ``supervisor`` key is one of ``running``, ``exited``, ``gone``, ``not answering``; ``survivors`` lists
 what a gone one left alive. One dead that left its state unfinished, nothing alive and no socket file exited
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.logs import LineSplitter
+from ..engine.tick import TICK_S
 from ..engine.trees import is_live_supervisor, left_alive_by, of_another_pid_namespace
 from ..exits import EXIT_FAILURE, EXIT_NOT_RUNNING, EXIT_OK
 from ..state import files as state_files
@@ -51,6 +53,10 @@ WATCH_INTERVAL_MAX_S = 86400.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 # How much of the end of a child's log file is read for its last lines (a saved snapshot's child).
 LOG_TAIL_BYTES = 16 * 1024
+# A running supervisor whose socket file was removed makes it again at its next tick (socket.py's ``check``): a
+# status asked meanwhile waits this long for it before it calls that supervisor not answering.
+SOCKET_REMADE_WAIT_S = 2 * TICK_S
+SOCKET_LOOK_S = 0.05
 
 @dataclass(frozen=True)
 class SeeAlso:
@@ -82,7 +88,27 @@ def found(state_dir: Path) -> tuple[Snapshot | None, bool, str | None]:
     if saved is None:
         return None, False, why
     snap = Snapshot.from_json(saved)
-    return with_later_output(snap.found(writer_fate(snap, str(state_dir)))), False, None
+    fate = writer_fate(snap, str(state_dir))
+    if fate.supervisor == NOT_ANSWERING and socket_remade(state_dir, snap):
+        answer = query(state_dir)
+        if answer is not None:
+            return Snapshot.from_json(answer).found(Fate(RUNNING)), True, None
+    return with_later_output(snap.found(fate)), False, None
+
+
+def socket_remade(state_dir: Path, snap: Snapshot) -> bool:
+    """Whether the socket file of a supervisor alive and not answering, gone (removed while it runs), is made again
+    within SOCKET_REMADE_WAIT_S: its next tick does that. One whose last save says it was not listening has none to
+    make again."""
+    path = state_files.path(state_dir, state_files.STATUS_SOCKET)
+    if snap.listening is False or os.path.lexists(path):  # (there and not answering: asked once is enough)
+        return False
+    deadline = time.monotonic() + SOCKET_REMADE_WAIT_S
+    while not os.path.lexists(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(SOCKET_LOOK_S)
+    return True
 
 
 def with_later_output(snap: Snapshot) -> Snapshot:

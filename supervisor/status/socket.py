@@ -12,6 +12,11 @@ the socket stays readable: tried again at once it fails again at once, a busy lo
 listener rests ``ACCEPT_BACKOFF_S`` instead (unwatched, its clients waiting in the backlog), and the trouble
 is said once, and once more with how many accepts failed when one works again (``AcceptTrouble``, which the
 health server shares).
+
+A socket file removed while the supervisor runs (an operator's ``rm``, a cleaner of state_dir) or replaced by
+another file leaves the listener bound to nothing anyone can reach: ``status`` then calls a healthy supervisor
+hung, for the rest of its run. So the tick (engine/tick.py) has the server look, once a tick, whether the path is
+still the file it bound (``check``: its device and inode); if not, it binds again at the same path and says so.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.loop import EventLoop, Timer
+from ..evidence.watchstate import Repeats
 from ..state import files as state_files
 from ..text import Log
 from ..text.show import PATH_CHARS, shown, summary
@@ -95,15 +101,10 @@ class StatusServer:
         self._loop = loop
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # a stale socket of an earlier (killed) supervisor
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)  # created 0600 from the start, not chmod'ed after
-        try:
-            self._sock.bind(str(self.path))
-        finally:
-            os.umask(old_umask)
-        self._sock.listen(BACKLOG)
-        self._sock.setblocking(False)
+        self._sock, self._bound = self._listen()
         self._log = log
+        self._rebinds = Repeats()  # the socket file made again (``check``): said once a cause, then counted
+        self._rebind_failing: str | None = None  # why binding again fails, as last said (None: it does not)
         self._slow: list[socket.socket] = []  # clients being finished by a writer thread, oldest first
         self._slow_lock = threading.Lock()
         self._dropped = 0
@@ -111,6 +112,73 @@ class StatusServer:
         self._resting: Timer | None = None  # the listener is not watched until this timer fires
         self._closed = False
         loop.add_reader(self._sock.fileno(), self._accept)
+
+    def _listen(self) -> tuple[socket.socket, tuple[int, int] | None]:
+        """A listening socket bound at ``path``, and the file it made there (device, inode; None: gone already)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            old_umask = os.umask(0o177)  # created 0600 from the start, not chmod'ed after
+            try:
+                sock.bind(str(self.path))
+            finally:
+                os.umask(old_umask)
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        return sock, self._file_at_path()
+
+    def _file_at_path(self) -> tuple[int, int] | None:
+        """The file at ``path`` now, by device and inode (None: none). Raises OSError where it cannot be looked at."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def check(self, now: float) -> list[str]:
+        """(the tick's) Whether ``path`` is still the socket file bound: removed or replaced, nobody could ask this
+        supervisor any more, so it binds again at the same path and says so. What it cannot do is said once a
+        cause, and tried again at each tick."""
+        if self._closed:
+            return []
+        try:
+            found = self._file_at_path()
+        except OSError:  # (state_dir not to be looked into now: nothing known, nothing done)
+            return []
+        if found is not None and found == self._bound:
+            return []
+        what = "was removed" if found is None else "was replaced by another file"
+        named = shown(str(self.path), PATH_CHARS, bare=True)
+        try:
+            if found is not None:
+                self.path.unlink()  # (state_dir is this supervisor's alone: its lock says so)
+            sock, bound = self._listen()
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if why == self._rebind_failing:
+                return []
+            self._rebind_failing = why
+            return [f"status: {named} {what}, and cannot listen on it again ({why}); `prover-supervisor status` "
+                    "shows status.json only meanwhile (tried again every second)"]
+        self._take(sock, bound)
+        line = f"status: {named} {what}; listening on it again"
+        if self._rebind_failing is not None:  # (what could not be done was said: that it is done now, too)
+            self._rebind_failing = None
+            return [line]
+        # A cleaner that removes it every second must not fill the log: the first said, the others counted.
+        return self._rebinds.note(what, line, f"status: {named} {what} and made again")
+
+    def _take(self, sock: socket.socket, bound: tuple[int, int] | None) -> None:
+        """Answer on ``sock`` from now on, in place of the socket whose file went. Resting (an accept that failed),
+        it is watched when the rest ends (``_listen_again``)."""
+        if self._resting is None:
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        self._sock, self._bound = sock, bound
+        if self._resting is None:
+            self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def _accept(self) -> None:
         try:

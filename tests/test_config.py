@@ -764,6 +764,60 @@ def test_state_dir_and_log_dir_are_never_each_others_files(state: str, logs: str
     assert not (tmp_path / "marker").exists()
 
 
+# Each was taken: the supervisor's own writes (supervisor.log, status.json) then counted as the phase's progress (the
+# stall never fired; resume = "outputs" took them for outputs, changed at every start), or made its child ready.
+@pytest.mark.parametrize(("lines", "said"), [
+    ('progress_path = "{root}"', "progress_path: {root} holds supervisor.state_dir {state}: "),
+    ('progress_path = "{root}/logs"', "progress_path: {logs} is supervisor.log_dir {logs}: "),
+    ('progress_path = "{root}/logs/b.log"', "progress_path: {logs_b} is the log file of b/b; give "),
+    ('kind = "service"\nready = "{root}/state/status.json"',
+     "ready: {status} is in supervisor.state_dir {state}: the supervisor's own files would count as the child's "
+     "ready file"),
+    ('kind = "service"\nready = "file://{root}/logs"', "ready: {logs} is supervisor.log_dir {logs}: "),
+    ('[[phases.daemons]]\nname = "d"\ncommand = ["sleep", "9"]\nready = "{root}/logs/up"',
+     "daemons[0] (d).ready: {up} is in supervisor.log_dir {logs}: "),
+])
+def test_what_tells_how_a_phase_does_is_not_where_the_supervisor_writes(lines: str, said: str,
+                                                                        tmp_path: Path) -> None:
+    paths = {"root": shown(str(tmp_path)), "state": shown(str(tmp_path / "state")),
+             "logs": shown(str(tmp_path / "logs")), "logs_b": shown(str(tmp_path / "logs/b.log")),
+             "status": shown(str(tmp_path / "state/status.json")), "up": shown(str(tmp_path / "logs/up"))}
+    config = render(bad_phase(lines.format(root=tmp_path)), tmp_path)
+    for result in cli_both(config).values():
+        assert_one_line_error(result, f"{PROG}: {config}: phases[1] (b).{said.format(**paths)}")
+    assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists()
+    assert not (tmp_path / "marker").exists()
+
+
+def test_a_download_or_a_ready_file_below_state_dir_is_its_own(tmp_path: Path) -> None:
+    # The supervisor writes nothing below state_dir or log_dir: a directory there is the phase's alone.
+    plan = parse(f"""
+        [supervisor]
+        state_dir = "{tmp_path}/state"
+        log_dir = "{tmp_path}/state/logs"
+        [[phases]]
+        name = "a"
+        command = ["true"]
+        progress_path = "{tmp_path}/state/params"
+        [[phases]]
+        name = "b"
+        kind = "service"
+        command = ["true"]
+        ready = "{tmp_path}/state/params/up"
+    """)
+    assert plan.phases[0].progress_path == f"{tmp_path}/state/params"
+
+
+def test_the_profiles_progress_path_over_state_dir_names_both_variables() -> None:
+    line = assert_one_line_error(cli("check", env=clean_env(FIL_PROOFS_PARAMETER_CACHE="/data",
+                                                            SUPERVISOR_STATE_DIR="/data/state",
+                                                            SUPERVISOR_LOG_DIR="/var/log/x")),
+                                 f"{PROG}: built-in prover profile: phases[0] (paramfetch).progress_path: ")
+    assert line.endswith(" holds supervisor.state_dir '/data/state': the supervisor's own files would count as the "
+                         "phase's (from $FIL_PROOFS_PARAMETER_CACHE; supervisor.state_dir from $SUPERVISOR_STATE_DIR)"
+                         ), line
+
+
 @pytest.mark.parametrize(("key", "under"), [("state_dir", ""), ("log_dir", ""), ("state_dir", "/sub")])
 def test_a_dir_that_is_a_link_to_nothing_is_refused_by_check_as_by_run(key: str, under: str, tmp_path: Path) -> None:
     """check took a state_dir or log_dir that is a symbolic link to nothing (it followed the link), and run then

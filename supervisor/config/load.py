@@ -38,6 +38,7 @@ from .tables import (
     check_memory_max_applies,
     check_memory_order,
     check_needed_keys,
+    check_own_dirs_apart,
     check_ports,
     check_progress_keys,
     check_reports,
@@ -258,9 +259,14 @@ def _toml(text: str, source: str) -> dict[str, Any]:
 
 def _from_variable(refusal: str, env_keys: Mapping[str, str]) -> str:
     """" (from $VAR)" where ``refusal`` is of a key read whole from ${VAR}: the knob to turn is the variable
-    (the built-in profile's keys are in a file the operator never wrote)."""
+    (the built-in profile's keys are in a file the operator never wrote). A rule between two keys names the other
+    one's too: ``(from $A; supervisor.state_dir from $B)``."""
     places = [place for place in env_keys if place and refusal.startswith(f"{place}:")]
-    return f" (from ${shown(env_keys[max(places, key=len)], bare=True)})" if places else ""
+    own = max(places, key=len) if places else ""
+    said = [f"from ${shown(env_keys[own], bare=True)}"] if own else []
+    said += [f"{place} from ${shown(name, bare=True)}" for place, name in env_keys.items()
+             if place and place != own and f" {place} " in refusal.partition(": ")[2]]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _expand(value: Any, where: str, environ: Mapping[str, str], env_keys: dict[str, str], depth: int = 0) -> Any:
@@ -385,6 +391,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
     # would take that file's place, or fail the start only after both were made.
     for key, what in (("state_dir", "state_dir"), ("log_dir", "log_dir"), ("termination_log", "the termination log")):
         check_not_owned(getattr(sup, key), f"supervisor.{key}", what, plan)
+    check_own_dirs_apart(plan)
     check_prepares(plan, plugin)
     check_set_env(plan, plugin)
     for rule in plugin.plan_rules:

@@ -10,6 +10,7 @@ the one reported.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..state.files import SUPERVISOR_LOG, child_log_name
-from ..text.show import fmt_bytes
+from ..text.show import fmt_bytes, shown
 from .endpoint import _url
 from .keys import ConfigPlugin, Key
 from .model import (
@@ -87,6 +88,7 @@ from .values import (
     check_dir_to_make,
     check_file_to_write,
     check_memory_max,
+    check_not_owned,
     check_path,
     check_seconds,
     check_size,
@@ -498,6 +500,48 @@ def check_reports(phases: tuple[PhaseSpec, ...], kinds: Mapping[str, ReportWhen]
         if when == "done" and phase.kind != "oneshot":
             raise ConfigError(f"phases[{i}] ({phase.name}).report: {phase.report!r} is reported when a oneshot "
                               "completes")
+
+
+def check_own_dirs_apart(plan: Plan) -> None:
+    """What tells how a phase does is not where the supervisor writes its own files. A ``progress_path`` that is
+    state_dir or log_dir, or holds one, saw supervisor.log and status.json written as the download's progress (the
+    stall never fired; resume = "outputs" took them for its outputs, changed at every start); one that is such a
+    file is refused as any path the supervisor's files are (check_not_owned). A ready file in state_dir or log_dir
+    (or one of them itself, whose mtime each file made in it moves) may be one the supervisor writes, and the
+    child counted as ready at once. Only these two directories: the supervisor writes nothing below them.
+    The phase's paths are compared as written, never looked at: one on a hung mount would hang ``check`` (the run
+    finds such a mount off the loop, bounded)."""
+    sup = plan.supervisor
+    dirs = {key: {_as_written(getattr(sup, key)), os.path.realpath(getattr(sup, key))}
+            for key in ("state_dir", "log_dir")}
+    for i, phase in enumerate(plan.phases):
+        where = f"phases[{i}] ({phase.name})"
+        if phase.progress_path is not None:
+            mine = _as_written(phase.progress_path)
+            for key, folders in dirs.items():
+                if any(os.path.commonpath((mine, folder)) == mine for folder in folders):
+                    raise ConfigError(f"{where}.progress_path: {shown(phase.progress_path)} "
+                                      f"{'is' if mine in folders else 'holds'} supervisor.{key} "
+                                      f"{shown(getattr(sup, key))}: the supervisor's own files would count as the "
+                                      "phase's")
+                if os.path.dirname(mine) in folders:  # (then only our own directory is looked at)
+                    check_not_owned(phase.progress_path, f"{where}.progress_path", "the phase's progress", plan)
+        children = [(where, phase.command), *((f"{where}.daemons[{j}] ({d.name})", d)
+                                              for j, d in enumerate(phase.daemons))]
+        for place, child in children:
+            if child.ready is None or child.ready.kind != "file":
+                continue
+            ready = _as_written(child.ready.target)
+            for key, folders in dirs.items():
+                if ready in folders or os.path.dirname(ready) in folders:
+                    raise ConfigError(f"{place}.ready: {shown(child.ready.target)} is "
+                                      f"{'' if ready in folders else 'in '}supervisor.{key} "
+                                      f"{shown(getattr(sup, key))}: the supervisor's own files would count as the "
+                                      "child's ready file")
+
+
+def _as_written(path: str) -> str:
+    return os.path.normpath(os.path.abspath(path))
 
 
 def check_set_env(plan: Plan, plugin: ConfigPlugin) -> None:

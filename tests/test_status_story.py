@@ -668,6 +668,26 @@ def test_status_config_with_a_bad_supervisor_table_is_refused_as_check_refuses_i
         assert (done.returncode, done.stdout, done.stderr) == (2, "", f"prover-supervisor: {config}: {said}\n"), done
 
 
+_PHASE_A = '[[phases]]\nname = "a"\ncommand = ["true"]\n'
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ('[manager]\nstate_dir = "/tmp/elsewhere"\n' + _PHASE_A, "manager.state_dir"),
+    ('[[phases]]\nname = "${N:-a}"\ncommand = ["true"]\nstate_dir = "/tmp/elsewhere"\n', "phases[0] (a).state_dir"),
+    (_PHASE_A + '[[phases.daemons]]\nname = "d"\ncommand = ["true"]\nstate_dir = "/tmp/elsewhere"\n',
+     "phases[0] (a).daemons[0] (d).state_dir")])
+def test_status_config_with_state_dir_in_another_table_is_refused_as_check_refuses_it(
+        tmp_path: Path, body: str, said: str) -> None:
+    # check refused it; status read the default state_dir, and showed another supervisor's state as this one's.
+    config = tmp_path / "c.toml"
+    config.write_text(body)
+    answers = [subprocess.run([PY, "-m", "supervisor", command, "--config", str(config)], capture_output=True,
+                              text=True, cwd=REPO, env=clean_env(), timeout=30) for command in ("status", "check")]
+    line = f"prover-supervisor: {config}: {said}: unknown key (it is a [supervisor] key: put it under [supervisor])\n"
+    for done in answers:
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", line), done
+
+
 def test_status_config_reads_its_state_dir_without_the_runs_variables(tmp_path: Path) -> None:
     # Only [supervisor]'s key names are checked: a value that needs the run's variables is not read.
     config = tmp_path / "c.toml"

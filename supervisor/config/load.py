@@ -77,8 +77,9 @@ def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | N
     checks it: what ``status`` needs. No other value is read, so a shell without the run's secrets and
     variables (a token, a ``${PROG}``) may still ask where the supervisor keeps its state; but the names ``run``
     would refuse around it are refused here too: a top-level key no one registered (a misspelt ``[supervisor]``),
-    a [supervisor] that is no table or has an unknown key (a misspelt ``state_dir``). Neither is read as the
-    default state_dir (another supervisor's state shown as this one's)."""
+    a [supervisor] that is no table or has an unknown key (a misspelt ``state_dir``), a ``state_dir`` put in
+    [manager], a phase or a daemon. None is read as the default state_dir (another supervisor's state shown as
+    this one's)."""
     environ = os.environ if environ is None else environ
     text, source = _config_text(path, plugin)
     mine = plugin if plugin is not None else _NOTHING
@@ -87,6 +88,7 @@ def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | N
         _check_top_level(document, mine)
         table = known_keys(document.get("supervisor", {}), "supervisor",
                            {*SUPERVISOR_KEYS, *mine.table_keys.get("supervisor", {})}, homes(mine)["supervisor"])
+        _state_dir_elsewhere(document, mine, environ)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     value = table.get("state_dir", DEFAULT_STATE_DIR)
@@ -95,6 +97,23 @@ def load_state_dir(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | N
         return check_state_dir(_expand(value, where, environ, env_keys), where)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}{_from_variable(str(exc), env_keys)}") from None
+
+
+def _state_dir_elsewhere(document: Mapping[str, Any], plugin: ConfigPlugin, environ: Mapping[str, str]) -> None:
+    """A ``state_dir`` in [manager], a phase or a daemon, refused in the words ``_plan`` refuses it with (take's
+    "it is a [supervisor] key"), their other keys left to ``run``. A plugin's own tables are the plugin's to read."""
+    places, own = homes(plugin), {"manager": MANAGER_KEYS, "phase": PHASE_KEYS, "daemon": DAEMON_KEYS}
+    tables = [(document.get("manager"), "manager", "manager")]
+    phases = document.get("phases")
+    for i, phase in enumerate(phases if isinstance(phases, list) else []):
+        where = _named_expanded(f"phases[{i}]", phase, environ)
+        daemons = phase.get("daemons") if isinstance(phase, dict) else None
+        tables += [(phase, where, "phase"), *((daemon, _named_expanded(f"{where}.daemons[{j}]", daemon, environ),
+                                               "daemon") for j, daemon in enumerate(
+                                                   daemons if isinstance(daemons, list) else []))]
+    for table, where, kind in tables:
+        if isinstance(table, dict) and "state_dir" in table:
+            known_keys({"state_dir": None}, where, {*own[kind], *plugin.table_keys.get(kind, {})}, places[kind])
 
 
 def config_secrets(path: str | os.PathLike[str] | None, plugin: ConfigPlugin | None = None,

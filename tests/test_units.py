@@ -18,6 +18,14 @@ def test_parse_size(text: str | int, expected: int) -> None:
     assert parse_size(text) == expected
 
 
+def test_a_unit_in_b_is_decimal_and_one_letter_or_ib_binary() -> None:
+    # As docs/configuration.md and profile.md say: "128GB" lets through the "128 GB" machine (125.8 GiB) that
+    # "128GiB" and "128G" refuse. curio's fetch-params size is read otherwise (prover configkeys.curio_size).
+    machine = int(125.8 * GIB)
+    assert parse_size("128GB") == 128 * 10**9 < machine < parse_size("128GiB") == parse_size("128G")
+    assert [parse_size(f"1{unit}") for unit in ("kB", "KB", "MB", "GB", "TB")] == [10**e for e in (3, 3, 6, 9, 12)]
+
+
 @pytest.mark.parametrize("text", [
     "", "GiB", "12XB", "-1GiB", "abc", "1.2.3M",
     # what float() and str.isdigit() let through

@@ -8,6 +8,7 @@ exit status, say once what it cannot write, say when it can again, and lose no m
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -38,6 +39,7 @@ from supervisor.app.startup import SetupError, prepare_dirs
 from supervisor.config import load_plan
 from supervisor.engine import logs
 from supervisor.engine.logs import LogFile
+from supervisor.exits import EXIT_ALREADY_RUNNING
 from supervisor.manager import outbox as outbox_mod
 from supervisor.manager.outbox import Outbox
 from supervisor.text.show import PATH_CHARS, shown
@@ -267,6 +269,24 @@ def test_a_log_dir_that_is_a_file_leaves_no_state_dir_made(sup: Runner) -> None:
     assert not sup.state_dir.exists()
     refused_at_start(sup, f"supervisor.log_dir: {shown(str(a_file))} is a file, not a directory", log_dir=str(a_file))
     assert not sup.state_dir.exists()
+
+
+def test_a_start_refused_by_the_lock_leaves_no_log_dir_made(sup: Runner) -> None:
+    """A second start on a state_dir whose lock is held exits 75; its new log_dir (and the parents it made for it)
+    was left behind, empty."""
+    sup.state_dir.mkdir(parents=True)
+    config = sup.write(f'[[phases]]\nname = "p"\ncommand = {sh("true")}\n')
+    config.write_text(config.read_text().replace(toml_str(str(sup.log_dir)), toml_str(str(sup.log_dir / "a/b"))))
+    with open(sup.state_dir / "supervisor.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242\n")
+        held.flush()
+        result = sup.run(config, timeout=30)
+    assert result.returncode == EXIT_ALREADY_RUNNING, result.output[-3000:]
+    assert result.output.strip() == (f"prover-supervisor: another prover-supervisor (pid 4242) already runs the "
+                                     f"lifecycle from {sup.state_dir}; not starting a second one"), result.output
+    assert not sup.log_dir.exists(), "the refused start left the log_dir it made"
+    assert os.listdir(sup.state_dir) == ["supervisor.lock"]
 
 
 def test_the_start_looks_at_its_dirs_as_check_did(sup: Runner) -> None:

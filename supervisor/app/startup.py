@@ -1,6 +1,7 @@
 """The supervisor's start, steps 1 to 7 of run.py: each a function that does one thing and says so.
 
-1. ``take_the_lock``: state_dir and log_dir usable, state_dir's lock held (a second supervisor exits 75);
+1. ``take_the_lock``: state_dir and log_dir usable, state_dir's lock held (a second supervisor exits 75, what it
+   made removed again);
 2. ``become_init``: the init role (PID 1 or subreaper), the OOM killer's aim away from us, the console and
    supervisor.log (its first line says which role we took), a fatal fault's last words into it;
 3. ``build_core``: the event loop, the reaper, the memory evidence;
@@ -144,13 +145,19 @@ def take_the_lock(plan: Plan) -> int:
         raise SetupError(f"{foreign}: every process tree would be read there; mount this PID namespace's /proc "
                          "(unshare --mount-proc; docker run mounts one)")
     try:
-        prepare_dirs(plan)
-        return take_lock(plan.supervisor.state_dir)
+        made = prepare_dirs(plan)
+        try:
+            return take_lock(plan.supervisor.state_dir)
+        except (AlreadyRunning, SetupError):  # (a second start with a new log_dir left it behind, empty)
+            remove_empty(made)
+            raise
     except SetupError as exc:  # (it names a key: the file is named with it, as a config error names it)
         raise SetupError(f"{plan.source}: {exc}") from None
 
 
-def prepare_dirs(plan: Plan) -> None:
+def prepare_dirs(plan: Plan) -> list[Path]:
+    """state_dir and log_dir made and writable; the directories this start made (parents too), outermost first,
+    for a start that goes no further to remove again."""
     dirs = (("supervisor.state_dir", plan.supervisor.state_dir), ("supervisor.log_dir", plan.supervisor.log_dir))
     for key, path in dirs:  # both looked at before either is made: a log_dir that is a file leaves no state_dir
         try:  # (as check looked at them: what changed since is said as check says it; mkdir would say "File exists")
@@ -165,11 +172,17 @@ def prepare_dirs(plan: Plan) -> None:
             # A file made and gone, not os.access: root passes that everywhere, sysfs and read-only binds too.
             tempfile.TemporaryFile(dir=path).close()
         except OSError as exc:
-            # A log_dir that cannot be used leaves no state_dir made for it (an empty one is removed, never more).
-            for folder in reversed(made):
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+            # A log_dir that cannot be used leaves no state_dir made for it.
+            remove_empty(made)
             raise SetupError(f"{key}: cannot use {shown(path, PATH_CHARS, bare=True)}: {exc.strerror or exc}") from None
+    return made
+
+
+def remove_empty(made: list[Path]) -> None:
+    """The directories a start made (outermost first), removed innermost first where still empty, never more."""
+    for folder in reversed(made):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def take_lock(state_dir: str) -> int:

@@ -235,6 +235,23 @@ def test_a_state_dir_that_is_a_file_is_refused_in_one_line(tmp_path: Path) -> No
     assert result.stderr == f"prover-supervisor: --state-dir: {shown(str(a_file))} is a file, not a directory\n"
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (["--state-dir", "{file}"], "--state-dir: {shown_file} is a file, not a directory"),
+    (["--config", "{missing}"], "{missing}: no such file"),
+    (["--watch", "--state-dir", "{tmp}"], "--watch redraws the text; --json is one answer for machines: not both")])
+def test_status_json_refused_prints_json_too(tmp_path: Path, args: list[str], said: str) -> None:
+    # --json always prints JSON: a refused command line printed nothing on stdout, its line on stderr alone.
+    (tmp_path / "state").write_text("not a directory\n")
+    names = {"file": str(tmp_path / "state"), "shown_file": shown(str(tmp_path / "state")),
+             "missing": str(tmp_path / "none.toml"), "tmp": str(tmp_path)}
+    done = subprocess.run([PY, "-m", "supervisor", "status", "--json", *(a.format(**names) for a in args)],
+                          capture_output=True, text=True, timeout=30, env=clean_env(), cwd=REPO)
+    why = said.format(**names)
+    assert (done.returncode, done.stderr) == (2, f"prover-supervisor: {why}\n"), done
+    assert json.loads(done.stdout) == {"running": None, "live": False, "supervisor": None, "survivors": [],
+                                       "state_dir": None, "why": why}, done.stdout
+
+
 def test_a_state_dir_with_an_escape_or_a_newline_is_quoted_where_nothing_is_found(tmp_path: Path) -> None:
     """The socket's and status.json's paths were printed raw: an ESC reached the terminal, a newline split the line."""
     odd = f"{tmp_path}/x\x1b[2Jy\nz"
@@ -579,7 +596,6 @@ def test_status_watch_redraws_into_a_pipe_until_ctrl_c(sup: Runner) -> None:
 
 def test_status_interval_without_watch_is_one_line_and_2(tmp_path: Path) -> None:
     for args, said in ((["--interval", "1"], "--interval goes with --watch"),
-                       (["--watch", "--json"], "not both"),
                        # (--config was dropped without a word: the state shown was --state-dir's)
                        (["--config", str(tmp_path / "c.toml")], "--state-dir names the state to show, --config a "
                                                                 "config to read it from: not both")):

@@ -264,7 +264,12 @@ def dispatch(args: argparse.Namespace) -> int:
             return run(load_plan(config_path(args), handed), handed, switches=switches,
                        fresh=getattr(args, "fresh", False))
     except (ConfigError, SetupError) as exc:
-        say(f"{PROG}: {refusal(args, str(exc))}", err=True)
+        said = refusal(args, str(exc))
+        if args.command == "status" and args.json:  # (--json always prints JSON; the line still goes to stderr)
+            from ..status.command import no_snapshot_json
+
+            say(no_snapshot_json(None, None, said))
+        say(f"{PROG}: {said}", err=True)
         return EXIT_CONFIG_ERROR
     except AlreadyRunning as exc:
         say(f"{PROG}: {exc}", err=True)

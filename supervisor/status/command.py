@@ -184,27 +184,32 @@ def writer_fate(snap: Snapshot, state_dir: str) -> Fate:
 def show(state_dir: Path, as_json: bool, hint: str = "", see_also: SeeAlso | None = None) -> int:
     """One answer: the text (or JSON) and the exit status (0 a supervisor answers, 3 none does, 1 we may not
     ask). ``hint`` is added where nothing is found (where else to look); ``see_also`` to every answer."""
-    also = {"see_also": see_also.to_json()} if see_also is not None else {}
     try:
         snap, live, why = found(state_dir)
     except NotYoursToAsk as exc:  # no answer that none runs: say we could not ask, and why
-        say(json.dumps({"running": None, "live": False, "supervisor": None, "survivors": [],
-                        "state_dir": str(state_dir), "why": str(exc), **also}, indent=2) if as_json else
-            str(exc) + _also_line(see_also))
+        say(no_snapshot_json(None, state_dir, str(exc), see_also) if as_json else str(exc) + _also_line(see_also))
         return EXIT_FAILURE
     if snap is None:
         socket_path = state_files.path(state_dir, state_files.STATUS_SOCKET)
         said = (f"no prover-supervisor is running (no answer on {shown(str(socket_path), PATH_CHARS, bare=True)}), "
                 f"and no saved state: {why}{hint}")
         # --json is for machines: JSON whatever the answer, never a sentence they must parse.
-        say(json.dumps({"running": False, "live": False, "supervisor": None, "survivors": [],
-                        "state_dir": str(state_dir), "why": said, **also}, indent=2) if as_json else said)
+        say(no_snapshot_json(False, state_dir, said, see_also) if as_json else said)
         return EXIT_NOT_RUNNING
+    also = {"see_also": see_also.to_json()} if see_also is not None else {}
     if as_json:
         say(json.dumps({"running": live, "live": live, **snap.to_json(), **also}, indent=2, default=str))
     else:
         say(render(snap, live, also=see_also.said() if see_also is not None else ""))
     return EXIT_OK if live else EXIT_NOT_RUNNING
+
+
+def no_snapshot_json(running: bool | None, state_dir: Path | None, why: str, see_also: SeeAlso | None = None) -> str:
+    """``status --json``'s answer where it has no snapshot to show: ``running`` False when none runs, None when it
+    could not be asked (not ours to ask; the command line or its state_dir refused: ``state_dir`` None), and why."""
+    also = {"see_also": see_also.to_json()} if see_also is not None else {}
+    return json.dumps({"running": running, "live": False, "supervisor": None, "survivors": [],
+                       "state_dir": None if state_dir is None else str(state_dir), "why": why, **also}, indent=2)
 
 
 def _also_line(see_also: SeeAlso | None) -> str:

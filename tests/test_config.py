@@ -1409,9 +1409,13 @@ def test_service_and_daemon_options_parse() -> None:
 
 
 def test_numbers_and_booleans_in_env_become_strings() -> None:
-    plan = parse(MINIMAL + "env = { N = 5, F = 1.5, T = true, O = false, E = 6e8, W = 0.1e1 }\n")
+    # A number's TOML text is lost: it is the fewest digits that read back as it, never an exponent (1e20 reached
+    # the child as "1e+20", 1e-5 as "1e-05").
+    plan = parse(MINIMAL + "env = { N = 5, F = 1.5, T = true, O = false, E = 6e8, W = 0.1e1, B = 1e20, S = 1e-5, "
+                           "M = -2.5e-3, Z = -0.0 }\n")
     assert dict(plan.phases[0].command.env) == {"N": "5", "F": "1.5", "T": "1", "O": "0", "E": "600000000",
-                                                "W": "1"}
+                                                "W": "1", "B": "100000000000000000000", "S": "0.00001",
+                                                "M": "-0.0025", "Z": "0"}
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])

@@ -23,7 +23,7 @@ from urllib.parse import SplitResult, urlsplit
 from ..state.files import STATUS_SOCKET, child_log_name, own_file
 from ..text.redact import looks_secret
 from ..text.show import cut, fmt_bytes, shown
-from ..text.units import MIB, is_ascii_digits, parse_size
+from ..text.units import MIB, is_ascii_digits, parse_size, plain_decimal
 from .model import ConfigError, Plan, ReadyCheck
 
 # Timers: select() takes at most 2**31 - 1 ms (24.86 days), and a backoff with full jitter doubles its delay;
@@ -254,7 +254,7 @@ def _env(value: Any, where: str) -> Mapping[str, str]:
         elif isinstance(item, float) and not math.isfinite(item):
             raise ConfigError(f"{join_key(where, key)}: must be a string or a finite number, got {_quoted(key, item)}")
         elif isinstance(item, str | int | float):
-            out[key] = written(item) if isinstance(item, float) else str(item)  # (6e8: "600000000", as written)
+            out[key] = plain_decimal(item) if isinstance(item, float) else str(item)
         else:
             raise ConfigError(f"{join_key(where, key)}: must be a string or number, got {_quoted(key, item)}")
         if _byte_length(f"{key}={out[key]}", join_key(where, key)) > MAX_ARG_BYTES:

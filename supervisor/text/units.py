@@ -1,4 +1,5 @@
-"""Numbers as people write them in configs: sizes and plain digits (show.py's ``fmt_bytes`` shows sizes back).
+"""Numbers as people write them in configs: sizes and plain digits (show.py's ``fmt_bytes`` shows sizes back), and
+a float written back as plain digits.
 
 Parsing is strict on purpose: ``str.isdigit()`` accepts "²" and "١" (which ``int``
 then refuses with a traceback), and ``float("1e999")`` is infinity. Everything here
@@ -40,6 +41,14 @@ _MAX_SIZE_DIGITS = 30
 def is_ascii_digits(text: str) -> bool:
     """True for "0".."9" only: unlike ``str.isdigit()``, never for "²", "١" or "𝟗"."""
     return text.isascii() and text.isdigit()
+
+
+def plain_decimal(number: float) -> str:
+    """``number`` in the fewest digits that read back as it, with no exponent (6e8 is "600000000", 1e20
+    "100000000000000000000", 1e-5 "0.00001"): as a child reads a number its environment is given."""
+    from decimal import Decimal  # (a config with a float in an env only)
+
+    return format(Decimal(repr(number + 0.0)), "f").removesuffix(".0")  # (+ 0.0: -0.0 is "0")
 
 
 def parse_size(text: str | int) -> int:

@@ -160,6 +160,8 @@ def sup_section(extra: str) -> str:
 
 
 P = pytest.param
+# A log_dir of 4079 bytes: supervisor.log.1 in it is one byte past PATH_MAX (4095).
+LONG_DIR = "/tmp" + ("/" + "d" * 250) * 16 + "/" + "e" * 58
 BAD_CONFIGS = [
     # -- the file as a whole
     P(MARK_PHASE + "[[phases]\nname = \n", "not valid TOML:", id="not-toml"),
@@ -521,6 +523,13 @@ BAD_CONFIGS = [
       "supervisor.state_dir: 'rel/state' is not an absolute path", id="state-dir-relative"),
     P('#raw\n[supervisor]\nstate_dir = "/tmp/' + "d" * 100 + '"\n' + MARK_PHASE,
       "supervisor.state_dir: too long for the status socket", id="state-dir-too-long-for-socket"),
+    # A log_dir within PATH_MAX whose log files are not: each open failed (File name too long), every line dropped.
+    P(f'#raw\n[supervisor]\nlog_dir = "{LONG_DIR}"\n' + MARK_PHASE, "supervisor.log_dir: too long for its log "
+      "files: supervisor.log.1 in it is a path of 4096 bytes, more than the 4095 a path may have",
+      id="log-dir-too-long-for-its-logs"),
+    P(f'#raw\n[supervisor]\nlog_dir = "{LONG_DIR[:-40]}"\n' + MARK_PHASE + '[[phases.daemons]]\nname = "'
+      + "d" * 50 + '"\ncommand = ["true"]\n', "supervisor.log_dir: too long for its log files: mark." + "d" * 50
+      + ".log.1 in it is a path of 4101 bytes", id="log-dir-too-long-for-a-daemons-log"),
     # -- a path read by the supervisor, or by another program from its own cwd, resolved against a cwd the file does
     # not know; a file written where a directory is (found when the write failed, after the parameter fetch)
     P('#raw\n[supervisor]\nlog_dir = "rel/logs"\n' + MARK_PHASE, "supervisor.log_dir: 'rel/logs' is not an "

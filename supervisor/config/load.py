@@ -401,7 +401,7 @@ def _plan(raw: dict[str, Any], source: str, environ: Mapping[str, str], plugin: 
         raise ConfigError("phases: must be a non-empty array of tables ([[phases]])")
     phases = tuple(_phase(p, named(f"phases[{i}]", p), sup, *keys, places) for i, p in enumerate(phases_raw))
     check_unique([p.name for p in phases], "phases", "phase name")
-    check_log_names(phases)
+    check_log_names(phases, sup.log_dir)
     check_ports(phases, sup.http_port)
     check_reports(phases, kinds.reports)
     plan = Plan(sup, phases, source, manager, settings, MappingProxyType(extensions), config_file=config_file)

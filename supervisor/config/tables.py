@@ -19,7 +19,7 @@ from itertools import pairwise
 from types import MappingProxyType
 from typing import Any
 
-from ..state.files import SUPERVISOR_LOG, child_log_name
+from ..state.files import ROLLED, SUPERVISOR_LOG, child_log_name
 from ..text.show import fmt_bytes, shown
 from .endpoint import _url
 from .keys import ConfigPlugin, Key
@@ -69,6 +69,7 @@ from .model import (
 from .values import (
     MAX_LOG_BACKLOG_BYTES,
     MAX_LOG_FILE_MAX_BYTES,
+    MAX_PATH_BYTES,
     MAX_RESTART_BURST,
     MAX_RETRIES,
     MAX_RING_LINES,
@@ -430,9 +431,11 @@ def check_unique(names: list[str], where: str, what: str) -> None:
 # ---------------------------------------------------------------- rules between phases
 
 
-def check_log_names(phases: tuple[PhaseSpec, ...]) -> None:
+def check_log_names(phases: tuple[PhaseSpec, ...], log_dir: str) -> None:
     """Each child writes its own file in log_dir, the supervisor its own: names that meet (a phase named
-    "supervisor"; phase "a.b" and daemon "b" of phase "a") would mix two outputs in one file."""
+    "supervisor"; phase "a.b" and daemon "b" of phase "a") would mix two outputs in one file. The longest of them,
+    rolled over (``<name>.1``), must fit PATH_MAX in log_dir: a log_dir that does not fit it passed check, and no
+    log file could be opened (File name too long), every line dropped."""
     owners = {SUPERVISOR_LOG: "the supervisor's own lines"}
     for i, phase in enumerate(phases):
         for child in (phase.command, *phase.daemons):
@@ -442,6 +445,11 @@ def check_log_names(phases: tuple[PhaseSpec, ...]) -> None:
                 raise ConfigError(f"phases[{i}] ({phase.name}): {label}'s output would go to {name}, the file of "
                                   f"{owners[name]}; rename one")
             owners[name] = label
+    name = max(owners, key=lambda name: len(os.fsencode(name))) + ROLLED
+    size = len(os.fsencode(os.path.join(log_dir, name)))
+    if size > MAX_PATH_BYTES:
+        raise ConfigError(f"supervisor.log_dir: too long for its log files: {name} in it is a path of {size} "
+                          f"bytes, more than the {MAX_PATH_BYTES} a path may have")
 
 
 def check_ports(phases: tuple[PhaseSpec, ...], http_port: int) -> None:

@@ -231,7 +231,8 @@ def test_a_stop_signal_during_a_failed_attempts_stop_keeps_the_failure(run) -> N
     assert bench.state is PhaseState.FAILED, bench.why
     assert bench.why.startswith("exit_code: ") and bench.why.endswith("(then supervisor shutdown)"), bench.why
     assert lifecycle.failure is bench.outcome and lifecycle.failure.reason == "exit_code"
-    assert r.finished == [1] and lifecycle.shutdown_reason == "received SIGTERM"
+    # And why the run ends is the failure, as without the signal (the give-up's reason, status, the exit's line).
+    assert r.finished == [1] and lifecycle.shutdown_reason == "phase bench failed"
 
 
 ONESHOT_WITH_A_DEADLINE = """
@@ -263,7 +264,7 @@ def test_a_stop_signal_while_a_timed_out_command_is_stopped_keeps_the_timeout(ru
     assert fetch.why.startswith("timeout: ") and fetch.why.endswith("(then supervisor shutdown)"), fetch.why
     assert fetch.outcome is not None and fetch.outcome.reason == "timeout" and fetch.outcome.pid == command.pid
     assert lifecycle.failure is fetch.outcome, "once its exit is in, the run's failure is the exit's verdict"
-    assert r.finished == [124] and lifecycle.shutdown_reason == "received SIGTERM"
+    assert r.finished == [124] and lifecycle.shutdown_reason == "phase fetch failed"
 
 
 @pytest.mark.parametrize("retries", [0, 2])
@@ -301,7 +302,7 @@ def test_a_stop_signal_during_a_stop_that_a_retry_would_follow_is_the_runs_end(r
     lifecycle.shutdown("received SIGTERM", 143)
     r.run_until(100.0)
     assert r.phase("bench").state is PhaseState.STOPPED and lifecycle.failure is None
-    assert r.finished == [143]
+    assert r.finished == [143] and lifecycle.shutdown_reason == "received SIGTERM"
 
 
 def test_what_a_shutdown_judged_of_an_attempt_holds_however_long_the_stop_takes(run) -> None:

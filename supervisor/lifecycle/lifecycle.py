@@ -204,15 +204,18 @@ class Lifecycle:
         self._budget = budget
         failed = None if self.failure is not None else next(
             (judged for p in self.phases if (judged := p.failed_for_good()) is not None), None)
+        said = why
         if failed is not None:
             # An attempt had failed for good and was being stopped when the stop came (a daemon's grace, a timed
             # out command's): the failure came first, and stays the run's (its status, the termination log, the
-            # give-up).
+            # give-up), and so does why the run ends, as without the stop; the log says what came after it.
             self.failure = failed
             status = failed.status or EXIT_FAILURE
+            why = f"phase {failed.phase} failed"
+            said = f"{why} ({said} while its attempt was being stopped)"
         self.exit_status = status
         self.shutdown_reason = why
-        self._log(f"shutting down: {why}")
+        self._log(f"shutting down: {said}")
         # The first wave's stop signal goes out first (Child.stop signals at once and scans the tree after; one
         # that is gone costs nothing): telling each phase (no new attempt, no start, its timers cancelled) is
         # bookkeeping of this same turn of the loop, where no child's exit is heard yet. A stop over at once

@@ -140,6 +140,40 @@ def test_a_refused_start_keeps_why_it_was_given_up_and_changes_no_state(sup: Run
     assert re.match(r"stopped: " + why.pattern + r"; exit 79\n", shown), shown
 
 
+def test_a_stop_signal_during_a_failed_attempts_stop_gives_up_for_the_failure(sup: Runner,
+                                                                              manager: DevManager) -> None:
+    """The fetch failed for good while its daemon, deaf to SIGTERM, ran out its grace, and docker stop came then:
+    the failure came first, so the give-up, the next start's refusal and status name it, not the signal (they said
+    "received SIGTERM: exit_code")."""
+    cfg = sup.write(sup.header(extra="stop_budget_s = 3") + f"""
+        [manager]
+        url = {toml_str(manager.url)}
+        label = "C.784"
+        min_rate = 1
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("sleep 0.5; exit 5")}
+          [[phases.daemons]]
+          name = "deaf"
+          command = {sh("trap '' TERM; echo deaf; while :; do sleep 0.1; done")}
+          stop_grace_s = 30
+        """, header=False)
+    first = Console(sup, cfg, name="first")
+    first.wait_text("stopping fetch/deaf (phase attempt over)", WAIT_S)
+    os.kill(first.pid, signal.SIGTERM)
+    assert first.finish(WAIT_S) == 5, first.tail()
+    out = first.text()
+    assert "shutting down: phase fetch failed (received SIGTERM while its attempt was being stopped)" in out, out
+    assert "manager: giving the instance up (phase fetch failed)" in out, out
+    marker = json.loads((sup.state_dir / state_files.GIVEN_UP).read_text())
+    assert marker["reason"].startswith("phase fetch failed: exit_code; bench-done with rate 0"), marker
+
+    again = Console(sup, cfg, name="again")
+    assert again.finish(WAIT_S) == EXIT_GIVEN_UP, again.tail()
+    assert "(phase fetch failed: exit_code; " in again.text() and "SIGTERM" not in again.text(), again.tail()
+
+
 def test_a_give_up_still_pending_goes_out_before_the_refusal(sup: Runner, manager: DevManager) -> None:
     cfg = config(sup, manager)
     faults(manager, status=503, count=-1, path="/bench-done")  # the give-up cannot be delivered

@@ -428,6 +428,19 @@ def test_a_cut_never_lengthens_the_flush() -> None:
     assert "giving the manager 1s more" in flush.cut("SIGTERM")
 
 
+def test_a_stop_signal_taken_late_is_counted_from_when_it_came() -> None:
+    # It came during the exit's sweep (5 s, the loop not running) and was taken as the flush began: its 5 s and its
+    # budget were counted from then, and the exit came 10.5 s after it, past docker's SIGKILL.
+    clock = Clock()
+    flush = ExitFlush(lambda: 1, lambda: True, 5, giving_up=True, clock=clock)
+    came = clock.now - 4.0
+    said = flush.cut("SIGTERM", budget_s=8.0, came=came)
+    assert flush.deadline == came + FLUSH_AFTER_TERM_S and flush.budget_end == came + 8.0
+    assert said == "SIGTERM 4.0s ago, before the exit flush: giving the manager 1s more, then exiting with status 5"
+    clock.now = came + FLUSH_AFTER_TERM_S
+    assert flush.over()
+
+
 def test_the_finish_gets_its_minimum_past_the_deadline_but_not_past_a_stop_budget() -> None:
     # The sender's end and the shippers' last push got FINISH_MIN_S after a flush that ran to its deadline, under
     # a stop budget too: past CLOSE_S before its end, into docker stop's SIGKILL (an exit 8.2 s after SIGTERM).

@@ -406,3 +406,41 @@ def test_a_stop_signal_during_the_supervisors_own_stop_gets_a_budget_too(sup: Ru
     # Its SIGKILL ended the stuck service's 60 s grace: the budget's line said "no grace was cut".
     assert re.search(r"stop budget 4s \(SIGTERM from outside.*\): SIGTERM while stopping ended what grace was left "
                      r"\(SIGKILL to everything\)", output), output[-3000:]
+
+
+def test_a_stop_signal_during_the_exits_sweep_counts_from_when_it_came(sup: Runner) -> None:
+    # A oneshot fails (the supervisor's own stop: no budget) and leaves a process that survives SIGKILL, so the
+    # exit's sweep blocks its 5 s; docker stop's SIGTERM comes as that sweep begins. The loop takes it only as the
+    # exit flush begins (a give-up to a manager that is down: a 60 s wait), and gave the manager 5 s more from
+    # then: the exit came 10.5 s after the SIGTERM, past docker's SIGKILL.
+    pidfile, gate = sup.tmp / "stuck.pid", sup.tmp / "fail-now"
+    # (the sleep is left by a subshell that ends at once: no phase's stop waits for it, only the exit's sweep)
+    leave_one = (f"(setsid sleep 300 & echo $$! > {pidfile}.tmp && mv {pidfile}.tmp {pidfile}); "  # ($$: a $)
+                 f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 3")
+    config = sup.write(f"""
+        [manager]
+        url = "http://127.0.0.1:{free_port()}"
+        label = "C.791"
+
+        [[phases]]
+        name = "fails"
+        command = {toml_list(["sh", "-c", leave_one])}
+        """)
+    config.write_text(config.read_text().replace("[supervisor]\n", '[supervisor]\ncgroups = "off"\n', 1))
+    proc = sup.start(config)
+    output = until(proc, "phase fails: starting → running")
+    with frozen(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))):
+        gate.touch()
+        output += until(proc, "shutting down: phase fails failed")
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        rest, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+    output += rest
+    assert proc.returncode == 3, output[-3000:]
+    assert "survived SIGKILL for 5s" in output, output[-3000:]  # the sweep held the loop its whole bound
+    assert re.search(r"SIGTERM \d+\.\ds ago, before the exit flush: giving the manager 0s more, then exiting with "
+                     r"status 3", output), output[-3000:]
+    # docker's SIGKILL comes 10 s after its SIGTERM; the budget (8 s) ends the flush at 7.5 s at the latest, and the
+    # exit's closing takes well under the margin left, even on a loaded machine.
+    assert took < 9.5, (took, output[-3000:])

@@ -17,7 +17,8 @@ stall rule below ends the flush after EXIT_STALL_S instead of its whole window. 
   deadline runs; once it is delivered, what is left waits as above (EXIT_FLUSH_S more at most): a log
   push whose route fails, that it went ahead of (manager/sender.py), held the exit the whole window;
 - after a stop signal during the flush, FLUSH_AFTER_TERM_S more at most (``docker stop``'s
-  SIGKILL follows 10 s after its SIGTERM); a second stop signal ends it now.
+  SIGKILL follows 10 s after its SIGTERM), counted from when it came: one that came during the exit's sweep
+  before it (the loop did not run) is taken as the flush begins; a second stop signal ends it now.
 
 Then the finish: the sender's end and the log shippers' last push, FINISH_MIN_S at least, past the
 deadline if need be; under a stop budget (stopbudget.py: a stop signal's, from the lifecycle or during
@@ -56,7 +57,7 @@ class ExitFlush:
         self._pending = pending
         self._sender_alive = sender_alive
         self._clock = clock
-        now = clock()
+        now = self.began = clock()
         self.window_s = GIVE_UP_FLUSH_S if giving_up else EXIT_FLUSH_S
         self.deadline = now + self.window_s
         self._left = pending()
@@ -97,14 +98,18 @@ class ExitFlush:
         self.budget_end = end if self.budget_end is None else min(self.budget_end, end)
         self.deadline = min(self.deadline, self.budget_end - CLOSE_S)
 
-    def cut(self, signame: str, budget_s: float | None = None) -> str:
+    def cut(self, signame: str, budget_s: float | None = None, came: float | None = None) -> str:
         """The first stop signal during the flush: FLUSH_AFTER_TERM_S more at most (within a stop budget of
-        ``budget_s``, stopbudget.py: what it leaves after its closing). Returns the line to say."""
+        ``budget_s``, stopbudget.py: what it leaves after its closing), counted from when it ``came`` (monotonic):
+        one that came while the exit's sweep held the loop is taken only now, and docker's SIGKILL counts from
+        then. Returns the line to say."""
         now = self._clock()
+        since = now if came is None else min(came, now)
         if budget_s is not None:
-            self.within_budget(now + budget_s)
-        self.deadline = min(self.deadline, now + FLUSH_AFTER_TERM_S)
-        return (f"{signame} during the exit flush: giving the manager {round(self.seconds_left(), 1):g}s more, "
+            self.within_budget(since + budget_s)
+        self.deadline = min(self.deadline, since + FLUSH_AFTER_TERM_S)
+        when = "during the exit flush" if since >= self.began else f"{now - since:.1f}s ago, before the exit flush"
+        return (f"{signame} {when}: giving the manager {round(self.seconds_left(), 1):g}s more, "
                 f"then exiting with status {self.status}")
 
     def finish(self) -> None:

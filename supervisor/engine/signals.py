@@ -282,7 +282,7 @@ class SignalRouter:
             self.lifecycle.kill_everything_now(self.budget.wait_until if self.budget is not None else None)
         elif action is Action.CUT_FLUSH:
             assert self.flush is not None
-            self._log(self.flush.cut(name, self.stop_budget_s))
+            self._log(self.flush.cut(name, self.stop_budget_s, came))
         else:
             assert self.flush is not None
             self._log(self.flush.end(name))

@@ -441,6 +441,11 @@ def test_a_stop_signal_during_the_exits_sweep_counts_from_when_it_came(sup: Runn
     assert "survived SIGKILL for 5s" in output, output[-3000:]  # the sweep held the loop its whole bound
     assert re.search(r"SIGTERM \d+\.\ds ago, before the exit flush: giving the manager 0s more, then exiting with "
                      r"status 3", output), output[-3000:]
+    # The sweep held the loop, and the freeze watch, looking again in the flush, said the supervisor was frozen
+    # (SIGSTOP, docker pause?) for those 5 s, to the manager too: it is said as the hold it was.
+    assert "frozen" not in output, output[-3000:]
+    assert re.search(r"the supervisor's loop was held for 5\.\ds by the exit's sweep of what is left", output), \
+        output[-3000:]
     # docker's SIGKILL comes 10 s after its SIGTERM; the budget (8 s) ends the flush at 7.5 s at the latest, and the
     # exit's closing takes well under the margin left, even on a loaded machine.
     assert took < 9.5, (took, output[-3000:])

@@ -70,8 +70,13 @@ def tear_down(plan: Plan, host: Host, core: Core, sup: Supervision, outlets: Out
     log = host.log
     budget = signals.router.budget
     sweep_s = budget.sweep_s(SWEEP_MAX_S) if budget is not None else SWEEP_MAX_S
-    steps: list[Step] = [("killing what is left", sweep_descendants, log, sweep_s), ("reaping", core.reaper.reap),
-                         ("removing the phase cgroups", core.memory.close)]
+    # The sweep blocks the loop (SWEEP_MAX_S on a process that outlives SIGKILL): a hold of the loop's, so that the
+    # freeze watch (tick.py), looking again in the exit flush, does not take it for the supervisor frozen.
+    held = core.loop.holding("the exit's sweep of what is left")
+    steps: list[Step] = [("holding the loop for the sweep", held.__enter__),
+                         ("killing what is left", sweep_descendants, log, sweep_s), ("reaping", core.reaper.reap),
+                         ("removing the phase cgroups", core.memory.close),
+                         ("ending the sweep's hold", held.__exit__, None, None, None)]
     for phase in plan.phases:  # (a loop, not a generator: no call of this module's, wakes.py counts them)
         if phase.progress_path is not None:
             figures_s = budget.sweep_s(LAST_FIGURES_WAIT_S) if budget is not None else LAST_FIGURES_WAIT_S

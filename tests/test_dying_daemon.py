@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from helpers import PY, Runner, verdicts
 
-from supervisor.engine.reaping import ExitStatus, Reaper, dying
+from supervisor.engine.reaping import ExitStatus, Reaper
+from supervisor.engine.trees import dying
 
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(os.uname().machine)
 needs_sys_exit = pytest.mark.skipif(SYS_EXIT is None, reason=f"no exit syscall number known for {os.uname().machine}")
@@ -138,15 +139,15 @@ def stat_with(state: bytes, flags: int) -> list[bytes]:
 ])
 def test_dying_reads_the_exiting_flag_as_well_as_the_zombie_state(
         monkeypatch: pytest.MonkeyPatch, state: bytes, flags: int, ends: bool) -> None:
-    from supervisor.engine import reaping
+    from supervisor.engine import trees
 
-    monkeypatch.setattr(reaping, "stat_fields", lambda pid: stat_with(state, flags))
+    monkeypatch.setattr(trees, "stat_fields", lambda pid: stat_with(state, flags))
     assert dying(4242) is ends
 
 
 def test_dying_is_false_for_a_process_gone_or_a_stat_it_cannot_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    from supervisor.engine import reaping
+    from supervisor.engine import trees
 
     for fields in (None, [b"R"], [b"R", b"1", b"1", b"1", b"0", b"-1", b"flags?"]):
-        monkeypatch.setattr(reaping, "stat_fields", lambda pid, fields=fields: fields)
+        monkeypatch.setattr(trees, "stat_fields", lambda pid, fields=fields: fields)
         assert dying(4242) is False, fields

@@ -14,18 +14,22 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 from helpers import PY, Runner, read_pid, toml_list, wait_for
+from hungmount import held_mount
 
 from supervisor.engine.trees import (
     STATE_DIR_ENV,
     TAG_ENV,
+    kill_pids,
     kill_survivors_of_dead_supervisors,
     kill_until_none_left,
+    killed_already,
     left_alive_by,
     own_pid_namespace,
     start_ticks,
@@ -275,6 +279,28 @@ def test_what_survives_the_bound_is_said_by_pid_and_name_and_never_as_killed() -
         alive.wait(10)
     assert lines == [f"1 process(es) survived SIGKILL for 0.2s (uninterruptible sleep?): {zombie.pid} (sleep)",
                      f"killed 1 test process(es): {alive.pid} (sleep)"], lines
+
+
+def test_the_exit_sweep_says_no_process_killed_before_it_as_killed_again(tmp_path: Path) -> None:
+    # A phase's sweep SIGKILLed an escapee a moment before the exit's sweep, which found it not dead yet (a SIGKILL
+    # takes a moment, longer in a wait on a hung mount) and said it again, 11 ms later, as a second one: "killed 1
+    # leftover process(es)" with the same pid. It is waited for, and said once, by what killed it.
+    with held_mount(tmp_path / "mnt") as held:
+        stuck = subprocess.Popen(["stat", str(held.path / "x")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: held.held >= 1, 10)  # its request is the server's: SIGKILL waits for its answer
+            lines: list[str] = []
+            assert kill_pids([stuck.pid], lines.append, "still in phase p's cgroup") == [stuck.pid]
+            assert killed_already(stuck.pid)
+            release = threading.Timer(0.3, held.release)  # the answer never comes: the connection ends
+            release.start()
+            assert sweep_descendants(lines.append) == 1
+            release.join()
+            assert stuck.wait(10) == -signal.SIGKILL
+        finally:
+            with contextlib.suppress(OSError):
+                stuck.kill()
+    assert lines == [f"killed 1 process(es) still in phase p's cgroup: {stuck.pid} (stat)"], lines
 
 
 def test_the_exit_sweep_in_process_kills_our_descendants_and_says_nothing_when_none_is_left() -> None:

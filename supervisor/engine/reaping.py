@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .signals import signal_name
-from .trees import stat_fields
+from .trees import dying
 
 PR_SET_CHILD_SUBREAPER = 36
 OOM_SCORE_ADJ_MIN = -1000
@@ -70,8 +70,6 @@ class ExitStatus:
         return f"exited with code {self.code}"
 
 
-# /proc/<pid>/stat's flags: PF_EXITING, set as the kernel begins to end a task (do_exit).
-_PF_EXITING = 0x4
 # How often a dying child is looked at while it is waited for (reap_dying).
 DYING_POLL_S = 0.002
 
@@ -153,17 +151,6 @@ class Reaper:
         why = _TERMINAL_STOPS.get(name)
         self._on_stop(f"{label} (pid {pid}) was stopped by {name}{f' ({why})' if why else ''}: it does nothing "
                       "until it is continued (SIGCONT)")
-
-
-def dying(pid: int) -> bool:
-    """The kernel is ending ``pid`` (or has: a zombie not yet reaped), from /proc/<pid>/stat."""
-    fields = stat_fields(pid)
-    if fields is None:
-        return False
-    try:
-        return fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING != 0
-    except (IndexError, ValueError):
-        return False
 
 
 # ---------------------------------------------------------------- init role

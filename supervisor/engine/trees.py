@@ -243,7 +243,8 @@ def pid_namespace_of(pid: int | str) -> int | None:
 def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str, max_s: float) -> dict[int, str]:
     """SIGKILL what ``find`` lists (pid → name), round after round, until two rounds in a row find
     nothing or ``max_s`` has passed; say what was killed (``what``) and, by pid and name, what
-    survived (never both of one). Returns pid → name of every process signalled.
+    survived (never both of one). Returns pid → name of every process signalled. One found on its way out of a
+    kill before this sweep's (a phase's sweep's, a moment before the exit's) is waited for, said by that kill alone.
 
     One round is never enough: a process killed while it forks leaves a child the listing did not
     have, and psutil misses a process whose parent vanished as it read the table (that child is
@@ -256,6 +257,7 @@ def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str
     deadline = time.monotonic() + max_s
     signalled: dict[int, str] = {}
     survived: dict[int, str] = {}
+    ending: set[int] = set()  # killed before this sweep
     empty_rounds = 0
     while True:
         found = find()
@@ -268,11 +270,13 @@ def kill_until_none_left(find: Callable[[], dict[int, str]], log: Log, what: str
                 f"{_shown(found)}")
             break
         for pid, name in found.items():
+            if pid not in signalled and killed_already(pid):
+                ending.add(pid)
             signal_quietly(os.kill, pid, signal.SIGKILL)
             signalled.setdefault(pid, name)
         if found:  # what was killed gets a moment to die (and its orphans to come back) before the next look
             time.sleep(SWEEP_ROUND_S)
-    killed = {pid: name for pid, name in signalled.items() if pid not in survived}  # (those said as survivors)
+    killed = {pid: name for pid, name in signalled.items() if pid not in survived and pid not in ending}
     if killed:
         log(f"killed {len(killed)} {what}: {_shown(killed)}")
     return signalled
@@ -482,6 +486,26 @@ def stat_fields(pid: int | str, proc: str = "/proc") -> list[bytes] | None:
     return None if read is None else read[1]
 
 
+def dying(pid: int) -> bool:
+    """The kernel is ending ``pid`` (or has: a zombie not yet reaped), from /proc/<pid>/stat."""
+    fields = stat_fields(pid)
+    try:
+        return fields is not None and (fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING != 0)
+    except (IndexError, ValueError):
+        return False
+
+
+def killed_already(pid: int) -> bool:
+    """``pid`` is on its way out of a kill: dying, or a SIGKILL waits for it (it has not run since, or its wait on a
+    hung mount must end first)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            pending = [int(line.split()[1], 16) for line in status if line.startswith((b"SigPnd:", b"ShdPnd:"))]
+    except (OSError, IndexError, ValueError):
+        pending = []
+    return dying(pid) or any(mask & _SIGKILL_BIT for mask in pending)
+
+
 def read_stat(pid: int | str, proc: str = "/proc") -> tuple[str, list[bytes]] | None:
     """/proc/<pid>/stat: its command name (``comm``) and the fields after it (stat_fields); None if it vanished."""
     try:  # (os.open: a third of open()'s cost, and the process table reads every process of the machine)
@@ -495,6 +519,9 @@ def read_stat(pid: int | str, proc: str = "/proc") -> tuple[str, list[bytes]] | 
     end = data.rfind(b")")  # "pid (comm) state ...": the name may hold anything, ")" and spaces included
     return data[data.find(b"(") + 1:end].decode(errors="replace"), data[end + 2:].split()
 
+
+# /proc/<pid>/stat's flag PF_EXITING (the kernel began to end it: do_exit); SIGKILL's bit in its pending signals.
+_PF_EXITING, _SIGKILL_BIT = 0x4, 1 << (signal.SIGKILL - 1)
 
 # One process's row as a reading found it: state, ppid, pgid, start time (clock ticks since boot), name (comm).
 _Row = tuple[str, int, int, int, str]

@@ -23,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -823,3 +824,28 @@ PACED_WRITER = """
             got += rate // 8
             time.sleep(max(0.0, began + got / rate - time.monotonic()))
     """
+
+
+@contextlib.contextmanager
+def dead_gateway() -> Iterator[str]:
+    """A gateway that takes every connection and never answers (a hung IPFS gateway): its URL, on 127.0.0.1. A
+    downloader there waits for headers that never come: no size, no body, no error."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held: list[socket.socket] = []
+
+    def take() -> None:
+        with contextlib.suppress(OSError):  # (the server closed: the test is over)
+            while True:
+                held.append(server.accept()[0])
+
+    taker = threading.Thread(target=take, name="dead gateway", daemon=True)
+    taker.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)  # (wakes the accept)
+        server.close()
+        taker.join(5)
+        for conn in held:
+            conn.close()

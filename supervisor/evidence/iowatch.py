@@ -1,7 +1,7 @@
 """The I/O thread: the bytes each attempt's process tree reads and writes, from the kernel's own counters.
 
-Real programs work without a word: aria2c block-buffers its readout into a pipe (one burst when a file is
-done) and preallocates its file (full size at once), curio hashes 45 GiB of parameters before it prints a
+Real programs work without a word: aria2c block-buffers its readout into a pipe (in bursts a minute
+apart) and preallocates its file (full size at once), curio hashes 45 GiB of parameters before it prints a
 line, cuzk loads its SRS into pinned memory in silence. What shows their work is the kernel's accounting
 of each process, ``/proc/<pid>/io``: ``rchar``/``wchar`` (every byte passed to read and write calls) and
 ``read_bytes``/``write_bytes`` (what reached storage: a page fault of a mapped file too). Their growth,

@@ -10,7 +10,7 @@ largest of what each says:
 
 - the cache's complete files when the attempt began + what the trees have written since: live on any
   link, loopback included, whatever the program prints (aria2c's readout is block-buffered into a pipe and
-  arrives in one burst when a file is done; its preallocated file is full size at once). A file resumed
+  arrives in bursts, a minute apart and when a file is done; its preallocated file is full size at once). A file resumed
   with ``--continue`` counts only what this attempt writes of it until it is complete. What an allocating
   downloader wrote to allocate its file is not counted (iowatch.py's ``allocated``: aria2c's zeros where the
   filesystem refuses fallocate, the whole file at disk speed before a byte is got), nor in the rate;

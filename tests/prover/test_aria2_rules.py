@@ -2,15 +2,19 @@
 
 Promises: a download resumes (``--continue``) at its control file's offset, clamped to the file, else at the
 length of a file shorter than the whole, else from 0; the readout is aria2c's own line, which the supervisor's
-reader (prover/fetchlines.py) reads back to the same figures, within the rounding aria2c prints with.
+reader (prover/fetchlines.py) reads back to the same figures, within the rounding aria2c prints with; the
+readouts reach a pipe with each progress summary, every ``summary-interval`` of aria2c's configuration file.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from profilekit import parsed
 
 from supervisor.prover import fetchlines
@@ -93,3 +97,53 @@ def test_the_notice_and_stamp_are_what_the_reader_takes_for_a_complete_file() ->
     parser = fetchlines.FetchParser()
     parser.feed([line.encode()])
     assert parser.result.files == {"/p/v28-proof.params"}
+
+
+def test_the_progress_summary_is_aria2cs_own_block() -> None:
+    # Measured with aria2 1.36.0 into a pipe (a dead gateway, --summary-interval=2), the time aside.
+    measured = [" *** Download Progress Summary as of Mon Dec  7 21:35:07 2026 *** ", "=" * 79,
+                "[#37ca76 0B/0B CN:1 DL:0B]", "FILE: c/f.params", "-" * 79, ""]
+    block = aria2.summary(aria2.unanswered("37ca76"), "c/f.params").split("\n")
+    assert re.fullmatch(r" \*\*\* Download Progress Summary as of \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} \*\*\* ",
+                        block[0]), block
+    assert block[1:] == measured[1:], block
+
+
+def test_the_summary_interval_is_read_where_aria2c_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    assert aria2.summary_interval() == 60  # no configuration file: aria2c's default
+    (xdg / "aria2").mkdir(parents=True)
+    (xdg / "aria2" / "aria2.conf").write_text("# mine\nmax-tries=5\nsummary-interval=2\n")
+    assert aria2.summary_interval() == 2
+    (home / ".aria2").mkdir(parents=True)
+    (home / ".aria2" / "aria2.conf").write_text("summary-interval = 0\n")
+    assert aria2.summary_interval() == 0  # $HOME/.aria2/aria2.conf first, where there is one; 0: none
+    (home / ".aria2" / "aria2.conf").write_text("summary-interval=soon\n")
+    assert aria2.summary_interval() == 60  # (a value aria2c would refuse: the default)
+
+
+def test_readouts_reach_a_pipe_with_each_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(aria2, "time", SimpleNamespace(monotonic=lambda: clock[0], strftime=time.strftime))
+    monkeypatch.setattr(aria2, "summary_interval", lambda: 3)
+    written: list[bytes] = []
+    monkeypatch.setattr(aria2.Readouts, "_write", staticmethod(written.append))
+    readouts = aria2.Readouts("c/f.params")
+    readouts._pipe = True  # (as into the supervisor's pipe, whatever pytest's stdout is)
+    for _ in range(2):
+        clock[0] += 1
+        readouts.readout(aria2.unanswered("37ca76"))
+    assert written == []  # held: nothing moved them out
+    clock[0] += 1
+    readouts.readout(aria2.unanswered("37ca76"))
+    [burst] = written
+    lines, readout = burst.decode().split("\n"), aria2.unanswered("37ca76")
+    assert lines[:2] == [readout] * 2, lines  # the seconds before, then the summary (this second's readout is held)
+    assert "*** Download Progress Summary as of" in lines[2] and lines[3:] == ["=" * 79, readout, "FILE: c/f.params",
+                                                                              "-" * 79, "", ""], lines
+    for _ in range(3):
+        clock[0] += 1
+        readouts.readout(aria2.unanswered("37ca76"))
+    assert len(written) == 2 and written[1].decode().split("\n")[:3] == [readout] * 3, written  # at the next one

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 import requests
-from helpers import PY, REPO, failure
+from helpers import PY, REPO, dead_gateway, failure
 from profilekit import parsed, standin_env
 
 from supervisor.evidence.progress import tree_done
@@ -159,6 +160,89 @@ def test_the_readout_reaches_a_pipe_in_one_burst_when_the_file_is_done(tmp_path:
     assert complete - downloading >= 2.0, arrivals
     assert min(readouts) >= complete - 0.5, f"a readout arrived before the file was done: {arrivals}"
     assert max(readouts) - min(readouts) < 0.5, arrivals
+
+
+def summary_every(tmp_path: Path, seconds: int) -> dict[str, str]:
+    """The environment that gives aria2c (the real one and the stand-in's) its ``--summary-interval`` as curio's gets
+    one, which passes none: aria2c's configuration file (a home of its own, so no aria2.conf of the machine's)."""
+    (tmp_path / "xdg" / "aria2").mkdir(parents=True)
+    (tmp_path / "xdg" / "aria2" / "aria2.conf").write_text(f"summary-interval={seconds}\n")
+    (tmp_path / "home").mkdir()
+    return {"HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+
+
+def arrivals_of(proc: subprocess.Popen[bytes], seconds: float | None = None) -> list[tuple[float, bytes]]:
+    """(when, line) of each line ``proc`` prints, as the supervisor's reader would see them: to its end, or for
+    ``seconds`` and then it is stopped (SIGTERM)."""
+    assert proc.stdout is not None
+    arrivals: list[tuple[float, bytes]] = []
+    started = time.monotonic()
+    if seconds is not None:
+        threading.Timer(seconds, proc.terminate).start()
+    for line in proc.stdout:
+        arrivals.append((time.monotonic() - started, line))
+    proc.wait(30)
+    return arrivals
+
+
+def bursts(arrivals: list[tuple[float, bytes]]) -> list[list[bytes]]:
+    """The readouts and summaries, in the reads they arrived in (lines within 0.2 s of each other)."""
+    said = [(at, line) for at, line in arrivals if line.startswith((b"[#", b" *** Download Progress Summary"))]
+    groups: list[list[tuple[float, bytes]]] = []
+    for at, line in said:
+        if groups and at - groups[-1][-1][0] < 0.2:
+            groups[-1].append((at, line))
+        else:
+            groups.append([(at, line)])
+    return [[line for _, line in group] for group in groups]
+
+
+def ends_with_a_summary(burst: list[bytes]) -> bool:
+    """``burst`` (bursts') ends with aria2c's progress summary: its header and the readout it shows (and, from the
+    real one at times, that second's readout, which more often comes with the next burst)."""
+    header = [i for i, line in enumerate(burst) if line.startswith(b" *** Download Progress Summary")]
+    return len(header) == 1 and 1 <= len(burst) - 1 - header[0] <= 2 and \
+        all(line.startswith(b"[#") for line in burst[header[0] + 1:])
+
+
+@pytest.mark.parametrize("how", ["simulated", "aria2c"])
+def test_the_readouts_reach_a_pipe_in_a_burst_at_each_progress_summary(tmp_path: Path, gateway: Any, how: str) -> None:
+    # aria2c prints a progress summary every --summary-interval (60 s unless told) and its readouts go out with it: a
+    # download longer than that is not silent until its end. 6 MiB at 1 MiB/s, a summary every 2 s.
+    env = {**one_file_fetch(tmp_path, gateway, how, 6, "1MiB"), **summary_every(tmp_path, 2)}
+    proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    arrivals = arrivals_of(proc)
+    assert proc.returncode == 0, b"".join(line for _, line in arrivals)
+    complete = next(at for at, line in arrivals if b"Download complete" in line)
+    before = [burst for burst in bursts(arrivals) if b"Progress Summary" in b"".join(burst)]
+    assert len(before) >= 2, arrivals  # (about 6 s of download: a burst every 2 s)
+    for burst in before:  # each: the readouts of the seconds before it, then the summary (which repeats one)
+        assert burst[0].startswith(b"[#") and ends_with_a_summary(burst), arrivals
+    summaries = [at for at, line in arrivals if b"Progress Summary" in line]
+    assert min(summaries) < complete - 1.0, arrivals
+
+
+@pytest.mark.parametrize("how", ["simulated", "aria2c"])
+def test_against_a_dead_gateway_aria2c_repeats_its_figures_at_each_summary(tmp_path: Path, how: str) -> None:
+    # A gateway that takes the connection and never answers: aria2c learns no size, writes no file, tries again
+    # silently (-m100), and prints the same readout a second, which reaches a pipe with each summary, for as long
+    # as it runs (measured with aria2 1.36.0). The stand-in's simulated aria2c is told so (its gateway is none).
+    if how == "aria2c" and ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    with dead_gateway() as url:
+        env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(tmp_path / "params"), STANDIN_PARAM_FILES="1",
+                          IPFS_GATEWAY=url, STANDIN_PARAM_DOWNLOADER=how, STANDIN_PARAM_DEAD_GATEWAY="1",
+                          **summary_every(tmp_path, 2))
+        proc = subprocess.Popen([PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"], env=env,
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        arrivals = arrivals_of(proc, 7)
+    said = bursts(arrivals)
+    assert len(said) >= 2, arrivals
+    readouts = {line.split(b"]")[0].split(b" ", 1)[1] for burst in said for line in burst if line.startswith(b"[#")}
+    assert readouts == {b"0B/0B CN:1 DL:0B"}, arrivals  # the same figures, a size never learnt
+    assert all(ends_with_a_summary(burst) for burst in said[:2]), arrivals
+    assert not list((tmp_path / "params").glob("*.params")), arrivals  # no answer, no file
 
 
 @pytest.mark.parametrize("how", ["simulated", "aria2c"])

@@ -2,8 +2,9 @@
 (measured with aria2 1.36.0, stdout a pipe; shared/domain/production.md): the readout line, the coloured NOTICE, the
 ``<file>.aria2`` control file kept while the file is incomplete (here: the offset reached, as text; the real
 one is binary), the preallocation, and how its output reaches a pipe: the NOTICE lines at once, the readouts
-block-buffered (``Readouts``), so a supervisor reading the pipe sees nothing of them until the buffer fills
-or the file is done.
+block-buffered (``Readouts``), so a supervisor reading the pipe sees nothing of them until the next progress
+summary (every ``--summary-interval``, 60 s unless its configuration file says otherwise), the buffer fills or
+the file is done.
 """
 
 from __future__ import annotations
@@ -39,16 +40,65 @@ def resumed_offset(path: str, control: str, size: int) -> int:
 
 # The buffer of a stdout that is a pipe (glibc's stdio: the pipe's st_blksize).
 PIPE_BUFFER = 4096
+# aria2c's --summary-interval when nothing sets it: a progress summary a minute.
+SUMMARY_INTERVAL_S = 60
+# The width of the summary's rules into a pipe (no terminal to size them by).
+RULE = 79
+
+
+def summary_interval() -> int:
+    """aria2c's ``--summary-interval`` as the aria2c that curio runs finds it (curio passes none): the
+    ``summary-interval=`` of its configuration file, ``$HOME/.aria2/aria2.conf`` where there is one, else
+    ``$XDG_CONFIG_HOME/aria2/aria2.conf`` (``~/.config``); else SUMMARY_INTERVAL_S. 0: no summary."""
+    home = os.path.expanduser("~")
+    config = os.path.join(home, ".aria2", "aria2.conf")
+    if not os.path.exists(config):
+        config = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "aria2", "aria2.conf")
+    try:
+        with open(config) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return SUMMARY_INTERVAL_S
+    every = SUMMARY_INTERVAL_S
+    for line in lines:
+        name, equals, value = line.partition("=")
+        if equals and name.strip() == "summary-interval" and value.strip().isdigit():
+            every = int(value.strip())
+    return every
+
+
+def summary(readout_line: str, path: str) -> str:
+    """aria2c's progress summary of one download (measured with aria2 1.36.0, stdout a pipe): a header with the time,
+    a rule, the download's readout again, its file, a rule, and an empty line. Nothing in it is news."""
+    when = time.strftime("%a %b %e %H:%M:%S %Y")
+    return (f" *** Download Progress Summary as of {when} *** \n{'=' * RULE}\n{readout_line}\nFILE: {path}\n"
+            f"{'-' * RULE}\n")
 
 
 class Readouts:
     """aria2c's readout lines as they reach a pipe: held in a PIPE_BUFFER-byte buffer that is written out
-    only when it is full (exactly that many bytes: a line may be cut, its rest comes with the next) or when a
-    NOTICE line follows (``flush``: aria2c's logger flushes); to a terminal each line at once."""
+    when it is full (exactly that many bytes: a line may be cut, its rest comes with the next), with each
+    progress summary (``readout``: aria2c flushes its console after one) or when a NOTICE line follows
+    (``flush``: aria2c's logger flushes); to a terminal each line at once. ``path``: the download's file, which
+    the summary names."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
         self._held = bytearray()
         self._pipe = not sys.stdout.isatty()
+        self._path = path
+        self._every = summary_interval()
+        self._summarised = time.monotonic()
+
+    def readout(self, line: str) -> None:
+        """A readout (one a second), after the progress summary where one is due: aria2c's readouts go out with
+        each summary, every ``--summary-interval``; the second's readout after it mostly with the next (measured:
+        a download stuck on a dead gateway prints the same figures in a burst a minute for as long as it waits)."""
+        now = time.monotonic()
+        if self._every and now - self._summarised >= self._every:
+            self._summarised = now
+            self.add(summary(line, self._path))
+            self.flush()
+        self.add(line)
 
     def add(self, line: str) -> None:
         if not self._pipe:
@@ -107,6 +157,11 @@ def readout(gid: str, done: int, total: int, rate: float) -> str:
     left = f" ETA:{eta // 60}m{eta % 60}s" if eta >= 60 else (f" ETA:{eta}s" if eta else "")
     return f"[#{gid} {aria2_size(done)}/{aria2_size(total)}({done * 100 // max(1, total)}%) CN:1 " \
            f"DL:{aria2_size(rate)}{left}]"
+
+
+def unanswered(gid: str) -> str:
+    """The readout of a download no answer came for yet (its size unknown): ``[#896ec2 0B/0B CN:1 DL:0B]``."""
+    return f"[#{gid} 0B/0B CN:1 DL:0B]"
 
 
 def too_slow(rate: float) -> str:

@@ -20,7 +20,8 @@ URL``, ``--max-download-limit`` from ``STANDIN_PARAM_RATE``) against ``$IPFS_GAT
 local server: ``paramserve``), its output passed through; without it, as aria2c would
 (the file preallocated at once, ``<file>.aria2`` beside it until it is complete, one
 readout line ``[#896ec2 8.2MiB/57MiB(14%) CN:1 DL:4.0MiB ETA:12s]`` a second, block-buffered into a
-pipe as aria2c's (they arrive at the file's end, or 4 KiB at a time), ANSI-coloured NOTICE lines,
+pipe as aria2c's (they arrive with each progress summary, every ``summary-interval`` of aria2c's configuration
+file, 60 s by default, at the file's end, or 4 KiB at a time), ANSI-coloured NOTICE lines,
 ``Download complete: PATH``, the results table); or as curio's Go fallback
 (``go``: nothing printed, the file grows). A partial file is resumed (from its control
 file, else its length); a complete one (its size, and no control file) is reported
@@ -54,6 +55,8 @@ Environment:
     --max-download-limit, and the pace without it, in place of the chunks), STANDIN_PARAM_DOWNLOADER,
     STANDIN_PARAM_CORRUPT (``1``: the first downloaded file fails its
     checksum once, is deleted and fetched again; ``always``: it fails twice and the fetch exits 1),
+    STANDIN_PARAM_DEAD_GATEWAY (``1``: the simulated aria2c's gateway never answers: it prints the same
+    ``0B/0B`` readout a second and a summary every summary interval until stopped),
     STANDIN_LOCK_RETRY_S (default 10 scaled), plus the common knobs (see ``knobs`` and ``failures``).
     Partway point for STANDIN_FAIL: after the first chunk (after aria2c's first file) (or, when nothing
     needs downloading, just before the final line).
@@ -74,7 +77,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from . import aria2, failures, knobs, output
 
@@ -172,6 +175,8 @@ class Fetcher:
         self._want: str | None = None  # the content's digest (made at the first check)
         # Bytes a second (``1M``, ``1MiB``): aria2c's --max-download-limit, and the simulation's pace.
         self.rate = knobs.env_size("STANDIN_PARAM_RATE", 0) or None
+        # The simulated aria2c's gateway takes the connection and never answers (the real one: a dead local server).
+        self.dead_gateway = os.environ.get("STANDIN_PARAM_DEAD_GATEWAY", "").strip() == "1"
         self._lock = threading.Lock()  # (the fetches' shared counts, and the aria2c's running)
         self._running: set[subprocess.Popen[bytes]] = set()
         self._closing = False  # (set as the fetch ends: no aria2c starts after)
@@ -356,7 +361,9 @@ class Fetcher:
         """What aria2c prints and leaves, without it: the file preallocated to its full size at once, a
         ``.aria2`` control file beside it while it is incomplete (here: the offset reached, as text), one
         readout line a second (and one a chunk), block-buffered into a pipe as aria2c's are (they arrive
-        with the next NOTICE line, when the file is done), the NOTICE lines, the results table."""
+        with each progress summary, every ``--summary-interval``, and with the next NOTICE line, when the file is
+        done), the NOTICE lines, the results table. Against a dead gateway (STANDIN_PARAM_DEAD_GATEWAY) it waits
+        for an answer for as long as it runs."""
         control = path + aria2.CONTROL_SUFFIX
         if os.path.exists(control) and not os.path.exists(path):  # (as aria2c: the download starts from zero)
             os.unlink(control)
@@ -365,8 +372,10 @@ class Fetcher:
         done = aria2.resumed_offset(path, control, self.size)
         gid = hashlib.sha256(path.encode()).hexdigest()[:6]
         output.out(f"\n{aria2.stamp()} [{aria2.NOTICE}] Downloading 1 item(s)")
+        readouts = aria2.Readouts(path)
+        if self.dead_gateway:
+            self._unanswered(gid, readouts)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        readouts = aria2.Readouts()
         try:
             length = os.fstat(fd).st_size
             if length != self.size:
@@ -382,7 +391,7 @@ class Fetcher:
                 now = time.monotonic()
                 if now - said >= 1.0 or self.rate is None:
                     said = now
-                    readouts.add(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
+                    readouts.readout(aria2.readout(gid, done, self.size, done / max(now - started, 1e-6)))
                 if self.rate is not None and self.rate < aria2.LOWEST_SPEED and now - started >= aria2.TOO_SLOW_S:
                     readouts.add(aria2.too_slow(self.rate))  # as aria2c: given up, exit 5, left to --continue
                     readouts.flush()
@@ -396,6 +405,17 @@ class Fetcher:
         os.unlink(control)
         output.out(aria2.results(gid, path, ok=True))
         return 0
+
+    @staticmethod
+    def _unanswered(gid: str, readouts: aria2.Readouts) -> NoReturn:
+        """aria2c against a gateway that takes the connection and never answers: no size, no file, the same readout
+        a second and a summary every ``--summary-interval``, for as long as it runs. Its tries fail silently
+        (measured with aria2 1.36.0: no line when a try times out), -m100 of them, each waiting out its --timeout
+        (60 s): about two hours, past any timeout_s; and no body ever comes for --lowest-speed-limit to judge. The
+        stand-in waits until it is stopped."""
+        while True:
+            time.sleep(1.0)
+            readouts.readout(aria2.unanswered(gid))
 
     def _chunks(self, done: int) -> Iterator[int]:
         """The sizes written from ``done``, each after its wait: STANDIN_PARAM_RATE bytes a second (a chunk a

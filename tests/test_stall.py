@@ -53,6 +53,8 @@ from supervisor.evidence.stall import (
 from supervisor.evidence.transfer import ProgressReading
 from supervisor.evidence.watchstate import WatchState
 from supervisor.exits import EXIT_TIMEOUT
+from supervisor.lifecycle.attempt import Attempt
+from supervisor.lifecycle.hooks import OutputHook, OutputLife
 
 # ================================================================ StallSigns, pure
 
@@ -91,6 +93,65 @@ def test_fresh_output_keeps_it_alive() -> None:
     w.saw_output(100.1)  # an older observation never moves it back
     assert w.stalled(102.5) is None
     assert w.stalled(102.6) == "no output for 1.0s (no GPU visible)"
+
+
+def test_output_that_said_nothing_moved_is_no_sign_but_is_said_beside_the_outputs_silence() -> None:
+    w = watch()
+    w.saw_output(100.5)
+    w.saw_idle_output(100.4)  # (before the last sign: nothing to say)
+    assert w.idle_output_age(100.9) is None
+    w.saw_idle_output(101.0)
+    w.saw_idle_output(None)  # (a look with no such output keeps what was seen)
+    assert w.stalled(101.4) is None
+    assert w.idle_output_age(101.4) == pytest.approx(0.4)
+    assert w.stalled(101.5) == "no output for 1.0s (output since then said nothing moved, the latest 0.5s ago) " \
+                               "(no GPU visible)"
+    w.saw_output(101.2)  # a sign after it: the output's age says it all again
+    assert w.idle_output_age(101.5) is None
+
+
+class _IdleDots:
+    """A parser that marks lines of dots as saying nothing moved (MarksIdleLines)."""
+
+    def __init__(self) -> None:
+        self.result = SimpleNamespace(lines=0)
+        self.idle_lines = 0
+
+    def feed(self, lines: list[bytes]) -> None:
+        self.result.lines += len(lines)
+        self.idle_lines += sum(1 for line in lines if line.strip(b".") == b"")
+
+
+class _Plain:
+    """A parser that marks nothing."""
+
+    def __init__(self) -> None:
+        self.result = SimpleNamespace()
+
+    def feed(self, lines: list[bytes]) -> None:
+        pass
+
+
+def test_a_read_of_idle_lines_alone_is_no_output_of_the_command_and_its_daemons_bytes_still_are() -> None:
+    reader = OutputHook("a fetch", "the test's parser", _IdleDots, "exit_code").new_parser()
+    assert isinstance(reader, OutputLife) and reader.result.lines == 0
+    command, daemon = SimpleNamespace(), SimpleNamespace()  # (their specs)
+    children = [SimpleNamespace(spec=daemon, output=SimpleNamespace(last_output_at=40.0)),
+                SimpleNamespace(spec=command, output=SimpleNamespace(last_output_at=time.monotonic()))]
+    attempt = Attempt(1, 0.0, children=children, parser=reader)  # type: ignore[arg-type]
+    assert attempt.last_outputs(command) == [40.0] and attempt.idle_output() is None  # nothing read yet
+    reader.feed([b"...", b"", b"."])
+    assert attempt.last_outputs(command) == [40.0], "a read of idle lines alone was output"
+    assert attempt.idle_output() == reader.idle_at and reader.idle_at is not None
+    reader.feed([b"...", b"1 MiB got", b"..."])
+    assert reader.life_at is not None and reader.life_at >= reader.idle_at
+    assert attempt.last_outputs(command) == [40.0, reader.life_at] and reader.result.lines == 6
+    # A parser that marks nothing is read as it is: every byte of the command's is output, as ever.
+    plain = OutputHook("a fetch", "the test's parser", _Plain, "exit_code").new_parser()
+    assert isinstance(plain, _Plain)
+    attempt.parser = plain
+    assert attempt.last_outputs(command) == [40.0, children[1].output.last_output_at]
+    assert attempt.idle_output() is None
 
 
 def test_gpu_activity_counts_only_when_gpus_are_visible() -> None:
@@ -409,6 +470,9 @@ class _QuietAttempt:
 
     def last_outputs(self) -> list[float]:
         return []
+
+    def idle_output(self) -> float | None:
+        return None
 
     def drain(self) -> None:
         pass

@@ -32,6 +32,7 @@ from helpers import (
     Console,
     Runner,
     clean_env,
+    dead_gateway,
     first_line,
     one_verdict,
     py_script,
@@ -224,6 +225,80 @@ def test_the_real_aria2c_as_the_runs_last_phase_leaves_its_whole_figure_in_statu
     saved = json.loads((sup.state_dir / "status.json").read_text())
     [progress] = [p["progress"] for p in saved["phases"] if p["name"] == "p"]
     assert (progress["done_bytes"], progress["files_done"], progress["eta_s"]) == (3 * MIB, 1, 0.0), progress
+
+
+def stall_timer(sup: Runner) -> dict[str, Any]:
+    """Phase p's stall timer as ``status`` shows it now ({} while there is none)."""
+    ph = next((p for p in status_now(sup).get("phases", []) if p.get("name") == "p"), {})
+    return (ph.get("timers") or {}).get("stall") or {}
+
+
+def test_the_real_aria2c_on_a_dead_gateway_is_stalled_though_it_repeats_its_readout(sup: Runner) -> None:
+    """A gateway that takes the connection and never answers: aria2c waits for headers (no size, no file, no body
+    for --lowest-speed-limit to judge), tries again silently (-m100), and prints the same readout a second, which
+    reaches the pipe with its progress summary (every --summary-interval: 60 s as curio runs it, 2 s here). Each
+    burst was output, so the phase was never stalled: it ran to timeout_s (85 minutes in the profile), status saying
+    it was alive. Its parser (parse = "paramfetch") marks those lines as saying nothing moved: stalled at stall_s."""
+    _, cache = aria2c_dirs(sup)
+    with dead_gateway() as url:
+        argv = [ARIA2C, "--summary-interval=2", "--lowest-speed-limit", "16K", "-m100", "--retry-wait", "10",
+                "--continue", "-x16", "-s16", "--dir", str(cache), "-o", "f.params", f"{url}/f.params"]
+        config = sup.write(phase(toml_list(argv), 8, f"progress_path = {toml_str(str(cache))}\n"
+                                                      f"parse = \"paramfetch\"\nprogress_total = \"1GiB\"\n"
+                                                      f"timeout_s = 40"))
+        run = Console(sup, config)
+        shown: list[dict[str, Any]] = []
+
+        def said_nothing_moved() -> bool:
+            timer = stall_timer(sup)
+            if timer.get("idle_output_s") is not None:
+                shown.append(timer)
+                return True
+            return run.proc.poll() is not None
+
+        wait_for(said_nothing_moved, 50, 0.3)  # (past timeout_s: a phase never stalled ends at it)
+        code = run.finish(60)
+    out = run.text()
+    assert code == EXIT_TIMEOUT, out[-4000:]
+    record = one_verdict(out, "p")
+    assert " reason=stalled " in record, record
+    assert "output since then said nothing moved" in record, record
+    assert out.count("Download Progress Summary") >= 2, out[-4000:]  # it printed all along, and was no sign
+    took = seconds_between(first_line(out, "phase p: pending → starting"), first_line(out, "phase p: stalled: "))
+    print(f"stalled {took:.1f}s after the start (stall_s=8, a summary every 2 s): {record}")
+    assert 8 <= took < 8 + 15, out[-4000:]  # generous; far from timeout_s (40 s here)
+    # While it ran, status said how old the last output that was a sign is, and that output since said nothing.
+    assert shown and shown[0]["signs"]["output"] > shown[0]["idle_output_s"], shown
+
+
+def test_the_real_aria2c_read_by_its_parser_is_not_stalled_while_its_readouts_move(sup: Runner) -> None:
+    """The same reading of a healthy download, throttled: 6 MiB at 512 KiB/s with a summary every 2 s. Its readouts
+    move, so each burst is output (the I/O and the file's writes are signs of their own): never stalled."""
+    served, cache = aria2c_dirs(sup)
+    (served / "f.params").write_bytes(b"\x07" * (6 * MIB))
+    with serving(files_handler(served)) as url:
+        argv = [ARIA2C, "--summary-interval=2", "--max-download-limit=512K", "--lowest-speed-limit", "16K", "-m100",
+                "--retry-wait", "10", "--continue", "-x16", "-s16", "--dir", str(cache), "-o", "f.params",
+                f"{url}/f.params"]
+        config = sup.write(phase(toml_list(argv), 4, f"progress_path = {toml_str(str(cache))}\n"
+                                                      f"parse = \"paramfetch\"\nprogress_total = \"6MiB\""))
+        run = Console(sup, config)
+        ages: list[float] = []
+
+        def output_was_life() -> bool:
+            timer = stall_timer(sup)
+            if (cache / "f.params.aria2").exists() and timer.get("signs", {}).get("output") is not None:
+                ages.append(timer["signs"]["output"])
+            return run.proc.poll() is not None
+
+        wait_for(output_was_life, 60, 0.3)
+        code = run.finish(30)
+    out = run.text()
+    assert code == 0, out[-4000:]
+    assert "reason=stalled" not in out, out[-4000:]
+    assert " reason=exit_code exit_code=0 " in one_verdict(out, "p")
+    assert out.count("Download Progress Summary") >= 2, out[-4000:]
+    assert ages and min(ages) < 2.5, ages  # a burst of moving readouts was output, seen within a look or two
 
 
 def sparse_files(served: Path, sizes: dict[str, int]) -> None:

@@ -720,9 +720,11 @@ def test_status_config_reads_its_state_dir_without_the_runs_variables(tmp_path: 
 
 def a_phase(state: PhaseState, *, deadline_at: float | None = None, backoff_until: float | None = None,
             last_sign: float | None = None, waiting: tuple[Any, float] | None = None,
-            unmeasured: dict[str, str] | None = None, settle_until: float | None = None) -> SimpleNamespace:
+            unmeasured: dict[str, str] | None = None, settle_until: float | None = None,
+            idle_output_age: float | None = None) -> SimpleNamespace:
     stall = (SimpleNamespace(signs=SimpleNamespace(last_sign=lambda: last_sign,
                                                    ages=lambda now: {"output": now - last_sign, "I/O": 2.0},
+                                                   idle_output_age=lambda now: idle_output_age,
                                                    unmeasured=unmeasured or {}))
              if last_sign is not None else None)
     return SimpleNamespace(name="p", spec=SimpleNamespace(timeout_s=600.0, stall_s=60.0, settle_timeout_s=300.0),
@@ -744,6 +746,19 @@ def test_a_sign_not_measured_now_is_said_beside_its_age() -> None:
     measured = phase_timers(a_phase(PhaseState.RUNNING, last_sign=990.0), None, now=1000.0)
     assert "unmeasured" not in measured.to_json()["stall"]
     assert "not measured" not in timer_lines(PhaseStatus(name="p", timers=measured), 1000.0, True)[0]
+
+
+def test_output_since_the_last_sign_that_said_nothing_moved_is_said_beside_the_outputs_age() -> None:
+    # A downloader stuck on a dead gateway repeats its readout in a burst a minute: the children's last lines are
+    # fresh, the output's age is not, and the status view says why (the parser marked that output idle).
+    idle = phase_timers(a_phase(PhaseState.RUNNING, last_sign=990.0, idle_output_age=1.5), None, now=1000.0)
+    assert idle.to_json()["stall"]["idle_output_s"] == 1.5
+    shown = timer_lines(PhaseStatus(name="p", timers=idle), 1000.0, True)
+    assert shown == ["timers: stall: no sign of progress for 10s of stall_s=60 (50s left; output 10s ago (since then "
+                     "only output that said nothing moved, 1s ago); I/O 2s ago)"], shown
+    quiet = phase_timers(a_phase(PhaseState.RUNNING, last_sign=990.0), None, now=1000.0)
+    assert "idle_output_s" not in quiet.to_json()["stall"]
+    assert "said nothing" not in timer_lines(PhaseStatus(name="p", timers=quiet), 1000.0, True)[0]
 
 
 def test_the_timers_are_what_the_phase_exposes_counted_from_now() -> None:

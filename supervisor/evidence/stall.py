@@ -1,6 +1,7 @@
 """Stall detection: a phase is stalled when every sign of life has been silent for ``stall_s``.
 
-The signs: a byte of output from any of its processes; bytes read or written by any of them (the
+The signs: a byte of output from any of its processes (of its command's, where its parser marks lines that say
+nothing moved, a read with some other line: lifecycle/hooks.py's OutputLife); bytes read or written by any of them (the
 kernel's I/O counters, summed over the attempt's trees and its phase's own cgroup by the I/O thread:
 iowatch.py; IO_SIGN_MIN_BYTES of them, not a runtime's housekeeping); a GPU whose
 utilisation is non-zero or whose memory use changed (where GPUs are visible); the watched
@@ -101,6 +102,7 @@ class StallSigns:
     kept_visible: bool = False  # ... and their counters could be read
     kept_work: int | None = None  # their storage bytes at the latest reading (None: none yet)
     kept_credited: int = 0  # ... at the reading last counted as a sign (or the baseline)
+    idle_output: float | None = None  # the command's latest output that said nothing moved (monotonic; None: none)
     # Each sign whose silence is no measure at the latest look, and why (GPU sampling blind, the I/O thread's
     # reading old): the status view says so beside its age, as the verdict would.
     unmeasured: dict[str, str] = field(default_factory=dict)
@@ -110,6 +112,19 @@ class StallSigns:
 
     def saw_output(self, at: float) -> None:
         self.last_output = max(self.last_output, at)
+
+    def saw_idle_output(self, at: float | None) -> None:
+        """The command printed at ``at`` only lines its parser marks as saying nothing moved: no sign of life, but
+        said beside the output's silence (the status view, the verdict), which it would seem to belie."""
+        if at is not None:
+            self.idle_output = max(self.idle_output or at, at)
+
+    def idle_output_age(self, now: float) -> float | None:
+        """How long ago the command last printed only lines that said nothing moved, where that came after the last
+        output that was a sign of life; None: none since."""
+        if self.idle_output is None or self.idle_output <= self.last_output:
+            return None
+        return max(0.0, now - self.idle_output)
 
     def saw_gpu(self, active: bool, at: float) -> None:
         if active:
@@ -209,6 +224,9 @@ class StallSigns:
         if any(now - seen < self.stall_s for _, seen in signs):
             return None
         silent = ", ".join(f"no {what} for {now - seen:.1f}s" for what, seen in signs)
+        idle = self.idle_output_age(now)
+        if idle is not None:
+            silent += f" (output since then said nothing moved, the latest {idle:.1f}s ago)"
         if io_unknown is not None:
             silent += f" (I/O evidence unavailable: {io_unknown})"
         elif self.watches_io and not self.io_visible:
@@ -252,7 +270,9 @@ class StallingAttempt(Protocol):
 
     def kept(self) -> list[Child]: ...  # the daemons the phases before it kept, alive: their work is a sign too
 
-    def last_outputs(self) -> list[float]: ...  # when each child last printed (monotonic)
+    def last_outputs(self) -> list[float]: ...  # when each child last printed a sign of life (monotonic)
+
+    def idle_output(self) -> float | None: ...  # when its command last printed only lines that said nothing moved
 
     def drain(self) -> None: ...  # read what the children printed, and look at the clock, before deciding
 
@@ -325,6 +345,7 @@ class StallMonitor:
         self._saw_thaw(now)
         for at in self._attempt.last_outputs():
             watch.saw_output(at)
+        watch.saw_idle_output(self._attempt.idle_output())
         gpu_unknown = self._saw_gpus(now)
         self._saw_io()
         self._saw_kept_io()

@@ -42,7 +42,7 @@ from ..evidence.stall import StallMonitor
 from ..exits import EXIT_FAILURE
 from ..text import Log
 from . import verdict as v
-from .hooks import OutputParser, ProgressReading, ReadsProgress, SettleHook
+from .hooks import OutputLife, OutputParser, ProgressReading, ReadsProgress, SettleHook
 from .runtime import MachineEvidence
 from .states import CameUp, CommandStarted, Event, Next, StartFailed, after_attempt, backoff_delay, within_window
 from .verdict import Verdict
@@ -143,9 +143,19 @@ class Attempt:
         """Its children's pids and tags: the trees whose I/O is its sign of life (iowatch.py)."""
         return [(c.pid, c.tag) for c in self.children]
 
-    def last_outputs(self) -> list[float]:
-        """When each of its children last printed (monotonic), those that ever did."""
-        return [c.output.last_output_at for c in self.children if c.output.last_output_at]
+    def last_outputs(self, command: ChildSpec | None = None) -> list[float]:
+        """When each of its children last printed a sign of life (monotonic), those that ever did: any byte, but
+        for ``command`` (its phase's) where its parser marks idle lines: its last read with a line not idle
+        (hooks.OutputLife)."""
+        life = self.parser if isinstance(self.parser, OutputLife) else None
+        outputs = [life.life_at if life is not None and c.spec is command else c.output.last_output_at
+                   for c in self.children]
+        return [at for at in outputs if at]
+
+    def idle_output(self) -> float | None:
+        """When its command's output last said nothing moved (a read of idle lines alone; monotonic), where its
+        parser marks idle lines: the status view and the verdict say it beside the output's silence."""
+        return self.parser.idle_at if isinstance(self.parser, OutputLife) else None
 
 
 class ItsLifecycle(Protocol):
@@ -161,6 +171,7 @@ class ItsPhase(Protocol):
     """What an attempt's watches tell its phase (lifecycle/phase.py's Phase)."""
 
     name: str
+    spec: PhaseSpec  # (its command's output is read by the attempt's parser)
 
     # attempt ``attempt`` is the phase's, starting, running or settling
     def still_running(self, attempt: int) -> bool: ...
@@ -196,7 +207,10 @@ class Watched:
         return self._lifecycle.kept_before(self._phase.name) if self._lifecycle is not None else []
 
     def last_outputs(self) -> list[float]:
-        return self._attempt.last_outputs()
+        return self._attempt.last_outputs(self._phase.spec.command)
+
+    def idle_output(self) -> float | None:
+        return self._attempt.idle_output()
 
     def reading(self) -> ProgressReading | None:
         return self._attempt.progress_reading()

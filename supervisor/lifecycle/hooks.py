@@ -8,7 +8,9 @@ Three hooks, each chosen once from the phase's spec (supervisor/prover/hooks.py 
   command that exited 0 (some tools exit 0 whatever happened) and is shown as ``phase.parsed``. A result
   that also reads a download's progress from the output (``ReadsProgress``: aria2c's readout) feeds the
   phase's progress (progresswatch.py); one that reads the command's own word on a failed exit
-  (``ExplainsFailure``: cuzk-bench's ``Error:`` line) has it said in that exit's verdict;
+  (``ExplainsFailure``: cuzk-bench's ``Error:`` line) has it said in that exit's verdict; a parser that knows
+  some lines for no sign of life (``MarksIdleLines``: a readout that repeats its figures) has the stall watch
+  count only the others as the command's output (``OutputLife``);
 - ``settle``, a reader of the daemons' output: after the command succeeded, the daemons are kept (the phase
   SETTLING) while it says they still do something the command started (a cache the first request builds
   on a thread of its own, say), for at most the phase's settle_timeout_s. A daemon's death or a fault a watch
@@ -22,6 +24,7 @@ cannot fit, at once rather than OOM-killed 10 minutes in.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -70,16 +73,59 @@ class OutputParser(Protocol):
     def feed(self, lines: list[bytes]) -> None: ...
 
 
+@runtime_checkable
+class MarksIdleLines(Protocol):
+    """An OutputParser that knows some lines for no sign of life, and counts them as it reads: a progress readout
+    whose figures did not move since the last (and no speed), the block a program prints on a timer around such
+    readouts. Every line it does not mark (one it does not know, an error, a readout that moved) is life."""
+
+    result: Any
+    idle_lines: int  # how many of the lines it read so far were idle
+
+    def feed(self, lines: list[bytes]) -> None: ...
+
+
+class OutputLife:
+    """A parser that marks idle lines, as the phase's reader of its command's output, and when that output last was
+    a sign of life: the one place where what a parser reads and the stall watch meet (attempt.py).
+
+    A read (the lines one read of the pipe brought) is a sign of life if some line of it is not idle. One whose lines
+    are all idle is none: a program stuck for good that prints the same figures every minute (a downloader waiting
+    on a gateway that never answers) would otherwise never be stalled. The bytes of a line not ended yet are judged
+    with it, when it ends. A command whose parser marks nothing is judged by its every byte, as before."""
+
+    def __init__(self, parser: MarksIdleLines) -> None:
+        self.parser = parser
+        self.result: Any = parser.result  # (a parser's result is made once, and filled in as it reads)
+        self.life_at: float | None = None  # monotonic: the last read with a line that was no idle one
+        self.idle_at: float | None = None  # ... the last read whose lines were all idle
+
+    def feed(self, lines: list[bytes]) -> None:
+        idle = self.parser.idle_lines
+        self.parser.feed(lines)
+        # The clock of ChildOutput.last_output_at (time.monotonic), which this stands in for the command's.
+        if self.parser.idle_lines - idle < len(lines):
+            self.life_at = time.monotonic()
+        elif lines:
+            self.idle_at = time.monotonic()
+
+
 @dataclass(frozen=True)
 class OutputHook:
     what: str  # what the output tells of, in the log and the verdict: "bench", "warm-up proof"
     parser_name: str  # names the parser when it raises (a supervisor bug): "the cuzk-bench output parser"
-    new_parser: Callable[[], OutputParser]
+    make_parser: Callable[[], OutputParser]  # a fresh parser (``new_parser`` hands it out)
     failed_reason: str  # the verdict's reason when the output says the command failed
     # The facts key a result is saved under for the next start (a resumed phase still knows it),
     # and how it is read back (a TypeError means the saved one is unreadable): None keeps nothing.
     fact: str | None = None
     restore: Callable[[dict[str, Any]], Parsed] | None = None
+
+    def new_parser(self) -> OutputParser:
+        """A fresh parser for an attempt's command; one that marks idle lines read through OutputLife, which the
+        stall watch asks when the command's output last was a sign of life."""
+        parser = self.make_parser()
+        return OutputLife(parser) if isinstance(parser, MarksIdleLines) else parser
 
     def judge(self, verdict: Verdict, result: Parsed, log: Log) -> Verdict:
         """The verdict of a command that exited: one that succeeded fails all the same when its output says

@@ -24,14 +24,23 @@ param file <path>, <got> != <want>`` (curio's ``lib/fastparamfetch/paramfetch.go
 file is deleted and fetched again, so it is no longer complete and the reading counts a restart, with the bad
 copy's size as aria2c said it (``thrown_bytes``; 0 without aria2c's lines): the progress watch takes those
 bytes off, as no progress. Into a pipe the
-readouts are block-buffered: they arrive in one burst when the file is done (or 4 KiB at a time), so what they
-say corrects the figure afterwards; what the download has got meanwhile is its processes' writes
-(progresswatch.py). The readout's
+readouts are block-buffered: they arrive in bursts, with aria2c's progress summary (every --summary-interval,
+60 s) and when the file is done, so what they say corrects the figure afterwards; what the download has got
+meanwhile is its processes' writes (progresswatch.py). The readout's
 first figure is the bytes of its file got so far; a results row adds that file's size (its readout's second
 figure) to what is done, and takes its gid out of what is under way; a file downloaded again in the same
 attempt (paramfetch fetches a file whose check failed once more) counts once, at its last size, and not at
 all from its mismatch until it is complete again. The
 command's exit status judges it (the result never fails it); the last ERROR line is kept for the log.
+
+It marks the lines that say nothing moved (``idle_lines``; lifecycle/hooks.py's MarksIdleLines): a line of
+readouts each with the figures its download's last had (one not seen before: against ``0B/0B``) and no speed
+(``[#8ccb3d 0B/0B CN:1 DL:0B]``, or ``8.2MiB/57MiB(14%) … DL:0B`` again and again), and the lines of the progress
+summary around them (its header, its rules, ``FILE: <path>``, an empty line). An aria2c waiting on a gateway that
+takes the connection and never answers (or answers 504: either is tried again silently, -m100) prints nothing
+else: a burst of some 60 of them every minute, for up to two hours, which the stall watch must not take for life.
+Anything else is life: a NOTICE or ERROR line, a readout that moved or has a speed, paramfetch's lines, a line it
+does not know.
 """
 
 from __future__ import annotations
@@ -50,6 +59,14 @@ from ..text.ansi import strip_ansi
 ALLOCATORS = frozenset({"aria2c"})
 _SIZE = r"(\d+(?:\.\d+)?)(B|KiB|MiB|GiB|TiB)"
 _READOUT_RE = re.compile(r"\[#([0-9a-f]+) " + _SIZE + "/" + _SIZE + r"\(\d+%\)")
+# Every readout of a line, its size known or not yet (``[#8ccb3d 0B/0B CN:1 DL:0B]``: no answer yet), and its speed:
+# what tells whether it moved. aria2c fetching several at once shows them on one line after the overall speed
+# (``[DL:1.2MiB][#8ccb3d 1.0MiB/57MiB(1%)][#2a6c95 …]``).
+_FIGURES_RE = re.compile(r"\[#([0-9a-f]+) " + _SIZE + "/" + _SIZE + r"[^\]]*\]")
+_SPEED_RE = re.compile(r"\bDL:" + _SIZE)
+_OVERALL_RE = re.compile(r"\[(?:DL|UL):[^\]]*\]")
+# The lines of aria2c's progress summary around its readout: the header, the rules, the file, an empty line.
+_SUMMARY_RE = re.compile(r"\*\*\* Download Progress Summary as of .* \*\*\*|=+|-+|FILE: .*|")
 _COMPLETE_RE = re.compile(r"\bDownload complete: (\S.*?)\s*$")
 # A row of the results table: the download's gid (a readout's, abbreviated alike), its status, its file.
 _RESULT_RE = re.compile(r"^([0-9a-f]{6})\|(OK|ERR|RM|INPR)\s*\|[^|]*\|(\S.*?)\s*$")
@@ -108,19 +125,45 @@ class FetchResult:
 class FetchParser:
     def __init__(self) -> None:
         self.result = FetchResult()
+        self.idle_lines = 0  # the lines read that said nothing moved (MarksIdleLines)
+        self._figures: dict[str, tuple[int, int]] = {}  # gid → (got, size) of its latest readout, known size or not
 
     def feed(self, lines: list[bytes]) -> None:
         for raw in lines:
-            self.feed_line(strip_ansi(raw).decode("utf-8", errors="replace"))
+            if self.feed_line(strip_ansi(raw).decode("utf-8", errors="replace")):
+                self.idle_lines += 1
 
-    def feed_line(self, line: str) -> None:
+    def feed_line(self, line: str) -> bool:
+        """Read ``line``; whether it said nothing moved (an idle line: no sign of life)."""
+        if _SUMMARY_RE.fullmatch(line.strip()):
+            return True
+        idle = self._unmoved(line)
         r = self.result
         readout = _READOUT_RE.search(line)
         if readout:
             r.readouts += 1
             r.under_way[readout.group(1)[:6]] = (aria2_size(readout.group(2), readout.group(3)),
                                                  aria2_size(readout.group(4), readout.group(5)))
-            return
+            return idle
+        self._read(line)
+        return idle
+
+    def _unmoved(self, line: str) -> bool:
+        """Whether ``line`` is readouts alone, each with its download's last figures (one not seen before: 0B/0B)
+        and no speed; each readout's figures are kept for the next."""
+        readouts = _FIGURES_RE.findall(line)
+        moved = False
+        for gid, got, got_unit, size, size_unit in readouts:
+            figures = (aria2_size(got, got_unit), aria2_size(size, size_unit))
+            moved |= self._figures.get(gid[:6], (0, 0)) != figures
+            self._figures[gid[:6]] = figures
+        speeds = [aria2_size(number, unit) for number, unit in _SPEED_RE.findall(line)]
+        alone = not _OVERALL_RE.sub("", _FIGURES_RE.sub("", line)).strip()
+        return bool(readouts) and alone and not moved and not any(speeds)
+
+    def _read(self, line: str) -> None:
+        """A line that is no readout: a file complete, a results row, paramfetch's word on a file, an error."""
+        r = self.result
         complete = _COMPLETE_RE.search(line)
         if complete:
             r.files.add(complete.group(1))

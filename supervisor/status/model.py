@@ -263,11 +263,14 @@ class StallTimer(_Record):
     left_s: float | None = None
     signs: Mapping[str, float | None] = field(default_factory=dict)  # each sign of progress → its age, seconds
     unmeasured: Mapping[str, str | None] = field(default_factory=dict)  # a sign whose silence is no measure now → why
+    idle_output_s: float | None = None  # the age of the output since the last that was a sign, that said nothing moved
 
     def to_json(self) -> dict[str, Any]:
         written = super().to_json()
         if not self.unmeasured:  # written only when a sign is not measured: the usual stall timer is as it was
             del written["unmeasured"]
+        if self.idle_output_s is None:  # (and only while output said nothing moved)
+            del written["idle_output_s"]
         return written
 
 

@@ -294,9 +294,12 @@ def timeline_lines(ph: PhaseStatus, now: float, live: bool) -> list[str]:
 
 
 def _unmeasured(stall: StallTimer, what: str) -> str:
-    """Beside a sign's age, why its silence is no measure now (GPU sampling blind): as the verdict would say."""
+    """Beside a sign's age, why its silence is no measure now (GPU sampling blind): as the verdict would say; beside
+    the output's, that later output said nothing moved (the children's last lines, fresher, seem to belie it)."""
     why = stall.unmeasured.get(what)
-    return f" (not measured now: {_one_line(why)})" if why else ""
+    idle = f" (since then only output that said nothing moved, {span(stall.idle_output_s)} ago)" \
+        if what == "output" and stall.idle_output_s is not None else ""
+    return idle + (f" (not measured now: {_one_line(why)})" if why else "")
 
 
 def timer_lines(ph: PhaseStatus, now: float, live: bool) -> list[str]:

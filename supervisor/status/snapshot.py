@@ -219,6 +219,8 @@ class StallSignsView(Protocol):
 
     def ages(self, now: float) -> dict[str, float]: ...
 
+    def idle_output_age(self, now: float) -> float | None: ...  # output since the last sign, that said nothing moved
+
     @property
     def unmeasured(self) -> Mapping[str, str]: ...  # a sign not read this look, and why
 
@@ -318,10 +320,11 @@ def phase_timers(phase: TimedPhase, hold_ends: float | None, now: float) -> Time
         if state is PhaseState.BACKOFF and backoff_until is not None else None
     stalled = None
     if state in ATTEMPT_RUNS and stall is not None and spec.stall_s is not None:
-        silent = now - stall.signs.last_sign()
+        silent, idle = now - stall.signs.last_sign(), stall.signs.idle_output_age(now)
         stalled = StallTimer(limit_s=spec.stall_s, silent_s=_secs(silent), left_s=_secs(spec.stall_s - silent),
                              signs={what: _secs(age) for what, age in stall.signs.ages(now).items()},
-                             unmeasured=dict(stall.signs.unmeasured))
+                             unmeasured=dict(stall.signs.unmeasured),
+                             idle_output_s=None if idle is None else _secs(idle))
     start = phase.current_attempt.start
     waiting = start.waiting if start is not None and state in ATTEMPT_RUNS else None
     ready = None

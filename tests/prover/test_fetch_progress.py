@@ -17,7 +17,18 @@ from typing import Any
 
 import pytest
 import requests
-from helpers import PY, REPO, dead_gateway, failure
+from helpers import (
+    PY,
+    REPO,
+    Runner,
+    dead_gateway,
+    failure,
+    first_line,
+    one_verdict,
+    seconds_between,
+    toml_list,
+    toml_str,
+)
 from profilekit import parsed, standin_env
 
 from supervisor.evidence.progress import tree_done
@@ -243,6 +254,39 @@ def test_against_a_dead_gateway_aria2c_repeats_its_figures_at_each_summary(tmp_p
     assert readouts == {b"0B/0B CN:1 DL:0B"}, arrivals  # the same figures, a size never learnt
     assert all(ends_with_a_summary(burst) for burst in said[:2]), arrivals
     assert not list((tmp_path / "params").glob("*.params")), arrivals  # no answer, no file
+
+
+@pytest.mark.parametrize("how", ["simulated", "aria2c"])
+def test_a_fetch_on_a_dead_gateway_is_stalled_though_aria2c_repeats_its_readout(sup: Runner, tmp_path: Path,
+                                                                                how: str) -> None:
+    # The same fetch under the supervisor, its output read by the paramfetch parser: each burst of unmoved readouts
+    # and its summary said nothing moved, so the phase is stalled at stall_s; it ran to timeout_s before (85 minutes
+    # in the profile), its bursts taken for life. Sped up: a summary every 2 s, stall_s 8.
+    if how == "aria2c" and ARIA2C is None:
+        pytest.skip("aria2c is not installed (Debian package aria2; .ci/run installs it)")
+    cache = tmp_path / "params"
+    with dead_gateway() as url:
+        env = standin_env(FIL_PROOFS_PARAMETER_CACHE=str(cache), STANDIN_PARAM_FILES="1", IPFS_GATEWAY=url,
+                          STANDIN_PARAM_DOWNLOADER=how, STANDIN_PARAM_DEAD_GATEWAY="1", **summary_every(tmp_path, 2))
+        command = [PY, "-m", "supervisor.prover.standins.paramfetch", "fetch-params", "8MiB"]
+        config = sup.write(f"""
+            [[phases]]
+            name = "fetch"
+            command = {toml_list(command)}
+            parse = "paramfetch"
+            progress_path = {toml_str(str(cache))}
+            progress_total = "1MiB"
+            stall_s = 8
+            timeout_s = 40
+            """)
+        result = sup.run(config, env=env, timeout=90)
+    out = result.output
+    assert result.returncode == EXIT_TIMEOUT, out[-4000:]
+    record = one_verdict(out, "fetch")
+    assert " reason=stalled " in record and "output since then said nothing moved" in record, record
+    assert out.count("Download Progress Summary") >= 2, out[-4000:]  # it printed all along, and was no sign
+    took = seconds_between(first_line(out, "phase fetch: pending → starting"), first_line(out, "phase fetch: stalled"))
+    assert took < 8 + 15, out[-4000:]  # generous; far from timeout_s
 
 
 @pytest.mark.parametrize("how", ["simulated", "aria2c"])

@@ -6,15 +6,20 @@ fetched at once each count by their own gid, a file said complete and then found
 counts once, a file fetched again after a failed check counts once (and not at all from curio's line until
 complete again, a restart of the reading), a file paramfetch only found ok counts
 with no bytes, the readout's units, the last ERROR kept (cut to ERROR_CHARS), undecodable bytes, and the
-text the log gets.
+text the log gets. Last, the lines that say nothing moved (idle: no sign of life for the stall watch): a readout
+that repeats its download's figures with no speed, the progress summary around it; and a read is life if any of
+its lines is not idle.
 """
 
 from __future__ import annotations
 
+import time
+
 from profilekit import parsed
 
-from supervisor.lifecycle.hooks import ProgressReading, ReadsProgress
+from supervisor.lifecycle.hooks import OutputLife, ProgressReading, ReadsProgress
 from supervisor.prover.fetchlines import ERROR_CHARS, FetchParser, FetchResult, aria2_size
+from supervisor.prover.hooks import PARSERS
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -209,3 +214,83 @@ def test_describe_says_files_bytes_and_the_last_error() -> None:
                                   + results("00000a", "/p/a") +
                                   "[ERROR] CUID#2 - Download aborted.\n")
     assert result.describe() == "1 file(s) complete, 1024 bytes downloaded, last error: CUID#2 - Download aborted."
+
+
+# ---------------------------------------------------------------- what says nothing moved
+
+
+def idle(parser: FetchParser, line: str) -> bool:
+    """Whether ``parser`` took ``line`` (as read from the pipe, colours and all) for one that said nothing moved."""
+    before = parser.idle_lines
+    parser.feed([line.encode()])
+    return parser.idle_lines == before + 1
+
+
+# aria2c 1.36.0 against a gateway that takes the connection and never answers (--summary-interval=2), into a pipe.
+DEAD_GATEWAY_BURST = [
+    "[#37ca76 0B/0B CN:1 DL:0B]",
+    "[#37ca76 0B/0B CN:1 DL:0B]",
+    " *** Download Progress Summary as of Mon Dec  7 21:35:09 2026 *** ",
+    "=" * 79,
+    "[#37ca76 0B/0B CN:1 DL:0B]",
+    "FILE: /var/tmp/filecoin-proof-parameters/v28-proof-of-spacetime-fallback.params",
+    "-" * 79,
+    "",
+]
+
+
+def test_a_readout_that_repeats_its_figures_with_no_speed_says_nothing_moved() -> None:
+    parser = FetchParser()
+    assert all(idle(parser, line) for line in DEAD_GATEWAY_BURST)  # no size yet, nothing got: never anything
+    assert parser.result.progress() is None  # (and no figure of the download: its size is not known)
+    assert idle(parser, "[#37ca76 0B/0B CN:0 DL:0B]")  # (a 504, tried again: no connection held)
+    # A size learnt (the gateway answered), bytes got, a speed: each is life, once; the same figures again are not.
+    assert not idle(parser, "[#37ca76 0B/57MiB(0%) CN:1 DL:0B]")
+    assert idle(parser, "[#37ca76 0B/57MiB(0%) CN:1 DL:0B]")
+    assert not idle(parser, "[#37ca76 8.2MiB/57MiB(14%) CN:1 DL:1.0MiB ETA:48s]")
+    assert not idle(parser, "[#37ca76 8.2MiB/57MiB(14%) CN:1 DL:40KiB]")  # (a speed under a figure's rounding)
+    assert idle(parser, "[#37ca76 8.2MiB/57MiB(14%) CN:1 DL:0B]")
+    assert idle(parser, "[#37ca76 \x1b[1m8.2MiB\x1b[0m/57MiB(14%) CN:1 DL:0B]")
+    # A resumed download's first readout (a gid not seen before) with bytes got already is life: it moved from nothing.
+    assert not idle(parser, "[#896ec2 8.2MiB/57MiB(14%) CN:1 DL:0B]")
+    assert idle(parser, "[#896ec2 8.2MiB/57MiB(14%) CN:1 DL:0B]")
+    assert parser.result.in_flight == 2 * int(8.2 * MIB)  # (the progress figures are read as before)
+
+
+def test_several_downloads_on_one_line_say_nothing_only_if_none_moved() -> None:
+    parser = FetchParser()
+    assert not idle(parser, "[DL:0B][#00000a 1.0MiB/4.0MiB(25%)][#00000b 0B/0B]")  # a's figures are news
+    assert idle(parser, "[DL:0B][#00000a 1.0MiB/4.0MiB(25%)][#00000b 0B/0B]")
+    assert not idle(parser, "[DL:0B][#00000a 1.0MiB/4.0MiB(25%)][#00000b 1.0KiB/2.0MiB(0%)]")
+    assert not idle(parser, "[DL:12KiB][#00000a 1.0MiB/4.0MiB(25%)][#00000b 1.0KiB/2.0MiB(0%)]")
+
+
+def test_every_line_but_the_idle_ones_is_life() -> None:
+    parser = FetchParser()
+    lines = [
+        "12/07 21:35:05 [\x1b[1;32mNOTICE\x1b[0m] Downloading 1 item(s)",
+        "12/07 21:36:05 [\x1b[1;31mERROR\x1b[0m] CUID#7 - Download aborted. URI=http://127.0.0.1/f.params",
+        "12/07 21:36:05 [NOTICE] Allocating disk space. Use --file-allocation=none to disable it.",
+        "12/07 21:36:05 [NOTICE] Download complete: /p/a.params",
+        "Download Results:", "gid   |stat|avg speed  |path/URI", "======+====+===========+==========",
+        "37ca76|OK  |   0.9MiB/s|/p/a.params", "Status Legend:", "(OK):download completed.",
+        "2026-12-07T21:36:06.853Z\tINFO\tparamfetch\tparamfetch.go:229\tParameter file /p/a.params is ok",
+        "2026-12-07T21:35:05.306Z\tINFO\tparamfetch\tparamfetch.go:108\tFetching /p/b.params from https://gw/",
+        "[#37ca76 0B/0B CN:1 DL:0B] and then some words",  # a readout with more on its line: not known, so life
+        "FILE", "*** Download Progress Summary", "something no rule knows",
+    ]
+    assert [line for line in lines if idle(parser, line)] == []
+
+
+def test_a_read_is_life_if_any_line_of_it_is() -> None:
+    # The phase reads through the plugin's hook, which hands the stall watch when the output last was life.
+    reader = PARSERS["paramfetch"].new_parser()
+    assert isinstance(reader, OutputLife) and isinstance(reader.result, FetchResult)
+    reader.feed([b"2026-12-07T21:35:05.306Z\tINFO\tparamfetch\tparamfetch.go:108\tFetching /p/b.params"])
+    began = reader.life_at
+    assert began is not None and reader.idle_at is None
+    reader.feed([line.encode() for line in DEAD_GATEWAY_BURST])
+    assert reader.life_at == began and reader.idle_at is not None and reader.idle_at >= began
+    time.sleep(0.01)
+    reader.feed([line.encode() for line in DEAD_GATEWAY_BURST[:4]] + [b"[#37ca76 0B/57MiB(0%) CN:1 DL:0B]"])
+    assert reader.life_at is not None and reader.life_at > began  # one line of news among them: the read is life

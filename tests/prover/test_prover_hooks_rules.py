@@ -19,7 +19,7 @@ import pytest
 from supervisor.config import ConfigError, load_plan
 from supervisor.evidence.gpu import GpuSample
 from supervisor.lifecycle import verdict as v
-from supervisor.lifecycle.hooks import HookContext, Refusal
+from supervisor.lifecycle.hooks import HookContext, OutputLife, Refusal
 from supervisor.lifecycle.resume import prepared_digest, what_it_runs
 from supervisor.lifecycle.verdict import Verdict
 from supervisor.plugin import hooks_for
@@ -209,7 +209,8 @@ def test_a_bench_that_exits_1_without_an_answer_says_its_daemon_gave_none(kind: 
 def test_a_fetch_that_exits_0_passes_whatever_its_lines_said() -> None:
     hook = hooks.PARSERS["paramfetch"]
     parser = hook.new_parser()
-    assert isinstance(parser, FetchParser)
+    # (read through the core's OutputLife, which tells the stall watch which of its output was life)
+    assert isinstance(parser, OutputLife) and isinstance(parser.parser, FetchParser)
     parser.feed([b"12/01 14:44:00 [ERROR] CUID#7 - Download aborted. URI=http://x",
                  b"12/01 14:44:01 [NOTICE] Download complete: /p/a.params"])
     said: list[str] = []

@@ -25,6 +25,7 @@ from helpers import PY, REPO, Console, Runner, sh, toml_str, wait_for
 from supervisor.devmanager.server import DevManager
 from supervisor.exits import EXIT_GIVEN_UP, EXIT_KILLED, EXIT_TIMEOUT
 from supervisor.state import files as state_files
+from supervisor.status.socket import query
 
 WAIT_S = 60  # upper bounds against hanging, never measures
 LABEL = "C.4711"
@@ -80,6 +81,19 @@ def reads(mgr: DevManager) -> int:
     return len(mgr.state.snapshot()["reads"])
 
 
+def row_read(sup: Runner) -> dict[str, Any] | None:
+    """The row as the running supervisor last read it (its status socket); None: none read, or none running."""
+    snap = query(sup.state_dir) or {}
+    reading = (snap.get("manager") or {}).get("row") or {}
+    return reading.get("row")
+
+
+def read_back(sup: Runner, state: str) -> None:
+    """Wait until the supervisor has read its row in ``state``: a change the test makes next lands after that read
+    (the one right after a lifecycle call)."""
+    wait_for(lambda: (row_read(sup) or {}).get("state") == state, WAIT_S)
+
+
 def test_a_kill_mid_fetch_ends_the_instance_and_no_call_un_kills_it(sup: Runner, manager: DevManager) -> None:
     go = sup.tmp / "go"
     proc = Console(sup, config(sup, manager, go))
@@ -122,6 +136,7 @@ def test_a_kill_from_the_ui_before_running_sends_no_running(sup: Runner, manager
     proc = Console(sup, cfg)
     go.touch()
     wait_for(lambda: ("/param-done", 200) in lifecycle_calls(manager), WAIT_S)
+    read_back(sup, "params_done")  # (the kill lands after the read that follows param-done: learnt before running)
     [row] = instances(manager)
     post(manager, "/api/kill", {"uuid": row["uuid"], "vast_id": 4711})
     then.touch()
@@ -142,6 +157,7 @@ def test_a_row_a_call_moved_on_after_its_kill_still_ends_the_instance(sup: Runne
     proc = Console(sup, config(sup, manager, go, then))
     go.touch()
     wait_for(lambda: ("/param-done", 200) in lifecycle_calls(manager), WAIT_S)
+    read_back(sup, "params_done")  # (the kill lands after the read that follows param-done: learnt before running)
     [row] = instances(manager)
     post(manager, "/dev/row", {"uuid": row["uuid"], "state": "params_done", "killed_at": time.time() - 30,
                                "kill_reason": "benchmark timeout (45min)"})
@@ -172,6 +188,32 @@ def test_a_404_on_running_from_a_killed_row_is_not_taken_for_a_forgotten_uuid(su
     assert "the manager killed this instance: not read: running answered HTTP 404" in out, out
 
 
+def test_where_a_lifecycle_call_moved_the_row_is_read_at_once(sup: Runner, manager: DevManager) -> None:
+    """The row is read right after each lifecycle call is delivered: status and the clocks go by where it moved the
+    row, with the manager's time of it. Until the next periodic read (row_check_s, 300 s by default) a benching
+    instance showed its row still registered, the fetch clock running on past its deadline and no clock after the
+    fetch, and the prover's benchmark clock judged nothing."""
+    go, then = sup.tmp / "go", sup.tmp / "then"
+    proc = Console(sup, config(sup, manager, go, then))
+    proc.wait_text("manager: registered: uuid")
+    read_back(sup, "registered")
+    go.touch()
+    read_back(sup, "params_done")  # (WAIT_S bounds it; the periodic read was 300 s off)
+    snap = query(sup.state_dir)
+    assert snap is not None
+    [row] = instances(manager)
+    clocks = snap["manager"]["clocks"]
+    assert "fetch" not in clocks, clocks  # the manager's fetch clock has stopped
+    # The clock after the fetch (under the name the plugin gives it) counts from the row's own param_done_at.
+    assert [(c["at"], c["source"]) for c in clocks.values()] == [(float(int(row["param_done_at"])),
+                                                                   "the manager's param_done_at")], clocks
+    then.touch()
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())
+    assert snap["manager"]["row"]["row"]["state"] == "running", snap["manager"]["row"]
+    assert snap["manager"]["clocks"] == {}, snap["manager"]["clocks"]
+
+
 @pytest.mark.parametrize("ago_s", [5460, 5400 + 3600])
 def test_a_row_registered_longer_ago_than_the_fetch_deadline_is_given_up_at_once(
         sup: Runner, manager: DevManager, ago_s: int) -> None:
@@ -196,20 +238,31 @@ def test_a_row_registered_longer_ago_than_the_fetch_deadline_is_given_up_at_once
         progress_window_s = 120
         stall_s = 600
         """)
+    # The give-up's answer is held a while: status shows the fetch clock meanwhile (once the manager took the
+    # give-up, the row is killed and no clock runs).
+    post(manager, "/dev/faults", {"delay_s": 5, "path": "/bench-done", "count": 1})
     started = time.monotonic()
-    result = sup.run(cfg, timeout=WAIT_S)
-    assert result.returncode == EXIT_TIMEOUT, result.output
+    proc = Console(sup, cfg)
+    clock = wait_for(lambda: fetch_clock_of(sup, "the manager's registered_at"), WAIT_S)
+    assert proc.finish(WAIT_S) == EXIT_TIMEOUT, proc.tail()
     assert time.monotonic() - started < 50, "not after the observation window, nor the fetch's own end"
-    out = result.output
+    out = proc.text()
     assert "reason=too_slow" in out and "the manager's timeout (progress_deadline_s=5400 from the manager's " \
         "registered_at) passed" in out, out
     seen = json.loads(state_files.path(sup.state_dir, state_files.FIRST_SEEN).read_text())
     assert abs(seen["manager_registered_at"] - (time.time() - ago_s)) < 60, seen
-    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())
-    assert snap["manager"]["clocks"]["fetch"]["source"] == "the manager's registered_at", snap["manager"]
-    assert snap["manager"]["clocks"]["fetch"]["deadline_s"] == 5400
+    assert isinstance(clock, dict) and clock["source"] == "the manager's registered_at", clock
+    assert clock["deadline_s"] == 5400
     [row] = instances(manager)
     assert row["uuid"] == first["uuid"] and row["state"] == "killed"  # the give-up went to the same row
+    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())
+    assert snap["manager"]["row"]["row"]["state"] == "killed" and snap["manager"]["clocks"] == {}, snap["manager"]
+
+
+def fetch_clock_of(sup: Runner, source: str) -> dict[str, Any] | None:
+    """The fetch clock the running supervisor shows, once it counts from ``source``."""
+    clock = (((query(sup.state_dir) or {}).get("manager") or {}).get("clocks") or {}).get("fetch")
+    return clock if isinstance(clock, dict) and clock.get("source") == source else None
 
 
 def test_a_uuid_forgotten_after_running_is_registered_again_once(sup: Runner, manager: DevManager) -> None:

@@ -28,8 +28,8 @@ is said (``on_give_up_refused``): nothing destroys the machine then.
 A killed row answers ``/running`` with the same 404 (``or already killed``), but ``/runner-id`` with 200.
 
 The manager's own view (rowwatch.py): the row is read once the manager knows the instance, before each
-lifecycle call (``CallKind.checks_row``) and each of its retries, and every ``row_check_s`` while idle or
-while a call of any kind waits between its tries. A killed row ends it
+lifecycle call (``CallKind.checks_row``) and each of its retries, right after each is delivered, and every
+``row_check_s`` while idle or while a call of any kind waits between its tries. A killed row ends it
 (``on_killed``, once): no lifecycle call goes out any more, and no re-registration. A row the periodic read
 finds gone (not listed, and its ``/runner-id`` answers 404 ``instance not found``), at any stage, is registered
 again the same way, once a stage, and the last lifecycle call delivered goes again under the new uuid. Its
@@ -130,6 +130,7 @@ class Sender:
         # now means registering cannot help, and it is refused for good.
         self._registered_again = False
         self._retired = False  # given up for good: a forgotten uuid is not registered again (but for the give-up)
+        self._given_up = False  # retired by ``retire`` (not by a kill read): a kill read since is not news
         self._give_up: tuple[str, dict[str, Any]] | None = None  # the call that gives it up (kind, payload): retire
         self._on_give_up_refused = on_give_up_refused  # (kind, why), on the loop's thread
         # Given up, with no uuid here and no give-up to deliver: nothing is worth a new row (retired_before).
@@ -433,7 +434,7 @@ class Sender:
         the manager forgot is not registered again, but for that call (_forgotten)."""
         if give_up is not None:
             self._give_up = (give_up[0], dict(give_up[1]))
-        self._retired = True
+        self._retired = self._given_up = True
 
     def _gives_up(self, call: Call) -> bool:
         return self._give_up is not None and (call.kind, call.payload) == self._give_up
@@ -488,7 +489,7 @@ class Sender:
         if not gone:  # the manager has the row and refused a lifecycle call: killed (shared/domain/manager-api.md)
             if self._read_row().row is None and self.killed is None:  # GET /status could not say why
                 self._killed_by(Row(self.uuid, KILLED, kill_reason=f"not read: {call.kind} answered HTTP 404 "
-                                    f"{shown(exc.body, 80)} while its /runner-id still has the row"))
+                                    f"{shown(exc.body, 80)} while its /runner-id still has the row"), always=True)
             if self.killed is None:
                 return False
             self.outbox.failed(call.id, f"{exc}: {self.killed.kill_line()}", sent=True)
@@ -521,8 +522,7 @@ class Sender:
             self._loop.call_soon_threadsafe(partial(self._log, f"manager: {note}"))
         self._loop.call_soon_threadsafe(lambda: self._view.heard_row(reading))
         if reading.row is not None and reading.row.killed and self.killed is None:
-            # Given up already (here, or by an earlier start): the kill is its consequence, not news to tell.
-            self._killed_by(reading.row, tell=not self._retired)
+            self._killed_by(reading.row)
         return reading
 
     def _row_bug(self, exc: Exception) -> None:
@@ -530,10 +530,13 @@ class Sender:
         traceback, once, then counted, by the loop's faults, as any contained bug is."""
         self._loop.call_soon_threadsafe(lambda: self._loop.faults.report("reading the manager's row", exc))
 
-    def _killed_by(self, row: Row, tell: bool = True) -> None:
-        self.killed, self._retired = row, True  # nothing that could un-kill it goes out from now on
-        if tell:
-            self._loop.call_soon_threadsafe(lambda: self._view.heard_kill(row))
+    def _killed_by(self, row: Row, always: bool = False) -> None:
+        """Nothing that could un-kill the row goes out from now on. The view hears the kill, on the loop's thread,
+        unless (``always`` False) the instance was given up by then: here, by an earlier start, or on an answer the
+        plugin took for the manager's no (the prover's passed: false, heard just before the read after it): the
+        kill is its consequence, not news to tell."""
+        self.killed, self._retired = row, True
+        self._loop.call_soon_threadsafe(lambda: self._view.heard_kill(row) if always or not self._given_up else None)
 
     def _killed_before(self, call: Call, tried: bool) -> bool:  # (before its first attempt, and before each retry)
         """Before a lifecycle call: the row is read, and a killed one gets no call (its bench-done would
@@ -645,12 +648,13 @@ class Sender:
             self.outbox.put(ROW_STAGE, f"{self.uuid} {call.kind}")
         if kind.keep is not None:
             kind.keep(call.payload, answer.body)  # before the next call goes out (it may need it)
+        delivered = kind.delivered
         if call.payload.get(SENT_AGAIN):
             self._delivered_again(call, kind, answer)
-            return
-        delivered = kind.delivered
-        if delivered is not None:
+        elif delivered is not None:
             self._loop.call_soon_threadsafe(lambda: delivered(call.payload, answer.body))
+        if kind.checks_row and self.uuid and self.killed is None:  # (heard on the loop after the answer is)
+            self._read_row()  # where it moved the row, at the manager's time: the clocks and status hear it now
 
     def _delivered_again(self, call: Call, kind: CallKind, answer: Answer) -> None:
         """A lifecycle call sent again under the new uuid of a forgotten row (_register_forgotten) was answered.
@@ -668,7 +672,7 @@ class Sender:
         if self.killed is None and self.uuid:
             self._read_row()  # (the row's kill_reason and killed_at: the manager's own words for it)
         if self.killed is None:  # the row not read, or not saying killed yet: the answer's word is the manager's
-            self._killed_by(Row(self.uuid or "", KILLED, kill_reason=why), tell=not self._retired)
+            self._killed_by(Row(self.uuid or "", KILLED, kill_reason=why))
 
     def _refused(self, call: Call, exc: PermanentError) -> None:
         self._log(f"manager: {call.kind} refused for good: HTTP {exc.status}: {shown(exc.body, 300)}")

@@ -16,19 +16,21 @@ from typing import Any
 
 import pytest
 import requests
-from helpers import Runner
-from profilekit import ZERO_RATE_BENCH, fleet_config
+from helpers import Runner, wait_for
+from profilekit import BENCH_30_PER_H, ZERO_RATE_BENCH, fleet_config
 from test_benchcut_rules import Production, Rig
 
 from supervisor.app.cli import dev_manager
 from supervisor.config import ManagerSpec
 from supervisor.devmanager.server import DevManager
 from supervisor.engine.loop import EventLoop
+from supervisor.exits import EXIT_TIMEOUT
 from supervisor.lifecycle.states import PhaseState
 from supervisor.manager import client as client_mod
 from supervisor.manager.client import ManagerClient
 from supervisor.manager.outbox import Outbox
 from supervisor.manager.row import Row, RowError, find_row, utc_text
+from supervisor.manager.rowwatch import RowReading
 from supervisor.manager.sender import CallKinds, Sender
 from supervisor.prover.bench import BenchResult
 from supervisor.prover.benchlimits import BENCH_CLOCK, BENCH_CLOCK_CHECK_S, BenchClock, past_deadline, stretch
@@ -197,6 +199,20 @@ def test_a_row_whose_min_rate_differs_judges_the_bench(sup: Runner, manager: Dev
     assert [(r["uuid"], r["min_rate"], r["state"]) for r in rows] == [(first["uuid"], 100.0, "killed")]
 
 
+def test_the_clock_judges_as_soon_as_the_param_done_is_delivered(sup: Runner, manager: DevManager) -> None:
+    """The row is read right after the param-done is delivered: the clock hears params_done (and its
+    param_done_at) then. It heard the row only at the next periodic read (row_check_s, 300 s by default), and the
+    read at registration said ``registered``: a bench far past bench_deadline_s ran on unjudged, and passed."""
+    cfg = fleet_config(sup, manager.url, "C.6060", BENCH_30_PER_H, bench_after_s=60)
+    cfg.write_text(cfg.read_text().replace("[manager]\n", "[manager]\nbench_deadline_s = 1\n", 1))
+    result = sup.run(cfg, timeout=WAIT_S + 60)
+    assert result.returncode == EXIT_TIMEOUT, result.output
+    out = result.output
+    assert "phase=bench" in out and "reason=too_slow" in out, out
+    assert "the manager's benchmark timeout passed" in out and "(bench_deadline_s=1 from the manager's " \
+        "param_done_at" in out, out
+
+
 def test_the_clock_runs_only_while_the_row_is_in_params_done() -> None:
     rig = ClockRig()
     rig.link.clocks[BENCH_CLOCK] = (rig.now - 3 * 86400.0, "the fetch's end (param-done)")  # days into production
@@ -239,9 +255,26 @@ def test_without_a_row_the_clock_stops_once_a_bench_done_passed() -> None:
     assert [(n, r) for n, r, _ in rig.production.failed] == [("bench", "too_slow")]
 
 
+class _Kills:
+    """The manager's view as the sender tells it (view.py): the kills it hears as the manager's own."""
+
+    def __init__(self) -> None:
+        self.heard: list[Row] = []
+
+    def heard_row(self, reading: RowReading) -> None:
+        pass
+
+    def heard_kill(self, row: Row) -> None:
+        self.heard.append(row)
+
+    def registered_again(self, old: str, new: str) -> None:
+        pass
+
+
 class _FleetSender:
     """A real Sender speaking the fleet protocol's bench-done (its loop, outbox and client) to a dev-manager of its
-    own: ``answered`` the gate's word on each bench-done answered, ``lines`` what the sender said."""
+    own: ``answered`` the gate's word on each bench-done answered, ``lines`` what the sender said, ``kills`` the
+    kills its view heard. ``passed: false`` retires the instance, as the fleet protocol does (ManagerLink.retire)."""
 
     def __init__(self, tmp_path: Path, label: str, read_timeout_s: float, row_check_s: float = 300.0) -> None:
         self.mgr = dev_manager(port=0, quiet=True).start()
@@ -253,9 +286,10 @@ class _FleetSender:
         calls.row = FLEET_ROW
         calls.add("bench-done", bench_done_call(SimpleNamespace(bench_done_reason=False),  # type: ignore[arg-type]
                                                 answered=lambda passed, rate: self.answered.append(passed),
-                                                refused=lambda: None))
+                                                refused=lambda: None, rejected=lambda why: self.sender.retire()))
+        self.kills = _Kills()
         self.sender = Sender(spec, self.outbox, ManagerClient(spec), self.loop, self.lines.append, calls,
-                             on_identity=lambda u, f: None)
+                             on_identity=lambda u, f: None, view=self.kills)
 
     def run_until(self, done: Callable[[], bool]) -> None:
         deadline = time.monotonic() + 20
@@ -345,6 +379,35 @@ def test_a_kill_that_lands_while_bench_done_is_in_flight_sends_no_running(tmp_pa
         fleet.run_until(lambda: any(line.startswith("manager: running not sent: the manager killed this instance at ")
                                     and line.endswith(": manually killed via UI (its row moved to bench_done after "
                                                       "the kill)") for line in fleet.lines))
+    finally:
+        fleet.close()
+
+
+def test_the_kill_a_passed_false_meant_is_not_told_as_the_managers_own(tmp_path: Path) -> None:
+    # bench-done below min_rate: the manager kills the row on it, and the fleet protocol retires the instance when
+    # its answer is heard on the loop (exit 69, the rejection). The row read right after the answer, on the sender's
+    # thread, says killed: that kill is the answer's consequence, never the manager's own (exit 80), however the
+    # two threads interleave. Here the loop does not run until that read is done: the kill was told, the retire
+    # not yet heard when the sender's thread decided.
+    fleet = _FleetSender(tmp_path, "C.rejected", read_timeout_s=5.0)
+    mgr = fleet.mgr
+
+    def reads() -> int:
+        return len(mgr.state.snapshot()["reads"])
+
+    try:
+        uuid = fleet.registered()
+        fleet.post("/param-done", {"uuid": uuid})
+        before = reads()
+        fleet.queue("bench-done", {"rate": 0.5})  # (the row's min_rate is the manager's 50)
+        wait_for(lambda: reads() >= before + 2 and fleet.sender.killed is not None, 20)  # before it, after it
+        seen: list[bool] = []
+        fleet.loop.call_soon_threadsafe(lambda: seen.append(True))  # (after what the sender handed over)
+        fleet.run_until(lambda: bool(seen))
+        assert fleet.answered == [False]
+        killed = fleet.sender.killed
+        assert killed is not None and killed.kill_reason == "bench_rate 0.5 below min_rate 50.0", killed
+        assert fleet.kills.heard == [], fleet.kills.heard
     finally:
         fleet.close()
 

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
-from helpers import PY, Console, Runner, outbox_rows, sh, started, toml_str
+from helpers import PY, REPO, Console, Runner, outbox_rows, sh, started, toml_str
 from profilekit import BENCH_30_PER_H, ZERO_RATE_BENCH, fleet_config
 
 from supervisor.devmanager.server import DevManager
@@ -210,6 +211,53 @@ def test_a_give_up_does_not_wait_for_good_behind_a_log_route_that_fails(sup: Run
     assert inst["state"] == "killed", inst
     pending = [kind for _, kind, state in outbox_rows(sup) if state == "pending"]
     assert pending and set(pending) == {"log"}, pending
+
+
+def production_fails(sup: Runner, mgr: DevManager, label: str) -> Path:
+    """A fetch, then production that comes up and fails for good (not restarted): the instance is given up."""
+    return sup.write(f"""
+        [manager]
+        url = {toml_str(mgr.url)}
+        label = {toml_str(label)}
+        min_rate = 1
+        log_push_interval_s = 0.2
+
+        [[phases]]
+        name = "fetch"
+        command = {sh("echo fetched")}
+        report = "param-done"
+
+        [[phases]]
+        name = "service"
+        kind = "service"
+        restart = "no"
+        command = {sh("echo serving; sleep 1; exit 3")}
+        report = "running"
+        """)
+
+
+@pytest.mark.parametrize("fails", ["fetch", "production"])
+def test_after_a_give_up_the_manager_took_status_shows_the_row_killed_and_no_clock(
+        sup: Runner, manager: DevManager, fails: str) -> None:
+    """The row is read right after the give-up is delivered: status shows it killed, in the manager's words, and
+    no clock of the manager's running. It showed the row as read before the give-up (registered, running) and the
+    fetch clock running on, while the manager had killed the row. That kill is the give-up's consequence, not the
+    run's cause: the cause status gives stays the failure (``manager.killed`` is for the manager's own kill)."""
+    label = f"C.79{len(fails)}"
+    cfg = config(sup, manager, label) if fails == "fetch" else production_fails(sup, manager, label)
+    first = Console(sup, cfg)
+    assert first.finish(WAIT_S) == (4 if fails == "fetch" else 3), first.tail()  # (the child's exit status)
+    assert f"giving the instance up (phase {'fetch' if fails == 'fetch' else 'service'} failed)" in first.text()
+    [inst] = instances(manager)
+    assert inst["state"] == "killed", inst
+    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())["manager"]
+    assert snap["row"]["row"]["state"] == "killed", snap["row"]
+    assert snap["row"]["row"]["kill_reason"] == inst["kill_reason"], (snap["row"], inst)
+    assert snap["clocks"] == {} and snap["killed"] is None, snap
+    text = subprocess.run([PY, "-m", "supervisor", "status", "--state-dir", str(sup.state_dir)],
+                          capture_output=True, text=True, timeout=30, cwd=REPO).stdout
+    assert "\n  the manager's row: state killed (the manager killed this instance at " in text, text
+    assert " clock: from " not in text and "cause: the manager killed" not in text, text
 
 
 def test_fresh_runs_the_new_row_on_its_own_clocks(sup: Runner, manager: DevManager) -> None:

@@ -8,6 +8,7 @@ supervisor against the dev-manager, whose row keeps the min_rate of the label's 
 from __future__ import annotations
 
 import calendar
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,7 @@ from supervisor.prover.benchlimits import BENCH_CLOCK, BENCH_CLOCK_CHECK_S, Benc
 from supervisor.prover.fleet import FLEET_ROW, bench_done_call, row_min_rate
 from supervisor.prover.gate import BenchGate
 from supervisor.prover.reasons import EXIT_BENCH_REJECTED
+from supervisor.state import files as state_files
 from supervisor.wiring import PhaseView
 
 WAIT_S = 60
@@ -211,6 +213,9 @@ def test_the_clock_judges_as_soon_as_the_param_done_is_delivered(sup: Runner, ma
     assert "phase=bench" in out and "reason=too_slow" in out, out
     assert "the manager's benchmark timeout passed" in out and "(bench_deadline_s=1 from the manager's " \
         "param_done_at" in out, out
+    # The give-up the manager took: its row read after it says killed, and the bench clock no longer runs.
+    snap = json.loads(state_files.path(sup.state_dir, state_files.STATUS_FILE).read_text())["manager"]
+    assert snap["row"]["row"]["state"] == "killed" and snap["clocks"] == {}, snap
 
 
 def test_the_clock_runs_only_while_the_row_is_in_params_done() -> None:

@@ -17,7 +17,7 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``plan_rules``: bench-done needs cuzk-bench's parser; cuzk.toml is never written over the supervisor's own
   files or the config (``[production] curio_metrics = ""`` is refused by its key: production.py); ``curio
   fetch-params`` is given a size with its unit, of a set curio has (32GiB with a [cuzk]: configkeys.py);
-- ``reasons``: ``bench_failed`` and ``proofs_failing``, each exiting 1 (reasons.py);
+- ``reasons``: ``bench_failed``, ``proofs_failing`` and ``curio_unresponsive``, each exiting 1 (reasons.py);
 - ``fitness``: what cuzk.toml generation needs, on the memory the phase may have (below);
 - ``disk_needs``: ``min_param_disk`` under the parameter cache ([cuzk] param_cache, else
   ``$FIL_PROOFS_PARAMETER_CACHE``, else the param-done phase's progress_path);
@@ -29,9 +29,9 @@ What it adds, field by field (supervisor/plugin.py says what each means to the c
 - ``attach``: the fleet protocol (fleet.py): bench-done and its gate, the give-up, ``min_rate`` in the
   register body, ``runner_id``; the bench cut (benchlimits.py): a bench that can no longer pass min_rate
   is stopped too_slow (and so given up); and the production watch (production.py): proofs counted while
-  curio runs, the summary line, ``proofs_failing``; its settings in ``[production]``; on with a ``[cuzk]`` or a
-  ``[production]``; it always reads curio's metrics (the one count of every failed proof), and cuzk's /status
-  beside them where there is one.
+  curio runs, the summary line, ``proofs_failing``, ``curio_unresponsive``; its settings in ``[production]``; on
+  with a ``[cuzk]`` or a ``[production]``; it always reads curio's metrics (the one count of every failed proof),
+  and cuzk's /status beside them where there is one.
 """
 
 from __future__ import annotations

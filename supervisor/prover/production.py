@@ -16,10 +16,14 @@ holds it) and decides:
   ``proof_failure_window_s``, as the failed figures' source counts them: the production attempt fails with
   that reason (Wiring's fail_phase); its restart policy applies like any service failure, and when it is
   exhausted the lifecycle fails and the fleet protocol gives the instance up;
+- ``curio_unresponsive``: curio's own metrics (its API port) gave no reading for ``curio_unresponsive_s`` since
+  production came up or they last read: a hung curio, up to its ready probe (the port still accepts) and proving
+  nothing; the attempt fails the same way, once an up (with proofs_failing);
 - the summary line (soon after production is up, then every SUMMARY_S): proofs completed / failed in
   the window and since up, whose count each is, the rate per hour, memory used of the limit, GPU utilisation;
   pushed durably to the manager's ``setup`` log, and the same figures in status (the production phase's
-  ``proofs_completed``, ``proofs_failed``, ``production`` with ``counted_by``; ``/metrics``).
+  ``proofs_completed``, ``proofs_failed``, ``production`` with ``counted_by``; ``/metrics``). A failed figure that
+  fell back to cuzk's count (curio's unread) is said so, with what that count misses.
 
 Counters that go down (the daemon restarted with the attempt) start the count again.
 
@@ -53,7 +57,7 @@ from ..engine.offloop import worker_thread
 from ..evidence.watchstate import WatchState, said_error, short
 from ..text import Log
 from ..text.show import fmt_bytes
-from .reasons import PROOFS_FAILING
+from .reasons import CURIO_UNRESPONSIVE, PROOFS_FAILING
 
 if TYPE_CHECKING:
     from ..wiring import PhaseView, Wiring
@@ -104,6 +108,8 @@ class ProductionSettings:
     proof_failures: int = 5
     proof_failure_window_s: float = 3600.0
     curio_metrics: str = "http://127.0.0.1:12300/debug/metrics"  # (never "" from a config: _metrics_url)
+    # Ten reads of the default watch_s: a curio that answers now and then, however slowly, is never failed for it.
+    curio_unresponsive_s: float = 600.0
 
 
 # Seconds above 0, held like every other ``*_s`` key (the core's checker: at most MAX_SECONDS, the value in an error
@@ -129,6 +135,7 @@ PRODUCTION_KEYS = {
     "proof_failures": Key(whole_number(1, 100_000), ProductionSettings.proof_failures),
     "proof_failure_window_s": Key(bounded_seconds(WINDOW_FLOOR), ProductionSettings.proof_failure_window_s),
     "curio_metrics": Key(_metrics_url, ProductionSettings.curio_metrics),
+    "curio_unresponsive_s": Key(bounded_seconds(WINDOW_FLOOR), ProductionSettings.curio_unresponsive_s),
 }
 
 
@@ -323,8 +330,9 @@ class ProofWindow:
     things: a read that falls back from one to the other must never subtract them); what failed and
     completed within the window, each figure from the source that counts it best (COUNTED_BY)."""
 
-    def __init__(self, window_s: float, stale_s: float = BLIND_MIN_S) -> None:
+    def __init__(self, window_s: float, stale_s: float = BLIND_MIN_S, asked: tuple[str, ...] = ()) -> None:
         self.window_s = window_s
+        self.asked = asked  # the sources read (a figure counted by another than its own is said so: _counted_by)
         self._stale_s = stale_s  # cuzk's series is the one shown while its last reading is no older than this
         self._series: dict[str, tuple[Reading, deque[Reading]]] = {}  # source → (its first reading, the window)
         self._source: str | None = None  # the source read last
@@ -437,9 +445,12 @@ def _counted_by(window: ProofWindow) -> str:
     done, failed = window.counted_by()
     if done is None or failed is None:
         return ""
-    if done == failed:
+    # (A failed figure fallen back to cuzk's reads as a healthy one: say so, and what cuzk's misses.)
+    lost = f", as {SOURCE_COUNTS[CURIO]} give no reading: it counts no GPU or synthesis failure" \
+        if failed != COUNTED_BY[1] and COUNTED_BY[1] in window.asked else ""
+    if done == failed and not lost:
         return f" ({SOURCE_COUNTS[done]})"
-    return f" (completed: {SOURCE_COUNTS[done]}; failed: {SOURCE_COUNTS[failed]})"
+    return f" (completed: {SOURCE_COUNTS[done]}; failed: {SOURCE_COUNTS[failed]}{lost})"
 
 
 # ---------------------------------------------------------------- the watch (the loop)
@@ -458,14 +469,15 @@ class ProductionWatch:
         self._timer: Any = None
         window_s = max(2 * settings.watch_s, BLIND_MIN_S) if blind_s is None else blind_s
         self._blind_s = window_s
-        self._window = self._new_window()
-        self._failed = False  # this up's proofs failing was told (the phase fails once; the window stays shown)
-        self.state = wiring.watch_state("proofs watch", window_s)
-        self.state.idle("production is not up")
         # The sources read, by name; with both, each has a watch of its own (either can be lost while the other
         # reads); with one, the proofs watch is that source's.
         self._read = tuple(source for source, url in ((CUZK, self._status_url), (CURIO, settings.curio_metrics))
                            if url)
+        self._window = self._new_window()
+        self._failed = False  # this up's failure was told (the phase fails once; the window stays shown)
+        self._curio_at = 0.0  # (monotonic) curio's last reading, or when production came up
+        self.state = wiring.watch_state("proofs watch", window_s)
+        self.state.idle("production is not up")
         self._own = self._source_watches(wiring, window_s)
         self._next_summary = 0.0
         self._memory: tuple[int, int] | None = None
@@ -474,7 +486,7 @@ class ProductionWatch:
     def _new_window(self) -> ProofWindow:
         """A window of its own (production up again, or failed): each figure its source's while that is not blind
         (COUNTED_BY)."""
-        return ProofWindow(self._settings.proof_failure_window_s, self._blind_s)
+        return ProofWindow(self._settings.proof_failure_window_s, self._blind_s, self._read)
 
     def _source_watches(self, wiring: Wiring, window_s: float) -> dict[str, WatchState]:
         """The sources' own watches, by source: one each with both read, none with one."""
@@ -490,7 +502,7 @@ class ProductionWatch:
             return
         if phase.up and self._phase is None:
             self._phase = phase.name
-            self._window, self._failed = self._new_window(), False
+            self._window, self._failed, self._curio_at = self._new_window(), False, time.monotonic()
             self._next_summary = 0.0
             with self._lock:
                 self._latest = None  # a read of the last time up is no reading of this one
@@ -587,6 +599,21 @@ class ProductionWatch:
             detail = (f"{failed} {which} failed and none completed within {self._settings.proof_failure_window_s:g}s "
                       f"(proof_failures={self._settings.proof_failures}; {source} counters)")
             self._wiring.production.fail_phase(phase, PROOFS_FAILING, detail)
+        self._judge_curio(phase, reading)
+
+    def _judge_curio(self, phase: str, reading: Reading) -> None:
+        """curio_unresponsive once its metrics have given no reading for curio_unresponsive_s: curio serves them on its
+        API port, so a curio that never answers them is hung (its process lives, its port accepts: up to the rest)."""
+        why = dict(reading.unread).get(CURIO)
+        if CURIO not in self._read or why is None:
+            self._curio_at = reading.at
+            return
+        unanswered_s, bound_s = reading.at - self._curio_at, self._settings.curio_unresponsive_s
+        if unanswered_s >= bound_s and not self._failed:
+            self._failed = True
+            self._wiring.production.fail_phase(phase, CURIO_UNRESPONSIVE, (
+                f"curio's metrics gave no reading for {unanswered_s:.0f}s while it ran (curio_unresponsive_s="
+                f"{bound_s:g}): {why}"))
 
     def _say_summary(self) -> None:
         """The summary line in the log and, durably, at the manager: the logged copy is Unshipped then (as the
@@ -624,5 +651,6 @@ def attach_watch(wiring: Wiring, status_url: str, production_phase: str | None,
     wiring.add_status(production_phase, watch.status)
     log(f"production watch: every {settings.watch_s:g}s on phase {production_phase} "
         f"({status_url or 'no cuzk status'}; curio {settings.curio_metrics or 'not read'}); proofs_failing after "
-        f"{settings.proof_failures} failure(s) with none completed within {settings.proof_failure_window_s:g}s")
+        f"{settings.proof_failures} failure(s) with none completed within {settings.proof_failure_window_s:g}s; "
+        f"curio_unresponsive after {settings.curio_unresponsive_s:g}s of its metrics unanswered")
     return watch

@@ -82,7 +82,8 @@ def devmgr() -> Iterator[DevManager]:
     mgr.stop()
 
 
-def production_config(sup: Runner, mgr: DevManager, label: str, *, restart_burst: int = 5) -> Path:
+def production_config(sup: Runner, mgr: DevManager, label: str, *, restart_burst: int = 5,
+                      curio_unresponsive_s: float = 600) -> Path:
     cuzk, status, curio = free_port(), free_port(), free_port()
     return sup.write(f"""
         [manager]
@@ -101,6 +102,7 @@ def production_config(sup: Runner, mgr: DevManager, label: str, *, restart_burst
         proof_failures = 2
         proof_failure_window_s = 30
         curio_metrics = "http://127.0.0.1:{curio}/debug/metrics"
+        curio_unresponsive_s = {curio_unresponsive_s}
 
         [[phases]]
         name = "fetch"
@@ -200,6 +202,25 @@ def test_proofs_that_keep_failing_fail_production_and_the_instance_is_given_up(
     assert "giving the instance up (phase curio failed)" in out, out
     wait_for(lambda: instance_of(devmgr, label)["history"][-1] == "killed", timeout=10)
     assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "running", "killed"]
+
+
+def test_a_hung_curio_fails_production_and_the_instance_is_given_up(sup: Runner, devmgr: DevManager) -> None:
+    """curio hung (its port still accepts, its metrics never answer) ran for ever as "running", the manager's row
+    too: its metrics were said blind once and nothing more. Past curio_unresponsive_s the attempt fails, the restart
+    policy applies, and a curio that hangs again is given up."""
+    label = f"C.production-hung-{os.getpid()}"
+    env = standin_env(STANDIN_TASK_S="0.2", STANDIN_FAIL_CURIO="hang")
+    console = Console(sup, production_config(sup, devmgr, label, restart_burst=1, curio_unresponsive_s=2), env=env)
+    status = console.finish(timeout=90)
+    out = console.text()
+    assert status == 1, out
+    failed = [line for line in out.splitlines() if "reason=curio_unresponsive" in line and "FAILED:" in line]
+    assert failed and "curio's metrics gave no reading for " in failed[0], out
+    assert "(curio_unresponsive_s=2): curio /debug/metrics: timed out" in failed[0], failed[0]
+    assert "attempt 2" in out  # the restart policy applied before production failed for good
+    assert "phase curio: stopping → failed (curio_unresponsive; restarted 1 times within 300s (restart_burst)" in out
+    assert "giving the instance up (phase curio failed)" in out, out
+    wait_for(lambda: instance_of(devmgr, label)["history"][-1] == "killed", timeout=10)
 
 
 def test_the_watch_reads_curio_alone_without_a_cuzk_table(sup: Runner) -> None:

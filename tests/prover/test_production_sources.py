@@ -13,6 +13,7 @@ Real servers on 127.0.0.1, a real EventLoop, the watches' tick (Watches.check) l
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from fakes import FailingProduction
 
 from supervisor.engine.loop import EventLoop
 from supervisor.evidence.watchstate import Watches
-from supervisor.prover.production import ProductionSettings, ProductionWatch
+from supervisor.prover.production import CURIO, ProductionSettings, ProductionWatch, Reading
 from supervisor.wiring import Wiring
 
 STATUS = json.dumps({"counters": {"total_completed": 3, "total_failed": 0}}).encode()
@@ -82,14 +83,14 @@ def servers() -> Iterator[list[Server]]:
 class Run:
     """The watch on a real loop, up as production, with every line its watches said."""
 
-    def __init__(self, status_url: str, metrics_url: str) -> None:
+    def __init__(self, status_url: str, metrics_url: str, curio_unresponsive_s: float = 600.0) -> None:
         self.loop, self.watches, self.log, self.said = EventLoop(), Watches(), [], []
         self.production = FailingProduction()
         wiring = Wiring(plan=None, events=None, production=self.production, manager=None,  # type: ignore[arg-type]
                         export_env=lambda name, value: None, call_later=self.loop.call_later, log=self.log.append,
                         watch_state=self.watches.new)
         settings = ProductionSettings(watch_s=0.2, proof_failures=2, proof_failure_window_s=30,
-                                      curio_metrics=metrics_url)
+                                      curio_metrics=metrics_url, curio_unresponsive_s=curio_unresponsive_s)
         self.watch = ProductionWatch(settings, status_url, wiring, blind_s=1.5)
         self.watch.transition(SimpleNamespace(name="curio", report="running", up=True))  # type: ignore[arg-type]
 
@@ -227,3 +228,57 @@ def test_production_failed_for_its_proofs_still_shows_them_failed(servers: list[
     shown = run.watch.status()
     assert shown["proofs_failed"] == 5 and shown["production"]["failed_in_window"] == 5, shown
     assert [reason for _, reason, _ in production.failed] == ["proofs_failing"], production.failed
+
+
+def test_a_hung_curio_fails_production_once_its_metrics_go_unanswered_for_the_bound(servers: list[Server]) -> None:
+    """A hung curio (its API port accepts, nothing answers) ran for ever as "running": its metrics said blind once,
+    the failed figure quietly cuzk's (which counts no GPU failure), and nothing more. Past curio_unresponsive_s the
+    attempt fails, once, with the why; the summary says whose the failed figure is meanwhile."""
+    servers.append(cuzk := Server({"/status": (200, STATUS)}))
+    hung = socket.create_server(("127.0.0.1", 0))  # listening, never accepting: every read times out
+    try:
+        run = Run(cuzk.url("/status"), f"http://127.0.0.1:{hung.getsockname()[1]}/debug/metrics",
+                  curio_unresponsive_s=3.0)
+        run.until("production failed", lambda: run.production.failed)
+        [(phase, reason, detail)] = run.production.failed
+        assert (phase, reason) == ("curio", "curio_unresponsive"), run.production.failed
+        assert "curio's metrics gave no reading for " in detail and "(curio_unresponsive_s=3): " in detail, detail
+        assert "curio /debug/metrics: " in detail and "timed out" in detail, detail
+        assert run.watch.status()["production"]["counted_by"] == {"completed": "cuzk", "failed": "cuzk"}
+        assert ("(completed: cuzk /status; failed: cuzk /status, as curio's proving tasks give no reading: it counts "
+                "no GPU or synthesis failure)") in run.watch.summary, run.watch.summary
+        reads = run.watches.to_dict()["proofs watch"]["readings"]
+        run.until("2 more readings", lambda: run.watches.to_dict()["proofs watch"]["readings"] >= reads + 2)
+        assert len(run.production.failed) == 1, run.production.failed  # once an up
+    finally:
+        hung.close()
+
+
+def test_curios_metrics_are_judged_unanswered_from_their_last_reading_and_only_when_read() -> None:
+    """The bound counts from production's start, then from curio's last reading: misses that come and go are no
+    hung curio. A watch that reads no curio metrics never judges it."""
+    def run_of(metrics_url: str) -> tuple[ProductionWatch, FailingProduction, float]:
+        production = FailingProduction()
+        wiring = Wiring(plan=None, events=None, production=production, manager=None,  # type: ignore[arg-type]
+                        export_env=lambda name, value: None, call_later=EventLoop().call_later,
+                        log=lambda line: None, watch_state=Watches().new)
+        watch = ProductionWatch(ProductionSettings(watch_s=60, curio_metrics=metrics_url,
+                                                   curio_unresponsive_s=120), "", wiring)
+        up = time.monotonic()
+        watch.transition(SimpleNamespace(name="curio", report="running", up=True))  # type: ignore[arg-type]
+        return watch, production, up
+
+    def unread(at: float) -> Reading:
+        return Reading(at, None, None, error="x", unread=((CURIO, "curio /debug/metrics: timed out"),))
+
+    watch, production, up = run_of("http://127.0.0.1:9/debug/metrics")  # (the discard port: nothing is read)
+    watch._decide("curio", unread(up + 100))
+    watch._decide("curio", Reading(up + 110, 0, 0, source=CURIO))
+    for at in (up + 150, up + 200, up + 229):
+        watch._decide("curio", unread(at))
+    assert production.failed == [], "119 s since its last reading"
+    watch._decide("curio", unread(up + 231))
+    assert [reason for _, reason, _ in production.failed] == ["curio_unresponsive"], production.failed
+    watch, production, up = run_of("")
+    watch._decide("curio", Reading(up + 1000, 0, 0, source="cuzk", unread=((CURIO, "not asked"),)))
+    assert production.failed == []

@@ -7,7 +7,8 @@ never on the loop) cuzk's ``GET /status`` on ``[cuzk] status_listen`` (``counter
 ``total_failed``) and curio's ``/debug/metrics`` (``curio_harmonytask_tasks_completed|failed`` of the
 proving tasks) where its port answers. The two count different things: cuzk's ``/status`` counts a PoRep or
 SnapDeals proof assembled, and as failed only a PoRep whose self-check failed (a GPU, synthesis or C1 failure
-is in no counter of it); curio's count every proving task that failed, and a WinPost every epoch, won or not.
+is in no counter of it); curio's count every proving task that failed, and as completed only the proofs of work
+done (PROOF_TASKS: a WinPost completes every epoch, won or not, with no proof).
 So failures are curio's count while it reads, completions cuzk's (COUNTED_BY); a config that reads no curio
 metrics is refused (_metrics_url). The loop takes the reading at the next ``watch_s`` (so a slow answer never
 holds it) and decides:
@@ -82,11 +83,15 @@ BLIND_MIN_S = 30.0
 # The readings a proof window keeps at most, about (one a window_s / this step, and the latest).
 WINDOW_POINTS = 720
 PROVING_TASKS = ("PoRep", "PSProve", "WdPost", "WinPost", "UpdateProve")
+# Those whose completion is a proof of work done, curio's completed figure (cuzk's /status counts these too: a PoRep or
+# SnapDeals proof assembled). A WinPost completes every epoch it does not win, with no proof (curio's winning_task.go
+# persistNoWin); a WdPost is the miner's own upkeep, no PoSt in cuzk's count. Every proving task's failure counts.
+PROOF_TASKS = ("PoRep", "PSProve", "UpdateProve")
 # The sources, as a Reading names them, and the names of their own watches (status's ``watches``).
 CUZK, CURIO = "cuzk", "curio"
 SOURCE_WATCHES = {CUZK: "cuzk status", CURIO: "curio metrics"}
 # Whose count each figure is, while that source reads (else the source read last's): (completed, failed).
-# Completed: cuzk's, proofs its /status saw assembled (curio's count has a WinPost every epoch, won or not). Failed:
+# Completed: cuzk's, proofs its /status saw assembled, as the bench counted them (curio's: PROOF_TASKS). Failed:
 # curio's, every proving task that failed; cuzk's /status counts only a PoRep whose self-check failed (cuzk-core
 # engine.rs calls its job_completed there alone), never a GPU, synthesis or C1 failure.
 COUNTED_BY = (CUZK, CURIO)
@@ -149,8 +154,8 @@ def production_section(table: Any, sup: SupervisorSpec) -> ProductionSettings:
 @dataclass(frozen=True)
 class Reading:
     at: float  # monotonic
-    completed: int | None  # cuzk's total_completed, else curio's proving tasks completed
-    failed: int | None
+    completed: int | None  # cuzk's total_completed, else curio's PROOF_TASKS completed
+    failed: int | None  # cuzk's total_failed, else curio's proving tasks failed
     memory: tuple[int, int] | None = None  # cuzk's own (used, total)
     source: str = "none"
     error: str = ""
@@ -204,9 +209,9 @@ def parse_curio(text: str) -> tuple[int, int] | None:
     return None if tasks is None else summed(tasks)
 
 
-def summed(tasks: tuple[tuple[str, int, int], ...]) -> tuple[int, int]:
-    """(completed, failed) of every task together."""
-    return sum(t[1] for t in tasks), sum(t[2] for t in tasks)
+def summed(tasks: tuple[tuple[str, int, int], ...], done: tuple[str, ...] = PROVING_TASKS) -> tuple[int, int]:
+    """(completed of the tasks named in ``done``, failed of every task)."""
+    return sum(t[1] for t in tasks if t[0] in done), sum(t[2] for t in tasks)
 
 
 def parse_curio_tasks(text: str) -> tuple[tuple[str, int, int], ...] | None:
@@ -314,7 +319,7 @@ def _read_curio(url: str) -> tuple[Reading | None, str]:
     if tasks is None and not _CURIO_PAGE_RE.search(text):
         return None, "curio /debug/metrics has no proving task counters"
     tasks = tasks or ()
-    return Reading(time.monotonic(), *summed(tasks), None, CURIO, tasks=tasks), ""
+    return Reading(time.monotonic(), *summed(tasks, PROOF_TASKS), None, CURIO, tasks=tasks), ""
 
 
 def _said(exc: Exception) -> str:

@@ -254,6 +254,10 @@ def test_the_watch_reads_curio_alone_without_a_cuzk_table(sup: Runner) -> None:
     # and summed with it the PoRep that always failed read as proofs completing.
     assert re.search(r"detail=\"\d+ PoRep proof\(s\) failed and none completed", failing[0]), failing[0]
     assert result.returncode == 1, result.output
+    # Its completed figure (and the rate) is of proofs: a WinPost not won is none. It read one a task interval.
+    phase = curio_phase(sup)
+    assert phase["proofs_completed"] == 0 and phase["proofs_failed"] >= 2, phase
+    assert phase["production"]["counted_by"] == {"completed": "curio", "failed": "curio"}, phase
 
 
 def test_a_metrics_line_that_would_backtrack_is_read_in_passing() -> None:

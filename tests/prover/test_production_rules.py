@@ -14,6 +14,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from supervisor.engine.reaping import ExitStatus
@@ -298,6 +299,31 @@ def test_cuzk_is_read_first_and_curio_beside_it() -> None:
         assert got.tasks == () and got.beside[0].tasks == (("PoRep", 3, 0),)  # (STATUS names no kinds)
         got = read_counters("", f"{url}/debug/metrics")  # status_listen "": no cuzk status API
         assert (got.source, got.completed, got.failed, got.memory) == ("curio", 3, 0, None)
+
+
+def test_curios_completed_figure_is_of_proofs_and_its_failed_of_every_proving_task() -> None:
+    """Read without cuzk's /status (a partition-workers build), curio's completed figure and the rate were every
+    proving task's: a WinPost not won every epoch, while every PoRep failed, read as 20 proofs completed, 3458/h."""
+    page = (b'curio_harmonytask_tasks_completed{task_name="WinPost"} 20\n'
+            b'curio_harmonytask_tasks_completed{task_name="WdPost"} 2\n'
+            b'curio_harmonytask_tasks_completed{task_name="PoRep"} 0\n'
+            b'curio_harmonytask_tasks_failed{task_name="PoRep"} 20\n'
+            b'curio_harmonytask_tasks_failed{task_name="WinPost"} 1\n')
+    with answering({"/debug/metrics": (200, page)}) as url:
+        got = read_counters("", f"{url}/debug/metrics")
+    assert (got.source, got.completed, got.failed) == ("curio", 0, 21), got
+    window = ProofWindow(3600.0)
+    window.add(replace(got, at=0.0, completed=0, failed=0, tasks=()))
+    window.add(replace(got, at=360.0))
+    assert window.since_up() == (0, 21, 360.0) and window.failing_detail(5) == ("curio", 20, "PoRep")
+    assert summary_line(window, {}, None).startswith(
+        "production: proofs 0 completed / 21 failed in the last 60 min, 0 / 21 since up (curio's proving tasks); "
+        "0.0/h; ")
+    proofs = (b'curio_harmonytask_tasks_completed{task_name="PoRep"} 3\n'
+              b'curio_harmonytask_tasks_completed{task_name="PSProve"} 4\n'
+              b'curio_harmonytask_tasks_completed{task_name="UpdateProve"} 5\n')
+    with answering({"/debug/metrics": (200, proofs + page)}) as url:
+        assert read_counters("", f"{url}/debug/metrics").completed == 12
 
 
 def test_cuzks_kinds_come_with_its_reading() -> None:

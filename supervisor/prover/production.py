@@ -412,13 +412,16 @@ class ProofWindow:
             return None
         source, _, readings = series
         first, last = readings[0], readings[-1]
+        completed, failed = _between(first, last)  # (and the totals, as ever: a superset of the tasks')
         if last.tasks:
             before = {name: (done, failed) for name, done, failed in first.tasks}
             for name, done, failed in last.tasks:
                 was = before.get(name, (0, 0))
                 if failed - was[1] >= failures and done == was[0]:
                     return source, failed - was[1], name
-        completed, failed = _between(first, last)  # (and the totals, as ever: a superset of the tasks')
+            # The total judged over every task, as its failed figure counts them all: a WdPost or a WinPost done is
+            # no proof shown (PROOF_TASKS), but it is work the GPUs did, and a few of theirs failing is no give-up.
+            completed = sum(t[1] for t in last.tasks) - sum(t[1] for t in first.tasks)
         if failed >= failures and completed == 0:
             return source, failed, None
         return None

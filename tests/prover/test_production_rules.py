@@ -326,6 +326,20 @@ def test_curios_completed_figure_is_of_proofs_and_its_failed_of_every_proving_ta
         assert read_counters("", f"{url}/debug/metrics").completed == 12
 
 
+def test_a_few_failures_spread_over_tasks_while_posts_complete_are_no_proofs_failing() -> None:
+    """No PoRep to prove (none failed, none done), WdPost and WinPost done every epoch, a few of them failing: the
+    total rule counted the failures of every task against the completions of the proofs alone (PROOF_TASKS), and
+    gave the instance up. It weighs every task's completions against every task's failures."""
+    def posts(at: float, done: int, failed: int) -> Reading:
+        tasks = (("WdPost", done, failed), ("WinPost", done, failed), ("PoRep", 0, 0))
+        return Reading(at, 0, 2 * failed, None, "curio", tasks=tasks)
+
+    window = ProofWindow(3600.0)
+    window.add(posts(0.0, 10, 0))
+    window.add(posts(360.0, 22, 3))
+    assert window.failing_detail(5) is None
+
+
 def test_cuzks_kinds_come_with_its_reading() -> None:
     kinds = json.dumps({"counters": {"total_completed": 4, "total_failed": 2, "completed_by_kind": {"winpost": 4},
                                      "failed_by_kind": {"porep": 2}}}).encode()

@@ -199,6 +199,43 @@ def test_the_attempts_in_a_row_that_never_came_up_are_counted_and_one_up_starts_
         Next.FAIL, "exit_code; restarted 2 times in a row without coming up (restart_burst): giving up", 0.0)
 
 
+def found(reason: str, start: float, up: bool = True) -> Attempt:
+    """An attempt begun at ``start`` that the supervisor ended for a watch's finding (``reason``)."""
+    attempt = Attempt(1, start, up_at=start + 1.0 if up else None)
+    attempt.mark_stopped_for(reason, "found")
+    return attempt
+
+
+def test_the_attempts_in_a_row_a_watch_ended_are_counted_and_only_one_up_that_ended_otherwise_breaks_the_row(
+        loop: EventLoop) -> None:
+    """NVML hung for good killed a curio that was still proving every 90 s, for ever: each attempt lived the 60 s
+    the watch takes, so never 5 restarts within 300 s. How long an attempt lived never breaks the row."""
+    s = spec("service", restart="always", restart_burst=2, restart_window_s=60.0, backoff_jitter=0.0,
+             backoff_reset_s=10.0)
+    pacing = Pacing(s, loop, random.Random(SEED))
+    ends = iter(range(100, 10_000, 100))  # each attempt 100 s: never two restarts within the 60 s window
+
+    def end(outcome: v.Verdict, attempt: Attempt) -> Next:
+        advance(loop, float(next(ends)))
+        return pacing.after(outcome, attempt)[0]
+
+    hung = failed(v.GPU_UNRESPONSIVE)
+    assert [end(hung, found(v.GPU_UNRESPONSIVE, 0.0)), end(hung, found(v.GPU_UNRESPONSIVE, 100.0))] == \
+        [Next.AGAIN, Next.AGAIN] and pacing.found == 2
+    assert not pacing.fails_for_good(failed(), Attempt(3, 0.0, up_at=1.0)), "one that ended otherwise is restarted"
+    assert pacing.fails_for_good(hung, found(v.GPU_UNRESPONSIVE, 0.0)) and pacing.found == 2, "asked: nothing counted"
+    assert end(failed(), Attempt(3, 200.0, up_at=201.0)) is Next.AGAIN and pacing.found == 0, "up, its own exit"
+    assert end(hung, found(v.GPU_UNRESPONSIVE, 300.0)) is Next.AGAIN and pacing.found == 1
+    assert end(failed(v.SPAWN_FAILED), Attempt(5, 400.0)) is Next.AGAIN and pacing.found == 1, "never up: never_up's"
+    assert end(failed(v.STALLED), found(v.STALLED, 500.0)) is Next.AGAIN and pacing.found == 2
+    # A shutdown's stop (or a bug of ours) is no watch's finding, nor a child that failed on its own first.
+    assert not pacing.fails_for_good(failed(v.STOPPED), found(v.STOPPED, 600.0))
+    assert not pacing.fails_for_good(failed(), found(v.GPU_UNRESPONSIVE, 600.0)), "its own failure, before the stop"
+    step, why, delay = pacing.after(hung, found(v.GPU_UNRESPONSIVE, 600.0))
+    assert (step, why, delay) == (Next.FAIL, "gpu_unresponsive; restarted 2 times in a row, each attempt ended by a "
+                                             "watch's finding (restart_burst): giving up", 0.0)
+
+
 def test_a_failure_for_good_fails_at_once_whatever_the_retries(loop: EventLoop) -> None:
     pacing = Pacing(spec(retries=10), loop, random.Random(SEED))
     step, why, delay = pacing.after(failed(v.GPU_FAULT), Attempt(1, 0.0))

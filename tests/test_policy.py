@@ -41,9 +41,9 @@ def succeeded() -> Verdict:
 
 
 def after(spec: PhaseSpec, outcome: Verdict, attempt: int = 1, *, expired: bool = False,
-          restarts: tuple[float, ...] = (), never_up: int = 0) -> tuple[Next, str]:
+          restarts: tuple[float, ...] = (), never_up: int = 0, found: int = 0) -> tuple[Next, str]:
     return after_attempt(spec, outcome, attempt, deadline_expired=expired, restart_times=list(restarts), now=100.0,
-                         never_up=never_up)
+                         never_up=never_up, found=found)
 
 
 def test_a_oneshot_that_succeeded_is_done() -> None:
@@ -92,6 +92,19 @@ def test_a_service_restarted_restart_burst_times_in_a_row_without_coming_up_give
     assert after(spec, succeeded(), restarts=(90.0,), never_up=3)[0] is Next.FAIL  # (a clean end under "always")
     assert after(spec, failed(), restarts=(50.0, 90.0), never_up=3) == (  # both: the window says it, as before
         Next.FAIL, "exit_code; restarted 2 times within 60s (restart_burst): giving up")
+
+
+def test_a_service_a_watch_ended_restart_burst_times_in_a_row_gives_up_whatever_the_window() -> None:
+    # Each attempt lives as long as the watch takes to judge (NVML hung 60 s of it, a plugin's watch minutes): the
+    # window never trips, and a fault a restart does not cure was restarted for good. Each came up: never_up is 0.
+    spec = spec_of(SERVICE.format(restart="on-failure"))
+    assert after(spec, failed(v.GPU_UNRESPONSIVE), restarts=(90.0,), found=2)[0] is Next.AGAIN
+    assert after(spec, failed(v.GPU_UNRESPONSIVE), restarts=(90.0,), found=3) == (
+        Next.FAIL, "gpu_unresponsive; restarted 2 times in a row, each attempt ended by a watch's finding "
+                   "(restart_burst): giving up")
+    assert after(spec, failed(v.STALLED), restarts=(90.0,), found=3)[0] is Next.FAIL
+    assert after(spec, failed(v.GPU_UNRESPONSIVE), restarts=(50.0, 90.0), found=3) == (  # both: the window says it
+        Next.FAIL, "gpu_unresponsive; restarted 2 times within 60s (restart_burst): giving up")
 
 
 def test_the_memory_preflight_refuses_only_what_cannot_fit() -> None:

@@ -129,6 +129,13 @@ class Attempt:
             return None
         return v.without_exit(phase, phase, reason, 1, detail, attempt=self.number, added=added)
 
+    def found_by_watch(self, outcome: Verdict) -> bool:
+        """Whether a watch's finding ended it (a stall, NVML hung, a plugin's watch's reason): the supervisor
+        ended it for that reason, and ``outcome`` says so (not the child's own failure before it; not a shutdown,
+        a bug of ours or the phase deadline, none of them a watch's)."""
+        return self.ended_for is not None and self.ended_for[0] == outcome.reason \
+            and outcome.reason not in (v.STOPPED, v.TIMEOUT)
+
     def progress_reading(self) -> ProgressReading | None:
         """What its command's output parser read of the download (a result that ReadsProgress), if any."""
         result = self.parser.result if self.parser is not None else None
@@ -389,10 +396,10 @@ class Pacing:
     ``backoff_jitter`` drawn from the runtime's random source; an attempt that ran ``backoff_reset_s`` or
     longer (to its end, not its children's stop: ``Attempt.ran_for``) starts the count again (0: never);
     ``restart_burst`` restarts of a service within ``restart_window_s`` fail it, and so do ``restart_burst``
-    restarts in a row without it coming up once, however far apart; ``timeout_s`` counts from the first
-    attempt across every later one; ``stall_s`` of silence of every sign of progress stalls an attempt
-    (stall.py); a download that cannot make ``progress_deadline_s`` ends its attempt too_slow
-    (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
+    restarts in a row without it coming up once, or each ended by a watch's finding, however far apart;
+    ``timeout_s`` counts from the first attempt across every later one; ``stall_s`` of silence of every sign of
+    progress stalls an attempt (stall.py); a download that cannot make ``progress_deadline_s`` ends its attempt
+    too_slow (progresswatch.py). Tests drive them with a fake clock (tests/test_pacing_rules.py,
     tests/test_phase_timing.py)."""
 
     def __init__(self, spec: PhaseSpec, loop: EventLoop, rng: random.Random) -> None:
@@ -401,6 +408,7 @@ class Pacing:
         self.restart_times: list[float] = []  # when the service was restarted (monotonic), for restart_burst
         self.forgiven = 0  # attempts that got further, not counted against retries (retry_while_progressing)
         self.never_up = 0  # a service's latest attempts in a row that never came up, against restart_burst
+        self.found = 0  # and those a watch's finding ended (a stall, NVML hung, a plugin's watch), against it too
         self._deadline: Timer | None = None
         self._backoff: Timer | None = None
         self._settle: Timer | None = None
@@ -444,7 +452,8 @@ class Pacing:
         """Would ``outcome`` fail the phase, no retry or restart after it? (``after``'s answer, nothing counted.)"""
         step, _ = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
                                 restart_times=self.restart_times, now=self.now(),
-                                forgiven=self._forgiven_with(outcome, attempt), never_up=self._never_up_with(attempt))
+                                forgiven=self._forgiven_with(outcome, attempt), never_up=self._never_up_with(attempt),
+                                found=self._found_with(outcome, attempt))
         return step is Next.FAIL
 
     def after(self, outcome: Verdict, attempt: Attempt) -> tuple[Next, str, float]:
@@ -452,9 +461,11 @@ class Pacing:
         attempt after the backoff returned (0 for the others). A service's restart is counted now."""
         now = self.now()
         forgiven, never_up = self._forgiven_with(outcome, attempt), self._never_up_with(attempt)
+        found = self._found_with(outcome, attempt)
         step, why = after_attempt(self._spec, outcome, attempt.number, deadline_expired=self.deadline_expired(),
-                                  restart_times=self.restart_times, now=now, forgiven=forgiven, never_up=never_up)
-        self.forgiven, self.never_up = forgiven, never_up
+                                  restart_times=self.restart_times, now=now, forgiven=forgiven, never_up=never_up,
+                                  found=found)
+        self.forgiven, self.never_up, self.found = forgiven, never_up, found
         if step is not Next.AGAIN:
             return step, why, 0.0
         if self._spec.kind != "oneshot":  # (what after_attempt restarts: every kind but a oneshot)
@@ -471,6 +482,15 @@ class Pacing:
     def _never_up_with(self, attempt: Attempt) -> int:
         """The latest attempts in a row that never came up, ``attempt`` among them (one that came up: none)."""
         return 0 if attempt.up_at is not None else self.never_up + 1
+
+    def _found_with(self, outcome: Verdict, attempt: Attempt) -> int:
+        """The latest attempts in a row that a watch's finding ended, ``attempt`` among them where one did. How long
+        each lived says nothing (a watch takes minutes to judge): only one that came up and ended otherwise (its
+        own exit, a daemon's death: the window judges those) breaks the row; one that never came up neither breaks
+        nor counts (``never_up`` counts it)."""
+        if attempt.found_by_watch(outcome):
+            return self.found + 1
+        return self.found if attempt.up_at is None else 0
 
     def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:
         """For a phase with stall_s: ``attempt`` is told once it stalls, while it is current."""

@@ -20,7 +20,8 @@ lost; this module, a tick watcher on the loop, decides what that means for the p
   with its number.
 - NVML unresponsive (a call that has not returned) for longer than GPU_UNRESPONSIVE_FAIL_S of the running
   attempt fails it with ``gpu_unresponsive`` (its retries or restart policy then decide: each attempt gets the
-  whole bound, counted from its start, or every retry of a hang older than the bound failed at its first tick);
+  whole bound, counted from its start, or every retry of a hang older than the bound failed at its first tick; a
+  service's restart_burst of them in a row fail it, however far apart: NVML hung for good, states.py);
   the ``gpu_unresponsive`` warning after gpuwatch.NVML_CALL_TIMEOUT_S stays a warning.
 
 While such a phase is yet to end (pending, backing off, running) it keeps the GPU thread sampling: a GPU lost

@@ -300,11 +300,13 @@ class Next(enum.Enum):
 
 
 def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_expired: bool,
-                  restart_times: list[float], now: float, forgiven: int = 0, never_up: int = 0) -> tuple[Next, str]:
+                  restart_times: list[float], now: float, forgiven: int = 0, never_up: int = 0,
+                  found: int = 0) -> tuple[Next, str]:
     """What follows the attempt ``outcome`` ended, and why. ``restart_times``: when the service was
     restarted before (monotonic), against its restart_burst; ``forgiven``: a oneshot's attempts, this one
     among them, that got further and are not counted against its retries (retry_while_progressing);
-    ``never_up``: a service's attempts in a row, this one among them, that never came up."""
+    ``never_up``: a service's attempts in a row, this one among them, that never came up; ``found``: those in a
+    row that a watch's finding ended (attempt.py ``Attempt.found_by_watch``)."""
     if outcome.reason in v.FOR_GOOD:  # a bug of ours, a GPU gone, too slow to make it: another attempt cannot succeed
         why = outcome.detail if outcome.reason == v.INTERNAL_ERROR else f"{outcome.reason}: {outcome.detail}"
         return Next.FAIL, why
@@ -324,6 +326,11 @@ def after_attempt(spec: PhaseSpec, outcome: Verdict, attempt: int, *, deadline_e
     if never_up > spec.restart_burst:
         return Next.FAIL, (f"{outcome.reason}; restarted {spec.restart_burst} times in a row without coming up "
                            "(restart_burst): giving up")
+    # So for attempts a watch ends (a stall, NVML hung, a plugin's watch): each lives as long as its watch takes
+    # to judge, minutes, and a fault a restart does not cure would be restarted for good, billed.
+    if found > spec.restart_burst:
+        return Next.FAIL, (f"{outcome.reason}; restarted {spec.restart_burst} times in a row, each attempt ended by "
+                           "a watch's finding (restart_burst): giving up")
     return Next.AGAIN, f"{outcome.reason}; restart = {policy!r}"
 
 

@@ -83,7 +83,8 @@ def devmgr() -> Iterator[DevManager]:
 
 
 def production_config(sup: Runner, mgr: DevManager, label: str, *, restart_burst: int = 5,
-                      curio_unresponsive_s: float = 600) -> Path:
+                      curio_unresponsive_s: float = 600, restart: str = "on-failure",
+                      restart_window_s: float = 300) -> Path:
     cuzk, status, curio = free_port(), free_port(), free_port()
     return sup.write(f"""
         [manager]
@@ -113,8 +114,9 @@ def production_config(sup: Runner, mgr: DevManager, label: str, *, restart_burst
         name = "curio"
         kind = "service"
         prepare = "cuzk-config"
-        restart = "on-failure"
+        restart = "{restart}"
         restart_burst = {restart_burst}
+        restart_window_s = {restart_window_s}
         backoff_s = 0.1
         command = [{toml_str(PY)}, "-m", "supervisor.prover.standins.curio", "run", "--listen",
                    "127.0.0.1:{curio}", "--nosync"]
@@ -202,6 +204,28 @@ def test_proofs_that_keep_failing_fail_production_and_the_instance_is_given_up(
     assert "giving the instance up (phase curio failed)" in out, out
     wait_for(lambda: instance_of(devmgr, label)["history"][-1] == "killed", timeout=10)
     assert instance_of(devmgr, label)["history"] == ["registered", "params_done", "running", "killed"]
+
+
+def test_proofs_failing_restart_burst_times_in_a_row_gives_the_instance_up_however_far_apart(
+        sup: Runner, devmgr: DevManager) -> None:
+    """The profile's curio (restart = "always", 5 in 300 s) and its proofs watch (every 60 s): proofs_failing ends an
+    attempt 120 s in at the earliest, so 5 restarts never fell within 300 s, and a curio whose every proof failed was
+    restarted for ever, billed, its row running. Scaled down: each attempt outlives the 1 s window."""
+    label = f"C.production-failing-always-{os.getpid()}"
+    env = standin_env(STANDIN_TASK_S="0.2", STANDIN_PROOF_S="0.1", STANDIN_FAIL_PROOFS="1")
+    config = production_config(sup, devmgr, label, restart_burst=2, restart="always", restart_window_s=1)
+    console = Console(sup, config, env=env)
+    status = console.finish(timeout=90)
+    out = console.text()
+    assert status != 0, out
+    failing = [line for line in out.splitlines() if "child=curio " in line and "FAILED:" in line]
+    assert [re.search(r" reason=(\w+) .* attempt=(\d)", line).groups() for line in failing] == [  # type: ignore[union-attr]
+        ("proofs_failing", "1"), ("proofs_failing", "2"), ("proofs_failing", "3")], failing
+    assert "restarted 2 times within" not in out, "the window tripped: the attempts were not far enough apart"
+    assert ("phase curio: stopping → failed (proofs_failing; restarted 2 times in a row, each attempt ended by a "
+            "watch's finding (restart_burst): giving up)") in out, out
+    assert "giving the instance up (phase curio failed)" in out, out
+    wait_for(lambda: instance_of(devmgr, label)["history"][-1] == "killed", timeout=10)
 
 
 def test_a_hung_curio_fails_production_and_the_instance_is_given_up(sup: Runner, devmgr: DevManager) -> None:

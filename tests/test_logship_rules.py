@@ -401,6 +401,54 @@ def test_the_manager_answering_during_the_exit_flush_does_not_end_it() -> None:
     assert shipper.backlog() == {}
 
 
+def test_a_bug_of_ours_inside_a_push_is_said_and_the_shipping_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception no manager answer makes (a bug of ours in a push) ended the thread for good: a traceback once,
+    the watch's last state kept, and no line pushed again for the rest of the run."""
+    monkeypatch.setattr(logship, "THREAD_RESTART_S", 0.05)
+    tried: list[str] = []
+    sent: list[str] = []
+
+    def push(source: str, body: str, seq: str) -> None:
+        tried.append(body)
+        if len(tried) == 1:
+            raise RuntimeError("a bug of ours")
+        sent.append(body)
+
+    shipper = Shipper("log shipping", push, lambda: True, 0.05, 1 << 20, [].append)
+    shipper.start()
+    try:
+        shipper.add("setup", ["one"])
+        said: list[str] = []
+        assert wait_for(lambda: said.extend(shipper.state.check()) or said, timeout=WAIT_S), said
+        assert "the log shipping thread failed: RuntimeError: a bug of ours" in said[0], said
+        shipper.add("setup", ["two"])
+        assert wait_for(lambda: any("two" in body for body in sent), timeout=WAIT_S), (tried, sent)
+        shipper.add("setup", ["three"])
+    finally:
+        shipper.stop(5.0)
+    assert any("three" in body for body in sent), sent  # (the stop's last pushes: made by the thread's end)
+
+
+def test_a_bug_of_ours_after_the_stop_leaves_the_last_pushes_to_the_stop() -> None:
+    """The thread that fails in its last pushes ends there (no wait to start again past the stop): the stop makes
+    the rest of them (the batch the bug was in is dropped), at once."""
+    sent: list[str] = []
+
+    def push(source: str, body: str, seq: str) -> None:
+        if source == "bad":
+            raise RuntimeError("a bug of ours")
+        sent.append(body)
+
+    shipper = Shipper("log shipping", push, lambda: True, 3600.0, 1 << 20, [].append)
+    shipper.start()
+    shipper.add("bad", ["dropped"])
+    shipper.add("setup", ["last"])
+    started = time.monotonic()
+    shipper.stop(5.0)
+    assert any("last" in body for body in sent), sent
+    assert time.monotonic() - started < 4.0  # (bounded by the stop, never by a restart's wait)
+
+
 def test_not_ready_stop_leaves_the_lines_queued(server: Recorder) -> None:
     shipper = Shipper("log shipping", log_push_sender(client(server), lambda: None), lambda: False, 3600.0, 1 << 20,
                       print)

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..evidence.watchstate import WatchState, Words
+from ..evidence.watchstate import THREAD_RESTART_MAX_S, THREAD_RESTART_S, WatchState, Words, run_restarting
 from ..text import Log
 from ..text.show import CUT_MARK, cut, fmt_bytes
 from .client import (
@@ -184,7 +184,9 @@ class Shipper:
         self.state.idle("nothing pushed yet")
         self._dropped: dict[str, list[int]] = {}  # per source, lines and bytes dropped from its full backlog
         self._drops_unsaid: dict[str, list[int]] = {}  # per source, dropped since its count was last said
-        self._thread = threading.Thread(target=self._run, name=f"ship:{name}", daemon=True)
+        self._restart = threading.Condition()  # a failed thread's wait to start again, cut short by the stop
+        self._last_pushes_made = False  # the thread's own end made them (_run): the stop does not
+        self._thread = threading.Thread(target=self._run_contained, name=f"ship:{name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -267,12 +269,21 @@ class Shipper:
         return (f"{self.name}: {counted[0]} line(s) of {source!r} ({fmt_bytes(counted[1])}) were dropped from its "
                 f"full backlog (log_backlog_bytes {fmt_bytes(self._backlog)})")
 
+    def _run_contained(self) -> None:
+        """The thread, contained (watchstate.run_restarting): a bug of ours inside a push is said, that batch is
+        dropped (_land), and the shipping starts again after THREAD_RESTART_S (this module's, read now), doubling;
+        it ended the thread for good, with the watch's last state kept and no line pushed again. One after the stop
+        ends it: the stop makes the last pushes."""
+        run_restarting(self._run, self.state, f"the {self.name} thread", self._restart, self._stop.is_set,
+                       lambda exc: None, restart_s=THREAD_RESTART_S, restart_max_s=THREAD_RESTART_MAX_S)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self._interval)
             self._wake.clear()
             self.ship_once()
         self._flush()
+        self._last_pushes_made = True
 
     def ship_once(self) -> bool:
         """Push what is queued; False if some is kept for later: a push failed, or a source is held."""
@@ -436,9 +447,11 @@ class Shipper:
         self._flush_deadline = time.monotonic() + flush_timeout_s
         self._stop.set()
         self._wake.set()
+        with self._restart:
+            self._restart.notify_all()
         if self._thread.is_alive():
             self._thread.join(flush_timeout_s)
-        else:
+        if not self._thread.is_alive() and not self._last_pushes_made:  # (never started, or ended by a failure)
             self._flush()
         self._say_drops_left()
 

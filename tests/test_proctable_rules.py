@@ -14,6 +14,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from helpers import wait_for
+
 from supervisor.engine.trees import SNAPSHOT_MAX_AGE_S, TAG_ENV, Descendants, Proc, ProcessTable
 
 ME = os.getpid()
@@ -201,7 +203,12 @@ def test_an_environment_without_the_tag_or_an_empty_one_is_no_tag(tmp_path: Path
 def test_a_reading_of_the_real_proc_finds_a_real_child_and_its_tag(tmp_path: Path) -> None:
     child = subprocess.Popen(["sleep", "30"], env={**os.environ, TAG_ENV: "rules.1"}, process_group=0)
     try:
-        snap = ProcessTable().snapshot()
+        # Popen returns once the exec closed its close-on-exec pipe, a moment before the kernel lays the new
+        # environment out: a reading in that moment finds no tag yet (never another one), and the next finds it.
+        table, readings = ProcessTable(), []  # (read anew once the last is SNAPSHOT_MAX_AGE_S old)
+        assert wait_for(lambda: readings.append(table.snapshot()) or readings[-1].procs[child.pid].tag, timeout=10)
+        assert {reading.procs[child.pid].tag for reading in readings} <= {None, "rules.1"}
+        snap = readings[-1]
         assert snap.procs[child.pid] == Proc(child.pid, ME, child.pid, "rules.1")
         assert pids(snap.tree(child.pid, "rules.1")) == {child.pid}
     finally:

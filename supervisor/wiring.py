@@ -169,3 +169,6 @@ class Wiring:
     # A watch of the plugin's own, held to the core's rule (watchstate.py): watch_state(name, window_s) is its
     # state, which it tells of each reading (read/miss); the tick says when it goes blind, status shows it.
     watch_state: Callable[[str, float], WatchState] = lambda name, window_s: WatchState(name, window_s)
+    # The supervisor's last thaw (monotonic; None: never frozen, tick.py): a plugin's own clocks restart there, as
+    # the core's windows do (docker pause is no silence of the program watched).
+    thawed_at: Callable[[], float | None] = lambda: None

@@ -100,7 +100,7 @@ def attach_plugin(plan: Plan, plugin: Plugin, host: Host, core: Core, sup: Super
                     manager=sup.reporter.link() if sup.reporter.enabled else None,
                     export_env=sup.rt.spawning.export_env, call_later=core.loop.call_later, log=host.log,
                     add_status=add_status, machine=machine,
-                    watch_state=evidence.watches.new)
+                    watch_state=evidence.watches.new, thawed_at=lambda: evidence.watches.thawed_at())
     plugin.attach(wiring)
 
 

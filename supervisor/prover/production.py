@@ -484,6 +484,7 @@ class ProductionWatch:
         self._window = self._new_window()
         self._failed = False  # this up's failure was told (the phase fails once; the window stays shown)
         self._curio_at = 0.0  # (monotonic) curio's last reading, or when production came up
+        self._curio_misses = 0  # reads of curio's metrics that gave none since then
         self.state = wiring.watch_state("proofs watch", window_s)
         self.state.idle("production is not up")
         self._own = self._source_watches(wiring, window_s)
@@ -511,6 +512,7 @@ class ProductionWatch:
         if phase.up and self._phase is None:
             self._phase = phase.name
             self._window, self._failed, self._curio_at = self._new_window(), False, time.monotonic()
+            self._curio_misses = 0
             self._next_summary = 0.0
             with self._lock:
                 self._latest = None  # a read of the last time up is no reading of this one
@@ -614,10 +616,16 @@ class ProductionWatch:
         API port, so a curio that never answers them is hung (its process lives, its port accepts: up to the rest)."""
         why = dict(reading.unread).get(CURIO)
         if CURIO not in self._read or why is None:
-            self._curio_at = reading.at
+            self._curio_at, self._curio_misses = max(self._curio_at, reading.at), 0
             return
-        unanswered_s, bound_s = reading.at - self._curio_at, self._settings.curio_unresponsive_s
-        if unanswered_s >= bound_s and not self._failed:
+        # Counted from the supervisor's last thaw at the earliest (a docker pause stopped curio and us alike), and
+        # never on one read alone: the read in flight as the pause came ends past its deadline right after the thaw,
+        # maybe before the tick has noticed the thaw.
+        self._curio_misses += 1
+        thawed = self._wiring.thawed_at()
+        since = self._curio_at if thawed is None else max(self._curio_at, thawed)
+        unanswered_s, bound_s = reading.at - since, self._settings.curio_unresponsive_s
+        if unanswered_s >= bound_s and self._curio_misses >= 2 and not self._failed:
             self._failed = True
             self._wiring.production.fail_phase(phase, CURIO_UNRESPONSIVE, (
                 f"curio's metrics gave no reading for {unanswered_s:.0f}s while it ran (curio_unresponsive_s="

@@ -254,31 +254,52 @@ def test_a_hung_curio_fails_production_once_its_metrics_go_unanswered_for_the_bo
         hung.close()
 
 
+def curio_run(metrics_url: str, thawed: list[float | None] | None = None
+              ) -> tuple[ProductionWatch, FailingProduction, float]:
+    """A proofs watch with curio's metrics bound at 120 s, up now; ``thawed``: the supervisor's last thaw, as told."""
+    production = FailingProduction()
+    wiring = Wiring(plan=None, events=None, production=production, manager=None,  # type: ignore[arg-type]
+                    export_env=lambda name, value: None, call_later=EventLoop().call_later,
+                    log=lambda line: None, watch_state=Watches().new,
+                    thawed_at=lambda: thawed[0] if thawed else None)
+    watch = ProductionWatch(ProductionSettings(watch_s=60, curio_metrics=metrics_url, curio_unresponsive_s=120), "",
+                            wiring)
+    up = time.monotonic()
+    watch.transition(SimpleNamespace(name="curio", report="running", up=True))  # type: ignore[arg-type]
+    return watch, production, up
+
+
+def curio_unread(at: float) -> Reading:
+    return Reading(at, None, None, error="x", unread=((CURIO, "curio /debug/metrics: timed out"),))
+
+
 def test_curios_metrics_are_judged_unanswered_from_their_last_reading_and_only_when_read() -> None:
     """The bound counts from production's start, then from curio's last reading: misses that come and go are no
     hung curio. A watch that reads no curio metrics never judges it."""
-    def run_of(metrics_url: str) -> tuple[ProductionWatch, FailingProduction, float]:
-        production = FailingProduction()
-        wiring = Wiring(plan=None, events=None, production=production, manager=None,  # type: ignore[arg-type]
-                        export_env=lambda name, value: None, call_later=EventLoop().call_later,
-                        log=lambda line: None, watch_state=Watches().new)
-        watch = ProductionWatch(ProductionSettings(watch_s=60, curio_metrics=metrics_url,
-                                                   curio_unresponsive_s=120), "", wiring)
-        up = time.monotonic()
-        watch.transition(SimpleNamespace(name="curio", report="running", up=True))  # type: ignore[arg-type]
-        return watch, production, up
-
-    def unread(at: float) -> Reading:
-        return Reading(at, None, None, error="x", unread=((CURIO, "curio /debug/metrics: timed out"),))
-
-    watch, production, up = run_of("http://127.0.0.1:9/debug/metrics")  # (the discard port: nothing is read)
-    watch._decide("curio", unread(up + 100))
+    watch, production, up = curio_run("http://127.0.0.1:9/debug/metrics")  # (the discard port: nothing is read)
+    watch._decide("curio", curio_unread(up + 100))
     watch._decide("curio", Reading(up + 110, 0, 0, source=CURIO))
     for at in (up + 150, up + 200, up + 229):
-        watch._decide("curio", unread(at))
+        watch._decide("curio", curio_unread(at))
     assert production.failed == [], "119 s since its last reading"
-    watch._decide("curio", unread(up + 231))
+    watch._decide("curio", curio_unread(up + 231))
     assert [reason for _, reason, _ in production.failed] == ["curio_unresponsive"], production.failed
-    watch, production, up = run_of("")
+    watch, production, up = curio_run("")
     watch._decide("curio", Reading(up + 1000, 0, 0, source="cuzk", unread=((CURIO, "not asked"),)))
     assert production.failed == []
+
+
+def test_a_docker_pause_is_no_time_curio_left_its_metrics_unanswered() -> None:
+    """A pause of 15 min (docker pause, a Vast interruptible instance paused): the read in flight as it came ends
+    past its deadline right after the thaw, and that one miss failed a healthy curio at once (900 s past the bound
+    of 120). The time counts from the thaw, and one miss alone never fails it."""
+    thawed: list[float | None] = [None]
+    watch, production, up = curio_run("http://127.0.0.1:9/debug/metrics", thawed)
+    watch._decide("curio", Reading(up + 30, 0, 0, source=CURIO))
+    watch._decide("curio", curio_unread(up + 930))  # (before the tick has noticed the thaw)
+    assert production.failed == [], "one miss, the one in flight as the pause came"
+    thawed[0] = up + 929
+    watch._decide("curio", curio_unread(up + 990))
+    assert production.failed == [], "61 s since the thaw"
+    watch._decide("curio", curio_unread(up + 1050))
+    assert [reason for _, reason, _ in production.failed] == ["curio_unresponsive"], production.failed

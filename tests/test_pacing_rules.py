@@ -227,6 +227,8 @@ def test_the_attempts_in_a_row_a_watch_ended_are_counted_and_only_one_up_that_en
     assert end(failed(), Attempt(3, 200.0, up_at=201.0)) is Next.AGAIN and pacing.found == 0, "up, its own exit"
     assert end(hung, found(v.GPU_UNRESPONSIVE, 300.0)) is Next.AGAIN and pacing.found == 1
     assert end(failed(v.SPAWN_FAILED), Attempt(5, 400.0)) is Next.AGAIN and pacing.found == 1, "never up: never_up's"
+    assert end(hung, found(v.GPU_UNRESPONSIVE, 450.0, up=False)) is Next.AGAIN and pacing.found == 1, \
+        "a watch's finding before it came up: never_up's alone, as the docs say"
     assert end(failed(v.STALLED), found(v.STALLED, 500.0)) is Next.AGAIN and pacing.found == 2
     # A shutdown's stop (or a bug of ours) is no watch's finding, nor a child that failed on its own first.
     assert not pacing.fails_for_good(failed(v.STOPPED), found(v.STOPPED, 600.0))

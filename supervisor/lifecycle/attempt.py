@@ -488,9 +488,9 @@ class Pacing:
         each lived says nothing (a watch takes minutes to judge): only one that came up and ended otherwise (its
         own exit, a daemon's death: the window judges those) breaks the row; one that never came up neither breaks
         nor counts (``never_up`` counts it)."""
-        if attempt.found_by_watch(outcome):
-            return self.found + 1
-        return self.found if attempt.up_at is None else 0
+        if attempt.up_at is None:
+            return self.found
+        return self.found + 1 if attempt.found_by_watch(outcome) else 0
 
     def watch_for_stall(self, evidence: MachineEvidence, attempt: Watched) -> None:
         """For a phase with stall_s: ``attempt`` is told once it stalls, while it is current."""

@@ -214,6 +214,23 @@ def test_where_a_lifecycle_call_moved_the_row_is_read_at_once(sup: Runner, manag
     assert snap["manager"]["clocks"] == {}, snap["manager"]["clocks"]
 
 
+def test_a_lifecycle_call_queued_behind_another_reads_the_row_once_between_them(
+        sup: Runner, manager: DevManager) -> None:
+    """The read after a delivered call is left out where a lifecycle call comes next: that call reads the row before
+    it goes, and a second GET in between only cost time (two per call within a give-up's 60 s against a slow
+    manager). param-done is answered late, so running is queued behind it."""
+    post(manager, "/dev/faults", {"path": "/param-done", "delay_s": 1.0, "count": 1})
+    go = sup.tmp / "go"
+    go.touch()
+    proc = Console(sup, config(sup, manager, go))
+    assert proc.finish(WAIT_S) == 0, proc.tail()
+    snap = manager.state.snapshot()
+    paths = [call["path"] for call in snap["calls"]]
+    done, running = paths.index("/param-done") + 1, paths.index("/running") + 1  # (calls recorded by then)
+    between = [read for read in snap["reads"] if done <= read["after"] < running]
+    assert len(between) == 1, (paths, snap["reads"])
+
+
 @pytest.mark.parametrize("ago_s", [5460, 5400 + 3600])
 def test_a_row_registered_longer_ago_than_the_fetch_deadline_is_given_up_at_once(
         sup: Runner, manager: DevManager, ago_s: int) -> None:

@@ -11,8 +11,9 @@ the row:
   ``registered_at`` anchors the fetch deadline, a plugin's fields (RowFields) what the plugin decides;
 - before each lifecycle call (a CallKind with ``checks_row``: ``param-done``, ``running``, a plugin's):
   a killed row gets none of them, since a lifecycle call could un-kill it (the prover's, with a passing rate);
-  and right after each is delivered: where it moved the row, with the manager's time of it (the clocks
-  that count from it, status), and a kill its answer meant (the give-up's);
+  and right after each is delivered (unless another is next: its own read serves): where it moved the row,
+  with the manager's time of it (the clocks that count from it, status), and a kill its answer meant (the
+  give-up's);
 - every ``row_check_s`` while nothing else is being delivered (the manager kills on its own, and
   forgets, at any time), and as often while a call waits between its tries (a log push its log route
   refuses, a Retry-After of minutes): a kill is learnt within that time, in production too.

@@ -28,8 +28,8 @@ is said (``on_give_up_refused``): nothing destroys the machine then.
 A killed row answers ``/running`` with the same 404 (``or already killed``), but ``/runner-id`` with 200.
 
 The manager's own view (rowwatch.py): the row is read once the manager knows the instance, before each
-lifecycle call (``CallKind.checks_row``) and each of its retries, right after each is delivered, and every
-``row_check_s`` while idle or while a call of any kind waits between its tries. A killed row ends it
+lifecycle call (``CallKind.checks_row``) and each of its retries, right after each is delivered (but for one with
+another next), and every ``row_check_s`` while idle or while a call waits between its tries. A killed row ends it
 (``on_killed``, once): no lifecycle call goes out any more, and no re-registration. A row the periodic read
 finds gone (not listed, and its ``/runner-id`` answers 404 ``instance not found``), at any stage, is registered
 again the same way, once a stage, and the last lifecycle call delivered goes again under the new uuid. Its
@@ -653,8 +653,11 @@ class Sender:
             self._delivered_again(call, kind, answer)
         elif delivered is not None:
             self._loop.call_soon_threadsafe(lambda: delivered(call.payload, answer.body))
-        if kind.checks_row and self.uuid and self.killed is None:  # (heard on the loop after the answer is)
-            self._read_row()  # where it moved the row, at the manager's time: the clocks and status hear it now
+        # Where it moved the row, at the manager's time, heard now; a lifecycle call next reads it before it goes.
+        after = self.outbox.next_pending_except(LOG)
+        reads_next = after is not None and after.kind in self._lifecycle_kinds()
+        if kind.checks_row and self.uuid and self.killed is None and not reads_next:
+            self._read_row()
 
     def _delivered_again(self, call: Call, kind: CallKind, answer: Answer) -> None:
         """A lifecycle call sent again under the new uuid of a forgotten row (_register_forgotten) was answered.

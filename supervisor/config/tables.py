@@ -520,12 +520,12 @@ def check_own_dirs_apart(plan: Plan) -> None:
     The phase's paths are compared as written, never looked at: one on a hung mount would hang ``check`` (the run
     finds such a mount off the loop, bounded)."""
     sup = plan.supervisor
-    dirs = {key: {_as_written(getattr(sup, key)), os.path.realpath(getattr(sup, key))}
+    dirs = {key: {os.path.abspath(getattr(sup, key)), os.path.realpath(getattr(sup, key))}
             for key in ("state_dir", "log_dir")}
     for i, phase in enumerate(plan.phases):
         where = f"phases[{i}] ({phase.name})"
         if phase.progress_path is not None:
-            mine = _as_written(phase.progress_path)
+            mine = os.path.abspath(phase.progress_path)
             for key, folders in dirs.items():
                 if any(os.path.commonpath((mine, folder)) == mine for folder in folders):
                     raise ConfigError(f"{where}.progress_path: {shown(phase.progress_path)} "
@@ -539,17 +539,13 @@ def check_own_dirs_apart(plan: Plan) -> None:
         for place, child in children:
             if child.ready is None or child.ready.kind != "file":
                 continue
-            ready = _as_written(child.ready.target)
+            ready = os.path.abspath(child.ready.target)
             for key, folders in dirs.items():
                 if ready in folders or os.path.dirname(ready) in folders:
                     raise ConfigError(f"{place}.ready: {shown(child.ready.target)} is "
                                       f"{'' if ready in folders else 'in '}supervisor.{key} "
                                       f"{shown(getattr(sup, key))}: the supervisor's own files would count as the "
                                       "child's ready file")
-
-
-def _as_written(path: str) -> str:
-    return os.path.normpath(os.path.abspath(path))
 
 
 def check_set_env(plan: Plan, plugin: ConfigPlugin) -> None:

@@ -49,6 +49,8 @@ import contextlib
 import enum
 import faulthandler
 import fcntl
+import functools
+import operator
 import os
 import signal
 import sys
@@ -339,17 +341,21 @@ def _arm_last_words_again() -> None:
 
 
 def _caught_signals() -> frozenset[int] | None:
-    """The signals this process has a handler for (/proc/self/status SigCgt: bit n-1 for signal n); None where
-    it cannot be read."""
+    """The signals this process has a handler for; None where it cannot be read."""
+    mask = signal_mask("self", b"SigCgt:")
+    return None if mask is None else frozenset(sig for sig in range(1, mask.bit_length() + 1) if mask >> (sig - 1) & 1)
+
+
+def signal_mask(pid: int | str, *fields: bytes) -> int | None:
+    """The signals /proc/<pid>/status lists under ``fields`` (``SigCgt:``: those it has a handler for; ``SigPnd:``,
+    ``ShdPnd:``: those pending for it, its thread's and its process's), together, as a mask: bit n-1 for signal n.
+    None where it cannot be read, or lists none of them."""
     try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"SigCgt:"):
-                    mask = int(line.split()[1], 16)
-                    return frozenset(sig for sig in range(1, mask.bit_length() + 1) if mask >> (sig - 1) & 1)
+        with open(f"/proc/{pid}/status", "rb") as status:
+            masks = [int(line.split()[1], 16) for line in status if line.startswith(fields)]
     except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return None
+    return functools.reduce(operator.or_, masks) if masks else None
 
 
 # ---------------------------------------------------------------- the inbox

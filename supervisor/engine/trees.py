@@ -42,6 +42,7 @@ import psutil
 from ..text import Log
 from ..text.show import escaped
 from ..text.units import is_ascii_digits
+from .signals import signal_mask
 
 # In every child's environment: "<supervisor pid>.<its PID namespace>.<sequence>.<its start time>" (tag_for),
 # inherited by whatever it starts. The pid means something only in that namespace: a container's supervisor is pid 1
@@ -498,12 +499,7 @@ def dying(pid: int) -> bool:
 def killed_already(pid: int) -> bool:
     """``pid`` is on its way out of a kill: dying, or a SIGKILL waits for it (it has not run since, or its wait on a
     hung mount must end first)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            pending = [int(line.split()[1], 16) for line in status if line.startswith((b"SigPnd:", b"ShdPnd:"))]
-    except (OSError, IndexError, ValueError):
-        pending = []
-    return dying(pid) or any(mask & _SIGKILL_BIT for mask in pending)
+    return dying(pid) or (signal_mask(pid, b"SigPnd:", b"ShdPnd:") or 0) & _SIGKILL_BIT != 0
 
 
 def read_stat(pid: int | str, proc: str = "/proc") -> tuple[str, list[bytes]] | None:
